@@ -1,0 +1,66 @@
+"""The `shardwise` command. The only argv reader; subcommands are imported when run, so
+`shardwise --help` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import click
+
+# command name -> (module, attribute, one-line help shown by `shardwise --help`)
+COMMANDS: dict[str, tuple[str, str, str]] = {
+    "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
+    "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems and models."),
+    "validate": ("shardwise.cli.validate", "validate", "Compare predictions with published measurements."),
+}
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a subcommand's module only when that subcommand runs."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in COMMANDS:
+            return None
+        module, attr, _ = COMMANDS[cmd_name]
+        return getattr(importlib.import_module(module), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        rows = [(name, short) for name, (_, _, short) in COMMANDS.items()]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(package_name="shardwise")
+def cli() -> None:
+    """shardwise: how long a transformer takes to train under tensor (TP), pipeline (PP) and
+    data (DP) parallelism on your GPUs and links, and which split to pick.
+
+    \b
+    Example:
+      shardwise predict --model gpt3-175b --system dgx-a100 --nodes 8 \\
+          --tp 8 --pp 8 --global-batch 64 --micro-batch 1 --recompute full
+    """
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: bad input becomes one line on stderr and exit status 2, never a traceback."""
+    from shardwise.errors import USER_ERRORS
+
+    try:
+        cli.main(args=argv, prog_name="shardwise", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.ClickException as exc:
+        click.echo(f"error: {exc.format_message()}", err=True)
+        sys.exit(2)
+    except USER_ERRORS as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except BrokenPipeError:
+        sys.exit(0)

@@ -1,0 +1,178 @@
+"""Flags shared by the commands that take a model, a cluster and a parallel plan, and the code
+that turns them into a `Scenario` (heavy imports happen inside the functions)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+F = Callable[..., Any]
+
+
+def _stack(*decorators: F) -> F:
+    def apply(func: F) -> F:
+        for d in reversed(decorators):
+            func = d(func)
+        return func
+
+    return apply
+
+
+model_options = _stack(
+    click.option("--model", "model_name", metavar="NAME|FILE", help="Model preset (see `shardwise presets models`) or a YAML file."),
+    click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
+    click.option("--hidden", type=int, help="Hidden size h."),
+    click.option("--heads", type=int, help="Attention heads a."),
+    click.option("--kv-heads", type=int, help="Key/value heads (grouped-query attention); default: heads."),
+    click.option("--ffn-hidden", type=int, help="MLP hidden size; default: 4 x hidden."),
+    click.option("--vocab", type=int, help="Vocabulary size; default 51200 for a custom model."),
+    click.option("--family", type=click.Choice(["gpt", "llama"]), help="Architecture defaults for a custom model [default: gpt]."),
+    click.option("--seq-len", type=int, help="Sequence length s in tokens; default 2048 for a custom model."),
+)
+
+cluster_options = _stack(
+    click.option("--system", metavar="NAME|FILE", help="System preset (dgx-a100, dgx-h100, a100-pcie-8x, ...)."),
+    click.option("--gpu", "gpu_name", metavar="NAME|FILE", help="GPU preset or YAML file (instead of, or overriding, the system's)."),
+    click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
+    click.option("--intra-link", metavar="NAME|FILE|RATE", help="Link inside a server: preset (nvlink3, pcie4, ...), YAML file, or a sustained rate like 600GB/s."),
+    click.option("--inter-link", metavar="NAME|FILE|RATE", help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate)."),
+    click.option("--nodes", type=int, help="Servers in the cluster."),
+    click.option("--num-gpus", type=int, help="GPUs in the cluster (instead of --nodes)."),
+)
+
+plan_options = _stack(
+    click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+    click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel stages."),
+    click.option("--dp", type=int, help="Data-parallel replicas [default: GPUs / (tp x pp)]."),
+    click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages (model chunks) per GPU; > 1 selects the interleaved schedule."),
+    click.option("--global-batch", type=int, help="Sequences per optimizer step (required)."),
+    click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
+    click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), help="Pipeline schedule [default: 1f1b, interleaved if --vpp > 1]."),
+    click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True, help="Activation recomputation."),
+    click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True, help="Megatron sequence parallelism inside the TP group."),
+    click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage (0 = plain data parallelism)."),
+    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True, help="Compute precision."),
+    click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention that never stores the s x s scores."),
+    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True, help="Hide backward TP all-reduces behind weight-gradient GEMMs."),
+    click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True, help="Bucketed DP gradient reduction during the last backward pass."),
+    click.option("--scatter-gather/--no-scatter-gather", default=True, show_default=True, help="Pipeline sends of 1/tp per rank plus an in-node all-gather."),
+)
+
+
+def _link(spec: str, role: str) -> Any:
+    from shardwise import presets, units
+    from shardwise.specs import Link, SpecError
+
+    try:
+        rate = units.parse_rate_bytes_per_s(spec)
+    except SpecError:
+        rate = None
+    if rate is not None:
+        return Link(name=spec, bandwidth_bytes_per_s=rate, efficiency=1.0, latency_s=1e-6, base_latency_s=20e-6)
+    try:
+        return presets.link(spec)
+    except SpecError as exc:
+        raise SpecError(f"--{role}: {exc}; or give a YAML file or a rate like 600GB/s") from None
+
+
+def build_model(o: dict[str, Any]) -> Any:
+    from shardwise import loaders, presets
+    from shardwise.specs import SpecError
+
+    overrides = {k: o[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len") if o.get(k) is not None}
+    if o.get("family"):
+        overrides["family"] = o["family"]
+    if o.get("model_name"):
+        return presets.model(o["model_name"], **overrides)
+    missing = [f"--{k}" for k in ("layers", "hidden", "heads") if k not in overrides]
+    if missing:
+        raise SpecError(f"model: give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
+    data = {"vocab": 51200, "seq_len": 2048, **overrides}
+    return loaders.model_from_dict("custom", data)
+
+
+def build_cluster(o: dict[str, Any]) -> Any:
+    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size."""
+    from shardwise import loaders, presets
+    from shardwise.specs import SpecError
+
+    if o.get("nodes") is not None and o.get("num_gpus") is not None:
+        raise SpecError("give --nodes or --num-gpus, not both")
+    if o.get("system"):
+        base = presets.system(o["system"])
+        gpu, per_node = base.gpu, base.gpus_per_node
+        intra, inter, name = base.intra_node_link, base.inter_node_link, base.name
+    elif o.get("gpu_name"):
+        gpu, per_node, intra, inter, name = None, 8, None, None, "custom"
+    else:
+        raise SpecError("cluster: give --system NAME (e.g. dgx-a100) or --gpu NAME with --intra-link")
+    if o.get("gpu_name"):
+        gpu = presets.gpu(o["gpu_name"])
+    if o.get("gpus_per_node") is not None:
+        per_node = o["gpus_per_node"]
+    if o.get("intra_link"):
+        intra = _link(o["intra_link"], "intra-link")
+    if o.get("inter_link"):
+        inter = _link(o["inter_link"], "inter-link")
+    if per_node < 1:
+        raise SpecError(f"--gpus-per-node: {per_node} is not allowed; it must be >= 1")
+    n_gpus = _cluster_gpus(o, per_node)
+    if n_gpus < per_node:
+        per_node = n_gpus  # part of one server
+    if n_gpus % per_node:
+        raise SpecError(f"--num-gpus: {n_gpus} is not a multiple of gpus_per_node={per_node}")
+    nodes = n_gpus // per_node
+    if intra is None:
+        if per_node > 1:
+            raise SpecError("--intra-link is required with --gpu (e.g. nvlink3, pcie4, or a rate like 300GB/s)")
+        intra = _link("pcie4", "intra-link")
+    if nodes > 1 and inter is None:
+        raise SpecError(f"{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
+    return loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+
+
+def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
+    from shardwise.specs import SpecError
+
+    for flag in ("nodes", "num_gpus", "tp", "pp", "dp", "vpp", "micro_batch", "global_batch"):
+        if o.get(flag) is not None and o[flag] < 1:
+            raise SpecError(f"--{flag.replace('_', '-')}: {o[flag]} is not allowed; it must be >= 1")
+    if o.get("nodes") is not None:
+        return o["nodes"] * per_node
+    if o.get("num_gpus") is not None:
+        return o["num_gpus"]
+    if o.get("dp") is not None:
+        return o["tp"] * o["pp"] * o["dp"]
+    return per_node
+
+
+def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
+    from shardwise.specs import Plan, SpecError
+
+    tp, pp = o["tp"], o["pp"]
+    dp = o.get("dp")
+    if dp is None:
+        if n_gpus % (tp * pp):
+            raise SpecError(f"--tp x --pp = {tp * pp} does not divide the {n_gpus} GPUs; set --dp or change --nodes")
+        dp = n_gpus // (tp * pp)
+    if o.get("global_batch") is None:
+        raise SpecError(f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})")
+    schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
+    return Plan(
+        tp=tp, pp=pp, dp=dp, global_batch=o["global_batch"], micro_batch=o["micro_batch"], vpp=o["vpp"],
+        schedule=schedule, recompute=o["recompute"], sequence_parallel=o["sequence_parallel"],
+        zero_stage=o["zero"], precision=o["precision"], flash_attention=o["flash_attention"],
+        tp_comm_overlap=o["tp_comm_overlap"], overlap_grad_reduce=o["overlap_grad_reduce"],
+        scatter_gather=o["scatter_gather"],
+    )
+
+
+def build_scenario(o: dict[str, Any]) -> Any:
+    from shardwise.specs import Scenario
+
+    model = build_model(o)
+    cluster = build_cluster(o)
+    plan = build_plan(o, int(cluster.num_gpus))
+    return Scenario(model, cluster, plan)

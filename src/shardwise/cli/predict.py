@@ -1,0 +1,38 @@
+"""`shardwise predict`: one scenario, one training step."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.cli.options import cluster_options, model_options, plan_options
+
+
+@click.command()
+@model_options
+@cluster_options
+@plan_options
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (step_time_s, breakdown_s, memory_bytes, ...).")
+def predict(as_json: bool, **options: Any) -> None:
+    """Time, throughput and memory of one training step of MODEL on a cluster under a plan.
+
+    \b
+    Examples:
+      shardwise predict --model gpt3-175b --system dgx-a100 --nodes 8 --tp 8 --pp 8 \\
+          --global-batch 64 --recompute full
+      shardwise predict --layers 96 --hidden 4096 --heads 32 --gpu a100-sxm4-80gb \\
+          --intra-link pcie4 --num-gpus 8 --pp 8 --global-batch 32 --json
+    """
+    from shardwise.cli.options import build_scenario
+    from shardwise.engines.training import estimate_training_step
+
+    est = estimate_training_step(build_scenario(options))
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps({**export.estimate_dict(est), "scenario": export.scenario_dict(est.scenario)}))
+        return
+    from shardwise.cli.render import print_estimate
+
+    print_estimate(est)

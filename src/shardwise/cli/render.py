@@ -1,0 +1,94 @@
+"""Readable terminal output (rich), imported only when a table is printed."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shardwise.engines.result import TrainingEstimate
+from shardwise.physics.params import total_params
+from shardwise.units import format_bytes, format_seconds
+
+BREAKDOWN_LABELS = {
+    "compute": "compute",
+    "tp_comm": "TP communication (exposed)",
+    "pp_p2p": "PP point-to-point",
+    "pp_bubble": "PP bubble (fill + drain)",
+    "dp_comm": "DP communication (exposed)",
+    "optimizer": "optimizer step",
+}
+
+
+def console() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _bar(fraction: float, width: int = 24) -> str:
+    n = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * n + "·" * (width - n)
+
+
+def _f(x: Any) -> float:
+    return float(x)
+
+
+def describe_scenario(est: TrainingEstimate) -> list[str]:
+    scn = est.scenario
+    m, c, p = scn.model, scn.cluster, scn.plan
+    n = int(_f(c.num_gpus))
+    inter = f", {c.inter_node_link.name} across nodes" if c.inter_node_link is not None and int(_f(c.nodes)) > 1 else ""
+    sched = p.schedule.label + (f" (v={p.vpp})" if int(p.vpp) > 1 else "")
+    return [
+        f"[bold]{m.name}[/] ({_f(total_params(m)) / 1e9:.1f}B params, {m.layers} layers, h={m.hidden}, "
+        f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "
+        f"{c.intra_node_link.name} inside{inter})",
+        f"plan: tp={p.tp} pp={p.pp} dp={p.dp}, {sched}, global batch {p.global_batch} = "
+        f"{p.num_micro_batches} micro-batches x {p.micro_batch} x dp, recompute={p.recompute.label}, "
+        f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}",
+    ]
+
+
+def print_estimate(est: TrainingEstimate) -> None:
+    out = console()
+    for line in describe_scenario(est):
+        out.print(line)
+    out.print()
+    step = _f(est.step_time_s)
+    head = Table(show_header=False, box=None, padding=(0, 2))
+    head.add_row("step time", f"[bold]{format_seconds(step)}[/]")
+    head.add_row("throughput", f"{_f(est.tokens_per_s):,.0f} tokens/s "
+                 f"({_f(est.tokens_per_s) / _f(est.scenario.plan.num_gpus):,.0f} per GPU)")
+    head.add_row("model TFLOP/s per GPU", f"{_f(est.model_tflops_per_gpu):.1f}   MFU {_f(est.mfu):.1%}")
+    head.add_row("hardware TFLOP/s per GPU", f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}"
+                 "  (recomputation counted)")
+    out.print(head)
+    out.print()
+
+    table = Table(title="time per step", title_justify="left", header_style="bold")
+    table.add_column("part")
+    table.add_column("time", justify="right")
+    table.add_column("share", justify="right")
+    table.add_column("")
+    for key, value in est.breakdown.as_dict().items():
+        v = _f(value)
+        table.add_row(BREAKDOWN_LABELS[key], format_seconds(v), f"{v / step:.1%}", _bar(v / step))
+    table.add_row("[bold]total[/]", f"[bold]{format_seconds(step)}[/]", "100.0%", "")
+    out.print(table)
+
+    mem = est.memory.as_dict()
+    capacity = _f(est.scenario.cluster.gpu.memory_bytes)
+    mt = Table(title="memory per GPU (fullest pipeline stage)", title_justify="left", header_style="bold")
+    mt.add_column("part")
+    mt.add_column("bytes", justify="right")
+    mt.add_column("of GPU", justify="right")
+    for key in ("weights", "gradients", "optimizer", "activations", "reserved"):
+        v = _f(mem[key])
+        mt.add_row(key, format_bytes(v), f"{v / capacity:.1%}")
+    total = _f(mem["total"])
+    fits = bool(est.fits_in_memory)
+    verdict = "[green]fits[/]" if fits else "[red]does NOT fit[/]"
+    mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
+    out.print(mt)
+    out.print(f"{verdict} in {format_bytes(capacity)} per GPU")

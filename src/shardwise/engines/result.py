@@ -1,0 +1,91 @@
+"""The result of one training-step estimate: a time breakdown, a memory breakdown, rates."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from shardwise.physics.memory import MemoryBreakdown
+from shardwise.specs import Scenario
+from shardwise.specs._checks import Number
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Seconds of one step on the critical path; the parts add up to the step time.
+
+    compute: kernels of the slowest stage for all its micro-batches (recomputation included);
+    tp_comm: tensor-parallel collectives not hidden behind compute; pp_p2p: pipeline sends and
+    receives on the critical path; pp_bubble: pipeline fill and drain; dp_comm: data-parallel
+    gradient (and ZeRO parameter) communication not hidden behind the backward pass, plus the
+    tied-embedding gradient sync between first and last stage; optimizer: the Adam update.
+    """
+
+    compute_s: Number
+    tp_comm_s: Number
+    pp_p2p_s: Number
+    pp_bubble_s: Number
+    dp_comm_s: Number
+    optimizer_s: Number
+
+    @property
+    def total_s(self) -> Number:
+        return self.compute_s + self.tp_comm_s + self.pp_p2p_s + self.pp_bubble_s + self.dp_comm_s + self.optimizer_s
+
+    def as_dict(self) -> dict[str, Number]:
+        return {
+            "compute": self.compute_s,
+            "tp_comm": self.tp_comm_s,
+            "pp_p2p": self.pp_p2p_s,
+            "pp_bubble": self.pp_bubble_s,
+            "dp_comm": self.dp_comm_s,
+            "optimizer": self.optimizer_s,
+        }
+
+
+@dataclass(frozen=True)
+class TrainingEstimate:
+    """Estimate of one optimizer step. Array-valued where the scenario held arrays.
+
+    `model_flops_per_step` counts the Megatron-LM convention (3 passes of the GEMMs and the full
+    s x s attention, Korthikanti et al. 2022 App. A); `hardware_flops_per_step` adds the FLOPs
+    that recomputation repeats (Narayanan et al. 2021 Eq. 3 with full recomputation).
+    """
+
+    scenario: Scenario
+    step_time_s: Number
+    breakdown: StepBreakdown
+    memory: MemoryBreakdown
+    model_flops_per_step: Number
+    hardware_flops_per_step: Number
+    bubble_fraction: Number
+
+    @property
+    def tokens_per_s(self) -> Number:
+        plan, model = self.scenario.plan, self.scenario.model
+        return plan.global_batch * model.seq_len / self.step_time_s
+
+    def _per_gpu(self, flops: Number) -> Number:
+        return flops / (self.step_time_s * self.scenario.plan.num_gpus)
+
+    @property
+    def model_tflops_per_gpu(self) -> Number:
+        return self._per_gpu(self.model_flops_per_step) / 1e12
+
+    @property
+    def hardware_tflops_per_gpu(self) -> Number:
+        return self._per_gpu(self.hardware_flops_per_step) / 1e12
+
+    @property
+    def mfu(self) -> Number:
+        """Model FLOPs utilisation: model FLOP/s per GPU over the dense peak."""
+        peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
+        return self._per_gpu(self.model_flops_per_step) / peak
+
+    @property
+    def hfu(self) -> Number:
+        """Hardware FLOPs utilisation (recomputation counted)."""
+        peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
+        return self._per_gpu(self.hardware_flops_per_step) / peak
+
+    @property
+    def fits_in_memory(self) -> Number:
+        return self.memory.total_bytes <= self.scenario.cluster.gpu.memory_bytes

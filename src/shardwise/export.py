@@ -1,0 +1,102 @@
+"""Plain-data views of specs and results for JSON and CSV output (the edges' serialisers)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from shardwise.engines.result import TrainingEstimate
+from shardwise.physics.params import total_params
+from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Scenario
+
+
+def plain(value: Any) -> Any:
+    """numpy scalars/arrays and enums to JSON-ready Python values."""
+    if hasattr(value, "label") and not isinstance(value, (str, np.ndarray)):
+        return value.label
+    arr = np.asarray(value)
+    if arr.ndim == 0:
+        item = arr.item()
+        return float(item) if isinstance(item, (int, float)) and not isinstance(item, bool) else item
+    return arr.tolist()
+
+
+def gpu_dict(gpu: Gpu) -> dict[str, Any]:
+    return {
+        "name": gpu.name,
+        "peak_flops_per_s_16bit": plain(gpu.peak_flops_per_s_16bit),
+        "peak_flops_per_s_fp8": plain(gpu.peak_flops_per_s_fp8),
+        "memory_bytes": plain(gpu.memory_bytes),
+        "memory_bandwidth_bytes_per_s": plain(gpu.memory_bandwidth_bytes_per_s),
+        "matmul_efficiency": plain(gpu.matmul_efficiency),
+        "memory_efficiency": plain(gpu.memory_efficiency),
+    }
+
+
+def link_dict(link: Link | None) -> dict[str, Any] | None:
+    if link is None:
+        return None
+    return {
+        "name": link.name,
+        "bandwidth_bytes_per_s": plain(link.bandwidth_bytes_per_s),
+        "efficiency": plain(link.efficiency),
+        "latency_s": plain(link.latency_s),
+        "base_latency_s": plain(link.base_latency_s),
+    }
+
+
+def cluster_dict(cluster: Cluster) -> dict[str, Any]:
+    return {
+        "name": cluster.name,
+        "gpu": gpu_dict(cluster.gpu),
+        "gpus_per_node": plain(cluster.gpus_per_node),
+        "nodes": plain(cluster.nodes),
+        "num_gpus": plain(cluster.num_gpus),
+        "intra_node_link": link_dict(cluster.intra_node_link),
+        "inter_node_link": link_dict(cluster.inter_node_link),
+    }
+
+
+def model_dict(model: Model) -> dict[str, Any]:
+    fields = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+    flags = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
+    out: dict[str, Any] = {"name": model.name, "params": plain(total_params(model))}
+    out.update({f: plain(getattr(model, f)) for f in fields})
+    out.update({f: getattr(model, f) for f in flags})
+    return out
+
+
+def plan_dict(plan: Plan) -> dict[str, Any]:
+    fields = ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute",
+              "sequence_parallel", "zero_stage", "precision", "flash_attention", "tp_comm_overlap",
+              "overlap_grad_reduce", "scatter_gather")
+    out = {f: plain(getattr(plan, f)) for f in fields}
+    out["num_micro_batches"] = plain(plan.num_micro_batches)
+    return out
+
+
+def scenario_dict(scn: Scenario) -> dict[str, Any]:
+    return {"model": model_dict(scn.model), "cluster": cluster_dict(scn.cluster), "plan": plan_dict(scn.plan)}
+
+
+def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
+    """JSON-ready result: numbers (or lists for array scenarios) under unit-bearing keys."""
+    return {
+        "step_time_s": plain(est.step_time_s),
+        "tokens_per_s": plain(est.tokens_per_s),
+        "model_tflops_per_gpu": plain(est.model_tflops_per_gpu),
+        "hardware_tflops_per_gpu": plain(est.hardware_tflops_per_gpu),
+        "mfu": plain(est.mfu),
+        "hfu": plain(est.hfu),
+        "bubble_fraction": plain(est.bubble_fraction),
+        "breakdown_s": {k: plain(v) for k, v in est.breakdown.as_dict().items()},
+        "memory_bytes": {k: plain(v) for k, v in est.memory.as_dict().items()},
+        "gpu_memory_bytes": plain(est.scenario.cluster.gpu.memory_bytes),
+        "fits_in_memory": plain(est.fits_in_memory),
+    }
+
+
+def dumps(data: Any) -> str:
+    return json.dumps(data, indent=2, allow_nan=False)

@@ -1,0 +1,131 @@
+"""Build specs from plain mappings (preset YAML, user YAML, CLI flags): the only place where
+quantities with units ("600GB/s", "312 TFLOPS", "80GB", "2us") are parsed.
+
+Every error names the field, the value and what is allowed, and raises `SpecError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from shardwise import units
+from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
+
+# Architectural defaults of model families (see presets/models.yaml).
+FAMILIES: dict[str, dict[str, bool]] = {
+    "gpt": {"gated_mlp": False, "tied_embeddings": True, "learned_positions": True, "bias": True,
+            "rmsnorm": False, "dropout": True},
+    "llama": {"gated_mlp": True, "tied_embeddings": False, "learned_positions": False, "bias": False,
+              "rmsnorm": True, "dropout": False},
+}
+
+_GPU_FIELDS = {
+    "peak_16bit": ("peak_flops_per_s_16bit", units.parse_flops_per_s),
+    "peak_fp8": ("peak_flops_per_s_fp8", units.parse_flops_per_s),
+    "memory": ("memory_bytes", units.parse_bytes),
+    "memory_bandwidth": ("memory_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
+    "matmul_efficiency": ("matmul_efficiency", float),
+    "memory_efficiency": ("memory_efficiency", float),
+    "kernel_launch": ("kernel_launch_s", units.parse_seconds),
+}
+_LINK_FIELDS = {
+    "bandwidth": ("bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
+    "efficiency": ("efficiency", float),
+    "latency": ("latency_s", units.parse_seconds),
+    "base_latency": ("base_latency_s", units.parse_seconds),
+}
+_MODEL_INTS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+_MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
+_IGNORED = {"source", "kind", "notes", "name"}
+
+
+def _convert(kind: str, name: str, data: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any]]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in _IGNORED:
+            continue
+        if key not in fields:
+            allowed = ", ".join(sorted(fields))
+            raise SpecError(f"{kind} {name!r}: unknown field {key!r}; allowed: {allowed}")
+        target, parse = fields[key]
+        try:
+            out[target] = parse(value)
+        except (TypeError, ValueError) as exc:
+            raise SpecError(f"{kind} {name!r}: {key}: {exc}") from None
+    return out
+
+
+def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...]) -> None:
+    missing = [k for k in keys if k not in data]
+    if missing:
+        raise SpecError(f"{kind} {name!r}: missing field(s) {', '.join(missing)}")
+
+
+def gpu_from_dict(name: str, data: Mapping[str, Any]) -> Gpu:
+    _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"))
+    return Gpu(name=name, **_convert("gpu", name, data, _GPU_FIELDS))
+
+
+def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
+    _require("link", name, data, ("bandwidth",))
+    return Link(name=name, **_convert("link", name, data, _LINK_FIELDS))
+
+
+def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
+    _require("model", name, data, ("layers", "hidden", "heads", "vocab", "seq_len"))
+    family = str(data.get("family", "gpt")).lower()
+    if family not in FAMILIES:
+        raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
+    kwargs: dict[str, Any] = dict(FAMILIES[family])
+    for key, value in data.items():
+        if key in _IGNORED or key == "family":
+            continue
+        if key in _MODEL_INTS:
+            try:
+                kwargs[key] = int(value) if float(value) == int(float(value)) else float(value)
+            except (TypeError, ValueError):
+                raise SpecError(f"model {name!r}: {key}: {value!r} is not a whole number") from None
+        elif key in _MODEL_FLAGS:
+            if not isinstance(value, bool):
+                raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
+            kwargs[key] = value
+        else:
+            allowed = ", ".join(sorted((*_MODEL_INTS, *_MODEL_FLAGS, "family")))
+            raise SpecError(f"model {name!r}: unknown field {key!r}; allowed: {allowed}")
+    return Model(name=name, notes=str(data.get("source", "")), **kwargs)
+
+
+def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
+    """A GPU's share of its server's NICs (the inter-node link per GPU)."""
+    if nics_per_node <= 0:
+        raise SpecError(f"nics_per_node: {nics_per_node} is not allowed; it must be > 0")
+    share = min(1.0, nics_per_node / gpus_per_node)
+    if share == 1.0:
+        return nic
+    return nic.with_(name=f"{nic.name} x{nics_per_node:g}/{gpus_per_node}",
+                     bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s * share)
+
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file; a missing or malformed file is a one-line SpecError."""
+    import yaml  # lazy: keeps `import shardwise` and `--help` fast
+
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{p}:{where} is not valid YAML") from None
+
+
+def cluster_from_parts(name: str, gpu: Gpu, gpus_per_node: int, nodes: int, intra: Link,
+                       inter: Link | None, notes: str = "") -> Cluster:
+    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
+                   intra_node_link=intra, inter_node_link=inter, notes=notes)

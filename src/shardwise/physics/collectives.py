@@ -1,0 +1,133 @@
+"""Time of NCCL-style collectives: a pipelined alpha-beta model.
+
+Notation: n message bytes (the full buffer), p ranks in the group, g of them per node,
+k = p / g nodes, B a link's sustained bandwidth (bytes/s, one direction), alpha a latency.
+
+Plain alpha-beta (Hockney 1994; Thakur, Rabenseifner & Gropp 2005, ring all-reduce):
+
+    T = alpha_base + steps * alpha_step + W / B,      W = 2 (p-1)/p * n  (all-reduce)
+
+NCCL pipelines each ring step in chunks, so the per-step latency and the bandwidth term do not
+simply add: a pipeline of depth D with per-chunk overhead alpha, sending W bytes in chunks of
+the best size, takes (sqrt(D alpha) + sqrt(W / B))^2 -- the classic optimal-segmentation result
+for pipelined chains and trees (e.g. Sanders, Speck & Traeff 2009, "Two-tree algorithms for full
+bandwidth broadcast, reduction and scan", Sec. 2). We use
+
+    T = alpha_base + (sqrt(alpha_pipe) + sqrt(W / B))^2,  alpha_pipe = sum of per-step latencies
+
+which is plain alpha-beta at both ends (tiny W: latency; huge W: bandwidth) and reproduces the
+slow approach to the asymptotic bus bandwidth that measured nccl-tests curves show between
+1 MB and 1 GB (NCCL's own tuning model, which adds the two, is 2-3x optimistic there; see
+`../shared/reference/nccl_model.md` Sec. 6). `tests/test_collectives.py` checks it against the
+measured curves in `data/comm_measured.csv`.
+
+Algorithms, as NCCL picks them (src/graph/tuning.cc):
+- ring: steps = 2(p-1) for all-reduce, of which 2(k-1) cross nodes (NCCL's nInterSteps);
+  bandwidth min(B_intra, g * B_inter) across nodes (g rings, one per NIC);
+- tree (all-reduce across nodes only): latency 2((g-1) alpha_intra + log2(k) alpha_inter),
+  W = 2n (NCCL: algBw = busBw / 2);
+- NCCL takes whichever is faster, so do we.
+Reduce-scatter and all-gather are half an all-reduce: p-1 steps, W = (p-1)/p * n.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.specs import Link
+from shardwise.specs._checks import Number
+
+
+def pipelined_time_s(base_s: Number, pipe_latency_s: Number, wire_bytes: Number, bw: Number) -> Number:
+    """alpha_base + (sqrt(alpha_pipe) + sqrt(W/B))^2 (see module docstring)."""
+    return base_s + (np.sqrt(pipe_latency_s) + np.sqrt(wire_bytes / bw)) ** 2
+
+
+def _group_links(
+    ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None
+) -> tuple[np.ndarray, np.ndarray, Number, Number, Number, Number, Number]:
+    """Nodes spanned, multi-node mask, ring bandwidth, latencies and base latency of a group."""
+    p = np.asarray(ranks, dtype=float)
+    g = np.minimum(np.asarray(ranks_per_node, dtype=float), p)
+    k = np.maximum(p / g, 1.0)
+    multi = k > 1
+    bw_intra = intra.effective_bandwidth_bytes_per_s
+    if inter is None:
+        if np.any(multi):
+            raise ValueError("a group spans nodes but the cluster has no inter-node link")
+        return k, multi, bw_intra, intra.latency_s, intra.latency_s, intra.base_latency_s, g
+    bw_inter = inter.effective_bandwidth_bytes_per_s
+    bw = np.where(multi, np.minimum(bw_intra, g * bw_inter), bw_intra)
+    base = np.where(multi, np.maximum(intra.base_latency_s, inter.base_latency_s), intra.base_latency_s)
+    return k, multi, bw, intra.latency_s, inter.latency_s, base, g
+
+
+def all_reduce_time_s(
+    message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
+) -> Number:
+    """All-reduce of `message_bytes` over `ranks` GPUs, `ranks_per_node` of them per node."""
+    p = np.asarray(ranks, dtype=float)
+    k, multi, bw, a_in, a_out, base, g = _group_links(ranks, ranks_per_node, intra, inter)
+    steps, inter_steps = 2 * (p - 1), 2 * (k - 1)
+    ring = pipelined_time_s(
+        base, (steps - inter_steps) * a_in + inter_steps * a_out, 2 * (p - 1) / p * message_bytes, bw
+    )
+    tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out)
+    tree = pipelined_time_s(base, tree_latency, 2.0 * message_bytes, bw)
+    t = np.where(multi, np.minimum(ring, tree), ring)
+    return np.where(p > 1, t, 0.0)
+
+
+def reduce_scatter_time_s(
+    message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
+) -> Number:
+    """Reduce-scatter of a `message_bytes` buffer (each rank keeps 1/p of it). Ring."""
+    p = np.asarray(ranks, dtype=float)
+    k, _, bw, a_in, a_out, base, _ = _group_links(ranks, ranks_per_node, intra, inter)
+    steps, inter_steps = p - 1, k - 1
+    t = pipelined_time_s(base, (steps - inter_steps) * a_in + inter_steps * a_out,
+                         (p - 1) / p * message_bytes, bw)
+    return np.where(p > 1, t, 0.0)
+
+
+def all_gather_time_s(
+    message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
+) -> Number:
+    """All-gather producing a `message_bytes` buffer on every rank. Same cost as reduce-scatter."""
+    return reduce_scatter_time_s(message_bytes, ranks, ranks_per_node, intra, inter)
+
+
+def p2p_time_s(message_bytes: Number, link: Link) -> Number:
+    """One send/receive between two GPUs: alpha_base + alpha + n / B."""
+    return link.base_latency_s + link.latency_s + message_bytes / link.effective_bandwidth_bytes_per_s
+
+
+def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, time_s: Number) -> Number:
+    """nccl-tests' bus bandwidth (doc/PERFORMANCE.md): algbw * 2(p-1)/p (all-reduce), * (p-1)/p (AG/RS)."""
+    p = np.asarray(ranks, dtype=float)
+    factor = {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p, "reduce_scatter": (p - 1) / p}[op]
+    return message_bytes / time_s * factor
+
+
+class Fabric:
+    """The links of one cluster, so callers name a group by (ranks, ranks per node) only."""
+
+    __slots__ = ("intra", "inter")
+
+    def __init__(self, intra: Link, inter: Link | None) -> None:
+        self.intra, self.inter = intra, inter
+
+    def all_reduce(self, n_bytes: Number, ranks: Number, per_node: Number) -> Number:
+        return all_reduce_time_s(n_bytes, ranks, per_node, self.intra, self.inter)
+
+    def reduce_scatter(self, n_bytes: Number, ranks: Number, per_node: Number) -> Number:
+        return reduce_scatter_time_s(n_bytes, ranks, per_node, self.intra, self.inter)
+
+    def all_gather(self, n_bytes: Number, ranks: Number, per_node: Number) -> Number:
+        return all_gather_time_s(n_bytes, ranks, per_node, self.intra, self.inter)
+
+    def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
+        intra = p2p_time_s(n_bytes, self.intra)
+        if self.inter is None:
+            return intra
+        return np.where(crosses_node, p2p_time_s(n_bytes, self.inter), intra)

@@ -1,0 +1,133 @@
+"""FLOPs and bytes moved by the operations of one transformer layer, per tensor-parallel rank.
+
+Notation as in `specs.model`; b is the micro-batch (sequences), T = b * s_q tokens, t = tp,
+e bytes per activation element. A GEMM of (M x K) by (K x N) does 2 M N K FLOPs and moves
+e (M K + K N + M N) bytes (inputs and output, once each).
+
+Forward GEMMs of a Megatron-LM layer (Shoeybi et al. 2019, Fig. 3; Narayanan et al. 2021 Eq. 3):
+
+    QKV        T x h  by  h x (h + 2 k d)/t        (k = a for multi-head attention)
+    scores     (b a/t) batches of s_q x d by d x s_kv
+    context    (b a/t) batches of s_q x s_kv by s_kv x d
+    attn out   T x h/t by h/t x h
+    MLP up     T x h  by  h x f/t   (x 2 for a gated MLP)
+    MLP down   T x f/t by f/t x h
+
+For GPT (k = a, f = 4h) the layer is 24 T h^2 / t + 4 b s^2 h / t FLOPs, so with l layers and
+the logits (2 T h V / t) one forward pass is 24 b s l h^2 (1 + s/(6h) + V/(12 l h)): Eq. 3 of
+Narayanan et al. 2021 divided by its factor 4 (forward, backward = 2x forward, recomputation).
+
+Memory-bound traffic (bytes read + written) of the other kernels, following the activation
+inventory of Korthikanti et al. 2022 Sec. 4.1 (LayerNorm 4sbh, dropout masks sbh, softmax and
+its dropout 5as^2b): LayerNorm/RMSNorm read and write T h e each; a fused bias-dropout-add
+reads two T h tensors, writes one and a 1-byte mask; bias+GeLU reads and writes T f/t
+(SwiGLU reads 2 T f/t); the fused scale-mask-softmax reads and writes each score, its dropout
+reads, writes and stores a 1-byte mask. Without sequence parallelism the norms, residual adds
+and hidden dropouts are replicated on every TP rank; with it they are split by t
+(Korthikanti et al. 2022 Sec. 4.2.2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from shardwise.specs import Model
+from shardwise.specs._checks import Number
+
+DROPOUT_MASK_BYTES = 1.0  # Megatron-LM stores dropout masks as uint8 (Korthikanti et al. 2022 Sec. 4.1)
+
+
+class Gemm(NamedTuple):
+    flops: Number
+    bytes: Number
+
+
+def gemm(m: Number, n: Number, k: Number, e: Number, batch: Number = 1) -> Gemm:
+    """`batch` independent (m x k) @ (k x n) products: 2 m n k FLOPs each."""
+    return Gemm(2.0 * batch * m * n * k, e * batch * (m * k + k * n + m * n))
+
+
+@dataclass(frozen=True)
+class LayerForward:
+    """One layer's forward work on one TP rank (all fields broadcast together)."""
+
+    qkv: Gemm
+    attn_out: Gemm
+    mlp_up: Gemm
+    mlp_down: Gemm
+    scores: Gemm  # Q K^T, materialised (standard attention)
+    context: Gemm  # P V
+    softmax_bytes: Number  # scale-mask-softmax (+ dropout) traffic on the score matrix
+    flash: Gemm  # the same attention as one fused kernel that never writes the scores
+    causal_fraction: Number  # share of the score matrix a causal flash kernel computes
+    elementwise_bytes: Number  # norms, residual adds, dropouts, activation, RoPE
+    elementwise_kernels: int
+    tp_message_bytes: Number  # b s_q h e: what each TP all-reduce / gather carries
+
+    @property
+    def gemms(self) -> tuple[Gemm, ...]:
+        return (self.qkv, self.attn_out, self.mlp_up, self.mlp_down)
+
+    @property
+    def model_flops(self) -> Number:
+        """Megatron-convention FLOPs (full s_q x s_kv attention), as used by MFU."""
+        return sum(g.flops for g in self.gemms) + self.scores.flops + self.context.flops
+
+
+def layer_forward(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    bytes_per_element: float,
+    q_len: Number | None = None,
+    kv_len: Number | None = None,
+) -> LayerForward:
+    """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
+    `kv_len` tokens (training: both equal the model's sequence length)."""
+    s_q = model.seq_len if q_len is None else q_len
+    s_kv = s_q if kv_len is None else kv_len
+    h, a, kv, d, f = model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    e, t = bytes_per_element, tp
+    tokens = batch * s_q
+    gate = 2 if model.gated_mlp else 1
+
+    qkv = gemm(tokens, (h + 2 * kv * d) / t, h, e)
+    attn_out = gemm(tokens, h, h / t, e)
+    mlp_up = gemm(tokens, gate * f / t, h, e)
+    mlp_down = gemm(tokens, h, f / t, e)
+    heads_per_rank = batch * a / t
+    scores = gemm(s_q, s_kv, d, e, heads_per_rank)
+    context = gemm(s_q, d, s_kv, e, heads_per_rank)
+    score_elems = heads_per_rank * s_q * s_kv
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    softmax_bytes = score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
+    flash_bytes = e * batch * (2 * s_q * h + 2 * s_kv * kv * d) / t
+    flash = Gemm(scores.flops + context.flops, flash_bytes)
+    causal_fraction = 1.0 - (s_q - 1) / (2.0 * s_kv)
+
+    split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
+    norms = 2 * (2 * e * tokens * h)
+    residuals = 2 * ((3 * e + drop) * tokens * h)
+    activation = (gate + 1) * e * tokens * f / t
+    rope = 0.0 if model.learned_positions else 2 * e * tokens * (h + kv * d) / t
+    elementwise = (norms + residuals) * split + activation + rope
+    kernels = 5 + (0 if model.learned_positions else 1)
+    return LayerForward(
+        qkv, attn_out, mlp_up, mlp_down, scores, context, softmax_bytes, flash, causal_fraction,
+        elementwise, kernels, e * tokens * h,
+    )
+
+
+def logits_forward(model: Model, batch: Number, tp: Number, bytes_per_element: float) -> Gemm:
+    """Output projection T x h by h x V/t (Narayanan et al. 2021: 2 b s h V per forward pass)."""
+    return gemm(batch * model.seq_len, model.vocab / tp, model.hidden, bytes_per_element)
+
+
+def cross_entropy_bytes(model: Model, batch: Number, tp: Number, bytes_per_element: float) -> Number:
+    """Vocab-parallel cross-entropy in fp32: read the logits, write and re-read fp32 copies
+    (max, exp-sum, log-prob), and write the fp32 gradient: about (e + 12) bytes per logit."""
+    return (bytes_per_element + 12.0) * batch * model.seq_len * model.vocab / tp

@@ -1,0 +1,131 @@
+"""Memory per GPU: weights, gradients, optimizer state, activations.
+
+Model state (Rajbhandari et al. 2020, ZeRO, Sec. 3.1; mixed-precision Adam): 16-bit weights,
+gradients in the reduction dtype (Megatron-LM accumulates and reduces BF16 gradients in fp32,
+FP16 ones in fp16), and 12 bytes of fp32 master weight, momentum and variance per parameter.
+ZeRO stage 1 partitions the optimizer state over data-parallel ranks, stage 2 also the
+gradients, stage 3 also the weights.
+
+Activations (Korthikanti et al. 2022, Sec. 4 and Table 2), bytes per layer per micro-batch,
+with e = 2 and 1-byte dropout masks, s sequence, b micro-batch, h hidden, a heads, t = tp:
+
+    no parallelism               s b h (34 + 5 a s / h)
+    tensor parallel              s b h (10 + 24/t + 5 a s / (h t))
+    tensor + sequence parallel   s b h (34 + 5 a s / h) / t
+    selective recomputation      drops the 5 a s / h term (the attention scores)
+    full recomputation           2 s b h (the layer input; / t with sequence parallelism)
+
+`layer_activation_bytes` builds these from the tensor inventory (GQA, gated MLPs, no dropout
+and FlashAttention change the counts) and `tests/test_memory.py` checks the table.
+The first pipeline stage holds the most micro-batches (Korthikanti Sec. 4.2.3): m for GPipe,
+min(p, m) for 1F1B, and p v + p - 1 model chunks of l/(p v) layers for the interleaved schedule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.physics.flops import DROPOUT_MASK_BYTES
+from shardwise.specs import Model, Recompute, Schedule
+from shardwise.specs._checks import Number
+from shardwise.units import GIB
+
+OPTIMIZER_BYTES_PER_PARAM = 12.0  # Adam: fp32 master weight, momentum, variance
+FLASH_STATS_BYTES = 4.0  # FlashAttention keeps one fp32 log-sum-exp per query and head
+# CUDA context, cuBLAS workspaces, NCCL buffers and allocator slack: typically 1-3 GB on
+# A100/H100 training jobs. Counted so that "fits" leaves real headroom.
+RUNTIME_RESERVED_BYTES = 2.0 * GIB
+
+
+def weight_bytes_per_param(precision: str) -> float:
+    """16-bit weights (fp8 training keeps 16-bit weights and casts per GEMM)."""
+    return 2.0
+
+
+def grad_bytes_per_param(precision: str) -> float:
+    """fp32 gradient buffers for BF16 and FP8 (Megatron-LM forces fp32 accumulation for BF16),
+    fp16 gradients for FP16 (Megatron-LM 2021 default)."""
+    return 2.0 if precision == "fp16" else 4.0
+
+
+def layer_activation_bytes(
+    model: Model, batch: Number, tp: Number, sequence_parallel: Number, recompute: Number,
+    flash_attention: Number, bytes_per_element: float,
+) -> Number:
+    """Activations one layer keeps for its backward pass, per micro-batch, on one GPU."""
+    s, h, a, kv, d, f = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    e, t, b = bytes_per_element, tp, batch
+    sbh = s * b * h
+    mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    gate = 2 if model.gated_mlp else 1
+    # Replicated across TP ranks unless sequence-parallel: two norm inputs, the QKV and MLP
+    # inputs (norm outputs), two hidden-dropout masks.
+    replicated = (4 * e + 2 * mask) * sbh
+    # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output.
+    split = e * (sbh + 2 * s * b * kv * d + sbh + gate * s * b * f + s * b * f) / t
+    # The attention scores: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b).
+    scores_std = (e + ((mask + e) if model.dropout else 0.0)) * a * s * s * b / t
+    scores_flash = FLASH_STATS_BYTES * a * s * b / t
+    scores = np.where(np.asarray(flash_attention, dtype=bool), scores_flash, scores_std)
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    rep = np.where(sp, replicated / t, replicated)
+    rc = np.asarray(recompute)
+    full = np.where(sp, e * sbh / t, e * sbh)
+    flash = np.asarray(flash_attention, dtype=bool)
+    scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
+    kept = rep + split + scores_kept
+    return np.where(rc == Recompute.FULL, full, kept)
+
+
+def layers_in_flight(
+    layers: Number, pp: Number, vpp: Number, micro_batches: Number, schedule: Number, stage_index: Number
+) -> Number:
+    """Layer-micro-batches of activations that stage `stage_index` holds at its peak."""
+    p, v, m, i = pp, vpp, micro_batches, stage_index
+    per_stage = layers / p
+    gpipe = m * per_stage
+    one_f_one_b = np.minimum(p - i, m) * per_stage
+    # Megatron-LM interleaved warm-up: 2 (p - i - 1) + (v - 1) p chunk forwards, plus one.
+    chunks = np.minimum(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
+    interleaved = chunks * layers / (p * v)
+    sched = np.asarray(schedule)
+    return np.where(sched == Schedule.GPIPE, gpipe, np.where(sched == Schedule.INTERLEAVED, interleaved, one_f_one_b))
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Bytes on one GPU (the fullest pipeline stage)."""
+
+    weights_bytes: Number
+    gradients_bytes: Number
+    optimizer_bytes: Number
+    activations_bytes: Number
+    reserved_bytes: Number
+
+    @property
+    def total_bytes(self) -> Number:
+        return (
+            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
+            + self.activations_bytes + self.reserved_bytes
+        )
+
+    def as_dict(self) -> dict[str, Number]:
+        return {
+            "weights": self.weights_bytes,
+            "gradients": self.gradients_bytes,
+            "optimizer": self.optimizer_bytes,
+            "activations": self.activations_bytes,
+            "reserved": self.reserved_bytes,
+            "total": self.total_bytes,
+        }
+
+
+def model_state_bytes(params: Number, dp: Number, zero_stage: Number, precision: str) -> tuple[Number, Number, Number]:
+    """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage."""
+    z = np.asarray(zero_stage)
+    weights = params * weight_bytes_per_param(precision) / np.where(z >= 3, dp, 1)
+    grads = params * grad_bytes_per_param(precision) / np.where(z >= 2, dp, 1)
+    optim = params * OPTIMIZER_BYTES_PER_PARAM / np.where(z >= 1, dp, 1)
+    return weights, grads, optim

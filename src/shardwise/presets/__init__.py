@@ -1,0 +1,98 @@
+"""Named GPUs, links, systems and models, read from the YAML files beside this module.
+
+    >>> from shardwise import presets
+    >>> presets.gpu("a100-sxm4-80gb").memory_bytes
+    80000000000.0
+
+Names are case-insensitive; an unknown name raises `SpecError` listing the closest ones.
+A path to a YAML file (one entry, or a mapping with the entry's fields) is accepted wherever a
+name is, so users can bring their own hardware and models.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from shardwise import loaders
+from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
+
+KINDS = ("gpus", "links", "systems", "models")
+
+
+@cache
+def raw(kind: str) -> dict[str, dict[str, Any]]:
+    """The YAML mapping of one preset file (cached)."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown preset kind {kind!r}; choose one of {', '.join(KINDS)}")
+    import yaml  # lazy
+
+    text = resources.files(__name__).joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
+    return {str(k).lower(): v for k, v in yaml.safe_load(text).items()}
+
+
+def names(kind: str) -> list[str]:
+    return list(raw(kind))
+
+
+def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
+    """(canonical name, fields) for a preset name or a YAML file path."""
+    if _looks_like_path(name):
+        data = loaders.load_yaml(name)
+        if not isinstance(data, dict):
+            raise SpecError(f"{name}: expected a mapping of fields for one {kind[:-1]}")
+        if len(data) == 1 and isinstance(next(iter(data.values())), dict):
+            key, fields = next(iter(data.items()))
+            return str(key), fields
+        return Path(name).stem, data
+    table = raw(kind)
+    key = name.strip().lower()
+    if key in table:
+        return key, table[key]
+    close = difflib.get_close_matches(key, table, n=3, cutoff=0.4)
+    hint = f"; closest: {', '.join(close)}" if close else ""
+    raise SpecError(f"unknown {kind[:-1]} {name!r}{hint} (see `shardwise presets {kind}`)")
+
+
+def _looks_like_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) or Path(name).is_file()
+
+
+def gpu(name: str) -> Gpu:
+    key, data = _lookup("gpus", name)
+    return loaders.gpu_from_dict(key, data)
+
+
+def link(name: str) -> Link:
+    key, data = _lookup("links", name)
+    return loaders.link_from_dict(key, data)
+
+
+def model(name: str, **overrides: Any) -> Model:
+    """A model preset; `overrides` replace fields before defaults are derived (so a new
+    `hidden` also moves the default `ffn_hidden` = 4 * hidden)."""
+    key, data = _lookup("models", name)
+    return loaders.model_from_dict(key, {**data, **overrides})
+
+
+def system(name: str, nodes: int = 1) -> Cluster:
+    """A cluster of `nodes` servers of a named system (dgx-a100, ...)."""
+    key, data = _lookup("systems", name)
+    for field in ("gpu", "gpus_per_node", "intra_node_link"):
+        if field not in data:
+            raise SpecError(f"system {key!r}: missing field {field}")
+    g = gpu(str(data["gpu"]))
+    per_node = int(data["gpus_per_node"])
+    intra = link(str(data["intra_node_link"]))
+    inter = None
+    if data.get("inter_node_link"):
+        inter = loaders.per_gpu_nic(link(str(data["inter_node_link"])), float(data.get("nics_per_node", per_node)), per_node)
+    return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
+
+
+def describe(kind: str) -> list[dict[str, Any]]:
+    """Rows for `shardwise presets`: name plus the fields of each preset."""
+    return [{"name": k, **v} for k, v in raw(kind).items()]

@@ -1,0 +1,119 @@
+"""Array-aware validation helpers shared by the value types.
+
+Every numeric field of a spec may be a Python number or a numpy array (for grids); these
+helpers check all elements and raise :class:`SpecError` naming the field, the first bad
+value and what is allowed.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+from typing import TypeVar
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from shardwise.errors import SpecError
+
+Number = float | int | np.ndarray
+E = TypeVar("E", bound=IntEnum)
+
+
+def _first_bad(arr: np.ndarray, bad: np.ndarray) -> object:
+    value = np.broadcast_to(arr, bad.shape)[bad].flat[0]
+    return value.item() if hasattr(value, "item") else value
+
+
+def _numeric(field: str, value: ArrayLike) -> np.ndarray:
+    arr = np.asarray(value)
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
+        raise SpecError(f"{field}: {value!r} is not a number")
+    return arr
+
+
+def positive(field: str, value: ArrayLike) -> Number:
+    """Finite and > 0 everywhere; returns the value unchanged (scalar stays scalar)."""
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr > 0))
+    if np.any(bad):
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a number > 0")
+    return value  # type: ignore[return-value]
+
+
+def non_negative(field: str, value: ArrayLike) -> Number:
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr >= 0))
+    if np.any(bad):
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a number >= 0")
+    return value  # type: ignore[return-value]
+
+
+def fraction(field: str, value: ArrayLike) -> Number:
+    """In (0, 1.5]: efficiencies are fractions of a peak (NVLS-style > 1 allowed up to 1.5)."""
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr > 0) & (arr <= 1.5))
+    if np.any(bad):
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be in (0, 1.5]")
+    return value  # type: ignore[return-value]
+
+
+def positive_int(field: str, value: ArrayLike) -> Number:
+    """Whole numbers >= 1; floats that are whole (4.0) are accepted and kept as given."""
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr >= 1) & (np.mod(arr, 1) == 0))
+    if np.any(bad):
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number >= 1")
+    if isinstance(value, float):
+        return int(value)
+    return value  # type: ignore[return-value]
+
+
+def divisible(field: str, value: ArrayLike, by_field: str, by: ArrayLike, why: str = "") -> None:
+    """`value` must be a multiple of `by`, element by element."""
+    a, b = np.broadcast_arrays(np.asarray(value), np.asarray(by))
+    bad = np.mod(a, b) != 0
+    if np.any(bad):
+        i = np.flatnonzero(bad)[0]
+        suffix = f" ({why})" if why else ""
+        raise SpecError(
+            f"{field}: {a.flat[i].item()} is not divisible by {by_field}={b.flat[i].item()}{suffix}"
+        )
+
+
+def equal(field: str, value: ArrayLike, other_field: str, other: ArrayLike, why: str = "") -> None:
+    a, b = np.broadcast_arrays(np.asarray(value), np.asarray(other))
+    bad = a != b
+    if np.any(bad):
+        i = np.flatnonzero(bad)[0]
+        suffix = f" ({why})" if why else ""
+        raise SpecError(f"{field}: {a.flat[i].item()} must equal {other_field}={b.flat[i].item()}{suffix}")
+
+
+def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
+    """A name ('1f1b'), an enum member, an int code or an array of either -> member or int array."""
+    names = {m.name.lower().replace("_", "-"): m for m in enum}
+    names.update({getattr(m, "label", m.name.lower()): m for m in enum})
+
+    def one(v: object) -> E:
+        if isinstance(v, enum):
+            return v
+        if isinstance(v, str):
+            key = v.strip().lower().replace("_", "-")
+            if key in names:
+                return names[key]
+        elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+            try:
+                return enum(int(v))
+            except ValueError:
+                pass
+        allowed = ", ".join(sorted({getattr(m, "label", m.name.lower()) for m in enum}))
+        raise SpecError(f"{field}: {v!r} is not allowed; choose one of {allowed}")
+
+    if isinstance(value, np.ndarray):
+        flat = [int(one(v)) for v in value.ravel().tolist()]
+        return np.asarray(flat, dtype=np.int64).reshape(value.shape)
+    return one(value)
+
+
+def as_array(value: Number) -> np.ndarray:
+    return np.asarray(value, dtype=float)

@@ -1,0 +1,119 @@
+"""Hardware value types: a GPU, a link, a cluster. SI units, the unit in every name.
+
+Bandwidths are one direction, per GPU (what one GPU can send while it also receives the
+same amount). Numeric fields may be numpy arrays so that one call evaluates a grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from shardwise.specs import _checks as chk
+from shardwise.specs._checks import Number, SpecError
+
+# Bytes per element of each supported compute precision.
+PRECISION_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One accelerator.
+
+    `matmul_efficiency` is the fraction of the dense peak that a large, well-shaped GEMM reaches
+    (the "maximum achievable matmul FLOPS" of Bekman's ml-engineering MAMF table);
+    `memory_efficiency` the fraction of the HBM bandwidth that a streaming kernel reaches.
+    `kernel_launch_s` is the idle gap the GPU pays per dependent kernel.
+    """
+
+    name: str
+    peak_flops_per_s_16bit: Number  # dense BF16/FP16 tensor-core peak
+    memory_bytes: Number
+    memory_bandwidth_bytes_per_s: Number
+    peak_flops_per_s_fp8: Number = 0.0  # 0 = not supported
+    matmul_efficiency: Number = 0.8
+    memory_efficiency: Number = 0.85
+    kernel_launch_s: Number = 3e-6
+
+    def __post_init__(self) -> None:
+        p = f"gpu {self.name!r}"
+        chk.positive(f"{p}: peak_flops_per_s_16bit", self.peak_flops_per_s_16bit)
+        chk.positive(f"{p}: memory_bytes", self.memory_bytes)
+        chk.positive(f"{p}: memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
+        chk.non_negative(f"{p}: peak_flops_per_s_fp8", self.peak_flops_per_s_fp8)
+        chk.fraction(f"{p}: matmul_efficiency", self.matmul_efficiency)
+        chk.fraction(f"{p}: memory_efficiency", self.memory_efficiency)
+        chk.non_negative(f"{p}: kernel_launch_s", self.kernel_launch_s)
+
+    def peak_flops_per_s(self, precision: str) -> Number:
+        """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
+        if precision in ("bf16", "fp16"):
+            return self.peak_flops_per_s_16bit
+        if precision == "fp8":
+            if not (chk.as_array(self.peak_flops_per_s_fp8) > 0).all():
+                raise SpecError(f"precision: fp8 is not supported by gpu {self.name!r}; use bf16 or fp16")
+            return self.peak_flops_per_s_fp8
+        raise SpecError(f"precision: {precision!r} is not allowed; choose one of bf16, fp16, fp8")
+
+    def with_(self, **changes: object) -> Gpu:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Link:
+    """A link between GPUs (NVLink, PCIe) or a NIC (InfiniBand, Ethernet), one direction per GPU.
+
+    A collective over this link is priced by the pipelined alpha-beta model of
+    `physics.collectives`: `base_latency_s` once per call (launch and synchronisation, NCCL's
+    "baseLat"), `latency_s` per ring step / hop, and `bandwidth_bytes_per_s * efficiency` as the
+    sustained rate (NCCL's large-message bus bandwidth over the line rate).
+    """
+
+    name: str
+    bandwidth_bytes_per_s: Number
+    latency_s: Number = 1e-6
+    efficiency: Number = 0.8
+    base_latency_s: Number = 10e-6
+
+    def __post_init__(self) -> None:
+        p = f"link {self.name!r}"
+        chk.positive(f"{p}: bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
+        chk.non_negative(f"{p}: latency_s", self.latency_s)
+        chk.fraction(f"{p}: efficiency", self.efficiency)
+        chk.non_negative(f"{p}: base_latency_s", self.base_latency_s)
+
+    @property
+    def effective_bandwidth_bytes_per_s(self) -> Number:
+        return self.bandwidth_bytes_per_s * self.efficiency
+
+    def with_(self, **changes: object) -> Link:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """`nodes` servers of `gpus_per_node` GPUs. Inside a server GPUs talk over `intra_node_link`;
+    across servers each GPU has `inter_node_link` (its share of the NICs)."""
+
+    name: str
+    gpu: Gpu
+    gpus_per_node: int
+    nodes: int
+    intra_node_link: Link
+    inter_node_link: Link | None = None
+    notes: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        chk.positive_int(f"cluster {self.name!r}: gpus_per_node", self.gpus_per_node)
+        chk.positive_int(f"cluster {self.name!r}: nodes", self.nodes)
+        if self.inter_node_link is None and (chk.as_array(self.nodes) > 1).any():
+            raise SpecError(
+                f"cluster {self.name!r}: nodes={self.nodes} needs an inter_node_link "
+                "(e.g. --inter-link ib-hdr); a single node needs none"
+            )
+
+    @property
+    def num_gpus(self) -> Number:
+        return self.gpus_per_node * self.nodes
+
+    def with_(self, **changes: object) -> Cluster:
+        return replace(self, **changes)  # type: ignore[arg-type]

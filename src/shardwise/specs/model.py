@@ -1,0 +1,59 @@
+"""The transformer being trained or served (the "Application" of Calculon's split).
+
+Notation used across shardwise (Narayanan et al. 2021; Korthikanti et al. 2022):
+
+    l  layers            h  hidden size          a  attention heads     k  KV heads (GQA)
+    f  FFN hidden size   V  vocabulary           s  sequence length     d  head dim = h / a
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from shardwise.specs import _checks as chk
+from shardwise.specs._checks import Number, SpecError
+
+
+@dataclass(frozen=True)
+class Model:
+    """A decoder-only transformer. `kv_heads` defaults to `heads` (multi-head attention) and
+    `ffn_hidden` to 4 * hidden. `gated_mlp` means SwiGLU-style (two up-projections)."""
+
+    name: str
+    layers: Number
+    hidden: Number
+    heads: Number
+    vocab: Number
+    seq_len: Number
+    kv_heads: Number | None = None
+    ffn_hidden: Number | None = None
+    gated_mlp: bool = False
+    tied_embeddings: bool = True
+    learned_positions: bool = True  # GPT: learned position table (s*h params); Llama: RoPE
+    bias: bool = True  # linear-layer biases (GPT yes, Llama no)
+    rmsnorm: bool = False  # RMSNorm (h params) instead of LayerNorm (2h params)
+    dropout: bool = True  # attention and hidden dropout (GPT/Megatron yes, Llama no)
+    notes: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        p = f"model {self.name!r}"
+        for name in ("layers", "hidden", "heads", "vocab", "seq_len"):
+            object.__setattr__(self, name, chk.positive_int(f"{p}: {name}", getattr(self, name)))
+        if self.kv_heads is None:
+            object.__setattr__(self, "kv_heads", self.heads)
+        if self.ffn_hidden is None:
+            object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
+        object.__setattr__(self, "kv_heads", chk.positive_int(f"{p}: kv_heads", self.kv_heads))
+        object.__setattr__(self, "ffn_hidden", chk.positive_int(f"{p}: ffn_hidden", self.ffn_hidden))
+        chk.divisible(f"{p}: hidden", self.hidden, "heads", self.heads, "head dim = hidden / heads")
+        chk.divisible(f"{p}: heads", self.heads, "kv_heads", self.kv_heads, "GQA groups query heads")
+        for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
+            if not isinstance(getattr(self, flag), bool):
+                raise SpecError(f"{p}: {flag} must be true or false, got {getattr(self, flag)!r}")
+
+    @property
+    def head_dim(self) -> Number:
+        return self.hidden // self.heads
+
+    def with_(self, **changes: object) -> Model:
+        return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,115 @@
+"""Units: the only place where strings such as "600GB/s" or "312 TFLOPS" become SI numbers.
+
+Everything inside shardwise is in SI base units (seconds, bytes, FLOPs, bytes per second,
+FLOPs per second) with the unit in the name. Decimal prefixes are powers of 1000
+(1 GB = 1e9 bytes, as GPU and network vendors quote bandwidth); binary prefixes (GiB, MiB)
+are powers of 1024. Bits are converted to bytes (1 Gb/s = 0.125 GB/s).
+"""
+
+from __future__ import annotations
+
+import re
+
+from shardwise.errors import UnitError
+
+KILO, MEGA, GIGA, TERA, PETA = 1e3, 1e6, 1e9, 1e12, 1e15
+KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
+BITS_PER_BYTE = 8
+
+_DECIMAL = {"": 1.0, "k": KILO, "m": MEGA, "g": GIGA, "t": TERA, "p": PETA}
+_BINARY = {"ki": KIB, "mi": MIB, "gi": GIB, "ti": TIB}
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+_NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
+_PREFIX = r"(?P<prefix>[kKmMgGtTpP]i?)?"
+_BYTES_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|bytes?)?$")
+_RATE_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|b|bit|bytes?)\s*(?:/|p)\s*s(?:ec)?$")
+_FLOPS_RE = re.compile(_NUMBER + r"\s*(?P<prefix>k|m|g|t|p)?\s*flop(?:s|/s)?$", re.I)
+_TIME_RE = re.compile(_NUMBER + r"\s*(?P<unit>s|ms|us|µs|ns)$", re.I)
+
+
+def _prefix_factor(prefix: str | None) -> float:
+    if not prefix:
+        return 1.0
+    p = prefix.lower()
+    return float(_BINARY[p]) if p in _BINARY else _DECIMAL[p]
+
+
+def _number(value: str | float | int) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def parse_bytes(value: str | float | int) -> float:
+    """'80GB' -> 8e10, '80GiB' -> 85899345920, 2048 -> 2048.0 (a bare number is bytes)."""
+    plain = _number(value)
+    if plain is not None:
+        return plain
+    m = _BYTES_RE.match(str(value).strip())
+    if not m:
+        raise UnitError(f"{value!r} is not a size; use e.g. '80GB', '141GiB' or a number of bytes")
+    return float(m["num"]) * _prefix_factor(m["prefix"])
+
+
+def parse_rate_bytes_per_s(value: str | float | int) -> float:
+    """'600GB/s' -> 6e11 B/s, '400Gb/s' (bits) -> 5e10 B/s, '25 GBps' -> 2.5e10; a bare number is B/s."""
+    plain = _number(value)
+    if plain is not None:
+        return plain
+    text = str(value).strip().replace(" ", "")
+    m = _RATE_RE.match(text)
+    if not m:
+        raise UnitError(
+            f"{value!r} is not a bandwidth; use e.g. '600GB/s', '400Gb/s' (bits) or bytes per second"
+        )
+    per_bit = m["unit"] in ("b", "bit")
+    factor = _prefix_factor(m["prefix"]) / (BITS_PER_BYTE if per_bit else 1)
+    return float(m["num"]) * factor
+
+
+def parse_flops_per_s(value: str | float | int) -> float:
+    """'312 TFLOPS' -> 3.12e14, '989.4TFLOP/s' -> 9.894e14; a bare number is FLOP/s."""
+    plain = _number(value)
+    if plain is not None:
+        return plain
+    m = _FLOPS_RE.match(str(value).strip().replace(" ", ""))
+    if not m:
+        raise UnitError(f"{value!r} is not a compute rate; use e.g. '312 TFLOPS' or FLOP/s as a number")
+    return float(m["num"]) * _prefix_factor(m["prefix"])
+
+
+def parse_seconds(value: str | float | int) -> float:
+    """'1us' -> 1e-6, '0.5 ms' -> 5e-4; a bare number is seconds."""
+    plain = _number(value)
+    if plain is not None:
+        return plain
+    m = _TIME_RE.match(str(value).strip().replace(" ", ""))
+    if not m:
+        raise UnitError(f"{value!r} is not a time; use e.g. '2us', '0.5ms' or seconds as a number")
+    return float(m["num"]) * _TIME[m["unit"].lower()]
+
+
+def format_bytes(n_bytes: float) -> str:
+    """Decimal units, as GPU datasheets quote memory: 8e10 -> '80.0 GB'."""
+    for unit, size in (("TB", TERA), ("GB", GIGA), ("MB", MEGA), ("kB", KILO)):
+        if abs(n_bytes) >= size:
+            return f"{n_bytes / size:.1f} {unit}"
+    return f"{n_bytes:.0f} B"
+
+
+def format_seconds(t_s: float) -> str:
+    """Readable time: 0.0123 -> '12.3 ms'."""
+    a = abs(t_s)
+    if a >= 1.0 or a == 0.0:
+        return f"{t_s:.3g} s"
+    if a >= 1e-3:
+        return f"{t_s * 1e3:.3g} ms"
+    if a >= 1e-6:
+        return f"{t_s * 1e6:.3g} µs"
+    return f"{t_s * 1e9:.3g} ns"
