@@ -69,9 +69,23 @@ def model_dict(model: Model) -> dict[str, Any]:
 
 
 def plan_dict(plan: Plan) -> dict[str, Any]:
-    fields = ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute",
-              "sequence_parallel", "zero_stage", "precision", "flash_attention", "tp_comm_overlap",
-              "overlap_grad_reduce", "scatter_gather")
+    fields = (
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "global_batch",
+        "micro_batch",
+        "schedule",
+        "recompute",
+        "sequence_parallel",
+        "zero_stage",
+        "precision",
+        "flash_attention",
+        "tp_comm_overlap",
+        "overlap_grad_reduce",
+        "scatter_gather",
+    )
     out = {f: plain(getattr(plan, f)) for f in fields}
     out["num_micro_batches"] = plain(plan.num_micro_batches)
     return out

@@ -15,10 +15,22 @@ from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 
 # Architectural defaults of model families (see presets/models.yaml).
 FAMILIES: dict[str, dict[str, bool]] = {
-    "gpt": {"gated_mlp": False, "tied_embeddings": True, "learned_positions": True, "bias": True,
-            "rmsnorm": False, "dropout": True},
-    "llama": {"gated_mlp": True, "tied_embeddings": False, "learned_positions": False, "bias": False,
-              "rmsnorm": True, "dropout": False},
+    "gpt": {
+        "gated_mlp": False,
+        "tied_embeddings": True,
+        "learned_positions": True,
+        "bias": True,
+        "rmsnorm": False,
+        "dropout": True,
+    },
+    "llama": {
+        "gated_mlp": True,
+        "tied_embeddings": False,
+        "learned_positions": False,
+        "bias": False,
+        "rmsnorm": True,
+        "dropout": False,
+    },
 }
 
 _GPU_FIELDS = {
@@ -41,7 +53,9 @@ _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rm
 _IGNORED = {"source", "kind", "notes", "name"}
 
 
-def _convert(kind: str, name: str, data: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any]]]) -> dict[str, Any]:
+def _convert(
+    kind: str, name: str, data: Mapping[str, Any], fields: Mapping[str, tuple[str, Callable[[Any], Any]]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         if key in _IGNORED:
@@ -104,8 +118,9 @@ def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
     share = min(1.0, nics_per_node / gpus_per_node)
     if share == 1.0:
         return nic
-    return nic.with_(name=f"{nic.name} x{nics_per_node:g}/{gpus_per_node}",
-                     bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s * share)
+    return nic.with_(
+        name=f"{nic.name} x{nics_per_node:g}/{gpus_per_node}", bandwidth_bytes_per_s=nic.bandwidth_bytes_per_s * share
+    )
 
 
 def load_yaml(path: str | Path) -> Any:
@@ -125,7 +140,15 @@ def load_yaml(path: str | Path) -> Any:
         raise SpecError(f"{p}:{where} is not valid YAML") from None
 
 
-def cluster_from_parts(name: str, gpu: Gpu, gpus_per_node: int, nodes: int, intra: Link,
-                       inter: Link | None, notes: str = "") -> Cluster:
-    return Cluster(name=name, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
-                   intra_node_link=intra, inter_node_link=inter, notes=notes)
+def cluster_from_parts(
+    name: str, gpu: Gpu, gpus_per_node: int, nodes: int, intra: Link, inter: Link | None, notes: str = ""
+) -> Cluster:
+    return Cluster(
+        name=name,
+        gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        nodes=nodes,
+        intra_node_link=intra,
+        inter_node_link=inter,
+        notes=notes,
+    )

@@ -65,9 +65,7 @@ def parse_rate_bytes_per_s(value: str | float | int) -> float:
     text = str(value).strip().replace(" ", "")
     m = _RATE_RE.match(text)
     if not m:
-        raise UnitError(
-            f"{value!r} is not a bandwidth; use e.g. '600GB/s', '400Gb/s' (bits) or bytes per second"
-        )
+        raise UnitError(f"{value!r} is not a bandwidth; use e.g. '600GB/s', '400Gb/s' (bits) or bytes per second")
     per_bit = m["unit"] in ("b", "bit")
     factor = _prefix_factor(m["prefix"]) / (BITS_PER_BYTE if per_bit else 1)
     return float(m["num"]) * factor

@@ -69,9 +69,14 @@ def scenario_for(run_id: str) -> Scenario:
     vpp = int(extra.pop("vpp", row.get("vpp") or 1))
     micro_batch = int(extra.pop("micro_batch", 0) or row["micro_batch"].split()[0])
     plan = Plan(
-        tp=int(row["tp"]), pp=int(row["pp"]), dp=int(row["dp"]),
-        global_batch=int(row["global_batch_seqs"]), micro_batch=micro_batch, vpp=vpp,
-        schedule="interleaved" if vpp > 1 else "1f1b", **extra,
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        global_batch=int(row["global_batch_seqs"]),
+        micro_batch=micro_batch,
+        vpp=vpp,
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        **extra,
     )
     return Scenario(model, cluster, plan)
 
@@ -100,11 +105,29 @@ def validate(table: str) -> list[ValidationRow]:
         est = estimate_training_step(scn)
         source = f"{row['source']}, {row['locator'] or ''}".strip(", ")
         if table == "narayanan21_table1":
-            rows.append(ValidationRow(run_id, table, _label(scn), "TFLOP/s per GPU (Eq. 3)",
-                                      float(est.hardware_tflops_per_gpu), float(row["tflops_per_gpu"]), source))
+            rows.append(
+                ValidationRow(
+                    run_id,
+                    table,
+                    _label(scn),
+                    "TFLOP/s per GPU (Eq. 3)",
+                    float(est.hardware_tflops_per_gpu),
+                    float(row["tflops_per_gpu"]),
+                    source,
+                )
+            )
         else:
-            rows.append(ValidationRow(run_id, table, _label(scn), "iteration time (s)",
-                                      float(est.step_time_s), float(row["step_time_s"]), source))
+            rows.append(
+                ValidationRow(
+                    run_id,
+                    table,
+                    _label(scn),
+                    "iteration time (s)",
+                    float(est.step_time_s),
+                    float(row["step_time_s"]),
+                    source,
+                )
+            )
     return rows
 
 
@@ -112,8 +135,11 @@ def _table4() -> list[ValidationRow]:
     """One GPT-22B layer at tp = 8, micro-batch 4 (Korthikanti et al. 2022 Table 4)."""
     base = scenario_for("KOR22-T5-1")
     settings = {  # row id -> (recompute, sequence parallel)
-        "KOR22-T4-1": ("none", False), "KOR22-T4-2": ("none", True), "KOR22-T4-3": ("full", False),
-        "KOR22-T4-4": ("selective", False), "KOR22-T4-5": ("selective", True),
+        "KOR22-T4-1": ("none", False),
+        "KOR22-T4-2": ("none", True),
+        "KOR22-T4-3": ("full", False),
+        "KOR22-T4-4": ("selective", False),
+        "KOR22-T4-5": ("selective", True),
     }
     rows = []
     for run_id, (rc, sp) in settings.items():
@@ -125,10 +151,16 @@ def _table4() -> list[ValidationRow]:
         fwd_meas, bwd_meas = float(notes[notes.index("forward") + 1]), float(notes[notes.index("backward") + 1])
         source = f"{row['source'] or 'Korthikanti et al. 2022'} Table 4"
         label = f"gpt-22b layer, tp8 mb4, {row['recompute']}"
-        rows.append(ValidationRow(run_id + "-fwd", "korthikanti22_table4", label, "forward (ms)",
-                                  float(fwd_s) * 1e3, fwd_meas, source))
-        rows.append(ValidationRow(run_id + "-bwd", "korthikanti22_table4", label, "backward (ms)",
-                                  float(bwd_s) * 1e3, bwd_meas, source))
+        rows.append(
+            ValidationRow(
+                run_id + "-fwd", "korthikanti22_table4", label, "forward (ms)", float(fwd_s) * 1e3, fwd_meas, source
+            )
+        )
+        rows.append(
+            ValidationRow(
+                run_id + "-bwd", "korthikanti22_table4", label, "backward (ms)", float(bwd_s) * 1e3, bwd_meas, source
+            )
+        )
     return rows
 
 

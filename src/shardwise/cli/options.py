@@ -21,23 +21,41 @@ def _stack(*decorators: F) -> F:
 
 
 model_options = _stack(
-    click.option("--model", "model_name", metavar="NAME|FILE", help="Model preset (see `shardwise presets models`) or a YAML file."),
+    click.option(
+        "--model",
+        "model_name",
+        metavar="NAME|FILE",
+        help="Model preset (see `shardwise presets models`) or a YAML file.",
+    ),
     click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
     click.option("--hidden", type=int, help="Hidden size h."),
     click.option("--heads", type=int, help="Attention heads a."),
     click.option("--kv-heads", type=int, help="Key/value heads (grouped-query attention); default: heads."),
     click.option("--ffn-hidden", type=int, help="MLP hidden size; default: 4 x hidden."),
     click.option("--vocab", type=int, help="Vocabulary size; default 51200 for a custom model."),
-    click.option("--family", type=click.Choice(["gpt", "llama"]), help="Architecture defaults for a custom model [default: gpt]."),
+    click.option(
+        "--family", type=click.Choice(["gpt", "llama"]), help="Architecture defaults for a custom model [default: gpt]."
+    ),
     click.option("--seq-len", type=int, help="Sequence length s in tokens; default 2048 for a custom model."),
 )
 
 cluster_options = _stack(
     click.option("--system", metavar="NAME|FILE", help="System preset (dgx-a100, dgx-h100, a100-pcie-8x, ...)."),
-    click.option("--gpu", "gpu_name", metavar="NAME|FILE", help="GPU preset or YAML file (instead of, or overriding, the system's)."),
+    click.option(
+        "--gpu",
+        "gpu_name",
+        metavar="NAME|FILE",
+        help="GPU preset or YAML file (instead of, or overriding, the system's).",
+    ),
     click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
-    click.option("--intra-link", metavar="NAME|FILE|RATE", help="Link inside a server: preset (nvlink3, pcie4, ...), YAML file, or a sustained rate like 600GB/s."),
-    click.option("--inter-link", metavar="NAME|FILE|RATE", help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate)."),
+    click.option(
+        "--intra-link",
+        metavar="NAME|FILE|RATE",
+        help="Link inside a server: preset (nvlink3, pcie4, ...), YAML file, or a sustained rate like 600GB/s.",
+    ),
+    click.option(
+        "--inter-link", metavar="NAME|FILE|RATE", help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate)."
+    ),
     click.option("--nodes", type=int, help="Servers in the cluster."),
     click.option("--num-gpus", type=int, help="GPUs in the cluster (instead of --nodes)."),
 )
@@ -46,18 +64,71 @@ plan_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
     click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel stages."),
     click.option("--dp", type=int, help="Data-parallel replicas [default: GPUs / (tp x pp)]."),
-    click.option("--vpp", type=int, default=1, show_default=True, help="Virtual stages (model chunks) per GPU; > 1 selects the interleaved schedule."),
+    click.option(
+        "--vpp",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Virtual stages (model chunks) per GPU; > 1 selects the interleaved schedule.",
+    ),
     click.option("--global-batch", type=int, help="Sequences per optimizer step (required)."),
     click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
-    click.option("--schedule", type=click.Choice(["gpipe", "1f1b", "interleaved"]), help="Pipeline schedule [default: 1f1b, interleaved if --vpp > 1]."),
-    click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True, help="Activation recomputation."),
-    click.option("--sequence-parallel/--no-sequence-parallel", default=False, show_default=True, help="Megatron sequence parallelism inside the TP group."),
-    click.option("--zero", type=click.IntRange(0, 3), default=0, show_default=True, help="ZeRO stage (0 = plain data parallelism)."),
-    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True, help="Compute precision."),
-    click.option("--flash-attention/--no-flash-attention", default=True, show_default=True, help="Fused attention that never stores the s x s scores."),
-    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True, help="Hide backward TP all-reduces behind weight-gradient GEMMs."),
-    click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True, help="Bucketed DP gradient reduction during the last backward pass."),
-    click.option("--scatter-gather/--no-scatter-gather", default=True, show_default=True, help="Pipeline sends of 1/tp per rank plus an in-node all-gather."),
+    click.option(
+        "--schedule",
+        type=click.Choice(["gpipe", "1f1b", "interleaved"]),
+        help="Pipeline schedule [default: 1f1b, interleaved if --vpp > 1].",
+    ),
+    click.option(
+        "--recompute",
+        type=click.Choice(["none", "selective", "full"]),
+        default="none",
+        show_default=True,
+        help="Activation recomputation.",
+    ),
+    click.option(
+        "--sequence-parallel/--no-sequence-parallel",
+        default=False,
+        show_default=True,
+        help="Megatron sequence parallelism inside the TP group.",
+    ),
+    click.option(
+        "--zero",
+        type=click.IntRange(0, 3),
+        default=0,
+        show_default=True,
+        help="ZeRO stage (0 = plain data parallelism).",
+    ),
+    click.option(
+        "--precision",
+        type=click.Choice(["bf16", "fp16", "fp8"]),
+        default="bf16",
+        show_default=True,
+        help="Compute precision.",
+    ),
+    click.option(
+        "--flash-attention/--no-flash-attention",
+        default=True,
+        show_default=True,
+        help="Fused attention that never stores the s x s scores.",
+    ),
+    click.option(
+        "--tp-comm-overlap/--no-tp-comm-overlap",
+        default=True,
+        show_default=True,
+        help="Hide backward TP all-reduces behind weight-gradient GEMMs.",
+    ),
+    click.option(
+        "--overlap-grad-reduce/--no-overlap-grad-reduce",
+        default=True,
+        show_default=True,
+        help="Bucketed DP gradient reduction during the last backward pass.",
+    ),
+    click.option(
+        "--scatter-gather/--no-scatter-gather",
+        default=True,
+        show_default=True,
+        help="Pipeline sends of 1/tp per rank plus an in-node all-gather.",
+    ),
 )
 
 
@@ -81,7 +152,11 @@ def build_model(o: dict[str, Any]) -> Any:
     from shardwise import loaders, presets
     from shardwise.specs import SpecError
 
-    overrides = {k: o[k] for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len") if o.get(k) is not None}
+    overrides = {
+        k: o[k]
+        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+        if o.get(k) is not None
+    }
     if o.get("family"):
         overrides["family"] = o["family"]
     if o.get("model_name"):
@@ -158,13 +233,25 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
             raise SpecError(f"--tp x --pp = {tp * pp} does not divide the {n_gpus} GPUs; set --dp or change --nodes")
         dp = n_gpus // (tp * pp)
     if o.get("global_batch") is None:
-        raise SpecError(f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})")
+        raise SpecError(
+            f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
+        )
     schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
     return Plan(
-        tp=tp, pp=pp, dp=dp, global_batch=o["global_batch"], micro_batch=o["micro_batch"], vpp=o["vpp"],
-        schedule=schedule, recompute=o["recompute"], sequence_parallel=o["sequence_parallel"],
-        zero_stage=o["zero"], precision=o["precision"], flash_attention=o["flash_attention"],
-        tp_comm_overlap=o["tp_comm_overlap"], overlap_grad_reduce=o["overlap_grad_reduce"],
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        global_batch=o["global_batch"],
+        micro_batch=o["micro_batch"],
+        vpp=o["vpp"],
+        schedule=schedule,
+        recompute=o["recompute"],
+        sequence_parallel=o["sequence_parallel"],
+        zero_stage=o["zero"],
+        precision=o["precision"],
+        flash_attention=o["flash_attention"],
+        tp_comm_overlap=o["tp_comm_overlap"],
+        overlap_grad_reduce=o["overlap_grad_reduce"],
         scatter_gather=o["scatter_gather"],
     )
 

@@ -58,11 +58,15 @@ def print_estimate(est: TrainingEstimate) -> None:
     step = _f(est.step_time_s)
     head = Table(show_header=False, box=None, padding=(0, 2))
     head.add_row("step time", f"[bold]{format_seconds(step)}[/]")
-    head.add_row("throughput", f"{_f(est.tokens_per_s):,.0f} tokens/s "
-                 f"({_f(est.tokens_per_s) / _f(est.scenario.plan.num_gpus):,.0f} per GPU)")
+    head.add_row(
+        "throughput",
+        f"{_f(est.tokens_per_s):,.0f} tokens/s ({_f(est.tokens_per_s) / _f(est.scenario.plan.num_gpus):,.0f} per GPU)",
+    )
     head.add_row("model TFLOP/s per GPU", f"{_f(est.model_tflops_per_gpu):.1f}   MFU {_f(est.mfu):.1%}")
-    head.add_row("hardware TFLOP/s per GPU", f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}"
-                 "  (recomputation counted)")
+    head.add_row(
+        "hardware TFLOP/s per GPU",
+        f"{_f(est.hardware_tflops_per_gpu):.1f}   HFU {_f(est.hfu):.1%}  (recomputation counted)",
+    )
     out.print(head)
     out.print()
 

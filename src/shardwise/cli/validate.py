@@ -18,24 +18,43 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
     korthikanti22_table5: Korthikanti et al. 2022 Table 5 (seconds per iteration);
     korthikanti22_table4: Korthikanti et al. 2022 Table 4 (one layer, ms).
     """
-    from shardwise.analyses.validation import mean_absolute_error, validate as run
+    from shardwise.analyses.validation import mean_absolute_error
+    from shardwise.analyses.validation import validate as run
 
     chosen = list(tables) or TABLE_CHOICES
     results = {t: run(t) for t in chosen}
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({
-            t: {"mean_absolute_error": mean_absolute_error(rows),
-                "rows": [{"id": r.run_id, "run": r.label, "metric": r.metric, "predicted": r.predicted,
-                          "measured": r.measured, "error": r.error, "source": r.source} for r in rows]}
-            for t, rows in results.items()
-        }))
+        click.echo(
+            export.dumps(
+                {
+                    t: {
+                        "mean_absolute_error": mean_absolute_error(rows),
+                        "rows": [
+                            {
+                                "id": r.run_id,
+                                "run": r.label,
+                                "metric": r.metric,
+                                "predicted": r.predicted,
+                                "measured": r.measured,
+                                "error": r.error,
+                                "source": r.source,
+                            }
+                            for r in rows
+                        ],
+                    }
+                    for t, rows in results.items()
+                }
+            )
+        )
         return
     if markdown:
         for t, rows in results.items():
-            click.echo(f"\n**{t}** ({rows[0].source.split(',')[0]}; {rows[0].metric}), "
-                       f"mean absolute error {mean_absolute_error(rows):.1%}\n")
+            click.echo(
+                f"\n**{t}** ({rows[0].source.split(',')[0]}; {rows[0].metric}), "
+                f"mean absolute error {mean_absolute_error(rows):.1%}\n"
+            )
             click.echo("| run | configuration | predicted | measured | error |")
             click.echo("|---|---|---:|---:|---:|")
             for r in rows:
@@ -47,10 +66,18 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
 
     out = console()
     for t, rows in results.items():
-        table = Table(title=f"{t}: {rows[0].metric}  (mean absolute error {mean_absolute_error(rows):.1%})",
-                      title_justify="left", header_style="bold")
-        for col, just in (("run", "left"), ("configuration", "left"), ("predicted", "right"),
-                          ("measured", "right"), ("error", "right")):
+        table = Table(
+            title=f"{t}: {rows[0].metric}  (mean absolute error {mean_absolute_error(rows):.1%})",
+            title_justify="left",
+            header_style="bold",
+        )
+        for col, just in (
+            ("run", "left"),
+            ("configuration", "left"),
+            ("predicted", "right"),
+            ("measured", "right"),
+            ("error", "right"),
+        ):
             table.add_column(col, justify=just)  # type: ignore[arg-type]
         for r in rows:
             table.add_row(r.run_id, r.label, f"{r.predicted:.2f}", f"{r.measured:.2f}", f"{r.error:+.1%}")

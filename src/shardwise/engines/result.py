@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from shardwise.physics.memory import MemoryBreakdown
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number

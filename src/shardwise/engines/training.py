@@ -95,7 +95,9 @@ def _embedding_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Num
     lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=2)
     grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    reduce = np.where(sp, fabric.reduce_scatter(msg, plan.tp, tp_per_node), fabric.all_reduce(msg, plan.tp, tp_per_node))
+    reduce = np.where(
+        sp, fabric.reduce_scatter(msg, plan.tp, tp_per_node), fabric.all_reduce(msg, plan.tp, tp_per_node)
+    )
     return _StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, 0.0)
 
 
@@ -136,10 +138,25 @@ def _p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], m
     return np.where(np.asarray(plan.pp) > 1, send + regather, 0.0)
 
 
+def pipeline_makespan_s(
+    c_first: Number, c_middle: Number, c_last: Number, pp: Number, micro_batches: Number, vpp: Number = 1
+) -> Number:
+    """T = m max_j c_j + (sum_j c_j - max_j c_j) / v for stages first, (p - 2) x middle, last.
+
+    c_j is one micro-batch's forward + backward (+ sends) on stage j. Equal stages give
+    (m + (p - 1)/v) c: the bubble (p - 1)/m of GPipe and 1F1B (Narayanan et al. 2021 Sec. 2.2),
+    divided by v with v model chunks per GPU (Sec. 2.2.2). With p = 1 the single stage is c_first.
+    """
+    p = np.asarray(pp, dtype=float)
+    c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_middle, 0.0)), c_last)
+    c_sum = np.where(p == 1, c_first, c_first + (p - 2) * c_middle + c_last)
+    return micro_batches * c_max + (np.where(p == 1, c_first, c_sum) - c_max) / vpp
+
+
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
-    gpu, prec = cluster.gpu, plan.precision
+    gpu = cluster.gpu
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
     p, v, m, dp = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches, plan.dp))
@@ -152,7 +169,9 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
 
     def stage(first: bool, last: bool) -> _StageCost:
         parts = [(per_stage, layer)] + ([(1.0, emb)] if first else []) + ([(1.0, head)] if last else [])
-        return _StageCost(*(sum(k * getattr(c, f) for k, c in parts) for f in ("compute_f", "compute_b", "tp_f", "tp_b")))
+        return _StageCost(
+            *(sum(k * getattr(c, f) for k, c in parts) for f in ("compute_f", "compute_b", "tp_f", "tp_b"))
+        )
 
     single = stage(True, True)
     one = p == 1
@@ -162,14 +181,14 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
 
     p2p = _p2p_per_transfer(scn, fabric, place, msg) * 2 * v
     c_first, c_mid, c_last = (s.total + p2p for s in (first, middle, last))
+    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v)
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
-    c_sum = np.where(one, c_first, c_first + (p - 2) * c_mid + c_last)
-    pipe_s = m * c_max + (c_sum - c_max) / v
     slowest = _select(c_first >= np.maximum(c_mid, c_last), first, _select(c_last >= c_mid, last, middle))
 
     params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp)
-    dp_s = _data_parallel_exposed_s(scn, fabric, place, (params_first, params_mid, params_last),
-                                    (first, middle, last), m, v)
+    dp_s = _data_parallel_exposed_s(
+        scn, fabric, place, (params_first, params_mid, params_last), (first, middle, last), m, v
+    )
     z = np.asarray(plan.zero_stage)
     opt_params = np.maximum(np.maximum(params_first, params_mid), params_last) / np.where(z >= 1, dp, 1)
     optimizer_s = memory_s(opt_params * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=4)
@@ -196,12 +215,19 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
 
 
 def _select(mask: Number, a: _StageCost, b: _StageCost) -> _StageCost:
-    return _StageCost(*(np.where(mask, getattr(a, f), getattr(b, f)) for f in ("compute_f", "compute_b", "tp_f", "tp_b")))
+    return _StageCost(
+        *(np.where(mask, getattr(a, f), getattr(b, f)) for f in ("compute_f", "compute_b", "tp_f", "tp_b"))
+    )
 
 
 def _data_parallel_exposed_s(
-    scn: Scenario, fabric: Fabric, place: dict[str, Number], params: tuple[Number, Number, Number],
-    stages: tuple[_StageCost, _StageCost, _StageCost], m: Number, v: Number,
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: tuple[Number, Number, Number],
+    stages: tuple[_StageCost, _StageCost, _StageCost],
+    m: Number,
+    v: Number,
 ) -> Number:
     """Gradient reduction (and ZeRO parameter gathers) not hidden behind compute.
 
@@ -221,7 +247,8 @@ def _data_parallel_exposed_s(
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
         reduce = np.where(
             z >= 1,
-            fabric.reduce_scatter(n_params * g_bytes, dp, place["dp"]) + fabric.all_gather(n_params * w_bytes, dp, place["dp"]),
+            fabric.reduce_scatter(n_params * g_bytes, dp, place["dp"])
+            + fabric.all_gather(n_params * w_bytes, dp, place["dp"]),
             fabric.all_reduce(n_params * g_bytes, dp, place["dp"]),
         )
         gather3 = 2 * fabric.all_gather(n_params * w_bytes, dp, place["dp"])
@@ -265,8 +292,9 @@ def _memory(scn: Scenario, params: tuple[Number, Number], m: Number) -> mem.Memo
     working = np.where(
         np.asarray(plan.recompute) == Recompute.NONE,
         0.0,
-        mem.layer_activation_bytes(model, plan.micro_batch, plan.tp, plan.sequence_parallel,
-                                   Recompute.NONE, plan.flash_attention, e),
+        mem.layer_activation_bytes(
+            model, plan.micro_batch, plan.tp, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e
+        ),
     )
     p = np.asarray(plan.pp, dtype=float)
     t, b, s = plan.tp, plan.micro_batch, model.seq_len

@@ -85,8 +85,7 @@ def reduce_scatter_time_s(
     p = np.asarray(ranks, dtype=float)
     k, _, bw, a_in, a_out, base, _ = _group_links(ranks, ranks_per_node, intra, inter)
     steps, inter_steps = p - 1, k - 1
-    t = pipelined_time_s(base, (steps - inter_steps) * a_in + inter_steps * a_out,
-                         (p - 1) / p * message_bytes, bw)
+    t = pipelined_time_s(base, (steps - inter_steps) * a_in + inter_steps * a_out, (p - 1) / p * message_bytes, bw)
     return np.where(p > 1, t, 0.0)
 
 
@@ -112,7 +111,7 @@ def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, tim
 class Fabric:
     """The links of one cluster, so callers name a group by (ranks, ranks per node) only."""
 
-    __slots__ = ("intra", "inter")
+    __slots__ = ("inter", "intra")
 
     def __init__(self, intra: Link, inter: Link | None) -> None:
         self.intra, self.inter = intra, inter

@@ -117,8 +117,18 @@ def layer_forward(
     elementwise = (norms + residuals) * split + activation + rope
     kernels = 5 + (0 if model.learned_positions else 1)
     return LayerForward(
-        qkv, attn_out, mlp_up, mlp_down, scores, context, softmax_bytes, flash, causal_fraction,
-        elementwise, kernels, e * tokens * h,
+        qkv,
+        attn_out,
+        mlp_up,
+        mlp_down,
+        scores,
+        context,
+        softmax_bytes,
+        flash,
+        causal_fraction,
+        elementwise,
+        kernels,
+        e * tokens * h,
     )
 
 

@@ -51,8 +51,13 @@ def grad_bytes_per_param(precision: str) -> float:
 
 
 def layer_activation_bytes(
-    model: Model, batch: Number, tp: Number, sequence_parallel: Number, recompute: Number,
-    flash_attention: Number, bytes_per_element: float,
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    recompute: Number,
+    flash_attention: Number,
+    bytes_per_element: float,
 ) -> Number:
     """Activations one layer keeps for its backward pass, per micro-batch, on one GPU."""
     s, h, a, kv, d, f = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
@@ -107,8 +112,11 @@ class MemoryBreakdown:
     @property
     def total_bytes(self) -> Number:
         return (
-            self.weights_bytes + self.gradients_bytes + self.optimizer_bytes
-            + self.activations_bytes + self.reserved_bytes
+            self.weights_bytes
+            + self.gradients_bytes
+            + self.optimizer_bytes
+            + self.activations_bytes
+            + self.reserved_bytes
         )
 
     def as_dict(self) -> dict[str, Number]:

@@ -89,7 +89,9 @@ def system(name: str, nodes: int = 1) -> Cluster:
     intra = link(str(data["intra_node_link"]))
     inter = None
     if data.get("inter_node_link"):
-        inter = loaders.per_gpu_nic(link(str(data["inter_node_link"])), float(data.get("nics_per_node", per_node)), per_node)
+        inter = loaders.per_gpu_nic(
+            link(str(data["inter_node_link"])), float(data.get("nics_per_node", per_node)), per_node
+        )
     return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
 
 

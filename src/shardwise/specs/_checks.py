@@ -75,9 +75,7 @@ def divisible(field: str, value: ArrayLike, by_field: str, by: ArrayLike, why: s
     if np.any(bad):
         i = np.flatnonzero(bad)[0]
         suffix = f" ({why})" if why else ""
-        raise SpecError(
-            f"{field}: {a.flat[i].item()} is not divisible by {by_field}={b.flat[i].item()}{suffix}"
-        )
+        raise SpecError(f"{field}: {a.flat[i].item()} is not divisible by {by_field}={b.flat[i].item()}{suffix}")
 
 
 def equal(field: str, value: ArrayLike, other_field: str, other: ArrayLike, why: str = "") -> None:

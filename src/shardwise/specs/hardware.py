@@ -72,7 +72,7 @@ class Link:
     bandwidth_bytes_per_s: Number
     latency_s: Number = 1e-6
     efficiency: Number = 0.8
-    base_latency_s: Number = 10e-6
+    base_latency_s: Number = 20e-6
 
     def __post_init__(self) -> None:
         p = f"link {self.name!r}"

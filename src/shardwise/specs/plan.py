@@ -84,7 +84,10 @@ class Plan:
         if self.precision not in ("bf16", "fp16", "fp8"):
             raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16 or fp8")
         chk.divisible(
-            "plan: global_batch", self.global_batch, "dp*micro_batch", np.asarray(self.dp) * self.micro_batch,
+            "plan: global_batch",
+            self.global_batch,
+            "dp*micro_batch",
+            np.asarray(self.dp) * self.micro_batch,
             "each data-parallel replica runs whole micro-batches",
         )
         sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)

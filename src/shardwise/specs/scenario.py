@@ -30,13 +30,23 @@ class Scenario:
 
     def __post_init__(self) -> None:
         m, c, p = self.model, self.cluster, self.plan
-        chk.equal("plan: tp*pp*dp", p.num_gpus, "GPUs in the cluster", c.num_gpus,
-                  f"cluster {c.name!r} has {c.nodes} node(s) x {c.gpus_per_node} GPUs")
+        chk.equal(
+            "plan: tp*pp*dp",
+            p.num_gpus,
+            "GPUs in the cluster",
+            c.num_gpus,
+            f"cluster {c.name!r} has {c.nodes} node(s) x {c.gpus_per_node} GPUs",
+        )
         chk.divisible("model: heads", m.heads, "tp", p.tp, "each TP rank owns whole heads")
         chk.divisible("model: kv_heads", m.kv_heads, "tp", p.tp, "each TP rank owns whole KV heads")
         chk.divisible("model: ffn_hidden", m.ffn_hidden, "tp", p.tp, "the MLP is split by columns")
-        chk.divisible("model: layers", m.layers, "pp*vpp", np.asarray(p.pp) * p.vpp,
-                      "every pipeline stage and model chunk gets the same number of layers")
+        chk.divisible(
+            "model: layers",
+            m.layers,
+            "pp*vpp",
+            np.asarray(p.pp) * p.vpp,
+            "every pipeline stage and model chunk gets the same number of layers",
+        )
         tp, g = np.broadcast_arrays(np.asarray(p.tp), np.asarray(c.gpus_per_node))
         bad = (np.mod(g, tp) != 0) & (np.mod(tp, g) != 0)
         if np.any(bad):

@@ -1,0 +1,5 @@
+"""`python -m shardwise` runs the command line."""
+
+from shardwise.cli import main
+
+main()

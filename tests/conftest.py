@@ -1,0 +1,53 @@
+"""Shared fixtures and Hypothesis strategies (one place, as attrs does)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import strategies as st
+
+from shardwise import presets
+from shardwise.specs import Cluster, Model, Plan, Scenario
+
+
+@pytest.fixture(scope="session")
+def gpt3() -> Model:
+    return presets.model("gpt3-175b")
+
+
+@pytest.fixture(scope="session")
+def dgx_a100_8() -> Cluster:
+    return presets.system("dgx-a100", nodes=8)
+
+
+@pytest.fixture()
+def gpt3_scenario(gpt3: Model, dgx_a100_8: Cluster) -> Scenario:
+    plan = Plan(tp=8, pp=8, dp=1, global_batch=64, micro_batch=1, recompute="full")
+    return Scenario(gpt3, dgx_a100_8, plan)
+
+
+# Plans for a 96-layer, 32-head model on 64 GPUs (8 nodes of 8): every (tp, pp) split with
+# tp in a node, and batch settings that keep the plan valid.
+tp_values = st.sampled_from([1, 2, 4, 8])
+pp_values = st.sampled_from([1, 2, 4, 8])
+micro_batches = st.sampled_from([1, 2, 4])
+recompute_modes = st.sampled_from(["none", "selective", "full"])
+schedules = st.sampled_from(["gpipe", "1f1b"])
+
+
+@st.composite
+def small_plans(draw: st.DrawFn, gpus: int = 64) -> Plan:
+    tp, pp = draw(tp_values), draw(pp_values)
+    dp = gpus // (tp * pp)
+    mb = draw(micro_batches)
+    m = draw(st.integers(1, 16))
+    return Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=mb,
+        global_batch=dp * mb * m,
+        recompute=draw(recompute_modes),
+        schedule=draw(schedules),
+        sequence_parallel=draw(st.booleans()) and tp > 1,
+        zero_stage=draw(st.integers(0, 3)),
+    )

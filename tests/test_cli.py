@@ -1,0 +1,179 @@
+"""The command line: output, JSON keys, and bad input (one line, exit status 2, no traceback)."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shardwise.cli import main
+
+GPT3 = [
+    "predict",
+    "--model",
+    "gpt3-175b",
+    "--system",
+    "dgx-a100",
+    "--nodes",
+    "8",
+    "--tp",
+    "8",
+    "--pp",
+    "8",
+    "--global-batch",
+    "64",
+    "--recompute",
+    "full",
+]
+
+
+def run(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_predict_prints_a_table(capsys):
+    code, out, _ = run(GPT3, capsys)
+    assert code == 0
+    for text in ("step time", "MFU", "TP communication", "PP bubble", "optimizer", "activations", "fits in"):
+        assert text in out
+
+
+def test_predict_json_has_the_documented_keys(capsys):
+    code, out, _ = run([*GPT3, "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)
+    for key in (
+        "step_time_s",
+        "tokens_per_s",
+        "model_tflops_per_gpu",
+        "hardware_tflops_per_gpu",
+        "mfu",
+        "breakdown_s",
+        "memory_bytes",
+        "fits_in_memory",
+    ):
+        assert key in data
+    assert set(data["breakdown_s"]) == {"compute", "tp_comm", "pp_p2p", "pp_bubble", "dp_comm", "optimizer"}
+    assert "total" in data["memory_bytes"]
+    assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
+    assert data["scenario"]["plan"]["tp"] == 8
+    assert data["scenario"]["model"]["params"] == pytest.approx(174.6e9, rel=1e-3)
+
+
+def test_custom_model_and_gpu_flags(capsys):
+    code, out, _ = run(
+        [
+            "predict",
+            "--layers",
+            "96",
+            "--hidden",
+            "4096",
+            "--heads",
+            "32",
+            "--gpu",
+            "a100-sxm4-80gb",
+            "--intra-link",
+            "32GB/s",
+            "--num-gpus",
+            "8",
+            "--pp",
+            "8",
+            "--global-batch",
+            "32",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    data = json.loads(out)
+    assert data["scenario"]["cluster"]["intra_node_link"]["bandwidth_bytes_per_s"] == 32e9
+    assert data["scenario"]["plan"]["dp"] == 1
+
+
+def test_preset_overrides(capsys):
+    code, out, _ = run(
+        [
+            "predict",
+            "--model",
+            "llama3-8b",
+            "--seq-len",
+            "4096",
+            "--system",
+            "dgx-h100",
+            "--tp",
+            "2",
+            "--global-batch",
+            "16",
+            "--json",
+        ],
+        capsys,
+    )
+    assert code == 0
+    assert json.loads(out)["scenario"]["model"]["seq_len"] == 4096
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--model", "gpt3-175"], "unknown model 'gpt3-175'; closest: gpt3-175b"),
+        (["--system", "dgx-a10"], "closest: dgx-a100"),
+        (["--tp", "3"], "--tp x --pp = 3 does not divide the 8 GPUs"),
+        (["--tp", "8", "--global-batch", "6", "--dp", "4", "--num-gpus", "32"], "global_batch: 6 is not divisible"),
+        (["--zero", "5"], "'--zero': 5 is not in the range"),
+        (["--intra-link", "fast"], "--intra-link: unknown link 'fast'"),
+        (["--nodes", "2", "--num-gpus", "16"], "--nodes or --num-gpus, not both"),
+        (["--seq-len", "0"], "seq_len: 0 is not allowed"),
+        (["--precision", "fp8", "--system", "dgx-a100"], "fp8 is not supported by gpu 'a100-sxm4-80gb'"),
+        (["--nodes", "0"], "--nodes: 0 is not allowed"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+    base = {"--model": "gpt3-175b", "--system": "dgx-a100", "--global-batch": "8"}
+    flags = dict(zip(args[::2], args[1::2], strict=False))
+    merged = [*args]
+    for k, v in base.items():
+        if k not in flags:
+            merged += [k, v]
+    code, out, err = run(["predict", *merged], capsys)
+    assert code == 2
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_missing_model_and_missing_batch(capsys):
+    code, _, err = run(["predict", "--system", "dgx-a100"], capsys)
+    assert code == 2 and "--layers --hidden --heads" in err
+    code, _, err = run(["predict", "--model", "brief", "--system", "dgx-a100"], capsys)
+    assert code == 2 and "--global-batch is required" in err
+
+
+def test_presets_listing(capsys):
+    code, out, _ = run(["presets", "systems"], capsys)
+    assert code == 0 and "dgx-h100" in out
+    code, out, _ = run(["presets", "--json"], capsys)
+    data = json.loads(out)
+    assert {"gpus", "links", "systems", "models"} <= set(data)
+
+
+def test_validate_json(capsys):
+    code, out, _ = run(["validate", "korthikanti22_table5", "--json"], capsys)
+    assert code == 0
+    data = json.loads(out)["korthikanti22_table5"]
+    assert len(data["rows"]) == 8 and data["mean_absolute_error"] < 0.10
+
+
+def test_console_script_runs_and_reports_bad_input_without_traceback():
+    ok = subprocess.run([sys.executable, "-m", "shardwise", "--help"], capture_output=True, text=True)
+    assert ok.returncode == 0 and "predict" in ok.stdout
+    bad = subprocess.run(
+        [sys.executable, "-m", "shardwise", "predict", "--model", "nope"], capture_output=True, text=True
+    )
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr

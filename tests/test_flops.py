@@ -1,0 +1,65 @@
+"""FLOP counts against Narayanan et al. 2021 Eq. 3 and Korthikanti et al. 2022 App. A."""
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.training import estimate_training_step
+from shardwise.physics.flops import gemm, layer_forward, logits_forward
+from shardwise.specs import Plan, Scenario
+
+
+def test_gemm_counts_two_flops_per_multiply_add_and_each_operand_once():
+    g = gemm(4, 3, 2, e=2)
+    assert g.flops == 2 * 4 * 3 * 2
+    assert g.bytes == 2 * (4 * 2 + 2 * 3 + 4 * 3)
+
+
+def test_gpt_layer_is_24bsh2_plus_4bs2h(gpt3):
+    b, s, h = 2, gpt3.seq_len, gpt3.hidden
+    fwd = layer_forward(gpt3, b, 1, False, 2.0)
+    assert fwd.model_flops == pytest.approx(24 * b * s * h**2 + 4 * b * s**2 * h)
+
+
+def test_tensor_parallelism_divides_layer_flops(gpt3):
+    one = layer_forward(gpt3, 1, 1, False, 2.0).model_flops
+    eight = layer_forward(gpt3, 1, 8, False, 2.0).model_flops
+    assert eight == pytest.approx(one / 8)
+
+
+def test_gqa_shrinks_only_the_key_value_projections():
+    m = presets.model("llama3-70b")  # 64 query heads, 8 KV heads, head dim 128
+    fwd = layer_forward(m, 1, 1, False, 2.0)
+    T, h, d = m.seq_len, m.hidden, m.head_dim
+    assert fwd.qkv.flops == pytest.approx(2 * T * h * (h + 2 * 8 * d))
+    assert fwd.mlp_up.flops == pytest.approx(2 * T * h * 2 * m.ffn_hidden)  # SwiGLU: gate and up
+
+
+def test_hardware_flops_with_full_recompute_match_narayanan_eq3(gpt3, dgx_a100_8):
+    plan = Plan(tp=8, pp=8, dp=1, global_batch=64, recompute="full")
+    est = estimate_training_step(Scenario(gpt3, dgx_a100_8, plan))
+    B, s, l, h, V = 64, gpt3.seq_len, gpt3.layers, gpt3.hidden, gpt3.vocab
+    eq3 = 96 * B * s * l * h**2 * (1 + s / (6 * h) + V / (16 * l * h))
+    assert est.hardware_flops_per_step == pytest.approx(eq3)
+
+
+def test_model_flops_match_korthikanti_appendix_a(gpt3, dgx_a100_8):
+    plan = Plan(tp=8, pp=8, dp=1, global_batch=64, recompute="selective", sequence_parallel=True, flash_attention=False)
+    est = estimate_training_step(Scenario(gpt3, dgx_a100_8, plan))
+    B, s, l, h, V = 64, gpt3.seq_len, gpt3.layers, gpt3.hidden, gpt3.vocab
+    model = 72 * B * l * s * h**2 * (1 + s / (6 * h) + V / (12 * h * l))
+    assert est.model_flops_per_step == pytest.approx(model)
+    # Selective recomputation redoes the attention core: hardware / model = 1 + s / (6h) ... of the layers
+    extra = est.hardware_flops_per_step - est.model_flops_per_step
+    assert extra == pytest.approx(B * l * 4 * s**2 * h)
+
+
+def test_logits_are_2bshv(gpt3):
+    assert logits_forward(gpt3, 3, 1, 2.0).flops == pytest.approx(2 * 3 * gpt3.seq_len * gpt3.hidden * gpt3.vocab)
+
+
+def test_flops_broadcast_over_arrays(gpt3):
+    b = np.array([1, 2, 4])
+    fwd = layer_forward(gpt3, b, 8, False, 2.0)
+    one = layer_forward(gpt3, 1, 8, False, 2.0)
+    np.testing.assert_allclose(fwd.model_flops, one.model_flops * b)

@@ -1,0 +1,52 @@
+"""Parameter counts against published figures and Narayanan et al. 2021 Eq. 2."""
+
+import pytest
+
+from shardwise import presets
+from shardwise.physics.params import stage_params_per_gpu, total_params
+
+
+def test_gpt3_175b_has_174_6_billion_parameters(gpt3):
+    assert total_params(gpt3) / 1e9 == pytest.approx(174.6, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("name", "billions"),
+    [
+        ("gpt-1.7b", 1.65),
+        ("gpt-7.5b", 7.5),
+        ("gpt-39b", 39.1),
+        ("gpt-145b", 145.6),
+        ("gpt-1t", 1008.0),
+        ("llama2-7b", 6.74),
+        ("llama2-70b", 68.98),
+        ("llama3-8b", 8.03),
+        ("llama3-70b", 70.55),
+        ("llama3-405b", 405.85),
+    ],
+)
+def test_presets_match_published_parameter_counts(name, billions):
+    # Narayanan et al. 2021 Table 1 rounds GPT-1.7B (Eq. 2 gives 1.65B); Llama figures from the model cards.
+    assert total_params(presets.model(name)) / 1e9 == pytest.approx(billions, rel=0.01)
+
+
+def test_narayanan_eq2_for_gpt_models():
+    # P = 12 l h^2 (1 + 13/(12h) + (V + s)/(12 l h)), plus the final LayerNorm's 2h.
+    for name in ("gpt-1.7b", "gpt-18b", "gpt-530b"):
+        m = presets.model(name)
+        l, h, V, s = m.layers, m.hidden, m.vocab, m.seq_len
+        eq2 = 12 * l * h**2 * (1 + 13 / (12 * h) + (V + s) / (12 * l * h))
+        assert total_params(m) == pytest.approx(eq2 + 2 * h)
+
+
+def test_stages_hold_every_parameter_once_except_the_tied_output_copy(gpt3):
+    first, middle, last = stage_params_per_gpu(gpt3, 1, 8)
+    per_stage_sum = first + 6 * middle + last
+    # The last stage keeps a copy of the (tied) word embedding for the output layer.
+    assert per_stage_sum == pytest.approx(total_params(gpt3) + gpt3.vocab * gpt3.hidden)
+
+
+def test_tensor_parallelism_splits_matrices_but_not_norms(gpt3):
+    f1, _, _ = stage_params_per_gpu(gpt3, 1, 1)
+    f8, _, _ = stage_params_per_gpu(gpt3, 8, 1)
+    assert f1 / 8 < f8 < f1 / 7.9

@@ -1,0 +1,88 @@
+"""Properties that must hold for every plan (Hypothesis)."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest import small_plans
+from shardwise import presets
+from shardwise.engines.training import estimate_training_step
+from shardwise.physics.collectives import all_reduce_time_s
+from shardwise.physics.params import stage_params_per_gpu
+from shardwise.specs import Plan, Scenario
+
+MODEL = presets.model("brief")  # 96 layers, 32 heads
+CLUSTER = presets.system("dgx-a100", nodes=8)
+settings.register_profile("shardwise", deadline=None, max_examples=60)
+settings.load_profile("shardwise")
+
+
+def _scale_links(cluster, factor):
+    return cluster.with_(
+        intra_node_link=cluster.intra_node_link.with_(
+            bandwidth_bytes_per_s=cluster.intra_node_link.bandwidth_bytes_per_s * factor
+        ),
+        inter_node_link=cluster.inter_node_link.with_(
+            bandwidth_bytes_per_s=cluster.inter_node_link.bandwidth_bytes_per_s * factor
+        ),
+    )
+
+
+@given(plan=small_plans(), factor=st.floats(1.0, 100.0))
+def test_more_bandwidth_is_never_slower(plan, factor):
+    slow = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
+    fast = estimate_training_step(Scenario(MODEL, _scale_links(CLUSTER, factor), plan))
+    assert fast.step_time_s <= slow.step_time_s * (1 + 1e-12)
+
+
+@given(
+    n=st.floats(1.0, 1e11), p=st.integers(2, 1024), per_node=st.sampled_from([1, 2, 4, 8]), factor=st.floats(1.0, 50.0)
+)
+def test_a_faster_link_never_slows_a_collective(n, p, per_node, factor):
+    intra, inter = presets.link("nvlink3"), presets.link("ib-hdr")
+    fast_inter = inter.with_(bandwidth_bytes_per_s=inter.bandwidth_bytes_per_s * factor)
+    assert all_reduce_time_s(n, p, per_node, intra, fast_inter) <= all_reduce_time_s(n, p, per_node, intra, inter) * (
+        1 + 1e-12
+    )
+
+
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4, 8]),
+    model=st.sampled_from(["brief", "gpt3-175b", "llama3-70b"]),
+)
+def test_more_tensor_parallelism_never_raises_weight_memory_per_gpu(tp, pp, model):
+    m = presets.model(model)
+    now = [np.max(x) for x in stage_params_per_gpu(m, tp, pp)]
+    more = [np.max(x) for x in stage_params_per_gpu(m, 2 * tp, pp)]
+    assert max(more) <= max(now)
+
+
+@given(plan=small_plans(), extra=st.integers(1, 8))
+def test_more_micro_batches_never_raise_the_bubble_fraction(plan, extra):
+    # the same micro-batch size, more of them per step
+    bigger = plan.with_(global_batch=plan.global_batch * (1 + extra))
+    a = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
+    b = estimate_training_step(Scenario(MODEL, CLUSTER, bigger))
+    assert b.breakdown.pp_bubble_s / b.step_time_s <= a.breakdown.pp_bubble_s / a.step_time_s + 1e-12
+
+
+@given(plan=small_plans())
+def test_breakdown_always_adds_up_and_is_non_negative(plan):
+    est = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
+    parts = est.breakdown.as_dict()
+    assert all(float(v) >= 0 for v in parts.values())
+    assert abs(float(est.breakdown.total_s) - float(est.step_time_s)) <= 1e-9 * float(est.step_time_s)
+
+
+@given(plan=small_plans())
+def test_recomputation_never_raises_activation_memory(plan):
+    none = estimate_training_step(Scenario(MODEL, CLUSTER, plan.with_(recompute="none")))
+    full = estimate_training_step(Scenario(MODEL, CLUSTER, plan.with_(recompute="full")))
+    assert full.memory.activations_bytes <= none.memory.activations_bytes
+
+
+def test_plans_with_arrays_agree_with_hypothesis_scalars():
+    plan = Plan(tp=np.array([2, 8]), pp=np.array([4, 1]), dp=np.array([8, 8]), global_batch=64)
+    est = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
+    assert est.step_time_s.shape == (2,)

@@ -1,0 +1,79 @@
+"""Value types reject bad input with a message naming field, value and rule."""
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.specs import Gpu, Link, Model, Plan, Recompute, Scenario, Schedule, SpecError
+
+
+def test_plan_normalises_names_to_enums():
+    plan = Plan(global_batch=8, schedule="1F1B", recompute="Selective")
+    assert plan.schedule is Schedule.ONE_F_ONE_B
+    assert plan.recompute is Recompute.SELECTIVE
+    assert plan.num_micro_batches == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"tp": 0}, "plan: tp: 0"),
+        ({"tp": 2.5}, "whole number"),
+        ({"global_batch": 6, "dp": 4}, "not divisible by dp\\*micro_batch=4"),
+        ({"schedule": "zigzag"}, "choose one of 1f1b, gpipe, interleaved"),
+        ({"recompute": "most"}, "choose one of full, none, selective"),
+        ({"zero_stage": 4}, "zero_stage 4"),
+        ({"precision": "fp4"}, "precision 'fp4'"),
+        ({"vpp": 2, "pp": 2}, "needs schedule=interleaved"),
+        ({"schedule": "interleaved", "pp": 1}, "needs pp >= 2"),
+        ({"schedule": "interleaved", "pp": 4, "vpp": 2, "global_batch": 6}, "multiple of pp=4"),
+    ],
+)
+def test_bad_plans(kwargs, message):
+    with pytest.raises(SpecError, match=message):
+        Plan(**{"global_batch": 8, **kwargs})
+
+
+def test_model_rules():
+    with pytest.raises(SpecError, match="hidden: 100 is not divisible by heads=3"):
+        Model("m", layers=2, hidden=100, heads=3, vocab=10, seq_len=8)
+    with pytest.raises(SpecError, match="heads: 6 is not divisible by kv_heads=4"):
+        Model("m", layers=2, hidden=12, heads=6, kv_heads=4, vocab=10, seq_len=8)
+    with pytest.raises(SpecError, match="layers: -1"):
+        Model("m", layers=-1, hidden=12, heads=6, vocab=10, seq_len=8)
+
+
+def test_hardware_rules():
+    with pytest.raises(SpecError, match="memory_bytes: 0"):
+        Gpu("g", 1e12, 0, 1e12)
+    with pytest.raises(SpecError, match="efficiency: 2"):
+        Link("l", 1e9, efficiency=2)
+    with pytest.raises(SpecError, match="needs an inter_node_link"):
+        presets.system("dgx-a100").with_(nodes=2, inter_node_link=None)
+
+
+def test_scenario_cross_rules(gpt3, dgx_a100_8):
+    with pytest.raises(SpecError, match="tp\\*pp\\*dp: 32 must equal GPUs in the cluster=64"):
+        Scenario(gpt3, dgx_a100_8, Plan(tp=8, pp=4, dp=1, global_batch=8))
+    with pytest.raises(SpecError, match="layers: 96 is not divisible by pp\\*vpp=64"):
+        Scenario(gpt3, dgx_a100_8, Plan(tp=1, pp=64, dp=1, global_batch=64))
+    llama = presets.model("llama3-70b")  # 8 KV heads
+    with pytest.raises(SpecError, match="kv_heads: 8 is not divisible by tp=16"):
+        Scenario(llama, presets.system("dgx-h100", nodes=2), Plan(tp=16, pp=1, dp=1, global_batch=8))
+
+
+def test_tp_group_must_fit_a_node_or_span_whole_nodes(gpt3):
+    cluster = presets.system("dgx-a100", nodes=3)  # 24 GPUs
+    with pytest.raises(SpecError, match="tp=12 neither divides nor is a multiple of gpus_per_node=8"):
+        Scenario(gpt3.with_(heads=96), cluster, Plan(tp=12, pp=2, dp=1, global_batch=8))
+
+
+def test_array_fields_are_checked_element_by_element():
+    Plan(tp=np.array([1, 2, 4]), dp=np.array([4, 2, 1]), global_batch=8)
+    with pytest.raises(SpecError, match="plan: tp: 0"):
+        Plan(tp=np.array([1, 0, 4]), global_batch=8)
+
+
+def test_specs_are_frozen(gpt3):
+    with pytest.raises(AttributeError):
+        gpt3.layers = 3  # type: ignore[misc]

@@ -1,0 +1,125 @@
+"""The analytic training-step engine: closed forms, consistency, vectorization."""
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.training import estimate_training_step, pipeline_makespan_s
+from shardwise.specs import Plan, Scenario
+
+
+def test_equal_stages_follow_m_plus_p_minus_1():
+    c, p, m = 0.1, 8, 32
+    assert pipeline_makespan_s(c, c, c, p, m) == pytest.approx((m + p - 1) * c)
+
+
+def test_interleaving_divides_the_bubble_by_v():
+    c, p, m, v = 0.1, 8, 32, 4
+    assert pipeline_makespan_s(c, c, c, p, m, v) == pytest.approx((m + (p - 1) / v) * c)
+
+
+def test_one_stage_has_no_bubble():
+    assert pipeline_makespan_s(0.3, 0.0, 0.3, 1, 5) == pytest.approx(1.5)
+
+
+def test_a_slow_stage_sets_the_pace():
+    # first stage twice as slow: m * 2c + the other stages once
+    c, p, m = 0.1, 4, 10
+    assert pipeline_makespan_s(2 * c, c, c, p, m) == pytest.approx(m * 2 * c + 3 * c)
+
+
+def test_breakdown_adds_up_to_the_step_time(gpt3_scenario):
+    est = estimate_training_step(gpt3_scenario)
+    assert est.breakdown.total_s == pytest.approx(est.step_time_s)
+    assert all(v >= 0 for v in est.breakdown.as_dict().values())
+
+
+def test_bubble_matches_the_closed_form_share(gpt3_scenario):
+    est = estimate_training_step(gpt3_scenario)
+    p, m = 8, 64
+    # (p - 1)/m of the steady-state work, up to the unequal first/last stages
+    steady = est.breakdown.compute_s + est.breakdown.tp_comm_s + est.breakdown.pp_p2p_s
+    assert est.breakdown.pp_bubble_s / steady == pytest.approx((p - 1) / m, rel=0.1)
+
+
+def test_rates_are_consistent(gpt3_scenario):
+    est = estimate_training_step(gpt3_scenario)
+    plan, model = gpt3_scenario.plan, gpt3_scenario.model
+    assert est.tokens_per_s == pytest.approx(plan.global_batch * model.seq_len / est.step_time_s)
+    assert est.mfu == pytest.approx(est.model_tflops_per_gpu * 1e12 / 312e12)
+    assert est.hfu > est.mfu  # full recomputation adds FLOPs
+
+
+def test_a_grid_in_one_call_equals_a_loop(gpt3, dgx_a100_8):
+    tps = np.array([1, 2, 4, 8])
+    pps = np.array([8, 8, 4, 2])
+    dps = 64 // (tps * pps)
+    grid = estimate_training_step(
+        Scenario(gpt3, dgx_a100_8, Plan(tp=tps, pp=pps, dp=dps, global_batch=64, recompute="full"))
+    )
+    for i, (tp, pp, dp) in enumerate(zip(tps, pps, dps, strict=True)):
+        one = estimate_training_step(
+            Scenario(gpt3, dgx_a100_8, Plan(tp=int(tp), pp=int(pp), dp=int(dp), global_batch=64, recompute="full"))
+        )
+        assert grid.step_time_s[i] == pytest.approx(one.step_time_s)
+        assert grid.memory.total_bytes[i] == pytest.approx(one.memory.total_bytes)
+
+
+def test_categorical_fields_vectorize(gpt3, dgx_a100_8):
+    rc = np.array([0, 1, 2])  # none, selective, full (standard attention: selective has work to redo)
+    base = Plan(tp=8, pp=8, global_batch=64, flash_attention=False)
+    grid = estimate_training_step(Scenario(gpt3, dgx_a100_8, base.with_(recompute=rc)))
+    for i, mode in enumerate(["none", "selective", "full"]):
+        one = estimate_training_step(Scenario(gpt3, dgx_a100_8, base.with_(recompute=mode)))
+        assert grid.step_time_s[i] == pytest.approx(one.step_time_s)
+    assert grid.step_time_s[0] < grid.step_time_s[1] < grid.step_time_s[2]
+    assert grid.memory.activations_bytes[0] > grid.memory.activations_bytes[1] > grid.memory.activations_bytes[2]
+
+
+def test_tensor_parallelism_across_nodes_pays_for_the_network(gpt3):
+    cluster = presets.system("dgx-a100", nodes=2)
+    inside = estimate_training_step(Scenario(gpt3, cluster, Plan(tp=8, pp=2, global_batch=16)))
+    across = estimate_training_step(Scenario(gpt3, cluster, Plan(tp=16, pp=1, global_batch=16)))
+    # NCCL's rings use all 8 NICs of a node, so large messages still see min(NVLink, 8 NICs);
+    # latency, the smaller per-rank messages and the inter-node steps make up the rest.
+    assert across.breakdown.tp_comm_s > 2 * inside.breakdown.tp_comm_s
+
+
+def test_pcie_makes_tensor_parallel_communication_dominate():
+    model = presets.model("brief")
+    nvlink = presets.system("dgx-a100")
+    pcie = presets.system("a100-pcie-8x")
+    plan = Plan(tp=8, global_batch=8)
+    fast = estimate_training_step(Scenario(model, nvlink, plan))
+    slow = estimate_training_step(Scenario(model, pcie, plan))
+    assert slow.breakdown.tp_comm_s > 8 * fast.breakdown.tp_comm_s
+    assert slow.breakdown.tp_comm_s > slow.breakdown.compute_s
+
+
+def test_overlapped_gradient_reduction_hides_behind_the_backward_pass():
+    model, cluster = presets.model("gpt-1.7b"), presets.system("dgx-a100", nodes=4)
+    plan = Plan(dp=32, global_batch=512, micro_batch=4)
+    hidden = estimate_training_step(Scenario(model, cluster, plan))
+    exposed = estimate_training_step(Scenario(model, cluster, plan.with_(overlap_grad_reduce=False)))
+    assert hidden.breakdown.dp_comm_s < exposed.breakdown.dp_comm_s
+    assert exposed.breakdown.dp_comm_s > 0.01
+
+
+def test_zero_stages_trade_memory_for_communication():
+    model, cluster = presets.model("llama2-13b"), presets.system("dgx-a100", nodes=2)
+    base = Plan(dp=16, global_batch=64, micro_batch=1, recompute="full")
+    z = [estimate_training_step(Scenario(model, cluster, base.with_(zero_stage=k))) for k in range(4)]
+    mem = [float(e.memory.total_bytes) for e in z]
+    assert mem[0] > mem[1] > mem[2] > mem[3]
+    assert mem[3] < mem[0] / 4
+    # ZeRO-1 shards the optimizer step (faster than ZeRO-0); ZeRO-3 adds per-micro-batch gathers.
+    assert z[1].breakdown.optimizer_s == pytest.approx(z[0].breakdown.optimizer_s / 16, rel=0.01)
+    assert z[3].step_time_s >= z[1].step_time_s
+
+
+def test_a_model_too_big_for_one_gpu_does_not_fit():
+    model = presets.model("gpt3-175b")
+    one_gpu = presets.system("dgx-a100").with_(gpus_per_node=1)
+    est = estimate_training_step(Scenario(model, one_gpu, Plan(global_batch=1, recompute="full")))
+    assert not est.fits_in_memory
+    assert est.memory.total_bytes > 2e12  # 16+ bytes per parameter
