@@ -18,7 +18,7 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
     korthikanti22_table5: Korthikanti et al. 2022 Table 5 (seconds per iteration);
     korthikanti22_table4: Korthikanti et al. 2022 Table 4 (one layer, ms).
     """
-    from shardwise.analyses.validation import mean_absolute_error
+    from shardwise.analyses.validation import CITATIONS, mean_absolute_error
     from shardwise.analyses.validation import validate as run
 
     chosen = list(tables) or TABLE_CHOICES
@@ -51,10 +51,7 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
         return
     if markdown:
         for t, rows in results.items():
-            click.echo(
-                f"\n**{t}** ({rows[0].source.split(',')[0]}; {rows[0].metric}), "
-                f"mean absolute error {mean_absolute_error(rows):.1%}\n"
-            )
+            click.echo(f"\n{CITATIONS[t]}: {rows[0].metric}, mean absolute error {mean_absolute_error(rows):.1%}\n")
             click.echo("| run | configuration | predicted | measured | error |")
             click.echo("|---|---|---:|---:|---:|")
             for r in rows:
@@ -82,4 +79,4 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
         for r in rows:
             table.add_row(r.run_id, r.label, f"{r.predicted:.2f}", f"{r.measured:.2f}", f"{r.error:+.1%}")
         out.print(table)
-        out.print(f"source: {rows[0].source}\n")
+        out.print(f"source: {CITATIONS[t]}\n")
