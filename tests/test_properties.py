@@ -86,3 +86,17 @@ def test_plans_with_arrays_agree_with_hypothesis_scalars():
     plan = Plan(tp=np.array([2, 8]), pp=np.array([4, 1]), dp=np.array([8, 8]), global_batch=64)
     est = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
     assert est.step_time_s.shape == (2,)
+
+
+@given(plan=small_plans(), factor=st.floats(1.0, 10.0))
+def test_faster_gpu_memory_or_compute_is_never_slower(plan, factor):
+    gpu = CLUSTER.gpu
+    faster = CLUSTER.with_(
+        gpu=gpu.with_(
+            memory_bandwidth_bytes_per_s=gpu.memory_bandwidth_bytes_per_s * factor,
+            peak_flops_per_s_16bit=gpu.peak_flops_per_s_16bit * factor,
+        )
+    )
+    slow = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
+    fast = estimate_training_step(Scenario(MODEL, faster, plan))
+    assert fast.step_time_s <= slow.step_time_s * (1 + 1e-12)

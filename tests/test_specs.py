@@ -77,3 +77,8 @@ def test_array_fields_are_checked_element_by_element():
 def test_specs_are_frozen(gpt3):
     with pytest.raises(AttributeError):
         gpt3.layers = 3  # type: ignore[misc]
+
+
+def test_sequence_parallel_may_be_an_array(gpt3, dgx_a100_8):
+    plan = Plan(tp=8, pp=8, global_batch=64, sequence_parallel=np.array([False, True]))
+    Scenario(gpt3, dgx_a100_8, plan)

@@ -123,3 +123,12 @@ def test_a_model_too_big_for_one_gpu_does_not_fit():
     est = estimate_training_step(Scenario(model, one_gpu, Plan(global_batch=1, recompute="full")))
     assert not est.fits_in_memory
     assert est.memory.total_bytes > 2e12  # 16+ bytes per parameter
+
+
+def test_selective_recompute_with_flash_attention_changes_nothing():
+    model, cluster = presets.model("llama3-70b"), presets.system("dgx-h100", nodes=8)
+    plan = Plan(tp=8, pp=4, dp=2, global_batch=64)
+    none = estimate_training_step(Scenario(model, cluster, plan))
+    selective = estimate_training_step(Scenario(model, cluster, plan.with_(recompute="selective")))
+    assert selective.memory.total_bytes == pytest.approx(none.memory.total_bytes)
+    assert selective.step_time_s == pytest.approx(none.step_time_s)

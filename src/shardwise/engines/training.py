@@ -67,15 +67,22 @@ def _layer_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number) -> tuple[_St
     scatter = fabric.reduce_scatter(msg, t, tp_per_node)
     reduce = fabric.all_reduce(msg, t, tp_per_node)
     tp_fwd = np.where(sp, 2 * (gather + scatter), 2 * reduce)
-    # Backward: the input-gradient all-reduce (or reduce-scatter) of the two column-parallel
-    # layers can overlap their weight-gradient GEMMs (async TP). With sequence parallelism the
-    # saved inputs are sharded, so each of those layers first re-gathers its input for the
-    # weight gradient; Korthikanti et al. 2022 Table 4 shows that cost exposed (backward 11.8 ms
-    # with SP vs 11.9 without, although SP removes 1/t of the norm and dropout work).
-    grad_comm = np.where(sp, 2 * scatter, 2 * reduce)
+    # Backward without SP: the input-gradient all-reduce of each column-parallel layer (QKV, MLP
+    # up) overlaps that layer's weight-gradient GEMM (Megatron's async TP all-reduce).
+    # Backward with SP (Korthikanti et al. 2022 Sec. 4.2.2; Megatron-LM
+    # LinearWithGradAccumulationAndAsyncCommunication): the gradient of each forward
+    # reduce-scatter is an all-gather on the critical path (2 per layer); each column-parallel
+    # layer re-gathers its sharded input for the weight gradient, hidden behind its input-gradient
+    # GEMM, and reduce-scatters its input gradient, hidden behind its weight-gradient GEMM.
+    # Table 4 of that paper shows the net effect: backward 11.8 ms with SP vs 11.9 ms without,
+    # although SP removes 1/t of the norm and dropout work.
     overlap = np.asarray(plan.tp_comm_overlap, dtype=bool)
-    hidden = np.where(overlap, np.minimum(grad_comm, lt.dw_overlap_s), 0.0)
-    tp_bwd = grad_comm - hidden + np.where(sp, 2 * gather, 0.0)
+    window = np.where(overlap, lt.column_gemm_s, 0.0)  # one dX or one dW pass of QKV + MLP up
+
+    def exposed(comm: Number) -> Number:
+        return np.maximum(0.0, comm - window)
+
+    tp_bwd = np.where(sp, 2 * gather + exposed(2 * gather) + exposed(2 * scatter), exposed(2 * reduce))
     rc = np.asarray(plan.recompute)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
     cost = _StageCost(
@@ -245,23 +252,28 @@ def _data_parallel_exposed_s(
     p = np.asarray(plan.pp, dtype=float)
     exposed = []
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
-        reduce = np.where(
-            z >= 1,
-            fabric.reduce_scatter(n_params * g_bytes, dp, place["dp"])
-            + fabric.all_gather(n_params * w_bytes, dp, place["dp"]),
-            fabric.all_reduce(n_params * g_bytes, dp, place["dp"]),
-        )
-        gather3 = 2 * fabric.all_gather(n_params * w_bytes, dp, place["dp"])
-        zero3 = np.where(z >= 3, m * np.maximum(0.0, gather3 - cost.total), 0.0)
+        all_reduce = fabric.all_reduce(n_params * g_bytes, dp, place["dp"])
+        scatter = fabric.reduce_scatter(n_params * g_bytes, dp, place["dp"])
+        gather = fabric.all_gather(n_params * w_bytes, dp, place["dp"])
         backward = cost.compute_b + cost.tp_b
-        window = np.where(overlap, backward, 0.0) + index * backward / v
-        exposed.append(np.maximum(0.0, reduce - window) + zero3)
+        # What each stage must move, and the compute it may hide behind (each window used once):
+        # ZeRO-0: all-reduce during the last backward; ZeRO-1: reduce-scatter + all-gather of the
+        # updated weights; ZeRO-2: a reduce-scatter per micro-batch (gradients are kept sharded)
+        # behind every backward; ZeRO-3: also two weight all-gathers per micro-batch, prefetched
+        # behind the forward and backward passes (no gather after the optimizer).
+        comm = np.select(
+            [z == 0, z == 1, z == 2], [all_reduce, scatter + gather, m * scatter + gather], m * (scatter + 2 * gather)
+        )
+        hide = np.select([z <= 1, z == 2], [backward, m * backward], m * cost.total)
+        drain = index * backward / v  # stage i finishes its last backward i chunks before stage 0
+        exposed.append(np.maximum(0.0, comm - np.where(overlap, hide, 0.0) - drain))
     mid = np.where(p > 2, exposed[1], 0.0)
     dp_exposed = np.maximum(np.maximum(exposed[0], mid), exposed[2])
     # Tied word embeddings: first and last stage all-reduce their copy's gradient (Megatron-LM).
-    tied = model.tied_embeddings and True
+    if not model.tied_embeddings:
+        return dp_exposed
     sync = fabric.all_reduce(g_bytes * model.vocab * model.hidden / plan.tp, 2, np.where(place["pp"] < p, 1, 2))
-    return dp_exposed + np.where((p > 1) & tied, sync, 0.0)
+    return dp_exposed + np.where(p > 1, sync, 0.0)
 
 
 def _flops_per_step(scn: Scenario) -> tuple[Number, Number]:
@@ -288,23 +300,23 @@ def _memory(scn: Scenario, params: tuple[Number, Number], m: Number) -> mem.Memo
     per_layer = mem.layer_activation_bytes(
         model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e
     )
-    # Recomputation rebuilds one layer's full activations at a time during the backward pass.
-    working = np.where(
-        np.asarray(plan.recompute) == Recompute.NONE,
-        0.0,
-        mem.layer_activation_bytes(
-            model, plan.micro_batch, plan.tp, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e
-        ),
+    # During the backward pass recomputation rebuilds one layer's activations at a time: all of
+    # them with full recomputation, the attention scores with selective (nothing with flash).
+    unsaved = mem.layer_activation_bytes(
+        model, plan.micro_batch, plan.tp, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e
     )
+    rc = np.asarray(plan.recompute)
+    working = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
     p = np.asarray(plan.pp, dtype=float)
     t, b, s = plan.tp, plan.micro_batch, model.seq_len
     in_first = mem.layers_in_flight(model.layers, p, plan.vpp, m, plan.schedule, 0)
     in_last = mem.layers_in_flight(model.layers, p, plan.vpp, m, plan.schedule, p - 1)
     mb_first = in_first / (model.layers / p)  # micro-batches in flight on the first stage
-    emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first
+    sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
+    emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
     # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
     # each with SP), fp32 logits (4 s b V / t), for the micro-batch at the loss.
-    head = 2 * e * s * b * model.hidden / t + 4.0 * s * b * model.vocab / t
+    head = 2 * e * s * b * model.hidden / sp_split + 4.0 * s * b * model.vocab / t
     act_first = in_first * per_layer + working + emb_mask + np.where(p == 1, head, 0.0)
     act_last = in_last * per_layer + working + head
     states = [mem.model_state_bytes(n, plan.dp, plan.zero_stage, plan.precision) for n in params]

@@ -54,8 +54,9 @@ class LayerTimes:
     """Forward / backward / recompute times of one layer on one GPU, split by kind of work.
 
     Seconds, arrays broadcast with the inputs. `attention_core_s` is what selective
-    recomputation redoes; `dw_overlap_s` the weight-gradient GEMMs of the column-parallel layers
-    (QKV and MLP up) that an asynchronous TP all-reduce can hide behind in the backward pass.
+    recomputation redoes; `column_gemm_s` the forward GEMMs of the column-parallel layers (QKV and
+    MLP up): their input-gradient and their weight-gradient GEMMs each take as long, and TP
+    collectives of the backward pass can hide behind them.
     """
 
     gemm_s: Number
@@ -63,7 +64,7 @@ class LayerTimes:
     elementwise_s: Number
     backward_s: Number
     attention_core_s: Number
-    dw_overlap_s: Number
+    column_gemm_s: Number
 
     @property
     def forward_s(self) -> Number:
@@ -93,5 +94,5 @@ def layer_times(fwd: LayerForward, gpu: Gpu, precision: str, flash: Number) -> L
         # Selective recomputation redoes the attention core only; FlashAttention stores no
         # scores, so there is nothing left for it to recompute (its backward already does).
         attention_core_s=np.where(flash, 0.0, bmm + softmax),
-        dw_overlap_s=gemm_s(fwd.qkv, gpu, precision) + gemm_s(fwd.mlp_up, gpu, precision),
+        column_gemm_s=gemm_s(fwd.qkv, gpu, precision) + gemm_s(fwd.mlp_up, gpu, precision),
     )

@@ -2,9 +2,8 @@
 
 Ranks are numbered as in Megatron-LM (`parallel_state`, default order "tp-dp-pp"): TP
 innermost (consecutive GPUs, so a TP group of <= gpus_per_node stays on NVLink), then DP, then
-PP outermost. A group whose members are `stride` ranks apart has
-min(size, gpus_per_node // stride) members in one node (at least 1), and spans the rest
-across nodes, where its collectives use the inter-node link.
+PP outermost. A group whose members are `stride` ranks apart and that spans nodes runs its
+collectives over the inter-node link, with as many NICs per node as it has members there.
 """
 
 from __future__ import annotations
@@ -15,13 +14,18 @@ from shardwise.specs._checks import Number
 
 
 def ranks_per_node(size: Number, stride: Number, gpus_per_node: Number) -> Number:
-    """How many members of a group (members `stride` ranks apart) share one node."""
-    return np.minimum(size, np.maximum(1, gpus_per_node // np.asarray(stride)))
+    """Members of a group (members `stride` ranks apart) in the node that holds the fewest of them.
 
-
-def spans_nodes(size: Number, stride: Number, gpus_per_node: Number) -> Number:
-    """True where the group crosses node boundaries."""
-    return ranks_per_node(size, stride, gpus_per_node) < size
+    Aligned groups are exact: a group inside one node has all `size` there; one whose members
+    are whole nodes apart has 1 per node; one that spans whole nodes has gpus_per_node / stride.
+    A group that straddles node boundaries unevenly counts as 1 per node (the slowest case, and
+    the one its collectives wait for).
+    """
+    n, st, g = np.asarray(size), np.asarray(stride), np.asarray(gpus_per_node)
+    span = n * st
+    inside = np.mod(g, span) == 0
+    whole_nodes = (np.mod(span, g) == 0) & (np.mod(g, st) == 0)
+    return np.where(inside, n, np.where(whole_nodes, np.maximum(1, g // st), 1))
 
 
 def group_placement(tp: Number, dp: Number, pp: Number, gpus_per_node: Number) -> dict[str, Number]:

@@ -57,8 +57,8 @@ class Scenario:
             )
         sp = np.asarray(p.sequence_parallel, dtype=bool)
         if np.any(sp):
-            s, t = np.broadcast_arrays(np.asarray(m.seq_len), np.asarray(p.tp))
-            bad = np.broadcast_to(sp, s.shape) & (np.mod(s, t) != 0)
+            s, t, sp = np.broadcast_arrays(np.asarray(m.seq_len), np.asarray(p.tp), sp)
+            bad = sp & (np.mod(s, t) != 0)
             if np.any(bad):
                 i = np.flatnonzero(bad)[0]
                 raise SpecError(
