@@ -44,8 +44,8 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"[bold]{m.name}[/] ({_f(total_params(m)) / 1e9:.1f}B params, {m.layers} layers, h={m.hidden}, "
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "
         f"{c.intra_node_link.name} inside{inter})",
-        f"plan: tp={p.tp} pp={p.pp} dp={p.dp}, {sched}, global batch {p.global_batch} = "
-        f"{p.num_micro_batches} micro-batches x {p.micro_batch} x dp, recompute={p.recompute.label}, "
+        f"plan: tp={p.tp} pp={p.pp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
+        f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}, "
         f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}",
     ]
 
@@ -75,15 +75,19 @@ def print_estimate(est: TrainingEstimate) -> None:
     table.add_column("time", justify="right")
     table.add_column("share", justify="right")
     table.add_column("")
+    hidden = {k: _f(v) for k, v in est.hidden_comm_s.items()}
     for key, value in est.breakdown.as_dict().items():
         v = _f(value)
-        table.add_row(BREAKDOWN_LABELS[key], format_seconds(v), f"{v / step:.1%}", _bar(v / step))
+        label = BREAKDOWN_LABELS[key]
+        if hidden.get(key, 0.0) > 0:
+            label += f" [dim](+{format_seconds(hidden[key])} hidden)[/]"
+        table.add_row(label, format_seconds(v), f"{v / step:.1%}", _bar(v / step))
     table.add_row("[bold]total[/]", f"[bold]{format_seconds(step)}[/]", "100.0%", "")
     out.print(table)
 
     mem = est.memory.as_dict()
     capacity = _f(est.scenario.cluster.gpu.memory_bytes)
-    mt = Table(title="memory per GPU (fullest pipeline stage)", title_justify="left", header_style="bold")
+    mt = Table(title="memory per GPU (fullest stage)", title_justify="left", header_style="bold")
     mt.add_column("part")
     mt.add_column("bytes", justify="right")
     mt.add_column("of GPU", justify="right")

@@ -57,7 +57,8 @@ class TrainingEstimate:
     memory: MemoryBreakdown
     model_flops_per_step: Number
     hardware_flops_per_step: Number
-    bubble_fraction: Number
+    bubble_fraction: Number  # pp_bubble_s / step_time_s: the share of the step spent in fill and drain
+    hidden_comm_s: dict[str, Number]  # communication overlapped with compute (not in the step time)
 
     @property
     def tokens_per_s(self) -> Number:

@@ -41,16 +41,21 @@ CROSS_ENTROPY_ALL_REDUCES = 3
 
 @dataclass(frozen=True)
 class _StageCost:
-    """Per micro-batch on one stage: compute and exposed TP communication, forward and backward."""
+    """Per micro-batch on one stage: compute and exposed TP communication, forward and backward,
+    and the TP communication hidden behind compute (reported, not added)."""
 
     compute_f: Number
     compute_b: Number
     tp_f: Number
     tp_b: Number
+    tp_hidden: Number = 0.0
 
     @property
     def total(self) -> Number:
         return self.compute_f + self.compute_b + self.tp_f + self.tp_b
+
+
+_FIELDS = ("compute_f", "compute_b", "tp_f", "tp_b", "tp_hidden")
 
 
 def _layer_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number) -> tuple[_StageCost, object]:
@@ -83,6 +88,7 @@ def _layer_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number) -> tuple[_St
         return np.maximum(0.0, comm - window)
 
     tp_bwd = np.where(sp, 2 * gather + exposed(2 * gather) + exposed(2 * scatter), exposed(2 * reduce))
+    tp_bwd_total = np.where(sp, 4 * gather + 2 * scatter, 2 * reduce)
     rc = np.asarray(plan.recompute)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
     cost = _StageCost(
@@ -90,6 +96,7 @@ def _layer_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number) -> tuple[_St
         compute_b=lt.backward_s + redo,
         tp_f=tp_fwd,
         tp_b=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
+        tp_hidden=tp_bwd_total - tp_bwd,
     )
     return cost, fwd
 
@@ -105,7 +112,9 @@ def _embedding_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Num
     reduce = np.where(
         sp, fabric.reduce_scatter(msg, plan.tp, tp_per_node), fabric.all_reduce(msg, plan.tp, tp_per_node)
     )
-    return _StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, 0.0)
+    # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
+    regather = np.where(sp, fabric.all_gather(msg, plan.tp, tp_per_node), 0.0)
+    return _StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, regather)
 
 
 def _head_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Number) -> _StageCost:
@@ -176,9 +185,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
 
     def stage(first: bool, last: bool) -> _StageCost:
         parts = [(per_stage, layer)] + ([(1.0, emb)] if first else []) + ([(1.0, head)] if last else [])
-        return _StageCost(
-            *(sum(k * getattr(c, f) for k, c in parts) for f in ("compute_f", "compute_b", "tp_f", "tp_b"))
-        )
+        return _StageCost(*(sum(k * getattr(c, f) for k, c in parts) for f in _FIELDS))
 
     single = stage(True, True)
     one = p == 1
@@ -193,7 +200,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     slowest = _select(c_first >= np.maximum(c_mid, c_last), first, _select(c_last >= c_mid, last, middle))
 
     params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp)
-    dp_s = _data_parallel_exposed_s(
+    dp_s, dp_hidden = _data_parallel_exposed_s(
         scn, fabric, place, (params_first, params_mid, params_last), (first, middle, last), m, v
     )
     z = np.asarray(plan.zero_stage)
@@ -218,13 +225,12 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
+        hidden_comm_s={"tp_comm": m * slowest.tp_hidden, "dp_comm": dp_hidden},
     )
 
 
 def _select(mask: Number, a: _StageCost, b: _StageCost) -> _StageCost:
-    return _StageCost(
-        *(np.where(mask, getattr(a, f), getattr(b, f)) for f in ("compute_f", "compute_b", "tp_f", "tp_b"))
-    )
+    return _StageCost(*(np.where(mask, getattr(a, f), getattr(b, f)) for f in _FIELDS))
 
 
 def _data_parallel_exposed_s(
@@ -235,8 +241,8 @@ def _data_parallel_exposed_s(
     stages: tuple[_StageCost, _StageCost, _StageCost],
     m: Number,
     v: Number,
-) -> Number:
-    """Gradient reduction (and ZeRO parameter gathers) not hidden behind compute.
+) -> tuple[Number, Number]:
+    """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers.
 
     ZeRO 0: all-reduce of the gradients; ZeRO 1/2: reduce-scatter of gradients + all-gather of
     updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7); ZeRO 3 also
@@ -250,7 +256,7 @@ def _data_parallel_exposed_s(
     w_bytes = mem.weight_bytes_per_param(plan.precision)
     overlap = np.asarray(plan.overlap_grad_reduce, dtype=bool)
     p = np.asarray(plan.pp, dtype=float)
-    exposed = []
+    exposed, totals = [], []
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
         all_reduce = fabric.all_reduce(n_params * g_bytes, dp, place["dp"])
         scatter = fabric.reduce_scatter(n_params * g_bytes, dp, place["dp"])
@@ -267,13 +273,17 @@ def _data_parallel_exposed_s(
         hide = np.select([z <= 1, z == 2], [backward, m * backward], m * cost.total)
         drain = index * backward / v  # stage i finishes its last backward i chunks before stage 0
         exposed.append(np.maximum(0.0, comm - np.where(overlap, hide, 0.0) - drain))
+        totals.append(comm)
     mid = np.where(p > 2, exposed[1], 0.0)
     dp_exposed = np.maximum(np.maximum(exposed[0], mid), exposed[2])
-    # Tied word embeddings: first and last stage all-reduce their copy's gradient (Megatron-LM).
-    if not model.tied_embeddings:
-        return dp_exposed
-    sync = fabric.all_reduce(g_bytes * model.vocab * model.hidden / plan.tp, 2, np.where(place["pp"] < p, 1, 2))
-    return dp_exposed + np.where(p > 1, sync, 0.0)
+    # the hidden share of the stage whose exposed part sets the step
+    pick = np.where(exposed[0] >= np.maximum(mid, exposed[2]), 0, np.where(exposed[2] >= mid, 2, 1))
+    hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
+    if model.tied_embeddings:
+        # Tied word embeddings: first and last stage all-reduce their copy's gradient (Megatron-LM).
+        sync = fabric.all_reduce(g_bytes * model.vocab * model.hidden / plan.tp, 2, np.where(place["pp"] < p, 1, 2))
+        dp_exposed = dp_exposed + np.where(p > 1, sync, 0.0)
+    return dp_exposed, hidden
 
 
 def _flops_per_step(scn: Scenario) -> tuple[Number, Number]:

@@ -1,0 +1,58 @@
+"""Keep README.md's console examples honest: run every `$ shardwise ...` line of each ```console
+block and put its real output under it.
+
+    python tools/readme.py          # rewrite README.md in place
+    python tools/readme.py --check  # exit 1 if any block is out of date (used by the tests)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"```console\n(.*?)```", re.S)
+ENV = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
+
+
+def run(command: str) -> str:
+    args = shlex.split(command)
+    assert args[0] == "shardwise", command
+    proc = subprocess.run(
+        [sys.executable, "-m", "shardwise", *args[1:]], capture_output=True, text=True, env=ENV, cwd=ROOT, check=False
+    )
+    out = proc.stdout + proc.stderr
+    return "\n".join(line.rstrip() for line in out.rstrip("\n").splitlines())
+
+
+def render(block: str) -> str:
+    commands = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
+    parts = []
+    for command in commands:
+        parts.append(f"$ {command}\n{run(command)}\n")
+    return "".join(parts)
+
+
+def update(text: str) -> str:
+    return BLOCK.sub(lambda m: f"```console\n{render(m.group(1))}```", text)
+
+
+def main() -> int:
+    path = ROOT / "README.md"
+    text = path.read_text(encoding="utf-8")
+    new = update(text)
+    if "--check" in sys.argv:
+        if new != text:
+            print("README.md console blocks are out of date: run python tools/readme.py", file=sys.stderr)
+            return 1
+        return 0
+    path.write_text(new, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
