@@ -97,3 +97,14 @@ def test_bad_yaml_fields_are_named(tmp_path):
     f.write_text("layers: [\n")
     with pytest.raises(SpecError, match="not valid YAML"):
         presets.model(str(f))
+
+
+def test_a_user_system_with_inline_parts(tmp_path):
+    f = tmp_path / "lab.yaml"
+    f.write_text(
+        "lab:\n  gpu: {peak_16bit: 400 TFLOPS, memory: 48GB, memory_bandwidth: 1TB/s}\n  gpus_per_node: 4\n"
+        "  intra_node_link: pcie5\n  inter_node_link: {bandwidth: 100Gb/s, efficiency: 0.9}\n  nics_per_node: 1\n"
+    )
+    c = presets.system(str(f), nodes=2)
+    assert c.gpu.memory_bytes == 48e9 and c.intra_node_link.name == "pcie5"
+    assert c.inter_node_link.bandwidth_bytes_per_s == pytest.approx(12.5e9 / 4)

@@ -84,15 +84,21 @@ def system(name: str, nodes: int = 1) -> Cluster:
     for field in ("gpu", "gpus_per_node", "intra_node_link"):
         if field not in data:
             raise SpecError(f"system {key!r}: missing field {field}")
-    g = gpu(str(data["gpu"]))
+    g = _part("gpus", data["gpu"], loaders.gpu_from_dict, gpu)
     per_node = int(data["gpus_per_node"])
-    intra = link(str(data["intra_node_link"]))
+    intra = _part("links", data["intra_node_link"], loaders.link_from_dict, link)
     inter = None
     if data.get("inter_node_link"):
-        inter = loaders.per_gpu_nic(
-            link(str(data["inter_node_link"])), float(data.get("nics_per_node", per_node)), per_node
-        )
+        nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
+        inter = loaders.per_gpu_nic(nic, float(data.get("nics_per_node", per_node)), per_node)
     return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
+
+
+def _part(kind: str, value: Any, from_dict: Any, by_name: Any) -> Any:
+    """A system's GPU or link: a preset name, a YAML path, or the fields inline."""
+    if isinstance(value, dict):
+        return from_dict(str(value.get("name", f"custom-{kind[:-1]}")), value)
+    return by_name(str(value))
 
 
 def describe(kind: str) -> list[dict[str, Any]]:
