@@ -10,6 +10,11 @@ import click
 
 # command name -> (module, attribute, one-line help shown by `shardwise --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "crossover": (
+        "shardwise.cli.crossover",
+        "crossover",
+        "Where TP overtakes PP (or any plan another) as one variable moves.",
+    ),
     "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
     "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems and models."),
     "validate": ("shardwise.cli.validate", "validate", "Compare predictions with published measurements."),

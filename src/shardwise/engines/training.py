@@ -16,15 +16,22 @@ bucketed and overlapped (and behind the pipeline drain for later stages), then t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
+from shardwise.engines.costs import (
+    StageCost,
+    embedding_cost,
+    head_cost,
+    layer_cost,
+    p2p_per_transfer,
+    select,
+    stages,
+)
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.compute import BACKWARD_GEMM_RATIO, gemm_s, layer_times, memory_s
-from shardwise.physics.flops import cross_entropy_bytes, layer_forward, logits_forward
+from shardwise.physics.compute import memory_s
+from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.topology import group_placement
 from shardwise.specs import Recompute, Scenario
@@ -34,124 +41,6 @@ from shardwise.specs._checks import Number
 # unscale and inf-check (4), gradient norm (4), fused Adam (read p, m, v, g: 16; write p, m, v: 12),
 # copy fp32 weights back to 16-bit (4 + 2). 48 bytes per parameter at HBM speed.
 OPTIMIZER_TRAFFIC_BYTES_PER_PARAM = 48.0
-# Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
-# target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`).
-CROSS_ENTROPY_ALL_REDUCES = 3
-
-
-@dataclass(frozen=True)
-class _StageCost:
-    """Per micro-batch on one stage: compute and exposed TP communication, forward and backward,
-    and the TP communication hidden behind compute (reported, not added)."""
-
-    compute_f: Number
-    compute_b: Number
-    tp_f: Number
-    tp_b: Number
-    tp_hidden: Number = 0.0
-
-    @property
-    def total(self) -> Number:
-        return self.compute_f + self.compute_b + self.tp_f + self.tp_b
-
-
-_FIELDS = ("compute_f", "compute_b", "tp_f", "tp_b", "tp_hidden")
-
-
-def _layer_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number) -> tuple[_StageCost, object]:
-    """One transformer layer, one micro-batch, one GPU."""
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
-    fwd = layer_forward(model, plan.micro_batch, t, sp, plan.bytes_per_element)
-    lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention)
-    msg = fwd.tp_message_bytes
-    # Megatron TP (Shoeybi et al. 2019 Sec. 3): two all-reduces forward, two backward;
-    # with sequence parallelism an all-gather + reduce-scatter pair instead of each all-reduce
-    # (Korthikanti et al. 2022 Sec. 4.2.2): the same bytes on the wire.
-    gather = fabric.all_gather(msg, t, tp_per_node)
-    scatter = fabric.reduce_scatter(msg, t, tp_per_node)
-    reduce = fabric.all_reduce(msg, t, tp_per_node)
-    tp_fwd = np.where(sp, 2 * (gather + scatter), 2 * reduce)
-    # Backward without SP: the input-gradient all-reduce of each column-parallel layer (QKV, MLP
-    # up) overlaps that layer's weight-gradient GEMM (Megatron's async TP all-reduce).
-    # Backward with SP (Korthikanti et al. 2022 Sec. 4.2.2; Megatron-LM
-    # LinearWithGradAccumulationAndAsyncCommunication): the gradient of each forward
-    # reduce-scatter is an all-gather on the critical path (2 per layer); each column-parallel
-    # layer re-gathers its sharded input for the weight gradient, hidden behind its input-gradient
-    # GEMM, and reduce-scatters its input gradient, hidden behind its weight-gradient GEMM.
-    # Table 4 of that paper shows the net effect: backward 11.8 ms with SP vs 11.9 ms without,
-    # although SP removes 1/t of the norm and dropout work.
-    overlap = np.asarray(plan.tp_comm_overlap, dtype=bool)
-    window = np.where(overlap, lt.column_gemm_s, 0.0)  # one dX or one dW pass of QKV + MLP up
-
-    def exposed(comm: Number) -> Number:
-        return np.maximum(0.0, comm - window)
-
-    tp_bwd = np.where(sp, 2 * gather + exposed(2 * gather) + exposed(2 * scatter), exposed(2 * reduce))
-    tp_bwd_total = np.where(sp, 4 * gather + 2 * scatter, 2 * reduce)
-    rc = np.asarray(plan.recompute)
-    redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
-    cost = _StageCost(
-        compute_f=lt.forward_s,
-        compute_b=lt.backward_s + redo,
-        tp_f=tp_fwd,
-        tp_b=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
-        tp_hidden=tp_bwd_total - tp_bwd,
-    )
-    return cost, fwd
-
-
-def _embedding_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Number) -> _StageCost:
-    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction."""
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    e, tokens = plan.bytes_per_element, plan.micro_batch * model.seq_len
-    act = e * tokens * model.hidden
-    lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=2)
-    grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    reduce = np.where(
-        sp, fabric.reduce_scatter(msg, plan.tp, tp_per_node), fabric.all_reduce(msg, plan.tp, tp_per_node)
-    )
-    # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
-    regather = np.where(sp, fabric.all_gather(msg, plan.tp, tp_per_node), 0.0)
-    return _StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, regather)
-
-
-def _head_cost(scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Number) -> _StageCost:
-    """Final norm, output projection (column-parallel over the vocabulary) and the loss."""
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    e, b, t = plan.bytes_per_element, plan.micro_batch, plan.tp
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    tokens = b * model.seq_len
-    norm = memory_s(2 * e * tokens * model.hidden * np.where(sp, 1.0 / t, 1.0), gpu)
-    logits = gemm_s(logits_forward(model, b, t, e), gpu, plan.precision)
-    loss = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=4)
-    ce_comm = CROSS_ENTROPY_ALL_REDUCES * fabric.all_reduce(4.0 * tokens, t, tp_per_node)
-    gather = np.where(sp, fabric.all_gather(msg, t, tp_per_node), 0.0)
-    grad_in = np.where(sp, fabric.reduce_scatter(msg, t, tp_per_node), fabric.all_reduce(msg, t, tp_per_node))
-    return _StageCost(
-        compute_f=norm + logits + loss,
-        compute_b=2 * norm + BACKWARD_GEMM_RATIO * logits,
-        tp_f=gather + ce_comm,
-        tp_b=grad_in,
-    )
-
-
-def _p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], msg: Number) -> Number:
-    """One pipeline send of a micro-batch's activations (or gradients) between stages.
-
-    With scatter/gather (Narayanan et al. 2021 Sec. 4.1) each TP rank sends 1/t of the tensor
-    and the receivers all-gather it over the node's links; with sequence parallelism the tensor
-    is already split by t. A boundary crosses nodes when the PP group spans nodes.
-    """
-    plan = scn.plan
-    t = np.asarray(plan.tp, dtype=float)
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    split = sp | np.asarray(plan.scatter_gather, dtype=bool)
-    crosses = place["pp"] < plan.pp
-    send = fabric.p2p(np.where(split, msg / t, msg), crosses)
-    regather = np.where(split & ~sp, fabric.all_gather(msg, t, place["tp"]), 0.0)
-    return np.where(np.asarray(plan.pp) > 1, send + regather, 0.0)
 
 
 def pipeline_makespan_s(
@@ -177,27 +66,19 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
     p, v, m, dp = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches, plan.dp))
 
-    layer, fwd = _layer_cost(scn, fabric, place["tp"])
-    msg = fwd.tp_message_bytes  # type: ignore[attr-defined]
-    emb = _embedding_cost(scn, fabric, place["tp"], msg)
-    head = _head_cost(scn, fabric, place["tp"], msg)
+    layer, fwd = layer_cost(scn, fabric, place["tp"])
+    msg = fwd.tp_message_bytes
+    emb = embedding_cost(scn, fabric, place["tp"], msg)
+    head = head_cost(scn, fabric, place["tp"], msg)
     per_stage = model.layers / p
 
-    def stage(first: bool, last: bool) -> _StageCost:
-        parts = [(per_stage, layer)] + ([(1.0, emb)] if first else []) + ([(1.0, head)] if last else [])
-        return _StageCost(*(sum(k * getattr(c, f) for k, c in parts) for f in _FIELDS))
+    first, middle, last = stages(per_stage, p, layer, emb, head)
 
-    single = stage(True, True)
-    one = p == 1
-    first = _select(one, single, stage(True, False))
-    middle = stage(False, False)
-    last = _select(one, single, stage(False, True))
-
-    p2p = _p2p_per_transfer(scn, fabric, place, msg) * 2 * v
+    p2p = p2p_per_transfer(scn, fabric, place, msg) * 2 * v
     c_first, c_mid, c_last = (s.total + p2p for s in (first, middle, last))
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v)
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
-    slowest = _select(c_first >= np.maximum(c_mid, c_last), first, _select(c_last >= c_mid, last, middle))
+    slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
 
     params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp)
     dp_s, dp_hidden = _data_parallel_exposed_s(
@@ -229,16 +110,12 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     )
 
 
-def _select(mask: Number, a: _StageCost, b: _StageCost) -> _StageCost:
-    return _StageCost(*(np.where(mask, getattr(a, f), getattr(b, f)) for f in _FIELDS))
-
-
 def _data_parallel_exposed_s(
     scn: Scenario,
     fabric: Fabric,
     place: dict[str, Number],
     params: tuple[Number, Number, Number],
-    stages: tuple[_StageCost, _StageCost, _StageCost],
+    stages: tuple[StageCost, StageCost, StageCost],
     m: Number,
     v: Number,
 ) -> tuple[Number, Number]:
@@ -350,5 +227,5 @@ def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
     cluster, plan = scn.cluster, scn.plan
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
-    cost, _ = _layer_cost(scn, fabric, place["tp"])
+    cost, _ = layer_cost(scn, fabric, place["tp"])
     return cost.compute_f + cost.tp_f, cost.compute_b + cost.tp_b

@@ -132,9 +132,12 @@ def layer_forward(
     )
 
 
-def logits_forward(model: Model, batch: Number, tp: Number, bytes_per_element: float) -> Gemm:
+def logits_forward(
+    model: Model, batch: Number, tp: Number, bytes_per_element: float, q_len: Number | None = None
+) -> Gemm:
     """Output projection T x h by h x V/t (Narayanan et al. 2021: 2 b s h V per forward pass)."""
-    return gemm(batch * model.seq_len, model.vocab / tp, model.hidden, bytes_per_element)
+    tokens = batch * (model.seq_len if q_len is None else q_len)
+    return gemm(tokens, model.vocab / tp, model.hidden, bytes_per_element)
 
 
 def cross_entropy_bytes(model: Model, batch: Number, tp: Number, bytes_per_element: float) -> Number:

@@ -1,0 +1,198 @@
+"""`shardwise crossover`: where one parallel plan overtakes another (the brief's experiment)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.cli.experiment_options import experiment_options
+
+DEFAULT_VARY = "batch=1..32"
+
+
+@click.command()
+@experiment_options
+@click.option(
+    "--vary",
+    default=DEFAULT_VARY,
+    show_default=True,
+    metavar="NAME=VALUES",
+    help="The swept variable: batch, bandwidth, latency, layers, hidden, seq_len or gpus, with values "
+    "LO..HI[:N|:xF] or a list (e.g. bandwidth=1GB/s..900GB/s, layers=8,16,32).",
+)
+@click.option(
+    "--plot",
+    "plot_path",
+    default="crossover.png",
+    show_default=True,
+    metavar="FILE",
+    help="Figure to write (.png, .svg or .pdf).",
+)
+@click.option("--no-plot", is_flag=True, help="Do not write a figure.")
+@click.option("--all-rows", is_flag=True, help="Print every grid value (default: powers of two and the crossings).")
+@click.option("--json", "as_json", is_flag=True, help="Print the series and crossings as JSON.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the table as CSV.")
+def crossover(
+    vary: str, plot_path: str, no_plot: bool, all_rows: bool, as_json: bool, as_csv: bool, **options: Any
+) -> None:
+    """Time of each --plan on each --link as one variable moves, and where the fastest plan changes.
+
+    With no options: the brief's experiment. Hidden 4096, 96 layers, 8 A100s (312 TFLOP/s),
+    TP=8 against PP=8, batch 1 to 32 sequences of 2048 tokens, NVLink (A100 NVLink3: 600 GB/s
+    counting both directions, 300 per direction) against PCIe Gen4 (32 GB/s), training step time.
+
+    \b
+    Examples:
+      shardwise crossover
+      shardwise crossover --cost-model textbook --plot textbook.png
+      shardwise crossover --vary bandwidth=1GB/s..900GB/s --batch 8 --link pcie4
+      shardwise crossover --plan tp=8 --plan pp=8 --plan tp=2,pp=4 --workload forward
+    """
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.experiment import parse_vary
+    from shardwise.cli.experiment_options import build_experiment, describe_experiment
+
+    exp = build_experiment(options)
+    variable, values = parse_vary(vary)
+    result = run_crossover(exp, variable, values)
+    figure = None
+    if not no_plot and not as_json and not as_csv:
+        figure = _plot(result, plot_path, describe_experiment(exp))
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps(_as_dict(result, describe_experiment(exp))))
+    elif as_csv:
+        click.echo(_as_csv(result), nl=False)
+    else:
+        _print(result, all_rows or len(values) <= 12, describe_experiment(exp), figure)
+
+
+def _ylabel(exp: Any) -> str:
+    return "training step time (s)" if exp.workload == "train" else "forward latency (s)"
+
+
+def _plot(result: Any, path: str, subtitle: str) -> Any:
+    from shardwise import plots
+
+    exp = result.experiment
+    plans = " vs ".join(p.label for p in exp.plans)
+    model = "textbook model (the brief's formulas)" if exp.cost_model == "textbook" else "physical model"
+    title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable} ({model})"
+    fig = plots.crossover_figure(result, title, subtitle, _ylabel(exp))
+    return plots.save(fig, path)
+
+
+def _as_dict(result: Any, assumptions: str) -> dict[str, Any]:
+    from shardwise.analyses.crossover import describe_crossing
+    from shardwise.export import plain
+
+    return {
+        "variable": result.variable,
+        "values": plain(result.values),
+        "workload": result.experiment.workload,
+        "cost_model": result.experiment.cost_model,
+        "assumptions": assumptions,
+        "series": [
+            {
+                "plan": s.plan,
+                "link": s.link,
+                "time_s": [None if v != v else v for v in plain(s.time_s)],
+                "fits_in_memory": plain(s.fits),
+            }
+            for s in result.series
+        ],
+        "crossings": [
+            {
+                "link": c.link,
+                "faster_below": c.before,
+                "faster_above": c.after,
+                "at": c.at,
+                "bracket": [c.low, c.high],
+                "exact": c.exact,
+                "text": describe_crossing(c, result.variable),
+            }
+            for c in result.crossings
+        ],
+    }
+
+
+def _as_csv(result: Any) -> str:
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow([result.variable, "link", "plan", "time_s", "fits_in_memory", "winner"])
+    for link in dict.fromkeys(s.link for s in result.series):
+        winners = result.winners(link)
+        for s in result.series_for(link):
+            for j, x in enumerate(result.values):
+                t = s.time_s[j]
+                w.writerow(
+                    [f"{x:g}", link, s.plan, "" if t != t else f"{t:.6g}", bool(s.fits[j]), winners[j] == s.plan]
+                )
+    return buf.getvalue()
+
+
+def _rows_to_show(result: Any, all_rows: bool) -> list[int]:
+    import numpy as np
+
+    n = len(result.values)
+    if all_rows:
+        return list(range(n))
+    x = result.values
+    keep = {0, n - 1}
+    keep |= {i for i in range(n) if x[i] > 0 and np.log2(x[i]) == int(np.log2(x[i]))}
+    for c in result.crossings:
+        keep |= {i for i in range(n) if c.low <= x[i] <= c.high and (x[i] == c.low or x[i] == c.high or x[i] == c.at)}
+        keep |= {i for i in range(n) if x[i] == c.at or (i + 1 < n and x[i] < c.at <= x[i + 1])}
+    return sorted(keep)
+
+
+def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
+    from rich.table import Table
+
+    from shardwise.analyses.crossover import describe_crossing
+    from shardwise.analyses.experiment import DISPLAY_SCALE, VARIABLES
+    from shardwise.cli.render import console
+    from shardwise.units import format_seconds
+
+    out = console()
+    exp = result.experiment
+    out.print(f"[bold]{_ylabel(exp)}[/] against {VARIABLES[result.variable].label}")
+    out.print(f"[dim]{assumptions}[/]")
+    links = list(dict.fromkeys(s.link for s in result.series))
+    table = Table(header_style="bold", show_lines=False)
+    table.add_column(result.variable, justify="right")
+    for link in links:
+        for s in result.series_for(link):
+            table.add_column(f"{s.plan}\n{link}", justify="right")
+        table.add_column(f"faster\n{link}")
+    scale = DISPLAY_SCALE.get(result.variable, 1.0)
+    shown = _rows_to_show(result, all_rows)
+    winners = {link: result.winners(link) for link in links}
+    for j in shown:
+        cells = [f"{result.values[j] * scale:g}"]
+        for link in links:
+            for s in result.series_for(link):
+                t = s.time_s[j]
+                cell = "invalid" if t != t else format_seconds(float(t))
+                cells.append(cell + ("" if s.fits[j] or t != t else " *"))
+            cells.append(winners[link][j])
+        table.add_row(*cells)
+    out.print(table)
+    if len(shown) < len(result.values):
+        out.print(f"[dim]{len(shown)} of {len(result.values)} grid values shown (--all-rows for all)[/]")
+    if any((~s.fits & (s.time_s == s.time_s)).any() for s in result.series):
+        out.print("[dim]* does not fit in GPU memory[/]")
+    out.print()
+    for link in links:
+        found = result.crossings_for(link)
+        if not found:
+            out.print(f"{link}: no crossover in this range ({winners[link][0] or 'no plan'} is fastest throughout)")
+        for c in found:
+            out.print(f"[bold]crossover[/]: {describe_crossing(c, result.variable)}")
+    if figure is not None:
+        out.print(f"\nfigure: {figure}")

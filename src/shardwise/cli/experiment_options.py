@@ -1,0 +1,137 @@
+"""Flags shared by `crossover`, `sweep` and `sensitivity`, and the Experiment they build.
+
+Defaults are the brief's experiment (Section 8 of the Russian article): its model (hidden 4096,
+96 layers), 8 GPUs of 312 TFLOP/s (A100), TP=8 against PP=8, NVLink against PCIe. What the brief
+leaves open is chosen and documented here: sequences of 2048 tokens, micro-batch 1 (so PP gets
+as many micro-batches as the batch has sequences), a training step (forward + backward +
+optimizer), bf16, FlashAttention, no recomputation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.cli.options import _stack
+
+experiment_options = _stack(
+    click.option(
+        "--model",
+        "model_name",
+        metavar="NAME|FILE",
+        default="brief",
+        show_default=True,
+        help="Model preset or YAML file.",
+    ),
+    click.option("--layers", type=int, help="Override the model's layers."),
+    click.option("--hidden", type=int, help="Override the hidden size (heads follow: head dim 128)."),
+    click.option("--seq-len", type=int, help="Override the sequence length (tokens)."),
+    click.option(
+        "--gpu",
+        "gpu_name",
+        metavar="NAME|FILE",
+        default="a100-sxm4-80gb",
+        show_default=True,
+        help="GPU preset (the brief's 312 TFLOP/s is an A100).",
+    ),
+    click.option("--gpus", type=int, default=8, show_default=True, help="GPUs (a plan's dp fills what tp x pp leave)."),
+    click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs per server."),
+    click.option(
+        "--inter-link",
+        default="ib-hdr",
+        show_default=True,
+        metavar="NAME|RATE",
+        help="Each GPU's link across servers (used when --gpus exceeds a server).",
+    ),
+    click.option(
+        "--link",
+        "links",
+        multiple=True,
+        metavar="[LABEL=]NAME|RATE[,latency=..]",
+        help="A link inside the server to compare (repeat). [default: NVLink=nvlink3 PCIe=pcie4]",
+    ),
+    click.option(
+        "--plan",
+        "plans",
+        multiple=True,
+        metavar="tp=N[,pp=N,...]",
+        help="A plan to compare (repeat): tp, pp (a number or 'all'), vpp, mb, schedule, recompute, sp, zero. "
+        "[default: tp=8 pp=8]",
+    ),
+    click.option("--batch", type=int, default=8, show_default=True, help="Global batch (sequences) when not varied."),
+    click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
+    click.option(
+        "--workload",
+        type=click.Choice(["train", "forward"]),
+        default="train",
+        show_default=True,
+        help="train: time of a training step; forward: latency of one forward pass of the batch.",
+    ),
+    click.option(
+        "--cost-model",
+        type=click.Choice(["physical", "textbook"]),
+        default="physical",
+        show_default=True,
+        help="physical: shardwise's model; textbook: the brief's Section 7 formulas, verbatim.",
+    ),
+    click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
+    click.option("--flash-attention/--no-flash-attention", default=True, show_default=True),
+    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+)
+
+
+def build_experiment(o: dict[str, Any]) -> Any:
+    from shardwise import presets
+    from shardwise.analyses.experiment import BRIEF_LINKS, Experiment, LinkSpec, PlanSpec, brief_experiment
+    from shardwise.cli.options import _link
+    from shardwise.errors import SpecError
+
+    base = brief_experiment()
+    overrides = {k: o[k] for k in ("layers", "seq_len") if o.get(k) is not None}
+    if o.get("hidden") is not None:
+        h = o["hidden"]
+        heads = max(h // 128, 8)
+        overrides.update(hidden=h, heads=heads, kv_heads=heads, ffn_hidden=4 * h)
+    model = presets.model(o["model_name"], **overrides)
+    for flag in ("gpus", "gpus_per_node", "batch", "micro_batch"):
+        if o[flag] < 1:
+            raise SpecError(f"--{flag.replace('_', '-')}: {o[flag]} is not allowed; it must be >= 1")
+    links = tuple(LinkSpec.parse(t) for t in o["links"])
+    if not links:  # the textbook model takes the brief's figures literally
+        links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
+    plans = tuple(PlanSpec.parse(t) for t in o["plans"]) or base.plans
+    if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
+        raise SpecError("each --plan and each --link label must be different")
+    return Experiment(
+        model=model,
+        gpu=presets.gpu(o["gpu_name"]),
+        gpus=o["gpus"],
+        gpus_per_node=o["gpus_per_node"],
+        inter_node_link=_link(o["inter_link"], "inter-link"),
+        links=links,
+        plans=plans,
+        batch=o["batch"],
+        micro_batch=o["micro_batch"],
+        workload=o["workload"],
+        cost_model=o["cost_model"],
+        plan_defaults={
+            "recompute": o["recompute"],
+            "flash_attention": o["flash_attention"],
+            "precision": o["precision"],
+        },
+    )
+
+
+def describe_experiment(exp: Any) -> str:
+    """One paragraph: what was held fixed."""
+    m = exp.model
+    work = "training step (forward + backward + optimizer)" if exp.workload == "train" else "forward pass latency"
+    model_txt = "the brief's Section 7 formulas" if exp.cost_model == "textbook" else "shardwise's physical model"
+    links = ", ".join(
+        f"{lk.label} = {lk.link.name} ({lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction)" for lk in exp.links
+    )
+    return (
+        f"{model_txt}; {m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, sequence {m.seq_len}; "
+        f"{exp.gpus} x {exp.gpu.name}; {work}; micro-batch {exp.micro_batch}; links: {links}"
+    )

@@ -1,0 +1,99 @@
+"""Latency of one forward pass (no backward, no optimizer): a batch of sequences through the
+model, as in inference prefill (time to first token) or decoding one token with a KV cache.
+
+The global batch is split into m = B / (dp * b) micro-batches that flow through the p stages;
+each stage j spends c_j = f_j + t_p2p per micro-batch (its layers' forward with exposed TP
+collectives, one send to the next stage), so, as for training,
+
+    T = m max_j c_j + sum_j c_j - max_j c_j        ( = (m + p - 1) c for equal stages )
+
+With one micro-batch every stage waits for the previous one: PP adds hops but no speed-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_per_transfer, stages
+from shardwise.engines.training import pipeline_makespan_s
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.params import stage_params_per_gpu
+from shardwise.physics.topology import group_placement
+from shardwise.specs import Scenario
+from shardwise.specs._checks import Number
+
+
+@dataclass(frozen=True)
+class ForwardEstimate:
+    """Seconds of one forward pass and where they go (parts add up to `latency_s`)."""
+
+    scenario: Scenario
+    latency_s: Number
+    compute_s: Number
+    tp_comm_s: Number
+    pp_p2p_s: Number
+    pp_bubble_s: Number
+    weights_bytes: Number  # 16-bit weights on the fullest GPU
+    kv_cache_bytes: Number  # keys and values the pass leaves behind, per GPU
+
+    def as_dict(self) -> dict[str, Number]:
+        return {
+            "compute": self.compute_s,
+            "tp_comm": self.tp_comm_s,
+            "pp_p2p": self.pp_p2p_s,
+            "pp_bubble": self.pp_bubble_s,
+        }
+
+    @property
+    def tokens_per_s(self) -> Number:
+        return self.scenario.plan.global_batch / self.latency_s
+
+
+def estimate_forward(
+    scn: Scenario, q_len: Number | None = None, kv_len: Number | None = None, logits_for_all: bool = False
+) -> ForwardEstimate:
+    """One forward pass of `plan.global_batch` sequences of `q_len` new tokens each (default the
+    model's sequence length) attending to `kv_len` tokens (default q_len). Only the last token of
+    each sequence gets logits unless `logits_for_all` (training-style forward)."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
+    s_q = model.seq_len if q_len is None else q_len
+    s_kv = s_q if kv_len is None else kv_len
+    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
+    p, m = np.asarray(plan.pp, dtype=float), np.asarray(plan.num_micro_batches, dtype=float)
+
+    layer, fwd = layer_cost(scn, fabric, place["tp"], s_q, s_kv)
+    msg = fwd.tp_message_bytes
+    emb = embedding_cost(scn, fabric, place["tp"], msg, s_q)
+    head = head_cost(scn, fabric, place["tp"], msg, s_q if logits_for_all else 1, loss=False)
+    first, middle, last = stages(model.layers / p, p, layer, emb, head)
+    # one send of activations per micro-batch and stage boundary (training pays two per chunk)
+    send = p2p_per_transfer(scn, fabric, place, msg)
+    c = [s.compute_f + s.tp_f + send for s in (first, middle, last)]
+    latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
+    c_max = np.maximum(np.maximum(c[0], np.where(p > 2, c[1], 0.0)), c[2])
+    slow = np.where(c[0] >= np.maximum(c[1], c[2]), 0, np.where(c[2] >= c[1], 2, 1))
+    pick = [first, middle, last]
+    compute = np.choose(slow, [s.compute_f for s in pick])
+    tp = np.choose(slow, [s.tp_f for s in pick])
+    params = max_params(scn)
+    e = plan.bytes_per_element
+    kv_cache = 2 * e * (model.layers / p) * plan.micro_batch * m * s_kv * model.kv_heads * model.head_dim / plan.tp
+    return ForwardEstimate(
+        scenario=scn,
+        latency_s=latency,
+        compute_s=m * compute,
+        tp_comm_s=m * tp,
+        pp_p2p_s=m * send,
+        pp_bubble_s=latency - m * c_max,
+        weights_bytes=params * e,
+        kv_cache_bytes=kv_cache,
+    )
+
+
+def max_params(scn: Scenario) -> Number:
+    """Parameters on the fullest GPU (first or last stage)."""
+    first, middle, last = stage_params_per_gpu(scn.model, scn.plan.tp, scn.plan.pp)
+    return np.maximum(np.maximum(first, middle), last)
