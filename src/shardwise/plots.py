@@ -149,3 +149,154 @@ def side_by_side(figures: Sequence[tuple[str, CrossoverResult, str]], suptitle: 
     fig.suptitle(suptitle, fontsize=12, x=0.01, ha="left")
     fig.tight_layout()
     return fig
+
+
+def _edges(values: np.ndarray, log: bool) -> np.ndarray:
+    """Cell edges around grid values (geometric midpoints on a log axis)."""
+    v = np.asarray(values, dtype=float)
+    if len(v) == 1:
+        return np.array([v[0] * 0.9, v[0] * 1.1]) if log else np.array([v[0] - 0.5, v[0] + 0.5])
+    if log:
+        mids = np.sqrt(v[:-1] * v[1:])
+        return np.concatenate([[v[0] ** 2 / mids[0]], mids, [v[-1] ** 2 / mids[-1]]])
+    mids = 0.5 * (v[:-1] + v[1:])
+    return np.concatenate([[2 * v[0] - mids[0]], mids, [2 * v[-1] - mids[-1]]])
+
+
+def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
+    """For a two-variable sweep: the fastest plan in each cell, shaded by how much faster it is
+    than the runner-up, with the boundary where the winner changes; one panel per link."""
+    from matplotlib.colors import to_rgb
+    from matplotlib.patches import Patch
+
+    xname, yname = result.variables
+    x = axis_values(xname, result.axes[0])
+    y = axis_values(yname, result.axes[1])
+    xlog = VARIABLES[xname].log and x.min() > 0
+    ylog = VARIABLES[yname].log and y.min() > 0
+    n = len(result.links)
+    fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 5.2), squeeze=False)
+    colors = [np.array(to_rgb(PLAN_COLORS[i % len(PLAN_COLORS)])) for i in range(len(result.plans))]
+    for ax, link in zip(axes[0], result.links, strict=True):
+        w = result.winner(link)  # (nx, ny)
+        strength = np.clip(np.log(result.margin(link)) / np.log(full_margin), 0, 1)
+        rgb = np.ones((*w.shape, 3)) * 0.85
+        for i, c in enumerate(colors):
+            mask = w == i
+            s = (0.25 + 0.75 * strength[mask])[:, None]
+            rgb[mask] = 1 - s * (1 - c)
+        ax.pcolormesh(_edges(x, xlog), _edges(y, ylog), np.transpose(rgb, (1, 0, 2)), shading="flat")
+        if len(result.plans) > 1 and len(x) > 1 and len(y) > 1:
+            levels = np.arange(len(result.plans) - 1) + 0.5
+            ax.contour(x, y, w.T.astype(float), levels=levels, colors="black", linewidths=1.8)
+        if xlog:
+            ax.set_xscale("log")
+        if ylog:
+            ax.set_yscale("log")
+        ax.set_xlabel(VARIABLES[xname].label)
+        ax.set_ylabel(VARIABLES[yname].label)
+        link_spec = next(lk for lk in result.experiment.links if lk.label == link)
+        ax.set_title(
+            f"{link}: {link_spec.link.name}, latency {link_spec.link.latency_s * 1e6:g} µs per step",
+            fontsize=10,
+            loc="left",
+        )
+        for name, axis_set in ((xname, ax.axvline), (yname, ax.axhline)):
+            if name == "bandwidth":
+                bw = link_spec.link.bandwidth_bytes_per_s * DISPLAY_SCALE["bandwidth"]
+                axis_set(bw, color="white", ls="--", lw=1.2)
+    handles = [Patch(color=PLAN_COLORS[i % len(PLAN_COLORS)], label=f"{p} fastest") for i, p in enumerate(result.plans)]
+    handles.append(Patch(facecolor=(0.85, 0.85, 0.85), label="no valid plan"))
+    fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, -0.02))
+    fig.suptitle(
+        f"fastest plan per cell (black line: where the winner changes; pale = within a few %, "
+        f"full colour = {full_margin:g}x faster or more; dashed: the link's own bandwidth)",
+        fontsize=10,
+        x=0.01,
+        ha="left",
+    )
+    fig.tight_layout(rect=(0, 0.05, 1, 0.95))
+    return fig
+
+
+def crossover_curves(curves: Sequence[Any], plans: Sequence[str], max_batch: int, title: str) -> Figure:
+    """Crossover batch against a variable, one line per link; 'no crossover' drawn at the top."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    variable = curves[0].variable
+    for k, c in enumerate(curves):
+        x = axis_values(variable, c.values)
+        y = np.asarray(c.crossover_batch, dtype=float)
+        style = LINK_STYLES[k % len(LINK_STYLES)]
+        ax.plot(x, y, style, marker="o", lw=2, color=PLAN_COLORS[k % len(PLAN_COLORS)], label=f"{c.link}")
+        none = np.isnan(y)
+        if none.any():
+            ax.plot(
+                x[none], np.full(none.sum(), max_batch), "^", ms=9, color=PLAN_COLORS[k % len(PLAN_COLORS)], mfc="none"
+            )
+    _set_x(ax, variable, axis_values(variable, curves[0].values))
+    ax.set_yscale("log", base=2)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylabel(f"crossover batch (sequences; triangle: none up to {max_batch})")
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(title="link", fontsize=9)
+    ax.set_title(title, fontsize=11, loc="left")
+    notes = [
+        f"below a line the plan that wins at batch 1 is faster, above it the other one; "
+        f"triangles: no crossover up to batch {max_batch}:"
+    ]
+    for c in curves:
+        none = [
+            f"{v:g} ({w})"
+            for v, b, w in zip(axis_values(variable, c.values), c.crossover_batch, c.winner_at_batch_1, strict=True)
+            if b != b
+        ]
+        if none:
+            notes.append(f"  {c.link}: at {variable} " + ", ".join(none) + " the plan in brackets wins throughout")
+    fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, color="#444444", va="top")
+    return fig
+
+
+def tornado(base_ratio: float, bars: Sequence[Any], plans: Sequence[str], factor: float, title: str) -> Figure:
+    """One-at-a-time sensitivity: the ratio time(A)/time(B) with each input divided and multiplied
+    by `factor`; the widest bar is the input that matters most."""
+    from shardwise.analyses.experiment import SHORT_NAME
+
+    fig, ax = plt.subplots(figsize=(8.5, 0.55 * len(bars) + 1.8))
+    ys = np.arange(len(bars))[::-1]
+    for y, bar in zip(ys, bars, strict=True):
+        lo, hi = bar.ratio_low, bar.ratio_high
+        ax.barh(y, lo - base_ratio, left=base_ratio, color="#6baed6", height=0.6)
+        ax.barh(y, hi - base_ratio, left=base_ratio, color="#fd8d3c", height=0.6)
+        for value in (lo, hi):
+            ax.annotate(
+                f"{value:.2f}",
+                (value, y),
+                xytext=(3 if value >= base_ratio else -3, 0),
+                textcoords="offset points",
+                ha="left" if value >= base_ratio else "right",
+                va="center",
+                fontsize=8,
+            )
+    ax.set_yticks(ys, [SHORT_NAME.get(b.variable, b.variable) for b in bars])
+    ax.axvline(base_ratio, color="black", lw=1)
+    ax.axvline(1.0, color="gray", ls="--", lw=1)
+    ax.set_xscale("log", base=2)
+    lo = min([base_ratio, *(min(b.ratio_low, b.ratio_high) for b in bars)])
+    hi = max([base_ratio, *(max(b.ratio_low, b.ratio_high) for b in bars)])
+    ticks = [t for t in (0.25, 0.33, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 6, 8) if lo / 1.3 <= t <= hi * 1.3]
+    ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+    ax.set_xlabel(f"time({plans[0]}) / time({plans[1]})   (< 1: {plans[0]} faster; dashed: equal)")
+    from matplotlib.patches import Patch
+
+    ax.legend(
+        handles=[
+            Patch(color="#6baed6", label=f"input / {factor:g}"),
+            Patch(color="#fd8d3c", label=f"input x {factor:g}"),
+        ],
+        fontsize=8,
+        loc="lower right",
+    )
+    ax.set_title(f"{title}\nbaseline ratio {base_ratio:.2f} (black line)", fontsize=11, loc="left")
+    ax.grid(True, axis="x", which="both", alpha=0.25)
+    return fig

@@ -297,17 +297,17 @@ def _valid(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
     tp, pp, dp, mb = x["tp"], x["pp"], x["dp"], kwargs["micro_batch"]
     vpp = kwargs.get("vpp", 1)
     ok = (np.mod(dp, 1) == 0) & (dp >= 1) & (np.mod(x["gpus"], 1) == 0)
-    ok &= np.mod(x["layers"], pp * vpp) == 0
-    ok &= (np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0)
-    ok &= np.mod(x["hidden"], x["heads"]) == 0
-    ok &= np.mod(x["batch"], np.maximum(dp, 1) * mb) == 0
+    ok = ok & (np.mod(x["layers"], pp * vpp) == 0)
+    ok = ok & ((np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0))
+    ok = ok & (np.mod(x["hidden"], x["heads"]) == 0)
+    ok = ok & (np.mod(x["batch"], np.maximum(dp, 1) * mb) == 0)
     per_node = np.minimum(exp.gpus_per_node, x["gpus"])
-    ok &= (np.mod(per_node, tp) == 0) | (np.mod(tp, per_node) == 0)
-    ok &= np.mod(x["gpus"], per_node) == 0
+    ok = ok & ((np.mod(per_node, tp) == 0) | (np.mod(tp, per_node) == 0))
+    ok = ok & (np.mod(x["gpus"], per_node) == 0)
     if kwargs.get("schedule") == "interleaved":
-        ok &= np.mod(x["batch"] / (np.maximum(dp, 1) * mb), pp) == 0
+        ok = ok & (np.mod(x["batch"] / (np.maximum(dp, 1) * mb), pp) == 0)
     if kwargs.get("sequence_parallel"):
-        ok &= np.mod(x["seq_len"], tp) == 0
+        ok = ok & (np.mod(x["seq_len"], tp) == 0)
     return np.asarray(ok)
 
 

@@ -17,6 +17,12 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
     "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems and models."),
+    "sensitivity": (
+        "shardwise.cli.sensitivity",
+        "sensitivity",
+        "Crossover batch vs depth and width; which input matters most.",
+    ),
+    "sweep": ("shardwise.cli.sweep", "sweep", "A grid over several variables: every plan, every link, winner maps."),
     "validate": ("shardwise.cli.validate", "validate", "Compare predictions with published measurements."),
 }
 

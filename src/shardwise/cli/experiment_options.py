@@ -126,12 +126,17 @@ def build_experiment(o: dict[str, Any]) -> Any:
 def describe_experiment(exp: Any) -> str:
     """One paragraph: what was held fixed."""
     m = exp.model
-    work = "training step (forward + backward + optimizer)" if exp.workload == "train" else "forward pass latency"
-    model_txt = "the brief's Section 7 formulas" if exp.cost_model == "textbook" else "shardwise's physical model"
     links = ", ".join(
         f"{lk.label} = {lk.link.name} ({lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction)" for lk in exp.links
     )
+    if exp.cost_model == "textbook":
+        return (
+            f"the brief's Section 7 formulas, verbatim: {m.layers} layers, hidden {m.hidden}, "
+            f"{exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; batch = rows of X (tokens); "
+            f"PP micro-batch min(batch, 4); links: {links}"
+        )
+    work = "training step (forward + backward + optimizer)" if exp.workload == "train" else "forward pass latency"
     return (
-        f"{model_txt}; {m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, sequence {m.seq_len}; "
-        f"{exp.gpus} x {exp.gpu.name}; {work}; micro-batch {exp.micro_batch}; links: {links}"
+        f"shardwise's physical model; {m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
+        f"sequence {m.seq_len}; {exp.gpus} x {exp.gpu.name}; {work}; micro-batch {exp.micro_batch}; links: {links}"
     )

@@ -1,0 +1,102 @@
+"""Sensitivity of the TP/PP comparison (the brief's step 6).
+
+- `crossover_batch_vs`: for each value of one variable (layers, hidden, ...), the batch at which
+  the fastest of two plans changes, from one sweep over (variable x every batch 1..max_batch);
+- `one_at_a_time`: the ratio time(plan A) / time(plan B) at a baseline, and with each input in
+  turn halved and doubled, ranked by how far it moves the ratio (a tornado chart).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.analyses.experiment import Experiment, times_s
+from shardwise.analyses.sweep import run_sweep
+
+TORNADO_INPUTS = ("batch", "bandwidth", "latency", "layers", "hidden", "seq_len", "peak_flops", "hbm_bandwidth")
+
+
+@dataclass(frozen=True)
+class CrossoverCurve:
+    """Crossover batch of plans[0] vs plans[1] on one link, per value of `variable`."""
+
+    link: str
+    variable: str
+    values: np.ndarray
+    crossover_batch: np.ndarray  # first batch where the other plan wins; NaN: no change up to max batch
+    winner_at_batch_1: list[str]
+
+
+def crossover_batch_vs(
+    exp: Experiment, variable: str, values: np.ndarray, max_batch: int = 256
+) -> list[CrossoverCurve]:
+    """Where the winner at batch 1 first loses, as `variable` moves (one sweep per link)."""
+    if len(exp.plans) != 2:
+        raise ValueError("crossover_batch_vs compares exactly two plans")
+    batches = np.arange(1, max_batch + 1, dtype=float)
+    result = run_sweep(exp, [(variable, np.asarray(values, dtype=float)), ("batch", batches)])
+    curves = []
+    for link in result.links:
+        w = result.winner(link)  # (values, batches)
+        first = w[:, 0]
+        changed = (w != first[:, None]) & (w >= 0) & (first[:, None] >= 0)
+        idx = np.where(changed.any(axis=1), changed.argmax(axis=1), -1)
+        crossing = np.where(idx >= 0, batches[np.maximum(idx, 0)], np.nan)
+        names = [result.plans[i] if i >= 0 else "" for i in first]
+        curves.append(CrossoverCurve(link, variable, result.axes[0], crossing, names))
+    return curves
+
+
+@dataclass(frozen=True)
+class TornadoBar:
+    variable: str
+    base_value: float
+    low_value: float
+    high_value: float
+    ratio_low: float  # time(plan A) / time(plan B) with the input scaled down
+    ratio_high: float
+
+    @property
+    def spread(self) -> float:
+        """How far the input moves the ratio, in log2 units (a factor of 2 either way = 1)."""
+        return float(abs(np.log2(self.ratio_high) - np.log2(self.ratio_low)))
+
+
+def _base_value(exp: Experiment, link_index: int, variable: str) -> float:
+    m, link, gpu = exp.model, exp.links[link_index].link, exp.gpu
+    return float(
+        {
+            "batch": exp.batch,
+            "bandwidth": link.bandwidth_bytes_per_s,
+            "latency": link.latency_s,
+            "layers": m.layers,
+            "hidden": m.hidden,
+            "seq_len": m.seq_len,
+            "peak_flops": gpu.peak_flops_per_s_16bit,
+            "hbm_bandwidth": gpu.memory_bandwidth_bytes_per_s,
+        }[variable]
+    )
+
+
+def one_at_a_time(
+    exp: Experiment, link_index: int = 0, factor: float = 2.0, inputs: tuple[str, ...] = TORNADO_INPUTS
+) -> tuple[float, list[TornadoBar]]:
+    """(baseline ratio, bars sorted by spread) for plans[0] / plans[1] on one link."""
+    if len(exp.plans) != 2:
+        raise ValueError("one_at_a_time compares exactly two plans")
+    a, b = exp.plans
+    link = exp.links[link_index].link
+    bars = []
+    base_ratio = float("nan")
+    for name in inputs:
+        base = _base_value(exp, link_index, name)
+        values = np.array([base / factor, base, base * factor])
+        ta, _ = times_s(exp, a, link, name, values)
+        tb, _ = times_s(exp, b, link, name, values)
+        ratio = ta / tb
+        base_ratio = float(ratio[1])
+        bars.append(TornadoBar(name, base, values[0], values[2], float(ratio[0]), float(ratio[2])))
+    bars.sort(key=lambda bar: -bar.spread if np.isfinite(bar.spread) else 0.0)
+    return base_ratio, bars

@@ -1,0 +1,103 @@
+"""A grid over several variables at once, every plan on every link, in vectorized calls.
+
+The grid is an outer product of the varied values. Each input keeps its own axis
+(`np.meshgrid(sparse=True)`), so the cost model computes what depends on one variable once per
+value of that variable and only combines at the end; large grids are evaluated in blocks
+along the first axis (a progress callback sees each block).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardwise.analyses.experiment import Experiment, evaluate
+
+BLOCK_POINTS = 2_000_000  # grid points per vectorized call
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    experiment: Experiment
+    variables: tuple[str, ...]
+    axes: tuple[np.ndarray, ...]
+    links: tuple[str, ...]
+    plans: tuple[str, ...]
+    times_s: dict[tuple[str, str], np.ndarray]  # (link, plan) -> grid-shaped seconds (NaN = invalid)
+    fits: dict[tuple[str, str], np.ndarray]
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(a) for a in self.axes)
+
+    @property
+    def points(self) -> int:
+        return int(np.prod(self.shape)) * len(self.links) * len(self.plans)
+
+    def stack(self, link: str) -> np.ndarray:
+        """(plans, *grid) seconds on one link; inf where a plan is invalid."""
+        t = np.stack([self.times_s[(link, p)] for p in self.plans])
+        return np.where(np.isnan(t), np.inf, t)
+
+    def winner(self, link: str) -> np.ndarray:
+        """Index into `plans` of the fastest plan at each grid point (-1 where none is valid)."""
+        t = self.stack(link)
+        best = np.argmin(t, axis=0)
+        return np.where(np.isinf(np.min(t, axis=0)), -1, best)
+
+    def margin(self, link: str) -> np.ndarray:
+        """How many times faster the winner is than the runner-up (1 = a tie; inf: only one valid)."""
+        t = np.sort(self.stack(link), axis=0)
+        if t.shape[0] < 2:
+            return np.full(t.shape[1:], np.inf)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return t[1] / t[0]
+
+    def columns(self) -> Iterator[tuple[str, np.ndarray]]:
+        """Wide table, one row per (link, grid point): the variables, each plan's time, winner, margin."""
+        mesh = np.meshgrid(*self.axes, indexing="ij")
+        n = int(np.prod(self.shape))
+        yield "link", np.repeat(np.array(self.links, dtype=object), n)
+        for name, values in zip(self.variables, mesh, strict=True):
+            yield name, np.tile(values.ravel(), len(self.links))
+        for plan in self.plans:
+            yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
+            yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
+        names = np.array([*self.plans, ""], dtype=object)
+        yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
+        yield "margin", np.concatenate([self.margin(link).ravel() for link in self.links])
+
+
+def run_sweep(
+    exp: Experiment,
+    grid: Sequence[tuple[str, np.ndarray]],
+    progress: Callable[[int], Any] | None = None,
+) -> SweepResult:
+    """Evaluate every plan on every link over the outer product of `grid` (name, values) pairs.
+    `progress(points)` is called after each block with the grid points just done."""
+    names = tuple(name for name, _ in grid)
+    if len(set(names)) != len(names):
+        raise ValueError("each variable may be varied once")
+    axes = tuple(np.asarray(values, dtype=float) for _, values in grid)
+    shape = tuple(len(a) for a in axes)
+    rows_per_block = max(1, BLOCK_POINTS // max(1, int(np.prod(shape[1:]))))
+    times: dict[tuple[str, str], np.ndarray] = {}
+    fits: dict[tuple[str, str], np.ndarray] = {}
+    for link in exp.links:
+        for plan in exp.plans:
+            t_out, f_out = np.empty(shape), np.empty(shape, dtype=bool)
+            for start in range(0, shape[0], rows_per_block):
+                stop = min(shape[0], start + rows_per_block)
+                block = (axes[0][start:stop], *axes[1:])
+                mesh = np.meshgrid(*block, indexing="ij", sparse=True)
+                t, f = evaluate(exp, plan, link.link, dict(zip(names, mesh, strict=True)))
+                t_out[start:stop], f_out[start:stop] = t, f
+                if progress is not None:
+                    progress((stop - start) * int(np.prod(shape[1:])))
+            times[(link.label, plan.label)], fits[(link.label, plan.label)] = t_out, f_out
+    return SweepResult(
+        exp, names, axes, tuple(lk.label for lk in exp.links), tuple(p.label for p in exp.plans), times, fits
+    )

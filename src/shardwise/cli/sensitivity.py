@@ -1,0 +1,204 @@
+"""`shardwise sensitivity`: the brief's step 6 (crossover batch vs layers and hidden size, and a
+one-at-a-time chart of which input moves the TP/PP ratio most)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.cli.experiment_options import experiment_options
+
+
+@click.command()
+@experiment_options
+@click.option(
+    "--layers-values",
+    default="8..192:24",
+    show_default=True,
+    metavar="VALUES",
+    help="Layer counts for the crossover-vs-layers curve (LO..HI[:N] or a list).",
+)
+@click.option(
+    "--hidden-values",
+    default="512..16384:x2",
+    show_default=True,
+    metavar="VALUES",
+    help="Hidden sizes for the crossover-vs-hidden curve (thin to wide layers).",
+)
+@click.option("--max-batch", type=int, default=256, show_default=True, help="Largest batch searched for a crossover.")
+@click.option(
+    "--factor",
+    type=float,
+    default=2.0,
+    show_default=True,
+    help="One-at-a-time chart: each input divided and multiplied by this.",
+)
+@click.option(
+    "--plot-prefix",
+    default="sensitivity",
+    show_default=True,
+    metavar="PREFIX",
+    help="Figures PREFIX-layers.png, PREFIX-hidden.png, PREFIX-tornado.png.",
+)
+@click.option("--no-plot", is_flag=True, help="Do not write figures.")
+@click.option("--json", "as_json", is_flag=True, help="Print the curves and the ranking as JSON.")
+def sensitivity(
+    layers_values: str,
+    hidden_values: str,
+    max_batch: int,
+    factor: float,
+    plot_prefix: str,
+    no_plot: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """How the crossover batch of two plans moves with depth and width, and which input moves
+    their time ratio most (each input halved and doubled around the --batch baseline)."""
+    from shardwise.analyses.experiment import parse_vary
+    from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
+    from shardwise.cli.experiment_options import build_experiment, describe_experiment
+    from shardwise.errors import SpecError
+
+    exp = build_experiment(options)
+    if len(exp.plans) != 2:
+        raise SpecError(f"sensitivity compares exactly two plans (got {len(exp.plans)} --plan)")
+    if max_batch < 2 or factor <= 1:
+        raise SpecError("--max-batch must be >= 2 and --factor > 1")
+    plans = [p.label for p in exp.plans]
+    _, layers = parse_vary(f"layers={layers_values}")
+    _, hidden = parse_vary(f"hidden={hidden_values}")
+    by_layers = crossover_batch_vs(exp, "layers", layers, max_batch)
+    by_hidden = crossover_batch_vs(exp, "hidden", hidden, max_batch)
+    tornadoes = [(lk.label, *one_at_a_time(exp, i, factor)) for i, lk in enumerate(exp.links)]
+    figures = []
+    if not no_plot and not as_json:
+        figures = _plots(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, plot_prefix)
+    if as_json:
+        from shardwise import export
+
+        click.echo(
+            export.dumps(
+                {
+                    "assumptions": describe_experiment(exp),
+                    "plans": plans,
+                    "crossover_batch_vs_layers": _curves(by_layers),
+                    "crossover_batch_vs_hidden": _curves(by_hidden),
+                    "one_at_a_time": {
+                        link: {
+                            "baseline_ratio": base,
+                            "bars": [
+                                {
+                                    "input": b.variable,
+                                    "low": b.low_value,
+                                    "high": b.high_value,
+                                    "ratio_low": b.ratio_low,
+                                    "ratio_high": b.ratio_high,
+                                }
+                                for b in bars
+                            ],
+                        }
+                        for link, base, bars in tornadoes
+                    },
+                }
+            )
+        )
+        return
+    _print(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figures, describe_experiment(exp))
+
+
+def _curves(curves: list[Any]) -> dict[str, Any]:
+    return {
+        c.link: [
+            {c.variable: float(v), "crossover_batch": None if b != b else float(b), "winner_at_batch_1": w}
+            for v, b, w in zip(c.values, c.crossover_batch, c.winner_at_batch_1, strict=True)
+        ]
+        for c in curves
+    }
+
+
+def _plots(
+    exp: Any,
+    plans: list[str],
+    by_layers: Any,
+    by_hidden: Any,
+    tornadoes: Any,
+    factor: float,
+    max_batch: int,
+    prefix: str,
+) -> list[Any]:
+    from shardwise import plots
+
+    m = exp.model
+    vs = f"{plans[0]} vs {plans[1]}"
+    out = [
+        plots.save(
+            plots.crossover_curves(by_layers, plans, max_batch, f"{vs}: crossover batch vs depth (hidden {m.hidden})"),
+            f"{prefix}-layers.png",
+        ),
+        plots.save(
+            plots.crossover_curves(by_hidden, plans, max_batch, f"{vs}: crossover batch vs width ({m.layers} layers)"),
+            f"{prefix}-hidden.png",
+        ),
+    ]
+    link, base, bars = tornadoes[0]
+    title = f"{vs} on {link}, batch {exp.batch}: which input moves the ratio most"
+    out.append(plots.save(plots.tornado(base, bars, plans, factor, title), f"{prefix}-tornado.png"))
+    return out
+
+
+def _print(
+    exp: Any,
+    plans: list[str],
+    by_layers: Any,
+    by_hidden: Any,
+    tornadoes: Any,
+    factor: float,
+    max_batch: int,
+    figures: list[Any],
+    assumptions: str,
+) -> None:
+    from rich.table import Table
+
+    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SHORT_NAME
+    from shardwise.cli.render import console
+
+    out = console()
+    out.print(f"[dim]{assumptions}[/]")
+    for title, curves in (("layers", by_layers), ("hidden", by_hidden)):
+        table = Table(
+            title=f"crossover batch of {plans[0]} vs {plans[1]} against {title} (- : none up to "
+            f"{max_batch}; the plan named wins at every batch)",
+            title_justify="left",
+            header_style="bold",
+        )
+        table.add_column(title, justify="right")
+        for c in curves:
+            table.add_column(c.link, justify="right")
+        for j, v in enumerate(curves[0].values):
+            cells = [f"{v:g}"]
+            for c in curves:
+                b = c.crossover_batch[j]
+                cells.append(f"- ({c.winner_at_batch_1[j]})" if b != b else f"{b:g} ({c.winner_at_batch_1[j]} below)")
+            table.add_row(*cells)
+        out.print(table)
+    for link, base, bars in tornadoes:
+        table = Table(
+            title=f"{link}, batch {exp.batch}: time({plans[0]}) / time({plans[1]}) = {base:.3f}; each input "
+            f"/ {factor:g} and x {factor:g}",
+            title_justify="left",
+            header_style="bold",
+        )
+        for col in ("input", "baseline", f"ratio at /{factor:g}", f"ratio at x{factor:g}"):
+            table.add_column(col, justify="left" if col == "input" else "right")
+        for b in bars:
+            scale, unit = DISPLAY_SCALE.get(b.variable, 1.0), DISPLAY_UNIT.get(b.variable, "")
+            table.add_row(
+                SHORT_NAME.get(b.variable, b.variable),
+                f"{b.base_value * scale:g}{unit}",
+                f"{b.ratio_low:.3f}",
+                f"{b.ratio_high:.3f}",
+            )
+        out.print(table)
+    for f in figures:
+        out.print(f"figure: {f}")

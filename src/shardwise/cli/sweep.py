@@ -1,0 +1,207 @@
+"""`shardwise sweep`: a grid over several variables, every plan on every link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardwise.cli.experiment_options import experiment_options
+
+PROGRESS_MIN_POINTS = 500_000  # show a progress bar from this many configurations
+
+
+@click.command()
+@experiment_options
+@click.option(
+    "--vary",
+    "varies",
+    multiple=True,
+    required=True,
+    metavar="NAME=VALUES",
+    help="A variable of the grid (repeat): batch, bandwidth, latency, layers, hidden, seq_len, gpus, "
+    "peak_flops, hbm_bandwidth, with LO..HI[:N|:xF] or a list.",
+)
+@click.option("--out", "out_path", metavar="FILE", help="Write the grid: .csv, or .parquet (needs pyarrow).")
+@click.option(
+    "--map",
+    "map_path",
+    metavar="FILE",
+    help="Winner map (.png/.svg) for a two-variable grid: fastest plan per cell, one panel per link.",
+)
+@click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
+@click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
+def sweep(
+    varies: tuple[str, ...],
+    out_path: str | None,
+    map_path: str | None,
+    no_progress: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
+    """Evaluate every --plan on every --link over the outer product of the --vary grids.
+
+    \b
+    Examples:
+      shardwise sweep --vary batch=1..64 --vary bandwidth=1GB/s..900GB/s:40 \\
+          --link NVLink=nvlink3 --link PCIe=pcie4 --map winner.png --out grid.csv
+      shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 --out grid.parquet
+    """
+    import time
+
+    from shardwise.analyses.experiment import parse_vary
+    from shardwise.analyses.sweep import run_sweep
+    from shardwise.cli.experiment_options import build_experiment
+    from shardwise.errors import SpecError
+
+    exp = build_experiment(options)
+    grid = [parse_vary(v) for v in varies]
+    if len({name for name, _ in grid}) != len(grid):
+        raise SpecError("--vary: each variable may be varied once")
+    if map_path is not None and len(grid) != 2:
+        raise SpecError(f"--map needs exactly two --vary variables (got {len(grid)})")
+    for path, allowed in ((out_path, (".csv", ".parquet")), (map_path, (".png", ".svg", ".pdf"))):
+        if path is not None:
+            _check_path(path, allowed)
+    total = 1
+    for _, values in grid:
+        total *= len(values)
+    total_configs = total * len(exp.links) * len(exp.plans)
+    start = time.perf_counter()
+    if no_progress or as_json or total_configs < PROGRESS_MIN_POINTS:
+        result = run_sweep(exp, grid)
+    else:
+        result = _with_progress(exp, grid, total_configs)
+    elapsed = time.perf_counter() - start
+    if out_path is not None:
+        _write(result, out_path)
+    if map_path is not None:
+        from shardwise import plots
+
+        plots.save(plots.winner_map(result), map_path)
+    summary = _summary(result, elapsed)
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps(summary))
+        return
+    _print(summary, out_path, map_path)
+
+
+def _check_path(path: str, allowed: tuple[str, ...]) -> None:
+    from shardwise.errors import SpecError
+
+    p = Path(path)
+    if p.suffix.lower() not in allowed:
+        raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
+    if not p.parent.exists():
+        raise SpecError(f"{path}: directory {p.parent} does not exist")
+    if p.suffix.lower() == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise SpecError("--out .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
+
+
+def _with_progress(exp: Any, grid: list[Any], total: int) -> Any:
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from shardwise.analyses.sweep import run_sweep
+
+    with Progress(
+        TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("sweep", total=total)
+        return run_sweep(exp, grid, progress=lambda n: bar.advance(task, n))
+
+
+def _write(result: Any, path: str) -> None:
+    """Write atomically: a temporary file in the same directory, renamed when complete."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    columns = dict(result.columns())
+    fd, tmp = tempfile.mkstemp(suffix=p.suffix, dir=p.parent)
+    os.close(fd)
+    try:
+        if p.suffix.lower() == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.table({k: (v.astype(str) if v.dtype == object else v) for k, v in columns.items()})
+            pq.write_table(table, tmp)
+        else:
+            _write_csv(columns, tmp)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_csv(columns: dict[str, Any], path: str) -> None:
+    import numpy as np
+
+    names = list(columns)
+    text_cols = []
+    for values in columns.values():
+        if values.dtype == object:
+            text_cols.append(values.astype(str))
+        elif values.dtype == bool:
+            text_cols.append(np.where(values, "true", "false"))
+        else:
+            text_cols.append(np.char.mod("%.6g", values))
+    body = np.char.add(text_cols[0], "")
+    for col in text_cols[1:]:
+        body = np.char.add(np.char.add(body, ","), col)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(",".join(names) + "\n")
+        fh.write("\n".join(body.tolist()))
+        fh.write("\n")
+
+
+def _summary(result: Any, elapsed: float) -> dict[str, Any]:
+    import numpy as np
+
+    from shardwise.analyses.experiment import DISPLAY_SCALE
+
+    per_link = {}
+    for link in result.links:
+        w = result.winner(link)
+        counts = {plan: int(np.sum(w == i)) for i, plan in enumerate(result.plans)}
+        counts["none valid"] = int(np.sum(w < 0))
+        per_link[link] = counts
+    return {
+        "variables": {
+            name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
+            for name, axis in zip(result.variables, result.axes, strict=True)
+        },
+        "configurations": result.points,
+        "seconds": elapsed,
+        "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
+        "winner_cells": per_link,
+    }
+
+
+def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) -> None:
+    from rich.table import Table
+
+    from shardwise.cli.render import console
+
+    out = console()
+    grid = " x ".join(f"{name} {lo:g}..{hi:g} ({n})" for name, (lo, hi, n) in summary["variables"].items())
+    out.print(f"grid: {grid}")
+    out.print(f"{summary['configurations']:,} configurations evaluated in {summary['seconds']:.2f} s")
+    table = Table(title="grid cells won by each plan", title_justify="left", header_style="bold")
+    table.add_column("link")
+    plans = [p for p in next(iter(summary["winner_cells"].values())) if p != "none valid"]
+    for p in [*plans, "none valid"]:
+        table.add_column(p, justify="right")
+    for link, counts in summary["winner_cells"].items():
+        table.add_row(link, *(f"{counts[p]:,}" for p in [*plans, "none valid"]))
+    out.print(table)
+    if out_path:
+        out.print(f"grid written to {out_path}")
+    if map_path:
+        out.print(f"winner map: {map_path}")
