@@ -17,6 +17,7 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     ),
     "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
     "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems and models."),
+    "scenario": ("shardwise.cli.scenario", "scenario", "The brief's scenarios: a figure and a finding for each claim."),
     "sensitivity": (
         "shardwise.cli.sensitivity",
         "sensitivity",

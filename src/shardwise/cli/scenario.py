@@ -1,0 +1,61 @@
+"""`shardwise scenario`: the brief's scenarios, each with a figure and a two-line finding."""
+
+from __future__ import annotations
+
+import click
+
+NAMES = [
+    "small-batch",
+    "slow-interconnect",
+    "thin-layers",
+    "batch1-inference",
+    "shallow-model",
+    "unbalanced-layers",
+    "wide-layers",
+    "ttft",
+]
+
+
+@click.command()
+@click.argument("names", nargs=-1, type=click.Choice([*NAMES, "all"]))
+@click.option("--out-dir", default=".", show_default=True, metavar="DIR", help="Where figures NAME.png go.")
+@click.option("--no-plot", is_flag=True, help="Print the findings only.")
+@click.option("--json", "as_json", is_flag=True, help="Print findings and their numbers as JSON.")
+def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool) -> None:
+    """Run the brief's scenarios (all by default) and print what the model finds for each claim.
+
+    \b
+    small-batch        4.1  very small batch: does TP lose to PP below batch 4?
+    slow-interconnect  4.2  PCIe instead of NVLink
+    thin-layers        4.3  hidden 512 against wide layers
+    batch1-inference   4.4  chatbot serving at batch 1
+    shallow-model      5    fewer than 10 layers
+    unbalanced-layers  5    one layer 10x heavier than the rest
+    wide-layers        5    a layer too big for one GPU's memory
+    ttft               5    latency-bound time to first token
+    """
+    from pathlib import Path
+
+    from shardwise.analyses.scenarios import run
+    from shardwise.errors import SpecError
+
+    chosen = NAMES if not names or "all" in names else list(dict.fromkeys(names))
+    plot = not no_plot and not as_json
+    if plot and not Path(out_dir).is_dir():
+        raise SpecError(f"--out-dir: {out_dir} is not a directory")
+    reports = [run(name, out_dir if plot else None) for name in chosen]
+    if as_json:
+        from shardwise import export
+
+        click.echo(
+            export.dumps(
+                [{"name": r.name, "claim": r.title, "finding": r.finding, "numbers": r.numbers} for r in reports]
+            )
+        )
+        return
+    for r in reports:
+        click.echo(f"[{r.name}] {r.title}")
+        click.echo(r.finding)
+        if plot:
+            click.echo(f"figure: {Path(out_dir) / (r.name + '.png')}")
+        click.echo()
