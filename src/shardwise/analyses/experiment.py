@@ -236,8 +236,8 @@ def evaluate(
     x = _inputs(exp, plan, link, grid)
     kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
     valid = np.broadcast_to(_valid(exp, x, kwargs), shape)
-    if not valid.any():
-        raise SpecError(f"plan {plan.label!r}: no point of the grid ({', '.join(grid)}) gives a valid plan")
+    if not valid.any():  # e.g. layers not divisible by pp anywhere in this block
+        return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
     if not valid.all():  # invalid points run as the first valid one, then read NaN
         first = np.unravel_index(int(np.flatnonzero(valid)[0]), shape)
         x = {k: np.where(valid, np.broadcast_to(a, shape), np.broadcast_to(a, shape)[first]) for k, a in x.items()}

@@ -1,0 +1,137 @@
+"""crossover, sweep, sensitivity and scenario from the command line."""
+
+import csv
+import json
+import subprocess
+import sys
+
+import pytest
+
+from shardwise.cli import main
+
+
+def run(args, capsys):
+    code = 0
+    try:
+        main(args)
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_crossover_default_is_the_briefs_experiment(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, _ = run(["crossover"], capsys)
+    assert code == 0
+    assert "NVLink: tp=8 is faster below batch" in out and "PCIe:" in out
+    assert (tmp_path / "crossover.png").stat().st_size > 10_000
+
+
+def test_crossover_json_and_csv(capsys):
+    code, out, _ = run(["crossover", "--vary", "batch=1..16", "--json"], capsys)
+    data = json.loads(out)
+    assert code == 0 and data["variable"] == "batch" and len(data["values"]) == 16
+    assert {s["link"] for s in data["series"]} == {"NVLink", "PCIe"}
+    assert data["crossings"] and data["crossings"][0]["exact"]
+    code, out, _ = run(["crossover", "--vary", "batch=1..4", "--csv"], capsys)
+    rows = list(csv.DictReader(out.splitlines()))
+    assert code == 0 and len(rows) == 4 * 2 * 2 and {"batch", "link", "plan", "time_s", "winner"} <= set(rows[0])
+
+
+def test_crossover_textbook_and_other_plans(tmp_path, capsys):
+    code, out, _ = run(["crossover", "--cost-model", "textbook", "--plot", str(tmp_path / "t.svg")], capsys)
+    assert code == 0 and "no crossover in this range" in out and (tmp_path / "t.svg").exists()
+    code, out, _ = run(
+        [
+            "crossover",
+            "--plan",
+            "tp=8",
+            "--plan",
+            "tp=2,pp=4",
+            "--link",
+            "pcie4",
+            "--vary",
+            "layers=8,16,32",
+            "--workload",
+            "forward",
+            "--no-plot",
+        ],
+        capsys,
+    )
+    assert code == 0 and "tp=2,pp=4" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--vary", "speed=1..3"], "--vary 'speed=1..3'"),
+        (["--plan", "tq=8"], "is not KEY=VALUE"),
+        (["--link", "nvlnk3"], "closest: nvlink3"),
+        (["--plot", "/no/such/dir/x.png"], "does not exist"),
+        (["--plot", "x.gif"], "unknown figure format"),
+        (["--gpus", "0"], "--gpus: 0"),
+    ],
+)
+def test_crossover_bad_input(args, message, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = run(["crossover", *args], capsys)
+    assert code == 2 and message in err and err.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []  # nothing half-written
+
+
+def test_sweep_writes_csv_parquet_and_a_map(tmp_path, capsys):
+    out_csv, out_pq, out_map = tmp_path / "g.csv", tmp_path / "g.parquet", tmp_path / "m.png"
+    code, out, _ = run(
+        [
+            "sweep",
+            "--vary",
+            "batch=1..8",
+            "--vary",
+            "bandwidth=4GB/s..600GB/s:6",
+            "--out",
+            str(out_csv),
+            "--map",
+            str(out_map),
+        ],
+        capsys,
+    )
+    assert code == 0 and "configurations evaluated" in out
+    rows = list(csv.DictReader(out_csv.read_text().splitlines()))
+    assert len(rows) == 8 * 6 * 2 and rows[0]["winner"] in ("tp=8", "pp=8")
+    assert out_map.stat().st_size > 10_000
+    code, _, _ = run(["sweep", "--vary", "batch=1..4", "--out", str(out_pq)], capsys)
+    import pyarrow.parquet as pq
+
+    assert code == 0 and pq.read_table(out_pq).num_rows == 4 * 2
+
+
+def test_sweep_bad_input(tmp_path, capsys):
+    code, _, err = run(["sweep", "--vary", "batch=1..4", "--map", str(tmp_path / "m.png")], capsys)
+    assert code == 2 and "--map needs exactly two --vary" in err
+    code, _, err = run(["sweep", "--vary", "batch=1..4", "--out", str(tmp_path / "g.xlsx")], capsys)
+    assert code == 2 and "unknown format" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_sensitivity_and_scenario(tmp_path, capsys):
+    code, out, _ = run(
+        ["sensitivity", "--no-plot", "--layers-values", "8,48,96", "--hidden-values", "1024,4096", "--max-batch", "64"],
+        capsys,
+    )
+    assert code == 0 and "crossover batch" in out and "hidden size" in out
+    code, out, _ = run(["sensitivity", "--json", "--layers-values", "96", "--hidden-values", "4096"], capsys)
+    data = json.loads(out)
+    assert data["crossover_batch_vs_layers"]["NVLink"][0]["crossover_batch"] == 11
+    code, out, _ = run(["scenario", "ttft", "small-batch", "--out-dir", str(tmp_path)], capsys)
+    assert code == 0 and "[ttft]" in out and (tmp_path / "ttft.png").exists()
+
+
+def test_plotting_is_imported_only_when_a_figure_is_asked_for():
+    code = (
+        "import sys; from shardwise.cli import main\n"
+        "try:\n    main(['crossover', '--no-plot'])\nexcept SystemExit: pass\n"
+        "print('matplotlib' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().endswith("False")

@@ -1,0 +1,116 @@
+"""Crossovers: found exactly, every one reported, 'no crossover' said plainly."""
+
+import numpy as np
+import pytest
+
+from shardwise.analyses.crossover import describe_crossing, run_crossover
+from shardwise.analyses.experiment import (
+    BRIEF_LINKS,
+    LinkSpec,
+    PlanSpec,
+    brief_experiment,
+    parse_vary,
+    times_s,
+)
+from shardwise.errors import SpecError
+
+EXP = brief_experiment()
+
+
+def test_the_integer_crossing_is_the_first_batch_where_the_other_plan_wins():
+    result = run_crossover(EXP, "batch", np.array([1.0, 2, 4, 8, 16, 32]))
+    nvlink = result.crossings_for("NVLink")
+    assert len(nvlink) == 1
+    c = nvlink[0]
+    assert c.exact and c.low < c.at <= c.high
+    every = np.arange(1, 33, dtype=float)
+    tp, _ = times_s(EXP, EXP.plans[0], EXP.links[0].link, "batch", every)
+    pp, _ = times_s(EXP, EXP.plans[1], EXP.links[0].link, "batch", every)
+    first_pp_win = every[np.flatnonzero(pp < tp)[0]]
+    assert c.at == first_pp_win
+    assert (c.before, c.after) == ("tp=8", "pp=8")
+
+
+def test_a_continuous_crossing_is_a_root():
+    exp = EXP.with_(links=(LinkSpec.parse("PCIe=pcie4"),))
+    result = run_crossover(exp, "bandwidth", np.geomspace(1e9, 1e12, 7))
+    (c,) = result.crossings
+    tp, _ = times_s(exp, exp.plans[0], exp.links[0].link, "bandwidth", np.array([c.at]))
+    pp, _ = times_s(exp, exp.plans[1], exp.links[0].link, "bandwidth", np.array([c.at]))
+    assert tp[0] == pytest.approx(pp[0], rel=1e-5)
+    assert "PCIe: pp=8 is faster below bandwidth" in describe_crossing(c, "bandwidth")
+
+
+def test_no_crossover_is_reported_as_none():
+    result = run_crossover(EXP.with_(cost_model="textbook", links=BRIEF_LINKS), "batch", np.arange(1, 33.0))
+    assert result.crossings == ()
+    assert set(result.winners("NVLink")) == {"pp=8"}
+
+
+def test_every_crossing_of_every_pair_is_reported():
+    exp = EXP.with_(plans=(PlanSpec.parse("tp=8"), PlanSpec.parse("pp=8"), PlanSpec.parse("tp=2,pp=4")))
+    result = run_crossover(exp, "batch", np.arange(1, 65.0))
+    pairs = {(c.link, frozenset((c.before, c.after))) for c in result.crossings}
+    assert ("NVLink", frozenset(("tp=8", "pp=8"))) in pairs
+    for c in result.crossings:
+        assert c.before != c.after
+
+
+def test_invalid_points_are_nan_not_errors():
+    # layers must be divisible by pp=8: 12 and 20 are not
+    t, fits = times_s(EXP, EXP.plans[1], EXP.links[0].link, "layers", np.array([8.0, 12, 16, 20]))
+    assert np.isnan(t[1]) and np.isnan(t[3]) and not np.isnan(t[0]) and not fits[1]
+
+
+def test_plan_gpus_all_and_dp_fill():
+    spec = PlanSpec.parse("tp=all")
+    tp, _, dp = spec.degrees(np.array([8, 16]))
+    assert list(tp) == [8, 16] and list(dp) == [1, 1]
+    _, _, dp = PlanSpec.parse("tp=8").degrees(np.array([8, 32]))
+    assert list(dp) == [1, 4]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("tp=x", "tp=x is not allowed"), ("foo=1", "is not KEY=VALUE"), ("tp", "is not KEY=VALUE")],
+)
+def test_bad_plans(text, message):
+    with pytest.raises(SpecError, match=message):
+        PlanSpec.parse(text)
+
+
+def test_links_from_presets_rates_and_options():
+    assert LinkSpec.parse("nvlink3").link.bandwidth_bytes_per_s == 300e9
+    link = LinkSpec.parse("pcie=32GB/s,latency=2us").link
+    assert link.bandwidth_bytes_per_s == 32e9 and link.efficiency == 1.0 and link.latency_s == 2e-6
+    with pytest.raises(SpecError, match="closest"):
+        LinkSpec.parse("nvlnk3")
+
+
+@pytest.mark.parametrize(
+    ("text", "first", "last", "n"),
+    [
+        ("batch=1..32", 1, 32, 32),
+        ("bandwidth=1GB/s..1000GB/s:4", 1e9, 1e12, 4),
+        ("layers=8,16,96", 8, 96, 3),
+        ("hidden=512..16384:x2", 512, 16384, 6),
+    ],
+)
+def test_parse_vary(text, first, last, n):
+    _, values = parse_vary(text)
+    assert values[0] == pytest.approx(first) and values[-1] == pytest.approx(last) and len(values) == n
+
+
+@pytest.mark.parametrize("text", ["speed=1..2", "batch=0..3", "batch=5..2", "batch=a,b", "bandwidth=fast..slow"])
+def test_bad_vary(text):
+    with pytest.raises(SpecError):
+        parse_vary(text)
+
+
+def test_forward_workload_and_textbook_model_run():
+    fwd = run_crossover(EXP.with_(workload="forward"), "batch", np.arange(1, 17.0))
+    assert all(np.all(np.isfinite(s.time_s)) for s in fwd.series)
+    with pytest.raises(SpecError, match="pure TP or pure PP"):
+        run_crossover(
+            EXP.with_(cost_model="textbook", plans=(PlanSpec.parse("tp=2,pp=4"),)), "batch", np.arange(1, 4.0)
+        )

@@ -1,0 +1,47 @@
+"""The brief's scenarios: each runs, and each finding says what the README says it does."""
+
+import pytest
+
+from shardwise.analyses.scenarios import SCENARIOS, run
+
+REPORTS = {name: run(name) for name in SCENARIOS}
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_each_scenario_has_a_two_line_finding(name):
+    report = REPORTS[name]
+    assert report.finding.count("\n") == 1
+    assert report.numbers and report.figure is None
+
+
+def test_small_batch_hurts_pp_more_than_tp():
+    n = REPORTS["small-batch"].numbers
+    assert n["tp_batch1_s"] < n["pp_batch1_s"] and n["pp_bubble_share"] > 0.7
+
+
+def test_batch1_decoding_is_faster_with_tp():
+    n = REPORTS["batch1-inference"].numbers
+    assert n["tp_NVLink_ms"] < n["pp_NVLink_ms"] and n["tp_PCIe_ms"] < n["pp_PCIe_ms"]
+
+
+def test_wide_layers_need_tp():
+    n = REPORTS["wide-layers"].numbers
+    assert n["pp_min_bytes"] > 80e9 > n["tp_min_bytes"]
+
+
+def test_thin_and_shallow_and_unbalanced():
+    assert REPORTS["thin-layers"].numbers["tp_over_pp_h512"] > 1 > REPORTS["thin-layers"].numbers["tp_over_pp_h16384"]
+    assert REPORTS["shallow-model"].numbers["pp_over_tp_batch1"] > 1
+    u = REPORTS["unbalanced-layers"].numbers
+    assert u["pp_equal_k10_s"] > u["tp_k10_s"] > u["pp_rebalanced_k10_s"]
+
+
+def test_ttft_is_lower_with_tp_on_nvlink():
+    n = REPORTS["ttft"].numbers
+    assert n["tp_nvlink_ms"] < n["pp_nvlink_ms"]
+
+
+def test_figures_are_written(tmp_path):
+    report = run("small-batch", tmp_path)
+    assert (tmp_path / "small-batch.png").stat().st_size > 10_000
+    assert report.figure is not None

@@ -1,0 +1,68 @@
+"""Grids: one vectorized evaluation equals point-by-point evaluation; winners and margins."""
+
+import numpy as np
+import pytest
+
+from shardwise.analyses import sweep as sweep_module
+from shardwise.analyses.experiment import brief_experiment, evaluate, times_s
+from shardwise.analyses.sweep import run_sweep
+
+EXP = brief_experiment()
+GRID = [
+    ("batch", np.array([1.0, 3, 8, 20])),
+    ("bandwidth", np.geomspace(4e9, 600e9, 5)),
+    ("layers", np.array([8.0, 12, 96])),
+]
+
+
+def test_grid_equals_point_by_point():
+    result = run_sweep(EXP, GRID)
+    rng = np.random.default_rng(0)
+    for _ in range(10):
+        i, j, k = (int(rng.integers(len(v))) for _, v in GRID)
+        for link in EXP.links:
+            for plan in EXP.plans:
+                point = {name: np.array([values[idx]]) for (name, values), idx in zip(GRID, (i, j, k), strict=True)}
+                t, _ = evaluate(EXP, plan, link.link, point)
+                got = result.times_s[(link.label, plan.label)][i, j, k]
+                if np.isnan(t[0]):
+                    assert np.isnan(got)
+                else:
+                    assert got == pytest.approx(t[0])
+
+
+def test_blocks_give_the_same_answer(monkeypatch):
+    whole = run_sweep(EXP, GRID)
+    monkeypatch.setattr(sweep_module, "BLOCK_POINTS", 7)
+    seen = []
+    blocked = run_sweep(EXP, GRID, progress=seen.append)
+    for key, value in whole.times_s.items():
+        np.testing.assert_allclose(blocked.times_s[key], value)
+    assert sum(seen) == np.prod([len(v) for _, v in GRID]) * len(EXP.links) * len(EXP.plans)
+
+
+def test_winner_and_margin():
+    result = run_sweep(EXP, GRID)
+    for link in result.links:
+        w, margin = result.winner(link), result.margin(link)
+        t = result.stack(link)
+        valid = w >= 0
+        assert np.all(margin[valid] >= 1.0)
+        best = np.take_along_axis(t, np.maximum(w, 0)[None], axis=0)[0]
+        assert np.allclose(best[valid], t.min(axis=0)[valid])
+    # layers = 12 is invalid for pp=8 but valid for tp=8: tp wins there by default
+    assert np.all(result.winner("NVLink")[:, :, 1] == 0)
+
+
+def test_columns_are_a_wide_table():
+    result = run_sweep(EXP, GRID[:2])
+    cols = dict(result.columns())
+    n = 4 * 5 * 2
+    assert all(len(v) == n for v in cols.values())
+    assert {"link", "batch", "bandwidth", "time_s[tp=8]", "time_s[pp=8]", "winner", "margin"} <= set(cols)
+
+
+def test_single_variable_grid_matches_times_s():
+    result = run_sweep(EXP, [("batch", np.arange(1, 9.0))])
+    t, _ = times_s(EXP, EXP.plans[0], EXP.links[0].link, "batch", np.arange(1, 9.0))
+    np.testing.assert_allclose(result.times_s[("NVLink", "tp=8")], t)
