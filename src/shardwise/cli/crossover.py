@@ -70,6 +70,8 @@ def crossover(
 
 
 def _ylabel(exp: Any) -> str:
+    if exp.cost_model == "textbook":
+        return "time (s) as the brief's formulas compute it"
     return "training step time (s)" if exp.workload == "train" else "forward latency (s)"
 
 
@@ -161,7 +163,10 @@ def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
 
     out = console()
     exp = result.experiment
-    out.print(f"[bold]{_ylabel(exp)}[/] against {VARIABLES[result.variable].label}")
+    against = VARIABLES[result.variable].label
+    if exp.cost_model == "textbook" and result.variable == "batch":
+        against = "batch (the brief's rows of X: tokens)"
+    out.print(f"[bold]{_ylabel(exp)}[/] against {against}")
     out.print(f"[dim]{assumptions}[/]")
     links = list(dict.fromkeys(s.link for s in result.series))
     table = Table(header_style="bold", show_lines=False)
@@ -194,5 +199,26 @@ def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
             out.print(f"{link}: no crossover in this range ({winners[link][0] or 'no plan'} is fastest throughout)")
         for c in found:
             out.print(f"[bold]crossover[/]: {describe_crossing(c, result.variable)}")
+    if exp.cost_model == "textbook":
+        _print_worked_example(out)
     if figure is not None:
         out.print(f"\nfigure: {figure}")
+
+
+def _print_worked_example(out: Any) -> None:
+    """The brief's Section 4.1 numbers, recomputed from its own inputs."""
+    from rich.table import Table
+
+    from shardwise import textbook
+
+    table = Table(
+        title="\nthe brief's Section 4.1 worked example, recomputed from its inputs (h = 4096, 312 TFLOP/s, 600 GB/s)",
+        title_justify="left",
+        header_style="bold",
+    )
+    for col in ("quantity", "the brief says", "its inputs give", "note"):
+        table.add_column(col)
+    for row in textbook.section_4_1():
+        value = f"{row.computed:,.0f}%" if row.unit == "%" else f"{row.computed:.4g} {row.unit}"
+        table.add_row(row.quantity, row.stated, value, "ok" if row.consistent else (row.note or "inconsistent"))
+    out.print(table)

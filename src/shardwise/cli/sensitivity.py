@@ -166,12 +166,11 @@ def _print(
     out = console()
     out.print(f"[dim]{assumptions}[/]")
     for title, curves in (("layers", by_layers), ("hidden", by_hidden)):
-        table = Table(
-            title=f"crossover batch of {plans[0]} vs {plans[1]} against {title} (- : none up to "
-            f"{max_batch}; the plan named wins at every batch)",
-            title_justify="left",
-            header_style="bold",
+        out.print(
+            f"\ncrossover batch of {plans[0]} vs {plans[1]} against {title} (the plan in brackets is "
+            f"faster below it; '-': it is faster up to batch {max_batch})"
         )
+        table = Table(header_style="bold")
         table.add_column(title, justify="right")
         for c in curves:
             table.add_column(c.link, justify="right")
@@ -179,16 +178,15 @@ def _print(
             cells = [f"{v:g}"]
             for c in curves:
                 b = c.crossover_batch[j]
-                cells.append(f"- ({c.winner_at_batch_1[j]})" if b != b else f"{b:g} ({c.winner_at_batch_1[j]} below)")
+                cells.append(f"- ({c.winner_at_batch_1[j]})" if b != b else f"{b:g} ({c.winner_at_batch_1[j]})")
             table.add_row(*cells)
         out.print(table)
     for link, base, bars in tornadoes:
-        table = Table(
-            title=f"{link}, batch {exp.batch}: time({plans[0]}) / time({plans[1]}) = {base:.3f}; each input "
-            f"/ {factor:g} and x {factor:g}",
-            title_justify="left",
-            header_style="bold",
+        out.print(
+            f"\n{link}, batch {exp.batch}: time({plans[0]}) / time({plans[1]}) = {base:.3f}; each input "
+            f"/ {factor:g} and x {factor:g}, largest effect first"
         )
+        table = Table(header_style="bold")
         for col in ("input", "baseline", f"ratio at /{factor:g}", f"ratio at x{factor:g}"):
             table.add_column(col, justify="left" if col == "input" else "right")
         for b in bars:

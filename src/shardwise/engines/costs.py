@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.physics import memory as mem
-from shardwise.physics.collectives import Fabric
+from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import BACKWARD_GEMM_RATIO, gemm_s, layer_times, memory_s
 from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
 from shardwise.specs import Recompute, Scenario
@@ -40,8 +40,27 @@ class StageCost:
 FIELDS = ("compute_f", "compute_b", "tp_f", "tp_b", "tp_hidden")
 
 
+class TpComm:
+    """The TP group's collectives on one micro-batch's activation (b s_q h e bytes), priced once
+    and shared by the layers, the embedding, the output layer and the pipeline sends."""
+
+    __slots__ = ("all_gather", "all_reduce", "group", "message_bytes", "reduce_scatter")
+
+    def __init__(self, group: Group, message_bytes: Number) -> None:
+        self.group, self.message_bytes = group, message_bytes
+        self.all_reduce = group.all_reduce(message_bytes)
+        self.reduce_scatter = group.reduce_scatter(message_bytes)
+        self.all_gather = self.reduce_scatter  # same bytes, same ring
+
+
+def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | None = None) -> TpComm:
+    model, plan = scn.model, scn.plan
+    tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
+    return TpComm(fabric.group(plan.tp, tp_per_node), plan.bytes_per_element * tokens * model.hidden)
+
+
 def layer_cost(
-    scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | None = None, kv_len: Number | None = None
+    scn: Scenario, comm: TpComm, q_len: Number | None = None, kv_len: Number | None = None
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU."""
@@ -49,13 +68,10 @@ def layer_cost(
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
     fwd = layer_forward(model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len)
     lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention)
-    msg = fwd.tp_message_bytes
     # Megatron TP (Shoeybi et al. 2019 Sec. 3): two all-reduces forward, two backward;
     # with sequence parallelism an all-gather + reduce-scatter pair instead of each all-reduce
     # (Korthikanti et al. 2022 Sec. 4.2.2): the same bytes on the wire.
-    gather = fabric.all_gather(msg, t, tp_per_node)
-    scatter = fabric.reduce_scatter(msg, t, tp_per_node)
-    reduce = fabric.all_reduce(msg, t, tp_per_node)
+    gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     tp_fwd = np.where(sp, 2 * (gather + scatter), 2 * reduce)
     # Backward without SP: the input-gradient all-reduce of each column-parallel layer (QKV, MLP
     # up) overlaps that layer's weight-gradient GEMM (Megatron's async TP all-reduce).
@@ -86,9 +102,7 @@ def layer_cost(
     return cost, fwd
 
 
-def embedding_cost(
-    scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Number, q_len: Number | None = None
-) -> StageCost:
+def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
     """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
@@ -97,17 +111,13 @@ def embedding_cost(
     lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=2)
     grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    reduce = np.where(
-        sp, fabric.reduce_scatter(msg, plan.tp, tp_per_node), fabric.all_reduce(msg, plan.tp, tp_per_node)
-    )
+    reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
-    regather = np.where(sp, fabric.all_gather(msg, plan.tp, tp_per_node), 0.0)
+    regather = np.where(sp, comm.all_gather, 0.0)
     return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, regather)
 
 
-def head_cost(
-    scn: Scenario, fabric: Fabric, tp_per_node: Number, msg: Number, q_len: Number | None = None, loss: bool = True
-) -> StageCost:
+def head_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True) -> StageCost:
     """Final norm, output projection (column-parallel over the vocabulary) and, when training,
     the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
@@ -118,11 +128,11 @@ def head_cost(
     norm = memory_s(2 * e * tokens * model.hidden * np.where(sp, 1.0 / t, 1.0), gpu)
     logits = gemm_s(logits_forward(model, b, t, e, s_q), gpu, plan.precision)
     if not loss:
-        return StageCost(norm + logits, 0.0, np.where(sp, fabric.all_gather(msg, t, tp_per_node), 0.0), 0.0)
+        return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
     loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=4)
-    ce_comm = CROSS_ENTROPY_ALL_REDUCES * fabric.all_reduce(4.0 * tokens, t, tp_per_node)
-    gather = np.where(sp, fabric.all_gather(msg, t, tp_per_node), 0.0)
-    grad_in = np.where(sp, fabric.reduce_scatter(msg, t, tp_per_node), fabric.all_reduce(msg, t, tp_per_node))
+    ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(4.0 * tokens)
+    gather = np.where(sp, comm.all_gather, 0.0)
+    grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     return StageCost(
         compute_f=norm + logits + loss_s,
         compute_b=2 * norm + BACKWARD_GEMM_RATIO * logits,
@@ -131,7 +141,7 @@ def head_cost(
     )
 
 
-def p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], msg: Number) -> Number:
+def p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], comm: TpComm) -> Number:
     """One pipeline send of a micro-batch's activations (or gradients) between stages.
 
     With scatter/gather (Narayanan et al. 2021 Sec. 4.1) each TP rank sends 1/t of the tensor
@@ -143,8 +153,9 @@ def p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], ms
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     split = sp | np.asarray(plan.scatter_gather, dtype=bool)
     crosses = place["pp"] < plan.pp
+    msg = comm.message_bytes
     send = fabric.p2p(np.where(split, msg / t, msg), crosses)
-    regather = np.where(split & ~sp, fabric.all_gather(msg, t, place["tp"]), 0.0)
+    regather = np.where(split & ~sp, comm.all_gather, 0.0)
     return np.where(np.asarray(plan.pp) > 1, send + regather, 0.0)
 
 
@@ -157,11 +168,8 @@ def stages(
 ) -> tuple[StageCost, StageCost, StageCost]:
     """(first, middle, last) stage costs: l/p layers each, the embedding on the first stage and
     the output layer on the last (a single stage has both)."""
-
-    def combine(first: bool, last: bool) -> StageCost:
-        parts = [(layers_per_stage, layer)] + ([(1.0, emb)] if first else []) + ([(1.0, head)] if last else [])
-        return StageCost(*(sum(k * getattr(c, f) for k, c in parts) for f in FIELDS))
-
-    one = np.asarray(pp) == 1
-    single = combine(True, True)
-    return select(one, single, combine(True, False)), combine(False, False), select(one, single, combine(False, True))
+    one = (np.asarray(pp) == 1).astype(float)
+    middle = StageCost(*(layers_per_stage * getattr(layer, f) for f in FIELDS))
+    first = StageCost(*(getattr(middle, f) + getattr(emb, f) + one * getattr(head, f) for f in FIELDS))
+    last = StageCost(*(getattr(middle, f) + getattr(head, f) + one * getattr(emb, f) for f in FIELDS))
+    return first, middle, last

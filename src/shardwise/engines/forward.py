@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_per_transfer, stages
+from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_per_transfer, stages, tp_comm
 from shardwise.engines.training import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
@@ -64,13 +64,13 @@ def estimate_forward(
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
     p, m = np.asarray(plan.pp, dtype=float), np.asarray(plan.num_micro_batches, dtype=float)
 
-    layer, fwd = layer_cost(scn, fabric, place["tp"], s_q, s_kv)
-    msg = fwd.tp_message_bytes
-    emb = embedding_cost(scn, fabric, place["tp"], msg, s_q)
-    head = head_cost(scn, fabric, place["tp"], msg, s_q if logits_for_all else 1, loss=False)
+    comm = tp_comm(scn, fabric, place["tp"], s_q)
+    layer, _ = layer_cost(scn, comm, s_q, s_kv)
+    emb = embedding_cost(scn, comm, s_q)
+    head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
     first, middle, last = stages(model.layers / p, p, layer, emb, head)
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
-    send = p2p_per_transfer(scn, fabric, place, msg)
+    send = p2p_per_transfer(scn, fabric, place, comm)
     c = [s.compute_f + s.tp_f + send for s in (first, middle, last)]
     latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
     c_max = np.maximum(np.maximum(c[0], np.where(p > 2, c[1], 0.0)), c[2])

@@ -26,6 +26,7 @@ from shardwise.engines.costs import (
     p2p_per_transfer,
     select,
     stages,
+    tp_comm,
 )
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.physics import memory as mem
@@ -66,15 +67,15 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
     p, v, m, dp = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches, plan.dp))
 
-    layer, fwd = layer_cost(scn, fabric, place["tp"])
-    msg = fwd.tp_message_bytes
-    emb = embedding_cost(scn, fabric, place["tp"], msg)
-    head = head_cost(scn, fabric, place["tp"], msg)
+    comm = tp_comm(scn, fabric, place["tp"])
+    layer, _ = layer_cost(scn, comm)
+    emb = embedding_cost(scn, comm)
+    head = head_cost(scn, comm)
     per_stage = model.layers / p
 
     first, middle, last = stages(per_stage, p, layer, emb, head)
 
-    p2p = p2p_per_transfer(scn, fabric, place, msg) * 2 * v
+    p2p = p2p_per_transfer(scn, fabric, place, comm) * 2 * v
     c_first, c_mid, c_last = (s.total + p2p for s in (first, middle, last))
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v)
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
@@ -134,10 +135,11 @@ def _data_parallel_exposed_s(
     overlap = np.asarray(plan.overlap_grad_reduce, dtype=bool)
     p = np.asarray(plan.pp, dtype=float)
     exposed, totals = [], []
+    group = fabric.group(dp, place["dp"])
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
-        all_reduce = fabric.all_reduce(n_params * g_bytes, dp, place["dp"])
-        scatter = fabric.reduce_scatter(n_params * g_bytes, dp, place["dp"])
-        gather = fabric.all_gather(n_params * w_bytes, dp, place["dp"])
+        all_reduce = group.all_reduce(n_params * g_bytes)
+        scatter = group.reduce_scatter(n_params * g_bytes)
+        gather = group.all_gather(n_params * w_bytes)
         backward = cost.compute_b + cost.tp_b
         # What each stage must move, and the compute it may hide behind (each window used once):
         # ZeRO-0: all-reduce during the last backward; ZeRO-1: reduce-scatter + all-gather of the
@@ -158,7 +160,9 @@ def _data_parallel_exposed_s(
     hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
     if model.tied_embeddings:
         # Tied word embeddings: first and last stage all-reduce their copy's gradient (Megatron-LM).
-        sync = fabric.all_reduce(g_bytes * model.vocab * model.hidden / plan.tp, 2, np.where(place["pp"] < p, 1, 2))
+        sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(
+            g_bytes * model.vocab * model.hidden / plan.tp
+        )
         dp_exposed = dp_exposed + np.where(p > 1, sync, 0.0)
     return dp_exposed, hidden
 
@@ -227,5 +231,5 @@ def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
     cluster, plan = scn.cluster, scn.plan
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
-    cost, _ = layer_cost(scn, fabric, place["tp"])
+    cost, _ = layer_cost(scn, tp_comm(scn, fabric, place["tp"]))
     return cost.compute_f + cost.tp_f, cost.compute_b + cost.tp_b

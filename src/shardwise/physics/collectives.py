@@ -43,50 +43,83 @@ def pipelined_time_s(base_s: Number, pipe_latency_s: Number, wire_bytes: Number,
     return base_s + (np.sqrt(pipe_latency_s) + np.sqrt(wire_bytes / bw)) ** 2
 
 
-def _group_links(
-    ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None
-) -> tuple[np.ndarray, np.ndarray, Number, Number, Number, Number, Number]:
-    """Nodes spanned, multi-node mask, ring bandwidth, latencies and base latency of a group."""
-    p = np.asarray(ranks, dtype=float)
-    g = np.minimum(np.asarray(ranks_per_node, dtype=float), p)
-    k = np.maximum(p / g, 1.0)
-    multi = k > 1
-    bw_intra = intra.effective_bandwidth_bytes_per_s
-    if inter is None:
-        if np.any(multi):
-            raise ValueError("a group spans nodes but the cluster has no inter-node link")
-        return k, multi, bw_intra, intra.latency_s, intra.latency_s, intra.base_latency_s, g
-    bw_inter = inter.effective_bandwidth_bytes_per_s
-    bw = np.where(multi, np.minimum(bw_intra, g * bw_inter), bw_intra)
-    base = np.where(multi, np.maximum(intra.base_latency_s, inter.base_latency_s), intra.base_latency_s)
-    return k, multi, bw, intra.latency_s, inter.latency_s, base, g
+class Group:
+    """A communicator of `ranks` GPUs, `per_node` of them in each node, on a cluster's links.
+
+    Everything that depends only on the group (nodes spanned, ring and tree latencies, the
+    bandwidth its rings get) is computed once, so each collective costs a few array operations.
+    A group of one rank costs nothing.
+    """
+
+    __slots__ = (
+        "_ar_factor",
+        "_ar_latency",
+        "_base",
+        "_inv_bw",
+        "_multi",
+        "_rs_factor",
+        "_rs_latency",
+        "_tree_latency",
+    )
+
+    def __init__(self, ranks: Number, per_node: Number, intra: Link, inter: Link | None) -> None:
+        p = np.asarray(ranks, dtype=float)
+        g = np.minimum(np.asarray(per_node, dtype=float), p)
+        k = np.maximum(p / g, 1.0)
+        multi = k > 1
+        a_in = intra.latency_s
+        if inter is None:
+            if np.any(multi):
+                raise ValueError("a group spans nodes but the cluster has no inter-node link")
+            a_out, bw, base = a_in, intra.effective_bandwidth_bytes_per_s, intra.base_latency_s
+        else:
+            a_out = inter.latency_s
+            bw_intra = intra.effective_bandwidth_bytes_per_s
+            bw = np.where(multi, np.minimum(bw_intra, g * inter.effective_bandwidth_bytes_per_s), bw_intra)
+            base = np.where(multi, np.maximum(intra.base_latency_s, inter.base_latency_s), intra.base_latency_s)
+        active = p > 1
+        self._base = np.where(active, base, 0.0)
+        self._inv_bw = 1.0 / bw
+        # ring: 2(p-1) steps for an all-reduce, 2(k-1) of them across nodes (NCCL's nInterSteps)
+        self._ar_latency = 2 * (p - 1 - (k - 1)) * a_in + 2 * (k - 1) * a_out
+        self._rs_latency = (p - 1 - (k - 1)) * a_in + (k - 1) * a_out
+        self._ar_factor = 2 * (p - 1) / p
+        self._rs_factor = (p - 1) / p
+        self._multi = multi if np.any(multi) else None
+        self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
+
+    @staticmethod
+    def _pipe(latency: Number, transfer: Number) -> Number:
+        return latency + transfer + 2.0 * np.sqrt(latency * transfer)  # (sqrt(a) + sqrt(b))^2
+
+    def all_reduce(self, n_bytes: Number) -> Number:
+        """Ring, or NCCL's double binary tree across nodes when that is faster."""
+        ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
+        if self._multi is None:
+            return ring
+        tree = self._base + self._pipe(self._tree_latency, 2.0 * n_bytes * self._inv_bw)
+        return np.where(self._multi & (self._ar_factor > 0), np.minimum(ring, tree), ring)
+
+    def reduce_scatter(self, n_bytes: Number) -> Number:
+        """Ring reduce-scatter of an `n_bytes` buffer (each rank keeps 1/p); an all-gather of an
+        `n_bytes` result costs the same."""
+        return self._base + self._pipe(self._rs_latency, self._rs_factor * n_bytes * self._inv_bw)
+
+    all_gather = reduce_scatter
 
 
 def all_reduce_time_s(
     message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
 ) -> Number:
     """All-reduce of `message_bytes` over `ranks` GPUs, `ranks_per_node` of them per node."""
-    p = np.asarray(ranks, dtype=float)
-    k, multi, bw, a_in, a_out, base, g = _group_links(ranks, ranks_per_node, intra, inter)
-    steps, inter_steps = 2 * (p - 1), 2 * (k - 1)
-    ring = pipelined_time_s(
-        base, (steps - inter_steps) * a_in + inter_steps * a_out, 2 * (p - 1) / p * message_bytes, bw
-    )
-    tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out)
-    tree = pipelined_time_s(base, tree_latency, 2.0 * message_bytes, bw)
-    t = np.where(multi, np.minimum(ring, tree), ring)
-    return np.where(p > 1, t, 0.0)
+    return Group(ranks, ranks_per_node, intra, inter).all_reduce(message_bytes)
 
 
 def reduce_scatter_time_s(
     message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
 ) -> Number:
     """Reduce-scatter of a `message_bytes` buffer (each rank keeps 1/p of it). Ring."""
-    p = np.asarray(ranks, dtype=float)
-    k, _, bw, a_in, a_out, base, _ = _group_links(ranks, ranks_per_node, intra, inter)
-    steps, inter_steps = p - 1, k - 1
-    t = pipelined_time_s(base, (steps - inter_steps) * a_in + inter_steps * a_out, (p - 1) / p * message_bytes, bw)
-    return np.where(p > 1, t, 0.0)
+    return Group(ranks, ranks_per_node, intra, inter).reduce_scatter(message_bytes)
 
 
 def all_gather_time_s(
@@ -109,21 +142,15 @@ def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, tim
 
 
 class Fabric:
-    """The links of one cluster, so callers name a group by (ranks, ranks per node) only."""
+    """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
     __slots__ = ("inter", "intra")
 
     def __init__(self, intra: Link, inter: Link | None) -> None:
         self.intra, self.inter = intra, inter
 
-    def all_reduce(self, n_bytes: Number, ranks: Number, per_node: Number) -> Number:
-        return all_reduce_time_s(n_bytes, ranks, per_node, self.intra, self.inter)
-
-    def reduce_scatter(self, n_bytes: Number, ranks: Number, per_node: Number) -> Number:
-        return reduce_scatter_time_s(n_bytes, ranks, per_node, self.intra, self.inter)
-
-    def all_gather(self, n_bytes: Number, ranks: Number, per_node: Number) -> Number:
-        return all_gather_time_s(n_bytes, ranks, per_node, self.intra, self.inter)
+    def group(self, ranks: Number, per_node: Number) -> Group:
+        return Group(ranks, per_node, self.intra, self.inter)
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
         intra = p2p_time_s(n_bytes, self.intra)
