@@ -20,13 +20,13 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-import numpy as np  # noqa: E402
+import numpy as np
 
-from shardwise import presets  # noqa: E402
-from shardwise.analyses.experiment import brief_experiment  # noqa: E402
-from shardwise.analyses.sweep import run_sweep  # noqa: E402
-from shardwise.engines.training import estimate_training_step  # noqa: E402
-from shardwise.specs import Plan, Scenario  # noqa: E402
+from shardwise import presets
+from shardwise.analyses.experiment import brief_experiment
+from shardwise.analyses.sweep import run_sweep
+from shardwise.engines.training import estimate_training_step
+from shardwise.specs import Plan, Scenario
 
 GRID = [
     ("batch", np.arange(1, 65, dtype=float)),
