@@ -9,6 +9,23 @@ from shardwise import presets
 from shardwise.specs import Cluster, Model, Plan, Scenario
 
 
+@pytest.fixture()
+def cli(capsys: pytest.CaptureFixture[str]):
+    """Run the `shardwise` entry point in-process: cli([...]) -> (exit code, stdout, stderr)."""
+    from shardwise.cli import main
+
+    def run(args: list[str]) -> tuple[int, str, str]:
+        code = 0
+        try:
+            main(args)
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        out = capsys.readouterr()
+        return code, out.out, out.err
+
+    return run
+
+
 @pytest.fixture(scope="session")
 def gpt3() -> Model:
     return presets.model("gpt3-175b")

@@ -6,8 +6,6 @@ import sys
 
 import pytest
 
-from shardwise.cli import main
-
 GPT3 = [
     "predict",
     "--model",
@@ -27,25 +25,15 @@ GPT3 = [
 ]
 
 
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_predict_prints_a_table(capsys):
-    code, out, _ = run(GPT3, capsys)
+def test_predict_prints_a_table(cli):
+    code, out, _ = cli(GPT3)
     assert code == 0
     for text in ("step time", "MFU", "TP communication", "PP bubble", "optimizer", "activations", "fits in"):
         assert text in out
 
 
-def test_predict_json_has_the_documented_keys(capsys):
-    code, out, _ = run([*GPT3, "--json"], capsys)
+def test_predict_json_has_the_documented_keys(cli):
+    code, out, _ = cli([*GPT3, "--json"])
     assert code == 0
     data = json.loads(out)
     for key in (
@@ -66,8 +54,8 @@ def test_predict_json_has_the_documented_keys(capsys):
     assert data["scenario"]["model"]["params"] == pytest.approx(174.6e9, rel=1e-3)
 
 
-def test_custom_model_and_gpu_flags(capsys):
-    code, out, _ = run(
+def test_custom_model_and_gpu_flags(cli):
+    code, out, _ = cli(
         [
             "predict",
             "--layers",
@@ -87,8 +75,7 @@ def test_custom_model_and_gpu_flags(capsys):
             "--global-batch",
             "32",
             "--json",
-        ],
-        capsys,
+        ]
     )
     assert code == 0
     data = json.loads(out)
@@ -96,8 +83,8 @@ def test_custom_model_and_gpu_flags(capsys):
     assert data["scenario"]["plan"]["dp"] == 1
 
 
-def test_preset_overrides(capsys):
-    code, out, _ = run(
+def test_preset_overrides(cli):
+    code, out, _ = cli(
         [
             "predict",
             "--model",
@@ -111,8 +98,7 @@ def test_preset_overrides(capsys):
             "--global-batch",
             "16",
             "--json",
-        ],
-        capsys,
+        ]
     )
     assert code == 0
     assert json.loads(out)["scenario"]["model"]["seq_len"] == 4096
@@ -133,37 +119,37 @@ def test_preset_overrides(capsys):
         (["--nodes", "0"], "--nodes: 0 is not allowed"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_2(args, message, capsys):
+def test_bad_input_is_one_line_and_exit_2(args, message, cli):
     base = {"--model": "gpt3-175b", "--system": "dgx-a100", "--global-batch": "8"}
     flags = dict(zip(args[::2], args[1::2], strict=False))
     merged = [*args]
     for k, v in base.items():
         if k not in flags:
             merged += [k, v]
-    code, out, err = run(["predict", *merged], capsys)
+    code, out, err = cli(["predict", *merged])
     assert code == 2
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert out == ""
 
 
-def test_missing_model_and_missing_batch(capsys):
-    code, _, err = run(["predict", "--system", "dgx-a100"], capsys)
+def test_missing_model_and_missing_batch(cli):
+    code, _, err = cli(["predict", "--system", "dgx-a100"])
     assert code == 2 and "--layers --hidden --heads" in err
-    code, _, err = run(["predict", "--model", "brief", "--system", "dgx-a100"], capsys)
+    code, _, err = cli(["predict", "--model", "brief", "--system", "dgx-a100"])
     assert code == 2 and "--global-batch is required" in err
 
 
-def test_presets_listing(capsys):
-    code, out, _ = run(["presets", "systems"], capsys)
+def test_presets_listing(cli):
+    code, out, _ = cli(["presets", "systems"])
     assert code == 0 and "dgx-h100" in out
-    code, out, _ = run(["presets", "--json"], capsys)
+    code, out, _ = cli(["presets", "--json"])
     data = json.loads(out)
     assert {"gpus", "links", "systems", "models"} <= set(data)
 
 
-def test_validate_json(capsys):
-    code, out, _ = run(["validate", "korthikanti22_table5", "--json"], capsys)
+def test_validate_json(cli):
+    code, out, _ = cli(["validate", "korthikanti22_table5", "--json"])
     assert code == 0
     data = json.loads(out)["korthikanti22_table5"]
     assert len(data["rows"]) == 8 and data["mean_absolute_error"] < 0.10

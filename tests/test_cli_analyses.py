@@ -7,42 +7,30 @@ import sys
 
 import pytest
 
-from shardwise.cli import main
 
-
-def run(args, capsys):
-    code = 0
-    try:
-        main(args)
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
-
-
-def test_crossover_default_is_the_briefs_experiment(tmp_path, capsys, monkeypatch):
+def test_crossover_default_is_the_briefs_experiment(tmp_path, cli, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, out, _ = run(["crossover"], capsys)
+    code, out, _ = cli(["crossover"])
     assert code == 0
     assert "NVLink: tp=8 is faster below batch" in out and "PCIe:" in out
     assert (tmp_path / "crossover.png").stat().st_size > 10_000
 
 
-def test_crossover_json_and_csv(capsys):
-    code, out, _ = run(["crossover", "--vary", "batch=1..16", "--json"], capsys)
+def test_crossover_json_and_csv(cli):
+    code, out, _ = cli(["crossover", "--vary", "batch=1..16", "--json"])
     data = json.loads(out)
     assert code == 0 and data["variable"] == "batch" and len(data["values"]) == 16
     assert {s["link"] for s in data["series"]} == {"NVLink", "PCIe"}
     assert data["crossings"] and data["crossings"][0]["exact"]
-    code, out, _ = run(["crossover", "--vary", "batch=1..4", "--csv"], capsys)
+    code, out, _ = cli(["crossover", "--vary", "batch=1..4", "--csv"])
     rows = list(csv.DictReader(out.splitlines()))
     assert code == 0 and len(rows) == 4 * 2 * 2 and {"batch", "link", "plan", "time_s", "winner"} <= set(rows[0])
 
 
-def test_crossover_textbook_and_other_plans(tmp_path, capsys):
-    code, out, _ = run(["crossover", "--cost-model", "textbook", "--plot", str(tmp_path / "t.svg")], capsys)
+def test_crossover_textbook_and_other_plans(tmp_path, cli):
+    code, out, _ = cli(["crossover", "--cost-model", "textbook", "--plot", str(tmp_path / "t.svg")])
     assert code == 0 and "no crossover in this range" in out and (tmp_path / "t.svg").exists()
-    code, out, _ = run(
+    code, out, _ = cli(
         [
             "crossover",
             "--plan",
@@ -56,8 +44,7 @@ def test_crossover_textbook_and_other_plans(tmp_path, capsys):
             "--workload",
             "forward",
             "--no-plot",
-        ],
-        capsys,
+        ]
     )
     assert code == 0 and "tp=2,pp=4" in out
 
@@ -73,16 +60,16 @@ def test_crossover_textbook_and_other_plans(tmp_path, capsys):
         (["--gpus", "0"], "--gpus: 0"),
     ],
 )
-def test_crossover_bad_input(args, message, capsys, tmp_path, monkeypatch):
+def test_crossover_bad_input(args, message, cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    code, _out, err = run(["crossover", *args], capsys)
+    code, _out, err = cli(["crossover", *args])
     assert code == 2 and message in err and err.count("\n") == 1
     assert list(tmp_path.iterdir()) == []  # nothing half-written
 
 
-def test_sweep_writes_csv_parquet_and_a_map(tmp_path, capsys):
+def test_sweep_writes_csv_parquet_and_a_map(tmp_path, cli):
     out_csv, out_pq, out_map = tmp_path / "g.csv", tmp_path / "g.parquet", tmp_path / "m.png"
-    code, out, _ = run(
+    code, out, _ = cli(
         [
             "sweep",
             "--vary",
@@ -93,37 +80,35 @@ def test_sweep_writes_csv_parquet_and_a_map(tmp_path, capsys):
             str(out_csv),
             "--map",
             str(out_map),
-        ],
-        capsys,
+        ]
     )
     assert code == 0 and "configurations evaluated" in out
     rows = list(csv.DictReader(out_csv.read_text().splitlines()))
     assert len(rows) == 8 * 6 * 2 and rows[0]["winner"] in ("tp=8", "pp=8")
     assert out_map.stat().st_size > 10_000
-    code, _, _ = run(["sweep", "--vary", "batch=1..4", "--out", str(out_pq)], capsys)
+    code, _, _ = cli(["sweep", "--vary", "batch=1..4", "--out", str(out_pq)])
     import pyarrow.parquet as pq
 
     assert code == 0 and pq.read_table(out_pq).num_rows == 4 * 2
 
 
-def test_sweep_bad_input(tmp_path, capsys):
-    code, _, err = run(["sweep", "--vary", "batch=1..4", "--map", str(tmp_path / "m.png")], capsys)
+def test_sweep_bad_input(tmp_path, cli):
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--map", str(tmp_path / "m.png")])
     assert code == 2 and "--map needs exactly two --vary" in err
-    code, _, err = run(["sweep", "--vary", "batch=1..4", "--out", str(tmp_path / "g.xlsx")], capsys)
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--out", str(tmp_path / "g.xlsx")])
     assert code == 2 and "unknown format" in err
     assert list(tmp_path.iterdir()) == []
 
 
-def test_sensitivity_and_scenario(tmp_path, capsys):
-    code, out, _ = run(
-        ["sensitivity", "--no-plot", "--layers-values", "8,48,96", "--hidden-values", "1024,4096", "--max-batch", "64"],
-        capsys,
+def test_sensitivity_and_scenario(tmp_path, cli):
+    code, out, _ = cli(
+        ["sensitivity", "--no-plot", "--layers-values", "8,48,96", "--hidden-values", "1024,4096", "--max-batch", "64"]
     )
     assert code == 0 and "crossover batch" in out and "hidden size" in out
-    code, out, _ = run(["sensitivity", "--json", "--layers-values", "96", "--hidden-values", "4096"], capsys)
+    code, out, _ = cli(["sensitivity", "--json", "--layers-values", "96", "--hidden-values", "4096"])
     data = json.loads(out)
     assert data["crossover_batch_vs_layers"]["NVLink"][0]["crossover_batch"] == 11
-    code, out, _ = run(["scenario", "ttft", "small-batch", "--out-dir", str(tmp_path)], capsys)
+    code, out, _ = cli(["scenario", "ttft", "small-batch", "--out-dir", str(tmp_path)])
     assert code == 0 and "[ttft]" in out and (tmp_path / "ttft.png").exists()
 
 
