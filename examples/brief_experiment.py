@@ -60,8 +60,8 @@ def main() -> None:
     grid = [("batch", np.arange(1, 65, dtype=float)), ("bandwidth", np.geomspace(1e9, 1e12, 49))]
     plots.save(plots.winner_map(run_sweep(exp, grid)), OUT / "winner-map.png")
     plans = [p.label for p in exp.plans]
-    by_layers = crossover_batch_vs(exp, "layers", np.arange(8, 200, 8, dtype=float))
-    by_hidden = crossover_batch_vs(exp, "hidden", 512 * 2.0 ** np.arange(6))
+    by_layers = crossover_batch_vs(exp, "layers", np.arange(8, 200, 8, dtype=float), ignore_memory=True)
+    by_hidden = crossover_batch_vs(exp, "hidden", 512 * 2.0 ** np.arange(6), ignore_memory=True)
     plots.save(
         plots.crossover_curves(by_layers, plans, 256, "tp=8 vs pp=8: crossover batch vs depth (hidden 4096)"),
         OUT / "sensitivity-layers.png",

@@ -120,3 +120,12 @@ def test_plotting_is_imported_only_when_a_figure_is_asked_for():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("False")
+
+
+def test_a_plan_invalid_everywhere_is_an_error_naming_the_rule(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(["crossover", "--plan", "tp=3", "--plan", "pp=8"])
+    assert code == 2 and "tp=3" in err and "tp x pp must divide the GPU count" in err
+    code, _, err = cli(["crossover", "--json", "--csv"])
+    assert code == 2 and "not both" in err
+    assert list(tmp_path.iterdir()) == []

@@ -114,3 +114,41 @@ def test_forward_workload_and_textbook_model_run():
         run_crossover(
             EXP.with_(cost_model="textbook", plans=(PlanSpec.parse("tp=2,pp=4"),)), "batch", np.arange(1, 4.0)
         )
+
+
+def test_two_crossings_inside_one_grid_bracket_are_both_found():
+    exp = EXP.with_(workload="forward", batch=1, links=(LinkSpec.parse("PCIe=pcie4"),))
+    result = run_crossover(exp, "seq_len", np.array([16.0, 64, 256, 1024, 4096]))
+    changes = result.winner_changes("PCIe")
+    assert [(c.before, c.after) for c in changes] == [("tp=8", "pp=8"), ("pp=8", "tp=8")]
+    assert all(c.exact and c.high - c.low == 1 for c in changes)
+
+
+def test_plans_that_do_not_fit_cannot_win_unless_memory_is_ignored():
+    values = np.array([4096.0, 16384.0])  # a 96-layer model of hidden 16384 does not fit 8 A100s
+    strict = run_crossover(EXP, "hidden", values)
+    assert strict.winners("NVLink")[1] == ""
+    loose = run_crossover(EXP, "hidden", values, ignore_memory=True)
+    assert loose.winners("NVLink")[1] in ("tp=8", "pp=8")
+
+
+def test_equal_plans_tie_and_do_not_cross():
+    exp = EXP.with_(plans=(PlanSpec.parse("tp=8"), PlanSpec.parse("tp=all")), links=EXP.links[:1])
+    result = run_crossover(exp, "batch", np.array([1.0, 2, 4]))
+    assert result.winners("NVLink") == ["tie", "tie", "tie"]
+    assert result.crossings == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("tp=8,vpp=abc", "vpp=abc"),
+        ("pp=8,sp=maybe", "sp=maybe"),
+        ("tp=8,zero=5", "zero=5"),
+        ("tp=8,mb=0", "mb=0"),
+        ("pp=8,schedule=zigzag", "schedule=zigzag"),
+    ],
+)
+def test_plan_options_are_checked(text, message):
+    with pytest.raises(SpecError, match=message):
+        PlanSpec.parse(text)

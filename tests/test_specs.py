@@ -20,7 +20,7 @@ def test_plan_normalises_names_to_enums():
         ({"tp": 0}, "plan: tp: 0"),
         ({"tp": 2.5}, "whole number"),
         ({"global_batch": 6, "dp": 4}, "not divisible by dp\\*micro_batch=4"),
-        ({"schedule": "zigzag"}, "choose one of 1f1b, gpipe, interleaved"),
+        ({"schedule": "zigzag"}, "choose one of 1f1b, gpipe, interleaved, zb-h1"),
         ({"recompute": "most"}, "choose one of full, none, selective"),
         ({"zero_stage": 4}, "zero_stage 4"),
         ({"precision": "fp4"}, "precision 'fp4'"),

@@ -59,7 +59,7 @@ def test_columns_are_a_wide_table():
     cols = dict(result.columns())
     n = 4 * 5 * 2
     assert all(len(v) == n for v in cols.values())
-    assert {"link", "batch", "bandwidth", "time_s[tp=8]", "time_s[pp=8]", "winner", "margin"} <= set(cols)
+    assert {"link", "batch", "bandwidth_bytes_per_s", "time_s[tp=8]", "time_s[pp=8]", "winner", "margin"} <= set(cols)
 
 
 def test_single_variable_grid_matches_times_s():

@@ -76,7 +76,7 @@ def crossover_figure(result: CrossoverResult, title: str, subtitle: str = "", yl
             ax.plot(x[bad], s.time_s[bad], "x", color=color, ms=7, mew=1.5)
     if any((~s.fits & ~np.isnan(s.time_s)).any() for s in result.series):
         ax.plot([], [], "x", color="gray", label="does not fit in GPU memory")
-    _mark_crossings(ax, result)
+    notes = _mark_crossings(ax, result)
     _set_x(ax, result.variable, x)
     positive = np.concatenate([s.time_s[np.isfinite(s.time_s)] for s in result.series])
     if positive.size and positive.max() / max(positive.min(), 1e-300) > 20:
@@ -85,42 +85,40 @@ def crossover_figure(result: CrossoverResult, title: str, subtitle: str = "", yl
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(loc="best", fontsize=9, framealpha=0.9)
     ax.set_title(title, fontsize=12, loc="left")
-    if subtitle:
-        fig.text(0.01, -0.02, subtitle, fontsize=8, color="#444444", va="top", wrap=True)
+    text = "\n".join([*notes, *([subtitle] if subtitle else [])])
+    if text:
+        fig.text(0.01, -0.01, text, fontsize=8.5, color="#333333", va="top", wrap=True)
     return fig
 
 
-def _mark_crossings(ax: Any, result: CrossoverResult) -> None:
+def _mark_crossings(ax: Any, result: CrossoverResult) -> list[str]:
+    """Number each change of the fastest plan on the axes; return the numbered descriptions
+    (drawn under the plot, so labels never cover the curves)."""
     from shardwise.analyses.crossover import describe_crossing
     from shardwise.analyses.experiment import times_s
 
     exp = result.experiment
     links = {link.label: link for link in exp.links}
     plans = {p.label: p for p in exp.plans}
-    for k, c in enumerate(result.crossings):
+    lines = []
+    changes = [c for c in result.crossings if c.winner_change]
+    for k, c in enumerate(changes, start=1):
         t_at, _ = times_s(exp, plans[c.after], links[c.link].link, result.variable, np.array([c.at]))
         xs = c.at * DISPLAY_SCALE.get(result.variable, 1.0)
-        ax.plot([xs], [t_at[0]], marker="*", ms=16, color="black", zorder=5)
-        text = describe_crossing(c, result.variable)
-        ax.annotate(
-            text,
-            (xs, t_at[0]),
-            xytext=(12, -26 - 16 * k),
-            textcoords="offset points",
-            fontsize=8.5,
-            arrowprops={"arrowstyle": "-", "color": "#555555", "lw": 0.8},
-            bbox={"boxstyle": "round,pad=0.25", "fc": "#fffbe6", "ec": "#999999", "lw": 0.6},
-        )
-    if not result.crossings:
+        ax.plot([xs], [t_at[0]], marker="o", ms=15, color="white", mec="black", mew=1.4, zorder=5)
+        ax.annotate(str(k), (xs, t_at[0]), ha="center", va="center", fontsize=8, fontweight="bold", zorder=6)
+        lines.append(f"({k}) {describe_crossing(c, result.variable)}")
+    if not changes:
         ax.text(
             0.02,
-            0.97,
+            0.03,
             "no crossover in this range",
             transform=ax.transAxes,
-            va="top",
+            va="bottom",
             fontsize=10,
             bbox={"boxstyle": "round", "fc": "#f0f0f0", "ec": "#999999"},
         )
+    return lines
 
 
 def side_by_side(figures: Sequence[tuple[str, CrossoverResult, str, str | None]], suptitle: str) -> Figure:
@@ -140,7 +138,9 @@ def side_by_side(figures: Sequence[tuple[str, CrossoverResult, str, str | None]]
                 color=PLAN_COLORS[plans.index(s.plan) % len(PLAN_COLORS)],
                 label=f"{s.plan}, {s.link}",
             )
-        _mark_crossings(ax, result)
+        notes = _mark_crossings(ax, result)
+        if notes:
+            ax.text(0.0, -0.16, "\n".join(notes), transform=ax.transAxes, fontsize=8, va="top")
         _set_x(ax, result.variable, x)
         if xlabel:
             ax.set_xlabel(xlabel)
@@ -192,10 +192,14 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
         if len(result.plans) > 1 and len(x) > 1 and len(y) > 1:
             levels = np.arange(len(result.plans) - 1) + 0.5
             ax.contour(x, y, w.T.astype(float), levels=levels, colors="black", linewidths=1.8)
-        if xlog:
-            ax.set_xscale("log")
-        if ylog:
-            ax.set_yscale("log")
+        for name, values, axis in ((xname, x, "x"), (yname, y, "y")):
+            if VARIABLES[name].log and values.min() > 0:
+                base = 2 if VARIABLES[name].integer else 10
+                getattr(ax, f"set_{axis}scale")("log", base=base)
+                if VARIABLES[name].integer:
+                    getattr(ax, f"{axis}axis").set_major_formatter(
+                        matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+                    )
         ax.set_xlabel(VARIABLES[xname].label)
         ax.set_ylabel(VARIABLES[yname].label)
         link_spec = next(lk for lk in result.experiment.links if lk.label == link)
@@ -398,4 +402,31 @@ def stacked_bars(
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
     if note:
         fig.text(0.01, -0.04, note, fontsize=8, color="#444444", va="top")
+    return fig
+
+
+def two_panels(
+    x: np.ndarray,
+    left: dict[str, np.ndarray],
+    right: dict[str, np.ndarray],
+    xlabel: str,
+    ylabels: tuple[str, str],
+    title: str,
+    hline_right: float | None = None,
+) -> Figure:
+    """Two quantities with different units against the same x, side by side."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, series, ylabel, offset in ((axes[0], left, ylabels[0], 0), (axes[1], right, ylabels[1], len(left))):
+        for k, (label, y) in enumerate(series.items()):
+            ax.plot(x, y, "-o", ms=4, lw=2, color=PLAN_COLORS[(k + offset) % len(PLAN_COLORS)], label=label)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=9)
+    if hline_right is not None:
+        axes[1].axhline(hline_right, color="black", ls="--", lw=1)
+    fig.suptitle(title, fontsize=11, x=0.01, ha="left")
+    fig.tight_layout()
     return fig

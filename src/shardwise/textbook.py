@@ -13,7 +13,7 @@ the physical model disagrees:
    weights (24 b h^2 forward FLOPs, 72 b h^2 with backward).
 3. `simulate_pp` multiplies layers_per_stage twice (into compute_per_stage and again outside).
 4. `simulate_pp` returns one micro-batch's time: the other batch/microbatch - 1 micro-batches
-   cost nothing, so PP never slows down with the batch.
+   cost nothing, so once the micro-batch reaches its cap of 4 PP stops slowing down with the batch.
 5. The bubble term (p - 1)/(p + m - 1) is a fraction of the whole pipeline time but is
    multiplied by one stage's compute.
 6. Section 4.1's worked example: 1 x 4096 x 4096 x 2 FLOP / 312e12 FLOP/s = 0.108 us, not ms;

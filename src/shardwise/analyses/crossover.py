@@ -1,10 +1,17 @@
 """Where one plan overtakes another as one variable moves (the brief's experiment).
 
-For each link and each pair of plans, the difference of their times is followed along the grid;
-wherever its sign changes the crossing is then found exactly with the cost model itself: for an
-integer variable (batch, layers, GPUs, ...) the first integer at which the other plan wins, by
-evaluating every integer in the bracket; for a continuous one (bandwidth, latency) by bisection
-(in log space when the axis is logarithmic) to a relative precision of 1e-6.
+Only feasible points count: the plan is valid there (divisibility rules) and fits in GPU
+memory, unless the experiment says to ignore memory. Two kinds of crossing are reported:
+
+- *winner changes*: where the fastest plan changes (what a user choosing a plan needs);
+- *pair crossings*: where any two plans swap order (with two plans, the same thing).
+
+Both are exact. For an integer variable (batch, layers, GPUs, ...) every integer of the range is
+evaluated (up to `MAX_DENSE` of them) and a crossing is the first integer at which the other
+plan is faster, so none is missed between grid points. For a continuous one (bandwidth,
+latency, ...) the grid is densified to at least `MIN_DENSE` points and each sign change is
+solved by bisection (in log space on a log axis) to a relative 1e-6. Ties (equal times) carry
+the previous order: a crossing is reported only when the order really flips.
 """
 
 from __future__ import annotations
@@ -17,6 +24,9 @@ import numpy as np
 from shardwise.analyses.experiment import VARIABLES, Experiment, LinkSpec, PlanSpec, times_s
 
 BISECTION_STEPS = 60
+MAX_DENSE = 100_000
+MIN_DENSE = 400
+TIE = "tie"
 
 
 @dataclass(frozen=True)
@@ -29,43 +39,60 @@ class Series:
 
 @dataclass(frozen=True)
 class Crossing:
-    """Plan `before` wins below `at`, plan `after` from `at` on (both on link `link`)."""
+    """Plan `before` is faster below `at`, plan `after` from `at` on (both on link `link`)."""
 
     link: str
     before: str
     after: str
-    at: float  # integer variables: the first value where `after` wins; else the solved point
-    low: float  # the grid bracket the crossing was found in
+    at: float  # integer variables: the first value where `after` is faster; else the solved point
+    low: float  # the dense-grid bracket it was found in
     high: float
-    exact: bool  # an integer switch point or a bisection root (not a linear interpolation)
+    exact: bool
+    winner_change: bool  # True: the fastest of all plans changes here
 
 
 @dataclass(frozen=True)
 class CrossoverResult:
     experiment: Experiment
     variable: str
-    values: np.ndarray
-    series: tuple[Series, ...]
+    values: np.ndarray  # the grid shown in tables and JSON
+    series: tuple[Series, ...]  # on `values`
     crossings: tuple[Crossing, ...]
+    ignore_memory: bool = False
 
     def series_for(self, link: str) -> list[Series]:
         return [s for s in self.series if s.link == link]
 
+    def feasible(self, s: Series) -> np.ndarray:
+        ok = ~np.isnan(s.time_s)
+        return ok if self.ignore_memory else ok & s.fits
+
     def winners(self, link: str) -> list[str]:
-        """The fastest plan at each grid value on `link` ('' where no plan is valid)."""
+        """The fastest feasible plan at each grid value on `link` ('' if none; 'tie' if equal)."""
         rows = self.series_for(link)
-        t = np.vstack([s.time_s for s in rows])
-        out = []
-        for j in range(t.shape[1]):
-            col = t[:, j]
-            out.append("" if np.all(np.isnan(col)) else rows[int(np.nanargmin(col))].plan)
-        return out
+        t = np.vstack([np.where(self.feasible(s), s.time_s, np.inf) for s in rows])
+        return [_winner(col, [s.plan for s in rows]) for col in t.T]
+
+    def winner_changes(self, link: str) -> list[Crossing]:
+        return [c for c in self.crossings if c.link == link and c.winner_change]
+
+    def pair_crossings(self, link: str) -> list[Crossing]:
+        return [c for c in self.crossings if c.link == link and not c.winner_change]
 
     def crossings_for(self, link: str) -> list[Crossing]:
         return [c for c in self.crossings if c.link == link]
 
 
-def run_crossover(exp: Experiment, variable: str, values: np.ndarray) -> CrossoverResult:
+def _winner(col: np.ndarray, names: list[str]) -> str:
+    finite = np.isfinite(col)
+    if not finite.any():
+        return ""
+    best = np.min(col[finite])
+    at_best = np.flatnonzero(np.isclose(col, best, rtol=1e-12, atol=0.0))
+    return names[int(at_best[0])] if len(at_best) == 1 else TIE
+
+
+def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_memory: bool = False) -> CrossoverResult:
     """Time every plan on every link over `values` of `variable`, and find every crossing."""
     values = np.asarray(values, dtype=float)
     series = []
@@ -73,15 +100,50 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray) -> Crossov
         for plan in exp.plans:
             t, fits = times_s(exp, plan, link.link, variable, values)
             series.append(Series(plan.label, link.label, t, fits))
-    crossings = []
+    dense = _dense_grid(variable, values)
+    crossings: list[Crossing] = []
     for link in exp.links:
-        by_plan = {s.plan: s for s in series if s.link == link.label}
+        times = {}
+        for plan in exp.plans:
+            t, fits = times_s(exp, plan, link.link, variable, dense)
+            times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
+        crossings += _winner_changes(exp, link, variable, dense, times, ignore_memory)
         for a, b in combinations(exp.plans, 2):
-            crossings += _crossings(exp, link, a, b, variable, values, by_plan[a.label].time_s, by_plan[b.label].time_s)
-    return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings))
+            for c in _pair_crossings(exp, link, a, b, variable, dense, times[a.label], times[b.label], ignore_memory):
+                if not any(_same(c, w) for w in crossings):
+                    crossings.append(c)
+    return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings), ignore_memory)
 
 
-def _crossings(
+def _dense_grid(variable: str, values: np.ndarray) -> np.ndarray:
+    lo, hi = float(values.min()), float(values.max())
+    spec = VARIABLES[variable]
+    if spec.integer and hi - lo + 1 <= MAX_DENSE:
+        return np.arange(lo, hi + 1)
+    if len(values) >= MIN_DENSE or lo == hi:
+        return np.unique(values)
+    extra = np.geomspace(lo, hi, MIN_DENSE) if spec.log and lo > 0 else np.linspace(lo, hi, MIN_DENSE)
+    if spec.integer:
+        extra = np.round(extra)
+    return np.unique(np.concatenate([values, extra]))
+
+
+def _same(c: Crossing, w: Crossing) -> bool:
+    return {c.before, c.after} == {w.before, w.after} and c.at == w.at
+
+
+def _signs(diff: np.ndarray) -> np.ndarray:
+    """Sign of a - b where both are feasible, ties carrying the previous sign (0 where unknown)."""
+    sign = np.sign(diff)
+    sign[np.isnan(diff)] = 0
+    out = sign.copy()
+    for i in range(1, len(out)):
+        if out[i] == 0 and not np.isnan(diff[i]):
+            out[i] = out[i - 1]
+    return out
+
+
+def _pair_crossings(
     exp: Experiment,
     link: LinkSpec,
     a: PlanSpec,
@@ -90,17 +152,37 @@ def _crossings(
     x: np.ndarray,
     ta: np.ndarray,
     tb: np.ndarray,
+    ignore_memory: bool,
 ) -> list[Crossing]:
-    ok = ~(np.isnan(ta) | np.isnan(tb))
-    xs, diff = x[ok], (ta - tb)[ok]  # < 0: a is faster
+    diff = ta - tb  # < 0: a is faster; NaN where either is infeasible
+    ok = ~np.isnan(diff)
+    xs, sign = x[ok], _signs(diff)[ok]
     out = []
     for i in range(len(xs) - 1):
-        d0, d1 = diff[i], diff[i + 1]
-        if d0 == 0 or np.sign(d0) == np.sign(d1):
+        if sign[i] == 0 or sign[i + 1] == 0 or sign[i] == sign[i + 1]:
             continue
-        before, after = (a, b) if d0 < 0 else (b, a)
-        at, exact = _refine(exp, link, a, b, variable, xs[i], xs[i + 1], d0, d1)
-        out.append(Crossing(link.label, before.label, after.label, at, float(xs[i]), float(xs[i + 1]), exact))
+        before, after = (a, b) if sign[i] < 0 else (b, a)
+        at, exact = _refine(exp, link, a, b, variable, xs[i], xs[i + 1], sign[i], ignore_memory)
+        out.append(Crossing(link.label, before.label, after.label, at, float(xs[i]), float(xs[i + 1]), exact, False))
+    return out
+
+
+def _winner_changes(
+    exp: Experiment, link: LinkSpec, variable: str, x: np.ndarray, times: dict[str, np.ndarray], ignore_memory: bool
+) -> list[Crossing]:
+    plans = {p.label: p for p in exp.plans}
+    names = list(times)
+    stack = np.vstack([np.where(np.isnan(times[n]), np.inf, times[n]) for n in names])
+    winners = [_winner(col, names) for col in stack.T]
+    out = []
+    last_i, last = None, None
+    for i, w in enumerate(winners):
+        if w in ("", TIE):
+            continue
+        if last is not None and w != last:
+            at, exact = _refine(exp, link, plans[last], plans[w], variable, x[last_i], x[i], -1.0, ignore_memory)
+            out.append(Crossing(link.label, last, w, at, float(x[last_i]), float(x[i]), exact, True))
+        last_i, last = i, w
     return out
 
 
@@ -112,30 +194,28 @@ def _refine(
     variable: str,
     lo: float,
     hi: float,
-    d_lo: float,
-    d_hi: float,
+    sign_lo: float,
+    ignore_memory: bool,
 ) -> tuple[float, bool]:
-    """The exact switch point inside [lo, hi] (see the module docstring)."""
+    """The switch point inside [lo, hi]: a is faster at lo (sign_lo < 0) or b is (> 0)."""
+    if VARIABLES[variable].integer:
+        return float(hi), bool(hi - lo <= 1)  # the dense grid holds every integer: hi is the first flip
 
-    def diff(v: np.ndarray) -> np.ndarray:
-        return times_s(exp, a, link.link, variable, v)[0] - times_s(exp, b, link.link, variable, v)[0]
+    def diff(v: float) -> float:
+        ta, fa = times_s(exp, a, link.link, variable, np.array([v]))
+        tb, fb = times_s(exp, b, link.link, variable, np.array([v]))
+        if not ignore_memory and not (fa[0] and fb[0]):
+            return float("nan")
+        return float(ta[0] - tb[0])
 
-    spec = VARIABLES[variable]
-    if spec.integer:
-        ints = np.arange(lo, hi + 1)
-        d = diff(ints)
-        sign0 = np.sign(d_lo)
-        flips = np.flatnonzero(~np.isnan(d) & (np.sign(d) != sign0) & (ints > lo))
-        return (float(ints[flips[0]]), True) if len(flips) else (float(hi), False)
-    log = spec.log and lo > 0
+    log = VARIABLES[variable].log and lo > 0
     left, right = (np.log(lo), np.log(hi)) if log else (lo, hi)
     for _ in range(BISECTION_STEPS):
         mid = 0.5 * (left + right)
-        d = float(diff(np.array([np.exp(mid) if log else mid]))[0])
+        d = diff(float(np.exp(mid) if log else mid))
         if np.isnan(d):
-            frac = d_lo / (d_lo - d_hi)  # fall back to linear interpolation
-            return float(lo + frac * (hi - lo)), False
-        if np.sign(d) == np.sign(d_lo):
+            return float(np.exp(right) if log else right), False
+        if d != 0 and np.sign(d) == np.sign(sign_lo):
             left = mid
         else:
             right = mid
@@ -146,11 +226,14 @@ def _refine(
 
 
 def describe_crossing(c: Crossing, variable: str) -> str:
-    """'tp=8 is faster below batch 11, pp=8 from 11 on (NVLink)'."""
+    """'NVLink: tp=8 is faster below batch 11, pp=8 from 11 on'."""
     from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SHORT_NAME
 
     value = c.at * DISPLAY_SCALE.get(variable, 1.0)
     name, unit = SHORT_NAME[variable], DISPLAY_UNIT.get(variable, "")
     if VARIABLES[variable].integer and c.exact:
         return f"{c.link}: {c.before} is faster below {name} {value:g}, {c.after} from {value:g}{unit} on"
+    if VARIABLES[variable].integer:
+        low = c.low * DISPLAY_SCALE.get(variable, 1.0)
+        return f"{c.link}: {c.before} is faster at {name} {low:g}, {c.after} from {value:g}{unit} (none valid between)"
     return f"{c.link}: {c.before} is faster below {name} {value:.4g}{unit}, {c.after} above"

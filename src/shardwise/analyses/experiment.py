@@ -69,22 +69,25 @@ SHORT_NAME = {
 }
 
 
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
 @dataclass(frozen=True)
 class PlanSpec:
     """A plan relative to the GPU count: `tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all` (all GPUs);
     dp fills the GPUs that tp x pp leave. Other keys: vpp, mb (micro-batch), schedule,
-    recompute, sp (on/off), zero."""
+    recompute, sp (on/off), zero. Checked when parsed."""
 
     label: str
     tp: int | str = 1
     pp: int | str = 1
-    options: tuple[tuple[str, Any], ...] = ()
+    options: tuple[tuple[str, Any], ...] = ()  # Plan keyword arguments, already typed
 
     KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero")
 
     @classmethod
     def parse(cls, text: str) -> PlanSpec:
-        fields: dict[str, Any] = {}
+        fields: dict[str, str] = {}
         for part in text.replace(" ", "").split(","):
             if not part:
                 continue
@@ -92,13 +95,39 @@ class PlanSpec:
             if not sep or key not in cls.KEYS:
                 raise SpecError(f"--plan {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(cls.KEYS)}")
             fields[key] = value
+
+        def whole(key: str, low: int, high: int | None = None) -> int:
+            value = fields[key]
+            if not value.isdigit() or int(value) < low or (high is not None and int(value) > high):
+                allowed = f"{low}..{high}" if high is not None else f"a whole number >= {low}"
+                raise SpecError(f"--plan {text!r}: {key}={value} is not allowed; use {allowed}")
+            return int(value)
+
+        degrees = {}
         for key in ("tp", "pp"):
-            value = fields.get(key, "1")
-            if value != "all" and not (value.isdigit() and int(value) >= 1):
-                raise SpecError(f"--plan {text!r}: {key}={value} is not allowed; use a whole number >= 1 or 'all'")
-            fields[key] = value if value == "all" else int(value)
-        opts = tuple((k, v) for k, v in fields.items() if k not in ("tp", "pp"))
-        return cls(label=text, tp=fields["tp"], pp=fields["pp"], options=opts)
+            fields.setdefault(key, "1")
+            degrees[key] = "all" if fields[key] == "all" else whole(key, 1)
+        options: dict[str, Any] = {}
+        if "vpp" in fields:
+            options["vpp"] = whole("vpp", 1)
+            options["schedule"] = "interleaved" if options["vpp"] > 1 else "1f1b"
+        if "mb" in fields:
+            options["micro_batch"] = whole("mb", 1)
+        if "zero" in fields:
+            options["zero_stage"] = whole("zero", 0, 3)
+        for key, allowed in (
+            ("schedule", ("gpipe", "1f1b", "interleaved", "zb-h1")),
+            ("recompute", ("none", "selective", "full")),
+        ):
+            if key in fields:
+                if fields[key] not in allowed:
+                    raise SpecError(f"--plan {text!r}: {key}={fields[key]} is not allowed; choose {', '.join(allowed)}")
+                options[key] = fields[key]
+        if "sp" in fields:
+            if fields["sp"].lower() not in _SWITCH:
+                raise SpecError(f"--plan {text!r}: sp={fields['sp']} is not allowed; use on or off")
+            options["sequence_parallel"] = _SWITCH[fields["sp"].lower()]
+        return cls(label=text, tp=degrees["tp"], pp=degrees["pp"], options=tuple(options.items()))
 
     def degrees(self, gpus: Any) -> tuple[Any, Any, Any]:
         """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp), NaN if not whole."""
@@ -108,22 +137,7 @@ class PlanSpec:
         return tp, pp, g / (tp * pp)
 
     def plan_kwargs(self) -> dict[str, Any]:
-        o = dict(self.options)
-        out: dict[str, Any] = {}
-        if "vpp" in o:
-            out["vpp"] = int(o["vpp"])
-            out["schedule"] = "interleaved" if out["vpp"] > 1 else "1f1b"
-        if "mb" in o:
-            out["micro_batch"] = int(o["mb"])
-        if "schedule" in o:
-            out["schedule"] = o["schedule"]
-        if "recompute" in o:
-            out["recompute"] = o["recompute"]
-        if "sp" in o:
-            out["sequence_parallel"] = o["sp"].lower() in ("on", "1", "true", "yes")
-        if "zero" in o:
-            out["zero_stage"] = int(o["zero"])
-        return out
+        return dict(self.options)
 
     @property
     def is_pure(self) -> bool:
@@ -227,18 +241,62 @@ def evaluate(
     """(seconds, fits in memory) over a grid: variable name -> values, mutually broadcastable
     (`np.meshgrid(..., sparse=True)` keeps a grid cheap: each input keeps its own shape and
     only the results take the full shape). NaN where the plan is invalid."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
+    if exp.cost_model == "textbook":
+        _check_names(grid)
+        return _textbook_times(exp, plan, link, grid, shape), np.ones(shape, dtype=bool)
+    scn, valid = _scenario(exp, plan, link, grid)
+    if scn is None:
+        return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
+    est = _estimate(exp, scn)
+    if exp.workload == "forward":
+        t, fits = est.latency_s, est.weights_bytes + est.kv_cache_bytes <= scn.cluster.gpu.memory_bytes
+    else:
+        t, fits = est.step_time_s, est.fits_in_memory
+    return np.where(valid, np.broadcast_to(t, shape), np.nan), np.asarray(np.broadcast_to(fits, shape) & valid)
+
+
+def breakdown_at(exp: Experiment, plan: PlanSpec, link: Link, variable: str, value: float) -> dict[str, float] | None:
+    """Where the time of one plan goes at one value of the variable (None if invalid there)."""
+    if exp.cost_model == "textbook":
+        return None
+    scn, valid = _scenario(exp, plan, link, {variable: np.array([value])})
+    if scn is None or not valid.all():
+        return None
+    est = _estimate(exp, scn)
+    parts = est.as_dict() if exp.workload == "forward" else est.breakdown.as_dict()
+    return {k: float(np.asarray(v).ravel()[0]) for k, v in parts.items()}
+
+
+def why_invalid(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]) -> str | None:
+    """The first rule that the plan breaks at the first point of the grid (None if valid there)."""
+    first = {k: np.asarray(v).ravel()[:1] for k, v in grid.items()}
+    x = _inputs(exp, plan, link, first)
+    kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    for rule, ok in _rules(exp, x, kwargs):
+        if not np.all(ok):
+            return rule
+    return None
+
+
+def _check_names(grid: Mapping[str, np.ndarray]) -> None:
     for name in grid:
         if name not in VARIABLES:
             raise SpecError(f"unknown variable {name!r}; choose one of {', '.join(VARIABLES)}")
+
+
+def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]) -> tuple[Any, np.ndarray]:
+    """(Scenario with array fields, validity mask); invalid points run as the first valid one."""
+    _check_names(grid)
     shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
-    if exp.cost_model == "textbook":
-        return _textbook_times(exp, plan, link, grid, shape), np.ones(shape, dtype=bool)
     x = _inputs(exp, plan, link, grid)
     kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
-    valid = np.broadcast_to(_valid(exp, x, kwargs), shape)
+    valid = np.ones(shape, dtype=bool)
+    for _, ok in _rules(exp, x, kwargs):
+        valid = valid & ok
     if not valid.any():  # e.g. layers not divisible by pp anywhere in this block
-        return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
-    if not valid.all():  # invalid points run as the first valid one, then read NaN
+        return None, valid
+    if not valid.all():
         first = np.unravel_index(int(np.flatnonzero(valid)[0]), shape)
         x = {k: np.where(valid, np.broadcast_to(a, shape), np.broadcast_to(a, shape)[first]) for k, a in x.items()}
     ints = {k: np.asarray(x[k]).astype(int) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len")}
@@ -249,23 +307,31 @@ def evaluate(
     cluster = _cluster(exp.with_(gpu=gpu), link, np.asarray(x["gpus"]).astype(int))
     as_int = {k: np.asarray(x[k]).astype(int) for k in ("tp", "pp", "dp", "batch")}
     plan_ = Plan(tp=as_int["tp"], pp=as_int["pp"], dp=as_int["dp"], global_batch=as_int["batch"], **kwargs)
-    scn = Scenario(model, cluster, plan_)
+    return Scenario(model, cluster, plan_), valid
+
+
+def _estimate(exp: Experiment, scn: Any) -> Any:
     if exp.workload == "forward":
         from shardwise.engines.forward import estimate_forward
 
-        est = estimate_forward(scn)
-        t, fits = est.latency_s, est.weights_bytes + est.kv_cache_bytes <= gpu.memory_bytes
-    else:
-        from shardwise.engines.training import estimate_training_step
+        return estimate_forward(scn)
+    from shardwise.engines.training import estimate_training_step
 
-        est = estimate_training_step(scn)
-        t, fits = est.step_time_s, est.fits_in_memory
-    t = np.broadcast_to(t, shape)
-    return np.where(valid, t, np.nan), np.asarray(np.broadcast_to(fits, shape) & valid)
+    return estimate_training_step(scn)
+
+
+def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:
+    """Heads of a model whose width is varied: head dim 128 while TP can still split the heads
+    (at least tp_max heads). One rule for every plan, so all compare the same model."""
+    return np.maximum(np.asarray(hidden) // 128, tp_max)
+
+
+def max_tp(exp: Experiment, gpus: Any) -> Any:
+    return max(np.max(gpus) if p.tp == "all" else p.tp for p in exp.plans) if exp.plans else 1
 
 
 def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]) -> dict[str, Any]:
-    """Every input a variable can move (arrays where the grid moves it, scalars elsewhere)."""
+    """Every input that a variable can move (arrays where the grid moves it, scalars elsewhere)."""
     m = exp.model
     x: dict[str, Any] = {
         "layers": m.layers,
@@ -283,8 +349,7 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
     }
     for name, values in grid.items():
         if name == "hidden":
-            tp_max = np.max(grid.get("gpus", exp.gpus)) if plan.tp == "all" else plan.tp
-            heads = np.maximum(values // 128, tp_max)  # head dim 128 while TP can still split the heads
+            heads = heads_for_hidden(values, max_tp(exp, grid.get("gpus", exp.gpus)))
             x.update(hidden=values, heads=heads, kv_heads=heads, ffn_hidden=4 * values)
         else:
             x[name] = values
@@ -292,23 +357,37 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
     return {k: np.asarray(v, dtype=float) for k, v in x.items()}
 
 
-def _valid(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) -> np.ndarray:
-    """Points that give a valid scenario (whole dp, the divisibility rules of the specs)."""
+def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The validity rules of the specs, each with where it holds."""
     tp, pp, dp, mb = x["tp"], x["pp"], x["dp"], kwargs["micro_batch"]
     vpp = kwargs.get("vpp", 1)
-    ok = (np.mod(dp, 1) == 0) & (dp >= 1) & (np.mod(x["gpus"], 1) == 0)
-    ok = ok & (np.mod(x["layers"], pp * vpp) == 0)
-    ok = ok & ((np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0))
-    ok = ok & (np.mod(x["hidden"], x["heads"]) == 0)
-    ok = ok & (np.mod(x["batch"], np.maximum(dp, 1) * mb) == 0)
     per_node = np.minimum(exp.gpus_per_node, x["gpus"])
-    ok = ok & ((np.mod(per_node, tp) == 0) | (np.mod(tp, per_node) == 0))
-    ok = ok & (np.mod(x["gpus"], per_node) == 0)
+    whole_dp = (np.mod(dp, 1) == 0) & (dp >= 1)
+    rules = [
+        ("tp x pp must divide the GPU count (dp = GPUs / (tp x pp) is not whole)", whole_dp),
+        ("layers must be divisible by pp x vpp", np.mod(x["layers"], pp * vpp) == 0),
+        (
+            "heads (and KV heads) must be divisible by tp",
+            (np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0),
+        ),
+        ("hidden must be divisible by heads", np.mod(x["hidden"], x["heads"]) == 0),
+        ("the batch must be divisible by dp x micro-batch", np.mod(x["batch"], np.maximum(dp, 1) * mb) == 0),
+        (
+            "a TP group must fit in a server or span whole servers",
+            (np.mod(per_node, tp) == 0) | (np.mod(tp, per_node) == 0),
+        ),
+        ("GPUs must fill whole servers", np.mod(x["gpus"], per_node) == 0),
+    ]
     if kwargs.get("schedule") == "interleaved":
-        ok = ok & (np.mod(x["batch"] / (np.maximum(dp, 1) * mb), pp) == 0)
+        rules.append(
+            (
+                "interleaving needs the micro-batch count to be a multiple of pp",
+                np.mod(x["batch"] / (np.maximum(dp, 1) * mb), pp) == 0,
+            )
+        )
     if kwargs.get("sequence_parallel"):
-        ok = ok & (np.mod(x["seq_len"], tp) == 0)
-    return np.asarray(ok)
+        rules.append(("sequence parallelism needs the sequence length divisible by tp", np.mod(x["seq_len"], tp) == 0))
+    return rules
 
 
 def _textbook_times(
@@ -337,6 +416,8 @@ def _textbook_times(
 
 
 DEFAULT_POINTS = 41
+MAX_VALUES = 100_000  # per varied variable
+NEEDS_UNIT = {"bandwidth": "900GB/s", "latency": "2us", "peak_flops": "312TFLOPS", "hbm_bandwidth": "2TB/s"}
 
 
 def parse_vary(text: str) -> tuple[str, np.ndarray]:
@@ -345,30 +426,63 @@ def parse_vary(text: str) -> tuple[str, np.ndarray]:
     name, sep, spec = text.replace(" ", "").partition("=")
     if not sep or name not in VARIABLES:
         raise SpecError(f"--vary {text!r}: expected NAME=VALUES with NAME one of {', '.join(VARIABLES)}")
-    var = VARIABLES[name]
     try:
-        if ".." in spec:
-            lo_text, _, rest = spec.partition("..")
-            hi_text, _, count = rest.partition(":")
-            lo, hi = var.parse(lo_text), var.parse(hi_text)
-            if not 0 < lo < hi:
-                raise SpecError(f"--vary {text!r}: need 0 < low < high")
-            if count.startswith("x"):
-                factor = float(count[1:])
-                n = int(np.floor(np.log(hi / lo) / np.log(factor) + 1e-9)) + 1
-                values = lo * factor ** np.arange(n)
-            elif var.integer and not count:
-                values = np.arange(lo, hi + 1)
-            else:
-                n = int(count) if count else DEFAULT_POINTS
-                values = np.geomspace(lo, hi, n) if var.log else np.linspace(lo, hi, n)
-                values = np.unique(np.round(values)) if var.integer else values
-        else:
-            values = np.array([var.parse(v) for v in spec.split(",") if v])
+        values = _vary_values(name, spec)
     except SpecError as exc:
         raise SpecError(f"--vary {text!r}: {exc}") from None
+    except (ValueError, OverflowError):
+        raise SpecError(
+            f"--vary {text!r}: cannot read the values; e.g. batch=1..32, layers=8,16,32, "
+            "bandwidth=1GB/s..900GB/s:20, hidden=512..16384:x2"
+        ) from None
+    return name, values
+
+
+def _vary_values(name: str, spec: str) -> np.ndarray:
+    var = VARIABLES[name]
+
+    def value(token: str) -> float:
+        if name in NEEDS_UNIT and _is_number(token):
+            raise SpecError(f"{token} has no unit; write it like {NEEDS_UNIT[name]}")
+        return var.parse(token)
+
+    if ".." in spec:
+        lo_text, _, rest = spec.partition("..")
+        hi_text, _, count = rest.partition(":")
+        lo, hi = value(lo_text), value(hi_text)
+        if not 0 < lo < hi:
+            raise SpecError("need 0 < low < high")
+        if count.startswith("x"):
+            factor = float(count[1:])
+            if not factor > 1:
+                raise SpecError(f"the factor after ':x' must be > 1, got {count[1:]}")
+            n = int(np.floor(np.log(hi / lo) / np.log(factor) + 1e-9)) + 1
+            values = lo * factor ** np.arange(min(n, MAX_VALUES + 1))
+        elif var.integer and not count:
+            if hi - lo + 1 > MAX_VALUES:
+                raise SpecError(
+                    f"{int(hi - lo + 1):,} values is too many (at most {MAX_VALUES:,}); add ':N' for N points"
+                )
+            values = np.arange(lo, hi + 1)
+        else:
+            n = int(count) if count else DEFAULT_POINTS
+            if not 2 <= n <= MAX_VALUES:
+                raise SpecError(f"the number of points after ':' must be 2..{MAX_VALUES:,}, got {count}")
+            values = np.geomspace(lo, hi, n) if var.log else np.linspace(lo, hi, n)
+    else:
+        values = np.array([value(v) for v in spec.split(",") if v])
+    if values.size == 0 or np.any(values <= 0) or not np.all(np.isfinite(values)):
+        raise SpecError("values must be finite and > 0")
+    if values.size > MAX_VALUES:
+        raise SpecError(f"{values.size:,} values is too many (at most {MAX_VALUES:,})")
+    if var.integer:  # ranges are rounded to whole numbers (lists were checked when read)
+        values = np.unique(np.round(values))
+    return np.asarray(values, dtype=float)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
     except ValueError:
-        raise SpecError(f"--vary {text!r}: cannot read the values; e.g. batch=1..32 or layers=8,16,32") from None
-    if values.size == 0 or np.any(values <= 0):
-        raise SpecError(f"--vary {text!r}: values must be > 0")
-    return name, np.asarray(values, dtype=float)
+        return False
+    return True

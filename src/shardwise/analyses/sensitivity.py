@@ -25,27 +25,40 @@ class CrossoverCurve:
     link: str
     variable: str
     values: np.ndarray
-    crossover_batch: np.ndarray  # first batch where the other plan wins; NaN: no change up to max batch
-    winner_at_batch_1: list[str]
+    crossover_batch: np.ndarray  # first batch where the other plan is faster; NaN: none up to max batch
+    winner_at_batch_1: list[str]  # faster plan at the smallest feasible batch ('' if none is feasible)
 
 
 def crossover_batch_vs(
-    exp: Experiment, variable: str, values: np.ndarray, max_batch: int = 256
+    exp: Experiment, variable: str, values: np.ndarray, max_batch: int = 256, ignore_memory: bool = False
 ) -> list[CrossoverCurve]:
-    """Where the winner at batch 1 first loses, as `variable` moves (one sweep per link)."""
+    """Where the plan that is faster at the smallest batch stops being faster, as `variable`
+    moves: one sweep per link over (variable x every batch 1..max_batch); only batches where
+    both plans are feasible (valid, and fitting in memory unless `ignore_memory`) count."""
     if len(exp.plans) != 2:
         raise ValueError("crossover_batch_vs compares exactly two plans")
+    a, b = (p.label for p in exp.plans)
     batches = np.arange(1, max_batch + 1, dtype=float)
     result = run_sweep(exp, [(variable, np.asarray(values, dtype=float)), ("batch", batches)])
     curves = []
     for link in result.links:
-        w = result.winner(link)  # (values, batches)
-        first = w[:, 0]
-        changed = (w != first[:, None]) & (w >= 0) & (first[:, None] >= 0)
-        idx = np.where(changed.any(axis=1), changed.argmax(axis=1), -1)
-        crossing = np.where(idx >= 0, batches[np.maximum(idx, 0)], np.nan)
-        names = [result.plans[i] if i >= 0 else "" for i in first]
-        curves.append(CrossoverCurve(link, variable, result.axes[0], crossing, names))
+        ta, tb = result.times_s[(link, a)], result.times_s[(link, b)]
+        both = ~np.isnan(ta) & ~np.isnan(tb)
+        if not ignore_memory:
+            both &= result.fits[(link, a)] & result.fits[(link, b)]
+        diff = np.where(both, ta - tb, np.nan)
+        crossing, first_winner = [], []
+        for row in diff:
+            signs = row[~np.isnan(row) & (row != 0)]
+            if signs.size == 0:
+                crossing.append(np.nan)
+                first_winner.append("")
+                continue
+            start = np.sign(signs[0])
+            first_winner.append(a if start < 0 else b)
+            flips = np.flatnonzero(~np.isnan(row) & (np.sign(row) == -start))
+            crossing.append(batches[flips[0]] if flips.size else np.nan)
+        curves.append(CrossoverCurve(link, variable, result.axes[0], np.array(crossing), first_winner))
     return curves
 
 
@@ -57,6 +70,8 @@ class TornadoBar:
     high_value: float
     ratio_low: float  # time(plan A) / time(plan B) with the input scaled down
     ratio_high: float
+    fits_low: bool = True  # both plans fit in GPU memory there
+    fits_high: bool = True
 
     @property
     def spread(self) -> float:
@@ -93,10 +108,12 @@ def one_at_a_time(
     for name in inputs:
         base = _base_value(exp, link_index, name)
         values = np.array([base / factor, base, base * factor])
-        ta, _ = times_s(exp, a, link, name, values)
-        tb, _ = times_s(exp, b, link, name, values)
-        ratio = ta / tb
+        ta, fa = times_s(exp, a, link, name, values)
+        tb, fb = times_s(exp, b, link, name, values)
+        ratio, fits = ta / tb, fa & fb
         base_ratio = float(ratio[1])
-        bars.append(TornadoBar(name, base, values[0], values[2], float(ratio[0]), float(ratio[2])))
+        bars.append(
+            TornadoBar(name, base, values[0], values[2], float(ratio[0]), float(ratio[2]), bool(fits[0]), bool(fits[2]))
+        )
     bars.sort(key=lambda bar: -bar.spread if np.isfinite(bar.spread) else 0.0)
     return base_ratio, bars

@@ -17,6 +17,14 @@ import numpy as np
 from shardwise.analyses.experiment import Experiment, evaluate
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
+MAX_CONFIGURATIONS = 200_000_000
+# SI columns carry their unit in the name (the tables and figures show readable units)
+COLUMN_NAMES = {
+    "bandwidth": "bandwidth_bytes_per_s",
+    "latency": "latency_s",
+    "peak_flops": "peak_flops_per_s",
+    "hbm_bandwidth": "hbm_bandwidth_bytes_per_s",
+}
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class SweepResult:
         n = int(np.prod(self.shape))
         yield "link", np.repeat(np.array(self.links, dtype=object), n)
         for name, values in zip(self.variables, mesh, strict=True):
-            yield name, np.tile(values.ravel(), len(self.links))
+            yield COLUMN_NAMES.get(name, name), np.tile(values.ravel(), len(self.links))
         for plan in self.plans:
             yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
             yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
@@ -83,6 +91,11 @@ def run_sweep(
         raise ValueError("each variable may be varied once")
     axes = tuple(np.asarray(values, dtype=float) for _, values in grid)
     shape = tuple(len(a) for a in axes)
+    total = int(np.prod(shape)) * len(exp.links) * len(exp.plans)
+    if total > MAX_CONFIGURATIONS:
+        from shardwise.errors import SpecError
+
+        raise SpecError(f"the grid has {total:,} configurations; at most {MAX_CONFIGURATIONS:,} (use fewer values)")
     rows_per_block = max(1, BLOCK_POINTS // max(1, int(np.prod(shape[1:]))))
     times: dict[tuple[str, str], np.ndarray] = {}
     fits: dict[tuple[str, str], np.ndarray] = {}

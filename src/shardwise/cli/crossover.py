@@ -51,22 +51,27 @@ def crossover(
     """
     from shardwise.analyses.crossover import run_crossover
     from shardwise.analyses.experiment import parse_vary
-    from shardwise.cli.experiment_options import build_experiment, describe_experiment
+    from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
+    from shardwise.errors import SpecError
 
+    if as_json and as_csv:
+        raise SpecError("give --json or --csv, not both")
     exp = build_experiment(options)
     variable, values = parse_vary(vary)
-    result = run_crossover(exp, variable, values)
+    check_plans_valid(exp, variable, values)
+    result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
+    assumptions = describe_experiment(exp, variable)
     figure = None
     if not no_plot and not as_json and not as_csv:
-        figure = _plot(result, plot_path, describe_experiment(exp))
+        figure = _plot(result, plot_path, assumptions)
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps(_as_dict(result, describe_experiment(exp))))
+        click.echo(export.dumps(_as_dict(result, assumptions)))
     elif as_csv:
         click.echo(_as_csv(result), nl=False)
     else:
-        _print(result, all_rows or len(values) <= 12, describe_experiment(exp), figure)
+        _print(result, all_rows or len(values) <= 12, assumptions, figure)
 
 
 def _ylabel(exp: Any) -> str:
@@ -192,17 +197,51 @@ def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
         out.print(f"[dim]{len(shown)} of {len(result.values)} grid values shown (--all-rows for all)[/]")
     if any((~s.fits & (s.time_s == s.time_s)).any() for s in result.series):
         out.print("[dim]* does not fit in GPU memory[/]")
+    if not result.ignore_memory and any((~s.fits & (s.time_s == s.time_s)).any() for s in result.series):
+        out.print("[dim]plans that do not fit are not counted as faster (--ignore-memory to compare anyway)[/]")
     out.print()
     for link in links:
-        found = result.crossings_for(link)
-        if not found:
-            out.print(f"{link}: no crossover in this range ({winners[link][0] or 'no plan'} is fastest throughout)")
-        for c in found:
+        changes = result.winner_changes(link)
+        if not changes:
+            out.print(f"{link}: no crossover in this range ({_throughout(winners[link])})")
+        for c in changes:
             out.print(f"[bold]crossover[/]: {describe_crossing(c, result.variable)}")
+            _print_why(out, result, c)
+        for c in result.pair_crossings(link):
+            out.print(f"  (not the fastest there) {describe_crossing(c, result.variable)}")
     if exp.cost_model == "textbook":
         _print_worked_example(out)
     if figure is not None:
         out.print(f"\nfigure: {figure}")
+
+
+def _throughout(winners: list[str]) -> str:
+    names = {w for w in winners if w}
+    if not names:
+        return "no plan is feasible anywhere in it"
+    if names == {"tie"}:
+        return "the plans take the same time throughout"
+    names.discard("tie")
+    return f"{names.pop()} is fastest wherever a plan is feasible" if len(names) == 1 else "see the table"
+
+
+def _print_why(out: Any, result: Any, c: Any) -> None:
+    """Where the time of the two plans goes at the switch point: the reason for the crossing."""
+    from shardwise.analyses.experiment import breakdown_at
+    from shardwise.units import format_seconds
+
+    exp = result.experiment
+    link = next(lk.link for lk in exp.links if lk.label == c.link)
+    plans = {p.label: p for p in exp.plans}
+    parts = {name: breakdown_at(exp, plans[name], link, result.variable, c.at) for name in (c.before, c.after)}
+    if any(v is None for v in parts.values()):
+        return
+    for name, bd in parts.items():
+        total = sum(bd.values())
+        shown = ", ".join(
+            f"{k.replace('_', ' ')} {format_seconds(v)} ({v / total:.0%})" for k, v in bd.items() if v > 0
+        )
+        out.print(f"    {name}: {format_seconds(total)} = {shown}")
 
 
 def _print_worked_example(out: Any) -> None:

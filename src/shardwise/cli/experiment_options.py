@@ -78,20 +78,34 @@ experiment_options = _stack(
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
     click.option("--flash-attention/--no-flash-attention", default=True, show_default=True),
     click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+    click.option(
+        "--ignore-memory",
+        is_flag=True,
+        help="Compare times even where a plan does not fit in GPU memory (by default it cannot win).",
+    ),
 )
 
 
 def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise import presets
-    from shardwise.analyses.experiment import BRIEF_LINKS, Experiment, LinkSpec, PlanSpec, brief_experiment
+    from shardwise.analyses.experiment import (
+        BRIEF_LINKS,
+        Experiment,
+        LinkSpec,
+        PlanSpec,
+        brief_experiment,
+        heads_for_hidden,
+    )
     from shardwise.cli.options import _link
     from shardwise.errors import SpecError
 
     base = brief_experiment()
     overrides = {k: o[k] for k in ("layers", "seq_len") if o.get(k) is not None}
+    plans = tuple(PlanSpec.parse(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]
-        heads = max(h // 128, 8)
+        tp_max = max(o["gpus"] if p.tp == "all" else p.tp for p in plans)
+        heads = int(heads_for_hidden(h, tp_max))
         overrides.update(hidden=h, heads=heads, kv_heads=heads, ffn_hidden=4 * h)
     model = presets.model(o["model_name"], **overrides)
     for flag in ("gpus", "gpus_per_node", "batch", "micro_batch"):
@@ -100,7 +114,8 @@ def build_experiment(o: dict[str, Any]) -> Any:
     links = tuple(LinkSpec.parse(t) for t in o["links"])
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
-    plans = tuple(PlanSpec.parse(t) for t in o["plans"]) or base.plans
+    if o["cost_model"] == "textbook" and o["workload"] == "forward":
+        raise SpecError("--cost-model textbook has no forward-only variant (the brief's formulas price a step)")
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
         raise SpecError("each --plan and each --link label must be different")
     return Experiment(
@@ -123,20 +138,51 @@ def build_experiment(o: dict[str, Any]) -> Any:
     )
 
 
-def describe_experiment(exp: Any) -> str:
-    """One paragraph: what was held fixed."""
+def check_plans_valid(exp: Any, variable: str, values: Any) -> None:
+    """A plan that is invalid at every value is a user error: name the rule it breaks."""
+    import numpy as np
+
+    from shardwise.analyses.experiment import times_s, why_invalid
+    from shardwise.errors import SpecError
+
+    for plan in exp.plans:
+        t, _ = times_s(exp, plan, exp.links[0].link, variable, values)
+        if np.all(np.isnan(t)):
+            rule = why_invalid(exp, plan, exp.links[0].link, {variable: np.asarray(values)[:1]})
+            raise SpecError(
+                f"--plan {plan.label}: invalid at every {variable} in the range ({rule or 'see the rules'})"
+            )
+
+
+def describe_experiment(exp: Any, variable: str | None = None) -> str:
+    """One paragraph: what was held fixed (the swept variable is named as such)."""
     m = exp.model
+
+    def fixed(name: str, text: str) -> str:
+        return f"{name} swept" if variable == name else text
+
     links = ", ".join(
-        f"{lk.label} = {lk.link.name} ({lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction)" for lk in exp.links
+        f"{lk.label} = {lk.link.name} ("
+        + fixed("bandwidth", f"{lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction")
+        + ")"
+        for lk in exp.links
     )
     if exp.cost_model == "textbook":
+        links = ", ".join(f"{lk.label} {lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s" for lk in exp.links)
         return (
-            f"the brief's Section 7 formulas, verbatim: {m.layers} layers, hidden {m.hidden}, "
-            f"{exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; batch = rows of X (tokens); "
-            f"PP micro-batch min(batch, 4); links: {links}"
+            f"the brief's Section 7 formulas, verbatim: {fixed('layers', f'{m.layers} layers')}, "
+            f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
+            f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
         )
     work = "training step (forward + backward + optimizer)" if exp.workload == "train" else "forward pass latency"
+    shape = ", ".join(
+        [
+            fixed("layers", f"{m.layers} layers"),
+            fixed("hidden", f"hidden {m.hidden}, {m.heads} heads"),
+            fixed("seq_len", f"sequence {m.seq_len}"),
+        ]
+    )
     return (
-        f"shardwise's physical model; {m.name}: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, "
-        f"sequence {m.seq_len}; {exp.gpus} x {exp.gpu.name}; {work}; micro-batch {exp.micro_batch}; links: {links}"
+        f"shardwise's physical model; {m.name}: {shape}; {fixed('gpus', f'{exp.gpus} x')} {exp.gpu.name}; "
+        f"{work}; micro-batch {exp.micro_batch}; links: {links}"
     )

@@ -75,7 +75,7 @@ plan_options = _stack(
     click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
     click.option(
         "--schedule",
-        type=click.Choice(["gpipe", "1f1b", "interleaved"]),
+        type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1"]),
         help="Pipeline schedule [default: 1f1b, interleaved if --vpp > 1].",
     ),
     click.option(

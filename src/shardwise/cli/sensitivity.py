@@ -68,8 +68,9 @@ def sensitivity(
     plans = [p.label for p in exp.plans]
     _, layers = parse_vary(f"layers={layers_values}")
     _, hidden = parse_vary(f"hidden={hidden_values}")
-    by_layers = crossover_batch_vs(exp, "layers", layers, max_batch)
-    by_hidden = crossover_batch_vs(exp, "hidden", hidden, max_batch)
+    ignore = options["ignore_memory"]
+    by_layers = crossover_batch_vs(exp, "layers", layers, max_batch, ignore)
+    by_hidden = crossover_batch_vs(exp, "hidden", hidden, max_batch, ignore)
     tornadoes = [(lk.label, *one_at_a_time(exp, i, factor)) for i, lk in enumerate(exp.links)]
     figures = []
     if not no_plot and not as_json:
@@ -82,6 +83,7 @@ def sensitivity(
                 {
                     "assumptions": describe_experiment(exp),
                     "plans": plans,
+                    "ignore_memory": ignore,
                     "crossover_batch_vs_layers": _curves(by_layers),
                     "crossover_batch_vs_hidden": _curves(by_hidden),
                     "one_at_a_time": {
@@ -178,7 +180,8 @@ def _print(
             cells = [f"{v:g}"]
             for c in curves:
                 b = c.crossover_batch[j]
-                cells.append(f"- ({c.winner_at_batch_1[j]})" if b != b else f"{b:g} ({c.winner_at_batch_1[j]})")
+                w = c.winner_at_batch_1[j]
+                cells.append("no feasible batch" if not w else f"- ({w})" if b != b else f"{b:g} ({w})")
             table.add_row(*cells)
         out.print(table)
     for link, base, bars in tornadoes:
@@ -194,9 +197,11 @@ def _print(
             table.add_row(
                 SHORT_NAME.get(b.variable, b.variable),
                 f"{b.base_value * scale:g}{unit}",
-                f"{b.ratio_low:.3f}",
-                f"{b.ratio_high:.3f}",
+                f"{b.ratio_low:.3f}" + ("" if b.fits_low else " *"),
+                f"{b.ratio_high:.3f}" + ("" if b.fits_high else " *"),
             )
         out.print(table)
+    if any(not (b.fits_low and b.fits_high) for _, _, bars in tornadoes for b in bars):
+        out.print("[dim]* a plan does not fit in GPU memory there (the ratio is of times only)[/]")
     for f in figures:
         out.print(f"figure: {f}")

@@ -31,13 +31,14 @@ class StageCost:
     tp_f: Number
     tp_b: Number
     tp_hidden: Number = 0.0
+    weight_s: Number = 0.0  # the weight-gradient GEMMs inside compute_b (what ZB-H1 defers)
 
     @property
     def total(self) -> Number:
         return self.compute_f + self.compute_b + self.tp_f + self.tp_b
 
 
-FIELDS = ("compute_f", "compute_b", "tp_f", "tp_b", "tp_hidden")
+FIELDS = ("compute_f", "compute_b", "tp_f", "tp_b", "tp_hidden", "weight_s")
 
 
 class TpComm:
@@ -98,6 +99,7 @@ def layer_cost(
         tp_f=tp_fwd,
         tp_b=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
         tp_hidden=tp_bwd_total - tp_bwd,
+        weight_s=lt.gemm_s,  # dW of the four GEMMs: each as long as its forward GEMM
     )
     return cost, fwd
 
@@ -138,6 +140,7 @@ def head_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bo
         compute_b=2 * norm + BACKWARD_GEMM_RATIO * logits,
         tp_f=gather + ce_comm,
         tp_b=grad_in,
+        weight_s=logits,
     )
 
 

@@ -35,7 +35,7 @@ from shardwise.physics.compute import memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.topology import group_placement
-from shardwise.specs import Recompute, Scenario
+from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 
 # Megatron-LM's fp16/bf16 optimizer, bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
@@ -78,6 +78,13 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     p2p = p2p_per_transfer(scn, fabric, place, comm) * 2 * v
     c_first, c_mid, c_last = (s.total + p2p for s in (first, middle, last))
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v)
+    # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
+    # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
+    w_stage = np.where(p > 2, middle.weight_s, first.weight_s)
+    zb = np.asarray(plan.schedule) == Schedule.ZB_H1
+    pipe_s = np.where(
+        zb, np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last)), pipe_s
+    )
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
 

@@ -96,7 +96,14 @@ def layers_in_flight(
     chunks = np.minimum(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
     interleaved = chunks * layers / (p * v)
     sched = np.asarray(schedule)
-    return np.where(sched == Schedule.GPIPE, gpipe, np.where(sched == Schedule.INTERLEAVED, interleaved, one_f_one_b))
+    # ZB-H1 keeps 1F1B's peak on the first stage (Qi et al. 2023 Sec. 3.1); the later stages hold
+    # up to p micro-batches' inputs while their deferred weight gradients wait, still <= stage 0.
+    zb_h1 = np.minimum(p, m) * per_stage
+    return np.select(
+        [sched == Schedule.GPIPE, sched == Schedule.INTERLEAVED, sched == Schedule.ZB_H1],
+        [gpipe, interleaved, zb_h1],
+        one_f_one_b,
+    )
 
 
 @dataclass(frozen=True)

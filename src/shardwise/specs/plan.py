@@ -17,15 +17,17 @@ from shardwise.specs.hardware import PRECISION_BYTES
 
 
 class Schedule(IntEnum):
-    """Pipeline schedules (Huang et al. 2019 GPipe; Narayanan et al. 2021 1F1B and interleaved)."""
+    """Pipeline schedules (Huang et al. 2019 GPipe; Narayanan et al. 2021 1F1B and interleaved;
+    Qi et al. 2023 ZB-H1, which splits the backward pass into input and weight gradients)."""
 
     GPIPE = 0
     ONE_F_ONE_B = 1
     INTERLEAVED = 2
+    ZB_H1 = 3
 
     @property
     def label(self) -> str:
-        return {0: "gpipe", 1: "1f1b", 2: "interleaved"}[int(self)]
+        return {0: "gpipe", 1: "1f1b", 2: "interleaved", 3: "zb-h1"}[int(self)]
 
 
 class Recompute(IntEnum):
