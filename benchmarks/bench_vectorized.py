@@ -49,8 +49,15 @@ def random_plans(n: int, seed: int = 0) -> Scenario:
     pp = rng.choice([1, 2, 4, 8], n)
     dp = 64 // (tp * pp)
     mb = rng.choice([1, 2, 4], n)
-    plan = Plan(tp=tp, pp=pp, dp=dp, micro_batch=mb, global_batch=dp * mb * rng.integers(1, 33, n),
-                recompute=rng.integers(0, 3, n), zero_stage=rng.integers(0, 4, n))
+    plan = Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=mb,
+        global_batch=dp * mb * rng.integers(1, 33, n),
+        recompute=rng.integers(0, 3, n),
+        zero_stage=rng.integers(0, 4, n),
+    )
     return Scenario(presets.model("brief"), presets.system("dgx-a100", nodes=8), plan)
 
 

@@ -129,3 +129,96 @@ def test_a_plan_invalid_everywhere_is_an_error_naming_the_rule(cli, tmp_path, mo
     code, _, err = cli(["crossover", "--json", "--csv"])
     assert code == 2 and "not both" in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_timeline_writes_a_gantt_chart_and_a_chrome_trace(cli, tmp_path):
+    png, trace = tmp_path / "t.png", tmp_path / "t.json"
+    code, out, _ = cli(
+        [
+            "timeline",
+            "--model",
+            "brief",
+            "--system",
+            "dgx-a100",
+            "--pp",
+            "8",
+            "--global-batch",
+            "16",
+            "--schedule",
+            "zb-h1",
+            "--plot",
+            str(png),
+            "--trace",
+            str(trace),
+        ]
+    )
+    assert code == 0 and "simulated step" in out and "peak micro-batches in flight" in out
+    assert png.stat().st_size > 10_000
+    import json
+
+    assert json.loads(trace.read_text())["otherData"]["schedule"] == "zb-h1"
+    code, out, _ = cli(
+        [
+            "timeline",
+            "--model",
+            "brief",
+            "--system",
+            "dgx-a100",
+            "--pp",
+            "4",
+            "--dp",
+            "2",
+            "--global-batch",
+            "16",
+            "--json",
+        ]
+    )
+    data = json.loads(out)
+    assert code == 0 and data["stages"] == 4 and len(data["operations"]) > 0
+
+
+def test_predict_with_the_simulator(cli):
+    import json
+
+    args = [
+        "predict",
+        "--model",
+        "gpt3-175b",
+        "--system",
+        "dgx-a100",
+        "--nodes",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--global-batch",
+        "32",
+        "--recompute",
+        "full",
+        "--json",
+    ]
+    _, analytic, _ = cli(args)
+    code, simulated, _ = cli([*args, "--engine", "simulate"])
+    a, s = json.loads(analytic), json.loads(simulated)
+    assert code == 0 and s["engine"] == "simulate"
+    assert abs(s["step_time_s"] - a["step_time_s"]) / a["step_time_s"] < 0.03
+
+
+def test_timeline_bad_paths(cli, tmp_path):
+    code, _, err = cli(
+        [
+            "timeline",
+            "--model",
+            "brief",
+            "--system",
+            "dgx-a100",
+            "--pp",
+            "8",
+            "--global-batch",
+            "8",
+            "--trace",
+            str(tmp_path / "x.txt"),
+        ]
+    )
+    assert code == 2 and "unknown format" in err

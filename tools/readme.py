@@ -20,11 +20,15 @@ ENV = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 
 def run(command: str) -> str:
+    """`shardwise ...` runs the CLI, `python examples/...` an example script (with this Python)."""
     args = shlex.split(command)
-    assert args[0] == "shardwise", command
-    proc = subprocess.run(
-        [sys.executable, "-m", "shardwise", *args[1:]], capture_output=True, text=True, env=ENV, cwd=ROOT, check=False
-    )
+    if args[0] == "shardwise":
+        argv = [sys.executable, "-m", "shardwise", *args[1:]]
+    elif args[0] == "python" and args[1].startswith("examples/"):
+        argv = [sys.executable, *args[1:]]
+    else:
+        raise SystemExit(f"README console blocks may only run shardwise or python examples/...: {command}")
+    proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
     out = proc.stdout + proc.stderr
     return "\n".join(line.rstrip() for line in out.rstrip("\n").splitlines())
 

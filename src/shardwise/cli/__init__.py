@@ -24,6 +24,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Crossover batch vs depth and width; which input matters most.",
     ),
     "sweep": ("shardwise.cli.sweep", "sweep", "A grid over several variables: every plan, every link, winner maps."),
+    "timeline": (
+        "shardwise.cli.timeline",
+        "timeline",
+        "Simulate a pipeline step operation by operation; Gantt chart, trace.",
+    ),
     "validate": ("shardwise.cli.validate", "validate", "Compare predictions with published measurements."),
 }
 

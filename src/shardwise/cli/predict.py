@@ -13,8 +13,15 @@ from shardwise.cli.options import cluster_options, model_options, plan_options
 @model_options
 @cluster_options
 @plan_options
+@click.option(
+    "--engine",
+    type=click.Choice(["analytic", "simulate"]),
+    default="analytic",
+    show_default=True,
+    help="analytic: the closed form; simulate: discrete-event simulation of the pipeline schedule.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (step_time_s, breakdown_s, memory_bytes, ...).")
-def predict(as_json: bool, **options: Any) -> None:
+def predict(engine: str, as_json: bool, **options: Any) -> None:
     """Time, throughput and memory of one training step of MODEL on a cluster under a plan.
 
     \b
@@ -27,11 +34,21 @@ def predict(as_json: bool, **options: Any) -> None:
     from shardwise.cli.options import build_scenario
     from shardwise.engines.training import estimate_training_step
 
-    est = estimate_training_step(build_scenario(options))
+    scn = build_scenario(options)
+    if engine == "simulate":
+        from shardwise.engines.simulated import simulate_training_step
+
+        est = simulate_training_step(scn).estimate
+    else:
+        est = estimate_training_step(scn)
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({**export.estimate_dict(est), "scenario": export.scenario_dict(est.scenario)}))
+        click.echo(
+            export.dumps(
+                {**export.estimate_dict(est), "engine": engine, "scenario": export.scenario_dict(est.scenario)}
+            )
+        )
         return
     from shardwise.cli.render import print_estimate
 

@@ -145,21 +145,26 @@ def head_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bo
 
 
 def p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], comm: TpComm) -> Number:
-    """One pipeline send of a micro-batch's activations (or gradients) between stages.
+    """One pipeline send of a micro-batch's activations (or gradients) between stages, over the
+    slowest boundary (across nodes when the PP group spans nodes); 0 without pipelining."""
+    crosses = place["pp"] < scn.plan.pp
+    return np.where(np.asarray(scn.plan.pp) > 1, p2p_time_s(scn, fabric, comm, crosses), 0.0)
+
+
+def p2p_time_s(scn: Scenario, fabric: Fabric, comm: TpComm, crosses_node: Number) -> Number:
+    """One pipeline send over a boundary that does or does not cross nodes.
 
     With scatter/gather (Narayanan et al. 2021 Sec. 4.1) each TP rank sends 1/t of the tensor
     and the receivers all-gather it over the node's links; with sequence parallelism the tensor
-    is already split by t. A boundary crosses nodes when the PP group spans nodes.
+    is already split by t.
     """
     plan = scn.plan
     t = np.asarray(plan.tp, dtype=float)
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     split = sp | np.asarray(plan.scatter_gather, dtype=bool)
-    crosses = place["pp"] < plan.pp
     msg = comm.message_bytes
-    send = fabric.p2p(np.where(split, msg / t, msg), crosses)
-    regather = np.where(split & ~sp, comm.all_gather, 0.0)
-    return np.where(np.asarray(plan.pp) > 1, send + regather, 0.0)
+    send = fabric.p2p(np.where(split, msg / t, msg), crosses_node)
+    return send + np.where(split & ~sp, comm.all_gather, 0.0)
 
 
 def select(mask: Number, a: StageCost, b: StageCost) -> StageCost:

@@ -62,10 +62,9 @@ def pipeline_makespan_s(
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
-    gpu = cluster.gpu
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
-    p, v, m, dp = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches, plan.dp))
+    p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
 
     comm = tp_comm(scn, fabric, place["tp"])
     layer, _ = layer_cost(scn, comm)
@@ -92,9 +91,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     dp_s, dp_hidden = _data_parallel_exposed_s(
         scn, fabric, place, (params_first, params_mid, params_last), (first, middle, last), m, v
     )
-    z = np.asarray(plan.zero_stage)
-    opt_params = np.maximum(np.maximum(params_first, params_mid), params_last) / np.where(z >= 1, dp, 1)
-    optimizer_s = memory_s(opt_params * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=4)
+    optimizer_s = optimizer_time_s(scn, np.maximum(np.maximum(params_first, params_mid), params_last))
 
     breakdown = StepBreakdown(
         compute_s=m * (slowest.compute_f + slowest.compute_b),
@@ -135,29 +132,13 @@ def _data_parallel_exposed_s(
     compute. With overlap the reduction runs in buckets during the last micro-batch's backward
     pass; stage i of p also has i backward chunks of pipeline drain to hide behind.
     """
-    plan, model = scn.plan, scn.model
-    dp, z = plan.dp, np.asarray(plan.zero_stage)
-    g_bytes = mem.grad_bytes_per_param(plan.precision)
-    w_bytes = mem.weight_bytes_per_param(plan.precision)
+    plan = scn.plan
     overlap = np.asarray(plan.overlap_grad_reduce, dtype=bool)
     p = np.asarray(plan.pp, dtype=float)
     exposed, totals = [], []
-    group = fabric.group(dp, place["dp"])
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
-        all_reduce = group.all_reduce(n_params * g_bytes)
-        scatter = group.reduce_scatter(n_params * g_bytes)
-        gather = group.all_gather(n_params * w_bytes)
-        backward = cost.compute_b + cost.tp_b
-        # What each stage must move, and the compute it may hide behind (each window used once):
-        # ZeRO-0: all-reduce during the last backward; ZeRO-1: reduce-scatter + all-gather of the
-        # updated weights; ZeRO-2: a reduce-scatter per micro-batch (gradients are kept sharded)
-        # behind every backward; ZeRO-3: also two weight all-gathers per micro-batch, prefetched
-        # behind the forward and backward passes (no gather after the optimizer).
-        comm = np.select(
-            [z == 0, z == 1, z == 2], [all_reduce, scatter + gather, m * scatter + gather], m * (scatter + 2 * gather)
-        )
-        hide = np.select([z <= 1, z == 2], [backward, m * backward], m * cost.total)
-        drain = index * backward / v  # stage i finishes its last backward i chunks before stage 0
+        comm, hide = dp_comm_and_window_s(scn, fabric, place, n_params, cost, m)
+        drain = index * (cost.compute_b + cost.tp_b) / v  # stage i ends its last backward i chunks early
         exposed.append(np.maximum(0.0, comm - np.where(overlap, hide, 0.0) - drain))
         totals.append(comm)
     mid = np.where(p > 2, exposed[1], 0.0)
@@ -165,13 +146,51 @@ def _data_parallel_exposed_s(
     # the hidden share of the stage whose exposed part sets the step
     pick = np.where(exposed[0] >= np.maximum(mid, exposed[2]), 0, np.where(exposed[2] >= mid, 2, 1))
     hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
-    if model.tied_embeddings:
-        # Tied word embeddings: first and last stage all-reduce their copy's gradient (Megatron-LM).
-        sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(
-            g_bytes * model.vocab * model.hidden / plan.tp
-        )
-        dp_exposed = dp_exposed + np.where(p > 1, sync, 0.0)
-    return dp_exposed, hidden
+    return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+def dp_comm_and_window_s(
+    scn: Scenario, fabric: Fabric, place: dict[str, Number], n_params: Number, cost: StageCost, m: Number
+) -> tuple[Number, Number]:
+    """(seconds of data-parallel communication of one stage per step, compute it may hide behind).
+
+    ZeRO-0: all-reduce of the gradients, behind the last backward pass; ZeRO-1: reduce-scatter of
+    the gradients + all-gather of the updated 16-bit weights (the same bytes, Rajbhandari et al.
+    2020 Sec. 7); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded), behind every
+    backward pass; ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the
+    forward and backward passes (no gather after the optimizer). Each window is used once.
+    """
+    plan = scn.plan
+    z = np.asarray(plan.zero_stage)
+    group = fabric.group(plan.dp, place["dp"])
+    grads = n_params * mem.grad_bytes_per_param(plan.precision)
+    weights = n_params * mem.weight_bytes_per_param(plan.precision)
+    all_reduce, scatter, gather = group.all_reduce(grads), group.reduce_scatter(grads), group.all_gather(weights)
+    comm = np.select(
+        [z == 0, z == 1, z == 2], [all_reduce, scatter + gather, m * scatter + gather], m * (scatter + 2 * gather)
+    )
+    backward = cost.compute_b + cost.tp_b
+    hide = np.select([z <= 1, z == 2], [backward, m * backward], m * cost.total)
+    return comm, hide
+
+
+def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
+    """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
+    the backward pass (Megatron-LM), over the link between them."""
+    model, plan = scn.model, scn.plan
+    p = np.asarray(plan.pp, dtype=float)
+    if not model.tied_embeddings:
+        return 0.0
+    grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
+    sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(grads)
+    return np.where(p > 1, sync, 0.0)
+
+
+def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
+    """The Adam update of `n_params` parameters (divided by dp under ZeRO >= 1) at HBM speed."""
+    plan = scn.plan
+    local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, plan.dp, 1)
+    return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=4)
 
 
 def _flops_per_step(scn: Scenario) -> tuple[Number, Number]:

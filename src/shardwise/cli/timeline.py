@@ -1,0 +1,139 @@
+"""`shardwise timeline`: simulate one training step operation by operation and draw it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardwise.cli.options import cluster_options, model_options, plan_options
+
+
+@click.command()
+@model_options
+@cluster_options
+@plan_options
+@click.option(
+    "--plot",
+    "plot_path",
+    default="timeline.png",
+    show_default=True,
+    metavar="FILE",
+    help="Gantt chart to write (.png, .svg or .pdf).",
+)
+@click.option("--no-plot", is_flag=True, help="Do not draw the Gantt chart.")
+@click.option("--trace", "trace_path", metavar="FILE", help="Also write a Chrome trace (JSON; opens in Perfetto).")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary and every operation as JSON.")
+def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: bool, **options: Any) -> None:
+    """Discrete-event simulation of one step of the pipeline schedule (same flags as predict):
+    every forward, backward, weight-gradient pass and send with its start and end, the bubble of
+    each stage and the activations each keeps in flight.
+
+    \b
+    Examples:
+      shardwise timeline --model gpt3-175b --system dgx-a100 --nodes 8 --tp 8 --pp 8 \\
+          --global-batch 32 --recompute full --trace step.json
+      shardwise timeline --model brief --system dgx-a100 --pp 8 --global-batch 16 --schedule zb-h1
+    """
+    from shardwise.cli.options import build_scenario
+    from shardwise.engines.simulated import simulate_training_step
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.errors import SpecError
+
+    for path, allowed in (
+        (None if no_plot or as_json else plot_path, (".png", ".svg", ".pdf")),
+        (trace_path, (".json",)),
+    ):
+        if path is not None:
+            p = Path(path)
+            if p.suffix.lower() not in allowed:
+                raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
+            if not p.parent.exists():
+                raise SpecError(f"{path}: directory {p.parent} does not exist")
+    scn = build_scenario(options)
+    sim_step = simulate_training_step(scn)
+    closed = estimate_training_step(scn)
+    sim = sim_step.simulation
+    figure = None
+    if not no_plot and not as_json:
+        from shardwise import plots
+
+        title = (
+            f"{scn.model.name}, {sim.schedule}, p={sim.p}, m={sim.m}"
+            + (f", v={sim.v}" if sim.v > 1 else "")
+            + f": step {sim.makespan_s:.3g} s, bubble {sim.bubble_fraction:.1%} (mean over stages)"
+        )
+        unit, label = (1e-3, "ms") if sim.makespan_s < 1 else (1.0, "s")
+        figure = plots.save(plots.gantt(sim, title, unit, label), plot_path)
+    if trace_path is not None:
+        from shardwise.export_trace import write_chrome_trace
+
+        write_chrome_trace(sim, trace_path)
+    if as_json:
+        _json(sim_step, float(closed.step_time_s))
+        return
+    _print(sim_step, float(closed.step_time_s), figure, trace_path)
+
+
+def _json(sim_step: Any, closed_s: float) -> None:
+    from shardwise import export
+    from shardwise.engines.simulator import KIND_NAMES
+
+    sim = sim_step.simulation
+    click.echo(
+        export.dumps(
+            {
+                "schedule": sim.schedule,
+                "stages": sim.p,
+                "micro_batches": sim.m,
+                "virtual_stages": sim.v,
+                "makespan_s": sim.makespan_s,
+                "closed_form_step_time_s": closed_s,
+                "bubble_fraction": sim.bubble_fraction,
+                "bubble_fraction_per_stage": sim.bubble_fraction_per_stage.tolist(),
+                "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
+                "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
+                "operations": [
+                    {"stage": s, "kind": KIND_NAMES[k], "micro_batch": mb, "chunk": c, "start_s": a, "end_s": b}
+                    for s, k, mb, c, a, b in sim.records
+                ],
+            }
+        )
+    )
+
+
+def _print(sim_step: Any, closed_s: float, figure: Any, trace_path: str | None) -> None:
+    from rich.table import Table
+
+    from shardwise.cli.render import console, describe_scenario
+    from shardwise.units import format_seconds
+
+    out = console()
+    est, sim = sim_step.estimate, sim_step.simulation
+    for line in describe_scenario(est):
+        out.print(line)
+    out.print(
+        f"\nsimulated step {format_seconds(sim.makespan_s)} (closed form {format_seconds(closed_s)}, "
+        f"{(sim.makespan_s - closed_s) / closed_s:+.1%}); {len(sim.records):,} operations"
+    )
+    table = Table(header_style="bold")
+    for col in ("stage", "busy", "bubble", "peak micro-batches in flight"):
+        table.add_column(col, justify="right")
+    show = list(range(sim.p)) if sim.p <= 10 else [0, 1, sim.p // 2, sim.p - 2, sim.p - 1]
+    for i in show:
+        table.add_row(
+            str(i),
+            format_seconds(float(sim.busy_s[i])),
+            f"{sim.bubble_fraction_per_stage[i]:.1%}",
+            f"{sim.peak_in_flight[i]:g}",
+        )
+    out.print(table)
+    out.print(
+        f"bubble over all stages: {sim.bubble_fraction:.1%} of the pipeline's span "
+        f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is gradient reduction and the optimizer"
+    )
+    if figure is not None:
+        out.print(f"figure: {figure}")
+    if trace_path is not None:
+        out.print(f"Chrome trace: {trace_path} (open in https://ui.perfetto.dev)")

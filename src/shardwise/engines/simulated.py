@@ -1,0 +1,138 @@
+"""A training step by discrete-event simulation: the cost model's per-stage durations fed to the
+pipeline simulator (`engines.simulator`) instead of the closed form.
+
+Per stage i (first, middle or last; the first also runs the embedding, the last the output
+layer and loss): forward and backward of one micro-batch with their exposed TP collectives, the
+weight-gradient part of the backward for ZB-H1, a send to each neighbour that crosses nodes where
+stage i and its neighbour sit on different servers (rank order tp-dp-pp), the data-parallel
+reduction the closed form prices (the part that can hide behind earlier micro-batches already
+taken off), and the optimizer. Scalar scenarios only: a simulation runs one plan.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_time_s, stages, tp_comm
+from shardwise.engines.result import StepBreakdown, TrainingEstimate
+from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
+from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
+from shardwise.engines.training import (
+    _flops_per_step,
+    _memory,
+    dp_comm_and_window_s,
+    optimizer_time_s,
+    tied_embedding_sync_s,
+)
+from shardwise.errors import SpecError
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.params import stage_params_per_gpu
+from shardwise.physics.topology import group_placement
+from shardwise.specs import Scenario
+
+
+@dataclass(frozen=True)
+class SimulatedStep:
+    estimate: TrainingEstimate  # step time and breakdown from the simulation
+    simulation: SimulationResult
+    stage_times: StageTimes
+
+
+def _scalar(name: str, value: object) -> int | float:
+    arr = np.asarray(value)
+    if arr.size != 1:
+        raise SpecError(f"the simulator runs one plan at a time; {name} is an array of {arr.size}")
+    return arr.item()
+
+
+def stage_times(scn: Scenario) -> StageTimes:
+    """Seconds per micro-batch of every stage (whole stage; the simulator divides by v)."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
+    p = int(_scalar("pp", plan.pp))
+    m = int(_scalar("micro-batches", plan.num_micro_batches))
+    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
+    comm = tp_comm(scn, fabric, place["tp"])
+    layer, _ = layer_cost(scn, comm)
+    first, middle, last = stages(model.layers / p, p, layer, embedding_cost(scn, comm), head_cost(scn, comm))
+    kinds = [first] + [middle] * max(0, p - 2) + ([last] if p > 1 else [])
+    params = stage_params_per_gpu(model, plan.tp, plan.pp)
+    stage_params = [params[0]] + [params[1]] * max(0, p - 2) + ([params[2]] if p > 1 else [])
+    split = plan.schedule.label in SPLIT_BACKWARD
+    forward = np.array([float(np.asarray(c.compute_f + c.tp_f)) for c in kinds])
+    backward = np.array([float(np.asarray(c.compute_b + c.tp_b)) for c in kinds])
+    weight = np.array([float(np.asarray(c.weight_s)) for c in kinds]) if split else np.zeros(p)
+    # which boundaries cross servers: stage i holds ranks i*tp*dp ... (i+1)*tp*dp - 1
+    span = int(_scalar("tp", plan.tp)) * int(_scalar("dp", plan.dp))
+    node = np.arange(p) * span // int(_scalar("gpus_per_node", cluster.gpus_per_node))
+    crosses_f = node != np.roll(node, -1)
+    crosses_b = node != np.roll(node, 1)
+    send_f = np.array([float(np.asarray(p2p_time_s(scn, fabric, comm, bool(c)))) for c in crosses_f])
+    send_b = np.array([float(np.asarray(p2p_time_s(scn, fabric, comm, bool(c)))) for c in crosses_b])
+    overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
+    sync = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
+    dp, opt = [], []
+    for i, (cost, n_params) in enumerate(zip(kinds, stage_params, strict=True)):
+        total, hide = (float(np.asarray(x)) for x in dp_comm_and_window_s(scn, fabric, place, n_params, cost, m))
+        one_backward = float(np.asarray(cost.compute_b + cost.tp_b))
+        # the simulator hides the reduction behind the last backward operation only; what the
+        # closed form hides behind earlier micro-batches (ZeRO-2/3) is taken off here
+        dp.append(max(0.0, total - max(0.0, hide - one_backward)) if overlap else total)
+        if i in (0, p - 1) and p > 1:
+            dp[-1] += sync
+        opt.append(float(np.asarray(optimizer_time_s(scn, n_params))))
+    return StageTimes(forward, backward - weight, weight, send_f, send_b, np.array(dp), np.array(opt), overlap)
+
+
+def simulate_training_step(scn: Scenario) -> SimulatedStep:
+    """Simulate the plan's schedule operation by operation and report it like the closed form."""
+    plan = scn.plan
+    for name in ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute", "zero_stage"):
+        _scalar(name, getattr(plan, name))
+    times = stage_times(scn)
+    p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
+    name = plan.schedule.label
+    ops = SCHEDULES[name](p, m, v)
+    sim = simulate(ops, times, v, name in SPLIT_BACKWARD, name)
+    busiest = int(np.argmax(sim.busy_s))
+    # how the busiest stage's busy time splits into compute and exposed TP communication
+    closed = _closed_form_parts(scn)
+    busy = float(sim.busy_s[busiest])
+    tp_share = closed["tp_share"]
+    last_tail = sim.makespan_s - sim.pipeline_end_s
+    optimizer = float(times.optimizer_s[int(np.argmax(times.dp_s + times.optimizer_s))])
+    breakdown = StepBreakdown(
+        compute_s=busy * (1 - tp_share),
+        tp_comm_s=busy * tp_share,
+        pp_p2p_s=0.0,  # transfers overlap compute here; waiting for one shows as bubble
+        pp_bubble_s=sim.pipeline_end_s - busy,
+        dp_comm_s=max(0.0, last_tail - optimizer),
+        optimizer_s=min(optimizer, last_tail),
+    )
+    model_flops, hw_flops = _flops_per_step(scn)
+    params = stage_params_per_gpu(scn.model, plan.tp, plan.pp)
+    estimate = TrainingEstimate(
+        scenario=scn,
+        step_time_s=sim.makespan_s,
+        breakdown=breakdown,
+        memory=_memory(scn, (params[0], params[2]), m),
+        model_flops_per_step=model_flops,
+        hardware_flops_per_step=hw_flops,
+        bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,
+        hidden_comm_s={"tp_comm": closed["tp_hidden"], "dp_comm": 0.0},
+    )
+    return SimulatedStep(estimate, sim, times)
+
+
+def _closed_form_parts(scn: Scenario) -> dict[str, float]:
+    """The share of a stage's busy time that is exposed TP communication (from the cost model)."""
+    from shardwise.engines.training import estimate_training_step
+
+    est = estimate_training_step(scn)
+    busy = float(est.breakdown.compute_s + est.breakdown.tp_comm_s)
+    return {
+        "tp_share": float(est.breakdown.tp_comm_s) / busy if busy > 0 else 0.0,
+        "tp_hidden": float(est.hidden_comm_s["tp_comm"]),
+    }

@@ -1,0 +1,135 @@
+"""The discrete-event pipeline simulator: closed forms, memory, properties, the cost model."""
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardwise import presets
+from shardwise.engines.events import EventLoop
+from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
+from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.simulator import StageTimes, simulate
+from shardwise.engines.training import estimate_training_step, pipeline_makespan_s
+from shardwise.export_trace import chrome_trace
+from shardwise.specs import Plan, Scenario
+
+
+def equal(p, tf=1.0, tb=2.0, tw=0.0, send=0.0):
+    z = np.zeros(p)
+    return StageTimes(np.full(p, tf), np.full(p, tb), np.full(p, tw), np.full(p, send), np.full(p, send), z, z)
+
+
+def run(name, p, m, v=1, times=None):
+    return simulate(SCHEDULES[name](p, m, v), times or equal(p), v, name in SPLIT_BACKWARD, name)
+
+
+def test_event_loop_is_ordered_and_deterministic():
+    loop, seen = EventLoop(), []
+    for tag, (t, prio) in enumerate([(2.0, 0), (1.0, 1), (1.0, 0), (1.0, 0)]):
+        loop.at(t, seen.append, tag, priority=prio)
+    loop.run()
+    assert seen == [2, 3, 1, 0]
+    with pytest.raises(ValueError, match="in the past"):
+        loop.at(0.5, seen.append, 9)
+
+
+@pytest.mark.parametrize("name", ["gpipe", "1f1b"])
+@pytest.mark.parametrize(("p", "m"), [(1, 5), (4, 8), (8, 8), (8, 3), (16, 64)])
+def test_equal_stages_free_communication_is_m_plus_p_minus_1(name, p, m):
+    assert run(name, p, m).makespan_s == pytest.approx((m + p - 1) * 3.0)
+
+
+@pytest.mark.parametrize(("p", "m", "v"), [(4, 8, 2), (4, 16, 4), (8, 16, 3), (2, 2, 2)])
+def test_interleaved_matches_its_closed_form(p, m, v):
+    assert run("interleaved", p, m, v).makespan_s == pytest.approx((m + (p - 1) / v) * 3.0)
+    assert pipeline_makespan_s(3.0, 3.0, 3.0, p, m, v) == pytest.approx(run("interleaved", p, m, v).makespan_s)
+
+
+def test_micro_batches_in_flight():
+    p, m = 8, 32
+    assert run("1f1b", p, m).peak_in_flight[0] == p
+    assert list(run("1f1b", p, m).peak_in_flight) == [8, 7, 6, 5, 4, 3, 2, 1]
+    assert run("gpipe", p, m).peak_in_flight[0] == m
+    v = 2  # Korthikanti et al. 2022 Sec. 4.2.3: p + (p - 1) / v micro-batches' worth on stage 0
+    assert run("interleaved", p, m, v).peak_in_flight[0] == pytest.approx(p + (p - 1) / v)
+    assert max(run("zb-h1", p, m, times=equal(p, 1, 1, 1)).peak_in_flight) <= p
+
+
+def test_zb_h1_has_a_smaller_bubble_than_1f1b():
+    p, m = 8, 32
+    zb = run("zb-h1", p, m, times=equal(p, 1.0, 1.0, 1.0))  # F=1, B=1 (input grad), W=1
+    f1 = run("1f1b", p, m, times=equal(p, 1.0, 2.0, 0.0))  # the same work, backward unsplit
+    assert zb.makespan_s < f1.makespan_s
+    assert zb.bubble_fraction < f1.bubble_fraction
+    # Qi et al. 2023: ZB-H1's bubble is (p - 1)(T_F + T_B - T_W)
+    assert zb.makespan_s == pytest.approx(m * 3 + (p - 1) * (1 + 1 - 1))
+
+
+def test_transfers_take_time_and_overlap_compute():
+    p, m = 4, 8
+    slow = run("1f1b", p, m, times=equal(p, send=0.5))
+    assert slow.makespan_s > run("1f1b", p, m).makespan_s
+    assert slow.makespan_s < (m + p - 1) * (3.0 + 2 * 0.5)  # not all sends on the critical path
+
+
+durations = st.floats(0.01, 5.0)
+
+
+@settings(deadline=None, max_examples=40)
+@given(name=st.sampled_from(["gpipe", "1f1b", "zb-h1"]), p=st.integers(1, 6), m=st.integers(1, 12), data=st.data())
+def test_makespan_bounds_and_monotonicity(name, p, m, data):
+    draw = lambda: np.array([data.draw(durations) for _ in range(p)])  # noqa: E731
+    z = np.zeros(p)
+    times = StageTimes(draw(), draw(), draw() if name == "zb-h1" else z, draw() * 0.1, draw() * 0.1, z, z)
+    base = run(name, p, m, times=times)
+    work = m * float(np.sum(times.forward_s + times.backward_s + times.weight_s))
+    assert base.makespan_s >= work / p - 1e-9  # never below total work / stages
+    field = data.draw(st.sampled_from(["forward_s", "backward_s", "send_forward_s", "send_backward_s"]))
+    stage = data.draw(st.integers(0, p - 1))
+    grown = getattr(times, field).copy()
+    grown[stage] *= 1 + data.draw(st.floats(0.01, 3.0))
+    slower = run(name, p, m, times=StageTimes(**{**times.__dict__, field: grown}))
+    assert slower.makespan_s >= base.makespan_s - 1e-12  # never decreases when a duration grows
+
+
+def test_the_simulator_agrees_with_the_closed_form_on_published_runs():
+    from shardwise.analyses.validation import scenario_for
+
+    for run_id in ("KOR22-T5-3", "KOR22-T5-7", "NAR21-T1-7"):
+        scn = scenario_for(run_id)
+        sim = simulate_training_step(scn)
+        closed = estimate_training_step(scn)
+        assert sim.estimate.step_time_s == pytest.approx(float(closed.step_time_s), rel=0.03)
+        assert sim.estimate.breakdown.total_s == pytest.approx(sim.estimate.step_time_s)
+
+
+def test_uneven_stages_are_real():
+    scn = Scenario(presets.model("brief", layers=8), presets.system("dgx-a100"), Plan(pp=8, global_batch=16))
+    sim = simulate_training_step(scn)
+    times = sim.stage_times
+    assert times.forward_s[-1] > 1.5 * times.forward_s[3]  # the last stage also runs the output layer
+    assert sim.simulation.busy_s[-1] == max(sim.simulation.busy_s)
+
+
+def test_chrome_trace():
+    sim = run("1f1b", 4, 8, times=equal(4, send=0.1))
+    trace = json.loads(json.dumps(chrome_trace(sim)))
+    ops = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert len(ops) == len(sim.records)
+    assert {e["cat"] for e in ops} >= {"forward", "backward", "p2p"}
+    assert all(e["dur"] >= 0 for e in ops)
+
+
+def test_array_plans_are_refused():
+    from shardwise.errors import SpecError
+
+    scn = Scenario(
+        presets.model("brief"),
+        presets.system("dgx-a100"),
+        Plan(pp=np.array([2, 8]), dp=np.array([4, 1]), global_batch=16),
+    )
+    with pytest.raises(SpecError, match="one plan at a time"):
+        simulate_training_step(scn)
