@@ -173,8 +173,10 @@ def simulate(
     makespan = 0.0
     for i in range(p):
         start = last_grad_start[i] if times.overlap_dp else last_grad_end[i]
-        dp_end = max(start + float(times.dp_s[i]), last_grad_end[i])
-        rec.append((i, DP, -1, -1, start, dp_end))
+        dp_s = float(times.dp_s[i])
+        if dp_s > 0:
+            rec.append((i, DP, -1, -1, start, start + dp_s))
+        dp_end = max(start + dp_s, last_grad_end[i])
         end = dp_end + float(times.optimizer_s[i])
         rec.append((i, OPT, -1, -1, dp_end, end))
         makespan = max(makespan, end)
