@@ -4,14 +4,9 @@ import numpy as np
 import pytest
 
 from shardwise.analyses.crossover import describe_crossing, run_crossover
-from shardwise.analyses.experiment import (
-    BRIEF_LINKS,
-    LinkSpec,
-    PlanSpec,
-    brief_experiment,
-    parse_vary,
-    times_s,
-)
+from shardwise.analyses.evaluate import times_s
+from shardwise.analyses.experiment import BRIEF_LINKS, LinkSpec, PlanSpec, brief_experiment
+from shardwise.analyses.vary import parse_vary
 from shardwise.errors import SpecError
 
 EXP = brief_experiment()

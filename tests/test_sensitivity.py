@@ -2,7 +2,8 @@ import numpy as np
 import pytest
 
 from shardwise.analyses.crossover import run_crossover
-from shardwise.analyses.experiment import brief_experiment, times_s
+from shardwise.analyses.evaluate import times_s
+from shardwise.analyses.experiment import brief_experiment
 from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
 
 EXP = brief_experiment()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from shardwise.analyses import sweep as sweep_module
-from shardwise.analyses.experiment import brief_experiment, evaluate, times_s
+from shardwise.analyses.evaluate import evaluate, times_s
+from shardwise.analyses.experiment import brief_experiment
 from shardwise.analyses.sweep import run_sweep
 
 EXP = brief_experiment()

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.analyses.experiment import Experiment, times_s
+from shardwise.analyses.evaluate import times_s
+from shardwise.analyses.experiment import Experiment
 from shardwise.analyses.sweep import run_sweep
 
 TORNADO_INPUTS = ("batch", "bandwidth", "latency", "layers", "hidden", "seq_len", "peak_flops", "hbm_bandwidth")

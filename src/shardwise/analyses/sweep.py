@@ -14,7 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.analyses.experiment import Experiment, evaluate
+from shardwise.analyses.evaluate import evaluate
+from shardwise.analyses.experiment import Experiment
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
 MAX_CONFIGURATIONS = 200_000_000

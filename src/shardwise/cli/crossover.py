@@ -50,7 +50,7 @@ def crossover(
       shardwise crossover --plan tp=8 --plan pp=8 --plan tp=2,pp=4 --workload forward
     """
     from shardwise.analyses.crossover import run_crossover
-    from shardwise.analyses.experiment import parse_vary
+    from shardwise.analyses.vary import parse_vary
     from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
@@ -227,7 +227,7 @@ def _throughout(winners: list[str]) -> str:
 
 def _print_why(out: Any, result: Any, c: Any) -> None:
     """Where the time of the two plans goes at the switch point: the reason for the crossing."""
-    from shardwise.analyses.experiment import breakdown_at
+    from shardwise.analyses.evaluate import breakdown_at
     from shardwise.units import format_seconds
 
     exp = result.experiment

@@ -88,14 +88,8 @@ experiment_options = _stack(
 
 def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise import presets
-    from shardwise.analyses.experiment import (
-        BRIEF_LINKS,
-        Experiment,
-        LinkSpec,
-        PlanSpec,
-        brief_experiment,
-        heads_for_hidden,
-    )
+    from shardwise.analyses.evaluate import heads_for_hidden
+    from shardwise.analyses.experiment import BRIEF_LINKS, Experiment, LinkSpec, PlanSpec, brief_experiment
     from shardwise.cli.options import _link
     from shardwise.errors import SpecError
 
@@ -142,7 +136,7 @@ def check_plans_valid(exp: Any, variable: str, values: Any) -> None:
     """A plan that is invalid at every value is a user error: name the rule it breaks."""
     import numpy as np
 
-    from shardwise.analyses.experiment import times_s, why_invalid
+    from shardwise.analyses.evaluate import times_s, why_invalid
     from shardwise.errors import SpecError
 
     for plan in exp.plans:

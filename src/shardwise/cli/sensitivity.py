@@ -55,8 +55,8 @@ def sensitivity(
 ) -> None:
     """How the crossover batch of two plans moves with depth and width, and which input moves
     their time ratio most (each input halved and doubled around the --batch baseline)."""
-    from shardwise.analyses.experiment import parse_vary
     from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
+    from shardwise.analyses.vary import parse_vary
     from shardwise.cli.experiment_options import build_experiment, describe_experiment
     from shardwise.errors import SpecError
 

@@ -50,8 +50,8 @@ def sweep(
     """
     import time
 
-    from shardwise.analyses.experiment import parse_vary
     from shardwise.analyses.sweep import run_sweep
+    from shardwise.analyses.vary import parse_vary
     from shardwise.cli.experiment_options import build_experiment
     from shardwise.errors import SpecError
 

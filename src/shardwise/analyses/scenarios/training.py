@@ -1,66 +1,30 @@
-"""The brief's scenarios (Sections 4 and 5 of the Russian article), each as a runnable
-experiment with a figure and a two-line finding. Every number and every verdict ("the claim
-holds / fails") is computed from the model's results; only the sentence around them is fixed.
-
-Common setting unless a scenario says otherwise: the brief's model (hidden 4096, 96 layers),
-8 A100-SXM4-80GB, TP=8 against PP=8, NVLink (nvlink3) or PCIe Gen4 (pcie4) inside the server,
-sequences of 2048 tokens, micro-batch 1, bf16, FlashAttention.
-"""
+"""The brief's training scenarios (Sections 4.1-4.3 and 5): small batch, slow interconnect, thin
+layers, shallow models, unbalanced layers, layers too wide for one GPU."""
 
 from __future__ import annotations
-
-from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from shardwise import presets
 from shardwise.analyses.crossover import run_crossover
 from shardwise.analyses.experiment import LinkSpec, brief_experiment
-from shardwise.engines.forward import estimate_forward
+from shardwise.analyses.scenarios.common import (
+    ScenarioReport,
+    brief_cluster,
+    brief_model,
+    train_step,
+    verdict,
+    wide_model,
+)
 from shardwise.engines.training import estimate_training_step, layer_times_s, pipeline_makespan_s
-from shardwise.specs import Model, Plan, Scenario
-
-LINKS = {"NVLink": "nvlink3", "PCIe": "pcie4"}
-
-
-@dataclass(frozen=True)
-class ScenarioReport:
-    name: str
-    title: str  # the brief's claim, in one line
-    finding: str  # two lines, from the model's numbers
-    numbers: dict[str, float]
-    holds: bool  # does the brief's claim hold in the model?
-    figure: Any  # a matplotlib Figure, or None when plots were not asked for
-
-
-def verdict(holds: bool, fails_because: str = "") -> str:
-    return "The claim holds." if holds else f"The claim fails{': ' + fails_because if fails_because else ''}."
-
-
-def _cluster(link: str, gpus: int = 8) -> Any:
-    return presets.system("dgx-a100").with_(intra_node_link=presets.link(LINKS[link]), gpus_per_node=gpus)
-
-
-def _model(**changes: Any) -> Model:
-    return presets.model("brief", **changes)
-
-
-def _wide(hidden: int, **changes: Any) -> Model:
-    return _model(hidden=hidden, heads=max(hidden // 128, 8), ffn_hidden=4 * hidden, **changes)
-
-
-def _train(model: Model, link: str, **plan: Any) -> Any:
-    return estimate_training_step(Scenario(model, _cluster(link), Plan(**plan)))
+from shardwise.specs import Plan, Scenario
 
 
 def small_batch(plot: bool) -> ScenarioReport:
     """4.1: below batch 4 the all-reduce of every layer makes TP worse than PP."""
     batches = [1, 2, 3, 4]
     runs = {
-        (p, s, b): _train(_model(seq_len=s), "NVLink", global_batch=b, **{p: 8})
+        (p, s, b): train_step(brief_model(seq_len=s), "NVLink", global_batch=b, **{p: 8})
         for p in ("tp", "pp")
         for s in (2048, 128)
         for b in batches
@@ -114,7 +78,10 @@ def slow_interconnect(plot: bool) -> ScenarioReport:
     exp = brief_experiment().with_(links=(LinkSpec.parse("PCIe-class=pcie4"),), batch=8)
     res = run_crossover(exp, "bandwidth", np.geomspace(4e9, 900e9, 41))
     at = res.crossings[0].at if res.crossings else float("nan")
-    nv_tp, pcie_tp = _train(_model(), "NVLink", tp=8, global_batch=8), _train(_model(), "PCIe", tp=8, global_batch=8)
+    nv_tp, pcie_tp = (
+        train_step(brief_model(), "NVLink", tp=8, global_batch=8),
+        train_step(brief_model(), "PCIe", tp=8, global_batch=8),
+    )
     slower = float(pcie_tp.breakdown.tp_comm_s / nv_tp.breakdown.tp_comm_s)
     batches = np.arange(1, 33, dtype=float)
     pcie = run_crossover(exp, "batch", batches)
@@ -171,8 +138,8 @@ def thin_layers(plot: bool) -> ScenarioReport:
     hidden = np.array([512, 1024, 2048, 4096, 8192, 16384])
     share, ratio, fits = [], [], []
     for h in hidden:
-        tp = _train(_wide(int(h)), "NVLink", tp=8, global_batch=8)
-        pp = _train(_wide(int(h)), "NVLink", pp=8, global_batch=8)
+        tp = train_step(wide_model(int(h)), "NVLink", tp=8, global_batch=8)
+        pp = train_step(wide_model(int(h)), "NVLink", pp=8, global_batch=8)
         share.append(float(tp.breakdown.tp_comm_s / tp.step_time_s))
         ratio.append(float(tp.step_time_s / pp.step_time_s))
         fits.append(bool(tp.fits_in_memory and pp.fits_in_memory))
@@ -208,63 +175,19 @@ def thin_layers(plot: bool) -> ScenarioReport:
     )
 
 
-def _decode(link: str, plan: dict[str, int], context: int) -> Any:
-    scn = Scenario(_model(), _cluster(link), Plan(global_batch=1, **plan))
-    return estimate_forward(scn, q_len=1, kv_len=context)
-
-
-def batch1_inference(plot: bool) -> ScenarioReport:
-    """4.4: serving a chatbot at batch 1, TP's per-layer all-reduce adds latency; PP can do better."""
-    runs = {(p, link): _decode(link, {p: 8}, 2048) for p in ("tp", "pp") for link in LINKS}
-    ms = {k: float(v.latency_s) * 1e3 for k, v in runs.items()}
-    comm = float(runs[("tp", "NVLink")].tp_comm_s / runs[("tp", "NVLink")].latency_s)
-    holds = ms[("pp", "NVLink")] < ms[("tp", "NVLink")]
-    finding = (
-        f"Decoding one token at batch 1 (2048 tokens of context): TP=8 {ms[('tp', 'NVLink')]:.1f} ms on NVLink and "
-        f"{ms[('tp', 'PCIe')]:.1f} ms on PCIe, PP=8 {ms[('pp', 'NVLink')]:.1f} ms. Each token reads "
-        f"every weight: TP reads "
-        f"1/8 per GPU in parallel,\nPP reads all of them one stage after another; TP's all-reduces are "
-        f"{comm:.0%} of its "
-        f"time. " + verdict(holds, "TP has the lower latency")
-    )
-    fig = None
-    if plot:
-        from shardwise import plots
-
-        cats = [f"{p.upper()}=8, {link}" for p in ("tp", "pp") for link in LINKS]
-        parts = {
-            k: np.array([float(runs[(p, link)].as_dict()[k]) * 1e3 for p in ("tp", "pp") for link in LINKS])
-            for k in ("compute", "tp_comm", "pp_p2p", "pp_bubble")
-        }
-        fig = plots.stacked_bars(
-            cats,
-            parts,
-            "time per output token (ms)",
-            "Batch-1 inference (brief 4.4): one decode step, 2048 tokens of context",
-            "compute is memory-bound here (reading the weights and the KV cache); PP's 'bubble' is "
-            "the stages idle while one works",
-        )
-    return ScenarioReport(
-        "batch1-inference",
-        "Batch-1 inference: PP beats TP's per-layer all-reduce latency (4.4)",
-        finding,
-        {f"{p}_{link}_ms": v for (p, link), v in ms.items()},
-        holds,
-        fig,
-    )
-
-
 def shallow_model(plot: bool) -> ScenarioReport:
     """5: with few layers (< 10) the pipeline has few stages and a large bubble; PP loses to TP."""
     layers, batches = 8, np.arange(1, 65, dtype=float)
-    exp = brief_experiment().with_(links=(LinkSpec.parse("NVLink=nvlink3"),), model=_model(layers=layers))
+    exp = brief_experiment().with_(links=(LinkSpec.parse("NVLink=nvlink3"),), model=brief_model(layers=layers))
     res = run_crossover(exp, "batch", batches)
     tp, pp = (s.time_s for s in res.series)
     holds = bool(np.all(tp < pp))
-    last = _train(_model(layers=layers), "NVLink", pp=8, global_batch=64)
+    last = train_step(brief_model(layers=layers), "NVLink", pp=8, global_batch=64)
     bubble = float(last.breakdown.pp_bubble_s / last.step_time_s)
     # the output layer's share of the last stage: one layer vs one layer + the 51,200-word projection
-    layer_s = sum(layer_times_s(Scenario(_model(layers=layers), _cluster("NVLink"), Plan(pp=8, global_batch=64))))
+    layer_s = sum(
+        layer_times_s(Scenario(brief_model(layers=layers), brief_cluster("NVLink"), Plan(pp=8, global_batch=64)))
+    )
     per_mb = float(last.breakdown.compute_s + last.breakdown.tp_comm_s) / 64
     finding = (
         f"With {layers} layers (one per stage) TP=8 is faster than PP=8 at {np.mean(tp < pp):.0%} of the "
@@ -315,11 +238,11 @@ def best_partition_max(costs: np.ndarray, stages: int) -> float:
 
 def unbalanced_layers(plot: bool) -> ScenarioReport:
     """5: one layer k times heavier than the others makes its stage the bottleneck."""
-    batch, p, model = 16, 8, _model()
+    batch, p, model = 16, 8, brief_model()
     per_stage = model.layers // p
     heavy = np.array([1, 2, 4, 6, 8, 10, 12, 16], dtype=float)
-    cluster = _cluster("NVLink")
-    tp_base = _train(model, "NVLink", tp=8, global_batch=batch)
+    cluster = brief_cluster("NVLink")
+    tp_base = train_step(model, "NVLink", tp=8, global_batch=batch)
     pp_plan = Plan(pp=p, global_batch=batch)
     pp_base = estimate_training_step(Scenario(model, cluster, pp_plan))
     pp_layer = float(sum(layer_times_s(Scenario(model, cluster, pp_plan))))
@@ -376,7 +299,7 @@ def unbalanced_layers(plot: bool) -> ScenarioReport:
 def wide_layers(plot: bool) -> ScenarioReport:
     """5: a layer too wide for one GPU's memory cannot be pipelined; only TP splits it."""
     h, layers = 24576, 8
-    model = _wide(h, layers=layers)
+    model = wide_model(h, layers=layers)
     gpus = np.array([1, 2, 4, 8, 16, 32, 64])
     mem_pp, mem_tp = [], []
     for g in gpus:
@@ -423,69 +346,3 @@ def wide_layers(plot: bool) -> ScenarioReport:
         bool(holds),
         fig,
     )
-
-
-def ttft(plot: bool) -> ScenarioReport:
-    """5: PP raises time to first token (the prompt crosses the stages one after another)."""
-    prompts = np.array([128, 256, 512, 1024, 2048, 4096, 8192])
-    series = {}
-    for p in ("tp", "pp"):
-        for link in LINKS:
-            scn = Scenario(_model(seq_len=8192), _cluster(link), Plan(global_batch=1, **{p: 8}))
-            series[f"{p.upper()}=8, {link}"] = np.array(
-                [float(estimate_forward(scn, q_len=int(n)).latency_s) * 1e3 for n in prompts]
-            )
-    i = int(np.flatnonzero(prompts == 2048)[0])
-    tpn, ppn = series["TP=8, NVLink"][i], series["PP=8, NVLink"][i]
-    tpp, ppp = series["TP=8, PCIe"][i], series["PP=8, PCIe"][i]
-    holds = bool(tpn < ppn)
-    finding = (
-        f"Time to first token for a 2048-token prompt at batch 1: TP=8 {tpn:.0f} ms and PP=8 {ppn:.0f} "
-        f"ms on NVLink (the "
-        f"prompt crosses the 8 stages in turn);\nover PCIe TP=8 needs {tpp:.0f} ms against PP=8's {ppp:.0f} ms. "
-        + verdict(holds)
-        + (" Over PCIe TP loses its advantage." if tpp > 0.9 * ppp else "")
-    )
-    fig = None
-    if plot:
-        from shardwise import plots
-
-        fig = plots.lines(
-            prompts,
-            series,
-            "prompt length (tokens)",
-            "time to first token (ms)",
-            "Time to first token (brief 5): one prompt, prefill latency",
-            logx=True,
-            logy=True,
-        )
-    return ScenarioReport(
-        "ttft",
-        "Latency-bound time to first token: PP raises TTFT, TP lowers it (5)",
-        finding,
-        {"tp_nvlink_ms": float(tpn), "pp_nvlink_ms": float(ppn), "tp_pcie_ms": float(tpp)},
-        holds,
-        fig,
-    )
-
-
-SCENARIOS: dict[str, Callable[[bool], ScenarioReport]] = {
-    "small-batch": small_batch,
-    "slow-interconnect": slow_interconnect,
-    "thin-layers": thin_layers,
-    "batch1-inference": batch1_inference,
-    "shallow-model": shallow_model,
-    "unbalanced-layers": unbalanced_layers,
-    "wide-layers": wide_layers,
-    "ttft": ttft,
-}
-
-
-def run(name: str, out_dir: str | Path | None = None) -> ScenarioReport:
-    """Run one scenario; with `out_dir`, also write its figure there as NAME.png."""
-    report = SCENARIOS[name](out_dir is not None)
-    if out_dir is not None and report.figure is not None:
-        from shardwise import plots
-
-        plots.save(report.figure, Path(out_dir) / f"{name}.png")
-    return report

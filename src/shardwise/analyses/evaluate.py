@@ -1,0 +1,211 @@
+"""Evaluating an `Experiment`: one plan on one link over a grid of variable values, in one
+vectorized call of the cost model (or of the brief's formulas), with the validity rules that
+make a point NaN instead of an error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from shardwise import textbook
+from shardwise.analyses.experiment import VARIABLES, Experiment, PlanSpec
+from shardwise.errors import SpecError
+from shardwise.specs import Cluster, Link, Plan, Scenario
+
+
+def _cluster(exp: Experiment, link: Link, gpus: Any) -> Cluster:
+    g = np.asarray(gpus)
+    per_node = np.minimum(exp.gpus_per_node, g)
+    nodes = np.maximum(1, g // per_node)
+    inter = exp.inter_node_link if np.any(nodes > 1) else None
+    if inter is None and np.any(nodes > 1):
+        raise SpecError("more GPUs than one node needs an inter-node link (--inter-link)")
+    return Cluster("experiment", exp.gpu, per_node, nodes, link, inter)
+
+
+def times_s(exp: Experiment, plan: PlanSpec, link: Link, variable: str, values: Any) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, fits in memory) of `plan` on `link` at each value of `variable` (NaN = invalid)."""
+    return evaluate(exp, plan, link, {variable: np.asarray(values, dtype=float)})
+
+
+def evaluate(
+    exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(seconds, fits in memory) over a grid: variable name -> values, mutually broadcastable
+    (`np.meshgrid(..., sparse=True)` keeps a grid cheap: each input keeps its own shape and
+    only the results take the full shape). NaN where the plan is invalid."""
+    shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
+    if exp.cost_model == "textbook":
+        _check_names(grid)
+        return _textbook_times(exp, plan, link, grid, shape), np.ones(shape, dtype=bool)
+    scn, valid = _scenario(exp, plan, link, grid)
+    if scn is None:
+        return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
+    est = _estimate(exp, scn)
+    if exp.workload == "forward":
+        t, fits = est.latency_s, est.weights_bytes + est.kv_cache_bytes <= scn.cluster.gpu.memory_bytes
+    else:
+        t, fits = est.step_time_s, est.fits_in_memory
+    return np.where(valid, np.broadcast_to(t, shape), np.nan), np.asarray(np.broadcast_to(fits, shape) & valid)
+
+
+def breakdown_at(exp: Experiment, plan: PlanSpec, link: Link, variable: str, value: float) -> dict[str, float] | None:
+    """Where the time of one plan goes at one value of the variable (None if invalid there)."""
+    if exp.cost_model == "textbook":
+        return None
+    scn, valid = _scenario(exp, plan, link, {variable: np.array([value])})
+    if scn is None or not valid.all():
+        return None
+    est = _estimate(exp, scn)
+    parts = est.as_dict() if exp.workload == "forward" else est.breakdown.as_dict()
+    return {k: float(np.asarray(v).ravel()[0]) for k, v in parts.items()}
+
+
+def why_invalid(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]) -> str | None:
+    """The first rule that the plan breaks at the first point of the grid (None if valid there)."""
+    first = {k: np.asarray(v).ravel()[:1] for k, v in grid.items()}
+    x = _inputs(exp, plan, link, first)
+    kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    for rule, ok in _rules(exp, x, kwargs):
+        if not np.all(ok):
+            return rule
+    return None
+
+
+def _check_names(grid: Mapping[str, np.ndarray]) -> None:
+    for name in grid:
+        if name not in VARIABLES:
+            raise SpecError(f"unknown variable {name!r}; choose one of {', '.join(VARIABLES)}")
+
+
+def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]) -> tuple[Any, np.ndarray]:
+    """(Scenario with array fields, validity mask); invalid points run as the first valid one."""
+    _check_names(grid)
+    shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
+    x = _inputs(exp, plan, link, grid)
+    kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    valid = np.ones(shape, dtype=bool)
+    for _, ok in _rules(exp, x, kwargs):
+        valid = valid & ok
+    if not valid.any():  # e.g. layers not divisible by pp anywhere in this block
+        return None, valid
+    if not valid.all():
+        first = np.unravel_index(int(np.flatnonzero(valid)[0]), shape)
+        x = {k: np.where(valid, np.broadcast_to(a, shape), np.broadcast_to(a, shape)[first]) for k, a in x.items()}
+    ints = {k: np.asarray(x[k]).astype(int) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len")}
+    model = exp.model.with_(**ints)
+    link = link.with_(bandwidth_bytes_per_s=x["bandwidth"], latency_s=x["latency"])
+    peak = "peak_flops_per_s_fp8" if kwargs.get("precision") == "fp8" else "peak_flops_per_s_16bit"
+    gpu = exp.gpu.with_(**{peak: x["peak_flops"], "memory_bandwidth_bytes_per_s": x["hbm_bandwidth"]})
+    cluster = _cluster(exp.with_(gpu=gpu), link, np.asarray(x["gpus"]).astype(int))
+    as_int = {k: np.asarray(x[k]).astype(int) for k in ("tp", "pp", "dp", "batch")}
+    plan_ = Plan(tp=as_int["tp"], pp=as_int["pp"], dp=as_int["dp"], global_batch=as_int["batch"], **kwargs)
+    return Scenario(model, cluster, plan_), valid
+
+
+def _estimate(exp: Experiment, scn: Any) -> Any:
+    if exp.workload == "forward":
+        from shardwise.engines.forward import estimate_forward
+
+        return estimate_forward(scn)
+    from shardwise.engines.training import estimate_training_step
+
+    return estimate_training_step(scn)
+
+
+def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:
+    """Heads of a model whose width is varied: head dim 128 while TP can still split the heads
+    (at least tp_max heads). One rule for every plan, so all compare the same model."""
+    return np.maximum(np.asarray(hidden) // 128, tp_max)
+
+
+def max_tp(exp: Experiment, gpus: Any) -> Any:
+    return max(np.max(gpus) if p.tp == "all" else p.tp for p in exp.plans) if exp.plans else 1
+
+
+def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Every input that a variable can move (arrays where the grid moves it, scalars elsewhere)."""
+    m = exp.model
+    x: dict[str, Any] = {
+        "layers": m.layers,
+        "hidden": m.hidden,
+        "heads": m.heads,
+        "kv_heads": m.kv_heads,
+        "ffn_hidden": m.ffn_hidden,
+        "seq_len": m.seq_len,
+        "batch": exp.batch,
+        "gpus": exp.gpus,
+        "bandwidth": link.bandwidth_bytes_per_s,
+        "latency": link.latency_s,
+        "peak_flops": exp.gpu.peak_flops_per_s("fp8" if exp.plan_defaults.get("precision") == "fp8" else "bf16"),
+        "hbm_bandwidth": exp.gpu.memory_bandwidth_bytes_per_s,
+    }
+    for name, values in grid.items():
+        if name == "hidden":
+            heads = heads_for_hidden(values, max_tp(exp, grid.get("gpus", exp.gpus)))
+            x.update(hidden=values, heads=heads, kv_heads=heads, ffn_hidden=4 * values)
+        else:
+            x[name] = values
+    x["tp"], x["pp"], x["dp"] = plan.degrees(x["gpus"])
+    return {k: np.asarray(v, dtype=float) for k, v in x.items()}
+
+
+def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
+    """The validity rules of the specs, each with where it holds."""
+    tp, pp, dp, mb = x["tp"], x["pp"], x["dp"], kwargs["micro_batch"]
+    vpp = kwargs.get("vpp", 1)
+    per_node = np.minimum(exp.gpus_per_node, x["gpus"])
+    whole_dp = (np.mod(dp, 1) == 0) & (dp >= 1)
+    rules = [
+        ("tp x pp must divide the GPU count (dp = GPUs / (tp x pp) is not whole)", whole_dp),
+        ("layers must be divisible by pp x vpp", np.mod(x["layers"], pp * vpp) == 0),
+        (
+            "heads (and KV heads) must be divisible by tp",
+            (np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0),
+        ),
+        ("hidden must be divisible by heads", np.mod(x["hidden"], x["heads"]) == 0),
+        ("the batch must be divisible by dp x micro-batch", np.mod(x["batch"], np.maximum(dp, 1) * mb) == 0),
+        (
+            "a TP group must fit in a server or span whole servers",
+            (np.mod(per_node, tp) == 0) | (np.mod(tp, per_node) == 0),
+        ),
+        ("GPUs must fill whole servers", np.mod(x["gpus"], per_node) == 0),
+    ]
+    if kwargs.get("schedule") == "interleaved":
+        rules.append(
+            (
+                "interleaving needs the micro-batch count to be a multiple of pp",
+                np.mod(x["batch"] / (np.maximum(dp, 1) * mb), pp) == 0,
+            )
+        )
+    if kwargs.get("sequence_parallel"):
+        rules.append(("sequence parallelism needs the sequence length divisible by tp", np.mod(x["seq_len"], tp) == 0))
+    return rules
+
+
+def _textbook_times(
+    exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray], shape: tuple[int, ...]
+) -> np.ndarray:
+    """The brief's formulas (see `shardwise.textbook`) over the same variables."""
+    if not plan.is_pure:
+        raise SpecError(f"--cost-model textbook prices pure TP or pure PP plans only, not {plan.label!r}")
+    allowed = ("batch", "bandwidth", "layers", "hidden", "gpus", "peak_flops")
+    for name in grid:
+        if name not in allowed:
+            raise SpecError(f"--cost-model textbook cannot vary {name}; choose from {', '.join(allowed)}")
+    layers = grid.get("layers", exp.model.layers)
+    hidden = grid.get("hidden", exp.model.hidden)
+    batch = grid.get("batch", exp.batch)
+    gpus = grid.get("gpus", exp.gpus)
+    bw = grid.get("bandwidth", link.bandwidth_bytes_per_s)
+    flops = grid.get("peak_flops", exp.gpu.peak_flops_per_s_16bit)
+    if plan.tp != 1:
+        degree = gpus if plan.tp == "all" else plan.tp
+        t = textbook.simulate_tp(layers, hidden, batch, degree, flops, bw)
+    else:
+        degree = gpus if plan.pp == "all" else plan.pp
+        t = textbook.brief_pp(layers, degree, flops, bw, hidden, batch)
+    return np.broadcast_to(np.asarray(t, dtype=float), shape).copy()

@@ -1,0 +1,80 @@
+"""Reading `--vary NAME=VALUES` into SI values (ranges, lists, geometric steps)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.analyses.experiment import VARIABLES
+from shardwise.errors import SpecError
+
+DEFAULT_POINTS = 41
+MAX_VALUES = 100_000  # per varied variable
+NEEDS_UNIT = {"bandwidth": "900GB/s", "latency": "2us", "peak_flops": "312TFLOPS", "hbm_bandwidth": "2TB/s"}
+
+
+def parse_vary(text: str) -> tuple[str, np.ndarray]:
+    """'batch=1..32' (every integer), 'bandwidth=1GB/s..900GB/s' (41 log-spaced points, ':N' for
+    N), 'layers=8,16,32' (a list), 'hidden=512..16384:x2' (doubling). Returns SI values."""
+    name, sep, spec = text.replace(" ", "").partition("=")
+    if not sep or name not in VARIABLES:
+        raise SpecError(f"--vary {text!r}: expected NAME=VALUES with NAME one of {', '.join(VARIABLES)}")
+    try:
+        values = _vary_values(name, spec)
+    except SpecError as exc:
+        raise SpecError(f"--vary {text!r}: {exc}") from None
+    except (ValueError, OverflowError):
+        raise SpecError(
+            f"--vary {text!r}: cannot read the values; e.g. batch=1..32, layers=8,16,32, "
+            "bandwidth=1GB/s..900GB/s:20, hidden=512..16384:x2"
+        ) from None
+    return name, values
+
+
+def _vary_values(name: str, spec: str) -> np.ndarray:
+    var = VARIABLES[name]
+
+    def value(token: str) -> float:
+        if name in NEEDS_UNIT and _is_number(token):
+            raise SpecError(f"{token} has no unit; write it like {NEEDS_UNIT[name]}")
+        return var.parse(token)
+
+    if ".." in spec:
+        lo_text, _, rest = spec.partition("..")
+        hi_text, _, count = rest.partition(":")
+        lo, hi = value(lo_text), value(hi_text)
+        if not 0 < lo < hi:
+            raise SpecError("need 0 < low < high")
+        if count.startswith("x"):
+            factor = float(count[1:])
+            if not factor > 1:
+                raise SpecError(f"the factor after ':x' must be > 1, got {count[1:]}")
+            n = int(np.floor(np.log(hi / lo) / np.log(factor) + 1e-9)) + 1
+            values = lo * factor ** np.arange(min(n, MAX_VALUES + 1))
+        elif var.integer and not count:
+            if hi - lo + 1 > MAX_VALUES:
+                raise SpecError(
+                    f"{int(hi - lo + 1):,} values is too many (at most {MAX_VALUES:,}); add ':N' for N points"
+                )
+            values = np.arange(lo, hi + 1)
+        else:
+            n = int(count) if count else DEFAULT_POINTS
+            if not 2 <= n <= MAX_VALUES:
+                raise SpecError(f"the number of points after ':' must be 2..{MAX_VALUES:,}, got {count}")
+            values = np.geomspace(lo, hi, n) if var.log else np.linspace(lo, hi, n)
+    else:
+        values = np.array([value(v) for v in spec.split(",") if v])
+    if values.size == 0 or np.any(values <= 0) or not np.all(np.isfinite(values)):
+        raise SpecError("values must be finite and > 0")
+    if values.size > MAX_VALUES:
+        raise SpecError(f"{values.size:,} values is too many (at most {MAX_VALUES:,})")
+    if var.integer:  # ranges are rounded to whole numbers (lists were checked when read)
+        values = np.unique(np.round(values))
+    return np.asarray(values, dtype=float)
+
+
+def _is_number(token: str) -> bool:
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True

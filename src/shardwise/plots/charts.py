@@ -1,0 +1,134 @@
+"""Small generic charts used by the scenarios: lines, stacked bars, two panels."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from shardwise.plots._base import PLAN_COLORS, plt
+
+
+def lines(
+    x: np.ndarray,
+    series: dict[str, np.ndarray],
+    xlabel: str,
+    ylabel: str,
+    title: str,
+    *,
+    logx: bool = False,
+    logy: bool = False,
+    marks: dict[str, float] | None = None,
+    hline: tuple[float, str] | None = None,
+    note: str = "",
+) -> Figure:
+    """A small line chart: one line per series, optional vertical marks and a horizontal limit."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for k, (label, y) in enumerate(series.items()):
+        style = "--" if "PCIe" in label or "rebalanced" in label else "-"
+        ax.plot(x, y, style, marker="o", ms=3.5, lw=2, color=PLAN_COLORS[k % len(PLAN_COLORS)], label=label)
+    for label, value in (marks or {}).items():
+        ax.axvline(value, color="gray", ls=":", lw=1.2)
+        ax.annotate(
+            label,
+            (value, 1),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, -12),
+            textcoords="offset points",
+            fontsize=8,
+            color="#444444",
+            rotation=90,
+            va="top",
+        )
+    if hline is not None:
+        ax.axhline(hline[0], color="black", ls="--", lw=1)
+        ax.annotate(
+            hline[1],
+            (0, hline[0]),
+            xycoords=("axes fraction", "data"),
+            xytext=(4, 4),
+            textcoords="offset points",
+            fontsize=8,
+        )
+    if logx:
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(fontsize=9)
+    ax.set_title(title, fontsize=11, loc="left")
+    if note:
+        fig.text(0.01, -0.02, note, fontsize=8, color="#444444", va="top")
+    return fig
+
+
+def stacked_bars(
+    categories: Sequence[str], parts: dict[str, np.ndarray], ylabel: str, title: str, note: str = ""
+) -> Figure:
+    """Where the time goes: one stacked bar per category (plan, link, batch ...)."""
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(categories) + 2), 5))
+    bottom = np.zeros(len(categories))
+    palette = {
+        "compute": "#4c72b0",
+        "tp_comm": "#dd8452",
+        "pp_p2p": "#55a868",
+        "pp_bubble": "#c44e52",
+        "dp_comm": "#8172b3",
+        "optimizer": "#937860",
+    }
+    names = {
+        "compute": "compute",
+        "tp_comm": "TP communication",
+        "pp_p2p": "PP sends",
+        "pp_bubble": "PP bubble",
+        "dp_comm": "DP communication",
+        "optimizer": "optimizer",
+    }
+    for key, values in parts.items():
+        v = np.asarray(values, dtype=float)
+        if np.all(v == 0):
+            continue
+        ax.bar(categories, v, bottom=bottom, color=palette.get(key), label=names.get(key, key), width=0.65)
+        bottom = bottom + v
+    for i, total in enumerate(bottom):
+        ax.annotate(f"{total:.3g}", (i, total), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=11, loc="left")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(True, axis="y", alpha=0.25)
+    plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
+    if note:
+        fig.text(0.01, -0.04, note, fontsize=8, color="#444444", va="top")
+    return fig
+
+
+def two_panels(
+    x: np.ndarray,
+    left: dict[str, np.ndarray],
+    right: dict[str, np.ndarray],
+    xlabel: str,
+    ylabels: tuple[str, str],
+    title: str,
+    hline_right: float | None = None,
+) -> Figure:
+    """Two quantities with different units against the same x, side by side."""
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+    for ax, series, ylabel, offset in ((axes[0], left, ylabels[0], 0), (axes[1], right, ylabels[1], len(left))):
+        for k, (label, y) in enumerate(series.items()):
+            ax.plot(x, y, "-o", ms=4, lw=2, color=PLAN_COLORS[(k + offset) % len(PLAN_COLORS)], label=label)
+        ax.set_xscale("log", base=2)
+        ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=9)
+    if hline_right is not None:
+        axes[1].axhline(hline_right, color="black", ls="--", lw=1)
+    fig.suptitle(title, fontsize=11, x=0.01, ha="left")
+    fig.tight_layout()
+    return fig

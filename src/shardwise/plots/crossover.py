@@ -1,0 +1,107 @@
+"""Time against one variable, crossings numbered; physical and textbook side by side."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from shardwise.plots._base import DISPLAY_SCALE, LINK_STYLES, PLAN_COLORS, axis_values, plt, set_x
+
+if TYPE_CHECKING:
+    from shardwise.analyses.crossover import CrossoverResult
+
+
+def crossover_figure(result: CrossoverResult, title: str, subtitle: str = "", ylabel: str = "time (s)") -> Figure:
+    """Time of each plan against the swept variable, one line style per link, crossings marked."""
+    fig, ax = plt.subplots(figsize=(9, 5.6))
+    x = axis_values(result.variable, result.values)
+    plans = list(dict.fromkeys(s.plan for s in result.series))
+    links = list(dict.fromkeys(s.link for s in result.series))
+    for s in result.series:
+        color = PLAN_COLORS[plans.index(s.plan) % len(PLAN_COLORS)]
+        style = LINK_STYLES[links.index(s.link) % len(LINK_STYLES)]
+        ax.plot(x, s.time_s, style, color=color, lw=2, label=f"{s.plan}, {s.link}")
+        bad = ~s.fits & ~np.isnan(s.time_s)
+        if bad.any():
+            ax.plot(x[bad], s.time_s[bad], "x", color=color, ms=7, mew=1.5)
+    if any((~s.fits & ~np.isnan(s.time_s)).any() for s in result.series):
+        ax.plot([], [], "x", color="gray", label="does not fit in GPU memory")
+    notes = _mark_crossings(ax, result)
+    set_x(ax, result.variable, x)
+    positive = np.concatenate([s.time_s[np.isfinite(s.time_s)] for s in result.series])
+    if positive.size and positive.max() / max(positive.min(), 1e-300) > 20:
+        ax.set_yscale("log")
+    ax.set_ylabel(ylabel)
+    ax.grid(True, which="both", alpha=0.25)
+    ax.legend(loc="best", fontsize=9, framealpha=0.9)
+    ax.set_title(title, fontsize=12, loc="left")
+    text = "\n".join([*notes, *([subtitle] if subtitle else [])])
+    if text:
+        fig.text(0.01, -0.01, text, fontsize=8.5, color="#333333", va="top", wrap=True)
+    return fig
+
+
+def _mark_crossings(ax: Any, result: CrossoverResult) -> list[str]:
+    """Number each change of the fastest plan on the axes; return the numbered descriptions
+    (drawn under the plot, so labels never cover the curves)."""
+    from shardwise.analyses.crossover import describe_crossing
+    from shardwise.analyses.evaluate import times_s
+
+    exp = result.experiment
+    links = {link.label: link for link in exp.links}
+    plans = {p.label: p for p in exp.plans}
+    lines = []
+    changes = [c for c in result.crossings if c.winner_change]
+    for k, c in enumerate(changes, start=1):
+        t_at, _ = times_s(exp, plans[c.after], links[c.link].link, result.variable, np.array([c.at]))
+        xs = c.at * DISPLAY_SCALE.get(result.variable, 1.0)
+        ax.plot([xs], [t_at[0]], marker="o", ms=15, color="white", mec="black", mew=1.4, zorder=5)
+        ax.annotate(str(k), (xs, t_at[0]), ha="center", va="center", fontsize=8, fontweight="bold", zorder=6)
+        lines.append(f"({k}) {describe_crossing(c, result.variable)}")
+    if not changes:
+        ax.text(
+            0.02,
+            0.03,
+            "no crossover in this range",
+            transform=ax.transAxes,
+            va="bottom",
+            fontsize=10,
+            bbox={"boxstyle": "round", "fc": "#f0f0f0", "ec": "#999999"},
+        )
+    return lines
+
+
+def side_by_side(figures: Sequence[tuple[str, CrossoverResult, str, str | None]], suptitle: str) -> Figure:
+    """Several crossover results in one row of panels (e.g. physical vs textbook model); each
+    entry is (title, result, y label, x label or None for the variable's own)."""
+    fig, axes = plt.subplots(1, len(figures), figsize=(7.5 * len(figures), 5.4), squeeze=False)
+    for ax, (title, result, ylabel, xlabel) in zip(axes[0], figures, strict=True):
+        x = axis_values(result.variable, result.values)
+        plans = list(dict.fromkeys(s.plan for s in result.series))
+        links = list(dict.fromkeys(s.link for s in result.series))
+        for s in result.series:
+            ax.plot(
+                x,
+                s.time_s,
+                LINK_STYLES[links.index(s.link) % 4],
+                lw=2,
+                color=PLAN_COLORS[plans.index(s.plan) % len(PLAN_COLORS)],
+                label=f"{s.plan}, {s.link}",
+            )
+        notes = _mark_crossings(ax, result)
+        if notes:
+            ax.text(0.0, -0.16, "\n".join(notes), transform=ax.transAxes, fontsize=8, va="top")
+        set_x(ax, result.variable, x)
+        if xlabel:
+            ax.set_xlabel(xlabel)
+        ax.set_yscale("log")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title, fontsize=11, loc="left")
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=8, loc="best")
+    fig.suptitle(suptitle, fontsize=12, x=0.01, ha="left")
+    fig.tight_layout()
+    return fig
