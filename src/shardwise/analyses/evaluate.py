@@ -44,11 +44,7 @@ def evaluate(
     scn, valid = _scenario(exp, plan, link, grid)
     if scn is None:
         return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
-    est = _estimate(exp, scn)
-    if exp.workload == "forward":
-        t, fits = est.latency_s, est.weights_bytes + est.kv_cache_bytes <= scn.cluster.gpu.memory_bytes
-    else:
-        t, fits = est.step_time_s, est.fits_in_memory
+    t, fits, _ = _measure(exp, scn)
     return np.where(valid, np.broadcast_to(t, shape), np.nan), np.asarray(np.broadcast_to(fits, shape) & valid)
 
 
@@ -59,8 +55,7 @@ def breakdown_at(exp: Experiment, plan: PlanSpec, link: Link, variable: str, val
     scn, valid = _scenario(exp, plan, link, {variable: np.array([value])})
     if scn is None or not valid.all():
         return None
-    est = _estimate(exp, scn)
-    parts = est.as_dict() if exp.workload == "forward" else est.breakdown.as_dict()
+    _, _, parts = _measure(exp, scn)
     return {k: float(np.asarray(v).ravel()[0]) for k, v in parts.items()}
 
 
@@ -106,14 +101,31 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     return Scenario(model, cluster, plan_), valid
 
 
-def _estimate(exp: Experiment, scn: Any) -> Any:
+SERVING_OUTPUT_LEN = 128  # new tokens per request for --workload decode (context: prompt + half of them)
+
+
+def _measure(exp: Experiment, scn: Any) -> tuple[Any, Any, dict[str, Any]]:
+    """(seconds, fits in memory, where the seconds go) of the experiment's workload:
+    train: a training step; forward: one forward pass of the batch; prefill: time to first token
+    of a batch of prompts of the sequence length; decode: time per output token at that batch."""
+    if exp.workload in ("decode", "prefill"):
+        from shardwise.engines.serving import ServingWorkload, estimate_serving
+
+        precision = exp.plan_defaults.get("precision", "bf16")
+        wl = ServingWorkload(scn.model.seq_len, SERVING_OUTPUT_LEN, scn.plan.global_batch, precision, precision)
+        est = estimate_serving(scn, wl)
+        if exp.workload == "decode":
+            return est.tpot_s, est.fits_in_memory, est.decode_s
+        return est.ttft_s, est.fits_in_memory, est.prefill_s
     if exp.workload == "forward":
         from shardwise.engines.forward import estimate_forward
 
-        return estimate_forward(scn)
+        est = estimate_forward(scn)
+        return est.latency_s, est.weights_bytes + est.kv_cache_bytes <= scn.cluster.gpu.memory_bytes, est.as_dict()
     from shardwise.engines.training import estimate_training_step
 
-    return estimate_training_step(scn)
+    est = estimate_training_step(scn)
+    return est.step_time_s, est.fits_in_memory, est.breakdown.as_dict()
 
 
 def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:

@@ -19,7 +19,7 @@ from shardwise import presets, units
 from shardwise.errors import SpecError
 from shardwise.specs import Gpu, Link, Model
 
-WORKLOADS = ("train", "forward")
+WORKLOADS = ("train", "forward", "prefill", "decode")
 COST_MODELS = ("physical", "textbook")
 
 

@@ -18,6 +18,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
     "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
     "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems and models."),
     "scenario": ("shardwise.cli.scenario", "scenario", "The brief's scenarios: a figure and a finding for each claim."),
+    "serve": (
+        "shardwise.cli.serve",
+        "serve",
+        "Serving: time to first token, per token, throughput and memory of each plan.",
+    ),
     "sensitivity": (
         "shardwise.cli.sensitivity",
         "sensitivity",

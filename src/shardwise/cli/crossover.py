@@ -77,7 +77,12 @@ def crossover(
 def _ylabel(exp: Any) -> str:
     if exp.cost_model == "textbook":
         return "time (s) as the brief's formulas compute it"
-    return "training step time (s)" if exp.workload == "train" else "forward latency (s)"
+    return {
+        "train": "training step time (s)",
+        "forward": "forward latency (s)",
+        "prefill": "time to first token (s)",
+        "decode": "time per output token (s)",
+    }[exp.workload]
 
 
 def _plot(result: Any, path: str, subtitle: str) -> Any:

@@ -63,10 +63,11 @@ experiment_options = _stack(
     click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
     click.option(
         "--workload",
-        type=click.Choice(["train", "forward"]),
+        type=click.Choice(["train", "forward", "prefill", "decode"]),
         default="train",
         show_default=True,
-        help="train: time of a training step; forward: latency of one forward pass of the batch.",
+        help="train: a training step; forward: one forward pass of the batch; prefill: serving's time to first "
+        "token for a batch of prompts; decode: serving's time per output token at that batch.",
     ),
     click.option(
         "--cost-model",
@@ -108,8 +109,8 @@ def build_experiment(o: dict[str, Any]) -> Any:
     links = tuple(LinkSpec.parse(t) for t in o["links"])
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
-    if o["cost_model"] == "textbook" and o["workload"] == "forward":
-        raise SpecError("--cost-model textbook has no forward-only variant (the brief's formulas price a step)")
+    if o["cost_model"] == "textbook" and o["workload"] != "train":
+        raise SpecError("--cost-model textbook prices only the brief's step (--workload train)")
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
         raise SpecError("each --plan and each --link label must be different")
     return Experiment(
@@ -168,7 +169,12 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
             f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
             f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
         )
-    work = "training step (forward + backward + optimizer)" if exp.workload == "train" else "forward pass latency"
+    work = {
+        "train": "training step (forward + backward + optimizer)",
+        "forward": "forward pass latency",
+        "prefill": "serving: time to first token of the batch",
+        "decode": "serving: time per output token",
+    }[exp.workload]
     shape = ", ".join(
         [
             fixed("layers", f"{m.layers} layers"),

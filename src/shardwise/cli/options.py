@@ -263,3 +263,16 @@ def build_scenario(o: dict[str, Any]) -> Any:
     cluster = build_cluster(o)
     plan = build_plan(o, int(cluster.num_gpus))
     return Scenario(model, cluster, plan)
+
+
+def check_output_path(path: str, allowed: tuple[str, ...]) -> None:
+    """Fail before any work if `path` cannot be written: a known extension and an existing directory."""
+    from pathlib import Path
+
+    from shardwise.errors import SpecError
+
+    p = Path(path)
+    if p.suffix.lower() not in allowed:
+        raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
+    if not p.parent.exists():
+        raise SpecError(f"{path}: directory {p.parent} does not exist")

@@ -90,14 +90,11 @@ def sweep(
 
 
 def _check_path(path: str, allowed: tuple[str, ...]) -> None:
+    from shardwise.cli.options import check_output_path
     from shardwise.errors import SpecError
 
-    p = Path(path)
-    if p.suffix.lower() not in allowed:
-        raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
-    if not p.parent.exists():
-        raise SpecError(f"{path}: directory {p.parent} does not exist")
-    if p.suffix.lower() == ".parquet":
+    check_output_path(path, allowed)
+    if Path(path).suffix.lower() == ".parquet":
         try:
             import pyarrow  # noqa: F401
         except ImportError:

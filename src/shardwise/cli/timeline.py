@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -36,21 +35,16 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
           --global-batch 32 --recompute full --trace step.json
       shardwise timeline --model brief --system dgx-a100 --pp 8 --global-batch 16 --schedule zb-h1
     """
-    from shardwise.cli.options import build_scenario
+    from shardwise.cli.options import build_scenario, check_output_path
     from shardwise.engines.simulated import simulate_training_step
     from shardwise.engines.training import estimate_training_step
-    from shardwise.errors import SpecError
 
     for path, allowed in (
         (None if no_plot or as_json else plot_path, (".png", ".svg", ".pdf")),
         (trace_path, (".json",)),
     ):
         if path is not None:
-            p = Path(path)
-            if p.suffix.lower() not in allowed:
-                raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
-            if not p.parent.exists():
-                raise SpecError(f"{path}: directory {p.parent} does not exist")
+            check_output_path(path, allowed)
     scn = build_scenario(options)
     sim_step = simulate_training_step(scn)
     closed = estimate_training_step(scn)

@@ -61,13 +61,18 @@ def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | 
 
 
 def layer_cost(
-    scn: Scenario, comm: TpComm, q_len: Number | None = None, kv_len: Number | None = None
+    scn: Scenario,
+    comm: TpComm,
+    q_len: Number | None = None,
+    kv_len: Number | None = None,
+    weight_bytes: Number | None = None,
+    kv_bytes: Number | None = None,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
-    fwd = layer_forward(model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len)
+    fwd = layer_forward(model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes)
     lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention)
     # Megatron TP (Shoeybi et al. 2019 Sec. 3): two all-reduces forward, two backward;
     # with sequence parallelism an all-gather + reduce-scatter pair instead of each all-reduce
@@ -119,7 +124,9 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, regather)
 
 
-def head_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True) -> StageCost:
+def head_cost(
+    scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True, weight_bytes: Number | None = None
+) -> StageCost:
     """Final norm, output projection (column-parallel over the vocabulary) and, when training,
     the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
@@ -128,7 +135,7 @@ def head_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bo
     s_q = model.seq_len if q_len is None else q_len
     tokens = b * s_q
     norm = memory_s(2 * e * tokens * model.hidden * np.where(sp, 1.0 / t, 1.0), gpu)
-    logits = gemm_s(logits_forward(model, b, t, e, s_q), gpu, plan.precision)
+    logits = gemm_s(logits_forward(model, b, t, e, s_q, weight_bytes), gpu, plan.precision)
     if not loss:
         return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
     loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=4)

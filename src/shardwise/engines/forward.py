@@ -51,34 +51,72 @@ class ForwardEstimate:
         return self.scenario.plan.global_batch / self.latency_s
 
 
+@dataclass(frozen=True)
+class ForwardStages:
+    """One micro-batch's forward on the first, a middle and the last stage (seconds; each part
+    broadcasts with the scenario), and one send between stages."""
+
+    compute: tuple[Number, Number, Number]
+    tp_comm: tuple[Number, Number, Number]
+    send_s: Number
+
+    @property
+    def per_stage(self) -> tuple[Number, Number, Number]:
+        """c_j = compute + exposed TP communication + the send to the next stage."""
+        return tuple(c + t + self.send_s for c, t in zip(self.compute, self.tp_comm, strict=True))  # type: ignore[return-value]
+
+    def slowest(self, pp: Number) -> tuple[Number, Number, Number]:
+        """(c_max, its compute, its TP communication) over the stages that exist."""
+        p = np.asarray(pp)
+        c = self.per_stage
+        mid = np.where(p > 2, c[1], -np.inf)
+        pick = np.where(c[0] >= np.maximum(mid, c[2]), 0, np.where(c[2] >= mid, 2, 1))
+        return (np.choose(pick, list(c)), np.choose(pick, list(self.compute)), np.choose(pick, list(self.tp_comm)))
+
+
+def forward_stages(
+    scn: Scenario,
+    q_len: Number | None = None,
+    kv_len: Number | None = None,
+    logits_for_all: bool = False,
+    weight_bytes: Number | None = None,
+    kv_bytes: Number | None = None,
+) -> ForwardStages:
+    """Per-stage forward costs of one micro-batch of `q_len` new tokens per sequence attending to
+    `kv_len` tokens (weights and KV cache optionally stored narrower than activations)."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
+    s_q = model.seq_len if q_len is None else q_len
+    s_kv = s_q if kv_len is None else kv_len
+    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
+    p = np.asarray(plan.pp, dtype=float)
+    comm = tp_comm(scn, fabric, place["tp"], s_q)
+    layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes)
+    emb = embedding_cost(scn, comm, s_q)
+    head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False, weight_bytes=weight_bytes)
+    first, middle, last = stages(model.layers / p, p, layer, emb, head)
+    # one send of activations per micro-batch and stage boundary (training pays two per chunk)
+    send = p2p_per_transfer(scn, fabric, place, comm)
+    return ForwardStages(
+        tuple(s.compute_f for s in (first, middle, last)),  # type: ignore[arg-type]
+        tuple(s.tp_f for s in (first, middle, last)),
+        send,
+    )  # type: ignore[arg-type]
+
+
 def estimate_forward(
     scn: Scenario, q_len: Number | None = None, kv_len: Number | None = None, logits_for_all: bool = False
 ) -> ForwardEstimate:
     """One forward pass of `plan.global_batch` sequences of `q_len` new tokens each (default the
     model's sequence length) attending to `kv_len` tokens (default q_len). Only the last token of
     each sequence gets logits unless `logits_for_all` (training-style forward)."""
-    model, cluster, plan = scn.model, scn.cluster, scn.plan
-    s_q = model.seq_len if q_len is None else q_len
-    s_kv = s_q if kv_len is None else kv_len
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
-    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
+    model, plan = scn.model, scn.plan
+    s_kv = (model.seq_len if q_len is None else q_len) if kv_len is None else kv_len
     p, m = np.asarray(plan.pp, dtype=float), np.asarray(plan.num_micro_batches, dtype=float)
-
-    comm = tp_comm(scn, fabric, place["tp"], s_q)
-    layer, _ = layer_cost(scn, comm, s_q, s_kv)
-    emb = embedding_cost(scn, comm, s_q)
-    head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
-    first, middle, last = stages(model.layers / p, p, layer, emb, head)
-    # one send of activations per micro-batch and stage boundary (training pays two per chunk)
-    send = p2p_per_transfer(scn, fabric, place, comm)
-    c = [s.compute_f + s.tp_f + send for s in (first, middle, last)]
+    fs = forward_stages(scn, q_len, kv_len, logits_for_all)
+    c = fs.per_stage
     latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
-    c_max = np.maximum(np.maximum(c[0], np.where(p > 2, c[1], 0.0)), c[2])
-    slow = np.where(c[0] >= np.maximum(c[1], c[2]), 0, np.where(c[2] >= c[1], 2, 1))
-    pick = [first, middle, last]
-    compute = np.choose(slow, [s.compute_f for s in pick])
-    tp = np.choose(slow, [s.tp_f for s in pick])
-    params = max_params(scn)
+    c_max, compute, tp = fs.slowest(p)
     e = plan.bytes_per_element
     kv_cache = 2 * e * (model.layers / p) * plan.micro_batch * m * s_kv * model.kv_heads * model.head_dim / plan.tp
     return ForwardEstimate(
@@ -86,9 +124,9 @@ def estimate_forward(
         latency_s=latency,
         compute_s=m * compute,
         tp_comm_s=m * tp,
-        pp_p2p_s=m * send,
+        pp_p2p_s=m * fs.send_s,
         pp_bubble_s=latency - m * c_max,
-        weights_bytes=params * e,
+        weights_bytes=max_params(scn) * e,
         kv_cache_bytes=kv_cache,
     )
 

@@ -35,7 +35,7 @@ FLASH_BACKWARD_RATIO = 2.5
 
 def roofline_s(flops: Number, n_bytes: Number, gpu: Gpu, precision: str, efficiency: Number = 1.0) -> Number:
     """max(compute, memory) for one kernel, plus its launch gap."""
-    compute = flops / (gpu.peak_flops_per_s(precision) * gpu.matmul_efficiency * efficiency)
+    compute = flops / (gpu.peak_flops_per_s(precision) * gpu.matmul_efficiency_for(precision) * efficiency)
     memory = n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
     return np.maximum(compute, memory) + gpu.kernel_launch_s
 

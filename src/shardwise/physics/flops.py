@@ -45,9 +45,11 @@ class Gemm(NamedTuple):
     bytes: Number
 
 
-def gemm(m: Number, n: Number, k: Number, e: Number, batch: Number = 1) -> Gemm:
-    """`batch` independent (m x k) @ (k x n) products: 2 m n k FLOPs each."""
-    return Gemm(2.0 * batch * m * n * k, e * batch * (m * k + k * n + m * n))
+def gemm(m: Number, n: Number, k: Number, e: Number, batch: Number = 1, weight_bytes: Number | None = None) -> Gemm:
+    """`batch` independent (m x k) @ (k x n) products: 2 m n k FLOPs each. The (k x n) operand is
+    a weight stored with `weight_bytes` per element (default e: an activation, as in attention)."""
+    w = e if weight_bytes is None else weight_bytes
+    return Gemm(2.0 * batch * m * n * k, batch * (e * (m * k + m * n) + w * k * n))
 
 
 @dataclass(frozen=True)
@@ -85,9 +87,12 @@ def layer_forward(
     bytes_per_element: float,
     q_len: Number | None = None,
     kv_len: Number | None = None,
+    weight_bytes: Number | None = None,
+    kv_bytes: Number | None = None,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
-    `kv_len` tokens (training: both equal the model's sequence length)."""
+    `kv_len` tokens (training: both equal the model's sequence length). Inference may store the
+    weights (`weight_bytes` per element) and the KV cache (`kv_bytes`) narrower than activations."""
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     h, a, kv, d, f = model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
@@ -95,17 +100,19 @@ def layer_forward(
     tokens = batch * s_q
     gate = 2 if model.gated_mlp else 1
 
-    qkv = gemm(tokens, (h + 2 * kv * d) / t, h, e)
-    attn_out = gemm(tokens, h, h / t, e)
-    mlp_up = gemm(tokens, gate * f / t, h, e)
-    mlp_down = gemm(tokens, h, f / t, e)
+    w = e if weight_bytes is None else weight_bytes
+    e_kv = e if kv_bytes is None else kv_bytes
+    qkv = gemm(tokens, (h + 2 * kv * d) / t, h, e, weight_bytes=w)
+    attn_out = gemm(tokens, h, h / t, e, weight_bytes=w)
+    mlp_up = gemm(tokens, gate * f / t, h, e, weight_bytes=w)
+    mlp_down = gemm(tokens, h, f / t, e, weight_bytes=w)
     heads_per_rank = batch * a / t
     scores = gemm(s_q, s_kv, d, e, heads_per_rank)
     context = gemm(s_q, d, s_kv, e, heads_per_rank)
     score_elems = heads_per_rank * s_q * s_kv
     drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
     softmax_bytes = score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
-    flash_bytes = e * batch * (2 * s_q * h + 2 * s_kv * kv * d) / t
+    flash_bytes = batch * (e * 2 * s_q * h + e_kv * 2 * s_kv * kv * d) / t  # Q, O; the K and V read
     flash = Gemm(scores.flops + context.flops, flash_bytes)
     causal_fraction = 1.0 - (s_q - 1) / (2.0 * s_kv)
 
@@ -133,11 +140,16 @@ def layer_forward(
 
 
 def logits_forward(
-    model: Model, batch: Number, tp: Number, bytes_per_element: float, q_len: Number | None = None
+    model: Model,
+    batch: Number,
+    tp: Number,
+    bytes_per_element: float,
+    q_len: Number | None = None,
+    weight_bytes: Number | None = None,
 ) -> Gemm:
     """Output projection T x h by h x V/t (Narayanan et al. 2021: 2 b s h V per forward pass)."""
     tokens = batch * (model.seq_len if q_len is None else q_len)
-    return gemm(tokens, model.vocab / tp, model.hidden, bytes_per_element)
+    return gemm(tokens, model.vocab / tp, model.hidden, bytes_per_element, weight_bytes=weight_bytes)
 
 
 def cross_entropy_bytes(model: Model, batch: Number, tp: Number, bytes_per_element: float) -> Number:

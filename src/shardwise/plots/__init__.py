@@ -7,6 +7,7 @@ from shardwise.plots.charts import lines, stacked_bars, two_panels
 from shardwise.plots.crossover import crossover_figure, side_by_side
 from shardwise.plots.maps import winner_map
 from shardwise.plots.sensitivity import crossover_curves, tornado
+from shardwise.plots.serving import serving_frontier
 from shardwise.plots.timeline import gantt
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "gantt",
     "lines",
     "save",
+    "serving_frontier",
     "side_by_side",
     "stacked_bars",
     "tornado",

@@ -33,6 +33,7 @@ class Gpu:
     matmul_efficiency: Number = 0.8
     memory_efficiency: Number = 0.85
     kernel_launch_s: Number = 3e-6
+    matmul_efficiency_fp8: Number = 0.0  # 0: the same as matmul_efficiency
 
     def __post_init__(self) -> None:
         p = f"gpu {self.name!r}"
@@ -43,6 +44,7 @@ class Gpu:
         chk.fraction(f"{p}: matmul_efficiency", self.matmul_efficiency)
         chk.fraction(f"{p}: memory_efficiency", self.memory_efficiency)
         chk.non_negative(f"{p}: kernel_launch_s", self.kernel_launch_s)
+        chk.non_negative(f"{p}: matmul_efficiency_fp8", self.matmul_efficiency_fp8)
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
@@ -53,6 +55,12 @@ class Gpu:
                 raise SpecError(f"precision: fp8 is not supported by gpu {self.name!r}; use bf16 or fp16")
             return self.peak_flops_per_s_fp8
         raise SpecError(f"precision: {precision!r} is not allowed; choose one of bf16, fp16, fp8")
+
+    def matmul_efficiency_for(self, precision: str) -> Number:
+        """Achievable fraction of the peak of `precision` for a layer's GEMMs."""
+        if precision == "fp8" and (chk.as_array(self.matmul_efficiency_fp8) > 0).all():
+            return self.matmul_efficiency_fp8
+        return self.matmul_efficiency
 
     def with_(self, **changes: object) -> Gpu:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -1,0 +1,102 @@
+"""Serving predictions against the public inference measurements in
+`data/comm_and_inference_measured.csv` (copied from ../shared/reference, sources kept):
+
+- TensorRT-LLM's performance overview (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md,
+  trtllm-bench, offline "max throughput": all requests queued): total output tokens/s of
+  Llama 3.1 8B, 3.3 70B and 3.1 405B in FP8 on H100 and H200 with TP 1 to 8. Modelled as in-flight
+  batching at the largest batch that fits the KV cache (FP8 weights and KV cache), capped at
+  `MAX_BATCH` sequences. The B200/GB200 rows use FP4, which shardwise does not model, and are left out.
+- FasterTransformer, GPT 13B on A100 40GB, TP 1 and 2, batch 1, 512 prompt tokens and 10 new ones
+  (kipply, quoted in cli99/llm-analysis): prefill latency, latency per generated token, and total
+  latency, which that benchmark counts as prefill + 10 decode steps. An eager C++ runtime.
+"""
+
+from __future__ import annotations
+
+import csv
+from functools import cache
+from importlib import resources
+
+import numpy as np
+
+from shardwise import presets
+from shardwise.analyses.validation import ValidationRow
+from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
+from shardwise.specs import Scenario
+
+MAX_BATCH = 2048  # in-flight sequences per engine (an assumption: trtllm-bench sizes this itself)
+MODELS = {
+    "Llama-3.1-8B": "llama3-8b",
+    "Llama-3.3-70B": "llama3-70b",
+    "Llama-3.1-405B": "llama3-405b",
+    "13B GPT (kipply test-13b)": "gpt-13b",
+}
+SYSTEMS = {"H100 SXM 80GB": "dgx-h100", "H200 SXM 141GB": "dgx-h200", "A100 40GB": "dgx-a100-40gb"}
+CITATION = (
+    "TensorRT-LLM performance overview (trtllm-bench, FP8, max throughput) and FasterTransformer "
+    "GPT-13B latencies (kipply via cli99/llm-analysis)"
+)
+
+
+@cache
+def inference_rows() -> list[dict[str, str]]:
+    text = resources.files("shardwise.data").joinpath("comm_and_inference_measured.csv").read_text(encoding="utf-8")
+    return [r for r in csv.DictReader(text.splitlines()) if r["category"] == "inference"]
+
+
+def _scenario(row: dict[str, str]) -> Scenario:
+    tp = int(row["tp"])
+    cluster = presets.system(SYSTEMS[row["gpu"]]).with_(gpus_per_node=tp)
+    return Scenario(presets.model(MODELS[row["model"]]), cluster, plan_for_serving(tp, 1))
+
+
+def _label(row: dict[str, str]) -> str:
+    return f"{MODELS[row['model']]}, {row['gpu'].split()[0]} TP{row['tp']}, {row['isl']}/{row['osl']} tokens"
+
+
+def validate_serving() -> tuple[list[ValidationRow], int]:
+    """(rows, how many measurements were left out as not modelled)."""
+    out, skipped = [], 0
+    for row in inference_rows():
+        if row["model"] not in MODELS or row["gpu"] not in SYSTEMS:
+            skipped += 1
+            continue
+        scn = _scenario(row)
+        isl, osl = int(row["isl"]), int(row["osl"])
+        source = f"{row['source']}, {row['locator']}"
+        if row["framework"].startswith("FasterTransformer"):
+            wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager")
+            est = estimate_serving(scn, wl)
+            predicted = {
+                "prefill latency": float(est.ttft_s),
+                "decode latency per token": float(est.tpot_s),
+                "total latency": float(est.ttft_s + osl * est.tpot_s),
+            }
+            key = next(k for k in predicted if row["metric"].startswith(k))
+            out.append(
+                ValidationRow(
+                    row["id"],
+                    "inference",
+                    _label(row) + ", batch 1, FasterTransformer",
+                    f"{key} (ms)",
+                    predicted[key] * 1e3,
+                    float(row["value"]),
+                    source,
+                )
+            )
+            continue
+        fits = estimate_serving(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8"))
+        batch = int(np.clip(float(fits.max_batch), 1, MAX_BATCH))
+        est = estimate_serving(scn, ServingWorkload(isl, osl, batch, "fp8", "fp8"))
+        out.append(
+            ValidationRow(
+                row["id"],
+                "inference",
+                _label(row) + f", batch {batch}",
+                "output tokens/s",
+                float(est.throughput_tokens_per_s),
+                float(row["value"]),
+                source,
+            )
+        )
+    return out, skipped

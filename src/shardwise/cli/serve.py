@@ -1,0 +1,186 @@
+"""`shardwise serve`: serving latency and throughput of several plans side by side."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.cli.options import _stack, cluster_options, model_options
+
+serving_options = _stack(
+    click.option("--plan", "plans", multiple=True, metavar="tp=N[,pp=N]",
+                 help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs. "
+                 "[default: tp=all]"),
+    click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request."),
+    click.option("--output-len", type=int, default=128, show_default=True, help="Generated tokens per request."),
+    click.option("--batch", "--concurrency", "batch", type=int, default=1, show_default=True,
+                 help="Requests in flight (all replicas)."),
+    click.option("--max-throughput", is_flag=True,
+                 help="Use the largest batch that fits the KV cache (capped at 2048 per replica) instead of --batch."),
+    click.option("--weight-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default="bf16",
+                 show_default=True, help="Storage of the weights (fp8 also computes in FP8 where the GPU can)."),
+    click.option("--kv-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default="bf16",
+                 show_default=True, help="Storage of the KV cache."),
+    click.option("--runtime", type=click.Choice(["graphs", "cpp-eager", "pytorch-eager"]), default="graphs",
+                 show_default=True,
+                 help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
+                 "pytorch-eager: a plain PyTorch loop."),
+)
+
+
+@click.command()
+@model_options
+@cluster_options
+@serving_options
+@click.option("--frontier", "frontier_path", metavar="FILE",
+              help="Draw each plan's throughput-vs-latency frontier across batch sizes (.png/.svg), one panel for "
+              "the system's own link and one for --frontier-link.")
+@click.option("--frontier-link", default="PCIe=pcie4", show_default=True, metavar="LABEL=LINK",
+              help="The second link of the frontier figure.")
+@click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
+def serve(plans: tuple[str, ...], input_len: int, output_len: int, batch: int, max_throughput: bool,
+          weight_precision: str, kv_precision: str, runtime: str, frontier_path: str | None, frontier_link: str,
+          as_json: bool, **options: Any) -> None:
+    """Time to first token, time per output token, end-to-end latency, throughput and memory of
+    serving MODEL with each --plan.
+
+    \b
+    Examples:
+      shardwise serve --model llama3-70b --system dgx-h100 --plan tp=8 --plan pp=8 --plan tp=2,pp=4
+      shardwise serve --model llama3-8b --system dgx-h100 --num-gpus 1 --weight-precision fp8 \\
+          --kv-precision fp8 --input-len 2048 --output-len 2048 --max-throughput
+      shardwise serve --model brief --system a100-pcie-8x --plan tp=8 --plan pp=8 --frontier frontier.png
+    """
+    from shardwise.analyses.experiment import LinkSpec, PlanSpec
+    from shardwise.cli.options import build_cluster, build_model
+    from shardwise.engines.serving import ServingWorkload
+    from shardwise.errors import SpecError
+
+    if frontier_path is not None:
+        from shardwise.cli.options import check_output_path
+
+        check_output_path(frontier_path, (".png", ".svg", ".pdf"))
+    model = build_model(options)
+    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1,
+                             "global_batch": None})
+    specs = [PlanSpec.parse(t) for t in plans] or [PlanSpec.parse("tp=all")]
+    if len({s.label for s in specs}) != len(specs):
+        raise SpecError("each --plan must be different")
+    workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
+    rows = [_estimate(model, cluster, spec, workload, max_throughput) for spec in specs]
+    figure = None
+    if frontier_path is not None:
+        figure = _frontier(model, cluster, specs, workload, LinkSpec.parse(frontier_link), frontier_path)
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps({"workload": {"input_len": input_len, "output_len": output_len,
+                                              "weight_precision": weight_precision, "kv_precision": kv_precision,
+                                              "runtime": runtime},
+                                 "plans": [_as_dict(label, est) for label, est in rows]}))
+        return
+    _print(model, cluster, workload, rows, figure, max_throughput)
+
+
+def _scenario(model: Any, cluster: Any, spec: Any) -> Any:
+    from shardwise.engines.serving import plan_for_serving
+    from shardwise.errors import SpecError
+    from shardwise.specs import Scenario
+
+    gpus = int(cluster.num_gpus)
+    tp, pp, dp = (int(x) if float(x) == int(x) else x for x in spec.degrees(gpus))
+    if not isinstance(dp, int) or dp < 1:
+        raise SpecError(f"--plan {spec.label}: tp x pp = {int(tp) * int(pp)} does not divide the {gpus} GPUs")
+    return Scenario(model, cluster, plan_for_serving(tp, pp, dp))
+
+
+def _estimate(model: Any, cluster: Any, spec: Any, workload: Any, max_throughput: bool) -> tuple[str, Any]:
+    import numpy as np
+
+    from shardwise.engines.serving import estimate_serving
+
+    scn = _scenario(model, cluster, spec)
+    if max_throughput:
+        probe = estimate_serving(scn, workload.__class__(**{**workload.__dict__, "batch": 1}))
+        per_replica = int(np.clip(float(probe.max_batch), 1, 2048))
+        workload = workload.__class__(**{**workload.__dict__, "batch": per_replica * int(scn.plan.dp)})
+    return spec.label, estimate_serving(scn, workload)
+
+
+def _as_dict(label: str, est: Any) -> dict[str, Any]:
+    from shardwise.export import plain
+
+    plan = est.scenario.plan
+    return {
+        "plan": label, "tp": plain(plan.tp), "pp": plain(plan.pp), "replicas": plain(plan.dp),
+        "batch": plain(est.workload.batch), "ttft_s": plain(est.ttft_s), "tpot_s": plain(est.tpot_s),
+        "e2e_s": plain(est.e2e_s), "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
+        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s), "max_batch_per_replica": plain(est.max_batch),
+        "memory_bytes": {"weights": plain(est.weights_bytes), "kv_cache": plain(est.kv_cache_bytes),
+                         "total": plain(est.total_bytes)},
+        "fits_in_memory": plain(est.fits_in_memory),
+        "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
+        "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
+    }
+
+
+def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]], figure: Any, max_tp: bool) -> None:
+    from rich.table import Table
+
+    from shardwise.cli.render import console
+    from shardwise.units import format_bytes, format_seconds
+
+    out = console()
+    out.print(f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
+              f"inside a server); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
+              f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}")
+    table = Table(header_style="bold")
+    for col in ("plan", "batch", "TTFT", "TPOT", "latency", "tok/s", "tok/s/user", "mem/GPU", "max batch"):
+        table.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
+    for label, est in rows:
+        fits = bool(est.fits_in_memory)
+        table.add_row(
+            f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label,
+            f"{int(est.workload.batch)}", format_seconds(float(est.ttft_s)), format_seconds(float(est.tpot_s)),
+            format_seconds(float(est.e2e_s)), f"{float(est.throughput_tokens_per_s):,.0f}",
+            f"{float(est.per_user_tokens_per_s):,.1f}",
+            format_bytes(float(est.total_bytes)) + ("" if fits else " (does not fit)"), f"{int(est.max_batch):,}")
+    out.print(table)
+    out.print("[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
+              "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
+              "fit the KV cache[/]")
+    for label, est in rows:
+        dec = {k: float(v) for k, v in est.decode_s.items()}
+        total = sum(dec.values())
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        out.print(f"  {label}: each output token = {parts}; stages busy in a decode step: "
+                  f"{float(est.decode_utilization):.0%}")
+    if max_tp:
+        out.print("[dim]batch: the largest that fits the KV cache (at most 2048 per replica)[/]")
+    if figure is not None:
+        out.print(f"figure: {figure}")
+
+
+def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second: Any, path: str) -> Any:
+    import numpy as np
+
+    from shardwise import plots
+    from shardwise.engines.serving import estimate_serving
+
+    panels = {}
+    for label, link in ((cluster.intra_node_link.name, cluster.intra_node_link),
+                        (f"{second.label} ({second.link.name})", second.link)):
+        c = cluster.with_(intra_node_link=link)
+        lines = {}
+        for spec in specs:
+            scn = _scenario(model, c, spec)
+            batches = 2 ** np.arange(0, 12) * int(scn.plan.dp)
+            est = estimate_serving(scn, workload.__class__(**{**workload.__dict__, "batch": batches}))
+            ok = np.asarray(est.fits_in_memory)
+            lines[spec.label] = (np.asarray(est.per_user_tokens_per_s)[ok],
+                                 np.asarray(est.throughput_tokens_per_s)[ok] / int(c.num_gpus), batches[ok])
+        panels[label] = lines
+    title = (f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
+             f"{workload.output_len} out, batch 1 to 2048 (labels: batch)")
+    return plots.save(plots.serving_frontier(panels, title), path)

@@ -1,0 +1,202 @@
+"""Serving a model: prefill and decode, latency and throughput, under TP x PP (x DP replicas).
+
+For `batch` concurrent requests per replica of `input_len` prompt tokens and `output_len` new
+tokens, with the batch split into m = min(batch, pp) micro-batches of b sequences:
+
+- prefill (time to first token): every prompt through the model, c_j the forward of one
+  micro-batch of b prompts on stage j (compute by the roofline, 2 all-reduces of b s h per layer
+  under TP, one send per stage boundary): TTFT = m max c_j + sum c_j - max c_j;
+- decode (time per output token): one new token per sequence attending to the KV cache (on
+  average input_len + output_len / 2 tokens); a token passes every stage in turn, so with one
+  micro-batch PP adds hops but no speed-up, while with p micro-batches in flight all stages work:
+  TPOT = max(m, p) max_j c_j;
+- end-to-end latency TTFT + (output_len - 1) TPOT; throughput (generated tokens per second, all
+  replicas) dp batch output_len / (prefill + output_len TPOT), Little's law for continuous
+  batching; per-user tokens/s = 1 / TPOT.
+
+Memory per GPU: weights at their storage precision (embeddings and output layer in 16 bits), the
+KV cache of every sequence for the stage's layers (keys and values of the KV heads on this TP
+rank, replicated when tp > KV heads), and the runtime reserve. Like TensorRT-LLM
+(`kv_cache_free_gpu_mem_fraction` = 0.9) 90% of what is left after the weights holds KV cache,
+which sets the largest batch that fits.
+
+Serving engines capture decode steps in CUDA graphs and call NCCL from C++, so by default
+(runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 8 us
+(src/graph/tuning.cc baseLat, Simple protocol) instead of training's 3 us and 20 us from PyTorch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from shardwise.engines.forward import forward_stages
+from shardwise.engines.training import pipeline_makespan_s
+from shardwise.errors import SpecError
+from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
+from shardwise.physics.params import layer_params_split
+from shardwise.specs import Plan, Scenario
+from shardwise.specs._checks import Number
+
+STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+KV_CACHE_FRACTION = 0.9  # TensorRT-LLM kv_cache_free_gpu_mem_fraction default
+# Serving runtimes: (gap per kernel, base latency per collective). With CUDA graphs (TensorRT-LLM,
+# vLLM) kernels run back to back and NCCL is called from C++ (NCCL's own baseLat, ~8 us for the
+# Simple protocol in src/graph/tuning.cc); an eager C++ runtime (FasterTransformer) launches each
+# kernel from the CPU; an eager PyTorch loop also pays Python's launch cost per collective.
+RUNTIMES = {"graphs": (1e-6, 8e-6), "cpp-eager": (3e-6, 8e-6), "pytorch-eager": (3e-6, 20e-6)}
+
+
+@dataclass(frozen=True)
+class ServingWorkload:
+    """Requests: `batch` concurrent sequences in all (spread over dp replicas)."""
+
+    input_len: Number
+    output_len: Number
+    batch: Number = 1
+    weight_precision: str = "bf16"
+    kv_precision: str = "bf16"
+    runtime: str = "graphs"  # see RUNTIMES
+
+    def __post_init__(self) -> None:
+        from shardwise.specs import _checks as chk
+
+        for name in ("input_len", "output_len", "batch"):
+            object.__setattr__(self, name, chk.positive_int(f"serving: {name}", getattr(self, name)))
+        if self.runtime not in RUNTIMES:
+            raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIMES)}")
+        for name in ("weight_precision", "kv_precision"):
+            if getattr(self, name) not in STORAGE_BYTES:
+                raise SpecError(
+                    f"serving: {name} {getattr(self, name)!r} is not allowed; choose {', '.join(STORAGE_BYTES)}"
+                )
+
+
+@dataclass(frozen=True)
+class ServingEstimate:
+    scenario: Scenario
+    workload: ServingWorkload
+    ttft_s: Number
+    tpot_s: Number
+    e2e_s: Number
+    throughput_tokens_per_s: Number  # generated tokens per second, all replicas
+    max_batch: Number  # concurrent sequences per replica that fit the KV cache
+    weights_bytes: Number
+    kv_cache_bytes: Number
+    prefill_s: dict[str, Number]
+    decode_s: dict[str, Number]
+    decode_utilization: Number  # share of the stages busy in a decode step (min(m, p) / p)
+
+    @property
+    def per_user_tokens_per_s(self) -> Number:
+        return 1.0 / self.tpot_s
+
+    @property
+    def total_bytes(self) -> Number:
+        return self.weights_bytes + self.kv_cache_bytes + RUNTIME_RESERVED_BYTES
+
+    @property
+    def fits_in_memory(self) -> Number:
+        replicas = np.asarray(self.scenario.plan.dp)
+        return (np.asarray(self.workload.batch) / replicas <= self.max_batch) & (self.max_batch >= 1)
+
+
+def compute_precision(scn: Scenario, weight_precision: str) -> str:
+    """FP8 weights run FP8 GEMMs where the GPU has them; int8/int4 weights are dequantised to 16 bits."""
+    fp8 = weight_precision == "fp8" and bool(np.all(np.asarray(scn.cluster.gpu.peak_flops_per_s_fp8) > 0))
+    return "fp8" if fp8 else "bf16"
+
+
+def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
+    """The serving stack's hardware view (CUDA graphs, NCCL from C++) and precision."""
+    cluster = scn.cluster
+    gap, base = RUNTIMES[wl.runtime]
+    inter = cluster.inter_node_link
+    cluster = cluster.with_(
+        gpu=cluster.gpu.with_(kernel_launch_s=gap),
+        intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
+        inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
+    )
+    plan = scn.plan.with_(
+        precision=compute_precision(scn, wl.weight_precision),
+        flash_attention=True,
+        sequence_parallel=False,
+        recompute="none",
+        schedule="1f1b",
+        vpp=1,
+    )
+    return replace(scn, cluster=cluster, plan=plan)
+
+
+def _with_batch(scn: Scenario, per_replica: Number) -> tuple[Scenario, np.ndarray, np.ndarray]:
+    """The plan for `per_replica` sequences: m = min(batch, pp) micro-batches of b sequences."""
+    p = np.asarray(scn.plan.pp)
+    m = np.minimum(per_replica, p)
+    b = np.ceil(per_replica / m).astype(int)
+    plan = scn.plan.with_(micro_batch=b, global_batch=np.asarray(scn.plan.dp) * b * m)
+    return replace(scn, plan=plan), m, b
+
+
+def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
+    """(weight bytes, KV-cache bytes per sequence) on the fullest GPU."""
+    model, plan = scn.model, scn.plan
+    split, replicated = layer_params_split(model)
+    per_layer = split / plan.tp + replicated
+    layers = model.layers / np.asarray(plan.pp)
+    w = STORAGE_BYTES[wl.weight_precision]
+    # embedding and output matrices stay 16-bit: one of them per end stage, both (if untied) on one stage
+    matrices = np.where(np.asarray(plan.pp) == 1, 1 if model.tied_embeddings else 2, 1)
+    weights = layers * per_layer * w + matrices * model.vocab * model.hidden / plan.tp * 2.0
+    kv_per_rank = np.maximum(model.kv_heads / np.asarray(plan.tp), 1.0)
+    context = wl.input_len + wl.output_len
+    kv_per_seq = 2 * layers * context * kv_per_rank * model.head_dim * STORAGE_BYTES[wl.kv_precision]
+    return weights, kv_per_seq
+
+
+def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
+    """Latency, throughput and memory of serving `wl` on `scn` (see the module docstring)."""
+    scn = serving_scenario(scn, wl)
+    p = np.asarray(scn.plan.pp, dtype=float)
+    replicas = np.asarray(scn.plan.dp)
+    per_replica = np.maximum(1, np.ceil(np.asarray(wl.batch) / replicas)).astype(int)
+    scn_b, m, _ = _with_batch(scn, per_replica)
+    w, kv = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
+
+    pre = forward_stages(scn_b, wl.input_len, wl.input_len, False, w, kv)
+    c = pre.per_stage
+    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
+    c_max, compute, tp = pre.slowest(p)
+    prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * pre.send_s, "pp_bubble": ttft - m * c_max}
+
+    context = wl.input_len + wl.output_len / 2
+    dec = forward_stages(scn_b, 1, context, False, w, kv)
+    d_max, d_compute, d_tp = dec.slowest(p)
+    turns = np.maximum(m, p)
+    tpot = turns * d_max
+    decode = {"compute": turns * d_compute, "tp_comm": turns * d_tp, "pp_p2p": turns * dec.send_s}
+
+    e2e = ttft + (wl.output_len - 1) * tpot
+    throughput = replicas * per_replica * wl.output_len / (ttft + wl.output_len * tpot)
+    weights, kv_per_seq = memory_per_gpu(scn, wl)
+    free = KV_CACHE_FRACTION * (np.asarray(scn.cluster.gpu.memory_bytes) - weights - RUNTIME_RESERVED_BYTES)
+    max_batch = np.floor(np.maximum(free, 0.0) / kv_per_seq)
+    return ServingEstimate(
+        scenario=scn,
+        workload=wl,
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=e2e,
+        throughput_tokens_per_s=throughput,
+        max_batch=max_batch,
+        weights_bytes=weights,
+        kv_cache_bytes=per_replica * kv_per_seq,
+        prefill_s=prefill,
+        decode_s=decode,
+        decode_utilization=np.minimum(m, p) / p,
+    )
+
+
+def plan_for_serving(tp: Number, pp: Number, dp: Number = 1) -> Plan:
+    """A Plan to serve with (batch sizes are set per workload)."""
+    return Plan(tp=tp, pp=pp, dp=dp, global_batch=dp, micro_batch=1)

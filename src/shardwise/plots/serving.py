@@ -1,0 +1,43 @@
+"""The serving frontier: throughput per GPU against tokens per second per user, one line per plan."""
+
+from __future__ import annotations
+
+import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+
+from shardwise.plots._base import PLAN_COLORS, plt
+
+Line = tuple[np.ndarray, np.ndarray, np.ndarray]  # (per-user tokens/s, tokens/s per GPU, batch)
+
+
+def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
+    """One panel per link; in each, every plan's points as batch grows (labelled with the batch).
+
+    Up and to the right is better: a plan whose line lies above another's gives more throughput at
+    the same speed per user. Batch 1 sits at the right end (fastest per user, least throughput).
+    """
+    fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.0), squeeze=False, sharey=True)
+    for ax, (link, lines) in zip(axes[0], panels.items(), strict=True):
+        for k, (label, (per_user, per_gpu, batch)) in enumerate(lines.items()):
+            color = PLAN_COLORS[k % len(PLAN_COLORS)]
+            ax.plot(per_user, per_gpu, "-o", ms=4, lw=2, color=color, label=label)
+            for i in range(0, len(batch), 2):  # every other point, so labels do not collide
+                ax.annotate(f"{int(batch[i])}", (per_user[i], per_gpu[i]), textcoords="offset points",
+                            xytext=(4, 3), fontsize=7, color=color)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):
+            axis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+            axis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.set_xlabel("speed per user (output tokens/s per request; 1 / time per token)")
+        ax.set_title(link, fontsize=10)
+        ax.grid(True, which="both", alpha=0.25)
+        ax.legend(fontsize=9)
+    axes[0][0].set_ylabel("throughput per GPU (output tokens/s)")
+    fig.text(0.01, -0.02, "Up and to the right is better. Batch 1 is each line's right end: the fastest per user, "
+             "the least throughput. Batches that do not fit the KV cache are left out.", fontsize=8,
+             color="#444444", va="top")
+    fig.suptitle(title, fontsize=11, x=0.01, ha="left")
+    fig.tight_layout()
+    return fig
