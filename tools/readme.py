@@ -1,5 +1,6 @@
 """Keep README.md's console examples honest: run every `$ shardwise ...` line of each ```console
-block and put its real output under it.
+block and put its real output under it; and replace the text between `<!-- $ COMMAND -->` and
+`<!-- end -->` with COMMAND's output (for tables printed as Markdown).
 
     python tools/readme.py          # rewrite README.md in place
     python tools/readme.py --check  # exit 1 if any block is out of date (used by the tests)
@@ -16,6 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"```console\n(.*?)```", re.S)
+GENERATED = re.compile(r"<!-- \$ (.*?) -->\n.*?<!-- end -->", re.S)
 ENV = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 
@@ -42,7 +44,8 @@ def render(block: str) -> str:
 
 
 def update(text: str) -> str:
-    return BLOCK.sub(lambda m: f"```console\n{render(m.group(1))}```", text)
+    text = BLOCK.sub(lambda m: f"```console\n{render(m.group(1))}```", text)
+    return GENERATED.sub(lambda m: f"<!-- $ {m.group(1)} -->\n{run(m.group(1)).strip()}\n<!-- end -->", text)
 
 
 def main() -> int:

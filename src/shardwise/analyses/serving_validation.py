@@ -17,14 +17,12 @@ import csv
 from functools import cache
 from importlib import resources
 
-import numpy as np
-
 from shardwise import presets
+from shardwise.analyses.serving import at_max_batch
 from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
 from shardwise.specs import Scenario
 
-MAX_BATCH = 2048  # in-flight sequences per engine (an assumption: trtllm-bench sizes this itself)
 MODELS = {
     "Llama-3.1-8B": "llama3-8b",
     "Llama-3.3-70B": "llama3-70b",
@@ -85,9 +83,8 @@ def validate_serving() -> tuple[list[ValidationRow], int]:
                 )
             )
             continue
-        fits = estimate_serving(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8"))
-        batch = int(np.clip(float(fits.max_batch), 1, MAX_BATCH))
-        est = estimate_serving(scn, ServingWorkload(isl, osl, batch, "fp8", "fp8"))
+        est = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8"))
+        batch = int(est.workload.batch)
         out.append(
             ValidationRow(
                 row["id"],

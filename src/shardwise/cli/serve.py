@@ -17,7 +17,7 @@ serving_options = _stack(
     click.option("--batch", "--concurrency", "batch", type=int, default=1, show_default=True,
                  help="Requests in flight (all replicas)."),
     click.option("--max-throughput", is_flag=True,
-                 help="Use the largest batch that fits the KV cache (capped at 2048 per replica) instead of --batch."),
+                 help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --batch."),
     click.option("--weight-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default="bf16",
                  show_default=True, help="Storage of the weights (fp8 also computes in FP8 where the GPU can)."),
     click.option("--kv-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default="bf16",
@@ -96,16 +96,11 @@ def _scenario(model: Any, cluster: Any, spec: Any) -> Any:
 
 
 def _estimate(model: Any, cluster: Any, spec: Any, workload: Any, max_throughput: bool) -> tuple[str, Any]:
-    import numpy as np
-
+    from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
 
     scn = _scenario(model, cluster, spec)
-    if max_throughput:
-        probe = estimate_serving(scn, workload.__class__(**{**workload.__dict__, "batch": 1}))
-        per_replica = int(np.clip(float(probe.max_batch), 1, 2048))
-        workload = workload.__class__(**{**workload.__dict__, "batch": per_replica * int(scn.plan.dp)})
-    return spec.label, estimate_serving(scn, workload)
+    return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
 
 
 def _as_dict(label: str, est: Any) -> dict[str, Any]:
@@ -126,6 +121,7 @@ def _as_dict(label: str, est: Any) -> dict[str, Any]:
 
 
 def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]], figure: Any, max_tp: bool) -> None:
+    from rich import box
     from rich.table import Table
 
     from shardwise.cli.render import console
@@ -135,9 +131,10 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
     out.print(f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
               f"inside a server); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
               f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}")
-    table = Table(header_style="bold")
-    for col in ("plan", "batch", "TTFT", "TPOT", "latency", "tok/s", "tok/s/user", "mem/GPU", "max batch"):
-        table.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("plan", "batch", "TTFT", "TPOT", "latency", "tok/s", "tok/s\nper user", "memory\nper GPU",
+                "max\nbatch"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         table.add_row(
@@ -157,30 +154,21 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
         out.print(f"  {label}: each output token = {parts}; stages busy in a decode step: "
                   f"{float(est.decode_utilization):.0%}")
     if max_tp:
-        out.print("[dim]batch: the largest that fits the KV cache (at most 2048 per replica)[/]")
+        out.print("[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
+                  "once: TTFT and latency include the prefill of every prompt[/]")
     if figure is not None:
         out.print(f"figure: {figure}")
 
 
 def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second: Any, path: str) -> Any:
-    import numpy as np
-
     from shardwise import plots
-    from shardwise.engines.serving import estimate_serving
+    from shardwise.analyses.serving import frontier
 
     panels = {}
     for label, link in ((cluster.intra_node_link.name, cluster.intra_node_link),
                         (f"{second.label} ({second.link.name})", second.link)):
         c = cluster.with_(intra_node_link=link)
-        lines = {}
-        for spec in specs:
-            scn = _scenario(model, c, spec)
-            batches = 2 ** np.arange(0, 12) * int(scn.plan.dp)
-            est = estimate_serving(scn, workload.__class__(**{**workload.__dict__, "batch": batches}))
-            ok = np.asarray(est.fits_in_memory)
-            lines[spec.label] = (np.asarray(est.per_user_tokens_per_s)[ok],
-                                 np.asarray(est.throughput_tokens_per_s)[ok] / int(c.num_gpus), batches[ok])
-        panels[label] = lines
+        panels[label] = {spec.label: frontier(_scenario(model, c, spec), workload) for spec in specs}
     title = (f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
-             f"{workload.output_len} out, batch 1 to 2048 (labels: batch)")
+             f"{workload.output_len} out, batch 1 to 2048 per replica (labels: batch)")
     return plots.save(plots.serving_frontier(panels, title), path)

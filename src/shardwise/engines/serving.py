@@ -1,10 +1,11 @@
 """Serving a model: prefill and decode, latency and throughput, under TP x PP (x DP replicas).
 
 For `batch` concurrent requests per replica of `input_len` prompt tokens and `output_len` new
-tokens, with the batch split into m = min(batch, pp) micro-batches of b sequences:
+tokens, with the batch split into m = min(batch, pp) micro-batches of about batch / m sequences:
 
 - prefill (time to first token): every prompt through the model, c_j the forward of one
-  micro-batch of b prompts on stage j (compute by the roofline, 2 all-reduces of b s h per layer
+  micro-batch of b prompts on stage j (r micro-batches of ceil(batch/m) and m - r of
+  floor(batch/m): c_j is their mean) (compute by the roofline, 2 all-reduces of b s h per layer
   under TP, one send per stage boundary): TTFT = m max c_j + sum c_j - max c_j;
 - decode (time per output token): one new token per sequence attending to the KV cache (on
   average input_len + output_len / 2 tokens); a token passes every stage in turn, so with one
@@ -129,13 +130,24 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     return replace(scn, cluster=cluster, plan=plan)
 
 
-def _with_batch(scn: Scenario, per_replica: Number) -> tuple[Scenario, np.ndarray, np.ndarray]:
-    """The plan for `per_replica` sequences: m = min(batch, pp) micro-batches of b sequences."""
+def _micro_batches(scn: Scenario, per_replica: Number) -> tuple[np.ndarray, np.ndarray, Scenario, Scenario]:
+    """m = min(batch, pp) micro-batches: r of ceil(batch / m) sequences and m - r of floor(batch / m)
+    (engines split a batch unevenly rather than pad it). Returns (m, r, scenario at floor, at ceil)."""
     p = np.asarray(scn.plan.pp)
     m = np.minimum(per_replica, p)
-    b = np.ceil(per_replica / m).astype(int)
-    plan = scn.plan.with_(micro_batch=b, global_batch=np.asarray(scn.plan.dp) * b * m)
-    return replace(scn, plan=plan), m, b
+    lo = per_replica // m
+    r = per_replica - m * lo
+    hi = lo + (r > 0)
+
+    def at(b: np.ndarray) -> Scenario:
+        return replace(scn, plan=scn.plan.with_(micro_batch=b, global_batch=np.asarray(scn.plan.dp) * b * m))
+
+    return m, r, at(lo), at(hi)
+
+
+def _mix(lo: Number, hi: Number, r: Number, m: Number) -> Number:
+    """Mean per-micro-batch cost when r of the m micro-batches are the larger ones."""
+    return (r * hi + (m - r) * lo) / m
 
 
 def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
@@ -160,21 +172,29 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     p = np.asarray(scn.plan.pp, dtype=float)
     replicas = np.asarray(scn.plan.dp)
     per_replica = np.maximum(1, np.ceil(np.asarray(wl.batch) / replicas)).astype(int)
-    scn_b, m, _ = _with_batch(scn, per_replica)
+    m, r, scn_lo, scn_hi = _micro_batches(scn, per_replica)
     w, kv = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
 
-    pre = forward_stages(scn_b, wl.input_len, wl.input_len, False, w, kv)
-    c = pre.per_stage
-    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
-    c_max, compute, tp = pre.slowest(p)
-    prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * pre.send_s, "pp_bubble": ttft - m * c_max}
+    def phase(q_len: Number, kv_len: Number) -> tuple[tuple[Number, ...], Number, Number, Number, Number]:
+        """Mean per-micro-batch cost of each stage (first, middle, last), the slowest stage's cost
+        and its compute and TP parts, and the send."""
+        lo = forward_stages(scn_lo, q_len, kv_len, False, w, kv)
+        hi = forward_stages(scn_hi, q_len, kv_len, False, w, kv)
+        per_stage = tuple(_mix(a, b, r, m) for a, b in zip(lo.per_stage, hi.per_stage, strict=True))
+        slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
+        return per_stage, slow[0], slow[1], slow[2], _mix(lo.send_s, hi.send_s, r, m)
 
+    c, c_max, compute, tp, send = phase(wl.input_len, wl.input_len)
+    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
+    prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * send, "pp_bubble": ttft - m * c_max}
+
+    # a decode step: each stage handles every micro-batch once; with fewer micro-batches than
+    # stages a token still waits for all p stages (turns = max(m, p))
     context = wl.input_len + wl.output_len / 2
-    dec = forward_stages(scn_b, 1, context, False, w, kv)
-    d_max, d_compute, d_tp = dec.slowest(p)
+    _, d_max, d_compute, d_tp, d_send = phase(1, context)
     turns = np.maximum(m, p)
     tpot = turns * d_max
-    decode = {"compute": turns * d_compute, "tp_comm": turns * d_tp, "pp_p2p": turns * dec.send_s}
+    decode = {"compute": turns * d_compute, "tp_comm": turns * d_tp, "pp_p2p": turns * d_send}
 
     e2e = ttft + (wl.output_len - 1) * tpot
     throughput = replicas * per_replica * wl.output_len / (ttft + wl.output_len * tpot)

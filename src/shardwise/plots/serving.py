@@ -35,9 +35,9 @@ def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=9)
     axes[0][0].set_ylabel("throughput per GPU (output tokens/s)")
-    fig.text(0.01, -0.02, "Up and to the right is better. Batch 1 is each line's right end: the fastest per user, "
-             "the least throughput. Batches that do not fit the KV cache are left out.", fontsize=8,
-             color="#444444", va="top")
+    note = ("Up and to the right is better. Each line starts at batch 1 (its lowest point: the fastest per user, "
+            "the least throughput); batches whose KV cache does not fit are left out.")
+    fig.text(0.01, -0.02, note, fontsize=8, color="#444444", va="top")
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")
     fig.tight_layout()
     return fig

@@ -1,4 +1,6 @@
-"""The brief's inference scenarios (Sections 4.4 and 5): batch-1 decoding and time to first token."""
+"""The brief's inference scenarios (Sections 4.4 and 5): batch-1 decoding and time to first token,
+priced by the serving model (engines/serving.py: CUDA graphs and NCCL from C++, as in
+TensorRT-LLM or vLLM)."""
 
 from __future__ import annotations
 
@@ -7,20 +9,21 @@ from typing import Any
 import numpy as np
 
 from shardwise.analyses.scenarios.common import LINKS, ScenarioReport, brief_cluster, brief_model, verdict
-from shardwise.engines.forward import estimate_forward
-from shardwise.specs import Plan, Scenario
+from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
+from shardwise.specs import Scenario
 
 
-def decode(link: str, plan: dict[str, int], context: int) -> Any:
-    scn = Scenario(brief_model(), brief_cluster(link), Plan(global_batch=1, **plan))
-    return estimate_forward(scn, q_len=1, kv_len=context)
+def serve(link: str, plan: dict[str, int], prompt: int, **changes: Any) -> Any:
+    """One request of `prompt` tokens and one new token: its TTFT, and one decode step at ~`prompt` context."""
+    scn = Scenario(brief_model(**changes), brief_cluster(link), plan_for_serving(plan.get("tp", 1), plan.get("pp", 1)))
+    return estimate_serving(scn, ServingWorkload(prompt, 1, 1))
 
 
 def batch1_inference(plot: bool) -> ScenarioReport:
     """4.4: serving a chatbot at batch 1, TP's per-layer all-reduce adds latency; PP can do better."""
-    runs = {(p, link): decode(link, {p: 8}, 2048) for p in ("tp", "pp") for link in LINKS}
-    ms = {k: float(v.latency_s) * 1e3 for k, v in runs.items()}
-    comm = float(runs[("tp", "NVLink")].tp_comm_s / runs[("tp", "NVLink")].latency_s)
+    runs = {(p, link): serve(link, {p: 8}, 2048) for p in ("tp", "pp") for link in LINKS}
+    ms = {k: float(v.tpot_s) * 1e3 for k, v in runs.items()}
+    comm = float(runs[("tp", "NVLink")].decode_s["tp_comm"] / runs[("tp", "NVLink")].tpot_s)
     holds = ms[("pp", "NVLink")] < ms[("tp", "NVLink")]
     finding = (
         f"Decoding one token at batch 1 (2048 tokens of context): TP=8 {ms[('tp', 'NVLink')]:.1f} ms on NVLink and "
@@ -36,16 +39,16 @@ def batch1_inference(plot: bool) -> ScenarioReport:
 
         cats = [f"{p.upper()}=8, {link}" for p in ("tp", "pp") for link in LINKS]
         parts = {
-            k: np.array([float(runs[(p, link)].as_dict()[k]) * 1e3 for p in ("tp", "pp") for link in LINKS])
-            for k in ("compute", "tp_comm", "pp_p2p", "pp_bubble")
+            k: np.array([float(runs[(p, link)].decode_s[k]) * 1e3 for p in ("tp", "pp") for link in LINKS])
+            for k in ("compute", "tp_comm", "pp_p2p")
         }
         fig = plots.stacked_bars(
             cats,
             parts,
             "time per output token (ms)",
             "Batch-1 inference (brief 4.4): one decode step, 2048 tokens of context",
-            "compute is memory-bound here (reading the weights and the KV cache); PP's 'bubble' is "
-            "the stages idle while one works",
+            "compute is memory-bound here (reading the weights and the KV cache); under PP=8 the "
+            "8 stages work one after another, each busy 1/8 of the time",
         )
     return ScenarioReport(
         "batch1-inference",
@@ -63,9 +66,8 @@ def ttft(plot: bool) -> ScenarioReport:
     series = {}
     for p in ("tp", "pp"):
         for link in LINKS:
-            scn = Scenario(brief_model(seq_len=8192), brief_cluster(link), Plan(global_batch=1, **{p: 8}))
             series[f"{p.upper()}=8, {link}"] = np.array(
-                [float(estimate_forward(scn, q_len=int(n)).latency_s) * 1e3 for n in prompts]
+                [float(serve(link, {p: 8}, int(n), seq_len=8192).ttft_s) * 1e3 for n in prompts]
             )
     i = int(np.flatnonzero(prompts == 2048)[0])
     tpn, ppn = series["TP=8, NVLink"][i], series["PP=8, NVLink"][i]

@@ -1,0 +1,34 @@
+"""Serving analyses on top of engines/serving.py: the largest batch that fits, and each plan's
+throughput-vs-latency frontier as the batch grows."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from shardwise.engines.serving import ServingEstimate, ServingWorkload, estimate_serving
+from shardwise.specs import Scenario
+
+# In-flight sequences per replica: serving engines cap it (TensorRT-LLM's max_batch_size). An assumption:
+# trtllm-bench sizes it itself and does not publish the value.
+MAX_BATCH = 2048
+FRONTIER_BATCHES = 2 ** np.arange(0, 12)  # 1 to 2048 sequences per replica
+
+
+def at_max_batch(scn: Scenario, wl: ServingWorkload, cap: int = MAX_BATCH) -> ServingEstimate:
+    """`wl` at the largest batch whose KV cache fits (at most `cap` per replica; at least 1)."""
+    fits = estimate_serving(scn, replace(wl, batch=1))
+    per_replica = int(np.clip(float(fits.max_batch), 1, cap))
+    return estimate_serving(scn, replace(wl, batch=per_replica * int(scn.plan.dp)))
+
+
+def frontier(
+    scn: Scenario, wl: ServingWorkload, batches: np.ndarray = FRONTIER_BATCHES
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(tokens/s per user, tokens/s per GPU, batch per replica) at each batch that fits in memory."""
+    replicas = int(scn.plan.dp)
+    est = estimate_serving(scn, replace(wl, batch=np.asarray(batches) * replicas))
+    ok = np.asarray(est.fits_in_memory)
+    per_gpu = np.asarray(est.throughput_tokens_per_s) / float(scn.cluster.num_gpus)
+    return np.asarray(est.per_user_tokens_per_s)[ok], per_gpu[ok], np.asarray(batches)[ok]

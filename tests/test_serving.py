@@ -1,0 +1,247 @@
+"""Serving: prefill and decode under TP and PP, KV-cache capacity, precisions, the published
+inference measurements, and `shardwise serve`."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardwise import presets
+from shardwise.engines.serving import (
+    KV_CACHE_FRACTION,
+    ServingWorkload,
+    estimate_serving,
+    plan_for_serving,
+    serving_scenario,
+)
+from shardwise.errors import SpecError
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
+from shardwise.specs import Scenario
+
+
+def scenario(model: str = "llama3-70b", system: str = "dgx-h100", tp: int = 8, pp: int = 1, **link) -> Scenario:
+    cluster = presets.system(system).with_(gpus_per_node=tp * pp)
+    if link:
+        cluster = cluster.with_(intra_node_link=presets.link(link["link"]))
+    return Scenario(presets.model(model), cluster, plan_for_serving(tp, pp))
+
+
+def tp_all_reduce_s(scn: Scenario, wl: ServingWorkload, message_bytes: float) -> float:
+    cluster = serving_scenario(scn, wl).cluster
+    group = Fabric(cluster.intra_node_link, cluster.inter_node_link).group(scn.plan.tp, scn.plan.tp)
+    return float(group.all_reduce(message_bytes))
+
+
+@pytest.mark.parametrize("batch", [1, 16, 256])
+def test_decode_pays_two_all_reduces_of_batch_x_hidden_per_layer(batch):
+    """Shoeybi et al. 2019 Sec. 3: each layer all-reduces its attention and MLP outputs."""
+    scn, wl = scenario(), ServingWorkload(512, 128, batch)
+    model = scn.model
+    one = tp_all_reduce_s(scn, wl, batch * model.hidden * 2.0)
+    tp = float(estimate_serving(scn, wl).decode_s["tp_comm"])
+    # 2 per layer, plus the vocabulary-parallel embedding's all-reduce
+    assert 2 * model.layers * one <= tp <= (2 * model.layers + 2) * one * 1.0001
+
+
+def test_prefill_all_reduces_carry_every_prompt_token():
+    scn, wl = scenario(), ServingWorkload(1024, 128, 4)
+    model = scn.model
+    one = tp_all_reduce_s(scn, wl, 4 * 1024 * model.hidden * 2.0)
+    tp = float(estimate_serving(scn, wl).prefill_s["tp_comm"])
+    assert 2 * model.layers * one <= tp <= (2 * model.layers + 2) * one * 1.0001
+
+
+def test_a_small_batch_decode_step_is_bound_by_reading_the_weights():
+    """Llama 3 8B on one H100 at batch 1: ~16 GB of weights at 3.35 TB/s is ~4.8 ms a token."""
+    scn = scenario("llama3-8b", tp=1)
+    est = estimate_serving(scn, ServingWorkload(512, 128, 1))
+    read_s = float(est.weights_bytes) / scn.cluster.gpu.memory_bandwidth_bytes_per_s
+    assert read_s <= float(est.tpot_s) <= 1.3 * read_s
+    # prefill of 512 tokens is compute-bound: about 2 x params x tokens FLOPs at the GEMM efficiency
+    flops = 2 * 8.0e9 * 512
+    assert float(est.ttft_s) > flops / scn.cluster.gpu.peak_flops_per_s_16bit
+
+
+def test_pipeline_stages_take_turns_for_one_request_and_work_together_for_many():
+    scn_pp, scn_1 = scenario("llama3-8b", tp=1, pp=8), scenario("llama3-8b", tp=1, pp=1)
+    one = estimate_serving(scn_pp, ServingWorkload(512, 128, 1))
+    alone = estimate_serving(scn_1, ServingWorkload(512, 128, 1))
+    # one request passes every stage in turn: no faster than one GPU (plus the hops)
+    assert float(one.tpot_s) >= 0.95 * float(alone.tpot_s)
+    assert float(one.decode_utilization) == pytest.approx(1 / 8)
+    # eight requests in flight: every stage busy, ~8x the tokens per second at about the same TPOT
+    eight = estimate_serving(scn_pp, ServingWorkload(512, 128, 8))
+    assert float(eight.decode_utilization) == 1.0
+    decode_rate = lambda e: int(e.workload.batch) / float(e.tpot_s)  # noqa: E731
+    assert decode_rate(eight) == pytest.approx(8 * decode_rate(one), rel=0.1)
+
+
+def test_tp_cuts_single_request_latency_on_nvlink_but_pp_does_not():
+    tp8, pp8 = scenario(tp=8), scenario(tp=1, pp=8)
+    wl = ServingWorkload(512, 128, 1)
+    assert float(estimate_serving(tp8, wl).e2e_s) < 0.5 * float(estimate_serving(pp8, wl).e2e_s)
+
+
+def test_the_largest_batch_is_what_the_kv_cache_leaves_room_for():
+    """Llama 3 70B, TP 8: 8 KV heads, one per rank; 2 (K and V) x 80 layers x 640 tokens x 128 x 2 bytes."""
+    scn, wl = scenario(), ServingWorkload(512, 128, 1)
+    est = estimate_serving(scn, wl)
+    per_seq = 2 * 80 * 640 * 1 * 128 * 2.0
+    free = KV_CACHE_FRACTION * (80e9 - float(est.weights_bytes) - RUNTIME_RESERVED_BYTES)
+    assert int(est.max_batch) == int(free // per_seq)
+    assert float(est.weights_bytes) == pytest.approx(70.6e9 * 2 / 8, rel=0.02)
+    assert bool(est.fits_in_memory)
+    assert not bool(estimate_serving(scn, ServingWorkload(512, 128, int(est.max_batch) + 1)).fits_in_memory)
+
+
+def test_narrower_weights_and_kv_cache_shrink_memory_and_decode_time():
+    scn = scenario("llama3-8b", tp=1)
+    est = {p: estimate_serving(scn, ServingWorkload(512, 128, 1, p, p)) for p in ("bf16", "fp8", "int4")}
+    w = {p: float(e.weights_bytes) for p, e in est.items()}
+    # embeddings and the output layer stay 16-bit, so a little over half and a quarter
+    assert 0.5 < w["fp8"] / w["bf16"] < 0.6
+    assert 0.25 < w["int4"] / w["bf16"] < 0.35
+    assert float(est["fp8"].tpot_s) < 0.7 * float(est["bf16"].tpot_s)
+    kv_only = estimate_serving(scn, ServingWorkload(512, 128, 1, "bf16", "fp8"))
+    assert int(kv_only.max_batch) in (2 * int(est["bf16"].max_batch), 2 * int(est["bf16"].max_batch) + 1)
+
+
+def test_a_model_that_does_not_fit_leaves_no_room_for_a_batch():
+    est = estimate_serving(scenario("llama3-405b", tp=1), ServingWorkload(128, 128, 1))
+    assert int(est.max_batch) == 0 and not bool(est.fits_in_memory)
+
+
+@pytest.mark.parametrize(
+    "kwargs, field",
+    [({"input_len": 0}, "input_len"), ({"batch": -3}, "batch"), ({"weight_precision": "fp4"}, "weight_precision"),
+     ({"runtime": "onnx"}, "runtime")],
+)
+def test_bad_workloads_name_the_field(kwargs, field):
+    with pytest.raises(SpecError, match=field):
+        ServingWorkload(**{"input_len": 128, "output_len": 128, **kwargs})
+
+
+def test_serving_broadcasts_over_batch_arrays():
+    scn = scenario()
+    batches = np.array([1, 4, 64, 512])
+    est = estimate_serving(scn, ServingWorkload(512, 128, batches))
+    for i, b in enumerate(batches):
+        one = estimate_serving(scn, ServingWorkload(512, 128, int(b)))
+        assert float(np.asarray(est.tpot_s)[i]) == pytest.approx(float(one.tpot_s))
+        assert float(np.asarray(est.throughput_tokens_per_s)[i]) == pytest.approx(float(one.throughput_tokens_per_s))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.sampled_from([(8, 1), (1, 8), (2, 4), (4, 2)]),
+    st.integers(1, 512),
+    st.integers(1, 4096),
+    st.sampled_from(["nvlink4", "pcie4"]),
+)
+def test_more_requests_never_cut_the_time_per_token_or_the_throughput(plan, batch, prompt, link):
+    scn = scenario(tp=plan[0], pp=plan[1], link=link)
+    a = estimate_serving(scn, ServingWorkload(prompt, 128, batch))
+    b = estimate_serving(scn, ServingWorkload(prompt, 128, batch + 1))
+    assert float(b.tpot_s) >= float(a.tpot_s) * (1 - 1e-9)
+    # (batch + 1 may pad a micro-batch: ceil(batch / m) sequences each, so compare with twice the batch)
+    double = estimate_serving(scn, ServingWorkload(prompt, 128, 2 * batch))
+    assert float(double.throughput_tokens_per_s) >= float(a.throughput_tokens_per_s) * (1 - 1e-9)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.sampled_from([(8, 1), (2, 4)]), st.integers(1, 256), st.floats(1e9, 1e12))
+def test_a_faster_link_is_never_slower(plan, batch, bandwidth):
+    base = scenario(tp=plan[0], pp=plan[1])
+    link = base.cluster.intra_node_link
+    slow = Scenario(base.model, base.cluster.with_(intra_node_link=link.with_(bandwidth_bytes_per_s=bandwidth)),
+                    base.plan)
+    fast = Scenario(base.model, base.cluster.with_(intra_node_link=link.with_(bandwidth_bytes_per_s=2 * bandwidth)),
+                    base.plan)
+    wl = ServingWorkload(512, 128, batch)
+    assert float(estimate_serving(fast, wl).e2e_s) <= float(estimate_serving(slow, wl).e2e_s)
+
+
+def test_published_inference_measurements():
+    """TensorRT-LLM (FP8, max throughput) and FasterTransformer (GPT-13B, batch 1), see serving_validation."""
+    from shardwise.analyses.serving_validation import validate_serving
+    from shardwise.analyses.validation import mean_absolute_error
+
+    rows, skipped = validate_serving()
+    assert len(rows) == 66 and skipped == 20
+    assert mean_absolute_error(rows) < 0.10
+    for r in rows:
+        assert abs(r.error) < 0.30, (r.run_id, r.error)
+        assert r.source
+
+
+# --- the command line ---
+
+SERVE = ["serve", "--model", "llama3-70b", "--system", "dgx-h100"]
+
+
+def test_serve_prints_every_metric_for_every_plan(cli):
+    code, out, _ = cli([*SERVE, "--plan", "tp=8", "--plan", "pp=8", "--plan", "tp=2,pp=4"])
+    assert code == 0, out
+    for text in ("TTFT", "TPOT", "latency", "per user", "per GPU", "batch", "tp=8", "pp=8", "tp=2,pp=4"):
+        assert text in out
+
+
+def test_serve_json_and_max_throughput(cli):
+    code, out, _ = cli([*SERVE, "--plan", "tp=4", "--max-throughput", "--weight-precision", "fp8",
+                        "--kv-precision", "fp8", "--json"])
+    assert code == 0
+    data = json.loads(out)
+    row = data["plans"][0]
+    assert row["replicas"] == 2 and row["tp"] == 4
+    for key in ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "per_user_tokens_per_s",
+                "max_batch_per_replica", "memory_bytes", "fits_in_memory", "prefill_s", "decode_s"):
+        assert key in row
+    assert row["batch"] == 2 * min(row["max_batch_per_replica"], 2048)
+    assert row["fits_in_memory"] is True
+    assert data["workload"]["weight_precision"] == "fp8"
+
+
+def test_serve_draws_the_frontier(cli, tmp_path):
+    path = tmp_path / "frontier.png"
+    code, out, _ = cli([*SERVE, "--plan", "tp=8", "--plan", "pp=8", "--frontier", str(path)])
+    assert code == 0 and path.stat().st_size > 10_000
+    assert "frontier.png" in out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--plan", "tp=3"], "does not divide"),
+        (["--plan", "tp=8", "--plan", "tp=8"], "different"),
+        (["--input-len", "0"], "input_len"),
+        (["--frontier", "/no/such/dir/f.png"], "does not exist"),
+        (["--frontier", "f.gif"], "unknown format"),
+        (["--weight-precision", "fp4"], "fp4"),
+    ],
+)
+def test_serve_bad_input(args, message, cli):
+    code, _, err = cli([*SERVE, *args])
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 or "Usage" in err
+
+
+@pytest.mark.parametrize("workload", ["decode", "prefill"])
+def test_crossover_for_serving(workload, cli):
+    code, out, _ = cli(["crossover", "--workload", workload, "--no-plot", "--json", "--vary", "batch=1..64"])
+    assert code == 0
+    data = json.loads(out)
+    assert data
+
+
+def test_validate_inference(cli):
+    code, out, _ = cli(["validate", "inference", "--json"])
+    assert code == 0
+    table = json.loads(out)["inference"]
+    assert table["mean_absolute_error"] < 0.10 and len(table["rows"]) == 66
+    assert "TensorRT-LLM" in table["source"]
