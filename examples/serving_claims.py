@@ -1,9 +1,10 @@
 """The brief's claims about inference, checked with shardwise's serving model.
 
 Llama 3 70B (BF16 weights and KV cache) on 8 H100 SXM: once with NVLink 4 between them (a DGX
-H100), once with the same GPUs on PCIe Gen4 only; Llama 3 405B on two DGX H100 for the
-multi-server claim. Every number below is computed; the verdicts are comparisons of those
-numbers, not text written by hand.
+H100), once with the same GPUs on PCIe Gen4 only (the brief's ~32 GB/s; H100s on Gen5 are noted
+where the verdict changes); GPT-3 175B on two servers of 8 H100 for the multi-server claim.
+Every number below is computed; the verdicts are comparisons of those numbers, not text written
+by hand.
 
     python examples/serving_claims.py               # also writes docs/figures/serving-frontier.png
     python examples/serving_claims.py --no-figures
@@ -24,7 +25,8 @@ from shardwise.units import format_seconds
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "figures"
 MODEL = presets.model("llama3-70b")
-LINKS = {"NVLink": presets.link("nvlink4"), "PCIe": presets.link("pcie4")}
+LINKS = {"NVLink": presets.link("nvlink4"), "PCIe": presets.link("pcie4"), "PCIe5": presets.link("pcie5")}
+SHOWN = ("NVLink", "PCIe")  # PCIe5 only where it changes a verdict
 PLANS = {"TP=8": (8, 1), "PP=8": (1, 8), "TP=2,PP=4": (2, 4)}
 
 
@@ -81,12 +83,13 @@ def pp_throughput() -> None:
         "ES",
         "PP suits high-throughput batch serving: a full pipeline hides its idle time.",
         f"PP=8 decodes {rate(one):.0f} tokens/s with one request (stages busy {float(one.decode_utilization):.0%}) "
-        f"and {rate(eight):.0f} with 8 ({float(eight.decode_utilization):.0%} busy) at the same "
-        f"{ms(eight.tpot_s)}/token.\n  At the largest batch that fits (<= 2048): NVLink TP=8 {nv['TP=8']:,.0f}, "
+        f"and {rate(eight):.0f} with 8 ({float(eight.decode_utilization):.0%} busy) at {ms(eight.tpot_s)}/token "
+        f"instead of {ms(one.tpot_s)}.\n  At the largest batch that fits (<= 2048): NVLink TP=8 {nv['TP=8']:,.0f}, "
         f"PP=8 {nv['PP=8']:,.0f} tokens/s; PCIe TP=8 {pc['TP=8']:,.0f}, PP=8 {pc['PP=8']:,.0f}. "
         + verdict(pc["PP=8"] > pc["TP=8"] and rate(eight) > 6 * rate(one))
         + f": batching fills PP's pipeline; on NVLink TP=8 matches it ({nv['TP=8'] / nv['PP=8']:.2f}x), over "
-        f"PCIe PP=8 gives {pc['PP=8'] / pc['TP=8']:.1f}x TP=8's throughput.",
+        f"PCIe PP=8 gives {pc['PP=8'] / pc['TP=8']:.1f}x TP=8's throughput "
+        f"({tput['PCIe5']['PP=8'] / tput['PCIe5']['TP=8']:.1f}x on PCIe Gen5).",
     )
 
 
@@ -119,7 +122,7 @@ def pcie_all_reduce() -> None:
 def overhead() -> None:
     rows = []
     shares = []
-    for link in LINKS:
+    for link in SHOWN:
         for batch in (1, 64):
             est = serve(link, "TP=8", batch, prompt=2048)
             pre = float(est.prefill_s["tp_comm"] / est.ttft_s)
@@ -139,7 +142,7 @@ def overhead() -> None:
 
 
 def chatbot() -> None:
-    tpot = {(p, link): float(serve(link, p).tpot_s) for p in ("TP=8", "PP=8") for link in LINKS}
+    tpot = {(p, link): float(serve(link, p).tpot_s) for p in ("TP=8", "PP=8") for link in SHOWN}
     claim(
         "RU 4.4",
         "Batch-1 chatbot serving: TP's per-layer all-reduce gives high latency; PP without micro-batches is lower.",
@@ -159,17 +162,21 @@ def ttft() -> None:
         t = {(p, link): float(serve(link, p, prompt=prompt).ttft_s) for p in ("TP=8", "PP=8") for link in LINKS}
         rows.append(f"{prompt} tokens: NVLink TP=8 {ms(t[('TP=8', 'NVLink')])} vs PP=8 {ms(t[('PP=8', 'NVLink')])}, "
                     f"PCIe {ms(t[('TP=8', 'PCIe')])} vs {ms(t[('PP=8', 'PCIe')])}")
-        holds.append((t[("TP=8", "NVLink")] < t[("PP=8", "NVLink")], t[("TP=8", "PCIe")] < t[("PP=8", "PCIe")]))
+        holds.append((t[("TP=8", "NVLink")] < t[("PP=8", "NVLink")], t[("TP=8", "PCIe")] < t[("PP=8", "PCIe")],
+                      t[("TP=8", "PCIe5")] < t[("PP=8", "PCIe5")]))
     nv, pc = all(h[0] for h in holds), [p for p, h in zip((128, 2048, 8192), holds, strict=True) if h[1]]
     bw = {k: v.effective_bandwidth_bytes_per_s for k, v in LINKS.items()}
     ratio = float(bw["NVLink"] / bw["PCIe"])
     pcie = (f"over PCIe TP=8 is faster only for {', '.join(map(str, pc))}-token prompts" if pc
-            else "over PCIe PP=8 is faster at every prompt length")
+            else "over PCIe Gen4 PP=8 is faster at every prompt length")
+    gen5 = [p for p, h in zip((128, 2048, 8192), holds, strict=True) if h[2]]
+    which = "every prompt length" if len(gen5) == 3 else f"{', '.join(map(str, gen5))}-token prompts"
+    pcie5 = f"on PCIe Gen5 (twice the bandwidth) TP=8 wins again at {which}" if gen5 else "PP=8 also wins on PCIe Gen5"
     claim(
         "RU 5",
         "PP raises the time to first token (the prompt crosses the stages in turn); TP lowers it.",
         ";\n  ".join(rows) + ". " + verdict(nv) + f" on NVLink; {pcie}: prefill all-reduces carry every "
-        f"prompt token, and PCIe moves them {ratio:.0f}x slower than NVLink.",
+        f"prompt token, and PCIe Gen4 moves them {ratio:.0f}x slower than NVLink; {pcie5}.",
     )
 
 
@@ -213,7 +220,7 @@ def frontier() -> Path:
             plan: serving.frontier(scenario(link, tp, pp), ServingWorkload(512, 128))
             for plan, (tp, pp) in PLANS.items()
         }
-        for link in LINKS
+        for link in SHOWN
     }
     title = "Llama 3 70B, BF16, 512 prompt + 128 new tokens: throughput vs speed per user, batch 1 to 2048"
     return plots.save(plots.serving_frontier(panels, title), OUT / "serving-frontier.png")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -115,3 +116,46 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
 
 def dumps(data: Any) -> str:
     return json.dumps(data, indent=2, allow_nan=False)
+
+
+def write_columns(columns: dict[str, Any], path: str | Path) -> None:
+    """Write columns (equal-length numpy arrays) as CSV, or Parquet by the extension, atomically:
+    a temporary file in the same directory, renamed when complete."""
+    import os
+    import tempfile
+
+    p = Path(path)
+    fd, tmp = tempfile.mkstemp(suffix=p.suffix, dir=p.parent)
+    os.close(fd)
+    try:
+        if p.suffix.lower() == ".parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            table = pa.table({k: (v.astype(str) if v.dtype == object else v) for k, v in columns.items()})
+            pq.write_table(table, tmp)
+        else:
+            _write_csv(columns, tmp)
+        os.replace(tmp, p)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def _write_csv(columns: dict[str, Any], path: str) -> None:
+    names = list(columns)
+    text_cols = []
+    for values in columns.values():
+        if values.dtype == object:
+            text_cols.append(values.astype(str))
+        elif values.dtype == bool:
+            text_cols.append(np.where(values, "true", "false"))
+        else:
+            text_cols.append(np.char.mod("%.6g", values))
+    body = np.char.add(text_cols[0], "")
+    for col in text_cols[1:]:
+        body = np.char.add(np.char.add(body, ","), col)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(",".join(names) + "\n")
+        fh.write("\n".join(body.tolist()))
+        fh.write("\n")

@@ -154,11 +154,13 @@ class LinkSpec:
     link: Link
 
     @classmethod
-    def parse(cls, text: str) -> LinkSpec:
+    def parse(cls, text: str, flag: str = "--link") -> LinkSpec:
         head, *extras = text.replace(" ", "").split(",")
         label, sep, value = head.partition("=")
         if not sep:
             label, value = head, head
+        if not label or not value:
+            raise SpecError(f"{flag} {text!r}: give LABEL=LINK (a preset like pcie4 or a rate like 32GB/s)")
         try:
             rate = units.parse_rate_bytes_per_s(value)
         except SpecError:
@@ -169,7 +171,7 @@ class LinkSpec:
             try:
                 link = presets.link(value)
             except SpecError as exc:
-                raise SpecError(f"--link {text!r}: {exc}; or give LABEL=RATE like nvlink=600GB/s") from None
+                raise SpecError(f"{flag} {text!r}: {exc}; or give LABEL=RATE like nvlink=600GB/s") from None
         for extra in extras:
             key, _, v = extra.partition("=")
             if key == "latency":
@@ -179,7 +181,7 @@ class LinkSpec:
             elif key == "base_latency":
                 link = link.with_(base_latency_s=units.parse_seconds(v))
             else:
-                raise SpecError(f"--link {text!r}: unknown option {key!r}; allowed: latency, efficiency, base_latency")
+                raise SpecError(f"{flag} {text!r}: unknown option {key!r}; allowed: latency, efficiency, base_latency")
         return cls(label=label, link=link)
 
 

@@ -15,6 +15,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "crossover",
         "Where TP overtakes PP (or any plan another) as one variable moves.",
     ),
+    "plan": (
+        "shardwise.cli.plan",
+        "plan",
+        "Search every TP x PP x DP layout for the fastest; say why it wins.",
+    ),
     "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
     "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems and models."),
     "scenario": ("shardwise.cli.scenario", "scenario", "The brief's scenarios: a figure and a finding for each claim."),

@@ -111,6 +111,9 @@ def build_experiment(o: dict[str, Any]) -> Any:
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
     if o["cost_model"] == "textbook" and o["workload"] != "train":
         raise SpecError("--cost-model textbook prices only the brief's step (--workload train)")
+    if o["workload"] in ("prefill", "decode") and o["micro_batch"] != 1:
+        raise SpecError(f"--micro-batch does not apply to --workload {o['workload']}: serving splits the batch into "
+                        "min(batch, pp) micro-batches itself")
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
         raise SpecError("each --plan and each --link label must be different")
     return Experiment(
@@ -182,7 +185,8 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
             fixed("seq_len", f"sequence {m.seq_len}"),
         ]
     )
+    batching = "" if exp.workload in ("prefill", "decode") else f"; micro-batch {exp.micro_batch}"
     return (
         f"shardwise's physical model; {m.name}: {shape}; {fixed('gpus', f'{exp.gpus} x')} {exp.gpu.name}; "
-        f"{work}; micro-batch {exp.micro_batch}; links: {links}"
+        f"{work}{batching}; links: {links}"
     )

@@ -8,6 +8,10 @@ import click
 
 from shardwise.cli.options import _stack, cluster_options, model_options
 
+# the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
+PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4"]
+RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
+
 serving_options = _stack(
     click.option("--plan", "plans", multiple=True, metavar="tp=N[,pp=N]",
                  help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs. "
@@ -18,11 +22,11 @@ serving_options = _stack(
                  help="Requests in flight (all replicas)."),
     click.option("--max-throughput", is_flag=True,
                  help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --batch."),
-    click.option("--weight-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default="bf16",
+    click.option("--weight-precision", type=click.Choice(PRECISIONS), default="bf16",
                  show_default=True, help="Storage of the weights (fp8 also computes in FP8 where the GPU can)."),
-    click.option("--kv-precision", type=click.Choice(["bf16", "fp16", "fp8", "int8", "int4"]), default="bf16",
+    click.option("--kv-precision", type=click.Choice(PRECISIONS), default="bf16",
                  show_default=True, help="Storage of the KV cache."),
-    click.option("--runtime", type=click.Choice(["graphs", "cpp-eager", "pytorch-eager"]), default="graphs",
+    click.option("--runtime", type=click.Choice(RUNTIME_NAMES), default="graphs",
                  show_default=True,
                  help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
                  "pytorch-eager: a plain PyTorch loop."),
@@ -61,17 +65,22 @@ def serve(plans: tuple[str, ...], input_len: int, output_len: int, batch: int, m
         from shardwise.cli.options import check_output_path
 
         check_output_path(frontier_path, (".png", ".svg", ".pdf"))
+    second = LinkSpec.parse(frontier_link, "--frontier-link")
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1,
                              "global_batch": None})
     specs = [PlanSpec.parse(t) for t in plans] or [PlanSpec.parse("tp=all")]
+    for spec in specs:
+        if spec.options:
+            raise SpecError(f"--plan {spec.label!r}: serving plans take only tp and pp "
+                            f"(not {', '.join(k for k, _ in spec.options)}); replicas fill the GPUs")
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
     workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
     rows = [_estimate(model, cluster, spec, workload, max_throughput) for spec in specs]
     figure = None
     if frontier_path is not None:
-        figure = _frontier(model, cluster, specs, workload, LinkSpec.parse(frontier_link), frontier_path)
+        figure = _frontier(model, cluster, specs, workload, second, frontier_path)
     if as_json:
         from shardwise import export
 
@@ -89,10 +98,10 @@ def _scenario(model: Any, cluster: Any, spec: Any) -> Any:
     from shardwise.specs import Scenario
 
     gpus = int(cluster.num_gpus)
-    tp, pp, dp = (int(x) if float(x) == int(x) else x for x in spec.degrees(gpus))
-    if not isinstance(dp, int) or dp < 1:
-        raise SpecError(f"--plan {spec.label}: tp x pp = {int(tp) * int(pp)} does not divide the {gpus} GPUs")
-    return Scenario(model, cluster, plan_for_serving(tp, pp, dp))
+    tp, pp, dp = (float(x) for x in spec.degrees(gpus))
+    if not dp.is_integer() or dp < 1:
+        raise SpecError(f"--plan {spec.label}: tp x pp = {tp * pp:g} does not divide the {gpus} GPUs")
+    return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)))
 
 
 def _estimate(model: Any, cluster: Any, spec: Any, workload: Any, max_throughput: bool) -> tuple[str, Any]:
@@ -108,10 +117,10 @@ def _as_dict(label: str, est: Any) -> dict[str, Any]:
 
     plan = est.scenario.plan
     return {
-        "plan": label, "tp": plain(plan.tp), "pp": plain(plan.pp), "replicas": plain(plan.dp),
-        "batch": plain(est.workload.batch), "ttft_s": plain(est.ttft_s), "tpot_s": plain(est.tpot_s),
+        "plan": label, "tp": int(plan.tp), "pp": int(plan.pp), "replicas": int(plan.dp),
+        "batch": int(est.workload.batch), "ttft_s": plain(est.ttft_s), "tpot_s": plain(est.tpot_s),
         "e2e_s": plain(est.e2e_s), "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
-        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s), "max_batch_per_replica": plain(est.max_batch),
+        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s), "max_batch_per_replica": int(est.max_batch),
         "memory_bytes": {"weights": plain(est.weights_bytes), "kv_cache": plain(est.kv_cache_bytes),
                          "total": plain(est.total_bytes)},
         "fits_in_memory": plain(est.fits_in_memory),
@@ -128,31 +137,47 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
     from shardwise.units import format_bytes, format_seconds
 
     out = console()
+    inter = cluster.inter_node_link
+    multi = inter is not None and int(cluster.nodes) > 1
+    across = f", {inter.name} across {int(cluster.nodes)} servers" if multi else ""
     out.print(f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
-              f"inside a server); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
+              f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
               f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}")
+    if workload.input_len + workload.output_len > model.seq_len:
+        out.print(f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
+                  f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]")
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in ("plan", "batch", "TTFT", "TPOT", "latency", "tok/s", "tok/s\nper user", "memory\nper GPU",
                 "max\nbatch"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for label, est in rows:
         fits = bool(est.fits_in_memory)
+        style = None if fits else "red"
         table.add_row(
             f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label,
             f"{int(est.workload.batch)}", format_seconds(float(est.ttft_s)), format_seconds(float(est.tpot_s)),
             format_seconds(float(est.e2e_s)), f"{float(est.throughput_tokens_per_s):,.0f}",
             f"{float(est.per_user_tokens_per_s):,.1f}",
-            format_bytes(float(est.total_bytes)) + ("" if fits else " (does not fit)"), f"{int(est.max_batch):,}")
+            format_bytes(float(est.total_bytes)), f"{int(est.max_batch):,}", style=style)
     out.print(table)
     out.print("[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
               "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
               "fit the KV cache[/]")
+    capacity = float(cluster.gpu.memory_bytes)
+    for label, est in rows:
+        if int(est.max_batch) < 1:
+            weights = format_bytes(float(est.weights_bytes))
+            out.print(f"[red]{label}: does not fit: {weights} of weights per GPU leave no room for a KV cache in "
+                      f"{format_bytes(capacity)}; its times are not meaningful[/]")
+        elif not bool(est.fits_in_memory):
+            out.print(f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "
+                      "sequences per replica fit the KV cache[/]")
     for label, est in rows:
         dec = {k: float(v) for k, v in est.decode_s.items()}
         total = sum(dec.values())
         parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
-        out.print(f"  {label}: each output token = {parts}; stages busy in a decode step: "
-                  f"{float(est.decode_utilization):.0%}")
+        out.print(f"  {label}: each output token = {parts}; each stage busy "
+                  f"{float(est.decode_utilization):.0%} of a decode step")
     if max_tp:
         out.print("[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
                   "once: TTFT and latency include the prefill of every prompt[/]")
@@ -168,7 +193,12 @@ def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second:
     for label, link in ((cluster.intra_node_link.name, cluster.intra_node_link),
                         (f"{second.label} ({second.link.name})", second.link)):
         c = cluster.with_(intra_node_link=link)
-        panels[label] = {spec.label: frontier(_scenario(model, c, spec), workload) for spec in specs}
+        lines = {spec.label: frontier(_scenario(model, c, spec), workload) for spec in specs}
+        panels[label] = {k: v for k, v in lines.items() if v[0].size}
+    if not any(panels.values()):
+        from shardwise.errors import SpecError
+
+        raise SpecError("--frontier: no plan fits in memory at any batch; try more GPUs or narrower weights")
     title = (f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
              f"{workload.output_len} out, batch 1 to 2048 per replica (labels: batch)")
     return plots.save(plots.serving_frontier(panels, title), path)

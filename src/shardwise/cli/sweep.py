@@ -114,48 +114,9 @@ def _with_progress(exp: Any, grid: list[Any], total: int) -> Any:
 
 
 def _write(result: Any, path: str) -> None:
-    """Write atomically: a temporary file in the same directory, renamed when complete."""
-    import os
-    import tempfile
+    from shardwise.export import write_columns
 
-    p = Path(path)
-    columns = dict(result.columns())
-    fd, tmp = tempfile.mkstemp(suffix=p.suffix, dir=p.parent)
-    os.close(fd)
-    try:
-        if p.suffix.lower() == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            table = pa.table({k: (v.astype(str) if v.dtype == object else v) for k, v in columns.items()})
-            pq.write_table(table, tmp)
-        else:
-            _write_csv(columns, tmp)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-
-
-def _write_csv(columns: dict[str, Any], path: str) -> None:
-    import numpy as np
-
-    names = list(columns)
-    text_cols = []
-    for values in columns.values():
-        if values.dtype == object:
-            text_cols.append(values.astype(str))
-        elif values.dtype == bool:
-            text_cols.append(np.where(values, "true", "false"))
-        else:
-            text_cols.append(np.char.mod("%.6g", values))
-    body = np.char.add(text_cols[0], "")
-    for col in text_cols[1:]:
-        body = np.char.add(np.char.add(body, ","), col)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(",".join(names) + "\n")
-        fh.write("\n".join(body.tolist()))
-        fh.write("\n")
+    write_columns(dict(result.columns()), path)
 
 
 def _summary(result: Any, elapsed: float) -> dict[str, Any]:

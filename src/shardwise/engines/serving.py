@@ -8,22 +8,25 @@ tokens, with the batch split into m = min(batch, pp) micro-batches of about batc
   floor(batch/m): c_j is their mean) (compute by the roofline, 2 all-reduces of b s h per layer
   under TP, one send per stage boundary): TTFT = m max c_j + sum c_j - max c_j;
 - decode (time per output token): one new token per sequence attending to the KV cache (on
-  average input_len + output_len / 2 tokens); a token passes every stage in turn, so with one
-  micro-batch PP adds hops but no speed-up, while with p micro-batches in flight all stages work:
-  TPOT = max(m, p) max_j c_j;
+  average input_len + output_len / 2 tokens); a token passes every stage in turn (sum_j c_j),
+  and the busiest stage handles all m micro-batches: TPOT = max(sum_j c_j, m max_j c_j). With
+  one request PP adds hops but no speed-up; with p in flight all stages work;
 - end-to-end latency TTFT + (output_len - 1) TPOT; throughput (generated tokens per second, all
-  replicas) dp batch output_len / (prefill + output_len TPOT), Little's law for continuous
-  batching; per-user tokens/s = 1 / TPOT.
+  replicas) batch output_len / (TTFT + output_len TPOT), timed on the fullest replica when the
+  batch does not divide evenly; per-user tokens/s = 1 / TPOT.
 
 Memory per GPU: weights at their storage precision (embeddings and output layer in 16 bits), the
 KV cache of every sequence for the stage's layers (keys and values of the KV heads on this TP
-rank, replicated when tp > KV heads), and the runtime reserve. Like TensorRT-LLM
+rank), and the runtime reserve. Like TensorRT-LLM
 (`kv_cache_free_gpu_mem_fraction` = 0.9) 90% of what is left after the weights holds KV cache,
 which sets the largest batch that fits.
 
 Serving engines capture decode steps in CUDA graphs and call NCCL from C++, so by default
-(runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 8 us
-(src/graph/tuning.cc baseLat, Simple protocol) instead of training's 3 us and 20 us from PyTorch.
+(runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 6.6 us
+(src/graph/tuning.cc baseLat, ring, LL protocol: what NCCL picks for decode-sized messages)
+instead of training's 3 us and 20 us from PyTorch. The per-step latency stays the link's own
+(1 us on NVLink 4, against LL's 0.6 us in NCCL's table: small all-reduces may be priced up to
+~1.5x high, which if anything understates TP).
 """
 
 from __future__ import annotations
@@ -36,17 +39,17 @@ from shardwise.engines.forward import forward_stages
 from shardwise.engines.training import pipeline_makespan_s
 from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
-from shardwise.physics.params import layer_params_split
+from shardwise.physics.params import layer_params_split, stage_params_per_gpu
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
 
 STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 KV_CACHE_FRACTION = 0.9  # TensorRT-LLM kv_cache_free_gpu_mem_fraction default
 # Serving runtimes: (gap per kernel, base latency per collective). With CUDA graphs (TensorRT-LLM,
-# vLLM) kernels run back to back and NCCL is called from C++ (NCCL's own baseLat, ~8 us for the
-# Simple protocol in src/graph/tuning.cc); an eager C++ runtime (FasterTransformer) launches each
+# vLLM) kernels run back to back and NCCL is called from C++ (NCCL's own baseLat, 6.6 us for the
+# ring LL protocol in src/graph/tuning.cc); an eager C++ runtime (FasterTransformer) launches each
 # kernel from the CPU; an eager PyTorch loop also pays Python's launch cost per collective.
-RUNTIMES = {"graphs": (1e-6, 8e-6), "cpp-eager": (3e-6, 8e-6), "pytorch-eager": (3e-6, 20e-6)}
+RUNTIMES = {"graphs": (1e-6, 6.6e-6), "cpp-eager": (3e-6, 6.6e-6), "pytorch-eager": (3e-6, 20e-6)}
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,7 @@ class ServingEstimate:
     kv_cache_bytes: Number
     prefill_s: dict[str, Number]
     decode_s: dict[str, Number]
-    decode_utilization: Number  # share of the stages busy in a decode step (min(m, p) / p)
+    decode_utilization: Number  # mean share of a decode step each stage is busy
 
     @property
     def per_user_tokens_per_s(self) -> Number:
@@ -99,8 +102,9 @@ class ServingEstimate:
 
     @property
     def fits_in_memory(self) -> Number:
+        """The fullest replica's sequences fit the KV cache (and the weights fit at all)."""
         replicas = np.asarray(self.scenario.plan.dp)
-        return (np.asarray(self.workload.batch) / replicas <= self.max_batch) & (self.max_batch >= 1)
+        return (np.ceil(np.asarray(self.workload.batch) / replicas) <= self.max_batch) & (self.max_batch >= 1)
 
 
 def compute_precision(scn: Scenario, weight_precision: str) -> str:
@@ -151,19 +155,18 @@ def _mix(lo: Number, hi: Number, r: Number, m: Number) -> Number:
 
 
 def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
-    """(weight bytes, KV-cache bytes per sequence) on the fullest GPU."""
+    """(weight bytes, KV-cache bytes per sequence) on the fullest GPU. Transformer layers are stored
+    at the weight precision; the embedding, position table, final norm and output layer in 16 bits."""
     model, plan = scn.model, scn.plan
+    first, middle, last = stage_params_per_gpu(model, plan.tp, plan.pp)
     split, replicated = layer_params_split(model)
-    per_layer = split / plan.tp + replicated
     layers = model.layers / np.asarray(plan.pp)
-    w = STORAGE_BYTES[wl.weight_precision]
-    # embedding and output matrices stay 16-bit: one of them per end stage, both (if untied) on one stage
-    matrices = np.where(np.asarray(plan.pp) == 1, 1 if model.tied_embeddings else 2, 1)
-    weights = layers * per_layer * w + matrices * model.vocab * model.hidden / plan.tp * 2.0
-    kv_per_rank = np.maximum(model.kv_heads / np.asarray(plan.tp), 1.0)
+    in_layers = layers * (split / plan.tp + replicated)
+    fullest = np.maximum(np.maximum(first, middle), last)
+    weights = in_layers * STORAGE_BYTES[wl.weight_precision] + (fullest - in_layers) * 2.0
     context = wl.input_len + wl.output_len
-    kv_per_seq = 2 * layers * context * kv_per_rank * model.head_dim * STORAGE_BYTES[wl.kv_precision]
-    return weights, kv_per_seq
+    kv_per_seq = 2 * layers * context * (model.kv_heads / np.asarray(plan.tp)) * model.head_dim
+    return weights, kv_per_seq * STORAGE_BYTES[wl.kv_precision]
 
 
 def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
@@ -188,16 +191,17 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
     prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * send, "pp_bubble": ttft - m * c_max}
 
-    # a decode step: each stage handles every micro-batch once; with fewer micro-batches than
-    # stages a token still waits for all p stages (turns = max(m, p))
+    # a decode step: each stage handles every micro-batch once, and each micro-batch crosses
+    # every stage: TPOT = max(sum_j c_j, m max_j c_j)
     context = wl.input_len + wl.output_len / 2
-    _, d_max, d_compute, d_tp, d_send = phase(1, context)
-    turns = np.maximum(m, p)
-    tpot = turns * d_max
-    decode = {"compute": turns * d_compute, "tp_comm": turns * d_tp, "pp_p2p": turns * d_send}
+    d, d_max, d_compute, d_tp, d_send = phase(1, context)
+    through = pipeline_makespan_s(d[0], d[1], d[2], p, 1, 1)  # one micro-batch crossing every stage
+    tpot = np.maximum(through, m * d_max)
+    share = tpot / d_max  # the decode step in units of the slowest stage's micro-batch
+    decode = {"compute": share * d_compute, "tp_comm": share * d_tp, "pp_p2p": share * d_send}
 
     e2e = ttft + (wl.output_len - 1) * tpot
-    throughput = replicas * per_replica * wl.output_len / (ttft + wl.output_len * tpot)
+    throughput = np.asarray(wl.batch) * wl.output_len / (ttft + wl.output_len * tpot)
     weights, kv_per_seq = memory_per_gpu(scn, wl)
     free = KV_CACHE_FRACTION * (np.asarray(scn.cluster.gpu.memory_bytes) - weights - RUNTIME_RESERVED_BYTES)
     max_batch = np.floor(np.maximum(free, 0.0) / kv_per_seq)
@@ -213,8 +217,13 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
         kv_cache_bytes=per_replica * kv_per_seq,
         prefill_s=prefill,
         decode_s=decode,
-        decode_utilization=np.minimum(m, p) / p,
+        decode_utilization=m * _mean_stage(d, p) / tpot,
     )
+
+
+def _mean_stage(c: tuple[Number, ...], p: np.ndarray) -> Number:
+    """Mean cost of a stage's micro-batch over the p stages."""
+    return pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1) / p
 
 
 def plan_for_serving(tp: Number, pp: Number, dp: Number = 1) -> Plan:

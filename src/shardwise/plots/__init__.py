@@ -6,6 +6,7 @@ from shardwise.plots._base import save
 from shardwise.plots.charts import lines, stacked_bars, two_panels
 from shardwise.plots.crossover import crossover_figure, side_by_side
 from shardwise.plots.maps import winner_map
+from shardwise.plots.planner import plan_heatmap
 from shardwise.plots.sensitivity import crossover_curves, tornado
 from shardwise.plots.serving import serving_frontier
 from shardwise.plots.timeline import gantt
@@ -15,6 +16,7 @@ __all__ = [
     "crossover_figure",
     "gantt",
     "lines",
+    "plan_heatmap",
     "save",
     "serving_frontier",
     "side_by_side",

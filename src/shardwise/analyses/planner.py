@@ -1,0 +1,305 @@
+"""The 3D-parallelism planner: every valid training layout of a model on a cluster, evaluated in
+one vectorized call of the cost model, ranked.
+
+The space (Narayanan et al. 2021 Sec. 3 gives the rules of thumb it generalises: TP inside a
+server, PP across servers, DP on the rest): tp x pp x dp = the GPUs; tp divides the heads, the KV
+heads and the MLP width, and (by default) the GPUs of a server; pp divides the layers; dp divides
+the global batch; the micro-batch divides the batch per replica; virtual stages divide the layers
+per stage (interleaved schedule only, with the micro-batch count a multiple of pp); recompute
+none / selective / full (selective only without fused attention, where it differs from none);
+sequence parallelism when tp > 1; ZeRO 0-3 when dp > 1; schedules GPipe, 1F1B, interleaved and
+ZB-H1 when pp > 1. Ranks are placed as Megatron-LM does (tp-dp-pp: TP innermost, PP outermost),
+so every collective is priced on the link it crosses.
+
+Candidates are built per (GPU count, tp, pp) with numpy outer products (a few hundred small
+blocks at most), then evaluated together.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardwise.engines.result import TrainingEstimate
+from shardwise.engines.training import estimate_training_step
+from shardwise.errors import SpecError
+from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario, Schedule
+
+OBJECTIVES = ("time", "throughput-per-gpu")
+COLUMNS = ("gpus", "tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero_stage")
+SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
+RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose. A tuple fixes a dimension to those values; None searches all."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    schedule: tuple[str, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    sequence_parallel: tuple[bool, ...] | None = None
+    zero_stage: tuple[int, ...] | None = None
+    max_tp: int | None = None
+    tp_within_node: bool = True
+    max_micro_batch: int = 16
+    max_vpp: int = 8
+    memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
+    objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
+    precision: str = "bf16"
+    # execution details of the runs being planned (as in Plan)
+    execution: dict[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
+        for name in ("max_micro_batch", "max_vpp"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"plan: {name} {getattr(self, name)} is not allowed; it must be >= 1")
+        if self.max_tp is not None and self.max_tp < 1:
+            raise SpecError(f"plan: max_tp {self.max_tp} is not allowed; it must be >= 1")
+        if self.memory_headroom_bytes < 0:
+            raise SpecError(f"plan: memory headroom {self.memory_headroom_bytes} is not allowed; it must be >= 0")
+        for name, allowed in (("schedule", SCHEDULE_NAMES.values()), ("recompute", RECOMPUTE_NAMES.values())):
+            for v in getattr(self, name) or ():
+                if v not in allowed:
+                    raise SpecError(f"plan: {name} {v!r} is not allowed; choose {', '.join(allowed)}")
+        for v in self.zero_stage or ():
+            if v not in (0, 1, 2, 3):
+                raise SpecError(f"plan: zero stage {v} is not allowed; choose 0, 1, 2 or 3")
+
+
+@dataclass(frozen=True)
+class PlanSearch:
+    """Every evaluated plan (flat arrays, one entry per plan) and how the search went."""
+
+    model: Model
+    cluster: Cluster
+    global_batch: int
+    space: SearchSpace
+    columns: dict[str, np.ndarray]  # COLUMNS, one value per plan
+    estimate: TrainingEstimate  # array-valued, aligned with columns
+    fits: np.ndarray  # within memory (with the headroom)
+    seconds: float  # wall time of the search
+
+    @property
+    def evaluated(self) -> int:
+        return int(self.fits.size)
+
+    @property
+    def dropped_for_memory(self) -> int:
+        return int(np.sum(~self.fits))
+
+    @property
+    def score(self) -> np.ndarray:
+        """Higher is better: -step time, or tokens/s per GPU; plans that do not fit score -inf."""
+        est = self.estimate
+        if self.space.objective == "time":
+            s = -np.asarray(est.step_time_s, dtype=float)
+        else:
+            s = np.asarray(est.tokens_per_s, dtype=float) / self.columns["gpus"]
+        return np.where(self.fits, s, -np.inf)
+
+    def ranked(self, top: int | None = None) -> np.ndarray:
+        """Indices of the plans that fit, best first."""
+        score = self.score
+        ok = np.flatnonzero(np.isfinite(score))
+        order = ok[np.argsort(-score[ok], kind="stable")]
+        return order if top is None else order[:top]
+
+    def plan(self, i: int) -> Plan:
+        c = {k: v[i].item() for k, v in self.columns.items()}
+        return Plan(
+            tp=c["tp"], pp=c["pp"], dp=c["dp"], global_batch=self.global_batch, micro_batch=c["micro_batch"],
+            vpp=c["vpp"], schedule=c["schedule"], recompute=c["recompute"],
+            sequence_parallel=bool(c["sequence_parallel"]), zero_stage=c["zero_stage"],
+            precision=self.space.precision, **self.space.execution,
+        )
+
+    def scenario(self, i: int) -> Scenario:
+        gpus = int(self.columns["gpus"][i])
+        return Scenario(self.model, cluster_for(self.cluster, gpus), self.plan(i))
+
+    def row(self, i: int) -> dict[str, object]:
+        """One plan as plain values (for tables, JSON and CSV)."""
+        est = self.estimate
+        out: dict[str, object] = {k: v[i].item() for k, v in self.columns.items()}
+        out["schedule"] = SCHEDULE_NAMES[int(out["schedule"])]
+        out["recompute"] = RECOMPUTE_NAMES[int(out["recompute"])]
+        out["sequence_parallel"] = bool(out["sequence_parallel"])
+        step = float(np.asarray(est.step_time_s)[i])
+        out.update(
+            step_time_s=step,
+            tokens_per_s=float(np.asarray(est.tokens_per_s)[i]),
+            tokens_per_s_per_gpu=float(np.asarray(est.tokens_per_s)[i]) / int(self.columns["gpus"][i]),
+            mfu=float(np.asarray(est.mfu)[i]),
+            memory_bytes=float(np.asarray(est.memory.total_bytes)[i]),
+            fits_in_memory=bool(self.fits[i]),
+            breakdown_s={k: float(np.asarray(v)[i]) for k, v in est.breakdown.as_dict().items()},
+        )
+        return out
+
+    def by_tp_pp(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(tp values, pp values, best tokens/s per GPU of each (tp, pp) pair among the plans that
+        fit -- nan where none does --, and whether the pair had any valid plan at all)."""
+        tps, ti = np.unique(self.columns["tp"], return_inverse=True)
+        pps, pi = np.unique(self.columns["pp"], return_inverse=True)
+        rate = np.asarray(self.estimate.tokens_per_s, dtype=float) / self.columns["gpus"]
+        best = np.full((tps.size, pps.size), -np.inf)
+        np.maximum.at(best, (ti, pi), np.where(self.fits, rate, -np.inf))
+        seen = np.zeros((tps.size, pps.size), dtype=bool)
+        seen[ti, pi] = True
+        return tps, pps, np.where(np.isfinite(best), best, np.nan), seen
+
+    def table_columns(self) -> dict[str, np.ndarray]:
+        """Every evaluated plan as columns (for --csv)."""
+        est = self.estimate
+        cols: dict[str, np.ndarray] = dict(self.columns)
+        cols["schedule"] = np.array([SCHEDULE_NAMES[int(v)] for v in range(4)], dtype=object)[self.columns["schedule"]]
+        cols["recompute"] = np.array([RECOMPUTE_NAMES[int(v)] for v in range(3)], dtype=object)[
+            self.columns["recompute"]
+        ]
+        cols["sequence_parallel"] = self.columns["sequence_parallel"].astype(bool)
+        cols["step_time_s"] = np.asarray(est.step_time_s, dtype=float)
+        cols["tokens_per_s"] = np.asarray(est.tokens_per_s, dtype=float)
+        cols["tokens_per_s_per_gpu"] = cols["tokens_per_s"] / self.columns["gpus"]
+        cols["mfu"] = np.asarray(est.mfu, dtype=float)
+        cols["memory_bytes"] = np.asarray(est.memory.total_bytes, dtype=float)
+        cols["fits_in_memory"] = self.fits
+        for k, v in est.breakdown.as_dict().items():
+            cols[f"{k}_s"] = np.broadcast_to(np.asarray(v, dtype=float), self.fits.shape)
+        return cols
+
+
+def cluster_for(cluster: Cluster, gpus: np.ndarray | int) -> Cluster:
+    """The same machines cut to `gpus` GPUs: whole servers, or part of one."""
+    g = np.asarray(gpus)
+    per_node = np.minimum(cluster.gpus_per_node, g)
+    return cluster.with_(gpus_per_node=per_node, nodes=g // per_node)
+
+
+def _divisors(n: int) -> np.ndarray:
+    d = np.arange(1, n + 1)
+    return d[n % d == 0]
+
+
+def _allowed(values: np.ndarray, fixed: tuple[int, ...] | None) -> np.ndarray:
+    return values if fixed is None else values[np.isin(values, fixed)]
+
+
+def gpu_counts(cluster: Cluster, space: SearchSpace) -> list[int]:
+    """All the GPUs for the time objective; for throughput per GPU also fewer whole servers (or,
+    on one server, any divisor of it)."""
+    n, g = int(cluster.num_gpus), int(cluster.gpus_per_node)
+    if space.objective == "time":
+        return [n]
+    if int(cluster.nodes) == 1:
+        return [int(d) for d in _divisors(g)]
+    return [k * g for k in range(1, int(cluster.nodes) + 1)]
+
+
+def tp_values(model: Model, cluster: Cluster, gpus: int, space: SearchSpace) -> np.ndarray:
+    g = min(int(cluster.gpus_per_node), gpus)
+    t = _divisors(gpus)
+    ok = (model.heads % t == 0) & (model.kv_heads % t == 0) & (model.ffn_hidden % t == 0)
+    ok &= (g % t == 0) if space.tp_within_node else ((g % t == 0) | (t % g == 0))
+    if space.max_tp is not None:
+        ok &= t <= space.max_tp
+    return _allowed(t[ok], space.tp)
+
+
+def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: SearchSpace) -> np.ndarray | None:
+    """Every valid plan with these (gpus, tp, pp), as rows of COLUMNS."""
+    dp = gpus // (tp * pp)
+    if dp * tp * pp != gpus or global_batch % dp or (space.dp is not None and dp not in space.dp):
+        return None
+    per_replica = global_batch // dp
+    mbs = _divisors(per_replica)
+    mbs = _allowed(mbs[mbs <= space.max_micro_batch], space.micro_batch)
+    # (schedule, vpp) pairs
+    if pp == 1:
+        sched = [(int(Schedule.ONE_F_ONE_B), 1)]
+    else:
+        vpps = _divisors(model.layers // pp)
+        vpps = vpps[(vpps >= 2) & (vpps <= space.max_vpp)]
+        sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
+        sched += [(int(Schedule.INTERLEAVED), int(v)) for v in vpps]
+    if space.schedule is not None:
+        sched = [(s, v) for s, v in sched if SCHEDULE_NAMES[s] in space.schedule]
+    if space.vpp is not None:
+        sched = [(s, v) for s, v in sched if v in space.vpp]
+    # with fused (flash) attention, selective recomputation has nothing left to recompute: it is
+    # the same plan as none, so it is searched only when asked for
+    flash = space.execution.get("flash_attention", True)
+    rc = [int(r) for r in Recompute if (r.label in space.recompute if space.recompute is not None
+                                         else not (flash and r == Recompute.SELECTIVE))]
+    sp = [False, True] if tp > 1 and model.seq_len % tp == 0 else [False]
+    sp = [s for s in sp if space.sequence_parallel is None or s in space.sequence_parallel]
+    zero = [0, 1, 2, 3] if dp > 1 else [0]
+    zero = [z for z in zero if space.zero_stage is None or z in space.zero_stage]
+    if not (len(mbs) and sched and rc and sp and zero):
+        return None
+    grid = np.array(list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero)), dtype=np.int64)
+    mb, si = grid[:, 0], grid[:, 1]
+    s_code = np.array([s for s, _ in sched])[si]
+    v = np.array([v for _, v in sched])[si]
+    m = per_replica // mb
+    ok = (s_code != int(Schedule.INTERLEAVED)) | (m % pp == 0)
+    n = int(ok.sum())
+    if n == 0:
+        return None
+    const = np.array([[gpus, tp, pp, dp]] * n, dtype=np.int64)
+    rest = np.column_stack([v[ok], mb[ok], s_code[ok], grid[ok, 2], grid[ok, 3], grid[ok, 4]])
+    return np.hstack([const, rest])
+
+
+def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> dict[str, np.ndarray]:
+    """Every valid plan of the search space as flat columns (COLUMNS)."""
+    blocks = []
+    for gpus in gpu_counts(cluster, space):
+        pps = _allowed(_divisors(model.layers), space.pp)
+        for tp in tp_values(model, cluster, gpus, space).tolist():
+            for pp in pps.tolist():
+                b = _block(model, global_batch, gpus, tp, pp, space)
+                if b is not None:
+                    blocks.append(b)
+    if not blocks:
+        return {}
+    rows = np.vstack(blocks)
+    return {name: rows[:, i] for i, name in enumerate(COLUMNS)}
+
+
+def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace | None = None) -> PlanSearch:
+    """Evaluate every plan of `space` for `global_batch` sequences per step; see the module docstring."""
+    import time
+
+    space = space or SearchSpace()
+    start = time.perf_counter()
+    cols = candidates(model, cluster, global_batch, space)
+    if not cols:
+        raise SpecError(_why_empty(model, cluster, global_batch, space))
+    plan = Plan(
+        tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], global_batch=global_batch, micro_batch=cols["micro_batch"],
+        vpp=cols["vpp"], schedule=cols["schedule"], recompute=cols["recompute"],
+        sequence_parallel=cols["sequence_parallel"].astype(bool), zero_stage=cols["zero_stage"],
+        precision=space.precision, **space.execution,
+    )
+    est = estimate_training_step(Scenario(model, cluster_for(cluster, cols["gpus"]), plan))
+    capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
+    fits = np.asarray(est.memory.total_bytes) <= capacity
+    return PlanSearch(model, cluster, global_batch, space, cols, est, fits, time.perf_counter() - start)
+
+
+def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> str:
+    n = int(cluster.num_gpus)
+    return (
+        f"plan: no valid layout of {model.name} on {n} GPUs with global batch {global_batch}: check that the "
+        f"batch is divisible by a data-parallel degree, that tp divides the heads ({model.heads}) and pp the "
+        f"layers ({model.layers}), and the fixed values and limits given"
+    )

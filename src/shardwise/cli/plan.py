@@ -1,0 +1,239 @@
+"""`shardwise plan`: search every TP x PP x DP layout (and micro-batch, schedule, recompute,
+sequence parallelism, ZeRO) for a model, cluster and batch; print the best and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.cli.options import _stack, cluster_options, model_options
+
+
+def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
+    if value is None:
+        return None
+    try:
+        out = tuple(int(v) for v in value.split(","))
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 4,8") from None
+    if any(v < 0 for v in out):
+        raise click.BadParameter(f"{value!r}: values must be >= 0")
+    return out
+
+
+def _names(allowed: tuple[str, ...]) -> Any:
+    def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+        if value is None:
+            return None
+        out = tuple(v.strip() for v in value.split(","))
+        bad = [v for v in out if v not in allowed]
+        if bad:
+            raise click.BadParameter(f"{bad[0]!r} is not allowed; choose from {', '.join(allowed)} (comma-separated)")
+        return out
+
+    return parse
+
+
+search_options = _stack(
+    click.option("--global-batch", type=click.IntRange(min=1), required=True, help="Sequences per optimizer step."),
+    click.option("--tp", callback=_ints, metavar="N[,N...]", help="Fix tensor parallelism to these values."),
+    click.option("--pp", callback=_ints, metavar="N[,N...]", help="Fix pipeline stages to these values."),
+    click.option("--dp", callback=_ints, metavar="N[,N...]", help="Fix data parallelism to these values."),
+    click.option("--vpp", callback=_ints, metavar="N[,N...]", help="Fix virtual stages per GPU (1 = not interleaved)."),
+    click.option("--micro-batch", callback=_ints, metavar="N[,N...]", help="Fix the micro-batch size."),
+    click.option("--schedule", callback=_names(("gpipe", "1f1b", "interleaved", "zb-h1")), metavar="NAME[,NAME...]",
+                 help="Allowed pipeline schedules: gpipe, 1f1b, interleaved, zb-h1 [default: all]."),
+    click.option("--recompute", callback=_names(("none", "selective", "full")), metavar="MODE[,MODE...]",
+                 help="Allowed recomputation: none, selective, full [default: all; selective only without "
+                 "flash attention, where it differs from none]."),
+    click.option("--sequence-parallel", type=click.Choice(["on", "off", "any"]), default="any", show_default=True,
+                 help="Sequence parallelism (with tp > 1)."),
+    click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
+    click.option("--max-tp", type=click.IntRange(min=1), help="Largest tensor-parallel degree."),
+    click.option("--tp-within-node/--tp-across-nodes", default=True, show_default=True,
+                 help="Keep each TP group inside a server (on NVLink)."),
+    click.option("--max-micro-batch", type=click.IntRange(min=1), default=16, show_default=True,
+                 help="Largest micro-batch searched."),
+    click.option("--max-vpp", type=click.IntRange(min=1), default=8, show_default=True,
+                 help="Most virtual stages per GPU searched."),
+    click.option("--memory-headroom", default="0", show_default=True, metavar="BYTES|PCT",
+                 help="Memory to keep free on each GPU, e.g. 8GB or 10%."),
+    click.option("--objective", type=click.Choice(["time", "throughput-per-gpu"]), default="time",
+                 show_default=True,
+                 help="time: the fastest step on all the GPUs; throughput-per-gpu: the most tokens/s per GPU, "
+                 "possibly on fewer servers."),
+    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+    click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
+                 help="Fused attention that never stores the s x s scores."),
+)
+
+
+@click.command()
+@model_options
+@cluster_options
+@search_options
+@click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to show.")
+@click.option("--csv", "csv_path", metavar="FILE", help="Write every evaluated plan (.csv or .parquet).")
+@click.option("--heatmap", "heatmap_path", metavar="FILE",
+              help="Draw the best throughput of every (tp, pp) pair (.png/.svg/.pdf).")
+@click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
+def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool, **options: Any) -> None:
+    """Find the best TP x PP x DP layout of MODEL on the cluster for a global batch.
+
+    Every valid combination of tp, pp, dp, virtual stages, micro-batch, schedule, recomputation,
+    sequence parallelism and ZeRO stage is evaluated; plans that do not fit in memory are dropped
+    and counted. For the best plan, each neighbour (one choice changed) is priced to say why it
+    wins.
+
+    \b
+    Examples:
+      shardwise plan --model gpt3-175b --system dgx-a100 --nodes 16 --global-batch 1536
+      shardwise plan --model llama3-70b --system dgx-h100 --nodes 4 --global-batch 512 \\
+          --tp 8 --memory-headroom 10% --heatmap plans.png
+      shardwise plan --model gpt-1t --system dgx-a100 --nodes 384 --global-batch 3072 --csv all.csv
+    """
+    from shardwise.analyses.planner import SearchSpace, search
+    from shardwise.cli.options import build_cluster, build_model, check_output_path
+
+    for path, allowed in ((csv_path, (".csv", ".parquet")), (heatmap_path, (".png", ".svg", ".pdf"))):
+        if path is not None:
+            check_output_path(path, allowed)
+    if csv_path is not None and csv_path.lower().endswith(".parquet"):
+        _need_pyarrow()
+    model = build_model(options)
+    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None})
+    space = SearchSpace(
+        tp=options["tp"], pp=options["pp"], dp=options["dp"], vpp=options["vpp"],
+        micro_batch=options["micro_batch"], schedule=options["schedule"], recompute=options["recompute"],
+        sequence_parallel={"on": (True,), "off": (False,), "any": None}[options["sequence_parallel"]],
+        zero_stage=options["zero"], max_tp=options["max_tp"], tp_within_node=options["tp_within_node"],
+        max_micro_batch=options["max_micro_batch"], max_vpp=options["max_vpp"],
+        memory_headroom_bytes=_headroom(options["memory_headroom"], float(cluster.gpu.memory_bytes)),
+        objective=options["objective"], precision=options["precision"],
+        execution={"flash_attention": options["flash_attention"]},
+    )
+    result = search(model, cluster, options["global_batch"], space)
+    best = result.ranked(top)
+    if best.size == 0:
+        from shardwise.errors import SpecError
+
+        raise SpecError(
+            f"plan: none of the {result.evaluated:,} plans fits in {float(cluster.gpu.memory_bytes) / 1e9:.0f} GB "
+            "per GPU; use more GPUs, a smaller batch or sequence, or allow recomputation/ZeRO"
+        )
+    from shardwise.analyses.plan_explain import alternatives
+
+    why = alternatives(result, int(best[0]))
+    figure = None
+    if heatmap_path is not None:
+        from shardwise import plots
+
+        figure = plots.save(plots.plan_heatmap(result), heatmap_path)
+    if csv_path is not None:
+        from shardwise.export import write_columns
+
+        write_columns(result.table_columns(), csv_path)
+    if as_json:
+        _json(result, best, why)
+        return
+    _print(result, best, why, csv_path, figure)
+
+
+def _need_pyarrow() -> None:
+    try:
+        import pyarrow  # noqa: F401
+    except ImportError:
+        from shardwise.errors import SpecError
+
+        raise SpecError("--csv .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
+
+
+def _headroom(text: str, capacity_bytes: float) -> float:
+    from shardwise.errors import SpecError
+    from shardwise.units import parse_bytes
+
+    t = text.strip()
+    try:
+        if t.endswith("%"):
+            frac = float(t[:-1]) / 100
+            if not 0 <= frac < 1:
+                raise ValueError
+            return frac * capacity_bytes
+        value = parse_bytes(t)
+    except (ValueError, SpecError):
+        raise SpecError(f"--memory-headroom: {text!r} is not allowed; give bytes (8GB) or a percentage (10%)") from None
+    if not 0 <= value < capacity_bytes:
+        raise SpecError(f"--memory-headroom: {text!r} must be between 0 and the GPU's {capacity_bytes / 1e9:.0f} GB")
+    return value
+
+
+def _label(row: dict[str, Any]) -> str:
+    sched = row["schedule"] + (f" v={row['vpp']}" if row["vpp"] > 1 else "")
+    return (f"tp={row['tp']} pp={row['pp']} dp={row['dp']}, micro-batch {row['micro_batch']}, {sched}, recompute "
+            f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}")
+
+
+def _json(result: Any, best: Any, why: list[Any]) -> None:
+    from dataclasses import asdict
+
+    from shardwise import export
+
+    click.echo(export.dumps({
+        "model": export.model_dict(result.model),
+        "cluster": export.cluster_dict(result.cluster),
+        "global_batch": result.global_batch,
+        "objective": result.space.objective,
+        "evaluated": result.evaluated,
+        "dropped_for_memory": result.dropped_for_memory,
+        "seconds": result.seconds,
+        "plans": [result.row(int(i)) for i in best],
+        "why": [asdict(a) for a in why],
+    }))
+
+
+def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure: Any) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from shardwise.analyses.plan_explain import PARTS, describe
+    from shardwise.cli.render import console
+    from shardwise.units import format_bytes, format_seconds
+
+    out = console()
+    m, c = result.model, result.cluster
+    inter = f", {c.inter_node_link.name} across" if c.inter_node_link is not None and int(c.nodes) > 1 else ""
+    out.print(f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({c.nodes} server(s) of {c.gpus_per_node}, "
+              f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
+              f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}")
+    fit = result.evaluated - result.dropped_for_memory
+    rate = result.evaluated / result.seconds if result.seconds > 0 else float("inf")
+    out.print(f"searched {result.evaluated:,} plans in {result.seconds:.2f} s ({rate:,.0f} plans/s); "
+              f"{result.dropped_for_memory:,} do not fit in memory and were dropped, {fit:,} fit")
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in ("#", "GPUs", "tp", "pp", "dp", "v", "mb", "schedule", "recompute", "SP", "ZeRO", "step",
+                "tok/s/GPU", "MFU", "memory"):
+        table.add_column(col, justify="left" if col in ("schedule", "recompute") else "right")
+    for rank, i in enumerate(best, 1):
+        r = result.row(int(i))
+        table.add_row(str(rank), str(r["gpus"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]),
+                      str(r["micro_batch"]), r["schedule"], r["recompute"], "on" if r["sequence_parallel"] else "off",
+                      str(r["zero_stage"]), format_seconds(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}",
+                      f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]))
+    out.print(table)
+    r = result.row(int(best[0]))
+    parts = ", ".join(f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items()
+                      if v / r["step_time_s"] >= 0.005)
+    out.print(f"best: {_label(r)}")
+    out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
+    out.print("why: each neighbour of the best plan (one choice changed) and what it pays")
+    shown = [a for a in why if a.fits or a.relative < 0]
+    for alt in shown:
+        out.print(f"  - {describe(alt)}")
+    rest = [a.change for a in why if a not in shown]
+    if rest:
+        out.print(f"  - do not fit in memory: {'; '.join(rest)}")
+    if csv_path is not None:
+        out.print(f"all {result.evaluated:,} plans: {csv_path}")
+    if figure is not None:
+        out.print(f"figure: {figure}")
