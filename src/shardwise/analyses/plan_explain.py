@@ -165,4 +165,5 @@ def describe(alt: Alternative) -> str:
         return f"{alt.change}: {-alt.relative:.1%} better but {why}: {alt.reason}"
     verdict = f"+{alt.relative:.1%}" if alt.relative > 5e-4 else "the same"
     fits = "" if alt.fits else ", does not fit"
-    return f"{alt.change}: {verdict}{fits} ({alt.reason})"
+    outside = "" if alt.in_space else ", outside your constraints"
+    return f"{alt.change}: {verdict}{fits}{outside} ({alt.reason})"

@@ -207,17 +207,19 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
               f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
               f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}")
     fit = result.evaluated - result.dropped_for_memory
-    rate = result.evaluated / result.seconds if result.seconds > 0 else float("inf")
-    out.print(f"searched {result.evaluated:,} plans in {result.seconds:.2f} s ({rate:,.0f} plans/s); "
-              f"{result.dropped_for_memory:,} do not fit in memory and were dropped, {fit:,} fit")
+    out.print(f"searched {result.evaluated:,} plans; {result.dropped_for_memory:,} do not fit in memory and were "
+              f"dropped, {fit:,} fit")
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("#", "GPUs", "tp", "pp", "dp", "v", "mb", "schedule", "recompute", "SP", "ZeRO", "step",
-                "tok/s/GPU", "MFU", "memory"):
-        table.add_column(col, justify="left" if col in ("schedule", "recompute") else "right")
+    many = result.space.objective != "time"  # plans may use fewer GPUs
+    cols = ["#", *(["GPUs"] if many else []), "tp", "pp", "dp", "mb", "schedule", "recompute", "SP", "ZeRO", "step",
+            "tok/s\nper GPU", "MFU", "memory\nper GPU"]
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("schedule", "recompute", "SP") else "right")
     for rank, i in enumerate(best, 1):
         r = result.row(int(i))
-        table.add_row(str(rank), str(r["gpus"]), str(r["tp"]), str(r["pp"]), str(r["dp"]), str(r["vpp"]),
-                      str(r["micro_batch"]), r["schedule"], r["recompute"], "on" if r["sequence_parallel"] else "off",
+        sched = r["schedule"] + (f" v{r['vpp']}" if r["vpp"] > 1 else "")
+        table.add_row(str(rank), *([str(r["gpus"])] if many else []), str(r["tp"]), str(r["pp"]), str(r["dp"]),
+                      str(r["micro_batch"]), sched, r["recompute"], "on" if r["sequence_parallel"] else "off",
                       str(r["zero_stage"]), format_seconds(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}",
                       f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]))
     out.print(table)

@@ -6,7 +6,8 @@ from typing import Any
 
 import click
 
-TABLE_CHOICES = ["narayanan21_table1", "korthikanti22_table5", "korthikanti22_table4", "inference"]
+TABLE_CHOICES = ["narayanan21_table1", "korthikanti22_table5", "korthikanti22_table4", "inference", "planner"]
+DEFAULT_TABLES = TABLE_CHOICES[:4]
 
 
 def _run(table: str) -> tuple[list[Any], str, str]:
@@ -33,11 +34,19 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
     korthikanti22_table5: Korthikanti et al. 2022 Table 5 (seconds per iteration);
     korthikanti22_table4: Korthikanti et al. 2022 Table 4 (one layer, ms);
     inference: TensorRT-LLM's published throughput (FP8, H100/H200, Llama 3 8B/70B/405B) and
-    FasterTransformer GPT-13B latencies (A100, TP 1 and 2).
+    FasterTransformer GPT-13B latencies (A100, TP 1 and 2);
+    planner (only when named): `shardwise plan`'s best plan beside each published run's plan.
     """
+    if "planner" in tables:
+        if len(tables) > 1:
+            from shardwise.errors import SpecError
+
+            raise SpecError("validate planner: give it alone (it prints a different table)")
+        _planner(as_json, markdown)
+        return
     from shardwise.analyses.validation import mean_absolute_error
 
-    chosen = list(tables) or TABLE_CHOICES
+    chosen = list(tables) or DEFAULT_TABLES
     runs = {t: _run(t) for t in chosen}
     results = {t: r[0] for t, r in runs.items()}
     if as_json:
@@ -109,3 +118,55 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
 def _metric(rows: list[Any]) -> str:
     metrics = list(dict.fromkeys(r.metric for r in rows))
     return metrics[0] if len(metrics) == 1 else "various metrics (relative errors)"
+
+
+def _planner(as_json: bool, markdown: bool) -> None:
+    from dataclasses import asdict
+
+    from shardwise.analyses.plan_validation import compare_published
+    from shardwise.units import format_seconds
+
+    rows = compare_published()
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps([asdict(r) for r in rows]))
+        return
+
+    def cell(c: Any, published_s: float) -> tuple[str, str, str]:
+        gain = "same plan" if c.same else f"{c.gain(published_s):+.1%}"
+        return c.plan, format_seconds(c.step_s), gain
+
+    agree = sum(r.layout.same for r in rows)
+    close = sum(r.layout.gain(r.published_step_s) < 0.05 for r in rows)
+    summary = (f"layout only: the planner picks the published plan for {agree} of {len(rows)} runs and is within 5% "
+               f"of it for {close}")
+    if markdown:
+        click.echo("| run | model, GPUs, batch | published plan | its predicted step | planner, same recompute/SP "
+                   "| step | gain | where the published plan loses | planner, any feature of its time | step | gain |")
+        click.echo("|---|---|---|---:|---|---:|---:|---|---|---:|---:|")
+        for r in rows:
+            lay, free = cell(r.layout, r.published_step_s), cell(r.free, r.published_step_s)
+            click.echo(f"| {r.run_id} | {r.model}, {r.gpus}, {r.global_batch} | {r.published} | "
+                       f"{format_seconds(r.published_step_s)} | {' | '.join(lay)} | {r.layout.why} | "
+                       f"{' | '.join(free)} |")
+        click.echo(f"\n{summary}.")
+        return
+    from rich.table import Table
+
+    from shardwise.cli.render import console
+
+    out = console()
+    table = Table(title="the planner against the published plans (predicted step times)", title_justify="left",
+                  header_style="bold")
+    for col in ("run", "published", "step", "planner (same recompute, SP)", "step", "gain", "planner (free)", "gain"):
+        table.add_column(col, justify="right" if col in ("step", "gain") else "left")
+    for r in rows:
+        lay, free = cell(r.layout, r.published_step_s), cell(r.free, r.published_step_s)
+        table.add_row(r.run_id, r.published, format_seconds(r.published_step_s), *lay, free[0], free[2])
+    out.print(table)
+    out.print(summary)
+    out.print("where each published plan loses against the planner's (same recompute and SP):")
+    for r in rows:
+        if not r.layout.same:
+            out.print(f"  {r.run_id}: {r.layout.why}")

@@ -1,0 +1,53 @@
+"""How fast `shardwise plan` searches (on demand, not in the tests).
+
+    python benchmarks/bench_planner.py [--repeat 7]
+
+Target (issue 6): the full space for the 1T model of Narayanan et al. 2021 (Table 1, last row:
+128 layers, 160 heads) on 3072 A100 GPUs with its global batch of 3072 sequences, in under two
+seconds. Three spaces: the default (TP inside a server, micro-batch <= 16, v <= 8), TP also
+across servers with micro-batches up to 64 and v up to 16, and the throughput-per-GPU objective
+(every whole number of servers up to 384).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from shardwise import presets
+from shardwise.analyses.planner import SearchSpace, search
+
+CASES = {
+    "default": SearchSpace(),
+    "tp across servers, mb <= 64, v <= 16": SearchSpace(tp_within_node=False, max_micro_batch=64, max_vpp=16),
+    "throughput per GPU (1..384 servers)": SearchSpace(objective="throughput-per-gpu"),
+}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeat", type=int, default=7)
+    args = parser.parse_args()
+    model, cluster = presets.model("gpt-1t"), presets.system("dgx-a100", nodes=384)
+    search(model, cluster, 3072)  # warm-up
+    print(f"{'space':40s} {'plans':>10s} {'fit':>8s} {'median s':>9s} {'plans/s':>12s}")
+    for name, space in CASES.items():
+        times, result = [], None
+        for _ in range(args.repeat):
+            start = time.perf_counter()
+            result = search(model, cluster, 3072, space)
+            result.ranked(10)
+            times.append(time.perf_counter() - start)
+        med = statistics.median(times)
+        assert result is not None
+        fit = result.evaluated - result.dropped_for_memory
+        print(f"{name:40s} {result.evaluated:10,d} {fit:8,d} {med:9.3f} {result.evaluated / med:12,.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""The planner: the search space is complete and valid, the vectorized evaluation matches the
+scalar one, constraints hold, the why is computed, and the published runs are compared."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.analyses.plan_explain import alternatives, describe
+from shardwise.analyses.planner import SearchSpace, candidates, search
+from shardwise.engines.training import estimate_training_step
+from shardwise.errors import SpecError
+from shardwise.specs import Plan, Scenario
+
+SMALL = ("gpt-1.7b", "dgx-a100", 1, 64)  # 24 layers, 24 heads, 8 GPUs, batch 64
+
+
+def small(**space):
+    model, system, nodes, batch = SMALL
+    return presets.model(model), presets.system(system, nodes=nodes), batch, SearchSpace(**space)
+
+
+def brute_force(model, cluster, batch, space):
+    """Every combination that Plan and Scenario accept, by trial (no cleverness), with the
+    planner's documented limits (micro-batch <= 16, v <= 8, selective only without flash)."""
+    n = int(cluster.num_gpus)
+    found = set()
+    for tp, pp in itertools.product(range(1, n + 1), repeat=2):
+        if n % (tp * pp):
+            continue
+        dp = n // (tp * pp)
+        for mb, v, sched, rc, sp, z in itertools.product(
+            range(1, space.max_micro_batch + 1), range(1, space.max_vpp + 1), ("gpipe", "1f1b", "interleaved", "zb-h1"),
+            ("none", "full"), (False, True), range(4),
+        ):
+            if (pp == 1 and sched != "1f1b") or (dp == 1 and z) or (v == 1 and sched == "interleaved"):
+                continue  # equivalent plans the planner does not repeat
+            try:
+                plan = Plan(tp=tp, pp=pp, dp=dp, global_batch=batch, micro_batch=mb, vpp=v, schedule=sched,
+                            recompute=rc, sequence_parallel=sp, zero_stage=z)
+                Scenario(model, cluster, plan)
+            except SpecError:
+                continue
+            if sp and tp == 1:
+                continue
+            found.add((tp, pp, dp, v, mb, sched, rc, sp, z))
+    return found
+
+
+def test_the_space_is_every_valid_plan_and_nothing_else():
+    model, cluster, batch, space = small()
+    cols = candidates(model, cluster, batch, space)
+    names = {0: "gpipe", 1: "1f1b", 2: "interleaved", 3: "zb-h1"}
+    got = {
+        (int(t), int(p), int(d), int(v), int(mb), names[int(s)], ["none", "selective", "full"][int(r)], bool(q), int(z))
+        for t, p, d, v, mb, s, r, q, z in zip(*(cols[k] for k in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule",
+                                                                  "recompute", "sequence_parallel", "zero_stage")),
+                                               strict=True)
+    }
+    assert len(got) == len(cols["tp"])  # no duplicates
+    assert got == brute_force(model, cluster, batch, space)
+
+
+def test_vectorized_search_matches_one_plan_at_a_time():
+    model, cluster, batch, space = small()
+    result = search(model, cluster, batch, space)
+    rng = np.random.default_rng(0)
+    for i in rng.choice(result.evaluated, 25, replace=False):
+        est = estimate_training_step(result.scenario(int(i)))
+        assert float(est.step_time_s) == pytest.approx(float(np.asarray(result.estimate.step_time_s)[i]), rel=1e-12)
+        assert float(est.memory.total_bytes) == pytest.approx(float(np.asarray(result.estimate.memory.total_bytes)[i]))
+
+
+def test_the_best_plan_is_the_fastest_that_fits():
+    model, cluster, batch, space = small()
+    result = search(model, cluster, batch, space)
+    step = np.asarray(result.estimate.step_time_s)
+    best = result.ranked(1)[0]
+    assert result.fits[best]
+    assert step[best] == step[result.fits].min()
+    assert result.dropped_for_memory == int((~result.fits).sum())
+
+
+def test_constraints():
+    model, cluster, batch = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=8), 256
+    within = search(model, cluster, batch)
+    assert set(within.columns["tp"]) <= {1, 2, 4, 8}
+    across = search(model, cluster, batch, SearchSpace(tp_within_node=False))
+    assert {16, 32} <= set(across.columns["tp"])  # 96 heads: 64 does not divide them
+    fixed = search(model, cluster, batch, SearchSpace(tp=(8,), pp=(4, 8), zero_stage=(1,), schedule=("1f1b",)))
+    assert set(fixed.columns["tp"]) == {8} and set(fixed.columns["pp"]) == {4}  # pp=8 leaves dp=1: no ZeRO-1
+    assert set(fixed.columns["zero_stage"]) == {1} and set(fixed.columns["schedule"]) == {1}
+    capped = search(model, cluster, batch, SearchSpace(max_tp=2))
+    assert capped.columns["tp"].max() == 2
+    roomy = search(model, cluster, batch, SearchSpace(memory_headroom_bytes=20e9))
+    assert roomy.evaluated == within.evaluated and roomy.dropped_for_memory > within.dropped_for_memory
+    mem = np.asarray(roomy.estimate.memory.total_bytes)
+    assert mem[roomy.fits].max() <= 60e9
+
+
+def test_throughput_per_gpu_may_use_fewer_servers():
+    model, cluster = presets.model("gpt-1.7b"), presets.system("dgx-a100", nodes=4)
+    per_gpu = search(model, cluster, 64, SearchSpace(objective="throughput-per-gpu"))
+    assert set(per_gpu.columns["gpus"]) == {8, 16, 24, 32}
+    best = per_gpu.row(int(per_gpu.ranked(1)[0]))
+    rates = np.asarray(per_gpu.estimate.tokens_per_s) / per_gpu.columns["gpus"]
+    assert best["tokens_per_s_per_gpu"] == pytest.approx(rates[per_gpu.fits].max())
+
+
+def test_no_valid_layout_is_a_clear_error():
+    with pytest.raises(SpecError, match="no valid layout"):
+        search(presets.model("gpt-1.7b"), presets.system("dgx-a100"), 7, SearchSpace(pp=(5,)))
+    with pytest.raises(SpecError, match="objective"):
+        SearchSpace(objective="cost")
+
+
+def test_the_why_prices_each_neighbour():
+    model, cluster = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=16)
+    result = search(model, cluster, 1536, SearchSpace(tp=(8,)))
+    best = int(result.ranked(1)[0])
+    alts = alternatives(result, best)
+    assert alts and all(a.relative >= -1e-9 or not a.fits or not a.in_space for a in alts)
+    doubled = [a for a in alts if a.change.startswith("tp=16")]
+    assert doubled and "crosses servers" in doubled[0].reason and not doubled[0].in_space
+    assert all(describe(a) for a in alts)
+
+
+def test_the_planner_never_loses_to_a_published_plan():
+    """Each published plan is in the planner's space, so the planner's is at least as fast."""
+    from shardwise.analyses.plan_validation import compare_published
+
+    rows = compare_published()
+    assert len(rows) == 18
+    for r in rows:
+        assert r.layout.step_s <= r.published_step_s * (1 + 1e-9), r.run_id
+        assert r.free.step_s <= r.layout.step_s * (1 + 1e-9), r.run_id
+    # the largest models' layouts (tp 8 in a server, pp across) are the planner's too, or within 5%
+    big = [r for r in rows if r.model in ("gpt-530b", "gpt-1t")]
+    assert len(big) == 6 and all(r.layout.gain(r.published_step_s) < 0.05 for r in big)
+    assert sum(r.layout.same for r in rows) >= 3
+
+
+# --- the command line ---
+
+PLAN = ["plan", "--model", "gpt3-175b", "--system", "dgx-a100", "--nodes", "16", "--global-batch", "1536"]
+
+
+def test_plan_prints_the_top_plans_and_why(cli):
+    code, out, _ = cli([*PLAN, "--top", "3"])
+    assert code == 0, out
+    for text in ("searched", "do not fit", "step", "MFU", "best:", "why:"):
+        assert text in out
+
+
+def test_plan_json_csv_and_heatmap(cli, tmp_path):
+    csv_path, png = tmp_path / "all.csv", tmp_path / "map.png"
+    code, out, _ = cli([*PLAN, "--json", "--csv", str(csv_path), "--heatmap", str(png), "--top", "4"])
+    assert code == 0
+    data = json.loads(out)
+    assert len(data["plans"]) == 4 and data["evaluated"] > data["dropped_for_memory"] > 0
+    assert {"step_time_s", "tokens_per_s", "mfu", "memory_bytes", "breakdown_s"} <= set(data["plans"][0])
+    assert data["why"] and "reason" in data["why"][0]
+    lines = csv_path.read_text().splitlines()
+    assert len(lines) == data["evaluated"] + 1 and lines[0].startswith("gpus,tp,pp,dp")
+    assert png.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tp", "x"], "--tp"),
+        (["--schedule", "foo"], "foo"),
+        (["--memory-headroom", "120%"], "--memory-headroom"),
+        (["--global-batch", "7", "--pp", "5"], "no valid layout"),
+        (["--csv", "out.txt"], "unknown format"),
+        (["--nodes", "1", "--global-batch", "1536"], "none of the"),
+    ],
+)
+def test_plan_bad_input(args, message, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    base = [a for a in PLAN if a not in ("--nodes", "16")] if "--nodes" in args else PLAN
+    if "--global-batch" in args:
+        i = base.index("--global-batch")
+        base = base[:i] + base[i + 2:]
+    code, _, err = cli([*base, *args])
+    assert code == 2
+    assert message in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())
