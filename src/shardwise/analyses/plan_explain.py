@@ -34,6 +34,7 @@ class Alternative:
     fits: bool
     in_space: bool  # allowed by the search's constraints
     reason: str
+    excluded: str | None = None  # why the search did not consider it, if it did not
 
 
 def _value(est: TrainingEstimate, name: str) -> float:
@@ -44,30 +45,40 @@ def _gb(x: float) -> str:
     return f"{x / 1e9:.0f} GB"
 
 
+SIGNIFICANT = 0.15  # a part is named when it moves by this share of all the parts' movement
+
+
+def _part_change(name: str, delta_s: float, base_s: float) -> str:
+    rel = delta_s / base_s if base_s > 0 else np.inf
+    pct = f" ({rel:+.0%})" if 0.005 <= abs(rel) < 3 else ""
+    return f"{name} {'+' if delta_s > 0 else '-'}{_seconds(abs(delta_s))}{pct}"
+
+
 def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: float) -> str:
-    """Where `other` loses (or gains) time or memory against `best`, in one phrase."""
-    gpus = int(np.asarray(other.scenario.plan.num_gpus))
+    """Where `other` loses (or gains) time or memory against `best`, in one phrase: every part of
+    the step that moves by at least SIGNIFICANT of the total movement, costs first."""
     b_parts = {k: float(np.asarray(v)) for k, v in best.breakdown.as_dict().items()}
     o_parts = {k: float(np.asarray(v)) for k, v in other.breakdown.as_dict().items()}
     delta = {k: o_parts[k] - b_parts[k] for k in PARTS}
-    worst = max(delta, key=lambda k: delta[k])
-    best_gain = min(delta, key=lambda k: delta[k])
-    mem = float(np.asarray(other.memory.total_bytes))
+    moved = sum(abs(d) for d in delta.values())
     notes = []
+    mem = float(np.asarray(other.memory.total_bytes))
     if mem > capacity_bytes:
         b_mem, o_mem = best.memory.as_dict(), other.memory.as_dict()
-        part = max(MEMORY_PARTS, key=lambda k: float(np.asarray(o_mem[k])) - float(np.asarray(b_mem[k])))
-        notes.append(f"needs {_gb(mem)} per GPU (> {_gb(capacity_bytes)}; {part} "
-                     f"{_gb(float(np.asarray(o_mem[part])))})")
-    if delta[worst] > 0:
-        rel = delta[worst] / b_parts[worst] if b_parts[worst] > 0 else np.inf
-        grow = f" ({rel:+.0%})" if rel < 3 else ""
-        phrase = f"{PARTS[worst]} +{_seconds(delta[worst])}{grow}"
-        if worst == "tp_comm" and int(np.asarray(other.scenario.plan.tp)) > int(other.scenario.cluster.gpus_per_node):
-            phrase += ", the TP group crosses servers"
-        notes.append(phrase)
-    if delta[best_gain] < 0 and best_gain != worst:
-        notes.append(f"saves {_seconds(-delta[best_gain])} of {PARTS[best_gain]}")
+        grow = {k: float(np.asarray(o_mem[k])) - float(np.asarray(b_mem[k])) for k in MEMORY_PARTS}
+        part = max(grow, key=lambda k: grow[k])
+        notes.append(f"needs {_gb(mem)} per GPU (> {_gb(capacity_bytes)}; {part} {grow[part] / 1e9:+.0f} GB)")
+    if moved > 0:
+        costs = sorted((k for k in PARTS if delta[k] > SIGNIFICANT * moved), key=lambda k: -delta[k])
+        gains = sorted((k for k in PARTS if -delta[k] > SIGNIFICANT * moved), key=lambda k: delta[k])
+        for k in costs:
+            phrase = _part_change(PARTS[k], delta[k], b_parts[k])
+            if k == "tp_comm" and int(np.asarray(other.scenario.plan.tp)) > int(other.scenario.cluster.gpus_per_node):
+                phrase += ", the TP group crosses servers"
+            notes.append(phrase)
+        if gains:
+            notes.append("saves " + ", ".join(f"{_seconds(-delta[k])} of {PARTS[k]}" for k in gains))
+    gpus = int(np.asarray(other.scenario.plan.num_gpus))
     if gpus != int(np.asarray(best.scenario.plan.num_gpus)):
         notes.append(f"on {gpus} GPUs")
     return "; ".join(notes) or "the same cost"
@@ -122,33 +133,80 @@ def _variants(plan: Plan, layers: int) -> list[tuple[str, dict[str, object]]]:
     return unique
 
 
-def _in_space(search: PlanSearch, plan: Plan) -> bool:
+def normalised(plan: Plan) -> Plan:
+    """A plan as the search stores it: no ZeRO without data parallelism, no sequence parallelism
+    without tensor parallelism, 1F1B without a pipeline."""
+    changes: dict[str, object] = {}
+    if int(np.asarray(plan.dp)) == 1 and int(np.asarray(plan.zero_stage)) != 0:
+        changes["zero_stage"] = 0
+    if int(np.asarray(plan.tp)) == 1 and bool(plan.sequence_parallel):
+        changes["sequence_parallel"] = False
+    if int(np.asarray(plan.pp)) == 1 and (int(plan.schedule) != int(Schedule.ONE_F_ONE_B) or int(plan.vpp) != 1):
+        changes.update(schedule=Schedule.ONE_F_ONE_B, vpp=1)
+    return plan.with_(**changes) if changes else plan
+
+
+def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
+    """Why the search did not consider `plan` (None if it did)."""
     cols = search.columns
-    gpus = int(np.asarray(plan.num_gpus))
-    mask = cols["gpus"] == gpus
+    mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
     for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage"):
         mask &= cols[name] == int(np.asarray(getattr(plan, name)))
     mask &= cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel)
-    return bool(mask.any())
+    if mask.any():
+        return None
+    sp = search.space
+    tp, pp, mb, v, z = (int(np.asarray(getattr(plan, k))) for k in ("tp", "pp", "micro_batch", "vpp", "zero_stage"))
+    if sp.tp_within_node and tp > int(search.cluster.gpus_per_node) and sp.tp is None:
+        return "TP across servers is off (--tp-across-nodes)"
+    if sp.max_tp is not None and tp > sp.max_tp:
+        return f"beyond --max-tp {sp.max_tp}"
+    if sp.micro_batch is None and mb > sp.max_micro_batch:
+        return f"beyond the micro-batch limit {sp.max_micro_batch} (--max-micro-batch)"
+    if sp.vpp is None and v > sp.max_vpp:
+        return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
+    if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
+        return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
+    return "outside your fixed values"
+
+
+def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:
+    """Twice or half the data parallelism on as many more or fewer GPUs (throughput per GPU only)."""
+    if search.space.objective == "time":
+        return []
+    dp, n, mb = (int(np.asarray(getattr(plan, k))) for k in ("dp", "num_gpus", "micro_batch"))
+    counts = set(search.columns["gpus"].tolist())
+    out: list[tuple[str, dict[str, object], int]] = []
+    if n * 2 in counts and search.global_batch % (dp * 2 * mb) == 0:
+        out.append((f"dp={dp * 2} on {n * 2} GPUs", {"dp": dp * 2}, n * 2))
+    if dp % 2 == 0 and n // 2 in counts:
+        out.append((f"dp={dp // 2} on {n // 2} GPUs", {"dp": dp // 2}, n // 2))
+    return out
 
 
 def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     """The best plan's neighbours, each evaluated, best first."""
+    from shardwise.analyses.planner import cluster_for
+
     scn = search.scenario(index)
     best = estimate_training_step(scn)
     capacity = float(scn.cluster.gpu.memory_bytes) - search.space.memory_headroom_bytes
     base_score = _score(search, best)
+    gpus = int(np.asarray(scn.plan.num_gpus))
+    variants = [(label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers)]
     out = []
-    for label, change in _variants(scn.plan, scn.model.layers):
+    for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:
-            alt_scn = Scenario(scn.model, scn.cluster, scn.plan.with_(**change))
+            plan = normalised(scn.plan.with_(**change))
+            alt_scn = Scenario(scn.model, cluster_for(search.cluster, n), plan)
         except SpecError:
             continue
         est = estimate_training_step(alt_scn)
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
-        reason = compare(best, est, capacity)
-        out.append(Alternative(label, _value(est, "step_time_s"), rel, fits, _in_space(search, alt_scn.plan), reason))
+        excluded = excluded_by(search, plan)
+        out.append(Alternative(label, _value(est, "step_time_s"), rel, fits, excluded is None,
+                               compare(best, est, capacity), excluded))
     return sorted(out, key=lambda a: (not a.fits, a.relative))
 
 
@@ -159,11 +217,12 @@ def _score(search: PlanSearch, est: TrainingEstimate) -> float:
 
 
 def describe(alt: Alternative) -> str:
-    """'tp=16, dp=4: +38% (TP communication +3.1 s, the TP group crosses servers)'."""
-    if alt.relative < 0:
-        why = "does not fit" if not alt.fits else "outside the search space (your constraints)"
+    """'tp=16, dp=4: +38%, TP across servers is off (TP communication +3.1 s, the TP group crosses servers)'."""
+    outside = f", {alt.excluded}" if alt.excluded else ""
+    reason = "" if alt.reason == "the same cost" else f" ({alt.reason})"
+    if alt.relative < -5e-4:
+        why = "does not fit" if not alt.fits else (alt.excluded or "outside the search")
         return f"{alt.change}: {-alt.relative:.1%} better but {why}: {alt.reason}"
     verdict = f"+{alt.relative:.1%}" if alt.relative > 5e-4 else "the same"
     fits = "" if alt.fits else ", does not fit"
-    outside = "" if alt.in_space else ", outside your constraints"
-    return f"{alt.change}: {verdict}{fits}{outside} ({alt.reason})"
+    return f"{alt.change}: {verdict}{fits}{outside}{reason}"

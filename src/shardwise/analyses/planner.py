@@ -28,6 +28,7 @@ from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario, Schedule
 
 OBJECTIVES = ("time", "throughput-per-gpu")
+TIE_TOLERANCE = 0.005  # throughput per GPU: rates this close count as a tie, broken by step time
 COLUMNS = ("gpus", "tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero_stage")
 SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
@@ -48,8 +49,9 @@ class SearchSpace:
     zero_stage: tuple[int, ...] | None = None
     max_tp: int | None = None
     tp_within_node: bool = True
-    max_micro_batch: int = 16
-    max_vpp: int = 8
+    max_micro_batch: int = 16  # unless micro_batch is fixed
+    max_vpp: int = 8  # unless vpp is fixed
+    zero_with_pipeline: bool = False  # allow ZeRO-2/3 with pp > 1 (FSDP2 + PP)
     memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
     objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
     precision: str = "bf16"
@@ -107,10 +109,17 @@ class PlanSearch:
         return np.where(self.fits, s, -np.inf)
 
     def ranked(self, top: int | None = None) -> np.ndarray:
-        """Indices of the plans that fit, best first."""
+        """Indices of the plans that fit, best first. For throughput per GPU, plans within
+        TIE_TOLERANCE of the best rate come first, fastest step first (a 0.0001% better rate is
+        no reason to take four times as long)."""
         score = self.score
         ok = np.flatnonzero(np.isfinite(score))
         order = ok[np.argsort(-score[ok], kind="stable")]
+        if self.space.objective != "time" and order.size:
+            near = score[order] >= score[order[0]] * (1 - TIE_TOLERANCE)
+            step = np.asarray(self.estimate.step_time_s, dtype=float)
+            tied = order[near][np.argsort(step[order[near]], kind="stable")]
+            order = np.concatenate([tied, order[~near]])
         return order if top is None else order[:top]
 
     def plan(self, i: int) -> Plan:
@@ -140,6 +149,8 @@ class PlanSearch:
             tokens_per_s_per_gpu=float(np.asarray(est.tokens_per_s)[i]) / int(self.columns["gpus"][i]),
             mfu=float(np.asarray(est.mfu)[i]),
             memory_bytes=float(np.asarray(est.memory.total_bytes)[i]),
+            memory_breakdown_bytes={k: float(np.broadcast_to(np.asarray(v), self.fits.shape)[i])
+                                    for k, v in est.memory.as_dict().items()},
             fits_in_memory=bool(self.fits[i]),
             breakdown_s={k: float(np.asarray(v)[i]) for k, v in est.breakdown.as_dict().items()},
         )
@@ -221,28 +232,39 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         return None
     per_replica = global_batch // dp
     mbs = _divisors(per_replica)
-    mbs = _allowed(mbs[mbs <= space.max_micro_batch], space.micro_batch)
-    # (schedule, vpp) pairs
+    # a fixed value overrides the default limit; a dimension the layout does not have (no
+    # schedule at pp = 1, no ZeRO at dp = 1, no SP at tp = 1) is not filtered by it
+    mbs = mbs[np.isin(mbs, space.micro_batch)] if space.micro_batch is not None else mbs[mbs <= space.max_micro_batch]
     if pp == 1:
         sched = [(int(Schedule.ONE_F_ONE_B), 1)]
+        if space.vpp is not None and 1 not in space.vpp:
+            return None
     else:
         vpps = _divisors(model.layers // pp)
-        vpps = vpps[(vpps >= 2) & (vpps <= space.max_vpp)]
+        vpps = vpps[vpps >= 2]
+        vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
         sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
+        if space.vpp is not None and 1 not in space.vpp:
+            sched = []
         sched += [(int(Schedule.INTERLEAVED), int(v)) for v in vpps]
-    if space.schedule is not None:
-        sched = [(s, v) for s, v in sched if SCHEDULE_NAMES[s] in space.schedule]
-    if space.vpp is not None:
-        sched = [(s, v) for s, v in sched if v in space.vpp]
+        if space.schedule is not None:
+            sched = [(s, v) for s, v in sched if SCHEDULE_NAMES[s] in space.schedule]
     # with fused (flash) attention, selective recomputation has nothing left to recompute: it is
     # the same plan as none, so it is searched only when asked for
     flash = space.execution.get("flash_attention", True)
     rc = [int(r) for r in Recompute if (r.label in space.recompute if space.recompute is not None
                                          else not (flash and r == Recompute.SELECTIVE))]
     sp = [False, True] if tp > 1 and model.seq_len % tp == 0 else [False]
-    sp = [s for s in sp if space.sequence_parallel is None or s in space.sequence_parallel]
+    if tp > 1:
+        sp = [q for q in sp if space.sequence_parallel is None or q in space.sequence_parallel]
+    # ZeRO-2/3 shard gradients per micro-batch; DeepSpeed's pipeline engine refuses them and
+    # Megatron-LM's distributed optimizer is ZeRO-1, so with pp > 1 they are opt-in
+    # (PyTorch FSDP2 + PP, as in torchtitan, does combine them)
     zero = [0, 1, 2, 3] if dp > 1 else [0]
-    zero = [z for z in zero if space.zero_stage is None or z in space.zero_stage]
+    if pp > 1 and not space.zero_with_pipeline:
+        zero = [z for z in zero if z <= 1]
+    if dp > 1:
+        zero = [z for z in zero if space.zero_stage is None or z in space.zero_stage]
     if not (len(mbs) and sched and rc and sp and zero):
         return None
     grid = np.array(list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero)), dtype=np.int64)
@@ -297,9 +319,13 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 
 
 def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> str:
-    n = int(cluster.num_gpus)
-    return (
-        f"plan: no valid layout of {model.name} on {n} GPUs with global batch {global_batch}: check that the "
-        f"batch is divisible by a data-parallel degree, that tp divides the heads ({model.heads}) and pp the "
-        f"layers ({model.layers}), and the fixed values and limits given"
-    )
+    n, g = int(cluster.num_gpus), int(cluster.gpus_per_node)
+    hints = [f"the batch must be divisible by dp, tp must divide the heads ({model.heads}) and pp the layers "
+             f"({model.layers})"]
+    if space.tp is not None and space.tp_within_node and any(t > g for t in space.tp):
+        hints.append(f"tp > {g} needs --tp-across-nodes")
+    if space.micro_batch is not None:
+        hints.append("the micro-batch must divide the batch per replica")
+    if any(getattr(space, k) is not None for k in ("tp", "pp", "dp", "vpp", "schedule", "zero_stage")):
+        hints.append("and the fixed values given must allow a layout")
+    return f"plan: no valid layout of {model.name} on {n} GPUs with global batch {global_batch}: " + "; ".join(hints)

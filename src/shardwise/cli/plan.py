@@ -17,8 +17,10 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
         out = tuple(int(v) for v in value.split(","))
     except ValueError:
         raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 4,8") from None
-    if any(v < 0 for v in out):
-        raise click.BadParameter(f"{value!r}: values must be >= 0")
+    low, high = (0, 3) if param.name == "zero" else (1, None)
+    if any(v < low or (high is not None and v > high) for v in out):
+        allowed = "0, 1, 2 or 3" if param.name == "zero" else "whole numbers >= 1"
+        raise click.BadParameter(f"{value!r}: values must be {allowed}")
     return out
 
 
@@ -50,6 +52,9 @@ search_options = _stack(
     click.option("--sequence-parallel", type=click.Choice(["on", "off", "any"]), default="any", show_default=True,
                  help="Sequence parallelism (with tp > 1)."),
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
+    click.option("--zero-with-pp", is_flag=True,
+                 help="Also try ZeRO-2/3 with pipeline parallelism (PyTorch FSDP2 + PP; DeepSpeed's pipeline "
+                 "engine and Megatron-LM do not combine them)."),
     click.option("--max-tp", type=click.IntRange(min=1), help="Largest tensor-parallel degree."),
     click.option("--tp-within-node/--tp-across-nodes", default=True, show_default=True,
                  help="Keep each TP group inside a server (on NVLink)."),
@@ -66,6 +71,12 @@ search_options = _stack(
     click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
     click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
                  help="Fused attention that never stores the s x s scores."),
+    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True,
+                 help="Hide backward TP all-reduces behind weight-gradient GEMMs."),
+    click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True,
+                 help="Bucketed DP gradient reduction during the last backward pass."),
+    click.option("--scatter-gather/--no-scatter-gather", default=True, show_default=True,
+                 help="Pipeline sends of 1/tp per rank plus an in-node all-gather."),
 )
 
 
@@ -102,25 +113,34 @@ def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool
     if csv_path is not None and csv_path.lower().endswith(".parquet"):
         _need_pyarrow()
     model = build_model(options)
-    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None})
+    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": None, "micro_batch": None})
     space = SearchSpace(
         tp=options["tp"], pp=options["pp"], dp=options["dp"], vpp=options["vpp"],
         micro_batch=options["micro_batch"], schedule=options["schedule"], recompute=options["recompute"],
         sequence_parallel={"on": (True,), "off": (False,), "any": None}[options["sequence_parallel"]],
-        zero_stage=options["zero"], max_tp=options["max_tp"], tp_within_node=options["tp_within_node"],
+        zero_stage=options["zero"], zero_with_pipeline=options["zero_with_pp"], max_tp=options["max_tp"],
+        tp_within_node=options["tp_within_node"],
         max_micro_batch=options["max_micro_batch"], max_vpp=options["max_vpp"],
         memory_headroom_bytes=_headroom(options["memory_headroom"], float(cluster.gpu.memory_bytes)),
         objective=options["objective"], precision=options["precision"],
-        execution={"flash_attention": options["flash_attention"]},
+        execution={k: options[k] for k in ("flash_attention", "tp_comm_overlap", "overlap_grad_reduce",
+                                           "scatter_gather")},
     )
     result = search(model, cluster, options["global_batch"], space)
     best = result.ranked(top)
     if best.size == 0:
         from shardwise.errors import SpecError
 
+        levers = ["more GPUs", "a shorter sequence"]
+        if space.recompute is not None and "full" not in space.recompute:
+            levers.append("full recomputation")
+        if space.zero_stage is not None or not space.zero_with_pipeline:
+            levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
+        if space.memory_headroom_bytes > 0:
+            levers.append("less --memory-headroom")
         raise SpecError(
             f"plan: none of the {result.evaluated:,} plans fits in {float(cluster.gpu.memory_bytes) / 1e9:.0f} GB "
-            "per GPU; use more GPUs, a smaller batch or sequence, or allow recomputation/ZeRO"
+            f"per GPU; try {', '.join(levers)}"
         )
     from shardwise.analyses.plan_explain import alternatives
 
@@ -178,6 +198,7 @@ def _json(result: Any, best: Any, why: list[Any]) -> None:
     from dataclasses import asdict
 
     from shardwise import export
+    from shardwise.analyses.plan_explain import describe
 
     click.echo(export.dumps({
         "model": export.model_dict(result.model),
@@ -188,17 +209,19 @@ def _json(result: Any, best: Any, why: list[Any]) -> None:
         "dropped_for_memory": result.dropped_for_memory,
         "seconds": result.seconds,
         "plans": [result.row(int(i)) for i in best],
-        "why": [asdict(a) for a in why],
+        "why": [{**asdict(a), "text": describe(a)} for a in why],
     }))
 
 
 def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure: Any) -> None:
+    import textwrap
+
     from rich import box
     from rich.table import Table
 
     from shardwise.analyses.plan_explain import PARTS, describe
     from shardwise.cli.render import console
-    from shardwise.units import format_bytes, format_seconds
+    from shardwise.units import format_seconds
 
     out = console()
     m, c = result.model, result.cluster
@@ -208,20 +231,21 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
               f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}")
     fit = result.evaluated - result.dropped_for_memory
     out.print(f"searched {result.evaluated:,} plans; {result.dropped_for_memory:,} do not fit in memory and were "
-              f"dropped, {fit:,} fit")
+              f"dropped, {fit:,} fit; the best {len(best)}:")
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     many = result.space.objective != "time"  # plans may use fewer GPUs
-    cols = ["#", *(["GPUs"] if many else []), "tp", "pp", "dp", "mb", "schedule", "recompute", "SP", "ZeRO", "step",
-            "tok/s\nper GPU", "MFU", "memory\nper GPU"]
+    cols = [*(["GPUs"] if many else []), "tp", "pp", "dp", "mb", "schedule", "recompute", "SP", "ZeRO", "step",
+            "tok/s\n/GPU", "MFU", "mem\nGB"]
     for col in cols:
-        table.add_column(col, justify="left" if col in ("schedule", "recompute", "SP") else "right")
-    for rank, i in enumerate(best, 1):
+        table.add_column(col, justify="left" if col in ("schedule", "recompute", "SP") else "right",
+                         no_wrap=col == "schedule")
+    for i in best:
         r = result.row(int(i))
-        sched = r["schedule"] + (f" v{r['vpp']}" if r["vpp"] > 1 else "")
-        table.add_row(str(rank), *([str(r["gpus"])] if many else []), str(r["tp"]), str(r["pp"]), str(r["dp"]),
+        sched = f"interl. v{r['vpp']}" if r["vpp"] > 1 else r["schedule"]
+        table.add_row(*([str(r["gpus"])] if many else []), str(r["tp"]), str(r["pp"]), str(r["dp"]),
                       str(r["micro_batch"]), sched, r["recompute"], "on" if r["sequence_parallel"] else "off",
                       str(r["zero_stage"]), format_seconds(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}",
-                      f"{r['mfu']:.1%}", format_bytes(r["memory_bytes"]))
+                      f"{r['mfu']:.1%}", f"{r['memory_bytes'] / 1e9:.1f}")
     out.print(table)
     r = result.row(int(best[0]))
     parts = ", ".join(f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items()
@@ -229,12 +253,13 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
     out.print(f"best: {_label(r)}")
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
     out.print("why: each neighbour of the best plan (one choice changed) and what it pays")
+    wrap = textwrap.TextWrapper(width=max(out.width, 60) - 1, initial_indent="  - ", subsequent_indent="    ")
     shown = [a for a in why if a.fits or a.relative < 0]
     for alt in shown:
-        out.print(f"  - {describe(alt)}")
+        out.print(wrap.fill(describe(alt)), highlight=False, markup=False)
     rest = [a.change for a in why if a not in shown]
     if rest:
-        out.print(f"  - do not fit in memory: {'; '.join(rest)}")
+        out.print(wrap.fill(f"do not fit in memory: {'; '.join(rest)}"), markup=False)
     if csv_path is not None:
         out.print(f"all {result.evaluated:,} plans: {csv_path}")
     if figure is not None:

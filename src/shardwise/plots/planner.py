@@ -39,7 +39,8 @@ def plan_heatmap(result: Any) -> Figure:
     ax.set_xlabel("pipeline stages (pp)")
     ax.set_ylabel("tensor parallel (tp)")
     m, c = result.model, result.cluster
-    title = (f"{m.name} on {int(c.num_gpus)} x {c.gpu.name}, global batch {result.global_batch}: best plan per "
+    upto = "up to " if result.space.objective != "time" else ""
+    title = (f"{m.name} on {upto}{int(c.num_gpus)} x {c.gpu.name}, global batch {result.global_batch}: best plan per "
              "(tp, pp)\nover micro-batch, schedule, recompute, SP and ZeRO; red box: the best;\n"
              "OOM: no variant fits in memory; n/a: no valid layout (dp not whole, or a constraint)")
     ax.set_title(title, fontsize=9, loc="left")
