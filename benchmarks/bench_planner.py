@@ -4,9 +4,10 @@
 
 Target (issue 6): the full space for the 1T model of Narayanan et al. 2021 (Table 1, last row:
 128 layers, 160 heads) on 3072 A100 GPUs with its global batch of 3072 sequences, in under two
-seconds. Three spaces: the default (TP inside a server, micro-batch <= 16, v <= 8), TP also
-across servers with micro-batches up to 64 and v up to 16, and the throughput-per-GPU objective
-(every whole number of servers up to 384).
+seconds. Four spaces: the default (TP inside a server, micro-batch <= 16, v <= 8, ZeRO <= 1 with
+a pipeline), TP also across servers with micro-batches up to 64 and v up to 16, the same with
+ZeRO-2/3 allowed with a pipeline, and the throughput-per-GPU objective (every whole number of
+servers up to 384).
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from shardwise.analyses.planner import SearchSpace, search
 CASES = {
     "default": SearchSpace(),
     "tp across servers, mb <= 64, v <= 16": SearchSpace(tp_within_node=False, max_micro_batch=64, max_vpp=16),
+    "the same + ZeRO-2/3 with pp": SearchSpace(tp_within_node=False, max_micro_batch=64, max_vpp=16,
+                                               zero_with_pipeline=True),
     "throughput per GPU (1..384 servers)": SearchSpace(objective="throughput-per-gpu"),
 }
 
