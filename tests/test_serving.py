@@ -280,3 +280,11 @@ def test_validate_inference(cli):
     table = json.loads(out)["inference"]
     assert table["mean_absolute_error"] < 0.10 and len(table["rows"]) == 66
     assert "TensorRT-LLM" in table["source"]
+
+
+def test_the_cli_choices_are_the_engines():
+    """cli/serve.py lists the choices itself (so --help needs no numpy); they must stay the same."""
+    from shardwise.cli.serve import PRECISIONS, RUNTIME_NAMES
+    from shardwise.engines.serving import RUNTIMES, STORAGE_BYTES
+
+    assert list(STORAGE_BYTES) == PRECISIONS and list(RUNTIMES) == RUNTIME_NAMES

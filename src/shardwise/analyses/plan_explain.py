@@ -32,9 +32,13 @@ class Alternative:
     step_time_s: float
     relative: float  # (alternative - best) / best, in the search's objective (positive: worse)
     fits: bool
-    in_space: bool  # allowed by the search's constraints
     reason: str
     excluded: str | None = None  # why the search did not consider it, if it did not
+
+    @property
+    def in_space(self) -> bool:
+        """Allowed by the search's constraints."""
+        return self.excluded is None
 
 
 def _value(est: TrainingEstimate, name: str) -> float:
@@ -205,8 +209,7 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded = excluded_by(search, plan)
-        out.append(Alternative(label, _value(est, "step_time_s"), rel, fits, excluded is None,
-                               compare(best, est, capacity), excluded))
+        out.append(Alternative(label, _value(est, "step_time_s"), rel, fits, compare(best, est, capacity), excluded))
     return sorted(out, key=lambda a: (not a.fits, a.relative))
 
 

@@ -18,7 +18,7 @@ import numpy as np
 
 from shardwise.analyses.plan_explain import compare
 from shardwise.analyses.planner import SearchSpace, search
-from shardwise.analyses.validation import CITATIONS, measured_runs, scenario_for
+from shardwise.analyses.validation import CITATIONS, measured_runs, plan_label, scenario_for
 from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Plan, Scenario
 
@@ -57,15 +57,6 @@ class PlannerRow:
     source: str
 
 
-def label(plan: Plan) -> str:
-    parts = [f"tp{int(plan.tp)} pp{int(plan.pp)} dp{int(plan.dp)}"]
-    if int(plan.vpp) > 1:
-        parts.append(f"v{int(plan.vpp)}")
-    parts.append(f"mb{int(plan.micro_batch)}")
-    parts.append(plan.recompute.label + (" +sp" if bool(plan.sequence_parallel) else ""))
-    return " ".join(parts)
-
-
 def _key(plan: Plan) -> tuple[object, ...]:
     return (int(plan.tp), int(plan.pp), int(plan.dp), int(plan.vpp), int(plan.micro_batch), int(plan.recompute),
             bool(plan.sequence_parallel))
@@ -85,7 +76,7 @@ def _choose(published: Scenario, era: dict[str, tuple[object, ...]]) -> Choice:
     est_pub, est_mine = estimate_training_step(published), estimate_training_step(mine)
     same = _key(plan) == _key(mine.plan)
     why = "the same plan" if same else compare(est_mine, est_pub, float(published.cluster.gpu.memory_bytes))
-    return Choice(label(mine.plan), float(np.asarray(est_mine.step_time_s)), same, why)
+    return Choice(plan_label(mine.plan, " "), float(np.asarray(est_mine.step_time_s)), same, why)
 
 
 def compare_run(run_id: str) -> PlannerRow:
@@ -99,7 +90,7 @@ def compare_run(run_id: str) -> PlannerRow:
         model=published.model.name,
         gpus=int(np.asarray(plan.num_gpus)),
         global_batch=int(plan.global_batch),
-        published=label(plan),
+        published=plan_label(plan, " "),
         published_step_s=float(np.asarray(estimate_training_step(published).step_time_s)),
         layout=_choose(published, own),
         free=_choose(published, ERA[row["group"]]),

@@ -88,14 +88,18 @@ def scenario_for(run_id: str) -> Scenario:
     return Scenario(model, cluster, plan)
 
 
-def _label(scn: Scenario) -> str:
-    p = scn.plan
-    parts = [scn.model.name, f"{int(np.asarray(p.num_gpus))} GPUs", f"tp{p.tp} pp{p.pp} dp{p.dp}"]
+def plan_label(p: Plan, sep: str = ", ") -> str:
+    """'tp8 pp8 dp1, v3, mb1, selective +sp' (with `sep` between the parts)."""
+    parts = [f"tp{int(np.asarray(p.tp))} pp{int(np.asarray(p.pp))} dp{int(np.asarray(p.dp))}"]
     if int(p.vpp) > 1:
-        parts.append(f"v{p.vpp}")
-    parts.append(f"mb{p.micro_batch}")
-    parts.append(p.recompute.label + (" +sp" if p.sequence_parallel else ""))
-    return ", ".join(parts)
+        parts.append(f"v{int(p.vpp)}")
+    parts.append(f"mb{int(np.asarray(p.micro_batch))}")
+    parts.append(p.recompute.label + (" +sp" if bool(p.sequence_parallel) else ""))
+    return sep.join(parts)
+
+
+def _label(scn: Scenario) -> str:
+    return f"{scn.model.name}, {int(np.asarray(scn.plan.num_gpus))} GPUs, {plan_label(scn.plan)}"
 
 
 def validate(table: str) -> list[ValidationRow]:

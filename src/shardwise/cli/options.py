@@ -60,7 +60,7 @@ cluster_options = _stack(
     click.option("--num-gpus", type=int, help="GPUs in the cluster (instead of --nodes)."),
 )
 
-plan_options = _stack(
+plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
     click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel stages."),
     click.option("--dp", type=int, help="Data-parallel replicas [default: GPUs / (tp x pp)]."),
@@ -98,6 +98,9 @@ plan_options = _stack(
         show_default=True,
         help="ZeRO stage (0 = plain data parallelism).",
     ),
+)
+
+execution_options = _stack(
     click.option(
         "--precision",
         type=click.Choice(["bf16", "fp16", "fp8"]),
@@ -130,6 +133,8 @@ plan_options = _stack(
         help="Pipeline sends of 1/tp per rank plus an in-node all-gather.",
     ),
 )
+
+plan_options = _stack(plan_layout_options, execution_options)
 
 
 def _link(spec: str, role: str) -> Any:
@@ -265,8 +270,9 @@ def build_scenario(o: dict[str, Any]) -> Any:
     return Scenario(model, cluster, plan)
 
 
-def check_output_path(path: str, allowed: tuple[str, ...]) -> None:
-    """Fail before any work if `path` cannot be written: a known extension and an existing directory."""
+def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> None:
+    """Fail before any work if `path` cannot be written: a known extension, an existing directory,
+    and pyarrow for Parquet (`flag` names the option in that message)."""
     from pathlib import Path
 
     from shardwise.errors import SpecError
@@ -276,3 +282,8 @@ def check_output_path(path: str, allowed: tuple[str, ...]) -> None:
         raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
     if not p.parent.exists():
         raise SpecError(f"{path}: directory {p.parent} does not exist")
+    if p.suffix.lower() == ".parquet":
+        try:
+            import pyarrow  # noqa: F401
+        except ImportError:
+            raise SpecError(f"{flag} .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, cluster_options, model_options
+from shardwise.cli.options import _stack, cluster_options, execution_options, model_options
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
@@ -68,15 +68,7 @@ search_options = _stack(
                  show_default=True,
                  help="time: the fastest step on all the GPUs; throughput-per-gpu: the most tokens/s per GPU, "
                  "possibly on fewer servers."),
-    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
-    click.option("--flash-attention/--no-flash-attention", default=True, show_default=True,
-                 help="Fused attention that never stores the s x s scores."),
-    click.option("--tp-comm-overlap/--no-tp-comm-overlap", default=True, show_default=True,
-                 help="Hide backward TP all-reduces behind weight-gradient GEMMs."),
-    click.option("--overlap-grad-reduce/--no-overlap-grad-reduce", default=True, show_default=True,
-                 help="Bucketed DP gradient reduction during the last backward pass."),
-    click.option("--scatter-gather/--no-scatter-gather", default=True, show_default=True,
-                 help="Pipeline sends of 1/tp per rank plus an in-node all-gather."),
+    execution_options,
 )
 
 
@@ -107,11 +99,10 @@ def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool
     from shardwise.analyses.planner import SearchSpace, search
     from shardwise.cli.options import build_cluster, build_model, check_output_path
 
-    for path, allowed in ((csv_path, (".csv", ".parquet")), (heatmap_path, (".png", ".svg", ".pdf"))):
+    for path, allowed, flag in ((csv_path, (".csv", ".parquet"), "--csv"),
+                                (heatmap_path, (".png", ".svg", ".pdf"), "--heatmap")):
         if path is not None:
-            check_output_path(path, allowed)
-    if csv_path is not None and csv_path.lower().endswith(".parquet"):
-        _need_pyarrow()
+            check_output_path(path, allowed, flag)
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": None, "micro_batch": None})
     space = SearchSpace(
@@ -158,15 +149,6 @@ def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool
         _json(result, best, why)
         return
     _print(result, best, why, csv_path, figure)
-
-
-def _need_pyarrow() -> None:
-    try:
-        import pyarrow  # noqa: F401
-    except ImportError:
-        from shardwise.errors import SpecError
-
-        raise SpecError("--csv .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
 
 
 def _headroom(text: str, capacity_bytes: float) -> float:

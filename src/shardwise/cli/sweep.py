@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import click
@@ -53,6 +52,7 @@ def sweep(
     from shardwise.analyses.sweep import run_sweep
     from shardwise.analyses.vary import parse_vary
     from shardwise.cli.experiment_options import build_experiment
+    from shardwise.cli.options import check_output_path
     from shardwise.errors import SpecError
 
     exp = build_experiment(options)
@@ -61,9 +61,12 @@ def sweep(
         raise SpecError("--vary: each variable may be varied once")
     if map_path is not None and len(grid) != 2:
         raise SpecError(f"--map needs exactly two --vary variables (got {len(grid)})")
-    for path, allowed in ((out_path, (".csv", ".parquet")), (map_path, (".png", ".svg", ".pdf"))):
+    for path, allowed, flag in (
+        (out_path, (".csv", ".parquet"), "--out"),
+        (map_path, (".png", ".svg", ".pdf"), "--map"),
+    ):
         if path is not None:
-            _check_path(path, allowed)
+            check_output_path(path, allowed, flag)
     total = 1
     for _, values in grid:
         total *= len(values)
@@ -87,18 +90,6 @@ def sweep(
         click.echo(export.dumps(summary))
         return
     _print(summary, out_path, map_path)
-
-
-def _check_path(path: str, allowed: tuple[str, ...]) -> None:
-    from shardwise.cli.options import check_output_path
-    from shardwise.errors import SpecError
-
-    check_output_path(path, allowed)
-    if Path(path).suffix.lower() == ".parquet":
-        try:
-            import pyarrow  # noqa: F401
-        except ImportError:
-            raise SpecError("--out .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
 
 
 def _with_progress(exp: Any, grid: list[Any], total: int) -> Any:

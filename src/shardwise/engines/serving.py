@@ -217,13 +217,8 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
         kv_cache_bytes=per_replica * kv_per_seq,
         prefill_s=prefill,
         decode_s=decode,
-        decode_utilization=m * _mean_stage(d, p) / tpot,
+        decode_utilization=m * (through / p) / tpot,  # m micro-batches at the mean stage cost
     )
-
-
-def _mean_stage(c: tuple[Number, ...], p: np.ndarray) -> Number:
-    """Mean cost of a stage's micro-batch over the p stages."""
-    return pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1) / p
 
 
 def plan_for_serving(tp: Number, pp: Number, dp: Number = 1) -> Plan:
