@@ -54,12 +54,15 @@ def test_flash_attention_stores_no_score_matrix(gpt3, dims):
 
 def test_first_stage_in_flight_micro_batches():
     l, p, m = 96, 8, 64
-    assert layers_in_flight(l, p, 1, m, Schedule.GPIPE, 0) == m * l / p
-    assert layers_in_flight(l, p, 1, m, Schedule.ONE_F_ONE_B, 0) == l  # p micro-batches of l/p layers
-    assert layers_in_flight(l, p, 1, m, Schedule.ONE_F_ONE_B, p - 1) == l / p
+    stage = l / p  # layers on the stage
+    assert layers_in_flight(stage, p, 1, m, Schedule.GPIPE, 0) == m * l / p
+    assert layers_in_flight(stage, p, 1, m, Schedule.ONE_F_ONE_B, 0) == l  # p micro-batches of l/p layers
+    assert layers_in_flight(stage, p, 1, m, Schedule.ONE_F_ONE_B, p - 1) == l / p
     # Korthikanti Sec. 4.2.3: interleaving multiplies the first stage's memory by 1 + (p-1)/(p v).
     v = 3
-    assert layers_in_flight(l, p, v, m, Schedule.INTERLEAVED, 0) == pytest.approx(l * (1 + (p - 1) / (p * v)))
+    assert layers_in_flight(stage, p, v, m, Schedule.INTERLEAVED, 0) == pytest.approx(l * (1 + (p - 1) / (p * v)))
+    # an uneven stage holds in-flight micro-batches of its own layers
+    assert layers_in_flight(15, p, 1, m, Schedule.ONE_F_ONE_B, 0) == 15 * p
 
 
 def test_zero_partitions_optimizer_then_gradients_then_weights():

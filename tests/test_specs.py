@@ -55,8 +55,15 @@ def test_hardware_rules():
 def test_scenario_cross_rules(gpt3, dgx_a100_8):
     with pytest.raises(SpecError, match="tp\\*pp\\*dp: 32 must equal GPUs in the cluster=64"):
         Scenario(gpt3, dgx_a100_8, Plan(tp=8, pp=4, dp=1, global_batch=8))
-    with pytest.raises(SpecError, match="layers: 96 is not divisible by pp\\*vpp=64"):
-        Scenario(gpt3, dgx_a100_8, Plan(tp=1, pp=64, dp=1, global_batch=64))
+    with pytest.raises(SpecError, match="pipeline stage would get 0 layer"):
+        Scenario(gpt3.with_(layers=32), dgx_a100_8, Plan(tp=1, pp=64, dp=1, global_batch=64))
+    with pytest.raises(SpecError, match="at least one layer per model chunk"):
+        Scenario(gpt3, dgx_a100_8, Plan(tp=1, pp=64, dp=1, global_batch=64, vpp=2, schedule="interleaved"))
+    with pytest.raises(SpecError, match="adds up to 95 layers but the model has 96"):
+        Scenario(gpt3, dgx_a100_8.with_(nodes=1, gpus_per_node=2),
+                 Plan(tp=1, pp=2, dp=1, global_batch=8, stage_layers=(47, 48)))
+    # any layer count on any number of stages (Llama 3.1 405B at pp=8)
+    Scenario(gpt3.with_(layers=126), dgx_a100_8, Plan(tp=8, pp=8, dp=1, global_batch=8))
     llama = presets.model("llama3-70b")  # 8 KV heads
     with pytest.raises(SpecError, match="kv_heads: 8 is not divisible by tp=16"):
         Scenario(llama, presets.system("dgx-h100", nodes=2), Plan(tp=16, pp=1, dp=1, global_batch=8))

@@ -107,7 +107,7 @@ def test_overlapped_gradient_reduction_hides_behind_the_backward_pass():
 
 def test_zero_stages_trade_memory_for_communication():
     model, cluster = presets.model("llama2-13b"), presets.system("dgx-a100", nodes=2)
-    base = Plan(dp=16, global_batch=64, micro_batch=1, recompute="full")
+    base = Plan(dp=16, global_batch=64, micro_batch=1, recompute="full", overlap_param_gather=True)
     z = [estimate_training_step(Scenario(model, cluster, base.with_(zero_stage=k))) for k in range(4)]
     mem = [float(e.memory.total_bytes) for e in z]
     assert mem[0] > mem[1] > mem[2] > mem[3]

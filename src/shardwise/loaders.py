@@ -42,6 +42,7 @@ _GPU_FIELDS = {
     "memory_efficiency": ("memory_efficiency", float),
     "kernel_launch": ("kernel_launch_s", units.parse_seconds),
     "matmul_efficiency_fp8": ("matmul_efficiency_fp8", float),
+    "sm_count": ("sm_count", int),
 }
 _LINK_FIELDS = {
     "bandwidth": ("bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),

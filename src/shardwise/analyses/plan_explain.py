@@ -97,13 +97,18 @@ def _seconds(s: float) -> str:
 def _variants(plan: Plan, layers: int) -> list[tuple[str, dict[str, object]]]:
     """One or two choices of `plan` changed at a time (GPU count kept)."""
     tp, pp, dp, mb, v = (int(np.asarray(x)) for x in (plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp))
-    sched, rc, sp, z = Schedule(int(plan.schedule)), Recompute(int(plan.recompute)), bool(plan.sequence_parallel), int(
-        np.asarray(plan.zero_stage)
+    sched, rc, sp, z = (
+        Schedule(int(plan.schedule)),
+        Recompute(int(plan.recompute)),
+        bool(plan.sequence_parallel),
+        int(np.asarray(plan.zero_stage)),
     )
     out: list[tuple[str, dict[str, object]]] = []
     if dp % 2 == 0:
-        out += [(f"tp={tp * 2}, dp={dp // 2}", {"tp": tp * 2, "dp": dp // 2}),
-                (f"pp={pp * 2}, dp={dp // 2}", {"pp": pp * 2, "dp": dp // 2})]
+        out += [
+            (f"tp={tp * 2}, dp={dp // 2}", {"tp": tp * 2, "dp": dp // 2}),
+            (f"pp={pp * 2}, dp={dp // 2}", {"pp": pp * 2, "dp": dp // 2}),
+        ]
     if tp % 2 == 0:
         out.append((f"tp={tp // 2}, dp={dp * 2}", {"tp": tp // 2, "dp": dp * 2}))
         out.append((f"tp={tp // 2}, pp={pp * 2}", {"tp": tp // 2, "pp": pp * 2}))
@@ -148,6 +153,14 @@ def normalised(plan: Plan) -> Plan:
     if int(np.asarray(plan.pp)) == 1 and (int(plan.schedule) != int(Schedule.ONE_F_ONE_B) or int(plan.vpp) != 1):
         changes.update(schedule=Schedule.ONE_F_ONE_B, vpp=1)
     return plan.with_(**changes) if changes else plan
+
+
+def with_pp(change: dict[str, object], plan: Plan) -> dict[str, object]:
+    """A neighbour with another pp splits its layers automatically (the best plan's first/last
+    counts belong to its own pp)."""
+    if "pp" in change and change["pp"] != plan.pp:
+        return {**change, "first_stage_layers": 0, "last_stage_layers": 0}
+    return change
 
 
 def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
@@ -201,7 +214,7 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     out = []
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:
-            plan = normalised(scn.plan.with_(**change))
+            plan = normalised(scn.plan.with_(**with_pp(change, scn.plan)))
             alt_scn = Scenario(scn.model, cluster_for(search.cluster, n), plan)
         except SpecError:
             continue

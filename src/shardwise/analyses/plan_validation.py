@@ -27,7 +27,17 @@ ERA = {
     "narayanan21_table1": {"recompute": ("none", "full"), "sequence_parallel": (False,)},
     "korthikanti22_table5": {"recompute": ("none", "selective", "full"), "sequence_parallel": (False, True)},
 }
-EXECUTION = ("flash_attention", "tp_comm_overlap", "overlap_grad_reduce", "scatter_gather")
+EXECUTION = (
+    "flash_attention",
+    "async_tp_grad",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_accumulation_fusion",
+    "overlap_p2p",
+    "pipeline_sync",
+    "scatter_gather",
+)
 
 
 @dataclass(frozen=True)
@@ -58,8 +68,15 @@ class PlannerRow:
 
 
 def _key(plan: Plan) -> tuple[object, ...]:
-    return (int(plan.tp), int(plan.pp), int(plan.dp), int(plan.vpp), int(plan.micro_batch), int(plan.recompute),
-            bool(plan.sequence_parallel))
+    return (
+        int(plan.tp),
+        int(plan.pp),
+        int(plan.dp),
+        int(plan.vpp),
+        int(plan.micro_batch),
+        int(plan.recompute),
+        bool(plan.sequence_parallel),
+    )
 
 
 def _choose(published: Scenario, era: dict[str, tuple[object, ...]]) -> Choice:
@@ -68,7 +85,8 @@ def _choose(published: Scenario, era: dict[str, tuple[object, ...]]) -> Choice:
         schedule=("1f1b", "interleaved"),
         zero_stage=(0,),
         precision=plan.precision,
-        execution={k: bool(getattr(plan, k)) for k in EXECUTION},
+        execution={**{k: bool(getattr(plan, k)) for k in EXECUTION}, "framework": plan.framework},
+        uneven_stages=False,  # Megatron-LM of the time split the layers evenly
         **era,  # type: ignore[arg-type]
     )
     result = search(published.model, published.cluster, int(plan.global_batch), space)

@@ -3,9 +3,12 @@ one vectorized call of the cost model, ranked.
 
 The space (Narayanan et al. 2021 Sec. 3 gives the rules of thumb it generalises: TP inside a
 server, PP across servers, DP on the rest): tp x pp x dp = the GPUs; tp divides the heads, the KV
-heads and the MLP width, and (by default) the GPUs of a server; pp divides the layers; dp divides
-the global batch; the micro-batch divides the batch per replica; virtual stages divide the layers
-per stage (interleaved schedule only, with the micro-batch count a multiple of pp); recompute
+heads and the MLP width, and (by default) the GPUs of a server; pp is at most the layers (when it
+does not divide them the split is searched: as even as possible, and, where it divides, Megatron's
+split that counts the embedding and the loss as a layer each); dp divides the global batch; the
+micro-batch divides the batch per replica; virtual stages (interleaved schedule only, with the
+micro-batch count a multiple of pp) divide the layers per stage of an even split, or are at most
+the smallest stage of an uneven one; recompute
 none / selective / full (selective only without fused attention, where it differs from none);
 sequence parallelism when tp > 1; ZeRO 0-3 when dp > 1; schedules GPipe, 1F1B, interleaved and
 ZB-H1 when pp > 1. Ranks are placed as Megatron-LM does (tp-dp-pp: TP innermost, PP outermost),
@@ -29,7 +32,20 @@ from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario, Schedule
 
 OBJECTIVES = ("time", "throughput-per-gpu")
 TIE_TOLERANCE = 0.005  # throughput per GPU: rates this close count as a tie, broken by step time
-COLUMNS = ("gpus", "tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero_stage")
+COLUMNS = (
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "schedule",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "first_stage_layers",
+    "last_stage_layers",
+)
 SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
 
@@ -52,6 +68,7 @@ class SearchSpace:
     max_micro_batch: int = 16  # unless micro_batch is fixed
     max_vpp: int = 8  # unless vpp is fixed
     zero_with_pipeline: bool = False  # allow ZeRO-2/3 with pp > 1 (FSDP2 + PP)
+    uneven_stages: bool = True  # pp need not divide the layers (the split is searched)
     memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
     objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
     precision: str = "bf16"
@@ -125,10 +142,20 @@ class PlanSearch:
     def plan(self, i: int) -> Plan:
         c = {k: v[i].item() for k, v in self.columns.items()}
         return Plan(
-            tp=c["tp"], pp=c["pp"], dp=c["dp"], global_batch=self.global_batch, micro_batch=c["micro_batch"],
-            vpp=c["vpp"], schedule=c["schedule"], recompute=c["recompute"],
-            sequence_parallel=bool(c["sequence_parallel"]), zero_stage=c["zero_stage"],
-            precision=self.space.precision, **self.space.execution,
+            tp=c["tp"],
+            pp=c["pp"],
+            dp=c["dp"],
+            global_batch=self.global_batch,
+            micro_batch=c["micro_batch"],
+            vpp=c["vpp"],
+            schedule=c["schedule"],
+            recompute=c["recompute"],
+            sequence_parallel=bool(c["sequence_parallel"]),
+            zero_stage=c["zero_stage"],
+            first_stage_layers=c["first_stage_layers"],
+            last_stage_layers=c["last_stage_layers"],
+            precision=self.space.precision,
+            **self.space.execution,
         )
 
     def scenario(self, i: int) -> Scenario:
@@ -149,8 +176,9 @@ class PlanSearch:
             tokens_per_s_per_gpu=float(np.asarray(est.tokens_per_s)[i]) / int(self.columns["gpus"][i]),
             mfu=float(np.asarray(est.mfu)[i]),
             memory_bytes=float(np.asarray(est.memory.total_bytes)[i]),
-            memory_breakdown_bytes={k: float(np.broadcast_to(np.asarray(v), self.fits.shape)[i])
-                                    for k, v in est.memory.as_dict().items()},
+            memory_breakdown_bytes={
+                k: float(np.broadcast_to(np.asarray(v), self.fits.shape)[i]) for k, v in est.memory.as_dict().items()
+            },
             fits_in_memory=bool(self.fits[i]),
             breakdown_s={k: float(np.asarray(v)[i]) for k, v in est.breakdown.as_dict().items()},
         )
@@ -225,10 +253,29 @@ def tp_values(model: Model, cluster: Cluster, gpus: int, space: SearchSpace) -> 
     return _allowed(t[ok], space.tp)
 
 
+def stage_splits(layers: int, pp: int) -> list[tuple[int, int, int]]:
+    """Candidate (first, last, smallest stage) splits for pp stages: the automatic one (first = last
+    = 0), and Megatron's split that counts the embedding and the loss as a layer each when pp
+    divides layers + 2 (`--account-for-embedding-in-pipeline-split`, `--account-for-loss-...`)."""
+    if pp == 1:
+        return [(0, 0, layers)]
+    from shardwise.physics.stages import stage_split
+
+    auto = stage_split(layers, pp)
+    out = [(0, 0, int(min(auto.first, auto.last, auto.middle_min if pp > 2 else auto.first)))]
+    if pp > 2 and (layers + 2) % pp == 0 and (layers + 2) // pp >= 2:
+        u = (layers + 2) // pp
+        if (u - 1, u - 1) != (int(auto.first), int(auto.last)):
+            out.append((u - 1, u - 1, u - 1))
+    return out
+
+
 def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: SearchSpace) -> np.ndarray | None:
     """Every valid plan with these (gpus, tp, pp), as rows of COLUMNS."""
     dp = gpus // (tp * pp)
     if dp * tp * pp != gpus or global_batch % dp or (space.dp is not None and dp not in space.dp):
+        return None
+    if not space.uneven_stages and model.layers % pp:
         return None
     per_replica = global_batch // dp
     mbs = _divisors(per_replica)
@@ -240,7 +287,11 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         if space.vpp is not None and 1 not in space.vpp:
             return None
     else:
-        vpps = _divisors(model.layers // pp)
+        # virtual stages: divide the layers per stage of an even split; at most the smallest stage
+        # of an uneven one (each chunk holds at least one layer)
+        smallest = min(s for _, _, s in stage_splits(model.layers, pp))
+        even = model.layers % pp == 0
+        vpps = _divisors(model.layers // pp) if even else np.arange(1, smallest + 1)
         vpps = vpps[vpps >= 2]
         vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
         sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
@@ -252,8 +303,11 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
     # with fused (flash) attention, selective recomputation has nothing left to recompute: it is
     # the same plan as none, so it is searched only when asked for
     flash = space.execution.get("flash_attention", True)
-    rc = [int(r) for r in Recompute if (r.label in space.recompute if space.recompute is not None
-                                         else not (flash and r == Recompute.SELECTIVE))]
+    rc = [
+        int(r)
+        for r in Recompute
+        if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
+    ]
     sp = [False, True] if tp > 1 and model.seq_len % tp == 0 else [False]
     if tp > 1:
         sp = [q for q in sp if space.sequence_parallel is None or q in space.sequence_parallel]
@@ -267,17 +321,23 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         zero = [z for z in zero if space.zero_stage is None or z in space.zero_stage]
     if not (len(mbs) and sched and rc and sp and zero):
         return None
-    grid = np.array(list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero)), dtype=np.int64)
+    splits = stage_splits(model.layers, pp) if space.uneven_stages else [(0, 0, model.layers // pp)]
+    grid = np.array(
+        list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero, range(len(splits)))), dtype=np.int64
+    )
     mb, si = grid[:, 0], grid[:, 1]
     s_code = np.array([s for s, _ in sched])[si]
     v = np.array([v for _, v in sched])[si]
+    first = np.array([f for f, _, _ in splits])[grid[:, 5]]
+    last = np.array([lst for _, lst, _ in splits])[grid[:, 5]]
+    smallest = np.array([s for _, _, s in splits])[grid[:, 5]]
     m = per_replica // mb
-    ok = (s_code != int(Schedule.INTERLEAVED)) | (m % pp == 0)
+    ok = ((s_code != int(Schedule.INTERLEAVED)) | (m % pp == 0)) & (v <= smallest)
     n = int(ok.sum())
     if n == 0:
         return None
     const = np.array([[gpus, tp, pp, dp]] * n, dtype=np.int64)
-    rest = np.column_stack([v[ok], mb[ok], s_code[ok], grid[ok, 2], grid[ok, 3], grid[ok, 4]])
+    rest = np.column_stack([v[ok], mb[ok], s_code[ok], grid[ok, 2], grid[ok, 3], grid[ok, 4], first[ok], last[ok]])
     return np.hstack([const, rest])
 
 
@@ -285,7 +345,7 @@ def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchS
     """Every valid plan of the search space as flat columns (COLUMNS)."""
     blocks = []
     for gpus in gpu_counts(cluster, space):
-        pps = _allowed(_divisors(model.layers), space.pp)
+        pps = _allowed(np.arange(1, model.layers + 1), space.pp)
         for tp in tp_values(model, cluster, gpus, space).tolist():
             for pp in pps.tolist():
                 b = _block(model, global_batch, gpus, tp, pp, space)
@@ -307,10 +367,20 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     if not cols:
         raise SpecError(_why_empty(model, cluster, global_batch, space))
     plan = Plan(
-        tp=cols["tp"], pp=cols["pp"], dp=cols["dp"], global_batch=global_batch, micro_batch=cols["micro_batch"],
-        vpp=cols["vpp"], schedule=cols["schedule"], recompute=cols["recompute"],
-        sequence_parallel=cols["sequence_parallel"].astype(bool), zero_stage=cols["zero_stage"],
-        precision=space.precision, **space.execution,
+        tp=cols["tp"],
+        pp=cols["pp"],
+        dp=cols["dp"],
+        global_batch=global_batch,
+        micro_batch=cols["micro_batch"],
+        vpp=cols["vpp"],
+        schedule=cols["schedule"],
+        recompute=cols["recompute"],
+        sequence_parallel=cols["sequence_parallel"].astype(bool),
+        zero_stage=cols["zero_stage"],
+        first_stage_layers=cols["first_stage_layers"],
+        last_stage_layers=cols["last_stage_layers"],
+        precision=space.precision,
+        **space.execution,
     )
     est = estimate_training_step(Scenario(model, cluster_for(cluster, cols["gpus"]), plan))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
@@ -320,8 +390,10 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 
 def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> str:
     n, g = int(cluster.num_gpus), int(cluster.gpus_per_node)
-    hints = [f"the batch must be divisible by dp, tp must divide the heads ({model.heads}) and pp the layers "
-             f"({model.layers})"]
+    hints = [
+        f"the batch must be divisible by dp, tp must divide the heads ({model.heads}) and pp be at most "
+        f"the layers ({model.layers})"
+    ]
     if space.tp is not None and space.tp_within_node and any(t > g for t in space.tp):
         hints.append(f"tp > {g} needs --tp-across-nodes")
     if space.micro_batch is not None:

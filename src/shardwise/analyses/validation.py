@@ -75,6 +75,9 @@ def scenario_for(run_id: str) -> Scenario:
     cluster = presets.system(extra.pop("system"), nodes=max(1, n_gpus // per_node))
     vpp = int(extra.pop("vpp", row.get("vpp") or 1))
     micro_batch = int(extra.pop("micro_batch", 0) or row["micro_batch"].split()[0])
+    framework = presets.framework(extra.pop("framework", "megatron-core"))
+    framework.pop("zero_stage")
+    extra = {**framework, **extra}
     plan = Plan(
         tp=int(row["tp"]),
         pp=int(row["pp"]),

@@ -112,8 +112,10 @@ def build_experiment(o: dict[str, Any]) -> Any:
     if o["cost_model"] == "textbook" and o["workload"] != "train":
         raise SpecError("--cost-model textbook prices only the brief's step (--workload train)")
     if o["workload"] in ("prefill", "decode") and o["micro_batch"] != 1:
-        raise SpecError(f"--micro-batch does not apply to --workload {o['workload']}: serving splits the batch into "
-                        "min(batch, pp) micro-batches itself")
+        raise SpecError(
+            f"--micro-batch does not apply to --workload {o['workload']}: serving splits the batch into "
+            "min(batch, pp) micro-batches itself"
+        )
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
         raise SpecError("each --plan and each --link label must be different")
     return Experiment(

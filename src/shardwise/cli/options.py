@@ -94,13 +94,26 @@ plan_layout_options = _stack(
     click.option(
         "--zero",
         type=click.IntRange(0, 3),
-        default=0,
-        show_default=True,
-        help="ZeRO stage (0 = plain data parallelism).",
+        help="ZeRO stage (0 = plain data parallelism, 1 = Megatron's distributed optimizer) [default: the "
+        "framework's].",
     ),
 )
 
+
+def _switch(name: str, help_text: str) -> F:
+    """--NAME/--no-NAME, default None: the framework preset decides."""
+    return click.option(f"--{name}/--no-{name}", default=None, help=f"{help_text} [default: the framework's]")
+
+
 execution_options = _stack(
+    click.option(
+        "--framework",
+        default="megatron-core",
+        show_default=True,
+        metavar="NAME",
+        help="Software stack whose execution flags apply: megatron-core, megatron-lm-2022, megatron-lm-2021, "
+        "megatron-deepspeed, fsdp, torchtitan (see `shardwise presets frameworks`); flags below override it.",
+    ),
     click.option(
         "--precision",
         type=click.Choice(["bf16", "fp16", "fp8"]),
@@ -114,27 +127,39 @@ execution_options = _stack(
         show_default=True,
         help="Fused attention that never stores the s x s scores.",
     ),
+    _switch("async-tp-grad", "Overlap the backward TP collectives of QKV and MLP up with their own GEMMs (Megatron)."),
+    _switch(
+        "tp-comm-overlap",
+        "Transformer Engine userbuffers: overlap every TP collective with its GEMM (Megatron-Core "
+        "--tp-comm-overlap; needs --sequence-parallel).",
+    ),
+    _switch("overlap-grad-reduce", "Bucketed DP gradient reduction during the last backward pass."),
+    _switch("overlap-param-gather", "Distributed optimizer: all-gather parameters behind the next forward pass."),
+    _switch("grad-accumulation-fusion", "Weight-gradient GEMMs accumulate into the fp32 main_grad."),
+    _switch("overlap-p2p", "Pipeline sends beside compute instead of blocking it."),
+    _switch("pipeline-sync", "A device synchronisation after every blocking pipeline send/receive."),
+    _switch("scatter-gather", "Pipeline sends of 1/tp per rank plus an in-node all-gather."),
+)
+
+stage_options = _stack(
     click.option(
-        "--tp-comm-overlap/--no-tp-comm-overlap",
-        default=True,
-        show_default=True,
-        help="Hide backward TP all-reduces behind weight-gradient GEMMs.",
+        "--first-stage-layers",
+        type=int,
+        help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers) [default: even split].",
     ),
     click.option(
-        "--overlap-grad-reduce/--no-overlap-grad-reduce",
-        default=True,
-        show_default=True,
-        help="Bucketed DP gradient reduction during the last backward pass.",
+        "--last-stage-layers",
+        type=int,
+        help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers) [default: even split].",
     ),
     click.option(
-        "--scatter-gather/--no-scatter-gather",
-        default=True,
-        show_default=True,
-        help="Pipeline sends of 1/tp per rank plus an in-node all-gather.",
+        "--stage-layers",
+        metavar="N,N,...",
+        help="Layers of every pipeline stage, comma-separated (one per stage; they must add up to the model's).",
     ),
 )
 
-plan_options = _stack(plan_layout_options, execution_options)
+plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
 
 def _link(spec: str, role: str) -> Any:
@@ -228,6 +253,59 @@ def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
     return per_node
 
 
+EXECUTION_FLAGS = (
+    "async_tp_grad",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_accumulation_fusion",
+    "overlap_p2p",
+    "pipeline_sync",
+    "scatter_gather",
+)
+
+
+def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None) -> dict[str, Any]:
+    """Plan keyword arguments from --framework and the execution flags given (which override it).
+    Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default that
+    turns it on applies only where SP is on; asking for it without SP is an error."""
+    from shardwise import presets
+    from shardwise.specs import SpecError
+
+    flags = presets.framework(o.get("framework") or "megatron-core")
+    out: dict[str, Any] = {"framework": flags["framework"]}
+    for name in EXECUTION_FLAGS:
+        given = o.get(name)
+        out[name] = flags[name] if given is None else given
+    if sequence_parallel is not None and not sequence_parallel:
+        if o.get("tp_comm_overlap"):
+            raise SpecError(
+                "--tp-comm-overlap needs --sequence-parallel (Transformer Engine overlaps the SP collectives)"
+            )
+        out["tp_comm_overlap"] = False
+    if o.get("zero") is None:
+        out["zero_stage"] = flags["zero_stage"]
+    return out
+
+
+def stage_kwargs(o: dict[str, Any]) -> dict[str, Any]:
+    """Plan keyword arguments for an uneven pipeline split (empty: even split)."""
+    from shardwise.specs import SpecError
+
+    out: dict[str, Any] = {}
+    for name in ("first_stage_layers", "last_stage_layers"):
+        value = o.get(name)
+        if value is not None:
+            if value < 1:
+                raise SpecError(f"--{name.replace('_', '-')}: {value} is not allowed; it must be >= 1")
+            out[name] = value
+    if o.get("stage_layers"):
+        if out:
+            raise SpecError("give --stage-layers or --first/--last-stage-layers, not both")
+        out["stage_layers"] = o["stage_layers"]
+    return out
+
+
 def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
     from shardwise.specs import Plan, SpecError
 
@@ -242,6 +320,9 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
             f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
         )
     schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
+    execution = execution_kwargs(o, o["sequence_parallel"] or tp == 1)
+    if o.get("zero") is not None:
+        execution["zero_stage"] = o["zero"]
     return Plan(
         tp=tp,
         pp=pp,
@@ -252,12 +333,10 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         schedule=schedule,
         recompute=o["recompute"],
         sequence_parallel=o["sequence_parallel"],
-        zero_stage=o["zero"],
         precision=o["precision"],
         flash_attention=o["flash_attention"],
-        tp_comm_overlap=o["tp_comm_overlap"],
-        overlap_grad_reduce=o["overlap_grad_reduce"],
-        scatter_gather=o["scatter_gather"],
+        **execution,
+        **stage_kwargs(o),
     )
 
 

@@ -24,6 +24,16 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
     return out
 
 
+def _execution(options: dict[str, Any]) -> dict[str, Any]:
+    """The framework's execution flags (and those given) for every searched plan; ZeRO is searched."""
+    from shardwise.cli.options import execution_kwargs
+
+    out = execution_kwargs({**options, "zero": 0})
+    out.pop("zero_stage", None)
+    out["flash_attention"] = options["flash_attention"]
+    return out
+
+
 def _names(allowed: tuple[str, ...]) -> Any:
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
         if value is None:
@@ -44,30 +54,69 @@ search_options = _stack(
     click.option("--dp", callback=_ints, metavar="N[,N...]", help="Fix data parallelism to these values."),
     click.option("--vpp", callback=_ints, metavar="N[,N...]", help="Fix virtual stages per GPU (1 = not interleaved)."),
     click.option("--micro-batch", callback=_ints, metavar="N[,N...]", help="Fix the micro-batch size."),
-    click.option("--schedule", callback=_names(("gpipe", "1f1b", "interleaved", "zb-h1")), metavar="NAME[,NAME...]",
-                 help="Allowed pipeline schedules: gpipe, 1f1b, interleaved, zb-h1 [default: all]."),
-    click.option("--recompute", callback=_names(("none", "selective", "full")), metavar="MODE[,MODE...]",
-                 help="Allowed recomputation: none, selective, full [default: all; selective only without "
-                 "flash attention, where it differs from none]."),
-    click.option("--sequence-parallel", type=click.Choice(["on", "off", "any"]), default="any", show_default=True,
-                 help="Sequence parallelism (with tp > 1)."),
+    click.option(
+        "--schedule",
+        callback=_names(("gpipe", "1f1b", "interleaved", "zb-h1")),
+        metavar="NAME[,NAME...]",
+        help="Allowed pipeline schedules: gpipe, 1f1b, interleaved, zb-h1 [default: all].",
+    ),
+    click.option(
+        "--recompute",
+        callback=_names(("none", "selective", "full")),
+        metavar="MODE[,MODE...]",
+        help="Allowed recomputation: none, selective, full [default: all; selective only without "
+        "flash attention, where it differs from none].",
+    ),
+    click.option(
+        "--sequence-parallel",
+        type=click.Choice(["on", "off", "any"]),
+        default="any",
+        show_default=True,
+        help="Sequence parallelism (with tp > 1).",
+    ),
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
-    click.option("--zero-with-pp", is_flag=True,
-                 help="Also try ZeRO-2/3 with pipeline parallelism (PyTorch FSDP2 + PP; DeepSpeed's pipeline "
-                 "engine and Megatron-LM do not combine them)."),
+    click.option(
+        "--zero-with-pp",
+        is_flag=True,
+        help="Also try ZeRO-2/3 with pipeline parallelism (PyTorch FSDP2 + PP; DeepSpeed's pipeline "
+        "engine and Megatron-LM do not combine them).",
+    ),
     click.option("--max-tp", type=click.IntRange(min=1), help="Largest tensor-parallel degree."),
-    click.option("--tp-within-node/--tp-across-nodes", default=True, show_default=True,
-                 help="Keep each TP group inside a server (on NVLink)."),
-    click.option("--max-micro-batch", type=click.IntRange(min=1), default=16, show_default=True,
-                 help="Largest micro-batch searched."),
-    click.option("--max-vpp", type=click.IntRange(min=1), default=8, show_default=True,
-                 help="Most virtual stages per GPU searched."),
-    click.option("--memory-headroom", default="0", show_default=True, metavar="BYTES|PCT",
-                 help="Memory to keep free on each GPU, e.g. 8GB or 10%."),
-    click.option("--objective", type=click.Choice(["time", "throughput-per-gpu"]), default="time",
-                 show_default=True,
-                 help="time: the fastest step on all the GPUs; throughput-per-gpu: the most tokens/s per GPU, "
-                 "possibly on fewer servers."),
+    click.option(
+        "--tp-within-node/--tp-across-nodes",
+        default=True,
+        show_default=True,
+        help="Keep each TP group inside a server (on NVLink).",
+    ),
+    click.option(
+        "--max-micro-batch",
+        type=click.IntRange(min=1),
+        default=16,
+        show_default=True,
+        help="Largest micro-batch searched.",
+    ),
+    click.option(
+        "--max-vpp",
+        type=click.IntRange(min=1),
+        default=8,
+        show_default=True,
+        help="Most virtual stages per GPU searched.",
+    ),
+    click.option(
+        "--memory-headroom",
+        default="0",
+        show_default=True,
+        metavar="BYTES|PCT",
+        help="Memory to keep free on each GPU, e.g. 8GB or 10%.",
+    ),
+    click.option(
+        "--objective",
+        type=click.Choice(["time", "throughput-per-gpu"]),
+        default="time",
+        show_default=True,
+        help="time: the fastest step on all the GPUs; throughput-per-gpu: the most tokens/s per GPU, "
+        "possibly on fewer servers.",
+    ),
     execution_options,
 )
 
@@ -78,8 +127,12 @@ search_options = _stack(
 @search_options
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to show.")
 @click.option("--csv", "csv_path", metavar="FILE", help="Write every evaluated plan (.csv or .parquet).")
-@click.option("--heatmap", "heatmap_path", metavar="FILE",
-              help="Draw the best throughput of every (tp, pp) pair (.png/.svg/.pdf).")
+@click.option(
+    "--heatmap",
+    "heatmap_path",
+    metavar="FILE",
+    help="Draw the best throughput of every (tp, pp) pair (.png/.svg/.pdf).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
 def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool, **options: Any) -> None:
     """Find the best TP x PP x DP layout of MODEL on the cluster for a global batch.
@@ -99,23 +152,33 @@ def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool
     from shardwise.analyses.planner import SearchSpace, search
     from shardwise.cli.options import build_cluster, build_model, check_output_path
 
-    for path, allowed, flag in ((csv_path, (".csv", ".parquet"), "--csv"),
-                                (heatmap_path, (".png", ".svg", ".pdf"), "--heatmap")):
+    for path, allowed, flag in (
+        (csv_path, (".csv", ".parquet"), "--csv"),
+        (heatmap_path, (".png", ".svg", ".pdf"), "--heatmap"),
+    ):
         if path is not None:
             check_output_path(path, allowed, flag)
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": None, "micro_batch": None})
     space = SearchSpace(
-        tp=options["tp"], pp=options["pp"], dp=options["dp"], vpp=options["vpp"],
-        micro_batch=options["micro_batch"], schedule=options["schedule"], recompute=options["recompute"],
+        tp=options["tp"],
+        pp=options["pp"],
+        dp=options["dp"],
+        vpp=options["vpp"],
+        micro_batch=options["micro_batch"],
+        schedule=options["schedule"],
+        recompute=options["recompute"],
         sequence_parallel={"on": (True,), "off": (False,), "any": None}[options["sequence_parallel"]],
-        zero_stage=options["zero"], zero_with_pipeline=options["zero_with_pp"], max_tp=options["max_tp"],
+        zero_stage=options["zero"],
+        zero_with_pipeline=options["zero_with_pp"],
+        max_tp=options["max_tp"],
         tp_within_node=options["tp_within_node"],
-        max_micro_batch=options["max_micro_batch"], max_vpp=options["max_vpp"],
+        max_micro_batch=options["max_micro_batch"],
+        max_vpp=options["max_vpp"],
         memory_headroom_bytes=_headroom(options["memory_headroom"], float(cluster.gpu.memory_bytes)),
-        objective=options["objective"], precision=options["precision"],
-        execution={k: options[k] for k in ("flash_attention", "tp_comm_overlap", "overlap_grad_reduce",
-                                           "scatter_gather")},
+        objective=options["objective"],
+        precision=options["precision"],
+        execution=_execution(options),
     )
     result = search(model, cluster, options["global_batch"], space)
     best = result.ranked(top)
@@ -172,8 +235,10 @@ def _headroom(text: str, capacity_bytes: float) -> float:
 
 def _label(row: dict[str, Any]) -> str:
     sched = row["schedule"] + (f" v={row['vpp']}" if row["vpp"] > 1 else "")
-    return (f"tp={row['tp']} pp={row['pp']} dp={row['dp']}, micro-batch {row['micro_batch']}, {sched}, recompute "
-            f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}")
+    return (
+        f"tp={row['tp']} pp={row['pp']} dp={row['dp']}, micro-batch {row['micro_batch']}, {sched}, recompute "
+        f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}"
+    )
 
 
 def _json(result: Any, best: Any, why: list[Any]) -> None:
@@ -182,17 +247,21 @@ def _json(result: Any, best: Any, why: list[Any]) -> None:
     from shardwise import export
     from shardwise.analyses.plan_explain import describe
 
-    click.echo(export.dumps({
-        "model": export.model_dict(result.model),
-        "cluster": export.cluster_dict(result.cluster),
-        "global_batch": result.global_batch,
-        "objective": result.space.objective,
-        "evaluated": result.evaluated,
-        "dropped_for_memory": result.dropped_for_memory,
-        "seconds": result.seconds,
-        "plans": [result.row(int(i)) for i in best],
-        "why": [{**asdict(a), "text": describe(a)} for a in why],
-    }))
+    click.echo(
+        export.dumps(
+            {
+                "model": export.model_dict(result.model),
+                "cluster": export.cluster_dict(result.cluster),
+                "global_batch": result.global_batch,
+                "objective": result.space.objective,
+                "evaluated": result.evaluated,
+                "dropped_for_memory": result.dropped_for_memory,
+                "seconds": result.seconds,
+                "plans": [result.row(int(i)) for i in best],
+                "why": [{**asdict(a), "text": describe(a)} for a in why],
+            }
+        )
+    )
 
 
 def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure: Any) -> None:
@@ -208,30 +277,60 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
     out = console()
     m, c = result.model, result.cluster
     inter = f", {c.inter_node_link.name} across" if c.inter_node_link is not None and int(c.nodes) > 1 else ""
-    out.print(f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({c.nodes} server(s) of {c.gpus_per_node}, "
-              f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
-              f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}")
+    out.print(
+        f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({c.nodes} server(s) of {c.gpus_per_node}, "
+        f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
+        f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
+    )
     fit = result.evaluated - result.dropped_for_memory
-    out.print(f"searched {result.evaluated:,} plans; {result.dropped_for_memory:,} do not fit in memory and were "
-              f"dropped, {fit:,} fit; the best {len(best)}:")
+    out.print(
+        f"searched {result.evaluated:,} plans; {result.dropped_for_memory:,} do not fit in memory and were "
+        f"dropped, {fit:,} fit; the best {len(best)}:"
+    )
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     many = result.space.objective != "time"  # plans may use fewer GPUs
-    cols = [*(["GPUs"] if many else []), "tp", "pp", "dp", "mb", "schedule", "recompute", "SP", "ZeRO", "step",
-            "tok/s\n/GPU", "MFU", "mem\nGB"]
+    cols = [
+        *(["GPUs"] if many else []),
+        "tp",
+        "pp",
+        "dp",
+        "mb",
+        "schedule",
+        "recompute",
+        "SP",
+        "ZeRO",
+        "step",
+        "tok/s\n/GPU",
+        "MFU",
+        "mem\nGB",
+    ]
     for col in cols:
-        table.add_column(col, justify="left" if col in ("schedule", "recompute", "SP") else "right",
-                         no_wrap=col == "schedule")
+        table.add_column(
+            col, justify="left" if col in ("schedule", "recompute", "SP") else "right", no_wrap=col == "schedule"
+        )
     for i in best:
         r = result.row(int(i))
         sched = f"interl. v{r['vpp']}" if r["vpp"] > 1 else r["schedule"]
-        table.add_row(*([str(r["gpus"])] if many else []), str(r["tp"]), str(r["pp"]), str(r["dp"]),
-                      str(r["micro_batch"]), sched, r["recompute"], "on" if r["sequence_parallel"] else "off",
-                      str(r["zero_stage"]), format_seconds(r["step_time_s"]), f"{r['tokens_per_s_per_gpu']:,.0f}",
-                      f"{r['mfu']:.1%}", f"{r['memory_bytes'] / 1e9:.1f}")
+        table.add_row(
+            *([str(r["gpus"])] if many else []),
+            str(r["tp"]),
+            str(r["pp"]),
+            str(r["dp"]),
+            str(r["micro_batch"]),
+            sched,
+            r["recompute"],
+            "on" if r["sequence_parallel"] else "off",
+            str(r["zero_stage"]),
+            format_seconds(r["step_time_s"]),
+            f"{r['tokens_per_s_per_gpu']:,.0f}",
+            f"{r['mfu']:.1%}",
+            f"{r['memory_bytes'] / 1e9:.1f}",
+        )
     out.print(table)
     r = result.row(int(best[0]))
-    parts = ", ".join(f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items()
-                      if v / r["step_time_s"] >= 0.005)
+    parts = ", ".join(
+        f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items() if v / r["step_time_s"] >= 0.005
+    )
     out.print(f"best: {_label(r)}")
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
     out.print("why: each neighbour of the best plan (one choice changed) and what it pays")

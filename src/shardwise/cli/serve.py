@@ -13,23 +13,52 @@ PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4"]
 RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
 
 serving_options = _stack(
-    click.option("--plan", "plans", multiple=True, metavar="tp=N[,pp=N]",
-                 help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs. "
-                 "[default: tp=all]"),
+    click.option(
+        "--plan",
+        "plans",
+        multiple=True,
+        metavar="tp=N[,pp=N]",
+        help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs. "
+        "[default: tp=all]",
+    ),
     click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request."),
     click.option("--output-len", type=int, default=128, show_default=True, help="Generated tokens per request."),
-    click.option("--batch", "--concurrency", "batch", type=int, default=1, show_default=True,
-                 help="Requests in flight (all replicas)."),
-    click.option("--max-throughput", is_flag=True,
-                 help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --batch."),
-    click.option("--weight-precision", type=click.Choice(PRECISIONS), default="bf16",
-                 show_default=True, help="Storage of the weights (fp8 also computes in FP8 where the GPU can)."),
-    click.option("--kv-precision", type=click.Choice(PRECISIONS), default="bf16",
-                 show_default=True, help="Storage of the KV cache."),
-    click.option("--runtime", type=click.Choice(RUNTIME_NAMES), default="graphs",
-                 show_default=True,
-                 help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
-                 "pytorch-eager: a plain PyTorch loop."),
+    click.option(
+        "--batch",
+        "--concurrency",
+        "batch",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Requests in flight (all replicas).",
+    ),
+    click.option(
+        "--max-throughput",
+        is_flag=True,
+        help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --batch.",
+    ),
+    click.option(
+        "--weight-precision",
+        type=click.Choice(PRECISIONS),
+        default="bf16",
+        show_default=True,
+        help="Storage of the weights (fp8 also computes in FP8 where the GPU can).",
+    ),
+    click.option(
+        "--kv-precision",
+        type=click.Choice(PRECISIONS),
+        default="bf16",
+        show_default=True,
+        help="Storage of the KV cache.",
+    ),
+    click.option(
+        "--runtime",
+        type=click.Choice(RUNTIME_NAMES),
+        default="graphs",
+        show_default=True,
+        help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
+        "pytorch-eager: a plain PyTorch loop.",
+    ),
 )
 
 
@@ -37,15 +66,35 @@ serving_options = _stack(
 @model_options
 @cluster_options
 @serving_options
-@click.option("--frontier", "frontier_path", metavar="FILE",
-              help="Draw each plan's throughput-vs-latency frontier across batch sizes (.png/.svg), one panel for "
-              "the system's own link and one for --frontier-link.")
-@click.option("--frontier-link", default="PCIe=pcie4", show_default=True, metavar="LABEL=LINK",
-              help="The second link of the frontier figure.")
+@click.option(
+    "--frontier",
+    "frontier_path",
+    metavar="FILE",
+    help="Draw each plan's throughput-vs-latency frontier across batch sizes (.png/.svg), one panel for "
+    "the system's own link and one for --frontier-link.",
+)
+@click.option(
+    "--frontier-link",
+    default="PCIe=pcie4",
+    show_default=True,
+    metavar="LABEL=LINK",
+    help="The second link of the frontier figure.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
-def serve(plans: tuple[str, ...], input_len: int, output_len: int, batch: int, max_throughput: bool,
-          weight_precision: str, kv_precision: str, runtime: str, frontier_path: str | None, frontier_link: str,
-          as_json: bool, **options: Any) -> None:
+def serve(
+    plans: tuple[str, ...],
+    input_len: int,
+    output_len: int,
+    batch: int,
+    max_throughput: bool,
+    weight_precision: str,
+    kv_precision: str,
+    runtime: str,
+    frontier_path: str | None,
+    frontier_link: str,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Time to first token, time per output token, end-to-end latency, throughput and memory of
     serving MODEL with each --plan.
 
@@ -67,13 +116,14 @@ def serve(plans: tuple[str, ...], input_len: int, output_len: int, batch: int, m
         check_output_path(frontier_path, (".png", ".svg", ".pdf"))
     second = LinkSpec.parse(frontier_link, "--frontier-link")
     model = build_model(options)
-    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1,
-                             "global_batch": None})
+    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
     specs = [PlanSpec.parse(t) for t in plans] or [PlanSpec.parse("tp=all")]
     for spec in specs:
         if spec.options:
-            raise SpecError(f"--plan {spec.label!r}: serving plans take only tp and pp "
-                            f"(not {', '.join(k for k, _ in spec.options)}); replicas fill the GPUs")
+            raise SpecError(
+                f"--plan {spec.label!r}: serving plans take only tp and pp "
+                f"(not {', '.join(k for k, _ in spec.options)}); replicas fill the GPUs"
+            )
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
     workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
@@ -84,10 +134,20 @@ def serve(plans: tuple[str, ...], input_len: int, output_len: int, batch: int, m
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({"workload": {"input_len": input_len, "output_len": output_len,
-                                              "weight_precision": weight_precision, "kv_precision": kv_precision,
-                                              "runtime": runtime},
-                                 "plans": [_as_dict(label, est) for label, est in rows]}))
+        click.echo(
+            export.dumps(
+                {
+                    "workload": {
+                        "input_len": input_len,
+                        "output_len": output_len,
+                        "weight_precision": weight_precision,
+                        "kv_precision": kv_precision,
+                        "runtime": runtime,
+                    },
+                    "plans": [_as_dict(label, est) for label, est in rows],
+                }
+            )
+        )
         return
     _print(model, cluster, workload, rows, figure, max_throughput)
 
@@ -117,12 +177,22 @@ def _as_dict(label: str, est: Any) -> dict[str, Any]:
 
     plan = est.scenario.plan
     return {
-        "plan": label, "tp": int(plan.tp), "pp": int(plan.pp), "replicas": int(plan.dp),
-        "batch": int(est.workload.batch), "ttft_s": plain(est.ttft_s), "tpot_s": plain(est.tpot_s),
-        "e2e_s": plain(est.e2e_s), "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
-        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s), "max_batch_per_replica": int(est.max_batch),
-        "memory_bytes": {"weights": plain(est.weights_bytes), "kv_cache": plain(est.kv_cache_bytes),
-                         "total": plain(est.total_bytes)},
+        "plan": label,
+        "tp": int(plan.tp),
+        "pp": int(plan.pp),
+        "replicas": int(plan.dp),
+        "batch": int(est.workload.batch),
+        "ttft_s": plain(est.ttft_s),
+        "tpot_s": plain(est.tpot_s),
+        "e2e_s": plain(est.e2e_s),
+        "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
+        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
+        "max_batch_per_replica": int(est.max_batch),
+        "memory_bytes": {
+            "weights": plain(est.weights_bytes),
+            "kv_cache": plain(est.kv_cache_bytes),
+            "total": plain(est.total_bytes),
+        },
         "fits_in_memory": plain(est.fits_in_memory),
         "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
         "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
@@ -140,47 +210,76 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
     inter = cluster.inter_node_link
     multi = inter is not None and int(cluster.nodes) > 1
     across = f", {inter.name} across {int(cluster.nodes)} servers" if multi else ""
-    out.print(f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
-              f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
-              f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}")
+    out.print(
+        f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
+        f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
+        f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}"
+    )
     if workload.input_len + workload.output_len > model.seq_len:
-        out.print(f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
-                  f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]")
+        out.print(
+            f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
+            f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
+        )
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
-    for col in ("plan", "batch", "TTFT", "TPOT", "latency", "tok/s", "tok/s\nper user", "memory\nper GPU",
-                "max\nbatch"):
+    for col in (
+        "plan",
+        "batch",
+        "TTFT",
+        "TPOT",
+        "latency",
+        "tok/s",
+        "tok/s\nper user",
+        "memory\nper GPU",
+        "max\nbatch",
+    ):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
         table.add_row(
             f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label,
-            f"{int(est.workload.batch)}", format_seconds(float(est.ttft_s)), format_seconds(float(est.tpot_s)),
-            format_seconds(float(est.e2e_s)), f"{float(est.throughput_tokens_per_s):,.0f}",
+            f"{int(est.workload.batch)}",
+            format_seconds(float(est.ttft_s)),
+            format_seconds(float(est.tpot_s)),
+            format_seconds(float(est.e2e_s)),
+            f"{float(est.throughput_tokens_per_s):,.0f}",
             f"{float(est.per_user_tokens_per_s):,.1f}",
-            format_bytes(float(est.total_bytes)), f"{int(est.max_batch):,}", style=style)
+            format_bytes(float(est.total_bytes)),
+            f"{int(est.max_batch):,}",
+            style=style,
+        )
     out.print(table)
-    out.print("[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
-              "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
-              "fit the KV cache[/]")
+    out.print(
+        "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
+        "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
+        "fit the KV cache[/]"
+    )
     capacity = float(cluster.gpu.memory_bytes)
     for label, est in rows:
         if int(est.max_batch) < 1:
             weights = format_bytes(float(est.weights_bytes))
-            out.print(f"[red]{label}: does not fit: {weights} of weights per GPU leave no room for a KV cache in "
-                      f"{format_bytes(capacity)}; its times are not meaningful[/]")
+            out.print(
+                f"[red]{label}: does not fit: {weights} of weights per GPU leave no room for a KV cache in "
+                f"{format_bytes(capacity)}; its times are not meaningful[/]"
+            )
         elif not bool(est.fits_in_memory):
-            out.print(f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "
-                      "sequences per replica fit the KV cache[/]")
+            out.print(
+                f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "
+                "sequences per replica fit the KV cache[/]"
+            )
     for label, est in rows:
         dec = {k: float(v) for k, v in est.decode_s.items()}
         total = sum(dec.values())
         parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
-        out.print(f"  {label}: each output token = {parts}; each stage busy "
-                  f"{float(est.decode_utilization):.0%} of a decode step")
+        out.print(
+            f"  {label}: each output token = {parts}; each stage busy "
+            f"{float(est.decode_utilization):.0%} of a decode step"
+        )
     if max_tp:
-        out.print("[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
-                  "once: TTFT and latency include the prefill of every prompt[/]")
+        out.print(
+            "[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
+            "once: TTFT and latency include the prefill of every prompt[/]"
+        )
     if figure is not None:
         out.print(f"figure: {figure}")
 
@@ -190,8 +289,10 @@ def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second:
     from shardwise.analyses.serving import frontier
 
     panels = {}
-    for label, link in ((cluster.intra_node_link.name, cluster.intra_node_link),
-                        (f"{second.label} ({second.link.name})", second.link)):
+    for label, link in (
+        (cluster.intra_node_link.name, cluster.intra_node_link),
+        (f"{second.label} ({second.link.name})", second.link),
+    ):
         c = cluster.with_(intra_node_link=link)
         lines = {spec.label: frontier(_scenario(model, c, spec), workload) for spec in specs}
         panels[label] = {k: v for k, v in lines.items() if v[0].size}
@@ -199,6 +300,8 @@ def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second:
         from shardwise.errors import SpecError
 
         raise SpecError("--frontier: no plan fits in memory at any batch; try more GPUs or narrower weights")
-    title = (f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
-             f"{workload.output_len} out, batch 1 to 2048 per replica (labels: batch)")
+    title = (
+        f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
+        f"{workload.output_len} out, batch 1 to 2048 per replica (labels: batch)"
+    )
     return plots.save(plots.serving_frontier(panels, title), path)

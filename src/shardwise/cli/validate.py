@@ -82,8 +82,9 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
             click.echo("| run | configuration | metric | predicted | measured | error |")
             click.echo("|---|---|---|---:|---:|---:|")
             for r in rows:
-                click.echo(f"| {r.run_id} | {r.label} | {r.metric} | {r.predicted:,.2f} | {r.measured:,.2f} "
-                           f"| {r.error:+.1%} |")
+                click.echo(
+                    f"| {r.run_id} | {r.label} | {r.metric} | {r.predicted:,.2f} | {r.measured:,.2f} | {r.error:+.1%} |"
+                )
             if runs[t][2]:
                 click.echo(f"\n{runs[t][2]}.")
         return
@@ -139,17 +140,23 @@ def _planner(as_json: bool, markdown: bool) -> None:
 
     agree = sum(r.layout.same for r in rows)
     close = sum(r.layout.gain(r.published_step_s) < 0.05 for r in rows)
-    summary = (f"layout only: the planner picks the published plan for {agree} of {len(rows)} runs and is within 5% "
-               f"of it for {close}")
+    summary = (
+        f"layout only: the planner picks the published plan for {agree} of {len(rows)} runs and is within 5% "
+        f"of it for {close}"
+    )
     if markdown:
-        click.echo("| run | model, GPUs, batch | published plan | its predicted step | planner, same recompute/SP "
-                   "| step | gain | where the published plan loses | planner, any feature of its time | step | gain |")
+        click.echo(
+            "| run | model, GPUs, batch | published plan | its predicted step | planner, same recompute/SP "
+            "| step | gain | where the published plan loses | planner, any feature of its time | step | gain |"
+        )
         click.echo("|---|---|---|---:|---|---:|---:|---|---|---:|---:|")
         for r in rows:
             lay, free = cell(r.layout, r.published_step_s), cell(r.free, r.published_step_s)
-            click.echo(f"| {r.run_id} | {r.model}, {r.gpus}, {r.global_batch} | {r.published} | "
-                       f"{format_seconds(r.published_step_s)} | {' | '.join(lay)} | {r.layout.why} | "
-                       f"{' | '.join(free)} |")
+            click.echo(
+                f"| {r.run_id} | {r.model}, {r.gpus}, {r.global_batch} | {r.published} | "
+                f"{format_seconds(r.published_step_s)} | {' | '.join(lay)} | {r.layout.why} | "
+                f"{' | '.join(free)} |"
+            )
         click.echo(f"\n{summary}.")
         return
     from rich.table import Table
@@ -157,8 +164,11 @@ def _planner(as_json: bool, markdown: bool) -> None:
     from shardwise.cli.render import console
 
     out = console()
-    table = Table(title="the planner against the published plans (predicted step times)", title_justify="left",
-                  header_style="bold")
+    table = Table(
+        title="the planner against the published plans (predicted step times)",
+        title_justify="left",
+        header_style="bold",
+    )
     for col in ("run", "published", "step", "planner (same recompute, SP)", "step", "gain", "planner (free)", "gain"):
         table.add_column(col, justify="right" if col in ("step", "gain") else "left")
     for r in rows:

@@ -6,13 +6,15 @@ communication (forward and backward), with the TP communication hidden behind co
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
-from shardwise.physics.compute import BACKWARD_GEMM_RATIO, gemm_s, layer_times, memory_s
+from shardwise.physics.compute import attention_precision, layer_times, linear_times, memory_s
 from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
+from shardwise.physics.stages import StageSplit
 from shardwise.specs import Recompute, Scenario
 from shardwise.specs._checks import Number
 
@@ -60,6 +62,38 @@ def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | 
     return TpComm(fabric.group(plan.tp, tp_per_node), plan.bytes_per_element * tokens * model.hidden)
 
 
+# SMs a collective occupies while it overlaps a GEMM (the GEMM runs on the rest). Transformer
+# Engine's userbuffers (NeMo's H100 configurations, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_
+# seqlen8192): all-gathers by ring exchange on copy engines (1 SM), pipelined reduce-scatters
+# overlapping the forward GEMMs 24 SMs, bulk all-gathers in the input-gradient GEMM 2 and bulk
+# reduce-scatters in the weight-gradient GEMM 24 (QKV) or 2-4 (MLP up). NCCL kernels launched
+# beside a GEMM (Megatron's asynchronous TP gradient reduction) run one CTA per channel, 16 on
+# NVLink systems by default (NCCL_MIN_NCHANNELS unset; nccl src/graph/connect.cc).
+UB_RING_EXCHANGE_SMS = 1
+UB_PIPELINED_RS_SMS = 24
+UB_BULK_AG_SMS = 2
+UB_BULK_RS_SMS = 16
+NCCL_OVERLAP_SMS = 16
+# A pipelined overlap splits the GEMM into chunks and cannot hide the chunk of communication at
+# its end (reduce-scatter: the last chunk's) or start (all-gather: the first): 1/splits of the
+# collective stays exposed. Ring exchange moves one tp-th per step; the pipelined reduce-scatter
+# uses 4 splits (NeMo's userbuffer configurations, num_splits 4).
+UB_PIPELINED_RS_SPLITS = 4
+
+
+def overlapped_exposed_s(
+    comm_s: Number, window_s: Number, comm_sms: Number, sm_count: Number, splits: Number = np.inf
+) -> Number:
+    """Seconds a collective adds when it runs beside one GEMM of `window_s` that loses `comm_sms`
+    of the GPU's `sm_count` SMs while the collective runs: the pair takes max(comm, window +
+    comm * c / S), so the cost beyond the GEMM is max(comm - window, comm c / S), and at least
+    comm / splits for a pipelined (chunked) overlap. Without a window (0) it is the whole
+    collective."""
+    share = np.where(np.asarray(sm_count) > 0, comm_sms / np.maximum(np.asarray(sm_count, dtype=float), 1.0), 0.0)
+    tail = comm_s / splits
+    return np.where(np.asarray(window_s) > 0, np.maximum(np.maximum(comm_s - window_s, comm_s * share), tail), comm_s)
+
+
 def layer_cost(
     scn: Scenario,
     comm: TpComm,
@@ -69,32 +103,69 @@ def layer_cost(
     kv_bytes: Number | None = None,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
-    `kv_len` tokens (training: both the sequence length), on one GPU."""
+    `kv_len` tokens (training: both the sequence length), on one GPU.
+
+    TP collectives per layer (Shoeybi et al. 2019 Sec. 3; with sequence parallelism Korthikanti
+    et al. 2022 Sec. 4.2.2, Megatron-LM LinearWithGradAccumulationAndAsyncCommunication):
+
+    ========================  =====================================  ==================================
+    where                     without SP                             with SP
+    ========================  =====================================  ==================================
+    forward, QKV / MLP up     -                                      all-gather of the input
+    forward, proj / MLP down  all-reduce of the output               reduce-scatter of the output
+    backward, proj / down     -                                      all-gather of the output gradient
+    backward, QKV / MLP up    all-reduce of dX (async: behind dW)    re-gather of X behind dX, reduce-
+                                                                     scatter of dX behind dW (async)
+    ========================  =====================================  ==================================
+
+    `async_tp_grad` (Megatron's asynchronous gradient reduction) overlaps the backward
+    collectives of QKV and MLP up with their own GEMMs as the table says; `tp_comm_overlap`
+    (Transformer Engine userbuffers, Megatron-Core's `--tp-comm-overlap`; only with SP) also
+    overlaps every forward collective with its own GEMM (all-gather with the GEMM that consumes
+    it, reduce-scatter with the GEMM that produces it) and the backward all-gathers of proj and
+    MLP down with their input-gradient GEMMs. Each collective hides behind its own GEMM only,
+    and slows that GEMM by the SMs it occupies (`overlapped_exposed_s`).
+    """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
     fwd = layer_forward(model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes)
-    lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention)
-    # Megatron TP (Shoeybi et al. 2019 Sec. 3): two all-reduces forward, two backward;
-    # with sequence parallelism an all-gather + reduce-scatter pair instead of each all-reduce
-    # (Korthikanti et al. 2022 Sec. 4.2.2): the same bytes on the wire.
+    lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
-    tp_fwd = np.where(sp, 2 * (gather + scatter), 2 * reduce)
-    # Backward without SP: the input-gradient all-reduce of each column-parallel layer (QKV, MLP
-    # up) overlaps that layer's weight-gradient GEMM (Megatron's async TP all-reduce).
-    # Backward with SP (Korthikanti et al. 2022 Sec. 4.2.2; Megatron-LM
-    # LinearWithGradAccumulationAndAsyncCommunication): the gradient of each forward
-    # reduce-scatter is an all-gather on the critical path (2 per layer); each column-parallel
-    # layer re-gathers its sharded input for the weight gradient, hidden behind its input-gradient
-    # GEMM, and reduce-scatters its input gradient, hidden behind its weight-gradient GEMM.
-    # Table 4 of that paper shows the net effect: backward 11.8 ms with SP vs 11.9 ms without,
-    # although SP removes 1/t of the norm and dropout work.
-    overlap = np.asarray(plan.tp_comm_overlap, dtype=bool)
-    window = np.where(overlap, lt.column_gemm_s, 0.0)  # one dX or one dW pass of QKV + MLP up
+    sms = gpu.sm_count
+    async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
+    ub = np.asarray(plan.tp_comm_overlap, dtype=bool) & sp
+    active = np.asarray(t) > 1
 
-    def exposed(comm: Number) -> Number:
-        return np.maximum(0.0, comm - window)
+    def hide(comm_s: Number, gemm: Number, on: Number, comm_sms: Number, splits: Number = np.inf) -> Number:
+        return overlapped_exposed_s(comm_s, np.where(on & active, gemm, 0.0), comm_sms, sms, splits)
 
-    tp_bwd = np.where(sp, 2 * gather + exposed(2 * gather) + exposed(2 * scatter), exposed(2 * reduce))
+    q, o, u, d = lt.qkv, lt.proj, lt.up, lt.down
+    ring = np.maximum(np.asarray(t, dtype=float), 1.0)  # ring exchange: one chunk per TP rank
+    # forward
+    sp_fwd = (
+        hide(gather, q.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
+        + hide(gather, u.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + hide(scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
+    )
+    tp_fwd = np.where(sp, sp_fwd, 2 * reduce)
+    tp_fwd_total = np.where(sp, 2 * (gather + scatter), 2 * reduce)
+    # backward
+    col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
+    col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
+    overlap_col = async_grad | ub
+    sp_bwd = (
+        hide(gather, o.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + hide(gather, d.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + hide(gather, q.input_grad_s, overlap_col, col_sms_ag)
+        + hide(scatter, q.weight_grad_s, overlap_col, col_sms_rs)
+        + hide(gather, u.input_grad_s, overlap_col, col_sms_ag)
+        + hide(scatter, u.weight_grad_s, overlap_col, col_sms_rs)
+    )
+    plain_bwd = hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + hide(
+        reduce, u.weight_grad_s, async_grad, NCCL_OVERLAP_SMS
+    )
+    tp_bwd = np.where(sp, sp_bwd, plain_bwd)
     tp_bwd_total = np.where(sp, 4 * gather + 2 * scatter, 2 * reduce)
     rc = np.asarray(plan.recompute)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
@@ -103,8 +174,8 @@ def layer_cost(
         compute_b=lt.backward_s + redo,
         tp_f=tp_fwd,
         tp_b=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
-        tp_hidden=tp_bwd_total - tp_bwd,
-        weight_s=lt.gemm_s,  # dW of the four GEMMs: each as long as its forward GEMM
+        tp_hidden=np.maximum(0.0, tp_fwd_total - tp_fwd) + np.maximum(0.0, tp_bwd_total - tp_bwd),
+        weight_s=lt.weight_s,
     )
     return cost, fwd
 
@@ -135,7 +206,15 @@ def head_cost(
     s_q = model.seq_len if q_len is None else q_len
     tokens = b * s_q
     norm = memory_s(2 * e * tokens * model.hidden * np.where(sp, 1.0 / t, 1.0), gpu)
-    logits = gemm_s(logits_forward(model, b, t, e, s_q, weight_bytes), gpu, plan.precision)
+    # The output layer stays in 16 bits in FP8 training (Megatron's output layer is not a
+    # Transformer Engine module).
+    out = linear_times(
+        logits_forward(model, b, t, e, s_q, weight_bytes),
+        gpu,
+        attention_precision(plan.precision),
+        plan.grad_accumulation_fusion,
+    )
+    logits = out.forward_s
     if not loss:
         return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
     loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=4)
@@ -144,10 +223,10 @@ def head_cost(
     grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     return StageCost(
         compute_f=norm + logits + loss_s,
-        compute_b=2 * norm + BACKWARD_GEMM_RATIO * logits,
+        compute_b=2 * norm + out.input_grad_s + out.weight_grad_s,
         tp_f=gather + ce_comm,
         tp_b=grad_in,
-        weight_s=logits,
+        weight_s=out.weight_grad_s,
     )
 
 
@@ -178,13 +257,22 @@ def select(mask: Number, a: StageCost, b: StageCost) -> StageCost:
     return StageCost(*(np.where(mask, getattr(a, f), getattr(b, f)) for f in FIELDS))
 
 
-def stages(
-    layers_per_stage: Number, pp: Number, layer: StageCost, emb: StageCost, head: StageCost
-) -> tuple[StageCost, StageCost, StageCost]:
-    """(first, middle, last) stage costs: l/p layers each, the embedding on the first stage and
-    the output layer on the last (a single stage has both)."""
-    one = (np.asarray(pp) == 1).astype(float)
-    middle = StageCost(*(layers_per_stage * getattr(layer, f) for f in FIELDS))
-    first = StageCost(*(getattr(middle, f) + getattr(emb, f) + one * getattr(head, f) for f in FIELDS))
-    last = StageCost(*(getattr(middle, f) + getattr(head, f) + one * getattr(emb, f) for f in FIELDS))
-    return first, middle, last
+class Stages(NamedTuple):
+    """Per micro-batch costs of the first stage, the fullest middle stage, the last stage, and
+    all middle stages together (for the pipeline's sum over stages)."""
+
+    first: StageCost
+    middle: StageCost
+    last: StageCost
+    middle_sum: StageCost
+
+
+def stages(split: StageSplit, layer: StageCost, emb: StageCost, head: StageCost) -> Stages:
+    """Stage costs from the split's layer counts: the first stage also runs the embedding and the
+    last the output layer (a single stage has both)."""
+    one = (np.asarray(split.pp) == 1).astype(float)
+    middle = StageCost(*(split.middle_max * getattr(layer, f) for f in FIELDS))
+    middle_sum = StageCost(*(split.middle_total * getattr(layer, f) for f in FIELDS))
+    first = StageCost(*(split.first * getattr(layer, f) + getattr(emb, f) + one * getattr(head, f) for f in FIELDS))
+    last = StageCost(*(split.last * getattr(layer, f) + getattr(head, f) + one * getattr(emb, f) for f in FIELDS))
+    return Stages(first, middle, last, middle_sum)

@@ -20,6 +20,7 @@ from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_p
 from shardwise.engines.training import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
+from shardwise.physics.stages import plan_split
 from shardwise.physics.topology import group_placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -59,11 +60,20 @@ class ForwardStages:
     compute: tuple[Number, Number, Number]
     tp_comm: tuple[Number, Number, Number]
     send_s: Number
+    middle_sum: Number = None  # all middle stages' compute + TP communication (None: equal stages)
 
     @property
     def per_stage(self) -> tuple[Number, Number, Number]:
         """c_j = compute + exposed TP communication + the send to the next stage."""
         return tuple(c + t + self.send_s for c, t in zip(self.compute, self.tp_comm, strict=True))  # type: ignore[return-value]
+
+    def middle_sum_s(self, pp: Number) -> Number:
+        """sum of c_j over the middle stages (sends included)."""
+        p = np.asarray(pp, dtype=float)
+        n_mid = np.maximum(p - 2, 0.0)
+        if self.middle_sum is None:
+            return n_mid * self.per_stage[1]
+        return self.middle_sum + n_mid * self.send_s
 
     def slowest(self, pp: Number) -> tuple[Number, Number, Number]:
         """(c_max, its compute, its TP communication) over the stages that exist."""
@@ -89,19 +99,19 @@ def forward_stages(
     s_kv = s_q if kv_len is None else kv_len
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
-    p = np.asarray(plan.pp, dtype=float)
     comm = tp_comm(scn, fabric, place["tp"], s_q)
     layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes)
     emb = embedding_cost(scn, comm, s_q)
     # the output layer stays 16-bit in quantised serving (TensorRT-LLM and vLLM leave lm_head alone)
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
-    first, middle, last = stages(model.layers / p, p, layer, emb, head)
+    first, middle, last, middle_sum = stages(plan_split(model.layers, plan), layer, emb, head)
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
     send = p2p_per_transfer(scn, fabric, place, comm)
     return ForwardStages(
         tuple(s.compute_f for s in (first, middle, last)),  # type: ignore[arg-type]
         tuple(s.tp_f for s in (first, middle, last)),
         send,
+        middle_sum.compute_f + middle_sum.tp_f,
     )  # type: ignore[arg-type]
 
 
@@ -116,10 +126,10 @@ def estimate_forward(
     p, m = np.asarray(plan.pp, dtype=float), np.asarray(plan.num_micro_batches, dtype=float)
     fs = forward_stages(scn, q_len, kv_len, logits_for_all)
     c = fs.per_stage
-    latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
+    latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
     e = plan.bytes_per_element
-    kv_cache = 2 * e * (model.layers / p) * plan.micro_batch * m * s_kv * model.kv_heads * model.head_dim / plan.tp
+    kv_cache = 2 * e * most_layers(scn) * plan.micro_batch * m * s_kv * model.kv_heads * model.head_dim / plan.tp
     return ForwardEstimate(
         scenario=scn,
         latency_s=latency,
@@ -133,6 +143,14 @@ def estimate_forward(
 
 
 def max_params(scn: Scenario) -> Number:
-    """Parameters on the fullest GPU (first or last stage)."""
-    first, middle, last = stage_params_per_gpu(scn.model, scn.plan.tp, scn.plan.pp)
+    """Parameters on the fullest GPU (first, fullest middle or last stage)."""
+    first, middle, last = stage_params_per_gpu(
+        scn.model, scn.plan.tp, scn.plan.pp, plan_split(scn.model.layers, scn.plan)
+    )
     return np.maximum(np.maximum(first, middle), last)
+
+
+def most_layers(scn: Scenario) -> Number:
+    """Layers on the stage that holds the most of them."""
+    split = plan_split(scn.model.layers, scn.plan)
+    return np.maximum(np.maximum(split.first, split.middle_max), split.last)

@@ -35,11 +35,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.forward import forward_stages
+from shardwise.engines.forward import forward_stages, most_layers
 from shardwise.engines.training import pipeline_makespan_s
 from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu
+from shardwise.physics.stages import plan_split
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
 
@@ -158,10 +159,10 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     """(weight bytes, KV-cache bytes per sequence) on the fullest GPU. Transformer layers are stored
     at the weight precision; the embedding, position table, final norm and output layer in 16 bits."""
     model, plan = scn.model, scn.plan
-    first, middle, last = stage_params_per_gpu(model, plan.tp, plan.pp)
-    split, replicated = layer_params_split(model)
-    layers = model.layers / np.asarray(plan.pp)
-    in_layers = layers * (split / plan.tp + replicated)
+    first, middle, last = stage_params_per_gpu(model, plan.tp, plan.pp, plan_split(model.layers, plan))
+    matrices, replicated = layer_params_split(model)
+    layers = most_layers(scn)
+    in_layers = layers * (matrices / plan.tp + replicated)
     fullest = np.maximum(np.maximum(first, middle), last)
     weights = in_layers * STORAGE_BYTES[wl.weight_precision] + (fullest - in_layers) * 2.0
     context = wl.input_len + wl.output_len
@@ -179,23 +180,24 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     w, kv = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
 
     def phase(q_len: Number, kv_len: Number) -> tuple[tuple[Number, ...], Number, Number, Number, Number]:
-        """Mean per-micro-batch cost of each stage (first, middle, last), the slowest stage's cost
-        and its compute and TP parts, and the send."""
+        """Mean per-micro-batch cost of each stage (first, middle, last, all middle ones together),
+        the slowest stage's cost and its compute and TP parts, and the send."""
         lo = forward_stages(scn_lo, q_len, kv_len, False, w, kv)
         hi = forward_stages(scn_hi, q_len, kv_len, False, w, kv)
         per_stage = tuple(_mix(a, b, r, m) for a, b in zip(lo.per_stage, hi.per_stage, strict=True))
+        per_stage = (*per_stage, _mix(lo.middle_sum_s(p), hi.middle_sum_s(p), r, m))
         slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
         return per_stage, slow[0], slow[1], slow[2], _mix(lo.send_s, hi.send_s, r, m)
 
     c, c_max, compute, tp, send = phase(wl.input_len, wl.input_len)
-    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1)
+    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, c[3])
     prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * send, "pp_bubble": ttft - m * c_max}
 
     # a decode step: each stage handles every micro-batch once, and each micro-batch crosses
     # every stage: TPOT = max(sum_j c_j, m max_j c_j)
     context = wl.input_len + wl.output_len / 2
     d, d_max, d_compute, d_tp, d_send = phase(1, context)
-    through = pipeline_makespan_s(d[0], d[1], d[2], p, 1, 1)  # one micro-batch crossing every stage
+    through = pipeline_makespan_s(d[0], d[1], d[2], p, 1, 1, d[3])  # one micro-batch crossing every stage
     tpot = np.maximum(through, m * d_max)
     share = tpot / d_max  # the decode step in units of the slowest stage's micro-batch
     decode = {"compute": share * d_compute, "tp_comm": share * d_tp, "pp_p2p": share * d_send}

@@ -15,20 +15,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_time_s, stages, tp_comm
+from shardwise.engines.costs import FIELDS, StageCost, embedding_cost, head_cost, layer_cost, p2p_time_s, tp_comm
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
 from shardwise.engines.training import (
+    PIPELINE_SYNC_S,
     _flops_per_step,
     _memory,
-    dp_comm_and_window_s,
+    dp_comm,
     optimizer_time_s,
     tied_embedding_sync_s,
 )
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.params import stage_params_per_gpu
+from shardwise.physics.params import layer_params_split, stage_params_per_gpu
+from shardwise.physics.stages import plan_split, stage_layer_list
 from shardwise.physics.topology import group_placement
 from shardwise.specs import Scenario
 
@@ -56,14 +58,18 @@ def stage_times(scn: Scenario) -> StageTimes:
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
     comm = tp_comm(scn, fabric, place["tp"])
     layer, _ = layer_cost(scn, comm)
-    first, middle, last = stages(model.layers / p, p, layer, embedding_cost(scn, comm), head_cost(scn, comm))
-    kinds = [first] + [middle] * max(0, p - 2) + ([last] if p > 1 else [])
-    params = stage_params_per_gpu(model, plan.tp, plan.pp)
-    stage_params = [params[0]] + [params[1]] * max(0, p - 2) + ([params[2]] if p > 1 else [])
-    split = plan.schedule.label in SPLIT_BACKWARD
+    emb, head = embedding_cost(scn, comm), head_cost(scn, comm)
+    split = plan_split(model.layers, plan)
+    counts = stage_layer_list(split, p)
+    kinds = [_stage_cost(n, layer, emb if i == 0 else None, head if i == p - 1 else None) for i, n in enumerate(counts)]
+    matrices, replicated = layer_params_split(model)
+    per_layer = matrices / plan.tp + replicated
+    params = stage_params_per_gpu(model, plan.tp, plan.pp, split)
+    stage_params = [params[0]] + [per_layer * n for n in counts[1:-1]] + ([params[2]] if p > 1 else [])
+    split_bwd = plan.schedule.label in SPLIT_BACKWARD
     forward = np.array([float(np.asarray(c.compute_f + c.tp_f)) for c in kinds])
     backward = np.array([float(np.asarray(c.compute_b + c.tp_b)) for c in kinds])
-    weight = np.array([float(np.asarray(c.weight_s)) for c in kinds]) if split else np.zeros(p)
+    weight = np.array([float(np.asarray(c.weight_s)) for c in kinds]) if split_bwd else np.zeros(p)
     # which boundaries cross servers: stage i holds ranks i*tp*dp ... (i+1)*tp*dp - 1
     span = int(_scalar("tp", plan.tp)) * int(_scalar("dp", plan.dp))
     node = np.arange(p) * span // int(_scalar("gpus_per_node", cluster.gpus_per_node))
@@ -72,18 +78,49 @@ def stage_times(scn: Scenario) -> StageTimes:
     send_f = np.array([float(np.asarray(p2p_time_s(scn, fabric, comm, bool(c)))) for c in crosses_f])
     send_b = np.array([float(np.asarray(p2p_time_s(scn, fabric, comm, bool(c)))) for c in crosses_b])
     overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
-    sync = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
-    dp, opt = [], []
+    blocking = p > 1 and not bool(_scalar("overlap_p2p", plan.overlap_p2p))
+    if blocking:
+        # Megatron's 1F1B: every forward and backward chunk ends with a blocking batched
+        # send/receive and a device sync, on the stage's own time (as in the closed form)
+        per_op = np.maximum(send_f, send_b)
+        sync = PIPELINE_SYNC_S if bool(_scalar("pipeline_sync", plan.pipeline_sync)) else 0.0
+        forward = forward + plan.vpp * (per_op + sync)
+        backward = backward + plan.vpp * (per_op + sync)
+        send_f, send_b = np.zeros(p), np.zeros(p)
+    tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
+    dp, tail, gather, opt = [], [], [], []
     for i, (cost, n_params) in enumerate(zip(kinds, stage_params, strict=True)):
-        total, hide = (float(np.asarray(x)) for x in dp_comm_and_window_s(scn, fabric, place, n_params, cost, m))
+        c = dp_comm(scn, fabric, place, n_params, cost, m)
+        grad_total = float(np.asarray(c.grad_s))
         one_backward = float(np.asarray(cost.compute_b + cost.tp_b))
         # the simulator hides the reduction behind the last backward operation only; what the
         # closed form hides behind earlier micro-batches (ZeRO-2/3) is taken off here
-        dp.append(max(0.0, total - max(0.0, hide - one_backward)) if overlap else total)
+        earlier = max(0.0, float(np.asarray(c.grad_window_s)) - one_backward)
+        dp.append(max(0.0, grad_total - earlier) if overlap else grad_total)
+        tail.append(min(dp[-1], float(np.asarray(c.grad_bucket_s))) if overlap else dp[-1])
         if i in (0, p - 1) and p > 1:
-            dp[-1] += sync
+            dp[-1] += tied
+            tail[-1] += tied
+        gather.append(float(np.asarray(c.exposed_s(overlap)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params))))
-    return StageTimes(forward, backward - weight, weight, send_f, send_b, np.array(dp), np.array(opt), overlap)
+    return StageTimes(
+        forward,
+        backward - weight,
+        weight,
+        send_f,
+        send_b,
+        np.array(dp),
+        np.array(opt),
+        overlap,
+        np.array(tail),
+        np.array(gather),
+    )
+
+
+def _stage_cost(n_layers: int, layer: StageCost, emb: StageCost | None, head: StageCost | None) -> StageCost:
+    parts = [StageCost(*(n_layers * getattr(layer, f) for f in FIELDS))]
+    parts += [x for x in (emb, head) if x is not None]
+    return StageCost(*(sum(getattr(x, f) for x in parts) for f in FIELDS))
 
 
 def simulate_training_step(scn: Scenario) -> SimulatedStep:
@@ -112,12 +149,12 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         optimizer_s=min(optimizer, last_tail),
     )
     model_flops, hw_flops = _flops_per_step(scn)
-    params = stage_params_per_gpu(scn.model, plan.tp, plan.pp)
+    params = stage_params_per_gpu(scn.model, plan.tp, plan.pp, plan_split(scn.model.layers, plan))
     estimate = TrainingEstimate(
         scenario=scn,
         step_time_s=sim.makespan_s,
         breakdown=breakdown,
-        memory=_memory(scn, (params[0], params[2]), m),
+        memory=_memory(scn, params, m),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,

@@ -42,6 +42,8 @@ class StageTimes:
     dp_s: np.ndarray  # gradient reduction after the last backward
     optimizer_s: np.ndarray
     overlap_dp: bool = True
+    dp_tail_s: np.ndarray | None = None  # of dp_s, what must still run after the last backward ends
+    gather_s: np.ndarray | None = None  # exposed parameter all-gather after the optimizer
 
 
 @dataclass(frozen=True, eq=False)
@@ -174,11 +176,16 @@ def simulate(
     for i in range(p):
         start = last_grad_start[i] if times.overlap_dp else last_grad_end[i]
         dp_s = float(times.dp_s[i])
+        tail = float(times.dp_tail_s[i]) if times.dp_tail_s is not None else 0.0
+        dp_end = max(start + dp_s, last_grad_end[i] + tail)
         if dp_s > 0:
-            rec.append((i, DP, -1, -1, start, start + dp_s))
-        dp_end = max(start + dp_s, last_grad_end[i])
+            rec.append((i, DP, -1, -1, dp_end - dp_s, dp_end))
         end = dp_end + float(times.optimizer_s[i])
         rec.append((i, OPT, -1, -1, dp_end, end))
+        gather = float(times.gather_s[i]) if times.gather_s is not None else 0.0
+        if gather > 0:
+            rec.append((i, DP, -1, -1, end, end + gather))
+            end += gather
         makespan = max(makespan, end)
     return SimulationResult(
         p, m, v, name, rec, makespan, pipeline_end, np.array(busy_s), np.array(peak, dtype=float) / v

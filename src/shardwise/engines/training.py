@@ -1,20 +1,28 @@
 """Closed-form time of one training step under TP x PP x DP (the analytic engine).
 
-Per micro-batch, each pipeline stage j spends c_j = f_j + b_j + 2 v t_p2p: forward and
-backward of its l/p layers (with recomputation and exposed TP collectives), and one send of
-activations forward and one of gradients backward per model chunk (Megatron-LM's blocking
-send/receive). The first stage also runs the embedding, the last the output layer and loss.
-For m micro-batches and v model chunks per GPU the pipeline takes
+Per micro-batch, each pipeline stage j spends c_j = f_j + b_j (+ 2 v t_p2p when the sends
+block): forward and backward of its layers (with recomputation and exposed TP collectives), and
+one send of activations forward and one of gradients backward per model chunk. Megatron-LM's
+1F1B blocks on them and synchronises the device after each (`PIPELINE_SYNC_S`); its interleaved
+schedule overlaps them with compute by default (`Plan.overlap_p2p`). The first stage also runs
+the embedding, the last the output layer and loss; stages may hold different numbers of layers
+(`physics.stages`). For m micro-batches and v model chunks per GPU the pipeline takes
 
     T_pipe = m max_j c_j + (sum_j c_j - max_j c_j) / v
 
 which for p equal stages is (m + (p - 1)/v) c: the GPipe / 1F1B bubble (p - 1)/m of
 Narayanan et al. 2021 Sec. 2.2, divided by v for the interleaved schedule (their Sec. 2.2.2).
-The data-parallel gradient reduction follows, hidden behind the last backward pass when
-bucketed and overlapped (and behind the pipeline drain for later stages), then the optimizer.
+Per-micro-batch costs (the weight gradients accumulated into fp32 main_grad, the sends and their
+syncs) are inside c_j, so they also grow the bubble. The data-parallel gradient reduction
+follows, hidden behind the last backward pass when bucketed and overlapped (and behind the
+pipeline drain for later stages) except for its last bucket, then the optimizer, then the
+distributed optimizer's parameter all-gather (exposed unless overlapped with the next step's
+first forward pass).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -34,6 +42,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
+from shardwise.physics.stages import StageSplit, plan_split
 from shardwise.physics.topology import group_placement
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
@@ -42,21 +51,51 @@ from shardwise.specs._checks import Number
 # unscale and inf-check (4), gradient norm (4), fused Adam (read p, m, v, g: 16; write p, m, v: 12),
 # copy fp32 weights back to 16-bit (4 + 2). 48 bytes per parameter at HBM speed.
 OPTIMIZER_TRAFFIC_BYTES_PER_PARAM = 48.0
+# After every blocking batched send/receive Megatron-LM calls torch.cuda.synchronize()
+# (megatron/core/pipeline_parallel/p2p_communication.py, "to protect against race condition when
+# using batch_isend_irecv"): the GPU's queue runs dry and waits for the host to launch the next
+# kernel, about one PyTorch collective call's host latency (the 20 us the link presets use).
+PIPELINE_SYNC_S = 20e-6
+# Megatron-Core's data-parallel gradient buckets: max(40M, 1M x dp) parameters
+# (megatron/core/distributed/distributed_data_parallel.py). The reduction of the last bucket (the
+# first layers' gradients, ready only when the backward pass ends) cannot hide behind it, and
+# the first bucket's parameter all-gather is needed before the first layer can run.
+DP_BUCKET_PARAMS = 40e6
+DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
 def pipeline_makespan_s(
-    c_first: Number, c_middle: Number, c_last: Number, pp: Number, micro_batches: Number, vpp: Number = 1
+    c_first: Number,
+    c_middle: Number,
+    c_last: Number,
+    pp: Number,
+    micro_batches: Number,
+    vpp: Number = 1,
+    c_middle_sum: Number | None = None,
 ) -> Number:
-    """T = m max_j c_j + (sum_j c_j - max_j c_j) / v for stages first, (p - 2) x middle, last.
+    """T = m max_j c_j + (sum_j c_j - max_j c_j) / v for stages first, middle ones, last.
 
-    c_j is one micro-batch's forward + backward (+ sends) on stage j. Equal stages give
-    (m + (p - 1)/v) c: the bubble (p - 1)/m of GPipe and 1F1B (Narayanan et al. 2021 Sec. 2.2),
-    divided by v with v model chunks per GPU (Sec. 2.2.2). With p = 1 the single stage is c_first.
+    c_j is one micro-batch's forward + backward (+ sends) on stage j; `c_middle` is the slowest
+    middle stage and `c_middle_sum` all middle stages together (default (p - 2) c_middle, equal
+    stages). Equal stages give (m + (p - 1)/v) c: the bubble (p - 1)/m of GPipe and 1F1B
+    (Narayanan et al. 2021 Sec. 2.2), divided by v with v model chunks per GPU (Sec. 2.2.2).
+    With p = 1 the single stage is c_first.
     """
     p = np.asarray(pp, dtype=float)
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_middle, 0.0)), c_last)
-    c_sum = np.where(p == 1, c_first, c_first + (p - 2) * c_middle + c_last)
+    mids = (p - 2) * c_middle if c_middle_sum is None else c_middle_sum
+    c_sum = np.where(p == 1, c_first, c_first + np.where(p > 2, mids, 0.0) + c_last)
     return micro_batches * c_max + (np.where(p == 1, c_first, c_sum) - c_max) / vpp
+
+
+def p2p_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
+    """What pipeline sends add to one stage's micro-batch: 2 v transfers (activations forward,
+    gradients backward, per model chunk) and, when blocking, a device sync after each."""
+    plan = scn.plan
+    v = np.asarray(plan.vpp, dtype=float)
+    blocking = ~np.asarray(plan.overlap_p2p, dtype=bool)
+    sync = np.where(np.asarray(plan.pipeline_sync, dtype=bool), PIPELINE_SYNC_S, 0.0)
+    return np.where(np.asarray(plan.pp) > 1, 2 * v * (send_s + np.where(blocking, sync, 0.0)), 0.0)
 
 
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
@@ -65,18 +104,27 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
+    split = plan_split(model.layers, plan)
 
     comm = tp_comm(scn, fabric, place["tp"])
     layer, _ = layer_cost(scn, comm)
     emb = embedding_cost(scn, comm)
     head = head_cost(scn, comm)
-    per_stage = model.layers / p
+    first, middle, last, middle_sum = stages(split, layer, emb, head)
 
-    first, middle, last = stages(per_stage, p, layer, emb, head)
+    # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
+    # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
+    # when they are longer than it.
+    p2p = p2p_per_micro_batch_s(scn, p2p_per_transfer(scn, fabric, place, comm))
+    overlap = np.asarray(plan.overlap_p2p, dtype=bool)
 
-    p2p = p2p_per_transfer(scn, fabric, place, comm) * 2 * v
-    c_first, c_mid, c_last = (s.total + p2p for s in (first, middle, last))
-    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v)
+    def with_sends(total: Number) -> Number:
+        return np.where(overlap, np.maximum(total, p2p), total + p2p)
+
+    c_first, c_mid, c_last = (with_sends(s.total) for s in (first, middle, last))
+    n_mid = np.maximum(p - 2, 0.0)
+    c_mid_sum = np.where(overlap, np.maximum(middle_sum.total, n_mid * p2p), middle_sum.total + n_mid * p2p)
+    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v, c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     w_stage = np.where(p > 2, middle.weight_s, first.weight_s)
@@ -86,8 +134,9 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     )
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
+    exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - (slowest.total)), p2p)
 
-    params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp)
+    params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp, split)
     dp_s, dp_hidden = _data_parallel_exposed_s(
         scn, fabric, place, (params_first, params_mid, params_last), (first, middle, last), m, v
     )
@@ -96,7 +145,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     breakdown = StepBreakdown(
         compute_s=m * (slowest.compute_f + slowest.compute_b),
         tp_comm_s=m * (slowest.tp_f + slowest.tp_b),
-        pp_p2p_s=m * p2p,
+        pp_p2p_s=m * exposed_p2p,
         pp_bubble_s=pipe_s - m * c_max,
         dp_comm_s=dp_s,
         optimizer_s=optimizer_s,
@@ -107,12 +156,96 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         scenario=scn,
         step_time_s=step,
         breakdown=breakdown,
-        memory=_memory(scn, (params_first, params_last), m),
+        memory=_memory(scn, (params_first, params_mid, params_last), m, split),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
         hidden_comm_s={"tp_comm": m * slowest.tp_hidden, "dp_comm": dp_hidden},
     )
+
+
+@dataclass(frozen=True)
+class DpComm:
+    """One stage's data-parallel communication per step (seconds) and what it may hide behind.
+
+    `grad_s`: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO >= 1; ZeRO-2/3 one per
+    micro-batch), `grad_window_s` the backward compute it overlaps when bucketed, `grad_bucket_s`
+    the last bucket's share (never hidden); `gather_s`: the parameter all-gather (ZeRO-1/2 after
+    the optimizer; ZeRO-3 before every forward and backward), `gather_window_s` what it may hide
+    behind (ZeRO-1/2 with overlap_param_gather: the next step's first forward; ZeRO-3: all
+    compute), `gather_bucket_s` the first bucket's share (needed at once).
+    """
+
+    grad_s: Number
+    grad_window_s: Number
+    grad_bucket_s: Number
+    gather_s: Number
+    gather_window_s: Number
+    gather_bucket_s: Number
+    shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
+
+    @property
+    def total_s(self) -> Number:
+        return self.grad_s + self.gather_s
+
+    def exposed_s(self, overlap_grad: Number, drain_s: Number = 0.0) -> tuple[Number, Number]:
+        """(exposed gradient part, exposed gather part): each is what its window does not
+        cover, and at least its unhideable bucket."""
+        overlap = np.asarray(overlap_grad, dtype=bool)
+        window = np.where(overlap, self.grad_window_s + drain_s, 0.0)
+        grad = np.maximum(self.grad_s - window, np.where(window > 0, self.grad_bucket_s, self.grad_s))
+        grad = np.minimum(grad, self.grad_s)
+        gather = np.maximum(
+            self.gather_s - self.gather_window_s,
+            np.where(self.gather_window_s > 0, self.gather_bucket_s, self.gather_s),
+        )
+        gather = np.minimum(gather, self.gather_s)
+        # ZeRO-3: the reductions hide behind the backward passes the gathers also use; both share
+        # the compute, so what exceeds it (or the unhideable buckets) is exposed
+        both = self.grad_s + self.gather_s
+        shared_window = self.gather_window_s + np.where(overlap, drain_s, 0.0)
+        shared = np.minimum(
+            both,
+            np.maximum(
+                both - shared_window,
+                np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s,
+            ),
+        )
+        z3 = np.asarray(self.shared_window, dtype=bool)
+        return np.where(z3, shared, grad), np.where(z3, 0.0, gather)
+
+
+def dp_comm(
+    scn: Scenario, fabric: Fabric, place: dict[str, Number], n_params: Number, cost: StageCost, m: Number
+) -> DpComm:
+    """The data-parallel communication of one stage holding `n_params` parameters per GPU.
+
+    ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
+    the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
+    distributed optimizer); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded);
+    ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the forward and
+    backward passes (no gather after the optimizer).
+    """
+    plan = scn.plan
+    z = np.asarray(plan.zero_stage)
+    dp = np.asarray(plan.dp, dtype=float)
+    group = fabric.group(plan.dp, place["dp"])
+    g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
+    bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    all_reduce = group.all_reduce(n_params * g_bytes)
+    scatter, gather = group.reduce_scatter(n_params * g_bytes), group.all_gather(n_params * w_bytes)
+    b_reduce = np.where(z == 0, group.all_reduce(bucket * g_bytes), group.reduce_scatter(bucket * g_bytes))
+    b_gather = group.all_gather(bucket * w_bytes)
+    backward = cost.compute_b + cost.tp_b
+    grad = np.select([z == 0, z == 1], [all_reduce, scatter], m * scatter)
+    grad_window = np.where(z <= 1, backward, m * backward)
+    gather_s = np.select([z == 0, z <= 2], [0.0, gather], 2 * m * gather)
+    forward = cost.compute_f + cost.tp_f
+    overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
+    gather_window = np.select([z == 3, overlap_gather], [m * cost.total, forward], 0.0)
+    # ZeRO-3 prefetches every gather but the first of each forward and backward pass
+    b_gather_all = np.where(z == 3, 2 * m * b_gather, b_gather)
+    return DpComm(grad, grad_window, b_reduce, gather_s, gather_window, b_gather_all, z == 3)
 
 
 def _data_parallel_exposed_s(
@@ -124,54 +257,28 @@ def _data_parallel_exposed_s(
     m: Number,
     v: Number,
 ) -> tuple[Number, Number]:
-    """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers.
-
-    ZeRO 0: all-reduce of the gradients; ZeRO 1/2: reduce-scatter of gradients + all-gather of
-    updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7); ZeRO 3 also
-    gathers the weights before each forward and backward of every micro-batch, prefetched behind
-    compute. With overlap the reduction runs in buckets during the last micro-batch's backward
-    pass; stage i of p also has i backward chunks of pipeline drain to hide behind.
+    """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
+    exposed part is largest sets the step. With overlap the reduction runs in buckets during the
+    last micro-batch's backward pass; stage i of p also has i backward chunks of pipeline drain to
+    hide behind; the last bucket is always exposed. The parameter all-gather after the optimizer
+    is exposed unless overlap_param_gather (then all but its first bucket hides behind the next
+    step's first forward).
     """
     plan = scn.plan
-    overlap = np.asarray(plan.overlap_grad_reduce, dtype=bool)
     p = np.asarray(plan.pp, dtype=float)
     exposed, totals = [], []
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
-        comm, hide = dp_comm_and_window_s(scn, fabric, place, n_params, cost, m)
+        comm = dp_comm(scn, fabric, place, n_params, cost, m)
         drain = index * (cost.compute_b + cost.tp_b) / v  # stage i ends its last backward i chunks early
-        exposed.append(np.maximum(0.0, comm - np.where(overlap, hide, 0.0) - drain))
-        totals.append(comm)
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain)
+        exposed.append(grad + gather)
+        totals.append(comm.total_s)
     mid = np.where(p > 2, exposed[1], 0.0)
     dp_exposed = np.maximum(np.maximum(exposed[0], mid), exposed[2])
     # the hidden share of the stage whose exposed part sets the step
     pick = np.where(exposed[0] >= np.maximum(mid, exposed[2]), 0, np.where(exposed[2] >= mid, 2, 1))
     hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
-
-
-def dp_comm_and_window_s(
-    scn: Scenario, fabric: Fabric, place: dict[str, Number], n_params: Number, cost: StageCost, m: Number
-) -> tuple[Number, Number]:
-    """(seconds of data-parallel communication of one stage per step, compute it may hide behind).
-
-    ZeRO-0: all-reduce of the gradients, behind the last backward pass; ZeRO-1: reduce-scatter of
-    the gradients + all-gather of the updated 16-bit weights (the same bytes, Rajbhandari et al.
-    2020 Sec. 7); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded), behind every
-    backward pass; ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the
-    forward and backward passes (no gather after the optimizer). Each window is used once.
-    """
-    plan = scn.plan
-    z = np.asarray(plan.zero_stage)
-    group = fabric.group(plan.dp, place["dp"])
-    grads = n_params * mem.grad_bytes_per_param(plan.precision)
-    weights = n_params * mem.weight_bytes_per_param(plan.precision)
-    all_reduce, scatter, gather = group.all_reduce(grads), group.reduce_scatter(grads), group.all_gather(weights)
-    comm = np.select(
-        [z == 0, z == 1, z == 2], [all_reduce, scatter + gather, m * scatter + gather], m * (scatter + 2 * gather)
-    )
-    backward = cost.compute_b + cost.tp_b
-    hide = np.select([z <= 1, z == 2], [backward, m * backward], m * cost.total)
-    return comm, hide
 
 
 def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
@@ -210,8 +317,11 @@ def _flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
 
 
-def _memory(scn: Scenario, params: tuple[Number, Number], m: Number) -> mem.MemoryBreakdown:
-    """The fuller of the first stage (most activations, embedding) and the last (output layer)."""
+def _memory(
+    scn: Scenario, params: tuple[Number, Number, Number], m: Number, split: StageSplit | None = None
+) -> mem.MemoryBreakdown:
+    """The fullest of the first stage (most activations in flight, embedding), the second stage
+    (the fullest middle one, when the split is uneven) and the last (output layer)."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     per_layer = mem.layer_activation_bytes(
@@ -226,26 +336,31 @@ def _memory(scn: Scenario, params: tuple[Number, Number], m: Number) -> mem.Memo
     working = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
     p = np.asarray(plan.pp, dtype=float)
     t, b, s = plan.tp, plan.micro_batch, model.seq_len
-    in_first = mem.layers_in_flight(model.layers, p, plan.vpp, m, plan.schedule, 0)
-    in_last = mem.layers_in_flight(model.layers, p, plan.vpp, m, plan.schedule, p - 1)
-    mb_first = in_first / (model.layers / p)  # micro-batches in flight on the first stage
+    split = plan_split(model.layers, plan) if split is None else split
+    in_first = mem.layers_in_flight(split.first, p, plan.vpp, m, plan.schedule, 0)
+    in_mid = mem.layers_in_flight(split.middle_max, p, plan.vpp, m, plan.schedule, 1)
+    in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)
+    mb_first = in_first / split.first  # micro-batches in flight on the first stage
     sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
     emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
     # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
     # each with SP), fp32 logits (4 s b V / t), for the micro-batch at the loss.
     head = 2 * e * s * b * model.hidden / sp_split + 4.0 * s * b * model.vocab / t
-    act_first = in_first * per_layer + working + emb_mask + np.where(p == 1, head, 0.0)
-    act_last = in_last * per_layer + working + head
+    acts = (
+        in_first * per_layer + working + emb_mask + np.where(p == 1, head, 0.0),
+        np.where(p > 2, in_mid * per_layer + working, 0.0),
+        in_last * per_layer + working + head,
+    )
     states = [mem.model_state_bytes(n, plan.dp, plan.zero_stage, plan.precision) for n in params]
-    total_first = sum(states[0]) + act_first
-    total_last = sum(states[1]) + act_last
-    use_first = total_first >= total_last
-    w, g, o = (np.where(use_first, a, b_) for a, b_ in zip(states[0], states[1], strict=True))
+    totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
+    totals[1] = np.where(p > 2, totals[1], -np.inf)
+    pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
+    w, g, o = (np.choose(pick, [st[i] for st in states]) for i in range(3))
     return mem.MemoryBreakdown(
         weights_bytes=w,
         gradients_bytes=g,
         optimizer_bytes=o,
-        activations_bytes=np.where(use_first, act_first, act_last),
+        activations_bytes=np.choose(pick, list(acts)),
         reserved_bytes=mem.RUNTIME_RESERVED_BYTES + 0.0 * w,
     )
 

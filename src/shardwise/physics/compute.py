@@ -1,17 +1,21 @@
-"""Time of compute kernels on one GPU: a roofline with an achievable peak and a launch gap.
+"""Time of compute kernels on one GPU.
+
+GEMMs (the linear layers, the output layer, unfused attention's batched products) are timed from
+their shape by the tile/wave model of `physics.gemm`; everything else by a roofline with an
+achievable peak and a launch gap:
 
     T_op = max(F / (peak * eta_mm), Q / (BW * eta_mem)) + t_launch
 
-F FLOPs, Q bytes moved; eta_mm the GPU's achievable fraction of dense peak for large GEMMs
-(measured "maximum achievable matmul FLOPS", Bekman's ml-engineering MAMF table), eta_mem the
-achievable fraction of HBM bandwidth. Small or thin matrices fall under the memory roof on
-their own (a GEMM's bytes grow relative to its FLOPs), and every kernel pays a launch gap, so
-tiny operations are slower per FLOP than large ones without a per-shape fudge factor.
+F FLOPs, Q bytes moved; eta_mm the GPU's achievable fraction of dense peak, eta_mem the
+achievable fraction of HBM bandwidth.
 
-Backward passes (Narayanan et al. 2021 Sec. 5.1: "the backward pass is twice the forward"):
-each GEMM Y = X W becomes dX = dY W^T and dW = X^T dY, the same shapes, so 2x the forward
-time; memory-bound kernels read the saved input and the incoming gradient and write the
-outgoing one, BACKWARD_MEMORY_RATIO x the forward traffic.
+Backward passes: each linear layer Y = X W becomes dX = dY W^T (an m x n @ n x k product) and
+dW = X^T dY (k x m @ m x n, K = the tokens), each timed with its own shape, so the backward is
+about, not exactly, twice the forward (Narayanan et al. 2021 Sec. 5.1). The weight gradient is
+accumulated into the fp32 main_grad inside the GEMM (Megatron's gradient-accumulation fusion,
+8 bytes per weight per micro-batch in the epilogue) or, without fusion, written in 16 bits and
+added by a separate kernel. Memory-bound kernels read the saved input and the incoming gradient
+and write the outgoing one, BACKWARD_MEMORY_RATIO x the forward traffic.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.physics.flops import Gemm, LayerForward
+from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_gradient
+from shardwise.physics.gemm import gemm_time_s
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 
@@ -28,9 +33,11 @@ BACKWARD_GEMM_RATIO = 2.0  # dX and dW per forward GEMM
 BACKWARD_MEMORY_RATIO = 2.0  # read input + gradient, write gradient vs read + write forward
 # FlashAttention-2 reaches 50-73 % of A100 peak forward vs ~87 % for a large GEMM
 # (Dao 2023, Fig. 5; MAMF): about 0.75 of the GEMM efficiency. Its backward recomputes the
-# scores and does 5 GEMM-sized products against 2 forward (Dao 2023, Sec. 3.1.2): 2.5x.
+# scores and does 5 GEMM-sized products against 2 forward (Dao 2023, Sec. 3.1.2): 2.5x the FLOPs,
+# run at up to 63 % of peak against the forward's 73 % (Dao 2023, Sec. 4.1), so 2.5 x 73/63 =
+# 2.9x the forward's time.
 FLASH_RELATIVE_EFFICIENCY = 0.75
-FLASH_BACKWARD_RATIO = 2.5
+FLASH_BACKWARD_RATIO = 2.5 * 73.0 / 63.0
 
 
 def roofline_s(flops: Number, n_bytes: Number, gpu: Gpu, precision: str, efficiency: Number = 1.0) -> Number:
@@ -46,53 +53,136 @@ def memory_s(n_bytes: Number, gpu: Gpu, kernels: Number = 1) -> Number:
 
 
 def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
-    return roofline_s(g.flops, g.bytes, gpu, precision)
+    """One GEMM kernel: the tile/wave model of `physics.gemm` when the shape is known, else the
+    roofline; plus the launch gap."""
+    peak, eff = gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision)
+    if np.all(np.asarray(g.m) == 0):
+        return roofline_s(g.flops, g.bytes, gpu, precision)
+    return gemm_time_s(g.m, g.n, g.k, g.batch, g.operand_bytes, g.out_bytes, gpu, peak, eff) + gpu.kernel_launch_s
+
+
+def attention_precision(precision: str) -> str:
+    """Attention runs in 16 bits when training in FP8 (Transformer Engine's FP8 recipes cast the
+    linear layers' inputs; its fused attention stays BF16 unless FP8 attention is asked for)."""
+    return "bf16" if precision == "fp8" else precision
+
+
+@dataclass(frozen=True)
+class GemmTimes:
+    """One linear layer's three GEMMs on one GPU: forward Y = XW, input gradient dX = dY W^T,
+    weight gradient dW = X^T dY (accumulated into the fp32 main_grad or written in 16 bits)."""
+
+    forward_s: Number
+    input_grad_s: Number
+    weight_grad_s: Number
 
 
 @dataclass(frozen=True)
 class LayerTimes:
     """Forward / backward / recompute times of one layer on one GPU, split by kind of work.
 
-    Seconds, arrays broadcast with the inputs. `attention_core_s` is what selective
-    recomputation redoes; `column_gemm_s` the forward GEMMs of the column-parallel layers (QKV and
-    MLP up): their input-gradient and their weight-gradient GEMMs each take as long, and TP
-    collectives of the backward pass can hide behind them.
+    Seconds, arrays broadcast with the inputs. The four linear layers carry their own GEMM times
+    (forward, input gradient, weight gradient) so that each TP collective can overlap only its
+    own GEMM. `attention_core_s` is what selective recomputation redoes. `cast_*_s` are FP8
+    quantisation kernels (0 in 16-bit training).
     """
 
-    gemm_s: Number
+    qkv: GemmTimes
+    proj: GemmTimes
+    up: GemmTimes
+    down: GemmTimes
     attention_s: Number
+    attention_bwd_s: Number
     elementwise_s: Number
-    backward_s: Number
+    elementwise_bwd_s: Number
     attention_core_s: Number
-    column_gemm_s: Number
+    cast_f_s: Number = 0.0
+    cast_b_s: Number = 0.0
+
+    @property
+    def linears(self) -> tuple[GemmTimes, GemmTimes, GemmTimes, GemmTimes]:
+        return (self.qkv, self.proj, self.up, self.down)
+
+    @property
+    def gemm_s(self) -> Number:
+        """The four forward GEMMs."""
+        return sum(g.forward_s for g in self.linears)
+
+    @property
+    def weight_s(self) -> Number:
+        """The four weight-gradient GEMMs (what ZB-H1 defers)."""
+        return sum(g.weight_grad_s for g in self.linears)
 
     @property
     def forward_s(self) -> Number:
-        return self.gemm_s + self.attention_s + self.elementwise_s
+        return self.gemm_s + self.attention_s + self.elementwise_s + self.cast_f_s
+
+    @property
+    def backward_s(self) -> Number:
+        grads = sum(g.input_grad_s + g.weight_grad_s for g in self.linears)
+        return grads + self.attention_bwd_s + self.elementwise_bwd_s + self.cast_b_s
 
 
-def layer_times(fwd: LayerForward, gpu: Gpu, precision: str, flash: Number) -> LayerTimes:
-    """Roofline times of every kernel of one layer (see the module docstring for the ratios)."""
-    flash = np.asarray(flash, dtype=bool)
-    gemms = sum(gemm_s(g, gpu, precision) for g in fwd.gemms)
-    softmax = memory_s(fwd.softmax_bytes, gpu, kernels=2)
-    bmm = gemm_s(fwd.scores, gpu, precision) + gemm_s(fwd.context, gpu, precision)
-    fused = roofline_s(
-        fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, precision, FLASH_RELATIVE_EFFICIENCY
+# FP8 (Transformer Engine, per-tensor scaling): each linear layer's input is cast to FP8 and
+# transposed for the weight gradient (read 2 bytes, write 1 + 1) in the forward pass, and each
+# output gradient likewise in the backward pass. Weights are cast once per step (cached across
+# micro-batches), which is left out.
+FP8_CAST_BYTES_PER_ELEMENT = 4.0
+# Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
+# accumulation fusion): 4 bytes read + 4 written per weight; without it the GEMM writes a 16-bit
+# gradient and a separate kernel adds it to main_grad (read 2 + 4, write 4).
+FUSED_ACCUMULATE_BYTES = 8.0
+UNFUSED_GRAD_BYTES = 2.0
+UNFUSED_ACCUMULATE_BYTES = 10.0
+
+
+def linear_times(g: Gemm, gpu: Gpu, precision: str, fused_accumulation: Number = True) -> GemmTimes:
+    """Forward, input-gradient and weight-gradient GEMMs of one linear layer."""
+    fused = np.asarray(fused_accumulation, dtype=bool)
+    if precision == "fp8":  # operands read as 1-byte FP8, outputs in 16 bits
+        g = g._replace(a_bytes=1.0, b_bytes=1.0)
+    fwd = gemm_s(g, gpu, precision)
+    dx = gemm_s(input_gradient(g), gpu, precision)
+    dw_fused = gemm_s(weight_gradient(g, FUSED_ACCUMULATE_BYTES), gpu, precision)
+    dw_plain = gemm_s(weight_gradient(g, UNFUSED_GRAD_BYTES), gpu, precision) + memory_s(
+        UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu
     )
+    return GemmTimes(fwd, dx, np.where(fused, dw_fused, dw_plain))
+
+
+def layer_times(
+    fwd: LayerForward, gpu: Gpu, precision: str, flash: Number, fused_accumulation: Number = True
+) -> LayerTimes:
+    """Times of every kernel of one layer (see the module docstring for the ratios)."""
+    flash = np.asarray(flash, dtype=bool)
+    qkv, proj, up, down = (linear_times(g, gpu, precision, fused_accumulation) for g in fwd.gemms)
+    attn_p = attention_precision(precision)
+    softmax = memory_s(fwd.softmax_bytes, gpu, kernels=2)
+    bmm = gemm_s(fwd.scores, gpu, attn_p) + gemm_s(fwd.context, gpu, attn_p)
+    fused = roofline_s(fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, attn_p, FLASH_RELATIVE_EFFICIENCY)
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
     attention_bwd = np.where(
         flash, FLASH_BACKWARD_RATIO * fused, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
-    backward = BACKWARD_GEMM_RATIO * gemms + attention_bwd + BACKWARD_MEMORY_RATIO * elementwise
+    cast_f = cast_b = 0.0
+    if precision == "fp8":
+        inputs = sum(g.m * g.k * g.batch for g in fwd.gemms)
+        outputs = sum(g.m * g.n * g.batch for g in fwd.gemms)
+        cast_f = memory_s(FP8_CAST_BYTES_PER_ELEMENT * inputs, gpu, kernels=len(fwd.gemms))
+        cast_b = memory_s(FP8_CAST_BYTES_PER_ELEMENT * outputs, gpu, kernels=len(fwd.gemms))
     return LayerTimes(
-        gemm_s=gemms,
+        qkv=qkv,
+        proj=proj,
+        up=up,
+        down=down,
         attention_s=attention,
+        attention_bwd_s=attention_bwd,
         elementwise_s=elementwise,
-        backward_s=backward,
+        elementwise_bwd_s=BACKWARD_MEMORY_RATIO * elementwise,
         # Selective recomputation redoes the attention core only; FlashAttention stores no
         # scores, so there is nothing left for it to recompute (its backward already does).
         attention_core_s=np.where(flash, 0.0, bmm + softmax),
-        column_gemm_s=gemm_s(fwd.qkv, gpu, precision) + gemm_s(fwd.mlp_up, gpu, precision),
+        cast_f_s=cast_f,
+        cast_b_s=cast_b,
     )

@@ -41,15 +41,53 @@ DROPOUT_MASK_BYTES = 1.0  # Megatron-LM stores dropout masks as uint8 (Korthikan
 
 
 class Gemm(NamedTuple):
+    """FLOPs and bytes of `batch` (m x k) @ (k x n) products; the shape is what the tile model of
+    `physics.gemm` needs (m = 0: no shape known, a plain roofline). `a_bytes`/`b_bytes` are the
+    bytes per element of the two operands, `out_bytes` what the epilogue moves per output element."""
+
     flops: Number
     bytes: Number
+    m: Number = 0
+    n: Number = 0
+    k: Number = 0
+    batch: Number = 1
+    a_bytes: Number = 2.0
+    b_bytes: Number = 2.0
+    out_bytes: Number = 2.0
+
+    @property
+    def operand_bytes(self) -> Number:
+        return self.batch * (self.a_bytes * self.m * self.k + self.b_bytes * self.k * self.n)
 
 
 def gemm(m: Number, n: Number, k: Number, e: Number, batch: Number = 1, weight_bytes: Number | None = None) -> Gemm:
     """`batch` independent (m x k) @ (k x n) products: 2 m n k FLOPs each. The (k x n) operand is
     a weight stored with `weight_bytes` per element (default e: an activation, as in attention)."""
     w = e if weight_bytes is None else weight_bytes
-    return Gemm(2.0 * batch * m * n * k, batch * (e * (m * k + m * n) + w * k * n))
+    return Gemm(2.0 * batch * m * n * k, batch * (e * (m * k + m * n) + w * k * n), m, n, k, batch, e, w, e)
+
+
+def input_gradient(g: Gemm) -> Gemm:
+    """dX = dY W^T for a forward Y[m x n] = X[m x k] W[k x n]: an (m x n) @ (n x k) product."""
+    return g._replace(n=g.k, k=g.n, a_bytes=g.a_bytes, b_bytes=g.b_bytes)
+
+
+def weight_gradient(g: Gemm, accumulate_bytes: Number) -> Gemm:
+    """dW = X^T dY: a (k x m) @ (m x n) product whose epilogue moves `accumulate_bytes` per
+    weight element (8 for fp32 main_grad read and written, 2 for a 16-bit gradient written)."""
+    flops = g.flops
+    operand = g.batch * g.a_bytes * (g.m * g.k + g.m * g.n)
+    return Gemm(
+        flops,
+        operand + g.batch * accumulate_bytes * g.k * g.n,
+        g.k,
+        g.n,
+        g.m,
+        g.batch,
+        g.a_bytes,
+        g.a_bytes,
+        accumulate_bytes,
+    )
 
 
 @dataclass(frozen=True)

@@ -85,16 +85,17 @@ def layer_activation_bytes(
 
 
 def layers_in_flight(
-    layers: Number, pp: Number, vpp: Number, micro_batches: Number, schedule: Number, stage_index: Number
+    stage_layers: Number, pp: Number, vpp: Number, micro_batches: Number, schedule: Number, stage_index: Number
 ) -> Number:
-    """Layer-micro-batches of activations that stage `stage_index` holds at its peak."""
+    """Layer-micro-batches of activations that stage `stage_index` (holding `stage_layers`
+    layers) keeps at its peak."""
     p, v, m, i = pp, vpp, micro_batches, stage_index
-    per_stage = layers / p
+    per_stage = stage_layers
     gpipe = m * per_stage
     one_f_one_b = np.minimum(p - i, m) * per_stage
     # Megatron-LM interleaved warm-up: 2 (p - i - 1) + (v - 1) p chunk forwards, plus one.
     chunks = np.minimum(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
-    interleaved = chunks * layers / (p * v)
+    interleaved = chunks * stage_layers / v
     sched = np.asarray(schedule)
     # ZB-H1 keeps 1F1B's peak on the first stage (Qi et al. 2023 Sec. 3.1); the later stages hold
     # up to p micro-batches' inputs while their deferred weight gradients wait, still <= stage 0.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.stages import StageSplit, stage_split
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
@@ -48,21 +49,26 @@ def total_params(model: Model) -> Number:
     return model.layers * layer_params(model) + embedding_params(model) + _norm_params(model) + out
 
 
-def stage_params_per_gpu(model: Model, tp: Number, pp: Number) -> tuple[Number, Number, Number]:
-    """Parameters held by one GPU of the first, a middle and the last pipeline stage.
+def stage_params_per_gpu(
+    model: Model, tp: Number, pp: Number, split: StageSplit | None = None
+) -> tuple[Number, Number, Number]:
+    """Parameters held by one GPU of the first, the fullest middle and the last pipeline stage.
 
-    Layers split evenly (l / pp per stage), matrices split across tp. The first stage holds the
+    Layers as the split gives them (default: as even as possible), matrices split across tp. The first stage holds the
     word embedding (vocab-parallel, / tp) and the position table (replicated); the last stage
     the final norm and the output matrix (a copy of the word embedding when tied and pp > 1;
     Megatron-LM keeps both copies in sync with an all-reduce).
     """
-    split, replicated = layer_params_split(model)
-    layers = (split / tp + replicated) * model.layers / pp
+    if split is None:
+        split = stage_split(model.layers, pp)
+    matrices, replicated = layer_params_split(model)
+    per_layer = matrices / tp + replicated
+    layers = per_layer * split.middle_max
     pos = model.seq_len * model.hidden if model.learned_positions else 0
     word = model.vocab * model.hidden / tp
     norm = _norm_params(model)
-    single = layers + word + pos + norm + (0 if model.tied_embeddings else word)
+    single = per_layer * model.layers + word + pos + norm + (0 if model.tied_embeddings else word)
     one_stage = np.asarray(pp) == 1
-    first = np.where(one_stage, single, layers + word + pos)
-    last = np.where(one_stage, single, layers + norm + word)
+    first = np.where(one_stage, single, per_layer * split.first + word + pos)
+    last = np.where(one_stage, single, per_layer * split.last + norm + word)
     return first, layers, last

@@ -29,8 +29,9 @@ def plan_heatmap(result: Any) -> Figure:
                 ax.text(j, i, "OOM", ha="center", va="center", fontsize=7, color="#aa0000")
             else:
                 dark = im.norm(rate[i, j]) < 0.5  # viridis is dark at its low end
-                ax.text(j, i, f"{rate[i, j]:,.0f}", ha="center", va="center", fontsize=7,
-                        color="white" if dark else "black")
+                ax.text(
+                    j, i, f"{rate[i, j]:,.0f}", ha="center", va="center", fontsize=7, color="white" if dark else "black"
+                )
     if np.isfinite(top):
         bi, bj = np.unravel_index(np.nanargmax(rate), rate.shape)
         ax.add_patch(Rectangle((bj - 0.5, bi - 0.5), 1, 1, fill=False, edgecolor="red", lw=2.5))
@@ -40,9 +41,11 @@ def plan_heatmap(result: Any) -> Figure:
     ax.set_ylabel("tensor parallel (tp)")
     m, c = result.model, result.cluster
     upto = "up to " if result.space.objective != "time" else ""
-    title = (f"{m.name} on {upto}{int(c.num_gpus)} x {c.gpu.name}, global batch {result.global_batch}: best plan per "
-             "(tp, pp)\nover micro-batch, schedule, recompute, SP and ZeRO; red box: the best;\n"
-             "OOM: no variant fits in memory; n/a: no valid layout (dp not whole, or a constraint)")
+    title = (
+        f"{m.name} on {upto}{int(c.num_gpus)} x {c.gpu.name}, global batch {result.global_batch}: best plan per "
+        "(tp, pp)\nover micro-batch, schedule, recompute, SP and ZeRO; red box: the best;\n"
+        "OOM: no variant fits in memory; n/a: no valid layout (dp not whole, or a constraint)"
+    )
     ax.set_title(title, fontsize=9, loc="left")
     fig.tight_layout()
     return fig

@@ -23,8 +23,14 @@ def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
             color = PLAN_COLORS[k % len(PLAN_COLORS)]
             ax.plot(per_user, per_gpu, "-o", ms=4, lw=2, color=color, label=label)
             for i in range(0, len(batch), 2):  # every other point, so labels do not collide
-                ax.annotate(f"{int(batch[i])}", (per_user[i], per_gpu[i]), textcoords="offset points",
-                            xytext=(4, 3), fontsize=7, color=color)
+                ax.annotate(
+                    f"{int(batch[i])}",
+                    (per_user[i], per_gpu[i]),
+                    textcoords="offset points",
+                    xytext=(4, 3),
+                    fontsize=7,
+                    color=color,
+                )
         ax.set_xscale("log")
         ax.set_yscale("log")
         for axis in (ax.xaxis, ax.yaxis):
@@ -35,8 +41,10 @@ def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
         ax.grid(True, which="both", alpha=0.25)
         ax.legend(fontsize=9)
     axes[0][0].set_ylabel("throughput per GPU (output tokens/s)")
-    note = ("Up and to the right is better. Each line starts at batch 1 (its lowest point: the fastest per user, "
-            "the least throughput); batches whose KV cache does not fit are left out.")
+    note = (
+        "Up and to the right is better. Each line starts at batch 1 (its lowest point: the fastest per user, "
+        "the least throughput); batches whose KV cache does not fit are left out."
+    )
     fig.text(0.01, -0.02, note, fontsize=8, color="#444444", va="top")
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")
     fig.tight_layout()

@@ -20,7 +20,19 @@ from typing import Any
 from shardwise import loaders
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 
-KINDS = ("gpus", "links", "systems", "models")
+KINDS = ("gpus", "links", "systems", "models", "frameworks")
+# The Plan fields a framework preset sets (presets/frameworks.yaml).
+FRAMEWORK_FLAGS = (
+    "async_tp_grad",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_accumulation_fusion",
+    "overlap_p2p",
+    "pipeline_sync",
+    "scatter_gather",
+    "zero_stage",
+)
 
 
 @cache
@@ -92,6 +104,27 @@ def system(name: str, nodes: int = 1) -> Cluster:
         nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
         inter = loaders.per_gpu_nic(nic, float(data.get("nics_per_node", per_node)), per_node)
     return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
+
+
+def framework(name: str) -> dict[str, Any]:
+    """The execution flags of a framework preset, as `Plan` keyword arguments (with `framework`
+    set to its name); `zero_stage` is the framework's default optimizer sharding."""
+    key, data = _lookup("frameworks", name)
+    missing = [f for f in FRAMEWORK_FLAGS if f not in data]
+    if missing:
+        raise SpecError(f"framework {key!r}: missing field(s) {', '.join(missing)}")
+    out: dict[str, Any] = {f: data[f] for f in FRAMEWORK_FLAGS}
+    for f in FRAMEWORK_FLAGS:
+        v = out[f]
+        ok = (
+            isinstance(v, int) and 0 <= v <= 3
+            if f == "zero_stage"
+            else (v is None and f == "overlap_p2p") or isinstance(v, bool)
+        )
+        if not ok:
+            raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed")
+    out["framework"] = key
+    return out
 
 
 def _part(kind: str, value: Any, from_dict: Any, by_name: Any) -> Any:

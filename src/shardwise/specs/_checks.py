@@ -68,6 +68,17 @@ def positive_int(field: str, value: ArrayLike) -> Number:
     return value  # type: ignore[return-value]
 
 
+def non_negative_int(field: str, value: ArrayLike) -> Number:
+    """Whole numbers >= 0 (0 often means "automatic")."""
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr >= 0) & (np.mod(arr, 1) == 0))
+    if np.any(bad):
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number >= 0")
+    if isinstance(value, float):
+        return int(value)
+    return value  # type: ignore[return-value]
+
+
 def divisible(field: str, value: ArrayLike, by_field: str, by: ArrayLike, why: str = "") -> None:
     """`value` must be a multiple of `by`, element by element."""
     a, b = np.broadcast_arrays(np.asarray(value), np.asarray(by))

@@ -22,7 +22,8 @@ class Gpu:
     `matmul_efficiency` is the fraction of the dense peak that a large, well-shaped GEMM reaches
     (the "maximum achievable matmul FLOPS" of Bekman's ml-engineering MAMF table);
     `memory_efficiency` the fraction of the HBM bandwidth that a streaming kernel reaches.
-    `kernel_launch_s` is the idle gap the GPU pays per dependent kernel.
+    `kernel_launch_s` is the idle gap the GPU pays per dependent kernel. `sm_count` (streaming
+    multiprocessors, or compute units) sets how many GEMM tiles run at once (`physics.gemm`).
     """
 
     name: str
@@ -34,6 +35,7 @@ class Gpu:
     memory_efficiency: Number = 0.85
     kernel_launch_s: Number = 3e-6
     matmul_efficiency_fp8: Number = 0.0  # 0: the same as matmul_efficiency
+    sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
 
     def __post_init__(self) -> None:
         p = f"gpu {self.name!r}"
@@ -45,6 +47,7 @@ class Gpu:
         chk.fraction(f"{p}: memory_efficiency", self.memory_efficiency)
         chk.non_negative(f"{p}: kernel_launch_s", self.kernel_launch_s)
         chk.non_negative(f"{p}: matmul_efficiency_fp8", self.matmul_efficiency_fp8)
+        chk.non_negative(f"{p}: sm_count", self.sm_count)
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""

@@ -47,13 +47,31 @@ class Plan:
     """tp x pp x dp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved schedule.
 
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
-    micro-batches pass through the pipeline per step. Execution details that changed between
-    Megatron-LM versions are explicit:
-    `tp_comm_overlap`: the backward all-reduce of input gradients overlaps the weight-gradient
-    GEMM (Megatron's async TP all-reduce); `overlap_grad_reduce`: the DP gradient reduction runs
-    in buckets during the last backward pass; `scatter_gather`: pipeline sends carry 1/tp of the
-    activation per rank, re-assembled by an all-gather inside the node (Narayanan et al. 2021 §4.1);
-    `flash_attention`: fused attention that never writes the s x s score matrix (Dao et al. 2022).
+    micro-batches pass through the pipeline per step.
+
+    Pipeline stages: by default the layers are spread as evenly as possible (when pp does not
+    divide them, the middle stages take the extra layers first, then the first stage: the first
+    and last stages also run the embedding and the output layer). `first_stage_layers` /
+    `last_stage_layers` (> 0) fix those two as Megatron-LM's `--decoder-first-pipeline-num-layers`
+    / `--decoder-last-pipeline-num-layers` do (the middle stages split the rest evenly);
+    `stage_layers` gives every stage's count explicitly (one plan at a time).
+
+    Execution details that differ between frameworks and versions are explicit (`--framework`
+    sets them together, see `presets/frameworks.yaml`):
+    `async_tp_grad`: the backward TP collectives of QKV and MLP up overlap their own GEMMs
+    (Megatron's asynchronous gradient all-reduce / reduce-scatter); `tp_comm_overlap`: Transformer
+    Engine's userbuffers also overlap the forward TP collectives with the GEMMs (Megatron-Core's
+    `--tp-comm-overlap`, needs sequence parallelism, ignored without it);
+    `overlap_grad_reduce`: the DP gradient reduction runs in buckets during the last backward pass;
+    `overlap_param_gather`: the distributed optimizer's parameter all-gather runs behind the next
+    step's first forward pass instead of after the optimizer; `grad_accumulation_fusion`: the
+    weight-gradient GEMM accumulates into the fp32 main_grad; `overlap_p2p`: pipeline sends run
+    beside compute (Megatron: the interleaved schedule only; None = that default) instead of
+    blocking it; `pipeline_sync`: a blocking send is followed by a device synchronisation
+    (Megatron's batched send/receive); `scatter_gather`: pipeline sends carry 1/tp of the
+    activation per rank, re-assembled by an all-gather inside the node (Narayanan et al. 2021
+    §4.1); `flash_attention`: fused attention that never writes the s x s score matrix (Dao et
+    al. 2022); `framework`: the name of the framework preset these came from (a label).
     """
 
     tp: Number = 1
@@ -68,9 +86,18 @@ class Plan:
     zero_stage: Number = 0
     precision: str = "bf16"
     flash_attention: bool | np.ndarray = True
-    tp_comm_overlap: bool | np.ndarray = True
+    async_tp_grad: bool | np.ndarray = True
+    tp_comm_overlap: bool | np.ndarray = False
     overlap_grad_reduce: bool | np.ndarray = True
+    overlap_param_gather: bool | np.ndarray = False
+    grad_accumulation_fusion: bool | np.ndarray = True
+    overlap_p2p: bool | np.ndarray | None = None
+    pipeline_sync: bool | np.ndarray = True
     scatter_gather: bool | np.ndarray = True
+    first_stage_layers: Number = 0
+    last_stage_layers: Number = 0
+    stage_layers: tuple[int, ...] | None = None
+    framework: str = "megatron-core"
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp"):
@@ -92,6 +119,12 @@ class Plan:
             np.asarray(self.dp) * self.micro_batch,
             "each data-parallel replica runs whole micro-batches",
         )
+        for name in ("first_stage_layers", "last_stage_layers"):
+            object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
+        if self.overlap_p2p is None:
+            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
         sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
         bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
         if np.any(bad):
@@ -110,6 +143,13 @@ class Plan:
             )
 
     @property
+    def uneven_stages(self) -> bool:
+        """Whether the stage split is given (explicitly or by first/last counts)."""
+        return self.stage_layers is not None or bool(
+            np.any(np.asarray(self.first_stage_layers) > 0) or np.any(np.asarray(self.last_stage_layers) > 0)
+        )
+
+    @property
     def num_gpus(self) -> Number:
         return self.tp * self.pp * self.dp
 
@@ -125,3 +165,28 @@ class Plan:
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _stage_list(value: object, pp: Number) -> tuple[int, ...]:
+    """An explicit per-stage layer list: whole numbers >= 1, one per stage, for one plan."""
+    if isinstance(value, str):
+        parts = [x for x in value.replace(" ", "").split(",") if x]
+    elif isinstance(value, (list, tuple, np.ndarray)):
+        parts = list(value)
+    else:
+        raise SpecError(f"plan: stage_layers {value!r} is not allowed; give a list of layer counts, one per stage")
+    out = []
+    for x in parts:
+        try:
+            n = int(x)
+            ok = float(x) == n and n >= 1
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise SpecError(f"plan: stage_layers entry {x!r} is not allowed; each stage needs a whole number >= 1")
+        out.append(n)
+    if np.asarray(pp).size != 1:
+        raise SpecError("plan: stage_layers (an explicit split) needs a single pp, not an array of plans")
+    if len(out) != int(np.asarray(pp)):
+        raise SpecError(f"plan: stage_layers has {len(out)} entries but pp={int(np.asarray(pp))}; give one per stage")
+    return tuple(out)

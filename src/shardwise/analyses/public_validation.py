@@ -1,0 +1,361 @@
+"""Predicted against 900 public training runs (NVIDIA DGX Cloud benchmarking, Megatron-Bridge and
+NeMo performance summaries, ...): `data/public_training_runs.csv`, normalised from the published
+tables with their source columns (see `data/PUBLIC_RUNS.md`).
+
+Each row either becomes a `Scenario` (model preset, system preset, the published layout, the
+framework preset's execution flags) or is skipped with the reason (mixture-of-experts, context
+parallelism, FP4, LoRA, a framework without a preset, an incomplete layout). Errors are in step
+time: throughput rows convert exactly (step = global batch x sequence / (tokens/s/GPU x GPUs)).
+
+Metrics per table (one table per public source):
+- MAPE and bias (mean signed error) of the step time;
+- ranking: within each group (one model, one system, one GPU count, one sequence length) the
+  distinct layouts are ranked by tokens/s per GPU, measured and predicted: Spearman's rho per
+  group with at least 3 layouts (mean over groups), and the share of layout pairs ordered right
+  (all groups with 2 or more; pairs measured within 1% of each other are left out);
+- a flat baseline beside the model: Eq. 3 FLOPs (Narayanan et al. 2021; the model FLOPs of
+  three passes plus what recomputation repeats) at one fixed fraction of the GPU's dense peak
+  in the run's precision (FP8 runs: the FP8 peak), that fraction set on Narayanan et al. 2021
+  Table 1 alone (`baseline_fraction`).
+
+Rows carry the split made before any tuning (`split`: dev or holdout, by a hash of the group, so
+a group's layouts stay together). Nothing in the cost model is fitted to either; the dev rows are
+the ones looked at while developing, the holdout rows are reported apart.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+
+import numpy as np
+
+from shardwise.errors import SpecError
+
+# Relative difference below which two measured layouts count as tied for ranking.
+RANK_TIE = 0.01
+
+
+@dataclass(frozen=True)
+class PublicRow:
+    """One public run, predicted (or skipped with `skip`)."""
+
+    run_id: str
+    source: str  # the table it belongs to (repository / document)
+    locator: str
+    label: str
+    group: str
+    layout: str  # distinct-layout key inside the group
+    split: str
+    measured_step_s: float
+    predicted_step_s: float  # nan when skipped
+    baseline_step_s: float  # nan when skipped
+    tokens_per_step: float
+    num_gpus: int
+    skip: str = ""
+
+    @property
+    def error(self) -> float:
+        return (self.predicted_step_s - self.measured_step_s) / self.measured_step_s
+
+    @property
+    def baseline_error(self) -> float:
+        return (self.baseline_step_s - self.measured_step_s) / self.measured_step_s
+
+
+@cache
+def raw_rows() -> tuple[dict[str, str], ...]:
+    text = resources.files("shardwise.data").joinpath("public_training_runs.csv").read_text(encoding="utf-8")
+    return tuple(csv.DictReader(text.splitlines()))
+
+
+def source_of(row: dict[str, str]) -> str:
+    """The table a row is reported under: the publishing repository or site."""
+    src = row["source"]
+    for key, name in (
+        ("dgxc-benchmarking", "NVIDIA dgxc-benchmarking"),
+        ("Megatron-Bridge", "NVIDIA-NeMo Megatron-Bridge"),
+        ("Automodel", "NVIDIA-NeMo Automodel"),
+        ("NVIDIA/NeMo", "NVIDIA NeMo performance docs"),
+        ("docs.nvidia.com", "NVIDIA NeMo performance docs"),
+        ("Pai-Megatron", "alibaba Pai-Megatron-Patch"),
+    ):
+        if key in src:
+            return name
+    return src.split(" ")[0]
+
+
+def _int(value: str, default: int | None = None) -> int | None:
+    try:
+        return int(float(value))
+    except (TypeError, ValueError):
+        return default
+
+
+def skip_reason(row: dict[str, str]) -> str:
+    """Why the model cannot express this row (empty: it can)."""
+    if row["moe"] == "yes":
+        return "mixture-of-experts (not modelled yet)"
+    if row["architecture_note"]:
+        return f"{row['architecture_note']} (not modelled)"
+    if row["workload"] == "lora":
+        return "LoRA fine-tuning (frozen base weights) is not modelled"
+    if row["workload"] not in ("pretrain", "sft"):
+        return f"workload {row['workload']!r} is not a training step"
+    if row["framework"] != "megatron-core":
+        return f"framework {row['framework']!r} has no --framework preset"
+    if not row["model"] or not row["system"]:
+        return "model or system not known to shardwise"
+    if row["precision"] == "nvfp4":
+        return "NVFP4 training is not modelled"
+    if row["precision"] not in ("bf16", "fp8", "mxfp8"):
+        return "precision not stated"
+    if (_int(row["cp"], 1) or 1) > 1:
+        return "context parallelism (not modelled yet)"
+    if any(_int(row[k]) is None for k in ("tp", "pp", "dp", "mbs", "gbs", "seq_len", "layers", "num_gpus")):
+        return "layout incomplete"
+    if not row["measured"]:
+        return "no measurement"
+    return ""
+
+
+def _gpus_per_node(system_gpus: int, num_gpus: int) -> int:
+    """A rack-scale NVLink domain (72 GPUs) is used in whole multiples of its largest divisor of
+    the job that fits (256 GPUs: 4 x 64); a server keeps its size."""
+    if system_gpus <= 8:
+        return system_gpus
+    return max(d for d in range(1, system_gpus + 1) if num_gpus % d == 0)
+
+
+def scenario_for(row: dict[str, str]):
+    """The Scenario of a public run (raises SpecError when the layout is not valid)."""
+    from shardwise import presets
+    from shardwise.specs import Plan, Scenario
+
+    model = presets.model(row["model"], layers=int(row["layers"]), seq_len=int(row["seq_len"]))
+    n = int(row["num_gpus"])
+    base = presets.system(row["system"])
+    per_node = min(_gpus_per_node(base.gpus_per_node, n), n)
+    cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
+    tp, pp, vp = int(row["tp"]), int(row["pp"]), _int(row["vp"], 1) or 1
+    rc = row["recompute"] or "none"
+    recompute = "full" if rc.startswith("full") else ("selective" if rc.startswith("selective") else "none")
+    fsdp = (_int(row["fsdp"], 0) or 0) > 0
+    plan = Plan(
+        tp=tp,
+        pp=pp,
+        dp=int(row["dp"]),
+        global_batch=int(row["gbs"]),
+        micro_batch=int(row["mbs"]),
+        vpp=vp,
+        schedule="interleaved" if vp > 1 else "1f1b",
+        recompute=recompute,
+        sequence_parallel=tp > 1,
+        zero_stage=3 if fsdp else 1,
+        precision="fp8" if row["precision"] in ("fp8", "mxfp8") else "bf16",
+        **framework_flags("megatron-core", tp > 1),
+    )
+    return Scenario(model, cluster, plan)
+
+
+def framework_flags(name: str, sequence_parallel: bool) -> dict[str, object]:
+    from shardwise.presets import framework
+
+    flags = dict(framework(name))
+    flags.pop("zero_stage")
+    flags["tp_comm_overlap"] = bool(flags.get("tp_comm_overlap")) and sequence_parallel
+    return flags
+
+
+def measured_step_s(row: dict[str, str]) -> float:
+    """The published figure as seconds per step."""
+    tokens = float(row["gbs"]) * float(row["seq_len"])
+    value = float(row["measured"])
+    if row["metric"] == "step_time_s":
+        return value
+    if row["metric"] == "tokens_per_s_per_gpu":
+        return tokens / (value * float(row["num_gpus"]))
+    raise SpecError(f"{row['id']}: metric {row['metric']} needs the model's FLOPs")
+
+
+@cache
+def baseline_fraction() -> float:
+    """The flat baseline's fraction of peak: Narayanan et al. 2021 Table 1's mean measured
+    TFLOP/s per GPU (Eq. 3, recomputation included) over the A100's 312 TFLOP/s."""
+    from shardwise.analyses.validation import measured_runs
+    from shardwise.analyses.validation import scenario_for as t1_scenario
+
+    fractions = []
+    for run_id, row in measured_runs().items():
+        if row["group"] == "narayanan21_table1":
+            gpu = t1_scenario(run_id).cluster.gpu
+            fractions.append(float(row["tflops_per_gpu"]) * 1e12 / float(gpu.peak_flops_per_s_16bit))
+    return float(np.mean(fractions))
+
+
+def baseline_step_s(est, n_gpus: int) -> float:
+    gpu, precision = est.scenario.cluster.gpu, est.scenario.plan.precision
+    peak = float(gpu.peak_flops_per_s(precision))
+    return float(est.hardware_flops_per_step) / (n_gpus * peak * baseline_fraction())
+
+
+def _layout_key(row: dict[str, str]) -> str:
+    keys = ("tp", "pp", "cp", "vp", "ep", "dp", "fsdp", "mbs", "gbs", "precision", "recompute", "layers")
+    return " ".join(f"{k}{row[k]}" for k in keys)
+
+
+def _label(row: dict[str, str]) -> str:
+    vp = f" vp{row['vp']}" if (_int(row["vp"], 1) or 1) > 1 else ""
+    return (
+        f"{row['model'] or row['model_raw']}, {row['num_gpus']} {row['system'] or row['gpu_raw']}, "
+        f"tp{row['tp']} pp{row['pp']}{vp} mb{row['mbs']} gbs{row['gbs']}, {row['precision']}"
+    )
+
+
+@cache
+def validate_public() -> tuple[PublicRow, ...]:
+    """Every public row, predicted or skipped with its reason."""
+    from shardwise.engines.training import estimate_training_step
+
+    out = []
+    for row in raw_rows():
+        reason = skip_reason(row)
+        pred = base = meas = float("nan")
+        if not reason:
+            try:
+                scn = scenario_for(row)
+                meas = measured_step_s(row)
+            except SpecError as exc:
+                reason = f"not a valid layout for shardwise: {exc}"
+            else:
+                est = estimate_training_step(scn)
+                pred = float(est.step_time_s)
+                base = baseline_step_s(est, int(row["num_gpus"]))
+        out.append(
+            PublicRow(
+                run_id=row["id"],
+                source=source_of(row),
+                locator=row["locator"],
+                label=_label(row),
+                group=row["group"],
+                layout=_layout_key(row),
+                split=row["split"],
+                measured_step_s=meas,
+                predicted_step_s=pred,
+                baseline_step_s=base,
+                tokens_per_step=float(row["gbs"] or "nan") * float(row["seq_len"] or "nan"),
+                num_gpus=_int(row["num_gpus"], 0) or 0,
+                skip=reason,
+            )
+        )
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class TableSummary:
+    """Accuracy of the model and the flat baseline on one set of rows."""
+
+    name: str
+    rows: int
+    skipped: int
+    mape: float
+    bias: float
+    baseline_mape: float
+    baseline_bias: float
+    spearman: float  # mean over groups with >= 3 distinct layouts (nan: none)
+    spearman_groups: int
+    pairs_right: float  # share of layout pairs within a group ordered right (nan: none)
+    pairs: int
+    baseline_pairs_right: float
+
+
+def _ranking(rows: list[PublicRow], which: str) -> tuple[float, int, float, int]:
+    """(mean Spearman rho, groups, share of pairs ordered right, pairs) for `which` prediction."""
+    by_group: dict[str, dict[str, list[tuple[float, float]]]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        pred = r.predicted_step_s if which == "model" else r.baseline_step_s
+        # tokens/s per GPU, measured and predicted (the GPU count is the group's)
+        by_group[r.group][r.layout].append((r.tokens_per_step / r.measured_step_s, r.tokens_per_step / pred))
+    rhos, right, total = [], 0, 0
+    for layouts in by_group.values():
+        if len(layouts) < 2:
+            continue
+        meas = np.array([np.mean([m for m, _ in v]) for v in layouts.values()])
+        pred = np.array([np.mean([p for _, p in v]) for v in layouts.values()])
+        for i in range(len(meas)):
+            for j in range(i + 1, len(meas)):
+                if abs(meas[i] - meas[j]) <= RANK_TIE * max(meas[i], meas[j]):
+                    continue
+                total += 1
+                right += int((meas[i] - meas[j]) * (pred[i] - pred[j]) > 0)
+        if len(meas) >= 3:
+            rhos.append(spearman(meas, pred))
+    mean_rho = float(np.mean(rhos)) if rhos else float("nan")
+    return mean_rho, len(rhos), (right / total if total else float("nan")), total
+
+
+def spearman(a: np.ndarray, b: np.ndarray) -> float:
+    """Spearman's rank correlation (average ranks for ties)."""
+
+    def ranks(x: np.ndarray) -> np.ndarray:
+        order = np.argsort(x, kind="stable")
+        r = np.empty(len(x))
+        r[order] = np.arange(len(x), dtype=float)
+        for v in np.unique(x):  # average ties
+            idx = x == v
+            r[idx] = r[idx].mean()
+        return r
+
+    ra, rb = ranks(np.asarray(a, float)), ranks(np.asarray(b, float))
+    if np.std(ra) == 0 or np.std(rb) == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
+
+
+def summarize(name: str, rows: list[PublicRow]) -> TableSummary:
+    done = [r for r in rows if not r.skip]
+    err = np.array([r.error for r in done])
+    berr = np.array([r.baseline_error for r in done])
+    rho, n_rho, pairs_right, n_pairs = _ranking(done, "model")
+    _, _, b_pairs_right, _ = _ranking(done, "baseline")
+
+    def stat(x: np.ndarray, f) -> float:
+        return float(f(x)) if len(x) else float("nan")
+
+    return TableSummary(
+        name=name,
+        rows=len(done),
+        skipped=len(rows) - len(done),
+        mape=stat(np.abs(err), np.mean),
+        bias=stat(err, np.mean),
+        baseline_mape=stat(np.abs(berr), np.mean),
+        baseline_bias=stat(berr, np.mean),
+        spearman=rho,
+        spearman_groups=n_rho,
+        pairs_right=pairs_right,
+        pairs=n_pairs,
+        baseline_pairs_right=b_pairs_right,
+    )
+
+
+def summaries(split: str | None = None) -> list[TableSummary]:
+    """One summary per public source (and one for all), on `split` rows (None: all)."""
+    rows = [r for r in validate_public() if split is None or r.split == split]
+    by_source: dict[str, list[PublicRow]] = defaultdict(list)
+    for r in rows:
+        by_source[r.source].append(r)
+    out = [summarize(name, rs) for name, rs in sorted(by_source.items())]
+    out.append(summarize("all public sources", rows))
+    return out
+
+
+def skip_counts(split: str | None = None) -> dict[str, int]:
+    """How many rows were skipped, by reason (the first clause of the reason)."""
+    counts: dict[str, int] = defaultdict(int)
+    for r in validate_public():
+        if r.skip and (split is None or r.split == split):
+            counts[r.skip.split(":")[0]] += 1
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))

@@ -1,0 +1,81 @@
+"""Time of one GEMM on one GPU from its shape: tiles, waves and per-tile fixed costs.
+
+A GEMM C[M x N] = A[M x K] B[K x N] runs as output tiles of tm x tn, one thread block per
+tile, at most one tile per SM at a time (NVIDIA, "Matrix Multiplication Background User's
+Guide", sections "Tile quantization" and "Wave quantization"; Narayanan et al. 2021 Sec. 3.4):
+
+    tiles = ceil(M / tm) * ceil(N / tn) * batch * split_k
+    waves = ceil(tiles / SMs)
+    t_tile = t_fill + 2 tm tn (K / split_k) / (F_sm * eta) + tm tn c_out / (BW_sm * eta_mem)
+    T = waves * t_tile (+ the split-K reduction)
+
+F_sm and BW_sm are the GPU's dense peak and HBM bandwidth divided by its SMs; eta the fraction
+of peak a tile's main loop reaches (the GPU's `matmul_efficiency`); t_fill the exposed latency
+of a tile's first operand loads (about one HBM round trip); c_out the bytes per output element
+the epilogue moves (2 for a 16-bit output; 8 when the weight gradient is accumulated into an
+fp32 main_grad, read and written: Megatron's gradient-accumulation fusion). Short K makes the
+fill and the epilogue a large share of a tile (the short-K penalty); a tile count just above a
+multiple of the SMs leaves the last wave mostly idle (wave quantization); an M or N just above a
+multiple of the tile is padded (tile quantization).
+
+The tile shapes are cuBLAS-like candidates (256x128, 128x256, 128x128) with split-K 1, 2, 4, 8
+or 16 when there are few tiles (split-K writes fp32 partial sums and reduces them); the fastest
+combination is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
+the output written once) bounds the result from below. A GPU without a known SM count falls back
+to the plain roofline at `matmul_efficiency`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.specs import Gpu
+from shardwise.specs._checks import Number
+
+TILES = ((256, 128), (128, 256), (128, 128))
+SPLIT_K = (1, 2, 4, 8, 16)
+# Exposed latency of a tile's first loads before its main loop runs: one HBM round trip is
+# 0.5-0.8 us on A100/H100 (Jia et al. 2018/2019 "Dissecting the NVIDIA Volta/Turing GPU
+# architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
+TILE_FILL_S = 0.5e-6
+SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by the reduction
+
+
+def gemm_time_s(
+    m: Number,
+    n: Number,
+    k: Number,
+    batch: Number,
+    operand_bytes: Number,
+    out_bytes: Number,
+    gpu: Gpu,
+    peak_flops_per_s: Number,
+    efficiency: Number,
+) -> Number:
+    """Seconds of `batch` independent (m x k) @ (k x n) products (see the module docstring).
+
+    `operand_bytes`: bytes read from memory for A and B (all batches); `out_bytes`: bytes the
+    epilogue moves per output element. Excludes the kernel launch gap.
+    """
+    m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
+    flops = 2.0 * m * n * k * batch
+    bw = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+    memory_roof = (operand_bytes + m * n * batch * out_bytes) / bw
+    sms = np.asarray(gpu.sm_count, dtype=float)
+    plain = flops / (peak_flops_per_s * efficiency)
+    if not np.any(sms > 0):
+        return np.maximum(plain, memory_roof)
+    f_sm = peak_flops_per_s * efficiency / np.where(sms > 0, sms, 1.0)
+    bw_sm = bw / np.where(sms > 0, sms, 1.0)
+    best = None
+    for tm, tn in TILES:
+        base_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+        epilogue = tm * tn * out_bytes / bw_sm
+        for sk in SPLIT_K:
+            waves = np.ceil(base_tiles * sk / np.where(sms > 0, sms, 1.0))
+            t = waves * (TILE_FILL_S + 2.0 * tm * tn * (k / sk) / f_sm + (epilogue if sk == 1 else 0.0))
+            if sk > 1:  # partial sums out and back in, then the real epilogue over the whole C
+                t = t + m * n * batch * (sk * 2 * SPLIT_K_PARTIAL_BYTES + out_bytes) / bw + gpu.kernel_launch_s
+            best = t if best is None else np.minimum(best, t)
+    tiled = np.maximum(best, memory_roof)
+    return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))

@@ -1,0 +1,127 @@
+"""How the layers are split over the pipeline stages (even or not).
+
+The engines price three kinds of stage: the first (it also runs the embedding), the middle
+ones, and the last (it also runs the output layer and the loss). A split is therefore described
+by the layers of the first and the last stage, the layers of all middle stages together, and
+the layers of the fullest middle stage (the one that sets the pace):
+
+- automatic: as even as possible; when pp does not divide the layers the middle stages take
+  the extra layers first (the first and last stages carry the embedding and the output layer),
+  then the first stage. Llama 3.1 405B (126 layers) at pp = 8: 15, 16 x 6, 15, which is also
+  what Megatron-LM's `--account-for-embedding-in-pipeline-split` and
+  `--account-for-loss-in-pipeline-split` give;
+- first and/or last fixed (Megatron-LM `--decoder-first-pipeline-num-layers`,
+  `--decoder-last-pipeline-num-layers`): the other stages split the rest as evenly as possible;
+- explicit: one count per stage (`Plan.stage_layers`).
+
+With v model chunks per GPU (interleaved schedule) each chunk holds 1/v of its stage's layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.specs._checks import Number, SpecError
+
+
+@dataclass(frozen=True)
+class StageSplit:
+    """Layers per stage (arrays broadcast with the plan). With one stage `first` = `last` = the
+    model's layers and there are no middle stages."""
+
+    pp: Number
+    first: Number
+    last: Number
+    middle_total: Number  # all middle stages together (0 when pp <= 2)
+    middle_max: Number  # the fullest middle stage (0 when pp <= 2)
+    middle_min: Number  # the emptiest middle stage (0 when pp <= 2)
+
+    @property
+    def total(self) -> Number:
+        return np.where(np.asarray(self.pp) == 1, self.first, self.first + self.middle_total + self.last)
+
+
+def stage_split(
+    layers: Number,
+    pp: Number,
+    first_layers: Number = 0,
+    last_layers: Number = 0,
+    explicit: tuple[int, ...] | None = None,
+) -> StageSplit:
+    """The split of `layers` over `pp` stages (see the module docstring); 0 = automatic."""
+    L = np.asarray(layers, dtype=float)
+    p = np.asarray(pp, dtype=float)
+    if explicit is not None:
+        mids = explicit[1:-1]
+        first, last = float(explicit[0]), float(explicit[-1])
+        return StageSplit(p, first, last, float(sum(mids)), float(max(mids, default=0)), float(min(mids, default=0)))
+    f_given, l_given = np.asarray(first_layers, dtype=float), np.asarray(last_layers, dtype=float)
+    f_set, l_set = f_given > 0, l_given > 0
+    base, r = np.floor(L / p), np.mod(L, p)
+    extra_mid = np.where(p > 2, np.minimum(r, p - 2), 0.0)
+    others = np.maximum(p - 1, 1.0)  # with one end fixed, the other stages share the rest
+    first = np.where(f_set, f_given, np.where(l_set, np.floor((L - l_given) / others), base + r - extra_mid))
+    last = np.where(l_set, l_given, np.where(f_set, np.floor((L - f_given) / others), base))
+    two = p == 2
+    last = np.where(two & f_set & ~l_set, L - first, last)
+    first = np.where(two & ~f_set, L - last, first)
+    first = np.where(p == 1, L, first)
+    last = np.where(p == 1, L, last)
+    middle_total = np.where(p > 2, L - first - last, 0.0)
+    n_mid = np.maximum(p - 2, 1.0)
+    hi = np.where(p > 2, np.ceil(middle_total / n_mid), 0.0)
+    lo = np.where(p > 2, np.floor(middle_total / n_mid), 0.0)
+    return StageSplit(p, first, last, middle_total, hi, lo)
+
+
+def check_split(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) -> None:
+    """Every stage needs at least one layer per model chunk; raises SpecError naming the stage."""
+    p = np.asarray(pp)
+    v = np.asarray(vpp)
+    checks = (
+        ("first", split.first, np.ones_like(p, dtype=bool)),
+        ("last", split.last, p > 1),
+        ("middle", split.middle_min, p > 2),
+    )
+    for name, n, applies in checks:
+        n_arr, a, vv = np.broadcast_arrays(np.asarray(n), np.asarray(applies), v)
+        bad = a & (n_arr < np.maximum(vv, 1))
+        if np.any(bad):
+            i = np.flatnonzero(bad)[0]
+            raise SpecError(
+                f"plan: the {name} pipeline stage would get {int(n_arr.flat[i])} layer(s) of "
+                f"{int(np.broadcast_to(np.asarray(layers), bad.shape).flat[i])} "
+                f"(pp={int(np.broadcast_to(p, bad.shape).flat[i])}, vpp={int(vv.flat[i])}); each stage needs at "
+                "least one layer per model chunk: use fewer stages or change first/last_stage_layers"
+            )
+    total, given = np.broadcast_arrays(np.asarray(split.total), np.asarray(layers))
+    bad = total != given
+    if np.any(bad):
+        i = np.flatnonzero(bad)[0]
+        raise SpecError(
+            f"plan: the stage split adds up to {int(total.flat[i])} layers but the model has {int(given.flat[i])}"
+        )
+
+
+def stage_layer_list(split: StageSplit, pp: int) -> list[int]:
+    """Layers of every stage, in order, for one plan (the middle stages take the extras first)."""
+    if pp == 1:
+        return [int(np.asarray(split.first))]
+    mids = pp - 2
+    total = int(np.asarray(split.middle_total))
+    base, extra = divmod(total, mids) if mids else (0, 0)
+    middle = [base + (1 if i < extra else 0) for i in range(mids)]
+    return [int(np.asarray(split.first)), *middle, int(np.asarray(split.last))]
+
+
+def plan_split(layers: Number, plan: object) -> StageSplit:
+    """The split a `Plan` asks for."""
+    return stage_split(
+        layers,
+        plan.pp,  # type: ignore[attr-defined]
+        plan.first_stage_layers,  # type: ignore[attr-defined]
+        plan.last_stage_layers,  # type: ignore[attr-defined]
+        plan.stage_layers,  # type: ignore[attr-defined]
+    )
