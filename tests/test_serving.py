@@ -251,7 +251,7 @@ def test_serve_draws_the_frontier(cli, tmp_path):
         (["--frontier", "/no/such/dir/f.png"], "does not exist"),
         (["--frontier", "f.gif"], "unknown format"),
         (["--weight-precision", "fp4"], "fp4"),
-        (["--plan", "tp=2,mb=4"], "only tp and pp"),
+        (["--plan", "tp=2,mb=4"], "only tp, pp, first and last"),
         (["--frontier-link", "=pcie4"], "--frontier-link"),
         (["--frontier-link", "X=nosuch"], "--frontier-link"),
         (["--num-gpus", "1", "--frontier", "f.png"], "no plan fits"),

@@ -13,6 +13,7 @@ import numpy as np
 from shardwise import textbook
 from shardwise.analyses.experiment import VARIABLES, Experiment, PlanSpec
 from shardwise.errors import SpecError
+from shardwise.physics.stages import split_ok, stage_split
 from shardwise.specs import Cluster, Link, Plan, Scenario
 
 
@@ -173,7 +174,15 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
     whole_dp = (np.mod(dp, 1) == 0) & (dp >= 1)
     rules = [
         ("tp x pp must divide the GPU count (dp = GPUs / (tp x pp) is not whole)", whole_dp),
-        ("layers must be divisible by pp x vpp", np.mod(x["layers"], pp * vpp) == 0),
+        (
+            "every pipeline stage needs at least one layer per model chunk",
+            split_ok(
+                stage_split(x["layers"], pp, kwargs.get("first_stage_layers", 0), kwargs.get("last_stage_layers", 0)),
+                x["layers"],
+                pp,
+                vpp,
+            ),
+        ),
         (
             "heads (and KV heads) must be divisible by tp",
             (np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0),

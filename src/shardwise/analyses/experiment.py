@@ -76,14 +76,15 @@ _SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "fals
 class PlanSpec:
     """A plan relative to the GPU count: `tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all` (all GPUs);
     dp fills the GPUs that tp x pp leave. Other keys: vpp, mb (micro-batch), schedule,
-    recompute, sp (on/off), zero. Checked when parsed."""
+    recompute, sp (on/off), zero, first and last (layers on the first / last pipeline stage; the
+    middle stages split the rest). Checked when parsed."""
 
     label: str
     tp: int | str = 1
     pp: int | str = 1
     options: tuple[tuple[str, Any], ...] = ()  # Plan keyword arguments, already typed
 
-    KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero")
+    KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last")
 
     @classmethod
     def parse(cls, text: str) -> PlanSpec:
@@ -115,6 +116,9 @@ class PlanSpec:
             options["micro_batch"] = whole("mb", 1)
         if "zero" in fields:
             options["zero_stage"] = whole("zero", 0, 3)
+        for key, name in (("first", "first_stage_layers"), ("last", "last_stage_layers")):
+            if key in fields:
+                options[name] = whole(key, 1)
         for key, allowed in (
             ("schedule", ("gpipe", "1f1b", "interleaved", "zb-h1")),
             ("recompute", ("none", "selective", "full")),

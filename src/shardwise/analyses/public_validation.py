@@ -170,15 +170,18 @@ def framework_flags(name: str, sequence_parallel: bool) -> dict[str, object]:
     return flags
 
 
-def measured_step_s(row: dict[str, str]) -> float:
-    """The published figure as seconds per step."""
+def measured_step_s(row: dict[str, str], model_flops_per_step: float | None = None) -> float:
+    """The published figure as seconds per step (model TFLOP/s per GPU need the model's FLOPs per
+    step: Megatron's count, which is ours)."""
     tokens = float(row["gbs"]) * float(row["seq_len"])
     value = float(row["measured"])
     if row["metric"] == "step_time_s":
         return value
     if row["metric"] == "tokens_per_s_per_gpu":
         return tokens / (value * float(row["num_gpus"]))
-    raise SpecError(f"{row['id']}: metric {row['metric']} needs the model's FLOPs")
+    if row["metric"] == "model_tflops_per_gpu" and model_flops_per_step is not None:
+        return model_flops_per_step / (value * 1e12 * float(row["num_gpus"]))
+    raise SpecError(f"{row['id']}: metric {row['metric']} needs the model's FLOPs per step")
 
 
 @cache
@@ -227,11 +230,11 @@ def validate_public() -> tuple[PublicRow, ...]:
         if not reason:
             try:
                 scn = scenario_for(row)
-                meas = measured_step_s(row)
             except SpecError as exc:
                 reason = f"not a valid layout for shardwise: {exc}"
             else:
                 est = estimate_training_step(scn)
+                meas = measured_step_s(row, float(est.model_flops_per_step))
                 pred = float(est.step_time_s)
                 base = baseline_step_s(est, int(row["num_gpus"]))
         out.append(
@@ -292,7 +295,9 @@ def _ranking(rows: list[PublicRow], which: str) -> tuple[float, int, float, int]
                 total += 1
                 right += int((meas[i] - meas[j]) * (pred[i] - pred[j]) > 0)
         if len(meas) >= 3:
-            rhos.append(spearman(meas, pred))
+            rho = spearman(meas, pred)
+            if not np.isnan(rho):  # undefined when every measured (or predicted) value ties
+                rhos.append(rho)
     mean_rho = float(np.mean(rhos)) if rhos else float("nan")
     return mean_rho, len(rhos), (right / total if total else float("nan")), total
 
@@ -350,6 +355,47 @@ def summaries(split: str | None = None) -> list[TableSummary]:
     out = [summarize(name, rs) for name, rs in sorted(by_source.items())]
     out.append(summarize("all public sources", rows))
     return out
+
+
+@cache
+def round_one_rows() -> tuple[PublicRow, ...]:
+    """Narayanan et al. 2021 Table 1 and Korthikanti et al. 2022 Table 5 as step times, with the
+    flat baseline, so they sit in the same table (split: the table's name)."""
+    from shardwise.analyses.validation import measured_runs, plan_label
+    from shardwise.analyses.validation import scenario_for as run_scenario
+
+    out = []
+    for run_id, row in measured_runs().items():
+        if row["group"] not in ("narayanan21_table1", "korthikanti22_table5"):
+            continue
+        scn = run_scenario(run_id)
+        from shardwise.engines.training import estimate_training_step
+
+        est = estimate_training_step(scn)
+        n = int(np.asarray(scn.plan.num_gpus))
+        if row["group"] == "narayanan21_table1":  # TFLOP/s per GPU (Eq. 3) -> seconds per step
+            measured = float(est.hardware_flops_per_step) / (float(row["tflops_per_gpu"]) * 1e12 * n)
+            name = "Narayanan et al. 2021 Table 1"
+        else:
+            measured = float(row["step_time_s"])
+            name = "Korthikanti et al. 2022 Table 5"
+        out.append(
+            PublicRow(
+                run_id=run_id,
+                source=name,
+                locator=row["locator"],
+                label=f"{scn.model.name}, {n} GPUs, {plan_label(scn.plan)}",
+                group=f"{row['group']}|{scn.model.name}|{n}",
+                layout=plan_label(scn.plan),
+                split=name,
+                measured_step_s=measured,
+                predicted_step_s=float(est.step_time_s),
+                baseline_step_s=baseline_step_s(est, n),
+                tokens_per_step=float(scn.plan.global_batch) * float(scn.model.seq_len),
+                num_gpus=n,
+            )
+        )
+    return tuple(out)
 
 
 def skip_counts(split: str | None = None) -> dict[str, int]:

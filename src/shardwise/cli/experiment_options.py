@@ -80,6 +80,19 @@ experiment_options = _stack(
     click.option("--flash-attention/--no-flash-attention", default=True, show_default=True),
     click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
     click.option(
+        "--framework",
+        default="megatron-core",
+        show_default=True,
+        metavar="NAME",
+        help="Software stack whose execution flags the plans use (see `shardwise presets frameworks`).",
+    ),
+    click.option(
+        "--first-stage-layers", type=int, help="Layers on the first pipeline stage of every plan [default: even]."
+    ),
+    click.option(
+        "--last-stage-layers", type=int, help="Layers on the last pipeline stage of every plan [default: even]."
+    ),
+    click.option(
         "--ignore-memory",
         is_flag=True,
         help="Compare times even where a plan does not fit in GPU memory (by default it cannot win).",
@@ -87,11 +100,21 @@ experiment_options = _stack(
 )
 
 
+def _framework_defaults(o: dict[str, Any]) -> dict[str, Any]:
+    """The framework's execution flags; its default ZeRO stage applies to plans that shard
+    (a plan's zero= key overrides it)."""
+    from shardwise.cli.options import execution_kwargs
+
+    flags = execution_kwargs({"framework": o.get("framework")})
+    flags.pop("zero_stage", None)
+    return flags
+
+
 def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise import presets
     from shardwise.analyses.evaluate import heads_for_hidden
     from shardwise.analyses.experiment import BRIEF_LINKS, Experiment, LinkSpec, PlanSpec, brief_experiment
-    from shardwise.cli.options import _link
+    from shardwise.cli.options import _link, stage_kwargs
     from shardwise.errors import SpecError
 
     base = brief_experiment()
@@ -134,6 +157,8 @@ def build_experiment(o: dict[str, Any]) -> Any:
             "recompute": o["recompute"],
             "flash_attention": o["flash_attention"],
             "precision": o["precision"],
+            **_framework_defaults(o),
+            **stage_kwargs(o),
         },
     )
 

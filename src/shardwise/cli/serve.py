@@ -11,6 +11,14 @@ from shardwise.cli.options import _stack, cluster_options, model_options
 # the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
 PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4"]
 RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
+# Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
+SERVING_FRAMEWORKS = {
+    "tensorrt-llm": "graphs",
+    "vllm": "graphs",
+    "sglang": "graphs",
+    "fastertransformer": "cpp-eager",
+    "pytorch": "pytorch-eager",
+}
 
 serving_options = _stack(
     click.option(
@@ -18,8 +26,8 @@ serving_options = _stack(
         "plans",
         multiple=True,
         metavar="tp=N[,pp=N]",
-        help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs. "
-        "[default: tp=all]",
+        help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; "
+        "first=N / last=N fix the layers of the first / last pipeline stage. [default: tp=all]",
     ),
     click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request."),
     click.option("--output-len", type=int, default=128, show_default=True, help="Generated tokens per request."),
@@ -54,11 +62,19 @@ serving_options = _stack(
     click.option(
         "--runtime",
         type=click.Choice(RUNTIME_NAMES),
-        default="graphs",
-        show_default=True,
         help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
-        "pytorch-eager: a plain PyTorch loop.",
+        "pytorch-eager: a plain PyTorch loop. [default: the framework's, graphs]",
     ),
+    click.option(
+        "--framework",
+        type=click.Choice(list(SERVING_FRAMEWORKS)),
+        default="tensorrt-llm",
+        show_default=True,
+        help="Serving stack: tensorrt-llm, vllm and sglang run CUDA graphs (runtime graphs), "
+        "fastertransformer cpp-eager, pytorch pytorch-eager.",
+    ),
+    click.option("--first-stage-layers", type=int, help="Layers on the first pipeline stage [default: even split]."),
+    click.option("--last-stage-layers", type=int, help="Layers on the last pipeline stage [default: even split]."),
 )
 
 
@@ -89,7 +105,8 @@ def serve(
     max_throughput: bool,
     weight_precision: str,
     kv_precision: str,
-    runtime: str,
+    runtime: str | None,
+    framework: str,
     frontier_path: str | None,
     frontier_link: str,
     as_json: bool,
@@ -118,19 +135,25 @@ def serve(
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
     specs = [PlanSpec.parse(t) for t in plans] or [PlanSpec.parse("tp=all")]
+    split_keys = {"first_stage_layers", "last_stage_layers"}
     for spec in specs:
-        if spec.options:
+        extra = [k for k, _ in spec.options if k not in split_keys]
+        if extra:
             raise SpecError(
-                f"--plan {spec.label!r}: serving plans take only tp and pp "
-                f"(not {', '.join(k for k, _ in spec.options)}); replicas fill the GPUs"
+                f"--plan {spec.label!r}: serving plans take only tp, pp, first and last "
+                f"(not {', '.join(extra)}); replicas fill the GPUs"
             )
+    from shardwise.cli.options import stage_kwargs
+
+    stages = stage_kwargs(options)
+    runtime = runtime or SERVING_FRAMEWORKS[framework]
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
     workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
-    rows = [_estimate(model, cluster, spec, workload, max_throughput) for spec in specs]
+    rows = [_estimate(model, cluster, spec, workload, max_throughput, stages) for spec in specs]
     figure = None
     if frontier_path is not None:
-        figure = _frontier(model, cluster, specs, workload, second, frontier_path)
+        figure = _frontier(model, cluster, specs, workload, second, frontier_path, stages)
     if as_json:
         from shardwise import export
 
@@ -152,7 +175,7 @@ def serve(
     _print(model, cluster, workload, rows, figure, max_throughput)
 
 
-def _scenario(model: Any, cluster: Any, spec: Any) -> Any:
+def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
     from shardwise.engines.serving import plan_for_serving
     from shardwise.errors import SpecError
     from shardwise.specs import Scenario
@@ -161,14 +184,17 @@ def _scenario(model: Any, cluster: Any, spec: Any) -> Any:
     tp, pp, dp = (float(x) for x in spec.degrees(gpus))
     if not dp.is_integer() or dp < 1:
         raise SpecError(f"--plan {spec.label}: tp x pp = {tp * pp:g} does not divide the {gpus} GPUs")
-    return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)))
+    split = {**(stages or {}), **dict(spec.options)} if pp > 1 else {}
+    return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split))
 
 
-def _estimate(model: Any, cluster: Any, spec: Any, workload: Any, max_throughput: bool) -> tuple[str, Any]:
+def _estimate(
+    model: Any, cluster: Any, spec: Any, workload: Any, max_throughput: bool, stages: dict[str, Any] | None = None
+) -> tuple[str, Any]:
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
 
-    scn = _scenario(model, cluster, spec)
+    scn = _scenario(model, cluster, spec, stages)
     return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
 
 
@@ -284,7 +310,15 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
         out.print(f"figure: {figure}")
 
 
-def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second: Any, path: str) -> Any:
+def _frontier(
+    model: Any,
+    cluster: Any,
+    specs: list[Any],
+    workload: Any,
+    second: Any,
+    path: str,
+    stages: dict[str, Any] | None = None,
+) -> Any:
     from shardwise import plots
     from shardwise.analyses.serving import frontier
 
@@ -294,7 +328,7 @@ def _frontier(model: Any, cluster: Any, specs: list[Any], workload: Any, second:
         (f"{second.label} ({second.link.name})", second.link),
     ):
         c = cluster.with_(intra_node_link=link)
-        lines = {spec.label: frontier(_scenario(model, c, spec), workload) for spec in specs}
+        lines = {spec.label: frontier(_scenario(model, c, spec, stages), workload) for spec in specs}
         panels[label] = {k: v for k, v in lines.items() if v[0].size}
     if not any(panels.values()):
         from shardwise.errors import SpecError

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-TABLE_CHOICES = ["narayanan21_table1", "korthikanti22_table5", "korthikanti22_table4", "inference", "planner"]
+TABLE_CHOICES = ["narayanan21_table1", "korthikanti22_table5", "korthikanti22_table4", "inference", "public", "planner"]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
 
@@ -27,7 +27,15 @@ def _run(table: str) -> tuple[list[Any], str, str]:
 @click.argument("tables", nargs=-1, type=click.Choice(TABLE_CHOICES))
 @click.option("--json", "as_json", is_flag=True, help="Print rows and mean absolute errors as JSON.")
 @click.option("--markdown", is_flag=True, help="Print Markdown tables (as in the README).")
-def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
+@click.option(
+    "--rows",
+    "show_rows",
+    type=click.Choice(["none", "dev", "holdout", "all"]),
+    default="none",
+    show_default=True,
+    help="public: also list the runs of this split, one per line.",
+)
+def validate(tables: tuple[str, ...], as_json: bool, markdown: bool, show_rows: str) -> None:
     """Predict the published training runs and compare (all tables by default).
 
     narayanan21_table1: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU);
@@ -35,8 +43,22 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool) -> None:
     korthikanti22_table4: Korthikanti et al. 2022 Table 4 (one layer, ms);
     inference: TensorRT-LLM's published throughput (FP8, H100/H200, Llama 3 8B/70B/405B) and
     FasterTransformer GPT-13B latencies (A100, TP 1 and 2);
+    public (only when named): 900 public training runs (NVIDIA DGX Cloud benchmarking, Megatron-Bridge
+    and NeMo performance summaries, ...), per source and split (dev: looked at while developing and
+    used to fit the sustained GPU efficiencies; holdout: untouched), with MAPE, bias, ranking of
+    layouts within each group, and a flat baseline (Eq. 3 FLOPs at Narayanan Table 1's fraction of
+    peak);
     planner (only when named): `shardwise plan`'s best plan beside each published run's plan.
     """
+    if "public" in tables:
+        if len(tables) > 1:
+            from shardwise.errors import SpecError
+
+            raise SpecError("validate public: give it alone (it prints a different table)")
+        from shardwise.cli.validate_public import show_public
+
+        show_public(as_json, markdown, show_rows)
+        return
     if "planner" in tables:
         if len(tables) > 1:
             from shardwise.errors import SpecError

@@ -76,18 +76,31 @@ def stage_split(
     return StageSplit(p, first, last, middle_total, hi, lo)
 
 
+def split_ok(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) -> Number:
+    """Where a split is valid (see `check_split`), element by element."""
+    p, v = np.asarray(pp), np.asarray(vpp)
+    ends = np.maximum(v - 1, 1)
+    ok = np.asarray(split.first) >= ends
+    ok = ok & ((p <= 1) | (np.asarray(split.last) >= ends))
+    ok = ok & ((p <= 2) | (np.asarray(split.middle_min) >= np.maximum(v, 1)))
+    return ok & (np.asarray(split.total) == np.asarray(layers))
+
+
 def check_split(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) -> None:
-    """Every stage needs at least one layer per model chunk; raises SpecError naming the stage."""
+    """Every stage needs at least one layer per model chunk (the first and last stages one chunk
+    fewer: that chunk may hold only the embedding or the loss, as Megatron-LM's split accounting
+    for them does); raises SpecError naming the stage."""
     p = np.asarray(pp)
     v = np.asarray(vpp)
+    ends = np.maximum(v - 1, 1)
     checks = (
-        ("first", split.first, np.ones_like(p, dtype=bool)),
-        ("last", split.last, p > 1),
-        ("middle", split.middle_min, p > 2),
+        ("first", split.first, np.ones_like(p, dtype=bool), ends),
+        ("last", split.last, p > 1, ends),
+        ("middle", split.middle_min, p > 2, np.maximum(v, 1)),
     )
-    for name, n, applies in checks:
-        n_arr, a, vv = np.broadcast_arrays(np.asarray(n), np.asarray(applies), v)
-        bad = a & (n_arr < np.maximum(vv, 1))
+    for name, n, applies, need in checks:
+        n_arr, a, vv, need_arr = np.broadcast_arrays(np.asarray(n), np.asarray(applies), v, need)
+        bad = a & (n_arr < need_arr)
         if np.any(bad):
             i = np.flatnonzero(bad)[0]
             raise SpecError(

@@ -1,0 +1,134 @@
+"""`shardwise validate public`: the public runs per source and split, with the flat baseline."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import click
+
+SPLITS = (("dev", "dev (fitted)"), ("holdout", "holdout (untouched)"))
+
+
+def _pct(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:.1%}"
+
+
+def _signed(x: float) -> str:
+    return "-" if math.isnan(x) else f"{x:+.1%}"
+
+
+def _rho(s: Any) -> str:
+    return "-" if math.isnan(s.spearman) else f"{s.spearman:.2f} ({s.spearman_groups})"
+
+
+def _pairs(x: float, n: int) -> str:
+    return "-" if math.isnan(x) else f"{x:.0%} of {n}"
+
+
+def summary_rows() -> list[tuple[str, str, Any]]:
+    """(source, split label, TableSummary) for every source and split, round-1 tables first."""
+    from shardwise.analyses import public_validation as pv
+
+    out: list[tuple[str, str, Any]] = []
+    first = pv.round_one_rows()
+    for name, role in (
+        ("Narayanan et al. 2021 Table 1", "sets the baseline's fraction"),
+        ("Korthikanti et al. 2022 Table 5", "round 1 (untouched)"),
+    ):
+        out.append((name, role, pv.summarize(name, [r for r in first if r.source == name])))
+    for split, label in SPLITS:
+        for s in pv.summaries(split):
+            if s.rows:
+                out.append((s.name, label, s))
+    return out
+
+
+def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
+    from shardwise.analyses import public_validation as pv
+
+    rows = summary_rows()
+    listed = [r for r in pv.validate_public() if show_rows == "all" or r.split == show_rows]
+    if as_json:
+        from dataclasses import asdict
+
+        from shardwise import export
+
+        click.echo(
+            export.dumps(
+                {
+                    "baseline_fraction_of_peak": pv.baseline_fraction(),
+                    "tables": [{"source": src, "split": split, **asdict(s)} for src, split, s in rows],
+                    "skipped": {split: pv.skip_counts(split) for split, _ in SPLITS},
+                    "rows": [asdict(r) for r in listed],
+                }
+            )
+        )
+        return
+    head = (
+        "source",
+        "split",
+        "runs",
+        "MAPE",
+        "bias",
+        "baseline MAPE",
+        "baseline bias",
+        "Spearman (groups)",
+        "pairs ordered right",
+        "baseline pairs",
+    )
+    cells = [
+        (
+            src,
+            split,
+            str(s.rows),
+            _pct(s.mape),
+            _signed(s.bias),
+            _pct(s.baseline_mape),
+            _signed(s.baseline_bias),
+            _rho(s),
+            _pairs(s.pairs_right, s.pairs),
+            _pairs(s.baseline_pairs_right, s.pairs),
+        )
+        for src, split, s in rows
+    ]
+    frac = pv.baseline_fraction()
+    note = (
+        f"Errors in step time (predicted - measured) / measured. Baseline: Eq. 3 FLOPs at {frac:.1%} of the "
+        "dense peak in the run's precision (Narayanan Table 1's mean). Ranking: layouts of one model on one "
+        "system and GPU count, by tokens/s per GPU."
+    )
+    skipped = {split: pv.skip_counts(split) for split, _ in SPLITS}
+    skip_text = "; ".join(
+        f"{label}: " + ", ".join(f"{n} {reason}" for reason, n in skipped[split].items()) for split, label in SPLITS
+    )
+    if markdown:
+        click.echo("| " + " | ".join(head) + " |")
+        click.echo("|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"]) + "|")
+        for c in cells:
+            click.echo("| " + " | ".join(c) + " |")
+        click.echo(f"\n{note}\n\nSkipped (not expressible yet): {skip_text}.")
+    else:
+        from rich.table import Table
+
+        from shardwise.cli.render import console
+
+        out = console()
+        table = Table(title="public training runs: model against a flat baseline", title_justify="left")
+        for i, col in enumerate(head):
+            table.add_column(col, justify="left" if i < 2 else "right")
+        for c in cells:
+            table.add_row(*c)
+        out.print(table)
+        out.print(note)
+        out.print(f"skipped (not expressible yet): {skip_text}")
+    if listed:
+        click.echo("")
+        for r in listed:
+            if r.skip:
+                click.echo(f"{r.run_id} [{r.split}] {r.label}: skipped ({r.skip})")
+            else:
+                click.echo(
+                    f"{r.run_id} [{r.split}] {r.label}: measured {r.measured_step_s:.3g} s, "
+                    f"predicted {r.predicted_step_s:.3g} s ({r.error:+.1%}), baseline {r.baseline_error:+.1%}"
+                )
