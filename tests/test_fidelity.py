@@ -189,3 +189,38 @@ def test_gemm_time_is_monotone_in_each_dimension():
         base = gemm(m, n, k)
         for grown in ((m + 1, n, k), (m, n + 1, k), (m, n, k + 1), (2 * m, n, k)):
             assert gemm(*grown) >= base * (1 - 1e-12), (m, n, k, grown)
+
+
+def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values():
+    """Llama 3.1 70B at 8192 tokens: cp=2 halves each rank's tokens (and activations); the ring
+    hides behind attention on NVLink but not over a slow network."""
+    model = presets.model("llama3-70b")
+    cluster = presets.system("dgx-h100", nodes=4)
+    base = Plan(tp=4, pp=4, dp=2, global_batch=64, sequence_parallel=True)
+    with_cp = Plan(tp=4, pp=4, dp=1, cp=2, global_batch=64, sequence_parallel=True)
+    a = estimate_training_step(Scenario(model, cluster, base))
+    b = estimate_training_step(Scenario(model, cluster, with_cp))
+    assert float(b.memory.activations_bytes) < 0.6 * float(a.memory.activations_bytes)
+    assert float(b.model_flops_per_step) == pytest.approx(float(a.model_flops_per_step))
+    # a CP group across servers on a slow link exposes the ring
+    slow = cluster.with_(inter_node_link=cluster.inter_node_link.with_(bandwidth_bytes_per_s=1e9))
+    wide = Plan(tp=8, pp=1, dp=1, cp=4, global_batch=64, sequence_parallel=True)
+    fast_t = estimate_training_step(Scenario(model, cluster, wide))
+    slow_t = estimate_training_step(Scenario(model, slow, wide))
+    assert float(slow_t.breakdown.tp_comm_s) > float(fast_t.breakdown.tp_comm_s)
+    with pytest.raises(Exception, match="2\\*cp"):
+        Scenario(model.with_(seq_len=8190), cluster, with_cp)
+
+
+def test_the_fitted_gpu_efficiencies_are_what_the_fit_gives():
+    """presets/gpus.yaml holds the values tools/fit_efficiency.py fits on the dev split."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "tools" / "fit_efficiency.py"
+    spec = importlib.util.spec_from_file_location("fit_efficiency", path)
+    fit = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(fit)  # type: ignore[union-attr]
+    rows = fit.dev_rows_by_gpu()["h100-sxm5-80gb"]
+    rows = [r for r in rows if fit.compute_share(r) >= fit.COMPUTE_SHARE]
+    assert abs(fit.median_error(rows, 1.0)) < 0.005

@@ -19,9 +19,12 @@ def test_a_group_that_straddles_nodes_counts_as_one_per_node():
 
 def test_megatron_order_puts_dp_inside_the_node_and_pp_across():
     place = group_placement(tp=2, dp=4, pp=8, gpus_per_node=8)
-    assert place == {"tp": 2, "dp": 4, "pp": 1}
+    assert place == {"tp": 2, "cp": 1, "dp": 4, "dpcp": 4, "pp": 1}
     place = group_placement(tp=8, dp=4, pp=2, gpus_per_node=8)
-    assert place == {"tp": 8, "dp": 1, "pp": 1}
+    assert place == {"tp": 8, "cp": 1, "dp": 1, "dpcp": 1, "pp": 1}
+    # context parallelism sits between TP and DP (order tp-cp-dp-pp)
+    place = group_placement(tp=2, dp=2, pp=2, gpus_per_node=8, cp=2)
+    assert place == {"tp": 2, "cp": 2, "dp": 2, "dpcp": 4, "pp": 1}
 
 
 def test_vectorised():

@@ -6,7 +6,10 @@ GEMM at its best shape; training jobs on Hopper and Blackwell run below that (GB
 the same datasheet peaks but differ by 13% in the same recipes: the power limit sets the clock).
 So for each GPU with public runs in the dev split, one scale s multiplies both its 16-bit and FP8
 efficiencies, chosen so that the median signed step-time error of its dev rows is zero (robust to
-a few odd rows). The holdout rows are never read here.
+a few odd rows). Only rows where compute is at least COMPUTE_SHARE of the predicted step take
+part (where the step is mostly communication or bubble, the rest of the model would be fitted
+instead); a GPU with fewer than MIN_GROUPS such groups uses all its dev rows. The holdout rows
+are never read here.
 
     python tools/fit_efficiency.py            # print the fitted values (paste into presets/gpus.yaml)
 """
@@ -23,6 +26,7 @@ from shardwise.engines.training import estimate_training_step
 
 SCALES = np.round(np.arange(0.60, 1.2001, 0.0025), 4)
 MIN_GROUPS = 2  # a GPU needs dev rows from at least this many groups to get its own value
+COMPUTE_SHARE = 0.85  # rows whose predicted step is at least this much compute measure the GPU
 
 
 def dev_rows_by_gpu() -> dict[str, list[dict[str, str]]]:
@@ -66,8 +70,16 @@ def fit(rows: list[dict[str, str]]) -> float:
     return float(min((SCALES[lo], SCALES[hi]), key=lambda s: abs(median_error(rows, float(s)))))
 
 
+def compute_share(row: dict[str, str]) -> float:
+    est = estimate_training_step(pv.scenario_for(row))
+    return float(est.breakdown.compute_s) / float(est.step_time_s)
+
+
 def main() -> None:
-    for name, rows in sorted(dev_rows_by_gpu().items()):
+    for name, all_rows in sorted(dev_rows_by_gpu().items()):
+        rows = [r for r in all_rows if compute_share(r) >= COMPUTE_SHARE]
+        if len({r["group"] for r in rows}) < MIN_GROUPS:
+            rows = all_rows
         groups = {r["group"] for r in rows}
         gpu = presets.gpu(name)
         if len(groups) < MIN_GROUPS:

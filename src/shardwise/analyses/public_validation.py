@@ -113,8 +113,6 @@ def skip_reason(row: dict[str, str]) -> str:
         return "NVFP4 training is not modelled"
     if row["precision"] not in ("bf16", "fp8", "mxfp8"):
         return "precision not stated"
-    if (_int(row["cp"], 1) or 1) > 1:
-        return "context parallelism (not modelled yet)"
     if any(_int(row[k]) is None for k in ("tp", "pp", "dp", "mbs", "gbs", "seq_len", "layers", "num_gpus")):
         return "layout incomplete"
     if not row["measured"]:
@@ -148,6 +146,7 @@ def scenario_for(row: dict[str, str]):
         tp=tp,
         pp=pp,
         dp=int(row["dp"]),
+        cp=_int(row["cp"], 1) or 1,
         global_batch=int(row["gbs"]),
         micro_batch=int(row["mbs"]),
         vpp=vp,
@@ -212,9 +211,10 @@ def _layout_key(row: dict[str, str]) -> str:
 
 def _label(row: dict[str, str]) -> str:
     vp = f" vp{row['vp']}" if (_int(row["vp"], 1) or 1) > 1 else ""
+    cp = f" cp{row['cp']}" if (_int(row["cp"], 1) or 1) > 1 else ""
     return (
         f"{row['model'] or row['model_raw']}, {row['num_gpus']} {row['system'] or row['gpu_raw']}, "
-        f"tp{row['tp']} pp{row['pp']}{vp} mb{row['mbs']} gbs{row['gbs']}, {row['precision']}"
+        f"tp{row['tp']} pp{row['pp']}{vp}{cp} mb{row['mbs']} gbs{row['gbs']}, {row['precision']}"
     )
 
 

@@ -94,6 +94,8 @@ def scenario_for(run_id: str) -> Scenario:
 def plan_label(p: Plan, sep: str = ", ") -> str:
     """'tp8 pp8 dp1, v3, mb1, selective +sp' (with `sep` between the parts)."""
     parts = [f"tp{int(np.asarray(p.tp))} pp{int(np.asarray(p.pp))} dp{int(np.asarray(p.dp))}"]
+    if int(np.asarray(p.cp)) > 1:
+        parts[0] += f" cp{int(np.asarray(p.cp))}"
     if int(p.vpp) > 1:
         parts.append(f"v{int(p.vpp)}")
     parts.append(f"mb{int(np.asarray(p.micro_batch))}")

@@ -63,7 +63,14 @@ cluster_options = _stack(
 plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
     click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel stages."),
-    click.option("--dp", type=int, help="Data-parallel replicas [default: GPUs / (tp x pp)]."),
+    click.option("--dp", type=int, help="Data-parallel replicas [default: GPUs / (tp x pp x cp)]."),
+    click.option(
+        "--cp",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Context-parallel ranks: each sequence split over cp GPUs (ring attention).",
+    ),
     click.option(
         "--vpp",
         type=int,
@@ -241,7 +248,7 @@ def build_cluster(o: dict[str, Any]) -> Any:
 def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
     from shardwise.specs import SpecError
 
-    for flag in ("nodes", "num_gpus", "tp", "pp", "dp", "vpp", "micro_batch", "global_batch"):
+    for flag in ("nodes", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch"):
         if o.get(flag) is not None and o[flag] < 1:
             raise SpecError(f"--{flag.replace('_', '-')}: {o[flag]} is not allowed; it must be >= 1")
     if o.get("nodes") is not None:
@@ -249,7 +256,7 @@ def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
     if o.get("num_gpus") is not None:
         return o["num_gpus"]
     if o.get("dp") is not None:
-        return o["tp"] * o["pp"] * o["dp"]
+        return o["tp"] * o["pp"] * o["dp"] * (o.get("cp") or 1)
     return per_node
 
 
@@ -309,12 +316,13 @@ def stage_kwargs(o: dict[str, Any]) -> dict[str, Any]:
 def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
     from shardwise.specs import Plan, SpecError
 
-    tp, pp = o["tp"], o["pp"]
+    tp, pp, cp = o["tp"], o["pp"], o.get("cp") or 1
     dp = o.get("dp")
     if dp is None:
-        if n_gpus % (tp * pp):
-            raise SpecError(f"--tp x --pp = {tp * pp} does not divide the {n_gpus} GPUs; set --dp or change --nodes")
-        dp = n_gpus // (tp * pp)
+        if n_gpus % (tp * pp * cp):
+            what = "--tp x --pp" + (" x --cp" if cp > 1 else "")
+            raise SpecError(f"{what} = {tp * pp * cp} does not divide the {n_gpus} GPUs; set --dp or change --nodes")
+        dp = n_gpus // (tp * pp * cp)
     if o.get("global_batch") is None:
         raise SpecError(
             f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
@@ -327,6 +335,7 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         tp=tp,
         pp=pp,
         dp=dp,
+        cp=cp,
         global_batch=o["global_batch"],
         micro_batch=o["micro_batch"],
         vpp=o["vpp"],

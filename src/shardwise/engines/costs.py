@@ -15,7 +15,7 @@ from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import attention_precision, layer_times, linear_times, memory_s
 from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
 from shardwise.physics.stages import StageSplit
-from shardwise.specs import Recompute, Scenario
+from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
@@ -94,6 +94,42 @@ def overlapped_exposed_s(
     return np.where(np.asarray(window_s) > 0, np.maximum(np.maximum(comm_s - window_s, comm_s * share), tail), comm_s)
 
 
+@dataclass(frozen=True)
+class RankView:
+    """A scenario as one context-parallel rank computes it (derived from a checked Scenario, so
+    not checked again): sequences of seq_len / cp tokens."""
+
+    model: Model
+    cluster: Cluster
+    plan: Plan
+
+
+def context_parallel(scn: Scenario) -> Scenario:
+    """The scenario as one context-parallel rank sees it: sequences of seq_len / cp tokens (TP
+    messages, pipeline sends, activations, the output layer and the loss all shrink by cp); the
+    attention still spans the whole sequence (`layer_cost(..., kv_len=seq_len)`)."""
+    cp = np.asarray(scn.plan.cp)
+    if not np.any(cp > 1):
+        return scn
+    local = scn.model.with_(seq_len=scn.model.seq_len // cp)
+    return RankView(local, scn.cluster, scn.plan)  # type: ignore[return-value]
+
+
+def cp_kv_chunk_bytes(scn: Scenario) -> Number:
+    """Keys and values of one context-parallel rank's tokens, per layer (what the ring passes on)."""
+    model, plan = scn.model, scn.plan
+    local = model.seq_len / np.asarray(plan.cp)
+    return 2 * plan.bytes_per_element * plan.micro_batch * local * model.kv_heads / plan.tp * model.head_dim
+
+
+def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
+    """One ring step of context parallelism: send a KV chunk to the next CP rank (over the network
+    when the CP group spans servers)."""
+    cp = np.asarray(scn.plan.cp)
+    crosses = place["cp"] < cp
+    return np.where(cp > 1, fabric.p2p(cp_kv_chunk_bytes(scn), crosses), 0.0)
+
+
 def layer_cost(
     scn: Scenario,
     comm: TpComm,
@@ -101,6 +137,8 @@ def layer_cost(
     kv_len: Number | None = None,
     weight_bytes: Number | None = None,
     kv_bytes: Number | None = None,
+    cp: Number = 1,
+    cp_step: Number = 0.0,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -128,7 +166,9 @@ def layer_cost(
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
-    fwd = layer_forward(model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes)
+    fwd = layer_forward(
+        model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes, cp
+    )
     lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
@@ -167,6 +207,16 @@ def layer_cost(
     )
     tp_bwd = np.where(sp, sp_bwd, plain_bwd)
     tp_bwd_total = np.where(sp, 4 * gather + 2 * scatter, 2 * reduce)
+    # Context parallelism (ring attention, Megatron-Core / Transformer Engine "p2p"): cp - 1 steps
+    # pass a KV chunk to the next rank while attention runs on the chunk in hand; a step costs
+    # what its transfer exceeds one chunk's attention. Backward passes KV and dKV: twice the bytes.
+    c = np.asarray(cp, dtype=float)
+    steps = np.maximum(c - 1, 0.0)
+    chunk_f, chunk_b = lt.attention_s / np.maximum(c, 1.0), lt.attention_bwd_s / np.maximum(c, 1.0)
+    cp_f = steps * np.maximum(0.0, cp_step - chunk_f)
+    cp_b = steps * np.maximum(0.0, 2 * cp_step - chunk_b)
+    tp_fwd = tp_fwd + cp_f
+    tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
     cost = StageCost(
@@ -174,7 +224,8 @@ def layer_cost(
         compute_b=lt.backward_s + redo,
         tp_f=tp_fwd,
         tp_b=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
-        tp_hidden=np.maximum(0.0, tp_fwd_total - tp_fwd) + np.maximum(0.0, tp_bwd_total - tp_bwd),
+        tp_hidden=np.maximum(0.0, tp_fwd_total + steps * cp_step - tp_fwd)
+        + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step - tp_bwd),
         weight_s=lt.weight_s,
     )
     return cost, fwd

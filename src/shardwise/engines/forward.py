@@ -21,7 +21,7 @@ from shardwise.engines.training import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.stages import plan_split
-from shardwise.physics.topology import group_placement
+from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 
@@ -98,7 +98,7 @@ def forward_stages(
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
-    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
+    place = placement(plan, cluster.gpus_per_node)
     comm = tp_comm(scn, fabric, place["tp"], s_q)
     layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes)
     emb = embedding_cost(scn, comm, s_q)

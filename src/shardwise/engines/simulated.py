@@ -15,7 +15,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.costs import FIELDS, StageCost, embedding_cost, head_cost, layer_cost, p2p_time_s, tp_comm
+from shardwise.engines.costs import (
+    FIELDS,
+    StageCost,
+    context_parallel,
+    cp_step_s,
+    embedding_cost,
+    head_cost,
+    layer_cost,
+    p2p_time_s,
+    tp_comm,
+)
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
@@ -31,7 +41,7 @@ from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu
 from shardwise.physics.stages import plan_split, stage_layer_list
-from shardwise.physics.topology import group_placement
+from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 
 
@@ -55,10 +65,11 @@ def stage_times(scn: Scenario) -> StageTimes:
     p = int(_scalar("pp", plan.pp))
     m = int(_scalar("micro-batches", plan.num_micro_batches))
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
-    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
-    comm = tp_comm(scn, fabric, place["tp"])
-    layer, _ = layer_cost(scn, comm)
-    emb, head = embedding_cost(scn, comm), head_cost(scn, comm)
+    place = placement(plan, cluster.gpus_per_node)
+    local = context_parallel(scn)
+    comm = tp_comm(local, fabric, place["tp"])
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step_s(scn, fabric, place))
+    emb, head = embedding_cost(local, comm), head_cost(local, comm)
     split = plan_split(model.layers, plan)
     counts = stage_layer_list(split, p)
     kinds = [_stage_cost(n, layer, emb if i == 0 else None, head if i == p - 1 else None) for i, n in enumerate(counts)]
@@ -71,12 +82,12 @@ def stage_times(scn: Scenario) -> StageTimes:
     backward = np.array([float(np.asarray(c.compute_b + c.tp_b)) for c in kinds])
     weight = np.array([float(np.asarray(c.weight_s)) for c in kinds]) if split_bwd else np.zeros(p)
     # which boundaries cross servers: stage i holds ranks i*tp*dp ... (i+1)*tp*dp - 1
-    span = int(_scalar("tp", plan.tp)) * int(_scalar("dp", plan.dp))
+    span = int(_scalar("tp", plan.tp)) * int(_scalar("dp", plan.dp)) * int(_scalar("cp", plan.cp))
     node = np.arange(p) * span // int(_scalar("gpus_per_node", cluster.gpus_per_node))
     crosses_f = node != np.roll(node, -1)
     crosses_b = node != np.roll(node, 1)
-    send_f = np.array([float(np.asarray(p2p_time_s(scn, fabric, comm, bool(c)))) for c in crosses_f])
-    send_b = np.array([float(np.asarray(p2p_time_s(scn, fabric, comm, bool(c)))) for c in crosses_b])
+    send_f = np.array([float(np.asarray(p2p_time_s(local, fabric, comm, bool(c)))) for c in crosses_f])
+    send_b = np.array([float(np.asarray(p2p_time_s(local, fabric, comm, bool(c)))) for c in crosses_b])
     overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
     blocking = p > 1 and not bool(_scalar("overlap_p2p", plan.overlap_p2p))
     if blocking:
@@ -154,7 +165,7 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         scenario=scn,
         step_time_s=sim.makespan_s,
         breakdown=breakdown,
-        memory=_memory(scn, params, m),
+        memory=_memory(context_parallel(scn), params, m),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,

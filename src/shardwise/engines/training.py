@@ -28,6 +28,8 @@ import numpy as np
 
 from shardwise.engines.costs import (
     StageCost,
+    context_parallel,
+    cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
@@ -43,7 +45,7 @@ from shardwise.physics.compute import memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.stages import StageSplit, plan_split
-from shardwise.physics.topology import group_placement
+from shardwise.physics.topology import placement
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 
@@ -102,20 +104,21 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
-    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
+    place = placement(plan, cluster.gpus_per_node)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
     split = plan_split(model.layers, plan)
 
-    comm = tp_comm(scn, fabric, place["tp"])
-    layer, _ = layer_cost(scn, comm)
-    emb = embedding_cost(scn, comm)
-    head = head_cost(scn, comm)
+    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
+    comm = tp_comm(local, fabric, place["tp"])
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step_s(scn, fabric, place))
+    emb = embedding_cost(local, comm)
+    head = head_cost(local, comm)
     first, middle, last, middle_sum = stages(split, layer, emb, head)
 
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
     # when they are longer than it.
-    p2p = p2p_per_micro_batch_s(scn, p2p_per_transfer(scn, fabric, place, comm))
+    p2p = p2p_per_micro_batch_s(scn, p2p_per_transfer(local, fabric, place, comm))
     overlap = np.asarray(plan.overlap_p2p, dtype=bool)
 
     def with_sends(total: Number) -> Number:
@@ -156,7 +159,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         scenario=scn,
         step_time_s=step,
         breakdown=breakdown,
-        memory=_memory(scn, (params_first, params_mid, params_last), m, split),
+        memory=_memory(local, (params_first, params_mid, params_last), m, split),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
@@ -228,8 +231,8 @@ def dp_comm(
     """
     plan = scn.plan
     z = np.asarray(plan.zero_stage)
-    dp = np.asarray(plan.dp, dtype=float)
-    group = fabric.group(plan.dp, place["dp"])
+    dp = np.asarray(plan.dp, dtype=float) * np.asarray(plan.cp)  # CP ranks hold the same weights
+    group = fabric.group(dp, place["dpcp"])
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
     bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
     all_reduce = group.all_reduce(n_params * g_bytes)
@@ -296,7 +299,8 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
 def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
     """The Adam update of `n_params` parameters (divided by dp under ZeRO >= 1) at HBM speed."""
     plan = scn.plan
-    local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, plan.dp, 1)
+    shards = np.asarray(plan.dp) * np.asarray(plan.cp)  # the distributed optimizer shards over dp x cp
+    local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, shards, 1)
     return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=4)
 
 
@@ -351,7 +355,8 @@ def _memory(
         np.where(p > 2, in_mid * per_layer + working, 0.0),
         in_last * per_layer + working + head,
     )
-    states = [mem.model_state_bytes(n, plan.dp, plan.zero_stage, plan.precision) for n in params]
+    shards = np.asarray(plan.dp) * np.asarray(plan.cp)
+    states = [mem.model_state_bytes(n, shards, plan.zero_stage, plan.precision) for n in params]
     totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
     totals[1] = np.where(p > 2, totals[1], -np.inf)
     pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
@@ -371,6 +376,13 @@ def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
     reports)."""
     cluster, plan = scn.cluster, scn.plan
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
-    place = group_placement(plan.tp, plan.dp, plan.pp, cluster.gpus_per_node)
-    cost, _ = layer_cost(scn, tp_comm(scn, fabric, place["tp"]))
+    place = placement(plan, cluster.gpus_per_node)
+    local = context_parallel(scn)
+    cost, _ = layer_cost(
+        local,
+        tp_comm(local, fabric, place["tp"]),
+        kv_len=scn.model.seq_len,
+        cp=plan.cp,
+        cp_step=cp_step_s(scn, fabric, place),
+    )
     return cost.compute_f + cost.tp_f, cost.compute_b + cost.tp_b

@@ -127,6 +127,7 @@ def layer_forward(
     kv_len: Number | None = None,
     weight_bytes: Number | None = None,
     kv_bytes: Number | None = None,
+    cp: Number = 1,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
     `kv_len` tokens (training: both equal the model's sequence length). Inference may store the
@@ -152,7 +153,9 @@ def layer_forward(
     softmax_bytes = score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
     flash_bytes = batch * (e * 2 * s_q * h + e_kv * 2 * s_kv * kv * d) / t  # Q, O; the K and V read
     flash = Gemm(scores.flops + context.flops, flash_bytes)
-    causal_fraction = 1.0 - (s_q - 1) / (2.0 * s_kv)
+    # the last s_q of s_kv tokens (inference); with context parallelism each rank holds 1/cp of
+    # every sequence in two balanced chunks, so it computes half of its s_q x s_kv rectangle
+    causal_fraction = np.where(np.asarray(cp) > 1, 0.5, 1.0 - (s_q - 1) / (2.0 * s_kv))
 
     split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
     norms = 2 * (2 * e * tokens * h)

@@ -1,9 +1,10 @@
 """Where each communication group lands on the cluster.
 
-Ranks are numbered as in Megatron-LM (`parallel_state`, default order "tp-dp-pp"): TP
-innermost (consecutive GPUs, so a TP group of <= gpus_per_node stays on NVLink), then DP, then
-PP outermost. A group whose members are `stride` ranks apart and that spans nodes runs its
-collectives over the inter-node link, with as many NICs per node as it has members there.
+Ranks are numbered as in Megatron-LM (`parallel_state`, default order "tp-cp-ep-dp-pp"): TP
+innermost (consecutive GPUs, so a TP group of <= gpus_per_node stays on NVLink), then context
+parallelism, then DP, then PP outermost. Gradients are reduced over the DP and CP ranks together
+(they hold the same weights): the "dpcp" group. A group whose members are `stride` ranks apart
+and that spans nodes runs its collectives over the inter-node link, with as many NICs per node as it has members there.
 """
 
 from __future__ import annotations
@@ -28,10 +29,18 @@ def ranks_per_node(size: Number, stride: Number, gpus_per_node: Number) -> Numbe
     return np.where(inside, n, np.where(whole_nodes, np.maximum(1, g // st), 1))
 
 
-def group_placement(tp: Number, dp: Number, pp: Number, gpus_per_node: Number) -> dict[str, Number]:
-    """Members per node of the TP, DP and PP groups (order tp-dp-pp)."""
+def group_placement(tp: Number, dp: Number, pp: Number, gpus_per_node: Number, cp: Number = 1) -> dict[str, Number]:
+    """Members per node of the TP, CP, DP, DP x CP and PP groups (order tp-cp-dp-pp)."""
+    tcp = np.asarray(tp) * cp
     return {
         "tp": ranks_per_node(tp, 1, gpus_per_node),
-        "dp": ranks_per_node(dp, tp, gpus_per_node),
-        "pp": ranks_per_node(pp, np.asarray(tp) * dp, gpus_per_node),
+        "cp": ranks_per_node(cp, tp, gpus_per_node),
+        "dp": ranks_per_node(dp, tcp, gpus_per_node),
+        "dpcp": ranks_per_node(np.asarray(dp) * cp, tp, gpus_per_node),
+        "pp": ranks_per_node(pp, tcp * dp, gpus_per_node),
     }
+
+
+def placement(plan: object, gpus_per_node: Number) -> dict[str, Number]:
+    """`group_placement` of a Plan."""
+    return group_placement(plan.tp, plan.dp, plan.pp, gpus_per_node, plan.cp)  # type: ignore[attr-defined]

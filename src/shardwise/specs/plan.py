@@ -44,7 +44,10 @@ class Recompute(IntEnum):
 
 @dataclass(frozen=True)
 class Plan:
-    """tp x pp x dp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved schedule.
+    """tp x pp x dp x cp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved
+    schedule; `cp` context-parallel ranks split every sequence (Megatron-Core's ring attention:
+    each rank holds 1/cp of the tokens, load-balanced for causal masks, and passes its keys and
+    values around the CP ring; gradients are reduced over dp x cp).
 
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
     micro-batches pass through the pipeline per step.
@@ -80,6 +83,7 @@ class Plan:
     global_batch: Number = 1
     micro_batch: Number = 1
     vpp: Number = 1
+    cp: Number = 1
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     sequence_parallel: bool | np.ndarray = False
@@ -100,7 +104,7 @@ class Plan:
     framework: str = "megatron-core"
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp"):
+        for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp"):
             object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
         object.__setattr__(self, "schedule", chk.enum_codes("plan: schedule", self.schedule, Schedule))
         object.__setattr__(self, "recompute", chk.enum_codes("plan: recompute", self.recompute, Recompute))
@@ -151,7 +155,7 @@ class Plan:
 
     @property
     def num_gpus(self) -> Number:
-        return self.tp * self.pp * self.dp
+        return self.tp * self.pp * self.dp * self.cp
 
     @property
     def num_micro_batches(self) -> Number:

@@ -52,9 +52,19 @@ class Scenario:
                 f"plan: tp={tp.flat[i]} neither divides nor is a multiple of gpus_per_node={g.flat[i]}; "
                 "a TP group must fit inside a node or span whole nodes"
             )
+        cp = np.asarray(p.cp)
+        if np.any(cp > 1):
+            s, c = np.broadcast_arrays(np.asarray(m.seq_len), cp)
+            bad = (c > 1) & (np.mod(s, 2 * c) != 0)
+            if np.any(bad):
+                i = np.flatnonzero(bad)[0]
+                raise SpecError(
+                    f"model: seq_len={s.flat[i]} is not divisible by 2*cp={2 * c.flat[i]} (context parallelism "
+                    "splits each sequence into 2 cp chunks, two per rank, to balance the causal mask)"
+                )
         sp = np.asarray(p.sequence_parallel, dtype=bool)
         if np.any(sp):
-            s, t, sp = np.broadcast_arrays(np.asarray(m.seq_len), np.asarray(p.tp), sp)
+            s, t, sp = np.broadcast_arrays(np.asarray(m.seq_len) // cp, np.asarray(p.tp), sp)
             bad = sp & (np.mod(s, t) != 0)
             if np.any(bad):
                 i = np.flatnonzero(bad)[0]
