@@ -74,6 +74,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "tp",
         "pp",
         "dp",
+        "cp",
         "vpp",
         "global_batch",
         "micro_batch",
@@ -83,11 +84,20 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "zero_stage",
         "precision",
         "flash_attention",
+        "framework",
+        "async_tp_grad",
         "tp_comm_overlap",
         "overlap_grad_reduce",
+        "overlap_param_gather",
+        "grad_accumulation_fusion",
+        "overlap_p2p",
+        "pipeline_sync",
         "scatter_gather",
+        "first_stage_layers",
+        "last_stage_layers",
     )
     out = {f: plain(getattr(plan, f)) for f in fields}
+    out["stage_layers"] = list(plan.stage_layers) if plan.stage_layers is not None else None
     out["num_micro_batches"] = plain(plan.num_micro_batches)
     return out
 

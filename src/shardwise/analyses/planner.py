@@ -169,6 +169,11 @@ class PlanSearch:
         out["schedule"] = SCHEDULE_NAMES[int(out["schedule"])]
         out["recompute"] = RECOMPUTE_NAMES[int(out["recompute"])]
         out["sequence_parallel"] = bool(out["sequence_parallel"])
+        from shardwise.physics.stages import describe_split
+
+        out["stage_layers"] = describe_split(
+            self.model.layers, int(out["pp"]), int(out["first_stage_layers"]), int(out["last_stage_layers"])
+        )
         step = float(np.asarray(est.step_time_s)[i])
         out.update(
             step_time_s=step,

@@ -272,7 +272,7 @@ EXECUTION_FLAGS = (
 )
 
 
-def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None) -> dict[str, Any]:
+def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, tp: int = 1) -> dict[str, Any]:
     """Plan keyword arguments from --framework and the execution flags given (which override it).
     Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default that
     turns it on applies only where SP is on; asking for it without SP is an error."""
@@ -285,7 +285,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None) -
         given = o.get(name)
         out[name] = flags[name] if given is None else given
     if sequence_parallel is not None and not sequence_parallel:
-        if o.get("tp_comm_overlap"):
+        if o.get("tp_comm_overlap") and tp > 1:
             raise SpecError(
                 "--tp-comm-overlap needs --sequence-parallel (Transformer Engine overlaps the SP collectives)"
             )
@@ -293,6 +293,12 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None) -
     if o.get("zero") is None:
         out["zero_stage"] = flags["zero_stage"]
     return out
+
+
+def _no_sharding_without_replicas(execution: dict[str, Any], dp: int, cp: int, given: int | None) -> None:
+    """A framework's default ZeRO stage means nothing without data-parallel replicas."""
+    if given is None and dp * cp == 1:
+        execution["zero_stage"] = 0
 
 
 def stage_kwargs(o: dict[str, Any]) -> dict[str, Any]:
@@ -328,9 +334,10 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
             f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
         )
     schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
-    execution = execution_kwargs(o, o["sequence_parallel"] or tp == 1)
+    execution = execution_kwargs(o, o["sequence_parallel"], tp)
     if o.get("zero") is not None:
         execution["zero_stage"] = o["zero"]
+    _no_sharding_without_replicas(execution, dp, cp, o.get("zero"))
     return Plan(
         tp=tp,
         pp=pp,

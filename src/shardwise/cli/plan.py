@@ -235,9 +235,10 @@ def _headroom(text: str, capacity_bytes: float) -> float:
 
 def _label(row: dict[str, Any]) -> str:
     sched = row["schedule"] + (f" v={row['vpp']}" if row["vpp"] > 1 else "")
+    split = f", layers per stage {row['stage_layers']}" if row.get("stage_layers") else ""
     return (
         f"tp={row['tp']} pp={row['pp']} dp={row['dp']}, micro-batch {row['micro_batch']}, {sched}, recompute "
-        f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}"
+        f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{split}"
     )
 
 

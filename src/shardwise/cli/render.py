@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
@@ -40,14 +41,38 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
     n = int(_f(c.num_gpus))
     inter = f", {c.inter_node_link.name} across nodes" if c.inter_node_link is not None and int(_f(c.nodes)) > 1 else ""
     sched = p.schedule.label + (f" (v={p.vpp})" if int(p.vpp) > 1 else "")
+    from shardwise.physics.stages import describe_split
+
+    split = describe_split(m.layers, int(p.pp), int(p.first_stage_layers), int(p.last_stage_layers), p.stage_layers)
+    cp = f" cp={p.cp}" if int(p.cp) > 1 else ""
     return [
         f"[bold]{m.name}[/] ({_f(total_params(m)) / 1e9:.1f}B params, {m.layers} layers, h={m.hidden}, "
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "
         f"{c.intra_node_link.name} inside{inter})",
-        f"plan: tp={p.tp} pp={p.pp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
+        f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
         f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}, "
-        f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}",
+        f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
+        + (f", layers per stage {split}" if split else ""),
+        f"framework: {p.framework} ({_flags(p)})",
     ]
+
+
+def _flags(p: Any) -> str:
+    """The execution flags that are on, short."""
+    names = {
+        "async_tp_grad": "async TP grads",
+        "tp_comm_overlap": "TP comm overlap",
+        "overlap_grad_reduce": "overlapped grad reduce",
+        "overlap_param_gather": "overlapped param gather",
+        "grad_accumulation_fusion": "fused grad accumulation",
+        "overlap_p2p": "overlapped p2p",
+        "pipeline_sync": "p2p sync",
+        "scatter_gather": "scatter/gather",
+    }
+    on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
+    if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):
+        on.remove("TP comm overlap")  # userbuffers need sequence parallelism
+    return ", ".join(on) or "no overlaps"
 
 
 def print_estimate(est: TrainingEstimate) -> None:

@@ -143,11 +143,17 @@ def linear_times(g: Gemm, gpu: Gpu, precision: str, fused_accumulation: Number =
         g = g._replace(a_bytes=1.0, b_bytes=1.0)
     fwd = gemm_s(g, gpu, precision)
     dx = gemm_s(input_gradient(g), gpu, precision)
-    dw_fused = gemm_s(weight_gradient(g, FUSED_ACCUMULATE_BYTES), gpu, precision)
-    dw_plain = gemm_s(weight_gradient(g, UNFUSED_GRAD_BYTES), gpu, precision) + memory_s(
-        UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu
-    )
-    return GemmTimes(fwd, dx, np.where(fused, dw_fused, dw_plain))
+
+    def dw_fused() -> Number:
+        return gemm_s(weight_gradient(g, FUSED_ACCUMULATE_BYTES), gpu, precision)
+
+    def dw_plain() -> Number:
+        separate_add = memory_s(UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu)
+        return gemm_s(weight_gradient(g, UNFUSED_GRAD_BYTES), gpu, precision) + separate_add
+
+    if fused.ndim == 0:  # one framework for all plans: price only its kind of accumulation
+        return GemmTimes(fwd, dx, dw_fused() if fused else dw_plain())
+    return GemmTimes(fwd, dx, np.where(fused, dw_fused(), dw_plain()))
 
 
 def layer_times(

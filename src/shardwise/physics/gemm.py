@@ -18,9 +18,10 @@ fill and the epilogue a large share of a tile (the short-K penalty); a tile coun
 multiple of the SMs leaves the last wave mostly idle (wave quantization); an M or N just above a
 multiple of the tile is padded (tile quantization).
 
-The tile shapes are cuBLAS-like candidates (256x128, 128x256, 128x128) with split-K 1, 2, 4, 8
-or 16 when there are few tiles (split-K writes fp32 partial sums and reduces them); the fastest
-combination is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
+The tile shapes are cuBLAS-like candidates (256x128, 128x256, 128x128), each also with split-K
+when there are fewer tiles than SMs: K is split in the power of two (at most 16) that comes
+closest to filling the SMs, and the partial sums are written in fp32 and reduced; the fastest
+is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
 the output written once) bounds the result from below. A GPU without a known SM count falls back
 to the plain roofline at `matmul_efficiency`.
 """
@@ -33,7 +34,7 @@ from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 
 TILES = ((256, 128), (128, 256), (128, 128))
-SPLIT_K = (1, 2, 4, 8, 16)
+MAX_SPLIT_K = 16
 # Exposed latency of a tile's first loads before its main loop runs: one HBM round trip is
 # 0.5-0.8 us on A100/H100 (Jia et al. 2018/2019 "Dissecting the NVIDIA Volta/Turing GPU
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
@@ -65,17 +66,20 @@ def gemm_time_s(
     plain = flops / (peak_flops_per_s * efficiency)
     if not np.any(sms > 0):
         return np.maximum(plain, memory_roof)
-    f_sm = peak_flops_per_s * efficiency / np.where(sms > 0, sms, 1.0)
-    bw_sm = bw / np.where(sms > 0, sms, 1.0)
+    n_sm = np.where(sms > 0, sms, 1.0)
+    f_sm = peak_flops_per_s * efficiency / n_sm
+    bw_sm = bw / n_sm
+    reduce_per_split = m * n * batch * 2 * SPLIT_K_PARTIAL_BYTES / bw
+    final_epilogue = m * n * batch * out_bytes / bw + gpu.kernel_launch_s
     best = None
     for tm, tn in TILES:
         base_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
-        epilogue = tm * tn * out_bytes / bw_sm
-        for sk in SPLIT_K:
-            waves = np.ceil(base_tiles * sk / np.where(sms > 0, sms, 1.0))
-            t = waves * (TILE_FILL_S + 2.0 * tm * tn * (k / sk) / f_sm + (epilogue if sk == 1 else 0.0))
-            if sk > 1:  # partial sums out and back in, then the real epilogue over the whole C
-                t = t + m * n * batch * (sk * 2 * SPLIT_K_PARTIAL_BYTES + out_bytes) / bw + gpu.kernel_launch_s
-            best = t if best is None else np.minimum(best, t)
+        main = 2.0 * tm * tn * k / f_sm
+        t = np.ceil(base_tiles / n_sm) * (TILE_FILL_S + main + tm * tn * out_bytes / bw_sm)
+        # split-K into the power of two that comes closest to filling the SMs (one wave)
+        sk = np.clip(2.0 ** np.floor(np.log2(np.maximum(n_sm / base_tiles, 1.0))), 1.0, MAX_SPLIT_K)
+        split = np.ceil(base_tiles * sk / n_sm) * (TILE_FILL_S + main / sk) + sk * reduce_per_split + final_epilogue
+        t = np.where(sk > 1, np.minimum(t, split), t)
+        best = t if best is None else np.minimum(best, t)
     tiled = np.maximum(best, memory_roof)
     return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))

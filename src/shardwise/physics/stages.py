@@ -138,3 +138,17 @@ def plan_split(layers: Number, plan: object) -> StageSplit:
         plan.last_stage_layers,  # type: ignore[attr-defined]
         plan.stage_layers,  # type: ignore[attr-defined]
     )
+
+
+def describe_split(layers: int, pp: int, first: int = 0, last: int = 0, explicit: tuple[int, ...] | None = None) -> str:
+    """'15, 16 x6, 15' for an uneven split; '' when every stage has the same layers."""
+    counts = stage_layer_list(stage_split(layers, pp, first, last, explicit), pp)
+    if len(set(counts)) <= 1:
+        return ""
+    runs: list[list[int]] = []
+    for c in counts:
+        if runs and runs[-1][0] == c:
+            runs[-1][1] += 1
+        else:
+            runs.append([c, 1])
+    return ", ".join(f"{c} x{n}" if n > 1 else str(c) for c, n in runs)
