@@ -141,6 +141,8 @@ def test_missing_model_and_missing_batch(cli):
 
 
 def test_presets_listing(cli):
+    code, out, _ = cli(["presets", "frameworks"])
+    assert code == 0 and "megatron-core" in out and "torchtitan" in out
     code, out, _ = cli(["presets", "systems"])
     assert code == 0 and "dgx-h100" in out
     code, out, _ = cli(["presets", "--json"])

@@ -12,7 +12,8 @@ Metrics per table (one table per public source):
 - ranking: within each group (one model, one system, one GPU count, one sequence length) the
   distinct layouts are ranked by tokens/s per GPU, measured and predicted: Spearman's rho per
   group with at least 3 layouts (mean over groups), and the share of layout pairs ordered right
-  (all groups with 2 or more; pairs measured within 1% of each other are left out);
+  (all groups with 2 or more; pairs measured within 1% of each other are left out, pairs the
+  model predicts exactly tied count half, as in Harrell's concordance index);
 - a flat baseline beside the model: Eq. 3 FLOPs (Narayanan et al. 2021; the model FLOPs of
   three passes plus what recomputation repeats) at one fixed fraction of the GPU's dense peak
   in the run's precision (FP8 runs: the FP8 peak), that fraction set on Narayanan et al. 2021
@@ -282,7 +283,7 @@ def _ranking(rows: list[PublicRow], which: str) -> tuple[float, int, float, int]
         pred = r.predicted_step_s if which == "model" else r.baseline_step_s
         # tokens/s per GPU, measured and predicted (the GPU count is the group's)
         by_group[r.group][r.layout].append((r.tokens_per_step / r.measured_step_s, r.tokens_per_step / pred))
-    rhos, right, total = [], 0, 0
+    rhos, right, total = [], 0.0, 0
     for layouts in by_group.values():
         if len(layouts) < 2:
             continue
@@ -293,7 +294,9 @@ def _ranking(rows: list[PublicRow], which: str) -> tuple[float, int, float, int]
                 if abs(meas[i] - meas[j]) <= RANK_TIE * max(meas[i], meas[j]):
                     continue
                 total += 1
-                right += int((meas[i] - meas[j]) * (pred[i] - pred[j]) > 0)
+                agree = (meas[i] - meas[j]) * (pred[i] - pred[j])
+                # a predicted tie says nothing: half a pair, as in Harrell's concordance index
+                right += 1.0 if agree > 0 else (0.5 if pred[i] == pred[j] else 0.0)
         if len(meas) >= 3:
             rho = spearman(meas, pred)
             if not np.isnan(rho):  # undefined when every measured (or predicted) value ties

@@ -19,8 +19,8 @@ multiple of the SMs leaves the last wave mostly idle (wave quantization); an M o
 multiple of the tile is padded (tile quantization).
 
 The tile shapes are cuBLAS-like candidates (256x128, 128x256, 128x128), each also with split-K
-when there are fewer tiles than SMs: K is split in the power of two (at most 16) that comes
-closest to filling the SMs, and the partial sums are written in fp32 and reduced; the fastest
+2, 4, 8 or 16 (the partial sums are written in fp32 and reduced): that fills the SMs when there
+are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly empty. The fastest
 is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
 the output written once) bounds the result from below. A GPU without a known SM count falls back
 to the plain roofline at `matmul_efficiency`.
@@ -34,7 +34,7 @@ from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 
 TILES = ((256, 128), (128, 256), (128, 128))
-MAX_SPLIT_K = 16
+SPLIT_K = (2.0, 4.0, 8.0, 16.0)
 # Exposed latency of a tile's first loads before its main loop runs: one HBM round trip is
 # 0.5-0.8 us on A100/H100 (Jia et al. 2018/2019 "Dissecting the NVIDIA Volta/Turing GPU
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
@@ -76,10 +76,9 @@ def gemm_time_s(
         base_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
         main = 2.0 * tm * tn * k / f_sm
         t = np.ceil(base_tiles / n_sm) * (TILE_FILL_S + main + tm * tn * out_bytes / bw_sm)
-        # split-K into the power of two that comes closest to filling the SMs (one wave)
-        sk = np.clip(2.0 ** np.floor(np.log2(np.maximum(n_sm / base_tiles, 1.0))), 1.0, MAX_SPLIT_K)
-        split = np.ceil(base_tiles * sk / n_sm) * (TILE_FILL_S + main / sk) + sk * reduce_per_split + final_epilogue
-        t = np.where(sk > 1, np.minimum(t, split), t)
+        for sk in SPLIT_K:
+            split = np.ceil(base_tiles * sk / n_sm) * (TILE_FILL_S + main / sk) + sk * reduce_per_split
+            t = np.minimum(t, split + final_epilogue)
         best = t if best is None else np.minimum(best, t)
     tiled = np.maximum(best, memory_roof)
     return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))
