@@ -40,6 +40,24 @@ SPLIT_K = (2.0, 4.0, 8.0, 16.0)
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
 TILE_FILL_S = 0.5e-6
 SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by the reduction
+SPLIT_K_WAVES = 4  # split-K is tried where 128 x 128 tiles make at most this many waves
+
+
+def _tiled(
+    m: Number,
+    n: Number,
+    k: Number,
+    batch: Number,
+    out_bytes: Number,
+    n_sm: Number,
+    f_sm: Number,
+    bw_sm: Number,
+    tm: int,
+    tn: int,
+) -> Number:
+    """waves x (fill + main loop + epilogue) for one tile shape, no split-K."""
+    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * batch / n_sm)
+    return waves * (TILE_FILL_S + 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm)
 
 
 def gemm_time_s(
@@ -69,16 +87,33 @@ def gemm_time_s(
     n_sm = np.where(sms > 0, sms, 1.0)
     f_sm = peak_flops_per_s * efficiency / n_sm
     bw_sm = bw / n_sm
-    reduce_per_split = m * n * batch * 2 * SPLIT_K_PARTIAL_BYTES / bw
-    final_epilogue = m * n * batch * out_bytes / bw + gpu.kernel_launch_s
     best = None
     for tm, tn in TILES:
-        base_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
-        main = 2.0 * tm * tn * k / f_sm
-        t = np.ceil(base_tiles / n_sm) * (TILE_FILL_S + main + tm * tn * out_bytes / bw_sm)
-        for sk in SPLIT_K:
-            split = np.ceil(base_tiles * sk / n_sm) * (TILE_FILL_S + main / sk) + sk * reduce_per_split
-            t = np.minimum(t, split + final_epilogue)
+        t = _tiled(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tm, tn)
         best = t if best is None else np.minimum(best, t)
+    # split-K can only pay where there are few waves; price it there alone (decoding's thin
+    # GEMMs, small attention blocks), not on the whole array
+    few = np.ceil(m / 128.0) * np.ceil(n / 128.0) * batch <= SPLIT_K_WAVES * n_sm
+    if np.any(few):
+        shape = np.broadcast_shapes(np.shape(best), np.shape(few))
+        flat = np.array(np.broadcast_to(best, shape), dtype=float).reshape(-1)
+        mask = np.broadcast_to(few, shape).reshape(-1)
+
+        def pick(x: Number) -> np.ndarray:
+            return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[mask]
+
+        sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
+        s_nsm, s_fsm, s_bw = pick(n_sm), pick(f_sm), pick(bw)
+        reduce_per_split = sm_ * sn * sb * 2 * SPLIT_K_PARTIAL_BYTES / s_bw
+        final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
+        sub = flat[mask]
+        for tm, tn in TILES:
+            base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
+            main = 2.0 * tm * tn * sk_ / s_fsm
+            for split in SPLIT_K:
+                t = np.ceil(base_tiles * split / s_nsm) * (TILE_FILL_S + main / split) + split * reduce_per_split
+                sub = np.minimum(sub, t + final)
+        flat[mask] = sub
+        best = flat.reshape(shape)
     tiled = np.maximum(best, memory_roof)
     return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))
