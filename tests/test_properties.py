@@ -100,3 +100,51 @@ def test_faster_gpu_memory_or_compute_is_never_slower(plan, factor):
     slow = estimate_training_step(Scenario(MODEL, CLUSTER, plan))
     fast = estimate_training_step(Scenario(MODEL, faster, plan))
     assert fast.step_time_s <= slow.step_time_s * (1 + 1e-12)
+
+
+RATES = st.floats(1e9, 2e12)  # bytes/s, one direction
+
+
+@given(rate=RATES, factor=st.floats(1.0, 20.0), inter=st.booleans(), plan=small_plans())
+def test_a_slower_link_given_as_a_rate_is_never_faster_for_training(rate, factor, inter, plan):
+    """A link typed as a rate (`--intra-link 10GB/s`) keeps the latency of its kind, so a slower
+    rate never predicts a faster step than a faster one (the trap of a rate with another latency)."""
+    from shardwise.loaders import link_from_rate
+
+    role = "inter" if inter else "intra"
+    key = "inter_node_link" if inter else "intra_node_link"
+    slow = CLUSTER.with_(**{key: link_from_rate("slow", rate, role)})
+    fast = CLUSTER.with_(**{key: link_from_rate("fast", rate * factor, role)})
+    t_slow = estimate_training_step(Scenario(MODEL, slow, plan)).step_time_s
+    t_fast = estimate_training_step(Scenario(MODEL, fast, plan)).step_time_s
+    assert t_fast <= t_slow * (1 + 1e-12)
+
+
+@given(rate=RATES, factor=st.floats(1.0, 20.0), tp=st.sampled_from([1, 2, 4, 8]), batch=st.integers(1, 64))
+def test_a_slower_link_is_never_faster_for_serving(rate, factor, tp, batch):
+    from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
+    from shardwise.loaders import link_from_rate
+
+    cluster = presets.system("dgx-a100")
+    plan = plan_for_serving(tp, 8 // tp)
+    wl = ServingWorkload(512, 64, batch)
+    times = []
+    for r in (rate, rate * factor):
+        c = cluster.with_(intra_node_link=link_from_rate("x", r, "intra"))
+        est = estimate_serving(Scenario(MODEL, c, plan), wl)
+        times.append((float(est.ttft_s), float(est.tpot_s)))
+    assert times[1][0] <= times[0][0] * (1 + 1e-12) and times[1][1] <= times[0][1] * (1 + 1e-12)
+
+
+def test_the_pcie_preset_and_a_slower_pcie_rate_agree_in_order(cli):
+    """The reported trap: `serve --intra-link 10GB/s` must not beat the pcie4 preset (24 GB/s
+    sustained) on time per token."""
+    import json
+
+    base = ["serve", "--model", "llama3-8b", "--system", "a100-pcie-8x", "--plan", "tp=8", "--json"]
+    tpot = {}
+    for link in ("pcie4", "10GB/s"):
+        code, out, err = cli([*base, "--intra-link", link])
+        assert code == 0, err
+        tpot[link] = json.loads(out)["plans"][0]["tpot_s"]
+    assert tpot["10GB/s"] > tpot["pcie4"]

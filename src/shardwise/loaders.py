@@ -113,6 +113,33 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 
+# Per-step latency of a link given only as a rate, by its kind (as the link presets, from NCCL's
+# hwLat table and the measured small-message curves, presets/links.yaml): NVLink-class rates
+# (>= 100 GB/s per direction) 1 us, PCIe-class 2 us, a network 5 us; 20 us per collective call.
+NVLINK_CLASS_BYTES_PER_S = 100e9
+RATE_LINK_LATENCY_S = {"nvlink": 1e-6, "pcie": 2e-6, "network": 5e-6}
+RATE_LINK_BASE_LATENCY_S = 20e-6
+
+
+def link_from_rate(
+    name: str, rate_bytes_per_s: float, role: str, replaced: Link | None = None, latency_s: float | None = None
+) -> Link:
+    """A link given only as a sustained rate (efficiency 1): it keeps the latency of the link it
+    replaces, or of its kind (`role` "intra": NVLink- or PCIe-class by the rate; "inter": a network);
+    `latency_s` overrides both."""
+    if latency_s is None:
+        if replaced is not None:
+            latency_s = float(replaced.latency_s)
+        elif role == "inter":
+            latency_s = RATE_LINK_LATENCY_S["network"]
+        else:
+            kind = "nvlink" if rate_bytes_per_s >= NVLINK_CLASS_BYTES_PER_S else "pcie"
+            latency_s = RATE_LINK_LATENCY_S[kind]
+    base = float(replaced.base_latency_s) if replaced is not None else RATE_LINK_BASE_LATENCY_S
+    return Link(name=name, bandwidth_bytes_per_s=rate_bytes_per_s, efficiency=1.0, latency_s=latency_s,
+                base_latency_s=base)
+
+
 def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
     """A GPU's share of its server's NICs (the inter-node link per GPU)."""
     if nics_per_node <= 0:

@@ -170,7 +170,9 @@ class LinkSpec:
         except SpecError:
             rate = None
         if rate is not None:
-            link = Link(name=label, bandwidth_bytes_per_s=rate, efficiency=1.0)
+            from shardwise.loaders import link_from_rate
+
+            link = link_from_rate(label, rate, "intra")
         else:
             try:
                 link = presets.link(value)

@@ -56,6 +56,18 @@ cluster_options = _stack(
     click.option(
         "--inter-link", metavar="NAME|FILE|RATE", help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate)."
     ),
+    click.option(
+        "--nics-per-node",
+        type=float,
+        help="Network cards per server, shared by its GPUs across servers [default: the system's; 1 per GPU "
+        "with --gpu].",
+    ),
+    click.option(
+        "--link-latency",
+        metavar="TIME",
+        help="Per-step latency of the links given with --intra-link/--inter-link (e.g. 2us) [default: the "
+        "replaced link's, or its kind's: NVLink 1us, PCIe 2us, network 5us].",
+    ),
     click.option("--nodes", type=int, help="Servers in the cluster."),
     click.option("--num-gpus", type=int, help="GPUs in the cluster (instead of --nodes)."),
 )
@@ -169,20 +181,27 @@ stage_options = _stack(
 plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
 
-def _link(spec: str, role: str) -> Any:
-    from shardwise import presets, units
-    from shardwise.specs import Link, SpecError
+def _link(spec: str, role: str, replaced: Any = None, latency: str | None = None) -> Any:
+    """A link flag: a preset, a YAML file, or a sustained rate (which keeps the latency of the link
+    it replaces, or of its kind; --link-latency sets it)."""
+    from shardwise import loaders, presets, units
+    from shardwise.specs import SpecError
 
     try:
         rate = units.parse_rate_bytes_per_s(spec)
     except SpecError:
         rate = None
     if rate is not None:
-        return Link(name=spec, bandwidth_bytes_per_s=rate, efficiency=1.0, latency_s=1e-6, base_latency_s=20e-6)
+        latency_s = units.parse_seconds(latency) if latency is not None else None
+        kind = "inter" if role == "inter-link" else "intra"
+        return loaders.link_from_rate(spec, rate, kind, replaced, latency_s)
     try:
-        return presets.link(spec)
+        link = presets.link(spec)
     except SpecError as exc:
         raise SpecError(f"--{role}: {exc}; or give a YAML file or a rate like 600GB/s") from None
+    if latency is not None:
+        link = link.with_(latency_s=units.parse_seconds(latency))
+    return link
 
 
 def build_model(o: dict[str, Any]) -> Any:
@@ -212,24 +231,45 @@ def build_cluster(o: dict[str, Any]) -> Any:
 
     if o.get("nodes") is not None and o.get("num_gpus") is not None:
         raise SpecError("give --nodes or --num-gpus, not both")
+    nic, nics = None, None
     if o.get("system"):
         base = presets.system(o["system"])
         gpu, per_node = base.gpu, base.gpus_per_node
-        intra, inter, name = base.intra_node_link, base.inter_node_link, base.name
+        intra, name = base.intra_node_link, base.name
+        nic, nics = presets.system_network(o["system"])
     elif o.get("gpu_name"):
-        gpu, per_node, intra, inter, name = None, 8, None, None, "custom"
+        gpu, per_node, intra, name = None, 8, None, "custom"
     else:
         raise SpecError("cluster: give --system NAME (e.g. dgx-a100) or --gpu NAME with --intra-link")
     if o.get("gpu_name"):
         gpu = presets.gpu(o["gpu_name"])
     if o.get("gpus_per_node") is not None:
         per_node = o["gpus_per_node"]
-    if o.get("intra_link"):
-        intra = _link(o["intra_link"], "intra-link")
-    if o.get("inter_link"):
-        inter = _link(o["inter_link"], "inter-link")
     if per_node < 1:
         raise SpecError(f"--gpus-per-node: {per_node} is not allowed; it must be >= 1")
+    notes = []
+    if o.get("intra_link"):
+        intra = _link(o["intra_link"], "intra-link", intra, o.get("link_latency"))
+        notes.append(f"inside a server: {_describe_link(intra)}")
+    if o.get("inter_link"):
+        nic = _link(o["inter_link"], "inter-link", nic, o.get("link_latency"))
+        nics = nics if nics else float(per_node)
+    if o.get("nics_per_node") is not None:
+        if not o["nics_per_node"] > 0:
+            raise SpecError(f"--nics-per-node: {o['nics_per_node']:g} is not allowed; it must be > 0")
+        if nic is None:
+            raise SpecError("--nics-per-node needs a network: give --inter-link (e.g. ib-ndr or 100Gb/s)")
+        nics = o["nics_per_node"]
+    inter = loaders.per_gpu_nic(nic, nics, per_node) if nic is not None else None
+    if o.get("inter_link") or o.get("nics_per_node") is not None:
+        notes.append(
+            f"across servers: {nics:g} x {_describe_link(nic)} per server of {per_node} GPUs "
+            f"(--nics-per-node to change)"
+        )
+    for note in notes:
+        import click
+
+        click.echo(f"note: {note}", err=True)
     n_gpus = _cluster_gpus(o, per_node)
     if n_gpus < per_node:
         per_node = n_gpus  # part of one server
@@ -243,6 +283,15 @@ def build_cluster(o: dict[str, Any]) -> Any:
     if nodes > 1 and inter is None:
         raise SpecError(f"{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
     return loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+
+
+def _describe_link(link: Any) -> str:
+    from shardwise.units import format_seconds
+
+    return (
+        f"{link.name} ({float(link.effective_bandwidth_bytes_per_s) / 1e9:.4g} GB/s sustained per direction, "
+        f"{format_seconds(float(link.latency_s))} per step)"
+    )
 
 
 def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:

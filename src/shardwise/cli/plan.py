@@ -104,10 +104,11 @@ search_options = _stack(
     ),
     click.option(
         "--memory-headroom",
-        default="0",
+        default="10%",
         show_default=True,
         metavar="BYTES|PCT",
-        help="Memory to keep free on each GPU, e.g. 8GB or 10%.",
+        help="Memory to keep free on each GPU beyond the model's estimate, e.g. 8GB or 10% (PyTorch's caching "
+        "allocator fragments memory and kernels take workspaces the estimate does not see; 0 plans to the byte).",
     ),
     click.option(
         "--objective",

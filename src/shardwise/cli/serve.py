@@ -150,10 +150,19 @@ def serve(
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
     workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
-    rows = [_estimate(model, cluster, spec, workload, max_throughput, stages) for spec in specs]
+    rows, invalid = [], []
+    for spec in specs:  # one invalid plan does not stop the others
+        try:
+            rows.append(_estimate(model, cluster, spec, workload, max_throughput, stages))
+        except SpecError as exc:
+            invalid.append((spec.label, str(exc)))
+    if not rows:
+        raise SpecError("; ".join(f"--plan {label}: {reason}" for label, reason in invalid))
+    valid_specs = [s for s in specs if s.label not in dict(invalid)]
+    hints = {label: _fit_hint(model, cluster, est, stages) for label, est in rows if not bool(est.fits_in_memory)}
     figure = None
     if frontier_path is not None:
-        figure = _frontier(model, cluster, specs, workload, second, frontier_path, stages)
+        figure = _frontier(model, cluster, valid_specs, workload, second, frontier_path, stages)
     if as_json:
         from shardwise import export
 
@@ -167,12 +176,17 @@ def serve(
                         "kv_precision": kv_precision,
                         "runtime": runtime,
                     },
-                    "plans": [_as_dict(label, est) for label, est in rows],
+                    "plans": [{**_as_dict(label, est), "would_fit": hints.get(label)} for label, est in rows],
+                    "invalid_plans": [{"plan": label, "reason": reason} for label, reason in invalid],
                 }
             )
         )
         return
     _print(model, cluster, workload, rows, figure, max_throughput)
+    for label, hint in hints.items():
+        click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
+    for label, reason in invalid:
+        click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
 
 
 def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
@@ -196,6 +210,46 @@ def _estimate(
 
     scn = _scenario(model, cluster, spec, stages)
     return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
+
+
+def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str:
+    """What would make a plan that does not fit fit: narrower weights or KV cache, or more TP or PP
+    on the same GPUs (the first few that do, cheapest change first)."""
+    from dataclasses import replace
+
+    from shardwise.analyses.experiment import PlanSpec
+    from shardwise.analyses.serving import at_max_batch
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.errors import SpecError
+
+    wl, plan = est.workload, est.scenario.plan
+    tp, pp = int(plan.tp), int(plan.pp)
+    tries: list[tuple[str, Any, Any]] = []
+    for w in ("fp8", "int4"):
+        if wl.weight_precision in ("bf16", "fp16") or (w == "int4" and wl.weight_precision != "int4"):
+            tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
+    if wl.kv_precision in ("bf16", "fp16"):
+        tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
+    tries += [
+        (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),
+        (f"tp={tp},pp={pp * 2}", f"tp={tp},pp={pp * 2}", wl),
+    ]
+    found = []
+    for text, plan_text, workload in tries:
+        try:
+            scn = _scenario(model, cluster, PlanSpec.parse(plan_text), stages)
+            other = estimate_serving(scn, workload)
+        except SpecError:
+            continue
+        if bool(other.fits_in_memory) or (
+            int(other.max_batch) >= 1
+            and int(est.workload.batch) > 1
+            and bool(at_max_batch(scn, workload).fits_in_memory)
+        ):
+            found.append(text)
+        if len(found) == 2:
+            break
+    return " or ".join(found)
 
 
 def _as_dict(label: str, est: Any) -> dict[str, Any]:
@@ -262,8 +316,9 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
+        name = f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label
         table.add_row(
-            f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label,
+            name if fits else f"{name} [does not fit]",
             f"{int(est.workload.batch)}",
             format_seconds(float(est.ttft_s)),
             format_seconds(float(est.tpot_s)),

@@ -106,6 +106,15 @@ def system(name: str, nodes: int = 1) -> Cluster:
     return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
 
 
+def system_network(name: str) -> tuple[Link | None, float]:
+    """(one NIC of the system, NICs per server): what `system` shares out per GPU."""
+    _, data = _lookup("systems", name)
+    if not data.get("inter_node_link"):
+        return None, 0.0
+    nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
+    return nic, float(data.get("nics_per_node", data.get("gpus_per_node", 1)))
+
+
 def framework(name: str) -> dict[str, Any]:
     """The execution flags of a framework preset, as `Plan` keyword arguments (with `framework`
     set to its name); `zero_stage` is the framework's default optimizer sharding."""
