@@ -165,3 +165,17 @@ def test_console_script_runs_and_reports_bad_input_without_traceback():
     )
     assert bad.returncode == 2
     assert bad.stderr.startswith("error: ") and "Traceback" not in bad.stderr
+
+
+def test_one_name_per_meaning_and_old_spellings_still_work(cli):
+    """--global-batch, --num-gpus, --intra-link and serve's --concurrency everywhere; the old
+    spellings (--batch, --gpus, --link) work but are not in --help."""
+    code, out, _ = cli(["crossover", "--help"])
+    assert code == 0 and "--global-batch" in out and "--num-gpus" in out and "--intra-link" in out
+    assert "--batch " not in out and "--gpus " not in out and "--link " not in out
+    old = ["crossover", "--no-plot", "--json", "--batch", "4", "--gpus", "8", "--link", "pcie4"]
+    new = ["crossover", "--no-plot", "--json", "--global-batch", "4", "--num-gpus", "8", "--intra-link", "pcie4"]
+    (c1, o1, _), (c2, o2, _) = cli(old), cli(new)
+    assert c1 == c2 == 0 and o1 == o2
+    code, out, _ = cli(["serve", "--help"])
+    assert "--concurrency" in out and "--batch " not in out

@@ -57,7 +57,7 @@ def test_crossover_textbook_and_other_plans(tmp_path, cli):
         (["--link", "nvlnk3"], "closest: nvlink3"),
         (["--plot", "/no/such/dir/x.png"], "does not exist"),
         (["--plot", "x.gif"], "unknown figure format"),
-        (["--gpus", "0"], "--gpus: 0"),
+        (["--gpus", "0"], "--num-gpus: 0"),  # the old spelling still works, the message uses the new one
     ],
 )
 def test_crossover_bad_input(args, message, cli, tmp_path, monkeypatch):

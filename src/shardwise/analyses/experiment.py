@@ -158,7 +158,7 @@ class LinkSpec:
     link: Link
 
     @classmethod
-    def parse(cls, text: str, flag: str = "--link") -> LinkSpec:
+    def parse(cls, text: str, flag: str = "--intra-link") -> LinkSpec:
         head, *extras = text.replace(" ", "").split(",")
         label, sep, value = head.partition("=")
         if not sep:

@@ -36,7 +36,7 @@ DEFAULT_VARY = "batch=1..32"
 def crossover(
     vary: str, plot_path: str, no_plot: bool, all_rows: bool, as_json: bool, as_csv: bool, **options: Any
 ) -> None:
-    """Time of each --plan on each --link as one variable moves, and where the fastest plan changes.
+    """Time of each --plan on each --intra-link as one variable moves, and where the fastest plan changes.
 
     With no options: the brief's experiment. Hidden 4096, 96 layers, 8 A100s (312 TFLOP/s),
     TP=8 against PP=8, batch 1 to 32 sequences of 2048 tokens, NVLink (A100 NVLink3: 600 GB/s
@@ -46,7 +46,7 @@ def crossover(
     Examples:
       shardwise crossover
       shardwise crossover --cost-model textbook --plot textbook.png
-      shardwise crossover --vary bandwidth=1GB/s..900GB/s --batch 8 --link pcie4
+      shardwise crossover --vary bandwidth=1GB/s..900GB/s --global-batch 8 --intra-link pcie4
       shardwise crossover --plan tp=8 --plan pp=8 --plan tp=2,pp=4 --workload forward
     """
     from shardwise.analyses.crossover import run_crossover

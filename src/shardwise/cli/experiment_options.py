@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack
+from shardwise.cli.options import _stack, alias_option
 
 experiment_options = _stack(
     click.option(
@@ -25,7 +25,12 @@ experiment_options = _stack(
         help="Model preset or YAML file.",
     ),
     click.option("--layers", type=int, help="Override the model's layers."),
-    click.option("--hidden", type=int, help="Override the hidden size (heads follow: head dim 128)."),
+    click.option("--hidden", type=int, help="Override the hidden size (heads follow: head dim 128, unless --heads)."),
+    click.option("--heads", type=int, help="Override the attention heads."),
+    click.option("--kv-heads", type=int, help="Override the key/value heads (grouped-query attention)."),
+    click.option("--ffn-hidden", type=int, help="Override the MLP hidden size."),
+    click.option("--vocab", type=int, help="Override the vocabulary."),
+    click.option("--family", type=click.Choice(["gpt", "llama"]), help="Architecture defaults of the model."),
     click.option("--seq-len", type=int, help="Override the sequence length (tokens)."),
     click.option(
         "--gpu",
@@ -35,18 +40,27 @@ experiment_options = _stack(
         show_default=True,
         help="GPU preset (the brief's 312 TFLOP/s is an A100).",
     ),
-    click.option("--gpus", type=int, default=8, show_default=True, help="GPUs (a plan's dp fills what tp x pp leave)."),
+    alias_option(
+        "--num-gpus",
+        "gpus",
+        old=("--gpus",),
+        type=int,
+        default=8,
+        show_default=True,
+        help="GPUs (a plan's dp fills what tp x pp leave).",
+    ),
     click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs per server."),
     click.option(
         "--inter-link",
         default="ib-hdr",
         show_default=True,
         metavar="NAME|RATE",
-        help="Each GPU's link across servers (used when --gpus exceeds a server).",
+        help="Each GPU's link across servers (used when --num-gpus exceeds a server).",
     ),
-    click.option(
-        "--link",
+    alias_option(
+        "--intra-link",
         "links",
+        old=("--link",),
         multiple=True,
         metavar="[LABEL=]NAME|RATE[,latency=..]",
         help="A link inside the server to compare (repeat). [default: NVLink=nvlink3 PCIe=pcie4]",
@@ -59,7 +73,15 @@ experiment_options = _stack(
         help="A plan to compare (repeat): tp, pp (a number or 'all'), vpp, mb, schedule, recompute, sp, zero. "
         "[default: tp=8 pp=8]",
     ),
-    click.option("--batch", type=int, default=8, show_default=True, help="Global batch (sequences) when not varied."),
+    alias_option(
+        "--global-batch",
+        "batch",
+        old=("--batch",),
+        type=int,
+        default=8,
+        show_default=True,
+        help="Sequences per step (or per forward pass / serving batch) when not varied.",
+    ),
     click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
     click.option(
         "--workload",
@@ -118,17 +140,22 @@ def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise.errors import SpecError
 
     base = brief_experiment()
-    overrides = {k: o[k] for k in ("layers", "seq_len") if o.get(k) is not None}
+    overrides = {
+        k: o[k] for k in ("layers", "seq_len", "heads", "kv_heads", "ffn_hidden", "vocab") if o.get(k) is not None
+    }
+    if o.get("family"):
+        overrides["family"] = o["family"]
     plans = tuple(PlanSpec.parse(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]
         tp_max = max(o["gpus"] if p.tp == "all" else p.tp for p in plans)
-        heads = int(heads_for_hidden(h, tp_max))
-        overrides.update(hidden=h, heads=heads, kv_heads=heads, ffn_hidden=4 * h)
+        heads = o.get("heads") or int(heads_for_hidden(h, tp_max))
+        overrides = {"hidden": h, "heads": heads, "kv_heads": heads, "ffn_hidden": 4 * h, **overrides}
     model = presets.model(o["model_name"], **overrides)
+    names = {"gpus": "num-gpus", "batch": "global-batch"}
     for flag in ("gpus", "gpus_per_node", "batch", "micro_batch"):
         if o[flag] < 1:
-            raise SpecError(f"--{flag.replace('_', '-')}: {o[flag]} is not allowed; it must be >= 1")
+            raise SpecError(f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be >= 1")
     links = tuple(LinkSpec.parse(t) for t in o["links"])
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
@@ -140,7 +167,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
             "min(batch, pp) micro-batches itself"
         )
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
-        raise SpecError("each --plan and each --link label must be different")
+        raise SpecError("each --plan and each --intra-link label must be different")
     return Experiment(
         model=model,
         gpu=presets.gpu(o["gpu_name"]),

@@ -11,6 +11,27 @@ import click
 F = Callable[..., Any]
 
 
+class Aliased(click.Option):
+    """An option whose old spellings (`hidden_aliases`) still work but are left out of --help:
+    one name per meaning across the commands, the old ones kept for a release."""
+
+    def __init__(self, *args: Any, hidden_aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = hidden_aliases
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def alias_option(*decls: str, old: tuple[str, ...] = (), **kwargs: Any) -> F:
+    """click.option with old spellings accepted but hidden (see `Aliased`)."""
+    return click.option(*decls[:1], *old, *decls[1:], cls=Aliased, hidden_aliases=old, **kwargs)
+
+
 def _stack(*decorators: F) -> F:
     def apply(func: F) -> F:
         for d in reversed(decorators):

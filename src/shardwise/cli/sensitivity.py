@@ -54,7 +54,7 @@ def sensitivity(
     **options: Any,
 ) -> None:
     """How the crossover batch of two plans moves with depth and width, and which input moves
-    their time ratio most (each input halved and doubled around the --batch baseline)."""
+    their time ratio most (each input halved and doubled around the --global-batch baseline)."""
     from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
     from shardwise.analyses.vary import parse_vary
     from shardwise.cli.experiment_options import build_experiment, describe_experiment

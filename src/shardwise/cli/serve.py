@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, cluster_options, model_options
+from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
 
 # the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
 PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4"]
@@ -31,10 +31,10 @@ serving_options = _stack(
     ),
     click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request."),
     click.option("--output-len", type=int, default=128, show_default=True, help="Generated tokens per request."),
-    click.option(
-        "--batch",
+    alias_option(
         "--concurrency",
         "batch",
+        old=("--batch",),
         type=int,
         default=1,
         show_default=True,
@@ -43,7 +43,7 @@ serving_options = _stack(
     click.option(
         "--max-throughput",
         is_flag=True,
-        help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --batch.",
+        help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --concurrency.",
     ),
     click.option(
         "--weight-precision",

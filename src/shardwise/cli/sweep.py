@@ -39,12 +39,12 @@ def sweep(
     as_json: bool,
     **options: Any,
 ) -> None:
-    """Evaluate every --plan on every --link over the outer product of the --vary grids.
+    """Evaluate every --plan on every --intra-link over the outer product of the --vary grids.
 
     \b
     Examples:
       shardwise sweep --vary batch=1..64 --vary bandwidth=1GB/s..900GB/s:40 \\
-          --link NVLink=nvlink3 --link PCIe=pcie4 --map winner.png --out grid.csv
+          --intra-link NVLink=nvlink3 --intra-link PCIe=pcie4 --map winner.png --out grid.csv
       shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 --out grid.parquet
     """
     import time
