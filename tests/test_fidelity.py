@@ -224,3 +224,46 @@ def test_the_fitted_gpu_efficiencies_are_what_the_fit_gives():
     rows = fit.dev_rows_by_gpu()["h100-sxm5-80gb"]
     rows = [r for r in rows if fit.compute_share(r) >= fit.COMPUTE_SHARE]
     assert abs(fit.median_error(rows, 1.0)) < 0.005
+
+
+def test_the_simulator_agrees_with_the_closed_form_for_zero3_and_explicit_splits():
+    """ZeRO-3's gathers share one window with the reductions in both engines; an explicit split is
+    run stage by stage by the simulator."""
+    model, cluster = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=16)
+    fsdp = presets.framework("fsdp")
+    fsdp.pop("zero_stage")
+    plan = Plan(tp=8, pp=8, dp=2, global_batch=128, zero_stage=3, **fsdp)
+    scn = Scenario(model, cluster, plan)
+    assert simulate_training_step(scn).estimate.step_time_s == pytest.approx(
+        float(estimate_training_step(scn).step_time_s), rel=0.03
+    )
+    skewed = Scenario(presets.model("llama3-405b"), presets.system("dgx-h100", nodes=8),
+                      Plan(tp=8, pp=8, dp=1, global_batch=64, stage_layers=(6, 6, 6, 30, 12, 12, 6, 48)))
+    sim = simulate_training_step(skewed)
+    assert list(sim.stage_times.forward_s.argsort())[-1] == 7  # the 48-layer stage is the slowest
+    assert sim.estimate.step_time_s == pytest.approx(float(estimate_training_step(skewed).step_time_s), rel=0.03)
+    # the simulated breakdown names the blocking sends and still adds up
+    b = sim.estimate.breakdown
+    assert float(b.pp_p2p_s) > 0 and float(b.total_s) == pytest.approx(sim.estimate.step_time_s)
+
+
+def test_context_parallelism_needs_fused_attention_and_first_last_need_a_pipeline():
+    from shardwise.errors import SpecError
+
+    model, cluster = presets.model("llama3-70b"), presets.system("dgx-h100")
+    with pytest.raises(SpecError, match="fused"):
+        Scenario(model, cluster, Plan(tp=4, cp=2, global_batch=8, flash_attention=False))
+    with pytest.raises(SpecError, match="pp > 1"):
+        Plan(global_batch=8, first_stage_layers=10)
+    with pytest.raises(SpecError, match="tp\\*pp\\*dp\\*cp"):
+        Scenario(model, cluster, Plan(tp=4, cp=4, global_batch=8))
+
+
+def test_serving_memory_is_set_by_the_stage_that_fills_first():
+    from shardwise.engines.serving import ServingWorkload, memory_per_gpu
+
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
+    wl = ServingWorkload(512, 128, 1, "int4")
+    even = memory_per_gpu(Scenario(model, cluster, Plan(pp=4, dp=2, global_batch=2)), wl)
+    skew = memory_per_gpu(Scenario(model, cluster, Plan(pp=4, dp=2, global_batch=2, stage_layers=(2, 14, 8, 8))), wl)
+    assert float(skew[1]) == pytest.approx(float(even[1]) * 14 / 8)  # the 14-layer stage's KV cache binds

@@ -8,8 +8,8 @@ does not divide them, and the fullest stage is at most 10% above the mean, the s
 as even as possible, and, where pp divides layers + 2, Megatron's split that counts the embedding
 and the loss as a layer each); dp divides the global batch; the
 micro-batch divides the batch per replica; virtual stages (interleaved schedule only, with the
-micro-batch count a multiple of pp) divide the layers per stage of an even split, or are at most
-the smallest stage of an uneven one; recompute
+micro-batch count a multiple of pp) divide the layers of every full stage, so each model chunk
+holds whole layers; recompute
 none / selective / full (selective only without fused attention, where it differs from none);
 sequence parallelism when tp > 1; ZeRO 0-3 when dp > 1; schedules GPipe, 1F1B, interleaved and
 ZB-H1 when pp > 1. Ranks are placed as Megatron-LM does (tp-dp-pp: TP innermost, PP outermost),
@@ -268,19 +268,28 @@ def _imbalance(layers: int, pp: int) -> float:
 
 
 def stage_splits(layers: int, pp: int) -> list[tuple[int, int, int]]:
-    """Candidate (first, last, smallest stage) splits for pp stages: the automatic one (first = last
+    """Candidate (first, last, chunk unit) splits for pp stages: the automatic one (first = last
     = 0), and Megatron's split that counts the embedding and the loss as a layer each when pp
-    divides layers + 2 (`--account-for-embedding-in-pipeline-split`, `--account-for-loss-...`)."""
+    divides layers + 2 (`--account-for-embedding-in-pipeline-split`, `--account-for-loss-...`).
+    The chunk unit is what the virtual stages must divide so every model chunk holds whole layers
+    (Megatron's rule): the layers of each full stage (0: no interleaving for this split)."""
     if pp == 1:
         return [(0, 0, layers)]
     from shardwise.physics.stages import stage_split
 
     auto = stage_split(layers, pp)
-    out = [(0, 0, int(min(auto.first, auto.last, auto.middle_min if pp > 2 else auto.first)))]
+    first, last = int(auto.first), int(auto.last)
+    if layers % pp == 0:
+        unit = layers // pp
+    elif pp > 2 and int(auto.middle_max) == int(auto.middle_min) and max(first, last) <= int(auto.middle_max):
+        unit = int(auto.middle_max)  # uniform middle stages; the ends have a layer less
+    else:
+        unit = 0
+    out = [(0, 0, unit)]
     if pp > 2 and (layers + 2) % pp == 0 and (layers + 2) // pp >= 2:
         u = (layers + 2) // pp
-        if (u - 1, u - 1) != (int(auto.first), int(auto.last)):
-            out.append((u - 1, u - 1, u - 1))
+        if (u - 1, u - 1) != (first, last):
+            out.append((u - 1, u - 1, u))  # the ends' missing layer is the embedding / the loss
     return out
 
 
@@ -301,11 +310,10 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         if space.vpp is not None and 1 not in space.vpp:
             return None
     else:
-        # virtual stages: divide the layers per stage of an even split; at most the smallest stage
+        # virtual stages: divide the layers of every full stage (whole layers per model chunk)
         # of an uneven one (each chunk holds at least one layer)
-        smallest = min(s for _, _, s in stage_splits(model.layers, pp))
-        even = model.layers % pp == 0
-        vpps = _divisors(model.layers // pp) if even else np.arange(1, smallest + 1)
+        units = [u for _, _, u in stage_splits(model.layers, pp) if u > 0]
+        vpps = np.unique(np.concatenate([_divisors(u) for u in units])) if units else np.array([1])
         vpps = vpps[vpps >= 2]
         vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
         sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
@@ -344,9 +352,10 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
     v = np.array([v for _, v in sched])[si]
     first = np.array([f for f, _, _ in splits])[grid[:, 5]]
     last = np.array([lst for _, lst, _ in splits])[grid[:, 5]]
-    smallest = np.array([s for _, _, s in splits])[grid[:, 5]]
+    unit = np.array([u for _, _, u in splits])[grid[:, 5]]
     m = per_replica // mb
-    ok = ((s_code != int(Schedule.INTERLEAVED)) | (m % pp == 0)) & (v <= smallest)
+    chunks_whole = (v == 1) | ((unit > 0) & (np.mod(unit, v) == 0))
+    ok = ((s_code != int(Schedule.INTERLEAVED)) | (m % pp == 0)) & chunks_whole
     n = int(ok.sum())
     if n == 0:
         return None

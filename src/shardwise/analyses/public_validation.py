@@ -3,8 +3,8 @@ NeMo performance summaries, ...): `data/public_training_runs.csv`, normalised fr
 tables with their source columns (see `data/PUBLIC_RUNS.md`).
 
 Each row either becomes a `Scenario` (model preset, system preset, the published layout, the
-framework preset's execution flags) or is skipped with the reason (mixture-of-experts, context
-parallelism, FP4, LoRA, a framework without a preset, an incomplete layout). Errors are in step
+framework preset's execution flags) or is skipped with the reason (mixture-of-experts, hybrid
+Mamba models, FP4, LoRA, a framework without a preset, an incomplete layout). Errors are in step
 time: throughput rows convert exactly (step = global batch x sequence / (tokens/s/GPU x GPUs)).
 
 Metrics per table (one table per public source):

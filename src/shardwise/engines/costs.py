@@ -66,7 +66,8 @@ def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | 
 # Engine's userbuffers (NeMo's H100 configurations, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_
 # seqlen8192): all-gathers by ring exchange on copy engines (1 SM), pipelined reduce-scatters
 # overlapping the forward GEMMs 24 SMs, bulk all-gathers in the input-gradient GEMM 2 and bulk
-# reduce-scatters in the weight-gradient GEMM 24 (QKV) or 2-4 (MLP up). NCCL kernels launched
+# reduce-scatters in the weight-gradient GEMM 24 (QKV) or 2-4 (MLP up), here one value, 16, for
+# both. NCCL kernels launched
 # beside a GEMM (Megatron's asynchronous TP gradient reduction) run one CTA per channel, 16 on
 # NVLink systems by default (NCCL_MIN_NCHANNELS unset; nccl src/graph/connect.cc).
 UB_RING_EXCHANGE_SMS = 1

@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.forward import forward_stages, most_layers
+from shardwise.engines.forward import forward_stages
 from shardwise.engines.training import pipeline_makespan_s
 from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
@@ -156,18 +156,29 @@ def _mix(lo: Number, hi: Number, r: Number, m: Number) -> Number:
 
 
 def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
-    """(weight bytes, KV-cache bytes per sequence) on the fullest GPU. Transformer layers are stored
-    at the weight precision; the embedding, position table, final norm and output layer in 16 bits."""
+    """(weight bytes, KV-cache bytes per sequence) on the GPU that runs out of memory first: of the
+    first, the fullest middle and the last stage, the one whose free memory holds the fewest
+    sequences. Transformer layers are stored at the weight precision; the embedding, position
+    table, final norm and output layer in 16 bits; each stage keeps the KV cache of its layers."""
     model, plan = scn.model, scn.plan
-    first, middle, last = stage_params_per_gpu(model, plan.tp, plan.pp, plan_split(model.layers, plan))
+    split = plan_split(model.layers, plan)
+    params = stage_params_per_gpu(model, plan.tp, plan.pp, split)
     matrices, replicated = layer_params_split(model)
-    layers = most_layers(scn)
-    in_layers = layers * (matrices / plan.tp + replicated)
-    fullest = np.maximum(np.maximum(first, middle), last)
-    weights = in_layers * STORAGE_BYTES[wl.weight_precision] + (fullest - in_layers) * 2.0
+    per_layer = matrices / plan.tp + replicated
+    p = np.asarray(plan.pp)
+    layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
     context = wl.input_len + wl.output_len
-    kv_per_seq = 2 * layers * context * (model.kv_heads / np.asarray(plan.tp)) * model.head_dim
-    return weights, kv_per_seq * STORAGE_BYTES[wl.kv_precision]
+    kv_per_layer = (
+        2 * context * (model.kv_heads / np.asarray(plan.tp)) * model.head_dim * STORAGE_BYTES[wl.kv_precision]
+    )
+    weights = [
+        n * per_layer * STORAGE_BYTES[wl.weight_precision] + (q - n * per_layer) * 2.0
+        for n, q in zip(layers, params, strict=True)
+    ]
+    kv = [n * kv_per_layer for n in layers]
+    room = [(np.asarray(scn.cluster.gpu.memory_bytes) - w) / k for w, k in zip(weights, kv, strict=True)]
+    pick = np.where(room[0] <= np.minimum(room[1], room[2]), 0, np.where(room[2] <= room[1], 2, 1))
+    return np.choose(pick, weights), np.choose(pick, kv)
 
 
 def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:

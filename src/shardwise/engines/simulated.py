@@ -90,6 +90,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     send_b = np.array([float(np.asarray(p2p_time_s(local, fabric, comm, bool(c)))) for c in crosses_b])
     overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
     blocking = p > 1 and not bool(_scalar("overlap_p2p", plan.overlap_p2p))
+    blocked = np.zeros(p)  # per micro-batch, the stage's own time spent in blocking sends and syncs
     if blocking:
         # Megatron's 1F1B: every forward and backward chunk ends with a blocking batched
         # send/receive and a device sync, on the stage's own time (as in the closed form)
@@ -97,22 +98,29 @@ def stage_times(scn: Scenario) -> StageTimes:
         sync = PIPELINE_SYNC_S if bool(_scalar("pipeline_sync", plan.pipeline_sync)) else 0.0
         forward = forward + plan.vpp * (per_op + sync)
         backward = backward + plan.vpp * (per_op + sync)
+        blocked = 2 * plan.vpp * (per_op + sync)
         send_f, send_b = np.zeros(p), np.zeros(p)
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt = [], [], [], []
     for i, (cost, n_params) in enumerate(zip(kinds, stage_params, strict=True)):
         c = dp_comm(scn, fabric, place, n_params, cost, m)
-        grad_total = float(np.asarray(c.grad_s))
         one_backward = float(np.asarray(cost.compute_b + cost.tp_b))
+        # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
+        # hides behind the backward passes and the gather comes after the optimizer
+        z3 = bool(np.asarray(c.shared_window))
+        total = float(np.asarray(c.grad_s)) + (float(np.asarray(c.gather_s)) if z3 else 0.0)
+        window = float(np.asarray(c.gather_window_s if z3 else c.grad_window_s))
+        bucket = float(np.asarray(c.grad_bucket_s)) + (float(np.asarray(c.gather_bucket_s)) if z3 else 0.0)
         # the simulator hides the reduction behind the last backward operation only; what the
         # closed form hides behind earlier micro-batches (ZeRO-2/3) is taken off here
-        earlier = max(0.0, float(np.asarray(c.grad_window_s)) - one_backward)
-        dp.append(max(0.0, grad_total - earlier) if overlap else grad_total)
-        tail.append(min(dp[-1], float(np.asarray(c.grad_bucket_s))) if overlap else dp[-1])
+        earlier = max(0.0, window - one_backward)
+        hides = overlap or z3
+        dp.append(max(0.0, total - earlier) if hides else total)
+        tail.append(min(dp[-1], bucket) if hides else dp[-1])
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied
-        gather.append(float(np.asarray(c.exposed_s(overlap)[1])))
+        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params))))
     return StageTimes(
         forward,
@@ -122,9 +130,10 @@ def stage_times(scn: Scenario) -> StageTimes:
         send_b,
         np.array(dp),
         np.array(opt),
-        overlap,
+        overlap or int(_scalar("zero_stage", plan.zero_stage)) == 3,
         np.array(tail),
         np.array(gather),
+        blocked,
     )
 
 
@@ -147,15 +156,16 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
     busiest = int(np.argmax(sim.busy_s))
     # how the busiest stage's busy time splits into compute and exposed TP communication
     closed = _closed_form_parts(scn)
-    busy = float(sim.busy_s[busiest])
+    sends = m * float(times.blocking_s[busiest]) if times.blocking_s is not None else 0.0
+    busy = float(sim.busy_s[busiest]) - sends
     tp_share = closed["tp_share"]
     last_tail = sim.makespan_s - sim.pipeline_end_s
     optimizer = float(times.optimizer_s[int(np.argmax(times.dp_s + times.optimizer_s))])
     breakdown = StepBreakdown(
         compute_s=busy * (1 - tp_share),
         tp_comm_s=busy * tp_share,
-        pp_p2p_s=0.0,  # transfers overlap compute here; waiting for one shows as bubble
-        pp_bubble_s=sim.pipeline_end_s - busy,
+        pp_p2p_s=sends,  # blocking sends (and syncs); overlapped ones only show as bubble when late
+        pp_bubble_s=sim.pipeline_end_s - busy - sends,
         dp_comm_s=max(0.0, last_tail - optimizer),
         optimizer_s=min(optimizer, last_tail),
     )

@@ -44,6 +44,7 @@ class StageTimes:
     overlap_dp: bool = True
     dp_tail_s: np.ndarray | None = None  # of dp_s, what must still run after the last backward ends
     gather_s: np.ndarray | None = None  # exposed parameter all-gather after the optimizer
+    blocking_s: np.ndarray | None = None  # of forward_s + backward_s, the blocking sends (for the breakdown)
 
 
 @dataclass(frozen=True, eq=False)

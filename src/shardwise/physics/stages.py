@@ -37,6 +37,7 @@ class StageSplit:
     middle_total: Number  # all middle stages together (0 when pp <= 2)
     middle_max: Number  # the fullest middle stage (0 when pp <= 2)
     middle_min: Number  # the emptiest middle stage (0 when pp <= 2)
+    counts: tuple[int, ...] | None = None  # an explicit split, every stage's count
 
     @property
     def total(self) -> Number:
@@ -56,7 +57,9 @@ def stage_split(
     if explicit is not None:
         mids = explicit[1:-1]
         first, last = float(explicit[0]), float(explicit[-1])
-        return StageSplit(p, first, last, float(sum(mids)), float(max(mids, default=0)), float(min(mids, default=0)))
+        return StageSplit(
+            p, first, last, float(sum(mids)), float(max(mids, default=0)), float(min(mids, default=0)), tuple(explicit)
+        )
     f_given, l_given = np.asarray(first_layers, dtype=float), np.asarray(last_layers, dtype=float)
     f_set, l_set = f_given > 0, l_given > 0
     base, r = np.floor(L / p), np.mod(L, p)
@@ -120,6 +123,8 @@ def check_split(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) 
 
 def stage_layer_list(split: StageSplit, pp: int) -> list[int]:
     """Layers of every stage, in order, for one plan (the middle stages take the extras first)."""
+    if split.counts is not None:
+        return list(split.counts)
     if pp == 1:
         return [int(np.asarray(split.first))]
     mids = pp - 2

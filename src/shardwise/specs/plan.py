@@ -127,6 +127,10 @@ class Plan:
             object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
+        pp_one = np.asarray(self.pp) == 1
+        given = (np.asarray(self.first_stage_layers) > 0) | (np.asarray(self.last_stage_layers) > 0)
+        if np.any(pp_one & given):
+            raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
         if self.overlap_p2p is None:
             object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
         sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
@@ -184,7 +188,7 @@ def _stage_list(value: object, pp: Number) -> tuple[int, ...]:
         try:
             n = int(x)
             ok = float(x) == n and n >= 1
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             ok = False
         if not ok:
             raise SpecError(f"plan: stage_layers entry {x!r} is not allowed; each stage needs a whole number >= 1")

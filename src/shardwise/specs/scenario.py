@@ -32,7 +32,7 @@ class Scenario:
     def __post_init__(self) -> None:
         m, c, p = self.model, self.cluster, self.plan
         chk.equal(
-            "plan: tp*pp*dp",
+            "plan: tp*pp*dp*cp" if np.any(np.asarray(p.cp) > 1) else "plan: tp*pp*dp",
             p.num_gpus,
             "GPUs in the cluster",
             c.num_gpus,
@@ -53,6 +53,11 @@ class Scenario:
                 "a TP group must fit inside a node or span whole nodes"
             )
         cp = np.asarray(p.cp)
+        if np.any((cp > 1) & ~np.asarray(p.flash_attention, dtype=bool)):
+            raise SpecError(
+                "plan: context parallelism needs fused (flash) attention (Megatron-Core's ring attention is "
+                "Transformer Engine's fused kernel); drop --no-flash-attention or use cp=1"
+            )
         if np.any(cp > 1):
             s, c = np.broadcast_arrays(np.asarray(m.seq_len), cp)
             bad = (c > 1) & (np.mod(s, 2 * c) != 0)
