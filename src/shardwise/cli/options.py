@@ -46,7 +46,7 @@ model_options = _stack(
         "--model",
         "model_name",
         metavar="NAME|FILE",
-        help="Model preset (see `shardwise presets models`) or a YAML file.",
+        help="Model preset (see `shardwise presets models`), a YAML file, or a Hugging Face config.json.",
     ),
     click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
     click.option("--hidden", type=int, help="Hidden size h."),

@@ -86,6 +86,12 @@ def link(name: str) -> Link:
 def model(name: str, **overrides: Any) -> Model:
     """A model preset; `overrides` replace fields before defaults are derived (so a new
     `hidden` also moves the default `ffn_hidden` = 4 * hidden)."""
+    if name.lower().endswith(".json"):  # a Hugging Face config.json
+        from shardwise import hf_config
+
+        path = Path(name)
+        key = path.parent.name if path.stem == "config" and path.parent.name else path.stem
+        return loaders.model_from_dict(key or "model", {**hf_config.read(path), **overrides})
     key, data = _lookup("models", name)
     return loaders.model_from_dict(key, {**data, **overrides})
 

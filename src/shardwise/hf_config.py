@@ -1,0 +1,89 @@
+"""Read a Hugging Face `config.json` into model fields (`--model path/to/config.json`).
+
+Field names follow the `transformers` configuration classes: Llama-style (`LlamaConfig`,
+`MistralConfig`, `Qwen2Config`, ...: `num_hidden_layers`, `hidden_size`, `num_attention_heads`,
+`num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`,
+`tie_word_embeddings`, `hidden_act`), GPT-2 style (`n_layer`, `n_embd`, `n_head`, `n_inner`,
+`n_positions`) and GPT-NeoX / Falcon / OPT names where they differ. Mixture-of-experts fields
+(`num_local_experts`, `n_routed_experts`, `num_experts`) are read and refused with a clear message:
+experts are not modelled yet. Only the file is read; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import SpecError
+
+# (our field, the config keys that can hold it, first found wins)
+_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("layers", ("num_hidden_layers", "n_layer", "num_layers")),
+    ("hidden", ("hidden_size", "n_embd", "d_model")),
+    ("heads", ("num_attention_heads", "n_head", "num_heads")),
+    ("kv_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num")),
+    ("ffn_hidden", ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")),
+    ("vocab", ("vocab_size", "padded_vocab_size")),
+    ("seq_len", ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")),
+)
+_MOE_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
+_GATED_ACTIVATIONS = ("silu", "swiglu", "swish", "geglu", "gelu_pytorch_tanh_gated")
+_GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode")
+# a context of a million tokens is what the config allows, not what one trains or serves with
+DEFAULT_MAX_SEQ_LEN = 8192
+
+
+def read(path: str | Path) -> dict[str, Any]:
+    """Model fields (as in presets/models.yaml) from a config.json; SpecError names what is wrong."""
+    p = Path(path)
+    try:
+        cfg = json.loads(p.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{p}: not valid JSON (line {exc.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
+    if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
+        cfg = {**cfg, **cfg["text_config"]}
+    for key in _MOE_KEYS:
+        experts = cfg.get(key)
+        if isinstance(experts, int) and experts > 1:
+            raise SpecError(
+                f"{p}: {key}={experts}: mixture-of-experts models are not modelled yet; a dense model's "
+                "config.json works"
+            )
+    out: dict[str, Any] = {}
+    for field, keys in _FIELDS:
+        for key in keys:
+            value = cfg.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                out[field] = int(value)
+                break
+    missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
+    if missing:
+        raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
+    out.setdefault("seq_len", DEFAULT_MAX_SEQ_LEN)
+    out["seq_len"] = min(out["seq_len"], DEFAULT_MAX_SEQ_LEN)
+    model_type = str(cfg.get("model_type", "")).lower()
+    act = str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower()
+    gpt_like = model_type in _GPT_TYPES
+    out["family"] = "gpt" if gpt_like else "llama"
+    out["gated_mlp"] = act in _GATED_ACTIVATIONS or (not gpt_like and act in ("", "silu"))
+    if "ffn_hidden" not in out and gpt_like:
+        out["ffn_hidden"] = 4 * out["hidden"]
+    tied = cfg.get("tie_word_embeddings", cfg.get("tie_embeddings", gpt_like))
+    out["tied_embeddings"] = bool(tied)
+    out["learned_positions"] = model_type in ("gpt2", "opt", "gpt_bigcode")
+    out["bias"] = bool(cfg.get("attention_bias", cfg.get("bias", gpt_like)))
+    out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
+    out["dropout"] = (
+        float(cfg.get("attention_dropout", 0.0) or 0.0) > 0 or float(cfg.get("resid_pdrop", 0.0) or 0.0) > 0
+    )
+    out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'})"
+    return out
+
+
+def _keys(fields: list[str]) -> list[str]:
+    return [k for f, keys in _FIELDS if f in fields for k in keys]

@@ -1,0 +1,49 @@
+"""`--model path/to/config.json`: Hugging Face configs read into the same Model as the presets."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shardwise import presets
+from shardwise.errors import SpecError
+
+DATA = Path(__file__).parent / "data"
+SHAPE = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
+
+
+def test_a_llama_config_is_the_llama_preset():
+    """meta-llama/Meta-Llama-3-8B's config.json (as published) gives the llama3-8b preset."""
+    got, want = presets.model(str(DATA / "llama3-8b-config.json")), presets.model("llama3-8b")
+    assert {f: getattr(got, f) for f in SHAPE + FLAGS} == {f: getattr(want, f) for f in SHAPE + FLAGS}
+
+
+def test_a_gpt2_config_reads_gpt_style_names():
+    m = presets.model(str(DATA / "gpt2-config.json"))
+    assert (m.layers, m.hidden, m.heads, m.ffn_hidden, m.vocab, m.seq_len) == (12, 768, 12, 3072, 50257, 1024)
+    assert m.learned_positions and m.tied_embeddings and not m.gated_mlp and m.dropout
+
+
+def test_mixture_of_experts_is_refused_by_name():
+    with pytest.raises(SpecError, match="num_local_experts=8: mixture-of-experts"):
+        presets.model(str(DATA / "mixtral-config.json"))
+
+
+def test_overrides_and_bad_files(tmp_path, cli):
+    m = presets.model(str(DATA / "llama3-8b-config.json"), seq_len=4096)
+    assert m.seq_len == 4096
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        presets.model(str(bad))
+    bad.write_text('{"hidden_size": 64}')
+    with pytest.raises(SpecError, match="no layers, heads, vocab found"):
+        presets.model(str(bad))
+    code, out, err = cli(["predict", "--model", str(DATA / "llama3-8b-config.json"), "--system", "dgx-h100",
+                          "--global-batch", "8", "--json"])
+    assert code == 0 and '"layers": 32' in out.replace(".0", ""), err
+    code, _, err = cli(["predict", "--model", str(tmp_path / "none.json"), "--system", "dgx-h100",
+                        "--global-batch", "8"])
+    assert code == 2 and "cannot read" in err
