@@ -135,7 +135,15 @@ search_options = _stack(
     help="Draw the best throughput of every (tp, pp) pair (.png/.svg/.pdf).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
-def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool, **options: Any) -> None:
+@click.option(
+    "--emit",
+    type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
+    help="Also print the best plan's launch command for this framework (flag names of its August 2026 main "
+    "branch; what it cannot express is a comment).",
+)
+def plan(
+    top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool, emit: str | None, **options: Any
+) -> None:
     """Find the best TP x PP x DP layout of MODEL on the cluster for a global batch.
 
     Every valid combination of tp, pp, dp, virtual stages, micro-batch, schedule, recomputation,
@@ -209,10 +217,17 @@ def plan(top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool
         from shardwise.export import write_columns
 
         write_columns(result.table_columns(), csv_path)
+    launch = None
+    if emit is not None:
+        from shardwise.emit import emit as emit_for
+
+        launch = emit_for(result.scenario(int(best[0])), emit)
     if as_json:
-        _json(result, best, why)
+        _json(result, best, why, launch)
         return
     _print(result, best, why, csv_path, figure)
+    if launch is not None:
+        click.echo(f"\nlaunch the best plan with {emit}:\n{launch}")
 
 
 def _headroom(text: str, capacity_bytes: float) -> float:
@@ -243,7 +258,7 @@ def _label(row: dict[str, Any]) -> str:
     )
 
 
-def _json(result: Any, best: Any, why: list[Any]) -> None:
+def _json(result: Any, best: Any, why: list[Any], launch: str | None = None) -> None:
     from dataclasses import asdict
 
     from shardwise import export
@@ -261,6 +276,7 @@ def _json(result: Any, best: Any, why: list[Any]) -> None:
                 "seconds": result.seconds,
                 "plans": [result.row(int(i)) for i in best],
                 "why": [{**asdict(a), "text": describe(a)} for a in why],
+                "launch": launch,
             }
         )
     )
