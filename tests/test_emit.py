@@ -53,3 +53,13 @@ def test_deepspeed_config_is_valid_json_and_says_what_it_cannot_run(cli):
                           "--emit", "megatron", "--json"])
     assert code == 0, err
     assert json.loads(out)["launch"].startswith("torchrun")
+
+
+def test_serve_emits_one_vllm_server_per_replica(cli):
+    code, out, err = cli(["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=4",
+                          "--concurrency", "64", "--weight-precision", "fp8", "--emit", "vllm", "--json"])
+    assert code == 0, err
+    launch = json.loads(out)["plans"][0]["launch"]
+    f = _flags(launch)
+    assert f["--tensor-parallel-size"] == "4" and f["--max-num-seqs"] == "32" and f["--quantization"] == "fp8"
+    assert "# 2 replicas" in launch

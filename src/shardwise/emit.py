@@ -7,7 +7,10 @@ the flag names are from; what a framework cannot express is written as a comment
 - torchtitan: `--section.option` flags of torchtitan main (August 2026, `torchtitan/config/
   configs.py`; frozen for backward compatibility, a Python config is the recommended way);
 - deepspeed: a DeepSpeed config (`train_micro_batch_size_per_gpu`, `gradient_accumulation_steps`,
-  `zero_optimization.stage`, `bf16`/`fp16`) and the Megatron-DeepSpeed parallel arguments.
+  `zero_optimization.stage`, `bf16`/`fp16`) and the Megatron-DeepSpeed parallel arguments;
+- vllm (serving): `vllm serve` engine arguments (`--tensor-parallel-size`,
+  `--pipeline-parallel-size`, `--max-num-seqs`, `--max-model-len`, `--kv-cache-dtype`,
+  `--quantization`), one server per data-parallel replica.
 """
 
 from __future__ import annotations
@@ -176,3 +179,28 @@ def emit(scn: Scenario, framework: str) -> str:
     """The launch command of `scn` for `framework` (one of FRAMEWORKS)."""
     emitters = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed}
     return emitters[framework](scn)
+
+
+def vllm(scn: Scenario, workload: object, model_id: str = "MODEL") -> str:
+    """`vllm serve` for a serving plan (`workload`: a ServingWorkload)."""
+    p = scn.plan
+    wl = workload
+    per_replica = -(-int(np.asarray(wl.batch)) // _i(p.dp))  # type: ignore[attr-defined]
+    args = [
+        f"--tensor-parallel-size {_i(p.tp)}",
+        f"--pipeline-parallel-size {_i(p.pp)}",
+        f"--max-num-seqs {per_replica}",
+        f"--max-model-len {int(wl.input_len) + int(wl.output_len)}",  # type: ignore[attr-defined]
+    ]
+    if wl.kv_precision == "fp8":  # type: ignore[attr-defined]
+        args.append("--kv-cache-dtype fp8")
+    quant = {
+        "fp8": "fp8",
+        "int8": "# int8 weights: a pre-quantised checkpoint (GPTQ/AWQ int8)",
+        "int4": "# int4 weights: a pre-quantised checkpoint (AWQ or GPTQ int4)",
+    }.get(wl.weight_precision)  # type: ignore[attr-defined]
+    if quant:
+        args.append(quant if quant.startswith("#") else f"--quantization {quant}")
+    if _i(p.dp) > 1:
+        args.append(f"# {_i(p.dp)} replicas: one such server per {_i(p.tp) * _i(p.pp)} GPUs behind a load balancer")
+    return _command(f"vllm serve {model_id}", args)

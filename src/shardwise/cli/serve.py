@@ -97,6 +97,7 @@ serving_options = _stack(
     help="The second link of the frontier figure.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
+@click.option("--emit", type=click.Choice(["vllm"]), help="Also print each plan's `vllm serve` command.")
 def serve(
     plans: tuple[str, ...],
     input_len: int,
@@ -110,6 +111,7 @@ def serve(
     frontier_path: str | None,
     frontier_link: str,
     as_json: bool,
+    emit: str | None,
     **options: Any,
 ) -> None:
     """Time to first token, time per output token, end-to-end latency, throughput and memory of
@@ -176,7 +178,10 @@ def serve(
                         "kv_precision": kv_precision,
                         "runtime": runtime,
                     },
-                    "plans": [{**_as_dict(label, est), "would_fit": hints.get(label)} for label, est in rows],
+                    "plans": [
+                        {**_as_dict(label, est), "would_fit": hints.get(label), "launch": _launch(est, emit)}
+                        for label, est in rows
+                    ],
                     "invalid_plans": [{"plan": label, "reason": reason} for label, reason in invalid],
                 }
             )
@@ -187,6 +192,8 @@ def serve(
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
     for label, reason in invalid:
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
+    for label, est in rows if emit else []:
+        click.echo(f"\n{label}:\n{_launch(est, emit)}")
 
 
 def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
@@ -210,6 +217,14 @@ def _estimate(
 
     scn = _scenario(model, cluster, spec, stages)
     return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
+
+
+def _launch(est: Any, emit: str | None) -> str | None:
+    if emit is None:
+        return None
+    from shardwise.emit import vllm
+
+    return vllm(est.scenario, est.workload, est.scenario.model.name)
 
 
 def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str:
