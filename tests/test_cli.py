@@ -143,6 +143,12 @@ def test_missing_model_and_missing_batch(cli):
 def test_presets_listing(cli):
     code, out, _ = cli(["presets", "frameworks"])
     assert code == 0 and "megatron-core" in out and "torchtitan" in out
+    code, out, _ = cli(["presets", "show", "gb200-nvl72"])
+    assert code == 0 and "gpus_per_node: 72" in out and "source:" in out
+    code, _, err = cli(["presets", "show", "gb2000-nvl72"])
+    assert code == 2 and "closest: gb200-nvl72" in err
+    code, out, _ = cli(["presets"])
+    assert code == 0 and "source" not in out.lower().split("presets show")[0]
     code, out, _ = cli(["presets", "systems"])
     assert code == 0 and "dgx-h100" in out
     code, out, _ = cli(["presets", "--json"])

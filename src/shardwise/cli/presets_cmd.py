@@ -1,90 +1,112 @@
-"""`shardwise presets`: what is built in."""
+"""`shardwise presets`: what is built in, compact; `presets show NAME`: one preset in full."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import click
 
 KIND_CHOICES = ["gpus", "links", "systems", "models", "frameworks"]
+# the few numbers that identify each preset in the compact list (the rest: `presets show NAME`)
+COLUMNS = {
+    "gpus": ("peak_16bit", "memory", "memory_bandwidth", "sm_count"),
+    "links": ("bandwidth", "efficiency", "latency"),
+    "systems": ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node"),
+    "models": ("layers", "hidden", "heads", "kv_heads", "seq_len"),
+    "frameworks": ("zero_stage", "tp_comm_overlap", "overlap_param_gather", "grad_accumulation_fusion"),
+}
+
+HEADERS = {
+    "gpus_per_node": "GPUs",
+    "intra_node_link": "inside",
+    "inter_node_link": "across",
+    "nics_per_node": "NICs",
+    "memory_bandwidth": "HBM",
+    "peak_16bit": "16-bit peak",
+    "tp_comm_overlap": "TP overlap",
+    "overlap_param_gather": "param gather overlap",
+    "grad_accumulation_fusion": "fused grad acc.",
+}
 
 
 @click.command()
-@click.argument("kind", type=click.Choice(KIND_CHOICES), required=False)
-@click.option("--json", "as_json", is_flag=True, help="Print the presets as JSON.")
-def presets(kind: str | None, as_json: bool) -> None:
-    """List built-in presets (all kinds, or one of KIND), with their key numbers and sources.
+@click.argument("kind", metavar="[KIND | show NAME]", required=False)
+@click.argument("name", required=False)
+@click.option("--json", "as_json", is_flag=True, help="Print the presets (or the one shown) as JSON.")
+def presets(kind: str | None, name: str | None, as_json: bool) -> None:
+    """List the built-in presets compactly (all kinds, or one KIND: gpus, links, systems, models,
+    frameworks); `presets show NAME` prints one preset in full with its sources.
 
-    Any NAME flag also accepts a YAML file with the same fields (see README).
+    Any NAME flag also accepts a YAML file with the same fields, and --model a Hugging Face
+    config.json.
     """
     from shardwise import presets as registry
+    from shardwise.errors import SpecError
 
+    if kind == "show":
+        if not name:
+            raise SpecError("presets show: give a preset NAME (e.g. presets show dgx-h100)")
+        _show(registry, name, as_json)
+        return
+    if name is not None:
+        raise SpecError(f"presets: unexpected {name!r}; use `presets KIND` or `presets show NAME`")
+    if kind is not None and kind not in KIND_CHOICES:
+        raise SpecError(f"presets: {kind!r} is not allowed; choose one of {', '.join(KIND_CHOICES)}, or show NAME")
     kinds = [kind] if kind else KIND_CHOICES
     if as_json:
         from shardwise import export
 
         click.echo(export.dumps({k: registry.describe(k) for k in kinds}))
         return
+    from rich import box
     from rich.table import Table
 
     from shardwise.cli.render import console
 
     out = console()
-    columns = {
-        "gpus": ("peak_16bit", "peak_fp8", "memory", "memory_bandwidth", "sm_count", "matmul_efficiency"),
-        "links": ("bandwidth", "efficiency", "latency", "kind"),
-        "systems": ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node"),
-        "models": ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "family"),
-        "frameworks": (
-            "zero_stage",
-            "async_tp_grad",
-            "tp_comm_overlap",
-            "overlap_grad_reduce",
-            "overlap_param_gather",
-            "grad_accumulation_fusion",
-            "overlap_p2p",
-            "pipeline_sync",
-        ),
-    }
     for k in kinds:
-        if k == "frameworks":
-            _frameworks(out, registry.describe(k), columns[k])
-            continue
-        table = Table(title=k, title_justify="left", header_style="bold")
+        table = Table(title=k, title_justify="left", header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False)
         table.add_column("name", no_wrap=True)
-        for col in columns[k]:
-            table.add_column(col.replace("_", " "))
-        table.add_column("source", overflow="fold", max_width=60)
+        for col in COLUMNS[k]:
+            table.add_column(HEADERS.get(col, col.replace("_", " ")), justify="right", overflow="fold")
         for row in registry.describe(k):
-            cells = [
-                "interleaved only" if c == "overlap_p2p" and row.get(c) is None else str(row.get(c, ""))
-                for c in columns[k]
-            ]
-            table.add_row(row["name"], *cells, str(row.get("source", "")))
+            table.add_row(row["name"], *(_cell(row.get(c)) for c in COLUMNS[k]))
         out.print(table)
+    out.print("[dim]`shardwise presets show NAME` for every field and its source[/]")
 
 
-def _frameworks(out: object, rows: list[dict[str, object]], flags: tuple[str, ...]) -> None:
-    """Frameworks side by side (one column each, one row per flag), then their sources."""
-    from rich.table import Table
+def _cell(value: Any) -> str:
+    if value is None:
+        return "interleaved"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, dict):
+        return value.get("name", "inline")
+    return str(value)
 
-    table = Table(
-        title="frameworks (execution flags; any flag given on the command line wins)",
-        title_justify="left",
-        header_style="bold",
-    )
-    table.add_column("flag", no_wrap=True)
-    for row in rows:
-        table.add_column(str(row["name"]).replace("-", "-\n", 1), justify="center")
-    for flag in flags:
-        cells = []
-        for row in rows:
-            value = row.get(flag)
-            if value is None:
-                cells.append("interleaved")
-            elif isinstance(value, bool):
-                cells.append("on" if value else "off")
-            else:
-                cells.append(str(value))
-        table.add_row(flag.replace("_", " "), *cells)
-    out.print(table)  # type: ignore[attr-defined]
-    for row in rows:
-        out.print(f"[bold]{row['name']}[/]: {row.get('description', '')}. Source: {row.get('source', '')}")  # type: ignore[attr-defined]
+
+def _show(registry: Any, name: str, as_json: bool) -> None:
+    """Every field of the preset called NAME (whatever its kind), its source last."""
+    import difflib
+
+    from shardwise.errors import SpecError
+
+    key = name.strip().lower()
+    found = [(k, registry.raw(k)[key]) for k in KIND_CHOICES if key in registry.raw(k)]
+    if not found:
+        every = [n for k in KIND_CHOICES for n in registry.names(k)]
+        close = difflib.get_close_matches(key, every, n=3, cutoff=0.4)
+        hint = f"; closest: {', '.join(close)}" if close else ""
+        raise SpecError(f"presets show: no preset named {name!r}{hint} (see `shardwise presets`)")
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps({kind: {"name": key, **fields} for kind, fields in found}))
+        return
+    for kind, fields in found:
+        click.echo(f"{key} ({kind[:-1]})")
+        for field, value in fields.items():
+            if field != "source":
+                click.echo(f"  {field}: {value}")
+        if "source" in fields:
+            click.echo(f"  source: {' '.join(str(fields['source']).split())}")
