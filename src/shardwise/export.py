@@ -131,13 +131,10 @@ def dumps(data: Any) -> str:
 def write_columns(columns: dict[str, Any], path: str | Path) -> None:
     """Write columns (equal-length numpy arrays) as CSV, or Parquet by the extension, atomically:
     a temporary file in the same directory, renamed when complete."""
-    import os
-    import tempfile
+    from shardwise.atomic import atomic_path
 
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(suffix=p.suffix, dir=p.parent)
-    os.close(fd)
-    try:
+    with atomic_path(p) as tmp:
         if p.suffix.lower() == ".parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -146,10 +143,6 @@ def write_columns(columns: dict[str, Any], path: str | Path) -> None:
             pq.write_table(table, tmp)
         else:
             _write_csv(columns, tmp)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def _write_csv(columns: dict[str, Any], path: str) -> None:

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -78,13 +76,9 @@ def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
 
 def write_chrome_trace(sim: SimulationResult, path: str | Path) -> Path:
     """Write atomically (temp file renamed into place)."""
+    from shardwise.atomic import atomic_path
+
     p = Path(path)
-    fd, tmp = tempfile.mkstemp(suffix=".json", dir=p.parent if str(p.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(chrome_trace(sim), fh)
-        os.replace(tmp, p)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with atomic_path(p) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(chrome_trace(sim), fh)
     return p

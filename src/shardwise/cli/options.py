@@ -440,13 +440,13 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
     and pyarrow for Parquet (`flag` names the option in that message)."""
     from pathlib import Path
 
+    from shardwise.atomic import check_writable
     from shardwise.errors import SpecError
 
     p = Path(path)
     if p.suffix.lower() not in allowed:
         raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
-    if not p.parent.exists():
-        raise SpecError(f"{path}: directory {p.parent} does not exist")
+    check_writable(p)
     if p.suffix.lower() == ".parquet":
         try:
             import pyarrow  # noqa: F401

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -29,16 +27,12 @@ def save(fig: Figure, path: str | Path) -> Path:
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
         raise SpecError(f"{p}: unknown figure format {p.suffix!r}; use one of {', '.join(FORMATS)}")
-    if p.parent and not p.parent.exists():
-        raise SpecError(f"{p}: directory {p.parent} does not exist")
-    fd, tmp = tempfile.mkstemp(suffix=p.suffix, dir=p.parent if str(p.parent) else ".")
-    os.close(fd)
+    from shardwise.atomic import atomic_path
+
     try:
-        fig.savefig(tmp, dpi=150, bbox_inches="tight")
-        os.replace(tmp, p)
+        with atomic_path(p) as tmp:
+            fig.savefig(tmp, dpi=150, bbox_inches="tight", format=p.suffix.lower().lstrip("."))
     finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
         plt.close(fig)
     return p
 
