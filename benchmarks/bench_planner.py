@@ -26,8 +26,9 @@ from shardwise.analyses.planner import SearchSpace, search
 CASES = {
     "default": SearchSpace(),
     "tp across servers, mb <= 64, v <= 16": SearchSpace(tp_within_node=False, max_micro_batch=64, max_vpp=16),
-    "the same + ZeRO-2/3 with pp": SearchSpace(tp_within_node=False, max_micro_batch=64, max_vpp=16,
-                                               zero_with_pipeline=True),
+    "the same + ZeRO-2/3 with pp": SearchSpace(
+        tp_within_node=False, max_micro_batch=64, max_vpp=16, zero_with_pipeline=True
+    ),
     "throughput per GPU (1..384 servers)": SearchSpace(objective="throughput-per-gpu"),
 }
 

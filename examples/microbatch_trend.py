@@ -27,8 +27,17 @@ def main() -> None:
     for batch in (128, 512):
         rates = {}
         for mb in (1, 2, 4, 8):
-            plan = Plan(tp=8, pp=8, dp=1, global_batch=batch, micro_batch=mb, recompute="full", precision="fp16",
-                        flash_attention=False, **flags)
+            plan = Plan(
+                tp=8,
+                pp=8,
+                dp=1,
+                global_batch=batch,
+                micro_batch=mb,
+                recompute="full",
+                precision="fp16",
+                flash_attention=False,
+                **flags,
+            )
             rates[mb] = float(estimate_training_step(Scenario(model, cluster, plan)).hardware_tflops_per_gpu)
         best = max(rates, key=rates.__getitem__)
         print(f"{batch:<8d}" + "".join(f"  {r:8.1f}" for r in rates.values()) + f"  mb={best}")

@@ -100,22 +100,32 @@ def one_all_reduce(link: str, tokens: int) -> float:
 
 
 def pcie_all_reduce() -> None:
-    cases = {"decode, batch 1": (1, serve("PCIe", "TP=8", 1)), "decode, batch 64": (64, serve("PCIe", "TP=8", 64)),
-             "prefill, one 2048-token prompt": (2048, serve("PCIe", "TP=8", 1, prompt=2048))}
+    cases = {
+        "decode, batch 1": (1, serve("PCIe", "TP=8", 1)),
+        "decode, batch 64": (64, serve("PCIe", "TP=8", 64)),
+        "prefill, one 2048-token prompt": (2048, serve("PCIe", "TP=8", 1, prompt=2048)),
+    }
     parts, holds = [], False
     for name, (tokens, est) in cases.items():
         ar = one_all_reduce("PCIe", tokens)
         phase = est.prefill_s if name.startswith("prefill") else est.decode_s
         per_layer = float(phase["compute"]) / MODEL.layers
-        parts.append(f"{name}: {tokens * MODEL.hidden * 2 / 1e3:,.0f} kB, {ms(ar)} "
-                     f"(NVLink {ms(one_all_reduce('NVLink', tokens))}) vs {ms(per_layer)} of compute per layer")
+        parts.append(
+            f"{name}: {tokens * MODEL.hidden * 2 / 1e3:,.0f} kB, {ms(ar)} "
+            f"(NVLink {ms(one_all_reduce('NVLink', tokens))}) vs {ms(per_layer)} of compute per layer"
+        )
         holds |= ar >= 2e-3 and per_layer < 1e-4  # milliseconds of all-reduce against microseconds of compute
     claim(
         "ES",
         "An all-reduce over PCIe takes several milliseconds while the compute takes microseconds.",
-        "TP=8's all-reduce carries tokens x hidden x 2 bytes; " + ";\n  ".join(parts) + ". "
-        + verdict(holds, "all-reduces reach milliseconds only for prefill-sized messages, where a layer's compute "
-                  "is also about a millisecond; a decode step's all-reduce is latency-bound, tens of microseconds"),
+        "TP=8's all-reduce carries tokens x hidden x 2 bytes; "
+        + ";\n  ".join(parts)
+        + ". "
+        + verdict(
+            holds,
+            "all-reduces reach milliseconds only for prefill-sized messages, where a layer's compute "
+            "is also about a millisecond; a decode step's all-reduce is latency-bound, tens of microseconds",
+        ),
     )
 
 
@@ -134,7 +144,9 @@ def overhead() -> None:
         "ES",
         "Waiting for TP's data exchange can take 25-50% of the time in extreme cases; without NVLink TP is "
         "usually inefficient.",
-        "TP=8's share of time in all-reduces (2048-token prompts): " + "; ".join(rows) + ". "
+        "TP=8's share of time in all-reduces (2048-token prompts): "
+        + "; ".join(rows)
+        + ". "
         + verdict(max(pcie) >= 0.25)
         + f", and PCIe goes beyond it: {min(pcie):.0%} to {max(pcie):.0%} of TP=8's time; on NVLink "
         f"{min(nvlink):.0%} to {max(nvlink):.0%}: even NVLink is no free lunch for TP=8 on this model.",
@@ -149,10 +161,12 @@ def chatbot() -> None:
         "time per token at batch 1: "
         + ", ".join(f"{p} {link} {ms(v)}" for (p, link), v in tpot.items())
         + ". "
-        + verdict(tpot[("PP=8", "NVLink")] < tpot[("TP=8", "NVLink")],
-                  "a token still crosses the 8 stages in turn and each reads its own 1/8 of the weights, so PP=8 "
-                  f"costs a whole GPU's weight read per token; TP's {2 * MODEL.layers} small all-reduces cost less "
-                  "even over PCIe"),
+        + verdict(
+            tpot[("PP=8", "NVLink")] < tpot[("TP=8", "NVLink")],
+            "a token still crosses the 8 stages in turn and each reads its own 1/8 of the weights, so PP=8 "
+            f"costs a whole GPU's weight read per token; TP's {2 * MODEL.layers} small all-reduces cost less "
+            "even over PCIe",
+        ),
     )
 
 
@@ -160,15 +174,25 @@ def ttft() -> None:
     rows, holds = [], []
     for prompt in (128, 2048, 8192):
         t = {(p, link): float(serve(link, p, prompt=prompt).ttft_s) for p in ("TP=8", "PP=8") for link in LINKS}
-        rows.append(f"{prompt} tokens: NVLink TP=8 {ms(t[('TP=8', 'NVLink')])} vs PP=8 {ms(t[('PP=8', 'NVLink')])}, "
-                    f"PCIe {ms(t[('TP=8', 'PCIe')])} vs {ms(t[('PP=8', 'PCIe')])}")
-        holds.append((t[("TP=8", "NVLink")] < t[("PP=8", "NVLink")], t[("TP=8", "PCIe")] < t[("PP=8", "PCIe")],
-                      t[("TP=8", "PCIe5")] < t[("PP=8", "PCIe5")]))
+        rows.append(
+            f"{prompt} tokens: NVLink TP=8 {ms(t[('TP=8', 'NVLink')])} vs PP=8 {ms(t[('PP=8', 'NVLink')])}, "
+            f"PCIe {ms(t[('TP=8', 'PCIe')])} vs {ms(t[('PP=8', 'PCIe')])}"
+        )
+        holds.append(
+            (
+                t[("TP=8", "NVLink")] < t[("PP=8", "NVLink")],
+                t[("TP=8", "PCIe")] < t[("PP=8", "PCIe")],
+                t[("TP=8", "PCIe5")] < t[("PP=8", "PCIe5")],
+            )
+        )
     nv, pc = all(h[0] for h in holds), [p for p, h in zip((128, 2048, 8192), holds, strict=True) if h[1]]
     bw = {k: v.effective_bandwidth_bytes_per_s for k, v in LINKS.items()}
     ratio = float(bw["NVLink"] / bw["PCIe"])
-    pcie = (f"over PCIe TP=8 is faster only for {', '.join(map(str, pc))}-token prompts" if pc
-            else "over PCIe Gen4 PP=8 is faster at every prompt length")
+    pcie = (
+        f"over PCIe TP=8 is faster only for {', '.join(map(str, pc))}-token prompts"
+        if pc
+        else "over PCIe Gen4 PP=8 is faster at every prompt length"
+    )
     gen5 = [p for p, h in zip((128, 2048, 8192), holds, strict=True) if h[2]]
     which = "every prompt length" if len(gen5) == 3 else f"{', '.join(map(str, gen5))}-token prompts"
     pcie5 = f"on PCIe Gen5 (twice the bandwidth) TP=8 wins again at {which}" if gen5 else "PP=8 also wins on PCIe Gen5"
@@ -184,8 +208,10 @@ def multi_server() -> None:
     from shardwise.loaders import per_gpu_nic
 
     plans = {"TP=16": (16, 1), "TP=8,PP=2": (8, 2), "PP=16": (1, 16)}
-    networks = {"8 x IB NDR per server": per_gpu_nic(presets.link("ib-ndr"), 8, 8),
-                "one 100 GbE NIC per server": per_gpu_nic(presets.link("eth-100g"), 1, 8)}
+    networks = {
+        "8 x IB NDR per server": per_gpu_nic(presets.link("ib-ndr"), 8, 8),
+        "one 100 GbE NIC per server": per_gpu_nic(presets.link("eth-100g"), 1, 8),
+    }
     lines, res = [], {}
     for net, nic in networks.items():
         parts = []
@@ -203,7 +229,8 @@ def multi_server() -> None:
         "ES",
         "Across servers PP is the more robust choice; in practice TP inside a server and PP across servers.",
         "GPT-3 175B (BF16) on 2 x 8 H100 (NVLink inside), batch 1 and the largest batch that fits:\n  "
-        + ";\n  ".join(lines) + ".\n  "
+        + ";\n  ".join(lines)
+        + ".\n  "
         + verdict(lat[slow] > 1 and tput[slow] > 2)
         + f" on a slow network: with one 100 GbE NIC TP=8,PP=2 is {lat[slow]:.2f}x faster per token and gives "
         f"{tput[slow]:.1f}x the throughput of TP=16, whose all-reduces (every prompt token's in prefill) cross it. "

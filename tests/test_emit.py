@@ -20,8 +20,18 @@ def _flags(text: str) -> dict[str, str]:
 
 
 def test_megatron_flags_say_the_whole_plan():
-    text = emit(_scenario(vpp=2, schedule="interleaved", sequence_parallel=True, recompute="full", zero_stage=1,
-                          first_stage_layers=14, last_stage_layers=14), "megatron")
+    text = emit(
+        _scenario(
+            vpp=2,
+            schedule="interleaved",
+            sequence_parallel=True,
+            recompute="full",
+            zero_stage=1,
+            first_stage_layers=14,
+            last_stage_layers=14,
+        ),
+        "megatron",
+    )
     f = _flags(text)
     assert f["--tensor-model-parallel-size"] == "8" and f["--pipeline-model-parallel-size"] == "8"
     assert f["--num-virtual-stages-per-pipeline-rank"] == "2"
@@ -49,15 +59,45 @@ def test_deepspeed_config_is_valid_json_and_says_what_it_cannot_run(cli):
     config = json.loads(text.split("\n", 1)[1].split("\n#")[0].split("\ndeepspeed")[0])
     assert config["train_batch_size"] == 256 and config["gradient_accumulation_steps"] == 128
     assert "# interleaved stages" in text
-    code, out, err = cli(["plan", "--model", "gpt-1.7b", "--system", "dgx-a100", "--global-batch", "64", "--top", "1",
-                          "--emit", "megatron", "--json"])
+    code, out, err = cli(
+        [
+            "plan",
+            "--model",
+            "gpt-1.7b",
+            "--system",
+            "dgx-a100",
+            "--global-batch",
+            "64",
+            "--top",
+            "1",
+            "--emit",
+            "megatron",
+            "--json",
+        ]
+    )
     assert code == 0, err
     assert json.loads(out)["launch"].startswith("torchrun")
 
 
 def test_serve_emits_one_vllm_server_per_replica(cli):
-    code, out, err = cli(["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=4",
-                          "--concurrency", "64", "--weight-precision", "fp8", "--emit", "vllm", "--json"])
+    code, out, err = cli(
+        [
+            "serve",
+            "--model",
+            "llama3-70b",
+            "--system",
+            "dgx-h100",
+            "--plan",
+            "tp=4",
+            "--concurrency",
+            "64",
+            "--weight-precision",
+            "fp8",
+            "--emit",
+            "vllm",
+            "--json",
+        ]
+    )
     assert code == 0, err
     launch = json.loads(out)["plans"][0]["launch"]
     f = _flags(launch)

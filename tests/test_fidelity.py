@@ -12,8 +12,8 @@ from shardwise.engines.costs import overlapped_exposed_s
 from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.physics.gemm import TILE_FILL_S, gemm_time_s
-from shardwise.physics.stages import stage_layer_list, stage_split
 from shardwise.specs import Plan, Scenario
+from shardwise.specs.stages import stage_layer_list, stage_split
 
 A100 = presets.gpu("a100-sxm4-80gb")
 PEAK, ETA = A100.peak_flops_per_s_16bit, A100.matmul_efficiency
@@ -68,8 +68,17 @@ def test_figure_16_micro_batch_2_beats_1():
     for batch in (128, 512):
         rate = {}
         for mb in (1, 2):
-            plan = Plan(tp=8, pp=8, dp=1, global_batch=batch, micro_batch=mb, recompute="full", precision="fp16",
-                        flash_attention=False, **fw)
+            plan = Plan(
+                tp=8,
+                pp=8,
+                dp=1,
+                global_batch=batch,
+                micro_batch=mb,
+                recompute="full",
+                precision="fp16",
+                flash_attention=False,
+                **fw,
+            )
             rate[mb] = float(estimate_training_step(Scenario(model, cluster, plan)).hardware_tflops_per_gpu)
         assert rate[2] > rate[1], batch
 
@@ -167,8 +176,22 @@ def test_framework_presets_set_the_execution_flags():
 
 
 def test_the_cli_takes_framework_and_uneven_stages(cli):
-    base = ["predict", "--model", "llama3-405b", "--system", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "8",
-            "--global-batch", "64", "--json"]
+    base = [
+        "predict",
+        "--model",
+        "llama3-405b",
+        "--system",
+        "dgx-h100",
+        "--nodes",
+        "8",
+        "--tp",
+        "8",
+        "--pp",
+        "8",
+        "--global-batch",
+        "64",
+        "--json",
+    ]
     code, out, err = cli(base)
     assert code == 0, err
     code, out2, err = cli([*base, "--first-stage-layers", "14", "--last-stage-layers", "14"])
@@ -237,8 +260,11 @@ def test_the_simulator_agrees_with_the_closed_form_for_zero3_and_explicit_splits
     assert simulate_training_step(scn).estimate.step_time_s == pytest.approx(
         float(estimate_training_step(scn).step_time_s), rel=0.03
     )
-    skewed = Scenario(presets.model("llama3-405b"), presets.system("dgx-h100", nodes=8),
-                      Plan(tp=8, pp=8, dp=1, global_batch=64, stage_layers=(6, 6, 6, 30, 12, 12, 6, 48)))
+    skewed = Scenario(
+        presets.model("llama3-405b"),
+        presets.system("dgx-h100", nodes=8),
+        Plan(tp=8, pp=8, dp=1, global_batch=64, stage_layers=(6, 6, 6, 30, 12, 12, 6, 48)),
+    )
     sim = simulate_training_step(skewed)
     assert list(sim.stage_times.forward_s.argsort())[-1] == 7  # the 48-layer stage is the slowest
     assert sim.estimate.step_time_s == pytest.approx(float(estimate_training_step(skewed).step_time_s), rel=0.03)

@@ -41,9 +41,20 @@ def test_overrides_and_bad_files(tmp_path, cli):
     bad.write_text('{"hidden_size": 64}')
     with pytest.raises(SpecError, match="no layers, heads, vocab found"):
         presets.model(str(bad))
-    code, out, err = cli(["predict", "--model", str(DATA / "llama3-8b-config.json"), "--system", "dgx-h100",
-                          "--global-batch", "8", "--json"])
+    code, out, err = cli(
+        [
+            "predict",
+            "--model",
+            str(DATA / "llama3-8b-config.json"),
+            "--system",
+            "dgx-h100",
+            "--global-batch",
+            "8",
+            "--json",
+        ]
+    )
     assert code == 0 and '"layers": 32' in out.replace(".0", ""), err
-    code, _, err = cli(["predict", "--model", str(tmp_path / "none.json"), "--system", "dgx-h100",
-                        "--global-batch", "8"])
+    code, _, err = cli(
+        ["predict", "--model", str(tmp_path / "none.json"), "--system", "dgx-h100", "--global-batch", "8"]
+    )
     assert code == 2 and "cannot read" in err

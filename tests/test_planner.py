@@ -35,8 +35,12 @@ def brute_force(model, cluster, batch, space):
             continue
         dp = n // (tp * pp)
         for mb, v, sched, rc, sp, z in itertools.product(
-            range(1, space.max_micro_batch + 1), range(1, space.max_vpp + 1), ("gpipe", "1f1b", "interleaved", "zb-h1"),
-            ("none", "full"), (False, True), range(4),
+            range(1, space.max_micro_batch + 1),
+            range(1, space.max_vpp + 1),
+            ("gpipe", "1f1b", "interleaved", "zb-h1"),
+            ("none", "full"),
+            (False, True),
+            range(4),
         ):
             if (pp == 1 and sched != "1f1b") or (dp == 1 and z) or (v == 1 and sched == "interleaved"):
                 continue  # equivalent plans the planner does not repeat
@@ -45,8 +49,18 @@ def brute_force(model, cluster, batch, space):
             if v > 1 and model.layers % pp == 0 and (model.layers // pp) % v:
                 continue  # virtual stages divide the layers of an even split
             try:
-                plan = Plan(tp=tp, pp=pp, dp=dp, global_batch=batch, micro_batch=mb, vpp=v, schedule=sched,
-                            recompute=rc, sequence_parallel=sp, zero_stage=z)
+                plan = Plan(
+                    tp=tp,
+                    pp=pp,
+                    dp=dp,
+                    global_batch=batch,
+                    micro_batch=mb,
+                    vpp=v,
+                    schedule=sched,
+                    recompute=rc,
+                    sequence_parallel=sp,
+                    zero_stage=z,
+                )
                 Scenario(model, cluster, plan)
             except SpecError:
                 continue
@@ -62,9 +76,23 @@ def test_the_space_is_every_valid_plan_and_nothing_else():
     names = {0: "gpipe", 1: "1f1b", 2: "interleaved", 3: "zb-h1"}
     got = {
         (int(t), int(p), int(d), int(v), int(mb), names[int(s)], ["none", "selective", "full"][int(r)], bool(q), int(z))
-        for t, p, d, v, mb, s, r, q, z in zip(*(cols[k] for k in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule",
-                                                                  "recompute", "sequence_parallel", "zero_stage")),
-                                               strict=True)
+        for t, p, d, v, mb, s, r, q, z in zip(
+            *(
+                cols[k]
+                for k in (
+                    "tp",
+                    "pp",
+                    "dp",
+                    "vpp",
+                    "micro_batch",
+                    "schedule",
+                    "recompute",
+                    "sequence_parallel",
+                    "zero_stage",
+                )
+            ),
+            strict=True,
+        )
     }
     assert len(got) == len(cols["tp"])  # no duplicates
     assert got == brute_force(model, cluster, batch, space)
@@ -134,8 +162,9 @@ def test_a_searched_neighbour_is_never_called_outside_the_constraints():
 
 
 def test_throughput_per_gpu_breaks_near_ties_by_step_time():
-    result = search(presets.model("gpt-1.7b"), presets.system("dgx-a100"), 64,
-                    SearchSpace(objective="throughput-per-gpu"))
+    result = search(
+        presets.model("gpt-1.7b"), presets.system("dgx-a100"), 64, SearchSpace(objective="throughput-per-gpu")
+    )
     best = result.row(int(result.ranked(1)[0]))
     rates = np.asarray(result.estimate.tokens_per_s) / result.columns["gpus"]
     assert best["tokens_per_s_per_gpu"] >= rates[result.fits].max() * (1 - 0.005)
@@ -197,8 +226,15 @@ def test_plan_prints_the_top_plans_and_why(cli):
         assert text in out
 
 
-@pytest.mark.parametrize("fixed", [["--micro-batch", "2"], ["--vpp", "2"], ["--pp", "8", "--dp", "4"],
-                                   ["--schedule", "zb-h1", "--recompute", "none"]])
+@pytest.mark.parametrize(
+    "fixed",
+    [
+        ["--micro-batch", "2"],
+        ["--vpp", "2"],
+        ["--pp", "8", "--dp", "4"],
+        ["--schedule", "zb-h1", "--recompute", "none"],
+    ],
+)
 def test_plan_with_fixed_values(fixed, cli):
     code, out, err = cli([*PLAN, *fixed, "--json", "--top", "20"])
     assert code == 0, err
@@ -240,7 +276,7 @@ def test_plan_bad_input(args, message, cli, tmp_path, monkeypatch):
     base = [a for a in PLAN if a not in ("--nodes", "16")] if "--nodes" in args else PLAN
     if "--global-batch" in args:
         i = base.index("--global-batch")
-        base = base[:i] + base[i + 2:]
+        base = base[:i] + base[i + 2 :]
     code, _, err = cli([*base, *args])
     assert code == 2
     assert message in err and "Traceback" not in err

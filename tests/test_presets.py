@@ -6,8 +6,13 @@ from shardwise.specs import SpecError
 
 @pytest.mark.parametrize("kind", presets.KINDS)
 def test_every_preset_loads(kind):
-    load = {"gpus": presets.gpu, "links": presets.link, "systems": presets.system, "models": presets.model,
-            "frameworks": presets.framework}[kind]
+    load = {
+        "gpus": presets.gpu,
+        "links": presets.link,
+        "systems": presets.system,
+        "models": presets.model,
+        "frameworks": presets.framework,
+    }[kind]
     for name in presets.names(kind):
         assert load(name) is not None
         assert presets.raw(kind)[name].get("source"), f"{kind} {name} has no source"

@@ -147,8 +147,12 @@ def test_a_model_that_does_not_fit_leaves_no_room_for_a_batch():
 
 @pytest.mark.parametrize(
     "kwargs, field",
-    [({"input_len": 0}, "input_len"), ({"batch": -3}, "batch"), ({"weight_precision": "fp4"}, "weight_precision"),
-     ({"runtime": "onnx"}, "runtime")],
+    [
+        ({"input_len": 0}, "input_len"),
+        ({"batch": -3}, "batch"),
+        ({"weight_precision": "fp4"}, "weight_precision"),
+        ({"runtime": "onnx"}, "runtime"),
+    ],
 )
 def test_bad_workloads_name_the_field(kwargs, field):
     with pytest.raises(SpecError, match=field):
@@ -187,10 +191,12 @@ def test_more_requests_never_cut_the_time_per_token_or_the_throughput(plan, batc
 def test_a_faster_link_is_never_slower(plan, batch, bandwidth):
     base = scenario(tp=plan[0], pp=plan[1])
     link = base.cluster.intra_node_link
-    slow = Scenario(base.model, base.cluster.with_(intra_node_link=link.with_(bandwidth_bytes_per_s=bandwidth)),
-                    base.plan)
-    fast = Scenario(base.model, base.cluster.with_(intra_node_link=link.with_(bandwidth_bytes_per_s=2 * bandwidth)),
-                    base.plan)
+    slow = Scenario(
+        base.model, base.cluster.with_(intra_node_link=link.with_(bandwidth_bytes_per_s=bandwidth)), base.plan
+    )
+    fast = Scenario(
+        base.model, base.cluster.with_(intra_node_link=link.with_(bandwidth_bytes_per_s=2 * bandwidth)), base.plan
+    )
     wl = ServingWorkload(512, 128, batch)
     assert float(estimate_serving(fast, wl).e2e_s) <= float(estimate_serving(slow, wl).e2e_s)
 
@@ -221,14 +227,25 @@ def test_serve_prints_every_metric_for_every_plan(cli):
 
 
 def test_serve_json_and_max_throughput(cli):
-    code, out, _ = cli([*SERVE, "--plan", "tp=4", "--max-throughput", "--weight-precision", "fp8",
-                        "--kv-precision", "fp8", "--json"])
+    code, out, _ = cli(
+        [*SERVE, "--plan", "tp=4", "--max-throughput", "--weight-precision", "fp8", "--kv-precision", "fp8", "--json"]
+    )
     assert code == 0
     data = json.loads(out)
     row = data["plans"][0]
     assert row["replicas"] == 2 and row["tp"] == 4
-    for key in ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s", "per_user_tokens_per_s",
-                "max_batch_per_replica", "memory_bytes", "fits_in_memory", "prefill_s", "decode_s"):
+    for key in (
+        "ttft_s",
+        "tpot_s",
+        "e2e_s",
+        "throughput_tokens_per_s",
+        "per_user_tokens_per_s",
+        "max_batch_per_replica",
+        "memory_bytes",
+        "fits_in_memory",
+        "prefill_s",
+        "decode_s",
+    ):
         assert key in row
     assert row["batch"] == 2 * min(row["max_batch_per_replica"], 2048)
     assert row["fits_in_memory"] is True

@@ -60,8 +60,11 @@ def test_scenario_cross_rules(gpt3, dgx_a100_8):
     with pytest.raises(SpecError, match="at least one layer per model chunk"):
         Scenario(gpt3, dgx_a100_8, Plan(tp=1, pp=64, dp=1, global_batch=64, vpp=2, schedule="interleaved"))
     with pytest.raises(SpecError, match="adds up to 95 layers but the model has 96"):
-        Scenario(gpt3, dgx_a100_8.with_(nodes=1, gpus_per_node=2),
-                 Plan(tp=1, pp=2, dp=1, global_batch=8, stage_layers=(47, 48)))
+        Scenario(
+            gpt3,
+            dgx_a100_8.with_(nodes=1, gpus_per_node=2),
+            Plan(tp=1, pp=2, dp=1, global_batch=8, stage_layers=(47, 48)),
+        )
     # any layer count on any number of stages (Llama 3.1 405B at pp=8)
     Scenario(gpt3.with_(layers=126), dgx_a100_8, Plan(tp=8, pp=8, dp=1, global_batch=8))
     llama = presets.model("llama3-70b")  # 8 KV heads

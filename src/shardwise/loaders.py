@@ -136,8 +136,9 @@ def link_from_rate(
             kind = "nvlink" if rate_bytes_per_s >= NVLINK_CLASS_BYTES_PER_S else "pcie"
             latency_s = RATE_LINK_LATENCY_S[kind]
     base = float(replaced.base_latency_s) if replaced is not None else RATE_LINK_BASE_LATENCY_S
-    return Link(name=name, bandwidth_bytes_per_s=rate_bytes_per_s, efficiency=1.0, latency_s=latency_s,
-                base_latency_s=base)
+    return Link(
+        name=name, bandwidth_bytes_per_s=rate_bytes_per_s, efficiency=1.0, latency_s=latency_s, base_latency_s=base
+    )
 
 
 def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:

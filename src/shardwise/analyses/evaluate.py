@@ -13,8 +13,8 @@ import numpy as np
 from shardwise import textbook
 from shardwise.analyses.experiment import VARIABLES, Experiment, PlanSpec
 from shardwise.errors import SpecError
-from shardwise.physics.stages import split_ok, stage_split
 from shardwise.specs import Cluster, Link, Plan, Scenario
+from shardwise.specs.stages import split_ok, stage_split
 
 
 def _cluster(exp: Experiment, link: Link, gpus: Any) -> Cluster:

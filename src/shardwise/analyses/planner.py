@@ -173,7 +173,7 @@ class PlanSearch:
         out["schedule"] = SCHEDULE_NAMES[int(out["schedule"])]
         out["recompute"] = RECOMPUTE_NAMES[int(out["recompute"])]
         out["sequence_parallel"] = bool(out["sequence_parallel"])
-        from shardwise.physics.stages import describe_split
+        from shardwise.specs.stages import describe_split
 
         out["stage_layers"] = describe_split(
             self.model.layers, int(out["pp"]), int(out["first_stage_layers"]), int(out["last_stage_layers"])
@@ -275,7 +275,7 @@ def stage_splits(layers: int, pp: int) -> list[tuple[int, int, int]]:
     (Megatron's rule): the layers of each full stage (0: no interleaving for this split)."""
     if pp == 1:
         return [(0, 0, layers)]
-    from shardwise.physics.stages import stage_split
+    from shardwise.specs.stages import stage_split
 
     auto = stage_split(layers, pp)
     first, last = int(auto.first), int(auto.last)

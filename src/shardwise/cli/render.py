@@ -41,7 +41,7 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
     n = int(_f(c.num_gpus))
     inter = f", {c.inter_node_link.name} across nodes" if c.inter_node_link is not None and int(_f(c.nodes)) > 1 else ""
     sched = p.schedule.label + (f" (v={p.vpp})" if int(p.vpp) > 1 else "")
-    from shardwise.physics.stages import describe_split
+    from shardwise.specs.stages import describe_split
 
     split = describe_split(m.layers, int(p.pp), int(p.first_stage_layers), int(p.last_stage_layers), p.stage_layers)
     cp = f" cp={p.cp}" if int(p.cp) > 1 else ""

@@ -14,9 +14,9 @@ from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import attention_precision, layer_times, linear_times, memory_s
 from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
-from shardwise.physics.stages import StageSplit
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.stages import StageSplit
 
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
 # target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`).

@@ -20,10 +20,10 @@ from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_p
 from shardwise.engines.training import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
-from shardwise.physics.stages import plan_split
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.stages import plan_split
 
 
 @dataclass(frozen=True)

@@ -40,9 +40,9 @@ from shardwise.engines.training import pipeline_makespan_s
 from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu
-from shardwise.physics.stages import plan_split
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.stages import plan_split
 
 STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 KV_CACHE_FRACTION = 0.9  # TensorRT-LLM kv_cache_free_gpu_mem_fraction default

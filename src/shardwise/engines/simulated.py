@@ -40,9 +40,9 @@ from shardwise.engines.training import (
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu
-from shardwise.physics.stages import plan_split, stage_layer_list
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
+from shardwise.specs.stages import plan_split, stage_layer_list
 
 
 @dataclass(frozen=True)

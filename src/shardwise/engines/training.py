@@ -6,7 +6,7 @@ one send of activations forward and one of gradients backward per model chunk. M
 1F1B blocks on them and synchronises the device after each (`PIPELINE_SYNC_S`); its interleaved
 schedule overlaps them with compute by default (`Plan.overlap_p2p`). The first stage also runs
 the embedding, the last the output layer and loss; stages may hold different numbers of layers
-(`physics.stages`). For m micro-batches and v model chunks per GPU the pipeline takes
+(`specs.stages`). For m micro-batches and v model chunks per GPU the pipeline takes
 
     T_pipe = m max_j c_j + (sum_j c_j - max_j c_j) / v
 
@@ -44,10 +44,10 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
-from shardwise.physics.stages import StageSplit, plan_split
 from shardwise.physics.topology import placement
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
+from shardwise.specs.stages import StageSplit, plan_split
 
 # Megatron-LM's fp16/bf16 optimizer, bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
 # unscale and inf-check (4), gradient norm (4), fused Adam (read p, m, v, g: 16; write p, m, v: 12),

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.physics.stages import StageSplit, stage_split
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
+from shardwise.specs.stages import StageSplit, stage_split
 
 
 def _norm_params(model: Model) -> Number:

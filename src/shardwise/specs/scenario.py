@@ -20,7 +20,7 @@ class Scenario:
     - tp * pp * dp equals the cluster's GPU count;
     - heads and KV heads divisible by tp (each TP rank owns whole heads), FFN hidden by tp;
     - every pipeline stage holds at least one layer per model chunk, and a given split adds up to
-      the model's layers (`physics.stages`; the layers need not divide evenly);
+      the model's layers (`specs.stages`; the layers need not divide evenly);
     - a TP group either fits inside a node or spans whole nodes;
     - with sequence parallelism, the sequence length divisible by tp.
     """
@@ -41,7 +41,7 @@ class Scenario:
         chk.divisible("model: heads", m.heads, "tp", p.tp, "each TP rank owns whole heads")
         chk.divisible("model: kv_heads", m.kv_heads, "tp", p.tp, "each TP rank owns whole KV heads")
         chk.divisible("model: ffn_hidden", m.ffn_hidden, "tp", p.tp, "the MLP is split by columns")
-        from shardwise.physics.stages import check_split, plan_split  # physics imports specs
+        from shardwise.specs.stages import check_split, plan_split
 
         check_split(plan_split(m.layers, p), m.layers, p.pp, p.vpp)
         tp, g = np.broadcast_arrays(np.asarray(p.tp), np.asarray(c.gpus_per_node))
