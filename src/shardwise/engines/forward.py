@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_per_transfer, stages, tp_comm
-from shardwise.engines.training import pipeline_makespan_s
+from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.topology import placement

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.forward import forward_stages
-from shardwise.engines.training import pipeline_makespan_s
+from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu

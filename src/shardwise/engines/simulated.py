@@ -31,9 +31,9 @@ from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
 from shardwise.engines.training import (
     PIPELINE_SYNC_S,
-    _flops_per_step,
-    _memory,
     dp_comm,
+    flops_per_step,
+    memory_breakdown,
     optimizer_time_s,
     tied_embedding_sync_s,
 )
@@ -169,13 +169,13 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         dp_comm_s=max(0.0, last_tail - optimizer),
         optimizer_s=min(optimizer, last_tail),
     )
-    model_flops, hw_flops = _flops_per_step(scn)
+    model_flops, hw_flops = flops_per_step(scn)
     params = stage_params_per_gpu(scn.model, plan.tp, plan.pp, plan_split(scn.model.layers, plan))
     estimate = TrainingEstimate(
         scenario=scn,
         step_time_s=sim.makespan_s,
         breakdown=breakdown,
-        memory=_memory(context_parallel(scn), params, m),
+        memory=memory_breakdown(context_parallel(scn), params, m),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,

@@ -38,6 +38,7 @@ from shardwise.engines.costs import (
     stages,
     tp_comm,
 )
+from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
@@ -64,30 +65,6 @@ PIPELINE_SYNC_S = 20e-6
 # the first bucket's parameter all-gather is needed before the first layer can run.
 DP_BUCKET_PARAMS = 40e6
 DP_BUCKET_PARAMS_PER_RANK = 1e6
-
-
-def pipeline_makespan_s(
-    c_first: Number,
-    c_middle: Number,
-    c_last: Number,
-    pp: Number,
-    micro_batches: Number,
-    vpp: Number = 1,
-    c_middle_sum: Number | None = None,
-) -> Number:
-    """T = m max_j c_j + (sum_j c_j - max_j c_j) / v for stages first, middle ones, last.
-
-    c_j is one micro-batch's forward + backward (+ sends) on stage j; `c_middle` is the slowest
-    middle stage and `c_middle_sum` all middle stages together (default (p - 2) c_middle, equal
-    stages). Equal stages give (m + (p - 1)/v) c: the bubble (p - 1)/m of GPipe and 1F1B
-    (Narayanan et al. 2021 Sec. 2.2), divided by v with v model chunks per GPU (Sec. 2.2.2).
-    With p = 1 the single stage is c_first.
-    """
-    p = np.asarray(pp, dtype=float)
-    c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_middle, 0.0)), c_last)
-    mids = (p - 2) * c_middle if c_middle_sum is None else c_middle_sum
-    c_sum = np.where(p == 1, c_first, c_first + np.where(p > 2, mids, 0.0) + c_last)
-    return micro_batches * c_max + (np.where(p == 1, c_first, c_sum) - c_max) / vpp
 
 
 def p2p_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
@@ -154,12 +131,12 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         optimizer_s=optimizer_s,
     )
     step = pipe_s + dp_s + optimizer_s
-    model_flops, hw_flops = _flops_per_step(scn)
+    model_flops, hw_flops = flops_per_step(scn)
     return TrainingEstimate(
         scenario=scn,
         step_time_s=step,
         breakdown=breakdown,
-        memory=_memory(local, (params_first, params_mid, params_last), m, split),
+        memory=memory_breakdown(local, (params_first, params_mid, params_last), m, split),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
@@ -304,7 +281,7 @@ def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
     return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=4)
 
 
-def _flops_per_step(scn: Scenario) -> tuple[Number, Number]:
+def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs."""
     model, plan = scn.model, scn.plan
     one = layer_forward(model, 1, 1, False, plan.bytes_per_element)
@@ -321,7 +298,7 @@ def _flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
 
 
-def _memory(
+def memory_breakdown(
     scn: Scenario, params: tuple[Number, Number, Number], m: Number, split: StageSplit | None = None
 ) -> mem.MemoryBreakdown:
     """The fullest of the first stage (most activations in flight, embedding), the second stage

@@ -16,7 +16,8 @@ from shardwise.analyses.scenarios.common import (
     verdict,
     wide_model,
 )
-from shardwise.engines.training import estimate_training_step, layer_times_s, pipeline_makespan_s
+from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.training import estimate_training_step, layer_times_s
 from shardwise.specs import Plan, Scenario
 
 
