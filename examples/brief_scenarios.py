@@ -11,6 +11,7 @@ unbalanced-layers, wide-layers, ttft (the same as `shardwise scenario NAME`).
 import sys
 from pathlib import Path
 
+from shardwise import plots
 from shardwise.analyses.scenarios import SCENARIOS, run
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "figures"
@@ -18,5 +19,6 @@ OUT = Path(__file__).resolve().parent.parent / "docs" / "figures"
 if __name__ == "__main__":
     OUT.mkdir(parents=True, exist_ok=True)
     for name in sys.argv[1:] or SCENARIOS:
-        report = run(name, OUT)
+        report = run(name, plot=True)
+        plots.save(plots.draw(report.chart), OUT / f"{name}.png")
         print(f"[{name}] {report.title}\n{report.finding}\nfigure: {OUT / (name + '.png')}\n")

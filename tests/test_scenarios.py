@@ -11,7 +11,7 @@ REPORTS = {name: run(name) for name in SCENARIOS}
 def test_each_scenario_has_a_two_line_finding(name):
     report = REPORTS[name]
     assert report.finding.count("\n") == 1
-    assert report.numbers and report.figure is None
+    assert report.numbers and report.chart is None
 
 
 def test_small_batch_hurts_pp_more_than_tp():
@@ -41,7 +41,11 @@ def test_ttft_is_lower_with_tp_on_nvlink():
     assert n["tp_nvlink_ms"] < n["pp_nvlink_ms"]
 
 
-def test_figures_are_written(tmp_path):
-    report = run("small-batch", tmp_path)
+def test_figures_are_drawn_at_the_edge(tmp_path):
+    from shardwise import plots
+
+    for name in SCENARIOS:  # every chart an analysis describes can be drawn
+        report = run(name, plot=True)
+        assert report.chart is not None
+        plots.save(plots.draw(report.chart), tmp_path / f"{name}.png")
     assert (tmp_path / "small-batch.png").stat().st_size > 10_000
-    assert report.figure is not None

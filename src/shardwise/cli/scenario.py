@@ -43,7 +43,13 @@ def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool)
     plot = not no_plot and not as_json
     if plot and not Path(out_dir).is_dir():
         raise SpecError(f"--out-dir: {out_dir} is not a directory")
-    reports = [run(name, out_dir if plot else None) for name in chosen]
+    reports = [run(name, plot) for name in chosen]
+    if plot:
+        from shardwise import plots
+
+        for r in reports:
+            if r.chart is not None:
+                plots.save(plots.draw(r.chart), Path(out_dir) / f"{r.name}.png")
     if as_json:
         from shardwise import export
 

@@ -11,9 +11,16 @@ from shardwise.plots.sensitivity import crossover_curves, tornado
 from shardwise.plots.serving import serving_frontier
 from shardwise.plots.timeline import gantt
 
+
+def draw(chart: object):
+    """The figure an analysis described as data (`analyses.scenarios.common.Chart`)."""
+    return globals()[chart.kind](*chart.args, **chart.kwargs)  # type: ignore[attr-defined]
+
+
 __all__ = [
     "crossover_curves",
     "crossover_figure",
+    "draw",
     "gantt",
     "lines",
     "plan_heatmap",

@@ -14,8 +14,15 @@ if TYPE_CHECKING:
     from shardwise.analyses.crossover import CrossoverResult
 
 
-def crossover_figure(result: CrossoverResult, title: str, subtitle: str = "", ylabel: str = "time (s)") -> Figure:
-    """Time of each plan against the swept variable, one line style per link, crossings marked."""
+def crossover_figure(
+    result: CrossoverResult,
+    title: str,
+    subtitle: str = "",
+    ylabel: str = "time (s)",
+    markers: tuple[tuple[str, float], ...] = (),
+) -> Figure:
+    """Time of each plan against the swept variable, one line style per link, crossings marked;
+    `markers`: labelled vertical reference lines (label, x in the axis's units)."""
     fig, ax = plt.subplots(figsize=(9, 5.6))
     x = axis_values(result.variable, result.values)
     plans = list(dict.fromkeys(s.plan for s in result.series))
@@ -30,6 +37,19 @@ def crossover_figure(result: CrossoverResult, title: str, subtitle: str = "", yl
     if any((~s.fits & ~np.isnan(s.time_s)).any() for s in result.series):
         ax.plot([], [], "x", color="gray", label="does not fit in GPU memory")
     notes = _mark_crossings(ax, result)
+    for label, at in markers:
+        ax.axvline(at, color="gray", ls=":", lw=1)
+        ax.annotate(
+            label,
+            (at, 0.55),
+            xycoords=("data", "axes fraction"),
+            xytext=(3, 0),
+            textcoords="offset points",
+            rotation=90,
+            va="center",
+            fontsize=8,
+            color="#555555",
+        )
     set_x(ax, result.variable, x)
     positive = np.concatenate([s.time_s[np.isfinite(s.time_s)] for s in result.series])
     if positive.size and positive.max() / max(positive.min(), 1e-300) > 20:

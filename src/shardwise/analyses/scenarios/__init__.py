@@ -10,7 +10,6 @@ sequences of 2048 tokens, micro-batch 1, bf16, FlashAttention.
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 
 from shardwise.analyses.scenarios.common import ScenarioReport
 from shardwise.analyses.scenarios.inference import batch1_inference, ttft
@@ -35,11 +34,7 @@ SCENARIOS: dict[str, Callable[[bool], ScenarioReport]] = {
 }
 
 
-def run(name: str, out_dir: str | Path | None = None) -> ScenarioReport:
-    """Run one scenario; with `out_dir`, also write its figure there as NAME.png."""
-    report = SCENARIOS[name](out_dir is not None)
-    if out_dir is not None and report.figure is not None:
-        from shardwise import plots
-
-        plots.save(report.figure, Path(out_dir) / f"{name}.png")
-    return report
+def run(name: str, plot: bool = False) -> ScenarioReport:
+    """Run one scenario; with `plot`, its report also carries the chart to draw
+    (`plots.draw(report.chart)`)."""
+    return SCENARIOS[name](plot)

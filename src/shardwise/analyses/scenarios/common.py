@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise import presets
@@ -14,13 +14,28 @@ LINKS = {"NVLink": "nvlink3", "PCIe": "pcie4"}
 
 
 @dataclass(frozen=True)
+class Chart:
+    """A figure as data: which `shardwise.plots` function draws it and with what. The analyses
+    stay free of matplotlib; the edges (`shardwise scenario`, examples) draw it with
+    `plots.draw(chart)`."""
+
+    kind: str  # the name of a function in shardwise.plots
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+def chart(kind: str, *args: Any, **kwargs: Any) -> Chart:
+    return Chart(kind, args, kwargs)
+
+
+@dataclass(frozen=True)
 class ScenarioReport:
     name: str
     title: str  # the brief's claim, in one line
     finding: str  # two lines, from the model's numbers
     numbers: dict[str, float]
     holds: bool  # does the brief's claim hold in the model?
-    figure: Any  # a matplotlib Figure, or None when plots were not asked for
+    chart: Chart | None  # the figure to draw, or None when plots were not asked for
 
 
 def verdict(holds: bool, fails_because: str = "") -> str:

@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.analyses.scenarios.common import LINKS, ScenarioReport, brief_cluster, brief_model, verdict
+from shardwise.analyses.scenarios.common import LINKS, ScenarioReport, brief_cluster, brief_model, chart, verdict
 from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
 from shardwise.specs import Scenario
 
@@ -35,14 +35,13 @@ def batch1_inference(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
         cats = [f"{p.upper()}=8, {link}" for p in ("tp", "pp") for link in LINKS]
         parts = {
             k: np.array([float(runs[(p, link)].decode_s[k]) * 1e3 for p in ("tp", "pp") for link in LINKS])
             for k in ("compute", "tp_comm", "pp_p2p")
         }
-        fig = plots.stacked_bars(
+        fig = chart(
+            "stacked_bars",
             cats,
             parts,
             "time per output token (ms)",
@@ -82,9 +81,8 @@ def ttft(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
-        fig = plots.lines(
+        fig = chart(
+            "lines",
             prompts,
             series,
             "prompt length (tokens)",

@@ -12,6 +12,7 @@ from shardwise.analyses.scenarios.common import (
     ScenarioReport,
     brief_cluster,
     brief_model,
+    chart,
     train_step,
     verdict,
     wide_model,
@@ -45,14 +46,13 @@ def small_batch(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
         cats = [f"{p.upper()}=8, batch {b}" for p in ("tp", "pp") for b in batches]
         parts = {
             k: np.array([float(runs[(p, 2048, b)].breakdown.as_dict()[k]) for p in ("tp", "pp") for b in batches])
             for k in ("compute", "tp_comm", "pp_p2p", "pp_bubble", "optimizer")
         }
-        fig = plots.stacked_bars(
+        fig = chart(
+            "stacked_bars",
             cats,
             parts,
             "training step time (s)",
@@ -98,28 +98,14 @@ def slow_interconnect(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
-        fig = plots.crossover_figure(
+        fig = chart(
+            "crossover_figure",
             res,
             "Slow interconnect (brief 4.2): batch 8, link bandwidth swept",
             "PCIe-class latency (2 µs per step); bandwidth is the line rate per direction",
             "training step time (s)",
+            markers=(("PCIe Gen4", 31.5), ("NVLink3 (A100)", 300)),
         )
-        ax = fig.axes[0]
-        for label, bw in (("PCIe Gen4", 31.5), ("NVLink3 (A100)", 300)):
-            ax.axvline(bw, color="gray", ls=":", lw=1)
-            ax.annotate(
-                label,
-                (bw, 0.55),
-                xycoords=("data", "axes fraction"),
-                xytext=(3, 0),
-                textcoords="offset points",
-                rotation=90,
-                va="center",
-                fontsize=8,
-                color="#555555",
-            )
     return ScenarioReport(
         "slow-interconnect",
         "Slow interconnect: over PCIe TP is almost always worse (4.2)",
@@ -155,9 +141,8 @@ def thin_layers(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
-        fig = plots.two_panels(
+        fig = chart(
+            "two_panels",
             hidden,
             {"TP=8 exposed communication / its step": np.array(share)},
             {"time(TP=8) / time(PP=8)": np.array(ratio)},
@@ -199,9 +184,8 @@ def shallow_model(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
-        fig = plots.crossover_figure(
+        fig = chart(
+            "crossover_figure",
             res,
             f"Shallow model (brief 5): {layers} layers, TP=8 vs PP=8, NVLink",
             "one layer per pipeline stage; training step",
@@ -274,9 +258,8 @@ def unbalanced_layers(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
-        fig = plots.lines(
+        fig = chart(
+            "lines",
             heavy,
             {"TP=8": tp_time, f"PP=8, {per_stage} layers per stage": pp_equal, "PP=8, layers rebalanced": pp_balanced},
             "work of the heavy layer (x a normal layer)",
@@ -323,9 +306,8 @@ def wide_layers(plot: bool) -> ScenarioReport:
     )
     fig = None
     if plot:
-        from shardwise import plots
-
-        fig = plots.lines(
+        fig = chart(
+            "lines",
             gpus,
             {
                 "PP only (pp = GPUs up to 8 layers, dp beyond)": np.array(mem_pp) / 1e9,
