@@ -192,13 +192,13 @@ def test_files_are_written_with_the_umask_and_keep_an_existing_mode(tmp_path, cl
     import stat
 
     out = tmp_path / "grid.csv"
-    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--out", str(out)])
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--csv", str(out)])
     assert code == 0, err
     old = os.umask(0)
     os.umask(old)
     assert stat.S_IMODE(out.stat().st_mode) == 0o666 & ~old
     os.chmod(out, 0o640)
-    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--out", str(out)])
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--csv", str(out)])
     assert code == 0, err
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["grid.csv"]  # no temporary left behind
@@ -210,16 +210,16 @@ def test_an_unwritable_place_is_one_line_before_any_work(tmp_path, cli):
     a_file = tmp_path / "notes.txt"
     a_file.write_text("x")
     cases = [
-        ["sweep", "--vary", "batch=1..4", "--out", str(a_file / "g.csv")],  # a file where a directory should be
+        ["sweep", "--vary", "batch=1..4", "--csv", str(a_file / "g.csv")],  # a file where a directory should be
         ["crossover", "--plot", str(a_file / "c.png")],
-        ["sweep", "--vary", "batch=1..4", "--out", str(tmp_path / "dir.csv")],  # a directory in the file's place
+        ["sweep", "--vary", "batch=1..4", "--csv", str(tmp_path / "dir.csv")],  # a directory in the file's place
     ]
     (tmp_path / "dir.csv").mkdir()
     if os.geteuid() != 0:  # root writes anywhere
         locked = tmp_path / "ro"
         locked.mkdir()
         locked.chmod(0o500)
-        cases.append(["sweep", "--vary", "batch=1..4", "--out", str(locked / "g.csv")])
+        cases.append(["sweep", "--vary", "batch=1..4", "--csv", str(locked / "g.csv")])
     for args in cases:
         code, _, err = cli(args)
         assert code == 2 and err.count("\n") <= 1 and "Traceback" not in err, (args, err)

@@ -22,7 +22,7 @@ def test_crossover_json_and_csv(cli):
     assert code == 0 and data["variable"] == "batch" and len(data["values"]) == 16
     assert {s["link"] for s in data["series"]} == {"NVLink", "PCIe"}
     assert data["crossings"] and data["crossings"][0]["exact"]
-    code, out, _ = cli(["crossover", "--vary", "batch=1..4", "--csv"])
+    code, out, _ = cli(["crossover", "--vary", "batch=1..4", "--csv", "-"])
     rows = list(csv.DictReader(out.splitlines()))
     assert code == 0 and len(rows) == 4 * 2 * 2 and {"batch", "link", "plan", "time_s", "winner"} <= set(rows[0])
 
@@ -56,7 +56,7 @@ def test_crossover_textbook_and_other_plans(tmp_path, cli):
         (["--plan", "tq=8"], "is not KEY=VALUE"),
         (["--link", "nvlnk3"], "closest: nvlink3"),
         (["--plot", "/no/such/dir/x.png"], "does not exist"),
-        (["--plot", "x.gif"], "unknown figure format"),
+        (["--plot", "x.gif"], "--plot x.gif: unknown file format"),
         (["--gpus", "0"], "--num-gpus: 0"),  # the old spelling still works, the message uses the new one
     ],
 )
@@ -76,9 +76,9 @@ def test_sweep_writes_csv_parquet_and_a_map(tmp_path, cli):
             "batch=1..8",
             "--vary",
             "bandwidth=4GB/s..600GB/s:6",
-            "--out",
+            "--csv",
             str(out_csv),
-            "--map",
+            "--plot",
             str(out_map),
         ]
     )
@@ -86,17 +86,17 @@ def test_sweep_writes_csv_parquet_and_a_map(tmp_path, cli):
     rows = list(csv.DictReader(out_csv.read_text().splitlines()))
     assert len(rows) == 8 * 6 * 2 and rows[0]["winner"] in ("tp=8", "pp=8")
     assert out_map.stat().st_size > 10_000
-    code, _, _ = cli(["sweep", "--vary", "batch=1..4", "--out", str(out_pq)])
+    code, _, _ = cli(["sweep", "--vary", "batch=1..4", "--csv", str(out_pq)])
     import pyarrow.parquet as pq
 
     assert code == 0 and pq.read_table(out_pq).num_rows == 4 * 2
 
 
 def test_sweep_bad_input(tmp_path, cli):
-    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--map", str(tmp_path / "m.png")])
-    assert code == 2 and "--map needs exactly two --vary" in err
-    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--out", str(tmp_path / "g.xlsx")])
-    assert code == 2 and "unknown format" in err
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--plot", str(tmp_path / "m.png")])
+    assert code == 2 and "--plot needs exactly two --vary" in err
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--csv", str(tmp_path / "g.xlsx")])
+    assert code == 2 and "unknown file format" in err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -126,7 +126,7 @@ def test_a_plan_invalid_everywhere_is_an_error_naming_the_rule(cli, tmp_path, mo
     monkeypatch.chdir(tmp_path)
     code, _, err = cli(["crossover", "--plan", "tp=3", "--plan", "pp=8"])
     assert code == 2 and "tp=3" in err and "tp x pp must divide the GPU count" in err
-    code, _, err = cli(["crossover", "--json", "--csv"])
+    code, _, err = cli(["crossover", "--json", "--csv", "-"])
     assert code == 2 and "not both" in err
     assert list(tmp_path.iterdir()) == []
 
@@ -221,4 +221,14 @@ def test_timeline_bad_paths(cli, tmp_path):
             str(tmp_path / "x.txt"),
         ]
     )
-    assert code == 2 and "unknown format" in err
+    assert code == 2 and "unknown file format" in err
+
+
+def test_old_output_flag_spellings_still_work_but_are_not_advertised(tmp_path, cli):
+    out = tmp_path / "g.csv"
+    code, _, _ = cli(["sweep", "--vary", "batch=1..4", "--out", str(out), "--no-progress"])
+    assert code == 0 and out.exists()
+    code, helptext, _ = cli(["sweep", "--help"])
+    assert code == 0 and "--csv" in helptext and "--out" not in helptext and "--map" not in helptext
+    code, helptext, _ = cli(["serve", "--help"])
+    assert code == 0 and "--plot-link" in helptext and "--frontier" not in helptext

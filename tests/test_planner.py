@@ -246,7 +246,7 @@ def test_plan_with_fixed_values(fixed, cli):
 
 def test_plan_json_csv_and_heatmap(cli, tmp_path):
     csv_path, png = tmp_path / "all.csv", tmp_path / "map.png"
-    code, out, _ = cli([*PLAN, "--json", "--csv", str(csv_path), "--heatmap", str(png), "--top", "4"])
+    code, out, _ = cli([*PLAN, "--json", "--csv", str(csv_path), "--plot", str(png), "--top", "4"])
     assert code == 0
     data = json.loads(out)
     assert len(data["plans"]) == 4 and data["evaluated"] > data["dropped_for_memory"] > 0
@@ -264,7 +264,7 @@ def test_plan_json_csv_and_heatmap(cli, tmp_path):
         (["--schedule", "foo"], "foo"),
         (["--memory-headroom", "120%"], "--memory-headroom"),
         (["--global-batch", "7", "--pp", "5"], "no valid layout"),
-        (["--csv", "out.txt"], "unknown format"),
+        (["--csv", "out.txt"], "unknown file format"),
         (["--tp", "0"], "--tp"),
         (["--zero", "4"], "--zero"),
         (["--tp", "16"], "--tp-across-nodes"),

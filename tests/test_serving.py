@@ -265,13 +265,13 @@ def test_serve_draws_the_frontier(cli, tmp_path):
         (["--plan", "tp=3"], "does not divide"),
         (["--plan", "tp=8", "--plan", "tp=8"], "different"),
         (["--input-len", "0"], "input_len"),
-        (["--frontier", "/no/such/dir/f.png"], "does not exist"),
-        (["--frontier", "f.gif"], "unknown format"),
+        (["--plot", "/no/such/dir/f.png"], "does not exist"),
+        (["--plot", "f.gif"], "unknown file format"),
         (["--weight-precision", "fp4"], "fp4"),
         (["--plan", "tp=2,mb=4"], "only tp, pp, first and last"),
-        (["--frontier-link", "=pcie4"], "--frontier-link"),
-        (["--frontier-link", "X=nosuch"], "--frontier-link"),
-        (["--num-gpus", "1", "--frontier", "f.png"], "no plan fits"),
+        (["--plot-link", "=pcie4"], "--plot-link"),
+        (["--plot-link", "X=nosuch"], "--plot-link"),
+        (["--num-gpus", "1", "--plot", "f.png"], "no plan fits"),
     ],
 )
 def test_serve_bad_input(args, message, cli, tmp_path, monkeypatch):

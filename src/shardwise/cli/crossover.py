@@ -24,17 +24,15 @@ DEFAULT_VARY = "batch=1..32"
 @click.option(
     "--plot",
     "plot_path",
-    default="crossover.png",
-    show_default=True,
     metavar="FILE",
-    help="Figure to write (.png, .svg or .pdf).",
+    help="Figure to write (.png, .svg or .pdf) [default: crossover.png, none with --json/--csv unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Do not write a figure.")
 @click.option("--all-rows", is_flag=True, help="Print every grid value (default: powers of two and the crossings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the series and crossings as JSON.")
-@click.option("--csv", "as_csv", is_flag=True, help="Print the table as CSV.")
+@click.option("--csv", "csv_path", metavar="FILE", help="Write the table as CSV (- prints it).")
 def crossover(
-    vary: str, plot_path: str, no_plot: bool, all_rows: bool, as_json: bool, as_csv: bool, **options: Any
+    vary: str, plot_path: str | None, no_plot: bool, all_rows: bool, as_json: bool, csv_path: str | None, **options: Any
 ) -> None:
     """Time of each --plan on each --intra-link as one variable moves, and where the fastest plan changes.
 
@@ -54,21 +52,35 @@ def crossover(
     from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
-    if as_json and as_csv:
-        raise SpecError("give --json or --csv, not both")
+    if as_json and csv_path == "-":
+        raise SpecError("give --json or --csv -, not both (both print)")
+    if csv_path not in (None, "-"):
+        from shardwise.cli.options import check_output_path
+
+        check_output_path(csv_path, (".csv",), "--csv")
+    if plot_path is not None and not no_plot:
+        from shardwise.cli.options import check_output_path
+
+        check_output_path(plot_path, (".png", ".svg", ".pdf"), "--plot")
     exp = build_experiment(options)
     variable, values = parse_vary(vary)
     check_plans_valid(exp, variable, values)
     result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
     assumptions = describe_experiment(exp, variable)
     figure = None
-    if not no_plot and not as_json and not as_csv:
-        figure = _plot(result, plot_path, assumptions)
+    quiet = as_json or csv_path == "-"  # the output is data: a figure only when asked for by name
+    if not no_plot and (plot_path is not None or not quiet):
+        figure = _plot(result, plot_path or "crossover.png", assumptions)
+    if csv_path not in (None, "-"):
+        from shardwise.atomic import atomic_path
+
+        with atomic_path(csv_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(_as_csv(result))
     if as_json:
         from shardwise import export
 
         click.echo(export.dumps(_as_dict(result, assumptions)))
-    elif as_csv:
+    elif csv_path == "-":
         click.echo(_as_csv(result), nl=False)
     else:
         _print(result, all_rows or len(values) <= 12, assumptions, figure)

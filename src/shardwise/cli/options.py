@@ -445,7 +445,8 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
 
     p = Path(path)
     if p.suffix.lower() not in allowed:
-        raise SpecError(f"{path}: unknown format {p.suffix!r}; use one of {', '.join(allowed)}")
+        where = f"{flag} {path}" if flag else path
+        raise SpecError(f"{where}: unknown file format {p.suffix!r}; use one of {', '.join(allowed)}")
     check_writable(p)
     if p.suffix.lower() == ".parquet":
         try:

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, cluster_options, execution_options, model_options
+from shardwise.cli.options import _stack, alias_option, cluster_options, execution_options, model_options
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
@@ -128,11 +128,12 @@ search_options = _stack(
 @search_options
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to show.")
 @click.option("--csv", "csv_path", metavar="FILE", help="Write every evaluated plan (.csv or .parquet).")
-@click.option(
-    "--heatmap",
+@alias_option(
+    "--plot",
     "heatmap_path",
+    old=("--heatmap",),
     metavar="FILE",
-    help="Draw the best throughput of every (tp, pp) pair (.png/.svg/.pdf).",
+    help="Heatmap of the best throughput of every (tp, pp) pair (.png/.svg/.pdf).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
 @click.option(
@@ -155,7 +156,7 @@ def plan(
     Examples:
       shardwise plan --model gpt3-175b --system dgx-a100 --nodes 16 --global-batch 1536
       shardwise plan --model llama3-70b --system dgx-h100 --nodes 4 --global-batch 512 \\
-          --tp 8 --memory-headroom 10% --heatmap plans.png
+          --tp 8 --memory-headroom 10% --plot plans.png
       shardwise plan --model gpt-1t --system dgx-a100 --nodes 384 --global-batch 3072 --csv all.csv
     """
     from shardwise.analyses.planner import SearchSpace, search
@@ -163,7 +164,7 @@ def plan(
 
     for path, allowed, flag in (
         (csv_path, (".csv", ".parquet"), "--csv"),
-        (heatmap_path, (".png", ".svg", ".pdf"), "--heatmap"),
+        (heatmap_path, (".png", ".svg", ".pdf"), "--plot"),
     ):
         if path is not None:
             check_output_path(path, allowed, flag)

@@ -82,15 +82,18 @@ serving_options = _stack(
 @model_options
 @cluster_options
 @serving_options
-@click.option(
-    "--frontier",
+@alias_option(
+    "--plot",
     "frontier_path",
+    old=("--frontier",),
     metavar="FILE",
-    help="Draw each plan's throughput-vs-latency frontier across batch sizes (.png/.svg), one panel for "
-    "the system's own link and one for --frontier-link.",
+    help="Draw each plan's throughput-vs-latency frontier across batch sizes (.png/.svg/.pdf), one panel for "
+    "the system's own link and one for --plot-link (only one when they are the same).",
 )
-@click.option(
-    "--frontier-link",
+@alias_option(
+    "--plot-link",
+    "frontier_link",
+    old=("--frontier-link",),
     default="PCIe=pcie4",
     show_default=True,
     metavar="LABEL=LINK",
@@ -122,7 +125,7 @@ def serve(
       shardwise serve --model llama3-70b --system dgx-h100 --plan tp=8 --plan pp=8 --plan tp=2,pp=4
       shardwise serve --model llama3-8b --system dgx-h100 --num-gpus 1 --weight-precision fp8 \\
           --kv-precision fp8 --input-len 2048 --output-len 2048 --max-throughput
-      shardwise serve --model brief --system a100-pcie-8x --plan tp=8 --plan pp=8 --frontier frontier.png
+      shardwise serve --model brief --system a100-pcie-8x --plan tp=8 --plan pp=8 --plot frontier.png
     """
     from shardwise.analyses.experiment import LinkSpec, PlanSpec
     from shardwise.cli.options import build_cluster, build_model
@@ -132,8 +135,8 @@ def serve(
     if frontier_path is not None:
         from shardwise.cli.options import check_output_path
 
-        check_output_path(frontier_path, (".png", ".svg", ".pdf"))
-    second = LinkSpec.parse(frontier_link, "--frontier-link")
+        check_output_path(frontier_path, (".png", ".svg", ".pdf"), "--plot")
+    second = LinkSpec.parse(frontier_link, "--plot-link")
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
     specs = [PlanSpec.parse(t) for t in plans] or [PlanSpec.parse("tp=all")]
@@ -403,7 +406,7 @@ def _frontier(
     if not any(panels.values()):
         from shardwise.errors import SpecError
 
-        raise SpecError("--frontier: no plan fits in memory at any batch; try more GPUs or narrower weights")
+        raise SpecError("--plot: no plan fits in memory at any batch; try more GPUs or narrower weights")
     title = (
         f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
         f"{workload.output_len} out, batch 1 to 2048 per replica (labels: batch)"

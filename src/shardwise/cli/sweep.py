@@ -7,6 +7,7 @@ from typing import Any
 import click
 
 from shardwise.cli.experiment_options import experiment_options
+from shardwise.cli.options import alias_option
 
 PROGRESS_MIN_POINTS = 500_000  # show a progress bar from this many configurations
 
@@ -22,12 +23,15 @@ PROGRESS_MIN_POINTS = 500_000  # show a progress bar from this many configuratio
     help="A variable of the grid (repeat): batch, bandwidth, latency, layers, hidden, seq_len, gpus, "
     "peak_flops, hbm_bandwidth, with LO..HI[:N|:xF] or a list.",
 )
-@click.option("--out", "out_path", metavar="FILE", help="Write the grid: .csv, or .parquet (needs pyarrow).")
-@click.option(
-    "--map",
+@alias_option(
+    "--csv", "out_path", old=("--out",), metavar="FILE", help="Write the grid: .csv, or .parquet (needs pyarrow)."
+)
+@alias_option(
+    "--plot",
     "map_path",
+    old=("--map",),
     metavar="FILE",
-    help="Winner map (.png/.svg) for a two-variable grid: fastest plan per cell, one panel per link.",
+    help="Winner map (.png/.svg/.pdf) for a two-variable grid: fastest plan per cell, one panel per link.",
 )
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
@@ -44,8 +48,8 @@ def sweep(
     \b
     Examples:
       shardwise sweep --vary batch=1..64 --vary bandwidth=1GB/s..900GB/s:40 \\
-          --intra-link NVLink=nvlink3 --intra-link PCIe=pcie4 --map winner.png --out grid.csv
-      shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 --out grid.parquet
+          --intra-link NVLink=nvlink3 --intra-link PCIe=pcie4 --plot winner.png --csv grid.csv
+      shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 --csv grid.parquet
     """
     import time
 
@@ -60,10 +64,10 @@ def sweep(
     if len({name for name, _ in grid}) != len(grid):
         raise SpecError("--vary: each variable may be varied once")
     if map_path is not None and len(grid) != 2:
-        raise SpecError(f"--map needs exactly two --vary variables (got {len(grid)})")
+        raise SpecError(f"--plot needs exactly two --vary variables (got {len(grid)})")
     for path, allowed, flag in (
-        (out_path, (".csv", ".parquet"), "--out"),
-        (map_path, (".png", ".svg", ".pdf"), "--map"),
+        (out_path, (".csv", ".parquet"), "--csv"),
+        (map_path, (".png", ".svg", ".pdf"), "--plot"),
     ):
         if path is not None:
             check_output_path(path, allowed, flag)

@@ -39,12 +39,12 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
     from shardwise.engines.simulated import simulate_training_step
     from shardwise.engines.training import estimate_training_step
 
-    for path, allowed in (
-        (None if no_plot or as_json else plot_path, (".png", ".svg", ".pdf")),
-        (trace_path, (".json",)),
+    for path, allowed, flag in (
+        (None if no_plot or as_json else plot_path, (".png", ".svg", ".pdf"), "--plot"),
+        (trace_path, (".json",), "--trace"),
     ):
         if path is not None:
-            check_output_path(path, allowed)
+            check_output_path(path, allowed, flag)
     scn = build_scenario(options)
     sim_step = simulate_training_step(scn)
     closed = estimate_training_step(scn)
