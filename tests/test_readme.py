@@ -1,29 +1,136 @@
-"""The README's examples are real: console blocks match fresh runs, Python blocks execute."""
+"""The documentation's examples are real: in README.md and every docs/**/*.md page, console blocks match
+fresh runs, Python blocks execute, relative links resolve; and the README stays a short front door."""
 
+import importlib.util
 import re
-import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
-def test_console_blocks_are_up_to_date():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "tools" / "readme.py"), "--check"], capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stderr
+def _load_tool():
+    spec = importlib.util.spec_from_file_location("shardwise_readme_tool", ROOT / "tools" / "readme.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
 
 
-def test_python_blocks_run():
-    blocks = re.findall(r"```python\n(.*?)```", README, re.S)
-    assert blocks
-    for code in blocks:
-        exec(compile(code, "README.md", "exec"), {})
+readme = _load_tool()
+FILES = readme.markdown_files()
+NAMES = [readme.relative(path) for path in FILES]
+TEXTS = {name: path.read_text(encoding="utf-8") for name, path in zip(NAMES, FILES, strict=True)}
+
+
+@pytest.fixture(scope="module")
+def outputs():
+    """Every command of every file, each run once (several at a time)."""
+    return readme.run_all(c for name, text in TEXTS.items() for c in readme.commands_in(text, name))
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_console_blocks_are_up_to_date(name, outputs):
+    stale = readme.stale_blocks(TEXTS[name], outputs, name)
+    if stale:
+        titles = "\n".join(block.title() for block in stale)
+        pytest.fail(
+            f"{len(stale)} block(s) out of date (run python tools/readme.py):\n{titles}\n\n"
+            f"the first one, as in the file (-) and as a fresh run prints it (+):\n{stale[0].diff()}",
+            pytrace=False,
+        )
+
+
+def _python_blocks(text):
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+@pytest.mark.parametrize("name", [n for n in NAMES if _python_blocks(TEXTS[n])])
+def test_python_blocks_run(name):
+    for code in _python_blocks(TEXTS[name]):
+        exec(compile(code, name, "exec"), {})
+
+
+def test_the_readme_has_python():
+    assert _python_blocks(README)
+
+
+# Links: [text](target) and ![alt](target), outside code; the target relative to the file.
+LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
+FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.S | re.M)
+INLINE_CODE = re.compile(r"(`+)(?:(?!\1).)+?\1", re.S)
+
+
+def _prose(text):
+    """The text without fenced code blocks, indented code and inline code."""
+    text = FENCE.sub("", text)
+    text = re.sub(r"^(?: {4}|\t).*$", "", text, flags=re.M)
+    return INLINE_CODE.sub("", text)
+
+
+def _slug(heading):
+    """The anchor GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading)  # a link's text
+    text = re.sub(r"<[^>]+>", "", text).replace("`", "").strip().lower()
+    text = re.sub(r"[^\w\- ]", "", text)
+    return text.replace(" ", "-")
+
+
+def _anchors(path):
+    text = FENCE.sub("", path.read_text(encoding="utf-8"))
+    seen: dict[str, int] = {}
+    anchors = set(re.findall(r"<a\s+(?:id|name)=\"([^\"]+)\"", text))
+    for heading in re.findall(r"^#{1,6}\s+(.*?)\s*#*\s*$", text, re.M):
+        slug = _slug(heading)
+        anchors.add(f"{slug}-{seen[slug]}" if slug in seen else slug)
+        seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_relative_links_resolve(name):
+    source = ROOT / name
+    bad = []
+    for target in LINK.findall(_prose(TEXTS[name])):
+        if re.match(r"^[a-z][a-z0-9+.-]*:", target, re.I):  # https:, mailto:, ...
+            continue
+        file_part, _, anchor = target.partition("#")
+        path = (source.parent / file_part).resolve() if file_part else source
+        if not path.exists():
+            bad.append(f"{target}: no such file")
+            continue
+        if ROOT not in path.parents and path != ROOT:
+            bad.append(f"{target}: outside the repository")
+        elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+            bad.append(f"{target}: no heading or anchor #{anchor} in {readme.relative(path)}")
+    assert not bad, f"{name}: broken links:\n" + "\n".join(bad)
+
+
+def test_the_readme_is_a_front_door():
+    lines = README.count("\n")
+    assert lines < 250, f"README.md has {lines} lines; move detail into docs/"
+    assert "../" not in README, "the README links outside the repository"
 
 
 def test_the_two_commands_are_there():
-    assert "pip install -e . && shardwise" in README
+    assert "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && shardwise crossover" in README
+    assert "pip install -e '.[test]' && python -m pytest -q" in README
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pytest -q" in README and "python -m pytest -q" in ci
+    assert "python -m pytest -q" in ci
+
+
+def test_the_readme_quotes_the_current_accuracy():
+    """The README's accuracy sentence quotes the holdout row of the generated table in docs/validation.md."""
+    row = re.search(r"^\| all public sources \| holdout[^|]*\|(.*)$", TEXTS["docs/validation.md"], re.M)
+    assert row, "docs/validation.md has no 'all public sources | holdout' row"
+    runs, mape, _bias, base_mape, _base_bias, _spearman, pairs, base_pairs = (
+        cell.strip() for cell in row.group(1).strip(" |").split("|")
+    )
+    quoted = [runs, mape, base_mape, pairs.split(" of ")[0], base_pairs.split(" of ")[0]]
+    paragraph = next(p for p in README.split("\n\n") if "shardwise validate public" in p)
+    words = set(re.findall(r"[\d.,]+%?", paragraph))
+    missing = [value for value in quoted if value not in words]
+    assert not missing, f"update the README's accuracy sentence: {missing} not in\n{paragraph}"

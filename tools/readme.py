@@ -1,63 +1,178 @@
-"""Keep README.md's console examples honest: run every `$ shardwise ...` line of each ```console
-block and put its real output under it; and replace the text between `<!-- $ COMMAND -->` and
-`<!-- end -->` with COMMAND's output (for tables printed as Markdown).
+"""Keep the console examples of README.md and docs/**/*.md honest.
 
-    python tools/readme.py          # rewrite README.md in place
-    python tools/readme.py --check  # exit 1 if any block is out of date (used by the tests)
+In every such file, run each `$ shardwise ...` (or `$ python examples/...`) line of each ```console block and
+put its real output under it; and replace the text between `<!-- $ COMMAND -->` and `<!-- end -->` with
+COMMAND's output (for tables printed as Markdown). Each distinct command runs once, several at a time.
+
+    python tools/readme.py                      # rewrite README.md and docs/**/*.md in place
+    python tools/readme.py --check              # exit 1 if any block is out of date (the tests do the same)
+    python tools/readme.py docs/serving.md      # only these files (also with --check)
 """
 
 from __future__ import annotations
 
+import argparse
+import difflib
 import os
 import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = re.compile(r"```console\n(.*?)```", re.S)
-GENERATED = re.compile(r"<!-- \$ (.*?) -->\n.*?<!-- end -->", re.S)
+# A ```console block, or a generated region `<!-- $ COMMAND -->` ... `<!-- end -->`.
+BLOCK = re.compile(r"```console\n(?P<body>.*?)```|<!-- \$ (?P<command>.*?) -->\n.*?<!-- end -->", re.S)
 ENV = {**os.environ, "COLUMNS": "100", "NO_COLOR": "1", "TERM": "dumb"}
 
 
-def run(command: str) -> str:
-    """`shardwise ...` runs the CLI, `python examples/...` an example script (with this Python)."""
+def markdown_files() -> list[Path]:
+    """The files whose blocks are generated: README.md and every Markdown page under docs/."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def relative(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
+def argv_for(command: str) -> list[str] | None:
+    """`shardwise ...` runs the CLI, `python examples/...` an example script (with this Python); else None."""
     args = shlex.split(command)
-    if args[0] == "shardwise":
-        argv = [sys.executable, "-m", "shardwise", *args[1:]]
-    elif args[0] == "python" and args[1].startswith("examples/"):
-        argv = [sys.executable, *args[1:]]
-    else:
-        raise SystemExit(f"README console blocks may only run shardwise or python examples/...: {command}")
+    if args and args[0] == "shardwise":
+        return [sys.executable, "-m", "shardwise", *args[1:]]
+    if len(args) > 1 and args[0] == "python" and args[1].startswith("examples/"):
+        return [sys.executable, *args[1:]]
+    return None
+
+
+def run(command: str) -> str:
+    argv = argv_for(command)
+    if argv is None:
+        raise SystemExit(f"console blocks may only run shardwise or python examples/...: {command}")
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
     out = proc.stdout + proc.stderr
     return "\n".join(line.rstrip() for line in out.rstrip("\n").splitlines())
 
 
-def render(block: str) -> str:
-    commands = [line[2:] for line in block.splitlines() if line.startswith("$ ")]
-    parts = []
-    for command in commands:
-        parts.append(f"$ {command}\n{run(command)}\n")
-    return "".join(parts)
+def console_commands(body: str) -> list[str]:
+    return [line[2:] for line in body.splitlines() if line.startswith("$ ")]
 
 
-def update(text: str) -> str:
-    text = BLOCK.sub(lambda m: f"```console\n{render(m.group(1))}```", text)
-    return GENERATED.sub(lambda m: f"<!-- $ {m.group(1)} -->\n{run(m.group(1)).strip()}\n<!-- end -->", text)
+def commands_in(text: str, where: str = "") -> list[str]:
+    """Every command the blocks of `text` run, in order; a command that may not be run stops here."""
+    found = []
+    for m in BLOCK.finditer(text):
+        found += console_commands(m["body"]) if m["body"] is not None else [m["command"]]
+    for command in found:
+        if argv_for(command) is None:
+            line = f"{where}: " if where else ""
+            raise SystemExit(f"{line}console blocks may only run shardwise or python examples/...: {command}")
+    return found
 
 
-def main() -> int:
-    path = ROOT / "README.md"
-    text = path.read_text(encoding="utf-8")
-    new = update(text)
-    if "--check" in sys.argv:
-        if new != text:
-            print("README.md console blocks are out of date: run python tools/readme.py", file=sys.stderr)
+def run_all(commands: Iterable[str], jobs: int | None = None) -> dict[str, str]:
+    """Each distinct command's output, the commands run `jobs` at a time (default: the CPUs)."""
+    unique = list(dict.fromkeys(commands))
+    jobs = jobs or min(8, max(2, os.cpu_count() or 2))
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        return dict(zip(unique, pool.map(run, unique), strict=True))
+
+
+def rendered(m: re.Match[str], outputs: dict[str, str]) -> str:
+    """What the block matched by `m` should read, given each command's output."""
+    if m["body"] is not None:
+        parts = [f"$ {command}\n{outputs[command]}\n" for command in console_commands(m["body"])]
+        return "```console\n" + "".join(parts) + "```"
+    command = m["command"]
+    return f"<!-- $ {command} -->\n{outputs[command].strip()}\n<!-- end -->"
+
+
+def update(text: str, outputs: dict[str, str] | None = None) -> str:
+    """`text` with every block regenerated (commands are run here unless their outputs are given)."""
+    if outputs is None:
+        outputs = run_all(commands_in(text))
+    return BLOCK.sub(lambda m: rendered(m, outputs), text)
+
+
+@dataclass(frozen=True)
+class Stale:
+    """A block whose text differs from what its commands print now."""
+
+    path: str
+    line: int
+    kind: str
+    commands: tuple[str, ...]
+    old: str
+    new: str
+
+    def title(self) -> str:
+        shown = "; ".join(f"$ {c}" for c in self.commands) or "(no command)"
+        return f"{self.path}:{self.line}: {self.kind} is out of date: {shown}"
+
+    def diff(self, context: int = 2, limit: int = 60) -> str:
+        lines = list(
+            difflib.unified_diff(
+                self.old.splitlines(), self.new.splitlines(), "in the file", "a fresh run", n=context, lineterm=""
+            )
+        )
+        if len(lines) > limit:
+            lines = [*lines[:limit], f"... ({len(lines) - limit} more diff lines)"]
+        return "\n".join(lines)
+
+
+def stale_blocks(text: str, outputs: dict[str, str], path: str = "") -> list[Stale]:
+    """Every block of `text` that a fresh run would change, in the order of the file."""
+    stale = []
+    for m in BLOCK.finditer(text):
+        new = rendered(m, outputs)
+        if new != m[0]:
+            console = m["body"] is not None
+            stale.append(
+                Stale(
+                    path=path,
+                    line=text.count("\n", 0, m.start()) + 1,
+                    kind="console block" if console else "generated region",
+                    commands=tuple(console_commands(m["body"])) if console else (m["command"],),
+                    old=m[0],
+                    new=new,
+                )
+            )
+    return stale
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("files", nargs="*", type=Path, help="Markdown files [default: README.md, docs/**/*.md]")
+    parser.add_argument("--check", action="store_true", help="exit 1 if any block is out of date; change nothing")
+    parser.add_argument("-j", "--jobs", type=int, default=None, help="commands run at once [default: the CPUs]")
+    args = parser.parse_args(argv)
+
+    paths = [p if p.is_absolute() else Path.cwd() / p for p in args.files] or markdown_files()
+    texts = {path: path.read_text(encoding="utf-8") for path in paths}
+    commands = [c for path, text in texts.items() for c in commands_in(text, relative(path))]
+    outputs = run_all(commands, args.jobs)
+
+    if args.check:
+        stale = [s for path, text in texts.items() for s in stale_blocks(text, outputs, relative(path))]
+        for block in stale:
+            print(block.title(), file=sys.stderr)
+        if stale:
+            print(f"\nthe first stale block:\n{stale[0].diff()}", file=sys.stderr)
+            print(f"\n{len(stale)} block(s) out of date: run python tools/readme.py", file=sys.stderr)
             return 1
         return 0
-    path.write_text(new, encoding="utf-8")
+
+    for path, text in texts.items():
+        new = update(text, outputs)
+        if new != text:
+            path.write_text(new, encoding="utf-8")
+            print(f"updated {relative(path)}")
     return 0
 
 
