@@ -14,7 +14,7 @@ from shardwise import textbook
 from shardwise.analyses.experiment import VARIABLES, Experiment, PlanSpec
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Link, Plan, Scenario
-from shardwise.specs.stages import split_ok, stage_split
+from shardwise.specs.stages import stage_split
 
 
 def _cluster(exp: Experiment, link: Link, gpus: Any) -> Cluster:
@@ -167,44 +167,28 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
 
 
 def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
-    """The validity rules of the specs, each with where it holds."""
+    """The validity rules of the specs (`specs.rules`), each with where it holds."""
+    from shardwise.specs import rules
+
     tp, pp, dp, mb = x["tp"], x["pp"], x["dp"], kwargs["micro_batch"]
     vpp = kwargs.get("vpp", 1)
     per_node = np.minimum(exp.gpus_per_node, x["gpus"])
-    whole_dp = (np.mod(dp, 1) == 0) & (dp >= 1)
-    rules = [
-        ("tp x pp must divide the GPU count (dp = GPUs / (tp x pp) is not whole)", whole_dp),
-        (
-            "every pipeline stage needs at least one layer per model chunk",
-            split_ok(
-                stage_split(x["layers"], pp, kwargs.get("first_stage_layers", 0), kwargs.get("last_stage_layers", 0)),
-                x["layers"],
-                pp,
-                vpp,
-            ),
-        ),
-        (
-            "heads (and KV heads) must be divisible by tp",
-            (np.mod(x["heads"], tp) == 0) & (np.mod(x["kv_heads"], tp) == 0) & (np.mod(x["ffn_hidden"], tp) == 0),
-        ),
-        ("hidden must be divisible by heads", np.mod(x["hidden"], x["heads"]) == 0),
-        ("the batch must be divisible by dp x micro-batch", np.mod(x["batch"], np.maximum(dp, 1) * mb) == 0),
-        (
-            "a TP group must fit in a server or span whole servers",
-            (np.mod(per_node, tp) == 0) | (np.mod(tp, per_node) == 0),
-        ),
-        ("GPUs must fill whole servers", np.mod(x["gpus"], per_node) == 0),
+    split = stage_split(x["layers"], pp, kwargs.get("first_stage_layers", 0), kwargs.get("last_stage_layers", 0))
+    interleaved = kwargs.get("schedule") == "interleaved"
+    whole_batches, interleave_multiple = rules.batch_rules(x["batch"], np.maximum(dp, 1), mb, pp, interleaved)
+    checks = [
+        rules.gpu_rules(x["gpus"], tp, pp, dp, 1),
+        rules.stage_rule(split, x["layers"], pp, vpp),
+        *rules.tp_rules(tp, x["heads"], x["kv_heads"], x["ffn_hidden"]),
+        *rules.model_rules(x["hidden"], x["heads"], x["kv_heads"]),
+        whole_batches,
+        *rules.node_rules(tp, per_node, x["gpus"]),
     ]
-    if kwargs.get("schedule") == "interleaved":
-        rules.append(
-            (
-                "interleaving needs the micro-batch count to be a multiple of pp",
-                np.mod(x["batch"] / (np.maximum(dp, 1) * mb), pp) == 0,
-            )
-        )
+    if interleaved:
+        checks.append(interleave_multiple)
     if kwargs.get("sequence_parallel"):
-        rules.append(("sequence parallelism needs the sequence length divisible by tp", np.mod(x["seq_len"], tp) == 0))
-    return rules
+        checks.append(rules.sequence_rules(x["seq_len"], tp, 1, True, True)[2])
+    return [(r.rule, r.ok) for r in checks]
 
 
 def _textbook_times(

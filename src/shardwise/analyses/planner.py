@@ -29,7 +29,7 @@ import numpy as np
 from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
-from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario, Schedule
+from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario, Schedule, rules
 
 OBJECTIVES = ("time", "throughput-per-gpu")
 TIE_TOLERANCE = 0.005  # throughput per GPU: rates this close count as a tie, broken by step time
@@ -255,8 +255,9 @@ def gpu_counts(cluster: Cluster, space: SearchSpace) -> list[int]:
 def tp_values(model: Model, cluster: Cluster, gpus: int, space: SearchSpace) -> np.ndarray:
     g = min(int(cluster.gpus_per_node), gpus)
     t = _divisors(gpus)
-    ok = (model.heads % t == 0) & (model.kv_heads % t == 0) & (model.ffn_hidden % t == 0)
-    ok &= (g % t == 0) if space.tp_within_node else ((g % t == 0) | (t % g == 0))
+    ok = rules.holds(rules.tp_rules(t, model.heads, model.kv_heads, model.ffn_hidden))
+    # a TP group inside one server is the search space's default (a preference, not a rule)
+    ok &= (g % t == 0) if space.tp_within_node else rules.holds(rules.node_rules(t, g))
     if space.max_tp is not None:
         ok &= t <= space.max_tp
     return _allowed(t[ok], space.tp)
@@ -296,7 +297,9 @@ def stage_splits(layers: int, pp: int) -> list[tuple[int, int, int]]:
 def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: SearchSpace) -> np.ndarray | None:
     """Every valid plan with these (gpus, tp, pp), as rows of COLUMNS."""
     dp = gpus // (tp * pp)
-    if dp * tp * pp != gpus or global_batch % dp or (space.dp is not None and dp not in space.dp):
+    if not rules.gpu_rules(gpus, tp, pp, dp, 1).ok or (space.dp is not None and dp not in space.dp):
+        return None
+    if global_batch % dp:  # no micro-batch makes the batch rule hold
         return None
     if model.layers % pp and (not space.uneven_stages or _imbalance(model.layers, pp) > MAX_STAGE_IMBALANCE):
         return None
@@ -330,7 +333,8 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         for r in Recompute
         if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
     ]
-    sp = [False, True] if tp > 1 and model.seq_len % tp == 0 else [False]
+    sp_rule = rules.sequence_rules(model.seq_len, tp, 1, True, True)[2]
+    sp = [False, True] if tp > 1 and sp_rule.ok else [False]
     if tp > 1:
         sp = [q for q in sp if space.sequence_parallel is None or q in space.sequence_parallel]
     # ZeRO-2/3 shard gradients per micro-batch; DeepSpeed's pipeline engine refuses them and
@@ -353,9 +357,9 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
     first = np.array([f for f, _, _ in splits])[grid[:, 5]]
     last = np.array([lst for _, lst, _ in splits])[grid[:, 5]]
     unit = np.array([u for _, _, u in splits])[grid[:, 5]]
-    m = per_replica // mb
     chunks_whole = (v == 1) | ((unit > 0) & (np.mod(unit, v) == 0))
-    ok = ((s_code != int(Schedule.INTERLEAVED)) | (m % pp == 0)) & chunks_whole
+    interleave_multiple = rules.batch_rules(global_batch, dp, mb, pp, s_code == int(Schedule.INTERLEAVED))[1]
+    ok = interleave_multiple.ok & chunks_whole
     n = int(ok.sum())
     if n == 0:
         return None

@@ -45,8 +45,9 @@ class Model:
             object.__setattr__(self, "ffn_hidden", 4 * self.hidden)
         object.__setattr__(self, "kv_heads", chk.positive_int(f"{p}: kv_heads", self.kv_heads))
         object.__setattr__(self, "ffn_hidden", chk.positive_int(f"{p}: ffn_hidden", self.ffn_hidden))
-        chk.divisible(f"{p}: hidden", self.hidden, "heads", self.heads, "head dim = hidden / heads")
-        chk.divisible(f"{p}: heads", self.heads, "kv_heads", self.kv_heads, "GQA groups query heads")
+        from shardwise.specs.rules import model_rules, raise_first
+
+        raise_first(model_rules(self.hidden, self.heads, self.kv_heads, p))
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
             if not isinstance(getattr(self, flag), bool):
                 raise SpecError(f"{p}: {flag} must be true or false, got {getattr(self, flag)!r}")

@@ -116,13 +116,12 @@ class Plan:
             raise SpecError(f"plan: zero_stage {bad} is not allowed; choose 0, 1, 2 or 3")
         if self.precision not in ("bf16", "fp16", "fp8"):
             raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16 or fp8")
-        chk.divisible(
-            "plan: global_batch",
-            self.global_batch,
-            "dp*micro_batch",
-            np.asarray(self.dp) * self.micro_batch,
-            "each data-parallel replica runs whole micro-batches",
+        from shardwise.specs.rules import batch_rules, raise_first
+
+        whole_batches, interleave_multiple = batch_rules(
+            self.global_batch, self.dp, self.micro_batch, self.pp, np.asarray(self.schedule) == Schedule.INTERLEAVED
         )
+        raise_first([whole_batches])
         for name in ("first_stage_layers", "last_stage_layers"):
             object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
         if self.stage_layers is not None:
@@ -143,12 +142,7 @@ class Plan:
         bad = (sched == Schedule.INTERLEAVED) & (np.asarray(self.pp) < 2)
         if np.any(bad):
             raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
-        bad = (sched == Schedule.INTERLEAVED) & (np.mod(self.num_micro_batches, self.pp) != 0)
-        if np.any(bad):
-            raise SpecError(
-                f"plan: schedule=interleaved needs the micro-batch count m={self.num_micro_batches} "
-                f"to be a multiple of pp={self.pp} (Megatron-LM's rule for the interleaved schedule)"
-            )
+        raise_first([interleave_multiple])
 
     @property
     def uneven_stages(self) -> bool:

@@ -1,0 +1,203 @@
+"""Every rule a layout must obey, in one place, over arrays.
+
+Each rule is a `Rule`: the rule in words, where it holds (a boolean array, so a sweep or a plan
+search masks a whole grid at once), and the one-line error at the first point where it breaks. The
+value types raise the first broken rule (`raise_first`); the sweeps and the planner use the same
+masks, so no copy can drift.
+
+Sources: Megatron-LM's argument checks (`megatron/training/arguments.py`: heads, KV heads and the
+FFN split by tp; the global batch divisible by dp x micro-batch; the interleaved schedule's
+micro-batch count a multiple of pp; sequence parallelism splits the sequence by tp), its
+context-parallel ring attention (the sequence in 2 cp chunks), and the stage split of
+`specs.stages`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from shardwise.specs._checks import Number, SpecError
+
+if TYPE_CHECKING:
+    from shardwise.specs.stages import StageSplit
+
+
+class Rule(NamedTuple):
+    rule: str  # the rule in words (what a sweep's or a plan search's "invalid because" says)
+    ok: np.ndarray  # where it holds
+    error: Callable[[], str]  # the one-line error at the first point where it breaks
+
+
+def raise_first(rules: Iterable[Rule]) -> None:
+    """Raise SpecError for the first rule that breaks anywhere."""
+    for r in rules:
+        if not np.all(r.ok):
+            raise SpecError(r.error())
+
+
+def holds(rules: Iterable[Rule]) -> np.ndarray | bool:
+    """Where every rule holds."""
+    out: np.ndarray | bool = True
+    for r in rules:
+        out = out & r.ok
+    return out
+
+
+def _at(bad: np.ndarray, *arrays: Number) -> list[object]:
+    """The values of `arrays` at the first point where `bad` holds."""
+    shape = bad.shape
+    i = int(np.flatnonzero(bad)[0]) if bad.ndim else 0
+    return [np.broadcast_to(np.asarray(a), shape).flat[i].item() if shape else np.asarray(a).item() for a in arrays]
+
+
+def divides(rule: str, field: str, value: Number, by_field: str, by: Number, why: str = "") -> Rule:
+    """`value` is a multiple of `by`."""
+    a, b = np.broadcast_arrays(np.asarray(value), np.asarray(by))
+    ok = np.mod(a, b) == 0
+
+    def error() -> str:
+        x, y = _at(~ok, a, b)
+        suffix = f" ({why})" if why else ""
+        return f"{field}: {x} is not divisible by {by_field}={y}{suffix}"
+
+    return Rule(rule, ok, error)
+
+
+HEAD_DIM_WHY = "head dim = hidden / heads"
+GQA_WHY = "GQA groups query heads"
+
+
+def model_rules(hidden: Number, heads: Number, kv_heads: Number, prefix: str = "model") -> list[Rule]:
+    return [
+        divides("hidden must be divisible by heads", f"{prefix}: hidden", hidden, "heads", heads, HEAD_DIM_WHY),
+        divides("heads must be divisible by KV heads", f"{prefix}: heads", heads, "kv_heads", kv_heads, GQA_WHY),
+    ]
+
+
+def batch_rules(global_batch: Number, dp: Number, micro_batch: Number, pp: Number, interleaved: Number) -> list[Rule]:
+    """The global batch splits into whole micro-batches per replica; the interleaved schedule
+    needs a micro-batch count that is a multiple of pp (Megatron-LM's rule)."""
+    per_step = np.asarray(dp) * np.asarray(micro_batch)
+    rules = [
+        divides(
+            "the batch must be divisible by dp x micro-batch",
+            "plan: global_batch",
+            global_batch,
+            "dp*micro_batch",
+            per_step,
+            "each data-parallel replica runs whole micro-batches",
+        )
+    ]
+    m = np.asarray(global_batch) / np.maximum(per_step, 1)
+    ok = ~np.asarray(interleaved, dtype=bool) | (np.mod(m, pp) == 0)
+
+    def error() -> str:
+        mm, p = _at(~ok, m, pp)
+        return (
+            f"plan: schedule=interleaved needs the micro-batch count m={mm:g} to be a multiple of pp={p} "
+            "(Megatron-LM's rule for the interleaved schedule)"
+        )
+
+    rules.append(Rule("interleaving needs the micro-batch count to be a multiple of pp", ok, error))
+    return rules
+
+
+def gpu_rules(gpus: Number, tp: Number, pp: Number, dp: Number, cp: Number, context: str = "") -> Rule:
+    """tp x pp x cp x dp fill the GPUs exactly."""
+    used = np.asarray(tp) * np.asarray(pp) * np.asarray(dp) * np.asarray(cp)
+    whole = (np.mod(dp, 1) == 0) & (np.asarray(dp) >= 1)
+    ok = whole & (used == np.asarray(gpus))
+
+    def error() -> str:
+        u, g, c = _at(~ok, used, gpus, cp)
+        name = "tp*pp*dp*cp" if c > 1 else "tp*pp*dp"
+        suffix = f" ({context})" if context else ""
+        return f"plan: {name}: {u:g} must equal GPUs in the cluster={g}{suffix}"
+
+    return Rule("tp x pp must divide the GPU count (dp = GPUs / (tp x pp) is not whole)", ok, error)
+
+
+def node_rules(tp: Number, gpus_per_node: Number, gpus: Number | None = None) -> list[Rule]:
+    """A TP group fits inside a server or spans whole servers; the GPUs fill whole servers."""
+    tp_a, g = np.broadcast_arrays(np.asarray(tp), np.asarray(gpus_per_node))
+    ok = (np.mod(g, tp_a) == 0) | (np.mod(tp_a, g) == 0)
+
+    def error() -> str:
+        t, n = _at(~ok, tp_a, g)
+        return (
+            f"plan: tp={t} neither divides nor is a multiple of gpus_per_node={n}; "
+            "a TP group must fit inside a node or span whole nodes"
+        )
+
+    rules = [Rule("a TP group must fit in a server or span whole servers", ok, error)]
+    if gpus is not None:
+        rules.append(divides("GPUs must fill whole servers", "cluster: GPUs", gpus, "gpus_per_node", gpus_per_node))
+    return rules
+
+
+def tp_rules(tp: Number, heads: Number, kv_heads: Number, ffn_hidden: Number) -> list[Rule]:
+    """Each TP rank owns whole heads and KV heads and a whole column block of the MLP."""
+    rule = "heads (and KV heads) must be divisible by tp"
+    return [
+        divides(rule, "model: heads", heads, "tp", tp, "each TP rank owns whole heads"),
+        divides(rule, "model: kv_heads", kv_heads, "tp", tp, "each TP rank owns whole KV heads"),
+        divides(rule, "model: ffn_hidden", ffn_hidden, "tp", tp, "the MLP is split by columns"),
+    ]
+
+
+def sequence_rules(
+    seq_len: Number, tp: Number, cp: Number, sequence_parallel: Number, flash_attention: Number
+) -> list[Rule]:
+    """Context parallelism needs fused attention and the sequence in 2 cp chunks; sequence
+    parallelism splits each rank's sequence by tp."""
+    c = np.asarray(cp)
+    ok_flash = ~(c > 1) | np.asarray(flash_attention, dtype=bool)
+    s, c2 = np.broadcast_arrays(np.asarray(seq_len), c)
+    ok_cp = (c2 <= 1) | (np.mod(s, 2 * c2) == 0)
+    local = np.asarray(seq_len) // c
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    ok_sp = ~sp | (np.mod(local, tp) == 0)
+
+    def flash_error() -> str:
+        return (
+            "plan: context parallelism needs fused (flash) attention (Megatron-Core's ring attention is "
+            "Transformer Engine's fused kernel); drop --no-flash-attention or use cp=1"
+        )
+
+    def cp_error() -> str:
+        n, k = _at(~ok_cp, s, c2)
+        return (
+            f"model: seq_len={n} is not divisible by 2*cp={2 * k} (context parallelism "
+            "splits each sequence into 2 cp chunks, two per rank, to balance the causal mask)"
+        )
+
+    def sp_error() -> str:
+        n, t = _at(~np.asarray(ok_sp), local, tp)
+        why = "sequence parallelism splits the sequence across the TP group"
+        return f"model: seq_len={n} is not divisible by tp={t} ({why})"
+
+    return [
+        Rule("context parallelism needs fused (flash) attention", np.asarray(ok_flash), flash_error),
+        Rule("context parallelism needs the sequence length divisible by 2 x cp", ok_cp, cp_error),
+        Rule("sequence parallelism needs the sequence length divisible by tp", np.asarray(ok_sp), sp_error),
+    ]
+
+
+def stage_rule(split: StageSplit, layers: Number, pp: Number, vpp: Number) -> Rule:
+    """Every pipeline stage holds at least one layer per model chunk, and the split adds up to
+    the model's layers (`specs.stages`, whose `split_ok` and `check_split` say how)."""
+    from shardwise.specs.stages import check_split, split_ok
+
+    ok = np.asarray(split_ok(split, layers, pp, vpp))
+
+    def error() -> str:
+        try:
+            check_split(split, layers, pp, vpp)
+        except SpecError as exc:
+            return str(exc)
+        return "plan: every pipeline stage needs at least one layer per model chunk"  # pragma: no cover
+
+    return Rule("every pipeline stage needs at least one layer per model chunk", ok, error)
