@@ -223,3 +223,12 @@ def test_an_unwritable_place_is_one_line_before_any_work(tmp_path, cli):
     for args in cases:
         code, _, err = cli(args)
         assert code == 2 and err.count("\n") <= 1 and "Traceback" not in err, (args, err)
+
+
+def test_validate_public_json_is_strict_json(cli):
+    code, out, _ = cli(["validate", "public", "--rows", "holdout", "--json"])
+    data = json.loads(out)  # NaN would not parse as strict JSON: undefined numbers are null
+    assert code == 0 and "NaN" not in out
+    assert len(data["rows"]) > 300 and any(r["measured_step_s"] is None for r in data["rows"])
+    holdout = [t for t in data["tables"] if t["split"].startswith("holdout")]
+    assert holdout and all(0 < t["mape"] < 0.5 for t in holdout if t["rows"])

@@ -125,7 +125,21 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
 
 
 def dumps(data: Any) -> str:
-    return json.dumps(data, indent=2, allow_nan=False)
+    """Strict JSON: numpy values as plain numbers, NaN and infinities (an undefined error, an
+    invalid plan's time) as null, which every JSON reader accepts."""
+    return json.dumps(_finite(data), indent=2, allow_nan=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (np.ndarray, np.generic)):
+        return _finite(value.tolist())
+    if isinstance(value, float) and not np.isfinite(value):
+        return None
+    return value
 
 
 def write_columns(columns: dict[str, Any], path: str | Path) -> None:

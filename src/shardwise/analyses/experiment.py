@@ -211,6 +211,15 @@ class Experiment:
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)
 
+    @property
+    def hardware(self) -> str:
+        """'brief-96l on 8 x a100-sxm4-80gb' (+ the inter-node link when it spans servers): what
+        every figure's title names."""
+        text = f"{self.model.name} on {self.gpus} x {self.gpu.name}"
+        if self.gpus > self.gpus_per_node and self.inter_node_link is not None:
+            text += f", {self.gpus // self.gpus_per_node} servers over {self.inter_node_link.name}"
+        return text
+
 
 def brief_experiment() -> Experiment:
     """Section 8 of the brief: hidden 4096, 96 layers, 312 TFLOP/s GPUs (A100), TP=8 vs PP=8,

@@ -103,7 +103,7 @@ def _plot(result: Any, path: str, subtitle: str) -> Any:
     exp = result.experiment
     plans = " vs ".join(p.label for p in exp.plans)
     model = "textbook model (the brief's formulas)" if exp.cost_model == "textbook" else "physical model"
-    title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable} ({model})"
+    title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable}, {exp.hardware} ({model})"
     fig = plots.crossover_figure(result, title, subtitle, _ylabel(exp))
     return plots.save(fig, path)
 

@@ -135,16 +135,20 @@ def _plots(
     vs = f"{plans[0]} vs {plans[1]}"
     out = [
         plots.save(
-            plots.crossover_curves(by_layers, plans, max_batch, f"{vs}: crossover batch vs depth (hidden {m.hidden})"),
+            plots.crossover_curves(
+                by_layers, plans, max_batch, f"{vs}: crossover batch vs depth (hidden {m.hidden}), {exp.hardware}"
+            ),
             f"{prefix}-layers.png",
         ),
         plots.save(
-            plots.crossover_curves(by_hidden, plans, max_batch, f"{vs}: crossover batch vs width ({m.layers} layers)"),
+            plots.crossover_curves(
+                by_hidden, plans, max_batch, f"{vs}: crossover batch vs width ({m.layers} layers), {exp.hardware}"
+            ),
             f"{prefix}-hidden.png",
         ),
     ]
     link, base, bars = tornadoes[0]
-    title = f"{vs} on {link}, batch {exp.batch}: which input moves the ratio most"
+    title = f"{vs} on {link}, batch {exp.batch}, {exp.hardware}: which input moves the ratio most"
     out.append(plots.save(plots.tornado(base, bars, plans, factor, title), f"{prefix}-tornado.png"))
     return out
 

@@ -396,10 +396,10 @@ def _frontier(
     from shardwise.analyses.serving import frontier
 
     panels = {}
-    for label, link in (
-        (cluster.intra_node_link.name, cluster.intra_node_link),
-        (f"{second.label} ({second.link.name})", second.link),
-    ):
+    links = [(f"the system's own link ({cluster.intra_node_link.name})", cluster.intra_node_link)]
+    if second.link != cluster.intra_node_link:  # the same link twice would be a duplicate panel
+        links.append((f"{second.label} ({second.link.name})", second.link))
+    for label, link in links:
         c = cluster.with_(intra_node_link=link)
         lines = {spec.label: frontier(_scenario(model, c, spec, stages), workload) for spec in specs}
         panels[label] = {k: v for k, v in lines.items() if v[0].size}

@@ -54,7 +54,8 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
         from shardwise import plots
 
         title = (
-            f"{scn.model.name}, {sim.schedule}, p={sim.p}, m={sim.m}"
+            f"{scn.model.name} on {int(scn.cluster.num_gpus)} x {scn.cluster.gpu.name}, {sim.schedule}, "
+            f"p={sim.p}, m={sim.m}"
             + (f", v={sim.v}" if sim.v > 1 else "")
             + f": step {sim.makespan_s:.3g} s, bubble {sim.bubble_fraction:.1%} (mean over stages)"
         )

@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from shardwise.plots._base import PLAN_COLORS, plt
+from shardwise.plots._base import plan_colors, plt
 
 
 def lines(
@@ -26,9 +26,10 @@ def lines(
 ) -> Figure:
     """A small line chart: one line per series, optional vertical marks and a horizontal limit."""
     fig, ax = plt.subplots(figsize=(8, 5))
+    colors = plan_colors(list(series))
     for k, (label, y) in enumerate(series.items()):
         style = "--" if "PCIe" in label or "rebalanced" in label else "-"
-        ax.plot(x, y, style, marker="o", ms=3.5, lw=2, color=PLAN_COLORS[k % len(PLAN_COLORS)], label=label)
+        ax.plot(x, y, style, marker="o", ms=3.5, lw=2, color=colors[k], label=label)
     for label, value in (marks or {}).items():
         ax.axvline(value, color="gray", ls=":", lw=1.2)
         ax.annotate(
@@ -118,9 +119,10 @@ def two_panels(
 ) -> Figure:
     """Two quantities with different units against the same x, side by side."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
-    for ax, series, ylabel, offset in ((axes[0], left, ylabels[0], 0), (axes[1], right, ylabels[1], len(left))):
-        for k, (label, y) in enumerate(series.items()):
-            ax.plot(x, y, "-o", ms=4, lw=2, color=PLAN_COLORS[(k + offset) % len(PLAN_COLORS)], label=label)
+    colors = dict(zip([*left, *right], plan_colors([*left, *right]), strict=True))
+    for ax, series, ylabel in ((axes[0], left, ylabels[0]), (axes[1], right, ylabels[1])):
+        for label, y in series.items():
+            ax.plot(x, y, "-o", ms=4, lw=2, color=colors[label], label=label)
         ax.set_xscale("log", base=2)
         ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_xlabel(xlabel)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from matplotlib.figure import Figure
 
-from shardwise.plots._base import DISPLAY_SCALE, LINK_STYLES, PLAN_COLORS, axis_values, plt, set_x
+from shardwise.plots._base import DISPLAY_SCALE, LINK_STYLES, axis_values, plan_colors, plt, set_x
 
 if TYPE_CHECKING:
     from shardwise.analyses.crossover import CrossoverResult
@@ -27,8 +27,9 @@ def crossover_figure(
     x = axis_values(result.variable, result.values)
     plans = list(dict.fromkeys(s.plan for s in result.series))
     links = list(dict.fromkeys(s.link for s in result.series))
+    colors = plan_colors(plans)
     for s in result.series:
-        color = PLAN_COLORS[plans.index(s.plan) % len(PLAN_COLORS)]
+        color = colors[plans.index(s.plan)]
         style = LINK_STYLES[links.index(s.link) % len(LINK_STYLES)]
         ax.plot(x, s.time_s, style, color=color, lw=2, label=f"{s.plan}, {s.link}")
         bad = ~s.fits & ~np.isnan(s.time_s)
@@ -102,13 +103,14 @@ def side_by_side(figures: Sequence[tuple[str, CrossoverResult, str, str | None]]
         x = axis_values(result.variable, result.values)
         plans = list(dict.fromkeys(s.plan for s in result.series))
         links = list(dict.fromkeys(s.link for s in result.series))
+        colors = plan_colors(plans)
         for s in result.series:
             ax.plot(
                 x,
                 s.time_s,
                 LINK_STYLES[links.index(s.link) % 4],
                 lw=2,
-                color=PLAN_COLORS[plans.index(s.plan) % len(PLAN_COLORS)],
+                color=colors[plans.index(s.plan)],
                 label=f"{s.plan}, {s.link}",
             )
         notes = _mark_crossings(ax, result)

@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from shardwise.plots._base import DISPLAY_SCALE, PLAN_COLORS, VARIABLES, axis_values, plt
+from shardwise.plots._base import DISPLAY_SCALE, VARIABLES, axis_values, plan_colors, plt
 
 
 def _edges(values: np.ndarray, log: bool) -> np.ndarray:
@@ -21,6 +21,19 @@ def _edges(values: np.ndarray, log: bool) -> np.ndarray:
         return np.concatenate([[v[0] ** 2 / mids[0]], mids, [v[-1] ** 2 / mids[-1]]])
     mids = 0.5 * (v[:-1] + v[1:])
     return np.concatenate([[2 * v[0] - mids[0]], mids, [2 * v[-1] - mids[-1]]])
+
+
+def _borders(winner: np.ndarray, x_edges: np.ndarray, y_edges: np.ndarray) -> Any:
+    """One line segment along each cell edge where the winner changes (drawn once, whatever the
+    two plans, unlike contour lines at every level between their indices)."""
+    from matplotlib.collections import LineCollection
+
+    segments = []
+    for i, j in zip(*np.nonzero(winner[1:, :] != winner[:-1, :]), strict=True):  # a vertical edge
+        segments.append([(x_edges[i + 1], y_edges[j]), (x_edges[i + 1], y_edges[j + 1])])
+    for i, j in zip(*np.nonzero(winner[:, 1:] != winner[:, :-1]), strict=True):  # a horizontal edge
+        segments.append([(x_edges[i], y_edges[j + 1]), (x_edges[i + 1], y_edges[j + 1])])
+    return LineCollection(segments, colors="black", linewidths=1.6)
 
 
 def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
@@ -36,7 +49,9 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
     ylog = VARIABLES[yname].log and y.min() > 0
     n = len(result.links)
     fig, axes = plt.subplots(1, n, figsize=(6.4 * n, 5.2), squeeze=False)
-    colors = [np.array(to_rgb(PLAN_COLORS[i % len(PLAN_COLORS)])) for i in range(len(result.plans))]
+    labels = [str(p) for p in result.plans]
+    hexes = plan_colors(labels)
+    colors = [np.array(to_rgb(c)) for c in hexes]
     for ax, link in zip(axes[0], result.links, strict=True):
         w = result.winner(link)  # (nx, ny)
         strength = np.clip(np.log(result.margin(link)) / np.log(full_margin), 0, 1)
@@ -46,9 +61,7 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
             s = (0.25 + 0.75 * strength[mask])[:, None]
             rgb[mask] = 1 - s * (1 - c)
         ax.pcolormesh(_edges(x, xlog), _edges(y, ylog), np.transpose(rgb, (1, 0, 2)), shading="flat")
-        if len(result.plans) > 1 and len(x) > 1 and len(y) > 1:
-            levels = np.arange(len(result.plans) - 1) + 0.5
-            ax.contour(x, y, w.T.astype(float), levels=levels, colors="black", linewidths=1.8)
+        ax.add_collection(_borders(w, _edges(x, xlog), _edges(y, ylog)))
         for name, values, axis in ((xname, x, "x"), (yname, y, "y")):
             if VARIABLES[name].log and values.min() > 0:
                 base = 2 if VARIABLES[name].integer else 10
@@ -69,12 +82,12 @@ def winner_map(result: Any, full_margin: float = 2.0) -> Figure:
             if name == "bandwidth":
                 bw = link_spec.link.bandwidth_bytes_per_s * DISPLAY_SCALE["bandwidth"]
                 axis_set(bw, color="white", ls="--", lw=1.2)
-    handles = [Patch(color=PLAN_COLORS[i % len(PLAN_COLORS)], label=f"{p} fastest") for i, p in enumerate(result.plans)]
+    handles = [Patch(color=c, label=f"{p} fastest") for c, p in zip(hexes, labels, strict=True)]
     handles.append(Patch(facecolor=(0.85, 0.85, 0.85), label="no valid plan"))
     fig.legend(handles=handles, loc="lower center", ncol=len(handles), frameon=False, bbox_to_anchor=(0.5, -0.02))
     fig.suptitle(
-        f"fastest plan per cell (black line: where the winner changes; pale = within a few %, "
-        f"full colour = {full_margin:g}x faster or more; dashed: the link's own bandwidth)",
+        f"{result.experiment.hardware}: fastest plan per cell\n(black line: where the winner changes; pale = within "
+        f"a few %, full colour = {full_margin:g}x faster or more; dashed: the link's own bandwidth)",
         fontsize=10,
         x=0.01,
         ha="left",

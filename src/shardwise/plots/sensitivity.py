@@ -9,7 +9,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from shardwise.plots._base import LINK_STYLES, PLAN_COLORS, axis_values, plt, set_x
+from shardwise.plots._base import LINK_STYLES, OTHER_COLORS, axis_values, plt, set_x
 
 
 def crossover_curves(curves: Sequence[Any], plans: Sequence[str], max_batch: int, title: str) -> Figure:
@@ -19,13 +19,11 @@ def crossover_curves(curves: Sequence[Any], plans: Sequence[str], max_batch: int
     for k, c in enumerate(curves):
         x = axis_values(variable, c.values)
         y = np.asarray(c.crossover_batch, dtype=float)
-        style = LINK_STYLES[k % len(LINK_STYLES)]
-        ax.plot(x, y, style, marker="o", lw=2, color=PLAN_COLORS[k % len(PLAN_COLORS)], label=f"{c.link}")
+        style, color = LINK_STYLES[k % len(LINK_STYLES)], OTHER_COLORS[k % len(OTHER_COLORS)]
+        ax.plot(x, y, style, marker="o", lw=2, color=color, label=f"{c.link}")
         none = np.isnan(y)
         if none.any():
-            ax.plot(
-                x[none], np.full(none.sum(), max_batch), "^", ms=9, color=PLAN_COLORS[k % len(PLAN_COLORS)], mfc="none"
-            )
+            ax.plot(x[none], np.full(none.sum(), max_batch), "^", ms=9, color=color, mfc="none")
     set_x(ax, variable, axis_values(variable, curves[0].values))
     ax.set_yscale("log", base=2)
     ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))

@@ -6,7 +6,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from shardwise.plots._base import PLAN_COLORS, plt
+from shardwise.plots._base import plan_colors, plt
 
 Line = tuple[np.ndarray, np.ndarray, np.ndarray]  # (per-user tokens/s, tokens/s per GPU, batch)
 
@@ -19,8 +19,9 @@ def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
     """
     fig, axes = plt.subplots(1, len(panels), figsize=(6.2 * len(panels), 5.0), squeeze=False, sharey=True)
     for ax, (link, lines) in zip(axes[0], panels.items(), strict=True):
+        colors = plan_colors(list(lines))
         for k, (label, (per_user, per_gpu, batch)) in enumerate(lines.items()):
-            color = PLAN_COLORS[k % len(PLAN_COLORS)]
+            color = colors[k]
             ax.plot(per_user, per_gpu, "-o", ms=4, lw=2, color=color, label=label)
             for i in range(0, len(batch), 2):  # every other point, so labels do not collide
                 ax.annotate(

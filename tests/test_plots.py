@@ -1,0 +1,78 @@
+"""Figures: one colour per plan kind, borders drawn once, hardware in the title."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardwise.plots._base import KIND_SHADES, plan_colors, plan_kind
+
+
+@pytest.mark.parametrize(
+    ("label", "kind"),
+    [
+        ("tp=8", "tp"),
+        ("TP=8 PP=1", "tp"),
+        ("tp=all", "tp"),
+        ("pp=8", "pp"),
+        ("tp=2,pp=4", "hybrid"),
+        ("tp=1", "dp"),
+        ("dp=8", "dp"),
+        ("NVLink", None),
+        ("tp=8, PCIe", "tp"),
+    ],
+)
+def test_plan_kind(label, kind):
+    assert plan_kind(label) == kind
+
+
+def test_one_colour_per_kind_and_a_shade_per_repeat():
+    tp8, pp8, tp4, hybrid, link = plan_colors(["tp=8", "pp=8", "tp=4", "tp=2,pp=4", "NVLink"])
+    assert tp8 == KIND_SHADES["tp"][0] and tp4 == KIND_SHADES["tp"][1]
+    assert pp8 == KIND_SHADES["pp"][0] and hybrid == KIND_SHADES["hybrid"][0]
+    assert link not in {c for shades in KIND_SHADES.values() for c in shades}
+    assert plan_colors(["pp=8", "tp=8"]) == [pp8, tp8]  # the colour follows the kind, not the order
+
+
+def test_winner_borders_are_single_segments_on_cell_edges():
+    from shardwise.plots.maps import _borders
+
+    # plan 0 | plan 2 side by side: one vertical edge per row, not one line per level between 0 and 2
+    winner = np.array([[0, 0, 0], [2, 2, 2]])  # (nx=2, ny=3)
+    lines = _borders(winner, np.array([0.0, 1.0, 2.0]), np.array([0.0, 1.0, 2.0, 3.0]))
+    segments = lines.get_segments()
+    assert len(segments) == 3
+    assert all(np.allclose(s[:, 0], 1.0) for s in segments)  # on the shared edge x = 1
+
+
+def test_every_figure_title_names_the_hardware(tmp_path, cli, monkeypatch):
+    from matplotlib import pyplot as plt
+
+    titles = []
+    monkeypatch.setattr("matplotlib.figure.Figure.suptitle", lambda self, t, **k: titles.append(t))
+    monkeypatch.setattr("matplotlib.axes.Axes.set_title", lambda self, t, **k: titles.append(t))
+    code, _, _ = cli(["crossover", "--vary", "batch=1..8", "--plot", str(tmp_path / "c.png")])
+    assert code == 0 and any("on 8 x a100-sxm4-80gb" in t for t in titles)
+    titles.clear()
+    args = ["--model", "llama3-8b", "--system", "dgx-a100", "--pp", "4", "--tp", "2", "--global-batch", "16"]
+    code, _, _ = cli(["timeline", *args, "--plot", str(tmp_path / "t.png")])
+    assert code == 0 and any(" x a100" in t for t in titles), titles
+    plt.close("all")
+
+
+def test_serve_draws_one_panel_when_the_comparison_link_is_the_systems_own(tmp_path, cli, monkeypatch):
+    drawn = []
+    import shardwise.plots as plots
+
+    real = plots.serving_frontier
+
+    def spy(panels, title):
+        drawn.append(list(panels))
+        return real(panels, title)
+
+    monkeypatch.setattr(plots, "serving_frontier", spy)
+    args = ["serve", "--model", "llama3-8b", "--system", "a100-pcie-8x", "--plan", "tp=8", "--plan", "pp=8"]
+    code, _, _ = cli([*args, "--plot", str(tmp_path / "f.png")])
+    assert code == 0 and len(drawn[-1]) == 1
+    code, _, _ = cli([*args, "--plot", str(tmp_path / "g.png"), "--plot-link", "NVLink=nvlink3"])
+    assert code == 0 and len(drawn[-1]) == 2
