@@ -12,35 +12,51 @@ import numpy as np
 
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
-from shardwise.physics.compute import attention_precision, layer_times, linear_times, memory_s
+from shardwise.physics.compute import (
+    BACKWARD_MEMORY_RATIO,
+    attention_precision,
+    layer_times,
+    linear_times,
+    memory_s,
+)
 from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit
 
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
-# target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`).
+# target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`); the logits are
+# cast to fp32 first (`VocabParallelCrossEntropy.calculate_logits_max`), so each value is 4 bytes
+# (megatron/core/tensor_parallel/cross_entropy.py).
 CROSS_ENTROPY_ALL_REDUCES = 3
+CROSS_ENTROPY_VALUE_BYTES = 4.0
+# Kernel launches charged to the loss: a project estimate of the kernels of that vocab-parallel
+# cross-entropy (max, exp and sum, target logit, loss and its gradient; same file), not a count.
+CROSS_ENTROPY_KERNELS = 4
+# Kernel launches charged to the embedding's forward and, again, to its backward: a project
+# estimate for Megatron-Core's `LanguageModelEmbedding` (word lookup, position add, layout copy,
+# dropout; megatron/core/models/common/embeddings/language_model_embedding.py), not a count.
+EMBEDDING_KERNELS = 2
 
 
 @dataclass(frozen=True)
 class StageCost:
-    """Per micro-batch on one stage: compute and exposed TP communication, forward and backward,
-    and the TP communication hidden behind compute (reported, not added)."""
+    """Seconds per micro-batch on one stage: compute and exposed TP communication, forward and
+    backward, and the TP communication hidden behind compute (reported, not added)."""
 
-    compute_f: Number
-    compute_b: Number
-    tp_f: Number
-    tp_b: Number
-    tp_hidden: Number = 0.0
-    weight_s: Number = 0.0  # the weight-gradient GEMMs inside compute_b (what ZB-H1 defers)
+    compute_forward_s: Number
+    compute_backward_s: Number
+    tp_forward_s: Number
+    tp_backward_s: Number
+    tp_hidden_s: Number = 0.0
+    weight_grad_s: Number = 0.0  # the weight-gradient GEMMs inside compute_backward_s (what ZB-H1 defers)
 
     @property
-    def total(self) -> Number:
-        return self.compute_f + self.compute_b + self.tp_f + self.tp_b
+    def total_s(self) -> Number:
+        return self.compute_forward_s + self.compute_backward_s + self.tp_forward_s + self.tp_backward_s
 
 
-FIELDS = ("compute_f", "compute_b", "tp_f", "tp_b", "tp_hidden", "weight_s")
+FIELDS = ("compute_forward_s", "compute_backward_s", "tp_forward_s", "tp_backward_s", "tp_hidden_s", "weight_grad_s")
 
 
 class TpComm:
@@ -221,13 +237,13 @@ def layer_cost(
     rc = np.asarray(plan.recompute)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
     cost = StageCost(
-        compute_f=lt.forward_s,
-        compute_b=lt.backward_s + redo,
-        tp_f=tp_fwd,
-        tp_b=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
-        tp_hidden=np.maximum(0.0, tp_fwd_total + steps * cp_step - tp_fwd)
+        compute_forward_s=lt.forward_s,
+        compute_backward_s=lt.backward_s + redo,
+        tp_forward_s=tp_fwd,
+        tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
+        tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step - tp_fwd)
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step - tp_bwd),
-        weight_s=lt.weight_s,
+        weight_grad_s=lt.weight_grad_s,
     )
     return cost, fwd
 
@@ -238,13 +254,14 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     e = plan.bytes_per_element
     tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
     act = e * tokens * model.hidden
-    lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=2)
+    # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
+    lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
     grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
     regather = np.where(sp, comm.all_gather, 0.0)
-    return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=2), reduce, regather)
+    return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=EMBEDDING_KERNELS), reduce, regather)
 
 
 def head_cost(
@@ -269,28 +286,32 @@ def head_cost(
     logits = out.forward_s
     if not loss:
         return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
-    loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=4)
-    ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(4.0 * tokens)
+    loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=CROSS_ENTROPY_KERNELS)
+    ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
     gather = np.where(sp, comm.all_gather, 0.0)
     grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     return StageCost(
-        compute_f=norm + logits + loss_s,
-        compute_b=2 * norm + out.input_grad_s + out.weight_grad_s,
-        tp_f=gather + ce_comm,
-        tp_b=grad_in,
-        weight_s=out.weight_grad_s,
+        compute_forward_s=norm + logits + loss_s,
+        compute_backward_s=BACKWARD_MEMORY_RATIO * norm + out.input_grad_s + out.weight_grad_s,
+        tp_forward_s=gather + ce_comm,
+        tp_backward_s=grad_in,
+        weight_grad_s=out.weight_grad_s,
     )
 
 
-def p2p_per_transfer(scn: Scenario, fabric: Fabric, place: dict[str, Number], comm: TpComm) -> Number:
-    """One pipeline send of a micro-batch's activations (or gradients) between stages, over the
-    slowest boundary (across nodes when the PP group spans nodes); 0 without pipelining."""
+def slowest_stage_send_s(scn: Scenario, fabric: Fabric, place: dict[str, Number], comm: TpComm) -> Number:
+    """Seconds of one pipeline send (`stage_send_time_s`) of a micro-batch's activations (or
+    gradients) between stages, over the slowest boundary (across nodes when the PP group spans
+    nodes); 0 without pipelining. One transfer: training pays 2 v of them per micro-batch
+    (`training.stage_sends_per_micro_batch_s`), a forward pass one."""
     crosses = place["pp"] < scn.plan.pp
-    return np.where(np.asarray(scn.plan.pp) > 1, p2p_time_s(scn, fabric, comm, crosses), 0.0)
+    return np.where(np.asarray(scn.plan.pp) > 1, stage_send_time_s(scn, fabric, comm, crosses), 0.0)
 
 
-def p2p_time_s(scn: Scenario, fabric: Fabric, comm: TpComm, crosses_node: Number) -> Number:
-    """One pipeline send over a boundary that does or does not cross nodes.
+def stage_send_time_s(scn: Scenario, fabric: Fabric, comm: TpComm, crosses_node: Number) -> Number:
+    """Seconds of one pipeline send of a micro-batch's activations (or gradients) from a stage to
+    its neighbour over a boundary that does or does not cross nodes (the link-level transfer is
+    `physics.collectives.p2p_time_s`, via `Fabric.p2p`).
 
     With scatter/gather (Narayanan et al. 2021 Sec. 4.1) each TP rank sends 1/t of the tensor
     and the receivers all-gather it over the node's links; with sequence parallelism the tensor

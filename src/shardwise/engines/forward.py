@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, p2p_per_transfer, stages, tp_comm
+from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, slowest_stage_send_s, stages, tp_comm
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
@@ -106,12 +106,12 @@ def forward_stages(
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
     first, middle, last, middle_sum = stages(plan_split(model.layers, plan), layer, emb, head)
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
-    send = p2p_per_transfer(scn, fabric, place, comm)
+    send = slowest_stage_send_s(scn, fabric, place, comm)
     return ForwardStages(
-        tuple(s.compute_f for s in (first, middle, last)),  # type: ignore[arg-type]
-        tuple(s.tp_f for s in (first, middle, last)),
+        tuple(s.compute_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
+        tuple(s.tp_forward_s for s in (first, middle, last)),
         send,
-        middle_sum.compute_f + middle_sum.tp_f,
+        middle_sum.compute_forward_s + middle_sum.tp_forward_s,
     )  # type: ignore[arg-type]
 
 

@@ -45,12 +45,31 @@ from shardwise.specs._checks import Number
 from shardwise.specs.stages import plan_split
 
 STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
-KV_CACHE_FRACTION = 0.9  # TensorRT-LLM kv_cache_free_gpu_mem_fraction default
+# The embedding, position table, final norm and output layer stay in 16 bits when the layers are
+# quantised (TensorRT-LLM and vLLM leave lm_head alone; see `engines.forward`).
+UNQUANTISED_BYTES_PER_PARAM = 2.0
+# Share of the memory left after the weights that holds KV cache: TensorRT-LLM's
+# `KvCacheConfig.free_gpu_memory_fraction` default, 90% (tensorrt_llm/llmapi/llm_args.py).
+KV_CACHE_FRACTION = 0.9
 # Serving runtimes: (gap per kernel, base latency per collective). With CUDA graphs (TensorRT-LLM,
 # vLLM) kernels run back to back and NCCL is called from C++ (NCCL's own baseLat, 6.6 us for the
-# ring LL protocol in src/graph/tuning.cc); an eager C++ runtime (FasterTransformer) launches each
-# kernel from the CPU; an eager PyTorch loop also pays Python's launch cost per collective.
-RUNTIMES = {"graphs": (1e-6, 6.6e-6), "cpp-eager": (3e-6, 6.6e-6), "pytorch-eager": (3e-6, 20e-6)}
+# ring LL protocol in NVIDIA/nccl src/graph/tuning.cc); an eager
+# C++ runtime (FasterTransformer) launches each kernel from the CPU; an eager PyTorch loop also
+# pays Python's launch cost per collective.
+# Kernel gap inside a CUDA graph: a project estimate (no published source).
+GRAPH_KERNEL_GAP_S = 1e-6
+# Kernel gap of an eager stream: the GPU presets' `kernel_launch_s` (presets/gpus.yaml).
+EAGER_KERNEL_GAP_S = 3e-6
+# NCCL baseLat, ring algorithm, LL protocol (src/graph/tuning.cc; the same in NCCL 2.18 and 2.30.7).
+NCCL_RING_LL_BASE_LATENCY_S = 6.6e-6
+# A collective called from PyTorch: the link presets' `base_latency` (presets/links.yaml), fitted
+# to measured small all-reduces (tests/test_collectives.py).
+PYTORCH_COLLECTIVE_BASE_LATENCY_S = 20e-6
+RUNTIMES = {
+    "graphs": (GRAPH_KERNEL_GAP_S, NCCL_RING_LL_BASE_LATENCY_S),
+    "cpp-eager": (EAGER_KERNEL_GAP_S, NCCL_RING_LL_BASE_LATENCY_S),
+    "pytorch-eager": (EAGER_KERNEL_GAP_S, PYTORCH_COLLECTIVE_BASE_LATENCY_S),
+}
 
 
 @dataclass(frozen=True)
@@ -172,7 +191,7 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
         2 * context * (model.kv_heads / np.asarray(plan.tp)) * model.head_dim * STORAGE_BYTES[wl.kv_precision]
     )
     weights = [
-        n * per_layer * STORAGE_BYTES[wl.weight_precision] + (q - n * per_layer) * 2.0
+        n * per_layer * STORAGE_BYTES[wl.weight_precision] + (q - n * per_layer) * UNQUANTISED_BYTES_PER_PARAM
         for n, q in zip(layers, params, strict=True)
     ]
     kv = [n * kv_per_layer for n in layers]

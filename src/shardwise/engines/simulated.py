@@ -23,7 +23,7 @@ from shardwise.engines.costs import (
     embedding_cost,
     head_cost,
     layer_cost,
-    p2p_time_s,
+    stage_send_time_s,
     tp_comm,
 )
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
@@ -78,16 +78,16 @@ def stage_times(scn: Scenario) -> StageTimes:
     params = stage_params_per_gpu(model, plan.tp, plan.pp, split)
     stage_params = [params[0]] + [per_layer * n for n in counts[1:-1]] + ([params[2]] if p > 1 else [])
     split_bwd = plan.schedule.label in SPLIT_BACKWARD
-    forward = np.array([float(np.asarray(c.compute_f + c.tp_f)) for c in kinds])
-    backward = np.array([float(np.asarray(c.compute_b + c.tp_b)) for c in kinds])
-    weight = np.array([float(np.asarray(c.weight_s)) for c in kinds]) if split_bwd else np.zeros(p)
+    forward = np.array([float(np.asarray(c.compute_forward_s + c.tp_forward_s)) for c in kinds])
+    backward = np.array([float(np.asarray(c.compute_backward_s + c.tp_backward_s)) for c in kinds])
+    weight = np.array([float(np.asarray(c.weight_grad_s)) for c in kinds]) if split_bwd else np.zeros(p)
     # which boundaries cross servers: stage i holds ranks i*tp*dp ... (i+1)*tp*dp - 1
     span = int(_scalar("tp", plan.tp)) * int(_scalar("dp", plan.dp)) * int(_scalar("cp", plan.cp))
     node = np.arange(p) * span // int(_scalar("gpus_per_node", cluster.gpus_per_node))
     crosses_f = node != np.roll(node, -1)
     crosses_b = node != np.roll(node, 1)
-    send_f = np.array([float(np.asarray(p2p_time_s(local, fabric, comm, bool(c)))) for c in crosses_f])
-    send_b = np.array([float(np.asarray(p2p_time_s(local, fabric, comm, bool(c)))) for c in crosses_b])
+    send_f = np.array([float(np.asarray(stage_send_time_s(local, fabric, comm, bool(c)))) for c in crosses_f])
+    send_b = np.array([float(np.asarray(stage_send_time_s(local, fabric, comm, bool(c)))) for c in crosses_b])
     overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
     blocking = p > 1 and not bool(_scalar("overlap_p2p", plan.overlap_p2p))
     blocked = np.zeros(p)  # per micro-batch, the stage's own time spent in blocking sends and syncs
@@ -104,7 +104,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     dp, tail, gather, opt = [], [], [], []
     for i, (cost, n_params) in enumerate(zip(kinds, stage_params, strict=True)):
         c = dp_comm(scn, fabric, place, n_params, cost, m)
-        one_backward = float(np.asarray(cost.compute_b + cost.tp_b))
+        one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
         # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
         # hides behind the backward passes and the gather comes after the optimizer
         z3 = bool(np.asarray(c.shared_window))
@@ -179,7 +179,7 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,
-        hidden_comm_s={"tp_comm": closed["tp_hidden"], "dp_comm": 0.0},
+        hidden_comm_s={"tp_comm": closed["tp_hidden_s"], "dp_comm": 0.0},
     )
     return SimulatedStep(estimate, sim, times)
 
@@ -192,5 +192,5 @@ def _closed_form_parts(scn: Scenario) -> dict[str, float]:
     busy = float(est.breakdown.compute_s + est.breakdown.tp_comm_s)
     return {
         "tp_share": float(est.breakdown.tp_comm_s) / busy if busy > 0 else 0.0,
-        "tp_hidden": float(est.hidden_comm_s["tp_comm"]),
+        "tp_hidden_s": float(est.hidden_comm_s["tp_comm"]),
     }

@@ -33,8 +33,8 @@ from shardwise.engines.costs import (
     embedding_cost,
     head_cost,
     layer_cost,
-    p2p_per_transfer,
     select,
+    slowest_stage_send_s,
     stages,
     tp_comm,
 )
@@ -50,10 +50,14 @@ from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit, plan_split
 
-# Megatron-LM's fp16/bf16 optimizer, bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
+# Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
+# `Float16OptimizerWithFloat16Params`), bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
 # unscale and inf-check (4), gradient norm (4), fused Adam (read p, m, v, g: 16; write p, m, v: 12),
 # copy fp32 weights back to 16-bit (4 + 2). 48 bytes per parameter at HBM speed.
 OPTIMIZER_TRAFFIC_BYTES_PER_PARAM = 48.0
+# Kernel launches charged to that optimizer step: a project estimate (its passes run as a few
+# multi-tensor kernels, Apex/Transformer Engine `multi_tensor_apply`), not a count.
+OPTIMIZER_KERNELS = 4
 # After every blocking batched send/receive Megatron-LM calls torch.cuda.synchronize()
 # (megatron/core/pipeline_parallel/p2p_communication.py, "to protect against race condition when
 # using batch_isend_irecv"): the GPU's queue runs dry and waits for the host to launch the next
@@ -67,7 +71,7 @@ DP_BUCKET_PARAMS = 40e6
 DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
-def p2p_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
+def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
     """What pipeline sends add to one stage's micro-batch: 2 v transfers (activations forward,
     gradients backward, per model chunk) and, when blocking, a device sync after each."""
     plan = scn.plan
@@ -95,26 +99,26 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
     # when they are longer than it.
-    p2p = p2p_per_micro_batch_s(scn, p2p_per_transfer(local, fabric, place, comm))
+    p2p = stage_sends_per_micro_batch_s(scn, slowest_stage_send_s(local, fabric, place, comm))
     overlap = np.asarray(plan.overlap_p2p, dtype=bool)
 
     def with_sends(total: Number) -> Number:
         return np.where(overlap, np.maximum(total, p2p), total + p2p)
 
-    c_first, c_mid, c_last = (with_sends(s.total) for s in (first, middle, last))
+    c_first, c_mid, c_last = (with_sends(s.total_s) for s in (first, middle, last))
     n_mid = np.maximum(p - 2, 0.0)
-    c_mid_sum = np.where(overlap, np.maximum(middle_sum.total, n_mid * p2p), middle_sum.total + n_mid * p2p)
+    c_mid_sum = np.where(overlap, np.maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v, c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
-    w_stage = np.where(p > 2, middle.weight_s, first.weight_s)
+    w_stage = np.where(p > 2, middle.weight_grad_s, first.weight_grad_s)
     zb = np.asarray(plan.schedule) == Schedule.ZB_H1
     pipe_s = np.where(
         zb, np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last)), pipe_s
     )
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-    exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - (slowest.total)), p2p)
+    exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - (slowest.total_s)), p2p)
 
     params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp, split)
     dp_s, dp_hidden = _data_parallel_exposed_s(
@@ -123,8 +127,8 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     optimizer_s = optimizer_time_s(scn, np.maximum(np.maximum(params_first, params_mid), params_last))
 
     breakdown = StepBreakdown(
-        compute_s=m * (slowest.compute_f + slowest.compute_b),
-        tp_comm_s=m * (slowest.tp_f + slowest.tp_b),
+        compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
+        tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
         pp_p2p_s=m * exposed_p2p,
         pp_bubble_s=pipe_s - m * c_max,
         dp_comm_s=dp_s,
@@ -140,7 +144,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
-        hidden_comm_s={"tp_comm": m * slowest.tp_hidden, "dp_comm": dp_hidden},
+        hidden_comm_s={"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
     )
 
 
@@ -216,13 +220,13 @@ def dp_comm(
     scatter, gather = group.reduce_scatter(n_params * g_bytes), group.all_gather(n_params * w_bytes)
     b_reduce = np.where(z == 0, group.all_reduce(bucket * g_bytes), group.reduce_scatter(bucket * g_bytes))
     b_gather = group.all_gather(bucket * w_bytes)
-    backward = cost.compute_b + cost.tp_b
+    backward = cost.compute_backward_s + cost.tp_backward_s
     grad = np.select([z == 0, z == 1], [all_reduce, scatter], m * scatter)
     grad_window = np.where(z <= 1, backward, m * backward)
     gather_s = np.select([z == 0, z <= 2], [0.0, gather], 2 * m * gather)
-    forward = cost.compute_f + cost.tp_f
+    forward = cost.compute_forward_s + cost.tp_forward_s
     overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
-    gather_window = np.select([z == 3, overlap_gather], [m * cost.total, forward], 0.0)
+    gather_window = np.select([z == 3, overlap_gather], [m * cost.total_s, forward], 0.0)
     # ZeRO-3 prefetches every gather but the first of each forward and backward pass
     b_gather_all = np.where(z == 3, 2 * m * b_gather, b_gather)
     return DpComm(grad, grad_window, b_reduce, gather_s, gather_window, b_gather_all, z == 3)
@@ -249,7 +253,8 @@ def _data_parallel_exposed_s(
     exposed, totals = [], []
     for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
         comm = dp_comm(scn, fabric, place, n_params, cost, m)
-        drain = index * (cost.compute_b + cost.tp_b) / v  # stage i ends its last backward i chunks early
+        # stage i ends its last backward i chunks early
+        drain = index * (cost.compute_backward_s + cost.tp_backward_s) / v
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain)
         exposed.append(grad + gather)
         totals.append(comm.total_s)
@@ -278,7 +283,7 @@ def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
     plan = scn.plan
     shards = np.asarray(plan.dp) * np.asarray(plan.cp)  # the distributed optimizer shards over dp x cp
     local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, shards, 1)
-    return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=4)
+    return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=OPTIMIZER_KERNELS)
 
 
 def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
@@ -326,7 +331,7 @@ def memory_breakdown(
     emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
     # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
     # each with SP), fp32 logits (4 s b V / t), for the micro-batch at the loss.
-    head = 2 * e * s * b * model.hidden / sp_split + 4.0 * s * b * model.vocab / t
+    head = 2 * e * s * b * model.hidden / sp_split + mem.LOGITS_BYTES_PER_ELEMENT * s * b * model.vocab / t
     acts = (
         in_first * per_layer + working + emb_mask + np.where(p == 1, head, 0.0),
         np.where(p > 2, in_mid * per_layer + working, 0.0),
@@ -362,4 +367,4 @@ def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
         cp=plan.cp,
         cp_step=cp_step_s(scn, fabric, place),
     )
-    return cost.compute_f + cost.tp_f, cost.compute_b + cost.tp_b
+    return cost.compute_forward_s + cost.tp_forward_s, cost.compute_backward_s + cost.tp_backward_s

@@ -17,8 +17,8 @@ bandwidth broadcast, reduction and scan", Sec. 2). We use
 
 which is plain alpha-beta at both ends (tiny W: latency; huge W: bandwidth) and reproduces the
 slow approach to the asymptotic bus bandwidth that measured nccl-tests curves show between
-1 MB and 1 GB (NCCL's own tuning model, which adds the two, is 2-3x optimistic there; see
-`../shared/reference/nccl_model.md` Sec. 6). `tests/test_collectives.py` checks it against the
+1 MB and 1 GB (NCCL's own tuning model in NVIDIA/nccl src/graph/tuning.cc, which adds the two,
+is 2-3x optimistic there). `tests/test_collectives.py` checks it against the
 measured curves in `data/comm_measured.csv`.
 
 Algorithms, as NCCL picks them (src/graph/tuning.cc):

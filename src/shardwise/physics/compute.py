@@ -29,8 +29,16 @@ from shardwise.physics.gemm import gemm_time_s
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 
-BACKWARD_GEMM_RATIO = 2.0  # dX and dW per forward GEMM
-BACKWARD_MEMORY_RATIO = 2.0  # read input + gradient, write gradient vs read + write forward
+# dX and dW per forward GEMM: the backward is twice the forward's FLOPs (Narayanan et al. 2021
+# Eq. 3 and Sec. 5.1); used for unfused attention's batched products.
+BACKWARD_GEMM_RATIO = 2.0
+# Memory-bound kernels: the backward reads the input and the gradient and writes the gradient
+# against the forward's read and write; by that tensor count (no published source), 2x the bytes.
+BACKWARD_MEMORY_RATIO = 2.0
+# Megatron-LM's fused scale-mask-softmax and the attention dropout, two kernels over the score
+# matrix (megatron/core/fusions/fused_softmax.py `FusedScaleMaskSoftmax`; Korthikanti et al. 2022
+# Sec. 4.1 lists both tensors); charged with or without dropout, a project simplification.
+SOFTMAX_KERNELS = 2
 # FlashAttention-2 reaches 50-73 % of A100 peak forward vs ~87 % for a large GEMM
 # (Dao 2023, Fig. 5; MAMF): about 0.75 of the GEMM efficiency. Its backward recomputes the
 # scores and does 5 GEMM-sized products against 2 forward (Dao 2023, Sec. 3.1.2): 2.5x the FLOPs,
@@ -109,7 +117,7 @@ class LayerTimes:
         return sum(g.forward_s for g in self.linears)
 
     @property
-    def weight_s(self) -> Number:
+    def weight_grad_s(self) -> Number:
         """The four weight-gradient GEMMs (what ZB-H1 defers)."""
         return sum(g.weight_grad_s for g in self.linears)
 
@@ -129,8 +137,9 @@ class LayerTimes:
 # micro-batches), which is left out.
 FP8_CAST_BYTES_PER_ELEMENT = 4.0
 # Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
-# accumulation fusion): 4 bytes read + 4 written per weight; without it the GEMM writes a 16-bit
-# gradient and a separate kernel adds it to main_grad (read 2 + 4, write 4).
+# accumulation fusion, `fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32` in
+# megatron/core/tensor_parallel/layers.py): 4 bytes read + 4 written per weight; without it the
+# GEMM writes a 16-bit gradient and a separate kernel adds it to main_grad (read 2 + 4, write 4).
 FUSED_ACCUMULATE_BYTES = 8.0
 UNFUSED_GRAD_BYTES = 2.0
 UNFUSED_ACCUMULATE_BYTES = 10.0
@@ -163,7 +172,7 @@ def layer_times(
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down = (linear_times(g, gpu, precision, fused_accumulation) for g in fwd.gemms)
     attn_p = attention_precision(precision)
-    softmax = memory_s(fwd.softmax_bytes, gpu, kernels=2)
+    softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
     bmm = gemm_s(fwd.scores, gpu, attn_p) + gemm_s(fwd.context, gpu, attn_p)
     fused = roofline_s(fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, attn_p, FLASH_RELATIVE_EFFICIENCY)
     attention = np.where(flash, fused, bmm + softmax)

@@ -38,6 +38,20 @@ from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
 DROPOUT_MASK_BYTES = 1.0  # Megatron-LM stores dropout masks as uint8 (Korthikanti et al. 2022 Sec. 4.1)
+# Memory-bound kernels of one layer's forward: two norms, two fused bias-dropout-adds and the
+# activation (Megatron-Core's fused kernels: megatron/core/fusions/fused_layer_norm.py,
+# fused_bias_dropout.py, fused_bias_gelu.py / fused_bias_swiglu.py); rotary embeddings add one
+# (the fused RoPE of megatron/core/models/common/embeddings/rope_utils.py). A project count.
+ELEMENTWISE_KERNELS = 5
+ROPE_KERNELS = 1
+# Context parallelism splits each sequence into 2 cp chunks and gives rank r chunks r and
+# 2 cp - 1 - r, which balances the causal mask: every rank computes half of its s_q x s_kv
+# rectangle (Megatron-LM `get_batch_on_this_cp_rank`, megatron/training/utils.py).
+CP_CAUSAL_FRACTION = 0.5
+# Vocab-parallel cross-entropy in fp32 (megatron/core/tensor_parallel/cross_entropy.py casts the
+# logits with .float()): write and re-read fp32 copies (max, exp-sum, log-prob) and write the fp32
+# gradient, about 12 bytes per logit besides reading the 16-bit logits. A project estimate.
+CROSS_ENTROPY_FP32_BYTES_PER_LOGIT = 12.0
 
 
 class Gemm(NamedTuple):
@@ -155,7 +169,7 @@ def layer_forward(
     flash = Gemm(scores.flops + context.flops, flash_bytes)
     # the last s_q of s_kv tokens (inference); with context parallelism each rank holds 1/cp of
     # every sequence in two balanced chunks, so it computes half of its s_q x s_kv rectangle
-    causal_fraction = np.where(np.asarray(cp) > 1, 0.5, 1.0 - (s_q - 1) / (2.0 * s_kv))
+    causal_fraction = np.where(np.asarray(cp) > 1, CP_CAUSAL_FRACTION, 1.0 - (s_q - 1) / (2.0 * s_kv))
 
     split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
     norms = 2 * (2 * e * tokens * h)
@@ -163,7 +177,7 @@ def layer_forward(
     activation = (gate + 1) * e * tokens * f / t
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (h + kv * d) / t
     elementwise = (norms + residuals) * split + activation + rope
-    kernels = 5 + (0 if model.learned_positions else 1)
+    kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
     return LayerForward(
         qkv,
         attn_out,
@@ -196,4 +210,4 @@ def logits_forward(
 def cross_entropy_bytes(model: Model, batch: Number, tp: Number, bytes_per_element: float) -> Number:
     """Vocab-parallel cross-entropy in fp32: read the logits, write and re-read fp32 copies
     (max, exp-sum, log-prob), and write the fp32 gradient: about (e + 12) bytes per logit."""
-    return (bytes_per_element + 12.0) * batch * model.seq_len * model.vocab / tp
+    return (bytes_per_element + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT) * batch * model.seq_len * model.vocab / tp

@@ -33,6 +33,8 @@ import numpy as np
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 
+# Output-tile shapes and split-K factors tried (module docstring): a project choice of
+# cuBLAS-like candidates, since cuBLAS's own heuristics are not published.
 TILES = ((256, 128), (128, 256), (128, 128))
 SPLIT_K = (2.0, 4.0, 8.0, 16.0)
 # Exposed latency of a tile's first loads before its main loop runs: one HBM round trip is
@@ -40,7 +42,10 @@ SPLIT_K = (2.0, 4.0, 8.0, 16.0)
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
 TILE_FILL_S = 0.5e-6
 SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by the reduction
-SPLIT_K_WAVES = 4  # split-K is tried where 128 x 128 tiles make at most this many waves
+# Split-K is tried where SPLIT_K_PROBE_TILE x SPLIT_K_PROBE_TILE tiles (the smallest of TILES)
+# make at most SPLIT_K_WAVES waves: a project choice that keeps the search to the thin GEMMs.
+SPLIT_K_WAVES = 4
+SPLIT_K_PROBE_TILE = 128.0
 
 
 def _tiled(
@@ -93,7 +98,7 @@ def gemm_time_s(
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
-    few = np.ceil(m / 128.0) * np.ceil(n / 128.0) * batch <= SPLIT_K_WAVES * n_sm
+    few = np.ceil(m / SPLIT_K_PROBE_TILE) * np.ceil(n / SPLIT_K_PROBE_TILE) * batch <= SPLIT_K_WAVES * n_sm
     if np.any(few):
         shape = np.broadcast_shapes(np.shape(best), np.shape(few))
         flat = np.array(np.broadcast_to(best, shape), dtype=float).reshape(-1)

@@ -32,10 +32,17 @@ from shardwise.specs import Model, Recompute, Schedule
 from shardwise.specs._checks import Number
 from shardwise.units import GIB
 
-OPTIMIZER_BYTES_PER_PARAM = 12.0  # Adam: fp32 master weight, momentum, variance
-FLASH_STATS_BYTES = 4.0  # FlashAttention keeps one fp32 log-sum-exp per query and head
+# Adam: fp32 master weight, momentum, variance (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: K = 12).
+OPTIMIZER_BYTES_PER_PARAM = 12.0
+# FlashAttention keeps one fp32 log-sum-exp per query and head for its backward pass
+# (Dao 2023, FlashAttention-2, Sec. 3.1.1 and Algorithm 1: the statistic L).
+FLASH_STATS_BYTES = 4.0
+# The logits the loss keeps are fp32: 4 s b V / t bytes (Korthikanti et al. 2022 Sec. 4.3;
+# Megatron-LM casts them in megatron/core/tensor_parallel/cross_entropy.py).
+LOGITS_BYTES_PER_ELEMENT = 4.0
 # CUDA context, cuBLAS workspaces, NCCL buffers and allocator slack: typically 1-3 GB on
-# A100/H100 training jobs. Counted so that "fits" leaves real headroom.
+# A100/H100 training jobs. Counted so that "fits" leaves real headroom. A project estimate with
+# no published source: calibrate it against a job's measured overhead.
 RUNTIME_RESERVED_BYTES = 2.0 * GIB
 
 
