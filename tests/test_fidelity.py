@@ -155,7 +155,7 @@ def test_any_layer_count_on_any_number_of_stages():
 
 
 def test_an_uneven_split_is_paced_by_its_fullest_stage():
-    model = presets.model("brief", layers=30)
+    model = presets.model("gpt-96l-4096h", layers=30)
     cluster = presets.system("dgx-a100")
     even = Plan(pp=2, dp=4, global_batch=64, stage_layers=(15, 15))
     skewed = even.with_(stage_layers=(5, 25))
@@ -192,13 +192,24 @@ def test_the_cli_takes_framework_and_uneven_stages(cli):
         "64",
         "--json",
     ]
+    import json
+
     code, out, err = cli(base)
     assert code == 0, err
     code, out2, err = cli([*base, "--first-stage-layers", "14", "--last-stage-layers", "14"])
     assert code == 0, err
     code, out3, err = cli([*base, "--framework", "megatron-lm-2021"])
     assert code == 0, err
-    assert out != out2 and out != out3
+    default, uneven, old = (json.loads(o) for o in (out, out2, out3))
+    assert uneven["scenario"]["plan"]["first_stage_layers"] == 14
+    assert uneven["scenario"]["plan"]["last_stage_layers"] == 14
+    # 126 layers: 15 + 6 x 16 + 15 by default; 14 + 98 over 6 + 14 puts 17 on some stages, which pace it
+    assert stage_layer_list(stage_split(126, 8, 14, 14), 8)[0] == 14
+    assert max(stage_layer_list(stage_split(126, 8, 14, 14), 8)) == 17
+    assert uneven["step_time_s"] > default["step_time_s"]
+    assert old["scenario"]["plan"]["framework"] == "megatron-lm-2021"
+    assert old["scenario"]["plan"]["grad_accumulation_fusion"] is False  # as the preset says
+    assert old["step_time_s"] > default["step_time_s"]  # 2021 Megatron overlaps less
     code, _, err = cli([*base, "--stage-layers", "16,16"])
     assert code == 2 and "one per stage" in err
     code, _, err = cli([*base, "--framework", "nope"])

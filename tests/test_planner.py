@@ -70,6 +70,7 @@ def brute_force(model, cluster, batch, space):
     return found
 
 
+@pytest.mark.slow
 def test_the_space_is_every_valid_plan_and_nothing_else():
     model, cluster, batch, space = small()
     cols = candidates(model, cluster, batch, space)

@@ -14,8 +14,60 @@ def test_every_preset_loads(kind):
         "frameworks": presets.framework,
     }[kind]
     for name in presets.names(kind):
-        assert load(name) is not None
+        loaded = load(name)
+        if kind == "frameworks":
+            assert loaded["framework"] == name
+        else:
+            assert loaded.name == name
         assert presets.raw(kind)[name].get("source"), f"{kind} {name} has no source"
+
+
+@pytest.mark.parametrize(
+    ("name", "tflops", "memory_gb", "bandwidth_gb_s"),
+    [
+        # vendor datasheets: dense 16-bit tensor-core peak, memory (decimal GB), memory bandwidth
+        ("v100-sxm2-32gb", 125.0, 32, 900),
+        ("a100-sxm4-80gb", 312.0, 80, 2039),
+        ("a100-sxm4-40gb", 312.0, 40, 1555),
+        ("h100-sxm5-80gb", 989.4, 80, 3350),
+        ("h200-sxm-141gb", 989.4, 141, 4800),
+        ("mi300x", 1307.4, 192, 5300),
+    ],
+)
+def test_gpu_presets_match_their_datasheets(name, tflops, memory_gb, bandwidth_gb_s):
+    gpu = presets.gpu(name)
+    assert gpu.peak_flops_per_s_16bit == pytest.approx(tflops * 1e12)
+    assert gpu.memory_bytes == pytest.approx(memory_gb * 1e9)
+    assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth_gb_s * 1e9)
+
+
+@pytest.mark.parametrize(
+    ("name", "gb_s"),
+    [
+        # one direction: NVLink 2/3/4/5 = 300/600/900/1800 GB/s bidirectional per GPU;
+        # PCIe Gen4 x16 = 16 GT/s x 16 lanes x 128/130 / 8; InfiniBand EDR/HDR/NDR = 100/200/400 Gb/s
+        ("nvlink2", 150),
+        ("nvlink3", 300),
+        ("nvlink4", 450),
+        ("nvlink5", 900),
+        ("pcie4", 31.5),
+        ("ib-edr", 12.5),
+        ("ib-hdr", 25),
+        ("ib-ndr", 50),
+    ],
+)
+def test_link_presets_are_one_direction_in_bytes(name, gb_s):
+    assert presets.link(name).bandwidth_bytes_per_s == pytest.approx(gb_s * 1e9)
+
+
+def test_model_presets_have_their_published_shapes():
+    # Brown et al. 2020 Table 2.1; the Llama 2 and Llama 3 model cards (config.json)
+    shape = lambda m: (m.layers, m.hidden, m.heads, m.kv_heads, m.vocab, m.seq_len)  # noqa: E731
+    assert shape(presets.model("gpt3-175b")) == (96, 12288, 96, 96, 51200, 2048)
+    assert shape(presets.model("llama2-7b")) == (32, 4096, 32, 32, 32000, 4096)
+    assert shape(presets.model("llama2-70b")) == (80, 8192, 64, 8, 32000, 4096)
+    assert shape(presets.model("llama3-70b")) == (80, 8192, 64, 8, 128256, 8192)
+    assert shape(presets.model("llama3-405b")) == (126, 16384, 128, 8, 128256, 8192)
 
 
 def test_issue_presets_exist():
@@ -52,7 +104,7 @@ def test_issue_presets_exist():
     for name in ("dgx-a100", "dgx-h100", "dgx-b200", "a100-pcie-8x", "rtx4090-8x"):
         presets.system(name)
     for name in (
-        "brief",
+        "gpt-96l-4096h",
         "gpt-1.7b",
         "gpt-1t",
         "gpt3-175b",

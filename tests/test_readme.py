@@ -32,6 +32,7 @@ def outputs():
     return readme.run_all(c for name, text in TEXTS.items() for c in readme.commands_in(text, name))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_console_blocks_are_up_to_date(name, outputs):
     stale = readme.stale_blocks(TEXTS[name], outputs, name)

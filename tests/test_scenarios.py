@@ -41,6 +41,21 @@ def test_ttft_is_lower_with_tp_on_nvlink():
     assert n["tp_nvlink_ms"] < n["pp_nvlink_ms"]
 
 
+def test_over_pcie_tp_loses_and_its_all_reduces_slow_by_the_bandwidth_ratio():
+    from shardwise import presets
+
+    n = REPORTS["slow-interconnect"].numbers
+    nvlink, pcie = presets.link("nvlink3"), presets.link("pcie4")
+    ratio = (nvlink.bandwidth_bytes_per_s * nvlink.efficiency) / (pcie.bandwidth_bytes_per_s * pcie.efficiency)
+    # presets today: 300 GB/s x 0.78 over 31.5 GB/s x 0.76 = 9.77
+    # large all-reduces are bandwidth-bound: the slow-down is the sustained-bandwidth ratio, up to latency
+    assert n["pcie_over_nvlink_tp_comm"] == pytest.approx(ratio, rel=0.05)
+    assert n["pcie_batches_pp_faster"] > 0.9
+    # TP on NVLink matches PP only with more bandwidth than PCIe has
+    assert n["tp_pp_equal_bandwidth_bytes_per_s"] > pcie.bandwidth_bytes_per_s
+
+
+@pytest.mark.slow  # 3-5 s: every scenario again, with its figure drawn and saved
 def test_figures_are_drawn_at_the_edge(tmp_path):
     from shardwise import plots
 

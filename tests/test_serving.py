@@ -291,6 +291,7 @@ def test_crossover_for_serving(workload, cli):
     assert data
 
 
+@pytest.mark.slow
 def test_validate_inference(cli):
     code, out, _ = cli(["validate", "inference", "--json"])
     assert code == 0

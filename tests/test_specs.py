@@ -90,5 +90,13 @@ def test_specs_are_frozen(gpt3):
 
 
 def test_sequence_parallel_may_be_an_array(gpt3, dgx_a100_8):
+    from shardwise.engines.training import estimate_training_step
+
     plan = Plan(tp=8, pp=8, global_batch=64, sequence_parallel=np.array([False, True]))
-    Scenario(gpt3, dgx_a100_8, plan)
+    both = estimate_training_step(Scenario(gpt3, dgx_a100_8, plan))
+    for i, sp in enumerate((False, True)):
+        one = estimate_training_step(Scenario(gpt3, dgx_a100_8, plan.with_(sequence_parallel=sp)))
+        assert both.step_time_s[i] == pytest.approx(float(one.step_time_s))
+    # Korthikanti et al. 2022 Table 2 (no attention scores stored): sbh (10 + 24/t) -> sbh 34/t at t = 8
+    act = both.memory.activations_bytes
+    assert act[1] / act[0] == pytest.approx((34 / 8) / (10 + 24 / 8), rel=0.01)

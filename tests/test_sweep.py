@@ -58,9 +58,23 @@ def test_winner_and_margin():
 def test_columns_are_a_wide_table():
     result = run_sweep(EXP, GRID[:2])
     cols = dict(result.columns())
-    n = 4 * 5 * 2
+    batches, bandwidths = GRID[0][1], GRID[1][1]
+    n = 4 * 5 * 2  # 4 batches x 5 bandwidths x 2 links
     assert all(len(v) == n for v in cols.values())
     assert {"link", "batch", "bandwidth_bytes_per_s", "time_s[tp=8]", "time_s[pp=8]", "winner", "margin"} <= set(cols)
+    # row order: link, then batch, then bandwidth (C order); row 27 = link 1, batch index 1, bandwidth 2
+    link, i, j = result.links[1], 1, 2
+    row = 1 * 20 + i * 5 + j
+    assert cols["link"][row] == link
+    assert cols["batch"][row] == batches[i] and cols["bandwidth_bytes_per_s"][row] == bandwidths[j]
+    for plan in ("tp=8", "pp=8"):
+        assert cols[f"time_s[{plan}]"][row] == result.times_s[(link, plan)][i, j]
+    # the winner is the faster plan of its row; the margin the slower time over the faster
+    tp, pp = cols["time_s[tp=8]"], cols["time_s[pp=8]"]
+    both = ~np.isnan(tp) & ~np.isnan(pp)
+    assert both.sum() > n // 2
+    np.testing.assert_array_equal(cols["winner"][both], np.where(tp[both] <= pp[both], "tp=8", "pp=8"))
+    np.testing.assert_allclose(cols["margin"][both], np.maximum(tp, pp)[both] / np.minimum(tp, pp)[both])
 
 
 def test_single_variable_grid_matches_times_s():

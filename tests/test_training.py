@@ -5,6 +5,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.training import estimate_training_step, pipeline_makespan_s
+from shardwise.physics.params import total_params
 from shardwise.specs import Plan, Scenario
 
 
@@ -26,12 +27,6 @@ def test_a_slow_stage_sets_the_pace():
     # first stage twice as slow: m * 2c + the other stages once
     c, p, m = 0.1, 4, 10
     assert pipeline_makespan_s(2 * c, c, c, p, m) == pytest.approx(m * 2 * c + 3 * c)
-
-
-def test_breakdown_adds_up_to_the_step_time(gpt3_scenario):
-    est = estimate_training_step(gpt3_scenario)
-    assert est.breakdown.total_s == pytest.approx(est.step_time_s)
-    assert all(v >= 0 for v in est.breakdown.as_dict().values())
 
 
 def test_bubble_matches_the_closed_form_share(gpt3_scenario):
@@ -86,7 +81,7 @@ def test_tensor_parallelism_across_nodes_pays_for_the_network(gpt3):
 
 
 def test_pcie_makes_tensor_parallel_communication_dominate():
-    model = presets.model("brief")
+    model = presets.model("gpt-96l-4096h")
     nvlink = presets.system("dgx-a100")
     pcie = presets.system("a100-pcie-8x")
     plan = Plan(tp=8, global_batch=8)
@@ -122,7 +117,12 @@ def test_a_model_too_big_for_one_gpu_does_not_fit():
     one_gpu = presets.system("dgx-a100").with_(gpus_per_node=1)
     est = estimate_training_step(Scenario(model, one_gpu, Plan(global_batch=1, recompute="full")))
     assert not est.fits_in_memory
-    assert est.memory.total_bytes > 2e12  # 16+ bytes per parameter
+    # mixed-precision Adam without ZeRO: bf16 weights (2) + fp32 gradients (4) + fp32 master
+    # weights and two moments (12) = 18 bytes per parameter (Rajbhandari et al. 2020 count 16 with fp16 grads)
+    n = total_params(model)
+    mem = est.memory
+    assert float(mem.weights_bytes + mem.gradients_bytes + mem.optimizer_bytes) == pytest.approx(18 * n)
+    assert float(mem.total_bytes) > 18 * n > 80e9
 
 
 def test_selective_recompute_with_flash_attention_changes_nothing():

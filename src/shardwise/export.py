@@ -20,7 +20,7 @@ def plain(value: Any) -> Any:
     arr = np.asarray(value)
     if arr.ndim == 0:
         item = arr.item()
-        return float(item) if isinstance(item, (int, float)) and not isinstance(item, bool) else item
+        return item  # int stays int (a degree, a count), float stays float, bool stays bool
     return arr.tolist()
 
 

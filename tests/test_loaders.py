@@ -1,0 +1,163 @@
+"""Specs from plain mappings (loaders.py): units become SI numbers, families set flags, and every
+mistake is one SpecError line naming the field, the value and what is allowed."""
+
+import pytest
+
+from shardwise.loaders import (
+    FAMILIES,
+    gpu_from_dict,
+    link_from_dict,
+    link_from_rate,
+    load_yaml,
+    model_from_dict,
+    per_gpu_nic,
+)
+from shardwise.specs import Link, SpecError
+
+A100 = {"peak_16bit": "312 TFLOPS", "memory": "80GB", "memory_bandwidth": "2039GB/s"}
+
+
+def one_line_error(excinfo: pytest.ExceptionInfo) -> str:
+    text = str(excinfo.value)
+    assert "\n" not in text, text
+    return text
+
+
+def test_a_gpu_from_strings_with_units():
+    gpu = gpu_from_dict(
+        "a100",
+        {**A100, "peak_fp8": "0 TFLOPS", "kernel_launch": "4us", "sm_count": 108, "source": "datasheet"},
+    )
+    assert gpu.peak_flops_per_s_16bit == pytest.approx(3.12e14)
+    assert gpu.memory_bytes == 80e9  # decimal GB, as datasheets quote
+    assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(2.039e12)
+    assert gpu.kernel_launch_s == pytest.approx(4e-6)
+    assert gpu.sm_count == 108
+    assert gpu.matmul_efficiency == 0.8  # the default when not given
+
+
+def test_a_gpu_in_binary_units_and_plain_numbers():
+    gpu = gpu_from_dict("x", {"peak_16bit": 1e15, "memory": "141GiB", "memory_bandwidth": "4.8TB/s"})
+    assert gpu.memory_bytes == 141 * 2**30
+    assert gpu.peak_flops_per_s_16bit == 1e15
+    assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(4.8e12)
+
+
+def test_a_missing_required_field_is_named():
+    with pytest.raises(SpecError) as excinfo:
+        gpu_from_dict("x", {"peak_16bit": "1 TFLOPS"})
+    assert one_line_error(excinfo) == "gpu 'x': missing field(s) memory, memory_bandwidth"
+
+
+def test_an_unknown_field_lists_the_allowed_ones():
+    with pytest.raises(SpecError) as excinfo:
+        gpu_from_dict("x", {**A100, "colour": "green"})
+    text = one_line_error(excinfo)
+    assert text.startswith("gpu 'x': unknown field 'colour'; allowed: ")
+    allowed = text.split("allowed: ")[1].split(", ")
+    assert allowed == sorted(allowed) and {"peak_16bit", "memory", "memory_bandwidth", "sm_count"} <= set(allowed)
+
+
+def test_a_bad_unit_names_the_field_the_value_and_examples():
+    with pytest.raises(SpecError) as excinfo:
+        gpu_from_dict("x", {**A100, "memory_bandwidth": "600 parsecs"})
+    assert one_line_error(excinfo) == (
+        "gpu 'x': memory_bandwidth: '600 parsecs' is not a bandwidth; "
+        "use e.g. '600GB/s', '400Gb/s' (bits) or bytes per second"
+    )
+    with pytest.raises(SpecError, match=r"^gpu 'x': sm_count: .*'many'"):  # a plain int field too
+        gpu_from_dict("x", {**A100, "sm_count": "many"})
+
+
+def test_a_link_in_bits_per_second_is_divided_by_eight():
+    link = link_from_dict("ndr", {"bandwidth": "400Gb/s", "latency": "5us", "efficiency": "0.9", "notes": "IB NDR"})
+    assert link.bandwidth_bytes_per_s == pytest.approx(50e9)
+    assert link.latency_s == pytest.approx(5e-6)
+    assert link.efficiency == 0.9
+    assert link.base_latency_s == pytest.approx(20e-6)  # the default per-call latency
+    with pytest.raises(SpecError, match="link 'y': missing field\\(s\\) bandwidth"):
+        link_from_dict("y", {"latency": "1us"})
+
+
+def test_a_model_family_sets_the_architecture_flags_and_fields_override_them():
+    llama = model_from_dict(
+        "tiny", {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16, "family": "LLaMA"}
+    )
+    assert (llama.gated_mlp, llama.tied_embeddings, llama.bias, llama.rmsnorm) == (True, False, False, True)
+    gpt = model_from_dict("g", {"layers": "4", "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16, "bias": False})
+    assert gpt.layers == 4 and isinstance(gpt.layers, int)  # a whole number given as text
+    assert (gpt.gated_mlp, gpt.tied_embeddings, gpt.bias) == (False, True, False)  # gpt, bias overridden
+    assert set(FAMILIES["gpt"]) == set(FAMILIES["llama"])  # both families set every flag
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"family": "mamba"}, "model 'm': family 'mamba' is not allowed; choose one of gpt, llama"),
+        ({"layers": "many"}, "model 'm': layers: 'many' is not a whole number"),
+        ({"layers": 2.5}, "model 'm': layers: 2.5 is not allowed; it must be a whole number >= 1"),
+        ({"bias": "yes"}, "model 'm': bias: 'yes' must be true or false"),
+    ],
+)
+def test_bad_model_fields(change, message):
+    base = {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16}
+    with pytest.raises(SpecError) as excinfo:
+        model_from_dict("m", {**base, **change})
+    assert one_line_error(excinfo) == message
+
+
+def test_an_unknown_model_field_lists_the_allowed_ones():
+    with pytest.raises(SpecError, match="unknown field 'depth'; allowed: bias, dropout, family, ffn_hidden"):
+        model_from_dict("m", {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16, "depth": 3})
+    with pytest.raises(SpecError, match="missing field\\(s\\) vocab, seq_len"):
+        model_from_dict("m", {"layers": 2, "hidden": 64, "heads": 4})
+
+
+@pytest.mark.parametrize(
+    ("rate", "role", "latency"),
+    [
+        (300e9, "intra", 1e-6),  # NVLink-class
+        (100e9, "intra", 1e-6),  # the boundary is NVLink-class
+        (99e9, "intra", 2e-6),  # PCIe-class
+        (32e9, "intra", 2e-6),
+        (300e9, "inter", 5e-6),  # a network, whatever its rate
+    ],
+)
+def test_a_link_given_as_a_rate_takes_the_latency_of_its_kind(rate, role, latency):
+    link = link_from_rate("r", rate, role)
+    assert link.latency_s == latency
+    assert link.bandwidth_bytes_per_s == rate
+    assert link.efficiency == 1.0  # a rate is what is sustained
+    assert link.base_latency_s == pytest.approx(20e-6)
+
+
+def test_a_rate_replacing_a_link_keeps_its_latencies_unless_told():
+    old = Link("ib", 25e9, latency_s=7e-6, efficiency=0.8, base_latency_s=30e-6)
+    kept = link_from_rate("r", 10e9, "intra", replaced=old)
+    assert (kept.latency_s, kept.base_latency_s) == (7e-6, 30e-6)
+    told = link_from_rate("r", 10e9, "intra", replaced=old, latency_s=3e-6)
+    assert (told.latency_s, told.base_latency_s) == (3e-6, 30e-6)
+
+
+def test_each_gpu_gets_its_share_of_the_nics():
+    nic = Link("hdr", 25e9)
+    shared = per_gpu_nic(nic, 2, 8)  # 2 NICs for 8 GPUs: a quarter each
+    assert shared.bandwidth_bytes_per_s == pytest.approx(6.25e9)
+    assert shared.name == "hdr x2/8" and shared.latency_s == nic.latency_s
+    assert per_gpu_nic(nic, 8, 8) is nic  # one each
+    assert per_gpu_nic(nic, 16, 8) is nic  # more NICs than GPUs do not add bandwidth per GPU
+    with pytest.raises(SpecError, match="nics_per_node: 0 is not allowed; it must be > 0"):
+        per_gpu_nic(nic, 0, 8)
+
+
+def test_yaml_files(tmp_path):
+    good = tmp_path / "good.yaml"
+    good.write_text("gpu:\n  memory: 80GB\n  sm_count: 108\n")
+    assert load_yaml(good) == {"gpu": {"memory": "80GB", "sm_count": 108}}
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: 1\nb: [1, 2\nc: 3\n")  # the flow list is still open when line 3 starts a mapping
+    with pytest.raises(SpecError) as excinfo:
+        load_yaml(bad)
+    assert one_line_error(excinfo) == f"{bad}: line 3 is not valid YAML"
+    with pytest.raises(SpecError, match=r"missing\.yaml: cannot read \(No such file or directory\)"):
+        load_yaml(tmp_path / "missing.yaml")
