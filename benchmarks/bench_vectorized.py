@@ -58,7 +58,7 @@ def random_plans(n: int, seed: int = 0) -> Scenario:
         recompute=rng.integers(0, 3, n),
         zero_stage=rng.integers(0, 4, n),
     )
-    return Scenario(presets.model("brief"), presets.system("dgx-a100", nodes=8), plan)
+    return Scenario(presets.model("gpt-96l-4096h"), presets.system("dgx-a100", nodes=8), plan)
 
 
 def bench_random(n: int) -> tuple[int, float]:

@@ -17,7 +17,11 @@ from shardwise.engines.simulated import simulate_training_step
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "figures"
 SETTINGS = {
-    "brief, pp=8, m=16": (presets.model("brief"), presets.system("dgx-a100"), Plan(pp=8, global_batch=16)),
+    "gpt-96l-4096h, pp=8, m=16": (
+        presets.model("gpt-96l-4096h"),
+        presets.system("dgx-a100"),
+        Plan(pp=8, global_batch=16),
+    ),
     "gpt3-175b, tp=8 pp=8, m=64": (
         presets.model("gpt3-175b"),
         presets.system("dgx-a100", nodes=8),
@@ -44,7 +48,7 @@ def main(figures: bool) -> None:
                 f"{setting:28s} {schedule + (' v=3' if extra else ''):15s} {closed:10.3f}s {s.makespan_s:9.3f}s "
                 f"{(s.makespan_s - closed) / closed:+6.1%} {s.bubble_fraction:7.1%} {s.peak_in_flight[0]:12.3g}"
             )
-            if figures and setting.startswith("brief"):
+            if figures and setting.startswith("gpt-96l"):
                 OUT.mkdir(parents=True, exist_ok=True)
                 title = (
                     f"brief model, PP=8, 16 micro-batches, {schedule}: step {s.makespan_s:.3g} s, "

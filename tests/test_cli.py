@@ -136,7 +136,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message, cli):
 def test_missing_model_and_missing_batch(cli):
     code, _, err = cli(["predict", "--system", "dgx-a100"])
     assert code == 2 and "--layers --hidden --heads" in err
-    code, _, err = cli(["predict", "--model", "brief", "--system", "dgx-a100"])
+    code, _, err = cli(["predict", "--model", "gpt-96l-4096h", "--system", "dgx-a100"])
     assert code == 2 and "--global-batch is required" in err
 
 
@@ -232,3 +232,19 @@ def test_validate_public_json_is_strict_json(cli):
     assert len(data["rows"]) > 300 and any(r["measured_step_s"] is None for r in data["rows"])
     holdout = [t for t in data["tables"] if t["split"].startswith("holdout")]
     assert holdout and all(0 < t["mape"] < 0.5 for t in holdout if t["rows"])
+
+
+def test_the_renamed_example_model_keeps_its_old_name_as_a_hidden_alias(cli):
+    from shardwise import presets
+
+    assert presets.model("gpt-96l-4096h") == presets.model("gpt-96l-4096h")
+    assert presets.model("BRIEF").name == "gpt-96l-4096h"
+    code, out, _ = cli(["presets", "models"])
+    assert code == 0 and "gpt-96l-4096h" in out and "brief" not in out.split()
+
+
+def test_presets_list_shows_defaults_not_placeholders(cli):
+    code, out, _ = cli(["presets", "models"])
+    assert code == 0 and "interleaved" not in out  # kv heads left out = heads (multi-head attention)
+    row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["gpt-1.7b"])
+    assert row[1:] == ["24", "2304", "24", "24", "2048"]

@@ -137,7 +137,7 @@ def test_timeline_writes_a_gantt_chart_and_a_chrome_trace(cli, tmp_path):
         [
             "timeline",
             "--model",
-            "brief",
+            "gpt-96l-4096h",
             "--system",
             "dgx-a100",
             "--pp",
@@ -161,7 +161,7 @@ def test_timeline_writes_a_gantt_chart_and_a_chrome_trace(cli, tmp_path):
         [
             "timeline",
             "--model",
-            "brief",
+            "gpt-96l-4096h",
             "--system",
             "dgx-a100",
             "--pp",
@@ -210,7 +210,7 @@ def test_timeline_bad_paths(cli, tmp_path):
         [
             "timeline",
             "--model",
-            "brief",
+            "gpt-96l-4096h",
             "--system",
             "dgx-a100",
             "--pp",

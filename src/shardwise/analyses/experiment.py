@@ -213,7 +213,7 @@ class Experiment:
 
     @property
     def hardware(self) -> str:
-        """'brief-96l on 8 x a100-sxm4-80gb' (+ the inter-node link when it spans servers): what
+        """'gpt-96l-4096h on 8 x a100-sxm4-80gb' (+ the inter-node link when it spans servers): what
         every figure's title names."""
         text = f"{self.model.name} on {self.gpus} x {self.gpu.name}"
         if self.gpus > self.gpus_per_node and self.inter_node_link is not None:
@@ -225,7 +225,7 @@ def brief_experiment() -> Experiment:
     """Section 8 of the brief: hidden 4096, 96 layers, 312 TFLOP/s GPUs (A100), TP=8 vs PP=8,
     NVLink (A100 NVLink3, 600 GB/s both directions) vs PCIe Gen4 (32 GB/s)."""
     return Experiment(
-        model=presets.model("brief"),
+        model=presets.model("gpt-96l-4096h"),
         gpu=presets.gpu("a100-sxm4-80gb"),
         inter_node_link=presets.link("ib-hdr"),
         links=(LinkSpec("NVLink", presets.link("nvlink3")), LinkSpec("PCIe", presets.link("pcie4"))),

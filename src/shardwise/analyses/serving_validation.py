@@ -1,5 +1,5 @@
 """Serving predictions against the public inference measurements in
-`data/comm_and_inference_measured.csv` (copied from ../shared/reference, sources kept):
+`data/comm_and_inference_measured.csv` (each row with its source):
 
 - TensorRT-LLM's performance overview (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md,
   trtllm-bench, offline "max throughput": all requests queued): total output tokens/s of

@@ -1,7 +1,7 @@
 """Predicted against published: the accuracy tables of the README.
 
-Published runs live in `data/training_measured.csv` (copied from ../shared/reference, source
-columns kept) and how each was executed in `data/validation_runs.yaml`. One set of constants
+Published runs live in `data/training_measured.csv` (each row with its
+source) and how each was executed in `data/validation_runs.yaml`. One set of constants
 serves every row: nothing here is fitted per run.
 
 Tables:

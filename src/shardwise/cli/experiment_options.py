@@ -20,7 +20,7 @@ experiment_options = _stack(
         "--model",
         "model_name",
         metavar="NAME|FILE",
-        default="brief",
+        default="gpt-96l-4096h",
         show_default=True,
         help="Model preset or YAML file.",
     ),

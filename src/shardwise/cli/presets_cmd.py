@@ -70,14 +70,16 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
         for col in COLUMNS[k]:
             table.add_column(HEADERS.get(col, col.replace("_", " ")), justify="right", overflow="fold")
         for row in registry.describe(k):
-            table.add_row(row["name"], *(_cell(row.get(c)) for c in COLUMNS[k]))
+            table.add_row(row["name"], *(_cell(row, c) for c in COLUMNS[k]))
         out.print(table)
     out.print("[dim]`shardwise presets show NAME` for every field and its source[/]")
 
 
-def _cell(value: Any) -> str:
+def _cell(row: dict[str, Any], column: str) -> str:
+    value = row.get(column)
     if value is None:
-        return "interleaved"
+        # a field left to its default: KV heads = heads (multi-head attention), no network, ...
+        return str(row.get("heads", "-")) if column == "kv_heads" else "-"
     if isinstance(value, bool):
         return "on" if value else "off"
     if isinstance(value, dict):
@@ -92,6 +94,7 @@ def _show(registry: Any, name: str, as_json: bool) -> None:
     from shardwise.errors import SpecError
 
     key = name.strip().lower()
+    key = next((a[key] for a in registry.ALIASES.values() if key in a), key)
     found = [(k, registry.raw(k)[key]) for k in KIND_CHOICES if key in registry.raw(k)]
     if not found:
         every = [n for k in KIND_CHOICES for n in registry.names(k)]

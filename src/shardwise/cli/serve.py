@@ -125,7 +125,7 @@ def serve(
       shardwise serve --model llama3-70b --system dgx-h100 --plan tp=8 --plan pp=8 --plan tp=2,pp=4
       shardwise serve --model llama3-8b --system dgx-h100 --num-gpus 1 --weight-precision fp8 \\
           --kv-precision fp8 --input-len 2048 --output-len 2048 --max-throughput
-      shardwise serve --model brief --system a100-pcie-8x --plan tp=8 --plan pp=8 --plot frontier.png
+      shardwise serve --model gpt-96l-4096h --system a100-pcie-8x --plan tp=8 --plan pp=8 --plot frontier.png
     """
     from shardwise.analyses.experiment import LinkSpec, PlanSpec
     from shardwise.cli.options import build_cluster, build_model

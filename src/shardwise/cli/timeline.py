@@ -33,7 +33,7 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
     Examples:
       shardwise timeline --model gpt3-175b --system dgx-a100 --nodes 8 --tp 8 --pp 8 \\
           --global-batch 32 --recompute full --trace step.json
-      shardwise timeline --model brief --system dgx-a100 --pp 8 --global-batch 16 --schedule zb-h1
+      shardwise timeline --model gpt-96l-4096h --system dgx-a100 --pp 8 --global-batch 16 --schedule zb-h1
     """
     from shardwise.cli.options import build_scenario, check_output_path
     from shardwise.engines.simulated import simulate_training_step

@@ -21,6 +21,8 @@ from shardwise import loaders
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 
 KINDS = ("gpus", "links", "systems", "models", "frameworks")
+# Old names still accepted for one release, not listed (`shardwise presets` shows the new ones).
+ALIASES = {"models": {"brief": "gpt-96l-4096h"}}
 # The Plan fields a framework preset sets (presets/frameworks.yaml).
 FRAMEWORK_FLAGS = (
     "async_tp_grad",
@@ -62,6 +64,7 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
         return Path(name).stem, data
     table = raw(kind)
     key = name.strip().lower()
+    key = ALIASES.get(kind, {}).get(key, key)
     if key in table:
         return key, table[key]
     close = difflib.get_close_matches(key, table, n=3, cutoff=0.4)

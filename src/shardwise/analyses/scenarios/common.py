@@ -47,7 +47,7 @@ def brief_cluster(link: str, gpus: int = 8) -> Any:
 
 
 def brief_model(**changes: Any) -> Model:
-    return presets.model("brief", **changes)
+    return presets.model("gpt-96l-4096h", **changes)
 
 
 def wide_model(hidden: int, **changes: Any) -> Model:
