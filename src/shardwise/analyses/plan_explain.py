@@ -9,7 +9,6 @@ import numpy as np
 
 from shardwise.analyses.planner import PlanSearch
 from shardwise.engines.result import TrainingEstimate
-from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.specs import Plan, Recompute, Scenario, Schedule
 
@@ -203,10 +202,10 @@ def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[s
 
 def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     """The best plan's neighbours, each evaluated, best first."""
-    from shardwise.analyses.planner import cluster_for
+    from shardwise.analyses.planner import cluster_for, confirmed_estimate
 
     scn = search.scenario(index)
-    best = estimate_training_step(scn)
+    best = confirmed_estimate(scn)
     capacity = float(scn.cluster.gpu.memory_bytes) - search.space.memory_headroom_bytes
     base_score = _score(search, best)
     gpus = int(np.asarray(scn.plan.num_gpus))
@@ -218,7 +217,7 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
             alt_scn = Scenario(scn.model, cluster_for(search.cluster, n), plan)
         except SpecError:
             continue
-        est = estimate_training_step(alt_scn)
+        est = confirmed_estimate(alt_scn)
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded = excluded_by(search, plan)

@@ -119,6 +119,12 @@ def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
         raise SpecError(f"{field}: {v!r} is not allowed; choose one of {allowed}")
 
     if isinstance(value, np.ndarray):
+        if np.issubdtype(value.dtype, np.integer):  # codes already: check them all at once
+            codes = np.array([int(m) for m in enum])
+            bad = ~np.isin(value, codes)
+            if np.any(bad):
+                one(int(value[bad].flat[0]))  # raises with the allowed names
+            return value.astype(np.int64, copy=False)
         flat = [int(one(v)) for v in value.ravel().tolist()]
         return np.asarray(flat, dtype=np.int64).reshape(value.shape)
     return one(value)

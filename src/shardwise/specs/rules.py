@@ -105,11 +105,16 @@ def batch_rules(global_batch: Number, dp: Number, micro_batch: Number, pp: Numbe
     return rules
 
 
+def fills_gpus(gpus: Number, tp: Number, pp: Number, dp: Number, cp: Number = 1) -> Number:
+    """tp x pp x cp x dp use every GPU with a whole dp >= 1: plain ints give a bool (the
+    planner's inner loop), arrays an array."""
+    return (tp * pp * dp * cp == gpus) & (dp >= 1) & (dp % 1 == 0)
+
+
 def gpu_rules(gpus: Number, tp: Number, pp: Number, dp: Number, cp: Number, context: str = "") -> Rule:
-    """tp x pp x cp x dp fill the GPUs exactly."""
+    """tp x pp x cp x dp fill the GPUs exactly (`fills_gpus`)."""
     used = np.asarray(tp) * np.asarray(pp) * np.asarray(dp) * np.asarray(cp)
-    whole = (np.mod(dp, 1) == 0) & (np.asarray(dp) >= 1)
-    ok = whole & (used == np.asarray(gpus))
+    ok = np.asarray(fills_gpus(np.asarray(gpus), np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)))
 
     def error() -> str:
         u, g, c = _at(~ok, used, gpus, cp)
