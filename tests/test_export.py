@@ -150,3 +150,25 @@ def test_parquet_round_trips_the_columns(tmp_path):
     table = pq.read_table(path).to_pydict()
     assert table["link"] == ["NVLink", "PCIe"]
     assert table["time_s"][0] == 0.5 and math.isnan(table["time_s"][1])
+
+
+def test_csv_is_written_in_chunks_with_progress_and_the_same_text(tmp_path, monkeypatch):
+    from shardwise import export
+
+    n = 1000
+    columns = {
+        "link": np.array(["NVLink", "PCIe"] * (n // 2), dtype=object),
+        "batch": np.arange(n),
+        "time_s": np.linspace(0.001, 10.0, n),
+        "fits": np.arange(n) % 3 == 0,
+    }
+    whole = tmp_path / "whole.csv"
+    export.write_columns(columns, whole)
+    monkeypatch.setattr(export, "CSV_CHUNK_ROWS", 64)
+    seen = []
+    chunked = tmp_path / "chunked.csv"
+    export.write_columns(columns, chunked, progress=lambda done, total: seen.append((done, total)))
+    assert chunked.read_text() == whole.read_text()
+    assert seen[0] == (64, n) and seen[-1] == (n, n) and len(seen) == -(-n // 64)
+    lines = whole.read_text().splitlines()
+    assert len(lines) == n + 1 and lines[1] == "NVLink,0,0.001,true" and lines[-1] == "PCIe,999,10,true"  # 999 % 3 == 0

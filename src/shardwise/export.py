@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -142,9 +143,13 @@ def _finite(value: Any) -> Any:
     return value
 
 
-def write_columns(columns: dict[str, Any], path: str | Path) -> None:
+CSV_CHUNK_ROWS = 65_536  # rows formatted at a time: bounded memory whatever the table's length
+
+
+def write_columns(columns: dict[str, Any], path: str | Path, progress: Callable[[int, int], Any] | None = None) -> None:
     """Write columns (equal-length numpy arrays) as CSV, or Parquet by the extension, atomically:
-    a temporary file in the same directory, renamed when complete."""
+    a temporary file in the same directory, renamed when complete. CSV is written CSV_CHUNK_ROWS
+    rows at a time; `progress(rows done, rows)` is called after each chunk."""
     from shardwise.atomic import atomic_path
 
     p = Path(path)
@@ -156,23 +161,30 @@ def write_columns(columns: dict[str, Any], path: str | Path) -> None:
             table = pa.table({k: (v.astype(str) if v.dtype == object else v) for k, v in columns.items()})
             pq.write_table(table, tmp)
         else:
-            _write_csv(columns, tmp)
+            _write_csv(columns, tmp, progress)
 
 
-def _write_csv(columns: dict[str, Any], path: str) -> None:
+def _cells(values: np.ndarray) -> list[str]:
+    """One column's cells: floats to 6 significant digits (nan, inf as such), ints whole,
+    booleans true/false, anything else as its text."""
+    if values.dtype == bool:
+        return np.where(values, "true", "false").tolist()
+    if np.issubdtype(values.dtype, np.integer):
+        return [str(v) for v in values.tolist()]
+    if np.issubdtype(values.dtype, np.floating):
+        return list(map("{:.6g}".format, values.tolist()))
+    return [str(v) for v in values.tolist()]
+
+
+def _write_csv(columns: dict[str, Any], path: str, progress: Callable[[int, int], Any] | None = None) -> None:
     names = list(columns)
-    text_cols = []
-    for values in columns.values():
-        if values.dtype == object:
-            text_cols.append(values.astype(str))
-        elif values.dtype == bool:
-            text_cols.append(np.where(values, "true", "false"))
-        else:
-            text_cols.append(np.char.mod("%.6g", values))
-    body = np.char.add(text_cols[0], "")
-    for col in text_cols[1:]:
-        body = np.char.add(np.char.add(body, ","), col)
-    with open(path, "w", encoding="utf-8") as fh:
+    arrays = [np.asarray(v) for v in columns.values()]
+    rows = len(arrays[0]) if arrays else 0
+    with open(path, "w", encoding="utf-8", newline="") as fh:
         fh.write(",".join(names) + "\n")
-        fh.write("\n".join(body.tolist()))
-        fh.write("\n")
+        for start in range(0, rows, CSV_CHUNK_ROWS):
+            cells = [_cells(a[start : start + CSV_CHUNK_ROWS]) for a in arrays]
+            fh.write("\n".join(map(",".join, zip(*cells, strict=True))))
+            fh.write("\n")
+            if progress is not None:
+                progress(min(start + CSV_CHUNK_ROWS, rows), rows)

@@ -10,6 +10,7 @@ from shardwise.cli.experiment_options import experiment_options
 from shardwise.cli.options import alias_option
 
 PROGRESS_MIN_POINTS = 500_000  # show a progress bar from this many configurations
+PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
 
 
 @click.command()
@@ -82,7 +83,7 @@ def sweep(
         result = _with_progress(exp, grid, total_configs)
     elapsed = time.perf_counter() - start
     if out_path is not None:
-        _write(result, out_path)
+        _write(result, out_path, not (no_progress or as_json))
     if map_path is not None:
         from shardwise import plots
 
@@ -108,10 +109,22 @@ def _with_progress(exp: Any, grid: list[Any], total: int) -> Any:
         return run_sweep(exp, grid, progress=lambda n: bar.advance(task, n))
 
 
-def _write(result: Any, path: str) -> None:
+def _write(result: Any, path: str, show_progress: bool) -> None:
+    """Write the grid, with a progress bar for a large CSV (it is written in chunks)."""
     from shardwise.export import write_columns
 
-    write_columns(dict(result.columns()), path)
+    columns = dict(result.columns())
+    rows = len(next(iter(columns.values())))
+    if not show_progress or rows < PROGRESS_MIN_ROWS:
+        write_columns(columns, path)
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn(f"writing {path}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("write", total=rows)
+        write_columns(columns, path, progress=lambda done, _: bar.update(task, completed=done))
 
 
 def _summary(result: Any, elapsed: float) -> dict[str, Any]:
