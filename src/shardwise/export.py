@@ -143,6 +143,108 @@ def _finite(value: Any) -> Any:
     return value
 
 
+def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
+    from shardwise.analyses.crossover import describe_crossing
+
+    return {
+        "variable": result.variable,
+        "values": plain(result.values),
+        "workload": result.experiment.workload,
+        "cost_model": result.experiment.cost_model,
+        "assumptions": assumptions,
+        "series": [
+            {
+                "plan": s.plan,
+                "link": s.link,
+                "time_s": [None if v != v else v for v in plain(s.time_s)],
+                "fits_in_memory": plain(s.fits),
+            }
+            for s in result.series
+        ],
+        "crossings": [
+            {
+                "link": c.link,
+                "faster_below": c.before,
+                "faster_above": c.after,
+                "at": c.at,
+                "bracket": [c.low, c.high],
+                "exact": c.exact,
+                "text": describe_crossing(c, result.variable),
+            }
+            for c in result.crossings
+        ],
+    }
+
+
+def serving_dict(label: str, est: Any) -> dict[str, Any]:
+    plan = est.scenario.plan
+    return {
+        "plan": label,
+        "tp": int(plan.tp),
+        "pp": int(plan.pp),
+        "replicas": int(plan.dp),
+        "batch": int(est.workload.batch),
+        "ttft_s": plain(est.ttft_s),
+        "tpot_s": plain(est.tpot_s),
+        "e2e_s": plain(est.e2e_s),
+        "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
+        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
+        "max_batch_per_replica": int(est.max_batch),
+        "memory_bytes": {
+            "weights": plain(est.weights_bytes),
+            "kv_cache": plain(est.kv_cache_bytes),
+            "total": plain(est.total_bytes),
+        },
+        "fits_in_memory": plain(est.fits_in_memory),
+        "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
+        "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
+    }
+
+
+def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
+    from shardwise.analyses.experiment import DISPLAY_SCALE
+
+    per_link = {}
+    for link in result.links:
+        w = result.winner(link)
+        counts = {plan: int(np.sum(w == i)) for i, plan in enumerate(result.plans)}
+        counts["none valid"] = int(np.sum(w < 0))
+        per_link[link] = counts
+    return {
+        "variables": {
+            name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
+            for name, axis in zip(result.variables, result.axes, strict=True)
+        },
+        "configurations": result.points,
+        "seconds": elapsed,
+        "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
+        "winner_cells": per_link,
+    }
+
+
+def simulation_dict(sim_step: Any, closed_s: float) -> dict[str, Any]:
+    """A simulated training step (`shardwise timeline --json`): every operation with its times."""
+    from shardwise.engines.simulator import KIND_NAMES
+
+    sim = sim_step.simulation
+    return {
+        "schedule": sim.schedule,
+        "stages": sim.p,
+        "micro_batches": sim.m,
+        "virtual_stages": sim.v,
+        "makespan_s": sim.makespan_s,
+        "closed_form_step_time_s": closed_s,
+        "bubble_fraction": sim.bubble_fraction,
+        "bubble_fraction_per_stage": sim.bubble_fraction_per_stage.tolist(),
+        "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
+        "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
+        "operations": [
+            {"stage": s, "kind": KIND_NAMES[k], "micro_batch": mb, "chunk": c, "start_s": a, "end_s": b}
+            for s, k, mb, c, a, b in sim.records
+        ],
+    }
+
+
 CSV_CHUNK_ROWS = 65_536  # rows formatted at a time: bounded memory whatever the table's length
 
 

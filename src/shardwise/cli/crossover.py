@@ -79,7 +79,7 @@ def crossover(
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps(_as_dict(result, assumptions)))
+        click.echo(export.dumps(export.crossover_dict(result, assumptions)))
     elif csv_path == "-":
         click.echo(_as_csv(result), nl=False)
     else:
@@ -106,40 +106,6 @@ def _plot(result: Any, path: str, subtitle: str) -> Any:
     title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable}, {exp.hardware} ({model})"
     fig = plots.crossover_figure(result, title, subtitle, _ylabel(exp))
     return plots.save(fig, path)
-
-
-def _as_dict(result: Any, assumptions: str) -> dict[str, Any]:
-    from shardwise.analyses.crossover import describe_crossing
-    from shardwise.export import plain
-
-    return {
-        "variable": result.variable,
-        "values": plain(result.values),
-        "workload": result.experiment.workload,
-        "cost_model": result.experiment.cost_model,
-        "assumptions": assumptions,
-        "series": [
-            {
-                "plan": s.plan,
-                "link": s.link,
-                "time_s": [None if v != v else v for v in plain(s.time_s)],
-                "fits_in_memory": plain(s.fits),
-            }
-            for s in result.series
-        ],
-        "crossings": [
-            {
-                "link": c.link,
-                "faster_below": c.before,
-                "faster_above": c.after,
-                "at": c.at,
-                "bracket": [c.low, c.high],
-                "exact": c.exact,
-                "text": describe_crossing(c, result.variable),
-            }
-            for c in result.crossings
-        ],
-    }
 
 
 def _as_csv(result: Any) -> str:

@@ -182,7 +182,7 @@ def serve(
                         "runtime": runtime,
                     },
                     "plans": [
-                        {**_as_dict(label, est), "would_fit": hints.get(label), "launch": _launch(est, emit)}
+                        {**export.serving_dict(label, est), "would_fit": hints.get(label), "launch": _launch(est, emit)}
                         for label, est in rows
                     ],
                     "invalid_plans": [{"plan": label, "reason": reason} for label, reason in invalid],
@@ -268,33 +268,6 @@ def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str
         if len(found) == 2:
             break
     return " or ".join(found)
-
-
-def _as_dict(label: str, est: Any) -> dict[str, Any]:
-    from shardwise.export import plain
-
-    plan = est.scenario.plan
-    return {
-        "plan": label,
-        "tp": int(plan.tp),
-        "pp": int(plan.pp),
-        "replicas": int(plan.dp),
-        "batch": int(est.workload.batch),
-        "ttft_s": plain(est.ttft_s),
-        "tpot_s": plain(est.tpot_s),
-        "e2e_s": plain(est.e2e_s),
-        "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
-        "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
-        "max_batch_per_replica": int(est.max_batch),
-        "memory_bytes": {
-            "weights": plain(est.weights_bytes),
-            "kv_cache": plain(est.kv_cache_bytes),
-            "total": plain(est.total_bytes),
-        },
-        "fits_in_memory": plain(est.fits_in_memory),
-        "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
-        "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
-    }
 
 
 def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]], figure: Any, max_tp: bool) -> None:

@@ -88,10 +88,10 @@ def sweep(
         from shardwise import plots
 
         plots.save(plots.winner_map(result), map_path)
-    summary = _summary(result, elapsed)
-    if as_json:
-        from shardwise import export
+    from shardwise import export
 
+    summary = export.sweep_dict(result, elapsed)
+    if as_json:
         click.echo(export.dumps(summary))
         return
     _print(summary, out_path, map_path)
@@ -125,29 +125,6 @@ def _write(result: Any, path: str, show_progress: bool) -> None:
     ) as bar:
         task = bar.add_task("write", total=rows)
         write_columns(columns, path, progress=lambda done, _: bar.update(task, completed=done))
-
-
-def _summary(result: Any, elapsed: float) -> dict[str, Any]:
-    import numpy as np
-
-    from shardwise.analyses.experiment import DISPLAY_SCALE
-
-    per_link = {}
-    for link in result.links:
-        w = result.winner(link)
-        counts = {plan: int(np.sum(w == i)) for i, plan in enumerate(result.plans)}
-        counts["none valid"] = int(np.sum(w < 0))
-        per_link[link] = counts
-    return {
-        "variables": {
-            name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
-            for name, axis in zip(result.variables, result.axes, strict=True)
-        },
-        "configurations": result.points,
-        "seconds": elapsed,
-        "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
-        "winner_cells": per_link,
-    }
 
 
 def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) -> None:

@@ -66,36 +66,11 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
 
         write_chrome_trace(sim, trace_path)
     if as_json:
-        _json(sim_step, float(closed.step_time_s))
+        from shardwise import export
+
+        click.echo(export.dumps(export.simulation_dict(sim_step, float(closed.step_time_s))))
         return
     _print(sim_step, float(closed.step_time_s), figure, trace_path)
-
-
-def _json(sim_step: Any, closed_s: float) -> None:
-    from shardwise import export
-    from shardwise.engines.simulator import KIND_NAMES
-
-    sim = sim_step.simulation
-    click.echo(
-        export.dumps(
-            {
-                "schedule": sim.schedule,
-                "stages": sim.p,
-                "micro_batches": sim.m,
-                "virtual_stages": sim.v,
-                "makespan_s": sim.makespan_s,
-                "closed_form_step_time_s": closed_s,
-                "bubble_fraction": sim.bubble_fraction,
-                "bubble_fraction_per_stage": sim.bubble_fraction_per_stage.tolist(),
-                "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
-                "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
-                "operations": [
-                    {"stage": s, "kind": KIND_NAMES[k], "micro_batch": mb, "chunk": c, "start_s": a, "end_s": b}
-                    for s, k, mb, c, a, b in sim.records
-                ],
-            }
-        )
-    )
 
 
 def _print(sim_step: Any, closed_s: float, figure: Any, trace_path: str | None) -> None:
