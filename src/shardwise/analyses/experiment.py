@@ -166,18 +166,9 @@ class LinkSpec:
         if not label or not value:
             raise SpecError(f"{flag} {text!r}: give LABEL=LINK (a preset like pcie4 or a rate like 32GB/s)")
         try:
-            rate = units.parse_rate_bytes_per_s(value)
-        except SpecError:
-            rate = None
-        if rate is not None:
-            from shardwise.loaders import link_from_rate
-
-            link = link_from_rate(label, rate, "intra")
-        else:
-            try:
-                link = presets.link(value)
-            except SpecError as exc:
-                raise SpecError(f"{flag} {text!r}: {exc}; or give LABEL=RATE like nvlink=600GB/s") from None
+            link = presets.link_or_rate(value, "intra", name=label)
+        except SpecError as exc:
+            raise SpecError(f"{flag} {text!r}: {exc}; or give LABEL=RATE like nvlink=600GB/s") from None
         for extra in extras:
             key, _, v = extra.partition("=")
             if key == "latency":

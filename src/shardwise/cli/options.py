@@ -203,26 +203,17 @@ plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
 
 def _link(spec: str, role: str, replaced: Any = None, latency: str | None = None) -> Any:
-    """A link flag: a preset, a YAML file, or a sustained rate (which keeps the latency of the link
-    it replaces, or of its kind; --link-latency sets it)."""
-    from shardwise import loaders, presets, units
+    """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
+    keeps the latency of the link it replaces, or of its kind; --link-latency sets it)."""
+    from shardwise import presets, units
     from shardwise.specs import SpecError
 
+    latency_s = units.parse_seconds(latency) if latency is not None else None
+    kind = "inter" if role == "inter-link" else "intra"
     try:
-        rate = units.parse_rate_bytes_per_s(spec)
-    except SpecError:
-        rate = None
-    if rate is not None:
-        latency_s = units.parse_seconds(latency) if latency is not None else None
-        kind = "inter" if role == "inter-link" else "intra"
-        return loaders.link_from_rate(spec, rate, kind, replaced, latency_s)
-    try:
-        link = presets.link(spec)
+        return presets.link_or_rate(spec, kind, replaced, latency_s)
     except SpecError as exc:
         raise SpecError(f"--{role}: {exc}; or give a YAML file or a rate like 600GB/s") from None
-    if latency is not None:
-        link = link.with_(latency_s=units.parse_seconds(latency))
-    return link
 
 
 def build_model(o: dict[str, Any]) -> Any:

@@ -86,6 +86,28 @@ def link(name: str) -> Link:
     return loaders.link_from_dict(key, data)
 
 
+def link_or_rate(
+    spec: str,
+    role: str = "intra",
+    replaced: Link | None = None,
+    latency_s: float | None = None,
+    name: str | None = None,
+) -> Link:
+    """What a link flag names, the one parser for all of them: a sustained rate ('600GB/s': it
+    keeps the latency of the link it `replaced`, or of its kind, see `loaders.link_from_rate`), a
+    preset name or a YAML file. `latency_s` overrides the latency; `name` names a rate link."""
+    from shardwise import units
+
+    try:
+        rate = units.parse_rate_bytes_per_s(spec)
+    except SpecError:
+        rate = None
+    if rate is not None:
+        return loaders.link_from_rate(name or spec, rate, role, replaced, latency_s)
+    found = link(spec)
+    return found if latency_s is None else found.with_(latency_s=latency_s)
+
+
 def model(name: str, **overrides: Any) -> Model:
     """A model preset; `overrides` replace fields before defaults are derived (so a new
     `hidden` also moves the default `ffn_hidden` = 4 * hidden)."""
