@@ -18,9 +18,10 @@ from pathlib import Path
 
 from shardwise import presets
 from shardwise.analyses import serving
-from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving, serving_scenario
+from shardwise.engines.serving import estimate_serving, plan_for_serving, serving_scenario
 from shardwise.physics.collectives import Fabric
 from shardwise.specs import Scenario
+from shardwise.specs.serving import ServingWorkload
 from shardwise.units import format_seconds
 
 OUT = Path(__file__).resolve().parent.parent / "docs" / "figures"

@@ -5,9 +5,11 @@ import pytest
 
 from shardwise.analyses.crossover import describe_crossing, run_crossover
 from shardwise.analyses.evaluate import times_s
-from shardwise.analyses.experiment import BRIEF_LINKS, LinkSpec, PlanSpec, brief_experiment
+from shardwise.analyses.experiment import BRIEF_LINKS, brief_experiment
 from shardwise.analyses.vary import parse_vary
 from shardwise.errors import SpecError
+from shardwise.loaders import parse_plan_spec
+from shardwise.presets import parse_link_spec
 
 EXP = brief_experiment()
 
@@ -27,7 +29,7 @@ def test_the_integer_crossing_is_the_first_batch_where_the_other_plan_wins():
 
 
 def test_a_continuous_crossing_is_a_root():
-    exp = EXP.with_(links=(LinkSpec.parse("PCIe=pcie4"),))
+    exp = EXP.with_(links=(parse_link_spec("PCIe=pcie4"),))
     result = run_crossover(exp, "bandwidth", np.geomspace(1e9, 1e12, 7))
     (c,) = result.crossings
     tp, _ = times_s(exp, exp.plans[0], exp.links[0].link, "bandwidth", np.array([c.at]))
@@ -43,7 +45,7 @@ def test_no_crossover_is_reported_as_none():
 
 
 def test_every_crossing_of_every_pair_is_reported():
-    exp = EXP.with_(plans=(PlanSpec.parse("tp=8"), PlanSpec.parse("pp=8"), PlanSpec.parse("tp=2,pp=4")))
+    exp = EXP.with_(plans=(parse_plan_spec("tp=8"), parse_plan_spec("pp=8"), parse_plan_spec("tp=2,pp=4")))
     result = run_crossover(exp, "batch", np.arange(1, 65.0))
     pairs = {(c.link, frozenset((c.before, c.after))) for c in result.crossings}
     assert ("NVLink", frozenset(("tp=8", "pp=8"))) in pairs
@@ -58,10 +60,10 @@ def test_invalid_points_are_nan_not_errors():
 
 
 def test_plan_gpus_all_and_dp_fill():
-    spec = PlanSpec.parse("tp=all")
+    spec = parse_plan_spec("tp=all")
     tp, _, dp = spec.degrees(np.array([8, 16]))
     assert list(tp) == [8, 16] and list(dp) == [1, 1]
-    _, _, dp = PlanSpec.parse("tp=8").degrees(np.array([8, 32]))
+    _, _, dp = parse_plan_spec("tp=8").degrees(np.array([8, 32]))
     assert list(dp) == [1, 4]
 
 
@@ -71,15 +73,15 @@ def test_plan_gpus_all_and_dp_fill():
 )
 def test_bad_plans(text, message):
     with pytest.raises(SpecError, match=message):
-        PlanSpec.parse(text)
+        parse_plan_spec(text)
 
 
 def test_links_from_presets_rates_and_options():
-    assert LinkSpec.parse("nvlink3").link.bandwidth_bytes_per_s == 300e9
-    link = LinkSpec.parse("pcie=32GB/s,latency=2us").link
+    assert parse_link_spec("nvlink3").link.bandwidth_bytes_per_s == 300e9
+    link = parse_link_spec("pcie=32GB/s,latency=2us").link
     assert link.bandwidth_bytes_per_s == 32e9 and link.efficiency == 1.0 and link.latency_s == 2e-6
     with pytest.raises(SpecError, match="closest"):
-        LinkSpec.parse("nvlnk3")
+        parse_link_spec("nvlnk3")
 
 
 @pytest.mark.parametrize(
@@ -107,14 +109,14 @@ def test_forward_workload_and_textbook_model_run():
     assert all(np.all(np.isfinite(s.time_s)) for s in fwd.series)
     with pytest.raises(SpecError, match="pure TP or pure PP"):
         run_crossover(
-            EXP.with_(cost_model="textbook", plans=(PlanSpec.parse("tp=2,pp=4"),)), "batch", np.arange(1, 4.0)
+            EXP.with_(cost_model="textbook", plans=(parse_plan_spec("tp=2,pp=4"),)), "batch", np.arange(1, 4.0)
         )
 
 
 def test_two_crossings_inside_one_grid_bracket_are_both_found():
     # the finder, not the physics: a GPU without an SM count has smooth (roofline) GEMM times, no
     # wave-quantization sawtooth that would add crossings where the plans are nearly tied
-    exp = EXP.with_(workload="forward", batch=1, links=(LinkSpec.parse("PCIe=pcie4"),), gpu=EXP.gpu.with_(sm_count=0))
+    exp = EXP.with_(workload="forward", batch=1, links=(parse_link_spec("PCIe=pcie4"),), gpu=EXP.gpu.with_(sm_count=0))
     result = run_crossover(exp, "seq_len", np.array([16.0, 64, 256, 1024, 4096]))
     changes = result.winner_changes("PCIe")
     assert [(c.before, c.after) for c in changes] == [("tp=8", "pp=8"), ("pp=8", "tp=8")]
@@ -130,7 +132,7 @@ def test_plans_that_do_not_fit_cannot_win_unless_memory_is_ignored():
 
 
 def test_equal_plans_tie_and_do_not_cross():
-    exp = EXP.with_(plans=(PlanSpec.parse("tp=8"), PlanSpec.parse("tp=all")), links=EXP.links[:1])
+    exp = EXP.with_(plans=(parse_plan_spec("tp=8"), parse_plan_spec("tp=all")), links=EXP.links[:1])
     result = run_crossover(exp, "batch", np.array([1.0, 2, 4]))
     assert result.winners("NVLink") == ["tie", "tie", "tie"]
     assert result.crossings == ()
@@ -148,4 +150,4 @@ def test_equal_plans_tie_and_do_not_cross():
 )
 def test_plan_options_are_checked(text, message):
     with pytest.raises(SpecError, match=message):
-        PlanSpec.parse(text)
+        parse_plan_spec(text)

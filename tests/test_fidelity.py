@@ -297,7 +297,8 @@ def test_context_parallelism_needs_fused_attention_and_first_last_need_a_pipelin
 
 
 def test_serving_memory_is_set_by_the_stage_that_fills_first():
-    from shardwise.engines.serving import ServingWorkload, memory_per_gpu
+    from shardwise.engines.serving import memory_per_gpu
+    from shardwise.specs.serving import ServingWorkload
 
     model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
     wl = ServingWorkload(512, 128, 1, "int4")

@@ -118,8 +118,9 @@ def test_a_slower_link_given_as_a_rate_is_never_faster_for_training(rate, factor
 @pytest.mark.slow  # 2-4 s: 60 examples, two serving estimates each
 @given(rate=RATES, factor=st.floats(1.0, 20.0), tp=st.sampled_from([1, 2, 4, 8]), batch=st.integers(1, 64))
 def test_a_slower_link_is_never_faster_for_serving(rate, factor, tp, batch):
-    from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
+    from shardwise.engines.serving import estimate_serving, plan_for_serving
     from shardwise.loaders import link_from_rate
+    from shardwise.specs.serving import ServingWorkload
 
     cluster = presets.system("dgx-a100")
     plan = plan_for_serving(tp, 8 // tp)

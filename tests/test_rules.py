@@ -9,8 +9,10 @@ import pytest
 
 from shardwise import presets
 from shardwise.analyses.evaluate import why_invalid
-from shardwise.analyses.experiment import PlanSpec, brief_experiment
+from shardwise.analyses.experiment import brief_experiment
+from shardwise.loaders import parse_plan_spec
 from shardwise.specs import Cluster, Model, Plan, Scenario, SpecError, rules
+from shardwise.specs.experiment import PlanSpec
 
 
 def _scenario_error(exp, spec: PlanSpec, batch: int) -> str | None:
@@ -33,7 +35,7 @@ def test_sweep_masks_and_value_types_agree(layers):
     base = brief_experiment()
     exp = base.with_(model=base.model.with_(layers=layers, heads=24, kv_heads=8, hidden=3072, ffn_hidden=12288))
     specs = [
-        PlanSpec.parse(t)
+        parse_plan_spec(t)
         for t in ("tp=8", "pp=8", "tp=3", "tp=2,pp=4", "pp=4,vpp=2", "tp=4,pp=2,mb=2", "tp=8,sp=on", "pp=2,vpp=3")
     ]
     seen_invalid = seen_valid = 0
@@ -89,3 +91,12 @@ def test_the_planner_only_offers_plans_the_value_types_accept():
     from shardwise.analyses.planner import cluster_for
 
     Scenario(model, cluster_for(cluster, cols["gpus"]), plan)  # raises if any candidate breaks a rule
+
+
+def test_the_serving_runtimes_the_specs_accept_are_the_ones_the_engine_prices():
+    from shardwise.engines.serving import RUNTIMES
+    from shardwise.specs.serving import RUNTIME_NAMES, ServingWorkload
+
+    assert set(RUNTIMES) == set(RUNTIME_NAMES)
+    with pytest.raises(SpecError, match="runtime 'jit' is not allowed; choose graphs, cpp-eager, pytorch-eager"):
+        ServingWorkload(input_len=8, output_len=8, runtime="jit")

@@ -12,6 +12,7 @@ from typing import Any
 
 from shardwise import units
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
+from shardwise.specs.experiment import PlanSpec
 
 # Architectural defaults of model families (see presets/models.yaml).
 FAMILIES: dict[str, dict[str, bool]] = {
@@ -182,3 +183,55 @@ def cluster_from_parts(
         inter_node_link=inter,
         notes=notes,
     )
+
+
+_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
+
+
+def parse_plan_spec(text: str) -> PlanSpec:
+    """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with vpp, mb, schedule, recompute, sp, zero, first,
+    last (see `PlanSpec`); checked here, one line per problem."""
+    fields: dict[str, str] = {}
+    for part in text.replace(" ", "").split(","):
+        if not part:
+            continue
+        key, sep, value = part.partition("=")
+        if not sep or key not in PlanSpec.KEYS:
+            raise SpecError(f"--plan {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(PlanSpec.KEYS)}")
+        fields[key] = value
+
+    def whole(key: str, low: int, high: int | None = None) -> int:
+        value = fields[key]
+        if not value.isdigit() or int(value) < low or (high is not None and int(value) > high):
+            allowed = f"{low}..{high}" if high is not None else f"a whole number >= {low}"
+            raise SpecError(f"--plan {text!r}: {key}={value} is not allowed; use {allowed}")
+        return int(value)
+
+    degrees = {}
+    for key in ("tp", "pp"):
+        fields.setdefault(key, "1")
+        degrees[key] = "all" if fields[key] == "all" else whole(key, 1)
+    options: dict[str, Any] = {}
+    if "vpp" in fields:
+        options["vpp"] = whole("vpp", 1)
+        options["schedule"] = "interleaved" if options["vpp"] > 1 else "1f1b"
+    if "mb" in fields:
+        options["micro_batch"] = whole("mb", 1)
+    if "zero" in fields:
+        options["zero_stage"] = whole("zero", 0, 3)
+    for key, name in (("first", "first_stage_layers"), ("last", "last_stage_layers")):
+        if key in fields:
+            options[name] = whole(key, 1)
+    for key, allowed in (
+        ("schedule", ("gpipe", "1f1b", "interleaved", "zb-h1")),
+        ("recompute", ("none", "selective", "full")),
+    ):
+        if key in fields:
+            if fields[key] not in allowed:
+                raise SpecError(f"--plan {text!r}: {key}={fields[key]} is not allowed; choose {', '.join(allowed)}")
+            options[key] = fields[key]
+    if "sp" in fields:
+        if fields["sp"].lower() not in _SWITCH:
+            raise SpecError(f"--plan {text!r}: sp={fields['sp']} is not allowed; use on or off")
+        options["sequence_parallel"] = _SWITCH[fields["sp"].lower()]
+    return PlanSpec(label=text, tp=degrees["tp"], pp=degrees["pp"], options=tuple(options.items()))

@@ -22,7 +22,8 @@ from itertools import combinations
 import numpy as np
 
 from shardwise.analyses.evaluate import times_s
-from shardwise.analyses.experiment import VARIABLES, Experiment, LinkSpec, PlanSpec
+from shardwise.analyses.experiment import VARIABLES
+from shardwise.specs.experiment import Experiment, LinkSpec, PlanSpec
 
 BISECTION_STEPS = 60
 MAX_DENSE = 100_000

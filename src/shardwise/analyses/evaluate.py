@@ -11,9 +11,10 @@ from typing import Any
 import numpy as np
 
 from shardwise import textbook
-from shardwise.analyses.experiment import VARIABLES, Experiment, PlanSpec
+from shardwise.analyses.experiment import VARIABLES
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Link, Plan, Scenario
+from shardwise.specs.experiment import Experiment, PlanSpec
 from shardwise.specs.stages import stage_split
 
 
@@ -110,7 +111,8 @@ def _measure(exp: Experiment, scn: Any) -> tuple[Any, Any, dict[str, Any]]:
     train: a training step; forward: one forward pass of the batch; prefill: time to first token
     of a batch of prompts of the sequence length; decode: time per output token at that batch."""
     if exp.workload in ("decode", "prefill"):
-        from shardwise.engines.serving import ServingWorkload, estimate_serving
+        from shardwise.engines.serving import estimate_serving
+        from shardwise.specs.serving import ServingWorkload
 
         precision = exp.plan_defaults.get("precision", "bf16")
         wl = ServingWorkload(scn.model.seq_len, SERVING_OUTPUT_LEN, scn.plan.global_batch, precision, precision)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.analyses.evaluate import times_s
-from shardwise.analyses.experiment import Experiment
 from shardwise.analyses.sweep import run_sweep
+from shardwise.specs.experiment import Experiment
 
 TORNADO_INPUTS = ("batch", "bandwidth", "latency", "layers", "hidden", "seq_len", "peak_flops", "hbm_bandwidth")
 

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.serving import ServingEstimate, ServingWorkload, estimate_serving
+from shardwise.engines.serving import ServingEstimate, estimate_serving
 from shardwise.specs import Scenario
+from shardwise.specs.serving import ServingWorkload
 
 # In-flight sequences per replica: serving engines cap it (TensorRT-LLM's max_batch_size). An assumption:
 # trtllm-bench sizes it itself and does not publish the value.

@@ -20,8 +20,9 @@ from importlib import resources
 from shardwise import presets
 from shardwise.analyses.serving import at_max_batch
 from shardwise.analyses.validation import ValidationRow
-from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
+from shardwise.engines.serving import estimate_serving, plan_for_serving
 from shardwise.specs import Scenario
+from shardwise.specs.serving import ServingWorkload
 
 MODELS = {
     "Llama-3.1-8B": "llama3-8b",

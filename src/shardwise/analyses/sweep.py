@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.analyses.evaluate import evaluate
-from shardwise.analyses.experiment import Experiment
+from shardwise.specs.experiment import Experiment
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
 MAX_CONFIGURATIONS = 200_000_000

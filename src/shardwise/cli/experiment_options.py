@@ -135,9 +135,12 @@ def _framework_defaults(o: dict[str, Any]) -> dict[str, Any]:
 def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise import presets
     from shardwise.analyses.evaluate import heads_for_hidden
-    from shardwise.analyses.experiment import BRIEF_LINKS, Experiment, LinkSpec, PlanSpec, brief_experiment
+    from shardwise.analyses.experiment import BRIEF_LINKS, brief_experiment
     from shardwise.cli.options import _link, stage_kwargs
     from shardwise.errors import SpecError
+    from shardwise.loaders import parse_plan_spec
+    from shardwise.presets import parse_link_spec
+    from shardwise.specs.experiment import Experiment
 
     base = brief_experiment()
     overrides = {
@@ -145,7 +148,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
     }
     if o.get("family"):
         overrides["family"] = o["family"]
-    plans = tuple(PlanSpec.parse(t) for t in o["plans"]) or base.plans
+    plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]
         tp_max = max(o["gpus"] if p.tp == "all" else p.tp for p in plans)
@@ -156,7 +159,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
     for flag in ("gpus", "gpus_per_node", "batch", "micro_batch"):
         if o[flag] < 1:
             raise SpecError(f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be >= 1")
-    links = tuple(LinkSpec.parse(t) for t in o["links"])
+    links = tuple(parse_link_spec(t) for t in o["links"])
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
     if o["cost_model"] == "textbook" and o["workload"] != "train":

@@ -127,19 +127,20 @@ def serve(
           --kv-precision fp8 --input-len 2048 --output-len 2048 --max-throughput
       shardwise serve --model gpt-96l-4096h --system a100-pcie-8x --plan tp=8 --plan pp=8 --plot frontier.png
     """
-    from shardwise.analyses.experiment import LinkSpec, PlanSpec
     from shardwise.cli.options import build_cluster, build_model
-    from shardwise.engines.serving import ServingWorkload
     from shardwise.errors import SpecError
+    from shardwise.loaders import parse_plan_spec
+    from shardwise.presets import parse_link_spec
+    from shardwise.specs.serving import ServingWorkload
 
     if frontier_path is not None:
         from shardwise.cli.options import check_output_path
 
         check_output_path(frontier_path, (".png", ".svg", ".pdf"), "--plot")
-    second = LinkSpec.parse(frontier_link, "--plot-link")
+    second = parse_link_spec(frontier_link, "--plot-link")
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
-    specs = [PlanSpec.parse(t) for t in plans] or [PlanSpec.parse("tp=all")]
+    specs = [parse_plan_spec(t) for t in plans] or [parse_plan_spec("tp=all")]
     split_keys = {"first_stage_layers", "last_stage_layers"}
     for spec in specs:
         extra = [k for k, _ in spec.options if k not in split_keys]
@@ -235,10 +236,10 @@ def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str
     on the same GPUs (the first few that do, cheapest change first)."""
     from dataclasses import replace
 
-    from shardwise.analyses.experiment import PlanSpec
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
     from shardwise.errors import SpecError
+    from shardwise.loaders import parse_plan_spec
 
     wl, plan = est.workload, est.scenario.plan
     tp, pp = int(plan.tp), int(plan.pp)
@@ -255,7 +256,7 @@ def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str
     found = []
     for text, plan_text, workload in tries:
         try:
-            scn = _scenario(model, cluster, PlanSpec.parse(plan_text), stages)
+            scn = _scenario(model, cluster, parse_plan_spec(plan_text), stages)
             other = estimate_serving(scn, workload)
         except SpecError:
             continue

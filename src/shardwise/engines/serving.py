@@ -37,14 +37,13 @@ import numpy as np
 
 from shardwise.engines.forward import forward_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
-from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
-STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 # The embedding, position table, final norm and output layer stay in 16 bits when the layers are
 # quantised (TensorRT-LLM and vLLM leave lm_head alone; see `engines.forward`).
 UNQUANTISED_BYTES_PER_PARAM = 2.0
@@ -70,31 +69,6 @@ RUNTIMES = {
     "cpp-eager": (EAGER_KERNEL_GAP_S, NCCL_RING_LL_BASE_LATENCY_S),
     "pytorch-eager": (EAGER_KERNEL_GAP_S, PYTORCH_COLLECTIVE_BASE_LATENCY_S),
 }
-
-
-@dataclass(frozen=True)
-class ServingWorkload:
-    """Requests: `batch` concurrent sequences in all (spread over dp replicas)."""
-
-    input_len: Number
-    output_len: Number
-    batch: Number = 1
-    weight_precision: str = "bf16"
-    kv_precision: str = "bf16"
-    runtime: str = "graphs"  # see RUNTIMES
-
-    def __post_init__(self) -> None:
-        from shardwise.specs import _checks as chk
-
-        for name in ("input_len", "output_len", "batch"):
-            object.__setattr__(self, name, chk.positive_int(f"serving: {name}", getattr(self, name)))
-        if self.runtime not in RUNTIMES:
-            raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIMES)}")
-        for name in ("weight_precision", "kv_precision"):
-            if getattr(self, name) not in STORAGE_BYTES:
-                raise SpecError(
-                    f"serving: {name} {getattr(self, name)!r} is not allowed; choose {', '.join(STORAGE_BYTES)}"
-                )
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from shardwise import loaders
+from shardwise import loaders, units
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
+from shardwise.specs.experiment import LinkSpec
 
 KINDS = ("gpus", "links", "systems", "models", "frameworks")
 # Old names still accepted for one release, not listed (`shardwise presets` shows the new ones).
@@ -96,8 +97,6 @@ def link_or_rate(
     """What a link flag names, the one parser for all of them: a sustained rate ('600GB/s': it
     keeps the latency of the link it `replaced`, or of its kind, see `loaders.link_from_rate`), a
     preset name or a YAML file. `latency_s` overrides the latency; `name` names a rate link."""
-    from shardwise import units
-
     try:
         rate = units.parse_rate_bytes_per_s(spec)
     except SpecError:
@@ -177,3 +176,33 @@ def _part(kind: str, value: Any, from_dict: Any, by_name: Any) -> Any:
 def describe(kind: str) -> list[dict[str, Any]]:
     """Rows for `shardwise presets`: name plus the fields of each preset."""
     return [{"name": k, **v} for k, v in raw(kind).items()]
+
+
+def parse_link_spec(text: str, flag: str = "--intra-link") -> LinkSpec:
+    """A link to compare: `nvlink3` (preset), `pcie=pcie4`, `nvlink=600GB/s`,
+    `pcie=32GB/s,latency=2us,efficiency=0.76`. A bare rate is the sustained rate (efficiency 1)."""
+    head, *extras = text.replace(" ", "").split(",")
+    label, sep, value = head.partition("=")
+    if not sep:
+        label, value = head, head
+    if not label or not value:
+        raise SpecError(f"{flag} {text!r}: give LABEL=LINK (a preset like pcie4 or a rate like 32GB/s)")
+    try:
+        link = link_or_rate(value, "intra", name=label)
+    except SpecError as exc:
+        raise SpecError(f"{flag} {text!r}: {exc}; or give LABEL=RATE like nvlink=600GB/s") from None
+    for extra in extras:
+        key, _, v = extra.partition("=")
+        if key == "latency":
+            link = link.with_(latency_s=units.parse_seconds(v))
+        elif key == "efficiency":
+            try:
+                efficiency = float(v)
+            except ValueError:
+                raise SpecError(f"{flag} {text!r}: efficiency={v} is not allowed; give a fraction like 0.8") from None
+            link = link.with_(efficiency=efficiency)
+        elif key == "base_latency":
+            link = link.with_(base_latency_s=units.parse_seconds(v))
+        else:
+            raise SpecError(f"{flag} {text!r}: unknown option {key!r}; allowed: latency, efficiency, base_latency")
+    return LinkSpec(label=label, link=link)

@@ -9,8 +9,9 @@ from typing import Any
 import numpy as np
 
 from shardwise.analyses.scenarios.common import LINKS, ScenarioReport, brief_cluster, brief_model, chart, verdict
-from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving
+from shardwise.engines.serving import estimate_serving, plan_for_serving
 from shardwise.specs import Scenario
+from shardwise.specs.serving import ServingWorkload
 
 
 def serve(link: str, plan: dict[str, int], prompt: int, **changes: Any) -> Any:

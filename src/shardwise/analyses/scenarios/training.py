@@ -7,7 +7,7 @@ import numpy as np
 
 from shardwise import presets
 from shardwise.analyses.crossover import run_crossover
-from shardwise.analyses.experiment import LinkSpec, brief_experiment
+from shardwise.analyses.experiment import brief_experiment
 from shardwise.analyses.scenarios.common import (
     ScenarioReport,
     brief_cluster,
@@ -19,6 +19,7 @@ from shardwise.analyses.scenarios.common import (
 )
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.training import estimate_training_step, layer_times_s
+from shardwise.presets import parse_link_spec
 from shardwise.specs import Plan, Scenario
 
 
@@ -76,7 +77,7 @@ def small_batch(plot: bool) -> ScenarioReport:
 
 def slow_interconnect(plot: bool) -> ScenarioReport:
     """4.2: over PCIe TP's all-reduce is ~20x slower and TP is almost always worse."""
-    exp = brief_experiment().with_(links=(LinkSpec.parse("PCIe-class=pcie4"),), batch=8)
+    exp = brief_experiment().with_(links=(parse_link_spec("PCIe-class=pcie4"),), batch=8)
     res = run_crossover(exp, "bandwidth", np.geomspace(4e9, 900e9, 41))
     at = res.crossings[0].at if res.crossings else float("nan")
     nv_tp, pcie_tp = (
@@ -164,7 +165,7 @@ def thin_layers(plot: bool) -> ScenarioReport:
 def shallow_model(plot: bool) -> ScenarioReport:
     """5: with few layers (< 10) the pipeline has few stages and a large bubble; PP loses to TP."""
     layers, batches = 8, np.arange(1, 65, dtype=float)
-    exp = brief_experiment().with_(links=(LinkSpec.parse("NVLink=nvlink3"),), model=brief_model(layers=layers))
+    exp = brief_experiment().with_(links=(parse_link_spec("NVLink=nvlink3"),), model=brief_model(layers=layers))
     res = run_crossover(exp, "batch", batches)
     tp, pp = (s.time_s for s in res.series)
     holds = bool(np.all(tp < pp))

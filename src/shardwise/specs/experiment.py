@@ -1,0 +1,85 @@
+"""What a comparison holds fixed and what it compares: `Experiment` (a model on GPUs of one kind,
+links to compare, plans relative to the GPU count), `PlanSpec` and `LinkSpec`. Their text forms
+are parsed at the edges (`loaders.parse_plan_spec`, `presets.parse_link_spec`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from shardwise.specs.hardware import Gpu, Link
+from shardwise.specs.model import Model
+
+WORKLOADS = ("train", "forward", "prefill", "decode")
+COST_MODELS = ("physical", "textbook")
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """A plan relative to the GPU count: `tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all` (all GPUs);
+    dp fills the GPUs that tp x pp leave. Other keys: vpp, mb (micro-batch), schedule,
+    recompute, sp (on/off), zero, first and last (layers on the first / last pipeline stage; the
+    middle stages split the rest). Checked when parsed."""
+
+    label: str
+    tp: int | str = 1
+    pp: int | str = 1
+    options: tuple[tuple[str, Any], ...] = ()  # Plan keyword arguments, already typed
+
+    KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last")
+
+    def degrees(self, gpus: Any) -> tuple[Any, Any, Any]:
+        """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp), NaN if not whole."""
+        g = np.asarray(gpus)
+        tp = g if self.tp == "all" else np.asarray(self.tp)
+        pp = g if self.pp == "all" else np.asarray(self.pp)
+        return tp, pp, g / (tp * pp)
+
+    def plan_kwargs(self) -> dict[str, Any]:
+        return dict(self.options)
+
+    @property
+    def is_pure(self) -> bool:
+        """Only tp or only pp (what the textbook model can price)."""
+        return (self.tp == 1) != (self.pp == 1) and not self.options
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A link to compare: `nvlink3` (preset), `pcie=pcie4`, `nvlink=600GB/s`,
+    `pcie=32GB/s,latency=2us,efficiency=0.76`. A bare rate is the sustained rate (efficiency 1)."""
+
+    label: str
+    link: Link
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """What stays fixed while one variable moves. Defaults: the brief's experiment (Sec. 8)."""
+
+    model: Model
+    gpu: Gpu
+    gpus: int = 8
+    gpus_per_node: int = 8
+    inter_node_link: Link | None = None
+    links: tuple[LinkSpec, ...] = ()
+    plans: tuple[PlanSpec, ...] = ()
+    batch: int = 8
+    micro_batch: int = 1
+    workload: str = "train"
+    cost_model: str = "physical"
+    plan_defaults: dict[str, Any] = field(default_factory=dict)
+
+    def with_(self, **changes: Any) -> Experiment:
+        return replace(self, **changes)
+
+    @property
+    def hardware(self) -> str:
+        """'gpt-96l-4096h on 8 x a100-sxm4-80gb' (+ the inter-node link when it spans servers): what
+        every figure's title names."""
+        text = f"{self.model.name} on {self.gpus} x {self.gpu.name}"
+        if self.gpus > self.gpus_per_node and self.inter_node_link is not None:
+            text += f", {self.gpus // self.gpus_per_node} servers over {self.inter_node_link.name}"
+        return text

@@ -1,0 +1,37 @@
+"""A serving workload: what requests arrive (prompt and output lengths, concurrency) and how the
+weights and KV cache are stored and the kernels launched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.specs import _checks as chk
+from shardwise.specs._checks import Number, SpecError
+
+# Bytes per element of stored weights and KV cache.
+STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# Serving runtimes (the engines price each: engines/serving.py RUNTIMES).
+RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
+
+
+@dataclass(frozen=True)
+class ServingWorkload:
+    """Requests: `batch` concurrent sequences in all (spread over dp replicas)."""
+
+    input_len: Number
+    output_len: Number
+    batch: Number = 1
+    weight_precision: str = "bf16"
+    kv_precision: str = "bf16"
+    runtime: str = "graphs"  # see RUNTIMES
+
+    def __post_init__(self) -> None:
+        for name in ("input_len", "output_len", "batch"):
+            object.__setattr__(self, name, chk.positive_int(f"serving: {name}", getattr(self, name)))
+        if self.runtime not in RUNTIME_NAMES:
+            raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIME_NAMES)}")
+        for name in ("weight_precision", "kv_precision"):
+            if getattr(self, name) not in STORAGE_BYTES:
+                raise SpecError(
+                    f"serving: {name} {getattr(self, name)!r} is not allowed; choose {', '.join(STORAGE_BYTES)}"
+                )
