@@ -39,6 +39,7 @@ def test_the_layers_import_only_downwards():
 
     order = ["specs", "physics", "engines", "analyses"]
     above = {layer: set(order[i + 1 :]) | {"cli", "plots"} for i, layer in enumerate(order)}
+    above["specs"] |= {"loaders", "presets", "units", "hf_config"}  # parsing happens above the value types
     allowed: set[tuple[str, str]] = set()  # known debt would be listed here
     bad = []
     for layer in order:
@@ -55,3 +56,22 @@ def test_the_layers_import_only_downwards():
                     if upward and (layer, parts[1]) not in allowed:
                         bad.append(f"{path.relative_to(ROOT)} imports {name}")
     assert not bad, "\n".join(sorted(set(bad)))
+
+
+def test_figures_and_printing_never_rerun_the_model():
+    """plots/ and the terminal rendering draw what an analysis returned; they import no engine and
+    no evaluating analysis (a figure that recomputed a number could disagree with the table)."""
+    import ast
+
+    runs_the_model = ("estimate_", "simulate", "search", "times_s", "evaluate", "run_", "frontier", "at_max_batch")
+    paths = [*(ROOT / "src" / "shardwise" / "plots").rglob("*.py"), ROOT / "src" / "shardwise" / "cli" / "render.py"]
+    bad = []
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("shardwise"):
+                bad += [
+                    f"{path.relative_to(ROOT)} imports {a.name}"
+                    for a in node.names
+                    if a.name.startswith(runs_the_model)
+                ]
+    assert not bad, "\n".join(bad)

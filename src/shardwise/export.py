@@ -167,6 +167,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "faster_below": c.before,
                 "faster_above": c.after,
                 "at": c.at,
+                "time_s": c.time_s,
                 "bracket": [c.low, c.high],
                 "exact": c.exact,
                 "text": describe_crossing(c, result.variable),

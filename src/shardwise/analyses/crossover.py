@@ -51,6 +51,7 @@ class Crossing:
     high: float
     exact: bool
     winner_change: bool  # True: the fastest of all plans changes here
+    time_s: float = float("nan")  # plan `after`'s time (the result's unit) at `at`, where both meet
 
 
 @dataclass(frozen=True)
@@ -165,7 +166,10 @@ def _pair_crossings(
             continue
         before, after = (a, b) if sign[i] < 0 else (b, a)
         at, exact = _refine(exp, link, a, b, variable, xs[i], xs[i + 1], sign[i], ignore_memory)
-        out.append(Crossing(link.label, before.label, after.label, at, float(xs[i]), float(xs[i + 1]), exact, False))
+        t_at = _time_at(exp, after, link, variable, at)
+        out.append(
+            Crossing(link.label, before.label, after.label, at, float(xs[i]), float(xs[i + 1]), exact, False, t_at)
+        )
     return out
 
 
@@ -183,9 +187,16 @@ def _winner_changes(
             continue
         if last is not None and w != last:
             at, exact = _refine(exp, link, plans[last], plans[w], variable, x[last_i], x[i], -1.0, ignore_memory)
-            out.append(Crossing(link.label, last, w, at, float(x[last_i]), float(x[i]), exact, True))
+            t_at = _time_at(exp, plans[w], link, variable, at)
+            out.append(Crossing(link.label, last, w, at, float(x[last_i]), float(x[i]), exact, True, t_at))
         last_i, last = i, w
     return out
+
+
+def _time_at(exp: Experiment, plan: PlanSpec, link: LinkSpec, variable: str, at: float) -> float:
+    """The plan's time at the crossing (where the figure marks it)."""
+    t, _ = times_s(exp, plan, link.link, variable, np.array([at]))
+    return float(t[0])
 
 
 def _refine(

@@ -69,18 +69,13 @@ def _mark_crossings(ax: Any, result: CrossoverResult) -> list[str]:
     """Number each change of the fastest plan on the axes; return the numbered descriptions
     (drawn under the plot, so labels never cover the curves)."""
     from shardwise.analyses.crossover import describe_crossing
-    from shardwise.analyses.evaluate import times_s
 
-    exp = result.experiment
-    links = {link.label: link for link in exp.links}
-    plans = {p.label: p for p in exp.plans}
     lines = []
     changes = [c for c in result.crossings if c.winner_change]
     for k, c in enumerate(changes, start=1):
-        t_at, _ = times_s(exp, plans[c.after], links[c.link].link, result.variable, np.array([c.at]))
         xs = c.at * DISPLAY_SCALE.get(result.variable, 1.0)
-        ax.plot([xs], [t_at[0]], marker="o", ms=15, color="white", mec="black", mew=1.4, zorder=5)
-        ax.annotate(str(k), (xs, t_at[0]), ha="center", va="center", fontsize=8, fontweight="bold", zorder=6)
+        ax.plot([xs], [c.time_s], marker="o", ms=15, color="white", mec="black", mew=1.4, zorder=5)
+        ax.annotate(str(k), (xs, c.time_s), ha="center", va="center", fontsize=8, fontweight="bold", zorder=6)
         lines.append(f"({k}) {describe_crossing(c, result.variable)}")
     if not changes:
         ax.text(
