@@ -103,3 +103,10 @@ def test_serve_emits_one_vllm_server_per_replica(cli):
     f = _flags(launch)
     assert f["--tensor-parallel-size"] == "4" and f["--max-num-seqs"] == "32" and f["--quantization"] == "fp8"
     assert "# 2 replicas" in launch
+
+
+def test_plan_emit_vllm_points_to_serve(cli):
+    code, out, err = cli(
+        ["plan", "--model", "llama3-8b", "--system", "rtx4090-8x", "--global-batch", "64", "--emit", "vllm"]
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1 and "shardwise serve" in err

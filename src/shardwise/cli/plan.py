@@ -138,9 +138,9 @@ search_options = _stack(
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
 @click.option(
     "--emit",
-    type=click.Choice(["megatron", "torchtitan", "deepspeed"]),
+    type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"]),
     help="Also print the best plan's launch command for this framework (flag names of its August 2026 main "
-    "branch; what it cannot express is a comment).",
+    "branch; what it cannot express is a comment). vllm serves: use `shardwise serve --emit vllm`.",
 )
 def plan(
     top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool, emit: str | None, **options: Any
@@ -161,6 +161,13 @@ def plan(
     """
     from shardwise.analyses.planner import SearchSpace, search
     from shardwise.cli.options import build_cluster, build_model, check_output_path
+
+    if emit == "vllm":
+        from shardwise.errors import SpecError
+
+        raise SpecError(
+            "--emit vllm: vLLM serves models, and `plan` lays out training; use `shardwise serve ... --emit vllm`"
+        )
 
     for path, allowed, flag in (
         (csv_path, (".csv", ".parquet"), "--csv"),
