@@ -232,3 +232,18 @@ def test_old_output_flag_spellings_still_work_but_are_not_advertised(tmp_path, c
     assert code == 0 and "--csv" in helptext and "--out" not in helptext and "--map" not in helptext
     code, helptext, _ = cli(["serve", "--help"])
     assert code == 0 and "--plot-link" in helptext and "--frontier" not in helptext
+
+
+def test_experiment_commands_take_nics_per_node_and_say_what_crosses_servers(cli):
+    args = ["crossover", "--num-gpus", "16", "--inter-link", "eth-100g", "--vary", "batch=1..2", "--no-plot"]
+    args += ["--plan", "tp=8,pp=2", "--plan", "pp=16", "--json"]
+    code, out, _ = cli(args)
+    code1, out1, _ = cli([*args, "--nics-per-node", "1"])
+    assert code == code1 == 0
+    one_nic, per_gpu = json.loads(out1), json.loads(out)
+    assert "eth-100g x1/8" in one_nic["assumptions"] and "eth-100g (12.5 GB/s per GPU)" in per_gpu["assumptions"]
+    slow = {s["plan"]: s["time_s"][0] for s in one_nic["series"] if s["link"] == "NVLink"}
+    fast = {s["plan"]: s["time_s"][0] for s in per_gpu["series"] if s["link"] == "NVLink"}
+    assert all(slow[p] > fast[p] for p in fast)  # eight GPUs share one card: every plan is slower
+    code, _, err = cli([*args, "--nics-per-node", "0"])
+    assert code == 2 and "--nics-per-node: 0" in err

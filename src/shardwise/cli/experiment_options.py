@@ -55,7 +55,12 @@ experiment_options = _stack(
         default="ib-hdr",
         show_default=True,
         metavar="NAME|RATE",
-        help="Each GPU's link across servers (used when --num-gpus exceeds a server).",
+        help="The network across servers (used when --num-gpus exceeds a server).",
+    ),
+    click.option(
+        "--nics-per-node",
+        type=float,
+        help="Network cards per server, shared by its GPUs across servers [default: one per GPU].",
     ),
     alias_option(
         "--intra-link",
@@ -136,7 +141,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise import presets
     from shardwise.analyses.evaluate import heads_for_hidden
     from shardwise.analyses.experiment import BRIEF_LINKS, brief_experiment
-    from shardwise.cli.options import _link, stage_kwargs
+    from shardwise.cli.options import stage_kwargs
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
@@ -176,7 +181,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
         gpu=presets.gpu(o["gpu_name"]),
         gpus=o["gpus"],
         gpus_per_node=o["gpus_per_node"],
-        inter_node_link=_link(o["inter_link"], "inter-link"),
+        inter_node_link=_inter_link(o),
         links=links,
         plans=plans,
         batch=o["batch"],
@@ -243,7 +248,28 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
         ]
     )
     batching = "" if exp.workload in ("prefill", "decode") else f"; micro-batch {exp.micro_batch}"
+    across = ""
+    if (variable == "gpus" or exp.gpus > exp.gpus_per_node) and exp.inter_node_link is not None:
+        nic = exp.inter_node_link
+        rate = f"{nic.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU"
+        across = f"; across servers of {exp.gpus_per_node}: {nic.name} ({rate})"
     return (
         f"shardwise's physical model; {m.name}: {shape}; {fixed('gpus', f'{exp.gpus} x')} {exp.gpu.name}; "
-        f"{work}{batching}; links: {links}"
+        f"{work}{batching}; links: {links}{across}"
     )
+
+
+def _inter_link(o: dict[str, Any]) -> Any:
+    """Each GPU's share of the network across servers (--inter-link, --nics-per-node)."""
+    from shardwise import loaders
+    from shardwise.cli.options import _link
+
+    nic = _link(o["inter_link"], "inter-link")
+    nics = o.get("nics_per_node")
+    if nics is None:
+        return nic
+    if not nics > 0:
+        from shardwise.errors import SpecError
+
+        raise SpecError(f"--nics-per-node: {nics:g} is not allowed; it must be > 0")
+    return loaders.per_gpu_nic(nic, nics, o["gpus_per_node"])
