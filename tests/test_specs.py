@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from shardwise import presets
-from shardwise.specs import Gpu, Link, Model, Plan, Recompute, Scenario, Schedule, SpecError
+from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Recompute, Scenario, Schedule, SpecError
 
 
 def test_plan_normalises_names_to_enums():
@@ -100,3 +100,29 @@ def test_sequence_parallel_may_be_an_array(gpt3, dgx_a100_8):
     # Korthikanti et al. 2022 Table 2 (no attention scores stored): sbh (10 + 24/t) -> sbh 34/t at t = 8
     act = both.memory.activations_bytes
     assert act[1] / act[0] == pytest.approx((34 / 8) / (10 + 24 / 8), rel=0.01)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sequence_parallel": "off"}, "plan: sequence_parallel: 'off' is not allowed; it must be true or false"),
+        ({"flash_attention": 1}, "plan: flash_attention: 1 is not allowed; it must be true or false"),
+        ({"zero_stage": "3"}, "plan: zero_stage '3' is not allowed; choose 0, 1, 2 or 3"),
+        ({"pp": 2**63}, "plan: pp: 9223372036854775808 is not allowed; it must be at most"),
+        ({"tp": 1 + 2j}, "plan: tp: (1+2j) is not a number"),
+        ({"precision": 3}, "plan: precision 3 is not allowed"),
+    ],
+)
+def test_the_api_refuses_wrong_types_with_the_field_named(kwargs, message):
+    with pytest.raises(SpecError) as excinfo:
+        Plan(**kwargs)
+    assert str(excinfo.value).startswith(message)
+
+
+def test_a_cluster_checks_its_parts_and_a_gpu_cannot_beat_its_peak():
+    gpu = presets.gpu("a100-sxm4-80gb")
+    with pytest.raises(SpecError, match="cluster 'c': gpu: 'a100' \\(str\\) is not allowed; give a Gpu"):
+        Cluster("c", "a100", 8, 1, presets.link("nvlink3"))
+    with pytest.raises(SpecError, match=r"matmul_efficiency: 1.5 is not allowed; it must be in \(0, 1\]"):
+        gpu.with_(matmul_efficiency=1.5)
+    assert presets.link("nvlink3").with_(efficiency=1.2).efficiency == 1.2  # NVLS-style links may exceed 1

@@ -24,11 +24,46 @@ def _first_bad(arr: np.ndarray, bad: np.ndarray) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
+# Whole numbers above this are not exact as floats (2**53) and overflow int64 products.
+MAX_WHOLE = 2**53
+
+
 def _numeric(field: str, value: ArrayLike) -> np.ndarray:
-    arr = np.asarray(value)
-    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number):
-        raise SpecError(f"{field}: {value!r} is not a number")
+    """A real number or array of them (not a bool, a string, a complex number or an int too large
+    for 64 bits)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
+        raise SpecError(f"{field}: {value} is not allowed; it must be at most {MAX_WHOLE:,}")
+    try:
+        arr = np.asarray(value)
+    except (OverflowError, ValueError, TypeError):
+        raise SpecError(f"{field}: {value!r} is not a number") from None
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
+        raise SpecError(f"{field}: {_short(value)} is not a number")
     return arr
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def boolean(field: str, value: object) -> bool | np.ndarray:
+    """True or False (or an array of them): a string such as 'off' or a number is refused, not
+    read as its truth value."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.ndarray) and value.dtype == bool:
+        return value
+    raise SpecError(f"{field}: {_short(value)} is not allowed; it must be true or false")
+
+
+def unit_fraction(field: str, value: ArrayLike) -> Number:
+    """In (0, 1]: a fraction of a peak that cannot be exceeded (a GEMM's share of the tensor cores)."""
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr > 0) & (arr <= 1))
+    if np.any(bad):
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be in (0, 1]")
+    return value  # type: ignore[return-value]
 
 
 def positive(field: str, value: ArrayLike) -> Number:
@@ -60,7 +95,7 @@ def fraction(field: str, value: ArrayLike) -> Number:
 def positive_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 1; floats that are whole (4.0) are accepted and kept as given."""
     arr = _numeric(field, value)
-    bad = ~(np.isfinite(arr) & (arr >= 1) & (np.mod(arr, 1) == 0))
+    bad = ~(np.isfinite(arr) & (arr >= 1) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
         raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number >= 1")
     if isinstance(value, float):
@@ -71,7 +106,7 @@ def positive_int(field: str, value: ArrayLike) -> Number:
 def non_negative_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 0 (0 often means "automatic")."""
     arr = _numeric(field, value)
-    bad = ~(np.isfinite(arr) & (arr >= 0) & (np.mod(arr, 1) == 0))
+    bad = ~(np.isfinite(arr) & (arr >= 0) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
         raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number >= 0")
     if isinstance(value, float):

@@ -43,10 +43,13 @@ class Gpu:
         chk.positive(f"{p}: memory_bytes", self.memory_bytes)
         chk.positive(f"{p}: memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
         chk.non_negative(f"{p}: peak_flops_per_s_fp8", self.peak_flops_per_s_fp8)
-        chk.fraction(f"{p}: matmul_efficiency", self.matmul_efficiency)
-        chk.fraction(f"{p}: memory_efficiency", self.memory_efficiency)
+        chk.unit_fraction(f"{p}: matmul_efficiency", self.matmul_efficiency)
+        chk.unit_fraction(f"{p}: memory_efficiency", self.memory_efficiency)
         chk.non_negative(f"{p}: kernel_launch_s", self.kernel_launch_s)
         chk.non_negative(f"{p}: matmul_efficiency_fp8", self.matmul_efficiency_fp8)
+        if (chk.as_array(self.matmul_efficiency_fp8) > 1).any():
+            bad = self.matmul_efficiency_fp8
+            raise SpecError(f"{p}: matmul_efficiency_fp8: {bad} is not allowed; it must be in [0, 1] (0: not measured)")
         chk.non_negative(f"{p}: sm_count", self.sm_count)
 
     def peak_flops_per_s(self, precision: str) -> Number:
@@ -114,6 +117,13 @@ class Cluster:
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        for name, kind in (("gpu", Gpu), ("intra_node_link", Link)):
+            if not isinstance(getattr(self, name), kind):
+                got = _short_type(getattr(self, name))
+                raise SpecError(f"cluster {self.name!r}: {name}: {got} is not allowed; give a {kind.__name__}")
+        if self.inter_node_link is not None and not isinstance(self.inter_node_link, Link):
+            got = _short_type(self.inter_node_link)
+            raise SpecError(f"cluster {self.name!r}: inter_node_link: {got} is not allowed; give a Link or None")
         chk.positive_int(f"cluster {self.name!r}: gpus_per_node", self.gpus_per_node)
         chk.positive_int(f"cluster {self.name!r}: nodes", self.nodes)
         if self.inter_node_link is None and (chk.as_array(self.nodes) > 1).any():
@@ -128,3 +138,8 @@ class Cluster:
 
     def with_(self, **changes: object) -> Cluster:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _short_type(value: object) -> str:
+    text = repr(value)
+    return f"{text if len(text) <= 40 else text[:37] + '...'} ({type(value).__name__})"

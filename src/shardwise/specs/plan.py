@@ -42,6 +42,20 @@ class Recompute(IntEnum):
         return self.name.lower()
 
 
+BOOLEAN_FIELDS = (
+    "sequence_parallel",
+    "flash_attention",
+    "async_tp_grad",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_accumulation_fusion",
+    "overlap_p2p",
+    "pipeline_sync",
+    "scatter_gather",
+)
+
+
 @dataclass(frozen=True)
 class Plan:
     """tp x pp x dp x cp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved
@@ -108,14 +122,23 @@ class Plan:
             object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
         object.__setattr__(self, "schedule", chk.enum_codes("plan: schedule", self.schedule, Schedule))
         object.__setattr__(self, "recompute", chk.enum_codes("plan: recompute", self.recompute, Recompute))
-        zero = np.asarray(self.zero_stage)
-        if not np.issubdtype(zero.dtype, np.integer) and not np.all(np.mod(zero, 1) == 0):
-            raise SpecError(f"plan: zero_stage {self.zero_stage!r} is not allowed; choose 0, 1, 2 or 3")
-        if np.any((zero < 0) | (zero > 3)):
-            bad = zero[(zero < 0) | (zero > 3)].flat[0] if zero.ndim else zero.item()
-            raise SpecError(f"plan: zero_stage {bad} is not allowed; choose 0, 1, 2 or 3")
-        if self.precision not in ("bf16", "fp16", "fp8"):
+        zero_ok = True
+        try:
+            zero = chk.non_negative_int("plan: zero_stage", self.zero_stage)
+        except SpecError:
+            zero_ok = False
+        if not zero_ok or np.any(np.asarray(zero) > 3):
+            arr = np.asarray(self.zero_stage)
+            bad = (arr.flat[0] if not zero_ok or arr.ndim == 0 else arr[arr > 3].flat[0]).item()
+            raise SpecError(f"plan: zero_stage {bad!r} is not allowed; choose 0, 1, 2 or 3")
+        if not isinstance(self.precision, str) or self.precision not in ("bf16", "fp16", "fp8"):
             raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16 or fp8")
+        if not isinstance(self.framework, str):
+            raise SpecError(f"plan: framework {self.framework!r} is not allowed; give a framework preset's name")
+        for name in BOOLEAN_FIELDS:
+            value = getattr(self, name)
+            if value is not None or name != "overlap_p2p":
+                object.__setattr__(self, name, chk.boolean(f"plan: {name}", value))
         from shardwise.specs.rules import batch_rules, raise_first
 
         whole_batches, interleave_multiple = batch_rules(
