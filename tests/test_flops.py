@@ -63,3 +63,21 @@ def test_flops_broadcast_over_arrays(gpt3):
     fwd = layer_forward(gpt3, b, 8, False, 2.0)
     one = layer_forward(gpt3, 1, 8, False, 2.0)
     np.testing.assert_allclose(fwd.model_flops, one.model_flops * b)
+
+
+def test_mfu_never_exceeds_what_the_gemms_reach_even_at_long_sequences():
+    """Megatron's count includes the whole attention square; a causal fused kernel computes half
+    of it, so at 1M tokens the convention's MFU exceeded the A100's GEMM efficiency (0.94 > 0.85).
+    MFU counts the useful work; the convention's count stays for converting published TFLOP/s."""
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.specs import Plan, Scenario
+
+    model = presets.model("gpt3-175b").with_(seq_len=1_000_000)
+    est = estimate_training_step(Scenario(model, presets.system("dgx-a100"), Plan(tp=8, global_batch=8)))
+    eta = presets.gpu("a100-sxm4-80gb").matmul_efficiency
+    assert 0 < float(est.mfu) <= eta and 0 < float(est.hfu) <= eta
+    convention = float(est.model_flops_per_step) / (float(est.step_time_s) * 8 * 312e12)
+    assert convention > eta  # what the convention alone would say
+    masked = float(est.masked_attention_flops_per_step)
+    assert masked == pytest.approx(float(est.model_flops_per_step - est.useful_flops_per_step))
+    assert 0.3 < masked / float(est.model_flops_per_step) < 0.5  # attention dominates, half of it masked

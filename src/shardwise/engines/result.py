@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from shardwise.physics.memory import MemoryBreakdown
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -47,8 +49,13 @@ class TrainingEstimate:
     """Estimate of one optimizer step. Array-valued where the scenario held arrays.
 
     `model_flops_per_step` counts the Megatron-LM convention (3 passes of the GEMMs and the full
-    s x s attention, Korthikanti et al. 2022 App. A); `hardware_flops_per_step` adds the FLOPs
-    that recomputation repeats (Narayanan et al. 2021 Eq. 3 with full recomputation).
+    s x s attention, Korthikanti et al. 2022 App. A; what published model TFLOP/s use);
+    `hardware_flops_per_step` adds the FLOPs that recomputation repeats (Narayanan et al. 2021
+    Eq. 3 with full recomputation). A causal model needs only the unmasked part of the attention
+    square, and a fused (flash) kernel computes only that: `masked_attention_flops_per_step` is
+    the rest. MFU, HFU and the TFLOP/s per GPU count the work done, so they leave it out (HFU
+    keeps it where standard attention computes the whole square): at long sequences the
+    convention's MFU would otherwise exceed what the GEMMs reach.
     """
 
     scenario: Scenario
@@ -59,6 +66,7 @@ class TrainingEstimate:
     hardware_flops_per_step: Number
     bubble_fraction: Number  # pp_bubble_s / step_time_s: the share of the step spent in fill and drain
     hidden_comm_s: dict[str, Number]  # communication overlapped with compute (not in the step time)
+    masked_attention_flops_per_step: Number = 0.0  # in the convention's count, masked by causality
 
     @property
     def tokens_per_s(self) -> Number:
@@ -69,24 +77,36 @@ class TrainingEstimate:
         return flops / (self.step_time_s * self.scenario.plan.num_gpus)
 
     @property
+    def useful_flops_per_step(self) -> Number:
+        """The model's FLOPs without the causally masked attention (what MFU counts)."""
+        return self.model_flops_per_step - self.masked_attention_flops_per_step
+
+    @property
+    def executed_flops_per_step(self) -> Number:
+        """The FLOPs the GPUs run: recomputation included, the masked attention only where standard
+        attention computes the whole square (what HFU counts)."""
+        flash = np.asarray(self.scenario.plan.flash_attention, dtype=bool)
+        return self.hardware_flops_per_step - np.where(flash, self.masked_attention_flops_per_step, 0.0)
+
+    @property
     def model_tflops_per_gpu(self) -> Number:
-        return self._per_gpu(self.model_flops_per_step) / 1e12
+        return self._per_gpu(self.useful_flops_per_step) / 1e12
 
     @property
     def hardware_tflops_per_gpu(self) -> Number:
-        return self._per_gpu(self.hardware_flops_per_step) / 1e12
+        return self._per_gpu(self.executed_flops_per_step) / 1e12
 
     @property
     def mfu(self) -> Number:
-        """Model FLOPs utilisation: model FLOP/s per GPU over the dense peak."""
+        """Model FLOPs utilisation: useful model FLOP/s per GPU over the dense peak."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
-        return self._per_gpu(self.model_flops_per_step) / peak
+        return self._per_gpu(self.useful_flops_per_step) / peak
 
     @property
     def hfu(self) -> Number:
         """Hardware FLOPs utilisation (recomputation counted)."""
         peak = self.scenario.cluster.gpu.peak_flops_per_s(self.scenario.plan.precision)
-        return self._per_gpu(self.hardware_flops_per_step) / peak
+        return self._per_gpu(self.executed_flops_per_step) / peak
 
     @property
     def fits_in_memory(self) -> Number:

@@ -33,6 +33,7 @@ from shardwise.engines.training import (
     PIPELINE_SYNC_S,
     dp_comm,
     flops_per_step,
+    masked_attention_flops_per_step,
     memory_breakdown,
     optimizer_time_s,
     tied_embedding_sync_s,
@@ -180,6 +181,7 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,
         hidden_comm_s={"tp_comm": closed["tp_hidden_s"], "dp_comm": 0.0},
+        masked_attention_flops_per_step=masked_attention_flops_per_step(scn),
     )
     return SimulatedStep(estimate, sim, times)
 

@@ -145,6 +145,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
         hidden_comm_s={"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
+        masked_attention_flops_per_step=masked_attention_flops_per_step(scn),
     )
 
 
@@ -284,6 +285,15 @@ def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
     shards = np.asarray(plan.dp) * np.asarray(plan.cp)  # the distributed optimizer shards over dp x cp
     local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, shards, 1)
     return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=OPTIMIZER_KERNELS)
+
+
+def masked_attention_flops_per_step(scn: Scenario) -> Number:
+    """The causally masked part of the attention square in the model FLOPs (3 passes, all GPUs):
+    what a causal model does not need (`TrainingEstimate.masked_attention_flops_per_step`)."""
+    model, plan = scn.model, scn.plan
+    one = layer_forward(model, 1, 1, False, plan.bytes_per_element, cp=plan.cp)
+    masked = (1.0 - one.causal_fraction) * (one.scores.flops + one.context.flops)
+    return plan.global_batch * 3 * model.layers * masked
 
 
 def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
