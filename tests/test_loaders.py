@@ -95,7 +95,7 @@ def test_a_model_family_sets_the_architecture_flags_and_fields_override_them():
     [
         ({"family": "mamba"}, "model 'm': family 'mamba' is not allowed; choose one of gpt, llama"),
         ({"layers": "many"}, "model 'm': layers: 'many' is not a whole number"),
-        ({"layers": 2.5}, "model 'm': layers: 2.5 is not allowed; it must be a whole number >= 1"),
+        ({"layers": 2.5}, "model 'm': layers: 2.5 is not a whole number"),
         ({"bias": "yes"}, "model 'm': bias: 'yes' must be true or false"),
     ],
 )
@@ -161,3 +161,73 @@ def test_yaml_files(tmp_path):
     assert one_line_error(excinfo) == f"{bad}: line 3 is not valid YAML"
     with pytest.raises(SpecError, match=r"missing\.yaml: cannot read \(No such file or directory\)"):
         load_yaml(tmp_path / "missing.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "flag", "message"),
+    [
+        (
+            "gpu: a100-sxm4-80gb\ngpus_per_node: abc\nintra_node_link: nvlink3\n",
+            "--system",
+            "gpus_per_node: 'abc' is not a number",
+        ),
+        (
+            "gpu: a100-sxm4-80gb\ngpus_per_node: .inf\nintra_node_link: nvlink3\n",
+            "--system",
+            "gpus_per_node: inf is not a finite number",
+        ),
+        (
+            "gpu: a100-sxm4-80gb\ngpus_per_node: 0\nintra_node_link: nvlink3\n",
+            "--system",
+            "gpus_per_node: 0 is not allowed",
+        ),
+        (
+            "gpu: a100-sxm4-80gb\ngpus_per_node: 8\nintra_node_link: nvlink3\ninter_node_lnk: ib-hdr\n",
+            "--system",
+            "(did you mean inter_node_link?)",
+        ),
+        ("layers: .inf\nhidden: 64\nheads: 4\nvocab: 10\nseq_len: 8\n", "--model", "layers: inf is not a whole number"),
+        (
+            "layers: true\nhidden: 64\nheads: 4\nvocab: 10\nseq_len: 8\n",
+            "--model",
+            "layers: True is not a whole number",
+        ),
+        (
+            "layers: 2\nlayers: 4\nhidden: 64\nheads: 4\nvocab: 10\nseq_len: 8\n",
+            "--model",
+            "line 2: duplicate key 'layers'",
+        ),
+        ("a: &a [x, x]\nb: [*a, *a]\nlayers: 2\n", "--model", "line 2: YAML aliases (*a) are not allowed"),
+        (
+            "peak_16bit: 312TFLOPS\nmemory: 80GB\nmemory_bandwidth: 2TB/s\nmatmul_efficiency: 1.5\n",
+            "--gpu",
+            "matmul_efficiency: 1.5 is not allowed; it must be in (0, 1]",
+        ),
+    ],
+)
+def test_yaml_files_are_read_strictly_and_errors_name_the_file(text, flag, message, tmp_path, cli):
+    path = tmp_path / "spec.yaml"
+    path.write_text(text)
+    base = {
+        "--system": ["--model", "llama3-8b"],
+        "--model": ["--system", "dgx-a100"],
+        "--gpu": ["--model", "llama3-8b"],
+    }
+    code, out, err = cli(["predict", *base[flag], flag, str(path), "--global-batch", "8"])
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: ") and message in err
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ("layers: 2\n".encode("utf-16"), "is not a text file"),
+        ("layers: 2 # caf\u00e9\n".encode("latin-1"), "is not UTF-8"),
+        (b"layers: 2\n" + b"#" * (1 << 20), "too large for a YAML spec"),
+    ],
+)
+def test_yaml_that_is_not_small_utf8_text_is_one_line(payload, message, tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_bytes(payload)
+    with pytest.raises(SpecError, match=message):
+        load_yaml(path)

@@ -6,7 +6,7 @@ Every error names the field, the value and what is allowed, and raises `SpecErro
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +34,44 @@ FAMILIES: dict[str, dict[str, bool]] = {
     },
 }
 
+MAX_WHOLE = 2**53  # whole numbers beyond this are not exact as floats
+
+
+def real(value: Any) -> float:
+    """A finite real number (a YAML float or int, or its text); true/false, .inf and .nan are refused."""
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"{value!r} is not a number")
+    try:
+        x = float(value)
+    except (TypeError, ValueError, OverflowError):
+        raise ValueError(f"{value!r} is not a number") from None
+    if x != x or x in (float("inf"), float("-inf")):
+        raise ValueError(f"{value!r} is not a finite number")
+    return x
+
+
+def whole(value: Any) -> int:
+    """A whole number (4 or 4.0); true/false, fractions and numbers beyond 2**53 are refused."""
+    x = real(value)
+    if x != int(x) or abs(x) > MAX_WHOLE:
+        raise ValueError(f"{value!r} is not a whole number")
+    return int(x)
+
+
 _GPU_FIELDS = {
     "peak_16bit": ("peak_flops_per_s_16bit", units.parse_flops_per_s),
     "peak_fp8": ("peak_flops_per_s_fp8", units.parse_flops_per_s),
     "memory": ("memory_bytes", units.parse_bytes),
     "memory_bandwidth": ("memory_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
-    "matmul_efficiency": ("matmul_efficiency", float),
-    "memory_efficiency": ("memory_efficiency", float),
+    "matmul_efficiency": ("matmul_efficiency", real),
+    "memory_efficiency": ("memory_efficiency", real),
     "kernel_launch": ("kernel_launch_s", units.parse_seconds),
-    "matmul_efficiency_fp8": ("matmul_efficiency_fp8", float),
-    "sm_count": ("sm_count", int),
+    "matmul_efficiency_fp8": ("matmul_efficiency_fp8", real),
+    "sm_count": ("sm_count", whole),
 }
 _LINK_FIELDS = {
     "bandwidth": ("bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
-    "efficiency": ("efficiency", float),
+    "efficiency": ("efficiency", real),
     "latency": ("latency_s", units.parse_seconds),
     "base_latency": ("base_latency_s", units.parse_seconds),
 }
@@ -64,14 +88,23 @@ def _convert(
         if key in _IGNORED:
             continue
         if key not in fields:
-            allowed = ", ".join(sorted(fields))
-            raise SpecError(f"{kind} {name!r}: unknown field {key!r}; allowed: {allowed}")
+            raise SpecError(f"{kind} {name!r}: {unknown_field(key, fields)}")
         target, parse = fields[key]
         try:
             out[target] = parse(value)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise SpecError(f"{kind} {name!r}: {key}: {exc}") from None
     return out
+
+
+def unknown_field(key: object, allowed: Iterable[str]) -> str:
+    """'unknown field 'inter_node_lnk' (did you mean inter_node_link?); allowed: ...'."""
+    import difflib
+
+    names = sorted(allowed)
+    close = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown field {key!r}{hint}; allowed: {', '.join(names)}"
 
 
 def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...]) -> None:
@@ -92,7 +125,10 @@ def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:
 
 def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     _require("model", name, data, ("layers", "hidden", "heads", "vocab", "seq_len"))
-    family = str(data.get("family", "gpt")).lower()
+    family = data.get("family", "gpt")
+    if not isinstance(family, str):
+        raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
+    family = family.lower()
     if family not in FAMILIES:
         raise SpecError(f"model {name!r}: family {family!r} is not allowed; choose one of {', '.join(FAMILIES)}")
     kwargs: dict[str, Any] = dict(FAMILIES[family])
@@ -101,16 +137,15 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
             continue
         if key in _MODEL_INTS:
             try:
-                kwargs[key] = int(value) if float(value) == int(float(value)) else float(value)
-            except (TypeError, ValueError):
+                kwargs[key] = whole(value)
+            except ValueError:
                 raise SpecError(f"model {name!r}: {key}: {value!r} is not a whole number") from None
         elif key in _MODEL_FLAGS:
             if not isinstance(value, bool):
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            allowed = ", ".join(sorted((*_MODEL_INTS, *_MODEL_FLAGS, "family")))
-            raise SpecError(f"model {name!r}: unknown field {key!r}; allowed: {allowed}")
+            raise SpecError(f"model {name!r}: {unknown_field(key, (*_MODEL_INTS, *_MODEL_FLAGS, 'family'))}")
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 
@@ -154,21 +189,61 @@ def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
     )
 
 
-def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file; a missing or malformed file is a one-line SpecError."""
-    import yaml  # lazy: keeps `import shardwise` and `--help` fast
+MAX_YAML_BYTES = 1 << 20  # a preset or system file is a few hundred bytes; 1 MiB is plenty
 
+
+def load_yaml(path: str | Path) -> Any:
+    """Read a YAML file strictly: UTF-8 text of at most 1 MiB, no duplicate keys, no aliases (a
+    few bytes of aliases can expand to gigabytes), string keys. Any problem is a one-line
+    SpecError naming the file (and the line)."""
     p = Path(path)
     try:
-        text = p.read_text(encoding="utf-8")
+        size = p.stat().st_size
+        if size > MAX_YAML_BYTES:
+            raise SpecError(f"{p}: {size:,} bytes is too large for a YAML spec (at most {MAX_YAML_BYTES:,})")
+        raw = p.read_bytes()
     except OSError as exc:
         raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    if b"\0" in raw:
+        raise SpecError(f"{p}: is not a text file (YAML specs are UTF-8 text)")
     try:
-        return yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: byte {exc.start} is not UTF-8 (save the file as UTF-8)") from None
+    return parse_yaml(text, str(p))
+
+
+def parse_yaml(text: str, where: str = "<yaml>") -> Any:
+    """Parse YAML text with the strict rules of `load_yaml`."""
+    import yaml  # lazy: keeps `import shardwise` and `--help` fast
+
+    class Strict(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                event = self.peek_event()
+                line = event.start_mark.line + 1
+                alias = f"*{event.anchor}"
+                raise SpecError(f"{where}: line {line}: YAML aliases ({alias}) are not allowed; write the value")
+            return super().compose_node(parent, index)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            seen: set[object] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                if not isinstance(key, str):
+                    raise SpecError(f"{where}: line {line}: key {key!r} is not a name")
+                if key in seen:
+                    raise SpecError(f"{where}: line {line}: duplicate key {key!r}")
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    try:
+        return yaml.load(text, Loader=Strict)  # a SafeLoader subclass
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{p}:{where} is not valid YAML") from None
+        at = f" line {mark.line + 1}" if mark else ""
+        raise SpecError(f"{where}:{at} is not valid YAML") from None
 
 
 def cluster_from_parts(

@@ -43,10 +43,8 @@ def raw(kind: str) -> dict[str, dict[str, Any]]:
     """The YAML mapping of one preset file (cached)."""
     if kind not in KINDS:
         raise ValueError(f"unknown preset kind {kind!r}; choose one of {', '.join(KINDS)}")
-    import yaml  # lazy
-
     text = resources.files(__name__).joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
-    return {str(k).lower(): v for k, v in yaml.safe_load(text).items()}
+    return {str(k).lower(): v for k, v in loaders.parse_yaml(text, f"presets/{kind}.yaml").items()}
 
 
 def names(kind: str) -> list[str]:
@@ -77,14 +75,24 @@ def _looks_like_path(name: str) -> bool:
     return name.endswith((".yaml", ".yml")) or Path(name).is_file()
 
 
+def _in_file(name: str, build: Any, *args: Any) -> Any:
+    """Build a spec; for a YAML file the error starts with the file's path."""
+    if not _looks_like_path(name):
+        return build(*args)
+    try:
+        return build(*args)
+    except SpecError as exc:
+        raise SpecError(f"{name}: {exc}") from None
+
+
 def gpu(name: str) -> Gpu:
     key, data = _lookup("gpus", name)
-    return loaders.gpu_from_dict(key, data)
+    return _in_file(name, loaders.gpu_from_dict, key, data)
 
 
 def link(name: str) -> Link:
     key, data = _lookup("links", name)
-    return loaders.link_from_dict(key, data)
+    return _in_file(name, loaders.link_from_dict, key, data)
 
 
 def link_or_rate(
@@ -117,22 +125,41 @@ def model(name: str, **overrides: Any) -> Model:
         key = path.parent.name if path.stem == "config" and path.parent.name else path.stem
         return loaders.model_from_dict(key or "model", {**hf_config.read(path), **overrides})
     key, data = _lookup("models", name)
-    return loaders.model_from_dict(key, {**data, **overrides})
+    return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
+
+
+SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node")
 
 
 def system(name: str, nodes: int = 1) -> Cluster:
     """A cluster of `nodes` servers of a named system (dgx-a100, ...)."""
     key, data = _lookup("systems", name)
+    return _in_file(name, _system_from_dict, key, data, nodes)
+
+
+def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
+    for field in data:
+        if field not in (*SYSTEM_FIELDS, "source", "kind", "notes", "name"):
+            raise SpecError(f"system {key!r}: {loaders.unknown_field(field, SYSTEM_FIELDS)}")
     for field in ("gpu", "gpus_per_node", "intra_node_link"):
-        if field not in data:
+        if data.get(field) is None:
             raise SpecError(f"system {key!r}: missing field {field}")
+    try:
+        per_node = loaders.whole(data["gpus_per_node"])
+    except ValueError as exc:
+        raise SpecError(f"system {key!r}: gpus_per_node: {exc}") from None
+    if per_node < 1:
+        raise SpecError(f"system {key!r}: gpus_per_node: {per_node} is not allowed; it must be >= 1")
     g = _part("gpus", data["gpu"], loaders.gpu_from_dict, gpu)
-    per_node = int(data["gpus_per_node"])
     intra = _part("links", data["intra_node_link"], loaders.link_from_dict, link)
     inter = None
     if data.get("inter_node_link"):
         nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
-        inter = loaders.per_gpu_nic(nic, float(data.get("nics_per_node", per_node)), per_node)
+        try:
+            nics = loaders.real(data.get("nics_per_node", per_node))
+        except ValueError as exc:
+            raise SpecError(f"system {key!r}: nics_per_node: {exc}") from None
+        inter = loaders.per_gpu_nic(nic, nics, per_node)
     return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
 
 
@@ -170,7 +197,9 @@ def _part(kind: str, value: Any, from_dict: Any, by_name: Any) -> Any:
     """A system's GPU or link: a preset name, a YAML path, or the fields inline."""
     if isinstance(value, dict):
         return from_dict(str(value.get("name", f"custom-{kind[:-1]}")), value)
-    return by_name(str(value))
+    if not isinstance(value, str):
+        raise SpecError(f"{kind[:-1]} {value!r} is not allowed; give a preset name, a YAML file or the fields")
+    return by_name(value)
 
 
 def describe(kind: str) -> list[dict[str, Any]]:
