@@ -308,3 +308,12 @@ def test_the_planner_confirms_its_best_plans_with_the_simulator():
     row = result.row(best)
     sim_best = float(simulate_training_step(result.scenario(best)).estimate.step_time_s)
     assert row["step_time_s"] == pytest.approx(sim_best, rel=1e-9)  # plan == timeline
+
+
+def test_divisors_of_a_huge_batch_need_no_huge_array():
+    from shardwise.analyses.planner import _divisors
+
+    assert _divisors(12).tolist() == [1, 2, 3, 4, 6, 12]
+    assert _divisors(1).tolist() == [1] and _divisors(49).tolist() == [1, 7, 49]
+    d = _divisors(10**12)  # trial division to 1e6, not an array of 1e12
+    assert len(d) == 169 and d[0] == 1 and d[-1] == 10**12 and np.all(10**12 % d == 0)

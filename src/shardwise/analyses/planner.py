@@ -243,8 +243,10 @@ def cluster_for(cluster: Cluster, gpus: np.ndarray | int) -> Cluster:
 
 
 def _divisors(n: int) -> np.ndarray:
-    d = np.arange(1, n + 1)
-    return d[n % d == 0]
+    """The divisors of n, ascending, by trial division up to sqrt(n) (n may be a large batch)."""
+    low = np.arange(1, int(np.sqrt(n)) + 1, dtype=np.int64)
+    low = low[n % low == 0]
+    return np.unique(np.concatenate([low, n // low]))
 
 
 def _allowed(values: np.ndarray, fixed: tuple[int, ...] | None) -> np.ndarray:
