@@ -247,3 +247,21 @@ def test_experiment_commands_take_nics_per_node_and_say_what_crosses_servers(cli
     assert all(slow[p] > fast[p] for p in fast)  # eight GPUs share one card: every plan is slower
     code, _, err = cli([*args, "--nics-per-node", "0"])
     assert code == 2 and "--nics-per-node: 0" in err
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--plan", "tp=²"], "--plan 'tp=²': tp=² is not allowed; use a whole number >= 1"),
+        (["--plan", ""], "--plan '': empty"),
+        (["--plan", "tp=8,tp=4"], "--plan 'tp=8,tp=4': tp is given twice"),
+        (["--intra-link", "600"], "'600' has no unit; write a rate like 600GB/s"),
+        (["--intra-link", "1e-300B/s"], "it must be between 1000 and 1e+16 B/s"),
+        (["--intra-link", "nv=nvlink3,efficiency=abc"], "efficiency=abc is not allowed; give a fraction like 0.8"),
+    ],
+)
+def test_hostile_plan_and_link_text_is_one_line(args, message, cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = cli(["crossover", "--no-plot", *args])
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert list(tmp_path.iterdir()) == []

@@ -267,17 +267,21 @@ def parse_plan_spec(text: str) -> PlanSpec:
     """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with vpp, mb, schedule, recompute, sp, zero, first,
     last (see `PlanSpec`); checked here, one line per problem."""
     fields: dict[str, str] = {}
-    for part in text.replace(" ", "").split(","):
-        if not part:
-            continue
+    parts = [part for part in text.replace(" ", "").split(",") if part]
+    if not parts:
+        raise SpecError(f"--plan {text!r}: empty; give KEY=VALUE pairs such as tp=8 or tp=2,pp=4")
+    for part in parts:
         key, sep, value = part.partition("=")
         if not sep or key not in PlanSpec.KEYS:
             raise SpecError(f"--plan {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(PlanSpec.KEYS)}")
+        if key in fields:
+            raise SpecError(f"--plan {text!r}: {key} is given twice")
         fields[key] = value
 
     def whole(key: str, low: int, high: int | None = None) -> int:
         value = fields[key]
-        if not value.isdigit() or int(value) < low or (high is not None and int(value) > high):
+        digits = value.isascii() and value.isdigit() and len(value) <= 15
+        if not digits or int(value) < low or (high is not None and int(value) > high):
             allowed = f"{low}..{high}" if high is not None else f"a whole number >= {low}"
             raise SpecError(f"--plan {text!r}: {key}={value} is not allowed; use {allowed}")
         return int(value)

@@ -46,6 +46,11 @@ def _number(value: str | float | int) -> float | None:
         return None
 
 
+def is_bare_number(text: str) -> bool:
+    """'600' or '1e9': a number without a unit (what a command-line quantity must not be)."""
+    return isinstance(text, str) and _number(text) is not None
+
+
 def parse_bytes(value: str | float | int) -> float:
     """'80GB' -> 8e10, '80GiB' -> 85899345920, 2048 -> 2048.0 (a bare number is bytes)."""
     plain = _number(value)

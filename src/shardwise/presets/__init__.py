@@ -105,6 +105,8 @@ def link_or_rate(
     """What a link flag names, the one parser for all of them: a sustained rate ('600GB/s': it
     keeps the latency of the link it `replaced`, or of its kind, see `loaders.link_from_rate`), a
     preset name or a YAML file. `latency_s` overrides the latency; `name` names a rate link."""
+    if units.is_bare_number(spec):
+        raise SpecError(f"{spec!r} has no unit; write a rate like {spec}GB/s, or a preset name")
     try:
         rate = units.parse_rate_bytes_per_s(spec)
     except SpecError:
@@ -219,7 +221,8 @@ def parse_link_spec(text: str, flag: str = "--intra-link") -> LinkSpec:
     try:
         link = link_or_rate(value, "intra", name=label)
     except SpecError as exc:
-        raise SpecError(f"{flag} {text!r}: {exc}; or give LABEL=RATE like nvlink=600GB/s") from None
+        hint = "; or give LABEL=RATE like nvlink=600GB/s" if str(exc).startswith("unknown link") else ""
+        raise SpecError(f"{flag} {text!r}: {exc}{hint}") from None
     for extra in extras:
         key, _, v = extra.partition("=")
         if key == "latency":

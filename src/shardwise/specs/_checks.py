@@ -83,6 +83,18 @@ def non_negative(field: str, value: ArrayLike) -> Number:
     return value  # type: ignore[return-value]
 
 
+def within(field: str, value: ArrayLike, low: float, high: float, unit: str) -> Number:
+    """Finite and in [low, high]: a physical quantity inside the range the model is meant for
+    (beyond it the arithmetic overflows or the answer means nothing)."""
+    arr = _numeric(field, value)
+    bad = ~(np.isfinite(arr) & (arr >= low) & (arr <= high))
+    if np.any(bad):
+        raise SpecError(
+            f"{field}: {_first_bad(arr, bad)} is not allowed; it must be between {low:g} and {high:g} {unit}"
+        )
+    return value  # type: ignore[return-value]
+
+
 def fraction(field: str, value: ArrayLike) -> Number:
     """In (0, 1.5]: efficiencies are fractions of a peak (NVLS-style > 1 allowed up to 1.5)."""
     arr = _numeric(field, value)

@@ -39,9 +39,9 @@ class Gpu:
 
     def __post_init__(self) -> None:
         p = f"gpu {self.name!r}"
-        chk.positive(f"{p}: peak_flops_per_s_16bit", self.peak_flops_per_s_16bit)
-        chk.positive(f"{p}: memory_bytes", self.memory_bytes)
-        chk.positive(f"{p}: memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s)
+        chk.within(f"{p}: peak_flops_per_s_16bit", self.peak_flops_per_s_16bit, 1e9, 1e18, "FLOP/s")
+        chk.within(f"{p}: memory_bytes", self.memory_bytes, 1e6, 1e15, "bytes")
+        chk.within(f"{p}: memory_bandwidth_bytes_per_s", self.memory_bandwidth_bytes_per_s, 1e6, 1e16, "B/s")
         chk.non_negative(f"{p}: peak_flops_per_s_fp8", self.peak_flops_per_s_fp8)
         chk.unit_fraction(f"{p}: matmul_efficiency", self.matmul_efficiency)
         chk.unit_fraction(f"{p}: memory_efficiency", self.memory_efficiency)
@@ -90,8 +90,8 @@ class Link:
 
     def __post_init__(self) -> None:
         p = f"link {self.name!r}"
-        chk.positive(f"{p}: bandwidth_bytes_per_s", self.bandwidth_bytes_per_s)
-        chk.non_negative(f"{p}: latency_s", self.latency_s)
+        chk.within(f"{p}: bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, 1e3, 1e16, "B/s")
+        chk.within(f"{p}: latency_s", self.latency_s, 0.0, 1.0, "s")
         chk.fraction(f"{p}: efficiency", self.efficiency)
         chk.non_negative(f"{p}: base_latency_s", self.base_latency_s)
 
