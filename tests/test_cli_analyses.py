@@ -265,3 +265,27 @@ def test_hostile_plan_and_link_text_is_one_line(args, message, cli, tmp_path, mo
     code, out, err = cli(["crossover", "--no-plot", *args])
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["sensitivity", "--no-plot", "--plan", "tp=3", "--plan", "pp=8"], "--plan tp=3: invalid at every batch"),
+        (["sensitivity", "--no-plot", "--max-batch", "1000000000"], "at most 50,000,000"),
+        (["sensitivity", "--no-plot", "--layers-values", "1..100000"], "at most 50,000,000"),
+        (["crossover", "--no-plot", "--vary", "batch=1..100000", "--all-rows"], "--all-rows prints at most 2,000 rows"),
+        (
+            "timeline --model gpt-1t --system dgx-a100 --nodes 8 --pp 64 --global-batch 100000 --no-plot".split(),
+            "the simulation would run 12,800,000 operations",
+        ),
+    ],
+)
+def test_unbounded_work_is_refused_up_front(args, message, cli, tmp_path, monkeypatch):
+    import time
+
+    monkeypatch.chdir(tmp_path)
+    start = time.perf_counter()
+    code, out, err = cli(args)
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
+    assert time.perf_counter() - start < 30  # refused before the work, not after (a loose bound)
+    assert list(tmp_path.iterdir()) == []

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.analyses.evaluate import times_s
-from shardwise.analyses.sweep import run_sweep
+from shardwise.analyses.sweep import check_size, run_sweep
 from shardwise.specs.experiment import Experiment
 
 TORNADO_INPUTS = ("batch", "bandwidth", "latency", "layers", "hidden", "seq_len", "peak_flops", "hbm_bandwidth")
@@ -39,6 +39,7 @@ def crossover_batch_vs(
     if len(exp.plans) != 2:
         raise ValueError("crossover_batch_vs compares exactly two plans")
     a, b = (p.label for p in exp.plans)
+    check_size(len(values) * int(max_batch) * len(exp.links) * 2, f"{variable} x batch 1..{max_batch}")
     batches = np.arange(1, max_batch + 1, dtype=float)
     result = run_sweep(exp, [(variable, np.asarray(values, dtype=float)), ("batch", batches)])
     curves = []

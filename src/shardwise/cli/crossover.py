@@ -9,6 +9,7 @@ import click
 from shardwise.cli.experiment_options import experiment_options
 
 DEFAULT_VARY = "batch=1..32"
+MAX_PRINTED_ROWS = 2_000  # a terminal table longer than this belongs in a CSV file
 
 
 @click.command()
@@ -64,6 +65,11 @@ def crossover(
         check_output_path(plot_path, (".png", ".svg", ".pdf"), "--plot")
     exp = build_experiment(options)
     variable, values = parse_vary(vary)
+    if all_rows and len(values) > MAX_PRINTED_ROWS and not (as_json or csv_path == "-"):
+        raise SpecError(
+            f"--all-rows prints at most {MAX_PRINTED_ROWS:,} rows ({len(values):,} asked); "
+            "write them with --csv FILE or --json"
+        )
     check_plans_valid(exp, variable, values)
     result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
     assumptions = describe_experiment(exp, variable)

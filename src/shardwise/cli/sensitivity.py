@@ -57,7 +57,7 @@ def sensitivity(
     their time ratio most (each input halved and doubled around the --global-batch baseline)."""
     from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
     from shardwise.analyses.vary import parse_vary
-    from shardwise.cli.experiment_options import build_experiment, describe_experiment
+    from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
     exp = build_experiment(options)
@@ -65,6 +65,9 @@ def sensitivity(
         raise SpecError(f"sensitivity compares exactly two plans (got {len(exp.plans)} --plan)")
     if max_batch < 2 or factor <= 1:
         raise SpecError("--max-batch must be >= 2 and --factor > 1")
+    import numpy as np
+
+    check_plans_valid(exp, "batch", np.arange(1.0, max_batch + 1.0)[: min(max_batch, 4096)])
     plans = [p.label for p in exp.plans]
     _, layers = parse_vary(f"layers={layers_values}")
     _, hidden = parse_vary(f"hidden={hidden_values}")

@@ -144,13 +144,23 @@ def _stage_cost(n_layers: int, layer: StageCost, emb: StageCost | None, head: St
     return StageCost(*(sum(getattr(x, f) for x in parts) for f in FIELDS))
 
 
+# The simulator's limit: p x m x v at most this (about 10 s and 1.5 GB for the 4M operations).
+MAX_SLOTS = 2_000_000
+
+
 def simulate_training_step(scn: Scenario) -> SimulatedStep:
     """Simulate the plan's schedule operation by operation and report it like the closed form."""
     plan = scn.plan
     for name in ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute", "zero_stage"):
         _scalar(name, getattr(plan, name))
-    times = stage_times(scn)
     p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
+    if p * m * v > MAX_SLOTS:
+        raise SpecError(
+            f"the simulation would run {2 * p * m * v:,} operations (pp={p} x {m} micro-batches x vpp={v} x 2); "
+            f"at most {2 * MAX_SLOTS:,}: use a smaller global batch or a larger micro-batch, or `predict` "
+            "(the closed form, any size)"
+        )
+    times = stage_times(scn)
     name = plan.schedule.label
     ops = SCHEDULES[name](p, m, v)
     sim = simulate(ops, times, v, name in SPLIT_BACKWARD, name)
