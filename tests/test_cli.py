@@ -1,6 +1,7 @@
 """The command line: output, JSON keys, and bad input (one line, exit status 2, no traceback)."""
 
 import json
+import signal
 import subprocess
 import sys
 
@@ -248,3 +249,21 @@ def test_presets_list_shows_defaults_not_placeholders(cli):
     assert code == 0 and "interleaved" not in out  # kv heads left out = heads (multi-head attention)
     row = next(line.split() for line in out.splitlines() if line.split()[:1] == ["gpt-1.7b"])
     assert row[1:] == ["24", "2304", "24", "24", "2048"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_a_large_write_leaves_no_file_behind(sig, status, tmp_path):
+    """SIGTERM or Ctrl-C while a 2-million-row CSV is computed or written: the command stops with
+    128 + the signal and neither the file nor a temporary is left."""
+    import time
+
+    code = "from shardwise.cli import main; main(['sweep', '--vary', 'batch=1..1000', '--vary', 'layers=8..1007', "
+    code += "'--csv', 'g.csv', '--no-progress'])"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    time.sleep(2.5)
+    assert proc.poll() is None, "finished before the signal: make the grid larger"
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == status and b"Traceback" not in err
+    assert list(tmp_path.iterdir()) == []

@@ -76,8 +76,14 @@ def cli() -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit status 2, never a traceback."""
+    import signal
+
     from shardwise.errors import USER_ERRORS
 
+    def terminated(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)  # unwinds: a file being written is removed, not left half-done
+
+    previous = signal.signal(signal.SIGTERM, terminated) if _main_thread() else None
     try:
         cli.main(args=argv, prog_name="shardwise", standalone_mode=False)
     except click.exceptions.Abort:
@@ -91,3 +97,12 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
