@@ -59,10 +59,12 @@ def crossover(
         from shardwise.cli.options import check_output_path
 
         check_output_path(csv_path, (".csv",), "--csv")
-    if plot_path is not None and not no_plot:
+    quiet = as_json or csv_path == "-"  # the output is data: a figure only when asked for by name
+    figure_path = None if no_plot or (plot_path is None and quiet) else (plot_path or "crossover.png")
+    if figure_path is not None:
         from shardwise.cli.options import check_output_path
 
-        check_output_path(plot_path, (".png", ".svg", ".pdf"), "--plot")
+        check_output_path(figure_path, (".png", ".svg", ".pdf"), "--plot")
     exp = build_experiment(options)
     variable, values = parse_vary(vary)
     if all_rows and len(values) > MAX_PRINTED_ROWS and not (as_json or csv_path == "-"):
@@ -73,10 +75,7 @@ def crossover(
     check_plans_valid(exp, variable, values)
     result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
     assumptions = describe_experiment(exp, variable)
-    figure = None
-    quiet = as_json or csv_path == "-"  # the output is data: a figure only when asked for by name
-    if not no_plot and (plot_path is not None or not quiet):
-        figure = _plot(result, plot_path or "crossover.png", assumptions)
+    figure = None if figure_path is None else _plot(result, figure_path, assumptions)
     if csv_path not in (None, "-"):
         from shardwise.atomic import atomic_path
 

@@ -60,6 +60,11 @@ def sensitivity(
     from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
+    if not no_plot and not as_json:
+        from shardwise.cli.options import check_output_path
+
+        for part in ("layers", "hidden", "tornado"):
+            check_output_path(f"{plot_prefix}-{part}.png", (".png",), "--plot-prefix")
     exp = build_experiment(options)
     if len(exp.plans) != 2:
         raise SpecError(f"sensitivity compares exactly two plans (got {len(exp.plans)} --plan)")
