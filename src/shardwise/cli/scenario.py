@@ -43,6 +43,10 @@ def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool)
     plot = not no_plot and not as_json
     if plot and not Path(out_dir).is_dir():
         raise SpecError(f"--out-dir: {out_dir} is not a directory")
+    if plot:
+        from shardwise.atomic import check_writable
+
+        check_writable(Path(out_dir) / "figure.png")  # the directory must take the figures
     reports = [run(name, plot) for name in chosen]
     if plot:
         from shardwise import plots
