@@ -32,17 +32,27 @@ _GATED_ACTIVATIONS = ("silu", "swiglu", "swish", "geglu", "gelu_pytorch_tanh_gat
 _GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode")
 # a context of a million tokens is what the config allows, not what one trains or serves with
 DEFAULT_MAX_SEQ_LEN = 8192
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
+MAX_WHOLE = 2**53
 
 
 def read(path: str | Path) -> dict[str, Any]:
     """Model fields (as in presets/models.yaml) from a config.json; SpecError names what is wrong."""
     p = Path(path)
     try:
+        if p.stat().st_size > MAX_CONFIG_BYTES:
+            raise SpecError(
+                f"{p}: {p.stat().st_size:,} bytes is too large for a config.json (at most {MAX_CONFIG_BYTES:,})"
+            )
         cfg = json.loads(p.read_text(encoding="utf-8"))
     except OSError as exc:
         raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: byte {exc.start} is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{p}: not valid JSON (line {exc.lineno})") from None
+    except RecursionError:
+        raise SpecError(f"{p}: nested too deeply for a config.json") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
@@ -59,6 +69,8 @@ def read(path: str | Path) -> dict[str, Any]:
         for key in keys:
             value = cfg.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
+                if not (value == value and abs(value) <= MAX_WHOLE):  # NaN, Infinity, absurd sizes
+                    raise SpecError(f"{p}: {key}: {value} is not allowed; it must be a whole number")
                 out[field] = int(value)
                 break
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]

@@ -240,6 +240,8 @@ def parse_yaml(text: str, where: str = "<yaml>") -> Any:
 
     try:
         return yaml.load(text, Loader=Strict)  # a SafeLoader subclass
+    except RecursionError:
+        raise SpecError(f"{where}: nested too deeply for a YAML spec") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" line {mark.line + 1}" if mark else ""

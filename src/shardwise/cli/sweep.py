@@ -82,6 +82,7 @@ def sweep(
     else:
         result = _with_progress(exp, grid, total_configs)
     elapsed = time.perf_counter() - start
+    _check_plans_valid(exp, result, grid)
     if out_path is not None:
         _write(result, out_path, not (no_progress or as_json))
     if map_path is not None:
@@ -148,3 +149,18 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
         out.print(f"grid written to {out_path}")
     if map_path:
         out.print(f"winner map: {map_path}")
+
+
+def _check_plans_valid(exp: Any, result: Any, grid: list[Any]) -> None:
+    """A plan invalid at every point of the grid is a user error, named with the rule it breaks
+    (not a plan that wins no cell)."""
+    import numpy as np
+
+    from shardwise.analyses.evaluate import why_invalid
+    from shardwise.errors import SpecError
+
+    for plan in exp.plans:
+        if all(np.all(np.isnan(result.times_s[(link, plan.label)])) for link in result.links):
+            first = {name: np.asarray(values)[:1] for name, values in grid}
+            rule = why_invalid(exp, plan, exp.links[0].link, first)
+            raise SpecError(f"--plan {plan.label}: invalid at every point of the grid ({rule or 'see the rules'})")

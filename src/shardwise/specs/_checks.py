@@ -33,12 +33,16 @@ def _numeric(field: str, value: ArrayLike) -> np.ndarray:
     for 64 bits)."""
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > MAX_WHOLE:
         raise SpecError(f"{field}: {value} is not allowed; it must be at most {MAX_WHOLE:,}")
+    if isinstance(value, (list, tuple)):
+        raise SpecError(f"{field}: {_short(value)} is not allowed; give a number or a numpy array")
     try:
         arr = np.asarray(value)
     except (OverflowError, ValueError, TypeError):
         raise SpecError(f"{field}: {value!r} is not a number") from None
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.number) or np.issubdtype(arr.dtype, np.complexfloating):
         raise SpecError(f"{field}: {_short(value)} is not a number")
+    if arr.size == 0:
+        raise SpecError(f"{field}: an empty array is not allowed; give at least one value")
     return arr
 
 

@@ -36,6 +36,8 @@ class Model:
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"model: name {self.name!r} is not allowed; give a non-empty name")
         p = f"model {self.name!r}"
         for name in ("layers", "hidden", "heads", "vocab", "seq_len"):
             object.__setattr__(self, name, chk.positive_int(f"{p}: {name}", getattr(self, name)))

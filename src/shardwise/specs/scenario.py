@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from shardwise.specs._checks import SpecError
 from shardwise.specs.hardware import Cluster
 from shardwise.specs.model import Model
 from shardwise.specs.plan import Plan
@@ -26,6 +27,11 @@ class Scenario:
     plan: Plan
 
     def __post_init__(self) -> None:
+        for name, kind in (("model", Model), ("cluster", Cluster), ("plan", Plan)):
+            value = getattr(self, name)
+            if not isinstance(value, kind):
+                shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+                raise SpecError(f"scenario: {name}: {shown} ({type(value).__name__}) is not a {kind.__name__}")
         m, c, p = self.model, self.cluster, self.plan
         from shardwise.specs import rules
         from shardwise.specs.stages import plan_split

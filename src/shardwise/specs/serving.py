@@ -28,10 +28,10 @@ class ServingWorkload:
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "batch"):
             object.__setattr__(self, name, chk.positive_int(f"serving: {name}", getattr(self, name)))
-        if self.runtime not in RUNTIME_NAMES:
+        if not isinstance(self.runtime, str) or self.runtime not in RUNTIME_NAMES:
             raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIME_NAMES)}")
         for name in ("weight_precision", "kv_precision"):
-            if getattr(self, name) not in STORAGE_BYTES:
+            if not isinstance(getattr(self, name), str) or getattr(self, name) not in STORAGE_BYTES:
                 raise SpecError(
                     f"serving: {name} {getattr(self, name)!r} is not allowed; choose {', '.join(STORAGE_BYTES)}"
                 )
