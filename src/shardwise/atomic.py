@@ -28,7 +28,15 @@ def _umask() -> int:
 def check_writable(path: str | Path) -> Path:
     """Fail now, in one line, if `path` cannot be written (missing or read-only directory, a
     directory in its place)."""
-    p = Path(path)
+    try:
+        return _check_writable(Path(path))
+    except (OSError, ValueError) as exc:  # a name the OS refuses: too long, NUL bytes
+        reason = exc.strerror if isinstance(exc, OSError) else str(exc)
+        shown = str(path) if len(str(path)) <= 80 else f"{str(path)[:77]}..."
+        raise SpecError(f"{shown}: cannot write there ({reason})") from None
+
+
+def _check_writable(p: Path) -> Path:
     parent = p.parent if str(p.parent) else Path(".")
     if p.is_dir():
         raise SpecError(f"{p}: is a directory; give a file name")

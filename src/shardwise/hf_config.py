@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from shardwise import files
 from shardwise.errors import SpecError
 
 # (our field, the config keys that can hold it, first found wins)
@@ -39,14 +40,9 @@ MAX_WHOLE = 2**53
 def read(path: str | Path) -> dict[str, Any]:
     """Model fields (as in presets/models.yaml) from a config.json; SpecError names what is wrong."""
     p = Path(path)
+    raw = files.read_small(p, MAX_CONFIG_BYTES, "config.json")
     try:
-        if p.stat().st_size > MAX_CONFIG_BYTES:
-            raise SpecError(
-                f"{p}: {p.stat().st_size:,} bytes is too large for a config.json (at most {MAX_CONFIG_BYTES:,})"
-            )
-        cfg = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+        cfg = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise SpecError(f"{p}: byte {exc.start} is not UTF-8") from None
     except json.JSONDecodeError as exc:
@@ -90,11 +86,19 @@ def read(path: str | Path) -> dict[str, Any]:
     out["learned_positions"] = model_type in ("gpt2", "opt", "gpt_bigcode")
     out["bias"] = bool(cfg.get("attention_bias", cfg.get("bias", gpt_like)))
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
-    out["dropout"] = (
-        float(cfg.get("attention_dropout", 0.0) or 0.0) > 0 or float(cfg.get("resid_pdrop", 0.0) or 0.0) > 0
-    )
+    out["dropout"] = any(_probability(p, cfg, key) > 0 for key in ("attention_dropout", "resid_pdrop"))
     out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'})"
     return out
+
+
+def _probability(p: Path, cfg: dict[str, Any], key: str) -> float:
+    """A dropout probability from config.json: absent or null is 0; anything else a number in [0, 1]."""
+    value = cfg.get(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+        raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be a probability between 0 and 1")
+    return float(value)
 
 
 def _keys(fields: list[str]) -> list[str]:

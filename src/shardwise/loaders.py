@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shardwise import units
+from shardwise import files, units
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 from shardwise.specs.experiment import PlanSpec
 
@@ -197,13 +197,7 @@ def load_yaml(path: str | Path) -> Any:
     few bytes of aliases can expand to gigabytes), string keys. Any problem is a one-line
     SpecError naming the file (and the line)."""
     p = Path(path)
-    try:
-        size = p.stat().st_size
-        if size > MAX_YAML_BYTES:
-            raise SpecError(f"{p}: {size:,} bytes is too large for a YAML spec (at most {MAX_YAML_BYTES:,})")
-        raw = p.read_bytes()
-    except OSError as exc:
-        raise SpecError(f"{p}: cannot read ({exc.strerror})") from None
+    raw = files.read_small(p, MAX_YAML_BYTES, "YAML spec")
     if b"\0" in raw:
         raise SpecError(f"{p}: is not a text file (YAML specs are UTF-8 text)")
     try:

@@ -19,6 +19,7 @@ PARTS = {
     "pp_bubble": "pipeline bubble",
     "dp_comm": "DP communication",
     "optimizer": "optimizer",
+    "overhead": "fixed overheads",
 }
 MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations")
 

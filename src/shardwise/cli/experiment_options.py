@@ -145,6 +145,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
+    from shardwise.specs._checks import MAX_WHOLE
     from shardwise.specs.experiment import Experiment
 
     base = brief_experiment()
@@ -153,6 +154,13 @@ def build_experiment(o: dict[str, Any]) -> Any:
     }
     if o.get("family"):
         overrides["family"] = o["family"]
+    names = {"gpus": "num-gpus", "batch": "global-batch"}
+    for flag in ("gpus", "gpus_per_node", "batch", "micro_batch", "hidden"):
+        if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:
+            raise SpecError(
+                f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be a whole number "
+                f"from 1 to {MAX_WHOLE:,}"
+            )
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]
@@ -160,10 +168,6 @@ def build_experiment(o: dict[str, Any]) -> Any:
         heads = o.get("heads") or int(heads_for_hidden(h, tp_max))
         overrides = {"hidden": h, "heads": heads, "kv_heads": heads, "ffn_hidden": 4 * h, **overrides}
     model = presets.model(o["model_name"], **overrides)
-    names = {"gpus": "num-gpus", "batch": "global-batch"}
-    for flag in ("gpus", "gpus_per_node", "batch", "micro_batch"):
-        if o[flag] < 1:
-            raise SpecError(f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be >= 1")
     links = tuple(parse_link_spec(t) for t in o["links"])
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links

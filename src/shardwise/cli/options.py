@@ -202,13 +202,35 @@ stage_options = _stack(
 plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
 
-def _link(spec: str, role: str, replaced: Any = None, latency: str | None = None) -> Any:
-    """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
-    keeps the latency of the link it replaces, or of its kind; --link-latency sets it)."""
-    from shardwise import presets, units
+def _link_latency_s(o: dict[str, Any]) -> float | None:
+    """--link-latency in seconds (checked even when no link flag uses it: a silently ignored flag
+    is a trap)."""
+    from shardwise import units
     from shardwise.specs import SpecError
 
-    latency_s = units.parse_seconds(latency) if latency is not None else None
+    text = o.get("link_latency")
+    if text is None:
+        return None
+    try:
+        value = units.parse_seconds(text)
+    except SpecError as exc:
+        raise SpecError(f"--link-latency: {exc}") from None
+    if not 0 <= value <= 1:  # NaN fails too
+        raise SpecError(f"--link-latency: {text} is not allowed; it must be a time from 0 to 1 s (e.g. 2us)")
+    if not o.get("intra_link") and not o.get("inter_link"):
+        raise SpecError(
+            f"--link-latency {text}: it sets the latency of a link given with --intra-link or --inter-link; "
+            "give one of them (a preset link keeps its own latency)"
+        )
+    return value
+
+
+def _link(spec: str, role: str, replaced: Any = None, latency_s: float | None = None) -> Any:
+    """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
+    keeps the latency of the link it replaces, or of its kind; --link-latency sets it)."""
+    from shardwise import presets
+    from shardwise.specs import SpecError
+
     kind = "inter" if role == "inter-link" else "intra"
     try:
         return presets.link_or_rate(spec, kind, replaced, latency_s)
@@ -260,11 +282,12 @@ def build_cluster(o: dict[str, Any]) -> Any:
     if per_node < 1:
         raise SpecError(f"--gpus-per-node: {per_node} is not allowed; it must be >= 1")
     notes = []
+    latency_s = _link_latency_s(o)
     if o.get("intra_link"):
-        intra = _link(o["intra_link"], "intra-link", intra, o.get("link_latency"))
+        intra = _link(o["intra_link"], "intra-link", intra, latency_s)
         notes.append(f"inside a server: {_describe_link(intra)}")
     if o.get("inter_link"):
-        nic = _link(o["inter_link"], "inter-link", nic, o.get("link_latency"))
+        nic = _link(o["inter_link"], "inter-link", nic, latency_s)
         nics = nics if nics else float(per_node)
     if o.get("nics_per_node") is not None:
         if not o["nics_per_node"] > 0:

@@ -19,6 +19,7 @@ BREAKDOWN_LABELS = {
     "pp_bubble": "PP bubble (fill + drain)",
     "dp_comm": "DP communication (exposed)",
     "optimizer": "optimizer step",
+    "overhead": "stack overhead (calibrated)",
 }
 
 
@@ -103,6 +104,8 @@ def print_estimate(est: TrainingEstimate) -> None:
     hidden = {k: _f(v) for k, v in est.hidden_comm_s.items()}
     for key, value in est.breakdown.as_dict().items():
         v = _f(value)
+        if key == "overhead" and v == 0:  # only a calibrated cluster has fixed overheads
+            continue
         label = BREAKDOWN_LABELS[key]
         if hidden.get(key, 0.0) > 0:
             label += f" [dim](+{format_seconds(hidden[key])} hidden)[/]"

@@ -72,7 +72,13 @@ def sensitivity(
         raise SpecError("--max-batch must be >= 2 and --factor > 1")
     import numpy as np
 
-    check_plans_valid(exp, "batch", np.arange(1.0, max_batch + 1.0)[: min(max_batch, 4096)])
+    from shardwise.analyses.evaluate import why_invalid
+
+    check_plans_valid(exp, "batch", np.arange(1.0, min(max_batch, 4096) + 1.0))
+    for plan in exp.plans:  # the one-at-a-time chart is about the baseline: both plans must run there
+        rule = why_invalid(exp, plan, exp.links[0].link, {"batch": np.array([float(exp.batch)])})
+        if rule:
+            raise SpecError(f"--plan {plan.label}: invalid at the baseline --global-batch {exp.batch} ({rule})")
     plans = [p.label for p in exp.plans]
     _, layers = parse_vary(f"layers={layers_values}")
     _, hidden = parse_vary(f"hidden={hidden_values}")
@@ -209,11 +215,25 @@ def _print(
             table.add_row(
                 SHORT_NAME.get(b.variable, b.variable),
                 f"{b.base_value * scale:g}{unit}",
-                f"{b.ratio_low:.3f}" + ("" if b.fits_low else " *"),
-                f"{b.ratio_high:.3f}" + ("" if b.fits_high else " *"),
+                _ratio_cell(b.ratio_low, b.fits_low),
+                _ratio_cell(b.ratio_high, b.fits_high),
             )
         out.print(table)
-    if any(not (b.fits_low and b.fits_high) for _, _, bars in tornadoes for b in bars):
+    cells = [
+        (r, f)
+        for _, _, bars in tornadoes
+        for b in bars
+        for r, f in ((b.ratio_low, b.fits_low), (b.ratio_high, b.fits_high))
+    ]
+    if any(r == r and not f for r, f in cells):
         out.print("[dim]* a plan does not fit in GPU memory there (the ratio is of times only)[/]")
+    if any(r != r for r, _ in cells):
+        out.print("[dim]invalid: a plan's layout is not possible there (e.g. layers not divisible by pp)[/]")
     for f in figures:
         out.print(f"figure: {f}")
+
+
+def _ratio_cell(ratio: float, fits: bool) -> str:
+    if ratio != ratio:  # NaN: a plan is invalid at the scaled input
+        return "invalid"
+    return f"{ratio:.3f}" + ("" if fits else " *")

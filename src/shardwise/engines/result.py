@@ -19,7 +19,9 @@ class StepBreakdown:
     tp_comm: tensor-parallel collectives not hidden behind compute; pp_p2p: pipeline sends and
     receives on the critical path; pp_bubble: pipeline fill and drain; dp_comm: data-parallel
     gradient (and ZeRO parameter) communication not hidden behind the backward pass, plus the
-    tied-embedding gradient sync between first and last stage; optimizer: the Adam update.
+    tied-embedding gradient sync between first and last stage; optimizer: the Adam update;
+    overhead: the software stack's fixed costs per micro-batch and per step (0 unless calibrated,
+    see `Cluster`).
     """
 
     compute_s: Number
@@ -28,10 +30,19 @@ class StepBreakdown:
     pp_bubble_s: Number
     dp_comm_s: Number
     optimizer_s: Number
+    overhead_s: Number = 0.0
 
     @property
     def total_s(self) -> Number:
-        return self.compute_s + self.tp_comm_s + self.pp_p2p_s + self.pp_bubble_s + self.dp_comm_s + self.optimizer_s
+        return (
+            self.compute_s
+            + self.tp_comm_s
+            + self.pp_p2p_s
+            + self.pp_bubble_s
+            + self.dp_comm_s
+            + self.optimizer_s
+            + self.overhead_s
+        )
 
     def as_dict(self) -> dict[str, Number]:
         return {
@@ -41,6 +52,7 @@ class StepBreakdown:
             "pp_bubble": self.pp_bubble_s,
             "dp_comm": self.dp_comm_s,
             "optimizer": self.optimizer_s,
+            "overhead": self.overhead_s,
         }
 
 

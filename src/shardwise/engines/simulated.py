@@ -101,6 +101,9 @@ def stage_times(scn: Scenario) -> StageTimes:
         backward = backward + plan.vpp * (per_op + sync)
         blocked = 2 * plan.vpp * (per_op + sync)
         send_f, send_b = np.zeros(p), np.zeros(p)
+    # the stack's fixed cost per micro-batch (0 unless calibrated), half on each pass
+    mb_over = float(np.asarray(cluster.micro_batch_overhead_s))
+    forward, backward = forward + mb_over / 2, backward + mb_over / 2
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt = [], [], [], []
     for i, (cost, n_params) in enumerate(zip(kinds, stage_params, strict=True)):
@@ -168,7 +171,9 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
     # how the busiest stage's busy time splits into compute and exposed TP communication
     closed = _closed_form_parts(scn)
     sends = m * float(times.blocking_s[busiest]) if times.blocking_s is not None else 0.0
-    busy = float(sim.busy_s[busiest]) - sends
+    over_mb = m * float(np.asarray(scn.cluster.micro_batch_overhead_s))
+    over_step = float(np.asarray(scn.cluster.step_overhead_s))
+    busy = float(sim.busy_s[busiest]) - sends - over_mb
     tp_share = closed["tp_share"]
     last_tail = sim.makespan_s - sim.pipeline_end_s
     optimizer = float(times.optimizer_s[int(np.argmax(times.dp_s + times.optimizer_s))])
@@ -176,20 +181,21 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         compute_s=busy * (1 - tp_share),
         tp_comm_s=busy * tp_share,
         pp_p2p_s=sends,  # blocking sends (and syncs); overlapped ones only show as bubble when late
-        pp_bubble_s=sim.pipeline_end_s - busy - sends,
+        pp_bubble_s=sim.pipeline_end_s - busy - sends - over_mb,
         dp_comm_s=max(0.0, last_tail - optimizer),
         optimizer_s=min(optimizer, last_tail),
+        overhead_s=over_mb + over_step,
     )
     model_flops, hw_flops = flops_per_step(scn)
     params = stage_params_per_gpu(scn.model, plan.tp, plan.pp, plan_split(scn.model.layers, plan))
     estimate = TrainingEstimate(
         scenario=scn,
-        step_time_s=sim.makespan_s,
+        step_time_s=sim.makespan_s + over_step,
         breakdown=breakdown,
         memory=memory_breakdown(context_parallel(scn), params, m),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
-        bubble_fraction=breakdown.pp_bubble_s / sim.makespan_s,
+        bubble_fraction=breakdown.pp_bubble_s / (sim.makespan_s + over_step),
         hidden_comm_s={"tp_comm": closed["tp_hidden_s"], "dp_comm": 0.0},
         masked_attention_flops_per_step=masked_attention_flops_per_step(scn),
     )

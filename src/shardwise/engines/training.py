@@ -105,9 +105,12 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     def with_sends(total: Number) -> Number:
         return np.where(overlap, np.maximum(total, p2p), total + p2p)
 
-    c_first, c_mid, c_last = (with_sends(s.total_s) for s in (first, middle, last))
+    # the stack's fixed cost per micro-batch (0 unless calibrated) is on every stage's own time
+    mb_over = np.asarray(cluster.micro_batch_overhead_s, dtype=float)
+    c_first, c_mid, c_last = (with_sends(s.total_s) + mb_over for s in (first, middle, last))
     n_mid = np.maximum(p - 2, 0.0)
     c_mid_sum = np.where(overlap, np.maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
+    c_mid_sum = c_mid_sum + n_mid * mb_over
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v, c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
@@ -118,7 +121,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     )
     c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-    exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - (slowest.total_s)), p2p)
+    exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
 
     params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp, split)
     dp_s, dp_hidden = _data_parallel_exposed_s(
@@ -133,8 +136,9 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         pp_bubble_s=pipe_s - m * c_max,
         dp_comm_s=dp_s,
         optimizer_s=optimizer_s,
+        overhead_s=m * mb_over + cluster.step_overhead_s,
     )
-    step = pipe_s + dp_s + optimizer_s
+    step = pipe_s + dp_s + optimizer_s + cluster.step_overhead_s
     model_flops, hw_flops = flops_per_step(scn)
     return TrainingEstimate(
         scenario=scn,

@@ -81,6 +81,7 @@ def stacked_bars(
         "pp_bubble": "#c44e52",
         "dp_comm": "#8172b3",
         "optimizer": "#937860",
+        "overhead": "#8c8c8c",
     }
     names = {
         "compute": "compute",
@@ -89,6 +90,7 @@ def stacked_bars(
         "pp_bubble": "PP bubble",
         "dp_comm": "DP communication",
         "optimizer": "optimizer",
+        "overhead": "fixed overheads",
     }
     for key, values in parts.items():
         v = np.asarray(values, dtype=float)

@@ -17,7 +17,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from shardwise import loaders, units
+from shardwise import files, loaders, units
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 from shardwise.specs.experiment import LinkSpec
 
@@ -68,11 +68,12 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
         return key, table[key]
     close = difflib.get_close_matches(key, table, n=3, cutoff=0.4)
     hint = f"; closest: {', '.join(close)}" if close else ""
-    raise SpecError(f"unknown {kind[:-1]} {name!r}{hint} (see `shardwise presets {kind}`)")
+    shown = name if len(name) <= 60 else f"{name[:57]}..."
+    raise SpecError(f"unknown {kind[:-1]} {shown!r}{hint} (see `shardwise presets {kind}`)")
 
 
 def _looks_like_path(name: str) -> bool:
-    return name.endswith((".yaml", ".yml")) or Path(name).is_file()
+    return name.endswith((".yaml", ".yml")) or files.is_file(name)
 
 
 def _in_file(name: str, build: Any, *args: Any) -> Any:

@@ -108,12 +108,16 @@ def fraction(field: str, value: ArrayLike) -> Number:
     return value  # type: ignore[return-value]
 
 
+_WHOLE_RANGE_1 = f"from 1 to {MAX_WHOLE:,}"
+_WHOLE_RANGE_0 = f"from 0 to {MAX_WHOLE:,}"
+
+
 def positive_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 1; floats that are whole (4.0) are accepted and kept as given."""
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr >= 1) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
-        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number >= 1")
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number {_WHOLE_RANGE_1}")
     if isinstance(value, float):
         return int(value)
     return value  # type: ignore[return-value]
@@ -124,7 +128,7 @@ def non_negative_int(field: str, value: ArrayLike) -> Number:
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr >= 0) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
-        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number >= 0")
+        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number {_WHOLE_RANGE_0}")
     if isinstance(value, float):
         return int(value)
     return value  # type: ignore[return-value]

@@ -106,7 +106,12 @@ class Link:
 @dataclass(frozen=True)
 class Cluster:
     """`nodes` servers of `gpus_per_node` GPUs. Inside a server GPUs talk over `intra_node_link`;
-    across servers each GPU has `inter_node_link` (its share of the NICs)."""
+    across servers each GPU has `inter_node_link` (its share of the NICs).
+
+    `step_overhead_s` and `micro_batch_overhead_s` are the software stack's fixed costs that no
+    kernel model sees (Python, the data loader, logging, host-side scheduling): once per optimizer
+    step, and once per micro-batch on every pipeline stage (so they grow the bubble too). They are
+    0 unless measured: `shardwise calibrate` fits them from the user's own runs."""
 
     name: str
     gpu: Gpu
@@ -115,6 +120,8 @@ class Cluster:
     intra_node_link: Link
     inter_node_link: Link | None = None
     notes: str = field(default="", compare=False)
+    step_overhead_s: Number = 0.0
+    micro_batch_overhead_s: Number = 0.0
 
     def __post_init__(self) -> None:
         for name, kind in (("gpu", Gpu), ("intra_node_link", Link)):
@@ -126,6 +133,8 @@ class Cluster:
             raise SpecError(f"cluster {self.name!r}: inter_node_link: {got} is not allowed; give a Link or None")
         chk.positive_int(f"cluster {self.name!r}: gpus_per_node", self.gpus_per_node)
         chk.positive_int(f"cluster {self.name!r}: nodes", self.nodes)
+        chk.within(f"cluster {self.name!r}: step_overhead_s", self.step_overhead_s, 0.0, 3600.0, "s")
+        chk.within(f"cluster {self.name!r}: micro_batch_overhead_s", self.micro_batch_overhead_s, 0.0, 60.0, "s")
         if self.inter_node_link is None and (chk.as_array(self.nodes) > 1).any():
             raise SpecError(
                 f"cluster {self.name!r}: nodes={self.nodes} needs an inter_node_link "
