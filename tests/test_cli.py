@@ -118,6 +118,15 @@ def test_preset_overrides(cli):
         (["--seq-len", "0"], "seq_len: 0 is not allowed"),
         (["--precision", "fp8", "--system", "dgx-a100"], "fp8 is not supported by gpu 'a100-sxm4-80gb'"),
         (["--nodes", "0"], "--nodes: 0 is not allowed"),
+        (["--gpu", ""], "--gpu: an empty name is not allowed; give a preset name or a YAML file"),
+        (["--intra-link", ""], "--intra-link: an empty name is not allowed"),
+        (["--inter-link", ""], "--inter-link: an empty name is not allowed"),
+        (["--framework", ""], "--framework: an empty name is not allowed"),
+        (["--inter-link", "ib-hdr", "--nics-per-node", "inf"], "--nics-per-node: inf is not allowed; it must be > 0"),
+        (["--nics-per-node", "nan"], "--nics-per-node: nan is not allowed"),
+        (["--nics-per-node", "4096"], "--nics-per-node: 4096 is not allowed; it must be > 0 and at most 1024"),
+        (["--intra-link", "300GB/s", "--link-latency", "2 parsecs"], "--link-latency: '2 parsecs' is not a time"),
+        (["--num-gpus", "9223372036854775808"], "--num-gpus: 9223372036854775808 is not allowed; it must be a whole"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(args, message, cli):
@@ -132,6 +141,64 @@ def test_bad_input_is_one_line_and_exit_2(args, message, cli):
     assert message in err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert out == ""
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (
+            ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "9223372036854775808"],
+            "--global-batch: 9223372036854775808 is not allowed",  # refused before listing its divisors
+        ),
+        (
+            ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--num-gpus", "2" * 20],
+            f"--num-gpus: {'2' * 20} is not allowed",
+        ),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--num-gpus", "9223372036854775808"],
+            "--num-gpus: 9223372036854775808 is not allowed",
+        ),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--first-stage-layers", "9223372036854775808"],
+            "--first-stage-layers: 9223372036854775808 is not allowed; it must be a whole number from 1 to the model's",
+        ),
+        (
+            ["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--last-stage-layers", "33"],
+            "--last-stage-layers: 33 is not allowed",
+        ),
+        (["sensitivity", "--no-plot", "--factor", "inf"], "--factor: inf is not allowed; it must be a number > 1"),
+        (["sensitivity", "--no-plot", "--factor", "1"], "--factor: 1 is not allowed"),
+        (["crossover", "--no-plot", "--vary", "batch=1..8:xinf"], "the factor after ':x' must be a finite number > 1"),
+        (["sweep", "--vary", "batch=1..8:xnan"], "the factor after ':x' must be a finite number > 1"),
+        (["sweep", "--vary", "batch=1..8:inf"], "--vary 'batch=1..8:inf': cannot read the values"),
+        (["crossover", "--no-plot", "--gpu", ""], "--gpu: an empty name is not allowed"),
+        (["sweep", "--vary", "batch=1..8", "--framework", ""], "--framework: an empty name is not allowed"),
+        (["crossover", "--no-plot", "--inter-link", " "], "--inter-link: an empty name is not allowed"),
+        (["crossover", "--no-plot", "--nics-per-node", "inf"], "--nics-per-node: inf is not allowed"),
+        (["sensitivity", "--no-plot", "--hidden-values", "1e30"], "--hidden-values '1e30': 1e+30 is not allowed"),
+        (["sensitivity", "--no-plot", "--layers-values", ""], "--layers-values '': values must be finite and > 0"),
+        (["sweep", "--vary", "layers=1e30"], "--vary 'layers=1e30': 1e+30 is not allowed; layers must be at most"),
+        (
+            ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--vpp", "9" * 20],
+            "'--vpp': '99999999999999999999': values must be whole numbers from 1 to",
+        ),
+    ],
+)
+def test_every_command_refuses_absurd_values_in_one_line_naming_the_flag(args, message, cli):
+    code, out, err = cli(args)
+    assert code == 2 and out == "", err
+    assert message in err
+    assert err.count("\n") == 1 and "Traceback" not in err and "Warning" not in err
+
+
+def test_link_latency_takes_the_micro_sign_and_the_greek_mu(cli):
+    base = [*GPT3, "--intra-link", "300GB/s", "--json"]
+    times = set()
+    for micro in ("2us", "2\u00b5s", "2\u03bcs"):
+        code, out, err = cli([*base, "--link-latency", micro])
+        assert code == 0, err
+        times.add(json.loads(out)["step_time_s"])
+    assert len(times) == 1
 
 
 def test_missing_model_and_missing_batch(cli):
@@ -267,3 +334,13 @@ def test_a_signal_during_a_large_write_leaves_no_file_behind(sig, status, tmp_pa
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == status and b"Traceback" not in err
     assert list(tmp_path.iterdir()) == []
+
+
+def test_absurd_depth_and_a_bad_stage_split_are_one_line(cli):
+    code, _, err = cli(
+        ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--layers", "2147483648"]
+    )
+    assert code == 2 and "layers" in err and len(err.strip().splitlines()) == 1, err
+    args = ["timeline", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", "2", "--global-batch", "8", "--no-plot"]
+    code, _, err = cli([*args, "--stage-layers", "1,1"])
+    assert code == 2 and "--stage-layers" in err and len(err.strip().splitlines()) == 1, err

@@ -41,6 +41,9 @@ def test_overrides_and_bad_files(tmp_path, cli):
     bad.write_text('{"hidden_size": 64}')
     with pytest.raises(SpecError, match="no layers, heads, vocab found"):
         presets.model(str(bad))
+    bad.write_text('{"num_hidden_layers": 4.5, "hidden_size": 1024, "num_attention_heads": 16, "vocab_size": 32000}')
+    with pytest.raises(SpecError, match=r"num_hidden_layers: 4\.5 is not allowed; it must be a whole number"):
+        presets.model(str(bad))  # not quietly 4 layers
     code, out, err = cli(
         [
             "predict",

@@ -17,6 +17,12 @@ from shardwise.specs import Link, SpecError
 A100 = {"peak_16bit": "312 TFLOPS", "memory": "80GB", "memory_bandwidth": "2039GB/s"}
 
 
+FRAMEWORK = (
+    "async_tp_grad: true\ntp_comm_overlap: false\noverlap_grad_reduce: true\noverlap_param_gather: false\n"
+    "grad_accumulation_fusion: true\noverlap_p2p: null\npipeline_sync: true\nscatter_gather: true\nzero_stage: 1\n"
+)
+
+
 def one_line_error(excinfo: pytest.ExceptionInfo) -> str:
     text = str(excinfo.value)
     assert "\n" not in text, text
@@ -148,6 +154,9 @@ def test_each_gpu_gets_its_share_of_the_nics():
     assert per_gpu_nic(nic, 16, 8) is nic  # more NICs than GPUs do not add bandwidth per GPU
     with pytest.raises(SpecError, match="nics_per_node: 0 is not allowed; it must be > 0"):
         per_gpu_nic(nic, 0, 8)
+    for absurd in (float("inf"), float("nan"), 1e6):
+        with pytest.raises(SpecError, match=r"nics_per_node: .* is not allowed; it must be > 0 and at most 1024"):
+            per_gpu_nic(nic, absurd, 8)
 
 
 def test_yaml_files(tmp_path):
@@ -203,6 +212,26 @@ def test_yaml_files(tmp_path):
             "--gpu",
             "matmul_efficiency: 1.5 is not allowed; it must be in (0, 1]",
         ),
+        (
+            "peak_16bit: 312TFLOPS\nmemory: 80GB\nmemory_bandwidth: 2TB/s\nkernel_launch: 18446744073709551616\n",
+            "--gpu",
+            "kernel_launch_s: 1.8446744073709552e+19 is not allowed; it must be between 0 and 1 s",
+        ),
+        (
+            "gpu: a100-sxm4-80gb\ngpus_per_node: 8\nintra_node_link: nvlink3\ninter_node_link: false\n",
+            "--system",
+            "inter_node_link: link False is not allowed",  # not "no network"
+        ),
+        (
+            "gpu: a100-sxm4-80gb\ngpus_per_node: 8\nintra_node_link: nvlink3\ninter_node_link: ib-hdr\n"
+            "nics_per_node: .inf\n",
+            "--system",
+            "nics_per_node: inf is not allowed; it must be > 0 and at most 1024",
+        ),
+        (FRAMEWORK + "zero: 1\n", "--framework", "unknown field 'zero'; allowed: async_tp_grad"),
+        (FRAMEWORK + "x: !!set {a, b}\n", "--framework", "unknown field 'x'"),
+        (FRAMEWORK.replace("zero_stage: 1", "zero_stage: true"), "--framework", "zero_stage: True is not allowed"),
+        (FRAMEWORK.replace("zero_stage: 1", "zero_stage: x"), "--framework", "zero_stage: 'x' is not allowed"),
     ],
 )
 def test_yaml_files_are_read_strictly_and_errors_name_the_file(text, flag, message, tmp_path, cli):
@@ -212,10 +241,35 @@ def test_yaml_files_are_read_strictly_and_errors_name_the_file(text, flag, messa
         "--system": ["--model", "llama3-8b"],
         "--model": ["--system", "dgx-a100"],
         "--gpu": ["--model", "llama3-8b"],
+        "--framework": ["--model", "llama3-8b", "--system", "dgx-a100"],
     }
     code, out, err = cli(["predict", *base[flag], flag, str(path), "--global-batch", "8"])
     assert code == 2 and out == "" and err.count("\n") == 1, err
     assert err.startswith(f"error: {path}: ") and message in err
+
+
+def test_a_framework_file_with_the_right_fields_is_used(tmp_path, cli):
+    path = tmp_path / "fw.yaml"
+    path.write_text(FRAMEWORK)
+    code, _, err = cli(["predict", "--model", "llama3-8b", "--system", "dgx-a100", "--framework", str(path)])
+    assert code == 2 and "--global-batch is required" in err  # read without complaint; the batch is missing
+
+
+def test_a_link_file_with_an_absurd_base_latency_names_the_flag_and_the_field(tmp_path, cli):
+    path = tmp_path / "link.yaml"
+    path.write_text("bandwidth: 300GB/s\nlatency: 1us\nbase_latency: 18446744073709551616\n")
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-a100", "--tp", "8", "--global-batch", "8"]
+    code, out, err = cli([*args, "--intra-link", str(path)])
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err.startswith("error: --intra-link: ") and "base_latency_s: 1.8446744073709552e+19 is not allowed" in err
+
+
+def test_a_system_file_without_a_network_says_so_for_several_nodes(tmp_path, cli):
+    path = tmp_path / "one-box.yaml"
+    path.write_text("gpu: a100-sxm4-80gb\ngpus_per_node: 8\nintra_node_link: nvlink3\ninter_node_link: null\n")
+    args = ["predict", "--model", "llama3-8b", "--system", str(path), "--nodes", "2", "--global-batch", "16"]
+    code, _, err = cli(args)
+    assert code == 2 and f"--system {path} has no inter_node_link; 2 nodes need --inter-link" in err
 
 
 @pytest.mark.parametrize(

@@ -135,3 +135,13 @@ def test_the_readme_quotes_the_current_accuracy():
     words = set(re.findall(r"[\d.,]+%?", paragraph))
     missing = [value for value in quoted if value not in words]
     assert not missing, f"update the README's accuracy sentence: {missing} not in\n{paragraph}"
+
+
+def test_the_readme_quotes_the_current_calibration_gain():
+    """The README's calibration sentence quotes the holdout 'mean over stacks' row of docs/calibration.md."""
+    rows = re.findall(r"^\| \*\*mean over stacks\*\* \| \|(.*)$", TEXTS["docs/calibration.md"], re.M)
+    assert len(rows) == 2, "docs/calibration.md has no dev and holdout 'mean over stacks' rows"
+    cells = [c.strip(" *") for c in rows[1].strip(" |").split("|")]
+    uncalibrated, k8 = cells[0].split()[0], cells[-1].split()[0]
+    paragraph = next(p for p in README.split("\n\n") if "shardwise validate --calibrated" in p)
+    assert uncalibrated in paragraph and k8 in paragraph, f"update the README's calibration sentence: {cells}"

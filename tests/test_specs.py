@@ -111,6 +111,11 @@ def test_sequence_parallel_may_be_an_array(gpt3, dgx_a100_8):
         ({"pp": 2**63}, "plan: pp: 9223372036854775808 is not allowed; it must be at most"),
         ({"tp": 1 + 2j}, "plan: tp: (1+2j) is not a number"),
         ({"precision": 3}, "plan: precision 3 is not allowed"),
+        ({"zero_stage": None}, "plan: zero_stage None is not allowed; choose 0, 1, 2 or 3"),
+        ({"zero_stage": ()}, "plan: zero_stage () is not allowed; choose 0, 1, 2 or 3"),
+        ({"stage_layers": np.array(8)}, "plan: stage_layers array(8) is not allowed; give a list"),
+        ({"recompute": np.array([])}, "plan: recompute: an empty array is not allowed"),
+        ({"schedule": np.array([], dtype=int)}, "plan: schedule: an empty array is not allowed"),
     ],
 )
 def test_the_api_refuses_wrong_types_with_the_field_named(kwargs, message):
@@ -126,3 +131,28 @@ def test_a_cluster_checks_its_parts_and_a_gpu_cannot_beat_its_peak():
     with pytest.raises(SpecError, match=r"matmul_efficiency: 1.5 is not allowed; it must be in \(0, 1\]"):
         gpu.with_(matmul_efficiency=1.5)
     assert presets.link("nvlink3").with_(efficiency=1.2).efficiency == 1.2  # NVLS-style links may exceed 1
+
+
+@pytest.mark.parametrize(
+    ("build", "message"),
+    [
+        (lambda g, lk: g.with_(sm_count=1.5), "gpu 'a100-sxm4-80gb': sm_count: 1.5 is not allowed; it must be a whole"),
+        (lambda g, lk: g.with_(kernel_launch_s=1e308), "kernel_launch_s: 1e+308 is not allowed; it must be between 0"),
+        (lambda g, lk: lk.with_(base_latency_s=1.8e19), "base_latency_s: 1.8e+19 is not allowed; it must be between"),
+        (lambda g, lk: g.with_(name=1), "gpu: name: 1 is not allowed; it must be a string"),
+        (lambda g, lk: lk.with_(name=1), "link: name: 1 is not allowed; it must be a string"),
+        (lambda g, lk: Cluster(1, g, 8, 1, lk), "cluster: name: 1 is not allowed; it must be a string"),
+        (lambda g, lk: Cluster("c", g, 8, 1, lk, notes=1), "cluster 'c': notes: 1 is not allowed; it must be a string"),
+        (lambda g, lk: presets.model("llama3-8b").with_(notes=1), "model 'llama3-8b': notes: 1 is not allowed"),
+    ],
+)
+def test_hardware_and_model_fields_outside_their_range_or_type_are_refused(build, message):
+    gpu, link = presets.gpu("a100-sxm4-80gb"), presets.link("nvlink3")
+    with pytest.raises(SpecError) as excinfo:
+        build(gpu, link)
+    assert message in str(excinfo.value)
+
+
+def test_numpy_booleans_are_booleans_for_a_model():
+    model = presets.model("llama3-8b").with_(bias=np.True_, dropout=np.False_)
+    assert model.bias is True and model.dropout is False

@@ -42,6 +42,7 @@ def test_flops_and_times():
     assert units.parse_flops_per_s("2e3 GFLOP/s") == pytest.approx(2e12)
     assert units.parse_seconds("2us") == pytest.approx(2e-6)
     assert units.parse_seconds("10µs") == pytest.approx(1e-5)
+    assert units.parse_seconds("10\u03bcs") == pytest.approx(1e-5)  # the Greek mu, not the micro sign
     assert units.parse_seconds("0.5 ms") == pytest.approx(5e-4)
     assert units.parse_seconds("3ns") == pytest.approx(3e-9)
 

@@ -923,7 +923,7 @@ FIELD_RULES: dict[str, tuple[set[str], set[str]]] = {
     "nonnegnum": (SAME_VALID, NUMS | {"0", "np.array([0, 8])"}),
     "fraction": (SAME_VALID, {"0.5", "1", "1.5", "1e-300", "Fraction(1, 2)", "np.array([1.5, 2])"}),
     "fraction0": (SAME_VALID, {"0", "0.5", "1", "1.5", "1e-300", "Fraction(1, 2)", "np.array([1.5, 2])"}),
-    "bool": ({"True", "False", *SAME_BOOL}, {"1", "0"}),
+    "bool": ({"True", "False", "np.bool_(True)", *SAME_BOOL}, {"1", "0"}),  # np.bool_(True) is "same as np.bool_"
     "planbool": ({"True", "False", "np.bool_(True)", "np.array([True])", *SAME_BOOL}, {"1", "0"}),
     "optbool": ({"True", "False", "np.bool_(True)", "np.array([True])", "None", *SAME_BOOL}, {"1", "0"}),
     "schedule": ({"'1f1b'", "1", "0"}, set()),

@@ -152,11 +152,18 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
         "workload": result.experiment.workload,
         "cost_model": result.experiment.cost_model,
         "assumptions": assumptions,
+        "interval": {
+            "level": 0.8,
+            "log_sd": result.experiment.prediction_log_sd,
+            "basis": result.experiment.spread_basis,
+        },
         "series": [
             {
                 "plan": s.plan,
                 "link": s.link,
                 "time_s": [None if v != v else v for v in plain(s.time_s)],
+                "time_s_low": [None if v != v else v for v in plain(result.band(s)[0])],
+                "time_s_high": [None if v != v else v for v in plain(result.band(s)[1])],
                 "fits_in_memory": plain(s.fits),
             }
             for s in result.series
@@ -169,6 +176,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "at": c.at,
                 "time_s": c.time_s,
                 "bracket": [c.low, c.high],
+                "range_80": [c.range_low, c.range_high],
                 "exact": c.exact,
                 "text": describe_crossing(c, result.variable),
             }
@@ -220,6 +228,12 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
         "winner_cells": per_link,
+        "interval": {
+            "level": 0.8,
+            "log_sd": result.experiment.prediction_log_sd,
+            "basis": result.experiment.spread_basis,
+            "columns": "time_s_low[PLAN], time_s_high[PLAN]",
+        },
     }
 
 

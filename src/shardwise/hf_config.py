@@ -65,7 +65,7 @@ def read(path: str | Path) -> dict[str, Any]:
         for key in keys:
             value = cfg.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                if not (value == value and abs(value) <= MAX_WHOLE):  # NaN, Infinity, absurd sizes
+                if not (value == value and abs(value) <= MAX_WHOLE and value == int(value)):  # NaN, inf, 4.5
                     raise SpecError(f"{p}: {key}: {value} is not allowed; it must be a whole number")
                 out[field] = int(value)
                 break

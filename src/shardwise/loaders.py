@@ -177,10 +177,25 @@ def link_from_rate(
     )
 
 
+MAX_NICS_PER_NODE = 1024  # network cards in one server: far beyond any built (8-16 today)
+
+
+def check_nics_per_node(value: Any, field: str = "nics_per_node") -> float:
+    """A server's NIC count: a finite number in (0, MAX_NICS_PER_NODE] (fractions model a shared
+    NIC); `field` names the flag or field in the error."""
+    try:
+        x = real(value)
+    except ValueError:
+        x = float("nan")
+    if not 0 < x <= MAX_NICS_PER_NODE:
+        shown = f"{value:g}" if isinstance(value, float) else repr(value)
+        raise SpecError(f"{field}: {shown} is not allowed; it must be > 0 and at most {MAX_NICS_PER_NODE}")
+    return x
+
+
 def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
     """A GPU's share of its server's NICs (the inter-node link per GPU)."""
-    if nics_per_node <= 0:
-        raise SpecError(f"nics_per_node: {nics_per_node} is not allowed; it must be > 0")
+    nics_per_node = check_nics_per_node(nics_per_node)
     share = min(1.0, nics_per_node / gpus_per_node)
     if share == 1.0:
         return nic

@@ -18,14 +18,15 @@ BITS_PER_BYTE = 8
 
 _DECIMAL = {"": 1.0, "k": KILO, "m": MEGA, "g": GIGA, "t": TERA, "p": PETA}
 _BINARY = {"ki": KIB, "mi": MIB, "gi": GIB, "ti": TIB}
-_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+# Micro: "us", the micro sign "µ" (U+00B5) or the Greek letter mu "μ" (U+03BC), which look alike.
+_TIME = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "\u00b5s": 1e-6, "\u03bcs": 1e-6, "ns": 1e-9}
 
 _NUMBER = r"(?P<num>[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)"
 _PREFIX = r"(?P<prefix>[kKmMgGtTpP]i?)?"
 _BYTES_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|bytes?)?$")
 _RATE_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|b|bit|bytes?)\s*(?:/|p)\s*s(?:ec)?$")
 _FLOPS_RE = re.compile(_NUMBER + r"\s*(?P<prefix>k|m|g|t|p)?\s*flop(?:s|/s)?$", re.I)
-_TIME_RE = re.compile(_NUMBER + r"\s*(?P<unit>s|ms|us|µs|ns)$", re.I)
+_TIME_RE = re.compile(_NUMBER + r"\s*(?P<unit>s|ms|us|\u00b5s|\u03bcs|ns)$", re.I)
 
 
 def _prefix_factor(prefix: str | None) -> float:
@@ -93,9 +94,10 @@ def parse_seconds(value: str | float | int) -> float:
     if plain is not None:
         return plain
     m = _TIME_RE.match(str(value).strip().replace(" ", ""))
-    if not m:
+    factor = _TIME.get(m["unit"].lower()) if m else None
+    if factor is None:  # never a KeyError: an unknown unit is a one-line error
         raise UnitError(f"{value!r} is not a time; use e.g. '2us', '0.5ms' or seconds as a number")
-    return float(m["num"]) * _TIME[m["unit"].lower()]
+    return float(m["num"]) * factor
 
 
 def format_bytes(n_bytes: float) -> str:
@@ -116,3 +118,10 @@ def format_seconds(t_s: float) -> str:
     if a >= 1e-6:
         return f"{t_s * 1e6:.3g} µs"
     return f"{t_s * 1e9:.3g} ns"
+
+
+def format_seconds_range(low_s: float, high_s: float) -> str:
+    """An interval in one unit (the high end's): (0.95, 1.12) -> '0.95-1.12 s'."""
+    a = abs(high_s)
+    scale, unit = next(((s, u) for s, u in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")) if a >= s), (1e-9, "ns"))
+    return f"{low_s / scale:.3g}-{high_s / scale:.3g} {unit}"

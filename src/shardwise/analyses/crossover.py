@@ -23,6 +23,7 @@ import numpy as np
 
 from shardwise.analyses.evaluate import times_s
 from shardwise.analyses.experiment import VARIABLES
+from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment, LinkSpec, PlanSpec
 
 BISECTION_STEPS = 60
@@ -52,6 +53,9 @@ class Crossing:
     exact: bool
     winner_change: bool  # True: the fastest of all plans changes here
     time_s: float = float("nan")  # plan `after`'s time (the result's unit) at `at`, where both meet
+    # where the two plans' 80% bands overlap around `at` (the crossover at this confidence)
+    range_low: float = float("nan")
+    range_high: float = float("nan")
 
 
 @dataclass(frozen=True)
@@ -62,6 +66,11 @@ class CrossoverResult:
     series: tuple[Series, ...]  # on `values`
     crossings: tuple[Crossing, ...]
     ignore_memory: bool = False
+
+    def band(self, s: Series) -> tuple[np.ndarray, np.ndarray]:
+        """The series' 80% band: one relative width for every plan (`Experiment.prediction_log_sd`)."""
+        f = np.exp(Z80 * self.experiment.prediction_log_sd)
+        return s.time_s / f, s.time_s * f
 
     def series_for(self, link: str) -> list[Series]:
         return [s for s in self.series if s.link == link]
@@ -110,12 +119,33 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
         for plan in exp.plans:
             t, fits = times_s(exp, plan, link.link, variable, dense)
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
-        crossings += _winner_changes(exp, link, variable, dense, times, ignore_memory)
+        found = _winner_changes(exp, link, variable, dense, times, ignore_memory)
         for a, b in combinations(exp.plans, 2):
             for c in _pair_crossings(exp, link, a, b, variable, dense, times[a.label], times[b.label], ignore_memory):
-                if not any(_same(c, w) for w in crossings):
-                    crossings.append(c)
+                if not any(_same(c, w) for w in [*crossings, *found]):
+                    found.append(c)
+        crossings += [_with_range(c, dense, times, exp.prediction_log_sd) for c in found]
     return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings), ignore_memory)
+
+
+def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], log_sd: float) -> Crossing:
+    """The crossing with the span of the variable around it where the two plans' 80% bands
+    overlap: |ln(t_before / t_after)| <= 2 z sd (each band is t exp(+-z sd))."""
+    from dataclasses import replace
+
+    with np.errstate(divide="ignore", invalid="ignore"):
+        gap = np.abs(np.log(times[c.before] / times[c.after]))
+    overlap = gap <= 2 * Z80 * log_sd  # NaN (a plan infeasible) is False
+    i = int(np.clip(np.searchsorted(dense, c.at), 0, len(dense) - 1))
+    near = [j for j in (i - 1, i) if 0 <= j < len(dense) and overlap[j]]
+    if not near:
+        return replace(c, range_low=c.at, range_high=c.at)
+    lo = hi = near[0]
+    while lo > 0 and overlap[lo - 1]:
+        lo -= 1
+    while hi < len(dense) - 1 and overlap[hi + 1]:
+        hi += 1
+    return replace(c, range_low=float(min(dense[lo], c.at)), range_high=float(max(dense[hi], c.at)))
 
 
 def _dense_grid(variable: str, values: np.ndarray) -> np.ndarray:
@@ -239,14 +269,23 @@ def _refine(
 
 
 def describe_crossing(c: Crossing, variable: str) -> str:
-    """'NVLink: tp=8 is faster below batch 11, pp=8 from 11 on'."""
+    """'NVLink: tp=8 is faster below batch 11, pp=8 from 11 on (a tie within the 80% bands from
+    batch 7 to 16)'."""
     from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SHORT_NAME
 
-    value = c.at * DISPLAY_SCALE.get(variable, 1.0)
+    scale = DISPLAY_SCALE.get(variable, 1.0)
+    value = c.at * scale
     name, unit = SHORT_NAME[variable], DISPLAY_UNIT.get(variable, "")
+    ranged = ""
+    if c.range_low == c.range_low and c.range_high > c.range_low:
+        low, high = c.range_low * scale, c.range_high * scale
+        ranged = f" (a tie within the 80% bands from {name} {low:.4g} to {high:.4g}{unit})"
     if VARIABLES[variable].integer and c.exact:
-        return f"{c.link}: {c.before} is faster below {name} {value:g}, {c.after} from {value:g}{unit} on"
+        return f"{c.link}: {c.before} is faster below {name} {value:g}, {c.after} from {value:g}{unit} on{ranged}"
     if VARIABLES[variable].integer:
-        low = c.low * DISPLAY_SCALE.get(variable, 1.0)
-        return f"{c.link}: {c.before} is faster at {name} {low:g}, {c.after} from {value:g}{unit} (none valid between)"
-    return f"{c.link}: {c.before} is faster below {name} {value:.4g}{unit}, {c.after} above"
+        low = c.low * scale
+        return (
+            f"{c.link}: {c.before} is faster at {name} {low:g}, {c.after} from {value:g}{unit} (none valid between)"
+            f"{ranged}"
+        )
+    return f"{c.link}: {c.before} is faster below {name} {value:.4g}{unit}, {c.after} above{ranged}"

@@ -25,7 +25,12 @@ def _cluster(exp: Experiment, link: Link, gpus: Any) -> Cluster:
     inter = exp.inter_node_link if np.any(nodes > 1) else None
     if inter is None and np.any(nodes > 1):
         raise SpecError("more GPUs than one node needs an inter-node link (--inter-link)")
-    return Cluster("experiment", exp.gpu, per_node, nodes, link, inter)
+    cluster = Cluster("experiment", exp.gpu, per_node, nodes, link, inter)
+    if not exp.calibration:
+        return cluster
+    from shardwise.calibration.parameters import apply
+
+    return apply(cluster, dict(exp.calibration))
 
 
 def times_s(exp: Experiment, plan: PlanSpec, link: Link, variable: str, values: Any) -> tuple[np.ndarray, np.ndarray]:

@@ -400,6 +400,9 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     """Evaluate every plan of `space` for `global_batch` sequences per step; see the module docstring."""
     import time
 
+    from shardwise.specs._checks import positive_int
+
+    positive_int("global_batch", global_batch)  # before its divisors are listed
     space = space or SearchSpace()
     start = time.perf_counter()
     cols = candidates(model, cluster, global_batch, space)

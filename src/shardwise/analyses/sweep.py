@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.analyses.evaluate import evaluate
+from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
@@ -87,8 +88,12 @@ class SweepResult:
         yield "link", np.repeat(np.array(self.links, dtype=object), n)
         for name, values in zip(self.variables, mesh, strict=True):
             yield COLUMN_NAMES.get(name, name), np.tile(values.ravel(), len(self.links))
+        factor = np.exp(Z80 * self.experiment.prediction_log_sd)  # the 80% band (calibration.intervals)
         for plan in self.plans:
-            yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
+            t = np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
+            yield f"time_s[{plan}]", t
+            yield f"time_s_low[{plan}]", t / factor
+            yield f"time_s_high[{plan}]", t * factor
             yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
         names = np.array([*self.plans, ""], dtype=object)
         yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])

@@ -6,6 +6,7 @@ import numpy as np
 
 from shardwise.analyses.experiment import VARIABLES
 from shardwise.errors import SpecError
+from shardwise.specs._checks import MAX_WHOLE
 
 DEFAULT_POINTS = 41
 MAX_VALUES = 100_000  # per varied variable
@@ -42,12 +43,12 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
         lo_text, _, rest = spec.partition("..")
         hi_text, _, count = rest.partition(":")
         lo, hi = value(lo_text), value(hi_text)
-        if not 0 < lo < hi:
-            raise SpecError("need 0 < low < high")
+        if not (0 < lo < hi and np.isfinite(hi)):
+            raise SpecError("need 0 < low < high, both finite")
         if count.startswith("x"):
             factor = float(count[1:])
-            if not factor > 1:
-                raise SpecError(f"the factor after ':x' must be > 1, got {count[1:]}")
+            if not (np.isfinite(factor) and factor > 1):
+                raise SpecError(f"the factor after ':x' must be a finite number > 1, got {count[1:]}")
             n = int(np.floor(np.log(hi / lo) / np.log(factor) + 1e-9)) + 1
             values = lo * factor ** np.arange(min(n, MAX_VALUES + 1))
         elif var.integer and not count:
@@ -67,6 +68,8 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
         raise SpecError("values must be finite and > 0")
     if values.size > MAX_VALUES:
         raise SpecError(f"{values.size:,} values is too many (at most {MAX_VALUES:,})")
+    if var.integer and np.any(values > MAX_WHOLE):  # whole numbers beyond 2**53 are not exact
+        raise SpecError(f"{values.max():g} is not allowed; {name} must be at most {MAX_WHOLE:,}")
     if var.integer:  # ranges are rounded to whole numbers (lists were checked when read)
         values = np.unique(np.round(values))
     return np.asarray(values, dtype=float)

@@ -10,6 +10,11 @@ import click
 
 # command name -> (module, attribute, one-line help shown by `shardwise --help`)
 COMMANDS: dict[str, tuple[str, str, str]] = {
+    "calibrate": (
+        "shardwise.cli.calibrate",
+        "calibrate",
+        "Fit the model's physical parameters to your own measured runs (with error bars).",
+    ),
     "crossover": (
         "shardwise.cli.crossover",
         "crossover",

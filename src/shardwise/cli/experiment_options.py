@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, alias_option
+from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, non_empty
 
 experiment_options = _stack(
     click.option(
@@ -22,6 +22,7 @@ experiment_options = _stack(
         metavar="NAME|FILE",
         default="gpt-96l-4096h",
         show_default=True,
+        callback=non_empty(NAME_OR_FILE),
         help="Model preset or YAML file.",
     ),
     click.option("--layers", type=int, help="Override the model's layers."),
@@ -38,6 +39,7 @@ experiment_options = _stack(
         metavar="NAME|FILE",
         default="a100-sxm4-80gb",
         show_default=True,
+        callback=non_empty(NAME_OR_FILE),
         help="GPU preset (the brief's 312 TFLOP/s is an A100).",
     ),
     alias_option(
@@ -51,10 +53,17 @@ experiment_options = _stack(
     ),
     click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs per server."),
     click.option(
+        "--calibration",
+        metavar="FILE",
+        help="A calibration from `shardwise calibrate`: fitted GEMM efficiency, bandwidths and overheads, and "
+        "the width of the 80% bands.",
+    ),
+    click.option(
         "--inter-link",
         default="ib-hdr",
         show_default=True,
         metavar="NAME|RATE",
+        callback=non_empty(LINK_NAME),
         help="The network across servers (used when --num-gpus exceeds a server).",
     ),
     click.option(
@@ -68,6 +77,7 @@ experiment_options = _stack(
         old=("--link",),
         multiple=True,
         metavar="[LABEL=]NAME|RATE[,latency=..]",
+        callback=non_empty(LINK_NAME),
         help="A link inside the server to compare (repeat). [default: NVLink=nvlink3 PCIe=pcie4]",
     ),
     click.option(
@@ -111,6 +121,7 @@ experiment_options = _stack(
         default="megatron-core",
         show_default=True,
         metavar="NAME",
+        callback=non_empty(NAME_OR_FILE),
         help="Software stack whose execution flags the plans use (see `shardwise presets frameworks`).",
     ),
     click.option(
@@ -180,7 +191,25 @@ def build_experiment(o: dict[str, Any]) -> Any:
         )
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
         raise SpecError("each --plan and each --intra-link label must be different")
+    calibration: dict[str, Any] = {}
+    if o.get("calibration"):
+        import click
+
+        from shardwise.calibration import store
+
+        cal = store.load(o["calibration"])
+        calibration = {
+            "calibration": tuple(sorted(cal.fit.values.items())),
+            "prediction_log_sd": cal.fit.noise_log_sd,
+            "spread_basis": f"calibration {cal.path} ({cal.runs} run(s))",
+        }
+        gpu_name = presets.gpu(o["gpu_name"]).name
+        other = ""
+        if cal.gpus and gpu_name not in cal.gpus:
+            other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu_name}"
+        click.echo(f"note: calibrated by {cal.path} ({cal.runs} run(s){other})", err=True)
     return Experiment(
+        **calibration,
         model=model,
         gpu=presets.gpu(o["gpu_name"]),
         gpus=o["gpus"],
@@ -272,8 +301,5 @@ def _inter_link(o: dict[str, Any]) -> Any:
     nics = o.get("nics_per_node")
     if nics is None:
         return nic
-    if not nics > 0:
-        from shardwise.errors import SpecError
-
-        raise SpecError(f"--nics-per-node: {nics:g} is not allowed; it must be > 0")
+    nics = loaders.check_nics_per_node(nics, "--nics-per-node")
     return loaders.per_gpu_nic(nic, nics, o["gpus_per_node"])

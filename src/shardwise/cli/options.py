@@ -32,6 +32,25 @@ def alias_option(*decls: str, old: tuple[str, ...] = (), **kwargs: Any) -> F:
     return click.option(*decls[:1], *old, *decls[1:], cls=Aliased, hidden_aliases=old, **kwargs)
 
 
+def non_empty(hint: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that refuses an empty name (`--gpu ''` must not quietly mean "none given")."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from shardwise.errors import SpecError
+
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, str) and not v.strip():
+                flag = param.opts[0] if param.opts else param.name
+                raise SpecError(f"{flag}: an empty name is not allowed; {hint}")
+        return value
+
+    return check
+
+
+NAME_OR_FILE = "give a preset name or a YAML file"
+LINK_NAME = "give a preset name, a YAML file or a rate like 600GB/s"
+
+
 def _stack(*decorators: F) -> F:
     def apply(func: F) -> F:
         for d in reversed(decorators):
@@ -46,6 +65,7 @@ model_options = _stack(
         "--model",
         "model_name",
         metavar="NAME|FILE",
+        callback=non_empty(NAME_OR_FILE),
         help="Model preset (see `shardwise presets models`), a YAML file, or a Hugging Face config.json.",
     ),
     click.option("--layers", type=int, help="Transformer layers (overrides the preset)."),
@@ -61,21 +81,37 @@ model_options = _stack(
 )
 
 cluster_options = _stack(
-    click.option("--system", metavar="NAME|FILE", help="System preset (dgx-a100, dgx-h100, a100-pcie-8x, ...)."),
+    click.option(
+        "--calibration",
+        metavar="FILE",
+        help="A calibration from `shardwise calibrate` (your measured runs): fitted GEMM efficiency, link "
+        "bandwidths and overheads, and the error bars that come with them.",
+    ),
+    click.option(
+        "--system",
+        metavar="NAME|FILE",
+        callback=non_empty(NAME_OR_FILE),
+        help="System preset (dgx-a100, dgx-h100, a100-pcie-8x, ...).",
+    ),
     click.option(
         "--gpu",
         "gpu_name",
         metavar="NAME|FILE",
+        callback=non_empty(NAME_OR_FILE),
         help="GPU preset or YAML file (instead of, or overriding, the system's).",
     ),
     click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
     click.option(
         "--intra-link",
         metavar="NAME|FILE|RATE",
+        callback=non_empty(LINK_NAME),
         help="Link inside a server: preset (nvlink3, pcie4, ...), YAML file, or a sustained rate like 600GB/s.",
     ),
     click.option(
-        "--inter-link", metavar="NAME|FILE|RATE", help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate)."
+        "--inter-link",
+        metavar="NAME|FILE|RATE",
+        callback=non_empty(LINK_NAME),
+        help="Each GPU's link across servers (ib-hdr, ib-ndr, ... or a rate).",
     ),
     click.option(
         "--nics-per-node",
@@ -151,6 +187,7 @@ execution_options = _stack(
         default="megatron-core",
         show_default=True,
         metavar="NAME",
+        callback=non_empty(NAME_OR_FILE),
         help="Software stack whose execution flags apply: megatron-core, megatron-lm-2022, megatron-lm-2021, "
         "megatron-deepspeed, fsdp, torchtitan (see `shardwise presets frameworks`); flags below override it.",
     ),
@@ -290,8 +327,7 @@ def build_cluster(o: dict[str, Any]) -> Any:
         nic = _link(o["inter_link"], "inter-link", nic, latency_s)
         nics = nics if nics else float(per_node)
     if o.get("nics_per_node") is not None:
-        if not o["nics_per_node"] > 0:
-            raise SpecError(f"--nics-per-node: {o['nics_per_node']:g} is not allowed; it must be > 0")
+        loaders.check_nics_per_node(o["nics_per_node"], "--nics-per-node")
         if nic is None:
             raise SpecError("--nics-per-node needs a network: give --inter-link (e.g. ib-ndr or 100Gb/s)")
         nics = o["nics_per_node"]
@@ -316,8 +352,46 @@ def build_cluster(o: dict[str, Any]) -> Any:
             raise SpecError("--intra-link is required with --gpu (e.g. nvlink3, pcie4, or a rate like 300GB/s)")
         intra = _link("pcie4", "intra-link")
     if nodes > 1 and inter is None:
-        raise SpecError(f"{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
-    return loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+        has_none = f"--system {o['system']} has no inter_node_link; " if o.get("system") else ""
+        raise SpecError(f"{has_none}{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
+    cluster = loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+    return calibrated(cluster, o)
+
+
+def load_calibration(o: dict[str, Any]) -> Any:
+    """The `--calibration FILE` (a `calibration.store.Calibration`), or None."""
+    if not o.get("calibration"):
+        return None
+    if "_calibration" not in o:
+        from shardwise.calibration import store
+
+        o["_calibration"] = store.load(o["calibration"])
+    return o["_calibration"]
+
+
+def calibrated(cluster: Any, o: dict[str, Any]) -> Any:
+    """The cluster with the calibration's fitted values (unchanged without --calibration)."""
+    cal = load_calibration(o)
+    if cal is None:
+        return cluster
+    import click
+
+    from shardwise.calibration.parameters import apply
+
+    gpu = str(cluster.gpu.name)
+    other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu}" if cal.gpus and gpu not in cal.gpus else ""
+    click.echo(f"note: calibrated by {cal.path} ({cal.runs} run(s){other})", err=True)
+    return apply(cluster, cal.fit.values)
+
+
+def spread_of(scenarios: list[Any], o: dict[str, Any]) -> Any:
+    """The 80% interval's spread of each scenario's step time (`calibration.intervals`)."""
+    from shardwise.calibration.intervals import spread
+
+    cal = load_calibration(o)
+    if cal is None:
+        return spread(scenarios, None)
+    return spread(scenarios, cal.fit, f"calibration {cal.path} ({cal.runs} run(s))")
 
 
 def _describe_link(link: Any) -> str:
@@ -331,11 +405,15 @@ def _describe_link(link: Any) -> str:
 
 def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
     from shardwise.specs import SpecError
+    from shardwise.specs._checks import MAX_WHOLE
 
     for flag in ("nodes", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch"):
-        if o.get(flag) is not None and o[flag] < 1:
-            raise SpecError(f"--{flag.replace('_', '-')}: {o[flag]} is not allowed; it must be >= 1")
+        if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:  # before any work sized by it
+            name = flag.replace("_", "-")
+            raise SpecError(f"--{name}: {o[flag]} is not allowed; it must be a whole number from 1 to {MAX_WHOLE:,}")
     if o.get("nodes") is not None:
+        if o["nodes"] * per_node > MAX_WHOLE:
+            raise SpecError(f"--nodes: {o['nodes']} x {per_node} GPUs is not allowed; at most {MAX_WHOLE:,} GPUs")
         return o["nodes"] * per_node
     if o.get("num_gpus") is not None:
         return o["num_gpus"]
@@ -385,16 +463,22 @@ def _no_sharding_without_replicas(execution: dict[str, Any], dp: int, cp: int, g
         execution["zero_stage"] = 0
 
 
-def stage_kwargs(o: dict[str, Any]) -> dict[str, Any]:
-    """Plan keyword arguments for an uneven pipeline split (empty: even split)."""
+def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
+    """Plan keyword arguments for an uneven pipeline split (empty: even split); with the model's
+    `layers`, a stage may not hold more than the model has."""
     from shardwise.specs import SpecError
+    from shardwise.specs._checks import MAX_WHOLE
 
     out: dict[str, Any] = {}
     for name in ("first_stage_layers", "last_stage_layers"):
         value = o.get(name)
         if value is not None:
-            if value < 1:
-                raise SpecError(f"--{name.replace('_', '-')}: {value} is not allowed; it must be >= 1")
+            high = MAX_WHOLE if layers is None else min(int(layers), MAX_WHOLE)
+            if not 1 <= value <= high:
+                most = f"the model's {layers} layers" if layers is not None else f"{MAX_WHOLE:,}"
+                raise SpecError(
+                    f"--{name.replace('_', '-')}: {value} is not allowed; it must be a whole number from 1 to {most}"
+                )
             out[name] = value
     if o.get("stage_layers"):
         if out:
@@ -441,12 +525,17 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
 
 
 def build_scenario(o: dict[str, Any]) -> Any:
-    from shardwise.specs import Scenario
+    from shardwise.specs import Scenario, SpecError
 
     model = build_model(o)
     cluster = build_cluster(o)
     plan = build_plan(o, int(cluster.num_gpus))
-    return Scenario(model, cluster, plan)
+    try:
+        return Scenario(model, cluster, plan)
+    except SpecError as exc:
+        if o.get("stage_layers") and "stage split" in str(exc):  # name the flag the split came from
+            raise SpecError(f"--stage-layers {o['stage_layers']}: {exc}") from None
+        raise
 
 
 def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> None:

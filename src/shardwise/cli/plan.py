@@ -17,9 +17,11 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
         out = tuple(int(v) for v in value.split(","))
     except ValueError:
         raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 4,8") from None
-    low, high = (0, 3) if param.name == "zero" else (1, None)
-    if any(v < low or (high is not None and v > high) for v in out):
-        allowed = "0, 1, 2 or 3" if param.name == "zero" else "whole numbers >= 1"
+    from shardwise.specs._checks import MAX_WHOLE
+
+    low, high = (0, 3) if param.name == "zero" else (1, MAX_WHOLE)
+    if any(v < low or v > high for v in out):
+        allowed = "0, 1, 2 or 3" if param.name == "zero" else f"whole numbers from 1 to {MAX_WHOLE:,}"
         raise click.BadParameter(f"{value!r}: values must be {allowed}")
     return out
 
@@ -214,7 +216,9 @@ def plan(
             f"per GPU; try {', '.join(levers)}"
         )
     from shardwise.analyses.plan_explain import alternatives
+    from shardwise.cli.options import spread_of
 
+    spread = spread_of([result.scenario(int(i)) for i in best], options)
     why = alternatives(result, int(best[0]))
     figure = None
     if heatmap_path is not None:
@@ -230,10 +234,11 @@ def plan(
         from shardwise.emit import emit as emit_for
 
         launch = emit_for(result.scenario(int(best[0])), emit)
+    rows = _with_intervals(result, best, spread)
     if as_json:
-        _json(result, best, why, launch)
+        _json(result, rows, why, launch, spread.basis)
         return
-    _print(result, best, why, csv_path, figure)
+    _print(result, rows, why, csv_path, figure, spread.basis)
     if launch is not None:
         click.echo(f"\nlaunch the best plan with {emit}:\n{launch}")
 
@@ -266,7 +271,31 @@ def _label(row: dict[str, Any]) -> str:
     )
 
 
-def _json(result: Any, best: Any, why: list[Any], launch: str | None = None) -> None:
+def _with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
+    """The best plans' rows with their 80% intervals, and whether each is a tie with the next:
+    the next plan's value lies inside this one's interval (or this one's inside the next's)."""
+    rows = []
+    for j, i in enumerate(best):
+        r = dict(result.row(int(i)))
+        lo, hi = spread.bounds(r["step_time_s"])
+        r["step_time_s_low"], r["step_time_s_high"] = float(lo[j]), float(hi[j])
+        tok = r["tokens_per_s_per_gpu"]
+        r["tokens_per_s_per_gpu_low"] = tok * r["step_time_s"] / r["step_time_s_high"]
+        r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
+        rows.append(r)
+    key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
+    from itertools import pairwise
+
+    for a, b in pairwise(rows):
+        a["tie_with_next"] = bool(
+            a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
+        )
+    if rows:
+        rows[-1]["tie_with_next"] = None
+    return rows
+
+
+def _json(result: Any, rows: list[dict[str, Any]], why: list[Any], launch: str | None, basis: str) -> None:
     from dataclasses import asdict
 
     from shardwise import export
@@ -282,7 +311,8 @@ def _json(result: Any, best: Any, why: list[Any], launch: str | None = None) -> 
                 "evaluated": result.evaluated,
                 "dropped_for_memory": result.dropped_for_memory,
                 "seconds": result.seconds,
-                "plans": [result.row(int(i)) for i in best],
+                "plans": rows,
+                "interval": {"level": 0.8, "basis": basis},
                 "why": [{**asdict(a), "text": describe(a)} for a in why],
                 "launch": launch,
             }
@@ -290,7 +320,9 @@ def _json(result: Any, best: Any, why: list[Any], launch: str | None = None) -> 
     )
 
 
-def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure: Any) -> None:
+def _print(
+    result: Any, rows: list[dict[str, Any]], why: list[Any], csv_path: str | None, figure: Any, basis: str
+) -> None:
     import textwrap
 
     from rich import box
@@ -298,7 +330,7 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
 
     from shardwise.analyses.plan_explain import PARTS, describe
     from shardwise.cli.render import console
-    from shardwise.units import format_seconds
+    from shardwise.units import format_seconds, format_seconds_range
 
     out = console()
     m, c = result.model, result.cluster
@@ -311,7 +343,7 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
     fit = result.evaluated - result.dropped_for_memory
     out.print(
         f"searched {result.evaluated:,} plans; {result.dropped_for_memory:,} do not fit in memory and were "
-        f"dropped, {fit:,} fit; the best {len(best)}:"
+        f"dropped, {fit:,} fit; the best {len(rows)}:"
     )
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     many = result.space.objective != "time"  # plans may use fewer GPUs
@@ -326,16 +358,18 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
         "SP",
         "ZeRO",
         "step",
+        "80%\nrange",
         "tok/s\n/GPU",
         "MFU",
         "mem\nGB",
     ]
     for col in cols:
         table.add_column(
-            col, justify="left" if col in ("schedule", "recompute", "SP") else "right", no_wrap=col == "schedule"
+            col,
+            justify="left" if col in ("schedule", "recompute", "SP") else "right",
+            no_wrap=col in ("schedule", "step", "80%\nrange"),
         )
-    for i in best:
-        r = result.row(int(i))
+    for r in rows:
         sched = f"interl. v{r['vpp']}" if r["vpp"] > 1 else r["schedule"]
         table.add_row(
             *([str(r["gpus"])] if many else []),
@@ -348,12 +382,20 @@ def _print(result: Any, best: Any, why: list[Any], csv_path: str | None, figure:
             "on" if r["sequence_parallel"] else "off",
             str(r["zero_stage"]),
             format_seconds(r["step_time_s"]),
+            format_seconds_range(r["step_time_s_low"], r["step_time_s_high"]),
             f"{r['tokens_per_s_per_gpu']:,.0f}",
             f"{r['mfu']:.1%}",
             f"{r['memory_bytes'] / 1e9:.1f}",
         )
     out.print(table)
-    r = result.row(int(best[0]))
+    out.print(f"[dim]80% range: {basis}[/]")
+    r = rows[0]
+    if len(rows) > 1 and r["tie_with_next"]:
+        out.print(
+            f"[bold]a tie at this confidence:[/] the best two plans are inside each other's 80% range "
+            f"({format_seconds(r['step_time_s'])} and {format_seconds(rows[1]['step_time_s'])}); measure both"
+            + ("" if basis.startswith("calibration") else ", or calibrate on your runs to narrow the ranges")
+        )
     parts = ", ".join(
         f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items() if v / r["step_time_s"] >= 0.005
     )

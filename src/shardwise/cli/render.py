@@ -10,7 +10,7 @@ from rich.table import Table
 
 from shardwise.engines.result import TrainingEstimate
 from shardwise.physics.params import total_params
-from shardwise.units import format_bytes, format_seconds
+from shardwise.units import format_bytes, format_seconds, format_seconds_range
 
 BREAKDOWN_LABELS = {
     "compute": "compute",
@@ -76,18 +76,28 @@ def _flags(p: Any) -> str:
     return ", ".join(on) or "no overlaps"
 
 
-def print_estimate(est: TrainingEstimate) -> None:
+def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | None = None) -> None:
+    """The estimate as tables; `interval` = (low, high, basis) of the step time's 80% interval."""
     out = console()
     for line in describe_scenario(est):
         out.print(line)
     out.print()
     step = _f(est.step_time_s)
     head = Table(show_header=False, box=None, padding=(0, 2))
-    head.add_row("step time", f"[bold]{format_seconds(step)}[/]")
-    head.add_row(
-        "throughput",
-        f"{_f(est.tokens_per_s):,.0f} tokens/s ({_f(est.tokens_per_s) / _f(est.scenario.plan.num_gpus):,.0f} per GPU)",
-    )
+    tokens = _f(est.tokens_per_s)
+    gpus = _f(est.scenario.plan.num_gpus)
+    if interval is None:
+        head.add_row("step time", f"[bold]{format_seconds(step)}[/]")
+        head.add_row("throughput", f"{tokens:,.0f} tokens/s ({tokens / gpus:,.0f} per GPU)")
+    else:
+        lo, hi, basis = interval
+        head.add_row("step time", f"[bold]{format_seconds(step)}[/] ({format_seconds_range(lo, hi)})")
+        head.add_row("", f"[dim]80% interval: {basis}[/]")
+        t_lo, t_hi = tokens * step / hi, tokens * step / lo
+        head.add_row(
+            "throughput",
+            f"{tokens:,.0f} tokens/s ({t_lo:,.0f}-{t_hi:,.0f}; {tokens / gpus:,.0f} per GPU)",
+        )
     head.add_row("model TFLOP/s per GPU", f"{_f(est.model_tflops_per_gpu):.1f}   MFU {_f(est.mfu):.1%}")
     head.add_row(
         "hardware TFLOP/s per GPU",

@@ -9,6 +9,20 @@ import click
 
 from shardwise.cli.experiment_options import experiment_options
 
+MAX_FACTOR = 1000.0  # --factor: inputs divided and multiplied by more than this leave any sensible range
+
+
+def _values(name: str, text: str) -> Any:
+    """--layers-values / --hidden-values in the --vary grammar; the error names this flag."""
+    from shardwise.analyses.vary import parse_vary
+    from shardwise.errors import SpecError
+
+    try:
+        return parse_vary(f"{name}={text}")[1]
+    except SpecError as exc:
+        reason = str(exc).removeprefix(f"--vary {f'{name}={text}'!r}: ")
+        raise SpecError(f"--{name}-values {text!r}: {reason}") from None
+
 
 @click.command()
 @experiment_options
@@ -56,7 +70,6 @@ def sensitivity(
     """How the crossover batch of two plans moves with depth and width, and which input moves
     their time ratio most (each input halved and doubled around the --global-batch baseline)."""
     from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
-    from shardwise.analyses.vary import parse_vary
     from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
@@ -68,8 +81,10 @@ def sensitivity(
     exp = build_experiment(options)
     if len(exp.plans) != 2:
         raise SpecError(f"sensitivity compares exactly two plans (got {len(exp.plans)} --plan)")
-    if max_batch < 2 or factor <= 1:
-        raise SpecError("--max-batch must be >= 2 and --factor > 1")
+    if max_batch < 2:
+        raise SpecError(f"--max-batch: {max_batch} is not allowed; it must be >= 2")
+    if not 1 < factor <= MAX_FACTOR:  # NaN fails too
+        raise SpecError(f"--factor: {factor:g} is not allowed; it must be a number > 1 and at most {MAX_FACTOR:g}")
     import numpy as np
 
     from shardwise.analyses.evaluate import why_invalid
@@ -80,8 +95,7 @@ def sensitivity(
         if rule:
             raise SpecError(f"--plan {plan.label}: invalid at the baseline --global-batch {exp.batch} ({rule})")
     plans = [p.label for p in exp.plans]
-    _, layers = parse_vary(f"layers={layers_values}")
-    _, hidden = parse_vary(f"hidden={hidden_values}")
+    layers, hidden = (_values(name, text) for name, text in (("layers", layers_values), ("hidden", hidden_values)))
     ignore = options["ignore_memory"]
     by_layers = crossover_batch_vs(exp, "layers", layers, max_batch, ignore)
     by_hidden = crossover_batch_vs(exp, "hidden", hidden, max_batch, ignore)

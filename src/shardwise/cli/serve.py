@@ -151,7 +151,7 @@ def serve(
             )
     from shardwise.cli.options import stage_kwargs
 
-    stages = stage_kwargs(options)
+    stages = stage_kwargs(options, int(model.layers))
     runtime = runtime or SERVING_FRAMEWORKS[framework]
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")

@@ -35,7 +35,29 @@ def _run(table: str) -> tuple[list[Any], str, str]:
     show_default=True,
     help="public: also list the runs of this split, one per line.",
 )
-def validate(tables: tuple[str, ...], as_json: bool, markdown: bool, show_rows: str) -> None:
+@click.option(
+    "--calibrated",
+    is_flag=True,
+    help="Instead: calibrate on k = 1, 2, 4, 8 runs of each public stack and predict its other runs "
+    "(error and 80%-interval coverage against k).",
+)
+@click.option("--plot", metavar="FILE", help="--calibrated: write the learning-curve figure (PNG/SVG/PDF).")
+@click.option(
+    "--draws",
+    type=click.IntRange(1, 100),
+    default=4,
+    show_default=True,
+    help="--calibrated: random draws of the k calibration runs.",
+)
+def validate(
+    tables: tuple[str, ...],
+    as_json: bool,
+    markdown: bool,
+    show_rows: str,
+    calibrated: bool,
+    plot: str | None,
+    draws: int,
+) -> None:
     """Predict the published training runs and compare (all tables by default).
 
     narayanan21_table1: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU);
@@ -50,6 +72,17 @@ def validate(tables: tuple[str, ...], as_json: bool, markdown: bool, show_rows: 
     peak);
     planner (only when named): `shardwise plan`'s best plan beside each published run's plan.
     """
+    if calibrated or plot:
+        from shardwise.errors import SpecError
+
+        if tables:
+            raise SpecError("validate --calibrated uses the public runs; give no table names with it")
+        if not calibrated:
+            raise SpecError("--plot draws the learning curves of --calibrated; add --calibrated")
+        from shardwise.cli.validate_calibrated import show_calibrated
+
+        show_calibrated(as_json, markdown, plot, draws)
+        return
     if "public" in tables:
         if len(tables) > 1:
             from shardwise.errors import SpecError

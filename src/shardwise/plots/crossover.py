@@ -32,11 +32,14 @@ def crossover_figure(
         color = colors[plans.index(s.plan)]
         style = LINK_STYLES[links.index(s.link) % len(LINK_STYLES)]
         ax.plot(x, s.time_s, style, color=color, lw=2, label=f"{s.plan}, {s.link}")
+        low, high = result.band(s)
+        ax.fill_between(x, low, high, color=color, alpha=0.12, lw=0)
         bad = ~s.fits & ~np.isnan(s.time_s)
         if bad.any():
             ax.plot(x[bad], s.time_s[bad], "x", color=color, ms=7, mew=1.5)
     if any((~s.fits & ~np.isnan(s.time_s)).any() for s in result.series):
         ax.plot([], [], "x", color="gray", label="does not fit in GPU memory")
+    ax.fill_between([], [], [], color="gray", alpha=0.2, label=f"80% band ({result.experiment.spread_basis})")
     notes = _mark_crossings(ax, result)
     for label, at in markers:
         ax.axvline(at, color="gray", ls=":", lw=1)
@@ -74,6 +77,9 @@ def _mark_crossings(ax: Any, result: CrossoverResult) -> list[str]:
     changes = [c for c in result.crossings if c.winner_change]
     for k, c in enumerate(changes, start=1):
         xs = c.at * DISPLAY_SCALE.get(result.variable, 1.0)
+        if c.range_high > c.range_low:  # the span where the two bands overlap: a tie at this confidence
+            scale = DISPLAY_SCALE.get(result.variable, 1.0)
+            ax.axvspan(c.range_low * scale, c.range_high * scale, color="#999999", alpha=0.12, lw=0, zorder=0)
         ax.plot([xs], [c.time_s], marker="o", ms=15, color="white", mec="black", mew=1.4, zorder=5)
         ax.annotate(str(k), (xs, c.time_s), ha="center", va="center", fontsize=8, fontweight="bold", zorder=6)
         lines.append(f"({k}) {describe_crossing(c, result.variable)}")

@@ -153,15 +153,12 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
         raise SpecError(f"system {key!r}: gpus_per_node: {exc}") from None
     if per_node < 1:
         raise SpecError(f"system {key!r}: gpus_per_node: {per_node} is not allowed; it must be >= 1")
-    g = _part("gpus", data["gpu"], loaders.gpu_from_dict, gpu)
-    intra = _part("links", data["intra_node_link"], loaders.link_from_dict, link)
+    g = _field_part(key, "gpu", data, loaders.gpu_from_dict, gpu)
+    intra = _field_part(key, "intra_node_link", data, loaders.link_from_dict, link)
     inter = None
-    if data.get("inter_node_link"):
-        nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
-        try:
-            nics = loaders.real(data.get("nics_per_node", per_node))
-        except ValueError as exc:
-            raise SpecError(f"system {key!r}: nics_per_node: {exc}") from None
+    if data.get("inter_node_link") is not None:  # false, 0 or "" is a mistake, not "no network"
+        nic = _field_part(key, "inter_node_link", data, loaders.link_from_dict, link)
+        nics = loaders.check_nics_per_node(data.get("nics_per_node", per_node), f"system {key!r}: nics_per_node")
         inter = loaders.per_gpu_nic(nic, nics, per_node)
     return loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
 
@@ -169,16 +166,24 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
 def system_network(name: str) -> tuple[Link | None, float]:
     """(one NIC of the system, NICs per server): what `system` shares out per GPU."""
     _, data = _lookup("systems", name)
-    if not data.get("inter_node_link"):
+    if data.get("inter_node_link") is None:
         return None, 0.0
     nic = _part("links", data["inter_node_link"], loaders.link_from_dict, link)
-    return nic, float(data.get("nics_per_node", data.get("gpus_per_node", 1)))
+    nics = data.get("nics_per_node", data.get("gpus_per_node", 1))
+    return nic, loaders.check_nics_per_node(nics, f"system {name!r}: nics_per_node")
 
 
 def framework(name: str) -> dict[str, Any]:
     """The execution flags of a framework preset, as `Plan` keyword arguments (with `framework`
     set to its name); `zero_stage` is the framework's default optimizer sharding."""
     key, data = _lookup("frameworks", name)
+    return _in_file(name, _framework_from_dict, key, data)
+
+
+def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    for field in data:
+        if field not in (*FRAMEWORK_FLAGS, "description", "source", "kind", "notes", "name"):
+            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, FRAMEWORK_FLAGS)}")
     missing = [f for f in FRAMEWORK_FLAGS if f not in data]
     if missing:
         raise SpecError(f"framework {key!r}: missing field(s) {', '.join(missing)}")
@@ -186,14 +191,23 @@ def framework(name: str) -> dict[str, Any]:
     for f in FRAMEWORK_FLAGS:
         v = out[f]
         ok = (
-            isinstance(v, int) and 0 <= v <= 3
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3
             if f == "zero_stage"
             else (v is None and f == "overlap_p2p") or isinstance(v, bool)
         )
         if not ok:
-            raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed")
+            allowed = "0, 1, 2 or 3" if f == "zero_stage" else "true or false" + (" or null" * (f == "overlap_p2p"))
+            raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed; give {allowed}")
     out["framework"] = key
     return out
+
+
+def _field_part(key: str, field: str, data: dict[str, Any], from_dict: Any, by_name: Any) -> Any:
+    """`_part` for one field of system `key`; the error names the field."""
+    try:
+        return _part("gpus" if field == "gpu" else "links", data[field], from_dict, by_name)
+    except SpecError as exc:
+        raise SpecError(f"system {key!r}: {field}: {exc}") from None
 
 
 def _part(kind: str, value: Any, from_dict: Any, by_name: Any) -> Any:

@@ -51,6 +51,13 @@ def _short(value: object) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def text(field: str, value: object) -> str:
+    """A name or a note: a string (a number or None is refused, not turned into one)."""
+    if not isinstance(value, str):
+        raise SpecError(f"{field}: {_short(value)} is not allowed; it must be a string")
+    return value
+
+
 def boolean(field: str, value: object) -> bool | np.ndarray:
     """True or False (or an array of them): a string such as 'off' or a number is refused, not
     read as its truth value."""
@@ -174,6 +181,8 @@ def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
         raise SpecError(f"{field}: {v!r} is not allowed; choose one of {allowed}")
 
     if isinstance(value, np.ndarray):
+        if value.size == 0:
+            raise SpecError(f"{field}: an empty array is not allowed; give at least one value")
         if np.issubdtype(value.dtype, np.integer):  # codes already: check them all at once
             codes = np.array([int(m) for m in enum])
             bad = ~np.isin(value, codes)

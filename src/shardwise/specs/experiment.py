@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.calibration.spreads import UNCALIBRATED_LOG_SD
 from shardwise.specs.hardware import Gpu, Link
 from shardwise.specs.model import Model
 
@@ -71,6 +72,11 @@ class Experiment:
     workload: str = "train"
     cost_model: str = "physical"
     plan_defaults: dict[str, Any] = field(default_factory=dict)
+    # `shardwise calibrate`'s fitted values (calibration.parameters), applied to every cluster
+    calibration: tuple[tuple[str, float], ...] = ()
+    # the 80% bands: one relative width (log space) for every plan, and where it comes from
+    prediction_log_sd: float = UNCALIBRATED_LOG_SD
+    spread_basis: str = "uncalibrated, the model's spread on public runs"
 
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)

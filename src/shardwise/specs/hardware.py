@@ -38,6 +38,7 @@ class Gpu:
     sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
 
     def __post_init__(self) -> None:
+        chk.text("gpu: name", self.name)
         p = f"gpu {self.name!r}"
         chk.within(f"{p}: peak_flops_per_s_16bit", self.peak_flops_per_s_16bit, 1e9, 1e18, "FLOP/s")
         chk.within(f"{p}: memory_bytes", self.memory_bytes, 1e6, 1e15, "bytes")
@@ -45,12 +46,12 @@ class Gpu:
         chk.non_negative(f"{p}: peak_flops_per_s_fp8", self.peak_flops_per_s_fp8)
         chk.unit_fraction(f"{p}: matmul_efficiency", self.matmul_efficiency)
         chk.unit_fraction(f"{p}: memory_efficiency", self.memory_efficiency)
-        chk.non_negative(f"{p}: kernel_launch_s", self.kernel_launch_s)
+        chk.within(f"{p}: kernel_launch_s", self.kernel_launch_s, 0.0, 1.0, "s")
         chk.non_negative(f"{p}: matmul_efficiency_fp8", self.matmul_efficiency_fp8)
         if (chk.as_array(self.matmul_efficiency_fp8) > 1).any():
             bad = self.matmul_efficiency_fp8
             raise SpecError(f"{p}: matmul_efficiency_fp8: {bad} is not allowed; it must be in [0, 1] (0: not measured)")
-        chk.non_negative(f"{p}: sm_count", self.sm_count)
+        chk.non_negative_int(f"{p}: sm_count", self.sm_count)
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
@@ -89,11 +90,12 @@ class Link:
     base_latency_s: Number = 20e-6
 
     def __post_init__(self) -> None:
+        chk.text("link: name", self.name)
         p = f"link {self.name!r}"
         chk.within(f"{p}: bandwidth_bytes_per_s", self.bandwidth_bytes_per_s, 1e3, 1e16, "B/s")
         chk.within(f"{p}: latency_s", self.latency_s, 0.0, 1.0, "s")
         chk.fraction(f"{p}: efficiency", self.efficiency)
-        chk.non_negative(f"{p}: base_latency_s", self.base_latency_s)
+        chk.within(f"{p}: base_latency_s", self.base_latency_s, 0.0, 1.0, "s")
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> Number:
@@ -124,6 +126,8 @@ class Cluster:
     micro_batch_overhead_s: Number = 0.0
 
     def __post_init__(self) -> None:
+        chk.text("cluster: name", self.name)
+        chk.text(f"cluster {self.name!r}: notes", self.notes)
         for name, kind in (("gpu", Gpu), ("intra_node_link", Link)):
             if not isinstance(getattr(self, name), kind):
                 got = _short_type(getattr(self, name))

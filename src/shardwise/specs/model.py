@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
+
+MAX_LAYERS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -39,8 +43,11 @@ class Model:
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"model: name {self.name!r} is not allowed; give a non-empty name")
         p = f"model {self.name!r}"
+        chk.text(f"{p}: notes", self.notes)
         for name in ("layers", "hidden", "heads", "vocab", "seq_len"):
             object.__setattr__(self, name, chk.positive_int(f"{p}: {name}", getattr(self, name)))
+        # no transformer has a million layers; beyond, the planner's stage splits grow without bound
+        chk.within(f"{p}: layers", self.layers, 1, MAX_LAYERS, "layers")
         if self.kv_heads is None:
             object.__setattr__(self, "kv_heads", self.heads)
         if self.ffn_hidden is None:
@@ -51,8 +58,10 @@ class Model:
 
         raise_first(model_rules(self.hidden, self.heads, self.kv_heads, p))
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
-            if not isinstance(getattr(self, flag), bool):
-                raise SpecError(f"{p}: {flag} must be true or false, got {getattr(self, flag)!r}")
+            value = getattr(self, flag)
+            if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
+                raise SpecError(f"{p}: {flag} must be true or false, got {value!r}")
+            object.__setattr__(self, flag, bool(value))
 
     @property
     def head_dim(self) -> Number:

@@ -128,9 +128,10 @@ class Plan:
         except SpecError:
             zero_ok = False
         if not zero_ok or np.any(np.asarray(zero) > 3):
-            arr = np.asarray(self.zero_stage)
-            bad = (arr.flat[0] if not zero_ok or arr.ndim == 0 else arr[arr > 3].flat[0]).item()
-            raise SpecError(f"plan: zero_stage {bad!r} is not allowed; choose 0, 1, 2 or 3")
+            bad: object = self.zero_stage  # None, (), a string: shown as given
+            if zero_ok and np.ndim(zero) > 0:
+                bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
+            raise SpecError(f"plan: zero_stage {chk._short(bad)} is not allowed; choose 0, 1, 2 or 3")
         if not isinstance(self.precision, str) or self.precision not in ("bf16", "fp16", "fp8"):
             raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16 or fp8")
         if not isinstance(self.framework, str):
@@ -196,7 +197,7 @@ def _stage_list(value: object, pp: Number) -> tuple[int, ...]:
     """An explicit per-stage layer list: whole numbers >= 1, one per stage, for one plan."""
     if isinstance(value, str):
         parts = [x for x in value.replace(" ", "").split(",") if x]
-    elif isinstance(value, (list, tuple, np.ndarray)):
+    elif isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
         parts = list(value)
     else:
         raise SpecError(f"plan: stage_layers {value!r} is not allowed; give a list of layer counts, one per stage")

@@ -1,0 +1,197 @@
+"""How much calibrating on a few of a stack's runs helps predict its other runs, and whether the
+80% intervals hold 80% of the measurements (`shardwise validate --calibrated`).
+
+A stack is one public source on one system (e.g. NVIDIA dgxc-benchmarking on DGX H100): one
+software stack on one kind of machine, what a user's own runs would be. Within a stack and one
+split (dev or holdout, made before anything was fitted; see `public_validation`):
+
+- learning curve: for k = 1, 2, 4, 8, draw k runs at random (`DRAWS` times, fixed seed),
+  calibrate on them, predict the stack's other runs: mean absolute percentage error and interval
+  coverage (the share of measured values inside the predicted 80% interval), against k = 0 (the
+  uncalibrated model with its default interval);
+- other layouts: within each group (one model, system, GPU count and sequence length) with two
+  or more distinct layouts, calibrate on one layout and predict the others, for each choice of
+  that layout: the error before and after.
+
+Duplicate rows (the same layout and measurement published twice) count once.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.analyses import public_validation as pv
+from shardwise.errors import SpecError
+
+KS = (1, 2, 4, 8)
+DRAWS = 4
+SEED = 12
+MIN_STACK_RUNS = 6  # a stack needs k + at least this many - k runs left to predict (k <= runs - 2)
+
+
+@dataclass(frozen=True)
+class PublicRun:
+    run_id: str
+    stack: str
+    group: str
+    split: str
+    scenario: object
+    measured_step_s: float
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    stack: str
+    split: str
+    k: int
+    runs: int  # runs in the stack (this split)
+    predicted: int  # predictions scored (over all draws)
+    mape: float
+    coverage80: float
+
+
+@dataclass(frozen=True)
+class LayoutTransfer:
+    stack: str
+    split: str
+    pairs: int  # (calibration layout, predicted layout) pairs
+    mape_before: float
+    mape_after: float
+    coverage80: float
+
+
+def public_runs() -> list[PublicRun]:
+    from shardwise.engines.training import flops_per_step
+
+    out, seen = [], set()
+    for row in pv.raw_rows():
+        if pv.skip_reason(row):
+            continue
+        try:
+            scn = pv.scenario_for(row)
+        except SpecError:
+            continue
+        measured = pv.measured_step_s(row, float(flops_per_step(scn)[0]))
+        key = (scn, round(measured, 9))
+        if key in seen:
+            continue
+        seen.add(key)
+        source = pv.source_of(row).replace("NVIDIA-NeMo ", "").replace("NVIDIA ", "")
+        stack = f"{source} / {row['system']}"
+        out.append(PublicRun(row["id"], stack, row["group"], row["split"], scn, measured))
+    return out
+
+
+def _by_stack(runs: list[PublicRun], split: str) -> dict[str, list[PublicRun]]:
+    stacks: dict[str, list[PublicRun]] = defaultdict(list)
+    for r in runs:
+        if r.split == split:
+            stacks[r.stack].append(r)
+    return {k: v for k, v in sorted(stacks.items()) if len(v) >= MIN_STACK_RUNS}
+
+
+def _score(fitted, train: list[PublicRun], test: list[PublicRun]) -> tuple[np.ndarray, np.ndarray]:
+    """(absolute relative errors, inside-the-80%-interval flags) of `test` under `fitted`."""
+    from shardwise.calibration.fit import predict_interval
+
+    t, lo, hi = predict_interval(fitted, [r.scenario for r in test])
+    m = np.array([r.measured_step_s for r in test])
+    return np.abs(t / m - 1.0), (m >= lo) & (m <= hi)
+
+
+def learning_curves(
+    runs: list[PublicRun], split: str, ks: tuple[int, ...] = KS, draws: int = DRAWS, progress=None
+) -> list[CurvePoint]:
+    from shardwise.calibration.fit import fit
+
+    rng = np.random.default_rng(SEED)
+    points = []
+    for stack, members in _by_stack(runs, split).items():
+        errs, inside = _score(None, [], members)
+        points.append(CurvePoint(stack, split, 0, len(members), len(members), float(errs.mean()), float(inside.mean())))
+        for k in ks:
+            if k > len(members) - 2:
+                continue
+            all_err, all_in = [], []
+            for _ in range(draws):
+                pick = set(rng.choice(len(members), size=k, replace=False).tolist())
+                train = [members[i] for i in sorted(pick)]
+                test = [r for i, r in enumerate(members) if i not in pick]
+                fitted = fit([r.scenario for r in train], np.array([r.measured_step_s for r in train]))
+                e, inn = _score(fitted, train, test)
+                all_err.append(e)
+                all_in.append(inn)
+                if progress:
+                    progress()
+            e, inn = np.concatenate(all_err), np.concatenate(all_in)
+            points.append(CurvePoint(stack, split, k, len(members), len(e), float(e.mean()), float(inn.mean())))
+    return points
+
+
+def layout_transfer(runs: list[PublicRun], split: str, progress=None) -> list[LayoutTransfer]:
+    """Calibrate on one layout of a group, predict the group's other layouts."""
+    from shardwise.calibration.fit import fit
+
+    out = []
+    for stack, members in _by_stack(runs, split).items():
+        groups: dict[str, list[PublicRun]] = defaultdict(list)
+        for r in members:
+            groups[r.group].append(r)
+        before, after, inside = [], [], []
+        for group in groups.values():
+            if len(group) < 2:
+                continue
+            for i, one in enumerate(group):
+                others = group[:i] + group[i + 1 :]
+                fitted = fit([one.scenario], np.array([one.measured_step_s]))
+                e0, _ = _score(None, [], others)
+                e1, inn = _score(fitted, [one], others)
+                before.append(e0)
+                after.append(e1)
+                inside.append(inn)
+                if progress:
+                    progress()
+        if before:
+            b, a, inn = np.concatenate(before), np.concatenate(after), np.concatenate(inside)
+            out.append(LayoutTransfer(stack, split, len(b), float(b.mean()), float(a.mean()), float(inn.mean())))
+    return out
+
+
+@dataclass(frozen=True)
+class Spreads:
+    """The spreads the error bars rest on, measured on the dev split (see calibration.spreads)."""
+
+    runs: int
+    uncalibrated_rms: float  # RMS of ln(predicted / measured), bias included
+    groups: int
+    within_group: float  # scatter of the runs inside a group (one model, system, GPU count)
+    between_groups: float  # spread of the groups' mean error beyond the scatter inside them
+    calibrated_residual: float  # dev stacks calibrated on all their runs, pooled, dof-corrected
+
+
+def dev_spreads(runs: list[PublicRun]) -> Spreads:
+    """`calibration.spreads.UNCALIBRATED_LOG_SD` and `NOISE_LOG_SD` and the GEMM prior's width
+    (`calibration.parameters.MATMUL_PRIOR_SD`), from the dev split only."""
+    from shardwise.calibration.fit import Evaluator, fit
+
+    dev = [r for r in runs if r.split == "dev"]
+    t = Evaluator([r.scenario for r in dev]).step_s({})[0]
+    e = np.log(t / np.array([r.measured_step_s for r in dev]))
+    groups: dict[str, list[float]] = defaultdict(list)
+    for r, x in zip(dev, e, strict=True):
+        groups[r.group].append(float(x))
+    means = np.array([np.mean(v) for v in groups.values()])
+    sizes = np.array([len(v) for v in groups.values()])
+    within = sum(float(np.sum((np.array(v) - np.mean(v)) ** 2)) for v in groups.values())
+    within_var = within / max(1, int(np.sum(sizes - 1)))
+    between = float(np.sqrt(max(0.0, float(np.var(means) - np.mean(within_var / sizes)))))
+    sq, dof = 0.0, 0.0
+    for members in _by_stack(dev, "dev").values():
+        f = fit([r.scenario for r in members], np.array([r.measured_step_s for r in members]))
+        sq += float(np.sum(f.after_log_error**2))
+        dof += len(members) - len(f.fitted)
+    rms = float(np.sqrt(np.mean(e**2)))
+    return Spreads(len(dev), rms, len(groups), float(np.sqrt(within_var)), between, float(np.sqrt(sq / dof)))

@@ -1,0 +1,259 @@
+"""Fitting the calibration parameters to measured runs, and prediction intervals.
+
+The model is fitted in log space: a run's error is e_i = ln(predicted_i / measured_i), assumed
+normal with a common spread sigma (how far this cost model misses one stack's runs once its
+parameters are right). The fit is a maximum a posteriori estimate: minimise
+
+    sum_i (e_i / sigma)^2 + sum_j ((u_j - prior_j) / prior_sd_j)^2
+
+over the fitted parameters u (scipy.optimize.least_squares, bounded trust region). sigma
+itself has a scaled inverse chi-squared prior centred on `NOISE_LOG_SD` with `NOISE_PRIOR_RUNS`
+pseudo-runs, so one or two runs cannot claim a spread of zero:
+
+    sigma^2 = (sum_i e_i^2 + NOISE_PRIOR_RUNS NOISE_LOG_SD^2) / (n - k + NOISE_PRIOR_RUNS)
+
+The parameters' uncertainty is the Laplace approximation of the posterior at the optimum,
+Sigma_u = (J^T J / sigma^2 + diag(1 / prior_sd^2))^-1 (J: d e / d u), and a new prediction's 80%
+interval is exp(+-1.2816 s) around it with s^2 = g^T Sigma_u g + sigma^2 (g: d ln t / d u there).
+
+Speed: runs are stacked into one array-valued Scenario per (model, hardware, precision) group and
+the parameter sets (the point and one step per parameter, for the Jacobian) into a second axis,
+so one evaluation of the cost model prices every run at every set.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+import numpy as np
+
+from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
+from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, UNCALIBRATED_LOG_SD, Z80
+from shardwise.errors import SpecError
+from shardwise.specs import Plan, Scenario
+
+# A parameter is fitted only where some run moves by at least this much (log) when the parameter
+# moves by one prior standard deviation.
+MIN_SENSITIVITY = 0.002
+_STEP = 0.01  # finite-difference step, in units of each parameter's prior sd
+
+
+@dataclass(frozen=True)
+class Fit:
+    """What `fit` found."""
+
+    fitted: tuple[str, ...]  # the parameters fitted, in PARAMETERS order
+    values: dict[str, float]  # every parameter (prior value where not fitted)
+    u_covariance: np.ndarray  # posterior covariance of the fitted parameters in u space
+    noise_log_sd: float
+    not_fitted: dict[str, str] = field(default_factory=dict)  # parameter -> why
+    before_log_error: np.ndarray = field(default_factory=lambda: np.zeros(0))  # ln(pred / measured)
+    after_log_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def u_sd(self, name: str) -> float:
+        if name not in self.fitted:
+            return BY_NAME[name].prior_sd
+        j = self.fitted.index(name)
+        return float(np.sqrt(self.u_covariance[j, j]))
+
+    def interval80(self, name: str) -> tuple[float, float]:
+        """The parameter's 80% posterior interval (the prior's where not fitted)."""
+        p = BY_NAME[name]
+        u = p.u(self.values[name])
+        lo, hi = u - Z80 * self.u_sd(name), u + Z80 * self.u_sd(name)
+        return float(p.value(max(lo, p.low))), float(p.value(min(hi, p.high)))
+
+
+_MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden")
+_MODEL_KIND = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
+
+
+def _group_key(scn: Scenario) -> tuple[Any, ...]:
+    """Runs that can share one array-valued Scenario: the same model kind (numbers may differ),
+    hardware and precision."""
+    c, p, m = scn.cluster, scn.plan, scn.model
+    kind = tuple(getattr(m, f) for f in _MODEL_KIND)
+    return (kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers)
+
+
+_PLAN_FIELDS = [f.name for f in fields(Plan) if f.name not in ("precision", "stage_layers", "framework")]
+
+
+def _stack(scns: list[Scenario]) -> Scenario:
+    """One Scenario whose model sizes, plan fields and node counts are arrays of shape (1, n)."""
+    first = scns[0]
+    kw: dict[str, Any] = {}
+    for name in _PLAN_FIELDS:
+        values = [getattr(s.plan, name) for s in scns]
+        if name == "overlap_p2p":  # None: on for the interleaved schedule only
+            values = [
+                bool(v) if v is not None else int(s.plan.schedule) == 2 for v, s in zip(values, scns, strict=True)
+            ]
+        kw[name] = np.array([int(v) if name in ("schedule", "recompute") else v for v in values])[None, :]
+    model = replace(
+        first.model,
+        name="runs",
+        **{f: np.array([getattr(s.model, f) for s in scns], dtype=float)[None, :] for f in _MODEL_NUMBERS},
+    )
+    nodes = np.array([s.cluster.nodes for s in scns])[None, :]
+    return Scenario(model, first.cluster.with_(nodes=nodes), replace(first.plan, **kw))
+
+
+class Evaluator:
+    """Prices a fixed list of scenarios at many parameter sets at once."""
+
+    def __init__(self, scenarios: list[Scenario]):
+        groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
+        for i, scn in enumerate(scenarios):
+            groups[_group_key(scn)].append(i)
+        self.n = len(scenarios)
+        self.groups = [(np.array(idx), _stack([scenarios[i] for i in idx])) for idx in groups.values()]
+
+    def step_s(self, sets: dict[str, np.ndarray]) -> np.ndarray:
+        """Step times, shape (number of sets, number of scenarios); `sets` maps parameter names
+        to arrays of one value per set (missing names: the neutral value)."""
+        from shardwise.engines.training import estimate_training_step
+
+        size = max((len(v) for v in sets.values()), default=1)
+        values = {k: np.atleast_1d(np.asarray(v, dtype=float))[:, None] for k, v in sets.items()}
+        out = np.empty((size, self.n))
+        for idx, stacked in self.groups:
+            scn = Scenario(stacked.model, apply(stacked.cluster, values), stacked.plan)
+            out[:, idx] = np.broadcast_to(estimate_training_step(scn).step_time_s, (size, len(idx)))
+        return out
+
+
+def _sets(names: tuple[str, ...], u: np.ndarray, fixed: dict[str, float]) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """Parameter sets: the point u, then u with parameter j moved by one step (for the Jacobian).
+    Log scales step down (the GEMM efficiency is capped at 100% of peak), overheads step up."""
+    k = len(names)
+    steps = np.array([(-1.0 if BY_NAME[n].log_scale else 1.0) * _STEP * BY_NAME[n].prior_sd for n in names])
+    us = np.repeat(u[None, :], k + 1, axis=0)
+    us[1:] += np.diag(steps)
+    sets = {n: np.full(k + 1, v) for n, v in fixed.items()}
+    for j, n in enumerate(names):
+        sets[n] = BY_NAME[n].value(us[:, j])
+    return sets, steps
+
+
+def log_step_and_gradient(
+    ev: Evaluator, names: tuple[str, ...], u: np.ndarray, fixed: dict[str, float]
+) -> tuple[np.ndarray, np.ndarray]:
+    """(ln t at u, d ln t / d u of shape (n, k))."""
+    sets, steps = _sets(names, u, fixed)
+    logt = np.log(ev.step_s(sets))
+    return logt[0], ((logt[1:] - logt[0]) / steps[:, None]).T
+
+
+def fit(
+    scenarios: list[Scenario],
+    measured_step_s: np.ndarray,
+    max_parameters: int | None = None,
+    only: tuple[str, ...] | None = None,
+) -> Fit:
+    """Fit the calibration parameters to runs (see the module docstring)."""
+    from scipy.optimize import least_squares
+
+    measured = np.asarray(measured_step_s, dtype=float)
+    if len(scenarios) != len(measured) or len(measured) == 0:
+        raise SpecError("calibrate: give at least one run with its measured step time")
+    ev = Evaluator(scenarios)
+    target = np.log(measured)
+    candidates = tuple(p.name for p in PARAMETERS if only is None or p.name in only)
+    u0 = np.array([BY_NAME[n].prior_mean for n in candidates])
+    logt0, grad0 = log_step_and_gradient(ev, candidates, u0, {})
+    before = logt0 - target
+    not_fitted: dict[str, str] = {}
+    limit = len(measured) if max_parameters is None else min(max_parameters, len(measured))
+    chosen: list[str] = []
+    for j, name in enumerate(candidates):
+        effect = float(np.max(np.abs(grad0[:, j]))) * BY_NAME[name].prior_sd
+        if effect < MIN_SENSITIVITY:
+            not_fitted[name] = "no run is sensitive to it" + _why_insensitive(name)
+        elif len(chosen) >= limit:
+            not_fitted[name] = f"{len(measured)} run(s) fit at most {limit} parameter(s)"
+        else:
+            chosen.append(name)
+    names = tuple(chosen)
+    fixed = {n: NEUTRAL[n] for n in candidates if n not in names}
+    prior_mu = np.array([BY_NAME[n].prior_mean for n in names])
+    prior_sd = np.array([BY_NAME[n].prior_sd for n in names])
+    lo = np.array([BY_NAME[n].low for n in names])
+    hi = np.array([BY_NAME[n].high for n in names])
+    cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
+
+    def evaluate(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        key = u.tobytes()
+        if key not in cache:
+            cache.clear()
+            cache[key] = log_step_and_gradient(ev, names, u, fixed)
+        return cache[key]
+
+    sigma = NOISE_LOG_SD
+    u = prior_mu.copy()
+    n, k = len(measured), len(names)
+    if k:
+        for _ in range(2):  # fit at the prior spread, then at the spread the fit implies
+            s = sigma
+
+            def residuals(x: np.ndarray, s: float = s) -> np.ndarray:
+                logt, _ = evaluate(x)
+                return np.concatenate([(logt - target) / s, (x - prior_mu) / prior_sd])
+
+            def jacobian(x: np.ndarray, s: float = s) -> np.ndarray:
+                _, g = evaluate(x)
+                return np.vstack([g / s, np.diag(1.0 / prior_sd)])
+
+            # inside the bounds: a trust region started on a bound (overheads at 0) crawls
+            start = np.clip(u, lo + 0.2 * prior_sd, hi - 1e-3 * prior_sd)
+            res = least_squares(
+                residuals, start, jac=jacobian, bounds=(lo, hi), x_scale=prior_sd, method="trf", xtol=1e-6, ftol=1e-6
+            )
+            u = res.x
+            logt, _ = evaluate(u)
+            sigma = _spread(logt - target, k)
+            if abs(sigma / s - 1.0) < 0.05:  # the spread the fit implies is the one it assumed
+                break
+    logt, g = evaluate(u) if k else (logt0, np.zeros((n, 0)))
+    after = logt - target
+    sigma = _spread(after, k)
+    precision = g.T @ g / sigma**2 + np.diag(1.0 / prior_sd**2) if k else np.zeros((0, 0))
+    cov = np.linalg.inv(precision) if k else np.zeros((0, 0))
+    values = {p.name: float(NEUTRAL[p.name]) for p in PARAMETERS}
+    values.update({name: float(BY_NAME[name].value(u[j])) for j, name in enumerate(names)})
+    for name in names:  # an overhead at its bound: exactly 0, not the optimizer's 1e-15
+        if not BY_NAME[name].log_scale and values[name] < 1e-9:
+            values[name] = 0.0
+    return Fit(names, values, cov, sigma, not_fitted, before, after)
+
+
+def _spread(errors: np.ndarray, k: int) -> float:
+    n = len(errors)
+    return float(np.sqrt((np.sum(errors**2) + NOISE_PRIOR_RUNS * NOISE_LOG_SD**2) / max(n - k + NOISE_PRIOR_RUNS, 1.0)))
+
+
+def _why_insensitive(name: str) -> str:
+    return {
+        "inter_node_bandwidth_scale": " (no run crosses servers, or its traffic there is hidden)",
+        "intra_node_bandwidth_scale": " (no run communicates inside a server on its critical path)",
+        "micro_batch_overhead_s": "",
+    }.get(name, "")
+
+
+def predict_interval(fitted: Fit | None, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(step time, 80% low, 80% high) of each scenario, calibrated by `fitted` (None: the
+    uncalibrated model with its measured public spread)."""
+    ev = Evaluator(scenarios)
+    if fitted is None:
+        t = ev.step_s({})[0]
+        return t, t * np.exp(-Z80 * UNCALIBRATED_LOG_SD), t * np.exp(Z80 * UNCALIBRATED_LOG_SD)
+    names = fitted.fitted
+    fixed = {n: v for n, v in fitted.values.items() if n not in names}
+    u = np.array([BY_NAME[n].u(fitted.values[n]) for n in names])
+    logt, g = log_step_and_gradient(ev, names, u, fixed) if names else (np.log(ev.step_s(fixed)[0]), None)
+    var = fitted.noise_log_sd**2 + (np.einsum("ij,jk,ik->i", g, fitted.u_covariance, g) if names else 0.0)
+    sd = np.sqrt(var)
+    t = np.exp(logt)
+    return t, t * np.exp(-Z80 * sd), t * np.exp(Z80 * sd)

@@ -1,0 +1,57 @@
+"""The 80% interval every prediction carries.
+
+- With a calibration (`--calibration FILE`): the scenario is priced with the fitted values, and
+  its spread in log space is s^2 = g^T Sigma_u g + sigma^2, where g = d ln t / d u is the
+  scenario's own sensitivity to each fitted parameter (a layout far from the calibration runs,
+  e.g. more servers when only one was measured, gets a wider interval), Sigma_u the parameters'
+  posterior covariance and sigma the calibration's residual spread (`calibration.fit`).
+- Without one: the uncalibrated model's measured spread on the public runs' dev split,
+  `fit.UNCALIBRATED_LOG_SD`, the same relative width for every prediction.
+
+The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardwise.calibration.fit import UNCALIBRATED_LOG_SD, Z80, Evaluator, Fit, log_step_and_gradient
+from shardwise.specs import Scenario
+
+LEVEL = 0.8
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Log-space spread of predictions (one per scenario) and where it comes from."""
+
+    log_sd: np.ndarray
+    basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
+
+    def bounds(self, value: Any, higher_is_slower: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of a time (or, with higher_is_slower=False, of a rate such as tokens/s;
+        the bounds are the same factors either way)."""
+        v = np.asarray(value, dtype=float)
+        return v * np.exp(-Z80 * self.log_sd), v * np.exp(Z80 * self.log_sd)
+
+
+def spread(calibrated: list[Scenario], fitted: Fit | None, basis: str = "") -> Spread:
+    """The spread of each (already calibrated) scenario's step time."""
+    n = len(calibrated)
+    if fitted is None or not fitted.fitted:
+        sd = UNCALIBRATED_LOG_SD if fitted is None else fitted.noise_log_sd
+        what = basis or "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
+        return Spread(np.full(n, sd), what)
+    names = fitted.fitted
+    # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
+    _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
+    var = fitted.noise_log_sd**2 + np.einsum("ij,jk,ik->i", g, fitted.u_covariance, g)
+    return Spread(np.sqrt(var), basis or "calibration")
+
+
+def format_interval(value: float, low: float, high: float, fmt: Any) -> str:
+    """'12.3 s (11.6-13.1)' with `fmt` formatting each number."""
+    return f"{fmt(value)} ({fmt(low)}-{fmt(high)})"

@@ -1,0 +1,220 @@
+"""Measured runs for `shardwise calibrate`: a CSV with one run per row, read strictly.
+
+Columns (names are case-insensitive; the public-runs table's names are accepted as aliases):
+
+- model (preset name, YAML file or config.json), system (preset name or YAML file);
+- num_gpus, tp, pp, global_batch (alias gbs); optional dp (default: num_gpus / (tp pp cp)), cp,
+  vpp (alias vp), micro_batch (alias mbs, default 1), layers and seq_len (override the model's),
+  recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset,
+  default megatron-core), sequence_parallel (default: on when tp > 1), zero (default: the
+  framework's), gpus_per_node (default: the system's);
+- the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
+  count, as published), or the pair metric + measured (the public-runs table);
+- optional id (default: the row number) and any other columns (kept, ignored).
+
+Every problem is one SpecError line naming the file, the row and the column.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from shardwise.errors import SpecError
+from shardwise.specs import Scenario
+
+MAX_RUNS_BYTES = 16 << 20  # 16 MiB: about 50,000 runs
+MAX_RUNS = 20_000
+METRICS = ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu")
+ALIASES = {"gbs": "global_batch", "mbs": "micro_batch", "vp": "vpp", "run_id": "id"}
+REQUIRED = ("model", "system", "num_gpus", "tp", "pp", "global_batch")
+
+
+@dataclass(frozen=True)
+class Run:
+    """One measured run: what ran (a Scenario) and its measured seconds per optimizer step."""
+
+    run_id: str
+    scenario: Scenario
+    measured_step_s: float
+    where: str  # "runs.csv row 3"
+    group: str = ""  # the table or source it came from (for leave-one-out by source)
+
+
+def read_runs(path: str | Path) -> list[Run]:
+    """The runs of a CSV file (see the module docstring)."""
+    from shardwise import files
+
+    p = Path(path)
+    raw = files.read_small(p, MAX_RUNS_BYTES, "runs CSV")
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"{p}: byte {exc.start} is not UTF-8 (save the file as UTF-8)") from None
+    return parse_runs(text, str(p))
+
+
+def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
+    if "\0" in text:
+        raise SpecError(f"{where}: is not a text file (a CSV of runs is expected)")
+    try:
+        reader = csv.DictReader(io.StringIO(text))
+        header = reader.fieldnames
+    except csv.Error as exc:
+        raise SpecError(f"{where}: not a CSV file ({exc})") from None
+    if not header:
+        raise SpecError(f"{where}: empty; give a header line and one row per measured run")
+    names = [_column(h) for h in header]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise SpecError(f"{where}: column {dup!r} appears twice")
+    missing = [c for c in REQUIRED if c not in names]
+    if missing:
+        raise SpecError(f"{where}: missing column(s) {', '.join(missing)} (needed: {', '.join(REQUIRED)})")
+    if not any(m in names for m in METRICS) and not {"metric", "measured"} <= set(names):
+        raise SpecError(f"{where}: no measurement column; give one of {', '.join(METRICS)}")
+    runs: list[Run] = []
+    seen: dict[tuple[Any, ...], str] = {}
+    ids: set[str] = set()
+    try:
+        for i, raw_row in enumerate(reader, start=2):  # line 1 is the header
+            if i - 1 > MAX_RUNS:
+                raise SpecError(f"{where}: more than {MAX_RUNS:,} runs; split the file")
+            if None in raw_row:
+                raise SpecError(f"{where} line {i}: more values than columns")
+            row = {_column(k): (v or "").strip() for k, v in raw_row.items()}
+            if not any(row.values()):
+                continue
+            run = _run(row, f"{where} line {i}")
+            if run.run_id in ids:
+                raise SpecError(f"{where} line {i}: id {run.run_id!r} appears twice")
+            ids.add(run.run_id)
+            key = (run.scenario, run.measured_step_s)
+            if key in seen:
+                raise SpecError(f"{where} line {i}: the same run and measurement as {seen[key]} (a duplicate)")
+            seen[key] = f"line {i}"
+            runs.append(run)
+    except csv.Error as exc:
+        raise SpecError(f"{where}: not a valid CSV ({exc})") from None
+    if not runs:
+        raise SpecError(f"{where}: no runs (only a header)")
+    return runs
+
+
+def _column(name: str | None) -> str:
+    key = (name or "").strip().lower().replace(" ", "_").replace("-", "_")
+    return ALIASES.get(key, key)
+
+
+def _whole(row: dict[str, str], key: str, where: str, default: int | None = None) -> int:
+    text = row.get(key, "")
+    if text == "":
+        if default is None:
+            raise SpecError(f"{where}: {key} is empty; give a whole number")
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{where}: {key}: {text!r} is not a number") from None
+    if not (value == value and 1 <= value <= 2**53 and value == int(value)):
+        raise SpecError(f"{where}: {key}: {text} is not allowed; it must be a whole number >= 1")
+    return int(value)
+
+
+def _measured(row: dict[str, str], where: str) -> tuple[str, float]:
+    given = [(m, row[m]) for m in METRICS if row.get(m, "") != ""]
+    if not given and row.get("metric") and row.get("measured"):
+        given = [(row["metric"], row["measured"])]
+    if not given:
+        raise SpecError(f"{where}: no measurement; fill one of {', '.join(METRICS)}")
+    metric, text = given[0]
+    if metric not in METRICS:
+        raise SpecError(f"{where}: metric {metric!r} is not one of {', '.join(METRICS)}")
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{where}: {metric}: {text!r} is not a number") from None
+    if not (value > 0 and value < 1e12):  # NaN fails too
+        raise SpecError(f"{where}: {metric}: {text} is not allowed; a measurement must be a positive number")
+    return metric, value
+
+
+def _run(row: dict[str, str], where: str) -> Run:
+    from shardwise import presets
+    from shardwise.engines.training import flops_per_step
+    from shardwise.specs import Plan
+
+    model_overrides = {k: _whole(row, k, where) for k in ("layers", "seq_len") if row.get(k)}
+    try:
+        model = presets.model(row["model"], **model_overrides)
+        base = presets.system(row["system"])
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    n = _whole(row, "num_gpus", where)
+    per_node = min(_whole(row, "gpus_per_node", where, base.gpus_per_node), n)
+    per_node = _fit_domain(per_node, n)
+    tp, pp = _whole(row, "tp", where), _whole(row, "pp", where)
+    cp = _whole(row, "cp", where, 1)
+    dp = _whole(row, "dp", where, max(1, n // (tp * pp * cp)))
+    vpp = _whole(row, "vpp", where, 1)
+    recompute = (row.get("recompute") or "none").lower()
+    recompute = next((r for r in ("full", "selective", "none") if recompute.startswith(r)), recompute)
+    precision = (row.get("precision") or "bf16").lower()
+    precision = "fp8" if precision in ("fp8", "mxfp8") else precision
+    sp_text = (row.get("sequence_parallel") or "").lower()
+    if sp_text not in ("", "true", "false", "yes", "no", "on", "off", "1", "0"):
+        raise SpecError(f"{where}: sequence_parallel: {sp_text!r} is not allowed; use yes or no")
+    sp = tp > 1 if sp_text == "" else sp_text in ("true", "yes", "on", "1")
+    try:
+        flags = dict(presets.framework(row.get("framework") or "megatron-core"))
+        zero = flags.pop("zero_stage")
+        if row.get("zero"):
+            zero = int(_whole(row, "zero", where, 1)) if row["zero"] != "0" else 0
+        if (row.get("fsdp") or "0") not in ("", "0"):
+            zero = 3
+        flags["tp_comm_overlap"] = bool(flags.get("tp_comm_overlap")) and sp
+        if n % per_node:
+            raise SpecError(f"num_gpus {n} is not a multiple of {per_node} GPUs per server")
+        cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
+        if cluster.nodes > 1 and cluster.inter_node_link is None:
+            raise SpecError(f"{n} GPUs span servers but system {row['system']!r} has no network")
+        plan = Plan(
+            tp=tp,
+            pp=pp,
+            dp=dp,
+            cp=cp,
+            global_batch=_whole(row, "global_batch", where),
+            micro_batch=_whole(row, "micro_batch", where, 1),
+            vpp=vpp,
+            schedule="interleaved" if vpp > 1 else "1f1b",
+            recompute=recompute,
+            sequence_parallel=sp,
+            zero_stage=zero,
+            precision=precision,
+            **flags,
+        )
+        scn = Scenario(model, cluster, plan)
+    except SpecError as exc:
+        raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+    if int(tp * pp * dp * cp) != n:
+        raise SpecError(f"{where}: tp x pp x dp x cp = {tp * pp * dp * cp} but num_gpus is {n}")
+    metric, value = _measured(row, where)
+    tokens = float(plan.global_batch) * float(model.seq_len)
+    if metric == "step_time_s":
+        step = value
+    elif metric == "tokens_per_s_per_gpu":
+        step = tokens / (value * n)
+    else:
+        step = float(flops_per_step(scn)[0]) / (value * 1e12 * n)  # Megatron's count, as published
+    return Run(row.get("id") or where.rsplit(" ", 1)[-1], scn, step, where, row.get("group") or row.get("source", ""))
+
+
+def _fit_domain(per_node: int, n: int) -> int:
+    """A rack-scale NVLink domain (e.g. 72 GPUs) is used in whole multiples of its largest divisor
+    of the job (256 GPUs on an NVL72: 4 x 64); an ordinary server keeps its size."""
+    if per_node <= 8 or n % per_node == 0:
+        return per_node
+    return max(d for d in range(1, per_node + 1) if n % d == 0)

@@ -1,0 +1,16 @@
+"""The measured spreads that every prediction's error bars rest on (no imports: the value types
+use them too). Both are measured on the public runs' dev split only, by
+`python tools/calibration_spread.py`; `shardwise validate --calibrated` checks them on the holdout.
+"""
+
+Z80 = 1.2815515655446004  # the normal quantile of 90%: an 80% two-sided interval is +-Z80 sd
+
+# The uncalibrated model's spread: root mean square of ln(predicted / measured) over the dev runs
+# (bias included: an uncalibrated prediction's interval must cover it).
+UNCALIBRATED_LOG_SD = 0.072
+
+# How far the model misses one software stack's runs once that stack's parameters are fitted: the
+# dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
+# fits used. A calibration's own spread has a prior centred here, worth NOISE_PRIOR_RUNS runs.
+NOISE_LOG_SD = 0.060
+NOISE_PRIOR_RUNS = 4.0

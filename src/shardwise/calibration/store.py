@@ -1,0 +1,154 @@
+"""The calibration file: the fitted parameters, their uncertainty, and where they came from.
+
+A YAML mapping (format 1):
+
+    shardwise_calibration: 1          # the file format; another number is refused
+    shardwise_version: 0.1.0          # the version that wrote it
+    created_utc: '2026-12-01T04:40:00Z'
+    runs: {file: runs.csv, sha256: ..., count: 12, ids: [...]}
+    hardware: [h100-sxm5-80gb]        # the GPUs of the runs
+    noise_log_sd: 0.035               # the spread of ln(predicted / measured) once fitted
+    fitted: [matmul_efficiency_scale, step_overhead_s]
+    u_covariance: [[...], [...]]      # posterior covariance of the fitted parameters (u space)
+    parameters:
+      matmul_efficiency_scale: {value: 0.85, low80: 0.83, high80: 0.88, fitted: true}
+      inter_node_bandwidth_scale: {value: 1.0, fitted: false, why: no run crosses servers}
+    residuals: [{id: r1, measured_step_s: 1.9, before_step_s: 2.1, after_step_s: 1.92}, ...]
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from shardwise.calibration.fit import Fit
+from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
+from shardwise.errors import SpecError
+
+FORMAT = 1
+MAX_FILE_BYTES = 4 << 20
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """A fit with its provenance (what `--calibration FILE` loads)."""
+
+    fit: Fit
+    path: str
+    gpus: tuple[str, ...]
+    runs: int
+    version: str
+
+
+def document(
+    fitted: Fit,
+    runs_file: str | Path,
+    run_ids: list[str],
+    gpus: list[str],
+    measured_step_s: np.ndarray,
+) -> dict[str, Any]:
+    """The calibration file's content (see the module docstring)."""
+    from shardwise import __version__
+
+    p = Path(runs_file)
+    digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
+    params: dict[str, Any] = {}
+    for par in PARAMETERS:
+        entry: dict[str, Any] = {"value": _round(fitted.values[par.name]), "fitted": par.name in fitted.fitted}
+        if par.name in fitted.fitted:
+            lo, hi = fitted.interval80(par.name)
+            entry.update(low80=_round(lo), high80=_round(hi))
+        else:
+            entry["why"] = fitted.not_fitted.get(par.name, "not asked for")
+        params[par.name] = entry
+    measured = np.asarray(measured_step_s, dtype=float)
+    return {
+        "shardwise_calibration": FORMAT,
+        "shardwise_version": __version__,
+        "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "runs": {"file": str(runs_file), "sha256": digest, "count": len(run_ids), "ids": list(run_ids)},
+        "hardware": sorted(set(gpus)),
+        "noise_log_sd": _round(fitted.noise_log_sd),
+        "fitted": list(fitted.fitted),
+        "u_covariance": [[float(x) for x in row] for row in np.asarray(fitted.u_covariance)],
+        "parameters": params,
+        "residuals": [
+            {
+                "id": rid,
+                "measured_step_s": _round(m),
+                "before_step_s": _round(m * math.exp(b)),
+                "after_step_s": _round(m * math.exp(a)),
+            }
+            for rid, m, b, a in zip(run_ids, measured, fitted.before_log_error, fitted.after_log_error, strict=True)
+        ],
+    }
+
+
+def _round(x: float) -> float:
+    return float(f"{float(x):.6g}")
+
+
+def save(doc: dict[str, Any], path: str | Path) -> None:
+    import yaml
+
+    from shardwise.atomic import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
+        fh.write("# shardwise calibration: `shardwise predict --calibration FILE` (and plan, timeline, ...)\n")
+        yaml.safe_dump(doc, fh, sort_keys=False, default_flow_style=None, width=100)
+
+
+def load(path: str | Path) -> Calibration:
+    """Read and check a calibration file; every problem is one SpecError line naming the file."""
+    from shardwise import loaders
+
+    p = str(path)
+    doc = loaders.load_yaml(path)
+    if not isinstance(doc, dict) or "shardwise_calibration" not in doc:
+        raise SpecError(f"{p}: not a shardwise calibration file (write one with `shardwise calibrate RUNS.csv`)")
+    fmt = doc["shardwise_calibration"]
+    version = str(doc.get("shardwise_version", "unknown"))
+    if fmt != FORMAT:
+        raise SpecError(
+            f"{p}: calibration format {fmt!r} (written by shardwise {version}); this shardwise reads format "
+            f"{FORMAT}: run `shardwise calibrate` on the runs again"
+        )
+    params = doc.get("parameters")
+    if not isinstance(params, dict):
+        raise SpecError(f"{p}: parameters: missing or not a mapping")
+    unknown = [k for k in params if k not in BY_NAME]
+    if unknown:
+        raise SpecError(f"{p}: parameters: unknown parameter {unknown[0]!r}; known: {', '.join(BY_NAME)}")
+    values = dict(NEUTRAL)
+    for name, entry in params.items():
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise SpecError(f"{p}: parameters: {name}: value {value!r} is not a number")
+        par = BY_NAME[name]
+        if par.log_scale and value <= 0:
+            raise SpecError(f"{p}: parameters: {name}: {value} is not allowed; a scale must be > 0")
+        u = par.u(value)
+        if not par.low - 1e-9 <= u <= par.high + 1e-9:
+            lo, hi = par.value(par.low), par.value(par.high)
+            raise SpecError(f"{p}: parameters: {name}: {value} is outside {lo:.3g}..{hi:.3g}")
+        values[name] = float(value)
+    fitted = doc.get("fitted") or []
+    if not isinstance(fitted, list) or any(f not in BY_NAME for f in fitted):
+        raise SpecError(f"{p}: fitted: must list parameter names")
+    fitted = [f.name for f in PARAMETERS if f.name in fitted]
+    cov = np.asarray(doc.get("u_covariance") or np.zeros((0, 0)), dtype=float)
+    k = len(fitted)
+    if cov.shape != (k, k) or not np.all(np.isfinite(cov)) or (k and np.any(np.linalg.eigvalsh(cov) < -1e-12)):
+        raise SpecError(f"{p}: u_covariance: must be a {k} x {k} covariance matrix (one row per fitted parameter)")
+    sd = doc.get("noise_log_sd")
+    if isinstance(sd, bool) or not isinstance(sd, (int, float)) or not 0 < sd < 5:
+        raise SpecError(f"{p}: noise_log_sd: {sd!r} is not allowed; it must be a number in (0, 5)")
+    runs = doc.get("runs") if isinstance(doc.get("runs"), dict) else {}
+    gpus = tuple(str(g) for g in doc.get("hardware") or ())
+    return Calibration(Fit(tuple(fitted), values, cov, float(sd)), p, gpus, int(runs.get("count") or 0), version)

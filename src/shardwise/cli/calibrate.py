@@ -1,0 +1,125 @@
+"""`shardwise calibrate`: fit the cost model's physical parameters to the user's measured runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
+    from shardwise.calibration.parameters import BY_NAME
+
+    if value is None:
+        return None
+    names = tuple(v.strip() for v in value.split(",") if v.strip())
+    bad = [n for n in names if n not in BY_NAME]
+    if bad or not names:
+        raise click.BadParameter(f"{bad[0] if bad else value!r} is not a parameter; choose from {', '.join(BY_NAME)}")
+    return names
+
+
+@click.command()
+@click.argument("runs", metavar="RUNS.csv", type=click.Path(dir_okay=False))
+@click.option(
+    "--output",
+    "-o",
+    default="calibration.yaml",
+    show_default=True,
+    metavar="FILE",
+    help="Where to write the calibration (YAML); give it to other commands with --calibration FILE.",
+)
+@click.option(
+    "--params",
+    callback=_names,
+    metavar="NAME[,NAME...]",
+    help="Fit only these parameters (default: as many as the runs allow, in the documented order).",
+)
+@click.option("--max-params", type=click.IntRange(min=0, max=6), help="Fit at most this many parameters.")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON (the calibration file's content).")
+def calibrate(runs: str, output: str, params: tuple[str, ...] | None, max_params: int | None, as_json: bool) -> None:
+    """Fit GEMM efficiency, link bandwidths and fixed overheads to your own measured runs.
+
+    RUNS.csv has one run per row: model, system, num_gpus, tp, pp, global_batch (optional dp, cp,
+    vpp, micro_batch, layers, seq_len, recompute, precision, framework, id) and one measurement:
+    step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu. See docs/calibration.md.
+
+    \b
+    Examples:
+      shardwise calibrate my_runs.csv -o h100.yaml
+      shardwise predict --model llama3-70b --system dgx-h100 --nodes 8 --tp 4 --pp 4 \\
+          --global-batch 512 --calibration h100.yaml
+    """
+    import numpy as np
+
+    from shardwise.atomic import check_writable
+    from shardwise.calibration import fit as fitting
+    from shardwise.calibration import store
+    from shardwise.calibration.runs import read_runs
+
+    check_writable(output)
+    measured = read_runs(runs)
+    steps = np.array([r.measured_step_s for r in measured])
+    result = fitting.fit([r.scenario for r in measured], steps, max_params, params)
+    gpus = [r.scenario.cluster.gpu.name for r in measured]
+    doc = store.document(result, runs, [r.run_id for r in measured], gpus, steps)
+    store.save(doc, output)
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps({**doc, "output": output}))
+        return
+    _print(result, measured, steps, output)
+
+
+def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:
+    import numpy as np
+    from rich.table import Table
+
+    from shardwise.calibration.parameters import PARAMETERS
+    from shardwise.cli.render import console
+    from shardwise.units import format_seconds
+
+    out = console()
+    n, k = len(measured), len(result.fitted)
+    out.print(f"{n} run(s); {k} of {len(PARAMETERS)} parameters fitted (80% intervals from the posterior)")
+    table = Table(header_style="bold")
+    for col in ("parameter", "value", "80% interval", ""):
+        table.add_column(col, justify="left" if col in ("parameter", "") else "right")
+    for p in PARAMETERS:
+        value = result.values[p.name]
+        if p.name in result.fitted:
+            lo, hi = result.interval80(p.name)
+            shown = (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}") if p.log_scale else _seconds(value, lo, hi)
+            table.add_row(p.name, *shown, p.description)
+        else:
+            table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")
+    out.print(table)
+    runs = Table(title="each run: measured and predicted seconds per step", title_justify="left", header_style="bold")
+    for col in ("run", "measured", "before", "error", "calibrated", "error"):
+        runs.add_column(col, justify="left" if col == "run" else "right")
+    for r, m, b, a in zip(measured, steps, result.before_log_error, result.after_log_error, strict=True):
+        runs.add_row(
+            r.run_id,
+            format_seconds(m),
+            format_seconds(m * np.exp(b)),
+            f"{np.expm1(b):+.1%}",
+            format_seconds(m * np.exp(a)),
+            f"{np.expm1(a):+.1%}",
+        )
+    out.print(runs)
+    before = float(np.mean(np.abs(np.expm1(result.before_log_error))))
+    after = float(np.mean(np.abs(np.expm1(result.after_log_error))))
+    out.print(
+        f"mean absolute error {before:.1%} before, {after:.1%} calibrated (on the runs fitted: an optimistic "
+        f"figure; `shardwise validate --calibrated` measures it on runs left out); spread "
+        f"{result.noise_log_sd:.3f} (log), so a calibrated prediction's 80% interval is at least "
+        f"+-{np.expm1(1.2816 * result.noise_log_sd):.0%}"
+    )
+    out.print(f"calibration: {output} (use it with --calibration {output})")
+
+
+def _seconds(value: float, lo: float, hi: float) -> tuple[str, str]:
+    from shardwise.units import format_seconds
+
+    return format_seconds(value), f"{format_seconds(lo)}-{format_seconds(hi)}"

@@ -1,0 +1,171 @@
+"""`shardwise validate --calibrated`: learning curves of calibration on the public runs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+
+def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int) -> None:
+    import numpy as np
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from shardwise.analyses import calibration_validation as cv
+
+    if plot:
+        from shardwise.cli.options import check_output_path
+
+        check_output_path(plot, (".png", ".svg", ".pdf"), "--plot")
+    runs = cv.public_runs()
+    total = sum(_fits(cv, runs, split, draws) for split in ("dev", "holdout"))
+    curves: list[Any] = []
+    transfer: list[Any] = []
+    with Progress(
+        TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+    ) as bar:
+        task = bar.add_task("fits", total=total)
+        step = lambda: bar.advance(task, 1)  # noqa: E731
+        for split in ("dev", "holdout"):
+            curves += cv.learning_curves(runs, split, draws=draws, progress=step)
+            transfer += cv.layout_transfer(runs, split, progress=step)
+    spreads = cv.dev_spreads(runs)
+    summary = {
+        split: {
+            k: {
+                "mape": float(np.mean([p.mape for p in curves if p.split == split and p.k == k])),
+                "coverage80": float(np.mean([p.coverage80 for p in curves if p.split == split and p.k == k])),
+                "stacks": sum(1 for p in curves if p.split == split and p.k == k),
+            }
+            for k in (0, *cv.KS)
+            if any(p.split == split and p.k == k for p in curves)
+        }
+        for split in ("dev", "holdout")
+    }
+    figure = _plot(curves, summary, plot) if plot else None
+    if as_json:
+        from dataclasses import asdict
+
+        from shardwise import export
+
+        click.echo(
+            export.dumps(
+                {
+                    "draws": draws,
+                    "dev_spreads": asdict(spreads),
+                    "seed": cv.SEED,
+                    "summary": summary,
+                    "learning_curves": [asdict(p) for p in curves],
+                    "layout_transfer": [asdict(t) for t in transfer],
+                    "figure": figure,
+                }
+            )
+        )
+        return
+    if markdown:
+        _markdown(curves, transfer, summary, draws)
+    else:
+        _tables(curves, transfer, summary, draws)
+    click.echo(
+        f"\ndev spreads (log): uncalibrated RMS {spreads.uncalibrated_rms:.3f} over {spreads.runs} runs (the "
+        f"uncalibrated interval); scatter inside a group {spreads.within_group:.3f}, group means beyond it "
+        f"{spreads.between_groups:.3f} (the GEMM prior); calibrated residual {spreads.calibrated_residual:.3f} "
+        "(a calibration's spread prior)"
+    )
+    if figure:
+        click.echo(f"figure: {figure}")
+
+
+def _fits(cv: Any, runs: list[Any], split: str, draws: int) -> int:
+    from collections import Counter
+
+    n = 0
+    for members in cv._by_stack(runs, split).values():
+        n += sum(draws for k in cv.KS if k <= len(members) - 2)
+        groups = Counter(r.group for r in members)
+        n += sum(c for c in groups.values() if c >= 2)
+    return n
+
+
+def _cell(p: Any) -> str:
+    return f"{p.mape:.1%} ({p.coverage80:.0%})"
+
+
+def _tables(curves: list[Any], transfer: list[Any], summary: dict[str, Any], draws: int) -> None:
+    from rich.table import Table
+
+    from shardwise.analyses.calibration_validation import KS
+    from shardwise.cli.render import console
+
+    out = console()
+    for split in ("dev", "holdout"):
+        table = Table(
+            title=f"{split}: mean absolute error of the runs left out (share inside the 80% interval), "
+            f"calibrated on k runs of the same stack ({draws} random draws each)",
+            title_justify="left",
+            header_style="bold",
+        )
+        table.add_column("stack (source / system)")
+        table.add_column("runs", justify="right")
+        for k in (0, *KS):
+            table.add_column("uncalibrated" if k == 0 else f"k={k}", justify="right")
+        stacks = list(dict.fromkeys(p.stack for p in curves if p.split == split))
+        for s in stacks:
+            pts = {p.k: p for p in curves if p.split == split and p.stack == s}
+            runs = next(iter(pts.values())).runs
+            table.add_row(s, str(runs), *(_cell(pts[k]) if k in pts else "" for k in (0, *KS)))
+        row = summary[split]
+        table.add_row(
+            "[bold]mean over stacks[/]",
+            "",
+            *(f"{row[k]['mape']:.1%} ({row[k]['coverage80']:.0%})" if k in row else "" for k in (0, *KS)),
+        )
+        out.print(table)
+    table = Table(
+        title="calibrated on one layout, predicting the other layouts of the same model, system and GPU count",
+        title_justify="left",
+        header_style="bold",
+    )
+    for col in ("split", "stack", "pairs", "uncalibrated", "calibrated", "in 80% interval"):
+        table.add_column(col, justify="left" if col in ("split", "stack") else "right")
+    for t in transfer:
+        before, after = f"{t.mape_before:.1%}", f"{t.mape_after:.1%}"
+        table.add_row(t.split, t.stack, str(t.pairs), before, after, f"{t.coverage80:.0%}")
+    out.print(table)
+    out.print(
+        "dev: the split looked at while developing (the priors' width and the spreads were set on it); "
+        "holdout: untouched. See docs/calibration.md."
+    )
+
+
+def _markdown(curves: list[Any], transfer: list[Any], summary: dict[str, Any], draws: int) -> None:
+    from shardwise.analyses.calibration_validation import KS
+
+    for split in ("dev", "holdout"):
+        click.echo(f"\n{split} ({draws} random draws per k): MAPE of the runs left out (share inside the 80% interval)")
+        click.echo()
+        click.echo("| stack | runs | uncalibrated | " + " | ".join(f"k={k}" for k in KS) + " |")
+        click.echo("|---|---:|" + "---:|" * (len(KS) + 1))
+        for s in dict.fromkeys(p.stack for p in curves if p.split == split):
+            pts = {p.k: p for p in curves if p.split == split and p.stack == s}
+            runs = next(iter(pts.values())).runs
+            cells = " | ".join(_cell(pts[k]) if k in pts else "" for k in (0, *KS))
+            click.echo(f"| {s} | {runs} | {cells} |")
+        row = summary[split]
+        cells = " | ".join(
+            f"**{row[k]['mape']:.1%} ({row[k]['coverage80']:.0%})**" if k in row else "" for k in (0, *KS)
+        )
+        click.echo(f"| **mean over stacks** | | {cells} |")
+    click.echo("\n| split | stack | pairs | uncalibrated | calibrated on one layout | in 80% interval |")
+    click.echo("|---|---|---:|---:|---:|---:|")
+    for t in transfer:
+        click.echo(
+            f"| {t.split} | {t.stack} | {t.pairs} | {t.mape_before:.1%} | {t.mape_after:.1%} | {t.coverage80:.0%} |"
+        )
+
+
+def _plot(curves: list[Any], summary: dict[str, Any], path: str) -> str:
+    from shardwise import plots
+    from shardwise.plots.calibration import learning_curves
+
+    return str(plots.save(learning_curves(curves, summary), path))

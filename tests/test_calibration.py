@@ -1,0 +1,237 @@
+"""Calibration: fitting physical parameters to measured runs, the calibration file, intervals."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.calibration import fit as fitting
+from shardwise.calibration import store
+from shardwise.calibration.intervals import spread
+from shardwise.calibration.parameters import BY_NAME, apply
+from shardwise.calibration.runs import parse_runs
+from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.training import estimate_training_step
+from shardwise.errors import SpecError
+from shardwise.specs import Plan, Scenario
+
+EXAMPLE = Path(__file__).parents[1] / "examples" / "calibration" / "h100_runs.csv"
+TRUE = {"matmul_efficiency_scale": 0.85, "step_overhead_s": 0.3, "inter_node_bandwidth_scale": 0.6}
+
+
+def layouts() -> list[Scenario]:
+    """Llama 3 8B and 70B on 1 to 8 DGX H100 servers in many layouts: what a user might measure."""
+    out = []
+    for name, tps in (("llama3-8b", (1, 2, 4)), ("llama3-70b", (4, 8))):
+        model = presets.model(name)
+        for nodes in (1, 2, 4, 8):
+            cluster = presets.system("dgx-h100", nodes)
+            for tp in tps:
+                for pp in (1, 2, 4):
+                    dp = 8 * nodes // (tp * pp)
+                    if dp < 1 or model.layers % pp:
+                        continue
+                    plan = Plan(
+                        tp=tp, pp=pp, dp=dp, global_batch=64 * dp, micro_batch=1, sequence_parallel=tp > 1, zero_stage=1
+                    )
+                    scn = Scenario(model, cluster, plan)
+                    if bool(estimate_training_step(scn).fits_in_memory):
+                        out.append(scn)
+    return out
+
+
+def synthetic(noise: float, seed: int = 0) -> tuple[list[Scenario], np.ndarray, np.ndarray]:
+    scns = layouts()
+    true = fitting.Evaluator(scns).step_s({k: [v] for k, v in TRUE.items()})[0]
+    rng = np.random.default_rng(seed)
+    return scns, true, true * np.exp(rng.normal(0.0, noise, len(scns)))
+
+
+def test_stacked_evaluation_equals_one_scenario_at_a_time():
+    scns = layouts()[::3]
+    stacked = fitting.Evaluator(scns).step_s({})[0]
+    one = np.array([float(estimate_training_step(s).step_time_s) for s in scns])
+    np.testing.assert_allclose(stacked, one, rtol=1e-12)
+
+
+def test_known_parameters_are_recovered_within_their_intervals():
+    scns, _, measured = synthetic(noise=0.02)
+    assert len(scns) >= 20
+    result = fitting.fit(scns, measured)
+    for name, value in TRUE.items():
+        assert name in result.fitted
+        p = BY_NAME[name]
+        u, sd = p.u(result.values[name]), result.u_sd(name)
+        assert abs(u - p.u(value)) < 3 * sd, (name, result.values[name], value, sd)
+        lo, hi = result.interval80(name)
+        assert lo < result.values[name] < hi
+    assert np.sqrt(np.mean(result.after_log_error**2)) < 0.03 < np.sqrt(np.mean(result.before_log_error**2))
+
+
+def test_intervals_cover_about_80_percent_of_new_runs():
+    """Calibrate on half the layouts, predict the other half's noisy measurements."""
+    scns, _, measured = synthetic(noise=0.05, seed=3)
+    train, test = scns[::2], scns[1::2]
+    result = fitting.fit(train, measured[::2])
+    t, lo, hi = fitting.predict_interval(result, test)
+    inside = np.mean((measured[1::2] >= lo) & (measured[1::2] <= hi))
+    assert 0.6 <= inside <= 1.0
+    assert np.all(lo < t) and np.all(t < hi)
+
+
+def test_fewer_runs_fit_fewer_parameters_in_the_documented_order():
+    scns, _, measured = synthetic(noise=0.0)
+    one = fitting.fit(scns[:1], measured[:1])
+    assert one.fitted == ("matmul_efficiency_scale",)
+    assert "1 run(s) fit at most 1" in one.not_fitted["step_overhead_s"]
+    two = fitting.fit(scns[5:7], measured[5:7], max_parameters=2)
+    assert len(two.fitted) <= 2
+
+
+def test_single_server_runs_do_not_fit_the_network():
+    scns, _, measured = synthetic(noise=0.0)
+    single = [i for i, s in enumerate(scns) if int(s.cluster.nodes) == 1]
+    result = fitting.fit([scns[i] for i in single], measured[single])
+    assert "inter_node_bandwidth_scale" not in result.fitted
+    assert "crosses servers" in result.not_fitted["inter_node_bandwidth_scale"]
+
+
+def test_overheads_are_on_the_critical_path_in_both_engines():
+    model = presets.model("llama3-8b")
+    cluster = presets.system("dgx-h100", 1)
+    plan = Plan(tp=2, pp=4, dp=1, global_batch=16, micro_batch=1, sequence_parallel=True)
+    base = Scenario(model, cluster, plan)
+    over = Scenario(model, apply(cluster, {"step_overhead_s": 0.5, "micro_batch_overhead_s": 0.01}), plan)
+    a0, a1 = estimate_training_step(base), estimate_training_step(over)
+    m, p = 16, 4
+    # the per-micro-batch cost is on every stage: (m + p - 1) of them on the critical path
+    assert float(a1.step_time_s - a0.step_time_s) == pytest.approx(0.5 + (m + p - 1) * 0.01, rel=1e-6)
+    assert float(a1.breakdown.overhead_s) == pytest.approx(0.5 + m * 0.01)
+    assert float(a1.breakdown.total_s) == pytest.approx(float(a1.step_time_s))
+    s0, s1 = simulate_training_step(base).estimate, simulate_training_step(over).estimate
+    assert float(s1.step_time_s - s0.step_time_s) == pytest.approx(0.5 + (m + p - 1) * 0.01, rel=1e-3)
+    assert float(s1.breakdown.total_s) == pytest.approx(float(s1.step_time_s), rel=1e-9)
+
+
+def test_a_calibration_file_round_trips(tmp_path: Path):
+    scns, _, measured = synthetic(noise=0.02)
+    result = fitting.fit(scns, measured)
+    doc = store.document(result, EXAMPLE, [str(i) for i in range(len(scns))], ["h100-sxm5-80gb"], measured)
+    path = tmp_path / "cal.yaml"
+    store.save(doc, path)
+    loaded = store.load(path)
+    assert loaded.fit.fitted == result.fitted
+    for name in result.values:
+        assert loaded.fit.values[name] == pytest.approx(result.values[name], rel=1e-5)
+    np.testing.assert_allclose(loaded.fit.u_covariance, result.u_covariance)
+    assert loaded.runs == len(scns) and loaded.gpus == ("h100-sxm5-80gb",)
+    sd = spread([Scenario(s.model, apply(s.cluster, loaded.fit.values), s.plan) for s in scns[:3]], loaded.fit)
+    assert np.all(sd.log_sd >= loaded.fit.noise_log_sd)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"shardwise_calibration": 0}, "format 0"),
+        ({"shardwise_calibration": None}, "format None"),
+        ({"noise_log_sd": -1}, "noise_log_sd"),
+        ({"u_covariance": [[1.0]]}, "u_covariance"),
+        ({"parameters": {"warp_drive_scale": {"value": 2}}}, "warp_drive_scale"),
+        ({"parameters": {"matmul_efficiency_scale": {"value": 50}}}, "outside"),
+        ({"parameters": {"step_overhead_s": {"value": "x"}}}, "not a number"),
+    ],
+)
+def test_bad_or_old_calibration_files_are_refused(tmp_path: Path, change: dict, message: str):
+    scns, _, measured = synthetic(noise=0.02)
+    result = fitting.fit(scns[:6], measured[:6])
+    doc = store.document(result, EXAMPLE, [str(i) for i in range(6)], ["h100-sxm5-80gb"], measured[:6])
+    doc.update(change)
+    path = tmp_path / "cal.yaml"
+    store.save(doc, path)
+    with pytest.raises(SpecError, match=message):
+        store.load(path)
+
+
+HEADER = "id,model,system,num_gpus,tp,pp,global_batch,step_time_s\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "empty"),
+        ("model,system\nllama3-8b,dgx-h100\n", "missing column"),
+        ("id,model,system,num_gpus,tp,pp,global_batch\na,llama3-8b,dgx-h100,8,8,1,8\n", "no measurement column"),
+        (HEADER, "no runs"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,abc\n", "'abc' is not a number"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,0\n", "must be a positive number"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,-2\n", "must be a positive number"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,nan\n", "must be a positive number"),
+        (HEADER + "a,llama3-8b,dgx-h100,eight,8,1,8,1.0\n", "num_gpus"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,1.0\nb,llama3-8b,dgx-h100,8,8,1,8,1.0\n", "duplicate"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,1.0\na,llama3-8b,dgx-h100,8,4,2,8,1.0\n", "appears twice"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,3,8,1.0\n", "cannot express"),
+        (
+            "id,model,system,num_gpus,tp,pp,dp,global_batch,step_time_s\na,llama3-8b,dgx-h100,16,8,1,1,8,1.0\n",
+            "must equal GPUs in the cluster",
+        ),
+        (HEADER + "a,no-such-model,dgx-h100,8,8,1,8,1.0\n", "unknown model"),
+        (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,1.0,extra\n", "more values than columns"),
+    ],
+)
+def test_bad_runs_files_are_one_line_each(cli, tmp_path: Path, text: str, message: str):
+    with pytest.raises(SpecError, match=message):
+        parse_runs(text, "runs.csv")
+    path = tmp_path / "runs.csv"
+    path.write_text(text)
+    code, _, err = cli(["calibrate", str(path), "-o", str(tmp_path / "cal.yaml")])
+    assert code == 2 and err.strip().startswith("error:") and len(err.strip().splitlines()) == 1, err
+    assert not (tmp_path / "cal.yaml").exists()
+
+
+def test_runs_accept_every_measurement_and_the_public_columns():
+    base = "model,system,num_gpus,tp,pp,gbs,mbs,seq_len"
+    row = "llama3-8b,dgx-h100,8,2,1,32,1,8192"
+    (step,) = parse_runs(f"{base},step_time_s\n{row},2.0\n")
+    (tokens,) = parse_runs(f"{base},tokens_per_s_per_gpu\n{row},{32 * 8192 / (2.0 * 8)}\n")
+    (metric,) = parse_runs(f"{base},metric,measured\n{row},step_time_s,2.0\n")
+    assert step.measured_step_s == tokens.measured_step_s == metric.measured_step_s == pytest.approx(2.0)
+    assert int(step.scenario.plan.dp) == 4 and int(step.scenario.plan.micro_batch) == 1
+
+
+def test_calibrate_then_predict_with_error_bars(cli, tmp_path: Path):
+    cal = tmp_path / "h100.yaml"
+    code, out, err = cli(["calibrate", str(EXAMPLE), "-o", str(cal), "--json"])
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["runs"]["count"] == 12 and doc["fitted"]
+    assert len(doc["residuals"]) == 12
+    assert store.load(cal).fit.fitted == tuple(doc["fitted"])
+    args = ["predict", "--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "4", "--tp", "4", "--pp", "2"]
+    args += ["--global-batch", "256", "--json"]
+    code, plain, _ = cli(args)
+    code2, calibrated, err2 = cli([*args, "--calibration", str(cal)])
+    assert code == code2 == 0, err2
+    p, c = json.loads(plain), json.loads(calibrated)
+    for d in (p, c):
+        assert d["step_time_s_low"] < d["step_time_s"] < d["step_time_s_high"]
+        assert d["tokens_per_s_low"] < d["tokens_per_s"] < d["tokens_per_s_high"]
+        assert d["interval"]["level"] == 0.8
+    assert "calibration" in c["interval"]["basis"] and "uncalibrated" in p["interval"]["basis"]
+    assert c["step_time_s"] != p["step_time_s"]
+    width = [math.log(d["step_time_s_high"] / d["step_time_s_low"]) for d in (p, c)]
+    assert width[1] < width[0]  # twelve runs of this stack narrow the interval
+    assert "calibrated by" in err2
+
+
+def test_calibration_flag_errors_are_one_line(cli, tmp_path: Path):
+    bad = tmp_path / "nope.yaml"
+    bad.write_text("hello: world\n")
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8"]
+    for value, message in ((str(tmp_path / "missing.yaml"), "cannot read"), (str(bad), "not a shardwise calibration")):
+        code, _, err = cli([*args, "--calibration", value])
+        assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err

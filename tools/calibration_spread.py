@@ -1,0 +1,23 @@
+"""Print the spreads the error bars rest on, measured on the public runs' DEV split only (the
+holdout rows are never read here): the values of `calibration/spreads.py` and the GEMM prior of
+`calibration/parameters.py`. `shardwise validate --calibrated` prints the same line.
+
+    python tools/calibration_spread.py
+"""
+
+from __future__ import annotations
+
+from shardwise.analyses import calibration_validation as cv
+
+
+def main() -> None:
+    s = cv.dev_spreads(cv.public_runs())
+    print(f"dev runs: {s.runs}")
+    print(f"uncalibrated RMS of ln(predicted / measured): {s.uncalibrated_rms:.4f}  (UNCALIBRATED_LOG_SD)")
+    print(f"groups: {s.groups}; scatter inside a group {s.within_group:.4f}")
+    print(f"spread of the group means beyond it: {s.between_groups:.4f}  (MATMUL_PRIOR_SD x 0.75)")
+    print(f"calibrated residual spread, pooled: {s.calibrated_residual:.4f}  (NOISE_LOG_SD)")
+
+
+if __name__ == "__main__":
+    main()
