@@ -235,3 +235,56 @@ def test_calibration_flag_errors_are_one_line(cli, tmp_path: Path):
     for value, message in ((str(tmp_path / "missing.yaml"), "cannot read"), (str(bad), "not a shardwise calibration")):
         code, _, err = cli([*args, "--calibration", value])
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+MEGATRON_LOG = (Path(__file__).parent / "data" / "logs" / "megatron.log").read_text()
+
+TITAN_LOG = (Path(__file__).parent / "data" / "logs" / "torchtitan.log").read_text()
+
+DEEPSPEED_LOG = (Path(__file__).parent / "data" / "logs" / "deepspeed.log").read_text()
+
+
+def test_a_megatron_log_is_a_run():
+    from shardwise.calibration.logs import parse_log
+    from shardwise.calibration.runs import from_rows
+
+    row = parse_log(MEGATRON_LOG, {"system": "dgx-h100", "model": "llama3-8b"}, "run.log")
+    assert row["tp"] == "4" and row["pp"] == "2" and row["global_batch"] == "64" and row["num_gpus"] == "16"
+    assert float(row["step_time_s"]) == pytest.approx(4.1)  # median after the first two iterations
+    (run,) = from_rows([(row, "run.log")])
+    plan = run.scenario.plan
+    assert (int(plan.tp), int(plan.pp), int(plan.dp)) == (4, 2, 2) and bool(plan.sequence_parallel)
+    assert int(plan.zero_stage) == 1 and int(run.scenario.model.seq_len) == 8192
+    with pytest.raises(SpecError, match="hidden_size 4096 is not model 'llama3-70b'"):
+        from_rows([(parse_log(MEGATRON_LOG, {"system": "dgx-h100", "model": "llama3-70b"}, "run.log"), "run.log")])
+    with pytest.raises(SpecError, match="--set system="):
+        parse_log(MEGATRON_LOG, {"model": "llama3-8b"}, "run.log")
+
+
+def test_torchtitan_and_deepspeed_logs_are_runs():
+    from shardwise.calibration.logs import parse_log
+
+    given = {"system": "dgx-h100", "model": "llama3-8b", "num_gpus": "8", "tp": "1"}
+    titan = parse_log(TITAN_LOG, {**given, "pp": "1", "global_batch": "8"}, "t.log")
+    assert float(titan["tokens_per_s_per_gpu"]) == pytest.approx(7267.0)  # median of the steps after warm-up
+    assert titan["framework"] == "torchtitan"
+    with pytest.raises(SpecError, match="without pp, global_batch"):
+        parse_log(TITAN_LOG, given, "t.log")
+    ds = parse_log(
+        DEEPSPEED_LOG, {"system": "dgx-h100", "model": "llama3-8b", "num_gpus": "8", "tp": "1", "pp": "1"}, "d"
+    )
+    assert float(ds["step_time_s"]) == pytest.approx(256 / 64.0)
+    with pytest.raises(SpecError, match="no step times found"):
+        parse_log("hello\n", {}, "x.log")
+
+
+def test_calibrate_reads_logs_from_the_command_line(cli, tmp_path: Path):
+    log = tmp_path / "megatron.log"
+    log.write_text(MEGATRON_LOG)
+    code, out, err = cli(
+        ["calibrate", str(log), "--set", "system=dgx-h100", "--set", "model=llama3-8b", "-o", str(tmp_path / "c.yaml")]
+    )
+    assert code == 0, err
+    assert "megatron.log" in out and (tmp_path / "c.yaml").exists()
+    code, _, err = cli(["calibrate", str(log), "--set", "system", "-o", str(tmp_path / "d.yaml")])
+    assert code == 2 and "KEY=VALUE" in err

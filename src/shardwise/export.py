@@ -186,7 +186,15 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 
 def serving_dict(label: str, est: Any) -> dict[str, Any]:
+    from shardwise.calibration.spreads import SERVING_LOG_SD, Z80
+
     plan = est.scenario.plan
+    f = float(np.exp(Z80 * SERVING_LOG_SD))  # the 80% interval (docs/calibration.md)
+
+    def band(key: str, value: Any) -> dict[str, Any]:
+        v = np.asarray(value, dtype=float)
+        return {f"{key}_low": plain(v / f), f"{key}_high": plain(v * f)}
+
     return {
         "plan": label,
         "tp": int(plan.tp),
@@ -207,6 +215,14 @@ def serving_dict(label: str, est: Any) -> dict[str, Any]:
         "fits_in_memory": plain(est.fits_in_memory),
         "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
         "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
+        **band("ttft_s", est.ttft_s),
+        **band("tpot_s", est.tpot_s),
+        **band("throughput_tokens_per_s", est.throughput_tokens_per_s),
+        "interval": {
+            "level": 0.8,
+            "log_sd": SERVING_LOG_SD,
+            "basis": "the serving model's spread on 66 published runs",
+        },
     }
 
 

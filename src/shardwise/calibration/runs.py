@@ -104,6 +104,27 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
     return runs
 
 
+def from_rows(rows: list[tuple[dict[str, str], str]]) -> list[Run]:
+    """Runs from already-parsed rows (a log each, see `calibration.logs`), with the CSV's checks."""
+    runs = [_run({_column(k): v for k, v in row.items()}, where) for row, where in rows]
+    check_distinct(runs)
+    return runs
+
+
+def check_distinct(runs: list[Run]) -> None:
+    """Two runs with one id, or the same run and measurement twice, are a mistake in the input."""
+    ids: dict[str, str] = {}
+    seen: dict[tuple[Any, ...], str] = {}
+    for r in runs:
+        if r.run_id in ids:
+            raise SpecError(f"{r.where}: id {r.run_id!r} appears twice (also {ids[r.run_id]})")
+        ids[r.run_id] = r.where
+        key = (r.scenario, r.measured_step_s)
+        if key in seen:
+            raise SpecError(f"{r.where}: the same run and measurement as {seen[key]} (a duplicate)")
+        seen[key] = r.where
+
+
 def _column(name: str | None) -> str:
     key = (name or "").strip().lower().replace(" ", "_").replace("-", "_")
     return ALIASES.get(key, key)
@@ -153,6 +174,12 @@ def _run(row: dict[str, str], where: str) -> Run:
         base = presets.system(row["system"])
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
+    log_hidden = row.get("_log_hidden", "")
+    if log_hidden and log_hidden.isdigit() and int(log_hidden) != int(model.hidden):
+        raise SpecError(
+            f"{where}: the log's hidden_size {log_hidden} is not model {row['model']!r}'s {int(model.hidden)}; "
+            "give the model that ran (--set model=NAME or a config.json)"
+        )
     n = _whole(row, "num_gpus", where)
     per_node = min(_whole(row, "gpus_per_node", where, base.gpus_per_node), n)
     per_node = _fit_domain(per_node, n)

@@ -5,7 +5,7 @@ A YAML mapping (format 1):
     shardwise_calibration: 1          # the file format; another number is refused
     shardwise_version: 0.1.0          # the version that wrote it
     created_utc: '2026-12-01T04:40:00Z'
-    runs: {file: runs.csv, sha256: ..., count: 12, ids: [...]}
+    runs: {files: {runs.csv: SHA-256}, count: 12, ids: [...]}
     hardware: [h100-sxm5-80gb]        # the GPUs of the runs
     noise_log_sd: 0.035               # the spread of ln(predicted / measured) once fitted
     fitted: [matmul_efficiency_scale, step_overhead_s]
@@ -48,7 +48,7 @@ class Calibration:
 
 def document(
     fitted: Fit,
-    runs_file: str | Path,
+    runs_file: str | Path | list[str],
     run_ids: list[str],
     gpus: list[str],
     measured_step_s: np.ndarray,
@@ -56,8 +56,8 @@ def document(
     """The calibration file's content (see the module docstring)."""
     from shardwise import __version__
 
-    p = Path(runs_file)
-    digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else ""
+    sources = [Path(f) for f in (runs_file if isinstance(runs_file, list) else [runs_file])]
+    digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sources if p.is_file()}
     params: dict[str, Any] = {}
     for par in PARAMETERS:
         entry: dict[str, Any] = {"value": _round(fitted.values[par.name]), "fitted": par.name in fitted.fitted}
@@ -72,7 +72,7 @@ def document(
         "shardwise_calibration": FORMAT,
         "shardwise_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "runs": {"file": str(runs_file), "sha256": digest, "count": len(run_ids), "ids": list(run_ids)},
+        "runs": {"files": digests, "count": len(run_ids), "ids": list(run_ids)},
         "hardware": sorted(set(gpus)),
         "noise_log_sd": _round(fitted.noise_log_sd),
         "fitted": list(fitted.fitted),

@@ -19,8 +19,26 @@ def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
     return names
 
 
+def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> dict[str, str]:
+    out = {}
+    for item in values:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise click.BadParameter(f"{item!r} is not KEY=VALUE (e.g. system=dgx-h100)")
+        out[key.strip().lower().replace("-", "_")] = value.strip()
+    return out
+
+
 @click.command()
-@click.argument("runs", metavar="RUNS.csv", type=click.Path(dir_okay=False))
+@click.argument("runs", metavar="RUNS.csv|LOG...", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.option(
+    "--set",
+    "given",
+    multiple=True,
+    callback=_settings,
+    metavar="KEY=VALUE",
+    help="For logs: a run column the log does not state (system=dgx-h100, model=llama3-8b, tp=2, ...).",
+)
 @click.option(
     "--output",
     "-o",
@@ -37,16 +55,26 @@ def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tup
 )
 @click.option("--max-params", type=click.IntRange(min=0, max=6), help="Fit at most this many parameters.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON (the calibration file's content).")
-def calibrate(runs: str, output: str, params: tuple[str, ...] | None, max_params: int | None, as_json: bool) -> None:
+def calibrate(
+    runs: tuple[str, ...],
+    given: dict[str, str],
+    output: str,
+    params: tuple[str, ...] | None,
+    max_params: int | None,
+    as_json: bool,
+) -> None:
     """Fit GEMM efficiency, link bandwidths and fixed overheads to your own measured runs.
 
     RUNS.csv has one run per row: model, system, num_gpus, tp, pp, global_batch (optional dp, cp,
     vpp, micro_batch, layers, seq_len, recompute, precision, framework, id) and one measurement:
-    step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu. See docs/calibration.md.
+    step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu. Other files are read as trainer
+    logs (Megatron-LM/NeMo, torchtitan, DeepSpeed), one run each; --set gives what a log does not
+    say. See docs/calibration.md.
 
     \b
     Examples:
       shardwise calibrate my_runs.csv -o h100.yaml
+      shardwise calibrate logs/*.log --set system=dgx-h100 --set model=llama3-70b
       shardwise predict --model llama3-70b --system dgx-h100 --nodes 8 --tp 4 --pp 4 \\
           --global-batch 512 --calibration h100.yaml
     """
@@ -55,14 +83,13 @@ def calibrate(runs: str, output: str, params: tuple[str, ...] | None, max_params
     from shardwise.atomic import check_writable
     from shardwise.calibration import fit as fitting
     from shardwise.calibration import store
-    from shardwise.calibration.runs import read_runs
 
     check_writable(output)
-    measured = read_runs(runs)
+    measured = _read(runs, given)
     steps = np.array([r.measured_step_s for r in measured])
     result = fitting.fit([r.scenario for r in measured], steps, max_params, params)
     gpus = [r.scenario.cluster.gpu.name for r in measured]
-    doc = store.document(result, runs, [r.run_id for r in measured], gpus, steps)
+    doc = store.document(result, list(runs), [r.run_id for r in measured], gpus, steps)
     store.save(doc, output)
     if as_json:
         from shardwise import export
@@ -70,6 +97,21 @@ def calibrate(runs: str, output: str, params: tuple[str, ...] | None, max_params
         click.echo(export.dumps({**doc, "output": output}))
         return
     _print(result, measured, steps, output)
+
+
+def _read(paths: tuple[str, ...], given: dict[str, str]) -> list[Any]:
+    """Runs from CSV files and trainer logs (one run per log)."""
+    from shardwise.calibration.logs import read_log
+    from shardwise.calibration.runs import check_distinct, from_rows, read_runs
+
+    out = []
+    for path in paths:
+        if path.lower().endswith(".csv"):
+            out += read_runs(path)
+        else:
+            out += from_rows([(read_log(path, given), path)])
+    check_distinct(out)
+    return out
 
 
 def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import click
@@ -326,6 +327,12 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
         "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
         "fit the KV cache[/]"
+    )
+    from shardwise.calibration.spreads import SERVING_LOG_SD, Z80
+
+    out.print(
+        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * SERVING_LOG_SD):.0%} (the serving "
+        "model's spread on 66 published measurements, `shardwise validate inference`; JSON: *_low, *_high)[/]"
     )
     capacity = float(cluster.gpu.memory_bytes)
     for label, est in rows:

@@ -65,28 +65,39 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
         from shardwise.export_trace import write_chrome_trace
 
         write_chrome_trace(sim, trace_path)
+    from shardwise.cli.options import spread_of
+
+    spread = spread_of([scn], options)
+    step = float(sim_step.estimate.step_time_s)
+    low, high = (float(x[0]) for x in spread.bounds(step))
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps(export.simulation_dict(sim_step, float(closed.step_time_s))))
+        data = export.simulation_dict(sim_step, float(closed.step_time_s))
+        data.update(step_time_s_low=low, step_time_s_high=high, interval={"level": 0.8, "basis": spread.basis})
+        click.echo(export.dumps(data))
         return
-    _print(sim_step, float(closed.step_time_s), figure, trace_path)
+    _print(sim_step, float(closed.step_time_s), figure, trace_path, (low, high, spread.basis))
 
 
-def _print(sim_step: Any, closed_s: float, figure: Any, trace_path: str | None) -> None:
+def _print(
+    sim_step: Any, closed_s: float, figure: Any, trace_path: str | None, interval: tuple[float, float, str]
+) -> None:
     from rich.table import Table
 
     from shardwise.cli.render import console, describe_scenario
-    from shardwise.units import format_seconds
+    from shardwise.units import format_seconds, format_seconds_range
 
     out = console()
     est, sim = sim_step.estimate, sim_step.simulation
     for line in describe_scenario(est):
         out.print(line)
+    step = float(est.step_time_s)
     out.print(
-        f"\nsimulated step {format_seconds(sim.makespan_s)} (closed form {format_seconds(closed_s)}, "
-        f"{(sim.makespan_s - closed_s) / closed_s:+.1%}); {len(sim.records):,} operations"
+        f"\nsimulated step {format_seconds(step)} ({format_seconds_range(interval[0], interval[1])}; closed form "
+        f"{format_seconds(closed_s)}, {(step - closed_s) / closed_s:+.1%}); {len(sim.records):,} operations"
     )
+    out.print(f"[dim]80% interval: {interval[2]}[/]")
     table = Table(header_style="bold")
     for col in ("stage", "busy", "bubble", "peak micro-batches in flight"):
         table.add_column(col, justify="right")
