@@ -344,3 +344,8 @@ def test_absurd_depth_and_a_bad_stage_split_are_one_line(cli):
     args = ["timeline", "--model", "llama3-8b", "--system", "dgx-h100", "--pp", "2", "--global-batch", "8", "--no-plot"]
     code, _, err = cli([*args, "--stage-layers", "1,1"])
     assert code == 2 and "--stage-layers" in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_no_arguments_prints_the_help(cli):
+    code, out, err = cli([])
+    assert code == 0 and "Usage: shardwise" in out and "calibrate" in out and not err

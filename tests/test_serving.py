@@ -264,7 +264,7 @@ def test_serve_draws_the_frontier(cli, tmp_path):
     [
         (["--plan", "tp=3"], "does not divide"),
         (["--plan", "tp=8", "--plan", "tp=8"], "different"),
-        (["--input-len", "0"], "input_len"),
+        (["--input-len", "0"], "--input-len"),
         (["--plot", "/no/such/dir/f.png"], "does not exist"),
         (["--plot", "f.gif"], "unknown file format"),
         (["--weight-precision", "fp4"], "fp4"),

@@ -388,12 +388,14 @@ def reproductions() -> list[Case]:
     add(["sensitivity", "--no-plot", "--plan", "tp=3", "--plan", "pp=8"], I, "--plan", "tp=3")
     add(["sweep", "--plan", "tp=3", "--vary", "batch=1..8"], I, "--plan", "tp=3")
     add(["sweep", "--plan", "tp=3"], I, "--vary")
+    # issue 10: serve computes the valid plans and reports an invalid one ("not computed"), exit 0
     add(
         ["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=8", "--plan", "tp=3"],
-        I,
+        V,
         "--plan",
         "tp=3",
     )
+    add(["serve", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=3"], I, "--plan", "tp=3")
     add(["crossover", "--no-plot", "--intra-link", "x=1e-300B/s"], E, "--intra-link", "1e-300")
     add(["predict", "--model", "gpt3-175b", "--system", "dgx-a100", "--intra-link", "1e-300B/s", "--tp", "8"], E)
     R[-1].argv += ["--global-batch", "8", "--json"]
@@ -596,7 +598,7 @@ def file_cases() -> list[Case]:
         ([*SERVE], "--plot", ".png"),
     ]
     bad_plan = {"plan": ["--tp", "3"], "crossover": ["--plan", "tp=3"], "sweep": ["--plan", "tp=3"]}
-    bad_plan.update({"timeline": ["--tp", "3"], "serve": ["--plan", "tp=3"]})
+    bad_plan.update({"timeline": ["--tp", "3"], "serve": ["--input-len", "0"]})  # serve computes valid plans
     for base, flag, ext in writers:
         name = base[0]
         extra = ["--no-plot"] if name in ("crossover", "timeline") and flag != "--plot" else []
@@ -626,8 +628,8 @@ def file_cases() -> list[Case]:
                 files={f"keep{ext}": b"SENTINEL"},
                 expect=I,
                 sentinels=(f"keep{ext}",),
-                flag="--plan" if name != "plan" and name != "timeline" else "--tp",
-                value="3",
+                flag={"plan": "--tp", "timeline": "--tp", "serve": "--input-len"}.get(name, "--plan"),
+                value="0" if name == "serve" else "3",
             )
         )
         argv = [*base, *extra, flag, f"{{tmp}}/keep{ext}"]

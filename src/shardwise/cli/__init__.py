@@ -88,9 +88,14 @@ def main(argv: list[str] | None = None) -> None:
     def terminated(signum: int, frame: object) -> None:
         raise SystemExit(128 + signum)  # unwinds: a file being written is removed, not left half-done
 
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args:  # plain `shardwise`: the help, as `--help` prints it (not an error)
+        with click.Context(cli, info_name="shardwise") as ctx:
+            click.echo(cli.get_help(ctx))
+        return
     previous = signal.signal(signal.SIGTERM, terminated) if _main_thread() else None
     try:
-        cli.main(args=argv, prog_name="shardwise", standalone_mode=False)
+        cli.main(args=args, prog_name="shardwise", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -156,7 +156,13 @@ def serve(
     runtime = runtime or SERVING_FRAMEWORKS[framework]
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
-    workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
+    try:
+        workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
+    except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
+        text = str(exc).removeprefix("serving: ")
+        field, _, rest = text.partition(": ")
+        flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
+        raise SpecError(f"{flags[field]}: {rest}" if field in flags and rest else str(exc)) from None
     rows, invalid = [], []
     for spec in specs:  # one invalid plan does not stop the others
         try:
@@ -164,7 +170,9 @@ def serve(
         except SpecError as exc:
             invalid.append((spec.label, str(exc)))
     if not rows:
-        raise SpecError("; ".join(f"--plan {label}: {reason}" for label, reason in invalid))
+        raise SpecError(
+            "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
+        )
     valid_specs = [s for s in specs if s.label not in dict(invalid)]
     hints = {label: _fit_hint(model, cluster, est, stages) for label, est in rows if not bool(est.fits_in_memory)}
     figure = None
