@@ -30,7 +30,7 @@ def main() -> None:
     args = ap.parse_args()
     public = cv.public_runs()
     cases = {
-        "example (12 runs)": [(r.scenario, r.measured_step_s) for r in read_runs(EXAMPLE)],
+        "example (12 runs)": [(r.case, r.measured) for r in read_runs(EXAMPLE)],
         "one stack (dev)": [
             (r.scenario, r.measured_step_s) for r in public if r.split == "dev" and r.stack.startswith("dgxc")
         ],

@@ -164,7 +164,8 @@ HEADER = "id,model,system,num_gpus,tp,pp,global_batch,step_time_s\n"
     ("text", "message"),
     [
         ("", "empty"),
-        ("model,system\nllama3-8b,dgx-h100\n", "missing column"),
+        ("model,system,step_time_s\nllama3-8b,dgx-h100,1\n", "missing column"),
+        ("model,system,tpot_s\nllama3-8b,dgx-h100,0.01\n", "missing column.*input_len"),
         ("id,model,system,num_gpus,tp,pp,global_batch\na,llama3-8b,dgx-h100,8,8,1,8\n", "no measurement column"),
         (HEADER, "no runs"),
         (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,abc\n", "'abc' is not a number"),
@@ -199,7 +200,7 @@ def test_runs_accept_every_measurement_and_the_public_columns():
     (step,) = parse_runs(f"{base},step_time_s\n{row},2.0\n")
     (tokens,) = parse_runs(f"{base},tokens_per_s_per_gpu\n{row},{32 * 8192 / (2.0 * 8)}\n")
     (metric,) = parse_runs(f"{base},metric,measured\n{row},step_time_s,2.0\n")
-    assert step.measured_step_s == tokens.measured_step_s == metric.measured_step_s == pytest.approx(2.0)
+    assert step.measured == tokens.measured == metric.measured == pytest.approx(2.0)
     assert int(step.scenario.plan.dp) == 4 and int(step.scenario.plan.micro_batch) == 1
 
 
@@ -288,3 +289,56 @@ def test_calibrate_reads_logs_from_the_command_line(cli, tmp_path: Path):
     assert "megatron.log" in out and (tmp_path / "c.yaml").exists()
     code, _, err = cli(["calibrate", str(log), "--set", "system", "-o", str(tmp_path / "d.yaml")])
     assert code == 2 and "KEY=VALUE" in err
+
+
+def serving_cases() -> list[fitting.ServingCase]:
+    from shardwise.engines.serving import plan_for_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    out = []
+    for name, tps in (("llama3-8b", (1, 2, 8)), ("llama3-70b", (4, 8))):
+        model = presets.model(name)
+        for tp in tps:
+            scn = Scenario(model, presets.system("dgx-h100").with_(gpus_per_node=tp), plan_for_serving(tp, 1))
+            for batch in (1, 16, 64):
+                wl = ServingWorkload(1024, 256, batch, "fp8", "fp8")
+                out += [fitting.ServingCase(scn, wl, m) for m in ("ttft_s", "tpot_s")]
+    return out
+
+
+def test_serving_measurements_calibrate_the_same_parameters():
+    """Decode is bound by HBM and prefill by GEMMs: TTFT and TPOT runs recover both scales."""
+    cases = serving_cases()
+    true = {"matmul_efficiency_scale": 0.9, "memory_bandwidth_scale": 0.75}
+    measured = fitting.Evaluator(cases).step_s({k: [v] for k, v in true.items()})[0]
+    measured = measured * np.exp(np.random.default_rng(5).normal(0.0, 0.02, len(cases)))
+    result = fitting.fit(cases, measured)
+    assert "step_overhead_s" not in result.fitted  # serving has no optimizer step
+    for name, value in true.items():
+        p = BY_NAME[name]
+        assert abs(p.u(result.values[name]) - p.u(value)) < 3 * result.u_sd(name), (name, result.values[name])
+
+
+def test_calibrate_on_serving_runs_then_serve(cli, tmp_path: Path):
+    runs = tmp_path / "serving.csv"
+    runs.write_text(
+        "id,model,system,tp,input_len,output_len,concurrency,precision,tpot_s,ttft_s\n"
+        "a,llama3-8b,dgx-h100,1,1024,256,16,fp8,0.0072,\n"
+        "b,llama3-8b,dgx-h100,1,1024,256,16,fp8,,0.30\n"
+        "c,llama3-8b,dgx-h100,2,1024,256,64,fp8,0.0065,\n"
+        "d,llama3-8b,dgx-h100,8,1024,256,1,fp8,0.0021,\n"
+    )
+    cal = tmp_path / "serving.yaml"
+    code, out, err = cli(["calibrate", str(runs), "-o", str(cal)])
+    assert code == 0, err
+    assert "a (tpot)" in out and store.load(cal).serving_runs == 4
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--json"]
+    code, plain, _ = cli(args)
+    code2, calibrated, err2 = cli([*args, "--calibration", str(cal)])
+    assert code == code2 == 0, err2
+    p, c = json.loads(plain)["plans"][0], json.loads(calibrated)["plans"][0]
+    assert "calibration" in c["interval"]["basis"] and "published" in p["interval"]["basis"]
+    assert c["tpot_s"] != p["tpot_s"]
+    assert c["tpot_s_low"] < c["tpot_s"] < c["tpot_s_high"]
+    code, _, err = cli(["calibrate", str(runs), "-o", str(cal), "--set", "x"])
+    assert code == 2

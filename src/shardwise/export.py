@@ -185,11 +185,14 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
     }
 
 
-def serving_dict(label: str, est: Any) -> dict[str, Any]:
+def serving_dict(
+    label: str, est: Any, log_sd: float | None = None, basis: str = "the serving model's spread on 66 published runs"
+) -> dict[str, Any]:
     from shardwise.calibration.spreads import SERVING_LOG_SD, Z80
 
     plan = est.scenario.plan
-    f = float(np.exp(Z80 * SERVING_LOG_SD))  # the 80% interval (docs/calibration.md)
+    log_sd = SERVING_LOG_SD if log_sd is None else log_sd
+    f = float(np.exp(Z80 * log_sd))  # the 80% interval (docs/calibration.md)
 
     def band(key: str, value: Any) -> dict[str, Any]:
         v = np.asarray(value, dtype=float)
@@ -218,11 +221,7 @@ def serving_dict(label: str, est: Any) -> dict[str, Any]:
         **band("ttft_s", est.ttft_s),
         **band("tpot_s", est.tpot_s),
         **band("throughput_tokens_per_s", est.throughput_tokens_per_s),
-        "interval": {
-            "level": 0.8,
-            "log_sd": SERVING_LOG_SD,
-            "basis": "the serving model's spread on 66 published runs",
-        },
+        "interval": {"level": 0.8, "log_sd": log_sd, "basis": basis},
     }
 
 

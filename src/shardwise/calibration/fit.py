@@ -101,27 +101,59 @@ def _stack(scns: list[Scenario]) -> Scenario:
     return Scenario(model, first.cluster.with_(nodes=nodes), replace(first.plan, **kw))
 
 
-class Evaluator:
-    """Prices a fixed list of scenarios at many parameter sets at once."""
+SERVING_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s")
 
-    def __init__(self, scenarios: list[Scenario]):
+
+@dataclass(frozen=True)
+class ServingCase:
+    """A serving measurement: the scenario served, the workload, and which figure was measured
+    (time to first token, time per output token, end-to-end latency or output tokens/s)."""
+
+    scenario: Scenario
+    workload: Any  # specs.serving.ServingWorkload
+    metric: str
+
+    def __post_init__(self) -> None:
+        if self.metric not in SERVING_METRICS:
+            raise SpecError(f"serving metric {self.metric!r}: choose one of {', '.join(SERVING_METRICS)}")
+
+
+Case = Scenario | ServingCase
+
+
+class Evaluator:
+    """Prices a fixed list of cases at many parameter sets at once: training scenarios (the step
+    time, stacked per group) and serving cases (their measured figure, one call each)."""
+
+    def __init__(self, cases: list[Case]):
         groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-        for i, scn in enumerate(scenarios):
-            groups[_group_key(scn)].append(i)
-        self.n = len(scenarios)
-        self.groups = [(np.array(idx), _stack([scenarios[i] for i in idx])) for idx in groups.values()]
+        self.serving = [(i, c) for i, c in enumerate(cases) if isinstance(c, ServingCase)]
+        for i, scn in enumerate(cases):
+            if not isinstance(scn, ServingCase):
+                groups[_group_key(scn)].append(i)
+        self.n = len(cases)
+        self.groups = [(np.array(idx), _stack([cases[i] for i in idx])) for idx in groups.values()]  # type: ignore[misc]
 
     def step_s(self, sets: dict[str, np.ndarray]) -> np.ndarray:
-        """Step times, shape (number of sets, number of scenarios); `sets` maps parameter names
-        to arrays of one value per set (missing names: the neutral value)."""
+        """Predictions, shape (number of sets, number of cases): the step time of a training
+        scenario, the measured figure of a serving case; `sets` maps parameter names to arrays of
+        one value per set (missing names: the neutral value)."""
         from shardwise.engines.training import estimate_training_step
 
-        size = max((len(v) for v in sets.values()), default=1)
+        size = max((len(np.atleast_1d(v)) for v in sets.values()), default=1)
         values = {k: np.atleast_1d(np.asarray(v, dtype=float))[:, None] for k, v in sets.items()}
         out = np.empty((size, self.n))
         for idx, stacked in self.groups:
             scn = Scenario(stacked.model, apply(stacked.cluster, values), stacked.plan)
             out[:, idx] = np.broadcast_to(estimate_training_step(scn).step_time_s, (size, len(idx)))
+        if self.serving:
+            from shardwise.engines.serving import estimate_serving
+
+            flat = {k: v[:, 0] for k, v in values.items()}
+            for i, case in self.serving:
+                s = case.scenario
+                est = estimate_serving(Scenario(s.model, apply(s.cluster, flat), s.plan), case.workload)
+                out[:, i] = np.broadcast_to(np.asarray(getattr(est, case.metric), dtype=float), (size,))
         return out
 
 
@@ -148,7 +180,7 @@ def log_step_and_gradient(
 
 
 def fit(
-    scenarios: list[Scenario],
+    scenarios: list[Case],
     measured_step_s: np.ndarray,
     max_parameters: int | None = None,
     only: tuple[str, ...] | None = None,
@@ -242,7 +274,7 @@ def _why_insensitive(name: str) -> str:
     }.get(name, "")
 
 
-def predict_interval(fitted: Fit | None, scenarios: list[Scenario]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(step time, 80% low, 80% high) of each scenario, calibrated by `fitted` (None: the
     uncalibrated model with its measured public spread)."""
     ev = Evaluator(scenarios)

@@ -31,17 +31,26 @@ MAX_RUNS = 20_000
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu")
 ALIASES = {"gbs": "global_batch", "mbs": "micro_batch", "vp": "vpp", "run_id": "id"}
 REQUIRED = ("model", "system", "num_gpus", "tp", "pp", "global_batch")
+SERVING_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s")
+SERVING_REQUIRED = ("model", "system", "tp", "input_len", "output_len")
 
 
 @dataclass(frozen=True)
 class Run:
-    """One measured run: what ran (a Scenario) and its measured seconds per optimizer step."""
+    """One measured run: what ran (a training Scenario, or a serving case) and what was measured
+    (`metric`: step_time_s for training, converted from any training measurement; ttft_s, tpot_s,
+    e2e_s or throughput_tokens_per_s for serving)."""
 
     run_id: str
-    scenario: Scenario
-    measured_step_s: float
-    where: str  # "runs.csv row 3"
+    case: Any  # Scenario | calibration.fit.ServingCase
+    measured: float
+    where: str  # "runs.csv line 3"
     group: str = ""  # the table or source it came from (for leave-one-out by source)
+    metric: str = "step_time_s"
+
+    @property
+    def scenario(self) -> Scenario:
+        return getattr(self.case, "scenario", self.case)
 
 
 def read_runs(path: str | Path) -> list[Run]:
@@ -71,11 +80,17 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise SpecError(f"{where}: column {dup!r} appears twice")
-    missing = [c for c in REQUIRED if c not in names]
+    serving = any(m in names for m in SERVING_METRICS)
+    training = any(m in names for m in METRICS) or {"metric", "measured"} <= set(names)
+    if not serving and not training:
+        raise SpecError(
+            f"{where}: no measurement column; give one of {', '.join(METRICS)} (training) or "
+            f"{', '.join(SERVING_METRICS)} (serving)"
+        )
+    needed = REQUIRED if training else SERVING_REQUIRED
+    missing = [c for c in needed if c not in names]
     if missing:
-        raise SpecError(f"{where}: missing column(s) {', '.join(missing)} (needed: {', '.join(REQUIRED)})")
-    if not any(m in names for m in METRICS) and not {"metric", "measured"} <= set(names):
-        raise SpecError(f"{where}: no measurement column; give one of {', '.join(METRICS)}")
+        raise SpecError(f"{where}: missing column(s) {', '.join(missing)} (needed: {', '.join(needed)})")
     runs: list[Run] = []
     seen: dict[tuple[Any, ...], str] = {}
     ids: set[str] = set()
@@ -92,7 +107,7 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
             if run.run_id in ids:
                 raise SpecError(f"{where} line {i}: id {run.run_id!r} appears twice")
             ids.add(run.run_id)
-            key = (run.scenario, run.measured_step_s)
+            key = (run.case, run.measured)
             if key in seen:
                 raise SpecError(f"{where} line {i}: the same run and measurement as {seen[key]} (a duplicate)")
             seen[key] = f"line {i}"
@@ -119,7 +134,7 @@ def check_distinct(runs: list[Run]) -> None:
         if r.run_id in ids:
             raise SpecError(f"{r.where}: id {r.run_id!r} appears twice (also {ids[r.run_id]})")
         ids[r.run_id] = r.where
-        key = (r.scenario, r.measured_step_s)
+        key = (r.case, r.measured)
         if key in seen:
             raise SpecError(f"{r.where}: the same run and measurement as {seen[key]} (a duplicate)")
         seen[key] = r.where
@@ -163,7 +178,64 @@ def _measured(row: dict[str, str], where: str) -> tuple[str, float]:
     return metric, value
 
 
+def _serving_run(row: dict[str, str], where: str) -> Run:
+    """A serving measurement: model, system, tp (pp), input_len, output_len, concurrency (alias
+    batch), weight_precision / kv_precision (or precision for both), runtime; one of ttft_s, tpot_s,
+    e2e_s, throughput_tokens_per_s (output tokens per second over all replicas)."""
+    from shardwise import presets
+    from shardwise.calibration.fit import ServingCase
+    from shardwise.engines.serving import plan_for_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    given = [(m, row[m]) for m in SERVING_METRICS if row.get(m, "") != ""]
+    if len(given) > 1:
+        raise SpecError(f"{where}: one measurement per row ({', '.join(m for m, _ in given)} given); split the row")
+    metric, text = given[0]
+    try:
+        value = float(text)
+    except ValueError:
+        raise SpecError(f"{where}: {metric}: {text!r} is not a number") from None
+    if not (value > 0 and value < 1e12):
+        raise SpecError(f"{where}: {metric}: {text} is not allowed; a measurement must be a positive number")
+    try:
+        model = presets.model(row["model"], **{k: _whole(row, k, where) for k in ("layers", "seq_len") if row.get(k)})
+        base = presets.system(row["system"])
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+    tp, pp = _whole(row, "tp", where), _whole(row, "pp", where, 1)
+    n = _whole(row, "num_gpus", where, tp * pp)
+    if n % (tp * pp):
+        raise SpecError(f"{where}: tp x pp = {tp * pp} does not divide num_gpus {n}")
+    per_node = min(_whole(row, "gpus_per_node", where, base.gpus_per_node), n)
+    precision = (row.get("precision") or "bf16").lower()
+    try:
+        if n % per_node:
+            raise SpecError(f"num_gpus {n} is not a multiple of {per_node} GPUs per server")
+        cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
+        scn = Scenario(model, cluster, plan_for_serving(tp, pp, n // (tp * pp)))
+        workload = ServingWorkload(
+            _whole(row, "input_len", where),
+            _whole(row, "output_len", where),
+            _whole(row, "concurrency", where, _whole(row, "batch", where, 1)),
+            (row.get("weight_precision") or precision).lower(),
+            (row.get("kv_precision") or precision).lower(),
+            (row.get("runtime") or "graphs").lower(),
+        )
+    except SpecError as exc:
+        raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+    case = ServingCase(scn, workload, metric)
+    return Run(row.get("id") or where.rsplit(" ", 1)[-1], case, value, where, row.get("group", ""), metric)
+
+
 def _run(row: dict[str, str], where: str) -> Run:
+    if row.get("metric") in SERVING_METRICS and row.get("measured"):  # the metric + measured pair
+        row = {**row, row["metric"]: row["measured"]}
+    if any(row.get(m, "") != "" for m in SERVING_METRICS):
+        return _serving_run(row, where)
+    return _training_run(row, where)
+
+
+def _training_run(row: dict[str, str], where: str) -> Run:
     from shardwise import presets
     from shardwise.engines.training import flops_per_step
     from shardwise.specs import Plan

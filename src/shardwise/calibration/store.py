@@ -13,7 +13,7 @@ A YAML mapping (format 1):
     parameters:
       matmul_efficiency_scale: {value: 0.85, low80: 0.83, high80: 0.88, fitted: true}
       inter_node_bandwidth_scale: {value: 1.0, fitted: false, why: no run crosses servers}
-    residuals: [{id: r1, measured_step_s: 1.9, before_step_s: 2.1, after_step_s: 1.92}, ...]
+    residuals: [{id: r1, metric: step_time_s, measured: 1.9, before: 2.1, after: 1.92}, ...]
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ class Calibration:
     gpus: tuple[str, ...]
     runs: int
     version: str
+    serving_runs: int = 0
 
 
 def document(
@@ -52,6 +53,7 @@ def document(
     run_ids: list[str],
     gpus: list[str],
     measured_step_s: np.ndarray,
+    metrics: list[str] | None = None,
 ) -> dict[str, Any]:
     """The calibration file's content (see the module docstring)."""
     from shardwise import __version__
@@ -72,7 +74,12 @@ def document(
         "shardwise_calibration": FORMAT,
         "shardwise_version": __version__,
         "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "runs": {"files": digests, "count": len(run_ids), "ids": list(run_ids)},
+        "runs": {
+            "files": digests,
+            "count": len(run_ids),
+            "serving": sum(1 for m in (metrics or []) if m != "step_time_s"),
+            "ids": list(run_ids),
+        },
         "hardware": sorted(set(gpus)),
         "noise_log_sd": _round(fitted.noise_log_sd),
         "fitted": list(fitted.fitted),
@@ -81,11 +88,19 @@ def document(
         "residuals": [
             {
                 "id": rid,
-                "measured_step_s": _round(m),
-                "before_step_s": _round(m * math.exp(b)),
-                "after_step_s": _round(m * math.exp(a)),
+                "metric": metric,
+                "measured": _round(m),
+                "before": _round(m * math.exp(b)),
+                "after": _round(m * math.exp(a)),
             }
-            for rid, m, b, a in zip(run_ids, measured, fitted.before_log_error, fitted.after_log_error, strict=True)
+            for rid, metric, m, b, a in zip(
+                run_ids,
+                metrics or ["step_time_s"] * len(run_ids),
+                measured,
+                fitted.before_log_error,
+                fitted.after_log_error,
+                strict=True,
+            )
         ],
     }
 
@@ -151,4 +166,7 @@ def load(path: str | Path) -> Calibration:
         raise SpecError(f"{p}: noise_log_sd: {sd!r} is not allowed; it must be a number in (0, 5)")
     runs = doc.get("runs") if isinstance(doc.get("runs"), dict) else {}
     gpus = tuple(str(g) for g in doc.get("hardware") or ())
-    return Calibration(Fit(tuple(fitted), values, cov, float(sd)), p, gpus, int(runs.get("count") or 0), version)
+    count, serving = runs.get("count") or 0, runs.get("serving") or 0
+    if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (count, serving)):
+        raise SpecError(f"{p}: runs: count and serving must be whole numbers")
+    return Calibration(Fit(tuple(fitted), values, cov, float(sd)), p, gpus, count, version, serving)

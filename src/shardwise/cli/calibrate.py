@@ -86,10 +86,10 @@ def calibrate(
 
     check_writable(output)
     measured = _read(runs, given)
-    steps = np.array([r.measured_step_s for r in measured])
-    result = fitting.fit([r.scenario for r in measured], steps, max_params, params)
+    steps = np.array([r.measured for r in measured])
+    result = fitting.fit([r.case for r in measured], steps, max_params, params)
     gpus = [r.scenario.cluster.gpu.name for r in measured]
-    doc = store.document(result, list(runs), [r.run_id for r in measured], gpus, steps)
+    doc = store.document(result, list(runs), [r.run_id for r in measured], gpus, steps, [r.metric for r in measured])
     store.save(doc, output)
     if as_json:
         from shardwise import export
@@ -137,16 +137,21 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:
         else:
             table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")
     out.print(table)
-    runs = Table(title="each run: measured and predicted seconds per step", title_justify="left", header_style="bold")
+    runs = Table(title="each run: measured and predicted", title_justify="left", header_style="bold")
     for col in ("run", "measured", "before", "error", "calibrated", "error"):
         runs.add_column(col, justify="left" if col == "run" else "right")
     for r, m, b, a in zip(measured, steps, result.before_log_error, result.after_log_error, strict=True):
+
+        def show(v: float, metric: str = r.metric) -> str:
+            return f"{v:,.0f} tok/s" if metric.startswith("throughput") else format_seconds(v)
+
+        label = r.run_id if r.metric == "step_time_s" else f"{r.run_id} ({r.metric.removesuffix('_s')})"
         runs.add_row(
-            r.run_id,
-            format_seconds(m),
-            format_seconds(m * np.exp(b)),
+            label,
+            show(m),
+            show(m * np.exp(b)),
             f"{np.expm1(b):+.1%}",
-            format_seconds(m * np.exp(a)),
+            show(m * np.exp(a)),
             f"{np.expm1(a):+.1%}",
         )
     out.print(runs)

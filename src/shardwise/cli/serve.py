@@ -174,6 +174,7 @@ def serve(
             "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
         )
     valid_specs = [s for s in specs if s.label not in dict(invalid)]
+    spreads = _spreads(rows, workload, options)
     hints = {label: _fit_hint(model, cluster, est, stages) for label, est in rows if not bool(est.fits_in_memory)}
     figure = None
     if frontier_path is not None:
@@ -192,7 +193,11 @@ def serve(
                         "runtime": runtime,
                     },
                     "plans": [
-                        {**export.serving_dict(label, est), "would_fit": hints.get(label), "launch": _launch(est, emit)}
+                        {
+                            **export.serving_dict(label, est, *spreads[label]),
+                            "would_fit": hints.get(label),
+                            "launch": _launch(est, emit),
+                        }
                         for label, est in rows
                     ],
                     "invalid_plans": [{"plan": label, "reason": reason} for label, reason in invalid],
@@ -200,7 +205,7 @@ def serve(
             )
         )
         return
-    _print(model, cluster, workload, rows, figure, max_throughput)
+    _print(model, cluster, workload, rows, figure, max_throughput, spreads)
     for label, hint in hints.items():
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
     for label, reason in invalid:
@@ -280,7 +285,37 @@ def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str
     return " or ".join(found)
 
 
-def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]], figure: Any, max_tp: bool) -> None:
+def _spreads(rows: list[tuple[str, Any]], workload: Any, options: dict[str, Any]) -> dict[str, tuple[float, str]]:
+    """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
+    serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
+    output token), else the serving model's measured spread."""
+    from shardwise.calibration.spreads import SERVING_LOG_SD
+    from shardwise.cli.options import load_calibration
+
+    cal = load_calibration(options)
+    if cal is None or not cal.serving_runs:
+        basis = "the serving model's spread on 66 published runs"
+        if cal is not None:
+            basis += f" ({cal.path} has no serving runs)"
+        return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
+    from shardwise.calibration.fit import ServingCase
+    from shardwise.calibration.intervals import spread
+
+    cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
+    sd = spread(cases, cal.fit).log_sd
+    basis = f"calibration {cal.path} ({cal.serving_runs} serving run(s))"
+    return {label: (float(x), basis) for (label, _), x in zip(rows, sd, strict=True)}
+
+
+def _print(
+    model: Any,
+    cluster: Any,
+    workload: Any,
+    rows: list[tuple[str, Any]],
+    figure: Any,
+    max_tp: bool,
+    spreads: dict[str, tuple[float, str]],
+) -> None:
     from rich import box
     from rich.table import Table
 
@@ -336,11 +371,12 @@ def _print(model: Any, cluster: Any, workload: Any, rows: list[tuple[str, Any]],
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
         "fit the KV cache[/]"
     )
-    from shardwise.calibration.spreads import SERVING_LOG_SD, Z80
+    from shardwise.calibration.spreads import Z80
 
+    widest, basis = max(spreads.values())
     out.print(
-        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * SERVING_LOG_SD):.0%} (the serving "
-        "model's spread on 66 published measurements, `shardwise validate inference`; JSON: *_low, *_high)[/]"
+        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * widest):.0%} ({basis}; JSON: *_low, "
+        "*_high)[/]"
     )
     capacity = float(cluster.gpu.memory_bytes)
     for label, est in rows:
