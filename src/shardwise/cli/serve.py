@@ -178,7 +178,7 @@ def serve(
     hints = {label: _fit_hint(model, cluster, est, stages) for label, est in rows if not bool(est.fits_in_memory)}
     figure = None
     if frontier_path is not None:
-        figure = _frontier(model, cluster, valid_specs, workload, second, frontier_path, stages)
+        figure = _frontier(model, cluster, valid_specs, workload, second, frontier_path, stages, max(spreads.values()))
     if as_json:
         from shardwise import export
 
@@ -416,6 +416,7 @@ def _frontier(
     second: Any,
     path: str,
     stages: dict[str, Any] | None = None,
+    spread: tuple[float, str] = (0.0, ""),
 ) -> Any:
     from shardwise import plots
     from shardwise.analyses.serving import frontier
@@ -436,4 +437,4 @@ def _frontier(
         f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
         f"{workload.output_len} out, batch 1 to 2048 per replica (labels: batch)"
     )
-    return plots.save(plots.serving_frontier(panels, title), path)
+    return plots.save(plots.serving_frontier(panels, title, *spread), path)

@@ -6,12 +6,13 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from shardwise.calibration.spreads import Z80
 from shardwise.plots._base import plan_colors, plt
 
 Line = tuple[np.ndarray, np.ndarray, np.ndarray]  # (per-user tokens/s, tokens/s per GPU, batch)
 
 
-def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
+def serving_frontier(panels: dict[str, dict[str, Line]], title: str, log_sd: float = 0.0, basis: str = "") -> Figure:
     """One panel per link; in each, every plan's points as batch grows (labelled with the batch).
 
     Up and to the right is better: a plan whose line lies above another's gives more throughput at
@@ -23,6 +24,11 @@ def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
         for k, (label, (per_user, per_gpu, batch)) in enumerate(lines.items()):
             color = colors[k]
             ax.plot(per_user, per_gpu, "-o", ms=4, lw=2, color=color, label=label)
+            if log_sd > 0:  # the 80% band of the throughput (calibration.intervals)
+                f = np.exp(Z80 * log_sd)
+                ax.fill_between(
+                    per_user, np.asarray(per_gpu) / f, np.asarray(per_gpu) * f, color=color, alpha=0.12, lw=0
+                )
             for i in range(0, len(batch), 2):  # every other point, so labels do not collide
                 ax.annotate(
                     f"{int(batch[i])}",
@@ -45,6 +51,7 @@ def serving_frontier(panels: dict[str, dict[str, Line]], title: str) -> Figure:
     note = (
         "Up and to the right is better. Each line starts at batch 1 (its lowest point: the fastest per user, "
         "the least throughput); batches whose KV cache does not fit are left out."
+        + (f" Shaded: the 80% band of the throughput ({basis})." if log_sd > 0 else "")
     )
     fig.text(0.01, -0.02, note, fontsize=8, color="#444444", va="top")
     fig.suptitle(title, fontsize=11, x=0.01, ha="left")
