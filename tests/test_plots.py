@@ -66,9 +66,9 @@ def test_serve_draws_one_panel_when_the_comparison_link_is_the_systems_own(tmp_p
 
     real = plots.serving_frontier
 
-    def spy(panels, title):
+    def spy(panels, title, *band):
         drawn.append(list(panels))
-        return real(panels, title)
+        return real(panels, title, *band)
 
     monkeypatch.setattr(plots, "serving_frontier", spy)
     args = ["serve", "--model", "llama3-8b", "--system", "a100-pcie-8x", "--plan", "tp=8", "--plan", "pp=8"]
