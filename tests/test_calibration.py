@@ -144,6 +144,14 @@ def test_a_calibration_file_round_trips(tmp_path: Path):
         ({"parameters": {"warp_drive_scale": {"value": 2}}}, "warp_drive_scale"),
         ({"parameters": {"matmul_efficiency_scale": {"value": 50}}}, "outside"),
         ({"parameters": {"step_overhead_s": {"value": "x"}}}, "not a number"),
+        ({"shardwise_calibration": True}, "format True"),
+        ({"cost_model": "2020.01"}, "cost model"),
+        ({"fitted": [[1]]}, "fitted"),
+        ({"u_covariance": [[1.0, 0.0], [0.0]]}, "u_covariance"),
+        ({"u_covariance": "x"}, "u_covariance"),
+        ({"runs": {"count": -5}}, "whole numbers"),
+        ({"runs": {"count": "many"}}, "whole numbers"),
+        ({"hardware": "h100"}, "hardware"),
     ],
 )
 def test_bad_or_old_calibration_files_are_refused(tmp_path: Path, change: dict, message: str):
@@ -282,11 +290,14 @@ def test_torchtitan_and_deepspeed_logs_are_runs():
 def test_calibrate_reads_logs_from_the_command_line(cli, tmp_path: Path):
     log = tmp_path / "megatron.log"
     log.write_text(MEGATRON_LOG)
-    code, out, err = cli(
+    code, _, err = cli(
         ["calibrate", str(log), "--set", "system=dgx-h100", "--set", "model=llama3-8b", "-o", str(tmp_path / "c.yaml")]
     )
     assert code == 0, err
-    assert "megatron.log" in out and (tmp_path / "c.yaml").exists()
+    import yaml
+
+    doc = yaml.safe_load((tmp_path / "c.yaml").read_text())
+    assert doc["runs"]["ids"] == [str(log)] and doc["runs"]["count"] == 1
     code, _, err = cli(["calibrate", str(log), "--set", "system", "-o", str(tmp_path / "d.yaml")])
     assert code == 2 and "KEY=VALUE" in err
 
@@ -342,3 +353,46 @@ def test_calibrate_on_serving_runs_then_serve(cli, tmp_path: Path):
     assert c["tpot_s_low"] < c["tpot_s"] < c["tpot_s_high"]
     code, _, err = cli(["calibrate", str(runs), "-o", str(cal), "--set", "x"])
     assert code == 2
+
+
+def test_an_asymmetric_or_huge_covariance_is_refused(tmp_path: Path):
+    scns, _, measured = synthetic(noise=0.02)
+    result = fitting.fit(scns[:6], measured[:6], max_parameters=2)
+    doc = store.document(result, EXAMPLE, [str(i) for i in range(6)], ["h100-sxm5-80gb"], measured[:6])
+    for cov in ([[1e-4, 1e-3], [0.0, 1e-4]], [[1e300, 0.0], [0.0, 1e-4]]):
+        doc["u_covariance"] = cov
+        with pytest.raises(SpecError, match="symmetric"):
+            store.from_document(doc, "cal.yaml")
+
+
+def test_calibrate_protects_its_inputs_and_refuses_absurd_runs(cli, tmp_path: Path):
+    runs = tmp_path / "runs.csv"
+    runs.write_text(EXAMPLE.read_text())
+    for out, message in ((runs, "an input"), (tmp_path / "cal.csv", ".yaml")):
+        code, _, err = cli(["calibrate", str(runs), "-o", str(out)])
+        assert code == 2 and message in err, err
+    assert runs.read_text() == EXAMPLE.read_text()
+    code, _, err = cli(["calibrate", str(runs), "--set", "system=dgx-h100", "-o", str(tmp_path / "c.yaml")])
+    assert code == 2 and "--set" in err
+    slip = tmp_path / "ms.csv"
+    slip.write_text(HEADER + "a,llama3-8b,dgx-h100,8,8,1,64,4100\n")  # milliseconds in a seconds column
+    code, _, err = cli(["calibrate", str(slip), "-o", str(tmp_path / "c.yaml")])
+    assert code == 2 and "check the unit" in err and not (tmp_path / "c.yaml").exists()
+
+
+def test_a_calibration_that_fits_nothing_keeps_the_uncalibrated_width():
+    from shardwise.calibration.spreads import UNCALIBRATED_LOG_SD
+
+    scns, _, measured = synthetic(noise=0.02)
+    nothing = fitting.fit(scns[:3], measured[:3], max_parameters=0)
+    assert nothing.fitted == ()
+    assert np.allclose(spread(scns[:2], nothing).log_sd, UNCALIBRATED_LOG_SD)
+
+
+def test_runs_far_from_the_prior_widen_it():
+    """A stack 30% slower than the presets: the narrow GEMM prior is widened and the fit follows."""
+    scns = layouts()
+    slow = fitting.Evaluator(scns).step_s({"matmul_efficiency_scale": [0.7]})[0]
+    result = fitting.fit(scns[:8], slow[:8])
+    assert "matmul_efficiency_scale" in result.widened
+    assert result.values["matmul_efficiency_scale"] == pytest.approx(0.7, rel=0.05)

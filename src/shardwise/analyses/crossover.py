@@ -138,8 +138,8 @@ def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], lo
     overlap = gap <= 2 * Z80 * log_sd  # NaN (a plan infeasible) is False
     i = int(np.clip(np.searchsorted(dense, c.at), 0, len(dense) - 1))
     near = [j for j in (i - 1, i) if 0 <= j < len(dense) and overlap[j]]
-    if not near:
-        return replace(c, range_low=c.at, range_high=c.at)
+    if not near:  # the bands never overlap here: a clear switch at this confidence
+        return c
     lo = hi = near[0]
     while lo > 0 and overlap[lo - 1]:
         lo -= 1
@@ -280,6 +280,8 @@ def describe_crossing(c: Crossing, variable: str) -> str:
     if c.range_low == c.range_low and c.range_high > c.range_low:
         low, high = c.range_low * scale, c.range_high * scale
         ranged = f" (a tie within the 80% bands from {name} {low:.4g} to {high:.4g}{unit})"
+    elif c.range_low == c.range_low:
+        ranged = f" (a tie within the 80% bands at {name} {c.range_low * scale:.4g}{unit})"
     if VARIABLES[variable].integer and c.exact:
         return f"{c.link}: {c.before} is faster below {name} {value:g}, {c.after} from {value:g}{unit} on{ranged}"
     if VARIABLES[variable].integer:

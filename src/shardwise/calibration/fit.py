@@ -37,6 +37,8 @@ from shardwise.specs import Plan, Scenario
 # A parameter is fitted only where some run moves by at least this much (log) when the parameter
 # moves by one prior standard deviation.
 MIN_SENSITIVITY = 0.002
+CONFLICT_Z = 1.0  # a fitted parameter this many prior sds from its prior: try a wider prior
+WIDEN = 4.0  # ... and its prior is widened this much
 _STEP = 0.01  # finite-difference step, in units of each parameter's prior sd
 
 
@@ -51,6 +53,8 @@ class Fit:
     not_fitted: dict[str, str] = field(default_factory=dict)  # parameter -> why
     before_log_error: np.ndarray = field(default_factory=lambda: np.zeros(0))  # ln(pred / measured)
     after_log_error: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    widened: tuple[str, ...] = ()  # parameters whose prior was widened (the runs conflict with it)
+    dof: float = float("inf")  # the spread's degrees of freedom: runs - fitted parameters + the prior's runs
 
     def u_sd(self, name: str) -> float:
         if name not in self.fitted:
@@ -223,10 +227,12 @@ def fit(
             cache[key] = log_step_and_gradient(ev, names, u, fixed)
         return cache[key]
 
-    sigma = NOISE_LOG_SD
-    u = prior_mu.copy()
     n, k = len(measured), len(names)
-    if k:
+
+    def solve(
+        prior_sd: np.ndarray, u0: np.ndarray | None = None, sigma0: float = NOISE_LOG_SD
+    ) -> tuple[np.ndarray, float]:
+        sigma, u = sigma0, (prior_mu.copy() if u0 is None else u0)
         for _ in range(2):  # fit at the prior spread, then at the spread the fit implies
             s = sigma
 
@@ -248,17 +254,58 @@ def fit(
             sigma = _spread(logt - target, k)
             if abs(sigma / s - 1.0) < 0.05:  # the spread the fit implies is the one it assumed
                 break
-    logt, g = evaluate(u) if k else (logt0, np.zeros((n, 0)))
-    after = logt - target
-    sigma = _spread(after, k)
-    precision = g.T @ g / sigma**2 + np.diag(1.0 / prior_sd**2) if k else np.zeros((0, 0))
-    cov = np.linalg.inv(precision) if k else np.zeros((0, 0))
+        return u, sigma
+
+    def score(u: np.ndarray, prior_sd: np.ndarray) -> float:
+        """-2 log posterior (up to a constant), the spread re-estimated: how well a prior explains
+        the runs, to choose between the narrow prior and a widened one."""
+        logt, _ = evaluate(u)
+        r = logt - target
+        sigma = _spread(r, k)
+        return float(
+            np.sum(r**2) / sigma**2
+            + n * np.log(sigma**2)
+            + np.sum(((u - prior_mu) / prior_sd) ** 2)
+            + 2 * np.sum(np.log(prior_sd))
+        )
+
+    u = prior_mu.copy()
+    widened: list[str] = []
+    if k:
+        u, sigma_narrow = solve(prior_sd)
+        # Prior-data conflict: runs that pull a parameter more than CONFLICT_Z prior sds away come
+        # from a stack unlike the public ones; its prior is widened WIDEN x and the fit repeated
+        # (a two-component prior: the public stacks' narrow one, or a wide one).
+        # When a parameter lands more than CONFLICT_Z prior sds out, each parameter's prior in
+        # turn is widened WIDEN x (a two-component prior: the public stacks' narrow one, or a
+        # wide one) and the best-scoring choice kept, the narrow prior included. One at a time:
+        # parameters that trade off (GEMM against HBM) must not wander together.
+        if np.any(np.abs(u - prior_mu) > CONFLICT_Z * prior_sd):
+            best = (score(u, prior_sd), u, prior_sd, -1)
+            for j in range(k):
+                wide = prior_sd.copy()
+                wide[j] *= WIDEN
+                uj, _ = solve(wide, u, sigma_narrow)  # warm: from the narrow fit
+                best = min(best, (score(uj, wide), uj, wide, j), key=lambda b: b[0])
+            _, u, prior_sd, j = best
+            widened = [names[j]] if j >= 0 else []
     values = {p.name: float(NEUTRAL[p.name]) for p in PARAMETERS}
     values.update({name: float(BY_NAME[name].value(u[j])) for j, name in enumerate(names)})
-    for name in names:  # an overhead at its bound: exactly 0, not the optimizer's 1e-15
-        if not BY_NAME[name].log_scale and values[name] < 1e-9:
-            values[name] = 0.0
-    return Fit(names, values, cov, sigma, not_fitted, before, after)
+    # an overhead fitted at its bound (0 s) is fixed there: a symmetric Gaussian around a bound
+    # would put half its weight on negative times
+    at_bound = [j for j, name in enumerate(names) if not BY_NAME[name].log_scale and u[j] < 1e-9]
+    for j in at_bound:
+        values[names[j]] = 0.0
+        not_fitted[names[j]] = "fitted at its bound (0 s): fixed there"
+    keep = [j for j in range(k) if j not in at_bound]
+    logt, g = evaluate(u) if k else (logt0, np.zeros((n, 0)))
+    after = logt - target
+    names, g, prior_kept = tuple(names[j] for j in keep), g[:, keep], prior_sd[keep] if k else prior_sd
+    k = len(names)
+    sigma = _spread(after, k)
+    precision = g.T @ g / sigma**2 + np.diag(1.0 / prior_kept**2) if k else np.zeros((0, 0))
+    cov = np.linalg.inv(precision) if k else np.zeros((0, 0))
+    return Fit(names, values, cov, sigma, not_fitted, before, after, tuple(widened), n - k + NOISE_PRIOR_RUNS)
 
 
 def _spread(errors: np.ndarray, k: int) -> float:
@@ -285,7 +332,9 @@ def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndar
     fixed = {n: v for n, v in fitted.values.items() if n not in names}
     u = np.array([BY_NAME[n].u(fitted.values[n]) for n in names])
     logt, g = log_step_and_gradient(ev, names, u, fixed) if names else (np.log(ev.step_s(fixed)[0]), None)
+    from shardwise.calibration.intervals import t_factor
+
     var = fitted.noise_log_sd**2 + (np.einsum("ij,jk,ik->i", g, fitted.u_covariance, g) if names else 0.0)
-    sd = np.sqrt(var)
+    sd = np.sqrt(var) * t_factor(fitted.dof)
     t = np.exp(logt)
     return t, t * np.exp(-Z80 * sd), t * np.exp(Z80 * sd)

@@ -41,15 +41,26 @@ class Spread:
 def spread(calibrated: list[Scenario], fitted: Fit | None, basis: str = "") -> Spread:
     """The spread of each (already calibrated) scenario's step time."""
     n = len(calibrated)
-    if fitted is None or not fitted.fitted:
-        sd = UNCALIBRATED_LOG_SD if fitted is None else fitted.noise_log_sd
-        what = basis or "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
-        return Spread(np.full(n, sd), what)
+    if fitted is None or not fitted.fitted:  # a calibration that fitted nothing knows no more than none
+        what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
+        if fitted is not None:
+            what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
+        return Spread(np.full(n, UNCALIBRATED_LOG_SD), what)
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
     var = fitted.noise_log_sd**2 + np.einsum("ij,jk,ik->i", g, fitted.u_covariance, g)
-    return Spread(np.sqrt(var), basis or "calibration")
+    return Spread(np.sqrt(var) * t_factor(fitted.dof), basis or "calibration")
+
+
+def t_factor(dof: float) -> float:
+    """Student's t quantile over the normal's at 90% (the 80% interval's upper end): the spread is
+    itself estimated from few runs, so its interval is wider (dof = runs - fitted + prior runs)."""
+    if not np.isfinite(dof):
+        return 1.0
+    from scipy.stats import t
+
+    return float(t.ppf(0.9, max(dof, 1.0)) / Z80)
 
 
 def format_interval(value: float, low: float, high: float, fmt: Any) -> str:

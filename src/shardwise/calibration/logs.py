@@ -64,7 +64,12 @@ def read_log(path: str | Path, given: dict[str, str]) -> dict[str, str]:
     return parse_log(text, given, str(p))
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_DS_CONFIG = re.compile(r"^\s*(train_batch_size|train_micro_batch_size_per_gpu)\s+\.*\s*(\d+)\s*$", re.M)
+
+
 def parse_log(text: str, given: dict[str, str], where: str = "<log>") -> dict[str, str]:
+    text = _ANSI.sub("", text)  # torchtitan colours its metrics lines
     if _MEGATRON_ITER.search(text):
         trainer, row = "Megatron", _megatron(text, where)
     elif _TITAN.search(text):
@@ -86,7 +91,6 @@ def parse_log(text: str, given: dict[str, str], where: str = "<log>") -> dict[st
     if missing:
         sets = " ".join(f"--set {m}=..." for m in missing)
         raise SpecError(f"{where}: a {trainer} log without {', '.join(missing)}; give {sets}")
-    row.setdefault("id", Path(where).name)
     return row
 
 
@@ -107,7 +111,7 @@ def _megatron(text: str, where: str) -> dict[str, str]:
         value = args.get(arg)
         if value is not None and value != "None":
             row[column] = value
-    if row.pop("_fp8", None):
+    if row.pop("_fp8", "False") not in ("False", "None", "false", ""):  # e.g. 'hybrid' or 'e4m3'
         row["precision"] = "fp8"
     if "_distributed_optimizer" in row:
         row["zero"] = "1" if row.pop("_distributed_optimizer") == "True" else "0"
@@ -128,7 +132,7 @@ def _torchtitan(text: str, where: str) -> dict[str, str]:
 
 
 def _deepspeed(text: str, given: dict[str, str], where: str) -> dict[str, str]:
-    config = _dotted(text)
+    config = {m[1]: m[2] for m in _DS_CONFIG.finditer(text)}  # DeepSpeed pads with dots, or not
     row = {column: config[key] for key, column in _DEEPSPEED.items() if key in config}
     running = _DS_RUNNING.findall(text)
     rate = float(running[-1]) if running else _median_after_warmup([float(x) for x in _DS_CURRENT.findall(text)])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,7 +225,7 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
     except SpecError as exc:
         raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
     case = ServingCase(scn, workload, metric)
-    return Run(row.get("id") or where.rsplit(" ", 1)[-1], case, value, where, row.get("group", ""), metric)
+    return Run(row.get("id") or where, case, value, where, row.get("group", ""), metric)
 
 
 def _run(row: dict[str, str], where: str) -> Run:
@@ -260,7 +261,8 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     dp = _whole(row, "dp", where, max(1, n // (tp * pp * cp)))
     vpp = _whole(row, "vpp", where, 1)
     recompute = (row.get("recompute") or "none").lower()
-    recompute = next((r for r in ("full", "selective", "none") if recompute.startswith(r)), recompute)
+    found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
+    recompute = found[1] if found else recompute
     precision = (row.get("precision") or "bf16").lower()
     precision = "fp8" if precision in ("fp8", "mxfp8") else precision
     sp_text = (row.get("sequence_parallel") or "").lower()
@@ -271,7 +273,9 @@ def _training_run(row: dict[str, str], where: str) -> Run:
         flags = dict(presets.framework(row.get("framework") or "megatron-core"))
         zero = flags.pop("zero_stage")
         if row.get("zero"):
-            zero = int(_whole(row, "zero", where, 1)) if row["zero"] != "0" else 0
+            if row["zero"] not in ("0", "1", "2", "3", "0.0", "1.0", "2.0", "3.0"):
+                raise SpecError(f"zero: {row['zero']!r} is not allowed; use 0, 1, 2 or 3 (the ZeRO stage)")
+            zero = int(float(row["zero"]))
         if (row.get("fsdp") or "0") not in ("", "0"):
             zero = 3
         flags["tp_comm_overlap"] = bool(flags.get("tp_comm_overlap")) and sp
@@ -308,7 +312,7 @@ def _training_run(row: dict[str, str], where: str) -> Run:
         step = tokens / (value * n)
     else:
         step = float(flops_per_step(scn)[0]) / (value * 1e12 * n)  # Megatron's count, as published
-    return Run(row.get("id") or where.rsplit(" ", 1)[-1], scn, step, where, row.get("group") or row.get("source", ""))
+    return Run(row.get("id") or where, scn, step, where, row.get("group") or row.get("source", ""))
 
 
 def _fit_domain(per_node: int, n: int) -> int:

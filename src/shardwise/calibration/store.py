@@ -4,6 +4,7 @@ A YAML mapping (format 1):
 
     shardwise_calibration: 1          # the file format; another number is refused
     shardwise_version: 0.1.0          # the version that wrote it
+    cost_model: '2026.12'             # the cost model fitted to; another is refused
     created_utc: '2026-12-01T04:40:00Z'
     runs: {files: {runs.csv: SHA-256}, count: 12, ids: [...]}
     hardware: [h100-sxm5-80gb]        # the GPUs of the runs
@@ -29,9 +30,13 @@ import numpy as np
 
 from shardwise.calibration.fit import Fit
 from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
+from shardwise.calibration.spreads import NOISE_PRIOR_RUNS
 from shardwise.errors import SpecError
 
 FORMAT = 1
+# The cost model the parameters were fitted to: bump it whenever a change to the model moves what a
+# fitted value means (then older calibrations are refused, not silently misapplied).
+COST_MODEL = "2026.12"
 MAX_FILE_BYTES = 4 << 20
 
 
@@ -73,6 +78,7 @@ def document(
     return {
         "shardwise_calibration": FORMAT,
         "shardwise_version": __version__,
+        "cost_model": COST_MODEL,
         "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "runs": {
             "files": digests,
@@ -123,16 +129,26 @@ def load(path: str | Path) -> Calibration:
     """Read and check a calibration file; every problem is one SpecError line naming the file."""
     from shardwise import loaders
 
-    p = str(path)
-    doc = loaders.load_yaml(path)
+    return from_document(loaders.load_yaml(path), str(path))
+
+
+def from_document(doc: Any, p: str) -> Calibration:
+    """Check a calibration's content (what `load` reads, and what `calibrate` checks before it
+    writes a file): every field's type and range, the format and the cost model it was fitted to."""
     if not isinstance(doc, dict) or "shardwise_calibration" not in doc:
         raise SpecError(f"{p}: not a shardwise calibration file (write one with `shardwise calibrate RUNS.csv`)")
     fmt = doc["shardwise_calibration"]
     version = str(doc.get("shardwise_version", "unknown"))
-    if fmt != FORMAT:
+    if isinstance(fmt, bool) or fmt != FORMAT:
         raise SpecError(
             f"{p}: calibration format {fmt!r} (written by shardwise {version}); this shardwise reads format "
             f"{FORMAT}: run `shardwise calibrate` on the runs again"
+        )
+    model = doc.get("cost_model")
+    if model != COST_MODEL:
+        raise SpecError(
+            f"{p}: fitted to cost model {model!r} (shardwise {version}); this shardwise's cost model is "
+            f"{COST_MODEL!r}, whose parameters mean something else: run `shardwise calibrate` on the runs again"
         )
     params = doc.get("parameters")
     if not isinstance(params, dict):
@@ -154,19 +170,37 @@ def load(path: str | Path) -> Calibration:
             raise SpecError(f"{p}: parameters: {name}: {value} is outside {lo:.3g}..{hi:.3g}")
         values[name] = float(value)
     fitted = doc.get("fitted") or []
-    if not isinstance(fitted, list) or any(f not in BY_NAME for f in fitted):
-        raise SpecError(f"{p}: fitted: must list parameter names")
+    if not isinstance(fitted, list) or any(not isinstance(f, str) or f not in BY_NAME for f in fitted):
+        raise SpecError(f"{p}: fitted: must be a list of parameter names ({', '.join(BY_NAME)})")
     fitted = [f.name for f in PARAMETERS if f.name in fitted]
-    cov = np.asarray(doc.get("u_covariance") or np.zeros((0, 0)), dtype=float)
     k = len(fitted)
-    if cov.shape != (k, k) or not np.all(np.isfinite(cov)) or (k and np.any(np.linalg.eigvalsh(cov) < -1e-12)):
-        raise SpecError(f"{p}: u_covariance: must be a {k} x {k} covariance matrix (one row per fitted parameter)")
+    rows = doc.get("u_covariance") or []
+    shape_ok = isinstance(rows, list) and len(rows) == k and all(isinstance(r, list) and len(r) == k for r in rows)
+    numbers = shape_ok and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= 100
+        for r in rows
+        for x in r
+    )
+    cov = np.array(rows, dtype=float).reshape(k, k) if numbers else None
+    if (
+        cov is None
+        or not np.allclose(cov, cov.T, rtol=1e-6, atol=1e-12)
+        or (k and np.any(np.linalg.eigvalsh(cov) < -1e-12))
+    ):
+        raise SpecError(
+            f"{p}: u_covariance: must be a symmetric {k} x {k} covariance matrix of numbers (one row per fitted "
+            "parameter)"
+        )
     sd = doc.get("noise_log_sd")
     if isinstance(sd, bool) or not isinstance(sd, (int, float)) or not 0 < sd < 5:
         raise SpecError(f"{p}: noise_log_sd: {sd!r} is not allowed; it must be a number in (0, 5)")
-    runs = doc.get("runs") if isinstance(doc.get("runs"), dict) else {}
-    gpus = tuple(str(g) for g in doc.get("hardware") or ())
-    count, serving = runs.get("count") or 0, runs.get("serving") or 0
+    runs = doc.get("runs")
+    runs = runs if isinstance(runs, dict) else {}
+    count, serving = runs.get("count", 0), runs.get("serving", 0)
     if not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in (count, serving)):
-        raise SpecError(f"{p}: runs: count and serving must be whole numbers")
-    return Calibration(Fit(tuple(fitted), values, cov, float(sd)), p, gpus, count, version, serving)
+        raise SpecError(f"{p}: runs: count and serving must be whole numbers >= 0")
+    hardware = doc.get("hardware") or []
+    if not isinstance(hardware, list) or not all(isinstance(g, str) for g in hardware):
+        raise SpecError(f"{p}: hardware: must be a list of GPU names")
+    fit = Fit(tuple(fitted), values, cov, float(sd), dof=max(count - k, 0) + NOISE_PRIOR_RUNS)
+    return Calibration(fit, p, tuple(hardware), count, version, serving)

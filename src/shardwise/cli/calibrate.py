@@ -78,18 +78,34 @@ def calibrate(
       shardwise predict --model llama3-70b --system dgx-h100 --nodes 8 --tp 4 --pp 4 \\
           --global-batch 512 --calibration h100.yaml
     """
+    from pathlib import Path
+
     import numpy as np
 
     from shardwise.atomic import check_writable
     from shardwise.calibration import fit as fitting
     from shardwise.calibration import store
+    from shardwise.errors import SpecError
 
+    for path in runs:
+        try:
+            same = Path(path).resolve() == Path(output).resolve()
+        except OSError:
+            same = False
+        if same:
+            raise SpecError(f"-o {output}: that is an input; writing the calibration there would destroy it")
+    if Path(output).suffix.lower() not in (".yaml", ".yml"):
+        raise SpecError(f"-o {output}: a calibration is a YAML file; give a name ending in .yaml")
     check_writable(output)
+    if given and all(p.lower().endswith(".csv") for p in runs):
+        raise SpecError("--set fills in what a trainer log does not state; a CSV states its columns itself")
     measured = _read(runs, given)
     steps = np.array([r.measured for r in measured])
+    _check_plausible(measured, steps)
     result = fitting.fit([r.case for r in measured], steps, max_params, params)
     gpus = [r.scenario.cluster.gpu.name for r in measured]
     doc = store.document(result, list(runs), [r.run_id for r in measured], gpus, steps, [r.metric for r in measured])
+    store.from_document(doc, output)  # never write a file that --calibration would refuse
     store.save(doc, output)
     if as_json:
         from shardwise import export
@@ -97,6 +113,27 @@ def calibrate(
         click.echo(export.dumps({**doc, "output": output}))
         return
     _print(result, measured, steps, output)
+
+
+# A run the model misses by more than this factor is refused: a unit slip (ms for s, per-GPU for
+# total) or a run the model cannot express is far likelier than a stack three times off.
+MAX_MISS = 3.0
+
+
+def _check_plausible(measured: list[Any], values: Any) -> None:
+    import numpy as np
+
+    from shardwise.calibration.fit import Evaluator
+    from shardwise.errors import SpecError
+
+    predicted = Evaluator([r.case for r in measured]).step_s({})[0]
+    for r, m, t in zip(measured, values, predicted, strict=True):
+        ratio = float(t / m)
+        if not np.isfinite(ratio) or not 1 / MAX_MISS <= ratio <= MAX_MISS:
+            raise SpecError(
+                f"{r.where}: {r.metric} {m:.4g} but the model predicts {t:.4g} ({ratio:.3g} x): more than "
+                f"{MAX_MISS:g} x apart; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out"
+            )
 
 
 def _read(paths: tuple[str, ...], given: dict[str, str]) -> list[Any]:
@@ -137,6 +174,11 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:
         else:
             table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")
     out.print(table)
+    if result.widened:
+        out.print(
+            f"note: the runs pull {', '.join(result.widened)} more than 2 prior sds from the presets' value (a stack "
+            "unlike the public ones): its prior was widened 4 x and the fit repeated"
+        )
     runs = Table(title="each run: measured and predicted", title_justify="left", header_style="bold")
     for col in ("run", "measured", "before", "error", "calibrated", "error"):
         runs.add_column(col, justify="left" if col == "run" else "right")

@@ -55,6 +55,7 @@ experiment_options = _stack(
     click.option(
         "--calibration",
         metavar="FILE",
+        callback=non_empty("give the YAML file `shardwise calibrate` wrote"),
         help="A calibration from `shardwise calibrate`: fitted GEMM efficiency, bandwidths and overheads, and "
         "the width of the 80% bands.",
     ),
@@ -192,6 +193,8 @@ def build_experiment(o: dict[str, Any]) -> Any:
     if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
         raise SpecError("each --plan and each --intra-link label must be different")
     calibration: dict[str, Any] = {}
+    if o.get("calibration") and o["cost_model"] == "textbook":
+        raise SpecError("--calibration fits the physical model; the textbook model takes the brief's figures as given")
     if o.get("calibration"):
         import click
 

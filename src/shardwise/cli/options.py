@@ -84,6 +84,7 @@ cluster_options = _stack(
     click.option(
         "--calibration",
         metavar="FILE",
+        callback=non_empty("give the YAML file `shardwise calibrate` wrote"),
         help="A calibration from `shardwise calibrate` (your measured runs): fitted GEMM efficiency, link "
         "bandwidths and overheads, and the error bars that come with them.",
     ),
