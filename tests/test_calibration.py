@@ -396,3 +396,17 @@ def test_runs_far_from_the_prior_widen_it():
     result = fitting.fit(scns[:8], slow[:8])
     assert "matmul_efficiency_scale" in result.widened
     assert result.values["matmul_efficiency_scale"] == pytest.approx(0.7, rel=0.05)
+
+
+def test_calibrated_crossover_bands_are_each_points_own(cli, tmp_path: Path):
+    cal = tmp_path / "h100.yaml"
+    assert cli(["calibrate", str(EXAMPLE), "-o", str(cal)])[0] == 0
+    args = ["crossover", "--no-plot", "--gpu", "h100-sxm5-80gb", "--json"]
+    code, out, err = cli([*args, "--calibration", str(cal)])
+    assert code == 0, err
+    data = json.loads(out)
+    widths = [h / t for s in data["series"] for t, h in zip(s["time_s"], s["time_s_high"], strict=True) if t]
+    assert min(widths) > 1.0 and max(widths) - min(widths) > 0.01  # not one width for every point
+    plain = json.loads(cli(args)[1])
+    one = {round(h / t, 9) for s in plain["series"] for t, h in zip(s["time_s"], s["time_s_high"], strict=True) if t}
+    assert len(one) == 1  # uncalibrated: the public spread everywhere

@@ -38,6 +38,7 @@ class Series:
     link: str
     time_s: np.ndarray  # NaN where the plan is invalid
     fits: np.ndarray  # False where the plan does not fit in GPU memory
+    log_sd: np.ndarray | None = None  # each point's 80% interval width (log); None: the experiment's
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,9 @@ class CrossoverResult:
     ignore_memory: bool = False
 
     def band(self, s: Series) -> tuple[np.ndarray, np.ndarray]:
-        """The series' 80% band: one relative width for every plan (`Experiment.prediction_log_sd`)."""
-        f = np.exp(Z80 * self.experiment.prediction_log_sd)
+        """The series' 80% band (`log_sd`: see `point_log_sd`)."""
+        sd = self.experiment.prediction_log_sd if s.log_sd is None else s.log_sd
+        f = np.exp(Z80 * np.asarray(sd))
         return s.time_s / f, s.time_s * f
 
     def series_for(self, link: str) -> list[Series]:
@@ -111,31 +113,62 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
     for link in exp.links:
         for plan in exp.plans:
             t, fits = times_s(exp, plan, link.link, variable, values)
-            series.append(Series(plan.label, link.label, t, fits))
+            sd = point_log_sd(exp, plan, link, variable, values, t)
+            series.append(Series(plan.label, link.label, t, fits, sd))
     dense = _dense_grid(variable, values)
     crossings: list[Crossing] = []
     for link in exp.links:
-        times = {}
+        times, sds = {}, {}
         for plan in exp.plans:
             t, fits = times_s(exp, plan, link.link, variable, dense)
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
+            sds[plan.label] = point_log_sd(exp, plan, link, variable, dense, t)
         found = _winner_changes(exp, link, variable, dense, times, ignore_memory)
         for a, b in combinations(exp.plans, 2):
             for c in _pair_crossings(exp, link, a, b, variable, dense, times[a.label], times[b.label], ignore_memory):
                 if not any(_same(c, w) for w in [*crossings, *found]):
                     found.append(c)
-        crossings += [_with_range(c, dense, times, exp.prediction_log_sd) for c in found]
+        crossings += [_with_range(c, dense, times, sds) for c in found]
     return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings), ignore_memory)
 
 
-def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], log_sd: float) -> Crossing:
+def point_log_sd(
+    exp: Experiment, plan: PlanSpec, link: LinkSpec, variable: str, values: np.ndarray, t: np.ndarray
+) -> np.ndarray:
+    """Each point's 80% interval width in log space (`calibration.intervals`): uncalibrated, the
+    experiment's one relative width; calibrated, sqrt(sigma^2 + g^T Sigma g) x Student's t factor
+    with g = d ln t / d u at that point (one more evaluation of the series per fitted parameter)."""
+    fitted = exp.calibration_fit
+    if fitted is None or not fitted.fitted:
+        return np.full(np.shape(t), exp.prediction_log_sd)
+    from dataclasses import replace
+
+    from shardwise.calibration.fit import _STEP
+    from shardwise.calibration.intervals import t_factor
+    from shardwise.calibration.parameters import BY_NAME
+
+    base = dict(exp.calibration)
+    grads = []
+    for name in fitted.fitted:
+        p = BY_NAME[name]
+        step = (-1.0 if p.log_scale else 1.0) * _STEP * p.prior_sd
+        moved = {**base, name: base[name] * np.exp(step) if p.log_scale else base[name] + step}
+        tj, _ = times_s(replace(exp, calibration=tuple(sorted(moved.items()))), plan, link.link, variable, values)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            grads.append((np.log(tj) - np.log(t)) / step)
+    g = np.stack(grads, axis=-1)
+    var = fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
+    return np.sqrt(var) * t_factor(fitted.dof)
+
+
+def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], sds: dict[str, np.ndarray]) -> Crossing:
     """The crossing with the span of the variable around it where the two plans' 80% bands
-    overlap: |ln(t_before / t_after)| <= 2 z sd (each band is t exp(+-z sd))."""
+    overlap: |ln(t_before / t_after)| <= z (sd_before + sd_after) (each band is t exp(+-z sd))."""
     from dataclasses import replace
 
     with np.errstate(divide="ignore", invalid="ignore"):
         gap = np.abs(np.log(times[c.before] / times[c.after]))
-    overlap = gap <= 2 * Z80 * log_sd  # NaN (a plan infeasible) is False
+    overlap = gap <= Z80 * (sds[c.before] + sds[c.after])  # NaN (a plan infeasible) is False
     i = int(np.clip(np.searchsorted(dense, c.at), 0, len(dense) - 1))
     near = [j for j in (i - 1, i) if 0 <= j < len(dense) and overlap[j]]
     if not near:  # the bands never overlap here: a clear switch at this confidence

@@ -204,6 +204,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
         calibration = {
             "calibration": tuple(sorted(cal.fit.values.items())),
             "prediction_log_sd": cal.fit.noise_log_sd,
+            "calibration_fit": cal.fit,
             "spread_basis": f"calibration {cal.path} ({cal.runs} run(s))",
         }
         gpu_name = presets.gpu(o["gpu_name"]).name

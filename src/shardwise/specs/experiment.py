@@ -77,6 +77,8 @@ class Experiment:
     # the 80% bands: one relative width (log space) for every plan, and where it comes from
     prediction_log_sd: float = UNCALIBRATED_LOG_SD
     spread_basis: str = "uncalibrated, the model's spread on public runs"
+    # the calibration's fit (calibration.fit.Fit), for each point's own interval
+    calibration_fit: Any = field(default=None, compare=False, repr=False)
 
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)
