@@ -140,7 +140,7 @@ def test_the_readme_quotes_the_current_accuracy():
 def test_the_readme_quotes_the_current_calibration_gain():
     """The README's calibration sentence quotes the holdout 'mean over stacks' row of docs/calibration.md."""
     rows = re.findall(r"^\| \*\*mean over stacks\*\* \| \|(.*)$", TEXTS["docs/calibration.md"], re.M)
-    assert len(rows) == 2, "docs/calibration.md has no dev and holdout 'mean over stacks' rows"
+    assert len(rows) >= 2, "docs/calibration.md has no dev and holdout 'mean over stacks' rows"
     cells = [c.strip(" *") for c in rows[1].strip(" |").split("|")]
     uncalibrated, k4 = cells[0].split()[0], cells[3].split()[0]  # columns: uncalibrated, k=1, 2, 4, 8
     paragraph = next(p for p in README.split("\n\n") if "shardwise validate --calibrated" in p)

@@ -85,6 +85,44 @@ def public_runs() -> list[PublicRun]:
     return out
 
 
+def serving_runs() -> list[PublicRun]:
+    """The published serving measurements of `validate inference` as calibration cases (split
+    "serving": they set no constant of the serving model, which comes from datasheets and
+    microbenchmarks). A stack is one runtime on one GPU; TensorRT-LLM's max-throughput rows keep
+    the batch the uncalibrated model picks (the largest that fits: memory, not speed)."""
+    from shardwise.analyses import serving_validation as sv
+    from shardwise.analyses.serving import at_max_batch
+    from shardwise.calibration.fit import ServingCase
+    from shardwise.specs.serving import ServingWorkload
+
+    out = []
+    for row in sv.inference_rows():
+        if row["model"] not in sv.MODELS or row["gpu"] not in sv.SYSTEMS:
+            continue
+        scn = sv._scenario(row)
+        isl, osl = int(row["isl"]), int(row["osl"])
+        gpu = row["gpu"].split()[0]
+        if row["framework"].startswith("FasterTransformer"):
+            metric = next(
+                m
+                for k, m in (("prefill", "ttft_s"), ("decode", "tpot_s"), ("total", "e2e_s"))
+                if row["metric"].startswith(k)
+            )
+            wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager")
+            case, measured, stack = (
+                ServingCase(scn, wl, metric),
+                float(row["value"]) / 1e3,
+                f"FasterTransformer / {gpu}",
+            )
+        else:
+            wl = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8")).workload
+            case, measured = ServingCase(scn, wl, "throughput_tokens_per_s"), float(row["value"])
+            stack = f"TensorRT-LLM / {gpu}"
+        group = f"{row['model']} tp{row['tp']}"
+        out.append(PublicRun(row["id"], stack, group, "serving", case, measured))
+    return out
+
+
 def _by_stack(runs: list[PublicRun], split: str) -> dict[str, list[PublicRun]]:
     stacks: dict[str, list[PublicRun]] = defaultdict(list)
     for r in runs:

@@ -325,9 +325,12 @@ def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndar
     """(step time, 80% low, 80% high) of each scenario, calibrated by `fitted` (None: the
     uncalibrated model with its measured public spread)."""
     ev = Evaluator(scenarios)
-    if fitted is None:
+    if fitted is None:  # the measured spread of the uncalibrated model: training's, or serving's
+        from shardwise.calibration.spreads import SERVING_LOG_SD
+
         t = ev.step_s({})[0]
-        return t, t * np.exp(-Z80 * UNCALIBRATED_LOG_SD), t * np.exp(Z80 * UNCALIBRATED_LOG_SD)
+        sd = np.array([SERVING_LOG_SD if isinstance(c, ServingCase) else UNCALIBRATED_LOG_SD for c in scenarios])
+        return t, t * np.exp(-Z80 * sd), t * np.exp(Z80 * sd)
     names = fitted.fitted
     fixed = {n: v for n, v in fitted.values.items() if n not in names}
     u = np.array([BY_NAME[n].u(fitted.values[n]) for n in names])

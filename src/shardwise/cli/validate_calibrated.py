@@ -6,6 +6,13 @@ from typing import Any
 
 import click
 
+SPLITS = ("dev", "holdout", "serving")
+TITLES = {
+    "dev": "training, dev split (the GEMM prior and the spreads were set on it)",
+    "holdout": "training, holdout split (untouched)",
+    "serving": "serving, the 66 published measurements of `validate inference` (not split: they set no constant)",
+}
+
 
 def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int) -> None:
     import numpy as np
@@ -17,8 +24,8 @@ def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int)
         from shardwise.cli.options import check_output_path
 
         check_output_path(plot, (".png", ".svg", ".pdf"), "--plot")
-    runs = cv.public_runs()
-    total = sum(_fits(cv, runs, split, draws) for split in ("dev", "holdout"))
+    runs = cv.public_runs() + cv.serving_runs()
+    total = sum(_fits(cv, runs, split, draws) for split in SPLITS)
     curves: list[Any] = []
     transfer: list[Any] = []
     with Progress(
@@ -26,10 +33,11 @@ def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int)
     ) as bar:
         task = bar.add_task("fits", total=total)
         step = lambda: bar.advance(task, 1)  # noqa: E731
-        for split in ("dev", "holdout"):
+        for split in SPLITS:
             curves += cv.learning_curves(runs, split, draws=draws, progress=step)
-            transfer += cv.layout_transfer(runs, split, progress=step)
-    spreads = cv.dev_spreads(runs)
+            if split != "serving":  # a serving group varies the workload, not the layout
+                transfer += cv.layout_transfer(runs, split, progress=step)
+    spreads = cv.dev_spreads([r for r in runs if r.split == "dev"])
     summary = {
         split: {
             k: {
@@ -40,7 +48,7 @@ def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int)
             for k in (0, *cv.KS)
             if any(p.split == split and p.k == k for p in curves)
         }
-        for split in ("dev", "holdout")
+        for split in SPLITS
     }
     figure = _plot(curves, summary, plot) if plot else None
     if as_json:
@@ -83,7 +91,7 @@ def _fits(cv: Any, runs: list[Any], split: str, draws: int) -> int:
     for members in cv._by_stack(runs, split).values():
         n += sum(draws for k in cv.KS if k <= len(members) - 2)
         groups = Counter(r.group for r in members)
-        n += sum(c for c in groups.values() if c >= 2)
+        n += sum(c for c in groups.values() if c >= 2) if split != "serving" else 0
     return n
 
 
@@ -98,9 +106,9 @@ def _tables(curves: list[Any], transfer: list[Any], summary: dict[str, Any], dra
     from shardwise.cli.render import console
 
     out = console()
-    for split in ("dev", "holdout"):
+    for split in SPLITS:
         table = Table(
-            title=f"{split}: mean absolute error of the runs left out (share inside the 80% interval), "
+            title=f"{TITLES[split]}: mean absolute error of the runs left out (share inside the 80% interval), "
             f"calibrated on k runs of the same stack ({draws} random draws each)",
             title_justify="left",
             header_style="bold",
@@ -141,8 +149,9 @@ def _tables(curves: list[Any], transfer: list[Any], summary: dict[str, Any], dra
 def _markdown(curves: list[Any], transfer: list[Any], summary: dict[str, Any], draws: int) -> None:
     from shardwise.analyses.calibration_validation import KS
 
-    for split in ("dev", "holdout"):
-        click.echo(f"\n{split} ({draws} random draws per k): MAPE of the runs left out (share inside the 80% interval)")
+    for split in SPLITS:
+        click.echo(f"\n{TITLES[split]}, {draws} random draws per k:")
+        click.echo("MAPE of the runs left out (share inside the 80% interval)")
         click.echo()
         click.echo("| stack | runs | uncalibrated | " + " | ".join(f"k={k}" for k in KS) + " |")
         click.echo("|---|---:|" + "---:|" * (len(KS) + 1))

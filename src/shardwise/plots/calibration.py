@@ -13,7 +13,8 @@ def learning_curves(curves: list[Any], summary: dict[str, Any]) -> Figure:
     per stack and a thick one for the mean over stacks, per split; right: the share of measured
     values inside the predicted 80% interval (the dashed line is the 80% it should be)."""
     fig, (err_ax, cov_ax) = plt.subplots(1, 2, figsize=(11, 4.4))
-    colors = {"dev": "#4c72b0", "holdout": "#dd8452"}
+    colors = {"dev": "#4c72b0", "holdout": "#dd8452", "serving": "#55a868"}
+    notes = {"dev": "training, tuned on", "holdout": "training, untouched", "serving": "serving, not split"}
     for split, color in colors.items():
         stacks = dict.fromkeys(p.stack for p in curves if p.split == split)
         for s in stacks:
@@ -23,7 +24,9 @@ def learning_curves(curves: list[Any], summary: dict[str, Any]) -> Figure:
             cov_ax.plot(ks, [100 * p.coverage80 for p in pts], color=color, alpha=0.25, lw=1)
         row = summary.get(split, {})
         ks = sorted(row)
-        label = f"{split} ({len(stacks)} stacks; {'tuned on' if split == 'dev' else 'untouched'})"
+        if not stacks:
+            continue
+        label = f"{split} ({len(stacks)} stacks; {notes[split]})"
         err_ax.plot(ks, [100 * row[k]["mape"] for k in ks], color=color, lw=2.5, marker="o", label=label)
         cov_ax.plot(ks, [100 * row[k]["coverage80"] for k in ks], color=color, lw=2.5, marker="o", label=label)
     cov_ax.axhline(80, color="0.3", ls="--", lw=1, label="80% (well calibrated)")
@@ -41,7 +44,7 @@ def learning_curves(curves: list[Any], summary: dict[str, Any]) -> Figure:
     cov_ax.legend(fontsize=8, loc="lower right")
     fig.suptitle(
         "Calibrating on k of a stack's runs (one public source on one system), predicting the rest: "
-        "public training runs",
+        "public training and serving runs",
         fontsize=10,
     )
     fig.tight_layout()
