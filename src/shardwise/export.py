@@ -12,6 +12,7 @@ import numpy as np
 from shardwise.engines.result import TrainingEstimate
 from shardwise.physics.params import total_params
 from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Scenario
+from shardwise.specs.plan import EXECUTION_FLAGS
 
 
 def plain(value: Any) -> Any:
@@ -86,14 +87,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "precision",
         "flash_attention",
         "framework",
-        "async_tp_grad",
-        "tp_comm_overlap",
-        "overlap_grad_reduce",
-        "overlap_param_gather",
-        "grad_accumulation_fusion",
-        "overlap_p2p",
-        "pipeline_sync",
-        "scatter_gather",
+        *EXECUTION_FLAGS,
         "first_stage_layers",
         "last_stage_layers",
     )

@@ -143,22 +143,20 @@ def point_log_sd(
         return np.full(np.shape(t), exp.prediction_log_sd)
     from dataclasses import replace
 
-    from shardwise.calibration.fit import _STEP
-    from shardwise.calibration.intervals import t_factor
+    from shardwise.calibration.fit import fd_step
+    from shardwise.calibration.intervals import log_sd_from_gradient
     from shardwise.calibration.parameters import BY_NAME
 
     base = dict(exp.calibration)
     grads = []
     for name in fitted.fitted:
         p = BY_NAME[name]
-        step = (-1.0 if p.log_scale else 1.0) * _STEP * p.prior_sd
-        moved = {**base, name: base[name] * np.exp(step) if p.log_scale else base[name] + step}
+        step = fd_step(name)
+        moved = {**base, name: float(p.value(p.u(base[name]) + step))}
         tj, _ = times_s(replace(exp, calibration=tuple(sorted(moved.items()))), plan, link.link, variable, values)
         with np.errstate(divide="ignore", invalid="ignore"):
             grads.append((np.log(tj) - np.log(t)) / step)
-    g = np.stack(grads, axis=-1)
-    var = fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
-    return np.sqrt(var) * t_factor(fitted.dof)
+    return log_sd_from_gradient(np.stack(grads, axis=-1), fitted)
 
 
 def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], sds: dict[str, np.ndarray]) -> Crossing:

@@ -21,23 +21,14 @@ from shardwise.analyses.planner import SearchSpace, search
 from shardwise.analyses.validation import CITATIONS, measured_runs, plan_label, scenario_for
 from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Plan, Scenario
+from shardwise.specs.plan import EXECUTION_FLAGS
 
 TABLES = ("narayanan21_table1", "korthikanti22_table5")
 ERA = {
     "narayanan21_table1": {"recompute": ("none", "full"), "sequence_parallel": (False,)},
     "korthikanti22_table5": {"recompute": ("none", "selective", "full"), "sequence_parallel": (False, True)},
 }
-EXECUTION = (
-    "flash_attention",
-    "async_tp_grad",
-    "tp_comm_overlap",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "grad_accumulation_fusion",
-    "overlap_p2p",
-    "pipeline_sync",
-    "scatter_gather",
-)
+EXECUTION = ("flash_attention", *EXECUTION_FLAGS)
 
 
 @dataclass(frozen=True)

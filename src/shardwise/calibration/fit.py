@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
-from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, UNCALIBRATED_LOG_SD, Z80
+from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, Z80
 from shardwise.errors import SpecError
 from shardwise.specs import Plan, Scenario
 
@@ -161,11 +161,18 @@ class Evaluator:
         return out
 
 
+def fd_step(name: str) -> float:
+    """The finite-difference step of a parameter in u space: scales step down (the GEMM efficiency
+    is capped at 100% of peak), overheads up (they are bounded below by 0)."""
+    p = BY_NAME[name]
+    return (-1.0 if p.log_scale else 1.0) * _STEP * p.prior_sd
+
+
 def _sets(names: tuple[str, ...], u: np.ndarray, fixed: dict[str, float]) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """Parameter sets: the point u, then u with parameter j moved by one step (for the Jacobian).
     Log scales step down (the GEMM efficiency is capped at 100% of peak), overheads step up."""
     k = len(names)
-    steps = np.array([(-1.0 if BY_NAME[n].log_scale else 1.0) * _STEP * BY_NAME[n].prior_sd for n in names])
+    steps = np.array([fd_step(n) for n in names])
     us = np.repeat(u[None, :], k + 1, axis=0)
     us[1:] += np.diag(steps)
     sets = {n: np.full(k + 1, v) for n, v in fixed.items()}
@@ -321,23 +328,19 @@ def _why_insensitive(name: str) -> str:
     }.get(name, "")
 
 
+def with_values(case: Case, values: dict[str, float]) -> Case:
+    """The case on its cluster with calibrated values (`parameters.apply`)."""
+    s = case.scenario if isinstance(case, ServingCase) else case
+    calibrated = Scenario(s.model, apply(s.cluster, values), s.plan)
+    return replace(case, scenario=calibrated) if isinstance(case, ServingCase) else calibrated
+
+
 def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(step time, 80% low, 80% high) of each scenario, calibrated by `fitted` (None: the
-    uncalibrated model with its measured public spread)."""
-    ev = Evaluator(scenarios)
-    if fitted is None:  # the measured spread of the uncalibrated model: training's, or serving's
-        from shardwise.calibration.spreads import SERVING_LOG_SD
+    """(prediction, 80% low, 80% high) of each case, calibrated by `fitted` (None: the uncalibrated
+    model with its measured public spread); the interval is `intervals.spread`'s."""
+    from shardwise.calibration.intervals import spread
 
-        t = ev.step_s({})[0]
-        sd = np.array([SERVING_LOG_SD if isinstance(c, ServingCase) else UNCALIBRATED_LOG_SD for c in scenarios])
-        return t, t * np.exp(-Z80 * sd), t * np.exp(Z80 * sd)
-    names = fitted.fitted
-    fixed = {n: v for n, v in fitted.values.items() if n not in names}
-    u = np.array([BY_NAME[n].u(fitted.values[n]) for n in names])
-    logt, g = log_step_and_gradient(ev, names, u, fixed) if names else (np.log(ev.step_s(fixed)[0]), None)
-    from shardwise.calibration.intervals import t_factor
-
-    var = fitted.noise_log_sd**2 + (np.einsum("ij,jk,ik->i", g, fitted.u_covariance, g) if names else 0.0)
-    sd = np.sqrt(var) * t_factor(fitted.dof)
-    t = np.exp(logt)
-    return t, t * np.exp(-Z80 * sd), t * np.exp(Z80 * sd)
+    cases = scenarios if fitted is None else [with_values(c, fitted.values) for c in scenarios]
+    t = Evaluator(cases).step_s({})[0]
+    low, high = spread(cases, fitted).bounds(t)
+    return t, low, high

@@ -18,8 +18,14 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.fit import UNCALIBRATED_LOG_SD, Z80, Evaluator, Fit, log_step_and_gradient
-from shardwise.specs import Scenario
+from shardwise.calibration.fit import (
+    Case,
+    Evaluator,
+    Fit,
+    ServingCase,
+    log_step_and_gradient,
+)
+from shardwise.calibration.spreads import SERVING_LOG_SD, UNCALIBRATED_LOG_SD, Z80
 
 LEVEL = 0.8
 
@@ -31,26 +37,31 @@ class Spread:
     log_sd: np.ndarray
     basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
 
-    def bounds(self, value: Any, higher_is_slower: bool = True) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high) of a time (or, with higher_is_slower=False, of a rate such as tokens/s;
-        the bounds are the same factors either way)."""
+    def bounds(self, value: Any) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of a time or a rate (the same factors either way)."""
         v = np.asarray(value, dtype=float)
         return v * np.exp(-Z80 * self.log_sd), v * np.exp(Z80 * self.log_sd)
 
 
-def spread(calibrated: list[Scenario], fitted: Fit | None, basis: str = "") -> Spread:
-    """The spread of each (already calibrated) scenario's step time."""
-    n = len(calibrated)
+def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Spread:
+    """The spread of each (already calibrated) case's prediction."""
     if fitted is None or not fitted.fitted:  # a calibration that fitted nothing knows no more than none
         what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
         if fitted is not None:
             what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
-        return Spread(np.full(n, UNCALIBRATED_LOG_SD), what)
+        sd = [SERVING_LOG_SD if isinstance(c, ServingCase) else UNCALIBRATED_LOG_SD for c in calibrated]
+        return Spread(np.array(sd, dtype=float), what)
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
-    var = fitted.noise_log_sd**2 + np.einsum("ij,jk,ik->i", g, fitted.u_covariance, g)
-    return Spread(np.sqrt(var) * t_factor(fitted.dof), basis or "calibration")
+    return Spread(log_sd_from_gradient(g, fitted), basis or "calibration")
+
+
+def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:
+    """sqrt(sigma^2 + g^T Sigma_u g) x Student's t factor, g = d ln t / d u (last axis: the fitted
+    parameters)."""
+    var = fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
+    return np.sqrt(var) * t_factor(fitted.dof)
 
 
 def t_factor(dof: float) -> float:

@@ -93,8 +93,6 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
     if missing:
         raise SpecError(f"{where}: missing column(s) {', '.join(missing)} (needed: {', '.join(needed)})")
     runs: list[Run] = []
-    seen: dict[tuple[Any, ...], str] = {}
-    ids: set[str] = set()
     try:
         for i, raw_row in enumerate(reader, start=2):  # line 1 is the header
             if i - 1 > MAX_RUNS:
@@ -104,19 +102,12 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
             row = {_column(k): (v or "").strip() for k, v in raw_row.items()}
             if not any(row.values()):
                 continue
-            run = _run(row, f"{where} line {i}")
-            if run.run_id in ids:
-                raise SpecError(f"{where} line {i}: id {run.run_id!r} appears twice")
-            ids.add(run.run_id)
-            key = (run.case, run.measured)
-            if key in seen:
-                raise SpecError(f"{where} line {i}: the same run and measurement as {seen[key]} (a duplicate)")
-            seen[key] = f"line {i}"
-            runs.append(run)
+            runs.append(_run(row, f"{where} line {i}"))
     except csv.Error as exc:
         raise SpecError(f"{where}: not a valid CSV ({exc})") from None
     if not runs:
         raise SpecError(f"{where}: no runs (only a header)")
+    check_distinct(runs)
     return runs
 
 
@@ -170,13 +161,18 @@ def _measured(row: dict[str, str], where: str) -> tuple[str, float]:
     metric, text = given[0]
     if metric not in METRICS:
         raise SpecError(f"{where}: metric {metric!r} is not one of {', '.join(METRICS)}")
+    return metric, _positive(metric, text, where)
+
+
+def _positive(metric: str, text: str, where: str) -> float:
+    """A measured value: a positive finite number."""
     try:
         value = float(text)
     except ValueError:
         raise SpecError(f"{where}: {metric}: {text!r} is not a number") from None
     if not (value > 0 and value < 1e12):  # NaN fails too
         raise SpecError(f"{where}: {metric}: {text} is not allowed; a measurement must be a positive number")
-    return metric, value
+    return value
 
 
 def _serving_run(row: dict[str, str], where: str) -> Run:
@@ -192,12 +188,7 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
     if len(given) > 1:
         raise SpecError(f"{where}: one measurement per row ({', '.join(m for m, _ in given)} given); split the row")
     metric, text = given[0]
-    try:
-        value = float(text)
-    except ValueError:
-        raise SpecError(f"{where}: {metric}: {text!r} is not a number") from None
-    if not (value > 0 and value < 1e12):
-        raise SpecError(f"{where}: {metric}: {text} is not allowed; a measurement must be a positive number")
+    value = _positive(metric, text, where)
     try:
         model = presets.model(row["model"], **{k: _whole(row, k, where) for k in ("layers", "seq_len") if row.get(k)})
         base = presets.system(row["system"])

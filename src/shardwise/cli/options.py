@@ -423,18 +423,6 @@ def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
     return per_node
 
 
-EXECUTION_FLAGS = (
-    "async_tp_grad",
-    "tp_comm_overlap",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "grad_accumulation_fusion",
-    "overlap_p2p",
-    "pipeline_sync",
-    "scatter_gather",
-)
-
-
 def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, tp: int = 1) -> dict[str, Any]:
     """Plan keyword arguments from --framework and the execution flags given (which override it).
     Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default that
@@ -444,6 +432,8 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
 
     flags = presets.framework(o.get("framework") or "megatron-core")
     out: dict[str, Any] = {"framework": flags["framework"]}
+    from shardwise.specs.plan import EXECUTION_FLAGS
+
     for name in EXECUTION_FLAGS:
         given = o.get(name)
         out[name] = flags[name] if given is None else given

@@ -20,22 +20,13 @@ from typing import Any
 from shardwise import files, loaders, units
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 from shardwise.specs.experiment import LinkSpec
+from shardwise.specs.plan import EXECUTION_FLAGS
 
 KINDS = ("gpus", "links", "systems", "models", "frameworks")
 # Old names still accepted for one release, not listed (`shardwise presets` shows the new ones).
 ALIASES = {"models": {"brief": "gpt-96l-4096h"}}
 # The Plan fields a framework preset sets (presets/frameworks.yaml).
-FRAMEWORK_FLAGS = (
-    "async_tp_grad",
-    "tp_comm_overlap",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "grad_accumulation_fusion",
-    "overlap_p2p",
-    "pipeline_sync",
-    "scatter_gather",
-    "zero_stage",
-)
+FRAMEWORK_FLAGS = (*EXECUTION_FLAGS, "zero_stage")
 
 
 @cache

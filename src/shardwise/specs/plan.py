@@ -42,9 +42,9 @@ class Recompute(IntEnum):
         return self.name.lower()
 
 
-BOOLEAN_FIELDS = (
-    "sequence_parallel",
-    "flash_attention",
+# How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
+# with its default zero_stage) and the execution flags of the CLI.
+EXECUTION_FLAGS = (
     "async_tp_grad",
     "tp_comm_overlap",
     "overlap_grad_reduce",
@@ -54,6 +54,7 @@ BOOLEAN_FIELDS = (
     "pipeline_sync",
     "scatter_gather",
 )
+BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", *EXECUTION_FLAGS)
 
 
 @dataclass(frozen=True)
