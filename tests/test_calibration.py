@@ -410,3 +410,54 @@ def test_calibrated_crossover_bands_are_each_points_own(cli, tmp_path: Path):
     plain = json.loads(cli(args)[1])
     one = {round(h / t, 9) for s in plain["series"] for t, h in zip(s["time_s"], s["time_s_high"], strict=True) if t}
     assert len(one) == 1  # uncalibrated: the public spread everywhere
+
+
+def test_calibrated_sweep_bands_are_each_points_own(cli, tmp_path: Path):
+    import csv
+
+    cal, grid = tmp_path / "h100.yaml", tmp_path / "grid.csv"
+    assert cli(["calibrate", str(EXAMPLE), "-o", str(cal)])[0] == 0
+    args = ["sweep", "--vary", "batch=1..16", "--vary", "bandwidth=10GB/s..900GB/s:4", "--gpu", "h100-sxm5-80gb"]
+    code, _, err = cli([*args, "--calibration", str(cal), "--out", str(grid)])
+    assert code == 0, err
+    rows = list(csv.DictReader(grid.open()))
+    widths = [float(r["time_s_high[tp=8]"]) / float(r["time_s[tp=8]"]) for r in rows]
+    lows = [float(r["time_s[tp=8]"]) / float(r["time_s_low[tp=8]"]) for r in rows]
+    assert min(widths) > 1.0 and max(widths) - min(widths) > 0.01  # each point its own width
+    assert np.allclose(widths, lows, rtol=1e-4)  # symmetric in log space (the CSV keeps 6 digits)
+    code, out, err = cli(["sweep", *args[1:], "--calibration", str(cal), "--json"])
+    assert json.loads(out)["interval"]["per_point"] is True
+    assert cli([*args, "--out", str(grid)])[0] == 0
+    rows = list(csv.DictReader(grid.open()))
+    plain = {round(float(r["time_s_high[pp=8]"]) / float(r["time_s[pp=8]"]), 4) for r in rows}
+    assert len(plain) == 1  # uncalibrated: the public spread everywhere
+
+
+def test_sensitivity_ratios_carry_intervals(cli, tmp_path: Path):
+    from shardwise.calibration.spreads import PAIR_LOG_SD, Z80
+
+    code, out, err = cli(["sensitivity", "--no-plot", "--json", "--layers-values", "48,96", "--hidden-values", "4096"])
+    assert code == 0, err
+    for link in json.loads(out)["one_at_a_time"].values():
+        lo, hi = link["baseline_interval"]
+        assert lo < link["baseline_ratio"] < hi
+        assert math.isclose(hi / link["baseline_ratio"], math.exp(Z80 * PAIR_LOG_SD), rel_tol=1e-9)
+        for bar in link["bars"]:
+            for key in ("ratio_low", "ratio_high"):
+                a, b = bar[f"{key}_interval"]
+                assert a < bar[key] < b
+    cal = tmp_path / "h100.yaml"
+    assert cli(["calibrate", str(EXAMPLE), "-o", str(cal)])[0] == 0
+    args = ["sensitivity", "--no-plot", "--layers-values", "48,96", "--hidden-values", "4096"]
+    args += ["--gpu", "h100-sxm5-80gb"]
+    code, out, err = cli([*args, "--json", "--calibration", str(cal)])
+    assert code == 0, err
+    widths = {
+        round(b[f"{k}_interval"][1] / b[k], 6)
+        for link in json.loads(out)["one_at_a_time"].values()
+        for b in link["bars"]
+        for k in ("ratio_low", "ratio_high")
+    }
+    assert len(widths) > 2  # calibrated: each ratio its own width (the two plans' gradients differ)
+    code, out, _ = cli([*args, "--calibration", str(cal)])
+    assert "80%; calibration" in " ".join(out.split())

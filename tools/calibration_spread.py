@@ -15,6 +15,7 @@ def main() -> None:
     print(f"dev runs: {s.runs}")
     print(f"uncalibrated RMS of ln(predicted / measured): {s.uncalibrated_rms:.4f}  (UNCALIBRATED_LOG_SD)")
     print(f"groups: {s.groups}; scatter inside a group {s.within_group:.4f}")
+    print(f"the ratio of two layouts of one group: {s.within_group * 2**0.5:.4f}  (PAIR_LOG_SD)")
     print(f"spread of the group means beyond it: {s.between_groups:.4f}  (MATMUL_PRIOR_SD x 0.75)")
     print(f"calibrated residual spread, pooled: {s.calibrated_residual:.4f}  (NOISE_LOG_SD)")
 

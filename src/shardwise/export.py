@@ -239,7 +239,9 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "winner_cells": per_link,
         "interval": {
             "level": 0.8,
-            "log_sd": result.experiment.prediction_log_sd,
+            # calibrated: each point's own width (analyses.bands); else one width for all
+            "log_sd": None if result.log_sd else result.experiment.prediction_log_sd,
+            "per_point": bool(result.log_sd),
             "basis": result.experiment.spread_basis,
             "columns": "time_s_low[PLAN], time_s_high[PLAN]",
         },

@@ -135,28 +135,10 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
 def point_log_sd(
     exp: Experiment, plan: PlanSpec, link: LinkSpec, variable: str, values: np.ndarray, t: np.ndarray
 ) -> np.ndarray:
-    """Each point's 80% interval width in log space (`calibration.intervals`): uncalibrated, the
-    experiment's one relative width; calibrated, sqrt(sigma^2 + g^T Sigma g) x Student's t factor
-    with g = d ln t / d u at that point (one more evaluation of the series per fitted parameter)."""
-    fitted = exp.calibration_fit
-    if fitted is None or not fitted.fitted:
-        return np.full(np.shape(t), exp.prediction_log_sd)
-    from dataclasses import replace
+    """Each point's 80% band width in log space (`analyses.bands`)."""
+    from shardwise.analyses.bands import point_log_sd as band_sd
 
-    from shardwise.calibration.fit import fd_step
-    from shardwise.calibration.intervals import log_sd_from_gradient
-    from shardwise.calibration.parameters import BY_NAME
-
-    base = dict(exp.calibration)
-    grads = []
-    for name in fitted.fitted:
-        p = BY_NAME[name]
-        step = fd_step(name)
-        moved = {**base, name: float(p.value(p.u(base[name]) + step))}
-        tj, _ = times_s(replace(exp, calibration=tuple(sorted(moved.items()))), plan, link.link, variable, values)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            grads.append((np.log(tj) - np.log(t)) / step)
-    return log_sd_from_gradient(np.stack(grads, axis=-1), fitted)
+    return band_sd(exp, lambda e: times_s(e, plan, link.link, variable, values)[0], t)
 
 
 def _with_range(c: Crossing, dense: np.ndarray, times: dict[str, np.ndarray], sds: dict[str, np.ndarray]) -> Crossing:

@@ -3,7 +3,8 @@
 - `crossover_batch_vs`: for each value of one variable (layers, hidden, ...), the batch at which
   the fastest of two plans changes, from one sweep over (variable x every batch 1..max_batch);
 - `one_at_a_time`: the ratio time(plan A) / time(plan B) at a baseline, and with each input in
-  turn halved and doubled, ranked by how far it moves the ratio (a tornado chart).
+  turn halved and doubled, ranked by how far it moves the ratio (a tornado chart), each ratio
+  with its 80% interval (`analyses.bands.ratio_log_sd`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.analyses.bands import ratio_log_sd
 from shardwise.analyses.evaluate import times_s
 from shardwise.analyses.sweep import check_size, run_sweep
+from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
 TORNADO_INPUTS = ("batch", "bandwidth", "latency", "layers", "hidden", "seq_len", "peak_flops", "hbm_bandwidth")
@@ -74,6 +77,16 @@ class TornadoBar:
     ratio_high: float
     fits_low: bool = True  # both plans fit in GPU memory there
     fits_high: bool = True
+    base_ratio: float = float("nan")  # the ratio at the baseline
+    # the ratio's 80% band width (log) at (low, baseline, high) (`analyses.bands.ratio_log_sd`)
+    log_sd: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def band(self, which: str) -> tuple[float, float]:
+        """The ratio's 80% interval with the input scaled down ('low'), as given ('base') or up."""
+        i = ("low", "base", "high").index(which)
+        ratio = (self.ratio_low, self.base_ratio, self.ratio_high)[i]
+        f = float(np.exp(Z80 * self.log_sd[i]))
+        return ratio / f, ratio * f
 
     @property
     def spread(self) -> float:
@@ -114,8 +127,26 @@ def one_at_a_time(
         tb, fb = times_s(exp, b, link, name, values)
         ratio, fits = ta / tb, fa & fb
         base_ratio = float(ratio[1])
+        sd = ratio_log_sd(
+            exp,
+            lambda e, p=a, n=name, v=values: times_s(e, p, link, n, v)[0],
+            lambda e, p=b, n=name, v=values: times_s(e, p, link, n, v)[0],
+            ta,
+            tb,
+        )
         bars.append(
-            TornadoBar(name, base, values[0], values[2], float(ratio[0]), float(ratio[2]), bool(fits[0]), bool(fits[2]))
+            TornadoBar(
+                name,
+                base,
+                values[0],
+                values[2],
+                float(ratio[0]),
+                float(ratio[2]),
+                bool(fits[0]),
+                bool(fits[2]),
+                base_ratio,
+                (float(sd[0]), float(sd[1]), float(sd[2])),
+            )
         )
     bars.sort(key=lambda bar: -bar.spread if np.isfinite(bar.spread) else 0.0)
     return base_ratio, bars

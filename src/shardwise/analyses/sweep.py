@@ -9,7 +9,7 @@ along the first axis (a progress callback sees each block).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -53,6 +53,15 @@ class SweepResult:
     plans: tuple[str, ...]
     times_s: dict[tuple[str, str], np.ndarray]  # (link, plan) -> grid-shaped seconds (NaN = invalid)
     fits: dict[tuple[str, str], np.ndarray]
+    # (link, plan) -> each point's 80% band width (log; `analyses.bands`); absent: the experiment's
+    log_sd: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+
+    def band(self, link: str, plan: str) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) of the plan's 80% band on `link`, grid-shaped."""
+        t = self.times_s[(link, plan)]
+        sd = self.log_sd.get((link, plan), self.experiment.prediction_log_sd)
+        factor = np.exp(Z80 * np.asarray(sd))
+        return t / factor, t * factor
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -88,12 +97,11 @@ class SweepResult:
         yield "link", np.repeat(np.array(self.links, dtype=object), n)
         for name, values in zip(self.variables, mesh, strict=True):
             yield COLUMN_NAMES.get(name, name), np.tile(values.ravel(), len(self.links))
-        factor = np.exp(Z80 * self.experiment.prediction_log_sd)  # the 80% band (calibration.intervals)
         for plan in self.plans:
-            t = np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
-            yield f"time_s[{plan}]", t
-            yield f"time_s_low[{plan}]", t / factor
-            yield f"time_s_high[{plan}]", t * factor
+            bands = [self.band(link, plan) for link in self.links]
+            yield f"time_s[{plan}]", np.concatenate([self.times_s[(link, plan)].ravel() for link in self.links])
+            yield f"time_s_low[{plan}]", np.concatenate([lo.ravel() for lo, _ in bands])
+            yield f"time_s_high[{plan}]", np.concatenate([hi.ravel() for _, hi in bands])
             yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
         names = np.array([*self.plans, ""], dtype=object)
         yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
@@ -106,7 +114,11 @@ def run_sweep(
     progress: Callable[[int], Any] | None = None,
 ) -> SweepResult:
     """Evaluate every plan on every link over the outer product of `grid` (name, values) pairs.
-    `progress(points)` is called after each block with the grid points just done."""
+    `progress(points)` is called after each block with the grid points just done. Calibrated
+    (`--calibration`), each point also gets its own band width (`analyses.bands`), at the cost of
+    one more evaluation per fitted parameter."""
+    from shardwise.analyses.bands import calibrated, point_log_sd
+
     names = tuple(name for name, _ in grid)
     if len(set(names)) != len(names):
         raise ValueError("each variable may be varied once")
@@ -116,18 +128,24 @@ def run_sweep(
     rows_per_block = max(1, BLOCK_POINTS // max(1, int(np.prod(shape[1:]))))
     times: dict[tuple[str, str], np.ndarray] = {}
     fits: dict[tuple[str, str], np.ndarray] = {}
+    log_sd: dict[tuple[str, str], np.ndarray] = {}
     for link in exp.links:
         for plan in exp.plans:
             t_out, f_out = np.empty(shape), np.empty(shape, dtype=bool)
+            sd_out = np.empty(shape) if calibrated(exp) else None
             for start in range(0, shape[0], rows_per_block):
                 stop = min(shape[0], start + rows_per_block)
                 block = (axes[0][start:stop], *axes[1:])
-                mesh = np.meshgrid(*block, indexing="ij", sparse=True)
-                t, f = evaluate(exp, plan, link.link, dict(zip(names, mesh, strict=True)))
+                inputs = dict(zip(names, np.meshgrid(*block, indexing="ij", sparse=True), strict=True))
+                t, f = evaluate(exp, plan, link.link, inputs)
                 t_out[start:stop], f_out[start:stop] = t, f
+                if sd_out is not None:
+                    price = lambda e, p=plan, lk=link, i=inputs: evaluate(e, p, lk.link, i)[0]  # noqa: E731
+                    sd_out[start:stop] = point_log_sd(exp, price, np.broadcast_to(t, t_out[start:stop].shape))
                 if progress is not None:
                     progress((stop - start) * int(np.prod(shape[1:])))
             times[(link.label, plan.label)], fits[(link.label, plan.label)] = t_out, f_out
-    return SweepResult(
-        exp, names, axes, tuple(lk.label for lk in exp.links), tuple(p.label for p in exp.plans), times, fits
-    )
+            if sd_out is not None:
+                log_sd[(link.label, plan.label)] = sd_out
+    labels = tuple(lk.label for lk in exp.links), tuple(p.label for p in exp.plans)
+    return SweepResult(exp, names, axes, *labels, times, fits, log_sd)

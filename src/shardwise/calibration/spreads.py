@@ -15,6 +15,11 @@ UNCALIBRATED_LOG_SD = 0.072
 NOISE_LOG_SD = 0.060
 NOISE_PRIOR_RUNS = 4.0
 
+# The spread of the ratio of two layouts' times (one model on one cluster): the scatter of the
+# dev runs' errors inside their groups x sqrt(2) (a ratio has two runs' errors; a group's shared
+# bias cancels). `shardwise sensitivity` puts it around time(plan A) / time(plan B).
+PAIR_LOG_SD = 0.086
+
 # The serving model's spread: root mean square of ln(predicted / measured) over the 66 published
 # serving measurements of `shardwise validate inference` (TensorRT-LLM throughput, FasterTransformer
 # latencies). They are not split into dev and holdout (the serving constants were set on other

@@ -117,6 +117,8 @@ def sensitivity(
                     "one_at_a_time": {
                         link: {
                             "baseline_ratio": base,
+                            "baseline_interval": list(bars[0].band("base")) if bars else None,
+                            "interval": {"level": 0.8, "basis": _ratio_basis(exp)},
                             "bars": [
                                 {
                                     "input": b.variable,
@@ -124,6 +126,8 @@ def sensitivity(
                                     "high": b.high_value,
                                     "ratio_low": b.ratio_low,
                                     "ratio_high": b.ratio_high,
+                                    "ratio_low_interval": list(b.band("low")),
+                                    "ratio_high_interval": list(b.band("high")),
                                 }
                                 for b in bars
                             ],
@@ -217,9 +221,11 @@ def _print(
             table.add_row(*cells)
         out.print(table)
     for link, base, bars in tornadoes:
+        lo, hi = bars[0].band("base")
+        tie = " [bold]The interval includes 1: a tie at this confidence.[/]" if lo <= 1.0 <= hi else ""
         out.print(
-            f"\n{link}, batch {exp.batch}: time({plans[0]}) / time({plans[1]}) = {base:.3f}; each input "
-            f"/ {factor:g} and x {factor:g}, largest effect first"
+            f"\n{link}, batch {exp.batch}: time({plans[0]}) / time({plans[1]}) = {base:.3f} ({lo:.3f}-{hi:.3f}, "
+            f"80%; {_ratio_basis(exp)}).{tie} Each input / {factor:g} and x {factor:g}, largest effect first"
         )
         table = Table(header_style="bold")
         for col in ("input", "baseline", f"ratio at /{factor:g}", f"ratio at x{factor:g}"):
@@ -229,8 +235,8 @@ def _print(
             table.add_row(
                 SHORT_NAME.get(b.variable, b.variable),
                 f"{b.base_value * scale:g}{unit}",
-                _ratio_cell(b.ratio_low, b.fits_low),
-                _ratio_cell(b.ratio_high, b.fits_high),
+                _ratio_cell(b.ratio_low, b.fits_low, b.band("low")),
+                _ratio_cell(b.ratio_high, b.fits_high, b.band("high")),
             )
         out.print(table)
     cells = [
@@ -247,7 +253,16 @@ def _print(
         out.print(f"figure: {f}")
 
 
-def _ratio_cell(ratio: float, fits: bool) -> str:
+def _ratio_cell(ratio: float, fits: bool, band: tuple[float, float]) -> str:
     if ratio != ratio:  # NaN: a plan is invalid at the scaled input
         return "invalid"
-    return f"{ratio:.3f}" + ("" if fits else " *")
+    return f"{ratio:.3f} ({band[0]:.2f}-{band[1]:.2f})" + ("" if fits else " *")
+
+
+def _ratio_basis(exp: Any) -> str:
+    """Where the ratio's interval comes from (`analyses.bands.ratio_log_sd`)."""
+    from shardwise.analyses.bands import calibrated
+
+    if calibrated(exp):
+        return exp.spread_basis
+    return "uncalibrated: the spread of two layouts' ratio on public runs"

@@ -58,22 +58,31 @@ def tornado(base_ratio: float, bars: Sequence[Any], plans: Sequence[str], factor
         lo, hi = bar.ratio_low, bar.ratio_high
         ax.barh(y, lo - base_ratio, left=base_ratio, color="#6baed6", height=0.6)
         ax.barh(y, hi - base_ratio, left=base_ratio, color="#fd8d3c", height=0.6)
-        for value in (lo, hi):
+        for which, value in (("low", lo), ("high", hi)):  # each end's 80% interval, labelled outside it
+            if not np.isfinite(value):
+                continue
+            b_lo, b_hi = bar.band(which)
+            ax.errorbar(value, y, xerr=[[value - b_lo], [b_hi - value]], fmt="none", ecolor="#333", capsize=3, lw=0.8)
+            right = value >= base_ratio
             ax.annotate(
                 f"{value:.2f}",
-                (value, y),
-                xytext=(3 if value >= base_ratio else -3, 0),
+                (b_hi if right else b_lo, y),
+                xytext=(3 if right else -3, 0),
                 textcoords="offset points",
-                ha="left" if value >= base_ratio else "right",
+                ha="left" if right else "right",
                 va="center",
                 fontsize=8,
             )
     ax.set_yticks(ys, [SHORT_NAME.get(b.variable, b.variable) for b in bars])
     ax.axvline(base_ratio, color="black", lw=1)
+    if bars:  # the baseline ratio's 80% interval
+        b_lo, b_hi = bars[0].band("base")
+        ax.axvspan(b_lo, b_hi, color="gray", alpha=0.15, lw=0)
     ax.axvline(1.0, color="gray", ls="--", lw=1)
     ax.set_xscale("log", base=2)
-    lo = min([base_ratio, *(min(b.ratio_low, b.ratio_high) for b in bars)])
-    hi = max([base_ratio, *(max(b.ratio_low, b.ratio_high) for b in bars)])
+    lo = min([base_ratio, *(min(b.band("low")[0], b.band("high")[0]) for b in bars)])
+    hi = max([base_ratio, *(max(b.band("low")[1], b.band("high")[1]) for b in bars)])
+    ax.set_xlim(lo / 1.25, hi * 1.25)  # room for the labels outside the whiskers
     ticks = [t for t in (0.25, 0.33, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4, 6, 8) if lo / 1.3 <= t <= hi * 1.3]
     ax.set_xticks(ticks, [f"{t:g}" for t in ticks])
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
@@ -84,9 +93,13 @@ def tornado(base_ratio: float, bars: Sequence[Any], plans: Sequence[str], factor
         handles=[
             Patch(color="#6baed6", label=f"input / {factor:g}"),
             Patch(color="#fd8d3c", label=f"input x {factor:g}"),
+            Patch(color="gray", alpha=0.3, label="baseline's 80% interval (whiskers: each end's)"),
         ],
         fontsize=8,
-        loc="lower right",
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.7 / (0.8 * (0.55 * len(bars) + 1.8))),  # below the axis label
+        ncol=3,
+        frameon=False,
     )
     ax.set_title(f"{title}\nbaseline ratio {base_ratio:.2f} (black line)", fontsize=11, loc="left")
     ax.grid(True, axis="x", which="both", alpha=0.25)

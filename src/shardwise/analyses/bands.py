@@ -1,0 +1,69 @@
+"""Each point's own 80% band for the experiment analyses (crossover, sweep, sensitivity).
+
+- Uncalibrated: one relative width for every point, the experiment's `prediction_log_sd` (the
+  model's measured spread on public runs, `calibration.spreads`).
+- Calibrated: s = sqrt(sigma^2 + g^T Sigma_u g) x Student's t factor at each point, with
+  g = d ln t / d u there (`calibration.intervals.log_sd_from_gradient`): the series is priced
+  once more per fitted parameter, that parameter moved by one finite-difference step. A point far
+  from the calibration runs (more servers, another GPU count) gets a wider band.
+- A ratio of two plans' times (sensitivity): both plans share the calibration, so the parameter
+  part uses the difference of their gradients, (g_a - g_b)^T Sigma_u (g_a - g_b), and the
+  residual part is each plan's own residual, 2 sigma^2; uncalibrated, the model's measured spread
+  of the ratio of two layouts of one model on one cluster (`calibration.spreads.PAIR_LOG_SD`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import numpy as np
+
+from shardwise.specs.experiment import Experiment
+
+Price = Callable[[Experiment], np.ndarray]  # the experiment -> the series' times (any shape)
+
+
+def calibrated(exp: Experiment) -> bool:
+    fitted = exp.calibration_fit
+    return fitted is not None and bool(fitted.fitted)
+
+
+def log_gradient(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
+    """d ln t / d u for each fitted parameter (last axis), by one finite step each."""
+    from shardwise.calibration.fit import fd_step
+    from shardwise.calibration.parameters import BY_NAME
+
+    base = dict(exp.calibration)
+    grads = []
+    for name in exp.calibration_fit.fitted:
+        p = BY_NAME[name]
+        step = fd_step(name)
+        moved = {**base, name: float(p.value(p.u(base[name]) + step))}
+        tj = price(replace(exp, calibration=tuple(sorted(moved.items()))))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            grads.append((np.log(tj) - np.log(t)) / step)
+    return np.stack(grads, axis=-1)
+
+
+def point_log_sd(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
+    """Each point's 80% band width in log space (see the module docstring)."""
+    if not calibrated(exp):
+        return np.full(np.shape(t), exp.prediction_log_sd)
+    from shardwise.calibration.intervals import log_sd_from_gradient
+
+    return log_sd_from_gradient(log_gradient(exp, price, t), exp.calibration_fit)
+
+
+def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
+    """The 80% band width (log) of time_a / time_b at each point (see the module docstring)."""
+    if not calibrated(exp):
+        from shardwise.calibration.spreads import PAIR_LOG_SD
+
+        return np.full(np.shape(ta), PAIR_LOG_SD)
+    from shardwise.calibration.intervals import t_factor
+
+    fitted = exp.calibration_fit
+    g = log_gradient(exp, price_a, ta) - log_gradient(exp, price_b, tb)
+    var = 2 * fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
+    return np.sqrt(var) * t_factor(fitted.dof)
