@@ -268,6 +268,11 @@ def test_a_megatron_log_is_a_run():
         from_rows([(parse_log(MEGATRON_LOG, {"system": "dgx-h100", "model": "llama3-70b"}, "run.log"), "run.log")])
     with pytest.raises(SpecError, match="--set system="):
         parse_log(MEGATRON_LOG, {"model": "llama3-8b"}, "run.log")
+    # Megatron-Core's FP8 recipe names the scaling: block-scaled MXFP8 is its own precision
+    fp8 = MEGATRON_LOG.replace("  fp8 ............................................. None", "  fp8 ... e4m3")
+    assert parse_log(fp8, {"system": "dgx-h100", "model": "llama3-8b"}, "run.log")["precision"] == "fp8"
+    mx = fp8.replace("  fp8 ... e4m3", "  fp8 ... e4m3\n  fp8_recipe ... mxfp8")
+    assert parse_log(mx, {"system": "dgx-b200", "model": "llama3-8b"}, "run.log")["precision"] == "mxfp8"
 
 
 def test_torchtitan_and_deepspeed_logs_are_runs():

@@ -305,3 +305,60 @@ def test_serving_memory_is_set_by_the_stage_that_fills_first():
     even = memory_per_gpu(Scenario(model, cluster, Plan(pp=4, dp=2, global_batch=2)), wl)
     skew = memory_per_gpu(Scenario(model, cluster, Plan(pp=4, dp=2, global_batch=2, stage_layers=(2, 14, 8, 8))), wl)
     assert float(skew[1]) == pytest.approx(float(even[1]) * 14 / 8)  # the 14-layer stage's KV cache binds
+
+
+def test_mxfp8_is_block_scaled_fp8_on_blackwell_only(cli):
+    """MXFP8 runs FP8 GEMMs at TE's measured block-scaled speed, quantises with its scales, and is
+    refused (one line, exit 2) on a GPU whose tensor cores have no block scaling."""
+    from shardwise.physics.compute import MXFP8_CAST_BYTES_PER_ELEMENT
+    from shardwise.specs.hardware import MXFP8_GEMM_RELATIVE
+
+    system = presets.system("gb300-nvl72")
+    cluster = system.with_(nodes=1, gpus_per_node=8)
+    model = presets.model("llama3-8b")
+    times = {}
+    for precision in ("bf16", "fp8", "mxfp8"):
+        plan = Plan(tp=1, pp=1, dp=8, global_batch=64, micro_batch=2, precision=precision)
+        times[precision] = estimate_training_step(Scenario(model, cluster, plan))
+    assert times["fp8"].step_time_s < times["mxfp8"].step_time_s < times["bf16"].step_time_s
+    # the compute slows by at most the GEMM factor plus the scales' extra bytes
+    ratio = float(times["mxfp8"].breakdown.compute_s / times["fp8"].breakdown.compute_s)
+    assert 1.0 < ratio < 1.0 / MXFP8_GEMM_RELATIVE * MXFP8_CAST_BYTES_PER_ELEMENT / 4.0
+    args = ["predict", "--model", "llama3-8b", "--global-batch", "144", "--precision", "mxfp8"]
+    code, out, err = cli([*args, "--system", "gb300-nvl72", "--nodes", "1", "--json"])
+    assert code == 0, err
+    assert "mxfp8" in out
+    code, _, err = cli([*args, "--system", "dgx-h100"])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "mxfp8 (block-scaled FP8) needs Blackwell tensor cores" in err
+
+
+def test_fp8_weights_are_cast_once_per_step():
+    """FP8 training casts every local weight once per step (both layouts), whatever the number of
+    micro-batches: the optimizer step grows by that cast, the per-micro-batch work does not."""
+    from shardwise.engines.training import optimizer_time_s
+    from shardwise.physics.compute import FP8_CAST_BYTES_PER_ELEMENT
+
+    cluster = presets.system("dgx-h100").with_(nodes=1)
+    model = presets.model("llama3-8b")
+    n = 8e9
+    gpu = cluster.gpu
+    plans = {p: Plan(dp=8, global_batch=8, precision=p) for p in ("bf16", "fp8")}
+    one = {p: optimizer_time_s(Scenario(model, cluster, plan), n) for p, plan in plans.items()}
+    cast = FP8_CAST_BYTES_PER_ELEMENT * n / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    assert float(one["fp8"] - one["bf16"]) == pytest.approx(cast + gpu.kernel_launch_s, rel=1e-9)
+
+
+def test_rows_published_under_two_layouts_count_once():
+    """A number published twice (once beside its table's layout, once under the overview line's)
+    is one run; rows whose layout the source contradicts are skipped with the reason."""
+    from shardwise.analyses import public_validation as pv
+
+    rows = {r["id"]: r for r in pv.raw_rows()}
+    assert pv.skip_reason(rows["PUB-0732"]).startswith("published twice")
+    assert pv.skip_reason(rows["PUB-0643"]) == ""  # the table's own layout is kept
+    assert pv.skip_reason(rows["PUB-0167"]) == "published layout contradicted by its source"
+    twice = pv._published_twice()
+    for dup in twice:
+        kept = twice[dup].split()[4].rstrip(",")
+        assert rows[kept]["measured"] == rows[dup]["measured"] and "Overview" in rows[dup]["locator"]

@@ -69,7 +69,14 @@ def megatron(scn: Scenario) -> str:
         args.append("--no-overlap-p2p-communication")
     if Schedule(int(p.schedule)) in (Schedule.GPIPE, Schedule.ZB_H1):
         args.append(f"# schedule {Schedule(int(p.schedule)).label}: not a Megatron-LM schedule; it runs 1F1B")
-    args.append({"bf16": "--bf16", "fp16": "--fp16", "fp8": "--bf16 --fp8-format hybrid"}[p.precision])
+    args.append(
+        {
+            "bf16": "--bf16",
+            "fp16": "--fp16",
+            "fp8": "--bf16 --fp8-format hybrid",
+            "mxfp8": "--bf16 --fp8-format e4m3 --fp8-recipe mxfp8",
+        }[p.precision]
+    )
     if not bool(p.flash_attention):
         args.append("--attention-backend unfused")
     args += [
@@ -140,6 +147,8 @@ def torchtitan(scn: Scenario) -> str:
         args.append(f"# ZeRO-{z}: FSDP2 shards parameters too (ZeRO-3); the shard degree above is FSDP's")
     if p.precision == "fp8":
         args.append("# FP8: enable the float8 model converter in the config")
+    if p.precision == "mxfp8":
+        args.append("# MXFP8: enable the mx model converter in the config (Blackwell)")
     launch = f"NGPU={_i(c.gpus_per_node)} torchrun --nnodes {_i(c.nodes)} -m torchtitan.train"
     return _command(launch, args)
 
@@ -152,7 +161,7 @@ def deepspeed(scn: Scenario) -> str:
         "train_micro_batch_size_per_gpu": _i(p.micro_batch),
         "gradient_accumulation_steps": _i(p.num_micro_batches),
         "zero_optimization": {"stage": min(_i(p.zero_stage), 1 if _i(p.pp) > 1 else 3), "overlap_comm": True},
-        "bf16": {"enabled": p.precision in ("bf16", "fp8")},
+        "bf16": {"enabled": p.precision in ("bf16", "fp8", "mxfp8")},
         "fp16": {"enabled": p.precision == "fp16"},
     }
     args = [

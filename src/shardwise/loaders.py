@@ -58,6 +58,13 @@ def whole(value: Any) -> int:
     return int(x)
 
 
+def yes_no(value: Any) -> bool:
+    """A YAML boolean (true/false); anything else is refused."""
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not true or false")
+    return value
+
+
 _GPU_FIELDS = {
     "peak_16bit": ("peak_flops_per_s_16bit", units.parse_flops_per_s),
     "peak_fp8": ("peak_flops_per_s_fp8", units.parse_flops_per_s),
@@ -68,6 +75,7 @@ _GPU_FIELDS = {
     "kernel_launch": ("kernel_launch_s", units.parse_seconds),
     "matmul_efficiency_fp8": ("matmul_efficiency_fp8", real),
     "sm_count": ("sm_count", whole),
+    "mxfp8": ("mxfp8", yes_no),
 }
 _LINK_FIELDS = {
     "bandwidth": ("bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),

@@ -15,6 +15,7 @@ from shardwise.analyses.experiment import VARIABLES
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Link, Plan, Scenario
 from shardwise.specs.experiment import Experiment, PlanSpec
+from shardwise.specs.hardware import is_fp8
 from shardwise.specs.stages import stage_split
 
 
@@ -100,7 +101,7 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     ints = {k: np.asarray(x[k]).astype(int) for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "seq_len")}
     model = exp.model.with_(**ints)
     link = link.with_(bandwidth_bytes_per_s=x["bandwidth"], latency_s=x["latency"])
-    peak = "peak_flops_per_s_fp8" if kwargs.get("precision") == "fp8" else "peak_flops_per_s_16bit"
+    peak = "peak_flops_per_s_fp8" if is_fp8(kwargs.get("precision", "bf16")) else "peak_flops_per_s_16bit"
     gpu = exp.gpu.with_(**{peak: x["peak_flops"], "memory_bandwidth_bytes_per_s": x["hbm_bandwidth"]})
     cluster = _cluster(exp.with_(gpu=gpu), link, np.asarray(x["gpus"]).astype(int))
     as_int = {k: np.asarray(x[k]).astype(int) for k in ("tp", "pp", "dp", "batch")}
@@ -160,7 +161,7 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
         "gpus": exp.gpus,
         "bandwidth": link.bandwidth_bytes_per_s,
         "latency": link.latency_s,
-        "peak_flops": exp.gpu.peak_flops_per_s("fp8" if exp.plan_defaults.get("precision") == "fp8" else "bf16"),
+        "peak_flops": exp.gpu.peak_flops_per_s(exp.plan_defaults.get("precision") or "bf16"),
         "hbm_bandwidth": exp.gpu.memory_bandwidth_bytes_per_s,
     }
     for name, values in grid.items():

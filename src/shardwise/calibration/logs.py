@@ -112,7 +112,7 @@ def _megatron(text: str, where: str) -> dict[str, str]:
         if value is not None and value != "None":
             row[column] = value
     if row.pop("_fp8", "False") not in ("False", "None", "false", ""):  # e.g. 'hybrid' or 'e4m3'
-        row["precision"] = "fp8"
+        row["precision"] = "mxfp8" if args.get("fp8_recipe") == "mxfp8" else "fp8"  # Megatron-Core's recipe
     if "_distributed_optimizer" in row:
         row["zero"] = "1" if row.pop("_distributed_optimizer") == "True" else "0"
     per_stage = row.pop("_layers_per_virtual_stage", None)

@@ -255,7 +255,6 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
     recompute = found[1] if found else recompute
     precision = (row.get("precision") or "bf16").lower()
-    precision = "fp8" if precision in ("fp8", "mxfp8") else precision
     sp_text = (row.get("sequence_parallel") or "").lower()
     if sp_text not in ("", "true", "false", "yes", "no", "on", "off", "1", "0"):
         raise SpecError(f"{where}: sequence_parallel: {sp_text!r} is not allowed; use yes or no")

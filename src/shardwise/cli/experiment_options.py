@@ -116,7 +116,13 @@ experiment_options = _stack(
     ),
     click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
     click.option("--flash-attention/--no-flash-attention", default=True, show_default=True),
-    click.option("--precision", type=click.Choice(["bf16", "fp16", "fp8"]), default="bf16", show_default=True),
+    click.option(
+        "--precision",
+        type=click.Choice(["bf16", "fp16", "fp8", "mxfp8"]),
+        default="bf16",
+        show_default=True,
+        help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell).",
+    ),
     click.option(
         "--framework",
         default="megatron-core",

@@ -194,10 +194,10 @@ execution_options = _stack(
     ),
     click.option(
         "--precision",
-        type=click.Choice(["bf16", "fp16", "fp8"]),
+        type=click.Choice(["bf16", "fp16", "fp8", "mxfp8"]),
         default="bf16",
         show_default=True,
-        help="Compute precision.",
+        help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell).",
     ),
     click.option(
         "--flash-attention/--no-flash-attention",

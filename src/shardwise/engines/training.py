@@ -42,12 +42,13 @@ from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.compute import memory_s
+from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.topology import placement
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_fp8
 from shardwise.specs.stages import StageSplit, plan_split
 
 # Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
@@ -284,11 +285,17 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
 
 
 def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
-    """The Adam update of `n_params` parameters (divided by dp under ZeRO >= 1) at HBM speed."""
+    """The Adam update of `n_params` parameters (divided by dp under ZeRO >= 1) at HBM speed; in
+    FP8 training also the once-per-step cast of every local weight to FP8 in both layouts
+    (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest."""
     plan = scn.plan
     shards = np.asarray(plan.dp) * np.asarray(plan.cp)  # the distributed optimizer shards over dp x cp
     local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, shards, 1)
-    return memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, scn.cluster.gpu, kernels=OPTIMIZER_KERNELS)
+    gpu = scn.cluster.gpu
+    update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
+    if not is_fp8(plan.precision):
+        return update
+    return update + memory_s(cast_bytes_per_element(plan.precision) * n_params, gpu)
 
 
 def masked_attention_flops_per_step(scn: Scenario) -> Number:

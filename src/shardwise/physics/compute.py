@@ -28,6 +28,7 @@ from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_g
 from shardwise.physics.gemm import gemm_time_s
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_fp8
 
 # dX and dW per forward GEMM: the backward is twice the forward's FLOPs (Narayanan et al. 2021
 # Eq. 3 and Sec. 5.1); used for unfused attention's batched products.
@@ -72,7 +73,7 @@ def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
 def attention_precision(precision: str) -> str:
     """Attention runs in 16 bits when training in FP8 (Transformer Engine's FP8 recipes cast the
     linear layers' inputs; its fused attention stays BF16 unless FP8 attention is asked for)."""
-    return "bf16" if precision == "fp8" else precision
+    return "bf16" if is_fp8(precision) else precision
 
 
 @dataclass(frozen=True)
@@ -133,9 +134,19 @@ class LayerTimes:
 
 # FP8 (Transformer Engine, per-tensor scaling): each linear layer's input is cast to FP8 and
 # transposed for the weight gradient (read 2 bytes, write 1 + 1) in the forward pass, and each
-# output gradient likewise in the backward pass. Weights are cast once per step (cached across
-# micro-batches), which is left out.
+# output gradient likewise in the backward pass. MXFP8 quantises the row-wise and column-wise
+# copies each with its own scales, one byte per 32 elements (TE's MXFP8 docs: the two copies
+# "must be quantized independently from the full-precision data"): 2 x 1/32 more bytes. Weights
+# are cast once per step (cached across micro-batches): `engines.training.optimizer_time_s`.
 FP8_CAST_BYTES_PER_ELEMENT = 4.0
+MXFP8_CAST_BYTES_PER_ELEMENT = 4.0 + 2.0 / 32.0
+
+
+def cast_bytes_per_element(precision: str) -> float:
+    """Bytes moved to quantise one 16-bit element to FP8 in both layouts (0 outside FP8)."""
+    return {"fp8": FP8_CAST_BYTES_PER_ELEMENT, "mxfp8": MXFP8_CAST_BYTES_PER_ELEMENT}.get(precision, 0.0)
+
+
 # Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
 # accumulation fusion, `fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32` in
 # megatron/core/tensor_parallel/layers.py): 4 bytes read + 4 written per weight; without it the
@@ -148,7 +159,7 @@ UNFUSED_ACCUMULATE_BYTES = 10.0
 def linear_times(g: Gemm, gpu: Gpu, precision: str, fused_accumulation: Number = True) -> GemmTimes:
     """Forward, input-gradient and weight-gradient GEMMs of one linear layer."""
     fused = np.asarray(fused_accumulation, dtype=bool)
-    if precision == "fp8":  # operands read as 1-byte FP8, outputs in 16 bits
+    if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
         g = g._replace(a_bytes=1.0, b_bytes=1.0)
     fwd = gemm_s(g, gpu, precision)
     dx = gemm_s(input_gradient(g), gpu, precision)
@@ -181,11 +192,12 @@ def layer_times(
         flash, FLASH_BACKWARD_RATIO * fused, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
     cast_f = cast_b = 0.0
-    if precision == "fp8":
+    if is_fp8(precision):
         inputs = sum(g.m * g.k * g.batch for g in fwd.gemms)
         outputs = sum(g.m * g.n * g.batch for g in fwd.gemms)
-        cast_f = memory_s(FP8_CAST_BYTES_PER_ELEMENT * inputs, gpu, kernels=len(fwd.gemms))
-        cast_b = memory_s(FP8_CAST_BYTES_PER_ELEMENT * outputs, gpu, kernels=len(fwd.gemms))
+        per_element = cast_bytes_per_element(precision)
+        cast_f = memory_s(per_element * inputs, gpu, kernels=len(fwd.gemms))
+        cast_b = memory_s(per_element * outputs, gpu, kernels=len(fwd.gemms))
     return LayerTimes(
         qkv=qkv,
         proj=proj,

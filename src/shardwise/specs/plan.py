@@ -133,8 +133,8 @@ class Plan:
             if zero_ok and np.ndim(zero) > 0:
                 bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
             raise SpecError(f"plan: zero_stage {chk._short(bad)} is not allowed; choose 0, 1, 2 or 3")
-        if not isinstance(self.precision, str) or self.precision not in ("bf16", "fp16", "fp8"):
-            raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16 or fp8")
+        if not isinstance(self.precision, str) or self.precision not in ("bf16", "fp16", "fp8", "mxfp8"):
+            raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8")
         if not isinstance(self.framework, str):
             raise SpecError(f"plan: framework {self.framework!r} is not allowed; give a framework preset's name")
         for name in BOOLEAN_FIELDS:
