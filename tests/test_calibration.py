@@ -15,6 +15,7 @@ from shardwise.calibration import store
 from shardwise.calibration.intervals import spread
 from shardwise.calibration.parameters import BY_NAME, apply
 from shardwise.calibration.runs import parse_runs
+from shardwise.calibration.spreads import Z80
 from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
@@ -386,12 +387,21 @@ def test_calibrate_protects_its_inputs_and_refuses_absurd_runs(cli, tmp_path: Pa
 
 
 def test_a_calibration_that_fits_nothing_keeps_the_uncalibrated_width():
-    from shardwise.calibration.spreads import UNCALIBRATED_LOG_SD
+    from shardwise.calibration.spreads import uncalibrated_log_sd
 
     scns, _, measured = synthetic(noise=0.02)
     nothing = fitting.fit(scns[:3], measured[:3], max_parameters=0)
     assert nothing.fitted == ()
-    assert np.allclose(spread(scns[:2], nothing).log_sd, UNCALIBRATED_LOG_SD)
+    assert np.allclose(spread(scns[:2], nothing).log_sd, uncalibrated_log_sd(scns[0].cluster.gpu.name))
+
+
+def test_the_uncalibrated_interval_widens_where_the_gpu_efficiency_rests_on_few_runs():
+    from shardwise.calibration.spreads import UNCALIBRATED_LOG_SD, uncalibrated_log_sd
+
+    h100, gb300, b200, a100 = (
+        uncalibrated_log_sd(g) for g in ("h100-sxm5-80gb", "gb300", "b200-sxm-180gb", "a100-sxm4-80gb")
+    )
+    assert UNCALIBRATED_LOG_SD < h100 < gb300 < a100 < b200  # 17 dev groups, 4, none, another system's
 
 
 def test_runs_far_from_the_prior_widen_it():
@@ -466,3 +476,36 @@ def test_sensitivity_ratios_carry_intervals(cli, tmp_path: Path):
     assert len(widths) > 2  # calibrated: each ratio its own width (the two plans' gradients differ)
     code, out, _ = cli([*args, "--calibration", str(cal)])
     assert "80%; calibration" in " ".join(out.split())
+
+
+def test_the_uncalibrated_spreads_are_the_dev_splits():
+    """calibration/spreads.py holds what tools/calibration_spread.py measures on the dev split
+    (the uncalibrated part; the calibrated residual needs a fit per stack and is left to the tool)."""
+    from collections import defaultdict
+
+    from shardwise.analyses import calibration_validation as cv
+    from shardwise.calibration import spreads
+
+    dev = [r for r in cv.public_runs() if r.split == "dev"]
+    t = fitting.Evaluator([r.scenario for r in dev]).step_s({})[0]
+    e = np.log(t / np.array([r.measured_step_s for r in dev]))
+    assert float(np.sqrt(np.mean(e**2))) == pytest.approx(spreads.UNCALIBRATED_LOG_SD, abs=0.001)
+    per_gpu: dict[str, set[str]] = defaultdict(set)
+    for r in dev:
+        per_gpu[r.scenario.cluster.gpu.name].add(r.group)
+    assert {gpu: len(g) for gpu, g in per_gpu.items()} == spreads.FITTED_GROUPS
+
+
+def test_leave_one_out_without_refitting_matches_refitting():
+    """`fit.leave_one_out` (the full fit linearised: PRESS residuals, Sherman-Morrison variances)
+    gives what refitting without each run gives."""
+    scns, _, measured = synthetic(noise=0.04, seed=3)
+    scns, measured = scns[::3][:8], measured[::3][:8]
+    full = fitting.fit(scns, measured)
+    loo, sd = fitting.leave_one_out(scns, measured, full)
+    for i in range(len(scns)):
+        rest = [j for j in range(len(scns)) if j != i]
+        refit = fitting.fit([scns[j] for j in rest], measured[rest], only=full.fitted)
+        t, _, high = fitting.predict_interval(refit, [scns[i]])
+        assert loo[i] == pytest.approx(np.log(t[0] / measured[i]), abs=0.002)
+        assert sd[i] == pytest.approx(np.log(high[0] / t[0]) / Z80, rel=0.05)

@@ -9,6 +9,9 @@ split (dev or holdout, made before anything was fitted; see `public_validation`)
   calibrate on them, predict the stack's other runs: mean absolute percentage error and interval
   coverage (the share of measured values inside the predicted 80% interval), against k = 0 (the
   uncalibrated model with its default interval);
+- leave one out: calibrate on all of a stack's runs but one and predict that one, for each run
+  (`calibration.fit.leave_one_out`: the full fit linearised, no refit per run; a test checks it
+  against refitting);
 - other layouts: within each group (one model, system, GPU count and sequence length) with two
   or more distinct layouts, calibrate on one layout and predict the others, for each choice of
   that layout: the error before and after.
@@ -169,6 +172,26 @@ def learning_curves(
     return points
 
 
+LOO = -1  # the `k` of a leave-one-out point (calibrated on all of the stack's runs but one)
+
+
+def leave_one_out(runs: list[PublicRun], split: str, progress=None) -> list[CurvePoint]:
+    """Each stack's runs, each predicted by a calibration on all the stack's other runs."""
+    from shardwise.calibration.fit import fit
+    from shardwise.calibration.fit import leave_one_out as loo
+    from shardwise.calibration.spreads import Z80
+
+    points = []
+    for stack, members in _by_stack(runs, split).items():
+        scns, measured = [r.scenario for r in members], np.array([r.measured_step_s for r in members])
+        err, sd = loo(scns, measured, fit(scns, measured))
+        mape, inside = float(np.mean(np.abs(np.expm1(err)))), float(np.mean(np.abs(err) <= Z80 * sd))
+        points.append(CurvePoint(stack, split, LOO, len(members), len(members), mape, inside))
+        if progress:
+            progress()
+    return points
+
+
 def layout_transfer(runs: list[PublicRun], split: str, progress=None) -> list[LayoutTransfer]:
     """Calibrate on one layout of a group, predict the group's other layouts."""
     from shardwise.calibration.fit import fit
@@ -208,6 +231,7 @@ class Spreads:
     within_group: float  # scatter of the runs inside a group (one model, system, GPU count)
     between_groups: float  # spread of the groups' mean error beyond the scatter inside them
     calibrated_residual: float  # dev stacks calibrated on all their runs, pooled, dof-corrected
+    groups_per_gpu: dict[str, int]  # dev groups on each GPU
 
 
 def dev_spreads(runs: list[PublicRun]) -> Spreads:
@@ -232,4 +256,9 @@ def dev_spreads(runs: list[PublicRun]) -> Spreads:
         sq += float(np.sum(f.after_log_error**2))
         dof += len(members) - len(f.fitted)
     rms = float(np.sqrt(np.mean(e**2)))
-    return Spreads(len(dev), rms, len(groups), float(np.sqrt(within_var)), between, float(np.sqrt(sq / dof)))
+    per_gpu: dict[str, set[str]] = defaultdict(set)
+    for r in dev:
+        per_gpu[r.scenario.cluster.gpu.name].add(r.group)
+    counts = {gpu: len(g) for gpu, g in sorted(per_gpu.items())}
+    within = float(np.sqrt(within_var))
+    return Spreads(len(dev), rms, len(groups), within, between, float(np.sqrt(sq / dof)), counts)

@@ -6,7 +6,9 @@
   e.g. more servers when only one was measured, gets a wider interval), Sigma_u the parameters'
   posterior covariance and sigma the calibration's residual spread (`calibration.fit`).
 - Without one: the uncalibrated model's measured spread on the public runs' dev split,
-  `fit.UNCALIBRATED_LOG_SD`, the same relative width for every prediction.
+  `spreads.uncalibrated_log_sd` (wider for a GPU whose sustained efficiency rests on few runs or
+  was taken from another system), the same relative width for every prediction on one GPU;
+  serving cases the serving model's spread, `spreads.SERVING_LOG_SD`.
 
 The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
 """
@@ -25,7 +27,7 @@ from shardwise.calibration.fit import (
     ServingCase,
     log_step_and_gradient,
 )
-from shardwise.calibration.spreads import SERVING_LOG_SD, UNCALIBRATED_LOG_SD, Z80
+from shardwise.calibration.spreads import SERVING_LOG_SD, Z80, uncalibrated_log_sd
 
 LEVEL = 0.8
 
@@ -49,7 +51,10 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
         if fitted is not None:
             what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
-        sd = [SERVING_LOG_SD if isinstance(c, ServingCase) else UNCALIBRATED_LOG_SD for c in calibrated]
+        sd = [
+            SERVING_LOG_SD if isinstance(c, ServingCase) else uncalibrated_log_sd(c.cluster.gpu.name)
+            for c in calibrated
+        ]
         return Spread(np.array(sd, dtype=float), what)
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)

@@ -7,21 +7,50 @@ Z80 = 1.2815515655446004  # the normal quantile of 90%: an 80% two-sided interva
 
 # The uncalibrated model's spread: root mean square of ln(predicted / measured) over the dev runs
 # (bias included: an uncalibrated prediction's interval must cover it).
-UNCALIBRATED_LOG_SD = 0.072
+UNCALIBRATED_LOG_SD = 0.067
+
+# The dev rows also set each GPU's sustained matmul efficiency (`tools/fit_efficiency.py`), so
+# their spread leaves out how far that fitted value may be from the truth. A group's mean error
+# strays by BETWEEN_GROUPS_LOG_SD beyond its runs' scatter; a GPU fitted on n dev groups carries
+# BETWEEN_GROUPS_LOG_SD / sqrt(n) of it, and a GPU that took another's value (the same silicon in
+# another system: H200 from H100, B200 from GB200) or was not fitted on these runs at all (A100's
+# comes from Korthikanti et al. 2022 Table 4, the others' from microbenchmarks) one whole more.
+BETWEEN_GROUPS_LOG_SD = 0.049
+FITTED_GROUPS = {"h100-sxm5-80gb": 17, "gb200": 7, "gb300": 4}  # dev groups per fitted GPU
+FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, same silicon"
+    "h200-sxm-141gb": "h100-sxm5-80gb",
+    "h800-sxm5-80gb": "h100-sxm5-80gb",
+    "b200-sxm-180gb": "gb200",
+    "b300-sxm-270gb": "gb300",
+}
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
 # dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
 # fits used. A calibration's own spread has a prior centred here, worth NOISE_PRIOR_RUNS runs.
-NOISE_LOG_SD = 0.060
+NOISE_LOG_SD = 0.050
 NOISE_PRIOR_RUNS = 4.0
 
 # The spread of the ratio of two layouts' times (one model on one cluster): the scatter of the
 # dev runs' errors inside their groups x sqrt(2) (a ratio has two runs' errors; a group's shared
 # bias cancels). `shardwise sensitivity` puts it around time(plan A) / time(plan B).
-PAIR_LOG_SD = 0.086
+PAIR_LOG_SD = 0.066
 
 # The serving model's spread: root mean square of ln(predicted / measured) over the 66 published
 # serving measurements of `shardwise validate inference` (TensorRT-LLM throughput, FasterTransformer
 # latencies). They are not split into dev and holdout (the serving constants were set on other
 # data: datasheets and microbenchmarks), so this is the model's spread on every row it can price.
 SERVING_LOG_SD = 0.104
+
+
+def uncalibrated_log_sd(gpu_name: str) -> float:
+    """The uncalibrated 80% interval's log-space spread for a training step on `gpu_name`:
+    UNCALIBRATED_LOG_SD widened by the uncertainty of that GPU's sustained efficiency (above)."""
+    from math import sqrt
+
+    own = FITTED_GROUPS.get(gpu_name)
+    if own is not None:
+        extra = BETWEEN_GROUPS_LOG_SD**2 / own
+    else:
+        parent = FITTED_GROUPS.get(FITTED_FROM.get(gpu_name, ""))
+        extra = BETWEEN_GROUPS_LOG_SD**2 * (1.0 + (1.0 / parent if parent else 0.0))
+    return sqrt(UNCALIBRATED_LOG_SD**2 + extra)

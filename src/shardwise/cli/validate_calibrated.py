@@ -35,6 +35,7 @@ def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int)
         step = lambda: bar.advance(task, 1)  # noqa: E731
         for split in SPLITS:
             curves += cv.learning_curves(runs, split, draws=draws, progress=step)
+            curves += cv.leave_one_out(runs, split, progress=step)
             if split != "serving":  # a serving group varies the workload, not the layout
                 transfer += cv.layout_transfer(runs, split, progress=step)
     spreads = cv.dev_spreads([r for r in runs if r.split == "dev"])
@@ -45,7 +46,7 @@ def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int)
                 "coverage80": float(np.mean([p.coverage80 for p in curves if p.split == split and p.k == k])),
                 "stacks": sum(1 for p in curves if p.split == split and p.k == k),
             }
-            for k in (0, *cv.KS)
+            for k in (0, *cv.KS, cv.LOO)
             if any(p.split == split and p.k == k for p in curves)
         }
         for split in SPLITS
@@ -89,10 +90,17 @@ def _fits(cv: Any, runs: list[Any], split: str, draws: int) -> int:
 
     n = 0
     for members in cv._by_stack(runs, split).values():
-        n += sum(draws for k in cv.KS if k <= len(members) - 2)
+        n += 1 + sum(draws for k in cv.KS if k <= len(members) - 2)  # the draws, then leave-one-out
         groups = Counter(r.group for r in members)
         n += sum(c for c in groups.values() if c >= 2) if split != "serving" else 0
     return n
+
+
+COLUMNS = (0, 1, 2, 4, 8, -1)  # uncalibrated, k runs (calibration_validation.KS), leave one out (LOO)
+
+
+def _header(k: int) -> str:
+    return {0: "uncalibrated", -1: "all but one"}.get(k, f"k={k}")
 
 
 def _cell(p: Any) -> str:
@@ -102,31 +110,30 @@ def _cell(p: Any) -> str:
 def _tables(curves: list[Any], transfer: list[Any], summary: dict[str, Any], draws: int) -> None:
     from rich.table import Table
 
-    from shardwise.analyses.calibration_validation import KS
     from shardwise.cli.render import console
 
     out = console()
     for split in SPLITS:
         table = Table(
             title=f"{TITLES[split]}: mean absolute error of the runs left out (share inside the 80% interval), "
-            f"calibrated on k runs of the same stack ({draws} random draws each)",
+            f"calibrated on k runs of the same stack ({draws} random draws each) or on all but the one predicted",
             title_justify="left",
             header_style="bold",
         )
         table.add_column("stack (source / system)")
         table.add_column("runs", justify="right")
-        for k in (0, *KS):
-            table.add_column("uncalibrated" if k == 0 else f"k={k}", justify="right")
+        for k in COLUMNS:
+            table.add_column(_header(k), justify="right")
         stacks = list(dict.fromkeys(p.stack for p in curves if p.split == split))
         for s in stacks:
             pts = {p.k: p for p in curves if p.split == split and p.stack == s}
             runs = next(iter(pts.values())).runs
-            table.add_row(s, str(runs), *(_cell(pts[k]) if k in pts else "" for k in (0, *KS)))
+            table.add_row(s, str(runs), *(_cell(pts[k]) if k in pts else "" for k in COLUMNS))
         row = summary[split]
         table.add_row(
             "[bold]mean over stacks[/]",
             "",
-            *(f"{row[k]['mape']:.1%} ({row[k]['coverage80']:.0%})" if k in row else "" for k in (0, *KS)),
+            *(f"{row[k]['mape']:.1%} ({row[k]['coverage80']:.0%})" if k in row else "" for k in COLUMNS),
         )
         out.print(table)
     table = Table(
@@ -147,22 +154,20 @@ def _tables(curves: list[Any], transfer: list[Any], summary: dict[str, Any], dra
 
 
 def _markdown(curves: list[Any], transfer: list[Any], summary: dict[str, Any], draws: int) -> None:
-    from shardwise.analyses.calibration_validation import KS
-
     for split in SPLITS:
         click.echo(f"\n{TITLES[split]}, {draws} random draws per k:")
         click.echo("MAPE of the runs left out (share inside the 80% interval)")
         click.echo()
-        click.echo("| stack | runs | uncalibrated | " + " | ".join(f"k={k}" for k in KS) + " |")
-        click.echo("|---|---:|" + "---:|" * (len(KS) + 1))
+        click.echo("| stack | runs | " + " | ".join(_header(k) for k in COLUMNS) + " |")
+        click.echo("|---|---:|" + "---:|" * len(COLUMNS))
         for s in dict.fromkeys(p.stack for p in curves if p.split == split):
             pts = {p.k: p for p in curves if p.split == split and p.stack == s}
             runs = next(iter(pts.values())).runs
-            cells = " | ".join(_cell(pts[k]) if k in pts else "" for k in (0, *KS))
+            cells = " | ".join(_cell(pts[k]) if k in pts else "" for k in COLUMNS)
             click.echo(f"| {s} | {runs} | {cells} |")
         row = summary[split]
         cells = " | ".join(
-            f"**{row[k]['mape']:.1%} ({row[k]['coverage80']:.0%})**" if k in row else "" for k in (0, *KS)
+            f"**{row[k]['mape']:.1%} ({row[k]['coverage80']:.0%})**" if k in row else "" for k in COLUMNS
         )
         click.echo(f"| **mean over stacks** | | {cells} |")
     click.echo("\n| split | stack | pairs | uncalibrated | calibrated on one layout | in 80% interval |")

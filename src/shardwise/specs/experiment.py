@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.spreads import UNCALIBRATED_LOG_SD
+from shardwise.calibration.spreads import SERVING_LOG_SD, uncalibrated_log_sd
 from shardwise.specs.hardware import Gpu, Link
 from shardwise.specs.model import Model
 
@@ -74,11 +74,17 @@ class Experiment:
     plan_defaults: dict[str, Any] = field(default_factory=dict)
     # `shardwise calibrate`'s fitted values (calibration.parameters), applied to every cluster
     calibration: tuple[tuple[str, float], ...] = ()
-    # the 80% bands: one relative width (log space) for every plan, and where it comes from
-    prediction_log_sd: float = UNCALIBRATED_LOG_SD
+    # the 80% bands: one relative width (log space) for every plan, and where it comes from; None:
+    # the uncalibrated model's measured spread for this GPU (training) or for serving
+    prediction_log_sd: float | None = None
     spread_basis: str = "uncalibrated, the model's spread on public runs"
     # the calibration's fit (calibration.fit.Fit), for each point's own interval
     calibration_fit: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.prediction_log_sd is None:
+            sd = uncalibrated_log_sd(self.gpu.name) if self.workload == "train" else SERVING_LOG_SD
+            object.__setattr__(self, "prediction_log_sd", sd)
 
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)
