@@ -1,5 +1,6 @@
-"""`python -m shardwise` runs the command line."""
+"""`python -m shardwise ...` (what `torchrun -m shardwise measure ...` runs on every rank)."""
 
 from shardwise.cli import main
 
-main()
+if __name__ == "__main__":
+    main()

@@ -20,6 +20,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "crossover",
         "Where TP overtakes PP (or any plan another) as one variable moves.",
     ),
+    "measure": (
+        "shardwise.cli.measure",
+        "measure",
+        "Run TP, PP or DP for real (torch.distributed) beside the prediction.",
+    ),
     "plan": (
         "shardwise.cli.plan",
         "plan",

@@ -1,0 +1,272 @@
+"""`shardwise measure`: run tensor, pipeline or data parallelism for real on torch.distributed and
+put the measured step beside the predicted one (`shardwise.measure`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import click
+
+from shardwise.errors import SpecError
+
+KINDS = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "dp": "data parallelism"}
+
+
+def _common(f: Any) -> Any:
+    for option in reversed(
+        [
+            click.option(
+                "--ranks", type=click.IntRange(2, 1024), default=2, show_default=True, help="Processes (GPUs)."
+            ),
+            click.option(
+                "--device",
+                type=click.Choice(["auto", "cpu", "cuda"]),
+                default="auto",
+                show_default=True,
+                help="auto: NCCL on GPUs when there are any, else gloo on CPUs.",
+            ),
+            click.option(
+                "--dtype",
+                type=click.Choice(["bfloat16", "float32"]),
+                default="bfloat16",
+                show_default=True,
+                help="Compute type (the prediction prices bf16; float32 only for checking).",
+            ),
+            click.option(
+                "--timeout",
+                "timeout_s",
+                type=click.FloatRange(1, 86400),
+                default=600,
+                show_default=True,
+                help="Seconds before a hung run is ended (every rank).",
+            ),
+            click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def measure() -> None:
+    """Run TP, PP or DP for real (torch.distributed: gloo on CPUs, NCCL on GPUs) and compare
+    with the prediction.
+
+    \b
+    Needs PyTorch: pip install 'shardwise[measure]'. Spawns --ranks processes on this machine,
+    or, under torchrun, runs as the rank torchrun gives it (several servers:
+    torchrun --nnodes N --nproc-per-node 8 --rdzv-endpoint HOST:PORT -m shardwise.cli measure ...).
+
+    \b
+    Examples:
+      shardwise measure micro -o machine.yaml          # this machine as a system preset
+      shardwise measure tp --system machine.yaml       # 2 layers of gpt-125m at tp=2
+      shardwise measure pp --micro-batches 8 --system machine.yaml --out runs.csv
+    """
+
+
+@measure.command("micro")
+@_common
+@click.option("-o", "--out", "out", default="machine.yaml", show_default=True, help="System preset YAML to write.")
+@click.option("--repeats", type=click.IntRange(1, 1000), default=5, show_default=True)
+@click.option("--max-bytes", type=click.IntRange(4096, 2**34), default=64 * 2**20, show_default=True)
+def micro(
+    ranks: int, device: str, dtype: str, timeout_s: float, as_json: bool, out: str, repeats: int, max_bytes: int
+) -> None:
+    """GEMM rate, memory bandwidth and collective curves -> a system preset (--system FILE)."""
+    import yaml
+
+    from shardwise.cli.options import check_output_path
+    from shardwise.measure import launch, require_torch
+    from shardwise.measure.micro import MicroConfig, micro_benchmarks, system_yaml
+
+    check_output_path(out, (".yaml", ".yml"), "--out")
+    require_torch()
+    results = launch.run(micro_benchmarks, ranks, (MicroConfig(dtype, repeats, max_bytes),), timeout_s, device)
+    if not results:  # under torchrun, a rank other than 0
+        return
+    result = results[0]
+    preset = system_yaml(result, Path(out).stem, _memory_bytes(result["device"]))
+    Path(out).write_text(yaml.safe_dump(preset, sort_keys=False), encoding="utf-8")
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps({**result, "preset": preset, "written": out}))
+        return
+    (spec,) = preset.values()
+    click.echo(f"{result['ranks']} ranks, {result['backend']} on {result['device']}")
+    click.echo(f"GEMM ({dtype}): {spec['gpu']['peak_16bit']}; memory: {spec['gpu']['memory_bandwidth']}")
+    link = spec["intra_node_link"]
+    click.echo(f"link (all-reduce fit): {link['bandwidth']}, {link['base_latency']} per call")
+    click.echo(f"written: {out} (use it as --system {out})")
+
+
+def _memory_bytes(device: str) -> float:
+    import os
+
+    if device.startswith("cuda"):
+        import torch
+
+        return float(torch.cuda.get_device_properties(0).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+
+
+def _step_command(kind: str) -> Any:
+    @measure.command(kind, help=f"Measure {KINDS[kind]} over --ranks processes; beside it, the prediction.")
+    @_common
+    @click.option("--model", "model_name", default="gpt-125m", show_default=True, help="A GPT-family model preset.")
+    @click.option("--layers", type=click.IntRange(1, 1000), default=2, show_default=True, help="Layers to run.")
+    @click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True)
+    @click.option("--micro-batch", type=click.IntRange(1, 1 << 16), default=1, show_default=True)
+    @click.option("--micro-batches", type=click.IntRange(1, 1 << 16), default=4, show_default=True)
+    @click.option(
+        "--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True, help="pp only."
+    )
+    @click.option("--iters", type=click.IntRange(1, 10000), default=5, show_default=True)
+    @click.option("--warmup", type=click.IntRange(0, 10000), default=2, show_default=True)
+    @click.option("--system", default=None, help="The machine as a system preset (from `measure micro`) to predict.")
+    @click.option("--out", default=None, help="Append the run to this CSV (the format `shardwise calibrate` reads).")
+    def command(**o: Any) -> None:
+        run_step(kind, **o)
+
+    return command
+
+
+def run_step(kind: str, **o: Any) -> None:
+    from shardwise import presets
+    from shardwise.measure import launch, require_torch
+    from shardwise.measure.layers import LayerShape
+    from shardwise.measure.runs import StepConfig, data_parallel_step, pipeline_parallel_step, tensor_parallel_step
+
+    if o["out"]:
+        from shardwise.cli.options import check_output_path
+
+        check_output_path(o["out"], (".csv",), "--out")
+    model = presets.model(o["model_name"], layers=o["layers"], seq_len=o["seq_len"])
+    if bool(model.gated_mlp) or int(model.kv_heads) != int(model.heads):
+        raise SpecError(
+            f"--model {o['model_name']}: measure runs GPT layers (LayerNorm, GELU MLP, multi-head attention); "
+            "choose a gpt-* model"
+        )
+    system = presets.system(o["system"]) if o["system"] else None
+    require_torch()
+    shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
+    if kind == "tp":
+        shape.check(o["ranks"])
+    if kind == "pp" and o["layers"] % o["ranks"]:
+        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {o['ranks']} (the pipeline stages)")
+    cfg = StepConfig(
+        shape,
+        o["layers"],
+        o["seq_len"],
+        o["micro_batch"],
+        o["micro_batches"],
+        o["schedule"],
+        o["iters"],
+        o["warmup"],
+        o["dtype"],
+    )
+    fn = {"tp": tensor_parallel_step, "pp": pipeline_parallel_step, "dp": data_parallel_step}[kind]
+    ranks = launch.run(fn, o["ranks"], (cfg,), o["timeout_s"], o["device"])
+    if not ranks:  # under torchrun, a rank other than 0: rank 0 reports
+        return
+    measured = _combine(kind, ranks)
+    predicted = None
+    if system is not None:
+        from shardwise.measure.predict import predict
+
+        cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), o["ranks"]))
+        predicted = predict(kind, model, cluster, o["ranks"], o["micro_batch"], o["micro_batches"], "bf16")
+    row = _csv_row(kind, o, measured)
+    if o["out"]:
+        _append_csv(o["out"], row)
+    _report(kind, o, measured, predicted, row)
+
+
+def _combine(kind: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The step is the slowest rank's median; communication per kind averaged over ranks."""
+    step = max(r["step_s"] for r in ranks)
+    kinds = sorted({k for r in ranks for k in r["comm_s"]})
+    comm = {k: sum(r["comm_s"].get(k, 0.0) for r in ranks) / len(ranks) for k in kinds}
+    return {"step_s": step, "per_rank_step_s": [r["step_s"] for r in ranks], "comm_s": comm, "ranks": len(ranks)}
+
+
+def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
+    n = o["ranks"]
+    tp, pp, dp = {"tp": (n, 1, 1), "pp": (1, n, 1), "dp": (1, 1, n)}[kind]
+    return {
+        "id": f"measure-{kind}{n}-{o['model_name']}-l{o['layers']}-s{o['seq_len']}-b{o['micro_batch']}"
+        f"x{o['micro_batches']}",
+        "model": o["model_name"],
+        "system": o["system"] or "",
+        "num_gpus": n,
+        "tp": tp,
+        "pp": pp,
+        "dp": dp,
+        "global_batch": o["micro_batch"] * o["micro_batches"] * dp,
+        "micro_batch": o["micro_batch"],
+        "layers": o["layers"],
+        "seq_len": o["seq_len"],
+        "precision": "bf16",
+        "step_time_s": f"{measured['step_s']:.6g}",
+        "source": f"shardwise measure {kind} ({o['schedule'] if kind == 'pp' else 'synchronous all-reduce'}, "
+        f"{o['dtype']}, {o['iters']} iterations, median)",
+    }
+
+
+def _append_csv(path: str, row: dict[str, Any]) -> None:
+    import csv
+
+    p = Path(path)
+    new = not p.exists() or p.stat().st_size == 0
+    if not new:
+        with p.open(encoding="utf-8") as f:
+            header = next(csv.reader(f), [])
+        if header != list(row):
+            raise SpecError(f"--out {path}: its columns are not measure's; give a new file")
+    with p.open("a", encoding="utf-8", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        if new:
+            w.writeheader()
+        w.writerow(row)
+
+
+def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: Any, row: dict[str, Any]) -> None:
+    from shardwise.units import format_seconds
+
+    if o["as_json"]:
+        from dataclasses import asdict
+
+        from shardwise import export
+
+        out = {"kind": kind, "measured": measured, "predicted": asdict(predicted) if predicted else None, "row": row}
+        if predicted:
+            out["error"] = predicted.step_s / measured["step_s"] - 1.0
+        click.echo(export.dumps(out))
+        return
+    comm = sum(measured["comm_s"].values())
+    click.echo(
+        f"{KINDS[kind]}: {o['ranks']} ranks, {o['layers']} layers of {o['model_name']}, sequence {o['seq_len']}, "
+        f"{o['micro_batches']} micro-batch(es) of {o['micro_batch']}"
+    )
+    click.echo(
+        f"measured step: {format_seconds(measured['step_s'])} (communication {format_seconds(comm)}: "
+        + ", ".join(f"{k} {format_seconds(v)}" for k, v in measured["comm_s"].items())
+        + ")"
+    )
+    if predicted:
+        err = predicted.step_s / measured["step_s"] - 1.0
+        click.echo(
+            f"predicted step: {format_seconds(predicted.step_s)} ({err:+.0%}): "
+            f"compute {format_seconds(predicted.compute_s)}, communication {format_seconds(predicted.comm_s)}, "
+            f"bubble {format_seconds(predicted.bubble_s)}"
+        )
+    else:
+        click.echo("(give --system machine.yaml, written by `shardwise measure micro`, for the prediction beside it)")
+    if o["out"]:
+        click.echo(f"appended to {o['out']}")
+
+
+for _kind in KINDS:
+    _step_command(_kind)

@@ -1,0 +1,159 @@
+"""A transformer layer split Megatron-style over a tensor-parallel group (Shoeybi et al. 2019, §3).
+
+The attention's QKV and the MLP's up projection are column-parallel (each rank holds 1/t of the
+output features, heads split across ranks); the attention output projection and the MLP's down
+projection are row-parallel (1/t of the input features), each followed by an all-reduce of the
+partial sums in the forward pass (`_ReduceForward`, Megatron's g); the layer input passes through
+`_ReduceBackward` (Megatron's f: identity forward, all-reduce of the input gradient backward).
+So each layer runs two all-reduces forward and two backward, of b x s x h activations.
+
+Every rank builds the full weights from one seed and keeps its own slice, so a split layer
+computes what the unsplit one does (the tests check loss and gradients). Each collective's wall
+time is added to `Timings`, after synchronising the device so the time is the collective's own.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+@dataclass
+class Timings:
+    """Seconds spent in collectives and sends, per kind (one rank), and how many calls."""
+
+    seconds: dict[str, float] = field(default_factory=dict)
+    calls: dict[str, int] = field(default_factory=dict)
+    enabled: bool = True
+
+    def add(self, kind: str, seconds: float) -> None:
+        if self.enabled:
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
+            self.calls[kind] = self.calls.get(kind, 0) + 1
+
+    def reset(self) -> None:
+        self.seconds.clear()
+        self.calls.clear()
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def timed_all_reduce(tensor: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> None:
+    """All-reduce in place over `group`, its time (device synchronised) added to `timings`."""
+    if group is None or dist.get_world_size(group) == 1:
+        return
+    sync(tensor.device)
+    start = time.perf_counter()
+    dist.all_reduce(tensor, group=group)
+    sync(tensor.device)
+    if timings is not None:
+        timings.add(kind, time.perf_counter() - start)
+
+
+class _ReduceForward(torch.autograd.Function):
+    """Megatron's g: all-reduce forward, identity backward (after a row-parallel linear)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any, timings: Timings | None) -> torch.Tensor:
+        x = x.clone()
+        timed_all_reduce(x, group, timings, "tp_all_reduce_forward")
+        return x
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return grad, None, None
+
+
+class _ReduceBackward(torch.autograd.Function):
+    """Megatron's f: identity forward, all-reduce of the gradient backward (before column-parallel)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any, timings: Timings | None) -> torch.Tensor:
+        ctx.group, ctx.timings = group, timings
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        grad = grad.clone()
+        timed_all_reduce(grad, ctx.group, ctx.timings, "tp_all_reduce_backward")
+        return grad, None, None
+
+
+@dataclass(frozen=True)
+class LayerShape:
+    hidden: int
+    heads: int
+    ffn_hidden: int
+
+    def check(self, tp: int) -> None:
+        from shardwise.errors import SpecError
+
+        if self.heads % tp or self.ffn_hidden % tp:
+            raise SpecError(
+                f"--tp {tp} must divide the heads ({self.heads}) and the MLP hidden size ({self.ffn_hidden})"
+            )
+        if self.hidden % self.heads:
+            raise SpecError(f"--hidden {self.hidden} must be a multiple of --heads {self.heads}")
+
+
+class ParallelLayer(nn.Module):
+    """One pre-LayerNorm GPT layer, its linear layers split over `tp` ranks (rank `rank`)."""
+
+    def __init__(
+        self,
+        shape: LayerShape,
+        tp: int = 1,
+        rank: int = 0,
+        group: Any = None,
+        seed: int = 0,
+        dtype: torch.dtype = torch.float32,
+        device: torch.device | None = None,
+        timings: Timings | None = None,
+    ):
+        super().__init__()
+        shape.check(tp)
+        h, f, a = shape.hidden, shape.ffn_hidden, shape.heads
+        self.heads, self.head_dim, self.group, self.timings = a // tp, h // a, group, timings
+        gen = torch.Generator().manual_seed(seed)
+
+        def full(*dims: int) -> torch.Tensor:
+            return torch.randn(*dims, generator=gen) * 0.02
+
+        qkv, proj, up, down = full(3, a, h // a, h), full(h, h), full(f, h), full(h, f)
+        heads = slice(rank * a // tp, (rank + 1) * a // tp)
+        cols = slice(rank * f // tp, (rank + 1) * f // tp)
+        kw = {"dtype": dtype, "device": device}
+        # column-parallel: output features (whole heads for QKV); row-parallel: input features
+        self.qkv = nn.Parameter(qkv[:, heads].reshape(3 * (a // tp) * (h // a), h).to(**kw))
+        self.proj = nn.Parameter(proj.reshape(h, a, h // a)[:, heads].reshape(h, h // tp).to(**kw))
+        self.up = nn.Parameter(up[cols].to(**kw))
+        self.down = nn.Parameter(down[:, cols].to(**kw))
+        self.ln1 = nn.LayerNorm(h, **kw)
+        self.ln2 = nn.LayerNorm(h, **kw)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, s, _ = x.shape
+        y = _ReduceBackward.apply(self.ln1(x), self.group, self.timings)
+        q, k, v = (y @ self.qkv.t()).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        ctx = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ctx = ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
+        x = x + _ReduceForward.apply(ctx @ self.proj.t(), self.group, self.timings)
+        y = _ReduceBackward.apply(self.ln2(x), self.group, self.timings)
+        y = nn.functional.gelu(y @ self.up.t())
+        return x + _ReduceForward.apply(y @ self.down.t(), self.group, self.timings)
+
+
+def stack(
+    shape: LayerShape, layers: int, tp: int = 1, rank: int = 0, group: Any = None, first: int = 0, **kw: Any
+) -> nn.Sequential:
+    """Layers first .. first + layers - 1 of a model (layer i is seeded with i: a pipeline stage
+    builds the same weights as the whole model's)."""
+    return nn.Sequential(*(ParallelLayer(shape, tp, rank, group, seed=first + i, **kw) for i in range(layers)))

@@ -1,0 +1,140 @@
+"""Micro-benchmarks that turn this machine into a preset (`shardwise measure micro`).
+
+- GEMM throughput: square GEMMs of growing size in the run's dtype; the best FLOP/s is the
+  device's sustained peak (so the preset's matmul efficiency is 1: the tile model's waves do not
+  apply, sm_count is left unknown and GEMMs are priced by the roofline).
+- Memory bandwidth: a large tensor copied (read + write), best of the repeats.
+- Collectives between the ranks: all-reduce, all-gather, reduce-scatter and a point-to-point
+  send over message sizes from 4 KiB up; the link's latency and bandwidth come from a
+  least-squares fit of the alpha-beta model to the all-reduce curve, t = base + 2 (n - 1) / n x
+  bytes / bandwidth (the ring's bus traffic, NCCL's busBw convention).
+
+All timings are medians over repeats after a warm-up; rank 0's figures are returned.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.measure.launch import Group
+
+SIZES_BYTES = tuple(4096 * 4**i for i in range(8))  # 4 KiB .. 64 MiB
+GEMM_SIZES = (256, 512, 1024, 2048)
+
+
+@dataclass(frozen=True)
+class MicroConfig:
+    dtype: str = "bfloat16"
+    repeats: int = 5
+    max_bytes: int = SIZES_BYTES[-1]
+    gemm_sizes: tuple[int, ...] = GEMM_SIZES
+
+
+def _median_time(fn: Any, device: Any, repeats: int) -> float:
+    from shardwise.measure.layers import sync
+
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        sync(device)
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def micro_benchmarks(g: Group, cfg: MicroConfig) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    from shardwise.measure.runs import _dtype
+
+    dtype, dev = _dtype(cfg.dtype), g.device
+    out: dict[str, Any] = {"backend": g.backend, "device": str(dev), "ranks": g.world, "dtype": cfg.dtype}
+    gemm = {}
+    for n in cfg.gemm_sizes:
+        a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
+        gemm[n] = 2 * n**3 / _median_time(lambda a=a, b=b: a @ b, dev, cfg.repeats)
+    out["gemm_flops_per_s"] = gemm
+    big = torch.empty(64 * 2**20 // 4, device=dev, dtype=torch.float32)
+    copy = torch.empty_like(big)
+    out["memory_bandwidth_bytes_per_s"] = 2 * big.numel() * 4 / _median_time(lambda: copy.copy_(big), dev, cfg.repeats)
+    curves: dict[str, dict[int, float]] = {"all_reduce": {}, "all_gather": {}, "reduce_scatter": {}, "p2p": {}}
+    for size in (s for s in SIZES_BYTES if s <= cfg.max_bytes):
+        n = size // 4
+        x = torch.ones(n, device=dev, dtype=torch.float32)
+        parts = [torch.empty(n // g.world, device=dev, dtype=torch.float32) for _ in range(g.world)]
+        curves["all_reduce"][size] = _median_time(lambda x=x: dist.all_reduce(x), dev, cfg.repeats)
+        curves["all_gather"][size] = _median_time(lambda p=parts: dist.all_gather(p, p[g.rank]), dev, cfg.repeats)
+        curves["reduce_scatter"][size] = _collective_or_nan(
+            lambda p=parts: dist.reduce_scatter(p[g.rank], p), dev, cfg.repeats
+        )
+
+        def p2p(x: Any = x) -> None:
+            if g.rank == 0:
+                dist.send(x, dst=1)
+            elif g.rank == 1:
+                dist.recv(x, src=0)
+
+        curves["p2p"][size] = _median_time(p2p, dev, cfg.repeats)
+        dist.barrier()
+    out["curves_s"] = curves
+    return out
+
+
+def _collective_or_nan(fn: Any, device: Any, repeats: int) -> float:
+    """gloo has no reduce_scatter: NaN where the backend lacks the collective."""
+    try:
+        return _median_time(fn, device, repeats)
+    except (RuntimeError, ValueError):
+        return float("nan")
+
+
+def fit_link(curve_s: dict[int, float], ranks: int) -> tuple[float, float]:
+    """(base latency s, bandwidth B/s) of t = base + 2 (n - 1) / n x bytes / bandwidth, least
+    squares over the all-reduce curve (weighted by 1 / t: each size counts alike)."""
+    import numpy as np
+
+    sizes = np.array(sorted(curve_s), dtype=float)
+    t = np.array([curve_s[int(s)] for s in sizes])
+    traffic = 2 * (ranks - 1) / ranks * sizes
+    a = np.stack([np.ones_like(sizes), traffic], axis=1) / t[:, None]
+    (base, per_byte), *_ = np.linalg.lstsq(a, np.ones_like(t), rcond=None)
+    if per_byte <= 0:  # latency-bound everywhere: the largest message's rate
+        per_byte = t[-1] / traffic[-1]
+    return max(float(base), 0.0), 1.0 / float(per_byte)
+
+
+def system_yaml(result: dict[str, Any], name: str, memory_bytes: float) -> dict[str, Any]:
+    """A system preset (`--system FILE.yaml`) of this machine: its GPU (the measured sustained
+    GEMM rate as the 16-bit peak, efficiency 1) and its link (the fitted alpha-beta)."""
+    import platform
+
+    base, bw = fit_link(result["curves_s"]["all_reduce"], result["ranks"])
+    peak = max(result["gemm_flops_per_s"].values())
+    return {
+        name: {
+            "gpu": {
+                "peak_16bit": f"{peak / 1e12:.6g} TFLOPS",
+                "memory": f"{memory_bytes / 1e9:.6g}GB",
+                "memory_bandwidth": f"{result['memory_bandwidth_bytes_per_s'] / 1e12:.6g}TB/s",
+                "matmul_efficiency": 1.0,
+                "memory_efficiency": 1.0,
+            },
+            "gpus_per_node": result["ranks"],
+            "intra_node_link": {
+                "bandwidth": f"{bw / 1e9:.6g}GB/s",
+                "efficiency": 1.0,
+                "base_latency": f"{base * 1e6:.6g}us",
+                "latency": "0us",
+            },
+            "source": (
+                f"shardwise measure micro on {platform.node() or 'this machine'}: {result['ranks']} ranks, "
+                f"{result['backend']} on {result['device']}, {result['dtype']} GEMMs"
+            ),
+        }
+    }

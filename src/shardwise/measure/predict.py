@@ -1,0 +1,88 @@
+"""What the cost model predicts for exactly what `shardwise measure` runs: `layers` transformer
+layers, forward and backward of m micro-batches, no embedding, no output layer, no optimizer.
+
+It uses the model's own layer costs (`engines.costs.layer_cost`: GEMMs, attention, element-wise
+kernels, and the TP all-reduces on the link) composed as the measured run is:
+
+- TP: every micro-batch runs every layer forward and backward on every rank; the all-reduces are
+  synchronous (measure does not overlap them): step = m L (f + b), communication = m L (c_f + c_b).
+- PP (GPipe or 1F1B, which have the same bubble): step = (m + p - 1)(L / p)(f + b) plus, on the
+  critical path, 2 (p - 1) transfers of one micro-batch's activations (the first forward and the
+  last backward cross every stage boundary) and 2 (m - 1) more on the slowest stage (Narayanan et
+  al. 2021 §2.2: the bubble is (p - 1) / m of the ideal time).
+- DP: one stage's m L (f + b) plus the all-reduce of every layer's gradients.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.specs import Cluster, Model, Plan, Scenario
+
+
+@dataclass(frozen=True)
+class Predicted:
+    step_s: float
+    compute_s: float
+    comm_s: float  # TP all-reduces, PP sends, or the DP all-reduce on the critical path
+    bubble_s: float = 0.0
+
+
+def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[float, float, float, float]:
+    """(compute forward, compute backward, TP forward, TP backward) of one layer, one micro-batch."""
+    from shardwise.engines.costs import context_parallel, layer_cost, tp_comm
+    from shardwise.physics.collectives import Fabric
+    from shardwise.physics.topology import placement
+
+    scn = Scenario(model, cluster, plan)
+    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    local = context_parallel(scn)
+    cost, _ = layer_cost(
+        local, tp_comm(local, fabric, placement(plan, cluster.gpus_per_node)["tp"]), kv_len=model.seq_len
+    )
+    return tuple(
+        float(x) for x in (cost.compute_forward_s, cost.compute_backward_s, cost.tp_forward_s, cost.tp_backward_s)
+    )  # type: ignore[return-value]
+
+
+def _plan(kind: str, ranks: int, micro_batch: int, micro_batches: int, precision: str) -> Plan:
+    tp, pp, dp = {"tp": (ranks, 1, 1), "pp": (1, ranks, 1), "dp": (1, 1, ranks)}[kind]
+    return Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=micro_batch,
+        global_batch=micro_batch * micro_batches * dp,
+        precision=precision,
+        async_tp_grad=False,  # measure's all-reduces are synchronous
+        flash_attention=True,  # torch's fused scaled_dot_product_attention
+    )
+
+
+def predict(
+    kind: str, model: Model, cluster: Cluster, ranks: int, micro_batch: int, micro_batches: int, precision: str
+) -> Predicted:
+    """The predicted step of `measure KIND` (see the module docstring)."""
+    from shardwise.physics.collectives import Fabric
+
+    plan = _plan(kind, ranks, micro_batch, micro_batches, precision)
+    cf, cb, tf, tb = _layer(model, cluster, plan)
+    layers, m = int(model.layers), micro_batches
+    if kind == "tp":
+        compute, comm = m * layers * (cf + cb), m * layers * (tf + tb)
+        return Predicted(compute + comm, compute, comm)
+    if kind == "pp":
+        stage = layers // ranks * (cf + cb)
+        bytes_ = micro_batch * int(model.seq_len) * int(model.hidden) * plan.bytes_per_element
+        send = float(Fabric(cluster.intra_node_link, cluster.inter_node_link).p2p(bytes_, False))
+        sends = (2 * (ranks - 1) + 2 * (m - 1)) * send
+        compute = m * stage
+        bubble = (ranks - 1) * stage
+        return Predicted(compute + bubble + sends, compute, sends, bubble)
+    from shardwise.physics.params import layer_params
+
+    compute = m * layers * (cf + cb)
+    grads = layers * float(layer_params(model)) * plan.bytes_per_element
+    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    comm = float(fabric.group(ranks, cluster.gpus_per_node).all_reduce(grads))
+    return Predicted(compute + comm, compute, comm)

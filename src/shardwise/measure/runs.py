@@ -1,0 +1,233 @@
+"""What each rank runs: a tensor-parallel step, a pipeline-parallel step (1F1B or GPipe), a
+data-parallel gradient all-reduce. Module-level functions of (group, config): spawned ranks
+import them.
+
+Every step is timed as the wall time of forward + backward over the global batch on each rank
+(device synchronised), median over `iters` after `warmup`; the collectives and sends inside are
+timed on their own (`layers.Timings`), so the step splits into compute and communication.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.measure.launch import Group
+from shardwise.measure.layers import LayerShape
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    shape: LayerShape
+    layers: int
+    seq_len: int
+    micro_batch: int
+    micro_batches: int = 1  # per step (pipeline: m micro-batches flow through the stages)
+    schedule: str = "1f1b"  # pipeline: "1f1b" (Megatron's non-interleaved) or "gpipe"
+    iters: int = 5
+    warmup: int = 2
+    dtype: str = "float32"  # CPUs: float32; GPUs: bfloat16
+    seed: int = 1234
+
+
+def _dtype(name: str) -> Any:
+    import torch
+
+    return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[name]
+
+
+def _inputs(cfg: StepConfig, device: Any) -> list[Any]:
+    """The step's micro-batches (b x s x h each), the same on every rank."""
+    import torch
+
+    gen = torch.Generator().manual_seed(cfg.seed)
+    shape = (cfg.micro_batch, cfg.seq_len, cfg.shape.hidden)
+    return [
+        torch.randn(*shape, generator=gen).to(device=device, dtype=_dtype(cfg.dtype)) for _ in range(cfg.micro_batches)
+    ]
+
+
+def _loss(y: Any, micro_batches: int) -> Any:
+    """A scalar every rank can compute: the mean square of the output, averaged over micro-batches."""
+    return (y.float() ** 2).mean() / micro_batches
+
+
+def _summary(steps: list[float], timings: Any, iters: int) -> dict[str, Any]:
+    comm = {k: v / iters for k, v in timings.seconds.items()}
+    calls = {k: c // iters for k, c in timings.calls.items()}
+    return {"step_s": statistics.median(steps), "steps_s": steps, "comm_s": comm, "comm_calls": calls}
+
+
+def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) -> dict[str, Any]:
+    """`cfg.layers` layers split over all ranks (tp = world size); forward and backward of every
+    micro-batch. With `return_grads`: one step, its loss and this rank's parameter gradients."""
+    import torch
+    import torch.distributed as dist
+
+    from shardwise.measure.layers import Timings, stack, sync
+
+    timings = Timings()
+    model = stack(
+        cfg.shape,
+        cfg.layers,
+        g.world,
+        g.rank,
+        dist.group.WORLD,
+        dtype=_dtype(cfg.dtype),
+        device=g.device,
+        timings=timings,
+    )
+    xs = _inputs(cfg, g.device)
+
+    def step() -> float:
+        total = torch.zeros((), device=g.device)
+        for x in xs:
+            loss = _loss(model(x), cfg.micro_batches)
+            loss.backward()
+            total += loss.detach()
+        return float(total)
+
+    if return_grads:
+        loss = step()
+        return {"loss": loss, "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()}}
+    timings.enabled = False
+    for _ in range(cfg.warmup):
+        step()
+    timings.enabled = True
+    timings.reset()
+    steps = []
+    for _ in range(cfg.iters):
+        model.zero_grad(set_to_none=True)
+        sync(g.device)
+        t0 = time.perf_counter()
+        step()
+        sync(g.device)
+        steps.append(time.perf_counter() - t0)
+    return _summary(steps, timings, cfg.iters)
+
+
+def pipeline_order(schedule: str, stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
+    """The ("F" | "B", micro-batch) sequence one stage runs: GPipe, every forward then every
+    backward; 1F1B (Narayanan et al. 2021 §2.2.1), min(stages - stage - 1, m) forwards to fill the
+    pipeline, then one forward and one backward in turn, then the remaining backwards."""
+    m = micro_batches
+    if schedule == "gpipe":
+        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
+    warm = min(stages - stage - 1, m)
+    order = [("F", i) for i in range(warm)]
+    f, b = warm, 0
+    while f < m:
+        order += [("F", f), ("B", b)]
+        f, b = f + 1, b + 1
+    return order + [("B", i) for i in range(b, m)]
+
+
+def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) -> dict[str, Any]:
+    """The layers split into world-size stages, `cfg.micro_batches` micro-batches driven by
+    `cfg.schedule`; activations go forward and gradients back by point-to-point sends (isend,
+    so a stage never blocks on its own send; every receive is timed)."""
+    import torch
+    import torch.distributed as dist
+
+    from shardwise.errors import SpecError
+    from shardwise.measure.layers import Timings, stack, sync
+
+    p, r = g.world, g.rank
+    if cfg.layers % p:
+        raise SpecError(f"--layers {cfg.layers} must be a multiple of the pipeline stages ({p})")
+    per = cfg.layers // p
+    timings = Timings()
+    model = stack(cfg.shape, per, first=r * per, dtype=_dtype(cfg.dtype), device=g.device)
+    xs = _inputs(cfg, g.device)
+    shape = (cfg.micro_batch, cfg.seq_len, cfg.shape.hidden)
+    order = pipeline_order(cfg.schedule, r, p, cfg.micro_batches)
+
+    def recv(src: int, kind: str) -> Any:
+        buf = torch.empty(shape, dtype=_dtype(cfg.dtype), device=g.device)
+        t0 = time.perf_counter()
+        dist.recv(buf, src=src)
+        timings.add(kind, time.perf_counter() - t0)
+        return buf
+
+    def step() -> float:
+        inputs: dict[int, Any] = {}
+        outputs: dict[int, Any] = {}
+        sends, total = [], 0.0
+        for kind, i in order:
+            if kind == "F":
+                x = xs[i] if r == 0 else recv(r - 1, "pp_recv_forward")
+                x = x.detach().requires_grad_(r > 0)
+                y = model(x)
+                inputs[i], outputs[i] = x, y
+                if r < p - 1:
+                    sends.append(dist.isend(y.detach().contiguous(), dst=r + 1))
+            else:
+                x, y = inputs.pop(i), outputs.pop(i)
+                if r == p - 1:
+                    loss = _loss(y, cfg.micro_batches)
+                    loss.backward()
+                    total += float(loss.detach())
+                else:
+                    y.backward(recv(r + 1, "pp_recv_backward"))
+                if r > 0:
+                    sends.append(dist.isend(x.grad.contiguous(), dst=r - 1))
+        t0 = time.perf_counter()
+        for s in sends:
+            s.wait()
+        timings.add("pp_send_wait", time.perf_counter() - t0)
+        return total
+
+    if return_grads:
+        loss = step()
+        return {"loss": loss, "grads": {n: p_.grad.detach().cpu() for n, p_ in model.named_parameters()}}
+    timings.enabled = False
+    for _ in range(cfg.warmup):
+        step()
+    timings.enabled = True
+    timings.reset()
+    steps = []
+    for _ in range(cfg.iters):
+        model.zero_grad(set_to_none=True)
+        dist.barrier()
+        sync(g.device)
+        t0 = time.perf_counter()
+        step()
+        sync(g.device)
+        steps.append(time.perf_counter() - t0)
+    return _summary(steps, timings, cfg.iters)
+
+
+def data_parallel_step(g: Group, cfg: StepConfig) -> dict[str, Any]:
+    """Every rank runs the whole model on its own micro-batches, then all-reduces the gradients
+    (one flat buffer, as a DDP bucket does): the step and the all-reduce timed apart."""
+    import torch
+    import torch.distributed as dist
+
+    from shardwise.measure.layers import Timings, stack, sync, timed_all_reduce
+
+    timings = Timings()
+    model = stack(cfg.shape, cfg.layers, dtype=_dtype(cfg.dtype), device=g.device)
+    xs = _inputs(cfg, g.device)
+
+    def step() -> None:
+        for x in xs:
+            _loss(model(x), cfg.micro_batches).backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
+        timed_all_reduce(flat, dist.group.WORLD, timings, "dp_all_reduce")
+
+    timings.enabled = False
+    for _ in range(cfg.warmup):
+        step()
+    timings.enabled = True
+    timings.reset()
+    steps = []
+    for _ in range(cfg.iters):
+        model.zero_grad(set_to_none=True)
+        sync(g.device)
+        t0 = time.perf_counter()
+        step()
+        sync(g.device)
+        steps.append(time.perf_counter() - t0)
+    return _summary(steps, timings, cfg.iters)

@@ -1,0 +1,173 @@
+"""`shardwise measure`: real tensor and pipeline parallelism on torch.distributed (gloo, 2 CPU ranks)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+
+import pytest
+
+torch = pytest.importorskip("torch")  # the measure extra; CI installs it (.ci/run)
+
+from shardwise.measure import launch  # noqa: E402
+from shardwise.measure.layers import LayerShape, stack  # noqa: E402
+from shardwise.measure.runs import (  # noqa: E402
+    StepConfig,
+    _inputs,
+    _loss,
+    pipeline_order,
+    pipeline_parallel_step,
+    tensor_parallel_step,
+)
+
+SHAPE = LayerShape(hidden=32, heads=4, ffn_hidden=64)
+CFG = StepConfig(SHAPE, layers=4, seq_len=16, micro_batch=2, micro_batches=4, iters=2, warmup=1)
+
+
+def reference(cfg: StepConfig) -> tuple[float, dict[str, torch.Tensor]]:
+    """The unsplit model's loss and gradients (one process, no communication)."""
+    model = stack(cfg.shape, cfg.layers)
+    total = 0.0
+    for x in _inputs(cfg, torch.device("cpu")):
+        loss = _loss(model(x), cfg.micro_batches)
+        loss.backward()
+        total += float(loss.detach())
+    return total, {n: p.grad for n, p in model.named_parameters()}
+
+
+def tp_slice(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
+    """Rank `rank`'s part of an unsplit gradient (see layers.ParallelLayer)."""
+    a, h, f = SHAPE.heads, SHAPE.hidden, SHAPE.ffn_hidden
+    heads, cols = slice(rank * a // tp, (rank + 1) * a // tp), slice(rank * f // tp, (rank + 1) * f // tp)
+    kind = name.split(".", 1)[1]
+    if kind == "qkv":
+        return full.reshape(3, a, h // a, h)[:, heads].reshape(-1, h)
+    if kind == "proj":
+        return full.reshape(h, a, h // a)[:, heads].reshape(h, -1)
+    if kind == "up":
+        return full[cols]
+    if kind == "down":
+        return full[:, cols]
+    return full  # layer norms are replicated
+
+
+@pytest.mark.slow
+def test_tensor_parallel_layers_compute_the_unsplit_models_loss_and_gradients():
+    loss, grads = reference(CFG)
+    ranks = launch.run(tensor_parallel_step, 2, (CFG, True), timeout_s=120)
+    for rank, got in enumerate(ranks):
+        assert got["loss"] == pytest.approx(loss, rel=1e-5)
+        for name, g in got["grads"].items():
+            torch.testing.assert_close(torch.from_numpy(g), tp_slice(name, grads[name], rank, 2), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe"])
+def test_pipeline_stages_compute_the_unsplit_models_loss_and_gradients(schedule: str):
+    from dataclasses import replace
+
+    cfg = replace(CFG, schedule=schedule)
+    loss, grads = reference(cfg)
+    first, last = launch.run(pipeline_parallel_step, 2, (cfg, True), timeout_s=120)
+    assert last["loss"] == pytest.approx(loss, rel=1e-5)
+    per = cfg.layers // 2
+    for rank, got in enumerate((first, last)):
+        for name, g in got["grads"].items():
+            index, rest = name.split(".", 1)
+            want = grads[f"{int(index) + rank * per}.{rest}"]
+            torch.testing.assert_close(torch.from_numpy(g), want, rtol=1e-4, atol=1e-6)
+
+
+def test_one_f_one_b_fills_then_alternates_then_drains():
+    assert pipeline_order("1f1b", 0, 4, 6) == [
+        *[("F", 0), ("F", 1), ("F", 2)],
+        *[("F", 3), ("B", 0), ("F", 4), ("B", 1), ("F", 5), ("B", 2)],
+        *[("B", 3), ("B", 4), ("B", 5)],
+    ]
+    assert pipeline_order("1f1b", 3, 4, 2) == [("F", 0), ("B", 0), ("F", 1), ("B", 1)]
+    assert pipeline_order("gpipe", 1, 4, 2) == [("F", 0), ("F", 1), ("B", 0), ("B", 1)]
+    for stage in range(4):  # every micro-batch forward once and backward once, forward first
+        order = pipeline_order("1f1b", stage, 4, 5)
+        assert sorted(order) == sorted([("F", i) for i in range(5)] + [("B", i) for i in range(5)])
+        assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(5))
+
+
+def fails_on_rank_one(g: launch.Group) -> int:
+    if g.rank == 1:
+        raise RuntimeError("boom")
+    return g.rank
+
+
+def hangs_on_rank_one(g: launch.Group) -> int:
+    if g.rank == 1:
+        time.sleep(600)
+    return g.rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("fn", "message"),
+    [(fails_on_rank_one, "rank 1 failed: RuntimeError: boom"), (hangs_on_rank_one, "did not finish within 8 s")],
+)
+def test_a_rank_that_fails_or_hangs_ends_the_run_with_one_line(fn, message: str):
+    start = time.monotonic()
+    with pytest.raises(launch.MeasureError, match=message):
+        launch.run(fn, 2, timeout_s=8)
+    assert time.monotonic() - start < 40  # bounded: the timeout, then terminate / kill
+    assert multiprocessing.active_children() == []  # no rank left behind
+
+
+@pytest.mark.slow
+def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
+    """A new user's loop on a CPU: this machine as a preset, then TP and PP measured beside the
+    prediction, each run appended to a CSV with the columns `calibrate` reads."""
+    import csv
+    import json
+
+    machine, runs = tmp_path / "machine.yaml", tmp_path / "runs.csv"
+    code, out, err = cli(["measure", "micro", "-o", str(machine), "--repeats", "1", "--max-bytes", "65536"])
+    assert code == 0, err
+    assert machine.exists() and "--system" in out
+    small = ["--layers", "2", "--seq-len", "32", "--micro-batches", "2", "--iters", "1", "--warmup", "0"]
+    for kind in ("tp", "pp"):
+        code, out, err = cli(["measure", kind, *small, "--system", str(machine), "--out", str(runs), "--json"])
+        assert code == 0, err
+        result = json.loads(out)
+        assert result["measured"]["step_s"] > 0 and result["predicted"]["step_s"] > 0
+        assert any(k.startswith(kind) for k in result["measured"]["comm_s"])  # the collectives were timed
+    rows = list(csv.DictReader(runs.open()))
+    assert [(r["tp"], r["pp"]) for r in rows] == [("2", "1"), ("1", "2")]
+    assert all(float(r["step_time_s"]) > 0 and r["system"] == str(machine) for r in rows)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["pp", "--layers", "3"], "--layers 3 must be a multiple of --ranks 2"),
+        (["tp", "--model", "llama3-8b"], "measure runs GPT layers"),
+        (["tp", "--model", "gpt-125m", "--ranks", "5"], "--tp 5 must divide the heads (12)"),
+        (["tp", "--out", "runs.txt"], "--out"),
+        (["micro", "-o", "machine.json"], "--out"),
+    ],
+)
+def test_measure_bad_input_is_one_line(cli, args, message):
+    code, _, err = cli(["measure", *args])
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+
+
+def test_measure_without_torch_says_how_to_install(monkeypatch):
+    import builtins
+
+    from shardwise.errors import SpecError
+    from shardwise.measure import require_torch
+
+    real = builtins.__import__
+
+    def no_torch(name, *a, **k):
+        if name == "torch" or name.startswith("torch."):
+            raise ImportError(name)
+        return real(name, *a, **k)
+
+    monkeypatch.setattr(builtins, "__import__", no_torch)
+    with pytest.raises(SpecError, match=r"pip install 'shardwise\[measure\]'"):
+        require_torch()
