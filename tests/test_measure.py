@@ -125,9 +125,14 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
     import json
 
     machine, runs = tmp_path / "machine.yaml", tmp_path / "runs.csv"
-    code, out, err = cli(["measure", "micro", "-o", str(machine), "--repeats", "1", "--max-bytes", "65536"])
+    micro = ["measure", "micro", "-o", str(machine), "--repeats", "1", "--max-bytes", "65536"]
+    code, out, err = cli([*micro, "--model", "gpt-125m", "--seq-len", "32"])
     assert code == 0, err
     assert machine.exists() and "--system" in out
+    import yaml
+
+    (preset,) = yaml.safe_load(machine.read_text()).values()
+    assert 0 < preset["gpu"]["matmul_efficiency"] <= 1  # the model's GEMMs against the best square one
     small = ["--layers", "2", "--seq-len", "32", "--micro-batches", "2", "--iters", "1", "--warmup", "0"]
     for kind in ("tp", "pp"):
         code, out, err = cli(["measure", kind, *small, "--system", str(machine), "--out", str(runs), "--json"])
@@ -148,6 +153,7 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
         (["tp", "--model", "gpt-125m", "--ranks", "5"], "--tp 5 must divide the heads (12)"),
         (["tp", "--out", "runs.txt"], "--out"),
         (["micro", "-o", "machine.json"], "--out"),
+        (["micro", "--model", "llama3-8b"], "measure runs GPT layers"),
     ],
 )
 def test_measure_bad_input_is_one_line(cli, args, message):
@@ -171,3 +177,21 @@ def test_measure_without_torch_says_how_to_install(monkeypatch):
     monkeypatch.setattr(builtins, "__import__", no_torch)
     with pytest.raises(SpecError, match=r"pip install 'shardwise\[measure\]'"):
         require_torch()
+
+
+@pytest.mark.slow
+def test_measure_crossover_runs_the_articles_experiment(cli, tmp_path):
+    import json
+
+    machine, fig = tmp_path / "machine.yaml", tmp_path / "crossover.png"
+    assert cli(["measure", "micro", "-o", str(machine), "--repeats", "1", "--max-bytes", "65536"])[0] == 0
+    args = ["measure", "crossover", "--layers", "2", "--seq-len", "32", "--batches", "1,4", "--iters", "1"]
+    code, out, err = cli([*args, "--warmup", "0", "--system", str(machine), "--plot", str(fig), "--json"])
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["batches"] == [1, 4] and set(result["series"]) == {"tp=2", "pp=2"}
+    for s in result["series"].values():
+        assert len(s["measured"]) == len(s["predicted"]) == 2 and min(s["measured"]) > 0
+    assert set(result["crossover_batch"]) == {"measured", "predicted"} and fig.exists()
+    code, _, err = cli(["measure", "crossover", "--batches", "1,x"])
+    assert code == 2 and "--batches" in err

@@ -71,19 +71,46 @@ def measure() -> None:
 @click.option("-o", "--out", "out", default="machine.yaml", show_default=True, help="System preset YAML to write.")
 @click.option("--repeats", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--max-bytes", type=click.IntRange(4096, 2**34), default=64 * 2**20, show_default=True)
+@click.option(
+    "--model",
+    "model_name",
+    default=None,
+    help="Also time this model's GEMMs (at --seq-len x --micro-batch tokens, split over --ranks for TP): "
+    "the preset's matmul efficiency is their rate over the best square GEMM's.",
+)
+@click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True)
+@click.option("--micro-batch", type=click.IntRange(1, 1 << 16), default=1, show_default=True)
 def micro(
-    ranks: int, device: str, dtype: str, timeout_s: float, as_json: bool, out: str, repeats: int, max_bytes: int
+    ranks: int,
+    device: str,
+    dtype: str,
+    timeout_s: float,
+    as_json: bool,
+    out: str,
+    repeats: int,
+    max_bytes: int,
+    model_name: str | None,
+    seq_len: int,
+    micro_batch: int,
 ) -> None:
     """GEMM rate, memory bandwidth and collective curves -> a system preset (--system FILE)."""
     import yaml
 
     from shardwise.cli.options import check_output_path
     from shardwise.measure import launch, require_torch
-    from shardwise.measure.micro import MicroConfig, micro_benchmarks, system_yaml
+    from shardwise.measure.micro import MicroConfig, micro_benchmarks, shapes_of, system_yaml
 
     check_output_path(out, (".yaml", ".yml"), "--out")
+    shapes: tuple[tuple[int, int, int], ...] = ()
+    if model_name:
+        model = _gpt_model(model_name, 1, seq_len)
+        tokens = seq_len * micro_batch
+        shapes = shapes_of(int(model.hidden), int(model.ffn_hidden), tokens)
+        if int(model.heads) % ranks == 0 and int(model.ffn_hidden) % ranks == 0:
+            shapes += shapes_of(int(model.hidden), int(model.ffn_hidden), tokens, ranks)
     require_torch()
-    results = launch.run(micro_benchmarks, ranks, (MicroConfig(dtype, repeats, max_bytes),), timeout_s, device)
+    config = MicroConfig(dtype, repeats, max_bytes, workload_gemms=shapes)
+    results = launch.run(micro_benchmarks, ranks, (config,), timeout_s, device)
     if not results:  # under torchrun, a rank other than 0
         return
     result = results[0]
@@ -96,7 +123,10 @@ def micro(
         return
     (spec,) = preset.values()
     click.echo(f"{result['ranks']} ranks, {result['backend']} on {result['device']}")
-    click.echo(f"GEMM ({dtype}): {spec['gpu']['peak_16bit']}; memory: {spec['gpu']['memory_bandwidth']}")
+    click.echo(
+        f"GEMM ({dtype}): {spec['gpu']['peak_16bit']}, {spec['gpu']['matmul_efficiency']:.0%} of it at the model's "
+        f"shapes; memory: {spec['gpu']['memory_bandwidth']}"
+    )
     link = spec["intra_node_link"]
     click.echo(f"link (all-reduce fit): {link['bandwidth']}, {link['base_latency']} per call")
     click.echo(f"written: {out} (use it as --system {out})")
@@ -143,12 +173,7 @@ def run_step(kind: str, **o: Any) -> None:
         from shardwise.cli.options import check_output_path
 
         check_output_path(o["out"], (".csv",), "--out")
-    model = presets.model(o["model_name"], layers=o["layers"], seq_len=o["seq_len"])
-    if bool(model.gated_mlp) or int(model.kv_heads) != int(model.heads):
-        raise SpecError(
-            f"--model {o['model_name']}: measure runs GPT layers (LayerNorm, GELU MLP, multi-head attention); "
-            "choose a gpt-* model"
-        )
+    model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
     system = presets.system(o["system"]) if o["system"] else None
     require_torch()
     shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
@@ -270,3 +295,118 @@ def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: A
 
 for _kind in KINDS:
     _step_command(_kind)
+
+
+@measure.command("crossover")
+@_common
+@click.option("--model", "model_name", default="gpt-125m", show_default=True, help="A GPT-family model preset.")
+@click.option("--layers", type=click.IntRange(1, 1000), default=2, show_default=True, help="Layers to run.")
+@click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True)
+@click.option("--batches", default="1,2,4,8", show_default=True, help="Batches to run (sequences per step), a list.")
+@click.option("--iters", type=click.IntRange(1, 10000), default=3, show_default=True)
+@click.option("--warmup", type=click.IntRange(0, 10000), default=1, show_default=True)
+@click.option("--system", default=None, help="The machine as a system preset (from `measure micro`) to predict.")
+@click.option("--plot", default=None, help="Write the figure (PNG/SVG/PDF).")
+def crossover(**o: Any) -> None:
+    """The articles' experiment for real: TP=N against PP=N over the batch on this machine.
+
+    TP runs each batch as one micro-batch on every rank; PP splits it into micro-batches of one
+    sequence through N stages (1F1B). Measured and predicted crossovers side by side."""
+    from dataclasses import replace
+
+    from shardwise import presets
+    from shardwise.measure import launch, require_torch
+    from shardwise.measure.layers import LayerShape
+    from shardwise.measure.runs import StepConfig, steps
+
+    batches = _batches(o["batches"])
+    if o["plot"]:
+        from shardwise.cli.options import check_output_path
+
+        check_output_path(o["plot"], (".png", ".svg", ".pdf"), "--plot")
+    model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
+    system = presets.system(o["system"]) if o["system"] else None
+    n = o["ranks"]
+    shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
+    shape.check(n)
+    if o["layers"] % n:
+        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {n} (the pipeline stages)")
+    require_torch()
+    base = StepConfig(shape, o["layers"], o["seq_len"], 1, 1, "1f1b", o["iters"], o["warmup"], o["dtype"])
+    configs = {
+        "tp": [replace(base, micro_batch=b, micro_batches=1) for b in batches],
+        "pp": [replace(base, micro_batch=1, micro_batches=b) for b in batches],
+    }
+    series: dict[str, dict[str, list[float]]] = {}
+    for kind, cfgs in configs.items():
+        ranks = launch.run(steps, n, (kind, cfgs), o["timeout_s"], o["device"])
+        if not ranks:  # under torchrun, a rank other than 0
+            return
+        measured = [max(r[i]["step_s"] for r in ranks) for i in range(len(batches))]
+        predicted: list[float] = []
+        if system is not None:
+            from shardwise.measure.predict import predict
+
+            cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), n))
+            predicted = [predict(kind, model, cluster, n, c.micro_batch, c.micro_batches, "bf16").step_s for c in cfgs]
+        series[f"{kind}={n}"] = {"measured": measured, "predicted": predicted}
+    _crossover_report(o, batches, series)
+
+
+def _batches(text: str) -> list[int]:
+    try:
+        values = sorted({int(v) for v in text.split(",") if v.strip()})
+    except ValueError:
+        raise SpecError(f"--batches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8") from None
+    if not values or values[0] < 1 or values[-1] > 1 << 16 or len(values) > 64:
+        raise SpecError(f"--batches {text!r}: give 1 to 64 batches, each from 1 to 65536")
+    return values
+
+
+def _gpt_model(name: str, layers: int, seq_len: int) -> Any:
+    from shardwise import presets
+
+    model = presets.model(name, layers=layers, seq_len=seq_len)
+    if bool(model.gated_mlp) or int(model.kv_heads) != int(model.heads):
+        raise SpecError(
+            f"--model {name}: measure runs GPT layers (LayerNorm, GELU MLP, multi-head attention); choose a gpt-* model"
+        )
+    return model
+
+
+def _crossover_report(o: dict[str, Any], batches: list[int], series: dict[str, dict[str, list[float]]]) -> None:
+    from shardwise.plots.measure import crossover_batch
+    from shardwise.units import format_seconds
+
+    found = {k: crossover_batch(batches, series, k) for k in ("measured", "predicted")}
+    figure = None
+    if o["plot"]:
+        from shardwise import plots
+        from shardwise.plots.measure import measured_crossover
+
+        what = f"{o['layers']} layers of {o['model_name']}, sequence {o['seq_len']}"
+        title = f"{' vs '.join(series)} on {o['ranks']} ranks, measured on this machine: {what}"
+        figure = str(plots.save(measured_crossover(batches, series, title), o["plot"]))
+    if o["as_json"]:
+        from shardwise import export
+
+        click.echo(export.dumps({"batches": batches, "series": series, "crossover_batch": found, "figure": figure}))
+        return
+    plans = list(series)
+    click.echo(f"{' vs '.join(plans)}: {o['layers']} layers of {o['model_name']}, sequence {o['seq_len']}")
+    click.echo("batch  " + "  ".join(f"{p + ' measured':>14} {p + ' predicted':>15}" for p in plans))
+    for i, b in enumerate(batches):
+        cells = []
+        for p in plans:
+            pred = series[p]["predicted"]
+            cells.append(
+                f"{format_seconds(series[p]['measured'][i]):>14} {format_seconds(pred[i]) if pred else '-':>15}"
+            )
+        click.echo(f"{b:>5}  " + "  ".join(cells))
+    for kind, at in found.items():
+        if kind == "predicted" and not series[plans[0]]["predicted"]:
+            click.echo("predicted crossover: give --system machine.yaml (from `shardwise measure micro`)")
+            continue
+        click.echo(f"{kind} crossover: " + (f"batch {at}" if at is not None else "none in these batches"))
+    if figure:
+        click.echo(f"figure: {figure}")

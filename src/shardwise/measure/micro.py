@@ -1,8 +1,9 @@
 """Micro-benchmarks that turn this machine into a preset (`shardwise measure micro`).
 
 - GEMM throughput: square GEMMs of growing size in the run's dtype; the best FLOP/s is the
-  device's sustained peak (so the preset's matmul efficiency is 1: the tile model's waves do not
-  apply, sm_count is left unknown and GEMMs are priced by the roofline).
+  device's sustained peak. With `workload_gemms` (a model's linear layers at the tokens of one
+  micro-batch, `shapes_of`), the preset's matmul efficiency is their median rate over that peak
+  (else 1); sm_count is left unknown, so GEMMs are priced by the roofline at peak x efficiency.
 - Memory bandwidth: a large tensor copied (read + write), best of the repeats.
 - Collectives between the ranks: all-reduce, all-gather, reduce-scatter and a point-to-point
   send over message sizes from 4 KiB up; the link's latency and bandwidth come from a
@@ -31,6 +32,17 @@ class MicroConfig:
     repeats: int = 5
     max_bytes: int = SIZES_BYTES[-1]
     gemm_sizes: tuple[int, ...] = GEMM_SIZES
+    workload_gemms: tuple[tuple[int, int, int], ...] = ()  # (m, n, k) of the workload's GEMMs
+
+
+def shapes_of(hidden: int, ffn_hidden: int, tokens: int, tp: int = 1) -> tuple[tuple[int, int, int], ...]:
+    """(m, n, k) of one layer's four linear layers' forward GEMMs: QKV, projection, MLP up, down."""
+    return (
+        (tokens, 3 * hidden // tp, hidden),
+        (tokens, hidden, hidden // tp),
+        (tokens, ffn_hidden // tp, hidden),
+        (tokens, hidden, ffn_hidden // tp),
+    )
 
 
 def _median_time(fn: Any, device: Any, repeats: int) -> float:
@@ -60,6 +72,11 @@ def micro_benchmarks(g: Group, cfg: MicroConfig) -> dict[str, Any]:
         a, b = torch.randn(n, n, device=dev, dtype=dtype), torch.randn(n, n, device=dev, dtype=dtype)
         gemm[n] = 2 * n**3 / _median_time(lambda a=a, b=b: a @ b, dev, cfg.repeats)
     out["gemm_flops_per_s"] = gemm
+    workload = []
+    for m, n, k in cfg.workload_gemms:
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
+        workload.append(2 * m * n * k / _median_time(lambda a=a, b=b: a @ b, dev, cfg.repeats))
+    out["workload_gemm_flops_per_s"] = workload
     big = torch.empty(64 * 2**20 // 4, device=dev, dtype=torch.float32)
     copy = torch.empty_like(big)
     out["memory_bandwidth_bytes_per_s"] = 2 * big.numel() * 4 / _median_time(lambda: copy.copy_(big), dev, cfg.repeats)
@@ -111,18 +128,22 @@ def fit_link(curve_s: dict[int, float], ranks: int) -> tuple[float, float]:
 
 def system_yaml(result: dict[str, Any], name: str, memory_bytes: float) -> dict[str, Any]:
     """A system preset (`--system FILE.yaml`) of this machine: its GPU (the measured sustained
-    GEMM rate as the 16-bit peak, efficiency 1) and its link (the fitted alpha-beta)."""
+    GEMM rate as the 16-bit peak, the workload GEMMs' share of it as the efficiency) and its link (the
+    fitted alpha-beta)."""
     import platform
+    import statistics
 
     base, bw = fit_link(result["curves_s"]["all_reduce"], result["ranks"])
-    peak = max(result["gemm_flops_per_s"].values())
+    workload = result.get("workload_gemm_flops_per_s") or []
+    peak = max([*result["gemm_flops_per_s"].values(), *workload])
+    efficiency = round(statistics.median(workload) / peak, 4) if workload else 1.0
     return {
         name: {
             "gpu": {
                 "peak_16bit": f"{peak / 1e12:.6g} TFLOPS",
                 "memory": f"{memory_bytes / 1e9:.6g}GB",
                 "memory_bandwidth": f"{result['memory_bandwidth_bytes_per_s'] / 1e12:.6g}TB/s",
-                "matmul_efficiency": 1.0,
+                "matmul_efficiency": efficiency,
                 "memory_efficiency": 1.0,
             },
             "gpus_per_node": result["ranks"],

@@ -231,3 +231,11 @@ def data_parallel_step(g: Group, cfg: StepConfig) -> dict[str, Any]:
         sync(g.device)
         steps.append(time.perf_counter() - t0)
     return _summary(steps, timings, cfg.iters)
+
+
+STEPS = {"tp": tensor_parallel_step, "pp": pipeline_parallel_step, "dp": data_parallel_step}
+
+
+def steps(g: Group, kind: str, configs: list[StepConfig]) -> list[dict[str, Any]]:
+    """Several steps of one kind in one process group (one spawn for a whole batch sweep)."""
+    return [STEPS[kind](g, cfg) for cfg in configs]
