@@ -135,11 +135,18 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
     assert 0 < preset["gpu"]["matmul_efficiency"] <= 1  # the model's GEMMs against the best square one
     small = ["--layers", "2", "--seq-len", "32", "--micro-batches", "2", "--iters", "1", "--warmup", "0"]
     for kind in ("tp", "pp"):
-        code, out, err = cli(["measure", kind, *small, "--system", str(machine), "--out", str(runs), "--json"])
+        trace = tmp_path / f"{kind}.json"
+        args = [*small, "--system", str(machine), "--out", str(runs), "--trace", str(trace), "--json"]
+        code, out, err = cli(["measure", kind, *args])
         assert code == 0, err
         result = json.loads(out)
         assert result["measured"]["step_s"] > 0 and result["predicted"]["step_s"] > 0
         assert any(k.startswith(kind) for k in result["measured"]["comm_s"])  # the collectives were timed
+        spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
+        for rank in (0, 1):  # every rank: each micro-batch's forward and backward, and its communication
+            names = {e["name"] for e in spans if e["tid"] == rank}
+            assert {"forward mb0", "forward mb1", "backward mb0", "backward mb1"} <= names
+            assert any(n.startswith(kind) for n in names)
     rows = list(csv.DictReader(runs.open()))
     assert [(r["tp"], r["pp"]) for r in rows] == [("2", "1"), ("1", "2")]
     assert all(float(r["step_time_s"]) > 0 and r["system"] == str(machine) for r in rows)

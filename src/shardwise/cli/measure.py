@@ -157,6 +157,7 @@ def _step_command(kind: str) -> Any:
     @click.option("--warmup", type=click.IntRange(0, 10000), default=2, show_default=True)
     @click.option("--system", default=None, help="The machine as a system preset (from `measure micro`) to predict.")
     @click.option("--out", default=None, help="Append the run to this CSV (the format `shardwise calibrate` reads).")
+    @click.option("--trace", default=None, help="Write the last step as a Chrome trace (JSON), one track per rank.")
     def command(**o: Any) -> None:
         run_step(kind, **o)
 
@@ -165,14 +166,15 @@ def _step_command(kind: str) -> Any:
 
 def run_step(kind: str, **o: Any) -> None:
     from shardwise import presets
+    from shardwise.cli.options import check_output_path
     from shardwise.measure import launch, require_torch
     from shardwise.measure.layers import LayerShape
     from shardwise.measure.runs import StepConfig, data_parallel_step, pipeline_parallel_step, tensor_parallel_step
 
     if o["out"]:
-        from shardwise.cli.options import check_output_path
-
         check_output_path(o["out"], (".csv",), "--out")
+    if o["trace"]:
+        check_output_path(o["trace"], (".json",), "--trace")
     model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
     system = presets.system(o["system"]) if o["system"] else None
     require_torch()
@@ -206,6 +208,10 @@ def run_step(kind: str, **o: Any) -> None:
     row = _csv_row(kind, o, measured)
     if o["out"]:
         _append_csv(o["out"], row)
+    if o["trace"]:
+        from shardwise.measure.trace import write_chrome_trace
+
+        write_chrome_trace(kind, ranks, o["trace"])
     _report(kind, o, measured, predicted, row)
 
 
@@ -291,6 +297,8 @@ def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: A
         click.echo("(give --system machine.yaml, written by `shardwise measure micro`, for the prediction beside it)")
     if o["out"]:
         click.echo(f"appended to {o['out']}")
+    if o["trace"]:
+        click.echo(f"trace: {o['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
 
 
 for _kind in KINDS:

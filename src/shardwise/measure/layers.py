@@ -30,11 +30,18 @@ class Timings:
     seconds: dict[str, float] = field(default_factory=dict)
     calls: dict[str, int] = field(default_factory=dict)
     enabled: bool = True
+    # (name, start, end) of every span while not None: the step's Chrome trace (perf_counter seconds)
+    trace: list[tuple[str, float, float]] | None = None
 
-    def add(self, kind: str, seconds: float) -> None:
+    def add(self, kind: str, start: float, end: float) -> None:
         if self.enabled:
-            self.seconds[kind] = self.seconds.get(kind, 0.0) + seconds
+            self.seconds[kind] = self.seconds.get(kind, 0.0) + (end - start)
             self.calls[kind] = self.calls.get(kind, 0) + 1
+        self.span(kind, start, end)
+
+    def span(self, name: str, start: float, end: float) -> None:
+        if self.trace is not None:
+            self.trace.append((name, start, end))
 
     def reset(self) -> None:
         self.seconds.clear()
@@ -55,7 +62,7 @@ def timed_all_reduce(tensor: torch.Tensor, group: Any, timings: Timings | None, 
     dist.all_reduce(tensor, group=group)
     sync(tensor.device)
     if timings is not None:
-        timings.add(kind, time.perf_counter() - start)
+        timings.add(kind, start, time.perf_counter())
 
 
 class _ReduceForward(torch.autograd.Function):

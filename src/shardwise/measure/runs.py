@@ -54,10 +54,39 @@ def _loss(y: Any, micro_batches: int) -> Any:
     return (y.float() ** 2).mean() / micro_batches
 
 
-def _summary(steps: list[float], timings: Any, iters: int) -> dict[str, Any]:
+def _summary(steps: list[float], timings: Any, iters: int, origin: float) -> dict[str, Any]:
+    """Medians and per-step communication; `trace`: the last step's spans, seconds from its start."""
     comm = {k: v / iters for k, v in timings.seconds.items()}
     calls = {k: c // iters for k, c in timings.calls.items()}
-    return {"step_s": statistics.median(steps), "steps_s": steps, "comm_s": comm, "comm_calls": calls}
+    trace = [(name, a - origin, b - origin) for name, a, b in (timings.trace or [])]
+    return {"step_s": statistics.median(steps), "steps_s": steps, "comm_s": comm, "comm_calls": calls, "trace": trace}
+
+
+def _timed_steps(
+    step: Any, cfg: StepConfig, g: Group, model: Any, timings: Any, barrier: bool = False
+) -> dict[str, Any]:
+    """Warm-up, then `cfg.iters` timed steps; the last one traced."""
+    import torch.distributed as dist
+
+    from shardwise.measure.layers import sync
+
+    timings.enabled = False
+    for _ in range(cfg.warmup):
+        step()
+    timings.enabled = True
+    timings.reset()
+    steps, origin = [], 0.0
+    for i in range(cfg.iters):
+        model.zero_grad(set_to_none=True)
+        if barrier:
+            dist.barrier()
+        timings.trace = [] if i == cfg.iters - 1 else None
+        sync(g.device)
+        origin = t0 = time.perf_counter()
+        step()
+        sync(g.device)
+        steps.append(time.perf_counter() - t0)
+    return _summary(steps, timings, cfg.iters, origin)
 
 
 def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) -> dict[str, Any]:
@@ -83,29 +112,22 @@ def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) 
 
     def step() -> float:
         total = torch.zeros((), device=g.device)
-        for x in xs:
+        for i, x in enumerate(xs):
+            t0 = time.perf_counter()
             loss = _loss(model(x), cfg.micro_batches)
+            sync(g.device)
+            t1 = time.perf_counter()
             loss.backward()
+            sync(g.device)
+            timings.span(f"forward mb{i}", t0, t1)
+            timings.span(f"backward mb{i}", t1, time.perf_counter())
             total += loss.detach()
         return float(total)
 
     if return_grads:
         loss = step()
         return {"loss": loss, "grads": {n: p.grad.detach().cpu() for n, p in model.named_parameters()}}
-    timings.enabled = False
-    for _ in range(cfg.warmup):
-        step()
-    timings.enabled = True
-    timings.reset()
-    steps = []
-    for _ in range(cfg.iters):
-        model.zero_grad(set_to_none=True)
-        sync(g.device)
-        t0 = time.perf_counter()
-        step()
-        sync(g.device)
-        steps.append(time.perf_counter() - t0)
-    return _summary(steps, timings, cfg.iters)
+    return _timed_steps(step, cfg, g, model, timings)
 
 
 def pipeline_order(schedule: str, stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
@@ -148,7 +170,7 @@ def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False
         buf = torch.empty(shape, dtype=_dtype(cfg.dtype), device=g.device)
         t0 = time.perf_counter()
         dist.recv(buf, src=src)
-        timings.add(kind, time.perf_counter() - t0)
+        timings.add(kind, t0, time.perf_counter())
         return buf
 
     def step() -> float:
@@ -159,44 +181,37 @@ def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False
             if kind == "F":
                 x = xs[i] if r == 0 else recv(r - 1, "pp_recv_forward")
                 x = x.detach().requires_grad_(r > 0)
+                t0 = time.perf_counter()
                 y = model(x)
+                sync(g.device)
+                timings.span(f"forward mb{i}", t0, time.perf_counter())
                 inputs[i], outputs[i] = x, y
                 if r < p - 1:
                     sends.append(dist.isend(y.detach().contiguous(), dst=r + 1))
             else:
                 x, y = inputs.pop(i), outputs.pop(i)
+                grad = recv(r + 1, "pp_recv_backward") if r < p - 1 else None
+                t0 = time.perf_counter()
                 if r == p - 1:
                     loss = _loss(y, cfg.micro_batches)
                     loss.backward()
                     total += float(loss.detach())
                 else:
-                    y.backward(recv(r + 1, "pp_recv_backward"))
+                    y.backward(grad)
+                sync(g.device)
+                timings.span(f"backward mb{i}", t0, time.perf_counter())
                 if r > 0:
                     sends.append(dist.isend(x.grad.contiguous(), dst=r - 1))
         t0 = time.perf_counter()
         for s in sends:
             s.wait()
-        timings.add("pp_send_wait", time.perf_counter() - t0)
+        timings.add("pp_send_wait", t0, time.perf_counter())
         return total
 
     if return_grads:
         loss = step()
         return {"loss": loss, "grads": {n: p_.grad.detach().cpu() for n, p_ in model.named_parameters()}}
-    timings.enabled = False
-    for _ in range(cfg.warmup):
-        step()
-    timings.enabled = True
-    timings.reset()
-    steps = []
-    for _ in range(cfg.iters):
-        model.zero_grad(set_to_none=True)
-        dist.barrier()
-        sync(g.device)
-        t0 = time.perf_counter()
-        step()
-        sync(g.device)
-        steps.append(time.perf_counter() - t0)
-    return _summary(steps, timings, cfg.iters)
+    return _timed_steps(step, cfg, g, model, timings, barrier=True)
 
 
 def data_parallel_step(g: Group, cfg: StepConfig) -> dict[str, Any]:
@@ -212,25 +227,15 @@ def data_parallel_step(g: Group, cfg: StepConfig) -> dict[str, Any]:
     xs = _inputs(cfg, g.device)
 
     def step() -> None:
-        for x in xs:
+        for i, x in enumerate(xs):
+            t0 = time.perf_counter()
             _loss(model(x), cfg.micro_batches).backward()
+            sync(g.device)
+            timings.span(f"forward+backward mb{i}", t0, time.perf_counter())
         flat = torch.cat([p.grad.reshape(-1) for p in model.parameters()])
         timed_all_reduce(flat, dist.group.WORLD, timings, "dp_all_reduce")
 
-    timings.enabled = False
-    for _ in range(cfg.warmup):
-        step()
-    timings.enabled = True
-    timings.reset()
-    steps = []
-    for _ in range(cfg.iters):
-        model.zero_grad(set_to_none=True)
-        sync(g.device)
-        t0 = time.perf_counter()
-        step()
-        sync(g.device)
-        steps.append(time.perf_counter() - t0)
-    return _summary(steps, timings, cfg.iters)
+    return _timed_steps(step, cfg, g, model, timings)
 
 
 STEPS = {"tp": tensor_parallel_step, "pp": pipeline_parallel_step, "dp": data_parallel_step}
