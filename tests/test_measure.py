@@ -142,6 +142,9 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
         result = json.loads(out)
         assert result["measured"]["step_s"] > 0 and result["predicted"]["step_s"] > 0
         assert any(k.startswith(kind) for k in result["measured"]["comm_s"])  # the collectives were timed
+        terms = result["measured"]["terms_s"]
+        assert terms["compute"] > 0 and terms["communication"] > 0
+        assert terms["compute"] + terms["communication"] + terms["other"] == pytest.approx(terms["step"])
         spans = [e for e in json.loads(trace.read_text())["traceEvents"] if e["ph"] == "X"]
         for rank in (0, 1):  # every rank: each micro-batch's forward and backward, and its communication
             names = {e["name"] for e in spans if e["tid"] == rank}

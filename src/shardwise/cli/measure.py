@@ -216,11 +216,32 @@ def run_step(kind: str, **o: Any) -> None:
 
 
 def _combine(kind: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The step is the slowest rank's median; communication per kind averaged over ranks."""
+    """The step is the slowest rank's median; communication per kind averaged over ranks; the
+    terms (`terms`) from the slowest rank's traced step."""
     step = max(r["step_s"] for r in ranks)
     kinds = sorted({k for r in ranks for k in r["comm_s"]})
     comm = {k: sum(r["comm_s"].get(k, 0.0) for r in ranks) / len(ranks) for k in kinds}
-    return {"step_s": step, "per_rank_step_s": [r["step_s"] for r in ranks], "comm_s": comm, "ranks": len(ranks)}
+    slowest = max(ranks, key=lambda r: r["step_s"])
+    return {
+        "step_s": step,
+        "per_rank_step_s": [r["step_s"] for r in ranks],
+        "comm_s": comm,
+        "ranks": len(ranks),
+        "terms_s": terms(slowest),
+    }
+
+
+def terms(result: dict[str, Any]) -> dict[str, float]:
+    """The slowest rank's traced step split as the prediction is: compute (its forward and backward
+    spans less the collectives inside them), communication (collectives, and in a pipeline the
+    receives, which also hold the waiting), and the rest of the step (idle, host overheads)."""
+    spans = result.get("trace", [])
+    step = max((end for _, _, end in spans), default=0.0)
+    passes = sum(b - a for n, a, b in spans if n.startswith(("forward", "backward")))
+    comm = sum(b - a for n, a, b in spans if n.startswith(("tp_", "pp_", "dp_")))
+    nested = sum(b - a for n, a, b in spans if n.startswith("tp_"))  # inside the passes
+    compute = passes - nested
+    return {"compute": compute, "communication": comm, "other": max(0.0, step - compute - comm), "step": step}
 
 
 def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
@@ -293,6 +314,17 @@ def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: A
             f"compute {format_seconds(predicted.compute_s)}, communication {format_seconds(predicted.comm_s)}, "
             f"bubble {format_seconds(predicted.bubble_s)}"
         )
+        t = measured["terms_s"]
+        wait = "communication + waiting" if kind == "pp" else "communication"
+        rows = [
+            ("compute", t["compute"], predicted.compute_s),
+            (wait, t["communication"], predicted.comm_s + (predicted.bubble_s if kind == "pp" else 0.0)),
+            ("other (idle, host)", t["other"], predicted.bubble_s if kind != "pp" else 0.0),
+            ("traced step", t["step"], predicted.step_s),
+        ]
+        click.echo("per term, the slowest rank's last step:  measured  predicted")
+        for name, m, p in rows:
+            click.echo(f"  {name:<38}{format_seconds(m):>10} {format_seconds(p):>10}")
     else:
         click.echo("(give --system machine.yaml, written by `shardwise measure micro`, for the prediction beside it)")
     if o["out"]:
