@@ -4,7 +4,7 @@ A YAML mapping (format 1):
 
     shardwise_calibration: 1          # the file format; another number is refused
     shardwise_version: 0.1.0          # the version that wrote it
-    cost_model: '2026.12'             # the cost model fitted to; another is refused
+    cost_model: '2026.12b'            # the cost model fitted to; another is refused
     created_utc: '2026-12-01T04:40:00Z'
     runs: {files: {runs.csv: SHA-256}, count: 12, ids: [...]}
     hardware: [h100-sxm5-80gb]        # the GPUs of the runs
@@ -36,7 +36,7 @@ from shardwise.errors import SpecError
 FORMAT = 1
 # The cost model the parameters were fitted to: bump it whenever a change to the model moves what a
 # fitted value means (then older calibrations are refused, not silently misapplied).
-COST_MODEL = "2026.12"
+COST_MODEL = "2026.12b"  # 2026.12b: MXFP8, refitted GPU efficiencies, the link latency parameter
 MAX_FILE_BYTES = 4 << 20
 
 
