@@ -134,12 +134,14 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
     (preset,) = yaml.safe_load(machine.read_text()).values()
     assert 0 < preset["gpu"]["matmul_efficiency"] <= 1  # the model's GEMMs against the best square one
     small = ["--layers", "2", "--seq-len", "32", "--micro-batches", "2", "--iters", "1", "--warmup", "0"]
+    predicted_json = []
     for kind in ("tp", "pp"):
         trace = tmp_path / f"{kind}.json"
         args = [*small, "--system", str(machine), "--out", str(runs), "--trace", str(trace), "--json"]
         code, out, err = cli(["measure", kind, *args])
         assert code == 0, err
         result = json.loads(out)
+        predicted_json.append(out)
         assert result["measured"]["step_s"] > 0 and result["predicted"]["step_s"] > 0
         assert any(k.startswith(kind) for k in result["measured"]["comm_s"])  # the collectives were timed
         terms = result["measured"]["terms_s"]
@@ -152,7 +154,17 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
             assert any(n.startswith(kind) for n in names)
     rows = list(csv.DictReader(runs.open()))
     assert [(r["tp"], r["pp"]) for r in rows] == [("2", "1"), ("1", "2")]
-    assert all(float(r["step_time_s"]) > 0 and r["system"] == str(machine) for r in rows)
+    assert all(float(r["step_time_s"]) > 0 and r["system"] == str(machine) and r["scope"] == "layers" for r in rows)
+    # the loop closes: calibrate reads the runs and prices them as measure did (the layers only)
+    from shardwise.calibration.fit import Evaluator, LayerStackCase
+    from shardwise.calibration.runs import read_runs
+
+    read = read_runs(runs)
+    assert all(isinstance(r.case, LayerStackCase) for r in read)
+    priced = Evaluator([r.case for r in read]).step_s({})[0]
+    assert priced == pytest.approx([json.loads(o)["predicted"]["step_s"] for o in predicted_json], rel=1e-9)
+    code, out, err = cli(["calibrate", str(runs), "-o", str(tmp_path / "cpu.yaml")])
+    assert code == 0, err
 
 
 @pytest.mark.parametrize(

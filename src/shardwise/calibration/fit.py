@@ -126,7 +126,26 @@ class ServingCase:
             raise SpecError(f"serving metric {self.metric!r}: choose one of {', '.join(SERVING_METRICS)}")
 
 
-Case = Scenario | ServingCase
+@dataclass(frozen=True)
+class LayerStackCase:
+    """A step of `shardwise measure tp|pp|dp`: the scenario's layers only (no embedding, output
+    layer or optimizer), `micro_batches` micro-batches, priced as `measure.predict` composes it."""
+
+    scenario: Scenario
+    kind: str  # "tp", "pp" or "dp"
+    micro_batches: int
+
+    def step_s(self, cluster: Any) -> Any:
+        from shardwise.measure.predict import predict
+
+        p = self.scenario.plan
+        ranks = int({"tp": p.tp, "pp": p.pp, "dp": p.dp}[self.kind])
+        return predict(
+            self.kind, self.scenario.model, cluster, ranks, int(p.micro_batch), self.micro_batches, p.precision
+        ).step_s
+
+
+Case = Scenario | ServingCase | LayerStackCase
 
 
 class Evaluator:
@@ -136,8 +155,9 @@ class Evaluator:
     def __init__(self, cases: list[Case]):
         groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         self.serving = [(i, c) for i, c in enumerate(cases) if isinstance(c, ServingCase)]
+        self.stacks = [(i, c) for i, c in enumerate(cases) if isinstance(c, LayerStackCase)]
         for i, scn in enumerate(cases):
-            if not isinstance(scn, ServingCase):
+            if isinstance(scn, Scenario):
                 groups[_group_key(scn)].append(i)
         self.n = len(cases)
         self.groups = [(np.array(idx), _stack([cases[i] for i in idx])) for idx in groups.values()]  # type: ignore[misc]
@@ -154,10 +174,12 @@ class Evaluator:
         for idx, stacked in self.groups:
             scn = Scenario(stacked.model, apply(stacked.cluster, values), stacked.plan)
             out[:, idx] = np.broadcast_to(estimate_training_step(scn).step_time_s, (size, len(idx)))
+        flat = {k: v[:, 0] for k, v in values.items()}
+        for i, stack in self.stacks:
+            out[:, i] = np.broadcast_to(np.asarray(stack.step_s(apply(stack.scenario.cluster, flat)), float), (size,))
         if self.serving:
             from shardwise.engines.serving import estimate_serving
 
-            flat = {k: v[:, 0] for k, v in values.items()}
             for i, case in self.serving:
                 s = case.scenario
                 est = estimate_serving(Scenario(s.model, apply(s.cluster, flat), s.plan), case.workload)
@@ -334,9 +356,9 @@ def _why_insensitive(name: str) -> str:
 
 def with_values(case: Case, values: dict[str, float]) -> Case:
     """The case on its cluster with calibrated values (`parameters.apply`)."""
-    s = case.scenario if isinstance(case, ServingCase) else case
+    s = case if isinstance(case, Scenario) else case.scenario
     calibrated = Scenario(s.model, apply(s.cluster, values), s.plan)
-    return replace(case, scenario=calibrated) if isinstance(case, ServingCase) else calibrated
+    return calibrated if isinstance(case, Scenario) else replace(case, scenario=calibrated)
 
 
 def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

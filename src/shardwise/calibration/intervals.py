@@ -52,7 +52,7 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         if fitted is not None:
             what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
         sd = [
-            SERVING_LOG_SD if isinstance(c, ServingCase) else uncalibrated_log_sd(c.cluster.gpu.name)
+            SERVING_LOG_SD if isinstance(c, ServingCase) else uncalibrated_log_sd(_scenario(c).cluster.gpu.name)
             for c in calibrated
         ]
         return Spread(np.array(sd, dtype=float), what)
@@ -60,6 +60,10 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
     return Spread(log_sd_from_gradient(g, fitted), basis or "calibration")
+
+
+def _scenario(case: Case) -> Any:
+    return getattr(case, "scenario", case)
 
 
 def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:

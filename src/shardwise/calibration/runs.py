@@ -302,7 +302,20 @@ def _training_run(row: dict[str, str], where: str) -> Run:
         step = tokens / (value * n)
     else:
         step = float(flops_per_step(scn)[0]) / (value * 1e12 * n)  # Megatron's count, as published
-    return Run(row.get("id") or where, scn, step, where, row.get("group") or row.get("source", ""))
+    case: Any = scn
+    scope = (row.get("scope") or "step").lower()
+    if scope not in ("step", "layers"):
+        raise SpecError(f"{where}: scope: {scope!r} is not allowed; use step (a training step) or layers")
+    if scope == "layers":  # a `shardwise measure` run: the layers only
+        from shardwise.calibration.fit import LayerStackCase
+
+        kinds = [k for k, v in (("tp", tp), ("pp", pp), ("dp", dp)) if v > 1]
+        if len(kinds) != 1 or metric != "step_time_s":
+            raise SpecError(
+                f"{where}: a layers-scope run (shardwise measure) splits one of tp, pp, dp and gives step_time_s"
+            )
+        case = LayerStackCase(scn, kinds[0], _whole(row, "micro_batches", where, 1))
+    return Run(row.get("id") or where, case, step, where, row.get("group") or row.get("source", ""))
 
 
 def _fit_domain(per_node: int, n: int) -> int:

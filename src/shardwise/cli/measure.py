@@ -204,7 +204,7 @@ def run_step(kind: str, **o: Any) -> None:
         from shardwise.measure.predict import predict
 
         cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), o["ranks"]))
-        predicted = predict(kind, model, cluster, o["ranks"], o["micro_batch"], o["micro_batches"], "bf16")
+        predicted = predict(kind, model, cluster, o["ranks"], o["micro_batch"], o["micro_batches"], "bf16").floats()
     row = _csv_row(kind, o, measured)
     if o["out"]:
         _append_csv(o["out"], row)
@@ -261,6 +261,8 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
         "layers": o["layers"],
         "seq_len": o["seq_len"],
         "precision": "bf16",
+        "scope": "layers",  # no embedding, output layer or optimizer: calibrate prices it as measure does
+        "micro_batches": o["micro_batches"],
         "step_time_s": f"{measured['step_s']:.6g}",
         "source": f"shardwise measure {kind} ({o['schedule'] if kind == 'pp' else 'synchronous all-reduce'}, "
         f"{o['dtype']}, {o['iters']} iterations, median)",
@@ -388,7 +390,9 @@ def crossover(**o: Any) -> None:
             from shardwise.measure.predict import predict
 
             cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), n))
-            predicted = [predict(kind, model, cluster, n, c.micro_batch, c.micro_batches, "bf16").step_s for c in cfgs]
+            predicted = [
+                float(predict(kind, model, cluster, n, c.micro_batch, c.micro_batches, "bf16").step_s) for c in cfgs
+            ]
         series[f"{kind}={n}"] = {"measured": measured, "predicted": predicted}
     _crossover_report(o, batches, series)
 

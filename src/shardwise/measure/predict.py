@@ -16,19 +16,25 @@ kernels, and the TP all-reduces on the link) composed as the measured run is:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from shardwise.specs import Cluster, Model, Plan, Scenario
 
 
 @dataclass(frozen=True)
 class Predicted:
-    step_s: float
-    compute_s: float
-    comm_s: float  # TP all-reduces, PP sends, or the DP all-reduce on the critical path
-    bubble_s: float = 0.0
+    """Seconds (floats, or arrays where the cluster holds arrays: a calibration's parameter sets)."""
+
+    step_s: Any
+    compute_s: Any
+    comm_s: Any  # TP all-reduces, PP sends, or the DP all-reduce on the critical path
+    bubble_s: Any = 0.0
+
+    def floats(self) -> Predicted:
+        return Predicted(float(self.step_s), float(self.compute_s), float(self.comm_s), float(self.bubble_s))
 
 
-def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[float, float, float, float]:
+def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, Any]:
     """(compute forward, compute backward, TP forward, TP backward) of one layer, one micro-batch."""
     from shardwise.engines.costs import context_parallel, layer_cost, tp_comm
     from shardwise.physics.collectives import Fabric
@@ -40,9 +46,7 @@ def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[float, float, fl
     cost, _ = layer_cost(
         local, tp_comm(local, fabric, placement(plan, cluster.gpus_per_node)["tp"]), kv_len=model.seq_len
     )
-    return tuple(
-        float(x) for x in (cost.compute_forward_s, cost.compute_backward_s, cost.tp_forward_s, cost.tp_backward_s)
-    )  # type: ignore[return-value]
+    return cost.compute_forward_s, cost.compute_backward_s, cost.tp_forward_s, cost.tp_backward_s
 
 
 def _plan(kind: str, ranks: int, micro_batch: int, micro_batches: int, precision: str) -> Plan:
@@ -74,7 +78,7 @@ def predict(
     if kind == "pp":
         stage = layers // ranks * (cf + cb)
         bytes_ = micro_batch * int(model.seq_len) * int(model.hidden) * plan.bytes_per_element
-        send = float(Fabric(cluster.intra_node_link, cluster.inter_node_link).p2p(bytes_, False))
+        send = Fabric(cluster.intra_node_link, cluster.inter_node_link).p2p(bytes_, False)
         sends = (2 * (ranks - 1) + 2 * (m - 1)) * send
         compute = m * stage
         bubble = (ranks - 1) * stage
@@ -84,5 +88,5 @@ def predict(
     compute = m * layers * (cf + cb)
     grads = layers * float(layer_params(model)) * plan.bytes_per_element
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
-    comm = float(fabric.group(ranks, cluster.gpus_per_node).all_reduce(grads))
+    comm = fabric.group(ranks, cluster.gpus_per_node).all_reduce(grads)
     return Predicted(compute + comm, compute, comm)
