@@ -52,9 +52,13 @@ def tp_slice(name: str, full: torch.Tensor, rank: int, tp: int) -> torch.Tensor:
 
 
 @pytest.mark.slow
-def test_tensor_parallel_layers_compute_the_unsplit_models_loss_and_gradients():
+@pytest.mark.parametrize("sequence_parallel", [False, True])
+def test_tensor_parallel_layers_compute_the_unsplit_models_loss_and_gradients(sequence_parallel: bool):
+    from dataclasses import replace
+
     loss, grads = reference(CFG)
-    ranks = launch.run(tensor_parallel_step, 2, (CFG, True), timeout_s=120)
+    cfg = replace(CFG, sequence_parallel=sequence_parallel)
+    ranks = launch.run(tensor_parallel_step, 2, (cfg, True), timeout_s=120)
     for rank, got in enumerate(ranks):
         assert got["loss"] == pytest.approx(loss, rel=1e-5)
         for name, g in got["grads"].items():
@@ -176,6 +180,7 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
         (["tp", "--out", "runs.txt"], "--out"),
         (["micro", "-o", "machine.json"], "--out"),
         (["micro", "--model", "llama3-8b"], "measure runs GPT layers"),
+        (["tp", "--sequence-parallel", "--seq-len", "33"], "--seq-len 33 must be a multiple of --ranks 2"),
     ],
 )
 def test_measure_bad_input_is_one_line(cli, args, message):

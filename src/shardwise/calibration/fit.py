@@ -140,8 +140,9 @@ class LayerStackCase:
 
         p = self.scenario.plan
         ranks = int({"tp": p.tp, "pp": p.pp, "dp": p.dp}[self.kind])
+        sp = bool(np.asarray(p.sequence_parallel))
         return predict(
-            self.kind, self.scenario.model, cluster, ranks, int(p.micro_batch), self.micro_batches, p.precision
+            self.kind, self.scenario.model, cluster, ranks, int(p.micro_batch), self.micro_batches, p.precision, sp
         ).step_s
 
 

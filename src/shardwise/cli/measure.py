@@ -153,6 +153,12 @@ def _step_command(kind: str) -> Any:
     @click.option(
         "--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True, help="pp only."
     )
+    @click.option(
+        "--sequence-parallel/--no-sequence-parallel",
+        default=False,
+        show_default=True,
+        help="tp only: all-gather / reduce-scatter over sequence shards instead of all-reduces.",
+    )
     @click.option("--iters", type=click.IntRange(1, 10000), default=5, show_default=True)
     @click.option("--warmup", type=click.IntRange(0, 10000), default=2, show_default=True)
     @click.option("--system", default=None, help="The machine as a system preset (from `measure micro`) to predict.")
@@ -193,7 +199,10 @@ def run_step(kind: str, **o: Any) -> None:
         o["iters"],
         o["warmup"],
         o["dtype"],
+        sequence_parallel=o["sequence_parallel"] and kind == "tp",
     )
+    if cfg.sequence_parallel and o["seq_len"] % o["ranks"]:
+        raise SpecError(f"--seq-len {o['seq_len']} must be a multiple of --ranks {o['ranks']} for --sequence-parallel")
     fn = {"tp": tensor_parallel_step, "pp": pipeline_parallel_step, "dp": data_parallel_step}[kind]
     ranks = launch.run(fn, o["ranks"], (cfg,), o["timeout_s"], o["device"])
     if not ranks:  # under torchrun, a rank other than 0: rank 0 reports
@@ -204,7 +213,8 @@ def run_step(kind: str, **o: Any) -> None:
         from shardwise.measure.predict import predict
 
         cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), o["ranks"]))
-        predicted = predict(kind, model, cluster, o["ranks"], o["micro_batch"], o["micro_batches"], "bf16").floats()
+        sp = cfg.sequence_parallel
+        predicted = predict(kind, model, cluster, o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp).floats()
     row = _csv_row(kind, o, measured)
     if o["out"]:
         _append_csv(o["out"], row)
@@ -249,7 +259,7 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
     tp, pp, dp = {"tp": (n, 1, 1), "pp": (1, n, 1), "dp": (1, 1, n)}[kind]
     return {
         "id": f"measure-{kind}{n}-{o['model_name']}-l{o['layers']}-s{o['seq_len']}-b{o['micro_batch']}"
-        f"x{o['micro_batches']}",
+        f"x{o['micro_batches']}" + ("-sp" if o["sequence_parallel"] and kind == "tp" else ""),
         "model": o["model_name"],
         "system": o["system"] or "",
         "num_gpus": n,
@@ -261,12 +271,20 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
         "layers": o["layers"],
         "seq_len": o["seq_len"],
         "precision": "bf16",
+        "sequence_parallel": "yes" if (o["sequence_parallel"] and kind == "tp") else "no",
         "scope": "layers",  # no embedding, output layer or optimizer: calibrate prices it as measure does
         "micro_batches": o["micro_batches"],
         "step_time_s": f"{measured['step_s']:.6g}",
-        "source": f"shardwise measure {kind} ({o['schedule'] if kind == 'pp' else 'synchronous all-reduce'}, "
-        f"{o['dtype']}, {o['iters']} iterations, median)",
+        "source": f"shardwise measure {kind} ({_how(kind, o)}, {o['dtype']}, {o['iters']} iterations, median)",
     }
+
+
+def _how(kind: str, o: dict[str, Any]) -> str:
+    if kind == "pp":
+        return f"{o['schedule']} schedule"
+    if kind == "tp" and o["sequence_parallel"]:
+        return "sequence parallel, synchronous collectives"
+    return "synchronous all-reduces"
 
 
 def _append_csv(path: str, row: dict[str, Any]) -> None:

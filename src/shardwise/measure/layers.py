@@ -94,6 +94,60 @@ class _ReduceBackward(torch.autograd.Function):
         return grad, None, None
 
 
+def _timed(op: Any, out: torch.Tensor, x: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> None:
+    sync(x.device)
+    start = time.perf_counter()
+    op(out, x, group=group)
+    sync(x.device)
+    if timings is not None:
+        timings.add(kind, start, time.perf_counter())
+
+
+def _gather_seq(x: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> torch.Tensor:
+    """All-gather along the sequence (dim 1) of [b, s/t, h] -> [b, s, h]."""
+    t = dist.get_world_size(group)
+    local = x.transpose(0, 1).contiguous()  # the sequence first, as Megatron lays tensors out
+    out = torch.empty((local.shape[0] * t, *local.shape[1:]), dtype=x.dtype, device=x.device)
+    _timed(getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor, out, local, group, timings, kind)
+    return out.transpose(0, 1)
+
+
+def _scatter_seq(x: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> torch.Tensor:
+    """Reduce-scatter along the sequence (dim 1) of [b, s, h] partial sums -> [b, s/t, h]."""
+    t = dist.get_world_size(group)
+    full = x.transpose(0, 1).contiguous()
+    out = torch.empty((full.shape[0] // t, *full.shape[1:]), dtype=x.dtype, device=x.device)
+    _timed(getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor, out, full, group, timings, kind)
+    return out.transpose(0, 1)
+
+
+class _GatherSequence(torch.autograd.Function):
+    """Sequence parallelism (Korthikanti et al. 2022 §4.2.2): all-gather before a column-parallel
+    layer; its backward is the reduce-scatter of the gradient."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any, timings: Timings | None) -> torch.Tensor:
+        ctx.group, ctx.timings = group, timings
+        return _gather_seq(x, group, timings, "tp_sp_all_gather_forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return _scatter_seq(grad, ctx.group, ctx.timings, "tp_sp_reduce_scatter_backward"), None, None
+
+
+class _ScatterSequence(torch.autograd.Function):
+    """Sequence parallelism: reduce-scatter after a row-parallel layer; its backward all-gathers."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, group: Any, timings: Timings | None) -> torch.Tensor:
+        ctx.group, ctx.timings = group, timings
+        return _scatter_seq(x, group, timings, "tp_sp_reduce_scatter_forward")
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
+        return _gather_seq(grad, ctx.group, ctx.timings, "tp_sp_all_gather_backward"), None, None
+
+
 @dataclass(frozen=True)
 class LayerShape:
     hidden: int
@@ -124,8 +178,10 @@ class ParallelLayer(nn.Module):
         dtype: torch.dtype = torch.float32,
         device: torch.device | None = None,
         timings: Timings | None = None,
+        sequence_parallel: bool = False,
     ):
         super().__init__()
+        self.sequence_parallel = sequence_parallel and tp > 1
         shape.check(tp)
         h, f, a = shape.hidden, shape.ffn_hidden, shape.heads
         self.heads, self.head_dim, self.group, self.timings = a // tp, h // a, group, timings
@@ -146,16 +202,27 @@ class ParallelLayer(nn.Module):
         self.ln1 = nn.LayerNorm(h, **kw)
         self.ln2 = nn.LayerNorm(h, **kw)
 
+    def _enter(self, y: torch.Tensor) -> torch.Tensor:
+        """Into a column-parallel layer: f (all-reduce backward), or with sequence parallelism the
+        all-gather of the sequence shards."""
+        op = _GatherSequence if self.sequence_parallel else _ReduceBackward
+        return op.apply(y, self.group, self.timings)
+
+    def _leave(self, y: torch.Tensor) -> torch.Tensor:
+        """Out of a row-parallel layer: g (all-reduce forward), or the reduce-scatter to shards."""
+        op = _ScatterSequence if self.sequence_parallel else _ReduceForward
+        return op.apply(y, self.group, self.timings)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, s, _ = x.shape
-        y = _ReduceBackward.apply(self.ln1(x), self.group, self.timings)
+        """x: [b, s, h], or [b, s / tp, h] (this rank's sequence shard) with sequence parallelism."""
+        y = self._enter(self.ln1(x))
+        b, s, _ = y.shape
         q, k, v = (y @ self.qkv.t()).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         ctx = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         ctx = ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
-        x = x + _ReduceForward.apply(ctx @ self.proj.t(), self.group, self.timings)
-        y = _ReduceBackward.apply(self.ln2(x), self.group, self.timings)
-        y = nn.functional.gelu(y @ self.up.t())
-        return x + _ReduceForward.apply(y @ self.down.t(), self.group, self.timings)
+        x = x + self._leave(ctx @ self.proj.t())
+        y = nn.functional.gelu(self._enter(self.ln2(x)) @ self.up.t())
+        return x + self._leave(y @ self.down.t())
 
 
 def stack(

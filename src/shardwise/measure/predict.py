@@ -49,7 +49,9 @@ def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, A
     return cost.compute_forward_s, cost.compute_backward_s, cost.tp_forward_s, cost.tp_backward_s
 
 
-def _plan(kind: str, ranks: int, micro_batch: int, micro_batches: int, precision: str) -> Plan:
+def _plan(
+    kind: str, ranks: int, micro_batch: int, micro_batches: int, precision: str, sequence_parallel: bool = False
+) -> Plan:
     tp, pp, dp = {"tp": (ranks, 1, 1), "pp": (1, ranks, 1), "dp": (1, 1, ranks)}[kind]
     return Plan(
         tp=tp,
@@ -58,18 +60,26 @@ def _plan(kind: str, ranks: int, micro_batch: int, micro_batches: int, precision
         micro_batch=micro_batch,
         global_batch=micro_batch * micro_batches * dp,
         precision=precision,
+        sequence_parallel=sequence_parallel and tp > 1,
         async_tp_grad=False,  # measure's all-reduces are synchronous
         flash_attention=True,  # torch's fused scaled_dot_product_attention
     )
 
 
 def predict(
-    kind: str, model: Model, cluster: Cluster, ranks: int, micro_batch: int, micro_batches: int, precision: str
+    kind: str,
+    model: Model,
+    cluster: Cluster,
+    ranks: int,
+    micro_batch: int,
+    micro_batches: int,
+    precision: str,
+    sequence_parallel: bool = False,
 ) -> Predicted:
     """The predicted step of `measure KIND` (see the module docstring)."""
     from shardwise.physics.collectives import Fabric
 
-    plan = _plan(kind, ranks, micro_batch, micro_batches, precision)
+    plan = _plan(kind, ranks, micro_batch, micro_batches, precision, sequence_parallel)
     cf, cb, tf, tb = _layer(model, cluster, plan)
     layers, m = int(model.layers), micro_batches
     if kind == "tp":

@@ -30,6 +30,7 @@ class StepConfig:
     warmup: int = 2
     dtype: str = "float32"  # CPUs: float32; GPUs: bfloat16
     seed: int = 1234
+    sequence_parallel: bool = False  # TP: LayerNorms and residuals on sequence shards (Korthikanti et al. 2022)
 
 
 def _dtype(name: str) -> Any:
@@ -95,9 +96,14 @@ def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) 
     import torch
     import torch.distributed as dist
 
-    from shardwise.measure.layers import Timings, stack, sync
+    from shardwise.measure.layers import Timings, stack, sync, timed_all_reduce
 
     timings = Timings()
+    sp = cfg.sequence_parallel and g.world > 1
+    if sp and cfg.seq_len % g.world:
+        from shardwise.errors import SpecError
+
+        raise SpecError(f"--seq-len {cfg.seq_len} must be a multiple of --ranks {g.world} for sequence parallelism")
     model = stack(
         cfg.shape,
         cfg.layers,
@@ -107,14 +113,19 @@ def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) 
         dtype=_dtype(cfg.dtype),
         device=g.device,
         timings=timings,
+        sequence_parallel=sp,
     )
     xs = _inputs(cfg, g.device)
+    if sp:  # this rank's sequence shard; the loss is the shards' sum
+        shard = cfg.seq_len // g.world
+        xs = [x[:, g.rank * shard : (g.rank + 1) * shard].contiguous() for x in xs]
+    norms = [p for n, p in model.named_parameters() if ".ln" in n]
 
     def step() -> float:
         total = torch.zeros((), device=g.device)
         for i, x in enumerate(xs):
             t0 = time.perf_counter()
-            loss = _loss(model(x), cfg.micro_batches)
+            loss = _loss(model(x), cfg.micro_batches) / (g.world if sp else 1)
             sync(g.device)
             t1 = time.perf_counter()
             loss.backward()
@@ -122,6 +133,14 @@ def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) 
             timings.span(f"forward mb{i}", t0, t1)
             timings.span(f"backward mb{i}", t1, time.perf_counter())
             total += loss.detach()
+        if sp:  # the LayerNorms saw only this rank's tokens: sum their gradients (Megatron does too)
+            flat = torch.cat([p.grad.reshape(-1) for p in norms])
+            timed_all_reduce(flat, dist.group.WORLD, timings, "tp_sp_norm_grad_all_reduce")
+            offset = 0
+            for p in norms:
+                p.grad.copy_(flat[offset : offset + p.numel()].view_as(p))
+                offset += p.numel()
+            timed_all_reduce(total, dist.group.WORLD, None, "")
         return float(total)
 
     if return_grads:
