@@ -82,6 +82,15 @@ def test_pipeline_stages_compute_the_unsplit_models_loss_and_gradients(schedule:
             torch.testing.assert_close(torch.from_numpy(g), want, rtol=1e-4, atol=1e-6)
 
 
+def test_collective_curves_are_taken_per_group_size():
+    from shardwise.measure.micro import fit_link, group_sizes
+
+    assert group_sizes(2) == [2] and group_sizes(8) == [2, 4, 8] and group_sizes(6) == [2, 4, 6]
+    curve = {s: 20e-6 + 2 * (4 - 1) / 4 * s / 50e9 for s in (4096, 65536, 2**20, 2**24)}
+    base, bw = fit_link(curve, 4)  # an exact alpha-beta curve is recovered
+    assert base == pytest.approx(20e-6, rel=1e-6) and bw == pytest.approx(50e9, rel=1e-6)
+
+
 def test_one_f_one_b_fills_then_alternates_then_drains():
     assert pipeline_order("1f1b", 0, 4, 6) == [
         *[("F", 0), ("F", 1), ("F", 2)],

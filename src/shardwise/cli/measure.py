@@ -129,6 +129,11 @@ def micro(
     )
     link = spec["intra_node_link"]
     click.echo(f"link (all-reduce fit): {link['bandwidth']}, {link['base_latency']} per call")
+    from shardwise.measure.micro import fit_link
+
+    for k, curve in result["all_reduce_by_group_s"].items():
+        base, bw = fit_link(curve, int(k))
+        click.echo(f"  all-reduce over {k} ranks: {bw / 1e9:.3g} GB/s bus, {base * 1e6:.3g} us per call")
     click.echo(f"written: {out} (use it as --system {out})")
 
 

@@ -6,7 +6,8 @@
   (else 1); sm_count is left unknown, so GEMMs are priced by the roofline at peak x efficiency.
 - Memory bandwidth: a large tensor copied (read + write), best of the repeats.
 - Collectives between the ranks: all-reduce, all-gather, reduce-scatter and a point-to-point
-  send over message sizes from 4 KiB up; the link's latency and bandwidth come from a
+  send over message sizes from 4 KiB up, and the all-reduce again per group size (2, 4, 8, ...
+  ranks); the link's latency and bandwidth come from a
   least-squares fit of the alpha-beta model to the all-reduce curve, t = base + 2 (n - 1) / n x
   bytes / bandwidth (the ring's bus traffic, NCCL's busBw convention).
 
@@ -100,6 +101,35 @@ def micro_benchmarks(g: Group, cfg: MicroConfig) -> dict[str, Any]:
         curves["p2p"][size] = _median_time(p2p, dev, cfg.repeats)
         dist.barrier()
     out["curves_s"] = curves
+    out["all_reduce_by_group_s"] = _all_reduce_by_group(g, cfg, dev)
+    return out
+
+
+def group_sizes(world: int) -> list[int]:
+    """2, 4, 8, ... up to the world, and the world itself."""
+    sizes, k = [], 2
+    while k < world:
+        sizes.append(k)
+        k *= 2
+    return [*sizes, world]
+
+
+def _all_reduce_by_group(g: Group, cfg: MicroConfig, dev: Any) -> dict[int, dict[int, float]]:
+    """All-reduce times per group size (the first k ranks; the others wait at a barrier): how a
+    collective's latency and bandwidth change with the group, as TP of 2, 4, 8 would see it."""
+    import torch
+    import torch.distributed as dist
+
+    out: dict[int, dict[int, float]] = {}
+    for k in group_sizes(g.world):
+        group = dist.new_group(list(range(k))) if k < g.world else dist.group.WORLD  # every rank must call it
+        curve: dict[int, float] = {}
+        for size in (s for s in SIZES_BYTES if s <= cfg.max_bytes):
+            if g.rank < k:
+                x = torch.ones(size // 4, device=dev, dtype=torch.float32)
+                curve[size] = _median_time(lambda x=x, grp=group: dist.all_reduce(x, group=grp), dev, cfg.repeats)
+            dist.barrier()
+        out[k] = curve
     return out
 
 
