@@ -185,11 +185,16 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
     [
         (["pp", "--layers", "3"], "--layers 3 must be a multiple of --ranks 2"),
         (["tp", "--model", "llama3-8b"], "measure runs GPT layers"),
-        (["tp", "--model", "gpt-125m", "--ranks", "5"], "--tp 5 must divide the heads (12)"),
+        (
+            ["tp", "--model", "gpt-125m", "--ranks", "5"],
+            "--ranks 5 (the tensor-parallel size) must divide the heads (12)",
+        ),
         (["tp", "--out", "runs.txt"], "--out"),
         (["micro", "-o", "machine.json"], "--out"),
         (["micro", "--model", "llama3-8b"], "measure runs GPT layers"),
         (["tp", "--sequence-parallel", "--seq-len", "33"], "--seq-len 33 must be a multiple of --ranks 2"),
+        (["tp", "--dtype", "float32", "--out", "runs.csv"], "--dtype float32 is for checking the split only"),
+        (["tp", "--device", "cuda"], "--device cuda: 2 rank(s) on this machine need as many GPUs"),
     ],
 )
 def test_measure_bad_input_is_one_line(cli, args, message):

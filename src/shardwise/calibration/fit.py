@@ -381,21 +381,21 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     and the leverage h_i = g_i^T A^-1 g_i / sigma^2, dropping run i moves its residual to
     e_i / (1 - h_i) (the PRESS residual of ridge regression; exact for a model linear in u) and its
     parameter variance to g_i^T A^-1 g_i / (1 - h_i) (Sherman-Morrison); the spread sigma_-i is
-    re-estimated without run i, and the Student factor loses one degree of freedom. The parameter
+    re-estimated without run i (the other runs' residuals taken from the full fit), and the
+    Student factor loses one degree of freedom. The parameter
     choice (which are fitted, which priors widened) is the full fit's."""
     from shardwise.calibration.intervals import t_factor
 
     measured = np.asarray(measured, dtype=float)
     e = np.asarray(fitted.after_log_error, dtype=float)
     n, k = len(measured), len(fitted.fitted)
+    sq = np.sum(e**2) - e**2 + NOISE_PRIOR_RUNS * NOISE_LOG_SD**2  # the spread without run i
+    sigma = np.sqrt(sq / np.maximum(n - 1 - k + NOISE_PRIOR_RUNS, 1.0))
     if k == 0:
-        sd = np.full(n, fitted.noise_log_sd * t_factor(fitted.dof - 1))
-        return e, sd
+        return e, sigma * t_factor(fitted.dof - 1)
     cases = [with_values(c, fitted.values) for c in scenarios]
     _, g = log_step_and_gradient(Evaluator(cases), fitted.fitted, np.zeros(k), {})
     q = np.einsum("ni,ij,nj->n", g, fitted.u_covariance, g)  # g_i^T A^-1 g_i
     h = np.clip(q / fitted.noise_log_sd**2, 0.0, 0.99)
     loo = e / (1.0 - h)
-    sq = np.sum(e**2) - e**2 + NOISE_PRIOR_RUNS * NOISE_LOG_SD**2
-    sigma = np.sqrt(sq / np.maximum(n - 1 - k + NOISE_PRIOR_RUNS, 1.0))
     return loo, np.sqrt(sigma**2 + q / (1.0 - h)) * t_factor(fitted.dof - 1)

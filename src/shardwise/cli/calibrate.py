@@ -53,7 +53,7 @@ def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
     metavar="NAME[,NAME...]",
     help="Fit only these parameters (default: as many as the runs allow, in the documented order).",
 )
-@click.option("--max-params", type=click.IntRange(min=0, max=6), help="Fit at most this many parameters.")
+@click.option("--max-params", type=click.IntRange(min=0, max=7), help="Fit at most this many parameters.")
 @click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON (the calibration file's content).")
 def calibrate(
     runs: tuple[str, ...],

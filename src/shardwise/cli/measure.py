@@ -56,7 +56,7 @@ def measure() -> None:
     \b
     Needs PyTorch: pip install 'shardwise[measure]'. Spawns --ranks processes on this machine,
     or, under torchrun, runs as the rank torchrun gives it (several servers:
-    torchrun --nnodes N --nproc-per-node 8 --rdzv-endpoint HOST:PORT -m shardwise.cli measure ...).
+    torchrun --nnodes N --nproc-per-node 8 --rdzv-endpoint HOST:PORT -m shardwise measure ...).
 
     \b
     Examples:
@@ -101,6 +101,9 @@ def micro(
     from shardwise.measure.micro import MicroConfig, micro_benchmarks, shapes_of, system_yaml
 
     check_output_path(out, (".yaml", ".yml"), "--out")
+    from shardwise.measure.launch import world_size
+
+    ranks = world_size(ranks)
     shapes: tuple[tuple[int, int, int], ...] = ()
     if model_name:
         model = _gpt_model(model_name, 1, seq_len)
@@ -134,6 +137,13 @@ def micro(
     for k, curve in result["all_reduce_by_group_s"].items():
         base, bw = fit_link(curve, int(k))
         click.echo(f"  all-reduce over {k} ranks: {bw / 1e9:.3g} GB/s bus, {base * 1e6:.3g} us per call")
+    curve = result["curves_s"]["all_reduce"]
+    base, _ = fit_link(curve, result["ranks"])
+    if curve[max(curve)] < 3 * base:
+        click.echo(
+            f"note: the largest message ({max(curve):,} bytes) takes less than 3 x the per-call latency: the "
+            "bandwidth fit is loose; raise --max-bytes"
+        )
     click.echo(f"written: {out} (use it as --system {out})")
 
 
@@ -175,6 +185,18 @@ def _step_command(kind: str) -> Any:
     return command
 
 
+def _settle(o: dict[str, Any]) -> None:
+    """Under torchrun the world size is torchrun's; float32 runs are checks, not calibration data."""
+    from shardwise.measure.launch import world_size
+
+    o["ranks"] = world_size(o["ranks"])
+    if o.get("dtype") == "float32" and (o.get("out") or o.get("system")):
+        raise SpecError(
+            "--dtype float32 is for checking the split only: the prediction and the CSV rows price bf16 "
+            "(drop --out and --system, or use --dtype bfloat16)"
+        )
+
+
 def run_step(kind: str, **o: Any) -> None:
     from shardwise import presets
     from shardwise.cli.options import check_output_path
@@ -182,6 +204,7 @@ def run_step(kind: str, **o: Any) -> None:
     from shardwise.measure.layers import LayerShape
     from shardwise.measure.runs import StepConfig, data_parallel_step, pipeline_parallel_step, tensor_parallel_step
 
+    _settle(o)
     if o["out"]:
         check_output_path(o["out"], (".csv",), "--out")
     if o["trace"]:
@@ -252,9 +275,12 @@ def terms(result: dict[str, Any]) -> dict[str, float]:
     receives, which also hold the waiting), and the rest of the step (idle, host overheads)."""
     spans = result.get("trace", [])
     step = max((end for _, _, end in spans), default=0.0)
-    passes = sum(b - a for n, a, b in spans if n.startswith(("forward", "backward")))
-    comm = sum(b - a for n, a, b in spans if n.startswith(("tp_", "pp_", "dp_")))
-    nested = sum(b - a for n, a, b in spans if n.startswith("tp_"))  # inside the passes
+    passes = [(a, b) for n, a, b in spans if n.startswith(("forward", "backward"))]
+    comms = [(a, b) for n, a, b in spans if n.startswith(("tp_", "pp_", "dp_"))]
+    comm = sum(b - a for a, b in comms)
+    # collectives inside a forward or backward pass (TP's) are not compute
+    nested = sum(b - a for a, b in comms if any(pa <= a and b <= pb for pa, pb in passes))
+    passes = sum(b - a for a, b in passes)
     compute = passes - nested
     return {"compute": compute, "communication": comm, "other": max(0.0, step - compute - comm), "step": step}
 
@@ -266,7 +292,7 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
         "id": f"measure-{kind}{n}-{o['model_name']}-l{o['layers']}-s{o['seq_len']}-b{o['micro_batch']}"
         f"x{o['micro_batches']}" + ("-sp" if o["sequence_parallel"] and kind == "tp" else ""),
         "model": o["model_name"],
-        "system": o["system"] or "",
+        "system": _system_path(o["system"]),
         "num_gpus": n,
         "tp": tp,
         "pp": pp,
@@ -282,6 +308,13 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
         "step_time_s": f"{measured['step_s']:.6g}",
         "source": f"shardwise measure {kind} ({_how(kind, o)}, {o['dtype']}, {o['iters']} iterations, median)",
     }
+
+
+def _system_path(system: str | None) -> str:
+    """A preset name as given; a file as an absolute path (calibrate may run elsewhere)."""
+    if not system:
+        return ""
+    return str(Path(system).resolve()) if Path(system).is_file() else system
 
 
 def _how(kind: str, o: dict[str, Any]) -> str:
@@ -384,6 +417,7 @@ def crossover(**o: Any) -> None:
     from shardwise.measure.layers import LayerShape
     from shardwise.measure.runs import StepConfig, steps
 
+    _settle(o)
     batches = _batches(o["batches"])
     if o["plot"]:
         from shardwise.cli.options import check_output_path

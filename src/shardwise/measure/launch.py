@@ -105,6 +105,25 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def check_device(device: str, ranks_here: int) -> None:
+    """--device cuda needs a GPU for every rank on this machine: say so before starting any."""
+    if device != "cuda":
+        return
+    import torch
+
+    have = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if have < ranks_here:
+        raise SpecError(
+            f"--device cuda: {ranks_here} rank(s) on this machine need as many GPUs; it has {have} "
+            "(use --device cpu, or fewer --ranks)"
+        )
+
+
+def world_size(ranks: int) -> int:
+    """The run's world size: torchrun's when under it, else `ranks` (what --ranks asks)."""
+    return int(os.environ["WORLD_SIZE"]) if under_torchrun() else ranks
+
+
 def under_torchrun() -> bool:
     return "RANK" in os.environ and "WORLD_SIZE" in os.environ and "MASTER_ADDR" in os.environ
 
@@ -115,6 +134,7 @@ def run(
     """fn(group, *args) on every rank; the results, by rank. Under torchrun every rank runs this
     and rank 0 gathers the results (the other ranks get an empty list: only rank 0 reports).
     `fn` must be a module-level function (spawned ranks import it)."""
+    check_device(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else world)
     if under_torchrun():
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         g = _init(rank, size, "env://", device, timeout_s)

@@ -159,7 +159,8 @@ class LayerShape:
 
         if self.heads % tp or self.ffn_hidden % tp:
             raise SpecError(
-                f"--tp {tp} must divide the heads ({self.heads}) and the MLP hidden size ({self.ffn_hidden})"
+                f"--ranks {tp} (the tensor-parallel size) must divide the heads ({self.heads}) and the MLP hidden "
+                f"size ({self.ffn_hidden})"
             )
         if self.hidden % self.heads:
             raise SpecError(f"--hidden {self.hidden} must be a multiple of --heads {self.heads}")
