@@ -140,9 +140,10 @@ class LayerStackCase:
 
         p = self.scenario.plan
         ranks = int({"tp": p.tp, "pp": p.pp, "dp": p.dp}[self.kind])
-        sp = bool(np.asarray(p.sequence_parallel))
+        sp, v = bool(np.asarray(p.sequence_parallel)), int(p.vpp)
+        model = self.scenario.model
         return predict(
-            self.kind, self.scenario.model, cluster, ranks, int(p.micro_batch), self.micro_batches, p.precision, sp
+            self.kind, model, cluster, ranks, int(p.micro_batch), self.micro_batches, p.precision, sp, v
         ).step_s
 
 

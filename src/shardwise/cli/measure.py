@@ -166,7 +166,14 @@ def _step_command(kind: str) -> Any:
     @click.option("--micro-batch", type=click.IntRange(1, 1 << 16), default=1, show_default=True)
     @click.option("--micro-batches", type=click.IntRange(1, 1 << 16), default=4, show_default=True)
     @click.option(
-        "--schedule", type=click.Choice(["1f1b", "gpipe"]), default="1f1b", show_default=True, help="pp only."
+        "--schedule",
+        type=click.Choice(["1f1b", "gpipe", "interleaved"]),
+        default="1f1b",
+        show_default=True,
+        help="pp only (interleaved: --chunks model chunks per stage).",
+    )
+    @click.option(
+        "--chunks", type=click.IntRange(2, 64), default=2, show_default=True, help="Interleaved: chunks per stage."
     )
     @click.option(
         "--sequence-parallel/--no-sequence-parallel",
@@ -207,6 +214,11 @@ def run_step(kind: str, **o: Any) -> None:
     _settle(o)
     if o["out"]:
         check_output_path(o["out"], (".csv",), "--out")
+        if not o["system"]:
+            raise SpecError(
+                "--out needs --system (the machine's preset, from `shardwise measure micro`): "
+                "calibrate prices the rows on it"
+            )
     if o["trace"]:
         check_output_path(o["trace"], (".json",), "--trace")
     model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
@@ -215,8 +227,14 @@ def run_step(kind: str, **o: Any) -> None:
     shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
     if kind == "tp":
         shape.check(o["ranks"])
-    if kind == "pp" and o["layers"] % o["ranks"]:
-        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {o['ranks']} (the pipeline stages)")
+    v = o["chunks"] if kind == "pp" and o["schedule"] == "interleaved" else 1
+    if kind == "pp" and o["layers"] % (o["ranks"] * v):
+        what = "the pipeline stages" if v == 1 else f"the stages x --chunks {v}"
+        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {o['ranks']} ({what})")
+    if v > 1 and o["micro_batches"] % o["ranks"]:
+        raise SpecError(
+            f"--micro-batches {o['micro_batches']} must be a multiple of --ranks {o['ranks']} to interleave"
+        )
     cfg = StepConfig(
         shape,
         o["layers"],
@@ -228,6 +246,7 @@ def run_step(kind: str, **o: Any) -> None:
         o["warmup"],
         o["dtype"],
         sequence_parallel=o["sequence_parallel"] and kind == "tp",
+        chunks=o["chunks"],
     )
     if cfg.sequence_parallel and o["seq_len"] % o["ranks"]:
         raise SpecError(f"--seq-len {o['seq_len']} must be a multiple of --ranks {o['ranks']} for --sequence-parallel")
@@ -242,7 +261,8 @@ def run_step(kind: str, **o: Any) -> None:
 
         cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), o["ranks"]))
         sp = cfg.sequence_parallel
-        predicted = predict(kind, model, cluster, o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp).floats()
+        args = (o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp, v)
+        predicted = predict(kind, model, cluster, *args).floats()
     row = _csv_row(kind, o, measured)
     if o["out"]:
         _append_csv(o["out"], row)
@@ -290,7 +310,9 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
     tp, pp, dp = {"tp": (n, 1, 1), "pp": (1, n, 1), "dp": (1, 1, n)}[kind]
     return {
         "id": f"measure-{kind}{n}-{o['model_name']}-l{o['layers']}-s{o['seq_len']}-b{o['micro_batch']}"
-        f"x{o['micro_batches']}" + ("-sp" if o["sequence_parallel"] and kind == "tp" else ""),
+        f"x{o['micro_batches']}"
+        + ("-sp" if o["sequence_parallel"] and kind == "tp" else "")
+        + (f"-{o['schedule']}" if kind == "pp" and o["schedule"] != "1f1b" else ""),
         "model": o["model_name"],
         "system": _system_path(o["system"]),
         "num_gpus": n,
@@ -301,6 +323,7 @@ def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str
         "micro_batch": o["micro_batch"],
         "layers": o["layers"],
         "seq_len": o["seq_len"],
+        "vpp": o["chunks"] if kind == "pp" and o["schedule"] == "interleaved" else 1,
         "precision": "bf16",
         "sequence_parallel": "yes" if (o["sequence_parallel"] and kind == "tp") else "no",
         "scope": "layers",  # no embedding, output layer or optimizer: calibrate prices it as measure does
@@ -333,8 +356,12 @@ def _append_csv(path: str, row: dict[str, Any]) -> None:
     if not new:
         with p.open(encoding="utf-8") as f:
             header = next(csv.reader(f), [])
+            ids = {r[0] for r in csv.reader(f) if r}
         if header != list(row):
             raise SpecError(f"--out {path}: its columns are not measure's; give a new file")
+        base, n = row["id"], 2
+        while row["id"] in ids:  # the same configuration measured again: its own id
+            row["id"], n = f"{base}-run{n}", n + 1
     with p.open("a", encoding="utf-8", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(row))
         if new:

@@ -9,7 +9,8 @@ kernels, and the TP all-reduces on the link) composed as the measured run is:
 - PP (GPipe or 1F1B, which have the same bubble): step = (m + p - 1)(L / p)(f + b) plus, on the
   critical path, 2 (p - 1) transfers of one micro-batch's activations (the first forward and the
   last backward cross every stage boundary) and 2 (m - 1) more on the slowest stage (Narayanan et
-  al. 2021 §2.2: the bubble is (p - 1) / m of the ideal time).
+  al. 2021 §2.2: the bubble is (p - 1) / m of the ideal time). Interleaved with v chunks per
+  stage: the bubble divided by v (§2.2.2), and v times the transfers (2 (p v - 1) + 2 (m - 1) v).
 - DP: one stage's m L (f + b) plus the all-reduce of every layer's gradients.
 """
 
@@ -75,6 +76,7 @@ def predict(
     micro_batches: int,
     precision: str,
     sequence_parallel: bool = False,
+    chunks: int = 1,
 ) -> Predicted:
     """The predicted step of `measure KIND` (see the module docstring)."""
     from shardwise.physics.collectives import Fabric
@@ -86,12 +88,13 @@ def predict(
         compute, comm = m * layers * (cf + cb), m * layers * (tf + tb)
         return Predicted(compute + comm, compute, comm)
     if kind == "pp":
+        v = chunks
         stage = layers // ranks * (cf + cb)
         bytes_ = micro_batch * int(model.seq_len) * int(model.hidden) * plan.bytes_per_element
         send = Fabric(cluster.intra_node_link, cluster.inter_node_link).p2p(bytes_, False)
-        sends = (2 * (ranks - 1) + 2 * (m - 1)) * send
+        sends = (2 * (ranks * v - 1) + 2 * (m - 1) * v) * send
         compute = m * stage
-        bubble = (ranks - 1) * stage
+        bubble = (ranks - 1) * stage / v
         return Predicted(compute + bubble + sends, compute, sends, bubble)
     from shardwise.physics.params import layer_params
 

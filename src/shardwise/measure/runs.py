@@ -25,12 +25,13 @@ class StepConfig:
     seq_len: int
     micro_batch: int
     micro_batches: int = 1  # per step (pipeline: m micro-batches flow through the stages)
-    schedule: str = "1f1b"  # pipeline: "1f1b" (Megatron's non-interleaved) or "gpipe"
+    schedule: str = "1f1b"  # pipeline: "1f1b" (Megatron's non-interleaved), "gpipe" or "interleaved"
     iters: int = 5
     warmup: int = 2
     dtype: str = "float32"  # CPUs: float32; GPUs: bfloat16
     seed: int = 1234
     sequence_parallel: bool = False  # TP: LayerNorms and residuals on sequence shards (Korthikanti et al. 2022)
+    chunks: int = 2  # the interleaved schedule's model chunks per stage
 
 
 def _dtype(name: str) -> Any:
@@ -149,26 +150,24 @@ def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) 
     return _timed_steps(step, cfg, g, model, timings)
 
 
-def pipeline_order(schedule: str, stage: int, stages: int, micro_batches: int) -> list[tuple[str, int]]:
-    """The ("F" | "B", micro-batch) sequence one stage runs: GPipe, every forward then every
-    backward; 1F1B (Narayanan et al. 2021 §2.2.1), min(stages - stage - 1, m) forwards to fill the
-    pipeline, then one forward and one backward in turn, then the remaining backwards."""
-    m = micro_batches
-    if schedule == "gpipe":
-        return [("F", i) for i in range(m)] + [("B", i) for i in range(m)]
-    warm = min(stages - stage - 1, m)
-    order = [("F", i) for i in range(warm)]
-    f, b = warm, 0
-    while f < m:
-        order += [("F", f), ("B", b)]
-        f, b = f + 1, b + 1
-    return order + [("B", i) for i in range(b, m)]
+def pipeline_order(
+    schedule: str, stage: int, stages: int, micro_batches: int, chunks: int = 1
+) -> list[tuple[str, int, int]]:
+    """The ("F" | "B", micro-batch, model chunk) sequence one stage runs: the simulator's own
+    schedules (`engines.schedules`: GPipe, 1F1B, interleaved 1F1B), so the measured run and the
+    simulated one follow the same order."""
+    from shardwise.engines import schedules as sch
+
+    build = {"gpipe": sch.gpipe, "1f1b": sch.one_f_one_b, "interleaved": sch.interleaved}[schedule]
+    ops = build(stages, micro_batches, chunks)[stage]
+    return [("F" if op.kind == sch.F else "B", op.micro_batch, op.chunk) for op in ops]
 
 
 def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) -> dict[str, Any]:
-    """The layers split into world-size stages, `cfg.micro_batches` micro-batches driven by
-    `cfg.schedule`; activations go forward and gradients back by point-to-point sends (isend,
-    so a stage never blocks on its own send; every receive is timed)."""
+    """The layers split into world-size stages (with the interleaved schedule, `cfg.chunks` model
+    chunks per stage: chunk c of stage r is virtual stage c p + r), `cfg.micro_batches`
+    micro-batches driven by `cfg.schedule`; activations go forward and gradients back by tagged
+    point-to-point sends (isend, so a stage never blocks on its own send; every receive is timed)."""
     import torch
     import torch.distributed as dist
 
@@ -176,61 +175,75 @@ def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False
     from shardwise.measure.layers import Timings, stack, sync
 
     p, r = g.world, g.rank
-    if cfg.layers % p:
-        raise SpecError(f"--layers {cfg.layers} must be a multiple of the pipeline stages ({p})")
-    per = cfg.layers // p
+    v = cfg.chunks if cfg.schedule == "interleaved" else 1
+    if cfg.layers % (p * v):
+        raise SpecError(f"--layers {cfg.layers} must be a multiple of the pipeline stages x chunks ({p} x {v})")
+    if cfg.schedule == "interleaved" and cfg.micro_batches % p:
+        raise SpecError(f"--micro-batches {cfg.micro_batches} must be a multiple of the stages ({p}) to interleave")
+    per, last = cfg.layers // (p * v), p * v - 1
     timings = Timings()
-    model = stack(cfg.shape, per, first=r * per, dtype=_dtype(cfg.dtype), device=g.device)
+    kw = {"dtype": _dtype(cfg.dtype), "device": g.device}
+    chunks = torch.nn.ModuleList([stack(cfg.shape, per, first=(c * p + r) * per, **kw) for c in range(v)])
     xs = _inputs(cfg, g.device)
     shape = (cfg.micro_batch, cfg.seq_len, cfg.shape.hidden)
-    order = pipeline_order(cfg.schedule, r, p, cfg.micro_batches)
+    order = pipeline_order(cfg.schedule, r, p, cfg.micro_batches, v)
 
-    def recv(src: int, kind: str) -> Any:
+    def tag(direction: int, mb: int, virtual: int) -> int:
+        """A message's tag: which micro-batch, to which virtual stage, forward or back."""
+        return (direction * cfg.micro_batches + mb) * (last + 1) + virtual
+
+    def recv(src: int, kind: str, tag_: int) -> Any:
         buf = torch.empty(shape, dtype=_dtype(cfg.dtype), device=g.device)
         t0 = time.perf_counter()
-        dist.recv(buf, src=src)
+        dist.recv(buf, src=src, tag=tag_)
         timings.add(kind, t0, time.perf_counter())
         return buf
 
     def step() -> float:
-        inputs: dict[int, Any] = {}
-        outputs: dict[int, Any] = {}
+        inputs: dict[tuple[int, int], Any] = {}
+        outputs: dict[tuple[int, int], Any] = {}
         sends, total = [], 0.0
-        for kind, i in order:
+        for kind, i, c in order:
+            s = c * p + r  # the virtual stage
             if kind == "F":
-                x = xs[i] if r == 0 else recv(r - 1, "pp_recv_forward")
-                x = x.detach().requires_grad_(r > 0)
+                x = xs[i] if s == 0 else recv((r - 1) % p, "pp_recv_forward", tag(0, i, s))
+                x = x.detach().requires_grad_(s > 0)
                 t0 = time.perf_counter()
-                y = model(x)
+                y = chunks[c](x)
                 sync(g.device)
-                timings.span(f"forward mb{i}", t0, time.perf_counter())
-                inputs[i], outputs[i] = x, y
-                if r < p - 1:
-                    sends.append(dist.isend(y.detach().contiguous(), dst=r + 1))
+                timings.span(f"forward mb{i}" + (f" c{c}" if v > 1 else ""), t0, time.perf_counter())
+                inputs[(i, c)], outputs[(i, c)] = x, y
+                if s < last:
+                    sends.append(dist.isend(y.detach().contiguous(), dst=(r + 1) % p, tag=tag(0, i, s + 1)))
             else:
-                x, y = inputs.pop(i), outputs.pop(i)
-                grad = recv(r + 1, "pp_recv_backward") if r < p - 1 else None
+                x, y = inputs.pop((i, c)), outputs.pop((i, c))
+                grad = recv((r + 1) % p, "pp_recv_backward", tag(1, i, s)) if s < last else None
                 t0 = time.perf_counter()
-                if r == p - 1:
+                if s == last:
                     loss = _loss(y, cfg.micro_batches)
                     loss.backward()
                     total += float(loss.detach())
                 else:
                     y.backward(grad)
                 sync(g.device)
-                timings.span(f"backward mb{i}", t0, time.perf_counter())
-                if r > 0:
-                    sends.append(dist.isend(x.grad.contiguous(), dst=r - 1))
+                timings.span(f"backward mb{i}" + (f" c{c}" if v > 1 else ""), t0, time.perf_counter())
+                if s > 0:
+                    sends.append(dist.isend(x.grad.contiguous(), dst=(r - 1) % p, tag=tag(1, i, s - 1)))
         t0 = time.perf_counter()
-        for s in sends:
-            s.wait()
+        for h in sends:
+            h.wait()
         timings.add("pp_send_wait", t0, time.perf_counter())
         return total
 
     if return_grads:
         loss = step()
-        return {"loss": loss, "grads": {n: p_.grad.detach().cpu() for n, p_ in model.named_parameters()}}
-    return _timed_steps(step, cfg, g, model, timings, barrier=True)
+        grads = {}
+        for c in range(v):  # named by the layer's index in the whole model
+            for n, p_ in chunks[c].named_parameters():
+                index, rest = n.split(".", 1)
+                grads[f"{(c * p + r) * per + int(index)}.{rest}"] = p_.grad.detach().cpu()
+        return {"loss": loss, "grads": grads}
+    return _timed_steps(step, cfg, g, chunks, timings, barrier=True)
 
 
 def data_parallel_step(g: Group, cfg: StepConfig) -> dict[str, Any]:
