@@ -247,3 +247,13 @@ def test_measure_crossover_runs_the_articles_experiment(cli, tmp_path):
     assert set(result["crossover_batch"]) == {"measured", "predicted"} and fig.exists()
     code, _, err = cli(["measure", "crossover", "--batches", "1,x"])
     assert code == 2 and "--batches" in err
+
+
+def test_the_failed_rank_is_blamed_not_the_peer_that_lost_it():
+    import queue
+
+    out: queue.Queue = queue.Queue()
+    out.put((1, "error", "RuntimeError: boom (runs.py:12)"))
+    cause = launch._first_cause(out, 0, "RuntimeError: Connection closed by peer [127.0.0.1]:1234", wait_s=0.2)
+    assert cause == (1, "RuntimeError: boom (runs.py:12)")
+    assert launch._first_cause(queue.Queue(), 0, "ValueError: x", wait_s=0.05) == (0, "ValueError: x")

@@ -165,6 +165,7 @@ def run(
                 _check_alive(procs, results, deadline, timeout_s)
                 continue
             if status == "error":
+                rank, value = _first_cause(out, rank, value)
                 raise MeasureError(f"measure: rank {rank} failed: {value}")
             results[rank] = value
         for p in procs:
@@ -172,6 +173,26 @@ def run(
         return [results[r] for r in range(world)]
     finally:
         _end(procs)
+
+
+# What a rank reports when a peer died under it: a consequence, not the cause
+_CONSEQUENCES = ("connection closed", "connection reset", "econnreset", "broken pipe", "timed out", "timeout")
+
+
+def _first_cause(out: Any, rank: int, value: str, wait_s: float = 1.0) -> tuple[int, str]:
+    """The error to report: the first one that is not a lost connection to a failed peer (other
+    ranks' reports are collected for up to `wait_s`)."""
+    errors = [(rank, value)]
+    end = time.monotonic() + wait_s
+    while time.monotonic() < end:
+        try:
+            r, status, v = out.get(timeout=max(0.01, end - time.monotonic()))
+        except queue.Empty:
+            break
+        if status == "error":
+            errors.append((r, v))
+    causes = [e for e in errors if not any(c in str(e[1]).lower() for c in _CONSEQUENCES)]
+    return (causes or errors)[0]
 
 
 def _check_alive(procs: list[Any], results: dict[int, Any], deadline: float, timeout_s: float) -> None:
