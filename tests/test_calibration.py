@@ -11,7 +11,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.calibration import fit as fitting
-from shardwise.calibration import store
+from shardwise.calibration import intervals, store
 from shardwise.calibration.intervals import spread
 from shardwise.calibration.parameters import BY_NAME, apply
 from shardwise.calibration.runs import parse_runs
@@ -497,12 +497,12 @@ def test_the_uncalibrated_spreads_are_the_dev_splits():
 
 
 def test_leave_one_out_without_refitting_matches_refitting():
-    """`fit.leave_one_out` (the full fit linearised: PRESS residuals, Sherman-Morrison variances)
+    """`intervals.leave_one_out` (the full fit linearised: PRESS residuals, Sherman-Morrison variances)
     gives what refitting without each run gives."""
     scns, _, measured = synthetic(noise=0.04, seed=3)
     scns, measured = scns[::3][:8], measured[::3][:8]
     full = fitting.fit(scns, measured)
-    loo, sd = fitting.leave_one_out(scns, measured, full)
+    loo, sd = intervals.leave_one_out(scns, measured, full)
     for i in range(len(scns)):
         rest = [j for j in range(len(scns)) if j != i]
         refit = fitting.fit([scns[j] for j in rest], measured[rest], only=full.fitted)

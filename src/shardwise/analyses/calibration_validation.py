@@ -10,7 +10,7 @@ split (dev or holdout, made before anything was fitted; see `public_validation`)
   coverage (the share of measured values inside the predicted 80% interval), against k = 0 (the
   uncalibrated model with its default interval);
 - leave one out: calibrate on all of a stack's runs but one and predict that one, for each run
-  (`calibration.fit.leave_one_out`: the full fit linearised, no refit per run; a test checks it
+  (`calibration.intervals.leave_one_out`: the full fit linearised, no refit per run; a test checks it
   against refitting);
 - other layouts: within each group (one model, system, GPU count and sequence length) with two
   or more distinct layouts, calibrate on one layout and predict the others, for each choice of
@@ -178,7 +178,7 @@ LOO = -1  # the `k` of a leave-one-out point (calibrated on all of the stack's r
 def leave_one_out(runs: list[PublicRun], split: str, progress=None) -> list[CurvePoint]:
     """Each stack's runs, each predicted by a calibration on all the stack's other runs."""
     from shardwise.calibration.fit import fit
-    from shardwise.calibration.fit import leave_one_out as loo
+    from shardwise.calibration.intervals import leave_one_out as loo
     from shardwise.calibration.spreads import Z80
 
     points = []

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, non_empty
+from shardwise.precisions import TRAINING_PRECISIONS
 
 experiment_options = _stack(
     click.option(
@@ -118,7 +119,7 @@ experiment_options = _stack(
     click.option("--flash-attention/--no-flash-attention", default=True, show_default=True),
     click.option(
         "--precision",
-        type=click.Choice(["bf16", "fp16", "fp8", "mxfp8"]),
+        type=click.Choice(TRAINING_PRECISIONS),
         default="bf16",
         show_default=True,
         help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell).",

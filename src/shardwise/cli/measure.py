@@ -48,6 +48,22 @@ def _common(f: Any) -> Any:
     return f
 
 
+def _workload(f: Any) -> Any:
+    """What `measure tp|pp|dp` and `measure crossover` run, and the machine they predict it on."""
+    for option in reversed(
+        [
+            click.option(
+                "--model", "model_name", default="gpt-125m", show_default=True, help="A GPT-family model preset."
+            ),
+            click.option("--layers", type=click.IntRange(1, 1000), default=2, show_default=True, help="Layers to run."),
+            click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True),
+            click.option("--system", default=None, help="The machine as a system preset (from `measure micro`)."),
+        ]
+    ):
+        f = option(f)
+    return f
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 def measure() -> None:
     """Run TP, PP or DP for real (torch.distributed: gloo on CPUs, NCCL on GPUs) and compare
@@ -160,9 +176,7 @@ def _memory_bytes(device: str) -> float:
 def _step_command(kind: str) -> Any:
     @measure.command(kind, help=f"Measure {KINDS[kind]} over --ranks processes; beside it, the prediction.")
     @_common
-    @click.option("--model", "model_name", default="gpt-125m", show_default=True, help="A GPT-family model preset.")
-    @click.option("--layers", type=click.IntRange(1, 1000), default=2, show_default=True, help="Layers to run.")
-    @click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True)
+    @_workload
     @click.option("--micro-batch", type=click.IntRange(1, 1 << 16), default=1, show_default=True)
     @click.option("--micro-batches", type=click.IntRange(1, 1 << 16), default=4, show_default=True)
     @click.option(
@@ -183,7 +197,6 @@ def _step_command(kind: str) -> Any:
     )
     @click.option("--iters", type=click.IntRange(1, 10000), default=5, show_default=True)
     @click.option("--warmup", type=click.IntRange(0, 10000), default=2, show_default=True)
-    @click.option("--system", default=None, help="The machine as a system preset (from `measure micro`) to predict.")
     @click.option("--out", default=None, help="Append the run to this CSV (the format `shardwise calibrate` reads).")
     @click.option("--trace", default=None, help="Write the last step as a Chrome trace (JSON), one track per rank.")
     def command(**o: Any) -> None:
@@ -208,7 +221,7 @@ def run_step(kind: str, **o: Any) -> None:
     from shardwise import presets
     from shardwise.cli.options import check_output_path
     from shardwise.measure import launch, require_torch
-    from shardwise.measure.layers import LayerShape
+    from shardwise.measure.records import append_csv, combine, csv_row
     from shardwise.measure.runs import StepConfig, data_parallel_step, pipeline_parallel_step, tensor_parallel_step
 
     _settle(o)
@@ -224,13 +237,8 @@ def run_step(kind: str, **o: Any) -> None:
     model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
     system = presets.system(o["system"]) if o["system"] else None
     require_torch()
-    shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
-    if kind == "tp":
-        shape.check(o["ranks"])
     v = o["chunks"] if kind == "pp" and o["schedule"] == "interleaved" else 1
-    if kind == "pp" and o["layers"] % (o["ranks"] * v):
-        what = "the pipeline stages" if v == 1 else f"the stages x --chunks {v}"
-        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {o['ranks']} ({what})")
+    shape = _layer_shape(model, o, tensor_parallel=kind == "tp", chunks=v if kind == "pp" else 0)
     if v > 1 and o["micro_batches"] % o["ranks"]:
         raise SpecError(
             f"--micro-batches {o['micro_batches']} must be a multiple of --ranks {o['ranks']} to interleave"
@@ -254,7 +262,7 @@ def run_step(kind: str, **o: Any) -> None:
     ranks = launch.run(fn, o["ranks"], (cfg,), o["timeout_s"], o["device"])
     if not ranks:  # under torchrun, a rank other than 0: rank 0 reports
         return
-    measured = _combine(kind, ranks)
+    measured = combine(kind, ranks)
     predicted = None
     if system is not None:
         from shardwise.measure.predict import predict
@@ -263,110 +271,14 @@ def run_step(kind: str, **o: Any) -> None:
         sp = cfg.sequence_parallel
         args = (o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp, v)
         predicted = predict(kind, model, cluster, *args).floats()
-    row = _csv_row(kind, o, measured)
+    row = csv_row(kind, o, measured)
     if o["out"]:
-        _append_csv(o["out"], row)
+        append_csv(o["out"], row)
     if o["trace"]:
         from shardwise.measure.trace import write_chrome_trace
 
         write_chrome_trace(kind, ranks, o["trace"])
     _report(kind, o, measured, predicted, row)
-
-
-def _combine(kind: str, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The step is the slowest rank's median; communication per kind averaged over ranks; the
-    terms (`terms`) from the slowest rank's traced step."""
-    step = max(r["step_s"] for r in ranks)
-    kinds = sorted({k for r in ranks for k in r["comm_s"]})
-    comm = {k: sum(r["comm_s"].get(k, 0.0) for r in ranks) / len(ranks) for k in kinds}
-    slowest = max(ranks, key=lambda r: r["step_s"])
-    return {
-        "step_s": step,
-        "per_rank_step_s": [r["step_s"] for r in ranks],
-        "comm_s": comm,
-        "ranks": len(ranks),
-        "terms_s": terms(slowest),
-    }
-
-
-def terms(result: dict[str, Any]) -> dict[str, float]:
-    """The slowest rank's traced step split as the prediction is: compute (its forward and backward
-    spans less the collectives inside them), communication (collectives, and in a pipeline the
-    receives, which also hold the waiting), and the rest of the step (idle, host overheads)."""
-    spans = result.get("trace", [])
-    step = max((end for _, _, end in spans), default=0.0)
-    passes = [(a, b) for n, a, b in spans if n.startswith(("forward", "backward"))]
-    comms = [(a, b) for n, a, b in spans if n.startswith(("tp_", "pp_", "dp_"))]
-    comm = sum(b - a for a, b in comms)
-    # collectives inside a forward or backward pass (TP's) are not compute
-    nested = sum(b - a for a, b in comms if any(pa <= a and b <= pb for pa, pb in passes))
-    passes = sum(b - a for a, b in passes)
-    compute = passes - nested
-    return {"compute": compute, "communication": comm, "other": max(0.0, step - compute - comm), "step": step}
-
-
-def _csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
-    n = o["ranks"]
-    tp, pp, dp = {"tp": (n, 1, 1), "pp": (1, n, 1), "dp": (1, 1, n)}[kind]
-    return {
-        "id": f"measure-{kind}{n}-{o['model_name']}-l{o['layers']}-s{o['seq_len']}-b{o['micro_batch']}"
-        f"x{o['micro_batches']}"
-        + ("-sp" if o["sequence_parallel"] and kind == "tp" else "")
-        + (f"-{o['schedule']}" if kind == "pp" and o["schedule"] != "1f1b" else ""),
-        "model": o["model_name"],
-        "system": _system_path(o["system"]),
-        "num_gpus": n,
-        "tp": tp,
-        "pp": pp,
-        "dp": dp,
-        "global_batch": o["micro_batch"] * o["micro_batches"] * dp,
-        "micro_batch": o["micro_batch"],
-        "layers": o["layers"],
-        "seq_len": o["seq_len"],
-        "vpp": o["chunks"] if kind == "pp" and o["schedule"] == "interleaved" else 1,
-        "precision": "bf16",
-        "sequence_parallel": "yes" if (o["sequence_parallel"] and kind == "tp") else "no",
-        "scope": "layers",  # no embedding, output layer or optimizer: calibrate prices it as measure does
-        "micro_batches": o["micro_batches"],
-        "step_time_s": f"{measured['step_s']:.6g}",
-        "source": f"shardwise measure {kind} ({_how(kind, o)}, {o['dtype']}, {o['iters']} iterations, median)",
-    }
-
-
-def _system_path(system: str | None) -> str:
-    """A preset name as given; a file as an absolute path (calibrate may run elsewhere)."""
-    if not system:
-        return ""
-    return str(Path(system).resolve()) if Path(system).is_file() else system
-
-
-def _how(kind: str, o: dict[str, Any]) -> str:
-    if kind == "pp":
-        return f"{o['schedule']} schedule"
-    if kind == "tp" and o["sequence_parallel"]:
-        return "sequence parallel, synchronous collectives"
-    return "synchronous all-reduces"
-
-
-def _append_csv(path: str, row: dict[str, Any]) -> None:
-    import csv
-
-    p = Path(path)
-    new = not p.exists() or p.stat().st_size == 0
-    if not new:
-        with p.open(encoding="utf-8") as f:
-            header = next(csv.reader(f), [])
-            ids = {r[0] for r in csv.reader(f) if r}
-        if header != list(row):
-            raise SpecError(f"--out {path}: its columns are not measure's; give a new file")
-        base, n = row["id"], 2
-        while row["id"] in ids:  # the same configuration measured again: its own id
-            row["id"], n = f"{base}-run{n}", n + 1
-    with p.open("a", encoding="utf-8", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(row))
-        if new:
-            w.writeheader()
-        w.writerow(row)
 
 
 def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: Any, row: dict[str, Any]) -> None:
@@ -424,13 +336,10 @@ for _kind in KINDS:
 
 @measure.command("crossover")
 @_common
-@click.option("--model", "model_name", default="gpt-125m", show_default=True, help="A GPT-family model preset.")
-@click.option("--layers", type=click.IntRange(1, 1000), default=2, show_default=True, help="Layers to run.")
-@click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True)
+@_workload
 @click.option("--batches", default="1,2,4,8", show_default=True, help="Batches to run (sequences per step), a list.")
 @click.option("--iters", type=click.IntRange(1, 10000), default=3, show_default=True)
 @click.option("--warmup", type=click.IntRange(0, 10000), default=1, show_default=True)
-@click.option("--system", default=None, help="The machine as a system preset (from `measure micro`) to predict.")
 @click.option("--plot", default=None, help="Write the figure (PNG/SVG/PDF).")
 def crossover(**o: Any) -> None:
     """The articles' experiment for real: TP=N against PP=N over the batch on this machine.
@@ -441,7 +350,6 @@ def crossover(**o: Any) -> None:
 
     from shardwise import presets
     from shardwise.measure import launch, require_torch
-    from shardwise.measure.layers import LayerShape
     from shardwise.measure.runs import StepConfig, steps
 
     _settle(o)
@@ -453,10 +361,7 @@ def crossover(**o: Any) -> None:
     model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
     system = presets.system(o["system"]) if o["system"] else None
     n = o["ranks"]
-    shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
-    shape.check(n)
-    if o["layers"] % n:
-        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {n} (the pipeline stages)")
+    shape = _layer_shape(model, o, tensor_parallel=True, chunks=1)
     require_torch()
     base = StepConfig(shape, o["layers"], o["seq_len"], 1, 1, "1f1b", o["iters"], o["warmup"], o["dtype"])
     configs = {
@@ -479,6 +384,20 @@ def crossover(**o: Any) -> None:
             ]
         series[f"{kind}={n}"] = {"measured": measured, "predicted": predicted}
     _crossover_report(o, batches, series)
+
+
+def _layer_shape(model: Any, o: dict[str, Any], tensor_parallel: bool, chunks: int) -> Any:
+    """The model's layer split over --ranks: TP must divide its heads and MLP; a pipeline of
+    `chunks` model chunks per stage (0: no pipeline) must divide its layers."""
+    from shardwise.measure.layers import LayerShape
+
+    shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
+    if tensor_parallel:
+        shape.check(o["ranks"])
+    if chunks and o["layers"] % (o["ranks"] * chunks):
+        what = "the pipeline stages" if chunks == 1 else f"the stages x --chunks {chunks}"
+        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {o['ranks']} ({what})")
+    return shape
 
 
 def _batches(text: str) -> list[int]:

@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from shardwise.precisions import TRAINING_PRECISIONS
+
 F = Callable[..., Any]
 
 
@@ -194,7 +196,7 @@ execution_options = _stack(
     ),
     click.option(
         "--precision",
-        type=click.Choice(["bf16", "fp16", "fp8", "mxfp8"]),
+        type=click.Choice(TRAINING_PRECISIONS),
         default="bf16",
         show_default=True,
         help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell).",

@@ -53,16 +53,21 @@ def sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def timed_all_reduce(tensor: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> None:
-    """All-reduce in place over `group`, its time (device synchronised) added to `timings`."""
-    if group is None or dist.get_world_size(group) == 1:
-        return
-    sync(tensor.device)
+def timed(run: Any, device: torch.device, timings: Timings | None, kind: str) -> None:
+    """Run one collective, its time (the device synchronised before and after) added to `timings`."""
+    sync(device)
     start = time.perf_counter()
-    dist.all_reduce(tensor, group=group)
-    sync(tensor.device)
+    run()
+    sync(device)
     if timings is not None:
         timings.add(kind, start, time.perf_counter())
+
+
+def timed_all_reduce(tensor: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> None:
+    """All-reduce in place over `group`, timed."""
+    if group is None or dist.get_world_size(group) == 1:
+        return
+    timed(lambda: dist.all_reduce(tensor, group=group), tensor.device, timings, kind)
 
 
 class _ReduceForward(torch.autograd.Function):
@@ -94,21 +99,13 @@ class _ReduceBackward(torch.autograd.Function):
         return grad, None, None
 
 
-def _timed(op: Any, out: torch.Tensor, x: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> None:
-    sync(x.device)
-    start = time.perf_counter()
-    op(out, x, group=group)
-    sync(x.device)
-    if timings is not None:
-        timings.add(kind, start, time.perf_counter())
-
-
 def _gather_seq(x: torch.Tensor, group: Any, timings: Timings | None, kind: str) -> torch.Tensor:
     """All-gather along the sequence (dim 1) of [b, s/t, h] -> [b, s, h]."""
     t = dist.get_world_size(group)
     local = x.transpose(0, 1).contiguous()  # the sequence first, as Megatron lays tensors out
     out = torch.empty((local.shape[0] * t, *local.shape[1:]), dtype=x.dtype, device=x.device)
-    _timed(getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor, out, local, group, timings, kind)
+    gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    timed(lambda: gather(out, local, group=group), x.device, timings, kind)
     return out.transpose(0, 1)
 
 
@@ -117,7 +114,8 @@ def _scatter_seq(x: torch.Tensor, group: Any, timings: Timings | None, kind: str
     t = dist.get_world_size(group)
     full = x.transpose(0, 1).contiguous()
     out = torch.empty((full.shape[0] // t, *full.shape[1:]), dtype=x.dtype, device=x.device)
-    _timed(getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor, out, full, group, timings, kind)
+    scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    timed(lambda: scatter(out, full, group=group), x.device, timings, kind)
     return out.transpose(0, 1)
 
 

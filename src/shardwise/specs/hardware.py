@@ -8,17 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from shardwise.precisions import FP8_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
 # is priced where the tensors are quantised, `physics.compute`).
 PRECISION_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0}
-# FP8 training recipes: "fp8" is per-tensor scaling (Transformer Engine's delayed or current
-# scaling, Hopper and later); "mxfp8" is block scaling, one E8M0 scale per 32 elements (OCP
-# Microscaling v1.0), which Blackwell's tensor cores apply inside the GEMM (Megatron-Core
-# `--fp8-recipe mxfp8`).
-FP8_PRECISIONS = ("fp8", "mxfp8")
+
 # A block-scaled (MXFP8) GEMM against a per-tensor-scaled FP8 one of the same shape: Transformer
 # Engine's published GEMM profile of one Llama-like layer on B300 with pre-quantised operands,
 # 6.812 ms (FP8 tensorwise) vs 7.161 ms (MXFP8) (TransformerEngine docs/examples/gemm_profiling).

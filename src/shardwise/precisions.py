@@ -1,0 +1,8 @@
+"""The training precisions, one list for the Plan and the command line (no imports: the CLI's
+option modules read it at import time and must stay light)."""
+
+# "fp8" is per-tensor scaling (Transformer Engine's delayed or current scaling, Hopper and later);
+# "mxfp8" is block scaling, one E8M0 scale per 32 elements (OCP Microscaling v1.0), which
+# Blackwell's tensor cores apply inside the GEMM (Megatron-Core `--fp8-recipe mxfp8`).
+FP8_PRECISIONS = ("fp8", "mxfp8")
+TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS)  # what a Plan (and --precision) accepts
