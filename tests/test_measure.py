@@ -257,3 +257,19 @@ def test_the_failed_rank_is_blamed_not_the_peer_that_lost_it():
     cause = launch._first_cause(out, 0, "RuntimeError: Connection closed by peer [127.0.0.1]:1234", wait_s=0.2)
     assert cause == (1, "RuntimeError: boom (runs.py:12)")
     assert launch._first_cause(queue.Queue(), 0, "ValueError: x", wait_s=0.05) == (0, "ValueError: x")
+
+
+@pytest.mark.parametrize("args", [["tp"], ["pp", "--schedule", "interleaved"], ["micro"], ["crossover"]])
+def test_every_measure_command_without_torch_is_one_line(args):
+    """Without PyTorch each command says how to install it (exit 2): nothing it imports first
+    may need PyTorch (a fresh `pip install -e .` has none)."""
+    import subprocess
+    import sys
+
+    code = "import sys; sys.modules['torch'] = None\nfrom shardwise.cli import main\nmain(sys.argv[1:])"
+    done = subprocess.run([sys.executable, "-c", code, "measure", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: shardwise measure needs PyTorch: pip install 'shardwise[measure]' (on a machine without a GPU, "
+        "pip install torch==2.13.0 installs the CPU build)"
+    ]

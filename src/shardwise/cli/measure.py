@@ -389,7 +389,7 @@ def crossover(**o: Any) -> None:
 def _layer_shape(model: Any, o: dict[str, Any], tensor_parallel: bool, chunks: int) -> Any:
     """The model's layer split over --ranks: TP must divide its heads and MLP; a pipeline of
     `chunks` model chunks per stage (0: no pipeline) must divide its layers."""
-    from shardwise.measure.layers import LayerShape
+    from shardwise.measure.shapes import LayerShape
 
     shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
     if tensor_parallel:

@@ -22,6 +22,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from shardwise.measure.shapes import LayerShape
+
 
 @dataclass
 class Timings:
@@ -144,24 +146,6 @@ class _ScatterSequence(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:
         return _gather_seq(grad, ctx.group, ctx.timings, "tp_sp_all_gather_backward"), None, None
-
-
-@dataclass(frozen=True)
-class LayerShape:
-    hidden: int
-    heads: int
-    ffn_hidden: int
-
-    def check(self, tp: int) -> None:
-        from shardwise.errors import SpecError
-
-        if self.heads % tp or self.ffn_hidden % tp:
-            raise SpecError(
-                f"--ranks {tp} (the tensor-parallel size) must divide the heads ({self.heads}) and the MLP hidden "
-                f"size ({self.ffn_hidden})"
-            )
-        if self.hidden % self.heads:
-            raise SpecError(f"--hidden {self.hidden} must be a multiple of --heads {self.heads}")
 
 
 class ParallelLayer(nn.Module):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.measure.launch import Group
-from shardwise.measure.layers import LayerShape
+from shardwise.measure.shapes import LayerShape
 
 
 @dataclass(frozen=True)
