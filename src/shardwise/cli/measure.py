@@ -199,6 +199,7 @@ def _step_command(kind: str) -> Any:
     @click.option("--warmup", type=click.IntRange(0, 10000), default=2, show_default=True)
     @click.option("--out", default=None, help="Append the run to this CSV (the format `shardwise calibrate` reads).")
     @click.option("--trace", default=None, help="Write the last step as a Chrome trace (JSON), one track per rank.")
+    @click.option("--plot", default=None, help="Figure of measured against predicted per term (PNG/SVG/PDF).")
     def command(**o: Any) -> None:
         run_step(kind, **o)
 
@@ -234,6 +235,13 @@ def run_step(kind: str, **o: Any) -> None:
             )
     if o["trace"]:
         check_output_path(o["trace"], (".json",), "--trace")
+    if o["plot"]:
+        check_output_path(o["plot"], (".png", ".svg", ".pdf"), "--plot")
+        if not o["system"]:
+            raise SpecError(
+                "--plot needs --system (the machine's preset, from `shardwise measure micro`): "
+                "it draws the prediction beside the measurement"
+            )
     model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
     system = presets.system(o["system"]) if o["system"] else None
     require_torch()
@@ -278,6 +286,13 @@ def run_step(kind: str, **o: Any) -> None:
         from shardwise.measure.trace import write_chrome_trace
 
         write_chrome_trace(kind, ranks, o["trace"])
+    if o["plot"] and predicted is not None:
+        from shardwise import plots
+        from shardwise.measure.records import term_rows
+        from shardwise.plots.measure import measured_terms
+
+        title = f"{KINDS[kind]}: {o['ranks']} ranks, {o['layers']} layers of {o['model_name']}, sequence {o['seq_len']}"
+        plots.save(measured_terms(term_rows(kind, measured["terms_s"], predicted), title), o["plot"])
     _report(kind, o, measured, predicted, row)
 
 
@@ -311,16 +326,10 @@ def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: A
             f"compute {format_seconds(predicted.compute_s)}, communication {format_seconds(predicted.comm_s)}, "
             f"bubble {format_seconds(predicted.bubble_s)}"
         )
-        t = measured["terms_s"]
-        wait = "communication + waiting" if kind == "pp" else "communication"
-        rows = [
-            ("compute", t["compute"], predicted.compute_s),
-            (wait, t["communication"], predicted.comm_s + (predicted.bubble_s if kind == "pp" else 0.0)),
-            ("other (idle, host)", t["other"], predicted.bubble_s if kind != "pp" else 0.0),
-            ("traced step", t["step"], predicted.step_s),
-        ]
+        from shardwise.measure.records import term_rows
+
         click.echo("per term, the slowest rank's last step:  measured  predicted")
-        for name, m, p in rows:
+        for name, m, p in term_rows(kind, measured["terms_s"], predicted):
             click.echo(f"  {name:<38}{format_seconds(m):>10} {format_seconds(p):>10}")
     else:
         click.echo("(give --system machine.yaml, written by `shardwise measure micro`, for the prediction beside it)")
@@ -328,6 +337,8 @@ def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: A
         click.echo(f"appended to {o['out']}")
     if o["trace"]:
         click.echo(f"trace: {o['trace']} (open in https://ui.perfetto.dev or chrome://tracing)")
+    if o["plot"]:
+        click.echo(f"figure: {o['plot']}")
 
 
 for _kind in KINDS:

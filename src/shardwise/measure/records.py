@@ -42,6 +42,22 @@ def terms(result: dict[str, Any]) -> dict[str, float]:
     return {"compute": compute, "communication": comm, "other": max(0.0, step - compute - comm), "step": step}
 
 
+def term_rows(kind: str, measured_terms: dict[str, float], predicted: Any) -> list[tuple[str, float, float]]:
+    """(term, measured s, predicted s) in the same split: compute; communication (in a pipeline
+    with the waiting, which the prediction calls the bubble); the rest; the traced step."""
+    pp = kind == "pp"
+    return [
+        ("compute", measured_terms["compute"], predicted.compute_s),
+        (
+            "communication + waiting" if pp else "communication",
+            measured_terms["communication"],
+            predicted.comm_s + (predicted.bubble_s if pp else 0.0),
+        ),
+        ("other (idle, host)", measured_terms["other"], 0.0 if pp else predicted.bubble_s),
+        ("traced step", measured_terms["step"], predicted.step_s),
+    ]
+
+
 def csv_row(kind: str, o: dict[str, Any], measured: dict[str, Any]) -> dict[str, Any]:
     n = o["ranks"]
     tp, pp, dp = {"tp": (n, 1, 1), "pp": (1, n, 1), "dp": (1, 1, n)}[kind]

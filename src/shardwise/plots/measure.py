@@ -1,5 +1,6 @@
-"""`shardwise measure crossover`: measured step times of TP=N and PP=N against the batch, with the
-prediction as lines and each crossover marked."""
+"""`shardwise measure`'s figures: measured against predicted per term of one step (`measure tp|pp|dp
+--plot`), and measured step times of TP=N and PP=N against the batch with the prediction as lines
+and each crossover marked (`measure crossover --plot`)."""
 
 from __future__ import annotations
 
@@ -43,3 +44,28 @@ def crossover_batch(batches: list[int], series: dict[str, dict[str, Any]], kind:
         if (x < y) != first:
             return batch
     return None
+
+
+def measured_terms(rows: list[tuple[str, float, float]], title: str) -> Figure:
+    """`rows`: (term, measured s, predicted s), as `measure.records.term_rows` gives them; paired
+    bars per term, each labelled with its time and the prediction's error."""
+    from shardwise.units import format_seconds
+
+    fig, ax = plt.subplots(figsize=(7.5, 4.0))
+    y = range(len(rows))
+    h = 0.38
+    ax.barh([i - h / 2 for i in y], [1e3 * m for _, m, _ in rows], h, color="#4c72b0", label="measured")
+    ax.barh([i + h / 2 for i in y], [1e3 * p for _, _, p in rows], h, color="#dd8452", label="predicted")
+    top = max(1e3 * max(m, p) for _, m, p in rows) or 1.0
+    for i, (_, m, p) in enumerate(rows):
+        ax.text(1e3 * m + 0.01 * top, i - h / 2, format_seconds(m), va="center", fontsize=8)
+        err = f" ({p / m - 1:+.0%})" if m > 0 else ""
+        ax.text(1e3 * p + 0.01 * top, i + h / 2, format_seconds(p) + err, va="center", fontsize=8)
+    ax.set_yticks(list(y), [name for name, _, _ in rows])
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1.25 * top)
+    ax.set_xlabel("time in the slowest rank's last step (ms)")
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
