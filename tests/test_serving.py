@@ -247,7 +247,8 @@ def test_serve_json_and_max_throughput(cli):
         "decode_s",
     ):
         assert key in row
-    assert row["batch"] == 2 * min(row["max_batch_per_replica"], 2048)
+    assert row["batch"] == 2 * min(row["max_batch_per_replica"], 2048)  # the KV cache kept full
+    assert row["batching"] == "inflight" and set(row["percentiles_s"]["ttft_s"]) == {"p50", "p90", "p99"}
     assert row["fits_in_memory"] is True
     assert data["workload"]["weight_precision"] == "fp8"
 

@@ -216,6 +216,26 @@ def serving_dict(
         **band("tpot_s", est.tpot_s),
         **band("throughput_tokens_per_s", est.throughput_tokens_per_s),
         "interval": {"level": 0.8, "log_sd": log_sd, "basis": basis},
+        **_inflight_dict(est),
+    }
+
+
+def _inflight_dict(est: Any) -> dict[str, Any]:
+    """How the requests were batched; under in-flight batching the simulation's settings, its
+    percentiles (seconds) and the rate the plan sustains."""
+    if getattr(est, "batching", "static") != "inflight":
+        return {"batching": "static"}
+    return {
+        "batching": "inflight",
+        "concurrency": est.users,
+        "request_rate_per_s": est.request_rate_per_s,
+        "max_request_rate_per_s": plain(est.max_request_rate_per_s),
+        "overloaded": est.overloaded,
+        "mean_in_flight": plain(est.mean_running),
+        "mean_prompt_tokens_per_iteration": plain(est.mean_prompt_tokens),
+        "max_batched_tokens": est.max_batched_tokens,
+        "simulated_requests": est.simulated_requests,
+        "percentiles_s": est.percentiles_s,
     }
 
 

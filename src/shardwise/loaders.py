@@ -157,10 +157,11 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 
+from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S  # noqa: E402
+
 # Per-step latency of a link given only as a rate, by its kind (as the link presets, from NCCL's
 # hwLat table and the measured small-message curves, presets/links.yaml): NVLink-class rates
 # (>= 100 GB/s per direction) 1 us, PCIe-class 2 us, a network 5 us; 20 us per collective call.
-NVLINK_CLASS_BYTES_PER_S = 100e9
 RATE_LINK_LATENCY_S = {"nvlink": 1e-6, "pcie": 2e-6, "network": 5e-6}
 RATE_LINK_BASE_LATENCY_S = 20e-6
 

@@ -84,7 +84,7 @@ def validate_serving() -> tuple[list[ValidationRow], int]:
                 )
             )
             continue
-        est = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8"))
+        est = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8", custom_all_reduce="trtllm"))
         batch = int(est.workload.batch)
         out.append(
             ValidationRow(

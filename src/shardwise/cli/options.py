@@ -105,6 +105,12 @@ cluster_options = _stack(
     ),
     click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
     click.option(
+        "--p2p",
+        type=click.Choice(["on", "off"]),
+        help="Can the GPUs of a server reach each other's memory? off: NCCL stages every transfer through "
+        "host memory (GeForce cards on the stock driver, many VMs). [default: the system's, else on]",
+    ),
+    click.option(
         "--intra-link",
         metavar="NAME|FILE|RATE",
         callback=non_empty(LINK_NAME),
@@ -300,15 +306,17 @@ def build_model(o: dict[str, Any]) -> Any:
 
 def build_cluster(o: dict[str, Any]) -> Any:
     """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size."""
+    import numpy as np
+
     from shardwise import loaders, presets
     from shardwise.specs import SpecError
 
     if o.get("nodes") is not None and o.get("num_gpus") is not None:
         raise SpecError("give --nodes or --num-gpus, not both")
-    nic, nics = None, None
+    nic, nics, p2p = None, None, True
     if o.get("system"):
         base = presets.system(o["system"])
-        gpu, per_node = base.gpu, base.gpus_per_node
+        gpu, per_node, p2p = base.gpu, base.gpus_per_node, base.p2p
         intra, name = base.intra_node_link, base.name
         nic, nics = presets.system_network(o["system"])
     elif o.get("gpu_name"):
@@ -358,6 +366,17 @@ def build_cluster(o: dict[str, Any]) -> Any:
         has_none = f"--system {o['system']} has no inter_node_link; " if o.get("system") else ""
         raise SpecError(f"{has_none}{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
     cluster = loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+    if o.get("p2p") is not None:
+        p2p = o["p2p"] == "on"
+    if not p2p:
+        from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S
+
+        if float(np.max(intra.bandwidth_bytes_per_s)) >= NVLINK_CLASS_BYTES_PER_S:
+            raise SpecError(
+                f"--p2p off: {intra.name} is NVLink-class, and NVLink is peer-to-peer; P2P off is for PCIe "
+                "(give --intra-link pcie4 or similar)"
+            )
+        cluster = cluster.with_(p2p=False)
     return calibrated(cluster, o)
 
 

@@ -20,6 +20,8 @@ SERVING_FRAMEWORKS = {
     "fastertransformer": "cpp-eager",
     "pytorch": "pytorch-eager",
 }
+# ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py)
+FRAMEWORK_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 
 serving_options = _stack(
     click.option(
@@ -44,7 +46,37 @@ serving_options = _stack(
     click.option(
         "--max-throughput",
         is_flag=True,
-        help="Use the largest batch that fits the KV cache (at most 2048 per replica) instead of --concurrency.",
+        help="As many requests in flight as the KV cache holds (at most 2048 per replica) instead of --concurrency.",
+    ),
+    click.option(
+        "--request-rate",
+        type=float,
+        metavar="REQ/S",
+        help="Requests arrive at random (Poisson) at this rate, all replicas together: TTFT and TPOT "
+        "percentiles with the queueing (in-flight batching only).",
+    ),
+    click.option(
+        "--batching",
+        type=click.Choice(["inflight", "static"]),
+        default="inflight",
+        show_default=True,
+        help="inflight: continuous batching with chunked prefill, simulated request by request (vLLM, SGLang, "
+        "TensorRT-LLM); static: one batch of --concurrency requests prefilled together, then decoded together.",
+    ),
+    click.option(
+        "--max-batched-tokens",
+        type=click.IntRange(1, 1 << 20),
+        default=8192,
+        show_default=True,
+        help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM "
+        "max_num_batched_tokens).",
+    ),
+    click.option(
+        "--requests",
+        type=click.IntRange(50, 1_000_000),
+        default=1000,
+        show_default=True,
+        help="In-flight: requests simulated per replica (percentiles exclude the first 10%).",
     ),
     click.option(
         "--weight-precision",
@@ -73,6 +105,13 @@ serving_options = _stack(
         show_default=True,
         help="Serving stack: tensorrt-llm, vllm and sglang run CUDA graphs (runtime graphs), "
         "fastertransformer cpp-eager, pytorch pytorch-eager.",
+    ),
+    click.option(
+        "--custom-all-reduce/--no-custom-all-reduce",
+        default=True,
+        show_default=True,
+        help="Small all-reduces by the framework's own kernel where it uses one (vLLM, SGLang, TensorRT-LLM "
+        "on NVLink; vLLM on 2 PCIe GPUs with P2P); off: NCCL for every all-reduce.",
     ),
     click.option("--first-stage-layers", type=int, help="Layers on the first pipeline stage [default: even split]."),
     click.option("--last-stage-layers", type=int, help="Layers on the last pipeline stage [default: even split]."),
@@ -108,10 +147,15 @@ def serve(
     output_len: int,
     batch: int,
     max_throughput: bool,
+    request_rate: float | None,
+    batching: str,
+    max_batched_tokens: int,
+    requests: int,
     weight_precision: str,
     kv_precision: str,
     runtime: str | None,
     framework: str,
+    custom_all_reduce: bool,
     frontier_path: str | None,
     frontier_link: str,
     as_json: bool,
@@ -157,16 +201,18 @@ def serve(
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
     try:
-        workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime)
+        kernel = FRAMEWORK_ALL_REDUCE.get(framework, "none") if custom_all_reduce else "none"
+        workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime, kernel)
     except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
         text = str(exc).removeprefix("serving: ")
         field, _, rest = text.partition(": ")
         flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
         raise SpecError(f"{flags[field]}: {rest}" if field in flags and rest else str(exc)) from None
+    traffic = _traffic(batching, max_throughput, request_rate, max_batched_tokens, requests)
     rows, invalid = [], []
     for spec in specs:  # one invalid plan does not stop the others
         try:
-            rows.append(_estimate(model, cluster, spec, workload, max_throughput, stages))
+            rows.append(_estimate(model, cluster, spec, workload, max_throughput, stages, traffic))
         except SpecError as exc:
             invalid.append((spec.label, str(exc)))
     if not rows:
@@ -227,13 +273,42 @@ def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split))
 
 
+def _traffic(
+    batching: str, max_throughput: bool, rate: float | None, max_batched_tokens: int, requests: int
+) -> dict[str, Any] | None:
+    """The in-flight simulation's settings (None: static batching), checked."""
+    from shardwise.errors import SpecError
+
+    if rate is not None:
+        if not (math.isfinite(rate) and rate > 0):
+            raise SpecError(f"--request-rate: {rate} is not allowed; it must be a number of requests per second > 0")
+        if batching == "static":
+            raise SpecError("--request-rate needs --batching inflight (a static batch has no arrivals)")
+        if max_throughput:
+            raise SpecError("--request-rate and --max-throughput exclude each other: give one")
+    if batching == "static":
+        return None
+    return {"rate_per_s": rate, "max_batched_tokens": max_batched_tokens, "requests": requests}
+
+
 def _estimate(
-    model: Any, cluster: Any, spec: Any, workload: Any, max_throughput: bool, stages: dict[str, Any] | None = None
+    model: Any,
+    cluster: Any,
+    spec: Any,
+    workload: Any,
+    max_throughput: bool,
+    stages: dict[str, Any] | None = None,
+    traffic: dict[str, Any] | None = None,
 ) -> tuple[str, Any]:
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
 
     scn = _scenario(model, cluster, spec, stages)
+    if traffic is not None:
+        from shardwise.engines.inflight import estimate_inflight
+
+        users = None if max_throughput or traffic["rate_per_s"] is not None else int(workload.batch)
+        return spec.label, estimate_inflight(scn, workload, users, **traffic)
     return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
 
 
@@ -329,17 +404,24 @@ def _print(
     out.print(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
         f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
-        f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}"
+        f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}; "
+        + (
+            f"all-reduce: {workload.custom_all_reduce}'s own kernel on small messages, NCCL above"
+            if workload.custom_all_reduce != "none"
+            else "all-reduce: NCCL"
+        )
+        + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
     )
     if workload.input_len + workload.output_len > model.seq_len:
         out.print(
             f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
             f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
         )
+    inflight = getattr(rows[0][1], "batching", "static") == "inflight"
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in (
         "plan",
-        "batch",
+        "in flight" if inflight else "batch",
         "TTFT",
         "TPOT",
         "latency",
@@ -355,7 +437,7 @@ def _print(
         name = f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label
         table.add_row(
             name if fits else f"{name} [does not fit]",
-            f"{int(est.workload.batch)}",
+            f"{est.mean_running:,.0f}" if inflight else f"{int(est.workload.batch)}",
             format_seconds(float(est.ttft_s)),
             format_seconds(float(est.tpot_s)),
             format_seconds(float(est.e2e_s)),
@@ -371,6 +453,8 @@ def _print(
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
         "fit the KV cache[/]"
     )
+    if inflight:
+        _print_inflight(out, rows)
     from shardwise.calibration.spreads import Z80
 
     widest, basis = max(spreads.values())
@@ -391,7 +475,7 @@ def _print(
                 f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "
                 "sequences per replica fit the KV cache[/]"
             )
-    for label, est in rows:
+    for label, est in rows if not inflight else []:
         dec = {k: float(v) for k, v in est.decode_s.items()}
         total = sum(dec.values())
         parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
@@ -399,13 +483,52 @@ def _print(
             f"  {label}: each output token = {parts}; each stage busy "
             f"{float(est.decode_utilization):.0%} of a decode step"
         )
-    if max_tp:
+    if max_tp and not inflight:
         out.print(
             "[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
             "once: TTFT and latency include the prefill of every prompt[/]"
         )
     if figure is not None:
         out.print(f"figure: {figure}")
+
+
+def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
+    """Percentiles, the rate each plan sustains, and what an iteration is made of."""
+    from shardwise.units import format_seconds
+
+    first = rows[0][1]
+    how = (
+        f"Poisson arrivals at {first.request_rate_per_s:g} requests/s"
+        if first.request_rate_per_s is not None
+        else (f"{first.users} requests always in flight" if first.users is not None else "the KV cache kept full")
+    )
+    out.print(
+        f"[dim]in-flight batching with chunked prefill (up to {first.max_batched_tokens:,} tokens per iteration), "
+        f"{how}: TTFT, TPOT and latency are medians of {first.simulated_requests:,} simulated requests per "
+        "replica (--batching static for one batch prefilled and decoded together)[/]"
+    )
+    for label, est in rows:
+        if not bool(est.fits_in_memory):
+            continue
+        p = est.percentiles_s
+
+        def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
+            return " / ".join(format_seconds(v) for v in p[key].values())
+
+        dec = est.decode_s
+        total = sum(dec.values()) or 1.0
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        out.print(
+            f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}, TPOT {pct('tpot_s')} (queueing "
+            f"{format_seconds(est.prefill_s['queueing'])} of the median TTFT); sustains up to "
+            f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (about {est.mean_prompt_tokens:,.0f} prompt "
+            f"tokens beside the decodes) = {parts}"
+        )
+        if est.overloaded:
+            out.print(
+                f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "
+                "without bound, and its percentiles grow with --requests[/]"
+            )
 
 
 def _frontier(

@@ -97,7 +97,7 @@ def forward_stages(
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
     comm = tp_comm(scn, fabric, place["tp"], s_q)
     layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes)

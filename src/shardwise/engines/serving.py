@@ -108,11 +108,13 @@ def compute_precision(scn: Scenario, weight_precision: str) -> str:
 
 
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
-    """The serving stack's hardware view (CUDA graphs, NCCL from C++) and precision."""
+    """The serving stack's hardware view (CUDA graphs, NCCL from C++, the engine's own all-reduce
+    kernel) and precision."""
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link
     cluster = cluster.with_(
+        custom_all_reduce=wl.custom_all_reduce,
         gpu=cluster.gpu.with_(kernel_launch_s=gap),
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),

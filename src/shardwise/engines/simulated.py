@@ -65,7 +65,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     p = int(_scalar("pp", plan.pp))
     m = int(_scalar("micro-batches", plan.num_micro_batches))
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
     local = context_parallel(scn)
     comm = tp_comm(local, fabric, place["tp"])

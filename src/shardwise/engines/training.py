@@ -85,7 +85,7 @@ def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
     split = plan_split(model.layers, plan)
@@ -378,7 +378,7 @@ def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
     exposed TP communication and recomputation included (what Korthikanti et al. 2022 Table 4
     reports)."""
     cluster, plan = scn.cluster, scn.plan
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
     local = context_parallel(scn)
     cost, _ = layer_cost(

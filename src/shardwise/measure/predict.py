@@ -42,7 +42,7 @@ def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, A
     from shardwise.physics.topology import placement
 
     scn = Scenario(model, cluster, plan)
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    fabric = Fabric.of(cluster)
     local = context_parallel(scn)
     cost, _ = layer_cost(
         local, tp_comm(local, fabric, placement(plan, cluster.gpus_per_node)["tp"]), kv_len=model.seq_len
@@ -91,7 +91,7 @@ def predict(
         v = chunks
         stage = layers // ranks * (cf + cb)
         bytes_ = micro_batch * int(model.seq_len) * int(model.hidden) * plan.bytes_per_element
-        send = Fabric(cluster.intra_node_link, cluster.inter_node_link).p2p(bytes_, False)
+        send = Fabric.of(cluster).p2p(bytes_, False)
         sends = (2 * (ranks * v - 1) + 2 * (m - 1) * v) * send
         compute = m * stage
         bubble = (ranks - 1) * stage / v
@@ -100,6 +100,6 @@ def predict(
 
     compute = m * layers * (cf + cb)
     grads = layers * float(layer_params(model)) * plan.bytes_per_element
-    fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
+    fabric = Fabric.of(cluster)
     comm = fabric.group(ranks, cluster.gpus_per_node).all_reduce(grads)
     return Predicted(compute + comm, compute, comm)

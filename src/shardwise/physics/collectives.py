@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.specs import Link
+from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
 
 
@@ -55,6 +55,7 @@ class Group:
         "_ar_factor",
         "_ar_latency",
         "_base",
+        "_custom",
         "_inv_bw",
         "_multi",
         "_rs_factor",
@@ -62,7 +63,14 @@ class Group:
         "_tree_latency",
     )
 
-    def __init__(self, ranks: Number, per_node: Number, intra: Link, inter: Link | None) -> None:
+    def __init__(
+        self,
+        ranks: Number,
+        per_node: Number,
+        intra: Link,
+        inter: Link | None,
+        custom: tuple[str, bool, bool] | None = None,
+    ) -> None:
         p = np.asarray(ranks, dtype=float)
         g = np.minimum(np.asarray(per_node, dtype=float), p)
         k = np.maximum(p / g, 1.0)
@@ -87,14 +95,23 @@ class Group:
         self._rs_factor = (p - 1) / p
         self._multi = multi if np.any(multi) else None
         self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
+        # (kernel, NVLink-class, P2P on) of the serving engine's own all-reduce, inside one server
+        self._custom = (p, intra, ~multi, *custom) if custom is not None and custom[0] != "none" else None
 
     @staticmethod
     def _pipe(latency: Number, transfer: Number) -> Number:
         return latency + transfer + 2.0 * np.sqrt(latency * transfer)  # (sqrt(a) + sqrt(b))^2
 
     def all_reduce(self, n_bytes: Number) -> Number:
-        """Ring, or NCCL's double binary tree across nodes when that is faster."""
+        """Ring, or NCCL's double binary tree across nodes when that is faster; the serving
+        engine's own kernel where it would use it (`physics.custom_allreduce`)."""
         ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
+        if self._custom is not None:
+            from shardwise.physics.custom_allreduce import custom_all_reduce_s
+
+            p, link, inside, kernel, nvlink, p2p = self._custom
+            own = custom_all_reduce_s(n_bytes, p, link, kernel, nvlink, p2p)
+            ring = np.where(np.isfinite(own) & inside, own, ring)
         if self._multi is None:
             return ring
         tree = self._base + self._pipe(self._tree_latency, 2.0 * n_bytes * self._inv_bw)
@@ -144,13 +161,26 @@ def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, tim
 class Fabric:
     """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
-    __slots__ = ("inter", "intra")
+    __slots__ = ("custom", "inter", "intra")
 
-    def __init__(self, intra: Link, inter: Link | None) -> None:
-        self.intra, self.inter = intra, inter
+    def __init__(self, intra: Link, inter: Link | None, custom: tuple[str, bool, bool] | None = None) -> None:
+        self.intra, self.inter, self.custom = intra, inter, custom
+
+    @classmethod
+    def of(cls, cluster: Cluster) -> Fabric:
+        """A cluster's fabric: its links, the server's link as NCCL sees it without P2P when
+        `cluster.p2p` is off, and the serving engine's own all-reduce when it has one."""
+        from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S, without_p2p
+
+        intra = cluster.intra_node_link
+        nvlink = bool(np.all(np.asarray(intra.bandwidth_bytes_per_s) >= NVLINK_CLASS_BYTES_PER_S))
+        if not cluster.p2p:
+            intra = without_p2p(intra)
+        custom = (cluster.custom_all_reduce, nvlink, bool(cluster.p2p))
+        return cls(intra, cluster.inter_node_link, custom if cluster.custom_all_reduce != "none" else None)
 
     def group(self, ranks: Number, per_node: Number) -> Group:
-        return Group(ranks, per_node, self.intra, self.inter)
+        return Group(ranks, per_node, self.intra, self.inter, self.custom)
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
         intra = p2p_time_s(n_bytes, self.intra)

@@ -125,6 +125,10 @@ class Link:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+# Serving engines' own all-reduce kernels (physics.custom_allreduce); "none": NCCL only.
+CUSTOM_ALL_REDUCE_KERNELS = ("none", "vllm", "trtllm", "sglang")
+
+
 @dataclass(frozen=True)
 class Cluster:
     """`nodes` servers of `gpus_per_node` GPUs. Inside a server GPUs talk over `intra_node_link`;
@@ -144,9 +148,22 @@ class Cluster:
     notes: str = field(default="", compare=False)
     step_overhead_s: Number = 0.0
     micro_batch_overhead_s: Number = 0.0
+    # GPUs in a server reach each other's memory (peer-to-peer); off: NCCL stages through host
+    # memory (`physics.custom_allreduce.without_p2p`)
+    p2p: bool = True
+    # the serving engine's own all-reduce kernel on small messages ("none": NCCL only)
+    custom_all_reduce: str = "none"
 
     def __post_init__(self) -> None:
         chk.text("cluster: name", self.name)
+        if not isinstance(self.p2p, bool):
+            raise SpecError(f"cluster {self.name!r}: p2p: {self.p2p!r} is not allowed; give true or false")
+        kernels = CUSTOM_ALL_REDUCE_KERNELS
+        if self.custom_all_reduce not in kernels:
+            raise SpecError(
+                f"cluster {self.name!r}: custom_all_reduce: {self.custom_all_reduce!r} is not allowed; "
+                f"choose {', '.join(kernels)}"
+            )
         chk.text(f"cluster {self.name!r}: notes", self.notes)
         for name, kind in (("gpu", Gpu), ("intra_node_link", Link)):
             if not isinstance(getattr(self, name), kind):

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
+from shardwise.specs.hardware import CUSTOM_ALL_REDUCE_KERNELS
 
 # Bytes per element of stored weights and KV cache.
 STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -24,10 +25,18 @@ class ServingWorkload:
     weight_precision: str = "bf16"
     kv_precision: str = "bf16"
     runtime: str = "graphs"  # see RUNTIMES
+    # the engine's own all-reduce on small messages (physics.custom_allreduce.KERNELS): "none"
+    # (NCCL only), "vllm", "trtllm" (TensorRT-LLM), "sglang"
+    custom_all_reduce: str = "none"
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "batch"):
             object.__setattr__(self, name, chk.positive_int(f"serving: {name}", getattr(self, name)))
+        kernels = CUSTOM_ALL_REDUCE_KERNELS
+        if not isinstance(self.custom_all_reduce, str) or self.custom_all_reduce not in kernels:
+            raise SpecError(
+                f"serving: custom_all_reduce {self.custom_all_reduce!r} is not allowed; choose {', '.join(kernels)}"
+            )
         if not isinstance(self.runtime, str) or self.runtime not in RUNTIME_NAMES:
             raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIME_NAMES)}")
         for name in ("weight_precision", "kv_precision"):

@@ -1,0 +1,166 @@
+"""One iteration of an in-flight (continuously batching) server: the running requests each decode
+one token while new prompts are prefilled in chunks, all in one forward pass (Orca, Yu et al.
+2022; chunked prefill, Agrawal et al. 2024 "Sarathi-Serve"; vLLM and TensorRT-LLM do this by
+default).
+
+An iteration with d decoding sequences and q prompt tokens runs, per layer on one GPU:
+- the four linear layers, the element-wise kernels and the TP all-reduces on T = d + q tokens
+  together (the weights are read once for all of them);
+- the decode attention of d sequences of one new token over their KV cache (`context` tokens
+  each, read from HBM: memory bound);
+- the prompts' attention: a prompt of `prompt_len` tokens costs its causal attention once, spread
+  over its chunks, so q prompt tokens cost q / prompt_len of it.
+The embedding runs on T tokens; the output layer on the d decoding tokens and the prompts that
+finish (q / prompt_len of them). With pipeline parallelism the engine keeps m <= p
+micro-batches in flight (vLLM's virtual engines, TensorRT-LLM's micro-batches), each of 1/m of the
+tokens: the iteration takes max(one micro-batch through every stage, m x the slowest stage), as
+in a static decode step (`engines.serving`). A sequence is never split over micro-batches, so m
+is also at most d plus the number of prompts the prompt tokens make up.
+
+Costs come from the same kernels as everything else (`physics.flops`, `physics.compute`,
+`engines.costs`); `iteration_table` evaluates them on a grid in one vectorized call so that the
+simulator (`engines.inflight`) interpolates instead of re-running the model per iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages, tp_comm
+from shardwise.engines.forward import ForwardStages
+from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.compute import layer_times
+from shardwise.physics.flops import layer_forward
+from shardwise.physics.topology import placement
+from shardwise.specs import Scenario
+from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
+from shardwise.specs.stages import plan_split
+
+
+def _stage_costs(
+    scn: Scenario, wl: ServingWorkload, decode: np.ndarray, prompt_tokens: np.ndarray, context: float
+) -> tuple[ForwardStages, np.ndarray]:
+    """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
+    (arrays, broadcast), and the part of each layer that is TP communication."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
+    gpu, e = cluster.gpu, plan.bytes_per_element
+    w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
+    d = np.asarray(decode, dtype=float)
+    q = np.asarray(prompt_tokens, dtype=float)
+    tokens = np.maximum(d + q, 1.0)
+    one = replace(scn, plan=plan.with_(micro_batch=1, global_batch=plan.dp))
+    fabric = Fabric.of(cluster)
+    place = placement(plan, cluster.gpus_per_node)
+    comm = tp_comm(one, fabric, place["tp"], tokens)
+    linear = layer_times(layer_forward(model, 1, plan.tp, False, e, tokens, tokens, w, kvb), gpu, plan.precision, True)
+    dec = layer_times(
+        layer_forward(model, np.maximum(d, 1.0), plan.tp, False, e, 1, context, w, kvb), gpu, plan.precision, True
+    )
+    n = wl.input_len
+    prompt = layer_times(layer_forward(model, 1, plan.tp, False, e, n, n, w, kvb), gpu, plan.precision, True)
+    compute = (
+        linear.gemm_s
+        + linear.elementwise_s
+        + linear.cast_f_s
+        + np.where(d > 0, dec.attention_s, 0.0)
+        + q / n * prompt.attention_s
+    )
+    tp = np.where(np.asarray(plan.tp) > 1, 2 * comm.all_reduce, 0.0)  # after attention and after the MLP
+    layer = StageCost(compute, 0.0, tp, 0.0)
+    emb = embedding_cost(one, comm, tokens)
+    head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
+    first, middle, last, middle_sum = stages(plan_split(model.layers, plan), layer, emb, head)
+    send = slowest_stage_send_s(one, fabric, place, comm)
+    fs = ForwardStages(
+        tuple(s.compute_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
+        tuple(s.tp_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
+        send,
+        middle_sum.compute_forward_s + middle_sum.tp_forward_s,
+    )
+    return fs, tp
+
+
+@dataclass(frozen=True)
+class IterationTimes:
+    """Seconds of one iteration and its parts on the slowest stage's critical path (arrays)."""
+
+    total_s: np.ndarray
+    compute_s: np.ndarray
+    tp_comm_s: np.ndarray
+    pp_p2p_s: np.ndarray
+
+
+def iteration_times(
+    scn: Scenario, wl: ServingWorkload, decode: np.ndarray, prompt_tokens: np.ndarray, context: float
+) -> IterationTimes:
+    """One iteration of a replica (`scn` as `engines.serving.serving_scenario` makes it) with
+    `decode` sequences decoding and `prompt_tokens` prompt tokens prefilled (see the module
+    docstring); 0 when both are 0."""
+    p = np.asarray(scn.plan.pp, dtype=float)
+    d = np.asarray(decode, dtype=float)
+    q = np.asarray(prompt_tokens, dtype=float)
+    # micro-batches in flight: one per sequence at most (prompts counted whole)
+    m = np.minimum(p, np.maximum(d + np.ceil(q / wl.input_len), 1.0))
+    fs, _ = _stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
+    c = fs.per_stage
+    through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
+    c_max, compute, tp = fs.slowest(p)
+    total = np.maximum(through, m * c_max)
+    share = total / c_max  # the iteration in units of the slowest stage's micro-batch
+    idle = (d + q) <= 0
+    zero = np.zeros_like(total)
+    return IterationTimes(
+        np.where(idle, zero, total),
+        np.where(idle, zero, share * compute),
+        np.where(idle, zero, share * tp),
+        np.where(idle, zero, share * fs.send_s),
+    )
+
+
+@dataclass(frozen=True)
+class IterationTable:
+    """Iteration seconds on a grid of (decoding sequences, prompt tokens), interpolated bilinearly
+    (the cost is close to piecewise linear in both)."""
+
+    decode: np.ndarray
+    prompt_tokens: np.ndarray
+    seconds: np.ndarray  # [len(decode), len(prompt_tokens)]
+
+    def __call__(self, decode: float, prompt_tokens: float) -> float:
+        if decode <= 0 and prompt_tokens <= 0:
+            return 0.0
+        x, y, z = self.decode, self.prompt_tokens, self.seconds
+        i = int(np.clip(np.searchsorted(x, decode) - 1, 0, len(x) - 2))
+        j = int(np.clip(np.searchsorted(y, prompt_tokens) - 1, 0, len(y) - 2))
+        fx = (decode - x[i]) / (x[i + 1] - x[i])
+        fy = (prompt_tokens - y[j]) / (y[j + 1] - y[j])
+        top = z[i, j] * (1 - fy) + z[i, j + 1] * fy
+        bottom = z[i + 1, j] * (1 - fy) + z[i + 1, j + 1] * fy
+        return float(top * (1 - fx) + bottom * fx)
+
+
+def _axis(top: int, exact: np.ndarray | None = None) -> np.ndarray:
+    """0, every integer up to 16, then about 12 points per doubling up to `top` (at least 1),
+    every power of two and the `exact` points (GEMM waves make the cost step between points)."""
+    top = max(int(top), 1)
+    dense = np.arange(0, min(top, 16) + 1)
+    if top <= 16:
+        return dense.astype(float)
+    geo = np.unique(np.round(np.geomspace(16, top, int(12 * np.log2(top / 16)) + 2)))
+    powers = 2.0 ** np.arange(4, int(np.log2(top)) + 1)
+    extra = np.asarray([] if exact is None else exact, dtype=float)
+    points = np.concatenate([dense, geo, powers, extra[(extra > 0) & (extra <= top)], [top]])
+    return np.unique(points).astype(float)
+
+
+def iteration_table(
+    scn: Scenario, wl: ServingWorkload, max_decode: int, max_prompt_tokens: int, context: float
+) -> IterationTable:
+    # whole prompts land on the grid (one request alone prefills exactly its prompt)
+    prompts = wl.input_len * np.arange(1, 65)
+    d, q = _axis(max_decode), _axis(max_prompt_tokens, prompts)
+    t = iteration_times(scn, wl, d[:, None], q[None, :], context).total_s
+    return IterationTable(d, q, np.asarray(t, dtype=float))

@@ -1,0 +1,158 @@
+"""In-flight batching: the iteration cost, the simulator, and `serve`'s in-flight options."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.inflight import Traffic, estimate_inflight, kv_capacity, simulate
+from shardwise.engines.iteration import iteration_table, iteration_times
+from shardwise.engines.serving import estimate_serving, plan_for_serving, serving_scenario
+from shardwise.specs import Scenario
+from shardwise.specs.serving import ServingWorkload
+
+WL = ServingWorkload(512, 128, 1)
+
+
+def scenario(tp: int = 2, pp: int = 1, dp: int = 1, memory_bytes: float | None = None) -> Scenario:
+    cluster = presets.system("a100-pcie-8x").with_(nodes=1, gpus_per_node=tp * pp * dp)
+    if memory_bytes is not None:
+        cluster = cluster.with_(gpu=cluster.gpu.with_(memory_bytes=memory_bytes))
+    return Scenario(presets.model("llama3-8b"), cluster, plan_for_serving(tp, pp, dp))
+
+
+@pytest.mark.parametrize(("tp", "pp"), [(1, 1), (2, 1), (1, 4), (2, 2)])
+@pytest.mark.parametrize("batch", [1, 16, 256])
+def test_a_decode_only_iteration_is_the_static_decode_step(tp, pp, batch):
+    """With no prompt tokens an iteration is exactly the static model's decode step (same kernels,
+    same pipeline composition), and a prefill-only iteration of one prompt its TTFT."""
+    scn = scenario(tp, pp)
+    wl = ServingWorkload(512, 128, batch)
+    static = estimate_serving(scn, wl)
+    s = serving_scenario(scn, wl)
+    decode = iteration_times(s, wl, np.asarray(batch), np.asarray(0), 512 + 64)
+    assert float(decode.total_s) == pytest.approx(float(static.tpot_s), rel=1e-9)
+    one = estimate_serving(scn, ServingWorkload(512, 128, 1))
+    prompt = iteration_times(s, wl, np.asarray(0), np.asarray(512), 512)
+    assert float(prompt.total_s) == pytest.approx(float(one.ttft_s), rel=0.02)
+
+
+def test_an_iteration_reads_the_weights_once_for_decodes_and_prompts_together():
+    """Decoding 64 sequences beside a 512-token chunk costs less than the two apart (the weights
+    are read once), and more than either alone."""
+    s = serving_scenario(scenario(), WL)
+    both, dec, pre = (
+        float(iteration_times(s, WL, np.asarray(d), np.asarray(q), 576).total_s)
+        for d, q in ((64, 512), (64, 0), (0, 512))
+    )
+    assert max(dec, pre) < both < dec + pre
+
+
+def test_the_table_interpolates_the_model_closely():
+    s = serving_scenario(scenario(), WL)
+    table = iteration_table(s, WL, 1024, 8192, 576)
+    for d, q in ((3, 100), (100, 1000), (777, 5000)):
+        exact = float(iteration_times(s, WL, np.asarray(d), np.asarray(q), 576).total_s)
+        assert table(d, q) == pytest.approx(exact, rel=0.05)
+    assert table(0, 0) == 0.0
+
+
+def test_one_request_at_a_time_is_static_batch_one():
+    scn = scenario()
+    est = estimate_inflight(scn, WL, users=1, requests=100)
+    static = estimate_serving(scn, WL)
+    assert est.tpot_s == pytest.approx(float(static.tpot_s), rel=1e-6)
+    assert est.ttft_s == pytest.approx(float(static.ttft_s), rel=0.02)
+    assert est.mean_running == pytest.approx(1.0)
+
+
+def test_the_simulator_gives_every_request_its_tokens_and_obeys_littles_law():
+    """At a steady rate the mean number in the system is the rate times the mean time in it."""
+    scn = scenario()
+    rate = 20.0
+    est = estimate_inflight(scn, WL, rate_per_s=rate, requests=2000)
+    assert not est.overloaded
+    assert est.throughput_tokens_per_s == pytest.approx(rate * WL.output_len, rel=0.1)
+    s = serving_scenario(scn, WL)
+    table = iteration_table(s, WL, 512, 8192, 576)
+    sim = simulate(table, 512, 128, 10_000, Traffic(rate_per_s=rate, requests=2000))
+    assert np.all(np.isfinite(sim.e2e_s)) and np.all(sim.ttft_s > 0) and np.all(sim.tpot_s > 0)
+    assert sim.mean_running == pytest.approx(rate * float(np.mean(sim.e2e_s)), rel=0.15)
+
+
+def test_percentiles_are_ordered_and_grow_with_the_rate():
+    scn = scenario()
+    previous = None
+    for rate in (2.0, 20.0, 60.0):
+        est = estimate_inflight(scn, WL, rate_per_s=rate, requests=400)
+        p = est.percentiles_s["ttft_s"]
+        assert p["p50"] <= p["p90"] <= p["p99"]
+        if previous is not None:  # TTFT at a rate never falls when the rate grows
+            assert p["p50"] >= previous["p50"] - 1e-12 and p["p90"] >= previous["p90"] - 1e-12
+        previous = p
+
+
+def test_too_many_requests_are_flagged_and_throughput_is_the_maximum():
+    scn = scenario()
+    top = estimate_inflight(scn, WL, requests=300)
+    over = estimate_inflight(scn, WL, rate_per_s=3 * top.max_request_rate_per_s, requests=300)
+    assert over.overloaded
+    assert over.throughput_tokens_per_s == pytest.approx(top.throughput_tokens_per_s, rel=1e-9)
+
+
+@pytest.mark.parametrize("memory_gb", [(24, 32, 48, 80)])
+def test_throughput_never_falls_when_kv_memory_grows(memory_gb):
+    rates = [estimate_inflight(scenario(1, 1, 1, g * 1e9), WL, requests=200).throughput_tokens_per_s for g in memory_gb]
+    assert all(b >= a * 0.99 for a, b in itertools.pairwise(rates)), rates
+
+
+def test_kv_capacity_counts_whole_blocks():
+    per_token = 1000.0
+    assert kv_capacity(16 * 1000.0 * 10, per_token, 10, 5) == 10  # 15 tokens: one block of 16 each
+    assert kv_capacity(16 * 1000.0 * 10, per_token, 10, 7) == 5  # 17 tokens: two blocks
+    assert kv_capacity(0.0, per_token, 10, 5) == 0
+
+
+SERVE = ["serve", "--model", "llama3-8b", "--system", "a100-pcie-8x", "--plan", "tp=2", "--requests", "200"]
+
+
+def test_serve_request_rate_reports_percentiles(cli):
+    code, out, err = cli([*SERVE, "--request-rate", "10", "--json"])
+    assert code == 0, err
+    row = json.loads(out)["plans"][0]
+    assert row["batching"] == "inflight" and row["request_rate_per_s"] == 10
+    assert set(row["percentiles_s"]) == {"ttft_s", "tpot_s", "e2e_s"}
+    assert row["max_request_rate_per_s"] > 10 and row["overloaded"] is False
+    code, out, err = cli([*SERVE, "--request-rate", "10"])
+    assert code == 0, err
+    out = " ".join(out.split())
+    assert "Poisson arrivals at 10 requests/s" in out and "TTFT p50/p90/p99" in out
+
+
+def test_serve_says_which_batching_each_number_uses(cli):
+    code, out, _ = cli([*SERVE, "--concurrency", "8"])
+    out = " ".join(out.split())  # rich wraps lines
+    assert code == 0 and "in-flight batching with chunked prefill" in out and "8 requests always in flight" in out
+    code, out, _ = cli([*SERVE, "--concurrency", "8", "--batching", "static"])
+    assert code == 0 and "in-flight" not in out
+    code, out, _ = cli([*SERVE, "--concurrency", "8", "--batching", "static", "--json"])
+    assert json.loads(out)["plans"][0]["batching"] == "static"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--request-rate", "0"], "--request-rate: 0.0 is not allowed"),
+        (["--request-rate", "nan"], "--request-rate: nan is not allowed"),
+        (["--request-rate", "5", "--batching", "static"], "--request-rate needs --batching inflight"),
+        (["--request-rate", "5", "--max-throughput"], "--request-rate and --max-throughput exclude each other"),
+        (["--max-batched-tokens", "0"], "--max-batched-tokens"),
+    ],
+)
+def test_serve_bad_inflight_input_is_one_line(cli, extra, message):
+    code, _out, err = cli([*SERVE, *extra])
+    assert code == 2 and message in err and "Traceback" not in err
