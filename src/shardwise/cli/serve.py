@@ -68,8 +68,7 @@ serving_options = _stack(
         type=click.IntRange(1, 1 << 20),
         default=8192,
         show_default=True,
-        help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM "
-        "max_num_batched_tokens).",
+        help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens).",
     ),
     click.option(
         "--requests",
