@@ -116,3 +116,18 @@ def test_p2p_off_on_the_command_line_and_in_presets(cli):
     assert json.loads(off)["plans"][0]["tpot_s"] > json.loads(on)["plans"][0]["tpot_s"]
     code, _, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--p2p", "off"])
     assert code == 2 and "NVLink is peer-to-peer" in err
+
+
+# sgl-project/sglang PR 2904 ("optimize custom allreduce kernel"), H100, 8 GPUs, without CUDA
+# graphs: float32 elements -> microseconds, vLLM's kernel and the TensorRT-LLM-derived one.
+PR_2904_TP8_US = {512: (10.1, 5.9), 262144: (24.1, 16.7), 1048576: (45.0, 33.8)}
+
+
+def test_custom_kernels_against_sglang_pr_2904():
+    """alpha was read from the smallest size; the 1 MiB and 4 MiB rows are untouched checks."""
+    cluster = presets.system("dgx-h100").with_(nodes=1)
+    for elements, (vllm_us, trt_us) in PR_2904_TP8_US.items():
+        n = 4.0 * elements
+        for kernel, measured in (("vllm", vllm_us), ("sglang", trt_us)):
+            t = float(Fabric.of(cluster.with_(custom_all_reduce=kernel)).group(8, 8).all_reduce(n))
+            assert t == pytest.approx(measured * 1e-6, rel=0.15), (kernel, elements)

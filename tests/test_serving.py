@@ -202,13 +202,16 @@ def test_a_faster_link_is_never_slower(plan, batch, bandwidth):
 
 
 def test_published_inference_measurements():
-    """TensorRT-LLM (FP8, max throughput) and FasterTransformer (GPT-13B, batch 1), see serving_validation."""
+    """TensorRT-LLM (FP8 and FP4, max throughput) and FasterTransformer (GPT-13B, batch 1), see
+    serving_validation. The 20 FP4 rows (B200, GB200) were added untouched with the FP4 model."""
     from shardwise.analyses.serving_validation import validate_serving
     from shardwise.analyses.validation import mean_absolute_error
 
     rows, skipped = validate_serving()
-    assert len(rows) == 66 and skipped == 20
+    assert len(rows) == 86 and skipped == 0
     assert mean_absolute_error(rows) < 0.10
+    fp4 = [r for r in rows if "FP4" in r.label]
+    assert len(fp4) == 20 and mean_absolute_error(fp4) < 0.10
     for r in rows:
         assert abs(r.error) < 0.30, (r.run_id, r.error)
         assert r.source
@@ -297,7 +300,7 @@ def test_validate_inference(cli):
     code, out, _ = cli(["validate", "inference", "--json"])
     assert code == 0
     table = json.loads(out)["inference"]
-    assert table["mean_absolute_error"] < 0.10 and len(table["rows"]) == 66
+    assert table["mean_absolute_error"] < 0.10 and len(table["rows"]) == 86
     assert "TensorRT-LLM" in table["source"]
 
 
@@ -307,3 +310,20 @@ def test_the_cli_choices_are_the_engines():
     from shardwise.engines.serving import RUNTIMES, STORAGE_BYTES
 
     assert list(STORAGE_BYTES) == PRECISIONS and list(RUNTIMES) == RUNTIME_NAMES
+
+
+def test_fp4_weights_compute_in_fp4_on_blackwell_and_weight_only_elsewhere():
+    from shardwise.engines.serving import compute_precision
+    from shardwise.errors import SpecError
+
+    model = presets.model("llama3-70b")
+    b200 = Scenario(model, presets.system("dgx-b200"), plan_for_serving(8, 1))
+    h100 = Scenario(model, presets.system("dgx-h100"), plan_for_serving(8, 1))
+    assert compute_precision(b200, "nvfp4") == compute_precision(b200, "mxfp4") == "fp4"
+    assert compute_precision(h100, "nvfp4") == "bf16"  # dequantised to 16 bits
+    with pytest.raises(SpecError, match="FP4 tensor cores"):
+        h100.cluster.gpu.peak_flops_per_s("fp4")
+    # FP4 against FP8 on B200: the prompt's GEMMs at twice the peak, decode reads fewer weight bytes
+    fp8, fp4 = (estimate_serving(b200, ServingWorkload(2048, 128, 8, w, "fp8")) for w in ("fp8", "nvfp4"))
+    assert float(fp4.ttft_s) < float(fp8.ttft_s) and float(fp4.tpot_s) < float(fp8.tpot_s)
+    assert float(fp4.weights_bytes) < 0.6 * float(fp8.weights_bytes)

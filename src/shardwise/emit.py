@@ -207,6 +207,8 @@ def vllm(scn: Scenario, workload: object, model_id: str = "MODEL") -> str:
         "fp8": "fp8",
         "int8": "# int8 weights: a pre-quantised checkpoint (GPTQ/AWQ int8)",
         "int4": "# int4 weights: a pre-quantised checkpoint (AWQ or GPTQ int4)",
+        "nvfp4": "modelopt_fp4",
+        "mxfp4": "# mxfp4 weights: a pre-quantised checkpoint (e.g. gpt-oss), detected from its config",
     }.get(wl.weight_precision)  # type: ignore[attr-defined]
     if quant:
         args.append(quant if quant.startswith("#") else f"--quantization {quant}")

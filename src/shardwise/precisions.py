@@ -5,4 +5,8 @@ option modules read it at import time and must stay light)."""
 # "mxfp8" is block scaling, one E8M0 scale per 32 elements (OCP Microscaling v1.0), which
 # Blackwell's tensor cores apply inside the GEMM (Megatron-Core `--fp8-recipe mxfp8`).
 FP8_PRECISIONS = ("fp8", "mxfp8")
-TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS)  # what a Plan (and --precision) accepts
+TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS)  # what --precision accepts
+# "fp4": 4-bit block-scaled tensor-core GEMMs (NVFP4 / MXFP4 on Blackwell), for serving only: the
+# serving engines set it from the weights' storage (`engines.serving.compute_precision`).
+FP4_PRECISIONS = ("fp4",)
+COMPUTE_PRECISIONS = (*TRAINING_PRECISIONS, *FP4_PRECISIONS)  # what a Plan accepts

@@ -5,7 +5,10 @@
   trtllm-bench, offline "max throughput": all requests queued): total output tokens/s of
   Llama 3.1 8B, 3.3 70B and 3.1 405B in FP8 on H100 and H200 with TP 1 to 8. Modelled as in-flight
   batching at the largest batch that fits the KV cache (FP8 weights and KV cache), capped at
-  `MAX_BATCH` sequences. The B200/GB200 rows use FP4, which shardwise does not model, and are left out.
+  `MAX_BATCH` sequences, with TensorRT-LLM's one-shot all-reduce. The B200/GB200 rows (Llama 3.1
+  405B on 4 GPUs) use NVFP4 weights: FP4 GEMMs at the datasheet's dense FP4 peak with FP8's
+  matmul efficiency (no FP4 rate is published), and were added after that model was written,
+  untouched by any fit.
 - FasterTransformer, GPT 13B on A100 40GB, TP 1 and 2, batch 1, 512 prompt tokens and 10 new ones
   (kipply, quoted in cli99/llm-analysis): prefill latency, latency per generated token, and total
   latency, which that benchmark counts as prefill + 10 decode steps. An eager C++ runtime.
@@ -30,9 +33,17 @@ MODELS = {
     "Llama-3.1-405B": "llama3-405b",
     "13B GPT (kipply test-13b)": "gpt-13b",
 }
-SYSTEMS = {"H100 SXM 80GB": "dgx-h100", "H200 SXM 141GB": "dgx-h200", "A100 40GB": "dgx-a100-40gb"}
+SYSTEMS = {
+    "H100 SXM 80GB": "dgx-h100",
+    "H200 SXM 141GB": "dgx-h200",
+    "A100 40GB": "dgx-a100-40gb",
+    "B200 180GB": "dgx-b200",
+    "GB200 192GB": "gb200-nvl72",
+}
+# TensorRT-LLM's checkpoints: FP8 weights or NVFP4 weights (ModelOpt), the KV cache in FP8 for both.
+WEIGHTS = {"FP8": "fp8", "FP4": "nvfp4"}
 CITATION = (
-    "TensorRT-LLM performance overview (trtllm-bench, FP8, max throughput) and FasterTransformer "
+    "TensorRT-LLM performance overview (trtllm-bench, FP8 and FP4, max throughput) and FasterTransformer "
     "GPT-13B latencies (kipply via cli99/llm-analysis)"
 )
 
@@ -50,7 +61,8 @@ def _scenario(row: dict[str, str]) -> Scenario:
 
 
 def _label(row: dict[str, str]) -> str:
-    return f"{MODELS[row['model']]}, {row['gpu'].split()[0]} TP{row['tp']}, {row['isl']}/{row['osl']} tokens"
+    fp4 = ", FP4" if row["precision"] == "FP4" else ""
+    return f"{MODELS[row['model']]}, {row['gpu'].split()[0]} TP{row['tp']}, {row['isl']}/{row['osl']} tokens{fp4}"
 
 
 def validate_serving() -> tuple[list[ValidationRow], int]:
@@ -84,7 +96,8 @@ def validate_serving() -> tuple[list[ValidationRow], int]:
                 )
             )
             continue
-        est = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8", custom_all_reduce="trtllm"))
+        weights = WEIGHTS[row["precision"]]
+        est = at_max_batch(scn, ServingWorkload(isl, osl, 1, weights, "fp8", custom_all_reduce="trtllm"))
         batch = int(est.workload.batch)
         out.append(
             ValidationRow(

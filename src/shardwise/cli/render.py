@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -138,3 +140,16 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
     out.print(mt)
     out.print(f"{verdict} in {format_bytes(capacity)} per GPU")
+
+
+@contextmanager
+def progress_bar(total: int, label: str, disable: bool = False) -> Iterator[Callable[..., None]]:
+    """A transient rich progress bar of `total` steps; yields `advance(n=1)` (a no-op bar when
+    `disable`, e.g. under --json)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    with Progress(
+        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True, disable=disable
+    ) as bar:
+        task = bar.add_task(label, total=total)
+        yield lambda n=1: bar.advance(task, n)

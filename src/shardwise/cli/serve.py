@@ -10,7 +10,7 @@ import click
 from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
 
 # the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
-PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4"]
+PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
 # Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
 SERVING_FRAMEWORKS = {
@@ -80,16 +80,28 @@ serving_options = _stack(
     click.option(
         "--weight-precision",
         type=click.Choice(PRECISIONS),
-        default="bf16",
-        show_default=True,
-        help="Storage of the weights (fp8 also computes in FP8 where the GPU can).",
+        help="Storage of the weights (fp8 also computes in FP8 where the GPU can; nvfp4/mxfp4 in FP4 on "
+        "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; with --ttft-max/--tpot-max: "
+        "searched over what the GPU computes in]",
     ),
     click.option(
         "--kv-precision",
         type=click.Choice(PRECISIONS),
-        default="bf16",
+        help="Storage of the KV cache. [default: bf16; with --ttft-max/--tpot-max, fp8 beside fp8 or nvfp4 weights]",
+    ),
+    click.option(
+        "--ttft-max",
+        metavar="TIME",
+        help="Latency target for the time to first token (e.g. 500ms): search plans, precisions and loads for "
+        "the most tokens/s per GPU that meets it (and --tpot-max).",
+    ),
+    click.option("--tpot-max", metavar="TIME", help="Latency target for the time per output token (e.g. 50ms)."),
+    click.option(
+        "--slo-percentile",
+        type=click.Choice(["50", "90", "99"]),
+        default="90",
         show_default=True,
-        help="Storage of the KV cache.",
+        help="Which percentile the targets bound.",
     ),
     click.option(
         "--runtime",
@@ -150,8 +162,11 @@ def serve(
     batching: str,
     max_batched_tokens: int,
     requests: int,
-    weight_precision: str,
-    kv_precision: str,
+    weight_precision: str | None,
+    kv_precision: str | None,
+    ttft_max: str | None,
+    tpot_max: str | None,
+    slo_percentile: str,
     runtime: str | None,
     framework: str,
     custom_all_reduce: bool,
@@ -201,12 +216,36 @@ def serve(
         raise SpecError("each --plan must be different")
     try:
         kernel = FRAMEWORK_ALL_REDUCE.get(framework, "none") if custom_all_reduce else "none"
+        searched = weight_precision is None
+        weight_precision, kv_precision = weight_precision or "bf16", kv_precision or "bf16"
         workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime, kernel)
     except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
         text = str(exc).removeprefix("serving: ")
         field, _, rest = text.partition(": ")
         flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
         raise SpecError(f"{flags[field]}: {rest}" if field in flags and rest else str(exc)) from None
+    if ttft_max is not None or tpot_max is not None:
+        from shardwise.cli.serve_targets import run_targets
+
+        if batching == "static" or max_throughput or request_rate is not None:
+            raise SpecError(
+                "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
+                "--max-throughput and --request-rate"
+            )
+        choices = None if searched else [(weight_precision, kv_precision)]
+        run_targets(
+            model,
+            cluster,
+            [_scenario_of(model, cluster, s, stages) for s in specs] if plans else None,
+            workload,
+            ttft_max,
+            tpot_max,
+            slo_percentile,
+            choices,
+            max_batched_tokens,
+            as_json,
+        )
+        return
     traffic = _traffic(batching, max_throughput, request_rate, max_batched_tokens, requests)
     rows, invalid = [], []
     for spec in specs:  # one invalid plan does not stop the others
@@ -257,6 +296,10 @@ def serve(
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
     for label, est in rows if emit else []:
         click.echo(f"\n{label}:\n{_launch(est, emit)}")
+
+
+def _scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None) -> tuple[str, Any]:
+    return spec.label, _scenario(model, cluster, spec, stages)
 
 
 def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:

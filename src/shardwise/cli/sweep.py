@@ -99,15 +99,11 @@ def sweep(
 
 
 def _with_progress(exp: Any, grid: list[Any], total: int) -> Any:
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from shardwise.analyses.sweep import run_sweep
+    from shardwise.cli.render import progress_bar
 
-    with Progress(
-        TextColumn("evaluating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-    ) as bar:
-        task = bar.add_task("sweep", total=total)
-        return run_sweep(exp, grid, progress=lambda n: bar.advance(task, n))
+    with progress_bar(total, "evaluating") as advance:
+        return run_sweep(exp, grid, progress=advance)
 
 
 def _write(result: Any, path: str, show_progress: bool) -> None:

@@ -16,7 +16,11 @@ def _run(table: str) -> tuple[list[Any], str, str]:
         from shardwise.analyses.serving_validation import CITATION, validate_serving
 
         rows, skipped = validate_serving()
-        return rows, CITATION, f"{skipped} FP4 (B200/GB200) measurements left out: FP4 is not modelled"
+        return (
+            rows,
+            CITATION,
+            (f"{skipped} measurement(s) left out: model or GPU not in the presets" if skipped else ""),
+        )
     from shardwise.analyses.validation import CITATIONS
     from shardwise.analyses.validation import validate as run
 

@@ -16,7 +16,6 @@ TITLES = {
 
 def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int) -> None:
     import numpy as np
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from shardwise.analyses import calibration_validation as cv
 
@@ -28,11 +27,9 @@ def show_calibrated(as_json: bool, markdown: bool, plot: str | None, draws: int)
     total = sum(_fits(cv, runs, split, draws) for split in SPLITS)
     curves: list[Any] = []
     transfer: list[Any] = []
-    with Progress(
-        TextColumn("calibrating"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
-    ) as bar:
-        task = bar.add_task("fits", total=total)
-        step = lambda: bar.advance(task, 1)  # noqa: E731
+    from shardwise.cli.render import progress_bar
+
+    with progress_bar(total, "calibrating") as step:
         for split in SPLITS:
             curves += cv.learning_curves(runs, split, draws=draws, progress=step)
             curves += cv.leave_one_out(runs, split, progress=step)

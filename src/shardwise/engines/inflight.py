@@ -54,6 +54,7 @@ class Traffic:
     rate_per_s: float | None = None
     requests: int = SIMULATED_REQUESTS
     seed: int = 0
+    rounds: int = 0  # a closed loop runs at least this many requests per user (0: CLOSED_LOOP_ROUNDS)
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def simulate(
         raise ValueError("no request fits the KV cache")
     slots = min(capacity, max_sequences)
     closed = traffic.users is not None
-    n = traffic.requests if not closed else max(traffic.requests, CLOSED_LOOP_ROUNDS * int(traffic.users))
+    rounds = traffic.rounds or CLOSED_LOOP_ROUNDS
+    n = traffic.requests if not closed else max(traffic.requests, rounds * int(traffic.users))
     arrival = np.full(n, np.inf)
     if closed:
         # the users start spread over one request's lifetime at full load, not all at once: a
@@ -222,6 +224,33 @@ def percentiles(values: np.ndarray) -> dict[str, float]:
     return {f"p{p}": float(np.percentile(v, p)) if v.size else float("nan") for p in PERCENTILES}
 
 
+class Replica:
+    """One replica of `scn` serving `wl` in flight: its KV capacity and iteration costs, prepared
+    once; `run` simulates traffic on it."""
+
+    def __init__(self, scn: Scenario, wl: ServingWorkload, max_batched_tokens: int = MAX_BATCHED_TOKENS) -> None:
+        self.scenario = scn = serving_scenario(scn, wl)
+        self.workload, self.max_batched_tokens = wl, max_batched_tokens
+        self.replicas = int(scn.plan.dp)
+        weights, kv_per_seq = memory_per_gpu(scn, wl)
+        self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
+        context = wl.input_len + wl.output_len
+        gpu_bytes = float(scn.cluster.gpu.memory_bytes)
+        free = KV_CACHE_FRACTION * (gpu_bytes - self.weights_bytes - RUNTIME_RESERVED_BYTES)
+        self.capacity = kv_capacity(max(free, 0.0), self.kv_bytes_per_sequence / context, wl.input_len, wl.output_len)
+        self.slots = min(self.capacity, MAX_SEQUENCES)
+        self.mean_context = wl.input_len + wl.output_len / 2
+        self.table = (
+            iteration_table(scn, wl, self.slots, max_batched_tokens, self.mean_context) if self.capacity >= 1 else None
+        )
+
+    def run(self, traffic: Traffic) -> Simulated:
+        if self.table is None:
+            raise ValueError("no request fits the KV cache")
+        wl = self.workload
+        return simulate(self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.max_batched_tokens)
+
+
 def estimate_inflight(
     scn: Scenario,
     wl: ServingWorkload,
@@ -234,31 +263,28 @@ def estimate_inflight(
     requests in flight in all (None with no rate: as many as the KV cache holds, the maximum
     throughput) or Poisson arrivals at `rate_per_s` requests per second in all, spread evenly
     over the replicas. Medians in the `ServingEstimate` fields; percentiles beside them."""
-    scn = serving_scenario(scn, wl)
-    replicas = int(scn.plan.dp)
-    weights, kv_per_seq = memory_per_gpu(scn, wl)
-    weights, kv_per_seq = float(weights), float(kv_per_seq)
-    context = wl.input_len + wl.output_len
-    free = KV_CACHE_FRACTION * (float(scn.cluster.gpu.memory_bytes) - weights - RUNTIME_RESERVED_BYTES)
-    capacity = kv_capacity(max(free, 0.0), kv_per_seq / context, wl.input_len, wl.output_len)
-    slots = min(capacity, MAX_SEQUENCES)
-    mean_context = wl.input_len + wl.output_len / 2
-    if capacity < 1:
+    replica = Replica(scn, wl, max_batched_tokens)
+    scn, replicas, slots = replica.scenario, replica.replicas, replica.slots
+    if replica.table is None:
         nan = float("nan")
-        return InflightEstimate(scn, wl, nan, nan, nan, 0.0, 0, weights, 0.0, {}, {}, nan, users=users)
-    table = iteration_table(scn, wl, slots, max_batched_tokens, mean_context)
-
-    def run(traffic: Traffic) -> Simulated:
-        return simulate(table, wl.input_len, wl.output_len, capacity, traffic, max_batched_tokens)
-
-    saturated = run(Traffic(users=slots, requests=requests))
+        return InflightEstimate(scn, wl, nan, nan, nan, 0.0, 0, replica.weights_bytes, 0.0, {}, {}, nan, users=users)
+    saturated = replica.run(Traffic(users=slots, requests=requests))
     if rate_per_s is not None:
-        sim = run(Traffic(rate_per_s=rate_per_s / replicas, requests=requests))
+        sim = replica.run(Traffic(rate_per_s=rate_per_s / replicas, requests=requests))
     elif users is not None:
-        sim = run(Traffic(users=math.ceil(users / replicas), requests=requests))
+        sim = replica.run(Traffic(users=math.ceil(users / replicas), requests=requests))
     else:
         sim = saturated
-    mean = iteration_times(scn, wl, np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens), mean_context)
+    return _estimate(replica, sim, saturated, users, rate_per_s)
+
+
+def _estimate(
+    replica: Replica, sim: Simulated, saturated: Simulated, users: int | None, rate_per_s: float | None
+) -> InflightEstimate:
+    scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
+    mean = iteration_times(
+        scn, wl, np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens), replica.mean_context
+    )
     parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s}
     ttft, queue = np.median(sim.ttft_s), np.median(sim.queue_s)
     max_rate = replicas * saturated.throughput_tokens_per_s / wl.output_len
@@ -276,9 +302,9 @@ def estimate_inflight(
         tpot_s=float(np.nanmedian(sim.tpot_s)) if wl.output_len > 1 else float("nan"),
         e2e_s=float(np.median(sim.e2e_s)),
         throughput_tokens_per_s=replicas * (rate_throughput if rate_per_s is not None else sim.throughput_tokens_per_s),
-        max_batch=capacity,
-        weights_bytes=weights,
-        kv_cache_bytes=sim.mean_running * kv_per_seq,
+        max_batch=replica.capacity,
+        weights_bytes=replica.weights_bytes,
+        kv_cache_bytes=sim.mean_running * replica.kv_bytes_per_sequence,
         prefill_s={"queueing": float(queue), "prefill": float(ttft - queue)},
         decode_s={k: float(v) for k, v in parts.items()},
         decode_utilization=float("nan"),
@@ -287,7 +313,7 @@ def estimate_inflight(
         max_request_rate_per_s=max_rate,
         mean_running=replicas * sim.mean_running,
         mean_prompt_tokens=sim.mean_prompt_tokens,
-        max_batched_tokens=max_batched_tokens,
+        max_batched_tokens=replica.max_batched_tokens,
         percentiles_s={
             "ttft_s": percentiles(sim.ttft_s),
             "tpot_s": percentiles(sim.tpot_s),

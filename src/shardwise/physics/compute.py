@@ -28,7 +28,7 @@ from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_g
 from shardwise.physics.gemm import gemm_time_s
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import is_fp8
+from shardwise.specs.hardware import is_fp8, is_narrow
 
 # dX and dW per forward GEMM: the backward is twice the forward's FLOPs (Narayanan et al. 2021
 # Eq. 3 and Sec. 5.1); used for unfused attention's batched products.
@@ -73,7 +73,7 @@ def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
 def attention_precision(precision: str) -> str:
     """Attention runs in 16 bits when training in FP8 (Transformer Engine's FP8 recipes cast the
     linear layers' inputs; its fused attention stays BF16 unless FP8 attention is asked for)."""
-    return "bf16" if is_fp8(precision) else precision
+    return "bf16" if is_narrow(precision) else precision
 
 
 @dataclass(frozen=True)
@@ -142,9 +142,20 @@ FP8_CAST_BYTES_PER_ELEMENT = 4.0
 MXFP8_CAST_BYTES_PER_ELEMENT = 4.0 + 2.0 / 32.0
 
 
+# NVFP4: 4-bit values with one FP8 (E4M3) scale per 16 (NVIDIA's NVFP4 format): 0.5 + 1/16 bytes per
+# element. Serving quantises each linear layer's input once (read 2 bytes, write 0.5625).
+NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
+FP4_CAST_BYTES_PER_ELEMENT = 2.0 + NVFP4_BYTES_PER_ELEMENT
+
+
 def cast_bytes_per_element(precision: str) -> float:
-    """Bytes moved to quantise one 16-bit element to FP8 in both layouts (0 outside FP8)."""
-    return {"fp8": FP8_CAST_BYTES_PER_ELEMENT, "mxfp8": MXFP8_CAST_BYTES_PER_ELEMENT}.get(precision, 0.0)
+    """Bytes moved to quantise one 16-bit element (FP8: in both layouts; 0 in 16 bits)."""
+    casts = {
+        "fp8": FP8_CAST_BYTES_PER_ELEMENT,
+        "mxfp8": MXFP8_CAST_BYTES_PER_ELEMENT,
+        "fp4": FP4_CAST_BYTES_PER_ELEMENT,
+    }
+    return casts.get(precision, 0.0)
 
 
 # Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
@@ -161,6 +172,8 @@ def linear_times(g: Gemm, gpu: Gpu, precision: str, fused_accumulation: Number =
     fused = np.asarray(fused_accumulation, dtype=bool)
     if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
         g = g._replace(a_bytes=1.0, b_bytes=1.0)
+    elif precision == "fp4":  # activations quantised to NVFP4; the weights as stored
+        g = g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT)
     fwd = gemm_s(g, gpu, precision)
     dx = gemm_s(input_gradient(g), gpu, precision)
 
@@ -192,7 +205,7 @@ def layer_times(
         flash, FLASH_BACKWARD_RATIO * fused, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
     cast_f = cast_b = 0.0
-    if is_fp8(precision):
+    if is_narrow(precision):
         inputs = sum(g.m * g.k * g.batch for g in fwd.gemms)
         outputs = sum(g.m * g.n * g.batch for g in fwd.gemms)
         per_element = cast_bytes_per_element(precision)

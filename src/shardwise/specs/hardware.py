@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from shardwise.precisions import FP8_PRECISIONS
+from shardwise.precisions import FP4_PRECISIONS, FP8_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
 # is priced where the tensors are quantised, `physics.compute`).
-PRECISION_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0}
+PRECISION_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "fp4": 0.5}
 
 # A block-scaled (MXFP8) GEMM against a per-tensor-scaled FP8 one of the same shape: Transformer
 # Engine's published GEMM profile of one Llama-like layer on B300 with pre-quantised operands,
@@ -25,6 +25,11 @@ MXFP8_GEMM_RELATIVE = 6.812 / 7.161
 def is_fp8(precision: str) -> bool:
     """An FP8 recipe (either scaling): 1-byte GEMM operands, 16-bit activations between layers."""
     return precision in FP8_PRECISIONS
+
+
+def is_narrow(precision: str) -> bool:
+    """GEMMs on quantised operands (FP8 or FP4) with 16-bit activations between layers."""
+    return precision in FP8_PRECISIONS or precision in FP4_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -49,6 +54,7 @@ class Gpu:
     matmul_efficiency_fp8: Number = 0.0  # 0: the same as matmul_efficiency
     sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
     mxfp8: bool = False  # tensor cores apply MX block scales (Blackwell and later)
+    peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -66,6 +72,7 @@ class Gpu:
             raise SpecError(f"{p}: matmul_efficiency_fp8: {bad} is not allowed; it must be in [0, 1] (0: not measured)")
         chk.non_negative_int(f"{p}: sm_count", self.sm_count)
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
+        chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
@@ -80,12 +87,17 @@ class Gpu:
                     "none; use fp8 (per-tensor scaling)"
                 )
             return self.peak_flops_per_s_fp8
+        if precision in FP4_PRECISIONS:
+            if not (chk.as_array(self.peak_flops_per_s_fp4) > 0).all():
+                raise SpecError(f"precision: fp4 needs FP4 tensor cores (Blackwell); gpu {self.name!r} has none")
+            return self.peak_flops_per_s_fp4
         raise SpecError(f"precision: {precision!r} is not allowed; choose one of bf16, fp16, fp8, mxfp8")
 
     def matmul_efficiency_for(self, precision: str) -> Number:
         """Achievable fraction of the peak of `precision` for a layer's GEMMs."""
         eff = self.matmul_efficiency
-        if is_fp8(precision) and (chk.as_array(self.matmul_efficiency_fp8) > 0).all():
+        # FP4: no published best-shape FP4 GEMM rate; FP8's share of its own peak is assumed
+        if is_narrow(precision) and (chk.as_array(self.matmul_efficiency_fp8) > 0).all():
             eff = self.matmul_efficiency_fp8
         return eff * MXFP8_GEMM_RELATIVE if precision == "mxfp8" else eff
 

@@ -11,7 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 
-from shardwise.precisions import TRAINING_PRECISIONS
+from shardwise.precisions import COMPUTE_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
@@ -134,8 +134,11 @@ class Plan:
             if zero_ok and np.ndim(zero) > 0:
                 bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
             raise SpecError(f"plan: zero_stage {chk._short(bad)} is not allowed; choose 0, 1, 2 or 3")
-        if not isinstance(self.precision, str) or self.precision not in TRAINING_PRECISIONS:
-            raise SpecError(f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8")
+        if not isinstance(self.precision, str) or self.precision not in COMPUTE_PRECISIONS:
+            raise SpecError(
+                f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8 "
+                "(fp4 is set by serving from FP4 weights)"
+            )
         if not isinstance(self.framework, str):
             raise SpecError(f"plan: framework {self.framework!r} is not allowed; give a framework preset's name")
         for name in BOOLEAN_FIELDS:

@@ -10,7 +10,17 @@ from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import CUSTOM_ALL_REDUCE_KERNELS
 
 # Bytes per element of stored weights and KV cache.
-STORAGE_BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# NVFP4: 4 bits and an FP8 scale per 16 values; MXFP4 (OCP Microscaling): 4 bits and an E8M0 scale
+# per 32.
+STORAGE_BYTES = {
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "nvfp4": 0.5 + 1.0 / 16.0,
+    "mxfp4": 0.5 + 1.0 / 32.0,
+}
 # Serving runtimes (the engines price each: engines/serving.py RUNTIMES).
 RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
 

@@ -1,0 +1,162 @@
+"""`shardwise serve --ttft-max T --tpot-max T`: the serving plan (TP x PP, replicas filling the
+GPUs), weight precision and load with the most generated tokens per second per GPU whose TTFT and
+TPOT percentiles stay within the targets, under in-flight batching (`engines.inflight`).
+
+For each plan and precision the load (requests in flight per replica, a closed loop) doubles from
+1 while the targets hold, then bisects between the last load that held and the first that did
+not: latency grows with the load and throughput with it, so the last load that holds is the
+plan's best. Each option says what stops it: a target missed at the next load, a full KV cache,
+or that it does not fit at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from shardwise.engines.inflight import InflightEstimate, Replica, Traffic, _estimate
+from shardwise.errors import SpecError
+from shardwise.specs import Cluster, Model, Scenario
+from shardwise.specs.serving import ServingWorkload
+
+PERCENTILES = ("p50", "p90", "p99")
+# Requests simulated per load tried (at least SEARCH_ROUNDS per user): enough for a p99 of 300.
+SEARCH_REQUESTS = 300
+SEARCH_ROUNDS = 4
+BISECTIONS = 3
+
+
+@dataclass(frozen=True)
+class Option:
+    """The best load of one plan and precision (or why it has none)."""
+
+    label: str
+    weight_precision: str
+    kv_precision: str
+    users_per_replica: int  # 0: no load meets the targets
+    tokens_per_s_per_gpu: float
+    estimate: InflightEstimate | None
+    why: str
+
+    @property
+    def meets(self) -> bool:
+        return self.users_per_replica > 0
+
+
+def plans(num_gpus: int, per_node: int) -> list[tuple[int, int]]:
+    """(tp, pp) with TP inside a server and tp x pp dividing the GPUs."""
+    out = []
+    for tp in (t for t in range(1, per_node + 1) if per_node % t == 0 and num_gpus % t == 0):
+        for pp in (p for p in range(1, num_gpus // tp + 1) if (num_gpus // tp) % p == 0):
+            out.append((tp, pp))
+    return out
+
+
+def precisions(cluster: Cluster) -> list[tuple[str, str]]:
+    """(weights, KV cache) worth trying on this GPU: 16 bits; FP8 where it has FP8 tensor cores;
+    NVFP4 weights (FP8 KV cache) where it has FP4 ones."""
+    gpu = cluster.gpu
+    out = [("bf16", "bf16")]
+    if float(gpu.peak_flops_per_s_fp8) > 0:
+        out.append(("fp8", "fp8"))
+    if float(gpu.peak_flops_per_s_fp4) > 0:
+        out.append(("nvfp4", "fp8"))
+    return out
+
+
+def _meets(est: InflightEstimate, ttft_max: float | None, tpot_max: float | None, pct: str) -> str:
+    """'' when both targets hold, else which one fails and by how much."""
+    p = est.percentiles_s or {}
+    ttft, tpot = p["ttft_s"][pct], p["tpot_s"][pct]
+    from shardwise.units import format_seconds
+
+    misses = []
+    if ttft_max is not None and not ttft <= ttft_max:
+        misses.append(f"TTFT {format_seconds(ttft)}")
+    if tpot_max is not None and not tpot <= tpot_max:
+        misses.append(f"TPOT {format_seconds(tpot)}")
+    return ", ".join(misses)
+
+
+def best_load(
+    scn: Scenario,
+    wl: ServingWorkload,
+    ttft_max: float | None,
+    tpot_max: float | None,
+    pct: str = "p90",
+    max_batched_tokens: int = 8192,
+) -> tuple[int, InflightEstimate | None, str]:
+    """(requests in flight per replica, its estimate, why not more) for one plan and precision."""
+    replica = Replica(scn, wl, max_batched_tokens)
+    if replica.table is None:
+        return 0, None, "does not fit"
+
+    def at(users: int) -> tuple[InflightEstimate, str]:
+        sim = replica.run(Traffic(users=users, requests=SEARCH_REQUESTS, rounds=SEARCH_ROUNDS))
+        est = _estimate(replica, sim, sim, users * replica.replicas, None)
+        return est, _meets(est, ttft_max, tpot_max, pct)
+
+    good, good_est, bad, why = 0, None, 0, ""
+    users = 1
+    while True:
+        est, miss = at(users)
+        if miss:
+            bad, why = users, miss
+            break
+        good, good_est = users, est
+        if users >= replica.slots:
+            why = f"KV cache full at {replica.slots:,}"
+            break
+        users = min(2 * users, replica.slots)
+    if good == 0:
+        return 0, None, f"misses at 1: {why}"
+    for _ in range(BISECTIONS if bad else 0):
+        mid = (good + bad) // 2
+        if mid in (good, bad):
+            break
+        est, miss = at(mid)
+        if miss:
+            bad, why = mid, miss
+        else:
+            good, good_est = mid, est
+    if bad:
+        why = f"at {bad:,}: {why}"
+    return good, good_est, why
+
+
+def search(
+    model: Model,
+    cluster: Cluster,
+    wl: ServingWorkload,
+    ttft_max: float | None,
+    tpot_max: float | None,
+    pct: str = "p90",
+    candidates: Iterable[tuple[str, Scenario]] | None = None,
+    precision_choices: list[tuple[str, str]] | None = None,
+    max_batched_tokens: int = 8192,
+    progress: Callable[[], None] | None = None,
+) -> list[Option]:
+    """Every plan x precision's best load, best throughput per GPU first (those that meet the
+    targets before those that do not)."""
+    from shardwise.engines.serving import plan_for_serving
+
+    gpus = int(cluster.num_gpus)
+    if candidates is None:
+        candidates = [
+            (f"tp={tp},pp={pp}", Scenario(model, cluster, plan_for_serving(tp, pp, gpus // (tp * pp))))
+            for tp, pp in plans(gpus, int(cluster.gpus_per_node))
+            if model.heads % tp == 0 and model.kv_heads % tp == 0 and pp <= model.layers
+        ]
+    options = []
+    for label, scn in candidates:
+        for w, kv in precision_choices or precisions(cluster):
+            work = replace(wl, weight_precision=w, kv_precision=kv)
+            try:
+                users, est, why = best_load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
+            except SpecError as exc:
+                users, est, why = 0, None, str(exc)
+            per_gpu = 0.0 if est is None else est.throughput_tokens_per_s / gpus
+            options.append(Option(label, w, kv, users, per_gpu, est, why))
+            if progress is not None:
+                progress()
+    return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu))

@@ -1,0 +1,165 @@
+"""`shardwise serve --ttft-max/--tpot-max`: the search's table, the best option and why."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from shardwise.errors import SpecError
+
+SHOWN = 12
+
+
+def _seconds(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    from shardwise.units import UnitError, parse_seconds
+
+    try:
+        seconds = parse_seconds(value)
+    except UnitError as exc:
+        raise SpecError(f"{flag}: {exc}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise SpecError(f"{flag}: {value!r} is not allowed; give a time > 0 such as 500ms")
+    return seconds
+
+
+def run_targets(
+    model: Any,
+    cluster: Any,
+    candidates: list[tuple[str, Any]] | None,
+    workload: Any,
+    ttft_max: str | None,
+    tpot_max: str | None,
+    percentile: str,
+    precision_choices: list[tuple[str, str]] | None,
+    max_batched_tokens: int,
+    as_json: bool,
+) -> None:
+    from shardwise.analyses.serving_targets import plans, precisions, search
+
+    ttft, tpot = _seconds(ttft_max, "--ttft-max"), _seconds(tpot_max, "--tpot-max")
+    pct = f"p{percentile}"
+    n_plans = len(candidates) if candidates is not None else len(plans(int(cluster.num_gpus), cluster.gpus_per_node))
+    total = n_plans * len(precision_choices or precisions(cluster))
+    from shardwise.cli.render import progress_bar
+
+    with progress_bar(total, "plans x precisions", disable=as_json) as advance:
+        options = search(
+            model, cluster, workload, ttft, tpot, pct, candidates, precision_choices, max_batched_tokens, advance
+        )
+    if as_json:
+        _json(options, workload, ttft, tpot, pct)
+        return
+    _table(model, cluster, workload, options, ttft_max, tpot_max, pct)
+
+
+def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
+    parts = ([f"TTFT <= {ttft_max}"] if ttft_max else []) + ([f"TPOT <= {tpot_max}"] if tpot_max else [])
+    return " and ".join(parts) + f" at {pct}"
+
+
+def _table(
+    model: Any, cluster: Any, wl: Any, options: list[Any], ttft_max: str | None, tpot_max: str | None, pct: str
+) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from shardwise.cli.render import console
+    from shardwise.units import format_seconds
+
+    out = console()
+    out.print(
+        f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name}; {wl.input_len} prompt + "
+        f"{wl.output_len} new tokens per request; targets: {_targets(ttft_max, tpot_max, pct)}; in-flight batching"
+    )
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in (
+        "plan",
+        "weights",
+        "in flight\nper replica",
+        f"TTFT\n{pct}",
+        f"TPOT\n{pct}",
+        "tok/s\nper GPU",
+        "why not more",
+    ):
+        table.add_column(col, justify="left" if col in ("plan", "weights", "why not more") else "right")
+    for o in options[:SHOWN]:
+        est = o.estimate
+        p = est.percentiles_s if est is not None else None
+        replicas = int(est.scenario.plan.dp) if est is not None else 0
+        name = o.label + (f" (x{replicas})" if replicas > 1 else "")
+        table.add_row(
+            name,
+            o.weight_precision,
+            f"{o.users_per_replica:,}" if o.meets else "-",
+            format_seconds(p["ttft_s"][pct]) if p else "-",
+            format_seconds(p["tpot_s"][pct]) if p else "-",
+            f"{o.tokens_per_s_per_gpu:,.0f}" if o.meets else "-",
+            o.why,
+            style=None if o.meets else "dim",
+        )
+    out.print(table)
+    if len(options) > SHOWN:
+        out.print(f"[dim]{SHOWN} of {len(options)} options shown (--json for all)[/]")
+    best = options[0] if options and options[0].meets else None
+    if best is None:
+        out.print(
+            "[red]no plan meets the targets at any load: loosen them, use more GPUs, or shorten the requests "
+            "(the closest misses are above)[/]"
+        )
+        return
+    replicas = int(best.estimate.scenario.plan.dp)
+    out.print(
+        f"[dim]why not more: the load (requests in flight per replica) at which the {pct} misses a target, "
+        "or what else stops it[/]"
+    )
+    out.print(
+        f"best: {best.label}, {replicas} replica(s), {best.weight_precision} weights, "
+        f"{best.users_per_replica:,} requests in flight per replica: {best.tokens_per_s_per_gpu:,.0f} tokens/s "
+        f"per GPU; more load misses ({best.why})"
+    )
+    out.print(
+        f"[dim]in full: shardwise serve --model {model.name} {_system(cluster)} --plan {best.label} "
+        f"--weight-precision {best.weight_precision} --kv-precision {best.kv_precision} "
+        f"--concurrency {best.users_per_replica * replicas}[/]"
+    )
+
+
+def _system(cluster: Any) -> str:
+    """The --system flags that rebuild `cluster` when it is a preset, else a placeholder."""
+    from shardwise import presets
+
+    try:
+        same = presets.system(cluster.name).gpu == cluster.gpu
+    except SpecError:
+        same = False
+    return f"--system {cluster.name} --num-gpus {int(cluster.num_gpus)}" if same else "<your --system flags>"
+
+
+def _json(options: list[Any], wl: Any, ttft: float | None, tpot: float | None, pct: str) -> None:
+    from shardwise import export
+
+    click.echo(
+        export.dumps(
+            {
+                "targets": {"ttft_max_s": ttft, "tpot_max_s": tpot, "percentile": pct},
+                "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
+                "options": [
+                    {
+                        "plan": o.label,
+                        "weight_precision": o.weight_precision,
+                        "kv_precision": o.kv_precision,
+                        "meets": o.meets,
+                        "requests_in_flight_per_replica": o.users_per_replica,
+                        "tokens_per_s_per_gpu": o.tokens_per_s_per_gpu,
+                        "replicas": int(o.estimate.scenario.plan.dp) if o.estimate is not None else None,
+                        "percentiles_s": o.estimate.percentiles_s if o.estimate is not None else None,
+                        "why": o.why,
+                    }
+                    for o in options
+                ],
+            }
+        )
+    )
