@@ -814,7 +814,7 @@ NONSENSE = [
     pytest.param("Model", "layers", np.array([])),
     pytest.param("Plan", "tp", [8]),
     pytest.param("Model", "gated_mlp", "false"),
-    pytest.param("Plan", "precision", "fp4"),
+    pytest.param("Plan", "precision", "fp6"),
 ]
 
 

@@ -23,7 +23,7 @@ def test_plan_normalises_names_to_enums():
         ({"schedule": "zigzag"}, "choose one of 1f1b, gpipe, interleaved, zb-h1"),
         ({"recompute": "most"}, "choose one of full, none, selective"),
         ({"zero_stage": 4}, "zero_stage 4"),
-        ({"precision": "fp4"}, "precision 'fp4'"),
+        ({"precision": "fp6"}, "precision 'fp6'"),
         ({"vpp": 2, "pp": 2}, "needs schedule=interleaved"),
         ({"schedule": "interleaved", "pp": 1}, "needs pp >= 2"),
         ({"schedule": "interleaved", "pp": 4, "vpp": 2, "global_batch": 6}, "multiple of pp=4"),
