@@ -6,12 +6,26 @@ from typing import Any
 
 import click
 
-TABLE_CHOICES = ["narayanan21_table1", "korthikanti22_table5", "korthikanti22_table4", "inference", "public", "planner"]
+TABLE_CHOICES = [
+    "narayanan21_table1",
+    "korthikanti22_table5",
+    "korthikanti22_table4",
+    "inference",
+    "public",
+    "planner",
+    "inference_pcie",
+]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
 
 def _run(table: str) -> tuple[list[Any], str, str]:
     """(rows, citation, note) of one table."""
+    if table == "inference_pcie":
+        from shardwise.analyses.serving_pcie import CITATION, LEFT_OUT, validate_pcie_serving
+
+        rows = validate_pcie_serving()
+        right = sum((r.predicted > 1) == (r.measured > 1) for r in rows)
+        return rows, CITATION, f"the faster layout predicted right in {right} of {len(rows)}; {LEFT_OUT}"
     if table == "inference":
         from shardwise.analyses.serving_validation import CITATION, validate_serving
 
@@ -67,8 +81,9 @@ def validate(
     narayanan21_table1: Narayanan et al. 2021 Table 1 (TFLOP/s per GPU);
     korthikanti22_table5: Korthikanti et al. 2022 Table 5 (seconds per iteration);
     korthikanti22_table4: Korthikanti et al. 2022 Table 4 (one layer, ms);
-    inference: TensorRT-LLM's published throughput (FP8, H100/H200, Llama 3 8B/70B/405B) and
-    FasterTransformer GPT-13B latencies (A100, TP 1 and 2);
+    inference: TensorRT-LLM's published throughput (FP8 on H100/H200, FP4 on B200/GB200, Llama 3
+    8B/70B/405B) and FasterTransformer GPT-13B latencies (A100, TP 1 and 2); with it, TP against a
+    layer split on PCIe GPUs (llama.cpp, ExLlamaV2) as throughput ratios;
     public (only when named): 900 public training runs (NVIDIA DGX Cloud benchmarking, Megatron-Bridge
     and NeMo performance summaries, ...), per source and split (dev: looked at while developing and
     used to fit the sustained GPU efficiencies; holdout: untouched), with MAPE, bias, ranking of
@@ -106,7 +121,9 @@ def validate(
     from shardwise.analyses.validation import mean_absolute_error
 
     chosen = list(tables) or DEFAULT_TABLES
-    runs = {t: _run(t) for t in chosen}
+    if "inference" in chosen:  # the PCIe boxes' TP-against-layer-split ratios come with it
+        chosen.insert(chosen.index("inference") + 1, "inference_pcie")
+    runs = {t: _run(t) for t in dict.fromkeys(chosen)}
     results = {t: r[0] for t, r in runs.items()}
     if as_json:
         from shardwise import export
