@@ -255,11 +255,14 @@ def frontier() -> Path:
 
     panels = {
         f"8 x H100 SXM, {link} ({LINKS[link].name})": {
-            plan: serving.frontier(scenario(link, tp, pp), workload()) for plan, (tp, pp) in PLANS.items()
+            plan: serving.frontier_inflight(scenario(link, tp, pp), workload()) for plan, (tp, pp) in PLANS.items()
         }
         for link in SHOWN
     }
-    title = "Llama 3 70B, BF16, 512 prompt + 128 new tokens: throughput vs speed per user, batch 1 to 2048"
+    title = (
+        "Llama 3 70B, BF16, 512 prompt + 128 new tokens, in-flight batching: throughput vs speed per user, "
+        "1 to 2048 requests in flight"
+    )
     return plots.save(plots.serving_frontier(panels, title), OUT / "serving-frontier.png")
 
 

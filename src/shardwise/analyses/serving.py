@@ -24,6 +24,25 @@ def at_max_batch(scn: Scenario, wl: ServingWorkload, cap: int = MAX_BATCH) -> Se
     return estimate_serving(scn, replace(wl, batch=per_replica * int(scn.plan.dp)))
 
 
+def frontier_inflight(
+    scn: Scenario, wl: ServingWorkload, loads: np.ndarray = FRONTIER_BATCHES, requests: int = 200
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`frontier` under in-flight batching: (tokens/s per user = 1 / median TPOT, tokens/s per GPU,
+    requests in flight per replica) for each closed-loop load the KV cache holds."""
+    from shardwise.engines.inflight import Replica, Traffic
+
+    replica = Replica(scn, wl)
+    if replica.table is None:
+        return np.array([]), np.array([]), np.array([])
+    users = np.asarray([int(u) for u in loads if u <= replica.slots])
+    user_rate, per_gpu = [], []
+    for u in users:
+        sim = replica.run(Traffic(users=int(u), requests=requests, rounds=4))
+        user_rate.append(1.0 / float(np.nanmedian(sim.tpot_s)))
+        per_gpu.append(replica.replicas * sim.throughput_tokens_per_s / float(scn.cluster.num_gpus))
+    return np.asarray(user_rate), np.asarray(per_gpu), users
+
+
 def frontier(
     scn: Scenario, wl: ServingWorkload, batches: np.ndarray = FRONTIER_BATCHES
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

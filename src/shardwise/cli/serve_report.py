@@ -1,0 +1,208 @@
+"""`shardwise serve`'s report: the table of estimates, what each number is made of, and the
+throughput-vs-latency frontier figure."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def print_estimates(
+    model: Any,
+    cluster: Any,
+    workload: Any,
+    rows: list[tuple[str, Any]],
+    figure: Any,
+    max_tp: bool,
+    spreads: dict[str, tuple[float, str]],
+) -> None:
+    from rich import box
+    from rich.table import Table
+
+    from shardwise.cli.render import console
+    from shardwise.units import format_bytes, format_seconds
+
+    out = console()
+    inter = cluster.inter_node_link
+    multi = inter is not None and int(cluster.nodes) > 1
+    across = f", {inter.name} across {int(cluster.nodes)} servers" if multi else ""
+    out.print(
+        f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
+        f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
+        f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}; "
+        + _all_reduce_text(workload.custom_all_reduce, cluster)
+        + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
+    )
+    if workload.input_len + workload.output_len > model.seq_len:
+        out.print(
+            f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
+            f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
+        )
+    inflight = getattr(rows[0][1], "batching", "static") == "inflight"
+    table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
+    for col in (
+        "plan",
+        "in flight" if inflight else "batch",
+        "TTFT",
+        "TPOT",
+        "latency",
+        "tok/s",
+        "tok/s\nper user",
+        "memory\nper GPU",
+        "max\nbatch",
+    ):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for label, est in rows:
+        fits = bool(est.fits_in_memory)
+        style = None if fits else "red"
+        name = f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label
+        table.add_row(
+            name if fits else f"{name} [does not fit]",
+            f"{est.mean_running:,.0f}" if inflight and est.users is None else f"{int(est.workload.batch)}",
+            format_seconds(float(est.ttft_s)),
+            format_seconds(float(est.tpot_s)),
+            format_seconds(float(est.e2e_s)),
+            f"{float(est.throughput_tokens_per_s):,.0f}",
+            f"{float(est.per_user_tokens_per_s):,.1f}",
+            format_bytes(float(est.total_bytes)),
+            f"{int(est.max_batch):,}",
+            style=style,
+        )
+    out.print(table)
+    out.print(
+        "[dim]TTFT: time to first token (prefill); TPOT: time per output token (decode); latency: end to end "
+        "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
+        "fit the KV cache[/]"
+    )
+    if inflight:
+        _print_inflight(out, rows)
+    from shardwise.calibration.spreads import Z80
+
+    widest, basis = max(spreads.values())
+    out.print(
+        f"[dim]80% interval of every time and rate: about +-{math.expm1(Z80 * widest):.0%} ({basis}; JSON: *_low, "
+        "*_high)[/]"
+    )
+    capacity = float(cluster.gpu.memory_bytes)
+    for label, est in rows:
+        if int(est.max_batch) < 1:
+            weights = format_bytes(float(est.weights_bytes))
+            out.print(
+                f"[red]{label}: does not fit: {weights} of weights per GPU leave no room for a KV cache in "
+                f"{format_bytes(capacity)}; its times are not meaningful[/]"
+            )
+        elif not bool(est.fits_in_memory):
+            out.print(
+                f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "
+                "sequences per replica fit the KV cache[/]"
+            )
+    for label, est in rows if not inflight else []:
+        dec = {k: float(v) for k, v in est.decode_s.items()}
+        total = sum(dec.values())
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        out.print(
+            f"  {label}: each output token = {parts}; each stage busy "
+            f"{float(est.decode_utilization):.0%} of a decode step"
+        )
+    if max_tp and not inflight:
+        out.print(
+            "[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
+            "once: TTFT and latency include the prefill of every prompt[/]"
+        )
+    if figure is not None:
+        out.print(f"figure: {figure}")
+
+
+ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
+
+
+def _all_reduce_text(kernel: str, cluster: Any) -> str:
+    """Which all-reduce the engine uses on this box (physics/custom_allreduce.py's rules)."""
+    from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S
+
+    nvlink = float(cluster.intra_node_link.bandwidth_bytes_per_s) >= NVLINK_CLASS_BYTES_PER_S
+    if kernel == "none" or not cluster.p2p or (not nvlink and kernel != "vllm"):
+        return "all-reduce: NCCL"
+    name = ENGINE_NAMES[kernel]
+    if not nvlink:
+        return f"all-reduce: {name}'s own kernel for 2 GPUs, NCCL otherwise"
+    return f"all-reduce: {name}'s own kernel on small messages, NCCL above"
+
+
+def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
+    """Percentiles, the rate each plan sustains, and what an iteration is made of."""
+    from shardwise.units import format_seconds
+
+    first = rows[0][1]
+    how = (
+        f"Poisson arrivals at {first.request_rate_per_s:g} requests/s"
+        if first.request_rate_per_s is not None
+        else (f"{first.users} requests always in flight" if first.users is not None else "the KV cache kept full")
+    )
+    out.print(
+        f"[dim]in-flight batching with chunked prefill (up to {first.max_batched_tokens:,} tokens per iteration), "
+        f"{how}: TTFT, TPOT and latency are medians of {first.simulated_requests:,} simulated requests per "
+        "replica (--batching static for one batch prefilled and decoded together)[/]"
+    )
+    for label, est in rows:
+        if not bool(est.fits_in_memory):
+            continue
+        p = est.percentiles_s
+
+        def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
+            return " / ".join(format_seconds(v) for v in p[key].values())
+
+        dec = est.decode_s
+        total = sum(dec.values()) or 1.0
+        parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        out.print(
+            f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}, TPOT {pct('tpot_s')} (queueing "
+            f"{format_seconds(est.prefill_s['queueing'])} of the median TTFT); sustains up to "
+            f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (about {est.mean_prompt_tokens:,.0f} prompt "
+            f"tokens beside the decodes) = {parts}"
+        )
+        if est.overloaded:
+            out.print(
+                f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "
+                "without bound, and its percentiles grow with --requests[/]"
+            )
+
+
+def draw_frontier(
+    model: Any,
+    cluster: Any,
+    specs: list[Any],
+    workload: Any,
+    second: Any,
+    path: str,
+    stages: dict[str, Any] | None = None,
+    spread: tuple[float, str] = (0.0, ""),
+    inflight: bool = True,
+) -> Any:
+    from shardwise import plots
+    from shardwise.analyses.serving import frontier, frontier_inflight
+    from shardwise.cli.serve import _scenario
+
+    panels = {}
+    links = [(f"the system's own link ({cluster.intra_node_link.name})", cluster.intra_node_link)]
+    if second.link != cluster.intra_node_link:  # the same link twice would be a duplicate panel
+        links.append((f"{second.label} ({second.link.name})", second.link))
+    for label, link in links:
+        c = cluster.with_(intra_node_link=link)
+        curve = frontier_inflight if inflight else frontier
+        lines = {spec.label: curve(_scenario(model, c, spec, stages), workload) for spec in specs}
+        panels[label] = {k: v for k, v in lines.items() if v[0].size}
+    if not any(panels.values()):
+        from shardwise.errors import SpecError
+
+        raise SpecError("--plot: no plan fits in memory at any batch; try more GPUs or narrower weights")
+    title = (
+        f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
+        f"{workload.output_len} out, "
+        + (
+            "in-flight batching, 1 to 2048 requests in flight per replica (labels)"
+            if inflight
+            else "static batches of 1 to 2048 per replica (labels: batch)"
+        )
+    )
+    return plots.save(plots.serving_frontier(panels, title, *spread), path)
