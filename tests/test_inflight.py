@@ -137,7 +137,7 @@ def test_serve_request_rate_reports_percentiles(cli):
 def test_serve_says_which_batching_each_number_uses(cli):
     code, out, _ = cli([*SERVE, "--concurrency", "8"])
     out = " ".join(out.split())  # rich wraps lines
-    assert code == 0 and "in-flight batching with chunked prefill" in out and "8 requests always in flight" in out
+    assert code == 0 and "in-flight batching, chunked prefill" in out and "8 requests always in flight" in out
     code, out, _ = cli([*SERVE, "--concurrency", "8", "--batching", "static"])
     assert code == 0 and "in-flight" not in out
     code, out, _ = cli([*SERVE, "--concurrency", "8", "--batching", "static", "--json"])

@@ -327,3 +327,13 @@ def test_fp4_weights_compute_in_fp4_on_blackwell_and_weight_only_elsewhere():
     fp8, fp4 = (estimate_serving(b200, ServingWorkload(2048, 128, 8, w, "fp8")) for w in ("fp8", "nvfp4"))
     assert float(fp4.ttft_s) < float(fp8.ttft_s) and float(fp4.tpot_s) < float(fp8.tpot_s)
     assert float(fp4.weights_bytes) < 0.6 * float(fp8.weights_bytes)
+
+
+def test_training_refuses_fp4():
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.errors import SpecError
+    from shardwise.specs import Plan
+
+    scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-b200"), Plan(tp=8, global_batch=8, precision="fp4"))
+    with pytest.raises(SpecError, match="fp4 is modelled for serving only"):
+        estimate_training_step(scn)

@@ -29,7 +29,8 @@ def print_estimates(
     out.print(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
         f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
-        f"weights {workload.weight_precision}, KV cache {workload.kv_precision}; runtime {workload.runtime}; "
+        f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
+        f"{workload.kv_precision}; runtime {workload.runtime}; "
         + _all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
     )
@@ -140,9 +141,8 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         else (f"{first.users} requests always in flight" if first.users is not None else "the KV cache kept full")
     )
     out.print(
-        f"[dim]in-flight batching with chunked prefill (up to {first.max_batched_tokens:,} tokens per iteration), "
-        f"{how}: TTFT, TPOT and latency are medians of {first.simulated_requests:,} simulated requests per "
-        "replica (--batching static for one batch prefilled and decoded together)[/]"
+        f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens per iteration), {how}: "
+        f"medians of {first.simulated_requests:,} simulated requests per replica (--batching static: one batch)[/]"
     )
     for label, est in rows:
         if not bool(est.fits_in_memory):
@@ -155,11 +155,12 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         dec = est.decode_s
         total = sum(dec.values()) or 1.0
         parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        queue = est.prefill_s["queueing"]
+        waits = f" (queueing {format_seconds(queue)} of the median)" if queue > 0 else ""
         out.print(
-            f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}, TPOT {pct('tpot_s')} (queueing "
-            f"{format_seconds(est.prefill_s['queueing'])} of the median TTFT); sustains up to "
-            f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (about {est.mean_prompt_tokens:,.0f} prompt "
-            f"tokens beside the decodes) = {parts}"
+            f"  {label}: TTFT p50/p90/p99 {pct('ttft_s')}{waits}, TPOT {pct('tpot_s')}; up to "
+            f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (+{est.mean_prompt_tokens:,.0f} prompt "
+            f"tokens) = {parts}"
         )
         if est.overloaded:
             out.print(

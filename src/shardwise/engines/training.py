@@ -40,12 +40,14 @@ from shardwise.engines.costs import (
 )
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
+from shardwise.errors import SpecError
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.topology import placement
+from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
@@ -85,6 +87,8 @@ def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
+    if plan.precision in FP4_PRECISIONS:
+        raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
