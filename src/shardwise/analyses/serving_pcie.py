@@ -32,7 +32,7 @@ import numpy as np
 from shardwise import presets
 from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
-from shardwise.engines.iteration import _stage_costs
+from shardwise.engines.iteration import stage_costs
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import plan_for_serving, serving_scenario
 from shardwise.specs import Cluster, Scenario
@@ -104,7 +104,7 @@ def _cluster(pair: Pair) -> Cluster:
 
 
 def _stages(scn: Scenario, wl: ServingWorkload, decode: int, tokens: int, context: float) -> ForwardStages:
-    return _stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)[0]
+    return stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)[0]
 
 
 def throughput(pair: Pair, tp: int, pp: int) -> float:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from shardwise.engines.inflight import InflightEstimate, Replica, Traffic, _estimate
+from shardwise.engines.inflight import InflightEstimate, Replica, Traffic, estimate_from
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Scenario
 from shardwise.specs.serving import ServingWorkload
@@ -93,7 +93,7 @@ def best_load(
 
     def at(users: int) -> tuple[InflightEstimate, str]:
         sim = replica.run(Traffic(users=users, requests=SEARCH_REQUESTS, rounds=SEARCH_ROUNDS))
-        est = _estimate(replica, sim, sim, users * replica.replicas, None)
+        est = estimate_from(replica, sim, sim, users * replica.replicas, None)
         return est, _meets(est, ttft_max, tpot_max, pct)
 
     good, good_est, bad, why = 0, None, 0, ""

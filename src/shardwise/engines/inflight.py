@@ -275,12 +275,14 @@ def estimate_inflight(
         sim = replica.run(Traffic(users=math.ceil(users / replicas), requests=requests))
     else:
         sim = saturated
-    return _estimate(replica, sim, saturated, users, rate_per_s)
+    return estimate_from(replica, sim, saturated, users, rate_per_s)
 
 
-def _estimate(
+def estimate_from(
     replica: Replica, sim: Simulated, saturated: Simulated, users: int | None, rate_per_s: float | None
 ) -> InflightEstimate:
+    """The estimate of what `sim` ran on `replica`, all replicas together; `saturated` (the KV
+    cache kept full) gives the rate the replicas sustain."""
     scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
     mean = iteration_times(
         scn, wl, np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens), replica.mean_context

@@ -40,7 +40,7 @@ from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
 
-def _stage_costs(
+def stage_costs(
     scn: Scenario, wl: ServingWorkload, decode: np.ndarray, prompt_tokens: np.ndarray, context: float
 ) -> tuple[ForwardStages, np.ndarray]:
     """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
@@ -104,7 +104,7 @@ def iteration_times(
     q = np.asarray(prompt_tokens, dtype=float)
     # micro-batches in flight: one per sequence at most (prompts counted whole)
     m = np.minimum(p, np.maximum(d + np.ceil(q / wl.input_len), 1.0))
-    fs, _ = _stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
+    fs, _ = stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
