@@ -61,3 +61,13 @@ def test_overrides_and_bad_files(tmp_path, cli):
         ["predict", "--model", str(tmp_path / "none.json"), "--system", "dgx-h100", "--global-batch", "8"]
     )
     assert code == 2 and "cannot read" in err
+
+
+def test_a_head_dim_apart_from_hidden_is_read():
+    """Qwen/Qwen3-32B's config.json (fields as published): 64 heads of 128 on a hidden size of
+    5120; 32.8B parameters."""
+    from shardwise.physics.params import total_params
+
+    m = presets.model(str(DATA / "qwen3-32b-config.json"))
+    assert (m.head_dim, m.q_dim, m.hidden) == (128, 8192, 5120)
+    assert total_params(m) / 1e9 == pytest.approx(32.76, abs=0.01)

@@ -50,3 +50,22 @@ def test_tensor_parallelism_splits_matrices_but_not_norms(gpt3):
     f1, _, _ = stage_params_per_gpu(gpt3, 1, 1)
     f8, _, _ = stage_params_per_gpu(gpt3, 8, 1)
     assert f1 / 8 < f8 < f1 / 7.9
+
+
+def test_a_head_dim_set_apart_from_hidden():
+    """Qwen3-32B (HF config Qwen/Qwen3-32B: hidden 5120, 64 heads of 128, 8 KV heads, MLP 25600,
+    vocabulary 151936, untied): heads x head_dim = 8192 is not hidden; 32.8B parameters."""
+    from shardwise.specs import Model
+
+    m = Model(
+        "qwen3-32b", layers=64, hidden=5120, heads=64, kv_heads=8, head_dim=128, ffn_hidden=25600,
+        vocab=151936, seq_len=8192, gated_mlp=True, tied_embeddings=False, learned_positions=False,
+        bias=False, rmsnorm=True, dropout=False,
+    )  # fmt: skip
+    assert m.q_dim == 8192 and m.head_dim == 128
+    attention = 5120 * (8192 + 2 * 8 * 128) + 8192 * 5120
+    mlp = 3 * 5120 * 25600
+    per_layer = attention + mlp + 2 * 5120
+    assert total_params(m) == 64 * per_layer + 2 * 151936 * 5120 + 5120
+    assert total_params(m) / 1e9 == pytest.approx(32.76, abs=0.01)
+    assert Model("d", layers=2, hidden=64, heads=8, vocab=10, seq_len=8).head_dim == 8  # hidden / heads

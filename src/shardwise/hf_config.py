@@ -2,7 +2,7 @@
 
 Field names follow the `transformers` configuration classes: Llama-style (`LlamaConfig`,
 `MistralConfig`, `Qwen2Config`, ...: `num_hidden_layers`, `hidden_size`, `num_attention_heads`,
-`num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`,
+`num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`, `head_dim`,
 `tie_word_embeddings`, `hidden_act`), GPT-2 style (`n_layer`, `n_embd`, `n_head`, `n_inner`,
 `n_positions`) and GPT-NeoX / Falcon / OPT names where they differ. Mixture-of-experts fields
 (`num_local_experts`, `n_routed_experts`, `num_experts`) are read and refused with a clear message:
@@ -27,6 +27,7 @@ _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ffn_hidden", ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")),
     ("vocab", ("vocab_size", "padded_vocab_size")),
     ("seq_len", ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")),
+    ("head_dim", ("head_dim",)),  # Qwen3, Gemma, GPT-OSS: heads x head_dim need not equal hidden
 )
 _MOE_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
 _GATED_ACTIVATIONS = ("silu", "swiglu", "swish", "geglu", "gelu_pytorch_tanh_gated")

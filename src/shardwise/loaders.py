@@ -84,7 +84,7 @@ _LINK_FIELDS = {
     "latency": ("latency_s", units.parse_seconds),
     "base_latency": ("base_latency_s", units.parse_seconds),
 }
-_MODEL_INTS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
+_MODEL_INTS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "head_dim")
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
 _IGNORED = {"source", "kind", "notes", "name"}
 

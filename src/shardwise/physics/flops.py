@@ -6,10 +6,11 @@ e (M K + K N + M N) bytes (inputs and output, once each).
 
 Forward GEMMs of a Megatron-LM layer (Shoeybi et al. 2019, Fig. 3; Narayanan et al. 2021 Eq. 3):
 
-    QKV        T x h  by  h x (h + 2 k d)/t        (k = a for multi-head attention)
+    QKV        T x h  by  h x (q + 2 k d)/t        (k = a for multi-head attention; q = a d = h
+                                                   unless the model sets d apart)
     scores     (b a/t) batches of s_q x d by d x s_kv
     context    (b a/t) batches of s_q x s_kv by s_kv x d
-    attn out   T x h/t by h/t x h
+    attn out   T x q/t by q/t x h
     MLP up     T x h  by  h x f/t   (x 2 for a gated MLP)
     MLP down   T x f/t by f/t x h
 
@@ -149,14 +150,15 @@ def layer_forward(
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     h, a, kv, d, f = model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    q = a * d  # = h unless the model sets head_dim apart
     e, t = bytes_per_element, tp
     tokens = batch * s_q
     gate = 2 if model.gated_mlp else 1
 
     w = e if weight_bytes is None else weight_bytes
     e_kv = e if kv_bytes is None else kv_bytes
-    qkv = gemm(tokens, (h + 2 * kv * d) / t, h, e, weight_bytes=w)
-    attn_out = gemm(tokens, h, h / t, e, weight_bytes=w)
+    qkv = gemm(tokens, (q + 2 * kv * d) / t, h, e, weight_bytes=w)
+    attn_out = gemm(tokens, h, q / t, e, weight_bytes=w)
     mlp_up = gemm(tokens, gate * f / t, h, e, weight_bytes=w)
     mlp_down = gemm(tokens, h, f / t, e, weight_bytes=w)
     heads_per_rank = batch * a / t
@@ -165,7 +167,7 @@ def layer_forward(
     score_elems = heads_per_rank * s_q * s_kv
     drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
     softmax_bytes = score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
-    flash_bytes = batch * (e * 2 * s_q * h + e_kv * 2 * s_kv * kv * d) / t  # Q, O; the K and V read
+    flash_bytes = batch * (e * 2 * s_q * q + e_kv * 2 * s_kv * kv * d) / t  # Q, O; the K and V read
     flash = Gemm(scores.flops + context.flops, flash_bytes)
     # the last s_q of s_kv tokens (inference); with context parallelism each rank holds 1/cp of
     # every sequence in two balanced chunks, so it computes half of its s_q x s_kv rectangle
@@ -175,7 +177,7 @@ def layer_forward(
     norms = 2 * (2 * e * tokens * h)
     residuals = 2 * ((3 * e + drop) * tokens * h)
     activation = (gate + 1) * e * tokens * f / t
-    rope = 0.0 if model.learned_positions else 2 * e * tokens * (h + kv * d) / t
+    rope = 0.0 if model.learned_positions else 2 * e * tokens * (q + kv * d) / t
     elementwise = (norms + residuals) * split + activation + rope
     kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
     return LayerForward(

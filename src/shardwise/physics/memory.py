@@ -76,7 +76,8 @@ def layer_activation_bytes(
     # inputs (norm outputs), two hidden-dropout masks.
     replicated = (4 * e + 2 * mask) * sbh
     # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output.
-    split = e * (sbh + 2 * s * b * kv * d + sbh + gate * s * b * f + s * b * f) / t
+    sbq = s * b * model.q_dim  # queries and the attention output (sbh unless head_dim is set apart)
+    split = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * f) / t
     # The attention scores: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b).
     scores_std = (e + ((mask + e) if model.dropout else 0.0)) * a * s * s * b / t
     scores_flash = FLASH_STATS_BYTES * a * s * b / t

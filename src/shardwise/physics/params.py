@@ -22,9 +22,9 @@ def _norm_params(model: Model) -> Number:
 def layer_params_split(model: Model) -> tuple[Number, Number]:
     """(parameters split across TP ranks, parameters replicated on every TP rank) of one layer."""
     h, f, d, kv = model.hidden, model.ffn_hidden, model.head_dim, model.kv_heads
-    qkv_out = h + 2 * kv * d  # query heads + key and value heads
+    qkv_out = model.q_dim + 2 * kv * d  # query heads + key and value heads
     up = (2 if model.gated_mlp else 1) * f
-    split = h * qkv_out + h * h + h * up + f * h  # QKV, attention out, MLP up (x2 gated), MLP down
+    split = h * qkv_out + model.q_dim * h + h * up + f * h  # QKV, attention out, MLP up (x2 gated), MLP down
     replicated = 2 * _norm_params(model)  # two norms per layer
     if model.bias:
         split = split + qkv_out + up  # column-parallel biases are split

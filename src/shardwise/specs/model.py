@@ -3,7 +3,8 @@
 Notation used across shardwise (Narayanan et al. 2021; Korthikanti et al. 2022):
 
     l  layers            h  hidden size          a  attention heads     k  KV heads (GQA)
-    f  FFN hidden size   V  vocabulary           s  sequence length     d  head dim = h / a
+    f  FFN hidden size   V  vocabulary           s  sequence length     d  head dim (h / a unless given)
+    q  = a d, the width of the queries and of the attention output (h unless d is given apart)
 """
 
 from __future__ import annotations
@@ -21,7 +22,9 @@ MAX_LAYERS = 1_000_000
 @dataclass(frozen=True)
 class Model:
     """A decoder-only transformer. `kv_heads` defaults to `heads` (multi-head attention) and
-    `ffn_hidden` to 4 * hidden. `gated_mlp` means SwiGLU-style (two up-projections)."""
+    `ffn_hidden` to 4 * hidden. `gated_mlp` means SwiGLU-style (two up-projections). `head_dim`
+    defaults to hidden / heads; models such as Qwen3 and GPT-OSS set it apart (heads x head_dim
+    then differs from hidden)."""
 
     name: str
     layers: Number
@@ -37,6 +40,7 @@ class Model:
     bias: bool = True  # linear-layer biases (GPT yes, Llama no)
     rmsnorm: bool = False  # RMSNorm (h params) instead of LayerNorm (2h params)
     dropout: bool = True  # attention and hidden dropout (GPT/Megatron yes, Llama no)
+    head_dim: Number | None = None
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -56,7 +60,10 @@ class Model:
         object.__setattr__(self, "ffn_hidden", chk.positive_int(f"{p}: ffn_hidden", self.ffn_hidden))
         from shardwise.specs.rules import model_rules, raise_first
 
-        raise_first(model_rules(self.hidden, self.heads, self.kv_heads, p))
+        given = self.head_dim is not None
+        raise_first(model_rules(self.hidden, self.heads, self.kv_heads, p, head_dim_given=given))
+        head_dim = self.head_dim if given else self.hidden // self.heads
+        object.__setattr__(self, "head_dim", chk.positive_int(f"{p}: head_dim", head_dim))
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
@@ -64,8 +71,10 @@ class Model:
             object.__setattr__(self, flag, bool(value))
 
     @property
-    def head_dim(self) -> Number:
-        return self.hidden // self.heads
+    def q_dim(self) -> Number:
+        """heads x head_dim: the queries' and the attention output's width (hidden unless head_dim
+        is given apart)."""
+        return self.heads * self.head_dim
 
     def with_(self, **changes: object) -> Model:
         return replace(self, **changes)  # type: ignore[arg-type]

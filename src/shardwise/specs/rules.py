@@ -70,11 +70,15 @@ HEAD_DIM_WHY = "head dim = hidden / heads"
 GQA_WHY = "GQA groups query heads"
 
 
-def model_rules(hidden: Number, heads: Number, kv_heads: Number, prefix: str = "model") -> list[Rule]:
-    return [
-        divides("hidden must be divisible by heads", f"{prefix}: hidden", hidden, "heads", heads, HEAD_DIM_WHY),
-        divides("heads must be divisible by KV heads", f"{prefix}: heads", heads, "kv_heads", kv_heads, GQA_WHY),
-    ]
+def model_rules(
+    hidden: Number, heads: Number, kv_heads: Number, prefix: str = "model", head_dim_given: bool = False
+) -> list[Rule]:
+    """The head dimension is hidden / heads unless the model gives it; query heads share KV heads."""
+    gqa = divides("heads must be divisible by KV heads", f"{prefix}: heads", heads, "kv_heads", kv_heads, GQA_WHY)
+    if head_dim_given:
+        return [gqa]
+    head_dim = divides("hidden must be divisible by heads", f"{prefix}: hidden", hidden, "heads", heads, HEAD_DIM_WHY)
+    return [head_dim, gqa]
 
 
 def batch_rules(global_batch: Number, dp: Number, micro_batch: Number, pp: Number, interleaved: Number) -> list[Rule]:
