@@ -69,3 +69,47 @@ def test_a_head_dim_set_apart_from_hidden():
     assert total_params(m) == 64 * per_layer + 2 * 151936 * 5120 + 5120
     assert total_params(m) / 1e9 == pytest.approx(32.76, abs=0.01)
     assert Model("d", layers=2, hidden=64, heads=8, vocab=10, seq_len=8).head_dim == 8  # hidden / heads
+
+
+def test_mixture_of_experts_parameters_by_hand():
+    """DeepSeek-V3 (671B, 37B activated: the DeepSeek-V3 report) from its config, counted by hand:
+    MLA attention, 3 dense layers, 58 MoE layers of 256 routed experts (8 per token) and 1 shared."""
+    from shardwise.physics.params import activated_params
+
+    m = presets.model("deepseek-v3")
+    h, a, e = 7168, 128, 3 * 7168 * 2048  # one expert: gate, up, down
+    attention = (h * 1536 + 1536 + 1536 * a * 192) + (h * 576 + 512 + 512 * a * 256) + a * 128 * h
+    router = h * 256
+    per_layer = attention + 2 * h
+    embeddings = 2 * 129280 * h + h
+    total = 61 * per_layer + 3 * 3 * h * 18432 + 58 * (256 * e + e + router) + embeddings
+    active = 61 * per_layer + 3 * 3 * h * 18432 + 58 * (8 * e + e + router) + embeddings
+    assert total_params(m) == total and activated_params(m) == active
+    assert total / 1e9 == pytest.approx(671.0, abs=0.1) and active / 1e9 == pytest.approx(37.5, abs=0.1)
+    # Qwen3 MoE and GPT-OSS as their model cards state (GPT-OSS's active count leaves out the
+    # 0.58B input embedding table, which is counted here)
+    assert total_params(presets.model("qwen3-30b-a3b")) / 1e9 == pytest.approx(30.5, abs=0.05)
+    assert activated_params(presets.model("qwen3-30b-a3b")) / 1e9 == pytest.approx(3.3, abs=0.06)
+    assert total_params(presets.model("qwen3-235b-a22b")) / 1e9 == pytest.approx(235.1, abs=0.1)
+    oss = presets.model("gpt-oss-120b")
+    assert total_params(oss) / 1e9 == pytest.approx(116.8, abs=0.1)
+    assert (activated_params(oss) - 201088 * 2880) / 1e9 == pytest.approx(5.13, abs=0.01)
+    assert total_params(presets.model("mixtral-8x7b")) / 1e9 == pytest.approx(46.7, abs=0.05)
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"experts": 8, "experts_per_token": 9}, "experts_per_token 9 is not allowed"),
+        ({"experts": 8}, "experts_per_token 0 is not allowed"),
+        ({"shared_experts": 1}, "need experts > 0"),
+        ({"experts": 8, "experts_per_token": 2, "dense_layers": 4}, "leaves no MoE layer"),
+        ({"experts": -1}, "experts"),
+    ],
+)
+def test_bad_mixtures_of_experts(fields, message):
+    from shardwise.errors import SpecError
+    from shardwise.specs import Model
+
+    with pytest.raises(SpecError, match=message):
+        Model("m", layers=4, hidden=64, heads=8, vocab=100, seq_len=16, **fields)

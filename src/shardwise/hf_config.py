@@ -5,8 +5,10 @@ Field names follow the `transformers` configuration classes: Llama-style (`Llama
 `num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`, `head_dim`,
 `tie_word_embeddings`, `hidden_act`), GPT-2 style (`n_layer`, `n_embd`, `n_head`, `n_inner`,
 `n_positions`) and GPT-NeoX / Falcon / OPT names where they differ. Mixture-of-experts fields
-(`num_local_experts`, `n_routed_experts`, `num_experts`) are read and refused with a clear message:
-experts are not modelled yet. Only the file is read; nothing is downloaded.
+(`num_local_experts`, `n_routed_experts`, `num_experts`, `num_experts_per_tok`,
+`moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
+attention (`kv_lora_rank`, ...) are read too: such a model's parameters are counted, its times not
+priced yet. Only the file is read; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -27,9 +29,20 @@ _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("ffn_hidden", ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")),
     ("vocab", ("vocab_size", "padded_vocab_size")),
     ("seq_len", ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")),
-    ("head_dim", ("head_dim",)),  # Qwen3, Gemma, GPT-OSS: heads x head_dim need not equal hidden
+    ("head_dim", ("qk_nope_head_dim", "head_dim")),  # Qwen3, Gemma, GPT-OSS: a x d need not be hidden
+    # mixture of experts (Mixtral, Qwen3-MoE, DeepSeek-V3, GPT-OSS, Llama 4)
+    ("experts", ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")),
+    ("experts_per_token", ("num_experts_per_tok", "experts_per_token", "moe_topk")),
+    ("expert_ffn_hidden", ("moe_intermediate_size",)),
+    ("shared_experts", ("n_shared_experts", "num_shared_experts")),
+    ("dense_layers", ("first_k_dense_replace",)),
+    ("moe_every", ("decoder_sparse_step", "interleave_moe_layer_step", "moe_layer_freq")),
+    # multi-head latent attention (DeepSeek-V2/V3, Kimi K2)
+    ("kv_lora_rank", ("kv_lora_rank",)),
+    ("q_lora_rank", ("q_lora_rank",)),
+    ("rope_head_dim", ("qk_rope_head_dim",)),
+    ("v_head_dim", ("v_head_dim",)),
 )
-_MOE_KEYS = ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")
 _GATED_ACTIVATIONS = ("silu", "swiglu", "swish", "geglu", "gelu_pytorch_tanh_gated")
 _GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode")
 # a context of a million tokens is what the config allows, not what one trains or serves with
@@ -54,13 +67,6 @@ def read(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
         cfg = {**cfg, **cfg["text_config"]}
-    for key in _MOE_KEYS:
-        experts = cfg.get(key)
-        if isinstance(experts, int) and experts > 1:
-            raise SpecError(
-                f"{p}: {key}={experts}: mixture-of-experts models are not modelled yet; a dense model's "
-                "config.json works"
-            )
     out: dict[str, Any] = {}
     for field, keys in _FIELDS:
         for key in keys:

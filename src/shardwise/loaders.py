@@ -84,7 +84,26 @@ _LINK_FIELDS = {
     "latency": ("latency_s", units.parse_seconds),
     "base_latency": ("base_latency_s", units.parse_seconds),
 }
-_MODEL_INTS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len", "head_dim")
+_MODEL_INTS = (
+    "layers",
+    "hidden",
+    "heads",
+    "kv_heads",
+    "ffn_hidden",
+    "vocab",
+    "seq_len",
+    "head_dim",
+    "experts",
+    "experts_per_token",
+    "expert_ffn_hidden",
+    "shared_experts",
+    "dense_layers",
+    "moe_every",
+    "kv_lora_rank",
+    "q_lora_rank",
+    "rope_head_dim",
+    "v_head_dim",
+)
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
 _IGNORED = {"source", "kind", "notes", "name"}
 

@@ -87,6 +87,14 @@ def _cell(row: dict[str, Any], column: str) -> str:
     return str(value)
 
 
+def _param_counts(registry: Any, name: str) -> dict[str, float]:
+    """All parameters, and those one token uses (a mixture of experts: its routed experts only)."""
+    from shardwise.physics.params import activated_params, total_params
+
+    model = registry.model(name)
+    return {"params": float(total_params(model)), "activated_params": float(activated_params(model))}
+
+
 def _show(registry: Any, name: str, as_json: bool) -> None:
     """Every field of the preset called NAME (whatever its kind), its source last."""
     import difflib
@@ -101,15 +109,22 @@ def _show(registry: Any, name: str, as_json: bool) -> None:
         close = difflib.get_close_matches(key, every, n=3, cutoff=0.4)
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise SpecError(f"presets show: no preset named {name!r}{hint} (see `shardwise presets`)")
+    counts = {kind: _param_counts(registry, key) for kind, _ in found if kind == "models"}
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({kind: {"name": key, **fields} for kind, fields in found}))
+        click.echo(export.dumps({kind: {"name": key, **fields, **counts.get(kind, {})} for kind, fields in found}))
         return
     for kind, fields in found:
         click.echo(f"{key} ({kind[:-1]})")
         for field, value in fields.items():
             if field != "source":
                 click.echo(f"  {field}: {value}")
+        if kind in counts:
+            c = counts[kind]
+            click.echo(
+                f"  parameters: {c['params'] / 1e9:,.2f}B"
+                + (f", {c['activated_params'] / 1e9:,.2f}B per token" if c["params"] != c["activated_params"] else "")
+            )
         if "source" in fields:
             click.echo(f"  source: {' '.join(str(fields['source']).split())}")

@@ -19,6 +19,37 @@ def _norm_params(model: Model) -> Number:
     return h if model.rmsnorm else 2 * h  # RMSNorm: gain; LayerNorm: gain + bias
 
 
+def mlp_params(model: Model, ffn: Number) -> Number:
+    """One MLP of width `ffn` (gated: two up-projections), with its biases if the model has them."""
+    h = model.hidden
+    up = (2 if model.gated_mlp else 1) * ffn
+    return h * up + ffn * h + ((up + h) if model.bias else 0)
+
+
+def mla_attention_params(model: Model) -> Number:
+    """Multi-head latent attention (DeepSeek-V2 Sec. 2.1; HF DeepseekV3Attention): the query down-
+    and up-projections (or one full projection without a query latent) to heads x (head_dim +
+    rope_head_dim), the key-value down-projection to kv_lora_rank + rope_head_dim, the up-
+    projection to heads x (head_dim + v_head_dim), the output from heads x v_head_dim, and the two
+    latent RMSNorms."""
+    h, a, r = model.hidden, model.heads, model.rope_head_dim
+    qk = a * (model.head_dim + r)
+    q = (h * model.q_lora_rank + model.q_lora_rank + model.q_lora_rank * qk) if model.q_lora_rank else h * qk
+    kv = (
+        h * (model.kv_lora_rank + r) + model.kv_lora_rank + model.kv_lora_rank * a * (model.head_dim + model.v_head_dim)
+    )
+    return q + kv + a * model.v_head_dim * h
+
+
+def moe_layer_mlp_params(model: Model) -> tuple[Number, Number]:
+    """(all, activated per token) parameters of one MoE layer's experts, shared experts and router
+    (hidden x experts, with a bias when the model has biases)."""
+    expert = mlp_params(model, model.expert_ffn_hidden)
+    router = model.hidden * model.experts + (model.experts if model.bias else 0)
+    shared = model.shared_experts * expert
+    return model.experts * expert + shared + router, model.experts_per_token * expert + shared + router
+
+
 def layer_params_split(model: Model) -> tuple[Number, Number]:
     """(parameters split across TP ranks, parameters replicated on every TP rank) of one layer."""
     h, f, d, kv = model.hidden, model.ffn_hidden, model.head_dim, model.kv_heads
@@ -45,8 +76,39 @@ def embedding_params(model: Model) -> Number:
 
 def total_params(model: Model) -> Number:
     """Unique parameters: layers, embeddings, final norm and an untied output matrix."""
+    return _params(model, activated=False)
+
+
+def activated_params(model: Model) -> Number:
+    """Parameters one token uses: all of a dense model; of a mixture of experts the attention, the
+    dense MLPs, the shared experts, the router and experts_per_token routed experts per MoE layer
+    (DeepSeek-V3: 37B of 671B)."""
+    return _params(model, activated=True)
+
+
+def _params(model: Model, activated: bool) -> Number:
     out = 0 if model.tied_embeddings else model.vocab * model.hidden
-    return model.layers * layer_params(model) + embedding_params(model) + _norm_params(model) + out
+    outside = embedding_params(model) + _norm_params(model) + out
+    if not model.is_moe and not model.kv_lora_rank:
+        return model.layers * layer_params(model) + outside
+    attention = mla_attention_params(model) if model.kv_lora_rank else _attention_params(model)
+    moe_all, moe_active = moe_layer_mlp_params(model)
+    moe = model.moe_layers
+    dense = model.layers - moe
+    per_layer = attention + 2 * _norm_params(model)
+    return (
+        model.layers * per_layer
+        + dense * mlp_params(model, model.ffn_hidden)
+        + moe * (moe_active if activated else moe_all)
+        + outside
+    )
+
+
+def _attention_params(model: Model) -> Number:
+    """QKV and the output projection (with their biases when the model has them)."""
+    h, d, kv = model.hidden, model.head_dim, model.kv_heads
+    qkv_out = model.q_dim + 2 * kv * d
+    return h * qkv_out + model.q_dim * h + ((qkv_out + h) if model.bias else 0)
 
 
 def stage_params_per_gpu(

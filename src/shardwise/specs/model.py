@@ -41,6 +41,26 @@ class Model:
     rmsnorm: bool = False  # RMSNorm (h params) instead of LayerNorm (2h params)
     dropout: bool = True  # attention and hidden dropout (GPT/Megatron yes, Llama no)
     head_dim: Number | None = None
+    # Mixture of experts (0 experts: a dense model). Every MoE layer routes each token to
+    # `experts_per_token` of its `experts` routed experts (gated or plain MLPs of
+    # `expert_ffn_hidden`, default ffn_hidden) and through `shared_experts` MLPs of that width that
+    # every token uses; a router (hidden x experts) picks them. The first `dense_layers` layers keep
+    # a dense MLP of ffn_hidden (DeepSeek-V3: 3); after them every `moe_every`-th layer is MoE
+    # (Llama 4 Maverick: 2), the others dense.
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_ffn_hidden: int | None = None
+    shared_experts: int = 0
+    dense_layers: int = 0
+    moe_every: int = 1
+    # Multi-head latent attention (DeepSeek-V2/V3, Kimi K2): keys and values from a compressed
+    # latent of `kv_lora_rank` (0: ordinary attention), queries from one of `q_lora_rank` (0: a
+    # full query projection); `head_dim` is then the per-head query/key dimension without rotary
+    # embedding, `rope_head_dim` the decoupled rotary part, `v_head_dim` the value head.
+    kv_lora_rank: int = 0
+    q_lora_rank: int = 0
+    rope_head_dim: int = 0
+    v_head_dim: int | None = None
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -64,11 +84,43 @@ class Model:
         raise_first(model_rules(self.hidden, self.heads, self.kv_heads, p, head_dim_given=given))
         head_dim = self.head_dim if given else self.hidden // self.heads
         object.__setattr__(self, "head_dim", chk.positive_int(f"{p}: head_dim", head_dim))
+        self._check_moe_and_mla(p)
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
                 raise SpecError(f"{p}: {flag} must be true or false, got {value!r}")
             object.__setattr__(self, flag, bool(value))
+
+    def _check_moe_and_mla(self, p: str) -> None:
+        for name in ("experts", "experts_per_token", "shared_experts", "dense_layers", "kv_lora_rank",
+                     "q_lora_rank", "rope_head_dim"):  # fmt: skip
+            object.__setattr__(self, name, chk.non_negative_int(f"{p}: {name}", getattr(self, name)))
+        object.__setattr__(self, "moe_every", chk.positive_int(f"{p}: moe_every", self.moe_every))
+        expert_ffn = self.ffn_hidden if self.expert_ffn_hidden is None else self.expert_ffn_hidden
+        object.__setattr__(self, "expert_ffn_hidden", chk.positive_int(f"{p}: expert_ffn_hidden", expert_ffn))
+        v_head = self.head_dim if self.v_head_dim is None else self.v_head_dim
+        object.__setattr__(self, "v_head_dim", chk.positive_int(f"{p}: v_head_dim", v_head))
+        if self.experts and not 1 <= self.experts_per_token <= self.experts:
+            raise SpecError(
+                f"{p}: experts_per_token {self.experts_per_token} is not allowed; it must be from 1 to "
+                f"experts ({self.experts})"
+            )
+        if not self.experts and (self.experts_per_token or self.shared_experts):
+            raise SpecError(f"{p}: experts_per_token and shared_experts need experts > 0 (a mixture of experts)")
+        if self.experts and self.dense_layers >= self.layers:
+            raise SpecError(f"{p}: dense_layers {self.dense_layers} leaves no MoE layer of {self.layers}")
+
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.experts)
+
+    @property
+    def moe_layers(self) -> int:
+        """How many layers are mixture-of-experts (0 for a dense model)."""
+        if not self.experts:
+            return 0
+        after = int(self.layers) - self.dense_layers
+        return after // self.moe_every
 
     @property
     def q_dim(self) -> Number:

@@ -33,6 +33,12 @@ class Scenario:
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise SpecError(f"scenario: {name}: {shown} ({type(value).__name__}) is not a {kind.__name__}")
         m, c, p = self.model, self.cluster, self.plan
+        if m.is_moe or m.kv_lora_rank:
+            what = "mixture-of-experts" if m.is_moe else "multi-head latent attention"
+            raise SpecError(
+                f"model {m.name!r}: {what} is described (parameters: `shardwise presets show {m.name}`) but not "
+                "priced yet: step times, memory and serving of such models come with expert parallelism"
+            )
         from shardwise.specs import rules
         from shardwise.specs.stages import plan_split
 
