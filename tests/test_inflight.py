@@ -111,6 +111,13 @@ def test_throughput_never_falls_when_kv_memory_grows(memory_gb):
     assert all(b >= a * 0.99 for a, b in itertools.pairwise(rates)), rates
 
 
+def test_one_output_token_has_no_time_per_output_token(cli):
+    est = estimate_inflight(scenario(), ServingWorkload(512, 1), users=2, requests=100)
+    assert np.isnan(est.tpot_s) and est.ttft_s > 0
+    code, out, _ = cli([*SERVE, "--output-len", "1"])
+    assert code == 0 and "nan" not in out
+
+
 def test_kv_capacity_counts_whole_blocks():
     per_token = 1000.0
     assert kv_capacity(16 * 1000.0 * 10, per_token, 10, 5) == 10  # 15 tokens: one block of 16 each

@@ -65,7 +65,7 @@ serving_options = _stack(
     ),
     click.option(
         "--max-batched-tokens",
-        type=click.IntRange(1, 1 << 20),
+        type=click.IntRange(256, 1 << 20),
         default=8192,
         show_default=True,
         help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens).",

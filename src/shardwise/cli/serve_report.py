@@ -59,12 +59,12 @@ def print_estimates(
         name = f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label
         table.add_row(
             name if fits else f"{name} [does not fit]",
-            f"{est.mean_running:,.0f}" if inflight and est.users is None else f"{int(est.workload.batch)}",
+            _count(est.mean_running) if inflight and est.users is None else f"{int(est.workload.batch)}",
             format_seconds(float(est.ttft_s)),
-            format_seconds(float(est.tpot_s)),
+            _time(est.tpot_s),
             format_seconds(float(est.e2e_s)),
             f"{float(est.throughput_tokens_per_s):,.0f}",
-            f"{float(est.per_user_tokens_per_s):,.1f}",
+            f"{float(est.per_user_tokens_per_s):,.1f}" if math.isfinite(float(est.tpot_s)) else "-",
             format_bytes(float(est.total_bytes)),
             f"{int(est.max_batch):,}",
             style=style,
@@ -114,6 +114,18 @@ def print_estimates(
         out.print(f"figure: {figure}")
 
 
+def _time(seconds: Any) -> str:
+    """A time, or '-' where there is none (no decode step with one output token)."""
+    from shardwise.units import format_seconds
+
+    x = float(seconds)
+    return format_seconds(x) if math.isfinite(x) else "-"
+
+
+def _count(x: float) -> str:
+    return f"{x:,.0f}" if x >= 10 else f"{x:.2g}"
+
+
 ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
 
 
@@ -138,7 +150,11 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
     how = (
         f"Poisson arrivals at {first.request_rate_per_s:g} requests/s"
         if first.request_rate_per_s is not None
-        else (f"{first.users} requests always in flight" if first.users is not None else "the KV cache kept full")
+        else (
+            f"{first.users} request{'s' if first.users != 1 else ''} always in flight"
+            if first.users is not None
+            else "the KV cache kept full"
+        )
     )
     out.print(
         f"[dim]in-flight batching, chunked prefill (<= {first.max_batched_tokens:,} tokens per iteration), {how}: "
@@ -150,7 +166,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         p = est.percentiles_s
 
         def pct(key: str, p: dict[str, dict[str, float]] = p) -> str:
-            return " / ".join(format_seconds(v) for v in p[key].values())
+            return " / ".join(_time(v) for v in p[key].values())
 
         dec = est.decode_s
         total = sum(dec.values()) or 1.0

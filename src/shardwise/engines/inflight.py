@@ -171,7 +171,8 @@ def simulate(
     start = int(WARMUP_SHARE * n)
     measured = slice(start, n)
     ttft = first[measured] - arrival[measured]
-    tpot = (done[measured] - first[measured]) / max(output_len - 1, 1)
+    # one output token: no decode step, no time per output token
+    tpot = (done[measured] - first[measured]) / (output_len - 1) if output_len > 1 else np.full(n - start, np.nan)
     t0 = float(done[np.argsort(done)[start]]) if closed else float(arrival[start])
     t1 = float(arrival[n - 1]) if not closed else float(np.max(arrival[np.isfinite(arrival)]))
     clock_a, produced_a = np.asarray(clock), np.asarray(produced)
@@ -268,7 +269,7 @@ def estimate_inflight(
     if replica.table is None:
         nan = float("nan")
         return InflightEstimate(scn, wl, nan, nan, nan, 0.0, 0, replica.weights_bytes, 0.0, {}, {}, nan, users=users)
-    saturated = replica.run(Traffic(users=slots, requests=requests))
+    saturated = replica.run(Traffic(users=slots, requests=requests))  # the rate the replicas sustain
     if rate_per_s is not None:
         sim = replica.run(Traffic(rate_per_s=rate_per_s / replicas, requests=requests))
     elif users is not None:
