@@ -156,3 +156,38 @@ def test_hardware_and_model_fields_outside_their_range_or_type_are_refused(build
 def test_numpy_booleans_are_booleans_for_a_model():
     model = presets.model("llama3-8b").with_(bias=np.True_, dropout=np.False_)
     assert model.bias is True and model.dropout is False
+
+
+def test_derived_sizes_follow_what_they_derive_from():
+    """A head_dim, expert width or value head that was derived moves with hidden / heads /
+    ffn_hidden in `with_`; one that was given stays."""
+    from shardwise import presets
+
+    llama = presets.model("llama3-8b")  # head_dim derived: 4096 / 32
+    assert llama.with_(hidden=8192, heads=64).head_dim == 128 and llama.with_(hidden=8192).head_dim == 256
+    qwen = presets.model("qwen3-30b-a3b")  # head_dim 128 given apart from 2048 / 32
+    assert qwen.with_(hidden=4096).head_dim == 128
+    assert qwen.with_(ffn_hidden=100).expert_ffn_hidden == 768  # given
+    mixtral = presets.model("mixtral-8x7b")  # expert width derived from ffn_hidden
+    assert mixtral.with_(ffn_hidden=1000).expert_ffn_hidden == 1000
+
+
+def test_runs_stacked_for_calibration_keep_their_own_head_dims():
+    """Calibration prices runs of several models as one array-valued scenario: each keeps its
+    head_dim (a stale one priced Nemotron-4 340B's attention with another model's heads)."""
+    from shardwise import presets
+    from shardwise.calibration.fit import Evaluator
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.specs import Plan, Scenario
+
+    cluster = presets.system("dgx-h100", nodes=4)
+    plan = Plan(tp=8, pp=4, dp=1, micro_batch=1, global_batch=16, sequence_parallel=True)
+    llama = presets.model("llama3-70b")  # heads of 128
+    wide = Model(  # heads of 192, the same kind (gated, RMSNorm, ...)
+        "wide-heads", layers=80, hidden=6144, heads=32, kv_heads=8, ffn_hidden=16384, vocab=128256, seq_len=8192,
+        gated_mlp=True, tied_embeddings=False, learned_positions=False, bias=False, rmsnorm=True, dropout=False,
+    )  # fmt: skip
+    scns = [Scenario(m, cluster, plan) for m in (llama, wide)]
+    stacked = Evaluator(scns).step_s({})[0]
+    alone = [float(estimate_training_step(s).step_time_s) for s in scns]
+    assert np.allclose(stacked, alone, rtol=1e-9)

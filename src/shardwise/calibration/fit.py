@@ -74,7 +74,7 @@ class Fit:
         return float(p.value(max(lo, p.low))), float(p.value(min(hi, p.high)))
 
 
-_MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden")
+_MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden", "head_dim")
 _MODEL_KIND = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
 
 

@@ -129,4 +129,15 @@ class Model:
         return self.heads * self.head_dim
 
     def with_(self, **changes: object) -> Model:
+        """A copy with `changes`; values that were derived (head_dim from hidden / heads, the
+        expert width from ffn_hidden, the value head from head_dim) follow what they derive from."""
+        derived = {
+            "head_dim": (("hidden", "heads"), self.hidden // self.heads),
+            "expert_ffn_hidden": (("ffn_hidden",), self.ffn_hidden),
+            "v_head_dim": (("hidden", "heads", "head_dim"), self.head_dim),
+        }
+        for name, (sources, default) in derived.items():
+            moved = any(s in changes for s in sources)
+            if moved and name not in changes and bool(np.all(np.asarray(getattr(self, name)) == default)):
+                changes[name] = None
         return replace(self, **changes)  # type: ignore[arg-type]
