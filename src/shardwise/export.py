@@ -223,7 +223,7 @@ def serving_dict(
 def _inflight_dict(est: Any) -> dict[str, Any]:
     """How the requests were batched; under in-flight batching the simulation's settings, its
     percentiles (seconds) and the rate the plan sustains."""
-    if getattr(est, "batching", "static") != "inflight":
+    if est.batching != "inflight":
         return {"batching": "static"}
     return {
         "batching": "inflight",

@@ -7,13 +7,11 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.serving import ServingEstimate, estimate_serving
+from shardwise.engines.serving import MAX_SEQUENCES, ServingEstimate, estimate_serving
 from shardwise.specs import Scenario
 from shardwise.specs.serving import ServingWorkload
 
-# In-flight sequences per replica: serving engines cap it (TensorRT-LLM's max_batch_size). An assumption:
-# trtllm-bench sizes it itself and does not publish the value.
-MAX_BATCH = 2048
+MAX_BATCH = MAX_SEQUENCES  # in-flight sequences per replica (engines.serving)
 FRONTIER_BATCHES = 2 ** np.arange(0, 12)  # 1 to 2048 sequences per replica
 
 

@@ -104,7 +104,7 @@ def _cluster(pair: Pair) -> Cluster:
 
 
 def _stages(scn: Scenario, wl: ServingWorkload, decode: int, tokens: int, context: float) -> ForwardStages:
-    return stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)[0]
+    return stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)
 
 
 def throughput(pair: Pair, tp: int, pp: int) -> float:

@@ -306,8 +306,6 @@ def build_model(o: dict[str, Any]) -> Any:
 
 def build_cluster(o: dict[str, Any]) -> Any:
     """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size."""
-    import numpy as np
-
     from shardwise import loaders, presets
     from shardwise.specs import SpecError
 
@@ -369,9 +367,9 @@ def build_cluster(o: dict[str, Any]) -> Any:
     if o.get("p2p") is not None:
         p2p = o["p2p"] == "on"
     if not p2p:
-        from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S
+        from shardwise.physics.custom_allreduce import is_nvlink_class
 
-        if float(np.max(intra.bandwidth_bytes_per_s)) >= NVLINK_CLASS_BYTES_PER_S:
+        if is_nvlink_class(intra):
             raise SpecError(
                 f"--p2p off: {intra.name} is NVLink-class, and NVLink is peer-to-peer; P2P off is for PCIe "
                 "(give --intra-link pcie4 or similar)"

@@ -39,7 +39,7 @@ def print_estimates(
             f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
             f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
         )
-    inflight = getattr(rows[0][1], "batching", "static") == "inflight"
+    inflight = rows[0][1].batching == "inflight"
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in (
         "plan",
@@ -131,13 +131,20 @@ ENGINE_NAMES = {"trtllm": "TensorRT-LLM", "vllm": "vLLM", "sglang": "SGLang"}
 
 def _all_reduce_text(kernel: str, cluster: Any) -> str:
     """Which all-reduce the engine uses on this box (physics/custom_allreduce.py's rules)."""
-    from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S
+    import numpy as np
 
-    nvlink = float(cluster.intra_node_link.bandwidth_bytes_per_s) >= NVLINK_CLASS_BYTES_PER_S
-    if kernel == "none" or not cluster.p2p or (not nvlink and kernel != "vllm"):
+    from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class
+
+    link = cluster.intra_node_link
+    nvlink = is_nvlink_class(link)
+
+    def used(ranks: int) -> bool:  # the engine's rules, on a small message
+        return bool(np.isfinite(custom_all_reduce_s(1024.0, ranks, link, kernel, nvlink, cluster.p2p)))
+
+    if not used(2):
         return "all-reduce: NCCL"
     name = ENGINE_NAMES[kernel]
-    if not nvlink:
+    if not used(4):
         return f"all-reduce: {name}'s own kernel for 2 GPUs, NCCL otherwise"
     return f"all-reduce: {name}'s own kernel on small messages, NCCL above"
 

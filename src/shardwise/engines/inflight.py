@@ -27,7 +27,13 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.iteration import iteration_table, iteration_times
-from shardwise.engines.serving import KV_CACHE_FRACTION, ServingEstimate, memory_per_gpu, serving_scenario
+from shardwise.engines.serving import (
+    KV_CACHE_FRACTION,
+    MAX_SEQUENCES,
+    ServingEstimate,
+    memory_per_gpu,
+    serving_scenario,
+)
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Scenario
 from shardwise.specs.serving import ServingWorkload
@@ -37,8 +43,6 @@ KV_BLOCK_TOKENS = 16
 # Tokens one iteration may process: TensorRT-LLM's default `max_num_tokens` (8192). vLLM's
 # `max_num_batched_tokens` default depends on version and GPU (2048 to 16384): set it to match.
 MAX_BATCHED_TOKENS = 8192
-# Sequences in flight per replica: TensorRT-LLM's default `max_batch_size` (2048).
-MAX_SEQUENCES = 2048
 SIMULATED_REQUESTS = 1000
 # A closed loop runs at least this many requests per user (so that the steady state dominates).
 CLOSED_LOOP_ROUNDS = 8

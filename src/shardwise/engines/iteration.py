@@ -42,9 +42,9 @@ from shardwise.specs.stages import plan_split
 
 def stage_costs(
     scn: Scenario, wl: ServingWorkload, decode: np.ndarray, prompt_tokens: np.ndarray, context: float
-) -> tuple[ForwardStages, np.ndarray]:
+) -> ForwardStages:
     """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
-    (arrays, broadcast), and the part of each layer that is TP communication."""
+    (arrays, broadcast)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     gpu, e = cluster.gpu, plan.bytes_per_element
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
@@ -80,7 +80,7 @@ def stage_costs(
         send,
         middle_sum.compute_forward_s + middle_sum.tp_forward_s,
     )
-    return fs, tp
+    return fs
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def iteration_times(
     q = np.asarray(prompt_tokens, dtype=float)
     # micro-batches in flight: one per sequence at most (prompts counted whole)
     m = np.minimum(p, np.maximum(d + np.ceil(q / wl.input_len), 1.0))
-    fs, _ = stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
+    fs = stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)

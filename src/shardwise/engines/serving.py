@@ -47,6 +47,9 @@ from shardwise.specs.stages import plan_split
 # The embedding, position table, final norm and output layer stay in 16 bits when the layers are
 # quantised (TensorRT-LLM and vLLM leave lm_head alone; see `engines.forward`).
 UNQUANTISED_BYTES_PER_PARAM = 2.0
+# Sequences in flight per replica: TensorRT-LLM's default `max_batch_size` (2048); trtllm-bench
+# sizes it itself and does not publish the value, so this is an assumption.
+MAX_SEQUENCES = 2048
 # Share of the memory left after the weights that holds KV cache: TensorRT-LLM's
 # `KvCacheConfig.free_gpu_memory_fraction` default, 90% (tensorrt_llm/llmapi/llm_args.py).
 KV_CACHE_FRACTION = 0.9
@@ -85,6 +88,7 @@ class ServingEstimate:
     prefill_s: dict[str, Number]
     decode_s: dict[str, Number]
     decode_utilization: Number  # mean share of a decode step each stage is busy
+    batching: str = "static"  # one batch prefilled, then decoded ("inflight": engines.inflight)
 
     @property
     def per_user_tokens_per_s(self) -> Number:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
 
@@ -107,8 +108,6 @@ class Group:
         engine's own kernel where it would use it (`physics.custom_allreduce`)."""
         ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
         if self._custom is not None:
-            from shardwise.physics.custom_allreduce import custom_all_reduce_s
-
             p, link, inside, kernel, nvlink, p2p = self._custom
             own = custom_all_reduce_s(n_bytes, p, link, kernel, nvlink, p2p)
             ring = np.where(np.isfinite(own) & inside, own, ring)
@@ -170,10 +169,8 @@ class Fabric:
     def of(cls, cluster: Cluster) -> Fabric:
         """A cluster's fabric: its links, the server's link as NCCL sees it without P2P when
         `cluster.p2p` is off, and the serving engine's own all-reduce when it has one."""
-        from shardwise.physics.custom_allreduce import NVLINK_CLASS_BYTES_PER_S, without_p2p
-
         intra = cluster.intra_node_link
-        nvlink = bool(np.all(np.asarray(intra.bandwidth_bytes_per_s) >= NVLINK_CLASS_BYTES_PER_S))
+        nvlink = is_nvlink_class(intra)
         if not cluster.p2p:
             intra = without_p2p(intra)
         custom = (cluster.custom_all_reduce, nvlink, bool(cluster.p2p))

@@ -59,6 +59,11 @@ TRTLLM_ALPHA_S = (2.6e-6, 1.1e-6)  # a + b log2(p)
 TRTLLM_WORKSPACE_BYTES = 16_000_000
 
 
+def is_nvlink_class(link: Link) -> bool:
+    """NVLink (or another GPU fabric) rather than PCIe: at least NVLINK_CLASS_BYTES_PER_S."""
+    return bool(np.all(np.asarray(link.bandwidth_bytes_per_s) >= NVLINK_CLASS_BYTES_PER_S))
+
+
 def without_p2p(link: Link) -> Link:
     """The link as NCCL's host-memory (SHM) path sees it when GPUs cannot reach each other."""
     return link.with_(
@@ -85,17 +90,14 @@ def custom_all_reduce_s(
     if kernel == "none" or not p2p:
         return np.full(np.broadcast(n, p).shape, np.inf)
     bw = link.effective_bandwidth_bytes_per_s
-    alpha = _alpha_s(kernel, p)
+    alpha = _alpha_s("vllm" if kernel == "vllm" else "trtllm", p)  # SGLang runs TensorRT-LLM's kernel
     one = alpha + (p - 1) * n / bw
     two = 2 * alpha + 2 * (p - 1) / p * n / bw
     if kernel == "trtllm":
         limit = np.where(p <= 2, TRTLLM_WORKSPACE_BYTES, np.where(p <= 4, 1_000_000, 500_000))
         use = (n < limit) & (p >= 2) & nvlink
         return np.where(use, one, np.inf)
-    # vLLM's selection (SGLang: the same, with TensorRT-LLM's kernel)
-    if kernel == "sglang":
-        alpha = _alpha_s("trtllm", p)
-        one, two = alpha + (p - 1) * n / bw, 2 * alpha + 2 * (p - 1) / p * n / bw
+    # vLLM's selection (SGLang's too)
     sizes = np.isin(p, VLLM_SIZES) & (n < VLLM_MAX_BYTES) & (nvlink | (p == 2))
     oneshot = (p == 2) | ((p <= 4) & (n < 512 * 1024)) | ((p <= 8) & (n < 256 * 1024))
     return np.where(sizes, np.where(oneshot, one, two), np.inf)
