@@ -26,18 +26,22 @@ def test_a_gpt2_config_reads_gpt_style_names():
     assert m.learned_positions and m.tied_embeddings and not m.gated_mlp and m.dropout
 
 
-def test_a_mixture_of_experts_is_read_and_counted_but_not_priced(cli):
+def test_a_mixture_of_experts_is_read_counted_and_trained_but_not_served(cli):
     """mistralai/Mixtral-8x7B-v0.1's config.json: 8 experts, 2 per token; 46.7B parameters, 12.9B
-    per token (Mistral AI). Times are refused with one line until expert parallelism is priced."""
+    per token (Mistral AI). Training steps are priced with expert parallelism; serving is refused
+    with one line until it is priced."""
     from shardwise.physics.params import activated_params, total_params
 
     m = presets.model(str(DATA / "mixtral-config.json"))
     assert (m.experts, m.experts_per_token, m.expert_ffn_hidden) == (8, 2, 14336)
     assert total_params(m) / 1e9 == pytest.approx(46.70, abs=0.01)
     assert activated_params(m) / 1e9 == pytest.approx(12.88, abs=0.01)
-    args = ["predict", "--model", str(DATA / "mixtral-config.json"), "--system", "dgx-h100", "--global-batch", "8"]
-    code, _, err = cli(args)
-    assert code == 2 and "mixture-of-experts is described" in err and "not priced yet" in err
+    config = str(DATA / "mixtral-config.json")
+    code, out, err = cli(["predict", "--model", config, "--system", "dgx-h100", "--global-batch", "8", "--ep", "8"])
+    assert code == 0, err
+    assert "EP all-to-all" in out
+    code, _, err = cli(["serve", "--model", config, "--system", "dgx-h100", "--plan", "tp=8"])
+    assert code == 2 and "does not price mixture-of-experts models yet" in err and len(err.strip().splitlines()) == 1
 
 
 def test_overrides_and_bad_files(tmp_path, cli):

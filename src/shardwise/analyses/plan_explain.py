@@ -15,6 +15,7 @@ from shardwise.specs import Plan, Recompute, Scenario, Schedule
 PARTS = {
     "compute": "compute",
     "tp_comm": "TP communication",
+    "ep_comm": "EP all-to-all",
     "pp_p2p": "pipeline sends",
     "pp_bubble": "pipeline bubble",
     "dp_comm": "DP communication",
@@ -130,6 +131,8 @@ def _variants(plan: Plan, layers: int) -> list[tuple[str, dict[str, object]]]:
             out.append((f"recompute {r.label}", {"recompute": r}))
     if tp > 1:
         out.append((f"sequence parallel {'off' if sp else 'on'}", {"sequence_parallel": not sp}))
+    ep = int(np.asarray(plan.ep))
+    out += [(f"ep={e}", {"ep": e}) for e in (ep * 2, ep // 2) if e >= 1 and e != ep and plan.etp]
     if dp > 1:
         for zz in (z - 1, z + 1):
             if 0 <= zz <= 3:
@@ -167,7 +170,7 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     """Why the search did not consider `plan` (None if it did)."""
     cols = search.columns
     mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
-    for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage"):
+    for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep"):
         mask &= cols[name] == int(np.asarray(getattr(plan, name)))
     mask &= cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel)
     if mask.any():
@@ -215,10 +218,9 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:
             plan = normalised(scn.plan.with_(**with_pp(change, scn.plan)))
-            alt_scn = Scenario(scn.model, cluster_for(search.cluster, n), plan)
-        except SpecError:
+            est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
+        except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue
-        est = confirmed_estimate(alt_scn)
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded = excluded_by(search, plan)

@@ -11,7 +11,9 @@ micro-batch divides the batch per replica; virtual stages (interleaved schedule 
 micro-batch count a multiple of pp) divide the layers of every full stage, so each model chunk
 holds whole layers; recompute
 none / selective / full (selective only without fused attention, where it differs from none);
-sequence parallelism when tp > 1; ZeRO 0-3 when dp > 1; schedules GPipe, 1F1B, interleaved and
+sequence parallelism when tp > 1 (always, for a mixture of experts); expert parallelism for a
+mixture of experts (ep dividing the experts and the tp x dp ranks, experts kept whole: etp = 1);
+ZeRO 0-3 when dp > 1; schedules GPipe, 1F1B, interleaved and
 ZB-H1 when pp > 1. Ranks are placed as Megatron-LM does (tp-dp-pp: TP innermost, PP outermost),
 so every collective is priced on the link it crosses.
 
@@ -58,6 +60,7 @@ COLUMNS = (
     "zero_stage",
     "first_stage_layers",
     "last_stage_layers",
+    "ep",
 )
 SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
@@ -76,6 +79,7 @@ class SearchSpace:
     recompute: tuple[str, ...] | None = None
     sequence_parallel: tuple[bool, ...] | None = None
     zero_stage: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
     max_tp: int | None = None
     tp_within_node: bool = True
     max_micro_batch: int = 16  # unless micro_batch is fixed
@@ -168,6 +172,8 @@ class PlanSearch:
             zero_stage=c["zero_stage"],
             first_stage_layers=c["first_stage_layers"],
             last_stage_layers=c["last_stage_layers"],
+            ep=c["ep"],
+            etp=expert_tp(self.model),
             precision=self.space.precision,
             **self.space.execution,
         )
@@ -349,6 +355,9 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
     sp = [False, True] if tp > 1 and sp_rule.ok else [False]
     if tp > 1:
         sp = [q for q in sp if space.sequence_parallel is None or q in space.sequence_parallel]
+        if model.is_moe:  # training a mixture of experts with TP needs it (rules.moe_training_rule)
+            sp = [q for q in sp if q]
+    eps = ep_values(model, tp * dp, space)
     # ZeRO-2/3 shard gradients per micro-batch; DeepSpeed's pipeline engine refuses them and
     # Megatron-LM's distributed optimizer is ZeRO-1, so with pp > 1 they are opt-in
     # (PyTorch FSDP2 + PP, as in torchtitan, does combine them)
@@ -357,11 +366,11 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         zero = [z for z in zero if z <= 1]
     if dp > 1:
         zero = [z for z in zero if space.zero_stage is None or z in space.zero_stage]
-    if not (len(mbs) and sched and rc and sp and zero):
+    if not (len(mbs) and sched and rc and sp and zero and eps):
         return None
     splits = stage_splits(model.layers, pp) if space.uneven_stages else [(0, 0, model.layers // pp)]
     grid = np.array(
-        list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero, range(len(splits)))), dtype=np.int64
+        list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero, range(len(splits)), eps)), dtype=np.int64
     )
     mb, si = grid[:, 0], grid[:, 1]
     s_code = np.array([s for s, _ in sched])[si]
@@ -376,8 +385,26 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
     if n == 0:
         return None
     const = np.array([[gpus, tp, pp, dp]] * n, dtype=np.int64)
-    rest = np.column_stack([v[ok], mb[ok], s_code[ok], grid[ok, 2], grid[ok, 3], grid[ok, 4], first[ok], last[ok]])
+    rest = np.column_stack(
+        [v[ok], mb[ok], s_code[ok], grid[ok, 2], grid[ok, 3], grid[ok, 4], first[ok], last[ok], grid[ok, 6]]
+    )
     return np.hstack([const, rest])
+
+
+def expert_tp(model: Model) -> int:
+    """The planner keeps each expert whole on its rank (etp = 1, as NVIDIA's recipes run every
+    mixture of experts they publish; Megatron-Core's default would be etp = tp); 0 (unused) for a
+    dense model."""
+    return 1 if model.is_moe else 0
+
+
+def ep_values(model: Model, ranks: int, space: SearchSpace) -> list[int]:
+    """Expert-parallel sizes to search: the divisors of the experts that fold into the tp x dp
+    ranks of a stage (`rules.moe_rules` with etp = 1); [1] for a dense model."""
+    if not model.is_moe:
+        return [1]
+    eps = [e for e in _divisors(model.experts).tolist() if ranks % e == 0]
+    return [e for e in eps if space.ep is None or e in space.ep]
 
 
 def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> dict[str, np.ndarray]:
@@ -421,6 +448,8 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
         zero_stage=cols["zero_stage"],
         first_stage_layers=cols["first_stage_layers"],
         last_stage_layers=cols["last_stage_layers"],
+        ep=cols["ep"],
+        etp=expert_tp(model),
         precision=space.precision,
         **space.execution,
     )
@@ -432,16 +461,17 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     return PlanSearch(model, cluster, global_batch, space, cols, est, fits, time.perf_counter() - start, simulated)
 
 
-def simulable(plan: Plan) -> bool:
-    """Whether the planner confirms this plan with the simulator (see CONFIRM_TOP)."""
+def simulable(plan: Plan, model: Model | None = None) -> bool:
+    """Whether the planner confirms this plan with the simulator (see CONFIRM_TOP; the simulator
+    does not price mixture-of-experts layers yet)."""
     slots = int(plan.pp) * int(plan.num_micro_batches) * int(plan.vpp)
-    return int(plan.pp) > 1 and slots <= CONFIRM_MAX_SLOTS
+    return int(plan.pp) > 1 and slots <= CONFIRM_MAX_SLOTS and not (model is not None and model.is_moe)
 
 
 def confirmed_estimate(scn: Scenario) -> TrainingEstimate:
     """One plan's estimate as the planner reports it: the simulator's where `simulable`, the
     closed form otherwise."""
-    if not simulable(scn.plan):
+    if not simulable(scn.plan, scn.model):
         return estimate_training_step(scn)
     from shardwise.engines.simulated import simulate_training_step
 
@@ -459,7 +489,7 @@ def _confirm(search: PlanSearch, indices: np.ndarray) -> tuple[TrainingEstimate,
     simulated = np.zeros(n, dtype=bool)
     for i in indices.tolist():
         scn = search.scenario(i)
-        if not simulable(scn.plan):
+        if not simulable(scn.plan, scn.model):
             continue
         sim = confirmed_estimate(scn)
         simulated[i] = True

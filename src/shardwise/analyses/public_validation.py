@@ -3,8 +3,9 @@ NeMo performance summaries, ...): `data/public_training_runs.csv`, normalised fr
 tables with their source columns (see `data/PUBLIC_RUNS.md`).
 
 Each row either becomes a `Scenario` (model preset, system preset, the published layout, the
-framework preset's execution flags) or is skipped with the reason (mixture-of-experts, hybrid
-Mamba models, FP4, LoRA, a framework without a preset, an incomplete layout). Errors are in step
+framework preset's execution flags; for mixture-of-experts rows the preset and expert tensor
+parallelism of `public_moe`) or is skipped with the reason (hybrid Mamba models, FP4, LoRA, a
+framework without a preset, an incomplete layout). Errors are in step
 time: throughput rows convert exactly (step = global batch x sequence / (tokens/s/GPU x GPUs)).
 
 Metrics per table (one table per public source):
@@ -34,6 +35,7 @@ from importlib import resources
 
 import numpy as np
 
+from shardwise.analyses import public_moe
 from shardwise.errors import SpecError
 
 # Relative difference below which two measured layouts count as tied for ranking.
@@ -57,6 +59,7 @@ class PublicRow:
     tokens_per_step: float
     num_gpus: int
     skip: str = ""
+    moe: bool = False  # a mixture-of-experts run (reported apart from the dense ones)
 
     @property
     def error(self) -> float:
@@ -138,9 +141,9 @@ def skip_reason(row: dict[str, str]) -> str:
         return "published layout contradicted by its source"
     if row["id"] in _published_twice():
         return "published twice under two layouts (the table's is kept)"
-    if row["moe"] == "yes":
-        return "mixture-of-experts (not modelled yet)"
-    if row["architecture_note"]:
+    if row["moe"] == "yes" and public_moe.is_split_duplicate(row):
+        return "duplicate of the previous row (one model cell split in two)"
+    if row["architecture_note"] and row["architecture_note"] != "mla":  # latent attention is modelled
         return f"{row['architecture_note']} (not modelled)"
     if row["workload"] == "lora":
         return "LoRA fine-tuning (frozen base weights) is not modelled"
@@ -150,6 +153,8 @@ def skip_reason(row: dict[str, str]) -> str:
         return f"framework {row['framework']!r} has no --framework preset"
     if not row["model"] or not row["system"]:
         return "model or system not known to shardwise"
+    if row["moe"] == "yes" and not _int(row["ep"]):
+        return "layout incomplete"
     if row["precision"] == "nvfp4":
         return "NVFP4 training is not modelled"
     if row["precision"] not in ("bf16", "fp8", "mxfp8"):
@@ -196,6 +201,9 @@ def scenario_for(row: dict[str, str]):
         sequence_parallel=tp > 1,
         zero_stage=3 if fsdp else 1,
         precision=row["precision"],
+        ep=_int(row["ep"], 1) or 1,
+        etp=public_moe.expert_tp(row) if row["moe"] == "yes" else 0,
+        moe_dispatcher=public_moe.dispatcher(row) if row["moe"] == "yes" else "alltoall",
         **framework_flags("megatron-core", tp > 1),
     )
     return Scenario(model, cluster, plan)
@@ -265,7 +273,8 @@ def validate_public() -> tuple[PublicRow, ...]:
     from shardwise.engines.training import estimate_training_step
 
     out = []
-    for row in raw_rows():
+    for raw in raw_rows():
+        row = public_moe.resolved(raw)
         reason = skip_reason(row)
         pred = base = meas = float("nan")
         if not reason:
@@ -293,6 +302,7 @@ def validate_public() -> tuple[PublicRow, ...]:
                 tokens_per_step=float(row["gbs"] or "nan") * float(row["seq_len"] or "nan"),
                 num_gpus=_int(row["num_gpus"], 0) or 0,
                 skip=reason,
+                moe=row["moe"] == "yes",
             )
         )
     return tuple(out)
@@ -392,14 +402,20 @@ def summarize(name: str, rows: list[PublicRow]) -> TableSummary:
 
 
 def summaries(split: str | None = None) -> list[TableSummary]:
-    """One summary per public source (and one for all), on `split` rows (None: all)."""
+    """One summary per public source of dense runs and one for all of them, one for the
+    mixture-of-experts runs (all sources), on `split` rows (None: all)."""
     rows = [r for r in validate_public() if split is None or r.split == split]
+    dense = [r for r in rows if not r.moe]
     by_source: dict[str, list[PublicRow]] = defaultdict(list)
-    for r in rows:
+    for r in dense:
         by_source[r.source].append(r)
     out = [summarize(name, rs) for name, rs in sorted(by_source.items())]
-    out.append(summarize("all public sources", rows))
+    out.append(summarize("all public sources", dense))
+    out.append(summarize(MOE_TABLE, [r for r in rows if r.moe]))
     return out
+
+
+MOE_TABLE = "mixture of experts (all sources)"
 
 
 @cache

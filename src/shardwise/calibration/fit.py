@@ -86,7 +86,9 @@ def _group_key(scn: Scenario) -> tuple[Any, ...]:
     return (kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers)
 
 
-_PLAN_FIELDS = [f.name for f in fields(Plan) if f.name not in ("precision", "stage_layers", "framework")]
+_PLAN_FIELDS = [
+    f.name for f in fields(Plan) if f.name not in ("precision", "stage_layers", "framework", "moe_dispatcher")
+]
 
 
 def _stack(scns: list[Scenario]) -> Scenario:

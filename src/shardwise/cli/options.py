@@ -150,6 +150,30 @@ plan_layout_options = _stack(
         help="Context-parallel ranks: each sequence split over cp GPUs (ring attention).",
     ),
     click.option(
+        "--ep",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Expert-parallel ranks (mixture-of-experts models): each holds experts / ep experts; tokens reach "
+        "them by all-to-all.",
+    ),
+    click.option("--etp", type=int, help="Ranks splitting each expert's matrices [default: tp, as Megatron-Core]."),
+    click.option(
+        "--expert-imbalance",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Tokens of the busiest expert rank over the mean (1: a balanced router).",
+    ),
+    click.option(
+        "--moe-dispatcher",
+        type=click.Choice(["alltoall", "flex"]),
+        default="alltoall",
+        show_default=True,
+        help="alltoall: a copy per chosen expert (Megatron-Core's default); flex: DeepEP/HybridEP, one copy per "
+        "node and per rank.",
+    ),
+    click.option(
         "--vpp",
         type=int,
         default=1,
@@ -521,6 +545,10 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         pp=pp,
         dp=dp,
         cp=cp,
+        ep=o.get("ep") or 1,
+        etp=o.get("etp") or 0,
+        expert_imbalance=o.get("expert_imbalance") or 1.0,
+        moe_dispatcher=o.get("moe_dispatcher") or "alltoall",
         global_batch=o["global_batch"],
         micro_batch=o["micro_batch"],
         vpp=o["vpp"],

@@ -265,8 +265,9 @@ def _headroom(text: str, capacity_bytes: float) -> float:
 def _label(row: dict[str, Any]) -> str:
     sched = row["schedule"] + (f" v={row['vpp']}" if row["vpp"] > 1 else "")
     split = f", layers per stage {row['stage_layers']}" if row.get("stage_layers") else ""
+    ep = f" ep={row['ep']}" if row.get("ep", 1) > 1 else ""
     return (
-        f"tp={row['tp']} pp={row['pp']} dp={row['dp']}, micro-batch {row['micro_batch']}, {sched}, recompute "
+        f"tp={row['tp']} pp={row['pp']} dp={row['dp']}{ep}, micro-batch {row['micro_batch']}, {sched}, recompute "
         f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{split}"
     )
 
@@ -352,6 +353,7 @@ def _print(
         "tp",
         "pp",
         "dp",
+        *(["ep"] if m.is_moe else []),
         "mb",
         "schedule",
         "recompute",
@@ -376,6 +378,7 @@ def _print(
             str(r["tp"]),
             str(r["pp"]),
             str(r["dp"]),
+            *([str(r["ep"])] if m.is_moe else []),
             str(r["micro_batch"]),
             sched,
             r["recompute"],

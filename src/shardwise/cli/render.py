@@ -17,6 +17,7 @@ from shardwise.units import format_bytes, format_seconds, format_seconds_range
 BREAKDOWN_LABELS = {
     "compute": "compute",
     "tp_comm": "TP communication (exposed)",
+    "ep_comm": "EP all-to-all (dispatch + combine)",
     "pp_p2p": "PP point-to-point",
     "pp_bubble": "PP bubble (fill + drain)",
     "dp_comm": "DP communication (exposed)",
@@ -117,6 +118,8 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     for key, value in est.breakdown.as_dict().items():
         v = _f(value)
         if key == "overhead" and v == 0:  # only a calibrated cluster has fixed overheads
+            continue
+        if key == "ep_comm" and not est.scenario.model.is_moe:
             continue
         label = BREAKDOWN_LABELS[key]
         if hidden.get(key, 0.0) > 0:

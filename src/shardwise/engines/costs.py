@@ -42,7 +42,8 @@ EMBEDDING_KERNELS = 2
 @dataclass(frozen=True)
 class StageCost:
     """Seconds per micro-batch on one stage: compute and exposed TP communication, forward and
-    backward, and the TP communication hidden behind compute (reported, not added)."""
+    backward, the TP communication hidden behind compute (reported, not added), and the
+    expert-parallel all-to-alls of mixture-of-experts layers."""
 
     compute_forward_s: Number
     compute_backward_s: Number
@@ -50,13 +51,22 @@ class StageCost:
     tp_backward_s: Number
     tp_hidden_s: Number = 0.0
     weight_grad_s: Number = 0.0  # the weight-gradient GEMMs inside compute_backward_s (what ZB-H1 defers)
+    ep_s: Number = 0.0  # expert-parallel all-to-alls, forward and backward (mixture-of-experts layers)
 
     @property
     def total_s(self) -> Number:
-        return self.compute_forward_s + self.compute_backward_s + self.tp_forward_s + self.tp_backward_s
+        return self.compute_forward_s + self.compute_backward_s + self.tp_forward_s + self.tp_backward_s + self.ep_s
 
 
-FIELDS = ("compute_forward_s", "compute_backward_s", "tp_forward_s", "tp_backward_s", "tp_hidden_s", "weight_grad_s")
+FIELDS = (
+    "compute_forward_s",
+    "compute_backward_s",
+    "tp_forward_s",
+    "tp_backward_s",
+    "tp_hidden_s",
+    "weight_grad_s",
+    "ep_s",
+)
 
 
 class TpComm:
@@ -156,6 +166,7 @@ def layer_cost(
     kv_bytes: Number | None = None,
     cp: Number = 1,
     cp_step: Number = 0.0,
+    ffn: Number | None = None,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -180,12 +191,16 @@ def layer_cost(
     it, reduce-scatter with the GEMM that produces it) and the backward all-gathers of proj and
     MLP down with their input-gradient GEMMs. Each collective hides behind its own GEMM only,
     and slows that GEMM by the SMs it occupies (`overlapped_exposed_s`).
+
+    `ffn` is the width of the layer's dense MLP (default the model's; a mixture-of-experts layer
+    passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
     fwd = layer_forward(
-        model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes, cp
+        model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes, cp, ffn
     )
+    mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
@@ -202,28 +217,29 @@ def layer_cost(
     sp_fwd = (
         hide(gather, q.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
         + hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
-        + hide(gather, u.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
-        + hide(scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
+        + mlp * hide(gather, u.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + mlp * hide(scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
     )
-    tp_fwd = np.where(sp, sp_fwd, 2 * reduce)
-    tp_fwd_total = np.where(sp, 2 * (gather + scatter), 2 * reduce)
+    blocks = 1.0 + mlp  # attention and (when there is one) the dense MLP
+    tp_fwd = np.where(sp, sp_fwd, blocks * reduce)
+    tp_fwd_total = np.where(sp, blocks * (gather + scatter), blocks * reduce)
     # backward
     col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
     col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
     overlap_col = async_grad | ub
     sp_bwd = (
         hide(gather, o.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
-        + hide(gather, d.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + mlp * hide(gather, d.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
         + hide(gather, q.input_grad_s, overlap_col, col_sms_ag)
         + hide(scatter, q.weight_grad_s, overlap_col, col_sms_rs)
-        + hide(gather, u.input_grad_s, overlap_col, col_sms_ag)
-        + hide(scatter, u.weight_grad_s, overlap_col, col_sms_rs)
+        + mlp * hide(gather, u.input_grad_s, overlap_col, col_sms_ag)
+        + mlp * hide(scatter, u.weight_grad_s, overlap_col, col_sms_rs)
     )
-    plain_bwd = hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + hide(
+    plain_bwd = hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + mlp * hide(
         reduce, u.weight_grad_s, async_grad, NCCL_OVERLAP_SMS
     )
     tp_bwd = np.where(sp, sp_bwd, plain_bwd)
-    tp_bwd_total = np.where(sp, 4 * gather + 2 * scatter, 2 * reduce)
+    tp_bwd_total = np.where(sp, blocks * (2 * gather + scatter), blocks * reduce)
     # Context parallelism (ring attention, Megatron-Core / Transformer Engine "p2p"): cp - 1 steps
     # pass a KV chunk to the next rank while attention runs on the chunk in hand; a step costs
     # what its transfer exceeds one chunk's attention. Backward passes KV and dKV: twice the bytes.
@@ -340,12 +356,26 @@ class Stages(NamedTuple):
     middle_sum: StageCost
 
 
-def stages(split: StageSplit, layer: StageCost, emb: StageCost, head: StageCost) -> Stages:
+def stages(
+    split: StageSplit,
+    layer: StageCost,
+    emb: StageCost,
+    head: StageCost,
+    moe: tuple[StageCost, StageSplit] | None = None,
+) -> Stages:
     """Stage costs from the split's layer counts: the first stage also runs the embedding and the
-    last the output layer (a single stage has both)."""
+    last the output layer (a single stage has both). `moe`: a mixture-of-experts layer's cost
+    and how many of each stage's layers are MoE (`specs.stages.moe_split`); the others cost
+    `layer`."""
     one = (np.asarray(split.pp) == 1).astype(float)
-    middle = StageCost(*(split.middle_max * getattr(layer, f) for f in FIELDS))
-    middle_sum = StageCost(*(split.middle_total * getattr(layer, f) for f in FIELDS))
-    first = StageCost(*(split.first * getattr(layer, f) + getattr(emb, f) + one * getattr(head, f) for f in FIELDS))
-    last = StageCost(*(split.last * getattr(layer, f) + getattr(head, f) + one * getattr(emb, f) for f in FIELDS))
+    zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
+    moe_layer, n_moe = moe if moe is not None else (layer, zero)
+
+    def per(f: str, n_dense: Number, n_moe_layers: Number) -> Number:
+        return n_dense * getattr(layer, f) + n_moe_layers * (getattr(moe_layer, f) - getattr(layer, f))
+
+    middle = StageCost(*(per(f, split.middle_max, n_moe.middle_max) for f in FIELDS))
+    middle_sum = StageCost(*(per(f, split.middle_total, n_moe.middle_total) for f in FIELDS))
+    first = StageCost(*(per(f, split.first, n_moe.first) + getattr(emb, f) + one * getattr(head, f) for f in FIELDS))
+    last = StageCost(*(per(f, split.last, n_moe.last) + getattr(head, f) + one * getattr(emb, f) for f in FIELDS))
     return Stages(first, middle, last, middle_sum)

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, slowest_stage_send_s, stages, tp_comm
+from shardwise.engines.moe import require_dense
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import stage_params_per_gpu
@@ -94,6 +95,7 @@ def forward_stages(
 ) -> ForwardStages:
     """Per-stage forward costs of one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (weights and KV cache optionally stored narrower than activations)."""
+    require_dense(scn.model, "a forward pass (latency, prefill, decode)")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len

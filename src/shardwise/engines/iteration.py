@@ -30,6 +30,7 @@ import numpy as np
 
 from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages, tp_comm
 from shardwise.engines.forward import ForwardStages
+from shardwise.engines.moe import require_dense
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import layer_times
@@ -45,6 +46,7 @@ def stage_costs(
 ) -> ForwardStages:
     """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
     (arrays, broadcast)."""
+    require_dense(scn.model, "serving")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     gpu, e = cluster.gpu, plan.bytes_per_element
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]

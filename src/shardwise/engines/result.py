@@ -31,11 +31,13 @@ class StepBreakdown:
     dp_comm_s: Number
     optimizer_s: Number
     overhead_s: Number = 0.0
+    ep_comm_s: Number = 0.0
 
     @property
     def total_s(self) -> Number:
         return (
             self.compute_s
+            + self.ep_comm_s
             + self.tp_comm_s
             + self.pp_p2p_s
             + self.pp_bubble_s
@@ -48,6 +50,7 @@ class StepBreakdown:
         return {
             "compute": self.compute_s,
             "tp_comm": self.tp_comm_s,
+            "ep_comm": self.ep_comm_s,
             "pp_p2p": self.pp_p2p_s,
             "pp_bubble": self.pp_bubble_s,
             "dp_comm": self.dp_comm_s,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.forward import forward_stages
+from shardwise.engines.moe import require_dense
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.params import layer_params_split, stage_params_per_gpu
@@ -120,6 +121,7 @@ def compute_precision(scn: Scenario, weight_precision: str) -> str:
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     """The serving stack's hardware view (CUDA graphs, NCCL from C++, the engine's own all-reduce
     kernel) and precision."""
+    require_dense(scn.model, "serving")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link

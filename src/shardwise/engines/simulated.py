@@ -26,6 +26,7 @@ from shardwise.engines.costs import (
     stage_send_time_s,
     tp_comm,
 )
+from shardwise.engines.moe import require_dense
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
@@ -62,6 +63,7 @@ def _scalar(name: str, value: object) -> int | float:
 
 def stage_times(scn: Scenario) -> StageTimes:
     """Seconds per micro-batch of every stage (whole stage; the simulator divides by v)."""
+    require_dense(scn.model, "the pipeline simulator (timeline)")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     p = int(_scalar("pp", plan.pp))
     m = int(_scalar("micro-batches", plan.num_micro_batches))

@@ -23,6 +23,7 @@ first forward pass).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import reduce
 
 import numpy as np
 
@@ -38,6 +39,7 @@ from shardwise.engines.costs import (
     stages,
     tp_comm,
 )
+from shardwise.engines.moe import model_moe_split, moe_layer_cost
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.errors import SpecError
@@ -45,12 +47,19 @@ from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
-from shardwise.physics.params import stage_params_per_gpu
+from shardwise.physics.moe import experts_forward, routed_tokens
+from shardwise.physics.params import (
+    layer_params_split,
+    moe_layer_params_per_gpu,
+    stage_expert_params_per_gpu,
+    stage_params_per_gpu,
+)
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
-from shardwise.specs import Recompute, Scenario, Schedule
+from shardwise.specs import Model, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
+from shardwise.specs.rules import moe_training_rule, raise_first
 from shardwise.specs.stages import StageSplit, plan_split
 
 # Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
@@ -71,6 +80,7 @@ PIPELINE_SYNC_S = 20e-6
 # first layers' gradients, ready only when the backward pass ends) cannot hide behind it, and
 # the first bucket's parameter all-gather is needed before the first layer can run.
 DP_BUCKET_PARAMS = 40e6
+ZERO3_PREFETCH_LAYERS = 2  # the layer in use and the one gathered ahead (see memory_breakdown)
 DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
@@ -89,6 +99,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
+    raise_first([moe_training_rule(model.experts, plan.tp, plan.sequence_parallel)])
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
@@ -96,10 +107,17 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
 
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     comm = tp_comm(local, fabric, place["tp"])
-    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step_s(scn, fabric, place))
+    cp_step = cp_step_s(scn, fabric, place)
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
     emb = embedding_cost(local, comm)
     head = head_cost(local, comm)
-    first, middle, last, middle_sum = stages(split, layer, emb, head)
+    moe = None
+    if model.is_moe:
+        moe = (
+            moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step),
+            model_moe_split(model, split),
+        )
+    first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
 
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
@@ -128,15 +146,16 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
     exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
 
-    params_first, params_mid, params_last = stage_params_per_gpu(model, plan.tp, plan.pp, split)
-    dp_s, dp_hidden = _data_parallel_exposed_s(
-        scn, fabric, place, (params_first, params_mid, params_last), (first, middle, last), m, v
-    )
-    optimizer_s = optimizer_time_s(scn, np.maximum(np.maximum(params_first, params_mid), params_last))
+    experts = (moe[1], plan.ep, plan.expert_tp) if moe is not None else None
+    params = stage_params_per_gpu(model, plan.tp, plan.pp, split, experts)
+    expert_params = stage_expert_params_per_gpu(model, plan.tp, plan.pp, experts) if experts else (0.0, 0.0, 0.0)
+    dp_s, dp_hidden = _data_parallel_exposed_s(scn, fabric, place, params, (first, middle, last), m, v, expert_params)
+    optimizer_s = reduce(np.maximum, (optimizer_time_s(scn, n, x) for n, x in zip(params, expert_params, strict=True)))
 
     breakdown = StepBreakdown(
         compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
         tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
+        ep_comm_s=m * slowest.ep_s,
         pp_p2p_s=m * exposed_p2p,
         pp_bubble_s=pipe_s - m * c_max,
         dp_comm_s=dp_s,
@@ -149,7 +168,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         scenario=scn,
         step_time_s=step,
         breakdown=breakdown,
-        memory=memory_breakdown(local, (params_first, params_mid, params_last), m, split),
+        memory=memory_breakdown(local, params, m, split, expert_params, moe[1] if moe is not None else None),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
@@ -182,6 +201,19 @@ class DpComm:
     def total_s(self) -> Number:
         return self.grad_s + self.gather_s
 
+    def plus(self, other: DpComm) -> DpComm:
+        """Two groups' communication over the same windows, one after the other (the dense
+        parameters' and the routed experts'): their times and unhideable buckets add."""
+        return DpComm(
+            self.grad_s + other.grad_s,
+            self.grad_window_s,
+            self.grad_bucket_s + other.grad_bucket_s,
+            self.gather_s + other.gather_s,
+            self.gather_window_s,
+            self.gather_bucket_s + other.gather_bucket_s,
+            self.shared_window,
+        )
+
     def exposed_s(self, overlap_grad: Number, drain_s: Number = 0.0) -> tuple[Number, Number]:
         """(exposed gradient part, exposed gather part): each is what its window does not
         cover, and at least its unhideable bucket."""
@@ -210,9 +242,16 @@ class DpComm:
 
 
 def dp_comm(
-    scn: Scenario, fabric: Fabric, place: dict[str, Number], n_params: Number, cost: StageCost, m: Number
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    n_params: Number,
+    cost: StageCost,
+    m: Number,
+    experts: bool = False,
 ) -> DpComm:
-    """The data-parallel communication of one stage holding `n_params` parameters per GPU.
+    """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
+    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks).
 
     ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
     the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
@@ -222,8 +261,12 @@ def dp_comm(
     """
     plan = scn.plan
     z = np.asarray(plan.zero_stage)
-    dp = np.asarray(plan.dp, dtype=float) * np.asarray(plan.cp)  # CP ranks hold the same weights
-    group = fabric.group(dp, place["dpcp"])
+    if experts:
+        dp = np.asarray(plan.expert_dp, dtype=float)
+        group = fabric.group(dp, place["edp"])
+    else:
+        dp = np.asarray(plan.dp, dtype=float) * np.asarray(plan.cp)  # CP ranks hold the same weights
+        group = fabric.group(dp, place["dpcp"])
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
     bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
     all_reduce = group.all_reduce(n_params * g_bytes)
@@ -250,19 +293,23 @@ def _data_parallel_exposed_s(
     stages: tuple[StageCost, StageCost, StageCost],
     m: Number,
     v: Number,
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
 ) -> tuple[Number, Number]:
     """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
     exposed part is largest sets the step. With overlap the reduction runs in buckets during the
     last micro-batch's backward pass; stage i of p also has i backward chunks of pipeline drain to
     hide behind; the last bucket is always exposed. The parameter all-gather after the optimizer
     is exposed unless overlap_param_gather (then all but its first bucket hides behind the next
-    step's first forward).
+    step's first forward). Routed-expert parameters (`expert_params`, part of `params`) are
+    reduced over their own expert-data-parallel group, after the others.
     """
     plan = scn.plan
     p = np.asarray(plan.pp, dtype=float)
     exposed, totals = [], []
-    for index, n_params, cost in zip((0.0, 1.0, p - 1), params, stages, strict=True):
-        comm = dp_comm(scn, fabric, place, n_params, cost, m)
+    for index, n_params, n_expert, cost in zip((0.0, 1.0, p - 1), params, expert_params, stages, strict=True):
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m)
+        if scn.model.is_moe:
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
         # stage i ends its last backward i chunks early
         drain = index * (cost.compute_backward_s + cost.tp_backward_s) / v
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain)
@@ -288,13 +335,16 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
     return np.where(p > 1, sync, 0.0)
 
 
-def optimizer_time_s(scn: Scenario, n_params: Number) -> Number:
-    """The Adam update of `n_params` parameters (divided by dp under ZeRO >= 1) at HBM speed; in
-    FP8 training also the once-per-step cast of every local weight to FP8 in both layouts
+def optimizer_time_s(scn: Scenario, n_params: Number, n_expert: Number = 0.0) -> Number:
+    """The Adam update of `n_params` parameters (divided by dp x cp under ZeRO >= 1; the
+    `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 training also the
+    once-per-step cast of every local weight to FP8 in both layouts
     (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest."""
     plan = scn.plan
+    sharded = np.asarray(plan.zero_stage) >= 1
     shards = np.asarray(plan.dp) * np.asarray(plan.cp)  # the distributed optimizer shards over dp x cp
-    local = n_params / np.where(np.asarray(plan.zero_stage) >= 1, shards, 1)
+    expert_shards = np.where(sharded, plan.expert_dp, 1) if scn.model.is_moe else 1
+    local = (n_params - n_expert) / np.where(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu
     update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
     if not is_fp8(plan.precision):
@@ -311,17 +361,30 @@ def masked_attention_flops_per_step(scn: Scenario) -> Number:
     return plan.global_batch * 3 * model.layers * masked
 
 
+def layers_model_flops(model: Model, bytes_per_element: float) -> Number:
+    """Forward FLOPs of every layer for one sequence (Megatron's convention): a mixture-of-experts
+    layer counts its attention, shared experts, router and experts_per_token routed experts."""
+    dense = layer_forward(model, 1, 1, False, bytes_per_element).model_flops
+    if not model.is_moe:
+        return model.layers * dense
+    shared = model.shared_experts * model.expert_ffn_hidden
+    attention = layer_forward(model, 1, 1, False, bytes_per_element, ffn=shared).model_flops
+    routed = experts_forward(model, model.seq_len, 1, 1, bytes_per_element).model_flops
+    n_moe = model.moe_layers
+    return (model.layers - n_moe) * dense + n_moe * (attention + routed)
+
+
 def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs."""
     model, plan = scn.model, scn.plan
     one = layer_forward(model, 1, 1, False, plan.bytes_per_element)
-    layer_fwd = one.model_flops
+    layers_fwd = layers_model_flops(model, plan.bytes_per_element)
     logits = logits_forward(model, 1, 1, plan.bytes_per_element).flops
-    per_seq = 3 * (model.layers * layer_fwd + logits)
+    per_seq = 3 * (layers_fwd + logits)
     rc = np.asarray(plan.recompute)
     redo = np.select(
         [rc == Recompute.FULL, rc == Recompute.SELECTIVE],
-        [model.layers * layer_fwd, model.layers * (one.scores.flops + one.context.flops)],
+        [layers_fwd, model.layers * (one.scores.flops + one.context.flops)],
         0.0,
     )
     redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
@@ -329,15 +392,33 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
 
 
 def memory_breakdown(
-    scn: Scenario, params: tuple[Number, Number, Number], m: Number, split: StageSplit | None = None
+    scn: Scenario,
+    params: tuple[Number, Number, Number],
+    m: Number,
+    split: StageSplit | None = None,
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+    moe_layers: StageSplit | None = None,
 ) -> mem.MemoryBreakdown:
     """The fullest of the first stage (most activations in flight, embedding), the second stage
-    (the fullest middle one, when the split is uneven) and the last (output layer)."""
+    (the fullest middle one, when the split is uneven) and the last (output layer). A mixture of
+    experts gives the routed-expert parameters of each stage (`expert_params`, sharded over
+    expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     per_layer = mem.layer_activation_bytes(
         model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e
     )
+    moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
+    if moe_layers is not None:
+        shared = model.shared_experts * model.expert_ffn_hidden
+        attention = mem.layer_activation_bytes(
+            model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, shared
+        )
+        tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
+        routed = mem.routed_expert_activation_bytes(
+            model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute
+        )
+        moe_extra = attention + routed - per_layer
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
     unsaved = mem.layer_activation_bytes(
@@ -357,17 +438,40 @@ def memory_breakdown(
     # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
     # each with SP), fp32 logits (4 s b V / t), for the micro-batch at the loss.
     head = 2 * e * s * b * model.hidden / sp_split + mem.LOGITS_BYTES_PER_ELEMENT * s * b * model.vocab / t
+    zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
+    n_moe = moe_layers if moe_layers is not None else zero
+
+    def kept(in_flight: Number, layers: Number, moe: Number) -> Number:
+        """Layer-micro-batches in flight at the stage's mix of dense and MoE layers."""
+        return in_flight * (per_layer + moe / np.maximum(layers, 1.0) * moe_extra)
+
     acts = (
-        in_first * per_layer + working + emb_mask + np.where(p == 1, head, 0.0),
-        np.where(p > 2, in_mid * per_layer + working, 0.0),
-        in_last * per_layer + working + head,
+        kept(in_first, split.first, n_moe.first) + working + emb_mask + np.where(p == 1, head, 0.0),
+        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working, 0.0),
+        kept(in_last, split.last, n_moe.last) + working + head,
     )
     shards = np.asarray(plan.dp) * np.asarray(plan.cp)
-    states = [mem.model_state_bytes(n, shards, plan.zero_stage, plan.precision) for n in params]
+    states = []
+    for n, n_expert in zip(params, expert_params, strict=True):
+        dense = mem.model_state_bytes(n - n_expert, shards, plan.zero_stage, plan.precision)
+        routed = mem.model_state_bytes(n_expert, plan.expert_dp, plan.zero_stage, plan.precision)
+        states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
     totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
     totals[1] = np.where(p > 2, totals[1], -np.inf)
     pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
     w, g, o = (np.choose(pick, [st[i] for st in states]) for i in range(3))
+    # ZeRO-3 gathers each layer's weights before using it and the next one's ahead of time: two
+    # layers whole (as sharded by tp and ep) on top of the shard (PyTorch FSDP's and DeepSpeed's
+    # prefetch of one layer)
+    matrices, replicated = layer_params_split(model)
+    layer = matrices / plan.tp + replicated
+    if moe_layers is not None:
+        layer = np.maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
+    w = w + np.where(
+        np.asarray(plan.zero_stage) == 3,
+        ZERO3_PREFETCH_LAYERS * mem.weight_bytes_per_param(plan.precision) * layer,
+        0.0,
+    )
     return mem.MemoryBreakdown(
         weights_bytes=w,
         gradients_bytes=g,

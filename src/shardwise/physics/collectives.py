@@ -28,6 +28,12 @@ Algorithms, as NCCL picks them (src/graph/tuning.cc):
   W = 2n (NCCL: algBw = busBw / 2);
 - NCCL takes whichever is faster, so do we.
 Reduce-scatter and all-gather are half an all-reduce: p-1 steps, W = (p-1)/p * n.
+
+All-to-all (NCCL runs it as grouped send/receive to every peer at once): of a rank's n-byte
+buffer, (g-1)/p goes to peers in its node over the node's links and (p-g)/p to other nodes,
+each GPU through its own NIC; both run together, so
+T = alpha_base + (sqrt(alpha) + sqrt(max(W_intra / B_intra, W_inter / B_inter)))^2 with one
+latency alpha (the inter-node one when the group spans nodes).
 """
 
 from __future__ import annotations
@@ -53,6 +59,7 @@ class Group:
     """
 
     __slots__ = (
+        "_a2a",
         "_ar_factor",
         "_ar_latency",
         "_base",
@@ -96,6 +103,10 @@ class Group:
         self._rs_factor = (p - 1) / p
         self._multi = multi if np.any(multi) else None
         self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
+        # all-to-all: latency, seconds per byte in the node and out of it, the shares of a buffer
+        inv_in = 1.0 / intra.effective_bandwidth_bytes_per_s
+        inv_out = 1.0 / inter.effective_bandwidth_bytes_per_s if inter is not None else 0.0
+        self._a2a = (np.where(active, np.where(multi, a_out, a_in), 0.0), inv_in, inv_out, (g - 1) / p, (p - g) / p)
         # (kernel, NVLink-class, P2P on) of the serving engine's own all-reduce, inside one server
         self._custom = (p, intra, ~multi, *custom) if custom is not None and custom[0] != "none" else None
 
@@ -122,6 +133,18 @@ class Group:
         return self._base + self._pipe(self._rs_latency, self._rs_factor * n_bytes * self._inv_bw)
 
     all_gather = reduce_scatter
+
+    def all_to_all(self, n_bytes: Number) -> Number:
+        """All-to-all of an `n_bytes` buffer per rank (1/p of it to each rank; module docstring)."""
+        *_, share_in, share_out = self._a2a
+        return self.exchange(n_bytes * share_in, n_bytes * share_out)
+
+    def exchange(self, intra_bytes: Number, inter_bytes: Number) -> Number:
+        """Each rank sends `intra_bytes` to peers in its node and `inter_bytes` out of it at once
+        (an all-to-all, or a dispatch that sends each token once per node: `physics.moe`)."""
+        latency, inv_in, inv_out, _, _ = self._a2a
+        transfer = np.maximum(intra_bytes * inv_in, inter_bytes * inv_out)
+        return self._base + self._pipe(latency, transfer)
 
 
 def all_reduce_time_s(

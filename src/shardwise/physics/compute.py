@@ -107,19 +107,20 @@ class LayerTimes:
     attention_core_s: Number
     cast_f_s: Number = 0.0
     cast_b_s: Number = 0.0
+    extra: GemmTimes = GemmTimes(0.0, 0.0, 0.0)  # the other linear layers together (`LayerForward.extra`)
 
     @property
-    def linears(self) -> tuple[GemmTimes, GemmTimes, GemmTimes, GemmTimes]:
-        return (self.qkv, self.proj, self.up, self.down)
+    def linears(self) -> tuple[GemmTimes, ...]:
+        return (self.qkv, self.proj, self.up, self.down, self.extra)
 
     @property
     def gemm_s(self) -> Number:
-        """The four forward GEMMs."""
+        """The forward GEMMs."""
         return sum(g.forward_s for g in self.linears)
 
     @property
     def weight_grad_s(self) -> Number:
-        """The four weight-gradient GEMMs (what ZB-H1 defers)."""
+        """The weight-gradient GEMMs (what ZB-H1 defers)."""
         return sum(g.weight_grad_s for g in self.linears)
 
     @property
@@ -195,6 +196,11 @@ def layer_times(
     """Times of every kernel of one layer (see the module docstring for the ratios)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down = (linear_times(g, gpu, precision, fused_accumulation) for g in fwd.gemms)
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    if not np.all(mlp == 1.0):  # no dense MLP: nothing to time
+        up, down = (GemmTimes(*(mlp * x for x in (g.forward_s, g.input_grad_s, g.weight_grad_s))) for g in (up, down))
+    extra = [linear_times(g, gpu, precision, fused_accumulation) for g in fwd.extra]
+    others = GemmTimes(*(sum(getattr(g, f) for g in extra) for f in ("forward_s", "input_grad_s", "weight_grad_s")))
     attn_p = attention_precision(precision)
     softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
     bmm = gemm_s(fwd.scores, gpu, attn_p) + gemm_s(fwd.context, gpu, attn_p)
@@ -206,11 +212,13 @@ def layer_times(
     )
     cast_f = cast_b = 0.0
     if is_narrow(precision):
-        inputs = sum(g.m * g.k * g.batch for g in fwd.gemms)
-        outputs = sum(g.m * g.n * g.batch for g in fwd.gemms)
+        gemms = (*fwd.gemms, *fwd.extra)
+        on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+        inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
+        outputs = sum(g.m * g.n * g.batch for g in gemms)
         per_element = cast_bytes_per_element(precision)
-        cast_f = memory_s(per_element * inputs, gpu, kernels=len(fwd.gemms))
-        cast_b = memory_s(per_element * outputs, gpu, kernels=len(fwd.gemms))
+        cast_f = memory_s(per_element * inputs, gpu, kernels=len(gemms))
+        cast_b = memory_s(per_element * outputs, gpu, kernels=len(gemms))
     return LayerTimes(
         qkv=qkv,
         proj=proj,
@@ -225,4 +233,5 @@ def layer_times(
         attention_core_s=np.where(flash, 0.0, bmm + softmax),
         cast_f_s=cast_f,
         cast_b_s=cast_b,
+        extra=others,
     )

@@ -121,6 +121,10 @@ class LayerForward:
     elementwise_bytes: Number  # norms, residual adds, dropouts, activation, RoPE
     elementwise_kernels: int
     tp_message_bytes: Number  # b s_q h e: what each TP all-reduce / gather carries
+    # linear layers with no TP collective of their own (multi-head latent attention's down- and
+    # key-value up-projections), after the four above
+    extra: tuple[Gemm, ...] = ()
+    has_mlp: Number = True  # False: the layer's MLP is not dense (a mixture of experts without shared experts)
 
     @property
     def gemms(self) -> tuple[Gemm, ...]:
@@ -129,7 +133,8 @@ class LayerForward:
     @property
     def model_flops(self) -> Number:
         """Megatron-convention FLOPs (full s_q x s_kv attention), as used by MFU."""
-        return sum(g.flops for g in self.gemms) + self.scores.flops + self.context.flops
+        linears = sum(g.flops for g in (*self.gemms, *self.extra))
+        return linears + self.scores.flops + self.context.flops
 
 
 def layer_forward(
@@ -143,13 +148,20 @@ def layer_forward(
     weight_bytes: Number | None = None,
     kv_bytes: Number | None = None,
     cp: Number = 1,
+    ffn: Number | None = None,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
     `kv_len` tokens (training: both equal the model's sequence length). Inference may store the
-    weights (`weight_bytes` per element) and the KV cache (`kv_bytes`) narrower than activations."""
+    weights (`weight_bytes` per element) and the KV cache (`kv_bytes`) narrower than activations.
+    `ffn` is the width of the layer's dense, TP-split MLP (default the model's; a mixture-of-experts
+    layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts)."""
+    if model.kv_lora_rank:
+        return _mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
+                                  weight_bytes, cp, ffn)  # fmt: skip
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
-    h, a, kv, d, f = model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    h, a, kv, d = model.hidden, model.heads, model.kv_heads, model.head_dim
+    f = model.ffn_hidden if ffn is None else ffn
     q = a * d  # = h unless the model sets head_dim apart
     e, t = bytes_per_element, tp
     tokens = batch * s_q
@@ -171,14 +183,9 @@ def layer_forward(
     flash = Gemm(scores.flops + context.flops, flash_bytes)
     # the last s_q of s_kv tokens (inference); with context parallelism each rank holds 1/cp of
     # every sequence in two balanced chunks, so it computes half of its s_q x s_kv rectangle
-    causal_fraction = np.where(np.asarray(cp) > 1, CP_CAUSAL_FRACTION, 1.0 - (s_q - 1) / (2.0 * s_kv))
-
-    split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
-    norms = 2 * (2 * e * tokens * h)
-    residuals = 2 * ((3 * e + drop) * tokens * h)
-    activation = (gate + 1) * e * tokens * f / t
+    causal_fraction = _causal_fraction(s_q, s_kv, cp)
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (q + kv * d) / t
-    elementwise = (norms + residuals) * split + activation + rope
+    elementwise = _block_elementwise_bytes(model, tokens, t, sequence_parallel, e, f) + rope
     kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
     return LayerForward(
         qkv,
@@ -193,6 +200,100 @@ def layer_forward(
         elementwise,
         kernels,
         e * tokens * h,
+        has_mlp=np.asarray(f) > 0,
+    )
+
+
+def _causal_fraction(s_q: Number, s_kv: Number, cp: Number) -> Number:
+    """The share of the s_q x s_kv score rectangle a causal kernel computes: the last s_q of s_kv
+    tokens (inference); with context parallelism each rank holds 1/cp of every sequence in two
+    balanced chunks, so it computes half of its rectangle."""
+    return np.where(np.asarray(cp) > 1, CP_CAUSAL_FRACTION, 1.0 - (s_q - 1) / (2.0 * s_kv))
+
+
+def _block_elementwise_bytes(
+    model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number
+) -> Number:
+    """Two norms and two residual adds with their dropouts (split by t under sequence
+    parallelism) and the MLP's activation on its T x f/t output."""
+    h = model.hidden
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
+    norms = 2 * (2 * e * tokens * h)
+    residuals = 2 * ((3 * e + drop) * tokens * h)
+    activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
+    return (norms + residuals) * split + activation
+
+
+def _mla_layer_forward(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    e: float,
+    q_len: Number | None,
+    kv_len: Number | None,
+    weight_bytes: Number | None,
+    cp: Number,
+    ffn: Number | None,
+) -> LayerForward:
+    """A layer with multi-head latent attention (DeepSeek-V2 Sec. 2.1; Megatron-Core
+    `MLASelfAttention`), per TP rank, with d = head_dim, r = rope_head_dim, v = v_head_dim:
+
+        query down   T x h by h x q_lora           (replicated on every TP rank; absent without a
+        query up     T x q_lora by q_lora x a(d+r)/t   query latent: one T x h by h x a(d+r)/t)
+        KV down      T x h by h x (kv_lora + r)    (replicated)
+        KV up        T x kv_lora by kv_lora x a(d+v)/t
+        scores       (b a/t) batches of s_q x (d+r) by (d+r) x s_kv;  context: s_q x s_kv by s_kv x v
+        attn out     T x a v/t by a v/t x h
+
+    In training the keys and values are expanded from the latent, so the attention core is
+    multi-head attention with a query/key dimension of d + r and a value dimension of v. The two
+    latent RMSNorms read and write their latents."""
+    s_q = model.seq_len if q_len is None else q_len
+    s_kv = s_q if kv_len is None else kv_len
+    h, a, d, r, v = model.hidden, model.heads, model.head_dim, model.rope_head_dim, model.v_head_dim
+    ql, kl = model.q_lora_rank, model.kv_lora_rank
+    f = model.ffn_hidden if ffn is None else ffn
+    t, tokens = tp, batch * s_q
+    gate = 2 if model.gated_mlp else 1
+    w = e if weight_bytes is None else weight_bytes
+    qk = a * (d + r)
+    extra = [gemm(tokens, kl + r, h, e, weight_bytes=w), gemm(tokens, a * (d + v) / t, kl, e, weight_bytes=w)]
+    if ql:
+        extra.insert(0, gemm(tokens, ql, h, e, weight_bytes=w))
+        q_proj = gemm(tokens, qk / t, ql, e, weight_bytes=w)
+    else:
+        q_proj = gemm(tokens, qk / t, h, e, weight_bytes=w)
+    attn_out = gemm(tokens, h, a * v / t, e, weight_bytes=w)
+    mlp_up = gemm(tokens, gate * f / t, h, e, weight_bytes=w)
+    mlp_down = gemm(tokens, h, f / t, e, weight_bytes=w)
+    heads_per_rank = batch * a / t
+    scores = gemm(s_q, s_kv, d + r, e, heads_per_rank)
+    context = gemm(s_q, v, s_kv, e, heads_per_rank)
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    softmax_bytes = heads_per_rank * s_q * s_kv * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
+    flash_bytes = batch * e * (s_q * (qk + a * v) + s_kv * (qk + a * v)) / t  # Q, O; K, V read
+    flash = Gemm(scores.flops + context.flops, flash_bytes)
+    latent_norms = 2 * e * tokens * (ql + kl)
+    rope = 2 * e * tokens * (a * r / t + r)  # the queries' and the shared key's rotary parts
+    elementwise = _block_elementwise_bytes(model, tokens, t, sequence_parallel, e, f) + latent_norms + rope
+    kernels = ELEMENTWISE_KERNELS + ROPE_KERNELS + (2 if ql else 1)
+    return LayerForward(
+        q_proj,
+        attn_out,
+        mlp_up,
+        mlp_down,
+        scores,
+        context,
+        softmax_bytes,
+        flash,
+        _causal_fraction(s_q, s_kv, cp),
+        elementwise,
+        kernels,
+        e * tokens * h,
+        extra=tuple(extra),
+        has_mlp=np.asarray(f) > 0,
     )
 
 

@@ -65,9 +65,12 @@ def layer_activation_bytes(
     recompute: Number,
     flash_attention: Number,
     bytes_per_element: float,
+    ffn: Number | None = None,
 ) -> Number:
-    """Activations one layer keeps for its backward pass, per micro-batch, on one GPU."""
-    s, h, a, kv, d, f = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim, model.ffn_hidden
+    """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
+    width of its dense MLP, as in `physics.flops.layer_forward`)."""
+    s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
+    f = model.ffn_hidden if ffn is None else ffn
     e, t, b = bytes_per_element, tp, batch
     sbh = s * b * h
     mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
@@ -90,6 +93,21 @@ def layer_activation_bytes(
     scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
     kept = rep + split + scores_kept
     return np.where(rc == Recompute.FULL, full, kept)
+
+
+def routed_expert_activation_bytes(
+    model: Model, tokens: Number, etp: Number, imbalance: Number, bytes_per_element: float, recompute: Number
+) -> Number:
+    """What a mixture-of-experts layer's routed experts keep for the backward pass on the busiest
+    rank, for `tokens` routed tokens (c = tokens x k x imbalance copies): the permuted tokens sent
+    and received (gathered over etp), the expert MLP's up-projection and activation outputs, the
+    expert outputs to un-permute, and the fp32 router probabilities. Nothing under full
+    recomputation (the layer's input is counted with the layer)."""
+    e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
+    gate = 2 if model.gated_mlp else 1
+    copies = tokens * model.experts_per_token * imbalance
+    kept = e * copies * (h * (2 + etp) + (gate + 1) * f) + 4.0 * tokens * model.experts  # fp32 probabilities
+    return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
 
 
 def layers_in_flight(

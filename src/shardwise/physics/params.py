@@ -50,8 +50,41 @@ def moe_layer_mlp_params(model: Model) -> tuple[Number, Number]:
     return model.experts * expert + shared + router, model.experts_per_token * expert + shared + router
 
 
+def attention_params_split(model: Model) -> tuple[Number, Number]:
+    """(split across TP ranks, replicated on every TP rank) parameters of one layer's attention.
+    Multi-head latent attention keeps its down-projections and latent norms whole on every TP
+    rank (Megatron-Core builds them as duplicated linears) and splits the up-projections and the
+    output by heads."""
+    if model.kv_lora_rank:
+        h, r, ql, kl = model.hidden, model.rope_head_dim, model.q_lora_rank, model.kv_lora_rank
+        replicated = h * (kl + r) + kl + ((h * ql + ql) if ql else 0)
+        return mla_attention_params(model) - replicated, replicated
+    h = model.hidden
+    qkv_out = model.q_dim + 2 * model.kv_heads * model.head_dim
+    split = h * qkv_out + model.q_dim * h
+    if model.bias:
+        return split + qkv_out, h  # column-parallel biases split, the row-parallel one not
+    return split, 0
+
+
+def moe_layer_params_per_gpu(model: Model, tp: Number, ep: Number, etp: Number) -> tuple[Number, Number]:
+    """(parameters outside the routed experts, routed-expert parameters) of one MoE layer on one
+    GPU: attention and shared experts split by tp, norms and the router whole, experts / ep
+    experts with 1/etp of each."""
+    split, replicated = attention_params_split(model)
+    router = model.hidden * model.experts + (model.experts if model.bias else 0)
+    shared = model.shared_experts * mlp_params(model, model.expert_ffn_hidden)
+    other = (split + shared) / tp + replicated + 2 * _norm_params(model) + router
+    experts = model.experts / ep * mlp_params(model, model.expert_ffn_hidden) / etp
+    return other, experts
+
+
 def layer_params_split(model: Model) -> tuple[Number, Number]:
-    """(parameters split across TP ranks, parameters replicated on every TP rank) of one layer."""
+    """(parameters split across TP ranks, parameters replicated on every TP rank) of one layer
+    with a dense MLP."""
+    if model.kv_lora_rank:
+        split, replicated = attention_params_split(model)
+        return split + mlp_params(model, model.ffn_hidden), replicated + 2 * _norm_params(model)
     h, f, d, kv = model.hidden, model.ffn_hidden, model.head_dim, model.kv_heads
     qkv_out = model.q_dim + 2 * kv * d  # query heads + key and value heads
     up = (2 if model.gated_mlp else 1) * f
@@ -112,25 +145,56 @@ def _attention_params(model: Model) -> Number:
 
 
 def stage_params_per_gpu(
-    model: Model, tp: Number, pp: Number, split: StageSplit | None = None
+    model: Model,
+    tp: Number,
+    pp: Number,
+    split: StageSplit | None = None,
+    moe: tuple[StageSplit, Number, Number] | None = None,
 ) -> tuple[Number, Number, Number]:
     """Parameters held by one GPU of the first, the fullest middle and the last pipeline stage.
 
     Layers as the split gives them (default: as even as possible), matrices split across tp. The first stage holds the
     word embedding (vocab-parallel, / tp) and the position table (replicated); the last stage
     the final norm and the output matrix (a copy of the word embedding when tied and pp > 1;
-    Megatron-LM keeps both copies in sync with an all-reduce).
+    Megatron-LM keeps both copies in sync with an all-reduce). For a mixture of experts `moe`
+    gives (the MoE layers of each stage, ep, etp); `stage_expert_params_per_gpu` says how many of
+    the parameters are routed experts.
     """
     if split is None:
         split = stage_split(model.layers, pp)
     matrices, replicated = layer_params_split(model)
     per_layer = matrices / tp + replicated
-    layers = per_layer * split.middle_max
     pos = model.seq_len * model.hidden if model.learned_positions else 0
     word = model.vocab * model.hidden / tp
     norm = _norm_params(model)
-    single = per_layer * model.layers + word + pos + norm + (0 if model.tied_embeddings else word)
+    n_moe: tuple[Number, Number, Number, Number] = (0, 0, 0, 0)
+    delta: Number = 0
+    if moe is not None and model.is_moe:
+        msplit, ep, etp = moe
+        other, experts = moe_layer_params_per_gpu(model, tp, ep, etp)
+        delta = other + experts - per_layer  # an MoE layer instead of a dense one
+        n_moe = (msplit.first, msplit.middle_max, msplit.last, model.moe_layers)
+    layers = per_layer * split.middle_max + n_moe[1] * delta
+    single = per_layer * model.layers + n_moe[3] * delta + word + pos + norm + (0 if model.tied_embeddings else word)
     one_stage = np.asarray(pp) == 1
-    first = np.where(one_stage, single, per_layer * split.first + word + pos)
-    last = np.where(one_stage, single, per_layer * split.last + norm + word)
+    first = np.where(one_stage, single, per_layer * split.first + n_moe[0] * delta + word + pos)
+    last = np.where(one_stage, single, per_layer * split.last + n_moe[2] * delta + norm + word)
     return first, layers, last
+
+
+def stage_expert_params_per_gpu(
+    model: Model, tp: Number, pp: Number, moe: tuple[StageSplit, Number, Number]
+) -> tuple[Number, Number, Number]:
+    """Routed-expert parameters held by one GPU of the first, fullest middle and last stage (0
+    for a dense model): their gradients are reduced over the expert-data-parallel ranks."""
+    if not model.is_moe:
+        return 0.0, 0.0, 0.0
+    msplit, ep, etp = moe
+    _, experts = moe_layer_params_per_gpu(model, tp, ep, etp)
+    one_stage = np.asarray(pp) == 1
+    total = experts * model.moe_layers
+    return (
+        np.where(one_stage, total, experts * msplit.first),
+        experts * msplit.middle_max,
+        np.where(one_stage, total, experts * msplit.last),
+    )

@@ -41,6 +41,19 @@ def group_placement(tp: Number, dp: Number, pp: Number, gpus_per_node: Number, c
     }
 
 
+def expert_placement(ep: Number, etp: Number, expert_dp: Number, gpus_per_node: Number) -> dict[str, Number]:
+    """Members per node of the expert groups. Megatron-Core numbers the expert ranks with the same
+    order string, the expert TP ranks innermost, then EP, then the expert-data-parallel ranks
+    (`parallel_state.initialize_model_parallel`, its expert `RankGenerator`)."""
+    return {
+        "etp": ranks_per_node(etp, 1, gpus_per_node),
+        "ep": ranks_per_node(ep, etp, gpus_per_node),
+        "edp": ranks_per_node(expert_dp, np.asarray(ep) * etp, gpus_per_node),
+    }
+
+
 def placement(plan: object, gpus_per_node: Number) -> dict[str, Number]:
-    """`group_placement` of a Plan."""
-    return group_placement(plan.tp, plan.dp, plan.pp, gpus_per_node, plan.cp)  # type: ignore[attr-defined]
+    """`group_placement` of a Plan, with its expert groups (`expert_placement`)."""
+    p = plan
+    out = group_placement(p.tp, p.dp, p.pp, gpus_per_node, p.cp)  # type: ignore[attr-defined]
+    return out | expert_placement(p.ep, p.expert_tp, p.expert_dp, gpus_per_node)  # type: ignore[attr-defined]

@@ -77,6 +77,7 @@ def stacked_bars(
     palette = {
         "compute": "#4c72b0",
         "tp_comm": "#dd8452",
+        "ep_comm": "#da8bc3",
         "pp_p2p": "#55a868",
         "pp_bubble": "#c44e52",
         "dp_comm": "#8172b3",
@@ -86,6 +87,7 @@ def stacked_bars(
     names = {
         "compute": "compute",
         "tp_comm": "TP communication",
+        "ep_comm": "EP all-to-all",
         "pp_p2p": "PP sends",
         "pp_bubble": "PP bubble",
         "dp_comm": "DP communication",

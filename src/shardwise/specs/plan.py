@@ -43,6 +43,8 @@ class Recompute(IntEnum):
         return self.name.lower()
 
 
+MOE_DISPATCHERS = ("alltoall", "flex")
+
 # How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
 # with its default zero_stage) and the execution flags of the CLI.
 EXECUTION_FLAGS = (
@@ -64,6 +66,16 @@ class Plan:
     schedule; `cp` context-parallel ranks split every sequence (Megatron-Core's ring attention:
     each rank holds 1/cp of the tokens, load-balanced for causal masks, and passes its keys and
     values around the CP ring; gradients are reduced over dp x cp).
+
+    Mixture-of-experts layers (Megatron-Core's "MoE parallel folding"): the tp x cp x dp GPUs of a
+    stage are regrouped for the experts into `ep` expert-parallel ranks, each holding experts / ep
+    experts, times `etp` expert-tensor-parallel ranks that split each expert's matrices (0: etp =
+    tp, Megatron-Core's default), times the expert-data-parallel ranks that hold the same experts
+    (`expert_dp`). Tokens reach their experts by all-to-all over the EP group.
+    `expert_imbalance` is the busiest EP rank's tokens over the mean (1: a balanced router);
+    `moe_dispatcher` how tokens travel: "alltoall" (a copy per chosen expert, Megatron-Core's
+    default) or "flex" (DeepEP / HybridEP: one copy per node and per rank that holds a chosen
+    expert, as the NeMo recipes run DeepSeek-V3 and Qwen3).
 
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
     micro-batches pass through the pipeline per step.
@@ -100,6 +112,10 @@ class Plan:
     micro_batch: Number = 1
     vpp: Number = 1
     cp: Number = 1
+    ep: Number = 1
+    etp: Number = 0
+    expert_imbalance: Number = 1.0
+    moe_dispatcher: str = "alltoall"
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     sequence_parallel: bool | np.ndarray = False
@@ -120,8 +136,20 @@ class Plan:
     framework: str = "megatron-core"
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp"):
+        for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
             object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
+        object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
+        imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
+        if np.any(np.asarray(imbalance) < 1.0):
+            raise SpecError(
+                f"plan: expert_imbalance {chk._short(self.expert_imbalance)} is not allowed; it is the busiest "
+                "expert rank's tokens over the mean, so >= 1 (1: a balanced router)"
+            )
+        object.__setattr__(self, "expert_imbalance", imbalance)
+        if self.moe_dispatcher not in MOE_DISPATCHERS:
+            raise SpecError(
+                f"plan: moe_dispatcher {self.moe_dispatcher!r} is not allowed; choose {' or '.join(MOE_DISPATCHERS)}"
+            )
         object.__setattr__(self, "schedule", chk.enum_codes("plan: schedule", self.schedule, Schedule))
         object.__setattr__(self, "recompute", chk.enum_codes("plan: recompute", self.recompute, Recompute))
         zero_ok = True
@@ -183,6 +211,17 @@ class Plan:
     @property
     def num_gpus(self) -> Number:
         return self.tp * self.pp * self.dp * self.cp
+
+    @property
+    def expert_tp(self) -> Number:
+        """etp: the ranks that split each expert's matrices (tp unless set apart)."""
+        etp = np.where(np.asarray(self.etp) == 0, self.tp, self.etp)
+        return etp.item() if etp.ndim == 0 else etp
+
+    @property
+    def expert_dp(self) -> Number:
+        """The ranks that hold the same experts and reduce their gradients: tp cp dp / (ep etp)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
 
     @property
     def num_micro_batches(self) -> Number:

@@ -210,3 +210,55 @@ def stage_rule(split: StageSplit, layers: Number, pp: Number, vpp: Number) -> Ru
         return "plan: every pipeline stage needs at least one layer per model chunk"  # pragma: no cover
 
     return Rule("every pipeline stage needs at least one layer per model chunk", ok, error)
+
+
+# Megatron-Core's MoE layer raises "sequence parallelism must be used" when training with TP > 1
+# without it (megatron/core/transformer/moe/moe_layer.py: `moe_training_rule`); the expert layout folds into the GPUs of
+# each stage (megatron/core/parallel_state.py `initialize_model_parallel`: world size divisible by
+# expert_tensor_parallel_size x expert_model_parallel_size x pp; arguments.py: experts divisible by
+# expert_model_parallel_size; "MoE parallel folding", megatron/core/transformer/moe/README.md).
+def moe_rules(
+    experts: int,
+    expert_ffn: int,
+    tp: Number,
+    cp: Number,
+    dp: Number,
+    ep: Number,
+    etp: Number,
+    model_name: str,
+) -> list[Rule]:
+    """Expert parallelism needs experts; whole experts per EP rank; ep x etp fold into tp x cp x dp."""
+    e_arr = np.asarray(ep)
+    if not experts:
+        ok = e_arr == 1
+
+        def dense_error() -> str:
+            (n,) = _at(~ok, e_arr)
+            return f"plan: ep={n} needs a mixture-of-experts model; model {model_name!r} has no experts (use ep=1)"
+
+        return [Rule("expert parallelism needs a mixture-of-experts model", np.asarray(ok), dense_error)]
+    whole = "each EP rank holds whole experts"
+    columns = "expert tensor parallelism splits each expert's columns"
+    folding = "Megatron-Core folds the expert ranks into each stage's tp x cp x dp GPUs"
+    rules = [
+        divides("experts must be divisible by ep", "model: experts", experts, "ep", ep, whole),
+        divides("the expert FFN must be divisible by etp", "model: expert_ffn_hidden", expert_ffn, "etp", etp, columns),
+        divides("ep x etp must divide tp x cp x dp", "plan: tp*cp*dp", np.asarray(tp) * cp * dp, "ep*etp",
+                e_arr * etp, folding),
+    ]  # fmt: skip
+    return rules
+
+
+def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number) -> Rule:
+    """Training a mixture of experts with TP needs sequence parallelism (Megatron-Core's MoE layer
+    refuses otherwise; serving has no such rule)."""
+    ok = ~np.asarray(bool(experts)) | (np.asarray(tp) <= 1) | np.asarray(sequence_parallel, dtype=bool)
+
+    def error() -> str:
+        (t,) = _at(~np.asarray(ok), np.broadcast_to(np.asarray(tp), np.shape(ok)))
+        return (
+            f"plan: tp={t} with a mixture of experts needs sequence parallelism when training (Megatron-Core's "
+            "rule); add --sequence-parallel or use tp=1"
+        )
+
+    return Rule("training a mixture of experts with TP needs sequence parallelism", np.asarray(ok), error)

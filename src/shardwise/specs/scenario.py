@@ -19,7 +19,10 @@ class Scenario:
     - every pipeline stage holds at least one layer per model chunk, and a given split adds up to
       the model's layers (`specs.stages`; the layers need not divide evenly);
     - a TP group either fits inside a node or spans whole nodes;
-    - with sequence parallelism, the sequence length divisible by tp.
+    - with sequence parallelism, the sequence length divisible by tp;
+    - expert parallelism only for a mixture of experts, whole experts per EP rank, ep x etp
+      dividing tp x cp x dp (training also needs sequence parallelism when a mixture of experts
+      uses TP: `rules.moe_training_rule`, checked by the training engines).
     """
 
     model: Model
@@ -33,12 +36,6 @@ class Scenario:
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise SpecError(f"scenario: {name}: {shown} ({type(value).__name__}) is not a {kind.__name__}")
         m, c, p = self.model, self.cluster, self.plan
-        if m.is_moe or m.kv_lora_rank:
-            what = "mixture-of-experts" if m.is_moe else "multi-head latent attention"
-            raise SpecError(
-                f"model {m.name!r}: {what} is described (parameters: `shardwise presets show {m.name}`) but not "
-                "priced yet: step times, memory and serving of such models come with expert parallelism"
-            )
         from shardwise.specs import rules
         from shardwise.specs.stages import plan_split
 
@@ -50,5 +47,6 @@ class Scenario:
                 rules.stage_rule(plan_split(m.layers, p), m.layers, p.pp, p.vpp),
                 *rules.node_rules(p.tp, c.gpus_per_node),
                 *rules.sequence_rules(m.seq_len, p.tp, p.cp, p.sequence_parallel, p.flash_attention),
+                *rules.moe_rules(m.experts, m.expert_ffn_hidden, p.tp, p.cp, p.dp, p.ep, p.expert_tp, m.name),
             ]
         )

@@ -157,3 +157,28 @@ def describe_split(layers: int, pp: int, first: int = 0, last: int = 0, explicit
         else:
             runs.append([c, 1])
     return ", ".join(f"{c} x{n}" if n > 1 else str(c) for c, n in runs)
+
+
+def moe_layers_below(index: Number, dense_layers: int, moe_every: int) -> Number:
+    """Mixture-of-experts layers among the first `index` layers: after `dense_layers` dense ones,
+    every `moe_every`-th layer (0-based layers dense_layers + moe_every - 1, + 2 moe_every - 1, ...;
+    Llama 4's interleave step, Hugging Face `Llama4TextConfig.moe_layers`)."""
+    return np.maximum(np.floor((np.asarray(index, dtype=float) - dense_layers) / moe_every), 0.0)
+
+
+def moe_split(split: StageSplit, layers: int, dense_layers: int, moe_every: int) -> StageSplit:
+    """The mixture-of-experts layers of each stage of `split` (the stages hold consecutive layers;
+    the interleaved schedule's chunks are counted as if they were). The fullest middle stage is
+    taken to hold the most MoE layers a middle stage can: all its layers when every layer past
+    the dense ones is MoE, 1 / moe_every of them (rounded up) otherwise, and no more than the
+    middle stages hold together."""
+    p = np.asarray(split.pp, dtype=float)
+    total = moe_layers_below(layers, dense_layers, moe_every)
+    first = moe_layers_below(split.first, dense_layers, moe_every)
+    last = total - moe_layers_below(layers - np.asarray(split.last, dtype=float), dense_layers, moe_every)
+    first = np.where(p == 1, total, first)
+    last = np.where(p == 1, total, last)
+    middle_total = np.where(p > 2, total - first - last, 0.0)
+    fullest = np.minimum(np.ceil(np.asarray(split.middle_max, dtype=float) / moe_every), middle_total)
+    emptiest = np.where(p > 2, np.floor(np.asarray(split.middle_min, dtype=float) / moe_every), 0.0)
+    return StageSplit(split.pp, first, last, middle_total, fullest, np.minimum(emptiest, fullest))

@@ -1,0 +1,152 @@
+"""Work of the routed experts of one mixture-of-experts layer on one GPU, and what their token
+dispatch moves (Megatron-Core's MoE layer with the all-to-all token dispatcher,
+megatron/core/transformer/moe/: router.py, token_dispatcher.py, experts.py).
+
+Notation as in `specs.model`, plus E routed experts, k experts per token, f_e the expert FFN
+width, ep expert-parallel ranks, etp expert-tensor-parallel ranks, T the tokens this rank routes
+(a micro-batch's b s / cp tokens, split by t under sequence parallelism, which Megatron requires
+for a mixture of experts with TP), c = T k the token copies it routes, and rho the load
+imbalance (the busiest rank's tokens over the mean).
+
+    router        T x h  by  h x E
+    dispatch      all-to-all over the EP group: c copies of h elements leave this rank, (ep-1)/ep
+                  of them to other ranks (one copy per chosen expert; the "flex" dispatchers send
+                  one per node and per rank instead: `dispatch_bytes`)
+    etp > 1       all-gather of the received tokens over the ETP group before the experts,
+                  reduce-scatter after (each ETP rank holds f_e / etp columns of every expert)
+    experts       E / ep grouped GEMMs of m = rho c etp ep / E tokens each:
+                  up m x h by h x g f_e / etp (g = 2 gated), down m x f_e / etp by f_e / etp x h
+    combine       the reverse all-to-all of the expert outputs
+
+With a balanced router each rank does the FLOPs of T k full expert MLPs, whatever ep and etp;
+what ep changes is the shape (fewer, fuller experts per rank) and the all-to-all. Memory-bound
+kernels (bytes read + written): the permutation of the tokens into expert order and back
+(read T h, write c h; the reverse), the sort of the received chunks by local expert and back
+(read and write c h each, when a rank holds more than one expert), the activation on the
+expert outputs, and the router's fp32 softmax / top-k over T x E scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.physics.flops import Gemm, gemm
+from shardwise.specs import Model
+from shardwise.specs._checks import Number
+
+# Kernels of one MoE layer's routed part besides its GEMMs: router scores, top-k, auxiliary
+# loss, permute, chunk sort, activation, chunk unsort, unpermute (the steps of Megatron-Core's
+# `MoELayer.forward` with the all-to-all dispatcher and fused permutation). A project count.
+MOE_KERNELS = 8
+# The router's scores are kept in fp32 (Megatron-Core `moe_router_dtype`, fp32 in the NeMo
+# recipes): softmax / sigmoid writes them, top-k reads them and writes the chosen probabilities;
+# about three fp32 passes over T x E. A project estimate.
+ROUTER_FP32_PASSES = 3.0
+ROUTER_BYTES = 4.0
+
+
+@dataclass(frozen=True)
+class ExpertsForward:
+    """The routed experts' forward work on one rank (all fields broadcast together)."""
+
+    router: Gemm
+    up: Gemm  # grouped: `batch` local experts of m tokens each
+    down: Gemm
+    elementwise_bytes: Number
+    elementwise_kernels: int
+    etp_gather_bytes: Number  # the all-gathered tokens of the ETP group (0 without etp > 1)
+    imbalance: Number = 1.0
+
+    @property
+    def gemms(self) -> tuple[Gemm, Gemm]:
+        return (self.up, self.down)
+
+    @property
+    def model_flops(self) -> Number:
+        """FLOPs of a balanced router (the model's), router included."""
+        return self.router.flops + (self.up.flops + self.down.flops) / self.imbalance
+
+
+def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
+    """T: the tokens one rank routes per micro-batch (b s, split by t under sequence parallelism)."""
+    split = np.where(np.asarray(sequence_parallel, dtype=bool), np.asarray(tp, dtype=float), 1.0)
+    return batch * seq_len / split
+
+
+def experts_forward(
+    model: Model,
+    tokens: Number,
+    ep: Number,
+    etp: Number,
+    bytes_per_element: float,
+    imbalance: Number = 1.0,
+    weight_bytes: Number | None = None,
+) -> ExpertsForward:
+    """The routed experts of one MoE layer for `tokens` routed by this rank (module docstring)."""
+    h, n_exp, k, f = model.hidden, model.experts, model.experts_per_token, model.expert_ffn_hidden
+    e = bytes_per_element
+    w = e if weight_bytes is None else weight_bytes
+    gate = 2 if model.gated_mlp else 1
+    copies = tokens * k
+    local = n_exp / np.asarray(ep, dtype=float)
+    m = imbalance * copies * etp * ep / n_exp  # tokens per local expert on the busiest rank
+    up = gemm(m, gate * f / etp, h, e, batch=local, weight_bytes=w)
+    down = gemm(m, h, f / etp, e, batch=local, weight_bytes=w)
+    router = gemm(tokens, n_exp, h, e, weight_bytes=w)
+    received = imbalance * copies
+    permute = 2 * e * h * (tokens + received)
+    sort = np.where(local > 1, 4 * e * h * received, 0.0)
+    activation = (gate + 1) * e * m * local * f / etp
+    scores = ROUTER_FP32_PASSES * ROUTER_BYTES * tokens * n_exp
+    return ExpertsForward(
+        router=router,
+        up=up,
+        down=down,
+        elementwise_bytes=permute + sort + activation + scores,
+        elementwise_kernels=MOE_KERNELS,
+        etp_gather_bytes=np.where(np.asarray(etp) > 1, received * etp * h * e, 0.0),
+        imbalance=imbalance,
+    )
+
+
+def _none_chosen(k: int, experts: int, held: Number) -> Number:
+    """P(none of k distinct experts, drawn uniformly from `experts`, is among `held` of them)."""
+    out = np.ones_like(np.asarray(held, dtype=float))
+    for i in range(k):
+        out = out * np.maximum(experts - held - i, 0.0) / (experts - i)
+    return out
+
+
+def dispatch_bytes(
+    model: Model,
+    tokens: Number,
+    ep: Number,
+    per_node: Number,
+    bytes_per_element: float,
+    imbalance: Number = 1.0,
+    dedup: bool = False,
+) -> tuple[Number, Number]:
+    """(bytes to EP peers in the node, bytes out of the node) one rank sends in one dispatch, for
+    an EP group of `ep` ranks, `per_node` of them in each node, with a uniform router.
+
+    Without `dedup` (Megatron-Core's all-to-all dispatcher) every chosen expert gets its own copy
+    of the token: T k h e, (g-1)/ep of it in the node and (ep-g)/ep out of it. With `dedup` (the
+    "flex" dispatcher: DeepEP, HybridEP) a token goes once to each node that holds one of its
+    experts and, inside a node, once to each rank that does: with E/ep experts per rank and the k
+    chosen uniformly, a given rank (node) is hit with probability 1 - C(E - E/ep, k) / C(E, k)
+    (1 - C(E - E g/ep, k) / C(E, k)). The node's links then also carry the copies that arrive from
+    other nodes to the ranks that need them."""
+    h, n_exp, k = model.hidden, model.experts, model.experts_per_token
+    unit = imbalance * tokens * h * bytes_per_element
+    p = np.asarray(ep, dtype=float)
+    g = np.minimum(np.asarray(per_node, dtype=float), p)
+    nodes = p / g
+    if not dedup:
+        return unit * k * (g - 1) / p, unit * k * (p - g) / p
+    rank_hit = 1.0 - _none_chosen(k, n_exp, n_exp / p)
+    node_hit = 1.0 - _none_chosen(k, n_exp, n_exp * g / p)
+    remote_nodes = (nodes - 1) * node_hit
+    local_fanout = g * rank_hit / np.maximum(node_hit, 1e-12)  # ranks hit in a node that is hit
+    return unit * ((g - 1) * rank_hit + remote_nodes * local_fanout), unit * remote_nodes
