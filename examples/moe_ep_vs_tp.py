@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 
 from shardwise import presets
+from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Plan, Scenario
 
@@ -36,11 +37,12 @@ SYSTEMS = {"NVLink (dgx-h100)": "dgx-h100", "PCIe (l40s-8x)": "l40s-8x"}
 MICRO_BATCHES = (1, 2, 4, 8)
 
 
-def estimate(system: str, plan: dict[str, object], micro_batch: int):  # noqa: ANN201 (a TrainingEstimate)
+def estimate(system: str, plan: dict[str, int], micro_batch: int) -> TrainingEstimate:
     model = presets.model("qwen3-30b-a3b", seq_len=4096)
     flags = presets.framework("megatron-core")
     flags.pop("zero_stage")
-    p = Plan(tp=4, dp=2, sequence_parallel=True, global_batch=64, micro_batch=micro_batch, zero_stage=1, **plan, **flags)
+    p = Plan(tp=4, dp=2, sequence_parallel=True, global_batch=64, micro_batch=micro_batch, zero_stage=1, **plan)
+    p = p.with_(**flags)
     return estimate_training_step(Scenario(model, presets.system(system), p))
 
 
