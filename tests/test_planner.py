@@ -317,3 +317,31 @@ def test_divisors_of_a_huge_batch_need_no_huge_array():
     assert _divisors(1).tolist() == [1] and _divisors(49).tolist() == [1, 7, 49]
     d = _divisors(10**12)  # trial division to 1e6, not an array of 1e12
     assert len(d) == 169 and d[0] == 1 and d[-1] == 10**12 and np.all(10**12 % d == 0)
+
+
+def test_context_parallelism_is_searched_for_long_sequences():
+    """From 8K tokens the planner tries cp (sequence split in 2 cp chunks); below, only when asked."""
+    from shardwise.analyses.planner import SearchSpace, search
+
+    cluster = presets.system("dgx-h100", nodes=8)
+    long = search(presets.model("llama3-70b", seq_len=32768), cluster, 256)
+    assert set(long.columns["cp"].tolist()) >= {1, 2, 4, 8}
+    assert int(long.columns["cp"][long.ranked(1)[0]]) > 1  # 32K tokens of a 70B model need it to fit
+    short = search(presets.model("llama3-8b", seq_len=4096), presets.system("dgx-h100"), 64)
+    assert set(short.columns["cp"].tolist()) == {1}
+    asked = search(presets.model("llama3-8b", seq_len=4096), presets.system("dgx-h100"), 64, SearchSpace(cp=(2,)))
+    assert set(asked.columns["cp"].tolist()) == {2}
+
+
+def test_expert_parallelism_is_searched_for_a_mixture_of_experts(cli):
+    from shardwise.analyses.planner import search
+
+    result = search(presets.model("mixtral-8x7b"), presets.system("dgx-h100", nodes=4), 256)
+    cols = result.columns
+    assert set(cols["ep"].tolist()) == {1, 2, 4, 8}
+    assert not np.any((cols["tp"] > 1) & ~cols["sequence_parallel"].astype(bool))  # Megatron's rule
+    assert int(cols["ep"][result.ranked(1)[0]]) > 1
+    code, out, err = cli(["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--nodes", "4",
+                          "--global-batch", "256", "--ep", "4"])  # fmt: skip
+    assert code == 0, err
+    assert " ep=4" in out

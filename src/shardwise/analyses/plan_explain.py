@@ -131,8 +131,11 @@ def _variants(plan: Plan, layers: int) -> list[tuple[str, dict[str, object]]]:
             out.append((f"recompute {r.label}", {"recompute": r}))
     if tp > 1:
         out.append((f"sequence parallel {'off' if sp else 'on'}", {"sequence_parallel": not sp}))
-    ep = int(np.asarray(plan.ep))
+    ep, cp = int(np.asarray(plan.ep)), int(np.asarray(plan.cp))
     out += [(f"ep={e}", {"ep": e}) for e in (ep * 2, ep // 2) if e >= 1 and e != ep and plan.etp]
+    if cp > 1 or dp % 2 == 0:
+        out += [(f"cp={cp * 2}, dp={dp // 2}", {"cp": cp * 2, "dp": dp // 2})] if dp % 2 == 0 else []
+        out += [(f"cp={cp // 2}, dp={dp * 2}", {"cp": cp // 2, "dp": dp * 2})] if cp > 1 else []
     if dp > 1:
         for zz in (z - 1, z + 1):
             if 0 <= zz <= 3:
@@ -170,7 +173,7 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     """Why the search did not consider `plan` (None if it did)."""
     cols = search.columns
     mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
-    for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep"):
+    for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep", "cp"):
         mask &= cols[name] == int(np.asarray(getattr(plan, name)))
     mask &= cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel)
     if mask.any():

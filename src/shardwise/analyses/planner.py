@@ -11,7 +11,8 @@ micro-batch divides the batch per replica; virtual stages (interleaved schedule 
 micro-batch count a multiple of pp) divide the layers of every full stage, so each model chunk
 holds whole layers; recompute
 none / selective / full (selective only without fused attention, where it differs from none);
-sequence parallelism when tp > 1 (always, for a mixture of experts); expert parallelism for a
+sequence parallelism when tp > 1 (always, for a mixture of experts); context parallelism from
+8K-token sequences on (or as fixed); expert parallelism for a
 mixture of experts (ep dividing the experts and the tp x dp ranks, experts kept whole: etp = 1);
 ZeRO 0-3 when dp > 1; schedules GPipe, 1F1B, interleaved and
 ZB-H1 when pp > 1. Ranks are placed as Megatron-LM does (tp-dp-pp: TP innermost, PP outermost),
@@ -23,6 +24,7 @@ blocks at most), then evaluated together.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass, field
 
@@ -43,6 +45,7 @@ TIE_TOLERANCE = 0.005  # throughput per GPU: rates this close count as a tie, br
 # link per server). Plans with more than CONFIRM_MAX_SLOTS (p x m x v) keep the closed form, which
 # bounds the cost (about 7 ms per plan at 1,000 slots, 0.4 s at 65,000).
 CONFIRM_TOP = 16
+CONFIRM_ROUNDS = 4  # re-time the next CONFIRM_TOP while the best plan is an unchecked one
 CONFIRM_MAX_SLOTS = 20_000
 # pp that does not divide the layers is searched when its fullest stage is at most this much above
 # the mean (126 layers on 8 stages: 16 / 15.75 = 1.016; 128 layers on 100 stages, 2 / 1.28, is not)
@@ -61,6 +64,7 @@ COLUMNS = (
     "first_stage_layers",
     "last_stage_layers",
     "ep",
+    "cp",
 )
 SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
@@ -80,6 +84,7 @@ class SearchSpace:
     sequence_parallel: tuple[bool, ...] | None = None
     zero_stage: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
     max_tp: int | None = None
     tp_within_node: bool = True
     max_micro_batch: int = 16  # unless micro_batch is fixed
@@ -173,6 +178,7 @@ class PlanSearch:
             first_stage_layers=c["first_stage_layers"],
             last_stage_layers=c["last_stage_layers"],
             ep=c["ep"],
+            cp=c["cp"],
             etp=expert_tp(self.model),
             precision=self.space.precision,
             **self.space.execution,
@@ -312,10 +318,12 @@ def stage_splits(layers: int, pp: int) -> list[tuple[int, int, int]]:
     return out
 
 
-def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: SearchSpace) -> np.ndarray | None:
-    """Every valid plan with these (gpus, tp, pp), as rows of COLUMNS."""
-    dp = gpus // (tp * pp)
-    if not rules.fills_gpus(gpus, tp, pp, dp) or (space.dp is not None and dp not in space.dp):
+def _block(
+    model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: SearchSpace, cp: int = 1
+) -> np.ndarray | None:
+    """Every valid plan with these (gpus, tp, pp, cp), as rows of COLUMNS."""
+    dp = gpus // (tp * pp * cp)
+    if not rules.fills_gpus(gpus, tp, pp, dp, cp) or (space.dp is not None and dp not in space.dp):
         return None
     if global_batch % dp:  # no micro-batch makes the batch rule hold
         return None
@@ -351,13 +359,13 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
         for r in Recompute
         if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
     ]
-    sp_rule = rules.sequence_rules(model.seq_len, tp, 1, True, True)[2]
+    sp_rule = rules.sequence_rules(model.seq_len, tp, cp, True, True)[2]
     sp = [False, True] if tp > 1 and sp_rule.ok else [False]
     if tp > 1:
         sp = [q for q in sp if space.sequence_parallel is None or q in space.sequence_parallel]
         if model.is_moe:  # training a mixture of experts with TP needs it (rules.moe_training_rule)
             sp = [q for q in sp if q]
-    eps = ep_values(model, tp * dp, space)
+    eps = ep_values(model, tp * cp * dp, space)
     # ZeRO-2/3 shard gradients per micro-batch; DeepSpeed's pipeline engine refuses them and
     # Megatron-LM's distributed optimizer is ZeRO-1, so with pp > 1 they are opt-in
     # (PyTorch FSDP2 + PP, as in torchtitan, does combine them)
@@ -385,9 +393,8 @@ def _block(model: Model, global_batch: int, gpus: int, tp: int, pp: int, space: 
     if n == 0:
         return None
     const = np.array([[gpus, tp, pp, dp]] * n, dtype=np.int64)
-    rest = np.column_stack(
-        [v[ok], mb[ok], s_code[ok], grid[ok, 2], grid[ok, 3], grid[ok, 4], first[ok], last[ok], grid[ok, 6]]
-    )
+    chosen = (v, mb, s_code, grid[:, 2], grid[:, 3], grid[:, 4], first, last, grid[:, 6], np.full(len(ok), cp))
+    rest = np.column_stack([c[ok] for c in chosen])
     return np.hstack([const, rest])
 
 
@@ -396,6 +403,24 @@ def expert_tp(model: Model) -> int:
     mixture of experts they publish; Megatron-Core's default would be etp = tp); 0 (unused) for a
     dense model."""
     return 1 if model.is_moe else 0
+
+
+# Context parallelism is searched by default from this sequence length on (NVIDIA's recipes use it
+# for 8K-token and longer training: Llama 3.1 405B on GB200 at 8K, the long-context NeMo tables);
+# shorter sequences keep cp = 1 unless --cp asks.
+CP_FROM_SEQ_LEN = 8192
+
+
+def cp_values(model: Model, ranks: int, space: SearchSpace) -> list[int]:
+    """Context-parallel sizes to search among `ranks` = GPUs / (tp pp): those that split the
+    sequence into 2 cp whole chunks (`rules.sequence_rules`), with fused attention; [1] below
+    CP_FROM_SEQ_LEN unless fixed."""
+    if space.cp is None and model.seq_len < CP_FROM_SEQ_LEN:
+        return [1]
+    if not space.execution.get("flash_attention", True):
+        return [c for c in (1,) if space.cp is None or c in space.cp]
+    cps = [c for c in _divisors(ranks).tolist() if model.seq_len % (2 * c) == 0 or c == 1]
+    return [c for c in cps if space.cp is None or c in space.cp]
 
 
 def ep_values(model: Model, ranks: int, space: SearchSpace) -> list[int]:
@@ -414,9 +439,12 @@ def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchS
         pps = _allowed(np.arange(1, model.layers + 1), space.pp)
         for tp in tp_values(model, cluster, gpus, space).tolist():
             for pp in pps.tolist():
-                b = _block(model, global_batch, gpus, tp, pp, space)
-                if b is not None:
-                    blocks.append(b)
+                if gpus % (tp * pp):
+                    continue
+                for cp in cp_values(model, gpus // (tp * pp), space):
+                    b = _block(model, global_batch, gpus, tp, pp, space, cp)
+                    if b is not None:
+                        blocks.append(b)
     if not blocks:
         return {}
     rows = np.vstack(blocks)
@@ -449,6 +477,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
         first_stage_layers=cols["first_stage_layers"],
         last_stage_layers=cols["last_stage_layers"],
         ep=cols["ep"],
+        cp=cols["cp"],
         etp=expert_tp(model),
         precision=space.precision,
         **space.execution,
@@ -456,9 +485,21 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     est = estimate_training_step(Scenario(model, cluster_for(cluster, cols["gpus"]), plan))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
     fits = np.asarray(est.memory.total_bytes) <= capacity
-    first = PlanSearch(model, cluster, global_batch, space, cols, est, fits, 0.0)
-    est, simulated = _confirm(first, first.ranked(CONFIRM_TOP))
-    return PlanSearch(model, cluster, global_batch, space, cols, est, fits, time.perf_counter() - start, simulated)
+    result = PlanSearch(model, cluster, global_batch, space, cols, est, fits, 0.0)
+    checked = np.zeros(fits.size, dtype=bool)  # re-timed (or not simulable: the closed form stands)
+    simulated = np.zeros(fits.size, dtype=bool)
+    for _ in range(CONFIRM_ROUNDS):  # until the best plan is one that was checked
+        todo = np.array([i for i in result.ranked(CONFIRM_TOP).tolist() if not checked[i]], dtype=np.int64)
+        if todo.size == 0:
+            break
+        est, newly = _confirm(result, todo)
+        checked[todo] = True
+        simulated |= newly
+        result = PlanSearch(model, cluster, global_batch, space, cols, est, fits, 0.0, simulated.copy())
+        best = result.ranked(1)
+        if best.size == 0 or checked[best[0]]:
+            break
+    return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
 
 def simulable(plan: Plan, model: Model | None = None) -> bool:

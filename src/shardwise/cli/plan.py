@@ -55,6 +55,18 @@ search_options = _stack(
     click.option("--pp", callback=_ints, metavar="N[,N...]", help="Fix pipeline stages to these values."),
     click.option("--dp", callback=_ints, metavar="N[,N...]", help="Fix data parallelism to these values."),
     click.option("--vpp", callback=_ints, metavar="N[,N...]", help="Fix virtual stages per GPU (1 = not interleaved)."),
+    click.option(
+        "--cp",
+        callback=_ints,
+        metavar="N[,N...]",
+        help="Fix context parallelism to these values [default: searched from 8K-token sequences on, else 1].",
+    ),
+    click.option(
+        "--ep",
+        callback=_ints,
+        metavar="N[,N...]",
+        help="Fix expert parallelism to these values (mixture-of-experts models) [default: searched].",
+    ),
     click.option("--micro-batch", callback=_ints, metavar="N[,N...]", help="Fix the micro-batch size."),
     click.option(
         "--schedule",
@@ -184,6 +196,8 @@ def plan(
         pp=options["pp"],
         dp=options["dp"],
         vpp=options["vpp"],
+        cp=options["cp"],
+        ep=options["ep"],
         micro_batch=options["micro_batch"],
         schedule=options["schedule"],
         recompute=options["recompute"],
@@ -266,6 +280,7 @@ def _label(row: dict[str, Any]) -> str:
     sched = row["schedule"] + (f" v={row['vpp']}" if row["vpp"] > 1 else "")
     split = f", layers per stage {row['stage_layers']}" if row.get("stage_layers") else ""
     ep = f" ep={row['ep']}" if row.get("ep", 1) > 1 else ""
+    ep += f" cp={row['cp']}" if row.get("cp", 1) > 1 else ""
     return (
         f"tp={row['tp']} pp={row['pp']} dp={row['dp']}{ep}, micro-batch {row['micro_batch']}, {sched}, recompute "
         f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{split}"
@@ -348,12 +363,14 @@ def _print(
     )
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     many = result.space.objective != "time"  # plans may use fewer GPUs
+    with_cp = any(r["cp"] > 1 for r in rows)
     cols = [
         *(["GPUs"] if many else []),
         "tp",
         "pp",
         "dp",
         *(["ep"] if m.is_moe else []),
+        *(["cp"] if with_cp else []),
         "mb",
         "schedule",
         "recompute",
@@ -379,6 +396,7 @@ def _print(
             str(r["pp"]),
             str(r["dp"]),
             *([str(r["ep"])] if m.is_moe else []),
+            *([str(r["cp"])] if with_cp else []),
             str(r["micro_batch"]),
             sched,
             r["recompute"],
