@@ -95,8 +95,9 @@ def _seconds(s: float) -> str:
     return format_seconds(s)
 
 
-def _variants(plan: Plan, layers: int) -> list[tuple[str, dict[str, object]]]:
-    """One or two choices of `plan` changed at a time (GPU count kept)."""
+def _variants(plan: Plan, layers: int, context_parallel: bool = False) -> list[tuple[str, dict[str, object]]]:
+    """One or two choices of `plan` changed at a time (GPU count kept); cp only where the search
+    has it (`context_parallel`)."""
     tp, pp, dp, mb, v = (int(np.asarray(x)) for x in (plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp))
     sched, rc, sp, z = (
         Schedule(int(plan.schedule)),
@@ -133,7 +134,7 @@ def _variants(plan: Plan, layers: int) -> list[tuple[str, dict[str, object]]]:
         out.append((f"sequence parallel {'off' if sp else 'on'}", {"sequence_parallel": not sp}))
     ep, cp = int(np.asarray(plan.ep)), int(np.asarray(plan.cp))
     out += [(f"ep={e}", {"ep": e}) for e in (ep * 2, ep // 2) if e >= 1 and e != ep and plan.etp]
-    if cp > 1 or dp % 2 == 0:
+    if context_parallel:
         out += [(f"cp={cp * 2}, dp={dp // 2}", {"cp": cp * 2, "dp": dp // 2})] if dp % 2 == 0 else []
         out += [(f"cp={cp // 2}, dp={dp * 2}", {"cp": cp // 2, "dp": dp * 2})] if cp > 1 else []
     if dp > 1:
@@ -216,7 +217,8 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     capacity = float(scn.cluster.gpu.memory_bytes) - search.space.memory_headroom_bytes
     base_score = _score(search, best)
     gpus = int(np.asarray(scn.plan.num_gpus))
-    variants = [(label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers)]
+    searched_cp = bool(np.any(search.columns["cp"] > 1)) or search.space.cp is not None
+    variants = [(label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers, searched_cp)]
     out = []
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:

@@ -502,17 +502,16 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
 
-def simulable(plan: Plan, model: Model | None = None) -> bool:
-    """Whether the planner confirms this plan with the simulator (see CONFIRM_TOP; the simulator
-    does not price mixture-of-experts layers yet)."""
+def simulable(plan: Plan) -> bool:
+    """Whether the planner confirms this plan with the simulator (see CONFIRM_TOP)."""
     slots = int(plan.pp) * int(plan.num_micro_batches) * int(plan.vpp)
-    return int(plan.pp) > 1 and slots <= CONFIRM_MAX_SLOTS and not (model is not None and model.is_moe)
+    return int(plan.pp) > 1 and slots <= CONFIRM_MAX_SLOTS
 
 
 def confirmed_estimate(scn: Scenario) -> TrainingEstimate:
     """One plan's estimate as the planner reports it: the simulator's where `simulable`, the
     closed form otherwise."""
-    if not simulable(scn.plan, scn.model):
+    if not simulable(scn.plan):
         return estimate_training_step(scn)
     from shardwise.engines.simulated import simulate_training_step
 
@@ -530,7 +529,7 @@ def _confirm(search: PlanSearch, indices: np.ndarray) -> tuple[TrainingEstimate,
     simulated = np.zeros(n, dtype=bool)
     for i in indices.tolist():
         scn = search.scenario(i)
-        if not simulable(scn.plan, scn.model):
+        if not simulable(scn.plan):
             continue
         sim = confirmed_estimate(scn)
         simulated[i] = True

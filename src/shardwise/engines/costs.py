@@ -51,11 +51,20 @@ class StageCost:
     tp_backward_s: Number
     tp_hidden_s: Number = 0.0
     weight_grad_s: Number = 0.0  # the weight-gradient GEMMs inside compute_backward_s (what ZB-H1 defers)
-    ep_s: Number = 0.0  # expert-parallel all-to-alls, forward and backward (mixture-of-experts layers)
+    ep_forward_s: Number = 0.0  # expert-parallel all-to-alls of mixture-of-experts layers
+    ep_backward_s: Number = 0.0
+
+    @property
+    def forward_s(self) -> Number:
+        return self.compute_forward_s + self.tp_forward_s + self.ep_forward_s
+
+    @property
+    def backward_s(self) -> Number:
+        return self.compute_backward_s + self.tp_backward_s + self.ep_backward_s
 
     @property
     def total_s(self) -> Number:
-        return self.compute_forward_s + self.compute_backward_s + self.tp_forward_s + self.tp_backward_s + self.ep_s
+        return self.forward_s + self.backward_s
 
 
 FIELDS = (
@@ -65,7 +74,8 @@ FIELDS = (
     "tp_backward_s",
     "tp_hidden_s",
     "weight_grad_s",
-    "ep_s",
+    "ep_forward_s",
+    "ep_backward_s",
 )
 
 

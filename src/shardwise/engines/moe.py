@@ -87,7 +87,8 @@ def experts_cost(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Sta
         tp_forward_s=gather,
         tp_backward_s=gather + np.where(full, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
-        ep_s=2 * a2a * np.where(full, 3.0, 2.0),  # dispatch and combine, forward, backward (and redone)
+        ep_forward_s=2 * a2a,  # dispatch and combine
+        ep_backward_s=2 * a2a * np.where(full, 2.0, 1.0),  # their gradients (and the forward redone)
     )
 
 

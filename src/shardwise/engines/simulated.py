@@ -12,6 +12,7 @@ taken off), and the optimizer. Scalar scenarios only: a simulation runs one plan
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -26,7 +27,7 @@ from shardwise.engines.costs import (
     stage_send_time_s,
     tp_comm,
 )
-from shardwise.engines.moe import require_dense
+from shardwise.engines.moe import model_moe_split, moe_layer_cost
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
@@ -35,16 +36,20 @@ from shardwise.engines.training import (
     dp_comm,
     flops_per_step,
     masked_attention_flops_per_step,
-    memory_breakdown,
     optimizer_time_s,
     tied_embedding_sync_s,
 )
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.params import layer_params_split, stage_params_per_gpu
+from shardwise.physics.params import (
+    layer_params_split,
+    moe_layer_params_per_gpu,
+    stage_expert_params_per_gpu,
+    stage_params_per_gpu,
+)
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
-from shardwise.specs.stages import plan_split, stage_layer_list
+from shardwise.specs.stages import moe_layers_below, plan_split, stage_layer_list
 
 
 @dataclass(frozen=True)
@@ -63,7 +68,6 @@ def _scalar(name: str, value: object) -> int | float:
 
 def stage_times(scn: Scenario) -> StageTimes:
     """Seconds per micro-batch of every stage (whole stage; the simulator divides by v)."""
-    require_dense(scn.model, "the pipeline simulator (timeline)")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     p = int(_scalar("pp", plan.pp))
     m = int(_scalar("micro-batches", plan.num_micro_batches))
@@ -71,18 +75,36 @@ def stage_times(scn: Scenario) -> StageTimes:
     place = placement(plan, cluster.gpus_per_node)
     local = context_parallel(scn)
     comm = tp_comm(local, fabric, place["tp"])
-    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step_s(scn, fabric, place))
+    cp_step = cp_step_s(scn, fabric, place)
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
     emb, head = embedding_cost(local, comm), head_cost(local, comm)
     split = plan_split(model.layers, plan)
     counts = stage_layer_list(split, p)
-    kinds = [_stage_cost(n, layer, emb if i == 0 else None, head if i == p - 1 else None) for i, n in enumerate(counts)]
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    n_moe = [0] * p
+    moe, moe_params = layer, (0.0, 0.0)
+    if model.is_moe:  # each stage's MoE layers (the ones after the dense ones, every moe_every-th)
+        below = [moe_layers_below(x, model.dense_layers, model.moe_every) for x in (*starts, int(model.layers))]
+        n_moe = [int(below[i + 1] - below[i]) for i in range(p)]
+        moe = moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step)
+        moe_params = moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)
+    kinds = [
+        _stage_cost(n - k, layer, emb if i == 0 else None, head if i == p - 1 else None, k, moe)
+        for i, (n, k) in enumerate(zip(counts, n_moe, strict=True))
+    ]
     matrices, replicated = layer_params_split(model)
     per_layer = matrices / plan.tp + replicated
-    params = stage_params_per_gpu(model, plan.tp, plan.pp, split)
-    stage_params = [params[0]] + [per_layer * n for n in counts[1:-1]] + ([params[2]] if p > 1 else [])
+    msplit = model_moe_split(model, split) if model.is_moe else None
+    experts = (msplit, plan.ep, plan.expert_tp) if msplit is not None else None
+    params = stage_params_per_gpu(model, plan.tp, plan.pp, split, experts)
+    ends = stage_expert_params_per_gpu(model, plan.tp, plan.pp, experts) if experts else (0.0, 0.0, 0.0)
+    middles = range(1, p - 1)
+    stage_params = [params[0]] + [per_layer * (counts[i] - n_moe[i]) + n_moe[i] * sum(moe_params) for i in middles]
+    stage_params += [params[2]] if p > 1 else []
+    stage_experts = [ends[0]] + [n_moe[i] * moe_params[1] for i in middles] + ([ends[2]] if p > 1 else [])
     split_bwd = plan.schedule.label in SPLIT_BACKWARD
-    forward = np.array([float(np.asarray(c.compute_forward_s + c.tp_forward_s)) for c in kinds])
-    backward = np.array([float(np.asarray(c.compute_backward_s + c.tp_backward_s)) for c in kinds])
+    forward = np.array([float(np.asarray(c.forward_s)) for c in kinds])
+    backward = np.array([float(np.asarray(c.backward_s)) for c in kinds])
     weight = np.array([float(np.asarray(c.weight_grad_s)) for c in kinds]) if split_bwd else np.zeros(p)
     # which boundaries cross servers: stage i holds ranks i*tp*dp ... (i+1)*tp*dp - 1
     span = int(_scalar("tp", plan.tp)) * int(_scalar("dp", plan.dp)) * int(_scalar("cp", plan.cp))
@@ -108,8 +130,10 @@ def stage_times(scn: Scenario) -> StageTimes:
     forward, backward = forward + mb_over / 2, backward + mb_over / 2
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt = [], [], [], []
-    for i, (cost, n_params) in enumerate(zip(kinds, stage_params, strict=True)):
-        c = dp_comm(scn, fabric, place, n_params, cost, m)
+    for i, (cost, n_params, n_expert) in enumerate(zip(kinds, stage_params, stage_experts, strict=True)):
+        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m)
+        if model.is_moe:
+            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
         # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
         # hides behind the backward passes and the gather comes after the optimizer
@@ -127,7 +151,7 @@ def stage_times(scn: Scenario) -> StageTimes:
             dp[-1] += tied
             tail[-1] += tied
         gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap)[1])))
-        opt.append(float(np.asarray(optimizer_time_s(scn, n_params))))
+        opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert))))
     return StageTimes(
         forward,
         backward - weight,
@@ -143,8 +167,19 @@ def stage_times(scn: Scenario) -> StageTimes:
     )
 
 
-def _stage_cost(n_layers: int, layer: StageCost, emb: StageCost | None, head: StageCost | None) -> StageCost:
+def _stage_cost(
+    n_layers: int,
+    layer: StageCost,
+    emb: StageCost | None,
+    head: StageCost | None,
+    n_moe: int = 0,
+    moe: StageCost | None = None,
+) -> StageCost:
+    """A stage of `n_layers` dense and `n_moe` mixture-of-experts layers (and the embedding or
+    the output layer)."""
     parts = [StageCost(*(n_layers * getattr(layer, f) for f in FIELDS))]
+    if n_moe and moe is not None:
+        parts.append(StageCost(*(n_moe * getattr(moe, f) for f in FIELDS)))
     parts += [x for x in (emb, head) if x is not None]
     return StageCost(*(sum(getattr(x, f) for x in parts) for f in FIELDS))
 
@@ -176,12 +211,13 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
     over_mb = m * float(np.asarray(scn.cluster.micro_batch_overhead_s))
     over_step = float(np.asarray(scn.cluster.step_overhead_s))
     busy = float(sim.busy_s[busiest]) - sends - over_mb
-    tp_share = closed["tp_share"]
+    tp_share, ep_share = closed["tp_share"], closed["ep_share"]
     last_tail = sim.makespan_s - sim.pipeline_end_s
     optimizer = float(times.optimizer_s[int(np.argmax(times.dp_s + times.optimizer_s))])
     breakdown = StepBreakdown(
-        compute_s=busy * (1 - tp_share),
+        compute_s=busy * (1 - tp_share - ep_share),
         tp_comm_s=busy * tp_share,
+        ep_comm_s=busy * ep_share,
         pp_p2p_s=sends,  # blocking sends (and syncs); overlapped ones only show as bubble when late
         pp_bubble_s=sim.pipeline_end_s - busy - sends - over_mb,
         dp_comm_s=max(0.0, last_tail - optimizer),
@@ -189,12 +225,11 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         overhead_s=over_mb + over_step,
     )
     model_flops, hw_flops = flops_per_step(scn)
-    params = stage_params_per_gpu(scn.model, plan.tp, plan.pp, plan_split(scn.model.layers, plan))
     estimate = TrainingEstimate(
         scenario=scn,
         step_time_s=sim.makespan_s + over_step,
         breakdown=breakdown,
-        memory=memory_breakdown(context_parallel(scn), params, m),
+        memory=closed["memory"],  # the closed form's (the same stages)
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / (sim.makespan_s + over_step),
@@ -204,13 +239,17 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
     return SimulatedStep(estimate, sim, times)
 
 
-def _closed_form_parts(scn: Scenario) -> dict[str, float]:
-    """The share of a stage's busy time that is exposed TP communication (from the cost model)."""
+def _closed_form_parts(scn: Scenario) -> dict[str, Any]:
+    """The shares of a stage's busy time that are exposed TP communication and expert all-to-alls,
+    the hidden TP communication and the memory (from the closed form)."""
     from shardwise.engines.training import estimate_training_step
 
     est = estimate_training_step(scn)
-    busy = float(est.breakdown.compute_s + est.breakdown.tp_comm_s)
+    b = est.breakdown
+    busy = float(b.compute_s + b.tp_comm_s + b.ep_comm_s)
     return {
-        "tp_share": float(est.breakdown.tp_comm_s) / busy if busy > 0 else 0.0,
+        "tp_share": float(b.tp_comm_s) / busy if busy > 0 else 0.0,
+        "ep_share": float(b.ep_comm_s) / busy if busy > 0 else 0.0,
         "tp_hidden_s": float(est.hidden_comm_s["tp_comm"]),
+        "memory": est.memory,
     }

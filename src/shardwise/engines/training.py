@@ -155,7 +155,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     breakdown = StepBreakdown(
         compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
         tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
-        ep_comm_s=m * slowest.ep_s,
+        ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
         pp_p2p_s=m * exposed_p2p,
         pp_bubble_s=pipe_s - m * c_max,
         dp_comm_s=dp_s,
