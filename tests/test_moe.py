@@ -199,3 +199,29 @@ def test_the_simulator_runs_dense_and_moe_stages_as_the_closed_form_prices_them(
     assert float(sim.estimate.breakdown.ep_comm_s) == pytest.approx(float(closed.breakdown.ep_comm_s), rel=0.05)
     busy = sim.stage_times.forward_s + sim.stage_times.backward_s
     assert busy[0] < busy[1]  # the first stage's 3 dense layers are cheaper than MoE ones
+
+
+def test_serving_a_mixture_of_experts_reads_only_the_chosen_experts():
+    """Decoding one sequence reads the attention and k of E experts per layer: Mixtral 8x7B (2 of
+    8) decodes far faster than a dense model of its 46.7B parameters would, and its weights still
+    take all 46.7B in memory."""
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    cluster = presets.system("dgx-h100")
+    wl = ServingWorkload(batch=1, input_len=512, output_len=128)
+    mixtral = presets.model("mixtral-8x7b")
+    dense = mixtral.with_(experts=0, experts_per_token=0, ffn_hidden=8 * 14336)  # the same weights, all used
+    plan = Plan(tp=8, global_batch=1)
+    moe_est = estimate_serving(Scenario(mixtral, cluster, plan), wl)
+    dense_est = estimate_serving(Scenario(dense, cluster, plan), wl)
+    assert float(moe_est.tpot_s) < 0.6 * float(dense_est.tpot_s)
+    assert float(moe_est.weights_bytes) == pytest.approx(total_params(mixtral) * 2 / 8, rel=0.02)
+
+
+@settings(max_examples=20, deadline=None)
+@given(tokens=st.floats(1, 1e5), ep=st.sampled_from([1, 2, 8]))
+def test_fewer_tokens_never_run_more_experts(tokens, ep):
+    m = presets.model("qwen3-30b-a3b")
+    few, many = experts_forward(m, tokens, ep, 1, 2.0), experts_forward(m, tokens * 2, ep, 1, 2.0)
+    assert few.up.batch <= many.up.batch <= m.experts / ep

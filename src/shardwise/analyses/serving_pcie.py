@@ -16,8 +16,8 @@ their throughputs, predicted against measured. Engines are modelled as they run:
 - ExLlamaV2: prompts in 2,048-token chunks (the issue's "batch 2048"); no pipelining across GPUs.
 
 Left out, with the reason: llama.cpp's older `-sm row` (it gathers every matrix product's output on
-the main GPU and runs the rest there: not TP as modelled here), mixture-of-experts models (not
-modelled yet), and rows that compare different engines or give no pair.
+the main GPU and runs the rest there: not TP as modelled here), mixture-of-experts models (priced,
+not compared yet), and rows that compare different engines or give no pair.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from shardwise.specs.serving import ServingWorkload
 
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
 LEFT_OUT = (
-    "left out: llama.cpp -sm row (not TP as modelled), mixture-of-experts models (not modelled yet), rows "
+    "left out: llama.cpp -sm row (not TP as modelled), mixture-of-experts models (priced, not compared yet), rows "
     "without a TP/layer pair on one engine; exllamav2#734 reports its TP prefill as a performance problem"
 )
 LLAMA_CPP_BATCH = 2048  # llama-bench -b default

@@ -17,10 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, slowest_stage_send_s, stages, tp_comm
-from shardwise.engines.moe import require_dense
+from shardwise.engines.moe import model_moe_split, moe_layer_cost, require_standard_attention, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.params import stage_params_per_gpu
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -95,7 +94,7 @@ def forward_stages(
 ) -> ForwardStages:
     """Per-stage forward costs of one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (weights and KV cache optionally stored narrower than activations)."""
-    require_dense(scn.model, "a forward pass (latency, prefill, decode)")
+    require_standard_attention(scn.model, "a forward pass (latency, prefill, decode)")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
@@ -106,14 +105,21 @@ def forward_stages(
     emb = embedding_cost(scn, comm, s_q)
     # the output layer stays 16-bit in quantised serving (TensorRT-LLM and vLLM leave lm_head alone)
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
-    first, middle, last, middle_sum = stages(plan_split(model.layers, plan), layer, emb, head)
+    split = plan_split(model.layers, plan)
+    moe = None
+    if model.is_moe:
+        moe_layer = moe_layer_cost(
+            scn, comm, fabric, place, s_kv, q_len=s_q, weight_bytes=weight_bytes, kv_bytes=kv_bytes
+        )
+        moe = (moe_layer, model_moe_split(model, split))
+    first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
     send = slowest_stage_send_s(scn, fabric, place, comm)
     return ForwardStages(
         tuple(s.compute_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
-        tuple(s.tp_forward_s for s in (first, middle, last)),
+        tuple(s.tp_forward_s + s.ep_forward_s for s in (first, middle, last)),  # collectives, EP's all-to-alls too
         send,
-        middle_sum.compute_forward_s + middle_sum.tp_forward_s,
+        middle_sum.compute_forward_s + middle_sum.tp_forward_s + middle_sum.ep_forward_s,
     )  # type: ignore[arg-type]
 
 
@@ -146,9 +152,7 @@ def estimate_forward(
 
 def max_params(scn: Scenario) -> Number:
     """Parameters on the fullest GPU (first, fullest middle or last stage)."""
-    first, middle, last = stage_params_per_gpu(
-        scn.model, scn.plan.tp, scn.plan.pp, plan_split(scn.model.layers, scn.plan)
-    )
+    first, middle, last = stage_params(scn.model, scn.plan, plan_split(scn.model.layers, scn.plan))
     return np.maximum(np.maximum(first, middle), last)
 
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages, tp_comm
 from shardwise.engines.forward import ForwardStages
-from shardwise.engines.moe import require_dense
+from shardwise.engines.moe import experts_cost, model_moe_split, require_standard_attention
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import layer_times
@@ -46,7 +46,7 @@ def stage_costs(
 ) -> ForwardStages:
     """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
     (arrays, broadcast)."""
-    require_dense(scn.model, "serving")
+    require_standard_attention(scn.model, "serving")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     gpu, e = cluster.gpu, plan.bytes_per_element
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
@@ -74,7 +74,20 @@ def stage_costs(
     layer = StageCost(compute, 0.0, tp, 0.0)
     emb = embedding_cost(one, comm, tokens)
     head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
-    first, middle, last, middle_sum = stages(plan_split(model.layers, plan), layer, emb, head)
+    split = plan_split(model.layers, plan)
+    moe = None
+    if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
+        shared = model.shared_experts * model.expert_ffn_hidden
+        attn = layer_times(
+            layer_forward(model, 1, plan.tp, False, e, tokens, tokens, w, kvb, ffn=shared), gpu, plan.precision, True
+        )
+        routed = experts_cost(one, fabric, place, tokens, w)
+        blocks = 1.0 + (1.0 if shared else 0.0)
+        moe_compute = compute - linear.gemm_s - linear.elementwise_s - linear.cast_f_s
+        moe_compute = moe_compute + attn.gemm_s + attn.elementwise_s + attn.cast_f_s + routed.compute_forward_s
+        moe_tp = np.where(np.asarray(plan.tp) > 1, blocks * comm.all_reduce, 0.0) + routed.tp_forward_s
+        moe = (StageCost(moe_compute, 0.0, moe_tp + routed.ep_forward_s, 0.0), model_moe_split(model, split))
+    first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
     send = slowest_stage_send_s(one, fabric, place, comm)
     fs = ForwardStages(
         tuple(s.compute_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]

@@ -35,19 +35,20 @@ from shardwise.physics.compute import (
     memory_s,
 )
 from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens
+from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu, stage_params_per_gpu
 from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
 from shardwise.specs.stages import StageSplit, moe_split
 
 
-def require_dense(model: Model, what: str) -> None:
-    """Refuse, in one line, a model whose experts or latent attention `what` does not price yet."""
-    if model.is_moe or model.kv_lora_rank:
-        kind = "mixture-of-experts" if model.is_moe else "multi-head latent attention"
+def require_standard_attention(model: Model, what: str) -> None:
+    """Refuse, in one line, a model with multi-head latent attention, whose serving (decoding from
+    the compressed cache with absorbed projections) `what` does not price yet."""
+    if model.kv_lora_rank:
         raise SpecError(
-            f"model {model.name!r}: {what} does not price {kind} models yet; training steps do "
-            "(`shardwise predict`), and `shardwise presets show` gives their parameters"
+            f"model {model.name!r}: {what} does not price multi-head latent attention (DeepSeek-style "
+            "compressed KV cache) yet; training steps do (`shardwise predict`)"
         )
 
 
@@ -56,13 +57,23 @@ def model_moe_split(model: Model, split: StageSplit) -> StageSplit:
     return moe_split(split, int(model.layers), model.dense_layers, model.moe_every)
 
 
-def experts_cost(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> StageCost:
-    """The routed experts of one MoE layer (module docstring); `scn` as one CP rank sees it."""
+def experts_cost(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    q_len: Number | None = None,
+    weight_bytes: Number | None = None,
+) -> StageCost:
+    """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
+    (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
+    every TP rank routes all the tokens and the expert outputs are all-reduced over the ETP group."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
-    tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
+    s_q = model.seq_len if q_len is None else q_len
+    sp = np.asarray(plan.sequence_parallel, dtype=bool)
+    tokens = routed_tokens(model, plan.micro_batch, s_q, plan.tp, sp)
     etp = plan.expert_tp
-    ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance)
+    ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sp)
     fused = plan.grad_accumulation_fusion
     up, down = (linear_times(g, gpu, plan.precision, fused) for g in ef.gemms)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused)  # a 16-bit GEMM
@@ -76,7 +87,12 @@ def experts_cost(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Sta
     intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, plan.expert_imbalance, dedup=flex)
     a2a = fabric.group(plan.ep, place["ep"]).exchange(intra, inter)
     etp_group = fabric.group(etp, place["etp"])
-    gather = 2 * np.where(np.asarray(etp) > 1, etp_group.all_gather(ef.etp_gather_bytes), 0.0)  # and scatter
+    split = np.asarray(etp) > 1
+    gather = 2 * np.where(split, etp_group.all_gather(ef.etp_gather_bytes), 0.0)  # and the reduce-scatter
+    # unsharded (serving): one all-reduce of the outputs, fused with the shared experts' when there are
+    # some (their dense MLP already pays it in `layer_cost`)
+    reduce = etp_group.all_reduce(ef.etp_reduce_bytes) if not model.shared_experts else 0.0
+    gather = np.where(sp, gather, np.where(split, reduce, 0.0))
     forward = router.forward_s + up.forward_s + down.forward_s + elementwise + cast_f
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
@@ -98,13 +114,37 @@ def moe_layer_cost(
     fabric: Fabric,
     place: dict[str, Number],
     kv_len: Number,
-    cp: Number,
-    cp_step: Number,
+    cp: Number = 1,
+    cp_step: Number = 0.0,
+    q_len: Number | None = None,
+    weight_bytes: Number | None = None,
+    kv_bytes: Number | None = None,
 ) -> StageCost:
     """One MoE layer: attention and shared experts (a dense layer whose MLP is the shared
-    experts, none without them) plus the routed experts."""
+    experts, none without them) plus the routed experts, for `q_len` new tokens per sequence
+    attending to `kv_len` (serving may store weights and KV cache narrower)."""
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
-    dense, _ = layer_cost(scn, comm, kv_len=kv_len, cp=cp, cp_step=cp_step, ffn=shared)
-    routed = experts_cost(scn, fabric, place)
+    dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared)
+    routed = experts_cost(scn, fabric, place, q_len, weight_bytes)
     return StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
+
+
+def stage_layer_params(model: Model, plan: object, split: StageSplit) -> tuple[Number, Number, Number]:
+    """Parameters of the transformer layers alone on one GPU of the first, fullest middle and last
+    stage (dense layers split by tp; MoE layers with their experts / ep, 1 / etp of each)."""
+    matrices, replicated = layer_params_split(model)
+    per_layer = matrices / plan.tp + replicated  # type: ignore[attr-defined]
+    counts = (split.first, split.middle_max, split.last)
+    if not model.is_moe:
+        return tuple(n * per_layer for n in counts)  # type: ignore[return-value]
+    n_moe = model_moe_split(model, split)
+    other, experts = moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)  # type: ignore[attr-defined]
+    moe = (n_moe.first, n_moe.middle_max, n_moe.last)
+    return tuple((n - k) * per_layer + k * (other + experts) for n, k in zip(counts, moe, strict=True))  # type: ignore[return-value]
+
+
+def stage_params(model: Model, plan: object, split: StageSplit) -> tuple[Number, Number, Number]:
+    """`physics.params.stage_params_per_gpu` with the experts' layout of `plan` (any model)."""
+    experts = (model_moe_split(model, split), plan.ep, plan.expert_tp) if model.is_moe else None  # type: ignore[attr-defined]
+    return stage_params_per_gpu(model, plan.tp, plan.pp, split, experts)  # type: ignore[attr-defined]

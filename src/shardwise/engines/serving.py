@@ -36,10 +36,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.forward import forward_stages
-from shardwise.engines.moe import require_dense
+from shardwise.engines.moe import require_standard_attention, stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
-from shardwise.physics.params import layer_params_split, stage_params_per_gpu
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
@@ -121,7 +120,7 @@ def compute_precision(scn: Scenario, weight_precision: str) -> str:
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     """The serving stack's hardware view (CUDA graphs, NCCL from C++, the engine's own all-reduce
     kernel) and precision."""
-    require_dense(scn.model, "serving")
+    require_standard_attention(scn.model, "serving")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link
@@ -169,9 +168,8 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     table, final norm and output layer in 16 bits; each stage keeps the KV cache of its layers."""
     model, plan = scn.model, scn.plan
     split = plan_split(model.layers, plan)
-    params = stage_params_per_gpu(model, plan.tp, plan.pp, split)
-    matrices, replicated = layer_params_split(model)
-    per_layer = matrices / plan.tp + replicated
+    params = stage_params(model, plan, split)
+    in_layers = stage_layer_params(model, plan, split)
     p = np.asarray(plan.pp)
     layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
     context = wl.input_len + wl.output_len
@@ -179,8 +177,8 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
         2 * context * (model.kv_heads / np.asarray(plan.tp)) * model.head_dim * STORAGE_BYTES[wl.kv_precision]
     )
     weights = [
-        n * per_layer * STORAGE_BYTES[wl.weight_precision] + (q - n * per_layer) * UNQUANTISED_BYTES_PER_PARAM
-        for n, q in zip(layers, params, strict=True)
+        n * STORAGE_BYTES[wl.weight_precision] + (q - n) * UNQUANTISED_BYTES_PER_PARAM
+        for n, q in zip(in_layers, params, strict=True)
     ]
     kv = [n * kv_per_layer for n in layers]
     room = [(np.asarray(scn.cluster.gpu.memory_bytes) - w) / k for w, k in zip(weights, kv, strict=True)]

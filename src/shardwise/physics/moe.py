@@ -14,7 +14,8 @@ imbalance (the busiest rank's tokens over the mean).
                   one per node and per rank instead: `dispatch_bytes`)
     etp > 1       all-gather of the received tokens over the ETP group before the experts,
                   reduce-scatter after (each ETP rank holds f_e / etp columns of every expert)
-    experts       E / ep grouped GEMMs of m = rho c etp ep / E tokens each:
+    experts       E / ep grouped GEMMs of m = rho c etp ep / E tokens each (fewer, fuller ones
+                  when few tokens choose only some of the experts: `experts_forward`):
                   up m x h by h x g f_e / etp (g = 2 gated), down m x f_e / etp by f_e / etp x h
     combine       the reverse all-to-all of the expert outputs
 
@@ -58,6 +59,7 @@ class ExpertsForward:
     elementwise_kernels: int
     etp_gather_bytes: Number  # the all-gathered tokens of the ETP group (0 without etp > 1)
     imbalance: Number = 1.0
+    etp_reduce_bytes: Number = 0.0  # the outputs all-reduced over the ETP group (unsharded tokens)
 
     @property
     def gemms(self) -> tuple[Gemm, Gemm]:
@@ -83,31 +85,42 @@ def experts_forward(
     bytes_per_element: float,
     imbalance: Number = 1.0,
     weight_bytes: Number | None = None,
+    sharded: Number = True,
 ) -> ExpertsForward:
-    """The routed experts of one MoE layer for `tokens` routed by this rank (module docstring)."""
+    """The routed experts of one MoE layer for `tokens` routed by this rank (module docstring).
+
+    `sharded`: the tokens are split over the ETP ranks (sequence parallelism, training), so they
+    are all-gathered before the experts and reduce-scattered after; without it (serving) every
+    ETP rank already holds them all and the outputs are all-reduced (`etp_reduce_bytes`).
+    Few tokens leave experts idle: of a rank's E/ep experts, a fraction 1 - (1 - k/E)^N is chosen
+    by N tokens (the EP group's), and only those run and have their weights read (decoding)."""
     h, n_exp, k, f = model.hidden, model.experts, model.experts_per_token, model.expert_ffn_hidden
     e = bytes_per_element
     w = e if weight_bytes is None else weight_bytes
     gate = 2 if model.gated_mlp else 1
-    copies = tokens * k
+    gathered = np.where(np.asarray(sharded, dtype=bool), etp, 1.0)  # tokens each ETP rank computes on
     local = n_exp / np.asarray(ep, dtype=float)
-    m = imbalance * copies * etp * ep / n_exp  # tokens per local expert on the busiest rank
-    up = gemm(m, gate * f / etp, h, e, batch=local, weight_bytes=w)
-    down = gemm(m, h, f / etp, e, batch=local, weight_bytes=w)
-    router = gemm(tokens, n_exp, h, e, weight_bytes=w)
-    received = imbalance * copies
-    permute = 2 * e * h * (tokens + received)
+    chosen = 1.0 - (1.0 - k / n_exp) ** (tokens * gathered * ep)
+    active = np.maximum(local * chosen, 1.0)
+    received = imbalance * tokens * k * gathered  # token copies reaching the busiest rank
+    m = received / active  # tokens per active expert
+    up = gemm(m, gate * f / etp, h, e, batch=active, weight_bytes=w)
+    down = gemm(m, h, f / etp, e, batch=active, weight_bytes=w)
+    router = gemm(tokens, n_exp, h, e)
+    permute = 2 * e * h * (tokens + received / gathered)
     sort = np.where(local > 1, 4 * e * h * received, 0.0)
-    activation = (gate + 1) * e * m * local * f / etp
+    activation = (gate + 1) * e * received * f / etp
     scores = ROUTER_FP32_PASSES * ROUTER_BYTES * tokens * n_exp
+    split = np.asarray(etp) > 1
     return ExpertsForward(
         router=router,
         up=up,
         down=down,
         elementwise_bytes=permute + sort + activation + scores,
         elementwise_kernels=MOE_KERNELS,
-        etp_gather_bytes=np.where(np.asarray(etp) > 1, received * etp * h * e, 0.0),
+        etp_gather_bytes=np.where(split & np.asarray(sharded, dtype=bool), received * h * e, 0.0),
         imbalance=imbalance,
+        etp_reduce_bytes=np.where(split & ~np.asarray(sharded, dtype=bool), tokens * h * e, 0.0),
     )
 
 
