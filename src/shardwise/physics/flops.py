@@ -165,20 +165,16 @@ def layer_forward(
     q = a * d  # = h unless the model sets head_dim apart
     e, t = bytes_per_element, tp
     tokens = batch * s_q
-    gate = 2 if model.gated_mlp else 1
 
     w = e if weight_bytes is None else weight_bytes
     e_kv = e if kv_bytes is None else kv_bytes
     qkv = gemm(tokens, (q + 2 * kv * d) / t, h, e, weight_bytes=w)
     attn_out = gemm(tokens, h, q / t, e, weight_bytes=w)
-    mlp_up = gemm(tokens, gate * f / t, h, e, weight_bytes=w)
-    mlp_down = gemm(tokens, h, f / t, e, weight_bytes=w)
+    mlp_up, mlp_down = _mlp_gemms(model, tokens, f, t, e, w)
     heads_per_rank = batch * a / t
     scores = gemm(s_q, s_kv, d, e, heads_per_rank)
     context = gemm(s_q, d, s_kv, e, heads_per_rank)
-    score_elems = heads_per_rank * s_q * s_kv
-    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
-    softmax_bytes = score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
+    softmax_bytes = _softmax_bytes(model, heads_per_rank * s_q * s_kv, e)
     flash_bytes = batch * (e * 2 * s_q * q + e_kv * 2 * s_kv * kv * d) / t  # Q, O; the K and V read
     flash = Gemm(scores.flops + context.flops, flash_bytes)
     # the last s_q of s_kv tokens (inference); with context parallelism each rank holds 1/cp of
@@ -202,6 +198,20 @@ def layer_forward(
         e * tokens * h,
         has_mlp=np.asarray(f) > 0,
     )
+
+
+def _mlp_gemms(model: Model, tokens: Number, f: Number, t: Number, e: float, w: Number) -> tuple[Gemm, Gemm]:
+    """The dense MLP's up-projection (two for a gated MLP) and down-projection, split by t."""
+    gate = 2 if model.gated_mlp else 1
+    return gemm(tokens, gate * f / t, model.hidden, e, weight_bytes=w), gemm(
+        tokens, model.hidden, f / t, e, weight_bytes=w
+    )
+
+
+def _softmax_bytes(model: Model, score_elems: Number, e: float) -> Number:
+    """Scale-mask-softmax over the scores (read and write), and its dropout (read, write, mask)."""
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    return score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
 
 
 def _causal_fraction(s_q: Number, s_kv: Number, cp: Number) -> Number:
@@ -256,7 +266,6 @@ def _mla_layer_forward(
     ql, kl = model.q_lora_rank, model.kv_lora_rank
     f = model.ffn_hidden if ffn is None else ffn
     t, tokens = tp, batch * s_q
-    gate = 2 if model.gated_mlp else 1
     w = e if weight_bytes is None else weight_bytes
     qk = a * (d + r)
     extra = [gemm(tokens, kl + r, h, e, weight_bytes=w), gemm(tokens, a * (d + v) / t, kl, e, weight_bytes=w)]
@@ -266,13 +275,11 @@ def _mla_layer_forward(
     else:
         q_proj = gemm(tokens, qk / t, h, e, weight_bytes=w)
     attn_out = gemm(tokens, h, a * v / t, e, weight_bytes=w)
-    mlp_up = gemm(tokens, gate * f / t, h, e, weight_bytes=w)
-    mlp_down = gemm(tokens, h, f / t, e, weight_bytes=w)
+    mlp_up, mlp_down = _mlp_gemms(model, tokens, f, t, e, w)
     heads_per_rank = batch * a / t
     scores = gemm(s_q, s_kv, d + r, e, heads_per_rank)
     context = gemm(s_q, v, s_kv, e, heads_per_rank)
-    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
-    softmax_bytes = heads_per_rank * s_q * s_kv * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
+    softmax_bytes = _softmax_bytes(model, heads_per_rank * s_q * s_kv, e)
     flash_bytes = batch * e * (s_q * (qk + a * v) + s_kv * (qk + a * v)) / t  # Q, O; K, V read
     flash = Gemm(scores.flops + context.flops, flash_bytes)
     latent_norms = 2 * e * tokens * (ql + kl)
