@@ -225,3 +225,37 @@ def test_fewer_tokens_never_run_more_experts(tokens, ep):
     m = presets.model("qwen3-30b-a3b")
     few, many = experts_forward(m, tokens, ep, 1, 2.0), experts_forward(m, tokens * 2, ep, 1, 2.0)
     assert few.up.batch <= many.up.batch <= m.experts / ep
+
+
+def test_latent_attention_caches_its_latent_whole_on_every_tp_rank():
+    """DeepSeek-V3 caches kv_lora_rank + rope_head_dim = 576 elements per token and layer, the
+    same on every TP rank; Llama 3 70B 2 x 8 x 128 / t."""
+    from shardwise.physics.flops import kv_cache_elements_per_token
+
+    assert kv_cache_elements_per_token(presets.model("deepseek-v3"), 8) == 576
+    assert kv_cache_elements_per_token(presets.model("llama3-70b"), 8) == 256
+
+
+def test_latent_attention_decodes_from_the_compressed_cache():
+    """One decoded token of DeepSeek-V3 reads its sequence's latent cache once for all heads:
+    about s_kv x 576 x 2 bytes per sequence and layer, 128/8 heads sharing it on each rank."""
+    from shardwise.physics.flops import layer_forward
+
+    m = presets.model("deepseek-v3")
+    one = layer_forward(m, 4, 8, False, 2.0, q_len=1, kv_len=8192)
+    cache = 4 * 8192 * 576 * 2.0
+    assert cache <= one.flash.bytes < 1.01 * cache
+    expanded = layer_forward(m, 4, 8, False, 2.0, q_len=2, kv_len=8192)  # not decoding: keys and values expanded
+    assert expanded.flash.bytes > 3 * one.flash.bytes
+
+
+def test_deepseek_v3_serves_with_its_experts_split_by_tp(cli):
+    code, out, err = cli(["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--plan", "tp=8",
+                          "--weight-precision", "fp8", "--json"])  # fmt: skip
+    assert code == 0, err
+    import json
+
+    (row,) = json.loads(out)["plans"]
+    assert row["tpot_s"] > 0
+    # the fp8 weights: 671B parameters, 1 byte each, over 8 GPUs (the embedding and output in 16 bits)
+    assert 84e9 <= row["memory_bytes"]["weights"] <= 86e9

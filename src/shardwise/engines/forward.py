@@ -17,9 +17,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, slowest_stage_send_s, stages, tp_comm
-from shardwise.engines.moe import model_moe_split, moe_layer_cost, require_standard_attention, stage_params
+from shardwise.engines.moe import model_moe_split, moe_layer_cost, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
+from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -94,7 +95,6 @@ def forward_stages(
 ) -> ForwardStages:
     """Per-stage forward costs of one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (weights and KV cache optionally stored narrower than activations)."""
-    require_standard_attention(scn.model, "a forward pass (latency, prefill, decode)")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
@@ -137,7 +137,7 @@ def estimate_forward(
     latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
     e = plan.bytes_per_element
-    kv_cache = 2 * e * most_layers(scn) * plan.micro_batch * m * s_kv * model.kv_heads * model.head_dim / plan.tp
+    kv_cache = e * most_layers(scn) * plan.micro_batch * m * s_kv * kv_cache_elements_per_token(model, plan.tp)
     return ForwardEstimate(
         scenario=scn,
         latency_s=latency,

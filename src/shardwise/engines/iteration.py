@@ -30,7 +30,7 @@ import numpy as np
 
 from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages, tp_comm
 from shardwise.engines.forward import ForwardStages
-from shardwise.engines.moe import experts_cost, model_moe_split, require_standard_attention
+from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import layer_times
@@ -46,7 +46,6 @@ def stage_costs(
 ) -> ForwardStages:
     """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
     (arrays, broadcast)."""
-    require_standard_attention(scn.model, "serving")
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     gpu, e = cluster.gpu, plan.bytes_per_element
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]

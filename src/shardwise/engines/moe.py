@@ -25,7 +25,6 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.engines.costs import StageCost, TpComm, layer_cost
-from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
@@ -40,16 +39,6 @@ from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
 from shardwise.specs.stages import StageSplit, moe_split
-
-
-def require_standard_attention(model: Model, what: str) -> None:
-    """Refuse, in one line, a model with multi-head latent attention, whose serving (decoding from
-    the compressed cache with absorbed projections) `what` does not price yet."""
-    if model.kv_lora_rank:
-        raise SpecError(
-            f"model {model.name!r}: {what} does not price multi-head latent attention (DeepSeek-style "
-            "compressed KV cache) yet; training steps do (`shardwise predict`)"
-        )
 
 
 def model_moe_split(model: Model, split: StageSplit) -> StageSplit:

@@ -36,8 +36,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.forward import forward_stages
-from shardwise.engines.moe import require_standard_attention, stage_layer_params, stage_params
+from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
@@ -120,7 +121,6 @@ def compute_precision(scn: Scenario, weight_precision: str) -> str:
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     """The serving stack's hardware view (CUDA graphs, NCCL from C++, the engine's own all-reduce
     kernel) and precision."""
-    require_standard_attention(scn.model, "serving")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link
@@ -173,9 +173,7 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     p = np.asarray(plan.pp)
     layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
     context = wl.input_len + wl.output_len
-    kv_per_layer = (
-        2 * context * (model.kv_heads / np.asarray(plan.tp)) * model.head_dim * STORAGE_BYTES[wl.kv_precision]
-    )
+    kv_per_layer = context * kv_cache_elements_per_token(model, plan.tp) * STORAGE_BYTES[wl.kv_precision]
     weights = [
         n * STORAGE_BYTES[wl.weight_precision] + (q - n) * UNQUANTISED_BYTES_PER_PARAM
         for n, q in zip(in_layers, params, strict=True)

@@ -157,7 +157,7 @@ def layer_forward(
     layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts)."""
     if model.kv_lora_rank:
         return _mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
-                                  weight_bytes, cp, ffn)  # fmt: skip
+                                  weight_bytes, cp, ffn, kv_bytes)  # fmt: skip
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     h, a, kv, d = model.hidden, model.heads, model.kv_heads, model.head_dim
@@ -198,6 +198,68 @@ def layer_forward(
         e * tokens * h,
         has_mlp=np.asarray(f) > 0,
     )
+
+
+def _mla_decode_forward(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    e: float,
+    kv_len: Number | None,
+    weight_bytes: Number | None,
+    ffn: Number | None,
+    kv_bytes: Number | None,
+) -> LayerForward:
+    """One decoded token per sequence through a latent-attention layer (see `_mla_layer_forward`)."""
+    s_kv = 1 if kv_len is None else kv_len
+    h, a, d, r, v = model.hidden, model.heads, model.head_dim, model.rope_head_dim, model.v_head_dim
+    ql, kl = model.q_lora_rank, model.kv_lora_rank
+    f = model.ffn_hidden if ffn is None else ffn
+    t, tokens = tp, batch
+    w = e if weight_bytes is None else weight_bytes
+    e_kv = e if kv_bytes is None else kv_bytes
+    heads = a / t
+    extra = [
+        gemm(tokens, kl + r, h, e, weight_bytes=w),  # the new token's latent and rotary key
+        gemm(tokens, kl, d, e, batch=heads, weight_bytes=w),  # queries into the latent space
+        gemm(tokens, v, kl, e, batch=heads, weight_bytes=w),  # outputs out of it
+    ]
+    if ql:
+        extra.insert(0, gemm(tokens, ql, h, e, weight_bytes=w))
+    q_proj = gemm(tokens, a * (d + r) / t, ql or h, e, weight_bytes=w)
+    attn_out = gemm(tokens, h, a * v / t, e, weight_bytes=w)
+    mlp_up, mlp_down = _mlp_gemms(model, tokens, f, t, e, w)
+    per_seq_heads = batch * heads
+    scores = gemm(1, s_kv, kl + r, e, per_seq_heads)
+    context = gemm(1, kl, s_kv, e, per_seq_heads)
+    cache = batch * s_kv * (kl + r) * e_kv  # read once for all heads
+    flash = Gemm(scores.flops + context.flops, cache + 2 * e * per_seq_heads * (kl + r))
+    elementwise = _block_elementwise_bytes(model, tokens, t, False, e, f) + 2 * e * tokens * (ql + kl + 2 * r)
+    return LayerForward(
+        q_proj,
+        attn_out,
+        mlp_up,
+        mlp_down,
+        scores,
+        context,
+        _softmax_bytes(model, per_seq_heads * s_kv, e),
+        flash,
+        1.0,
+        elementwise,
+        ELEMENTWISE_KERNELS + ROPE_KERNELS + (2 if ql else 1),
+        e * tokens * h,
+        extra=tuple(extra),
+        has_mlp=np.asarray(f) > 0,
+    )
+
+
+def kv_cache_elements_per_token(model: Model, tp: Number) -> Number:
+    """Elements one token keeps in the KV cache per layer on one TP rank: keys and values of its
+    KV heads, 2 k d / t; with multi-head latent attention the latent and the rotary key,
+    kv_lora + r, whole on every TP rank (vLLM's and SGLang's MLA cache: one latent for all heads)."""
+    if model.kv_lora_rank:
+        return model.kv_lora_rank + model.rope_head_dim + 0.0 * np.asarray(tp)
+    return 2 * model.kv_heads * model.head_dim / np.asarray(tp, dtype=float)
 
 
 def _mlp_gemms(model: Model, tokens: Number, f: Number, t: Number, e: float, w: Number) -> tuple[Gemm, Gemm]:
@@ -246,6 +308,7 @@ def _mla_layer_forward(
     weight_bytes: Number | None,
     cp: Number,
     ffn: Number | None,
+    kv_bytes: Number | None = None,
 ) -> LayerForward:
     """A layer with multi-head latent attention (DeepSeek-V2 Sec. 2.1; Megatron-Core
     `MLASelfAttention`), per TP rank, with d = head_dim, r = rope_head_dim, v = v_head_dim:
@@ -259,8 +322,17 @@ def _mla_layer_forward(
 
     In training the keys and values are expanded from the latent, so the attention core is
     multi-head attention with a query/key dimension of d + r and a value dimension of v. The two
-    latent RMSNorms read and write their latents."""
+    latent RMSNorms read and write their latents.
+
+    Decoding (one new token per sequence) works on the cached latent instead (DeepSeek-V2
+    Sec. 2.1.2's absorbed projections, as vLLM's and SGLang's MLA decode and FlashMLA run it):
+    each head's query is multiplied into the latent space (d x kv_lora per head) and its output
+    out of it (kv_lora x v), so attention reads each sequence's cache of kv_lora + r elements per
+    token once for all heads: scores (b a/t) batches of 1 x (kv_lora + r) by (kv_lora + r) x s_kv,
+    context 1 x s_kv by s_kv x kv_lora."""
     s_q = model.seq_len if q_len is None else q_len
+    if np.ndim(s_q) == 0 and s_q == 1:
+        return _mla_decode_forward(model, batch, tp, e, kv_len, weight_bytes, ffn, kv_bytes)
     s_kv = s_q if kv_len is None else kv_len
     h, a, d, r, v = model.hidden, model.heads, model.head_dim, model.rope_head_dim, model.v_head_dim
     ql, kl = model.q_lora_rank, model.kv_lora_rank
