@@ -259,3 +259,25 @@ def test_deepseek_v3_serves_with_its_experts_split_by_tp(cli):
     assert row["tpot_s"] > 0
     # the fp8 weights: 671B parameters, 1 byte each, over 8 GPUs (the embedding and output in 16 bits)
     assert 84e9 <= row["memory_bytes"]["weights"] <= 86e9
+
+
+def test_crossover_compares_expert_layouts(cli):
+    """`--plan` takes ep and etp: experts by TP against experts by EP, as the batch grows."""
+    from shardwise.loaders import parse_plan_spec
+
+    spec = parse_plan_spec("tp=4,sp=on,ep=8,etp=1")
+    assert dict(spec.options) == {"sequence_parallel": True, "ep": 8, "etp": 1}
+    with pytest.raises(SpecError, match="ep=0 is not allowed"):
+        parse_plan_spec("ep=0")
+    args = ["crossover", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5-80gb", "--plan", "tp=4,sp=on,etp=4",
+            "--plan", "tp=4,sp=on,ep=8,etp=1", "--global-batch", "16", "--ignore-memory", "--json"]  # fmt: skip
+    code, out, err = cli(args)
+    assert code == 0, err
+    import json
+
+    series = {(s["plan"], s["link"]): s["time_s"] for s in json.loads(out)["series"]}
+    by_tp, by_ep = series[("tp=4,sp=on,etp=4", "NVLink")], series[("tp=4,sp=on,ep=8,etp=1", "NVLink")]
+    valid = [(a, b) for a, b in zip(by_tp, by_ep, strict=True) if a is not None and b is not None]
+    assert valid and all(b < a for a, b in valid)  # whole experts win on NVLink (docs/model.md#moe)
+    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8,ep=8"])
+    assert code == 2 and "serving plans take only" in err

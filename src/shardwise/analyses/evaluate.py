@@ -196,6 +196,13 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
         checks.append(interleave_multiple)
     if kwargs.get("sequence_parallel"):
         checks.append(rules.sequence_rules(x["seq_len"], tp, 1, True, True)[2])
+    m = exp.model
+    etp = kwargs.get("etp") or tp
+    checks += rules.moe_rules(
+        m.experts, m.expert_ffn_hidden, tp, 1, np.maximum(dp, 1), kwargs.get("ep", 1), etp, m.name
+    )
+    if exp.workload == "train":
+        checks.append(rules.moe_training_rule(m.experts, tp, kwargs.get("sequence_parallel", False)))
     return [(r.rule, r.ok) for r in checks]
 
 

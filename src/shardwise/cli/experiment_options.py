@@ -87,8 +87,8 @@ experiment_options = _stack(
         "plans",
         multiple=True,
         metavar="tp=N[,pp=N,...]",
-        help="A plan to compare (repeat): tp, pp (a number or 'all'), vpp, mb, schedule, recompute, sp, zero. "
-        "[default: tp=8 pp=8]",
+        help="A plan to compare (repeat): tp, pp (a number or 'all'), vpp, mb, schedule, recompute, sp, zero, "
+        "ep, etp (mixture of experts). [default: tp=8 pp=8]",
     ),
     alias_option(
         "--global-batch",

@@ -43,7 +43,7 @@ from shardwise.specs.stages import StageSplit, moe_split
 
 def model_moe_split(model: Model, split: StageSplit) -> StageSplit:
     """How many layers of each stage are mixture-of-experts."""
-    return moe_split(split, int(model.layers), model.dense_layers, model.moe_every)
+    return moe_split(split, model.layers, model.dense_layers, model.moe_every)
 
 
 def experts_cost(

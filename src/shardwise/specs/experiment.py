@@ -22,14 +22,15 @@ class PlanSpec:
     """A plan relative to the GPU count: `tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all` (all GPUs);
     dp fills the GPUs that tp x pp leave. Other keys: vpp, mb (micro-batch), schedule,
     recompute, sp (on/off), zero, first and last (layers on the first / last pipeline stage; the
-    middle stages split the rest). Checked when parsed."""
+    middle stages split the rest), ep and etp (a mixture of experts' expert layout, folded into
+    the same GPUs). Checked when parsed."""
 
     label: str
     tp: int | str = 1
     pp: int | str = 1
     options: tuple[tuple[str, Any], ...] = ()  # Plan keyword arguments, already typed
 
-    KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last")
+    KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last", "ep", "etp")
 
     def degrees(self, gpus: Any) -> tuple[Any, Any, Any]:
         """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp), NaN if not whole."""

@@ -107,7 +107,7 @@ class Model:
             )
         if not self.experts and (self.experts_per_token or self.shared_experts):
             raise SpecError(f"{p}: experts_per_token and shared_experts need experts > 0 (a mixture of experts)")
-        if self.experts and self.dense_layers >= self.layers:
+        if self.experts and np.any(np.asarray(self.layers) <= self.dense_layers):
             raise SpecError(f"{p}: dense_layers {self.dense_layers} leaves no MoE layer of {self.layers}")
 
     @property
@@ -115,12 +115,12 @@ class Model:
         return bool(self.experts)
 
     @property
-    def moe_layers(self) -> int:
+    def moe_layers(self) -> Number:
         """How many layers are mixture-of-experts (0 for a dense model)."""
         if not self.experts:
             return 0
-        after = int(self.layers) - self.dense_layers
-        return after // self.moe_every
+        after = np.asarray(self.layers) - self.dense_layers
+        return int(after // self.moe_every) if after.ndim == 0 else after // self.moe_every
 
     @property
     def q_dim(self) -> Number:

@@ -166,7 +166,7 @@ def moe_layers_below(index: Number, dense_layers: int, moe_every: int) -> Number
     return np.maximum(np.floor((np.asarray(index, dtype=float) - dense_layers) / moe_every), 0.0)
 
 
-def moe_split(split: StageSplit, layers: int, dense_layers: int, moe_every: int) -> StageSplit:
+def moe_split(split: StageSplit, layers: Number, dense_layers: int, moe_every: int) -> StageSplit:
     """The mixture-of-experts layers of each stage of `split` (the stages hold consecutive layers;
     the interleaved schedule's chunks are counted as if they were). The fullest middle stage is
     taken to hold the most MoE layers a middle stage can: all its layers when every layer past
