@@ -16,8 +16,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.costs import embedding_cost, head_cost, layer_cost, slowest_stage_send_s, stages, tp_comm
-from shardwise.engines.moe import model_moe_split, moe_layer_cost, stage_params
+from shardwise.engines.costs import (
+    Stages,
+    embedding_cost,
+    head_cost,
+    layer_cost,
+    slowest_stage_send_s,
+    stages,
+    tp_comm,
+)
+from shardwise.engines.moe import moe_layers, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.flops import kv_cache_elements_per_token
@@ -63,6 +71,18 @@ class ForwardStages:
     send_s: Number
     middle_sum: Number = None  # all middle stages' compute + TP communication (None: equal stages)
 
+    @classmethod
+    def of(cls, st: Stages, send_s: Number) -> ForwardStages:
+        """The forward halves of `engines.costs.stages`' costs; the collectives (TP, and the expert
+        all-to-alls of mixture-of-experts layers) together."""
+        parts = (st.first, st.middle, st.last)
+        return cls(
+            tuple(s.compute_forward_s for s in parts),  # type: ignore[arg-type]
+            tuple(s.tp_forward_s + s.ep_forward_s for s in parts),  # type: ignore[arg-type]
+            send_s,
+            st.middle_sum.forward_s,
+        )
+
     @property
     def per_stage(self) -> tuple[Number, Number, Number]:
         """c_j = compute + exposed TP communication + the send to the next stage."""
@@ -99,28 +119,16 @@ def forward_stages(
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     fabric = Fabric.of(cluster)
-    place = placement(plan, cluster.gpus_per_node)
+    place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     comm = tp_comm(scn, fabric, place["tp"], s_q)
     layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes)
     emb = embedding_cost(scn, comm, s_q)
     # the output layer stays 16-bit in quantised serving (TensorRT-LLM and vLLM leave lm_head alone)
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
     split = plan_split(model.layers, plan)
-    moe = None
-    if model.is_moe:
-        moe_layer = moe_layer_cost(
-            scn, comm, fabric, place, s_kv, q_len=s_q, weight_bytes=weight_bytes, kv_bytes=kv_bytes
-        )
-        moe = (moe_layer, model_moe_split(model, split))
-    first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
+    moe = moe_layers(scn, comm, fabric, place, split, s_kv, q_len=s_q, weight_bytes=weight_bytes, kv_bytes=kv_bytes)
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
-    send = slowest_stage_send_s(scn, fabric, place, comm)
-    return ForwardStages(
-        tuple(s.compute_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
-        tuple(s.tp_forward_s + s.ep_forward_s for s in (first, middle, last)),  # collectives, EP's all-to-alls too
-        send,
-        middle_sum.compute_forward_s + middle_sum.tp_forward_s + middle_sum.ep_forward_s,
-    )  # type: ignore[arg-type]
+    return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(scn, fabric, place, comm))
 
 
 def estimate_forward(

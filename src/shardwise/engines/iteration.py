@@ -33,10 +33,11 @@ from shardwise.engines.forward import ForwardStages
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.compute import layer_times
+from shardwise.physics.compute import LayerTimes, layer_times
 from shardwise.physics.flops import layer_forward
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
+from shardwise.specs._checks import Number
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
@@ -54,47 +55,33 @@ def stage_costs(
     tokens = np.maximum(d + q, 1.0)
     one = replace(scn, plan=plan.with_(micro_batch=1, global_batch=plan.dp))
     fabric = Fabric.of(cluster)
-    place = placement(plan, cluster.gpus_per_node)
+    place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     comm = tp_comm(one, fabric, place["tp"], tokens)
-    linear = layer_times(layer_forward(model, 1, plan.tp, False, e, tokens, tokens, w, kvb), gpu, plan.precision, True)
-    dec = layer_times(
-        layer_forward(model, np.maximum(d, 1.0), plan.tp, False, e, 1, context, w, kvb), gpu, plan.precision, True
-    )
     n = wl.input_len
-    prompt = layer_times(layer_forward(model, 1, plan.tp, False, e, n, n, w, kvb), gpu, plan.precision, True)
-    compute = (
-        linear.gemm_s
-        + linear.elementwise_s
-        + linear.cast_f_s
-        + np.where(d > 0, dec.attention_s, 0.0)
-        + q / n * prompt.attention_s
-    )
-    tp = np.where(np.asarray(plan.tp) > 1, 2 * comm.all_reduce, 0.0)  # after attention and after the MLP
-    layer = StageCost(compute, 0.0, tp, 0.0)
+
+    def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
+        return layer_times(
+            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn), gpu, plan.precision, True
+        )
+
+    def linear_s(lt: LayerTimes) -> Number:  # the layers that run on all T tokens together
+        return lt.gemm_s + lt.elementwise_s + lt.cast_f_s
+
+    dec, prompt = times(np.maximum(d, 1.0), 1, context), times(1, n, n)
+    attention = np.where(d > 0, dec.attention_s, 0.0) + q / n * prompt.attention_s
+    reduce = np.where(np.asarray(plan.tp) > 1, comm.all_reduce, 0.0)
+    layer = StageCost(linear_s(times(1, tokens, tokens)) + attention, 0.0, 2 * reduce, 0.0)  # after attention, MLP
     emb = embedding_cost(one, comm, tokens)
     head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
     split = plan_split(model.layers, plan)
     moe = None
     if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
         shared = model.shared_experts * model.expert_ffn_hidden
-        attn = layer_times(
-            layer_forward(model, 1, plan.tp, False, e, tokens, tokens, w, kvb, ffn=shared), gpu, plan.precision, True
-        )
         routed = experts_cost(one, fabric, place, tokens, w)
-        blocks = 1.0 + (1.0 if shared else 0.0)
-        moe_compute = compute - linear.gemm_s - linear.elementwise_s - linear.cast_f_s
-        moe_compute = moe_compute + attn.gemm_s + attn.elementwise_s + attn.cast_f_s + routed.compute_forward_s
-        moe_tp = np.where(np.asarray(plan.tp) > 1, blocks * comm.all_reduce, 0.0) + routed.tp_forward_s
-        moe = (StageCost(moe_compute, 0.0, moe_tp + routed.ep_forward_s, 0.0), model_moe_split(model, split))
-    first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
-    send = slowest_stage_send_s(one, fabric, place, comm)
-    fs = ForwardStages(
-        tuple(s.compute_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
-        tuple(s.tp_forward_s for s in (first, middle, last)),  # type: ignore[arg-type]
-        send,
-        middle_sum.compute_forward_s + middle_sum.tp_forward_s,
-    )
-    return fs
+        compute = linear_s(times(1, tokens, tokens, shared)) + attention + routed.compute_forward_s
+        tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s  # the shared MLP's reduce carries the experts'
+        moe = (StageCost(compute, 0.0, tp, 0.0, ep_forward_s=routed.ep_forward_s), model_moe_split(model, split))
+    return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(one, fabric, place, comm))
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,12 @@ from shardwise.physics.compute import (
     memory_s,
 )
 from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens
-from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu, stage_params_per_gpu
+from shardwise.physics.params import (
+    layer_params_split,
+    moe_layer_params_per_gpu,
+    stage_expert_params_per_gpu,
+    stage_params_per_gpu,
+)
 from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
@@ -119,6 +124,27 @@ def moe_layer_cost(
     return StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
 
 
+def moe_layers(
+    scn: Scenario,
+    comm: TpComm,
+    fabric: Fabric,
+    place: dict[str, Number],
+    split: StageSplit,
+    kv_len: Number,
+    cp: Number = 1,
+    cp_step: Number = 0.0,
+    q_len: Number | None = None,
+    weight_bytes: Number | None = None,
+    kv_bytes: Number | None = None,
+) -> tuple[StageCost, StageSplit] | None:
+    """What `engines.costs.stages` needs for a mixture of experts (an MoE layer's cost and each
+    stage's MoE layers); None for a dense model."""
+    if not scn.model.is_moe:
+        return None
+    cost = moe_layer_cost(scn, comm, fabric, place, kv_len, cp, cp_step, q_len, weight_bytes, kv_bytes)
+    return cost, model_moe_split(scn.model, split)
+
+
 def stage_layer_params(model: Model, plan: object, split: StageSplit) -> tuple[Number, Number, Number]:
     """Parameters of the transformer layers alone on one GPU of the first, fullest middle and last
     stage (dense layers split by tp; MoE layers with their experts / ep, 1 / etp of each)."""
@@ -133,7 +159,18 @@ def stage_layer_params(model: Model, plan: object, split: StageSplit) -> tuple[N
     return tuple((n - k) * per_layer + k * (other + experts) for n, k in zip(counts, moe, strict=True))  # type: ignore[return-value]
 
 
+def _experts(model: Model, plan: object, split: StageSplit) -> tuple[StageSplit, Number, Number] | None:
+    return (model_moe_split(model, split), plan.ep, plan.expert_tp) if model.is_moe else None  # type: ignore[attr-defined]
+
+
 def stage_params(model: Model, plan: object, split: StageSplit) -> tuple[Number, Number, Number]:
     """`physics.params.stage_params_per_gpu` with the experts' layout of `plan` (any model)."""
-    experts = (model_moe_split(model, split), plan.ep, plan.expert_tp) if model.is_moe else None  # type: ignore[attr-defined]
-    return stage_params_per_gpu(model, plan.tp, plan.pp, split, experts)  # type: ignore[attr-defined]
+    return stage_params_per_gpu(model, plan.tp, plan.pp, split, _experts(model, plan, split))  # type: ignore[attr-defined]
+
+
+def stage_expert_params(model: Model, plan: object, split: StageSplit) -> tuple[Number, Number, Number]:
+    """The routed-expert parameters among `stage_params` (0 for a dense model)."""
+    experts = _experts(model, plan, split)
+    if experts is None:
+        return 0.0, 0.0, 0.0
+    return stage_expert_params_per_gpu(model, plan.tp, plan.pp, experts)  # type: ignore[attr-defined]

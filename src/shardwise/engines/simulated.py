@@ -27,7 +27,7 @@ from shardwise.engines.costs import (
     stage_send_time_s,
     tp_comm,
 )
-from shardwise.engines.moe import model_moe_split, moe_layer_cost
+from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
@@ -44,8 +44,6 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.params import (
     layer_params_split,
     moe_layer_params_per_gpu,
-    stage_expert_params_per_gpu,
-    stage_params_per_gpu,
 )
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
@@ -72,7 +70,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     p = int(_scalar("pp", plan.pp))
     m = int(_scalar("micro-batches", plan.num_micro_batches))
     fabric = Fabric.of(cluster)
-    place = placement(plan, cluster.gpus_per_node)
+    place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     local = context_parallel(scn)
     comm = tp_comm(local, fabric, place["tp"])
     cp_step = cp_step_s(scn, fabric, place)
@@ -94,13 +92,10 @@ def stage_times(scn: Scenario) -> StageTimes:
     ]
     matrices, replicated = layer_params_split(model)
     per_layer = matrices / plan.tp + replicated
-    msplit = model_moe_split(model, split) if model.is_moe else None
-    experts = (msplit, plan.ep, plan.expert_tp) if msplit is not None else None
-    params = stage_params_per_gpu(model, plan.tp, plan.pp, split, experts)
-    ends = stage_expert_params_per_gpu(model, plan.tp, plan.pp, experts) if experts else (0.0, 0.0, 0.0)
+    params, ends = stage_params(model, plan, split), stage_expert_params(model, plan, split)
     middles = range(1, p - 1)
-    stage_params = [params[0]] + [per_layer * (counts[i] - n_moe[i]) + n_moe[i] * sum(moe_params) for i in middles]
-    stage_params += [params[2]] if p > 1 else []
+    held = [params[0]] + [per_layer * (counts[i] - n_moe[i]) + n_moe[i] * sum(moe_params) for i in middles]
+    held += [params[2]] if p > 1 else []
     stage_experts = [ends[0]] + [n_moe[i] * moe_params[1] for i in middles] + ([ends[2]] if p > 1 else [])
     split_bwd = plan.schedule.label in SPLIT_BACKWARD
     forward = np.array([float(np.asarray(c.forward_s)) for c in kinds])
@@ -130,7 +125,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     forward, backward = forward + mb_over / 2, backward + mb_over / 2
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt = [], [], [], []
-    for i, (cost, n_params, n_expert) in enumerate(zip(kinds, stage_params, stage_experts, strict=True)):
+    for i, (cost, n_params, n_expert) in enumerate(zip(kinds, held, stage_experts, strict=True)):
         c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m)
         if model.is_moe:
             c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))

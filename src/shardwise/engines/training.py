@@ -39,7 +39,7 @@ from shardwise.engines.costs import (
     stages,
     tp_comm,
 )
-from shardwise.engines.moe import model_moe_split, moe_layer_cost
+from shardwise.engines.moe import moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.errors import SpecError
@@ -51,8 +51,6 @@ from shardwise.physics.moe import experts_forward, routed_tokens
 from shardwise.physics.params import (
     layer_params_split,
     moe_layer_params_per_gpu,
-    stage_expert_params_per_gpu,
-    stage_params_per_gpu,
 )
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
@@ -101,7 +99,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     raise_first([moe_training_rule(model.experts, plan.tp, plan.sequence_parallel)])
     fabric = Fabric.of(cluster)
-    place = placement(plan, cluster.gpus_per_node)
+    place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
     split = plan_split(model.layers, plan)
 
@@ -111,12 +109,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
     emb = embedding_cost(local, comm)
     head = head_cost(local, comm)
-    moe = None
-    if model.is_moe:
-        moe = (
-            moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step),
-            model_moe_split(model, split),
-        )
+    moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step)
     first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
 
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
@@ -146,9 +139,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
     exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
 
-    experts = (moe[1], plan.ep, plan.expert_tp) if moe is not None else None
-    params = stage_params_per_gpu(model, plan.tp, plan.pp, split, experts)
-    expert_params = stage_expert_params_per_gpu(model, plan.tp, plan.pp, experts) if experts else (0.0, 0.0, 0.0)
+    params, expert_params = stage_params(model, plan, split), stage_expert_params(model, plan, split)
     dp_s, dp_hidden = _data_parallel_exposed_s(scn, fabric, place, params, (first, middle, last), m, v, expert_params)
     optimizer_s = reduce(np.maximum, (optimizer_time_s(scn, n, x) for n, x in zip(params, expert_params, strict=True)))
 

@@ -52,8 +52,11 @@ def expert_placement(ep: Number, etp: Number, expert_dp: Number, gpus_per_node: 
     }
 
 
-def placement(plan: object, gpus_per_node: Number) -> dict[str, Number]:
-    """`group_placement` of a Plan, with its expert groups (`expert_placement`)."""
+def placement(plan: object, gpus_per_node: Number, experts: bool = False) -> dict[str, Number]:
+    """`group_placement` of a Plan, with its expert groups (`expert_placement`) when `experts`
+    (a mixture of experts: dense models do not pay for them in the planner's hot path)."""
     p = plan
     out = group_placement(p.tp, p.dp, p.pp, gpus_per_node, p.cp)  # type: ignore[attr-defined]
+    if not experts:
+        return out
     return out | expert_placement(p.ep, p.expert_tp, p.expert_dp, gpus_per_node)  # type: ignore[attr-defined]
