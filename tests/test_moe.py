@@ -102,7 +102,7 @@ def test_a_balanced_router_does_the_same_flops_whatever_the_layout(ep, etp):
     """Each rank does the FLOPs of T k full expert MLPs (2 T k 3 h f for a gated MLP)."""
     m = presets.model("deepseek-v3")
     ef = experts_forward(m, 4096, ep, etp, 2.0)
-    assert ef.up.flops + ef.down.flops == pytest.approx(2 * 4096 * 8 * 3 * 7168 * 2048)
+    assert (ef.up.flops + ef.down.flops) / ef.imbalance == pytest.approx(2 * 4096 * 8 * 3 * 7168 * 2048)
 
 
 def scenario(model: str = "qwen3-30b-a3b", nodes: int = 2, **plan: object) -> Scenario:
@@ -152,6 +152,36 @@ def test_rules_for_expert_layouts():
         scenario(moe_dispatcher="deepep")
     with pytest.raises(SpecError, match="expert_imbalance"):
         scenario(expert_imbalance=0.5)
+
+
+@settings(max_examples=20, deadline=None)
+@given(ep=st.sampled_from([2, 8, 16]), dispatcher=st.sampled_from(["alltoall", "flex"]), gb=st.sampled_from([32, 256]))
+def test_overlapping_the_all_to_alls_never_slows_a_step_and_holds_more_activations(ep, dispatcher, gb):
+    """Megatron-Core's combined 1F1B hides each micro-batch's all-to-alls behind another's compute
+    (at most the whole all-to-all, never less than the SMs it takes) and keeps one more micro-batch."""
+    plain = estimate_training_step(scenario(ep=ep, moe_dispatcher=dispatcher, global_batch=gb))
+    overlap = estimate_training_step(scenario(ep=ep, moe_dispatcher=dispatcher, global_batch=gb, moe_overlap=True))
+    a2a, hidden = float(plain.breakdown.ep_comm_s), float(overlap.breakdown.ep_comm_s)
+    assert 0 < hidden < a2a
+    assert float(overlap.step_time_s) < float(plain.step_time_s)
+    assert float(overlap.memory.activations_bytes) > float(plain.memory.activations_bytes)
+    sms = presets.gpu("h100-sxm5-80gb").sm_count
+    assert hidden >= a2a * 16 / sms * (1 - 1e-9)
+    alone = estimate_training_step(scenario(ep=ep, global_batch=16, moe_overlap=True))  # one micro-batch: no pair
+    assert float(alone.breakdown.ep_comm_s) == pytest.approx(
+        float(estimate_training_step(scenario(ep=ep, global_batch=16)).breakdown.ep_comm_s)
+    )
+
+
+def test_rules_for_the_all_to_all_overlap():
+    with pytest.raises(SpecError, match="moe_overlap with pp=2 needs the interleaved schedule"):
+        estimate_training_step(scenario(pp=2, dp=8, ep=8, moe_overlap=True))
+    with pytest.raises(SpecError, match="does not run with full recomputation"):
+        estimate_training_step(scenario(ep=8, recompute="full", moe_overlap=True))
+    with pytest.raises(SpecError, match="needs ep > 1"):
+        estimate_training_step(scenario(ep=1, moe_overlap=True))
+    interleaved = scenario(pp=2, dp=8, ep=8, vpp=2, schedule="interleaved", global_batch=32, moe_overlap=True)
+    assert float(estimate_training_step(interleaved).step_time_s) > 0
 
 
 def test_etp_defaults_to_tp_as_in_megatron_core():
@@ -279,5 +309,54 @@ def test_crossover_compares_expert_layouts(cli):
     by_tp, by_ep = series[("tp=4,sp=on,etp=4", "NVLink")], series[("tp=4,sp=on,ep=8,etp=1", "NVLink")]
     valid = [(a, b) for a, b in zip(by_tp, by_ep, strict=True) if a is not None and b is not None]
     assert valid and all(b < a for a, b in valid)  # whole experts win on NVLink (docs/model.md#moe)
-    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8,ep=8"])
-    assert code == 2 and "serving plans take only" in err
+    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8,cp=2"])
+    assert code == 2 and "serving plans take only" in err and "(not cp)" in err
+
+
+def test_serving_spreads_the_experts_over_the_tp_gpus(cli):
+    """vLLM --enable-expert-parallel: ep x etp = tp, no all-to-all (every TP rank holds every
+    token), the busiest rank's whole experts instead of a slice of each. Decoding one sequence of
+    Mixtral (2 of 8 experts) on 8 GPUs reads a whole expert on the busiest rank under EP, an eighth
+    of two under TP: EP is slower for small batches."""
+    import json
+
+    base = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--json"]
+    code, out, err = cli([*base, "--plan", "tp=8", "--plan", "tp=8,ep=8", "--plan", "tp=8,ep=4"])
+    assert code == 0, err
+    rows = {r["plan"]: r for r in json.loads(out)["plans"]}
+    assert rows["tp=8,ep=8"]["tpot_s"] > rows["tp=8,ep=4"]["tpot_s"] > rows["tp=8"]["tpot_s"]
+    code, _, err = cli([*base, "--plan", "tp=8,ep=3"])
+    assert code == 2 and "ep=3 x etp=2 must equal tp=8 when serving" in err
+
+
+@settings(max_examples=25, deadline=None)
+@given(tokens=st.floats(1.0, 1e5), ep=st.sampled_from([2, 4, 8]))
+def test_unsharded_tokens_reach_each_rank_by_their_share(tokens, ep):
+    """Serving (tokens on every rank): a rank runs its experts on T k / ep copies on average, the
+    busiest a few standard deviations more, never more than all of them; training (sharded): the
+    busiest of ep ranks waits for at least the mean."""
+    m = presets.model("qwen3-30b-a3b")
+    k = m.experts_per_token
+    served = experts_forward(m, tokens, ep, 1, 2.0, sharded=False)
+    copies = served.up.m * served.up.batch
+    assert tokens * k / ep * (1 - 1e-9) <= copies <= tokens * k * (1 + 1e-9)
+    trained = experts_forward(m, tokens, ep, 1, 2.0)
+    assert trained.imbalance >= 1.0
+    assert experts_forward(m, 1e6, ep, 1, 2.0).imbalance < 1.01  # many tokens: the sampling evens out
+
+
+def test_crossover_compares_context_parallel_layouts(cli):
+    """`--plan` takes cp: dp = GPUs / (tp pp cp); priced for training and whole-sequence passes,
+    refused for serving workloads with the rule."""
+    import json
+
+    args = ["crossover", "--model", "llama3-8b", "--seq-len", "32768", "--plan", "tp=8", "--plan", "tp=2,cp=4",
+            "--gpus", "8", "--json"]  # fmt: skip
+    code, out, err = cli(args)
+    assert code == 0, err
+    series = {(s["plan"], s["link"]): s["time_s"] for s in json.loads(out)["series"]}
+    assert all(b < a for a, b in zip(series[("tp=8", "PCIe")], series[("tp=2,cp=4", "PCIe")], strict=True))
+    code, _, err = cli([*args[:-1], "--workload", "decode"])
+    assert code == 2 and "serving uses cp=1" in err
+    code, _, err = cli([*args[:-1], "--workload", "forward"])
+    assert code == 0, err

@@ -272,7 +272,7 @@ def test_serve_draws_the_frontier(cli, tmp_path):
         (["--plot", "/no/such/dir/f.png"], "does not exist"),
         (["--plot", "f.gif"], "unknown file format"),
         (["--weight-precision", "fp4"], "fp4"),
-        (["--plan", "tp=2,mb=4"], "only tp, pp, first and last"),
+        (["--plan", "tp=2,mb=4"], "only tp, pp, first, last, ep and etp"),
         (["--plot-link", "=pcie4"], "--plot-link"),
         (["--plot-link", "X=nosuch"], "--plot-link"),
         (["--num-gpus", "1", "--plot", "f.png"], "no plan fits"),

@@ -304,8 +304,8 @@ _SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "fals
 
 
 def parse_plan_spec(text: str) -> PlanSpec:
-    """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with vpp, mb, schedule, recompute, sp, zero, first,
-    last, ep, etp (see `PlanSpec`); checked here, one line per problem."""
+    """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with cp, vpp, mb, schedule, recompute, sp, zero,
+    first, last, ep, etp (see `PlanSpec`); checked here, one line per problem."""
     fields: dict[str, str] = {}
     parts = [part for part in text.replace(" ", "").split(",") if part]
     if not parts:
@@ -338,7 +338,13 @@ def parse_plan_spec(text: str) -> PlanSpec:
         options["micro_batch"] = whole("mb", 1)
     if "zero" in fields:
         options["zero_stage"] = whole("zero", 0, 3)
-    for key, name in (("first", "first_stage_layers"), ("last", "last_stage_layers"), ("ep", "ep"), ("etp", "etp")):
+    for key, name in (
+        ("first", "first_stage_layers"),
+        ("last", "last_stage_layers"),
+        ("cp", "cp"),
+        ("ep", "ep"),
+        ("etp", "etp"),
+    ):
         if key in fields:
             options[name] = whole(key, 1)
     for key, allowed in (

@@ -71,11 +71,20 @@ def why_invalid(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, 
     """The first rule that the plan breaks at the first point of the grid (None if valid there)."""
     first = {k: np.asarray(v).ravel()[:1] for k, v in grid.items()}
     x = _inputs(exp, plan, link, first)
-    kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    kwargs = _plan_kwargs(exp, plan, x)
     for rule, ok in _rules(exp, x, kwargs):
         if not np.all(ok):
             return rule
     return None
+
+
+def _plan_kwargs(exp: Experiment, plan: PlanSpec, x: Mapping[str, np.ndarray]) -> dict[str, Any]:
+    """Plan keyword arguments of the experiment and the plan; serving spreads the experts over the
+    TP GPUs, so etp = tp / ep there unless given (`rules.serving_expert_rule`)."""
+    kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    if exp.workload in ("decode", "prefill") and kwargs.get("ep", 1) > 1 and not kwargs.get("etp"):
+        kwargs["etp"] = np.maximum(np.asarray(x["tp"]) // kwargs["ep"], 1).astype(int)
+    return kwargs
 
 
 def _check_names(grid: Mapping[str, np.ndarray]) -> None:
@@ -89,7 +98,7 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     _check_names(grid)
     shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
     x = _inputs(exp, plan, link, grid)
-    kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
+    kwargs = _plan_kwargs(exp, plan, x)
     valid = np.ones(shape, dtype=bool)
     for _, ok in _rules(exp, x, kwargs):
         valid = valid & ok
@@ -176,7 +185,7 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
 
 def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) -> list[tuple[str, np.ndarray]]:
     """The validity rules of the specs (`specs.rules`), each with where it holds."""
-    from shardwise.specs import rules
+    from shardwise.specs import Recompute, rules
 
     tp, pp, dp, mb = x["tp"], x["pp"], x["dp"], kwargs["micro_batch"]
     vpp = kwargs.get("vpp", 1)
@@ -184,8 +193,9 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
     split = stage_split(x["layers"], pp, kwargs.get("first_stage_layers", 0), kwargs.get("last_stage_layers", 0))
     interleaved = kwargs.get("schedule") == "interleaved"
     whole_batches, interleave_multiple = rules.batch_rules(x["batch"], np.maximum(dp, 1), mb, pp, interleaved)
+    cp = kwargs.get("cp", 1)
     checks = [
-        rules.gpu_rules(x["gpus"], tp, pp, dp, 1),
+        rules.gpu_rules(x["gpus"], tp, pp, dp, cp),
         rules.stage_rule(split, x["layers"], pp, vpp),
         *rules.tp_rules(tp, x["heads"], x["kv_heads"], x["ffn_hidden"]),
         *rules.model_rules(x["hidden"], x["heads"], x["kv_heads"]),
@@ -194,15 +204,34 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
     ]
     if interleaved:
         checks.append(interleave_multiple)
-    if kwargs.get("sequence_parallel"):
-        checks.append(rules.sequence_rules(x["seq_len"], tp, 1, True, True)[2])
+    sequence = rules.sequence_rules(x["seq_len"], tp, cp, kwargs.get("sequence_parallel", False), True)
+    checks += sequence[1:] if cp > 1 else sequence[2:]
+    if cp > 1 and exp.workload in ("decode", "prefill"):
+        checks.append(
+            rules.Rule(
+                "context parallelism is priced for training and whole-sequence passes; serving uses cp=1",
+                np.zeros(np.shape(tp), dtype=bool),
+                lambda: "",
+            )
+        )
     m = exp.model
     etp = kwargs.get("etp") or tp
     checks += rules.moe_rules(
-        m.experts, m.expert_ffn_hidden, tp, 1, np.maximum(dp, 1), kwargs.get("ep", 1), etp, m.name
+        m.experts, m.expert_ffn_hidden, tp, cp, np.maximum(dp, 1), kwargs.get("ep", 1), etp, m.name
     )
+    if exp.workload in ("decode", "prefill"):
+        checks.append(rules.serving_expert_rule(tp, kwargs.get("ep", 1), etp))
     if exp.workload == "train":
-        checks.append(rules.moe_training_rule(m.experts, tp, kwargs.get("sequence_parallel", False)))
+        checks += rules.moe_training_rules(
+            m.experts,
+            tp,
+            kwargs.get("sequence_parallel", False),
+            kwargs.get("ep", 1),
+            pp,
+            interleaved,
+            kwargs.get("recompute") in ("full", Recompute.FULL),
+            kwargs.get("moe_overlap", False),
+        )
     return [(r.rule, r.ok) for r in checks]
 
 

@@ -15,9 +15,15 @@ their throughputs, predicted against measured. Engines are modelled as they run:
 - CUDA graphs for token generation, eager launches for prompts (`engines.serving.RUNTIMES`).
 - ExLlamaV2: prompts in 2,048-token chunks (the issue's "batch 2048"); no pipelining across GPUs.
 
+GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
+under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
+`-sm layer`; only the experts the tokens choose are read.
+
 Left out, with the reason: llama.cpp's older `-sm row` (it gathers every matrix product's output on
-the main GPU and runs the rest there: not TP as modelled here), mixture-of-experts models (priced,
-not compared yet), and rows that compare different engines or give no pair.
+the main GPU and runs the rest there: not TP as modelled here), rows with a filled cache before the
+prompt ("pp512 @ d65536": a prompt's attention over an earlier context is not priced here), GLM-4.5-Air
+in IQ2_XXS and DeepSeek V4 (no preset, no 2-bit storage), and rows that compare different engines or
+give no pair.
 """
 
 from __future__ import annotations
@@ -40,8 +46,9 @@ from shardwise.specs.serving import ServingWorkload
 
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
 LEFT_OUT = (
-    "left out: llama.cpp -sm row (not TP as modelled), mixture-of-experts models (priced, not compared yet), rows "
-    "without a TP/layer pair on one engine; exllamav2#734 reports its TP prefill as a performance problem"
+    "left out: llama.cpp -sm row (not TP as modelled), prompts after a filled cache (@ d65536), GLM-4.5-Air IQ2_XXS "
+    "and DeepSeek V4 (no preset), rows without a TP/layer pair on one engine; exllamav2#734 reports its TP prefill "
+    "as a performance problem"
 )
 LLAMA_CPP_BATCH = 2048  # llama-bench -b default
 LLAMA_CPP_UBATCH = 512  # -ub default
@@ -72,6 +79,12 @@ PAIRS = (
          "llama.cpp", 8192),
     Pair("llamacpp-19378-tg128", "llama.cpp#19378", "llama 1B F16", "tg128", "llama3.2-1b", "rtx-4090", 4, "bf16",
          "llama.cpp", 0, 64),
+    Pair("llamacpp-19378-gptoss-pp512", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "pp512", "gpt-oss-120b",
+         "rtx-4090", 4, "mxfp4", "llama.cpp", 512),
+    Pair("llamacpp-19378-gptoss-pp8192", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "pp8192", "gpt-oss-120b",
+         "rtx-4090", 4, "mxfp4", "llama.cpp", 8192),
+    Pair("llamacpp-19378-gptoss-tg128", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "tg128", "gpt-oss-120b",
+         "rtx-4090", 4, "mxfp4", "llama.cpp", 0, 64),
     Pair("exllamav2-734-pp16k", "exllamav2#734", "Llama 3.3 70B", "prompt processing, 16k context", "llama3-70b",
          "rtx-3090", 2, "int4", "exllamav2", 16384),
 )  # fmt: skip
@@ -83,12 +96,17 @@ def serving_rows() -> list[dict[str, str]]:
     return list(csv.DictReader(text.splitlines()))
 
 
+def _workload(row: dict[str, str]) -> str:
+    """The row's workload without its settings ("pp512"; "pp512 @ d65536" keeps its depth)."""
+    return row["workload"].split(", batch")[0].strip()
+
+
 def _measured(pair: Pair) -> tuple[float, float, str]:
     """(TP throughput, layer-split throughput, source) of a pair, from the data."""
     rows = [
         r
         for r in serving_rows()
-        if pair.source in r["source"] and r["model"] == pair.model_text and r["workload"].startswith(pair.workload)
+        if pair.source in r["source"] and r["model"] == pair.model_text and _workload(r) == pair.workload
     ]
     if pair.engine == "exllamav2":  # one row: "1045.8 (no TP) vs 378.87 (TP)"
         (row,) = rows

@@ -174,6 +174,13 @@ plan_layout_options = _stack(
         "node and per rank.",
     ),
     click.option(
+        "--moe-overlap/--no-moe-overlap",
+        default=False,
+        show_default=True,
+        help="Hide the expert all-to-alls behind another micro-batch's compute (Megatron-Core's combined 1F1B, "
+        "--overlap-moe-expert-parallel-comm; pp=1 or --vpp).",
+    ),
+    click.option(
         "--vpp",
         type=int,
         default=1,
@@ -549,6 +556,7 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         etp=o.get("etp") or 0,
         expert_imbalance=o.get("expert_imbalance") or 1.0,
         moe_dispatcher=o.get("moe_dispatcher") or "alltoall",
+        moe_overlap=bool(o.get("moe_overlap")),
         global_batch=o["global_batch"],
         micro_batch=o["micro_batch"],
         vpp=o["vpp"],

@@ -18,6 +18,8 @@ import numpy as np
 
 from shardwise.engines.costs import (
     Stages,
+    context_parallel,
+    cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
@@ -31,7 +33,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
-from shardwise.specs._checks import Number
+from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.stages import plan_split
 
 
@@ -116,17 +118,25 @@ def forward_stages(
     """Per-stage forward costs of one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (weights and KV cache optionally stored narrower than activations)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
-    s_q = model.seq_len if q_len is None else q_len
-    s_kv = s_q if kv_len is None else kv_len
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
+    cp, cp_step = plan.cp, 0.0
+    if q_len is None and kv_len is None and np.any(np.asarray(cp) > 1):
+        # a whole-sequence pass split over CP ranks as training splits it (`engines.training`): each
+        # rank runs seq_len / cp tokens and their attention over the whole sequence by ring
+        cp_step = cp_step_s(scn, fabric, place)
+        kv_len, scn = model.seq_len, context_parallel(scn)
+    elif np.any(np.asarray(cp) > 1):
+        raise SpecError("plan: context parallelism is priced for whole-sequence passes; serving uses cp=1")
+    s_q = scn.model.seq_len if q_len is None else q_len
+    s_kv = s_q if kv_len is None else kv_len
     comm = tp_comm(scn, fabric, place["tp"], s_q)
-    layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes)
+    layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes, cp, cp_step)
     emb = embedding_cost(scn, comm, s_q)
     # the output layer stays 16-bit in quantised serving (TensorRT-LLM and vLLM leave lm_head alone)
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
     split = plan_split(model.layers, plan)
-    moe = moe_layers(scn, comm, fabric, place, split, s_kv, q_len=s_q, weight_bytes=weight_bytes, kv_bytes=kv_bytes)
+    moe = moe_layers(scn, comm, fabric, place, split, s_kv, cp, cp_step, s_q, weight_bytes, kv_bytes)
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
     return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(scn, fabric, place, comm))
 
@@ -146,6 +156,7 @@ def estimate_forward(
     c_max, compute, tp = fs.slowest(p)
     e = plan.bytes_per_element
     kv_cache = e * most_layers(scn) * plan.micro_batch * m * s_kv * kv_cache_elements_per_token(model, plan.tp)
+    kv_cache = kv_cache / np.asarray(plan.cp)  # each CP rank keeps its own tokens' keys and values
     return ForwardEstimate(
         scenario=scn,
         latency_s=latency,

@@ -15,16 +15,19 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
 The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", Megatron-Core's
 default) or one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`).
 The all-to-alls are exposed: Megatron-Core runs them on the compute stream between the
-permutation and the expert GEMMs that need their result. Expert weights, gradients and
+permutation and the expert GEMMs that need their result, unless `Plan.moe_overlap` pairs the
+forward of one micro-batch with the backward of another (`combined_1f1b`). Expert weights, gradients and
 optimizer state are held by expert_dp = tp cp dp / (ep etp) replicas and reduced over them
 (`engines.training`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
-from shardwise.engines.costs import StageCost, TpComm, layer_cost
+from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost, TpComm, layer_cost, overlapped_exposed_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
@@ -60,14 +63,18 @@ def experts_cost(
 ) -> StageCost:
     """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
     (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
-    every TP rank routes all the tokens and the expert outputs are all-reduced over the ETP group."""
+    every TP rank holds all the tokens: no dispatch, each rank runs its experts (ep x etp = tp) on
+    the copies routed to them and the outputs are all-reduced over the TP group."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     s_q = model.seq_len if q_len is None else q_len
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     tokens = routed_tokens(model, plan.micro_batch, s_q, plan.tp, sp)
+    # each rank routes tokens of its own (training: sequence parallelism splits the TP group's) unless
+    # TP without sequence parallelism replicates them over the TP GPUs (serving)
+    sharded = sp | (np.asarray(plan.tp) <= 1)
     etp = plan.expert_tp
-    ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sp)
+    ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded)
     fused = plan.grad_accumulation_fusion
     up, down = (linear_times(g, gpu, plan.precision, fused) for g in ef.gemms)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused)  # a 16-bit GEMM
@@ -79,14 +86,14 @@ def experts_cost(
         cast_b = memory_s(per_element * sum(g.m * g.n * g.batch for g in ef.gemms), gpu, kernels=2)
     flex = plan.moe_dispatcher == "flex"
     intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, plan.expert_imbalance, dedup=flex)
-    a2a = fabric.group(plan.ep, place["ep"]).exchange(intra, inter)
+    a2a = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(intra, inter), 0.0)  # replicated: none
     etp_group = fabric.group(etp, place["etp"])
     split = np.asarray(etp) > 1
     gather = 2 * np.where(split, etp_group.all_gather(ef.etp_gather_bytes), 0.0)  # and the reduce-scatter
-    # unsharded (serving): one all-reduce of the outputs, fused with the shared experts' when there are
-    # some (their dense MLP already pays it in `layer_cost`)
-    reduce = etp_group.all_reduce(ef.etp_reduce_bytes) if not model.shared_experts else 0.0
-    gather = np.where(sp, gather, np.where(split, reduce, 0.0))
+    # unsharded (serving, ep x etp = tp): one all-reduce of the outputs over the TP group, fused with
+    # the shared experts' when there are some (their dense MLP already pays it in `layer_cost`)
+    reduce = fabric.group(plan.tp, place["tp"]).all_reduce(ef.etp_reduce_bytes) if not model.shared_experts else 0.0
+    gather = np.where(sharded, gather, reduce)
     forward = router.forward_s + up.forward_s + down.forward_s + elementwise + cast_f
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
@@ -113,15 +120,40 @@ def moe_layer_cost(
     q_len: Number | None = None,
     weight_bytes: Number | None = None,
     kv_bytes: Number | None = None,
+    training: bool = False,
 ) -> StageCost:
     """One MoE layer: attention and shared experts (a dense layer whose MLP is the shared
     experts, none without them) plus the routed experts, for `q_len` new tokens per sequence
-    attending to `kv_len` (serving may store weights and KV cache narrower)."""
+    attending to `kv_len` (serving may store weights and KV cache narrower); `training`: a
+    training step's layer, whose all-to-alls `Plan.moe_overlap` may hide (`combined_1f1b`)."""
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
     dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared)
     routed = experts_cost(scn, fabric, place, q_len, weight_bytes)
-    return StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
+    cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
+    return combined_1f1b(cost, scn) if training else cost
+
+
+def combined_1f1b(cost: StageCost, scn: Scenario) -> StageCost:
+    """A training layer's all-to-alls under `Plan.moe_overlap` (Megatron-Core's combined 1F1B,
+    megatron/core/pipeline_parallel/combined_1f1b.py): the forward of micro-batch i + 1 and the
+    backward of micro-batch i run together layer by layer, the one's dispatch and combine on a
+    second stream beside the other's attention and expert GEMMs. A pair's all-to-alls then cost
+    what `engines.costs.overlapped_exposed_s` says for a window of the layer's forward and
+    backward compute, the communication kernels taking NCCL's (or DeepEP's, set alike in the
+    recipes) 16 SMs from the GEMMs. Of m micro-batches, m - 1 forward/backward pairs form: the
+    first forward and the last backward run alone, fully exposed."""
+    plan = scn.plan
+    on = np.asarray(plan.moe_overlap, dtype=bool)
+    if not np.any(on):
+        return cost
+    comm = cost.ep_forward_s + cost.ep_backward_s
+    window = cost.compute_forward_s + cost.compute_backward_s
+    paired = overlapped_exposed_s(comm, window, NCCL_OVERLAP_SMS, scn.cluster.gpu.sm_count)
+    m = np.maximum(np.asarray(plan.num_micro_batches, dtype=float), 1.0)
+    exposed = ((m - 1) * paired + comm) / m
+    scale = np.where(on & (np.asarray(comm) > 0), exposed / np.maximum(comm, 1e-30), 1.0)
+    return replace(cost, ep_forward_s=cost.ep_forward_s * scale, ep_backward_s=cost.ep_backward_s * scale)
 
 
 def moe_layers(
@@ -136,12 +168,13 @@ def moe_layers(
     q_len: Number | None = None,
     weight_bytes: Number | None = None,
     kv_bytes: Number | None = None,
+    training: bool = False,
 ) -> tuple[StageCost, StageSplit] | None:
     """What `engines.costs.stages` needs for a mixture of experts (an MoE layer's cost and each
     stage's MoE layers); None for a dense model."""
     if not scn.model.is_moe:
         return None
-    cost = moe_layer_cost(scn, comm, fabric, place, kv_len, cp, cp_step, q_len, weight_bytes, kv_bytes)
+    cost = moe_layer_cost(scn, comm, fabric, place, kv_len, cp, cp_step, q_len, weight_bytes, kv_bytes, training)
     return cost, model_moe_split(scn.model, split)
 
 

@@ -42,6 +42,7 @@ from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.rules import raise_first, serving_expert_rule
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
@@ -130,7 +131,13 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
-    plan = scn.plan.with_(
+    plan = scn.plan
+    ep = np.asarray(plan.ep)
+    if np.any(ep > 1):  # the experts spread over the TP GPUs (etp unset: tp / ep)
+        etp = np.where(np.asarray(plan.etp) == 0, np.asarray(plan.tp) // ep, plan.etp)
+        raise_first([serving_expert_rule(plan.tp, ep, etp)])
+        plan = plan.with_(etp=etp.item() if etp.ndim == 0 else etp)
+    plan = plan.with_(
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,
         sequence_parallel=False,

@@ -84,7 +84,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     if model.is_moe:  # each stage's MoE layers (the ones after the dense ones, every moe_every-th)
         below = [moe_layers_below(x, model.dense_layers, model.moe_every) for x in (*starts, int(model.layers))]
         n_moe = [int(below[i + 1] - below[i]) for i in range(p)]
-        moe = moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step)
+        moe = moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step, training=True)
         moe_params = moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)
     kinds = [
         _stage_cost(n - k, layer, emb if i == 0 else None, head if i == p - 1 else None, k, moe)

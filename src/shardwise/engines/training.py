@@ -57,7 +57,7 @@ from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
-from shardwise.specs.rules import moe_training_rule, raise_first
+from shardwise.specs.rules import moe_training_rules, raise_first
 from shardwise.specs.stages import StageSplit, plan_split
 
 # Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
@@ -97,7 +97,18 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
-    raise_first([moe_training_rule(model.experts, plan.tp, plan.sequence_parallel)])
+    raise_first(
+        moe_training_rules(
+            model.experts,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.ep,
+            plan.pp,
+            np.asarray(plan.schedule) == Schedule.INTERLEAVED,
+            np.asarray(plan.recompute) == Recompute.FULL,
+            plan.moe_overlap,
+        )
+    )
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
@@ -109,7 +120,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
     emb = embedding_cost(local, comm)
     head = head_cost(local, comm)
-    moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step)
+    moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step, training=True)
     first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
 
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
@@ -148,7 +159,7 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
         tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
         ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
         pp_p2p_s=m * exposed_p2p,
-        pp_bubble_s=pipe_s - m * c_max,
+        pp_bubble_s=np.maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
         dp_comm_s=dp_s,
         optimizer_s=optimizer_s,
         overhead_s=m * mb_over + cluster.step_overhead_s,
@@ -423,6 +434,14 @@ def memory_breakdown(
     in_first = mem.layers_in_flight(split.first, p, plan.vpp, m, plan.schedule, 0)
     in_mid = mem.layers_in_flight(split.middle_max, p, plan.vpp, m, plan.schedule, 1)
     in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)
+    # the combined 1F1B of `moe_overlap` starts the next forward before the backward it pairs
+    # with: one more model chunk of activations in flight (Megatron-Core adds one warm-up chunk)
+    ahead = np.asarray(plan.moe_overlap, dtype=bool) & (np.asarray(m) > 1) & (moe_layers is not None)
+    v = np.asarray(plan.vpp, dtype=float)
+    in_first, in_mid, in_last = (
+        n + np.where(ahead, layers / v, 0.0)
+        for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
+    )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage
     sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
     emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split

@@ -89,20 +89,35 @@ def experts_forward(
 ) -> ExpertsForward:
     """The routed experts of one MoE layer for `tokens` routed by this rank (module docstring).
 
-    `sharded`: the tokens are split over the ETP ranks (sequence parallelism, training), so they
-    are all-gathered before the experts and reduce-scattered after; without it (serving) every
-    ETP rank already holds them all and the outputs are all-reduced (`etp_reduce_bytes`).
+    `sharded`: each rank routes its own tokens (sequence parallelism, training): they reach the
+    EP ranks by all-to-all and, with etp > 1, are all-gathered over the ETP ranks before the
+    experts and reduce-scattered after. Unsharded (serving, vLLM / SGLang / TensorRT-LLM with TP
+    attention): every rank of the ep x etp group already holds all `tokens`, runs its own experts
+    on the copies routed to them (1 / ep of the T k on average) and the outputs are all-reduced
+    (`etp_reduce_bytes`).
+
     Few tokens leave experts idle: of a rank's E/ep experts, a fraction 1 - (1 - k/E)^N is chosen
-    by N tokens (the EP group's), and only those run and have their weights read (decoding)."""
+    by the N distinct tokens of the EP group, and only those run and have their weights read
+    (decoding). The busiest of ep ranks waits for the others: with a router that is uniform on
+    average, a rank's token copies and chosen experts are binomial, and the largest of ep of them
+    is about sqrt(2 ln ep) standard deviations above the mean (the expected maximum of ep normal
+    draws); `imbalance` (the busiest rank over the mean, measured) applies where it is larger."""
     h, n_exp, k, f = model.hidden, model.experts, model.experts_per_token, model.expert_ffn_hidden
     e = bytes_per_element
     w = e if weight_bytes is None else weight_bytes
     gate = 2 if model.gated_mlp else 1
-    gathered = np.where(np.asarray(sharded, dtype=bool), etp, 1.0)  # tokens each ETP rank computes on
-    local = n_exp / np.asarray(ep, dtype=float)
-    chosen = 1.0 - (1.0 - k / n_exp) ** (tokens * gathered * ep)
-    active = np.maximum(local * chosen, 1.0)
-    received = imbalance * tokens * k * gathered  # token copies reaching the busiest rank
+    p = np.asarray(ep, dtype=float)
+    z = np.sqrt(2.0 * np.log(p))  # 0 for one rank
+    on = np.asarray(sharded, dtype=bool)
+    gathered = np.where(on, etp, 1.0)  # tokens each ETP rank computes on, over the ones it routes
+    distinct = np.where(on, tokens * gathered * p, tokens)  # tokens the EP group routes
+    mean_copies = distinct * k / p  # token copies reaching one rank on average
+    busiest = mean_copies + z * np.sqrt(mean_copies * (1.0 - 1.0 / p))
+    received = np.maximum(imbalance * mean_copies, busiest)  # token copies reaching the busiest rank
+    local = n_exp / p
+    chosen = 1.0 - (1.0 - k / n_exp) ** distinct
+    spread = z * np.sqrt(local * chosen * (1.0 - chosen))
+    active = np.maximum(np.minimum(local * chosen + spread, local), 1.0)
     m = received / active  # tokens per active expert
     up = gemm(m, gate * f / etp, h, e, batch=active, weight_bytes=w)
     down = gemm(m, h, f / etp, e, batch=active, weight_bytes=w)
@@ -118,9 +133,9 @@ def experts_forward(
         down=down,
         elementwise_bytes=permute + sort + activation + scores,
         elementwise_kernels=MOE_KERNELS,
-        etp_gather_bytes=np.where(split & np.asarray(sharded, dtype=bool), received * h * e, 0.0),
-        imbalance=imbalance,
-        etp_reduce_bytes=np.where(split & ~np.asarray(sharded, dtype=bool), tokens * h * e, 0.0),
+        etp_gather_bytes=np.where(split & on, received * h * e, 0.0),
+        imbalance=received / np.maximum(mean_copies, 1e-30),
+        etp_reduce_bytes=np.where((p * np.asarray(etp) > 1) & ~on, tokens * h * e, 0.0),
     )
 
 

@@ -189,8 +189,13 @@ def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
             if np.any(bad):
                 one(int(value[bad].flat[0]))  # raises with the allowed names
             return value.astype(np.int64, copy=False)
-        flat = [int(one(v)) for v in value.ravel().tolist()]
-        return np.asarray(flat, dtype=np.int64).reshape(value.shape)
+        # names or members: map each distinct value once (a million plans hold a handful)
+        try:
+            distinct, inverse = np.unique(value.ravel(), return_inverse=True)
+        except TypeError:  # values that do not sort (mixed kinds): one at a time
+            return np.asarray([int(one(v)) for v in value.ravel().tolist()], dtype=np.int64).reshape(value.shape)
+        codes = np.asarray([int(one(v)) for v in distinct.tolist()], dtype=np.int64)
+        return codes[inverse].reshape(value.shape)
     return one(value)
 
 

@@ -22,22 +22,24 @@ class PlanSpec:
     """A plan relative to the GPU count: `tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all` (all GPUs);
     dp fills the GPUs that tp x pp leave. Other keys: vpp, mb (micro-batch), schedule,
     recompute, sp (on/off), zero, first and last (layers on the first / last pipeline stage; the
-    middle stages split the rest), ep and etp (a mixture of experts' expert layout, folded into
-    the same GPUs). Checked when parsed."""
+    middle stages split the rest), cp (context-parallel ranks per sequence: training and
+    whole-sequence forward passes), ep and etp (a mixture of experts' expert layout, folded into
+    the same GPUs; serving spreads the experts over the TP GPUs, etp = tp / ep). Checked when
+    parsed."""
 
     label: str
     tp: int | str = 1
     pp: int | str = 1
     options: tuple[tuple[str, Any], ...] = ()  # Plan keyword arguments, already typed
 
-    KEYS = ("tp", "pp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last", "ep", "etp")
+    KEYS = ("tp", "pp", "cp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last", "ep", "etp")
 
     def degrees(self, gpus: Any) -> tuple[Any, Any, Any]:
-        """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp), NaN if not whole."""
+        """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp cp), NaN if not whole."""
         g = np.asarray(gpus)
         tp = g if self.tp == "all" else np.asarray(self.tp)
         pp = g if self.pp == "all" else np.asarray(self.pp)
-        return tp, pp, g / (tp * pp)
+        return tp, pp, g / (tp * pp * dict(self.options).get("cp", 1))
 
     def plan_kwargs(self) -> dict[str, Any]:
         return dict(self.options)

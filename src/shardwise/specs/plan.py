@@ -57,7 +57,7 @@ EXECUTION_FLAGS = (
     "pipeline_sync",
     "scatter_gather",
 )
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", *EXECUTION_FLAGS)
+BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", *EXECUTION_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,10 @@ class Plan:
     `expert_imbalance` is the busiest EP rank's tokens over the mean (1: a balanced router);
     `moe_dispatcher` how tokens travel: "alltoall" (a copy per chosen expert, Megatron-Core's
     default) or "flex" (DeepEP / HybridEP: one copy per node and per rank that holds a chosen
-    expert, as the NeMo recipes run DeepSeek-V3 and Qwen3).
+    expert, as the NeMo recipes run DeepSeek-V3 and Qwen3); `moe_overlap`: the forward of one
+    micro-batch and the backward of another run layer by layer together, so each one's
+    all-to-alls hide behind the other's compute (Megatron-Core's combined 1F1B,
+    `--overlap-moe-expert-parallel-comm`; training only, pp = 1 or the interleaved schedule).
 
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
     micro-batches pass through the pipeline per step.
@@ -116,6 +119,7 @@ class Plan:
     etp: Number = 0
     expert_imbalance: Number = 1.0
     moe_dispatcher: str = "alltoall"
+    moe_overlap: bool | np.ndarray = False
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     sequence_parallel: bool | np.ndarray = False

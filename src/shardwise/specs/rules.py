@@ -262,3 +262,71 @@ def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number) -> Ru
         )
 
     return Rule("training a mixture of experts with TP needs sequence parallelism", np.asarray(ok), error)
+
+
+def moe_training_rules(
+    experts: int,
+    tp: Number,
+    sequence_parallel: Number,
+    ep: Number = 1,
+    pp: Number = 1,
+    interleaved: Number = False,
+    full_recompute: Number = False,
+    overlap: Number = False,
+) -> list[Rule]:
+    """The rules of training a mixture of experts: sequence parallelism with TP, and where the
+    expert all-to-all overlap runs."""
+    return [
+        moe_training_rule(experts, tp, sequence_parallel),
+        *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute),
+    ]
+
+
+# Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`, transformer_config.py):
+# needs expert parallelism, the virtual (interleaved) pipeline when pp > 1, and no full
+# recomputation (it schedules the forward and the backward of two micro-batches layer by layer).
+def moe_overlap_rules(
+    overlap: Number, ep: Number, pp: Number, interleaved: Number, full_recompute: Number
+) -> list[Rule]:
+    """Where the expert all-to-all overlap can run (training)."""
+    on = np.asarray(overlap, dtype=bool)
+    shape = np.broadcast_shapes(*(np.shape(x) for x in (overlap, ep, pp, interleaved, full_recompute)))
+    needs_ep = np.broadcast_to(~on | (np.asarray(ep) > 1), shape)
+    needs_vpp = np.broadcast_to(~on | (np.asarray(pp) <= 1) | np.asarray(interleaved, dtype=bool), shape)
+    no_full = np.broadcast_to(~on | ~np.asarray(full_recompute, dtype=bool), shape)
+
+    def ep_error() -> str:
+        return "plan: moe_overlap needs ep > 1 (it hides the expert all-to-alls); add --ep or drop --moe-overlap"
+
+    def vpp_error() -> str:
+        (p,) = _at(~needs_vpp, np.broadcast_to(np.asarray(pp), shape))
+        return (
+            f"plan: moe_overlap with pp={p} needs the interleaved schedule (Megatron-Core's combined 1F1B runs "
+            "with pp=1 or virtual stages); add --vpp 2 or more, or drop --moe-overlap"
+        )
+
+    def full_error() -> str:
+        return "plan: moe_overlap does not run with full recomputation (Megatron-Core's rule); use selective or none"
+
+    return [
+        Rule("the expert all-to-all overlap needs ep > 1", needs_ep, ep_error),
+        Rule("the expert all-to-all overlap needs pp = 1 or the interleaved schedule", needs_vpp, vpp_error),
+        Rule("the expert all-to-all overlap does not run with full recomputation", no_full, full_error),
+    ]
+
+
+def serving_expert_rule(tp: Number, ep: Number, etp: Number) -> Rule:
+    """Serving with expert parallelism spreads the experts over a replica's TP GPUs, which all
+    hold every token after attention (vLLM `--enable-expert-parallel`, SGLang `--ep-size`,
+    TensorRT-LLM `moe_expert_parallel_size` x `moe_tensor_parallel_size` = tp): ep x etp = tp."""
+    t, e, x = np.broadcast_arrays(np.asarray(tp), np.asarray(ep), np.asarray(etp))
+    ok = (e <= 1) | (e * x == t)
+
+    def error() -> str:
+        a, b, c = _at(~ok, t, e, x)
+        return (
+            f"plan: ep={b} x etp={c} must equal tp={a} when serving (the experts spread over the replica's TP "
+            "GPUs, which all hold every token); set etp = tp / ep"
+        )
+
+    return Rule("serving spreads the experts over the TP GPUs: ep x etp = tp", ok, error)
