@@ -1,51 +1,115 @@
-"""How fast the discrete-event pipeline simulator runs (on demand, not in the tests).
+"""How fast the discrete-event pipeline simulator and its outputs run (on demand, not in the tests).
 
     python benchmarks/bench_simulator.py [--repeat 5]
 
-Target (issue 4): p = 64 stages, m = 1024 micro-batches, v = 2 model chunks (interleaved 1F1B,
-about 262,000 compute operations and as many sends) simulated in under one second.
+Targets (issue 16): p = 64 stages, m = 1024 micro-batches, v = 2 model chunks (interleaved 1F1B,
+about 262,000 compute operations and as many sends) simulated in under 0.3 s, and its Gantt
+chart, Chrome trace and `--json` each written in under 1 s. Each median is also given in units
+of one numpy `a * b + c` over 1e7 float64 measured in the same run, so figures compare across
+machines. The event-heap reference simulator (`engines.simulator_events`) is timed beside the
+stage-driven one it checks.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import StageTimes, simulate
+from shardwise.engines.simulator_events import simulate_events
 
 CASES = [("interleaved", 64, 1024, 2), ("1f1b", 64, 1024, 1), ("zb-h1", 64, 1024, 1)]
 
 
-def once(name: str, p: int, m: int, v: int) -> tuple[int, float]:
+def numpy_reference_s(repeat: int) -> float:
+    """Median seconds of one `a * b + c` over 1e7 float64 (the unit of the ratios)."""
+    rng = np.random.default_rng(0)
+    a, b, c = (rng.random(10_000_000) for _ in range(3))
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        _ = a * b + c
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def stage_times(p: int) -> StageTimes:
     rng = np.random.default_rng(0)
     z = np.zeros(p)
-    times = StageTimes(
-        rng.uniform(0.9, 1.1, p),
-        rng.uniform(1.8, 2.2, p),
-        rng.uniform(0.4, 0.6, p),
-        np.full(p, 0.01),
-        np.full(p, 0.01),
-        z,
-        z,
+    return StageTimes(
+        rng.uniform(0.9, 1.1, p), rng.uniform(1.8, 2.2, p), rng.uniform(0.4, 0.6, p),
+        np.full(p, 0.01), np.full(p, 0.01), z + 1.0, z + 1.0,
+    )  # fmt: skip
+
+
+def timed(fn: Callable[[], object], repeat: int) -> float:
+    runs = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        runs.append(time.perf_counter() - start)
+    return statistics.median(runs)
+
+
+def outputs(repeat: int) -> list[tuple[str, int, float]]:
+    """Seconds of `shardwise timeline`'s outputs for a real step of that size (a 128-layer GPT on
+    64 stages of 8 DGX A100, 1,024 micro-batches, 2 chunks): the Gantt chart (PNG), the Chrome
+    trace and the --json text."""
+    from shardwise import export, plots, presets
+    from shardwise.engines.simulated import simulate_training_step
+    from shardwise.export_trace import write_chrome_trace
+    from shardwise.specs import Plan, Scenario
+
+    scn = Scenario(
+        presets.model("gpt-96l-4096h", layers=128),
+        presets.system("dgx-a100", nodes=8),
+        Plan(pp=64, vpp=2, schedule="interleaved", global_batch=1024),
     )
-    start = time.perf_counter()
-    ops = SCHEDULES[name](p, m, v)
-    sim = simulate(ops, times, v, name in SPLIT_BACKWARD, name)
-    return len(sim.records), time.perf_counter() - start
+    step = simulate_training_step(scn)
+    n = len(step.simulation.records)
+    folder = Path(tempfile.mkdtemp())
+
+    def gantt() -> None:
+        fresh = simulate_training_step(scn).simulation  # the records' array is built on first use
+        plots.save(plots.gantt(fresh, "benchmark"), folder / "gantt.png")
+
+    return [
+        ("Gantt chart (PNG, with its simulation)", n, timed(gantt, repeat)),
+        ("Chrome trace", n, timed(lambda: write_chrome_trace(step.simulation, folder / "trace.json"), repeat)),
+        ("--json", n, timed(lambda: export.dumps(export.simulation_dict(step, 0.0), compact=True), repeat)),
+    ]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    print(f"{'schedule':12s} {'p':>3s} {'m':>5s} {'v':>2s} {'operations':>11s} {'median s':>9s}")
+    unit = numpy_reference_s(args.repeat)
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
+    print(f"{'what':34s} {'operations':>11s} {'median s':>9s} {'in units':>9s}")
     for name, p, m, v in CASES:
-        runs = [once(name, p, m, v) for _ in range(args.repeat)]
-        print(f"{name:12s} {p:3d} {m:5d} {v:2d} {runs[0][0]:11,d} {statistics.median(t for _, t in runs):9.3f}")
+        ops = SCHEDULES[name](p, m, v)
+        times = stage_times(p)
+        split = name in SPLIT_BACKWARD
+        fast = timed(lambda: simulate(ops, times, v, split, name), args.repeat)  # noqa: B023
+        ref = timed(lambda: simulate_events(ops, times, v, split, name), max(1, args.repeat // 2))  # noqa: B023
+        sim = simulate(ops, times, v, split, name)
+        n = len(sim.records)
+        label = f"{name} p={p} m={m} v={v}"
+        print(f"{'simulate ' + label:34s} {n:11,d} {fast:9.3f} {fast / unit:9.1f}")
+        print(f"{'  event-heap reference':34s} {n:11,d} {ref:9.3f} {ref / unit:9.1f}")
+    for what, n, seconds in outputs(max(1, args.repeat // 2)):
+        print(f"{what:34s} {n:11,d} {seconds:9.3f} {seconds / unit:9.1f}")
 
 
 if __name__ == "__main__":

@@ -124,13 +124,22 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
     }
 
 
-def dumps(data: Any) -> str:
+def dumps(data: Any, compact: bool = False) -> str:
     """Strict JSON: numpy values as plain numbers, NaN and infinities (an undefined error, an
-    invalid plan's time) as null, which every JSON reader accepts."""
+    invalid plan's time) as null, which every JSON reader accepts. Indented, or `compact` (one
+    line, through the json module's C encoder: for outputs of a million values)."""
+    if compact:
+        return json.dumps(_finite(data), allow_nan=False, separators=(",", ":"))
     return json.dumps(_finite(data), indent=2, allow_nan=False)
 
 
+class FiniteRows(list):  # type: ignore[type-arg]
+    """Rows of plain Python values known to be finite: `dumps` writes them without checking each."""
+
+
 def _finite(value: Any) -> Any:
+    if isinstance(value, FiniteRows):
+        return value
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -289,10 +298,10 @@ def simulation_dict(sim_step: Any, closed_s: float) -> dict[str, Any]:
         "bubble_fraction_per_stage": sim.bubble_fraction_per_stage.tolist(),
         "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
         "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
-        "operations": [
+        "operations": FiniteRows(  # the simulator's times are finite
             {"stage": s, "kind": KIND_NAMES[k], "micro_batch": mb, "chunk": c, "start_s": a, "end_s": b}
             for s, k, mb, c, a, b in sim.records
-        ],
+        ),
     }
 
 

@@ -8,6 +8,8 @@ import click
 
 from shardwise.cli.options import cluster_options, model_options, plan_options
 
+COMPACT_JSON_OPERATIONS = 50_000  # more operations than this: --json on one line
+
 
 @click.command()
 @model_options
@@ -80,7 +82,8 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
             step_time_s_high=high,
             interval={"level": 0.8, "basis": spread.basis},
         )
-        click.echo(export.dumps(data))
+        # a long run prints on one line through the C encoder (seconds saved per million operations)
+        click.echo(export.dumps(data, compact=len(sim.records) > COMPACT_JSON_OPERATIONS))
         return
     _print(sim_step, float(closed.step_time_s), figure, trace_path, (low, high, spread.basis))
 

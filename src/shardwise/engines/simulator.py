@@ -19,7 +19,6 @@ from functools import cached_property
 
 import numpy as np
 
-from shardwise.engines.events import EventLoop
 from shardwise.engines.schedules import B, F, StageOps, W
 
 KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer")
@@ -87,7 +86,12 @@ OP_DTYPE = np.dtype(
 def simulate(
     schedule: StageOps, times: StageTimes, v: int = 1, split_backward: bool = False, name: str = ""
 ) -> SimulationResult:
-    """Run the schedule (see the module docstring); durations per chunk are stage times / v."""
+    """Run the schedule (see the module docstring); durations per chunk are stage times / v.
+
+    Stage-driven: each stage follows its list as far as its inputs are known (an operation starts
+    at max(the stage is free, its input arrives)); a stage that waits for an input is resumed
+    when the stage producing it gets there. Every operation is visited once, with no event heap:
+    the same times as the event-driven `engines.simulator_events.simulate_events`."""
     p = len(schedule)
     n_virtual = p * v
     m = 1 + max(op.micro_batch for ops in schedule for op in ops)
@@ -96,13 +100,13 @@ def simulate(
     wgt = [float(x) / v for x in times.weight_s]
     send_f = [float(x) for x in times.send_forward_s]
     send_b = [float(x) for x in times.send_backward_s]
-    loop = EventLoop()
-    got_f = [bytearray(m) for _ in range(n_virtual)]  # activation of (virtual stage, mb) arrived
-    got_b = [bytearray(m) for _ in range(n_virtual)]
+    unknown = -1.0
+    arrive_f = [[unknown] * m for _ in range(n_virtual)]  # when the activation of (virtual stage, mb) arrives
+    arrive_b = [[unknown] * m for _ in range(n_virtual)]
     next_op = [0] * p
-    busy = [False] * p
+    free = [0.0] * p  # when each stage is free
     busy_s = [0.0] * p
-    link_f = [0.0] * p  # time each link is free
+    link_f = [0.0] * p  # when each link is free
     link_b = [0.0] * p
     in_flight = [0] * p
     peak = [0] * p
@@ -110,68 +114,90 @@ def simulate(
     last_grad_end = [0.0] * p
     rec: list[tuple[int, int, int, int, float, float]] = []
     add = rec.append
-    at = loop.at
-    frees_at = W if split_backward else B
     last = n_virtual - 1
-
-    def try_start(i: int) -> None:
-        if busy[i] or next_op[i] == len(schedule[i]):
-            return
-        kind, mb, c = schedule[i][next_op[i]]
-        s = c * p + i
-        if kind == F:
-            if s and not got_f[s][mb]:
-                return
-            dur = fwd[i]
-            in_flight[i] += 1
-            if in_flight[i] > peak[i]:
-                peak[i] = in_flight[i]
-        elif kind == B:
-            if s < last and not got_b[s][mb]:
-                return
-            dur = bwd[i]
-        else:
-            dur = wgt[i]
-        now = loop.now
-        next_op[i] += 1
-        busy[i] = True
-        busy_s[i] += dur
-        if kind != F:
-            last_grad_start[i] = now
-        at(now + dur, finish, i, kind, mb, s, now)
-
-    def finish(i: int, kind: int, mb: int, s: int, start: float) -> None:
-        now = loop.now
-        add((i, kind, mb, s // p, start, now))
-        busy[i] = False
-        if kind == frees_at:
-            in_flight[i] -= 1
-        if kind != F:
-            last_grad_end[i] = now
-        if kind == F and s < last:
-            free = link_f[i]
-            begin = now if now > free else free
-            link_f[i] = end = begin + send_f[i]
-            add((i, SEND_F, mb, s // p, begin, end))
-            at(end, arrive, got_f, s + 1, mb, (s + 1) % p)
-        elif kind == B and s:
-            free = link_b[i]
-            begin = now if now > free else free
-            link_b[i] = end = begin + send_b[i]
-            add((i, SEND_B, mb, s // p, begin, end))
-            at(end, arrive, got_b, s - 1, mb, (s - 1) % p)
-        try_start(i)
-
-    def arrive(table: list[bytearray], s: int, mb: int, j: int) -> None:
-        table[s][mb] = 1
-        try_start(j)
-
-    for i in range(p):
-        loop.at(0.0, try_start, i)
-    loop.run()
+    todo = list(range(p - 1, -1, -1))  # stages that may be able to go on
+    push = todo.append
+    while todo:
+        i = todo.pop()
+        ops = schedule[i]
+        n_ops = len(ops)
+        k = next_op[i]
+        if k == n_ops:
+            continue
+        # this stage's state in locals while it runs (written back when it waits or ends)
+        t, busy, held, most = free[i], busy_s[i], in_flight[i], peak[i]
+        lf, lb, sf, sb = link_f[i], link_b[i], send_f[i], send_b[i]
+        g_start, g_end = last_grad_start[i], last_grad_end[i]
+        f_dur, b_dur, w_dur = fwd[i], bwd[i], wgt[i]
+        nxt, prv = (i + 1) % p, (i - 1) % p
+        while k < n_ops:
+            kind, mb, c = ops[k]
+            s = c * p + i
+            if kind == F:
+                ready = arrive_f[s][mb] if s else 0.0
+                if ready < 0.0:
+                    break
+                start = t if t > ready else ready
+                t = start + f_dur
+                busy += f_dur
+                held += 1
+                if held > most:
+                    most = held
+                add((i, F, mb, c, start, t))
+                if s < last:
+                    begin = t if t > lf else lf
+                    lf = begin + sf
+                    add((i, SEND_F, mb, c, begin, lf))
+                    arrive_f[s + 1][mb] = lf
+                    push(nxt)
+            elif kind == B:
+                ready = arrive_b[s][mb] if s < last else 0.0
+                if ready < 0.0:
+                    break
+                start = t if t > ready else ready
+                t = start + b_dur
+                busy += b_dur
+                if not split_backward:
+                    held -= 1
+                g_start, g_end = start, t
+                add((i, B, mb, c, start, t))
+                if s:
+                    begin = t if t > lb else lb
+                    lb = begin + sb
+                    add((i, SEND_B, mb, c, begin, lb))
+                    arrive_b[s - 1][mb] = lb
+                    push(prv)
+            else:
+                start = t
+                t = start + w_dur
+                busy += w_dur
+                if split_backward:
+                    held -= 1
+                g_start, g_end = start, t
+                add((i, W, mb, c, start, t))
+            k += 1
+        next_op[i], free[i], busy_s[i], in_flight[i], peak[i] = k, t, busy, held, most
+        link_f[i], link_b[i], last_grad_start[i], last_grad_end[i] = lf, lb, g_start, g_end
     stuck = [i for i in range(p) if next_op[i] != len(schedule[i])]
     if stuck:
         raise RuntimeError(f"schedule {name!r} deadlocked at stage {stuck[0]} (operation {next_op[stuck[0]]})")
+    return finish_step(p, m, v, name, rec, times, busy_s, peak, last_grad_start, last_grad_end)
+
+
+def finish_step(
+    p: int,
+    m: int,
+    v: int,
+    name: str,
+    rec: list[tuple[int, int, int, int, float, float]],
+    times: StageTimes,
+    busy_s: list[float],
+    peak: list[int],
+    last_grad_start: list[float],
+    last_grad_end: list[float],
+) -> SimulationResult:
+    """After each stage's last backward: its data-parallel reduction, optimizer and parameter
+    all-gather (module docstring), and the result."""
     pipeline_end = max(last_grad_end)
     makespan = 0.0
     for i in range(p):

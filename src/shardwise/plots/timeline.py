@@ -29,6 +29,61 @@ GANTT_LABELS = {
 }
 
 
+# Above this many operations the chart is painted as an image of RASTER_COLUMNS time columns
+# (each bar is narrower than a pixel anyway); below it every bar is drawn.
+RASTER_OPERATIONS = 20_000
+MAX_HEIGHT_IN = 14.0  # more than 38 stages share this height (their labels thin out anyway)
+RASTER_COLUMNS = 2400
+RASTER_ROWS_PER_STAGE = 8  # 6 for compute, 1 gap, 1 for communication
+
+
+def _coverage(sel: np.ndarray, p: int, cols: int, dt: float, time_unit: float) -> np.ndarray:
+    """[stage, column]: the share of each column's time the operations `sel` cover."""
+    first = sel["start_s"] / time_unit / dt
+    last = np.minimum(sel["end_s"] / time_unit / dt, cols - 1e-9)
+    i0, i1 = first.astype(np.int64), last.astype(np.int64)
+    cover = np.zeros((p, cols + 1))
+    full = np.zeros((p, cols + 1))  # columns wholly inside an operation, as +1 / -1 edges
+    same = i0 == i1
+    np.add.at(cover, (sel["stage"][same], i0[same]), (last - first)[same])
+    part = ~same
+    np.add.at(cover, (sel["stage"][part], i0[part]), (i0 + 1 - first)[part])
+    np.add.at(cover, (sel["stage"][part], i1[part]), (last - i1)[part])
+    np.add.at(full, (sel["stage"][part], i0[part] + 1), 1.0)
+    np.add.at(full, (sel["stage"][part], i1[part]), -1.0)
+    return (cover + np.cumsum(full, axis=1))[:, :cols]
+
+
+def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) -> set[str]:
+    """Each pixel takes the colour of the operation kind that covers most of its time (compute in
+    the stage's band, communication in a thin line above it; white where neither covers a
+    quarter): one image instead of one rectangle per operation."""
+    from matplotlib.colors import to_rgb
+
+    from shardwise.engines.simulator import KIND_NAMES
+
+    cols, sub = RASTER_COLUMNS, RASTER_ROWS_PER_STAGE
+    dt = max(width, 1e-300) / cols
+    image = np.full((p * sub, cols, 4), 255, dtype=np.uint8)  # RGBA bytes: drawn without conversion
+    used = set()
+    for thin, rows in ((False, slice(2, sub)), (True, slice(0, 1))):
+        names = [n for n in KIND_NAMES if (n.startswith("send") or n == "dp") == thin]
+        shares = []
+        for name in names:
+            sel = ops[ops["kind"] == KIND_NAMES.index(name)]
+            if len(sel):
+                used.add(name)
+            shares.append(_coverage(sel, p, cols, dt, time_unit) if len(sel) else np.zeros((p, cols)))
+        stack = np.stack(shares)
+        best = np.argmax(stack, axis=0)
+        shown = np.max(stack, axis=0) >= 0.25
+        colours = np.array([(*to_rgb(GANTT_COLORS[n]), 1.0) for n in names]) * 255
+        pixels = np.where(shown[..., None], np.round(colours[best]), 255).astype(np.uint8)  # [stage, column, 4]
+        image.reshape(p, sub, cols, 4)[:, rows] = pixels[:, None]
+    ax.imshow(image, aspect="auto", interpolation="none", extent=(0, width, -0.5, p - 0.5), origin="upper")
+    return used
+
+
 def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -> Figure:
     """One row per pipeline stage: compute operations as full-height bars, sends as thin bars
     under them, gaps (the bubbles) left white."""
@@ -38,9 +93,11 @@ def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -
 
     ops = sim.ops
     p = sim.p
-    fig, ax = plt.subplots(figsize=(12, max(2.5, 0.32 * p + 1.6)))
+    fig, ax = plt.subplots(figsize=(12, min(max(2.5, 0.32 * p + 1.6), MAX_HEIGHT_IN)))
     used = set()
-    for k, name in enumerate(KIND_NAMES):
+    if len(ops) > RASTER_OPERATIONS:  # thinner than a pixel each: paint them as an image
+        used = _raster(ax, ops, p, sim.makespan_s / time_unit, time_unit)
+    for k, name in enumerate(KIND_NAMES if len(ops) <= RASTER_OPERATIONS else ()):
         rows = ops[ops["kind"] == k]
         if len(rows) == 0:
             continue
