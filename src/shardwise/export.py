@@ -328,9 +328,20 @@ def write_columns(columns: dict[str, Any], path: str | Path, progress: Callable[
 
 def _cells(values: np.ndarray) -> list[str]:
     """One column's cells: floats to 6 significant digits (nan, inf as such), ints whole,
-    booleans true/false, anything else as its text."""
+    booleans true/false, anything else as its text. A column that repeats a few values (a
+    sweep's axes) formats each distinct value once."""
     if values.dtype == bool:
         return np.where(values, "true", "false").tolist()
+    numeric = np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)
+    if numeric and len(values) > 64:
+        distinct, inverse = np.unique(values, return_inverse=True)  # NaNs stay apart: formatted alike
+        if len(distinct) * 4 <= len(values):
+            texts = np.array(_format(distinct), dtype=object)
+            return texts[inverse].tolist()
+    return _format(values)
+
+
+def _format(values: np.ndarray) -> list[str]:
     if np.issubdtype(values.dtype, np.integer):
         return [str(v) for v in values.tolist()]
     if np.issubdtype(values.dtype, np.floating):

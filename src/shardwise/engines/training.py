@@ -39,6 +39,7 @@ from shardwise.engines.costs import (
     stages,
     tp_comm,
 )
+from shardwise.engines.distinct import evaluate_distinct
 from shardwise.engines.moe import moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
@@ -93,7 +94,15 @@ def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
 
 
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
-    """Closed-form estimate of one optimizer step (see the module docstring)."""
+    """Closed-form estimate of one optimizer step (see the module docstring); array-valued
+    scenarios whose configurations repeat are priced once per distinct one
+    (`engines.distinct`)."""
+    return evaluate_distinct(estimate_each_training_step, scn)
+
+
+def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
+    """`estimate_training_step` computed for every element (the reference the distinct path is
+    checked against)."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")

@@ -64,6 +64,11 @@ def stage_split(
     f_set, l_set = f_given > 0, l_given > 0
     base, r = np.floor(L / p), np.mod(L, p)
     extra_mid = np.where(p > 2, np.minimum(r, p - 2), 0.0)
+    if not (np.any(f_set) or np.any(l_set)):  # automatic everywhere: the general rules below reduce to this
+        first, last = base + r - extra_mid, base
+        middle_total = np.where(p > 2, L - first - last, 0.0)
+        n_mid = np.maximum(p - 2, 1.0)
+        return StageSplit(p, first, last, middle_total, np.ceil(middle_total / n_mid), np.floor(middle_total / n_mid))
     others = np.maximum(p - 1, 1.0)  # with one end fixed, the other stages share the rest
     first = np.where(f_set, f_given, np.where(l_set, np.floor((L - l_given) / others), base + r - extra_mid))
     last = np.where(l_set, l_given, np.where(f_set, np.floor((L - f_given) / others), base))

@@ -1,0 +1,157 @@
+"""Evaluate each distinct configuration once: the cost model is elementwise, so a million plans
+drawn from a few values per field (a planner's candidates, random layouts of one model, a
+calibration's stacked runs) need only their distinct combinations priced, then gathered back.
+
+`evaluate_distinct(fn, scn)` finds the array-valued fields of the scenario (model, hardware and
+plan), codes each one's values as dense integers (a whole-number field through a table over its
+range, a field given as a small array, such as a sweep axis, by its distinct values), combines
+the codes into one key per configuration and, when the distinct keys are at most a quarter of
+the configurations, runs `fn` on one scenario per distinct key and expands every array of the
+result back to the full shape. Otherwise (a grid of broadcast axes, whose points all differ, or
+continuous values) it runs `fn` on the scenario as given. The results are the same numbers either way
+(tests/test_distinct.py compares both paths on random inputs): the model never mixes elements.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
+
+# Below this many configurations the bookkeeping costs more than it saves.
+MIN_CONFIGURATIONS = 4096
+# Deduplicate only when the distinct configurations are at most this share of them.
+MAX_DISTINCT_SHARE = 0.25
+# Keys up to this many times the configurations are marked in a table (linear time); larger
+# key spaces are sorted.
+TABLE_KEYS_PER_CONFIGURATION = 8
+
+
+def _leaves(obj: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """(path, array) of every array-valued field of a tree of dataclasses (size > 1)."""
+    out = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out += _leaves(value, (*path, f.name))
+        elif isinstance(value, np.ndarray) and value.size > 1:
+            out.append(((*path, f.name), value))
+    return out
+
+
+def _rebuild(obj: Any, values: dict[tuple[str, ...], np.ndarray], path: tuple[str, ...] = ()) -> Any:
+    """`obj` with the fields at `values`' paths replaced (nested dataclasses rebuilt)."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        here = (*path, f.name)
+        if here in values:
+            changes[f.name] = values[here]
+        else:
+            value = getattr(obj, f.name)
+            nested = dataclasses.is_dataclass(value) and not isinstance(value, type)
+            if nested and any(p[: len(here)] == here for p in values):
+                changes[f.name] = _rebuild(value, values, here)
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+class _Codes:
+    """One field coded as dense integers 0..size-1 over the full shape, and the values back
+    (size 0: a field of continuous values, not coded)."""
+
+    def __init__(self, array: np.ndarray, shape: tuple[int, ...], n: int) -> None:
+        self.full = array.size == n  # one value per configuration (not a broadcast axis)
+        self.values: np.ndarray | None = None
+        self.size = 0
+        if not self.full:  # a broadcast axis: code its distinct values
+            self.values, inverse = np.unique(array, return_inverse=True)
+            self._codes = np.broadcast_to(inverse.reshape(array.shape), shape).reshape(-1)
+        elif array.dtype.kind in "iub":  # whole numbers: a table over their range
+            flat = array.reshape(-1).astype(np.int64)
+            low = int(flat.min())
+            span = int(flat.max()) - low + 1
+            if span <= TABLE_KEYS_PER_CONFIGURATION * n:
+                seen = np.zeros(span, dtype=bool)
+                seen[flat - low] = True
+                self.values = (np.flatnonzero(seen) + low).astype(array.dtype)
+                self._codes = (np.cumsum(seen) - 1)[flat - low]
+            else:
+                self.values, self._codes = np.unique(flat, return_inverse=True)
+                self.values = self.values.astype(array.dtype)
+        if self.values is not None:
+            self.size = len(self.values)
+
+    def codes(self) -> np.ndarray:
+        return self._codes.astype(np.int64, copy=False)
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        assert self.values is not None
+        return self.values[codes]
+
+
+def evaluate_distinct(fn: Callable[[Any], T], scn: Any) -> T:
+    """`fn(scn)`, computed once per distinct configuration when that saves work (module
+    docstring). `fn` must be elementwise in the scenario's array fields."""
+    leaves = _leaves(scn)
+    if not leaves:
+        return fn(scn)
+    shape = np.broadcast_shapes(*(a.shape for _, a in leaves))
+    n = int(np.prod(shape))
+    if n < MIN_CONFIGURATIONS:
+        return fn(scn)
+    if not any(a.size == n for _, a in leaves):  # a grid of broadcast axes: every point differs
+        return fn(scn)
+    if any(a.size == n and a.dtype.kind not in "iub" for _, a in leaves):  # continuous values
+        return fn(scn)
+    fields = [(path, _Codes(a, shape, n)) for path, a in leaves]
+    bound = 1
+    for _, c in fields:
+        bound *= c.size
+    if bound >= 2**62:
+        return fn(scn)
+    key = np.zeros(n, dtype=np.int64)
+    stride = 1
+    for _, c in fields:
+        key += c.codes() * stride
+        stride *= c.size
+    if stride <= TABLE_KEYS_PER_CONFIGURATION * n:
+        seen = np.zeros(stride, dtype=bool)
+        seen[key] = True
+        distinct = np.flatnonzero(seen)
+        inverse = (np.cumsum(seen) - 1)[key]
+    else:
+        distinct, inverse = np.unique(key, return_inverse=True)
+    if len(distinct) > MAX_DISTINCT_SHARE * n:
+        return fn(scn)
+    values: dict[tuple[str, ...], np.ndarray] = {}
+    stride = 1
+    for path, c in fields:
+        values[path] = c.decode((distinct // stride) % c.size)
+        stride *= c.size
+    result = fn(_rebuild(scn, values))
+    return _expand(result, inverse, shape, len(distinct), scn)
+
+
+def _expand(value: Any, inverse: np.ndarray, shape: tuple[int, ...], u: int, scn: Any) -> Any:
+    """Every array of `value` over the distinct configurations gathered back to `shape`; the
+    scenario the result describes is the one given."""
+    if isinstance(value, np.ndarray):
+        if value.ndim == 1 and value.shape[0] == u:
+            return value[inverse].reshape(shape)
+        return value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {}
+        for f in dataclasses.fields(value):
+            if f.name == "scenario":
+                changes[f.name] = scn
+            else:
+                changes[f.name] = _expand(getattr(value, f.name), inverse, shape, u, scn)
+        return dataclasses.replace(value, **changes)
+    if isinstance(value, dict):
+        return {k: _expand(v, inverse, shape, u, scn) for k, v in value.items()}
+    if isinstance(value, tuple):
+        return tuple(_expand(v, inverse, shape, u, scn) for v in value)
+    return value

@@ -1,0 +1,99 @@
+"""Pricing each distinct configuration once (`engines.distinct`) gives the same numbers as pricing
+every element."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardwise import presets
+from shardwise.engines import distinct
+from shardwise.engines.training import estimate_each_training_step, estimate_training_step
+from shardwise.specs import Plan, Scenario
+
+
+def same(a: object, b: object, path: str = "") -> None:
+    """Every number of two results equal (the scenario aside: the distinct path keeps the given one)."""
+    if dataclasses.is_dataclass(a):
+        for f in dataclasses.fields(a):
+            if f.name != "scenario":
+                same(getattr(a, f.name), getattr(b, f.name), f"{path}.{f.name}")
+    elif isinstance(a, dict):
+        assert a.keys() == b.keys()  # type: ignore[attr-defined]
+        for k in a:
+            same(a[k], b[k], f"{path}.{k}")  # type: ignore[index]
+    else:
+        x, y = np.broadcast_arrays(np.asarray(a), np.asarray(b))
+        assert np.array_equal(x, y, equal_nan=True), path
+
+
+def random_scenario(seed: int, n: int, model: str = "gpt-96l-4096h", nodes: int = 8) -> Scenario:
+    rng = np.random.default_rng(seed)
+    tp = rng.choice([1, 2, 4, 8], n)
+    pp = rng.choice([1, 2, 4, 8], n)
+    dp = 8 * nodes // (tp * pp)
+    mb = rng.choice([1, 2], n)
+    plan = Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=mb,
+        global_batch=dp * mb * rng.integers(1, 3, n),
+        recompute=rng.integers(0, 3, n),
+        zero_stage=rng.integers(0, 4, n),
+        sequence_parallel=rng.random(n) < 0.5,
+    )
+    return Scenario(presets.model(model), presets.system("dgx-h100", nodes=nodes), plan)
+
+
+def deduplicated(scn: Scenario) -> bool:
+    """Whether `evaluate_distinct` prices this scenario once per distinct configuration."""
+    seen = []
+    distinct.evaluate_distinct(lambda s: seen.append(s) or 0.0, scn)
+    return seen[0] is not scn
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 2**31))
+def test_random_layouts_price_the_same_once_per_distinct_one(seed):
+    scn = random_scenario(seed, 12000)
+    assert deduplicated(scn)
+    fast, each = estimate_training_step(scn), estimate_each_training_step(scn)
+    same(fast, each)
+    assert fast.scenario is scn
+    assert np.shape(fast.step_time_s) == (12000,)
+
+
+def test_mixture_of_experts_layouts_too():
+    rng = np.random.default_rng(1)
+    n = 5000
+    ep = rng.choice([1, 2, 4, 8], n)
+    plan = Plan(dp=16, ep=ep, etp=1, global_batch=16 * rng.integers(1, 5, n), moe_dispatcher="flex",
+                moe_overlap=ep > 1, expert_imbalance=1.0)  # fmt: skip
+    scn = Scenario(presets.model("qwen3-30b-a3b"), presets.system("dgx-h100", nodes=2), plan)
+    assert deduplicated(scn)
+    same(estimate_training_step(scn), estimate_each_training_step(scn))
+
+
+def test_grids_and_continuous_values_are_priced_as_given():
+    """A grid of broadcast axes (every point differs) and continuous values skip the bookkeeping."""
+    gb = np.arange(1, 1201)[:, None] * 512
+    mb = np.array([1, 2, 4, 8])[None, :]
+    grid = Scenario(presets.model("llama3-8b"), presets.system("dgx-h100", nodes=8),
+                    Plan(dp=64, global_batch=gb, micro_batch=mb))  # fmt: skip
+    assert not deduplicated(grid)
+    bandwidth = np.random.default_rng(0).uniform(100e9, 900e9, 5000)
+    cluster = presets.system("dgx-h100", nodes=8)
+    cluster = cluster.with_(intra_node_link=cluster.intra_node_link.with_(bandwidth_bytes_per_s=bandwidth))
+    assert not deduplicated(Scenario(presets.model("llama3-8b"), cluster, Plan(dp=64, global_batch=64)))
+    assert not deduplicated(random_scenario(3, distinct.MIN_CONFIGURATIONS - 1))
+
+
+@pytest.mark.parametrize("n", [10, distinct.MIN_CONFIGURATIONS + 1])
+def test_small_inputs_are_priced_directly(n):
+    scn = random_scenario(5, n)
+    same(estimate_training_step(scn), estimate_each_training_step(scn))
