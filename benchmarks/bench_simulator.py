@@ -93,23 +93,30 @@ def outputs(repeat: int) -> list[tuple[str, int, float]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/speed.md)")
     args = parser.parse_args()
     unit = numpy_reference_s(args.repeat)
-    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
-    print(f"{'what':34s} {'operations':>11s} {'median s':>9s} {'in units':>9s}")
+    rows = []
     for name, p, m, v in CASES:
         ops = SCHEDULES[name](p, m, v)
         times = stage_times(p)
         split = name in SPLIT_BACKWARD
         fast = timed(lambda: simulate(ops, times, v, split, name), args.repeat)  # noqa: B023
         ref = timed(lambda: simulate_events(ops, times, v, split, name), max(1, args.repeat // 2))  # noqa: B023
-        sim = simulate(ops, times, v, split, name)
-        n = len(sim.records)
-        label = f"{name} p={p} m={m} v={v}"
-        print(f"{'simulate ' + label:34s} {n:11,d} {fast:9.3f} {fast / unit:9.1f}")
-        print(f"{'  event-heap reference':34s} {n:11,d} {ref:9.3f} {ref / unit:9.1f}")
-    for what, n, seconds in outputs(max(1, args.repeat // 2)):
-        print(f"{what:34s} {n:11,d} {seconds:9.3f} {seconds / unit:9.1f}")
+        n = len(simulate(ops, times, v, split, name).records)
+        rows.append((f"simulate {name} p={p} m={m} v={v}", n, fast))
+        rows.append(("  the event-heap reference", n, ref))
+    rows += outputs(max(1, args.repeat // 2))
+    if args.markdown:
+        print(f"| what (unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms) | operations | median | in units |")
+        print("|---|---:|---:|---:|")
+        for what, n, seconds in rows:
+            print(f"| {what.strip()} | {n:,} | {seconds:.3f} s | {seconds / unit:.1f} |")
+        return
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
+    print(f"{'what':40s} {'operations':>11s} {'median s':>9s} {'in units':>9s}")
+    for what, n, seconds in rows:
+        print(f"{what:40s} {n:11,d} {seconds:9.3f} {seconds / unit:9.1f}")
 
 
 if __name__ == "__main__":

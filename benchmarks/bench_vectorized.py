@@ -41,6 +41,14 @@ GRID = [
 ]
 
 
+DESCRIPTIONS = {
+    "grid": "grid: batch x bandwidth x layers x sequence length, 2 plans x 2 links (`shardwise sweep`)",
+    "random": "random plans (tp, pp, dp, micro-batch, recompute, ZeRO), one flat array, each distinct one priced once",
+    "each": "the same random plans priced element by element (the reference)",
+    "csv": "the grid written as CSV (`sweep --out grid.csv`)",
+}
+
+
 def bench_grid() -> tuple[int, float]:
     exp = brief_experiment()
     start = time.perf_counter()
@@ -102,6 +110,7 @@ def numpy_unit_s(repeat: int) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/speed.md)")
     args = parser.parse_args()
     unit = numpy_unit_s(args.repeat)
     configs, _ = bench_grid()  # warm-up
@@ -111,12 +120,22 @@ def main() -> None:
         ("each", lambda: bench_random(configs, estimate_each_training_step)),
         ("csv", bench_csv),
     )
-    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
-    print(f"{'workload':8s} {'configurations':>15s} {'median s':>9s} {'in units':>9s} {'configs/s':>12s}")
+    rows = []
     for name, fn in cases:
         times = [fn()[1] for _ in range(args.repeat if name != "csv" else max(1, args.repeat // 2))]
         med = statistics.median(times)
-        print(f"{name:8s} {configs:15,d} {med:9.3f} {med / unit:9.1f} {configs / med:12,.0f}")
+        rows.append((name, configs, med, med / unit, configs / med))
+    if args.markdown:
+        print(f"| workload ({configs:,} configurations; unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms) "
+              "| median | in units | configurations/s |")  # fmt: skip
+        print("|---|---:|---:|---:|")
+        for name, _, med, units, rate in rows:
+            print(f"| {DESCRIPTIONS[name]} | {med:.3f} s | {units:.1f} | {rate:,.0f} |")
+        return
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
+    print(f"{'workload':8s} {'configurations':>15s} {'median s':>9s} {'in units':>9s} {'configs/s':>12s}")
+    for name, n, med, units, rate in rows:
+        print(f"{name:8s} {n:15,d} {med:9.3f} {units:9.1f} {rate:12,.0f}")
 
 
 if __name__ == "__main__":
