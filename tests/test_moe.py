@@ -309,8 +309,8 @@ def test_crossover_compares_expert_layouts(cli):
     by_tp, by_ep = series[("tp=4,sp=on,etp=4", "NVLink")], series[("tp=4,sp=on,ep=8,etp=1", "NVLink")]
     valid = [(a, b) for a, b in zip(by_tp, by_ep, strict=True) if a is not None and b is not None]
     assert valid and all(b < a for a, b in valid)  # whole experts win on NVLink (docs/model.md#moe)
-    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8,cp=2"])
-    assert code == 2 and "serving plans take only" in err and "(not cp)" in err
+    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8,mb=2"])
+    assert code == 2 and "serving plans take only" in err and "(not micro_batch)" in err
 
 
 def test_serving_spreads_the_experts_over_the_tp_gpus(cli):
@@ -346,8 +346,8 @@ def test_unsharded_tokens_reach_each_rank_by_their_share(tokens, ep):
 
 
 def test_crossover_compares_context_parallel_layouts(cli):
-    """`--plan` takes cp: dp = GPUs / (tp pp cp); priced for training and whole-sequence passes,
-    refused for serving workloads with the rule."""
+    """`--plan` takes cp: dp = GPUs / (tp pp cp); training and whole-sequence passes by ring,
+    serving as prefill context parallelism (engines.forward.serving_context_parallel)."""
     import json
 
     args = ["crossover", "--model", "llama3-8b", "--seq-len", "32768", "--plan", "tp=8", "--plan", "tp=2,cp=4",
@@ -356,7 +356,6 @@ def test_crossover_compares_context_parallel_layouts(cli):
     assert code == 0, err
     series = {(s["plan"], s["link"]): s["time_s"] for s in json.loads(out)["series"]}
     assert all(b < a for a, b in zip(series[("tp=8", "PCIe")], series[("tp=2,cp=4", "PCIe")], strict=True))
-    code, _, err = cli([*args[:-1], "--workload", "decode"])
-    assert code == 2 and "serving uses cp=1" in err
-    code, _, err = cli([*args[:-1], "--workload", "forward"])
-    assert code == 0, err
+    for workload in ("forward", "prefill", "decode"):
+        code, _, err = cli([*args[:-1], "--workload", workload])
+        assert code == 0, err

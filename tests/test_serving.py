@@ -272,7 +272,7 @@ def test_serve_draws_the_frontier(cli, tmp_path):
         (["--plot", "/no/such/dir/f.png"], "does not exist"),
         (["--plot", "f.gif"], "unknown file format"),
         (["--weight-precision", "fp4"], "fp4"),
-        (["--plan", "tp=2,mb=4"], "only tp, pp, first, last, ep and etp"),
+        (["--plan", "tp=2,mb=4"], "only tp, pp, cp, first, last, ep and etp"),
         (["--plot-link", "=pcie4"], "--plot-link"),
         (["--plot-link", "X=nosuch"], "--plot-link"),
         (["--num-gpus", "1", "--plot", "f.png"], "no plan fits"),
@@ -337,3 +337,38 @@ def test_training_refuses_fp4():
     scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-b200"), Plan(tp=8, global_batch=8, precision="fp4"))
     with pytest.raises(SpecError, match="fp4 is modelled for serving only"):
         estimate_training_step(scn)
+
+
+def test_context_parallel_serving_splits_prompts_and_the_cache(cli):
+    """vLLM's prefill context parallelism on 16 H100 (tp=8 x cp=2 against two tp=8 replicas): a
+    64K-token prompt's first token comes about twice as soon, every GPU keeps half of each cache
+    (twice the sequences fit), and decoding pays an all-gather per layer on top of its halved
+    attention."""
+    import json
+
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "2", "--input-len", "65536",
+            "--output-len", "256", "--batching", "static", "--batch", "1", "--json"]  # fmt: skip
+    code, out, err = cli([*args, "--plan", "tp=8", "--plan", "tp=8,cp=2"])
+    assert code == 0, err
+    rows = {r["plan"]: r for r in json.loads(out)["plans"]}
+    tp, cp = rows["tp=8"], rows["tp=8,cp=2"]
+    assert (tp["replicas"], cp["replicas"]) == (2, 1)
+    assert 0.4 < cp["ttft_s"] / tp["ttft_s"] < 0.7
+    assert cp["max_batch_per_replica"] == pytest.approx(2 * tp["max_batch_per_replica"], abs=1)
+    assert cp["tpot_s"] > tp["tpot_s"] * 0.9
+    code, _, err = cli([*args, "--plan", "tp=8,cp=3"])
+    assert code == 2 and "tp x pp x cp = 24 does not divide the 16 GPUs" in err
+
+
+@settings(max_examples=20, deadline=None)
+@given(cp=st.sampled_from([1, 2, 4]), context=st.sampled_from([4096, 32768]), tp=st.sampled_from([2, 4]))
+def test_context_parallelism_never_keeps_more_cache_per_gpu(cp, context, tp):
+    from shardwise.engines.serving import memory_per_gpu, plan_for_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    model = presets.model("llama3-8b")
+    wl = ServingWorkload(context, 128, 1, "bf16", "bf16")
+    cluster = presets.system("dgx-h100", nodes=2)
+    one = memory_per_gpu(Scenario(model, cluster, plan_for_serving(tp, 1, 16 // tp)), wl)[1]
+    split = memory_per_gpu(Scenario(model, cluster, plan_for_serving(tp, 1, 16 // (tp * cp)).with_(cp=cp)), wl)[1]
+    assert float(split) == pytest.approx(float(one) / cp)

@@ -204,16 +204,9 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
     ]
     if interleaved:
         checks.append(interleave_multiple)
+    serving = exp.workload in ("decode", "prefill")  # prompts split over cp ranks need no 2 cp chunks
     sequence = rules.sequence_rules(x["seq_len"], tp, cp, kwargs.get("sequence_parallel", False), True)
-    checks += sequence[1:] if cp > 1 else sequence[2:]
-    if cp > 1 and exp.workload in ("decode", "prefill"):
-        checks.append(
-            rules.Rule(
-                "context parallelism is priced for training and whole-sequence passes; serving uses cp=1",
-                np.zeros(np.shape(tp), dtype=bool),
-                lambda: "",
-            )
-        )
+    checks += sequence[2:] if cp <= 1 or serving else sequence[1:]
     m = exp.model
     etp = kwargs.get("etp") or tp
     checks += rules.moe_rules(

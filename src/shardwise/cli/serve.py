@@ -200,12 +200,12 @@ def serve(
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
     specs = [parse_plan_spec(t) for t in plans] or [parse_plan_spec("tp=all")]
-    allowed = {"first_stage_layers", "last_stage_layers", "ep", "etp"}
+    allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
     for spec in specs:
         extra = [k for k, _ in spec.options if k not in allowed]
         if extra:
             raise SpecError(
-                f"--plan {spec.label!r}: serving plans take only tp, pp, first, last, ep and etp "
+                f"--plan {spec.label!r}: serving plans take only tp, pp, cp, first, last, ep and etp "
                 f"(not {', '.join(extra)}); replicas fill the GPUs"
             )
     from shardwise.cli.options import stage_kwargs
@@ -325,9 +325,11 @@ def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None
     gpus = int(cluster.num_gpus)
     tp, pp, dp = (float(x) for x in spec.degrees(gpus))
     if not dp.is_integer() or dp < 1:
-        raise SpecError(f"--plan {spec.label}: tp x pp = {tp * pp:g} does not divide the {gpus} GPUs")
+        cp = dict(spec.options).get("cp", 1)
+        what = "tp x pp" + (" x cp" if cp > 1 else "")
+        raise SpecError(f"--plan {spec.label}: {what} = {tp * pp * cp:g} does not divide the {gpus} GPUs")
     options = dict(spec.options)
-    experts = {k: options.pop(k) for k in ("ep", "etp") if k in options}
+    experts = {k: options.pop(k) for k in ("cp", "ep", "etp") if k in options}
     if experts.get("ep", 1) > 1:  # spread over the TP GPUs: etp = tp / ep unless given
         experts.setdefault("etp", max(int(tp) // experts["ep"], 1))
         raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"])])

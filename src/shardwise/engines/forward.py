@@ -12,7 +12,7 @@ With one micro-batch every stage waits for the previous one: PP adds hops but no
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -33,7 +33,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
-from shardwise.specs._checks import Number, SpecError
+from shardwise.specs._checks import Number
 from shardwise.specs.stages import plan_split
 
 
@@ -120,14 +120,14 @@ def forward_stages(
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
-    cp, cp_step = plan.cp, 0.0
+    cp, cp_step, gather = plan.cp, 0.0, 0.0
     if q_len is None and kv_len is None and np.any(np.asarray(cp) > 1):
         # a whole-sequence pass split over CP ranks as training splits it (`engines.training`): each
         # rank runs seq_len / cp tokens and their attention over the whole sequence by ring
         cp_step = cp_step_s(scn, fabric, place)
         kv_len, scn = model.seq_len, context_parallel(scn)
     elif np.any(np.asarray(cp) > 1):
-        raise SpecError("plan: context parallelism is priced for whole-sequence passes; serving uses cp=1")
+        q_len, kv_len, cp, gather = serving_context_parallel(scn, fabric, place, q_len, kv_len, kv_bytes)
     s_q = scn.model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     comm = tp_comm(scn, fabric, place["tp"], s_q)
@@ -137,8 +137,44 @@ def forward_stages(
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
     split = plan_split(model.layers, plan)
     moe = moe_layers(scn, comm, fabric, place, split, s_kv, cp, cp_step, s_q, weight_bytes, kv_bytes)
+    if np.any(np.asarray(gather) > 0):  # every layer's context-parallel all-gather
+        layer = replace(layer, tp_forward_s=layer.tp_forward_s + gather)
+        moe = None if moe is None else (replace(moe[0], tp_forward_s=moe[0].tp_forward_s + gather), moe[1])
     # one send of activations per micro-batch and stage boundary (training pays two per chunk)
     return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(scn, fabric, place, comm))
+
+
+def serving_context_parallel(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    q_len: Number,
+    kv_len: Number | None,
+    kv_bytes: Number | None = None,
+) -> tuple[Number, Number, Number, Number]:
+    """One CP rank's share of a serving pass, as vLLM's prefill context parallelism runs it (RFC
+    vllm-project/vllm#25749): (new tokens per sequence, keys attended, cp for the causal split,
+    seconds of the all-gather each layer adds).
+
+    A prompt (q_len = kv_len) is split over the cp ranks: each runs 1/cp of its tokens through
+    every layer (balanced halves of the causal square) after an all-gather of the whole prompt's
+    keys and values, and keeps its tokens' share of the cache. Decoding (q_len < kv_len) runs the
+    new tokens on every rank (the linear layers redundantly), each rank attending to its 1/cp of
+    the cache; the partial outputs and their log-sum-exp are all-gathered and combined."""
+    model, plan = scn.model, scn.plan
+    c = np.asarray(plan.cp, dtype=float)
+    s_kv = q_len if kv_len is None else kv_len
+    prompt = np.asarray(q_len) >= np.asarray(s_kv)
+    e = plan.bytes_per_element
+    kvb = e if kv_bytes is None else kv_bytes
+    b = plan.micro_batch
+    keys = b * s_kv * kv_cache_elements_per_token(model, plan.tp) * kvb  # the whole prompt's cache, one TP rank
+    partial = c * b * q_len * (model.heads / np.asarray(plan.tp) * (model.head_dim + 1)) * e  # outputs and LSE
+    group = fabric.group(plan.cp, place["cp"])
+    gather = np.where(c > 1, group.all_gather(np.where(prompt, keys, partial)), 0.0)
+    local_q = np.where(prompt & (c > 1), np.ceil(np.asarray(q_len) / c), q_len)
+    local_kv = np.where(prompt | (c <= 1), s_kv, np.ceil(np.asarray(s_kv) / c))
+    return local_q, local_kv, np.where(prompt, plan.cp, 1), gather
 
 
 def estimate_forward(

@@ -34,7 +34,7 @@ from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times
-from shardwise.physics.flops import layer_forward
+from shardwise.physics.flops import kv_cache_elements_per_token, layer_forward
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -52,7 +52,10 @@ def stage_costs(
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
     d = np.asarray(decode, dtype=float)
     q = np.asarray(prompt_tokens, dtype=float)
-    tokens = np.maximum(d + q, 1.0)
+    c = np.asarray(plan.cp, dtype=float)
+    # context parallelism (`engines.forward.serving_context_parallel`): prompt tokens split over
+    # the cp ranks, decoding tokens on every one, each rank holding 1/cp of every cache
+    tokens = np.maximum(d + q / c, 1.0)
     one = replace(scn, plan=plan.with_(micro_batch=1, global_batch=plan.dp))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
@@ -67,10 +70,11 @@ def stage_costs(
     def linear_s(lt: LayerTimes) -> Number:  # the layers that run on all T tokens together
         return lt.gemm_s + lt.elementwise_s + lt.cast_f_s
 
-    dec, prompt = times(np.maximum(d, 1.0), 1, context), times(1, n, n)
-    attention = np.where(d > 0, dec.attention_s, 0.0) + q / n * prompt.attention_s
+    dec, prompt = times(np.maximum(d, 1.0), 1, context / c), times(1, n, n)
+    attention = np.where(d > 0, dec.attention_s, 0.0) + q / n * prompt.attention_s / c
     reduce = np.where(np.asarray(plan.tp) > 1, comm.all_reduce, 0.0)
-    layer = StageCost(linear_s(times(1, tokens, tokens)) + attention, 0.0, 2 * reduce, 0.0)  # after attention, MLP
+    gather = _context_gather_s(scn, fabric, place, d, q, kvb) if np.any(c > 1) else 0.0
+    layer = StageCost(linear_s(times(1, tokens, tokens)) + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
     emb = embedding_cost(one, comm, tokens)
     head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
     split = plan_split(model.layers, plan)
@@ -79,9 +83,24 @@ def stage_costs(
         shared = model.shared_experts * model.expert_ffn_hidden
         routed = experts_cost(one, fabric, place, tokens, w)
         compute = linear_s(times(1, tokens, tokens, shared)) + attention + routed.compute_forward_s
-        tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s  # the shared MLP's reduce carries the experts'
+        # the shared MLP's reduce carries the experts'
+        tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s + gather
         moe = (StageCost(compute, 0.0, tp, 0.0, ep_forward_s=routed.ep_forward_s), model_moe_split(model, split))
     return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(one, fabric, place, comm))
+
+
+def _context_gather_s(
+    scn: Scenario, fabric: Fabric, place: dict[str, Number], decode: Number, prompt_tokens: Number, kvb: float
+) -> Number:
+    """Per layer under context parallelism: the all-gather of the decoding sequences' partial
+    attention outputs (and log-sum-exp) and that of the prompt chunk's keys and values."""
+    model, plan = scn.model, scn.plan
+    c = np.asarray(plan.cp, dtype=float)
+    group = fabric.group(plan.cp, place["cp"])
+    partial = c * decode * model.heads / np.asarray(plan.tp) * (model.head_dim + 1) * plan.bytes_per_element
+    keys = prompt_tokens * kv_cache_elements_per_token(model, plan.tp) * kvb
+    decoding = np.where(decode > 0, group.all_gather(partial), 0.0)
+    return decoding + np.where(prompt_tokens > 0, group.all_gather(keys), 0.0)
 
 
 @dataclass(frozen=True)

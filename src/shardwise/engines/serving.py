@@ -181,6 +181,7 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
     context = wl.input_len + wl.output_len
     kv_per_layer = context * kv_cache_elements_per_token(model, plan.tp) * STORAGE_BYTES[wl.kv_precision]
+    kv_per_layer = kv_per_layer / np.asarray(plan.cp)  # context parallelism: each rank keeps 1/cp of it
     weights = [
         n * STORAGE_BYTES[wl.weight_precision] + (q - n) * UNQUANTISED_BYTES_PER_PARAM
         for n, q in zip(in_layers, params, strict=True)
