@@ -246,6 +246,45 @@ def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values():
         Scenario(model.with_(seq_len=8190), cluster, with_cp)
 
 
+def test_context_parallel_communication_types_by_hand():
+    """Megatron-Core's --cp-comm-type on Llama 3 70B at 64K tokens, tp=2, cp=4 in one DGX H100:
+    the ring sends cp - 1 KV chunks of 2 b s/cp k d / t elements per layer (hidden behind the chunk
+    attention on NVLink); all_gather gathers the cp chunks (and reduce-scatters their gradients),
+    exposed; Ulysses all-to-alls send the local queries, keys and values (h + 2k heads) and the
+    output (h heads), each 1/cp of the sequence, forward and backward."""
+    from shardwise.engines.costs import cp_kv_chunk_bytes, cp_step_s
+    from shardwise.physics.collectives import Fabric
+    from shardwise.physics.topology import placement
+
+    model = presets.model("llama3-70b", seq_len=65536)
+    cluster = presets.system("dgx-h100")
+    fabric = Fabric.of(cluster)
+
+    def scn(kind: str) -> Scenario:
+        plan = Plan(tp=2, cp=4, global_batch=8, sequence_parallel=True, cp_comm=kind)
+        return Scenario(model, cluster, plan)
+
+    chunk = 2 * 2 * 1 * 65536 / 4 * 8 / 2 * 128  # bytes: K and V, bf16, b = 1, s/cp tokens, k/t heads, d
+    assert float(cp_kv_chunk_bytes(scn("p2p"))) == chunk
+    place = placement(scn("p2p").plan, 8)
+    ring = cp_step_s(scn("p2p"), fabric, place)
+    assert float(ring.ring_step_s) == pytest.approx(float(fabric.p2p(chunk, False))) and ring.forward_s == 0.0
+    group = fabric.group(4, 4)
+    gathered = cp_step_s(scn("all_gather"), fabric, place)
+    assert float(gathered.forward_s) == pytest.approx(float(group.all_gather(4 * chunk)))
+    per_head = 2 * 65536 / 4 * 128 / 2  # bytes of one head's slice on one TP rank
+    ulysses = cp_step_s(scn("a2a"), fabric, place)
+    expected = group.all_to_all(per_head * (64 + 2 * 8)) + group.all_to_all(per_head * 64)
+    assert float(ulysses.forward_s) == pytest.approx(float(expected)) == pytest.approx(float(ulysses.backward_s))
+    steps = {k: estimate_training_step(scn(k)) for k in ("p2p", "all_gather", "a2a")}
+    assert float(steps["p2p"].breakdown.tp_comm_s) < float(steps["all_gather"].breakdown.tp_comm_s)
+    assert float(steps["p2p"].model_flops_per_step) == float(steps["a2a"].model_flops_per_step)
+    with pytest.raises(Exception, match="cp_comm a2a needs the heads and KV heads"):
+        Scenario(model, presets.system("dgx-h100", nodes=4), Plan(tp=8, cp=4, global_batch=8, cp_comm="a2a"))
+    with pytest.raises(Exception, match="cp_comm 'ring' is not allowed"):
+        Plan(cp_comm="ring")
+
+
 def test_the_fitted_gpu_efficiencies_are_what_the_fit_gives():
     """presets/gpus.yaml holds the values tools/fit_efficiency.py fits on the dev split."""
     import importlib.util

@@ -77,6 +77,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "pp",
         "dp",
         "cp",
+        "cp_comm",
         "ep",
         "expert_tp",
         "expert_imbalance",

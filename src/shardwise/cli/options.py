@@ -150,6 +150,14 @@ plan_layout_options = _stack(
         help="Context-parallel ranks: each sequence split over cp GPUs (ring attention).",
     ),
     click.option(
+        "--cp-comm",
+        type=click.Choice(["p2p", "all_gather", "a2a"]),
+        default="p2p",
+        show_default=True,
+        help="How CP ranks exchange keys and values (Megatron-Core --cp-comm-type): a ring overlapped with "
+        "attention, an all-gather, or Ulysses all-to-alls over the heads.",
+    ),
+    click.option(
         "--ep",
         type=int,
         default=1,
@@ -552,6 +560,7 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         pp=pp,
         dp=dp,
         cp=cp,
+        cp_comm=o.get("cp_comm") or "p2p",
         ep=o.get("ep") or 1,
         etp=o.get("etp") or 0,
         expert_imbalance=o.get("expert_imbalance") or 1.0,

@@ -159,12 +159,41 @@ def cp_kv_chunk_bytes(scn: Scenario) -> Number:
     return 2 * plan.bytes_per_element * plan.micro_batch * local * model.kv_heads / plan.tp * model.head_dim
 
 
-def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
-    """One ring step of context parallelism: send a KV chunk to the next CP rank (over the network
-    when the CP group spans servers)."""
-    cp = np.asarray(scn.plan.cp)
+class CpComm(NamedTuple):
+    """Context parallelism's communication per layer and micro-batch: a ring step (p2p, hidden
+    behind the chunk attention as far as it goes) or collectives that stay exposed."""
+
+    ring_step_s: Number = 0.0
+    forward_s: Number = 0.0
+    backward_s: Number = 0.0
+
+
+def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm:
+    """Context parallelism's communication (`Plan.cp_comm`), on the CP group (over the network
+    when it spans servers):
+    - p2p: one ring step sends a rank's KV chunk (2 b s/cp k d / t elements) to the next rank;
+    - all_gather: the whole sequence's keys and values gathered before attention (cp - 1 of cp
+      chunks arrive), their gradients reduce-scattered after (Transformer Engine's KV all-gather
+      attention);
+    - a2a: DeepSpeed-Ulysses (Jacobs et al. 2023): an all-to-all of the local queries, keys and
+      values turns the sequence split into a split of the heads, one of the attention output
+      turns it back; backward the same with gradients."""
+    model, plan = scn.model, scn.plan
+    cp = np.asarray(plan.cp)
     crosses = place["cp"] < cp
-    return np.where(cp > 1, fabric.p2p(cp_kv_chunk_bytes(scn), crosses), 0.0)
+    chunk = cp_kv_chunk_bytes(scn)
+    if plan.cp_comm == "p2p":
+        return CpComm(np.where(cp > 1, fabric.p2p(chunk, crosses), 0.0))
+    group = fabric.group(plan.cp, place["cp"])
+    if plan.cp_comm == "all_gather":
+        whole = chunk * cp  # the gathered keys and values
+        return CpComm(
+            0.0, np.where(cp > 1, group.all_gather(whole), 0.0), np.where(cp > 1, group.reduce_scatter(whole), 0.0)
+        )
+    per_head = plan.bytes_per_element * plan.micro_batch * model.seq_len / cp * model.head_dim / np.asarray(plan.tp)
+    qkv, out = per_head * (model.heads + 2 * model.kv_heads), per_head * model.heads
+    both = np.where(cp > 1, group.all_to_all(qkv) + group.all_to_all(out), 0.0)
+    return CpComm(0.0, both, both)
 
 
 def layer_cost(
@@ -175,7 +204,7 @@ def layer_cost(
     weight_bytes: Number | None = None,
     kv_bytes: Number | None = None,
     cp: Number = 1,
-    cp_step: Number = 0.0,
+    cp_step: Number | CpComm = 0.0,
     ffn: Number | None = None,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
@@ -253,11 +282,13 @@ def layer_cost(
     # Context parallelism (ring attention, Megatron-Core / Transformer Engine "p2p"): cp - 1 steps
     # pass a KV chunk to the next rank while attention runs on the chunk in hand; a step costs
     # what its transfer exceeds one chunk's attention. Backward passes KV and dKV: twice the bytes.
+    # The other communication types (`cp_step_s`) are collectives outside the attention: exposed.
+    cp_step, extra_f, extra_b = cp_step if isinstance(cp_step, CpComm) else (cp_step, 0.0, 0.0)
     c = np.asarray(cp, dtype=float)
     steps = np.maximum(c - 1, 0.0)
     chunk_f, chunk_b = lt.attention_s / np.maximum(c, 1.0), lt.attention_bwd_s / np.maximum(c, 1.0)
-    cp_f = steps * np.maximum(0.0, cp_step - chunk_f)
-    cp_b = steps * np.maximum(0.0, 2 * cp_step - chunk_b)
+    cp_f = steps * np.maximum(0.0, cp_step - chunk_f) + extra_f
+    cp_b = steps * np.maximum(0.0, 2 * cp_step - chunk_b) + extra_b
     tp_fwd = tp_fwd + cp_f
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute)

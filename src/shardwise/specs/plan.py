@@ -44,6 +44,7 @@ class Recompute(IntEnum):
 
 
 MOE_DISPATCHERS = ("alltoall", "flex")
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 # How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
 # with its default zero_stage) and the execution flags of the CLI.
@@ -65,7 +66,12 @@ class Plan:
     """tp x pp x dp x cp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved
     schedule; `cp` context-parallel ranks split every sequence (Megatron-Core's ring attention:
     each rank holds 1/cp of the tokens, load-balanced for causal masks, and passes its keys and
-    values around the CP ring; gradients are reduced over dp x cp).
+    values around the CP ring; gradients are reduced over dp x cp). `cp_comm` is Megatron-Core's
+    `--cp-comm-type`: "p2p" (the ring, overlapped with the attention of the chunk in hand),
+    "all_gather" (the whole sequence's keys and values gathered before attention, their gradients
+    reduce-scattered after) or "a2a" (DeepSpeed-Ulysses: all-to-alls turn the sequence split into
+    a split of the heads before attention and back after; heads and KV heads per TP rank must
+    divide by cp).
 
     Mixture-of-experts layers (Megatron-Core's "MoE parallel folding"): the tp x cp x dp GPUs of a
     stage are regrouped for the experts into `ep` expert-parallel ranks, each holding experts / ep
@@ -115,6 +121,7 @@ class Plan:
     micro_batch: Number = 1
     vpp: Number = 1
     cp: Number = 1
+    cp_comm: str = "p2p"
     ep: Number = 1
     etp: Number = 0
     expert_imbalance: Number = 1.0
@@ -150,6 +157,8 @@ class Plan:
                 "expert rank's tokens over the mean, so >= 1 (1: a balanced router)"
             )
         object.__setattr__(self, "expert_imbalance", imbalance)
+        if self.cp_comm not in CP_COMM_TYPES:
+            raise SpecError(f"plan: cp_comm {self.cp_comm!r} is not allowed; choose {', '.join(CP_COMM_TYPES)}")
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise SpecError(
                 f"plan: moe_dispatcher {self.moe_dispatcher!r} is not allowed; choose {' or '.join(MOE_DISPATCHERS)}"

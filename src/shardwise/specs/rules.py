@@ -330,3 +330,20 @@ def serving_expert_rule(tp: Number, ep: Number, etp: Number) -> Rule:
         )
 
     return Rule("serving spreads the experts over the TP GPUs: ep x etp = tp", ok, error)
+
+
+def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_comm: str) -> Rule:
+    """DeepSpeed-Ulysses context parallelism (`cp_comm` a2a) gives each CP rank whole heads: the
+    heads and KV heads of a TP rank must divide by cp (Megatron-Core's a2a CP, Transformer Engine)."""
+    h, k, t, c = np.broadcast_arrays(np.asarray(heads), np.asarray(kv_heads), np.asarray(tp), np.asarray(cp))
+    ok = (cp_comm != "a2a") | (c <= 1) | ((np.mod(h // t, c) == 0) & (np.mod(k // t, c) == 0))
+
+    def error() -> str:
+        a, b, x, y = _at(~ok, h, k, t, c)
+        return (
+            f"plan: cp={y} with cp_comm a2a needs the heads and KV heads of each tp={x} rank ({a // x} and "
+            f"{b // x}) divisible by cp (each CP rank attends with whole heads); use cp_comm p2p or all_gather, "
+            "or a smaller cp"
+        )
+
+    return Rule("a2a context parallelism needs the heads per TP rank divisible by cp", np.asarray(ok), error)

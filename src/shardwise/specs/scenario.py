@@ -47,6 +47,7 @@ class Scenario:
                 rules.stage_rule(plan_split(m.layers, p), m.layers, p.pp, p.vpp),
                 *rules.node_rules(p.tp, c.gpus_per_node),
                 *rules.sequence_rules(m.seq_len, p.tp, p.cp, p.sequence_parallel, p.flash_attention),
+                rules.ulysses_rule(m.heads, m.kv_heads, p.tp, p.cp, p.cp_comm),
                 *rules.moe_rules(m.experts, m.expert_ffn_hidden, p.tp, p.cp, p.dp, p.ep, p.expert_tp, m.name),
             ]
         )
