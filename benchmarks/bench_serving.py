@@ -16,7 +16,7 @@ import statistics
 import time
 from collections.abc import Callable
 
-import numpy as np
+from unit import numpy_unit_s
 
 from shardwise import presets
 from shardwise.analyses.serving_targets import search
@@ -31,13 +31,6 @@ WORKLOAD = ServingWorkload(512, 128, custom_all_reduce="trtllm")
 TP8 = Scenario(MODEL, CLUSTER, plan_for_serving(8, 1))
 
 
-def numpy_reference() -> float:
-    a, b, c = (np.random.default_rng(i).random(10_000_000) for i in range(3))
-    start = time.perf_counter()
-    _ = a * b + c
-    return time.perf_counter() - start
-
-
 CASES: dict[str, Callable[[], object]] = {
     "max throughput, TP=8": lambda: estimate_inflight(TP8, WORKLOAD),
     "15 requests/s, TP=8": lambda: estimate_inflight(TP8, WORKLOAD, rate_per_s=15.0),
@@ -49,7 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
-    reference = statistics.median(numpy_reference() for _ in range(args.repeat))
+    reference = numpy_unit_s(args.repeat)
     print(f"numpy a*b+c over 1e7 float64: {reference * 1e3:.1f} ms (the unit below)")
     print(f"{'case':34s} {'median s':>9s} {'x numpy':>9s}")
     for name, run in CASES.items():

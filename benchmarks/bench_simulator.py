@@ -14,33 +14,19 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+from unit import numpy_unit_s, timed
 
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import StageTimes, simulate
 from shardwise.engines.simulator_events import simulate_events
 
 CASES = [("interleaved", 64, 1024, 2), ("1f1b", 64, 1024, 1), ("zb-h1", 64, 1024, 1)]
-
-
-def numpy_reference_s(repeat: int) -> float:
-    """Median seconds of one `a * b + c` over 1e7 float64 (the unit of the ratios)."""
-    rng = np.random.default_rng(0)
-    a, b, c = (rng.random(10_000_000) for _ in range(3))
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        _ = a * b + c
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
 
 
 def stage_times(p: int) -> StageTimes:
@@ -50,15 +36,6 @@ def stage_times(p: int) -> StageTimes:
         rng.uniform(0.9, 1.1, p), rng.uniform(1.8, 2.2, p), rng.uniform(0.4, 0.6, p),
         np.full(p, 0.01), np.full(p, 0.01), z + 1.0, z + 1.0,
     )  # fmt: skip
-
-
-def timed(fn: Callable[[], object], repeat: int) -> float:
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
 
 
 def outputs(repeat: int) -> list[tuple[str, int, float]]:
@@ -95,7 +72,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/speed.md)")
     args = parser.parse_args()
-    unit = numpy_reference_s(args.repeat)
+    unit = numpy_unit_s(args.repeat)
     rows = []
     for name, p, m, v in CASES:
         ops = SCHEDULES[name](p, m, v)

@@ -26,6 +26,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
+from unit import numpy_unit_s
 
 from shardwise import presets
 from shardwise.analyses.experiment import brief_experiment
@@ -93,18 +94,6 @@ def bench_csv() -> tuple[int, float]:
         start = time.perf_counter()
         write_columns(columns, f"{folder}/grid.csv")
         return result.points, time.perf_counter() - start
-
-
-def numpy_unit_s(repeat: int) -> float:
-    """Median seconds of one `a * b + c` over 1e7 float64 (the unit of the ratios)."""
-    rng = np.random.default_rng(0)
-    a, b, c = (rng.random(10_000_000) for _ in range(3))
-    runs = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        _ = a * b + c
-        runs.append(time.perf_counter() - start)
-    return statistics.median(runs)
 
 
 def main() -> None:

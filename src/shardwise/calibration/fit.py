@@ -83,11 +83,16 @@ def _group_key(scn: Scenario) -> tuple[Any, ...]:
     hardware and precision."""
     c, p, m = scn.cluster, scn.plan, scn.model
     kind = tuple(getattr(m, f) for f in _MODEL_KIND)
-    return (kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers)
+    return (
+        kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
+        p.cp_comm, p.moe_dispatcher,
+    )  # fmt: skip
 
 
 _PLAN_FIELDS = [
-    f.name for f in fields(Plan) if f.name not in ("precision", "stage_layers", "framework", "moe_dispatcher")
+    f.name
+    for f in fields(Plan)
+    if f.name not in ("precision", "stage_layers", "framework", "moe_dispatcher", "cp_comm")  # strings: in the key
 ]
 
 
