@@ -83,6 +83,17 @@ OP_DTYPE = np.dtype(
 )
 
 
+def chunk_durations(
+    schedule: StageOps, times: StageTimes, v: int
+) -> tuple[int, int, tuple[list[float], list[float], list[float], list[float], list[float]]]:
+    """(stages, micro-batches, per-stage seconds as plain floats: forward, backward and weight
+    gradient of one chunk, sends forward and backward)."""
+    m = 1 + max(op.micro_batch for ops in schedule for op in ops)
+    per_chunk = tuple([float(x) / v for x in t] for t in (times.forward_s, times.backward_s, times.weight_s))
+    sends = tuple([float(x) for x in t] for t in (times.send_forward_s, times.send_backward_s))
+    return len(schedule), m, (*per_chunk, *sends)  # type: ignore[return-value]
+
+
 def simulate(
     schedule: StageOps, times: StageTimes, v: int = 1, split_backward: bool = False, name: str = ""
 ) -> SimulationResult:
@@ -92,14 +103,8 @@ def simulate(
     at max(the stage is free, its input arrives)); a stage that waits for an input is resumed
     when the stage producing it gets there. Every operation is visited once, with no event heap:
     the same times as the event-driven `engines.simulator_events.simulate_events`."""
-    p = len(schedule)
+    p, m, (fwd, bwd, wgt, send_f, send_b) = chunk_durations(schedule, times, v)
     n_virtual = p * v
-    m = 1 + max(op.micro_batch for ops in schedule for op in ops)
-    fwd = [float(x) / v for x in times.forward_s]
-    bwd = [float(x) / v for x in times.backward_s]
-    wgt = [float(x) / v for x in times.weight_s]
-    send_f = [float(x) for x in times.send_forward_s]
-    send_b = [float(x) for x in times.send_backward_s]
     unknown = -1.0
     arrive_f = [[unknown] * m for _ in range(n_virtual)]  # when the activation of (virtual stage, mb) arrives
     arrive_b = [[unknown] * m for _ in range(n_virtual)]

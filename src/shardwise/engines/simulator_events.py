@@ -8,21 +8,15 @@ from __future__ import annotations
 
 from shardwise.engines.events import EventLoop
 from shardwise.engines.schedules import B, F, StageOps, W
-from shardwise.engines.simulator import SEND_B, SEND_F, SimulationResult, StageTimes, finish_step
+from shardwise.engines.simulator import SEND_B, SEND_F, SimulationResult, StageTimes, chunk_durations, finish_step
 
 
 def simulate_events(
     schedule: StageOps, times: StageTimes, v: int = 1, split_backward: bool = False, name: str = ""
 ) -> SimulationResult:
     """Run the schedule (see the module docstring); durations per chunk are stage times / v."""
-    p = len(schedule)
+    p, m, (fwd, bwd, wgt, send_f, send_b) = chunk_durations(schedule, times, v)
     n_virtual = p * v
-    m = 1 + max(op.micro_batch for ops in schedule for op in ops)
-    fwd = [float(x) / v for x in times.forward_s]
-    bwd = [float(x) / v for x in times.backward_s]
-    wgt = [float(x) / v for x in times.weight_s]
-    send_f = [float(x) for x in times.send_forward_s]
-    send_b = [float(x) for x in times.send_backward_s]
     loop = EventLoop()
     got_f = [bytearray(m) for _ in range(n_virtual)]  # activation of (virtual stage, mb) arrived
     got_b = [bytearray(m) for _ in range(n_virtual)]

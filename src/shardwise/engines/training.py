@@ -43,23 +43,20 @@ from shardwise.engines.distinct import evaluate_distinct
 from shardwise.engines.moe import moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
+from shardwise.engines.training_memory import memory_breakdown
 from shardwise.errors import SpecError
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
-from shardwise.physics.moe import experts_forward, routed_tokens
-from shardwise.physics.params import (
-    layer_params_split,
-    moe_layer_params_per_gpu,
-)
+from shardwise.physics.moe import experts_forward
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.rules import moe_training_rules, raise_first
-from shardwise.specs.stages import StageSplit, plan_split
+from shardwise.specs.stages import plan_split
 
 # Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
 # `Float16OptimizerWithFloat16Params`), bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
@@ -79,7 +76,6 @@ PIPELINE_SYNC_S = 20e-6
 # first layers' gradients, ready only when the backward pass ends) cannot hide behind it, and
 # the first bucket's parameter all-gather is needed before the first layer can run.
 DP_BUCKET_PARAMS = 40e6
-ZERO3_PREFETCH_LAYERS = 2  # the layer in use and the one gathered ahead (see memory_breakdown)
 DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
@@ -400,104 +396,6 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     )
     redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
     return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
-
-
-def memory_breakdown(
-    scn: Scenario,
-    params: tuple[Number, Number, Number],
-    m: Number,
-    split: StageSplit | None = None,
-    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
-    moe_layers: StageSplit | None = None,
-) -> mem.MemoryBreakdown:
-    """The fullest of the first stage (most activations in flight, embedding), the second stage
-    (the fullest middle one, when the split is uneven) and the last (output layer). A mixture of
-    experts gives the routed-expert parameters of each stage (`expert_params`, sharded over
-    expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ."""
-    model, plan = scn.model, scn.plan
-    e = plan.bytes_per_element
-    per_layer = mem.layer_activation_bytes(
-        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e
-    )
-    moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
-    if moe_layers is not None:
-        shared = model.shared_experts * model.expert_ffn_hidden
-        attention = mem.layer_activation_bytes(
-            model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, shared
-        )
-        tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
-        routed = mem.routed_expert_activation_bytes(
-            model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute
-        )
-        moe_extra = attention + routed - per_layer
-    # During the backward pass recomputation rebuilds one layer's activations at a time: all of
-    # them with full recomputation, the attention scores with selective (nothing with flash).
-    unsaved = mem.layer_activation_bytes(
-        model, plan.micro_batch, plan.tp, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e
-    )
-    rc = np.asarray(plan.recompute)
-    working = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
-    p = np.asarray(plan.pp, dtype=float)
-    t, b, s = plan.tp, plan.micro_batch, model.seq_len
-    split = plan_split(model.layers, plan) if split is None else split
-    in_first = mem.layers_in_flight(split.first, p, plan.vpp, m, plan.schedule, 0)
-    in_mid = mem.layers_in_flight(split.middle_max, p, plan.vpp, m, plan.schedule, 1)
-    in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)
-    # the combined 1F1B of `moe_overlap` starts the next forward before the backward it pairs
-    # with: one more model chunk of activations in flight (Megatron-Core adds one warm-up chunk)
-    ahead = np.asarray(plan.moe_overlap, dtype=bool) & (np.asarray(m) > 1) & (moe_layers is not None)
-    v = np.asarray(plan.vpp, dtype=float)
-    in_first, in_mid, in_last = (
-        n + np.where(ahead, layers / v, 0.0)
-        for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
-    )
-    mb_first = in_first / split.first  # micro-batches in flight on the first stage
-    sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
-    emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
-    # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
-    # each with SP), fp32 logits (4 s b V / t), for the micro-batch at the loss.
-    head = 2 * e * s * b * model.hidden / sp_split + mem.LOGITS_BYTES_PER_ELEMENT * s * b * model.vocab / t
-    zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
-    n_moe = moe_layers if moe_layers is not None else zero
-
-    def kept(in_flight: Number, layers: Number, moe: Number) -> Number:
-        """Layer-micro-batches in flight at the stage's mix of dense and MoE layers."""
-        return in_flight * (per_layer + moe / np.maximum(layers, 1.0) * moe_extra)
-
-    acts = (
-        kept(in_first, split.first, n_moe.first) + working + emb_mask + np.where(p == 1, head, 0.0),
-        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working, 0.0),
-        kept(in_last, split.last, n_moe.last) + working + head,
-    )
-    shards = np.asarray(plan.dp) * np.asarray(plan.cp)
-    states = []
-    for n, n_expert in zip(params, expert_params, strict=True):
-        dense = mem.model_state_bytes(n - n_expert, shards, plan.zero_stage, plan.precision)
-        routed = mem.model_state_bytes(n_expert, plan.expert_dp, plan.zero_stage, plan.precision)
-        states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
-    totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
-    totals[1] = np.where(p > 2, totals[1], -np.inf)
-    pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
-    w, g, o = (np.choose(pick, [st[i] for st in states]) for i in range(3))
-    # ZeRO-3 gathers each layer's weights before using it and the next one's ahead of time: two
-    # layers whole (as sharded by tp and ep) on top of the shard (PyTorch FSDP's and DeepSpeed's
-    # prefetch of one layer)
-    matrices, replicated = layer_params_split(model)
-    layer = matrices / plan.tp + replicated
-    if moe_layers is not None:
-        layer = np.maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
-    w = w + np.where(
-        np.asarray(plan.zero_stage) == 3,
-        ZERO3_PREFETCH_LAYERS * mem.weight_bytes_per_param(plan.precision) * layer,
-        0.0,
-    )
-    return mem.MemoryBreakdown(
-        weights_bytes=w,
-        gradients_bytes=g,
-        optimizer_bytes=o,
-        activations_bytes=np.choose(pick, list(acts)),
-        reserved_bytes=mem.RUNTIME_RESERVED_BYTES + 0.0 * w,
-    )
 
 
 def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
