@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from shardwise import presets
 from shardwise.engines import distinct
+from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_each_training_step, estimate_training_step
 from shardwise.specs import Plan, Scenario
 
@@ -63,8 +64,10 @@ def test_random_layouts_price_the_same_once_per_distinct_one(seed):
     scn = random_scenario(seed, 12000)
     assert deduplicated(scn)
     fast, each = estimate_training_step(scn), estimate_each_training_step(scn)
-    same(fast, each)
+    same(fast, each)  # every field read (each gathered on first read)
+    assert isinstance(fast, TrainingEstimate) and isinstance(fast.memory, type(each.memory))
     assert fast.scenario is scn
+    assert dataclasses.replace(fast, bubble_fraction=0.0).bubble_fraction == 0.0
     assert np.shape(fast.step_time_s) == (12000,)
 
 

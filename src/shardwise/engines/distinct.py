@@ -137,21 +137,48 @@ def evaluate_distinct(fn: Callable[[Any], T], scn: Any) -> T:
 
 def _expand(value: Any, inverse: np.ndarray, shape: tuple[int, ...], u: int, scn: Any) -> Any:
     """Every array of `value` over the distinct configurations gathered back to `shape`; the
-    scenario the result describes is the one given."""
+    scenario the result describes is the one given. A dataclass (the estimate, its breakdown and
+    memory) gathers each field when it is first read (`_lazy`): a caller that reads the step time
+    alone never writes out the other arrays."""
     if isinstance(value, np.ndarray):
         if value.ndim == 1 and value.shape[0] == u:
             return value[inverse].reshape(shape)
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        changes = {}
-        for f in dataclasses.fields(value):
-            if f.name == "scenario":
-                changes[f.name] = scn
-            else:
-                changes[f.name] = _expand(getattr(value, f.name), inverse, shape, u, scn)
-        return dataclasses.replace(value, **changes)
+        return _lazy(value, (inverse, shape, u, scn))
     if isinstance(value, dict):
         return {k: _expand(v, inverse, shape, u, scn) for k, v in value.items()}
     if isinstance(value, tuple):
         return tuple(_expand(v, inverse, shape, u, scn) for v in value)
     return value
+
+
+_LAZY: dict[type, type] = {}
+
+
+def _lazy(value: Any, expand: tuple[np.ndarray, tuple[int, ...], int, Any]) -> Any:
+    """`value` as an instance of a subclass of its class that expands each field on first read
+    (and keeps it); everything else (properties, methods, equality, `dataclasses.replace`)
+    behaves as the class's own."""
+    cls = type(value)
+    lazy = _LAZY.get(cls)
+    if lazy is None:
+        names = frozenset(f.name for f in dataclasses.fields(value))
+
+        def __getattribute__(self: Any, name: str) -> Any:
+            if name in names:
+                fields = object.__getattribute__(self, "__dict__")
+                if name not in fields:
+                    source = fields["_distinct_source"]
+                    inverse, shape, u, scn = fields["_distinct_expand"]
+                    raw = getattr(source, name)
+                    fields[name] = scn if name == "scenario" else _expand(raw, inverse, shape, u, scn)
+                return fields[name]
+            return object.__getattribute__(self, name)
+
+        lazy = type(cls.__name__, (cls,), {"__getattribute__": __getattribute__, "__doc__": cls.__doc__})
+        _LAZY[cls] = lazy
+    out = object.__new__(lazy)
+    object.__setattr__(out, "_distinct_source", value)
+    object.__setattr__(out, "_distinct_expand", expand)
+    return out
