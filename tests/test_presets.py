@@ -166,3 +166,15 @@ def test_a_user_system_with_inline_parts(tmp_path):
     c = presets.system(str(f), nodes=2)
     assert c.gpu.memory_bytes == 48e9 and c.intra_node_link.name == "pcie5"
     assert c.inter_node_link.bandwidth_bytes_per_s == pytest.approx(12.5e9 / 4)
+
+
+@pytest.mark.parametrize("kind", ["gpus", "links", "systems", "models", "frameworks"])
+def test_the_fast_preset_reader_reads_what_the_strict_one_does(kind):
+    """Presets are read with libyaml (`loaders.parse_trusted_yaml`); the strict reader (no
+    duplicate keys, no aliases, string keys) accepts every file and gives the same mapping."""
+    from importlib import resources
+
+    from shardwise import loaders
+
+    text = resources.files("shardwise.presets").joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
+    assert loaders.parse_trusted_yaml(text) == loaders.parse_yaml(text, kind)

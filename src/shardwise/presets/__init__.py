@@ -35,7 +35,7 @@ def raw(kind: str) -> dict[str, dict[str, Any]]:
     if kind not in KINDS:
         raise ValueError(f"unknown preset kind {kind!r}; choose one of {', '.join(KINDS)}")
     text = resources.files(__name__).joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
-    return {str(k).lower(): v for k, v in loaders.parse_yaml(text, f"presets/{kind}.yaml").items()}
+    return {str(k).lower(): v for k, v in loaders.parse_trusted_yaml(text, f"presets/{kind}.yaml").items()}
 
 
 def names(kind: str) -> list[str]:
