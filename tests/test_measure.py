@@ -66,7 +66,7 @@ def test_tensor_parallel_layers_compute_the_unsplit_models_loss_and_gradients(se
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved"])
+@pytest.mark.parametrize("schedule", ["1f1b", "gpipe", "interleaved", "zb-h1"])
 def test_pipeline_stages_compute_the_unsplit_models_loss_and_gradients(schedule: str):
     from dataclasses import replace
 
@@ -107,6 +107,9 @@ def test_one_f_one_b_fills_then_alternates_then_drains():
         order = ops("1f1b", stage, 4, 5)
         assert sorted(order) == sorted([("F", i) for i in range(5)] + [("B", i) for i in range(5)])
         assert all(order.index(("F", i)) < order.index(("B", i)) for i in range(5))
+    zb = ops("zb-h1", 0, 4, 6)  # B and W apart, every W after its B, as the simulator runs ZB-H1
+    assert sorted(zb) == sorted([(k, i) for k in "FBW" for i in range(6)])
+    assert all(zb.index(("B", i)) < zb.index(("W", i)) for i in range(6))
     chunks = {c for _, _, c in pipeline_order("interleaved", 0, 2, 4, 2)}
     assert chunks == {0, 1}  # interleaved: both model chunks on every stage
 

@@ -181,10 +181,11 @@ def _step_command(kind: str) -> Any:
     @click.option("--micro-batches", type=click.IntRange(1, 1 << 16), default=4, show_default=True)
     @click.option(
         "--schedule",
-        type=click.Choice(["1f1b", "gpipe", "interleaved"]),
+        type=click.Choice(["1f1b", "gpipe", "interleaved", "zb-h1"]),
         default="1f1b",
         show_default=True,
-        help="pp only (interleaved: --chunks model chunks per stage).",
+        help="pp only (interleaved: --chunks model chunks per stage; zb-h1: the backward split into input and "
+        "weight gradients, the weight gradients deferred).",
     )
     @click.option(
         "--chunks", type=click.IntRange(2, 64), default=2, show_default=True, help="Interleaved: chunks per stage."
@@ -277,7 +278,7 @@ def run_step(kind: str, **o: Any) -> None:
 
         cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), o["ranks"]))
         sp = cfg.sequence_parallel
-        args = (o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp, v)
+        args = (o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp, v, o["schedule"])
         predicted = predict(kind, model, cluster, *args).floats()
     row = csv_row(kind, o, measured)
     if o["out"]:

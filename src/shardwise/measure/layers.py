@@ -148,6 +148,45 @@ class _ScatterSequence(torch.autograd.Function):
         return _gather_seq(grad, ctx.group, ctx.timings, "tp_sp_all_gather_backward"), None, None
 
 
+class WeightGradStore:
+    """Deferred weight gradients for a split backward (ZB-H1, Qi et al. 2023 "Zero Bubble Pipeline
+    Parallelism", their `WeightGradStore`): while `deferring` names a micro-batch, each linear
+    layer's backward returns only its input gradient and keeps (input, output gradient) here;
+    `run(micro_batch)` later computes those weight gradients and adds them to `.grad`."""
+
+    def __init__(self) -> None:
+        self.deferring: int | None = None
+        self.pending: dict[int, list[tuple[nn.Parameter, torch.Tensor, torch.Tensor]]] = {}
+
+    def keep(self, weight: nn.Parameter, x: torch.Tensor, grad: torch.Tensor) -> None:
+        assert self.deferring is not None
+        self.pending.setdefault(self.deferring, []).append((weight, x, grad))
+
+    def run(self, micro_batch: int) -> None:
+        for weight, x, grad in self.pending.pop(micro_batch, []):
+            dw = grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1])
+            weight.grad = dw if weight.grad is None else weight.grad + dw
+
+
+class _Linear(torch.autograd.Function):
+    """y = x w^T whose weight gradient a `WeightGradStore` may defer."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: nn.Parameter, store: WeightGradStore | None) -> torch.Tensor:
+        ctx.save_for_backward(x, weight)
+        ctx.store = store
+        return x @ weight.t()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None, None]:
+        x, weight = ctx.saved_tensors
+        store = ctx.store
+        if store is not None and store.deferring is not None:
+            store.keep(weight, x, grad)
+            return grad @ weight, None, None
+        return grad @ weight, grad.reshape(-1, grad.shape[-1]).t() @ x.reshape(-1, x.shape[-1]), None
+
+
 class ParallelLayer(nn.Module):
     """One pre-LayerNorm GPT layer, its linear layers split over `tp` ranks (rank `rank`)."""
 
@@ -162,8 +201,10 @@ class ParallelLayer(nn.Module):
         device: torch.device | None = None,
         timings: Timings | None = None,
         sequence_parallel: bool = False,
+        store: WeightGradStore | None = None,
     ):
         super().__init__()
+        self.store = store
         self.sequence_parallel = sequence_parallel and tp > 1
         shape.check(tp)
         h, f, a = shape.hidden, shape.ffn_hidden, shape.heads
@@ -200,12 +241,15 @@ class ParallelLayer(nn.Module):
         """x: [b, s, h], or [b, s / tp, h] (this rank's sequence shard) with sequence parallelism."""
         y = self._enter(self.ln1(x))
         b, s, _ = y.shape
-        q, k, v = (y @ self.qkv.t()).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        q, k, v = self._linear(y, self.qkv).view(b, s, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         ctx = nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
         ctx = ctx.transpose(1, 2).reshape(b, s, self.heads * self.head_dim)
-        x = x + self._leave(ctx @ self.proj.t())
-        y = nn.functional.gelu(self._enter(self.ln2(x)) @ self.up.t())
-        return x + self._leave(y @ self.down.t())
+        x = x + self._leave(self._linear(ctx, self.proj))
+        y = nn.functional.gelu(self._linear(self._enter(self.ln2(x)), self.up))
+        return x + self._leave(self._linear(y, self.down))
+
+    def _linear(self, x: torch.Tensor, weight: nn.Parameter) -> torch.Tensor:
+        return x @ weight.t() if self.store is None else _Linear.apply(x, weight, self.store)
 
 
 def stack(

@@ -35,8 +35,9 @@ class Predicted:
         return Predicted(float(self.step_s), float(self.compute_s), float(self.comm_s), float(self.bubble_s))
 
 
-def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, Any]:
-    """(compute forward, compute backward, TP forward, TP backward) of one layer, one micro-batch."""
+def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, Any, Any]:
+    """(compute forward, compute backward, TP forward, TP backward, the backward's weight-gradient
+    part) of one layer, one micro-batch."""
     from shardwise.engines.costs import context_parallel, layer_cost, tp_comm
     from shardwise.physics.collectives import Fabric
     from shardwise.physics.topology import placement
@@ -47,7 +48,7 @@ def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, A
     cost, _ = layer_cost(
         local, tp_comm(local, fabric, placement(plan, cluster.gpus_per_node)["tp"]), kv_len=model.seq_len
     )
-    return cost.compute_forward_s, cost.compute_backward_s, cost.tp_forward_s, cost.tp_backward_s
+    return cost.compute_forward_s, cost.compute_backward_s, cost.tp_forward_s, cost.tp_backward_s, cost.weight_grad_s
 
 
 def _plan(
@@ -77,12 +78,13 @@ def predict(
     precision: str,
     sequence_parallel: bool = False,
     chunks: int = 1,
+    schedule: str = "1f1b",
 ) -> Predicted:
     """The predicted step of `measure KIND` (see the module docstring)."""
     from shardwise.physics.collectives import Fabric
 
     plan = _plan(kind, ranks, micro_batch, micro_batches, precision, sequence_parallel)
-    cf, cb, tf, tb = _layer(model, cluster, plan)
+    cf, cb, tf, tb, wg = _layer(model, cluster, plan)
     layers, m = int(model.layers), micro_batches
     if kind == "tp":
         compute, comm = m * layers * (cf + cb), m * layers * (tf + tb)
@@ -95,6 +97,8 @@ def predict(
         sends = (2 * (ranks * v - 1) + 2 * (m - 1) * v) * send
         compute = m * stage
         bubble = (ranks - 1) * stage / v
+        if schedule == "zb-h1":  # deferred weight gradients fill the cool-down (engines.training)
+            bubble = (ranks - 1) * max(stage - 2 * (layers // ranks) * wg, 0.0)
         return Predicted(compute + bubble + sends, compute, sends, bubble)
     from shardwise.physics.params import layer_params
 

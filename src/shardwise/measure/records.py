@@ -32,7 +32,7 @@ def terms(result: dict[str, Any]) -> dict[str, float]:
     receives, which also hold the waiting), and the rest of the step (idle, host overheads)."""
     spans = result.get("trace", [])
     step = max((end for _, _, end in spans), default=0.0)
-    passes = [(a, b) for n, a, b in spans if n.startswith(("forward", "backward"))]
+    passes = [(a, b) for n, a, b in spans if n.startswith(("forward", "backward", "weight-gradient"))]
     comms = [(a, b) for n, a, b in spans if n.startswith(("tp_", "pp_", "dp_"))]
     comm = sum(b - a for a, b in comms)
     # collectives inside a forward or backward pass (TP's) are not compute

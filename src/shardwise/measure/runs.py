@@ -25,7 +25,7 @@ class StepConfig:
     seq_len: int
     micro_batch: int
     micro_batches: int = 1  # per step (pipeline: m micro-batches flow through the stages)
-    schedule: str = "1f1b"  # pipeline: "1f1b" (Megatron's non-interleaved), "gpipe" or "interleaved"
+    schedule: str = "1f1b"  # pipeline: "1f1b" (Megatron's non-interleaved), "gpipe", "interleaved" or "zb-h1"
     iters: int = 5
     warmup: int = 2
     dtype: str = "float32"  # CPUs: float32; GPUs: bfloat16
@@ -153,14 +153,14 @@ def tensor_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) 
 def pipeline_order(
     schedule: str, stage: int, stages: int, micro_batches: int, chunks: int = 1
 ) -> list[tuple[str, int, int]]:
-    """The ("F" | "B", micro-batch, model chunk) sequence one stage runs: the simulator's own
-    schedules (`engines.schedules`: GPipe, 1F1B, interleaved 1F1B), so the measured run and the
-    simulated one follow the same order."""
+    """The ("F" | "B" | "W", micro-batch, model chunk) sequence one stage runs: the simulator's own
+    schedules (`engines.schedules`: GPipe, 1F1B, interleaved 1F1B, ZB-H1 with its backward split
+    into the input gradient B and the weight gradient W), so the measured run and the simulated
+    one follow the same order."""
     from shardwise.engines import schedules as sch
 
-    build = {"gpipe": sch.gpipe, "1f1b": sch.one_f_one_b, "interleaved": sch.interleaved}[schedule]
-    ops = build(stages, micro_batches, chunks)[stage]
-    return [("F" if op.kind == sch.F else "B", op.micro_batch, op.chunk) for op in ops]
+    ops = sch.SCHEDULES[schedule](stages, micro_batches, chunks)[stage]
+    return [(sch.KIND_NAMES[op.kind], op.micro_batch, op.chunk) for op in ops]
 
 
 def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False) -> dict[str, Any]:
@@ -172,7 +172,7 @@ def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False
     import torch.distributed as dist
 
     from shardwise.errors import SpecError
-    from shardwise.measure.layers import Timings, stack, sync
+    from shardwise.measure.layers import Timings, WeightGradStore, stack, sync
 
     p, r = g.world, g.rank
     v = cfg.chunks if cfg.schedule == "interleaved" else 1
@@ -182,7 +182,8 @@ def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False
         raise SpecError(f"--micro-batches {cfg.micro_batches} must be a multiple of the stages ({p}) to interleave")
     per, last = cfg.layers // (p * v), p * v - 1
     timings = Timings()
-    kw = {"dtype": _dtype(cfg.dtype), "device": g.device}
+    store = WeightGradStore() if cfg.schedule == "zb-h1" else None  # B defers the weight gradients to W
+    kw = {"dtype": _dtype(cfg.dtype), "device": g.device, "store": store}
     chunks = torch.nn.ModuleList([stack(cfg.shape, per, first=(c * p + r) * per, **kw) for c in range(v)])
     xs = _inputs(cfg, g.device)
     shape = (cfg.micro_batch, cfg.seq_len, cfg.shape.hidden)
@@ -215,16 +216,26 @@ def pipeline_parallel_step(g: Group, cfg: StepConfig, return_grads: bool = False
                 inputs[(i, c)], outputs[(i, c)] = x, y
                 if s < last:
                     sends.append(dist.isend(y.detach().contiguous(), dst=(r + 1) % p, tag=tag(0, i, s + 1)))
+            elif kind == "W":  # the weight gradients B deferred (ZB-H1)
+                assert store is not None
+                t0 = time.perf_counter()
+                store.run(i)
+                sync(g.device)
+                timings.span(f"weight-gradient mb{i}", t0, time.perf_counter())
             else:
                 x, y = inputs.pop((i, c)), outputs.pop((i, c))
                 grad = recv((r + 1) % p, "pp_recv_backward", tag(1, i, s)) if s < last else None
                 t0 = time.perf_counter()
+                if store is not None:
+                    store.deferring = i
                 if s == last:
                     loss = _loss(y, cfg.micro_batches)
                     loss.backward()
                     total += float(loss.detach())
                 else:
                     y.backward(grad)
+                if store is not None:
+                    store.deferring = None
                 sync(g.device)
                 timings.span(f"backward mb{i}" + (f" c{c}" if v > 1 else ""), t0, time.perf_counter())
                 if s > 0:

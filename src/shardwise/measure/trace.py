@@ -12,7 +12,9 @@ from typing import Any
 
 
 def _category(name: str) -> str:
-    for prefix, cat in (("forward", "forward"), ("backward", "backward"), ("tp_", "tensor-parallel"), ("pp_", "p2p")):
+    kinds = (("forward", "forward"), ("backward", "backward"), ("weight-gradient", "weight-gradient"),
+             ("tp_", "tensor-parallel"), ("pp_", "p2p"))  # fmt: skip
+    for prefix, cat in kinds:
         if name.startswith(prefix):
             return cat
     return "data-parallel" if name.startswith("dp_") else "compute"
