@@ -100,3 +100,22 @@ def test_grids_and_continuous_values_are_priced_as_given():
 def test_small_inputs_are_priced_directly(n):
     scn = random_scenario(5, n)
     same(estimate_training_step(scn), estimate_each_training_step(scn))
+
+
+@pytest.mark.parametrize("overlap", [True, False])
+def test_one_zero_stage_prices_as_an_array_of_stages_does(overlap):
+    """A scalar ZeRO stage (or overlap flag) computes only its own branch of the data-parallel
+    communication; the numbers are those the array path selects."""
+    model, cluster = presets.model("llama3-70b"), presets.system("dgx-h100", nodes=8)
+    batches = np.arange(1, 40)[:, None] * 32
+    kw = {"tp": 8, "pp": 2, "dp": 4, "global_batch": batches, "overlap_grad_reduce": overlap}
+    mixed = estimate_each_training_step(Scenario(model, cluster, Plan(zero_stage=np.array([0, 1, 2, 3]), **kw)))
+    for z in range(4):
+        one = estimate_each_training_step(Scenario(model, cluster, Plan(zero_stage=z, **kw)))
+        for field in ("step_time_s",):
+            x, y = np.broadcast_arrays(np.asarray(getattr(one, field)), np.asarray(getattr(mixed, field))[:, z : z + 1])
+            assert np.array_equal(x, y)
+        x, y = np.broadcast_arrays(
+            np.asarray(one.breakdown.dp_comm_s), np.asarray(mixed.breakdown.dp_comm_s)[:, z : z + 1]
+        )
+        assert np.array_equal(x, y)

@@ -172,3 +172,24 @@ def test_csv_is_written_in_chunks_with_progress_and_the_same_text(tmp_path, monk
     assert seen[0] == (64, n) and seen[-1] == (n, n) and len(seen) == -(-n // 64)
     lines = whole.read_text().splitlines()
     assert len(lines) == n + 1 and lines[1] == "NVLink,0,0.001,true" and lines[-1] == "PCIe,999,10,true"  # 999 % 3 == 0
+
+
+def test_long_rows_are_written_as_the_json_encoder_writes_them():
+    """`export.Rows` (a simulated step's operations) is written by its own formatter: compact, the
+    exact text `json.dumps` gives for the list of dicts; indented, the same values."""
+    import json
+
+    import numpy as np
+
+    from shardwise.export import Rows, dumps
+
+    rows = Rows(
+        ("stage", "kind", "start_s"), [(0, "F", 0.1), (np.int64(3), "send-B", np.float64(1e-300)), (2, "B", 2.5)]
+    )
+    data = {"schedule": "1f1b", "operations": rows, "n": 3}
+    plain = {"schedule": "1f1b", "operations": [dict(zip(rows.names, r, strict=True)) for r in rows.records], "n": 3}
+    assert dumps(data, compact=True) == json.dumps(
+        json.loads(json.dumps(plain, default=lambda o: o.item())), separators=(",", ":")
+    )
+    assert json.loads(dumps(data)) == json.loads(json.dumps(plain, default=lambda o: o.item()))
+    assert list(rows)[1]["kind"] == "send-B" and len(rows) == 3

@@ -128,19 +128,64 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
 def dumps(data: Any, compact: bool = False) -> str:
     """Strict JSON: numpy values as plain numbers, NaN and infinities (an undefined error, an
     invalid plan's time) as null, which every JSON reader accepts. Indented, or `compact` (one
-    line, through the json module's C encoder: for outputs of a million values)."""
+    line, through the json module's C encoder: for outputs of a million values). `Rows` values
+    are written by their own formatter, the same text the encoder would write."""
+    rows: dict[str, Rows] = {}
+
+    def hold(value: Any) -> Any:  # each Rows becomes a placeholder string, filled in after
+        if isinstance(value, Rows):
+            key = f"@@rows{len(rows)}@@"
+            rows[key] = value
+            return key
+        if isinstance(value, dict):
+            return {k: hold(v) for k, v in value.items()}
+        return value
+
+    held = hold(data)
     if compact:
-        return json.dumps(_finite(data), allow_nan=False, separators=(",", ":"))
-    return json.dumps(_finite(data), indent=2, allow_nan=False)
+        text = json.dumps(_finite(held), allow_nan=False, separators=(",", ":"))
+    else:
+        text = json.dumps(_finite(held), indent=2, allow_nan=False)
+    for key, value in rows.items():
+        text = text.replace(json.dumps(key), value.json(compact), 1)
+    return text
 
 
-class FiniteRows(list):  # type: ignore[type-arg]
-    """Rows of plain Python values known to be finite: `dumps` writes them without checking each."""
+class Rows:
+    """A long list of records of plain, finite values (a simulated step's operations), kept as
+    tuples with one set of field names: reading it gives dicts; `dumps` writes it as the JSON
+    list of those dicts directly (floats as `json` writes them), without building them."""
+
+    def __init__(self, names: tuple[str, ...], records: list[tuple[Any, ...]]) -> None:
+        self.names, self.records = names, records
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        return dict(zip(self.names, self.records[i], strict=True))
+
+    def __iter__(self) -> Any:
+        return (dict(zip(self.names, r, strict=True)) for r in self.records)
+
+    def json(self, compact: bool) -> str:
+        colon, comma = (":", ",") if compact else (": ", ", ")
+        heads = [json.dumps(n) + colon for n in self.names]
+
+        def cell(v: Any) -> str:
+            if isinstance(v, float):  # numpy floats too: as `json` writes a float
+                return float.__repr__(v)
+            if isinstance(v, (str, bool)) or v is None:
+                return json.dumps(v)
+            return str(int(v))
+
+        parts = []
+        for record in self.records:
+            parts.append("{" + comma.join(h + cell(v) for h, v in zip(heads, record, strict=True)) + "}")
+        return "[" + comma.join(parts) + "]"
 
 
 def _finite(value: Any) -> Any:
-    if isinstance(value, FiniteRows):
-        return value
     if isinstance(value, dict):
         return {k: _finite(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
@@ -299,9 +344,9 @@ def simulation_dict(sim_step: Any, closed_s: float) -> dict[str, Any]:
         "bubble_fraction_per_stage": sim.bubble_fraction_per_stage.tolist(),
         "peak_in_flight_micro_batches": sim.peak_in_flight.tolist(),
         "breakdown_s": {k: float(v) for k, v in sim_step.estimate.breakdown.as_dict().items()},
-        "operations": FiniteRows(  # the simulator's times are finite
-            {"stage": s, "kind": KIND_NAMES[k], "micro_batch": mb, "chunk": c, "start_s": a, "end_s": b}
-            for s, k, mb, c, a, b in sim.records
+        "operations": Rows(  # the simulator's times are finite
+            ("stage", "kind", "micro_batch", "chunk", "start_s", "end_s"),
+            [(s, KIND_NAMES[k], mb, c, a, b) for s, k, mb, c, a, b in sim.records],
         ),
     }
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
+from typing import Any
 
 import numpy as np
 
@@ -223,29 +224,38 @@ class DpComm:
 
     def exposed_s(self, overlap_grad: Number, drain_s: Number = 0.0) -> tuple[Number, Number]:
         """(exposed gradient part, exposed gather part): each is what its window does not
-        cover, and at least its unhideable bucket."""
+        cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
+        hide behind the backward passes the gathers also use; both share the compute, so what
+        exceeds it (or the unhideable buckets) is exposed. A scalar ZeRO stage or overlap flag
+        prices only its own branch (the same numbers as selecting among all of them)."""
         overlap = np.asarray(overlap_grad, dtype=bool)
+        z3 = np.asarray(self.shared_window, dtype=bool)
+        if z3.ndim == 0 and bool(z3):
+            return self._shared_s(overlap, drain_s), 0.0
+        grad, gather = self._grad_s(overlap, drain_s), self._gather_s()
+        if z3.ndim == 0:
+            return grad, gather
+        return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
+
+    def _grad_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
+        if overlap.ndim == 0 and not bool(overlap):  # no window: the whole reduction
+            return self.grad_s
         window = np.where(overlap, self.grad_window_s + drain_s, 0.0)
         grad = np.maximum(self.grad_s - window, np.where(window > 0, self.grad_bucket_s, self.grad_s))
-        grad = np.minimum(grad, self.grad_s)
-        gather = np.maximum(
-            self.gather_s - self.gather_window_s,
-            np.where(self.gather_window_s > 0, self.gather_bucket_s, self.gather_s),
-        )
-        gather = np.minimum(gather, self.gather_s)
-        # ZeRO-3: the reductions hide behind the backward passes the gathers also use; both share
-        # the compute, so what exceeds it (or the unhideable buckets) is exposed
+        return np.minimum(grad, self.grad_s)
+
+    def _gather_s(self) -> Number:
+        window = self.gather_window_s
+        if np.ndim(window) == 0 and not window:  # no window: the whole gather
+            return self.gather_s
+        gather = np.maximum(self.gather_s - window, np.where(window > 0, self.gather_bucket_s, self.gather_s))
+        return np.minimum(gather, self.gather_s)
+
+    def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
         shared_window = self.gather_window_s + np.where(overlap, drain_s, 0.0)
-        shared = np.minimum(
-            both,
-            np.maximum(
-                both - shared_window,
-                np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s,
-            ),
-        )
-        z3 = np.asarray(self.shared_window, dtype=bool)
-        return np.where(z3, shared, grad), np.where(z3, 0.0, gather)
+        buckets = np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
+        return np.minimum(both, np.maximum(both - shared_window, buckets))
 
 
 def dp_comm(
@@ -276,20 +286,51 @@ def dp_comm(
         group = fabric.group(dp, place["dpcp"])
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
     bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    backward = cost.compute_backward_s + cost.tp_backward_s
+    forward = cost.compute_forward_s + cost.tp_forward_s
+    overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
+    if z.ndim == 0:  # one ZeRO stage: price its collectives only (the array branch selects the same)
+        return _dp_comm_of_stage(int(z), group, n_params, bucket, g_bytes, w_bytes, backward, forward, cost, m,
+                                 overlap_gather)  # fmt: skip
     all_reduce = group.all_reduce(n_params * g_bytes)
     scatter, gather = group.reduce_scatter(n_params * g_bytes), group.all_gather(n_params * w_bytes)
     b_reduce = np.where(z == 0, group.all_reduce(bucket * g_bytes), group.reduce_scatter(bucket * g_bytes))
     b_gather = group.all_gather(bucket * w_bytes)
-    backward = cost.compute_backward_s + cost.tp_backward_s
     grad = np.select([z == 0, z == 1], [all_reduce, scatter], m * scatter)
     grad_window = np.where(z <= 1, backward, m * backward)
     gather_s = np.select([z == 0, z <= 2], [0.0, gather], 2 * m * gather)
-    forward = cost.compute_forward_s + cost.tp_forward_s
-    overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
     gather_window = np.select([z == 3, overlap_gather], [m * cost.total_s, forward], 0.0)
     # ZeRO-3 prefetches every gather but the first of each forward and backward pass
     b_gather_all = np.where(z == 3, 2 * m * b_gather, b_gather)
     return DpComm(grad, grad_window, b_reduce, gather_s, gather_window, b_gather_all, z == 3)
+
+
+def _dp_comm_of_stage(
+    z: int,
+    group: Any,
+    n_params: Number,
+    bucket: Number,
+    g_bytes: float,
+    w_bytes: float,
+    backward: Number,
+    forward: Number,
+    cost: StageCost,
+    m: Number,
+    overlap_gather: np.ndarray,
+) -> DpComm:
+    """`dp_comm` for one ZeRO stage `z` (its docstring)."""
+    if z == 0:
+        b_reduce = group.all_reduce(bucket * g_bytes)
+        return DpComm(
+            group.all_reduce(n_params * g_bytes), backward, b_reduce, 0.0, 0.0, group.all_gather(bucket * w_bytes)
+        )
+    scatter, gather = group.reduce_scatter(n_params * g_bytes), group.all_gather(n_params * w_bytes)
+    b_reduce, b_gather = group.reduce_scatter(bucket * g_bytes), group.all_gather(bucket * w_bytes)
+    if z == 3:
+        return DpComm(m * scatter, m * backward, b_reduce, 2 * m * gather, m * cost.total_s, 2 * m * b_gather, True)
+    grad = scatter if z == 1 else m * scatter
+    window = np.where(overlap_gather, forward, 0.0) if overlap_gather.ndim else (forward if overlap_gather else 0.0)
+    return DpComm(grad, backward if z == 1 else m * backward, b_reduce, gather, window, b_gather)
 
 
 def _data_parallel_exposed_s(
