@@ -170,19 +170,28 @@ class Rows:
 
     def json(self, compact: bool) -> str:
         colon, comma = (":", ",") if compact else (": ", ", ")
-        heads = [json.dumps(n) + colon for n in self.names]
+        if not self.records:
+            return "[]"
+        fields = (json.dumps(n).replace("{", "{{").replace("}", "}}") + colon + "{}" for n in self.names)
+        template = "{{" + comma.join(fields) + "}}"  # one record: {"name": value, ...}
+        columns = [_json_cells(column) for column in zip(*self.records, strict=True)]
+        return "[" + comma.join(map(template.format, *columns)) + "]"
 
-        def cell(v: Any) -> str:
-            if isinstance(v, float):  # numpy floats too: as `json` writes a float
-                return float.__repr__(v)
-            if isinstance(v, (str, bool)) or v is None:
-                return json.dumps(v)
-            return str(int(v))
 
-        parts = []
-        for record in self.records:
-            parts.append("{" + comma.join(h + cell(v) for h, v in zip(heads, record, strict=True)) + "}")
-        return "[" + comma.join(parts) + "]"
+def _json_cells(column: tuple[Any, ...]) -> list[str]:
+    """One column's values as `json` writes them (numbers, strings, booleans; finite floats)."""
+    if all(isinstance(v, float) for v in column):  # numpy floats too
+        return list(map(float.__repr__, column))
+    if all(isinstance(v, int) and not isinstance(v, bool) for v in column):
+        return list(map(int.__repr__, column))
+    cache: dict[Any, str] = {}
+    out = []
+    for v in column:
+        text = cache.get(v)
+        if text is None:
+            text = cache[v] = json.dumps(v.item() if hasattr(v, "item") else v)
+        out.append(text)
+    return out
 
 
 def _finite(value: Any) -> Any:
