@@ -357,5 +357,5 @@ def test_crossover_compares_context_parallel_layouts(cli):
     series = {(s["plan"], s["link"]): s["time_s"] for s in json.loads(out)["series"]}
     assert all(b < a for a, b in zip(series[("tp=8", "PCIe")], series[("tp=2,cp=4", "PCIe")], strict=True))
     for workload in ("forward", "prefill", "decode"):
-        code, _, err = cli([*args[:-1], "--workload", workload])
+        code, _, err = cli([*args, "--workload", workload])
         assert code == 0, err
