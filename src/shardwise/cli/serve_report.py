@@ -52,7 +52,10 @@ def print_estimates(
         "memory\nper GPU",
         "max\nbatch",
     ):
-        table.add_column(col, justify="left" if col == "plan" else "right")
+        if col == "plan":  # the plan's name folds onto more lines rather than being cut
+            table.add_column(col, justify="left", overflow="fold", min_width=min(12, max(len(r[0]) for r in rows)))
+        else:
+            table.add_column(col, justify="right")
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
