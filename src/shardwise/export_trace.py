@@ -27,7 +27,7 @@ def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
     events = trace["traceEvents"]
     for stage, kind, mb, chunk, start, end in sim.records:
         name = KIND_NAMES[kind]
-        label = name if mb < 0 else f"{name} mb{mb}" + (f" c{chunk}" if sim.v > 1 else "")
+        label = _label(name, mb, chunk, sim.v)
         tid = SEND_THREAD_OFFSET + stage if name.startswith("send") else stage
         events.append(
             {
@@ -42,6 +42,11 @@ def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
             }
         )
     return trace
+
+
+def _label(kind: str, micro_batch: int, chunk: int, v: int) -> str:
+    """An operation's name on its track: "F mb3" (", c1" with model chunks)."""
+    return kind if micro_batch < 0 else f"{kind} mb{micro_batch}" + (f" c{chunk}" if v > 1 else "")
 
 
 def chrome_trace_header(sim: SimulationResult) -> dict[str, Any]:
@@ -110,8 +115,8 @@ def _operation_lines(sim: SimulationResult, after_first: bool) -> Any:
         label = labels.get(key)
         if label is None:
             name = KIND_NAMES[kind]
-            text = name if mb < 0 else f"{name} mb{mb}" + (f" c{chunk}" if sim.v > 1 else "")
-            head = f'{{"ph": "X", "name": {json.dumps(text)}, "cat": {json.dumps(CATEGORIES[name])}, "pid": 0, "tid": '
+            text, cat = json.dumps(_label(name, mb, chunk, sim.v)), json.dumps(CATEGORIES[name])
+            head = f'{{"ph": "X", "name": {text}, "cat": {cat}, "pid": 0, "tid": '
             tail = f', "args": {{"micro_batch": {mb}, "chunk": {chunk}}}}}'
             label = labels[key] = (head, tail, SEND_THREAD_OFFSET if name.startswith("send") else 0)
         add(f'{label[0]}{label[2] + stage}, "ts": {start * 1e6:.3f}, "dur": {(end - start) * 1e6:.3f}{label[1]}')

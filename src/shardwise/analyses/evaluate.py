@@ -83,7 +83,9 @@ def _plan_kwargs(exp: Experiment, plan: PlanSpec, x: Mapping[str, np.ndarray]) -
     TP GPUs, so etp = tp / ep there unless given (`rules.serving_expert_rule`)."""
     kwargs = {"micro_batch": exp.micro_batch, **exp.plan_defaults, **plan.plan_kwargs()}
     if exp.workload in ("decode", "prefill") and kwargs.get("ep", 1) > 1 and not kwargs.get("etp"):
-        kwargs["etp"] = np.maximum(np.asarray(x["tp"]) // kwargs["ep"], 1).astype(int)
+        from shardwise.specs.rules import serving_expert_tp
+
+        kwargs["etp"] = serving_expert_tp(np.asarray(x["tp"]).astype(int), kwargs["ep"], 0)
     return kwargs
 
 

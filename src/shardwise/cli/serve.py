@@ -320,7 +320,7 @@ def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None
     from shardwise.engines.serving import plan_for_serving
     from shardwise.errors import SpecError
     from shardwise.specs import Scenario
-    from shardwise.specs.rules import raise_first, serving_expert_rule
+    from shardwise.specs.rules import raise_first, serving_expert_rule, serving_expert_tp
 
     gpus = int(cluster.num_gpus)
     tp, pp, dp = (float(x) for x in spec.degrees(gpus))
@@ -331,7 +331,7 @@ def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None
     options = dict(spec.options)
     experts = {k: options.pop(k) for k in ("cp", "ep", "etp") if k in options}
     if experts.get("ep", 1) > 1:  # spread over the TP GPUs: etp = tp / ep unless given
-        experts.setdefault("etp", max(int(tp) // experts["ep"], 1))
+        experts["etp"] = serving_expert_tp(int(tp), experts["ep"], experts.get("etp", 0))
         raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"])])
     split = {**(stages or {}), **options} if pp > 1 else {}
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))

@@ -161,20 +161,33 @@ def serving_context_parallel(
     keys and values, and keeps its tokens' share of the cache. Decoding (q_len < kv_len) runs the
     new tokens on every rank (the linear layers redundantly), each rank attending to its 1/cp of
     the cache; the partial outputs and their log-sum-exp are all-gathered and combined."""
-    model, plan = scn.model, scn.plan
+    plan = scn.plan
     c = np.asarray(plan.cp, dtype=float)
     s_kv = q_len if kv_len is None else kv_len
     prompt = np.asarray(q_len) >= np.asarray(s_kv)
-    e = plan.bytes_per_element
-    kvb = e if kv_bytes is None else kv_bytes
+    kvb = plan.bytes_per_element if kv_bytes is None else kv_bytes
     b = plan.micro_batch
-    keys = b * s_kv * kv_cache_elements_per_token(model, plan.tp) * kvb  # the whole prompt's cache, one TP rank
-    partial = c * b * q_len * (model.heads / np.asarray(plan.tp) * (model.head_dim + 1)) * e  # outputs and LSE
-    group = fabric.group(plan.cp, place["cp"])
-    gather = np.where(c > 1, group.all_gather(np.where(prompt, keys, partial)), 0.0)
+    decoding, prompt_tokens = np.where(prompt, 0.0, b * q_len), np.where(prompt, b * s_kv, 0.0)
+    gather = np.where(c > 1, context_gather_s(scn, fabric, place, decoding, prompt_tokens, kvb), 0.0)
     local_q = np.where(prompt & (c > 1), np.ceil(np.asarray(q_len) / c), q_len)
     local_kv = np.where(prompt | (c <= 1), s_kv, np.ceil(np.asarray(s_kv) / c))
     return local_q, local_kv, np.where(prompt, plan.cp, 1), gather
+
+
+def context_gather_s(
+    scn: Scenario, fabric: Fabric, place: dict[str, Number], decoding: Number, prompt_tokens: Number, kvb: Number
+) -> Number:
+    """Per layer under serving's context parallelism: the all-gather of `decoding` new tokens'
+    partial attention outputs (and their log-sum-exp, cp of them), and that of `prompt_tokens`
+    prompt tokens' keys and values (`serving_context_parallel`)."""
+    model, plan = scn.model, scn.plan
+    c = np.asarray(plan.cp, dtype=float)
+    group = fabric.group(plan.cp, place["cp"])
+    partial = c * decoding * model.heads / np.asarray(plan.tp) * (model.head_dim + 1) * plan.bytes_per_element
+    keys = prompt_tokens * kv_cache_elements_per_token(model, plan.tp) * kvb
+    return np.where(decoding > 0, group.all_gather(partial), 0.0) + np.where(
+        prompt_tokens > 0, group.all_gather(keys), 0.0
+    )
 
 
 def estimate_forward(

@@ -29,12 +29,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages, tp_comm
-from shardwise.engines.forward import ForwardStages
+from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times
-from shardwise.physics.flops import kv_cache_elements_per_token, layer_forward
+from shardwise.physics.flops import layer_forward
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -73,7 +73,7 @@ def stage_costs(
     dec, prompt = times(np.maximum(d, 1.0), 1, context / c), times(1, n, n)
     attention = np.where(d > 0, dec.attention_s, 0.0) + q / n * prompt.attention_s / c
     reduce = np.where(np.asarray(plan.tp) > 1, comm.all_reduce, 0.0)
-    gather = _context_gather_s(scn, fabric, place, d, q, kvb) if np.any(c > 1) else 0.0
+    gather = context_gather_s(scn, fabric, place, d, q, kvb) if np.any(c > 1) else 0.0
     layer = StageCost(linear_s(times(1, tokens, tokens)) + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
     emb = embedding_cost(one, comm, tokens)
     head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
@@ -87,20 +87,6 @@ def stage_costs(
         tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s + gather
         moe = (StageCost(compute, 0.0, tp, 0.0, ep_forward_s=routed.ep_forward_s), model_moe_split(model, split))
     return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(one, fabric, place, comm))
-
-
-def _context_gather_s(
-    scn: Scenario, fabric: Fabric, place: dict[str, Number], decode: Number, prompt_tokens: Number, kvb: float
-) -> Number:
-    """Per layer under context parallelism: the all-gather of the decoding sequences' partial
-    attention outputs (and log-sum-exp) and that of the prompt chunk's keys and values."""
-    model, plan = scn.model, scn.plan
-    c = np.asarray(plan.cp, dtype=float)
-    group = fabric.group(plan.cp, place["cp"])
-    partial = c * decode * model.heads / np.asarray(plan.tp) * (model.head_dim + 1) * plan.bytes_per_element
-    keys = prompt_tokens * kv_cache_elements_per_token(model, plan.tp) * kvb
-    decoding = np.where(decode > 0, group.all_gather(partial), 0.0)
-    return decoding + np.where(prompt_tokens > 0, group.all_gather(keys), 0.0)
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,7 @@ from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.rules import raise_first, serving_expert_rule
+from shardwise.specs.rules import raise_first, serving_expert_rule, serving_expert_tp
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
@@ -134,9 +134,9 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     plan = scn.plan
     ep = np.asarray(plan.ep)
     if np.any(ep > 1):  # the experts spread over the TP GPUs (etp unset: tp / ep)
-        etp = np.where(np.asarray(plan.etp) == 0, np.asarray(plan.tp) // ep, plan.etp)
+        etp = serving_expert_tp(plan.tp, ep, plan.etp)
         raise_first([serving_expert_rule(plan.tp, ep, etp)])
-        plan = plan.with_(etp=etp.item() if etp.ndim == 0 else etp)
+        plan = plan.with_(etp=etp)
     plan = plan.with_(
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,

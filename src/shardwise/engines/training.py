@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any
 
 import numpy as np
 
@@ -289,48 +288,49 @@ def dp_comm(
     backward = cost.compute_backward_s + cost.tp_backward_s
     forward = cost.compute_forward_s + cost.tp_forward_s
     overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
-    if z.ndim == 0:  # one ZeRO stage: price its collectives only (the array branch selects the same)
-        return _dp_comm_of_stage(int(z), group, n_params, bucket, g_bytes, w_bytes, backward, forward, cost, m,
-                                 overlap_gather)  # fmt: skip
-    all_reduce = group.all_reduce(n_params * g_bytes)
-    scatter, gather = group.reduce_scatter(n_params * g_bytes), group.all_gather(n_params * w_bytes)
-    b_reduce = np.where(z == 0, group.all_reduce(bucket * g_bytes), group.reduce_scatter(bucket * g_bytes))
-    b_gather = group.all_gather(bucket * w_bytes)
-    grad = np.select([z == 0, z == 1], [all_reduce, scatter], m * scatter)
-    grad_window = np.where(z <= 1, backward, m * backward)
-    gather_s = np.select([z == 0, z <= 2], [0.0, gather], 2 * m * gather)
-    gather_window = np.select([z == 3, overlap_gather], [m * cost.total_s, forward], 0.0)
-    # ZeRO-3 prefetches every gather but the first of each forward and backward pass
-    b_gather_all = np.where(z == 3, 2 * m * b_gather, b_gather)
-    return DpComm(grad, grad_window, b_reduce, gather_s, gather_window, b_gather_all, z == 3)
+    priced: dict[str, Number] = {}
 
+    def price(name: str) -> Number:
+        """One collective, priced when a ZeRO stage present first uses it."""
+        if name not in priced:
+            op, n = {
+                "all_reduce": (group.all_reduce, n_params * g_bytes),
+                "reduce_scatter": (group.reduce_scatter, n_params * g_bytes),
+                "all_gather": (group.all_gather, n_params * w_bytes),
+                "bucket_all_reduce": (group.all_reduce, bucket * g_bytes),
+                "bucket_reduce_scatter": (group.reduce_scatter, bucket * g_bytes),
+                "bucket_all_gather": (group.all_gather, bucket * w_bytes),
+            }[name]
+            priced[name] = op(n)
+        return priced[name]
 
-def _dp_comm_of_stage(
-    z: int,
-    group: Any,
-    n_params: Number,
-    bucket: Number,
-    g_bytes: float,
-    w_bytes: float,
-    backward: Number,
-    forward: Number,
-    cost: StageCost,
-    m: Number,
-    overlap_gather: np.ndarray,
-) -> DpComm:
-    """`dp_comm` for one ZeRO stage `z` (its docstring)."""
-    if z == 0:
-        b_reduce = group.all_reduce(bucket * g_bytes)
-        return DpComm(
-            group.all_reduce(n_params * g_bytes), backward, b_reduce, 0.0, 0.0, group.all_gather(bucket * w_bytes)
-        )
-    scatter, gather = group.reduce_scatter(n_params * g_bytes), group.all_gather(n_params * w_bytes)
-    b_reduce, b_gather = group.reduce_scatter(bucket * g_bytes), group.all_gather(bucket * w_bytes)
-    if z == 3:
-        return DpComm(m * scatter, m * backward, b_reduce, 2 * m * gather, m * cost.total_s, 2 * m * b_gather, True)
-    grad = scatter if z == 1 else m * scatter
-    window = np.where(overlap_gather, forward, 0.0) if overlap_gather.ndim else (forward if overlap_gather else 0.0)
-    return DpComm(grad, backward if z == 1 else m * backward, b_reduce, gather, window, b_gather)
+    def stage(k: int) -> tuple[Number, ...]:
+        """DpComm's fields for ZeRO stage k."""
+        after_optimizer = np.where(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
+        if k == 0:
+            return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
+        per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
+        grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
+        window = backward if per_step else m * backward
+        if k < 3:
+            return (
+                grad,
+                window,
+                price("bucket_reduce_scatter"),
+                price("all_gather"),
+                after_optimizer,
+                price("bucket_all_gather"),
+            )
+        # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
+        # each forward and backward pass
+        gathers = 2 * m * price("all_gather"), m * cost.total_s, 2 * m * price("bucket_all_gather")
+        return grad, window, price("bucket_reduce_scatter"), *gathers
+
+    if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
+        return DpComm(*stage(int(z)), shared_window=int(z) == 3)
+    fields = zip(*(stage(k) for k in range(4)), strict=True)
+    chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
+    return DpComm(*chosen, shared_window=z == 3)
 
 
 def _data_parallel_exposed_s(

@@ -315,6 +315,15 @@ def moe_overlap_rules(
     ]
 
 
+def serving_expert_tp(tp: Number, ep: Number, etp: Number) -> Number:
+    """etp for serving: as given, or tp / ep (at least 1) where it is unset (0) and ep > 1 (the
+    experts spread over the TP GPUs: `serving_expert_rule`)."""
+    e = np.asarray(ep)
+    unset = (np.asarray(etp) == 0) & (e > 1)
+    out = np.where(unset, np.maximum(np.asarray(tp) // np.maximum(e, 1), 1), etp).astype(int)
+    return out.item() if out.ndim == 0 else out
+
+
 def serving_expert_rule(tp: Number, ep: Number, etp: Number) -> Rule:
     """Serving with expert parallelism spreads the experts over a replica's TP GPUs, which all
     hold every token after attention (vLLM `--enable-expert-parallel`, SGLang `--ep-size`,
