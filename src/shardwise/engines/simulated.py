@@ -27,17 +27,16 @@ from shardwise.engines.costs import (
     stage_send_time_s,
     tp_comm,
 )
+from shardwise.engines.data_parallel import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
 from shardwise.engines.training import (
     PIPELINE_SYNC_S,
-    dp_comm,
     flops_per_step,
     masked_attention_flops_per_step,
     optimizer_time_s,
-    tied_embedding_sync_s,
 )
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric

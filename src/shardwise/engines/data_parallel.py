@@ -1,0 +1,223 @@
+"""Data parallelism's communication in a training step: the gradient reduction (all-reduce, or
+reduce-scatter under ZeRO >= 1) and the parameter all-gathers of ZeRO, each with the compute it
+may hide behind, on each pipeline stage; the exposed part of the stage that sets the step. Tied
+word embeddings add the first and last stages' all-reduce of their copy's gradient.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.engines.costs import StageCost
+from shardwise.physics import memory as mem
+from shardwise.physics.collectives import Fabric
+from shardwise.specs import Scenario
+from shardwise.specs._checks import Number
+
+# Megatron-Core's data-parallel gradient buckets: max(40M, 1M x dp) parameters
+# (megatron/core/distributed/distributed_data_parallel.py). The reduction of the last bucket (the
+# first layers' gradients, ready only when the backward pass ends) cannot hide behind it, and
+# the first bucket's parameter all-gather is needed before the first layer can run.
+DP_BUCKET_PARAMS = 40e6
+DP_BUCKET_PARAMS_PER_RANK = 1e6
+
+
+@dataclass(frozen=True)
+class DpComm:
+    """One stage's data-parallel communication per step (seconds) and what it may hide behind.
+
+    `grad_s`: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO >= 1; ZeRO-2/3 one per
+    micro-batch), `grad_window_s` the backward compute it overlaps when bucketed, `grad_bucket_s`
+    the last bucket's share (never hidden); `gather_s`: the parameter all-gather (ZeRO-1/2 after
+    the optimizer; ZeRO-3 before every forward and backward), `gather_window_s` what it may hide
+    behind (ZeRO-1/2 with overlap_param_gather: the next step's first forward; ZeRO-3: all
+    compute), `gather_bucket_s` the first bucket's share (needed at once).
+    """
+
+    grad_s: Number
+    grad_window_s: Number
+    grad_bucket_s: Number
+    gather_s: Number
+    gather_window_s: Number
+    gather_bucket_s: Number
+    shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
+
+    @property
+    def total_s(self) -> Number:
+        return self.grad_s + self.gather_s
+
+    def plus(self, other: DpComm) -> DpComm:
+        """Two groups' communication over the same windows, one after the other (the dense
+        parameters' and the routed experts'): their times and unhideable buckets add."""
+        return DpComm(
+            self.grad_s + other.grad_s,
+            self.grad_window_s,
+            self.grad_bucket_s + other.grad_bucket_s,
+            self.gather_s + other.gather_s,
+            self.gather_window_s,
+            self.gather_bucket_s + other.gather_bucket_s,
+            self.shared_window,
+        )
+
+    def exposed_s(self, overlap_grad: Number, drain_s: Number = 0.0) -> tuple[Number, Number]:
+        """(exposed gradient part, exposed gather part): each is what its window does not
+        cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
+        hide behind the backward passes the gathers also use; both share the compute, so what
+        exceeds it (or the unhideable buckets) is exposed. A scalar ZeRO stage or overlap flag
+        prices only its own branch (the same numbers as selecting among all of them)."""
+        overlap = np.asarray(overlap_grad, dtype=bool)
+        z3 = np.asarray(self.shared_window, dtype=bool)
+        if z3.ndim == 0 and bool(z3):
+            return self._shared_s(overlap, drain_s), 0.0
+        grad, gather = self._grad_s(overlap, drain_s), self._gather_s()
+        if z3.ndim == 0:
+            return grad, gather
+        return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
+
+    def _grad_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
+        if overlap.ndim == 0 and not bool(overlap):  # no window: the whole reduction
+            return self.grad_s
+        window = np.where(overlap, self.grad_window_s + drain_s, 0.0)
+        grad = np.maximum(self.grad_s - window, np.where(window > 0, self.grad_bucket_s, self.grad_s))
+        return np.minimum(grad, self.grad_s)
+
+    def _gather_s(self) -> Number:
+        window = self.gather_window_s
+        if np.ndim(window) == 0 and not window:  # no window: the whole gather
+            return self.gather_s
+        gather = np.maximum(self.gather_s - window, np.where(window > 0, self.gather_bucket_s, self.gather_s))
+        return np.minimum(gather, self.gather_s)
+
+    def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
+        both = self.grad_s + self.gather_s
+        shared_window = self.gather_window_s + np.where(overlap, drain_s, 0.0)
+        buckets = np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
+        return np.minimum(both, np.maximum(both - shared_window, buckets))
+
+
+def dp_comm(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    n_params: Number,
+    cost: StageCost,
+    m: Number,
+    experts: bool = False,
+) -> DpComm:
+    """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
+    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks).
+
+    ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
+    the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
+    distributed optimizer); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded);
+    ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the forward and
+    backward passes (no gather after the optimizer).
+    """
+    plan = scn.plan
+    z = np.asarray(plan.zero_stage)
+    if experts:
+        dp = np.asarray(plan.expert_dp, dtype=float)
+        group = fabric.group(dp, place["edp"])
+    else:
+        dp = np.asarray(plan.dp, dtype=float) * np.asarray(plan.cp)  # CP ranks hold the same weights
+        group = fabric.group(dp, place["dpcp"])
+    g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
+    bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    backward = cost.compute_backward_s + cost.tp_backward_s
+    forward = cost.compute_forward_s + cost.tp_forward_s
+    overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
+    priced: dict[str, Number] = {}
+
+    def price(name: str) -> Number:
+        """One collective, priced when a ZeRO stage present first uses it."""
+        if name not in priced:
+            op, n = {
+                "all_reduce": (group.all_reduce, n_params * g_bytes),
+                "reduce_scatter": (group.reduce_scatter, n_params * g_bytes),
+                "all_gather": (group.all_gather, n_params * w_bytes),
+                "bucket_all_reduce": (group.all_reduce, bucket * g_bytes),
+                "bucket_reduce_scatter": (group.reduce_scatter, bucket * g_bytes),
+                "bucket_all_gather": (group.all_gather, bucket * w_bytes),
+            }[name]
+            priced[name] = op(n)
+        return priced[name]
+
+    def stage(k: int) -> tuple[Number, ...]:
+        """DpComm's fields for ZeRO stage k."""
+        after_optimizer = np.where(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
+        if k == 0:
+            return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
+        per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
+        grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
+        window = backward if per_step else m * backward
+        if k < 3:
+            return (
+                grad,
+                window,
+                price("bucket_reduce_scatter"),
+                price("all_gather"),
+                after_optimizer,
+                price("bucket_all_gather"),
+            )
+        # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
+        # each forward and backward pass
+        gathers = 2 * m * price("all_gather"), m * cost.total_s, 2 * m * price("bucket_all_gather")
+        return grad, window, price("bucket_reduce_scatter"), *gathers
+
+    if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
+        return DpComm(*stage(int(z)), shared_window=int(z) == 3)
+    fields = zip(*(stage(k) for k in range(4)), strict=True)
+    chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
+    return DpComm(*chosen, shared_window=z == 3)
+
+
+def data_parallel_exposed_s(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: tuple[Number, Number, Number],
+    stages: tuple[StageCost, StageCost, StageCost],
+    m: Number,
+    v: Number,
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+) -> tuple[Number, Number]:
+    """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
+    exposed part is largest sets the step. With overlap the reduction runs in buckets during the
+    last micro-batch's backward pass; stage i of p also has i backward chunks of pipeline drain to
+    hide behind; the last bucket is always exposed. The parameter all-gather after the optimizer
+    is exposed unless overlap_param_gather (then all but its first bucket hides behind the next
+    step's first forward). Routed-expert parameters (`expert_params`, part of `params`) are
+    reduced over their own expert-data-parallel group, after the others.
+    """
+    plan = scn.plan
+    p = np.asarray(plan.pp, dtype=float)
+    exposed, totals = [], []
+    for index, n_params, n_expert, cost in zip((0.0, 1.0, p - 1), params, expert_params, stages, strict=True):
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m)
+        if scn.model.is_moe:
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
+        # stage i ends its last backward i chunks early
+        drain = index * (cost.compute_backward_s + cost.tp_backward_s) / v
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain)
+        exposed.append(grad + gather)
+        totals.append(comm.total_s)
+    mid = np.where(p > 2, exposed[1], 0.0)
+    dp_exposed = np.maximum(np.maximum(exposed[0], mid), exposed[2])
+    # the hidden share of the stage whose exposed part sets the step
+    pick = np.where(exposed[0] >= np.maximum(mid, exposed[2]), 0, np.where(exposed[2] >= mid, 2, 1))
+    hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
+    return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
+    """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
+    the backward pass (Megatron-LM), over the link between them."""
+    model, plan = scn.model, scn.plan
+    p = np.asarray(plan.pp, dtype=float)
+    if not model.tied_embeddings:
+        return 0.0
+    grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
+    sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(grads)
+    return np.where(p > 1, sync, 0.0)
