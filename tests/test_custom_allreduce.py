@@ -133,15 +133,22 @@ def test_custom_kernels_against_sglang_pr_2904():
             assert t == pytest.approx(measured * 1e-6, rel=0.15), (kernel, elements)
 
 
-def test_the_nccl_ring_against_eight_h100_as_docs_model_md_reports_it():
+def test_nccl_on_eight_h100_as_docs_model_md_reports_it():
     """docs/model.md (Assumptions and limits) quotes this: NCCL's all-reduce on 8 H100 (NVIDIA
-    dgxc-benchmarking nccl-tests) against the ring model with NCCL's own per-call latency. NCCL's
-    NVLink SHARP and LL steps are not modelled, so the ring is slow; when they are, update both."""
+    dgxc-benchmarking nccl-tests, untouched by any fit) against the model with NCCL's own per-call
+    latency. NVLS (the switch reduces) brings the large sizes within 12%, where the ring alone is
+    20% slow or more; the LL and LL128 protocols are not modelled, so the small and middle sizes
+    stay slow. When they are, update both."""
     rows = [r for r in public_collectives() if r["gpu"].startswith("H100 80GB") and r["test"] == "all_reduce_perf"]
     link = presets.link("nvlink4").with_(base_latency_s=NCCL_BASE_LATENCY_S)
     n = np.array([float(r["size_bytes"]) for r in rows])
     measured = np.array([float(r["time_us_out_of_place"]) for r in rows]) * 1e-6
     error = Group(8, 8, link, None).all_reduce(n) / measured - 1
-    slow = (error >= 0.20) & (error <= 0.70)
-    assert len(rows) == 32 and int(slow.sum()) == 30
-    assert np.mean(np.abs(error)) == pytest.approx(0.37, abs=0.01)
+    ring = Group(8, 8, link.with_(nvls_efficiency=0.0), None).all_reduce(n) / measured - 1
+    large = n >= 2**29
+    assert len(rows) == 32 and int(large.sum()) == 6
+    assert np.all(np.abs(error[large]) <= 0.12)
+    assert np.all(ring[large] >= 0.19)
+    slow = (error[~large] >= 0.20) & (error[~large] <= 0.70)
+    assert int(slow.sum()) == 23
+    assert np.mean(np.abs(error)) == pytest.approx(0.30, abs=0.01)

@@ -83,6 +83,7 @@ _LINK_FIELDS = {
     "efficiency": ("efficiency", real),
     "latency": ("latency_s", units.parse_seconds),
     "base_latency": ("base_latency_s", units.parse_seconds),
+    "nvls_efficiency": ("nvls_efficiency", real),
 }
 _MODEL_INTS = (
     "layers",

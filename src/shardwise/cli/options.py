@@ -111,6 +111,12 @@ cluster_options = _stack(
         "host memory (GeForce cards on the stock driver, many VMs). [default: the system's, else on]",
     ),
     click.option(
+        "--nvls",
+        type=click.Choice(["on", "off"]),
+        help="May NCCL reduce inside the NVLink switch (NVLink SHARP) for all-reduces in a server, where the "
+        "link has it (H100 and later with NVSwitch)? off: as NCCL_NVLS_ENABLE=0. [default: the system's, else on]",
+    ),
+    click.option(
         "--intra-link",
         metavar="NAME|FILE|RATE",
         callback=non_empty(LINK_NAME),
@@ -350,10 +356,10 @@ def build_cluster(o: dict[str, Any]) -> Any:
 
     if o.get("nodes") is not None and o.get("num_gpus") is not None:
         raise SpecError("give --nodes or --num-gpus, not both")
-    nic, nics, p2p = None, None, True
+    nic, nics, p2p, nvls = None, None, True, True
     if o.get("system"):
         base = presets.system(o["system"])
-        gpu, per_node, p2p = base.gpu, base.gpus_per_node, base.p2p
+        gpu, per_node, p2p, nvls = base.gpu, base.gpus_per_node, base.p2p, base.nvls
         intra, name = base.intra_node_link, base.name
         nic, nics = presets.system_network(o["system"])
     elif o.get("gpu_name"):
@@ -414,6 +420,10 @@ def build_cluster(o: dict[str, Any]) -> Any:
                 "(give --intra-link pcie4 or similar)"
             )
         cluster = cluster.with_(p2p=False)
+    if o.get("nvls") is not None:
+        nvls = o["nvls"] == "on"
+    if not nvls:
+        cluster = cluster.with_(nvls=False)
     return calibrated(cluster, o)
 
 

@@ -33,6 +33,7 @@ def print_estimates(
         f"{workload.kv_precision}; runtime {workload.runtime}; "
         + _all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
+        + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
     )
     if workload.input_len + workload.output_len > model.seq_len:
         out.print(

@@ -14,6 +14,7 @@ TABLE_CHOICES = [
     "public",
     "planner",
     "inference_pcie",
+    "collectives",
 ]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
@@ -51,7 +52,7 @@ def _run(table: str) -> tuple[list[Any], str, str]:
     type=click.Choice(["none", "dev", "holdout", "all"]),
     default="none",
     show_default=True,
-    help="public: also list the runs of this split, one per line.",
+    help="public, collectives: also list the runs (points) of this split, one per line.",
 )
 @click.option(
     "--calibrated",
@@ -89,7 +90,9 @@ def validate(
     used to fit the sustained GPU efficiencies; holdout: untouched), with MAPE, bias, ranking of
     layouts within each group, and a flat baseline (Eq. 3 FLOPs at Narayanan Table 1's fraction of
     peak);
-    planner (only when named): `shardwise plan`'s best plan beside each published run's plan.
+    planner (only when named): `shardwise plan`'s best plan beside each published run's plan;
+    collectives (only when named): the collective model against 230 published nccl-tests and
+    torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split.
     """
     if calibrated or plot:
         from shardwise.errors import SpecError
@@ -102,20 +105,22 @@ def validate(
 
         show_calibrated(as_json, markdown, plot, draws)
         return
-    if "public" in tables:
-        if len(tables) > 1:
+    for alone in ("public", "collectives", "planner"):
+        if alone in tables and len(tables) > 1:
             from shardwise.errors import SpecError
 
-            raise SpecError("validate public: give it alone (it prints a different table)")
+            raise SpecError(f"validate {alone}: give it alone (it prints a different table)")
+    if "public" in tables:
         from shardwise.cli.validate_public import show_public
 
         show_public(as_json, markdown, show_rows)
         return
-    if "planner" in tables:
-        if len(tables) > 1:
-            from shardwise.errors import SpecError
+    if "collectives" in tables:
+        from shardwise.cli.validate_collectives import show_collectives
 
-            raise SpecError("validate planner: give it alone (it prints a different table)")
+        show_collectives(as_json, markdown, show_rows)
+        return
+    if "planner" in tables:
         _planner(as_json, markdown)
         return
     from shardwise.analyses.validation import mean_absolute_error

@@ -26,6 +26,14 @@ Algorithms, as NCCL picks them (src/graph/tuning.cc):
   bandwidth min(B_intra, g * B_inter) across nodes (g rings, one per NIC);
 - tree (all-reduce across nodes only): latency 2((g-1) alpha_intra + log2(k) alpha_inter),
   W = 2n (NCCL: algBw = busBw / 2);
+- NVLS (NVLink SHARP, all-reduce inside one NVSwitch domain, Hopper and later): each rank
+  reduces 1/p of the buffer by a multicast load through the switch (the switch reads that slice
+  from every GPU: n bytes leave each GPU in all) and stores the result by multicast (n/p out, and
+  n in from all ranks), so each direction of a GPU's link carries n (1 + 1/p):
+  T = alpha_base + (sqrt(alpha_nvls) + sqrt(n (1 + 1/p) / (B e_nvls)))^2, with NCCL's
+  nvlsEfficiency e_nvls (`Link.nvls_efficiency`) and NVLS latency (tuning.cc hwLat, 2.21: 25 us).
+  On 5-8 H200 this gives 261-279 GB/s of algorithm bandwidth where 259-270 is measured, on 6-8
+  B200 457-474 against 467-479 (`shardwise validate collectives`), with no constant fitted;
 - NCCL takes whichever is faster, so do we.
 Reduce-scatter and all-gather are half an all-reduce: p-1 steps, W = (p-1)/p * n.
 
@@ -43,6 +51,8 @@ import numpy as np
 from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
+
+NVLS_LATENCY_S = 25e-6  # NCCL src/graph/tuning.cc hwLat[NVLINK][NVLS] (2.21), in place of the ring's steps
 
 
 def pipelined_time_s(base_s: Number, pipe_latency_s: Number, wire_bytes: Number, bw: Number) -> Number:
@@ -66,6 +76,7 @@ class Group:
         "_custom",
         "_inv_bw",
         "_multi",
+        "_nvls",
         "_rs_factor",
         "_rs_latency",
         "_tree_latency",
@@ -102,6 +113,13 @@ class Group:
         self._ar_factor = 2 * (p - 1) / p
         self._rs_factor = (p - 1) / p
         self._multi = multi if np.any(multi) else None
+        # NVLS: inside one switch domain, (1 + 1/p) n over each direction at nvls_efficiency
+        nvls = intra.nvls_efficiency
+        self._nvls = None
+        if np.any(np.asarray(nvls) > 0) and not np.all(multi):
+            off = multi | (p < 2) | (np.asarray(nvls) <= 0)  # there 1e30 s per byte: never chosen
+            rate = intra.effective_bandwidth_bytes_per_s * np.maximum(nvls, 1e-9)
+            self._nvls = np.where(off, 1e30, (1 + 1 / p) / rate)
         self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
         # all-to-all: latency, seconds per byte in the node and out of it, the shares of a buffer
         inv_in = 1.0 / intra.effective_bandwidth_bytes_per_s
@@ -115,9 +133,12 @@ class Group:
         return latency + transfer + 2.0 * np.sqrt(latency * transfer)  # (sqrt(a) + sqrt(b))^2
 
     def all_reduce(self, n_bytes: Number) -> Number:
-        """Ring, or NCCL's double binary tree across nodes when that is faster; the serving
+        """Ring, NVLS inside one switch domain, or NCCL's double binary tree across nodes, whichever
+        is faster; the serving
         engine's own kernel where it would use it (`physics.custom_allreduce`)."""
         ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
+        if self._nvls is not None:
+            ring = np.minimum(ring, self._base + self._pipe(NVLS_LATENCY_S, n_bytes * self._nvls))
         if self._custom is not None:
             p, link, inside, kernel, nvlink, p2p = self._custom
             own = custom_all_reduce_s(n_bytes, p, link, kernel, nvlink, p2p)
@@ -191,11 +212,14 @@ class Fabric:
     @classmethod
     def of(cls, cluster: Cluster) -> Fabric:
         """A cluster's fabric: its links, the server's link as NCCL sees it without P2P when
-        `cluster.p2p` is off, and the serving engine's own all-reduce when it has one."""
+        `cluster.p2p` is off (or without NVLS when `cluster.nvls` is), and the serving engine's own
+        all-reduce when it has one."""
         intra = cluster.intra_node_link
         nvlink = is_nvlink_class(intra)
         if not cluster.p2p:
             intra = without_p2p(intra)
+        if not cluster.nvls:
+            intra = intra.with_(nvls_efficiency=0.0)
         custom = (cluster.custom_all_reduce, nvlink, bool(cluster.p2p))
         return cls(intra, cluster.inter_node_link, custom if cluster.custom_all_reduce != "none" else None)
 

@@ -122,7 +122,7 @@ def model(name: str, **overrides: Any) -> Model:
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
 
 
-SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node", "p2p")
+SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node", "p2p", "nvls")
 
 
 def system(name: str, nodes: int = 1) -> Cluster:
@@ -152,10 +152,11 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
         nics = loaders.check_nics_per_node(data.get("nics_per_node", per_node), f"system {key!r}: nics_per_node")
         inter = loaders.per_gpu_nic(nic, nics, per_node)
     cluster = loaders.cluster_from_parts(key, g, per_node, nodes, intra, inter, str(data.get("source", "")))
-    p2p = data.get("p2p", True)
-    if not isinstance(p2p, bool):
-        raise SpecError(f"system {key!r}: p2p: {p2p!r} is not allowed; give true or false")
-    return cluster if p2p else cluster.with_(p2p=False)
+    flags = {flag: data.get(flag, True) for flag in ("p2p", "nvls")}
+    for flag, value in flags.items():
+        if not isinstance(value, bool):
+            raise SpecError(f"system {key!r}: {flag}: {value!r} is not allowed; give true or false")
+    return cluster.with_(**flags) if not all(flags.values()) else cluster
 
 
 def system_network(name: str) -> tuple[Link | None, float]:

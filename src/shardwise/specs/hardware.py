@@ -112,7 +112,9 @@ class Link:
     A collective over this link is priced by the pipelined alpha-beta model of
     `physics.collectives`: `base_latency_s` once per call (launch and synchronisation, NCCL's
     "baseLat"), `latency_s` per ring step / hop, and `bandwidth_bytes_per_s * efficiency` as the
-    sustained rate (NCCL's large-message bus bandwidth over the line rate).
+    sustained rate (NCCL's large-message bus bandwidth over the line rate). `nvls_efficiency` is
+    the share of that rate an all-reduce reduced inside the switch (NVLink SHARP) reaches; 0 where
+    the switch cannot reduce (NCCL's nvlsEfficiency, src/graph/tuning.cc: Hopper 0.85, Blackwell 0.74).
     """
 
     name: str
@@ -120,6 +122,7 @@ class Link:
     latency_s: Number = 1e-6
     efficiency: Number = 0.8
     base_latency_s: Number = 20e-6
+    nvls_efficiency: Number = 0.0
 
     def __post_init__(self) -> None:
         chk.text("link: name", self.name)
@@ -128,6 +131,7 @@ class Link:
         chk.within(f"{p}: latency_s", self.latency_s, 0.0, 1.0, "s")
         chk.fraction(f"{p}: efficiency", self.efficiency)
         chk.within(f"{p}: base_latency_s", self.base_latency_s, 0.0, 1.0, "s")
+        chk.within(f"{p}: nvls_efficiency", self.nvls_efficiency, 0.0, 1.0, "(0: no NVLS)")
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> Number:
@@ -163,13 +167,17 @@ class Cluster:
     # GPUs in a server reach each other's memory (peer-to-peer); off: NCCL stages through host
     # memory (`physics.custom_allreduce.without_p2p`)
     p2p: bool = True
+    # NCCL may reduce in the NVLink switch (NVLS) where the server's link can (NCCL_NVLS_ENABLE)
+    nvls: bool = True
     # the serving engine's own all-reduce kernel on small messages ("none": NCCL only)
     custom_all_reduce: str = "none"
 
     def __post_init__(self) -> None:
         chk.text("cluster: name", self.name)
-        if not isinstance(self.p2p, bool):
-            raise SpecError(f"cluster {self.name!r}: p2p: {self.p2p!r} is not allowed; give true or false")
+        for flag in ("p2p", "nvls"):
+            if not isinstance(getattr(self, flag), bool):
+                got = getattr(self, flag)
+                raise SpecError(f"cluster {self.name!r}: {flag}: {got!r} is not allowed; give true or false")
         kernels = CUSTOM_ALL_REDUCE_KERNELS
         if self.custom_all_reduce not in kernels:
             raise SpecError(
