@@ -10,10 +10,11 @@ message bus bandwidth, the per-step latencies come from the small-message ends o
 or not (`holdout`: no constant was chosen by looking at it). The holdout curves are the test.
 
 Curves measured with the ring forced (NCCL_ALGO=Ring, or a slide's "without SHARP") are priced
-with NVLS off (`Cluster.nvls`). nccl-tests call NCCL directly, so their curves get NCCL's own
-per-call latency (`NCCL_BASE_S`, NCCL src/graph/tuning.cc baseLat) instead of the presets' 20 us,
-which include launching from PyTorch; torch.distributed measurements keep the presets'. What is
-not compared, with the reason, is in `NOT_COMPARED`.
+with NVLS off (`Cluster.nvls`). nccl-tests call NCCL directly (the data's framework column says
+which tool timed a row), so their curves get NCCL's own per-call latency (`NCCL_BASE_S`, NCCL
+src/graph/tuning.cc baseLat) instead of the presets' 20 us, which include launching from
+PyTorch; torch.distributed measurements keep the presets'. What is not compared, with the
+reason, is in `NOT_COMPARED`.
 """
 
 from __future__ import annotations
@@ -55,7 +56,6 @@ class Curve:
     intra: str = ""  # a link preset replacing the system's
     nics: tuple[str, float] | None = None  # (NIC preset, NICs per node) replacing the system's
     p2p: bool | None = None
-    nccl_tests: bool = True
     peak_bytes: float = PEAK_BYTES
 
 
@@ -130,7 +130,8 @@ def _point(curve: Curve, row: dict[str, str]) -> Point:
     size_text = row["size_bytes"] if public else row["message_size_bytes"]
     size = float(size_text) if size_text else curve.peak_bytes
     ring_only = not public and row["algo"].lower().startswith("ring")  # NCCL_ALGO=Ring, or NVLS off
-    fabric = Fabric.of(_cluster(curve, nodes, curve.nccl_tests, not ring_only))
+    nccl_tests = public or row["framework"].startswith("nccl-tests")  # else torch.distributed
+    fabric = Fabric.of(_cluster(curve, nodes, nccl_tests, not ring_only))
     predicted = float(getattr(fabric.group(ranks, ranks // nodes), op)(size))
     hardware = f"{ranks} {row['gpu'].replace('GeForce ', '') or presets.system(curve.system).gpu.name}"
     point = Point(
