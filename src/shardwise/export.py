@@ -207,7 +207,7 @@ def _finite(value: Any) -> Any:
 
 
 def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
-    from shardwise.analyses.crossover import describe_crossing
+    from shardwise.analyses.crossover import crossing_breakdown, describe_crossing
 
     return {
         "variable": result.variable,
@@ -242,6 +242,8 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "range_80": [c.range_low, c.range_high],
                 "exact": c.exact,
                 "text": describe_crossing(c, result.variable),
+                # seconds per term of both plans at the switch point (null: a plan is invalid there)
+                "breakdown": crossing_breakdown(result, c),
             }
             for c in result.crossings
         ],

@@ -281,6 +281,20 @@ def _refine(
     return float(np.exp(root) if log else root), True
 
 
+def crossing_breakdown(result: CrossoverResult, c: Crossing) -> dict[str, dict[str, float]] | None:
+    """Where the time of the two plans goes at the switch point (seconds per term, each plan),
+    the reason for the crossing; None where a plan is invalid there or the cost model has no terms."""
+    from shardwise.analyses.evaluate import breakdown_at
+
+    exp = result.experiment
+    link = next(lk.link for lk in exp.links if lk.label == c.link)
+    plans = {p.label: p for p in exp.plans}
+    parts = {name: breakdown_at(exp, plans[name], link, result.variable, c.at) for name in (c.before, c.after)}
+    if any(v is None for v in parts.values()):
+        return None
+    return parts  # type: ignore[return-value]
+
+
 def describe_crossing(c: Crossing, variable: str) -> str:
     """'NVLink: tp=8 is faster below batch 11, pp=8 from 11 on (a tie within the 80% bands from
     batch 7 to 16)'."""

@@ -20,6 +20,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "crossover",
         "Where TP overtakes PP (or any plan another) as one variable moves.",
     ),
+    "explore": (
+        "shardwise.cli.explore",
+        "explore",
+        "The interactive explorer in the browser: crossover, winner map, planner, serving, timeline.",
+    ),
     "measure": (
         "shardwise.cli.measure",
         "measure",

@@ -215,16 +215,11 @@ def _throughout(winners: list[str]) -> str:
 
 def _print_why(out: Any, result: Any, c: Any) -> None:
     """Where the time of the two plans goes at the switch point: the reason for the crossing."""
-    from shardwise.analyses.evaluate import breakdown_at
+    from shardwise.analyses.crossover import crossing_breakdown
     from shardwise.units import format_seconds
 
-    exp = result.experiment
-    link = next(lk.link for lk in exp.links if lk.label == c.link)
-    plans = {p.label: p for p in exp.plans}
-    parts = {name: breakdown_at(exp, plans[name], link, result.variable, c.at) for name in (c.before, c.after)}
-    if any(v is None for v in parts.values()):
-        return
-    for name, bd in parts.items():
+    parts = crossing_breakdown(result, c)
+    for name, bd in (parts or {}).items():
         total = sum(bd.values())
         shown = ", ".join(
             f"{k.replace('_', ' ')} {format_seconds(v)} ({v / total:.0%})" for k, v in bd.items() if v > 0

@@ -1,0 +1,49 @@
+"""`shardwise explore`: the interactive explorer in the browser (Dash, an optional extra)."""
+
+from __future__ import annotations
+
+import click
+
+INSTALL_HINT = "shardwise explore needs Dash: pip install 'shardwise[explore]'"
+
+
+@click.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on (0.0.0.0: every one).")
+@click.option("--port", type=click.IntRange(1, 65535), default=8050, show_default=True, help="Port to listen on.")
+@click.option("--no-browser", is_flag=True, help="Do not open a browser window.")
+def explore(host: str, port: int, no_browser: bool) -> None:
+    """Drag the batch, the link bandwidth, the depth and width, and watch the winner change.
+
+    Pages: crossover (the brief's experiment), winner map (two variables), planner (the best layouts
+    and the (tp, pp) heatmap), serving (throughput against latency) and timeline (the pipeline's
+    Gantt chart). Each runs the same command as the CLI, shows it, exports CSV/JSON/SVG/PNG, and
+    keeps its controls in the URL so a view can be shared.
+
+    \b
+    Example:
+      shardwise explore --port 8050
+    """
+    import socket
+
+    from shardwise.errors import SpecError
+
+    try:
+        import dash  # noqa: F401
+    except ImportError:
+        raise SpecError(INSTALL_HINT) from None
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise SpecError(f"--port: {port} on {host} is not free ({exc.strerror}); give another") from None
+    from shardwise.explore.app import create_app
+
+    url = f"http://{host if host != '0.0.0.0' else '127.0.0.1'}:{port}/"
+    click.echo(f"shardwise explorer on {url} (Ctrl-C stops it)", err=True)
+    if not no_browser:
+        import threading
+        import webbrowser
+
+        threading.Timer(1.0, webbrowser.open, (url,)).start()
+    create_app().run(host=host, port=port, debug=False)

@@ -1,0 +1,92 @@
+"""`shardwise explore` without a browser: the URL state, the in-process runner (the CLI's own
+output and messages), each page's figures, and the command's own errors."""
+
+import json
+import socket
+import sys
+
+import pytest
+
+pytest.importorskip("dash", reason="the explorer is an optional extra: pip install 'shardwise[explore]'")
+
+from shardwise.explore import app, runner, state
+
+
+def test_url_state_round_trips_and_leaves_defaults_out():
+    values = dict(state.DEFAULTS)
+    assert state.encode(values) == ""
+    values.update({"page": "planner", "x-links": ["nvlink4"], "x-layers": 48, "p-nodes": 16, "x-plans": "tp=4; pp=2"})
+    search = state.encode(values)
+    assert "x-bw" not in search and "p-nodes=16" in search
+    assert state.decode(search) == values
+
+
+def test_url_state_keeps_bad_text_for_the_command_to_reject():
+    values = state.decode("?x-batch=lots&nonsense=1&page=nowhere")
+    assert values["x-batch"] == "lots" and values["page"] == "crossover" and "nonsense" not in values
+
+
+def test_plans_split_on_semicolons_or_spaces():
+    assert state.plans("tp=8; pp=8  tp=2,pp=4") == ["--plan", "tp=8", "--plan", "pp=8", "--plan", "tp=2,pp=4"]
+
+
+def test_the_runner_gives_what_the_cli_prints(cli):
+    args = state.crossover_args(state.DEFAULTS)
+    code, out, _ = cli([*args, "--json"])
+    assert code == 0
+    assert runner.run(args).data == json.loads(out)
+
+
+def test_the_runner_gives_the_cli_error_line(cli):
+    args = [*state.crossover_args(state.DEFAULTS), "--vary", "batch=abc"]
+    code, _, err = cli([*args, "--json"])
+    outcome = runner.run(args)
+    assert code == 2 and outcome.data is None
+    assert f"error: {outcome.error}" == err.strip().splitlines()[-1]
+    assert outcome.command.startswith("shardwise crossover ") and "--json" not in outcome.command
+
+
+def test_an_error_goes_under_the_control_it_names():
+    outcome = runner.Outcome(("crossover",), error="--vary: 'abc' is not a number")
+    top, *msgs = app._error_outputs("crossover", outcome)
+    named = dict(zip(state.CONTROLS["crossover"], msgs, strict=True))
+    assert top == "" and named["x-vary"] == outcome.error
+    assert all(m == "" for k, m in named.items() if k != "x-vary")
+    top, *_ = app._error_outputs("crossover", runner.Outcome(("crossover",), error="model: something"))
+    assert top == "model: something"
+
+
+@pytest.mark.parametrize("page", state.PAGES)
+def test_every_page_draws_its_command(page, tmp_path):
+    values = dict(state.DEFAULTS)
+    if page == "serving":  # keep the in-flight simulation small
+        values.update({"s-plans": "tp=8", "s-output": 16})
+    outcome, figs, text, table = app.COMPUTE[page](values, tmp_path)
+    assert outcome.error is None, outcome.error
+    assert figs and all(f.data for f in figs if f is not app.no_update)
+    assert text
+    if page in ("winner-map", "planner", "timeline"):
+        assert table.count("\n") > 10
+
+
+def test_the_crossover_marks_the_cli_crossings(tmp_path):
+    outcome, (fig, parts), text, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path)
+    crossings = outcome.data["crossings"]
+    assert text == " | ".join(c["text"] for c in crossings)
+    assert sorted(s.x0 for s in fig.layout.shapes) == sorted(c["at"] for c in crossings)
+    assert {b.x[0] for b in parts.data} == {crossings[0]["faster_below"]}
+
+
+def test_explore_without_dash_says_how_to_install(cli, monkeypatch):
+    monkeypatch.setitem(sys.modules, "dash", None)
+    code, _, err = cli(["explore", "--no-browser"])
+    assert code == 2 and "pip install 'shardwise[explore]'" in err
+
+
+def test_explore_on_a_busy_port_says_so(cli):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        code, _, err = cli(["explore", "--no-browser", "--port", str(port)])
+    assert code == 2 and f"--port: {port}" in err and err.count("\n") == 1

@@ -1,0 +1,168 @@
+"""`shardwise explore` in a real headless browser (Chromium from the system's packages, driven by
+Selenium with the system's chromedriver; nothing is downloaded). Each page is loaded, controls are
+changed, the numbers are compared with the CLI's for the same inputs, a bad input must show the
+CLI's message next to its control, and screenshots go to build/explore/. The re-render time of a
+slider move is measured and written there too (reported, not asserted)."""
+
+import json
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("dash", reason="the explorer is an optional extra: pip install 'shardwise[explore]'")
+webdriver = pytest.importorskip("selenium.webdriver", reason="browser tests need selenium (the test extra)")
+
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+from shardwise.explore import runner, state  # noqa: E402
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "explore"
+BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+DRIVER = shutil.which("chromedriver")
+WAIT_S = 60
+
+
+@pytest.fixture(scope="module")
+def server():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "shardwise", "explore", "--no-browser", "--port", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}/"
+    deadline = time.monotonic() + WAIT_S
+    while True:
+        try:
+            urllib.request.urlopen(url, timeout=2).read()
+            break
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                pytest.fail(f"the explorer did not start: {proc.stderr.read().decode()[-2000:]}")
+            time.sleep(0.2)
+    yield url
+    proc.terminate()
+    proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if BROWSER is None or DRIVER is None:
+        pytest.skip("no Chromium and chromedriver here: apt-get install chromium chromium-driver (.ci/run does)")
+    opts = webdriver.ChromeOptions()
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        opts.add_argument(arg)
+    opts.binary_location = BROWSER
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    yield driver
+    driver.quit()
+
+
+def _open(browser, url: str, page: str) -> str:
+    """Load a view and wait for its numbers; returns its summary line."""
+    browser.get(url)
+    return _summary(browser, page)
+
+
+def _summary(browser, page: str) -> str:
+    def ready(d):
+        found = d.find_elements(By.ID, f"{page}-summary")
+        return found and found[0].text
+
+    return WebDriverWait(browser, WAIT_S).until(ready)
+
+
+def _type(browser, cid: str, text: str) -> None:
+    box = browser.find_element(By.ID, cid)
+    box.send_keys(Keys.CONTROL, "a")
+    box.send_keys(text, Keys.ENTER)
+
+
+def test_crossover_page_shows_the_cli_crossings(server, browser):
+    shown = _open(browser, server, "crossover")
+    data = runner.run(state.crossover_args(state.DEFAULTS)).data
+    assert shown == " | ".join(c["text"] for c in data["crossings"])
+    command = browser.find_element(By.ID, "crossover-command").text
+    assert command == runner.Outcome(tuple(state.crossover_args(state.DEFAULTS))).command
+    assert browser.find_elements(By.CSS_SELECTOR, "#crossover-graph .js-plotly-plot")
+    browser.save_screenshot(str(ARTIFACTS / "crossover.png"))
+
+
+@pytest.mark.parametrize("page", ["winner-map", "planner", "serving", "timeline"])
+def test_every_other_page_loads_with_the_cli_numbers(server, browser, page):
+    shown = _open(browser, f"{server}?page={page}" + ("&s-plans=tp%3D8&s-output=16" if page == "serving" else ""), page)
+    values = state.decode(f"?page={page}" + ("&s-plans=tp%3D8&s-output=16" if page == "serving" else ""))
+    if page == "planner":
+        best = runner.run(state.planner_args(values, str(ARTIFACTS / "plans.csv"))).data["plans"][0]
+        assert f"step {best['step_time_s']:.4g} s" in shown
+    elif page == "timeline":
+        data = runner.run(state.timeline_args(values)).data
+        assert shown.startswith(f"step {data['step_time_s']:.4g} s")
+    elif page == "serving":
+        plan = runner.run(state.serving_args(values)).data["plans"][0]
+        assert f"TPOT {plan['tpot_s'] * 1e3:.4g} ms" in shown
+    else:
+        assert "fastest in" in shown
+    browser.save_screenshot(str(ARTIFACTS / f"{page}.png"))
+
+
+def test_a_control_updates_the_numbers_and_the_url(server, browser):
+    _open(browser, server, "crossover")
+    _type(browser, "x-vary", "batch=1..64")
+    WebDriverWait(browser, WAIT_S).until(lambda d: "batch=1..64" in d.find_element(By.ID, "crossover-command").text)
+    after = _summary(browser, "crossover")
+    args = [a if a != "batch=1..32" else "batch=1..64" for a in state.crossover_args(state.DEFAULTS)]
+    assert after == " | ".join(c["text"] for c in runner.run(args).data["crossings"])
+    WebDriverWait(browser, WAIT_S).until(lambda d: "x-vary=batch%3D1..64" in d.current_url)
+
+
+def test_a_shared_url_restores_the_view(server, browser):
+    _open(browser, f"{server}?x-plans=tp%3D4%3B+pp%3D2&x-batch=16&x-vary=layers%3D8..96", "crossover")
+    assert browser.find_element(By.ID, "x-plans").get_attribute("value") == "tp=4; pp=2"
+    command = browser.find_element(By.ID, "crossover-command").text
+    assert "--plan tp=4 --plan pp=2" in command and "--vary layers=8..96" in command
+
+
+def test_a_bad_input_shows_the_cli_message_next_to_its_control(server, browser):
+    _open(browser, server, "crossover")
+    _type(browser, "x-vary", "batch=abc")
+    message = WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "x-vary-msg").text)
+    expected = runner.run([*state.crossover_args(state.DEFAULTS)[:-4], "--vary", "batch=abc", "--global-batch", "8"])
+    assert message == expected.error
+    browser.save_screenshot(str(ARTIFACTS / "bad-input.png"))
+    _type(browser, "x-vary", "batch=1..16")  # the server is still there and recovers
+    WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "x-vary-msg").text == "")
+
+
+def test_slider_move_rerender_time_is_measured(server, browser):
+    """A move of the link-bandwidth slider: time until the new figure and numbers are shown."""
+    _open(browser, server, "crossover")
+    handle = browser.find_element(By.CSS_SELECTOR, "#x-bw [role=slider]")
+    timings = []
+    for step in range(1, 6):
+        before = browser.find_element(By.ID, "crossover-command").text
+        start = time.perf_counter()
+        handle.send_keys(Keys.ARROW_RIGHT)
+        WebDriverWait(browser, WAIT_S, poll_frequency=0.005).until(
+            lambda d, b=before: d.find_element(By.ID, "crossover-command").text != b
+        )
+        timings.append(time.perf_counter() - start)
+        assert "custom=" in browser.find_element(By.ID, "crossover-command").text, step
+    timings.sort()
+    report = {"slider_rerender_s": timings, "median_s": timings[len(timings) // 2]}
+    (ARTIFACTS / "timings.json").write_text(json.dumps(report, indent=1))
+    print(f"slider move re-render: median {report['median_s'] * 1e3:.0f} ms over {len(timings)} moves")
