@@ -61,20 +61,20 @@ def test_every_page_draws_its_command(page, tmp_path):
     values = dict(state.DEFAULTS)
     if page == "serving":  # keep the in-flight simulation small
         values.update({"s-plans": "tp=8", "s-output": 16})
-    outcome, figs, text, table = app.COMPUTE[page](values, tmp_path)
+    outcome, figs, text, table = app.COMPUTE[page](values, tmp_path, (None, None))
     assert outcome.error is None, outcome.error
-    assert figs and all(f.data for f in figs if f is not app.no_update)
+    assert figs and all(f["data"] for f in figs if f is not app.no_update)
     assert text
     if page in ("winner-map", "planner", "timeline"):
         assert table.count("\n") > 10
 
 
 def test_the_crossover_marks_the_cli_crossings(tmp_path):
-    outcome, (fig, parts), text, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path)
+    outcome, (fig, parts), text, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (None, None))
     crossings = outcome.data["crossings"]
     assert text == " | ".join(c["text"] for c in crossings)
-    assert sorted(s.x0 for s in fig.layout.shapes) == sorted(c["at"] for c in crossings)
-    assert {b.x[0] for b in parts.data} == {crossings[0]["faster_below"]}
+    assert sorted(s["x0"] for s in fig["layout"]["shapes"]) == sorted(c["at"] for c in crossings)
+    assert {b["x"][0] for b in parts["data"]} == {crossings[0]["faster_below"]}
 
 
 def test_explore_without_dash_says_how_to_install(cli, monkeypatch):
@@ -90,3 +90,30 @@ def test_explore_on_a_busy_port_says_so(cli):
         port = busy.getsockname()[1]
         code, _, err = cli(["explore", "--no-browser", "--port", str(port)])
     assert code == 2 and f"--port: {port}" in err and err.count("\n") == 1
+
+
+def test_uploaded_model_and_calibration_join_every_command():
+    args = state.with_files(state.crossover_args(state.DEFAULTS), "/tmp/config.json", "/tmp/cal.yaml")
+    assert args[:3] == ["crossover", "--model", "/tmp/config.json"] and args[-2:] == ["--calibration", "/tmp/cal.yaml"]
+    planner = state.with_files(state.planner_args(state.DEFAULTS, "t.csv"), "m.yaml", None)
+    assert planner[planner.index("--model") + 1] == "m.yaml" and "--calibration" not in planner
+
+
+def test_a_hugging_face_config_drives_the_crossover(tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 8,
+                "intermediate_size": 8192,
+                "vocab_size": 32000,
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
+    outcome, _, _, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(config), None))
+    assert outcome.error is None and "16 layers, hidden 2048" in outcome.data["assumptions"]

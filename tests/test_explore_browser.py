@@ -166,3 +166,29 @@ def test_slider_move_rerender_time_is_measured(server, browser):
     report = {"slider_rerender_s": timings, "median_s": timings[len(timings) // 2]}
     (ARTIFACTS / "timings.json").write_text(json.dumps(report, indent=1))
     print(f"slider move re-render: median {report['median_s'] * 1e3:.0f} ms over {len(timings)} moves")
+
+
+def test_an_uploaded_hugging_face_config_becomes_the_model(server, browser, tmp_path):
+    config = tmp_path / "config.json"
+    config.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 8,
+                "intermediate_size": 8192,
+                "vocab_size": 32000,
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
+    _open(browser, server, "crossover")
+    browser.find_element(By.CSS_SELECTOR, "#model-upload input[type=file]").send_keys(str(config))
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: "--model model-upload.json" in d.find_element(By.ID, "crossover-command").text
+    )
+    assert "config.json" in browser.find_element(By.ID, "model-name").text
+    browser.find_element(By.ID, "model-forget").click()
+    WebDriverWait(browser, WAIT_S).until(lambda d: "--model" not in d.find_element(By.ID, "crossover-command").text)

@@ -7,21 +7,26 @@ The URL's query string holds every control (`state.encode`), so a view can be sh
 from __future__ import annotations
 
 import atexit
+import base64
 import csv
 import io
 import json
 import shutil
 import tempfile
 import time
+import traceback
 from pathlib import Path
 from typing import Any
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from shardwise import presets
-from shardwise.explore import figures, state
-from shardwise.explore.runner import Outcome, run, text
+from shardwise.explore import figures, runner, state
+from shardwise.explore.runner import Outcome, run
+from shardwise.units import parse_seconds
 
+Files = tuple[str | None, str | None]  # (uploaded model file, uploaded calibration file)
+Result = tuple[Outcome, list[Any], Any, str]  # (the command's outcome, figures, summary, its table as CSV)
 TITLES = {
     "crossover": "Crossover",
     "winner-map": "Winner map",
@@ -44,6 +49,10 @@ header h1 { font-size: 20px; margin: 0 0 4px 0; }
 .error { color: #b91c1c; font-weight: 600; }
 .command { background: #f3f4f6; padding: 8px; white-space: pre-wrap; font-size: 13px; }
 .exports button { margin-right: 6px; }
+.uploads { margin: 4px 0 6px 0; font-size: 13px; }
+.uploads > span { display: inline-flex; align-items: center; gap: 4px; margin-right: 18px; }
+.uploads > span > div { display: inline-block; }
+.upload-name { color: #d1d5db; }
 table.plans { border-collapse: collapse; font-size: 13px; }
 table.plans td, table.plans th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 """
@@ -139,7 +148,7 @@ def _control(cid: str) -> Any:
         return dcc.RadioItems(id=cid, options=["time", "throughput-per-gpu"], value=default, inline=True)
     if kind == "schedule":
         return dcc.RadioItems(id=cid, options=["1f1b", "gpipe", "interleaved", "zb-h1"], value=default, inline=True)
-    numeric = isinstance(default, int) or kind in ("layers", "hidden")
+    numeric = isinstance(default, int) or kind in ("layers", "hidden", "heads")
     return dcc.Input(id=cid, type="number" if numeric else "text", value=default, debounce=True)
 
 
@@ -147,13 +156,14 @@ LABELS = {
     "model": "model",
     "layers": "layers (override)",
     "hidden": "hidden size (override)",
+    "heads": "attention heads (override)",
     "gpu": "GPU",
     "links": "links inside the server",
     "bw": "and a link of this bandwidth (GB/s; 0: none)",
     "plans": "plans",
     "workload": "workload",
     "vary": "varied variable (NAME=LO..HI)",
-    "batch": "global batch (when not varied)",
+    "batch": "global batch (sequences)",
     "link": "link inside the server",
     "x": "x axis (NAME=VALUES)",
     "y": "y axis (NAME=VALUES)",
@@ -174,7 +184,8 @@ LABELS = {
 def _page(page: str) -> html.Div:
     fields: list[Any] = [html.Div(id=f"{page}-error", className="error")]
     for cid in CONTROLS[page]:
-        fields += [html.Label(LABELS[cid[2:]], htmlFor=cid), _control(cid), html.Div(id=f"{cid}-msg", className="msg")]
+        label = LABELS[cid[2:]] + (" when not varied" if cid == "x-batch" else "")
+        fields += [html.Label(label, htmlFor=cid), _control(cid), html.Div(id=f"{cid}-msg", className="msg")]
     graphs = [dcc.Graph(id=f"{page}-graph", config={"displaylogo": False})]
     if page in ("crossover", "planner"):
         graphs.append(dcc.Graph(id=f"{page}-graph2", config={"displaylogo": False}))
@@ -234,8 +245,8 @@ def _rows_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def _crossover(v: dict[str, Any], _: Path) -> tuple[Outcome, list[Any], str, str]:
-    outcome = run(state.crossover_args(v))
+def _crossover(v: dict[str, Any], _: Path, files: Files) -> Result:
+    outcome = run(state.with_files(state.crossover_args(v), *files))
     if outcome.error:
         return outcome, [no_update, no_update], "", ""
     data = outcome.data
@@ -247,18 +258,18 @@ def _crossover(v: dict[str, Any], _: Path) -> tuple[Outcome, list[Any], str, str
     return outcome, [figures.crossover(data), second], " | ".join(texts), ""  # CSV made when asked for
 
 
-def _winner_map(v: dict[str, Any], tmp: Path) -> tuple[Outcome, list[Any], str, str]:
+def _winner_map(v: dict[str, Any], tmp: Path, files: Files) -> Result:
     path = str(tmp / "grid.csv")
-    outcome = run(state.winner_map_args(v, path))
+    outcome = run(state.with_files(state.winner_map_args(v, path), *files))
     if outcome.error:
         return outcome, [no_update], "", ""
     fig, summary = figures.winner_map(path)
     return outcome, [fig], summary, Path(path).read_text(encoding="utf-8")
 
 
-def _planner(v: dict[str, Any], tmp: Path) -> tuple[Outcome, list[Any], str, str]:
+def _planner(v: dict[str, Any], tmp: Path, files: Files) -> Result:
     path = str(tmp / "plans.csv")
-    outcome = run(state.planner_args(v, path))
+    outcome = run(state.with_files(state.planner_args(v, path), *files))
     if outcome.error:
         return outcome, [no_update, no_update], "", ""
     data = outcome.data
@@ -272,35 +283,59 @@ def _planner(v: dict[str, Any], tmp: Path) -> tuple[Outcome, list[Any], str, str
         else "no plan fits"
     )
     fig2 = figures.planner_heatmap(path, str(v["p-objective"]))
-    return outcome, [_plans_figure(top), fig2], text, Path(path).read_text(encoding="utf-8")
+    return outcome, [_plans_figure(top), fig2], [text, _plans_table(top)], Path(path).read_text(encoding="utf-8")
+
+
+def _plans_table(top: list[dict[str, Any]]) -> html.Table:
+    head = (
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "micro-batch",
+        "schedule",
+        "recompute",
+        "step (s)",
+        "tokens/s per GPU",
+        "MFU",
+        "memory (GB)",
+    )
+    rows = [
+        (
+            p["tp"],
+            p["pp"],
+            p["dp"],
+            p["vpp"],
+            p["micro_batch"],
+            p["schedule"],
+            p["recompute"],
+            f"{p['step_time_s']:.4g}",
+            f"{p['tokens_per_s_per_gpu']:.4g}",
+            f"{p['mfu']:.1%}",
+            f"{p['memory_bytes'] / 1e9:.1f}",
+        )
+        for p in top
+    ]
+    return html.Table(
+        [html.Tr([html.Th(h) for h in head]), *[html.Tr([html.Td(str(c)) for c in r]) for r in rows]],
+        className="plans",
+        id="planner-table",
+    )
 
 
 def _plans_figure(top: list[dict[str, Any]]) -> Any:
-    import plotly.graph_objects as go
-
     names = [f"tp={p['tp']},pp={p['pp']},dp={p['dp']},v={p['vpp']},mb={p['micro_batch']}" for p in top]
-    fig = go.Figure()
-    terms = list(top[0]["breakdown_s"]) if top else []
-    for i, term in enumerate(terms):
-        fig.add_trace(
-            go.Bar(
-                name=term.replace("_", " "),
-                x=names,
-                y=[p["breakdown_s"][term] for p in top],
-                marker_color=figures.COLORS[i % 8],
-            )
-        )
-    fig.update_layout(barmode="stack")
-    return figures._layout(fig, "the best plans: where each step's time goes", "plan", "s")
+    return figures.stacked(names, [p["breakdown_s"] for p in top], "the best plans: where each step's time goes")
 
 
-def _serving(v: dict[str, Any], _: Path) -> tuple[Outcome, list[Any], str, str]:
-    outcome = run(state.serving_args(v))
+def _serving(v: dict[str, Any], _: Path, files: Files) -> Result:
+    command = state.with_files(state.serving_args(v), *files)
+    outcome = run(command)
     if outcome.error:
         return outcome, [no_update], "", ""
     points: dict[str, list[tuple[float, float, int]]] = {}
     for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        static = run([*state.serving_args(v), "--batching", "static", "--concurrency", str(batch)])
+        static = run([*command, "--batching", "static", "--concurrency", str(batch)])
         if static.error:
             break
         for p in static.data["plans"]:
@@ -316,11 +351,14 @@ def _serving(v: dict[str, Any], _: Path) -> tuple[Outcome, list[Any], str, str]:
         for p in rows
     )
     targets = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if v["s-ttft"] or v["s-tpot"] else ""
-    return outcome, [figures.frontier(points, targets)], text, _rows_csv(rows)
+    fig = figures.frontier(points, targets)
+    if v["s-tpot"]:
+        figures.vline(fig, 1.0 / parse_seconds(str(v["s-tpot"])), "TPOT target", dash="dot")
+    return outcome, [fig], text, _rows_csv(rows)
 
 
-def _timeline(v: dict[str, Any], _: Path) -> tuple[Outcome, list[Any], str, str]:
-    outcome = run(state.timeline_args(v))
+def _timeline(v: dict[str, Any], _: Path, files: Files) -> Result:
+    outcome = run(state.with_files(state.timeline_args(v), *files))
     if outcome.error:
         return outcome, [no_update], "", ""
     data = outcome.data
@@ -351,8 +389,20 @@ def create_app() -> Dash:
         [
             dcc.Location(id="url", refresh=False),
             html.Header(
-                [html.H1("shardwise explorer: when is tensor parallelism worse than pipeline parallelism?"), tabs]
+                [
+                    html.H1("shardwise explorer: when is tensor parallelism worse than pipeline parallelism?"),
+                    html.Div(
+                        [
+                            _upload("model", "Load a model (Hugging Face config.json or YAML)"),
+                            _upload("calibration", "Load a calibration (shardwise calibrate)"),
+                        ],
+                        className="uploads",
+                    ),
+                    tabs,
+                ]
             ),
+            dcc.Store(id="model-file"),
+            dcc.Store(id="calibration-file"),
             *[_page(p) for p in state.PAGES],
         ]
     )
@@ -380,9 +430,43 @@ def create_app() -> Dash:
     def show(page: str) -> list[dict[str, str]]:
         return [{} if p == page else {"display": "none"} for p in state.PAGES]
 
+    for kind in ("model", "calibration"):
+        _register_upload(app, kind, tmp)
     for page in state.PAGES:
         _register(app, page, tmp)
     return app
+
+
+def _upload(kind: str, label: str) -> html.Span:
+    return html.Span(
+        [
+            dcc.Upload(html.Button(label), id=f"{kind}-upload", style={"display": "inline-block"}),
+            html.Span(id=f"{kind}-name", className="upload-name"),
+            html.Button("forget", id=f"{kind}-forget", style={"marginRight": "18px"}),
+        ]
+    )
+
+
+def _register_upload(app: Dash, kind: str, tmp: Path) -> None:
+    """An uploaded file is saved where the commands can read it; its path joins every command."""
+
+    @app.callback(
+        Output(f"{kind}-file", "data"),
+        Output(f"{kind}-name", "children"),
+        Input(f"{kind}-upload", "contents"),
+        Input(f"{kind}-forget", "n_clicks"),
+        State(f"{kind}-upload", "filename"),
+        prevent_initial_call=True,
+    )
+    def save(contents: str | None, _forget: int | None, filename: str | None) -> tuple[Any, str]:
+        if ctx.triggered_id == f"{kind}-forget" or not contents:
+            return None, ""
+        suffix = Path(filename or "").suffix.lower()
+        if suffix not in (".json", ".yaml", ".yml"):
+            return None, f" {filename}: give a .json (Hugging Face config) or .yaml file"
+        path = tmp / f"{kind}-upload{suffix}"
+        path.write_bytes(base64.b64decode(contents.split(",", 1)[1]))
+        return str(path), f" {filename} "
 
 
 def _shown(outcome: Outcome, tmp: Path) -> str:
@@ -402,19 +486,31 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
         Output(f"{page}-error", "children"),
         *[Output(f"{c}-msg", "children") for c in controls],
         Input("page", "value"),
+        Input("model-file", "data"),
+        Input("calibration-file", "data"),
         *[Input(c, "value") for c in controls],
     )
-    def compute(active: str, *args: Any) -> list[Any]:
+    def compute(active: str, model_file: str | None, calibration: str | None, *args: Any) -> list[Any]:
         if active != page:
             return [no_update] * (len(graphs) + 4 + len(controls))
         start = time.perf_counter()
-        outcome, figs, text, table = COMPUTE[page](_values(page, args), tmp)
+        try:
+            outcome, figs, text, table = COMPUTE[page](_values(page, args), tmp, (model_file, calibration))
+        except Exception as exc:  # a bug must not take the server down: say it, keep serving
+            traceback.print_exc()
+            outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")
+            figs, text, table = [no_update] * len(graphs), "", ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
         errors = _error_outputs(page, outcome)
         if outcome.error:
             return [*figs, no_update, _shown(outcome, tmp), no_update, *errors]
+        summary, *extra = text if isinstance(text, list) else [text]
         shown = html.Div(
-            [html.P(text, id=f"{page}-summary"), html.P(f"computed in {elapsed_ms:.0f} ms", id=f"{page}-elapsed")]
+            [
+                html.P(summary, id=f"{page}-summary"),
+                *extra,
+                html.P(f"computed in {elapsed_ms:.0f} ms", id=f"{page}-elapsed"),
+            ]
         )
         store = {"json": outcome.data, "csv": table, "args": list(outcome.args)}
         return [*figs, shown, _shown(outcome, tmp), store, *errors]
@@ -430,7 +526,7 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
         if not store:
             return no_update
         if ctx.triggered_id == f"{page}-csv":
-            table = store["csv"] or text([*store["args"], "--csv", "-"])  # crossover: the CLI's own CSV
+            table = store["csv"] or runner.text([*store["args"], "--csv", "-"])  # crossover: the CLI's own CSV
             return {"content": table, "filename": f"{page}.csv"}
         return {"content": json.dumps(store["json"], indent=1), "filename": f"{page}.json"}
 

@@ -1,100 +1,121 @@
-"""Plotly figures and tables of the explorer, built from the JSON (or CSV) the commands print."""
+"""Plotly figures of the explorer, built from the JSON (or CSV) the commands print.
+
+Figures are plain dicts in Plotly's JSON form, not `plotly.graph_objects`: the browser validates
+and draws them, and building them costs nothing next to the command (graph objects took half the
+time of a re-render)."""
 
 from __future__ import annotations
 
 import csv
 from typing import Any
 
-import plotly.graph_objects as go
-
 from shardwise.units import format_seconds
+
+Figure = dict[str, Any]
+AXIS = {"gridcolor": "#e5e7eb", "zerolinecolor": "#d1d5db", "linecolor": "#9ca3af"}
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf")
 KIND_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b", "send-F": "#bab0ac", "send-B": "#bab0ac"}
 
 
-def _layout(fig: go.Figure, title: str, x: str, y: str, log_x: bool = False, log_y: bool = False) -> go.Figure:
-    fig.update_layout(
-        title=title,
-        xaxis_title=x,
-        yaxis_title=y,
-        template="plotly_white",
+def _layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False, log_y: bool = False) -> Figure:
+    fig["layout"].update(
+        title={"text": title},
+        xaxis={**AXIS, "title": {"text": x}, **({"type": "log"} if log_x else {}), **fig["layout"].get("xaxis", {})},
+        yaxis={**AXIS, "title": {"text": y}, **({"type": "log"} if log_y else {}), **fig["layout"].get("yaxis", {})},
+        plot_bgcolor="white",
+        paper_bgcolor="white",
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         legend={"orientation": "h", "y": -0.18},
         height=520,
     )
-    if log_x:
-        fig.update_xaxes(type="log")
-    if log_y:
-        fig.update_yaxes(type="log")
     return fig
 
 
-def crossover(data: dict[str, Any]) -> go.Figure:
+def _figure(*data: dict[str, Any], **layout: Any) -> Figure:
+    return {"data": list(data), "layout": dict(layout)}
+
+
+def vline(fig: Figure, x: float, text: str, dash: str = "dash") -> None:
+    """A vertical line across the plot at x, labelled above it."""
+    layout = fig["layout"]
+    layout.setdefault("shapes", []).append(
+        {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper", "line": {"dash": dash, "color": "#555"}}
+    )
+    layout.setdefault("annotations", []).append(
+        {"x": x, "y": 1.0, "yref": "paper", "showarrow": False, "yanchor": "bottom", "text": text, "font": {"size": 11}}
+    )
+
+
+def crossover(data: dict[str, Any]) -> Figure:
     """Time of each plan on each link against the varied variable, the switch points marked."""
-    fig = go.Figure()
     xs = data["values"]
+    traces = []
     for i, s in enumerate(data["series"]):
         color = COLORS[i % len(COLORS)]
         name = f"{s['plan']} on {s['link']}"
-        fig.add_trace(
-            go.Scatter(
-                x=xs + xs[::-1],
-                y=s["time_s_high"] + s["time_s_low"][::-1],
-                fill="toself",
-                opacity=0.12,
-                line={"width": 0},
-                fillcolor=color,
-                hoverinfo="skip",
-                showlegend=False,
-                legendgroup=name,
-            )
-        )
-        fig.add_trace(
-            go.Scatter(
-                x=xs,
-                y=s["time_s"],
-                name=name,
-                mode="lines+markers" if len(xs) <= 64 else "lines",
-                line={"color": color},
-                legendgroup=name,
-                hovertemplate=f"{name}<br>{data['variable']} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
-            )
-        )
+        band = {
+            "x": xs + xs[::-1],
+            "y": s["time_s_high"] + s["time_s_low"][::-1],
+            "fill": "toself",
+            "opacity": 0.12,
+            "line": {"width": 0},
+            "fillcolor": color,
+            "hoverinfo": "skip",
+            "showlegend": False,
+            "legendgroup": name,
+            "type": "scatter",
+        }
+        line = {
+            "x": xs,
+            "y": s["time_s"],
+            "name": name,
+            "mode": "lines+markers" if len(xs) <= 64 else "lines",
+            "line": {"color": color},
+            "legendgroup": name,
+            "type": "scatter",
+            "hovertemplate": f"{name}<br>{data['variable']} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
+        }
+        traces += [band, line]
+    fig = _figure(*traces)
     for c in data["crossings"]:
-        fig.add_vline(x=c["at"], line={"dash": "dash", "color": "#555"})
-        fig.add_annotation(
-            x=c["at"],
-            y=1.0,
-            yref="paper",
-            showarrow=False,
-            yanchor="bottom",
-            text=f"{c['link']}: {c['faster_above']} from {c['at']:.4g}",
-            font={"size": 11},
-        )
-    unit = "s (80% band shaded)"
+        vline(fig, c["at"], f"{c['link']}: {c['faster_above']} from {c['at']:.4g}")
     title = f"{data['workload']} time against {data['variable']}"
     spread = max(xs) / min(xs) if xs and min(xs) > 0 else 1
-    return _layout(fig, title, data["variable"], unit, log_x=spread >= 100, log_y=True)
+    return _layout(fig, title, data["variable"], "s (80% band shaded)", log_x=spread >= 100, log_y=True)
 
 
-def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> go.Figure:
+def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> Figure:
     """Stacked bars: where each plan's time goes at the switch point."""
-    fig = go.Figure()
     terms = [t for t in next(iter(parts.values())) if any(p.get(t, 0) > 0 for p in parts.values())]
-    for i, term in enumerate(terms):
-        values = [parts[plan].get(term, 0.0) for plan in parts]
-        fig.add_trace(
-            go.Bar(
-                name=term.replace("_", " "),
-                x=list(parts),
-                y=values,
-                marker_color=COLORS[i % 8],
-                hovertemplate=f"{term}: %{{y:.4g}} s<extra></extra>",
-            )
-        )
-    fig.update_layout(barmode="stack")
-    return _layout(fig, f"where the time goes at {variable} = {at:.4g}", "plan", "s")
+    bars = [
+        {
+            "type": "bar",
+            "name": term.replace("_", " "),
+            "x": list(parts),
+            "y": [parts[plan].get(term, 0.0) for plan in parts],
+            "marker": {"color": COLORS[i % 8]},
+            "hovertemplate": f"{term}: %{{y:.4g}} s<extra></extra>",
+        }
+        for i, term in enumerate(terms)
+    ]
+    return _layout(_figure(*bars, barmode="stack"), f"where the time goes at {variable} = {at:.4g}", "plan", "s")
+
+
+def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figure:
+    """Stacked bars of time terms, one bar per name."""
+    terms = list(parts[0]) if parts else []
+    bars = [
+        {
+            "type": "bar",
+            "name": term.replace("_", " "),
+            "x": names,
+            "y": [p[term] for p in parts],
+            "marker": {"color": COLORS[i % 8]},
+        }
+        for i, term in enumerate(terms)
+    ]
+    return _layout(_figure(*bars, barmode="stack"), title, "plan", "s")
 
 
 def read_table(path: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -104,7 +125,7 @@ def read_table(path: str) -> tuple[list[str], list[dict[str, str]]]:
         return list(reader.fieldnames or []), rows
 
 
-def winner_map(path: str) -> tuple[go.Figure, str]:
+def winner_map(path: str) -> tuple[Figure, str]:
     """The fastest plan in each cell of a two-variable sweep (hover: every plan's time)."""
     header, rows = read_table(path)
     xname, yname = header[1], header[2]
@@ -113,10 +134,11 @@ def winner_map(path: str) -> tuple[go.Figure, str]:
     xs = sorted({float(r[xname]) for r in rows})
     ys = sorted({float(r[yname]) for r in rows})
     code = {p: i for i, p in enumerate(plans)}
-    z = [[None] * len(xs) for _ in ys]
+    z: list[list[int | None]] = [[None] * len(xs) for _ in ys]
     text = [[""] * len(xs) for _ in ys]
     xi, yi = {x: i for i, x in enumerate(xs)}, {y: i for i, y in enumerate(ys)}
     counts = dict.fromkeys(plans, 0)
+    xlabel, ylabel = (n.replace("_bytes_per_s", " (GB/s)") for n in (xname, yname))
     for r in rows:
         i, j = yi[float(r[yname])], xi[float(r[xname])]
         z[i][j] = code.get(r["winner"])
@@ -125,26 +147,26 @@ def winner_map(path: str) -> tuple[go.Figure, str]:
             f"{p} {format_seconds(float(r[f'time_s[{p}]']))}" if r[f"time_s[{p}]"] not in ("", "nan") else f"{p} -"
             for p in plans
         )
-        text[i][j] = f"{xname} {r[xname]}, {yname} {r[yname]}<br>fastest: {r['winner']}<br>{times}"
+        text[i][j] = f"{xlabel} {r[xname]}, {ylabel} {r[yname]}<br>fastest: {r['winner']}<br>{times}"
     n = max(len(plans), 1)
     scale = [[(k + (e == 1)) / n, COLORS[k % 8]] for k in range(n) for e in (0, 1)]
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=xs,
-            y=ys,
-            text=text,
-            hoverinfo="text",
-            colorscale=scale,
-            zmin=-0.5,
-            zmax=n - 0.5,
-            colorbar={"tickvals": list(range(n)), "ticktext": plans, "title": "fastest"},
-        )
-    )
+    heat = {
+        "type": "heatmap",
+        "z": z,
+        "x": xs,
+        "y": ys,
+        "text": text,
+        "hoverinfo": "text",
+        "colorscale": scale,
+        "zmin": -0.5,
+        "zmax": n - 0.5,
+        "colorbar": {"tickvals": list(range(n)), "ticktext": plans, "title": {"text": "fastest"}},
+    }
     spread_x = xs[-1] / xs[0] if xs and xs[0] > 0 else 1
     spread_y = ys[-1] / ys[0] if ys and ys[0] > 0 else 1
-    xlabel, ylabel = (n.replace("_bytes_per_s", " (GB/s)") for n in (xname, yname))
-    _layout(fig, f"fastest plan by {xlabel} and {ylabel}", xlabel, ylabel, spread_x >= 100, spread_y >= 100)
+    fig = _layout(
+        _figure(heat), f"fastest plan by {xlabel} and {ylabel}", xlabel, ylabel, spread_x >= 100, spread_y >= 100
+    )
     summary = "; ".join(f"{p} fastest in {counts.get(p, 0)} of {len(rows)} cells" for p in plans)
     return fig, summary
 
@@ -158,7 +180,7 @@ def _in_gb_per_s(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def planner_heatmap(path: str, objective: str) -> go.Figure:
+def planner_heatmap(path: str, objective: str) -> Figure:
     """The best plan of each (tp, pp) pair that fits: step time, or tokens/s per GPU."""
     _, rows = read_table(path)
     per_gpu = objective == "throughput-per-gpu"
@@ -172,40 +194,39 @@ def planner_heatmap(path: str, objective: str) -> go.Figure:
             best[cell] = value
     tps = sorted({c[0] for c in best})
     pps = sorted({c[1] for c in best})
-    z = [[best.get((tp, pp)) for tp in tps] for pp in pps]
     label = "tokens/s per GPU" if per_gpu else "step time (s)"
-    fig = go.Figure(
-        go.Heatmap(
-            z=z,
-            x=[str(t) for t in tps],
-            y=[str(p) for p in pps],
-            colorscale="Viridis",
-            reversescale=not per_gpu,
-            colorbar={"title": label},
-            hovertemplate="tp=%{x}, pp=%{y}: %{z:.4g}<extra></extra>",
-        )
-    )
+    heat = {
+        "type": "heatmap",
+        "z": [[best.get((tp, pp)) for tp in tps] for pp in pps],
+        "x": [str(t) for t in tps],
+        "y": [str(p) for p in pps],
+        "colorscale": "Viridis",
+        "reversescale": not per_gpu,
+        "colorbar": {"title": {"text": label}},
+        "hovertemplate": "tp=%{x}, pp=%{y}: %{z:.4g}<extra></extra>",
+    }
+    fig = _figure(heat, xaxis={"type": "category"}, yaxis={"type": "category"})
     return _layout(fig, f"best {label} of each (tp, pp) that fits", "tp", "pp")
 
 
-def frontier(points: dict[str, list[tuple[float, float, int]]], targets: str) -> go.Figure:
+def frontier(points: dict[str, list[tuple[float, float, int]]], targets: str) -> Figure:
     """Throughput per GPU against tokens/s per user, one line per plan over the batch sizes."""
-    fig = go.Figure()
-    for i, (plan, pts) in enumerate(points.items()):
-        fig.add_trace(
-            go.Scatter(
-                x=[p[0] for p in pts],
-                y=[p[1] for p in pts],
-                name=plan,
-                mode="lines+markers",
-                line={"color": COLORS[i % 8]},
-                text=[f"batch {p[2]}" for p in pts],
-                hovertemplate=f"{plan}, %{{text}}<br>%{{x:.4g}} tokens/s per user<br>"
-                "%{y:.4g} tokens/s per GPU<extra></extra>",
-            )
-        )
+    lines = [
+        {
+            "type": "scatter",
+            "x": [p[0] for p in pts],
+            "y": [p[1] for p in pts],
+            "name": plan,
+            "mode": "lines+markers",
+            "line": {"color": COLORS[i % 8]},
+            "text": [f"batch {p[2]}" for p in pts],
+            "hovertemplate": f"{plan}, %{{text}}<br>%{{x:.4g}} tokens/s per user<br>"
+            "%{y:.4g} tokens/s per GPU<extra></extra>",
+        }
+        for i, (plan, pts) in enumerate(points.items())
+    ]
     return _layout(
-        fig,
+        _figure(*lines),
         f"throughput against latency (static batches){targets}",
         "tokens/s per user",
         "tokens/s per GPU",
@@ -214,29 +235,29 @@ def frontier(points: dict[str, list[tuple[float, float, int]]], targets: str) ->
     )
 
 
-def gantt(data: dict[str, Any], max_ops: int = 20_000) -> go.Figure:
+def gantt(data: dict[str, Any], max_ops: int = 20_000) -> Figure:
     """The pipeline schedule: one row per stage, one bar per operation (zoom to read it)."""
     ops = [op for op in data["operations"] if op["end_s"] > op["start_s"]][:max_ops]
-    fig = go.Figure()
+    bars = []
     for kind in dict.fromkeys(op["kind"] for op in ops):
         mine = [op for op in ops if op["kind"] == kind]
-        fig.add_trace(
-            go.Bar(
-                orientation="h",
-                name=kind,
-                base=[op["start_s"] for op in mine],
-                x=[op["end_s"] - op["start_s"] for op in mine],
-                y=[f"stage {op['stage']}" for op in mine],
-                marker_color=KIND_COLORS.get(kind, "#999"),
-                text=[f"mb {op['micro_batch']}" for op in mine],
-                textposition="inside",
-                hovertemplate=f"{kind} %{{text}}<br>%{{base:.4g}} s + %{{x:.4g}} s<extra></extra>",
-            )
+        bars.append(
+            {
+                "type": "bar",
+                "orientation": "h",
+                "name": kind,
+                "base": [op["start_s"] for op in mine],
+                "x": [op["end_s"] - op["start_s"] for op in mine],
+                "y": [f"stage {op['stage']}" for op in mine],
+                "marker": {"color": KIND_COLORS.get(kind, "#999")},
+                "text": [f"mb {op['micro_batch']}" if op["micro_batch"] >= 0 else kind for op in mine],
+                "textposition": "inside",
+                "hovertemplate": f"{kind} %{{text}}<br>%{{base:.4g}} s + %{{x:.4g}} s<extra></extra>",
+            }
         )
-    fig.update_layout(barmode="overlay", bargap=0.2)
-    fig.update_yaxes(autorange="reversed")
     title = (
         f"{data['schedule']}: {data['stages']} stages, {data['micro_batches']} micro-batches, "
         f"step {format_seconds(data['makespan_s'])}, bubble {data['bubble_fraction']:.0%}"
     )
+    fig = _figure(*bars, barmode="overlay", bargap=0.2, yaxis={"autorange": "reversed"})
     return _layout(fig, title, "time (s)", "")

@@ -16,6 +16,7 @@ DEFAULTS: dict[str, object] = {
     "x-model": "",
     "x-layers": None,
     "x-hidden": None,
+    "x-heads": None,
     "x-gpu": "a100-sxm4-80gb",
     "x-links": ["nvlink3", "pcie4"],
     "x-bw": 0,
@@ -82,7 +83,7 @@ def decode(search: str | None) -> dict[str, object]:
         default = DEFAULTS[key]
         if isinstance(default, list):
             values[key] = [t for t in text.split(",") if t]
-        elif isinstance(default, int) or key in ("x-layers", "x-hidden"):
+        elif isinstance(default, int) or key in ("x-layers", "x-hidden", "x-heads"):
             values[key] = _number(text)
         else:
             values[key] = text
@@ -132,6 +133,7 @@ def crossover_args(v: dict[str, object]) -> list[str]:
         *_opt("--model", v["x-model"]),
         *_opt("--layers", v["x-layers"]),
         *_opt("--hidden", v["x-hidden"]),
+        *_opt("--heads", v["x-heads"]),
         *_opt("--gpu", v["x-gpu"]),
         *links,
         *plans(str(v["x-plans"])),
@@ -197,3 +199,17 @@ def timeline_args(v: dict[str, object]) -> list[str]:
         *_opt("--global-batch", v["t-batch"]),
         *_opt("--schedule", v["t-schedule"]),
     ]
+
+
+def with_files(args: list[str], model_file: str | None, calibration: str | None) -> list[str]:
+    """A page's command with an uploaded model (config.json or YAML: it replaces the model chosen)
+    and calibration file."""
+    out = list(args)
+    if model_file:
+        if "--model" in out:
+            out[out.index("--model") + 1] = model_file
+        else:
+            out[1:1] = ["--model", model_file]
+    if calibration:
+        out += ["--calibration", calibration]
+    return out
