@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from hypothesis import strategies as st
 
@@ -68,3 +70,26 @@ def small_plans(draw: st.DrawFn, gpus: int = 64) -> Plan:
         sequence_parallel=draw(st.booleans()) and tp > 1,
         zero_stage=draw(st.integers(0, 3)),
     )
+
+
+@pytest.fixture
+def small_hf_config(tmp_path: Path) -> Path:
+    """A Hugging Face config.json of a small Llama (16 layers, hidden 2048, grouped-query attention)."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 2048,
+                "num_hidden_layers": 16,
+                "num_attention_heads": 16,
+                "num_key_value_heads": 8,
+                "intermediate_size": 8192,
+                "vocab_size": 32000,
+                "max_position_embeddings": 4096,
+            }
+        )
+    )
+    return path

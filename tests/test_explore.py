@@ -99,21 +99,6 @@ def test_uploaded_model_and_calibration_join_every_command():
     assert planner[planner.index("--model") + 1] == "m.yaml" and "--calibration" not in planner
 
 
-def test_a_hugging_face_config_drives_the_crossover(tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "hidden_size": 2048,
-                "num_hidden_layers": 16,
-                "num_attention_heads": 16,
-                "num_key_value_heads": 8,
-                "intermediate_size": 8192,
-                "vocab_size": 32000,
-                "max_position_embeddings": 4096,
-            }
-        )
-    )
-    outcome, _, _, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(config), None))
+def test_a_hugging_face_config_drives_the_crossover(tmp_path, small_hf_config):
+    outcome, _, _, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(small_hf_config), None))
     assert outcome.error is None and "16 layers, hidden 2048" in outcome.data["assumptions"]

@@ -168,24 +168,9 @@ def test_slider_move_rerender_time_is_measured(server, browser):
     print(f"slider move re-render: median {report['median_s'] * 1e3:.0f} ms over {len(timings)} moves")
 
 
-def test_an_uploaded_hugging_face_config_becomes_the_model(server, browser, tmp_path):
-    config = tmp_path / "config.json"
-    config.write_text(
-        json.dumps(
-            {
-                "model_type": "llama",
-                "hidden_size": 2048,
-                "num_hidden_layers": 16,
-                "num_attention_heads": 16,
-                "num_key_value_heads": 8,
-                "intermediate_size": 8192,
-                "vocab_size": 32000,
-                "max_position_embeddings": 4096,
-            }
-        )
-    )
+def test_an_uploaded_hugging_face_config_becomes_the_model(server, browser, small_hf_config):
     _open(browser, server, "crossover")
-    browser.find_element(By.CSS_SELECTOR, "#model-upload input[type=file]").send_keys(str(config))
+    browser.find_element(By.CSS_SELECTOR, "#model-upload input[type=file]").send_keys(str(small_hf_config))
     WebDriverWait(browser, WAIT_S).until(
         lambda d: "--model model-upload.json" in d.find_element(By.ID, "crossover-command").text
     )

@@ -30,6 +30,27 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
+def print_table(
+    head: tuple[str, ...], cells: list[tuple[str, ...]], title: str, right: set[int], markdown: bool
+) -> None:
+    """A table of text cells: Markdown (as in the docs), or rich on the terminal; `right` holds the
+    indices of the right-aligned (numeric) columns."""
+    import click
+
+    if markdown:
+        click.echo("| " + " | ".join(head) + " |")
+        click.echo("|" + "|".join("---:" if i in right else "---" for i in range(len(head))) + "|")
+        for c in cells:
+            click.echo("| " + " | ".join(c) + " |")
+        return
+    table = Table(title=title, title_justify="left")
+    for i, col in enumerate(head):
+        table.add_column(col, justify="right" if i in right else "left")
+    for c in cells:
+        table.add_row(*c)
+    console().print(table)
+
+
 def _bar(fraction: float, width: int = 24) -> str:
     n = round(max(0.0, min(1.0, fraction)) * width)
     return "█" * n + "·" * (width - n)

@@ -77,26 +77,14 @@ def show_collectives(as_json: bool, markdown: bool, show_rows: str) -> None:
         "Errors in the collective's time (predicted - measured) / measured, on the system preset of each curve's "
         "hardware; nccl-tests with NCCL's own per-call latency."
     )
+    from shardwise.cli.render import console, print_table
+
+    print_table(HEAD, cells, "the collective model against published measurements", {5, 6, 7}, markdown)
     if markdown:
-        click.echo("| " + " | ".join(HEAD) + " |")
-        click.echo("|" + "|".join(["---"] * 5 + ["---:"] * 3 + ["---"]) + "|")
-        for c in cells:
-            click.echo("| " + " | ".join(c) + " |")
         click.echo(f"\n{total_text}.\n\n{note} {NOT_COMPARED[0].upper()}{NOT_COMPARED[1:]}.")
     else:
-        from rich.table import Table
-
-        from shardwise.cli.render import console
-
-        out = console()
-        table = Table(title="the collective model against published measurements", title_justify="left")
-        for i, col in enumerate(HEAD):
-            table.add_column(col, justify="right" if 5 <= i <= 7 else "left")
-        for c in cells:
-            table.add_row(*c)
-        out.print(table)
-        out.print(total_text)
-        out.print(f"{note} {NOT_COMPARED}")
+        console().print(total_text)
+        console().print(f"{note} {NOT_COMPARED}")
     if show_rows != "none":
         click.echo("")
         for p in listed:

@@ -102,26 +102,14 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
     skip_text = "; ".join(
         f"{label}: " + ", ".join(f"{n} {reason}" for reason, n in skipped[split].items()) for split, label in SPLITS
     )
+    from shardwise.cli.render import console, print_table
+
+    print_table(head, cells, "public training runs: model against a flat baseline", set(range(2, 10)), markdown)
     if markdown:
-        click.echo("| " + " | ".join(head) + " |")
-        click.echo("|" + "|".join(["---", "---", "---:", "---:", "---:", "---:", "---:", "---:", "---:", "---:"]) + "|")
-        for c in cells:
-            click.echo("| " + " | ".join(c) + " |")
         click.echo(f"\n{note}\n\nSkipped (not expressible yet): {skip_text}.")
     else:
-        from rich.table import Table
-
-        from shardwise.cli.render import console
-
-        out = console()
-        table = Table(title="public training runs: model against a flat baseline", title_justify="left")
-        for i, col in enumerate(head):
-            table.add_column(col, justify="left" if i < 2 else "right")
-        for c in cells:
-            table.add_row(*c)
-        out.print(table)
-        out.print(note)
-        out.print(f"skipped (not expressible yet): {skip_text}")
+        console().print(note)
+        console().print(f"skipped (not expressible yet): {skip_text}")
     if listed:
         click.echo("")
         for r in listed:
