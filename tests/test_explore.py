@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("dash", reason="the explorer is an optional extra: pip install 'shardwise[explore]'")
 
-from shardwise.explore import app, runner, state
+from shardwise.explore import layout, pages, runner, state
 
 
 def test_url_state_round_trips_and_leaves_defaults_out():
@@ -48,11 +48,11 @@ def test_the_runner_gives_the_cli_error_line(cli):
 
 def test_an_error_goes_under_the_control_it_names():
     outcome = runner.Outcome(("crossover",), error="--vary: 'abc' is not a number")
-    top, *msgs = app._error_outputs("crossover", outcome)
+    top, *msgs = layout.error_outputs("crossover", outcome)
     named = dict(zip(state.CONTROLS["crossover"], msgs, strict=True))
     assert top == "" and named["x-vary"] == outcome.error
     assert all(m == "" for k, m in named.items() if k != "x-vary")
-    top, *_ = app._error_outputs("crossover", runner.Outcome(("crossover",), error="model: something"))
+    top, *_ = layout.error_outputs("crossover", runner.Outcome(("crossover",), error="model: something"))
     assert top == "model: something"
 
 
@@ -61,16 +61,16 @@ def test_every_page_draws_its_command(page, tmp_path):
     values = dict(state.DEFAULTS)
     if page == "serving":  # keep the in-flight simulation small
         values.update({"s-plans": "tp=8", "s-output": 16})
-    outcome, figs, text, table = app.COMPUTE[page](values, tmp_path, (None, None))
+    outcome, figs, text, table = pages.COMPUTE[page](values, tmp_path, (None, None))
     assert outcome.error is None, outcome.error
-    assert figs and all(f["data"] for f in figs if f is not app.no_update)
+    assert figs and all(f["data"] for f in figs if f is not pages.no_update)
     assert text
     if page in ("winner-map", "planner", "timeline"):
         assert table.count("\n") > 10
 
 
 def test_the_crossover_marks_the_cli_crossings(tmp_path):
-    outcome, (fig, parts), text, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (None, None))
+    outcome, (fig, parts), text, _ = pages.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (None, None))
     crossings = outcome.data["crossings"]
     assert text == " | ".join(c["text"] for c in crossings)
     assert sorted(s["x0"] for s in fig["layout"]["shapes"]) == sorted(c["at"] for c in crossings)
@@ -100,5 +100,5 @@ def test_uploaded_model_and_calibration_join_every_command():
 
 
 def test_a_hugging_face_config_drives_the_crossover(tmp_path, small_hf_config):
-    outcome, _, _, _ = app.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(small_hf_config), None))
+    outcome, _, _, _ = pages.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(small_hf_config), None))
     assert outcome.error is None and "16 layers, hidden 2048" in outcome.data["assumptions"]

@@ -134,8 +134,7 @@ class Group:
 
     def all_reduce(self, n_bytes: Number) -> Number:
         """Ring, NVLS inside one switch domain, or NCCL's double binary tree across nodes, whichever
-        is faster; the serving
-        engine's own kernel where it would use it (`physics.custom_allreduce`)."""
+        is faster; the serving engine's own kernel where it would use it (`physics.custom_allreduce`)."""
         ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
         if self._nvls is not None:
             ring = np.minimum(ring, self._base + self._pipe(NVLS_LATENCY_S, n_bytes * self._nvls))

@@ -1,0 +1,220 @@
+"""The explorer's page layouts: the controls of each page, their labels, and where a command's
+error message is shown (under the control it names)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import dcc, html
+
+from shardwise import presets
+from shardwise.explore import state
+from shardwise.explore.runner import Outcome
+
+TITLES = {
+    "crossover": "Crossover",
+    "winner-map": "Winner map",
+    "planner": "Planner",
+    "serving": "Serving",
+    "timeline": "Timeline",
+}
+WORKLOADS = ["train", "forward", "prefill", "decode"]
+BANDWIDTHS_GB_S = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 900]
+CSS = """
+body { font-family: system-ui, sans-serif; margin: 0; color: #222; }
+header { padding: 10px 18px; background: #1f2937; color: white; }
+header h1 { font-size: 20px; margin: 0 0 4px 0; }
+.page { display: flex; gap: 18px; padding: 12px 18px; }
+.controls { width: 320px; flex: none; font-size: 14px; }
+.controls label { display: block; font-weight: 600; margin-top: 10px; }
+.controls input[type=text], .controls input[type=number] { width: 95%; padding: 4px; }
+.output { flex: 1; min-width: 0; }
+.msg { color: #b91c1c; font-size: 13px; min-height: 0; }
+.error { color: #b91c1c; font-weight: 600; }
+.command { background: #f3f4f6; padding: 8px; white-space: pre-wrap; font-size: 13px; }
+.exports button { margin-right: 6px; }
+.uploads { margin: 4px 0 6px 0; font-size: 13px; }
+.uploads > span { display: inline-flex; align-items: center; gap: 4px; margin-right: 18px; }
+.uploads > span > div { display: inline-block; }
+.upload-name { color: #d1d5db; }
+table.plans { border-collapse: collapse; font-size: 13px; }
+table.plans td, table.plans th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+"""
+# which control a flag named at the start of an error message belongs to, per page
+FLAGS = {
+    "crossover": {
+        "--model": "x-model",
+        "--layers": "x-layers",
+        "--hidden": "x-hidden",
+        "--gpu": "x-gpu",
+        "--intra-link": "x-links",
+        "--plan": "x-plans",
+        "plan": "x-plans",
+        "--workload": "x-workload",
+        "--vary": "x-vary",
+        "--global-batch": "x-batch",
+    },
+    "winner-map": {
+        "--model": "w-model",
+        "--gpu": "w-gpu",
+        "--intra-link": "w-link",
+        "--plan": "w-plans",
+        "plan": "w-plans",
+        "--workload": "w-workload",
+        "--vary": "w-x",
+    },
+    "planner": {
+        "--model": "p-model",
+        "--system": "p-system",
+        "--nodes": "p-nodes",
+        "--global-batch": "p-batch",
+        "--objective": "p-objective",
+    },
+    "serving": {
+        "--model": "s-model",
+        "--system": "s-system",
+        "--plan": "s-plans",
+        "plan": "s-plans",
+        "--input-len": "s-input",
+        "--output-len": "s-output",
+        "--ttft-max": "s-ttft",
+        "--tpot-max": "s-tpot",
+    },
+    "timeline": {
+        "--model": "t-model",
+        "--system": "t-system",
+        "--nodes": "t-nodes",
+        "--tp": "t-tp",
+        "--pp": "t-pp",
+        "--vpp": "t-vpp",
+        "--global-batch": "t-batch",
+        "--schedule": "t-schedule",
+    },
+}
+CONTROLS = state.CONTROLS
+
+
+def _options(kind: str, blank: str | None = None) -> list[dict[str, str]]:
+    out = [{"label": blank, "value": ""}] if blank else []
+    names = presets.names(kind)
+    if kind == "links":  # links inside a server: not the network cards
+        names = [n for n in names if not n.startswith(("ib-", "eth-", "roce-"))]
+    return out + [{"label": name, "value": name} for name in names]
+
+
+def _control(cid: str) -> Any:
+    default = state.DEFAULTS[cid]
+    kind = cid[2:]
+    if kind == "model":
+        blank = "the brief's model (96 layers, hidden 4096)" if cid in ("x-model", "w-model") else None
+        return dcc.Dropdown(id=cid, options=_options("models", blank), value=default, clearable=False)
+    if kind == "gpu":
+        return dcc.Dropdown(id=cid, options=_options("gpus"), value=default, clearable=False)
+    if kind == "system":
+        return dcc.Dropdown(id=cid, options=_options("systems"), value=default, clearable=False)
+    if kind == "links":
+        return dcc.Checklist(id=cid, options=_options("links"), value=default, inline=True)
+    if kind == "link":
+        return dcc.Dropdown(id=cid, options=_options("links"), value=default, clearable=False)
+    if kind == "bw":
+        marks = {i: str(b) if b in (0, 1, 4, 16, 64, 256, 900) else "" for i, b in enumerate(BANDWIDTHS_GB_S)}
+        return dcc.Slider(
+            id=cid,
+            min=0,
+            max=len(BANDWIDTHS_GB_S) - 1,
+            step=1,
+            marks=marks,
+            value=BANDWIDTHS_GB_S.index(default) if default in BANDWIDTHS_GB_S else 0,
+        )
+    if kind == "workload":
+        return dcc.RadioItems(id=cid, options=WORKLOADS, value=default, inline=True)
+    if kind == "objective":
+        return dcc.RadioItems(id=cid, options=["time", "throughput-per-gpu"], value=default, inline=True)
+    if kind == "schedule":
+        return dcc.RadioItems(id=cid, options=["1f1b", "gpipe", "interleaved", "zb-h1"], value=default, inline=True)
+    numeric = isinstance(default, int) or kind in ("layers", "hidden", "heads")
+    return dcc.Input(id=cid, type="number" if numeric else "text", value=default, debounce=True)
+
+
+LABELS = {
+    "model": "model",
+    "layers": "layers (override)",
+    "hidden": "hidden size (override)",
+    "heads": "attention heads (override)",
+    "gpu": "GPU",
+    "links": "links inside the server",
+    "bw": "and a link of this bandwidth (GB/s; 0: none)",
+    "plans": "plans",
+    "workload": "workload",
+    "vary": "varied variable (NAME=LO..HI)",
+    "batch": "global batch (sequences)",
+    "link": "link inside the server",
+    "x": "x axis (NAME=VALUES)",
+    "y": "y axis (NAME=VALUES)",
+    "system": "system",
+    "nodes": "servers",
+    "objective": "objective",
+    "input": "prompt tokens",
+    "output": "new tokens",
+    "ttft": "TTFT target (e.g. 500ms)",
+    "tpot": "TPOT target (e.g. 50ms)",
+    "tp": "tp",
+    "pp": "pp",
+    "vpp": "virtual stages",
+    "schedule": "schedule",
+}
+
+
+def page_layout(page: str) -> html.Div:
+    fields: list[Any] = [html.Div(id=f"{page}-error", className="error")]
+    for cid in CONTROLS[page]:
+        label = LABELS[cid[2:]] + (" when not varied" if cid == "x-batch" else "")
+        fields += [html.Label(label, htmlFor=cid), _control(cid), html.Div(id=f"{cid}-msg", className="msg")]
+    graphs = [dcc.Graph(id=f"{page}-graph", config={"displaylogo": False})]
+    if page in ("crossover", "planner"):
+        graphs.append(dcc.Graph(id=f"{page}-graph2", config={"displaylogo": False}))
+    exports = html.Div(
+        [
+            html.Button("CSV", id=f"{page}-csv"),
+            html.Button("JSON", id=f"{page}-json"),
+            html.Button("SVG", id=f"{page}-svg"),
+            dcc.Download(id=f"{page}-download"),
+            html.Span(" PNG: the camera icon above each figure"),
+        ],
+        className="exports",
+    )
+    output = html.Div(
+        [
+            *graphs,
+            html.Div(id=f"{page}-text"),
+            html.H4("The command that reproduces this view"),
+            html.Pre(id=f"{page}-command", className="command"),
+            exports,
+            dcc.Store(id=f"{page}-store"),
+        ],
+        className="output",
+    )
+    return html.Div([html.Div(fields, className="controls"), output], id=f"view-{page}", className="page")
+
+
+def error_outputs(page: str, outcome: Outcome) -> list[Any]:
+    """The page's error line and each control's message: the error under the control it names."""
+    msgs = {cid: "" for cid in CONTROLS[page]}
+    top = ""
+    if outcome.error:
+        head = outcome.error.split(":", 1)[0].split()[0] if outcome.error.strip() else ""
+        target = FLAGS[page].get(head)
+        if target is None and head.startswith("--"):
+            target = FLAGS[page].get(head.split("=")[0])
+        if target:
+            msgs[target] = outcome.error
+        else:
+            top = outcome.error
+    return [top, *msgs.values()]
+
+
+def values_of(page: str, args: tuple[Any, ...]) -> dict[str, Any]:
+    values = dict(zip(CONTROLS[page], args, strict=True))
+    if "x-bw" in values:
+        values["x-bw"] = BANDWIDTHS_GB_S[int(values["x-bw"] or 0)]
+    return values

@@ -1,0 +1,158 @@
+"""What each page of the explorer computes: its command run in-process, then its figures, its
+summary and its table, from what the command printed."""
+
+from __future__ import annotations
+
+import csv
+import io
+from pathlib import Path
+from typing import Any
+
+from dash import html, no_update
+
+from shardwise.explore import figures, state
+from shardwise.explore.runner import Outcome, run
+from shardwise.units import parse_seconds
+
+Files = tuple[str | None, str | None]  # (uploaded model file, uploaded calibration file)
+Result = tuple[Outcome, list[Any], Any, str]  # (the command's outcome, figures, summary, its table as CSV)
+
+
+def _rows_csv(rows: list[dict[str, Any]]) -> str:
+    scalars = [k for k, v in (rows[0] if rows else {}).items() if not isinstance(v, (dict, list))]
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=scalars, extrasaction="ignore")
+    writer.writeheader()
+    writer.writerows(rows)
+    return out.getvalue()
+
+
+def _crossover(v: dict[str, Any], _: Path, files: Files) -> Result:
+    outcome = run(state.with_files(state.crossover_args(v), *files))
+    if outcome.error:
+        return outcome, [no_update, no_update], "", ""
+    data = outcome.data
+    texts = [c["text"] for c in data["crossings"]] or ["no crossing: one plan is fastest throughout"]
+    second = no_update
+    first = next((c for c in data["crossings"] if c.get("breakdown")), None)
+    if first is not None:
+        second = figures.breakdown(first["breakdown"], first["at"], data["variable"])
+    return outcome, [figures.crossover(data), second], " | ".join(texts), ""  # CSV made when asked for
+
+
+def _winner_map(v: dict[str, Any], tmp: Path, files: Files) -> Result:
+    path = str(tmp / "grid.csv")
+    outcome = run(state.with_files(state.winner_map_args(v, path), *files))
+    if outcome.error:
+        return outcome, [no_update], "", ""
+    fig, summary = figures.winner_map(path)
+    return outcome, [fig], summary, Path(path).read_text(encoding="utf-8")
+
+
+def _planner(v: dict[str, Any], tmp: Path, files: Files) -> Result:
+    path = str(tmp / "plans.csv")
+    outcome = run(state.with_files(state.planner_args(v, path), *files))
+    if outcome.error:
+        return outcome, [no_update, no_update], "", ""
+    data = outcome.data
+    top = data["plans"]
+    best = top[0] if top else None
+    text = (
+        f"best: tp={best['tp']}, pp={best['pp']}, dp={best['dp']}, vpp={best['vpp']}, micro-batch "
+        f"{best['micro_batch']}, {best['recompute']} recompute: step {best['step_time_s']:.4g} s, "
+        f"MFU {best['mfu']:.1%}. Why: " + "; ".join(w["text"] for w in data["why"][:4])
+        if best
+        else "no plan fits"
+    )
+    fig2 = figures.planner_heatmap(path, str(v["p-objective"]))
+    return outcome, [_plans_figure(top), fig2], [text, _plans_table(top)], Path(path).read_text(encoding="utf-8")
+
+
+def _plans_table(top: list[dict[str, Any]]) -> html.Table:
+    head = (
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "micro-batch",
+        "schedule",
+        "recompute",
+        "step (s)",
+        "tokens/s per GPU",
+        "MFU",
+        "memory (GB)",
+    )
+    rows = [
+        (
+            p["tp"],
+            p["pp"],
+            p["dp"],
+            p["vpp"],
+            p["micro_batch"],
+            p["schedule"],
+            p["recompute"],
+            f"{p['step_time_s']:.4g}",
+            f"{p['tokens_per_s_per_gpu']:.4g}",
+            f"{p['mfu']:.1%}",
+            f"{p['memory_bytes'] / 1e9:.1f}",
+        )
+        for p in top
+    ]
+    return html.Table(
+        [html.Tr([html.Th(h) for h in head]), *[html.Tr([html.Td(str(c)) for c in r]) for r in rows]],
+        className="plans",
+        id="planner-table",
+    )
+
+
+def _plans_figure(top: list[dict[str, Any]]) -> Any:
+    names = [f"tp={p['tp']},pp={p['pp']},dp={p['dp']},v={p['vpp']},mb={p['micro_batch']}" for p in top]
+    return figures.stacked(names, [p["breakdown_s"] for p in top], "the best plans: where each step's time goes")
+
+
+def _serving(v: dict[str, Any], _: Path, files: Files) -> Result:
+    command = state.with_files(state.serving_args(v), *files)
+    outcome = run(command)
+    if outcome.error:
+        return outcome, [no_update], "", ""
+    points: dict[str, list[tuple[float, float, int]]] = {}
+    for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
+        static = run([*command, "--batching", "static", "--concurrency", str(batch)])
+        if static.error:
+            break
+        for p in static.data["plans"]:
+            if p["fits_in_memory"]:
+                gpus = p["tp"] * p["pp"] * p["replicas"]
+                points.setdefault(p["plan"], []).append(
+                    (p["per_user_tokens_per_s"], p["throughput_tokens_per_s"] / gpus, batch)
+                )
+    rows = outcome.data["plans"]
+    text = " | ".join(
+        f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, "
+        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)")
+        for p in rows
+    )
+    targets = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if v["s-ttft"] or v["s-tpot"] else ""
+    fig = figures.frontier(points, targets)
+    if v["s-tpot"]:
+        figures.vline(fig, 1.0 / parse_seconds(str(v["s-tpot"])), "TPOT target", dash="dot")
+    return outcome, [fig], text, _rows_csv(rows)
+
+
+def _timeline(v: dict[str, Any], _: Path, files: Files) -> Result:
+    outcome = run(state.with_files(state.timeline_args(v), *files))
+    if outcome.error:
+        return outcome, [no_update], "", ""
+    data = outcome.data
+    parts = ", ".join(f"{k.replace('_', ' ')} {t:.3g} s" for k, t in data["breakdown_s"].items() if t > 0)
+    text = f"step {data['step_time_s']:.4g} s (closed form {data['closed_form_step_time_s']:.4g} s): {parts}"
+    return outcome, [figures.gantt(data)], text, _rows_csv(data["operations"])
+
+
+COMPUTE = {
+    "crossover": _crossover,
+    "winner-map": _winner_map,
+    "planner": _planner,
+    "serving": _serving,
+    "timeline": _timeline,
+}
