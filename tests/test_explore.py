@@ -102,3 +102,10 @@ def test_uploaded_model_and_calibration_join_every_command():
 def test_a_hugging_face_config_drives_the_crossover(tmp_path, small_hf_config):
     outcome, _, _, _ = pages.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(small_hf_config), None))
     assert outcome.error is None and "16 layers, hidden 2048" in outcome.data["assumptions"]
+
+
+def test_the_winner_map_hover_says_where_the_winner_s_time_goes(tmp_path):
+    _, (fig,), _, table = pages.COMPUTE["winner-map"](dict(state.DEFAULTS), tmp_path, (None, None))
+    hover = [t for row in fig["data"][0]["text"] for t in row]
+    assert all("fastest: " in t and "compute " in t for t in hover)
+    assert "compute_s[tp=8]" in table.splitlines()[0]

@@ -81,3 +81,28 @@ def test_single_variable_grid_matches_times_s():
     result = run_sweep(EXP, [("batch", np.arange(1, 9.0))])
     t, _ = times_s(EXP, EXP.plans[0], EXP.links[0].link, "batch", np.arange(1, 9.0))
     np.testing.assert_allclose(result.times_s[("NVLink", "tp=8")], t)
+
+
+@pytest.mark.parametrize("workload", ["train", "decode"])
+def test_breakdown_columns_add_up_to_the_time(workload):
+    import dataclasses
+
+    exp = dataclasses.replace(brief_experiment(), workload=workload)
+    result = run_sweep(exp, [("batch", np.array([1.0, 4.0, 16.0])), ("layers", np.array([24.0, 96.0]))], breakdown=True)
+    cols = dict(result.columns())
+    for plan in result.plans:
+        terms = [k for k in cols if k.endswith(f"_s[{plan}]") and not k.startswith("time_s")]
+        assert len(terms) >= 3
+        total = np.sum([cols[k] for k in terms], axis=0)
+        assert total == pytest.approx(cols[f"time_s[{plan}]"], rel=1e-9, nan_ok=True)
+    plain = dict(run_sweep(exp, [("batch", np.array([1.0, 4.0, 16.0])), ("layers", np.array([24.0, 96.0]))]).columns())
+    assert not any("compute_s[" in k for k in plain)
+    assert plain["time_s[tp=8]"] == pytest.approx(cols["time_s[tp=8]"], nan_ok=True)
+
+
+def test_breakdown_needs_a_table_and_the_physical_model(cli, tmp_path):
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--breakdown"])
+    assert code == 2 and "--csv" in err
+    out = str(tmp_path / "g.csv")
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--breakdown", "--csv", out, "--cost-model", "textbook"])
+    assert code == 2 and "textbook" in err and not (tmp_path / "g.csv").exists()

@@ -45,15 +45,26 @@ def evaluate(
     """(seconds, fits in memory) over a grid: variable name -> values, mutually broadcastable
     (`np.meshgrid(..., sparse=True)` keeps a grid cheap: each input keeps its own shape and
     only the results take the full shape). NaN where the plan is invalid."""
+    t, fits, _ = evaluate_parts(exp, plan, link, grid, parts=False)
+    return t, fits
+
+
+def evaluate_parts(
+    exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.ndarray], parts: bool = True
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """`evaluate`, and where the seconds go (term -> grid-shaped seconds, NaN where invalid; empty
+    for the textbook cost model, or when `parts` is False)."""
     shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
     if exp.cost_model == "textbook":
         _check_names(grid)
-        return _textbook_times(exp, plan, link, grid, shape), np.ones(shape, dtype=bool)
+        return _textbook_times(exp, plan, link, grid, shape), np.ones(shape, dtype=bool), {}
     scn, valid = _scenario(exp, plan, link, grid)
     if scn is None:
-        return np.full(shape, np.nan), np.zeros(shape, dtype=bool)
-    t, fits, _ = _measure(exp, scn)
-    return np.where(valid, np.broadcast_to(t, shape), np.nan), np.asarray(np.broadcast_to(fits, shape) & valid)
+        return np.full(shape, np.nan), np.zeros(shape, dtype=bool), {}
+    t, fits, terms = _measure(exp, scn)
+    seconds = np.where(valid, np.broadcast_to(t, shape), np.nan)
+    split = {k: np.where(valid, np.broadcast_to(v, shape), np.nan) for k, v in terms.items()} if parts else {}
+    return seconds, np.asarray(np.broadcast_to(fits, shape) & valid), split
 
 
 def breakdown_at(exp: Experiment, plan: PlanSpec, link: Link, variable: str, value: float) -> dict[str, float] | None:

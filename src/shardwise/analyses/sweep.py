@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.analyses.evaluate import evaluate
+from shardwise.analyses.evaluate import evaluate, evaluate_parts
 from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
@@ -55,6 +55,8 @@ class SweepResult:
     fits: dict[tuple[str, str], np.ndarray]
     # (link, plan) -> each point's 80% band width (log; `analyses.bands`); absent: the experiment's
     log_sd: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
+    # (link, plan) -> term -> grid-shaped seconds (`run_sweep(..., breakdown=True)`); absent: not asked
+    parts: dict[tuple[str, str], dict[str, np.ndarray]] = field(default_factory=dict)
 
     def band(self, link: str, plan: str) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of the plan's 80% band on `link`, grid-shaped."""
@@ -103,6 +105,8 @@ class SweepResult:
             yield f"time_s_low[{plan}]", np.concatenate([lo.ravel() for lo, _ in bands])
             yield f"time_s_high[{plan}]", np.concatenate([hi.ravel() for _, hi in bands])
             yield f"fits[{plan}]", np.concatenate([self.fits[(link, plan)].ravel() for link in self.links])
+            for term in self.parts.get((self.links[0], plan), {}):
+                yield f"{term}_s[{plan}]", np.concatenate([self.parts[(lk, plan)][term].ravel() for lk in self.links])
         names = np.array([*self.plans, ""], dtype=object)
         yield "winner", np.concatenate([names[self.winner(link).ravel()] for link in self.links])
         yield "margin", np.concatenate([self.margin(link).ravel() for link in self.links])
@@ -112,11 +116,12 @@ def run_sweep(
     exp: Experiment,
     grid: Sequence[tuple[str, np.ndarray]],
     progress: Callable[[int], Any] | None = None,
+    breakdown: bool = False,
 ) -> SweepResult:
     """Evaluate every plan on every link over the outer product of `grid` (name, values) pairs.
     `progress(points)` is called after each block with the grid points just done. Calibrated
     (`--calibration`), each point also gets its own band width (`analyses.bands`), at the cost of
-    one more evaluation per fitted parameter."""
+    one more evaluation per fitted parameter. With `breakdown`, each plan's time per term too."""
     from shardwise.analyses.bands import calibrated, point_log_sd
 
     names = tuple(name for name, _ in grid)
@@ -129,23 +134,29 @@ def run_sweep(
     times: dict[tuple[str, str], np.ndarray] = {}
     fits: dict[tuple[str, str], np.ndarray] = {}
     log_sd: dict[tuple[str, str], np.ndarray] = {}
+    parts: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     for link in exp.links:
         for plan in exp.plans:
             t_out, f_out = np.empty(shape), np.empty(shape, dtype=bool)
+            p_out: dict[str, np.ndarray] = {}
             sd_out = np.empty(shape) if calibrated(exp) else None
             for start in range(0, shape[0], rows_per_block):
                 stop = min(shape[0], start + rows_per_block)
                 block = (axes[0][start:stop], *axes[1:])
                 inputs = dict(zip(names, np.meshgrid(*block, indexing="ij", sparse=True), strict=True))
-                t, f = evaluate(exp, plan, link.link, inputs)
+                t, f, terms = evaluate_parts(exp, plan, link.link, inputs, parts=breakdown)
                 t_out[start:stop], f_out[start:stop] = t, f
+                for term, seconds in terms.items():
+                    p_out.setdefault(term, np.empty(shape))[start:stop] = seconds
                 if sd_out is not None:
                     price = lambda e, p=plan, lk=link, i=inputs: evaluate(e, p, lk.link, i)[0]  # noqa: E731
                     sd_out[start:stop] = point_log_sd(exp, price, np.broadcast_to(t, t_out[start:stop].shape))
                 if progress is not None:
                     progress((stop - start) * int(np.prod(shape[1:])))
             times[(link.label, plan.label)], fits[(link.label, plan.label)] = t_out, f_out
+            if p_out:
+                parts[(link.label, plan.label)] = p_out
             if sd_out is not None:
                 log_sd[(link.label, plan.label)] = sd_out
     labels = tuple(lk.label for lk in exp.links), tuple(p.label for p in exp.plans)
-    return SweepResult(exp, names, axes, *labels, times, fits, log_sd)
+    return SweepResult(exp, names, axes, *labels, times, fits, log_sd, parts)

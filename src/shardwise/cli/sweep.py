@@ -34,12 +34,18 @@ PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
     metavar="FILE",
     help="Winner map (.png/.svg/.pdf) for a two-variable grid: fastest plan per cell, one panel per link.",
 )
+@click.option(
+    "--breakdown",
+    is_flag=True,
+    help="With --csv: also each plan's time per term (TERM_s[PLAN] columns: compute, tp_comm, pp_bubble, ...).",
+)
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
 def sweep(
     varies: tuple[str, ...],
     out_path: str | None,
     map_path: str | None,
+    breakdown: bool,
     no_progress: bool,
     as_json: bool,
     **options: Any,
@@ -76,11 +82,15 @@ def sweep(
     for _, values in grid:
         total *= len(values)
     total_configs = total * len(exp.links) * len(exp.plans)
+    if breakdown and out_path is None:
+        raise SpecError("--breakdown adds columns to the table: give --csv FILE too")
+    if breakdown and exp.cost_model == "textbook":
+        raise SpecError("--breakdown: the textbook cost model has no terms; use --cost-model physical")
     start = time.perf_counter()
     if no_progress or as_json or total_configs < PROGRESS_MIN_POINTS:
-        result = run_sweep(exp, grid)
+        result = run_sweep(exp, grid, breakdown=breakdown)
     else:
-        result = _with_progress(exp, grid, total_configs)
+        result = _with_progress(exp, grid, total_configs, breakdown)
     elapsed = time.perf_counter() - start
     _check_plans_valid(exp, result, grid)
     if out_path is not None:
@@ -98,12 +108,12 @@ def sweep(
     _print(summary, out_path, map_path)
 
 
-def _with_progress(exp: Any, grid: list[Any], total: int) -> Any:
+def _with_progress(exp: Any, grid: list[Any], total: int, breakdown: bool) -> Any:
     from shardwise.analyses.sweep import run_sweep
     from shardwise.cli.render import progress_bar
 
     with progress_bar(total, "evaluating") as advance:
-        return run_sweep(exp, grid, progress=advance)
+        return run_sweep(exp, grid, progress=advance, breakdown=breakdown)
 
 
 def _write(result: Any, path: str, show_progress: bool) -> None:

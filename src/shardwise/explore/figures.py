@@ -147,7 +147,9 @@ def winner_map(path: str) -> tuple[Figure, str]:
             f"{p} {format_seconds(float(r[f'time_s[{p}]']))}" if r[f"time_s[{p}]"] not in ("", "nan") else f"{p} -"
             for p in plans
         )
-        text[i][j] = f"{xlabel} {r[xname]}, {ylabel} {r[yname]}<br>fastest: {r['winner']}<br>{times}"
+        text[i][j] = f"{xlabel} {r[xname]}, {ylabel} {r[yname]}<br>fastest: {r['winner']}<br>{times}" + _terms(
+            r, r["winner"]
+        )
     n = max(len(plans), 1)
     scale = [[(k + (e == 1)) / n, COLORS[k % 8]] for k in range(n) for e in (0, 1)]
     heat = {
@@ -169,6 +171,17 @@ def winner_map(path: str) -> tuple[Figure, str]:
     )
     summary = "; ".join(f"{p} fastest in {counts.get(p, 0)} of {len(rows)} cells" for p in plans)
     return fig, summary
+
+
+def _terms(row: dict[str, str], plan: str) -> str:
+    """Where one plan's time goes, from the `TERM_s[PLAN]` columns of `sweep --breakdown`."""
+    suffix = f"_s[{plan}]"
+    shown = [
+        f"{key[: -len(suffix)].replace('_', ' ')} {format_seconds(float(v))}"
+        for key, v in row.items()
+        if key.endswith(suffix) and key != f"time{suffix}" and v not in ("", "nan") and float(v) > 0
+    ]
+    return f"<br>{plan}: " + ", ".join(shown) if shown else ""
 
 
 def _in_gb_per_s(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:

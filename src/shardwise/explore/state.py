@@ -155,6 +155,7 @@ def winner_map_args(v: dict[str, object], table: str) -> list[str]:
         *_opt("--vary", v["w-y"]),
         "--csv",
         table,
+        "--breakdown",
     ]
 
 
