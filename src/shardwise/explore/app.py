@@ -15,6 +15,7 @@ import time
 import traceback
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
@@ -30,10 +31,39 @@ def create_app() -> Dash:
     atexit.register(shutil.rmtree, tmp, True)
     app = Dash(__name__, title="shardwise explorer")
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
-    tabs = dcc.Tabs(
-        id="page", value=state.DEFAULTS["page"], children=[dcc.Tab(label=TITLES[p], value=p) for p in state.PAGES]
-    )
-    app.layout = html.Div(
+    app.layout = _layout  # built per visit, from the address the browser asks it for
+    ids = list(state.IDS)
+
+    @app.callback(Output("url", "search"), *[Input(i, "value") for i in ids], prevent_initial_call=True)
+    def remember(*values: Any) -> str:
+        """Controls -> the address (the address -> controls happens once, in `_layout`): one-way,
+        so no page waits for it before recomputing."""
+        current = dict(zip(ids, values, strict=True))
+        current["x-bw"] = BANDWIDTHS_GB_S[int(current["x-bw"] or 0)]
+        return state.encode(current)
+
+    @app.callback(*[Output(f"view-{p}", "style") for p in state.PAGES], Input("page", "value"))
+    def show(page: str) -> list[dict[str, str]]:
+        return [{} if p == page else {"display": "none"} for p in state.PAGES]
+
+    for kind in ("model", "calibration"):
+        _register_upload(app, kind, tmp)
+    for page in state.PAGES:
+        _register(app, page, tmp)
+    return app
+
+
+def _layout() -> html.Div:
+    """The page, its controls set from the query string of the address being opened (the browser
+    sends it as the referrer of its request for the layout)."""
+    import flask
+
+    search = ""
+    if flask.has_request_context() and flask.request.referrer:
+        search = urlsplit(flask.request.referrer).query
+    values = state.decode(search)
+    tabs = dcc.Tabs(id="page", value=values["page"], children=[dcc.Tab(label=TITLES[p], value=p) for p in state.PAGES])
+    return html.Div(
         [
             dcc.Location(id="url", refresh=False),
             html.Header(
@@ -51,38 +81,9 @@ def create_app() -> Dash:
             ),
             dcc.Store(id="model-file"),
             dcc.Store(id="calibration-file"),
-            *[page_layout(p) for p in state.PAGES],
+            *[page_layout(p, values) for p in state.PAGES],
         ]
     )
-    ids = list(state.IDS)
-
-    @app.callback(
-        Output("url", "search"),
-        *[Output(i, "value") for i in ids],
-        Input("url", "search"),
-        *[Input(i, "value") for i in ids],
-    )
-    def sync(search: str | None, *values: Any) -> list[Any]:
-        """URL -> controls when the address changes (or on loading); controls -> URL otherwise."""
-        if ctx.triggered_id in (None, "url"):
-            decoded = state.decode(search)
-            if "x-bw" in decoded:
-                bw = decoded["x-bw"]
-                decoded["x-bw"] = BANDWIDTHS_GB_S.index(bw) if bw in BANDWIDTHS_GB_S else 0
-            return [no_update, *[decoded[i] for i in ids]]
-        current = dict(zip(ids, values, strict=True))
-        current["x-bw"] = BANDWIDTHS_GB_S[int(current["x-bw"] or 0)]
-        return [state.encode(current), *[no_update] * len(ids)]
-
-    @app.callback(*[Output(f"view-{p}", "style") for p in state.PAGES], Input("page", "value"))
-    def show(page: str) -> list[dict[str, str]]:
-        return [{} if p == page else {"display": "none"} for p in state.PAGES]
-
-    for kind in ("model", "calibration"):
-        _register_upload(app, kind, tmp)
-    for page in state.PAGES:
-        _register(app, page, tmp)
-    return app
 
 
 def _upload(kind: str, label: str) -> html.Span:
@@ -137,8 +138,10 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
         Input("model-file", "data"),
         Input("calibration-file", "data"),
         *[Input(c, "value") for c in controls],
+        *[State(g, "figure") for g in graphs[1:]],
     )
     def compute(active: str, model_file: str | None, calibration: str | None, *args: Any) -> list[Any]:
+        args, shown_before = args[: len(controls)], args[len(controls) :]
         if active != page:
             return [no_update] * (len(graphs) + 4 + len(controls))
         start = time.perf_counter()
@@ -152,6 +155,9 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
         errors = error_outputs(page, outcome)
         if outcome.error:
             return [*figs, no_update, _shown(outcome, tmp), no_update, *errors]
+        for i, before in enumerate(shown_before, start=1):  # the same second figure: not drawn again
+            if isinstance(figs[i], dict) and before and before.get("data") == figs[i]["data"]:
+                figs[i] = no_update
         summary, *extra = text if isinstance(text, list) else [text]
         shown = html.Div(
             [

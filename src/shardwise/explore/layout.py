@@ -102,8 +102,7 @@ def _options(kind: str, blank: str | None = None) -> list[dict[str, str]]:
     return out + [{"label": name, "value": name} for name in names]
 
 
-def _control(cid: str) -> Any:
-    default = state.DEFAULTS[cid]
+def _control(cid: str, default: Any) -> Any:
     kind = cid[2:]
     if kind == "model":
         blank = "the brief's model (96 layers, hidden 4096)" if cid in ("x-model", "w-model") else None
@@ -165,11 +164,15 @@ LABELS = {
 }
 
 
-def page_layout(page: str) -> html.Div:
+def page_layout(page: str, values: dict[str, Any]) -> html.Div:
     fields: list[Any] = [html.Div(id=f"{page}-error", className="error")]
     for cid in CONTROLS[page]:
         label = LABELS[cid[2:]] + (" when not varied" if cid == "x-batch" else "")
-        fields += [html.Label(label, htmlFor=cid), _control(cid), html.Div(id=f"{cid}-msg", className="msg")]
+        fields += [
+            html.Label(label, htmlFor=cid),
+            _control(cid, values[cid]),
+            html.Div(id=f"{cid}-msg", className="msg"),
+        ]
     graphs = [dcc.Graph(id=f"{page}-graph", config={"displaylogo": False})]
     if page in ("crossover", "planner"):
         graphs.append(dcc.Graph(id=f"{page}-graph2", config={"displaylogo": False}))
