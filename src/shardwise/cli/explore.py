@@ -46,4 +46,7 @@ def explore(host: str, port: int, no_browser: bool) -> None:
         import webbrowser
 
         threading.Timer(1.0, webbrowser.open, (url,)).start()
+    import logging
+
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # no per-request lines; errors still show
     create_app().run(host=host, port=port, debug=False)
