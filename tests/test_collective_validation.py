@@ -99,3 +99,28 @@ def test_validate_collectives_cli(cli):
     assert code == 0 and "| dgxc-h100 |" in out and "[holdout]" in out and "[dev]" not in out
     code, _, err = cli(["validate", "collectives", "inference"])
     assert code == 2 and "give it alone" in err
+
+
+def test_sglang_serves_without_nvls_as_it_starts_nccl(cli):
+    args = [
+        "serve",
+        "--model",
+        "llama3-70b",
+        "--system",
+        "dgx-h100",
+        "--plan",
+        "tp=8",
+        "--input-len",
+        "8192",
+        "--output-len",
+        "8",
+        "--batching",
+        "static",
+        "--no-custom-all-reduce",
+        "--json",
+    ]
+    ttft = {
+        extra: json.loads(cli([*args, *extra.split()])[1])["plans"][0]["ttft_s"]
+        for extra in ("--framework sglang", "--framework sglang --nvls on", "--framework vllm")
+    }
+    assert ttft["--framework sglang"] > ttft["--framework sglang --nvls on"] == ttft["--framework vllm"]

@@ -22,6 +22,9 @@ SERVING_FRAMEWORKS = {
 }
 # ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py)
 FRAMEWORK_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+# ... and those that start NCCL with NVLS off: SGLang sets NCCL_NVLS_ENABLE from --enable-nccl-nvls,
+# default false (sglang PR 631; srt/entrypoints/engine.py)
+FRAMEWORK_NVLS_OFF = ("sglang",)
 
 serving_options = _stack(
     click.option(
@@ -199,6 +202,8 @@ def serve(
     second = parse_link_spec(frontier_link, "--plot-link")
     model = build_model(options)
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
+    if framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
+        cluster = cluster.with_(nvls=False)
     specs = [parse_plan_spec(t) for t in plans] or [parse_plan_spec("tp=all")]
     allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
     for spec in specs:
