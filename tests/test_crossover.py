@@ -151,3 +151,23 @@ def test_equal_plans_tie_and_do_not_cross():
 def test_plan_options_are_checked(text, message):
     with pytest.raises(SpecError, match=message):
         parse_plan_spec(text)
+
+
+def test_the_switch_point_breakdown_read_off_the_grid_equals_pricing_it_again():
+    from dataclasses import replace
+
+    from shardwise.analyses.crossover import crossing_breakdown
+    from shardwise.analyses.evaluate import breakdown_at
+
+    exp = brief_experiment()
+    result = run_crossover(exp, "batch", np.arange(1.0, 33.0))
+    assert result.crossings and result.dense is not None
+    for c in result.crossings:
+        link = next(lk.link for lk in exp.links if lk.label == c.link)
+        plans = {p.label: p for p in exp.plans}
+        again = {name: breakdown_at(exp, plans[name], link, "batch", c.at) for name in (c.before, c.after)}
+        kept = crossing_breakdown(result, c)
+        assert kept.keys() == again.keys()
+        for name in kept:
+            assert kept[name] == pytest.approx(again[name], rel=1e-12)
+        assert crossing_breakdown(replace(result, dense=None), c) == again

@@ -16,12 +16,12 @@ the previous order: a crossing is reported only when the order really flips.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import combinations
 
 import numpy as np
 
-from shardwise.analyses.evaluate import times_s
+from shardwise.analyses.evaluate import evaluate_parts, times_s
 from shardwise.analyses.experiment import VARIABLES
 from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment, LinkSpec, PlanSpec
@@ -29,6 +29,7 @@ from shardwise.specs.experiment import Experiment, LinkSpec, PlanSpec
 BISECTION_STEPS = 60
 MAX_DENSE = 100_000
 MIN_DENSE = 400
+KEEP_PARTS_POINTS = 4096  # dense grids up to this size keep their time breakdown (for the switch points)
 TIE = "tie"
 
 
@@ -67,6 +68,9 @@ class CrossoverResult:
     series: tuple[Series, ...]  # on `values`
     crossings: tuple[Crossing, ...]
     ignore_memory: bool = False
+    # where each (link, plan)'s time goes on the dense grid it was searched on (small grids only)
+    dense: np.ndarray | None = None
+    dense_parts: dict[tuple[str, str], dict[str, np.ndarray]] = field(default_factory=dict)
 
     def band(self, s: Series) -> tuple[np.ndarray, np.ndarray]:
         """The series' 80% band (`log_sd`: see `point_log_sd`)."""
@@ -109,27 +113,41 @@ def _winner(col: np.ndarray, names: list[str]) -> str:
 def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_memory: bool = False) -> CrossoverResult:
     """Time every plan on every link over `values` of `variable`, and find every crossing."""
     values = np.asarray(values, dtype=float)
+    dense = _dense_grid(variable, values)
+    # every value is a point of the dense grid (an integer variable's grid holds every integer):
+    # the series are read off it instead of priced a second time
+    where = np.searchsorted(dense, values).clip(0, len(dense) - 1)
+    on_grid = bool(np.all(dense[where] == values))
+    priced, parts = {}, {}
+    keep_parts = len(dense) <= KEEP_PARTS_POINTS
+    for link in exp.links:
+        for plan in exp.plans:
+            t, fits, terms = evaluate_parts(exp, plan, link.link, {variable: dense}, parts=keep_parts)
+            priced[(link.label, plan.label)] = (t, fits, point_log_sd(exp, plan, link, variable, dense, t))
+            parts[(link.label, plan.label)] = terms
     series = []
     for link in exp.links:
         for plan in exp.plans:
-            t, fits = times_s(exp, plan, link.link, variable, values)
-            sd = point_log_sd(exp, plan, link, variable, values, t)
+            if on_grid:
+                t, fits, sd = (None if x is None else x[where] for x in priced[(link.label, plan.label)])
+            else:
+                t, fits = times_s(exp, plan, link.link, variable, values)
+                sd = point_log_sd(exp, plan, link, variable, values, t)
             series.append(Series(plan.label, link.label, t, fits, sd))
-    dense = _dense_grid(variable, values)
     crossings: list[Crossing] = []
     for link in exp.links:
         times, sds = {}, {}
         for plan in exp.plans:
-            t, fits = times_s(exp, plan, link.link, variable, dense)
+            t, fits, sds[plan.label] = priced[(link.label, plan.label)]
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
-            sds[plan.label] = point_log_sd(exp, plan, link, variable, dense, t)
         found = _winner_changes(exp, link, variable, dense, times, ignore_memory)
         for a, b in combinations(exp.plans, 2):
             for c in _pair_crossings(exp, link, a, b, variable, dense, times[a.label], times[b.label], ignore_memory):
                 if not any(_same(c, w) for w in [*crossings, *found]):
                     found.append(c)
         crossings += [_with_range(c, dense, times, sds) for c in found]
-    return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings), ignore_memory)
+    kept = dense if keep_parts else None
+    return CrossoverResult(exp, variable, values, tuple(series), tuple(crossings), ignore_memory, kept, parts)
 
 
 def point_log_sd(
@@ -289,7 +307,14 @@ def crossing_breakdown(result: CrossoverResult, c: Crossing) -> dict[str, dict[s
     exp = result.experiment
     link = next(lk.link for lk in exp.links if lk.label == c.link)
     plans = {p.label: p for p in exp.plans}
-    parts = {name: breakdown_at(exp, plans[name], link, result.variable, c.at) for name in (c.before, c.after)}
+    at = np.flatnonzero(result.dense == c.at) if result.dense is not None else np.array([], dtype=int)
+    if at.size and all(result.dense_parts.get((c.link, name)) for name in (c.before, c.after)):
+        parts: dict[str, dict[str, float] | None] = {}
+        for name in (c.before, c.after):  # read off the grid the crossing was found on
+            point = {k: float(v[at[0]]) for k, v in result.dense_parts[(c.link, name)].items()}
+            parts[name] = None if any(np.isnan(v) for v in point.values()) else point
+    else:
+        parts = {name: breakdown_at(exp, plans[name], link, result.variable, c.at) for name in (c.before, c.after)}
     if any(v is None for v in parts.values()):
         return None
     return parts  # type: ignore[return-value]
