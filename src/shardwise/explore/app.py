@@ -21,7 +21,7 @@ from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from shardwise.explore import runner, state
 from shardwise.explore.layout import BANDWIDTHS_GB_S, CONTROLS, CSS, TITLES, error_outputs, page_layout, values_of
-from shardwise.explore.pages import COMPUTE
+from shardwise.explore.pages import COMPUTE, table
 from shardwise.explore.runner import Outcome
 
 
@@ -146,11 +146,11 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
             return [no_update] * (len(graphs) + 4 + len(controls))
         start = time.perf_counter()
         try:
-            outcome, figs, text, table = COMPUTE[page](values_of(page, args), tmp, (model_file, calibration))
+            outcome, figs, text = COMPUTE[page](values_of(page, args), tmp, (model_file, calibration))
         except Exception as exc:  # a bug must not take the server down: say it, keep serving
             traceback.print_exc()
             outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")
-            figs, text, table = [no_update] * len(graphs), "", ""
+            figs, text = [no_update] * len(graphs), ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
         errors = error_outputs(page, outcome)
         if outcome.error:
@@ -166,7 +166,7 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
                 html.P(f"computed in {elapsed_ms:.0f} ms", id=f"{page}-elapsed"),
             ]
         )
-        store = {"json": outcome.data, "csv": table, "args": list(outcome.args)}
+        store = {"args": list(outcome.args)}  # a download runs the command again
         return [*figs, shown, _shown(outcome, tmp), store, *errors]
 
     @app.callback(
@@ -180,9 +180,8 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
         if not store:
             return no_update
         if ctx.triggered_id == f"{page}-csv":
-            table = store["csv"] or runner.text([*store["args"], "--csv", "-"])  # crossover: the CLI's own CSV
-            return {"content": table, "filename": f"{page}.csv"}
-        return {"content": json.dumps(store["json"], indent=1), "filename": f"{page}.json"}
+            return {"content": table(page, store["args"]), "filename": f"{page}.csv"}
+        return {"content": json.dumps(runner.run(store["args"]).data, indent=1), "filename": f"{page}.json"}
 
     app.clientside_callback(
         f"""function(n) {{

@@ -70,7 +70,7 @@ def crossover(data: dict[str, Any]) -> Figure:
             "x": xs,
             "y": s["time_s"],
             "name": name,
-            "mode": "lines+markers" if len(xs) <= 64 else "lines",
+            "mode": "lines+markers" if len(xs) <= 16 else "lines",
             "line": {"color": color},
             "legendgroup": name,
             "type": "scatter",

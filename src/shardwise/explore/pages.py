@@ -1,5 +1,5 @@
 """What each page of the explorer computes: its command run in-process, then its figures, its
-summary and its table, from what the command printed."""
+summary, from what the command printed; and, for a download, its table."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 
 from dash import html, no_update
 
-from shardwise.explore import figures, state
+from shardwise.explore import figures, runner, state
 from shardwise.explore.runner import Outcome, run
 from shardwise.units import parse_seconds
 
 Files = tuple[str | None, str | None]  # (uploaded model file, uploaded calibration file)
-Result = tuple[Outcome, list[Any], Any, str]  # (the command's outcome, figures, summary, its table as CSV)
+Result = tuple[Outcome, list[Any], Any]  # (the command's outcome, its figures, its summary)
 
 
 def _rows_csv(rows: list[dict[str, Any]]) -> str:
@@ -30,30 +30,30 @@ def _rows_csv(rows: list[dict[str, Any]]) -> str:
 def _crossover(v: dict[str, Any], _: Path, files: Files) -> Result:
     outcome = run(state.with_files(state.crossover_args(v), *files))
     if outcome.error:
-        return outcome, [no_update, no_update], "", ""
+        return outcome, [no_update, no_update], ""
     data = outcome.data
     texts = [c["text"] for c in data["crossings"]] or ["no crossing: one plan is fastest throughout"]
     second = no_update
     first = next((c for c in data["crossings"] if c.get("breakdown")), None)
     if first is not None:
         second = figures.breakdown(first["breakdown"], first["at"], data["variable"])
-    return outcome, [figures.crossover(data), second], " | ".join(texts), ""  # CSV made when asked for
+    return outcome, [figures.crossover(data), second], " | ".join(texts)
 
 
 def _winner_map(v: dict[str, Any], tmp: Path, files: Files) -> Result:
     path = str(tmp / "grid.csv")
     outcome = run(state.with_files(state.winner_map_args(v, path), *files))
     if outcome.error:
-        return outcome, [no_update], "", ""
+        return outcome, [no_update], ""
     fig, summary = figures.winner_map(path)
-    return outcome, [fig], summary, Path(path).read_text(encoding="utf-8")
+    return outcome, [fig], summary
 
 
 def _planner(v: dict[str, Any], tmp: Path, files: Files) -> Result:
     path = str(tmp / "plans.csv")
     outcome = run(state.with_files(state.planner_args(v, path), *files))
     if outcome.error:
-        return outcome, [no_update, no_update], "", ""
+        return outcome, [no_update, no_update], ""
     data = outcome.data
     top = data["plans"]
     best = top[0] if top else None
@@ -65,7 +65,7 @@ def _planner(v: dict[str, Any], tmp: Path, files: Files) -> Result:
         else "no plan fits"
     )
     fig2 = figures.planner_heatmap(path, str(v["p-objective"]))
-    return outcome, [_plans_figure(top), fig2], [text, _plans_table(top)], Path(path).read_text(encoding="utf-8")
+    return outcome, [_plans_figure(top), fig2], [text, _plans_table(top)]
 
 
 def _plans_table(top: list[dict[str, Any]]) -> html.Table:
@@ -114,7 +114,7 @@ def _serving(v: dict[str, Any], _: Path, files: Files) -> Result:
     command = state.with_files(state.serving_args(v), *files)
     outcome = run(command)
     if outcome.error:
-        return outcome, [no_update], "", ""
+        return outcome, [no_update], ""
     points: dict[str, list[tuple[float, float, int]]] = {}
     for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
         static = run([*command, "--batching", "static", "--concurrency", str(batch)])
@@ -136,17 +136,17 @@ def _serving(v: dict[str, Any], _: Path, files: Files) -> Result:
     fig = figures.frontier(points, targets)
     if v["s-tpot"]:
         figures.vline(fig, 1.0 / parse_seconds(str(v["s-tpot"])), "TPOT target", dash="dot")
-    return outcome, [fig], text, _rows_csv(rows)
+    return outcome, [fig], text
 
 
 def _timeline(v: dict[str, Any], _: Path, files: Files) -> Result:
     outcome = run(state.with_files(state.timeline_args(v), *files))
     if outcome.error:
-        return outcome, [no_update], "", ""
+        return outcome, [no_update], ""
     data = outcome.data
     parts = ", ".join(f"{k.replace('_', ' ')} {t:.3g} s" for k, t in data["breakdown_s"].items() if t > 0)
     text = f"step {data['step_time_s']:.4g} s (closed form {data['closed_form_step_time_s']:.4g} s): {parts}"
-    return outcome, [figures.gantt(data)], text, _rows_csv(data["operations"])
+    return outcome, [figures.gantt(data)], text
 
 
 COMPUTE = {
@@ -156,3 +156,16 @@ COMPUTE = {
     "serving": _serving,
     "timeline": _timeline,
 }
+
+
+def table(page: str, args: list[str]) -> str:
+    """The CSV a page's download gives: the command's own table, run again (nothing is kept
+    between a view and its download but the command line)."""
+    if page == "crossover":
+        return runner.text([*args, "--csv", "-"])
+    outcome = run(args)
+    if outcome.error:
+        raise ValueError(outcome.error)
+    if "--csv" in args:  # sweep and plan write their table to a file
+        return Path(args[args.index("--csv") + 1]).read_text(encoding="utf-8")
+    return _rows_csv(outcome.data["plans"] if page == "serving" else outcome.data["operations"])
