@@ -80,7 +80,7 @@ def test_the_crossover_marks_the_cli_crossings(tmp_path):
 def test_explore_without_dash_says_how_to_install(cli, monkeypatch):
     monkeypatch.setitem(sys.modules, "dash", None)
     code, _, err = cli(["explore", "--no-browser"])
-    assert code == 2 and "pip install 'shardwise[explore]'" in err
+    assert code == 2 and "pip install -e '.[explore]'" in err and err.count("\n") == 1
 
 
 def test_explore_on_a_busy_port_says_so(cli):

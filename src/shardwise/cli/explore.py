@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-INSTALL_HINT = "shardwise explore needs Dash: pip install 'shardwise[explore]'"
+INSTALL_HINT = "shardwise explore needs Dash: pip install -e '.[explore]' in the repository (or 'shardwise[explore]')"
 
 
 @click.command()
