@@ -109,3 +109,12 @@ def test_the_winner_map_hover_says_where_the_winner_s_time_goes(tmp_path):
     hover = [t for row in fig["data"][0]["text"] for t in row]
     assert all("fastest: " in t and "compute " in t for t in hover)
     assert "compute_s[tp=8]" in pages.table("winner-map", list(outcome.args)).splitlines()[0]
+
+
+def test_serving_targets_run_the_search_beside_the_plans(tmp_path):
+    values = {**state.DEFAULTS, "s-plans": "tp=8; pp=8", "s-output": 16, "s-tpot": "50ms"}
+    outcome, (fig,), text = pages.COMPUTE["serving"](values, tmp_path, (None, None))
+    assert outcome.error is None and "meets the targets: " in text
+    assert {t["name"] for t in fig["data"]} == {"tp=8", "pp=8"}
+    bad, _, _ = pages.COMPUTE["serving"]({**values, "s-tpot": "fast"}, tmp_path, (None, None))
+    assert bad.error.startswith("--tpot-max: ")

@@ -372,3 +372,23 @@ def test_context_parallelism_never_keeps_more_cache_per_gpu(cp, context, tp):
     one = memory_per_gpu(Scenario(model, cluster, plan_for_serving(tp, 1, 16 // tp)), wl)[1]
     split = memory_per_gpu(Scenario(model, cluster, plan_for_serving(tp, 1, 16 // (tp * cp)).with_(cp=cp)), wl)[1]
     assert float(split) == pytest.approx(float(one) / cp)
+
+
+def test_serve_json_with_frontier_is_the_static_frontier(cli):
+    from shardwise import presets
+    from shardwise.analyses.serving import frontier
+    from shardwise.cli.serve import _scenario
+    from shardwise.loaders import parse_plan_spec
+    from shardwise.specs.serving import ServingWorkload
+
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--plan", "tp=8", "--json"]
+    code, out, _ = cli([*args, "--with-frontier"])
+    assert code == 0
+    got = json.loads(out)["plans"][0]["frontier"]
+    assert "frontier" not in json.loads(cli(args)[1])["plans"][0]
+    scn = _scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), parse_plan_spec("tp=8"))
+    workload = ServingWorkload(512, 128, 1, "bf16", "bf16", "graphs", "trtllm")
+    per_user, per_gpu, batch = frontier(scn, workload)
+    assert got["batch"] == batch.tolist()
+    assert got["tokens_per_s_per_gpu"] == pytest.approx(per_gpu.tolist())
+    assert got["tokens_per_s_per_user"] == pytest.approx(per_user.tolist())

@@ -154,6 +154,12 @@ serving_options = _stack(
     help="The second link of the frontier figure.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the estimates as JSON.")
+@click.option(
+    "--with-frontier",
+    is_flag=True,
+    help="With --json: also each plan's throughput-vs-latency frontier over static batches of 1 to 2048 per "
+    "replica (tokens/s per user, tokens/s per GPU, batch), as --plot draws it for static batching.",
+)
 @click.option("--emit", type=click.Choice(["vllm"]), help="Also print each plan's `vllm serve` command.")
 def serve(
     plans: tuple[str, ...],
@@ -176,6 +182,7 @@ def serve(
     frontier_path: str | None,
     frontier_link: str,
     as_json: bool,
+    with_frontier: bool,
     emit: str | None,
     **options: Any,
 ) -> None:
@@ -298,6 +305,11 @@ def serve(
                             **export.serving_dict(label, est, *spreads[label]),
                             "would_fit": hints.get(label),
                             "launch": _launch(est, emit),
+                            **(
+                                {"frontier": _frontier(model, cluster, specs, label, workload, stages)}
+                                if with_frontier
+                                else {}
+                            ),
                         }
                         for label, est in rows
                     ],
@@ -315,6 +327,21 @@ def serve(
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
     for label, est in rows if emit else []:
         click.echo(f"\n{label}:\n{_launch(est, emit)}")
+
+
+def _frontier(
+    model: Any, cluster: Any, specs: list[Any], label: str, workload: Any, stages: dict[str, Any] | None
+) -> dict[str, list[float]]:
+    """One plan's static-batch frontier (`analyses.serving.frontier`, as `--plot` draws it)."""
+    from shardwise.analyses.serving import frontier
+
+    spec = next(s for s in specs if s.label == label)
+    per_user, per_gpu, batch = frontier(_scenario(model, cluster, spec, stages), workload)
+    return {
+        "tokens_per_s_per_user": per_user.tolist(),
+        "tokens_per_s_per_gpu": per_gpu.tolist(),
+        "batch": batch.tolist(),
+    }
 
 
 def _scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None) -> tuple[str, Any]:

@@ -112,31 +112,42 @@ def _plans_figure(top: list[dict[str, Any]]) -> Any:
 
 def _serving(v: dict[str, Any], _: Path, files: Files) -> Result:
     command = state.with_files(state.serving_args(v), *files)
-    outcome = run(command)
-    if outcome.error:
-        return outcome, [no_update], ""
-    points: dict[str, list[tuple[float, float, int]]] = {}
-    for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512):
-        static = run([*command, "--batching", "static", "--concurrency", str(batch)])
-        if static.error:
-            break
-        for p in static.data["plans"]:
-            if p["fits_in_memory"]:
-                gpus = p["tp"] * p["pp"] * p["replicas"]
-                points.setdefault(p["plan"], []).append(
-                    (p["per_user_tokens_per_s"], p["throughput_tokens_per_s"] / gpus, batch)
-                )
+    outcome = run([*command, "--with-frontier"])
+    targets = state.target_args(v)
+    searched = run([*command, *targets]) if targets and not outcome.error else None
+    if outcome.error or (searched is not None and searched.error):
+        return searched if searched is not None and searched.error else outcome, [no_update], ""
     rows = outcome.data["plans"]
+    points = {
+        p["plan"]: list(
+            zip(*(p["frontier"][k] for k in ("tokens_per_s_per_user", "tokens_per_s_per_gpu", "batch")), strict=True)
+        )
+        for p in rows
+    }
     text = " | ".join(
         f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, "
         f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)")
         for p in rows
     )
-    targets = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if v["s-ttft"] or v["s-tpot"] else ""
-    fig = figures.frontier(points, targets)
+    if searched is not None:
+        text += " | " + _meets(searched.data)
+    label = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if targets else ""
+    fig = figures.frontier(points, label)
     if v["s-tpot"]:
         figures.vline(fig, 1.0 / parse_seconds(str(v["s-tpot"])), "TPOT target", dash="dot")
     return outcome, [fig], text
+
+
+def _meets(data: dict[str, Any]) -> str:
+    """What `serve --ttft-max/--tpot-max` found: the best option that meets the targets."""
+    best = next((o for o in data["options"] if o["meets"]), None)
+    if best is None:
+        return "no plan meets the targets"
+    return (
+        f"meets the targets: {best['plan']} ({best['weight_precision']} weights), "
+        f"{best['tokens_per_s_per_gpu']:.4g} tokens/s per GPU at {best['requests_in_flight_per_replica']} requests "
+        "in flight per replica"
+    )
 
 
 def _timeline(v: dict[str, Any], _: Path, files: Files) -> Result:

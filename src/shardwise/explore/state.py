@@ -3,7 +3,6 @@ line each page runs. Pure functions (no Dash), so they are tested on their own."
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlencode
 
 PAGES = ("crossover", "winner-map", "planner", "serving", "timeline")
@@ -58,7 +57,7 @@ DEFAULTS: dict[str, object] = {
 }
 IDS = tuple(DEFAULTS)
 CONTROLS = {page: [c for c in IDS if c.startswith(PREFIX[page])] for page in PAGES}
-BRIEF_MODEL = ""  # the crossover's own default model (hidden 4096, 96 layers), not a preset
+OPTIONAL_NUMBERS = ("x-layers", "x-hidden", "x-heads")  # numbers whose default is none (the model's own)
 
 
 def encode(values: dict[str, object]) -> str:
@@ -83,7 +82,7 @@ def decode(search: str | None) -> dict[str, object]:
         default = DEFAULTS[key]
         if isinstance(default, list):
             values[key] = [t for t in text.split(",") if t]
-        elif isinstance(default, int) or key in ("x-layers", "x-hidden", "x-heads"):
+        elif isinstance(default, int) or key in OPTIONAL_NUMBERS:
             values[key] = _number(text)
         else:
             values[key] = text
@@ -112,14 +111,6 @@ def plans(text: str) -> list[str]:
 
 def _opt(flag: str, value: object) -> list[str]:
     return [] if value in (None, "") else [flag, str(value)]
-
-
-@dataclass(frozen=True)
-class Command:
-    """One page's command line, and the file it writes its table to (None: JSON only)."""
-
-    args: list[str]
-    table: str | None = None
 
 
 def crossover_args(v: dict[str, object]) -> list[str]:
@@ -173,19 +164,20 @@ def planner_args(v: dict[str, object], table: str) -> list[str]:
 
 
 def serving_args(v: dict[str, object]) -> list[str]:
-    plan_args: list[str] = []
-    for plan in str(v["s-plans"]).replace(";", " ").split():
-        plan_args += ["--plan", plan]
+    """The plans served as asked; the latency targets are a second command (`target_args`)."""
     return [
         "serve",
         *_opt("--model", v["s-model"]),
         *_opt("--system", v["s-system"]),
-        *plan_args,
+        *plans(str(v["s-plans"])),
         *_opt("--input-len", v["s-input"]),
         *_opt("--output-len", v["s-output"]),
-        *_opt("--ttft-max", v["s-ttft"]),
-        *_opt("--tpot-max", v["s-tpot"]),
     ]
+
+
+def target_args(v: dict[str, object]) -> list[str]:
+    """The latency targets (`serve --ttft-max/--tpot-max` searches for the plans that meet them)."""
+    return [*_opt("--ttft-max", v["s-ttft"]), *_opt("--tpot-max", v["s-tpot"])]
 
 
 def timeline_args(v: dict[str, object]) -> list[str]:
