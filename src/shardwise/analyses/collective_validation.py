@@ -28,7 +28,7 @@ from importlib import resources
 import numpy as np
 
 from shardwise import loaders, presets
-from shardwise.physics.collectives import Fabric, bus_bandwidth_bytes_per_s
+from shardwise.physics.collectives import Fabric, bus_bandwidth_bytes_per_s, bus_factor
 from shardwise.specs import Cluster
 
 NCCL_BASE_S = 6.6e-6  # NCCL src/graph/tuning.cc baseLat (ring, Simple/LL), per call
@@ -90,8 +90,6 @@ class Point:
         return self.predicted_s / self.measured_s - 1.0
 
     def bus_bandwidth_gb_per_s(self, time_s: float) -> float:
-        if self.op == "all_to_all":  # nccl-tests: algbw * (p-1)/p
-            return self.size_bytes / time_s * (self.ranks - 1) / self.ranks / 1e9
         return float(bus_bandwidth_bytes_per_s(self.op, self.size_bytes, self.ranks, time_s)) / 1e9
 
 
@@ -134,24 +132,12 @@ def _point(curve: Curve, row: dict[str, str]) -> Point:
     fabric = Fabric.of(_cluster(curve, nodes, nccl_tests, not ring_only))
     predicted = float(getattr(fabric.group(ranks, ranks // nodes), op)(size))
     hardware = f"{ranks} {row['gpu'].replace('GeForce ', '') or presets.system(curve.system).gpu.name}"
-    point = Point(
-        curve.key,
-        curve.split,
-        hardware,
-        op,
-        ranks,
-        nodes,
-        size,
-        not size_text,
-        predicted,
-        1.0,
-        f"{row['source']}, {row['locator']}",
-    )
     if public:
         measured = float(row["time_us_out_of_place"]) * 1e-6
     else:  # bus bandwidth in GB/s -> time
-        measured = point.bus_bandwidth_gb_per_s(1.0) / float(row["value"])
-    return Point(**{**point.__dict__, "measured_s": measured})
+        measured = size * float(bus_factor(op, ranks)) / (float(row["value"]) * 1e9)
+    source = f"{row['source']}, {row['locator']}"
+    return Point(curve.key, curve.split, hardware, op, ranks, nodes, size, not size_text, predicted, measured, source)
 
 
 def validate_collectives() -> list[Point]:

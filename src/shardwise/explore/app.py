@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
 from shardwise.explore import runner, state
-from shardwise.explore.layout import BANDWIDTHS_GB_S, CONTROLS, CSS, TITLES, error_outputs, page_layout, values_of
+from shardwise.explore.layout import CONTROLS, CSS, TITLES, error_outputs, figure_ids, page_layout, values_of
 from shardwise.explore.pages import COMPUTE, table
 from shardwise.explore.runner import Outcome
 
@@ -38,9 +38,7 @@ def create_app() -> Dash:
     def remember(*values: Any) -> str:
         """Controls -> the address (the address -> controls happens once, in `_layout`): one-way,
         so no page waits for it before recomputing."""
-        current = dict(zip(ids, values, strict=True))
-        current["x-bw"] = BANDWIDTHS_GB_S[int(current["x-bw"] or 0)]
-        return state.encode(current)
+        return state.encode(values_of(ids, values))
 
     @app.callback(*[Output(f"view-{p}", "style") for p in state.PAGES], Input("page", "value"))
     def show(page: str) -> list[dict[str, str]]:
@@ -124,7 +122,7 @@ def _shown(outcome: Outcome, tmp: Path) -> str:
 
 
 def _register(app: Dash, page: str, tmp: Path) -> None:
-    graphs = [f"{page}-graph", *([f"{page}-graph2"] if page in ("crossover", "planner") else [])]
+    graphs = figure_ids(page)
     controls = CONTROLS[page]
 
     @app.callback(
@@ -146,7 +144,7 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
             return [no_update] * (len(graphs) + 4 + len(controls))
         start = time.perf_counter()
         try:
-            outcome, figs, text = COMPUTE[page](values_of(page, args), tmp, (model_file, calibration))
+            outcome, figs, text = COMPUTE[page](values_of(controls, args), tmp, (model_file, calibration))
         except Exception as exc:  # a bug must not take the server down: say it, keep serving
             traceback.print_exc()
             outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")

@@ -131,7 +131,7 @@ def _control(cid: str, default: Any) -> Any:
         return dcc.RadioItems(id=cid, options=["time", "throughput-per-gpu"], value=default, inline=True)
     if kind == "schedule":
         return dcc.RadioItems(id=cid, options=["1f1b", "gpipe", "interleaved", "zb-h1"], value=default, inline=True)
-    numeric = isinstance(default, int) or kind in ("layers", "hidden", "heads")
+    numeric = isinstance(default, int) or cid in state.OPTIONAL_NUMBERS
     return dcc.Input(id=cid, type="number" if numeric else "text", value=default, debounce=True)
 
 
@@ -164,6 +164,12 @@ LABELS = {
 }
 
 
+def figure_ids(page: str) -> list[str]:
+    """The page's figures: one, and a second on the crossover (the breakdown at the switch point)
+    and the planner (the (tp, pp) heatmap)."""
+    return [f"{page}-graph", *([f"{page}-graph2"] if page in ("crossover", "planner") else [])]
+
+
 def page_layout(page: str, values: dict[str, Any]) -> html.Div:
     fields: list[Any] = [html.Div(id=f"{page}-error", className="error")]
     for cid in CONTROLS[page]:
@@ -173,9 +179,7 @@ def page_layout(page: str, values: dict[str, Any]) -> html.Div:
             _control(cid, values[cid]),
             html.Div(id=f"{cid}-msg", className="msg"),
         ]
-    graphs = [dcc.Graph(id=f"{page}-graph", config={"displaylogo": False})]
-    if page in ("crossover", "planner"):
-        graphs.append(dcc.Graph(id=f"{page}-graph2", config={"displaylogo": False}))
+    graphs = [dcc.Graph(id=g, config={"displaylogo": False}) for g in figure_ids(page)]
     exports = html.Div(
         [
             html.Button("CSV", id=f"{page}-csv"),
@@ -206,9 +210,7 @@ def error_outputs(page: str, outcome: Outcome) -> list[Any]:
     top = ""
     if outcome.error:
         head = outcome.error.split(":", 1)[0].split()[0] if outcome.error.strip() else ""
-        target = FLAGS[page].get(head)
-        if target is None and head.startswith("--"):
-            target = FLAGS[page].get(head.split("=")[0])
+        target = FLAGS[page].get(head)  # "--vary 'batch=abc': ..." -> --vary
         if target:
             msgs[target] = outcome.error
         else:
@@ -216,8 +218,10 @@ def error_outputs(page: str, outcome: Outcome) -> list[Any]:
     return [top, *msgs.values()]
 
 
-def values_of(page: str, args: tuple[Any, ...]) -> dict[str, Any]:
-    values = dict(zip(CONTROLS[page], args, strict=True))
+def values_of(ids: list[str], args: tuple[Any, ...]) -> dict[str, Any]:
+    """Controls' values as `state` holds them (the bandwidth slider moves over the indices of
+    BANDWIDTHS_GB_S, state holds GB/s)."""
+    values = dict(zip(ids, args, strict=True))
     if "x-bw" in values:
         values["x-bw"] = BANDWIDTHS_GB_S[int(values["x-bw"] or 0)]
     return values

@@ -193,11 +193,18 @@ def p2p_time_s(message_bytes: Number, link: Link) -> Number:
     return link.base_latency_s + link.latency_s + message_bytes / link.effective_bandwidth_bytes_per_s
 
 
-def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, time_s: Number) -> Number:
-    """nccl-tests' bus bandwidth (doc/PERFORMANCE.md): algbw * 2(p-1)/p (all-reduce), * (p-1)/p (AG/RS)."""
+def bus_factor(op: str, ranks: Number) -> Number:
+    """nccl-tests' bus bandwidth over algorithm bandwidth (doc/PERFORMANCE.md): 2(p-1)/p for an
+    all-reduce, (p-1)/p for all-gather, reduce-scatter and all-to-all."""
+    if op not in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all"):
+        raise ValueError(f"no bus bandwidth for {op!r}")
     p = np.asarray(ranks, dtype=float)
-    factor = {"all_reduce": 2 * (p - 1) / p, "all_gather": (p - 1) / p, "reduce_scatter": (p - 1) / p}[op]
-    return message_bytes / time_s * factor
+    return (2.0 if op == "all_reduce" else 1.0) * (p - 1) / p
+
+
+def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, time_s: Number) -> Number:
+    """nccl-tests' bus bandwidth: the algorithm bandwidth n / t times `bus_factor`."""
+    return message_bytes / time_s * bus_factor(op, ranks)
 
 
 class Fabric:
