@@ -155,6 +155,10 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
 
     (preset,) = yaml.safe_load(machine.read_text()).values()
     assert 0 < preset["gpu"]["matmul_efficiency"] <= 1  # the model's GEMMs against the best square one
+    from shardwise.measure.micro import table_shapes
+
+    shapes = {(r["m"], r["n"], r["k"]) for r in preset["gpu"]["gemm_table"]}
+    assert shapes == set(table_shapes(768, 3072, 32, 2))  # forward, dX and dW, whole and split, 3 token counts
     small = ["--layers", "2", "--seq-len", "32", "--micro-batches", "2", "--iters", "1", "--warmup", "0"]
     predicted_json = []
     for kind in ("tp", "pp"):

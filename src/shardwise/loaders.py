@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from shardwise import files, units
-from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
+from shardwise.specs import Cluster, GemmTable, Gpu, Link, Model, SpecError
+from shardwise.specs._checks import _short
 from shardwise.specs.experiment import PlanSpec
 
 # Architectural defaults of model families (see presets/models.yaml).
@@ -78,6 +79,7 @@ _GPU_FIELDS = {
     "sm_count": ("sm_count", whole),
     "mxfp8": ("mxfp8", yes_no),
 }
+_GPU_FIELDS["gemm_table"] = ("gemm_table", lambda rows: rows)  # listed as allowed; parsed by gemm_table_from_list
 _LINK_FIELDS = {
     "bandwidth": ("bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
     "efficiency": ("efficiency", real),
@@ -144,7 +146,31 @@ def _require(kind: str, name: str, data: Mapping[str, Any], keys: tuple[str, ...
 
 def gpu_from_dict(name: str, data: Mapping[str, Any]) -> Gpu:
     _require("gpu", name, data, ("peak_16bit", "memory", "memory_bandwidth"))
-    return Gpu(name=name, **_convert("gpu", name, data, _GPU_FIELDS))
+    fields = {k: v for k, v in data.items() if k != "gemm_table"}  # built below, from the GPU's rates
+    gpu = Gpu(name=name, **_convert("gpu", name, fields, _GPU_FIELDS))
+    if "gemm_table" not in data:
+        return gpu
+    return gpu.with_(gemm_table=gemm_table_from_list(name, data["gemm_table"], gpu))
+
+
+def gemm_table_from_list(name: str, rows: Any, gpu: Gpu) -> GemmTable:
+    """`gemm_table:` of a GPU, a list of {m, n, k, rate} (rate with its unit, "0.9 TFLOPS"), as
+    rates relative to the GPU's sustained one (peak x matmul_efficiency; `specs.GemmTable`)."""
+    where = f"gpu {name!r}: gemm_table"
+    if not isinstance(rows, list) or not rows:
+        raise SpecError(f"{where}: {_short(rows)} is not allowed; give a list of {{m, n, k, rate}}")
+    sustained = float(gpu.peak_flops_per_s_16bit) * float(gpu.matmul_efficiency)
+    table: dict[str, list[float]] = {"m": [], "n": [], "k": [], "relative_rate": []}
+    for i, row in enumerate(rows):
+        if not isinstance(row, Mapping) or set(row) != {"m", "n", "k", "rate"}:
+            raise SpecError(f"{where}[{i}]: {_short(row)} is not allowed; give {{m, n, k, rate}}")
+        try:
+            for key in ("m", "n", "k"):
+                table[key].append(float(whole(row[key])))
+            table["relative_rate"].append(units.parse_flops_per_s(row["rate"]) / sustained)
+        except (TypeError, ValueError, OverflowError) as exc:
+            raise SpecError(f"{where}[{i}]: {exc}") from None
+    return GemmTable(**{k: tuple(v) for k, v in table.items()})
 
 
 def link_from_dict(name: str, data: Mapping[str, Any]) -> Link:

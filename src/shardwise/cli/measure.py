@@ -91,8 +91,9 @@ def measure() -> None:
     "--model",
     "model_name",
     default=None,
-    help="Also time this model's GEMMs (at --seq-len x --micro-batch tokens, split over --ranks for TP): "
-    "the preset's matmul efficiency is their rate over the best square GEMM's.",
+    help="Also time this model's GEMMs, forward and backward (at --seq-len x --micro-batch tokens, a "
+    "quarter and four times that, whole and split over --ranks for TP): the preset keeps each shape's rate "
+    "(its GEMM table) and their median share of the best square GEMM's as its matmul efficiency.",
 )
 @click.option("--seq-len", type=click.IntRange(1, 1 << 20), default=256, show_default=True)
 @click.option("--micro-batch", type=click.IntRange(1, 1 << 16), default=1, show_default=True)
@@ -114,7 +115,7 @@ def micro(
 
     from shardwise.cli.options import check_output_path
     from shardwise.measure import launch, require_torch
-    from shardwise.measure.micro import MicroConfig, micro_benchmarks, shapes_of, system_yaml
+    from shardwise.measure.micro import MicroConfig, micro_benchmarks, system_yaml, table_shapes
 
     check_output_path(out, (".yaml", ".yml"), "--out")
     from shardwise.measure.launch import world_size
@@ -124,9 +125,8 @@ def micro(
     if model_name:
         model = _gpt_model(model_name, 1, seq_len)
         tokens = seq_len * micro_batch
-        shapes = shapes_of(int(model.hidden), int(model.ffn_hidden), tokens)
-        if int(model.heads) % ranks == 0 and int(model.ffn_hidden) % ranks == 0:
-            shapes += shapes_of(int(model.hidden), int(model.ffn_hidden), tokens, ranks)
+        split = ranks if int(model.heads) % ranks == 0 else 1
+        shapes = table_shapes(int(model.hidden), int(model.ffn_hidden), tokens, split)
     require_torch()
     config = MicroConfig(dtype, repeats, max_bytes, workload_gemms=shapes)
     results = launch.run(micro_benchmarks, ranks, (config,), timeout_s, device)

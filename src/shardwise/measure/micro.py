@@ -1,9 +1,11 @@
 """Micro-benchmarks that turn this machine into a preset (`shardwise measure micro`).
 
 - GEMM throughput: square GEMMs of growing size in the run's dtype; the best FLOP/s is the
-  device's sustained peak. With `workload_gemms` (a model's linear layers at the tokens of one
-  micro-batch, `shapes_of`), the preset's matmul efficiency is their median rate over that peak
-  (else 1); sm_count is left unknown, so GEMMs are priced by the roofline at peak x efficiency.
+  device's sustained peak. With `workload_gemms` (every GEMM of a model's linear layers, forward
+  and backward, at a micro-batch's tokens and around them, `table_shapes`), the preset's matmul
+  efficiency is their median rate over that peak (else 1), and the preset keeps each shape's
+  rate as its GEMM table (`Gpu.gemm_table`): 16-bit GEMMs are priced at the rate of the nearest
+  measured shape. sm_count is left unknown, so other GEMMs get the roofline at peak x efficiency.
 - Memory bandwidth: a large tensor copied (read + write), best of the repeats.
 - Collectives between the ranks: all-reduce, all-gather, reduce-scatter and a point-to-point
   send over message sizes from 4 KiB up, and the all-reduce again per group size (2, 4, 8, ...
@@ -46,6 +48,20 @@ def shapes_of(hidden: int, ffn_hidden: int, tokens: int, tp: int = 1) -> tuple[t
     )
 
 
+def table_shapes(hidden: int, ffn_hidden: int, tokens: int, ranks: int) -> tuple[tuple[int, int, int], ...]:
+    """(m, n, k) of every GEMM one layer's linear layers run in training, for `measure micro`'s
+    GEMM table: the forward (`shapes_of`), the input gradient (m x n @ n x k: m, k, n) and the
+    weight gradient (k x m @ m x n: k, n, m), whole and split over `ranks` where it divides, at a
+    quarter of, and four times, `tokens` as well (the batches `measure crossover` runs)."""
+    splits = [1, ranks] if ranks > 1 and hidden % ranks == 0 and ffn_hidden % ranks == 0 else [1]
+    out: list[tuple[int, int, int]] = []
+    for t in sorted({max(1, tokens // 4), tokens, 4 * tokens}):
+        for tp in splits:
+            for m, n, k in shapes_of(hidden, ffn_hidden, t, tp):
+                out += [(m, n, k), (m, k, n), (k, n, m)]
+    return tuple(dict.fromkeys(out))
+
+
 def _median_time(fn: Any, device: Any, repeats: int) -> float:
     from shardwise.measure.layers import sync
 
@@ -75,9 +91,12 @@ def micro_benchmarks(g: Group, cfg: MicroConfig) -> dict[str, Any]:
     out["gemm_flops_per_s"] = gemm
     workload = []
     for m, n, k in cfg.workload_gemms:
-        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(k, n, device=dev, dtype=dtype)
-        workload.append(2 * m * n * k / _median_time(lambda a=a, b=b: a @ b, dev, cfg.repeats))
+        # laid out as the runs' linear layers compute it: x @ w.t() (w is n x k); the backward's
+        # shapes come in as GEMMs of their own (`table_shapes`)
+        a, b = torch.randn(m, k, device=dev, dtype=dtype), torch.randn(n, k, device=dev, dtype=dtype)
+        workload.append(2 * m * n * k / _median_time(lambda a=a, b=b: a @ b.t(), dev, cfg.repeats))
     out["workload_gemm_flops_per_s"] = workload
+    out["workload_gemms"] = [list(s) for s in cfg.workload_gemms]
     big = torch.empty(64 * 2**20 // 4, device=dev, dtype=torch.float32)
     copy = torch.empty_like(big)
     out["memory_bandwidth_bytes_per_s"] = 2 * big.numel() * 4 / _median_time(lambda: copy.copy_(big), dev, cfg.repeats)
@@ -167,15 +186,21 @@ def system_yaml(result: dict[str, Any], name: str, memory_bytes: float) -> dict[
     workload = result.get("workload_gemm_flops_per_s") or []
     peak = max([*result["gemm_flops_per_s"].values(), *workload])
     efficiency = round(statistics.median(workload) / peak, 4) if workload else 1.0
+    gpu: dict[str, Any] = {
+        "peak_16bit": f"{peak / 1e12:.6g} TFLOPS",
+        "memory": f"{memory_bytes / 1e9:.6g}GB",
+        "memory_bandwidth": f"{result['memory_bandwidth_bytes_per_s'] / 1e12:.6g}TB/s",
+        "matmul_efficiency": efficiency,
+        "memory_efficiency": 1.0,
+    }
+    if workload:
+        gpu["gemm_table"] = [
+            {"m": m, "n": n, "k": k, "rate": f"{rate / 1e12:.6g} TFLOPS"}
+            for (m, n, k), rate in zip(result["workload_gemms"], workload, strict=True)
+        ]
     return {
         name: {
-            "gpu": {
-                "peak_16bit": f"{peak / 1e12:.6g} TFLOPS",
-                "memory": f"{memory_bytes / 1e9:.6g}GB",
-                "memory_bandwidth": f"{result['memory_bandwidth_bytes_per_s'] / 1e12:.6g}TB/s",
-                "matmul_efficiency": efficiency,
-                "memory_efficiency": 1.0,
-            },
+            "gpu": gpu,
             "gpus_per_node": result["ranks"],
             "intra_node_link": {
                 "bandwidth": f"{bw / 1e9:.6g}GB/s",

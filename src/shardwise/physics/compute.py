@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_gradient
-from shardwise.physics.gemm import gemm_time_s
+from shardwise.physics.gemm import gemm_time_s, table_time_s
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_narrow
@@ -47,6 +47,8 @@ SOFTMAX_KERNELS = 2
 # 2.9x the forward's time.
 FLASH_RELATIVE_EFFICIENCY = 0.75
 FLASH_BACKWARD_RATIO = 2.5 * 73.0 / 63.0
+# The precisions a measured GEMM table (`Gpu.gemm_table`, timed in 16 bits) prices.
+SIXTEEN_BIT = ("bf16", "fp16")
 
 
 def roofline_s(flops: Number, n_bytes: Number, gpu: Gpu, precision: str, efficiency: Number = 1.0) -> Number:
@@ -62,11 +64,16 @@ def memory_s(n_bytes: Number, gpu: Gpu, kernels: Number = 1) -> Number:
 
 
 def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
-    """One GEMM kernel: the tile/wave model of `physics.gemm` when the shape is known, else the
-    roofline; plus the launch gap."""
+    """One GEMM kernel: the tile/wave model of `physics.gemm` when the shape is known (a measured
+    GEMM table instead for 16-bit GEMMs where the GPU has one), else the roofline; plus the launch
+    gap."""
     peak, eff = gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision)
     if np.all(np.asarray(g.m) == 0):
         return roofline_s(g.flops, g.bytes, gpu, precision)
+    if gpu.gemm_table is not None and precision in SIXTEEN_BIT:
+        bw = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+        roof = (g.operand_bytes + g.m * g.n * g.batch * g.out_bytes) / bw
+        return table_time_s(gpu.gemm_table, g.m, g.n, g.k, g.batch, roof, peak, eff) + gpu.kernel_launch_s
     return gemm_time_s(g.m, g.n, g.k, g.batch, g.operand_bytes, g.out_bytes, gpu, peak, eff) + gpu.kernel_launch_s
 
 

@@ -24,13 +24,19 @@ are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly em
 is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
 the output written once) bounds the result from below. A GPU without a known SM count falls back
 to the plain roofline at `matmul_efficiency`.
+
+A GPU with a measured GEMM table (`Gpu.gemm_table`, from `shardwise measure micro`) prices its
+16-bit GEMMs from the table instead (`table_time_s`): the rate of the nearest measured shape, the
+distance taken in log m x batch, log n and log k (a GEMM twice as tall is as far as one twice as
+deep), bounded below by the memory roof. A measurement already holds the tiles, the waves and the
+library's kernel choice that the model above estimates.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from shardwise.specs import Gpu
+from shardwise.specs import GemmTable, Gpu
 from shardwise.specs._checks import Number
 
 # Output-tile shapes and split-K factors tried (module docstring): a project choice of
@@ -122,3 +128,30 @@ def gemm_time_s(
         best = flat.reshape(shape)
     tiled = np.maximum(best, memory_roof)
     return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))
+
+
+def table_time_s(
+    table: GemmTable,
+    m: Number,
+    n: Number,
+    k: Number,
+    batch: Number,
+    memory_roof_s: Number,
+    peak_flops_per_s: Number,
+    efficiency: Number,
+) -> Number:
+    """Seconds of `batch` (m x k) @ (k x n) products at the measured rate of the table's nearest
+    shape (module docstring): 2 m n k batch / (peak x efficiency x relative rate), at least the
+    memory roof. Excludes the kernel launch gap."""
+    m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
+    lm, ln, lk = np.log(np.maximum(m * batch, 1.0)), np.log(np.maximum(n, 1.0)), np.log(np.maximum(k, 1.0))
+    best = rate = None
+    for tm, tn, tk, r in zip(table.m, table.n, table.k, table.relative_rate, strict=True):
+        d = (lm - np.log(tm)) ** 2 + (ln - np.log(tn)) ** 2 + (lk - np.log(tk)) ** 2
+        if best is None:
+            best, rate = d, np.full(np.shape(d), r)
+        else:
+            closer = d < best
+            best, rate = np.where(closer, d, best), np.where(closer, r, rate)
+    achieved = np.minimum(np.asarray(efficiency) * rate, 1.0)  # never above the peak
+    return np.maximum(2.0 * m * n * k * batch / (peak_flops_per_s * achieved), memory_roof_s)

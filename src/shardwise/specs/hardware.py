@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+import numpy as np
+
 from shardwise.precisions import FP4_PRECISIONS, FP8_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
@@ -33,6 +35,26 @@ def is_narrow(precision: str) -> bool:
 
 
 @dataclass(frozen=True)
+class GemmTable:
+    """Measured 16-bit GEMM rates by shape (`shardwise measure micro`): entry j is C[m_j x n_j] =
+    A[m_j x k_j] B[k_j x n_j], run at `relative_rate[j]` x peak x `matmul_efficiency` (a rate
+    relative to the GPU's sustained one, so a calibrated efficiency scales the table with it).
+    `physics.gemm.table_time_s` prices a GEMM at the rate of the nearest measured shape."""
+
+    m: tuple[float, ...]
+    n: tuple[float, ...]
+    k: tuple[float, ...]
+    relative_rate: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        sizes = {len(self.m), len(self.n), len(self.k), len(self.relative_rate)}
+        if len(sizes) != 1 or not self.m:
+            raise SpecError("gemm_table: m, n, k and the rates must be non-empty lists of one length")
+        for name in ("m", "n", "k", "relative_rate"):
+            chk.positive(f"gemm_table: {name}", np.asarray(getattr(self, name), dtype=float))
+
+
+@dataclass(frozen=True)
 class Gpu:
     """One accelerator.
 
@@ -40,7 +62,8 @@ class Gpu:
     (the "maximum achievable matmul FLOPS" of Bekman's ml-engineering MAMF table);
     `memory_efficiency` the fraction of the HBM bandwidth that a streaming kernel reaches.
     `kernel_launch_s` is the idle gap the GPU pays per dependent kernel. `sm_count` (streaming
-    multiprocessors, or compute units) sets how many GEMM tiles run at once (`physics.gemm`).
+    multiprocessors, or compute units) sets how many GEMM tiles run at once (`physics.gemm`);
+    `gemm_table` (measured rates by shape) replaces that model for 16-bit GEMMs where given.
     """
 
     name: str
@@ -55,6 +78,7 @@ class Gpu:
     sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
     mxfp8: bool = False  # tensor cores apply MX block scales (Blackwell and later)
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
+    gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
