@@ -142,7 +142,7 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
         found = _winner_changes(exp, link, variable, dense, times, ignore_memory)
         for a, b in combinations(exp.plans, 2):
-            for c in _pair_crossings(exp, link, a, b, variable, dense, times[a.label], times[b.label], ignore_memory):
+            for c in _pair_crossings(exp, link, a, b, variable, dense, times, ignore_memory):
                 if not any(_same(c, w) for w in [*crossings, *found]):
                     found.append(c)
         crossings += [_with_range(c, dense, times, sds) for c in found]
@@ -214,11 +214,10 @@ def _pair_crossings(
     b: PlanSpec,
     variable: str,
     x: np.ndarray,
-    ta: np.ndarray,
-    tb: np.ndarray,
+    times: dict[str, np.ndarray],
     ignore_memory: bool,
 ) -> list[Crossing]:
-    diff = ta - tb  # < 0: a is faster; NaN where either is infeasible
+    diff = times[a.label] - times[b.label]  # < 0: a is faster; NaN where either is infeasible
     ok = ~np.isnan(diff)
     xs, sign = x[ok], _signs(diff)[ok]
     out = []
@@ -227,7 +226,7 @@ def _pair_crossings(
             continue
         before, after = (a, b) if sign[i] < 0 else (b, a)
         at, exact = _refine(exp, link, a, b, variable, xs[i], xs[i + 1], sign[i], ignore_memory)
-        t_at = _time_at(exp, after, link, variable, at)
+        t_at = _time_at(exp, after, link, variable, at, x, times)
         out.append(
             Crossing(link.label, before.label, after.label, at, float(xs[i]), float(xs[i + 1]), exact, False, t_at)
         )
@@ -248,14 +247,27 @@ def _winner_changes(
             continue
         if last is not None and w != last:
             at, exact = _refine(exp, link, plans[last], plans[w], variable, x[last_i], x[i], -1.0, ignore_memory)
-            t_at = _time_at(exp, plans[w], link, variable, at)
+            t_at = _time_at(exp, plans[w], link, variable, at, x, times)
             out.append(Crossing(link.label, last, w, at, float(x[last_i]), float(x[i]), exact, True, t_at))
         last_i, last = i, w
     return out
 
 
-def _time_at(exp: Experiment, plan: PlanSpec, link: LinkSpec, variable: str, at: float) -> float:
-    """The plan's time at the crossing (where the figure marks it)."""
+def _time_at(
+    exp: Experiment,
+    plan: PlanSpec,
+    link: LinkSpec,
+    variable: str,
+    at: float,
+    x: np.ndarray,
+    times: dict[str, np.ndarray],
+) -> float:
+    """The plan's time at the crossing (where the figure marks it): read off the dense grid `x`
+    where the crossing is one of its points (an integer variable's), else priced there. The plan
+    is the faster of the two at `at`, so feasible there: its grid time is its time."""
+    i = int(np.searchsorted(x, at))
+    if i < len(x) and x[i] == at and np.isfinite(times[plan.label][i]):
+        return float(times[plan.label][i])
     t, _ = times_s(exp, plan, link.link, variable, np.array([at]))
     return float(t[0])
 

@@ -72,8 +72,8 @@ def crossover(
             f"--all-rows prints at most {MAX_PRINTED_ROWS:,} rows ({len(values):,} asked); "
             "write them with --csv FILE or --json"
         )
-    check_plans_valid(exp, variable, values)
     result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
+    check_plans_valid(exp, variable, values, {s.plan: s.time_s for s in result.series_for(exp.links[0].label)})
     assumptions = describe_experiment(exp, variable)
     figure = None if figure_path is None else _plot(result, figure_path, assumptions)
     if csv_path not in (None, "-"):

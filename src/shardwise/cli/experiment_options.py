@@ -242,15 +242,16 @@ def build_experiment(o: dict[str, Any]) -> Any:
     )
 
 
-def check_plans_valid(exp: Any, variable: str, values: Any) -> None:
-    """A plan that is invalid at every value is a user error: name the rule it breaks."""
+def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any] | None = None) -> None:
+    """A plan that is invalid at every value is a user error: name the rule it breaks. `times`:
+    each plan's seconds on the first link where already priced (else priced here)."""
     import numpy as np
 
     from shardwise.analyses.evaluate import times_s, why_invalid
     from shardwise.errors import SpecError
 
     for plan in exp.plans:
-        t, _ = times_s(exp, plan, exp.links[0].link, variable, values)
+        t = times[plan.label] if times is not None else times_s(exp, plan, exp.links[0].link, variable, values)[0]
         if np.all(np.isnan(t)):
             rule = why_invalid(exp, plan, exp.links[0].link, {variable: np.asarray(values)[:1]})
             raise SpecError(
