@@ -26,6 +26,7 @@ def test_the_integer_crossing_is_the_first_batch_where_the_other_plan_wins():
     first_pp_win = every[np.flatnonzero(pp < tp)[0]]
     assert c.at == first_pp_win
     assert (c.before, c.after) == ("tp=8", "pp=8")
+    assert c.time_s == pp[int(c.at) - 1]  # the faster plan's time there, read off the grid
 
 
 def test_a_continuous_crossing_is_a_root():
@@ -35,6 +36,7 @@ def test_a_continuous_crossing_is_a_root():
     tp, _ = times_s(exp, exp.plans[0], exp.links[0].link, "bandwidth", np.array([c.at]))
     pp, _ = times_s(exp, exp.plans[1], exp.links[0].link, "bandwidth", np.array([c.at]))
     assert tp[0] == pytest.approx(pp[0], rel=1e-5)
+    assert c.time_s == pytest.approx(tp[0], rel=1e-5)  # priced at the root, between grid points
     assert "PCIe: pp=8 is faster below bandwidth" in describe_crossing(c, "bandwidth")
 
 
