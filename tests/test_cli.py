@@ -351,3 +351,13 @@ def test_absurd_depth_and_a_bad_stage_split_are_one_line(cli):
 def test_no_arguments_prints_the_help(cli):
     code, out, err = cli([])
     assert code == 0 and "Usage: shardwise" in out and "calibrate" in out and not err
+
+
+def test_a_table_written_to_a_file_or_a_pipe_keeps_every_column_whole(cli, monkeypatch):
+    """No terminal sets the width there: rich would cut the planner's columns to 80 characters."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+    args = ["plan", "--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "4", "--global-batch", "512"]
+    code, out, err = cli(args)
+    assert code == 0, err
+    header = next(line for line in out.splitlines() if "schedule" in line)
+    assert "recompute" in header and "ZeRO" in header and "…" not in out

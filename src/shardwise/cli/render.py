@@ -26,8 +26,17 @@ BREAKDOWN_LABELS = {
 }
 
 
+# Output to a file or a pipe, where no terminal sets the width (and COLUMNS does not): wide
+# enough for every table whole, where rich would otherwise cut its columns to 80 characters.
+PIPED_WIDTH = 160
+
+
 def console() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    import os
+    import sys
+
+    piped = "COLUMNS" not in os.environ and not sys.stdout.isatty()
+    return Console(highlight=False, soft_wrap=False, width=PIPED_WIDTH if piped else None)
 
 
 def print_table(
