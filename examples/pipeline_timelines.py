@@ -54,7 +54,7 @@ def main(figures: bool) -> None:
                     f"brief model, PP=8, 16 micro-batches, {schedule}: step {s.makespan_s:.3g} s, "
                     f"bubble {s.bubble_fraction:.1%}"
                 )
-                plots.save(plots.gantt(s, title), OUT / f"timeline-{schedule}.png")
+                plots.save(plots.gantt(s, title), OUT / f"timeline-{schedule}.png", tight=False)
 
 
 if __name__ == "__main__":

@@ -129,7 +129,7 @@ def dumps(data: Any, compact: bool = False) -> str:
     """Strict JSON: numpy values as plain numbers, NaN and infinities (an undefined error, an
     invalid plan's time) as null, which every JSON reader accepts. Indented, or `compact` (one
     line, through the json module's C encoder: for outputs of a million values). `Rows` values
-    are written by their own formatter, the same text the encoder would write."""
+    are written by their own formatter (the same values the encoder would write)."""
     rows: dict[str, Rows] = {}
 
     def hold(value: Any) -> Any:  # each Rows becomes a placeholder string, filled in after
@@ -154,7 +154,8 @@ def dumps(data: Any, compact: bool = False) -> str:
 class Rows:
     """A long list of records of plain, finite values (a simulated step's operations), kept as
     tuples with one set of field names: reading it gives dicts; `dumps` writes it as the JSON
-    list of those dicts directly (floats as `json` writes them), without building them."""
+    list of those dicts: compact through orjson, indented directly from the tuples (floats as
+    `json` writes them)."""
 
     def __init__(self, names: tuple[str, ...], records: list[tuple[Any, ...]]) -> None:
         self.names, self.records = names, records
@@ -169,9 +170,14 @@ class Rows:
         return (dict(zip(self.names, r, strict=True)) for r in self.records)
 
     def json(self, compact: bool) -> str:
-        colon, comma = (":", ",") if compact else (": ", ", ")
         if not self.records:
             return "[]"
+        if compact:  # orjson (Rust): a million values in a fraction of a second, the same values
+            import orjson
+
+            dicts = [dict(zip(self.names, r, strict=True)) for r in self.records]
+            return orjson.dumps(dicts, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        colon, comma = ": ", ", "
         fields = (json.dumps(n).replace("{", "{{").replace("}", "}}") + colon + "{}" for n in self.names)
         template = "{{" + comma.join(fields) + "}}"  # one record: {"name": value, ...}
         columns = [_json_cells(column) for column in zip(*self.records, strict=True)]

@@ -62,7 +62,7 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
             + f": step {sim.makespan_s:.3g} s, bubble {sim.bubble_fraction:.1%} (mean over stages)"
         )
         unit, label = (1e-3, "ms") if sim.makespan_s < 1 else (1.0, "s")
-        figure = plots.save(plots.gantt(sim, title, unit, label), plot_path)
+        figure = plots.save(plots.gantt(sim, title, unit, label), plot_path, tight=False)
     if trace_path is not None:
         from shardwise.export_trace import write_chrome_trace
 

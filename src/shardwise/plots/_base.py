@@ -71,8 +71,9 @@ def plan_colors(labels: Sequence[str]) -> list[str]:
 LINK_STYLES = ["-", "--", ":", "-."]
 
 
-def save(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` to `path` atomically (a temp file renamed into place); PNG at 150 dpi."""
+def save(fig: Figure, path: str | Path, tight: bool = True) -> Path:
+    """Write `fig` to `path` atomically (a temp file renamed into place); PNG at 150 dpi. `tight`:
+    cropped to what is drawn (which draws the figure twice); else as the figure lays itself out."""
     p = Path(path)
     if p.suffix.lower() not in FORMATS:
         raise SpecError(f"{p}: unknown figure format {p.suffix!r}; use one of {', '.join(FORMATS)}")
@@ -80,7 +81,7 @@ def save(fig: Figure, path: str | Path) -> Path:
 
     try:
         with atomic_path(p) as tmp:
-            fig.savefig(tmp, dpi=150, bbox_inches="tight", format=p.suffix.lower().lstrip("."))
+            fig.savefig(tmp, dpi=150, bbox_inches="tight" if tight else None, format=p.suffix.lower().lstrip("."))
     finally:
         plt.close(fig)
     return p

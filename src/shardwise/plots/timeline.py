@@ -86,7 +86,7 @@ def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) ->
 
 def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -> Figure:
     """One row per pipeline stage: compute operations as full-height bars, sends as thin bars
-    under them, gaps (the bubbles) left white."""
+    under them, gaps (the bubbles) left white. Laid out already: save it with `tight=False`."""
     from matplotlib.patches import Patch
 
     from shardwise.engines.simulator import KIND_NAMES
@@ -114,22 +114,33 @@ def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -
                 edgecolor="white" if not thin else None,
                 linewidth=0.2,
             )
-    ax.set_yticks(
-        range(p),
-        [f"stage {p - 1 - i}" for i in range(p)]
-        if p <= 32
-        else [f"{p - 1 - i}" if (p - 1 - i) % max(1, p // 16) == 0 else "" for i in range(p)],
-    )
+    if p <= 32:
+        ax.set_yticks(range(p), [f"stage {p - 1 - i}" for i in range(p)])
+    else:  # a tick on every (p // 16)-th stage only: each tick is an object matplotlib lays out
+        every = max(1, p // 16)
+        shown = [i for i in range(p) if (p - 1 - i) % every == 0]
+        ax.set_yticks(shown, [f"{p - 1 - i}" for i in shown])
     ax.set_xlabel(f"time ({unit_label})")
     ax.set_xlim(0, sim.makespan_s / time_unit * 1.01)
     ax.set_ylim(-0.7, p - 0.3)
     ax.grid(True, axis="x", alpha=0.25)
     handles = [Patch(color=GANTT_COLORS[n], label=GANTT_LABELS[n]) for n in GANTT_COLORS if n in used]
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
-    ax.legend(
+    # margins fixed in inches (tick labels, title, axis label and the legend under it), so that
+    # the chart is saved as laid out (`plots.save(..., tight=False)`): a tight bounding box draws
+    # a large chart twice
+    width_in, height_in = fig.get_size_inches()
+    left_in, right_in, top_in, bottom_in = (0.75 if p <= 32 else 0.45), 0.2, 0.4, 0.95
+    fig.subplots_adjust(
+        left=left_in / width_in,
+        right=1 - right_in / width_in,
+        top=1 - top_in / height_in,
+        bottom=bottom_in / height_in,
+    )
+    fig.legend(
         handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.12 if p > 4 else -0.25),
+        loc="lower center",
+        bbox_to_anchor=(0.5, 0.02 / height_in),
         ncol=min(len(handles), 8),
         fontsize=8,
         frameon=False,
