@@ -361,3 +361,12 @@ def test_a_table_written_to_a_file_or_a_pipe_keeps_every_column_whole(cli, monke
     assert code == 0, err
     header = next(line for line in out.splitlines() if "schedule" in line)
     assert "recompute" in header and "ZeRO" in header and "…" not in out
+
+
+def test_a_gpu_without_a_link_is_told_which_link_its_servers_use(cli):
+    code, out, err = cli(["predict", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--num-gpus", "8"])
+    assert code == 2 and out == ""
+    assert err.strip().splitlines() == [
+        "error: --intra-link is required with --gpu (h100-sxm5-80gb servers use nvlink4: e.g. --intra-link nvlink4, "
+        "or --system dgx-h100)"
+    ]

@@ -403,7 +403,7 @@ def build_cluster(o: dict[str, Any]) -> Any:
     nodes = n_gpus // per_node
     if intra is None:
         if per_node > 1:
-            raise SpecError("--intra-link is required with --gpu (e.g. nvlink3, pcie4, or a rate like 300GB/s)")
+            raise SpecError(f"--intra-link is required with --gpu ({_link_hint(gpu.name)})")
         intra = _link("pcie4", "intra-link")
     if nodes > 1 and inter is None:
         has_none = f"--system {o['system']} has no inter_node_link; " if o.get("system") else ""
@@ -621,3 +621,16 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
             import pyarrow  # noqa: F401
         except ImportError:
             raise SpecError(f"{flag} .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
+
+
+def _link_hint(gpu_name: str) -> str:
+    """What to give as --intra-link: the links of the system presets built on this GPU, if any."""
+    from shardwise import presets
+
+    systems = {name: data for name, data in presets.raw("systems").items() if data.get("gpu") == gpu_name}
+    if not systems:
+        return "e.g. nvlink3, pcie4, or a rate like 300GB/s; see `shardwise presets links`"
+    links = sorted({str(data.get("intra_node_link")) for data in systems.values()})
+    first = sorted(systems)[0]
+    return f"{gpu_name} servers use {' or '.join(links)}: e.g. --intra-link {links[0]}, or --system {first}"
+
