@@ -438,12 +438,15 @@ class Row:
             self.note("CP not stated -> 1")
         vp_cell = r["vp"]
         vp = as_int(first_number(vp_cell)) if not is_none(vp_cell) else None
-        if vp is None and clean(vp_cell) == "" and label.get("vp", "").isdigit():
+        if vp is None and label.get("vp", "").isdigit():
             vp = int(label["vp"])
         if vp is None and pp is not None:
-            if clean(vp_cell) == "" and pp > 1 and "vp" not in label:
-                self.note("VP not stated -> 1")
-            vp = 1
+            # "None" is how Megatron-Bridge states no interleaving; an empty or n/a cell of a
+            # pipelined run leaves the schedule unknown (its bubble differs by up to 1/vp)
+            if pp > 1 and clean(vp_cell).lower() != "none":
+                self.note("VP not stated with PP > 1 -> empty (layout incomplete)")
+            else:
+                vp = 1
         if vp is not None and vp > 1 and pp == 1:
             self.note(f"VP={vp} with PP=1 has no effect -> 1")
             vp = 1

@@ -161,6 +161,8 @@ def skip_reason(row: dict[str, str]) -> str:
         return "precision not stated"
     if any(_int(row[k]) is None for k in ("tp", "pp", "dp", "mbs", "gbs", "seq_len", "layers", "num_gpus")):
         return "layout incomplete"
+    if (_int(row["pp"]) or 1) > 1 and _int(row["vp"]) is None:  # the pipeline's schedule is unknown
+        return "layout incomplete"
     if not row["measured"]:
         return "no measurement"
     return ""
