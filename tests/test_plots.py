@@ -76,3 +76,31 @@ def test_serve_draws_one_panel_when_the_comparison_link_is_the_systems_own(tmp_p
     assert code == 0 and len(drawn[-1]) == 1
     code, _, _ = cli([*args, "--plot", str(tmp_path / "g.png"), "--plot-link", "NVLink=nvlink3"])
     assert code == 0 and len(drawn[-1]) == 2
+
+
+def test_a_rastered_gantt_keeps_each_kinds_share_of_the_time():
+    """Operations narrower than a pixel: each column of a stage's band is stacked by the share of
+    its time each kind covers (forward a third, backward two thirds, then idle), not painted by
+    the majority kind, which would hide the forward passes and the idle drain."""
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    from shardwise.engines.simulator import KIND_NAMES, OP_DTYPE
+    from shardwise.plots.timeline import GANTT_COLORS, RASTER_COLUMNS, RASTER_ROWS_PER_STAGE, _raster
+
+    n = 30_000  # forward 1 s then backward 2 s, repeated over the first half of 2 * 3n seconds
+    starts = np.arange(n) * 3.0
+    rows = [(0, KIND_NAMES.index("F"), i, 0, s, s + 1.0) for i, s in enumerate(starts)]
+    rows += [(0, KIND_NAMES.index("B"), i, 0, s + 1.0, s + 3.0) for i, s in enumerate(starts)]
+    ops = np.array(rows, dtype=OP_DTYPE)
+    fig, ax = plt.subplots()
+    _raster(ax, ops, 1, 6.0 * n, 1.0)
+    image = ax.get_images()[0].get_array()
+    plt.close(fig)
+    band = image[2:RASTER_ROWS_PER_STAGE, : RASTER_COLUMNS // 2 - 1, :3]  # the busy half, compute rows
+    blue, orange = (np.round(np.array(to_rgb(GANTT_COLORS[k])) * 255) for k in ("F", "B"))
+    share_f = np.mean(np.all(band == blue, axis=-1))
+    share_b = np.mean(np.all(band == orange, axis=-1))
+    assert abs(share_f - 1 / 3) < 0.02 and abs(share_b - 2 / 3) < 0.02
+    idle = image[2:RASTER_ROWS_PER_STAGE, RASTER_COLUMNS // 2 + 1 :, :3]
+    assert np.all(idle == 255)

@@ -55,9 +55,12 @@ def _coverage(sel: np.ndarray, p: int, cols: int, dt: float, time_unit: float) -
 
 
 def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) -> set[str]:
-    """Each pixel takes the colour of the operation kind that covers most of its time (compute in
-    the stage's band, communication in a thin line above it; white where neither covers a
-    quarter): one image instead of one rectangle per operation."""
+    """One image instead of one rectangle per operation. In a stage's compute band each pixel
+    column is a stacked bar of the shares of its time each kind covers (a third forward and two
+    thirds backward: the top third of the band blue, the rest orange; the idle share white), so
+    areas stay proportional to time even where operations are narrower than a pixel; the thin
+    communication line above it takes the kind that covers most of the column (white under a
+    quarter)."""
     from matplotlib.colors import to_rgb
 
     from shardwise.engines.simulator import KIND_NAMES
@@ -74,12 +77,18 @@ def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) ->
             if len(sel):
                 used.add(name)
             shares.append(_coverage(sel, p, cols, dt, time_unit) if len(sel) else np.zeros((p, cols)))
-        stack = np.stack(shares)
-        best = np.argmax(stack, axis=0)
-        shown = np.max(stack, axis=0) >= 0.25
-        colours = np.array([(*to_rgb(GANTT_COLORS[n]), 1.0) for n in names]) * 255
-        pixels = np.where(shown[..., None], np.round(colours[best]), 255).astype(np.uint8)  # [stage, column, 4]
-        image.reshape(p, sub, cols, 4)[:, rows] = pixels[:, None]
+        stack = np.stack(shares)  # [kind, stage, column]
+        colours = np.vstack([np.array([(*to_rgb(GANTT_COLORS[n]), 1.0) for n in names]) * 255, [255] * 4])
+        band = image.reshape(p, sub, cols, 4)[:, rows]  # [stage, row, column, 4]
+        if thin:
+            kind = np.where(np.max(stack, axis=0) >= 0.25, np.argmax(stack, axis=0), len(names))
+            band[:] = np.round(colours[kind])[:, None].astype(np.uint8)
+            continue
+        ends = np.cumsum(stack, axis=0)  # each kind's share stacked from the band's top
+        n_rows = band.shape[1]
+        for r in range(n_rows):
+            kind = np.sum(ends < (r + 0.5) / n_rows, axis=0)  # len(names): past every share, idle
+            band[:, r] = np.round(colours[kind]).astype(np.uint8)
     ax.imshow(image, aspect="auto", interpolation="none", extent=(0, width, -0.5, p - 0.5), origin="upper")
     return used
 
