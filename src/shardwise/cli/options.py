@@ -633,4 +633,3 @@ def _link_hint(gpu_name: str) -> str:
     links = sorted({str(data.get("intra_node_link")) for data in systems.values()})
     first = sorted(systems)[0]
     return f"{gpu_name} servers use {' or '.join(links)}: e.g. --intra-link {links[0]}, or --system {first}"
-
