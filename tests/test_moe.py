@@ -211,7 +211,7 @@ def test_public_moe_runs_are_predicted_and_beat_the_flat_baseline():
     from shardwise.analyses.public_validation import MOE_TABLE, summaries
 
     moe = next(s for s in summaries("holdout") if s.name == MOE_TABLE)
-    assert moe.rows >= 140
+    assert moe.rows >= 130  # 136: pipelined runs without a stated VP are left out (layout incomplete)
     assert moe.mape < moe.baseline_mape
 
 
