@@ -78,8 +78,8 @@ _GPU_FIELDS = {
     "matmul_efficiency_fp8": ("matmul_efficiency_fp8", real),
     "sm_count": ("sm_count", whole),
     "mxfp8": ("mxfp8", yes_no),
+    "gemm_table": ("gemm_table", list),  # named here as allowed; built by gemm_table_from_list
 }
-_GPU_FIELDS["gemm_table"] = ("gemm_table", lambda rows: rows)  # listed as allowed; parsed by gemm_table_from_list
 _LINK_FIELDS = {
     "bandwidth": ("bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
     "efficiency": ("efficiency", real),
