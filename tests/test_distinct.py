@@ -119,3 +119,75 @@ def test_one_zero_stage_prices_as_an_array_of_stages_does(overlap):
             np.asarray(one.breakdown.dp_comm_s), np.asarray(mixed.breakdown.dp_comm_s)[:, z : z + 1]
         )
         assert np.array_equal(x, y)
+
+
+def _each_without_grouping(scn: Scenario, monkeypatch: pytest.MonkeyPatch) -> TrainingEstimate:
+    with monkeypatch.context() as m:
+        m.setattr(distinct, "GROUPING", False)
+        return estimate_each_training_step(scn)
+
+
+def random_plans(seed: int, n: int, model: str, nodes: int) -> Scenario:
+    """Flat random plans over every field a planner varies (tp, pp, dp, cp, micro-batch, virtual
+    stages and schedule, recompute, SP, ZeRO, an uneven split), on clusters of 1..nodes servers."""
+    rng = np.random.default_rng(seed)
+    m = presets.model(model)
+    servers = rng.integers(1, nodes + 1, n)
+    tp = rng.choice([1, 2, 4, 8], n)
+    pp = rng.choice([1, 2, 4], n)
+    cp = rng.choice([1, 2], n) if m.seq_len >= 4096 else np.ones(n, dtype=np.int64)
+    dp = 8 * servers // (tp * pp * cp)
+    ok = (dp >= 1) & (8 * servers % (tp * pp * cp) == 0)
+    tp, pp, cp, dp, servers = tp[ok], pp[ok], cp[ok], dp[ok], servers[ok]
+    k = tp.size
+    mb = rng.choice([1, 2], k)
+    vpp = np.where((pp > 1) & (rng.random(k) < 0.5), 2, 1)
+    schedule = np.where(vpp > 1, 2, rng.choice([0, 1, 3], k) * (pp > 1) + (pp == 1))
+    plan = Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        micro_batch=mb,
+        global_batch=dp * mb * pp * rng.integers(1, 4, k),
+        vpp=vpp,
+        schedule=schedule,
+        recompute=rng.integers(0, 3, k),
+        zero_stage=rng.integers(0, 2, k) * (dp > 1),
+        sequence_parallel=(tp > 1) & (rng.random(k) < 0.5),
+    )
+    cluster = presets.system("dgx-h100", nodes=nodes)
+    return Scenario(m, cluster.with_(nodes=servers), plan)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 2**31), model=st.sampled_from(["gpt-96l-4096h", "llama3-8b"]))
+def test_grouped_stage_costs_are_the_costs_of_every_plan(seed, model):
+    """The per-micro-batch stage costs priced once per group of plans that differ only in fields
+    they do not read (dp, the schedule, ZeRO, ...) are every plan's own."""
+    scn = random_plans(seed, 8000, model, nodes=16)
+    with pytest.MonkeyPatch.context() as mp:
+        reference = _each_without_grouping(scn, mp)
+    groups = []
+    original = distinct._rebuild
+
+    def spy(obj, values, path=()):
+        groups.append(len(next(iter(values.values()))))
+        return original(obj, values, path)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distinct, "_rebuild", spy)
+        grouped = estimate_each_training_step(scn)
+    assert groups and groups[0] < scn.plan.tp.size / 4  # it did group
+    same(grouped, reference)
+
+
+def test_grouping_leaves_grids_and_small_inputs_alone():
+    called = []
+    scn = random_scenario(3, 100)
+    distinct.evaluate_grouped(lambda s: called.append(s) or 0.0, scn, frozenset())
+    gb = np.arange(1, 1201)[:, None] * 512
+    grid = Scenario(presets.model("llama3-8b"), presets.system("dgx-h100", nodes=8),
+                    Plan(dp=64, global_batch=gb, micro_batch=np.array([1, 2, 4, 8])[None, :]))  # fmt: skip
+    distinct.evaluate_grouped(lambda s: called.append(s) or 0.0, grid, frozenset())
+    assert called == [scn, grid]

@@ -109,6 +109,34 @@ def test_vectorized_search_matches_one_plan_at_a_time():
         assert float(est.memory.total_bytes) == pytest.approx(float(np.asarray(result.estimate.memory.total_bytes)[i]))
 
 
+@pytest.mark.parametrize("objective", ["time", "throughput-per-gpu"])
+def test_pricing_only_the_plans_that_fit_changes_nothing(objective, monkeypatch):
+    from shardwise.analyses import planner
+
+    monkeypatch.setattr(planner, "CONFIRM_ROUNDS", 0)  # the closed form alone, as the old search had it
+    model, cluster = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=8)
+    result = search(model, cluster, 64, SearchSpace(objective=objective))
+    full = result.estimate  # every plan priced, as the search did before it priced the fitting ones alone
+    assert 0 < result.fits.sum() < result.fits.size
+    np.testing.assert_array_equal(result.fits, np.asarray(full.memory.total_bytes) <= cluster.gpu.memory_bytes)
+    step = np.asarray(full.step_time_s)
+    if objective == "time":
+        score = np.where(result.fits, -step, -np.inf)
+    else:
+        score = np.where(result.fits, np.asarray(full.tokens_per_s) / result.columns["gpus"], -np.inf)
+    ok = np.flatnonzero(np.isfinite(score))
+    order = ok[np.argsort(-score[ok], kind="stable")]
+    if objective != "time":
+        near = score[order] >= score[order[0]] * (1 - planner.TIE_TOLERANCE)
+        order = np.concatenate([order[near][np.argsort(step[order[near]], kind="stable")], order[~near]])
+    assert result.ranked().tolist() == order.tolist()
+    np.testing.assert_array_equal(result.score, score)
+    for i in (int(order[0]), int(np.flatnonzero(~result.fits)[0])):
+        row = result.row(i)
+        assert row["step_time_s"] == float(step[i]) and row["fits_in_memory"] == bool(result.fits[i])
+        assert row["memory_bytes"] == float(np.asarray(full.memory.total_bytes)[i])
+
+
 def test_the_best_plan_is_the_fastest_that_fits():
     model, cluster, batch, space = small()
     result = search(model, cluster, batch, space)
@@ -311,11 +339,11 @@ def test_the_planner_confirms_its_best_plans_with_the_simulator():
 
 
 def test_divisors_of_a_huge_batch_need_no_huge_array():
-    from shardwise.analyses.planner import _divisors
+    from shardwise.analyses.plan_space import divisors
 
-    assert _divisors(12).tolist() == [1, 2, 3, 4, 6, 12]
-    assert _divisors(1).tolist() == [1] and _divisors(49).tolist() == [1, 7, 49]
-    d = _divisors(10**12)  # trial division to 1e6, not an array of 1e12
+    assert divisors(12).tolist() == [1, 2, 3, 4, 6, 12]
+    assert divisors(1).tolist() == [1] and divisors(49).tolist() == [1, 7, 49]
+    d = divisors(10**12)  # trial division to 1e6, not an array of 1e12
     assert len(d) == 169 and d[0] == 1 and d[-1] == 10**12 and np.all(10**12 % d == 0)
 
 

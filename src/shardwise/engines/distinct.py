@@ -10,6 +10,11 @@ the configurations, runs `fn` on one scenario per distinct key and expands every
 result back to the full shape. Otherwise (a grid of broadcast axes, whose points all differ, or
 continuous values) it runs `fn` on the scenario as given. The results are the same numbers either way
 (tests/test_distinct.py compares both paths on random inputs): the model never mixes elements.
+
+`evaluate_grouped(fn, scn, exclude)` does the same for a part of the model that does not read
+some fields: a planner's plans differ in dp, the schedule or the ZeRO stage while the cost of a
+layer depends on neither, so the layer costs are priced once per group of plans that agree on
+every other field and gathered back (`GROUPING` False turns it off, for the tests that compare).
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ MAX_DISTINCT_SHARE = 0.25
 # Keys up to this many times the configurations are marked in a table (linear time); larger
 # key spaces are sorted.
 TABLE_KEYS_PER_CONFIGURATION = 8
+# evaluate_grouped prices groups (False: every configuration, the reference the tests compare with)
+GROUPING = True
 
 
 def _leaves(obj: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], np.ndarray]]:
@@ -182,3 +189,63 @@ def _lazy(value: Any, expand: tuple[np.ndarray, tuple[int, ...], int, Any]) -> A
     object.__setattr__(out, "_distinct_source", value)
     object.__setattr__(out, "_distinct_expand", expand)
     return out
+
+
+def evaluate_grouped(fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[str, ...]]) -> T:
+    """`fn(scn)` computed once per group of configurations that agree on every array-valued field
+    but those in `exclude` (paths such as ("plan", "dp")), and gathered back: the same numbers
+    when `fn` is elementwise and reads none of the excluded fields. Each group is priced at one
+    of its own configurations (a real one, nothing invented). Applies to flat scenarios (every
+    array field one value per configuration, as a planner or a random draw gives them) of at
+    least MIN_CONFIGURATIONS whose groups are at most MAX_DISTINCT_SHARE of them; anything else
+    is priced as given."""
+    leaves = _leaves(scn)
+    if not GROUPING or not leaves:
+        return fn(scn)
+    n = leaves[0][1].size
+    if n < MIN_CONFIGURATIONS or any(a.ndim != 1 or a.size != n for _, a in leaves):
+        return fn(scn)
+    key = np.zeros(n, dtype=np.int64)
+    stride = 1
+    for path, a in leaves:
+        if path in exclude:
+            continue
+        c = _Codes(a, a.shape, n)
+        if c.size == 0:  # continuous values: code them by sorting
+            values, codes = np.unique(a, return_inverse=True)
+            size = len(values)
+        else:
+            codes, size = c.codes(), c.size
+        if stride * size >= 2**62:
+            return fn(scn)
+        key += codes * stride
+        stride *= size
+    if stride <= TABLE_KEYS_PER_CONFIGURATION * n:
+        seen = np.zeros(stride, dtype=bool)
+        seen[key] = True
+        distinct = np.flatnonzero(seen)
+        inverse = (np.cumsum(seen) - 1)[key]
+        where = np.empty(stride, dtype=np.int64)
+        where[key] = np.arange(n)
+        rows = where[distinct]
+    else:
+        distinct, rows, inverse = np.unique(key, return_index=True, return_inverse=True)
+    if len(distinct) > MAX_DISTINCT_SHARE * n:
+        return fn(scn)
+    result = fn(_rebuild(scn, {path: a[rows] for path, a in leaves}))
+    return _gather(result, inverse, len(distinct))
+
+
+def _gather(value: Any, inverse: np.ndarray, u: int) -> Any:
+    """Every array of `value` over `u` groups gathered back to one value per configuration."""
+    if isinstance(value, np.ndarray):
+        return value[inverse] if value.ndim == 1 and value.shape[0] == u else value
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        fields = {f.name: _gather(getattr(value, f.name), inverse, u) for f in dataclasses.fields(value)}
+        return dataclasses.replace(value, **fields)
+    if isinstance(value, tuple):
+        items = [_gather(v, inverse, u) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, dict):
+        return {k: _gather(v, inverse, u) for k, v in value.items()}
+    return value

@@ -23,23 +23,25 @@ first forward pass).
 from __future__ import annotations
 
 from functools import reduce
+from typing import NamedTuple
 
 import numpy as np
 
 from shardwise.engines.costs import (
+    Stages,
     context_parallel,
     cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
     select,
-    slowest_stage_send_s,
+    stage_send_time_s,
     stages,
     tp_comm,
 )
 from shardwise.engines.data_parallel import data_parallel_exposed_s
-from shardwise.engines.distinct import evaluate_distinct
-from shardwise.engines.moe import moe_layers, stage_expert_params, stage_params
+from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
+from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.training_memory import memory_breakdown
@@ -47,6 +49,7 @@ from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
+from shardwise.physics.memory import MemoryBreakdown
 from shardwise.physics.moe import experts_forward
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
@@ -54,7 +57,7 @@ from shardwise.specs import Model, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.rules import moe_training_rules, raise_first
-from shardwise.specs.stages import plan_split
+from shardwise.specs.stages import StageSplit, plan_split
 
 # Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
 # `Float16OptimizerWithFloat16Params`), bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
@@ -79,6 +82,53 @@ def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
     blocking = ~np.asarray(plan.overlap_p2p, dtype=bool)
     sync = np.where(np.asarray(plan.pipeline_sync, dtype=bool), PIPELINE_SYNC_S, 0.0)
     return np.where(np.asarray(plan.pp) > 1, 2 * v * (send_s + np.where(blocking, sync, 0.0)), 0.0)
+
+
+# Fields a micro-batch's stage costs do not read (`micro_batch_stages`): plans that differ only in
+# these share them, so the planner prices them once per group (`engines.distinct.evaluate_grouped`).
+PER_MICRO_BATCH_IGNORES = frozenset(
+    ("plan", name)
+    for name in (
+        "dp",
+        "vpp",
+        "schedule",
+        "zero_stage",
+        "global_batch",
+        "overlap_p2p",
+        "pipeline_sync",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+    )
+) | {("cluster", "nodes")}
+
+
+class StageSends(NamedTuple):
+    """One pipeline send of a micro-batch's activations between neighbouring stages in one node
+    and across nodes (`engines.costs.stage_send_time_s`)."""
+
+    within_s: Number
+    across_s: Number
+
+
+def micro_batch_stages(
+    scn: Scenario, fabric: Fabric | None = None, place: dict[str, Number] | None = None, split: StageSplit | None = None
+) -> tuple[Stages, StageSends]:
+    """One micro-batch's costs on the first, fullest middle and last stage (and all middle stages
+    together) and a pipeline send: its layers (with their TP and CP communication), the
+    embedding and the output layer. For a dense model they read none of PER_MICRO_BATCH_IGNORES."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
+    fabric = Fabric.of(cluster) if fabric is None else fabric
+    place = placement(plan, cluster.gpus_per_node, experts=model.is_moe) if place is None else place
+    split = plan_split(model.layers, plan) if split is None else split
+    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
+    comm = tp_comm(local, fabric, place["tp"])
+    cp_step = cp_step_s(scn, fabric, place)
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
+    emb = embedding_cost(local, comm)
+    head = head_cost(local, comm)
+    moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step, training=True)
+    sends = StageSends(stage_send_time_s(local, fabric, comm, False), stage_send_time_s(local, fabric, comm, True))
+    return stages(split, layer, emb, head, moe), sends
 
 
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
@@ -112,18 +162,18 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     split = plan_split(model.layers, plan)
 
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
-    comm = tp_comm(local, fabric, place["tp"])
-    cp_step = cp_step_s(scn, fabric, place)
-    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
-    emb = embedding_cost(local, comm)
-    head = head_cost(local, comm)
-    moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step, training=True)
-    first, middle, last, middle_sum = stages(split, layer, emb, head, moe)
-
+    moe_split = model_moe_split(model, split) if model.is_moe else None
+    if model.is_moe:  # an MoE layer's expert groups depend on dp: priced for every plan
+        (first, middle, last, middle_sum), sends = micro_batch_stages(scn, fabric, place, split)
+    else:
+        (first, middle, last, middle_sum), sends = evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
-    # when they are longer than it.
-    p2p = stage_sends_per_micro_batch_s(scn, slowest_stage_send_s(local, fabric, place, comm))
+    # when they are longer than it. One send over the slowest boundary (across nodes when the PP
+    # group spans nodes).
+    crosses = place["pp"] < plan.pp
+    send_s = np.where(p > 1, np.where(crosses, sends.across_s, sends.within_s), 0.0)
+    p2p = stage_sends_per_micro_batch_s(scn, send_s)
     overlap = np.asarray(plan.overlap_p2p, dtype=bool)
 
     def with_sends(total: Number) -> Number:
@@ -167,13 +217,24 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         scenario=scn,
         step_time_s=step,
         breakdown=breakdown,
-        memory=memory_breakdown(local, params, m, split, expert_params, moe[1] if moe is not None else None),
+        memory=memory_breakdown(local, params, m, split, expert_params, moe_split),
         model_flops_per_step=model_flops,
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / step,
         hidden_comm_s={"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
         masked_attention_flops_per_step=masked_attention_flops_per_step(scn),
     )
+
+
+def training_memory(scn: Scenario) -> MemoryBreakdown:
+    """The memory part of `estimate_training_step` alone (the same numbers, without pricing any
+    time): what a planner needs to drop the plans that do not fit before it prices the rest."""
+    model, plan = scn.model, scn.plan
+    split = plan_split(model.layers, plan)
+    m = np.asarray(plan.num_micro_batches, dtype=float)
+    params, expert_params = stage_params(model, plan, split), stage_expert_params(model, plan, split)
+    moe = model_moe_split(model, split) if model.is_moe else None
+    return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe)
 
 
 def optimizer_time_s(scn: Scenario, n_params: Number, n_expert: Number = 0.0) -> Number:

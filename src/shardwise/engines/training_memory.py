@@ -61,12 +61,13 @@ def memory_breakdown(
     in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)
     # the combined 1F1B of `moe_overlap` starts the next forward before the backward it pairs
     # with: one more model chunk of activations in flight (Megatron-Core adds one warm-up chunk)
-    ahead = np.asarray(plan.moe_overlap, dtype=bool) & (np.asarray(m) > 1) & (moe_layers is not None)
-    v = np.asarray(plan.vpp, dtype=float)
-    in_first, in_mid, in_last = (
-        n + np.where(ahead, layers / v, 0.0)
-        for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
-    )
+    if moe_layers is not None:
+        ahead = np.asarray(plan.moe_overlap, dtype=bool) & (np.asarray(m) > 1)
+        v = np.asarray(plan.vpp, dtype=float)
+        in_first, in_mid, in_last = (
+            n + np.where(ahead, layers / v, 0.0)
+            for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
+        )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage
     sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
     emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
@@ -85,11 +86,16 @@ def memory_breakdown(
         np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working, 0.0),
         kept(in_last, split.last, n_moe.last) + working + head,
     )
-    shards = np.asarray(plan.dp) * np.asarray(plan.cp)
+    shards = mem.zero_shards(np.asarray(plan.dp) * np.asarray(plan.cp), plan.zero_stage)
+    no_experts = all(np.ndim(x) == 0 and float(x) == 0.0 for x in expert_params)
+    routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
     states = []
     for n, n_expert in zip(params, expert_params, strict=True):
-        dense = mem.model_state_bytes(n - n_expert, shards, plan.zero_stage, plan.precision)
-        routed = mem.model_state_bytes(n_expert, plan.expert_dp, plan.zero_stage, plan.precision)
+        dense = mem.model_state_bytes(n - n_expert, 0, 0, plan.precision, shards)
+        if routed_shards is None:  # no routed experts (a dense model)
+            states.append(dense)
+            continue
+        routed = mem.model_state_bytes(n_expert, 0, 0, plan.precision, routed_shards)
         states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
     totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
     totals[1] = np.where(p > 2, totals[1], -np.inf)

@@ -164,10 +164,24 @@ class MemoryBreakdown:
         }
 
 
-def model_state_bytes(params: Number, dp: Number, zero_stage: Number, precision: str) -> tuple[Number, Number, Number]:
-    """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage."""
+def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]:
+    """Over how many ranks ZeRO shards the (weights, gradients, optimizer state): dp from stage
+    3, 2 and 1 on, else 1 (Rajbhandari et al. 2020)."""
     z = np.asarray(zero_stage)
-    weights = params * weight_bytes_per_param(precision) / np.where(z >= 3, dp, 1)
-    grads = params * grad_bytes_per_param(precision) / np.where(z >= 2, dp, 1)
-    optim = params * OPTIMIZER_BYTES_PER_PARAM / np.where(z >= 1, dp, 1)
+    return np.where(z >= 3, dp, 1), np.where(z >= 2, dp, 1), np.where(z >= 1, dp, 1)
+
+
+def model_state_bytes(
+    params: Number,
+    dp: Number,
+    zero_stage: Number,
+    precision: str,
+    shards: tuple[Number, Number, Number] | None = None,
+) -> tuple[Number, Number, Number]:
+    """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage
+    (`shards`: `zero_shards(dp, zero_stage)`, when the caller has it already)."""
+    w, g, o = zero_shards(dp, zero_stage) if shards is None else shards
+    weights = params * weight_bytes_per_param(precision) / w
+    grads = params * grad_bytes_per_param(precision) / g
+    optim = params * OPTIMIZER_BYTES_PER_PARAM / o
     return weights, grads, optim

@@ -115,6 +115,12 @@ def fraction(field: str, value: ArrayLike) -> Number:
     return value  # type: ignore[return-value]
 
 
+def _whole_within(arr: np.ndarray, low: int) -> bool:
+    """An integer array within [low, MAX_WHOLE] (two reductions: the planner validates 1e5-1e6
+    plans at once); anything else takes the element-wise check."""
+    return arr.dtype.kind in "iu" and arr.ndim > 0 and int(arr.min()) >= low and int(arr.max()) <= MAX_WHOLE
+
+
 _WHOLE_RANGE_1 = f"from 1 to {MAX_WHOLE:,}"
 _WHOLE_RANGE_0 = f"from 0 to {MAX_WHOLE:,}"
 
@@ -122,6 +128,8 @@ _WHOLE_RANGE_0 = f"from 0 to {MAX_WHOLE:,}"
 def positive_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 1; floats that are whole (4.0) are accepted and kept as given."""
     arr = _numeric(field, value)
+    if _whole_within(arr, 1):
+        return value  # type: ignore[return-value]
     bad = ~(np.isfinite(arr) & (arr >= 1) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
         raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number {_WHOLE_RANGE_1}")
@@ -133,6 +141,8 @@ def positive_int(field: str, value: ArrayLike) -> Number:
 def non_negative_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 0 (0 often means "automatic")."""
     arr = _numeric(field, value)
+    if _whole_within(arr, 0):
+        return value  # type: ignore[return-value]
     bad = ~(np.isfinite(arr) & (arr >= 0) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
         raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number {_WHOLE_RANGE_0}")

@@ -115,15 +115,19 @@ def fills_gpus(gpus: Number, tp: Number, pp: Number, dp: Number, cp: Number = 1)
     return (tp * pp * dp * cp == gpus) & (dp >= 1) & (dp % 1 == 0)
 
 
-def gpu_rules(gpus: Number, tp: Number, pp: Number, dp: Number, cp: Number, context: str = "") -> Rule:
-    """tp x pp x cp x dp fill the GPUs exactly (`fills_gpus`)."""
+def gpu_rules(
+    gpus: Number, tp: Number, pp: Number, dp: Number, cp: Number, context: str | Callable[[], str] = ""
+) -> Rule:
+    """tp x pp x cp x dp fill the GPUs exactly (`fills_gpus`); `context` (or what it returns,
+    written only when the rule breaks) follows the message."""
     used = np.asarray(tp) * np.asarray(pp) * np.asarray(dp) * np.asarray(cp)
     ok = np.asarray(fills_gpus(np.asarray(gpus), np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)))
 
     def error() -> str:
         u, g, c = _at(~ok, used, gpus, cp)
         name = "tp*pp*dp*cp" if c > 1 else "tp*pp*dp"
-        suffix = f" ({context})" if context else ""
+        text = context() if callable(context) else context
+        suffix = f" ({text})" if text else ""
         return f"plan: {name}: {u:g} must equal GPUs in the cluster={g}{suffix}"
 
     return Rule("tp x pp must divide the GPU count (dp = GPUs / (tp x pp) is not whole)", ok, error)
@@ -344,8 +348,11 @@ def serving_expert_rule(tp: Number, ep: Number, etp: Number) -> Rule:
 def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_comm: str) -> Rule:
     """DeepSpeed-Ulysses context parallelism (`cp_comm` a2a) gives each CP rank whole heads: the
     heads and KV heads of a TP rank must divide by cp (Megatron-Core's a2a CP, Transformer Engine)."""
+    rule = "a2a context parallelism needs the heads per TP rank divisible by cp"
     h, k, t, c = np.broadcast_arrays(np.asarray(heads), np.asarray(kv_heads), np.asarray(tp), np.asarray(cp))
-    ok = (cp_comm != "a2a") | (c <= 1) | ((np.mod(h // t, c) == 0) & (np.mod(k // t, c) == 0))
+    if cp_comm != "a2a":  # only Ulysses splits the heads
+        return Rule(rule, np.broadcast_to(True, h.shape), str)
+    ok = (c <= 1) | ((np.mod(h // t, c) == 0) & (np.mod(k // t, c) == 0))
 
     def error() -> str:
         a, b, x, y = _at(~ok, h, k, t, c)
@@ -355,4 +362,4 @@ def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_com
             "or a smaller cp"
         )
 
-    return Rule("a2a context parallelism needs the heads per TP rank divisible by cp", np.asarray(ok), error)
+    return Rule(rule, np.asarray(ok), error)

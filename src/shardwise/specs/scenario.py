@@ -39,7 +39,9 @@ class Scenario:
         from shardwise.specs import rules
         from shardwise.specs.stages import plan_split
 
-        context = f"cluster {c.name!r} has {c.nodes} node(s) x {c.gpus_per_node} GPUs"
+        def context() -> str:  # written only for the error (formatting a planner's arrays is slow)
+            return f"cluster {c.name!r} has {c.nodes} node(s) x {c.gpus_per_node} GPUs"
+
         rules.raise_first(
             [
                 rules.gpu_rules(c.num_gpus, p.tp, p.pp, p.dp, p.cp, context),

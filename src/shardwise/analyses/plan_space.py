@@ -1,0 +1,368 @@
+"""The planner's search space: what it may choose (`SearchSpace`) and every valid plan in it as
+flat columns (`candidates`).
+
+The rules (Narayanan et al. 2021 Sec. 3 gives the rules of thumb they generalise) are listed in
+`analyses.planner`'s docstring. The plans are built as a join, one dimension at a time: the
+(GPU count, tp) pairs, then each pair once per allowed pp, cp, micro-batch, schedule, recompute,
+sequence parallelism, ZeRO stage, stage split and expert parallelism, each step a boolean matrix
+of rows x options whose true entries, in row-major order, become the next rows. The order is
+the nested loops' (GPU count, tp, pp and cp ascending, then the options in that order), so
+ties rank as they always did; `tests/test_plan_space.py` checks the columns against the loop
+form row by row.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+import numpy as np
+
+from shardwise.errors import SpecError
+from shardwise.specs import Cluster, Model, Recompute, Schedule
+
+OBJECTIVES = ("time", "throughput-per-gpu")
+# pp that does not divide the layers is searched when its fullest stage is at most this much above
+# the mean (126 layers on 8 stages: 16 / 15.75 = 1.016; 128 layers on 100 stages, 2 / 1.28, is not)
+MAX_STAGE_IMBALANCE = 1.10
+# Context parallelism is searched by default from this sequence length on (NVIDIA's recipes use it
+# for 8K-token and longer training: Llama 3.1 405B on GB200 at 8K, the long-context NeMo tables);
+# shorter sequences keep cp = 1 unless --cp asks.
+CP_FROM_SEQ_LEN = 8192
+COLUMNS = (
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "schedule",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "first_stage_layers",
+    "last_stage_layers",
+    "ep",
+    "cp",
+)
+SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
+RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose. A tuple fixes a dimension to those values; None searches all."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    schedule: tuple[str, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    sequence_parallel: tuple[bool, ...] | None = None
+    zero_stage: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    max_tp: int | None = None
+    tp_within_node: bool = True
+    max_micro_batch: int = 16  # unless micro_batch is fixed
+    max_vpp: int = 8  # unless vpp is fixed
+    zero_with_pipeline: bool = False  # allow ZeRO-2/3 with pp > 1 (FSDP2 + PP)
+    uneven_stages: bool = True  # pp need not divide the layers (the split is searched)
+    memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
+    objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
+    precision: str = "bf16"
+    # execution details of the runs being planned (as in Plan)
+    execution: dict[str, bool] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
+        for name in ("max_micro_batch", "max_vpp"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"plan: {name} {getattr(self, name)} is not allowed; it must be >= 1")
+        if self.max_tp is not None and self.max_tp < 1:
+            raise SpecError(f"plan: max_tp {self.max_tp} is not allowed; it must be >= 1")
+        if self.memory_headroom_bytes < 0:
+            raise SpecError(f"plan: memory headroom {self.memory_headroom_bytes} is not allowed; it must be >= 0")
+        for name, allowed in (("schedule", SCHEDULE_NAMES.values()), ("recompute", RECOMPUTE_NAMES.values())):
+            for v in getattr(self, name) or ():
+                if v not in allowed:
+                    raise SpecError(f"plan: {name} {v!r} is not allowed; choose {', '.join(allowed)}")
+        for v in self.zero_stage or ():
+            if v not in (0, 1, 2, 3):
+                raise SpecError(f"plan: zero stage {v} is not allowed; choose 0, 1, 2 or 3")
+
+
+def divisors(n: int) -> np.ndarray:
+    """The divisors of n, ascending, by trial division up to sqrt(n) (n may be a large batch)."""
+    low = np.arange(1, math.isqrt(n) + 1, dtype=np.int64)
+    low = low[n % low == 0]
+    return np.unique(np.concatenate([low, n // low]))
+
+
+def _allowed(values: np.ndarray, fixed: tuple[int, ...] | None) -> np.ndarray:
+    return values if fixed is None else values[np.isin(values, fixed)]
+
+
+def gpu_counts(cluster: Cluster, space: SearchSpace) -> list[int]:
+    """All the GPUs for the time objective; for throughput per GPU also fewer whole servers (or,
+    on one server, any divisor of it)."""
+    n, g = int(cluster.num_gpus), int(cluster.gpus_per_node)
+    if space.objective == "time":
+        return [n]
+    if int(cluster.nodes) == 1:
+        return [int(d) for d in divisors(g)]
+    return [k * g for k in range(1, int(cluster.nodes) + 1)]
+
+
+def _imbalance(layers: int, pp: int) -> float:
+    """The fullest stage of an automatic split over the mean stage."""
+    return float(np.ceil(layers / pp) / (layers / pp))
+
+
+@lru_cache(maxsize=4096)
+def stage_splits(layers: int, pp: int) -> tuple[tuple[int, int, int], ...]:
+    """Candidate (first, last, chunk unit) splits for pp stages: the automatic one (first = last
+    = 0), and Megatron's split that counts the embedding and the loss as a layer each when pp
+    divides layers + 2 (`--account-for-embedding-in-pipeline-split`, `--account-for-loss-...`).
+    The chunk unit is what the virtual stages must divide so every model chunk holds whole layers
+    (Megatron's rule): the layers of each full stage (0: no interleaving for this split)."""
+    if pp == 1:
+        return ((0, 0, layers),)
+    from shardwise.specs.stages import stage_split
+
+    auto = stage_split(layers, pp)
+    first, last = int(auto.first), int(auto.last)
+    if layers % pp == 0:
+        unit = layers // pp
+    elif pp > 2 and int(auto.middle_max) == int(auto.middle_min) and max(first, last) <= int(auto.middle_max):
+        unit = int(auto.middle_max)  # uniform middle stages; the ends have a layer less
+    else:
+        unit = 0
+    out = [(0, 0, unit)]
+    if pp > 2 and (layers + 2) % pp == 0 and (layers + 2) // pp >= 2:
+        u = (layers + 2) // pp
+        if (u - 1, u - 1) != (first, last):
+            out.append((u - 1, u - 1, u))  # the ends' missing layer is the embedding / the loss
+    return tuple(out)
+
+
+def _schedules(layers: int, pp: int, space: SearchSpace) -> list[tuple[int, int]]:
+    """(schedule code, virtual stages) allowed at pp stages. Interleaving needs v >= 2 dividing the
+    layers of every full stage of some split (whole layers per model chunk); a fixed vpp without
+    1 leaves only the interleaved schedule (and nothing at pp = 1)."""
+    if pp == 1:
+        return [] if space.vpp is not None and 1 not in space.vpp else [(int(Schedule.ONE_F_ONE_B), 1)]
+    units = [u for _, _, u in stage_splits(layers, pp) if u > 0]
+    vpps = np.unique(np.concatenate([divisors(u) for u in units])) if units else np.array([1])
+    vpps = vpps[vpps >= 2]
+    vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
+    sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
+    if space.vpp is not None and 1 not in space.vpp:
+        sched = []
+    sched += [(int(Schedule.INTERLEAVED), int(v)) for v in vpps]
+    if space.schedule is not None:
+        sched = [(s, v) for s, v in sched if SCHEDULE_NAMES[s] in space.schedule]
+    return sched
+
+
+def _per_pp(table: dict[int, list[tuple[int, ...]]], fields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A per-pp list of options (tuples of `fields` ints) as the pp values in order, a (pp,
+    options, fields) table of values and a (pp, options) mask of the options that exist."""
+    keys = np.array(sorted(table), dtype=np.int64)
+    width = max((len(v) for v in table.values()), default=0)
+    values = np.zeros((keys.size, width, fields), dtype=np.int64)
+    ok = np.zeros((keys.size, width), dtype=bool)
+    for i, k in enumerate(keys.tolist()):
+        for j, option in enumerate(table[k]):
+            values[i, j] = option
+            ok[i, j] = True
+    return keys, values, ok
+
+
+class _Join:
+    """Plans built one dimension at a time from a table of layouts: each step keeps every row
+    once per option where a (rows x options) mask holds, rows in order and each row's options in
+    order (`np.nonzero`'s row-major order). A step stores only which row each new row came from
+    and the options it chose; `columns()` walks back through the steps once at the end, so a step
+    costs a few gathers however many columns there are."""
+
+    def __init__(self, layouts: dict[str, np.ndarray]) -> None:
+        self.layouts = layouts
+        self.layout = np.arange(next(iter(layouts.values())).size)  # each row's layout
+        self.steps: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
+        self.carried: dict[str, np.ndarray] = {}  # chosen options later steps read
+        self._cache: dict[str, np.ndarray] = {}
+
+    @property
+    def size(self) -> int:
+        return int(self.layout.size)
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        """A column of the current rows: a carried option or a layout's field."""
+        if name in self.carried:
+            return self.carried[name]
+        if name not in self._cache:
+            self._cache[name] = self.layouts[name][self.layout]
+        return self._cache[name]
+
+    def add(self, ok: np.ndarray, carry: tuple[str, ...] = (), **options: np.ndarray) -> None:
+        """Each row once per option where `ok` holds; an option column is (options,) or a
+        function of (rows, options) index arrays."""
+        r, o = np.nonzero(ok)
+        chosen = {name: (v[o] if isinstance(v, np.ndarray) else v(r, o)) for name, v in options.items()}
+        self._step(r, chosen)
+        self.carried.update({k: chosen[k] for k in carry})
+
+    def keep(self, ok: np.ndarray) -> None:
+        """The rows where `ok` holds."""
+        self._step(np.flatnonzero(ok), {})
+
+    def _step(self, rows: np.ndarray, chosen: dict[str, np.ndarray]) -> None:
+        self.steps.append((rows, chosen))
+        self.layout = self.layout[rows]
+        self.carried = {k: v[rows] for k, v in self.carried.items()}
+        self._cache = {}
+
+    def columns(self) -> dict[str, np.ndarray]:
+        out: dict[str, np.ndarray] = {}
+        at = np.arange(self.size)
+        for rows, chosen in reversed(self.steps):
+            for name, values in chosen.items():
+                out[name] = values[at]
+            at = rows[at]
+        out.update({k: v[self.layout] for k, v in self.layouts.items()})
+        return out
+
+
+def _layouts(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> dict[str, np.ndarray]:
+    """Every (gpus, tp, pp, cp, dp) the plans may use: tp divides the heads, the KV heads and the
+    MLP width (and, by default, the GPUs of a server; else it fits in or spans whole servers);
+    pp is at most the layers (uneven within MAX_STAGE_IMBALANCE); cp splits the sequence into
+    2 cp chunks; dp divides the global batch."""
+    gpus = np.array(gpu_counts(cluster, space), dtype=np.int64)
+    rows = _Join({"gpus": gpus, "node": np.minimum(int(cluster.gpus_per_node), gpus)})
+    tps = divisors(math.gcd(int(model.heads), int(model.kv_heads), int(model.ffn_hidden)))
+    if space.max_tp is not None:
+        tps = tps[tps <= space.max_tp]
+    tps = _allowed(tps, space.tp)
+    g, t = rows["node"][:, None], tps[None, :]
+    # a TP group inside one server is the search space's default (a preference, not a rule)
+    in_node = (g % t == 0) if space.tp_within_node else (g % t == 0) | (t % g == 0)
+    rows.add((gpus[:, None] % t == 0) & in_node, carry=("tp",), tp=tps)
+    layers = int(model.layers)
+    pps = _allowed(np.arange(1, layers + 1, dtype=np.int64), space.pp)
+    even = np.array([layers % p == 0 for p in pps.tolist()], dtype=bool)
+    if space.uneven_stages:
+        even |= np.array([_imbalance(layers, p) <= MAX_STAGE_IMBALANCE for p in pps.tolist()], dtype=bool)
+    pps = pps[even]
+    rows.add(rows["gpus"][:, None] % (rows["tp"][:, None] * pps[None, :]) == 0, carry=("pp",), pp=pps)
+    if space.cp is None and model.seq_len < CP_FROM_SEQ_LEN:
+        cps = np.array([1], dtype=np.int64)
+    elif not space.execution.get("flash_attention", True):
+        cps = _allowed(np.array([1], dtype=np.int64), space.cp)
+    else:  # 1, or cp splitting the sequence into 2 cp whole chunks (`rules.sequence_rules`)
+        s = int(model.seq_len)
+        cps = np.union1d([1], divisors(s // 2) if s >= 2 and s % 2 == 0 else [1]).astype(np.int64)
+        cps = _allowed(cps, space.cp)
+    ranks = rows["gpus"] // (rows["tp"] * rows["pp"])
+    rows.add(ranks[:, None] % cps[None, :] == 0, carry=("cp",), cp=cps)
+    dp = rows["gpus"] // (rows["tp"] * rows["pp"] * rows["cp"])
+    ok = global_batch % dp == 0
+    if space.dp is not None:
+        ok &= np.isin(dp, space.dp)
+    rows.keep(ok)
+    out = rows.columns()
+    out["dp"] = out["gpus"] // (out["tp"] * out["pp"] * out["cp"])
+    return out
+
+
+def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> dict[str, np.ndarray]:
+    """Every valid plan of the search space as flat columns (COLUMNS); {} when there is none."""
+    rows = _Join(_layouts(model, cluster, global_batch, space))
+    layers = int(model.layers)
+    # micro-batch: divides the batch per replica (a fixed value overrides the default limit)
+    mbs = np.arange(1, space.max_micro_batch + 1, dtype=np.int64)
+    if space.micro_batch is not None:
+        mbs = np.array(sorted({m for m in space.micro_batch if m >= 1}), dtype=np.int64)
+    rows.add((global_batch // rows["dp"])[:, None] % mbs[None, :] == 0, carry=("micro_batch",), micro_batch=mbs)
+    # schedule and virtual stages; interleaving needs the micro-batch count a multiple of pp
+    distinct_pp = np.unique(rows.layouts["pp"]).tolist()
+    keys, sched, exists = _per_pp({p: _schedules(layers, p, space) for p in distinct_pp}, 2)
+    rows.layouts["pp_code"] = np.searchsorted(keys, rows.layouts["pp"])
+    code = rows["pp_code"]
+    m = global_batch // (rows["dp"] * rows["micro_batch"])
+    ok = exists[code] & ((sched[code, :, 0] != int(Schedule.INTERLEAVED)) | ((m % rows["pp"])[:, None] == 0))
+    rows.add(
+        ok,
+        carry=("vpp",),
+        schedule=lambda r, o: sched[code[r], o, 0],
+        vpp=lambda r, o: sched[code[r], o, 1],
+    )
+    del rows.carried["micro_batch"]
+    # with fused (flash) attention, selective recomputation has nothing left to recompute: it is
+    # the same plan as none, so it is searched only when asked for
+    flash = space.execution.get("flash_attention", True)
+    rc = [
+        int(r)
+        for r in Recompute
+        if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
+    ]
+    rows.add(np.ones((rows.size, len(rc)), dtype=bool), recompute=np.array(rc, dtype=np.int64))
+    # sequence parallelism: with tp > 1 when each rank's sequence splits by tp; a mixture of
+    # experts trained with TP needs it (rules.moe_training_rule)
+    tp, cp = rows["tp"], rows["cp"]
+    multi = tp > 1
+    splits_seq = (model.seq_len // cp) % tp == 0
+
+    def asked(q: bool) -> bool:
+        return space.sequence_parallel is None or q in space.sequence_parallel
+
+    sp_off = ~multi | (asked(False) and not model.is_moe)
+    sp_on = multi & splits_seq & asked(True)
+    rows.add(np.column_stack([sp_off, sp_on]), sequence_parallel=np.array([0, 1], dtype=np.int64))
+    # ZeRO 0-3 with dp > 1: DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron-LM's
+    # distributed optimizer is ZeRO-1, so with pp > 1 they are opt-in (PyTorch FSDP2 + PP, as in
+    # torchtitan, does combine them)
+    zs = np.arange(4, dtype=np.int64)
+    dp, pp = rows["dp"][:, None], rows["pp"][:, None]
+    ok = (dp > 1) | (zs[None, :] == 0)
+    if not space.zero_with_pipeline:
+        ok &= (pp == 1) | (zs[None, :] <= 1)
+    if space.zero_stage is not None:
+        ok &= (dp == 1) | np.isin(zs, space.zero_stage)[None, :]
+    rows.add(ok, zero_stage=zs)
+    # stage split; each model chunk holds whole layers
+    if space.uneven_stages:
+        table = {p: list(stage_splits(layers, p)) for p in distinct_pp}
+    else:
+        table = {p: [(0, 0, layers // p)] for p in distinct_pp}
+    _, split, exists = _per_pp(table, 3)
+    code, v = rows["pp_code"], rows["vpp"][:, None]
+    unit = split[code, :, 2]
+    ok = exists[code] & ((v == 1) | ((unit > 0) & (unit % np.maximum(v, 1) == 0)))
+    rows.add(
+        ok,
+        first_stage_layers=lambda r, o: split[code[r], o, 0],
+        last_stage_layers=lambda r, o: split[code[r], o, 1],
+    )
+    # expert parallelism: divides the experts and the tp x cp x dp ranks of a stage
+    if model.is_moe:
+        eps = _allowed(divisors(int(model.experts)), space.ep)
+        ranks = rows["tp"] * rows["cp"] * rows["dp"]
+        rows.add(ranks[:, None] % eps[None, :] == 0, ep=eps)
+    if rows.size == 0:
+        return {}
+    cols = rows.columns()
+    cols.setdefault("ep", np.ones(rows.size, dtype=np.int64))
+    return {name: cols[name] for name in COLUMNS}
+
+
+def expert_tp(model: Model) -> int:
+    """The planner keeps each expert whole on its rank (etp = 1, as NVIDIA's recipes run every
+    mixture of experts they publish; Megatron-Core's default would be etp = tp); 0 (unused) for a
+    dense model."""
+    return 1 if model.is_moe else 0
