@@ -112,9 +112,13 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     shape = np.broadcast_shapes(*(np.shape(v) for v in grid.values()))
     x = _inputs(exp, plan, link, grid)
     kwargs = _plan_kwargs(exp, plan, x)
-    valid = np.ones(shape, dtype=bool)
-    for _, ok in _rules(exp, x, kwargs):
-        valid = valid & ok
+    oks = [np.asarray(ok) for _, ok in _rules(exp, x, kwargs)]
+    if all(ok.all() for ok in oks):  # each rule checked in its own (broadcast) shape
+        valid = np.broadcast_to(True, shape)
+    else:
+        valid = np.ones(shape, dtype=bool)
+        for ok in oks:
+            valid = valid & ok
     if not valid.any():  # e.g. layers not divisible by pp anywhere in this block
         return None, valid
     if not valid.all():

@@ -384,7 +384,15 @@ def stage_send_time_s(scn: Scenario, fabric: Fabric, comm: TpComm, crosses_node:
 
 
 def select(mask: Number, a: StageCost, b: StageCost) -> StageCost:
-    return StageCost(*(np.where(mask, getattr(a, f), getattr(b, f)) for f in FIELDS))
+    """`a` where `mask` holds, else `b`, field by field (a field that is one and the same scalar in
+    both, such as a dense model's expert all-to-alls, stays that scalar)."""
+
+    def pick(x: Number, y: Number) -> Number:
+        if np.ndim(x) == 0 and np.ndim(y) == 0 and float(x) == float(y):
+            return x
+        return np.where(mask, x, y)
+
+    return StageCost(*(pick(getattr(a, f), getattr(b, f)) for f in FIELDS))
 
 
 class Stages(NamedTuple):

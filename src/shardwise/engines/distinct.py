@@ -77,14 +77,17 @@ class _Codes:
             self.values, inverse = np.unique(array, return_inverse=True)
             self._codes = np.broadcast_to(inverse.reshape(array.shape), shape).reshape(-1)
         elif array.dtype.kind in "iub":  # whole numbers: a table over their range
-            flat = array.reshape(-1).astype(np.int64)
+            flat = array.reshape(-1).astype(np.int64, copy=False)
             low = int(flat.min())
             span = int(flat.max()) - low + 1
             if span <= TABLE_KEYS_PER_CONFIGURATION * n:
+                shifted = flat - low if low else flat
                 seen = np.zeros(span, dtype=bool)
-                seen[flat - low] = True
+                seen[shifted] = True
                 self.values = (np.flatnonzero(seen) + low).astype(array.dtype)
-                self._codes = (np.cumsum(seen) - 1)[flat - low]
+                # every value of the range present (a recompute or ZeRO column): the shifted
+                # values are the codes
+                self._codes = shifted if len(self.values) == span else (np.cumsum(seen) - 1)[shifted]
             else:
                 self.values, self._codes = np.unique(flat, return_inverse=True)
                 self.values = self.values.astype(array.dtype)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.engines._arrays import where
 from shardwise.specs._checks import Number
 
 
@@ -30,7 +31,7 @@ def pipeline_makespan_s(
     With p = 1 the single stage is c_first.
     """
     p = np.asarray(pp, dtype=float)
-    c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_middle, 0.0)), c_last)
+    c_max = np.maximum(np.maximum(c_first, where(p > 2, c_middle, 0.0)), c_last)
     mids = (p - 2) * c_middle if c_middle_sum is None else c_middle_sum
-    c_sum = np.where(p == 1, c_first, c_first + np.where(p > 2, mids, 0.0) + c_last)
-    return micro_batches * c_max + (np.where(p == 1, c_first, c_sum) - c_max) / vpp
+    c_sum = where(p == 1, c_first, c_first + where(p > 2, mids, 0.0) + c_last)
+    return micro_batches * c_max + (c_sum - c_max) / vpp

@@ -27,6 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardwise.engines._arrays import plus, where
 from shardwise.engines.costs import (
     Stages,
     context_parallel,
@@ -177,25 +178,25 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     overlap = np.asarray(plan.overlap_p2p, dtype=bool)
 
     def with_sends(total: Number) -> Number:
-        return np.where(overlap, np.maximum(total, p2p), total + p2p)
+        return where(overlap, np.maximum(total, p2p), total + p2p)
 
     # the stack's fixed cost per micro-batch (0 unless calibrated) is on every stage's own time
     mb_over = np.asarray(cluster.micro_batch_overhead_s, dtype=float)
-    c_first, c_mid, c_last = (with_sends(s.total_s) + mb_over for s in (first, middle, last))
+    c_first, c_mid, c_last = (plus(with_sends(s.total_s), mb_over) for s in (first, middle, last))
     n_mid = np.maximum(p - 2, 0.0)
-    c_mid_sum = np.where(overlap, np.maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
-    c_mid_sum = c_mid_sum + n_mid * mb_over
+    c_mid_sum = where(overlap, np.maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
+    c_mid_sum = plus(c_mid_sum, n_mid * mb_over)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v, c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
-    w_stage = np.where(p > 2, middle.weight_grad_s, first.weight_grad_s)
     zb = np.asarray(plan.schedule) == Schedule.ZB_H1
-    pipe_s = np.where(
-        zb, np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last)), pipe_s
-    )
-    c_max = np.maximum(np.maximum(c_first, np.where(p > 2, c_mid, 0.0)), c_last)
+    if np.any(zb):
+        w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s)
+        fill = np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last))
+        pipe_s = where(zb, fill, pipe_s)
+    c_max = np.maximum(np.maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-    exposed_p2p = np.where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
+    exposed_p2p = where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
 
     params, expert_params = stage_params(model, plan, split), stage_expert_params(model, plan, split)
     dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, params, (first, middle, last), m, v, expert_params)
@@ -211,7 +212,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         optimizer_s=optimizer_s,
         overhead_s=m * mb_over + cluster.step_overhead_s,
     )
-    step = pipe_s + dp_s + optimizer_s + cluster.step_overhead_s
+    step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
     model_flops, hw_flops = flops_per_step(scn)
     return TrainingEstimate(
         scenario=scn,
