@@ -73,3 +73,51 @@ def test_zero_partitions_optimizer_then_gradients_then_weights():
     assert model_state_bytes(n, dp, 2, "bf16") == (2e9, 4e9 / dp, 12e9 / dp)
     assert model_state_bytes(n, dp, 3, "bf16") == (2e9 / dp, 4e9 / dp, 12e9 / dp)
     assert model_state_bytes(n, dp, 0, "fp16")[1] == 2e9  # the classic 2 + 2 + 12 = 16 bytes
+
+
+@pytest.mark.parametrize(
+    ("model", "extra"),
+    [
+        ("gpt-96l-4096h", {}),
+        ("llama3-8b", {"flash_attention": False}),
+        ("mixtral-8x7b", {"etp": 1}),
+    ],
+)
+def test_the_model_state_floor_never_exceeds_the_memory_total(model, extra):
+    """The planner drops plans whose floor exceeds the GPU without pricing their activations: the
+    floor is a lower bound of the total on every plan (ZeRO 0-3, every schedule and recompute)."""
+    import numpy as np
+
+    from shardwise import presets
+    from shardwise.engines.training import training_memory, training_memory_floor_bytes
+    from shardwise.specs import Plan, Scenario
+
+    rng = np.random.default_rng(7)
+    n = 4000
+    m = presets.model(model)
+    tp = rng.choice([1, 2, 4, 8], n)
+    pp = rng.choice([1, 2, 4, 8], n)
+    dp = 64 // (tp * pp)
+    mb = rng.choice([1, 2, 4], n)
+    vpp = np.where((pp > 1) & (rng.random(n) < 0.4) & (m.layers % (2 * pp) == 0), 2, 1)
+    schedule = np.where(vpp > 1, 2, np.where(pp > 1, rng.choice([0, 1, 3], n), 1))
+    kw = {"ep": np.where(dp * tp % 8 == 0, 8, 1)} if m.is_moe else {}
+    plan = Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        micro_batch=mb,
+        global_batch=dp * mb * pp * rng.integers(1, 5, n),
+        vpp=vpp,
+        schedule=schedule,
+        recompute=rng.integers(0, 3, n),
+        zero_stage=rng.integers(0, 4, n) * (dp > 1),
+        sequence_parallel=(tp > 1) if m.is_moe else (tp > 1) & (rng.random(n) < 0.5),
+        **kw,
+        **extra,
+    )
+    scn = Scenario(m, presets.system("dgx-h100", nodes=8), plan)
+    floor = np.asarray(training_memory_floor_bytes(scn))
+    total = np.asarray(training_memory(scn).total_bytes)
+    assert np.all(floor <= total)
+    assert np.all(floor > 0.3 * total.min())  # a floor that says something

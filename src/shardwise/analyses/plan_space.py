@@ -282,6 +282,14 @@ def _layouts(model: Model, cluster: Cluster, global_batch: int, space: SearchSpa
 
 def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> dict[str, np.ndarray]:
     """Every valid plan of the search space as flat columns (COLUMNS); {} when there is none."""
+    return candidates_by_layout(model, cluster, global_batch, space)[0]
+
+
+def candidates_by_layout(
+    model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
+    """`candidates` and, for each plan, the index of its (GPU count, tp, pp, cp, dp) layout among
+    the search's layouts (plans of one layout share it; numbered in order from 0)."""
     rows = _Join(_layouts(model, cluster, global_batch, space))
     layers = int(model.layers)
     # micro-batch: divides the batch per replica (a fixed value overrides the default limit)
@@ -355,10 +363,10 @@ def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchS
         ranks = rows["tp"] * rows["cp"] * rows["dp"]
         rows.add(ranks[:, None] % eps[None, :] == 0, ep=eps)
     if rows.size == 0:
-        return {}
+        return {}, np.zeros(0, dtype=np.int64)
     cols = rows.columns()
     cols.setdefault("ep", np.ones(rows.size, dtype=np.int64))
-    return {name: cols[name] for name in COLUMNS}
+    return {name: cols[name] for name in COLUMNS}, rows.layout
 
 
 def expert_tp(model: Model) -> int:

@@ -37,10 +37,11 @@ from shardwise.analyses.plan_space import (
     SCHEDULE_NAMES,
     SearchSpace,
     candidates,
+    candidates_by_layout,
     expert_tp,
 )
 from shardwise.engines.result import TrainingEstimate
-from shardwise.engines.training import estimate_training_step, training_memory
+from shardwise.engines.training import estimate_training_step, training_memory, training_memory_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Plan, Scenario
 
@@ -269,6 +270,40 @@ def _scenario(
     return Scenario(model, cluster_for(cluster, cols["gpus"]), plan)
 
 
+# Plans whose model state alone exceeds the GPU by more than this share are dropped without
+# pricing their activations (the floor is exact; the share only keeps rounding out of it).
+FLOOR_MARGIN = 1e-9
+
+
+def _fits(
+    model: Model,
+    cluster: Cluster,
+    global_batch: int,
+    space: SearchSpace,
+    cols: dict[str, np.ndarray],
+    layout: np.ndarray,
+    capacity: float,
+) -> np.ndarray:
+    """Which plans fit in `capacity` bytes per GPU. The model state of a plan depends on its
+    layout, ZeRO stage and stage split alone, so its floor (`training_memory_floor_bytes`) is
+    priced once per such group; only plans above it get their whole memory priced (the others
+    cannot fit, whatever their activations)."""
+    from shardwise.engines.distinct import group_rows
+
+    splits = 2  # the automatic split, or Megatron's with the embedding and the loss as layers
+    key = (layout * 4 + cols["zero_stage"]) * splits + (cols["first_stage_layers"] > 0)
+    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * splits)
+    floor = training_memory_floor_bytes(
+        _scenario(model, cluster, global_batch, space, {k: v[rows] for k, v in cols.items()})
+    )
+    maybe = np.flatnonzero((np.broadcast_to(floor, rows.shape) <= capacity * (1 + FLOOR_MARGIN))[group])
+    fits = np.zeros(layout.size, dtype=bool)
+    if maybe.size:
+        memory = training_memory(_scenario(model, cluster, global_batch, space, {k: v[maybe] for k, v in cols.items()}))
+        fits[maybe] = np.broadcast_to(np.asarray(memory.total_bytes), maybe.shape) <= capacity
+    return fits
+
+
 def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace | None = None) -> PlanSearch:
     """Evaluate every plan of `space` for `global_batch` sequences per step; see the module
     docstring. Memory is priced for every plan first and time only for the plans that fit (the
@@ -280,12 +315,11 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     positive_int("global_batch", global_batch)  # before its divisors are listed
     space = space or SearchSpace()
     start = time.perf_counter()
-    cols = candidates(model, cluster, global_batch, space)
+    cols, layout = candidates_by_layout(model, cluster, global_batch, space)
     if not cols:
         raise SpecError(_why_empty(model, cluster, global_batch, space))
-    memory = training_memory(_scenario(model, cluster, global_batch, space, cols))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
-    fits = np.broadcast_to(np.asarray(memory.total_bytes), cols["tp"].shape) <= capacity
+    fits = _fits(model, cluster, global_batch, space, cols, layout, capacity)
     fit = np.flatnonzero(fits)
     fitting = None
     if fit.size:

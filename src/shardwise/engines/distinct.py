@@ -223,20 +223,28 @@ def evaluate_grouped(fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[
             return fn(scn)
         key += codes * stride
         stride *= size
-    if stride <= TABLE_KEYS_PER_CONFIGURATION * n:
-        seen = np.zeros(stride, dtype=bool)
-        seen[key] = True
-        distinct = np.flatnonzero(seen)
-        inverse = (np.cumsum(seen) - 1)[key]
-        where = np.empty(stride, dtype=np.int64)
-        where[key] = np.arange(n)
-        rows = where[distinct]
-    else:
-        distinct, rows, inverse = np.unique(key, return_index=True, return_inverse=True)
-    if len(distinct) > MAX_DISTINCT_SHARE * n:
+    rows, inverse = group_rows(key, stride)
+    if len(rows) > MAX_DISTINCT_SHARE * n:
         return fn(scn)
     result = fn(_rebuild(scn, {path: a[rows] for path, a in leaves}))
-    return _gather(result, inverse, len(distinct))
+    return _gather(result, inverse, len(rows))
+
+
+def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of each distinct key, in key order; each row's group) for integer keys in
+    [0, size): a table when `size` is at most TABLE_KEYS_PER_CONFIGURATION keys per row, else
+    a sort."""
+    n = key.size
+    if size > TABLE_KEYS_PER_CONFIGURATION * n:
+        _, rows, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return rows, inverse
+    seen = np.zeros(size, dtype=bool)
+    seen[key] = True
+    distinct = np.flatnonzero(seen)
+    inverse = (np.cumsum(seen) - 1)[key]
+    where = np.empty(size, dtype=np.int64)
+    where[key] = np.arange(n)
+    return where[distinct], inverse
 
 
 def _gather(value: Any, inverse: np.ndarray, u: int) -> Any:

@@ -45,7 +45,7 @@ from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
-from shardwise.engines.training_memory import memory_breakdown
+from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
@@ -236,6 +236,14 @@ def training_memory(scn: Scenario) -> MemoryBreakdown:
     params, expert_params = stage_params(model, plan, split), stage_expert_params(model, plan, split)
     moe = model_moe_split(model, split) if model.is_moe else None
     return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe)
+
+
+def training_memory_floor_bytes(scn: Scenario) -> Number:
+    """A lower bound of `training_memory(scn).total_bytes` from the model state alone
+    (`engines.training_memory.model_state_floor_bytes`), a few array operations per plan."""
+    model, plan = scn.model, scn.plan
+    split = plan_split(model.layers, plan)
+    return model_state_floor_bytes(plan, stage_params(model, plan, split), stage_expert_params(model, plan, split))
 
 
 def optimizer_time_s(scn: Scenario, n_params: Number, n_expert: Number = 0.0) -> Number:

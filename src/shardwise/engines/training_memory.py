@@ -11,7 +11,7 @@ import numpy as np
 from shardwise.physics import memory as mem
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
-from shardwise.specs import Recompute, Scenario
+from shardwise.specs import Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit, plan_split
 
@@ -86,17 +86,7 @@ def memory_breakdown(
         np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working, 0.0),
         kept(in_last, split.last, n_moe.last) + working + head,
     )
-    shards = mem.zero_shards(np.asarray(plan.dp) * np.asarray(plan.cp), plan.zero_stage)
-    no_experts = all(np.ndim(x) == 0 and float(x) == 0.0 for x in expert_params)
-    routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
-    states = []
-    for n, n_expert in zip(params, expert_params, strict=True):
-        dense = mem.model_state_bytes(n - n_expert, 0, 0, plan.precision, shards)
-        if routed_shards is None:  # no routed experts (a dense model)
-            states.append(dense)
-            continue
-        routed = mem.model_state_bytes(n_expert, 0, 0, plan.precision, routed_shards)
-        states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
+    states = stage_states(plan, params, expert_params)
     totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
     totals[1] = np.where(p > 2, totals[1], -np.inf)
     pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
@@ -120,3 +110,34 @@ def memory_breakdown(
         activations_bytes=np.choose(pick, list(acts)),
         reserved_bytes=mem.RUNTIME_RESERVED_BYTES + 0.0 * w,
     )
+
+
+def stage_states(
+    plan: Plan, params: tuple[Number, Number, Number], expert_params: tuple[Number, Number, Number]
+) -> list[tuple[Number, Number, Number]]:
+    """(weights, gradients, optimizer) bytes on one GPU of the first, fullest middle and last
+    stage: the dense parameters sharded by ZeRO over dp x cp, the routed experts' over expert_dp."""
+    shards = mem.zero_shards(np.asarray(plan.dp) * np.asarray(plan.cp), plan.zero_stage)
+    no_experts = all(np.ndim(x) == 0 and float(x) == 0.0 for x in expert_params)
+    routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
+    states = []
+    for n, n_expert in zip(params, expert_params, strict=True):
+        dense = mem.model_state_bytes(n - n_expert, 0, 0, plan.precision, shards)
+        if routed_shards is None:  # no routed experts (a dense model)
+            states.append(dense)
+            continue
+        routed = mem.model_state_bytes(n_expert, 0, 0, plan.precision, routed_shards)
+        states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
+    return states
+
+
+def model_state_floor_bytes(
+    plan: Plan, params: tuple[Number, Number, Number], expert_params: tuple[Number, Number, Number]
+) -> Number:
+    """The most model state any stage holds plus the runtime's reserve: never above
+    `memory_breakdown`'s total (its stage adds activations, which are never negative, and ZeRO-3's
+    prefetch, summed in the same order), so a plan whose floor exceeds the GPU does not fit,
+    whatever its activations. A planner drops such plans before pricing their activations."""
+    first, middle, last = (sum(st) for st in stage_states(plan, params, expert_params))
+    middle = np.where(np.asarray(plan.pp) > 2, middle, -np.inf)
+    return np.maximum(np.maximum(first, middle), last) + mem.RUNTIME_RESERVED_BYTES
