@@ -178,3 +178,32 @@ def test_the_fast_preset_reader_reads_what_the_strict_one_does(kind):
 
     text = resources.files("shardwise.presets").joinpath(f"{kind}.yaml").read_text(encoding="utf-8")
     assert loaders.parse_trusted_yaml(text) == loaders.parse_yaml(text, kind)
+
+
+def test_the_presets_snapshot_is_current(tmp_path):
+    """presets.json (what commands read, sparing PyYAML) holds every preset file as parsed from its
+    current text; after editing a YAML file run `python -m shardwise.presets`."""
+    import json
+    from pathlib import Path
+
+    folder = Path(presets.__file__).parent
+    for kind in presets.KINDS:
+        (tmp_path / f"{kind}.yaml").write_text((folder / f"{kind}.yaml").read_text(encoding="utf-8"), encoding="utf-8")
+    fresh = json.loads(presets.write_snapshot(tmp_path).read_text(encoding="utf-8"))
+    shipped = json.loads((folder / presets.SNAPSHOT).read_text(encoding="utf-8"))
+    assert shipped == fresh, "presets.json is stale: run `python -m shardwise.presets`"
+    for kind in presets.KINDS:  # the same mapping as the YAML gives, name by name
+        text = (folder / f"{kind}.yaml").read_text(encoding="utf-8")
+        assert presets.raw(kind) == presets.parse(kind, text)
+
+
+def test_an_edited_preset_file_is_read_from_its_yaml(monkeypatch):
+    """A YAML file whose text no longer matches the snapshot is parsed as it is."""
+    real = presets._snapshot()
+    stale = {kind: {**entry, "crc32": 0, "data": {}} for kind, entry in real.items()}
+    monkeypatch.setattr(presets, "_snapshot", lambda: stale)
+    presets.raw.cache_clear()
+    try:
+        assert presets.raw("models") and presets.model("llama3-70b").layers == 80
+    finally:
+        presets.raw.cache_clear()

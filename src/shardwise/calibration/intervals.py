@@ -15,20 +15,16 @@ The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardwise.calibration.fit import (
-    Case,
-    Evaluator,
-    Fit,
-    ServingCase,
-    log_step_and_gradient,
-    with_values,
-)
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, SERVING_LOG_SD, Z80, uncalibrated_log_sd
+
+if TYPE_CHECKING:  # the fit is imported where a calibration is used (an uncalibrated command skips it)
+    from shardwise.calibration.fit import Case, Fit
 
 LEVEL = 0.8
 
@@ -52,11 +48,16 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
         if fitted is not None:
             what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
+        # a serving case exists only once the fit module is loaded (an uncalibrated command skips it)
+        fit_module = sys.modules.get("shardwise.calibration.fit")
+        serving = fit_module.ServingCase if fit_module is not None else ()
         sd = [
-            SERVING_LOG_SD if isinstance(c, ServingCase) else uncalibrated_log_sd(_scenario(c).cluster.gpu.name)
+            SERVING_LOG_SD if isinstance(c, serving) else uncalibrated_log_sd(_scenario(c).cluster.gpu.name)
             for c in calibrated
         ]
         return Spread(np.array(sd, dtype=float), what)
+    from shardwise.calibration.fit import Evaluator, log_step_and_gradient
+
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
@@ -107,6 +108,8 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     sigma = np.sqrt(sq / np.maximum(n - 1 - k + NOISE_PRIOR_RUNS, 1.0))
     if k == 0:
         return e, sigma * t_factor(fitted.dof - 1)
+    from shardwise.calibration.fit import Evaluator, log_step_and_gradient, with_values
+
     cases = [with_values(c, fitted.values) for c in scenarios]
     _, g = log_step_and_gradient(Evaluator(cases), fitted.fitted, np.zeros(k), {})
     q = np.einsum("ni,ij,nj->n", g, fitted.u_covariance, g)  # g_i^T A^-1 g_i
