@@ -106,3 +106,55 @@ def test_breakdown_needs_a_table_and_the_physical_model(cli, tmp_path):
     out = str(tmp_path / "g.csv")
     code, _, err = cli(["sweep", "--vary", "batch=1..4", "--breakdown", "--csv", out, "--cost-model", "textbook"])
     assert code == 2 and "textbook" in err and not (tmp_path / "g.csv").exists()
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize("breakdown", [False, True])
+def test_a_streamed_sweep_writes_the_table_the_whole_sweep_does(tmp_path, suffix, breakdown):
+    """Streamed block by block (`stream_sweep`, blocks of a few points) the file is the in-memory
+    table, row for row, and the totals are its winner counts."""
+    from shardwise.analyses.sweep import stream_sweep
+    from shardwise.export import columns_writer, write_columns
+
+    whole = run_sweep(EXP, GRID, breakdown=breakdown)
+    write_columns(dict(whole.columns()), tmp_path / f"whole{suffix}")
+    seen = []
+    with columns_writer(tmp_path / f"streamed{suffix}") as write:
+        totals = stream_sweep(EXP, GRID, write, progress=seen.append, breakdown=breakdown, block_points=7)
+    assert len(seen) > 4 and sum(seen) == whole.points == totals.points
+    if suffix == ".csv":
+        assert (tmp_path / f"streamed{suffix}").read_text() == (tmp_path / f"whole{suffix}").read_text()
+    else:
+        import pyarrow.parquet as pq
+
+        a, b = (pq.read_table(tmp_path / f"{name}{suffix}").to_pydict() for name in ("streamed", "whole"))
+        assert list(a) == list(b)
+        for name in a:  # NaN where a plan is invalid: compared as equal
+            x, y = np.array(a[name]), np.array(b[name])
+            assert np.array_equal(x, y, equal_nan=x.dtype.kind == "f"), name
+    assert totals.winner_cells() == whole.winner_cells()
+    assert all(totals.valid_somewhere(p) == whole.valid_somewhere(p) for p in whole.plans)
+
+
+def test_a_failed_stream_leaves_no_file(tmp_path):
+    from shardwise.analyses.sweep import stream_sweep
+    from shardwise.export import columns_writer
+
+    out = tmp_path / "grid.csv"
+    with pytest.raises(RuntimeError), columns_writer(out) as write:
+        stream_sweep(EXP, GRID, write, block_points=7)
+        raise RuntimeError("interrupted")
+    assert not out.exists() and not list(tmp_path.iterdir())
+
+
+def test_the_cli_streams_a_grid_with_csv_and_refuses_a_huge_one_without(cli, tmp_path):
+    out = tmp_path / "grid.csv"
+    code, _, err = cli(["sweep", "--vary", "batch=1..64", "--vary", "layers=8..96:12", "--csv", str(out)])
+    assert code == 0, err
+    assert out.read_text().count("\n") == 1 + 64 * 12 * 2  # header, every point on each link
+    code, _, err = cli(["sweep", "--vary", "batch=1..5000", "--vary", "bandwidth=1GB/s..900GB/s:5000"])
+    assert code == 2 and "--csv FILE without --plot" in err
+    bad = tmp_path / "bad.csv"
+    code, _, err = cli(["sweep", "--vary", "batch=1..8", "--plan", "pp=8", "--layers", "6", "--csv", str(bad)])
+    assert code == 2 and "invalid at every point" in err, err
+    assert not bad.exists()

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -319,12 +320,6 @@ def _inflight_dict(est: Any) -> dict[str, Any]:
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
     from shardwise.analyses.experiment import DISPLAY_SCALE
 
-    per_link = {}
-    for link in result.links:
-        w = result.winner(link)
-        counts = {plan: int(np.sum(w == i)) for i, plan in enumerate(result.plans)}
-        counts["none valid"] = int(np.sum(w < 0))
-        per_link[link] = counts
     return {
         "variables": {
             name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
@@ -333,12 +328,12 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
         "configurations": result.points,
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,
-        "winner_cells": per_link,
+        "winner_cells": result.winner_cells(),
         "interval": {
             "level": 0.8,
             # calibrated: each point's own width (analyses.bands); else one width for all
-            "log_sd": None if result.log_sd else result.experiment.prediction_log_sd,
-            "per_point": bool(result.log_sd),
+            "log_sd": None if result.per_point_bands else result.experiment.prediction_log_sd,
+            "per_point": result.per_point_bands,
             "basis": result.experiment.spread_basis,
             "columns": "time_s_low[PLAN], time_s_high[PLAN]",
         },
@@ -375,18 +370,60 @@ def write_columns(columns: dict[str, Any], path: str | Path, progress: Callable[
     """Write columns (equal-length numpy arrays) as CSV, or Parquet by the extension, atomically:
     a temporary file in the same directory, renamed when complete. CSV is written CSV_CHUNK_ROWS
     rows at a time; `progress(rows done, rows)` is called after each chunk."""
+    with columns_writer(path) as write:
+        write(columns, progress)
+
+
+@contextlib.contextmanager
+def columns_writer(path: str | Path) -> Iterator[Callable[..., None]]:
+    """A table written block by block (a streamed sweep), CSV or Parquet by the extension,
+    atomically: each `write(columns)` appends the rows of equal-length columns (the same names
+    every time); the file appears, complete, when the block ends without an error."""
     from shardwise.atomic import atomic_path
 
     p = Path(path)
     with atomic_path(p) as tmp:
         if p.suffix.lower() == ".parquet":
-            import pyarrow as pa
-            import pyarrow.parquet as pq
-
-            table = pa.table({k: (v.astype(str) if v.dtype == object else v) for k, v in columns.items()})
-            pq.write_table(table, tmp)
+            blocks = _ParquetBlocks(tmp)
+            try:
+                yield blocks.write
+            finally:
+                blocks.close()
         else:
-            _write_csv(columns, tmp, progress)
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                header: list[str] = []
+
+                def write_csv(columns: dict[str, Any], progress: Callable[[int, int], Any] | None = None) -> None:
+                    if not header:
+                        header.extend(columns)
+                        fh.write(",".join(header) + "\n")
+                    _write_csv_rows(fh, [np.asarray(v) for v in columns.values()], progress)
+
+                yield write_csv
+
+
+class _ParquetBlocks:
+    """Row groups appended to one Parquet file. Text columns (a link, a winner, a schedule) repeat
+    a few values: they are dictionary-encoded, and only they (a dictionary of distinct floats is
+    wasted work)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path, self.writer = path, None
+
+    def write(self, columns: dict[str, Any], progress: Callable[[int, int], Any] | None = None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        text = [k for k, v in columns.items() if v.dtype == object]
+        arrays = {k: pa.array(v, type=pa.string()).dictionary_encode() if k in text else v for k, v in columns.items()}
+        table = pa.table(arrays)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, use_dictionary=text or False)
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
 
 
 def _cells(values: np.ndarray) -> list[str]:
@@ -412,15 +449,11 @@ def _format(values: np.ndarray) -> list[str]:
     return [str(v) for v in values.tolist()]
 
 
-def _write_csv(columns: dict[str, Any], path: str, progress: Callable[[int, int], Any] | None = None) -> None:
-    names = list(columns)
-    arrays = [np.asarray(v) for v in columns.values()]
+def _write_csv_rows(fh: Any, arrays: list[np.ndarray], progress: Callable[[int, int], Any] | None = None) -> None:
     rows = len(arrays[0]) if arrays else 0
-    with open(path, "w", encoding="utf-8", newline="") as fh:
-        fh.write(",".join(names) + "\n")
-        for start in range(0, rows, CSV_CHUNK_ROWS):
-            cells = [_cells(a[start : start + CSV_CHUNK_ROWS]) for a in arrays]
-            fh.write("\n".join(map(",".join, zip(*cells, strict=True))))
-            fh.write("\n")
-            if progress is not None:
-                progress(min(start + CSV_CHUNK_ROWS, rows), rows)
+    for start in range(0, rows, CSV_CHUNK_ROWS):
+        cells = [_cells(a[start : start + CSV_CHUNK_ROWS]) for a in arrays]
+        fh.write("\n".join(map(",".join, zip(*cells, strict=True))))
+        fh.write("\n")
+        if progress is not None:
+            progress(min(start + CSV_CHUNK_ROWS, rows), rows)

@@ -19,19 +19,23 @@ from shardwise.calibration.spreads import Z80
 from shardwise.specs.experiment import Experiment
 
 BLOCK_POINTS = 2_000_000  # grid points per vectorized call
-# At most this many (grid point, link, plan) configurations per sweep: about 25 s and 0.5 GB of
-# results on one core; a larger grid is refused before any work, with the way to shrink it.
+# At most this many (grid point, link, plan) configurations per sweep held in memory: about 25 s
+# and 0.5 GB of results on one core; a larger grid is refused before any work, with the way to
+# shrink it, unless it is streamed to a file (`stream_sweep`, up to MAX_STREAMED).
 MAX_CONFIGURATIONS = 50_000_000
+# A streamed sweep writes each block and keeps only its totals: memory stays that of one block
+# (about 1 GB at BLOCK_POINTS), so the limit is time (about 2 minutes per 1e9 on one core).
+MAX_STREAMED = 1_000_000_000
 
 
-def check_size(configurations: int, what: str = "the grid") -> None:
-    """Refuse a grid larger than MAX_CONFIGURATIONS before allocating it."""
-    if configurations > MAX_CONFIGURATIONS:
+def check_size(configurations: int, what: str = "the grid", limit: int = MAX_CONFIGURATIONS, hint: str = "") -> None:
+    """Refuse a grid larger than `limit` before allocating it."""
+    if configurations > limit:
         from shardwise.errors import SpecError
 
         raise SpecError(
-            f"{what} has {configurations:,} configurations; at most {MAX_CONFIGURATIONS:,} "
-            "(use fewer values, fewer plans or links, or split the range)"
+            f"{what} has {configurations:,} configurations; at most {limit:,} "
+            f"(use fewer values, fewer plans or links, or split the range{hint})"
         )
 
 
@@ -92,6 +96,25 @@ class SweepResult:
         with np.errstate(invalid="ignore", divide="ignore"):
             return t[1] / t[0]
 
+    def winner_cells(self) -> dict[str, dict[str, int]]:
+        """link -> plan (or "none valid") -> grid cells it wins."""
+        out = {}
+        for link in self.links:
+            w = self.winner(link)
+            counts = {plan: int(np.sum(w == i)) for i, plan in enumerate(self.plans)}
+            counts["none valid"] = int(np.sum(w < 0))
+            out[link] = counts
+        return out
+
+    @property
+    def per_point_bands(self) -> bool:
+        """Each point has its own band width (a calibrated sweep)."""
+        return bool(self.log_sd)
+
+    def valid_somewhere(self, plan: str) -> bool:
+        """The plan is valid at some point of the grid on some link."""
+        return any(bool(np.any(~np.isnan(self.times_s[(link, plan)]))) for link in self.links)
+
     def columns(self) -> Iterator[tuple[str, np.ndarray]]:
         """Wide table, one row per (link, grid point): the variables, each plan's time, winner, margin."""
         mesh = np.meshgrid(*self.axes, indexing="ij")
@@ -122,41 +145,117 @@ def run_sweep(
     `progress(points)` is called after each block with the grid points just done. Calibrated
     (`--calibration`), each point also gets its own band width (`analyses.bands`), at the cost of
     one more evaluation per fitted parameter. With `breakdown`, each plan's time per term too."""
-    from shardwise.analyses.bands import calibrated, point_log_sd
-
-    names = tuple(name for name, _ in grid)
-    if len(set(names)) != len(names):
-        raise ValueError("each variable may be varied once")
-    axes = tuple(np.asarray(values, dtype=float) for _, values in grid)
+    names, axes = _axes(grid)
     shape = tuple(len(a) for a in axes)
     check_size(int(np.prod(shape)) * len(exp.links) * len(exp.plans))
-    rows_per_block = max(1, BLOCK_POINTS // max(1, int(np.prod(shape[1:]))))
     times: dict[tuple[str, str], np.ndarray] = {}
     fits: dict[tuple[str, str], np.ndarray] = {}
     log_sd: dict[tuple[str, str], np.ndarray] = {}
     parts: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     for link in exp.links:
-        for plan in exp.plans:
-            t_out, f_out = np.empty(shape), np.empty(shape, dtype=bool)
-            p_out: dict[str, np.ndarray] = {}
-            sd_out = np.empty(shape) if calibrated(exp) else None
-            for start in range(0, shape[0], rows_per_block):
-                stop = min(shape[0], start + rows_per_block)
-                block = (axes[0][start:stop], *axes[1:])
-                inputs = dict(zip(names, np.meshgrid(*block, indexing="ij", sparse=True), strict=True))
-                t, f, terms = evaluate_parts(exp, plan, link.link, inputs, parts=breakdown)
-                t_out[start:stop], f_out[start:stop] = t, f
-                for term, seconds in terms.items():
-                    p_out.setdefault(term, np.empty(shape))[start:stop] = seconds
-                if sd_out is not None:
-                    price = lambda e, p=plan, lk=link, i=inputs: evaluate(e, p, lk.link, i)[0]  # noqa: E731
-                    sd_out[start:stop] = point_log_sd(exp, price, np.broadcast_to(t, t_out[start:stop].shape))
-                if progress is not None:
-                    progress((stop - start) * int(np.prod(shape[1:])))
-            times[(link.label, plan.label)], fits[(link.label, plan.label)] = t_out, f_out
-            if p_out:
-                parts[(link.label, plan.label)] = p_out
-            if sd_out is not None:
-                log_sd[(link.label, plan.label)] = sd_out
+        for start, stop, block in _blocks(axes, BLOCK_POINTS):
+            result = _evaluate_block(exp, link, names, block, breakdown)
+            for key, t in result.times_s.items():
+                times.setdefault(key, np.empty(shape))[start:stop] = t
+                fits.setdefault(key, np.empty(shape, dtype=bool))[start:stop] = result.fits[key]
+                if key in result.log_sd:
+                    log_sd.setdefault(key, np.empty(shape))[start:stop] = result.log_sd[key]
+                for term, seconds in result.parts.get(key, {}).items():
+                    parts.setdefault(key, {}).setdefault(term, np.empty(shape))[start:stop] = seconds
+            if progress is not None:
+                progress(result.points)
     labels = tuple(lk.label for lk in exp.links), tuple(p.label for p in exp.plans)
     return SweepResult(exp, names, axes, *labels, times, fits, log_sd, parts)
+
+
+@dataclass(frozen=True)
+class SweepTotals:
+    """What a streamed sweep keeps once its rows are written: the grid, how many cells each
+    plan won on each link, and whether each plan was valid anywhere."""
+
+    experiment: Experiment
+    variables: tuple[str, ...]
+    axes: tuple[np.ndarray, ...]
+    links: tuple[str, ...]
+    plans: tuple[str, ...]
+    cells: dict[str, dict[str, int]]  # link -> plan (or "none valid") -> cells won
+    valid: dict[str, bool]  # plan -> valid at some point on some link
+    per_point_bands: bool
+
+    @property
+    def points(self) -> int:
+        return int(np.prod([len(a) for a in self.axes])) * len(self.links) * len(self.plans)
+
+    def winner_cells(self) -> dict[str, dict[str, int]]:
+        return self.cells
+
+    def valid_somewhere(self, plan: str) -> bool:
+        return self.valid[plan]
+
+
+def stream_sweep(
+    exp: Experiment,
+    grid: Sequence[tuple[str, np.ndarray]],
+    write: Callable[[dict[str, np.ndarray]], Any],
+    progress: Callable[[int], Any] | None = None,
+    breakdown: bool = False,
+    block_points: int = BLOCK_POINTS,
+) -> SweepTotals:
+    """`run_sweep` whose table (`SweepResult.columns`, the same rows in the same order: link by
+    link, the grid in C order) goes to `write` one block at a time; only the totals stay in
+    memory, so a grid of up to MAX_STREAMED configurations takes the memory of one block."""
+    names, axes = _axes(grid)
+    check_size(int(np.prod([len(a) for a in axes])) * len(exp.links) * len(exp.plans), limit=MAX_STREAMED)
+    plans = tuple(p.label for p in exp.plans)
+    cells = {lk.label: dict.fromkeys([*plans, "none valid"], 0) for lk in exp.links}
+    valid = dict.fromkeys(plans, False)
+    per_point = False
+    for link in exp.links:
+        for _, _, block in _blocks(axes, block_points):
+            result = _evaluate_block(exp, link, names, block, breakdown)
+            write(dict(result.columns()))
+            for name, count in result.winner_cells()[link.label].items():
+                cells[link.label][name] += count
+            for plan in plans:
+                valid[plan] |= result.valid_somewhere(plan)
+            per_point |= bool(result.log_sd)
+            if progress is not None:
+                progress(result.points)
+    labels = tuple(lk.label for lk in exp.links)
+    return SweepTotals(exp, names, axes, labels, plans, cells, valid, per_point)
+
+
+def _axes(grid: Sequence[tuple[str, np.ndarray]]) -> tuple[tuple[str, ...], tuple[np.ndarray, ...]]:
+    names = tuple(name for name, _ in grid)
+    if len(set(names)) != len(names):
+        raise ValueError("each variable may be varied once")
+    return names, tuple(np.asarray(values, dtype=float) for _, values in grid)
+
+
+def _blocks(axes: tuple[np.ndarray, ...], block_points: int) -> Iterator[tuple[int, int, tuple[np.ndarray, ...]]]:
+    """(start, stop, axes) of blocks of whole rows of the first axis, about `block_points` each."""
+    rows = max(1, block_points // max(1, int(np.prod([len(a) for a in axes[1:]]))))
+    for start in range(0, len(axes[0]), rows):
+        stop = min(len(axes[0]), start + rows)
+        yield start, stop, (axes[0][start:stop], *axes[1:])
+
+
+def _evaluate_block(
+    exp: Experiment, link: Any, names: tuple[str, ...], axes: tuple[np.ndarray, ...], breakdown: bool
+) -> SweepResult:
+    """Every plan on one link over one block of the grid."""
+    from shardwise.analyses.bands import calibrated, point_log_sd
+
+    inputs = dict(zip(names, np.meshgrid(*axes, indexing="ij", sparse=True), strict=True))
+    shape = tuple(len(a) for a in axes)
+    times, fits, log_sd, parts = {}, {}, {}, {}
+    for plan in exp.plans:
+        key = (link.label, plan.label)
+        t, f, terms = evaluate_parts(exp, plan, link.link, inputs, parts=breakdown)
+        times[key], fits[key] = np.broadcast_to(t, shape), np.broadcast_to(f, shape)
+        if terms:
+            parts[key] = {term: np.broadcast_to(v, shape) for term, v in terms.items()}
+        if calibrated(exp):
+            price = lambda e, p=plan, i=inputs: evaluate(e, p, link.link, i)[0]  # noqa: E731
+            log_sd[key] = point_log_sd(exp, price, times[key])
+    return SweepResult(exp, names, axes, (link.label,), tuple(p.label for p in exp.plans), times, fits, log_sd, parts)

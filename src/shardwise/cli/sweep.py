@@ -86,15 +86,23 @@ def sweep(
         raise SpecError("--breakdown adds columns to the table: give --csv FILE too")
     if breakdown and exp.cost_model == "textbook":
         raise SpecError("--breakdown: the textbook cost model has no terms; use --cost-model physical")
+    from shardwise.analyses.sweep import MAX_STREAMED, check_size
+
+    show_progress = not (no_progress or as_json) and total_configs >= PROGRESS_MIN_POINTS
     start = time.perf_counter()
-    if no_progress or as_json or total_configs < PROGRESS_MIN_POINTS:
-        result = run_sweep(exp, grid, breakdown=breakdown)
+    if out_path is not None and map_path is None:  # rows go to the file block by block
+        result = _stream(exp, grid, out_path, total_configs, breakdown, show_progress)
     else:
-        result = _with_progress(exp, grid, total_configs, breakdown)
+        check_size(total_configs, hint=f"; or give --csv FILE without --plot: a file takes up to {MAX_STREAMED:,}")
+        result = (
+            run_sweep(exp, grid, breakdown=breakdown)
+            if not show_progress
+            else _with_progress(exp, grid, total_configs, breakdown)
+        )
+        _check_plans_valid(exp, result, grid)
+        if out_path is not None:
+            _write(result, out_path, not (no_progress or as_json))
     elapsed = time.perf_counter() - start
-    _check_plans_valid(exp, result, grid)
-    if out_path is not None:
-        _write(result, out_path, not (no_progress or as_json))
     if map_path is not None:
         from shardwise import plots
 
@@ -106,6 +114,20 @@ def sweep(
         click.echo(export.dumps(summary))
         return
     _print(summary, out_path, map_path)
+
+
+def _stream(exp: Any, grid: list[Any], path: str, total: int, breakdown: bool, show_progress: bool) -> Any:
+    """The sweep written to `path` as it is evaluated (`analyses.sweep.stream_sweep`): memory
+    stays that of one block, whatever the grid. A plan invalid everywhere leaves no file."""
+    from shardwise.analyses.sweep import stream_sweep
+    from shardwise.cli.render import progress_bar
+    from shardwise.export import columns_writer
+
+    with columns_writer(path) as write:
+        with progress_bar(total, f"evaluating, writing {path}", disable=not show_progress) as advance:
+            totals = stream_sweep(exp, grid, write, progress=advance, breakdown=breakdown)
+        _check_plans_valid(exp, totals, grid)
+    return totals
 
 
 def _with_progress(exp: Any, grid: list[Any], total: int, breakdown: bool) -> Any:
@@ -166,7 +188,7 @@ def _check_plans_valid(exp: Any, result: Any, grid: list[Any]) -> None:
     from shardwise.errors import SpecError
 
     for plan in exp.plans:
-        if all(np.all(np.isnan(result.times_s[(link, plan.label)])) for link in result.links):
+        if not result.valid_somewhere(plan.label):
             first = {name: np.asarray(values)[:1] for name, values in grid}
             rule = why_invalid(exp, plan, exp.links[0].link, first)
             raise SpecError(f"--plan {plan.label}: invalid at every point of the grid ({rule or 'see the rules'})")
