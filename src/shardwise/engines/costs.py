@@ -421,10 +421,27 @@ def stages(
     moe_layer, n_moe = moe if moe is not None else (layer, zero)
 
     def per(f: str, n_dense: Number, n_moe_layers: Number) -> Number:
+        if moe is None:  # every layer dense
+            return n_dense * getattr(layer, f)
         return n_dense * getattr(layer, f) + n_moe_layers * (getattr(moe_layer, f) - getattr(layer, f))
 
-    middle = StageCost(*(per(f, split.middle_max, n_moe.middle_max) for f in FIELDS))
-    middle_sum = StageCost(*(per(f, split.middle_total, n_moe.middle_total) for f in FIELDS))
-    first = StageCost(*(per(f, split.first, n_moe.first) + getattr(emb, f) + one * getattr(head, f) for f in FIELDS))
-    last = StageCost(*(per(f, split.last, n_moe.last) + getattr(head, f) + one * getattr(emb, f) for f in FIELDS))
+    # a term that is 0 in every part (a dense model's expert all-to-alls) stays a scalar 0
+    parts = (layer, emb, head, moe_layer)
+    nil = {f for f in FIELDS if all(np.ndim(getattr(c, f)) == 0 and float(getattr(c, f)) == 0.0 for c in parts)}
+
+    def stage(n: Number, n_moe_layers: Number, ends: tuple[StageCost, StageCost] | None = None) -> StageCost:
+        values = []
+        for f in FIELDS:
+            if f in nil:
+                values.append(0.0)
+            elif ends is None:
+                values.append(per(f, n, n_moe_layers))
+            else:
+                values.append(per(f, n, n_moe_layers) + getattr(ends[0], f) + one * getattr(ends[1], f))
+        return StageCost(*values)
+
+    middle = stage(split.middle_max, n_moe.middle_max)
+    middle_sum = stage(split.middle_total, n_moe.middle_total)
+    first = stage(split.first, n_moe.first, (emb, head))
+    last = stage(split.last, n_moe.last, (head, emb))
     return Stages(first, middle, last, middle_sum)
