@@ -195,6 +195,7 @@ def test_the_presets_snapshot_is_current(tmp_path):
     for kind in presets.KINDS:  # the same mapping as the YAML gives, name by name
         text = (folder / f"{kind}.yaml").read_text(encoding="utf-8")
         assert presets.raw(kind) == presets.parse(kind, text)
+        assert list(presets.raw(kind)) == list(presets.parse(kind, text))  # in the file's order
 
 
 def test_an_edited_preset_file_is_read_from_its_yaml(monkeypatch):

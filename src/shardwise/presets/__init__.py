@@ -82,7 +82,7 @@ def write_snapshot(folder: Path | None = None) -> Path:
         text = (folder / f"{kind}.yaml").read_text(encoding="utf-8")
         snapshot[kind] = {"crc32": _checksum(text), "data": parse(kind, text)}
     out = folder / SNAPSHOT
-    out.write_text(json.dumps(snapshot, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    out.write_text(json.dumps(snapshot, indent=1) + "\n", encoding="utf-8")  # the files' order
     return out
 
 
