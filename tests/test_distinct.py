@@ -191,3 +191,23 @@ def test_grouping_leaves_grids_and_small_inputs_alone():
                     Plan(dp=64, global_batch=gb, micro_batch=np.array([1, 2, 4, 8])[None, :]))  # fmt: skip
     distinct.evaluate_grouped(lambda s: called.append(s) or 0.0, grid, frozenset())
     assert called == [scn, grid]
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-50, 50), max_size=40))
+def test_sorted_distinct_is_np_unique(values):
+    from shardwise.arrays import sorted_distinct
+
+    assert (
+        sorted_distinct(np.array(values, dtype=np.int64)).tolist()
+        == np.unique(np.array(values, dtype=np.int64)).tolist()
+    )
+
+
+def test_where_with_one_condition_returns_the_branch_itself():
+    from shardwise.arrays import plus, where
+
+    a, b = np.arange(3.0), np.ones(3)
+    assert where(True, a, b) is a and where(np.bool_(False), a, b) is b
+    assert np.array_equal(where(np.array([True, False, True]), a, b), np.where([True, False, True], a, b))
+    assert plus(a, 0.0) is a and np.array_equal(plus(a, 1.0), a + 1.0)

@@ -19,6 +19,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from shardwise.arrays import sorted_distinct
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Recompute, Schedule
 
@@ -100,7 +101,7 @@ def divisors(n: int) -> np.ndarray:
     """The divisors of n, ascending, by trial division up to sqrt(n) (n may be a large batch)."""
     low = np.arange(1, math.isqrt(n) + 1, dtype=np.int64)
     low = low[n % low == 0]
-    return np.unique(np.concatenate([low, n // low]))
+    return sorted_distinct(np.concatenate([low, n // low]))
 
 
 def _allowed(values: np.ndarray, fixed: tuple[int, ...] | None) -> np.ndarray:
@@ -157,7 +158,7 @@ def _schedules(layers: int, pp: int, space: SearchSpace) -> list[tuple[int, int]
     if pp == 1:
         return [] if space.vpp is not None and 1 not in space.vpp else [(int(Schedule.ONE_F_ONE_B), 1)]
     units = [u for _, _, u in stage_splits(layers, pp) if u > 0]
-    vpps = np.unique(np.concatenate([divisors(u) for u in units])) if units else np.array([1])
+    vpps = sorted_distinct(np.concatenate([divisors(u) for u in units])) if units else np.array([1])
     vpps = vpps[vpps >= 2]
     vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
     sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
@@ -227,14 +228,16 @@ class _Join:
         self.carried = {k: v[rows] for k, v in self.carried.items()}
         self._cache = {}
 
-    def columns(self) -> dict[str, np.ndarray]:
+    def columns(self, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
+        """The current rows' columns (`names` of the layouts' fields, default all)."""
         out: dict[str, np.ndarray] = {}
-        at = np.arange(self.size)
+        at = None  # the rows of the step being read, per current row (None: the last step's own)
         for rows, chosen in reversed(self.steps):
             for name, values in chosen.items():
-                out[name] = values[at]
-            at = rows[at]
-        out.update({k: v[self.layout] for k, v in self.layouts.items()})
+                out[name] = values if at is None else values[at]
+            at = rows if at is None else rows[at]
+        wanted = self.layouts if names is None else {k: v for k, v in self.layouts.items() if k in names}
+        out.update({k: v[self.layout] for k, v in wanted.items()})
         return out
 
 
@@ -266,7 +269,7 @@ def _layouts(model: Model, cluster: Cluster, global_batch: int, space: SearchSpa
         cps = _allowed(np.array([1], dtype=np.int64), space.cp)
     else:  # 1, or cp splitting the sequence into 2 cp whole chunks (`rules.sequence_rules`)
         s = int(model.seq_len)
-        cps = np.union1d([1], divisors(s // 2) if s >= 2 and s % 2 == 0 else [1]).astype(np.int64)
+        cps = sorted_distinct(np.concatenate([[1], divisors(s // 2) if s >= 2 and s % 2 == 0 else []])).astype(np.int64)
         cps = _allowed(cps, space.cp)
     ranks = rows["gpus"] // (rows["tp"] * rows["pp"])
     rows.add(ranks[:, None] % cps[None, :] == 0, carry=("cp",), cp=cps)
@@ -289,28 +292,33 @@ def candidates_by_layout(
     model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """`candidates` and, for each plan, the index of its (GPU count, tp, pp, cp, dp) layout among
-    the search's layouts (plans of one layout share it; numbered in order from 0)."""
+    the search's layouts (plans of one layout share it; numbered in order from 0). Two joins
+    follow the layouts: (micro-batch, schedule and virtual stages), then (recompute, sequence
+    parallelism, ZeRO stage, stage split, expert parallelism), each over the product of its
+    options in that order (the nested loops' order)."""
     rows = _Join(_layouts(model, cluster, global_batch, space))
     layers = int(model.layers)
-    # micro-batch: divides the batch per replica (a fixed value overrides the default limit)
+    distinct_pp = sorted_distinct(rows.layouts["pp"]).tolist()
+    keys, sched, sched_ok = _per_pp({p: _schedules(layers, p, space) for p in distinct_pp}, 2)
+    rows.layouts["pp_code"] = np.searchsorted(keys, rows.layouts["pp"])
+    code, dp, pp = rows["pp_code"], rows["dp"], rows["pp"]
+    # micro-batch: divides the batch per replica (a fixed value overrides the default limit);
+    # interleaving needs the micro-batch count a multiple of pp
     mbs = np.arange(1, space.max_micro_batch + 1, dtype=np.int64)
     if space.micro_batch is not None:
         mbs = np.array(sorted({m for m in space.micro_batch if m >= 1}), dtype=np.int64)
-    rows.add((global_batch // rows["dp"])[:, None] % mbs[None, :] == 0, carry=("micro_batch",), micro_batch=mbs)
-    # schedule and virtual stages; interleaving needs the micro-batch count a multiple of pp
-    distinct_pp = np.unique(rows.layouts["pp"]).tolist()
-    keys, sched, exists = _per_pp({p: _schedules(layers, p, space) for p in distinct_pp}, 2)
-    rows.layouts["pp_code"] = np.searchsorted(keys, rows.layouts["pp"])
-    code = rows["pp_code"]
-    m = global_batch // (rows["dp"] * rows["micro_batch"])
-    ok = exists[code] & ((sched[code, :, 0] != int(Schedule.INTERLEAVED)) | ((m % rows["pp"])[:, None] == 0))
+    m = global_batch // (dp[:, None] * mbs[None, :])
+    whole = (global_batch // dp)[:, None] % mbs[None, :] == 0
+    plain = (sched[code, :, 0] != int(Schedule.INTERLEAVED))[:, None, :]
+    ok = whole[:, :, None] & sched_ok[code][:, None, :] & (plain | ((m % pp[:, None]) == 0)[:, :, None])
+    k = sched.shape[1]
     rows.add(
-        ok,
+        ok.reshape(rows.size, mbs.size * k),
         carry=("vpp",),
-        schedule=lambda r, o: sched[code[r], o, 0],
-        vpp=lambda r, o: sched[code[r], o, 1],
+        micro_batch=lambda r, o: mbs[o // k],
+        schedule=lambda r, o: sched[code[r], o % k, 0],
+        vpp=lambda r, o: sched[code[r], o % k, 1],
     )
-    del rows.carried["micro_batch"]
     # with fused (flash) attention, selective recomputation has nothing left to recompute: it is
     # the same plan as none, so it is searched only when asked for
     flash = space.execution.get("flash_attention", True)
@@ -319,53 +327,60 @@ def candidates_by_layout(
         for r in Recompute
         if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
     ]
-    rows.add(np.ones((rows.size, len(rc)), dtype=bool), recompute=np.array(rc, dtype=np.int64))
+    rc_ok = np.ones((rows.size, len(rc)), dtype=bool)
     # sequence parallelism: with tp > 1 when each rank's sequence splits by tp; a mixture of
     # experts trained with TP needs it (rules.moe_training_rule)
-    tp, cp = rows["tp"], rows["cp"]
+    tp, cp, dp, pp = rows["tp"], rows["cp"], rows["dp"], rows["pp"]
     multi = tp > 1
-    splits_seq = (model.seq_len // cp) % tp == 0
 
     def asked(q: bool) -> bool:
         return space.sequence_parallel is None or q in space.sequence_parallel
 
-    sp_off = ~multi | (asked(False) and not model.is_moe)
-    sp_on = multi & splits_seq & asked(True)
-    rows.add(np.column_stack([sp_off, sp_on]), sequence_parallel=np.array([0, 1], dtype=np.int64))
+    sp_ok = np.column_stack([~multi | (asked(False) and not model.is_moe), multi & asked(True)])
+    sp_ok[:, 1] &= (model.seq_len // cp) % tp == 0
     # ZeRO 0-3 with dp > 1: DeepSpeed's pipeline engine refuses ZeRO-2/3 and Megatron-LM's
     # distributed optimizer is ZeRO-1, so with pp > 1 they are opt-in (PyTorch FSDP2 + PP, as in
     # torchtitan, does combine them)
     zs = np.arange(4, dtype=np.int64)
-    dp, pp = rows["dp"][:, None], rows["pp"][:, None]
-    ok = (dp > 1) | (zs[None, :] == 0)
+    zero_ok = (dp[:, None] > 1) | (zs[None, :] == 0)
     if not space.zero_with_pipeline:
-        ok &= (pp == 1) | (zs[None, :] <= 1)
+        zero_ok &= (pp[:, None] == 1) | (zs[None, :] <= 1)
     if space.zero_stage is not None:
-        ok &= (dp == 1) | np.isin(zs, space.zero_stage)[None, :]
-    rows.add(ok, zero_stage=zs)
-    # stage split; each model chunk holds whole layers
+        zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
+    # stage split: each model chunk holds whole layers
     if space.uneven_stages:
         table = {p: list(stage_splits(layers, p)) for p in distinct_pp}
     else:
         table = {p: [(0, 0, layers // p)] for p in distinct_pp}
-    _, split, exists = _per_pp(table, 3)
+    _, split, split_exists = _per_pp(table, 3)
     code, v = rows["pp_code"], rows["vpp"][:, None]
     unit = split[code, :, 2]
-    ok = exists[code] & ((v == 1) | ((unit > 0) & (unit % np.maximum(v, 1) == 0)))
+    split_ok = split_exists[code] & ((v == 1) | ((unit > 0) & (unit % np.maximum(v, 1) == 0)))
+    # expert parallelism: divides the experts and the tp x cp x dp ranks of a stage
+    eps = _allowed(divisors(int(model.experts)), space.ep) if model.is_moe else np.ones(1, dtype=np.int64)
+    ep_ok = (tp * cp * dp)[:, None] % eps[None, :] == 0 if model.is_moe else np.ones((rows.size, 1), dtype=bool)
+    masks = (rc_ok, sp_ok, zero_ok, split_ok, ep_ok)
+    ok = masks[0]
+    for mask in masks[1:]:  # the product of the options, the last varying fastest
+        ok = (ok[:, :, None] & mask[:, None, :]).reshape(rows.size, ok.shape[1] * mask.shape[1])
+    sizes = [mask.shape[1] for mask in masks]
+
+    def digit(o: np.ndarray, i: int) -> np.ndarray:
+        """The i-th option's index within the product (mixed radix, the last fastest)."""
+        return (o // int(np.prod(sizes[i + 1 :], dtype=np.int64))) % sizes[i]
+
     rows.add(
         ok,
-        first_stage_layers=lambda r, o: split[code[r], o, 0],
-        last_stage_layers=lambda r, o: split[code[r], o, 1],
+        recompute=lambda r, o: np.asarray(rc, dtype=np.int64)[digit(o, 0)],
+        sequence_parallel=lambda r, o: digit(o, 1),
+        zero_stage=lambda r, o: digit(o, 2),
+        first_stage_layers=lambda r, o: split[code[r], digit(o, 3), 0],
+        last_stage_layers=lambda r, o: split[code[r], digit(o, 3), 1],
+        ep=lambda r, o: eps[digit(o, 4)],
     )
-    # expert parallelism: divides the experts and the tp x cp x dp ranks of a stage
-    if model.is_moe:
-        eps = _allowed(divisors(int(model.experts)), space.ep)
-        ranks = rows["tp"] * rows["cp"] * rows["dp"]
-        rows.add(ranks[:, None] % eps[None, :] == 0, ep=eps)
     if rows.size == 0:
         return {}, np.zeros(0, dtype=np.int64)
-    cols = rows.columns()
-    cols.setdefault("ep", np.ones(rows.size, dtype=np.int64))
+    cols = rows.columns(COLUMNS)
     return {name: cols[name] for name in COLUMNS}, rows.layout
 
 

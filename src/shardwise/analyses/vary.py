@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.analyses.experiment import VARIABLES
+from shardwise.arrays import sorted_distinct
 from shardwise.errors import SpecError
 from shardwise.specs._checks import MAX_WHOLE
 
@@ -71,7 +72,7 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
     if var.integer and np.any(values > MAX_WHOLE):  # whole numbers beyond 2**53 are not exact
         raise SpecError(f"{values.max():g} is not allowed; {name} must be at most {MAX_WHOLE:,}")
     if var.integer:  # ranges are rounded to whole numbers (lists were checked when read)
-        values = np.unique(np.round(values))
+        values = sorted_distinct(np.round(values))
     return np.asarray(values, dtype=float)
 
 

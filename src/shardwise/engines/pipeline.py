@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.engines._arrays import where
+from shardwise.arrays import where
 from shardwise.specs._checks import Number
 
 

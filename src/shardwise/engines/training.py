@@ -27,7 +27,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardwise.engines._arrays import plus, where
+from shardwise.arrays import plus, where
 from shardwise.engines.costs import (
     Stages,
     context_parallel,

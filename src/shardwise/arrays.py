@@ -1,6 +1,8 @@
-"""Array helpers for the engines' hot paths."""
+"""Array helpers for hot paths, shared by every layer."""
 
 from __future__ import annotations
+
+from typing import Any
 
 import numpy as np
 
@@ -21,3 +23,12 @@ def plus(a: Number, b: Number) -> Number:
     if np.ndim(b) == 0 and float(b) == 0.0:
         return a
     return a + b
+
+
+def sorted_distinct(values: Any) -> np.ndarray:
+    """The distinct values, ascending (`np.unique` of numbers without NaN, without its lazy
+    import of numpy.ma, about 15 ms of a command's start with numpy 2.4)."""
+    a = np.sort(np.asarray(values).ravel())
+    if a.size < 2:
+        return a
+    return a[np.concatenate(([True], a[1:] != a[:-1]))]
