@@ -5,7 +5,8 @@
 Target (issue 16): `shardwise predict ... --json` under 0.2 s. Each command runs once to
 compile its bytecode (as a normal install has it), then `--repeat` times; the median is
 reported, also next to `python -c pass` and `python -c "import numpy"` timed the same way
-(what any Python command and any numpy command pay before doing anything).
+(what any Python command and any numpy command pay before doing anything), and as a ratio to
+the numpy import.
 """
 
 from __future__ import annotations
@@ -37,11 +38,15 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=15)
     args = parser.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # bytecode as installed
-    print(f"{'command':32s} {'median s':>9s} {'min s':>7s}")
+    medians = {}
     for name, argv in COMMANDS.items():
         run(argv, env)  # compiles the bytecode
         times = [run(argv, env) for _ in range(args.repeat)]
-        print(f"{name:32s} {statistics.median(times):9.3f} {min(times):7.3f}")
+        medians[name] = (statistics.median(times), min(times))
+    numpy_s = medians['python -c "import numpy"'][0]
+    print(f"{'command':32s} {'median s':>9s} {'min s':>7s} {'/ numpy import':>15s}")
+    for name, (med, low) in medians.items():
+        print(f"{name:32s} {med:9.3f} {low:7.3f} {med / numpy_s:15.2f}")
 
 
 if __name__ == "__main__":

@@ -22,6 +22,8 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+from unit import numpy_unit_s
+
 from shardwise import presets
 from shardwise.analyses import planner
 from shardwise.analyses.planner import SearchSpace, search
@@ -42,7 +44,10 @@ def main() -> None:
     args = parser.parse_args()
     model, cluster = presets.model("gpt-1t"), presets.system("dgx-a100", nodes=384)
     search(model, cluster, 3072)  # warm-up
-    print(f"{'space':40s} {'plans':>10s} {'fit':>8s} {'median s':>9s} {'search s':>9s} {'plans/s':>12s}")
+    unit = numpy_unit_s(args.repeat)
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms")
+    heads = ("plans", "fit", "median s", "search s", "in units", "plans/s")
+    print(f"{'space':40s} " + " ".join(f"{h:>{w}s}" for h, w in zip(heads, (10, 8, 9, 9, 9, 12), strict=True)))
     for name, space in CASES.items():
         times, alone, result = [], [], None
         for _ in range(args.repeat):
@@ -60,7 +65,7 @@ def main() -> None:
         med, med_alone = statistics.median(times), statistics.median(alone)
         assert result is not None
         fit = result.evaluated - result.dropped_for_memory
-        print(f"{name:40s} {result.evaluated:10,d} {fit:8,d} {med:9.3f} {med_alone:9.3f} "
+        print(f"{name:40s} {result.evaluated:10,d} {fit:8,d} {med:9.3f} {med_alone:9.3f} {med_alone / unit:9.2f} "
               f"{result.evaluated / med_alone:12,.0f}")  # fmt: skip
 
 

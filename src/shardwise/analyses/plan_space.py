@@ -14,6 +14,7 @@ form row by row.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -363,20 +364,21 @@ def candidates_by_layout(
     ok = masks[0]
     for mask in masks[1:]:  # the product of the options, the last varying fastest
         ok = (ok[:, :, None] & mask[:, None, :]).reshape(rows.size, ok.shape[1] * mask.shape[1])
-    sizes = [mask.shape[1] for mask in masks]
+    # each option of the product as its (recompute, SP, ZeRO, split, EP) indices, the last fastest
+    digits = np.indices([mask.shape[1] for mask in masks]).reshape(len(masks), -1)
+    split_of = digits[3]
 
-    def digit(o: np.ndarray, i: int) -> np.ndarray:
-        """The i-th option's index within the product (mixed radix, the last fastest)."""
-        return (o // int(np.prod(sizes[i + 1 :], dtype=np.int64))) % sizes[i]
+    def stage_layers(field: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        return lambda r, o: split[code[r], split_of[o], field]
 
     rows.add(
         ok,
-        recompute=lambda r, o: np.asarray(rc, dtype=np.int64)[digit(o, 0)],
-        sequence_parallel=lambda r, o: digit(o, 1),
-        zero_stage=lambda r, o: digit(o, 2),
-        first_stage_layers=lambda r, o: split[code[r], digit(o, 3), 0],
-        last_stage_layers=lambda r, o: split[code[r], digit(o, 3), 1],
-        ep=lambda r, o: eps[digit(o, 4)],
+        recompute=np.asarray(rc, dtype=np.int64)[digits[0]],
+        sequence_parallel=digits[1],
+        zero_stage=digits[2],
+        first_stage_layers=stage_layers(0),
+        last_stage_layers=stage_layers(1),
+        ep=eps[digits[4]],
     )
     if rows.size == 0:
         return {}, np.zeros(0, dtype=np.int64)
