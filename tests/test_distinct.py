@@ -65,6 +65,12 @@ def test_random_layouts_price_the_same_once_per_distinct_one(seed):
     assert deduplicated(scn)
     fast, each = estimate_training_step(scn), estimate_each_training_step(scn)
     same(fast, each)  # every field read (each gathered on first read)
+    # the properties, computed over the distinct configurations and gathered, are every element's
+    for name in ("tokens_per_s", "mfu", "hfu", "fits_in_memory", "model_tflops_per_gpu"):
+        assert np.array_equal(getattr(fast, name), getattr(each, name)), name
+    lazy = estimate_training_step(scn)
+    assert np.array_equal(lazy.memory.total_bytes, each.memory.total_bytes)
+    assert np.array_equal(lazy.breakdown.total_s, each.breakdown.total_s)
     assert isinstance(fast, TrainingEstimate) and isinstance(fast.memory, type(each.memory))
     assert fast.scenario is scn
     assert dataclasses.replace(fast, bubble_fraction=0.0).bubble_fraction == 0.0

@@ -174,6 +174,11 @@ def _lazy(value: Any, expand: tuple[np.ndarray, tuple[int, ...], int, Any]) -> A
     lazy = _LAZY.get(cls)
     if lazy is None:
         names = frozenset(f.name for f in dataclasses.fields(value))
+        # a class that declares its properties elementwise (each value a function of the same
+        # element's fields) has them computed over the distinct configurations and gathered once:
+        # a memory total is one gather instead of five gathers and four additions
+        if getattr(cls, "ELEMENTWISE_PROPERTIES", False):
+            names |= {k for k in dir(cls) if isinstance(getattr(cls, k, None), property)}
 
         def __getattribute__(self: Any, name: str) -> Any:
             if name in names:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -23,6 +24,9 @@ class StepBreakdown:
     overhead: the software stack's fixed costs per micro-batch and per step (0 unless calibrated,
     see `Cluster`).
     """
+
+    # every property is a function of the same element's fields (`engines.distinct._lazy`)
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True
 
     compute_s: Number
     tp_comm_s: Number
@@ -72,6 +76,9 @@ class TrainingEstimate:
     keeps it where standard attention computes the whole square): at long sequences the
     convention's MFU would otherwise exceed what the GEMMs reach.
     """
+
+    # every property is a function of the same element's fields (`engines.distinct._lazy`)
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True
 
     scenario: Scenario
     step_time_s: Number

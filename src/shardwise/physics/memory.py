@@ -24,6 +24,7 @@ min(p, m) for 1F1B, and p v + p - 1 model chunks of l/(p v) layers for the inter
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -136,6 +137,9 @@ def layers_in_flight(
 @dataclass(frozen=True)
 class MemoryBreakdown:
     """Bytes on one GPU (the fullest pipeline stage)."""
+
+    # every property is a function of the same element's fields (`engines.distinct._lazy`)
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True
 
     weights_bytes: Number
     gradients_bytes: Number
