@@ -211,7 +211,9 @@ class _Join:
             self._cache[name] = self.layouts[name][self.layout]
         return self._cache[name]
 
-    def add(self, ok: np.ndarray, carry: tuple[str, ...] = (), **options: np.ndarray) -> None:
+    def add(
+        self, ok: np.ndarray, carry: tuple[str, ...] = (), **options: np.ndarray | Callable[..., np.ndarray]
+    ) -> None:
         """Each row once per option where `ok` holds; an option column is (options,) or a
         function of (rows, options) index arrays."""
         r, o = np.nonzero(ok)
