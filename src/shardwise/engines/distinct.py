@@ -127,13 +127,8 @@ def evaluate_distinct(fn: Callable[[Any], T], scn: Any) -> T:
     for _, c in fields:
         key += c.codes() * stride
         stride *= c.size
-    if stride <= TABLE_KEYS_PER_CONFIGURATION * n:
-        seen = np.zeros(stride, dtype=bool)
-        seen[key] = True
-        distinct = np.flatnonzero(seen)
-        inverse = (np.cumsum(seen) - 1)[key]
-    else:
-        distinct, inverse = np.unique(key, return_inverse=True)
+    rows, inverse = group_rows(key, stride)
+    distinct = key[rows]  # ascending
     if len(distinct) > MAX_DISTINCT_SHARE * n:
         return fn(scn)
     values: dict[tuple[str, ...], np.ndarray] = {}

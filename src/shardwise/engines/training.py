@@ -54,11 +54,13 @@ from shardwise.physics.memory import MemoryBreakdown
 from shardwise.physics.moe import experts_forward
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
-from shardwise.specs import Model, Recompute, Scenario, Schedule
+from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.rules import moe_training_rules, raise_first
 from shardwise.specs.stages import StageSplit, plan_split
+
+Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
 
 # Megatron-LM's fp16/bf16 optimizer (megatron/core/optimizer/optimizer.py,
 # `Float16OptimizerWithFloat16Params`), bytes per parameter: copy 16-bit grads to fp32 (2 + 4),
@@ -198,7 +200,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
     exposed_p2p = where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
 
-    params, expert_params = stage_params(model, plan, split), stage_expert_params(model, plan, split)
+    params, expert_params = _stage_params(model, plan, split)
     dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, params, (first, middle, last), m, v, expert_params)
     optimizer_s = reduce(np.maximum, (optimizer_time_s(scn, n, x) for n, x in zip(params, expert_params, strict=True)))
 
@@ -227,13 +229,19 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     )
 
 
+def _stage_params(model: Model, plan: Plan, split: StageSplit) -> tuple[Triple, Triple]:
+    """Parameters on one GPU of the first, fullest middle and last stage, and the routed-expert
+    ones among them."""
+    return stage_params(model, plan, split), stage_expert_params(model, plan, split)
+
+
 def training_memory(scn: Scenario) -> MemoryBreakdown:
     """The memory part of `estimate_training_step` alone (the same numbers, without pricing any
     time): what a planner needs to drop the plans that do not fit before it prices the rest."""
     model, plan = scn.model, scn.plan
     split = plan_split(model.layers, plan)
     m = np.asarray(plan.num_micro_batches, dtype=float)
-    params, expert_params = stage_params(model, plan, split), stage_expert_params(model, plan, split)
+    params, expert_params = _stage_params(model, plan, split)
     moe = model_moe_split(model, split) if model.is_moe else None
     return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe)
 
@@ -243,7 +251,7 @@ def training_memory_floor_bytes(scn: Scenario) -> Number:
     (`engines.training_memory.model_state_floor_bytes`), a few array operations per plan."""
     model, plan = scn.model, scn.plan
     split = plan_split(model.layers, plan)
-    return model_state_floor_bytes(plan, stage_params(model, plan, split), stage_expert_params(model, plan, split))
+    return model_state_floor_bytes(plan, *_stage_params(model, plan, split))
 
 
 def optimizer_time_s(scn: Scenario, n_params: Number, n_expert: Number = 0.0) -> Number:

@@ -122,11 +122,11 @@ def stage_states(
     routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
     states = []
     for n, n_expert in zip(params, expert_params, strict=True):
-        dense = mem.model_state_bytes(n - n_expert, 0, 0, plan.precision, shards)
+        dense = mem.sharded_state_bytes(n - n_expert, shards, plan.precision)
         if routed_shards is None:  # no routed experts (a dense model)
             states.append(dense)
             continue
-        routed = mem.model_state_bytes(n_expert, 0, 0, plan.precision, routed_shards)
+        routed = mem.sharded_state_bytes(n_expert, routed_shards, plan.precision)
         states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
     return states
 

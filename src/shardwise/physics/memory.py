@@ -175,16 +175,16 @@ def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]
     return np.where(z >= 3, dp, 1), np.where(z >= 2, dp, 1), np.where(z >= 1, dp, 1)
 
 
-def model_state_bytes(
-    params: Number,
-    dp: Number,
-    zero_stage: Number,
-    precision: str,
-    shards: tuple[Number, Number, Number] | None = None,
+def model_state_bytes(params: Number, dp: Number, zero_stage: Number, precision: str) -> tuple[Number, Number, Number]:
+    """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage."""
+    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision)
+
+
+def sharded_state_bytes(
+    params: Number, shards: tuple[Number, Number, Number], precision: str
 ) -> tuple[Number, Number, Number]:
-    """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage
-    (`shards`: `zero_shards(dp, zero_stage)`, when the caller has it already)."""
-    w, g, o = zero_shards(dp, zero_stage) if shards is None else shards
+    """`model_state_bytes` with the ZeRO `shards` (`zero_shards`) already known."""
+    w, g, o = shards
     weights = params * weight_bytes_per_param(precision) / w
     grads = params * grad_bytes_per_param(precision) / g
     optim = params * OPTIMIZER_BYTES_PER_PARAM / o
