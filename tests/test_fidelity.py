@@ -225,6 +225,40 @@ def test_gemm_time_is_monotone_in_each_dimension():
             assert gemm(*grown) >= base * (1 - 1e-12), (m, n, k, grown)
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp8"])
+@pytest.mark.parametrize("table", [False, True])
+def test_gemms_priced_together_cost_what_each_costs_alone(precision, table):
+    """`gemms_s` stacks a layer's small GEMMs into one call of the tile model (or of a measured
+    table): the same numbers, to the bit, as pricing each one alone, for scalars, arrays of
+    different shapes, thin (split-K) and shapeless (roofline) GEMMs."""
+    from shardwise.physics.compute import gemm_s, gemms_s, linear_times, linears_times
+    from shardwise.physics.flops import Gemm
+    from shardwise.physics.flops import gemm as make_gemm
+    from shardwise.specs import GemmTable
+
+    gpu = presets.gpu("h100-sxm5-80gb")
+    if table:
+        shapes = {"m": (64.0, 1024.0, 8192.0), "n": (4096.0,) * 3, "k": (4096.0,) * 3}
+        gpu = gpu.with_(gemm_table=GemmTable(**shapes, relative_rate=(0.8, 0.95, 0.5)))
+    rng = np.random.default_rng(3)
+    gs = [
+        make_gemm(rng.integers(1, 9000, (5, 1)).astype(float), 4096.0, 1024.0, 2.0),
+        make_gemm(8.0, rng.integers(1, 20000, (1, 3)).astype(float), 8192.0, 2.0, batch=4.0),
+        make_gemm(1.0, 128.0, 4096.0, 2.0, weight_bytes=0.5),  # a decode GEMM: split-K
+        Gemm(1e12, 1e9),  # no shape: the roofline
+        make_gemm(4096.0, 4096.0, 4096.0, 2.0),
+    ]
+    together = gemms_s(gs, gpu, precision)
+    for g, t in zip(gs, together, strict=True):
+        np.testing.assert_array_equal(t, gemm_s(g, gpu, precision))
+    fused = np.array([True, False, True])
+    for accumulate in (True, False, fused):
+        for g, t in zip(gs, linears_times(gs, gpu, precision, accumulate), strict=True):
+            alone = linear_times(g, gpu, precision, accumulate)
+            for field in ("forward_s", "input_grad_s", "weight_grad_s"):
+                np.testing.assert_array_equal(getattr(t, field), getattr(alone, field))
+
+
 def test_context_parallelism_splits_the_tokens_and_passes_keys_and_values():
     """Llama 3.1 70B at 8192 tokens: cp=2 halves each rank's tokens (and activations); the ring
     hides behind attention on NVLink but not over a slow network."""

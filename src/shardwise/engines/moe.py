@@ -34,6 +34,7 @@ from shardwise.physics.compute import (
     attention_precision,
     cast_bytes_per_element,
     linear_times,
+    linears_times,
     memory_s,
 )
 from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens
@@ -76,7 +77,7 @@ def experts_cost(
     etp = plan.expert_tp
     ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded)
     fused = plan.grad_accumulation_fusion
-    up, down = (linear_times(g, gpu, plan.precision, fused) for g in ef.gemms)
+    up, down = linears_times(ef.gemms, gpu, plan.precision, fused)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused)  # a 16-bit GEMM
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
     cast_f = cast_b = 0.0

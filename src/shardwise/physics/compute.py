@@ -20,6 +20,7 @@ and write the outgoing one, BACKWARD_MEMORY_RATIO x the forward traffic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -67,14 +68,56 @@ def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
     """One GEMM kernel: the tile/wave model of `physics.gemm` when the shape is known (a measured
     GEMM table instead for 16-bit GEMMs where the GPU has one), else the roofline; plus the launch
     gap."""
+    return gemms_s((g,), gpu, precision)[0]
+
+
+# GEMMs whose broadcast shape has at most this many elements are priced in one stacked call of
+# the tile model (a layer's dozen GEMMs cost one call's numpy overhead instead of twelve); larger
+# ones one by one, where stacking would broadcast their scalar dimensions to full arrays.
+STACK_MAX_ELEMENTS = 4096
+
+
+def gemms_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
+    """`gemm_s` of each GEMM, all in one precision; the same numbers as one call each (the model
+    is elementwise), with the small ones priced together (STACK_MAX_ELEMENTS)."""
+    out: list[Number] = [0.0] * len(gs)
+    shaped = []
+    for i, g in enumerate(gs):
+        if np.all(np.asarray(g.m) == 0):
+            out[i] = roofline_s(g.flops, g.bytes, gpu, precision)
+        else:
+            shaped.append(i)
+    if not shaped:
+        return out
+    fields = [(gs[i].m, gs[i].n, gs[i].k, gs[i].batch, gs[i].operand_bytes, gs[i].out_bytes) for i in shaped]
+    shape = np.broadcast_shapes(*(np.shape(x) for f in fields for x in f))
+    if len(shaped) > 1 and int(np.prod(shape)) <= STACK_MAX_ELEMENTS:
+        stacked = np.empty((6, len(fields), *shape))
+        for row, f in enumerate(fields):
+            for j, x in enumerate(f):
+                stacked[j, row] = x
+        times = _shaped_s(*stacked, gpu, precision)
+        for row, (i, f) in enumerate(zip(shaped, fields, strict=True)):
+            own = np.broadcast_shapes(*(np.shape(x) for x in f))  # each GEMM keeps its own shape
+            lead = (0,) * (len(shape) - len(own))
+            out[i] = times[(row, *lead, *(slice(0, 1) if d == 1 else slice(None) for d in own))]
+    else:
+        for i, f in zip(shaped, fields, strict=True):
+            out[i] = _shaped_s(*f, gpu, precision)
+    return out
+
+
+def _shaped_s(
+    m: Number, n: Number, k: Number, batch: Number, operand_bytes: Number, out_bytes: Number, gpu: Gpu, precision: str
+) -> Number:
+    """A GEMM of known shape: the tile model, or the GPU's measured table in 16 bits; plus the
+    launch gap."""
     peak, eff = gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision)
-    if np.all(np.asarray(g.m) == 0):
-        return roofline_s(g.flops, g.bytes, gpu, precision)
     if gpu.gemm_table is not None and precision in SIXTEEN_BIT:
         bw = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
-        roof = (g.operand_bytes + g.m * g.n * g.batch * g.out_bytes) / bw
-        return table_time_s(gpu.gemm_table, g.m, g.n, g.k, g.batch, roof, peak, eff) + gpu.kernel_launch_s
-    return gemm_time_s(g.m, g.n, g.k, g.batch, g.operand_bytes, g.out_bytes, gpu, peak, eff) + gpu.kernel_launch_s
+        roof = (operand_bytes + m * n * batch * out_bytes) / bw
+        return table_time_s(gpu.gemm_table, m, n, k, batch, roof, peak, eff) + gpu.kernel_launch_s
+    return gemm_time_s(m, n, k, batch, operand_bytes, out_bytes, gpu, peak, eff) + gpu.kernel_launch_s
 
 
 def attention_precision(precision: str) -> str:
@@ -177,24 +220,29 @@ UNFUSED_ACCUMULATE_BYTES = 10.0
 
 def linear_times(g: Gemm, gpu: Gpu, precision: str, fused_accumulation: Number = True) -> GemmTimes:
     """Forward, input-gradient and weight-gradient GEMMs of one linear layer."""
+    return linears_times((g,), gpu, precision, fused_accumulation)[0]
+
+
+def linears_times(gs: Sequence[Gemm], gpu: Gpu, precision: str, fused_accumulation: Number = True) -> list[GemmTimes]:
+    """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`)."""
     fused = np.asarray(fused_accumulation, dtype=bool)
     if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
-        g = g._replace(a_bytes=1.0, b_bytes=1.0)
+        gs = [g._replace(a_bytes=1.0, b_bytes=1.0) for g in gs]
     elif precision == "fp4":  # activations quantised to NVFP4; the weights as stored
-        g = g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT)
-    fwd = gemm_s(g, gpu, precision)
-    dx = gemm_s(input_gradient(g), gpu, precision)
-
-    def dw_fused() -> Number:
-        return gemm_s(weight_gradient(g, FUSED_ACCUMULATE_BYTES), gpu, precision)
-
-    def dw_plain() -> Number:
-        separate_add = memory_s(UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu)
-        return gemm_s(weight_gradient(g, UNFUSED_GRAD_BYTES), gpu, precision) + separate_add
-
-    if fused.ndim == 0:  # one framework for all plans: price only its kind of accumulation
-        return GemmTimes(fwd, dx, dw_fused() if fused else dw_plain())
-    return GemmTimes(fwd, dx, np.where(fused, dw_fused(), dw_plain()))
+        gs = [g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT) for g in gs]
+    # one framework for all plans (a scalar): price only its kind of weight-gradient accumulation
+    kinds = [bool(fused)] if fused.ndim == 0 else [True, False]
+    accumulate = {True: FUSED_ACCUMULATE_BYTES, False: UNFUSED_GRAD_BYTES}
+    per_layer = [(g, input_gradient(g), *(weight_gradient(g, accumulate[kind]) for kind in kinds)) for g in gs]
+    times = gemms_s([x for layer in per_layer for x in layer], gpu, precision)
+    out = []
+    for i, g in enumerate(gs):
+        fwd, dx, *dw = times[i * (2 + len(kinds)) : (i + 1) * (2 + len(kinds))]
+        if False in kinds:  # the 16-bit gradient is added to main_grad by a separate kernel
+            plain = kinds.index(False)
+            dw[plain] = dw[plain] + memory_s(UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu)
+        out.append(GemmTimes(fwd, dx, dw[0] if len(dw) == 1 else np.where(fused, dw[0], dw[1])))
+    return out
 
 
 def layer_times(
@@ -202,15 +250,15 @@ def layer_times(
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios)."""
     flash = np.asarray(flash, dtype=bool)
-    qkv, proj, up, down = (linear_times(g, gpu, precision, fused_accumulation) for g in fwd.gemms)
+    qkv, proj, up, down, *extra = linears_times((*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation)
     mlp = np.asarray(fwd.has_mlp, dtype=float)
     if not np.all(mlp == 1.0):  # no dense MLP: nothing to time
         up, down = (GemmTimes(*(mlp * x for x in (g.forward_s, g.input_grad_s, g.weight_grad_s))) for g in (up, down))
-    extra = [linear_times(g, gpu, precision, fused_accumulation) for g in fwd.extra]
     others = GemmTimes(*(sum(getattr(g, f) for g in extra) for f in ("forward_s", "input_grad_s", "weight_grad_s")))
     attn_p = attention_precision(precision)
     softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
-    bmm = gemm_s(fwd.scores, gpu, attn_p) + gemm_s(fwd.context, gpu, attn_p)
+    scores, context = gemms_s((fwd.scores, fwd.context), gpu, attn_p)
+    bmm = scores + context
     fused = roofline_s(fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, attn_p, FLASH_RELATIVE_EFFICIENCY)
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
