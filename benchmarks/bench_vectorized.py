@@ -13,6 +13,10 @@ Workloads, each timed `--repeat` times (median reported):
   csv     the grid's table written as CSV (`shardwise sweep --out grid.csv`).
 Targets (issue 16): 10 million random configurations per second, 30 million for grids. Each
 median is also given in units of one numpy `a * b + c` over 1e7 float64 measured in the same run.
+
+`--allocator reuse` (the default) sets glibc's malloc as the `shardwise` command does
+(`shardwise.allocator`); `--allocator default` leaves glibc's own settings, as a Python program
+that imports the library gets unless it calls `reuse_freed_memory()`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import numpy as np
 from unit import numpy_unit_s
 
 from shardwise import presets
+from shardwise.allocator import reuse_freed_memory
 from shardwise.analyses.experiment import brief_experiment
 from shardwise.analyses.sweep import run_sweep
 from shardwise.engines.training import estimate_each_training_step, estimate_training_step
@@ -100,7 +105,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/speed.md)")
+    parser.add_argument("--allocator", choices=("reuse", "default"), default="reuse", help="glibc malloc settings")
     args = parser.parse_args()
+    if args.allocator == "reuse" and not reuse_freed_memory():
+        print("note: could not set the allocator (not glibc); timings use its defaults")
     unit = numpy_unit_s(args.repeat)
     configs, _ = bench_grid()  # warm-up
     cases = (
@@ -115,13 +123,14 @@ def main() -> None:
         med = statistics.median(times)
         rows.append((name, configs, med, med / unit, configs / med))
     if args.markdown:
-        print(f"| workload ({configs:,} configurations; unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms) "
+        print(f"| workload ({configs:,} configurations; unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms; "
+              f"allocator: {args.allocator}) "
               "| median | in units | configurations/s |")  # fmt: skip
         print("|---|---:|---:|---:|")
         for name, _, med, units, rate in rows:
             print(f"| {DESCRIPTIONS[name]} | {med:.3f} s | {units:.1f} | {rate:,.0f} |")
         return
-    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms; allocator: {args.allocator}")
     print(f"{'workload':8s} {'configurations':>15s} {'median s':>9s} {'in units':>9s} {'configs/s':>12s}")
     for name, n, med, units, rate in rows:
         print(f"{name:8s} {n:15,d} {med:9.3f} {units:9.1f} {rate:12,.0f}")

@@ -227,10 +227,12 @@ def test_gemm_time_is_monotone_in_each_dimension():
 
 @pytest.mark.parametrize("precision", ["bf16", "fp8"])
 @pytest.mark.parametrize("table", [False, True])
-def test_gemms_priced_together_cost_what_each_costs_alone(precision, table):
+@pytest.mark.parametrize("gpu_arrays", [False, True])
+def test_gemms_priced_together_cost_what_each_costs_alone(precision, table, gpu_arrays):
     """`gemms_s` stacks a layer's small GEMMs into one call of the tile model (or of a measured
     table): the same numbers, to the bit, as pricing each one alone, for scalars, arrays of
-    different shapes, thin (split-K) and shapeless (roofline) GEMMs."""
+    different shapes, thin (split-K) and shapeless (roofline) GEMMs, and a GPU whose efficiencies
+    are arrays (as a calibration's are)."""
     from shardwise.physics.compute import gemm_s, gemms_s, linear_times, linears_times
     from shardwise.physics.flops import Gemm
     from shardwise.physics.flops import gemm as make_gemm
@@ -240,6 +242,8 @@ def test_gemms_priced_together_cost_what_each_costs_alone(precision, table):
     if table:
         shapes = {"m": (64.0, 1024.0, 8192.0), "n": (4096.0,) * 3, "k": (4096.0,) * 3}
         gpu = gpu.with_(gemm_table=GemmTable(**shapes, relative_rate=(0.8, 0.95, 0.5)))
+    if gpu_arrays:
+        gpu = gpu.with_(matmul_efficiency=np.array([0.5, 0.6, 0.7]), memory_efficiency=np.array([0.8, 0.85, 0.9]))
     rng = np.random.default_rng(3)
     gs = [
         make_gemm(rng.integers(1, 9000, (5, 1)).astype(float), 4096.0, 1024.0, 2.0),

@@ -61,7 +61,7 @@ def evaluate_parts(
     scn, valid = _scenario(exp, plan, link, grid)
     if scn is None:
         return np.full(shape, np.nan), np.zeros(shape, dtype=bool), {}
-    t, fits, terms = _measure(exp, scn)
+    t, fits, terms = _measure(exp, scn, parts)
     seconds = np.where(valid, np.broadcast_to(t, shape), np.nan)
     split = {k: np.where(valid, np.broadcast_to(v, shape), np.nan) for k, v in terms.items()} if parts else {}
     return seconds, np.asarray(np.broadcast_to(fits, shape) & valid), split
@@ -138,8 +138,8 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
 SERVING_OUTPUT_LEN = 128  # new tokens per request for --workload decode (context: prompt + half of them)
 
 
-def _measure(exp: Experiment, scn: Any) -> tuple[Any, Any, dict[str, Any]]:
-    """(seconds, fits in memory, where the seconds go) of the experiment's workload:
+def _measure(exp: Experiment, scn: Any, parts: bool = True) -> tuple[Any, Any, dict[str, Any]]:
+    """(seconds, fits in memory, where the seconds go: empty unless `parts`) of the experiment's workload:
     train: a training step; forward: one forward pass of the batch; prefill: time to first token
     of a batch of prompts of the sequence length; decode: time per output token at that batch."""
     if exp.workload in ("decode", "prefill"):
@@ -160,7 +160,7 @@ def _measure(exp: Experiment, scn: Any) -> tuple[Any, Any, dict[str, Any]]:
     from shardwise.engines.training import estimate_training_step
 
     est = estimate_training_step(scn)
-    return est.step_time_s, est.fits_in_memory, est.breakdown.as_dict()
+    return est.step_time_s, est.fits_in_memory, est.breakdown.as_dict() if parts else {}
 
 
 def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:

@@ -93,6 +93,7 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit status 2, never a traceback."""
     import signal
 
+    from shardwise.allocator import reuse_freed_memory
     from shardwise.errors import USER_ERRORS
 
     def terminated(signum: int, frame: object) -> None:
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(cli.get_help(ctx))
         return
     previous = signal.signal(signal.SIGTERM, terminated) if _main_thread() else None
+    reuse_freed_memory()  # faster array temporaries, the same results (`shardwise.allocator`)
     try:
         cli.main(args=args, prog_name="shardwise", standalone_mode=False)
     except click.exceptions.Abort:

@@ -23,7 +23,7 @@ first forward pass).
 from __future__ import annotations
 
 from functools import reduce
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from shardwise.engines.costs import (
     tp_comm,
 )
 from shardwise.engines.data_parallel import data_parallel_exposed_s
+from shardwise.engines.deferred import deferred
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -196,37 +197,39 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s)
         fill = np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last))
         pipe_s = where(zb, fill, pipe_s)
-    c_max = np.maximum(np.maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
-    slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-    exposed_p2p = where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
-
     params, expert_params = _stage_params(model, plan, split)
     dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, params, (first, middle, last), m, v, expert_params)
     optimizer_s = reduce(np.maximum, (optimizer_time_s(scn, n, x) for n, x in zip(params, expert_params, strict=True)))
-
-    breakdown = StepBreakdown(
-        compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
-        tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
-        ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
-        pp_p2p_s=m * exposed_p2p,
-        pp_bubble_s=np.maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
-        dp_comm_s=dp_s,
-        optimizer_s=optimizer_s,
-        overhead_s=m * mb_over + cluster.step_overhead_s,
-    )
     step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
-    model_flops, hw_flops = flops_per_step(scn)
-    return TrainingEstimate(
-        scenario=scn,
-        step_time_s=step,
-        breakdown=breakdown,
-        memory=memory_breakdown(local, params, m, split, expert_params, moe_split),
-        model_flops_per_step=model_flops,
-        hardware_flops_per_step=hw_flops,
-        bubble_fraction=breakdown.pp_bubble_s / step,
-        hidden_comm_s={"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
-        masked_attention_flops_per_step=masked_attention_flops_per_step(scn),
-    )
+
+    def diagnostics() -> dict[str, Any]:
+        """Where the time goes, the FLOPs and the hidden communication: computed when first read
+        (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
+        c_max = np.maximum(np.maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
+        slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
+        exposed_p2p = where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
+        breakdown = StepBreakdown(
+            compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
+            tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
+            ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
+            pp_p2p_s=m * exposed_p2p,
+            pp_bubble_s=np.maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
+            dp_comm_s=dp_s,
+            optimizer_s=optimizer_s,
+            overhead_s=m * mb_over + cluster.step_overhead_s,
+        )
+        model_flops, hw_flops = flops_per_step(scn)
+        return {
+            "breakdown": breakdown,
+            "model_flops_per_step": model_flops,
+            "hardware_flops_per_step": hw_flops,
+            "bubble_fraction": breakdown.pp_bubble_s / step,
+            "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
+            "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
+        }
+
+    memory = memory_breakdown(local, params, m, split, expert_params, moe_split)
+    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 
 def _stage_params(model: Model, plan: Plan, split: StageSplit) -> tuple[Triple, Triple]:

@@ -90,15 +90,18 @@ def gemms_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
     if not shaped:
         return out
     fields = [(gs[i].m, gs[i].n, gs[i].k, gs[i].batch, gs[i].operand_bytes, gs[i].out_bytes) for i in shaped]
-    shape = np.broadcast_shapes(*(np.shape(x) for f in fields for x in f))
+    # each GEMM's time takes the shape of its fields and the GPU's (a calibration's GPU may hold arrays)
+    read = (gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision), gpu.memory_bandwidth_bytes_per_s)
+    by_gpu = [np.shape(x) for x in (*read, gpu.memory_efficiency, gpu.sm_count, gpu.kernel_launch_s)]
+    owns = [np.broadcast_shapes(*by_gpu, *(np.shape(x) for x in f)) for f in fields]
+    shape = np.broadcast_shapes(*owns)
     if len(shaped) > 1 and int(np.prod(shape)) <= STACK_MAX_ELEMENTS:
         stacked = np.empty((6, len(fields), *shape))
         for row, f in enumerate(fields):
             for j, x in enumerate(f):
                 stacked[j, row] = x
         times = _shaped_s(*stacked, gpu, precision)
-        for row, (i, f) in enumerate(zip(shaped, fields, strict=True)):
-            own = np.broadcast_shapes(*(np.shape(x) for x in f))  # each GEMM keeps its own shape
+        for row, (i, own) in enumerate(zip(shaped, owns, strict=True)):
             lead = (0,) * (len(shape) - len(own))
             out[i] = times[(row, *lead, *(slice(0, 1) if d == 1 else slice(None) for d in own))]
     else:

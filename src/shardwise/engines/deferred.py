@@ -1,0 +1,51 @@
+"""Results whose secondary fields are computed on first read.
+
+An estimate's headline numbers (a step time, a memory total) are what a sweep or a planner reads
+for millions of configurations; its diagnostics (where the time goes, the bubble's share, the
+communication hidden behind compute, the FLOP counts) are read for the few it shows. `deferred`
+builds an instance of a frozen dataclass from its headline fields and a function that returns
+the rest: the function runs once, when any of those fields is first read, and the instance
+behaves as the class's own from then on (the same values as when every field is computed at once;
+tests/test_training.py compares them). `dataclasses.replace` and `dataclasses.fields` work as
+usual; reading a field computes it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+_SUBCLASSES: dict[tuple[type, frozenset[str]], type] = {}
+
+
+class _Computed:
+    """A field computed on first read (a non-data descriptor: once the value is in the
+    instance's `__dict__`, Python reads it from there)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        if obj is None:
+            return self
+        fields = obj.__dict__
+        if self.name not in fields:
+            fields.update(fields.pop("_compute")())
+        return fields[self.name]
+
+
+def deferred(cls: type[T], compute: Callable[[], dict[str, Any]], **eager: Any) -> T:
+    """An instance of `cls` (a dataclass) with the fields in `eager` set and the others taken from
+    `compute()`, called once on the first read of any of them (module docstring)."""
+    later = frozenset(f.name for f in dataclasses.fields(cls)) - frozenset(eager)  # type: ignore[arg-type]
+    sub = _SUBCLASSES.get((cls, later))
+    if sub is None:
+        attrs: dict[str, Any] = {name: _Computed(name) for name in later}
+        sub = type(cls.__name__, (cls,), {**attrs, "__doc__": cls.__doc__, "__qualname__": cls.__qualname__})
+        _SUBCLASSES[(cls, later)] = sub
+    out = object.__new__(sub)
+    out.__dict__.update(eager, _compute=compute)
+    return out  # type: ignore[no-any-return]
