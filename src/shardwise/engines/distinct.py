@@ -34,6 +34,9 @@ MAX_DISTINCT_SHARE = 0.25
 # Keys up to this many times the configurations are marked in a table (linear time); larger
 # key spaces are sorted.
 TABLE_KEYS_PER_CONFIGURATION = 8
+# A whole-number field whose smallest value is at most this is coded through a table indexed by
+# the values themselves (no pass to subtract the smallest).
+SMALL_OFFSET = 64
 # evaluate_grouped prices groups (False: every configuration, the reference the tests compare with)
 GROUPING = True
 
@@ -77,17 +80,25 @@ class _Codes:
             self.values, inverse = np.unique(array, return_inverse=True)
             self._codes = np.broadcast_to(inverse.reshape(array.shape), shape).reshape(-1)
         elif array.dtype.kind in "iub":  # whole numbers: a table over their range
-            flat = array.reshape(-1).astype(np.int64, copy=False)
-            low = int(flat.min())
-            span = int(flat.max()) - low + 1
+            flat = array.reshape(-1)
+            if flat.dtype.kind == "b":
+                flat = flat.view(np.uint8)
+            low, high = int(flat.min()), int(flat.max())
+            # a table indexed by the values themselves when they start near 0 (tp, pp, a
+            # micro-batch: no pass to shift them), else by value - low
+            base = 0 if 0 <= low <= SMALL_OFFSET else low
+            span = high - base + 1
             if span <= TABLE_KEYS_PER_CONFIGURATION * n:
-                shifted = flat - low if low else flat
+                index = flat - base if base else flat
                 seen = np.zeros(span, dtype=bool)
-                seen[shifted] = True
-                self.values = (np.flatnonzero(seen) + low).astype(array.dtype)
-                # every value of the range present (a recompute or ZeRO column): the shifted
-                # values are the codes
-                self._codes = shifted if len(self.values) == span else (np.cumsum(seen) - 1)[shifted]
+                seen[index] = True
+                present = np.flatnonzero(seen)
+                self.values = (present + base).astype(array.dtype)
+                if len(present) == span:  # every value of the range (a recompute or ZeRO column)
+                    self._codes = index
+                else:  # the codes through a lookup table (int32: half the bytes of the gather)
+                    lookup = np.cumsum(seen, dtype=np.int64) - 1
+                    self._codes = lookup.astype(np.int32 if n < 2**31 else np.int64).take(index)
             else:
                 self.values, self._codes = np.unique(flat, return_inverse=True)
                 self.values = self.values.astype(array.dtype)
@@ -95,7 +106,8 @@ class _Codes:
             self.size = len(self.values)
 
     def codes(self) -> np.ndarray:
-        return self._codes.astype(np.int64, copy=False)
+        """The codes, of some integer type (`_combine` widens them)."""
+        return self._codes
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         assert self.values is not None
@@ -122,12 +134,8 @@ def evaluate_distinct(fn: Callable[[Any], T], scn: Any) -> T:
         bound *= c.size
     if bound >= 2**62:
         return fn(scn)
-    key = np.zeros(n, dtype=np.int64)
-    stride = 1
-    for _, c in fields:
-        key += c.codes() * stride
-        stride *= c.size
-    rows, inverse = group_rows(key, stride)
+    key = _combine([(c.codes(), c.size) for _, c in fields], n)
+    rows, inverse = group_rows(key, bound)
     distinct = key[rows]  # ascending
     if len(distinct) > MAX_DISTINCT_SHARE * n:
         return fn(scn)
@@ -208,7 +216,7 @@ def evaluate_grouped(fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[
     n = leaves[0][1].size
     if n < MIN_CONFIGURATIONS or any(a.ndim != 1 or a.size != n for _, a in leaves):
         return fn(scn)
-    key = np.zeros(n, dtype=np.int64)
+    coded = []
     stride = 1
     for path, a in leaves:
         if path in exclude:
@@ -221,13 +229,26 @@ def evaluate_grouped(fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[
             codes, size = c.codes(), c.size
         if stride * size >= 2**62:
             return fn(scn)
-        key += codes * stride
+        coded.append((codes, size))
         stride *= size
-    rows, inverse = group_rows(key, stride)
+    rows, inverse = group_rows(_combine(coded, n), stride)
     if len(rows) > MAX_DISTINCT_SHARE * n:
         return fn(scn)
     result = fn(_rebuild(scn, {path: a[rows] for path, a in leaves}))
     return _gather(result, inverse, len(rows))
+
+
+def _combine(coded: list[tuple[np.ndarray, int]], n: int) -> np.ndarray:
+    """One integer key per configuration from each field's (codes, number of codes): the sum of
+    codes x the product of the sizes before it, evaluated from the last field down (Horner's
+    scheme: two in-place passes per field, no temporaries)."""
+    if not coded:
+        return np.zeros(n, dtype=np.int64)
+    key = np.array(coded[-1][0], dtype=np.int64)  # a copy: the codes may be a field's own array
+    for codes, size in coded[-2::-1]:
+        key *= size
+        key += codes
+    return key
 
 
 def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
@@ -241,7 +262,7 @@ def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     seen = np.zeros(size, dtype=bool)
     seen[key] = True
     distinct = np.flatnonzero(seen)
-    inverse = (np.cumsum(seen) - 1)[key]
+    inverse = (np.cumsum(seen) - 1).take(key)  # take: a faster gather than indexing
     where = np.empty(size, dtype=np.int64)
     where[key] = np.arange(n)
     return where[distinct], inverse
