@@ -9,7 +9,7 @@ a pipeline), TP also across servers with micro-batches up to 64 and v up to 16, 
 ZeRO-2/3 allowed with a pipeline, and the throughput-per-GPU objective (every whole number of
 servers up to 384). Each is timed as `shardwise plan` runs it (the closed form over every plan,
 then the simulator re-timing the best ones) and for the closed-form search alone (issue 16's
-target: under 0.1 s).
+target: under 0.1 s). `--allocator` as in bench_vectorized.py (default: as the command runs).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from unit import numpy_unit_s
+from unit import allocator_option, apply_allocator, numpy_unit_s
 
 from shardwise import presets
 from shardwise.analyses import planner
@@ -41,11 +41,13 @@ CASES = {
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
+    allocator_option(parser)
     args = parser.parse_args()
+    apply_allocator(args.allocator)
     model, cluster = presets.model("gpt-1t"), presets.system("dgx-a100", nodes=384)
     search(model, cluster, 3072)  # warm-up
     unit = numpy_unit_s(args.repeat)
-    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms")
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms; allocator: {args.allocator}")
     heads = ("plans", "fit", "median s", "search s", "in units", "plans/s")
     print(f"{'space':40s} " + " ".join(f"{h:>{w}s}" for h, w in zip(heads, (10, 8, 9, 9, 9, 12), strict=True)))
     for name, space in CASES.items():

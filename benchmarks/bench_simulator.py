@@ -20,7 +20,7 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
-from unit import numpy_unit_s, timed
+from unit import allocator_option, apply_allocator, numpy_unit_s, timed
 
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import StageTimes, simulate
@@ -70,7 +70,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/speed.md)")
+    allocator_option(parser)
     args = parser.parse_args()
+    apply_allocator(args.allocator)
     unit = numpy_unit_s(args.repeat)
     rows = []
     for name, p, m, v in CASES:
@@ -84,12 +86,13 @@ def main() -> None:
         rows.append(("  the event-heap reference", n, ref))
     rows += outputs(max(1, args.repeat // 2))
     if args.markdown:
-        print(f"| what (unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms) | operations | median | in units |")
+        print(f"| what (unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms; allocator: {args.allocator}) "
+              "| operations | median | in units |")  # fmt: skip
         print("|---|---:|---:|---:|")
         for what, n, seconds in rows:
             print(f"| {what.strip()} | {n:,} | {seconds:.3f} s | {seconds / unit:.1f} |")
         return
-    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms")
+    print(f"unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.1f} ms; allocator: {args.allocator}")
     print(f"{'what':40s} {'operations':>11s} {'median s':>9s} {'in units':>9s}")
     for what, n, seconds in rows:
         print(f"{what:40s} {n:11,d} {seconds:9.3f} {seconds / unit:9.1f}")

@@ -30,10 +30,9 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np
-from unit import numpy_unit_s
+from unit import allocator_option, apply_allocator, numpy_unit_s
 
 from shardwise import presets
-from shardwise.allocator import reuse_freed_memory
 from shardwise.analyses.experiment import brief_experiment
 from shardwise.analyses.sweep import run_sweep
 from shardwise.engines.training import estimate_each_training_step, estimate_training_step
@@ -105,10 +104,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--markdown", action="store_true", help="print the table as Markdown (docs/speed.md)")
-    parser.add_argument("--allocator", choices=("reuse", "default"), default="reuse", help="glibc malloc settings")
+    allocator_option(parser)
     args = parser.parse_args()
-    if args.allocator == "reuse" and not reuse_freed_memory():
-        print("note: could not set the allocator (not glibc); timings use its defaults")
+    apply_allocator(args.allocator)
     unit = numpy_unit_s(args.repeat)
     configs, _ = bench_grid()  # warm-up
     cases = (
