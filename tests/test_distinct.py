@@ -73,7 +73,10 @@ def test_random_layouts_price_the_same_once_per_distinct_one(seed):
     assert np.array_equal(lazy.breakdown.total_s, each.breakdown.total_s)
     assert isinstance(fast, TrainingEstimate) and isinstance(fast.memory, type(each.memory))
     assert fast.scenario is scn
-    assert dataclasses.replace(fast, bubble_fraction=0.0).bubble_fraction == 0.0
+    replaced = dataclasses.replace(fast, bubble_fraction=0.0)
+    assert replaced.bubble_fraction == 0.0  # a replaced estimate is a plain one: its properties work
+    assert np.array_equal(replaced.mfu, each.mfu) and np.array_equal(replaced.breakdown.total_s, each.breakdown.total_s)
+    assert [f.name for f in dataclasses.fields(fast.breakdown)] == [f.name for f in dataclasses.fields(each.breakdown)]
     assert np.shape(fast.step_time_s) == (12000,)
 
 

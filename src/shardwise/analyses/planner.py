@@ -109,7 +109,8 @@ class PlanSearch:
             return out
 
         parts = {
-            k: overlay(getattr(full.breakdown, k), getattr(self.fitting.breakdown, k)) for k in vars(full.breakdown)
+            f.name: overlay(getattr(full.breakdown, f.name), getattr(self.fitting.breakdown, f.name))
+            for f in dataclasses.fields(full.breakdown)
         }
         return dataclasses.replace(
             full,
@@ -371,7 +372,9 @@ def _confirm(search: PlanSearch, indices: np.ndarray) -> tuple[TrainingEstimate 
     fit = np.flatnonzero(search.fits)
     n = fit.size
     step = np.array(np.broadcast_to(np.asarray(est.step_time_s, dtype=float), (n,)))
-    parts = {k: np.array(np.broadcast_to(np.asarray(v, dtype=float), (n,))) for k, v in vars(est.breakdown).items()}
+    # the fields by name, not vars(): a breakdown gathered lazily (`engines.distinct`) holds only what was read
+    fields = [f.name for f in dataclasses.fields(est.breakdown)]
+    parts = {k: np.array(np.broadcast_to(np.asarray(getattr(est.breakdown, k), dtype=float), (n,))) for k in fields}
     for i in indices.tolist():
         scn = search.scenario(i)
         if not simulable(scn.plan):

@@ -187,6 +187,8 @@ def _lazy(value: Any, expand: tuple[np.ndarray, tuple[int, ...], int, Any]) -> A
             if name in names:
                 fields = object.__getattribute__(self, "__dict__")
                 if name not in fields:
+                    if "_distinct_source" not in fields:  # built by dataclasses.replace: all fields set
+                        return object.__getattribute__(self, name)
                     source = fields["_distinct_source"]
                     inverse, shape, u, scn = fields["_distinct_expand"]
                     raw = getattr(source, name)
