@@ -64,3 +64,17 @@ def test_diagnostics_read_through_the_distinct_path_match_every_element_priced()
     np.testing.assert_array_equal(fast.bubble_fraction, each.bubble_fraction)
     np.testing.assert_array_equal(fast.hidden_comm_s["tp_comm"], each.hidden_comm_s["tp_comm"])
     np.testing.assert_array_equal(fast.mfu, each.mfu)
+
+
+def test_an_error_while_computing_is_raised_again_on_the_next_read():
+    def broken():
+        raise ValueError("no")
+
+    x = deferred(Pair, broken, a=1.0)
+    for _ in range(2):
+        try:
+            _ = x.b
+        except ValueError as exc:
+            assert str(exc) == "no"
+        else:
+            raise AssertionError("expected the error")

@@ -9,7 +9,8 @@ below, on this project's 2-core test VM (`benchmarks/bench_vectorized.py` report
 settings (mallopt(3)): blocks up to MMAP_THRESHOLD_BYTES come from the heap rather than from
 their own mapping, and up to TRIM_THRESHOLD_BYTES of free memory at the top of the heap stay
 with the process. They change no result, only where numpy's memory comes from; the peak memory
-of a run stays what it was (`docs/speed.md`).
+of a run grows little (a streamed sweep of 1e8 configurations: 0.53 GB against 0.50 GB,
+`docs/speed.md`).
 
 The `shardwise` command calls `reuse_freed_memory()` at start. A Python program using the
 library may call it itself; importing shardwise does not, since it changes the whole process.

@@ -6,7 +6,7 @@ communication hidden behind compute, the FLOP counts) are read for the few it sh
 builds an instance of a frozen dataclass from its headline fields and a function that returns
 the rest: the function runs once, when any of those fields is first read, and the instance
 behaves as the class's own from then on (the same values as when every field is computed at once;
-tests/test_training.py compares them). `dataclasses.replace` and `dataclasses.fields` work as
+tests/test_deferred.py and the distinct-path tests compare them). `dataclasses.replace` and `dataclasses.fields` work as
 usual; reading a field computes it.
 """
 
@@ -33,7 +33,8 @@ class _Computed:
             return self
         fields = obj.__dict__
         if self.name not in fields:
-            fields.update(fields.pop("_compute")())
+            fields.update(fields["_compute"]())  # kept until it succeeds: an error can be read again
+            del fields["_compute"]
         return fields[self.name]
 
 
