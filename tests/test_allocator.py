@@ -3,6 +3,7 @@ leaves a user's own malloc settings alone, and changes no result."""
 
 from __future__ import annotations
 
+import platform
 import subprocess
 import sys
 
@@ -10,7 +11,7 @@ import pytest
 
 from shardwise.allocator import reuse_freed_memory
 
-GLIBC = sys.platform.startswith("linux") and "glibc" in " ".join(__import__("platform").libc_ver())
+GLIBC = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
 
 
 def test_the_users_own_malloc_settings_win(monkeypatch):

@@ -87,13 +87,17 @@ def cli() -> None:
       shardwise predict --model gpt3-175b --system dgx-a100 --nodes 8 \\
           --tp 8 --pp 8 --global-batch 64 --micro-batch 1 --recompute full
     """
+    # runs before a subcommand, not for --help or --version: faster array temporaries, the same
+    # results (`shardwise.allocator`)
+    from shardwise.allocator import reuse_freed_memory
+
+    reuse_freed_memory()
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: bad input becomes one line on stderr and exit status 2, never a traceback."""
     import signal
 
-    from shardwise.allocator import reuse_freed_memory
     from shardwise.errors import USER_ERRORS
 
     def terminated(signum: int, frame: object) -> None:
@@ -105,7 +109,6 @@ def main(argv: list[str] | None = None) -> None:
             click.echo(cli.get_help(ctx))
         return
     previous = signal.signal(signal.SIGTERM, terminated) if _main_thread() else None
-    reuse_freed_memory()  # faster array temporaries, the same results (`shardwise.allocator`)
     try:
         cli.main(args=args, prog_name="shardwise", standalone_mode=False)
     except click.exceptions.Abort:

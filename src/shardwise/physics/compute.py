@@ -238,9 +238,10 @@ def linears_times(gs: Sequence[Gemm], gpu: Gpu, precision: str, fused_accumulati
     accumulate = {True: FUSED_ACCUMULATE_BYTES, False: UNFUSED_GRAD_BYTES}
     per_layer = [(g, input_gradient(g), *(weight_gradient(g, accumulate[kind]) for kind in kinds)) for g in gs]
     times = gemms_s([x for layer in per_layer for x in layer], gpu, precision)
+    per = 2 + len(kinds)  # forward, input gradient, one weight gradient per kind
     out = []
     for i, g in enumerate(gs):
-        fwd, dx, *dw = times[i * (2 + len(kinds)) : (i + 1) * (2 + len(kinds))]
+        fwd, dx, *dw = times[i * per : (i + 1) * per]
         if False in kinds:  # the 16-bit gradient is added to main_grad by a separate kernel
             plain = kinds.index(False)
             dw[plain] = dw[plain] + memory_s(UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu)
