@@ -85,11 +85,6 @@ def t_factor(dof: float) -> float:
     return float(t.ppf(0.9, max(dof, 1.0)) / Z80)
 
 
-def format_interval(value: float, low: float, high: float, fmt: Any) -> str:
-    """'12.3 s (11.6-13.1)' with `fmt` formatting each number."""
-    return f"{fmt(value)} ({fmt(low)}-{fmt(high)})"
-
-
 def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> tuple[np.ndarray, np.ndarray]:
     """Each run predicted by the calibration on all the other runs, without refitting: (ln(predicted
     / measured), the 80% interval's log spread), from the fit on all runs linearised at its optimum.
