@@ -90,7 +90,7 @@ def bench_random(n: int, price: object = estimate_training_step) -> tuple[int, f
 def bench_csv() -> tuple[int, float]:
     import tempfile
 
-    from shardwise.export import write_columns
+    from shardwise.tables import write_columns
 
     result = run_sweep(brief_experiment(), GRID)
     columns = dict(result.columns())

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from shardwise import export, presets
+from shardwise import export, presets, tables
 from shardwise.engines.training import estimate_training_step
 from shardwise.physics.params import total_params
 from shardwise.specs import Plan, Recompute, Scenario, Schedule
@@ -130,7 +130,7 @@ def test_csv_columns_values_and_formatting(tmp_path):
         "batch": np.array([1, 16]),
         "fits": np.array([True, False]),
     }
-    export.write_columns(columns, path)
+    tables.write_columns(columns, path)
     # %.6g: six significant digits; booleans as true/false; text as is
     assert path.read_text() == "link,time_s,batch,fits\nNVLink,0.000123457,1,true\nPCIe,1.23457e+06,16,false\n"
     assert [p.name for p in tmp_path.iterdir()] == ["grid.csv"]  # no temporary file left behind
@@ -138,7 +138,7 @@ def test_csv_columns_values_and_formatting(tmp_path):
 
 def test_csv_nan_is_written_as_nan(tmp_path):
     path = tmp_path / "x.csv"
-    export.write_columns({"t": np.array([1.0, np.nan])}, path)
+    tables.write_columns({"t": np.array([1.0, np.nan])}, path)
     assert path.read_text().splitlines() == ["t", "1", "nan"]
 
 
@@ -146,15 +146,13 @@ def test_parquet_round_trips_the_columns(tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     path = tmp_path / "grid.parquet"
     columns = {"link": np.array(["NVLink", "PCIe"], dtype=object), "time_s": np.array([0.5, np.nan])}
-    export.write_columns(columns, path)
+    tables.write_columns(columns, path)
     table = pq.read_table(path).to_pydict()
     assert table["link"] == ["NVLink", "PCIe"]
     assert table["time_s"][0] == 0.5 and math.isnan(table["time_s"][1])
 
 
 def test_csv_is_written_in_chunks_with_progress_and_the_same_text(tmp_path, monkeypatch):
-    from shardwise import export
-
     n = 1000
     columns = {
         "link": np.array(["NVLink", "PCIe"] * (n // 2), dtype=object),
@@ -163,11 +161,11 @@ def test_csv_is_written_in_chunks_with_progress_and_the_same_text(tmp_path, monk
         "fits": np.arange(n) % 3 == 0,
     }
     whole = tmp_path / "whole.csv"
-    export.write_columns(columns, whole)
-    monkeypatch.setattr(export, "CSV_CHUNK_ROWS", 64)
+    tables.write_columns(columns, whole)
+    monkeypatch.setattr(tables, "CSV_CHUNK_ROWS", 64)
     seen = []
     chunked = tmp_path / "chunked.csv"
-    export.write_columns(columns, chunked, progress=lambda done, total: seen.append((done, total)))
+    tables.write_columns(columns, chunked, progress=lambda done, total: seen.append((done, total)))
     assert chunked.read_text() == whole.read_text()
     assert seen[0] == (64, n) and seen[-1] == (n, n) and len(seen) == -(-n // 64)
     lines = whole.read_text().splitlines()

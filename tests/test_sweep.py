@@ -114,7 +114,7 @@ def test_a_streamed_sweep_writes_the_table_the_whole_sweep_does(tmp_path, suffix
     """Streamed block by block (`stream_sweep`, blocks of a few points) the file is the in-memory
     table, row for row, and the totals are its winner counts."""
     from shardwise.analyses.sweep import stream_sweep
-    from shardwise.export import columns_writer, write_columns
+    from shardwise.tables import columns_writer, write_columns
 
     whole = run_sweep(EXP, GRID, breakdown=breakdown)
     write_columns(dict(whole.columns()), tmp_path / f"whole{suffix}")
@@ -138,7 +138,7 @@ def test_a_streamed_sweep_writes_the_table_the_whole_sweep_does(tmp_path, suffix
 
 def test_a_failed_stream_leaves_no_file(tmp_path):
     from shardwise.analyses.sweep import stream_sweep
-    from shardwise.export import columns_writer
+    from shardwise.tables import columns_writer
 
     out = tmp_path / "grid.csv"
     with pytest.raises(RuntimeError), columns_writer(out) as write:

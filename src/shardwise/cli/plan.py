@@ -240,7 +240,7 @@ def plan(
 
         figure = plots.save(plots.plan_heatmap(result), heatmap_path)
     if csv_path is not None:
-        from shardwise.export import write_columns
+        from shardwise.tables import write_columns
 
         write_columns(result.table_columns(), csv_path)
     launch = None

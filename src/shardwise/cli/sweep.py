@@ -121,7 +121,7 @@ def _stream(exp: Any, grid: list[Any], path: str, total: int, breakdown: bool, s
     stays that of one block, whatever the grid. A plan invalid everywhere leaves no file."""
     from shardwise.analyses.sweep import stream_sweep
     from shardwise.cli.render import progress_bar
-    from shardwise.export import columns_writer
+    from shardwise.tables import columns_writer
 
     with columns_writer(path) as write:
         with progress_bar(total, f"evaluating, writing {path}", disable=not show_progress) as advance:
@@ -140,7 +140,7 @@ def _with_progress(exp: Any, grid: list[Any], total: int, breakdown: bool) -> An
 
 def _write(result: Any, path: str, show_progress: bool) -> None:
     """Write the grid, with a progress bar for a large CSV (it is written in chunks)."""
-    from shardwise.export import write_columns
+    from shardwise.tables import write_columns
 
     columns = dict(result.columns())
     rows = len(next(iter(columns.values())))

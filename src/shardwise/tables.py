@@ -1,0 +1,109 @@
+"""Tables of equal-length columns written as CSV or Parquet (by the extension), atomically: whole
+(`write_columns`) or block by block (`columns_writer`, a streamed sweep)."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+CSV_CHUNK_ROWS = 65_536  # rows formatted at a time: bounded memory whatever the table's length
+
+
+def write_columns(columns: dict[str, Any], path: str | Path, progress: Callable[[int, int], Any] | None = None) -> None:
+    """Write columns (equal-length numpy arrays) as CSV, or Parquet by the extension, atomically:
+    a temporary file in the same directory, renamed when complete. CSV is written CSV_CHUNK_ROWS
+    rows at a time; `progress(rows done, rows)` is called after each chunk."""
+    with columns_writer(path) as write:
+        write(columns, progress)
+
+
+@contextlib.contextmanager
+def columns_writer(path: str | Path) -> Iterator[Callable[..., None]]:
+    """A table written block by block (a streamed sweep), CSV or Parquet by the extension,
+    atomically: each `write(columns)` appends the rows of equal-length columns (the same names
+    every time); the file appears, complete, when the block ends without an error."""
+    from shardwise.atomic import atomic_path
+
+    p = Path(path)
+    with atomic_path(p) as tmp:
+        if p.suffix.lower() == ".parquet":
+            blocks = _ParquetBlocks(tmp)
+            try:
+                yield blocks.write
+            finally:
+                blocks.close()
+        else:
+            with open(tmp, "w", encoding="utf-8", newline="") as fh:
+                yield _CsvBlocks(fh).write
+
+
+class _CsvBlocks:
+    """Rows appended to one CSV file: the header with the first block, then CSV_CHUNK_ROWS rows
+    formatted at a time."""
+
+    def __init__(self, fh: Any) -> None:
+        self.fh, self.header = fh, False
+
+    def write(self, columns: dict[str, Any], progress: Callable[[int, int], Any] | None = None) -> None:
+        if not self.header:
+            self.fh.write(",".join(columns) + "\n")
+            self.header = True
+        arrays = [np.asarray(v) for v in columns.values()]
+        rows = len(arrays[0]) if arrays else 0
+        for start in range(0, rows, CSV_CHUNK_ROWS):
+            cells = [_cells(a[start : start + CSV_CHUNK_ROWS]) for a in arrays]
+            self.fh.write("\n".join(map(",".join, zip(*cells, strict=True))))
+            self.fh.write("\n")
+            if progress is not None:
+                progress(min(start + CSV_CHUNK_ROWS, rows), rows)
+
+
+class _ParquetBlocks:
+    """Row groups appended to one Parquet file. Text columns (a link, a winner, a schedule) repeat
+    a few values: they are dictionary-encoded, and only they (a dictionary of distinct floats is
+    wasted work)."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path, self.writer = path, None
+
+    def write(self, columns: dict[str, Any], progress: Callable[[int, int], Any] | None = None) -> None:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        text = [k for k, v in columns.items() if v.dtype == object]
+        arrays = {k: pa.array(v, type=pa.string()).dictionary_encode() if k in text else v for k, v in columns.items()}
+        table = pa.table(arrays)
+        if self.writer is None:
+            self.writer = pq.ParquetWriter(self.path, table.schema, use_dictionary=text or False)
+        self.writer.write_table(table)
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+
+
+def _cells(values: np.ndarray) -> list[str]:
+    """One column's cells: floats to 6 significant digits (nan, inf as such), ints whole,
+    booleans true/false, anything else as its text. A column that repeats a few values (a
+    sweep's axes) formats each distinct value once."""
+    if values.dtype == bool:
+        return np.where(values, "true", "false").tolist()
+    numeric = np.issubdtype(values.dtype, np.integer) or np.issubdtype(values.dtype, np.floating)
+    if numeric and len(values) > 64:
+        distinct, inverse = np.unique(values, return_inverse=True)  # NaNs stay apart: formatted alike
+        if len(distinct) * 4 <= len(values):
+            texts = np.array(_format(distinct), dtype=object)
+            return texts[inverse].tolist()
+    return _format(values)
+
+
+def _format(values: np.ndarray) -> list[str]:
+    if np.issubdtype(values.dtype, np.integer):
+        return [str(v) for v in values.tolist()]
+    if np.issubdtype(values.dtype, np.floating):
+        return list(map("{:.6g}".format, values.tolist()))
+    return [str(v) for v in values.tolist()]
