@@ -43,13 +43,19 @@ def test_ttft_is_lower_with_tp_on_nvlink():
 
 def test_over_pcie_tp_loses_and_its_all_reduces_slow_by_the_bandwidth_ratio():
     from shardwise import presets
+    from shardwise.physics.collectives import all_reduce_time_s
 
     n = REPORTS["slow-interconnect"].numbers
     nvlink, pcie = presets.link("nvlink3"), presets.link("pcie4")
     ratio = (nvlink.bandwidth_bytes_per_s * nvlink.efficiency) / (pcie.bandwidth_bytes_per_s * pcie.efficiency)
     # presets today: 300 GB/s x 0.78 over 31.5 GB/s x 0.76 = 9.77
     # large all-reduces are bandwidth-bound: the slow-down is the sustained-bandwidth ratio, up to latency
-    assert n["pcie_over_nvlink_tp_comm"] == pytest.approx(ratio, rel=0.05)
+    # (the brief model's 134 MB all-reduce of a micro-batch of 8)
+    one = [all_reduce_time_s(8 * 2048 * 4096 * 2, 8, 8, link) for link in (nvlink, pcie)]
+    assert one[1] / one[0] == pytest.approx(ratio, rel=0.05)
+    # the scenario's ratio is of the exposed time: each all-reduce hides behind its own GEMM up to
+    # the GEMM's length, so more of NVLink's shorter all-reduces is hidden and the ratio is larger
+    assert ratio < n["pcie_over_nvlink_tp_comm"] < 2 * ratio
     assert n["pcie_batches_pp_faster"] > 0.9
     # TP on NVLink matches PP only with more bandwidth than PCIe has
     assert n["tp_pp_equal_bandwidth_bytes_per_s"] > pcie.bandwidth_bytes_per_s

@@ -46,6 +46,8 @@ def link_dict(link: Link | None) -> dict[str, Any] | None:
         "efficiency": plain(link.efficiency),
         "latency_s": plain(link.latency_s),
         "base_latency_s": plain(link.base_latency_s),
+        "nvls_efficiency": plain(link.nvls_efficiency),
+        "ll_bandwidth_bytes_per_s": plain(link.ll_bandwidth_bytes_per_s),
     }
 
 

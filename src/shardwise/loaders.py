@@ -86,6 +86,7 @@ _LINK_FIELDS = {
     "latency": ("latency_s", units.parse_seconds),
     "base_latency": ("base_latency_s", units.parse_seconds),
     "nvls_efficiency": ("nvls_efficiency", real),
+    "ll_bandwidth": ("ll_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
 }
 _MODEL_INTS = (
     "layers",

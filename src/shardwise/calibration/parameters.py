@@ -116,6 +116,7 @@ def apply(cluster: Cluster, values: dict[str, Any]) -> Cluster:
     intra = cluster.intra_node_link
     intra = intra.with_(
         bandwidth_bytes_per_s=intra.bandwidth_bytes_per_s * v["intra_node_bandwidth_scale"],
+        ll_bandwidth_bytes_per_s=intra.ll_bandwidth_bytes_per_s * v["intra_node_bandwidth_scale"],
         latency_s=_num(intra.latency_s * s_lat),
         base_latency_s=_num(intra.base_latency_s * s_lat),
     )

@@ -24,9 +24,9 @@ which sets the largest batch that fits.
 Serving engines capture decode steps in CUDA graphs and call NCCL from C++, so by default
 (runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 6.6 us
 (src/graph/tuning.cc baseLat, ring, LL protocol: what NCCL picks for decode-sized messages)
-instead of training's 3 us and 20 us from PyTorch. The per-step latency stays the link's own
-(1 us on NVLink 4, against LL's 0.6 us in NCCL's table: small all-reduces may be priced up to
-~1.5x high, which if anything understates TP).
+instead of training's 3 us and 20 us from PyTorch. Inside an NVLink server NCCL's LL and LL128
+protocols (0.6 and 1.9 us per step, `physics.collectives`) price what the engine's own
+all-reduce kernel does not take.
 """
 
 from __future__ import annotations

@@ -70,6 +70,7 @@ def without_p2p(link: Link) -> Link:
         name=f"{link.name} (P2P off)",
         bandwidth_bytes_per_s=link.bandwidth_bytes_per_s * P2P_OFF_BANDWIDTH_RATIO,
         latency_s=link.latency_s + P2P_OFF_EXTRA_LATENCY_S,
+        ll_bandwidth_bytes_per_s=0.0,  # SHM: NCCL's LL128 needs an NVLink path; LL as on PCIe
     )
 
 

@@ -139,6 +139,10 @@ class Link:
     sustained rate (NCCL's large-message bus bandwidth over the line rate). `nvls_efficiency` is
     the share of that rate an all-reduce reduced inside the switch (NVLink SHARP) reaches; 0 where
     the switch cannot reduce (NCCL's nvlsEfficiency, src/graph/tuning.cc: Hopper 0.85, Blackwell 0.74).
+    `ll_bandwidth_bytes_per_s` is the most bus bandwidth NCCL's LL protocol reaches on an NVLink
+    server (its llMaxBws: Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s); a link with one
+    also runs LL128 inside a server. 0 (PCIe, networks, a link given by its rate): neither is
+    priced, only the chunked Simple protocol.
     """
 
     name: str
@@ -147,6 +151,7 @@ class Link:
     efficiency: Number = 0.8
     base_latency_s: Number = 20e-6
     nvls_efficiency: Number = 0.0
+    ll_bandwidth_bytes_per_s: Number = 0.0
 
     def __post_init__(self) -> None:
         chk.text("link: name", self.name)
@@ -156,6 +161,7 @@ class Link:
         chk.fraction(f"{p}: efficiency", self.efficiency)
         chk.within(f"{p}: base_latency_s", self.base_latency_s, 0.0, 1.0, "s")
         chk.within(f"{p}: nvls_efficiency", self.nvls_efficiency, 0.0, 1.0, "(0: no NVLS)")
+        chk.within(f"{p}: ll_bandwidth_bytes_per_s", self.ll_bandwidth_bytes_per_s, 0.0, 1e16, "B/s (0: no LL/LL128)")
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> Number:
