@@ -30,11 +30,16 @@ Algorithms, as NCCL picks them (src/graph/tuning.cc):
   reduces 1/p of the buffer by a multicast load through the switch (the switch reads that slice
   from every GPU: n bytes leave each GPU in all) and stores the result by multicast (n/p out, and
   n in from all ranks), so each direction of a GPU's link carries n (1 + 1/p):
-  T = alpha_base + (sqrt(alpha_nvls) + sqrt(n (1 + 1/p) / (B e_nvls)))^2, with NCCL's
-  nvlsEfficiency e_nvls (`Link.nvls_efficiency`) and NVLS latency (tuning.cc hwLat, 2.21: 25 us).
-  On 5-8 H200 this gives 261-279 GB/s of algorithm bandwidth where 259-270 is measured, on 6-8
-  B200 457-474 against 467-479 (`shardwise validate collectives`), with no constant fitted;
+  T = alpha_base + alpha_nvls + (sqrt(alpha) + sqrt(n (1 + 1/p) / (B e_nvls)))^2, with NCCL's
+  nvlsEfficiency e_nvls (`Link.nvls_efficiency`) and NVLS latency alpha_nvls (tuning.cc hwLat,
+  2.21: 25 us), paid once per call: the data takes one step through the switch, so the chunk
+  pipeline has one stage of the link's per-step latency alpha (NCCL adds its hwLat once, not per
+  step). On 5-8 H200 this gives 258-275 GB/s of algorithm bandwidth where 259-270 is measured, on
+  6-8 B200 449-466 against 467-479 (`shardwise validate collectives`), with no constant fitted
+  (with the 25 us inside the pipeline, as first written: 261-279 and 457-474, and 64-256 MiB on
+  8 H100 17-24% slow where they are now 5-6% fast);
 - NCCL takes whichever is faster, so do we.
+Reduce-scatter and all-gather are half an all-reduce: p-1 steps, W = (p-1)/p * n.
 
 Protocols. All of the above is NCCL's Simple protocol: data moves in chunks, each acknowledged
 before its slot is reused, hence the pipeline. Inside one NVLink server NCCL also runs LL and
@@ -43,14 +48,14 @@ as it lands, with no handshake per chunk: latency and transfer add,
 
     T = alpha_base + steps * alpha_proto + W / (B * share_proto),
 
-with NCCL's per-step latency on NVLink (tuning.cc hwLat, ring: LL 0.6 us, LL128 1.9 us) and share
-of the bus bandwidth (LL 1/2 up to NCCL's llMaxBws for the GPU generation, the link's
+with NCCL's per-step latency on NVLink (tuning.cc hwLat, ring: LL 0.6 us, LL128 1.9 us) and
+share of the bus bandwidth (LL 1/2 up to NCCL's llMaxBws for the GPU generation, the link's
 `ll_bandwidth_bytes_per_s`; LL128 120/128 = 0.92). The fastest of Simple, NVLS, LL and LL128 is
-taken. On NVIDIA's untouched nccl-tests all-reduce of 8 H100 (8 B to 16 GiB) this takes the mean
-error from 30% to 13% (26 sizes below 512 MiB were 20-70% slow); NCCL's LL on PCIe is not priced,
-since the PCIe curves (2 RTX 2080 Ti, 8 RTX 4090) show no gain from its shorter steps, and LL128
-needs an NVLink path. Across servers only Simple is priced.
-Reduce-scatter and all-gather are half an all-reduce: p-1 steps, W = (p-1)/p * n.
+taken. On NVIDIA's untouched nccl-tests all-reduce of 8 H100 (8 B to 16 GiB) this and the NVLS
+latency paid once take the mean error from 30% to 11% (23 of the 26 sizes below 512 MiB within
+20%); NCCL's LL on PCIe is not priced, since the PCIe curves (2 RTX 2080 Ti, 8 RTX 4090) show no
+gain from its shorter steps, and LL128 needs an NVLink path. Across servers only Simple is
+priced.
 
 All-to-all (NCCL runs it as grouped send/receive to every peer at once): of a rank's n-byte
 buffer, (g-1)/p goes to peers in its node over the node's links and (p-g)/p to other nodes,
@@ -74,7 +79,7 @@ LL_STEP_S = 0.6e-6
 LL128_STEP_S = 1.9e-6
 LL_SHARE = 0.5
 LL128_SHARE = 0.92
-NVLS_LATENCY_S = 25e-6  # NCCL src/graph/tuning.cc hwLat[NVLINK][NVLS] (2.21), in place of the ring's steps
+NVLS_LATENCY_S = 25e-6  # NCCL src/graph/tuning.cc hwLat[NVLINK][NVLS] (2.21), once per call
 
 
 def pipelined_time_s(base_s: Number, pipe_latency_s: Number, wire_bytes: Number, bw: Number) -> Number:
@@ -100,6 +105,7 @@ class Group:
         "_ll",
         "_multi",
         "_nvls",
+        "_nvls_step",
         "_rs_factor",
         "_rs_latency",
         "_tree_latency",
@@ -143,6 +149,7 @@ class Group:
             off = multi | (p < 2) | (np.asarray(nvls) <= 0)  # there 1e30 s per byte: never chosen
             rate = intra.effective_bandwidth_bytes_per_s * np.maximum(nvls, 1e-9)
             self._nvls = np.where(off, 1e30, (1 + 1 / p) / rate)
+            self._nvls_step = a_in  # one step through the switch
         self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
         # all-to-all: latency, seconds per byte in the node and out of it, the shares of a buffer
         inv_in = 1.0 / intra.effective_bandwidth_bytes_per_s
@@ -153,11 +160,13 @@ class Group:
         self._ll = None
         ll_cap = np.asarray(intra.ll_bandwidth_bytes_per_s, dtype=float)
         if np.any(ll_cap > 0) and not np.all(multi):
-            off = np.where(multi | ~active | (ll_cap <= 0), np.inf, 0.0)
+            # not across servers, not where the link has no LL (a group of one rank costs 0 anyway)
+            off = multi | (ll_cap <= 0) if self._multi is not None or np.any(ll_cap <= 0) else None
+            base = self._base if off is None else np.where(off, np.inf, self._base)
             b = intra.effective_bandwidth_bytes_per_s
             steps = p - 1
             self._ll = tuple(
-                (self._base + off + 2 * steps * step_s, self._base + off + steps * step_s, inv)
+                (base + steps * (2 * step_s), base + steps * step_s, inv)
                 for step_s, inv in (
                     (LL_STEP_S, 1.0 / np.maximum(np.minimum(LL_SHARE * b, ll_cap), 1e-9)),
                     (LL128_STEP_S, 1.0 / (LL128_SHARE * b)),
@@ -175,7 +184,7 @@ class Group:
         is faster; the serving engine's own kernel where it would use it (`physics.custom_allreduce`)."""
         ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
         if self._nvls is not None:
-            ring = np.minimum(ring, self._base + self._pipe(NVLS_LATENCY_S, n_bytes * self._nvls))
+            ring = np.minimum(ring, self._base + NVLS_LATENCY_S + self._pipe(self._nvls_step, n_bytes * self._nvls))
         if self._ll is not None:
             wire = self._ar_factor * n_bytes
             for latency, _, inv in self._ll:
