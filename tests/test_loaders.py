@@ -3,6 +3,7 @@ mistake is one SpecError line naming the field, the value and what is allowed.""
 
 import pytest
 
+from shardwise import presets
 from shardwise.loaders import (
     FAMILIES,
     gpu_from_dict,
@@ -143,6 +144,14 @@ def test_a_rate_replacing_a_link_keeps_its_latencies_unless_told():
     assert (kept.latency_s, kept.base_latency_s) == (7e-6, 30e-6)
     told = link_from_rate("r", 10e9, "intra", replaced=old, latency_s=3e-6)
     assert (told.latency_s, told.base_latency_s) == (3e-6, 30e-6)
+
+
+def test_a_rate_replacing_an_nvlink_keeps_nccls_low_latency_protocols():
+    """A faster or slower NVLink is still an NVLink path, where NCCL runs LL and LL128; a rate
+    given alone (no link replaced) is priced with the chunked protocol only."""
+    nvlink = presets.link("nvlink4")
+    assert link_from_rate("r", 600e9, "intra", replaced=nvlink).ll_bandwidth_bytes_per_s == 141e9
+    assert link_from_rate("r", 600e9, "intra").ll_bandwidth_bytes_per_s == 0.0
 
 
 def test_each_gpu_gets_its_share_of_the_nics():

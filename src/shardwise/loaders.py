@@ -217,9 +217,10 @@ RATE_LINK_BASE_LATENCY_S = 20e-6
 def link_from_rate(
     name: str, rate_bytes_per_s: float, role: str, replaced: Link | None = None, latency_s: float | None = None
 ) -> Link:
-    """A link given only as a sustained rate (efficiency 1): it keeps the latency of the link it
-    replaces, or of its kind (`role` "intra": NVLink- or PCIe-class by the rate; "inter": a network);
-    `latency_s` overrides both."""
+    """A link given only as a sustained rate (efficiency 1): it keeps the latency and NCCL's LL
+    protocols (`Link.ll_bandwidth_bytes_per_s`) of the link it replaces, or takes the latency of its
+    kind (`role` "intra": NVLink- or PCIe-class by the rate; "inter": a network) and the chunked
+    protocol only; `latency_s` overrides the latency."""
     if latency_s is None:
         if replaced is not None:
             latency_s = float(replaced.latency_s)
@@ -229,8 +230,14 @@ def link_from_rate(
             kind = "nvlink" if rate_bytes_per_s >= NVLINK_CLASS_BYTES_PER_S else "pcie"
             latency_s = RATE_LINK_LATENCY_S[kind]
     base = float(replaced.base_latency_s) if replaced is not None else RATE_LINK_BASE_LATENCY_S
+    ll = float(replaced.ll_bandwidth_bytes_per_s) if replaced is not None else 0.0
     return Link(
-        name=name, bandwidth_bytes_per_s=rate_bytes_per_s, efficiency=1.0, latency_s=latency_s, base_latency_s=base
+        name=name,
+        bandwidth_bytes_per_s=rate_bytes_per_s,
+        efficiency=1.0,
+        latency_s=latency_s,
+        base_latency_s=base,
+        ll_bandwidth_bytes_per_s=ll,
     )
 
 

@@ -318,7 +318,8 @@ def _link_latency_s(o: dict[str, Any]) -> float | None:
 
 def _link(spec: str, role: str, replaced: Any = None, latency_s: float | None = None) -> Any:
     """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
-    keeps the latency of the link it replaces, or of its kind; --link-latency sets it)."""
+    keeps the latency and NCCL protocols of the link it replaces, or takes its kind's latency;
+    --link-latency sets it)."""
     from shardwise import presets
     from shardwise.specs import SpecError
 

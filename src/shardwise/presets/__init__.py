@@ -145,7 +145,7 @@ def link_or_rate(
     name: str | None = None,
 ) -> Link:
     """What a link flag names, the one parser for all of them: a sustained rate ('600GB/s': it
-    keeps the latency of the link it `replaced`, or of its kind, see `loaders.link_from_rate`), a
+    keeps the latency and protocols of the link it `replaced`, see `loaders.link_from_rate`), a
     preset name or a YAML file. `latency_s` overrides the latency; `name` names a rate link."""
     if units.is_bare_number(spec):
         raise SpecError(f"{spec!r} has no unit; write a rate like {spec}GB/s, or a preset name")
