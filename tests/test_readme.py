@@ -135,6 +135,12 @@ def test_the_readme_quotes_the_current_accuracy():
     words = set(re.findall(r"[\d.,]+%?", paragraph))
     missing = [value for value in quoted if value not in words]
     assert not missing, f"update the README's accuracy sentence: {missing} not in\n{paragraph}"
+    for name in ("mixture of experts", "LoRA fine-tuning"):  # the rows reported apart
+        row = re.search(rf"^\| {name} \(all sources\) \| holdout[^|]*\|(.*)$", TEXTS["docs/validation.md"], re.M)
+        assert row, f"docs/validation.md has no '{name} | holdout' row"
+        cells = [cell.strip() for cell in row.group(1).strip(" |").split("|")]
+        mape, base_mape = cells[1], cells[3]
+        assert mape in words and base_mape in words, f"update the README's {name} numbers: {cells}"
 
 
 def test_the_readme_quotes_the_current_calibration_gain():

@@ -32,7 +32,7 @@ COMPUTE_SHARE = 0.85  # rows whose predicted step is at least this much compute 
 def dev_rows_by_gpu() -> dict[str, list[dict[str, str]]]:
     out: dict[str, list[dict[str, str]]] = defaultdict(list)
     for row in pv.raw_rows():
-        if row["split"] != "dev" or pv.skip_reason(row):
+        if row["split"] != "dev" or pv.skip_reason(row) or row["workload"] == "lora":  # full training only
             continue
         try:
             scn = pv.scenario_for(row)

@@ -91,6 +91,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "recompute",
         "sequence_parallel",
         "zero_stage",
+        "lora_rank",
         "precision",
         "flash_attention",
         "framework",

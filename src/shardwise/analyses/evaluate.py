@@ -241,6 +241,7 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
             interleaved,
             kwargs.get("recompute") in ("full", Recompute.FULL),
             kwargs.get("moe_overlap", False),
+            kwargs.get("lora_rank", 0),
         )
     return [(r.rule, r.ok) for r in checks]
 

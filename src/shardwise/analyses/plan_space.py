@@ -76,8 +76,8 @@ class SearchSpace:
     memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
     objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
     precision: str = "bf16"
-    # execution details of the runs being planned (as in Plan)
-    execution: dict[str, bool] = field(default_factory=dict)
+    # execution details of the runs being planned (as in Plan; lora_rank too)
+    execution: dict[str, bool | int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

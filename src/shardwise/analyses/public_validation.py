@@ -37,6 +37,7 @@ import numpy as np
 
 from shardwise.analyses import public_moe
 from shardwise.errors import SpecError
+from shardwise.physics.lora import DEFAULT_RANK
 
 # Relative difference below which two measured layouts count as tied for ranking.
 RANK_TIE = 0.01
@@ -60,6 +61,7 @@ class PublicRow:
     num_gpus: int
     skip: str = ""
     moe: bool = False  # a mixture-of-experts run (reported apart from the dense ones)
+    lora: bool = False  # a LoRA fine-tuning run (reported apart from the full training ones)
 
     @property
     def error(self) -> float:
@@ -145,9 +147,7 @@ def skip_reason(row: dict[str, str]) -> str:
         return "duplicate of the previous row (one model cell split in two)"
     if row["architecture_note"] and row["architecture_note"] != "mla":  # latent attention is modelled
         return f"{row['architecture_note']} (not modelled)"
-    if row["workload"] == "lora":
-        return "LoRA fine-tuning (frozen base weights) is not modelled"
-    if row["workload"] not in ("pretrain", "sft"):
+    if row["workload"] not in ("pretrain", "sft", "lora"):
         return f"workload {row['workload']!r} is not a training step"
     if row["framework"] != "megatron-core":
         return f"framework {row['framework']!r} has no --framework preset"
@@ -206,6 +206,7 @@ def scenario_for(row: dict[str, str]):
         ep=_int(row["ep"], 1) or 1,
         etp=public_moe.expert_tp(row) if row["moe"] == "yes" else 0,
         moe_dispatcher=public_moe.dispatcher(row) if row["moe"] == "yes" else "alltoall",
+        lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
         **framework_flags("megatron-core", tp > 1),
     )
     return Scenario(model, cluster, plan)
@@ -263,9 +264,10 @@ def _layout_key(row: dict[str, str]) -> str:
 def _label(row: dict[str, str]) -> str:
     vp = f" vp{row['vp']}" if (_int(row["vp"], 1) or 1) > 1 else ""
     cp = f" cp{row['cp']}" if (_int(row["cp"], 1) or 1) > 1 else ""
+    lora = f", LoRA r{DEFAULT_RANK}" if row["workload"] == "lora" else ""
     return (
         f"{row['model'] or row['model_raw']}, {row['num_gpus']} {row['system'] or row['gpu_raw']}, "
-        f"tp{row['tp']} pp{row['pp']}{vp}{cp} mb{row['mbs']} gbs{row['gbs']}, {row['precision']}"
+        f"tp{row['tp']} pp{row['pp']}{vp}{cp} mb{row['mbs']} gbs{row['gbs']}, {row['precision']}{lora}"
     )
 
 
@@ -305,6 +307,7 @@ def validate_public() -> tuple[PublicRow, ...]:
                 num_gpus=_int(row["num_gpus"], 0) or 0,
                 skip=reason,
                 moe=row["moe"] == "yes",
+                lora=row["workload"] == "lora",
             )
         )
     return tuple(out)
@@ -405,19 +408,22 @@ def summarize(name: str, rows: list[PublicRow]) -> TableSummary:
 
 def summaries(split: str | None = None) -> list[TableSummary]:
     """One summary per public source of dense runs and one for all of them, one for the
-    mixture-of-experts runs (all sources), on `split` rows (None: all)."""
+    mixture-of-experts runs and one for the LoRA fine-tuning runs (all sources), on `split` rows
+    (None: all)."""
     rows = [r for r in validate_public() if split is None or r.split == split]
-    dense = [r for r in rows if not r.moe]
+    dense = [r for r in rows if not r.moe and not r.lora]
     by_source: dict[str, list[PublicRow]] = defaultdict(list)
     for r in dense:
         by_source[r.source].append(r)
     out = [summarize(name, rs) for name, rs in sorted(by_source.items())]
     out.append(summarize("all public sources", dense))
     out.append(summarize(MOE_TABLE, [r for r in rows if r.moe]))
+    out.append(summarize(LORA_TABLE, [r for r in rows if r.lora]))
     return out
 
 
 MOE_TABLE = "mixture of experts (all sources)"
+LORA_TABLE = "LoRA fine-tuning (all sources)"
 
 
 @cache

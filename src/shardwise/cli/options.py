@@ -227,6 +227,14 @@ plan_layout_options = _stack(
         help="ZeRO stage (0 = plain data parallelism, 1 = Megatron's distributed optimizer) [default: the "
         "framework's].",
     ),
+    click.option(
+        "--lora-rank",
+        type=click.IntRange(0, 65536),
+        default=0,
+        show_default=True,
+        help="Fine-tune with LoRA adapters of this rank on the attention and MLP layers, the base weights "
+        "frozen (Megatron-Bridge's default rank is 32); 0 = train every weight.",
+    ),
 )
 
 
@@ -585,6 +593,7 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         sequence_parallel=o["sequence_parallel"],
         precision=o["precision"],
         flash_attention=o["flash_attention"],
+        lora_rank=o.get("lora_rank") or 0,
         **execution,
         **stage_kwargs(o),
     )

@@ -33,6 +33,7 @@ def _execution(options: dict[str, Any]) -> dict[str, Any]:
     out = execution_kwargs({**options, "zero": 0})
     out.pop("zero_stage", None)
     out["flash_attention"] = options["flash_attention"]
+    out["lora_rank"] = options["lora_rank"]
     return out
 
 
@@ -89,6 +90,13 @@ search_options = _stack(
         help="Sequence parallelism (with tp > 1).",
     ),
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
+    click.option(
+        "--lora-rank",
+        type=click.IntRange(0, 65536),
+        default=0,
+        show_default=True,
+        help="Plan a LoRA fine-tuning run: adapters of this rank, the base weights frozen; 0 = full training.",
+    ),
     click.option(
         "--zero-with-pp",
         is_flag=True,
@@ -355,6 +363,7 @@ def _print(
         f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({c.nodes} server(s) of {c.gpus_per_node}, "
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
         f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
+        + (f"; LoRA rank {rank}, base weights frozen" if (rank := result.space.execution.get("lora_rank")) else "")
     )
     fit = result.evaluated - result.dropped_for_memory
     out.print(

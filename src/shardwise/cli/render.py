@@ -86,6 +86,7 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
         f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}, "
         f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
+        + (f", LoRA rank {p.lora_rank} (base weights frozen)" if int(p.lora_rank) > 0 else "")
         + (f", layers per stage {split}" if split else ""),
         f"framework: {p.framework} ({_flags(p)})",
     ]

@@ -20,6 +20,7 @@ from shardwise.physics.compute import (
     memory_s,
 )
 from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
+from shardwise.physics.lora import lora_layer_times
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit
@@ -241,6 +242,7 @@ def layer_cost(
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion)
+    lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
@@ -314,6 +316,7 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
     lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
     grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
+    grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
@@ -341,6 +344,7 @@ def head_cost(
         plan.grad_accumulation_fusion,
     )
     logits = out.forward_s
+    weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen
     if not loss:
         return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
     loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=CROSS_ENTROPY_KERNELS)
@@ -349,10 +353,10 @@ def head_cost(
     grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)
     return StageCost(
         compute_forward_s=norm + logits + loss_s,
-        compute_backward_s=BACKWARD_MEMORY_RATIO * norm + out.input_grad_s + out.weight_grad_s,
+        compute_backward_s=BACKWARD_MEMORY_RATIO * norm + out.input_grad_s + weight_grad,
         tp_forward_s=gather + ce_comm,
         tp_backward_s=grad_in,
-        weight_grad_s=out.weight_grad_s,
+        weight_grad_s=weight_grad,
     )
 
 

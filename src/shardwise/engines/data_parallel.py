@@ -105,9 +105,11 @@ def dp_comm(
     cost: StageCost,
     m: Number,
     experts: bool = False,
+    n_weights: Number | None = None,
 ) -> DpComm:
     """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
-    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks).
+    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
+    (default `n_params`): the weights ZeRO-3 gathers, more than the trained ones under LoRA.
 
     ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
     the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
@@ -125,6 +127,8 @@ def dp_comm(
         group = fabric.group(dp, place["dpcp"])
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
     bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    n_weights = n_params if n_weights is None else n_weights
+    w_bucket = np.minimum(n_weights, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
     backward = cost.compute_backward_s + cost.tp_backward_s
     forward = cost.compute_forward_s + cost.tp_forward_s
     overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
@@ -140,6 +144,8 @@ def dp_comm(
                 "bucket_all_reduce": (group.all_reduce, bucket * g_bytes),
                 "bucket_reduce_scatter": (group.reduce_scatter, bucket * g_bytes),
                 "bucket_all_gather": (group.all_gather, bucket * w_bytes),
+                "weights_all_gather": (group.all_gather, n_weights * w_bytes),
+                "bucket_weights_all_gather": (group.all_gather, w_bucket * w_bytes),
             }[name]
             priced[name] = op(n)
         return priced[name]
@@ -163,7 +169,7 @@ def dp_comm(
             )
         # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
         # each forward and backward pass
-        gathers = 2 * m * price("all_gather"), m * cost.total_s, 2 * m * price("bucket_all_gather")
+        gathers = 2 * m * price("weights_all_gather"), m * cost.total_s, 2 * m * price("bucket_weights_all_gather")
         return grad, window, price("bucket_reduce_scatter"), *gathers
 
     if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
@@ -182,6 +188,7 @@ def data_parallel_exposed_s(
     m: Number,
     v: Number,
     expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+    weights: tuple[Number, Number, Number] | None = None,
 ) -> tuple[Number, Number]:
     """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
     exposed part is largest sets the step. With overlap the reduction runs in buckets during the
@@ -189,13 +196,16 @@ def data_parallel_exposed_s(
     hide behind; the last bucket is always exposed. The parameter all-gather after the optimizer
     is exposed unless overlap_param_gather (then all but its first bucket hides behind the next
     step's first forward). Routed-expert parameters (`expert_params`, part of `params`) are
-    reduced over their own expert-data-parallel group, after the others.
+    reduced over their own expert-data-parallel group, after the others. `weights` (default
+    `params`): what each stage holds, when only some of it is trained (LoRA); ZeRO-3 gathers it.
     """
     plan = scn.plan
     p = np.asarray(plan.pp, dtype=float)
     exposed, totals = [], []
-    for index, n_params, n_expert, cost in zip((0.0, 1.0, p - 1), params, expert_params, stages, strict=True):
-        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m)
+    held = params if weights is None else weights
+    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, held, strict=True)
+    for index, n_params, n_expert, cost, n_held in per_stage:
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_held - n_expert)
         if scn.model.is_moe:
             comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
         # stage i ends its last backward i chunks early
@@ -213,11 +223,12 @@ def data_parallel_exposed_s(
 
 def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
     """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
-    the backward pass (Megatron-LM), over the link between them."""
+    the backward pass (Megatron-LM), over the link between them; frozen under LoRA, nothing."""
     model, plan = scn.model, scn.plan
     p = np.asarray(plan.pp, dtype=float)
     if not model.tied_embeddings:
         return 0.0
+    p = np.where(np.asarray(plan.lora_rank) > 0, 1.0, p)
     grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
     sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(grads)
     return np.where(p > 1, sync, 0.0)

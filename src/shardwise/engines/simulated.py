@@ -40,6 +40,7 @@ from shardwise.engines.training import (
 )
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
+from shardwise.physics.lora import trainable_params
 from shardwise.physics.params import (
     layer_params_split,
     moe_layer_params_per_gpu,
@@ -96,6 +97,8 @@ def stage_times(scn: Scenario) -> StageTimes:
     held = [params[0]] + [per_layer * (counts[i] - n_moe[i]) + n_moe[i] * sum(moe_params) for i in middles]
     held += [params[2]] if p > 1 else []
     stage_experts = [ends[0]] + [n_moe[i] * moe_params[1] for i in middles] + ([ends[2]] if p > 1 else [])
+    e = plan.bytes_per_element
+    trained = [trainable_params(model, plan.tp, plan.lora_rank, e, n, x) for n, x in zip(counts, held, strict=True)]
     split_bwd = plan.schedule.label in SPLIT_BACKWARD
     forward = np.array([float(np.asarray(c.forward_s)) for c in kinds])
     backward = np.array([float(np.asarray(c.backward_s)) for c in kinds])
@@ -124,8 +127,8 @@ def stage_times(scn: Scenario) -> StageTimes:
     forward, backward = forward + mb_over / 2, backward + mb_over / 2
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt = [], [], [], []
-    for i, (cost, n_params, n_expert) in enumerate(zip(kinds, held, stage_experts, strict=True)):
-        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m)
+    for i, (cost, n_params, n_expert, n_weights) in enumerate(zip(kinds, trained, stage_experts, held, strict=True)):
+        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_weights - n_expert)
         if model.is_moe:
             c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
@@ -145,7 +148,7 @@ def stage_times(scn: Scenario) -> StageTimes:
             dp[-1] += tied
             tail[-1] += tied
         gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap)[1])))
-        opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert))))
+        opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert, n_weights))))
     return StageTimes(
         forward,
         backward - weight,

@@ -51,6 +51,7 @@ from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
+from shardwise.physics.lora import trainable_params
 from shardwise.physics.memory import MemoryBreakdown
 from shardwise.physics.moe import experts_forward
 from shardwise.physics.topology import placement
@@ -158,6 +159,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             np.asarray(plan.schedule) == Schedule.INTERLEAVED,
             np.asarray(plan.recompute) == Recompute.FULL,
             plan.moe_overlap,
+            plan.lora_rank,
         )
     )
     fabric = Fabric.of(cluster)
@@ -198,8 +200,13 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         fill = np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last))
         pipe_s = where(zb, fill, pipe_s)
     params, expert_params = _stage_params(model, plan, split)
-    dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, params, (first, middle, last), m, v, expert_params)
-    optimizer_s = reduce(np.maximum, (optimizer_time_s(scn, n, x) for n, x in zip(params, expert_params, strict=True)))
+    trained = _trainable(model, plan, split, params)
+    stages3 = (first, middle, last)
+    dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, trained, stages3, m, v, expert_params, params)
+    optimizer_s = reduce(
+        np.maximum,
+        (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
+    )
     step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
 
     def diagnostics() -> dict[str, Any]:
@@ -228,7 +235,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
         }
 
-    memory = memory_breakdown(local, params, m, split, expert_params, moe_split)
+    memory = memory_breakdown(local, params, m, split, expert_params, moe_split, trained)
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 
@@ -236,6 +243,16 @@ def _stage_params(model: Model, plan: Plan, split: StageSplit) -> tuple[Triple, 
     """Parameters on one GPU of the first, fullest middle and last stage, and the routed-expert
     ones among them."""
     return stage_params(model, plan, split), stage_expert_params(model, plan, split)
+
+
+def _trainable(model: Model, plan: Plan, split: StageSplit, params: Triple) -> Triple:
+    """The parameters with gradients on those stages: all of them, or LoRA's adapters
+    (`physics.lora.trainable_params`)."""
+    layers = (split.first, split.middle_max, split.last)
+    e = plan.bytes_per_element
+    return tuple(  # type: ignore[return-value]
+        trainable_params(model, plan.tp, plan.lora_rank, e, n, x) for n, x in zip(layers, params, strict=True)
+    )
 
 
 def training_memory(scn: Scenario) -> MemoryBreakdown:
@@ -246,7 +263,8 @@ def training_memory(scn: Scenario) -> MemoryBreakdown:
     m = np.asarray(plan.num_micro_batches, dtype=float)
     params, expert_params = _stage_params(model, plan, split)
     moe = model_moe_split(model, split) if model.is_moe else None
-    return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe)
+    trained = _trainable(model, plan, split, params)
+    return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe, trained)
 
 
 def training_memory_floor_bytes(scn: Scenario) -> Number:
@@ -254,13 +272,17 @@ def training_memory_floor_bytes(scn: Scenario) -> Number:
     (`engines.training_memory.model_state_floor_bytes`), a few array operations per plan."""
     model, plan = scn.model, scn.plan
     split = plan_split(model.layers, plan)
-    return model_state_floor_bytes(plan, *_stage_params(model, plan, split))
+    params, expert_params = _stage_params(model, plan, split)
+    return model_state_floor_bytes(plan, params, expert_params, _trainable(model, plan, split, params))
 
 
-def optimizer_time_s(scn: Scenario, n_params: Number, n_expert: Number = 0.0) -> Number:
+def optimizer_time_s(
+    scn: Scenario, n_params: Number, n_expert: Number = 0.0, n_weights: Number | None = None
+) -> Number:
     """The Adam update of `n_params` parameters (divided by dp x cp under ZeRO >= 1; the
     `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 training also the
-    once-per-step cast of every local weight to FP8 in both layouts
+    once-per-step cast of every local weight (`n_weights`, default `n_params`; more under LoRA,
+    whose frozen weights are cast too) to FP8 in both layouts
     (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest."""
     plan = scn.plan
     sharded = np.asarray(plan.zero_stage) >= 1
@@ -271,7 +293,8 @@ def optimizer_time_s(scn: Scenario, n_params: Number, n_expert: Number = 0.0) ->
     update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
     if not is_fp8(plan.precision):
         return update
-    return update + memory_s(cast_bytes_per_element(plan.precision) * n_params, gpu)
+    weights = n_params if n_weights is None else n_weights
+    return update + memory_s(cast_bytes_per_element(plan.precision) * weights, gpu)
 
 
 def masked_attention_flops_per_step(scn: Scenario) -> Number:
@@ -297,12 +320,17 @@ def layers_model_flops(model: Model, bytes_per_element: float) -> Number:
 
 
 def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
-    """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs."""
+    """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs. LoRA
+    (`Plan.lora_rank`) computes no weight gradient of the frozen linear layers and output layer
+    (one pass of their FLOPs less; the adapters' own FLOPs, r / h of the layers', are left out)."""
     model, plan = scn.model, scn.plan
     one = layer_forward(model, 1, 1, False, plan.bytes_per_element)
     layers_fwd = layers_model_flops(model, plan.bytes_per_element)
     logits = logits_forward(model, 1, 1, plan.bytes_per_element).flops
     per_seq = 3 * (layers_fwd + logits)
+    if np.any(np.asarray(plan.lora_rank) > 0):  # dense models only (specs.rules.lora_rule)
+        frozen = model.layers * sum(g.flops for g in (*one.gemms, *one.extra)) + logits
+        per_seq = np.where(np.asarray(plan.lora_rank) > 0, per_seq - frozen, per_seq)
     rc = np.asarray(plan.recompute)
     redo = np.select(
         [rc == Recompute.FULL, rc == Recompute.SELECTIVE],

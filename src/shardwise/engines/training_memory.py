@@ -25,11 +25,13 @@ def memory_breakdown(
     split: StageSplit | None = None,
     expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
     moe_layers: StageSplit | None = None,
+    trained: tuple[Number, Number, Number] | None = None,
 ) -> mem.MemoryBreakdown:
     """The fullest of the first stage (most activations in flight, embedding), the second stage
     (the fullest middle one, when the split is uneven) and the last (output layer). A mixture of
     experts gives the routed-expert parameters of each stage (`expert_params`, sharded over
-    expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ."""
+    expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ. `trained`:
+    the parameters with gradients and optimizer state (LoRA's adapters; default all of them)."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     per_layer = mem.layer_activation_bytes(
@@ -86,7 +88,7 @@ def memory_breakdown(
         np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working, 0.0),
         kept(in_last, split.last, n_moe.last) + working + head,
     )
-    states = stage_states(plan, params, expert_params)
+    states = stage_states(plan, params, expert_params, trained)
     totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
     totals[1] = np.where(p > 2, totals[1], -np.inf)
     pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
@@ -113,16 +115,23 @@ def memory_breakdown(
 
 
 def stage_states(
-    plan: Plan, params: tuple[Number, Number, Number], expert_params: tuple[Number, Number, Number]
+    plan: Plan,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number],
+    trained: tuple[Number, Number, Number] | None = None,
 ) -> list[tuple[Number, Number, Number]]:
     """(weights, gradients, optimizer) bytes on one GPU of the first, fullest middle and last
-    stage: the dense parameters sharded by ZeRO over dp x cp, the routed experts' over expert_dp."""
+    stage: the dense parameters sharded by ZeRO over dp x cp, the routed experts' over expert_dp.
+    Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state."""
     shards = mem.zero_shards(np.asarray(plan.dp) * np.asarray(plan.cp), plan.zero_stage)
     no_experts = all(np.ndim(x) == 0 and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
     states = []
-    for n, n_expert in zip(params, expert_params, strict=True):
+    for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
         dense = mem.sharded_state_bytes(n - n_expert, shards, plan.precision)
+        if trained is not None and trained[i] is not n:  # LoRA: the frozen weights, the adapters' state
+            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, plan.precision)
+            dense = (dense[0], grads, optim)
         if routed_shards is None:  # no routed experts (a dense model)
             states.append(dense)
             continue
@@ -132,12 +141,15 @@ def stage_states(
 
 
 def model_state_floor_bytes(
-    plan: Plan, params: tuple[Number, Number, Number], expert_params: tuple[Number, Number, Number]
+    plan: Plan,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number],
+    trained: tuple[Number, Number, Number] | None = None,
 ) -> Number:
     """The most model state any stage holds plus the runtime's reserve: never above
     `memory_breakdown`'s total (its stage adds activations, which are never negative, and ZeRO-3's
     prefetch, summed in the same order), so a plan whose floor exceeds the GPU does not fit,
     whatever its activations. A planner drops such plans before pricing their activations."""
-    first, middle, last = (sum(st) for st in stage_states(plan, params, expert_params))
+    first, middle, last = (sum(st) for st in stage_states(plan, params, expert_params, trained))
     middle = np.where(np.asarray(plan.pp) > 2, middle, -np.inf)
     return np.maximum(np.maximum(first, middle), last) + mem.RUNTIME_RESERVED_BYTES

@@ -89,6 +89,10 @@ class Plan:
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
     micro-batches pass through the pipeline per step.
 
+    `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
+    frozen and adapters of that rank sit beside the attention and MLP linear layers
+    (`physics.lora`; 0: full training).
+
     Pipeline stages: by default the layers are spread as evenly as possible (when pp does not
     divide them, the middle stages take the extra layers first, then the first stage: the first
     and last stages also run the embedding and the output layer). `first_stage_layers` /
@@ -131,6 +135,7 @@ class Plan:
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
+    lora_rank: Number = 0
     precision: str = "bf16"
     flash_attention: bool | np.ndarray = True
     async_tp_grad: bool | np.ndarray = True
@@ -150,6 +155,7 @@ class Plan:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
             object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
         object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
+        object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if np.any(np.asarray(imbalance) < 1.0):
             raise SpecError(

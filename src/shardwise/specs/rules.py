@@ -268,6 +268,19 @@ def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number) -> Ru
     return Rule("training a mixture of experts with TP needs sequence parallelism", np.asarray(ok), error)
 
 
+def lora_rule(experts: int, lora_rank: Number) -> Rule:
+    """LoRA is modelled for dense models (adapters on the attention and dense MLP layers)."""
+    ok = ~np.asarray(bool(experts)) | (np.asarray(lora_rank) == 0)
+
+    def error() -> str:
+        return (
+            "plan: lora_rank with a mixture of experts is not modelled (the adapters of routed experts are not "
+            "described); use lora_rank=0 (full training) or a dense model"
+        )
+
+    return Rule("LoRA needs a dense model", np.asarray(ok), error)
+
+
 def moe_training_rules(
     experts: int,
     tp: Number,
@@ -277,12 +290,14 @@ def moe_training_rules(
     interleaved: Number = False,
     full_recompute: Number = False,
     overlap: Number = False,
+    lora_rank: Number = 0,
 ) -> list[Rule]:
-    """The rules of training a mixture of experts: sequence parallelism with TP, and where the
-    expert all-to-all overlap runs."""
+    """The rules of training a mixture of experts: sequence parallelism with TP, where the
+    expert all-to-all overlap runs, and no LoRA."""
     return [
         moe_training_rule(experts, tp, sequence_parallel),
         *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute),
+        lora_rule(experts, lora_rank),
     ]
 
 

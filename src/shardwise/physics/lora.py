@@ -1,0 +1,100 @@
+"""LoRA fine-tuning (Hu et al. 2021, "LoRA: Low-Rank Adaptation of Large Language Models"): the
+base weights are frozen and each target linear layer Y = X W gets a trainable low-rank update,
+Y = X W + (X A) B with A (k x r) and B (r x n), as Megatron-Bridge's `LoRA` PEFT adds it
+(src/megatron/bridge/peft/lora.py: targets linear_qkv, linear_proj, linear_fc1 and linear_fc2,
+rank `dim` 32 by default; the adapters are separate linear layers beside the base one,
+`ParallelLinearAdapter`, in the model's 16-bit dtype).
+
+What changes against full training, per layer and GPU:
+- the base linear layers compute no weight gradient (frozen); their input gradient stays, since
+  the loss gradient must reach the layers below;
+- each adapter adds two skinny GEMMs forward (m x k by k x r, then m x r by r x n, in the base
+  layer's local shapes: under TP the adapter of a column-parallel layer splits B, of a row-parallel
+  one A, as the base splits its weight), their input and weight gradients backward, and the
+  memory-bound add of its output into the base output (read two, write one m x n tensor; in the
+  backward the same for the input gradient, m x k);
+- only the adapters' parameters r (k + n) per target have gradients, optimizer state, a data-
+  parallel gradient reduction and an optimizer update; the output layer and the embedding are
+  frozen too.
+Activation memory is kept as in full training (the adapters keep their own inputs, and whether the
+frozen layers drop theirs depends on the framework).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from shardwise.physics.compute import GemmTimes, LayerTimes, attention_precision, linears_times, memory_s
+from shardwise.physics.flops import Gemm, LayerForward, gemm, layer_forward
+from shardwise.specs import Gpu, Model
+from shardwise.specs._checks import Number
+
+# Megatron-Bridge LoRA defaults (src/megatron/bridge/peft/lora.py): rank `dim` = 32.
+DEFAULT_RANK = 32
+# One add of the adapter's output into the base output forward, of its input gradient backward.
+ADD_BYTES_PER_ELEMENT = 3.0
+
+
+def adapter_gemms(g: Gemm, rank: Number, e: float) -> tuple[Gemm, Gemm]:
+    """A and B of the adapter beside the base GEMM `g` (its local shape), in `e`-byte elements."""
+    return gemm(g.m, rank, g.k, e, g.batch), gemm(g.m, g.n, rank, e, g.batch)
+
+
+def adapter_params(fwd: LayerForward, rank: Number) -> Number:
+    """The adapters' parameters of one layer on one GPU: r (k + n) per target, in local shapes
+    (an MLP that is not dense has no fc1 / fc2 adapters)."""
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    qkv, proj, up, down = fwd.gemms
+    return rank * (qkv.k + qkv.n + proj.k + proj.n + mlp * (up.k + up.n + down.k + down.n))
+
+
+def layer_adapter_params(model: Model, tp: Number, rank: Number, bytes_per_element: float) -> Number:
+    """`adapter_params` of one dense layer of `model` under `tp`."""
+    return adapter_params(layer_forward(model, 1, tp, False, bytes_per_element), rank)
+
+
+def trainable_params(
+    model: Model, tp: Number, rank: Number, bytes_per_element: float, layers: Number, params: Number
+) -> Number:
+    """What has gradients and optimizer state on a GPU holding `layers` layers and `params`
+    parameters: the adapters under LoRA (`rank` > 0), all of `params` otherwise."""
+    rank = np.asarray(rank)
+    if not np.any(rank > 0):
+        return params
+    return np.where(rank > 0, layers * layer_adapter_params(model, tp, rank, bytes_per_element), params)
+
+
+def lora_layer_times(
+    lt: LayerTimes, fwd: LayerForward, rank: Number, gpu: Gpu, precision: str, fused_accumulation: Number = True
+) -> LayerTimes:
+    """`lt` with the base weight gradients gone and the adapters' work added (in `extra`) where
+    `rank` > 0; unchanged where it is 0 (full training)."""
+    rank = np.asarray(rank, dtype=float)
+    if not np.any(rank > 0):
+        return lt
+    on = (rank > 0).astype(float)
+    e = 2.0  # the adapters run in 16 bits
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    shapes = [(g, w) for g, w in zip(fwd.gemms, (1.0, 1.0, mlp, mlp), strict=True)]
+    adapters = [a for g, _ in shapes for a in adapter_gemms(g, np.maximum(rank, 1.0), e)]
+    times = linears_times(adapters, gpu, attention_precision(precision), fused_accumulation)
+    weights = [w for _, w in shapes for _ in range(2)]
+    adds_f = sum(w * memory_s(ADD_BYTES_PER_ELEMENT * e * g.m * g.n * g.batch, gpu) for g, w in shapes)
+    adds_b = sum(w * memory_s(ADD_BYTES_PER_ELEMENT * e * g.m * g.k * g.batch, gpu) for g, w in shapes)
+
+    def total(field: str) -> Number:
+        return sum(w * getattr(t, field) for w, t in zip(weights, times, strict=True))
+
+    frozen = 1.0 - on
+    extra = GemmTimes(  # the other linear layers (frozen too) and the adapters
+        lt.extra.forward_s + on * (total("forward_s") + adds_f),
+        lt.extra.input_grad_s + on * (total("input_grad_s") + adds_b),
+        frozen * lt.extra.weight_grad_s + on * total("weight_grad_s"),
+    )
+
+    def base(g: GemmTimes) -> GemmTimes:
+        return GemmTimes(g.forward_s, g.input_grad_s, frozen * g.weight_grad_s)
+
+    return replace(lt, qkv=base(lt.qkv), proj=base(lt.proj), up=base(lt.up), down=base(lt.down), extra=extra)

@@ -1,0 +1,130 @@
+"""LoRA fine-tuning (physics.lora, Plan.lora_rank): frozen base weights, trainable adapters."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.training import estimate_training_step, flops_per_step
+from shardwise.errors import SpecError
+from shardwise.physics.compute import layer_times
+from shardwise.physics.flops import layer_forward
+from shardwise.physics.lora import adapter_params, lora_layer_times
+from shardwise.specs import Plan, Scenario
+
+
+def _scenario(rank: int = 32, **plan: object) -> Scenario:
+    model = presets.model("llama3-8b", seq_len=4096)
+    fields = {"tp": 2, "pp": 2, "dp": 2, "global_batch": 32, "sequence_parallel": True, **plan}
+    return Scenario(model, presets.system("dgx-h100"), Plan(lora_rank=rank, **fields))  # type: ignore[arg-type]
+
+
+def test_adapter_parameters_are_the_rank_times_each_targets_in_and_out():
+    """Llama 2 7B, tp=1: r (k + n) for QKV (4096 -> 12288), proj (4096 -> 4096), the gated MLP
+    up (4096 -> 2 x 11008) and down (11008 -> 4096)."""
+    fwd = layer_forward(presets.model("llama2-7b"), 1, 1, False, 2.0)
+    expected = 32 * ((4096 + 12288) + (4096 + 4096) + (4096 + 22016) + (11008 + 4096))
+    assert adapter_params(fwd, 32) == expected
+    # under TP each GPU keeps the split side of each adapter
+    assert adapter_params(layer_forward(presets.model("llama2-7b"), 1, 2, False, 2.0), 32) < expected
+
+
+def test_the_base_layers_compute_no_weight_gradient_and_the_adapters_add_little():
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(presets.model("llama3-70b", seq_len=4096), 1, 2, True, 2.0)
+    full = layer_times(fwd, gpu, "bf16", True)
+    lora = lora_layer_times(full, fwd, 16, gpu, "bf16")
+    for name in ("qkv", "proj", "up", "down"):
+        assert getattr(lora, name).weight_grad_s == 0.0
+        assert getattr(lora, name).input_grad_s == getattr(full, name).input_grad_s  # dX still flows
+    assert 0 < lora.weight_grad_s < 0.05 * full.weight_grad_s  # the adapters' own, skinny
+    assert full.forward_s < lora.forward_s < 1.3 * full.forward_s
+    assert lora.backward_s < full.backward_s
+    assert lora_layer_times(full, fwd, 0, gpu, "bf16") is full
+
+
+def test_a_lora_step_is_faster_and_keeps_gradients_and_optimizer_state_only_for_the_adapters():
+    full, lora = (estimate_training_step(_scenario(r)) for r in (0, 32))
+    assert float(lora.step_time_s) < float(full.step_time_s)
+    assert float(lora.memory.weights_bytes) == pytest.approx(float(full.memory.weights_bytes))
+    assert float(lora.memory.gradients_bytes) < 0.02 * float(full.memory.gradients_bytes)
+    assert float(lora.memory.optimizer_bytes) < 0.02 * float(full.memory.optimizer_bytes)
+    assert float(lora.breakdown.optimizer_s) < 0.05 * float(full.breakdown.optimizer_s)
+    assert float(lora.breakdown.dp_comm_s) <= float(full.breakdown.dp_comm_s)
+    # model FLOPs: one pass of the linear layers' FLOPs less (no weight gradients)
+    model_full, _ = flops_per_step(_scenario(0))
+    model_lora, _ = flops_per_step(_scenario(32))
+    assert 0.6 < float(model_lora) / float(model_full) < 0.75
+
+
+def test_a_higher_rank_never_makes_the_step_faster():
+    times = [float(estimate_training_step(_scenario(r)).step_time_s) for r in (8, 16, 32, 64, 256)]
+    assert times == sorted(times)
+
+
+def test_zero3_gathers_the_frozen_weights_too():
+    """ZeRO-3 gathers every weight before use, trained or not; ZeRO-1 gathers only the updated
+    adapters after the optimizer."""
+    z3 = estimate_training_step(_scenario(32, tp=1, pp=1, dp=8, zero_stage=3, sequence_parallel=False))
+    z1 = estimate_training_step(_scenario(32, tp=1, pp=1, dp=8, zero_stage=1, sequence_parallel=False))
+    dp3 = float(z3.breakdown.dp_comm_s) + float(z3.hidden_comm_s["dp_comm"])
+    dp1 = float(z1.breakdown.dp_comm_s) + float(z1.hidden_comm_s["dp_comm"])
+    assert dp3 > 100 * dp1
+
+
+def test_ranks_priced_together_cost_what_each_costs_alone():
+    ranks = np.array([0, 8, 32, 0])
+    together = estimate_training_step(_scenario(ranks))  # type: ignore[arg-type]
+    alone = [float(estimate_training_step(_scenario(int(r))).step_time_s) for r in ranks]
+    assert np.asarray(together.step_time_s) == pytest.approx(alone, rel=1e-12)
+
+
+def test_the_simulator_agrees_with_the_closed_form():
+    scn = _scenario(32, schedule="1f1b")
+    simulated = float(simulate_training_step(scn).estimate.step_time_s)
+    assert simulated == pytest.approx(float(estimate_training_step(scn).step_time_s), rel=0.02)
+
+
+def test_lora_is_not_modelled_for_a_mixture_of_experts():
+    scn = Scenario(
+        presets.model("mixtral-8x7b"),
+        presets.system("dgx-h100"),
+        Plan(tp=1, ep=8, dp=8, global_batch=64, lora_rank=16),
+    )
+    with pytest.raises(SpecError, match="lora_rank with a mixture of experts"):
+        estimate_training_step(scn)
+    with pytest.raises(SpecError, match="lora_rank"):
+        replace(scn.plan, lora_rank=-1).__post_init__()
+
+
+def test_predict_and_plan_take_a_rank(cli):
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "2", "--global-batch", "32"]
+    code, out, _ = cli([*args, "--lora-rank", "16"])
+    assert code == 0 and "LoRA rank 16 (base weights frozen)" in " ".join(out.split())
+    lora, full = (json.loads(cli([*args, *extra, "--json"])[1]) for extra in (["--lora-rank", "16"], []))
+    assert lora["step_time_s"] < full["step_time_s"]
+    code, _, err = cli([*args, "--lora-rank", "-1"])
+    assert code == 2 and "--lora-rank" in err and "Traceback" not in err
+    code, out, _ = cli(
+        ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "32", "--lora-rank", "8"]
+    )
+    assert code == 0 and "LoRA rank 8, base weights frozen" in " ".join(out.split())
+
+
+def test_public_lora_runs_are_priced_and_reported_apart():
+    from shardwise.analyses import public_validation as pv
+
+    rows = [r for r in pv.validate_public() if r.lora and not r.skip]
+    assert len(rows) >= 19 and all(r.split == "holdout" for r in rows)
+    assert "LoRA r32" in rows[0].label
+    names = [s.name for s in pv.summaries("holdout")]
+    assert pv.LORA_TABLE in names
+    dense = next(s for s in pv.summaries("holdout") if s.name == "all public sources")
+    assert dense.rows == len(
+        [r for r in pv.validate_public() if r.split == "holdout" and not (r.skip or r.moe or r.lora)]
+    )
