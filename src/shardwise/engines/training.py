@@ -201,8 +201,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         pipe_s = where(zb, fill, pipe_s)
     params, expert_params = _stage_params(model, plan, split)
     trained = _trainable(model, plan, split, params)
-    stages3 = (first, middle, last)
-    dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, trained, stages3, m, v, expert_params, params)
+    stage_costs = (first, middle, last)
+    dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, trained, stage_costs, m, v, expert_params, params)
     optimizer_s = reduce(
         np.maximum,
         (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
