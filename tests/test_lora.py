@@ -128,3 +128,18 @@ def test_public_lora_runs_are_priced_and_reported_apart():
     assert dense.rows == len(
         [r for r in pv.validate_public() if r.split == "holdout" and not (r.skip or r.moe or r.lora)]
     )
+
+
+def test_fp8_frozen_layers_quantise_row_wise_only():
+    """Transformer Engine makes the column-wise FP8 copies (input, output gradient) only for a
+    weight gradient: a LoRA layer's casts move 3 bytes per element instead of 4 (less the same
+    kernel launches)."""
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(presets.model("llama3-8b", seq_len=4096), 1, 1, False, 2.0)
+    full = layer_times(fwd, gpu, "fp8", True)
+    lora = lora_layer_times(full, fwd, 16, gpu, "fp8")
+    launch = 4 * gpu.kernel_launch_s
+    for f in ("cast_f_s", "cast_b_s"):
+        assert getattr(lora, f) - launch == pytest.approx(0.75 * (getattr(full, f) - launch), rel=1e-9)
+    bf16 = layer_times(fwd, gpu, "bf16", True)
+    assert lora_layer_times(bf16, fwd, 16, gpu, "bf16").cast_f_s == 0.0

@@ -194,6 +194,10 @@ class LayerTimes:
 # are cast once per step (cached across micro-batches): `engines.training.optimizer_time_s`.
 FP8_CAST_BYTES_PER_ELEMENT = 4.0
 MXFP8_CAST_BYTES_PER_ELEMENT = 4.0 + 2.0 / 32.0
+# Without a weight gradient (frozen weights, LoRA) only the row-wise copy is made: Transformer
+# Engine quantises the input column-wise only when `weight.requires_grad`, the output gradient
+# only when it computes wgrad (transformer_engine/pytorch/module/linear.py).
+ROWWISE_CAST_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 3.0 + 1.0 / 32.0}
 
 
 # NVFP4: 4-bit values with one FP8 (E4M3) scale per 16 (NVIDIA's NVFP4 format): 0.5 + 1/16 bytes per
@@ -249,6 +253,20 @@ def linears_times(gs: Sequence[Gemm], gpu: Gpu, precision: str, fused_accumulati
     return out
 
 
+def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[Number, Number]:
+    """(forward, backward) seconds of quantising each linear layer's input and output gradient,
+    `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`)."""
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    gemms = (*fwd.gemms, *fwd.extra)
+    on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+    inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
+    outputs = sum(g.m * g.n * g.batch for g in gemms)
+    return (
+        memory_s(bytes_per_element * inputs, gpu, kernels=len(gemms)),
+        memory_s(bytes_per_element * outputs, gpu, kernels=len(gemms)),
+    )
+
+
 def layer_times(
     fwd: LayerForward, gpu: Gpu, precision: str, flash: Number, fused_accumulation: Number = True
 ) -> LayerTimes:
@@ -271,13 +289,7 @@ def layer_times(
     )
     cast_f = cast_b = 0.0
     if is_narrow(precision):
-        gemms = (*fwd.gemms, *fwd.extra)
-        on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
-        inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
-        outputs = sum(g.m * g.n * g.batch for g in gemms)
-        per_element = cast_bytes_per_element(precision)
-        cast_f = memory_s(per_element * inputs, gpu, kernels=len(gemms))
-        cast_b = memory_s(per_element * outputs, gpu, kernels=len(gemms))
+        cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision))
     return LayerTimes(
         qkv=qkv,
         proj=proj,

@@ -13,6 +13,8 @@ What changes against full training, per layer and GPU:
   one A, as the base splits its weight), their input and weight gradients backward, and the
   memory-bound add of its output into the base output (read two, write one m x n tensor; in the
   backward the same for the input gradient, m x k);
+- in FP8 the frozen layers quantise their input and output gradient row-wise only (Transformer
+  Engine makes the column-wise copies for the weight gradient alone);
 - only the adapters' parameters r (k + n) per target have gradients, optimizer state, a data-
   parallel gradient reduction and an optimizer update; the output layer and the embedding are
   frozen too.
@@ -26,7 +28,15 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.physics.compute import GemmTimes, LayerTimes, attention_precision, linears_times, memory_s
+from shardwise.physics.compute import (
+    ROWWISE_CAST_BYTES_PER_ELEMENT,
+    GemmTimes,
+    LayerTimes,
+    attention_precision,
+    cast_times,
+    linears_times,
+    memory_s,
+)
 from shardwise.physics.flops import Gemm, LayerForward, gemm, layer_forward
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
@@ -97,4 +107,17 @@ def lora_layer_times(
     def base(g: GemmTimes) -> GemmTimes:
         return GemmTimes(g.forward_s, g.input_grad_s, frozen * g.weight_grad_s)
 
-    return replace(lt, qkv=base(lt.qkv), proj=base(lt.proj), up=base(lt.up), down=base(lt.down), extra=extra)
+    cast_f, cast_b = lt.cast_f_s, lt.cast_b_s
+    if precision in ROWWISE_CAST_BYTES_PER_ELEMENT:  # FP8 without wgrad: the row-wise copies only
+        row_f, row_b = cast_times(fwd, gpu, ROWWISE_CAST_BYTES_PER_ELEMENT[precision])
+        cast_f, cast_b = frozen * cast_f + on * row_f, frozen * cast_b + on * row_b
+    return replace(
+        lt,
+        qkv=base(lt.qkv),
+        proj=base(lt.proj),
+        up=base(lt.up),
+        down=base(lt.down),
+        extra=extra,
+        cast_f_s=cast_f,
+        cast_b_s=cast_b,
+    )
