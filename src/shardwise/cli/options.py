@@ -144,6 +144,17 @@ cluster_options = _stack(
     click.option("--num-gpus", type=int, help="GPUs in the cluster (instead of --nodes)."),
 )
 
+# LoRA fine-tuning, on predict and on plan
+lora_rank_option = click.option(
+    "--lora-rank",
+    type=click.IntRange(0, 65536),
+    default=0,
+    show_default=True,
+    help="Fine-tune with LoRA adapters of this rank on the attention and MLP layers, the base weights "
+    "frozen (Megatron-Bridge's default rank is 32); 0 = train every weight.",
+)
+
+
 plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
     click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel stages."),
@@ -227,14 +238,7 @@ plan_layout_options = _stack(
         help="ZeRO stage (0 = plain data parallelism, 1 = Megatron's distributed optimizer) [default: the "
         "framework's].",
     ),
-    click.option(
-        "--lora-rank",
-        type=click.IntRange(0, 65536),
-        default=0,
-        show_default=True,
-        help="Fine-tune with LoRA adapters of this rank on the attention and MLP layers, the base weights "
-        "frozen (Megatron-Bridge's default rank is 32); 0 = train every weight.",
-    ),
+    lora_rank_option,
 )
 
 

@@ -7,7 +7,14 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import _stack, alias_option, cluster_options, execution_options, model_options
+from shardwise.cli.options import (
+    _stack,
+    alias_option,
+    cluster_options,
+    execution_options,
+    lora_rank_option,
+    model_options,
+)
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
@@ -90,13 +97,7 @@ search_options = _stack(
         help="Sequence parallelism (with tp > 1).",
     ),
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
-    click.option(
-        "--lora-rank",
-        type=click.IntRange(0, 65536),
-        default=0,
-        show_default=True,
-        help="Plan a LoRA fine-tuning run: adapters of this rank, the base weights frozen; 0 = full training.",
-    ),
+    lora_rank_option,
     click.option(
         "--zero-with-pp",
         is_flag=True,

@@ -228,7 +228,6 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
     p = np.asarray(plan.pp, dtype=float)
     if not model.tied_embeddings:
         return 0.0
-    p = np.where(np.asarray(plan.lora_rank) > 0, 1.0, p)
     grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
     sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(grads)
-    return np.where(p > 1, sync, 0.0)
+    return np.where((p > 1) & (np.asarray(plan.lora_rank) == 0), sync, 0.0)
