@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
+import os
 import time
+from pathlib import Path
 
 import pytest
 
@@ -280,3 +283,61 @@ def test_every_measure_command_without_torch_is_one_line(args):
         "error: shardwise measure needs PyTorch: pip install 'shardwise[measure]' (on a machine without a GPU, "
         "pip install torch==2.13.0 installs the CPU build)"
     ]
+
+
+def _children(pid: int) -> set[int]:
+    """The process ids whose parent is `pid` (Linux /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc to find the ranks")
+def test_no_rank_outlives_a_launcher_killed_with_sigkill(tmp_path):
+    """Issue 30: `kill -9` of the launcher left both ranks computing for minutes. Now the kernel
+    ends them (PR_SET_PDEATHSIG), so none survives the launcher by more than a moment."""
+    import signal
+    import subprocess
+    import sys
+
+    code = "import sys; from shardwise.cli import main; main(sys.argv[1:])"
+    args = ["measure", "pp", "--device", "cpu", "--ranks", "2", "--iters", "10000", "--seq-len", "32"]
+    launcher = subprocess.Popen([sys.executable, "-c", code, *args], cwd=tmp_path, stderr=subprocess.DEVNULL)
+    try:
+        ranks: set[int] = set()
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and launcher.poll() is None:
+            # the spawned ranks (the resource tracker is a child too, and ends on its own)
+            ranks = {p for p in _children(launcher.pid) if "spawn_main" in Path(f"/proc/{p}/cmdline").read_text()}
+            if len(ranks) >= 2:
+                break
+            time.sleep(0.2)
+        assert len(ranks) >= 2, "the ranks did not start"
+        time.sleep(2)  # let them get into their work (past the parent check at start)
+        launcher.send_signal(signal.SIGKILL)
+        launcher.wait(timeout=10)
+        end = time.monotonic() + 20
+        while time.monotonic() < end and any(_alive(p) for p in ranks):
+            time.sleep(0.2)
+        survivors = [p for p in ranks if _alive(p)]
+    finally:
+        for p in _children(launcher.pid) | ranks:
+            with contextlib.suppress(OSError):
+                os.kill(p, signal.SIGKILL)
+    assert not survivors, f"rank process(es) {survivors} outlived the launcher killed with SIGKILL"

@@ -134,7 +134,10 @@ def micro(
         return
     result = results[0]
     preset = system_yaml(result, Path(out).stem, _memory_bytes(result["device"]))
-    Path(out).write_text(yaml.safe_dump(preset, sort_keys=False), encoding="utf-8")
+    from shardwise.atomic import atomic_path
+
+    with atomic_path(out) as tmp:
+        Path(tmp).write_text(yaml.safe_dump(preset, sort_keys=False), encoding="utf-8")
     if as_json:
         from shardwise import export
 

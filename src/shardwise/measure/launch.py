@@ -4,14 +4,20 @@ the rank), or by spawning the ranks on this machine.
 Spawned ranks report back through a queue; the launcher waits at most `timeout_s` for all of them.
 A rank that raises, dies or hangs ends the whole run: the others are terminated (then killed), and
 `MeasureError` says which rank and why, so no process is left behind and nothing partial is
-returned as if complete.
+returned as if complete. A rank also ends when its launcher dies, even by SIGKILL, which no handler
+sees: on Linux the kernel sends it SIGKILL (prctl PR_SET_PDEATHSIG), elsewhere a thread watches the
+parent's process id. Under torchrun the parent is torchrun's agent, whose own failure handling ends
+the ranks when one fails; the same watch ends them when the agent itself is killed.
 """
 
 from __future__ import annotations
 
 import os
 import queue
+import signal
 import socket
+import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -67,6 +73,32 @@ def _init(rank: int, world: int, init_method: str, device: str, timeout_s: float
     return Group(rank, world, dev, backend)
 
 
+def die_with_parent(parent_pid: int) -> None:
+    """End this process when `parent_pid` (its parent) dies, however it dies."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        pr_set_pdeathsig = 1
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            _watch_parent(parent_pid)
+    else:
+        _watch_parent(parent_pid)
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+
+def _watch_parent(parent_pid: int, every_s: float = 0.5) -> None:
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(every_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
+
+
 def _worker(
     rank: int,
     world: int,
@@ -76,7 +108,10 @@ def _worker(
     fn: Callable[..., Any],
     args: tuple,
     out: Any,
+    parent_pid: int | None = None,
 ) -> None:
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     import torch.distributed as dist
 
     try:
@@ -136,6 +171,7 @@ def run(
     `fn` must be a module-level function (spawned ranks import it)."""
     check_device(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else world)
     if under_torchrun():
+        die_with_parent(os.getppid())  # torchrun's agent
         rank, size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
         g = _init(rank, size, "env://", device, timeout_s)
         import torch.distributed as dist
@@ -152,7 +188,10 @@ def run(
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
     init = f"tcp://127.0.0.1:{free_port()}"
-    procs = [ctx.Process(target=_worker, args=(r, world, init, device, timeout_s, fn, args, out)) for r in range(world)]
+    me = os.getpid()
+    procs = [
+        ctx.Process(target=_worker, args=(r, world, init, device, timeout_s, fn, args, out, me)) for r in range(world)
+    ]
     for p in procs:
         p.start()
     results: dict[int, Any] = {}

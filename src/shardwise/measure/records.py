@@ -104,7 +104,9 @@ def _how(kind: str, o: dict[str, Any]) -> str:
 def append_csv(path: str, row: dict[str, Any]) -> None:
     import csv
 
-    p = Path(path)
+    from shardwise.atomic import check_writable
+
+    p = check_writable(path)  # a regular file (or a new one), never a device or a FIFO
     new = not p.exists() or p.stat().st_size == 0
     if not new:
         with p.open(encoding="utf-8") as f:
