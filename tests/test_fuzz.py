@@ -699,6 +699,14 @@ LIMIT_CASES = [
         ["sweep", "--vary", "batch=1..100000", "--vary", "layers=1..100000", "--vary", "hidden=1..100000"],
         id="sweep-1e15-cells",
     ),
+    pytest.param(  # issue 30: a 7 TiB arange of micro-batch sizes
+        words("plan --model llama3-8b --system dgx-h100 --global-batch 256 --max-micro-batch 1000000000000 --top 1"),
+        id="plan-max-micro-batch-1e12",
+    ),
+    pytest.param(  # issue 30: 8e9 simulated requests
+        ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--concurrency", "1000000000"],
+        id="serve-concurrency-1e9",
+    ),
 ]
 
 

@@ -222,3 +222,23 @@ def test_serve_with_targets_on_the_command_line(cli):
     assert code == 2 and "--tpot-max" in err
     code, _, err = cli([*args, "--tpot-max", "5ms", "--batching", "static"])
     assert code == 2 and "in-flight batching" in err
+
+
+def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
+    """A closed loop of more users than the slots hold is saturated: the users beyond
+    QUEUED_SIMULATED x slots are priced as queueing time (Little's law), which agrees with
+    simulating them all; a billion users finish at once with finite numbers (issue 30)."""
+    from shardwise.engines import inflight
+
+    scn = scenario(1, 1, 1, 24e9)  # a small KV cache: few slots, so the full simulation stays quick
+    slots = inflight.Replica(scn, WL).slots
+    users = 8 * slots
+    short = estimate_inflight(scn, WL, users=users, requests=300)
+    monkeypatch.setattr(inflight, "QUEUED_SIMULATED", 10)
+    full = estimate_inflight(scn, WL, users=users, requests=300)
+    monkeypatch.undo()
+    for name in ("ttft_s", "e2e_s", "tpot_s", "throughput_tokens_per_s"):
+        assert getattr(short, name) == pytest.approx(getattr(full, name), rel=0.05), name
+    huge = estimate_inflight(scn, WL, users=10**9, requests=300)
+    assert np.isfinite(huge.ttft_s) and huge.ttft_s > 1e3 * full.ttft_s
+    assert huge.throughput_tokens_per_s == pytest.approx(short.throughput_tokens_per_s, rel=1e-9)

@@ -16,6 +16,7 @@ from shardwise.analyses.plan_space import (
     SCHEDULE_NAMES,
     SearchSpace,
     _imbalance,
+    _schedules,
     candidates,
     divisors,
     gpu_counts,
@@ -172,3 +173,29 @@ def test_no_plan_is_an_empty_dict():
     m, cluster = presets.model("gpt-1.7b"), presets.system("dgx-a100", nodes=1)
     assert candidates(m, cluster, 64, SearchSpace(micro_batch=(7,))) == {}
     assert loop_candidates(m, cluster, 64, SearchSpace(micro_batch=(7,))) == {}
+
+
+@pytest.mark.parametrize(("layers", "pp"), [(96, 8), (32, 8), (126, 16), (80, 4), (30, 4), (24, 3), (61, 4)])
+def test_the_planner_and_a_scenario_agree_on_which_virtual_stages_are_whole(layers: int, pp: int):
+    """Issue 30: `predict --pp 8 --vpp 5` priced model chunks of 2.4 layers that `plan` refuses.
+    Every interleaved vpp the planner offers on the automatic split is a valid Scenario, and every
+    vpp a Scenario of that split accepts is one the planner offers."""
+    from shardwise.analyses.plan_space import stage_splits
+    from shardwise.errors import SpecError
+    from shardwise.specs import Plan, Scenario
+
+    model = presets.model("gpt3-175b").with_(layers=layers)
+    cluster = presets.system("dgx-h100").with_(nodes=pp)
+    space = SearchSpace(max_vpp=layers)
+    offered = {v for s, v in _schedules(layers, pp, space) if s == int(Schedule.INTERLEAVED)}
+    auto_unit = stage_splits(layers, pp)[0][2]
+    accepted = set()
+    for v in range(2, layers + 1):
+        try:
+            plan = Plan(pp=pp, dp=8, vpp=v, schedule=Schedule.INTERLEAVED, micro_batch=1, global_batch=8 * pp)
+            Scenario(model, cluster, plan)
+        except SpecError:
+            continue
+        accepted.add(v)
+    assert {v for v in offered if auto_unit and auto_unit % v == 0} <= accepted
+    assert accepted <= offered, f"a scenario accepts vpp {sorted(accepted - offered)} that the planner never offers"

@@ -8,6 +8,7 @@ are powers of 1024. Bits are converted to bytes (1 Gb/s = 0.125 GB/s).
 
 from __future__ import annotations
 
+import math
 import re
 
 from shardwise.errors import UnitError
@@ -101,7 +102,9 @@ def parse_seconds(value: str | float | int) -> float:
 
 
 def format_bytes(n_bytes: float) -> str:
-    """Decimal units, as GPU datasheets quote memory: 8e10 -> '80.0 GB'."""
+    """Decimal units, as GPU datasheets quote memory: 8e10 -> '80.0 GB'; '-' where there is none."""
+    if not math.isfinite(n_bytes):
+        return "-"
     for unit, size in (("TB", TERA), ("GB", GIGA), ("MB", MEGA), ("kB", KILO)):
         if abs(n_bytes) >= size:
             return f"{n_bytes / size:.1f} {unit}"
@@ -109,7 +112,9 @@ def format_bytes(n_bytes: float) -> str:
 
 
 def format_seconds(t_s: float) -> str:
-    """Readable time: 0.0123 -> '12.3 ms'."""
+    """Readable time: 0.0123 -> '12.3 ms'; '-' where there is none (NaN, inf)."""
+    if not math.isfinite(t_s):
+        return "-"
     a = abs(t_s)
     if a >= 1.0 or a == 0.0:
         return f"{t_s:.3g} s"
@@ -121,7 +126,9 @@ def format_seconds(t_s: float) -> str:
 
 
 def format_seconds_range(low_s: float, high_s: float) -> str:
-    """An interval in one unit (the high end's): (0.95, 1.12) -> '0.95-1.12 s'."""
+    """An interval in one unit (the high end's): (0.95, 1.12) -> '0.95-1.12 s'; '-' without one."""
+    if not (math.isfinite(low_s) and math.isfinite(high_s)):
+        return "-"
     a = abs(high_s)
     scale, unit = next(((s, u) for s, u in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")) if a >= s), (1e-9, "ns"))
     return f"{low_s / scale:.3g}-{high_s / scale:.3g} {unit}"

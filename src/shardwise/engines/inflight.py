@@ -47,6 +47,10 @@ SIMULATED_REQUESTS = 1000
 # A closed loop runs at least this many requests per user (so that the steady state dominates).
 CLOSED_LOOP_ROUNDS = 8
 WARMUP_SHARE = 0.1
+# A closed loop of more users than QUEUED_SIMULATED x the replica's sequence slots is simulated with
+# that many, the rest added as queueing time (`queued_behind`): beyond it every slot is busy and a
+# queue waits, so more users change nothing but the wait.
+QUEUED_SIMULATED = 4
 PERCENTILES = (50, 90, 99)
 
 
@@ -256,6 +260,18 @@ class Replica:
         return simulate(self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.max_batched_tokens)
 
 
+def queued_behind(sim: Simulated, extra_users: int, output_len: int) -> Simulated:
+    """`sim`, a closed loop already past the KV cache's slots (saturated: every slot busy, a queue
+    waiting), with `extra_users` more users: they only lengthen the first-come-first-served queue,
+    so each request waits extra_users / X longer, X the requests per second the saturated replica
+    completes (Little's law, L = X W); throughput and time per token do not change. Simulating
+    them would cost time in proportion to the users (a billion would not finish)."""
+    wait = extra_users / (sim.throughput_tokens_per_s / output_len)
+    return replace(
+        sim, ttft_s=sim.ttft_s + wait, e2e_s=sim.e2e_s + wait, queue_s=sim.queue_s + wait, mean_running=sim.mean_running
+    )
+
+
 def estimate_inflight(
     scn: Scenario,
     wl: ServingWorkload,
@@ -277,7 +293,11 @@ def estimate_inflight(
     if rate_per_s is not None:
         sim = replica.run(Traffic(rate_per_s=rate_per_s / replicas, requests=requests))
     elif users is not None:
-        sim = replica.run(Traffic(users=math.ceil(users / replicas), requests=requests))
+        per_replica = math.ceil(users / replicas)
+        simulated = min(per_replica, QUEUED_SIMULATED * slots)
+        sim = replica.run(Traffic(users=simulated, requests=requests))
+        if per_replica > simulated:
+            sim = queued_behind(sim, per_replica - simulated, wl.output_len)
     else:
         sim = saturated
     return estimate_from(replica, sim, saturated, users, rate_per_s)
