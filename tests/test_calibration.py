@@ -361,6 +361,48 @@ def test_calibrate_on_serving_runs_then_serve(cli, tmp_path: Path):
     assert code == 2
 
 
+def test_a_hand_edited_or_inconsistent_calibration_file_is_refused(tmp_path: Path):
+    """Issue 30: a calibration file edited by hand was applied as if fitted. Its checksum covers
+    the fitted content; flags and intervals must agree with the values."""
+    scns, _, measured = synthetic(noise=0.02)
+    result = fitting.fit(scns[:6], measured[:6], max_parameters=2)
+    doc = store.document(result, EXAMPLE, [str(i) for i in range(6)], ["h100-sxm5-80gb"], measured[:6])
+    store.from_document(doc, "cal.yaml")  # as written: accepted
+    name = doc["fitted"][0]
+    edited = {**doc, "parameters": {**doc["parameters"], name: {**doc["parameters"][name]}}}
+    edited["parameters"][name]["value"] = edited["parameters"][name]["low80"]  # in range, but not what was fitted
+    with pytest.raises(SpecError, match="checksum"):
+        store.from_document(edited, "cal.yaml")
+    for change, message in (
+        ({"fitted": True}, "fitted is True"),
+        ({"low80": 10.0}, "80% interval"),
+    ):
+        bad = {**doc, "parameters": {**doc["parameters"], name: {**doc["parameters"][name], **change}}}
+        if "fitted" in change:
+            other = next(n for n in doc["parameters"] if n not in doc["fitted"])
+            bad["parameters"][other] = {**doc["parameters"][other], "fitted": True}
+        with pytest.raises(SpecError, match=message):
+            store.from_document(store.with_checksum(bad), "cal.yaml")
+    old = {k: v for k, v in doc.items() if k != "checksum"}
+    with pytest.raises(SpecError, match="format 1"):
+        store.from_document(store.with_checksum({**old, "shardwise_calibration": 1}), "cal.yaml")
+
+
+def test_unknown_columns_of_a_runs_csv_are_refused_with_the_closest_name():
+    """Issue 30: `micro_batch_size` was ignored without a word (the run priced at micro-batch 1)."""
+    text = EXAMPLE.read_text().splitlines()
+    header = text[0].replace("micro_batch", "micro_bacth")
+    with pytest.raises(SpecError, match="unknown column 'micro_bacth'; did you mean 'micro_batch'"):
+        parse_runs("\n".join([header, *text[1:]]), "runs.csv")
+    # Megatron's own name is an alias, read as micro_batch
+    renamed = parse_runs("\n".join([text[0].replace("micro_batch", "micro_batch_size"), *text[1:]]), "runs.csv")
+    assert [r.scenario.plan.micro_batch for r in renamed] == [
+        r.scenario.plan.micro_batch for r in parse_runs("\n".join(text), "runs.csv")
+    ]
+    # the public table's informational columns are kept and ignored
+    assert parse_runs("\n".join([text[0] + ",locator,notes", *(t + ",x,y" for t in text[1:])]), "runs.csv")
+
+
 def test_an_asymmetric_or_huge_covariance_is_refused(tmp_path: Path):
     scns, _, measured = synthetic(noise=0.02)
     result = fitting.fit(scns[:6], measured[:6], max_parameters=2)

@@ -84,3 +84,33 @@ def test_a_head_dim_apart_from_hidden_is_read():
     m = presets.model(str(DATA / "qwen3-32b-config.json"))
     assert (m.head_dim, m.q_dim, m.hidden) == (128, 8192, 5120)
     assert total_params(m) / 1e9 == pytest.approx(32.76, abs=0.01)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ('"hidden_act": ["silu"]', "hidden_act: \\['silu'\\] is not allowed"),
+        ('"hidden_size": "4096"', "hidden_size: '4096' is not allowed"),
+        ('"num_hidden_layers": true', "num_hidden_layers: True is not allowed"),
+        ('"tie_word_embeddings": "no"', "tie_word_embeddings: 'no' is not allowed"),
+        ('"model_type": 3', "model_type: 3 is not allowed"),
+        ('"hidden_size": 1024', "key 'hidden_size' appears twice"),
+    ],
+)
+def test_configs_with_duplicate_keys_or_wrong_types_are_refused(tmp_path, edit: str, message: str):
+    """Issue 30: duplicate keys (json keeps the last) and a list-valued hidden_act were coerced
+    silently; each is now one line naming the key."""
+    import json
+
+    from shardwise import hf_config
+
+    cfg = json.loads((DATA / "llama3-8b-config.json").read_text())
+    key, value = next(iter(json.loads("{" + edit + "}").items()))
+    duplicate = "twice" in message
+    text = json.dumps(cfg if duplicate else {**cfg, key: value}, indent=2)
+    if duplicate:  # the same key once more, as a hand edit would add it
+        text = text[: text.rindex("}")].rstrip() + ",\n  " + edit + "\n}\n"
+    path = tmp_path / "config.json"
+    path.write_text(text)
+    with pytest.raises(SpecError, match=message):
+        hf_config.read(path)

@@ -473,6 +473,65 @@ def cli_mutations() -> list[Case]:
     return out
 
 
+# flags that take no hostile value worth trying (switches and outputs have their own cases)
+UNPROBED = {
+    "--json",
+    "--help",
+    "--plot",
+    "--no-plot",
+    "--csv",
+    "--trace",
+    "--out-dir",
+    "--plot-prefix",
+    "-o",
+    "--output",
+}
+
+
+def _introspected_values(opt: Any) -> list[tuple[str, str]]:
+    """Hostile values for an option by its click type: junk must be refused, anything numeric
+    may go either way (the contract still holds: no traceback, NaN, hang or second line)."""
+    import click
+
+    kind = opt.type
+    if isinstance(kind, click.Choice):
+        first = str(kind.choices[0])
+        return [("", I), ("zzz-not-a-choice", I), (first.upper(), E), (first, E)]
+    if isinstance(kind, (click.types.IntParamType, click.IntRange)):
+        huge = "1000000000|1000000000000|2147483648|9223372036854775807|99999999999999999999|0|-1|1|7"
+        return pool("abc||1.5|nan|inf|²", huge)
+    if isinstance(kind, (click.types.FloatParamType, click.FloatRange)):
+        return pool("abc||nan|inf|-inf|1e309", "0|-1|1e-300|1e308|1e9|0.5")
+    if isinstance(kind, click.types.StringParamType):
+        return pool("", "|nonexistent|" + "x" * 3000 + "|\udcff|1e309|-1")
+    return []
+
+
+def cli_introspected() -> list[Case]:
+    """Every option of every command that the hand-written tables above do not list, found by
+    walking the click commands, with hostile values by its type: a flag added later is probed too."""
+    import click
+
+    from shardwise.cli import cli as group
+
+    ctx = click.Context(group)
+    out = []
+    for name, (base, flags, has_json) in COMMANDS.items():
+        command = group.get_command(ctx, name)
+        for opt in command.params:
+            if not isinstance(opt, click.Option) or opt.is_flag or opt.count:
+                continue
+            flag = max(opt.opts, key=len)
+            if flag in flags or flag in UNPROBED or any(o in UNPROBED for o in opt.opts):
+                continue
+            for k, (value, expect) in enumerate(_introspected_values(opt)):
+                argv = with_flag(base, flag, value)
+                if has_json and k % 2 == 0:
+                    argv.append("--json")
+                out.append(Case("cli", f"{name} {flag} (introspected)", argv, expect=expect, flag=flag, value=value))
+    return out
+
+
 def cli_random(rng: random.Random, n: int) -> list[Case]:
     """Random combinations of 2-4 mutations on a random command."""
     out = []
@@ -1037,6 +1096,7 @@ def build_cases(seed: int = SEED, quick: bool = False) -> list[Case]:
     rng = random.Random(seed)
     cases = reproductions()
     rest = cli_mutations()
+    rest += cli_introspected()
     rest += cli_random(rng, 500)
     rest += cli_plausible(rng, 300)
     rest += grammar_cases(rng, 160)

@@ -56,13 +56,15 @@ def read(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     raw = files.read_small(p, MAX_CONFIG_BYTES, "config.json")
     try:
-        cfg = json.loads(raw.decode("utf-8"))
+        cfg = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
     except UnicodeDecodeError as exc:
         raise SpecError(f"{p}: byte {exc.start} is not UTF-8") from None
     except json.JSONDecodeError as exc:
         raise SpecError(f"{p}: not valid JSON (line {exc.lineno})") from None
     except RecursionError:
         raise SpecError(f"{p}: nested too deeply for a config.json") from None
+    except _Duplicate as exc:
+        raise SpecError(f"{p}: key {exc.args[0]!r} appears twice in one object; which one is meant?") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
@@ -71,7 +73,9 @@ def read(path: str | Path) -> dict[str, Any]:
     for field, keys in _FIELDS:
         for key in keys:
             value = cfg.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be a whole number")
+            if isinstance(value, (int, float)):
                 if not (value == value and abs(value) <= MAX_WHOLE and value == int(value)):  # NaN, inf, 4.5
                     raise SpecError(f"{p}: {key}: {value} is not allowed; it must be a whole number")
                 out[field] = int(value)
@@ -81,21 +85,56 @@ def read(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
     out.setdefault("seq_len", DEFAULT_MAX_SEQ_LEN)
     out["seq_len"] = min(out["seq_len"], DEFAULT_MAX_SEQ_LEN)
-    model_type = str(cfg.get("model_type", "")).lower()
-    act = str(cfg.get("hidden_act", cfg.get("activation_function", ""))).lower()
+    model_type = _text(p, cfg, "model_type").lower()
+    act = _text(p, cfg, "hidden_act" if "hidden_act" in cfg else "activation_function").lower()
     gpt_like = model_type in _GPT_TYPES
     out["family"] = "gpt" if gpt_like else "llama"
     out["gated_mlp"] = act in _GATED_ACTIVATIONS or (not gpt_like and act in ("", "silu"))
     if "ffn_hidden" not in out and gpt_like:
         out["ffn_hidden"] = 4 * out["hidden"]
-    tied = cfg.get("tie_word_embeddings", cfg.get("tie_embeddings", gpt_like))
-    out["tied_embeddings"] = bool(tied)
+    out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like)
     out["learned_positions"] = model_type in ("gpt2", "opt", "gpt_bigcode")
-    out["bias"] = bool(cfg.get("attention_bias", cfg.get("bias", gpt_like)))
+    out["bias"] = _flag(p, cfg, ("attention_bias", "bias"), gpt_like)
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
     out["dropout"] = any(_probability(p, cfg, key) > 0 for key in ("attention_dropout", "resid_pdrop"))
     out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'})"
     return out
+
+
+class _Duplicate(ValueError):
+    pass
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """A JSON object whose keys are all distinct (json keeps the last of two silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _Duplicate(key)
+        out[key] = value
+    return out
+
+
+def _text(p: Path, cfg: dict[str, Any], key: str) -> str:
+    """A string field (absent or null: empty); a list or a number is refused, not turned into text."""
+    value = cfg.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise SpecError(f'{p}: {key}: {value!r} is not allowed; it must be a string (e.g. "silu")')
+    return value
+
+
+def _flag(p: Path, cfg: dict[str, Any], keys: tuple[str, ...], default: bool) -> bool:
+    """A true/false field, the first of `keys` present (absent or null: `default`)."""
+    for key in keys:
+        value = cfg.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, bool):
+            raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be true or false")
+        return value
+    return default
 
 
 def _probability(p: Path, cfg: dict[str, Any], key: str) -> float:

@@ -1,6 +1,7 @@
 """Measured runs for `shardwise calibrate`: a CSV with one run per row, read strictly.
 
-Columns (names are case-insensitive; the public-runs table's names are accepted as aliases):
+Columns (names are case-insensitive; the public-runs table's names and Megatron-LM's argument names, such as
+micro_batch_size, are accepted as aliases):
 
 - model (preset name, YAML file or config.json), system (preset name or YAML file);
 - num_gpus, tp, pp, global_batch (alias gbs); optional dp (default: num_gpus / (tp pp cp)), cp,
@@ -10,7 +11,10 @@ Columns (names are case-insensitive; the public-runs table's names are accepted 
   framework's), gpus_per_node (default: the system's);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
   count, as published), or the pair metric + measured (the public-runs table);
-- optional id (default: the row number) and any other columns (kept, ignored).
+- optional id (default: the row number), group or source (the table a run came from, for
+  leave-one-source-out), and the informational columns of the public-runs table (`INFORMATIONAL`:
+  kept, ignored). Any other column is an error naming the closest known one (a misspelt
+  `micro_batch_size` would otherwise be ignored without a word and the run priced at micro-batch 1).
 
 Every problem is one SpecError line naming the file, the row and the column.
 """
@@ -30,10 +34,33 @@ from shardwise.specs import Scenario
 MAX_RUNS_BYTES = 16 << 20  # 16 MiB: about 50,000 runs
 MAX_RUNS = 20_000
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu")
-ALIASES = {"gbs": "global_batch", "mbs": "micro_batch", "vp": "vpp", "run_id": "id"}
+ALIASES = {
+    **{"gbs": "global_batch", "mbs": "micro_batch", "vp": "vpp", "run_id": "id"},
+    # Megatron-LM's argument names
+    **{"micro_batch_size": "micro_batch", "global_batch_size": "global_batch", "seq_length": "seq_len"},
+    **{"num_layers": "layers", "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp"},
+    **{"context_parallel_size": "cp", "virtual_pipeline_model_parallel_size": "vpp", "world_size": "num_gpus"},
+}
 REQUIRED = ("model", "system", "num_gpus", "tp", "pp", "global_batch")
 SERVING_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s")
 SERVING_REQUIRED = ("model", "system", "tp", "input_len", "output_len")
+# every column a run is read from (training or serving)
+READ = (
+    *REQUIRED,
+    *METRICS,
+    *SERVING_METRICS,
+    *("metric", "measured", "id", "group", "source", "dp", "cp", "vpp", "micro_batch", "layers", "seq_len"),
+    *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
+    *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
+    "runtime",
+)
+# columns of the public-runs table (src/shardwise/data/public_training_runs.csv) and of `measure`'s
+# CSV that describe a run without changing it: kept, not read
+INFORMATIONAL = (
+    *("locator", "commit_or_version", "verification", "workload", "model_raw", "moe", "architecture_note"),
+    *("gpu_raw", "framework_raw", "framework_version", "precision_raw", "ep", "ga", "split", "parse_notes"),
+    *("notes", "note", "comment", "date", "kind", "predicted_step_s", "error"),
+)
 
 
 @dataclass(frozen=True)
@@ -81,6 +108,7 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
         raise SpecError(f"{where}: column {dup!r} appears twice")
+    check_columns(names, where)
     serving = any(m in names for m in SERVING_METRICS)
     training = any(m in names for m in METRICS) or {"metric", "measured"} <= set(names)
     if not serving and not training:
@@ -113,9 +141,28 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
 
 def from_rows(rows: list[tuple[dict[str, str], str]]) -> list[Run]:
     """Runs from already-parsed rows (a log each, see `calibration.logs`), with the CSV's checks."""
+    for row, where in rows:
+        check_columns([_column(k) for k in row], where)
     runs = [_run({_column(k): v for k, v in row.items()}, where) for row, where in rows]
     check_distinct(runs)
     return runs
+
+
+def check_columns(names: list[str], where: str) -> None:
+    """Refuse a column that is neither read nor informational, naming the closest known one
+    (columns starting with `_` are a log reader's own)."""
+    import difflib
+
+    known = (*READ, *INFORMATIONAL, *ALIASES)
+    for name in names:
+        if name in known or name.startswith("_"):
+            continue
+        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise SpecError(
+            f"{where}: unknown column {name!r}{hint} (known: {', '.join(READ)}; informational columns of the "
+            "public-runs table are kept and ignored)"
+        )
 
 
 def check_distinct(runs: list[Run]) -> None:

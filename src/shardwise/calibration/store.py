@@ -1,8 +1,8 @@
 """The calibration file: the fitted parameters, their uncertainty, and where they came from.
 
-A YAML mapping (format 1):
+A YAML mapping (format 2):
 
-    shardwise_calibration: 1          # the file format; another number is refused
+    shardwise_calibration: 2          # the file format; another number is refused
     shardwise_version: 0.1.0          # the version that wrote it
     cost_model: '2026.12b'            # the cost model fitted to; another is refused
     created_utc: '2026-12-01T04:40:00Z'
@@ -15,6 +15,11 @@ A YAML mapping (format 1):
       matmul_efficiency_scale: {value: 0.85, low80: 0.83, high80: 0.88, fitted: true}
       inter_node_bandwidth_scale: {value: 1.0, fitted: false, why: no run crosses servers}
     residuals: [{id: r1, metric: step_time_s, measured: 1.9, before: 2.1, after: 1.92}, ...]
+    checksum: sha256:...              # of the fitted content (below): an edited file is refused
+
+The checksum covers what a prediction uses (format, cost model, fitted parameters and their values,
+covariance, noise, run counts, hardware): a hand-edited value would otherwise be applied as if it
+had been fitted. Format 1 (no checksum) is refused with the command that rewrites it.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
 from shardwise.calibration.spreads import NOISE_PRIOR_RUNS
 from shardwise.errors import SpecError
 
-FORMAT = 1
+FORMAT = 2  # 2: a checksum of the fitted content
 # The cost model the parameters were fitted to: bump it whenever a change to the model moves what a
 # fitted value means (then older calibrations are refused, not silently misapplied).
 COST_MODEL = "2026.12b"  # 2026.12b: MXFP8, refitted GPU efficiencies, the link latency parameter
@@ -75,40 +80,61 @@ def document(
             entry["why"] = fitted.not_fitted.get(par.name, "not asked for")
         params[par.name] = entry
     measured = np.asarray(measured_step_s, dtype=float)
-    return {
-        "shardwise_calibration": FORMAT,
-        "shardwise_version": __version__,
-        "cost_model": COST_MODEL,
-        "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "runs": {
-            "files": digests,
-            "count": len(run_ids),
-            "serving": sum(1 for m in (metrics or []) if m != "step_time_s"),
-            "ids": list(run_ids),
-        },
-        "hardware": sorted(set(gpus)),
-        "noise_log_sd": _round(fitted.noise_log_sd),
-        "fitted": list(fitted.fitted),
-        "u_covariance": [[float(x) for x in row] for row in np.asarray(fitted.u_covariance)],
-        "parameters": params,
-        "residuals": [
-            {
-                "id": rid,
-                "metric": metric,
-                "measured": _round(m),
-                "before": _round(m * math.exp(b)),
-                "after": _round(m * math.exp(a)),
-            }
-            for rid, metric, m, b, a in zip(
-                run_ids,
-                metrics or ["step_time_s"] * len(run_ids),
-                measured,
-                fitted.before_log_error,
-                fitted.after_log_error,
-                strict=True,
-            )
-        ],
-    }
+    return with_checksum(
+        {
+            "shardwise_calibration": FORMAT,
+            "shardwise_version": __version__,
+            "cost_model": COST_MODEL,
+            "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "runs": {
+                "files": digests,
+                "count": len(run_ids),
+                "serving": sum(1 for m in (metrics or []) if m != "step_time_s"),
+                "ids": list(run_ids),
+            },
+            "hardware": sorted(set(gpus)),
+            "noise_log_sd": _round(fitted.noise_log_sd),
+            "fitted": list(fitted.fitted),
+            "u_covariance": [[float(x) for x in row] for row in np.asarray(fitted.u_covariance)],
+            "parameters": params,
+            "residuals": [
+                {
+                    "id": rid,
+                    "metric": metric,
+                    "measured": _round(m),
+                    "before": _round(m * math.exp(b)),
+                    "after": _round(m * math.exp(a)),
+                }
+                for rid, metric, m, b, a in zip(
+                    run_ids,
+                    metrics or ["step_time_s"] * len(run_ids),
+                    measured,
+                    fitted.before_log_error,
+                    fitted.after_log_error,
+                    strict=True,
+                )
+            ],
+        }
+    )
+
+
+CHECKSUMMED = ("shardwise_calibration", "cost_model", "fitted", "parameters", "u_covariance", "noise_log_sd")
+
+
+def checksum(doc: dict[str, Any]) -> str:
+    """sha256 of the content a prediction uses, as canonical JSON (see the module docstring)."""
+    import json
+
+    runs = doc.get("runs") if isinstance(doc.get("runs"), dict) else {}
+    content = {k: doc.get(k) for k in CHECKSUMMED}
+    content["runs"] = {"count": runs.get("count"), "serving": runs.get("serving")}
+    content["hardware"] = doc.get("hardware")
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+def with_checksum(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "checksum": checksum(doc)}
 
 
 def _round(x: float) -> float:
@@ -202,5 +228,19 @@ def from_document(doc: Any, p: str) -> Calibration:
     hardware = doc.get("hardware") or []
     if not isinstance(hardware, list) or not all(isinstance(g, str) for g in hardware):
         raise SpecError(f"{p}: hardware: must be a list of GPU names")
+    for name, entry in params.items():
+        flag = entry.get("fitted", name in fitted) if isinstance(entry, dict) else None
+        if flag is not (name in fitted):
+            raise SpecError(f"{p}: parameters: {name}: fitted is {flag!r} but the fitted list says {name in fitted}")
+        lo, hi = entry.get("low80", values[name]), entry.get("high80", values[name])
+        if name in fitted and not (
+            all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (lo, hi)) and lo <= values[name] <= hi
+        ):
+            raise SpecError(f"{p}: parameters: {name}: the 80% interval {lo!r}..{hi!r} does not hold its value")
+    if doc.get("checksum") != checksum(doc):
+        raise SpecError(
+            f"{p}: the checksum does not match the fitted values: the file was edited or damaged after "
+            "`shardwise calibrate` wrote it (an edited value would be used as if fitted); calibrate again"
+        )
     fit = Fit(tuple(fitted), values, cov, float(sd), dof=max(count - k, 0) + NOISE_PRIOR_RUNS)
     return Calibration(fit, p, tuple(hardware), count, version, serving)

@@ -369,6 +369,12 @@ def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))
 
 
+# Request rates served: below one a day requests never overlap (each is served alone, the same
+# answer as one in flight) and arrival times lose the precision of a step; above 1e9 per second no
+# replica keeps up (the answer is the maximum throughput either way).
+REQUEST_RATE_RANGE_PER_S = (1.0 / 86400, 1e9)
+
+
 def _traffic(
     batching: str, max_throughput: bool, rate: float | None, max_batched_tokens: int, requests: int
 ) -> dict[str, Any] | None:
@@ -376,8 +382,12 @@ def _traffic(
     from shardwise.errors import SpecError
 
     if rate is not None:
-        if not (math.isfinite(rate) and rate > 0):
-            raise SpecError(f"--request-rate: {rate} is not allowed; it must be a number of requests per second > 0")
+        low, high = REQUEST_RATE_RANGE_PER_S
+        if not (math.isfinite(rate) and low <= rate <= high):
+            raise SpecError(
+                f"--request-rate: {rate:g} is not allowed; it must be a number of requests per second from {low:g} "
+                f"(one a day: below it requests never meet, as one at a time) to {high:g}"
+            )
         if batching == "static":
             raise SpecError("--request-rate needs --batching inflight (a static batch has no arrivals)")
         if max_throughput:
