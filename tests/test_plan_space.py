@@ -16,7 +16,6 @@ from shardwise.analyses.plan_space import (
     SCHEDULE_NAMES,
     SearchSpace,
     _imbalance,
-    _schedules,
     candidates,
     divisors,
     gpu_counts,
@@ -74,7 +73,10 @@ def _block(model, global_batch, gpus, tp, pp, space, cp):
         units = [u for _, _, u in stage_splits(model.layers, pp) if u > 0]
         vpps = np.unique(np.concatenate([divisors(u) for u in units])) if units else np.array([1])
         vpps = vpps[vpps >= 2]
-        vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
+        if space.vpp is not None:
+            vpps = np.array(sorted(v for v in set(space.vpp) if 2 <= v <= max(units, default=0)), dtype=np.int64)
+        else:
+            vpps = vpps[vpps <= space.max_vpp]
         sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
         if space.vpp is not None and 1 not in space.vpp:
             sched = []
@@ -111,7 +113,9 @@ def _block(model, global_batch, gpus, tp, pp, space, cp):
     first = np.array([f for f, _, _ in splits])[grid[:, 5]]
     last = np.array([lst for _, lst, _ in splits])[grid[:, 5]]
     unit = np.array([u for _, _, u in splits])[grid[:, 5]]
-    chunks_whole = (v == 1) | ((unit > 0) & (np.mod(unit, v) == 0))
+    # searched: v divides every full stage; a fixed vpp: chunks of whole layers, not necessarily equal
+    whole = (unit >= v) if space.vpp is not None else (np.mod(unit, v) == 0)
+    chunks_whole = (v == 1) | ((unit > 0) & whole)
     interleave_multiple = rules.batch_rules(global_batch, dp, mb, pp, s_code == int(Schedule.INTERLEAVED))[1]
     ok = interleave_multiple.ok & chunks_whole
     n = int(ok.sum())
@@ -175,27 +179,29 @@ def test_no_plan_is_an_empty_dict():
     assert loop_candidates(m, cluster, 64, SearchSpace(micro_batch=(7,))) == {}
 
 
-@pytest.mark.parametrize(("layers", "pp"), [(96, 8), (32, 8), (126, 16), (80, 4), (30, 4), (24, 3), (61, 4)])
-def test_the_planner_and_a_scenario_agree_on_which_virtual_stages_are_whole(layers: int, pp: int):
-    """Issue 30: `predict --pp 8 --vpp 5` priced model chunks of 2.4 layers that `plan` refuses.
-    Every interleaved vpp the planner offers on the automatic split is a valid Scenario, and every
-    vpp a Scenario of that split accepts is one the planner offers."""
-    from shardwise.analyses.plan_space import stage_splits
+@pytest.mark.parametrize(("layers", "pp"), [(96, 8), (32, 8), (126, 16), (80, 4), (30, 4), (24, 3)])
+def test_plan_and_a_scenario_accept_the_same_fixed_virtual_stages(layers: int, pp: int):
+    """Issue 30: `predict --pp 8 --vpp 5` priced a layout that `plan --pp 8 --vpp 5` refused. A
+    fixed vpp is offered by the planner exactly when a Scenario accepts it (chunks of whole
+    layers, not necessarily equal); the search without one keeps Megatron's classic rule (v divides
+    every full stage)."""
     from shardwise.errors import SpecError
     from shardwise.specs import Plan, Scenario
 
     model = presets.model("gpt3-175b").with_(layers=layers)
     cluster = presets.system("dgx-h100").with_(nodes=pp)
-    space = SearchSpace(max_vpp=layers)
-    offered = {v for s, v in _schedules(layers, pp, space) if s == int(Schedule.INTERLEAVED)}
-    auto_unit = stage_splits(layers, pp)[0][2]
-    accepted = set()
-    for v in range(2, layers + 1):
+    batch = 8 * pp
+    for v in range(2, layers // pp + 3):
+        plan = Plan(pp=pp, dp=8, vpp=v, schedule=Schedule.INTERLEAVED, micro_batch=1, global_batch=batch)
         try:
-            plan = Plan(pp=pp, dp=8, vpp=v, schedule=Schedule.INTERLEAVED, micro_batch=1, global_batch=8 * pp)
             Scenario(model, cluster, plan)
+            accepted = True
         except SpecError:
-            continue
-        accepted.add(v)
-    assert {v for v in offered if auto_unit and auto_unit % v == 0} <= accepted
-    assert accepted <= offered, f"a scenario accepts vpp {sorted(accepted - offered)} that the planner never offers"
+            accepted = False
+        space = SearchSpace(tp=(1,), pp=(pp,), dp=(8,), vpp=(v,), micro_batch=(1,))
+        rows = candidates(model, cluster, batch, space)
+        offered = bool(np.any(rows.get("vpp", np.zeros(0)) == v))
+        assert offered == accepted, f"vpp={v}: scenario {'accepts' if accepted else 'refuses'}, plan disagrees"
+    searched = candidates(model, cluster, batch, SearchSpace(tp=(1,), pp=(pp,), dp=(8,), micro_batch=(1,)))
+    units = [u for _, _, u in stage_splits(layers, pp) if u]
+    assert all(any(u % int(v) == 0 for u in units) for v in searched["vpp"] if v > 1)

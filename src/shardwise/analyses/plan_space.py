@@ -161,7 +161,10 @@ def _schedules(layers: int, pp: int, space: SearchSpace) -> list[tuple[int, int]
     units = [u for _, _, u in stage_splits(layers, pp) if u > 0]
     vpps = sorted_distinct(np.concatenate([divisors(u) for u in units])) if units else np.array([1])
     vpps = vpps[vpps >= 2]
-    vpps = vpps[np.isin(vpps, space.vpp)] if space.vpp is not None else vpps[vpps <= space.max_vpp]
+    if space.vpp is not None:  # a fixed vpp: chunks of whole layers even when v does not divide them
+        vpps = np.array(sorted({v for v in space.vpp if 2 <= v <= max(units, default=0)}), dtype=np.int64)
+    else:
+        vpps = vpps[vpps <= space.max_vpp]
     sched = [(int(s), 1) for s in (Schedule.GPIPE, Schedule.ONE_F_ONE_B, Schedule.ZB_H1)]
     if space.vpp is not None and 1 not in space.vpp:
         sched = []
@@ -370,7 +373,10 @@ def candidates_by_layout(
     _, split, split_exists = _per_pp(table, 3)
     code, v = rows["pp_code"], rows["vpp"][:, None]
     unit = split[code, :, 2]
-    split_ok = split_exists[code] & ((v == 1) | ((unit > 0) & (unit % np.maximum(v, 1) == 0)))
+    # (searched: v divides them, Megatron's classic rule; a fixed vpp: chunks of whole layers that
+    # need not be equal, as Megatron-Core's --pipeline-model-parallel-layout runs them)
+    whole = (unit >= v) if space.vpp is not None else (unit % np.maximum(v, 1) == 0)
+    split_ok = split_exists[code] & ((v == 1) | ((unit > 0) & whole))
     # expert parallelism: divides the experts and the tp x cp x dp ranks of a stage
     eps = _allowed(divisors(int(model.experts)), space.ep) if model.is_moe else np.ones(1, dtype=np.int64)
     ep_ok = (tp * cp * dp)[:, None] % eps[None, :] == 0 if model.is_moe else np.ones((rows.size, 1), dtype=bool)

@@ -191,7 +191,12 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     n_mid = np.maximum(p - 2, 0.0)
     c_mid_sum = where(overlap, np.maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
     c_mid_sum = plus(c_mid_sum, n_mid * mb_over)
-    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v, c_mid_sum)
+    # Each model chunk holds whole layers: a stage of L layers in v chunks has chunks of up to
+    # ceil(L / v) layers (12 layers in 5 chunks: 3, 3, 2, 2, 2), and the fill and drain pass the
+    # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
+    fullest = np.maximum(np.maximum(split.first, where(p > 2, split.middle_max, 0.0)), where(p > 1, split.last, 0.0))
+    v_whole = where(v > 1, fullest / np.ceil(fullest / v), v)
+    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v_whole, c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     zb = np.asarray(plan.schedule) == Schedule.ZB_H1

@@ -84,31 +84,6 @@ def stage_split(
     return StageSplit(p, first, last, middle_total, hi, lo)
 
 
-def _whole_chunks(split: StageSplit, pp: Number, vpp: Number) -> tuple[Number, Number, Number]:
-    """Where each kind of stage (first, last, middle) splits into `vpp` model chunks of whole
-    layers: v divides a middle stage's layers; an end stage may hold one layer less (its chunk
-    holds the embedding or the loss in that layer's place, as Megatron-LM's split accounting for
-    them does). The planner searches only such splits (`analyses.plan_space.stage_splits`)."""
-    p, v = np.asarray(pp), np.maximum(np.asarray(vpp), 1)
-
-    def fits_end(n: Number) -> Number:
-        r = np.mod(np.asarray(n), v)
-        return (v <= 1) | (r == 0) | (r == v - 1)
-
-    first = fits_end(split.first)
-    last = (p <= 1) | fits_end(split.last)
-    middle = (
-        (p <= 2)
-        | (v <= 1)
-        | ((np.mod(np.asarray(split.middle_max), v) == 0) & (np.mod(np.asarray(split.middle_min), v) == 0))
-    )
-    return first, last, middle
-
-
-def _fields(split: StageSplit) -> tuple[Number, ...]:
-    return split.first, split.last, split.middle_total, split.middle_max, split.middle_min
-
-
 def split_ok(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) -> Number:
     """Where a split is valid (see `check_split`), element by element."""
     p, v = np.asarray(pp), np.asarray(vpp)
@@ -116,8 +91,7 @@ def split_ok(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) -> 
     ok = np.asarray(split.first) >= ends
     ok = ok & ((p <= 1) | (np.asarray(split.last) >= ends))
     ok = ok & ((p <= 2) | (np.asarray(split.middle_min) >= np.maximum(v, 1)))
-    first, last, middle = _whole_chunks(split, p, v)
-    return ok & first & last & middle & (np.asarray(split.total) == np.asarray(layers))
+    return ok & (np.asarray(split.total) == np.asarray(layers))
 
 
 def check_split(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) -> None:
@@ -142,25 +116,6 @@ def check_split(split: StageSplit, layers: Number, pp: Number, vpp: Number = 1) 
                 f"{int(np.broadcast_to(np.asarray(layers), bad.shape).flat[i])} "
                 f"(pp={int(np.broadcast_to(p, bad.shape).flat[i])}, vpp={int(vv.flat[i])}); each stage needs at "
                 "least one layer per model chunk: use fewer stages or change first/last_stage_layers"
-            )
-    whole = _whole_chunks(split, p, v)
-    sizes = (split.first, split.last, split.middle_max)
-    for name, ok, n in zip(("first", "last", "middle"), whole, sizes, strict=True):
-        ok_arr, n_arr, vv, pv = np.broadcast_arrays(np.asarray(ok), np.asarray(n), v, p)
-        if not np.all(ok_arr):
-            i = np.flatnonzero(~ok_arr)[0]
-            one = StageSplit(
-                *(float(np.broadcast_to(np.asarray(x), ok_arr.shape).flat[i]) for x in (pv, *_fields(split)))
-            )
-            fits = [
-                d
-                for d in range(2, int(max(one.first, one.last, one.middle_max)) + 1)
-                if all(_whole_chunks(one, one.pp, d))
-            ]
-            raise SpecError(
-                f"plan: vpp={int(vv.flat[i])} model chunks do not split the {name} pipeline stage's "
-                f"{int(n_arr.flat[i])} layers into whole layers (pp={int(pv.flat[i])}); use a vpp that divides "
-                f"every stage's layers ({', '.join(map(str, fits)) or 'none here'}), or change the stage split"
             )
     total, given = np.broadcast_arrays(np.asarray(split.total), np.asarray(layers))
     bad = total != given
