@@ -154,7 +154,7 @@ def test_serve_says_which_batching_each_number_uses(cli):
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--request-rate", "0"], "--request-rate: 0.0 is not allowed"),
+        (["--request-rate", "0"], "--request-rate: 0 is not allowed"),
         (["--request-rate", "nan"], "--request-rate: nan is not allowed"),
         (["--request-rate", "5", "--batching", "static"], "--request-rate needs --batching inflight"),
         (["--request-rate", "5", "--max-throughput"], "--request-rate and --max-throughput exclude each other"),

@@ -78,6 +78,7 @@ _GPU_FIELDS = {
     "matmul_efficiency_fp8": ("matmul_efficiency_fp8", real),
     "sm_count": ("sm_count", whole),
     "mxfp8": ("mxfp8", yes_no),
+    "flash2_efficiency": ("flash2_efficiency", real),
     "gemm_table": ("gemm_table", list),  # named here as allowed; built by gemm_table_from_list
 }
 _LINK_FIELDS = {

@@ -85,14 +85,24 @@ def _group_key(scn: Scenario) -> tuple[Any, ...]:
     kind = tuple(getattr(m, f) for f in _MODEL_KIND)
     return (
         kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
-        p.cp_comm, p.moe_dispatcher,
+        p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy,
     )  # fmt: skip
 
 
 _PLAN_FIELDS = [
     f.name
     for f in fields(Plan)
-    if f.name not in ("precision", "stage_layers", "framework", "moe_dispatcher", "cp_comm")  # strings: in the key
+    # strings: in the key
+    if f.name
+    not in (
+        "precision",
+        "stage_layers",
+        "framework",
+        "moe_dispatcher",
+        "cp_comm",
+        "attention_kernel",
+        "selective_policy",
+    )
 ]
 
 

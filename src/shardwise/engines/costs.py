@@ -14,13 +14,21 @@ from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
+    LayerTimes,
     attention_precision,
     layer_times,
     linear_times,
     memory_s,
 )
-from shardwise.physics.flops import LayerForward, cross_entropy_bytes, layer_forward, logits_forward
+from shardwise.physics.flops import (
+    CROSS_ENTROPY_FP32_BYTES_PER_LOGIT,
+    LayerForward,
+    cross_entropy_bytes,
+    layer_forward,
+    logits_forward,
+)
 from shardwise.physics.lora import lora_layer_times
+from shardwise.physics.stack import EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT, host_bound_s, layer_kernels
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit
@@ -241,7 +249,15 @@ def layer_cost(
         model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes, cp, ffn
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
-    lt = layer_times(fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion)
+    lt = layer_times(
+        fwd,
+        gpu,
+        plan.precision,
+        plan.flash_attention,
+        plan.grad_accumulation_fusion,
+        plan.attention_kernel,
+        plan.eager_kernels,
+    )
     lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
@@ -294,10 +310,14 @@ def layer_cost(
     tp_fwd = tp_fwd + cp_f
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute)
-    redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, lt.attention_core_s], 0.0)
+    selective = op_sac_s(lt, model) if plan.selective_policy == "op" else lt.attention_core_s
+    redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, selective], 0.0)
+    # the host issues every kernel; where they are shorter than that, the GPU waits for it
+    kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels) * np.where(rc == Recompute.FULL, 4 / 3, 1.0)
+    host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s,
-        compute_backward_s=lt.backward_s + redo,
+        compute_backward_s=lt.backward_s + redo + host,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step - tp_fwd)
@@ -305,6 +325,16 @@ def layer_cost(
         weight_grad_s=lt.weight_grad_s,
     )
     return cost, fwd
+
+
+def op_sac_s(lt: LayerTimes, model: Model) -> Number:
+    """What torchtitan's op-level selective checkpointing recomputes in the backward pass: every
+    second matrix multiply of the layer (wk, wo and w3 of wq, wk, wv, wo, w1, w3, w2; a plain MLP's
+    w2) and all element-wise work (`physics.stack`). wk is its share of the fused QKV GEMM."""
+    q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
+    k_share = kv / (q + 2 * kv)
+    mlp = lt.up.forward_s / 2 if model.gated_mlp else lt.down.forward_s
+    return lt.elementwise_s + k_share * lt.qkv.forward_s + lt.proj.forward_s + mlp
 
 
 def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
@@ -347,7 +377,11 @@ def head_cost(
     weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen
     if not loss:
         return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
-    loss_s = memory_s(cross_entropy_bytes(model, b, t, e), gpu, kernels=CROSS_ENTROPY_KERNELS)
+    loss_bytes = cross_entropy_bytes(model, b, t, e)
+    # eager: the fp32 log-softmax and its backward as separate kernels (`physics.stack`)
+    eager_share = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
+    loss_bytes = loss_bytes * np.where(np.asarray(plan.eager_kernels, dtype=bool), eager_share, 1.0)
+    loss_s = memory_s(loss_bytes, gpu, kernels=CROSS_ENTROPY_KERNELS)
     ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
     gather = np.where(sp, comm.all_gather, 0.0)
     grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)

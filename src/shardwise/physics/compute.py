@@ -267,10 +267,25 @@ def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[N
     )
 
 
+def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
+    """A fused attention kernel's forward efficiency relative to the GPU's GEMMs (`physics.stack`)."""
+    if kernel == "flash2":
+        own = np.asarray(gpu.flash2_efficiency, dtype=float)
+        return np.where(own > 0, own, FLASH_RELATIVE_EFFICIENCY)
+    return FLASH_RELATIVE_EFFICIENCY
+
+
 def layer_times(
-    fwd: LayerForward, gpu: Gpu, precision: str, flash: Number, fused_accumulation: Number = True
+    fwd: LayerForward,
+    gpu: Gpu,
+    precision: str,
+    flash: Number,
+    fused_accumulation: Number = True,
+    attention_kernel: str = "fused",
+    eager: Number = False,
 ) -> LayerTimes:
-    """Times of every kernel of one layer (see the module docstring for the ratios)."""
+    """Times of every kernel of one layer (see the module docstring for the ratios); the
+    attention kernel and eager element-wise kernels as `physics.stack` describes."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times((*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation)
     mlp = np.asarray(fwd.has_mlp, dtype=float)
@@ -281,9 +296,16 @@ def layer_times(
     softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
     scores, context = gemms_s((fwd.scores, fwd.context), gpu, attn_p)
     bmm = scores + context
-    fused = roofline_s(fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, attn_p, FLASH_RELATIVE_EFFICIENCY)
+    relative = attention_relative_efficiency(gpu, attention_kernel)
+    fused = roofline_s(fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, attn_p, relative)
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
+    eager = np.asarray(eager, dtype=bool)
+    if np.any(eager) and fwd.eager_elementwise_bytes is not None:
+        from shardwise.physics.stack import EAGER_ELEMENTWISE_KERNELS
+
+        unfused = memory_s(fwd.eager_elementwise_bytes, gpu, EAGER_ELEMENTWISE_KERNELS)
+        elementwise = np.where(eager, unfused, elementwise)
     attention_bwd = np.where(
         flash, FLASH_BACKWARD_RATIO * fused, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )

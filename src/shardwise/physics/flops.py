@@ -125,6 +125,8 @@ class LayerForward:
     # key-value up-projections), after the four above
     extra: tuple[Gemm, ...] = ()
     has_mlp: Number = True  # False: the layer's MLP is not dense (a mixture of experts without shared experts)
+    # the same element-wise work run as one eager PyTorch kernel per op (`physics.stack`; None: as fused)
+    eager_elementwise_bytes: Number | None = None
 
     @property
     def gemms(self) -> tuple[Gemm, ...]:
@@ -183,6 +185,8 @@ def layer_forward(
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (q + kv * d) / t
     elementwise = _block_elementwise_bytes(model, tokens, t, sequence_parallel, e, f) + rope
     kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
+    rope_width = 0.0 if model.learned_positions else q + kv * d
+    eager = _block_eager_bytes(model, tokens, t, sequence_parallel, e, f, rope_width)
     return LayerForward(
         qkv,
         attn_out,
@@ -197,6 +201,7 @@ def layer_forward(
         kernels,
         e * tokens * h,
         has_mlp=np.asarray(f) > 0,
+        eager_elementwise_bytes=eager,
     )
 
 
@@ -281,6 +286,22 @@ def _causal_fraction(s_q: Number, s_kv: Number, cp: Number) -> Number:
     tokens (inference); with context parallelism each rank holds 1/cp of every sequence in two
     balanced chunks, so it computes half of its rectangle."""
     return np.where(np.asarray(cp) > 1, CP_CAUSAL_FRACTION, 1.0 - (s_q - 1) / (2.0 * s_kv))
+
+
+def _block_eager_bytes(
+    model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number, rope_width: Number
+) -> Number:
+    """`_block_elementwise_bytes` (+ the rotary embedding on `rope_width` q and k columns per
+    token) as eager kernels, one per op (`physics.stack`)."""
+    from shardwise.physics.stack import eager_elementwise_bytes
+
+    h = model.hidden
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
+    residuals = 2 * ((3 * e + drop) * tokens * h) * split
+    activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
+    norm_elements = 2 * tokens * h * split
+    return eager_elementwise_bytes(norm_elements, tokens * rope_width / t, activation, residuals, model.gated_mlp)
 
 
 def _block_elementwise_bytes(

@@ -79,6 +79,9 @@ class Gpu:
     mxfp8: bool = False  # tensor cores apply MX block scales (Blackwell and later)
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
     gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
+    # FlashAttention-2's forward efficiency relative to the GEMMs' (0: as the fused kernel's,
+    # `physics.compute.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2's Ampere kernels below it)
+    flash2_efficiency: Number = 0.0
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -97,6 +100,7 @@ class Gpu:
         chk.non_negative_int(f"{p}: sm_count", self.sm_count)
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
+        chk.within(f"{p}: flash2_efficiency", self.flash2_efficiency, 0.0, 1.0, "(a fraction; 0: as fused)")
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""

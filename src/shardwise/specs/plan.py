@@ -44,6 +44,8 @@ class Recompute(IntEnum):
 
 
 MOE_DISPATCHERS = ("alltoall", "flex")
+ATTENTION_KERNELS = ("fused", "flash2")  # physics.stack
+SELECTIVE_POLICIES = ("attention", "op")
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 # How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
@@ -58,7 +60,7 @@ EXECUTION_FLAGS = (
     "pipeline_sync",
     "scatter_gather",
 )
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", *EXECUTION_FLAGS)
+BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", "eager_kernels", *EXECUTION_FLAGS)
 
 
 @dataclass(frozen=True)
@@ -116,6 +118,15 @@ class Plan:
     activation per rank, re-assembled by an all-gather inside the node (Narayanan et al. 2021
     §4.1); `flash_attention`: fused attention that never writes the s x s score matrix (Dao et
     al. 2022); `framework`: the name of the framework preset these came from (a label).
+
+    What the software stack's kernels are (`physics.stack`, set by the framework preset):
+    `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it) or "flash2"
+    (FlashAttention-2: PyTorch SDPA's flash backend, the flash-attn package); `eager_kernels`:
+    element-wise work (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
+    kernel per op instead of fused kernels; `selective_policy`: what recompute="selective"
+    recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
+    second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
+    one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter.
     """
 
     tp: Number = 1
@@ -150,6 +161,10 @@ class Plan:
     last_stage_layers: Number = 0
     stage_layers: tuple[int, ...] | None = None
     framework: str = "megatron-core"
+    attention_kernel: str = "fused"
+    eager_kernels: bool | np.ndarray = False
+    selective_policy: str = "attention"
+    host_kernel_s: Number = 0.0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
@@ -188,6 +203,17 @@ class Plan:
             )
         if not isinstance(self.framework, str):
             raise SpecError(f"plan: framework {self.framework!r} is not allowed; give a framework preset's name")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise SpecError(
+                f"plan: attention_kernel {self.attention_kernel!r} is not allowed; choose "
+                f"{', '.join(ATTENTION_KERNELS)}"
+            )
+        if self.selective_policy not in SELECTIVE_POLICIES:
+            raise SpecError(
+                f"plan: selective_policy {self.selective_policy!r} is not allowed; choose "
+                f"{', '.join(SELECTIVE_POLICIES)}"
+            )
+        object.__setattr__(self, "host_kernel_s", chk.within("plan: host_kernel_s", self.host_kernel_s, 0.0, 1e-3, "s"))
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
             if value is not None or name != "overlap_p2p":

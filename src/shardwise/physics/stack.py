@@ -1,0 +1,94 @@
+"""What the software stack changes in one layer's work: the attention kernel, element-wise work
+run as separate eager kernels, the host time to issue kernels, and what "selective" recomputation
+recomputes. Every number is a count of bytes or kernels read off the stacks' own code, or a
+microbenchmark (docs/gpu_microbench.md); none is fitted to a training run.
+
+Element-wise work (per element of the tensor it works on, e = 2 bytes for bf16):
+
+=========================  ==========================  ==============================================
+op                         fused (Megatron-Core, TE,    eager PyTorch, one kernel per op (torchtitan
+                           Apex; torch.compile fuses     without compile, HF Transformers, FSDP
+                           the same chains)              trainers): ops of the reference code
+=========================  ==========================  ==============================================
+RMSNorm                    read x, write y: 2e          x.float() (e+4), pow (4+4), mean (4), mul by
+                                                        rsqrt (4+4), .type_as (4+e), * weight (e+e):
+                                                        36 bytes (HF LlamaRMSNorm, torchtitan RMSNorm)
+rotary embedding (q, k)    read, write: 2e              .float() (e+4), complex multiply (4+4),
+                                                        .type_as (4+e): 20 bytes (torchtitan
+                                                        apply_rotary_emb; HF rotate_half is 26)
+gated MLP activation       read 2 f, write f: 3e        silu (e+e), multiply (2e+e): 5e
+cross-entropy (per logit)  e + 12 (vocab-parallel,      .float() (e+4), log_softmax (4+4), backward
+                           fused passes)                softmax (4+4), .to(bf16) (4+e): 28 + 2e - 2e
+=========================  ==========================  ==============================================
+
+Residual adds are one kernel either way (read 2, write 1). The backward of eager element-wise
+work moves BACKWARD_MEMORY_RATIO x its forward bytes, as the fused kernels do.
+
+Attention kernels, forward efficiency relative to the GPU's GEMM efficiency: "fused" is what
+Megatron-Core runs through Transformer Engine (cuDNN fused attention; on Ampere the same
+FlashAttention-2 code path), `physics.compute.FLASH_RELATIVE_EFFICIENCY`; "flash2" is
+FlashAttention-2 (PyTorch SDPA's flash backend, the flash-attn package), whose Ampere kernels do
+not use Hopper's warp-group MMA and TMA: on Hopper it reaches a smaller fraction of peak, the
+GPU's `flash2_efficiency` (gpus.yaml, microbenchmarked).
+
+Selective recomputation: "attention" (Megatron-LM, Korthikanti et al. 2022) recomputes the
+attention core only; "op" (torchtitan's op-level selective activation checkpointing,
+torchtitan/models/llama3/infra/parallelize.py `_op_sac_save_list`) saves the output of the
+matrix multiplies and attention except every second matrix multiply of a layer, and recomputes
+all element-wise work: with torchtitan's separate wq, wk, wv, wo, w1, w3, w2 the 2nd, 4th and 6th
+(wk, wo, w3; for a plain GELU MLP wk, wo, w2).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.specs._checks import Number
+
+# bytes moved per element, eager / fused (see the table above)
+EAGER_NORM_BYTES_PER_ELEMENT = 36.0
+EAGER_ROPE_BYTES_PER_ELEMENT = 20.0
+EAGER_GATED_ACTIVATION_FACTOR = 5.0 / 3.0  # 5e against the fused 3e per output element
+EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT = 28.0  # against e + 12 fused
+# kernels per layer forward, eager: two norms x 6 ops, rotary on q and k x 4 ops, the activation 2,
+# two residual adds (the fused path's count is `physics.flops.ELEMENTWISE_KERNELS` + ROPE_KERNELS)
+EAGER_ELEMENTWISE_KERNELS = 2 * 6 + 2 * 4 + 2 + 2
+# kernels per layer forward besides the element-wise ones: the linear layers (torchtitan's 7 for a
+# gated MLP) and attention; the backward issues about twice as many (two GEMMs per linear layer,
+# each element-wise op's backward)
+GEMM_AND_ATTENTION_KERNELS = 8
+BACKWARD_KERNEL_RATIO = 2.0
+
+
+def eager_elementwise_bytes(
+    norm_elements: Number,
+    rope_elements: Number,
+    activation_bytes_fused: Number,
+    residual_bytes: Number,
+    gated: bool,
+) -> Number:
+    """Forward bytes of a layer's element-wise work run as eager kernels: `norm_elements` elements
+    through the two norms and `rope_elements` through the rotary embedding (their fp32
+    intermediates dominate: the counts above, for 16-bit inputs), the activation
+    (`activation_bytes_fused` as the fused kernel moves them; a gated one in two kernels) and the
+    residual adds (unchanged)."""
+    activation = activation_bytes_fused * (EAGER_GATED_ACTIVATION_FACTOR if gated else 1.0)
+    return (
+        EAGER_NORM_BYTES_PER_ELEMENT * norm_elements
+        + EAGER_ROPE_BYTES_PER_ELEMENT * rope_elements
+        + activation
+        + residual_bytes
+    )
+
+
+def layer_kernels(eager: Number, fused_elementwise_kernels: Number) -> Number:
+    """Kernels one layer's forward and backward issue (host time is paid per kernel)."""
+    elementwise = np.where(np.asarray(eager, dtype=bool), EAGER_ELEMENTWISE_KERNELS, fused_elementwise_kernels)
+    return (1.0 + BACKWARD_KERNEL_RATIO) * (elementwise + GEMM_AND_ATTENTION_KERNELS)
+
+
+def host_bound_s(gpu_s: Number, kernels: Number, host_kernel_s: Number) -> Number:
+    """What the GPU waits for the host issuing `kernels` kernels at `host_kernel_s` each, beyond
+    `gpu_s` of its own work on them: the stream runs ahead of the host while kernels are longer
+    than their issue time, and starves when they are shorter."""
+    return np.maximum(0.0, kernels * host_kernel_s - gpu_s)
