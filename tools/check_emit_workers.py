@@ -151,7 +151,14 @@ def setup_torchtitan(opts: dict) -> None:
 
 
 def torchtitan(job: dict, opts: dict) -> str:
+    import importlib
+
     e = job["expect"]
+    for name in ("torchtitan.components.quantization.float8", "torchtitan.components.quantization.mx",
+                 "torchtitan.tools.utils"):  # fmt: skip
+        mod = importlib.import_module(name)  # the plan's GPU, for the converters' capability checks
+        if hasattr(mod, "has_cuda_capability"):
+            mod.has_cuda_capability = lambda major, minor: (job["cuda_major"], 0) >= (major, minor)
     with tempfile.TemporaryDirectory() as tmp:
         for name, text in job["files"].items():
             Path(tmp, name).write_text(text)
@@ -182,6 +189,10 @@ def torchtitan(job: dict, opts: dict) -> str:
     expect("micro-batches per step", accumulation * pp_mb, e["m"])
     model = cfg.model_spec.model
     expect("layers", len(model.layers), e["layers"])
+    text = repr(model)
+    expect("FP8 linear layers", "Float8Linear" in text, e["precision"] == "fp8")
+    expect("MXFP8 linear layers", "MXFP8Linear" in text, e["precision"] == "mxfp8")
+    expect("LoRA adapters", "LoRA" in text, e["lora_rank"] > 0)
     got = [0] * dims.pp
     if dims.pp > 1:
         parts = par.module_fqns_per_model_part
@@ -212,6 +223,9 @@ def setup_deepspeed(opts: dict) -> None:
     import megatron.arguments as MA
 
     deepspeed.accelerator.get_accelerator().device_name = lambda *a: "cuda"  # the GPU the plan runs on
+    import deepspeed.runtime.config as ds_config
+
+    ds_config.dist.get_rank = lambda *a, **k: 0  # no process group: the rank 0 of the job
     DS.update(Config=DeepSpeedConfig, partition=partition_balanced, MA=MA)
 
 

@@ -24,6 +24,7 @@ VERSIONS = ("main",)
 class TitanModel:
     module: str
     config: str
+    flavor: str
     layers: int
     hidden: int
     heads: int
@@ -32,17 +33,18 @@ class TitanModel:
     vocab: int
     experts: int = 0
     experts_per_token: int = 0
+    fp8_in_config: bool = False  # the config function converts the model to Float8 itself
 
 
 # torchtitan's registered configs (torchtitan/models/*/config_registry.py) and their shapes
 TITAN_MODELS = (
-    TitanModel("llama3", "llama3_8b", 32, 4096, 32, 8, 14336, 128256),
-    TitanModel("llama3", "llama3_70b", 80, 8192, 64, 8, 28672, 128256),
-    TitanModel("llama3", "llama3_405b", 126, 16384, 128, 8, 53248, 128256),
-    TitanModel("qwen3", "qwen3_30b_a3b", 48, 2048, 32, 4, 6144, 151936, 128, 8),
-    TitanModel("deepseek_v3", "deepseek_v3_671b", 61, 7168, 128, 128, 18432, 129280, 256, 8),
-    TitanModel("gpt_oss", "gpt_oss_20b", 24, 2880, 64, 8, 2880, 201088, 32, 4),
-    TitanModel("gpt_oss", "gpt_oss_120b", 36, 2880, 64, 8, 2880, 201088, 128, 4),
+    TitanModel("llama3", "llama3_8b", "8B", 32, 4096, 32, 8, 14336, 128256),
+    TitanModel("llama3", "llama3_70b", "70B", 80, 8192, 64, 8, 28672, 128256),
+    TitanModel("llama3", "llama3_405b", "405B", 126, 16384, 128, 8, 53248, 128256, fp8_in_config=True),
+    TitanModel("qwen3", "qwen3_30b_a3b", "30B-A3B", 48, 2048, 32, 4, 6144, 151936, 128, 8),
+    TitanModel("deepseek_v3", "deepseek_v3_671b", "671B", 61, 7168, 128, 128, 18432, 129280, 256, 8),
+    TitanModel("gpt_oss", "gpt_oss_20b", "20b", 24, 2880, 64, 8, 2880, 201088, 32, 4),
+    TitanModel("gpt_oss", "gpt_oss_120b", "120b", 36, 2880, 64, 8, 2880, 201088, 128, 4),
 )
 
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B"}
@@ -114,10 +116,10 @@ def launch(scn: Scenario, version: str) -> Launch:
     dp, z, cp = i(p.dp), i(p.zero_stage), i(p.cp)
     shard, replicate = (dp, 1) if z >= 1 else (1, dp)
     module, config, files = t.module, t.config, ()
-    converters = _converters(p)
-    if converters:
+    converters = _converters(p, t)
+    if converters or (t.fp8_in_config and p.precision != "fp8"):
         module, config = "shardwise_job", "job"
-        files = (("shardwise_job.py", _job_module(t, converters)),)
+        files = (("shardwise_job.py", _job_module(t, converters, p.precision)),)
     args = flag_groups(
         ("--module", module, "--config", config),
         ("--parallelism.tensor_parallel_degree", str(i(p.tp))),
@@ -130,6 +132,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--training.max_context_length", str(i(m.seq_len))),
         ("--training.num_tokens_per_microbatch_per_dp_rank", str(i(p.micro_batch) * i(m.seq_len))),
         ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
+        ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
         *_ac(Recompute(int(p.recompute))),
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "-m", "torchtitan.train")
@@ -165,14 +168,14 @@ def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
 
 
 def _ac(rc: Recompute) -> list[tuple[str, ...]]:
-    return [("activation_checkpoint:" + {Recompute.NONE: "none", Recompute.SELECTIVE: "selective-ac",
-                                         Recompute.FULL: "full-ac"}[rc],)]  # fmt: skip
+    return [("activation-checkpoint:" + {Recompute.NONE: "none", Recompute.SELECTIVE: "selective",
+                                         Recompute.FULL: "full"}[rc],)]  # fmt: skip
 
 
-def _converters(p: object) -> list[str]:
+def _converters(p: object, t: TitanModel) -> list[str]:
     out = []
     precision = p.precision  # type: ignore[attr-defined]
-    if precision == "fp8":
+    if precision == "fp8" and not t.fp8_in_config:
         out.append("Float8LinearConverter.Config()")
     elif precision == "mxfp8":
         out.append("MXFP8LinearConverter.Config()")
@@ -182,7 +185,7 @@ def _converters(p: object) -> list[str]:
     return out
 
 
-def _job_module(t: TitanModel, converters: list[str]) -> str:
+def _job_module(t: TitanModel, converters: list[str], precision: str) -> str:
     """A config module built on torchtitan's own config function, its model converted."""
     return "\n".join(
         [
@@ -191,11 +194,14 @@ def _job_module(t: TitanModel, converters: list[str]) -> str:
             "",
             "from torchtitan.components.lora import LoRAConverter",
             "from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter",
+            f"from torchtitan.models.{t.module} import model_registry",
             f"from torchtitan.models.{t.module}.config_registry import {t.config}",
             "",
             "",
             "def job():",
             f"    config = {t.config}()",
+            *([f"    config.model_spec = model_registry({t.flavor!r})  # without its Float8 converter"]
+              if t.fp8_in_config and precision != "fp8" else []),  # fmt: skip
             "    model = config.model_spec.model",
             f"    for converter in [{', '.join(converters)}]:",
             "        model = converter.build().convert(model)",
