@@ -15,8 +15,8 @@ stubbed (the GPU's compute capability comes from the plan's system):
 - deepspeed: DeepSpeed's `DeepSpeedConfig` on ds_config.json with the data-parallel world size,
   Megatron-DeepSpeed's `parse_args` and `validate_args`, and DeepSpeed's `partition_balanced`
   stage split compared with the stages shardwise priced;
-- vllm: `FlexibleArgumentParser` + `EngineArgs.from_cli_args` and `create_engine_config` on a
-  local directory holding the model's config.json.
+- vllm: `FlexibleArgumentParser` + `EngineArgs.add_cli_args` / `from_cli_args` (choices and
+  types of every flag; `create_engine_config` needs a GPU and is not run).
 
     python tools/check_emit.py --python /tmp/venv/bin/python --megatron DIR --torchtitan DIR \\
         --deepspeed DIR --megatron-deepspeed DIR [--out tools/check_emit_results.md]
@@ -97,7 +97,7 @@ SERVING_MATRIX: list[tuple[str, str, str, str, dict]] = [
     ("l70b-tp8-kvfp8", "llama3-70b", "dgx-h100", "tp=8", dict(input_len=2048, output_len=512, batch=32, kv_precision="fp8")),
     ("l70b-pp2-tp4", "llama3-70b", "dgx-h100", "tp=4,pp=2", dict(input_len=1024, output_len=256, batch=16)),
     ("l8b-tp1-eager", "llama3-8b", "dgx-h100", "tp=1", dict(input_len=512, output_len=512, batch=256, runtime="pytorch-eager")),
-    ("l8b-tp2-car", "llama3-8b", "dgx-h100", "tp=2", dict(input_len=512, output_len=512, batch=64, custom_all_reduce="oneshot")),
+    ("l8b-tp2-car", "llama3-8b", "dgx-h100", "tp=2", dict(input_len=512, output_len=512, batch=64, custom_all_reduce="vllm")),
     ("mixtral-ep", "mixtral-8x7b", "dgx-h100", "tp=4,ep=4", dict(input_len=1024, output_len=256, batch=64)),
     ("qwen3-30b", "qwen3-30b-a3b", "dgx-h100", "tp=2", dict(input_len=1024, output_len=256, batch=64)),
     ("l70b-int4", "llama3-70b", "dgx-h100", "tp=2", dict(input_len=512, output_len=128, batch=16, weight_precision="int4")),

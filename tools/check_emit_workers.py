@@ -271,6 +271,9 @@ def deepspeed(job: dict, opts: dict) -> str:
 
 
 def vllm(job: dict, opts: dict) -> str:
+    import vllm.platforms
+
+    vllm.platforms.current_platform.device_type = "cuda"  # no GPU here: the server's device, for the defaults
     from vllm.engine.arg_utils import EngineArgs
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
@@ -279,10 +282,8 @@ def vllm(job: dict, opts: dict) -> str:
     parser.add_argument("model_tag", nargs="?")
     ns = parser.parse_args([job["launcher"][2], *job["argv"]])
     ns.model = ns.model_tag
-    ea = EngineArgs.from_cli_args(ns)
-    cfg = ea.create_engine_config()
+    ea = EngineArgs.from_cli_args(ns)  # create_engine_config needs a GPU: not run here
     e = job["expect"]
-    expect("tensor parallelism", cfg.parallel_config.tensor_parallel_size, e["tp"])
-    expect("pipeline parallelism", cfg.parallel_config.pipeline_parallel_size, e["pp"])
-    sc = cfg.scheduler_config
-    return f"max_num_seqs {sc.max_num_seqs}, max_num_batched_tokens {sc.max_num_batched_tokens}, kv {cfg.cache_config.cache_dtype}"
+    expect("tensor parallelism", ea.tensor_parallel_size, e["tp"])
+    expect("pipeline parallelism", ea.pipeline_parallel_size, e["pp"])
+    return f"max_num_seqs {ea.max_num_seqs}, max_num_batched_tokens {ea.max_num_batched_tokens}, kv {ea.kv_cache_dtype}"
