@@ -67,9 +67,8 @@ MEGATRON: dict[str, Any] = {}
 
 def setup_megatron(opts: dict) -> None:
     sys.path.insert(0, opts["megatron"])
-    import torch
-
     import megatron.training.arguments as A
+    import torch
     from megatron.core import parallel_state
     from megatron.core.transformer import transformer_block
 
@@ -217,10 +216,9 @@ def setup_deepspeed(opts: dict) -> None:
     sys.path.insert(0, opts["megatron_deepspeed"])
     sys.path.insert(0, opts["deepspeed"])
     import deepspeed
+    import megatron.arguments as MA
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.utils import partition_balanced
-
-    import megatron.arguments as MA
 
     deepspeed.accelerator.get_accelerator().device_name = lambda *a: "cuda"  # the GPU the plan runs on
     import deepspeed.runtime.config as ds_config
@@ -264,7 +262,10 @@ def deepspeed(job: dict, opts: dict) -> str:
     else:
         got = [e["layers"]]
     expect("layers per pipeline rank", got, e["stages"])
-    return f"layers per rank {_runs(got)}, batch {ds.train_batch_size} = {ds.train_micro_batch_size_per_gpu} x {ds.gradient_accumulation_steps} x {e['dp']}"
+    batch = (
+        f"{ds.train_batch_size} = {ds.train_micro_batch_size_per_gpu} x {ds.gradient_accumulation_steps} x {e['dp']}"
+    )
+    return f"layers per rank {_runs(got)}, batch {batch}"
 
 
 # ---------------------------------------------------------------- vLLM

@@ -41,7 +41,9 @@ def _version(target: str, version: str | None) -> str:
     if version is None:
         return allowed[0]
     if version not in allowed:
-        raise EmitError(f"--emit-version: {version!r} is not a {target} version shardwise emits; choose {', '.join(allowed)}")
+        raise EmitError(
+            f"--emit-version: {version!r} is not a {target} version shardwise emits; choose {', '.join(allowed)}"
+        )
     return version
 
 

@@ -66,7 +66,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             new.update(stage_layers=tuple(ds), first_stage_layers=0, last_stage_layers=0)
             changes.append(f"stages {_runs(stage_layers(m, p))} -> {_runs(ds)} (DeepSpeed's type:transformer split)")
     if i(p.cp) > 1:
-        if ulysses_rule(m.heads, m.kv_heads, p.tp, p.cp, "a2a") is not None:
+        if not bool(ulysses_rule(m.heads, m.kv_heads, p.tp, p.cp, "a2a").ok.all()):
             raise EmitError(
                 f"--emit deepspeed: context parallelism cp={i(p.cp)} is DeepSpeed-Ulysses here, which needs heads "
                 f"({i(m.heads)}) and KV heads ({i(m.kv_heads)}) per TP rank divisible by cp"

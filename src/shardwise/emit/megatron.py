@@ -48,7 +48,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
 
 
 def launch(scn: Scenario, version: str) -> Launch:
-    m, c, p = scn.model, scn.cluster, scn.plan
+    c, p = scn.cluster, scn.plan
     tp, pp, cp, dp, z = i(p.tp), i(p.pp), i(p.cp), i(p.dp), i(p.zero_stage)
     fsdp = z >= 2 and dp * cp > 1
     env = ()
@@ -63,8 +63,9 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--micro-batch-size", str(i(p.micro_batch)), "--global-batch-size", str(i(p.global_batch))),
         *_zero(z, dp * cp, version),
         ("--overlap-grad-reduce",) if bool(p.overlap_grad_reduce) and dp * cp > 1 else None,
-        ("--overlap-param-gather",) if bool(p.overlap_param_gather) and bool(p.overlap_grad_reduce) and z >= 1
-        and dp * cp > 1 else None,
+        ("--overlap-param-gather",)
+        if bool(p.overlap_param_gather) and bool(p.overlap_grad_reduce) and z >= 1 and dp * cp > 1
+        else None,
         ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
         ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
         *_recompute(Recompute(int(p.recompute))),

@@ -200,8 +200,11 @@ def _job_module(t: TitanModel, converters: list[str], precision: str) -> str:
             "",
             "def job():",
             f"    config = {t.config}()",
-            *([f"    config.model_spec = model_registry({t.flavor!r})  # without its Float8 converter"]
-              if t.fp8_in_config and precision != "fp8" else []),  # fmt: skip
+            *(
+                [f"    config.model_spec = model_registry({t.flavor!r})  # without its Float8 converter"]
+                if t.fp8_in_config and precision != "fp8"
+                else []
+            ),
             "    model = config.model_spec.model",
             f"    for converter in [{', '.join(converters)}]:",
             "        model = converter.build().convert(model)",

@@ -40,14 +40,18 @@ def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VE
         )
     if wl.kv_precision not in KV_DTYPES:
         allowed = ", ".join(KV_DTYPES)
-        raise EmitError(f"--emit vllm: KV-cache precision {wl.kv_precision} is not one vLLM stores; plan with {allowed}")
+        raise EmitError(
+            f"--emit vllm: KV-cache precision {wl.kv_precision} is not one vLLM stores; plan with {allowed}"
+        )
     if wl.runtime == "cpp-eager":
         raise EmitError("--emit vllm: runtime cpp-eager is not vLLM's; price --runtime graphs or pytorch-eager")
     if i(p.cp) > 1:
         raise EmitError("--emit vllm: context parallelism is not emitted for vLLM; price plans without cp")
     tp, pp, dp = i(p.tp), i(p.pp), i(p.dp)
     if m.is_moe and i(p.ep) not in (1, tp):
-        raise EmitError(f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp})")
+        raise EmitError(
+            f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp})"
+        )
     per_replica = -(-i(wl.batch) // dp)
     max_len = i(wl.input_len) + i(wl.output_len)
     budget = getattr(workload, "max_batched_tokens", None)
@@ -67,7 +71,8 @@ def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VE
         ("--max-num-seqs", str(per_replica), "--max-model-len", str(max_len)),
         ("--max-num-batched-tokens", str(int(budget))),
         ("--kv-cache-dtype", KV_DTYPES[wl.kv_precision]),
-        ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision]) if wl.weight_precision in WEIGHT_QUANTIZATION
+        ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision])
+        if wl.weight_precision in WEIGHT_QUANTIZATION
         else None,
         ("--enable-expert-parallel",) if m.is_moe and i(p.ep) > 1 else None,
         ("--disable-custom-all-reduce",) if wl.custom_all_reduce == "none" and tp > 1 else None,
