@@ -216,6 +216,8 @@ def setup_deepspeed(opts: dict) -> None:
     sys.path.insert(0, opts["megatron_deepspeed"])
     sys.path.insert(0, opts["deepspeed"])
     import deepspeed
+
+    deepspeed.__version__ = Path(opts["deepspeed"], "version.txt").read_text().strip()  # an archive has no git info
     import megatron.arguments as MA
     from deepspeed.runtime.config import DeepSpeedConfig
     from deepspeed.runtime.utils import partition_balanced
