@@ -1,108 +1,221 @@
-"""`plan --emit`: the best plan as the launch flags of the framework that will run it."""
+"""`--emit`: launches the real tools accept and that run the priced job. The rules below are what
+tools/check_emit.py found the tools enforce (Megatron-LM validate_args and get_num_layers_to_build,
+torchtitan's config and pipeline split, DeepSpeed's batch check and partition, vLLM's parser);
+they run here without those checkouts."""
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
+
+import pytest
 
 from shardwise import presets
-from shardwise.emit import emit
+from shardwise.emit import EmitError, adapt, emit, vllm_launch
+from shardwise.emit.deepspeed import deepspeed_stages
+from shardwise.emit.megatron import _compress
 from shardwise.specs import Plan, Scenario
 
 
-def _scenario(**plan):
-    model, cluster = presets.model("llama3-405b"), presets.system("dgx-h100", nodes=16)
-    return Scenario(model, cluster, Plan(**{"tp": 8, "pp": 8, "dp": 2, "global_batch": 256, **plan}))
+def _scn(model="llama3-405b", system="dgx-h100", nodes=16, **plan):
+    return Scenario(presets.model(model), presets.system(system, nodes=nodes), Plan(**plan))
 
 
-def _flags(text: str) -> dict[str, str]:
-    return dict(re.findall(r"(--[\w.-]+)(?: ([^\s\\-][^\s\\]*))?", text))
+def _args(launch) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for group in launch.args:
+        out[group[0]] = list(group[1:])
+    return out
 
 
-def test_megatron_flags_say_the_whole_plan():
-    text = emit(
-        _scenario(
-            vpp=2,
-            schedule="interleaved",
-            sequence_parallel=True,
-            recompute="full",
-            zero_stage=1,
-            first_stage_layers=14,
-            last_stage_layers=14,
-        ),
-        "megatron",
-    )
-    f = _flags(text)
-    assert f["--tensor-model-parallel-size"] == "8" and f["--pipeline-model-parallel-size"] == "8"
-    assert f["--num-virtual-stages-per-pipeline-rank"] == "2"
-    assert f["--decoder-first-pipeline-num-layers"] == "14" and f["--decoder-last-pipeline-num-layers"] == "14"
-    assert f["--global-batch-size"] == "256" and f["--num-query-groups"] == "8" and f["--num-layers"] == "126"
-    for flag in ("--sequence-parallel", "--use-distributed-optimizer", "--swiglu", "--recompute-granularity"):
-        assert flag in f
-    assert text.startswith("torchrun --nnodes 16 --nproc-per-node 8 pretrain_gpt.py")
-    # every line but the last continues the command; comments come before it
-    lines = text.splitlines()
-    assert all(line.endswith("\\") for line in lines[:-1] if not line.startswith("#"))
+def _unroll(layout: str) -> list[str]:
+    """Megatron-LM's layout parser (PipelineParallelLayerLayout.parse_str_to_list), rewritten."""
+    s = layout.replace(",", "")
+    while m := re.search(r"\(([^)]+)\)\*(\d+)", s):
+        s = s[: m.start()] + m.group(1) * int(m.group(2)) + s[m.end() :]
+    s = re.sub(r"(.)\*(\d+)", lambda m: m.group(1) * int(m.group(2)), s)
+    return s.split("|")
 
 
-def test_torchtitan_tokens_add_up_to_the_global_batch():
-    scn = _scenario(zero_stage=3)
-    f = _flags(emit(scn, "torchtitan"))
-    per_mb = int(f["--training.num_tokens_per_microbatch_per_dp_rank"])
-    step = int(f["--training.num_tokens_per_train_step"])
-    m = int(f["--parallelism.num_pp_microbatches"])
-    assert step == per_mb * m * int(f["--parallelism.data_parallel_shard_degree"]) == 256 * 8192
+def test_megatron_405b_uneven_interleaved_is_a_layout_with_the_priced_layers_per_rank():
+    scn = _scn(tp=8, pp=16, dp=1, vpp=8, schedule="interleaved", first_stage_layers=7, last_stage_layers=7,
+               global_batch=256, sequence_parallel=True)  # fmt: skip
+    launch = emit(scn, "megatron")
+    a = _args(launch)
+    assert "--decoder-first-pipeline-num-layers" not in a and "--num-virtual-stages-per-pipeline-rank" not in a
+    parts = _unroll(a["--pipeline-model-parallel-layout"][0])
+    assert len(parts) == 16 * 8 and parts[0].startswith("E") and parts[-1].endswith("L")
+    per_rank = [sum(parts[v * 16 + r].count("t") for v in range(8)) for r in range(16)]
+    assert per_rank == [7] + [8] * 14 + [7]
+    assert ("CUDA_DEVICE_MAX_CONNECTIONS", "1") in launch.env
 
 
-def test_deepspeed_config_is_valid_json_and_says_what_it_cannot_run(cli):
-    text = emit(_scenario(vpp=2, schedule="interleaved", zero_stage=1), "deepspeed")
-    config = json.loads(text.split("\n", 1)[1].split("\n#")[0].split("\ndeepspeed")[0])
-    assert config["train_batch_size"] == 256 and config["gradient_accumulation_steps"] == 128
-    assert "# interleaved stages" in text
-    code, out, err = cli(
-        [
-            "plan",
-            "--model",
-            "gpt-1.7b",
-            "--system",
-            "dgx-a100",
-            "--global-batch",
-            "64",
-            "--top",
-            "1",
-            "--emit",
-            "megatron",
-            "--json",
-        ]
-    )
+def test_megatron_even_stages_need_no_layout_and_blackwell_no_connection_limit():
+    launch = emit(_scn("llama3-8b", "dgx-b200", 1, tp=2, pp=4, dp=1, global_batch=32, sequence_parallel=True),
+                  "megatron")  # fmt: skip
+    a = _args(launch)
+    assert "--pipeline-model-parallel-layout" not in a and a["--pipeline-model-parallel-size"] == ["4"]
+    assert launch.env == ()
+
+
+def test_layout_short_form_unrolls_to_the_same_parts():
+    parts = ["Et*3", "tttt", "tttt", "tttt", "tttL"]
+    parts = ["E" + "t" * 3, "t" * 4, "t" * 4, "t" * 4, "t" * 3 + "L"]
+    assert _unroll(_compress(parts)) == parts
+
+
+def test_megatron_zero_stages_are_the_distributed_optimizer_or_megatron_fsdp():
+    base = dict(model="gpt3-175b", tp=8, pp=1, dp=16, global_batch=256, overlap_param_gather=True)
+    z0, z1, z3 = (_args(emit(_scn(**base, zero_stage=z), "megatron")) for z in (0, 1, 3))
+    assert "--overlap-param-gather" not in z0 and "--use-distributed-optimizer" not in z0
+    assert "--use-distributed-optimizer" in z1 and "--overlap-param-gather" in z1
+    assert "--use-megatron-fsdp" in z3 and z3["--data-parallel-sharding-strategy"] == ["optim_grads_params"]
+    assert z3["--ckpt-format"] == ["fsdp_dtensor"]
+    fsdp = emit(_scn(**base, zero_stage=3), "megatron")
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in dict(fsdp.env)  # Megatron FSDP asserts it is not 1
+    old = _args(emit(_scn(**base, zero_stage=3), "megatron", "core-0.13"))
+    assert "--use-custom-fsdp" in old
+
+
+def test_megatron_moe_flags_launch_the_mixture():
+    a = _args(emit(_scn("mixtral-8x7b", nodes=2, tp=2, pp=1, dp=8, ep=8, etp=1, global_batch=128,
+                        sequence_parallel=True), "megatron"))  # fmt: skip
+    assert a["--num-experts"] == ["8", "--moe-router-topk", "2"]
+    assert a["--expert-model-parallel-size"] == ["8", "--expert-tensor-parallel-size", "1"]
+    assert a["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-grouped-gemm" in a
+    dsv3 = _args(emit(_scn("deepseek-v3", nodes=32, tp=1, pp=16, dp=16, ep=16, global_batch=1024), "megatron"))
+    assert dsv3["--moe-layer-freq"] == ["([0]*3+[1]*58)"] and "--multi-latent-attention" in dsv3
+    top1 = _args(emit(_scn("llama4-scout", nodes=4, tp=4, pp=1, dp=8, ep=8, etp=1, global_batch=64,
+                           sequence_parallel=True), "megatron"))  # fmt: skip
+    assert "--moe-router-pre-softmax" in top1  # Megatron-Core asks it with top-1
+
+
+def test_megatron_llama_shape_and_what_to_add():
+    launch = emit(_scn("llama3-70b", nodes=4, tp=8, pp=4, dp=1, global_batch=64, sequence_parallel=True), "megatron")
+    a = _args(launch)
+    assert a["--position-embedding-type"] == ["rope", "--rotary-base", "500000"]
+    assert a["--num-query-groups"] == ["8"] if "--num-query-groups" in a else a["--group-query-attention"][-1] == "8"
+    assert "--untie-embeddings-and-output-weights" in a and "--disable-bias-linear" in a and "--swiglu" in a
+    assert 128256 % (int(a["--make-vocab-size-divisible-by"][0]) * 8) == 0  # the priced vocabulary, unpadded
+    assert any("tokenizer" in t for t in launch.todo) and any("data" in t for t in launch.todo)
+
+
+def test_megatron_refuses_lora_and_reprices_gpipe():
+    with pytest.raises(EmitError, match="LoRA"):
+        emit(_scn("llama3-8b", nodes=1, tp=1, pp=1, dp=8, global_batch=64, lora_rank=16), "megatron")
+    run, changes = adapt(_scn("gpt-1.7b", "dgx-a100", 1, tp=2, pp=4, global_batch=64, schedule="gpipe"), "megatron")
+    assert run.plan.schedule == 1 and "gpipe -> 1f1b" in changes[0]
+
+
+def test_torchtitan_names_its_config_and_prices_fsdp2_as_zero3():
+    scn = _scn("llama3-8b", nodes=1, tp=2, pp=1, dp=4, global_batch=64, zero_stage=1, sequence_parallel=True)
+    run, changes = adapt(scn, "torchtitan")
+    assert run.plan.zero_stage == 3 and "ZeRO-1 -> ZeRO-3" in changes[0]
+    launch = emit(scn, "torchtitan")
+    a = _args(launch)
+    assert a["--module"] == ["llama3", "--config", "llama3_8b"]
+    assert a["--parallelism.data_parallel_shard_degree"] == ["4"]
+    assert launch.launcher[:3] == ("torchrun", "--nproc-per-node", "8")
+    with pytest.raises(EmitError, match="registered models"):
+        emit(_scn("gpt3-175b", tp=8, pp=8, dp=2, global_batch=256), "torchtitan")
+
+
+def test_torchtitan_stage_lists_hold_the_priced_layers():
+    scn = _scn("llama3-70b", nodes=8, tp=8, pp=8, dp=1, first_stage_layers=9, last_stage_layers=9,
+               global_batch=128, sequence_parallel=True)  # fmt: skip
+    a = _args(emit(scn, "torchtitan"))
+    parts = a["--parallelism.module_fqns_per_model_part"]
+    counts = [sum(m.startswith("layers.") for m in p.split(",")) for p in parts]
+    assert counts == [9, 11, 11, 10, 10, 10, 10, 9]
+    assert parts[0].startswith("tok_embeddings") and parts[-1].endswith("norm,lm_head")
+    assert "--training.disable_cuda_graphs" in a  # torchtitan refuses CUDA graphs under PP
+
+
+def test_torchtitan_bf16_405b_drops_the_configs_float8_and_fp8_adds_it():
+    bf16 = emit(_scn(tp=8, pp=16, dp=1, global_batch=256, sequence_parallel=True), "torchtitan")
+    job = dict(bf16.files)["shardwise_job.py"]
+    assert "model_registry('405B')" in job and "Float8LinearConverter.Config()" not in job.split("for converter")[1]
+    fp8 = emit(_scn("llama3-8b", nodes=1, tp=2, dp=4, global_batch=64, precision="fp8", sequence_parallel=True,
+                    zero_stage=3), "torchtitan")  # fmt: skip
+    assert "Float8LinearConverter.Config()" in dict(fp8.files)["shardwise_job.py"]
+
+
+def test_deepspeed_batch_adds_up_over_data_parallel_ranks_only():
+    scn = _scn("llama3-8b", nodes=2, tp=2, pp=1, dp=2, cp=4, cp_comm="a2a", global_batch=64, sequence_parallel=True)
+    launch = emit(scn, "deepspeed")
+    config = json.loads(dict(launch.files)["ds_config.json"])
+    assert config["train_batch_size"] == config["train_micro_batch_size_per_gpu"] * config[
+        "gradient_accumulation_steps"] * 2  # fmt: skip
+    a = _args(launch)
+    assert a["--ds-sequence-parallel-size"] == ["4"] and a["--seq-length"] == [
+        "8192",
+        "--max-position-embeddings",
+        "8192",
+    ]
+    assert a["--num-attention-heads"] == ["32", "--num-key-value-heads", "8"] and "--swiglu" in a
+
+
+def test_deepspeed_config_passes_deepspeeds_own_check_when_installed():
+    ds = pytest.importorskip("deepspeed.runtime.config")
+    launch = emit(_scn("gpt-1.7b", "dgx-a100", 1, tp=1, pp=1, dp=8, global_batch=64, micro_batch=2), "deepspeed")
+
+    class Mpu:
+        def get_data_parallel_world_size(self):
+            return 8
+
+    ds.DeepSpeedConfig(json.loads(dict(launch.files)["ds_config.json"]), mpu=Mpu())
+
+
+def test_deepspeed_splits_stages_its_way_and_reprices():
+    assert deepspeed_stages(126, 8) == [16] * 6 + [15] * 2
+    run, changes = adapt(_scn(tp=8, pp=8, dp=2, global_batch=256, sequence_parallel=True, zero_stage=3,
+                              vpp=2, schedule="interleaved"), "deepspeed")  # fmt: skip
+    assert run.plan.stage_layers == (16,) * 6 + (15,) * 2 and run.plan.zero_stage == 1 and run.plan.vpp == 1
+    assert len(changes) == 3
+    with pytest.raises(EmitError, match="mixture of experts"):
+        emit(_scn("mixtral-8x7b", nodes=2, tp=2, dp=8, ep=8, etp=1, global_batch=128, sequence_parallel=True),
+             "deepspeed")  # fmt: skip
+
+
+def test_shell_lines_are_quoted():
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    scn = _scn("llama3-70b", nodes=1, tp=4, pp=1, dp=2, global_batch=2)
+    est = estimate_serving(scn, ServingWorkload(512, 128, 64, "fp8"))
+    launch = vllm_launch(est.scenario, est.workload, "my model $(touch pwned)")
+    command = launch.shell().splitlines()[-len(launch.args) - 1 :]
+    words = shlex.split(" ".join(line.rstrip("\\") for line in command))
+    assert words[:3] == ["vllm", "serve", "my model $(touch pwned)"]
+    assert "--max-num-batched-tokens" in words and words[words.index("--quantization") + 1] == "fp8"
+    with pytest.raises(EmitError, match="--hf-id"):
+        vllm_launch(est.scenario, est.workload, None)
+    with pytest.raises(EmitError, match="KV-cache precision int4"):
+        vllm_launch(est.scenario, ServingWorkload(512, 128, 64, "fp8", "int4"), "org/model")
+
+
+def test_plan_emit_is_case_insensitive_and_json_carries_the_launch(cli):
+    args = ["plan", "--model", "gpt-1.7b", "--system", "dgx-a100", "--global-batch", "64", "--top", "1"]
+    code, out, err = cli([*args, "--emit", "Megatron", "--json"])
     assert code == 0, err
-    assert json.loads(out)["launch"].startswith("torchrun")
+    launch = json.loads(out)["launch"]
+    assert launch["target"] == "megatron" and launch["shell"].startswith("# megatron")
+    assert launch["launched_step_time_s"] > 0 and "--num-layers" in launch["argv"]
+    code, out, err = cli([*args, "--emit", "megatron", "--emit-version", "1.0"])
+    assert code == 2 and err.count("\n") == 1 and "core-0.13" in err
 
 
-def test_serve_emits_one_vllm_server_per_replica(cli):
-    code, out, err = cli(
-        [
-            "serve",
-            "--model",
-            "llama3-70b",
-            "--system",
-            "dgx-h100",
-            "--plan",
-            "tp=4",
-            "--concurrency",
-            "64",
-            "--weight-precision",
-            "fp8",
-            "--emit",
-            "vllm",
-            "--json",
-        ]
-    )
+def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--concurrency", "64", "--emit", "VLLM"]
+    code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--json"])
+    assert code == 2 and out == "" and "--hf-id" in err and err.count("\n") == 1
+    code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--hf-id", "meta-llama/X", "--json"])
     assert code == 0, err
     launch = json.loads(out)["plans"][0]["launch"]
-    f = _flags(launch)
-    assert f["--tensor-parallel-size"] == "4" and f["--max-num-seqs"] == "32" and f["--quantization"] == "fp8"
-    assert "# 2 replicas" in launch
+    assert launch["argv"][:2] == ["--tensor-parallel-size", "4"] and "2 replicas" in launch["notes"][0]
+    code, out, err = cli([*args, "--plan", "tp=1", "--hf-id", "meta-llama/X"])
+    assert code == 2 and out == "" and "does not fit" in err and err.count("\n") == 1
 
 
 def test_plan_emit_vllm_points_to_serve(cli):

@@ -161,12 +161,24 @@ search_options = _stack(
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
 @click.option(
     "--emit",
-    type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"]),
-    help="Also print the best plan's launch command for this framework (flag names of its August 2026 main "
-    "branch; what it cannot express is a comment). vllm serves: use `shardwise serve --emit vllm`.",
+    type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"], case_sensitive=False),
+    help="Also print the best plan's launch command for this tool, re-priced where the tool runs it differently "
+    "(docs/emit/). vllm serves: use `shardwise serve --emit vllm`.",
+)
+@click.option(
+    "--emit-version",
+    metavar="VERSION",
+    help="The tool version --emit writes for: megatron main|core-0.13, torchtitan main, deepspeed master "
+    "[default: the first].",
 )
 def plan(
-    top: int, csv_path: str | None, heatmap_path: str | None, as_json: bool, emit: str | None, **options: Any
+    top: int,
+    csv_path: str | None,
+    heatmap_path: str | None,
+    as_json: bool,
+    emit: str | None,
+    emit_version: str | None,
+    **options: Any,
 ) -> None:
     """Find the best TP x PP x DP layout of MODEL on the cluster for a global batch.
 
@@ -185,6 +197,11 @@ def plan(
     from shardwise.analyses.planner import SearchSpace, search
     from shardwise.cli.options import build_cluster, build_model, check_output_path
 
+    emit = emit.lower() if emit else None
+    if emit_version is not None and emit is None:
+        from shardwise.errors import SpecError
+
+        raise SpecError("--emit-version needs --emit TARGET")
     if emit == "vllm":
         from shardwise.errors import SpecError
 
@@ -253,17 +270,20 @@ def plan(
 
         write_columns(result.table_columns(), csv_path)
     launch = None
-    if emit is not None:
-        from shardwise.emit import emit as emit_for
-
-        launch = emit_for(result.scenario(int(best[0])), emit)
     rows = _with_intervals(result, best, spread)
+    if emit is not None:
+        from shardwise.emit.report import training_launch
+
+        capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
+        launch = training_launch(result.scenario(int(best[0])), emit, emit_version, capacity, rows[0]["step_time_s"])
     if as_json:
         _json(result, rows, why, launch, spread.basis)
         return
     _print(result, rows, why, csv_path, figure, spread.basis)
     if launch is not None:
-        click.echo(f"\nlaunch the best plan with {emit}:\n{launch}")
+        from shardwise.emit.report import text
+
+        click.echo(text(launch))
 
 
 def _headroom(text: str, capacity_bytes: float) -> float:
@@ -320,7 +340,7 @@ def _with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]
     return rows
 
 
-def _json(result: Any, rows: list[dict[str, Any]], why: list[Any], launch: str | None, basis: str) -> None:
+def _json(result: Any, rows: list[dict[str, Any]], why: list[Any], launch: dict[str, Any] | None, basis: str) -> None:
     from dataclasses import asdict
 
     from shardwise import export

@@ -160,7 +160,17 @@ serving_options = _stack(
     help="With --json: also each plan's throughput-vs-latency frontier over static batches of 1 to 2048 per "
     "replica (tokens/s per user, tokens/s per GPU, batch), as --plot draws it for static batching.",
 )
-@click.option("--emit", type=click.Choice(["vllm"]), help="Also print each plan's `vllm serve` command.")
+@click.option(
+    "--emit",
+    type=click.Choice(["vllm"], case_sensitive=False),
+    help="Also print each plan's `vllm serve` command (docs/emit/vllm.md); a plan that does not fit is refused.",
+)
+@click.option(
+    "--hf-id",
+    metavar="ORG/NAME|DIR",
+    help="With --emit vllm: the checkpoint vLLM loads (needed unless --model is a config.json, whose directory it "
+    "takes).",
+)
 def serve(
     plans: tuple[str, ...],
     input_len: int,
@@ -184,6 +194,7 @@ def serve(
     as_json: bool,
     with_frontier: bool,
     emit: str | None,
+    hf_id: str | None,
     **options: Any,
 ) -> None:
     """Time to first token, time per output token, end-to-end latency, throughput and memory of
@@ -239,6 +250,9 @@ def serve(
     if ttft_max is not None or tpot_max is not None:
         from shardwise.cli.serve_targets import run_targets
 
+        if emit:
+            raise SpecError("--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit")
+
         if batching == "static" or max_throughput or request_rate is not None:
             raise SpecError(
                 "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
@@ -287,6 +301,7 @@ def serve(
             max(spreads.values()),
             traffic is not None,
         )
+    launches = {label: _launch(est, emit, _model_id(options, hf_id)) for label, est in rows} if emit else {}
     if as_json:
         from shardwise import export
 
@@ -304,7 +319,7 @@ def serve(
                         {
                             **export.serving_dict(label, est, *spreads[label]),
                             "would_fit": hints.get(label),
-                            "launch": _launch(est, emit),
+                            "launch": launches.get(label),
                             **(
                                 {"frontier": _frontier(model, cluster, specs, label, workload, stages)}
                                 if with_frontier
@@ -325,8 +340,8 @@ def serve(
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
     for label, reason in invalid:
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
-    for label, est in rows if emit else []:
-        click.echo(f"\n{label}:\n{_launch(est, emit)}")
+    for label, launch in launches.items():
+        click.echo(f"\n{label}:\n{launch['shell']}")
 
 
 def _frontier(
@@ -418,12 +433,31 @@ def _estimate(
     return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
 
 
-def _launch(est: Any, emit: str | None) -> str | None:
+def _model_id(options: dict[str, Any], hf_id: str | None) -> str | None:
+    """What vLLM loads: --hf-id, else the directory of a config.json given as --model."""
+    if hf_id:
+        return hf_id
+    name = options.get("model_name") or ""
+    if name.lower().endswith(".json"):
+        import os
+
+        return os.path.dirname(os.path.abspath(name))
+    return None
+
+
+def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] | None:
+    """The `vllm serve` of one priced plan (a dict: `Launch.as_dict`); a plan that does not fit is refused."""
     if emit is None:
         return None
-    from shardwise.emit import vllm
+    from shardwise.emit import EmitError, vllm_launch
 
-    return vllm(est.scenario, est.workload, est.scenario.model.name)
+    if not bool(est.fits_in_memory):
+        per_replica = -(-int(est.workload.batch) // int(est.scenario.plan.dp))
+        raise EmitError(
+            f"--emit vllm: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
+            f"memory: a replica holds {int(est.max_batch)} of its {per_replica} sequences; not emitted"
+        )
+    return vllm_launch(est.scenario, est.workload, model_id).as_dict()
 
 
 def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str:

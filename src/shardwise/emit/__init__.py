@@ -1,0 +1,70 @@
+"""Launch commands for a priced plan (`plan --emit TARGET`, `serve --emit vllm`).
+
+One module per target turns a Scenario into a `Launch` (environment, launcher, the tool's
+arguments, files, what the user still adds): `megatron`, `torchtitan`, `deepspeed` for training,
+`vllm` for serving. Each training target first `adapt`s the plan to what the tool will run
+(refusing, with one line naming the part, what it cannot run at all); when that changes the
+plan, the command line re-prices it and shows both. tools/check_emit.py runs the real tools'
+own argument parsing and validation on what these modules emit (docs/emit/).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import ModuleType
+
+from shardwise.emit.launch import EmitError, Launch
+from shardwise.specs import Scenario
+
+TRAINING_TARGETS = ("megatron", "torchtitan", "deepspeed")
+TARGETS = (*TRAINING_TARGETS, "vllm")
+
+__all__ = ["TARGETS", "TRAINING_TARGETS", "EmitError", "Launch", "adapt", "emit", "versions", "vllm_launch"]
+
+
+def _module(target: str) -> ModuleType:
+    from shardwise.emit import deepspeed, megatron, torchtitan, vllm
+
+    mods = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "vllm": vllm}
+    if target not in mods:
+        raise EmitError(f"--emit: {target!r} is not allowed; choose {', '.join(TARGETS)}")
+    return mods[target]
+
+
+def versions(target: str) -> tuple[str, ...]:
+    """The tool versions `target` emits for, the default first."""
+    return _module(target).VERSIONS  # type: ignore[no-any-return]
+
+
+def _version(target: str, version: str | None) -> str:
+    allowed = versions(target)
+    if version is None:
+        return allowed[0]
+    if version not in allowed:
+        raise EmitError(
+            f"--emit-version: {version!r} is not a {target} version shardwise emits; choose {', '.join(allowed)}"
+        )
+    return version
+
+
+def adapt(scn: Scenario, target: str, version: str | None = None) -> tuple[Scenario, tuple[str, ...]]:
+    """The plan `target` will actually run for `scn`, and each change as a sentence (none: the
+    same plan). Raises EmitError for what the target cannot run."""
+    if target not in TRAINING_TARGETS:
+        raise EmitError(f"--emit {target}: not a training target; choose {', '.join(TRAINING_TARGETS)}")
+    return _module(target).adapt(scn, _version(target, version))  # type: ignore[no-any-return]
+
+
+def emit(scn: Scenario, target: str, version: str | None = None) -> Launch:
+    """The launch of `scn` by a training `target`, adapted to what it runs (`Launch.changes`)."""
+    v = _version(target, version)
+    run, changes = adapt(scn, target, v)
+    out = _module(target).launch(run, v)
+    return replace(out, changes=changes)
+
+
+def vllm_launch(scn: Scenario, workload: object, model_id: str | None, version: str | None = None) -> Launch:
+    """`vllm serve` for one replica of a serving plan (see `emit.vllm`)."""
+    from shardwise.emit import vllm
+
+    return vllm.launch(scn, workload, model_id, _version("vllm", version))

@@ -1,0 +1,145 @@
+"""Megatron-DeepSpeed `pretrain_gpt.py` with a DeepSpeed config (`ds_config.json`), launched by
+torchrun.
+
+What DeepSpeed runs differs from a Megatron-Core plan in places, and the plan is re-priced as it
+will run: its pipeline engine runs one 1F1B-like schedule (no interleaving, no GPipe), allows
+ZeRO-1 at most with a pipeline (`runtime/pipe/engine.py`), and splits the layers with
+`partition_method='type:transformer'` (`runtime/utils.py partition_balanced`: the first
+layers % pp stages take one layer more); context parallelism is DeepSpeed-Ulysses
+(`--ds-sequence-parallel-size`, the all-to-all kind). Mixture-of-experts, multi-latent
+attention, FP8 and LoRA plans are refused. Version `master`: Megatron-DeepSpeed master (July
+2025) with DeepSpeed master of August 2026 (`runtime/config.py`).
+"""
+
+from __future__ import annotations
+
+import json
+
+from shardwise.emit.facts import i, rope_base, stage_layers
+from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
+from shardwise.emit.megatron import _vocab_divisor
+from shardwise.specs import Recompute, Scenario, Schedule
+from shardwise.specs.rules import ulysses_rule
+
+VERSIONS = ("master",)
+
+TODO = (
+    "data: --data-path PREFIX --split 949,50,1",
+    "tokenizer: --tokenizer-type HFTokenizer --tokenizer-model PATH (or --vocab-file/--merge-file for GPT-2 BPE)",
+    "schedule: --train-iters N --lr --min-lr --lr-decay-style --lr-warmup-iters, an optimizer block in ds_config.json",
+    "checkpoints: --save DIR --save-interval N, --load DIR",
+)
+
+
+def deepspeed_stages(layers: int, pp: int) -> list[int]:
+    """DeepSpeed's `type:transformer` partition of equal layers: the first layers % pp stages
+    take one layer more (tools/check_emit.py checks it against `partition_balanced`)."""
+    base, extra = divmod(layers, pp)
+    return [base + (1 if r < extra else 0) for r in range(pp)]
+
+
+def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
+    m, p = scn.model, scn.plan
+    refuse = [
+        (m.is_moe, "a mixture of experts (DeepSpeed-MoE's top-1/2 gating is another model)"),
+        (bool(m.kv_lora_rank), "multi-latent attention"),
+        (i(p.lora_rank) > 0, "LoRA"),
+        (p.precision in ("fp8", "mxfp8"), f"{p.precision} training"),
+        (i(m.head_dim) * i(m.heads) != i(m.hidden), "a head dimension apart from hidden / heads"),
+    ]
+    for bad, what in refuse:
+        if bad:
+            raise EmitError(f"--emit deepspeed: {what} is not emitted for Megatron-DeepSpeed; use --emit megatron")
+    changes, new = [], {}
+    pp, sched = i(p.pp), Schedule(int(p.schedule))
+    if i(p.vpp) > 1 or (pp > 1 and sched == Schedule.GPIPE) or (sched == Schedule.ZB_H1 and bool(p.sequence_parallel)):
+        new.update(vpp=1, schedule=Schedule.ONE_F_ONE_B)
+        why = "ZB-H1 without sequence parallelism only" if sched == Schedule.ZB_H1 else "no interleaving, no GPipe"
+        shown = sched.label + (f" v={i(p.vpp)}" if i(p.vpp) > 1 else "")
+        changes.append(f"schedule {shown} -> 1f1b (DeepSpeed's pipeline engine: {why})")
+    if pp > 1 and i(p.zero_stage) >= 2:
+        new["zero_stage"] = 1
+        changes.append(f"ZeRO-{i(p.zero_stage)} -> ZeRO-1 (DeepSpeed's pipeline engine allows ZeRO-1 at most)")
+    if pp > 1:
+        ds = deepspeed_stages(i(m.layers), pp)
+        if stage_layers(m, p) != ds:
+            new.update(stage_layers=tuple(ds), first_stage_layers=0, last_stage_layers=0)
+            changes.append(f"stages {_runs(stage_layers(m, p))} -> {_runs(ds)} (DeepSpeed's type:transformer split)")
+    if i(p.cp) > 1:
+        if not bool(ulysses_rule(m.heads, m.kv_heads, p.tp, p.cp, "a2a").ok.all()):
+            raise EmitError(
+                f"--emit deepspeed: context parallelism cp={i(p.cp)} is DeepSpeed-Ulysses here, which needs heads "
+                f"({i(m.heads)}) and KV heads ({i(m.kv_heads)}) per TP rank divisible by cp"
+            )
+        if p.cp_comm != "a2a":
+            new["cp_comm"] = "a2a"
+            changes.append(f"context parallelism {p.cp_comm} -> a2a (DeepSpeed-Ulysses)")
+    if not new:
+        return scn, ()
+    return Scenario(m, scn.cluster, p.with_(**new)), tuple(changes)
+
+
+def _runs(counts: list[int]) -> str:
+    out: list[list[int]] = []
+    for c in counts:
+        if out and out[-1][0] == c:
+            out[-1][1] += 1
+        else:
+            out.append([c, 1])
+    return ", ".join(f"{c}x{n}" if n > 1 else str(c) for c, n in out)
+
+
+def config(scn: Scenario) -> dict[str, object]:
+    """ds_config.json: DeepSpeed checks train_batch_size = micro x accumulation x data-parallel
+    ranks (its world size is the data-parallel group's: tensor, pipeline and Ulysses ranks are
+    not in it)."""
+    p = scn.plan
+    return {
+        "train_batch_size": i(p.global_batch),
+        "train_micro_batch_size_per_gpu": i(p.micro_batch),
+        "gradient_accumulation_steps": i(p.num_micro_batches),
+        "zero_optimization": {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)},
+        "bf16": {"enabled": p.precision == "bf16"},
+        "fp16": {"enabled": p.precision == "fp16"},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+    }
+
+
+def launch(scn: Scenario, version: str) -> Launch:
+    m, c, p = scn.model, scn.cluster, scn.plan
+    tp, pp, cp = i(p.tp), i(p.pp), i(p.cp)
+    sp = bool(p.sequence_parallel) and tp > 1
+    sched = Schedule(int(p.schedule))
+    rc = Recompute(int(p.recompute))
+    base = rope_base(m)
+    args = flag_groups(
+        ("--tensor-model-parallel-size", str(tp)),
+        ("--pipeline-model-parallel-size", str(pp)),
+        ("--no-pipeline-parallel",) if pp == 1 else None,
+        ("--enable-zbh1-pipeline",) if pp > 1 and sched == Schedule.ZB_H1 else None,
+        ("--ds-sequence-parallel-size", str(cp)) if cp > 1 else None,
+        ("--sequence-parallel",) if sp else None,
+        ("--micro-batch-size", str(i(p.micro_batch)), "--global-batch-size", str(i(p.global_batch))),
+        ("--num-layers", str(i(m.layers)), "--hidden-size", str(i(m.hidden))),
+        ("--num-attention-heads", str(i(m.heads)), "--num-key-value-heads", str(i(m.kv_heads))),
+        ("--ffn-hidden-size", str(i(m.ffn_hidden))),
+        ("--seq-length", str(i(m.seq_len)), "--max-position-embeddings", str(i(m.seq_len))),
+        ("--make-vocab-size-divisible-by", str(_vocab_divisor(i(m.vocab), tp))),
+        ("--swiglu",) if m.gated_mlp else None,
+        ("--normalization", "rmsnorm") if m.rmsnorm else None,
+        None if m.learned_positions else ("--use-rotary-position-embeddings", "--no-position-embedding"),
+        ("--rotary-position-embeddings-theta", str(base)) if base and not m.learned_positions else None,
+        ("--untie-embeddings-and-output-weights",) if not m.tied_embeddings else None,
+        ("--disable-bias-linear",) if not m.bias else None,
+        ("--attention-dropout", "0", "--hidden-dropout", "0") if not m.dropout else None,
+        ("--use-flash-attn-v2",) if bool(p.flash_attention) else None,
+        ("--checkpoint-activations",) if rc == Recompute.FULL else None,
+        ("--recompute-granularity", "selective") if rc == Recompute.SELECTIVE else None,
+        ("--bf16",) if p.precision == "bf16" else ("--fp16",),
+        ("--deepspeed", "--deepspeed_config", "ds_config.json"),
+    )
+    env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),) if sp else ()  # Megatron-DeepSpeed asks it on every GPU
+    files = (("ds_config.json", json.dumps(config(scn), indent=2)),)
+    launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
+    return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=TODO)

@@ -1,0 +1,64 @@
+"""Facts the launch needs that a priced model does not carry: the rotary base of well-known model
+families, and the CUDA architecture of a GPU preset."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.specs import Model, Plan
+
+# rope_theta of each family's Hugging Face config.json (the model's own release)
+ROPE_BASE = (
+    ("llama2", 10_000),  # meta-llama/Llama-2-7b-hf rope_theta 10000.0
+    ("llama3", 500_000),  # meta-llama/Meta-Llama-3-8B, Llama-3.1-405B rope_theta 500000.0
+    ("llama4", 500_000),  # meta-llama/Llama-4-Scout-17B-16E text_config rope_theta 500000.0
+    ("mixtral", 1_000_000),  # mistralai/Mixtral-8x7B-v0.1 rope_theta 1000000.0
+    ("qwen2.5", 1_000_000),  # Qwen/Qwen2.5-7B rope_theta 1000000.0
+    ("qwen3", 1_000_000),  # Qwen/Qwen3-30B-A3B rope_theta 1000000.0
+    ("deepseek-v3", 10_000),  # deepseek-ai/DeepSeek-V3 rope_theta 10000 (with YaRN scaling)
+    ("gpt-oss", 150_000),  # openai/gpt-oss-20b rope_theta 150000 (with YaRN scaling)
+)
+
+
+def rope_base(model: Model) -> int | None:
+    """The rotary base of `model`'s family, None when it is not one of ROPE_BASE."""
+    name = model.name.lower()
+    return next((base for prefix, base in ROPE_BASE if name.startswith(prefix)), None)
+
+
+def cuda_major(gpu_name: str) -> int:
+    """The compute capability's major version of a GPU preset (10 for Blackwell, else 9 or less:
+    Megatron-LM asks CUDA_DEVICE_MAX_CONNECTIONS=1 below 10)."""
+    name = gpu_name.lower()
+    return 10 if any(name.startswith(p) for p in ("b200", "b300", "gb200", "gb300", "b100")) else 9
+
+
+def i(x: object) -> int:
+    return int(np.asarray(x))
+
+
+def stage_layers(model: Model, plan: Plan) -> list[int]:
+    """Transformer layers of each pipeline stage, in order, as the plan prices them."""
+    from shardwise.specs.stages import plan_split, stage_layer_list
+
+    return stage_layer_list(plan_split(model.layers, plan), i(plan.pp))
+
+
+def chunk_layers(stages: list[int], vpp: int) -> list[list[int]]:
+    """Each stage's layers over its `vpp` model chunks (interleaved schedule): as even as
+    possible, the first stage's extra layers in its later chunks (its first chunk also holds the
+    embedding), the others' in their earlier chunks (the last stage's last chunk holds the loss)."""
+    out = []
+    for r, n in enumerate(stages):
+        base, extra = divmod(n, vpp)
+        if r == 0:
+            out.append([base + (1 if j >= vpp - extra else 0) for j in range(vpp)])
+        else:
+            out.append([base + (1 if j < extra else 0) for j in range(vpp)])
+    return out
+
+
+def moe_layer_pattern(model: Model) -> list[int]:
+    """1 for each mixture-of-experts layer, 0 for a dense one (`Model.dense_layers`, `moe_every`)."""
+    d, k = model.dense_layers, model.moe_every
+    return [0 if j < d or (j - d) % k != k - 1 else 1 for j in range(i(model.layers))]

@@ -1,0 +1,113 @@
+"""What `--emit` hands back: one launch, as data first (environment, launcher, the tool's
+arguments, files to write, what was changed and what the user still adds), then as shell text in
+which every word is quoted (`shlex.quote`) except the placeholders this module writes itself."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, field
+
+from shardwise.errors import SpecError
+
+
+class EmitError(SpecError):
+    """A plan the target tool cannot run as priced (one line: what, and why)."""
+
+
+@dataclass(frozen=True)
+class Var:
+    """A shell word the user's environment fills in (`"$MASTER_ADDR:$MASTER_PORT"`), written
+    inside double quotes so that it expands; `sample` stands in for it where the launch is
+    checked without a shell. Only this package makes them, never from user input."""
+
+    text: str
+    sample: str
+
+    def __post_init__(self) -> None:
+        if any(c in self.text for c in '"`\\\n') or "$(" in self.text:
+            raise ValueError(f"placeholder {self.text!r} must be a plain variable reference")
+
+
+Word = str | Var
+
+
+def quote(word: Word) -> str:
+    return f'"{word.text}"' if isinstance(word, Var) else shlex.quote(word)
+
+
+def plain(word: Word) -> str:
+    return word.sample if isinstance(word, Var) else word
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One job as the target tool takes it.
+
+    `launcher` starts the processes (torchrun ... script), `args` are the tool's own arguments,
+    one group (a flag and its values) per line; `files` are written before the command (name,
+    text); `changes` say how the launched plan differs from the plan asked for (it was re-priced),
+    `todo` what the user still has to add (data, tokenizer, checkpoints, schedule)."""
+
+    target: str
+    version: str
+    launcher: tuple[Word, ...]
+    args: tuple[tuple[str, ...], ...]
+    env: tuple[tuple[str, str], ...] = ()
+    files: tuple[tuple[str, str], ...] = ()
+    changes: tuple[str, ...] = ()
+    todo: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
+
+    def argv(self) -> list[str]:
+        """The tool's arguments as its parser receives them (placeholders filled with samples)."""
+        return [w for group in self.args for w in group]
+
+    def launcher_argv(self) -> list[str]:
+        return [plain(w) for w in self.launcher]
+
+    def shell(self) -> str:
+        lines = [f"# {self.target} ({self.version})"]
+        lines += [f"# launched as re-priced: {c}" for c in self.changes]
+        lines += [f"# note: {n}" for n in self.notes]
+        lines += [f"# you add: {t}" for t in self.todo]
+        for name, text in self.files:
+            body = text if text.endswith("\n") else text + "\n"
+            lines.append(f"cat > {shlex.quote(name)} <<'SHARDWISE_EOF'\n{body}SHARDWISE_EOF")
+        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env]
+        command = [" ".join(quote(w) for w in self.launcher)]
+        command += [" ".join(shlex.quote(w) for w in group) for group in self.args]
+        lines.append(" \\\n    ".join(command))
+        return "\n".join(lines)
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "target": self.target,
+            "version": self.version,
+            "shell": self.shell(),
+            "env": dict(self.env),
+            "launcher": [quote(w) for w in self.launcher],
+            "argv": self.argv(),
+            "files": dict(self.files),
+            "changes": list(self.changes),
+            "notes": list(self.notes),
+            "todo": list(self.todo),
+        }
+
+
+MASTER = Var("$MASTER_ADDR:$MASTER_PORT", "127.0.0.1:29500")
+JOB_ID = Var("$JOB_ID", "shardwise")
+
+
+def torchrun(nodes: int, gpus_per_node: int, *rest: Word) -> tuple[Word, ...]:
+    """torchrun with one process per GPU on every node; across nodes a c10d rendezvous whose
+    endpoint the user's scheduler sets (MASTER_ADDR, MASTER_PORT, JOB_ID)."""
+    out: list[Word] = ["torchrun", "--nproc-per-node", str(gpus_per_node), "--nnodes", str(nodes)]
+    if nodes > 1:
+        out += ["--rdzv-backend", "c10d", "--rdzv-endpoint", MASTER, "--rdzv-id", JOB_ID]
+    else:
+        out.append("--standalone")
+    return (*out, *rest)
+
+
+def flag_groups(*groups: tuple[str, ...] | None) -> tuple[tuple[str, ...], ...]:
+    return tuple(g for g in groups if g)

@@ -1,0 +1,238 @@
+"""Megatron-LM `pretrain_gpt.py` (Megatron-Core), launched by torchrun.
+
+Checked with tools/check_emit.py against Megatron-LM's own `parse_args`, `validate_args`,
+`core_transformer_config_from_args` and `get_num_layers_to_build` (docs/emit/megatron.md lists
+the commits). Versions:
+- main: Megatron-LM main of August 2026 (core 0.14 and later): ZeRO-2/3 as Megatron FSDP
+  (`--use-megatron-fsdp --data-parallel-sharding-strategy optim_grads[_params]`, which needs
+  `--ckpt-format fsdp_dtensor`); stage layouts as `--pipeline-model-parallel-layout`;
+- core-0.13: ZeRO-2/3 as `--use-custom-fsdp` with the distributed optimizer; the flex dispatcher
+  as `--moe-enable-deepep`.
+"""
+
+from __future__ import annotations
+
+from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
+from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
+from shardwise.specs import Recompute, Scenario, Schedule
+
+VERSIONS = ("main", "core-0.13")
+
+TODO = (
+    "data: --data-path PREFIX (or --mock-data to try the launch), --split",
+    "tokenizer: --tokenizer-type HuggingFaceTokenizer --tokenizer-model PATH",
+    "schedule: --train-iters or --train-samples, --lr, --min-lr, --lr-decay-style, --lr-warmup-iters",
+    "checkpoints: --save DIR --save-interval N, --load DIR",
+)
+
+
+def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
+    """The plan Megatron-LM runs for `scn`, and what differs."""
+    p = scn.plan
+    if i(p.lora_rank) > 0:
+        raise EmitError(
+            "--emit megatron: LoRA is not part of Megatron-LM's pretrain_gpt.py (Megatron Bridge has PEFT); "
+            "emit full training or use --emit torchtitan"
+        )
+    changes, new = [], {}
+    sched = Schedule(int(p.schedule))
+    if sched in (Schedule.GPIPE, Schedule.ZB_H1):
+        new["schedule"] = Schedule.ONE_F_ONE_B
+        changes.append(f"schedule {sched.label} -> 1f1b (Megatron-LM runs 1F1B or interleaved 1F1B)")
+    if sched == Schedule.INTERLEAVED and i(p.pp) == 2 and p.overlap_p2p is False:
+        new["overlap_p2p"] = True
+        changes.append("pipeline sends overlapped (Megatron-LM interleaves 2 stages only with --overlap-p2p-comm)")
+    if not new:
+        return scn, ()
+    return Scenario(scn.model, scn.cluster, p.with_(**new)), tuple(changes)
+
+
+def launch(scn: Scenario, version: str) -> Launch:
+    c, p = scn.cluster, scn.plan
+    tp, pp, cp, dp, z = i(p.tp), i(p.pp), i(p.cp), i(p.dp), i(p.zero_stage)
+    fsdp = z >= 2 and dp * cp > 1
+    env = ()
+    if (tp > 1 or cp > 1) and not fsdp and cuda_major(c.gpu.name) < 10:
+        env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
+    args = flag_groups(
+        ("--tensor-model-parallel-size", str(tp)),
+        ("--pipeline-model-parallel-size", str(pp)),
+        *_pipeline(scn),
+        ("--context-parallel-size", str(cp), "--cp-comm-type", p.cp_comm) if cp > 1 else None,
+        ("--sequence-parallel",) if bool(p.sequence_parallel) and tp > 1 else None,
+        ("--micro-batch-size", str(i(p.micro_batch)), "--global-batch-size", str(i(p.global_batch))),
+        *_zero(z, dp * cp, version),
+        ("--overlap-grad-reduce",) if bool(p.overlap_grad_reduce) and dp * cp > 1 else None,
+        ("--overlap-param-gather",)
+        if bool(p.overlap_param_gather) and bool(p.overlap_grad_reduce) and z >= 1 and dp * cp > 1
+        else None,
+        ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
+        ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
+        *_recompute(Recompute(int(p.recompute))),
+        _precision(p.precision),
+        ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
+        *_model(scn),
+        *_moe(scn, version),
+    )
+    launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
+    return Launch("megatron", version, launcher, args, env=env, todo=TODO)
+
+
+def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
+    """Even stages: the stage count (and chunks per stage); anything else: the explicit layout,
+    one `|`-separated part per model chunk in Megatron's virtual order (chunk 0 of every stage,
+    then chunk 1, ...), E the embedding, t a layer, L the loss."""
+    p = scn.plan
+    pp, vpp = i(p.pp), i(p.vpp)
+    if pp == 1:
+        return []
+    stages = stage_layers(scn.model, p)
+    if len(set(stages)) == 1 and stages[0] % vpp == 0:
+        if vpp == 1:
+            return []
+        out = [("--num-virtual-stages-per-pipeline-rank", str(vpp))]
+        return out + ([("--no-overlap-p2p-communication",)] if p.overlap_p2p is False else [])
+    chunks = chunk_layers(stages, vpp)
+    parts = []
+    for v in range(vpp):
+        for r in range(pp):
+            part = "t" * chunks[r][v]
+            if r == 0 and v == 0:
+                part = "E" + part
+            if r == pp - 1 and v == vpp - 1:
+                part += "L"
+            parts.append(part)
+    out = [("--pipeline-model-parallel-layout", _compress(parts))]
+    return out + ([("--no-overlap-p2p-communication",)] if vpp > 1 and p.overlap_p2p is False else [])
+
+
+def _compress(parts: list[str]) -> str:
+    """The layout in Megatron's short form: runs of t as t*N, runs of equal parts as (part|)*N
+    (its parser unrolls `\\(([^)]+)\\)\\*(\\d+)` then `(.)\\*(\\d+)`)."""
+    tokens = [_runs_of_t(part) + ("|" if k < len(parts) - 1 else "") for k, part in enumerate(parts)]
+    out, k = [], 0
+    while k < len(tokens):
+        n = 1
+        while k + n < len(tokens) and tokens[k + n] == tokens[k]:
+            n += 1
+        out.append(f"({tokens[k]})*{n}" if n > 1 else tokens[k])
+        k += n
+    return "".join(out)
+
+
+def _runs_of_t(part: str) -> str:
+    n = part.count("t")
+    body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")
+    return ("E" if part.startswith("E") else "") + body + ("L" if part.endswith("L") else "")
+
+
+def _zero(z: int, dp_cp: int, version: str) -> list[tuple[str, ...]]:
+    """ZeRO-1: the distributed optimizer; ZeRO-2/3: Megatron FSDP sharding gradients (and
+    parameters). Nothing to shard with one data-parallel rank."""
+    if z == 0 or dp_cp == 1:
+        return []
+    if z == 1:
+        return [("--use-distributed-optimizer",)]
+    strategy = "optim_grads" if z == 2 else "optim_grads_params"
+    if version == "core-0.13":
+        return [("--use-custom-fsdp", "--use-distributed-optimizer"), ("--data-parallel-sharding-strategy", strategy)]
+    return [
+        ("--use-megatron-fsdp",),
+        ("--data-parallel-sharding-strategy", strategy),
+        ("--ckpt-format", "fsdp_dtensor"),
+    ]
+
+
+def _recompute(rc: Recompute) -> list[tuple[str, ...]]:
+    if rc == Recompute.FULL:
+        return [("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1")]
+    if rc == Recompute.SELECTIVE:
+        return [("--recompute-granularity", "selective")]
+    return []
+
+
+def _precision(precision: str) -> tuple[str, ...]:
+    return {
+        "bf16": ("--bf16",),
+        "fp16": ("--fp16",),
+        "fp8": ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"),
+        "mxfp8": ("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"),
+    }[precision]
+
+
+def _vocab_divisor(vocab: int, tp: int) -> int:
+    """Megatron pads the vocabulary to a multiple of divisor x tp: the largest power-of-two divisor
+    (at most its default 128) that keeps the priced vocabulary as it is."""
+    d = 128
+    while d > 1 and vocab % (d * tp):
+        d //= 2
+    return d
+
+
+def _model(scn: Scenario) -> list[tuple[str, ...]]:
+    m, tp = scn.model, i(scn.plan.tp)
+    out: list[tuple[str, ...]] = [
+        ("--num-layers", str(i(m.layers))),
+        ("--hidden-size", str(i(m.hidden))),
+        ("--num-attention-heads", str(i(m.heads))),
+        ("--ffn-hidden-size", str(i(m.ffn_hidden))),
+        ("--seq-length", str(i(m.seq_len))),
+        ("--max-position-embeddings", str(i(m.seq_len))),
+        ("--make-vocab-size-divisible-by", str(_vocab_divisor(i(m.vocab), tp))),
+    ]
+    if i(m.head_dim) * i(m.heads) != i(m.hidden) and not m.kv_lora_rank:
+        out.append(("--kv-channels", str(i(m.head_dim))))
+    if i(m.kv_heads) != i(m.heads) and not m.kv_lora_rank:
+        out.append(("--group-query-attention", "--num-query-groups", str(i(m.kv_heads))))
+    if m.kv_lora_rank:
+        out.append(("--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)))
+        out.append(("--qk-head-dim", str(i(m.head_dim)), "--qk-pos-emb-head-dim", str(m.rope_head_dim)))
+        out.append(("--v-head-dim", str(i(m.v_head_dim))))
+        if m.q_lora_rank:
+            out.append(("--q-lora-rank", str(m.q_lora_rank)))
+    if m.gated_mlp:
+        out.append(("--swiglu",))
+    if m.rmsnorm:
+        out.append(("--normalization", "RMSNorm"))
+    if m.learned_positions:
+        out.append(("--position-embedding-type", "learned_absolute"))
+    else:
+        base = rope_base(m)
+        out.append(("--position-embedding-type", "rope", *(("--rotary-base", str(base)) if base else ())))
+    if not m.tied_embeddings:
+        out.append(("--untie-embeddings-and-output-weights",))
+    if not m.bias:
+        out.append(("--disable-bias-linear",))
+    if not m.dropout:
+        out.append(("--attention-dropout", "0", "--hidden-dropout", "0"))
+    return out
+
+
+def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
+    m, p = scn.model, scn.plan
+    if not m.is_moe:
+        return []
+    pattern = moe_layer_pattern(m)
+    freq = f"([0]*{m.dense_layers}+[1]*{len(pattern) - m.dense_layers})" if m.moe_every == 1 else str(pattern)
+    out: list[tuple[str, ...]] = [
+        ("--num-experts", str(m.experts), "--moe-router-topk", str(m.experts_per_token)),
+        ("--moe-ffn-hidden-size", str(i(m.expert_ffn_hidden))),
+        ("--expert-model-parallel-size", str(i(p.ep)), "--expert-tensor-parallel-size", str(i(p.expert_tp))),
+        ("--moe-grouped-gemm",),
+    ]
+    if m.experts_per_token == 1:  # Megatron-Core asks a softmax before a top-1 choice
+        out.append(("--moe-router-pre-softmax",))
+    if m.dense_layers or m.moe_every > 1:
+        out.append(("--moe-layer-freq", freq.replace(" ", "")))
+    if m.shared_experts:
+        out.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * i(m.expert_ffn_hidden))))
+    if p.moe_dispatcher == "flex":
+        if version == "core-0.13":
+            out.append(("--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"))
+        else:
+            out.append(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"))
+    else:
+        out.append(("--moe-token-dispatcher-type", "alltoall"))
+    if bool(p.moe_overlap):
+        out.append(("--overlap-moe-expert-parallel-comm",))
+    return out

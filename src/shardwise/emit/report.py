@@ -1,0 +1,46 @@
+"""`--emit` on the command line: the launch of the best plan, re-priced when the tool runs it
+differently, refused when what it runs does not fit in memory."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.emit import EmitError, adapt, emit
+from shardwise.specs import Scenario
+
+
+def training_launch(
+    scn: Scenario, target: str, version: str | None, capacity_bytes: float, priced_step_s: float
+) -> dict[str, Any]:
+    """The launch of `scn` by `target` as a dict (`Launch.as_dict`), with the priced step time
+    and, when the tool runs another plan, that plan's step time and memory."""
+    target = target.lower()
+    run, changes = adapt(scn, target, version)
+    out: dict[str, Any] = {"priced_step_time_s": priced_step_s, "launched_step_time_s": priced_step_s}
+    if changes:
+        from shardwise.analyses.planner import confirmed_estimate
+
+        est = confirmed_estimate(run)
+        memory = float(est.memory.total_bytes)
+        if memory > capacity_bytes:
+            raise EmitError(
+                f"--emit {target}: the plan {target} runs ({'; '.join(changes)}) needs {memory / 1e9:.1f} GB per GPU, "
+                f"more than the {capacity_bytes / 1e9:.1f} GB planned for; fix the plan (--tp, --pp, --zero, ...) "
+                "to what it runs"
+            )
+        out["launched_step_time_s"] = float(est.step_time_s)
+        out["launched_memory_bytes"] = memory
+    return {**emit(scn, target, version).as_dict(), **out}
+
+
+def text(launch: dict[str, Any]) -> str:
+    from shardwise.units import format_seconds
+
+    head = f"\nlaunch the best plan with {launch['target']} ({launch['version']}):"
+    if launch["changes"]:
+        head += (
+            f"\n{launch['target']} runs a different plan, re-priced: {format_seconds(launch['launched_step_time_s'])} "
+            f"per step instead of {format_seconds(launch['priced_step_time_s'])} "
+            f"({launch['launched_memory_bytes'] / 1e9:.1f} GB per GPU)"
+        )
+    return f"{head}\n{launch['shell']}"

@@ -1,0 +1,215 @@
+"""torchtitan `torchtitan.train`, launched by torchrun, for the models torchtitan defines.
+
+torchtitan builds only the models of its own registry (`--module NAME --config FUNCTION`), so a
+plan is emitted when the priced model has the shape of one of them (TITAN_MODELS, checked against
+torchtitan's own configs by tools/check_emit.py); FP8, MXFP8 and LoRA are model converters that
+only a Python config sets: they come as a small config module (`shardwise_job.py`) built on that
+function. Data parallelism is DDP (ZeRO-0) or FSDP2, which shards parameters too (ZeRO-3);
+context parallelism joins the FSDP group. Version `main`: torchtitan main of August 2026
+(`torchtitan/config/configs.py`, the frozen `--section.field` command line).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.emit.facts import chunk_layers, i, stage_layers
+from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
+from shardwise.specs import Model, Recompute, Scenario, Schedule
+
+VERSIONS = ("main",)
+
+
+@dataclass(frozen=True)
+class TitanModel:
+    module: str
+    config: str
+    flavor: str
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    ffn_hidden: int
+    vocab: int
+    experts: int = 0
+    experts_per_token: int = 0
+    fp8_in_config: bool = False  # the config function converts the model to Float8 itself
+
+
+# torchtitan's registered configs (torchtitan/models/*/config_registry.py) and their shapes
+TITAN_MODELS = (
+    TitanModel("llama3", "llama3_8b", "8B", 32, 4096, 32, 8, 14336, 128256),
+    TitanModel("llama3", "llama3_70b", "70B", 80, 8192, 64, 8, 28672, 128256),
+    TitanModel("llama3", "llama3_405b", "405B", 126, 16384, 128, 8, 53248, 128256, fp8_in_config=True),
+    TitanModel("qwen3", "qwen3_30b_a3b", "30B-A3B", 48, 2048, 32, 4, 6144, 151936, 128, 8),
+    TitanModel("deepseek_v3", "deepseek_v3_671b", "671B", 61, 7168, 128, 128, 18432, 129280, 256, 8),
+    TitanModel("gpt_oss", "gpt_oss_20b", "20b", 24, 2880, 64, 8, 2880, 201088, 32, 4),
+    TitanModel("gpt_oss", "gpt_oss_120b", "120b", 36, 2880, 64, 8, 2880, 201088, 128, 4),
+)
+
+SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B"}
+
+TODO = (
+    "data: the config's dataset, or --dataloader.dataset.* for yours",
+    "tokenizer and weights: --hf-assets-path DIR (python scripts/download_hf_assets.py)",
+    "schedule: --training.steps N, --optimizer.lr, --lr-scheduler.warmup-steps",
+    "checkpoints: --checkpoint.enable --checkpoint.folder DIR",
+)
+
+
+def titan_model(model: Model) -> TitanModel | None:
+    shape = (model.layers, model.hidden, model.heads, model.kv_heads, model.ffn_hidden, model.vocab)
+    for t in TITAN_MODELS:
+        if shape == (t.layers, t.hidden, t.heads, t.kv_heads, t.ffn_hidden, t.vocab) and (
+            model.experts,
+            model.experts_per_token,
+        ) == (t.experts, t.experts_per_token):
+            return t
+    return None
+
+
+def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
+    m, p = scn.model, scn.plan
+    if titan_model(m) is None:
+        names = ", ".join(sorted({t.config for t in TITAN_MODELS}))
+        raise EmitError(
+            f"--emit torchtitan: torchtitan builds only its registered models ({names}); "
+            f"{m.name} has another shape: write a config_registry function for it"
+        )
+    if p.precision == "fp16":
+        raise EmitError("--emit torchtitan: fp16 is not a torchtitan training precision; plan with --precision bf16")
+    changes, new = [], {}
+    sched = Schedule(int(p.schedule))
+    if i(p.pp) > 1 and sched == Schedule.ZB_H1:
+        new["schedule"] = Schedule.ONE_F_ONE_B
+        changes.append("schedule zb-h1 -> 1f1b (torchtitan's zero-bubble schedules are looped or V-shaped)")
+    z, dp, cp = i(p.zero_stage), i(p.dp), i(p.cp)
+    fsdp = dp * cp > 1 and (z >= 1 or cp > 1)
+    if fsdp and z != 3:
+        new["zero_stage"] = 3
+        why = "context parallelism joins FSDP's group" if z == 0 else "FSDP2 shards the parameters as well"
+        changes.append(f"ZeRO-{z} -> ZeRO-3 ({why})")
+    if cp > 1 and p.cp_comm != "p2p":
+        new["cp_comm"] = "p2p"
+        changes.append(f"context parallelism {p.cp_comm} -> p2p (torchtitan's ring attention)")
+    if m.is_moe and i(p.ep) > 1 and i(p.expert_tp) != 1:
+        new["etp"] = 1
+        changes.append(f"expert TP {i(p.expert_tp)} -> 1 (torchtitan's expert parallelism borrows the TP ranks)")
+    if m.is_moe and p.moe_dispatcher != "alltoall":
+        new["moe_dispatcher"] = "alltoall"
+        changes.append("MoE dispatcher flex -> alltoall (torchtitan's default expert all-to-all)")
+    if m.is_moe and bool(p.moe_overlap):
+        new["moe_overlap"] = False
+        changes.append("no combined 1F1B MoE overlap (not a torchtitan option)")
+    if bool(p.sequence_parallel) is False and i(p.tp) > 1:
+        new["sequence_parallel"] = True
+        changes.append("sequence parallelism on (torchtitan's default with TP)")
+    if not new:
+        return scn, ()
+    return Scenario(m, scn.cluster, p.with_(**new)), tuple(changes)
+
+
+def launch(scn: Scenario, version: str) -> Launch:
+    m, c, p = scn.model, scn.cluster, scn.plan
+    t = titan_model(m)
+    assert t is not None
+    dp, z, cp = i(p.dp), i(p.zero_stage), i(p.cp)
+    shard, replicate = (dp, 1) if z >= 1 else (1, dp)
+    module, config, files = t.module, t.config, ()
+    converters = _converters(p, t)
+    if converters or (t.fp8_in_config and p.precision != "fp8"):
+        module, config = "shardwise_job", "job"
+        files = (("shardwise_job.py", _job_module(t, converters, p.precision)),)
+    args = flag_groups(
+        ("--module", module, "--config", config),
+        ("--parallelism.tensor_parallel_degree", str(i(p.tp))),
+        ("--parallelism.enable_sequence_parallel",) if i(p.tp) > 1 else None,
+        ("--parallelism.context_parallel_degree", str(cp)),
+        ("--parallelism.data_parallel_shard_degree", str(shard)),
+        ("--parallelism.data_parallel_replicate_degree", str(replicate)),
+        ("--parallelism.expert_parallel_degree", str(i(p.ep))) if m.is_moe else None,
+        *_pipeline(scn),
+        ("--training.max_context_length", str(i(m.seq_len))),
+        ("--training.num_tokens_per_microbatch_per_dp_rank", str(i(p.micro_batch) * i(m.seq_len))),
+        ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
+        ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
+        *_ac(Recompute(int(p.recompute))),
+    )
+    launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "-m", "torchtitan.train")
+    env = (("PYTHONPATH", "."),) if files else ()
+    return Launch("torchtitan", version, launcher, args, env=env, files=files, todo=TODO)
+
+
+def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
+    """The stages as explicit module lists, one per model chunk in stage order (chunk v of stage r
+    is stage r + v pp, as torchtitan's looped schedules place them)."""
+    p = scn.plan
+    pp, vpp = i(p.pp), i(p.vpp)
+    if pp == 1:
+        return []
+    sched = SCHEDULES[Schedule(int(p.schedule))]
+    chunks = chunk_layers(stage_layers(scn.model, p), vpp)
+    parts, layer = [], 0
+    for v in range(vpp):
+        for r in range(pp):
+            names = ["tok_embeddings"] if (r, v) == (0, 0) else []
+            names += [f"layers.{layer + k}" for k in range(chunks[r][v])]
+            layer += chunks[r][v]
+            if (r, v) == (pp - 1, vpp - 1):
+                names += ["norm", "lm_head"]
+            parts.append(",".join(names))
+    return [
+        ("--parallelism.pipeline_parallel_degree", str(pp)),
+        ("--parallelism.pipeline_parallel_schedule", sched),
+        ("--parallelism.num_pp_microbatches", str(i(p.num_micro_batches))),
+        ("--parallelism.module_fqns_per_model_part", *parts),
+        ("--parallelism.fsdp_reshard_after_forward", "always") if i(p.zero_stage) == 3 else (),
+    ]
+
+
+def _ac(rc: Recompute) -> list[tuple[str, ...]]:
+    return [("activation-checkpoint:" + {Recompute.NONE: "none", Recompute.SELECTIVE: "selective",
+                                         Recompute.FULL: "full"}[rc],)]  # fmt: skip
+
+
+def _converters(p: object, t: TitanModel) -> list[str]:
+    out = []
+    precision = p.precision  # type: ignore[attr-defined]
+    if precision == "fp8" and not t.fp8_in_config:
+        out.append("Float8LinearConverter.Config()")
+    elif precision == "mxfp8":
+        out.append("MXFP8LinearConverter.Config()")
+    rank = i(p.lora_rank)  # type: ignore[attr-defined]
+    if rank > 0:
+        out.append(f"LoRAConverter.Config(rank={rank}, alpha={2.0 * rank})")
+    return out
+
+
+def _job_module(t: TitanModel, converters: list[str], precision: str) -> str:
+    """A config module built on torchtitan's own config function, its model converted."""
+    return "\n".join(
+        [
+            '"""torchtitan config written by shardwise --emit torchtitan."""',
+            "import dataclasses",
+            "",
+            "from torchtitan.components.lora import LoRAConverter",
+            "from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter",
+            f"from torchtitan.models.{t.module} import model_registry",
+            f"from torchtitan.models.{t.module}.config_registry import {t.config}",
+            "",
+            "",
+            "def job():",
+            f"    config = {t.config}()",
+            *(
+                [f"    config.model_spec = model_registry({t.flavor!r})  # without its Float8 converter"]
+                if t.fp8_in_config and precision != "fp8"
+                else []
+            ),
+            "    model = config.model_spec.model",
+            f"    for converter in [{', '.join(converters)}]:",
+            "        model = converter.build().convert(model)",
+            "    config.model_spec = dataclasses.replace(config.model_spec, model=model)",
+            "    return config",
+            "",
+        ]
+    )

@@ -1,0 +1,539 @@
+"""Check what `--emit` writes against the real tools (a development-time check, not a test).
+
+Given checkouts of Megatron-LM, torchtitan, DeepSpeed and Megatron-DeepSpeed, and a Python that
+has PyTorch (CPU) and vLLM installed, this emits every target's launch for a matrix of plans and
+runs each tool's own argument parsing and validation on it, in that Python, with the CUDA queries
+stubbed (the GPU's compute capability comes from the plan's system):
+
+- megatron: `parse_args`, `validate_args`, `core_transformer_config_from_args`, then
+  `get_num_layers_to_build` for every pipeline rank and model chunk, compared with the stages
+  shardwise priced; the config's experts, top-k, EP, query groups, FFN, rotary base and FSDP
+  sharding compared with the plan;
+- torchtitan: `ConfigManager.parse_args` (with the emitted config module), `ParallelDims`, the
+  trainer's token arithmetic (gradient accumulation), the model config's shape, and the layers of
+  each pipeline rank under the schedule's stage placement;
+- deepspeed: DeepSpeed's `DeepSpeedConfig` on ds_config.json with the data-parallel world size,
+  Megatron-DeepSpeed's `parse_args` and `validate_args`, and DeepSpeed's `partition_balanced`
+  stage split compared with the stages shardwise priced;
+- vllm: `FlexibleArgumentParser` + `EngineArgs.add_cli_args` / `from_cli_args` (choices and
+  types of every flag; `create_engine_config` needs a GPU and is not run).
+
+    python tools/check_emit.py --python /tmp/venv/bin/python --megatron DIR --torchtitan DIR \\
+        --deepspeed DIR --megatron-deepspeed DIR [--out tools/check_emit_results.md]
+
+Nothing from those tools is imported into shardwise: each runs in a worker process
+(`--worker TARGET`) that reads the jobs as JSON on stdin and prints one JSON result per job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ---------------------------------------------------------------- the matrix (shardwise side)
+
+# (id, model, system, nodes, plan fields)
+TRAINING_MATRIX: list[tuple[str, str, str, int, dict]] = [
+    (
+        "gpt175b-z1",
+        "gpt3-175b",
+        "dgx-a100",
+        16,
+        dict(
+            tp=8,
+            pp=8,
+            dp=2,
+            global_batch=256,
+            zero_stage=1,
+            sequence_parallel=True,
+            recompute="selective",
+            flash_attention=False,
+        ),
+    ),
+    (
+        "gpt175b-z0",
+        "gpt3-175b",
+        "dgx-a100",
+        16,
+        dict(tp=8, pp=8, dp=2, global_batch=256, zero_stage=0, overlap_param_gather=True),
+    ),
+    (
+        "gpt175b-z3",
+        "gpt3-175b",
+        "dgx-h100",
+        16,
+        dict(
+            tp=8,
+            pp=1,
+            dp=16,
+            global_batch=256,
+            zero_stage=3,
+            overlap_param_gather=True,
+            recompute="full",
+            sequence_parallel=True,
+        ),
+    ),
+    (
+        "gpt175b-z2",
+        "gpt3-175b",
+        "dgx-h100",
+        16,
+        dict(tp=8, pp=1, dp=16, global_batch=256, zero_stage=2, recompute="full", sequence_parallel=True),
+    ),
+    (
+        "gpt175b-interl",
+        "gpt3-175b",
+        "dgx-a100",
+        16,
+        dict(tp=8, pp=8, dp=2, vpp=4, schedule="interleaved", global_batch=512, zero_stage=1, sequence_parallel=True),
+    ),
+    ("gpt175b-fp16", "gpt3-175b", "dgx-a100", 16, dict(tp=8, pp=16, dp=1, global_batch=64, precision="fp16")),
+    ("gpt1.7b-dp", "gpt-1.7b", "dgx-a100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, micro_batch=2)),
+    ("gpt1.7b-z3", "gpt-1.7b", "dgx-a100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3)),
+    ("gpt1.7b-gpipe", "gpt-1.7b", "dgx-a100", 1, dict(tp=2, pp=4, dp=1, global_batch=64, schedule="gpipe")),
+    ("gpt1.7b-zbh1", "gpt-1.7b", "dgx-a100", 1, dict(tp=2, pp=4, dp=1, global_batch=64, schedule="zb-h1")),
+    ("gpt22b-full", "gpt-22b", "dgx-a100", 4, dict(tp=8, pp=2, dp=2, global_batch=128, recompute="full", zero_stage=1)),
+    ("l8b-z3", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3)),
+    (
+        "l8b-tp2-z1",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=2, pp=1, dp=4, global_batch=64, zero_stage=1, sequence_parallel=True),
+    ),
+    ("l8b-z0", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=0)),
+    (
+        "l8b-fp8",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=2, pp=1, dp=4, global_batch=64, precision="fp8", sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "l8b-mxfp8-b200",
+        "llama3-8b",
+        "dgx-b200",
+        1,
+        dict(tp=1, pp=1, dp=8, global_batch=64, precision="mxfp8", zero_stage=1),
+    ),
+    ("l8b-lora", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, lora_rank=16)),
+    (
+        "l8b-cp2",
+        "llama3-8b",
+        "dgx-h100",
+        2,
+        dict(tp=2, pp=1, dp=4, cp=2, global_batch=64, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "l8b-cp4-a2a",
+        "llama3-8b",
+        "dgx-h100",
+        2,
+        dict(tp=2, pp=1, dp=2, cp=4, cp_comm="a2a", global_batch=64, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "l8b-cp2-ag",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=2, pp=1, dp=2, cp=2, cp_comm="all_gather", global_batch=32, sequence_parallel=True),
+    ),
+    ("l8b-pp4-1f1b", "llama3-8b", "dgx-h100", 1, dict(tp=2, pp=4, dp=1, global_batch=32, sequence_parallel=True)),
+    ("l8b-pp3-uneven", "llama3-8b", "dgx-h100", 3, dict(tp=8, pp=3, dp=1, global_batch=32, sequence_parallel=True)),
+    (
+        "l70b-interl",
+        "llama3-70b",
+        "dgx-h100",
+        4,
+        dict(tp=8, pp=4, dp=1, vpp=5, schedule="interleaved", global_batch=512, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "l70b-pp2-interl-noov",
+        "llama3-70b",
+        "dgx-h100",
+        2,
+        dict(
+            tp=8, pp=2, dp=1, vpp=2, schedule="interleaved", global_batch=64, sequence_parallel=True, overlap_p2p=False
+        ),
+    ),
+    (
+        "l70b-pp8-firstlast",
+        "llama3-70b",
+        "dgx-h100",
+        8,
+        dict(tp=8, pp=8, dp=1, first_stage_layers=9, last_stage_layers=9, global_batch=128, sequence_parallel=True),
+    ),
+    (
+        "l70b-z3-fsdp",
+        "llama3-70b",
+        "dgx-h100",
+        4,
+        dict(tp=8, pp=1, dp=4, global_batch=128, zero_stage=3, sequence_parallel=True, recompute="full"),
+    ),
+    (
+        "l70b-fp8-cp2",
+        "llama3-70b",
+        "dgx-h100",
+        8,
+        dict(tp=8, pp=4, dp=1, cp=2, global_batch=64, precision="fp8", sequence_parallel=True),
+    ),
+    (
+        "l70b-tpoverlap",
+        "llama3-70b",
+        "dgx-h100",
+        4,
+        dict(tp=8, pp=4, dp=1, global_batch=64, sequence_parallel=True, tp_comm_overlap=True),
+    ),
+    (
+        "l405b-auto-pp8",
+        "llama3-405b",
+        "dgx-h100",
+        16,
+        dict(tp=8, pp=8, dp=2, global_batch=256, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "l405b-7-8x14-7-v8",
+        "llama3-405b",
+        "dgx-h100",
+        16,
+        dict(
+            tp=8,
+            pp=16,
+            dp=1,
+            vpp=8,
+            schedule="interleaved",
+            first_stage_layers=7,
+            last_stage_layers=7,
+            global_batch=256,
+            sequence_parallel=True,
+        ),
+    ),
+    (
+        "l405b-explicit",
+        "llama3-405b",
+        "dgx-h100",
+        16,
+        dict(tp=8, pp=16, dp=1, stage_layers=(6,) + (8,) * 14 + (8,), global_batch=256, sequence_parallel=True),
+    ),
+    (
+        "l405b-cp2-v2",
+        "llama3-405b",
+        "dgx-h100",
+        32,
+        dict(
+            tp=8,
+            pp=16,
+            dp=1,
+            cp=2,
+            vpp=2,
+            schedule="interleaved",
+            global_batch=256,
+            sequence_parallel=True,
+            recompute="full",
+        ),
+    ),
+    ("l2-7b-mha", "llama2-7b", "dgx-a100", 1, dict(tp=4, pp=2, dp=1, global_batch=32, sequence_parallel=True)),
+    (
+        "mistral-z1",
+        "mistral-7b",
+        "dgx-h100",
+        1,
+        dict(tp=2, pp=1, dp=4, global_batch=64, zero_stage=1, sequence_parallel=True),
+    ),
+    ("qwen2.5-7b", "qwen2.5-7b", "dgx-h100", 1, dict(tp=4, pp=1, dp=2, global_batch=16, sequence_parallel=True)),
+    (
+        "nemotron4-15b",
+        "nemotron4-15b",
+        "dgx-h100",
+        2,
+        dict(tp=4, pp=2, dp=2, global_batch=64, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "mixtral-ep8",
+        "mixtral-8x7b",
+        "dgx-h100",
+        2,
+        dict(tp=2, pp=1, dp=8, ep=8, etp=1, global_batch=128, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "mixtral-ep4-pp2",
+        "mixtral-8x7b",
+        "dgx-h100",
+        2,
+        dict(tp=2, pp=2, dp=4, ep=4, etp=1, global_batch=128, sequence_parallel=True, zero_stage=1),
+    ),
+    (
+        "mixtral-ep2-etp2",
+        "mixtral-8x7b",
+        "dgx-h100",
+        1,
+        dict(tp=2, pp=1, dp=4, ep=2, global_batch=64, sequence_parallel=True),
+    ),
+    ("qwen3-30b-ep8", "qwen3-30b-a3b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, ep=8, global_batch=64, zero_stage=1)),
+    (
+        "qwen3-30b-flex",
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        2,
+        dict(tp=1, pp=2, dp=8, ep=8, global_batch=64, zero_stage=1, moe_dispatcher="flex"),
+    ),
+    (
+        "qwen3-30b-overlap",
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        1,
+        dict(tp=1, pp=1, dp=8, ep=8, global_batch=64, zero_stage=1, moe_overlap=True),
+    ),
+    (
+        "dsv3-mla",
+        "deepseek-v3",
+        "dgx-h100",
+        32,
+        dict(tp=1, pp=16, dp=16, ep=16, global_batch=1024, zero_stage=1, recompute="full"),
+    ),
+    ("moonlight-ep", "moonlight-16b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, ep=8, global_batch=64, zero_stage=1)),
+    (
+        "llama4-scout-ep",
+        "llama4-scout",
+        "dgx-h100",
+        4,
+        dict(tp=4, pp=1, dp=8, ep=8, etp=1, global_batch=64, zero_stage=1, sequence_parallel=True),
+    ),
+    (
+        "llama4-maverick-freq",
+        "llama4-maverick",
+        "dgx-h100",
+        8,
+        dict(tp=4, pp=2, dp=8, ep=8, etp=1, global_batch=128, zero_stage=1, sequence_parallel=True),
+    ),
+    ("gpt-oss-20b", "gpt-oss-20b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, ep=8, global_batch=64, zero_stage=1)),
+]
+
+# (id, model, system, nodes or None for the GPUs of the plan, plan text, workload fields, model id)
+SERVING_MATRIX: list[tuple[str, str, str, str, dict]] = [
+    (
+        "l70b-tp4-fp8",
+        "llama3-70b",
+        "dgx-h100",
+        "tp=4",
+        dict(input_len=512, output_len=128, batch=64, weight_precision="fp8"),
+    ),
+    (
+        "l70b-tp8-kvfp8",
+        "llama3-70b",
+        "dgx-h100",
+        "tp=8",
+        dict(input_len=2048, output_len=512, batch=32, kv_precision="fp8"),
+    ),
+    ("l70b-pp2-tp4", "llama3-70b", "dgx-h100", "tp=4,pp=2", dict(input_len=1024, output_len=256, batch=16)),
+    (
+        "l8b-tp1-eager",
+        "llama3-8b",
+        "dgx-h100",
+        "tp=1",
+        dict(input_len=512, output_len=512, batch=256, runtime="pytorch-eager"),
+    ),
+    (
+        "l8b-tp2-car",
+        "llama3-8b",
+        "dgx-h100",
+        "tp=2",
+        dict(input_len=512, output_len=512, batch=64, custom_all_reduce="vllm"),
+    ),
+    ("mixtral-ep", "mixtral-8x7b", "dgx-h100", "tp=4,ep=4", dict(input_len=1024, output_len=256, batch=64)),
+    ("qwen3-30b", "qwen3-30b-a3b", "dgx-h100", "tp=2", dict(input_len=1024, output_len=256, batch=64)),
+    (
+        "l70b-int4",
+        "llama3-70b",
+        "dgx-h100",
+        "tp=2",
+        dict(input_len=512, output_len=128, batch=16, weight_precision="int4"),
+    ),
+]
+
+
+def training_jobs() -> list[dict]:
+    from shardwise import presets
+    from shardwise.emit import TRAINING_TARGETS, EmitError, adapt, emit
+    from shardwise.emit.facts import cuda_major, stage_layers
+    from shardwise.specs import Plan, Scenario
+
+    jobs = []
+    for key, model_name, system, nodes, fields in TRAINING_MATRIX:
+        model, cluster = presets.model(model_name), presets.system(system, nodes=nodes)
+        scn = Scenario(model, cluster, Plan(**fields))
+        for target in TRAINING_TARGETS:
+            job = {"id": key, "target": target, "model": model_name, "plan": _describe(fields)}
+            try:
+                run, changes = adapt(scn, target)
+                launch = emit(scn, target)
+            except EmitError as exc:
+                jobs.append({**job, "refused": str(exc)})
+                continue
+            p = run.plan
+            jobs.append(
+                {
+                    **job,
+                    "changes": list(changes),
+                    "argv": launch.argv(),
+                    "env": dict(launch.env),
+                    "files": dict(launch.files),
+                    "world_size": int(cluster.num_gpus),
+                    "cuda_major": cuda_major(cluster.gpu.name),
+                    "expect": {
+                        "stages": stage_layers(model, p),
+                        "tp": int(p.tp), "pp": int(p.pp), "dp": int(p.dp), "cp": int(p.cp), "vpp": int(p.vpp),
+                        "ep": int(p.ep), "etp": int(p.expert_tp), "zero": int(p.zero_stage),
+                        "micro_batch": int(p.micro_batch), "global_batch": int(p.global_batch),
+                        "m": int(p.num_micro_batches), "seq_len": int(model.seq_len),
+                        "layers": int(model.layers), "hidden": int(model.hidden), "heads": int(model.heads),
+                        "kv_heads": int(model.kv_heads), "ffn": int(model.ffn_hidden), "vocab": int(model.vocab),
+                        "experts": model.experts, "topk": model.experts_per_token,
+                        "lora_rank": int(p.lora_rank), "precision": p.precision,
+                    },
+                }
+            )  # fmt: skip
+    return jobs
+
+
+def serving_jobs(workdir: Path) -> list[dict]:
+    from shardwise import presets
+    from shardwise.emit import EmitError, vllm_launch
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.loaders import parse_plan_spec
+    from shardwise.specs.serving import ServingWorkload
+
+    sys.path.insert(0, str(ROOT / "src"))
+    from shardwise.cli.serve import _scenario
+
+    jobs = []
+    for key, model_name, system, plan_text, wl in SERVING_MATRIX:
+        model, cluster = presets.model(model_name), presets.system(system)
+        scn = _scenario(model, cluster, parse_plan_spec(plan_text))
+        est = estimate_serving(scn, ServingWorkload(**wl))
+        model_dir = workdir / f"hf-{model_name}"
+        model_dir.mkdir(exist_ok=True)
+        (model_dir / "config.json").write_text(json.dumps(_hf_config(model)))
+        job = {"id": key, "target": "vllm", "model": model_name, "plan": f"{plan_text} " + _describe(wl)}
+        try:
+            launch = vllm_launch(est.scenario, est.workload, str(model_dir))
+        except EmitError as exc:
+            jobs.append({**job, "refused": str(exc)})
+            continue
+        jobs.append(
+            {
+                **job, "argv": launch.argv(), "env": dict(launch.env), "launcher": launch.launcher_argv(),
+                "expect": {"tp": int(scn.plan.tp), "pp": int(scn.plan.pp), "stages": None},
+            }
+        )  # fmt: skip
+    return jobs
+
+
+def _hf_config(m: object) -> dict:
+    """A Hugging Face config.json of the priced shape (Llama or Mixtral architecture)."""
+    cfg = {
+        "architectures": ["MixtralForCausalLM" if m.is_moe else "LlamaForCausalLM"],  # type: ignore[attr-defined]
+        "model_type": "mixtral" if m.is_moe else "llama",  # type: ignore[attr-defined]
+        "hidden_size": int(m.hidden), "intermediate_size": int(m.expert_ffn_hidden if m.is_moe else m.ffn_hidden),  # type: ignore[attr-defined]
+        "num_hidden_layers": int(m.layers), "num_attention_heads": int(m.heads),  # type: ignore[attr-defined]
+        "num_key_value_heads": int(m.kv_heads), "head_dim": int(m.head_dim), "vocab_size": int(m.vocab),  # type: ignore[attr-defined]
+        "max_position_embeddings": 131072, "rms_norm_eps": 1e-5, "rope_theta": 500000.0,
+        "tie_word_embeddings": bool(m.tied_embeddings), "torch_dtype": "bfloat16", "hidden_act": "silu",  # type: ignore[attr-defined]
+    }  # fmt: skip
+    if m.is_moe:  # type: ignore[attr-defined]
+        cfg.update(num_local_experts=m.experts, num_experts_per_tok=m.experts_per_token)  # type: ignore[attr-defined]
+    return cfg
+
+
+def _describe(fields: dict) -> str:
+    return " ".join(f"{k}={','.join(map(str, v)) if isinstance(v, tuple) else v}" for k, v in fields.items())
+
+
+# ---------------------------------------------------------------- driver
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    ap.add_argument("--python", default=sys.executable, help="a Python with torch (CPU) and vllm")
+    ap.add_argument("--megatron", help="Megatron-LM checkout")
+    ap.add_argument("--torchtitan", help="torchtitan checkout")
+    ap.add_argument("--deepspeed", help="DeepSpeed checkout")
+    ap.add_argument("--megatron-deepspeed", help="Megatron-DeepSpeed checkout")
+    ap.add_argument("--vllm", action="store_true", help="check vllm serve (vllm installed in --python)")
+    ap.add_argument("--out", help="write the result table (Markdown) here")
+    ap.add_argument("--only", help="run only jobs whose id contains this")
+    a = ap.parse_args()
+    if a.worker:
+        from check_emit_workers import run_worker  # type: ignore[import-not-found]
+
+        return run_worker(a.worker, json.loads(sys.stdin.read()), vars(a))
+    sys.path.insert(0, str(ROOT / "src"))
+    with tempfile.TemporaryDirectory() as tmp:
+        jobs = training_jobs() + (serving_jobs(Path(tmp)) if a.vllm else [])
+        if a.only:
+            jobs = [j for j in jobs if a.only in j["id"]]
+        repos = {"megatron": a.megatron, "torchtitan": a.torchtitan, "deepspeed": a.deepspeed, "vllm": a.vllm}
+        results = []
+        for target, repo in repos.items():
+            todo = [j for j in jobs if j["target"] == target and "refused" not in j]
+            results += [{**j, "result": "refused by shardwise", "detail": j["refused"]} for j in jobs
+                        if j["target"] == target and "refused" in j]  # fmt: skip
+            if not repo or not todo:
+                continue
+            results += _run(a, target, todo, Path(tmp))
+    rows = _table(results)
+    print(rows)
+    if a.out:
+        Path(a.out).write_text(rows + "\n")
+    bad = [r for r in results if r["result"] not in ("ok", "refused by shardwise")]
+    return 1 if bad else 0
+
+
+def _run(a: argparse.Namespace, target: str, jobs: list[dict], tmp: Path) -> list[dict]:
+    args = [a.python, str(Path(__file__).resolve()), "--worker", target]
+    for name in ("megatron", "torchtitan", "deepspeed", "megatron_deepspeed"):
+        if getattr(a, name):
+            args += [f"--{name.replace('_', '-')}", getattr(a, name)]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent), "DS_ACCELERATOR": "cpu"}
+    env.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    proc = subprocess.run(args, input=json.dumps(jobs), capture_output=True, text=True, env=env, cwd=tmp)
+    out = {}
+    for line in proc.stdout.splitlines():
+        if line.startswith("@@RESULT "):
+            r = json.loads(line[len("@@RESULT ") :])
+            out[(r["id"], r["target"])] = r
+    if not out:
+        sys.stderr.write(proc.stderr[-4000:])
+    return [
+        {**j, **out.get((j["id"], j["target"]), {"result": "worker failed", "detail": proc.stderr[-300:]})}
+        for j in jobs
+    ]
+
+
+def _table(results: list[dict]) -> str:
+    head = "| plan | target | result | detail |\n|---|---|---|---|"
+    lines = []
+    for r in sorted(results, key=lambda r: (r["target"], r["id"])):
+        detail = (r.get("detail") or "").replace("|", "/").replace("\n", " ")[:220]
+        changes = "; ".join(r.get("changes") or [])
+        if changes:
+            detail = (f"re-priced: {changes}. " + detail).strip()
+        lines.append(f"| {r['id']} | {r['target']} | {r['result']} | {detail} |")
+    counts: dict[str, int] = {}
+    for r in results:
+        counts[r["result"]] = counts.get(r["result"], 0) + 1
+    summary = ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))
+    return f"{summary}\n\n{head}\n" + "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,292 @@
+"""The worker side of tools/check_emit.py: runs inside a Python that has the tools' dependencies,
+imports each tool from its checkout, and checks one emitted launch per job. CUDA queries are
+stubbed with the plan's GPU; nothing here imports shardwise."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import sys
+import tempfile
+import traceback
+import typing
+from pathlib import Path
+from typing import Any
+
+
+class Mismatch(Exception):
+    """The tool accepted the launch but would build or run something else than was priced."""
+
+
+def expect(what: str, got: object, want: object) -> None:
+    if got != want:
+        raise Mismatch(f"{what}: tool has {got!r}, plan priced {want!r}")
+
+
+def run_worker(target: str, jobs: list[dict], opts: dict) -> int:
+    typing.override = getattr(typing, "override", lambda f: f)  # Python < 3.12 (Megatron-LM imports it)
+    check = {"megatron": megatron, "torchtitan": torchtitan, "deepspeed": deepspeed, "vllm": vllm}[target]
+    setup = {"megatron": setup_megatron, "torchtitan": setup_torchtitan, "deepspeed": setup_deepspeed,
+             "vllm": lambda o: None}[target]  # fmt: skip
+    with contextlib.redirect_stdout(io.StringIO()):
+        setup(opts)
+    for job in jobs:
+        saved = dict(os.environ)
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                detail = check(job, opts) or ""
+            result = "ok"
+        except Mismatch as exc:
+            result, detail = "mismatch", str(exc)
+        except BaseException as exc:  # the tool's own rejection: an assertion, ValueError, SystemExit
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = f"{Path(tb[-1].filename).name}:{tb[-1].lineno}" if tb else ""
+            result, detail = "rejected", f"{type(exc).__name__} at {where}: {exc}"[:400]
+            if isinstance(exc, SystemExit):
+                detail += " " + sink.getvalue()[-300:]
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+        print("@@RESULT " + json.dumps({"id": job["id"], "target": job["target"], "result": result, "detail": detail}))
+        sys.stdout.flush()
+    return 0
+
+
+def _env(job: dict) -> None:
+    os.environ.pop("CUDA_DEVICE_MAX_CONNECTIONS", None)
+    os.environ.update({"WORLD_SIZE": str(job["world_size"]), "RANK": "0", "LOCAL_RANK": "0", **job["env"]})
+
+
+# ---------------------------------------------------------------- Megatron-LM
+
+MEGATRON: dict[str, Any] = {}
+
+
+def setup_megatron(opts: dict) -> None:
+    sys.path.insert(0, opts["megatron"])
+    import megatron.training.arguments as A
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.transformer import transformer_block
+
+    torch.cuda.get_device_capability = lambda *a, **k: (MEGATRON["major"], 0)
+    A.get_device_arch_version = lambda: MEGATRON["major"]
+    A.is_te_min_version = lambda *a, **k: True  # Transformer Engine is not installed on the CPU
+    from megatron.core.models.common.embeddings import rope_utils
+
+    rope_utils.fused_apply_rotary_pos_emb = rope_utils.fused_apply_rotary_pos_emb or (lambda *a, **k: None)  # TE's
+    MEGATRON.update(A=A, ps=parallel_state, tb=transformer_block)
+
+
+def megatron(job: dict, opts: dict) -> str:
+    A, ps, tb = MEGATRON["A"], MEGATRON["ps"], MEGATRON["tb"]
+    MEGATRON["major"] = job["cuda_major"]
+    _env(job)
+    sys.argv = ["pretrain_gpt.py", *job["argv"]]
+    args = A.parse_args()
+    A.validate_args(args)
+    cfg = A.core_transformer_config_from_args(args)
+    e = job["expect"]
+    expect("data-parallel size", args.data_parallel_size, e["dp"])
+    expect("layers", cfg.num_layers, e["layers"])
+    expect("hidden", cfg.hidden_size, e["hidden"])
+    expect("attention heads", cfg.num_attention_heads, e["heads"])
+    expect("query groups", cfg.num_query_groups or cfg.num_attention_heads, e["kv_heads"])
+    expect("FFN", cfg.ffn_hidden_size, e["ffn"])
+    expect("experts", cfg.num_moe_experts or 0, e["experts"])
+    if e["experts"]:
+        expect("router top-k", cfg.moe_router_topk, e["topk"])
+        expect("expert parallelism", cfg.expert_model_parallel_size, e["ep"])
+        expect("expert TP", cfg.expert_tensor_parallel_size, e["etp"])
+    sharded = e["zero"] >= 2 and e["dp"] * e["cp"] > 1
+    expect("Megatron FSDP", bool(getattr(args, "use_megatron_fsdp", False)), sharded)
+    if sharded:
+        want = "optim_grads_params" if e["zero"] == 3 else "optim_grads"
+        expect("FSDP sharding", args.data_parallel_sharding_strategy, want)
+    elif e["zero"] == 1 and e["dp"] * e["cp"] > 1:
+        expect("distributed optimizer", args.use_distributed_optimizer, True)
+    got = []
+    vpp = args.virtual_pipeline_model_parallel_size or 1
+    real_rank = ps.get_pipeline_model_parallel_rank
+    real_vpp = ps.get_virtual_pipeline_model_parallel_world_size
+    try:
+        ps.get_virtual_pipeline_model_parallel_world_size = lambda: args.virtual_pipeline_model_parallel_size
+        for r in range(e["pp"]):
+            ps.get_pipeline_model_parallel_rank = lambda r=r: r
+            got.append(sum(tb.get_num_layers_to_build(cfg, vp_stage=v if vpp > 1 else None, pp_rank=r)
+                           for v in range(vpp)))  # fmt: skip
+    finally:
+        ps.get_pipeline_model_parallel_rank, ps.get_virtual_pipeline_model_parallel_world_size = real_rank, real_vpp
+    expect("layers per pipeline rank", got, e["stages"])
+    expect("model chunks per rank", vpp, e["vpp"])
+    return f"layers per rank {_runs(got)}" + (f", {vpp} chunks each" if vpp > 1 else "")
+
+
+def _runs(counts: list[int]) -> str:
+    out: list[list[int]] = []
+    for c in counts:
+        if out and out[-1][0] == c:
+            out[-1][1] += 1
+        else:
+            out.append([c, 1])
+    return ", ".join(f"{c}x{n}" if n > 1 else str(c) for c, n in out)
+
+
+# ---------------------------------------------------------------- torchtitan
+
+TITAN: dict[str, Any] = {}
+
+
+def setup_torchtitan(opts: dict) -> None:
+    sys.path.insert(0, opts["torchtitan"])
+    from torchtitan.config.manager import ConfigManager
+    from torchtitan.distributed import pipeline_parallel as pipe
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    TITAN.update(CM=ConfigManager, PD=ParallelDims, pipe=pipe)
+
+
+def torchtitan(job: dict, opts: dict) -> str:
+    import importlib
+
+    e = job["expect"]
+    for name in ("torchtitan.components.quantization.float8", "torchtitan.components.quantization.mx",
+                 "torchtitan.tools.utils"):  # fmt: skip
+        mod = importlib.import_module(name)  # the plan's GPU, for the converters' capability checks
+        if hasattr(mod, "has_cuda_capability"):
+            mod.has_cuda_capability = lambda major, minor: (job["cuda_major"], 0) >= (major, minor)
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, text in job["files"].items():
+            Path(tmp, name).write_text(text)
+        sys.path.insert(0, tmp)
+        try:
+            sys.modules.pop("shardwise_job", None)
+            cfg = TITAN["CM"]().parse_args(job["argv"])
+        finally:
+            sys.path.remove(tmp)
+    par = cfg.parallelism
+    dims = TITAN["PD"].from_config(par, job["world_size"])
+    expect("tensor parallelism", dims.tp, e["tp"])
+    expect("pipeline stages", dims.pp, e["pp"])
+    expect("context parallelism", dims.cp, e["cp"])
+    expect("data parallelism", dims.dp_shard * dims.dp_replicate, e["dp"])
+    expect("FSDP (ZeRO-3) or DDP", dims.dp_shard > 1 or dims.cp > 1, e["zero"] == 3 and e["dp"] * e["cp"] > 1)
+    if e["experts"]:
+        expect("expert parallelism", dims.ep, e["ep"])
+    # trainer.py Trainer.__init__: tokens per DP rank per accumulation step, accumulation steps
+    pp_mb = par.num_pp_microbatches if dims.pp > 1 else 1
+    per_rank = cfg.training.num_tokens_per_microbatch_per_dp_rank * pp_mb
+    dp_degree = dims.dp_shard * dims.dp_replicate
+    step = cfg.training.num_tokens_per_train_step
+    if step % (per_rank * dp_degree):
+        raise ValueError(f"num_tokens_per_train_step {step} not divisible by {per_rank * dp_degree}")
+    accumulation = step // (per_rank * dp_degree)
+    expect("micro-batch tokens", cfg.training.num_tokens_per_microbatch_per_dp_rank, e["micro_batch"] * e["seq_len"])
+    expect("micro-batches per step", accumulation * pp_mb, e["m"])
+    model = cfg.model_spec.model
+    expect("layers", len(model.layers), e["layers"])
+    text = repr(model)
+    expect("FP8 linear layers", "Float8Linear" in text, e["precision"] == "fp8")
+    expect("MXFP8 linear layers", "MXFP8Linear" in text, e["precision"] == "mxfp8")
+    expect("LoRA adapters", "LoRA" in text, e["lora_rank"] > 0)
+    got = [0] * dims.pp
+    if dims.pp > 1:
+        parts = par.module_fqns_per_model_part
+        for s, part in enumerate(parts):
+            ranks = [r for r in range(dims.pp) if s in TITAN["pipe"]._get_pp_rank_to_stage_indices_mapping(
+                r, dims.pp, par.pipeline_parallel_schedule, len(parts))]  # fmt: skip
+            got[ranks[0]] += sum(1 for m in part if m.startswith("layers."))
+        expect("model chunks per rank", len(parts) // dims.pp, e["vpp"])
+    else:
+        got = [len(model.layers)]
+    expect("layers per pipeline rank", got, e["stages"])
+    ac = type(cfg.activation_checkpoint).__qualname__ if cfg.activation_checkpoint is not None else "none"
+    return f"{cfg.model_spec.name} {cfg.model_spec.flavor}, layers per rank {_runs(got)}, AC {ac}"
+
+
+# ---------------------------------------------------------------- DeepSpeed + Megatron-DeepSpeed
+
+DS: dict[str, Any] = {}
+
+
+def setup_deepspeed(opts: dict) -> None:
+    sys.path.insert(0, opts["megatron_deepspeed"])
+    sys.path.insert(0, opts["deepspeed"])
+    import deepspeed
+
+    deepspeed.__version__ = Path(opts["deepspeed"], "version.txt").read_text().strip()  # an archive has no git info
+    import megatron.arguments as MA
+    from deepspeed.runtime.config import DeepSpeedConfig
+    from deepspeed.runtime.utils import partition_balanced
+
+    deepspeed.accelerator.get_accelerator().device_name = lambda *a: "cuda"  # the GPU the plan runs on
+    import deepspeed.runtime.config as ds_config
+
+    ds_config.dist.get_rank = lambda *a, **k: 0  # no process group: the rank 0 of the job
+    DS.update(Config=DeepSpeedConfig, partition=partition_balanced, MA=MA)
+
+
+class _Mpu:
+    def __init__(self, dp: int) -> None:
+        self.dp = dp
+
+    def get_data_parallel_world_size(self) -> int:
+        return self.dp
+
+    def get_data_parallel_rank(self) -> int:
+        return 0
+
+    def get_model_parallel_world_size(self) -> int:
+        return 1
+
+
+def deepspeed(job: dict, opts: dict) -> str:
+    e = job["expect"]
+    _env(job)
+    config = json.loads(job["files"]["ds_config.json"])
+    ds = DS["Config"](config, mpu=_Mpu(e["dp"]))
+    expect("ZeRO stage", ds.zero_optimization_stage, e["zero"])
+    if e["pp"] > 1 and ds.zero_optimization_stage > 1:
+        raise ValueError("DeepSpeed's pipeline engine asserts ZeRO stage < 2")
+    sys.argv = ["pretrain_gpt.py", *job["argv"]]
+    args = DS["MA"].parse_args()
+    DS["MA"].validate_args(args)
+    expect("data-parallel size", args.data_parallel_size, e["dp"])
+    expect("KV heads", args.num_key_value_heads, e["kv_heads"])
+    expect("FFN", args.ffn_hidden_size, e["ffn"])
+    if e["pp"] > 1:  # GPTModelPipe: embedding, the transformer layers, final norm and head; type:transformer
+        weights = [0] + [1] * e["layers"] + [0, 0]
+        parts = DS["partition"](weights, e["pp"])
+        got = [sum(weights[parts[k] : parts[k + 1]]) for k in range(e["pp"])]
+    else:
+        got = [e["layers"]]
+    expect("layers per pipeline rank", got, e["stages"])
+    batch = (
+        f"{ds.train_batch_size} = {ds.train_micro_batch_size_per_gpu} x {ds.gradient_accumulation_steps} x {e['dp']}"
+    )
+    return f"layers per rank {_runs(got)}, batch {batch}"
+
+
+# ---------------------------------------------------------------- vLLM
+
+
+def vllm(job: dict, opts: dict) -> str:
+    import vllm.platforms
+
+    vllm.platforms.current_platform.device_type = "cuda"  # no GPU here: the server's device, for the defaults
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    os.environ.update(job["env"])
+    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+    parser.add_argument("model_tag", nargs="?")
+    ns = parser.parse_args([job["launcher"][2], *job["argv"]])
+    ns.model = ns.model_tag
+    ea = EngineArgs.from_cli_args(ns)  # create_engine_config needs a GPU: not run here
+    e = job["expect"]
+    expect("tensor parallelism", ea.tensor_parallel_size, e["tp"])
+    expect("pipeline parallelism", ea.pipeline_parallel_size, e["pp"])
+    return f"max_num_seqs {ea.max_num_seqs}, max_num_batched_tokens {ea.max_num_batched_tokens}, kv {ea.kv_cache_dtype}"
