@@ -26,7 +26,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import traceback
 import warnings
@@ -37,7 +36,7 @@ from typing import Any
 torch: Any = None  # imported by a worker only (the parent process never touches the GPU)
 SECTIONS = ("gemm", "attn", "host", "elementwise", "optim", "memory")
 # Share of the remaining budget each section gets when it starts (rescaled over the sections left).
-SHARES = {"gemm": 0.30, "attn": 0.24, "host": 0.12, "elementwise": 0.18, "optim": 0.08, "memory": 0.08}
+SHARES = {"gemm": 0.28, "attn": 0.22, "host": 0.12, "elementwise": 0.22, "optim": 0.08, "memory": 0.08}
 FATAL_CUDA = ("illegal memory access", "unspecified launch failure", "device-side assert", "misaligned address")
 GEMM_OPS = ("fwd", "dgrad", "wgrad")
 # op -> (a stored transposed, b stored transposed, expression); weight w[N,K], activation x[M,K], dy[M,N]
@@ -114,7 +113,7 @@ FULL = Sizes(
     max_reps=50,
 )
 QUICK = Sizes(
-    gemm_models=(Llama("tiny-a", 256, 512, 4, 2, 64), Llama("tiny-b", 512, 1024, 8, 2, 64)),
+    gemm_models=(Llama("tiny", 256, 512, 4, 2, 64),),
     gemm_tokens=(64, 128),
     gemm_tps=(1, 2),
     gemm_peak_dim=256,
@@ -131,7 +130,7 @@ QUICK = Sizes(
     ew_tokens=256,
     vocab=1000,
     copy_bytes=4 << 20,
-    optim_shape=(64, 128, 16, 256, 8),
+    optim_shape=(64, 128, 16, 256, 4),
     memory_tokens=64,
     max_reps=5,
 )
@@ -177,12 +176,14 @@ class Ctx:
 class Sink:
     """One CSV file; every row is flushed as it is written and kept for the summary."""
 
-    def __init__(self, path: Path, fields: list[str]):
+    def __init__(self, path: Path, fields: list[str], append: bool = False):
         self.fields = [*fields, "status", "error"]
         self.rows: list[dict] = []
-        self._file = path.open("w", newline="")
+        header = not (append and path.exists() and path.stat().st_size > 0)
+        self._file = path.open("a" if append else "w", newline="")
         self._writer = csv.DictWriter(self._file, fieldnames=self.fields, extrasaction="ignore")
-        self._writer.writeheader()
+        if header:
+            self._writer.writeheader()
         self._file.flush()
 
     def row(self, **values) -> dict:
@@ -247,7 +248,9 @@ def measure(ctx: Ctx, fn, *, target_s: float, min_reps: int = 3, max_reps: int |
     estimate_s = first_s if first_s > 0.2 else _time_reps(ctx, fn, 1, flush)[0]
     min_reps = 1 if estimate_s > 1.0 else min_reps  # a call over a second varies little
     reps = max(min_reps, min(max_reps, int(target_s / max(estimate_s, 1e-7))))
-    reps = max(1, min(reps, int(0.9 * ctx.left_s() / max(estimate_s, 1e-7))))
+    left_s = ctx.left_s()
+    if math.isfinite(left_s):
+        reps = max(1, min(reps, int(0.9 * left_s / max(estimate_s, 1e-7))))
     times = _time_reps(ctx, fn, reps, flush)
     return {"time_s": statistics.median(times), "min_s": min(times), "reps": reps}
 
@@ -284,29 +287,6 @@ def predict_too_long(ctx: Ctx, predicted_s: float, runs: int = 3) -> bool:
     return predicted_s * runs > ctx.left_s()
 
 
-class _CompileTimeout(Exception):
-    pass
-
-
-def timeboxed(fn, seconds: float):
-    """fn(), interrupted by SIGALRM after `seconds` (main thread on Unix; else not interrupted)."""
-    if seconds <= 0:
-        raise _CompileTimeout("no time left")
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        return fn()
-
-    def _raise(signum, frame):
-        raise _CompileTimeout(f"over {seconds:.0f} s")
-
-    previous = signal.signal(signal.SIGALRM, _raise)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        return fn()
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 # ---------------------------------------------------------------------------------------------
 # Device description
 
@@ -317,22 +297,34 @@ SMI_FIELDS = (
 )
 
 
+SMI_FIELDS_MINIMAL = "name,memory.total,memory.used,clocks.sm,clocks.max.sm"
+_SMI = {"broken": False}  # set after a timeout: nvidia-smi is not asked again in this process
+
+
 def nvidia_smi() -> dict:
-    """The first GPU's nvidia-smi fields (units as nvidia-smi prints them: MiB, MHz, W, C); {} without it."""
-    fields = SMI_FIELDS.split(",")
-    try:
-        proc = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={SMI_FIELDS}", "--format=csv,noheader,nounits", "-i", "0"],
-            capture_output=True,
-            text=True,
-            timeout=15,
-        )
-    except Exception as exc:
-        return {"error": f"{type(exc).__name__}: {exc}"[:200]}
-    if proc.returncode != 0:
-        return {"error": (proc.stdout + proc.stderr).strip()[:200]}
-    values = [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
-    return dict(zip(fields, values, strict=False))
+    """The first GPU's nvidia-smi fields (units as nvidia-smi prints them: MiB, MHz, W, C); a field
+    set this driver refuses falls back to a minimal one; {"error": ...} without nvidia-smi."""
+    if _SMI["broken"]:
+        return {"error": "skipped: nvidia-smi timed out before"}
+    result: dict = {}
+    for fields in (SMI_FIELDS, SMI_FIELDS_MINIMAL):
+        try:
+            proc = subprocess.run(
+                ["nvidia-smi", f"--query-gpu={fields}", "--format=csv,noheader,nounits", "-i", "0"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            )
+        except subprocess.TimeoutExpired:
+            _SMI["broken"] = True
+            return {"error": "nvidia-smi timed out"}
+        except Exception as exc:
+            return {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        if proc.returncode == 0 and proc.stdout.strip():
+            values = [v.strip() for v in proc.stdout.strip().splitlines()[0].split(",")]
+            return dict(zip(fields.split(","), values, strict=False))
+        result = {"error": (proc.stdout + proc.stderr).strip()[:200]}
+    return result
 
 
 def cublaslt_version() -> int | None:
@@ -376,6 +368,9 @@ def describe_device(ctx: Ctx) -> dict:
         cudnn=_try(torch.backends.cudnn.version),
         cublaslt=cublaslt_version(),
         nccl=_try(lambda: ".".join(map(str, torch.cuda.nccl.version()))),
+        bf16_reduced_precision_reduction=_try(
+            lambda: torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction
+        ),
         smi=nvidia_smi(),
     )
     max_mhz = _float(info["smi"].get("clocks.max.sm"))
@@ -931,7 +926,6 @@ def run_elementwise(ctx: Ctx, sink: Sink) -> None:
         _measure_op(ctx, sink, name, dtype, fn, grads, width, fwd_bytes, bwd_bytes, model, copy_bw, False)
     del ops
     free_memory(ctx)
-    _compiled_ops(ctx, sink, copy_bw)
 
 
 def _copy_bandwidth(ctx: Ctx, sink: Sink) -> float | None:
@@ -971,9 +965,14 @@ def _bw_values(ctx: Ctx, fn, nbytes: int, copy_bw: float | None, target_s: float
     return {**t, "bytes_per_s": bw, "frac_of_copy": bw / copy_bw if copy_bw else ""}
 
 
-def _compiled_ops(ctx: Ctx, sink: Sink, copy_bw: float | None) -> None:
-    """torch.compile'd RMSNorm+residual and SwiGLU, each only if compiling it (forward and backward)
-    takes less than --compile-timeout-s."""
+COMPILED_OPS = ("rmsnorm_residual", "swiglu")
+COMPILE_SLACK_S = 25.0  # a compile worker's start and timings, on top of --compile-timeout-s
+
+
+def run_compiled(ctx: Ctx, sink: Sink, name: str) -> None:
+    """One torch.compile'd op (residual + RMSNorm, or SwiGLU) in its own worker: the parent kills it
+    if compiling and timing it takes longer than --compile-timeout-s + COMPILE_SLACK_S, and a
+    compile (forward and backward) longer than --compile-timeout-s is reported, not timed."""
     sz = ctx.sizes
     F = torch.nn.functional
     M, h, ffn = sz.ew_tokens, sz.layer.hidden, sz.layer.ffn
@@ -982,40 +981,27 @@ def _compiled_ops(ctx: Ctx, sink: Sink, copy_bw: float | None) -> None:
     def t(*shape):
         return torch.randn(*shape, device=ctx.device, dtype=torch.bfloat16, requires_grad=True)
 
-    x, r, w, a, b = t(M, h), t(M, h), t(h), t(M, ffn), t(M, ffn)
-    cases = [
-        ("rmsnorm_residual", _rms_res, (x, r, w), h, 8 * n, 8 * n, "fwd r x,r w h,y; bwd r dy,dh,h w dx"),
-        ("swiglu", lambda a, b: F.silu(a) * b, (a, b), ffn, 6 * M * ffn, 10 * M * ffn,
-         "fwd r a,b w y; bwd r a,b,dy w da,db"),
-    ]  # fmt: skip
-    timed_out = False
-    for name, fn, args, width, fwd_bytes, bwd_bytes, model in cases:
-        base = dict(op=name, dtype="bfloat16", tokens=M, width=width, bytes_model=model, compiled=True)
-        if ctx.compile_timeout_s <= 0 or timed_out:
-            why = "an earlier compile timed out" if timed_out else "compile disabled (--compile-timeout-s 0)"
-            sink.row(**base, **{"pass": "compile"}, status="skipped", error=why)
-            continue
-        try:
-            ctx.check()
-            import torch._functorch.config as functorch_config
+    if name == "rmsnorm_residual":
+        fn, args, width = _rms_res, (t(M, h), t(M, h), t(h)), h
+        fwd_bytes, bwd_bytes, model = 8 * n, 8 * n, "fwd r x,r w h,y; bwd r dy,dh,h w dx"
+    else:
+        fn, args, width = (lambda a, b: F.silu(a) * b), (t(M, ffn), t(M, ffn)), ffn
+        fwd_bytes, bwd_bytes, model = 6 * M * ffn, 10 * M * ffn, "fwd r a,b w y; bwd r a,b,dy w da,db"
+    base = dict(op=name, dtype="bfloat16", tokens=M, width=width, bytes_model=model, compiled=True)
+    base["pass"] = "compile"
+    import torch._functorch.config as functorch_config
 
-            # Donated buffers forbid retain_graph, which the backward timing needs (no speed effect).
-            functorch_config.donated_buffer = False
-            compiled = torch.compile(fn, dynamic=False)
-            t0 = time.perf_counter()
-            timeboxed(lambda compiled=compiled, args=args: _compile_warmup(ctx, compiled, args),
-                      min(ctx.compile_timeout_s, ctx.left_s() - 5))  # fmt: skip
-            sink.row(**base, **{"pass": "compile"}, time_s=time.perf_counter() - t0, reps=1)
-        except BudgetSpent:
-            raise
-        except Exception as exc:
-            timed_out = isinstance(exc, _CompileTimeout)
-            status = "skipped" if timed_out else "error"
-            sink.row(**base, **{"pass": "compile"}, status=status, error=f"{type(exc).__name__}: {exc}"[:300])
-            free_memory(ctx)
-            continue
-        _measure_op(ctx, sink, name, torch.bfloat16, lambda c=compiled, a=args: c(*a), list(args), width,
-                    fwd_bytes, bwd_bytes, model, copy_bw, True)  # fmt: skip
+    functorch_config.donated_buffer = False  # donated buffers forbid retain_graph, which the backward timing needs
+    compiled = torch.compile(fn, dynamic=False)
+    t0 = time.perf_counter()
+    _compile_warmup(ctx, compiled, args)
+    compile_s = time.perf_counter() - t0
+    if compile_s > ctx.compile_timeout_s:
+        sink.row(**base, time_s=compile_s, status="skipped", error=f"compile took {compile_s:.0f} s, over the time box")
+        return
+    sink.row(**base, time_s=compile_s, reps=1)
+    _measure_op(ctx, sink, name, torch.bfloat16, lambda: compiled(*args), list(args), width, fwd_bytes, bwd_bytes,
+                model, ctx.summary.get("copy_bytes_per_s"), True)  # fmt: skip
 
 
 def _compile_warmup(ctx: Ctx, compiled, args) -> None:
@@ -1215,9 +1201,10 @@ def _host_summary(rows: list[dict]) -> list[str]:
         lines.append("host eager layer fwd+bwd, ms (gap = wall - kernel sum):")
         lines.append("       M    wall     gpu   issue kernels  n_kern     gap TFLOP/s")
         for r in layers:
-            cells = [_num(r[k], 1e3, "7.2f") for k in ("wall_s", "gpu_s", "host_issue_s", "kernel_sum_s")]
+            keys = ("wall_s", "gpu_s", "host_issue_s", "kernel_sum_s")
+            cells = [f"{_num(r[k], 1e3, '.2f'):>7}" for k in keys]
             lines.append(f"  {r['tokens']:>6} {' '.join(cells)} {r['n_kernels']!s:>7} "
-                         f"{_num(r['host_gap_s'], 1e3, '7.2f')} {_num(r['tflops'], 1, '7.1f')}")  # fmt: skip
+                         f"{_num(r['host_gap_s'], 1e3, '.2f'):>7} {_num(r['tflops'], 1, '.1f'):>7}")  # fmt: skip
     return lines
 
 
@@ -1265,6 +1252,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--deadline-unix", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--t0-unix", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--side", help=argparse.SUPPRESS)
+    parser.add_argument("--no-smi", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--compiled", choices=COMPILED_OPS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     chosen = [s.strip() for s in args.sections.split(",") if s.strip()]
     unknown = [s for s in chosen if s not in SECTIONS]
@@ -1307,15 +1296,10 @@ def run_parent(args: argparse.Namespace) -> int:
                 print(f"[{_since(t0)}] {name}: not run (budget spent)", flush=True)
                 continue
             shares = [SHARES[s] for s in args.sections[i:]]
-            allot = left * shares[0] / sum(shares)
-            side = Path(side_dir) / f"{name}.json"
-            status = _run_worker_process(args, name, t0, time.time() + allot, allot + WORKER_GRACE_S, side)
-            result = json.loads(side.read_text()) if side.exists() else {}
-            if "device" in result and "name" not in info:
-                info.update(result.pop("device"))
-            info["clocks_after"][name] = result.pop("smi_after", None)
-            info["workers"][name] = {**status, **result}
-            write_json(out / "device.json", info)
+            deadline = time.time() + left * shares[0] / sum(shares)
+            _section(args, name, [], t0, deadline, deadline - time.time() + WORKER_GRACE_S, Path(side_dir), info)
+            if name == "elementwise":
+                _compiled_sections(args, t0, deadline, Path(side_dir), info)
     write_json(out / "device.json", info)
     print("== summary ==", flush=True)
     sinks = {name: read_rows(out / f"{name}.csv") for name in args.sections if (out / f"{name}.csv").exists()}
@@ -1326,12 +1310,50 @@ def run_parent(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_worker_process(args, name: str, t0: float, deadline: float, timeout_s: float, side: Path) -> dict:
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, "--out", args.out,
+def _section(args, name: str, extra: list[str], t0: float, deadline: float, timeout_s: float, side_dir: Path,
+             info: dict) -> dict:  # fmt: skip
+    """Run one worker and merge what it reports into device.json."""
+    key = "/".join([name, *extra[1:]])
+    side = side_dir / f"{key.replace('/', '_')}.json"
+    status = _run_worker_process(args, name, extra, t0, deadline, timeout_s, side)
+    result = json.loads(side.read_text()) if side.exists() else {}
+    if "device" in result and "name" not in info:
+        info.update(result.pop("device"))
+    result.pop("device", None)
+    info["clocks_after"][key] = result.pop("smi_after", None)
+    info["workers"][key] = {**status, **result}
+    write_json(Path(args.out) / "device.json", info)
+    return status
+
+
+def _compiled_sections(args, t0: float, deadline: float, side_dir: Path, info: dict) -> None:
+    """Each torch.compile'd op in its own worker, killed past --compile-timeout-s + COMPILE_SLACK_S;
+    a skipped or killed one leaves a `pass=compile` row that says why."""
+    sink = Sink(Path(args.out) / "elementwise.csv", EW_FIELDS, append=True)
+    why = "compile disabled (--compile-timeout-s 0)" if args.compile_timeout_s <= 0 else ""
+    for op in COMPILED_OPS:
+        box = min(args.compile_timeout_s + COMPILE_SLACK_S, deadline - time.time() + WORKER_GRACE_S)
+        if not why and box < COMPILE_SLACK_S:
+            why = "no time left in the section's budget"
+        if why:
+            sink.row(op=op, compiled=True, status="skipped", error=why, **{"pass": "compile"})
+            continue
+        status = _section(args, "elementwise", ["--compiled", op], t0, time.time() + box - 2, box, side_dir, info)
+        if status["rc"] is None:
+            sink.row(op=op, compiled=True, status="skipped", error=f"compile and timing over {box:.0f} s: killed",
+                     **{"pass": "compile"})  # fmt: skip
+            why = "an earlier compile was killed"
+    sink.close()
+
+
+def _run_worker_process(args, name: str, extra: list[str], t0: float, deadline: float, timeout_s: float,
+                        side: Path) -> dict:  # fmt: skip
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", name, *extra, "--out", args.out,
            "--deadline-unix", repr(deadline), "--t0-unix", repr(t0), "--side", str(side),
            "--compile-timeout-s", repr(args.compile_timeout_s)]  # fmt: skip
     cmd += ["--quick"] if args.quick else []
     cmd += ["--device", args.device] if args.device else []
+    cmd += ["--no-smi"] if _SMI["broken"] else []
     started = time.time()
     stderr_path = side.with_suffix(".stderr")
     with stderr_path.open("w") as stderr:  # library chatter stays out of the output tail (kept in device.json)
@@ -1348,17 +1370,20 @@ def _run_worker_process(args, name: str, t0: float, deadline: float, timeout_s: 
     stderr_tail = stderr_path.read_text(errors="replace")[-3000:]
     if note != "done":
         last = stderr_tail.strip().splitlines()[-1:] or [""]
-        print(f"[{_since(t0)}] {name}: {note}; stderr: {last[0][:300]}", flush=True)
+        print(f"[{_since(t0)}] {' '.join([name, *extra])}: {note}; stderr: {last[0][:300]}", flush=True)
     return {"rc": rc, "elapsed_s": round(time.time() - started, 2), "note": note, "stderr_tail": stderr_tail}
 
 
 def run_worker(args: argparse.Namespace) -> int:
     global torch
     warnings.filterwarnings("ignore")
+    _SMI["broken"] = args.no_smi
     t0 = args.t0_unix or time.time()
     deadline = time.perf_counter() + ((args.deadline_unix or math.inf) - time.time())
     # GPU memory in use before this process creates a CUDA context (the memory section reports it)
     smi_before = nvidia_smi() if args.worker == "memory" and args.device != "cpu" else {}
+    if args.compiled:  # compile in this process: no pool of compile workers competing for the CPU afterwards
+        os.environ.setdefault("TORCHINDUCTOR_COMPILE_THREADS", "1")
     import torch as torch_module
 
     torch = torch_module
@@ -1380,8 +1405,12 @@ def run_worker(args: argparse.Namespace) -> int:
         ctx.flush_buf = _try(lambda: torch.empty(64 << 20, device=ctx.device, dtype=torch.int32))
     ctx.gqa_native = _gqa_supported(ctx)
     ctx.summary["copy_bytes_per_s"] = _copy_bandwidth_measured(ctx.out)
+    ctx.out.mkdir(parents=True, exist_ok=True)
     runner, fields = RUNNERS[name]
-    sink = Sink(ctx.out / f"{name}.csv", fields)
+    if args.compiled:
+        runner = lambda ctx, sink: run_compiled(ctx, sink, args.compiled)  # noqa: E731
+        name = f"{name} (compiled {args.compiled})"
+    sink = Sink(ctx.out / f"{args.worker}.csv", fields, append=bool(args.compiled))
     started = time.perf_counter()
     note = "done"
     try:
