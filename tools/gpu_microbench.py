@@ -992,9 +992,13 @@ def run_compiled(ctx: Ctx, sink: Sink, name: str) -> None:
     import torch._functorch.config as functorch_config
 
     functorch_config.donated_buffer = False  # donated buffers forbid retain_graph, which the backward timing needs
-    compiled = torch.compile(fn, dynamic=False)
     t0 = time.perf_counter()
-    _compile_warmup(ctx, compiled, args)
+    try:
+        compiled = torch.compile(fn, dynamic=False)
+        _compile_warmup(ctx, compiled, args)
+    except Exception as exc:
+        sink.row(**base, time_s=time.perf_counter() - t0, status="error", error=f"{type(exc).__name__}: {exc}"[:300])
+        return
     compile_s = time.perf_counter() - t0
     if compile_s > ctx.compile_timeout_s:
         sink.row(**base, time_s=compile_s, status="skipped", error=f"compile took {compile_s:.0f} s, over the time box")
