@@ -21,7 +21,15 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, SERVING_LOG_SD, Z80, uncalibrated_log_sd
+from shardwise.calibration.spreads import (
+    NOISE_LOG_SD,
+    NOISE_PRIOR_RUNS,
+    SERVING_LOG_SD,
+    STACK_LOG_SD,
+    Z80,
+    stack_basis,
+    uncalibrated_log_sd,
+)
 
 if TYPE_CHECKING:  # the fit is imported where a calibration is used (an uncalibrated command skips it)
     from shardwise.calibration.fit import Case, Fit
@@ -52,9 +60,14 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         fit_module = sys.modules.get("shardwise.calibration.fit")
         serving = fit_module.ServingCase if fit_module is not None else ()
         sd = [
-            SERVING_LOG_SD if isinstance(c, serving) else uncalibrated_log_sd(_scenario(c).cluster.gpu.name)
+            SERVING_LOG_SD
+            if isinstance(c, serving)
+            else uncalibrated_log_sd(_scenario(c).cluster.gpu.name, _scenario(c).plan.framework)
             for c in calibrated
         ]
+        stacks = {_scenario(c).plan.framework for c in calibrated if not isinstance(c, serving)}
+        if fitted is None and len(stacks) == 1 and (stack := next(iter(stacks))) not in STACK_LOG_SD:
+            what = f"uncalibrated, {stack_basis(stack)} (--calibration fits your runs)"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.fit import Evaluator, log_step_and_gradient
 

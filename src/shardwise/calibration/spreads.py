@@ -42,15 +42,37 @@ PAIR_LOG_SD = 0.066
 SERVING_LOG_SD = 0.104
 
 
-def uncalibrated_log_sd(gpu_name: str) -> float:
-    """The uncalibrated 80% interval's log-space spread for a training step on `gpu_name`:
-    UNCALIBRATED_LOG_SD widened by the uncertainty of that GPU's sustained efficiency (above)."""
+# Per software stack (the framework preset that runs the step): the root mean square of
+# ln(predicted / measured) over its published runs, each predicted by the model fitted without
+# that run's source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
+# prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
+STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
+    "megatron-core": (0.0645, 397, 3),
+}
+# ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
+NO_DATA_LOG_SD = 0.2625
+
+
+def stack_basis(framework: str) -> str:
+    """How an uncalibrated interval for `framework` was measured, in words."""
+    known = STACK_LOG_SD.get(framework)
+    if known is None:
+        return f"no published runs of {framework}: about ±40%"
+    _, runs, sources = known
+    return f"the model's leave-one-source-out spread on {runs} published runs of {framework} ({sources} sources)"
+
+
+def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core") -> float:
+    """The uncalibrated 80% interval's log-space spread for a training step on `gpu_name` run by
+    `framework`: its stack's leave-one-source-out spread (STACK_LOG_SD; NO_DATA_LOG_SD without
+    published runs), widened by the uncertainty of that GPU's sustained efficiency (above)."""
     from math import sqrt
 
+    stack = STACK_LOG_SD.get(framework, (NO_DATA_LOG_SD, 0, 0))[0]
     own = FITTED_GROUPS.get(gpu_name)
     if own is not None:
         extra = BETWEEN_GROUPS_LOG_SD**2 / own
     else:
         parent = FITTED_GROUPS.get(FITTED_FROM.get(gpu_name, ""))
         extra = BETWEEN_GROUPS_LOG_SD**2 * (1.0 + (1.0 / parent if parent else 0.0))
-    return sqrt(UNCALIBRATED_LOG_SD**2 + extra)
+    return sqrt(max(stack, UNCALIBRATED_LOG_SD) ** 2 + extra)

@@ -518,6 +518,10 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     for name in EXECUTION_FLAGS:
         given = o.get(name)
         out[name] = flags[name] if given is None else given
+    # the stack's kernels (physics.stack): the preset's, where it states them
+    for name in ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel_s"):
+        if name in flags:
+            out[name] = flags[name]
     if sequence_parallel is not None and not sequence_parallel:
         if o.get("tp_comm_overlap") and tp > 1:
             raise SpecError(
@@ -596,7 +600,7 @@ def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
         recompute=o["recompute"],
         sequence_parallel=o["sequence_parallel"],
         precision=o["precision"],
-        flash_attention=o["flash_attention"],
+        flash_attention=o["flash_attention"] and execution.pop("flash_attention", True),
         lora_rank=o.get("lora_rank") or 0,
         **execution,
         **stage_kwargs(o),

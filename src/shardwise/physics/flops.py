@@ -300,7 +300,10 @@ def _block_eager_bytes(
     split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
     residuals = 2 * ((3 * e + drop) * tokens * h) * split
     activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
-    norm_elements = 2 * tokens * h * split
+    # LayerNorm is one ATen kernel in eager PyTorch too (F.layer_norm); RMSNorm is composed of ops
+    norm_elements = 2 * tokens * h * split * (1.0 if model.rmsnorm else 0.0)
+    layer_norms = (0.0 if model.rmsnorm else 1.0) * 2 * (2 * e * tokens * h) * split
+    residuals = residuals + layer_norms
     return eager_elementwise_bytes(norm_elements, tokens * rope_width / t, activation, residuals, model.gated_mlp)
 
 

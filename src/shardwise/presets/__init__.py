@@ -226,10 +226,35 @@ def framework(name: str) -> dict[str, Any]:
     return _in_file(name, _framework_from_dict, key, data)
 
 
+# The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
+# Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
+STACK_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel", "flash_attention")
+
+
+def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    from shardwise.specs.plan import ATTENTION_KERNELS, SELECTIVE_POLICIES
+
+    out: dict[str, Any] = {}
+    for field, choices in (("attention_kernel", ATTENTION_KERNELS), ("selective_policy", SELECTIVE_POLICIES)):
+        if field in data:
+            if data[field] not in choices:
+                allowed = ", ".join(choices)
+                raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
+            out[field] = data[field]
+    for field in ("eager_kernels", "flash_attention"):
+        if field in data:
+            if not isinstance(data[field], bool):
+                raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
+            out[field] = data[field]
+    if "host_kernel" in data:
+        out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+    return out
+
+
 def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
     for field in data:
-        if field not in (*FRAMEWORK_FLAGS, "description", "source", "kind", "notes", "name"):
-            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, FRAMEWORK_FLAGS)}")
+        if field not in (*FRAMEWORK_FLAGS, *STACK_FIELDS, "description", "source", "kind", "notes", "name"):
+            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, (*FRAMEWORK_FLAGS, *STACK_FIELDS))}")
     missing = [f for f in FRAMEWORK_FLAGS if f not in data]
     if missing:
         raise SpecError(f"framework {key!r}: missing field(s) {', '.join(missing)}")
@@ -244,6 +269,7 @@ def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
         if not ok:
             allowed = "0, 1, 2 or 3" if f == "zero_stage" else "true or false" + (" or null" * (f == "overlap_p2p"))
             raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed; give {allowed}")
+    out.update(_stack_fields(key, data))
     out["framework"] = key
     return out
 
