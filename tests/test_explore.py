@@ -56,21 +56,26 @@ def test_an_error_goes_under_the_control_it_names():
     assert top == "model: something"
 
 
+NO_FILES = (None, None)
+
+
 @pytest.mark.parametrize("page", state.PAGES)
-def test_every_page_draws_its_command(page, tmp_path):
+def test_every_page_draws_its_command(page):
     values = dict(state.DEFAULTS)
     if page == "serving":  # keep the in-flight simulation small
         values.update({"s-plans": "tp=8", "s-output": 16})
-    outcome, figs, text = pages.COMPUTE[page](values, tmp_path, (None, None))
+    outcome, figs, text = pages.compute(page, values, NO_FILES, runner.run)
     assert outcome.error is None, outcome.error
     assert figs and all(f["data"] for f in figs if f is not pages.no_update)
     assert text
-    csv_text = pages.table(page, list(outcome.args))  # what the CSV button gives
+    csv_text = pages.table(page, values, NO_FILES, runner.run)  # what the CSV button gives
     assert csv_text.count("\n") >= (2 if page == "serving" else 10), csv_text[:200]
+    sent = json.loads(pages.json_text(page, values, NO_FILES, runner.run))  # what the JSON button gives
+    assert sent.keys() == outcome.data.keys() and sent.get("model") == outcome.data.get("model")
 
 
-def test_the_crossover_marks_the_cli_crossings(tmp_path):
-    outcome, (fig, parts), text = pages.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (None, None))
+def test_the_crossover_marks_the_cli_crossings():
+    outcome, (fig, parts), text = pages.compute("crossover", dict(state.DEFAULTS), NO_FILES, runner.run)
     crossings = outcome.data["crossings"]
     assert text == " | ".join(c["text"] for c in crossings)
     assert sorted(s["x0"] for s in fig["layout"]["shapes"]) == sorted(c["at"] for c in crossings)
@@ -99,22 +104,24 @@ def test_uploaded_model_and_calibration_join_every_command():
     assert planner[planner.index("--model") + 1] == "m.yaml" and "--calibration" not in planner
 
 
-def test_a_hugging_face_config_drives_the_crossover(tmp_path, small_hf_config):
-    outcome, _, _ = pages.COMPUTE["crossover"](dict(state.DEFAULTS), tmp_path, (str(small_hf_config), None))
+def test_a_hugging_face_config_drives_the_crossover(small_hf_config):
+    outcome, _, _ = pages.compute("crossover", dict(state.DEFAULTS), (str(small_hf_config), None), runner.run)
     assert outcome.error is None and "16 layers, hidden 2048" in outcome.data["assumptions"]
 
 
-def test_the_winner_map_hover_says_where_the_winner_s_time_goes(tmp_path):
-    outcome, (fig,), _ = pages.COMPUTE["winner-map"](dict(state.DEFAULTS), tmp_path, (None, None))
+def test_the_winner_map_hover_says_where_the_winner_s_time_goes():
+    values = dict(state.DEFAULTS)
+    outcome, (fig,), _ = pages.compute("winner-map", values, NO_FILES, runner.run)
     hover = [t for row in fig["data"][0]["text"] for t in row]
     assert all("fastest: " in t and "compute " in t for t in hover)
-    assert "compute_s[tp=8]" in pages.table("winner-map", list(outcome.args)).splitlines()[0]
+    assert "compute_s[tp=8]" in pages.table("winner-map", values, NO_FILES, runner.run).splitlines()[0]
+    assert outcome.command.endswith("--csv grid.csv --breakdown")  # written where the user runs it
 
 
-def test_serving_targets_run_the_search_beside_the_plans(tmp_path):
+def test_serving_targets_run_the_search_beside_the_plans():
     values = {**state.DEFAULTS, "s-plans": "tp=8; pp=8", "s-output": 16, "s-tpot": "50ms"}
-    outcome, (fig,), text = pages.COMPUTE["serving"](values, tmp_path, (None, None))
+    outcome, (fig,), text = pages.compute("serving", values, NO_FILES, runner.run)
     assert outcome.error is None and "meets the targets: " in text
     assert {t["name"] for t in fig["data"]} == {"tp=8", "pp=8"}
-    bad, _, _ = pages.COMPUTE["serving"]({**values, "s-tpot": "fast"}, tmp_path, (None, None))
+    bad, _, _ = pages.compute("serving", {**values, "s-tpot": "fast"}, NO_FILES, runner.run)
     assert bad.error.startswith("--tpot-max: ")

@@ -107,7 +107,7 @@ def test_every_other_page_loads_with_the_cli_numbers(server, browser, page):
     shown = _open(browser, f"{server}?page={page}" + ("&s-plans=tp%3D8&s-output=16" if page == "serving" else ""), page)
     values = state.decode(f"?page={page}" + ("&s-plans=tp%3D8&s-output=16" if page == "serving" else ""))
     if page == "planner":
-        best = runner.run(state.planner_args(values, str(ARTIFACTS / "plans.csv"))).data["plans"][0]
+        best = runner.run(state.planner_args(values)).data["plans"][0]
         assert f"step {best['step_time_s']:.4g} s" in shown
     elif page == "timeline":
         data = runner.run(state.timeline_args(values)).data

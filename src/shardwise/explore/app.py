@@ -1,14 +1,16 @@
 """The explorer's Dash app: five pages, each a form over one shardwise command and its figures.
 
-Every page runs its command through `runner.run` (the CLI itself, in-process, with --json), so the
-numbers are the CLI's; a bad value gets the CLI's one-line message under the control it names.
-The URL's query string holds every control (`state.encode`), so a view can be shared."""
+Every page builds its command on the server from its controls' values, checked (`checks`), and
+runs it in a worker process under a time limit (`workers.Pool`: the CLI itself, with --json), so
+the numbers are the CLI's; a bad value gets a one-line message under the control it names. Nothing
+a browser sends is run or used as a path: downloads are built again from the controls and sent
+from memory, uploads are kept under names the server makes (`uploads`), and every request is
+checked before Dash sees it (`guard`). The URL's query string holds every control
+(`state.encode`), so a view can be shared."""
 
 from __future__ import annotations
 
 import atexit
-import base64
-import json
 import shutil
 import tempfile
 import time
@@ -19,17 +21,30 @@ from urllib.parse import urlsplit
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from shardwise.explore import runner, state
+from shardwise.explore import guard, pages, state
+from shardwise.explore.checks import ControlError
 from shardwise.explore.layout import CONTROLS, CSS, TITLES, error_outputs, figure_ids, page_layout, values_of
-from shardwise.explore.pages import COMPUTE, table
 from shardwise.explore.runner import Outcome
+from shardwise.explore.uploads import MAX_UPLOAD_BYTES, Uploads
+from shardwise.explore.workers import Pool
 
 
-def create_app() -> Dash:
-    """The explorer (call `.run(host=..., port=...)` to serve it)."""
-    tmp = Path(tempfile.mkdtemp(prefix="shardwise-explore-"))  # the tables the commands write
+def create_app(pool: Pool | None = None, hosts: tuple[str, ...] | None = guard.LOOPBACK) -> Dash:
+    """The explorer (call `.run(host=..., port=...)` to serve it). `pool`: the workers that run
+    the commands (default: a new `Pool()`, stopped when the process exits; either way it is
+    `app.server.extensions["shardwise-explore-pool"]`); `hosts`: the names a request may be
+    addressed to (None: any, for a server listening on every address). The workers are started
+    by multiprocessing ("forkserver"): a script that calls this must guard its own top level
+    with `if __name__ == "__main__":`."""
+    if pool is None:
+        pool = Pool()
+        atexit.register(pool.close)
+    tmp = Path(tempfile.mkdtemp(prefix="shardwise-explore-"))  # the files loaded with the buttons
     atexit.register(shutil.rmtree, tmp, True)
+    uploads = Uploads(tmp)
     app = Dash(__name__, title="shardwise explorer")
+    app.server.extensions["shardwise-explore-pool"] = pool
+    guard.protect(app, hosts)
     app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
     app.layout = _layout  # built per visit, from the address the browser asks it for
     ids = list(state.IDS)
@@ -45,9 +60,9 @@ def create_app() -> Dash:
         return [{} if p == page else {"display": "none"} for p in state.PAGES]
 
     for kind in ("model", "calibration"):
-        _register_upload(app, kind, tmp)
+        _register_upload(app, kind, uploads)
     for page in state.PAGES:
-        _register(app, page, tmp)
+        _register(app, page, pool, uploads)
     return app
 
 
@@ -87,15 +102,18 @@ def _layout() -> html.Div:
 def _upload(kind: str, label: str) -> html.Span:
     return html.Span(
         [
-            dcc.Upload(html.Button(label), id=f"{kind}-upload", style={"display": "inline-block"}),
+            dcc.Upload(
+                html.Button(label), id=f"{kind}-upload", max_size=MAX_UPLOAD_BYTES, style={"display": "inline-block"}
+            ),
             html.Span(id=f"{kind}-name", className="upload-name"),
             html.Button("forget", id=f"{kind}-forget", style={"marginRight": "18px"}),
         ]
     )
 
 
-def _register_upload(app: Dash, kind: str, tmp: Path) -> None:
-    """An uploaded file is saved where the commands can read it; its path joins every command."""
+def _register_upload(app: Dash, kind: str, uploads: Uploads) -> None:
+    """An uploaded file is kept by the server; the page keeps its name and digest, and the
+    server's copy joins every command."""
 
     @app.callback(
         Output(f"{kind}-file", "data"),
@@ -108,28 +126,18 @@ def _register_upload(app: Dash, kind: str, tmp: Path) -> None:
     def save(contents: str | None, _forget: int | None, filename: str | None) -> tuple[Any, str]:
         if ctx.triggered_id == f"{kind}-forget" or not contents:
             return None, ""
-        suffix = Path(filename or "").suffix.lower()
-        if suffix not in (".json", ".yaml", ".yml"):
-            return None, f" {filename}: give a .json (Hugging Face config) or .yaml file"
-        path = tmp / f"{kind}-upload{suffix}"
-        path.write_bytes(base64.b64decode(contents.split(",", 1)[1]))
-        return str(path), f" {filename} "
+        return uploads.save(kind, filename, contents)
 
 
-def _shown(outcome: Outcome, tmp: Path) -> str:
-    """The command for the user: the table written next to them, not in the explorer's folder."""
-    return outcome.command.replace(f"{tmp}/", "")
-
-
-def _register(app: Dash, page: str, tmp: Path) -> None:
+def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
     graphs = figure_ids(page)
     controls = CONTROLS[page]
+    files = [State("model-file", "data"), State("calibration-file", "data")]
 
     @app.callback(
         *[Output(g, "figure") for g in graphs],
         Output(f"{page}-text", "children"),
         Output(f"{page}-command", "children"),
-        Output(f"{page}-store", "data"),
         Output(f"{page}-error", "children"),
         *[Output(f"{c}-msg", "children") for c in controls],
         Input("page", "value"),
@@ -138,23 +146,29 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
         *[Input(c, "value") for c in controls],
         *[State(g, "figure") for g in graphs[1:]],
     )
-    def compute(active: str, model_file: str | None, calibration: str | None, *args: Any) -> list[Any]:
+    def compute(active: str, model_file: Any, calibration: Any, *args: Any) -> list[Any]:
         args, shown_before = args[: len(controls)], args[len(controls) :]
         if active != page:
-            return [no_update] * (len(graphs) + 4 + len(controls))
+            return [no_update] * (len(graphs) + 3 + len(controls))
         start = time.perf_counter()
+        control = None
         try:
-            outcome, figs, text = COMPUTE[page](values_of(controls, args), tmp, (model_file, calibration))
+            loaded = (uploads.path("model", model_file), uploads.path("calibration", calibration))
+            outcome, figs, text = pages.compute(page, values_of(controls, args), loaded, pool.run)
+        except ControlError as exc:  # a value the explorer does not take: said under its control
+            outcome, control = Outcome((page,), error=str(exc)), exc.control
+            figs, text = [no_update] * len(graphs), ""
         except Exception as exc:  # a bug must not take the server down: say it, keep serving
             traceback.print_exc()
             outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")
             figs, text = [no_update] * len(graphs), ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        errors = error_outputs(page, outcome)
+        errors = error_outputs(page, outcome, control)
+        shown_command = uploads.shown(outcome.command) if control is None else no_update
         if outcome.error:
-            return [*figs, no_update, _shown(outcome, tmp), no_update, *errors]
+            return [*figs, no_update, shown_command, *errors]
         for i, before in enumerate(shown_before, start=1):  # the same second figure: not drawn again
-            if isinstance(figs[i], dict) and before and before.get("data") == figs[i]["data"]:
+            if isinstance(figs[i], dict) and isinstance(before, dict) and before.get("data") == figs[i]["data"]:
                 figs[i] = no_update
         summary, *extra = text if isinstance(text, list) else [text]
         shown = html.Div(
@@ -164,22 +178,31 @@ def _register(app: Dash, page: str, tmp: Path) -> None:
                 html.P(f"computed in {elapsed_ms:.0f} ms", id=f"{page}-elapsed"),
             ]
         )
-        store = {"args": list(outcome.args)}  # a download runs the command again
-        return [*figs, shown, _shown(outcome, tmp), store, *errors]
+        return [*figs, shown, shown_command, *errors]
 
     @app.callback(
         Output(f"{page}-download", "data"),
+        Output(f"{page}-error", "children", allow_duplicate=True),
         Input(f"{page}-csv", "n_clicks"),
         Input(f"{page}-json", "n_clicks"),
-        State(f"{page}-store", "data"),
+        *[State(c, "value") for c in controls],
+        *files,
         prevent_initial_call=True,
     )
-    def download(_csv: int | None, _json: int | None, store: dict[str, Any] | None) -> Any:
-        if not store:
-            return no_update
-        if ctx.triggered_id == f"{page}-csv":
-            return {"content": table(page, store["args"]), "filename": f"{page}.csv"}
-        return {"content": json.dumps(runner.run(store["args"]).data, indent=1), "filename": f"{page}.json"}
+    def download(_csv: int | None, _json: int | None, *args: Any) -> tuple[Any, Any]:
+        """The page's table or JSON, its command built again from the controls, sent from memory."""
+        values, (model_file, calibration) = values_of(controls, args[: len(controls)]), args[len(controls) :]
+        as_csv = ctx.triggered_id == f"{page}-csv"
+        try:
+            loaded = (uploads.path("model", model_file), uploads.path("calibration", calibration))
+            if as_csv:
+                return dcc.send_string(pages.table(page, values, loaded, pool.run), f"{page}.csv"), ""
+            return dcc.send_string(pages.json_text(page, values, loaded, pool.run), f"{page}.json"), ""
+        except ValueError as exc:  # a ControlError, or the command's own message
+            return no_update, f"download: {exc}"
+        except Exception as exc:  # a bug must not take the server down: say it, keep serving
+            traceback.print_exc()
+            return no_update, f"download: internal error ({type(exc).__name__}: {exc}); please report it"
 
     app.clientside_callback(
         f"""function(n) {{

@@ -7,6 +7,7 @@ time of a re-render)."""
 from __future__ import annotations
 
 import csv
+import io
 from typing import Any
 
 from shardwise.units import format_seconds
@@ -118,16 +119,16 @@ def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figu
     return _layout(_figure(*bars, barmode="stack"), title, "plan", "s")
 
 
-def read_table(path: str) -> tuple[list[str], list[dict[str, str]]]:
-    with open(path, newline="", encoding="utf-8") as f:
-        reader = csv.DictReader(f)
-        rows = list(reader)
-        return list(reader.fieldnames or []), rows
+def read_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
+    """(the header, the rows) of a CSV table."""
+    reader = csv.DictReader(io.StringIO(text, newline=""))
+    rows = list(reader)
+    return list(reader.fieldnames or []), rows
 
 
-def winner_map(path: str) -> tuple[Figure, str]:
-    """The fastest plan in each cell of a two-variable sweep (hover: every plan's time)."""
-    header, rows = read_table(path)
+def winner_map(table: str) -> tuple[Figure, str]:
+    """The fastest plan in each cell of a two-variable sweep (its CSV table; hover: every plan's time)."""
+    header, rows = read_table(table)
     xname, yname = header[1], header[2]
     rows = [_in_gb_per_s(r, (xname, yname)) for r in rows]
     plans = [h[len("time_s[") : -1] for h in header if h.startswith("time_s[")]
@@ -193,9 +194,9 @@ def _in_gb_per_s(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
-def planner_heatmap(path: str, objective: str) -> Figure:
-    """The best plan of each (tp, pp) pair that fits: step time, or tokens/s per GPU."""
-    _, rows = read_table(path)
+def planner_heatmap(table: str, objective: str) -> Figure:
+    """The best plan of each (tp, pp) pair that fits (the planner's CSV table): step time, or tokens/s per GPU."""
+    _, rows = read_table(table)
     per_gpu = objective == "throughput-per-gpu"
     key = "tokens_per_s_per_gpu" if per_gpu else "step_time_s"
     best: dict[tuple[int, int], float] = {}

@@ -7,8 +7,8 @@ from typing import Any
 
 from dash import dcc, html
 
-from shardwise import presets
-from shardwise.explore import state
+from shardwise.explore import checks, state
+from shardwise.explore.checks import BANDWIDTHS_GB_S
 from shardwise.explore.runner import Outcome
 
 TITLES = {
@@ -18,8 +18,6 @@ TITLES = {
     "serving": "Serving",
     "timeline": "Timeline",
 }
-WORKLOADS = ["train", "forward", "prefill", "decode"]
-BANDWIDTHS_GB_S = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 900]
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 0; color: #222; }
 header { padding: 10px 18px; background: #1f2937; color: white; }
@@ -94,27 +92,20 @@ FLAGS = {
 CONTROLS = state.CONTROLS
 
 
-def _options(kind: str, blank: str | None = None) -> list[dict[str, str]]:
-    out = [{"label": blank, "value": ""}] if blank else []
-    names = presets.names(kind)
-    if kind == "links":  # links inside a server: not the network cards
-        names = [n for n in names if not n.startswith(("ib-", "eth-", "roce-"))]
-    return out + [{"label": name, "value": name} for name in names]
+def _options(cid: str, blank: str | None = None) -> list[dict[str, str]]:
+    """A choice control's options: what `checks` accepts, "" labelled `blank`."""
+    return [{"label": blank if v == "" else v, "value": v} for v in checks.choices(cid) or [] if v or blank]
 
 
 def _control(cid: str, default: Any) -> Any:
     kind = cid[2:]
     if kind == "model":
         blank = "the brief's model (96 layers, hidden 4096)" if cid in ("x-model", "w-model") else None
-        return dcc.Dropdown(id=cid, options=_options("models", blank), value=default, clearable=False)
-    if kind == "gpu":
-        return dcc.Dropdown(id=cid, options=_options("gpus"), value=default, clearable=False)
-    if kind == "system":
-        return dcc.Dropdown(id=cid, options=_options("systems"), value=default, clearable=False)
+        return dcc.Dropdown(id=cid, options=_options(cid, blank), value=default, clearable=False)
+    if kind in ("gpu", "system", "link"):
+        return dcc.Dropdown(id=cid, options=_options(cid), value=default, clearable=False)
     if kind == "links":
-        return dcc.Checklist(id=cid, options=_options("links"), value=default, inline=True)
-    if kind == "link":
-        return dcc.Dropdown(id=cid, options=_options("links"), value=default, clearable=False)
+        return dcc.Checklist(id=cid, options=_options(cid), value=default, inline=True)
     if kind == "bw":
         marks = {i: str(b) if b in (0, 1, 4, 16, 64, 256, 900) else "" for i, b in enumerate(BANDWIDTHS_GB_S)}
         return dcc.Slider(
@@ -125,12 +116,8 @@ def _control(cid: str, default: Any) -> Any:
             marks=marks,
             value=BANDWIDTHS_GB_S.index(default) if default in BANDWIDTHS_GB_S else 0,
         )
-    if kind == "workload":
-        return dcc.RadioItems(id=cid, options=WORKLOADS, value=default, inline=True)
-    if kind == "objective":
-        return dcc.RadioItems(id=cid, options=["time", "throughput-per-gpu"], value=default, inline=True)
-    if kind == "schedule":
-        return dcc.RadioItems(id=cid, options=["1f1b", "gpipe", "interleaved", "zb-h1"], value=default, inline=True)
+    if kind in ("workload", "objective", "schedule"):
+        return dcc.RadioItems(id=cid, options=checks.choices(cid) or [], value=default, inline=True)
     numeric = isinstance(default, int) or cid in state.OPTIONAL_NUMBERS
     return dcc.Input(id=cid, type="number" if numeric else "text", value=default, debounce=True)
 
@@ -197,20 +184,20 @@ def page_layout(page: str, values: dict[str, Any]) -> html.Div:
             html.H4("The command that reproduces this view"),
             html.Pre(id=f"{page}-command", className="command"),
             exports,
-            dcc.Store(id=f"{page}-store"),
         ],
         className="output",
     )
     return html.Div([html.Div(fields, className="controls"), output], id=f"view-{page}", className="page")
 
 
-def error_outputs(page: str, outcome: Outcome) -> list[Any]:
-    """The page's error line and each control's message: the error under the control it names."""
+def error_outputs(page: str, outcome: Outcome, control: str | None = None) -> list[Any]:
+    """The page's error line and each control's message: the error under `control` if given (and
+    one of the page's), else under the control whose flag it starts with, else on the error line."""
     msgs = {cid: "" for cid in CONTROLS[page]}
     top = ""
     if outcome.error:
         head = outcome.error.split(":", 1)[0].split()[0] if outcome.error.strip() else ""
-        target = FLAGS[page].get(head)  # "--vary 'batch=abc': ..." -> --vary
+        target = control if control in msgs else FLAGS[page].get(head)  # "--vary 'batch=abc': ..." -> --vary
         if target:
             msgs[target] = outcome.error
         else:
@@ -220,8 +207,10 @@ def error_outputs(page: str, outcome: Outcome) -> list[Any]:
 
 def values_of(ids: list[str], args: tuple[Any, ...]) -> dict[str, Any]:
     """Controls' values as `state` holds them (the bandwidth slider moves over the indices of
-    BANDWIDTHS_GB_S, state holds GB/s)."""
+    BANDWIDTHS_GB_S, state holds GB/s; a position off the slider becomes None, which
+    `checks.check` refuses)."""
     values = dict(zip(ids, args, strict=True))
     if "x-bw" in values:
-        values["x-bw"] = BANDWIDTHS_GB_S[int(values["x-bw"] or 0)]
+        i = values["x-bw"] or 0
+        values["x-bw"] = BANDWIDTHS_GB_S[i] if checks.is_whole(i) and 0 <= i < len(BANDWIDTHS_GB_S) else None
     return values

@@ -1,21 +1,25 @@
-"""What each page of the explorer computes: its command run in-process, then its figures, its
-summary, from what the command printed; and, for a download, its table."""
+"""What each page of the explorer computes: its command, built from its checked controls and run
+by `run` (a worker pool in the server, `runner.run` in tests), then its figures, its summary, from
+what the command printed; and, for a download, its table. Nothing but the controls' values (checked
+here, `checks.check`) and the server's own upload files goes into a command."""
 
 from __future__ import annotations
 
 import csv
 import io
-from pathlib import Path
+import json
+from collections.abc import Callable
 from typing import Any
 
 from dash import html, no_update
 
-from shardwise.explore import figures, runner, state
-from shardwise.explore.runner import Outcome, run
+from shardwise.explore import checks, figures, state
+from shardwise.explore.runner import Outcome
 from shardwise.units import parse_seconds
 
-Files = tuple[str | None, str | None]  # (uploaded model file, uploaded calibration file)
+Files = tuple[str | None, str | None]  # (uploaded model file, uploaded calibration file): the server's paths
 Result = tuple[Outcome, list[Any], Any]  # (the command's outcome, its figures, its summary)
+Run = Callable[[list[str]], Outcome]  # `runner.run`, or a worker pool's `run`
 
 
 def _rows_csv(rows: list[dict[str, Any]]) -> str:
@@ -27,7 +31,13 @@ def _rows_csv(rows: list[dict[str, Any]]) -> str:
     return out.getvalue()
 
 
-def _crossover(v: dict[str, Any], _: Path, files: Files) -> Result:
+def compute(page: str, values: dict[str, Any], files: Files, run: Run) -> Result:
+    """A page's outcome, figures and summary for its controls' values (a ControlError for a
+    value the explorer does not take)."""
+    return COMPUTE[page](checks.check(values), files, run)
+
+
+def _crossover(v: dict[str, Any], files: Files, run: Run) -> Result:
     outcome = run(state.with_files(state.crossover_args(v), *files))
     if outcome.error:
         return outcome, [no_update, no_update], ""
@@ -40,18 +50,16 @@ def _crossover(v: dict[str, Any], _: Path, files: Files) -> Result:
     return outcome, [figures.crossover(data), second], " | ".join(texts)
 
 
-def _winner_map(v: dict[str, Any], tmp: Path, files: Files) -> Result:
-    path = str(tmp / "grid.csv")
-    outcome = run(state.with_files(state.winner_map_args(v, path), *files))
+def _winner_map(v: dict[str, Any], files: Files, run: Run) -> Result:
+    outcome = run(state.with_files(state.winner_map_args(v), *files))
     if outcome.error:
         return outcome, [no_update], ""
-    fig, summary = figures.winner_map(path)
+    fig, summary = figures.winner_map(outcome.table or "")
     return outcome, [fig], summary
 
 
-def _planner(v: dict[str, Any], tmp: Path, files: Files) -> Result:
-    path = str(tmp / "plans.csv")
-    outcome = run(state.with_files(state.planner_args(v, path), *files))
+def _planner(v: dict[str, Any], files: Files, run: Run) -> Result:
+    outcome = run(state.with_files(state.planner_args(v), *files))
     if outcome.error:
         return outcome, [no_update, no_update], ""
     data = outcome.data
@@ -64,7 +72,7 @@ def _planner(v: dict[str, Any], tmp: Path, files: Files) -> Result:
         if best
         else "no plan fits"
     )
-    fig2 = figures.planner_heatmap(path, str(v["p-objective"]))
+    fig2 = figures.planner_heatmap(outcome.table or "", str(v["p-objective"]))
     return outcome, [_plans_figure(top), fig2], [text, _plans_table(top)]
 
 
@@ -110,7 +118,7 @@ def _plans_figure(top: list[dict[str, Any]]) -> Any:
     return figures.stacked(names, [p["breakdown_s"] for p in top], "the best plans: where each step's time goes")
 
 
-def _serving(v: dict[str, Any], _: Path, files: Files) -> Result:
+def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:
     command = state.with_files(state.serving_args(v), *files)
     outcome = run([*command, "--with-frontier"])
     targets = state.target_args(v)
@@ -150,7 +158,7 @@ def _meets(data: dict[str, Any]) -> str:
     )
 
 
-def _timeline(v: dict[str, Any], _: Path, files: Files) -> Result:
+def _timeline(v: dict[str, Any], files: Files, run: Run) -> Result:
     outcome = run(state.with_files(state.timeline_args(v), *files))
     if outcome.error:
         return outcome, [no_update], ""
@@ -169,14 +177,30 @@ COMPUTE = {
 }
 
 
-def table(page: str, args: list[str]) -> str:
-    """The CSV a page's download gives: the command's own table, run again (nothing is kept
-    between a view and its download but the command line)."""
-    if page == "crossover":
-        return runner.text([*args, "--csv", "-"])
-    outcome = run(args)
+COMMANDS = {
+    "crossover": state.crossover_args,
+    "winner-map": state.winner_map_args,
+    "planner": state.planner_args,
+    "serving": lambda v: [*state.serving_args(v), "--with-frontier"],  # as the page's figure
+    "timeline": state.timeline_args,
+}
+
+
+def table(page: str, values: dict[str, Any], files: Files, run: Run) -> str:
+    """The CSV a page's download gives: the command's own table, the command built again from the
+    controls (nothing is kept between a view and its download); a ValueError says what went wrong."""
+    args = state.with_files(COMMANDS[page](checks.check(values)), *files)
+    outcome = run([*args, "--csv", "-"] if page == "crossover" else args)
     if outcome.error:
         raise ValueError(outcome.error)
-    if "--csv" in args:  # sweep and plan write their table to a file
-        return Path(args[args.index("--csv") + 1]).read_text(encoding="utf-8")
+    if page in ("crossover", "winner-map", "planner"):  # the table the command printed or wrote
+        return outcome.table or ""
     return _rows_csv(outcome.data["plans"] if page == "serving" else outcome.data["operations"])
+
+
+def json_text(page: str, values: dict[str, Any], files: Files, run: Run) -> str:
+    """The JSON a page's download gives: what the command prints with --json."""
+    outcome = run(state.with_files(COMMANDS[page](checks.check(values)), *files))
+    if outcome.error:
+        raise ValueError(outcome.error)
+    return json.dumps(outcome.data, indent=1)

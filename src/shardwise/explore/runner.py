@@ -1,31 +1,124 @@
-"""Run a shardwise command in-process and return its JSON, or the one-line error the CLI prints."""
+"""Run a shardwise command in this process and return its JSON (or the CSV table it wrote or
+printed), or the one-line error the CLI prints.
+
+stdout is redirected for the whole process while a command runs, so a process runs one command
+at a time: the explorer's server never calls `run` itself, its worker processes do
+(`workers.Pool`), each one command at a time. Only the commands and flags the explorer's pages
+build are run (`RUNNABLE`), and a table is written only under a fresh temporary folder, whatever
+the arguments say: a second line of defence behind the server, which builds every command from
+checked controls (`checks`)."""
 
 from __future__ import annotations
 
 import io
 import json
 import shlex
+import tempfile
 import threading
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
-_LOCK = threading.Lock()  # stdout is redirected for the whole process: one command at a time
+MAX_OUTPUT_BYTES = 32 << 20  # what one command may print or write as a table and still be drawn
+
+_LOCK = threading.Lock()  # stdout is redirected for the whole process: one command at a time here
+
+# The commands the pages build and the flags they give them; flags not in VALUED take no value.
+_COMMON = {"--model", "--calibration", "--json"}
+RUNNABLE: dict[str, set[str]] = {
+    "crossover": _COMMON
+    | {"--layers", "--hidden", "--heads", "--gpu", "--intra-link", "--plan", "--workload", "--vary", "--global-batch"}
+    | {"--csv"},
+    "sweep": _COMMON | {"--gpu", "--intra-link", "--plan", "--workload", "--vary", "--csv", "--breakdown"},
+    "plan": _COMMON | {"--system", "--nodes", "--global-batch", "--objective", "--csv"},
+    "serve": _COMMON
+    | {"--system", "--plan", "--input-len", "--output-len", "--with-frontier", "--ttft-max", "--tpot-max"},
+    "timeline": _COMMON | {"--system", "--nodes", "--tp", "--pp", "--vpp", "--global-batch", "--schedule"},
+}
+FLAGS_WITHOUT_VALUE = {"--json", "--breakdown", "--with-frontier"}
 
 
 @dataclass(frozen=True)
 class Outcome:
-    """What a command gave: its parsed JSON, or the error line (as the CLI prints it, without "error: ")."""
+    """What a command gave: its parsed JSON and the CSV table it wrote (`--csv NAME`) or printed
+    (`--csv -`), or the error line (as the CLI prints it, without "error: ")."""
 
     args: tuple[str, ...]
     data: Any = None
     error: str | None = None
+    table: str | None = None
 
     @property
     def command(self) -> str:
         """The command line that reproduces this view (without `--json`, which the page adds)."""
         shown = [a for a in self.args if a != "--json"]
         return "shardwise " + shlex.join(shown)
+
+
+def refusal(args: list[str]) -> str | None:
+    """Why the explorer does not run `shardwise ARGS` (None: it does): a command or flag its pages
+    never build, or a table written anywhere but under a bare name (`--csv plans.csv`, or `-`)."""
+    if not args or args[0] not in RUNNABLE:
+        return f"the explorer runs only {', '.join(RUNNABLE)} (not {args[0] if args else 'nothing'!r})"
+    allowed, rest = RUNNABLE[args[0]], list(args[1:])
+    while rest:
+        flag = rest.pop(0)
+        if flag not in allowed:
+            return f"the explorer does not give {args[0]} the argument {flag!r}"
+        if flag in FLAGS_WITHOUT_VALUE:
+            continue
+        if not rest:
+            return f"{flag} needs a value"
+        value = rest.pop(0)
+        if value.startswith("--"):
+            return f"{flag} {value!r}: a value that looks like an option"
+        if flag == "--csv" and value != "-" and (Path(value).name != value or not value.endswith(".csv")):
+            return f"--csv {value!r}: the explorer writes a table only under a bare name (NAME.csv)"
+    return None
+
+
+def run(args: list[str]) -> Outcome:
+    """`shardwise ARGS --json` in this process (without --json for `--csv -`, which prints the
+    table): the CLI's own checks and messages."""
+    refused = refusal(list(args))
+    if refused:
+        return Outcome(tuple(args), error=refused)
+    printed_table = _value(args, "--csv") == "-"
+    argv = list(args) if printed_table or "--json" in args else [*args, "--json"]
+    with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
+        written = _value(argv, "--csv")
+        if written not in (None, "-"):  # a bare name (refusal): written under the scratch folder
+            argv[argv.index("--csv") + 1] = str(Path(scratch) / written)
+        code, out, err = _invoke(argv)
+        if code:
+            return Outcome(tuple(args), error=_error(code, err))
+        if len(out) > MAX_OUTPUT_BYTES:
+            return Outcome(tuple(args), error=_too_large(len(out)))
+        if printed_table:
+            return Outcome(tuple(args), table=out)
+        table = None
+        if written not in (None, "-"):
+            path = Path(scratch) / written
+            if path.exists() and path.stat().st_size > MAX_OUTPUT_BYTES:
+                return Outcome(tuple(args), error=_too_large(path.stat().st_size))
+            table = path.read_text(encoding="utf-8") if path.exists() else None
+    try:
+        return Outcome(tuple(args), data=json.loads(out), table=table)
+    except json.JSONDecodeError:
+        return Outcome(tuple(args), error="the command printed no JSON")
+
+
+def _value(args: list[str], flag: str) -> str | None:
+    i = args.index(flag) if flag in args else -1
+    return args[i + 1] if 0 <= i < len(args) - 1 else None
+
+
+def _too_large(size_bytes: int) -> str:
+    return (
+        f"the result is {size_bytes / 1e6:.0f} MB, more than the explorer draws ({MAX_OUTPUT_BYTES / 1e6:.0f} MB): "
+        "narrow the search (fewer points or plans), or run the command below in a terminal"
+    )
 
 
 def _invoke(argv: list[str]) -> tuple[int, str, str]:
@@ -44,23 +137,7 @@ def _invoke(argv: list[str]) -> tuple[int, str, str]:
 
 def _error(code: int, err: str) -> str:
     lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    return lines[-1][len("error: ") :] if lines else (err.strip() or f"exit status {code}")
-
-
-def run(args: list[str]) -> Outcome:
-    """`shardwise ARGS --json`, in this process: the CLI's own checks and messages."""
-    code, out, err = _invoke([*args, "--json"] if "--json" not in args else list(args))
-    if code:
-        return Outcome(tuple(args), error=_error(code, err))
-    try:
-        return Outcome(tuple(args), data=json.loads(out))
-    except json.JSONDecodeError:
-        return Outcome(tuple(args), error="the command printed no JSON")
-
-
-def text(args: list[str]) -> str:
-    """What `shardwise ARGS` prints (for a table printed as CSV with `--csv -`); raises on an error."""
-    code, out, err = _invoke(list(args))
-    if code:
-        raise ValueError(_error(code, err))
-    return out
+    if lines:
+        return lines[-1][len("error: ") :]
+    last = err.strip().splitlines()[-1:] or [f"exit status {code}"]  # a traceback: its last line
+    return last[0]

@@ -134,7 +134,7 @@ def crossover_args(v: dict[str, object]) -> list[str]:
     ]
 
 
-def winner_map_args(v: dict[str, object], table: str) -> list[str]:
+def winner_map_args(v: dict[str, object], table: str = "grid.csv") -> list[str]:
     return [
         "sweep",
         *_opt("--model", v["w-model"]),
@@ -150,7 +150,7 @@ def winner_map_args(v: dict[str, object], table: str) -> list[str]:
     ]
 
 
-def planner_args(v: dict[str, object], table: str) -> list[str]:
+def planner_args(v: dict[str, object], table: str = "plans.csv") -> list[str]:
     return [
         "plan",
         *_opt("--model", v["p-model"]),
