@@ -1,14 +1,19 @@
 #!/usr/bin/env python3
-"""Normalize the published training measurements (training_layouts.csv) for `shardwise validate`.
+"""Normalize the published training measurements for `shardwise validate`.
 
-    python tools/import_public_runs.py /path/to/training_layouts.csv
-    python tools/import_public_runs.py /path/to/training_layouts.csv --summary   # also print count tables
+    python tools/import_public_runs.py /path/to/training_layouts.csv \
+        tools/data/public_runs/training_layouts_other.csv tools/data/public_runs/microbatch_longctx.csv
+    python tools/import_public_runs.py ... --summary   # also print the count tables (markdown)
 
-Writes src/shardwise/data/public_training_runs.csv: one row per input row, in input order, with the layout
-read from the input's columns, its model string, table label, `raw:` markdown row and notes. Nothing is
-invented: a field that cannot be determined stays empty (and the row is skipped downstream). Every
-inference or doubt goes to `parse_notes`. Deterministic (no clocks, no randomness; the dev/holdout split
-is a hash of the group key). Standard library + PyYAML only. Column meanings: src/shardwise/data/PUBLIC_RUNS.md.
+The first CSV is the Megatron-Core / NeMo table (training_layouts.csv, read with the rules of `Row` below);
+every further CSV is a table of other software stacks with the same columns (read with the rules of
+`tools/public_runs_stacks.py`). Writes src/shardwise/data/public_training_runs.csv: one row per input row,
+the files in the order given and each in its own row order, ids PUB-0001... counting on across files, so
+the rows of the first table are the same bytes whether or not the others follow. Rows of a source that
+must not be used (EXCLUDED_SOURCES) are left out and counted on stderr. Nothing is invented: a field that
+cannot be determined stays empty (and the row is skipped downstream). Every inference or doubt goes to
+`parse_notes`. Deterministic (no clocks, no randomness; the dev/holdout split is a hash of the group key).
+Standard library + PyYAML only. Column meanings: src/shardwise/data/PUBLIC_RUNS.md.
 """
 
 from __future__ import annotations
@@ -94,6 +99,14 @@ KNOWN_DEPTH = [
 
 LABEL_KEYS = {"TP": "tp", "PP": "pp", "CP": "cp", "VP": "vp", "MBS": "mbs", "GA": "ga", "SEQ": "seq_len"}
 
+# (text in the `source` column, why): rows never imported, whichever input file holds them.
+EXCLUDED_SOURCES = (
+    (
+        "pytorch/torchtitan docs/performance.md",
+        "reserved-source risk: those tables were later moved into torchtitan's reserved benchmarks/ folder",
+    ),
+)
+
 
 # ----------------------------------------------------------------------------------------------- parsing
 def clean(s: str | None) -> str:
@@ -158,6 +171,16 @@ def table_label(locator: str) -> str:
 def source_basename(source: str) -> str:
     s = re.sub(r"\s*\([^()]*\)\s*$", "", source.strip())
     return s.split()[-1].rstrip("/").split("/")[-1]
+
+
+def split_of(group: str) -> str:
+    """`dev` for 30% of the groups, by a hash of the group key (docs/contributing.md), else `holdout`."""
+    return "dev" if int(hashlib.sha256(group.encode()).hexdigest(), 16) % 10 < 3 else "holdout"
+
+
+def excluded(row: dict[str, str]) -> str:
+    """Why the row is left out ("" when it is imported)."""
+    return next((why for needle, why in EXCLUDED_SOURCES if needle in row.get("source", "")), "")
 
 
 def load_presets() -> dict[str, dict]:
@@ -577,7 +600,7 @@ class Row:
 
         group = f"{source_basename(r['source'])}|{model or r['model']}|{system}|{o['num_gpus']}|{o['seq_len']}"
         o["group"] = group
-        o["split"] = "dev" if int(hashlib.sha256(group.encode()).hexdigest(), 16) % 10 < 3 else "holdout"
+        o["split"] = split_of(group)
         o["parse_notes"] = "; ".join(self.notes)
         return o
 
@@ -627,6 +650,12 @@ def summary(rows: list[dict[str, str]]) -> str:
     lines.append(
         "- by framework: " + ", ".join(f"{k} {v}" for k, v in sorted(Counter(o["framework"] for o in usable).items()))
     )
+    lines += ["", "| framework | rows | model and system preset | also tp, pp, mbs, gbs and a metric |"]
+    lines.append("|---|---:|---:|---:|")
+    for fw, n in sorted(Counter(o["framework"] for o in rows).items(), key=lambda kv: (-kv[1], kv[0])):
+        named = [o for o in rows if o["framework"] == fw and o["model"] and o["system"]]
+        lines.append(f"| {fw} | {n} | {len(named)} | {sum(complete(o) for o in named)} |")
+    lines.append("")
     mcore = [o for o in usable if o["framework"] == "megatron-core"]
     lines.append(f"Of these, Megatron-Core rows: {len(mcore)}")
     for col, fn in (
@@ -647,15 +676,33 @@ def summary(rows: list[dict[str, str]]) -> str:
     return "\n".join(lines)
 
 
+def read_rows(paths: list[Path], presets: dict[str, dict]) -> list[dict[str, str]]:
+    """Every imported row of the files, in order: the first file with `Row`, the others with `StackRow`."""
+    from public_runs_stacks import StackRow  # tools/ is on sys.path when this file runs as a script
+
+    rows: list[dict[str, str]] = []
+    for n, path in enumerate(paths):
+        with path.open(newline="", encoding="utf-8") as f:
+            table = list(csv.DictReader(f))
+        kept = [r for r in table if not excluded(r)]
+        if len(kept) < len(table):
+            print(f"{path}: left out {len(table) - len(kept)} rows ({excluded_reasons(table)})", file=sys.stderr)
+        kind = Row if n == 0 else StackRow
+        rows += [kind(len(rows) + i, r, presets).build() for i, r in enumerate(kept)]
+    return rows
+
+
+def excluded_reasons(table: list[dict[str, str]]) -> str:
+    return "; ".join(sorted({excluded(r) for r in table if excluded(r)}))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("csv", type=Path, help="training_layouts.csv")
+    ap.add_argument("csv", type=Path, nargs="+", help="training_layouts.csv, then the other stacks' tables")
     ap.add_argument("-o", "--out", type=Path, default=OUT, help=f"output CSV (default {OUT.relative_to(ROOT)})")
     ap.add_argument("--summary", action="store_true", help="print the count tables (markdown) to stdout")
     args = ap.parse_args(argv)
-    presets = load_presets()
-    with args.csv.open(newline="", encoding="utf-8") as f:
-        rows = [Row(i, r, presets).build() for i, r in enumerate(csv.DictReader(f))]
+    rows = read_rows(args.csv, load_presets())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")

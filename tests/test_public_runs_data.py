@@ -1,0 +1,120 @@
+"""The public training runs table: data/public_training_runs.csv as tools/import_public_runs.py writes it
+(PUBLIC_RUNS.md), with the rows of other stacks imported from tools/data/public_runs/."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+
+from shardwise import presets
+
+ROOT = Path(__file__).resolve().parent.parent
+OTHER_TABLES = [
+    ROOT / "tools" / "data" / "public_runs" / f for f in ("training_layouts_other.csv", "microbatch_longctx.csv")
+]
+MEGATRON_ROWS = 901
+STACKS = {
+    "fsdp", "fsdp2", "torchtitan", "deepspeed", "megatron-deepspeed", "internevo", "colossalai",
+    "paxml", "maxtext", "flash-attn-trainer", "pytorch",
+}  # fmt: skip
+RESERVED = "pytorch/torchtitan docs/performance.md"
+
+
+def table(name: str) -> list[dict[str, str]]:
+    text = resources.files("shardwise.data").joinpath(name).read_text(encoding="utf-8")
+    return list(csv.DictReader(text.splitlines()))
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, str]]:
+    return table("public_training_runs.csv")
+
+
+@pytest.fixture
+def importer(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    return importlib.import_module("import_public_runs"), importlib.import_module("public_runs_stacks")
+
+
+def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
+    assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
+    assert len(rows) == MEGATRON_ROWS + 195
+    assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
+    assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
+
+
+def test_every_row_is_split_by_the_hash_of_its_group(rows):
+    for r in rows:
+        dev = int(hashlib.sha256(r["group"].encode()).hexdigest(), 16) % 10 < 3
+        assert r["split"] == ("dev" if dev else "holdout"), r["id"]
+
+
+def test_no_other_stack_group_is_a_megatron_group(rows):
+    megatron = {r["group"] for r in rows[:MEGATRON_ROWS]}
+    assert not [r["id"] for r in rows[MEGATRON_ROWS:] if r["group"] in megatron]
+
+
+def test_models_and_systems_named_are_presets(rows):
+    for name in {r["model"] for r in rows} - {""}:
+        presets.model(name)
+    for name in {r["system"] for r in rows} - {""}:
+        presets.system(name)
+
+
+def test_other_stack_rows_name_one_stack_and_lead_their_notes_with_key_values(rows):
+    for r in rows[MEGATRON_ROWS:]:
+        assert r["framework"] in STACKS, r["id"]
+        items = r["parse_notes"].split("; ") if r["parse_notes"] else []
+        keyed = [i for i in items if "=" in i]
+        assert items[: len(keyed)] == keyed, r["id"]  # key=value items first, prose after
+        assert all(re.fullmatch(r"[a-z0-9_]+=[^\s;=]+", i) for i in keyed), r["id"]
+
+
+def test_no_row_of_the_reserved_torchtitan_file_is_kept(rows):
+    kept = [r["source"] for r in rows]
+    kept += [r["source"] for path in OTHER_TABLES for r in csv.DictReader(path.open(newline="", encoding="utf-8"))]
+    kept += [r["source"] for r in table("public_memory_evidence.csv")]
+    assert not [s for s in kept if RESERVED in s]
+
+
+def test_the_importer_refuses_rows_of_an_excluded_source(importer, tmp_path):
+    imp, _ = importer
+    header = OTHER_TABLES[0].read_text(encoding="utf-8").splitlines()[0]
+    first, other = tmp_path / "megatron.csv", tmp_path / "other.csv"
+    first.write_text(header + "\n", encoding="utf-8")
+    good = next(csv.DictReader(OTHER_TABLES[0].open(newline="", encoding="utf-8")))
+    with other.open("w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, fieldnames=list(good))
+        w.writeheader()
+        w.writerows([dict(good, source=f"GitHub {RESERVED} (2024)"), good])
+    out = imp.read_rows([first, other], imp.load_presets())
+    assert [r["id"] for r in out] == ["PUB-0001"]
+    assert out[0]["framework"] == "fsdp"
+
+
+def test_the_committed_other_stack_rows_are_what_the_importer_makes(importer, rows):
+    imp, stacks = importer
+    preset_table = imp.load_presets()
+    inputs = [r for path in OTHER_TABLES for r in csv.DictReader(path.open(newline="", encoding="utf-8"))]
+    made = [stacks.StackRow(MEGATRON_ROWS + i, r, preset_table).build() for i, r in enumerate(inputs)]
+    assert made == rows[MEGATRON_ROWS:]
+
+
+def test_hand_checked_normalizations(rows):
+    by_id = {r["id"]: r for r in rows}
+    fms_7b = by_id["PUB-0902"]  # fms-fsdp 7B, HSDP within 8-GPU nodes, 128 A100 at 400 Gbps per node
+    assert (fms_7b["framework"], fms_7b["system"], fms_7b["dp"], fms_7b["fsdp"]) == ("fsdp", "dgx-a100", "128", "8")
+    assert fms_7b["gbs"] == "256" and "network=400gbps-per-node" in fms_7b["parse_notes"]
+    internevo = by_id["PUB-0959"]  # ZeRO-1 within groups of 8: optimizer sharded, parameters not
+    assert internevo["fsdp"] == "0" and "zero_group=8" in internevo["parse_notes"]
+    azure = by_id["PUB-0995"]  # TFLOP/s with the recompute term counted: not a model-FLOP metric
+    assert azure["model_tflops_per_gpu"] == "204.49" and azure["metric"] == ""
+    ring = [r for r in rows if "cp_kind=ring-zigzag" in r["parse_notes"]]
+    assert {(r["cp"], r["dp"], r["fsdp"]) for r in ring} == {("8", "1", "8")}  # ZeRO-3 spans dp x cp
+    assert {r["precision"] for r in rows if r["precision_raw"] == "TE bf16"} == {"bf16"}
