@@ -443,7 +443,7 @@ def test_the_uncalibrated_interval_widens_where_the_gpu_efficiency_rests_on_few_
     h100, gb300, b200, a100 = (
         uncalibrated_log_sd(g) for g in ("h100-sxm5-80gb", "gb300", "b200-sxm-180gb", "a100-sxm4-80gb")
     )
-    assert UNCALIBRATED_LOG_SD < h100 < gb300 < a100 < b200  # 17 dev groups, 4, none, another system's
+    assert UNCALIBRATED_LOG_SD < h100 < a100 < gb300 < b200  # 17 dev groups, 5, 4, another system's
 
 
 def test_runs_far_from_the_prior_widen_it():
@@ -526,15 +526,20 @@ def test_the_uncalibrated_spreads_are_the_dev_splits():
     from collections import defaultdict
 
     from shardwise.analyses import calibration_validation as cv
+    from shardwise.analyses.loso import FIT_STACKS
     from shardwise.calibration import spreads
 
     dev = [r for r in cv.public_runs() if r.split == "dev"]
-    t = fitting.Evaluator([r.scenario for r in dev]).step_s({})[0]
-    e = np.log(t / np.array([r.measured_step_s for r in dev]))
-    assert float(np.sqrt(np.mean(e**2))) == pytest.approx(spreads.UNCALIBRATED_LOG_SD, abs=0.001)
+    megatron = [r for r in dev if r.scenario.plan.framework == "megatron-core"]
+    t = fitting.Evaluator([r.scenario for r in megatron]).step_s({})[0]
+    e = np.log(t / np.array([r.measured_step_s for r in megatron]))
+    # measured before the A100's sustained efficiency was fitted (no dev row is on an A100): the floor
+    # of every stack's spread
+    assert float(np.sqrt(np.mean(e**2))) == pytest.approx(spreads.UNCALIBRATED_LOG_SD, abs=0.003)
     per_gpu: dict[str, set[str]] = defaultdict(set)
     for r in dev:
-        per_gpu[r.scenario.cluster.gpu.name].add(r.group)
+        if r.scenario.plan.framework in FIT_STACKS:
+            per_gpu[r.scenario.cluster.gpu.name].add(r.group)
     assert {gpu: len(g) for gpu, g in per_gpu.items()} == spreads.FITTED_GROUPS
 
 

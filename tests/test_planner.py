@@ -327,7 +327,7 @@ def test_the_planner_confirms_its_best_plans_with_the_simulator():
     scn = Scenario(model, cluster, Plan(pp=2, dp=8, global_batch=256, schedule="interleaved", vpp=8, zero_stage=1))
     closed = float(estimate_training_step(scn).step_time_s)
     simulated = float(simulate_training_step(scn).estimate.step_time_s)
-    assert simulated > 1.05 * closed  # the send chain the closed form misses
+    assert simulated > 1.02 * closed  # the send chain the closed form misses
 
     result = search(model, cluster, 256, SearchSpace(pp=(2,), vpp=(8,), schedule=("interleaved",), zero_stage=(1,)))
     best = result.ranked(1)[0]

@@ -33,7 +33,11 @@ def test_thin_and_shallow_and_unbalanced():
     assert REPORTS["thin-layers"].numbers["tp_over_pp_h512"] > 1 > REPORTS["thin-layers"].numbers["tp_over_pp_h16384"]
     assert REPORTS["shallow-model"].numbers["pp_over_tp_batch1"] > 1
     u = REPORTS["unbalanced-layers"].numbers
-    assert u["pp_equal_k10_s"] > u["tp_k10_s"] > u["pp_rebalanced_k10_s"]
+    # the heavy layer slows PP's equal stages past TP; re-cutting the stages recovers most of it
+    # (whether it then beats TP depends on the GPU's efficiency: on the A100 at its sustained value,
+    # TP keeps a 6% edge)
+    assert u["pp_equal_k10_s"] > max(u["tp_k10_s"], u["pp_rebalanced_k10_s"])
+    assert u["pp_rebalanced_k10_s"] - u["tp_k10_s"] < 0.5 * (u["pp_equal_k10_s"] - u["tp_k10_s"])
 
 
 def test_ttft_is_lower_with_tp_on_nvlink():

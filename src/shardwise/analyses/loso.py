@@ -4,7 +4,8 @@
 What is fitted, and how (the same procedure that made the shipped constants, `FIT_PROCEDURE`):
 each GPU with public runs gets one sustained matmul-efficiency scale (the power limit's clock,
 `tools/fit_efficiency.py`), chosen so that the median signed step-time error of its dev rows
-where compute is at least `COMPUTE_SHARE` of the step is zero; GPUs on the same silicon take
+where compute is at least `COMPUTE_SHARE` of the step is zero, over the stacks in `FIT_STACKS`
+(the others are predicted, never fitted); GPUs on the same silicon take
 their sibling's scale (`calibration.spreads.FITTED_FROM`); a GPU whose dev rows span fewer than
 `MIN_GROUPS` groups keeps its microbenchmark value (scale 1). Nothing else is fitted to the public
 runs: every other constant comes from a datasheet, a paper or a microbenchmark.
@@ -33,16 +34,23 @@ from shardwise.analyses import public_validation as pv
 from shardwise.calibration.spreads import FITTED_FROM, Z80
 
 # The scales shipped in presets/gpus.yaml (tools/fit_efficiency.py on the dev split): a GPU's
-# microbenchmark efficiency (MAMF x 0.978) is the preset's value over its scale.
-SHIPPED_SCALES = {"h100-sxm5-80gb": 0.87, "gb200": 0.69, "gb300": 0.99}
+# microbenchmark efficiency (MAMF x 0.978) is the preset's value over its scale; a GPU not listed
+# ships its microbenchmark value (scale 1).
+SHIPPED_SCALES = {"h100-sxm5-80gb": 0.865, "gb200": 0.685, "gb300": 0.99, "a100-sxm4-80gb": 0.74}
 GRID = np.round(np.arange(0.50, 1.3001, 0.005), 4)
 COMPUTE_SHARE = 0.85  # rows mostly compute measure the GPU (tools/fit_efficiency.py)
+# The stacks whose rows set a GPU's scale: those whose kernels the model prices as their code runs
+# them, fused CUDA kernels (Transformer Engine, Apex, flash-attn's fused ops) issued by PyTorch.
+# XLA programs (MaxText, Paxml) and eager PyTorch (FSDP, FSDP2, torchtitan, DeepSpeed on Hugging
+# Face models) are priced but never fitted: what their kernels cost is the compiler's or the
+# dispatcher's physics, not the GPU's clock, and a scale fitted on them would carry it to every stack.
+FIT_STACKS = ("megatron-core", "megatron-deepspeed", "internevo", "flash-attn-trainer", "nanotron")
 MIN_GROUPS = 2
 # An 80% interval of ±40% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = math.log(1.4) / Z80
 FIT_PROCEDURE = (
-    "per-GPU sustained matmul-efficiency scale: median dev error zero over rows >= 85% compute "
-    "(tools/fit_efficiency.py); siblings take it"
+    "per-GPU sustained matmul-efficiency scale: median dev error zero over the rows >= 85% compute of "
+    "the fused-kernel stacks (tools/fit_efficiency.py); siblings take it"
 )
 
 STACK_NAMES = {
@@ -53,6 +61,7 @@ STACK_NAMES = {
     "nemo-automodel": "NeMo Automodel (FSDP2)",
     "hf-transformers": "Hugging Face Transformers",
     "torchtitan": "torchtitan",
+    "torchtitan-compile": "torchtitan (compiled)",
     "fsdp": "PyTorch FSDP",
     "deepspeed": "DeepSpeed",
 }
@@ -70,20 +79,19 @@ class Priced:
     compute_share: float
 
     def at(self, scales: dict[str, float]) -> float:
-        if not self.fitted_gpu:
-            return self.row.predicted_step_s
         return float(np.interp(scales.get(self.fitted_gpu, 1.0), GRID, self.grid_s))
 
 
 def stack_of(raw: dict[str, str]) -> str:
-    return raw.get("framework") or "unknown"
+    """The framework preset that prices the row (its compiled variant where the source says so)."""
+    from shardwise.analyses.public_stacks import execution
+
+    return execution(raw)[0]
 
 
 def _fitted_gpu(gpu: str) -> str:
-    if gpu in SHIPPED_SCALES:
-        return gpu
-    parent = FITTED_FROM.get(gpu, "")
-    return parent if parent in SHIPPED_SCALES else ""
+    """The GPU whose scale applies to `gpu`: its own, or its sibling's on the same silicon."""
+    return FITTED_FROM.get(gpu, gpu)
 
 
 @cache
@@ -105,7 +113,7 @@ def priced_rows() -> tuple[Priced, ...]:
         share = float(est.breakdown.compute_s) / float(est.step_time_s)
         grid = np.full(GRID.shape, r.predicted_step_s)
         if fitted:
-            s = GRID / SHIPPED_SCALES[fitted]
+            s = GRID / SHIPPED_SCALES.get(fitted, 1.0)
             g = gpu.with_(  # an efficiency cannot pass 1: the grid's top end saturates there
                 matmul_efficiency=np.minimum(gpu.matmul_efficiency * s, 1.0),
                 matmul_efficiency_fp8=np.minimum(gpu.matmul_efficiency_fp8 * s, 1.0),
@@ -120,7 +128,8 @@ def fit_scales(rows: list[Priced]) -> dict[str, float]:
     """The fitting procedure on `rows` (their dev split): one scale per fitted GPU."""
     by_gpu: dict[str, list[Priced]] = defaultdict(list)
     for p in rows:
-        if p.row.split == "dev" and p.gpu in SHIPPED_SCALES:
+        # siblings take the scale, never set it; only the stacks in FIT_STACKS set it
+        if p.row.split == "dev" and p.gpu == p.fitted_gpu and p.stack in FIT_STACKS:
             by_gpu[p.gpu].append(p)
     scales: dict[str, float] = {}
     for gpu, all_rows in by_gpu.items():
@@ -133,7 +142,7 @@ def fit_scales(rows: list[Priced]) -> dict[str, float]:
         grids = np.stack([p.grid_s for p in chosen])  # rows x scales
         median = np.median(grids / measured[:, None] - 1.0, axis=0)  # falls as the scale grows
         scales[gpu] = float(GRID[int(np.argmin(np.abs(median)))])
-    return {g: scales.get(g, 1.0) for g in SHIPPED_SCALES}
+    return {g: scales.get(g, 1.0) for g in sorted({*SHIPPED_SCALES, *by_gpu})}
 
 
 @dataclass(frozen=True)

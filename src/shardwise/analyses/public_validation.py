@@ -35,7 +35,7 @@ from importlib import resources
 
 import numpy as np
 
-from shardwise.analyses import public_moe
+from shardwise.analyses import public_moe, public_stacks
 from shardwise.errors import SpecError
 from shardwise.physics.lora import DEFAULT_RANK
 
@@ -91,7 +91,10 @@ def source_of(row: dict[str, str]) -> str:
     ):
         if key in src:
             return name
-    return src.split(" ")[0]
+    words = src.split(" ")
+    if words[0] == "GitHub" and len(words) > 1:  # the repository that published it
+        return words[1]
+    return words[0]
 
 
 def _int(value: str, default: int | None = None) -> int | None:
@@ -149,16 +152,17 @@ def skip_reason(row: dict[str, str]) -> str:
         return f"{row['architecture_note']} (not modelled)"
     if row["workload"] not in ("pretrain", "sft", "lora"):
         return f"workload {row['workload']!r} is not a training step"
-    if row["framework"] != "megatron-core":
-        return f"framework {row['framework']!r} has no --framework preset"
+    stack = public_stacks.skip_reason(row)
+    if stack:
+        return stack
     if not row["model"] or not row["system"]:
         return "model or system not known to shardwise"
     if row["moe"] == "yes" and not _int(row["ep"]):
         return "layout incomplete"
     if row["precision"] == "nvfp4":
         return "NVFP4 training is not modelled"
-    if row["precision"] not in ("bf16", "fp8", "mxfp8"):
-        return "precision not stated"
+    if row["precision"] not in ("bf16", "fp16", "fp8", "mxfp8"):
+        return "precision not stated" if not row["precision"] else f"precision {row['precision']!r} not modelled"
     if any(_int(row[k]) is None for k in ("tp", "pp", "dp", "mbs", "gbs", "seq_len", "layers", "num_gpus")):
         return "layout incomplete"
     if (_int(row["pp"]) or 1) > 1 and _int(row["vp"]) is None:  # the pipeline's schedule is unknown
@@ -186,14 +190,25 @@ def scenario_for(row: dict[str, str]):
     base = presets.system(row["system"])
     per_node = min(_gpus_per_node(base.gpus_per_node, n), n)
     cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
+    stated = public_stacks.network(row)
+    if stated is not None and cluster.nodes > 1:
+        from shardwise.loaders import per_gpu_nic
+
+        link, nics = stated
+        cluster = cluster.with_(inter_node_link=per_gpu_nic(presets.link(link), nics, base.gpus_per_node))
+    preset, kernels = public_stacks.execution(row)
     tp, pp, vp = int(row["tp"]), int(row["pp"]), _int(row["vp"], 1) or 1
     rc = row["recompute"] or "none"
     recompute = "full" if rc.startswith("full") else ("selective" if rc.startswith("selective") else "none")
-    fsdp = (_int(row["fsdp"], 0) or 0) > 0
+    flags = framework_flags(preset, tp > 1)
+    zero = public_stacks.zero_stage(
+        row, 1 if row["framework"] == "megatron-core" else int(presets.framework(preset)["zero_stage"])
+    )
+    dp = int(row["dp"])
     plan = Plan(
         tp=tp,
         pp=pp,
-        dp=int(row["dp"]),
+        dp=dp,
         cp=_int(row["cp"], 1) or 1,
         global_batch=int(row["gbs"]),
         micro_batch=int(row["mbs"]),
@@ -201,13 +216,13 @@ def scenario_for(row: dict[str, str]):
         schedule="interleaved" if vp > 1 else "1f1b",
         recompute=recompute,
         sequence_parallel=tp > 1,
-        zero_stage=3 if fsdp else 1,
+        zero_stage=zero if dp * (_int(row["cp"], 1) or 1) > 1 else 0,
         precision=row["precision"],
         ep=_int(row["ep"], 1) or 1,
         etp=public_moe.expert_tp(row) if row["moe"] == "yes" else 0,
         moe_dispatcher=public_moe.dispatcher(row) if row["moe"] == "yes" else "alltoall",
         lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
-        **framework_flags("megatron-core", tp > 1),
+        **{**flags, **kernels},
     )
     return Scenario(model, cluster, plan)
 

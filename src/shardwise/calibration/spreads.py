@@ -16,8 +16,9 @@ UNCALIBRATED_LOG_SD = 0.063
 # another system: H200 from H100, B200 from GB200) or was not fitted on these runs at all (A100's
 # comes from Korthikanti et al. 2022 Table 4, the others' from microbenchmarks) one whole more.
 BETWEEN_GROUPS_LOG_SD = 0.049
-FITTED_GROUPS = {"h100-sxm5-80gb": 17, "gb200": 7, "gb300": 4}  # dev groups per fitted GPU
+FITTED_GROUPS = {"h100-sxm5-80gb": 17, "gb200": 7, "gb300": 4, "a100-sxm4-80gb": 5}  # dev groups per fitted GPU
 FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, same silicon"
+    "a100-sxm4-40gb": "a100-sxm4-80gb",
     "h200-sxm-141gb": "h100-sxm5-80gb",
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "b200-sxm-180gb": "gb200",
@@ -47,7 +48,14 @@ SERVING_LOG_SD = 0.104
 # that run's source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "megatron-core": (0.0645, 397, 3),
+    "flash-attn-trainer": (0.0596, 5, 1),
+    "fsdp": (0.1521, 10, 1),
+    "fsdp2": (0.1328, 2, 1),
+    "internevo": (0.1292, 54, 1),
+    "maxtext": (0.2055, 38, 3),
+    "megatron-core": (0.0643, 397, 3),
+    "paxml": (0.3620, 36, 2),
+    "torchtitan-compile": (0.6468, 12, 1),
 }
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625

@@ -1,0 +1,113 @@
+"""The public runs of stacks other than Megatron-Core: which framework preset runs each, what its
+notes say about the kernels (torch.compile, the attention kernel, the checkpointing policy) and the
+network between its servers.
+
+Each rule reads what the source states (the importer's `parse_notes`, `key=value;` pairs: see
+data/PUBLIC_RUNS.md); a row whose source does not state what the model needs is skipped with the
+reason, never guessed. Nothing here is fitted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# framework column -> framework preset (presets/frameworks.yaml)
+PRESETS = {
+    "megatron-core": "megatron-core",
+    "megatron-deepspeed": "megatron-deepspeed",
+    "fsdp": "fsdp",
+    "fsdp2": "fsdp2",
+    "torchtitan": "torchtitan",
+    "deepspeed": "deepspeed",
+    "internevo": "internevo",
+    "colossalai": "colossalai",
+    "paxml": "paxml",
+    "maxtext": "maxtext",
+    "flash-attn-trainer": "flash-attn-trainer",
+}
+# torch.compile fuses the element-wise chains (TorchInductor): the stack's compiled variant
+COMPILED = {"torchtitan": "torchtitan-compile"}
+# the network between servers as the source states it: (link preset, NICs per server); each
+# per-server figure is the sum over its NICs
+NETWORKS = {
+    "400gbps-per-node": ("roce-400g", 1.0),  # IBM's A100 cluster (fms-fsdp README): 400 Gb/s per node
+    "800gbps-per-node": ("roce-400g", 2.0),  # IBM's H100 cluster: 800 Gb/s per node
+    "4x100g-roce-per-node": ("eth-100g", 4.0),  # InternEvo's A100 cluster: 4 x 100 Gb/s RoCE
+    "azure-ndm-a100-v4-8x200g-hdr-ib": ("ib-hdr", 8.0),  # Azure NDm A100 v4: 8 x 200 Gb/s HDR InfiniBand
+    # GCP A3 (H100): GPUDirect-TCPX over 4 x 200 Gb/s NICs per VM (Google Cloud A3 documentation):
+    # taken as 800 Gb/s of RoCE, an upper bound for TCP
+    "gcp-a3-tcpx": ("roce-400g", 2.0),
+}
+CHECKPOINTING_NOT_MODELLED = {
+    "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp) is not modelled",
+    "on-mode-not-stated": "activation checkpointing on, its mode not stated",
+}
+
+
+def notes(row: dict[str, str]) -> dict[str, str]:
+    """The `key=value` pairs of a row's parse notes."""
+    out = {}
+    for part in row.get("parse_notes", "").split(";"):
+        key, sep, value = part.partition("=")
+        key = key.strip()
+        if sep and key.replace("_", "").isalnum():
+            out[key] = value.strip()
+    return out
+
+
+def skip_reason(row: dict[str, str]) -> str:
+    """Why the model cannot price this row's stack as stated (empty: it can)."""
+    fw = row["framework"]
+    if fw not in PRESETS:
+        return f"framework {fw!r} has no --framework preset"
+    n = notes(row)
+    if n.get("ac") in CHECKPOINTING_NOT_MODELLED:
+        return CHECKPOINTING_NOT_MODELLED[n["ac"]]
+    if n.get("offload"):
+        return f"offload to the host ({n['offload']}) is not modelled"
+    if n.get("network") and n["network"] not in NETWORKS:
+        return f"network {n['network']!r} has no link preset"
+    if n.get("zero") == "not-stated" and fw == "deepspeed":
+        return "ZeRO stage not stated"
+    return ""
+
+
+def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    """(framework preset, Plan keyword arguments that the row's notes change)."""
+    fw, n = row["framework"], notes(row)
+    preset = PRESETS[fw]
+    compiled = n.get("compile") == "on"
+    if compiled and fw in COMPILED:
+        preset = COMPILED[fw]
+    out: dict[str, Any] = {}
+    if compiled:
+        out["eager_kernels"] = False
+    attention = n.get("attention", "")
+    if attention == "no-flash":
+        out["flash_attention"] = False
+    elif attention == "cudnn-flash-te" or n.get("te") == "on":
+        out["attention_kernel"] = "fused"
+    elif attention in ("sdpa-flash2", "flash-attn"):
+        out["attention_kernel"] = "flash2"
+    if n.get("ac") == "selective-op":
+        out["selective_policy"] = "op"
+    return preset, out
+
+
+def zero_stage(row: dict[str, str], default: int) -> int:
+    """The optimizer sharding the row states: `zero=N`, or full sharding (FSDP, ZeRO-3) over its
+    `fsdp` ranks; else the preset's default."""
+    n = notes(row)
+    if n.get("zero", "").isdigit():
+        return int(n["zero"])
+    try:
+        if int(float(row.get("fsdp") or 0)) > 0:
+            return 3
+    except ValueError:
+        pass
+    return default
+
+
+def network(row: dict[str, str]) -> tuple[str, float] | None:
+    """(link preset, NICs per server) of the row's stated network, or None (the system's)."""
+    return NETWORKS.get(notes(row).get("network", ""))

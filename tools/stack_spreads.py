@@ -1,0 +1,21 @@
+"""Print each software stack's uncalibrated interval spread (`calibration.spreads.STACK_LOG_SD`):
+the root mean square of ln(predicted / measured) over its published runs, each predicted by the
+model fitted without that run's source (`analyses.loso`, leave one source out).
+
+    python tools/stack_spreads.py        # paste the dict into src/shardwise/calibration/spreads.py
+"""
+
+from __future__ import annotations
+
+from shardwise.analyses import loso
+
+
+def main() -> None:
+    print("STACK_LOG_SD: dict[str, tuple[float, int, int]] = {")
+    for stack, (sd, runs, sources) in loso.shipped_stack_spreads().items():
+        print(f'    "{stack}": ({sd:.4f}, {runs}, {sources}),')
+    print("}")
+
+
+if __name__ == "__main__":
+    main()
