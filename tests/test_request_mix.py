@@ -51,8 +51,8 @@ def test_sharegpt_draws_repeat_with_a_seed_and_keep_the_benchmarks_filter():
 def test_sharegpt_means_are_the_published_benchmark_means():
     """mu was solved so that the filtered means are the benchmarks' 224 and 198 tokens."""
     i, o = sample_lengths(SHAREGPT, 400_000, seed=1)
-    assert i.mean() == pytest.approx(SHAREGPT_MEAN_INPUT_TOKENS, rel=0.02)
-    assert o.mean() == pytest.approx(SHAREGPT_MEAN_OUTPUT_TOKENS, rel=0.02)
+    assert i.mean() == pytest.approx(SHAREGPT_MEAN_INPUT_TOKENS, rel=0.01)
+    assert o.mean() == pytest.approx(SHAREGPT_MEAN_OUTPUT_TOKENS, rel=0.01)
     assert np.median(i) < i.mean() and np.median(o) < o.mean()  # long right tails
 
 

@@ -22,8 +22,8 @@ from shardwise.specs.request_mix import RequestMix
 
 LENGTH_STREAM = 1  # the generator of lengths: default_rng([seed, LENGTH_STREAM])
 # Pairs drawn to summarise a mix (its means, the context decode sees): the mean of a ShareGPT draw
-# of this many is within about 1% of the mix's.
-SUMMARY_DRAWS = 20_000
+# of this many is within about 0.5% of the mix's.
+SUMMARY_DRAWS = 100_000
 MAX_REJECTION_ROUNDS = 200
 
 

@@ -82,16 +82,16 @@ class RequestMix:
 #   paper published them (Kwon et al. 2023; artifact sosp-ae-39/sosp-ae-astra,
 #   datasets/sharegpt_opt_text_completion_length.pkl, 84,226 pairs, OPT tokenizer): 1.72 for prompts,
 #   1.16 for replies;
-# - mu such that, after the filter, the means are 224 and 198 (solved once on 4 million draws):
-#   medians then 129 and 109 tokens, p99 964 and 1,335 (tests/test_request_mix.py checks the means).
+# - mu such that, after the filter (both directions together), the means are 224 and 198 (solved
+#   once on 4 million draws): medians then 129 and 111 tokens, p99 964 and 1,264, 83% of the draws
+#   kept (tests/test_request_mix.py checks the means).
 SHAREGPT_MEAN_INPUT_TOKENS = 224.0
 SHAREGPT_MEAN_OUTPUT_TOKENS = 198.1
 SHAREGPT = RequestMix(
     name="sharegpt",
-    source="ShareGPT as vLLM's and SGLang's benchmarks sample it: log-normal, mean 224 prompt and 198 new tokens "
-    "(sglang#2805), spread of the vLLM paper's ShareGPT lengths",
-    input=LogNormal(mu=5.1596, sigma=1.716),
-    output=LogNormal(mu=4.6982, sigma=1.162),
+    source="ShareGPT as vLLM's and SGLang's benchmarks sample it, log-normal: docs/serving.md#request-mixes",
+    input=LogNormal(mu=5.1702, sigma=1.716),
+    output=LogNormal(mu=4.7225, sigma=1.162),
     min_tokens=4,
     max_input_len=1024,
     max_total_len=2048,
