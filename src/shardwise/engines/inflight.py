@@ -6,12 +6,14 @@ decodes one token; the token budget left (`max_batched_tokens` minus the decodin
 prefills waiting prompts first come, first served, in chunks; a prompt's last chunk gives its
 first token. A request is admitted when a sequence slot is free and the KV cache can hold its
 prompt and all its output (TensorRT-LLM's default `GUARANTEED_NO_EVICT` capacity policy: nothing
-is preempted), rounded up to whole blocks of `KV_BLOCK_TOKENS`.
+is preempted), rounded up to whole blocks of `KV_BLOCK_TOKENS`. Lengths are the workload's for
+every request, or drawn per request from a `RequestMix` (`engines.request_mix`); then each
+request reserves its own blocks, and the queue waits while the next one does not fit.
 
 Traffic is either a closed loop (`users` requests always in flight: each finished request is
 replaced at once, as `vllm bench serve --max-concurrency` or `genai-perf --concurrency` drive a
 server; `--max-throughput` is the closed loop at the KV cache's capacity) or an open loop of
-Poisson arrivals at `rate_per_s` (a seeded generator, so runs repeat). Percentiles of TTFT, TPOT
+arrivals at `rate_per_s`, Poisson or gamma gaps of vLLM's burstiness (seeded, so runs repeat). Percentiles of TTFT, TPOT
 and end-to-end latency are over the requests after the first `WARMUP_SHARE`; throughput is the
 tokens generated between the end of the warm-up and the last request issued. Time advances by
 whole iterations and jumps over runs of identical decode-only iterations (no prompt to prefill,
