@@ -4,9 +4,10 @@
 
 Cases: Llama 3 70B on 8 H100 at TP=8, the KV cache kept full (`serve --max-throughput`: about
 2,000 requests in flight, 16,000 simulated); Poisson arrivals at 15 requests/s (1,000 requests);
-and the latency-target search over every plan and precision (`serve --ttft-max 500ms --tpot-max
-50ms`). Each is reported as its median and as a ratio to one numpy pass `a * b + c` over 1e7
-float64, measured in the same run, so that the figures compare across machines.
+the same two with ShareGPT-like lengths drawn per request (`--lengths sharegpt`); and the
+latency-target search over every plan and precision (`serve --ttft-max 500ms --tpot-max 50ms`).
+Each is reported as its median and as a ratio to one numpy pass `a * b + c` over 1e7 float64,
+measured in the same run, so that the figures compare across machines.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from shardwise.analyses.serving_targets import search
 from shardwise.engines.inflight import estimate_inflight
 from shardwise.engines.serving import plan_for_serving
 from shardwise.specs import Scenario
+from shardwise.specs.request_mix import SHAREGPT
 from shardwise.specs.serving import ServingWorkload
 
 MODEL = presets.model("llama3-70b")
@@ -34,6 +36,8 @@ TP8 = Scenario(MODEL, CLUSTER, plan_for_serving(8, 1))
 CASES: dict[str, Callable[[], object]] = {
     "max throughput, TP=8": lambda: estimate_inflight(TP8, WORKLOAD),
     "15 requests/s, TP=8": lambda: estimate_inflight(TP8, WORKLOAD, rate_per_s=15.0),
+    "max throughput, TP=8, ShareGPT": lambda: estimate_inflight(TP8, WORKLOAD, mix=SHAREGPT),
+    "15 requests/s, TP=8, ShareGPT": lambda: estimate_inflight(TP8, WORKLOAD, rate_per_s=15.0, mix=SHAREGPT),
     "targets, 20 plans x precisions": lambda: search(MODEL, CLUSTER, WORKLOAD, 0.5, 0.05),
 }
 

@@ -9,6 +9,7 @@ import numpy as np
 
 from shardwise.engines.serving import MAX_SEQUENCES, ServingEstimate, estimate_serving
 from shardwise.specs import Scenario
+from shardwise.specs.request_mix import RequestMix
 from shardwise.specs.serving import ServingWorkload
 
 MAX_BATCH = MAX_SEQUENCES  # in-flight sequences per replica (engines.serving)
@@ -23,13 +24,18 @@ def at_max_batch(scn: Scenario, wl: ServingWorkload, cap: int = MAX_BATCH) -> Se
 
 
 def frontier_inflight(
-    scn: Scenario, wl: ServingWorkload, loads: np.ndarray = FRONTIER_BATCHES, requests: int = 200
+    scn: Scenario,
+    wl: ServingWorkload,
+    loads: np.ndarray = FRONTIER_BATCHES,
+    requests: int = 200,
+    mix: RequestMix | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`frontier` under in-flight batching: (tokens/s per user = 1 / median TPOT, tokens/s per GPU,
-    requests in flight per replica) for each closed-loop load the KV cache holds."""
+    requests in flight per replica) for each closed-loop load the KV cache holds (of `mix`'s
+    lengths, drawn per request, or `wl`'s)."""
     from shardwise.engines.inflight import Replica, Traffic
 
-    replica = Replica(scn, wl)
+    replica = Replica(scn, wl, mix=mix)
     if replica.table is None:
         return np.array([]), np.array([]), np.array([])
     users = np.asarray([int(u) for u in loads if u <= replica.slots])

@@ -68,49 +68,38 @@ def _label(row: dict[str, str]) -> str:
     return f"{MODELS[row['model']]}, {row['gpu'].split()[0]} TP{row['tp']}, {row['isl']}/{row['osl']} tokens{fp4}"
 
 
+def modelled(row: dict[str, str]) -> bool:
+    """Whether the row's model and GPU have presets."""
+    return row["model"] in MODELS and row["gpu"] in SYSTEMS
+
+
+def predict(row: dict[str, str]) -> tuple[str, str, float]:
+    """(configuration, metric, predicted value) of one measurement (see the module docstring)."""
+    scn = _scenario(row)
+    isl, osl = int(row["isl"]), int(row["osl"])
+    if row["framework"].startswith("FasterTransformer"):
+        wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager")
+        est = estimate_serving(scn, wl)
+        predicted = {
+            "prefill latency": float(est.ttft_s),
+            "decode latency per token": float(est.tpot_s),
+            "total latency": float(est.ttft_s + osl * est.tpot_s),
+        }
+        key = next(k for k in predicted if row["metric"].startswith(k))
+        return _label(row) + ", batch 1, FasterTransformer", f"{key} (ms)", predicted[key] * 1e3
+    weights = WEIGHTS[row["precision"]]
+    est = at_max_batch(scn, ServingWorkload(isl, osl, 1, weights, "fp8", custom_all_reduce="trtllm"))
+    return _label(row) + f", batch {int(est.workload.batch)}", "output tokens/s", float(est.throughput_tokens_per_s)
+
+
 def validate_serving() -> tuple[list[ValidationRow], int]:
     """(rows, how many measurements were left out as not modelled)."""
     out, skipped = [], 0
     for row in inference_rows():
-        if row["model"] not in MODELS or row["gpu"] not in SYSTEMS:
+        if not modelled(row):
             skipped += 1
             continue
-        scn = _scenario(row)
-        isl, osl = int(row["isl"]), int(row["osl"])
+        label, metric, predicted = predict(row)
         source = f"{row['source']}, {row['locator']}"
-        if row["framework"].startswith("FasterTransformer"):
-            wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager")
-            est = estimate_serving(scn, wl)
-            predicted = {
-                "prefill latency": float(est.ttft_s),
-                "decode latency per token": float(est.tpot_s),
-                "total latency": float(est.ttft_s + osl * est.tpot_s),
-            }
-            key = next(k for k in predicted if row["metric"].startswith(k))
-            out.append(
-                ValidationRow(
-                    row["id"],
-                    "inference",
-                    _label(row) + ", batch 1, FasterTransformer",
-                    f"{key} (ms)",
-                    predicted[key] * 1e3,
-                    float(row["value"]),
-                    source,
-                )
-            )
-            continue
-        weights = WEIGHTS[row["precision"]]
-        est = at_max_batch(scn, ServingWorkload(isl, osl, 1, weights, "fp8", custom_all_reduce="trtllm"))
-        batch = int(est.workload.batch)
-        out.append(
-            ValidationRow(
-                row["id"],
-                "inference",
-                _label(row) + f", batch {batch}",
-                "output tokens/s",
-                float(est.throughput_tokens_per_s),
-                float(row["value"]),
-                source,
-            )
-        )
+        out.append(ValidationRow(row["id"], "inference", label, metric, predicted, float(row["value"]), source))
     return out, skipped

@@ -37,6 +37,31 @@ serving_options = _stack(
     ),
     click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request."),
     click.option("--output-len", type=int, default=128, show_default=True, help="Generated tokens per request."),
+    click.option(
+        "--lengths",
+        default="fixed",
+        show_default=True,
+        metavar="fixed|sharegpt|FILE.csv",
+        help="Request lengths (in-flight batching): fixed (every request --input-len and --output-len); sharegpt "
+        "(drawn per request as vLLM's and SGLang's benchmarks sample ShareGPT: mean 224 prompt and 198 new tokens, "
+        "log-normal, within the model's context); or a CSV with columns input_len,output_len (one request per row, "
+        "or a histogram with a count column), drawn with replacement.",
+    ),
+    click.option(
+        "--burstiness",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="With --request-rate: vLLM's burstiness, gaps between arrivals gamma-distributed with coefficient of "
+        "variation 1/sqrt(B): 1 is Poisson, below 1 burstier, above 1 more even.",
+    ),
+    click.option(
+        "--seed",
+        type=click.IntRange(0, 2**32 - 1),
+        default=0,
+        show_default=True,
+        help="Seed of the simulated arrivals and request lengths (a run repeats exactly).",
+    ),
     alias_option(
         "--concurrency",
         "batch",
@@ -175,6 +200,9 @@ def serve(
     plans: tuple[str, ...],
     input_len: int,
     output_len: int,
+    lengths: str,
+    burstiness: float,
+    seed: int,
     batch: int,
     max_throughput: bool,
     request_rate: float | None,
@@ -247,7 +275,14 @@ def serve(
         field, _, rest = text.partition(": ")
         flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
         raise SpecError(f"{flags[field]}: {rest}" if field in flags and rest else str(exc)) from None
-    if ttft_max is not None or tpot_max is not None:
+    from shardwise.cli.serve_mix import check_mix_flags, request_mix
+
+    mix = request_mix(lengths)
+    source = click.get_current_context().get_parameter_source
+    given = any(source(k) is click.core.ParameterSource.COMMANDLINE for k in ("input_len", "output_len"))
+    targets = ttft_max is not None or tpot_max is not None
+    check_mix_flags(mix, burstiness, request_rate, batching, targets, emit, given)
+    if targets:
         from shardwise.cli.serve_targets import run_targets
 
         if emit:
@@ -273,6 +308,8 @@ def serve(
         )
         return
     traffic = _traffic(batching, max_throughput, request_rate, max_batched_tokens, requests)
+    if traffic is not None:
+        traffic.update(mix=mix, seed=seed, burstiness=burstiness)
     rows, invalid = [], []
     for spec in specs:  # one invalid plan does not stop the others
         try:
@@ -300,6 +337,7 @@ def serve(
             stages,
             max(spreads.values()),
             traffic is not None,
+            mix,
         )
     launches = {label: _launch(est, emit, _model_id(options, hf_id)) for label, est in rows} if emit else {}
     if as_json:
@@ -309,8 +347,9 @@ def serve(
             export.dumps(
                 {
                     "workload": {
-                        "input_len": input_len,
-                        "output_len": output_len,
+                        "input_len": input_len if mix is None else None,
+                        "output_len": output_len if mix is None else None,
+                        **_mix_dict(mix, rows, seed, burstiness, traffic),
                         "weight_precision": weight_precision,
                         "kv_precision": kv_precision,
                         "runtime": runtime,
@@ -335,13 +374,24 @@ def serve(
         return
     from shardwise.cli.serve_report import print_estimates
 
-    print_estimates(model, cluster, workload, rows, figure, max_throughput, spreads)
+    print_estimates(model, cluster, workload, rows, figure, max_throughput, spreads, mix)
     for label, hint in hints.items():
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
     for label, reason in invalid:
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
     for label, launch in launches.items():
         click.echo(f"\n{label}:\n{launch['shell']}")
+
+
+def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: float, traffic: Any) -> dict[str, Any]:
+    """The request lengths and arrivals of --json's workload."""
+    if traffic is None:
+        return {"lengths": "fixed"}
+    out: dict[str, Any] = {"lengths": "fixed" if mix is None else mix.name, "seed": seed, "burstiness": burstiness}
+    if mix is not None:
+        est = rows[0][1]
+        out.update(lengths_source=mix.source, mean_input_len=est.mean_input_len, mean_output_len=est.mean_output_len)
+    return out
 
 
 def _frontier(

@@ -15,6 +15,7 @@ def print_estimates(
     figure: Any,
     max_tp: bool,
     spreads: dict[str, tuple[float, str]],
+    mix: Any = None,
 ) -> None:
     from rich import box
     from rich.table import Table
@@ -28,14 +29,14 @@ def print_estimates(
     across = f", {inter.name} across {int(cluster.nodes)} servers" if multi else ""
     out.print(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
-        f"inside a server{across}); {workload.input_len} prompt + {workload.output_len} new tokens per request; "
+        f"inside a server{across}); {_lengths_text(workload, rows, mix)}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
         f"{workload.kv_precision}; runtime {workload.runtime}; "
         + _all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
     )
-    if workload.input_len + workload.output_len > model.seq_len:
+    if mix is None and workload.input_len + workload.output_len > model.seq_len:
         out.print(
             f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
             f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
@@ -118,6 +119,17 @@ def print_estimates(
         out.print(f"figure: {figure}")
 
 
+def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
+    """The requests' lengths: fixed, or the mix with its means and source."""
+    if mix is None:
+        return f"{workload.input_len} prompt + {workload.output_len} new tokens per request"
+    est = rows[0][1]
+    return (
+        f"request lengths {mix.name} (mean {est.mean_input_len:,.0f} prompt + {est.mean_output_len:,.0f} new tokens; "
+        f"{mix.source})"
+    )
+
+
 def _time(seconds: Any) -> str:
     """A time, or '-' where there is none (no decode step with one output token)."""
     from shardwise.units import format_seconds
@@ -158,8 +170,9 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
     from shardwise.units import format_seconds
 
     first = rows[0][1]
+    arrivals = "Poisson arrivals" if first.burstiness == 1.0 else f"gamma arrivals (burstiness {first.burstiness:g})"
     how = (
-        f"Poisson arrivals at {first.request_rate_per_s:g} requests/s"
+        f"{arrivals} at {first.request_rate_per_s:g} requests/s"
         if first.request_rate_per_s is not None
         else (
             f"{first.users} request{'s' if first.users != 1 else ''} always in flight"
@@ -206,6 +219,7 @@ def draw_frontier(
     stages: dict[str, Any] | None = None,
     spread: tuple[float, str] = (0.0, ""),
     inflight: bool = True,
+    mix: Any = None,
 ) -> Any:
     from shardwise import plots
     from shardwise.analyses.serving import frontier, frontier_inflight
@@ -217,16 +231,22 @@ def draw_frontier(
         links.append((f"{second.label} ({second.link.name})", second.link))
     for label, link in links:
         c = cluster.with_(intra_node_link=link)
-        curve = frontier_inflight if inflight else frontier
-        lines = {spec.label: curve(_scenario(model, c, spec, stages), workload) for spec in specs}
+        lines = {
+            spec.label: (
+                frontier_inflight(_scenario(model, c, spec, stages), workload, mix=mix)
+                if inflight
+                else frontier(_scenario(model, c, spec, stages), workload)
+            )
+            for spec in specs
+        }
         panels[label] = {k: v for k, v in lines.items() if v[0].size}
     if not any(panels.values()):
         from shardwise.errors import SpecError
 
         raise SpecError("--plot: no plan fits in memory at any batch; try more GPUs or narrower weights")
     title = (
-        f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: {workload.input_len} in, "
-        f"{workload.output_len} out, "
+        f"{model.name} on {int(cluster.num_gpus)} x {cluster.gpu.name}: "
+        + (f"{workload.input_len} in, {workload.output_len} out, " if mix is None else f"{mix.name} lengths, ")
         + (
             "in-flight batching, 1 to 2048 requests in flight per replica (labels)"
             if inflight

@@ -15,6 +15,7 @@ TABLE_CHOICES = [
     "planner",
     "inference_pcie",
     "collectives",
+    "inference_scaling",
 ]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
@@ -92,7 +93,10 @@ def validate(
     peak);
     planner (only when named): `shardwise plan`'s best plan beside each published run's plan;
     collectives (only when named): the collective model against 230 published nccl-tests and
-    torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split.
+    torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split;
+    inference_scaling (only when named): serving scaling ratios, TP(k)/TP(k/2) on NVLink and TP
+    against a layer split on PCIe, measured against predicted per GPU and link type, with the
+    share of cases whose direction (gain or not) is right.
     """
     if calibrated or plot:
         from shardwise.errors import SpecError
@@ -105,7 +109,7 @@ def validate(
 
         show_calibrated(as_json, markdown, plot, draws)
         return
-    for alone in ("public", "collectives", "planner"):
+    for alone in ("public", "collectives", "planner", "inference_scaling"):
         if alone in tables and len(tables) > 1:
             from shardwise.errors import SpecError
 
@@ -122,6 +126,11 @@ def validate(
         return
     if "planner" in tables:
         _planner(as_json, markdown)
+        return
+    if "inference_scaling" in tables:
+        from shardwise.cli.validate_scaling import show_scaling
+
+        show_scaling(as_json, markdown)
         return
     from shardwise.analyses.validation import mean_absolute_error
 

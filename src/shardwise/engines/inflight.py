@@ -6,12 +6,14 @@ decodes one token; the token budget left (`max_batched_tokens` minus the decodin
 prefills waiting prompts first come, first served, in chunks; a prompt's last chunk gives its
 first token. A request is admitted when a sequence slot is free and the KV cache can hold its
 prompt and all its output (TensorRT-LLM's default `GUARANTEED_NO_EVICT` capacity policy: nothing
-is preempted), rounded up to whole blocks of `KV_BLOCK_TOKENS`.
+is preempted), rounded up to whole blocks of `KV_BLOCK_TOKENS`. Lengths are the workload's for
+every request, or drawn per request from a `RequestMix` (`engines.request_mix`); then each
+request reserves its own blocks, and the queue waits while the next one does not fit.
 
 Traffic is either a closed loop (`users` requests always in flight: each finished request is
 replaced at once, as `vllm bench serve --max-concurrency` or `genai-perf --concurrency` drive a
 server; `--max-throughput` is the closed loop at the KV cache's capacity) or an open loop of
-Poisson arrivals at `rate_per_s` (a seeded generator, so runs repeat). Percentiles of TTFT, TPOT
+arrivals at `rate_per_s`, Poisson or gamma gaps of vLLM's burstiness (seeded, so runs repeat). Percentiles of TTFT, TPOT
 and end-to-end latency are over the requests after the first `WARMUP_SHARE`; throughput is the
 tokens generated between the end of the warm-up and the last request issued. Time advances by
 whole iterations and jumps over runs of identical decode-only iterations (no prompt to prefill,
@@ -27,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.iteration import iteration_table, iteration_times
+from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
 from shardwise.engines.serving import (
     KV_CACHE_FRACTION,
     MAX_SEQUENCES,
@@ -34,8 +37,10 @@ from shardwise.engines.serving import (
     memory_per_gpu,
     serving_scenario,
 )
+from shardwise.errors import SpecError
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Scenario
+from shardwise.specs.request_mix import RequestMix
 from shardwise.specs.serving import ServingWorkload
 
 # vLLM's default KV block (CacheConfig.block_size, 16 tokens on CUDA).
@@ -56,13 +61,22 @@ PERCENTILES = (50, 90, 99)
 
 @dataclass(frozen=True)
 class Traffic:
-    """Per replica: a closed loop of `users` or Poisson arrivals at `rate_per_s`."""
+    """Per replica: a closed loop of `users` or arrivals at `rate_per_s` (Poisson, or gamma gaps of
+    vLLM's `burstiness`: `engines.request_mix.arrival_times`)."""
 
     users: int | None = None
     rate_per_s: float | None = None
     requests: int = SIMULATED_REQUESTS
     seed: int = 0
     rounds: int = 0  # a closed loop runs at least this many requests per user (0: CLOSED_LOOP_ROUNDS)
+    burstiness: float = 1.0
+
+    @property
+    def count(self) -> int:
+        """Requests simulated."""
+        if self.users is None:
+            return self.requests
+        return max(self.requests, (self.rounds or CLOSED_LOOP_ROUNDS) * int(self.users))
 
 
 @dataclass(frozen=True)
@@ -87,52 +101,77 @@ def kv_capacity(free_bytes: float, kv_bytes_per_token: float, input_len: int, ou
     return max(0, int(free_bytes // per_request)) if per_request > 0 else 0
 
 
+def kv_blocks(input_len: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """KV-cache blocks each request reserves at admission: its prompt and all its output."""
+    return -(-(np.asarray(input_len) + np.asarray(output_len)) // KV_BLOCK_TOKENS)
+
+
 def simulate(
     cost_s: Callable[[float, float], float],
-    input_len: int,
-    output_len: int,
+    input_len: int | np.ndarray,
+    output_len: int | np.ndarray,
     capacity: int,
     traffic: Traffic,
     max_batched_tokens: int = MAX_BATCHED_TOKENS,
     max_sequences: int = MAX_SEQUENCES,
+    kv_total_blocks: int | None = None,
 ) -> Simulated:
     """Run the traffic through one replica whose iteration of d decoding sequences and q prompt
-    tokens takes `cost_s(d, q)` seconds (see the module docstring)."""
+    tokens takes `cost_s(d, q)` seconds (see the module docstring). Lengths are one for every
+    request (ints) or one per request (arrays of `traffic.count`); with arrays, `kv_total_blocks`
+    (the KV cache in blocks) admits a request only while its blocks fit beside those running."""
     if capacity < 1:
         raise ValueError("no request fits the KV cache")
     slots = min(capacity, max_sequences)
     closed = traffic.users is not None
-    rounds = traffic.rounds or CLOSED_LOOP_ROUNDS
-    n = traffic.requests if not closed else max(traffic.requests, rounds * int(traffic.users))
+    n = traffic.count
+    mixed = np.ndim(input_len) > 0
+    if mixed:
+        inputs, outputs = np.asarray(input_len, dtype=np.int64), np.asarray(output_len, dtype=np.int64)
+        if inputs.shape != (n,) or outputs.shape != (n,):
+            raise ValueError(f"per-request lengths must hold {n} requests")
+        mean_in, mean_out = float(inputs.mean()), float(outputs.mean())
+        blocks = kv_blocks(inputs, outputs) if kv_total_blocks is not None else None
+        if blocks is not None and int(blocks.max()) > kv_total_blocks:
+            raise ValueError("a request needs more KV cache than the replica has")
+    else:
+        mean_in, mean_out, blocks = input_len, output_len, None
+    free = kv_total_blocks if blocks is not None else 0
     arrival = np.full(n, np.inf)
     if closed:
         # the users start spread over one request's lifetime at full load, not all at once: a
         # burst would stay in step (equal lengths) and never reach the steady state
         issued = min(int(traffic.users), n)
-        running = min(issued, slots)
-        life = output_len * cost_s(running, min(max_batched_tokens, running * input_len / max(output_len, 1)))
+        held = slots if blocks is None else min(slots, int(kv_total_blocks // float(np.mean(blocks))))
+        running0 = min(issued, held)
+        life = mean_out * cost_s(running0, min(max_batched_tokens, running0 * mean_in / max(mean_out, 1)))
         arrival[:issued] = np.linspace(0.0, life, issued, endpoint=False)
     else:
-        rng = np.random.default_rng(traffic.seed)
-        arrival = np.cumsum(rng.exponential(1.0 / float(traffic.rate_per_s), n))
+        arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
         issued = n
-    prompt_left = np.full(n, input_len, dtype=np.int64)
-    decode_left = np.full(n, output_len - 1, dtype=np.int64)
+    prompt_left = inputs.copy() if mixed else np.full(n, input_len, dtype=np.int64)
+    decode_left = outputs - 1 if mixed else np.full(n, output_len - 1, dtype=np.int64)
     admitted, first, done = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    running: list[int] = []
+    running = np.zeros(0, dtype=np.int64)  # admitted, not finished, in admission order
     nxt = finished = iterations = 0
     t = tokens = 0.0
     clock, produced = [0.0], [0.0]  # (time, tokens generated) after each step
     busy = running_area = decode_area = prompt_area = 0.0
     while finished < n:
-        while nxt < issued and arrival[nxt] <= t and len(running) < slots:
-            running.append(nxt)
-            admitted[nxt] = t
-            nxt += 1
-        if not running:
+        if nxt < issued and arrival[nxt] <= t and len(running) < slots:  # admit, first come first served
+            end = min(issued, nxt + slots - len(running))
+            come = arrival[nxt:end] <= t  # the first not yet arrived stops the queue (not sorted: closed loops)
+            k = len(come) if come.all() else int(come.argmin())
+            if blocks is not None:  # ... while the KV cache holds the next one
+                k = int(np.searchsorted(np.cumsum(blocks[nxt : nxt + k]), free, side="right"))
+                free -= int(blocks[nxt : nxt + k].sum())
+            admitted[nxt : nxt + k] = t
+            running = np.concatenate([running, np.arange(nxt, nxt + k)])
+            nxt += k
+        if not len(running):
             t = float(arrival[nxt])
             continue
-        ids = np.asarray(running)
+        ids = running
         left = prompt_left[ids]
         decoding = ids[left == 0]
         d = len(decoding)
@@ -147,7 +186,8 @@ def simulate(
         steps = 1
         if q == 0:  # decode only: jump to the next finish or admission
             steps = int(decode_left[decoding].min()) if d else 1
-            if nxt < issued and len(running) < slots and np.isfinite(arrival[nxt]):
+            admissible = nxt < issued and len(running) < slots and (blocks is None or blocks[nxt] <= free)
+            if admissible and np.isfinite(arrival[nxt]):
                 steps = min(steps, max(1, math.ceil((arrival[nxt] - t) / dt)))
             steps = max(steps, 1)
         t += steps * dt
@@ -166,12 +206,14 @@ def simulate(
         tokens += made
         clock.append(t)
         produced.append(tokens)
-        ended = ids[(prompt_left[ids] == 0) & (decode_left[ids] <= 0) & ~np.isnan(first[ids])]
-        if len(ended):
+        over = (prompt_left[ids] == 0) & (decode_left[ids] <= 0) & ~np.isnan(first[ids])
+        if over.any():
+            ended = ids[over]
             done[ended] = t
-            gone = set(ended.tolist())
-            running = [i for i in running if i not in gone]
+            running = ids[~over]
             finished += len(ended)
+            if blocks is not None:
+                free += int(blocks[ended].sum())
             if closed:
                 fresh = min(len(ended), n - issued)
                 arrival[issued : issued + fresh] = t
@@ -180,7 +222,11 @@ def simulate(
     measured = slice(start, n)
     ttft = first[measured] - arrival[measured]
     # one output token: no decode step, no time per output token
-    tpot = (done[measured] - first[measured]) / (output_len - 1) if output_len > 1 else np.full(n - start, np.nan)
+    if mixed:
+        steps_out = outputs[measured] - 1.0
+        tpot = np.where(steps_out > 0, (done[measured] - first[measured]) / np.maximum(steps_out, 1.0), np.nan)
+    else:
+        tpot = (done[measured] - first[measured]) / (output_len - 1) if output_len > 1 else np.full(n - start, np.nan)
     t0 = float(done[np.argsort(done)[start]]) if closed else float(arrival[start])
     t1 = float(arrival[n - 1]) if not closed else float(np.max(arrival[np.isfinite(arrival)]))
     clock_a, produced_a = np.asarray(clock), np.asarray(produced)
@@ -204,7 +250,8 @@ def simulate(
 class InflightEstimate(ServingEstimate):
     """A `ServingEstimate` under in-flight batching: TTFT, TPOT and latency are medians over the
     simulated requests (percentiles in `percentiles_s`), the memory that of the mean load;
-    `max_batch` is how many requests the KV cache holds at once."""
+    `max_batch` is how many requests the KV cache holds at once (of the mix's mean length). Under
+    a request mix the workload's lengths are the mix's means, rounded."""
 
     users: int | None = None  # closed loop (None with a request rate; None and no rate: capacity)
     request_rate_per_s: float | None = None
@@ -215,6 +262,10 @@ class InflightEstimate(ServingEstimate):
     percentiles_s: dict[str, dict[str, float]] | None = None
     simulated_requests: int = 0
     batching: str = "inflight"
+    lengths: str = "fixed"  # the request mix's name ("fixed": every request the workload's lengths)
+    mean_input_len: float = float("nan")
+    mean_output_len: float = float("nan")
+    burstiness: float = 1.0
 
     @property
     def fits_in_memory(self) -> bool:  # requests beyond the KV cache wait; one must fit
@@ -235,37 +286,84 @@ def percentiles(values: np.ndarray) -> dict[str, float]:
 
 class Replica:
     """One replica of `scn` serving `wl` in flight: its KV capacity and iteration costs, prepared
-    once; `run` simulates traffic on it."""
+    once; `run` simulates traffic on it. With a request `mix` the lengths are drawn per request
+    (truncated to the model's context, `engines.request_mix`), the KV cache admits requests by
+    their own blocks, and the iteration cost is priced, as with fixed lengths, on one grid: for
+    the mix's mean prompt and the mean context decode reads (`MixSummary`)."""
 
-    def __init__(self, scn: Scenario, wl: ServingWorkload, max_batched_tokens: int = MAX_BATCHED_TOKENS) -> None:
+    def __init__(
+        self,
+        scn: Scenario,
+        wl: ServingWorkload,
+        max_batched_tokens: int = MAX_BATCHED_TOKENS,
+        mix: RequestMix | None = None,
+        seed: int = 0,
+    ) -> None:
         self.scenario = scn = serving_scenario(scn, wl)
-        self.workload, self.max_batched_tokens = wl, max_batched_tokens
+        self.max_batched_tokens, self.mix = max_batched_tokens, mix
         self.replicas = int(scn.plan.dp)
-        weights, kv_per_seq = memory_per_gpu(scn, wl)
-        self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
-        context = wl.input_len + wl.output_len
+        self.max_context = int(np.max(scn.model.seq_len))
         gpu_bytes = float(scn.cluster.gpu.memory_bytes)
-        free = KV_CACHE_FRACTION * (gpu_bytes - self.weights_bytes - RUNTIME_RESERVED_BYTES)
-        self.capacity = kv_capacity(max(free, 0.0), self.kv_bytes_per_sequence / context, wl.input_len, wl.output_len)
-        self.slots = min(self.capacity, MAX_SEQUENCES)
-        self.mean_context = wl.input_len + wl.output_len / 2
-        self.table = (
-            iteration_table(scn, wl, self.slots, max_batched_tokens, self.mean_context) if self.capacity >= 1 else None
-        )
+        self.kv_total_blocks: int | None = None
+        if mix is None:
+            self.workload = wl
+            weights, kv_per_seq = memory_per_gpu(scn, wl)
+            self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
+            context = wl.input_len + wl.output_len
+            free = KV_CACHE_FRACTION * (gpu_bytes - self.weights_bytes - RUNTIME_RESERVED_BYTES)
+            per_token = self.kv_bytes_per_sequence / context
+            self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
+            self.slots = top = min(self.capacity, MAX_SEQUENCES)
+            self.mean_context = wl.input_len + wl.output_len / 2
+            self.mean_input_len, self.mean_output_len = wl.input_len, wl.output_len
+        else:
+            inputs, outputs = sample_lengths(mix, SUMMARY_DRAWS, seed, self.max_context)
+            summary = summarize(inputs, outputs)
+            self.mean_input_len, self.mean_output_len = summary.mean_input_len, summary.mean_output_len
+            self.workload = wl = replace(
+                wl, input_len=max(1, round(summary.mean_input_len)), output_len=max(1, round(summary.mean_output_len))
+            )
+            weights, kv_per_seq = memory_per_gpu(scn, wl)
+            self.weights_bytes = float(weights)
+            per_token = float(kv_per_seq) / (wl.input_len + wl.output_len)
+            self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
+            free = KV_CACHE_FRACTION * (gpu_bytes - self.weights_bytes - RUNTIME_RESERVED_BYTES)
+            self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
+            blocks = kv_blocks(inputs, outputs)
+            self.capacity = int(self.kv_total_blocks // float(np.mean(blocks)))
+            self.slots = min(self.capacity, MAX_SEQUENCES)
+            # short requests pack more sequences than the mean: price up to as many as the cache holds
+            top = min(MAX_SEQUENCES, max(self.slots, self.kv_total_blocks // int(blocks.min())))
+            self.mean_context = summary.decode_context
+        fits = self.capacity >= 1
+        self.table = iteration_table(scn, wl, top, max_batched_tokens, self.mean_context) if fits else None
 
     def run(self, traffic: Traffic) -> Simulated:
         if self.table is None:
             raise ValueError("no request fits the KV cache")
         wl = self.workload
-        return simulate(self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.max_batched_tokens)
+        if self.mix is None:
+            return simulate(self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.max_batched_tokens)
+        inputs, outputs = sample_lengths(self.mix, traffic.count, traffic.seed, self.max_context)
+        need = int(kv_blocks(inputs, outputs).max())
+        if need > self.kv_total_blocks:
+            raise SpecError(
+                f"--lengths {self.mix.name}: a request of {need * KV_BLOCK_TOKENS:,} tokens needs more KV cache than "
+                f"a replica of this plan holds ({self.kv_total_blocks * KV_BLOCK_TOKENS:,} tokens)"
+            )
+        return simulate(
+            self.table, inputs, outputs, MAX_SEQUENCES, traffic, self.max_batched_tokens, MAX_SEQUENCES,
+            self.kv_total_blocks,
+        )  # fmt: skip
 
 
-def queued_behind(sim: Simulated, extra_users: int, output_len: int) -> Simulated:
+def queued_behind(sim: Simulated, extra_users: int, output_len: float) -> Simulated:
     """`sim`, a closed loop already past the KV cache's slots (saturated: every slot busy, a queue
     waiting), with `extra_users` more users: they only lengthen the first-come-first-served queue,
     so each request waits extra_users / X longer, X the requests per second the saturated replica
-    completes (Little's law, L = X W); throughput and time per token do not change. Simulating
-    them would cost time in proportion to the users (a billion would not finish)."""
+    completes (Little's law, L = X W; `output_len` the mean new tokens per request); throughput and
+    time per token do not change. Simulating them would cost time in proportion to the users (a
+    billion would not finish)."""
     wait = extra_users / (sim.throughput_tokens_per_s / output_len)
     return replace(
         sim, ttft_s=sim.ttft_s + wait, e2e_s=sim.e2e_s + wait, queue_s=sim.queue_s + wait, mean_running=sim.mean_running
@@ -279,32 +377,45 @@ def estimate_inflight(
     rate_per_s: float | None = None,
     max_batched_tokens: int = MAX_BATCHED_TOKENS,
     requests: int = SIMULATED_REQUESTS,
+    mix: RequestMix | None = None,
+    seed: int = 0,
+    burstiness: float = 1.0,
 ) -> InflightEstimate:
     """Serve `wl` with in-flight batching on every replica of `scn`: a closed loop of `users`
     requests in flight in all (None with no rate: as many as the KV cache holds, the maximum
-    throughput) or Poisson arrivals at `rate_per_s` requests per second in all, spread evenly
-    over the replicas. Medians in the `ServingEstimate` fields; percentiles beside them."""
-    replica = Replica(scn, wl, max_batched_tokens)
+    throughput) or arrivals at `rate_per_s` requests per second in all (Poisson, or gamma gaps of
+    `burstiness`), spread evenly over the replicas; every request `wl`'s lengths, or drawn from
+    `mix`. Medians in the `ServingEstimate` fields; percentiles beside them."""
+    replica = Replica(scn, wl, max_batched_tokens, mix, seed)
     scn, replicas, slots = replica.scenario, replica.replicas, replica.slots
     if replica.table is None:
         nan = float("nan")
-        return InflightEstimate(scn, wl, nan, nan, nan, 0.0, 0, replica.weights_bytes, 0.0, {}, {}, nan, users=users)
-    saturated = replica.run(Traffic(users=slots, requests=requests))  # the rate the replicas sustain
+        return InflightEstimate(
+            scn, replica.workload, nan, nan, nan, 0.0, 0, replica.weights_bytes, 0.0, {}, {}, nan, users=users,
+            lengths="fixed" if mix is None else mix.name,
+        )  # fmt: skip
+    saturated = replica.run(Traffic(users=slots, requests=requests, seed=seed))  # the rate the replicas sustain
     if rate_per_s is not None:
-        sim = replica.run(Traffic(rate_per_s=rate_per_s / replicas, requests=requests))
+        arrivals = Traffic(rate_per_s=rate_per_s / replicas, requests=requests, seed=seed, burstiness=burstiness)
+        sim = replica.run(arrivals)
     elif users is not None:
         per_replica = math.ceil(users / replicas)
         simulated = min(per_replica, QUEUED_SIMULATED * slots)
-        sim = replica.run(Traffic(users=simulated, requests=requests))
+        sim = replica.run(Traffic(users=simulated, requests=requests, seed=seed))
         if per_replica > simulated:
-            sim = queued_behind(sim, per_replica - simulated, wl.output_len)
+            sim = queued_behind(sim, per_replica - simulated, replica.mean_output_len)
     else:
         sim = saturated
-    return estimate_from(replica, sim, saturated, users, rate_per_s)
+    return estimate_from(replica, sim, saturated, users, rate_per_s, burstiness)
 
 
 def estimate_from(
-    replica: Replica, sim: Simulated, saturated: Simulated, users: int | None, rate_per_s: float | None
+    replica: Replica,
+    sim: Simulated,
+    saturated: Simulated,
+    users: int | None,
+    rate_per_s: float | None,
+    burstiness: float = 1.0,
 ) -> InflightEstimate:
     """The estimate of what `sim` ran on `replica`, all replicas together; `saturated` (the KV
     cache kept full) gives the rate the replicas sustain."""
@@ -314,7 +425,7 @@ def estimate_from(
     )
     parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s}
     ttft, queue = np.median(sim.ttft_s), np.median(sim.queue_s)
-    max_rate = replicas * saturated.throughput_tokens_per_s / wl.output_len
+    max_rate = replicas * saturated.throughput_tokens_per_s / replica.mean_output_len
     # arrivals faster than that: the queue grows and the replicas run flat out (a finite run
     # would still be filling up)
     rate_throughput = min(sim.throughput_tokens_per_s, saturated.throughput_tokens_per_s)
@@ -322,11 +433,12 @@ def estimate_from(
         rate_throughput = saturated.throughput_tokens_per_s
     # the workload's batch: the requests kept in flight (a rate: the mean in flight)
     in_flight = users if users is not None else (slots * replicas if rate_per_s is None else sim.mean_running)
+    has_tpot = replica.mix is not None or wl.output_len > 1
     return InflightEstimate(
         scenario=scn,
         workload=replace(wl, batch=max(1, round(in_flight * (replicas if rate_per_s is not None else 1)))),
         ttft_s=float(ttft),
-        tpot_s=float(np.nanmedian(sim.tpot_s)) if wl.output_len > 1 else float("nan"),
+        tpot_s=float(np.nanmedian(sim.tpot_s)) if has_tpot and np.isfinite(sim.tpot_s).any() else float("nan"),
         e2e_s=float(np.median(sim.e2e_s)),
         throughput_tokens_per_s=replicas * (rate_throughput if rate_per_s is not None else sim.throughput_tokens_per_s),
         max_batch=replica.capacity,
@@ -347,4 +459,8 @@ def estimate_from(
             "e2e_s": percentiles(sim.e2e_s),
         },
         simulated_requests=len(sim.ttft_s),
+        lengths="fixed" if replica.mix is None else replica.mix.name,
+        mean_input_len=float(replica.mean_input_len),
+        mean_output_len=float(replica.mean_output_len),
+        burstiness=burstiness,
     )

@@ -1,0 +1,163 @@
+"""Serving scaling ratios, measured against predicted: how much more a plan with twice the GPUs
+serves (TP(k) / TP(k/2), PP(k) / PP(1)) and, on PCIe boxes, TP against a layer split on the same
+GPUs (TP(k) / PP(k)), from the project's published multi-GPU serving measurements, each priced
+exactly as its absolute table prices it (nothing here is fitted to these rows):
+
+- TP(k) / TP(k/2), NVLink: pairs of `data/comm_and_inference_measured.csv` rows of one model,
+  engine, precision and workload at TP k and k/2 (`analyses.serving_validation.predict`):
+  FasterTransformer GPT-13B on A100 40GB (TP 2 against 1, batch 1: prefill, per-token decode and
+  total latency, compared as throughputs, the inverse), and TensorRT-LLM's Llama 3.3 70B in FP8,
+  TP 2 on H100 against TP 1 on H200 at its maximum throughput (ten workloads). H100 and H200 are one
+  GH100 die with different memory (80 GB at 3.35 TB/s, 141 GB at 4.8 TB/s); the model prices each
+  GPU as it is, so the ratio checks both the scaling and the memory.
+- TP(k) / PP(k), PCIe: `analyses.serving_pcie` (llama.cpp, ExLlamaV2; no P2P).
+- PP(k) / PP(1): none can be priced (`LEFT_OUT`).
+
+A ratio above 1 is a gain; a case's direction is right when predicted and measured agree on it.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise import presets
+from shardwise.analyses.serving_validation import MODELS, SYSTEMS, inference_rows, modelled, predict
+
+# GPUs that are one compute die (a TP pair across them compares the same kernels)
+SAME_DIE = {"H100 SXM 80GB": "GH100", "H200 SXM 141GB": "GH100"}
+CITATION = (
+    "TensorRT-LLM performance overview and FasterTransformer GPT-13B latencies (NVLink), llama.cpp and ExLlamaV2 "
+    "on PCIe GPUs (data/PUBLIC_RUNS.md)"
+)
+LEFT_OUT = (
+    "no PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 (-sm layer, decode) names no model, "
+    "llama.cpp#25051 splits over unlike GPUs (RTX 4090 + A16); TensorRT-LLM's Llama 3.1 405B pairs TP 8 in FP8 "
+    "(H100, H200) with TP 4 in FP4 (B200, GB200): a precision and a GPU generation apart, not a scaling ratio"
+)
+
+
+@dataclass(frozen=True)
+class ScalingRow:
+    key: str
+    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "TP(k)/PP(k)"
+    gpu: str
+    link: str  # "NVLink" or "PCIe"
+    label: str
+    metric: str
+    predicted: float
+    measured: float
+    source: str
+
+    @property
+    def error(self) -> float:
+        return self.predicted / self.measured - 1.0
+
+    @property
+    def direction_right(self) -> bool:
+        return (self.predicted > 1.0) == (self.measured > 1.0)
+
+
+@dataclass(frozen=True)
+class ScalingSummary:
+    ratio: str
+    link: str
+    gpus: str
+    cases: int
+    mape: float  # mean |predicted / measured - 1|
+    direction_right: int
+
+
+def _link(gpu_name: str) -> str:
+    from shardwise.physics.custom_allreduce import is_nvlink_class
+
+    return "NVLink" if is_nvlink_class(presets.system(SYSTEMS[gpu_name]).intra_node_link) else "PCIe"
+
+
+def _short(gpu_name: str) -> str:
+    return gpu_name.split()[0]
+
+
+def tp_pairs() -> list[ScalingRow]:
+    """TP(k) / TP(k/2) from the rows of one model, engine, precision, workload and metric."""
+    groups: dict[tuple[str, ...], list[dict[str, str]]] = defaultdict(list)
+    for row in inference_rows():
+        if modelled(row) and int(row["pp"]) == 1:
+            key = (row["model"], row["framework"], row["precision"], row["isl"], row["osl"], row["metric"])
+            groups[key].append(row)
+    out = []
+    for rows in groups.values():
+        for big in rows:
+            for small in rows:
+                k = int(big["tp"])
+                die = SAME_DIE.get(big["gpu"], big["gpu"])
+                if int(small["tp"]) * 2 != k or SAME_DIE.get(small["gpu"], small["gpu"]) != die:
+                    continue
+                out.append(_tp_row(big, small))
+    return sorted(out, key=lambda r: r.key)
+
+
+def _tp_row(big: dict[str, str], small: dict[str, str]) -> ScalingRow:
+    """One pair as a throughput ratio (latencies inverted)."""
+    _, metric, pred_b = predict(big)
+    _, _, pred_s = predict(small)
+    meas_b, meas_s = float(big["value"]), float(small["value"])
+    latency = "latency" in metric
+    predicted = pred_s / pred_b if latency else pred_b / pred_s
+    measured = meas_s / meas_b if latency else meas_b / meas_s
+    k = int(big["tp"])
+    gpus = _short(big["gpu"]) if big["gpu"] == small["gpu"] else f"{_short(big['gpu'])}/{_short(small['gpu'])}"
+    where = (
+        f"TP{k} / TP{k // 2} on {_short(big['gpu'])}"
+        if big["gpu"] == small["gpu"]
+        else f"TP{k} on {_short(big['gpu'])} / TP{k // 2} on {_short(small['gpu'])}"
+    )
+    what = metric.replace(" (ms)", "").replace("output tokens/s", "max throughput").replace(" latency", "")
+    engine = big["framework"].split()[0]
+    label = f"{MODELS[big['model']]} {big['isl']}/{big['osl']}, {engine} {what}: {where}"
+    return ScalingRow(
+        f"{big['id']}/tp{k // 2}", "TP(k)/TP(k/2)", gpus, _link(big["gpu"]), label, f"throughput ratio ({what})",
+        predicted, measured, f"{big['source']}, {big['locator']}",
+    )  # fmt: skip
+
+
+def pcie_rows() -> list[ScalingRow]:
+    """TP(k) / PP(k) on PCIe (`analyses.serving_pcie`)."""
+    from shardwise.analyses.serving_pcie import PAIRS, validate_pcie_serving
+
+    gpu = {p.key: p.gpu.replace("-", " ").upper() for p in PAIRS}
+    return [
+        ScalingRow(
+            r.run_id,
+            "TP(k)/PP(k)",
+            gpu[r.run_id],
+            "PCIe",
+            r.label,
+            "TP / layer split throughput",
+            r.predicted,
+            r.measured,
+            r.source,
+        )
+        for r in validate_pcie_serving()
+    ]
+
+
+def scaling_rows() -> list[ScalingRow]:
+    return tp_pairs() + pcie_rows()
+
+
+def summarize(rows: list[ScalingRow]) -> list[ScalingSummary]:
+    """Per ratio, link type and GPU(s), and per ratio and link type over every GPU ("all")."""
+    groups: dict[tuple[str, str, str], list[ScalingRow]] = defaultdict(list)
+    for r in rows:
+        groups[(r.ratio, r.link, r.gpu)].append(r)
+        groups[(r.ratio, r.link, "all")].append(r)
+    out = []
+    for (ratio, link, gpus), rs in groups.items():
+        if gpus == "all" and len({r.gpu for r in rs}) < 2:
+            continue
+        mape = float(np.mean([abs(r.error) for r in rs]))
+        out.append(ScalingSummary(ratio, link, gpus, len(rs), mape, sum(r.direction_right for r in rs)))
+    return sorted(out, key=lambda s: (s.ratio, s.link, s.gpus == "all", s.gpus))

@@ -1,0 +1,116 @@
+"""`shardwise serve --lengths/--burstiness`: the request mix a user names (a preset or a CSV file),
+read and checked here, at the edge; `engines.request_mix` draws from it."""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from typing import Any
+
+from shardwise.errors import SpecError
+
+MIX_NAMES = ("fixed", "sharegpt")
+MAX_CSV_BYTES = 64 * 1024 * 1024
+# a count column makes the rows a histogram (each row's weight); any of these names
+WEIGHT_COLUMNS = ("count", "weight", "requests")
+
+
+def request_mix(lengths: str) -> Any:
+    """The `RequestMix` that --lengths names (None: fixed, the --input-len/--output-len of every request)."""
+    name = lengths.strip()
+    if name.lower() == "fixed":
+        return None
+    if name.lower() == "sharegpt":
+        from shardwise.specs.request_mix import SHAREGPT
+
+        return SHAREGPT
+    if not name.lower().endswith(".csv"):
+        raise SpecError(
+            f"--lengths: {lengths!r} is not allowed; choose fixed, sharegpt or a CSV file of input_len,output_len rows"
+        )
+    return read_lengths_csv(name)
+
+
+def read_lengths_csv(path: str) -> Any:
+    """A table mix from a CSV file: a header with input_len and output_len (and optionally count,
+    weight or requests: how many requests each row stands for), then one row per request or bin."""
+    import numpy as np
+
+    from shardwise.files import read_small
+    from shardwise.specs.request_mix import RequestMix
+
+    try:
+        text = read_small(path, MAX_CSV_BYTES, "lengths CSV").decode("utf-8-sig", errors="replace")
+    except SpecError as exc:
+        raise SpecError(f"--lengths {exc}") from None
+    reader = csv.reader(io.StringIO(text))
+    header = [h.strip().lower() for h in next(reader, [])]
+    for column in ("input_len", "output_len"):
+        if column not in header:
+            raise SpecError(f"--lengths {path}: no {column} column (the header must name input_len and output_len)")
+    weight_col = next((c for c in WEIGHT_COLUMNS if c in header), None)
+    cols = [header.index("input_len"), header.index("output_len")]
+    if weight_col is not None:
+        cols.append(header.index(weight_col))
+    rows: list[list[float]] = []
+    for number, row in enumerate(reader, start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        values = []
+        for c in cols:
+            cell = row[c].strip() if c < len(row) else ""
+            values.append(_number(path, number, header[c], cell, whole=c != cols[-1] or weight_col is None))
+        rows.append(values)
+    if not rows:
+        raise SpecError(f"--lengths {path}: no rows after the header")
+    table = np.asarray(rows, dtype=float)
+    weights = table[:, 2] if weight_col is not None else None
+    if weights is not None and not weights.sum() > 0:
+        raise SpecError(f"--lengths {path}: the {weight_col} column adds up to 0")
+    return RequestMix(
+        name=path,
+        source=f"{len(rows):,} rows of {path}" + (f" weighted by {weight_col}" if weight_col else ""),
+        input_lens=table[:, 0].astype(np.int64),
+        output_lens=table[:, 1].astype(np.int64),
+        weights=weights,
+    )
+
+
+def _number(path: str, row: int, column: str, cell: str, whole: bool) -> float:
+    """One cell: a whole number of at least 1 (lengths) or a number of at least 0 (a weight)."""
+    try:
+        value = float(cell)
+    except ValueError:
+        value = math.nan
+    if whole and not (math.isfinite(value) and value >= 1 and value == int(value) and value <= 2**31):
+        raise SpecError(f"--lengths {path}: row {row}: {column} {cell!r} is not allowed; give a whole number >= 1")
+    if not whole and not (math.isfinite(value) and value >= 0):
+        raise SpecError(f"--lengths {path}: row {row}: {column} {cell!r} is not allowed; give a number >= 0")
+    return value
+
+
+def check_mix_flags(
+    mix: Any,
+    burstiness: float,
+    request_rate: float | None,
+    batching: str,
+    targets: bool,
+    emit: str | None,
+    lengths_given: bool,
+) -> None:
+    """One line for each combination a request mix or a burstiness does not take."""
+    if not (math.isfinite(burstiness) and 0.01 <= burstiness <= 100):
+        raise SpecError(f"--burstiness: {burstiness:g} is not allowed; give a number from 0.01 to 100 (1: Poisson)")
+    if burstiness != 1.0 and request_rate is None:
+        raise SpecError("--burstiness shapes the gaps between --request-rate arrivals; add --request-rate")
+    if mix is None:
+        return
+    if lengths_given:
+        raise SpecError(f"--input-len/--output-len set fixed lengths; drop them with --lengths {mix.name}")
+    if batching == "static":
+        raise SpecError(f"--lengths {mix.name} needs --batching inflight (a static batch has one length)")
+    if targets:
+        raise SpecError(f"--ttft-max/--tpot-max search fixed lengths; drop --lengths {mix.name}")
+    if emit:
+        raise SpecError(f"--emit vllm sizes the server for fixed lengths; drop --lengths {mix.name}")

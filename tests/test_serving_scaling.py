@@ -1,0 +1,68 @@
+"""`validate inference_scaling`: serving scaling ratios, measured against predicted."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from shardwise.analyses.serving_scaling import ScalingRow, scaling_rows, summarize
+from shardwise.analyses.serving_validation import inference_rows, predict
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[ScalingRow]:
+    return scaling_rows()
+
+
+def test_tp_pairs_are_the_published_rows_at_k_and_k_over_2(rows):
+    tp = [r for r in rows if r.ratio == "TP(k)/TP(k/2)"]
+    assert {r.gpu for r in tp} == {"A100", "H100/H200"} and {r.link for r in tp} == {"NVLink"}
+    assert len([r for r in tp if r.gpu == "A100"]) == 3 and len([r for r in tp if r.gpu == "H100/H200"]) == 10
+    # FasterTransformer GPT-13B, 22.0 ms per token at TP 1 and 13.5 ms at TP 2: 1.63x the throughput
+    decode = next(r for r in tp if r.key == "FT13B-TP2-decode/tp1")
+    assert decode.measured == pytest.approx(22.0 / 13.5)
+    by_id = {r["id"]: r for r in inference_rows()}
+    one, two = predict(by_id["FT13B-TP1-decode"])[2], predict(by_id["FT13B-TP2-decode"])[2]
+    assert decode.predicted == pytest.approx(one / two)  # latencies inverted into throughputs
+    # a throughput row: TensorRT-LLM's Llama 3.3 70B, TP 2 on H100 over TP 1 on H200
+    trt = next(r for r in tp if r.key == "TRTLLM-Llama-3.3-70B-H100-TP2-128_128/tp1")
+    assert trt.measured == pytest.approx(6378 / 3803)
+    # no pair across a precision or a GPU generation (405B: TP 8 FP8 on Hopper, TP 4 FP4 on Blackwell)
+    assert not any("405B" in r.key for r in rows)
+
+
+def test_pcie_rows_are_tp_against_a_layer_split(rows):
+    pcie = [r for r in rows if r.link == "PCIe"]
+    assert len(pcie) == 7 and {r.ratio for r in pcie} == {"TP(k)/PP(k)"}
+
+
+def test_direction_is_gain_against_no_gain():
+    row = ScalingRow("x", "TP(k)/TP(k/2)", "A100", "NVLink", "", "", 1.2, 0.9, "")
+    assert not row.direction_right and row.error == pytest.approx(1.2 / 0.9 - 1)
+    assert ScalingRow("y", "TP(k)/TP(k/2)", "A100", "NVLink", "", "", 0.8, 0.9, "").direction_right
+
+
+def test_the_summary_counts_every_case_once_per_group(rows):
+    summary = summarize(rows)
+    nvlink = next(s for s in summary if s.ratio == "TP(k)/TP(k/2)" and s.gpus == "all")
+    assert nvlink.cases == 13 and nvlink.direction_right <= 13
+    mine = [r for r in rows if r.ratio == "TP(k)/TP(k/2)"]
+    assert nvlink.mape == pytest.approx(sum(abs(r.error) for r in mine) / len(mine))
+    per_gpu = [s for s in summary if s.ratio == "TP(k)/TP(k/2)" and s.gpus != "all"]
+    assert sum(s.cases for s in per_gpu) == 13
+    # one GPU in a group: no "all" line repeating it
+    assert len([s for s in summary if s.ratio == "TP(k)/PP(k)" and s.gpus == "all"]) == 1
+
+
+def test_validate_inference_scaling_prints_both_tables(cli):
+    code, out, err = cli(["validate", "inference_scaling", "--markdown"])
+    assert code == 0, err
+    assert "| ratio | link | GPU | cases | MAPE of the ratio | direction right |" in out
+    assert "| FT13B-TP2-decode/tp1 | TP(k)/TP(k/2) |" in out and "no PP(k)/PP(1) pair can be priced" in out
+    code, out, err = cli(["validate", "inference_scaling", "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert len(data["rows"]) == 20 and {s["ratio"] for s in data["summary"]} == {"TP(k)/TP(k/2)", "TP(k)/PP(k)"}
+    code, _, err = cli(["validate", "inference_scaling", "inference"])
+    assert code == 2 and "give it alone" in err
