@@ -79,7 +79,7 @@ def test_intervals_cover_about_80_percent_of_new_runs():
     scns, _, measured = synthetic(noise=0.05, seed=3)
     train, test = scns[::2], scns[1::2]
     result = fitting.fit(train, measured[::2])
-    t, lo, hi = fitting.predict_interval(result, test)
+    t, lo, hi = intervals.predict_interval(result, test)
     inside = np.mean((measured[1::2] >= lo) & (measured[1::2] <= hi))
     assert 0.6 <= inside <= 1.0
     assert np.all(lo < t) and np.all(t < hi)
@@ -553,6 +553,6 @@ def test_leave_one_out_without_refitting_matches_refitting():
     for i in range(len(scns)):
         rest = [j for j in range(len(scns)) if j != i]
         refit = fitting.fit([scns[j] for j in rest], measured[rest], only=full.fitted)
-        t, _, high = fitting.predict_interval(refit, [scns[i]])
+        t, _, high = intervals.predict_interval(refit, [scns[i]])
         assert loo[i] == pytest.approx(np.log(t[0] / measured[i]), abs=0.002)
         assert sd[i] == pytest.approx(np.log(high[0] / t[0]) / Z80, rel=0.05)

@@ -260,7 +260,7 @@ def test_serve_draws_the_frontier(cli, tmp_path):
     path = tmp_path / "frontier.png"
     code, out, _ = cli([*SERVE, "--plan", "tp=8", "--plan", "pp=8", "--frontier", str(path)])
     assert code == 0 and path.stat().st_size > 10_000
-    assert "frontier.png" in out
+    assert "frontier.png" in out.replace("\n", "")  # a long temporary path wraps
 
 
 @pytest.mark.parametrize(

@@ -58,6 +58,40 @@ def test_the_layers_import_only_downwards():
     assert not bad, "\n".join(sorted(set(bad)))
 
 
+def test_the_faces_import_rules():
+    """The explorer never imports the command line, the analyses never import a face (cli, explore,
+    plots), and no two modules import each other (an import circle). Known debt: the explorer's
+    worker (explore/runner.py) still runs a `shardwise` command line in its process; the request
+    layer (one request type per question) is to replace it."""
+    import ast
+
+    src = ROOT / "src" / "shardwise"
+    imports: dict[str, set[str]] = {}
+    for path in src.rglob("*.py"):
+        module = ".".join(("shardwise", *path.relative_to(src).with_suffix("").parts)).removesuffix(".__init__")
+        names: set[str] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("shardwise"):
+                names.add(node.module)
+                names |= {f"{node.module}.{a.name}" for a in node.names}
+            elif isinstance(node, ast.Import):
+                names |= {a.name for a in node.names if a.name.startswith("shardwise")}
+        imports[module] = names
+    bad = []
+    for module, names in imports.items():
+        for name in names:
+            top = name.split(".")[1] if name.count(".") else ""
+            if module.startswith("shardwise.explore") and top == "cli" and module != "shardwise.explore.runner":
+                bad.append(f"{module} imports {name}")
+            if module.startswith("shardwise.analyses") and top in ("cli", "explore", "plots"):
+                bad.append(f"{module} imports {name}")
+    for a, names in imports.items():
+        for b in names & set(imports):
+            if a != b and a in imports[b] and not b.startswith(a + ".") and not a.startswith(b + "."):
+                bad.append(f"{a} and {b} import each other")
+    assert not bad, "\n".join(sorted(set(bad)))
+
+
 def test_figures_and_printing_never_rerun_the_model():
     """plots/ and the terminal rendering draw what an analysis returned; they import no engine and
     no evaluating analysis (a figure that recomputed a number could disagree with the table)."""

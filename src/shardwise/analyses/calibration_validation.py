@@ -136,7 +136,7 @@ def _by_stack(runs: list[PublicRun], split: str) -> dict[str, list[PublicRun]]:
 
 def _score(fitted, train: list[PublicRun], test: list[PublicRun]) -> tuple[np.ndarray, np.ndarray]:
     """(absolute relative errors, inside-the-80%-interval flags) of `test` under `fitted`."""
-    from shardwise.calibration.fit import predict_interval
+    from shardwise.calibration.intervals import predict_interval
 
     t, lo, hi = predict_interval(fitted, [r.scenario for r in test])
     m = np.array([r.measured_step_s for r in test])

@@ -378,14 +378,3 @@ def with_values(case: Case, values: dict[str, float]) -> Case:
     s = case if isinstance(case, Scenario) else case.scenario
     calibrated = Scenario(s.model, apply(s.cluster, values), s.plan)
     return calibrated if isinstance(case, Scenario) else replace(case, scenario=calibrated)
-
-
-def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prediction, 80% low, 80% high) of each case, calibrated by `fitted` (None: the uncalibrated
-    model with its measured public spread); the interval is `intervals.spread`'s."""
-    from shardwise.calibration.intervals import spread
-
-    cases = scenarios if fitted is None else [with_values(c, fitted.values) for c in scenarios]
-    t = Evaluator(cases).step_s({})[0]
-    low, high = spread(cases, fitted).bounds(t)
-    return t, low, high

@@ -124,3 +124,14 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     h = np.clip(q / fitted.noise_log_sd**2, 0.0, 0.99)
     loo = e / (1.0 - h)
     return loo, np.sqrt(sigma**2 + q / (1.0 - h)) * t_factor(fitted.dof - 1)
+
+
+def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, 80% low, 80% high) of each case, calibrated by `fitted` (None: the uncalibrated
+    model with its measured public spread); the interval is `intervals.spread`'s."""
+    from shardwise.calibration.fit import Evaluator, with_values
+
+    cases = scenarios if fitted is None else [with_values(c, fitted.values) for c in scenarios]
+    t = Evaluator(cases).step_s({})[0]
+    low, high = spread(cases, fitted).bounds(t)
+    return t, low, high

@@ -8,6 +8,8 @@ from typing import Any
 import click
 
 from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
+from shardwise.cli.serve_plans import scenario as _scenario
+from shardwise.cli.serve_plans import scenario_of as _scenario_of
 
 # the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
 PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
@@ -407,31 +409,6 @@ def _frontier(
         "tokens_per_s_per_gpu": per_gpu.tolist(),
         "batch": batch.tolist(),
     }
-
-
-def _scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None) -> tuple[str, Any]:
-    return spec.label, _scenario(model, cluster, spec, stages)
-
-
-def _scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None = None) -> Any:
-    from shardwise.engines.serving import plan_for_serving
-    from shardwise.errors import SpecError
-    from shardwise.specs import Scenario
-    from shardwise.specs.rules import raise_first, serving_expert_rule, serving_expert_tp
-
-    gpus = int(cluster.num_gpus)
-    tp, pp, dp = (float(x) for x in spec.degrees(gpus))
-    if not dp.is_integer() or dp < 1:
-        cp = dict(spec.options).get("cp", 1)
-        what = "tp x pp" + (" x cp" if cp > 1 else "")
-        raise SpecError(f"--plan {spec.label}: {what} = {tp * pp * cp:g} does not divide the {gpus} GPUs")
-    options = dict(spec.options)
-    experts = {k: options.pop(k) for k in ("cp", "ep", "etp") if k in options}
-    if experts.get("ep", 1) > 1:  # spread over the TP GPUs: etp = tp / ep unless given
-        experts["etp"] = serving_expert_tp(int(tp), experts["ep"], experts.get("etp", 0))
-        raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"])])
-    split = {**(stages or {}), **options} if pp > 1 else {}
-    return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))
 
 
 # Request rates served: below one a day requests never overlap (each is served alone, the same
