@@ -367,8 +367,7 @@ def build_cluster(o: dict[str, Any]) -> Any:
     from shardwise import loaders, presets
     from shardwise.specs import SpecError
 
-    if o.get("nodes") is not None and o.get("num_gpus") is not None:
-        raise SpecError("give --nodes or --num-gpus, not both")
+    both = o.get("nodes") is not None and o.get("num_gpus") is not None
     nic, nics, p2p, nvls = None, None, True, True
     if o.get("system"):
         base = presets.system(o["system"])
@@ -408,6 +407,13 @@ def build_cluster(o: dict[str, Any]) -> Any:
         import click
 
         click.echo(f"note: {note}", err=True)
+    if both:  # both given: they must say the same (--nodes N --num-gpus N x gpus per server)
+        if o["nodes"] * per_node != o["num_gpus"]:
+            raise SpecError(
+                f"--nodes {o['nodes']} x {per_node} GPUs per server = {o['nodes'] * per_node}, but --num-gpus is "
+                f"{o['num_gpus']}; give one of them, or values that agree"
+            )
+        o = {**o, "nodes": None}
     n_gpus = _cluster_gpus(o, per_node)
     if n_gpus < per_node:
         per_node = n_gpus  # part of one server
