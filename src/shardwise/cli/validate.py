@@ -15,6 +15,7 @@ TABLE_CHOICES = [
     "planner",
     "inference_pcie",
     "collectives",
+    "memory",
 ]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
@@ -52,7 +53,8 @@ def _run(table: str) -> tuple[list[Any], str, str]:
     type=click.Choice(["none", "dev", "holdout", "all"]),
     default="none",
     show_default=True,
-    help="public, collectives: also list the runs (points) of this split, one per line.",
+    help="public, collectives: also list the runs (points) of this split, one per line; memory: the rows "
+    "(dev, holdout: the predicted ones; all: also those left out).",
 )
 @click.option(
     "--calibrated",
@@ -92,7 +94,9 @@ def validate(
     peak);
     planner (only when named): `shardwise plan`'s best plan beside each published run's plan;
     collectives (only when named): the collective model against 230 published nccl-tests and
-    torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split.
+    torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split;
+    memory (only when named): fits_in_memory against published runs that fit or ran out of memory,
+    and the estimate against their published peaks, per source.
     """
     if calibrated or plot:
         from shardwise.errors import SpecError
@@ -105,7 +109,7 @@ def validate(
 
         show_calibrated(as_json, markdown, plot, draws)
         return
-    for alone in ("public", "collectives", "planner"):
+    for alone in ("public", "collectives", "planner", "memory"):
         if alone in tables and len(tables) > 1:
             from shardwise.errors import SpecError
 
@@ -122,6 +126,11 @@ def validate(
         return
     if "planner" in tables:
         _planner(as_json, markdown)
+        return
+    if "memory" in tables:
+        from shardwise.cli.validate_memory import show_memory
+
+        show_memory(as_json, markdown, show_rows)
         return
     from shardwise.analyses.validation import mean_absolute_error
 
