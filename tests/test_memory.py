@@ -141,14 +141,14 @@ def _memory(model, **plan):
 
 
 def test_an_nccl_connection_holds_the_three_protocols_buffers():
-    from shardwise.physics.memory import NCCL_CONNECTION_BYTES
+    from shardwise.physics.memory_runtime import NCCL_CONNECTION_BYTES
 
     # NCCL src/init.cc: LL 512 KiB, LL128 4.6875 MiB, Simple 4 MiB
     assert NCCL_CONNECTION_BYTES == 2**19 + 4_915_200 + 2**22
 
 
 def test_runtime_reserve_counts_a_ring_per_communicator_and_nvls_inside_a_server():
-    from shardwise.physics.memory import (
+    from shardwise.physics.memory_runtime import (
         NCCL_CHANNELS,
         NCCL_CONNECTION_BYTES,
         RUNTIME_FLOOR_BYTES,

@@ -33,7 +33,8 @@ import numpy as np
 from shardwise import presets
 from shardwise.engines.training import training_memory
 from shardwise.errors import SpecError
-from shardwise.physics.memory import LIBRARY_WORKSPACE_BYTES, MemoryBreakdown
+from shardwise.physics.memory import MemoryBreakdown
+from shardwise.physics.memory_runtime import LIBRARY_WORKSPACE_BYTES
 from shardwise.specs import Plan, Scenario
 from shardwise.units import GIB
 

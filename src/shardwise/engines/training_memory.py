@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.physics import memory as mem
+from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
@@ -117,9 +118,7 @@ def memory_breakdown(
         gradients_bytes=g,
         optimizer_bytes=o,
         activations_bytes=np.choose(pick, list(acts)),
-        reserved_bytes=mem.runtime_reserved_bytes(
-            plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls
-        )
+        reserved_bytes=runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
         + 0.0 * w,
         buffers_bytes=np.choose(pick, buffers),
         allocator_bytes=np.choose(pick, allocator),
@@ -200,4 +199,4 @@ def model_state_floor_bytes(
     A planner drops such plans before pricing their activations."""
     first, middle, last = (sum(st) for st in stage_states(plan, params, expert_params, trained))
     middle = np.where(np.asarray(plan.pp) > 2, middle, -np.inf)
-    return np.maximum(np.maximum(first, middle), last) + mem.RUNTIME_FLOOR_BYTES
+    return np.maximum(np.maximum(first, middle), last) + RUNTIME_FLOOR_BYTES

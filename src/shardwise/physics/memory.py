@@ -24,9 +24,9 @@ Beyond the model state and those activations a training process holds (each term
 source; `STACKS` says where software stacks differ, keyed by `Plan.framework`):
 - the loss's logits at their peak (`logits_bytes`: bytes per logit element per stack),
 - one layer's gradients during its backward pass (`backward_transient_bytes`),
-- communication buffers: NCCL's per communicator (`nccl_buffer_bytes`), torch DDP's bucket copies,
+- communication buffers: NCCL's per communicator (`physics.memory_runtime`), torch DDP's bucket copies,
   DeepSpeed's reduction buckets, ZeRO-3's gathered units and reduce-scatter inputs,
-- the CUDA context and library workspaces (`runtime_reserved_bytes`),
+- the CUDA context and library workspaces (`physics.memory_runtime`),
 - what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`).
 """
 
@@ -40,7 +40,7 @@ import numpy as np
 from shardwise.physics.flops import DROPOUT_MASK_BYTES
 from shardwise.specs import Model, Recompute, Schedule
 from shardwise.specs._checks import Number
-from shardwise.units import GIB, KIB, MIB
+from shardwise.units import GIB
 
 # Adam: fp32 master weight, momentum, variance (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: K = 12).
 OPTIMIZER_BYTES_PER_PARAM = 12.0
@@ -231,38 +231,15 @@ def sharded_state_bytes(
 
 # ---- What a training process holds beyond the model state and the saved activations ----------
 
-# CUDA context of one process (CUDA 12, lazy module loading) on an 80 GB H100: the "non-PyTorch
-# memory" of single-GPU out-of-memory reports, in use minus allocated minus reserved-unallocated:
-# pytorch/pytorch#152135 (79.14 - 74.77 - 3.87 = 0.50 GiB) and a one-GPU run's report of
-# 79.23 - 78.42 - 0.34 = 0.47 GiB.
-CUDA_CONTEXT_BYTES = 0.5 * GIB
-# cuBLAS / cuBLASLt workspaces: 32 MiB per handle and stream on Hopper (PyTorch's default
-# CUBLAS_WORKSPACE_CONFIG :4096:8; Transformer Engine's get_cublas_workspace_size_bytes), on the
-# compute stream and up to three communication-overlap streams.
-LIBRARY_WORKSPACE_BYTES = 4 * 32 * MIB
-# NCCL's buffers for one connection (src/init.cc, DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE,
-# DEFAULT_BUFFSIZE): LL 8 lines x 512 threads x 8 steps x 16 B = 512 KiB, LL128 120 x 640 threads
-# x 8 steps x 8 B = 4.6875 MiB, Simple NCCL_BUFFSIZE = 4 MiB.
-NCCL_CONNECTION_BYTES = 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8 + 4 * MIB
-# Channels of a collective communicator: "24 coll channels" in NCCL_DEBUG=INFO logs of 8-GPU H100
-# (AWS p5) and A100 servers. Each rank's ring receives from one peer per channel; since NCCL 2.22
-# (NCCL_RUNTIME_CONNECT=1) only the algorithms a communicator runs are connected, and large
-# messages run the ring.
-NCCL_CHANNELS = 24
-# NVLink SHARP buffers of a communicator inside one switch domain with more than two ranks
-# (src/transport/nvls.cc, ncclNvlsBufferSetup): nvlsChannels (16) x 2 x buffSize per head, buffSize
-# = NCCL_NVLS_CHUNKSIZE 128 KiB x NCCL_STEPS 8, one head per local rank. (NCCL 2.18-2.20 used
-# 288 MiB per head, 2.25 GiB for 8 GPUs: vllm-project/vllm#9699's log, nvlsTotalSize 2415919104.)
-NVLS_CHANNELS = 16
-NVLS_BUFFER_BYTES = 128 * KIB * 8
-NVLS_MIN_RANKS = 3
 # PyTorch's caching allocator: memory it reserves but cannot hand out (split blocks of segments
 # that stay in use), as a fraction of the memory allocated and freed during the step (activations,
-# logits, gathered parameters). Measured max reserved / max allocated in Megatron-LM logs, over
-# the step's transient part: 7.7% (a 1.7B model, tp1 dp252, 3.1 of 40.4 GB), 24% (Megatron-
-# DeepSpeed, 5.5 of 23.1 GB); "reserved but unallocated" in H100 out-of-memory reports 0.4-5% of
-# everything allocated (pytorch/pytorch#152135: 3.87 of 74.77 GiB). 10% taken; block rounding
-# itself (512 B, 2 MiB segments) is negligible beside it.
+# logits, gathered parameters). Max reserved - max allocated over the step's transient part (max
+# allocated - allocated between steps) in Megatron-LM's memory reports: 7.7% in a Megatron-LM log
+# of LAION's open-sci-ref 1.7B run (tp1 dp252 mbs4 s4096 on Leonardo's A100: 53386 - 50277 of
+# 50277 - 9909 MiB), 24% in a Megatron-DeepSpeed log (46764 - 41299 of 41299 - 18245 MiB); in
+# H100 out-of-memory reports "reserved but unallocated" is 0.4-5% of everything allocated
+# (pytorch/pytorch#152135: 3.87 of 74.77 GiB). 10% taken; block rounding itself (512 B, 2 MiB
+# segments) is negligible beside it.
 ALLOCATOR_FRAGMENTATION = 0.10
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
@@ -387,33 +364,3 @@ def backward_transient_bytes(
     gate = 2 if model.gated_mlp else 1
     sp = np.where(np.asarray(sequence_parallel, dtype=bool), tp, 1)
     return e * s * b * ((gate + 1) * f / tp + 2 * h / sp)
-
-
-def nccl_buffer_bytes(
-    tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
-) -> Number:
-    """NCCL's buffers on one GPU: a ring's connections (`NCCL_CHANNELS` x `NCCL_CONNECTION_BYTES`)
-    for each communicator the plan runs (tp, cp, the gradients' dp x cp, pp's sends, ep), and NVLink
-    SHARP buffers for those inside one server with more than two ranks where `nvls` allows them.
-    Ranks are placed tp first, then cp, dp and pp (Megatron-LM's order), so a group spans its size
-    times the sizes inside it."""
-    tp, cp, dp, pp, ep = (np.asarray(x) for x in (tp, cp, dp, pp, ep))
-    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
-    out = np.where(ep > 1, ring, 0.0)  # the experts' all-to-all (NVLS does not apply)
-    for size, span in ((tp, tp), (cp, tp * cp), (dp * cp, tp * cp * dp), (pp, tp * cp * dp * pp)):
-        nvls_here = np.asarray(nvls, dtype=bool) & (size >= NVLS_MIN_RANKS) & (span <= np.asarray(gpus_per_node))
-        out = (
-            out + np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
-        )
-    return out
-
-
-def runtime_reserved_bytes(
-    tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
-) -> Number:
-    """The CUDA context, the libraries' workspaces and NCCL's buffers of one training process."""
-    return RUNTIME_FLOOR_BYTES + nccl_buffer_bytes(tp, cp, dp, pp, ep, gpus_per_node, nvls)
-
-
-# what every process holds whatever its plan: `model_state_floor_bytes` counts only this much
-RUNTIME_FLOOR_BYTES = CUDA_CONTEXT_BYTES + LIBRARY_WORKSPACE_BYTES
