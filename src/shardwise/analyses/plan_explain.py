@@ -22,7 +22,7 @@ PARTS = {
     "optimizer": "optimizer",
     "overhead": "fixed overheads",
 }
-MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations")
+MEMORY_PARTS = ("weights", "gradients", "optimizer", "activations", "buffers", "allocator", "reserved")
 
 
 @dataclass(frozen=True)

@@ -130,8 +130,8 @@ search_options = _stack(
         default="10%",
         show_default=True,
         metavar="BYTES|PCT",
-        help="Memory to keep free on each GPU beyond the model's estimate, e.g. 8GB or 10% (PyTorch's caching "
-        "allocator fragments memory and kernels take workspaces the estimate does not see; 0 plans to the byte).",
+        help="Memory to keep free on each GPU beyond the model's estimate, e.g. 8GB or 10% (a margin for the "
+        "estimate's own error: see `shardwise validate memory`; 0 plans to the byte).",
     ),
     click.option(
         "--objective",

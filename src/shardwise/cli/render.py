@@ -165,8 +165,10 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     mt.add_column("part")
     mt.add_column("bytes", justify="right")
     mt.add_column("of GPU", justify="right")
-    for key in ("weights", "gradients", "optimizer", "activations", "reserved"):
+    for key in ("weights", "gradients", "optimizer", "activations", "buffers", "allocator", "reserved"):
         v = _f(mem[key])
+        if key in ("buffers", "allocator") and v == 0:  # a stack without them (XLA, Megatron's buffers)
+            continue
         mt.add_row(key, format_bytes(v), f"{v / capacity:.1%}")
     total = _f(mem["total"])
     fits = bool(est.fits_in_memory)

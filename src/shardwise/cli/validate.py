@@ -16,6 +16,7 @@ TABLE_CHOICES = [
     "inference_pcie",
     "collectives",
     "inference_scaling",
+    "memory",
 ]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
@@ -53,7 +54,8 @@ def _run(table: str) -> tuple[list[Any], str, str]:
     type=click.Choice(["none", "dev", "holdout", "all"]),
     default="none",
     show_default=True,
-    help="public, collectives: also list the runs (points) of this split, one per line.",
+    help="public, collectives: also list the runs (points) of this split, one per line; memory: the rows "
+    "(dev, holdout: the predicted ones; all: also those left out).",
 )
 @click.option(
     "--calibrated",
@@ -96,7 +98,9 @@ def validate(
     torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split;
     inference_scaling (only when named): serving scaling ratios, TP(k)/TP(k/2) on NVLink and TP
     against a layer split on PCIe, measured against predicted per GPU and link type, with the
-    share of cases whose direction (gain or not) is right.
+    share of cases whose direction (gain or not) is right;
+    memory (only when named): fits_in_memory against published runs that fit or ran out of memory,
+    and the estimate against their published peaks, per source.
     """
     if calibrated or plot:
         from shardwise.errors import SpecError
@@ -109,7 +113,7 @@ def validate(
 
         show_calibrated(as_json, markdown, plot, draws)
         return
-    for alone in ("public", "collectives", "planner", "inference_scaling"):
+    for alone in ("public", "collectives", "planner", "inference_scaling", "memory"):
         if alone in tables and len(tables) > 1:
             from shardwise.errors import SpecError
 
@@ -131,6 +135,11 @@ def validate(
         from shardwise.cli.validate_scaling import show_scaling
 
         show_scaling(as_json, markdown)
+        return
+    if "memory" in tables:
+        from shardwise.cli.validate_memory import show_memory
+
+        show_memory(as_json, markdown, show_rows)
         return
     from shardwise.analyses.validation import mean_absolute_error
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.physics import memory as mem
+from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
-from shardwise.specs import Plan, Recompute, Scenario
+from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit, plan_split
-
-ZERO3_PREFETCH_LAYERS = 2  # the layer in use and the one gathered ahead (see memory_breakdown)
 
 
 def memory_breakdown(
@@ -34,14 +33,23 @@ def memory_breakdown(
     the parameters with gradients and optimizer state (LoRA's adapters; default all of them)."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
+    policy = plan.selective_policy
     per_layer = mem.layer_activation_bytes(
-        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e
+        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, None, policy
     )
     moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
     if moe_layers is not None:
         shared = model.shared_experts * model.expert_ffn_hidden
         attention = mem.layer_activation_bytes(
-            model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, shared
+            model,
+            plan.micro_batch,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.recompute,
+            plan.flash_attention,
+            e,
+            shared,
+            policy,
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
@@ -74,8 +82,12 @@ def memory_breakdown(
     sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
     emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
     # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
-    # each with SP), fp32 logits (4 s b V / t), for the micro-batch at the loss.
-    head = 2 * e * s * b * model.hidden / sp_split + mem.LOGITS_BYTES_PER_ELEMENT * s * b * model.vocab / t
+    # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
+    # backward pass; a layer's backward gradients come once the logits are gone, so a stage with the
+    # output layer holds the larger of the two.
+    stack = mem.stack_memory(plan.framework)
+    grads_flow = mem.backward_transient_bytes(model, b, t, plan.sequence_parallel, e)
+    head = 2 * e * s * b * model.hidden / sp_split + np.maximum(mem.logits_bytes(model, b, t, stack), grads_flow)
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
 
@@ -84,34 +96,63 @@ def memory_breakdown(
         return in_flight * (per_layer + moe / np.maximum(layers, 1.0) * moe_extra)
 
     acts = (
-        kept(in_first, split.first, n_moe.first) + working + emb_mask + np.where(p == 1, head, 0.0),
-        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working, 0.0),
+        kept(in_first, split.first, n_moe.first) + working + emb_mask + np.where(p == 1, head, grads_flow),
+        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working + grads_flow, 0.0),
         kept(in_last, split.last, n_moe.last) + working + head,
     )
     states = stage_states(plan, params, expert_params, trained)
-    totals = [sum(st) + act for st, act in zip(states, acts, strict=True)]
+    gathered, reducing = zero3_buffers(model, plan, stack, moe_layers is not None)
+    buffers = [
+        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act) + gathered + reducing
+        for i, act in enumerate(acts)
+    ]
+    allocator = [stack.fragmentation * (act + gathered + reducing) for act in acts]
+    totals = [sum(st) + act + buf + al for st, act, buf, al in zip(states, acts, buffers, allocator, strict=True)]
     totals[1] = np.where(p > 2, totals[1], -np.inf)
     pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
     w, g, o = (np.choose(pick, [st[i] for st in states]) for i in range(3))
-    # ZeRO-3 gathers each layer's weights before using it and the next one's ahead of time: two
-    # layers whole (as sharded by tp and ep) on top of the shard (PyTorch FSDP's and DeepSpeed's
-    # prefetch of one layer)
-    matrices, replicated = layer_params_split(model)
-    layer = matrices / plan.tp + replicated
-    if moe_layers is not None:
-        layer = np.maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
-    w = w + np.where(
-        np.asarray(plan.zero_stage) == 3,
-        ZERO3_PREFETCH_LAYERS * mem.weight_bytes_per_param(plan.precision) * layer,
-        0.0,
-    )
+    cluster = scn.cluster
+    nvls = cluster.nvls & (np.asarray(cluster.intra_node_link.nvls_efficiency) > 0)
     return mem.MemoryBreakdown(
         weights_bytes=w,
         gradients_bytes=g,
         optimizer_bytes=o,
         activations_bytes=np.choose(pick, list(acts)),
-        reserved_bytes=mem.RUNTIME_RESERVED_BYTES + 0.0 * w,
+        reserved_bytes=runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
+        + 0.0 * w,
+        buffers_bytes=np.choose(pick, buffers),
+        allocator_bytes=np.choose(pick, allocator),
     )
+
+
+def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:
+    """(gathered weights, gradients waiting for their reduce-scatter) of ZeRO-3, 0 below it. It
+    gathers each unit's weights before use and the next one's ahead of time (PyTorch FSDP's and
+    DeepSpeed's prefetch of one unit): the largest unit (a layer, or the word embedding or output
+    matrix, which FSDP wraps on their own) and a layer, whole as tp and ep shard them; and holds
+    the largest unit's unsharded gradients at the stack's bytes until they are reduced."""
+    matrices, replicated = layer_params_split(model)
+    layer = matrices / plan.tp + replicated
+    if moe:
+        layer = np.maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
+    unit = np.maximum(layer, model.vocab * model.hidden / plan.tp)
+    z3 = np.asarray(plan.zero_stage) == 3
+    gathered = np.where(z3, mem.weight_bytes_per_param(plan.precision) * (unit + layer), 0.0)
+    return gathered, np.where(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
+
+
+def stage_buffers(plan: Plan, stack: mem.StackMemory, trained: Number, activations: Number) -> Number:
+    """A stage's gradient copies and buckets beyond ZeRO's count (`physics.memory.StackMemory`):
+    torch DDP's bucket copies and DeepSpeed's reduction buckets where gradients are reduced over
+    dp x cp ranks, and the gradient copies a stack makes at the end of the backward pass or in the
+    optimizer step where they exceed the activations freed by then."""
+    ranks = np.asarray(plan.dp) * np.asarray(plan.cp)
+    zero = np.asarray(plan.zero_stage)
+    ddp = np.where((ranks > 1) & (zero < 3), stack.ddp_bucket_bytes_per_param * trained, 0.0)
+    buckets = np.where((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
+    step = np.where(zero == 0, stack.step_grad_bytes_per_param, 0.0)
+    late = np.maximum(np.maximum(stack.grad_copy_bytes_per_param, step) * trained - activations, 0.0)
+    return ddp + buckets + late
 
 
 def stage_states(
@@ -126,17 +167,22 @@ def stage_states(
     shards = mem.zero_shards(np.asarray(plan.dp) * np.asarray(plan.cp), plan.zero_stage)
     no_experts = all(np.ndim(x) == 0 and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
+    fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (np.asarray(plan.zero_stage) == 3)
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
         dense = mem.sharded_state_bytes(n - n_expert, shards, plan.precision)
-        if trained is not None and trained[i] is not n:  # LoRA: the frozen weights, the adapters' state
+        lora = trained is not None and trained[i] is not n
+        if lora:  # the frozen weights, the adapters' state
             _, grads, optim = mem.sharded_state_bytes(trained[i], shards, plan.precision)
             dense = (dense[0], grads, optim)
-        if routed_shards is None:  # no routed experts (a dense model)
-            states.append(dense)
-            continue
-        routed = mem.sharded_state_bytes(n_expert, routed_shards, plan.precision)
-        states.append(tuple(a + b for a, b in zip(dense, routed, strict=True)))
+        if routed_shards is not None:
+            routed = mem.sharded_state_bytes(n_expert, routed_shards, plan.precision)
+            dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
+        if not lora and np.any(fp32_shards):  # FSDP: the fp32 shard is the weight, no 16-bit one
+            w, g, o = dense
+            master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
+            dense = (np.where(fp32_shards, master, w), g, np.where(fp32_shards, o - master, o))
+        states.append(dense)
     return states
 
 
@@ -146,10 +192,11 @@ def model_state_floor_bytes(
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None = None,
 ) -> Number:
-    """The most model state any stage holds plus the runtime's reserve: never above
-    `memory_breakdown`'s total (its stage adds activations, which are never negative, and ZeRO-3's
-    prefetch, summed in the same order), so a plan whose floor exceeds the GPU does not fit,
-    whatever its activations. A planner drops such plans before pricing their activations."""
+    """The most model state any stage holds plus the part of the runtime's reserve every process
+    holds (CUDA context, workspaces): never above `memory_breakdown`'s total (its stage adds
+    activations, buffers and the allocator's share, none negative, and NCCL's buffers, summed in
+    the same order), so a plan whose floor exceeds the GPU does not fit, whatever its activations.
+    A planner drops such plans before pricing their activations."""
     first, middle, last = (sum(st) for st in stage_states(plan, params, expert_params, trained))
     middle = np.where(np.asarray(plan.pp) > 2, middle, -np.inf)
-    return np.maximum(np.maximum(first, middle), last) + mem.RUNTIME_RESERVED_BYTES
+    return np.maximum(np.maximum(first, middle), last) + RUNTIME_FLOOR_BYTES

@@ -19,6 +19,15 @@ with e = 2 and 1-byte dropout masks, s sequence, b micro-batch, h hidden, a head
 and FlashAttention change the counts) and `tests/test_memory.py` checks the table.
 The first pipeline stage holds the most micro-batches (Korthikanti Sec. 4.2.3): m for GPipe,
 min(p, m) for 1F1B, and p v + p - 1 model chunks of l/(p v) layers for the interleaved schedule.
+
+Beyond the model state and those activations a training process holds (each term below with its
+source; `STACKS` says where software stacks differ, keyed by `Plan.framework`):
+- the loss's logits at their peak (`logits_bytes`: bytes per logit element per stack),
+- one layer's gradients during its backward pass (`backward_transient_bytes`),
+- communication buffers: NCCL's per communicator (`physics.memory_runtime`), torch DDP's bucket copies,
+  DeepSpeed's reduction buckets, ZeRO-3's gathered units and reduce-scatter inputs,
+- the CUDA context and library workspaces (`physics.memory_runtime`),
+- what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`).
 """
 
 from __future__ import annotations
@@ -35,15 +44,13 @@ from shardwise.units import GIB
 
 # Adam: fp32 master weight, momentum, variance (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: K = 12).
 OPTIMIZER_BYTES_PER_PARAM = 12.0
+MASTER_WEIGHT_BYTES = 4.0  # of those 12, the fp32 master weight
 # FlashAttention keeps one fp32 log-sum-exp per query and head for its backward pass
 # (Dao 2023, FlashAttention-2, Sec. 3.1.1 and Algorithm 1: the statistic L).
 FLASH_STATS_BYTES = 4.0
-# The logits the loss keeps are fp32: 4 s b V / t bytes (Korthikanti et al. 2022 Sec. 4.3;
-# Megatron-LM casts them in megatron/core/tensor_parallel/cross_entropy.py).
-LOGITS_BYTES_PER_ELEMENT = 4.0
-# CUDA context, cuBLAS workspaces, NCCL buffers and allocator slack: typically 1-3 GB on
-# A100/H100 training jobs. Counted so that "fits" leaves real headroom. A project estimate with
-# no published source: calibrate it against a job's measured overhead.
+# Serving's runtime reserve (engines/serving.py, engines/inflight.py): CUDA context, cuBLAS
+# workspaces, NCCL buffers and allocator slack, typically 1-3 GB. A project estimate with no
+# published source. Training itemises the same things per plan (`runtime_reserved_bytes`).
 RUNTIME_RESERVED_BYTES = 2.0 * GIB
 
 
@@ -67,9 +74,11 @@ def layer_activation_bytes(
     flash_attention: Number,
     bytes_per_element: float,
     ffn: Number | None = None,
+    selective_policy: str = "attention",
 ) -> Number:
     """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
-    width of its dense MLP, as in `physics.flops.layer_forward`)."""
+    width of its dense MLP, as in `physics.flops.layer_forward`). `selective_policy` "op":
+    selective recomputation keeps what torchtitan's op-level policy saves (`op_sac_layer_bytes`)."""
     s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
     f = model.ffn_hidden if ffn is None else ffn
     e, t, b = bytes_per_element, tp, batch
@@ -93,7 +102,30 @@ def layer_activation_bytes(
     flash = np.asarray(flash_attention, dtype=bool)
     scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
     kept = rep + split + scores_kept
+    if selective_policy == "op":
+        op = op_sac_layer_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f)
+        kept = np.where(rc == Recompute.SELECTIVE, op + np.where(flash, scores_flash, scores_std), kept)
     return np.where(rc == Recompute.FULL, full, kept)
+
+
+def op_sac_layer_bytes(
+    model: Model, batch: Number, tp: Number, sequence_parallel: Number, bytes_per_element: float, ffn: Number
+) -> Number:
+    """What torchtitan's op-level selective checkpointing keeps of one layer, beyond the attention
+    statistics (torchtitan distributed/activation_checkpoint.py, `_op_sac_save_list`: every matmul
+    output except every second one, attention's output, reduce-scatter outputs; element-wise work
+    is recomputed): the layer's input (the checkpoint's), the 1st, 3rd, ... of the outputs of
+    Q, K, V, attention-out, MLP up (and gate) and down, in that order (the row-parallel ones whole
+    on each TP rank, before their reduce-scatter), the attention output, and with sequence
+    parallelism the two reduce-scatter outputs."""
+    s, b, h, kvd, e, t = model.seq_len, batch, model.hidden, model.kv_heads * model.head_dim, bytes_per_element, tp
+    q = model.q_dim
+    up = [ffn / t, ffn / t] if model.gated_mlp else [ffn / t]
+    outputs = [q / t, kvd / t, kvd / t, h, *up, h]
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    layer_input = np.where(sp, h / t, h)
+    reduce_scatter = np.where(sp, 2 * h / t, 0.0)
+    return e * s * b * (layer_input + sum(outputs[0::2]) + q / t + reduce_scatter)
 
 
 def routed_expert_activation_bytes(
@@ -144,8 +176,10 @@ class MemoryBreakdown:
     weights_bytes: Number
     gradients_bytes: Number
     optimizer_bytes: Number
-    activations_bytes: Number
-    reserved_bytes: Number
+    activations_bytes: Number  # saved activations, the loss's logits, a layer's backward gradients
+    reserved_bytes: Number  # CUDA context, library workspaces, NCCL's buffers
+    buffers_bytes: Number = 0.0  # gradient copies and buckets, ZeRO-3's gathered units
+    allocator_bytes: Number = 0.0  # what the caching allocator reserves but cannot hand out
 
     @property
     def total_bytes(self) -> Number:
@@ -154,6 +188,8 @@ class MemoryBreakdown:
             + self.gradients_bytes
             + self.optimizer_bytes
             + self.activations_bytes
+            + self.buffers_bytes
+            + self.allocator_bytes
             + self.reserved_bytes
         )
 
@@ -163,6 +199,8 @@ class MemoryBreakdown:
             "gradients": self.gradients_bytes,
             "optimizer": self.optimizer_bytes,
             "activations": self.activations_bytes,
+            "buffers": self.buffers_bytes,
+            "allocator": self.allocator_bytes,
             "reserved": self.reserved_bytes,
             "total": self.total_bytes,
         }
@@ -189,3 +227,140 @@ def sharded_state_bytes(
     grads = params * grad_bytes_per_param(precision) / g
     optim = params * OPTIMIZER_BYTES_PER_PARAM / o
     return weights, grads, optim
+
+
+# ---- What a training process holds beyond the model state and the saved activations ----------
+
+# PyTorch's caching allocator: memory it reserves but cannot hand out (split blocks of segments
+# that stay in use), as a fraction of the memory allocated and freed during the step (activations,
+# logits, gathered parameters). Max reserved - max allocated over the step's transient part (max
+# allocated - allocated between steps) in Megatron-LM's memory reports: 7.7% in a Megatron-LM log
+# of LAION's open-sci-ref 1.7B run (tp1 dp252 mbs4 s4096 on Leonardo's A100: 53386 - 50277 of
+# 50277 - 9909 MiB), 24% in a Megatron-DeepSpeed log (46764 - 41299 of 41299 - 18245 MiB); in
+# H100 out-of-memory reports "reserved but unallocated" is 0.4-5% of everything allocated
+# (pytorch/pytorch#152135: 3.87 of 74.77 GiB). 10% taken; block rounding itself (512 B, 2 MiB
+# segments) is negligible beside it.
+ALLOCATOR_FRAGMENTATION = 0.10
+# DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
+# default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
+DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
+# ZeRO-3 / FSDP keeps two units gathered: the one in use and the one prefetched (PyTorch FSDP's
+# forward/backward prefetch, DeepSpeed's stage3 prefetch).
+ZERO3_GATHERED_UNITS = 2
+
+
+@dataclass(frozen=True)
+class StackMemory:
+    """Where a software stack's memory differs (per `Plan.framework`; `STACKS`).
+
+    `logits_bytes_per_element`: bytes per logit (s b V / tp of them) at the loss's peak.
+    Megatron-LM's vocab-parallel cross-entropy (core/tensor_parallel/cross_entropy.py) keeps the
+    bf16 logits (2) and one fp32 copy that it turns into the softmax in place and saves, and
+    computes the gradient in place (4): 6. Eager PyTorch `F.cross_entropy(logits.float())`
+    (torchtitan components/loss.py, Hugging Face models): bf16 logits (2), fp32 copy (4),
+    log_softmax output saved (4), and in the backward pass the gradients of that output and of its
+    input (4 + 4) beside the saved output: 12 at the backward's start (torchtune's chunked
+    cross-entropy saves 8.1 GiB at b 2, s 4096, V 128256 on Llama-3.2-3B: 8 B a logit). Fused or
+    compiled losses (torch.compile, XLA): as Megatron's.
+    `sharded_fp32_params`: under ZeRO-3 the sharded parameters are the fp32 master weights and the
+    16-bit ones exist only gathered, unit by unit (PyTorch FSDP's and FSDP2's mixed precision:
+    param_dtype is the compute copy; XLA's FSDP): 4 + 4 + 8 bytes per parameter over the shards
+    instead of ZeRO's 2 + 4 + 12 (DeepSpeed keeps a 16-bit shard beside the fp32 one).
+    `grad_copy_bytes_per_param`: 16-bit gradients of every local parameter held at the end of a
+    backward pass before they are added into fp32 buffers (nanotron's FP32GradientAccumulator runs
+    after loss.backward()); they replace the activations freed by then, so they count where they
+    exceed them.
+    `step_grad_bytes_per_param`: what the optimizer step adds without ZeRO, when the activations
+    are gone: DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py, step) makes an fp32 copy
+    of every gradient and flattens them into one more (4 + 4).
+    `ddp_bucket_bytes_per_param`: torch DDP's bucket copies of the gradients
+    (gradient_as_bucket_view=False, the default), with dp > 1 and ZeRO below 3.
+    `zero_bucket_bytes`: fixed reduction buckets with dp > 1 and ZeRO >= 1 (DeepSpeed).
+    `zero3_reduce_bytes_per_param`: ZeRO-3's unsharded gradients of one unit waiting for their
+    reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
+    `fragmentation`: the caching allocator's share (`ALLOCATOR_FRAGMENTATION`; XLA assigns its
+    buffers ahead of time: 0)."""
+
+    logits_bytes_per_element: float
+    sharded_fp32_params: bool = False
+    grad_copy_bytes_per_param: float = 0.0
+    step_grad_bytes_per_param: float = 0.0
+    ddp_bucket_bytes_per_param: float = 0.0
+    zero_bucket_bytes: float = 0.0
+    zero3_reduce_bytes_per_param: float = 2.0
+    fragmentation: float = ALLOCATOR_FRAGMENTATION
+    source: str = ""
+
+
+_MEGATRON = StackMemory(6.0, source="Megatron-LM cross_entropy.py; DDP buckets are views of the main_grad buffer")
+_EAGER = StackMemory(12.0, source="eager PyTorch F.cross_entropy on fp32 logits")
+_FSDP = StackMemory(12.0, sharded_fp32_params=True, source="eager PyTorch loss; FSDP keeps fp32 shards")
+STACKS: dict[str, StackMemory] = {
+    "megatron-core": _MEGATRON,
+    "megatron-lm-2022": _MEGATRON,
+    "megatron-lm-2021": _MEGATRON,
+    "megatron-deepspeed": StackMemory(
+        6.0,
+        step_grad_bytes_per_param=8.0,
+        zero_bucket_bytes=DEEPSPEED_REDUCE_BUCKET_BYTES,
+        source="Megatron's loss; DeepSpeed's FP16_Optimizer step and ZeRO-1 reduce buckets",
+    ),
+    "nanotron": StackMemory(
+        6.0,
+        grad_copy_bytes_per_param=2.0,
+        ddp_bucket_bytes_per_param=2.0,
+        source="nanotron sharded_cross_entropy (fp32, in place); FP32GradientAccumulator after backward; "
+        "torch DDP (trainer.py) with its default bucket copies",
+    ),
+    "internevo": StackMemory(6.0, source="flash-attn's fused cross-entropy (in-place backward), counted as Megatron's"),
+    "fsdp": _FSDP,
+    "fsdp2": _FSDP,
+    "torchtitan": StackMemory(
+        12.0,
+        sharded_fp32_params=True,
+        zero3_reduce_bytes_per_param=6.0,
+        source="torchtitan loss.py; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
+    ),
+    "torchtitan-compile": StackMemory(
+        6.0,
+        sharded_fp32_params=True,
+        zero3_reduce_bytes_per_param=6.0,
+        source="compiled loss; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
+    ),
+    "deepspeed": StackMemory(
+        12.0,
+        step_grad_bytes_per_param=8.0,
+        zero_bucket_bytes=DEEPSPEED_REDUCE_BUCKET_BYTES,
+        source="Hugging Face loss; DeepSpeed's FP16_Optimizer step and reduce buckets",
+    ),
+    "colossalai": _EAGER,
+    "maxtext": StackMemory(
+        6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"
+    ),
+    "paxml": StackMemory(
+        6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"
+    ),
+}
+
+
+def stack_memory(framework: str) -> StackMemory:
+    """The stack's memory entry; a framework without one (a user's own label) is priced as
+    Megatron-Core, the default framework."""
+    return STACKS.get(framework, _MEGATRON)
+
+
+def logits_bytes(model: Model, batch: Number, tp: Number, stack: StackMemory) -> Number:
+    """The loss's logits at their peak on the last stage: s b V / t elements at the stack's bytes."""
+    return stack.logits_bytes_per_element * model.seq_len * batch * model.vocab / tp
+
+
+def backward_transient_bytes(
+    model: Model, batch: Number, tp: Number, sequence_parallel: Number, bytes_per_element: float
+) -> Number:
+    """The largest set of gradients one layer's backward pass holds beside the saved activations:
+    those of its MLP's up-projection (gate x f) and activation (f) outputs, split over TP, and the
+    gradients flowing into and out of the layer (2 s b h, split with sequence parallelism)."""
+    s, b, h, f, e = model.seq_len, batch, model.hidden, model.ffn_hidden, bytes_per_element
+    gate = 2 if model.gated_mlp else 1
+    sp = np.where(np.asarray(sequence_parallel, dtype=bool), tp, 1)
+    return e * s * b * ((gate + 1) * f / tp + 2 * h / sp)

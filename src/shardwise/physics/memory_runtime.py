@@ -1,0 +1,67 @@
+"""What every training process holds whatever its model: the CUDA context, the libraries'
+workspaces and NCCL's buffers, per communicator the plan runs (the `reserved` row of
+`physics.memory.MemoryBreakdown`). Serving keeps its own estimate (`physics.memory.RUNTIME_RESERVED_BYTES`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.specs._checks import Number
+from shardwise.units import GIB, KIB, MIB
+
+# CUDA context of one process (CUDA 12, lazy module loading) on an 80 GB H100: the "non-PyTorch
+# memory" of single-GPU out-of-memory reports, in use minus allocated minus reserved-unallocated:
+# pytorch/pytorch#152135 (79.14 - 74.77 - 3.87 = 0.50 GiB) and a one-GPU run's report of
+# 79.23 - 78.42 - 0.34 = 0.47 GiB.
+CUDA_CONTEXT_BYTES = 0.5 * GIB
+# cuBLAS / cuBLASLt workspaces: 32 MiB per handle and stream on Hopper (PyTorch's default
+# CUBLAS_WORKSPACE_CONFIG :4096:8; Transformer Engine's get_cublas_workspace_size_bytes), on the
+# compute stream and up to three communication-overlap streams.
+LIBRARY_WORKSPACE_BYTES = 4 * 32 * MIB
+# NCCL's buffers for one connection (src/init.cc, DEFAULT_LL_BUFFSIZE, DEFAULT_LL128_BUFFSIZE,
+# DEFAULT_BUFFSIZE): LL 8 lines x 512 threads x 8 steps x 16 B = 512 KiB, LL128 120 x 640 threads
+# x 8 steps x 8 B = 4.6875 MiB, Simple NCCL_BUFFSIZE = 4 MiB.
+NCCL_CONNECTION_BYTES = 8 * 512 * 8 * 16 + 120 * 640 * 8 * 8 + 4 * MIB
+# Channels of a collective communicator: "24 coll channels" in NCCL_DEBUG=INFO logs of 8-GPU H100
+# (AWS p5) and A100 servers. Each rank's ring receives from one peer per channel; since NCCL 2.22
+# (NCCL_RUNTIME_CONNECT=1) only the algorithms a communicator runs are connected, and large
+# messages run the ring.
+NCCL_CHANNELS = 24
+# NVLink SHARP buffers of a communicator inside one switch domain with more than two ranks
+# (src/transport/nvls.cc, ncclNvlsBufferSetup): nvlsChannels (16) x 2 x buffSize per head, buffSize
+# = NCCL_NVLS_CHUNKSIZE 128 KiB x NCCL_STEPS 8, one head per local rank. (NCCL 2.18-2.20 used
+# 288 MiB per head, 2.25 GiB for 8 GPUs: vllm-project/vllm#9699's log, nvlsTotalSize 2415919104.)
+NVLS_CHANNELS = 16
+NVLS_BUFFER_BYTES = 128 * KIB * 8
+NVLS_MIN_RANKS = 3
+
+
+def nccl_buffer_bytes(
+    tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
+) -> Number:
+    """NCCL's buffers on one GPU: a ring's connections (`NCCL_CHANNELS` x `NCCL_CONNECTION_BYTES`)
+    for each communicator the plan runs (tp, cp, the gradients' dp x cp, pp's sends, ep), and NVLink
+    SHARP buffers for those inside one server with more than two ranks where `nvls` allows them.
+    Ranks are placed tp first, then cp, dp and pp (Megatron-LM's order), so a group spans its size
+    times the sizes inside it."""
+    tp, cp, dp, pp, ep = (np.asarray(x) for x in (tp, cp, dp, pp, ep))
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    out = np.where(ep > 1, ring, 0.0)  # the experts' all-to-all (NVLS does not apply)
+    for size, span in ((tp, tp), (cp, tp * cp), (dp * cp, tp * cp * dp), (pp, tp * cp * dp * pp)):
+        nvls_here = np.asarray(nvls, dtype=bool) & (size >= NVLS_MIN_RANKS) & (span <= np.asarray(gpus_per_node))
+        out = (
+            out + np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
+        )
+    return out
+
+
+def runtime_reserved_bytes(
+    tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
+) -> Number:
+    """The CUDA context, the libraries' workspaces and NCCL's buffers of one training process."""
+    return RUNTIME_FLOOR_BYTES + nccl_buffer_bytes(tp, cp, dp, pp, ep, gpus_per_node, nvls)
+
+
+# what every process holds whatever its plan: `model_state_floor_bytes` counts only this much
+RUNTIME_FLOOR_BYTES = CUDA_CONTEXT_BYTES + LIBRARY_WORKSPACE_BYTES
