@@ -188,6 +188,18 @@ def load_presets() -> dict[str, dict]:
         return {str(k).lower(): v for k, v in yaml.safe_load(f).items()}
 
 
+def classify_name(k: str) -> tuple[str, bool, str]:
+    """(preset, mixture of experts, architecture note) of a lower-cased model name: the MoE rules
+    first, then the dense presets; ("", False, "") for a name neither knows."""
+    for pattern, arch in MOE_MODELS:
+        if re.search(pattern, k):
+            return "", True, arch
+    for pattern, preset in DENSE_PRESETS:
+        if re.search(pattern, k):
+            return preset, False, ""
+    return "", False, ""
+
+
 # ----------------------------------------------------------------------------------------- row logic
 class Row:
     def __init__(self, index: int, r: dict[str, str], presets: dict[str, dict]):
@@ -219,13 +231,7 @@ class Row:
         k = key.lower()
         if re.search(r"nemotron[\s_-]*h\b", k):
             return "", False, "hybrid mamba"
-        for pattern, arch in MOE_MODELS:
-            if re.search(pattern, k):
-                return "", True, arch
-        for pattern, preset in DENSE_PRESETS:
-            if re.search(pattern, k):
-                return preset, False, ""
-        return "", False, ""
+        return classify_name(k)
 
     def workload(self) -> str:
         w = self.r["workload"].lower()

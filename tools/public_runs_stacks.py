@@ -18,10 +18,9 @@ from functools import cache
 import yaml
 from import_public_runs import (
     COLUMNS,
-    DENSE_PRESETS,
-    MOE_MODELS,
     ROOT,
     as_int,
+    classify_name,
     first_number,
     fmt,
     is_none,
@@ -217,14 +216,10 @@ class StackRow:
                     if word in k:
                         self.note(text)
                 return preset, False, ""
-        for pattern, arch in MOE_MODELS:
-            if re.search(pattern, k):
-                return "", True, arch
-        for pattern, preset in DENSE_PRESETS:
-            if re.search(pattern, k):
-                return preset, False, ""
-        self.note("model has no shardwise preset")
-        return "", False, ""
+        found = classify_name(k)
+        if found == ("", False, ""):
+            self.note("model has no shardwise preset")
+        return found
 
     def framework(self) -> tuple[str, str]:
         low = self.r["framework"].lower()

@@ -294,18 +294,6 @@ def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchS
     return candidates_by_layout(model, cluster, global_batch, space)[0]
 
 
-def _divisors_up_to(batches: list[int], limit: int) -> np.ndarray:
-    """Every micro-batch up to `limit` that divides one of the replicas' batches, ascending (the
-    others are never whole: leaving them out changes no plan, and keeps the work bounded when
-    --max-micro-batch is huge)."""
-    found: set[int] = set()
-    for b in batches:
-        r = np.arange(1, math.isqrt(int(b)) + 1, dtype=np.int64)
-        low = r[int(b) % r == 0]
-        found.update(int(d) for d in np.concatenate([low, int(b) // low]) if d <= limit)
-    return np.array(sorted(found) or [1], dtype=np.int64)
-
-
 def candidates_by_layout(
     model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -322,7 +310,11 @@ def candidates_by_layout(
     code, dp, pp = rows["pp_code"], rows["dp"], rows["pp"]
     # micro-batch: divides the batch per replica (a fixed value overrides the default limit);
     # interleaving needs the micro-batch count a multiple of pp
-    mbs = _divisors_up_to(sorted_distinct(global_batch // dp).tolist(), space.max_micro_batch)
+    # (only the divisors of a replica's batch: the others are never whole, and a huge
+    # --max-micro-batch stays bounded)
+    per_replica = sorted_distinct(global_batch // dp).tolist()
+    mbs = sorted_distinct(np.concatenate([np.ones(1, np.int64), *(divisors(int(b)) for b in per_replica)]))
+    mbs = mbs[mbs <= space.max_micro_batch]
     if space.micro_batch is not None:
         mbs = np.array(sorted({m for m in space.micro_batch if m >= 1}), dtype=np.int64)
     m = global_batch // (dp[:, None] * mbs[None, :])

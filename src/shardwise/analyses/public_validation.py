@@ -200,10 +200,8 @@ def scenario_for(row: dict[str, str]):
     tp, pp, vp = int(row["tp"]), int(row["pp"]), _int(row["vp"], 1) or 1
     rc = row["recompute"] or "none"
     recompute = "full" if rc.startswith("full") else ("selective" if rc.startswith("selective") else "none")
-    flags = framework_flags(preset, tp > 1)
-    zero = public_stacks.zero_stage(
-        row, 1 if row["framework"] == "megatron-core" else int(presets.framework(preset)["zero_stage"])
-    )
+    flags, default_zero = framework_flags(preset, tp > 1)
+    zero = public_stacks.zero_stage(row, default_zero)
     dp = int(row["dp"])
     plan = Plan(
         tp=tp,
@@ -227,13 +225,14 @@ def scenario_for(row: dict[str, str]):
     return Scenario(model, cluster, plan)
 
 
-def framework_flags(name: str, sequence_parallel: bool) -> dict[str, object]:
+def framework_flags(name: str, sequence_parallel: bool) -> tuple[dict[str, object], int]:
+    """A framework preset's Plan keyword arguments, and its default ZeRO stage."""
     from shardwise.presets import framework
 
     flags = dict(framework(name))
-    flags.pop("zero_stage")
+    zero = int(flags.pop("zero_stage"))
     flags["tp_comm_overlap"] = bool(flags.get("tp_comm_overlap")) and sequence_parallel
-    return flags
+    return flags, zero
 
 
 def measured_step_s(row: dict[str, str], model_flops_per_step: float | None = None) -> float:

@@ -525,7 +525,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
         given = o.get(name)
         out[name] = flags[name] if given is None else given
     # the stack's kernels (physics.stack): the preset's, where it states them
-    for name in ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel_s"):
+    for name in presets.STACK_PLAN_FIELDS:
         if name in flags:
             out[name] = flags[name]
     if sequence_parallel is not None and not sequence_parallel:

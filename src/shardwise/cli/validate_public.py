@@ -51,18 +51,25 @@ def summary_rows() -> list[tuple[str, str, Any]]:
     return out
 
 
+def _accuracy(s: Any) -> tuple[str, ...]:
+    """runs, MAPE, bias, the baseline's, Spearman and pairs ordered right of one summary."""
+    return (
+        str(s.rows),
+        _pct(s.mape),
+        _signed(s.bias),
+        _pct(s.baseline_mape),
+        _signed(s.baseline_bias),
+        _rho(s),
+        _pairs(s.pairs_right, s.pairs),
+    )
+
+
 def _loso_cells(tables: list[Any]) -> list[tuple[str, ...]]:
     return [
         (
             s.name,
             s.stack,
-            str(s.rows),
-            _pct(s.mape),
-            _signed(s.bias),
-            _pct(s.baseline_mape),
-            _signed(s.baseline_bias),
-            _rho(s),
-            _pairs(s.pairs_right, s.pairs),
+            *_accuracy(s),
             _pct(s.coverage),
             "-" if math.isnan(s.interval_pct) else f"±{s.interval_pct:.0%}",
         )
@@ -139,21 +146,7 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
         "pairs ordered right",
         "baseline pairs",
     )
-    cells = [
-        (
-            src,
-            split,
-            str(s.rows),
-            _pct(s.mape),
-            _signed(s.bias),
-            _pct(s.baseline_mape),
-            _signed(s.baseline_bias),
-            _rho(s),
-            _pairs(s.pairs_right, s.pairs),
-            _pairs(s.baseline_pairs_right, s.pairs),
-        )
-        for src, split, s in rows
-    ]
+    cells = [(src, split, *_accuracy(s), _pairs(s.baseline_pairs_right, s.pairs)) for src, split, s in rows]
     frac = pv.baseline_fraction()
     note = (
         f"Errors in step time (predicted - measured) / measured. Baseline: Eq. 3 FLOPs at {frac:.1%} of the "

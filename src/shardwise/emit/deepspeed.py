@@ -20,6 +20,7 @@ from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
 from shardwise.emit.megatron import _vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.rules import ulysses_rule
+from shardwise.specs.stages import describe_counts
 
 VERSIONS = ("master",)
 
@@ -80,13 +81,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
 
 
 def _runs(counts: list[int]) -> str:
-    out: list[list[int]] = []
-    for c in counts:
-        if out and out[-1][0] == c:
-            out[-1][1] += 1
-        else:
-            out.append([c, 1])
-    return ", ".join(f"{c}x{n}" if n > 1 else str(c) for c, n in out)
+    return describe_counts(list(counts), times="x")
 
 
 def config(scn: Scenario) -> dict[str, object]:

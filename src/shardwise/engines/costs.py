@@ -246,7 +246,18 @@ def layer_cost(
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
     fwd = layer_forward(
-        model, plan.micro_batch, t, sp, plan.bytes_per_element, q_len, kv_len, weight_bytes, kv_bytes, cp, ffn
+        model,
+        plan.micro_batch,
+        t,
+        sp,
+        plan.bytes_per_element,
+        q_len,
+        kv_len,
+        weight_bytes,
+        kv_bytes,
+        cp,
+        ffn,
+        eager=plan.eager_kernels,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(
@@ -313,8 +324,10 @@ def layer_cost(
     selective = op_sac_s(lt, model) if plan.selective_policy == "op" else lt.attention_core_s
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, selective], 0.0)
     # the host issues every kernel; where they are shorter than that, the GPU waits for it
-    kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels) * np.where(rc == Recompute.FULL, 4 / 3, 1.0)
-    host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
+    host = 0.0
+    if np.any(plan.host_kernel_s):
+        kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL)
+        host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s,
         compute_backward_s=lt.backward_s + redo + host,

@@ -365,9 +365,7 @@ def queued_behind(sim: Simulated, extra_users: int, output_len: float) -> Simula
     time per token do not change. Simulating them would cost time in proportion to the users (a
     billion would not finish)."""
     wait = extra_users / (sim.throughput_tokens_per_s / output_len)
-    return replace(
-        sim, ttft_s=sim.ttft_s + wait, e2e_s=sim.e2e_s + wait, queue_s=sim.queue_s + wait, mean_running=sim.mean_running
-    )
+    return replace(sim, ttft_s=sim.ttft_s + wait, e2e_s=sim.e2e_s + wait, queue_s=sim.queue_s + wait)
 
 
 def estimate_inflight(

@@ -151,12 +151,15 @@ def layer_forward(
     kv_bytes: Number | None = None,
     cp: Number = 1,
     ffn: Number | None = None,
+    eager: Number = False,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
     `kv_len` tokens (training: both equal the model's sequence length). Inference may store the
     weights (`weight_bytes` per element) and the KV cache (`kv_bytes`) narrower than activations.
     `ffn` is the width of the layer's dense, TP-split MLP (default the model's; a mixture-of-experts
-    layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts)."""
+    layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts).
+    Where `eager` (a stack running element-wise work as eager kernels) the same work's eager bytes
+    are counted too (`eager_elementwise_bytes`; None otherwise)."""
     if model.kv_lora_rank:
         return _mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
                                   weight_bytes, cp, ffn, kv_bytes)  # fmt: skip
@@ -183,10 +186,23 @@ def layer_forward(
     # every sequence in two balanced chunks, so it computes half of its s_q x s_kv rectangle
     causal_fraction = _causal_fraction(s_q, s_kv, cp)
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (q + kv * d) / t
-    elementwise = _block_elementwise_bytes(model, tokens, t, sequence_parallel, e, f) + rope
+    norms, residuals, activation, split = _block_elementwise_parts(model, tokens, t, sequence_parallel, e, f)
+    elementwise = (norms + residuals) * split + activation + rope
     kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
-    rope_width = 0.0 if model.learned_positions else q + kv * d
-    eager = _block_eager_bytes(model, tokens, t, sequence_parallel, e, f, rope_width)
+    eager_bytes = None
+    if np.any(eager):
+        from shardwise.physics.stack import eager_elementwise_bytes
+
+        rope_width = 0.0 if model.learned_positions else q + kv * d
+        # LayerNorm is one ATen kernel in eager PyTorch too (F.layer_norm); RMSNorm is composed of ops
+        rms = 1.0 if model.rmsnorm else 0.0
+        eager_bytes = eager_elementwise_bytes(
+            rms * norms / (2 * e) * split,  # elements through the norms (a fused norm moves 2e each)
+            tokens * rope_width / t,
+            activation,
+            (residuals + (1.0 - rms) * norms) * split,
+            model.gated_mlp,
+        )
     return LayerForward(
         qkv,
         attn_out,
@@ -201,7 +217,7 @@ def layer_forward(
         kernels,
         e * tokens * h,
         has_mlp=np.asarray(f) > 0,
-        eager_elementwise_bytes=eager,
+        eager_elementwise_bytes=eager_bytes,
     )
 
 
@@ -288,36 +304,27 @@ def _causal_fraction(s_q: Number, s_kv: Number, cp: Number) -> Number:
     return np.where(np.asarray(cp) > 1, CP_CAUSAL_FRACTION, 1.0 - (s_q - 1) / (2.0 * s_kv))
 
 
-def _block_eager_bytes(
-    model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number, rope_width: Number
-) -> Number:
-    """`_block_elementwise_bytes` (+ the rotary embedding on `rope_width` q and k columns per
-    token) as eager kernels, one per op (`physics.stack`)."""
-    from shardwise.physics.stack import eager_elementwise_bytes
-
-    h = model.hidden
-    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
-    split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
-    residuals = 2 * ((3 * e + drop) * tokens * h) * split
-    activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
-    # LayerNorm is one ATen kernel in eager PyTorch too (F.layer_norm); RMSNorm is composed of ops
-    norm_elements = 2 * tokens * h * split * (1.0 if model.rmsnorm else 0.0)
-    layer_norms = (0.0 if model.rmsnorm else 1.0) * 2 * (2 * e * tokens * h) * split
-    residuals = residuals + layer_norms
-    return eager_elementwise_bytes(norm_elements, tokens * rope_width / t, activation, residuals, model.gated_mlp)
-
-
-def _block_elementwise_bytes(
+def _block_elementwise_parts(
     model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number
-) -> Number:
-    """Two norms and two residual adds with their dropouts (split by t under sequence
-    parallelism) and the MLP's activation on its T x f/t output."""
+) -> tuple[Number, Number, Number, Number]:
+    """(norm bytes, residual-add bytes, activation bytes, split) of a layer's element-wise work:
+    two norms and two residual adds with their dropouts (split by t under sequence parallelism:
+    the norm and residual bytes are multiplied by `split`) and the MLP's activation on its T x f/t
+    output."""
     h = model.hidden
     drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
     split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
     norms = 2 * (2 * e * tokens * h)
     residuals = 2 * ((3 * e + drop) * tokens * h)
     activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
+    return norms, residuals, activation, split
+
+
+def _block_elementwise_bytes(
+    model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number
+) -> Number:
+    """The fused kernels' bytes of `_block_elementwise_parts`."""
+    norms, residuals, activation, split = _block_elementwise_parts(model, tokens, t, sequence_parallel, e, f)
     return (norms + residuals) * split + activation
 
 

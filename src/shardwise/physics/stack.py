@@ -81,10 +81,12 @@ def eager_elementwise_bytes(
     )
 
 
-def layer_kernels(eager: Number, fused_elementwise_kernels: Number) -> Number:
-    """Kernels one layer's forward and backward issue (host time is paid per kernel)."""
+def layer_kernels(eager: Number, fused_elementwise_kernels: Number, recompute_forward: Number = False) -> Number:
+    """Kernels one layer's forward and backward issue (host time is paid per kernel); full
+    recomputation issues the forward's once more."""
     elementwise = np.where(np.asarray(eager, dtype=bool), EAGER_ELEMENTWISE_KERNELS, fused_elementwise_kernels)
-    return (1.0 + BACKWARD_KERNEL_RATIO) * (elementwise + GEMM_AND_ATTENTION_KERNELS)
+    passes = 1.0 + BACKWARD_KERNEL_RATIO + np.asarray(recompute_forward, dtype=float)
+    return passes * (elementwise + GEMM_AND_ATTENTION_KERNELS)
 
 
 def host_bound_s(gpu_s: Number, kernels: Number, host_kernel_s: Number) -> Number:

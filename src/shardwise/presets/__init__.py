@@ -229,6 +229,8 @@ def framework(name: str) -> dict[str, Any]:
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
 # Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
 STACK_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel", "flash_attention")
+# ... as the Plan keyword arguments `framework` returns (flash_attention goes with the CLI's own flag)
+STACK_PLAN_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel_s")
 
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:

@@ -155,13 +155,18 @@ def describe_split(layers: int, pp: int, first: int = 0, last: int = 0, explicit
     counts = stage_layer_list(stage_split(layers, pp, first, last, explicit), pp)
     if len(set(counts)) <= 1:
         return ""
+    return describe_counts(counts)
+
+
+def describe_counts(counts: list[int], times: str = " x") -> str:
+    """Runs of equal counts: [15, 16, 16, 15] -> '15, 16 x2, 15' (`times` between a count and its run)."""
     runs: list[list[int]] = []
     for c in counts:
         if runs and runs[-1][0] == c:
             runs[-1][1] += 1
         else:
             runs.append([c, 1])
-    return ", ".join(f"{c} x{n}" if n > 1 else str(c) for c, n in runs)
+    return ", ".join(f"{c}{times}{n}" if n > 1 else str(c) for c, n in runs)
 
 
 def moe_layers_below(index: Number, dense_layers: int, moe_every: int) -> Number:
