@@ -94,7 +94,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     return preset, out
 
 
-def zero_stage(row: dict[str, str], default: int) -> int:
+def zero_stage(row: dict[str, str], default: int | None) -> int | None:
     """The optimizer sharding the row states: `zero=N`, or full sharding (FSDP, ZeRO-3) over its
     `fsdp` ranks; else the preset's default."""
     n = notes(row)

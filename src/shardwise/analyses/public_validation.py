@@ -172,67 +172,52 @@ def skip_reason(row: dict[str, str]) -> str:
     return ""
 
 
-def _gpus_per_node(system_gpus: int, num_gpus: int) -> int:
-    """A rack-scale NVLink domain (72 GPUs) is used in whole multiples of its largest divisor of
-    the job that fits (256 GPUs: 4 x 64); a server keeps its size."""
-    if system_gpus <= 8:
-        return system_gpus
-    return max(d for d in range(1, system_gpus + 1) if num_gpus % d == 0)
+def request_for(row: dict[str, str]):
+    """The `TrainingRequest` of a public run: the request layer's defaults (sequence parallelism
+    on where tp > 1, the framework's ZeRO stage) with what the row states -- its stack and the
+    kernels its notes name (`public_stacks`), its network, expert layout and LoRA rank."""
+    from shardwise.requests.training import TrainingRequest
+
+    preset, kernels = public_stacks.execution(row)
+    stated = public_stacks.network(row)
+    moe = row["moe"] == "yes"
+    link, nics = stated if stated is not None else (None, None)
+    return TrainingRequest(
+        model=row["model"],
+        layers=int(row["layers"]),
+        seq_len=int(row["seq_len"]),
+        system=row["system"],
+        num_gpus=int(row["num_gpus"]),
+        inter_link=link if stated is not None and int(row["num_gpus"]) > _system_gpus(row["system"]) else None,
+        nics_per_node=nics if stated is not None and int(row["num_gpus"]) > _system_gpus(row["system"]) else None,
+        tp=int(row["tp"]),
+        pp=int(row["pp"]),
+        dp=int(row["dp"]),
+        cp=_int(row["cp"], 1) or 1,
+        vpp=_int(row["vp"], 1) or 1,
+        global_batch=int(row["gbs"]),
+        micro_batch=int(row["mbs"]),
+        recompute=next((m for m in ("full", "selective") if (row["recompute"] or "").startswith(m)), "none"),
+        zero=public_stacks.zero_stage(row, None),
+        precision=row["precision"],
+        ep=_int(row["ep"], 1) or 1,
+        etp=public_moe.expert_tp(row) if moe else None,
+        moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
+        lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
+        framework=preset,
+        **kernels,
+    )
+
+
+def _system_gpus(name: str) -> int:
+    from shardwise import presets
+
+    return int(presets.system(name).gpus_per_node)
 
 
 def scenario_for(row: dict[str, str]):
     """The Scenario of a public run (raises SpecError when the layout is not valid)."""
-    from shardwise import presets
-    from shardwise.specs import Plan, Scenario
-
-    model = presets.model(row["model"], layers=int(row["layers"]), seq_len=int(row["seq_len"]))
-    n = int(row["num_gpus"])
-    base = presets.system(row["system"])
-    per_node = min(_gpus_per_node(base.gpus_per_node, n), n)
-    cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
-    stated = public_stacks.network(row)
-    if stated is not None and cluster.nodes > 1:
-        from shardwise.loaders import per_gpu_nic
-
-        link, nics = stated
-        cluster = cluster.with_(inter_node_link=per_gpu_nic(presets.link(link), nics, base.gpus_per_node))
-    preset, kernels = public_stacks.execution(row)
-    tp, pp, vp = int(row["tp"]), int(row["pp"]), _int(row["vp"], 1) or 1
-    rc = row["recompute"] or "none"
-    recompute = "full" if rc.startswith("full") else ("selective" if rc.startswith("selective") else "none")
-    flags, default_zero = framework_flags(preset, tp > 1)
-    zero = public_stacks.zero_stage(row, default_zero)
-    dp = int(row["dp"])
-    plan = Plan(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=_int(row["cp"], 1) or 1,
-        global_batch=int(row["gbs"]),
-        micro_batch=int(row["mbs"]),
-        vpp=vp,
-        schedule="interleaved" if vp > 1 else "1f1b",
-        recompute=recompute,
-        sequence_parallel=tp > 1,
-        zero_stage=zero if dp * (_int(row["cp"], 1) or 1) > 1 else 0,
-        precision=row["precision"],
-        ep=_int(row["ep"], 1) or 1,
-        etp=public_moe.expert_tp(row) if row["moe"] == "yes" else 0,
-        moe_dispatcher=public_moe.dispatcher(row) if row["moe"] == "yes" else "alltoall",
-        lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
-        **{**flags, **kernels},
-    )
-    return Scenario(model, cluster, plan)
-
-
-def framework_flags(name: str, sequence_parallel: bool) -> tuple[dict[str, object], int]:
-    """A framework preset's Plan keyword arguments, and its default ZeRO stage."""
-    from shardwise.presets import framework
-
-    flags = dict(framework(name))
-    zero = int(flags.pop("zero_stage"))
-    flags["tp_comm_overlap"] = bool(flags.get("tp_comm_overlap")) and sequence_parallel
-    return flags, zero
+    return request_for(row).scenario()
 
 
 def measured_step_s(row: dict[str, str], model_flops_per_step: float | None = None) -> float:

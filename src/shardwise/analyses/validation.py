@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise import loaders, presets
+from shardwise import loaders
 from shardwise.engines.training import estimate_training_step, layer_times_s
 from shardwise.specs import Plan, Scenario
 
@@ -65,30 +65,34 @@ def _run_config() -> dict[str, Any]:
         return loaders.load_yaml(p)
 
 
-def scenario_for(run_id: str) -> Scenario:
-    """The Scenario of a published run: its model, cluster and plan."""
+def request_for(run_id: str) -> Any:
+    """The `TrainingRequest` of a published run: the table's row and the run's stated settings
+    (`data/validation_runs.yaml`), with the request layer's defaults for the rest."""
+    from shardwise.requests.training import TrainingRequest
+
     row = measured_runs()[run_id]
     cfg = _run_config()
     extra = {**cfg["defaults"][row["group"]], **cfg["runs"][run_id]}
-    model = presets.model(extra.pop("model"))
     n_gpus, per_node = int(row["num_gpus"]), int(row["gpus_per_node"])
-    cluster = presets.system(extra.pop("system"), nodes=max(1, n_gpus // per_node))
-    vpp = int(extra.pop("vpp", row.get("vpp") or 1))
-    micro_batch = int(extra.pop("micro_batch", 0) or row["micro_batch"].split()[0])
-    framework = presets.framework(extra.pop("framework", "megatron-core"))
-    framework.pop("zero_stage")
-    extra = {**framework, **extra}
-    plan = Plan(
-        tp=int(row["tp"]),
-        pp=int(row["pp"]),
-        dp=int(row["dp"]),
-        global_batch=int(row["global_batch_seqs"]),
-        micro_batch=micro_batch,
-        vpp=vpp,
-        schedule="interleaved" if vpp > 1 else "1f1b",
-        **extra,
+    return TrainingRequest.from_mapping(
+        {
+            "nodes": max(1, n_gpus // per_node),
+            "tp": row["tp"],
+            "pp": row["pp"],
+            "dp": row["dp"],
+            "global_batch": row["global_batch_seqs"],
+            "vpp": row.get("vpp") or 1,
+            "micro_batch": row["micro_batch"].split()[0],
+            "zero": 0,  # the Selene runs predate Megatron's distributed optimizer
+            **extra,
+        },
+        run_id,
     )
-    return Scenario(model, cluster, plan)
+
+
+def scenario_for(run_id: str) -> Scenario:
+    """The Scenario of a published run: its model, cluster and plan."""
+    return request_for(run_id).scenario()
 
 
 def plan_label(p: Plan, sep: str = ", ") -> str:

@@ -274,71 +274,50 @@ def _run(row: dict[str, str], where: str) -> Run:
     return _training_run(row, where)
 
 
-def _training_run(row: dict[str, str], where: str) -> Run:
-    from shardwise import presets
-    from shardwise.engines.training import flops_per_step
-    from shardwise.specs import Plan
+def training_request(row: dict[str, str], where: str) -> Any:
+    """The `TrainingRequest` of a run's row: its columns are the request's fields (the same
+    defaults as `predict`: sequence parallelism on where tp > 1, the framework's ZeRO stage),
+    with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
+    from shardwise.requests.training import TrainingRequest
 
-    model_overrides = {k: _whole(row, k, where) for k in ("layers", "seq_len") if row.get(k)}
-    try:
-        model = presets.model(row["model"], **model_overrides)
-        base = presets.system(row["system"])
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
-    log_hidden = row.get("_log_hidden", "")
-    if log_hidden and log_hidden.isdigit() and int(log_hidden) != int(model.hidden):
-        raise SpecError(
-            f"{where}: the log's hidden_size {log_hidden} is not model {row['model']!r}'s {int(model.hidden)}; "
-            "give the model that ran (--set model=NAME or a config.json)"
-        )
-    n = _whole(row, "num_gpus", where)
-    per_node = min(_whole(row, "gpus_per_node", where, base.gpus_per_node), n)
-    per_node = _fit_domain(per_node, n)
-    tp, pp = _whole(row, "tp", where), _whole(row, "pp", where)
-    cp = _whole(row, "cp", where, 1)
-    dp = _whole(row, "dp", where, max(1, n // (tp * pp * cp)))
-    vpp = _whole(row, "vpp", where, 1)
+    for key in ("num_gpus", "tp", "pp", "global_batch", *(k for k in ("cp", "dp", "vpp", "micro_batch") if row.get(k))):
+        _whole(row, key, where)
     recompute = (row.get("recompute") or "none").lower()
     found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
-    recompute = found[1] if found else recompute
-    precision = (row.get("precision") or "bf16").lower()
-    sp_text = (row.get("sequence_parallel") or "").lower()
-    if sp_text not in ("", "true", "false", "yes", "no", "on", "off", "1", "0"):
-        raise SpecError(f"{where}: sequence_parallel: {sp_text!r} is not allowed; use yes or no")
-    sp = tp > 1 if sp_text == "" else sp_text in ("true", "yes", "on", "1")
+    zero = row.get("zero") or ""
+    if zero and zero not in ("0", "1", "2", "3", "0.0", "1.0", "2.0", "3.0"):
+        raise SpecError(f"{where}: zero: {zero!r} is not allowed; use 0, 1, 2 or 3 (the ZeRO stage)")
+    if (row.get("fsdp") or "0") not in ("", "0"):
+        zero = "3"
+    fields = {
+        **{k: row.get(k, "") for k in ("model", "system", "layers", "seq_len", "num_gpus", "gpus_per_node")},
+        **{k: row.get(k, "") for k in ("tp", "pp", "cp", "dp", "vpp", "global_batch", "micro_batch")},
+        **{k: row.get(k, "") for k in ("precision", "sequence_parallel", "framework")},
+        "recompute": found[1] if found else recompute,
+        "zero": zero,
+    }
     try:
-        flags = dict(presets.framework(row.get("framework") or "megatron-core"))
-        zero = flags.pop("zero_stage")
-        if row.get("zero"):
-            if row["zero"] not in ("0", "1", "2", "3", "0.0", "1.0", "2.0", "3.0"):
-                raise SpecError(f"zero: {row['zero']!r} is not allowed; use 0, 1, 2 or 3 (the ZeRO stage)")
-            zero = int(float(row["zero"]))
-        if (row.get("fsdp") or "0") not in ("", "0"):
-            zero = 3
-        flags["tp_comm_overlap"] = bool(flags.get("tp_comm_overlap")) and sp
-        if n % per_node:
-            raise SpecError(f"num_gpus {n} is not a multiple of {per_node} GPUs per server")
-        cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
-        if cluster.nodes > 1 and cluster.inter_node_link is None:
-            raise SpecError(f"{n} GPUs span servers but system {row['system']!r} has no network")
-        plan = Plan(
-            tp=tp,
-            pp=pp,
-            dp=dp,
-            cp=cp,
-            global_batch=_whole(row, "global_batch", where),
-            micro_batch=_whole(row, "micro_batch", where, 1),
-            vpp=vpp,
-            schedule="interleaved" if vpp > 1 else "1f1b",
-            recompute=recompute,
-            sequence_parallel=sp,
-            zero_stage=zero,
-            precision=precision,
-            **flags,
-        )
-        scn = Scenario(model, cluster, plan)
+        return TrainingRequest.from_mapping(fields)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _training_run(row: dict[str, str], where: str) -> Run:
+    from shardwise.engines.training import flops_per_step
+
+    request = training_request(row, where)
+    try:
+        scn = request.scenario()
     except SpecError as exc:
         raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+    log_hidden = row.get("_log_hidden", "")
+    if log_hidden and log_hidden.isdigit() and int(log_hidden) != int(scn.model.hidden):
+        raise SpecError(
+            f"{where}: the log's hidden_size {log_hidden} is not model {row['model']!r}'s {int(scn.model.hidden)}; "
+            "give the model that ran (--set model=NAME or a config.json)"
+        )
+    model, plan, n = scn.model, scn.plan, int(scn.cluster.num_gpus)
+    tp, pp, dp, cp = (int(getattr(plan, k)) for k in ("tp", "pp", "dp", "cp"))
     if int(tp * pp * dp * cp) != n:
         raise SpecError(f"{where}: tp x pp x dp x cp = {tp * pp * dp * cp} but num_gpus is {n}")
     metric, value = _measured(row, where)
@@ -363,11 +342,3 @@ def _training_run(row: dict[str, str], where: str) -> Run:
             )
         case = LayerStackCase(scn, kinds[0], _whole(row, "micro_batches", where, 1))
     return Run(row.get("id") or where, case, step, where, row.get("group") or row.get("source", ""))
-
-
-def _fit_domain(per_node: int, n: int) -> int:
-    """A rack-scale NVLink domain (e.g. 72 GPUs) is used in whole multiples of its largest divisor
-    of the job (256 GPUs on an NVL72: 4 x 64); an ordinary server keeps its size."""
-    if per_node <= 8 or n % per_node == 0:
-        return per_node
-    return max(d for d in range(1, per_node + 1) if n % d == 0)

@@ -77,7 +77,9 @@ model_options = _stack(
     click.option("--ffn-hidden", type=int, help="MLP hidden size; default: 4 x hidden."),
     click.option("--vocab", type=int, help="Vocabulary size; default 51200 for a custom model."),
     click.option(
-        "--family", type=click.Choice(["gpt", "llama"]), help="Architecture defaults for a custom model [default: gpt]."
+        "--family",
+        type=click.Choice(["gpt", "llama"], case_sensitive=False),
+        help="Architecture defaults for a custom model [default: gpt].",
     ),
     click.option("--seq-len", type=int, help="Sequence length s in tokens; default 2048 for a custom model."),
 )
@@ -106,13 +108,13 @@ cluster_options = _stack(
     click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
     click.option(
         "--p2p",
-        type=click.Choice(["on", "off"]),
+        type=click.Choice(["on", "off"], case_sensitive=False),
         help="Can the GPUs of a server reach each other's memory? off: NCCL stages every transfer through "
         "host memory (GeForce cards on the stock driver, many VMs). [default: the system's, else on]",
     ),
     click.option(
         "--nvls",
-        type=click.Choice(["on", "off"]),
+        type=click.Choice(["on", "off"], case_sensitive=False),
         help="May NCCL reduce inside the NVLink switch (NVLink SHARP) for all-reduces in a server, where the "
         "link has it (H100 and later with NVSwitch)? off: as NCCL_NVLS_ENABLE=0. [default: the system's, else on]",
     ),
@@ -168,7 +170,7 @@ plan_layout_options = _stack(
     ),
     click.option(
         "--cp-comm",
-        type=click.Choice(["p2p", "all_gather", "a2a"]),
+        type=click.Choice(["p2p", "all_gather", "a2a"], case_sensitive=False),
         default="p2p",
         show_default=True,
         help="How CP ranks exchange keys and values (Megatron-Core --cp-comm-type): a ring overlapped with "
@@ -192,7 +194,7 @@ plan_layout_options = _stack(
     ),
     click.option(
         "--moe-dispatcher",
-        type=click.Choice(["alltoall", "flex"]),
+        type=click.Choice(["alltoall", "flex"], case_sensitive=False),
         default="alltoall",
         show_default=True,
         help="alltoall: a copy per chosen expert (Megatron-Core's default); flex: DeepEP/HybridEP, one copy per "
@@ -216,21 +218,21 @@ plan_layout_options = _stack(
     click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
     click.option(
         "--schedule",
-        type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1"]),
+        type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1"], case_sensitive=False),
         help="Pipeline schedule [default: 1f1b, interleaved if --vpp > 1].",
     ),
     click.option(
         "--recompute",
-        type=click.Choice(["none", "selective", "full"]),
+        type=click.Choice(["none", "selective", "full"], case_sensitive=False),
         default="none",
         show_default=True,
         help="Activation recomputation.",
     ),
     click.option(
         "--sequence-parallel/--no-sequence-parallel",
-        default=False,
-        show_default=True,
-        help="Megatron sequence parallelism inside the TP group.",
+        default=None,
+        help="Megatron sequence parallelism inside the TP group [default: on where tp > 1, as NeMo, "
+        "Megatron-Bridge and torchtitan run TP].",
     ),
     click.option(
         "--zero",
@@ -259,7 +261,7 @@ execution_options = _stack(
     ),
     click.option(
         "--precision",
-        type=click.Choice(TRAINING_PRECISIONS),
+        type=click.Choice(TRAINING_PRECISIONS, case_sensitive=False),
         default="bf16",
         show_default=True,
         help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell).",
@@ -269,6 +271,19 @@ execution_options = _stack(
         default=True,
         show_default=True,
         help="Fused attention that never stores the s x s scores.",
+    ),
+    click.option(
+        "--attention-kernel",
+        type=click.Choice(["fused", "flash2"], case_sensitive=False),
+        help="Attention kernel: fused (Transformer Engine / cuDNN) or flash2 (FlashAttention-2, PyTorch SDPA) "
+        "[default: the framework's].",
+    ),
+    _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),
+    click.option(
+        "--selective-policy",
+        type=click.Choice(["attention", "op"], case_sensitive=False),
+        help="What --recompute selective recomputes: attention (Megatron: the attention core) or op "
+        "(torchtitan's op-level policy) [default: the framework's].",
     ),
     _switch("async-tp-grad", "Overlap the backward TP collectives of QKV and MLP up with their own GEMMs (Megatron)."),
     _switch(
@@ -305,145 +320,49 @@ stage_options = _stack(
 plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
 
-def _link_latency_s(o: dict[str, Any]) -> float | None:
-    """--link-latency in seconds (checked even when no link flag uses it: a silently ignored flag
-    is a trap)."""
-    from shardwise import units
-    from shardwise.specs import SpecError
+def _named(o: dict[str, Any]) -> dict[str, Any]:
+    """click's option names -> the request fields' names (`model_name` -> `model`); others dropped."""
+    from shardwise.requests.fields import TRAINING_FIELDS
 
-    text = o.get("link_latency")
-    if text is None:
-        return None
-    try:
-        value = units.parse_seconds(text)
-    except SpecError as exc:
-        raise SpecError(f"--link-latency: {exc}") from None
-    if not 0 <= value <= 1:  # NaN fails too
-        raise SpecError(f"--link-latency: {text} is not allowed; it must be a time from 0 to 1 s (e.g. 2us)")
-    if not o.get("intra_link") and not o.get("inter_link"):
-        raise SpecError(
-            f"--link-latency {text}: it sets the latency of a link given with --intra-link or --inter-link; "
-            "give one of them (a preset link keeps its own latency)"
-        )
-    return value
+    by_key = {f.key: f.name for f in TRAINING_FIELDS}
+    return {by_key[k]: v for k, v in o.items() if k in by_key}
 
 
-def _link(spec: str, role: str, replaced: Any = None, latency_s: float | None = None) -> Any:
-    """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
-    keeps the latency and NCCL protocols of the link it replaces, or takes its kind's latency;
-    --link-latency sets it)."""
-    from shardwise import presets
-    from shardwise.specs import SpecError
+def echo_notes(notes: tuple[str, ...] | list[str]) -> None:
+    """What the request layer assumed, on stderr (stdout stays the answer)."""
+    for note in notes:
+        click.echo(f"note: {note}", err=True)
 
-    kind = "inter" if role == "inter-link" else "intra"
-    try:
-        return presets.link_or_rate(spec, kind, replaced, latency_s)
-    except SpecError as exc:
-        raise SpecError(f"--{role}: {exc}; or give a YAML file or a rate like 600GB/s") from None
+
+def request_of(o: dict[str, Any]) -> Any:
+    """The `TrainingRequest` of a command's parsed options."""
+    from shardwise.requests.training import TrainingRequest
+
+    return TrainingRequest.from_options(o)
 
 
 def build_model(o: dict[str, Any]) -> Any:
-    from shardwise import loaders, presets
-    from shardwise.specs import SpecError
+    from shardwise.requests.build import build_model as build
 
-    overrides = {
-        k: o[k]
-        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
-        if o.get(k) is not None
-    }
-    if o.get("family"):
-        overrides["family"] = o["family"]
-    if o.get("model_name"):
-        return presets.model(o["model_name"], **overrides)
-    missing = [f"--{k}" for k in ("layers", "hidden", "heads") if k not in overrides]
-    if missing:
-        raise SpecError(f"model: give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
-    data = {"vocab": 51200, "seq_len": 2048, **overrides}
-    return loaders.model_from_dict("custom", data)
+    return build(_named(o))
 
 
 def build_cluster(o: dict[str, Any]) -> Any:
-    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size."""
-    from shardwise import loaders, presets
-    from shardwise.specs import SpecError
+    """The cluster of the options (`requests.build.build_cluster`); its notes go to stderr."""
+    from shardwise.requests.build import build_cluster as build
 
-    both = o.get("nodes") is not None and o.get("num_gpus") is not None
-    nic, nics, p2p, nvls = None, None, True, True
-    if o.get("system"):
-        base = presets.system(o["system"])
-        gpu, per_node, p2p, nvls = base.gpu, base.gpus_per_node, base.p2p, base.nvls
-        intra, name = base.intra_node_link, base.name
-        nic, nics = presets.system_network(o["system"])
-    elif o.get("gpu_name"):
-        gpu, per_node, intra, name = None, 8, None, "custom"
-    else:
-        raise SpecError("cluster: give --system NAME (e.g. dgx-a100) or --gpu NAME with --intra-link")
-    if o.get("gpu_name"):
-        gpu = presets.gpu(o["gpu_name"])
-    if o.get("gpus_per_node") is not None:
-        per_node = o["gpus_per_node"]
-    if per_node < 1:
-        raise SpecError(f"--gpus-per-node: {per_node} is not allowed; it must be >= 1")
-    notes = []
-    latency_s = _link_latency_s(o)
-    if o.get("intra_link"):
-        intra = _link(o["intra_link"], "intra-link", intra, latency_s)
-        notes.append(f"inside a server: {_describe_link(intra)}")
-    if o.get("inter_link"):
-        nic = _link(o["inter_link"], "inter-link", nic, latency_s)
-        nics = nics if nics else float(per_node)
-    if o.get("nics_per_node") is not None:
-        loaders.check_nics_per_node(o["nics_per_node"], "--nics-per-node")
-        if nic is None:
-            raise SpecError("--nics-per-node needs a network: give --inter-link (e.g. ib-ndr or 100Gb/s)")
-        nics = o["nics_per_node"]
-    inter = loaders.per_gpu_nic(nic, nics, per_node) if nic is not None else None
-    if o.get("inter_link") or o.get("nics_per_node") is not None:
-        notes.append(
-            f"across servers: {nics:g} x {_describe_link(nic)} per server of {per_node} GPUs "
-            f"(--nics-per-node to change)"
-        )
-    for note in notes:
-        import click
+    notes: list[str] = []
+    cluster = build(_named(o), notes, load_calibration(o))
+    echo_notes(notes)
+    return cluster
 
-        click.echo(f"note: {note}", err=True)
-    if both:  # both given: they must say the same (--nodes N --num-gpus N x gpus per server)
-        if o["nodes"] * per_node != o["num_gpus"]:
-            raise SpecError(
-                f"--nodes {o['nodes']} x {per_node} GPUs per server = {o['nodes'] * per_node}, but --num-gpus is "
-                f"{o['num_gpus']}; give one of them, or values that agree"
-            )
-        o = {**o, "nodes": None}
-    n_gpus = _cluster_gpus(o, per_node)
-    if n_gpus < per_node:
-        per_node = n_gpus  # part of one server
-    if n_gpus % per_node:
-        raise SpecError(f"--num-gpus: {n_gpus} is not a multiple of gpus_per_node={per_node}")
-    nodes = n_gpus // per_node
-    if intra is None:
-        if per_node > 1:
-            raise SpecError(f"--intra-link is required with --gpu ({_link_hint(gpu.name)})")
-        intra = _link("pcie4", "intra-link")
-    if nodes > 1 and inter is None:
-        has_none = f"--system {o['system']} has no inter_node_link; " if o.get("system") else ""
-        raise SpecError(f"{has_none}{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
-    cluster = loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
-    if o.get("p2p") is not None:
-        p2p = o["p2p"] == "on"
-    if not p2p:
-        from shardwise.physics.custom_allreduce import is_nvlink_class
 
-        if is_nvlink_class(intra):
-            raise SpecError(
-                f"--p2p off: {intra.name} is NVLink-class, and NVLink is peer-to-peer; P2P off is for PCIe "
-                "(give --intra-link pcie4 or similar)"
-            )
-        cluster = cluster.with_(p2p=False)
-    if o.get("nvls") is not None:
-        nvls = o["nvls"] == "on"
-    if not nvls:
-        cluster = cluster.with_(nvls=False)
-    return calibrated(cluster, o)
+def build_scenario(o: dict[str, Any]) -> Any:
+    built = request_of(o).build()
+    echo_notes(built.notes)
+    if built.calibration is not None:
+        o["_calibration"] = built.calibration
+    return built.scenario
 
 
 def load_calibration(o: dict[str, Any]) -> Any:
@@ -451,180 +370,29 @@ def load_calibration(o: dict[str, Any]) -> Any:
     if not o.get("calibration"):
         return None
     if "_calibration" not in o:
-        from shardwise.calibration import store
+        from shardwise.requests.build import load_calibration as load
 
-        o["_calibration"] = store.load(o["calibration"])
+        o["_calibration"] = load(o["calibration"])
     return o["_calibration"]
-
-
-def calibrated(cluster: Any, o: dict[str, Any]) -> Any:
-    """The cluster with the calibration's fitted values (unchanged without --calibration)."""
-    cal = load_calibration(o)
-    if cal is None:
-        return cluster
-    import click
-
-    from shardwise.calibration.parameters import apply
-
-    gpu = str(cluster.gpu.name)
-    other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu}" if cal.gpus and gpu not in cal.gpus else ""
-    click.echo(f"note: calibrated by {cal.path} ({cal.runs} run(s){other})", err=True)
-    return apply(cluster, cal.fit.values)
 
 
 def spread_of(scenarios: list[Any], o: dict[str, Any]) -> Any:
     """The 80% interval's spread of each scenario's step time (`calibration.intervals`)."""
-    from shardwise.calibration.intervals import spread
+    from shardwise.requests.build import spread
 
-    cal = load_calibration(o)
-    if cal is None:
-        return spread(scenarios, None)
-    return spread(scenarios, cal.fit, f"calibration {cal.path} ({cal.runs} run(s))")
-
-
-def _describe_link(link: Any) -> str:
-    from shardwise.units import format_seconds
-
-    return (
-        f"{link.name} ({float(link.effective_bandwidth_bytes_per_s) / 1e9:.4g} GB/s sustained per direction, "
-        f"{format_seconds(float(link.latency_s))} per step)"
-    )
-
-
-def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
-    from shardwise.specs import SpecError
-    from shardwise.specs._checks import MAX_WHOLE
-
-    for flag in ("nodes", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch"):
-        if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:  # before any work sized by it
-            name = flag.replace("_", "-")
-            raise SpecError(f"--{name}: {o[flag]} is not allowed; it must be a whole number from 1 to {MAX_WHOLE:,}")
-    if o.get("nodes") is not None:
-        if o["nodes"] * per_node > MAX_WHOLE:
-            raise SpecError(f"--nodes: {o['nodes']} x {per_node} GPUs is not allowed; at most {MAX_WHOLE:,} GPUs")
-        return o["nodes"] * per_node
-    if o.get("num_gpus") is not None:
-        return o["num_gpus"]
-    if o.get("dp") is not None:
-        return o["tp"] * o["pp"] * o["dp"] * (o.get("cp") or 1)
-    return per_node
+    return spread(scenarios, load_calibration(o))
 
 
 def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, tp: int = 1) -> dict[str, Any]:
-    """Plan keyword arguments from --framework and the execution flags given (which override it).
-    Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default that
-    turns it on applies only where SP is on; asking for it without SP is an error."""
-    from shardwise import presets
-    from shardwise.specs import SpecError
+    from shardwise.requests.build import execution_kwargs as kwargs
 
-    flags = presets.framework(o.get("framework") or "megatron-core")
-    out: dict[str, Any] = {"framework": flags["framework"]}
-    from shardwise.specs.plan import EXECUTION_FLAGS
-
-    for name in EXECUTION_FLAGS:
-        given = o.get(name)
-        out[name] = flags[name] if given is None else given
-    # the stack's kernels (physics.stack): the preset's, where it states them
-    for name in presets.STACK_PLAN_FIELDS:
-        if name in flags:
-            out[name] = flags[name]
-    if sequence_parallel is not None and not sequence_parallel:
-        if o.get("tp_comm_overlap") and tp > 1:
-            raise SpecError(
-                "--tp-comm-overlap needs --sequence-parallel (Transformer Engine overlaps the SP collectives)"
-            )
-        out["tp_comm_overlap"] = False
-    if o.get("zero") is None:
-        out["zero_stage"] = flags["zero_stage"]
-    return out
-
-
-def _no_sharding_without_replicas(execution: dict[str, Any], dp: int, cp: int, given: int | None) -> None:
-    """A framework's default ZeRO stage means nothing without data-parallel replicas."""
-    if given is None and dp * cp == 1:
-        execution["zero_stage"] = 0
+    return kwargs(_named(o), sequence_parallel, tp)
 
 
 def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
-    """Plan keyword arguments for an uneven pipeline split (empty: even split); with the model's
-    `layers`, a stage may not hold more than the model has."""
-    from shardwise.specs import SpecError
-    from shardwise.specs._checks import MAX_WHOLE
+    from shardwise.requests.build import stage_kwargs as kwargs
 
-    out: dict[str, Any] = {}
-    for name in ("first_stage_layers", "last_stage_layers"):
-        value = o.get(name)
-        if value is not None:
-            high = MAX_WHOLE if layers is None else min(int(layers), MAX_WHOLE)
-            if not 1 <= value <= high:
-                most = f"the model's {layers} layers" if layers is not None else f"{MAX_WHOLE:,}"
-                raise SpecError(
-                    f"--{name.replace('_', '-')}: {value} is not allowed; it must be a whole number from 1 to {most}"
-                )
-            out[name] = value
-    if o.get("stage_layers"):
-        if out:
-            raise SpecError("give --stage-layers or --first/--last-stage-layers, not both")
-        out["stage_layers"] = o["stage_layers"]
-    return out
-
-
-def build_plan(o: dict[str, Any], n_gpus: int) -> Any:
-    from shardwise.specs import Plan, SpecError
-
-    tp, pp, cp = o["tp"], o["pp"], o.get("cp") or 1
-    dp = o.get("dp")
-    if dp is None:
-        if n_gpus % (tp * pp * cp):
-            what = "--tp x --pp" + (" x --cp" if cp > 1 else "")
-            raise SpecError(f"{what} = {tp * pp * cp} does not divide the {n_gpus} GPUs; set --dp or change --nodes")
-        dp = n_gpus // (tp * pp * cp)
-    if o.get("global_batch") is None:
-        raise SpecError(
-            f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
-        )
-    schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
-    execution = execution_kwargs(o, o["sequence_parallel"], tp)
-    if o.get("zero") is not None:
-        execution["zero_stage"] = o["zero"]
-    _no_sharding_without_replicas(execution, dp, cp, o.get("zero"))
-    return Plan(
-        tp=tp,
-        pp=pp,
-        dp=dp,
-        cp=cp,
-        cp_comm=o.get("cp_comm") or "p2p",
-        ep=o.get("ep") or 1,
-        etp=o.get("etp") or 0,
-        expert_imbalance=o.get("expert_imbalance") or 1.0,
-        moe_dispatcher=o.get("moe_dispatcher") or "alltoall",
-        moe_overlap=bool(o.get("moe_overlap")),
-        global_batch=o["global_batch"],
-        micro_batch=o["micro_batch"],
-        vpp=o["vpp"],
-        schedule=schedule,
-        recompute=o["recompute"],
-        sequence_parallel=o["sequence_parallel"],
-        precision=o["precision"],
-        flash_attention=o["flash_attention"] and execution.pop("flash_attention", True),
-        lora_rank=o.get("lora_rank") or 0,
-        **execution,
-        **stage_kwargs(o),
-    )
-
-
-def build_scenario(o: dict[str, Any]) -> Any:
-    from shardwise.specs import Scenario, SpecError
-
-    model = build_model(o)
-    cluster = build_cluster(o)
-    plan = build_plan(o, int(cluster.num_gpus))
-    try:
-        return Scenario(model, cluster, plan)
-    except SpecError as exc:
-        if o.get("stage_layers") and "stage split" in str(exc):  # name the flag the split came from
-            raise SpecError(f"--stage-layers {o['stage_layers']}: {exc}") from None
-        raise
+    return kwargs(_named(o), layers)
 
 
 def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> None:
@@ -647,13 +415,8 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
             raise SpecError(f"{flag} .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
 
 
-def _link_hint(gpu_name: str) -> str:
-    """What to give as --intra-link: the links of the system presets built on this GPU, if any."""
-    from shardwise import presets
+def _link(spec: str, role: str, replaced: Any = None, latency_s: float | None = None) -> Any:
+    """A link flag (`requests.build._link`), for the commands that build their own experiments."""
+    from shardwise.requests.build import link_flag
 
-    systems = {name: data for name, data in presets.raw("systems").items() if data.get("gpu") == gpu_name}
-    if not systems:
-        return "e.g. nvlink3, pcie4, or a rate like 300GB/s; see `shardwise presets links`"
-    links = sorted({str(data.get("intra_node_link")) for data in systems.values()})
-    first = sorted(systems)[0]
-    return f"{gpu_name} servers use {' or '.join(links)}: e.g. --intra-link {links[0]}, or --system {first}"
+    return link_flag(spec, role, replaced, latency_s)

@@ -18,41 +18,24 @@ from shardwise.cli.options import (
 
 
 def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[int, ...] | None:
-    if value is None:
-        return None
+    from shardwise.errors import SpecError
+    from shardwise.requests.plan import _ints as parse
+
     try:
-        out = tuple(int(v) for v in value.split(","))
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: give whole numbers separated by commas, e.g. 4,8") from None
-    from shardwise.specs._checks import MAX_WHOLE
-
-    low, high = (0, 3) if param.name == "zero" else (1, MAX_WHOLE)
-    if any(v < low or v > high for v in out):
-        allowed = "0, 1, 2 or 3" if param.name == "zero" else f"whole numbers from 1 to {MAX_WHOLE:,}"
-        raise click.BadParameter(f"{value!r}: values must be {allowed}")
-    return out
-
-
-def _execution(options: dict[str, Any]) -> dict[str, Any]:
-    """The framework's execution flags (and those given) for every searched plan; ZeRO is searched."""
-    from shardwise.cli.options import execution_kwargs
-
-    out = execution_kwargs({**options, "zero": 0})
-    out.pop("zero_stage", None)
-    out["flash_attention"] = options["flash_attention"]
-    out["lora_rank"] = options["lora_rank"]
-    return out
+        return parse(str(param.name), value)
+    except SpecError as exc:
+        raise click.BadParameter(str(exc).split(": ", 1)[1]) from None
 
 
 def _names(allowed: tuple[str, ...]) -> Any:
     def parse(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        out = tuple(v.strip() for v in value.split(","))
-        bad = [v for v in out if v not in allowed]
-        if bad:
-            raise click.BadParameter(f"{bad[0]!r} is not allowed; choose from {', '.join(allowed)} (comma-separated)")
-        return out
+        from shardwise.errors import SpecError
+        from shardwise.requests.plan import _names as names
+
+        try:
+            return names(str(param.name), value, allowed)
+        except SpecError as exc:
+            raise click.BadParameter(f"{str(exc).split(': ', 1)[1]} (comma-separated)") from None
 
     return parse
 
@@ -160,6 +143,12 @@ search_options = _stack(
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the search, the top plans and the why as JSON.")
 @click.option(
+    "--show-command",
+    is_flag=True,
+    help="Print the `shardwise predict` command of each plan shown: it gives the same numbers (--json carries it "
+    "as each plan's `command`).",
+)
+@click.option(
     "--emit",
     type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"], case_sensitive=False),
     help="Also print the best plan's launch command for this tool, re-priced where the tool runs it differently "
@@ -176,6 +165,7 @@ def plan(
     csv_path: str | None,
     heatmap_path: str | None,
     as_json: bool,
+    show_command: bool,
     emit: str | None,
     emit_version: str | None,
     **options: Any,
@@ -194,72 +184,19 @@ def plan(
           --tp 8 --memory-headroom 10% --plot plans.png
       shardwise plan --model gpt-1t --system dgx-a100 --nodes 384 --global-batch 3072 --csv all.csv
     """
-    from shardwise.analyses.planner import SearchSpace, search
-    from shardwise.cli.options import build_cluster, build_model, check_output_path
+    from shardwise.cli.options import check_output_path, echo_notes
+    from shardwise.requests.plan import PlanRequest
 
-    emit = emit.lower() if emit else None
-    if emit_version is not None and emit is None:
-        from shardwise.errors import SpecError
-
-        raise SpecError("--emit-version needs --emit TARGET")
-    if emit == "vllm":
-        from shardwise.errors import SpecError
-
-        raise SpecError(
-            "--emit vllm: vLLM serves models, and `plan` lays out training; use `shardwise serve ... --emit vllm`"
-        )
-
+    request = PlanRequest.from_options({**options, "top": top, "emit": emit, "emit_version": emit_version})
     for path, allowed, flag in (
         (csv_path, (".csv", ".parquet"), "--csv"),
         (heatmap_path, (".png", ".svg", ".pdf"), "--plot"),
     ):
         if path is not None:
             check_output_path(path, allowed, flag)
-    model = build_model(options)
-    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": None, "micro_batch": None})
-    space = SearchSpace(
-        tp=options["tp"],
-        pp=options["pp"],
-        dp=options["dp"],
-        vpp=options["vpp"],
-        cp=options["cp"],
-        ep=options["ep"],
-        micro_batch=options["micro_batch"],
-        schedule=options["schedule"],
-        recompute=options["recompute"],
-        sequence_parallel={"on": (True,), "off": (False,), "any": None}[options["sequence_parallel"]],
-        zero_stage=options["zero"],
-        zero_with_pipeline=options["zero_with_pp"],
-        max_tp=options["max_tp"],
-        tp_within_node=options["tp_within_node"],
-        max_micro_batch=options["max_micro_batch"],
-        max_vpp=options["max_vpp"],
-        memory_headroom_bytes=_headroom(options["memory_headroom"], float(cluster.gpu.memory_bytes)),
-        objective=options["objective"],
-        precision=options["precision"],
-        execution=_execution(options),
-    )
-    result = search(model, cluster, options["global_batch"], space)
-    best = result.ranked(top)
-    if best.size == 0:
-        from shardwise.errors import SpecError
-
-        levers = ["more GPUs", "a shorter sequence"]
-        if space.recompute is not None and "full" not in space.recompute:
-            levers.append("full recomputation")
-        if space.zero_stage is not None or not space.zero_with_pipeline:
-            levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
-        if space.memory_headroom_bytes > 0:
-            levers.append("less --memory-headroom")
-        raise SpecError(
-            f"plan: none of the {result.evaluated:,} plans fits in {float(cluster.gpu.memory_bytes) / 1e9:.0f} GB "
-            f"per GPU; try {', '.join(levers)}"
-        )
-    from shardwise.analyses.plan_explain import alternatives
-    from shardwise.cli.options import spread_of
-
-    spread = spread_of([result.scenario(int(i)) for i in best], options)
-    why = alternatives(result, int(best[0]))
+    outcome = request.run()
+    echo_notes(outcome.notes)
+    result = outcome.search
     figure = None
     if heatmap_path is not None:
         from shardwise import plots
@@ -269,40 +206,20 @@ def plan(
         from shardwise.tables import write_columns
 
         write_columns(result.table_columns(), csv_path)
-    launch = None
-    rows = _with_intervals(result, best, spread)
-    if emit is not None:
-        from shardwise.emit.report import training_launch
-
-        capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
-        launch = training_launch(result.scenario(int(best[0])), emit, emit_version, capacity, rows[0]["step_time_s"])
     if as_json:
-        _json(result, rows, why, launch, spread.basis)
+        from shardwise import export
+
+        click.echo(export.dumps(outcome.as_dict()))
         return
-    _print(result, rows, why, csv_path, figure, spread.basis)
-    if launch is not None:
+    _print(result, outcome.rows, outcome.why, csv_path, figure, outcome.interval_basis)
+    if show_command:
+        click.echo("the same numbers from predict, plan by plan:")
+        for r in outcome.rows:
+            click.echo(f"  {r['command']}")
+    if outcome.launch is not None:
         from shardwise.emit.report import text
 
-        click.echo(text(launch))
-
-
-def _headroom(text: str, capacity_bytes: float) -> float:
-    from shardwise.errors import SpecError
-    from shardwise.units import parse_bytes
-
-    t = text.strip()
-    try:
-        if t.endswith("%"):
-            frac = float(t[:-1]) / 100
-            if not 0 <= frac < 1:
-                raise ValueError
-            return frac * capacity_bytes
-        value = parse_bytes(t)
-    except (ValueError, SpecError):
-        raise SpecError(f"--memory-headroom: {text!r} is not allowed; give bytes (8GB) or a percentage (10%)") from None
-    if not 0 <= value < capacity_bytes:
-        raise SpecError(f"--memory-headroom: {text!r} must be between 0 and the GPU's {capacity_bytes / 1e9:.0f} GB")
-    return value
+        click.echo(text(outcome.launch))
 
 
 def _label(row: dict[str, Any]) -> str:
@@ -313,55 +230,6 @@ def _label(row: dict[str, Any]) -> str:
     return (
         f"tp={row['tp']} pp={row['pp']} dp={row['dp']}{ep}, micro-batch {row['micro_batch']}, {sched}, recompute "
         f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{split}"
-    )
-
-
-def _with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
-    """The best plans' rows with their 80% intervals, and whether each is a tie with the next:
-    the next plan's value lies inside this one's interval (or this one's inside the next's)."""
-    rows = []
-    for j, i in enumerate(best):
-        r = dict(result.row(int(i)))
-        lo, hi = spread.bounds(r["step_time_s"])
-        r["step_time_s_low"], r["step_time_s_high"] = float(lo[j]), float(hi[j])
-        tok = r["tokens_per_s_per_gpu"]
-        r["tokens_per_s_per_gpu_low"] = tok * r["step_time_s"] / r["step_time_s_high"]
-        r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
-        rows.append(r)
-    key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
-    from itertools import pairwise
-
-    for a, b in pairwise(rows):
-        a["tie_with_next"] = bool(
-            a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
-        )
-    if rows:
-        rows[-1]["tie_with_next"] = None
-    return rows
-
-
-def _json(result: Any, rows: list[dict[str, Any]], why: list[Any], launch: dict[str, Any] | None, basis: str) -> None:
-    from dataclasses import asdict
-
-    from shardwise import export
-    from shardwise.analyses.plan_explain import describe
-
-    click.echo(
-        export.dumps(
-            {
-                "model": export.model_dict(result.model),
-                "cluster": export.cluster_dict(result.cluster),
-                "global_batch": result.global_batch,
-                "objective": result.space.objective,
-                "evaluated": result.evaluated,
-                "dropped_for_memory": result.dropped_for_memory,
-                "seconds": result.seconds,
-                "plans": rows,
-                "interval": {"level": 0.8, "basis": basis},
-                "why": [{**asdict(a), "text": describe(a)} for a in why],
-                "launch": launch,
-            }
-        )
     )
 
 
@@ -399,7 +267,7 @@ def _print(
         "tp",
         "pp",
         "dp",
-        *(["ep"] if m.is_moe else []),
+        *(["ep", "etp"] if m.is_moe else []),
         *(["cp"] if with_cp else []),
         "mb",
         "schedule",
@@ -425,7 +293,7 @@ def _print(
             str(r["tp"]),
             str(r["pp"]),
             str(r["dp"]),
-            *([str(r["ep"])] if m.is_moe else []),
+            *([str(r["ep"]), str(r["etp"])] if m.is_moe else []),
             *([str(r["cp"])] if with_cp else []),
             str(r["micro_batch"]),
             sched,

@@ -15,7 +15,7 @@ from shardwise.cli.options import cluster_options, model_options, plan_options
 @plan_options
 @click.option(
     "--engine",
-    type=click.Choice(["analytic", "simulate"]),
+    type=click.Choice(["analytic", "simulate"], case_sensitive=False),
     default="analytic",
     show_default=True,
     help="analytic: the closed form; simulate: discrete-event simulation of the pipeline schedule.",
@@ -31,41 +31,16 @@ def predict(engine: str, as_json: bool, **options: Any) -> None:
       shardwise predict --layers 96 --hidden 4096 --heads 32 --gpu a100-sxm4-80gb \\
           --intra-link pcie4 --num-gpus 8 --pp 8 --global-batch 32 --json
     """
-    from shardwise.cli.options import build_scenario, spread_of
-    from shardwise.engines.training import estimate_training_step
+    from shardwise.cli.options import echo_notes, request_of
+    from shardwise.requests.training import PredictRequest
 
-    scn = build_scenario(options)
-    if engine == "simulate":
-        from shardwise.engines.simulated import simulate_training_step
-
-        est = simulate_training_step(scn).estimate
-    else:
-        est = estimate_training_step(scn)
-    spread = spread_of([scn], options)
-    low, high = (float(x[0]) for x in spread.bounds(float(est.step_time_s)))
+    result = PredictRequest(request_of(options), engine).run()
+    echo_notes(result.notes)
     if as_json:
         from shardwise import export
 
-        tokens = float(est.tokens_per_s)
-        step = float(est.step_time_s)
-        interval = {
-            "step_time_s_low": low,
-            "step_time_s_high": high,
-            "tokens_per_s_low": tokens * step / high,
-            "tokens_per_s_high": tokens * step / low,
-            "interval": {"level": 0.8, "basis": spread.basis},
-        }
-        click.echo(
-            export.dumps(
-                {
-                    **export.estimate_dict(est),
-                    **interval,
-                    "engine": engine,
-                    "scenario": export.scenario_dict(est.scenario),
-                }
-            )
-        )
+        click.echo(export.dumps(result.as_dict()))
         return
     from shardwise.cli.render import print_estimate
 
-    print_estimate(est, (low, high, spread.basis))
+    print_estimate(result.estimate, (result.step_time_s_low, result.step_time_s_high, result.interval_basis))

@@ -15,6 +15,8 @@ from shardwise.explore import state
 WORKLOADS = ["train", "forward", "prefill", "decode"]
 OBJECTIVES = ["time", "throughput-per-gpu"]
 SCHEDULES = ["1f1b", "gpipe", "interleaved", "zb-h1"]
+ENGINES = ["tensorrt-llm", "vllm", "sglang", "fastertransformer", "pytorch"]  # serve --framework
+NETWORKS = ("ib-", "eth-", "roce-")  # the links that join servers
 BANDWIDTHS_GB_S = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 900]  # the slider's positions (0: none)
 BLANK_MODEL = ("x-model", "w-model")  # "": the brief's 96-layer model
 MAX_MAP_CELLS = 20_000  # cells of the winner map (the default grid has 832)
@@ -33,6 +35,9 @@ MAX_NUMBER = {
     "tp": 1 << 12,
     "pp": 1 << 12,
     "vpp": 128,
+    "nics": 64,
+    "concurrency": 1 << 16,
+    "rate": 1e6,
 }
 TEXTS = ("plans", "vary", "x", "y", "ttft", "tpot")
 # the name of each kind of control in a message (the command's flag where there is one)
@@ -62,6 +67,15 @@ NAMES = {
     "pp": "--pp",
     "vpp": "--vpp",
     "schedule": "--schedule",
+    "inter": "--inter-link",
+    "nics": "--nics-per-node",
+    "framework": "--framework",
+    "precision": "--precision",
+    "weights": "--weight-precision",
+    "kv": "--kv-precision",
+    "concurrency": "--concurrency",
+    "rate": "--request-rate",
+    "engine": "--framework",
     "page": "page",
 }
 
@@ -87,7 +101,21 @@ def choices(cid: str) -> list[str] | None:
     if k in ("gpu", "system"):
         return presets.names(k + "s")
     if k in ("link", "links"):  # links inside a server: not the network cards
-        return [n for n in presets.names("links") if not n.startswith(("ib-", "eth-", "roce-"))]
+        return [n for n in presets.names("links") if not n.startswith(NETWORKS)]
+    if k == "inter":  # "": the system's own network
+        return ["", *(n for n in presets.names("links") if n.startswith(NETWORKS))]
+    if k == "framework":
+        return presets.names("frameworks")
+    if k == "precision":
+        from shardwise.precisions import TRAINING_PRECISIONS
+
+        return list(TRAINING_PRECISIONS)
+    if k in ("weights", "kv"):
+        from shardwise.precisions import STORAGE_PRECISIONS
+
+        return list(STORAGE_PRECISIONS)
+    if k == "engine":
+        return ENGINES
     return {"workload": WORKLOADS, "objective": OBJECTIVES, "schedule": SCHEDULES, "page": list(state.PAGES)}.get(k)
 
 

@@ -67,6 +67,10 @@ FLAGS = {
         "--nodes": "p-nodes",
         "--global-batch": "p-batch",
         "--objective": "p-objective",
+        "--inter-link": "p-inter",
+        "--nics-per-node": "p-nics",
+        "--framework": "p-framework",
+        "--precision": "p-precision",
     },
     "serving": {
         "--model": "s-model",
@@ -77,6 +81,11 @@ FLAGS = {
         "--output-len": "s-output",
         "--ttft-max": "s-ttft",
         "--tpot-max": "s-tpot",
+        "--weight-precision": "s-weights",
+        "--kv-precision": "s-kv",
+        "--concurrency": "s-concurrency",
+        "--request-rate": "s-rate",
+        "--framework": "s-engine",
     },
     "timeline": {
         "--model": "t-model",
@@ -102,8 +111,10 @@ def _control(cid: str, default: Any) -> Any:
     if kind == "model":
         blank = "the brief's model (96 layers, hidden 4096)" if cid in ("x-model", "w-model") else None
         return dcc.Dropdown(id=cid, options=_options(cid, blank), value=default, clearable=False)
-    if kind in ("gpu", "system", "link"):
+    if kind in ("gpu", "system", "link", "framework", "precision", "weights", "kv", "engine"):
         return dcc.Dropdown(id=cid, options=_options(cid), value=default, clearable=False)
+    if kind == "inter":
+        return dcc.Dropdown(id=cid, options=_options(cid, "the system's network"), value=default, clearable=False)
     if kind == "links":
         return dcc.Checklist(id=cid, options=_options(cid), value=default, inline=True)
     if kind == "bw":
@@ -148,6 +159,15 @@ LABELS = {
     "pp": "pp",
     "vpp": "virtual stages",
     "schedule": "schedule",
+    "inter": "network across servers",
+    "nics": "network cards per server (blank: the system's)",
+    "framework": "framework (software stack)",
+    "precision": "precision",
+    "weights": "weight precision",
+    "kv": "KV-cache precision",
+    "concurrency": "requests in flight (blank: one batch per plan's best)",
+    "rate": "request rate, requests/s (blank: a closed loop)",
+    "engine": "serving engine",
 }
 
 

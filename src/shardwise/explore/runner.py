@@ -31,9 +31,12 @@ RUNNABLE: dict[str, set[str]] = {
     | {"--layers", "--hidden", "--heads", "--gpu", "--intra-link", "--plan", "--workload", "--vary", "--global-batch"}
     | {"--csv"},
     "sweep": _COMMON | {"--gpu", "--intra-link", "--plan", "--workload", "--vary", "--csv", "--breakdown"},
-    "plan": _COMMON | {"--system", "--nodes", "--global-batch", "--objective", "--csv"},
+    "plan": _COMMON
+    | {"--system", "--nodes", "--global-batch", "--objective", "--csv", "--inter-link", "--nics-per-node"}
+    | {"--framework", "--precision"},
     "serve": _COMMON
-    | {"--system", "--plan", "--input-len", "--output-len", "--with-frontier", "--ttft-max", "--tpot-max"},
+    | {"--system", "--plan", "--input-len", "--output-len", "--with-frontier", "--ttft-max", "--tpot-max"}
+    | {"--weight-precision", "--kv-precision", "--concurrency", "--request-rate", "--framework"},
     "timeline": _COMMON | {"--system", "--nodes", "--tp", "--pp", "--vpp", "--global-batch", "--schedule"},
 }
 FLAGS_WITHOUT_VALUE = {"--json", "--breakdown", "--with-frontier"}
@@ -84,6 +87,8 @@ def run(args: list[str]) -> Outcome:
     refused = refusal(list(args))
     if refused:
         return Outcome(tuple(args), error=refused)
+    if args[0] in REQUESTS:
+        return _request(list(args))
     printed_table = _value(args, "--csv") == "-"
     argv = list(args) if printed_table or "--json" in args else [*args, "--json"]
     with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
@@ -107,6 +112,52 @@ def run(args: list[str]) -> Outcome:
         return Outcome(tuple(args), data=json.loads(out), table=table)
     except json.JSONDecodeError:
         return Outcome(tuple(args), error="the command printed no JSON")
+
+
+def _plan(argv: list[str]) -> tuple[Any, Any]:
+    """`plan`'s request: its JSON and every evaluated plan's columns."""
+    from shardwise.requests.plan import PlanRequest
+
+    result = PlanRequest.from_argv(argv).run()
+    return result.as_dict(), result.search.table_columns()
+
+
+# the commands asked through the request layer (`shardwise.requests`): run directly, in any
+# thread, nothing printed; the others still run the command line in this process (known debt)
+REQUESTS = {"plan": _plan}
+
+
+def _request(args: list[str]) -> Outcome:
+    """A command answered by its request (`REQUESTS`): the same JSON and table the command line
+    gives, with the request's own one-line errors."""
+    from shardwise import export
+    from shardwise.errors import SpecError
+
+    table_name = _value(args, "--csv")
+    argv = [a for a in args[1:] if a != "--json"]
+    if table_name is not None:
+        i = argv.index("--csv")
+        del argv[i : i + 2]
+    try:
+        data, columns = REQUESTS[args[0]](argv)
+    except SpecError as exc:
+        return Outcome(tuple(args), error=str(exc))
+    text = export.dumps(data)
+    if len(text) > MAX_OUTPUT_BYTES:
+        return Outcome(tuple(args), error=_too_large(len(text)))
+    table = None
+    if table_name is not None:
+        from shardwise.tables import write_columns
+
+        with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
+            path = Path(scratch) / "table.csv"
+            write_columns(columns, path)
+            if path.stat().st_size > MAX_OUTPUT_BYTES:
+                return Outcome(tuple(args), error=_too_large(path.stat().st_size))
+            table = path.read_text(encoding="utf-8")
+    if table_name == "-":
+        return Outcome(tuple(args), table=table)
+    return Outcome(tuple(args), data=json.loads(text), table=table)
 
 
 def _value(args: list[str], flag: str) -> str | None:

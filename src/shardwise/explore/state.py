@@ -37,6 +37,10 @@ DEFAULTS: dict[str, object] = {
     "p-nodes": 8,
     "p-batch": 64,
     "p-objective": "time",
+    "p-inter": "",
+    "p-nics": None,
+    "p-framework": "megatron-core",
+    "p-precision": "bf16",
     # serving
     "s-model": "llama3-70b",
     "s-system": "dgx-h100",
@@ -45,6 +49,11 @@ DEFAULTS: dict[str, object] = {
     "s-output": 256,
     "s-ttft": "",
     "s-tpot": "",
+    "s-weights": "bf16",
+    "s-kv": "bf16",
+    "s-concurrency": None,
+    "s-rate": None,
+    "s-engine": "tensorrt-llm",
     # timeline
     "t-model": "gpt3-175b",
     "t-system": "dgx-a100",
@@ -57,7 +66,8 @@ DEFAULTS: dict[str, object] = {
 }
 IDS = tuple(DEFAULTS)
 CONTROLS = {page: [c for c in IDS if c.startswith(PREFIX[page])] for page in PAGES}
-OPTIONAL_NUMBERS = ("x-layers", "x-hidden", "x-heads")  # numbers whose default is none (the model's own)
+# numbers whose default is none (the model's own, the system's, the command's)
+OPTIONAL_NUMBERS = ("x-layers", "x-hidden", "x-heads", "p-nics", "s-concurrency", "s-rate")
 
 
 def encode(values: dict[str, object]) -> str:
@@ -158,6 +168,10 @@ def planner_args(v: dict[str, object], table: str = "plans.csv") -> list[str]:
         *_opt("--nodes", v["p-nodes"]),
         *_opt("--global-batch", v["p-batch"]),
         *_opt("--objective", v["p-objective"]),
+        *_opt("--inter-link", v["p-inter"]),
+        *_opt("--nics-per-node", v["p-nics"]),
+        *_opt("--framework", v["p-framework"] if v["p-framework"] != "megatron-core" else None),
+        *_opt("--precision", v["p-precision"] if v["p-precision"] != "bf16" else None),
         "--csv",
         table,
     ]
@@ -172,6 +186,11 @@ def serving_args(v: dict[str, object]) -> list[str]:
         *plans(str(v["s-plans"])),
         *_opt("--input-len", v["s-input"]),
         *_opt("--output-len", v["s-output"]),
+        *_opt("--weight-precision", v["s-weights"] if v["s-weights"] != "bf16" else None),
+        *_opt("--kv-precision", v["s-kv"] if v["s-kv"] != "bf16" else None),
+        *_opt("--concurrency", v["s-concurrency"]),
+        *_opt("--request-rate", v["s-rate"]),
+        *_opt("--framework", v["s-engine"] if v["s-engine"] != "tensorrt-llm" else None),
     ]
 
 

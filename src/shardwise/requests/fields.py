@@ -1,0 +1,235 @@
+"""The words a user gives for one training scenario -- a model, a cluster, a parallel plan and the
+software stack -- as one table of fields with one set of defaults.
+
+Every face reads this table: the command line's flags carry these defaults (`cli/options.py`),
+a CSV row, a dict, a YAML mapping or the explorer's controls are parsed by `parse_value`, and a
+request turns back into a command line (`to_argv`) or a CSV row (`to_row`) from it. Nothing here
+imports numpy or click, so the CLI can read the defaults while it builds `--help`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.errors import SpecError
+
+TRUE_WORDS = ("true", "yes", "on", "1")
+FALSE_WORDS = ("false", "no", "off", "0")
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field: its name in a request (and a CSV column), its flag on the command line, its
+    kind (int, float, str, bool, onoff), the default, and the allowed values of a choice."""
+
+    name: str
+    kind: str
+    default: Any = None
+    choices: tuple[str, ...] = ()
+    flag: str = ""  # the command-line flag: --name with dashes unless given
+    dest: str = ""  # click's parameter name: the name unless given
+
+    @property
+    def option(self) -> str:
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def key(self) -> str:
+        return self.dest or self.name
+
+
+def _f(name: str, kind: str, default: Any = None, *choices: str, flag: str = "", dest: str = "") -> Field:
+    return Field(name, kind, default, tuple(choices), flag, dest)
+
+
+MODEL_FIELDS = (
+    _f("model", "str", flag="--model", dest="model_name"),
+    _f("layers", "int"),
+    _f("hidden", "int"),
+    _f("heads", "int"),
+    _f("kv_heads", "int"),
+    _f("ffn_hidden", "int"),
+    _f("vocab", "int"),
+    _f("family", "str", None, "gpt", "llama"),
+    _f("seq_len", "int"),
+)
+CLUSTER_FIELDS = (
+    _f("calibration", "str"),
+    _f("system", "str"),
+    _f("gpu", "str", dest="gpu_name"),
+    _f("gpus_per_node", "int"),
+    _f("p2p", "onoff", None, "on", "off"),
+    _f("nvls", "onoff", None, "on", "off"),
+    _f("intra_link", "str"),
+    _f("inter_link", "str"),
+    _f("nics_per_node", "float"),
+    _f("link_latency", "str"),
+    _f("nodes", "int"),
+    _f("num_gpus", "int"),
+)
+PLAN_FIELDS = (
+    _f("tp", "int", 1),
+    _f("pp", "int", 1),
+    _f("dp", "int"),
+    _f("cp", "int", 1),
+    _f("cp_comm", "str", "p2p", "p2p", "all_gather", "a2a"),
+    _f("ep", "int", 1),
+    _f("etp", "int"),
+    _f("expert_imbalance", "float", 1.0),
+    _f("moe_dispatcher", "str", "alltoall", "alltoall", "flex"),
+    _f("moe_overlap", "bool", False),
+    _f("vpp", "int", 1),
+    _f("global_batch", "int"),
+    _f("micro_batch", "int", 1),
+    _f("schedule", "str", None, "gpipe", "1f1b", "interleaved", "zb-h1"),
+    _f("recompute", "str", "none", "none", "selective", "full"),
+    _f("sequence_parallel", "bool"),
+    _f("zero", "int", None, "0", "1", "2", "3"),
+    _f("lora_rank", "int", 0),
+    _f("first_stage_layers", "int"),
+    _f("last_stage_layers", "int"),
+    _f("stage_layers", "str"),
+)
+EXECUTION_FIELDS = (
+    _f("framework", "str", "megatron-core"),
+    _f("precision", "str", "bf16"),  # choices: precisions.TRAINING_PRECISIONS (checked by the Plan)
+    _f("flash_attention", "bool", True),
+    _f("attention_kernel", "str", None, "fused", "flash2"),
+    _f("eager_kernels", "bool"),
+    _f("selective_policy", "str", None, "attention", "op"),
+    _f("async_tp_grad", "bool"),
+    _f("tp_comm_overlap", "bool"),
+    _f("overlap_grad_reduce", "bool"),
+    _f("overlap_param_gather", "bool"),
+    _f("grad_accumulation_fusion", "bool"),
+    _f("overlap_p2p", "bool"),
+    _f("pipeline_sync", "bool"),
+    _f("scatter_gather", "bool"),
+)
+TRAINING_FIELDS = (*MODEL_FIELDS, *CLUSTER_FIELDS, *PLAN_FIELDS, *EXECUTION_FIELDS)
+BY_NAME = {f.name: f for f in TRAINING_FIELDS}
+# every spelling a mapping may use for a field: its name, its click name, its flag without dashes
+SPELLINGS = {
+    **{f.name: f for f in TRAINING_FIELDS},
+    **{f.key: f for f in TRAINING_FIELDS},
+    **{f.option[2:]: f for f in TRAINING_FIELDS},
+    **{f.option[2:].replace("-", "_"): f for f in TRAINING_FIELDS},
+}
+
+
+def default(name: str) -> Any:
+    """The one default of a field (the command line's flags show and use it)."""
+    return BY_NAME[name].default
+
+
+def parse_value(field: Field, value: Any, where: str = "") -> Any:
+    """A field's value from a string (a CSV cell, a flag's argument, a control) or from a value of
+    its own type; an empty string is "not given" (the default). One clear line when not allowed."""
+    at = f"{where}: " if where else ""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return field.default
+    text = value.strip() if isinstance(value, str) else value
+    if field.kind == "bool":
+        if isinstance(text, bool):
+            return text
+        if str(text).lower() in TRUE_WORDS:
+            return True
+        if str(text).lower() in FALSE_WORDS:
+            return False
+        raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use yes or no")
+    if field.kind == "onoff":
+        word = {True: "on", False: "off"}.get(text, str(text).lower()) if isinstance(text, bool) else str(text).lower()
+        word = "on" if word in TRUE_WORDS else "off" if word in FALSE_WORDS else word
+        if word not in field.choices:
+            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use on or off")
+        return word
+    if field.kind == "int":
+        try:
+            if isinstance(text, bool):
+                raise ValueError
+            if isinstance(text, int):
+                out = text
+            elif isinstance(text, str) and text.lstrip("+-").isdigit():
+                out = int(text)  # exactly, however long (a float would round it)
+            else:
+                number = float(text)
+                if number != int(number):
+                    raise ValueError
+                out = int(number)
+        except (TypeError, ValueError, OverflowError):
+            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; give a whole number") from None
+        if field.choices and str(out) not in field.choices:
+            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use one of {', '.join(field.choices)}")
+        return out
+    if field.kind == "float":
+        try:
+            return float(text)
+        except (TypeError, ValueError):
+            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; give a number") from None
+    text = str(text)
+    if field.choices:
+        lowered = text.lower()
+        if lowered not in field.choices:
+            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; use one of {', '.join(field.choices)}")
+        return lowered
+    return text
+
+
+def unknown_field(name: str, where: str = "") -> SpecError:
+    """The error for a field no request has, with the closest name."""
+    import difflib
+
+    at = f"{where}: " if where else ""
+    close = difflib.get_close_matches(name.replace("-", "_"), list(BY_NAME), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else "; see `shardwise predict --help` for the fields"
+    return SpecError(f"{at}unknown field {name!r}{hint}")
+
+
+def argv_of(values: dict[str, Any]) -> list[str]:
+    """Command-line arguments for the fields in `values` (by name) that differ from the defaults."""
+    out: list[str] = []
+    for f in TRAINING_FIELDS:
+        value = values.get(f.name, f.default)
+        if value == f.default and type(value) is type(f.default):
+            continue
+        if f.kind == "bool":
+            out.append(f.option if value else "--no-" + f.option[2:])
+        elif value is not None:
+            out += [f.option, _text(value)]
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value) if value != int(value) else str(int(value)) if abs(value) < 1e15 else repr(value)
+    return str(value)
+
+
+def parse_argv(argv: list[str] | tuple[str, ...], extra: dict[str, Field] | None = None) -> dict[str, Any]:
+    """Field values (by name) from command-line arguments as `argv_of` writes them (and as a user
+    types them: `--tp 8`, `--tp=8`, `--sequence-parallel`, `--no-sequence-parallel`); `extra` adds
+    a command's own flags (by flag)."""
+    flags = {f.option: f for f in TRAINING_FIELDS} | (extra or {})
+    out: dict[str, Any] = {}
+    rest = list(argv)
+    while rest:
+        token = rest.pop(0)
+        flag, eq, attached = token.partition("=")
+        negated = flag.startswith("--no-") and ("--" + flag[5:]) in flags
+        f = flags.get("--" + flag[5:] if negated else flag)
+        if f is None:
+            raise SpecError(f"{flag}: not an option of this request")
+        if f.kind == "bool":
+            if eq:
+                raise SpecError(f"{flag}: a switch takes no value (use {f.option} or --no-{f.option[2:]})")
+            out[f.name] = not negated
+            continue
+        if negated:
+            raise SpecError(f"{flag}: not an option of this request")
+        if not eq:
+            if not rest:
+                raise SpecError(f"{flag}: needs a value")
+            attached = rest.pop(0)
+        out[f.name] = parse_value(f, attached, flag)
+    return out

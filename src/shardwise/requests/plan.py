@@ -1,0 +1,381 @@
+"""The planner's questions as requests: every plan a search ranks is also a `PredictRequest`, so
+a plan row and its `predict` command give the same numbers by construction (a test compares
+them on dense, mixture-of-experts, context-parallel and uneven-stage plans).
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass, fields
+from typing import Any
+
+from shardwise.requests.training import PredictRequest, TrainingRequest
+
+# the fields of a request that say where and how the plans run (kept from the plan's own request);
+# the layout fields are the row's
+LAYOUT_FIELDS = (
+    *("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "schedule", "recompute"),
+    *("sequence_parallel", "zero", "first_stage_layers", "last_stage_layers", "stage_layers"),
+    *("nodes", "num_gpus", "global_batch"),
+)
+
+
+def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
+    """The `predict` request of plan `i` of a `planner.PlanSearch` run for `base` (the model, the
+    cluster and the stack the plan command was given): the row's layout written out in full --
+    expert TP, sequence parallelism and the ZeRO stage explicit, the GPUs it uses, and the
+    simulator where the planner re-timed the plan with it."""
+    from shardwise.analyses.plan_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, expert_tp
+
+    c = {k: v[i].item() for k, v in search.columns.items()}
+    kept = {k: v for k, v in base.values().items() if k not in LAYOUT_FIELDS}
+    gpus = int(c["gpus"])
+    if gpus == int(search.cluster.num_gpus) and (base.nodes is not None or base.num_gpus is not None):
+        kept.update(nodes=base.nodes, num_gpus=base.num_gpus)  # all the GPUs, in the user's words
+    else:
+        kept.update(num_gpus=gpus)
+    sp = bool(c["sequence_parallel"])
+    etp = expert_tp(search.model)
+    vpp = int(c["vpp"])
+    schedule = SCHEDULE_NAMES[int(c["schedule"])]
+    request = TrainingRequest(
+        **kept,
+        global_batch=int(search.global_batch),
+        tp=int(c["tp"]),
+        pp=int(c["pp"]),
+        dp=int(c["dp"]),
+        cp=int(c["cp"]),
+        ep=int(c["ep"]),
+        etp=etp or None,
+        vpp=vpp,
+        micro_batch=int(c["micro_batch"]),
+        schedule=None if schedule == ("interleaved" if vpp > 1 else "1f1b") else schedule,
+        recompute=RECOMPUTE_NAMES[int(c["recompute"])],
+        sequence_parallel=None if sp == (int(c["tp"]) > 1) else sp,  # the default where it agrees
+        zero=int(c["zero_stage"]),
+        first_stage_layers=int(c["first_stage_layers"]) or None,
+        last_stage_layers=int(c["last_stage_layers"]) or None,
+    )
+    simulated = search.simulated is not None and bool(search.simulated[i])
+    return PredictRequest(request, "simulate" if simulated else "analytic")
+
+
+# --- `shardwise plan` as a request -------------------------------------------------------------
+
+SEARCHED_INTS = ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "zero")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+RECOMPUTES = ("none", "selective", "full")
+OBJECTIVES = ("time", "throughput-per-gpu")
+EMIT_TARGETS = ("megatron", "torchtitan", "deepspeed")
+
+
+def _ints(name: str, value: Any) -> tuple[int, ...] | None:
+    """A searched dimension: None (searched), or the values it is fixed to ('4,8', 4 or (4, 8))."""
+    from shardwise.errors import SpecError
+    from shardwise.specs._checks import MAX_WHOLE
+
+    if value is None or value == "":
+        return None
+    items = value.split(",") if isinstance(value, str) else value if isinstance(value, (tuple, list)) else [value]
+    flag = "--" + name.replace("_", "-")
+    try:
+        out = tuple(int(str(v).strip()) for v in items)
+    except ValueError:
+        raise SpecError(f"{flag}: {value!r}: give whole numbers separated by commas, e.g. 4,8") from None
+    low, high = (0, 3) if name == "zero" else (1, MAX_WHOLE)
+    if not out or any(v < low or v > high for v in out):
+        allowed = "0, 1, 2 or 3" if name == "zero" else f"whole numbers from 1 to {MAX_WHOLE:,}"
+        raise SpecError(f"{flag}: {value!r}: values must be {allowed}")
+    return out
+
+
+def _names(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...] | None:
+    from shardwise.errors import SpecError
+
+    if value is None or value == "":
+        return None
+    items = value.split(",") if isinstance(value, str) else value
+    out = tuple(str(v).strip().lower() for v in items)
+    bad = [v for v in out if v not in allowed]
+    if bad or not out:
+        flag = "--" + name.replace("_", "-")
+        raise SpecError(f"{flag}: {bad[0] if bad else value!r} is not allowed; choose from {', '.join(allowed)}")
+    return out
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """`shardwise plan`: search every layout of `training`'s model on its cluster for a global
+    batch. `training` gives the model, the cluster and the stack (its layout fields are not read);
+    a tuple fixes a searched dimension to those values, None searches it."""
+
+    training: TrainingRequest
+    global_batch: int
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    zero: tuple[int, ...] | None = None
+    schedule: tuple[str, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    sequence_parallel: str = "any"
+    zero_with_pp: bool = False
+    max_tp: int | None = None
+    tp_within_node: bool = True
+    max_micro_batch: int = 16
+    max_vpp: int = 8
+    memory_headroom: str = "10%"
+    objective: str = "time"
+    top: int = 5
+    emit: str | None = None
+    emit_version: str | None = None
+
+    def __post_init__(self) -> None:
+        from shardwise.errors import SpecError
+        from shardwise.specs._checks import MAX_WHOLE
+
+        for name in SEARCHED_INTS:
+            object.__setattr__(self, name, _ints(name, getattr(self, name)))
+        object.__setattr__(self, "schedule", _names("schedule", self.schedule, SCHEDULES))
+        object.__setattr__(self, "recompute", _names("recompute", self.recompute, RECOMPUTES))
+        for name in ("global_batch", "max_micro_batch", "max_vpp", "top", "max_tp"):
+            value = getattr(self, name)
+            if value is None and name == "max_tp":
+                continue
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WHOLE:
+                flag = "--" + name.replace("_", "-")
+                raise SpecError(f"{flag}: {value!r} is not allowed; it must be a whole number from 1 to {MAX_WHOLE:,}")
+        if self.sequence_parallel not in ("on", "off", "any"):
+            raise SpecError(f"--sequence-parallel: {self.sequence_parallel!r} is not allowed; use on, off or any")
+        if self.objective not in OBJECTIVES:
+            raise SpecError(f"--objective: {self.objective!r} is not allowed; use one of {', '.join(OBJECTIVES)}")
+        if self.emit is not None:
+            object.__setattr__(self, "emit", self.emit.lower())
+            if self.emit == "vllm":
+                raise SpecError(
+                    "--emit vllm: vLLM serves models, and `plan` lays out training; use "
+                    "`shardwise serve ... --emit vllm`"
+                )
+            if self.emit not in EMIT_TARGETS:
+                raise SpecError(f"--emit: {self.emit!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
+        elif self.emit_version is not None:
+            raise SpecError("--emit-version needs --emit TARGET")
+
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> PlanRequest:
+        """From `plan`'s parsed click options."""
+        own = {f.name for f in fields(cls)} - {"training"}
+        skip = {*LAYOUT_FIELDS, "zero"} - {"nodes", "num_gpus"}
+        training = TrainingRequest.from_options({k: v for k, v in options.items() if k not in skip})
+        return cls(training, **{k: v for k, v in options.items() if k in own})
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PlanRequest:
+        """From `plan`'s arguments (with or without the leading `shardwise plan`)."""
+        from shardwise.requests import fields as F
+
+        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        while args and args[0] in ("shardwise", "plan"):
+            args.pop(0)
+        args = ["--no-tp-within-node" if a == "--tp-across-nodes" else a for a in args]
+        own = {
+            **{f"--{n.replace('_', '-')}": F.Field(n, "str") for n in (*SEARCHED_INTS, "schedule", "recompute")},
+            "--sequence-parallel": F.Field("sequence_parallel", "str", "any", ("on", "off", "any")),
+            **{f"--{n.replace('_', '-')}": F.Field(n, "bool") for n in ("zero_with_pp", "tp_within_node")},
+            **{f"--{n.replace('_', '-')}": F.Field(n, "int") for n in ("max_tp", "max_micro_batch", "max_vpp", "top")},
+            **{f"--{n.replace('_', '-')}": F.Field(n, "str") for n in ("memory_headroom", "objective", "emit")},
+            "--emit-version": F.Field("emit_version", "str"),
+        }
+        values = F.parse_argv(args, own)
+        names = {f.name for f in fields(cls)} - {"training"}
+        if values.get("global_batch") is None:
+            from shardwise.errors import SpecError
+
+            raise SpecError("--global-batch is required (sequences per optimizer step)")
+        training = TrainingRequest(**{k: v for k, v in values.items() if k not in names or k == "global_batch"})
+        return cls(training.with_(global_batch=None), **{k: v for k, v in values.items() if k in names})
+
+    def to_argv(self) -> list[str]:
+        out = ["plan", *self.training.with_(global_batch=None).to_argv(), "--global-batch", str(self.global_batch)]
+        defaults = PlanRequest(TrainingRequest(), 1)
+        for f in fields(self):
+            if f.name in ("training", "global_batch"):
+                continue
+            value = getattr(self, f.name)
+            if value == getattr(defaults, f.name):
+                continue
+            flag = "--" + f.name.replace("_", "-")
+            if f.name == "tp_within_node":
+                out.append("--tp-within-node" if value else "--tp-across-nodes")
+            elif isinstance(value, bool):
+                out.append(flag)
+            elif isinstance(value, tuple):
+                out += [flag, ",".join(str(v) for v in value)]
+            else:
+                out += [flag, str(value)]
+        return out
+
+    def command(self) -> str:
+        return "shardwise " + shlex.join(self.to_argv())
+
+    def space(self, gpu_memory_bytes: float) -> Any:
+        from shardwise.analyses.plan_space import SearchSpace
+
+        return SearchSpace(
+            tp=self.tp,
+            pp=self.pp,
+            dp=self.dp,
+            vpp=self.vpp,
+            cp=self.cp,
+            ep=self.ep,
+            micro_batch=self.micro_batch,
+            schedule=self.schedule,
+            recompute=self.recompute,
+            sequence_parallel={"on": (True,), "off": (False,), "any": None}[self.sequence_parallel],
+            zero_stage=self.zero,
+            zero_with_pipeline=self.zero_with_pp,
+            max_tp=self.max_tp,
+            tp_within_node=self.tp_within_node,
+            max_micro_batch=self.max_micro_batch,
+            max_vpp=self.max_vpp,
+            memory_headroom_bytes=headroom_bytes(self.memory_headroom, gpu_memory_bytes),
+            objective=self.objective,
+            precision=self.training.precision,
+            execution=self._execution(),
+        )
+
+    def _execution(self) -> dict[str, Any]:
+        """The framework's execution flags (and those given) for every searched plan; ZeRO is searched."""
+        from shardwise.requests.build import execution_kwargs
+
+        out = execution_kwargs({**self.training.values(), "zero": 0})
+        out.pop("zero_stage", None)
+        out["flash_attention"] = self.training.flash_attention
+        out["lora_rank"] = self.training.lora_rank
+        return out
+
+    def run(self) -> PlanResult:
+        from shardwise.analyses.plan_explain import alternatives
+        from shardwise.analyses.planner import search
+        from shardwise.errors import SpecError
+        from shardwise.requests import build
+
+        values = {**self.training.values(), "tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1}
+        notes: list[str] = []
+        model = build.build_model(values)
+        cal = build.load_calibration(self.training.calibration)
+        cluster = build.build_cluster({**values, "global_batch": None}, notes, cal)
+        space = self.space(float(cluster.gpu.memory_bytes))
+        result = search(model, cluster, self.global_batch, space)
+        best = result.ranked(self.top)
+        if best.size == 0:
+            levers = ["more GPUs", "a shorter sequence"]
+            if space.recompute is not None and "full" not in space.recompute:
+                levers.append("full recomputation")
+            if space.zero_stage is not None or not space.zero_with_pipeline:
+                levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
+            if space.memory_headroom_bytes > 0:
+                levers.append("less --memory-headroom")
+            raise SpecError(
+                f"plan: none of the {result.evaluated:,} plans fits in {float(cluster.gpu.memory_bytes) / 1e9:.0f} "
+                f"GB per GPU; try {', '.join(levers)}"
+            )
+        spread = build.spread([result.scenario(int(i)) for i in best], cal)
+        rows = _with_intervals(result, best, spread)
+        for r, i in zip(rows, best, strict=True):
+            request = row_request(result, int(i), self.training)
+            r["etp"] = request.training.etp or r["tp"]  # experts split over etp ranks (dense: unused, = tp)
+            r["command"] = request.command()
+        launch = None
+        if self.emit is not None:
+            from shardwise.emit.report import training_launch
+
+            capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
+            first = result.scenario(int(best[0]))
+            launch = training_launch(first, self.emit, self.emit_version, capacity, rows[0]["step_time_s"])
+        why = alternatives(result, int(best[0]))
+        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes))
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The search (every plan), the best rows with their 80% intervals and `predict` commands,
+    why the best wins (its neighbours), the launch command asked for, what was assumed."""
+
+    request: PlanRequest
+    search: Any  # analyses.planner.PlanSearch
+    rows: list[dict[str, Any]]
+    why: list[Any]
+    launch: dict[str, Any] | None
+    interval_basis: str
+    notes: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON `plan --json` prints."""
+        from dataclasses import asdict
+
+        from shardwise import export
+        from shardwise.analyses.plan_explain import describe
+
+        result = self.search
+        return {
+            "model": export.model_dict(result.model),
+            "cluster": export.cluster_dict(result.cluster),
+            "global_batch": result.global_batch,
+            "objective": result.space.objective,
+            "evaluated": result.evaluated,
+            "dropped_for_memory": result.dropped_for_memory,
+            "seconds": result.seconds,
+            "plans": self.rows,
+            "interval": {"level": 0.8, "basis": self.interval_basis},
+            "why": [{**asdict(a), "text": describe(a)} for a in self.why],
+            "launch": self.launch,
+            "command": self.request.command(),
+        }
+
+
+def headroom_bytes(text: str, capacity_bytes: float) -> float:
+    """--memory-headroom: bytes (8GB) or a share of the GPU's memory (10%)."""
+    from shardwise.errors import SpecError
+    from shardwise.units import parse_bytes
+
+    t = str(text).strip()
+    try:
+        if t.endswith("%"):
+            frac = float(t[:-1]) / 100
+            if not 0 <= frac < 1:
+                raise ValueError
+            return frac * capacity_bytes
+        value = parse_bytes(t)
+    except (ValueError, SpecError):
+        raise SpecError(f"--memory-headroom: {text!r} is not allowed; give bytes (8GB) or a percentage (10%)") from None
+    if not 0 <= value < capacity_bytes:
+        raise SpecError(f"--memory-headroom: {text!r} must be between 0 and the GPU's {capacity_bytes / 1e9:.0f} GB")
+    return value
+
+
+def _with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
+    """The best plans' rows with their 80% intervals, and whether each is a tie with the next:
+    the next plan's value lies inside this one's interval (or this one's inside the next's)."""
+    from itertools import pairwise
+
+    rows = []
+    for j, i in enumerate(best):
+        r = dict(result.row(int(i)))
+        lo, hi = spread.bounds(r["step_time_s"])
+        r["step_time_s_low"], r["step_time_s_high"] = float(lo[j]), float(hi[j])
+        tok = r["tokens_per_s_per_gpu"]
+        r["tokens_per_s_per_gpu_low"] = tok * r["step_time_s"] / r["step_time_s_high"]
+        r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
+        rows.append(r)
+    key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
+    for a, b in pairwise(rows):
+        a["tie_with_next"] = bool(
+            a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
+        )
+    if rows:
+        rows[-1]["tie_with_next"] = None
+    return rows

@@ -1,0 +1,243 @@
+"""A training question in the user's words: `TrainingRequest` (model, cluster, plan, stack) and
+`PredictRequest` (one step, by the closed form or the simulator).
+
+A request is built from plain fields -- keyword arguments, a dict, a CSV row, parsed flags, the
+explorer's controls, a command line -- with the defaults and checks of `requests.fields`, and
+goes back to a command line (`to_argv`) or a CSV row (`to_row`). `build()` resolves presets,
+files and the calibration once (`requests.build`) and `PredictRequest.run()` answers.
+
+    >>> from shardwise.requests import PredictRequest, TrainingRequest
+    >>> req = TrainingRequest(model="llama3-8b", system="dgx-h100", tp=2, global_batch=64)
+    >>> PredictRequest(req).run().step_time_s  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from shardwise.errors import SpecError
+from shardwise.requests import fields as F
+from shardwise.requests.fields import default
+
+
+@dataclass(frozen=True)
+class TrainingRequest:
+    """Model, cluster, plan and software stack, as given (None: not given, the default applies).
+    The names are the command line's flags with underscores (`--num-gpus` is `num_gpus`)."""
+
+    model: str | None = default("model")
+    layers: int | None = default("layers")
+    hidden: int | None = default("hidden")
+    heads: int | None = default("heads")
+    kv_heads: int | None = default("kv_heads")
+    ffn_hidden: int | None = default("ffn_hidden")
+    vocab: int | None = default("vocab")
+    family: str | None = default("family")
+    seq_len: int | None = default("seq_len")
+    calibration: str | None = default("calibration")
+    system: str | None = default("system")
+    gpu: str | None = default("gpu")
+    gpus_per_node: int | None = default("gpus_per_node")
+    p2p: str | None = default("p2p")
+    nvls: str | None = default("nvls")
+    intra_link: str | None = default("intra_link")
+    inter_link: str | None = default("inter_link")
+    nics_per_node: float | None = default("nics_per_node")
+    link_latency: str | None = default("link_latency")
+    nodes: int | None = default("nodes")
+    num_gpus: int | None = default("num_gpus")
+    tp: int = default("tp")
+    pp: int = default("pp")
+    dp: int | None = default("dp")
+    cp: int = default("cp")
+    cp_comm: str = default("cp_comm")
+    ep: int = default("ep")
+    etp: int | None = default("etp")
+    expert_imbalance: float = default("expert_imbalance")
+    moe_dispatcher: str = default("moe_dispatcher")
+    moe_overlap: bool = default("moe_overlap")
+    vpp: int = default("vpp")
+    global_batch: int | None = default("global_batch")
+    micro_batch: int = default("micro_batch")
+    schedule: str | None = default("schedule")
+    recompute: str = default("recompute")
+    sequence_parallel: bool | None = default("sequence_parallel")
+    zero: int | None = default("zero")
+    lora_rank: int = default("lora_rank")
+    first_stage_layers: int | None = default("first_stage_layers")
+    last_stage_layers: int | None = default("last_stage_layers")
+    stage_layers: str | None = default("stage_layers")
+    framework: str = default("framework")
+    precision: str = default("precision")
+    flash_attention: bool = default("flash_attention")
+    attention_kernel: str | None = default("attention_kernel")
+    eager_kernels: bool | None = default("eager_kernels")
+    selective_policy: str | None = default("selective_policy")
+    async_tp_grad: bool | None = default("async_tp_grad")
+    tp_comm_overlap: bool | None = default("tp_comm_overlap")
+    overlap_grad_reduce: bool | None = default("overlap_grad_reduce")
+    overlap_param_gather: bool | None = default("overlap_param_gather")
+    grad_accumulation_fusion: bool | None = default("grad_accumulation_fusion")
+    overlap_p2p: bool | None = default("overlap_p2p")
+    pipeline_sync: bool | None = default("pipeline_sync")
+    scatter_gather: bool | None = default("scatter_gather")
+
+    def __post_init__(self) -> None:
+        # one validation for every way in: strings are parsed, values checked against their kind
+        for f in F.TRAINING_FIELDS:
+            value = getattr(self, f.name)
+            parsed = F.parse_value(f, value)
+            if parsed is not value:
+                object.__setattr__(self, f.name, parsed)
+
+    # --- ways in -----------------------------------------------------------------------------
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> TrainingRequest:
+        """From a dict, a CSV row, a YAML mapping or the explorer's controls: keys are field names
+        or flags (`num_gpus`, `num-gpus`, `--num-gpus`); an unknown key is an error."""
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            name = str(key).strip().lstrip("-")
+            f = F.SPELLINGS.get(name) or F.SPELLINGS.get(name.replace("-", "_"))
+            if f is None:
+                raise F.unknown_field(str(key), where)
+            out[f.name] = F.parse_value(f, value, where)
+        return cls(**out)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, Any]) -> TrainingRequest:
+        """From a click command's parsed options (click's names; a command's own options are left out)."""
+        by_key = {f.key: f for f in F.TRAINING_FIELDS}
+        return cls(**{by_key[k].name: v for k, v in options.items() if k in by_key})
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> TrainingRequest:
+        """From command-line arguments (`--model llama3-8b --tp 2 ...`, a list or one string)."""
+        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        return cls(**F.parse_argv(args))
+
+    # --- ways out ----------------------------------------------------------------------------
+    def values(self) -> dict[str, Any]:
+        """Every field by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def given(self) -> dict[str, Any]:
+        """The fields that differ from their defaults."""
+        return {f.name: v for f in F.TRAINING_FIELDS if (v := getattr(self, f.name)) != f.default}
+
+    def to_argv(self) -> list[str]:
+        """The command-line arguments that ask the same question."""
+        return F.argv_of(self.values())
+
+    def to_row(self) -> dict[str, str]:
+        """A CSV row (field name -> text) of the fields given; `from_mapping` reads it back."""
+        out: dict[str, str] = {}
+        for name, value in self.given().items():
+            out[name] = ("yes" if value else "no") if isinstance(value, bool) else F._text(value)
+        return out
+
+    def with_(self, **changes: Any) -> TrainingRequest:
+        return replace(self, **changes)
+
+    # --- the answer --------------------------------------------------------------------------
+    def build(self) -> Any:
+        """The `requests.build.Built` scenario (presets, files and calibration resolved)."""
+        from shardwise.requests import build
+
+        return build.scenario(self.values())
+
+    def scenario(self) -> Any:
+        return self.build().scenario
+
+
+ENGINES = ("analytic", "simulate")
+
+
+@dataclass(frozen=True)
+class PredictResult:
+    """One step's estimate, its 80% interval (and what the interval rests on), what was assumed."""
+
+    request: PredictRequest
+    estimate: Any  # engines.result.TrainingEstimate
+    step_time_s_low: float
+    step_time_s_high: float
+    interval_basis: str
+    notes: tuple[str, ...]
+
+    @property
+    def step_time_s(self) -> float:
+        return float(self.estimate.step_time_s)
+
+    @property
+    def scenario(self) -> Any:
+        return self.estimate.scenario
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON `predict --json` prints."""
+        from shardwise import export
+
+        tokens, step = float(self.estimate.tokens_per_s), self.step_time_s
+        low, high = self.step_time_s_low, self.step_time_s_high
+        return {
+            **export.estimate_dict(self.estimate),
+            "step_time_s_low": low,
+            "step_time_s_high": high,
+            "tokens_per_s_low": tokens * step / high,
+            "tokens_per_s_high": tokens * step / low,
+            "interval": {"level": 0.8, "basis": self.interval_basis},
+            "engine": self.request.engine,
+            "scenario": export.scenario_dict(self.estimate.scenario),
+            "command": self.request.command(),
+        }
+
+
+@dataclass(frozen=True)
+class PredictRequest:
+    """`shardwise predict`: one training step of `training`, by the closed form ("analytic") or
+    the discrete-event simulation of the pipeline schedule ("simulate")."""
+
+    training: TrainingRequest
+    engine: str = "analytic"
+
+    def __post_init__(self) -> None:
+        if self.engine not in ENGINES:
+            raise SpecError(f"engine: {self.engine!r} is not allowed; use one of {', '.join(ENGINES)}")
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PredictRequest:
+        """From `predict`'s arguments (with or without the leading `shardwise predict`)."""
+        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        while args and args[0] in ("shardwise", "predict"):
+            args.pop(0)
+        engine = F.Field("engine", "str", "analytic", ENGINES)
+        values = F.parse_argv(args, {"--engine": engine})
+        return cls(
+            TrainingRequest(**{k: v for k, v in values.items() if k != "engine"}), values.get("engine", "analytic")
+        )
+
+    def to_argv(self) -> list[str]:
+        return ["predict", *self.training.to_argv(), *(["--engine", self.engine] if self.engine != "analytic" else [])]
+
+    def command(self) -> str:
+        """The command line that asks this question."""
+        return "shardwise " + shlex.join(self.to_argv())
+
+    def run(self) -> PredictResult:
+        from shardwise.requests import build
+
+        built = self.training.build()
+        scn = built.scenario
+        if self.engine == "simulate":
+            from shardwise.engines.simulated import simulate_training_step
+
+            est = simulate_training_step(scn).estimate
+        else:
+            from shardwise.engines.training import estimate_training_step
+
+            est = estimate_training_step(scn)
+        spread = build.spread([scn], built.calibration)
+        low, high = (float(x[0]) for x in spread.bounds(float(est.step_time_s)))
+        return PredictResult(self, est, low, high, spread.basis, built.notes)

@@ -1,0 +1,220 @@
+"""The request layer: one way from a user's words to a scenario, whatever face they come from."""
+
+from __future__ import annotations
+
+import csv
+import io
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from shardwise.cli import cli as main
+from shardwise.errors import SpecError
+from shardwise.requests.fields import TRAINING_FIELDS
+from shardwise.requests.training import PredictRequest, TrainingRequest
+
+ARGV = [
+    *("--model", "mixtral-8x7b", "--system", "dgx-h100", "--nodes", "2", "--tp", "2", "--pp", "2", "--ep", "4"),
+    *("--etp", "1", "--global-batch", "64", "--micro-batch", "2", "--recompute", "selective", "--zero", "1"),
+    *("--framework", "megatron-core", "--no-overlap-p2p", "--precision", "fp8", "--vpp", "2"),
+]
+
+
+def _same(a, b) -> None:
+    assert a.model == b.model and a.plan == b.plan
+    assert a.cluster.name == b.cluster.name and int(a.cluster.num_gpus) == int(b.cluster.num_gpus)
+    assert a.cluster == b.cluster
+
+
+def test_one_request_from_argv_csv_dict_and_controls_gives_one_scenario():
+    from_argv = TrainingRequest.from_argv(ARGV)
+    # a CSV row as a spreadsheet writes it (strings, flag spellings as headers)
+    row = from_argv.to_row()
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=list(row))
+    writer.writeheader()
+    writer.writerow(row)
+    from_csv = TrainingRequest.from_mapping(next(csv.DictReader(io.StringIO(text.getvalue()))))
+    from_dict = TrainingRequest(
+        model="mixtral-8x7b", system="dgx-h100", nodes=2, tp=2, pp=2, ep=4, etp=1, global_batch=64, micro_batch=2,
+        recompute="selective", zero=1, framework="megatron-core", overlap_p2p=False, precision="fp8", vpp=2,
+    )  # fmt: skip
+    # the explorer's controls: dashed names, numbers as strings, switches as on/off
+    from_controls = TrainingRequest.from_mapping(
+        {"model": "mixtral-8x7b", "system": "dgx-h100", "nodes": "2", "tp": "2", "pp": "2", "ep": "4", "etp": "1",
+         "global-batch": "64", "micro-batch": "2", "recompute": "selective", "zero": "1", "overlap-p2p": "off",
+         "precision": "fp8", "vpp": "2"}
+    )  # fmt: skip
+    assert from_argv == from_csv == from_dict == from_controls
+    scenarios = [r.scenario() for r in (from_argv, from_csv, from_dict, from_controls)]
+    for s in scenarios[1:]:
+        _same(scenarios[0], s)
+    assert TrainingRequest.from_argv(from_argv.to_argv()) == from_argv
+
+
+def test_the_command_line_builds_the_same_request(monkeypatch):
+    seen = []
+    real = PredictRequest.run
+
+    def spy(self):
+        seen.append(self)
+        return real(self)
+
+    monkeypatch.setattr(PredictRequest, "run", spy)
+    out = CliRunner().invoke(main, ["predict", *ARGV, "--json"])
+    assert out.exit_code == 0, out.output
+    assert seen[0].training == TrainingRequest.from_argv(ARGV)
+
+
+def test_predict_options_carry_the_request_defaults():
+    """One set of defaults: every request field is a predict flag whose default is the field's."""
+    from shardwise.cli.predict import predict
+
+    params = {p.name: p for p in predict.params}
+    for f in TRAINING_FIELDS:
+        assert f.key in params, f.name
+        want = params[f.key].default
+        want = None if type(want).__name__ == "Sentinel" else want  # click 8.3's "no default"
+        assert want == f.default, (f.name, want, f.default)
+
+
+def test_bad_fields_are_one_clear_line():
+    with pytest.raises(SpecError, match=r"unknown field 'tensor_parallel'"):
+        TrainingRequest.from_mapping({"tensor_parallel": 2})
+    with pytest.raises(SpecError, match=r"tp: 'two' is not allowed; give a whole number"):
+        TrainingRequest.from_mapping({"tp": "two"})
+    with pytest.raises(SpecError, match=r"recompute: 'some' is not allowed"):
+        TrainingRequest(recompute="some")
+    with pytest.raises(SpecError, match=r"--tpp: not an option"):
+        TrainingRequest.from_argv(["--tpp", "2"])
+
+
+def test_sequence_parallel_follows_tensor_parallelism_unless_given():
+    base = TrainingRequest(model="llama3-8b", system="dgx-h100", global_batch=64)
+    assert not base.scenario().plan.sequence_parallel
+    assert base.with_(tp=2).scenario().plan.sequence_parallel
+    assert not base.with_(tp=2, sequence_parallel=False).scenario().plan.sequence_parallel
+
+
+def test_calibration_rows_are_requests():
+    """calibrate's "before" for a layout is predict's number (they disagreed: 6.63 s vs 6.90 s)."""
+    from shardwise.calibration.runs import parse_runs
+
+    text = "model,system,num_gpus,tp,pp,global_batch,step_time_s\nllama3-8b,dgx-h100,8,2,1,64,7.0\n"
+    run = parse_runs(text)[0]
+    cli = TrainingRequest.from_argv("--model llama3-8b --system dgx-h100 --num-gpus 8 --tp 2 --global-batch 64")
+    assert run.scenario.plan == cli.scenario().plan
+    assert run.scenario.cluster == cli.scenario().cluster
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 128",  # dense
+        "--model mixtral-8x7b --system dgx-h100 --nodes 2 --global-batch 64",  # mixture of experts
+        "--model llama3-8b --seq-len 32768 --system dgx-h100 --nodes 2 --global-batch 32 --cp 2,4",  # CP
+        "--model llama3-70b --system dgx-h100 --nodes 6 --global-batch 96 --pp 6 --tp 8",  # uneven stages
+    ],
+)
+def test_plan_rows_equal_predict(argv):
+    import json
+
+    out = CliRunner().invoke(main, ["plan", *argv.split(), "--top", "3", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = json.loads(out.stdout)["plans"]
+    assert rows
+    if "--pp 6" in argv:  # 80 layers on 6 stages: the split is uneven
+        assert any(r["stage_layers"] for r in rows)
+    if "--cp" in argv:
+        assert all(r["cp"] > 1 for r in rows)
+    if "mixtral" in argv:
+        assert any(r["ep"] > 1 for r in rows)
+    for r in rows:
+        result = PredictRequest.from_argv(r["command"]).run()
+        assert np.isclose(result.step_time_s, r["step_time_s"], rtol=1e-9), (r["command"], r["step_time_s"])
+        assert np.isclose(float(result.estimate.memory.total_bytes), r["memory_bytes"], rtol=1e-9)
+
+
+PLAN_ARGV = "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 128 --tp 1,2 --recompute none,full"
+
+
+def test_plan_requests_round_trip_and_match_the_command_line():
+    import json
+
+    from shardwise.requests.plan import PlanRequest
+
+    request = PlanRequest.from_argv(PLAN_ARGV)
+    assert request.tp == (1, 2) and request.recompute == ("none", "full") and request.global_batch == 128
+    assert PlanRequest.from_argv(request.to_argv()) == request
+    out = CliRunner().invoke(main, ["plan", *PLAN_ARGV.split(), "--json"])
+    assert out.exit_code == 0, out.output
+    printed = json.loads(out.stdout)
+    direct = json.loads(__import__("shardwise.export", fromlist=["dumps"]).dumps(request.run().as_dict()))
+    for key in ("plans", "why", "evaluated", "dropped_for_memory", "command"):
+        assert printed[key] == direct[key], key
+
+
+def test_the_explorer_asks_the_planner_without_the_command_line(monkeypatch):
+    """The explorer's plan page runs its request: no command line, no redirected stdout, no lock,
+    so two pages are answered at the same time in one process."""
+    import threading
+
+    import shardwise.cli
+    from shardwise.explore import runner
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the command line was run")
+
+    monkeypatch.setattr(shardwise.cli, "main", refuse)
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "128"]
+    args += ["--csv", "plans.csv"]
+    outcomes: list = []
+    threads = [threading.Thread(target=lambda: outcomes.append(runner.run(args))) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [o.error for o in outcomes] == [None, None]
+    assert outcomes[0].data["plans"] == outcomes[1].data["plans"]
+    assert outcomes[0].table.startswith("gpus,tp,pp,dp")
+    bad = runner.run(["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "0"])
+    assert bad.error.startswith("--global-batch: 0 is not allowed; it must be a whole number from 1 to")
+
+
+def test_the_explorer_offers_what_the_commands_take():
+    """The explorer's new controls (planner: network, NICs, framework, precision; serving:
+    precisions, concurrency, request rate, engine) offer exactly the command line's choices."""
+    from shardwise.cli.plan import plan
+    from shardwise.cli.serve import serve
+    from shardwise.explore import checks
+
+    def click_choices(command, name):
+        return list(next(p for p in command.params if p.name == name).type.choices)
+
+    assert checks.choices("s-weights") == click_choices(serve, "weight_precision")
+    assert checks.choices("s-kv") == click_choices(serve, "kv_precision")
+    assert checks.choices("s-engine") == click_choices(serve, "framework")
+    assert checks.choices("p-precision") == click_choices(plan, "precision")
+
+
+def test_the_explorer_planner_asks_with_network_framework_and_precision():
+    from shardwise.explore import pages, runner, state
+
+    values = {
+        **state.DEFAULTS,
+        "p-model": "llama3-8b",
+        "p-system": "dgx-h100",
+        "p-nodes": 2,
+        "p-batch": 128,
+        "p-inter": "eth-100g",
+        "p-nics": 2,
+        "p-framework": "torchtitan",
+        "p-precision": "fp8",
+    }
+    args = state.planner_args(values)
+    assert args[args.index("--inter-link") + 1] == "eth-100g" and "--nics-per-node" in args
+    outcome, _, _summary = pages.compute("planner", values, (None, None), runner.run)
+    assert outcome.error is None, outcome.error
+    assert outcome.data["cluster"]["inter_node_link"]["name"].startswith("eth-100g")
+    assert outcome.data["plans"][0]["command"].count("--framework torchtitan") == 1
