@@ -129,6 +129,20 @@ def _register_upload(app: Dash, kind: str, uploads: Uploads) -> None:
         return uploads.save(kind, filename, contents)
 
 
+def _no_result() -> dict[str, Any]:
+    """An empty figure in place of one that no longer matches the controls."""
+    return {
+        "data": [],
+        "layout": {
+            "xaxis": {"visible": False},
+            "yaxis": {"visible": False},
+            "annotations": [
+                {"text": "no result for these settings", "showarrow": False, "font": {"size": 16, "color": "#b91c1c"}}
+            ],
+        },
+    }
+
+
 def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
     graphs = figure_ids(page)
     controls = CONTROLS[page]
@@ -164,9 +178,12 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
             figs, text = [no_update] * len(graphs), ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
         errors = error_outputs(page, outcome, control)
-        shown_command = uploads.shown(outcome.command) if control is None else no_update
-        if outcome.error:
-            return [*figs, no_update, shown_command, *errors]
+        names = {"model": model_file, "calibration": calibration}
+        shown_command = uploads.shown(outcome.command, names) if control is None else no_update
+        if outcome.error:  # no answer for these settings: the last figures and verdict no longer hold
+            stale = [_no_result() for _ in graphs]
+            return [*stale, html.P("no result for these settings: see the message", id=f"{page}-summary"),
+                    shown_command, *errors]  # fmt: skip
         for i, before in enumerate(shown_before, start=1):  # the same second figure: not drawn again
             if isinstance(figs[i], dict) and isinstance(before, dict) and before.get("data") == figs[i]["data"]:
                 figs[i] = no_update

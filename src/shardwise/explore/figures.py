@@ -37,23 +37,62 @@ def _figure(*data: dict[str, Any], **layout: Any) -> Figure:
     return {"data": list(data), "layout": dict(layout)}
 
 
-def vline(fig: Figure, x: float, text: str, dash: str = "dash") -> None:
-    """A vertical line across the plot at x, labelled above it."""
+def vline(fig: Figure, x: float, text: str, dash: str = "dash", row: int = 0) -> None:
+    """A vertical line across the plot at x, labelled above it (`row` lifts the label by that many
+    lines, so the labels of nearby lines do not print over each other)."""
     layout = fig["layout"]
     layout.setdefault("shapes", []).append(
         {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper", "line": {"dash": dash, "color": "#555"}}
     )
     layout.setdefault("annotations", []).append(
-        {"x": x, "y": 1.0, "yref": "paper", "showarrow": False, "yanchor": "bottom", "text": text, "font": {"size": 11}}
+        {
+            "x": x,
+            "y": 1.0,
+            "yref": "paper",
+            "yshift": 14 * row,
+            "showarrow": False,
+            "yanchor": "bottom",
+            "text": text,
+            "font": {"size": 11},
+        }
     )
 
 
+def log_ticks(low: float, high: float) -> dict[str, Any]:
+    """Ticks of a log axis at 1, 2 and 5 times the powers of ten between low and high, labelled
+    as numbers (Plotly's own minor labels read as single digits: "3, 2, 10, 9, 8")."""
+    import math
+
+    if not (low > 0 and high >= low and math.isfinite(high)):
+        return {}
+    values: list[float] = []
+    for mantissas in ((1, 2, 5), (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9)):  # finer where the range is narrow
+        values = [
+            m * 10.0**e
+            for e in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1)
+            for m in mantissas
+            if low <= m * 10.0**e * 1.0000001 and m * 10.0**e <= high * 1.0000001
+        ]
+        if len(values) >= 3:
+            break
+    if len(values) < 3:  # inside one step: the ends and two between, to two significant digits
+        values = sorted({float(f"{low * (high / low) ** (i / 3):.2g}") for i in range(4)})
+    return {"tickvals": values, "ticktext": [f"{v:.4g}" for v in values]}
+
+
 def crossover(data: dict[str, Any]) -> Figure:
-    """Time of each plan on each link against the varied variable, the switch points marked."""
+    """Time of each plan on each link against the varied variable, the switch points marked:
+    each plan in its kind's colour and each link in its line style, as the command's figure."""
+    from shardwise.colors import LINK_DASHES, plan_colors
+
     xs = data["values"]
     traces = []
-    for i, s in enumerate(data["series"]):
-        color = COLORS[i % len(COLORS)]
+    plans = list(dict.fromkeys(s["plan"] for s in data["series"]))
+    links = list(dict.fromkeys(s["link"] for s in data["series"]))
+    colors = dict(zip(plans, plan_colors(plans), strict=True))
+    for s in data["series"]:
+        color = colors[s["plan"]]
+        dash = LINK_DASHES[links.index(s["link"]) % len(LINK_DASHES)]
         name = f"{s['plan']} on {s['link']}"
         band = {
             "x": xs + xs[::-1],
@@ -72,18 +111,24 @@ def crossover(data: dict[str, Any]) -> Figure:
             "y": s["time_s"],
             "name": name,
             "mode": "lines+markers" if len(xs) <= 16 else "lines",
-            "line": {"color": color},
+            "line": {"color": color, "dash": dash},
             "legendgroup": name,
             "type": "scatter",
             "hovertemplate": f"{name}<br>{data['variable']} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
         }
         traces += [band, line]
     fig = _figure(*traces)
-    for c in data["crossings"]:
-        vline(fig, c["at"], f"{c['link']}: {c['faster_above']} from {c['at']:.4g}")
+    for i, c in enumerate(sorted(data["crossings"], key=lambda c: c["at"])):
+        vline(fig, c["at"], f"{c['link']}: {c['faster_above']} from {c['at']:.4g}", row=i % 3)
     title = f"{data['workload']} time against {data['variable']}"
     spread = max(xs) / min(xs) if xs and min(xs) > 0 else 1
-    return _layout(fig, title, data["variable"], "s (80% band shaded)", log_x=spread >= 100, log_y=True)
+    fig = _layout(fig, title, data["variable"], "s (80% band shaded)", log_x=spread >= 100, log_y=True)
+    times = [t for s in data["series"] for t in (*s["time_s_low"], *s["time_s_high"]) if t and t > 0]
+    if times:
+        fig["layout"]["yaxis"].update(log_ticks(min(times), max(times)))
+    if spread >= 100:
+        fig["layout"]["xaxis"].update(log_ticks(min(xs), max(xs)))
+    return fig
 
 
 def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> Figure:
@@ -224,7 +269,11 @@ def planner_heatmap(table: str, objective: str) -> Figure:
 
 
 def frontier(points: dict[str, list[tuple[float, float, int]]], targets: str) -> Figure:
-    """Throughput per GPU against tokens/s per user, one line per plan over the batch sizes."""
+    """Throughput per GPU against tokens/s per user, one line per plan over the batch sizes (each
+    plan in its kind's colour, as the command's figure)."""
+    from shardwise.colors import plan_colors
+
+    colors = plan_colors(list(points))
     lines = [
         {
             "type": "scatter",
@@ -232,14 +281,14 @@ def frontier(points: dict[str, list[tuple[float, float, int]]], targets: str) ->
             "y": [p[1] for p in pts],
             "name": plan,
             "mode": "lines+markers",
-            "line": {"color": COLORS[i % 8]},
+            "line": {"color": colors[i]},
             "text": [f"batch {p[2]}" for p in pts],
             "hovertemplate": f"{plan}, %{{text}}<br>%{{x:.4g}} tokens/s per user<br>"
             "%{y:.4g} tokens/s per GPU<extra></extra>",
         }
         for i, (plan, pts) in enumerate(points.items())
     ]
-    return _layout(
+    fig = _layout(
         _figure(*lines),
         f"throughput against latency (static batches){targets}",
         "tokens/s per user",
@@ -247,6 +296,11 @@ def frontier(points: dict[str, list[tuple[float, float, int]]], targets: str) ->
         log_x=True,
         log_y=True,
     )
+    for axis, k in (("xaxis", 0), ("yaxis", 1)):
+        values = [p[k] for pts in points.values() for p in pts if p[k] and p[k] > 0]
+        if values:
+            fig["layout"][axis].update(log_ticks(min(values), max(values)))
+    return fig
 
 
 def gantt(data: dict[str, Any], max_ops: int = 20_000) -> Figure:

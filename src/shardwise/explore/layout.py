@@ -118,13 +118,14 @@ def _control(cid: str, default: Any) -> Any:
     if kind == "links":
         return dcc.Checklist(id=cid, options=_options(cid), value=default, inline=True)
     if kind == "bw":
-        marks = {i: str(b) if b in (0, 1, 4, 16, 64, 256, 900) else "" for i, b in enumerate(BANDWIDTHS_GB_S)}
+        marks = {i: str(b) for i, b in enumerate(BANDWIDTHS_GB_S)}  # every position labelled in GB/s
         return dcc.Slider(
             id=cid,
             min=0,
             max=len(BANDWIDTHS_GB_S) - 1,
             step=1,
             marks=marks,
+            allow_direct_input=False,  # its box would show the position, not GB/s
             value=BANDWIDTHS_GB_S.index(default) if default in BANDWIDTHS_GB_S else 0,
         )
     if kind in ("workload", "objective", "schedule"):

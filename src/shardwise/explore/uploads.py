@@ -73,7 +73,16 @@ class Uploads:
             )
         return str(path)
 
-    def shown(self, command: str) -> str:
-        """A command as the user would type it: the file loaded named as the explorer names it
-        (`--model model-upload.json`), not by its place in the explorer's folder."""
+    def shown(self, command: str, names: dict[str, Any] | None = None) -> str:
+        """A command as the user would type it: each file loaded named as the user's own file
+        (`names`: kind -> what the browser keeps, with the file's name), else as the explorer
+        names it (`--model model-upload.json`), never by its place in the explorer's folder."""
+        import shlex
+
+        for kind, kept in (names or {}).items():
+            name = kept.get("name") if isinstance(kept, dict) else None
+            if isinstance(name, str) and name.strip() and isinstance(kept.get("digest"), str):
+                for suffix in SUFFIXES:
+                    own = f"{self.folder}/{kept['digest']}/{kind}-upload{suffix}"
+                    command = command.replace(own, shlex.quote(Path(name).name))
         return re.sub(re.escape(f"{self.folder}/") + r"[0-9a-f]{64}/", "", command)
