@@ -43,6 +43,8 @@ class DpComm:
     gather_window_s: Number
     gather_bucket_s: Number
     shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
+    # ZeRO-0/1: one reduction (and gather) per step, per model chunk (see `exposed_s`)
+    per_chunk: Number = False
 
     @property
     def total_s(self) -> Number:
@@ -59,35 +61,61 @@ class DpComm:
             self.gather_window_s,
             self.gather_bucket_s + other.gather_bucket_s,
             self.shared_window,
+            self.per_chunk,
         )
 
-    def exposed_s(self, overlap_grad: Number, drain_s: Number = 0.0) -> tuple[Number, Number]:
+    def exposed_s(
+        self, overlap_grad: Number, drain_s: Number = 0.0, chunks: Number = 1, rounds: Number = 1
+    ) -> tuple[Number, Number]:
         """(exposed gradient part, exposed gather part): each is what its window does not
         cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
         hide behind the backward passes the gathers also use; both share the compute, so what
         exceeds it (or the unhideable buckets) is exposed. A scalar ZeRO stage or overlap flag
-        prices only its own branch (the same numbers as selecting among all of them)."""
+        prices only its own branch (the same numbers as selecting among all of them).
+
+        The interleaved schedule (`chunks` = v model chunks per GPU, `rounds` = p micro-batches
+        per chunk in the last round of backward passes): Megatron-Core reduces each chunk's
+        gradients as soon as that chunk's last backward pass ends (one DDP wrapper, one set of
+        buckets per chunk; megatron/core/pipeline_parallel/schedules.py enables each chunk's
+        grad sync before its last backward), and the last round runs chunk v-1's p backward
+        passes first, chunk 0's last. So chunk v-1's reduction has (v-1) p chunk-backward
+        passes to hide behind, and only chunk 0's -- 1/v of the bytes -- is left with one
+        chunk-backward (and the drain); the parameter all-gather mirrors it over the first
+        round of forward passes. With v = 1 both reduce to the single window."""
         overlap = np.asarray(overlap_grad, dtype=bool)
         z3 = np.asarray(self.shared_window, dtype=bool)
         if z3.ndim == 0 and bool(z3):
             return self._shared_s(overlap, drain_s), 0.0
-        grad, gather = self._grad_s(overlap, drain_s), self._gather_s()
+        grad, gather = self._grad_s(overlap, drain_s, chunks, rounds), self._gather_s(chunks, rounds)
         if z3.ndim == 0:
             return grad, gather
         return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
 
-    def _grad_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
+    def _staged(self, whole_s: Number, window_s: Number, chunks: Number, rounds: Number) -> tuple[Number, ...]:
+        """(bytes' time of the first chunk to go, its window, the whole window) of a per-chunk
+        collective (see `exposed_s`); the single window where it is not per chunk."""
+        v = np.where(np.asarray(self.per_chunk, dtype=bool), np.asarray(chunks, dtype=float), 1.0)
+        one = window_s / v  # one chunk's pass of the micro-batch
+        return whole_s / v, one, one * (1.0 + (v - 1.0) * np.asarray(rounds, dtype=float))
+
+    def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
         if overlap.ndim == 0 and not bool(overlap):  # no window: the whole reduction
             return self.grad_s
-        window = np.where(overlap, self.grad_window_s + drain_s, 0.0)
-        grad = np.maximum(self.grad_s - window, np.where(window > 0, self.grad_bucket_s, self.grad_s))
+        head, first, whole = self._staged(self.grad_s, self.grad_window_s, chunks, rounds)
+        first, whole = np.where(overlap, first + drain_s, 0.0), np.where(overlap, whole + drain_s, 0.0)
+        grad = np.maximum(
+            np.maximum(self.grad_s - whole, head - first), np.where(whole > 0, self.grad_bucket_s, self.grad_s)
+        )
         return np.minimum(grad, self.grad_s)
 
-    def _gather_s(self) -> Number:
+    def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
         window = self.gather_window_s
         if np.ndim(window) == 0 and not window:  # no window: the whole gather
             return self.gather_s
-        gather = np.maximum(self.gather_s - window, np.where(window > 0, self.gather_bucket_s, self.gather_s))
+        head, first, whole = self._staged(self.gather_s, window, chunks, rounds)
+        gather = np.maximum(
+            np.maximum(self.gather_s - whole, head - first), np.where(whole > 0, self.gather_bucket_s, self.gather_s)
+        )
         return np.minimum(gather, self.gather_s)
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
@@ -173,10 +201,10 @@ def dp_comm(
         return grad, window, price("bucket_reduce_scatter"), *gathers
 
     if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
-        return DpComm(*stage(int(z)), shared_window=int(z) == 3)
+        return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1)
     fields = zip(*(stage(k) for k in range(4)), strict=True)
     chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
-    return DpComm(*chosen, shared_window=z == 3)
+    return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1)
 
 
 def data_parallel_exposed_s(
@@ -208,9 +236,12 @@ def data_parallel_exposed_s(
         comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_held - n_expert)
         if scn.model.is_moe:
             comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
-        # stage i ends its last backward i chunks early
-        drain = index * (cost.compute_backward_s + cost.tp_backward_s) / v
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain)
+        # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
+        # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
+        # "launch asynchronous communication at the same time across the pipeline-parallel
+        # group"), which spends that drain
+        drain = np.where(v > 1, 0.0, index * (cost.compute_backward_s + cost.tp_backward_s) / v)
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, np.where(v > 1, p, 1.0))
         exposed.append(grad + gather)
         totals.append(comm.total_s)
     mid = np.where(p > 2, exposed[1], 0.0)

@@ -142,12 +142,20 @@ def stage_times(scn: Scenario) -> StageTimes:
         # closed form hides behind earlier micro-batches (ZeRO-2/3) is taken off here
         earlier = max(0.0, window - one_backward)
         hides = overlap or z3
-        dp.append(max(0.0, total - earlier) if hides else total)
+        left = max(0.0, total - earlier)
+        v = int(plan.vpp)
+        if hides and not z3 and v > 1 and bool(np.asarray(c.per_chunk)):
+            # per-chunk reductions (DpComm.exposed_s): all but chunk 0's hide behind the last
+            # round's (v-1) p earlier chunk-backward passes
+            left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) / v)
+            left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
+        dp.append(left if hides else total)
         tail.append(min(dp[-1], bucket) if hides else dp[-1])
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied
-        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap)[1])))
+        rounds = p if int(plan.vpp) > 1 else 1
+        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, int(plan.vpp), rounds)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert, n_weights))))
     return StageTimes(
         forward,
