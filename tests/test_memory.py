@@ -282,6 +282,9 @@ def test_memory_validation_against_the_public_evidence():
     assert len(summary.predicted) == 36 and all(r.skip for r in summary.rows if r not in summary.predicted)
     assert summary.oom_recall == 1.0
     assert summary.false_oom_rate <= 1 / 35
+    # accuracy over both outcomes: every OOM called right, at most one false OOM of 35
+    right = sum(not r.fits for r in summary.oom) + sum(r.fits for r in summary.fit)
+    assert summary.fit_accuracy == pytest.approx(right / 36) and summary.fit_accuracy >= 35 / 36
     titan = [r for r in summary.peaks if r.framework == "torchtitan-compile"]
     assert len(titan) == 16 and all(abs(r.error) < 0.35 for r in titan)
     assert summary.peak_mape < 0.3
@@ -293,5 +296,6 @@ def test_validate_memory_prints_the_table(cli):
     assert out.startswith("| source | stack | runs |")
     assert "| linkedin/Liger-Kernel | fsdp | 1 | 1 of 1 |" in out
     assert "recall 100%" in out and "left out (an encoder" in out
+    assert "right for 35 of 36 (accuracy 97%)" in out
     code, out, err = cli(["validate", "memory", "public"])
     assert code == 2 and "give it alone" in err

@@ -145,6 +145,11 @@ class MemorySummary:
         return _share([not r.fits for r in self.fit])
 
     @property
+    def fit_accuracy(self) -> float:
+        """Of the runs that fit or ran out of memory, the share `fits_in_memory` calls right."""
+        return _share([r.fits == (r.outcome == "fits") for r in (*self.oom, *self.fit)])
+
+    @property
     def peaks(self) -> tuple[MemoryRow, ...]:
         return tuple(r for r in self.predicted if not math.isnan(r.measured_bytes))
 

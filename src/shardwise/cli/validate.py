@@ -17,6 +17,7 @@ TABLE_CHOICES = [
     "collectives",
     "inference_scaling",
     "memory",
+    "ranking",
 ]
 DEFAULT_TABLES = TABLE_CHOICES[:4]
 
@@ -100,7 +101,10 @@ def validate(
     against a layer split on PCIe, measured against predicted per GPU and link type, with the
     share of cases whose direction (gain or not) is right;
     memory (only when named): fits_in_memory against published runs that fit or ran out of memory,
-    and the estimate against their published peaks, per source.
+    and the estimate against their published peaks, per source;
+    ranking (only when named): within each group of published layouts (one model, cluster, GPU count
+    and stack), Spearman's rho and the top-1 regret (how much slower the predicted best layout
+    measures than the measured best), per group and per stack.
     """
     if calibrated or plot:
         from shardwise.errors import SpecError
@@ -113,7 +117,7 @@ def validate(
 
         show_calibrated(as_json, markdown, plot, draws)
         return
-    for alone in ("public", "collectives", "planner", "inference_scaling", "memory"):
+    for alone in ("public", "collectives", "planner", "inference_scaling", "memory", "ranking"):
         if alone in tables and len(tables) > 1:
             from shardwise.errors import SpecError
 
@@ -140,6 +144,11 @@ def validate(
         from shardwise.cli.validate_memory import show_memory
 
         show_memory(as_json, markdown, show_rows)
+        return
+    if "ranking" in tables:
+        from shardwise.cli.validate_ranking import show_ranking
+
+        show_ranking(as_json, markdown)
         return
     from shardwise.analyses.validation import mean_absolute_error
 

@@ -51,6 +51,7 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
         totals = {
             "oom_recall": summary.oom_recall,
             "false_oom_rate": summary.false_oom_rate,
+            "fit_accuracy": summary.fit_accuracy,
             "peak_mape": summary.peak_mape,
             "peak_bias": summary.peak_bias,
         }
@@ -65,7 +66,9 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
     text = (
         f"out of memory called for {_frac(sum(not r.fits for r in oom), len(oom))} runs that ran out of memory "
         f"(recall {summary.oom_recall:.0%}) and for {_frac(sum(not r.fits for r in fit), len(fit))} that fit "
-        f"(false-OOM rate {summary.false_oom_rate:.0%}); peaks: {len(summary.peaks)}, mean error "
+        f"(false-OOM rate {summary.false_oom_rate:.0%}): right for "
+        f"{_frac(sum(r.fits == (r.outcome == 'fits') for r in (*oom, *fit)), len(oom) + len(fit))} "
+        f"(accuracy {summary.fit_accuracy:.0%}); peaks: {len(summary.peaks)}, mean error "
         f"{summary.peak_bias:+.1%}, MAPE {summary.peak_mape:.1%}"
     )
     skipped = Counter(r.skip for r in summary.rows if r.skip)

@@ -113,6 +113,7 @@ def show_loso(markdown: bool) -> None:
 
 def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
     from shardwise.analyses import public_validation as pv
+    from shardwise.cli import validate_ranking
 
     rows = summary_rows()
     listed = [r for r in pv.validate_public() if show_rows == "all" or r.split == show_rows]
@@ -127,6 +128,7 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
                     "baseline_fraction_of_peak": pv.baseline_fraction(),
                     "leave_one_source_out": [asdict(t) for t in _loso().source_table()],
                     "leave_one_stack_out": [asdict(t) for t in _loso().stack_table()],
+                    "ranking_within_groups": validate_ranking.json_payload()["stacks"],
                     "tables": [{"source": src, "split": split, **asdict(s)} for src, split, s in rows],
                     "skipped": {split: pv.skip_counts(split) for split, _ in SPLITS},
                     "rows": [asdict(r) for r in listed],
@@ -160,6 +162,8 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
     from shardwise.cli.render import console, print_table
 
     show_loso(markdown)
+    click.echo("")
+    validate_ranking.show_stack_table(markdown)
     click.echo("")
     print_table(head, cells, "public training runs: model against a flat baseline", set(range(2, 10)), markdown)
     if markdown:

@@ -20,10 +20,20 @@ multiple of the tile is padded (tile quantization).
 
 The tile shapes are cuBLAS-like candidates (256x128, 128x256, 128x128), each also with split-K
 2, 4, 8 or 16 (the partial sums are written in fp32 and reduced): that fills the SMs when there
-are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly empty. The fastest
-is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
+are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly empty. The partial
+sums are written and read back at the L2 bandwidth where all the splits' partials fit in L2
+(`L2`: the reduction reads what the GEMM just wrote, still resident), otherwise at HBM's. The
+fastest is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
 the output written once) bounds the result from below. A GPU without a known SM count falls back
 to the plain roofline at `matmul_efficiency`.
+
+Tried and not kept (issue 33): 64-row tiles (64x128, 128x64: one Hopper warpgroup's wgmma,
+M = 64) and stream-K balancing of the last wave on Hopper and Blackwell (Osama et al. 2023,
+the data-parallel + stream-K hybrid). On the public training runs their leave-one-source-out
+MAPE was 8.36% against 8.34% without them (leave one stack out: 13.06% against 12.85%), and on
+the TensorRT-LLM serving table 7.8% against 7.2% (predicted too fast, +1.6% against -1.5%);
+the round-1 A100 tables improved (Narayanan Table 1 12.1% -> 11.6%). Not kept, by the rule that
+a change must not make leave-one-source-out worse.
 
 A GPU with a measured GEMM table (`Gpu.gemm_table`, from `shardwise measure micro`) prices its
 16-bit GEMMs from the table instead (`table_time_s`): the rate of the nearest measured shape, the
@@ -43,6 +53,24 @@ from shardwise.specs._checks import Number
 # cuBLAS-like candidates, since cuBLAS's own heuristics are not published.
 TILES = ((256, 128), (128, 256), (128, 128))
 SPLIT_K = (2.0, 4.0, 8.0, 16.0)
+# L2 per GPU preset: (capacity bytes, read bandwidth bytes/s). A100: 40 MB and 5120 bytes/clock at
+# its 1410 MHz boost (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020: L2 read bandwidth
+# 2.3x V100's). GH100 (H100, H800, H200): 50 MB (NVIDIA H100 Tensor Core GPU Architecture
+# whitepaper, 2022); its bytes per clock are not published and are taken as A100's, at 1755 MHz
+# (H100 PCIe's boost; the SXM5 boosts to 1980 MHz but holds less under the power limit). GPUs not
+# listed (Blackwell, AMD, consumer cards) read partial sums at HBM bandwidth, as before.
+_A100_L2 = (40e6, 5120 * 1.410e9)
+_GH100_L2 = (50e6, 5120 * 1.755e9)
+L2 = {
+    "a100-sxm4-80gb": _A100_L2,
+    "a100-sxm4-40gb": _A100_L2,
+    "a100-pcie-80gb": _A100_L2,
+    "a100-pcie-40gb": _A100_L2,
+    "h100-sxm5-80gb": _GH100_L2,
+    "h100-pcie-80gb": _GH100_L2,
+    "h800-sxm5-80gb": _GH100_L2,
+    "h200-sxm-141gb": _GH100_L2,
+}
 # Exposed latency of a tile's first loads before its main loop runs: one HBM round trip is
 # 0.5-0.8 us on A100/H100 (Jia et al. 2018/2019 "Dissecting the NVIDIA Volta/Turing GPU
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
@@ -69,6 +97,19 @@ def _tiled(
     """waves x (fill + main loop + epilogue) for one tile shape, no split-K."""
     waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * batch / n_sm)
     return waves * (TILE_FILL_S + 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm)
+
+
+def l2_of(gpu: Gpu) -> tuple[float, Number]:
+    """(L2 capacity bytes, L2 bandwidth at the GPU's streaming efficiency) from `L2`; (0, 0) for
+    a GPU not listed."""
+    capacity, l2_bw = L2.get(gpu.name, (0.0, 0.0))
+    return capacity, l2_bw * np.asarray(gpu.memory_efficiency, dtype=float)
+
+
+def partial_sums_bw(workspace_bytes: Number, l2_capacity_bytes: float, l2_bw: Number, hbm_bw: Number) -> Number:
+    """Bytes/s at which split-K's fp32 partial sums are written and read back: L2's where the
+    whole workspace fits in it, else HBM's."""
+    return np.where(workspace_bytes <= l2_capacity_bytes, np.maximum(l2_bw, hbm_bw), hbm_bw)
 
 
 def gemm_time_s(
@@ -115,14 +156,18 @@ def gemm_time_s(
 
         sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
         s_nsm, s_fsm, s_bw = pick(n_sm), pick(f_sm), pick(bw)
-        reduce_per_split = sm_ * sn * sb * 2 * SPLIT_K_PARTIAL_BYTES / s_bw
+        l2_capacity, l2_bw = l2_of(gpu)
+        s_l2_bw = pick(l2_bw)
+        partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
         sub = flat[mask]
-        for tm, tn in TILES:
-            base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
-            main = 2.0 * tm * tn * sk_ / s_fsm
-            for split in SPLIT_K:
-                t = np.ceil(base_tiles * split / s_nsm) * (TILE_FILL_S + main / split) + split * reduce_per_split
+        for split in SPLIT_K:
+            # each split's partials written once and read once by the reduction
+            reduce_s = split * 2 * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
+            for tm, tn in TILES:
+                base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
+                main = 2.0 * tm * tn * sk_ / s_fsm
+                t = np.ceil(base_tiles * split / s_nsm) * (TILE_FILL_S + main / split) + reduce_s
                 sub = np.minimum(sub, t + final)
         flat[mask] = sub
         best = flat.reshape(shape)

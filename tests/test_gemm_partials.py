@@ -1,0 +1,52 @@
+"""Split-K partial sums read back from L2 where they fit (issue 33 item 2, `physics.gemm.L2`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.physics import gemm
+
+H100 = presets.gpu("h100-sxm5-80gb")
+
+
+def _time(gpu, m: float, n: float, k: float) -> float:
+    peak, eta = gpu.peak_flops_per_s_16bit, gpu.matmul_efficiency
+    return float(gemm.gemm_time_s(m, n, k, 1, 2.0 * (m * k + k * n), 2.0, gpu, peak, eta))
+
+
+def test_partials_that_fit_in_l2_are_read_at_l2_bandwidth():
+    hbm = 3.0e12
+    capacity, l2_bw = gemm.l2_of(H100)
+    assert capacity == 50e6  # H100 whitepaper
+    assert float(l2_bw) == pytest.approx(5120 * 1.755e9 * H100.memory_efficiency)
+    fits = gemm.partial_sums_bw(0.5 * capacity, capacity, l2_bw, hbm)
+    spills = gemm.partial_sums_bw(2.0 * capacity, capacity, l2_bw, hbm)
+    assert float(fits) == pytest.approx(float(l2_bw)) and float(spills) == hbm
+    # a GPU without a published L2 keeps HBM bandwidth
+    capacity, l2_bw = gemm.l2_of(presets.gpu("mi300x"))
+    assert float(gemm.partial_sums_bw(1.0, capacity, l2_bw, hbm)) == hbm
+
+
+def test_a_thin_split_k_gemm_gets_cheaper_and_a_big_one_does_not_move(monkeypatch):
+    """Llama 3 70B's QKV GEMM at tensor parallelism 8 on a 512-token serving iteration (N = 1280,
+    K = 8192: 40 tiles for 132 SMs) uses split-K: its reduction now runs at L2 bandwidth. A
+    training GEMM has many tiles, never splits, and keeps its time."""
+    thin_l2, big_l2 = _time(H100, 512, 1280, 8192), _time(H100, 8192, 8192, 8192)
+    monkeypatch.setattr(gemm, "L2", {})
+    thin_hbm, big_hbm = _time(H100, 512, 1280, 8192), _time(H100, 8192, 8192, 8192)
+    assert thin_l2 < 0.95 * thin_hbm
+    assert big_l2 == big_hbm
+
+
+def test_a_huge_split_k_workspace_spills_to_hbm(monkeypatch):
+    """A wide output whose partial sums exceed L2 gains nothing from it (same time with or without
+    the L2 table), arrays broadcast as scalars do."""
+    m, n, k = 512.0, 65536.0, 65536.0  # one split's fp32 partials: 134 MB > 50 MB
+    with_l2 = _time(H100, m, n, k)
+    monkeypatch.setattr(gemm, "L2", {})
+    assert with_l2 == _time(H100, m, n, k)
+    ms = np.array([8.0, 512.0])
+    out = gemm.gemm_time_s(ms, 8192.0, 8192.0, 1, 2.0 * (ms * 8192 + 8192**2), 2.0, H100, 1e15, 0.7)
+    assert np.shape(out) == (2,)
