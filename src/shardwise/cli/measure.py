@@ -21,14 +21,14 @@ def _common(f: Any) -> Any:
             ),
             click.option(
                 "--device",
-                type=click.Choice(["auto", "cpu", "cuda"]),
+                type=click.Choice(["auto", "cpu", "cuda"], case_sensitive=False),
                 default="auto",
                 show_default=True,
                 help="auto: NCCL on GPUs when there are any, else gloo on CPUs.",
             ),
             click.option(
                 "--dtype",
-                type=click.Choice(["bfloat16", "float32"]),
+                type=click.Choice(["bfloat16", "float32"], case_sensitive=False),
                 default="bfloat16",
                 show_default=True,
                 help="Compute type (the prediction prices bf16; float32 only for checking).",
@@ -184,7 +184,7 @@ def _step_command(kind: str) -> Any:
     @click.option("--micro-batches", type=click.IntRange(1, 1 << 16), default=4, show_default=True)
     @click.option(
         "--schedule",
-        type=click.Choice(["1f1b", "gpipe", "interleaved", "zb-h1"]),
+        type=click.Choice(["1f1b", "gpipe", "interleaved", "zb-h1"], case_sensitive=False),
         default="1f1b",
         show_default=True,
         help="pp only (interleaved: --chunks model chunks per stage; zb-h1: the backward split into input and "

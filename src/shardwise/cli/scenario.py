@@ -17,7 +17,7 @@ NAMES = [
 
 
 @click.command()
-@click.argument("names", nargs=-1, type=click.Choice([*NAMES, "all"]))
+@click.argument("names", nargs=-1, type=click.Choice([*NAMES, "all"], case_sensitive=False))
 @click.option("--out-dir", default=".", show_default=True, metavar="DIR", help="Where figures NAME.png go.")
 @click.option("--no-plot", is_flag=True, help="Print the findings only.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings and their numbers as JSON.")
