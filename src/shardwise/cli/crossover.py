@@ -29,7 +29,7 @@ MAX_PRINTED_ROWS = 2_000  # a terminal table longer than this belongs in a CSV f
     "--plot",
     "plot_path",
     metavar="FILE",
-    help="Figure to write (.png, .svg or .pdf) [default: crossover.png, none with --json/--csv unless given].",
+    help="Figure to write (.png, .svg or .pdf) [default: crossover.png, none with --json or -o - unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Do not write a figure.")
 @click.option("--all-rows", is_flag=True, help="Print every grid value (default: powers of two and the crossings).")
@@ -231,12 +231,30 @@ def _print_why(out: Any, result: Any, c: Any) -> None:
     from shardwise.units import format_seconds
 
     parts = crossing_breakdown(result, c)
+    plans = {p.label: p for p in result.experiment.plans}
     for name, bd in (parts or {}).items():
         total = sum(bd.values())
+        labels = _part_labels(result, plans[name], c.at)
         shown = ", ".join(
-            f"{k.replace('_', ' ')} {format_seconds(v)} ({v / total:.0%})" for k, v in bd.items() if v > 0
+            f"{labels.get(k, k.replace('_', ' '))} {format_seconds(v)} ({v / total:.0%})"
+            for k, v in bd.items()
+            if v > 0
         )
         out.print(f"    {name}: {format_seconds(total)} = {shown}")
+
+
+def _part_labels(result: Any, plan: Any, at: float) -> dict[str, str]:
+    """Names of the time's parts for `plan`; with one data-parallel replica (dp = cp = 1, a dense
+    model) what remains of `dp_comm` is the tied embedding's gradient sync between the first and
+    last pipeline stage (`engines.result.StepBreakdown`), not data-parallel traffic."""
+    import numpy as np
+
+    exp = result.experiment
+    gpus = at if result.variable == "gpus" else exp.gpus
+    _, _, dp = plan.degrees(gpus)  # gpus / (tp pp cp)
+    if not exp.model.is_moe and float(np.asarray(dp)) * dict(plan.options).get("cp", 1) == 1:
+        return {"dp_comm": "embedding sync"}
+    return {}
 
 
 def _print_worked_example(out: Any) -> None:

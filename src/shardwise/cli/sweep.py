@@ -142,6 +142,7 @@ def _stream(exp: Any, grid: list[Any], path: str, total: int, breakdown: bool, s
 def _writer(path: str) -> Any:
     """`tables.columns_writer` for a file; for `-`, CSV rows printed block by block."""
     import contextlib
+    import sys
 
     from shardwise.tables import columns_writer
 
@@ -149,7 +150,7 @@ def _writer(path: str) -> Any:
         return columns_writer(path)
     from shardwise.tables import _CsvBlocks
 
-    return contextlib.nullcontext(_CsvBlocks(click.get_text_stream("stdout")).write)
+    return contextlib.nullcontext(_CsvBlocks(sys.stdout).write)
 
 
 def _with_progress(exp: Any, grid: list[Any], total: int, breakdown: bool) -> Any:
