@@ -103,9 +103,9 @@ BUILDERS = {"models": "model", "systems": "system", "gpus": "gpu", "links": "lin
 
 
 def _is_file_name(name: str) -> bool:
-    from pathlib import Path
+    from shardwise import files
 
-    return name.lower().endswith((".json", ".yaml", ".yml")) or Path(name).is_file()
+    return name.lower().endswith((".json", ".yaml", ".yml")) or files.is_file(name)
 
 
 def _show_file(registry: Any, path: str, as_json: bool) -> None:
