@@ -166,7 +166,7 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     one_replica = int(p.dp) * int(p.cp) == 1 and not est.scenario.model.is_moe
     for key, value in est.breakdown.as_dict().items():
         v = _f(value)
-        if v == 0 and key != "compute" and hidden.get(key, 0.0) == 0:  # a part the plan lacks (no pipeline, ...)
+        if v == 0 and key != "compute" and hidden.get(key, 0.0) == 0:  # costs nothing here (no pipeline, ...)
             continue
         label = BREAKDOWN_LABELS[key]
         if key == "dp_comm" and one_replica:  # no data parallelism: the tied embedding's sync across stages
