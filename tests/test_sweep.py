@@ -102,7 +102,7 @@ def test_breakdown_columns_add_up_to_the_time(workload):
 
 def test_breakdown_needs_a_table_and_the_physical_model(cli, tmp_path):
     code, _, err = cli(["sweep", "--vary", "batch=1..4", "--breakdown"])
-    assert code == 2 and "--csv" in err
+    assert code == 2 and "-o FILE" in err
     out = str(tmp_path / "g.csv")
     code, _, err = cli(["sweep", "--vary", "batch=1..4", "--breakdown", "--csv", out, "--cost-model", "textbook"])
     assert code == 2 and "textbook" in err and not (tmp_path / "g.csv").exists()
@@ -153,7 +153,7 @@ def test_the_cli_streams_a_grid_with_csv_and_refuses_a_huge_one_without(cli, tmp
     assert code == 0, err
     assert out.read_text().count("\n") == 1 + 64 * 12 * 2  # header, every point on each link
     code, _, err = cli(["sweep", "--vary", "batch=1..5000", "--vary", "bandwidth=1GB/s..900GB/s:5000"])
-    assert code == 2 and "--csv FILE without --plot" in err
+    assert code == 2 and "-o FILE without --plot" in err
     bad = tmp_path / "bad.csv"
     code, _, err = cli(["sweep", "--vary", "batch=1..8", "--plan", "pp=8", "--layers", "6", "--csv", str(bad)])
     assert code == 2 and "invalid at every point" in err, err

@@ -45,8 +45,12 @@ _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 _GATED_ACTIVATIONS = ("silu", "swiglu", "swish", "geglu", "gelu_pytorch_tanh_gated")
 _GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode")
-# a context of a million tokens is what the config allows, not what one trains or serves with
-DEFAULT_MAX_SEQ_LEN = 8192
+# The sequence length is the config's context window (max_position_embeddings), up to this: a window of
+# 128k tokens or a million is reached by long-context extension phases, not what one pre-trains or
+# batches with (Llama 3 pre-trained at 8192 and Qwen2.5 at 32768 before extending: Llama 3 and Qwen2.5
+# technical reports). Where it is capped, or absent, the note says what was assumed (--seq-len to change).
+MAX_SEQ_LEN = 32768
+DEFAULT_SEQ_LEN = 8192  # a config that states no context window
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
 MAX_WHOLE = 2**53
 
@@ -83,8 +87,8 @@ def read(path: str | Path) -> dict[str, Any]:
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
     if missing:
         raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
-    out.setdefault("seq_len", DEFAULT_MAX_SEQ_LEN)
-    out["seq_len"] = min(out["seq_len"], DEFAULT_MAX_SEQ_LEN)
+    window = out.get("seq_len")
+    out["seq_len"] = DEFAULT_SEQ_LEN if window is None else min(window, MAX_SEQ_LEN)
     model_type = _text(p, cfg, "model_type").lower()
     act = _text(p, cfg, "hidden_act" if "hidden_act" in cfg else "activation_function").lower()
     gpt_like = model_type in _GPT_TYPES
@@ -97,8 +101,29 @@ def read(path: str | Path) -> dict[str, Any]:
     out["bias"] = _flag(p, cfg, ("attention_bias", "bias"), gpt_like)
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
     out["dropout"] = any(_probability(p, cfg, key) > 0 for key in ("attention_dropout", "resid_pdrop"))
-    out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'})"
+    assumed = seq_len_assumption(window, out["seq_len"])
+    out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'}); {assumed}"
+    if window != out["seq_len"]:  # capped, or not stated: say so where the model is used
+        out["notes"] = f"{p.name}: {assumed} (--seq-len to change)"
     return out
+
+
+def seq_len_assumption(window: int | None, seq_len: int) -> str:
+    """Where the sequence length comes from, in words."""
+    if window is None:
+        return f"sequence length {seq_len} assumed: the config states no context window"
+    if window > seq_len:
+        return f"sequence length {seq_len}: the config's context window of {window} tokens capped at {MAX_SEQ_LEN}"
+    return f"sequence length {seq_len}, the config's context window"
+
+
+def note_seq_len(fields: dict[str, Any]) -> None:
+    """One `note:` line on stderr where the imported sequence length is not the config's context
+    window (capped, or assumed where it states none)."""
+    if fields.get("notes"):
+        import click
+
+        click.echo(f"note: {fields['notes']}", err=True)
 
 
 class _Duplicate(ValueError):

@@ -7,6 +7,9 @@ from typing import Any
 import click
 
 from shardwise.cli.experiment_options import experiment_options
+from shardwise.cli.output import output_option
+
+OUTPUT_FORMATS = (".csv", ".json")  # the table, or what --json prints
 
 DEFAULT_VARY = "batch=1..32"
 MAX_PRINTED_ROWS = 2_000  # a terminal table longer than this belongs in a CSV file
@@ -26,14 +29,20 @@ MAX_PRINTED_ROWS = 2_000  # a terminal table longer than this belongs in a CSV f
     "--plot",
     "plot_path",
     metavar="FILE",
-    help="Figure to write (.png, .svg or .pdf) [default: crossover.png, none with --json/--csv unless given].",
+    help="Figure to write (.png, .svg or .pdf) [default: crossover.png, none with --json or -o - unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Do not write a figure.")
 @click.option("--all-rows", is_flag=True, help="Print every grid value (default: powers of two and the crossings).")
 @click.option("--json", "as_json", is_flag=True, help="Print the series and crossings as JSON.")
-@click.option("--csv", "csv_path", metavar="FILE", help="Write the table as CSV (- prints it).")
+@output_option(OUTPUT_FORMATS, "the series: every grid value, plan and link", old=("--csv",), stdout="the CSV")
 def crossover(
-    vary: str, plot_path: str | None, no_plot: bool, all_rows: bool, as_json: bool, csv_path: str | None, **options: Any
+    vary: str,
+    plot_path: str | None,
+    no_plot: bool,
+    all_rows: bool,
+    as_json: bool,
+    output_path: str | None,
+    **options: Any,
 ) -> None:
     """Time of each --plan on each --intra-link as one variable moves, and where the fastest plan changes.
 
@@ -47,19 +56,18 @@ def crossover(
       shardwise crossover --cost-model textbook --plot textbook.png
       shardwise crossover --vary bandwidth=1GB/s..900GB/s --global-batch 8 --intra-link pcie4
       shardwise crossover --plan tp=8 --plan pp=8 --plan tp=2,pp=4 --workload forward
+      shardwise crossover --system dgx-h100 --nodes 2 --plan tp=8 --plan pp=16 -o series.csv
     """
     from shardwise.analyses.crossover import run_crossover
     from shardwise.analyses.vary import parse_vary
+    from shardwise.cli import output
     from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
-    if as_json and csv_path == "-":
-        raise SpecError("give --json or --csv -, not both (both print)")
-    if csv_path not in (None, "-"):
-        from shardwise.cli.options import check_output_path
-
-        check_output_path(csv_path, (".csv",), "--csv")
-    quiet = as_json or csv_path == "-"  # the output is data: a figure only when asked for by name
+    if as_json and output_path == output.STDOUT:
+        raise SpecError("give --json or -o -, not both (both print)")
+    output.check(output_path, OUTPUT_FORMATS)
+    quiet = as_json or output_path == output.STDOUT  # the output is data: a figure only when asked for by name
     figure_path = None if no_plot or (plot_path is None and quiet) else (plot_path or "crossover.png")
     if figure_path is not None:
         from shardwise.cli.options import check_output_path
@@ -67,28 +75,32 @@ def crossover(
         check_output_path(figure_path, (".png", ".svg", ".pdf"), "--plot")
     exp = build_experiment(options)
     variable, values = parse_vary(vary)
-    if all_rows and len(values) > MAX_PRINTED_ROWS and not (as_json or csv_path == "-"):
+    if all_rows and len(values) > MAX_PRINTED_ROWS and not quiet:
         raise SpecError(
             f"--all-rows prints at most {MAX_PRINTED_ROWS:,} rows ({len(values):,} asked); "
-            "write them with --csv FILE or --json"
+            "write them with -o FILE or --json"
         )
     result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
     check_plans_valid(exp, variable, values, {s.plan: s.time_s for s in result.series_for(exp.links[0].label)})
     assumptions = describe_experiment(exp, variable)
     figure = None if figure_path is None else _plot(result, figure_path, assumptions)
-    if csv_path not in (None, "-"):
-        from shardwise.atomic import atomic_path
-
-        with atomic_path(csv_path) as tmp, open(tmp, "w", encoding="utf-8") as fh:
-            fh.write(_as_csv(result))
+    if output_path is not None:
+        output.write_text(output_path, _document(result, assumptions, output_path))
     if as_json:
+        click.echo(_document(result, assumptions, "x.json"), nl=False)
+    elif output_path != output.STDOUT:
+        _print(result, all_rows or len(values) <= 12, assumptions, figure)
+        if output_path is not None:
+            click.echo(f"series written to {output_path}")
+
+
+def _document(result: Any, assumptions: str, path: str) -> str:
+    """The series as `path`'s extension asks: JSON (what --json prints) or CSV (also for -)."""
+    if path.lower().endswith(".json"):
         from shardwise import export
 
-        click.echo(export.dumps(export.crossover_dict(result, assumptions)))
-    elif csv_path == "-":
-        click.echo(_as_csv(result), nl=False)
-    else:
-        _print(result, all_rows or len(values) <= 12, assumptions, figure)
+        return export.dumps(export.crossover_dict(result, assumptions)) + "\n"
+    return _as_csv(result)
 
 
 def _ylabel(exp: Any) -> str:
@@ -219,12 +231,30 @@ def _print_why(out: Any, result: Any, c: Any) -> None:
     from shardwise.units import format_seconds
 
     parts = crossing_breakdown(result, c)
+    plans = {p.label: p for p in result.experiment.plans}
     for name, bd in (parts or {}).items():
         total = sum(bd.values())
+        labels = _part_labels(result, plans[name], c.at)
         shown = ", ".join(
-            f"{k.replace('_', ' ')} {format_seconds(v)} ({v / total:.0%})" for k, v in bd.items() if v > 0
+            f"{labels.get(k, k.replace('_', ' '))} {format_seconds(v)} ({v / total:.0%})"
+            for k, v in bd.items()
+            if v > 0
         )
         out.print(f"    {name}: {format_seconds(total)} = {shown}")
+
+
+def _part_labels(result: Any, plan: Any, at: float) -> dict[str, str]:
+    """Names of the time's parts for `plan`; with one data-parallel replica (dp = cp = 1, a dense
+    model) what remains of `dp_comm` is the tied embedding's gradient sync between the first and
+    last pipeline stage (`engines.result.StepBreakdown`), not data-parallel traffic."""
+    import numpy as np
+
+    exp = result.experiment
+    gpus = at if result.variable == "gpus" else exp.gpus
+    _, _, dp = plan.degrees(gpus)  # gpus / (tp pp cp)
+    if not exp.model.is_moe and float(np.asarray(dp)) * dict(plan.options).get("cp", 1) == 1:
+        return {"dp_comm": "embedding sync"}
+    return {}
 
 
 def _print_worked_example(out: Any) -> None:

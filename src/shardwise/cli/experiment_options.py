@@ -13,8 +13,37 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, non_empty
+from shardwise.cli.options import LINK_NAME, NAME_OR_FILE, _stack, alias_option, cluster_options, non_empty
 from shardwise.precisions import TRAINING_PRECISIONS
+
+F = Any
+BRIEF_GPU = "a100-sxm4-80gb"  # the brief's 312 TFLOP/s GPU, where no --system or --gpu names one
+BRIEF_GPUS_PER_NODE = 8
+BRIEF_INTER_LINK = "ib-hdr"
+
+
+def choice(values: Any) -> click.Choice:
+    """A click.Choice matched without regard to case (`--workload Train` as `train`)."""
+    return click.Choice(list(values), case_sensitive=False)
+
+
+def shared_cluster_options(*names: str) -> F:
+    """The options of `cluster_options` (predict's) called `names`, the same flags and help: each
+    command that applies this decorator gets its own copies."""
+
+    def apply(func: F) -> F:
+        def donor() -> None: ...
+
+        cluster_options(donor)
+        found = {p.name: p for p in donor.__click_params__}  # type: ignore[attr-defined]
+        if not hasattr(func, "__click_params__"):
+            func.__click_params__ = []
+        for name in reversed(names):  # click reverses the list it collects
+            func.__click_params__.append(found[name])
+        return func
+
+    return apply
+
 
 experiment_options = _stack(
     click.option(
@@ -32,27 +61,26 @@ experiment_options = _stack(
     click.option("--kv-heads", type=int, help="Override the key/value heads (grouped-query attention)."),
     click.option("--ffn-hidden", type=int, help="Override the MLP hidden size."),
     click.option("--vocab", type=int, help="Override the vocabulary."),
-    click.option("--family", type=click.Choice(["gpt", "llama"]), help="Architecture defaults of the model."),
+    click.option("--family", type=choice(["gpt", "llama"]), help="Architecture defaults of the model."),
     click.option("--seq-len", type=int, help="Override the sequence length (tokens)."),
     click.option(
         "--gpu",
         "gpu_name",
         metavar="NAME|FILE",
-        default="a100-sxm4-80gb",
-        show_default=True,
         callback=non_empty(NAME_OR_FILE),
-        help="GPU preset (the brief's 312 TFLOP/s is an A100).",
+        help="GPU preset (instead of, or overriding, the system's) [default: the system's, else a100-sxm4-80gb: "
+        "the brief's 312 TFLOP/s].",
     ),
+    shared_cluster_options("system"),
     alias_option(
         "--num-gpus",
         "gpus",
         old=("--gpus",),
         type=int,
-        default=8,
-        show_default=True,
-        help="GPUs (a plan's dp fills what tp x pp leave).",
+        help="GPUs (a plan's dp fills what tp x pp leave) [default: one server of the system, else 8].",
     ),
-    click.option("--gpus-per-node", type=int, default=8, show_default=True, help="GPUs per server."),
+    shared_cluster_options("nodes"),
+    click.option("--gpus-per-node", type=int, help="GPUs per server [default: the system's, else 8]."),
     click.option(
         "--calibration",
         metavar="FILE",
@@ -62,17 +90,12 @@ experiment_options = _stack(
     ),
     click.option(
         "--inter-link",
-        default="ib-hdr",
-        show_default=True,
-        metavar="NAME|RATE",
+        metavar="NAME|FILE|RATE",
         callback=non_empty(LINK_NAME),
-        help="The network across servers (used when --num-gpus exceeds a server).",
+        help="Each GPU's link across servers (used when --num-gpus exceeds a server) [default: the system's, "
+        "else ib-hdr].",
     ),
-    click.option(
-        "--nics-per-node",
-        type=float,
-        help="Network cards per server, shared by its GPUs across servers [default: one per GPU].",
-    ),
+    shared_cluster_options("nics_per_node", "link_latency"),
     alias_option(
         "--intra-link",
         "links",
@@ -80,7 +103,7 @@ experiment_options = _stack(
         multiple=True,
         metavar="[LABEL=]NAME|RATE[,latency=..]",
         callback=non_empty(LINK_NAME),
-        help="A link inside the server to compare (repeat). [default: NVLink=nvlink3 PCIe=pcie4]",
+        help="A link inside the server to compare (repeat). [default: the system's, else NVLink=nvlink3 PCIe=pcie4]",
     ),
     click.option(
         "--plan",
@@ -102,7 +125,7 @@ experiment_options = _stack(
     click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
     click.option(
         "--workload",
-        type=click.Choice(["train", "forward", "prefill", "decode"]),
+        type=choice(["train", "forward", "prefill", "decode"]),
         default="train",
         show_default=True,
         help="train: a training step; forward: one forward pass of the batch; prefill: serving's time to first "
@@ -110,16 +133,16 @@ experiment_options = _stack(
     ),
     click.option(
         "--cost-model",
-        type=click.Choice(["physical", "textbook"]),
+        type=choice(["physical", "textbook"]),
         default="physical",
         show_default=True,
         help="physical: shardwise's model; textbook: the brief's Section 7 formulas, verbatim.",
     ),
-    click.option("--recompute", type=click.Choice(["none", "selective", "full"]), default="none", show_default=True),
+    click.option("--recompute", type=choice(["none", "selective", "full"]), default="none", show_default=True),
     click.option("--flash-attention/--no-flash-attention", default=True, show_default=True),
     click.option(
         "--precision",
-        type=click.Choice(TRAINING_PRECISIONS),
+        type=choice(TRAINING_PRECISIONS),
         default="bf16",
         show_default=True,
         help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell).",
@@ -174,20 +197,23 @@ def build_experiment(o: dict[str, Any]) -> Any:
     if o.get("family"):
         overrides["family"] = o["family"]
     names = {"gpus": "num-gpus", "batch": "global-batch"}
-    for flag in ("gpus", "gpus_per_node", "batch", "micro_batch", "hidden"):
+    for flag in ("gpus", "nodes", "gpus_per_node", "batch", "micro_batch", "hidden"):
         if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:
             raise SpecError(
                 f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be a whole number "
                 f"from 1 to {MAX_WHOLE:,}"
             )
+    hardware = _hardware(o)
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]
-        tp_max = max(o["gpus"] if p.tp == "all" else p.tp for p in plans)
+        tp_max = max(hardware["gpus"] if p.tp == "all" else p.tp for p in plans)
         heads = o.get("heads") or int(heads_for_hidden(h, tp_max))
         overrides = {"hidden": h, "heads": heads, "kv_heads": heads, "ffn_hidden": 4 * h, **overrides}
     model = presets.model(o["model_name"], **overrides)
-    links = tuple(parse_link_spec(t) for t in o["links"])
+    links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
+    if not links and hardware["system_link"] is not None:  # the system's own link inside a server
+        links = (hardware["system_link"],)
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
     if o["cost_model"] == "textbook" and o["workload"] != "train":
@@ -214,7 +240,7 @@ def build_experiment(o: dict[str, Any]) -> Any:
             "calibration_fit": cal.fit,
             "spread_basis": f"calibration {cal.path} ({cal.runs} run(s))",
         }
-        gpu_name = presets.gpu(o["gpu_name"]).name
+        gpu_name = hardware["gpu"].name
         other = ""
         if cal.gpus and gpu_name not in cal.gpus:
             other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu_name}"
@@ -222,10 +248,10 @@ def build_experiment(o: dict[str, Any]) -> Any:
     return Experiment(
         **calibration,
         model=model,
-        gpu=presets.gpu(o["gpu_name"]),
-        gpus=o["gpus"],
-        gpus_per_node=o["gpus_per_node"],
-        inter_node_link=_inter_link(o),
+        gpu=hardware["gpu"],
+        gpus=hardware["gpus"],
+        gpus_per_node=hardware["gpus_per_node"],
+        inter_node_link=hardware["inter_node_link"],
         links=links,
         plans=plans,
         batch=o["batch"],
@@ -304,14 +330,73 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
     )
 
 
-def _inter_link(o: dict[str, Any]) -> Any:
-    """Each GPU's share of the network across servers (--inter-link, --nics-per-node)."""
-    from shardwise import loaders
-    from shardwise.cli.options import _link
+def _hardware(o: dict[str, Any]) -> dict[str, Any]:
+    """The GPUs of an experiment from --system / --gpu / --num-gpus / --nodes / --gpus-per-node /
+    --inter-link / --nics-per-node / --link-latency, with predict's rules (`options.build_cluster`):
+    a system gives the GPU, the server size, its link inside a server (compared when no
+    --intra-link is given) and its network; the flags override it. Without a system: the brief's
+    A100 servers of 8 over ib-hdr."""
+    from shardwise import loaders, presets
+    from shardwise.cli.options import _link, _link_latency_s
+    from shardwise.errors import SpecError
+    from shardwise.specs.experiment import LinkSpec
 
-    nic = _link(o["inter_link"], "inter-link")
-    nics = o.get("nics_per_node")
-    if nics is None:
-        return nic
-    nics = loaders.check_nics_per_node(nics, "--nics-per-node")
-    return loaders.per_gpu_nic(nic, nics, o["gpus_per_node"])
+    latency_s = _link_latency_s(
+        {"link_latency": o.get("link_latency"), "intra_link": o.get("links"), "inter_link": o.get("inter_link")}
+    )
+    system_link, nic, nics, per_node = None, None, 0.0, BRIEF_GPUS_PER_NODE
+    if o.get("system"):
+        base = presets.system(o["system"])
+        if not base.p2p:
+            raise SpecError(
+                f"--system {o['system']}: its GPUs cannot reach each other's memory (P2P off), which crossover, "
+                "sweep and sensitivity do not model; use predict, plan or serve for it"
+            )
+        gpu, per_node = base.gpu, int(base.gpus_per_node)
+        system_link = LinkSpec(label=str(base.intra_node_link.name), link=base.intra_node_link)
+        nic, nics = presets.system_network(o["system"])
+    if o.get("gpu_name") or not o.get("system"):
+        gpu = presets.gpu(o.get("gpu_name") or BRIEF_GPU)
+    if o.get("gpus_per_node") is not None:
+        per_node = o["gpus_per_node"]
+    gpus = o.get("gpus")
+    if o.get("nodes") is not None:
+        if gpus is not None and o["nodes"] * per_node != gpus:
+            raise SpecError(
+                f"--nodes {o['nodes']} x {per_node} GPUs per server = {o['nodes'] * per_node}, but --num-gpus is "
+                f"{gpus}; give one of them, or values that agree"
+            )
+        gpus = o["nodes"] * per_node
+    gpus = per_node if gpus is None else gpus
+    if o.get("inter_link") or (nic is None and not o.get("system")):
+        given = o.get("inter_link")
+        nic = _link(given or BRIEF_INTER_LINK, "inter-link", nic, latency_s if given else None)
+        nics = nics or float(per_node)
+    if o.get("nics_per_node") is not None:
+        if nic is None:
+            raise SpecError("--nics-per-node needs a network: give --inter-link (e.g. ib-ndr or 100Gb/s)")
+        nics = loaders.check_nics_per_node(o["nics_per_node"], "--nics-per-node")
+    inter = loaders.per_gpu_nic(nic, nics, per_node) if nic is not None else None
+    if inter is None and gpus > per_node:
+        raise SpecError(
+            f"--system {o['system']} has no inter_node_link; {gpus} GPUs span servers: give --inter-link "
+            "(e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)"
+        )
+    return {
+        "gpu": gpu,
+        "gpus": gpus,
+        "gpus_per_node": per_node,
+        "inter_node_link": inter,
+        "system_link": system_link,
+        "latency_s": latency_s,
+    }
+
+
+def _with_latency(spec: Any, text: str, latency_s: float | None) -> Any:
+    """A compared link with --link-latency, unless its own `latency=` says otherwise."""
+    from dataclasses import replace
+
+    keys = {part.partition("=")[0] for part in text.replace(" ", "").split(",")[1:]}
+    if latency_s is None or "latency" in keys:
+        return spec
+    return replace(spec, link=spec.link.with_(latency_s=latency_s))

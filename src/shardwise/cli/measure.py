@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from shardwise.cli.options import alias_option
 from shardwise.errors import SpecError
 
 KINDS = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "dp": "data parallelism"}
@@ -21,14 +22,14 @@ def _common(f: Any) -> Any:
             ),
             click.option(
                 "--device",
-                type=click.Choice(["auto", "cpu", "cuda"]),
+                type=click.Choice(["auto", "cpu", "cuda"], case_sensitive=False),
                 default="auto",
                 show_default=True,
                 help="auto: NCCL on GPUs when there are any, else gloo on CPUs.",
             ),
             click.option(
                 "--dtype",
-                type=click.Choice(["bfloat16", "float32"]),
+                type=click.Choice(["bfloat16", "float32"], case_sensitive=False),
                 default="bfloat16",
                 show_default=True,
                 help="Compute type (the prediction prices bf16; float32 only for checking).",
@@ -78,13 +79,22 @@ def measure() -> None:
     Examples:
       shardwise measure micro -o machine.yaml          # this machine as a system preset
       shardwise measure tp --system machine.yaml       # 2 layers of gpt-125m at tp=2
-      shardwise measure pp --micro-batches 8 --system machine.yaml --out runs.csv
+      shardwise measure pp --micro-batches 8 --system machine.yaml -o runs.csv
     """
 
 
 @measure.command("micro")
 @_common
-@click.option("-o", "--out", "out", default="machine.yaml", show_default=True, help="System preset YAML to write.")
+@alias_option(
+    "--output",
+    "-o",
+    "out",
+    old=("--out",),
+    default="machine.yaml",
+    show_default=True,
+    metavar="FILE",
+    help="System preset YAML to write (.yaml or .yml).",
+)
 @click.option("--repeats", type=click.IntRange(1, 1000), default=5, show_default=True)
 @click.option("--max-bytes", type=click.IntRange(4096, 2**34), default=64 * 2**20, show_default=True)
 @click.option(
@@ -117,7 +127,7 @@ def micro(
     from shardwise.measure import launch, require_torch
     from shardwise.measure.micro import MicroConfig, micro_benchmarks, system_yaml, table_shapes
 
-    check_output_path(out, (".yaml", ".yml"), "--out")
+    check_output_path(out, (".yaml", ".yml"), "-o")
     from shardwise.measure.launch import world_size
 
     ranks = world_size(ranks)
@@ -184,7 +194,7 @@ def _step_command(kind: str) -> Any:
     @click.option("--micro-batches", type=click.IntRange(1, 1 << 16), default=4, show_default=True)
     @click.option(
         "--schedule",
-        type=click.Choice(["1f1b", "gpipe", "interleaved", "zb-h1"]),
+        type=click.Choice(["1f1b", "gpipe", "interleaved", "zb-h1"], case_sensitive=False),
         default="1f1b",
         show_default=True,
         help="pp only (interleaved: --chunks model chunks per stage; zb-h1: the backward split into input and "
@@ -201,7 +211,15 @@ def _step_command(kind: str) -> Any:
     )
     @click.option("--iters", type=click.IntRange(1, 10000), default=5, show_default=True)
     @click.option("--warmup", type=click.IntRange(0, 10000), default=2, show_default=True)
-    @click.option("--out", default=None, help="Append the run to this CSV (the format `shardwise calibrate` reads).")
+    @alias_option(
+        "--output",
+        "-o",
+        "out",
+        old=("--out",),
+        default=None,
+        metavar="FILE",
+        help="Append the run to this CSV (.csv; the format `shardwise calibrate` reads).",
+    )
     @click.option("--trace", default=None, help="Write the last step as a Chrome trace (JSON), one track per rank.")
     @click.option("--plot", default=None, help="Figure of measured against predicted per term (PNG/SVG/PDF).")
     def command(**o: Any) -> None:
@@ -218,7 +236,7 @@ def _settle(o: dict[str, Any]) -> None:
     if o.get("dtype") == "float32" and (o.get("out") or o.get("system")):
         raise SpecError(
             "--dtype float32 is for checking the split only: the prediction and the CSV rows price bf16 "
-            "(drop --out and --system, or use --dtype bfloat16)"
+            "(drop -o and --system, or use --dtype bfloat16)"
         )
 
 
@@ -231,10 +249,10 @@ def run_step(kind: str, **o: Any) -> None:
 
     _settle(o)
     if o["out"]:
-        check_output_path(o["out"], (".csv",), "--out")
+        check_output_path(o["out"], (".csv",), "-o")
         if not o["system"]:
             raise SpecError(
-                "--out needs --system (the machine's preset, from `shardwise measure micro`): "
+                "-o needs --system (the machine's preset, from `shardwise measure micro`): "
                 "calibrate prices the rows on it"
             )
     if o["trace"]:

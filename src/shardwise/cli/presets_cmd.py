@@ -30,7 +30,7 @@ HEADERS = {
 
 
 @click.command()
-@click.argument("kind", metavar="[KIND | show NAME]", required=False)
+@click.argument("kind", metavar="[KIND | show NAME|FILE]", required=False)
 @click.argument("name", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the presets (or the one shown) as JSON.")
 def presets(kind: str | None, name: str | None, as_json: bool) -> None:
@@ -38,18 +38,22 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
     frameworks); `presets show NAME` prints one preset in full with its sources.
 
     Any NAME flag also accepts a YAML file with the same fields, and --model a Hugging Face
-    config.json.
+    config.json; `presets show FILE` prints what shardwise reads from such a file.
     """
     from shardwise import presets as registry
     from shardwise.errors import SpecError
 
+    kind = kind.lower() if kind is not None else None
     if kind == "show":
         if not name:
-            raise SpecError("presets show: give a preset NAME (e.g. presets show dgx-h100)")
-        _show(registry, name, as_json)
+            raise SpecError("presets show: give a preset NAME or a file (e.g. presets show dgx-h100)")
+        if _is_file_name(name):
+            _show_file(registry, name, as_json)
+        else:
+            _show(registry, name, as_json)
         return
     if name is not None:
-        raise SpecError(f"presets: unexpected {name!r}; use `presets KIND` or `presets show NAME`")
+        raise SpecError(f"presets: unexpected {name!r}; use `presets KIND` or `presets show NAME|FILE`")
     if kind is not None and kind not in KIND_CHOICES:
         raise SpecError(f"presets: {kind!r} is not allowed; choose one of {', '.join(KIND_CHOICES)}, or show NAME")
     kinds = [kind] if kind else KIND_CHOICES
@@ -87,6 +91,57 @@ def _cell(row: dict[str, Any], column: str) -> str:
     return str(value)
 
 
+# the field that tells a YAML file's kind (the first kind with one of its fields wins)
+KIND_FIELDS = {
+    "models": ("layers", "hidden", "heads"),
+    "systems": ("gpus_per_node", "intra_node_link", "inter_node_link"),
+    "gpus": ("peak_16bit", "memory", "memory_bandwidth", "sm_count"),
+    "links": ("bandwidth",),
+    "frameworks": ("zero_stage", "tp_comm_overlap", "overlap_grad_reduce", "attention_kernel"),
+}
+BUILDERS = {"models": "model", "systems": "system", "gpus": "gpu", "links": "link", "frameworks": "framework"}
+
+
+def _is_file_name(name: str) -> bool:
+    from shardwise import files
+
+    return name.lower().endswith((".json", ".yaml", ".yml")) or files.is_file(name)
+
+
+def _show_file(registry: Any, path: str, as_json: bool) -> None:
+    """What shardwise reads from a file a NAME flag accepts: a Hugging Face config.json (a model)
+    or a YAML file of one GPU, link, system, model or framework (its kind told by its fields),
+    checked as the flag would check it."""
+    from pathlib import Path
+
+    from shardwise import loaders
+    from shardwise.errors import SpecError
+
+    if path.lower().endswith(".json"):
+        from shardwise import hf_config
+
+        kind, fields = "models", hf_config.read(path)
+    else:
+        data = loaders.load_yaml(path)
+        if isinstance(data, dict) and len(data) == 1 and isinstance(next(iter(data.values())), dict):
+            data = next(iter(data.values()))  # `name: {fields}`
+        if not isinstance(data, dict):
+            raise SpecError(f"{path}: expected a mapping of fields (a GPU, link, system, model or framework)")
+        kind = next((k for k, keys in KIND_FIELDS.items() if any(f in data for f in keys)), None)
+        if kind is None:
+            every = ", ".join(f for keys in KIND_FIELDS.values() for f in keys)
+            raise SpecError(f"{path}: no field tells what it describes (expected one of {every})")
+        fields = dict(data)
+    if kind == "models":  # built, and so checked, as --model would
+        counts = {kind: _param_counts(registry, path)}
+    else:  # checked as --gpu / --system / --intra-link / --framework would check it
+        counts = {}
+        getattr(registry, BUILDERS[kind])(path)
+    fields.pop("notes", None)
+    key = Path(path).name
+    _print_fields([(kind, fields)], key, counts, as_json)
+
+
 def _param_counts(registry: Any, name: str) -> dict[str, float]:
     """All parameters, and those one token uses (a mixture of experts: its routed experts only)."""
     from shardwise.physics.params import activated_params, total_params
@@ -110,6 +165,13 @@ def _show(registry: Any, name: str, as_json: bool) -> None:
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise SpecError(f"presets show: no preset named {name!r}{hint} (see `shardwise presets`)")
     counts = {kind: _param_counts(registry, key) for kind, _ in found if kind == "models"}
+    _print_fields(found, key, counts, as_json)
+
+
+def _print_fields(
+    found: list[tuple[str, dict[str, Any]]], key: str, counts: dict[str, dict[str, float]], as_json: bool
+) -> None:
+    """Each (kind, fields) in full, the parameter counts of a model, its source last."""
     if as_json:
         from shardwise import export
 

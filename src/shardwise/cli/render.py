@@ -73,7 +73,7 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
     scn = est.scenario
     m, c, p = scn.model, scn.cluster, scn.plan
     n = int(_f(c.num_gpus))
-    inter = f", {c.inter_node_link.name} across nodes" if c.inter_node_link is not None and int(_f(c.nodes)) > 1 else ""
+    inter = f", {across_servers(c)}" if c.inter_node_link is not None and int(_f(c.nodes)) > 1 else ""
     sched = p.schedule.label + (f" (v={p.vpp})" if int(p.vpp) > 1 else "")
     from shardwise.specs.stages import describe_split
 
@@ -90,6 +90,22 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         + (f", layers per stage {split}" if split else ""),
         f"framework: {p.framework} ({_flags(p)})",
     ]
+
+
+def across_servers(c: Any) -> str:
+    """The network as the answer's header names it, with the NIC count it was priced with:
+    'eth-100g across nodes, 2 NICs per server of 8 GPUs: 3.12 GB/s per GPU'. The per-GPU link
+    is `loaders.per_gpu_nic`'s: named 'NIC xN/G' where G GPUs share N cards, the NIC itself
+    where each GPU has one (or more)."""
+    import re
+
+    link, per_node = c.inter_node_link, int(_f(c.gpus_per_node))
+    shared = re.fullmatch(r"(.+) x([0-9.e+]+)/(\d+)", str(link.name))
+    rate = f"{_f(link.bandwidth_bytes_per_s) / 1e9:.3g} GB/s per GPU"
+    if shared:
+        name, nics = shared.group(1), float(shared.group(2))
+        return f"{name} across nodes, {nics:g} NIC{'s' if nics != 1 else ''} per server of {per_node} GPUs: {rate}"
+    return f"{link.name} across nodes, 1 NIC per GPU: {rate}"
 
 
 def _flags(p: Any) -> str:
@@ -146,13 +162,15 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     table.add_column("share", justify="right")
     table.add_column("")
     hidden = {k: _f(v) for k, v in est.hidden_comm_s.items()}
+    p = est.scenario.plan
+    one_replica = int(p.dp) * int(p.cp) == 1 and not est.scenario.model.is_moe
     for key, value in est.breakdown.as_dict().items():
         v = _f(value)
-        if key == "overhead" and v == 0:  # only a calibrated cluster has fixed overheads
-            continue
-        if key == "ep_comm" and not est.scenario.model.is_moe:
+        if v == 0 and key != "compute" and hidden.get(key, 0.0) == 0:  # costs nothing here (no pipeline, ...)
             continue
         label = BREAKDOWN_LABELS[key]
+        if key == "dp_comm" and one_replica:  # no data parallelism: the tied embedding's sync across stages
+            label = "embedding sync (first and last stage)"
         if hidden.get(key, 0.0) > 0:
             label += f" [dim](+{format_seconds(hidden[key])} hidden)[/]"
         table.add_row(label, format_seconds(v), f"{v / step:.1%}", _bar(v / step))

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import click
 
+from shardwise.cli.options import alias_option
+from shardwise.cli.output import STDOUT, output_option
+
 NAMES = [
     "small-batch",
     "slow-interconnect",
@@ -17,11 +20,20 @@ NAMES = [
 
 
 @click.command()
-@click.argument("names", nargs=-1, type=click.Choice([*NAMES, "all"]))
-@click.option("--out-dir", default=".", show_default=True, metavar="DIR", help="Where figures NAME.png go.")
+@click.argument("names", nargs=-1, type=click.Choice([*NAMES, "all"], case_sensitive=False))
+@alias_option(
+    "--plot",
+    "out_dir",
+    old=("--out-dir",),
+    default=".",
+    show_default=True,
+    metavar="DIR",
+    help="Where figures NAME.png go.",
+)
 @click.option("--no-plot", is_flag=True, help="Print the findings only.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings and their numbers as JSON.")
-def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool) -> None:
+@output_option((".json",), "the findings and their numbers as JSON", stdout="them, as --json")
+def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool, output_path: str | None) -> None:
     """Run the brief's scenarios (all by default) and print what the model finds for each claim.
 
     \b
@@ -37,12 +49,16 @@ def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool)
     from pathlib import Path
 
     from shardwise.analyses.scenarios import run
+    from shardwise.cli import output
     from shardwise.errors import SpecError
 
+    as_json = as_json or output_path == STDOUT
+    output.check(output_path, (".json",))
+    names = tuple(n.lower() for n in names)
     chosen = NAMES if not names or "all" in names else list(dict.fromkeys(names))
     plot = not no_plot and not as_json
     if plot and not Path(out_dir).is_dir():
-        raise SpecError(f"--out-dir: {out_dir} is not a directory")
+        raise SpecError(f"--plot: {out_dir} is not a directory (the figures NAME.png go there)")
     if plot:
         from shardwise.atomic import check_writable
 
@@ -54,18 +70,22 @@ def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool)
         for r in reports:
             if r.chart is not None:
                 plots.save(plots.draw(r.chart), Path(out_dir) / f"{r.name}.png")
-    if as_json:
+    if as_json or output_path is not None:
         from shardwise import export
 
-        click.echo(
-            export.dumps(
-                [{"name": r.name, "claim": r.title, "finding": r.finding, "numbers": r.numbers} for r in reports]
-            )
+        document = export.dumps(
+            [{"name": r.name, "claim": r.title, "finding": r.finding, "numbers": r.numbers} for r in reports]
         )
-        return
+        if output_path not in (None, STDOUT):
+            output.write_text(output_path, document + "\n")
+        if as_json:
+            click.echo(document)
+            return
     for r in reports:
         click.echo(f"[{r.name}] {r.title}")
         click.echo(r.finding)
         if plot:
             click.echo(f"figure: {Path(out_dir) / (r.name + '.png')}")
         click.echo()
+    if output_path is not None:
+        click.echo(f"findings written to {output_path}")

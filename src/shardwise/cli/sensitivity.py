@@ -8,6 +8,12 @@ from typing import Any
 import click
 
 from shardwise.cli.experiment_options import experiment_options
+from shardwise.cli.options import alias_option
+from shardwise.cli.output import STDOUT, output_option
+
+OUTPUT_FORMATS = (".json",)
+FIGURE_FORMATS = (".png", ".svg", ".pdf")
+PARTS = ("layers", "hidden", "tornado")
 
 MAX_FACTOR = 1000.0  # --factor: inputs divided and multiplied by more than this leave any sensible range
 
@@ -48,15 +54,19 @@ def _values(name: str, text: str) -> Any:
     show_default=True,
     help="One-at-a-time chart: each input divided and multiplied by this.",
 )
-@click.option(
-    "--plot-prefix",
-    default="sensitivity",
+@alias_option(
+    "--plot",
+    "plot_prefix",
+    old=("--plot-prefix",),
+    default="sensitivity.png",
     show_default=True,
-    metavar="PREFIX",
-    help="Figures PREFIX-layers.png, PREFIX-hidden.png, PREFIX-tornado.png.",
+    metavar="FILE",
+    help="Figures: FILE's name with -layers, -hidden and -tornado added (sensitivity-layers.png, ...); .png, "
+    ".svg or .pdf (a name without one: .png).",
 )
 @click.option("--no-plot", is_flag=True, help="Do not write figures.")
 @click.option("--json", "as_json", is_flag=True, help="Print the curves and the ranking as JSON.")
+@output_option(OUTPUT_FORMATS, "the curves and the ranking as JSON", stdout="them, as --json")
 def sensitivity(
     layers_values: str,
     hidden_values: str,
@@ -65,19 +75,24 @@ def sensitivity(
     plot_prefix: str,
     no_plot: bool,
     as_json: bool,
+    output_path: str | None,
     **options: Any,
 ) -> None:
     """How the crossover batch of two plans moves with depth and width, and which input moves
     their time ratio most (each input halved and doubled around the --global-batch baseline)."""
     from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
+    from shardwise.cli import output
     from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
     from shardwise.errors import SpecError
 
+    as_json = as_json or output_path == STDOUT
+    output.check(output_path, OUTPUT_FORMATS)
+    figure_names = figure_paths(plot_prefix)
     if not no_plot and not as_json:
         from shardwise.cli.options import check_output_path
 
-        for part in ("layers", "hidden", "tornado"):
-            check_output_path(f"{plot_prefix}-{part}.png", (".png",), "--plot-prefix")
+        for path in figure_names:
+            check_output_path(path, FIGURE_FORMATS, "--plot")
     exp = build_experiment(options)
     if len(exp.plans) != 2:
         raise SpecError(f"sensitivity compares exactly two plans (got {len(exp.plans)} --plan)")
@@ -102,43 +117,57 @@ def sensitivity(
     tornadoes = [(lk.label, *one_at_a_time(exp, i, factor)) for i, lk in enumerate(exp.links)]
     figures = []
     if not no_plot and not as_json:
-        figures = _plots(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, plot_prefix)
-    if as_json:
+        figures = _plots(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figure_names)
+    if as_json or output_path is not None:
         from shardwise import export
 
-        click.echo(
-            export.dumps(
-                {
-                    "assumptions": describe_experiment(exp),
-                    "plans": plans,
-                    "ignore_memory": ignore,
-                    "crossover_batch_vs_layers": _curves(by_layers),
-                    "crossover_batch_vs_hidden": _curves(by_hidden),
-                    "one_at_a_time": {
-                        link: {
-                            "baseline_ratio": base,
-                            "baseline_interval": list(bars[0].band("base")) if bars else None,
-                            "interval": {"level": 0.8, "basis": _ratio_basis(exp)},
-                            "bars": [
-                                {
-                                    "input": b.variable,
-                                    "low": b.low_value,
-                                    "high": b.high_value,
-                                    "ratio_low": b.ratio_low,
-                                    "ratio_high": b.ratio_high,
-                                    "ratio_low_interval": list(b.band("low")),
-                                    "ratio_high_interval": list(b.band("high")),
-                                }
-                                for b in bars
-                            ],
-                        }
-                        for link, base, bars in tornadoes
-                    },
-                }
-            )
+        document = export.dumps(
+            {
+                "assumptions": describe_experiment(exp),
+                "plans": plans,
+                "ignore_memory": ignore,
+                "crossover_batch_vs_layers": _curves(by_layers),
+                "crossover_batch_vs_hidden": _curves(by_hidden),
+                "one_at_a_time": {
+                    link: {
+                        "baseline_ratio": base,
+                        "baseline_interval": list(bars[0].band("base")) if bars else None,
+                        "interval": {"level": 0.8, "basis": _ratio_basis(exp)},
+                        "bars": [
+                            {
+                                "input": b.variable,
+                                "low": b.low_value,
+                                "high": b.high_value,
+                                "ratio_low": b.ratio_low,
+                                "ratio_high": b.ratio_high,
+                                "ratio_low_interval": list(b.band("low")),
+                                "ratio_high_interval": list(b.band("high")),
+                            }
+                            for b in bars
+                        ],
+                    }
+                    for link, base, bars in tornadoes
+                },
+            }
         )
-        return
+        if output_path is not None and output_path != STDOUT:
+            output.write_text(output_path, document + "\n")
+        if as_json:
+            click.echo(document)
+            return
     _print(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figures, describe_experiment(exp))
+    if output_path is not None:
+        click.echo(f"curves and ranking written to {output_path}")
+
+
+def figure_paths(plot: str) -> list[str]:
+    """The three figures of `--plot FILE`: FILE's name with -layers, -hidden, -tornado added
+    before its extension (a name without a figure extension, as --plot-prefix gave: .png)."""
+    from pathlib import Path
+
+    p = Path(plot)
+    stem, suffix = (str(p.with_suffix("")), p.suffix) if p.suffix.lower() in FIGURE_FORMATS else (plot, ".png")
+    return [f"{stem}-{part}{suffix}" for part in PARTS]
 
 
 def _curves(curves: list[Any]) -> dict[str, Any]:
@@ -159,7 +188,7 @@ def _plots(
     tornadoes: Any,
     factor: float,
     max_batch: int,
-    prefix: str,
+    paths: list[str],
 ) -> list[Any]:
     from shardwise import plots
 
@@ -170,18 +199,18 @@ def _plots(
             plots.crossover_curves(
                 by_layers, plans, max_batch, f"{vs}: crossover batch vs depth (hidden {m.hidden}), {exp.hardware}"
             ),
-            f"{prefix}-layers.png",
+            paths[0],
         ),
         plots.save(
             plots.crossover_curves(
                 by_hidden, plans, max_batch, f"{vs}: crossover batch vs width ({m.layers} layers), {exp.hardware}"
             ),
-            f"{prefix}-hidden.png",
+            paths[1],
         ),
     ]
     link, base, bars = tornadoes[0]
     title = f"{vs} on {link}, batch {exp.batch}, {exp.hardware}: which input moves the ratio most"
-    out.append(plots.save(plots.tornado(base, bars, plans, factor, title), f"{prefix}-tornado.png"))
+    out.append(plots.save(plots.tornado(base, bars, plans, factor, title), paths[2]))
     return out
 
 

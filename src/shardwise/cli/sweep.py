@@ -8,6 +8,9 @@ import click
 
 from shardwise.cli.experiment_options import experiment_options
 from shardwise.cli.options import alias_option
+from shardwise.cli.output import STDOUT, output_option
+
+OUTPUT_FORMATS = (".csv", ".parquet")
 
 PROGRESS_MIN_POINTS = 500_000  # show a progress bar from this many configurations
 PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
@@ -24,8 +27,8 @@ PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
     help="A variable of the grid (repeat): batch, bandwidth, latency, layers, hidden, seq_len, gpus, "
     "peak_flops, hbm_bandwidth, with LO..HI[:N|:xF] or a list.",
 )
-@alias_option(
-    "--csv", "out_path", old=("--out",), metavar="FILE", help="Write the grid: .csv, or .parquet (needs pyarrow)."
+@output_option(
+    OUTPUT_FORMATS, "the grid, one row per link and point (Parquet needs pyarrow)", old=("--csv", "--out"), stdout="CSV"
 )
 @alias_option(
     "--plot",
@@ -37,13 +40,13 @@ PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
 @click.option(
     "--breakdown",
     is_flag=True,
-    help="With --csv: also each plan's time per term (TERM_s[PLAN] columns: compute, tp_comm, pp_bubble, ...).",
+    help="With -o: also each plan's time per term (TERM_s[PLAN] columns: compute, tp_comm, pp_bubble, ...).",
 )
 @click.option("--no-progress", is_flag=True, help="Never show a progress bar.")
 @click.option("--json", "as_json", is_flag=True, help="Print a summary as JSON.")
 def sweep(
     varies: tuple[str, ...],
-    out_path: str | None,
+    output_path: str | None,
     map_path: str | None,
     breakdown: bool,
     no_progress: bool,
@@ -55,8 +58,9 @@ def sweep(
     \b
     Examples:
       shardwise sweep --vary batch=1..64 --vary bandwidth=1GB/s..900GB/s:40 \\
-          --intra-link NVLink=nvlink3 --intra-link PCIe=pcie4 --plot winner.png --csv grid.csv
-      shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 --csv grid.parquet
+          --intra-link NVLink=nvlink3 --intra-link PCIe=pcie4 --plot winner.png -o grid.csv
+      shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 -o grid.parquet
+      shardwise sweep --system dgx-h100 --vary batch=1..64 --vary seq_len=1024,4096 -o -
     """
     import time
 
@@ -72,28 +76,32 @@ def sweep(
         raise SpecError("--vary: each variable may be varied once")
     if map_path is not None and len(grid) != 2:
         raise SpecError(f"--plot needs exactly two --vary variables (got {len(grid)})")
-    for path, allowed, flag in (
-        (out_path, (".csv", ".parquet"), "--csv"),
-        (map_path, (".png", ".svg", ".pdf"), "--plot"),
-    ):
-        if path is not None:
-            check_output_path(path, allowed, flag)
+    from shardwise.cli import output
+
+    output.check(output_path, OUTPUT_FORMATS)
+    if map_path is not None:
+        check_output_path(map_path, (".png", ".svg", ".pdf"), "--plot")
+    if as_json and output_path == STDOUT:
+        raise SpecError("give --json or -o -, not both (both print)")
+    out_path = output_path
     total = 1
     for _, values in grid:
         total *= len(values)
     total_configs = total * len(exp.links) * len(exp.plans)
     if breakdown and out_path is None:
-        raise SpecError("--breakdown adds columns to the table: give --csv FILE too")
+        raise SpecError("--breakdown adds columns to the table: give -o FILE too")
     if breakdown and exp.cost_model == "textbook":
         raise SpecError("--breakdown: the textbook cost model has no terms; use --cost-model physical")
     from shardwise.analyses.sweep import MAX_STREAMED, check_size
 
     show_progress = not (no_progress or as_json) and total_configs >= PROGRESS_MIN_POINTS
+    if out_path == STDOUT:  # CSV rows on stdout: no progress bar or summary among them
+        show_progress = False
     start = time.perf_counter()
     if out_path is not None and map_path is None:  # rows go to the file block by block
         result = _stream(exp, grid, out_path, total_configs, breakdown, show_progress)
     else:
-        check_size(total_configs, hint=f"; or give --csv FILE without --plot: a file takes up to {MAX_STREAMED:,}")
+        check_size(total_configs, hint=f"; or give -o FILE without --plot: a file takes up to {MAX_STREAMED:,}")
         result = (
             run_sweep(exp, grid, breakdown=breakdown)
             if not show_progress
@@ -101,12 +109,14 @@ def sweep(
         )
         _check_plans_valid(exp, result, grid)
         if out_path is not None:
-            _write(result, out_path, not (no_progress or as_json))
+            _write(result, out_path, show_progress)
     elapsed = time.perf_counter() - start
     if map_path is not None:
         from shardwise import plots
 
         plots.save(plots.winner_map(result), map_path)
+    if out_path == STDOUT:
+        return
     from shardwise import export
 
     summary = export.sweep_dict(result, elapsed)
@@ -121,13 +131,26 @@ def _stream(exp: Any, grid: list[Any], path: str, total: int, breakdown: bool, s
     stays that of one block, whatever the grid. A plan invalid everywhere leaves no file."""
     from shardwise.analyses.sweep import stream_sweep
     from shardwise.cli.render import progress_bar
-    from shardwise.tables import columns_writer
 
-    with columns_writer(path) as write:
+    with _writer(path) as write:
         with progress_bar(total, f"evaluating, writing {path}", disable=not show_progress) as advance:
             totals = stream_sweep(exp, grid, write, progress=advance, breakdown=breakdown)
         _check_plans_valid(exp, totals, grid)
     return totals
+
+
+def _writer(path: str) -> Any:
+    """`tables.columns_writer` for a file; for `-`, CSV rows printed block by block."""
+    import contextlib
+    import sys
+
+    from shardwise.tables import columns_writer
+
+    if path != STDOUT:
+        return columns_writer(path)
+    from shardwise.tables import _CsvBlocks
+
+    return contextlib.nullcontext(_CsvBlocks(sys.stdout).write)
 
 
 def _with_progress(exp: Any, grid: list[Any], total: int, breakdown: bool) -> Any:
@@ -143,6 +166,10 @@ def _write(result: Any, path: str, show_progress: bool) -> None:
     from shardwise.tables import write_columns
 
     columns = dict(result.columns())
+    if path == STDOUT:
+        with _writer(path) as write:
+            write(columns)
+        return
     rows = len(next(iter(columns.values())))
     if not show_progress or rows < PROGRESS_MIN_ROWS:
         write_columns(columns, path)

@@ -46,13 +46,13 @@ def _run(table: str) -> tuple[list[Any], str, str]:
 
 
 @click.command()
-@click.argument("tables", nargs=-1, type=click.Choice(TABLE_CHOICES))
+@click.argument("tables", nargs=-1, type=click.Choice(TABLE_CHOICES, case_sensitive=False))
 @click.option("--json", "as_json", is_flag=True, help="Print rows and mean absolute errors as JSON.")
 @click.option("--markdown", is_flag=True, help="Print Markdown tables (as in the README).")
 @click.option(
     "--rows",
     "show_rows",
-    type=click.Choice(["none", "dev", "holdout", "all"]),
+    type=click.Choice(["none", "dev", "holdout", "all"], case_sensitive=False),
     default="none",
     show_default=True,
     help="public, collectives: also list the runs (points) of this split, one per line; memory: the rows "

@@ -39,8 +39,17 @@ def crossover_figure(
             ax.plot(x[bad], s.time_s[bad], "x", color=color, ms=7, mew=1.5)
     if any((~s.fits & ~np.isnan(s.time_s)).any() for s in result.series):
         ax.plot([], [], "x", color="gray", label="does not fit in GPU memory")
-    ax.fill_between([], [], [], color="gray", alpha=0.2, label=f"80% band ({result.experiment.spread_basis})")
+    ax.fill_between(
+        [],
+        [],
+        [],
+        color="gray",
+        alpha=0.2,
+        label=f"shaded around each line: its 80% interval ({result.experiment.spread_basis})",
+    )
     notes = _mark_crossings(ax, result)
+    if _has_tie_zone(result):
+        ax.axvspan(np.nan, np.nan, color=TIE_COLOR, alpha=TIE_ALPHA, lw=0, label=TIE_LABEL)
     for label, at in markers:
         ax.axvline(at, color="gray", ls=":", lw=1)
         ax.annotate(
@@ -68,6 +77,15 @@ def crossover_figure(
     return fig
 
 
+# the span around a change of the fastest plan where the two plans' 80% intervals overlap
+TIE_COLOR, TIE_ALPHA = "#999999", 0.12
+TIE_LABEL = "tie zone: the two plans' 80% intervals overlap"
+
+
+def _has_tie_zone(result: CrossoverResult) -> bool:
+    return any(c.winner_change and c.range_high > c.range_low for c in result.crossings)
+
+
 def _mark_crossings(ax: Any, result: CrossoverResult) -> list[str]:
     """Number each change of the fastest plan on the axes; return the numbered descriptions
     (drawn under the plot, so labels never cover the curves)."""
@@ -79,7 +97,7 @@ def _mark_crossings(ax: Any, result: CrossoverResult) -> list[str]:
         xs = c.at * DISPLAY_SCALE.get(result.variable, 1.0)
         if c.range_high > c.range_low:  # the span where the two bands overlap: a tie at this confidence
             scale = DISPLAY_SCALE.get(result.variable, 1.0)
-            ax.axvspan(c.range_low * scale, c.range_high * scale, color="#999999", alpha=0.12, lw=0, zorder=0)
+            ax.axvspan(c.range_low * scale, c.range_high * scale, color=TIE_COLOR, alpha=TIE_ALPHA, lw=0, zorder=0)
         ax.plot([xs], [c.time_s], marker="o", ms=15, color="white", mec="black", mew=1.4, zorder=5)
         ax.annotate(str(k), (xs, c.time_s), ha="center", va="center", fontsize=8, fontweight="bold", zorder=6)
         lines.append(f"({k}) {describe_crossing(c, result.variable)}")

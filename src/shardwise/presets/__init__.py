@@ -167,7 +167,10 @@ def model(name: str, **overrides: Any) -> Model:
 
         path = Path(name)
         key = path.parent.name if path.stem == "config" and path.parent.name else path.stem
-        return loaders.model_from_dict(key or "model", {**hf_config.read(path), **overrides})
+        fields = hf_config.read(path)
+        if "seq_len" not in overrides:
+            hf_config.note_seq_len(fields)
+        return loaders.model_from_dict(key or "model", {**fields, **overrides})
     key, data = _lookup("models", name)
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
 
