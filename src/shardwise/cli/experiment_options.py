@@ -337,8 +337,9 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
     --intra-link is given) and its network; the flags override it. Without a system: the brief's
     A100 servers of 8 over ib-hdr."""
     from shardwise import loaders, presets
-    from shardwise.cli.options import _link, _link_latency_s
     from shardwise.errors import SpecError
+    from shardwise.requests.build import link_flag as _link
+    from shardwise.requests.build import link_latency_s as _link_latency_s
     from shardwise.specs.experiment import LinkSpec
 
     latency_s = _link_latency_s(

@@ -91,7 +91,7 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
         per_node = o["gpus_per_node"]
     if per_node < 1:
         raise SpecError(f"--gpus-per-node: {per_node} is not allowed; it must be >= 1")
-    latency_s = _link_latency_s(o)
+    latency_s = link_latency_s(o)
     if o.get("intra_link"):
         intra = link_flag(o["intra_link"], "intra-link", intra, latency_s)
         notes.append(f"inside a server: {describe_link(intra)}")
@@ -180,7 +180,7 @@ def spread(scenarios: list[Any], cal: Any) -> Any:
     return spread_of(scenarios, cal.fit, f"calibration {cal.path} ({cal.runs} run(s))")
 
 
-def _link_latency_s(o: dict[str, Any]) -> float | None:
+def link_latency_s(o: dict[str, Any]) -> float | None:
     """--link-latency in seconds (checked even when no link flag uses it: a silently ignored flag
     is a trap)."""
     from shardwise import units
