@@ -35,6 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from shardwise.engines.dp_attention import serving_expert_layout
 from shardwise.engines.forward import forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -42,7 +43,6 @@ from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.rules import raise_first, serving_expert_rule, serving_expert_tp
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
@@ -131,16 +131,11 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
-    plan = scn.plan
-    ep = np.asarray(plan.ep)
-    if np.any(ep > 1):  # the experts spread over the TP GPUs (etp unset: tp / ep)
-        etp = serving_expert_tp(plan.tp, ep, plan.etp)
-        raise_first([serving_expert_rule(plan.tp, ep, etp)])
-        plan = plan.with_(etp=etp)
+    # the experts over the TP GPUs, or over all GPUs with data-parallel attention (`engines.dp_attention`)
+    plan = serving_expert_layout(scn.plan)
     plan = plan.with_(
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,
-        sequence_parallel=False,
         recompute="none",
         schedule="1f1b",
         vpp=1,
