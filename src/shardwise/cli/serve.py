@@ -252,6 +252,10 @@ def serve(
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
     if framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
         cluster = cluster.with_(nvls=False)
+    if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
+        from shardwise.presets import system
+
+        cluster = cluster.with_(pcie=system(options["system"]).pcie)
     specs = [parse_plan_spec(t) for t in plans] or [parse_plan_spec("tp=all")]
     allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
     for spec in specs:

@@ -41,7 +41,8 @@ from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
-from shardwise.specs import Plan, Scenario
+from shardwise.physics.pcie import group_link
+from shardwise.specs import Cluster, Plan, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
@@ -125,14 +126,15 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link
+    # the experts over the TP GPUs, or over all GPUs with data-parallel attention (`engines.dp_attention`)
+    plan = serving_expert_layout(scn.plan)
     cluster = cluster.with_(
         custom_all_reduce=wl.custom_all_reduce,
         gpu=cluster.gpu.with_(kernel_launch_s=gap),
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
-    # the experts over the TP GPUs, or over all GPUs with data-parallel attention (`engines.dp_attention`)
-    plan = serving_expert_layout(scn.plan)
+    cluster = on_pcie_topology(cluster, plan)
     plan = plan.with_(
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,
@@ -141,6 +143,24 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         vpp=1,
     )
     return replace(scn, cluster=cluster, plan=plan)
+
+
+def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
+    """A PCIe server with switches and sockets (`Cluster.pcie`): the server's link as the plan's
+    widest group inside it sees it (`physics.pcie.group_link`): the TP group, else the replica's
+    pipeline (its sends cross the same hops), or the expert group where it is wider. The link
+    then already includes any staging through host memory, so the cluster is marked P2P for
+    NCCL's sake, and an engine's own all-reduce kept only where the GPUs really have P2P."""
+    top = cluster.pcie
+    if top is None:
+        return cluster
+    tp, pp = np.asarray(plan.tp), np.asarray(plan.pp)
+    group = np.where(tp > 1, tp, tp * pp)
+    group = np.maximum(group, np.asarray(plan.ep) * np.asarray(plan.expert_tp))
+    group = np.minimum(group, cluster.gpus_per_node)
+    link = group_link(top, cluster.intra_node_link, cluster.p2p, group)
+    kernel = cluster.custom_all_reduce if cluster.p2p else "none"
+    return cluster.with_(intra_node_link=link, p2p=True, custom_all_reduce=kernel)
 
 
 def _micro_batches(scn: Scenario, per_replica: Number) -> tuple[np.ndarray, np.ndarray, Scenario, Scenario]:
