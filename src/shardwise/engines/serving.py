@@ -36,7 +36,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.dp_attention import serving_expert_layout
-from shardwise.engines.forward import forward_stages
+from shardwise.engines.engine_presets import engine, kv_cache_bytes
+from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.flops import kv_cache_elements_per_token
@@ -163,6 +164,21 @@ def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
     return cluster.with_(intra_node_link=link, p2p=True, custom_all_reduce=kernel)
 
 
+def kv_cache_free_bytes(scn: Scenario, wl: ServingWorkload, weights_bytes: Number) -> Number:
+    """Bytes of KV cache on one GPU under the engine's memory rule (`engines.engine_presets`)."""
+    plan = scn.plan
+    return kv_cache_bytes(wl.engine, scn.cluster.gpu.memory_bytes, weights_bytes, plan.tp, plan.pp)
+
+
+def with_stage_overhead(fs: ForwardStages, pp: Number, wl: ServingWorkload) -> ForwardStages:
+    """Each stage's micro-batch with the engine's per-stage cost (`EnginePreset.stage_overhead_s`,
+    host time per micro-batch and stage), counted with the send; none without pipelining."""
+    over = engine(wl.engine).stage_overhead_s
+    if not over:
+        return fs
+    return replace(fs, send_s=fs.send_s + np.where(np.asarray(pp) > 1, over, 0.0))
+
+
 def _micro_batches(scn: Scenario, per_replica: Number) -> tuple[np.ndarray, np.ndarray, Scenario, Scenario]:
     """m = min(batch, pp) micro-batches: r of ceil(batch / m) sequences and m - r of floor(batch / m)
     (engines split a batch unevenly rather than pad it). Returns (m, r, scenario at floor, at ceil)."""
@@ -218,9 +234,10 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
 
     def phase(q_len: Number, kv_len: Number) -> tuple[tuple[Number, ...], Number, Number, Number, Number]:
         """Mean per-micro-batch cost of each stage (first, middle, last, all middle ones together),
-        the slowest stage's cost and its compute and TP parts, and the send."""
-        lo = forward_stages(scn_lo, q_len, kv_len, False, w, kv)
-        hi = forward_stages(scn_hi, q_len, kv_len, False, w, kv)
+        the slowest stage's cost and its compute and TP parts, and the send (with the engine's
+        per-stage cost)."""
+        lo = with_stage_overhead(forward_stages(scn_lo, q_len, kv_len, False, w, kv), p, wl)
+        hi = with_stage_overhead(forward_stages(scn_hi, q_len, kv_len, False, w, kv), p, wl)
         per_stage = tuple(_mix(a, b, r, m) for a, b in zip(lo.per_stage, hi.per_stage, strict=True))
         per_stage = (*per_stage, _mix(lo.middle_sum_s(p), hi.middle_sum_s(p), r, m))
         slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
@@ -242,8 +259,7 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     e2e = ttft + (wl.output_len - 1) * tpot
     throughput = np.asarray(wl.batch) * wl.output_len / (ttft + wl.output_len * tpot)
     weights, kv_per_seq = memory_per_gpu(scn, wl)
-    free = KV_CACHE_FRACTION * (np.asarray(scn.cluster.gpu.memory_bytes) - weights - RUNTIME_RESERVED_BYTES)
-    max_batch = np.floor(np.maximum(free, 0.0) / kv_per_seq)
+    max_batch = np.floor(kv_cache_free_bytes(scn, wl, weights) / kv_per_seq)
     return ServingEstimate(
         scenario=scn,
         workload=wl,
