@@ -97,3 +97,15 @@ def test_serve_takes_the_frameworks_budget_unless_given(cli):
     assert json.loads(out)["plans"][0]["max_batched_tokens"] == 4096
     code, out, err = cli([*base, "--framework", "llama.cpp", "--weight-precision", "q4_0"])
     assert code == 0, err
+
+
+def test_the_cli_tables_agree_with_the_presets():
+    """cli/serve.py keeps the runtime, kernel and NVLS choice of each framework without numpy (fast
+    --help); they must say what the presets say."""
+    from shardwise.cli.serve import FRAMEWORK_ALL_REDUCE, FRAMEWORK_NVLS_OFF, SERVING_FRAMEWORKS
+
+    assert set(SERVING_FRAMEWORKS) == set(ENGINES)
+    for name, preset in ENGINES.items():
+        assert SERVING_FRAMEWORKS[name] == preset.runtime
+        assert FRAMEWORK_ALL_REDUCE.get(name, "none") == preset.all_reduce
+        assert (name in FRAMEWORK_NVLS_OFF) == (not preset.nvls)
