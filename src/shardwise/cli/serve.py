@@ -12,13 +12,14 @@ from shardwise.cli.serve_plans import scenario as _scenario
 from shardwise.cli.serve_plans import scenario_of as _scenario_of
 
 # the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
-PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
+PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "q8_0", "q4_0", "q4_k"]
 RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
 # Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
 SERVING_FRAMEWORKS = {
     "tensorrt-llm": "graphs",
     "vllm": "graphs",
     "sglang": "graphs",
+    "llama.cpp": "graphs",
     "fastertransformer": "cpp-eager",
     "pytorch": "pytorch-eager",
 }
@@ -96,9 +97,9 @@ serving_options = _stack(
     click.option(
         "--max-batched-tokens",
         type=click.IntRange(256, 1 << 20),
-        default=8192,
-        show_default=True,
-        help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens).",
+        help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens, "
+        "SGLang chunked_prefill_size, llama.cpp n_batch). [default: the framework's: TensorRT-LLM 8192; vLLM 8192 on "
+        "GPUs of 70 GiB or more other than A100, else 2048; SGLang 2048-16384 by GPU memory; llama.cpp 2048]",
     ),
     click.option(
         "--requests",
@@ -144,8 +145,10 @@ serving_options = _stack(
         type=click.Choice(list(SERVING_FRAMEWORKS)),
         default="tensorrt-llm",
         show_default=True,
-        help="Serving stack: tensorrt-llm, vllm and sglang run CUDA graphs (runtime graphs), "
-        "fastertransformer cpp-eager, pytorch pytorch-eager.",
+        help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
+        "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
+        "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "
+        "mem_fraction_static), chunked-prefill budget, per-stage cost of pipeline parallelism.",
     ),
     click.option(
         "--custom-all-reduce/--no-custom-all-reduce",
@@ -209,7 +212,7 @@ def serve(
     max_throughput: bool,
     request_rate: float | None,
     batching: str,
-    max_batched_tokens: int,
+    max_batched_tokens: int | None,
     requests: int,
     weight_precision: str | None,
     kv_precision: str | None,
@@ -252,6 +255,10 @@ def serve(
     cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
     if framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
         cluster = cluster.with_(nvls=False)
+    if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
+        from shardwise.presets import system
+
+        cluster = cluster.with_(pcie=system(options["system"]).pcie)
     specs = [parse_plan_spec(t) for t in plans] or [parse_plan_spec("tp=all")]
     allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
     for spec in specs:
@@ -265,13 +272,19 @@ def serve(
 
     stages = stage_kwargs(options, int(model.layers))
     runtime = runtime or SERVING_FRAMEWORKS[framework]
+    if max_batched_tokens is None:  # the framework's chunked-prefill budget on this GPU
+        from shardwise.engines.engine_presets import max_batched_tokens as engine_budget
+
+        max_batched_tokens = engine_budget(framework, float(cluster.gpu.memory_bytes), cluster.gpu.name)
     if len({s.label for s in specs}) != len(specs):
         raise SpecError("each --plan must be different")
     try:
         kernel = FRAMEWORK_ALL_REDUCE.get(framework, "none") if custom_all_reduce else "none"
         searched = weight_precision is None
         weight_precision, kv_precision = weight_precision or "bf16", kv_precision or "bf16"
-        workload = ServingWorkload(input_len, output_len, batch, weight_precision, kv_precision, runtime, kernel)
+        workload = ServingWorkload(
+            input_len, output_len, batch, weight_precision, kv_precision, runtime, kernel, engine=framework
+        )
     except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
         text = str(exc).removeprefix("serving: ")
         field, _, rest = text.partition(": ")

@@ -23,8 +23,8 @@ def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None 
         raise SpecError(f"--plan {spec.label}: {what} = {tp * pp * cp:g} does not divide the {gpus} GPUs")
     options = dict(spec.options)
     experts = {k: options.pop(k) for k in ("cp", "ep", "etp") if k in options}
-    if experts.get("ep", 1) > 1:  # spread over the TP GPUs: etp = tp / ep unless given
-        experts["etp"] = serving_expert_tp(int(tp), experts["ep"], experts.get("etp", 0))
-        raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"])])
+    if experts.get("ep", 1) > 1:  # over the TP GPUs (etp = tp / ep) or all of them (tp dp / ep) unless given
+        experts["etp"] = serving_expert_tp(int(tp), experts["ep"], experts.get("etp", 0), int(dp))
+        raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"], int(dp))])
     split = {**(stages or {}), **options} if pp > 1 else {}
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))

@@ -31,9 +31,10 @@ def print_estimates(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
         f"inside a server{across}); {_lengths_text(workload, rows, mix)}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
-        f"{workload.kv_precision}; runtime {workload.runtime}; "
+        f"{workload.kv_precision}; {_engine_text(workload)}runtime {workload.runtime}; "
         + _all_reduce_text(workload.custom_all_reduce, cluster)
         + ("" if cluster.p2p else "; P2P off (NCCL through host memory)")
+        + _pcie_text(cluster)
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
     )
     if mix is None and workload.input_len + workload.output_len > model.seq_len:
@@ -254,3 +255,21 @@ def draw_frontier(
         )
     )
     return plots.save(plots.serving_frontier(panels, title, *spread), path)
+
+
+def _pcie_text(cluster: Any) -> str:
+    """The system's PCIe layout, where its preset gives one (`specs.pcie`)."""
+    top = getattr(cluster, "pcie", None)
+    if top is None:
+        return ""
+    where = "each GPU on its own root port" if top.gpus_per_switch == 1 else f"{top.gpus_per_switch} GPUs per switch"
+    beyond = "P2P" if top.p2p_beyond_switch and cluster.p2p else "staged through host memory"
+    return f"; PCIe: {where}, {top.gpus_per_socket} per socket, hops beyond a switch {beyond}"
+
+
+def _engine_text(workload: Any) -> str:
+    """The engine preset whose memory rule and defaults apply (`engines.engine_presets`)."""
+    from shardwise.engines.engine_presets import engine
+
+    preset = engine(workload.engine)
+    return f"engine {preset.name} {preset.version}; "

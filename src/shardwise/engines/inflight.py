@@ -31,14 +31,13 @@ import numpy as np
 from shardwise.engines.iteration import iteration_table, iteration_times
 from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
 from shardwise.engines.serving import (
-    KV_CACHE_FRACTION,
     MAX_SEQUENCES,
     ServingEstimate,
+    kv_cache_free_bytes,
     memory_per_gpu,
     serving_scenario,
 )
 from shardwise.errors import SpecError
-from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.specs import Scenario
 from shardwise.specs.request_mix import RequestMix
 from shardwise.specs.serving import ServingWorkload
@@ -303,14 +302,13 @@ class Replica:
         self.max_batched_tokens, self.mix = max_batched_tokens, mix
         self.replicas = int(scn.plan.dp)
         self.max_context = int(np.max(scn.model.seq_len))
-        gpu_bytes = float(scn.cluster.gpu.memory_bytes)
         self.kv_total_blocks: int | None = None
         if mix is None:
             self.workload = wl
             weights, kv_per_seq = memory_per_gpu(scn, wl)
             self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
             context = wl.input_len + wl.output_len
-            free = KV_CACHE_FRACTION * (gpu_bytes - self.weights_bytes - RUNTIME_RESERVED_BYTES)
+            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             per_token = self.kv_bytes_per_sequence / context
             self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
             self.slots = top = min(self.capacity, MAX_SEQUENCES)
@@ -327,7 +325,7 @@ class Replica:
             self.weights_bytes = float(weights)
             per_token = float(kv_per_seq) / (wl.input_len + wl.output_len)
             self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
-            free = KV_CACHE_FRACTION * (gpu_bytes - self.weights_bytes - RUNTIME_RESERVED_BYTES)
+            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
             blocks = kv_blocks(inputs, outputs)
             self.capacity = int(self.kv_total_blocks // float(np.mean(blocks)))

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages, tp_comm
+from shardwise.engines.engine_presets import engine
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -111,6 +112,7 @@ def iteration_times(
     # micro-batches in flight: one per sequence at most (prompts counted whole)
     m = np.minimum(p, np.maximum(d + np.ceil(q / wl.input_len), 1.0))
     fs = stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
+    fs = replace(fs, send_s=fs.send_s + np.where(p > 1, engine(wl.engine).stage_overhead_s, 0.0))  # its host time
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)

@@ -35,14 +35,16 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.forward import forward_stages
+from shardwise.engines.dp_attention import serving_expert_layout
+from shardwise.engines.engine_presets import engine, kv_cache_bytes
+from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
-from shardwise.specs import Plan, Scenario
+from shardwise.physics.pcie import group_link
+from shardwise.specs import Cluster, Plan, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.rules import raise_first, serving_expert_rule, serving_expert_tp
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
@@ -125,27 +127,56 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link
+    # the experts over the TP GPUs, or over all GPUs with data-parallel attention (`engines.dp_attention`)
+    plan = serving_expert_layout(scn.plan)
     cluster = cluster.with_(
         custom_all_reduce=wl.custom_all_reduce,
         gpu=cluster.gpu.with_(kernel_launch_s=gap),
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
-    plan = scn.plan
-    ep = np.asarray(plan.ep)
-    if np.any(ep > 1):  # the experts spread over the TP GPUs (etp unset: tp / ep)
-        etp = serving_expert_tp(plan.tp, ep, plan.etp)
-        raise_first([serving_expert_rule(plan.tp, ep, etp)])
-        plan = plan.with_(etp=etp)
+    cluster = on_pcie_topology(cluster, plan)
     plan = plan.with_(
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,
-        sequence_parallel=False,
         recompute="none",
         schedule="1f1b",
         vpp=1,
     )
     return replace(scn, cluster=cluster, plan=plan)
+
+
+def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
+    """A PCIe server with switches and sockets (`Cluster.pcie`): the server's link as the plan's
+    widest group inside it sees it (`physics.pcie.group_link`): the TP group, else the replica's
+    pipeline (its sends cross the same hops), or the expert group where it is wider. The link
+    then already includes any staging through host memory, so the cluster is marked P2P for
+    NCCL's sake, and an engine's own all-reduce kept only where the GPUs really have P2P."""
+    top = cluster.pcie
+    if top is None:
+        return cluster
+    tp, pp = np.asarray(plan.tp), np.asarray(plan.pp)
+    group = np.where(tp > 1, tp, tp * pp)
+    group = np.maximum(group, np.asarray(plan.ep) * np.asarray(plan.expert_tp))
+    group = np.minimum(group, cluster.gpus_per_node)
+    link = group_link(top, cluster.intra_node_link, cluster.p2p, group)
+    kernel = cluster.custom_all_reduce if cluster.p2p else "none"
+    return cluster.with_(intra_node_link=link, p2p=True, custom_all_reduce=kernel)
+
+
+def kv_cache_free_bytes(scn: Scenario, wl: ServingWorkload, weights_bytes: Number) -> Number:
+    """Bytes of KV cache on one GPU under the engine's memory rule (`engines.engine_presets`)."""
+    plan = scn.plan
+    return kv_cache_bytes(wl.engine, scn.cluster.gpu.memory_bytes, weights_bytes, plan.tp, plan.pp)
+
+
+def with_stage_overhead(fs: ForwardStages, pp: Number, wl: ServingWorkload) -> ForwardStages:
+    """Each stage's micro-batch with the engine's per-stage cost (`EnginePreset.stage_overhead_s`,
+    host time per micro-batch and stage), counted with the send; none without pipelining."""
+    over = engine(wl.engine).stage_overhead_s
+    if not over:
+        return fs
+    return replace(fs, send_s=fs.send_s + np.where(np.asarray(pp) > 1, over, 0.0))
 
 
 def _micro_batches(scn: Scenario, per_replica: Number) -> tuple[np.ndarray, np.ndarray, Scenario, Scenario]:
@@ -203,9 +234,10 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
 
     def phase(q_len: Number, kv_len: Number) -> tuple[tuple[Number, ...], Number, Number, Number, Number]:
         """Mean per-micro-batch cost of each stage (first, middle, last, all middle ones together),
-        the slowest stage's cost and its compute and TP parts, and the send."""
-        lo = forward_stages(scn_lo, q_len, kv_len, False, w, kv)
-        hi = forward_stages(scn_hi, q_len, kv_len, False, w, kv)
+        the slowest stage's cost and its compute and TP parts, and the send (with the engine's
+        per-stage cost)."""
+        lo = with_stage_overhead(forward_stages(scn_lo, q_len, kv_len, False, w, kv), p, wl)
+        hi = with_stage_overhead(forward_stages(scn_hi, q_len, kv_len, False, w, kv), p, wl)
         per_stage = tuple(_mix(a, b, r, m) for a, b in zip(lo.per_stage, hi.per_stage, strict=True))
         per_stage = (*per_stage, _mix(lo.middle_sum_s(p), hi.middle_sum_s(p), r, m))
         slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
@@ -227,8 +259,7 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     e2e = ttft + (wl.output_len - 1) * tpot
     throughput = np.asarray(wl.batch) * wl.output_len / (ttft + wl.output_len * tpot)
     weights, kv_per_seq = memory_per_gpu(scn, wl)
-    free = KV_CACHE_FRACTION * (np.asarray(scn.cluster.gpu.memory_bytes) - weights - RUNTIME_RESERVED_BYTES)
-    max_batch = np.floor(np.maximum(free, 0.0) / kv_per_seq)
+    max_batch = np.floor(kv_cache_free_bytes(scn, wl, weights) / kv_per_seq)
     return ServingEstimate(
         scenario=scn,
         workload=wl,

@@ -175,7 +175,10 @@ def model(name: str, **overrides: Any) -> Model:
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
 
 
-SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node", "p2p", "nvls")
+SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node", "p2p", "nvls", "pcie")
+# A system's PCIe layout (`specs.pcie.PcieTopology`): counts, rates (e.g. 31.5GB/s), a flag.
+PCIE_COUNTS = ("gpus_per_switch", "gpus_per_socket")
+PCIE_RATES = ("uplink_bandwidth", "socket_link_bandwidth", "host_memory_bandwidth")
 
 
 def system(name: str, nodes: int = 1) -> Cluster:
@@ -209,7 +212,33 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
     for flag, value in flags.items():
         if not isinstance(value, bool):
             raise SpecError(f"system {key!r}: {flag}: {value!r} is not allowed; give true or false")
+    if data.get("pcie") is not None:
+        cluster = cluster.with_(pcie=pcie_from_dict(key, data["pcie"]))
     return cluster.with_(**flags) if not all(flags.values()) else cluster
+
+
+def pcie_from_dict(key: str, data: Any) -> Any:
+    """A system's `pcie:` mapping as a `PcieTopology` (rates like 31.5GB/s, one direction)."""
+    from shardwise.specs.pcie import PcieTopology
+
+    where = f"system {key!r}: pcie"
+    if not isinstance(data, dict):
+        raise SpecError(f"{where}: {data!r} is not allowed; give a mapping of {', '.join(PCIE_COUNTS + PCIE_RATES)}")
+    kwargs: dict[str, Any] = {"source": str(data.get("source", ""))}
+    for field, value in data.items():
+        try:
+            if field in PCIE_COUNTS:
+                kwargs[field] = loaders.whole(value)
+            elif field in PCIE_RATES:
+                kwargs[f"{field}_bytes_per_s"] = units.parse_rate_bytes_per_s(value)
+            elif field == "p2p_beyond_switch":
+                kwargs[field] = value
+            elif field != "source":
+                allowed = (*PCIE_COUNTS, *PCIE_RATES, "p2p_beyond_switch", "source")
+                raise SpecError(f"{where}: {loaders.unknown_field(field, allowed)}")
+        except ValueError as exc:
+            raise SpecError(f"{where}: {field}: {exc}") from None
+    return PcieTopology(**kwargs)
 
 
 def system_network(name: str) -> tuple[Link | None, float]:

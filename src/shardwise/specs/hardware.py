@@ -13,6 +13,7 @@ import numpy as np
 from shardwise.precisions import FP4_PRECISIONS, FP8_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
+from shardwise.specs.pcie import PcieTopology
 
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
 # is priced where the tensors are quantised, `physics.compute`).
@@ -205,6 +206,9 @@ class Cluster:
     nvls: bool = True
     # the serving engine's own all-reduce kernel on small messages ("none": NCCL only)
     custom_all_reduce: str = "none"
+    # a PCIe server's switches and sockets (`specs.pcie`; None: one uniform link, as before);
+    # serving prices its groups on it (`physics.pcie`)
+    pcie: PcieTopology | None = None
 
     def __post_init__(self) -> None:
         chk.text("cluster: name", self.name)
@@ -219,6 +223,9 @@ class Cluster:
                 f"choose {', '.join(kernels)}"
             )
         chk.text(f"cluster {self.name!r}: notes", self.notes)
+        if self.pcie is not None and not isinstance(self.pcie, PcieTopology):
+            got = _short_type(self.pcie)
+            raise SpecError(f"cluster {self.name!r}: pcie: {got} is not allowed; give a PcieTopology")
         for name, kind in (("gpu", Gpu), ("intra_node_link", Link)):
             if not isinstance(getattr(self, name), kind):
                 got = _short_type(getattr(self, name))

@@ -334,30 +334,35 @@ def moe_overlap_rules(
     ]
 
 
-def serving_expert_tp(tp: Number, ep: Number, etp: Number) -> Number:
-    """etp for serving: as given, or tp / ep (at least 1) where it is unset (0) and ep > 1 (the
-    experts spread over the TP GPUs: `serving_expert_rule`)."""
-    e = np.asarray(ep)
+def serving_expert_tp(tp: Number, ep: Number, etp: Number, dp: Number = 1) -> Number:
+    """etp for serving: as given, or, where it is unset (0) and ep > 1, tp / ep when ep <= tp (the
+    experts spread over a replica's TP GPUs) and tp dp / ep when ep > tp (data-parallel attention:
+    the experts spread over all dp x tp GPUs), at least 1 (`serving_expert_rule`)."""
+    e, t = np.asarray(ep), np.asarray(tp)
     unset = (np.asarray(etp) == 0) & (e > 1)
-    out = np.where(unset, np.maximum(np.asarray(tp) // np.maximum(e, 1), 1), etp).astype(int)
+    group = np.where(e > t, t * np.asarray(dp), t)
+    out = np.where(unset, np.maximum(group // np.maximum(e, 1), 1), etp).astype(int)
     return out.item() if out.ndim == 0 else out
 
 
-def serving_expert_rule(tp: Number, ep: Number, etp: Number) -> Rule:
+def serving_expert_rule(tp: Number, ep: Number, etp: Number, dp: Number = 1) -> Rule:
     """Serving with expert parallelism spreads the experts over a replica's TP GPUs, which all
     hold every token after attention (vLLM `--enable-expert-parallel`, SGLang `--ep-size`,
-    TensorRT-LLM `moe_expert_parallel_size` x `moe_tensor_parallel_size` = tp): ep x etp = tp."""
-    t, e, x = np.broadcast_arrays(np.asarray(tp), np.asarray(ep), np.asarray(etp))
-    ok = (e <= 1) | (e * x == t)
+    TensorRT-LLM `moe_expert_parallel_size` x `moe_tensor_parallel_size` = tp): ep x etp = tp; or,
+    with data-parallel attention (vLLM `--data-parallel-size` with `--enable-expert-parallel`,
+    SGLang `--enable-dp-attention`, TensorRT-LLM `enable_attention_dp`), over all the dp x tp GPUs
+    of a pipeline stage: ep x etp = tp x dp (`engines.dp_attention`)."""
+    t, e, x, d = np.broadcast_arrays(np.asarray(tp), np.asarray(ep), np.asarray(etp), np.asarray(dp))
+    ok = (e <= 1) | (e * x == t) | (e * x == t * d)
 
     def error() -> str:
-        a, b, c = _at(~ok, t, e, x)
+        a, b, c, r = _at(~ok, t, e, x, d)
         return (
-            f"plan: ep={b} x etp={c} must equal tp={a} when serving (the experts spread over the replica's TP "
-            "GPUs, which all hold every token); set etp = tp / ep"
+            f"plan: ep={b} x etp={c} must equal tp={a} when serving (experts over a replica's TP GPUs) or tp x "
+            f"dp={a * r} (data-parallel attention: experts over all GPUs); leave etp unset to have it derived"
         )
 
-    return Rule("serving spreads the experts over the TP GPUs: ep x etp = tp", ok, error)
+    return Rule("serving spreads the experts over the TP GPUs (ep x etp = tp) or all GPUs (= tp x dp)", ok, error)
 
 
 def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_comm: str) -> Rule:

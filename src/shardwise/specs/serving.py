@@ -9,18 +9,28 @@ from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import CUSTOM_ALL_REDUCE_KERNELS
 
-# Bytes per element of stored weights and KV cache.
+# Bytes per element of stored weights and KV cache, scales included.
 # NVFP4: 4 bits and an FP8 scale per 16 values; MXFP4 (OCP Microscaling): 4 bits and an E8M0 scale
-# per 32.
+# per 32. int4: AWQ / GPTQ weights, 4 bits with an fp16 scale and a 4-bit zero point per group of
+# 128 (AutoAWQ's default q_group_size 128 with zero_point; GPTQ's usual group_size 128). llama.cpp's
+# GGUF blocks (ggml/src/ggml-common.h): q8_0 32 int8 values and an fp16 scale (34 bytes per 32),
+# q4_0 32 4-bit values and an fp16 scale (18 bytes per 32), q4_k super-blocks of 256 4-bit values
+# with 6-bit scales and mins and two fp16 (144 bytes per 256).
+INT4_GROUP = 128
 STORAGE_BYTES = {
     "bf16": 2.0,
     "fp16": 2.0,
     "fp8": 1.0,
     "int8": 1.0,
-    "int4": 0.5,
+    "int4": 0.5 + (2.0 + 0.5) / INT4_GROUP,
     "nvfp4": 0.5 + 1.0 / 16.0,
     "mxfp4": 0.5 + 1.0 / 32.0,
+    "q8_0": 34.0 / 32.0,
+    "q4_0": 18.0 / 32.0,
+    "q4_k": 144.0 / 256.0,
 }
+# Serving engines with presets (engines/engine_presets.py ENGINES).
+ENGINE_NAMES = ("tensorrt-llm", "vllm", "sglang", "llama.cpp", "fastertransformer", "pytorch")
 # Serving runtimes (the engines price each: engines/serving.py RUNTIMES).
 RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
 
@@ -38,6 +48,8 @@ class ServingWorkload:
     # the engine's own all-reduce on small messages (physics.custom_allreduce.KERNELS): "none"
     # (NCCL only), "vllm", "trtllm" (TensorRT-LLM), "sglang"
     custom_all_reduce: str = "none"
+    # whose KV-cache memory rule and pipeline-stage cost apply (engines/engine_presets.py)
+    engine: str = "tensorrt-llm"
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "batch"):
@@ -47,6 +59,8 @@ class ServingWorkload:
             raise SpecError(
                 f"serving: custom_all_reduce {self.custom_all_reduce!r} is not allowed; choose {', '.join(kernels)}"
             )
+        if not isinstance(self.engine, str) or self.engine not in ENGINE_NAMES:
+            raise SpecError(f"serving: engine {self.engine!r} is not allowed; choose {', '.join(ENGINE_NAMES)}")
         if not isinstance(self.runtime, str) or self.runtime not in RUNTIME_NAMES:
             raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIME_NAMES)}")
         for name in ("weight_precision", "kv_precision"):

@@ -1,0 +1,133 @@
+"""Serving engines as shardwise prices them, one preset per engine and the version its defaults
+were read from: the runtime (CUDA graphs or eager launches), the all-reduce kernel it uses on
+small messages, how much memory its KV cache gets, its chunked-prefill token budget, and the
+per-stage cost of its pipeline parallelism where a public measurement gives one.
+
+KV-cache memory rules (M the GPU's memory, W the weights on it, R = `RUNTIME_RESERVED_BYTES`):
+- TensorRT-LLM: `KvCacheConfig.free_gpu_memory_fraction` = 0.9 of what is free after the weights
+  and the runtime: 0.9 (M - W - R) (tensorrt_llm/llmapi/llm_args.py);
+- vLLM: `gpu_memory_utilization` = 0.9 of the whole GPU for weights, activations and cache:
+  0.9 M - W - R (vllm/config/cache.py; the worker profiles the activation peak, here R);
+- SGLang: `mem_fraction_static` = (M - reserved) / M holds weights and cache, reserved (MiB) =
+  512 + 1.5 max(chunk, 2048) + 2 cuda_graph_max_bs + 1024 tp pp / 8, at least 10 GiB on GPUs
+  over 60 GiB: M - reserved - W (python/sglang/srt/server_args.py `_handle_gpu_memory_settings`);
+- llama.cpp: the cache the user sizes with -c, here all memory left after weights and runtime.
+
+Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 8192; vLLM
+`max_num_batched_tokens` for its OpenAI server 8192 on GPUs of >= 70 GiB other than A100, else
+2048 (vllm/engine/arg_utils.py `get_batch_defaults`); SGLang `chunked_prefill_size` 2048 below
+35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above (server_args.py); llama.cpp's
+`n_batch` 2048 (common/common.h).
+
+Per-stage cost of pipeline parallelism (seconds per micro-batch and stage, on top of the send of
+its activations): the host time a stage adds that no kernel shows (its scheduling step, the send
+and receive issued from the host, the synchronisation). llama.cpp: 0.30-0.44 ms, from one public
+table of decode speed against the GPU count with the work per token fixed (ggml-org/llama.cpp
+#19922, "Baseline: scaling vs number of GPUs", gpt-oss-120B MXFP4 on ROCm, tg1024: 82.44,
+76.84, 73.43 tokens/s on 2, 4, 6 GPUs: 12.13, 13.01, 13.62 ms per token, (13.01 - 12.13) / 2 =
+0.44 ms and (13.62 - 13.01) / 2 = 0.30 ms per added stage; the one-token activations, 2880
+values, cross in microseconds), taken as their mean, 0.37 ms. TensorRT-LLM, vLLM and SGLang: no
+public table outside the reserved ones gave one (their published TP/PP comparisons change the
+GPU count and the batch together), so 0: their pipeline stages cost the sends alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
+from shardwise.specs._checks import Number
+from shardwise.specs.serving import ENGINE_NAMES
+
+GIB = 1024**3
+MIB = 1024**2
+# llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
+LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2
+
+
+@dataclass(frozen=True)
+class EnginePreset:
+    """One serving engine at one version (module docstring for every rule and its source)."""
+
+    name: str
+    version: str
+    runtime: str  # engines.serving.RUNTIMES
+    all_reduce: str  # physics.custom_allreduce kernel on small messages ("none": NCCL only)
+    kv_rule: str  # "free-fraction", "total-fraction", "sglang", "all-free"
+    kv_fraction: float = 0.9
+    nvls: bool = True  # whether it lets NCCL reduce in the NVLink switch
+    stage_overhead_s: float = 0.0
+    weight_formats: tuple[str, ...] = ()
+    source: str = ""
+
+
+ENGINES = {
+    "tensorrt-llm": EnginePreset(
+        "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9,
+        weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
+        source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
+    ),
+    "vllm": EnginePreset(
+        "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9,
+        weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
+        source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
+    ),
+    "sglang": EnginePreset(
+        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False,
+        weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
+        source="python/sglang/srt/server_args.py _handle_gpu_memory_settings; --enable-nccl-nvls default false",
+    ),
+    "llama.cpp": EnginePreset(
+        "llama.cpp", "2026 master (llama-server)", "graphs", "none", "all-free", 1.0,
+        stage_overhead_s=LLAMA_CPP_STAGE_S,
+        weight_formats=("bf16", "q8_0", "q4_0", "q4_k", "mxfp4"),
+        source="common/common.h n_batch 2048; ggml-common.h block formats; per-stage cost from llama.cpp #19922",
+    ),
+    "fastertransformer": EnginePreset("fastertransformer", "5.x", "cpp-eager", "none", "free-fraction", 0.9),
+    "pytorch": EnginePreset("pytorch", "-", "pytorch-eager", "none", "free-fraction", 0.9),
+}  # fmt: skip
+assert set(ENGINES) == set(ENGINE_NAMES)
+
+
+def engine(name: str) -> EnginePreset:
+    return ENGINES[name]
+
+
+def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
+    """The engine's default chunked-prefill budget on a GPU of `gpu_memory_bytes` (module docstring)."""
+    if name == "vllm":
+        return 8192 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
+    if name == "sglang":
+        for limit, tokens in ((35, 2048), (60, 4096), (160, 8192)):
+            if gpu_memory_bytes < limit * GIB:
+                return tokens
+        return 16384
+    if name == "llama.cpp":
+        return 2048
+    return 8192  # TensorRT-LLM's max_num_tokens (and the others', as before)
+
+
+def sglang_reserved_bytes(gpu_memory_bytes: Number, chunk: int, tp: Number, pp: Number) -> Number:
+    """SGLang's memory outside `mem_fraction_static` (module docstring): activations of a chunk,
+    CUDA graph buffers (cuda_graph_max_bs 512 from 60 GiB up with tp >= 4, 256 below tp 4; here 512
+    where tp >= 4), and the parallel groups' buffers."""
+    m = np.asarray(gpu_memory_bytes, dtype=float)
+    graphs = np.where(np.asarray(tp) >= 4, 512, 256)
+    mib = 512 + 1.5 * max(chunk, 2048) + 2 * graphs + 1024 * np.asarray(tp) * np.asarray(pp) / 8
+    return np.where(m > 60 * GIB, np.maximum(mib * MIB, 10 * GIB), mib * MIB)
+
+
+def kv_cache_bytes(name: str, gpu_memory_bytes: Number, weights_bytes: Number, tp: Number, pp: Number) -> Number:
+    """Bytes the engine gives its KV cache on one GPU (module docstring), at least 0."""
+    preset = ENGINES[name]
+    m, w = np.asarray(gpu_memory_bytes, dtype=float), np.asarray(weights_bytes, dtype=float)
+    if preset.kv_rule == "total-fraction":
+        free = preset.kv_fraction * m - w - RUNTIME_RESERVED_BYTES
+    elif preset.kv_rule == "sglang":
+        chunk = max_batched_tokens(name, float(np.max(m)))
+        free = m - sglang_reserved_bytes(m, chunk, tp, pp) - w
+    else:  # a fraction of what the weights and the runtime leave
+        free = preset.kv_fraction * (m - w - RUNTIME_RESERVED_BYTES)
+    return np.maximum(free, 0.0)

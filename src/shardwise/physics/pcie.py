@@ -1,0 +1,90 @@
+"""A communicator group on a PCIe server with switches and sockets (`specs.pcie.PcieTopology`):
+the ring bandwidth its slowest hop leaves, by group size.
+
+Notation: p GPUs in the group (consecutive, as NCCL and the engines place them), s per switch,
+c per socket; B a GPU's sustained link rate, U a switch uplink's (B where none is given), X the
+socket interconnect's, D one socket's DRAM, r = `custom_allreduce.P2P_OFF_BANDWIDTH_RATIO` the
+rate of a transfer staged through host memory over a direct one (0.31, 2 x RTX 3090).
+
+NCCL's ring visits the p GPUs in order, so its hops are of three kinds (nvidia-smi topo's names):
+PIX inside a switch, PHB between switches (or root ports) of one socket, SYS across sockets.
+Each hop runs peer-to-peer (P2P) or through host memory (NCCL's SHM transport):
+- P2P needs the GPUs' peer access at all (`Cluster.p2p`: off on GeForce cards' stock driver) and,
+  beyond a switch, `PcieTopology.p2p_beyond_switch` (NCCL >= 2.23.4 keeps P2P inside switches by
+  default, src/graph/paths.cc: `p2pLevel = PATH_PXB`);
+- a P2P hop moves at B inside a switch, min(B, U) through the root complex, min(B, U, X) across
+  sockets;
+- an SHM hop at min(r B, U / k_u, D / (2 k_m), X across sockets), with k_u the staged streams that
+  share one uplink (every GPU of the group behind that switch when no hop is P2P, else the one
+  ring crossing) and k_m those staged through one socket's DRAM (each written once, read once).
+
+The ring moves at its slowest hop (its busbw): min over the hop kinds the group has. A group
+inside one switch keeps P2P's B; one that leaves it drops to the staged rate r B, whatever its
+size; with P2P off, groups behind a switch share its uplink (U / k_u falls with the group).
+Latency is the link's, as for P2P off (`custom_allreduce.P2P_OFF_EXTRA_LATENCY_S`).
+
+Checks (nothing here is fitted to them): 8 GPUs on PCIe Gen5, P2P everywhere (behind switches on
+one CPU, or two AMD Turin sockets with NCCL_P2P_LEVEL=SYS), measure 37.6-41.7 GB/s all-reduce
+busbw (voipmonitor/rtx6kpro hardware/pcie-bandwidth.md, RTX PRO 6000 cards): this module gives
+47.9 GB/s (pcie5: 63 GB/s x 0.76), 15-27% fast, as `links.yaml`'s pcie5 is for any ring. The same
+page's 22.2 GB/s with NCCL's defaults on the Turin box (32 MB) sits between the P2P ring and the
+staged one (14.8 GB/s here); it does not say whether SHM or fewer channels made the difference.
+2 x RTX 2080 Ti behind one switch with P2P unsupported: 4.0 GB/s measured, 3.7 here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics.custom_allreduce import P2P_OFF_BANDWIDTH_RATIO
+from shardwise.specs import Link
+from shardwise.specs._checks import Number
+from shardwise.specs.pcie import PcieTopology
+
+
+def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: Number) -> Number:
+    """Sustained one-direction rate of a ring over `ranks` consecutive GPUs of one server (module
+    docstring); B for a single GPU."""
+    p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
+    s, c = float(top.gpus_per_switch), float(top.gpus_per_socket)
+    b = np.asarray(link.effective_bandwidth_bytes_per_s, dtype=float)
+    up = top.uplink_bandwidth_bytes_per_s
+    u = b if not np.any(np.asarray(up) > 0) else np.asarray(up, dtype=float) * link.efficiency
+    x = np.asarray(top.socket_link_bandwidth_bytes_per_s, dtype=float)
+    x = np.where(x > 0, x, np.inf)
+    d = np.asarray(top.host_memory_bandwidth_bytes_per_s, dtype=float)
+    switches, sockets = np.ceil(p / s), np.ceil(p / c)
+    inside = (s > 1) & (p > 1)  # PIX hops
+    beyond = switches > 1  # PHB or SYS hops
+    across = sockets > 1  # SYS hops
+    p2p_inside = bool(p2p)
+    p2p_beyond = bool(p2p) and top.p2p_beyond_switch
+    all_staged = not p2p_inside and not p2p_beyond
+    k_u = np.minimum(p, s) if all_staged else np.ones_like(p)
+    k_m = np.minimum(p, c) if all_staged else np.minimum(switches, c / s)
+    memory = np.where(d > 0, d / (2.0 * k_m), np.inf)
+    staged = np.minimum(np.minimum(P2P_OFF_BANDWIDTH_RATIO * b, u / k_u), memory)
+    pix = b if p2p_inside else staged
+    phb = np.minimum(b, u) if p2p_beyond else staged
+    sys = np.minimum(phb, x)
+    out = np.where(inside, pix, np.inf)
+    out = np.where(beyond, np.minimum(out, phb), out)
+    out = np.where(across, np.minimum(out, sys), out)
+    return np.where(np.isfinite(out), out, b)
+
+
+def group_link(top: PcieTopology, link: Link, p2p: bool, ranks: Number) -> Link:
+    """The server's link as a group of `ranks` GPUs sees it: its sustained rate the ring's
+    (`ring_bandwidth_bytes_per_s`), NCCL's LL protocol only where every hop is P2P."""
+    rate = ring_bandwidth_bytes_per_s(top, link, p2p, ranks)
+    direct = np.isclose(rate, np.asarray(link.effective_bandwidth_bytes_per_s, dtype=float))
+    ll = np.where(direct, link.ll_bandwidth_bytes_per_s, 0.0)
+    return link.with_(
+        name=f"{link.name} (PCIe topology)",
+        bandwidth_bytes_per_s=_scalar(rate / link.efficiency),
+        ll_bandwidth_bytes_per_s=_scalar(ll),
+    )
+
+
+def _scalar(x: Number) -> Number:
+    return float(x) if np.ndim(x) == 0 else x

@@ -1,0 +1,89 @@
+"""Serving a mixture of experts with data-parallel attention and expert parallelism
+(`engines.dp_attention`): the layout rule, the memory per GPU, the all-to-all, and `serve`."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.dp_attention import dp_attention
+from shardwise.engines.serving import estimate_serving, plan_for_serving, serving_scenario
+from shardwise.errors import SpecError
+from shardwise.specs import Scenario
+from shardwise.specs.rules import raise_first, serving_expert_rule, serving_expert_tp
+from shardwise.specs.serving import ServingWorkload
+
+
+def scenario(tp: int, ep: int, dp: int, model: str = "mixtral-8x7b", system: str = "dgx-h100") -> Scenario:
+    """etp as `serve --plan` derives it (the Plan's own default, etp = tp, is training's)."""
+    plan = plan_for_serving(tp, 1, dp).with_(ep=ep, etp=serving_expert_tp(tp, ep, 0, dp))
+    return Scenario(presets.model(model), presets.system(system).with_(nodes=max(tp * dp // 8, 1)), plan)
+
+
+@pytest.mark.parametrize(
+    ("tp", "ep", "dp", "etp"),
+    [(8, 8, 1, 1), (8, 4, 1, 2), (2, 8, 4, 1), (2, 4, 4, 2), (1, 8, 8, 1), (2, 2, 4, 1)],
+)
+def test_the_experts_spread_over_the_tp_group_or_over_all_gpus(tp, ep, dp, etp):
+    """etp unset: tp / ep while ep <= tp (TP attention), tp dp / ep beyond (DP attention)."""
+    assert serving_expert_tp(tp, ep, 0, dp) == etp
+    raise_first([serving_expert_rule(tp, ep, etp, dp)])
+
+
+def test_an_expert_layout_that_fills_neither_group_is_refused_in_one_line():
+    with pytest.raises(SpecError, match=r"ep=4 x etp=1 must equal tp=2 when serving .* or tp x dp=8"):
+        raise_first([serving_expert_rule(2, 4, 1, 4)])
+
+
+def test_dp_attention_runs_the_moe_layers_as_sequence_parallel_ones():
+    """Each GPU of a dp group takes 1/tp of its tokens into the experts (reduce-scatter after
+    attention, all-gather after the combine); TP attention keeps every token on every rank."""
+    wl = ServingWorkload(input_len=512, output_len=128, batch=64)
+    dp_attn = serving_scenario(scenario(2, 8, 4), wl).plan
+    tp_attn = serving_scenario(scenario(8, 8, 1), wl).plan
+    assert bool(dp_attention(dp_attn)) and bool(dp_attn.sequence_parallel) and dp_attn.expert_tp == 1
+    assert not bool(dp_attention(tp_attn)) and not bool(tp_attn.sequence_parallel)
+
+
+def test_each_gpu_caches_only_its_dp_groups_sequences_and_a_share_of_the_experts():
+    """tp=1, ep=8 on 8 GPUs: a GPU holds 1/8 of the experts and the attention whole, and the KV cache
+    of batch / 8 sequences with every KV head; tp=8 holds 1/8 of everything and all sequences' cache
+    split 8 ways: the same KV bytes per GPU, and more weight bytes under DP attention (the
+    attention replicated)."""
+    wl = ServingWorkload(input_len=512, output_len=128, batch=64)
+    dp_est = estimate_serving(scenario(1, 8, 8), wl)
+    tp_est = estimate_serving(scenario(8, 8, 1), wl)
+    assert float(dp_est.kv_cache_bytes) == pytest.approx(float(tp_est.kv_cache_bytes))
+    m = presets.model("mixtral-8x7b")
+    per_seq = m.layers * 2 * m.kv_heads * m.head_dim * 2.0 * (512 + 128)
+    assert float(dp_est.kv_cache_bytes) == pytest.approx(8 * per_seq)
+    assert float(dp_est.weights_bytes) > float(tp_est.weights_bytes)
+    assert float(dp_est.max_batch) < float(tp_est.max_batch)  # per replica: one GPU's cache against eight
+
+
+def test_dp_attention_pays_an_all_to_all_that_grows_off_the_server():
+    """DeepSeek-V3, tp=1 and the experts over 8 GPUs of one server or 16 of two: the decode step's
+    communication (the dispatch and combine) grows when half the copies cross InfiniBand."""
+    wl = ServingWorkload(input_len=1000, output_len=100, batch=256, weight_precision="fp8", kv_precision="fp8")
+    model, system = "deepseek-v3", "dgx-h200"
+    one = estimate_serving(scenario(1, 8, 8, model, system), wl)
+    two = estimate_serving(scenario(1, 16, 16, model, system), replace(wl, batch=512))
+    assert float(one.decode_s["tp_comm"]) > 0
+    assert float(two.decode_s["tp_comm"]) > 1.5 * float(one.decode_s["tp_comm"])
+    assert np.isfinite(float(two.tpot_s))
+
+
+def test_serve_prices_dp_attention_plans(cli):
+    """`serve --plan tp=2,ep=4` on Mixtral (dp=4 fills 8 GPUs; etp = 2) and tp=1,ep=8 are priced, not
+    refused, and fit more sequences per replica than tp=2 with its experts inside the replica."""
+    base = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--json", "--max-throughput"]
+    code, out, err = cli([*base, "--plan", "tp=2", "--plan", "tp=2,ep=4", "--plan", "tp=1,ep=8"])
+    assert code == 0, err
+    rows = {r["plan"]: r for r in json.loads(out)["plans"]}
+    assert set(rows) == {"tp=2", "tp=2,ep=4", "tp=1,ep=8"}
+    assert all(r["tpot_s"] > 0 and r["throughput_tokens_per_s"] > 0 for r in rows.values())
+    assert rows["tp=2,ep=4"]["max_batch_per_replica"] > rows["tp=2"]["max_batch_per_replica"]

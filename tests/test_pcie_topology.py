@@ -1,0 +1,148 @@
+"""PCIe servers with switches and sockets (`specs.pcie`, `physics.pcie`): a group's ring rate by its
+size, the system presets, and serving on them."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from shardwise import presets
+from shardwise.engines.serving import estimate_serving, plan_for_serving, serving_scenario
+from shardwise.errors import SpecError
+from shardwise.physics.custom_allreduce import P2P_OFF_BANDWIDTH_RATIO
+from shardwise.physics.pcie import ring_bandwidth_bytes_per_s
+from shardwise.specs import Scenario
+from shardwise.specs.pcie import PcieTopology
+from shardwise.specs.serving import ServingWorkload
+
+PCIE4 = 31.5e9 * 0.76  # the pcie4 preset's sustained rate
+TOPOLOGY_PRESETS = (
+    "rtx4090-8x-2socket",
+    "rtx4090-8x-switch",
+    "l40s-8x-switch",
+    "a100-pcie-8x-direct",
+    "h100-pcie-8x-switch",
+)
+
+
+def ring(system: str, ranks, p2p: bool | None = None, **changes) -> np.ndarray:
+    c = presets.system(system)
+    top = c.pcie.with_(**changes) if changes else c.pcie
+    return np.asarray(ring_bandwidth_bytes_per_s(top, c.intra_node_link, c.p2p if p2p is None else p2p, ranks))
+
+
+def test_a_group_inside_a_switch_keeps_p2p_and_one_that_leaves_it_is_staged():
+    """8 L40S, 4 behind each switch: TP 2 and 4 move at the link's rate, TP 8 crosses to the other
+    switch (and socket), which NCCL stages through host memory: r x the link."""
+    assert ring("l40s-8x-switch", [2, 4]) == pytest.approx([PCIE4, PCIE4])
+    assert float(ring("l40s-8x-switch", 8)) == pytest.approx(P2P_OFF_BANDWIDTH_RATIO * PCIE4)
+    # NCCL_P2P_LEVEL=SYS: P2P across the sockets too, at the socket link's 22 GB/s
+    assert float(ring("l40s-8x-switch", 8, p2p_beyond_switch=True)) == pytest.approx(22e9)
+
+
+def test_without_p2p_the_gpus_of_a_switch_share_its_uplink():
+    """RTX 4090s on the stock driver behind a switch: every hop staged, each GPU's stream up the
+    one x16 uplink: 4 GPUs get a quarter of it each; on their own root ports they do not share."""
+    assert float(ring("rtx4090-8x-switch", 2)) == pytest.approx(P2P_OFF_BANDWIDTH_RATIO * PCIE4)
+    assert float(ring("rtx4090-8x-switch", 4)) == pytest.approx(PCIE4 / 4)
+    assert ring("rtx4090-8x-2socket", [2, 4, 8]) == pytest.approx([P2P_OFF_BANDWIDTH_RATIO * PCIE4] * 3)
+
+
+def test_host_memory_limits_staged_rings_when_it_is_slow():
+    """A desktop's 2 channels of DDR4-3200 (51.2 GB/s): 4 staged streams, each written and read once."""
+    slow = ring("rtx4090-8x-2socket", 4, host_memory_bandwidth_bytes_per_s=51.2e9)
+    assert float(slow) == pytest.approx(51.2e9 / 8)
+
+
+def test_a_single_gpu_or_a_pair_on_one_switch_is_the_link():
+    assert float(ring("h100-pcie-8x-switch", 1)) == pytest.approx(63e9 * 0.76)
+    assert float(ring("h100-pcie-8x-switch", 2)) == pytest.approx(63e9 * 0.76)
+
+
+def test_the_2080ti_pair_behind_a_switch_without_p2p_is_close_to_its_nccl_tests_curve():
+    """2 x RTX 2080 Ti behind one PCIe Gen3 switch, P2P unsupported: all_reduce_perf busbw 4.00 GB/s at
+    1 GiB (data/public_collectives.csv, AutoDL post): the staged rate within 10%."""
+    top = PcieTopology(gpus_per_switch=2, gpus_per_socket=2)
+    rate = ring_bandwidth_bytes_per_s(top, presets.link("pcie3"), False, 2)
+    assert float(rate) == pytest.approx(4.0e9, rel=0.10)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    per_switch=st.sampled_from([1, 2, 4]),
+    sockets=st.sampled_from([1, 2]),
+    p2p=st.booleans(),
+    beyond=st.booleans(),
+    uplink=st.sampled_from([0.0, 15.75e9, 31.5e9]),
+    memory=st.sampled_from([0.0, 51.2e9, 204.8e9]),
+)
+def test_a_wider_group_never_rings_faster_and_a_wider_uplink_never_slower(
+    per_switch, sockets, p2p, beyond, uplink, memory
+):
+    top = PcieTopology(
+        gpus_per_switch=per_switch,
+        gpus_per_socket=8 // sockets,
+        uplink_bandwidth_bytes_per_s=uplink,
+        socket_link_bandwidth_bytes_per_s=16e9,
+        host_memory_bandwidth_bytes_per_s=memory,
+        p2p_beyond_switch=beyond,
+    )
+    link = presets.link("pcie4")
+    rates = np.asarray(ring_bandwidth_bytes_per_s(top, link, p2p, np.arange(1, 9)))
+    assert np.all(np.diff(rates) <= 1e-6 * rates[0])
+    assert np.all(rates <= link.effective_bandwidth_bytes_per_s * (1 + 1e-12))
+    wider = ring_bandwidth_bytes_per_s(top.with_(uplink_bandwidth_bytes_per_s=63e9), link, p2p, np.arange(1, 9))
+    assert np.all(np.asarray(wider) >= rates * (1 - 1e-12)) or uplink == 0.0
+
+
+@pytest.mark.parametrize("name", TOPOLOGY_PRESETS)
+def test_every_topology_preset_loads_with_its_source(name):
+    c = presets.system(name)
+    assert isinstance(c.pcie, PcieTopology) and c.pcie.source
+    assert c.gpus_per_node % c.pcie.gpus_per_socket == 0
+
+
+def test_a_bad_topology_is_refused_in_one_line(tmp_path):
+    with pytest.raises(SpecError, match="gpus_per_socket 6 is not a multiple of gpus_per_switch 4"):
+        PcieTopology(gpus_per_switch=4, gpus_per_socket=6)
+    bad = tmp_path / "box.yaml"
+    bad.write_text("gpu: l40s\ngpus_per_node: 8\nintra_node_link: pcie4\npcie:\n  gpus_per_swich: 4\n")
+    with pytest.raises(SpecError, match="did you mean gpus_per_switch"):
+        presets.system(str(bad))
+
+
+def _serve(system: str, tp: int, topology: bool = True):
+    cluster = presets.system(system)
+    if not topology:
+        cluster = cluster.with_(pcie=None)
+    scn = Scenario(presets.model("llama3-8b"), cluster, plan_for_serving(tp, 1, 8 // tp))
+    return estimate_serving(scn, ServingWorkload(input_len=512, output_len=128, batch=8 // tp * 4))
+
+
+def test_serving_pays_the_staged_hop_only_for_groups_that_leave_a_switch():
+    """TP 4 on 8 L40S behind two switches costs what it costs on one uniform PCIe link; TP 8 decodes
+    slower once its ring is staged through host memory between the switches."""
+    assert float(_serve("l40s-8x-switch", 4).tpot_s) == pytest.approx(float(_serve("l40s-8x-switch", 4, False).tpot_s))
+    assert float(_serve("l40s-8x-switch", 8).tpot_s) > 1.1 * float(_serve("l40s-8x-switch", 8, False).tpot_s)
+
+
+def test_the_staged_link_is_not_staged_twice_and_keeps_no_custom_all_reduce():
+    """P2P off with a topology: the group's link already includes the staging, so the cluster NCCL
+    sees is marked P2P and the engine's own all-reduce (which needs P2P) stays off."""
+    scn = Scenario(presets.model("llama3-8b"), presets.system("rtx4090-8x-switch"), plan_for_serving(2, 1, 4))
+    wl = ServingWorkload(input_len=512, output_len=128, custom_all_reduce="vllm")
+    served = serving_scenario(scn, wl).cluster
+    assert served.p2p and served.custom_all_reduce == "none"
+    assert float(served.intra_node_link.effective_bandwidth_bytes_per_s) == pytest.approx(
+        P2P_OFF_BANDWIDTH_RATIO * PCIE4
+    )
+
+
+def test_serve_names_the_topology(cli):
+    code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "l40s-8x-switch", "--plan", "tp=8"])
+    assert code == 0, err
+    assert "PCIe: 4 GPUs per switch, 4 per socket, hops beyond a switch staged through host memory" in " ".join(
+        out.split()
+    )
