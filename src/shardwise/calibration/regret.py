@@ -29,7 +29,8 @@ the others' two-component prior).
 
 The draws are deviations from the calibrated values, applied to the calibrated cluster
 (`parameters.apply` composes: scales multiply, overheads and the exponent add); a draw outside a
-parameter's physical range is reflected at a lower bound of 0 and clipped elsewhere.
+parameter's physical range is rejected (a truncated normal: a draw moved to a bound would lose its
+correlation with the others), and reflected at a lower bound of 0 only where too few fall inside.
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ CORNER_SDS = 2.0
 POOL_PER_CORNER = 6
 TIE_TOLERANCE = 0.005  # the planner's: costs this close are a tie
 SEED = 20261204  # a fixed seed: the same question gets the same answer
+TRIES = 16  # draws made per draw kept (the rest fall outside a parameter's range)
 
 
 @dataclass(frozen=True)
@@ -80,14 +82,28 @@ class Uncertainty:
     def draw(self, n: int, seed: int = SEED) -> np.ndarray:
         """n deviations (n, k) in u space, kept inside each parameter's range."""
         rng = np.random.default_rng(seed)
-        dev = rng.multivariate_normal(np.zeros(len(self.names)), self.covariance, size=n, method="cholesky")
+        size = n * TRIES
+        dev = rng.multivariate_normal(np.zeros(len(self.names)), self.covariance, size=size, method="cholesky")
         wide = (rng.random(dev.shape) < WIDE_SHARE) & self.open[None, :]
-        return self.bounded(np.where(wide, dev * WIDEN, dev))
+        dev = np.where(wide, dev * WIDEN, dev)
+        # truncated to the physical ranges by rejection: a draw moved to a bound would lose its
+        # correlations (a network exponent at 0 compensated by its scale must move with it)
+        inside = np.all((dev >= self.low - 1e-12) & (dev <= self.high + 1e-12), axis=1)
+        kept = np.concatenate([np.flatnonzero(inside), np.flatnonzero(~inside)])[:n]
+        return self.bounded(dev[np.sort(kept)])
+
+    @property
+    def low(self) -> np.ndarray:
+        return np.array([p.low for p in PARAMETERS]) - self.center
+
+    @property
+    def high(self) -> np.ndarray:
+        return np.array([p.high for p in PARAMETERS]) - self.center
 
     def bounded(self, dev: np.ndarray) -> np.ndarray:
-        low = np.array([p.low for p in PARAMETERS]) - self.center
-        high = np.array([p.high for p in PARAMETERS]) - self.center
-        dev = np.where(dev < low, 2 * low - dev, dev)  # reflected at the lower bound (an overhead at 0 s)
+        """Deviations moved inside the ranges: reflected at a lower bound (an overhead at 0 s), clipped."""
+        low, high = self.low, self.high
+        dev = np.where(dev < low, 2 * low - dev, dev)
         return np.clip(dev, low, high)
 
     def values(self, dev: np.ndarray) -> dict[str, np.ndarray]:

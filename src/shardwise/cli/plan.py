@@ -280,6 +280,11 @@ def plan(
         _json(result, rows, why, launch, spread.basis)
         return
     _print(result, rows, why, csv_path, figure, spread.basis)
+    if options.get("calibration"):  # the pick's expected regret under the calibration (calibration.regret)
+        from shardwise.calibration.regret import text as regret_text
+        from shardwise.cli.options import load_calibration
+
+        click.echo(regret_text(result, load_calibration(options).fit, spread.basis))
     if launch is not None:
         from shardwise.emit.report import text
 
