@@ -73,7 +73,8 @@ def explain_run(case: Any, measured: float) -> RunExplanations:
             t0, t1 = logt[0], logt[-1]
             uu = lo if t1 == t0 else lo + (target - t0) * (hi - lo) / (t1 - t0)
             value = float(p.value(uu))
-            found.append(Explanation(p.name, value, abs(uu - p.prior_mean) / p.prior_sd, quantity(case, p.name, value)))
+            text = f"{quantity(case, p.name, value)}, i.e. {p.name} = {value:.3g}"
+            found.append(Explanation(p.name, value, abs(uu - p.prior_mean) / p.prior_sd, text))
     found.sort(key=lambda e: e.prior_sds)
     return RunExplanations(measured / predicted, tuple(found), tried)
 
