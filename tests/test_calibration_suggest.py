@@ -18,6 +18,7 @@ from shardwise.calibration import fit as fitting
 from shardwise.calibration import suggest as sg
 from shardwise.calibration.parameters import BY_NAME, apply, network_degradation
 from shardwise.engines.training import estimate_training_step
+from shardwise.errors import SpecError
 from shardwise.specs import Plan, Scenario
 
 # A job whose planner search is quick: Llama 3 8B on 32 DGX H100, without interleaving (whose
@@ -133,6 +134,13 @@ def test_calibrate_fits_a_far_run_and_refuses_only_what_nothing_explains(cli, tm
     cal = store.load(tmp_path / "c.yaml")
     assert np.max(np.abs(cal.fit.full_covariance - cal.fit.full_covariance.T)) < 1e-9
     assert {"inter_node_bandwidth_scale", "inter_node_scaling_exponent"} & set(cal.fit.fitted)
+    # every parameter's covariance is part of what the checksum protects
+    text = (tmp_path / "c.yaml").read_text()
+    start = text.index("u_covariance_all:")
+    first = text.index("- [", start) + 3
+    (tmp_path / "e.yaml").write_text(text[:first] + "9" + text[first:])
+    with pytest.raises(SpecError, match="checksum"):
+        store.load(tmp_path / "e.yaml")
     code, out, err = cli(
         [
             "calibrate",

@@ -97,11 +97,11 @@ def _as_dict(result: Any, found: Any, launches: list[dict[str, Any]], basis: str
 
     reg = found.regret
     return {
-        "pick": {"plan": label(result, reg.pick), **result.row(reg.pick)},
+        "pick": {"label": label(result, reg.pick), **result.row(reg.pick)},
         "regret": {**asdict(reg), "basis": basis},
         "noise_log_sd": found.noise_log_sd,
         "suggestions": [
-            {"plan": label(result, r.plan), **asdict(r), "row": result.row(r.plan), "launch": launch}
+            {"label": label(result, r.plan), **asdict(r), "row": result.row(r.plan), "launch": launch}
             for r, launch in zip(found.runs, launches, strict=True)
         ],
     }
