@@ -118,6 +118,7 @@ def _runs_csv(tmp_path: Path, rows: list[tuple[int, int, int, float]]) -> Path:
     return path
 
 
+@pytest.mark.slow
 def test_calibrate_fits_a_far_run_and_refuses_only_what_nothing_explains(cli, tmp_path):
     model = presets.model("llama3-70b")
     rows = []
@@ -197,6 +198,7 @@ def test_suggested_runs_teach_the_planner_a_network_degraded_at_scale():
     assert np.max(np.abs(fitted.after_log_error)) < 0.05  # the calibration explains its own runs
 
 
+@pytest.mark.slow
 def test_suggest_prints_runs_with_launch_commands_and_plan_prints_the_regret(cli, tmp_path):
     job = ["--model", MODEL, "--system", "dgx-h100", "--nodes", str(NODES), "--global-batch", str(BATCH)]
     job += ["--schedule", "1f1b,gpipe"]
