@@ -10,7 +10,13 @@ matmul_efficiency_scale        the GPU's sustained GEMM efficiency (16-bit and F
 step_overhead_s                fixed time per optimizer step (Python, data loader,      0 + 0.5 s
                                logging, checkpoint hooks)
 inter_node_bandwidth_scale     each GPU's sustained bandwidth across servers (NICs,     1 x 1.5
-                               switches, NCCL's protocol on this fabric)
+                               switches, NCCL's protocol on this fabric), at 2 servers
+inter_node_scaling_exponent    how that bandwidth falls as the job spans more servers:  0 + 0.1
+                               x (nodes / 2)^-a, a in [0, 1] (0: a non-blocking fabric
+                               that keeps its per-GPU rate at any size; 1: a fixed total
+                               cross-section shared by every server, as one oversubscribed
+                               uplink; congestion, adaptive routing and rail layout lie
+                               between)
 intra_node_bandwidth_scale     the sustained bandwidth inside a server (NVLink/PCIe,    1 x 1.2
                                well measured by nccl-tests; networks vary more)
 micro_batch_overhead_s         fixed time per micro-batch on every pipeline stage       0 + 5 ms
@@ -21,6 +27,13 @@ link_latency_scale             every link's latency, per call and per ring step,
                                tiers (NCCL's protocol choice, custom all-reduce
                                kernels, the host's launch path)
 =============================  ======================================================  =========
+
+The network's degradation is priced on the job's server count: in the layouts the planner
+searches (tp inside a server, pp outermost) the data-parallel all-reduce, ZeRO's all-gathers and
+reduce-scatters and the context-parallel exchange of a stage span nodes / pp servers and share the
+fabric with the other stages' traffic, so the whole job's size is what congests it. Every
+inter-node collective kind is priced on one link (`physics.collectives`), so one exponent serves
+all kinds.
 
 Scales are fitted as u = ln(scale) with a normal prior N(0, ln(prior factor)); overheads as
 seconds with a half-normal prior of the stated width. With n runs, at most n parameters are
@@ -55,16 +68,17 @@ class Parameter:
     low: float  # bounds in u space
     high: float
     description: str
+    unit: str = ""  # "x" for a scale, "s" for an overhead, "" for a pure number (an exponent)
+
+    def __post_init__(self) -> None:
+        if not self.unit:
+            object.__setattr__(self, "unit", "x" if self.log_scale else "s")
 
     def value(self, u: Any) -> Any:
         return np.exp(u) if self.log_scale else u
 
     def u(self, value: float) -> float:
         return math.log(value) if self.log_scale else value
-
-    @property
-    def unit(self) -> str:
-        return "x" if self.log_scale else "s"
 
 
 PARAMETERS = (
@@ -80,6 +94,18 @@ PARAMETERS = (
         math.log(0.05),
         math.log(4.0),
         "bandwidth across servers (x)",
+    ),
+    # ln(t) moves by about -a ln(nodes / 2) x (the inter-node share of the step): 0.1 is +-35% of
+    # network time at 64 servers, about the inter-node scale's own prior at that size.
+    Parameter(
+        "inter_node_scaling_exponent",
+        False,
+        0.0,
+        0.1,
+        0.0,
+        1.0,
+        "network bandwidth ~ (nodes / 2)^-a",
+        "1",
     ),
     Parameter(
         "intra_node_bandwidth_scale",
@@ -98,6 +124,9 @@ PARAMETERS = (
     Parameter("link_latency_scale", True, 0.0, math.log(2.0), math.log(0.1), math.log(10.0), "link latency (x)"),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
+# The server count at which `inter_node_bandwidth_scale` is the network's whole scale: the smallest
+# job that crosses servers (the presets' NIC rates are two-server nccl-tests figures).
+REFERENCE_NODES = 2
 NEUTRAL = {p.name: p.value(p.prior_mean) for p in PARAMETERS}  # the uncalibrated model
 
 
@@ -122,8 +151,9 @@ def apply(cluster: Cluster, values: dict[str, Any]) -> Cluster:
     )
     inter = cluster.inter_node_link
     if inter is not None:
+        scale = v["inter_node_bandwidth_scale"] * network_degradation(cluster.nodes, v["inter_node_scaling_exponent"])
         inter = inter.with_(
-            bandwidth_bytes_per_s=inter.bandwidth_bytes_per_s * v["inter_node_bandwidth_scale"],
+            bandwidth_bytes_per_s=_num(inter.bandwidth_bytes_per_s * scale),
             latency_s=_num(inter.latency_s * s_lat),
             base_latency_s=_num(inter.base_latency_s * s_lat),
         )
@@ -134,6 +164,12 @@ def apply(cluster: Cluster, values: dict[str, Any]) -> Cluster:
         step_overhead_s=cluster.step_overhead_s + v["step_overhead_s"],
         micro_batch_overhead_s=cluster.micro_batch_overhead_s + v["micro_batch_overhead_s"],
     )
+
+
+def network_degradation(nodes: Any, exponent: Any) -> Any:
+    """(nodes / REFERENCE_NODES)^-a for a job spanning `nodes` servers (1 up to the reference)."""
+    ratio = np.maximum(np.asarray(nodes, dtype=float), REFERENCE_NODES) / REFERENCE_NODES
+    return ratio ** -np.asarray(exponent, dtype=float)
 
 
 def _num(x: Any) -> Any:

@@ -11,6 +11,7 @@ A YAML mapping (format 2):
     noise_log_sd: 0.035               # the spread of ln(predicted / measured) once fitted
     fitted: [matmul_efficiency_scale, step_overhead_s]
     u_covariance: [[...], [...]]      # posterior covariance of the fitted parameters (u space)
+    u_covariance_all: [[...], ...]    # optional: every parameter's, at the fitted values (`Fit.full_covariance`)
     parameters:
       matmul_efficiency_scale: {value: 0.85, low80: 0.83, high80: 0.88, fitted: true}
       inter_node_bandwidth_scale: {value: 1.0, fitted: false, why: no run crosses servers}
@@ -96,6 +97,11 @@ def document(
             "noise_log_sd": _round(fitted.noise_log_sd),
             "fitted": list(fitted.fitted),
             "u_covariance": [[float(x) for x in row] for row in np.asarray(fitted.u_covariance)],
+            **(
+                {"u_covariance_all": [[float(x) for x in row] for row in np.asarray(fitted.full_covariance)]}
+                if fitted.full_covariance is not None
+                else {}
+            ),
             "parameters": params,
             "residuals": [
                 {
@@ -129,6 +135,8 @@ def checksum(doc: dict[str, Any]) -> str:
     content = {k: doc.get(k) for k in CHECKSUMMED}
     content["runs"] = {"count": runs.get("count"), "serving": runs.get("serving")}
     content["hardware"] = doc.get("hardware")
+    if "u_covariance_all" in doc:  # optional (files before it keep their checksum)
+        content["u_covariance_all"] = doc["u_covariance_all"]
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
 
@@ -242,5 +250,23 @@ def from_document(doc: Any, p: str) -> Calibration:
             f"{p}: the checksum does not match the fitted values: the file was edited or damaged after "
             "`shardwise calibrate` wrote it (an edited value would be used as if fitted); calibrate again"
         )
-    fit = Fit(tuple(fitted), values, cov, float(sd), dof=max(count - k, 0) + NOISE_PRIOR_RUNS)
+    fit = Fit(
+        tuple(fitted), values, cov, float(sd), dof=max(count - k, 0) + NOISE_PRIOR_RUNS, full_covariance=_all(doc, p)
+    )
     return Calibration(fit, p, tuple(hardware), count, version, serving)
+
+
+def _all(doc: dict[str, Any], p: str) -> np.ndarray | None:
+    """The optional covariance of every parameter (checked like u_covariance)."""
+    rows = doc.get("u_covariance_all")
+    if rows is None:
+        return None
+    k = len(PARAMETERS)
+    ok = isinstance(rows, list) and len(rows) == k and all(isinstance(r, list) and len(r) == k for r in rows)
+    ok = ok and all(
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for r in rows for x in r
+    )
+    cov = np.array(rows, dtype=float) if ok else None
+    if cov is None or not np.allclose(cov, cov.T, rtol=1e-6, atol=1e-12) or np.any(np.linalg.eigvalsh(cov) < -1e-12):
+        raise SpecError(f"{p}: u_covariance_all: must be a symmetric {k} x {k} covariance matrix of numbers")
+    return cov

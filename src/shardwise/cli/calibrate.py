@@ -6,6 +6,9 @@ from typing import Any
 
 import click
 
+from shardwise.cli.options import cluster_options, model_options
+from shardwise.cli.plan import search_options
+
 
 def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:
     from shardwise.calibration.parameters import BY_NAME
@@ -30,7 +33,7 @@ def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
 
 
 @click.command()
-@click.argument("runs", metavar="RUNS.csv|LOG...", nargs=-1, required=True, type=click.Path(dir_okay=False))
+@click.argument("runs", metavar="[RUNS.csv|LOG...]", nargs=-1, type=click.Path(dir_okay=False))
 @click.option(
     "--set",
     "given",
@@ -53,8 +56,25 @@ def _settings(ctx: click.Context, param: click.Parameter, values: tuple[str, ...
     metavar="NAME[,NAME...]",
     help="Fit only these parameters (default: as many as the runs allow, in the documented order).",
 )
-@click.option("--max-params", type=click.IntRange(min=0, max=7), help="Fit at most this many parameters.")
-@click.option("--json", "as_json", is_flag=True, help="Print the fit as JSON (the calibration file's content).")
+@click.option("--max-params", type=click.IntRange(min=0, max=8), help="Fit at most this many parameters.")
+@click.option("--json", "as_json", is_flag=True, help="Print the fit (or the suggestions) as JSON.")
+@click.option(
+    "--suggest",
+    type=click.IntRange(min=1, max=20),
+    metavar="N",
+    help="Suggest the N runs of your job (give it as `plan` takes it: --model, --system, --nodes, --global-batch) "
+    "whose measurement most reduces the expected regret of the planner's pick, with launch commands; from the "
+    "RUNS given, else --calibration FILE, else the presets.",
+)
+@click.option(
+    "--emit",
+    type=click.Choice(["megatron", "torchtitan", "deepspeed"], case_sensitive=False),
+    help="With --suggest: the tool whose launch commands to print [default: the --framework's, else megatron].",
+)
+@click.option("--emit-version", metavar="VERSION", help="With --suggest: the tool version --emit writes for.")
+@model_options
+@cluster_options
+@search_options
 def calibrate(
     runs: tuple[str, ...],
     given: dict[str, str],
@@ -62,6 +82,10 @@ def calibrate(
     params: tuple[str, ...] | None,
     max_params: int | None,
     as_json: bool,
+    suggest: int | None,
+    emit: str | None,
+    emit_version: str | None,
+    **job: Any,
 ) -> None:
     """Fit GEMM efficiency, link bandwidths and fixed overheads to your own measured runs.
 
@@ -69,12 +93,16 @@ def calibrate(
     vpp, micro_batch, layers, seq_len, recompute, precision, framework, id) and one measurement:
     step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu. Other files are read as trainer
     logs (Megatron-LM/NeMo, torchtitan, DeepSpeed), one run each; --set gives what a log does not
-    say. See docs/calibration.md.
+    say. A run far from the prediction is explained (what would have to be true) and fitted; it is
+    refused only when no parameter within its physical range explains it. See docs/calibration.md.
+
+    With --suggest N and a job (the flags of `plan`), print the N runs to measure next.
 
     \b
     Examples:
       shardwise calibrate my_runs.csv -o h100.yaml
       shardwise calibrate logs/*.log --set system=dgx-h100 --set model=llama3-70b
+      shardwise calibrate --suggest 3 --model llama3-8b --system dgx-h100 --nodes 64 --global-batch 512
       shardwise predict --model llama3-70b --system dgx-h100 --nodes 8 --tp 4 --pp 4 \\
           --global-batch 512 --calibration h100.yaml
     """
@@ -87,6 +115,24 @@ def calibrate(
     from shardwise.calibration import store
     from shardwise.errors import SpecError
 
+    if suggest is None and (emit or emit_version):
+        raise SpecError("--emit and --emit-version go with --suggest N (the runs to measure next)")
+    if suggest is None and _job_given(job):
+        raise SpecError(
+            "--model, --system, --nodes, ... describe a job for --suggest N; give --suggest, or leave them out"
+        )
+    if not runs:
+        if suggest is None:
+            raise SpecError("calibrate: give RUNS.csv (or trainer logs), or --suggest N with a job")
+        from shardwise.cli.calibrate_suggest import run_suggest
+        from shardwise.cli.options import load_calibration
+
+        cal = load_calibration(job)
+        basis = f"calibration {cal.path} ({cal.runs} run(s))" if cal else "the presets' priors (no calibration yet)"
+        run_suggest(suggest, cal.fit if cal else None, basis, job, emit, emit_version, as_json, [])
+        return
+    if job.get("calibration"):
+        raise SpecError("--calibration: give either RUNS to fit or a calibration to start from, not both")
     for path in runs:
         try:
             same = Path(path).resolve() == Path(output).resolve()
@@ -101,41 +147,67 @@ def calibrate(
         raise SpecError("--set fills in what a trainer log does not state; a CSV states its columns itself")
     measured = _read(runs, given)
     steps = np.array([r.measured for r in measured])
-    _check_plausible(measured, steps)
-    result = fitting.fit([r.case for r in measured], steps, max_params, params)
+    notes = _explain_far(measured, steps)
+    if params is None:
+        from shardwise.calibration.explain import explaining_fit
+
+        result = explaining_fit([r.case for r in measured], steps, max_params)
+    else:
+        result = fitting.fit([r.case for r in measured], steps, max_params, params)
     gpus = [r.scenario.cluster.gpu.name for r in measured]
     doc = store.document(result, list(runs), [r.run_id for r in measured], gpus, steps, [r.metric for r in measured])
     store.from_document(doc, output)  # never write a file that --calibration would refuse
     store.save(doc, output)
+    if suggest is not None:
+        from shardwise.cli.calibrate_suggest import run_suggest
+
+        for note in notes:
+            click.echo(f"note: {note}", err=True)
+        basis = f"calibration {output} ({len(measured)} run(s))"
+        run_suggest(suggest, result, basis, job, emit, emit_version, as_json, [r.scenario for r in measured])
+        return
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({**doc, "output": output}))
+        click.echo(export.dumps({**doc, "output": output, "explained": notes}))
         return
-    _print(result, measured, steps, output)
+    _print(result, measured, steps, output, notes)
 
 
-# A run the model misses by more than this factor is refused: a unit slip (ms for s, per-GPU for
-# total) or a run the model cannot express is far likelier than a stack three times off.
+# A run the model misses by more than this factor is far: what would explain it is said, and it is
+# refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
+# for total, or a run the model cannot express).
 MAX_MISS = 3.0
 
 
-def _check_plausible(measured: list[Any], values: Any) -> None:
+def _explain_far(measured: list[Any], values: Any) -> list[str]:
+    """One line per far run saying what would have to be true to explain it (`calibration.explain`);
+    a SpecError naming what was tried for a run nothing explains."""
     import numpy as np
 
+    from shardwise.calibration.explain import describe, explain_run
     from shardwise.calibration.fit import Evaluator, LayerStackCase
     from shardwise.errors import SpecError
 
     predicted = Evaluator([r.case for r in measured]).step_s({})[0]
+    notes = []
     for r, m, t in zip(measured, values, predicted, strict=True):
         if isinstance(r.case, LayerStackCase):  # written by `shardwise measure`: no unit to slip
             continue
         ratio = float(t / m)
-        if not np.isfinite(ratio) or not 1 / MAX_MISS <= ratio <= MAX_MISS:
-            raise SpecError(
-                f"{r.where}: {r.metric} {m:.4g} but the model predicts {t:.4g} ({ratio:.3g} x): more than "
-                f"{MAX_MISS:g} x apart; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out"
-            )
+        if np.isfinite(ratio) and 1 / MAX_MISS <= ratio <= MAX_MISS:
+            continue
+        ex = explain_run(r.case, float(m))
+        line = describe(r.where, r.metric, float(m), ex)
+        if not ex.found:
+            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
+        notes.append(line)
+    return notes
+
+
+def _job_given(job: dict[str, Any]) -> bool:
+    """Whether a job flag was given (they matter only with --suggest)."""
+    return any(job.get(k) for k in ("model_name", "system", "gpu_name", "nodes", "num_gpus", "global_batch"))
 
 
 def _read(paths: tuple[str, ...], given: dict[str, str]) -> list[Any]:
@@ -153,7 +225,7 @@ def _read(paths: tuple[str, ...], given: dict[str, str]) -> list[Any]:
     return out
 
 
-def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:
+def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: list[str]) -> None:
     import numpy as np
     from rich.table import Table
 
@@ -162,6 +234,8 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:
     from shardwise.units import format_seconds
 
     out = console()
+    for note in notes:
+        out.print(f"far from the prediction: {note}", markup=False, highlight=False)
     n, k = len(measured), len(result.fitted)
     out.print(f"{n} run(s); {k} of {len(PARAMETERS)} parameters fitted (80% intervals from the posterior)")
     table = Table(header_style="bold")
@@ -171,7 +245,7 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str) -> None:
         value = result.values[p.name]
         if p.name in result.fitted:
             lo, hi = result.interval80(p.name)
-            shown = (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}") if p.log_scale else _seconds(value, lo, hi)
+            shown = _seconds(value, lo, hi) if p.unit == "s" else (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}")
             table.add_row(p.name, *shown, p.description)
         else:
             table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")
@@ -216,3 +290,9 @@ def _seconds(value: float, lo: float, hi: float) -> tuple[str, str]:
     from shardwise.units import format_seconds
 
     return format_seconds(value), f"{format_seconds(lo)}-{format_seconds(hi)}"
+
+
+# The job's global batch is required by `plan`, not by a calibration without --suggest.
+for _param in calibrate.params:
+    if _param.name == "global_batch":
+        _param.required = False

@@ -297,7 +297,7 @@ class PlanRequest:
             first = result.scenario(int(best[0]))
             launch = training_launch(first, self.emit, self.emit_version, capacity, rows[0]["step_time_s"])
         why = alternatives(result, int(best[0]))
-        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes))
+        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes), cal)
 
 
 @dataclass(frozen=True)
@@ -312,6 +312,7 @@ class PlanResult:
     launch: dict[str, Any] | None
     interval_basis: str
     notes: tuple[str, ...]
+    calibration: Any = None  # calibration.store.Calibration the plans were priced with
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `plan --json` prints."""

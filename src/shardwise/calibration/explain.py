@@ -1,0 +1,179 @@
+"""A run far from the prediction is evidence: what would have to be true to explain it, and a fit
+that follows it.
+
+`explain_run`: for each calibration parameter alone, the value inside its physical range
+(`Parameter.low .. high`) at which the model predicts the measured figure, found on a grid of
+GRID points over the range and refined by one more grid inside the bracketing interval (the
+prediction is monotone in each parameter), with the physical quantity it implies ("the network
+at about 6 GB/s per GPU across 64 servers"). A run no single parameter explains is reported with
+the range of predictions each parameter reaches.
+
+`explaining_fit`: when the ordinary fit (`fit.fit`, parameters taken in the table's order, narrow
+priors) still misses a run by more than FAR_LOG (8%: about 1.5 x the spread of a calibrated stack,
+`spreads.NOISE_LOG_SD`), the parameters are chosen by forward selection
+instead: each round adds the sensitive parameter, with its wide prior (`fit.WIDEN`), that lowers
+the fit's -2 log posterior most (`fit.score` of the same form), while it lowers it by more than
+MIN_GAIN and runs allow (n runs, at most n parameters); the result with the better score of the
+two is kept. A parameter is thus fitted because the runs need it, not because it comes early in
+the table.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
+
+GRID = 25
+FAR_LOG = math.log(1.08)  # a run the ordinary fit misses by more than 8%: choose parameters by need
+MIN_GAIN = 2.0  # -2 log evidence: a parameter must improve the fit at least this much to be added
+
+
+@dataclass(frozen=True)
+class Explanation:
+    parameter: str
+    value: float  # the parameter's value at which the model predicts the measurement
+    prior_sds: float  # how far from its prior, in (narrow) prior standard deviations
+    text: str  # the physical quantity that value means
+
+
+@dataclass(frozen=True)
+class RunExplanations:
+    ratio: float  # measured / predicted
+    found: tuple[Explanation, ...]  # most plausible first
+    tried: dict[str, tuple[float, float]]  # parameter -> (lowest, highest) prediction over its range
+
+
+def explain_run(case: Any, measured: float) -> RunExplanations:
+    """What single parameter change would make the model predict `measured` for `case`."""
+    from shardwise.calibration.fit import Evaluator
+
+    ev = Evaluator([case])
+    target = math.log(measured)
+    predicted = float(ev.step_s({})[0, 0])
+    found, tried = [], {}
+    for p in PARAMETERS:
+        lo, hi = p.low, p.high
+        for _ in range(2):  # a grid, then a grid inside the bracket
+            u = np.linspace(lo, hi, GRID)
+            logt = np.log(ev.step_s({p.name: p.value(u)})[:, 0])
+            if _ == 0:
+                tried[p.name] = (float(np.exp(logt.min())), float(np.exp(logt.max())))
+            above = logt >= target
+            cross = np.flatnonzero(above[:-1] != above[1:])
+            if cross.size == 0:
+                break
+            j = int(cross[np.argmin(np.abs(u[cross] - p.prior_mean))])
+            lo, hi = float(u[j]), float(u[j + 1])
+        else:
+            t0, t1 = logt[0], logt[-1]
+            uu = lo if t1 == t0 else lo + (target - t0) * (hi - lo) / (t1 - t0)
+            value = float(p.value(uu))
+            text = f"{quantity(case, p.name, value)}, i.e. {p.name} = {value:.3g}"
+            found.append(Explanation(p.name, value, abs(uu - p.prior_mean) / p.prior_sd, text))
+    found.sort(key=lambda e: e.prior_sds)
+    return RunExplanations(measured / predicted, tuple(found), tried)
+
+
+def quantity(case: Any, name: str, value: float) -> str:
+    """The physical quantity a parameter value means for this run's hardware, in words."""
+    scn = getattr(case, "scenario", case)
+    c = apply(scn.cluster, {name: value})
+    nodes = int(np.max(np.asarray(scn.cluster.nodes)))
+    if name in ("inter_node_bandwidth_scale", "inter_node_scaling_exponent") and c.inter_node_link is not None:
+        rate = float(np.max(c.inter_node_link.effective_bandwidth_bytes_per_s)) / 1e9
+        nominal = float(np.max(scn.cluster.inter_node_link.effective_bandwidth_bytes_per_s)) / 1e9
+        return f"inter-node collectives at about {rate:.3g} GB/s per GPU across {nodes} servers (presets {nominal:.3g})"
+    if name == "matmul_efficiency_scale":
+        return f"GEMMs at about {float(np.max(c.gpu.matmul_efficiency)):.0%} of peak (presets: " + (
+            f"{float(np.max(scn.cluster.gpu.matmul_efficiency)):.0%})"
+        )
+    if name == "intra_node_bandwidth_scale":
+        rate = float(np.max(c.intra_node_link.effective_bandwidth_bytes_per_s)) / 1e9
+        return f"{c.intra_node_link.name} inside a server at about {rate:.3g} GB/s per GPU"
+    if name == "memory_bandwidth_scale":
+        return f"HBM at about {float(np.max(c.gpu.memory_bandwidth_bytes_per_s)) / 1e12:.3g} TB/s"
+    if name == "link_latency_scale":
+        return f"every link's latency {value:.3g} x the presets'"
+    from shardwise.units import format_seconds
+
+    what = {"step_overhead_s": "per step", "micro_batch_overhead_s": "per micro-batch per pipeline stage"}[name]
+    return f"about {format_seconds(value)} of fixed time {what}"
+
+
+def describe(where: str, metric: str, measured: float, ex: RunExplanations) -> str:
+    """'runs.csv line 5: step_time_s 12.3 s is 4.1 x the prediction; explained if: ...' (one line)."""
+    from shardwise.units import format_seconds
+
+    head = f"{where}: {metric} {format_seconds(measured)} is {ex.ratio:.3g} x the model's prediction"
+    if ex.found:
+        options = "; or ".join(e.text for e in ex.found[:3])
+        return f"{head}; it would be explained by {options}"
+    tried = "; ".join(
+        f"{BY_NAME[n].description} {_range(n)}: {format_seconds(lo)}-{format_seconds(hi)}"
+        for n, (lo, hi) in ex.tried.items()
+    )
+    return f"{head}, and no parameter within its physical range explains it (tried: {tried})"
+
+
+def _range(name: str) -> str:
+    p = BY_NAME[name]
+    return f"{p.value(p.low):.3g}-{p.value(p.high):.3g}{p.unit if p.unit != '1' else ''}"
+
+
+def score(fitted: Any, wide: tuple[str, ...]) -> float:
+    """-2 log evidence (up to a constant) of a fit, in the Laplace approximation: `fit.fit`'s score of
+    its prior choices less ln det of the posterior covariance, so that fits of different parameter
+    sets compare (MacKay 2003, Sec. 28.2)."""
+    from shardwise.calibration.fit import WIDEN
+
+    r = np.asarray(fitted.after_log_error, dtype=float)
+    s = float(fitted.noise_log_sd)
+    total = float(np.sum(r**2) / s**2 + len(r) * np.log(s**2))
+    for name in fitted.fitted:
+        p = BY_NAME[name]
+        sd = p.prior_sd * (WIDEN if name in wide or name in fitted.widened else 1.0)
+        total += ((p.u(fitted.values[name]) if p.log_scale else fitted.values[name]) - p.prior_mean) ** 2 / sd**2
+        total += 2 * math.log(sd)
+    if len(fitted.fitted):  # the Occam factor: a parameter the runs do not pin down costs what its prior spends
+        total -= float(np.linalg.slogdet(np.asarray(fitted.u_covariance, dtype=float))[1])
+    return total
+
+
+def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int | None = None) -> Any:
+    """The ordinary fit, or the forward-selected one where it explains the runs better (see the
+    module docstring)."""
+    from shardwise.calibration.fit import fit
+
+    base = fit(cases, measured, max_parameters)
+    if np.max(np.abs(base.after_log_error)) <= FAR_LOG:
+        return base
+    limit = len(measured) if max_parameters is None else min(max_parameters, len(measured))
+    sensitive = [
+        p.name for p in PARAMETERS if p.name in base.fitted or "sensitive" not in base.not_fitted.get(p.name, "")
+    ]
+    chosen: list[str] = []
+    best, best_score = None, math.inf
+    while len(chosen) < limit:
+        trials = []
+        for name in sensitive:
+            if name in chosen:
+                continue
+            names = tuple(n for n in NEUTRAL if n in (*chosen, name))
+            f = fit(cases, measured, only=names, wide=names)
+            if name in f.fitted:
+                trials.append((score(f, names), name, f))
+        if not trials:
+            break
+        s, name, f = min(trials, key=lambda t: t[0])
+        if s > best_score - MIN_GAIN:
+            break
+        chosen.append(name)
+        best, best_score = f, s
+    if best is None or best_score >= score(base, ()):
+        return base
+    return best

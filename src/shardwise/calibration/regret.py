@@ -1,0 +1,282 @@
+"""How sure is the planner's pick? Its expected regret under the calibration's posterior.
+
+The calibration's parameters are uncertain (`calibration.fit`: a Laplace posterior for the fitted
+ones, the prior for the others; without a calibration, the prior for all). Draw S parameter sets
+from that distribution, price the plans that could win under each, and for each set compare the
+planner's pick with the best plan under that set:
+
+    R[s, p] = cost_s(p) / min_q cost_s(q) - 1          (regret of plan p if set s is the truth)
+    expected regret of the pick = mean_s R[s, pick]
+    chance another plan is faster = share of s with R[s, pick] > TIE_TOLERANCE
+
+(cost: the step time, or GPUs x step time for the throughput-per-GPU objective). Only the
+parameters' uncertainty is counted, not the model's residual error per plan: two layouts that
+the model prices alike are not told apart by any calibration, so a per-plan error would report
+a regret no measurement of the cluster could remove.
+
+Which plans could win: every plan that fits is priced at the calibrated values and at each
+parameter moved CORNER_SDS of its sd either way (one-sided for an overhead or exponent at its
+bound); the best POOL_PER_CORNER distinct plans of each corner form the pool (plans that cost
+the same at every corner, e.g. micro-batch variants with one step time, count once).
+
+Without a calibration, every parameter is drawn from the fit's own two-component prior
+(`fit.WIDEN`): the public stacks' narrow prior, or with probability `fit.WIDE_SHARE` one WIDEN x
+wider (a cluster unlike the public ones: a network far below its nominal
+rate at scale is the common case). With one, every parameter is drawn from the Laplace
+posterior over all of them at the fitted values (`Fit.full_covariance`: the unfitted ones under
+that prior's variance, conditioned on the runs; a file without it: the fitted ones' posterior and
+the others' two-component prior).
+
+The draws are deviations from the calibrated values, applied to the calibrated cluster
+(`parameters.apply` composes: scales multiply, overheads and the exponent add); a draw outside a
+parameter's physical range is rejected (a truncated normal: a draw moved to a bound would lose its
+correlation with the others), and reflected at a lower bound of 0 only where too few fall inside.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shardwise.calibration.fit import WIDE_SHARE, WIDEN
+from shardwise.calibration.parameters import NEUTRAL, PARAMETERS, apply
+
+if TYPE_CHECKING:
+    from shardwise.analyses.planner import PlanSearch
+    from shardwise.calibration.fit import Fit
+
+SAMPLES = 256
+CORNER_SDS = 2.0
+POOL_PER_CORNER = 6
+TIE_TOLERANCE = 0.005  # the planner's: costs this close are a tie
+SEED = 20261204  # a fixed seed: the same question gets the same answer
+TRIES = 16  # draws made per draw kept (the rest fall outside a parameter's range)
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """The parameters' distribution around the calibrated values, in u space (`Parameter.u`)."""
+
+    names: tuple[str, ...]  # every parameter, PARAMETERS order
+    center: np.ndarray  # u of the calibrated (or neutral) values
+    covariance: np.ndarray  # the fit's posterior covariance for fitted ones, the prior's variance elsewhere
+    fitted: tuple[str, ...]
+
+    @property
+    def open(self) -> np.ndarray:
+        """Which parameters follow the two-component prior (not fitted)."""
+        return np.array([n not in self.fitted for n in self.names])
+
+    @property
+    def mixture_covariance(self) -> np.ndarray:
+        """The covariance with each unfitted parameter's variance that of its two-component prior."""
+        factor = np.where(self.open, np.sqrt(1 - WIDE_SHARE + WIDE_SHARE * WIDEN**2), 1.0)
+        return self.covariance * np.outer(factor, factor)
+
+    @property
+    def sd(self) -> np.ndarray:
+        return np.sqrt(np.diag(self.mixture_covariance))
+
+    def draw(self, n: int, seed: int = SEED) -> np.ndarray:
+        """n deviations (n, k) in u space, kept inside each parameter's range."""
+        rng = np.random.default_rng(seed)
+        size = n * TRIES
+        dev = rng.multivariate_normal(np.zeros(len(self.names)), self.covariance, size=size, method="cholesky")
+        wide = (rng.random(dev.shape) < WIDE_SHARE) & self.open[None, :]
+        dev = np.where(wide, dev * WIDEN, dev)
+        # truncated to the physical ranges by rejection: a draw moved to a bound would lose its
+        # correlations (a network exponent at 0 compensated by its scale must move with it)
+        inside = np.all((dev >= self.low - 1e-12) & (dev <= self.high + 1e-12), axis=1)
+        kept = np.concatenate([np.flatnonzero(inside), np.flatnonzero(~inside)])[:n]
+        return self.bounded(dev[np.sort(kept)])
+
+    @property
+    def low(self) -> np.ndarray:
+        return np.array([p.low for p in PARAMETERS]) - self.center
+
+    @property
+    def high(self) -> np.ndarray:
+        return np.array([p.high for p in PARAMETERS]) - self.center
+
+    def bounded(self, dev: np.ndarray) -> np.ndarray:
+        """Deviations moved inside the ranges: reflected at a lower bound (an overhead at 0 s), clipped."""
+        low, high = self.low, self.high
+        dev = np.where(dev < low, 2 * low - dev, dev)
+        return np.clip(dev, low, high)
+
+    def values(self, dev: np.ndarray) -> dict[str, np.ndarray]:
+        """`parameters.apply` values of deviations (n, k): a factor for a scale, an addition otherwise."""
+        d = np.atleast_2d(dev)
+        return {p.name: (np.exp(d[:, j]) if p.log_scale else d[:, j]) for j, p in enumerate(PARAMETERS)}
+
+
+def uncertainty(fit: Fit | None) -> Uncertainty:
+    """The distribution of `fit` (None: the priors around the uncalibrated values)."""
+    values = dict(NEUTRAL) if fit is None else {**NEUTRAL, **fit.values}
+    names = tuple(p.name for p in PARAMETERS)
+    center = np.array([p.u(values[p.name]) if p.log_scale else values[p.name] for p in PARAMETERS])
+    cov = np.diag([p.prior_sd**2 for p in PARAMETERS])
+    if fit is not None and fit.full_covariance is not None:  # every parameter conditioned on the runs
+        return Uncertainty(names, center, np.asarray(fit.full_covariance, dtype=float), names)
+    fitted = tuple(fit.fitted) if fit is not None else ()
+    idx = [names.index(n) for n in fitted]
+    if idx:
+        cov[np.ix_(idx, idx)] = np.asarray(fit.u_covariance, dtype=float)  # type: ignore[union-attr]
+    return Uncertainty(names, center, cov, fitted)
+
+
+def costs(search: PlanSearch, plans: np.ndarray, dev: np.ndarray, unc: Uncertainty) -> np.ndarray:
+    """Cost of each plan (indices into the search) under each deviation: shape (len(dev), len(plans)).
+    The search's cluster is the calibrated one; the deviations move it (see the module docstring)."""
+    from shardwise.analyses.planner import _scenario
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.specs import Scenario
+
+    cols = {k: v[plans] for k, v in search.columns.items()}
+    scn = _scenario(search.model, search.cluster, search.global_batch, search.space, cols)
+    values = {k: v[:, None] for k, v in unc.values(dev).items()}
+    est = estimate_training_step(Scenario(scn.model, apply(scn.cluster, values), scn.plan))
+    t = np.broadcast_to(np.asarray(est.step_time_s, dtype=float), (len(dev), len(plans)))
+    return t * cols["gpus"][None, :] if search.space.objective != "time" else np.array(t)
+
+
+def corners(unc: Uncertainty, sds: float = CORNER_SDS) -> np.ndarray:
+    """The calibrated point and each parameter moved `sds` of its sd either way (bounded), of the
+    narrow and of the wide prior for an unfitted one."""
+    k = len(unc.names)
+    moves = [np.zeros(k)]
+    narrow = np.sqrt(np.diag(unc.covariance))
+    for j, s in enumerate(narrow):
+        for sign in (-1.0, 1.0):
+            for width in (1.0, WIDEN) if unc.open[j] else (1.0,):
+                d = np.zeros(k)
+                d[j] = sign * sds * s * width
+                moves.append(d)
+    out = unc.bounded(np.array(moves))
+    _, keep = np.unique(np.round(out, 12), axis=0, return_index=True)  # one-sided moves clip to the centre
+    return out[np.sort(keep)]
+
+
+def pool(search: PlanSearch, unc: Uncertainty, per_corner: int = POOL_PER_CORNER) -> np.ndarray:
+    """The plans that could win (see the module docstring), the planner's pick first."""
+    fit = np.flatnonzero(search.fits)
+    pick = int(search.ranked(1)[0])
+    at = corners(unc)
+    c = np.vstack([costs(search, fit, d[None, :], unc)[0] for d in at])  # one corner at a time: bounded memory
+    _, first = np.unique(np.round(np.log(c).T, 6), axis=0, return_index=True)
+    distinct = fit[np.sort(first)]
+    cd = c[:, np.sort(first)]
+    chosen = [pick]
+    for row in cd:
+        for j in np.argsort(row, kind="stable")[:per_corner]:
+            if int(distinct[j]) not in chosen:
+                chosen.append(int(distinct[j]))
+    return np.array(chosen, dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class Regret:
+    """The pick's expected regret (see the module docstring)."""
+
+    pick: int  # the planner's pick (index into the search)
+    expected: float  # mean relative regret
+    chance: float  # chance another plan is faster by more than TIE_TOLERANCE
+    size_when_beaten: float  # mean regret over the draws where it is beaten
+    rival: int | None  # the plan most often best when the pick is beaten
+    rival_chance: float
+    samples: int
+    pool_size: int
+    basis: str
+
+
+@dataclass(frozen=True)
+class Draws:
+    """The pool priced under the draws (what the regret and the suggestions share)."""
+
+    plans: np.ndarray  # pool, indices into the search (the pick first)
+    dev: np.ndarray  # (S, k) deviations
+    cost: np.ndarray  # (S, P), as the planner prices it (closed form x `ratio`)
+    unc: Uncertainty
+    ratio: np.ndarray  # (P,) the planner's step time over the closed form's (`confirmed_ratio`)
+
+    @property
+    def relative(self) -> np.ndarray:
+        """R[s, p] = cost / best cost - 1."""
+        return self.cost / self.cost.min(axis=1, keepdims=True) - 1.0
+
+
+def draws(search: PlanSearch, fit: Fit | None, samples: int = SAMPLES, seed: int = SEED) -> Draws:
+    unc = uncertainty(fit)
+    plans = pool(search, unc)
+    dev = unc.draw(samples, seed)
+    ratio = confirmed_ratio(search, plans, unc)
+    return Draws(plans, dev, costs(search, plans, dev, unc) * ratio, unc, ratio)
+
+
+def confirmed_ratio(search: PlanSearch, plans: np.ndarray, unc: Uncertainty) -> np.ndarray:
+    """Each plan's step time as the planner reports it (the simulator's for a pipeline,
+    `planner.confirmed_estimate`) over the closed form's, at the calibrated values: the draws are
+    priced in closed form (one array call) and scaled by it, so they rank the plans as `plan` does."""
+    from shardwise.analyses.planner import confirmed_estimate, simulable
+
+    closed = costs(search, plans, np.zeros((1, len(unc.names))), unc)[0]
+    ratio = np.ones(len(plans))
+    for j, i in enumerate(plans.tolist()):
+        scn = search.scenario(i)
+        if simulable(scn.plan):
+            t = float(np.asarray(confirmed_estimate(scn).step_time_s))
+            ratio[j] = t * (float(search.columns["gpus"][i]) if search.space.objective != "time" else 1.0) / closed[j]
+    return ratio
+
+
+def regret_of(d: Draws, column: int = 0, basis: str = "") -> Regret:
+    """The regret of the pool's plan `column` (0: the pick)."""
+    r = d.relative
+    mine = r[:, column]
+    beaten = mine > TIE_TOLERANCE
+    rival, rival_chance = None, 0.0
+    if beaten.any():
+        winners = np.argmin(d.cost[beaten], axis=1)
+        best = np.bincount(winners, minlength=r.shape[1])
+        rival, rival_chance = int(d.plans[int(np.argmax(best))]), float(best.max() / len(mine))
+    return Regret(
+        int(d.plans[column]),
+        float(mine.mean()),
+        float(beaten.mean()),
+        float(mine[beaten].mean()) if beaten.any() else 0.0,
+        rival,
+        rival_chance,
+        len(mine),
+        len(d.plans),
+        basis,
+    )
+
+
+def plan_regret(search: PlanSearch, fit: Fit | None, basis: str = "") -> Regret:
+    """The expected regret of the search's best plan (its cluster already calibrated by `fit`)."""
+    return regret_of(draws(search, fit), 0, basis)
+
+
+def describe(reg: Regret, label: Any = None) -> str:
+    """'expected regret of the pick: 0.4% (a 12% chance that another plan is faster, by 3.1% when it is; ...)'."""
+    what = reg.basis or "the parameters' uncertainty"
+    head = f"expected regret of the pick: {reg.expected:.1%} under {what}"
+    if reg.chance == 0:
+        return f"{head}; no draw of {reg.samples} makes another of the {reg.pool_size} contending plans faster"
+    text = (
+        f"{head}: a {reg.chance:.0%} chance that another plan is faster, by {reg.size_when_beaten:.1%} on average "
+        f"when it is ({reg.samples} draws, {reg.pool_size} contending plans)"
+    )
+    if reg.rival is not None and label is not None:
+        text += f"; most often {label(reg.rival)} ({reg.rival_chance:.0%} of draws)"
+    return text
+
+
+def text(search: PlanSearch, fit: Fit | None, basis: str = "") -> str:
+    """The line `plan --calibration` prints under its table."""
+    from shardwise.calibration.suggest import label
+
+    reg = plan_regret(search, fit, basis)
+    return describe(reg, lambda i: label(search, i))

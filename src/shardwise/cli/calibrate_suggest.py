@@ -1,0 +1,160 @@
+"""`shardwise calibrate --suggest N`: the runs to measure next for a job (the flags `plan` takes),
+chosen by `calibration.suggest`, with their launch commands (`--emit`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+DEFAULT_EMIT = {"torchtitan": "torchtitan", "torchtitan-compile": "torchtitan", "deepspeed": "deepspeed"}
+
+
+def search_for(options: dict[str, Any], values: dict[str, float] | None) -> Any:
+    """The planner's search of the job in `options` on its cluster calibrated by `values` (None:
+    the presets), as `shardwise plan` builds it."""
+    from shardwise.analyses.planner import SearchSpace, search
+    from shardwise.calibration.parameters import apply
+    from shardwise.cli.options import build_cluster, build_model
+    from shardwise.cli.plan import _execution, _headroom
+
+    model = build_model(options)
+    layout = {"tp": 1, "pp": 1, "dp": None, "vpp": None, "micro_batch": None, "calibration": None}
+    cluster = build_cluster({**options, **layout})
+    if values:
+        cluster = apply(cluster, values)
+    space = SearchSpace(
+        tp=options["tp"],
+        pp=options["pp"],
+        dp=options["dp"],
+        vpp=options["vpp"],
+        cp=options["cp"],
+        ep=options["ep"],
+        micro_batch=options["micro_batch"],
+        schedule=options["schedule"],
+        recompute=options["recompute"],
+        sequence_parallel={"on": (True,), "off": (False,), "any": None}[options["sequence_parallel"]],
+        zero_stage=options["zero"],
+        zero_with_pipeline=options["zero_with_pp"],
+        max_tp=options["max_tp"],
+        tp_within_node=options["tp_within_node"],
+        max_micro_batch=options["max_micro_batch"],
+        max_vpp=options["max_vpp"],
+        memory_headroom_bytes=_headroom(options["memory_headroom"], float(cluster.gpu.memory_bytes)),
+        objective=options["objective"],
+        precision=options["precision"],
+        execution=_execution(options),
+    )
+    return search(model, cluster, options["global_batch"], space)
+
+
+def run_suggest(
+    n: int,
+    fit: Any,
+    basis: str,
+    options: dict[str, Any],
+    emit: str | None,
+    emit_version: str | None,
+    as_json: bool,
+    measured: list[Any],
+) -> None:
+    """Print (or return as JSON) the n runs to measure next."""
+    from shardwise.calibration import suggest as sg
+    from shardwise.errors import SpecError
+
+    if options.get("global_batch") is None or not options.get("model_name"):
+        raise SpecError("--suggest: give the job as `plan` takes it: --model, --system, --nodes, --global-batch")
+    result = search_for(options, fit.values if fit is not None else None)
+    if result.ranked(1).size == 0:
+        raise SpecError(f"--suggest: none of the {result.evaluated:,} plans fits in memory; `shardwise plan` says why")
+    measured_idx = sg.measured_plans(result, measured)
+    found = sg.suggest(result, fit, n, measured_idx)
+    target = (emit or DEFAULT_EMIT.get(str(options.get("framework") or ""), "megatron")).lower()
+    capacity = float(result.cluster.gpu.memory_bytes) - result.space.memory_headroom_bytes
+    launches = [_launch(result, r, target, emit_version, capacity) for r in found.runs]
+    if as_json:
+        from shardwise import export
+
+        click.echo(export.dumps(_as_dict(result, found, launches, basis)))
+        return
+    _print(result, found, launches, basis, len(measured_idx))
+
+
+def _launch(result: Any, run: Any, target: str, version: str | None, capacity: float) -> dict[str, Any]:
+    from shardwise.emit import EmitError
+    from shardwise.emit.report import training_launch
+
+    try:
+        return training_launch(result.scenario(run.plan), target, version, capacity, run.step_time_s)
+    except EmitError as exc:
+        return {"target": target, "error": str(exc)}
+
+
+def _as_dict(result: Any, found: Any, launches: list[dict[str, Any]], basis: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from shardwise.calibration.suggest import label
+
+    reg = found.regret
+    return {
+        "pick": {"label": label(result, reg.pick), **result.row(reg.pick)},
+        "regret": {**asdict(reg), "basis": basis},
+        "noise_log_sd": found.noise_log_sd,
+        "suggestions": [
+            {"label": label(result, r.plan), **asdict(r), "row": result.row(r.plan), "launch": launch}
+            for r, launch in zip(found.runs, launches, strict=True)
+        ],
+    }
+
+
+def _print(result: Any, found: Any, launches: list[dict[str, Any]], basis: str, measured: int) -> None:
+    import textwrap
+
+    from shardwise.calibration.parameters import BY_NAME
+    from shardwise.calibration.regret import describe
+    from shardwise.calibration.suggest import label
+    from shardwise.cli.render import console
+    from shardwise.units import format_seconds
+
+    out = console()
+    wrap = textwrap.TextWrapper(width=max(out.width, 60) - 1, subsequent_indent="    ")
+    m, c, reg = result.model, result.cluster, found.regret
+    out.print(
+        f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name}, global batch {result.global_batch}; "
+        f"{reg.pool_size} plans could be the fastest under {basis}",
+        highlight=False,
+    )
+    out.print(wrap.fill(f"today's pick: {label(result, reg.pick)}"), markup=False, highlight=False)
+    out.print(wrap.fill(describe(reg, lambda i: label(result, i))), markup=False, highlight=False)
+    if measured:
+        out.print(f"({measured} of these plans already measured: not suggested again)", highlight=False)
+    if not found.runs:
+        out.print("nothing left to measure among the contending plans")
+        return
+    out.print(f"measure next, in this order (each a few steps; {len(found.runs)} run(s)):")
+    for k, (r, launch) in enumerate(zip(found.runs, launches, strict=True), start=1):
+        narrowed = sorted(((v, n) for n, v in r.narrows.items() if v >= 0.05), reverse=True)[:3]
+        settles = ", ".join(f"{BY_NAME[n].description} by {v:.0%}" for v, n in narrowed) or "no parameter much"
+        lines = [
+            f"{k}. {label(result, r.plan)}: predicted {format_seconds(r.step_time_s)} per step "
+            f"(+-{r.spread_log_sd:.0%} (1 sd) before it is measured)",
+            f"   settles: narrows {settles}; expected regret after {r.regret_after:.1%} "
+            f"(the pick changes in {r.pick_changes:.0%} of outcomes)",
+        ]
+        for line in lines:
+            out.print(wrap.fill(line), markup=False, highlight=False)
+        if "error" in launch:
+            out.print(wrap.fill(f"   no launch: {launch['error']}"), markup=False, highlight=False)
+        else:
+            changed = f" (runs a different plan: {'; '.join(launch['changes'])})" if launch["changes"] else ""
+            head = f"   launch with {launch['target']} ({launch['version']}){changed}:"
+            out.print(head, markup=False, highlight=False)
+            click.echo(textwrap.indent(launch["shell"], "   "))
+    out.print(
+        wrap.fill(
+            "then add each measured step time to your runs CSV (step_time_s), and run `shardwise calibrate RUNS.csv "
+            "--suggest N` with the same job flags again: the next runs depend on what these show"
+        ),
+        markup=False,
+        highlight=False,
+    )
