@@ -12,40 +12,21 @@ DEFAULT_EMIT = {"torchtitan": "torchtitan", "torchtitan-compile": "torchtitan", 
 
 def search_for(options: dict[str, Any], values: dict[str, float] | None) -> Any:
     """The planner's search of the job in `options` on its cluster calibrated by `values` (None:
-    the presets), as `shardwise plan` builds it."""
-    from shardwise.analyses.planner import SearchSpace, search
+    the presets), as `shardwise plan` asks it (`requests.plan.PlanRequest`)."""
+    from shardwise.analyses.planner import search
     from shardwise.calibration.parameters import apply
-    from shardwise.cli.options import build_cluster, build_model
-    from shardwise.cli.plan import _execution, _headroom
+    from shardwise.requests import build
+    from shardwise.requests.plan import PlanRequest
 
-    model = build_model(options)
-    layout = {"tp": 1, "pp": 1, "dp": None, "vpp": None, "micro_batch": None, "calibration": None}
-    cluster = build_cluster({**options, **layout})
+    asked = {k: v for k, v in options.items() if k not in ("emit", "emit_version", "top", "calibration")}
+    request = PlanRequest.from_options(asked)
+    layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
+    fields = {**request.training.values(), **layout}
+    model = build.build_model(fields)
+    cluster = build.build_cluster(fields, [], None)
     if values:
         cluster = apply(cluster, values)
-    space = SearchSpace(
-        tp=options["tp"],
-        pp=options["pp"],
-        dp=options["dp"],
-        vpp=options["vpp"],
-        cp=options["cp"],
-        ep=options["ep"],
-        micro_batch=options["micro_batch"],
-        schedule=options["schedule"],
-        recompute=options["recompute"],
-        sequence_parallel={"on": (True,), "off": (False,), "any": None}[options["sequence_parallel"]],
-        zero_stage=options["zero"],
-        zero_with_pipeline=options["zero_with_pp"],
-        max_tp=options["max_tp"],
-        tp_within_node=options["tp_within_node"],
-        max_micro_batch=options["max_micro_batch"],
-        max_vpp=options["max_vpp"],
-        memory_headroom_bytes=_headroom(options["memory_headroom"], float(cluster.gpu.memory_bytes)),
-        objective=options["objective"],
-        precision=options["precision"],
-        execution=_execution(options),
-    )
-    return search(model, cluster, options["global_batch"], space)
+    return search(model, cluster, request.global_batch, request.space(float(cluster.gpu.memory_bytes)))
 
 
 def run_suggest(

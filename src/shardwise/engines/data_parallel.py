@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.costs import StageCost
+from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
 from shardwise.specs import Scenario
@@ -45,6 +45,9 @@ class DpComm:
     shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
     # ZeRO-0/1: one reduction (and gather) per step, per model chunk (see `exposed_s`)
     per_chunk: Number = False
+    # the share of the GPU's SMs NCCL's kernels hold while a hidden collective runs: the compute
+    # beside it slows by that share of the collective's time (`costs.overlapped_exposed_s`)
+    contention: Number = 0.0
 
     @property
     def total_s(self) -> Number:
@@ -62,6 +65,7 @@ class DpComm:
             self.gather_bucket_s + other.gather_bucket_s,
             self.shared_window,
             self.per_chunk,
+            self.contention,
         )
 
     def exposed_s(
@@ -103,9 +107,8 @@ class DpComm:
             return self.grad_s
         head, first, whole = self._staged(self.grad_s, self.grad_window_s, chunks, rounds)
         first, whole = np.where(overlap, first + drain_s, 0.0), np.where(overlap, whole + drain_s, 0.0)
-        grad = np.maximum(
-            np.maximum(self.grad_s - whole, head - first), np.where(whole > 0, self.grad_bucket_s, self.grad_s)
-        )
+        floor = np.where(whole > 0, np.maximum(self.grad_bucket_s, self.grad_s * self.contention), self.grad_s)
+        grad = np.maximum(np.maximum(self.grad_s - whole, head - first), floor)
         return np.minimum(grad, self.grad_s)
 
     def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
@@ -113,16 +116,15 @@ class DpComm:
         if np.ndim(window) == 0 and not window:  # no window: the whole gather
             return self.gather_s
         head, first, whole = self._staged(self.gather_s, window, chunks, rounds)
-        gather = np.maximum(
-            np.maximum(self.gather_s - whole, head - first), np.where(whole > 0, self.gather_bucket_s, self.gather_s)
-        )
+        floor = np.where(whole > 0, np.maximum(self.gather_bucket_s, self.gather_s * self.contention), self.gather_s)
+        gather = np.maximum(np.maximum(self.gather_s - whole, head - first), floor)
         return np.minimum(gather, self.gather_s)
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
         shared_window = self.gather_window_s + np.where(overlap, drain_s, 0.0)
         buckets = np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
-        return np.minimum(both, np.maximum(both - shared_window, buckets))
+        return np.minimum(both, np.maximum(both - shared_window, np.maximum(buckets, both * self.contention)))
 
 
 def dp_comm(
@@ -200,11 +202,13 @@ def dp_comm(
         gathers = 2 * m * price("weights_all_gather"), m * cost.total_s, 2 * m * price("bucket_weights_all_gather")
         return grad, window, price("bucket_reduce_scatter"), *gathers
 
+    sms = np.asarray(scn.cluster.gpu.sm_count, dtype=float)
+    contention = np.where(sms > 0, NCCL_OVERLAP_SMS / np.maximum(sms, 1.0), 0.0)
     if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
-        return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1)
+        return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1, contention=contention)
     fields = zip(*(stage(k) for k in range(4)), strict=True)
     chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
-    return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1)
+    return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention)
 
 
 def data_parallel_exposed_s(

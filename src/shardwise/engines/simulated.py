@@ -150,7 +150,8 @@ def stage_times(scn: Scenario) -> StageTimes:
             left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) / v)
             left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
         dp.append(left if hides else total)
-        tail.append(min(dp[-1], bucket) if hides else dp[-1])
+        # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
+        tail.append(min(dp[-1], max(bucket, total * float(np.asarray(c.contention)))) if hides else dp[-1])
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied
