@@ -205,12 +205,12 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
             ["tp", "--model", "gpt-125m", "--ranks", "5"],
             "--ranks 5 (the tensor-parallel size) must divide the heads (12)",
         ),
-        (["tp", "--out", "runs.txt"], "--out"),
-        (["micro", "-o", "machine.json"], "--out"),
+        (["tp", "--out", "runs.txt"], "-o runs.txt"),  # the earlier spelling; the message names -o
+        (["micro", "-o", "machine.json"], "-o machine.json"),
         (["micro", "--model", "llama3-8b"], "measure runs GPT layers"),
         (["tp", "--sequence-parallel", "--seq-len", "33"], "--seq-len 33 must be a multiple of --ranks 2"),
         (["tp", "--dtype", "float32", "--out", "runs.csv"], "--dtype float32 is for checking the split only"),
-        (["tp", "--out", "runs.csv"], "--out needs --system"),
+        (["tp", "-o", "runs.csv"], "-o needs --system"),
         (
             ["pp", "--schedule", "interleaved", "--layers", "2"],
             "--layers 2 must be a multiple of --ranks 2 (the stages x",
