@@ -11,4 +11,4 @@ TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS)  # what --precision acce
 FP4_PRECISIONS = ("fp4",)
 COMPUTE_PRECISIONS = (*TRAINING_PRECISIONS, *FP4_PRECISIONS)  # what a Plan accepts
 # how a served model's weights and KV cache may be stored (`serve --weight-precision/--kv-precision`)
-STORAGE_PRECISIONS = ("bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4")
+STORAGE_PRECISIONS = ("bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "q8_0", "q4_0", "q4_k")

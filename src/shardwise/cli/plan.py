@@ -74,7 +74,7 @@ search_options = _stack(
     ),
     click.option(
         "--sequence-parallel",
-        type=click.Choice(["on", "off", "any"]),
+        type=click.Choice(["on", "off", "any"], case_sensitive=False),
         default="any",
         show_default=True,
         help="Sequence parallelism (with tp > 1).",
@@ -118,7 +118,7 @@ search_options = _stack(
     ),
     click.option(
         "--objective",
-        type=click.Choice(["time", "throughput-per-gpu"]),
+        type=click.Choice(["time", "throughput-per-gpu"], case_sensitive=False),
         default="time",
         show_default=True,
         help="time: the fastest step on all the GPUs; throughput-per-gpu: the most tokens/s per GPU, "
@@ -133,7 +133,14 @@ search_options = _stack(
 @cluster_options
 @search_options
 @click.option("--top", type=click.IntRange(min=1), default=5, show_default=True, help="Plans to show.")
-@click.option("--csv", "csv_path", metavar="FILE", help="Write every evaluated plan (.csv or .parquet).")
+@alias_option(
+    "--output",
+    "-o",
+    "csv_path",
+    old=("--csv",),
+    metavar="FILE",
+    help="Write every evaluated plan (.csv or .parquet, by the extension).",
+)
 @alias_option(
     "--plot",
     "heatmap_path",
@@ -189,7 +196,7 @@ def plan(
 
     request = PlanRequest.from_options({**options, "top": top, "emit": emit, "emit_version": emit_version})
     for path, allowed, flag in (
-        (csv_path, (".csv", ".parquet"), "--csv"),
+        (csv_path, (".csv", ".parquet"), "-o"),
         (heatmap_path, (".png", ".svg", ".pdf"), "--plot"),
     ):
         if path is not None:
@@ -251,7 +258,9 @@ def _print(
 
     out = console()
     m, c = result.model, result.cluster
-    inter = f", {c.inter_node_link.name} across" if c.inter_node_link is not None and int(c.nodes) > 1 else ""
+    from shardwise.cli.render import across_servers
+
+    inter = f"; {across_servers(c)}" if c.inter_node_link is not None and int(c.nodes) > 1 else ""
     out.print(
         f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({c.nodes} server(s) of {c.gpus_per_node}, "
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "

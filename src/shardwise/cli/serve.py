@@ -10,9 +10,10 @@ import click
 from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
 from shardwise.cli.serve_plans import scenario as _scenario
 from shardwise.cli.serve_plans import scenario_of as _scenario_of
+from shardwise.precisions import STORAGE_PRECISIONS
 
 # the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
-PRECISIONS = ["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "q8_0", "q4_0", "q4_k"]
+PRECISIONS = list(STORAGE_PRECISIONS)  # weights and KV cache (shardwise.precisions)
 RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
 # Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
 SERVING_FRAMEWORKS = {
@@ -88,7 +89,7 @@ serving_options = _stack(
     ),
     click.option(
         "--batching",
-        type=click.Choice(["inflight", "static"]),
+        type=click.Choice(["inflight", "static"], case_sensitive=False),
         default="inflight",
         show_default=True,
         help="inflight: continuous batching with chunked prefill, simulated request by request (vLLM, SGLang, "
@@ -110,14 +111,14 @@ serving_options = _stack(
     ),
     click.option(
         "--weight-precision",
-        type=click.Choice(PRECISIONS),
+        type=click.Choice(PRECISIONS, case_sensitive=False),
         help="Storage of the weights (fp8 also computes in FP8 where the GPU can; nvfp4/mxfp4 in FP4 on "
         "Blackwell, elsewhere weight-only with 16-bit GEMMs). [default: bf16; with --ttft-max/--tpot-max: "
         "searched over what the GPU computes in]",
     ),
     click.option(
         "--kv-precision",
-        type=click.Choice(PRECISIONS),
+        type=click.Choice(PRECISIONS, case_sensitive=False),
         help="Storage of the KV cache. [default: bf16; with --ttft-max/--tpot-max, fp8 beside fp8 or nvfp4 weights]",
     ),
     click.option(
@@ -129,20 +130,20 @@ serving_options = _stack(
     click.option("--tpot-max", metavar="TIME", help="Latency target for the time per output token (e.g. 50ms)."),
     click.option(
         "--slo-percentile",
-        type=click.Choice(["50", "90", "99"]),
+        type=click.Choice(["50", "90", "99"], case_sensitive=False),
         default="90",
         show_default=True,
         help="Which percentile the targets bound.",
     ),
     click.option(
         "--runtime",
-        type=click.Choice(RUNTIME_NAMES),
+        type=click.Choice(RUNTIME_NAMES, case_sensitive=False),
         help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
         "pytorch-eager: a plain PyTorch loop. [default: the framework's, graphs]",
     ),
     click.option(
         "--framework",
-        type=click.Choice(list(SERVING_FRAMEWORKS)),
+        type=click.Choice(list(SERVING_FRAMEWORKS), case_sensitive=False),
         default="tensorrt-llm",
         show_default=True,
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
