@@ -15,7 +15,6 @@ from shardwise.explore import state
 WORKLOADS = ["train", "forward", "prefill", "decode"]
 OBJECTIVES = ["time", "throughput-per-gpu"]
 SCHEDULES = ["1f1b", "gpipe", "interleaved", "zb-h1"]
-ENGINES = ["tensorrt-llm", "vllm", "sglang", "fastertransformer", "pytorch"]  # serve --framework
 NETWORKS = ("ib-", "eth-", "roce-")  # the links that join servers
 BANDWIDTHS_GB_S = [0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 900]  # the slider's positions (0: none)
 BLANK_MODEL = ("x-model", "w-model")  # "": the brief's 96-layer model
@@ -114,8 +113,10 @@ def choices(cid: str) -> list[str] | None:
         from shardwise.precisions import STORAGE_PRECISIONS
 
         return list(STORAGE_PRECISIONS)
-    if k == "engine":
-        return ENGINES
+    if k == "engine":  # serve --framework
+        from shardwise.engines.engine_presets import ENGINES
+
+        return list(ENGINES)
     return {"workload": WORKLOADS, "objective": OBJECTIVES, "schedule": SCHEDULES, "page": list(state.PAGES)}.get(k)
 
 
