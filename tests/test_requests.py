@@ -218,3 +218,19 @@ def test_the_explorer_planner_asks_with_network_framework_and_precision():
     assert outcome.error is None, outcome.error
     assert outcome.data["cluster"]["inter_node_link"]["name"].startswith("eth-100g")
     assert outcome.data["plans"][0]["command"].count("--framework torchtitan") == 1
+
+
+def test_timeline_requests_match_the_command_line_and_serve_the_explorer():
+    import json
+
+    from shardwise.explore import runner
+    from shardwise.requests.timeline import TimelineRequest
+
+    argv = "--model gpt3-175b --system dgx-a100 --nodes 8 --tp 8 --pp 8 --global-batch 16"
+    out = CliRunner().invoke(main, ["timeline", *argv.split(), "--json"])
+    assert out.exit_code == 0, out.output
+    printed = json.loads(out.stdout)
+    direct = TimelineRequest.from_argv(argv).run()
+    assert printed["step_time_s"] == direct.step_time_s and printed["command"] == direct.request.command()
+    shown = runner.run(["timeline", *argv.split()])
+    assert shown.error is None and shown.data["step_time_s"] == direct.step_time_s

@@ -37,9 +37,8 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
           --global-batch 32 --recompute full --trace step.json
       shardwise timeline --model gpt-96l-4096h --system dgx-a100 --pp 8 --global-batch 16 --schedule zb-h1
     """
-    from shardwise.cli.options import build_scenario, check_output_path
-    from shardwise.engines.simulated import simulate_training_step
-    from shardwise.engines.training import estimate_training_step
+    from shardwise.cli.options import check_output_path, echo_notes, request_of
+    from shardwise.requests.timeline import TimelineRequest
 
     for path, allowed, flag in (
         (None if no_plot or as_json else plot_path, (".png", ".svg", ".pdf"), "--plot"),
@@ -47,9 +46,9 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
     ):
         if path is not None:
             check_output_path(path, allowed, flag)
-    scn = build_scenario(options)
-    sim_step = simulate_training_step(scn)
-    closed = estimate_training_step(scn)
+    result = TimelineRequest(request_of(options)).run()
+    echo_notes(result.notes)
+    sim_step, scn = result.simulated, result.simulated.estimate.scenario
     sim = sim_step.simulation
     figure = None
     if not no_plot and not as_json:
@@ -67,25 +66,14 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
         from shardwise.export_trace import write_chrome_trace
 
         write_chrome_trace(sim, trace_path)
-    from shardwise.cli.options import spread_of
-
-    spread = spread_of([scn], options)
-    step = float(sim_step.estimate.step_time_s)
-    low, high = (float(x[0]) for x in spread.bounds(step))
     if as_json:
         from shardwise import export
 
-        data = export.simulation_dict(sim_step, float(closed.step_time_s))
-        data.update(
-            step_time_s=step,  # the simulated makespan plus the per-step overhead (0 unless calibrated)
-            step_time_s_low=low,
-            step_time_s_high=high,
-            interval={"level": 0.8, "basis": spread.basis},
-        )
         # a long run prints on one line through the C encoder (seconds saved per million operations)
-        click.echo(export.dumps(data, compact=len(sim.records) > COMPACT_JSON_OPERATIONS))
+        click.echo(export.dumps(result.as_dict(), compact=len(sim.records) > COMPACT_JSON_OPERATIONS))
         return
-    _print(sim_step, float(closed.step_time_s), figure, trace_path, (low, high, spread.basis))
+    interval = (result.step_time_s_low, result.step_time_s_high, result.interval_basis)
+    _print(sim_step, result.closed_form_step_time_s, figure, trace_path, interval)
 
 
 def _print(

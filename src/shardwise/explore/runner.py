@@ -122,9 +122,16 @@ def _plan(argv: list[str]) -> tuple[Any, Any]:
     return result.as_dict(), result.search.table_columns()
 
 
+def _timeline(argv: list[str]) -> tuple[Any, Any]:
+    """`timeline`'s request: its JSON (no figure: the page draws its own)."""
+    from shardwise.requests.timeline import TimelineRequest
+
+    return TimelineRequest.from_argv(argv).run().as_dict(), None
+
+
 # the commands asked through the request layer (`shardwise.requests`): run directly, in any
 # thread, nothing printed; the others still run the command line in this process (known debt)
-REQUESTS = {"plan": _plan}
+REQUESTS = {"plan": _plan, "timeline": _timeline}
 
 
 def _request(args: list[str]) -> Outcome:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PlanRequest", "PredictRequest", "PredictResult", "TrainingRequest"]
+__all__ = ["PlanRequest", "PredictRequest", "PredictResult", "TimelineRequest", "TrainingRequest"]
 
 _WHERE = {
     "TrainingRequest": "shardwise.requests.training",
     "PredictRequest": "shardwise.requests.training",
     "PredictResult": "shardwise.requests.training",
     "PlanRequest": "shardwise.requests.plan",
+    "TimelineRequest": "shardwise.requests.timeline",
 }
 
 

@@ -1,0 +1,76 @@
+"""`shardwise timeline` as a request: one training step simulated operation by operation."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.requests.training import TrainingRequest
+
+
+@dataclass(frozen=True)
+class TimelineResult:
+    """The simulated step (`engines.simulated.SimulatedStep`), the closed form's step time beside
+    it, the 80% interval and what was assumed."""
+
+    request: TimelineRequest
+    simulated: Any
+    closed_form_step_time_s: float
+    step_time_s_low: float
+    step_time_s_high: float
+    interval_basis: str
+    notes: tuple[str, ...]
+
+    @property
+    def step_time_s(self) -> float:
+        """The simulated makespan plus the per-step overhead (0 unless calibrated)."""
+        return float(self.simulated.estimate.step_time_s)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON `timeline --json` prints: the summary and every operation."""
+        from shardwise import export
+
+        data = export.simulation_dict(self.simulated, self.closed_form_step_time_s)
+        data.update(
+            step_time_s=self.step_time_s,
+            step_time_s_low=self.step_time_s_low,
+            step_time_s_high=self.step_time_s_high,
+            interval={"level": 0.8, "basis": self.interval_basis},
+            command=self.request.command(),
+        )
+        return data
+
+
+@dataclass(frozen=True)
+class TimelineRequest:
+    """`shardwise timeline`: the step of `training` by the discrete-event simulation of its
+    pipeline schedule, and the closed form for comparison."""
+
+    training: TrainingRequest
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> TimelineRequest:
+        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        while args and args[0] in ("shardwise", "timeline"):
+            args.pop(0)
+        return cls(TrainingRequest.from_argv(args))
+
+    def to_argv(self) -> list[str]:
+        return ["timeline", *self.training.to_argv()]
+
+    def command(self) -> str:
+        return "shardwise " + shlex.join(self.to_argv())
+
+    def run(self) -> TimelineResult:
+        from shardwise.engines.simulated import simulate_training_step
+        from shardwise.engines.training import estimate_training_step
+        from shardwise.requests import build
+
+        built = self.training.build()
+        scn = built.scenario
+        simulated = simulate_training_step(scn)
+        closed = float(estimate_training_step(scn).step_time_s)
+        spread = build.spread([scn], built.calibration)
+        low, high = (float(x[0]) for x in spread.bounds(float(simulated.estimate.step_time_s)))
+        return TimelineResult(self, simulated, closed, low, high, spread.basis, built.notes)
