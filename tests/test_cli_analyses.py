@@ -107,7 +107,7 @@ def test_sensitivity_and_scenario(tmp_path, cli):
     assert code == 0 and "crossover batch" in out and "hidden size" in out
     code, out, _ = cli(["sensitivity", "--json", "--layers-values", "96", "--hidden-values", "4096"])
     data = json.loads(out)
-    assert data["crossover_batch_vs_layers"]["NVLink"][0]["crossover_batch"] == 16  # docs/brief.md shows it
+    assert data["crossover_batch_vs_layers"]["NVLink"][0]["crossover_batch"] == 17  # docs/brief.md shows it
     code, out, _ = cli(["scenario", "ttft", "small-batch", "--out-dir", str(tmp_path)])
     assert code == 0 and "[ttft]" in out and (tmp_path / "ttft.png").exists()
 
