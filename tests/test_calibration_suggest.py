@@ -191,7 +191,7 @@ def test_suggested_runs_teach_the_planner_a_network_degraded_at_scale():
         fitted = explain.explaining_fit(cases, np.array(measured))
         now = search(model, apply(base, fitted.values), BATCH, SPACE)
         print(
-            f"run {len(done)}: {sg.label(first, i)}; fitted {fitted.fitted}; pick's true regret "
+            f"run {len(done)}: {regret.label(first, i)}; fitted {fitted.fitted}; pick's true regret "
             f"{truth.regret(int(now.ranked(1)[0])):.1%}, expected {regret.plan_regret(now, fitted).expected:.1%}"
         )
     assert truth.regret(int(now.ranked(1)[0])) <= 0.05

@@ -178,19 +178,3 @@ def _after(
     picks = np.argmin(base[None, :] + delta @ g.T, axis=1)
     regret = rel[np.arange(len(picks)), picks]
     return float(regret.mean()), float(np.mean(picks != 0)), cov - k @ h @ cov
-
-
-def label(search: PlanSearch, i: int) -> str:
-    """'tp=2 pp=4 dp=8, micro-batch 1, interleaved v=2, recompute none, SP on, ZeRO-1'."""
-    from shardwise.analyses.plan_space import RECOMPUTE_NAMES, SCHEDULE_NAMES
-
-    c = {k: v[i].item() for k, v in search.columns.items()}
-    extra = "".join(f" {k}={c[k]}" for k in ("cp", "ep") if c.get(k, 1) > 1)
-    gpus = f"{c['gpus']} GPUs: " if search.space.objective != "time" else ""
-    sched = SCHEDULE_NAMES[int(c["schedule"])] + (f" v={c['vpp']}" if c["vpp"] > 1 else "")
-    sched = f", {sched}" if c["pp"] > 1 else ""
-    return (
-        f"{gpus}tp={c['tp']} pp={c['pp']} dp={c['dp']}{extra}, micro-batch {c['micro_batch']}{sched}, recompute "
-        f"{RECOMPUTE_NAMES[int(c['recompute'])]}, SP {'on' if c['sequence_parallel'] else 'off'}, "
-        f"ZeRO-{c['zero_stage']}"
-    )

@@ -74,7 +74,7 @@ def _launch(result: Any, run: Any, target: str, version: str | None, capacity: f
 def _as_dict(result: Any, found: Any, launches: list[dict[str, Any]], basis: str) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from shardwise.calibration.suggest import label
+    from shardwise.calibration.regret import label
 
     reg = found.regret
     return {
@@ -92,8 +92,7 @@ def _print(result: Any, found: Any, launches: list[dict[str, Any]], basis: str, 
     import textwrap
 
     from shardwise.calibration.parameters import BY_NAME
-    from shardwise.calibration.regret import describe
-    from shardwise.calibration.suggest import label
+    from shardwise.calibration.regret import describe, label
     from shardwise.cli.render import console
     from shardwise.units import format_seconds
 
