@@ -60,7 +60,7 @@ from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.rules import moe_training_rules, raise_first
-from shardwise.specs.stages import StageSplit, plan_split
+from shardwise.specs.stages import StageSplit
 
 Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
 
@@ -124,7 +124,7 @@ def micro_batch_stages(
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     fabric = Fabric.of(cluster) if fabric is None else fabric
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe) if place is None else place
-    split = plan_split(model.layers, plan) if split is None else split
+    split = scn.split if split is None else split
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     comm = tp_comm(local, fabric, place["tp"])
     cp_step = cp_step_s(scn, fabric, place)
@@ -165,7 +165,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
-    split = plan_split(model.layers, plan)
+    split = scn.split
 
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     moe_split = model_moe_split(model, split) if model.is_moe else None
@@ -264,7 +264,7 @@ def training_memory(scn: Scenario) -> MemoryBreakdown:
     """The memory part of `estimate_training_step` alone (the same numbers, without pricing any
     time): what a planner needs to drop the plans that do not fit before it prices the rest."""
     model, plan = scn.model, scn.plan
-    split = plan_split(model.layers, plan)
+    split = scn.split
     m = np.asarray(plan.num_micro_batches, dtype=float)
     params, expert_params = _stage_params(model, plan, split)
     moe = model_moe_split(model, split) if model.is_moe else None
@@ -276,7 +276,7 @@ def training_memory_floor_bytes(scn: Scenario) -> Number:
     """A lower bound of `training_memory(scn).total_bytes` from the model state alone
     (`engines.training_memory.model_state_floor_bytes`), a few array operations per plan."""
     model, plan = scn.model, scn.plan
-    split = plan_split(model.layers, plan)
+    split = scn.split
     params, expert_params = _stage_params(model, plan, split)
     return model_state_floor_bytes(plan, params, expert_params, _trainable(model, plan, split, params))
 

@@ -218,22 +218,34 @@ class Plan:
             value = getattr(self, name)
             if value is not None or name != "overlap_p2p":
                 object.__setattr__(self, name, chk.boolean(f"plan: {name}", value))
+        for name in ("first_stage_layers", "last_stage_layers"):
+            object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
+        if self.overlap_p2p is None:
+            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
+        from shardwise.specs.distinct import find_distinct
+
+        try:  # many plans that repeat: each distinct one is checked (building them checks them)
+            if find_distinct(self) is not None:
+                return
+        except SpecError:
+            pass  # the checks below name the first broken plan in the given order
+        self._check_rules()
+
+    def _check_rules(self) -> None:
+        """The rules between fields, over every plan: whole micro-batches, stage counts, the
+        interleaved schedule's needs."""
         from shardwise.specs.rules import batch_rules, raise_first
 
         whole_batches, interleave_multiple = batch_rules(
             self.global_batch, self.dp, self.micro_batch, self.pp, np.asarray(self.schedule) == Schedule.INTERLEAVED
         )
         raise_first([whole_batches])
-        for name in ("first_stage_layers", "last_stage_layers"):
-            object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
-        if self.stage_layers is not None:
-            object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
         pp_one = np.asarray(self.pp) == 1
         given = (np.asarray(self.first_stage_layers) > 0) | (np.asarray(self.last_stage_layers) > 0)
         if np.any(pp_one & given):
             raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
-        if self.overlap_p2p is None:
-            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
         sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
         bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
         if np.any(bad):
