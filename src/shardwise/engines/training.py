@@ -22,6 +22,7 @@ first forward pass).
 
 from __future__ import annotations
 
+import dataclasses
 from functools import reduce
 from typing import Any, NamedTuple
 
@@ -41,7 +42,7 @@ from shardwise.engines.costs import (
     tp_comm,
 )
 from shardwise.engines.data_parallel import data_parallel_exposed_s
-from shardwise.engines.deferred import deferred
+from shardwise.engines.deferred import deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -59,6 +60,7 @@ from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
+from shardwise.specs.memo import Memo
 from shardwise.specs.rules import moe_training_rules, raise_first
 from shardwise.specs.stages import StageSplit
 
@@ -107,6 +109,16 @@ PER_MICRO_BATCH_IGNORES = frozenset(
 ) | {("cluster", "nodes")}
 
 
+_STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if ("plan", f.name) not in PER_MICRO_BATCH_IGNORES)
+
+
+def _stage_key(scn: Scenario) -> tuple[object, ...]:
+    """What one configuration's per-micro-batch stage costs read: the model, the cluster and
+    every plan field but PER_MICRO_BATCH_IGNORES (unhashable for an array-valued plan)."""
+    plan = scn.plan
+    return (scn.model, scn.cluster, *(getattr(plan, name) for name in _STAGE_FIELDS))
+
+
 class StageSends(NamedTuple):
     """One pipeline send of a micro-batch's activations between neighbouring stages in one node
     and across nodes (`engines.costs.stage_send_time_s`)."""
@@ -136,11 +148,19 @@ def micro_batch_stages(
     return stages(split, layer, emb, head, moe), sends
 
 
+# One configuration at a time (`specs.memo`): its estimate, and its per-micro-batch stage costs,
+# which plans that differ only in PER_MICRO_BATCH_IGNORES share.
+_ESTIMATES = Memo("training estimates")
+_STAGES = Memo("per-micro-batch stage costs")
+
+
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring); array-valued
     scenarios whose configurations repeat are priced once per distinct one
-    (`engines.distinct`)."""
-    return evaluate_distinct(estimate_each_training_step, scn)
+    (`engines.distinct`), and one configuration asked for again is the estimate kept for it
+    (`specs.memo`: the same numbers; its `scenario` is the one given)."""
+    est = _ESTIMATES.get_or_compute(scn, lambda: evaluate_distinct(estimate_each_training_step, scn))
+    return est if est.scenario is scn else rebound(est, scenario=scn)
 
 
 def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
@@ -172,7 +192,9 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     if model.is_moe:  # an MoE layer's expert groups depend on dp: priced for every plan
         (first, middle, last, middle_sum), sends = micro_batch_stages(scn, fabric, place, split)
     else:
-        (first, middle, last, middle_sum), sends = evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
+        (first, middle, last, middle_sum), sends = _STAGES.get_or_compute(
+            _stage_key(scn), lambda: evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
+        )
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
     # when they are longer than it. One send over the slowest boundary (across nodes when the PP

@@ -27,15 +27,34 @@ TABLE_KEYS_PER_CONFIGURATION = 8
 SMALL_OFFSET = 64
 
 
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _leaves(obj: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], np.ndarray]]:
-    """(path, array) of every array-valued field of a tree of dataclasses (size > 1)."""
+    """(path, array) of every array-valued field of a tree of dataclasses (size > 1). Each
+    object's own list is found once and kept on it (the value types are frozen; a scenario's
+    model and cluster are shared by every plan priced on them)."""
+    own = obj.__dict__.get("_leaves")
+    if own is None:
+        own = obj.__dict__["_leaves"] = _own_leaves(obj)
+    if not path:
+        return own  # type: ignore[no-any-return]
+    return [((*path, *p), a) for p, a in own]
+
+
+def _own_leaves(obj: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
     out = []
-    for f in dataclasses.fields(obj):
-        value = getattr(obj, f.name)
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            out += _leaves(value, (*path, f.name))
-        elif isinstance(value, np.ndarray) and value.size > 1:
-            out.append(((*path, f.name), value))
+    for name in names:
+        value = getattr(obj, name)
+        if isinstance(value, np.ndarray):
+            if value.size > 1:
+                out.append(((name,), value))
+        elif hasattr(type(value), "__dataclass_fields__"):  # a nested dataclass (an instance, not a class)
+            out += _leaves(value, (name,))
     return out
 
 

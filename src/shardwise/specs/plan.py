@@ -244,17 +244,17 @@ class Plan:
         raise_first([whole_batches])
         pp_one = np.asarray(self.pp) == 1
         given = (np.asarray(self.first_stage_layers) > 0) | (np.asarray(self.last_stage_layers) > 0)
-        if np.any(pp_one & given):
+        if chk.anywhere(pp_one & given):
             raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
         sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
         bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
-        if np.any(bad):
+        if chk.anywhere(bad):
             raise SpecError(
                 f"plan: vpp={np.broadcast_to(vpp, bad.shape)[bad].flat[0]} needs schedule=interleaved "
                 "(virtual stages only exist in the interleaved 1F1B schedule)"
             )
         bad = (sched == Schedule.INTERLEAVED) & (np.asarray(self.pp) < 2)
-        if np.any(bad):
+        if chk.anywhere(bad):
             raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
         raise_first([interleave_multiple])
 

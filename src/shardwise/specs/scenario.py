@@ -8,11 +8,14 @@ from typing import TYPE_CHECKING
 
 from shardwise.specs._checks import SpecError
 from shardwise.specs.hardware import Cluster
+from shardwise.specs.memo import Memo
 from shardwise.specs.model import Model
 from shardwise.specs.plan import Plan
 
 if TYPE_CHECKING:
     from shardwise.specs.stages import StageSplit
+
+_CHECKED = Memo("scenario checks")
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,8 @@ class Scenario:
                 return
         except SpecError:
             pass  # the checks below name the first broken configuration in the given order
-        self._check_each()
+        # one configuration (plain numbers): checked once per process (`specs.memo`)
+        _CHECKED.get_or_compute((self.model, self.cluster, self.plan), self._check_each)
 
     @cached_property
     def split(self) -> StageSplit:
@@ -57,8 +61,8 @@ class Scenario:
 
         return plan_split(self.model.layers, self.plan)
 
-    def _check_each(self) -> None:
-        """The rules of the class docstring, over every configuration."""
+    def _check_each(self) -> bool:
+        """The rules of the class docstring, over every configuration (True: they hold)."""
         m, c, p = self.model, self.cluster, self.plan
         from shardwise.specs import rules
 
@@ -76,3 +80,4 @@ class Scenario:
                 *rules.moe_rules(m.experts, m.expert_ffn_hidden, p.tp, p.cp, p.dp, p.ep, p.expert_tp, m.name),
             ]
         )
+        return True

@@ -1,0 +1,71 @@
+"""Values computed for one configuration at a time, kept for the next call that asks again.
+
+The value types are frozen and compare by value, so a scalar configuration (a `Scenario` whose
+fields are plain numbers) is its own key: the explorer moving one control, the planner
+re-timing its best plans and a script pricing one layout after another ask for the same
+configurations, or the same parts of them (the per-micro-batch stage costs read neither dp nor
+the schedule), again and again. A `Memo` keeps the last `size` answers (the oldest dropped
+first); a key that does not hash (a field holding an array) is never kept. The values are the
+ones the computation returned, so a hit gives the same numbers to the bit
+(tests/test_scalar_path.py). `ENABLED = False` (or `disabled()`) turns every memo off, as a cold
+benchmark or a test that compares against a fresh computation needs; the model's module-level
+constants are taken as fixed for the life of the process (a program that changes one calls
+`clear_all()`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+ENABLED = True
+_MISSING = object()
+_ALL: list[Memo] = []
+
+
+class Memo:
+    """A bounded map from a configuration's key to what was computed for it."""
+
+    def __init__(self, name: str, size: int = 4096) -> None:
+        self.name = name
+        self.size = size
+        self._values: dict[Hashable, Any] = {}
+        _ALL.append(self)
+
+    def get_or_compute(self, key: Hashable, compute: Callable[[], Any]) -> Any:
+        """The kept value for `key`, else `compute()` (kept when `key` hashes)."""
+        if not ENABLED:
+            return compute()
+        try:
+            value = self._values.get(key, _MISSING)
+        except TypeError:  # an array among the fields: not a single configuration
+            return compute()
+        if value is _MISSING:
+            value = compute()
+            if len(self._values) >= self.size:
+                del self._values[next(iter(self._values))]
+            self._values[key] = value
+        return value
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
+def clear_all() -> None:
+    """Forget every kept value."""
+    for memo in _ALL:
+        memo.clear()
+
+
+@contextmanager
+def disabled() -> Iterator[None]:
+    """Every memo off (and emptied) inside the block: each call computes afresh."""
+    global ENABLED
+    before = ENABLED
+    ENABLED = False
+    clear_all()
+    try:
+        yield
+    finally:
+        ENABLED = before
