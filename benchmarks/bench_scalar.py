@@ -6,7 +6,8 @@
 Each configuration is `estimate_training_step(Scenario(model, cluster, Plan(...)))` with plain
 numbers, its step time and memory total read: the Plan's and the Scenario's checks included.
 The brief's model (96 layers, hidden 4,096) on 8 DGX A100, plans drawn from tp, pp in
-{1, 2, 4, 8}, a micro-batch of 1, 2 or 4, 1-32 micro-batches per replica, three recomputation modes and four ZeRO stages (18,432 configurations):
+{1, 2, 4, 8}, a micro-batch of 1, 2 or 4, 1-32 micro-batches per replica, three recomputation
+modes and four ZeRO stages (18,432 configurations):
 
   repeat  the same 64 configurations asked for again and again (an explorer moving back and
           forth, a planner re-timing its best plans): each answer is the one kept (`specs.memo`);
