@@ -215,3 +215,31 @@ def test_a_bad_configuration_is_refused_every_time():
     for _ in range(2):
         with pytest.raises(SpecError, match="tp"):
             Scenario(model, cluster, Plan(tp=3, dp=1, global_batch=8))
+
+
+class _Reads:
+    """A plan that records the names read from it."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan, self.names = plan, set()
+
+    def __getattr__(self, name: str) -> object:
+        self.names.add(name)
+        return getattr(self.plan, name)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_scenarios_checks_read_only_the_fields_their_verdict_is_kept_under(case):
+    """`Scenario` keeps a configuration's verdict under RULE_FIELDS of the plan: the rules read
+    no other plan field (else two plans with different verdicts could share one)."""
+    from shardwise.specs.scenario import RULE_FIELDS
+
+    scn, plans = draw(case, 2)
+    one = Scenario(scn.model, scn.cluster, Plan(**plans[0]))  # type: ignore[arg-type]
+    reads = _Reads(one.plan)
+    object.__setattr__(one, "plan", reads)
+    one.__dict__.pop("split", None)
+    assert one._check_each()
+    properties = {"expert_tp": {"etp", "tp"}, "num_gpus": {"tp", "pp", "dp", "cp"}}
+    read = set().union(*(properties.get(name, {name}) for name in reads.names))
+    assert read and read <= set(RULE_FIELDS), sorted(read - set(RULE_FIELDS))

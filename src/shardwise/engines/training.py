@@ -152,6 +152,7 @@ def micro_batch_stages(
 # which plans that differ only in PER_MICRO_BATCH_IGNORES share.
 _ESTIMATES = Memo("training estimates")
 _STAGES = Memo("per-micro-batch stage costs")
+_TRAINING_CHECKED = Memo("training rules")
 
 
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
@@ -169,19 +170,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
-    raise_first(
-        moe_training_rules(
-            model.experts,
-            plan.tp,
-            plan.sequence_parallel,
-            plan.ep,
-            plan.pp,
-            np.asarray(plan.schedule) == Schedule.INTERLEAVED,
-            np.asarray(plan.recompute) == Recompute.FULL,
-            plan.moe_overlap,
-            plan.lora_rank,
-        )
-    )
+    fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
+    _TRAINING_CHECKED.get_or_compute((*fields, plan.moe_overlap, plan.lora_rank), lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
@@ -264,6 +254,25 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
     memory = memory_breakdown(local, params, m, split, expert_params, moe_split, trained)
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+
+
+def _training_rules(plan: Plan, model: Model) -> bool:
+    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`); True when
+    they hold (a SpecError names the first that breaks)."""
+    raise_first(
+        moe_training_rules(
+            model.experts,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.ep,
+            plan.pp,
+            np.asarray(plan.schedule) == Schedule.INTERLEAVED,
+            np.asarray(plan.recompute) == Recompute.FULL,
+            plan.moe_overlap,
+            plan.lora_rank,
+        )
+    )
+    return True
 
 
 def _stage_params(model: Model, plan: Plan, split: StageSplit) -> tuple[Triple, Triple]:

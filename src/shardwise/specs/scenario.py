@@ -16,6 +16,23 @@ if TYPE_CHECKING:
     from shardwise.specs.stages import StageSplit
 
 _CHECKED = Memo("scenario checks")
+# The plan fields the rules of `Scenario._check_each` read (tests/test_scalar_path.py checks the
+# list against the reads): a configuration's verdict is kept under these alone.
+RULE_FIELDS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vpp",
+    "first_stage_layers",
+    "last_stage_layers",
+    "stage_layers",
+    "sequence_parallel",
+    "flash_attention",
+    "cp_comm",
+    "ep",
+    "etp",
+)
 
 
 @dataclass(frozen=True)
@@ -50,8 +67,11 @@ class Scenario:
                 return
         except SpecError:
             pass  # the checks below name the first broken configuration in the given order
-        # one configuration (plain numbers): checked once per process (`specs.memo`)
-        _CHECKED.get_or_compute((self.model, self.cluster, self.plan), self._check_each)
+        # one configuration (plain numbers): checked once per process for what the rules read
+        # (`specs.memo`): plans that differ in the batch, recomputation or ZeRO share the verdict
+        plan = self.plan
+        key = (self.model, self.cluster, *(getattr(plan, name) for name in RULE_FIELDS))
+        _CHECKED.get_or_compute(key, self._check_each)
 
     @cached_property
     def split(self) -> StageSplit:
