@@ -243,3 +243,14 @@ def test_a_scenarios_checks_read_only_the_fields_their_verdict_is_kept_under(cas
     properties = {"expert_tp": {"etp", "tp"}, "num_gpus": {"tp", "pp", "dp", "cp"}}
     read = set().union(*(properties.get(name, {name}) for name in reads.names))
     assert read and read <= set(RULE_FIELDS), sorted(read - set(RULE_FIELDS))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_plans_rules_read_only_the_fields_their_verdict_is_kept_under(case):
+    from shardwise.specs.plan import _RULE_FIELDS
+
+    _, plans = draw(case, 2)
+    plan = Plan(**plans[0])  # type: ignore[arg-type]
+    reads = _Reads(plan)
+    assert Plan._check_rules(reads)  # type: ignore[arg-type]
+    assert reads.names and reads.names <= set(_RULE_FIELDS), sorted(reads.names - set(_RULE_FIELDS))

@@ -28,6 +28,7 @@ SMALL_OFFSET = 64
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_PLAIN = frozenset((int, float, str, bool, type(None), tuple, np.bool_, np.float64, np.int64))
 
 
 def _leaves(obj: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], np.ndarray]]:
@@ -50,6 +51,8 @@ def _own_leaves(obj: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     out = []
     for name in names:
         value = getattr(obj, name)
+        if type(value) in _PLAIN:
+            continue
         if isinstance(value, np.ndarray):
             if value.size > 1:
                 out.append(((name,), value))

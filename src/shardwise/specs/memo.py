@@ -15,9 +15,15 @@ constants are taken as fixed for the life of the process (a program that changes
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
+
+import numpy as np
+
+T = TypeVar("T")
 
 ENABLED = True
 _MISSING = object()
@@ -69,3 +75,44 @@ def disabled() -> Iterator[None]:
         yield
     finally:
         ENABLED = before
+
+
+def kept(fn: Callable[..., T]) -> Callable[..., T]:
+    """`fn`, a pure function of its arguments (and of its module's constants), with each answer
+    kept per arguments when they hash (single numbers, specs, strings; an array argument is
+    computed every time). An array in the answer is made read-only and a dict is handed out as a
+    read-only view, so a caller cannot change a kept value in place."""
+    store = Memo(fn.__qualname__)
+    values = store._values
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        if not ENABLED:
+            return fn(*args, **kwargs)
+        key = (args, tuple(kwargs.items())) if kwargs else args
+        try:
+            value = values.get(key, _MISSING)
+        except TypeError:  # an array among the arguments
+            return fn(*args, **kwargs)
+        if value is _MISSING:
+            value = fn(*args, **kwargs)
+            if isinstance(value, dict):
+                value = MappingProxyType(value)  # type: ignore[assignment]
+            _read_only(value)
+            if len(values) >= store.size:
+                del values[next(iter(values))]
+            values[key] = value
+        return value  # type: ignore[no-any-return]
+
+    return wrapper
+
+
+def _read_only(value: object) -> None:
+    if isinstance(value, np.ndarray):
+        value.flags.writeable = False
+    elif isinstance(value, tuple):
+        for item in value:
+            _read_only(item)
+    elif hasattr(type(value), "__dataclass_fields__"):
+        for item in value.__dict__.values():
+            _read_only(item)

@@ -15,6 +15,7 @@ from shardwise.precisions import COMPUTE_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
+from shardwise.specs.memo import Memo
 
 
 class Schedule(IntEnum):
@@ -61,6 +62,11 @@ EXECUTION_FLAGS = (
     "scatter_gather",
 )
 BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", "eager_kernels", *EXECUTION_FLAGS)
+
+
+_CHECKED = Memo("plan checks")
+# What `Plan._check_rules` reads (tests/test_scalar_path.py checks the reads).
+_RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
 
 
 @dataclass(frozen=True)
@@ -231,11 +237,13 @@ class Plan:
                 return
         except SpecError:
             pass  # the checks below name the first broken plan in the given order
-        self._check_rules()
+        # one plan (plain numbers): the verdict kept under the fields the rules read (`specs.memo`)
+        key = tuple(getattr(self, name) for name in _RULE_FIELDS)
+        _CHECKED.get_or_compute(key, self._check_rules)
 
-    def _check_rules(self) -> None:
+    def _check_rules(self) -> bool:
         """The rules between fields, over every plan: whole micro-batches, stage counts, the
-        interleaved schedule's needs."""
+        interleaved schedule's needs (True: they hold). They read _RULE_FIELDS alone."""
         from shardwise.specs.rules import batch_rules, raise_first
 
         whole_batches, interleave_multiple = batch_rules(
@@ -257,6 +265,7 @@ class Plan:
         if chk.anywhere(bad):
             raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
         raise_first([interleave_multiple])
+        return True
 
     @property
     def uneven_stages(self) -> bool:
