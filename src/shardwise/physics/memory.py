@@ -145,6 +145,7 @@ def routed_expert_activation_bytes(
     return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
 
 
+@kept
 def layers_in_flight(
     stage_layers: Number, pp: Number, vpp: Number, micro_batches: Number, schedule: Number, stage_index: Number
 ) -> Number:

@@ -92,8 +92,12 @@ def kept(fn: Callable[..., T]) -> Callable[..., T]:
         key = (args, tuple(kwargs.items())) if kwargs else args
         try:
             value = values.get(key, _MISSING)
-        except TypeError:  # an array among the arguments
-            return fn(*args, **kwargs)
+        except TypeError:  # an array among the arguments: one value (0-d) keys by its type and value
+            key = _scalar_key(args, kwargs)
+            try:
+                value = values.get(key, _MISSING)
+            except TypeError:  # an array of many values, or another unhashable argument
+                return fn(*args, **kwargs)
         if value is _MISSING:
             value = fn(*args, **kwargs)
             if isinstance(value, dict):
@@ -105,6 +109,21 @@ def kept(fn: Callable[..., T]) -> Callable[..., T]:
         return value  # type: ignore[no-any-return]
 
     return wrapper
+
+
+def _scalar_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...]:
+    """The arguments with each 0-d array as (a marker, its dtype, its value); an array of many
+    values is left as it is (the key then does not hash)."""
+
+    def one(arg: Any) -> Any:
+        if isinstance(arg, np.ndarray) and arg.ndim == 0:
+            return (_ZERO_D, arg.dtype.str, arg.item())
+        return arg
+
+    return (*(one(a) for a in args), *((k, one(v)) for k, v in kwargs.items()))
+
+
+_ZERO_D = object()
 
 
 def _read_only(value: object) -> None:
