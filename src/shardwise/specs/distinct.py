@@ -19,6 +19,8 @@ import numpy as np
 MIN_CONFIGURATIONS = 4096
 # Deduplicate only when the distinct configurations are at most this share of them.
 MAX_DISTINCT_SHARE = 0.25
+# Above this many configurations, a sample of this many rows decides whether to code them all.
+SAMPLE_ROWS = 4096
 # Keys up to this many times the configurations are marked in a table (linear time); larger
 # key spaces are sorted.
 TABLE_KEYS_PER_CONFIGURATION = 8
@@ -152,6 +154,26 @@ def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
     return where[distinct], inverse
 
 
+def _sample_repeats(arrays: list[np.ndarray], shape: tuple[int, ...], n: int) -> bool:
+    """Whether SAMPLE_ROWS rows spread evenly over the configurations hold a repeat. When the
+    distinct configurations are at most MAX_DISTINCT_SHARE of n, such a sample holds about
+    SAMPLE_ROWS^2 / (2 MAX_DISTINCT_SHARE n) repeats or more (33 at n = 1e6), so one with none
+    means coding every row would very likely be wasted. The rows are compared by a 64-bit mix of
+    their values (a collision could only call a row a repeat): this decides which path prices,
+    never a number."""
+    rows = np.linspace(0, n - 1, SAMPLE_ROWS).astype(np.int64)
+    index = np.unravel_index(rows, shape)
+    key = np.zeros(SAMPLE_ROWS, dtype=np.uint64)
+    for i, a in enumerate(arrays):
+        column = np.broadcast_to(a, shape)[index].astype(np.uint64)
+        key = key * np.uint64(_MIX) + column + np.uint64(i)  # wraps modulo 2**64
+    key.sort()
+    return bool(np.any(key[1:] == key[:-1]))
+
+
+_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant (the golden ratio's): spreads small values
+
+
 class Distinct(NamedTuple):
     """`obj` reduced to one configuration per distinct key: `spec` holds them (built, so
     validated, like any spec), `inverse` gives each configuration's row among them, `shape` the
@@ -201,6 +223,8 @@ def _find_distinct(obj: Any) -> Distinct | None:
         return None
     if any(a.size == n and a.dtype.kind not in "iub" for _, a in leaves):  # continuous values
         return None
+    if n > SAMPLE_ROWS and not _sample_repeats([a for _, a in leaves], shape, n):
+        return None  # a planner's candidates, all different: not worth coding every row
     fields = [(path, _Codes(a, shape, n)) for path, a in leaves]
     bound = 1
     for _, c in fields:
