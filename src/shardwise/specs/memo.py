@@ -33,7 +33,7 @@ _ALL: list[Memo] = []
 class Memo:
     """A bounded map from a configuration's key to what was computed for it."""
 
-    def __init__(self, name: str, size: int = 4096) -> None:
+    def __init__(self, name: str, size: int = 1024) -> None:
         self.name = name
         self.size = size
         self._values: dict[Hashable, Any] = {}
