@@ -5,7 +5,7 @@ calibration's stacked runs) need only their distinct combinations priced, then g
 `evaluate_distinct(fn, scn)` finds the array-valued fields of the scenario (model, hardware and
 plan), codes each one's values as dense integers (a whole-number field through a table over its
 range, a field given as a small array, such as a sweep axis, by its distinct values), combines
-the codes into one key per configuration and, when the distinct keys are at most a quarter of
+the codes into one key per configuration and, when the distinct keys are at most half of
 the configurations, runs `fn` on one scenario per distinct key and expands every array of the
 result back to the full shape. Otherwise (a grid of broadcast axes, whose points all differ, or
 continuous values) it runs `fn` on the scenario as given. The results are the same numbers either way

@@ -11,14 +11,18 @@ times over before any was priced).
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, NamedTuple
 
 import numpy as np
 
 # Below this many configurations the bookkeeping costs more than it saves.
 MIN_CONFIGURATIONS = 4096
-# Deduplicate only when the distinct configurations are at most this share of them.
-MAX_DISTINCT_SHARE = 0.25
+# Deduplicate only when the distinct configurations are at most this share of them: pricing one
+# training configuration costs about 1,000 reference element-operations, coding and gathering
+# them back a few dozen, so half of them distinct still gains (a quarter until issue 38: random
+# plans with a third of them distinct were priced element by element, 3.6 times slower).
+MAX_DISTINCT_SHARE = 0.5
 # Above this many configurations, a sample of this many rows decides whether to code them all.
 SAMPLE_ROWS = 4096
 # Keys up to this many times the configurations are marked in a table (linear time); larger
@@ -155,12 +159,13 @@ def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _sample_repeats(arrays: list[np.ndarray], shape: tuple[int, ...], n: int) -> bool:
-    """Whether SAMPLE_ROWS rows spread evenly over the configurations hold a repeat. When the
-    distinct configurations are at most MAX_DISTINCT_SHARE of n, such a sample holds about
-    SAMPLE_ROWS^2 / (2 MAX_DISTINCT_SHARE n) repeats or more (33 at n = 1e6), so one with none
-    means coding every row would very likely be wasted. The rows are compared by a 64-bit mix of
-    their values (a collision could only call a row a repeat): this decides which path prices,
-    never a number."""
+    """Whether SAMPLE_ROWS rows spread evenly over the configurations repeat as often as they
+    would if the distinct configurations were at most MAX_DISTINCT_SHARE of n: u distinct ones
+    drawn evenly leave s - u (1 - exp(-s / u)) repeats in a sample of s (16 at n = 1e6); as many
+    or more says coding every row is likely worth it, fewer that it would likely be wasted
+    (a planner's candidates, all different; random plans over a space larger than n). The rows
+    are compared by a 64-bit mix of their values (a collision could only add a repeat): this
+    decides which path prices, never a number."""
     rows = np.linspace(0, n - 1, SAMPLE_ROWS).astype(np.int64)
     index = np.unravel_index(rows, shape)
     key = np.zeros(SAMPLE_ROWS, dtype=np.uint64)
@@ -168,7 +173,10 @@ def _sample_repeats(arrays: list[np.ndarray], shape: tuple[int, ...], n: int) ->
         column = np.broadcast_to(a, shape)[index].astype(np.uint64)
         key = key * np.uint64(_MIX) + column + np.uint64(i)  # wraps modulo 2**64
     key.sort()
-    return bool(np.any(key[1:] == key[:-1]))
+    repeats = int(np.count_nonzero(key[1:] == key[:-1]))
+    u = MAX_DISTINCT_SHARE * n
+    expected = SAMPLE_ROWS - u * -math.expm1(-SAMPLE_ROWS / u)
+    return repeats >= expected
 
 
 _MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant (the golden ratio's): spreads small values
