@@ -50,3 +50,11 @@ def deferred(cls: type[T], compute: Callable[[], dict[str, Any]], **eager: Any) 
     out = object.__new__(sub)
     out.__dict__.update(eager, _compute=compute)
     return out  # type: ignore[no-any-return]
+
+
+def rebound(value: T, **fields: Any) -> T:
+    """A copy of `value` (a dataclass instance, deferred or not) with `fields` set, its other
+    fields (and a computation not yet run) shared: no field is computed or validated again."""
+    out = object.__new__(type(value))
+    out.__dict__.update(value.__dict__, **fields)
+    return out

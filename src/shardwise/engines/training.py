@@ -22,6 +22,7 @@ first forward pass).
 
 from __future__ import annotations
 
+import dataclasses
 from functools import reduce
 from typing import Any, NamedTuple
 
@@ -41,7 +42,7 @@ from shardwise.engines.costs import (
     tp_comm,
 )
 from shardwise.engines.data_parallel import data_parallel_exposed_s
-from shardwise.engines.deferred import deferred
+from shardwise.engines.deferred import deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -59,8 +60,9 @@ from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
+from shardwise.specs.memo import Memo
 from shardwise.specs.rules import moe_training_rules, raise_first
-from shardwise.specs.stages import StageSplit, plan_split
+from shardwise.specs.stages import StageSplit
 
 Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
 
@@ -107,6 +109,16 @@ PER_MICRO_BATCH_IGNORES = frozenset(
 ) | {("cluster", "nodes")}
 
 
+_STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if ("plan", f.name) not in PER_MICRO_BATCH_IGNORES)
+
+
+def _stage_key(scn: Scenario) -> tuple[object, ...]:
+    """What one configuration's per-micro-batch stage costs read: the model, the cluster and
+    every plan field but PER_MICRO_BATCH_IGNORES (unhashable for an array-valued plan)."""
+    plan = scn.plan
+    return (scn.model, scn.cluster, *(getattr(plan, name) for name in _STAGE_FIELDS))
+
+
 class StageSends(NamedTuple):
     """One pipeline send of a micro-batch's activations between neighbouring stages in one node
     and across nodes (`engines.costs.stage_send_time_s`)."""
@@ -124,7 +136,7 @@ def micro_batch_stages(
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     fabric = Fabric.of(cluster) if fabric is None else fabric
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe) if place is None else place
-    split = plan_split(model.layers, plan) if split is None else split
+    split = scn.split if split is None else split
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     comm = tp_comm(local, fabric, place["tp"])
     cp_step = cp_step_s(scn, fabric, place)
@@ -136,11 +148,20 @@ def micro_batch_stages(
     return stages(split, layer, emb, head, moe), sends
 
 
+# One configuration at a time (`specs.memo`): its estimate, and its per-micro-batch stage costs,
+# which plans that differ only in PER_MICRO_BATCH_IGNORES share.
+_ESTIMATES = Memo("training estimates")
+_STAGES = Memo("per-micro-batch stage costs")
+_TRAINING_CHECKED = Memo("training rules")
+
+
 def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     """Closed-form estimate of one optimizer step (see the module docstring); array-valued
     scenarios whose configurations repeat are priced once per distinct one
-    (`engines.distinct`)."""
-    return evaluate_distinct(estimate_each_training_step, scn)
+    (`engines.distinct`), and one configuration asked for again is the estimate kept for it
+    (`specs.memo`: the same numbers; its `scenario` is the one given)."""
+    est = _ESTIMATES.get_or_compute(scn, lambda: evaluate_distinct(estimate_each_training_step, scn))
+    return est if est.scenario is scn else rebound(est, scenario=scn)
 
 
 def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
@@ -149,30 +170,21 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
-    raise_first(
-        moe_training_rules(
-            model.experts,
-            plan.tp,
-            plan.sequence_parallel,
-            plan.ep,
-            plan.pp,
-            np.asarray(plan.schedule) == Schedule.INTERLEAVED,
-            np.asarray(plan.recompute) == Recompute.FULL,
-            plan.moe_overlap,
-            plan.lora_rank,
-        )
-    )
+    fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
+    _TRAINING_CHECKED.get_or_compute((*fields, plan.moe_overlap, plan.lora_rank), lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
-    split = plan_split(model.layers, plan)
+    split = scn.split
 
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     moe_split = model_moe_split(model, split) if model.is_moe else None
     if model.is_moe:  # an MoE layer's expert groups depend on dp: priced for every plan
         (first, middle, last, middle_sum), sends = micro_batch_stages(scn, fabric, place, split)
     else:
-        (first, middle, last, middle_sum), sends = evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
+        (first, middle, last, middle_sum), sends = _STAGES.get_or_compute(
+            _stage_key(scn), lambda: evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
+        )
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
     # when they are longer than it. One send over the slowest boundary (across nodes when the PP
@@ -244,6 +256,25 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 
+def _training_rules(plan: Plan, model: Model) -> bool:
+    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`); True when
+    they hold (a SpecError names the first that breaks)."""
+    raise_first(
+        moe_training_rules(
+            model.experts,
+            plan.tp,
+            plan.sequence_parallel,
+            plan.ep,
+            plan.pp,
+            np.asarray(plan.schedule) == Schedule.INTERLEAVED,
+            np.asarray(plan.recompute) == Recompute.FULL,
+            plan.moe_overlap,
+            plan.lora_rank,
+        )
+    )
+    return True
+
+
 def _stage_params(model: Model, plan: Plan, split: StageSplit) -> tuple[Triple, Triple]:
     """Parameters on one GPU of the first, fullest middle and last stage, and the routed-expert
     ones among them."""
@@ -264,7 +295,7 @@ def training_memory(scn: Scenario) -> MemoryBreakdown:
     """The memory part of `estimate_training_step` alone (the same numbers, without pricing any
     time): what a planner needs to drop the plans that do not fit before it prices the rest."""
     model, plan = scn.model, scn.plan
-    split = plan_split(model.layers, plan)
+    split = scn.split
     m = np.asarray(plan.num_micro_batches, dtype=float)
     params, expert_params = _stage_params(model, plan, split)
     moe = model_moe_split(model, split) if model.is_moe else None
@@ -276,7 +307,7 @@ def training_memory_floor_bytes(scn: Scenario) -> Number:
     """A lower bound of `training_memory(scn).total_bytes` from the model state alone
     (`engines.training_memory.model_state_floor_bytes`), a few array operations per plan."""
     model, plan = scn.model, scn.plan
-    split = plan_split(model.layers, plan)
+    split = scn.split
     params, expert_params = _stage_params(model, plan, split)
     return model_state_floor_bytes(plan, params, expert_params, _trainable(model, plan, split, params))
 

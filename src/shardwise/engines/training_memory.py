@@ -14,7 +14,7 @@ from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.stages import StageSplit, plan_split
+from shardwise.specs.stages import StageSplit
 
 
 def memory_breakdown(
@@ -65,7 +65,7 @@ def memory_breakdown(
     working = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
     p = np.asarray(plan.pp, dtype=float)
     t, b, s = plan.tp, plan.micro_batch, model.seq_len
-    split = plan_split(model.layers, plan) if split is None else split
+    split = scn.split if split is None else split
     in_first = mem.layers_in_flight(split.first, p, plan.vpp, m, plan.schedule, 0)
     in_mid = mem.layers_in_flight(split.middle_max, p, plan.vpp, m, plan.schedule, 1)
     in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)

@@ -71,6 +71,7 @@ import numpy as np
 from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import Memo
 
 # NCCL's low-latency protocols (src/graph/tuning.cc, the same in 2.18 and 2.30): per-step latency
 # on NVLink (hwLat, ring), and the share of the link's bus bandwidth each reaches (LL: half, at
@@ -263,19 +264,29 @@ def bus_bandwidth_bytes_per_s(op: str, message_bytes: Number, ranks: Number, tim
     return message_bytes / time_s * bus_factor(op, ranks)
 
 
+_FABRICS = Memo("fabrics", size=256)
+
+
 class Fabric:
     """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
-    __slots__ = ("custom", "inter", "intra")
+    __slots__ = ("_groups", "custom", "inter", "intra")
 
     def __init__(self, intra: Link, inter: Link | None, custom: tuple[str, bool, bool] | None = None) -> None:
         self.intra, self.inter, self.custom = intra, inter, custom
+        self._groups: dict[tuple[object, object], Group] = {}
 
     @classmethod
     def of(cls, cluster: Cluster) -> Fabric:
         """A cluster's fabric: its links, the server's link as NCCL sees it without P2P when
         `cluster.p2p` is off (or without NVLS when `cluster.nvls` is), and the serving engine's own
-        all-reduce when it has one."""
+        all-reduce when it has one. One per cluster (`specs.memo`: kept with its groups)."""
+        if cls is not Fabric:
+            return cls._build(cluster)
+        return _FABRICS.get_or_compute(cluster, lambda: cls._build(cluster))  # type: ignore[no-any-return]
+
+    @classmethod
+    def _build(cls, cluster: Cluster) -> Fabric:
         intra = cluster.intra_node_link
         nvlink = is_nvlink_class(intra)
         if not cluster.p2p:
@@ -286,7 +297,15 @@ class Fabric:
         return cls(intra, cluster.inter_node_link, custom if cluster.custom_all_reduce != "none" else None)
 
     def group(self, ranks: Number, per_node: Number) -> Group:
-        return Group(ranks, per_node, self.intra, self.inter, self.custom)
+        """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
+        per fabric and size when both are single numbers (a Group is never changed once built)."""
+        if np.ndim(ranks) or np.ndim(per_node):  # arrays: a group per call
+            return Group(ranks, per_node, self.intra, self.inter, self.custom)
+        key = (float(ranks), float(per_node))  # type: ignore[arg-type]
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = Group(ranks, per_node, self.intra, self.inter, self.custom)
+        return group
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
         intra = p2p_time_s(n_bytes, self.intra)

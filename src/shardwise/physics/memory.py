@@ -40,6 +40,7 @@ import numpy as np
 from shardwise.physics.flops import DROPOUT_MASK_BYTES
 from shardwise.specs import Model, Recompute, Schedule
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
 from shardwise.units import GIB
 
 # Adam: fp32 master weight, momentum, variance (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: K = 12).
@@ -65,6 +66,7 @@ def grad_bytes_per_param(precision: str) -> float:
     return 2.0 if precision == "fp16" else 4.0
 
 
+@kept
 def layer_activation_bytes(
     model: Model,
     batch: Number,
@@ -143,6 +145,7 @@ def routed_expert_activation_bytes(
     return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
 
 
+@kept
 def layers_in_flight(
     stage_layers: Number, pp: Number, vpp: Number, micro_batches: Number, schedule: Number, stage_index: Number
 ) -> Number:

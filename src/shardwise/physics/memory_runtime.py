@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
 from shardwise.units import GIB, KIB, MIB
 
 # CUDA context of one process (CUDA 12, lazy module loading) on an 80 GB H100: the "non-PyTorch
@@ -56,6 +57,7 @@ def nccl_buffer_bytes(
     return out
 
 
+@kept
 def runtime_reserved_bytes(
     tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
 ) -> Number:

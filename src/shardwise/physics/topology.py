@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
 
 
 def ranks_per_node(size: Number, stride: Number, gpus_per_node: Number) -> Number:
@@ -29,6 +30,7 @@ def ranks_per_node(size: Number, stride: Number, gpus_per_node: Number) -> Numbe
     return np.where(inside, n, np.where(whole_nodes, np.maximum(1, g // st), 1))
 
 
+@kept
 def group_placement(tp: Number, dp: Number, pp: Number, gpus_per_node: Number, cp: Number = 1) -> dict[str, Number]:
     """Members per node of the TP, CP, DP, DP x CP and PP groups (order tp-cp-dp-pp)."""
     tcp = np.asarray(tp) * cp

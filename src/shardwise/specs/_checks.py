@@ -7,6 +7,7 @@ value and what is allowed.
 
 from __future__ import annotations
 
+import math
 from enum import IntEnum
 from typing import TypeVar
 
@@ -26,6 +27,18 @@ def _first_bad(arr: np.ndarray, bad: np.ndarray) -> object:
 
 # Whole numbers above this are not exact as floats (2**53) and overflow int64 products.
 MAX_WHOLE = 2**53
+
+
+def _plain(value: object, low: float, high: float, low_open: bool = False) -> bool:
+    """A Python int or float (not a bool) within [low, high] (or (low, high]), finite, and an int
+    no larger than MAX_WHOLE: what the checks below accept without building an array (one plan
+    at a time is the common case: the CLI, the explorer, a calibration step)."""
+    kind = type(value)
+    if kind is int:
+        return (low < value if low_open else low <= value) and value <= high and value <= MAX_WHOLE  # type: ignore[operator]
+    if kind is float:
+        return (low < value if low_open else low <= value) and value <= high and math.isfinite(value)  # type: ignore[operator]
+    return False
 
 
 def _numeric(field: str, value: ArrayLike) -> np.ndarray:
@@ -70,6 +83,8 @@ def boolean(field: str, value: object) -> bool | np.ndarray:
 
 def unit_fraction(field: str, value: ArrayLike) -> Number:
     """In (0, 1]: a fraction of a peak that cannot be exceeded (a GEMM's share of the tensor cores)."""
+    if _plain(value, 0.0, 1.0, low_open=True):
+        return value  # type: ignore[return-value]
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr > 0) & (arr <= 1))
     if np.any(bad):
@@ -79,6 +94,8 @@ def unit_fraction(field: str, value: ArrayLike) -> Number:
 
 def positive(field: str, value: ArrayLike) -> Number:
     """Finite and > 0 everywhere; returns the value unchanged (scalar stays scalar)."""
+    if _plain(value, 0.0, math.inf, low_open=True):
+        return value  # type: ignore[return-value]
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr > 0))
     if np.any(bad):
@@ -87,6 +104,8 @@ def positive(field: str, value: ArrayLike) -> Number:
 
 
 def non_negative(field: str, value: ArrayLike) -> Number:
+    if _plain(value, 0.0, math.inf):
+        return value  # type: ignore[return-value]
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr >= 0))
     if np.any(bad):
@@ -97,6 +116,8 @@ def non_negative(field: str, value: ArrayLike) -> Number:
 def within(field: str, value: ArrayLike, low: float, high: float, unit: str) -> Number:
     """Finite and in [low, high]: a physical quantity inside the range the model is meant for
     (beyond it the arithmetic overflows or the answer means nothing)."""
+    if _plain(value, low, high):
+        return value  # type: ignore[return-value]
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr >= low) & (arr <= high))
     if np.any(bad):
@@ -108,6 +129,8 @@ def within(field: str, value: ArrayLike, low: float, high: float, unit: str) -> 
 
 def fraction(field: str, value: ArrayLike) -> Number:
     """In (0, 1.5]: efficiencies are fractions of a peak (NVLS-style > 1 allowed up to 1.5)."""
+    if _plain(value, 0.0, 1.5, low_open=True):
+        return value  # type: ignore[return-value]
     arr = _numeric(field, value)
     bad = ~(np.isfinite(arr) & (arr > 0) & (arr <= 1.5))
     if np.any(bad):
@@ -127,6 +150,8 @@ _WHOLE_RANGE_0 = f"from 0 to {MAX_WHOLE:,}"
 
 def positive_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 1; floats that are whole (4.0) are accepted and kept as given."""
+    if type(value) is int and 1 <= value <= MAX_WHOLE:
+        return value
     arr = _numeric(field, value)
     if _whole_within(arr, 1):
         return value  # type: ignore[return-value]
@@ -140,6 +165,8 @@ def positive_int(field: str, value: ArrayLike) -> Number:
 
 def non_negative_int(field: str, value: ArrayLike) -> Number:
     """Whole numbers >= 0 (0 often means "automatic")."""
+    if type(value) is int and 0 <= value <= MAX_WHOLE:
+        return value
     arr = _numeric(field, value)
     if _whole_within(arr, 0):
         return value  # type: ignore[return-value]
@@ -170,10 +197,18 @@ def equal(field: str, value: ArrayLike, other_field: str, other: ArrayLike, why:
         raise SpecError(f"{field}: {a.flat[i].item()} must equal {other_field}={b.flat[i].item()}{suffix}")
 
 
+_ENUM_NAMES: dict[type, dict[str, IntEnum]] = {}
+
+
 def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
     """A name ('1f1b'), an enum member, an int code or an array of either -> member or int array."""
-    names = {m.name.lower().replace("_", "-"): m for m in enum}
-    names.update({getattr(m, "label", m.name.lower()): m for m in enum})
+    if isinstance(value, enum):
+        return value  # type: ignore[return-value]
+    names = _ENUM_NAMES.get(enum)
+    if names is None:  # each enum's names, once
+        names = {m.name.lower().replace("_", "-"): m for m in enum}
+        names.update({getattr(m, "label", m.name.lower()): m for m in enum})
+        _ENUM_NAMES[enum] = names
 
     def one(v: object) -> E:
         if isinstance(v, enum):
@@ -181,7 +216,7 @@ def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
         if isinstance(v, str):
             key = v.strip().lower().replace("_", "-")
             if key in names:
-                return names[key]
+                return names[key]  # type: ignore[return-value]
         elif isinstance(v, (int, np.integer)) and not isinstance(v, bool):
             try:
                 return enum(int(v))
@@ -207,6 +242,13 @@ def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
         codes = np.asarray([int(one(v)) for v in distinct.tolist()], dtype=np.int64)
         return codes[inverse].reshape(value.shape)
     return one(value)
+
+
+def anywhere(condition: object) -> bool:
+    """`np.any(condition)`, without numpy's dispatch for one value (a plan's scalar check)."""
+    if isinstance(condition, (bool, np.bool_)):
+        return bool(condition)
+    return bool(np.any(condition))
 
 
 def as_array(value: Number) -> np.ndarray:

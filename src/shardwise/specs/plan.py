@@ -15,6 +15,7 @@ from shardwise.precisions import COMPUTE_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
+from shardwise.specs.memo import Memo
 
 
 class Schedule(IntEnum):
@@ -61,6 +62,11 @@ EXECUTION_FLAGS = (
     "scatter_gather",
 )
 BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", "eager_kernels", *EXECUTION_FLAGS)
+
+
+_CHECKED = Memo("plan checks")
+# What `Plan._check_rules` reads (tests/test_scalar_path.py checks the reads).
+_RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
 
 
 @dataclass(frozen=True)
@@ -218,33 +224,48 @@ class Plan:
             value = getattr(self, name)
             if value is not None or name != "overlap_p2p":
                 object.__setattr__(self, name, chk.boolean(f"plan: {name}", value))
+        for name in ("first_stage_layers", "last_stage_layers"):
+            object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
+        if self.stage_layers is not None:
+            object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
+        if self.overlap_p2p is None:
+            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
+        from shardwise.specs.distinct import find_distinct
+
+        try:  # many plans that repeat: each distinct one is checked (building them checks them)
+            if find_distinct(self) is not None:
+                return
+        except SpecError:
+            pass  # the checks below name the first broken plan in the given order
+        # one plan (plain numbers): the verdict kept under the fields the rules read (`specs.memo`)
+        key = tuple(getattr(self, name) for name in _RULE_FIELDS)
+        _CHECKED.get_or_compute(key, self._check_rules)
+
+    def _check_rules(self) -> bool:
+        """The rules between fields, over every plan: whole micro-batches, stage counts, the
+        interleaved schedule's needs (True: they hold). They read _RULE_FIELDS alone."""
         from shardwise.specs.rules import batch_rules, raise_first
 
         whole_batches, interleave_multiple = batch_rules(
             self.global_batch, self.dp, self.micro_batch, self.pp, np.asarray(self.schedule) == Schedule.INTERLEAVED
         )
         raise_first([whole_batches])
-        for name in ("first_stage_layers", "last_stage_layers"):
-            object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
-        if self.stage_layers is not None:
-            object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
         pp_one = np.asarray(self.pp) == 1
         given = (np.asarray(self.first_stage_layers) > 0) | (np.asarray(self.last_stage_layers) > 0)
-        if np.any(pp_one & given):
+        if chk.anywhere(pp_one & given):
             raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
-        if self.overlap_p2p is None:
-            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
         sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
         bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
-        if np.any(bad):
+        if chk.anywhere(bad):
             raise SpecError(
                 f"plan: vpp={np.broadcast_to(vpp, bad.shape)[bad].flat[0]} needs schedule=interleaved "
                 "(virtual stages only exist in the interleaved 1F1B schedule)"
             )
         bad = (sched == Schedule.INTERLEAVED) & (np.asarray(self.pp) < 2)
-        if np.any(bad):
+        if chk.anywhere(bad):
             raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
         raise_first([interleave_multiple])
+        return True
 
     @property
     def uneven_stages(self) -> bool:

@@ -34,7 +34,8 @@ class Rule(NamedTuple):
 def raise_first(rules: Iterable[Rule]) -> None:
     """Raise SpecError for the first rule that breaks anywhere."""
     for r in rules:
-        if not np.all(r.ok):
+        ok = r.ok
+        if not (bool(ok) if isinstance(ok, (bool, np.bool_)) else np.all(ok)):
             raise SpecError(r.error())
 
 

@@ -3,11 +3,36 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
 
 from shardwise.specs._checks import SpecError
 from shardwise.specs.hardware import Cluster
+from shardwise.specs.memo import Memo
 from shardwise.specs.model import Model
 from shardwise.specs.plan import Plan
+
+if TYPE_CHECKING:
+    from shardwise.specs.stages import StageSplit
+
+_CHECKED = Memo("scenario checks")
+# The plan fields the rules of `Scenario._check_each` read (tests/test_scalar_path.py checks the
+# list against the reads): a configuration's verdict is kept under these alone.
+RULE_FIELDS = (
+    "tp",
+    "pp",
+    "dp",
+    "cp",
+    "vpp",
+    "first_stage_layers",
+    "last_stage_layers",
+    "stage_layers",
+    "sequence_parallel",
+    "flash_attention",
+    "cp_comm",
+    "ep",
+    "etp",
+)
 
 
 @dataclass(frozen=True)
@@ -35,9 +60,31 @@ class Scenario:
             if not isinstance(value, kind):
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise SpecError(f"scenario: {name}: {shown} ({type(value).__name__}) is not a {kind.__name__}")
+        from shardwise.specs.distinct import find_distinct
+
+        try:  # many configurations that repeat: each distinct one is checked (building them checks them)
+            if find_distinct(self) is not None:
+                return
+        except SpecError:
+            pass  # the checks below name the first broken configuration in the given order
+        # one configuration (plain numbers): checked once per process for what the rules read
+        # (`specs.memo`): plans that differ in the batch, recomputation or ZeRO share the verdict
+        plan = self.plan
+        key = (self.model, self.cluster, *(getattr(plan, name) for name in RULE_FIELDS))
+        _CHECKED.get_or_compute(key, self._check_each)
+
+    @cached_property
+    def split(self) -> StageSplit:
+        """How the model's layers are split over the pipeline stages (`specs.stages.plan_split`),
+        computed once per scenario."""
+        from shardwise.specs.stages import plan_split
+
+        return plan_split(self.model.layers, self.plan)
+
+    def _check_each(self) -> bool:
+        """The rules of the class docstring, over every configuration (True: they hold)."""
         m, c, p = self.model, self.cluster, self.plan
         from shardwise.specs import rules
-        from shardwise.specs.stages import plan_split
 
         def context() -> str:  # written only for the error (formatting a planner's arrays is slow)
             return f"cluster {c.name!r} has {c.nodes} node(s) x {c.gpus_per_node} GPUs"
@@ -46,10 +93,11 @@ class Scenario:
             [
                 rules.gpu_rules(c.num_gpus, p.tp, p.pp, p.dp, p.cp, context),
                 *rules.tp_rules(p.tp, m.heads, m.kv_heads, m.ffn_hidden),
-                rules.stage_rule(plan_split(m.layers, p), m.layers, p.pp, p.vpp),
+                rules.stage_rule(self.split, m.layers, p.pp, p.vpp),
                 *rules.node_rules(p.tp, c.gpus_per_node),
                 *rules.sequence_rules(m.seq_len, p.tp, p.cp, p.sequence_parallel, p.flash_attention),
                 rules.ulysses_rule(m.heads, m.kv_heads, p.tp, p.cp, p.cp_comm),
                 *rules.moe_rules(m.experts, m.expert_ffn_hidden, p.tp, p.cp, p.dp, p.ep, p.expert_tp, m.name),
             ]
         )
+        return True

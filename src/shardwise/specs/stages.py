@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.specs._checks import Number, SpecError
+from shardwise.specs.memo import kept
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,7 @@ class StageSplit:
         return np.where(np.asarray(self.pp) == 1, self.first, self.first + self.middle_total + self.last)
 
 
+@kept
 def stage_split(
     layers: Number,
     pp: Number,

@@ -1,0 +1,252 @@
+"""The distinct configurations of an array-valued spec: each array field coded as small integers,
+one key per configuration, one row of each distinct key (the coding `engines.distinct` prices
+with, kept here so that a `Scenario` validates only its distinct configurations and hands them on).
+
+`find_distinct(obj)` codes a tree of frozen dataclasses (a scenario: model, hardware and plan)
+once and keeps the answer on the object: the scenario's validation and the estimate that follows
+share one coding (issue 38: a million random plans were coded and their stages split several
+times over before any was priced).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+
+# Below this many configurations the bookkeeping costs more than it saves.
+MIN_CONFIGURATIONS = 4096
+# Deduplicate only when the distinct configurations are at most this share of them: pricing one
+# training configuration costs about 1,000 reference element-operations, coding and gathering
+# them back a few dozen, so half of them distinct still gains (a quarter until issue 38: random
+# plans with a third of them distinct were priced element by element, 3.6 times slower).
+MAX_DISTINCT_SHARE = 0.5
+# Above this many configurations, a sample of this many rows decides whether to code them all.
+SAMPLE_ROWS = 4096
+# Keys up to this many times the configurations are marked in a table (linear time); larger
+# key spaces are sorted.
+TABLE_KEYS_PER_CONFIGURATION = 8
+# A whole-number field whose smallest value is at most this is coded through a table indexed by
+# the values themselves (no pass to subtract the smallest).
+SMALL_OFFSET = 64
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_PLAIN = frozenset((int, float, str, bool, type(None), tuple, np.bool_, np.float64, np.int64))
+
+
+def _leaves(obj: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    """(path, array) of every array-valued field of a tree of dataclasses (size > 1). Each
+    object's own list is found once and kept on it (the value types are frozen; a scenario's
+    model and cluster are shared by every plan priced on them)."""
+    own = obj.__dict__.get("_leaves")
+    if own is None:
+        own = obj.__dict__["_leaves"] = _own_leaves(obj)
+    if not path:
+        return own  # type: ignore[no-any-return]
+    return [((*path, *p), a) for p, a in own]
+
+
+def _own_leaves(obj: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
+    cls = type(obj)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
+    out = []
+    for name in names:
+        value = getattr(obj, name)
+        if type(value) in _PLAIN:
+            continue
+        if isinstance(value, np.ndarray):
+            if value.size > 1:
+                out.append(((name,), value))
+        elif hasattr(type(value), "__dataclass_fields__"):  # a nested dataclass (an instance, not a class)
+            out += _leaves(value, (name,))
+    return out
+
+
+def _rebuild(obj: Any, values: dict[tuple[str, ...], np.ndarray], path: tuple[str, ...] = ()) -> Any:
+    """`obj` with the fields at `values`' paths replaced (nested dataclasses rebuilt)."""
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        here = (*path, f.name)
+        if here in values:
+            changes[f.name] = values[here]
+        else:
+            value = getattr(obj, f.name)
+            nested = dataclasses.is_dataclass(value) and not isinstance(value, type)
+            if nested and any(p[: len(here)] == here for p in values):
+                changes[f.name] = _rebuild(value, values, here)
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+class _Codes:
+    """One field coded as dense integers 0..size-1 over the full shape, and the values back
+    (size 0: a field of continuous values, not coded)."""
+
+    def __init__(self, array: np.ndarray, shape: tuple[int, ...], n: int) -> None:
+        self.full = array.size == n  # one value per configuration (not a broadcast axis)
+        self.values: np.ndarray | None = None
+        self.size = 0
+        if not self.full:  # a broadcast axis: code its distinct values
+            self.values, inverse = np.unique(array, return_inverse=True)
+            self._codes = np.broadcast_to(inverse.reshape(array.shape), shape).reshape(-1)
+        elif array.dtype.kind in "iub":  # whole numbers: a table over their range
+            flat = array.reshape(-1)
+            if flat.dtype.kind == "b":
+                flat = flat.view(np.uint8)
+            low, high = int(flat.min()), int(flat.max())
+            # a table indexed by the values themselves when they start near 0 (tp, pp, a
+            # micro-batch: no pass to shift them), else by value - low
+            base = 0 if 0 <= low <= SMALL_OFFSET else low
+            span = high - base + 1
+            if span <= TABLE_KEYS_PER_CONFIGURATION * n:
+                index = flat - base if base else flat
+                seen = np.zeros(span, dtype=bool)
+                seen[index] = True
+                present = np.flatnonzero(seen)
+                self.values = (present + base).astype(array.dtype)
+                if len(present) == span:  # every value of the range (a recompute or ZeRO column)
+                    self._codes = index
+                else:  # the codes through a lookup table (int32: half the bytes of the gather)
+                    lookup = np.cumsum(seen, dtype=np.int64) - 1
+                    self._codes = lookup.astype(np.int32 if n < 2**31 else np.int64).take(index)
+            else:
+                self.values, self._codes = np.unique(flat, return_inverse=True)
+                self.values = self.values.astype(array.dtype)
+        if self.values is not None:
+            self.size = len(self.values)
+
+    def codes(self) -> np.ndarray:
+        """The codes, of some integer type (`_combine` widens them)."""
+        return self._codes
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        assert self.values is not None
+        return self.values[codes]
+
+
+def _combine(coded: list[tuple[np.ndarray, int]], n: int) -> np.ndarray:
+    """One integer key per configuration from each field's (codes, number of codes): the sum of
+    codes x the product of the sizes before it, evaluated from the last field down (Horner's
+    scheme: two in-place passes per field, no temporaries)."""
+    if not coded:
+        return np.zeros(n, dtype=np.int64)
+    key = np.array(coded[-1][0], dtype=np.int64)  # a copy: the codes may be a field's own array
+    for codes, size in coded[-2::-1]:
+        key *= size
+        key += codes
+    return key
+
+
+def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of each distinct key, in key order; each row's group) for integer keys in
+    [0, size): a table when `size` is at most TABLE_KEYS_PER_CONFIGURATION keys per row, else
+    a sort."""
+    n = key.size
+    if size > TABLE_KEYS_PER_CONFIGURATION * n:
+        _, rows, inverse = np.unique(key, return_index=True, return_inverse=True)
+        return rows, inverse
+    seen = np.zeros(size, dtype=bool)
+    seen[key] = True
+    distinct = np.flatnonzero(seen)
+    inverse = (np.cumsum(seen) - 1).take(key)  # take: a faster gather than indexing
+    where = np.empty(size, dtype=np.int64)
+    where[key] = np.arange(n)
+    return where[distinct], inverse
+
+
+def _sample_repeats(arrays: list[np.ndarray], shape: tuple[int, ...], n: int) -> bool:
+    """Whether SAMPLE_ROWS rows spread evenly over the configurations repeat as often as they
+    would if the distinct configurations were at most MAX_DISTINCT_SHARE of n: u distinct ones
+    drawn evenly leave s - u (1 - exp(-s / u)) repeats in a sample of s (16 at n = 1e6); as many
+    or more says coding every row is likely worth it, fewer that it would likely be wasted
+    (a planner's candidates, all different; random plans over a space larger than n). The rows
+    are compared by a 64-bit mix of their values (a collision could only add a repeat): this
+    decides which path prices, never a number."""
+    rows = np.linspace(0, n - 1, SAMPLE_ROWS).astype(np.int64)
+    index = np.unravel_index(rows, shape)
+    key = np.zeros(SAMPLE_ROWS, dtype=np.uint64)
+    for i, a in enumerate(arrays):
+        column = np.broadcast_to(a, shape)[index].astype(np.uint64)
+        key = key * np.uint64(_MIX) + column + np.uint64(i)  # wraps modulo 2**64
+    key.sort()
+    repeats = int(np.count_nonzero(key[1:] == key[:-1]))
+    u = MAX_DISTINCT_SHARE * n
+    expected = SAMPLE_ROWS - u * -math.expm1(-SAMPLE_ROWS / u)
+    return repeats >= expected
+
+
+_MIX = 0x9E3779B97F4A7C15  # an odd 64-bit constant (the golden ratio's): spreads small values
+
+
+class Distinct(NamedTuple):
+    """`obj` reduced to one configuration per distinct key: `spec` holds them (built, so
+    validated, like any spec), `inverse` gives each configuration's row among them, `shape` the
+    full shape and `count` the number of distinct ones."""
+
+    spec: Any
+    inverse: np.ndarray
+    shape: tuple[int, ...]
+    count: int
+
+
+_NOT_YET = object()
+
+
+def find_distinct(obj: Any) -> Distinct | None:
+    """`obj`'s distinct configurations when pricing them alone saves work (at least
+    MIN_CONFIGURATIONS flat whole-number configurations, at most MAX_DISTINCT_SHARE of them
+    distinct), else None. Computed once per object and kept on it (`obj.__dict__`, outside its
+    fields: equality, `repr` and `dataclasses.replace` ignore it). Building the reduced spec
+    validates it: a SpecError from it propagates."""
+    kept = obj.__dict__.get("_distinct", _NOT_YET)
+    if kept is not _NOT_YET:
+        return kept  # type: ignore[no-any-return]
+    found = _find_distinct(obj)
+    obj.__dict__["_distinct"] = found
+    return found
+
+
+def _find_distinct(obj: Any) -> Distinct | None:
+    leaves = _leaves(obj)
+    if not leaves:
+        return None
+    heads = {path[0] for path, _ in leaves}
+    if len(heads) == 1 and len(leaves[0][0]) > 1:  # every array in one part (a scenario's plan)
+        (head,) = heads
+        part = getattr(obj, head)
+        coded = part.__dict__.get("_distinct", _NOT_YET)
+        if coded is not _NOT_YET:  # that part was coded when it was built: its codes serve
+            if coded is None:
+                return None
+            return Distinct(dataclasses.replace(obj, **{head: coded.spec}), coded.inverse, coded.shape, coded.count)
+    shape = np.broadcast_shapes(*(a.shape for _, a in leaves))
+    n = int(np.prod(shape))
+    if n < MIN_CONFIGURATIONS:
+        return None
+    if not any(a.size == n for _, a in leaves):  # a grid of broadcast axes: every point differs
+        return None
+    if any(a.size == n and a.dtype.kind not in "iub" for _, a in leaves):  # continuous values
+        return None
+    if n > SAMPLE_ROWS and not _sample_repeats([a for _, a in leaves], shape, n):
+        return None  # a planner's candidates, all different: not worth coding every row
+    fields = [(path, _Codes(a, shape, n)) for path, a in leaves]
+    bound = 1
+    for _, c in fields:
+        bound *= c.size
+    if bound >= 2**62:
+        return None
+    key = _combine([(c.codes(), c.size) for _, c in fields], n)
+    rows, inverse = group_rows(key, bound)
+    if len(rows) > MAX_DISTINCT_SHARE * n:
+        return None
+    distinct = key[rows]  # ascending
+    values: dict[tuple[str, ...], np.ndarray] = {}
+    stride = 1
+    for path, c in fields:
+        values[path] = c.decode((distinct // stride) % c.size)
+        stride *= c.size
+    return Distinct(_rebuild(obj, values), inverse, shape, len(rows))

@@ -1,0 +1,256 @@
+"""One configuration at a time gives the numbers of the vectorized path to the last bit: every
+field of the estimate of a scalar scenario equals the same element of the estimate of an
+array-valued scenario holding it among others (dense, mixture of experts, context parallelism,
+uneven stages, every schedule), with the memos of `specs.memo` on (a configuration asked for
+again, stage costs shared) and off."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.training import estimate_training_step
+from shardwise.errors import SpecError
+from shardwise.specs import Plan, Scenario, memo
+from shardwise.specs.distinct import MIN_CONFIGURATIONS
+
+# model, system, nodes, the fields drawn (name -> choices) and the fields fixed
+CASES = {
+    "dense": (
+        "gpt-96l-4096h",
+        "dgx-a100",
+        8,
+        {
+            "tp": [1, 2, 4, 8],
+            "pp": [1, 2, 4, 8],
+            "micro_batch": [1, 2, 4],
+            "batches": [1, 3, 8, 16],
+            "recompute": [0, 1, 2],
+            "zero_stage": [0, 1, 2, 3],
+            "sequence_parallel": [False, True],
+            "schedule": [0, 1, 3],
+        },
+        {},
+    ),
+    "interleaved": (
+        "llama3-8b",
+        "dgx-h100",
+        8,
+        {
+            "tp": [1, 2, 4],
+            "pp": [2, 4, 8],
+            "vpp": [1, 2, 4],
+            "micro_batch": [1, 2],
+            "batches": [8, 16, 24],
+            "recompute": [0, 1, 2],
+            "zero_stage": [0, 1],
+            "overlap_p2p": [False, True],
+        },
+        {"schedule": "interleaved"},
+    ),
+    "uneven stages": (
+        "gpt-96l-4096h",
+        "dgx-h100",
+        4,
+        {
+            "tp": [2, 4, 8],
+            "pp": [2, 4, 8],
+            "first_stage_layers": [0, 5, 9],
+            "last_stage_layers": [0, 7, 10],
+            "micro_batch": [1, 2],
+            "batches": [4, 9],
+            "schedule": [0, 1, 3],
+        },
+        {},
+    ),
+    "context parallel": (
+        "llama3-8b",
+        "dgx-h100",
+        8,
+        {
+            "tp": [1, 2, 4],
+            "pp": [1, 2, 4],
+            "cp": [1, 2, 4],
+            "micro_batch": [1, 2],
+            "batches": [2, 8],
+            "recompute": [0, 1],
+            "zero_stage": [0, 1, 3],
+            "sequence_parallel": [False, True],
+        },
+        {},
+    ),
+    "mixture of experts": (
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        8,
+        {
+            "tp": [1, 2, 4],
+            "pp": [1, 2, 4],
+            "ep": [1, 2, 4, 8],
+            "etp": [0, 1],
+            "micro_batch": [1, 2],
+            "batches": [4, 8],
+            "recompute": [0, 2],
+            "zero_stage": [0, 1],
+            "expert_imbalance": [1.0, 1.25],
+        },
+        {"sequence_parallel": True},
+    ),
+}
+
+
+def draw(case: str, n: int, seed: int = 0) -> tuple[Scenario, list[dict[str, object]]]:
+    """`n` valid plans of `case`, each as plain fields, and one scenario holding them as arrays."""
+    model_name, system, nodes, choices, fixed = CASES[case]
+    model, cluster = presets.model(model_name), presets.system(system, nodes=nodes)
+    rng = np.random.default_rng(seed)
+    plans: list[dict[str, object]] = []
+    for _ in range(200 * n):
+        if len(plans) == n:
+            break
+        fields: dict[str, object] = {k: v[int(rng.integers(len(v)))] for k, v in choices.items()}
+        fields = {k: (v.item() if hasattr(v, "item") else v) for k, v in fields.items()}
+        fields.update(fixed)
+        batches = fields.pop("batches")
+        if "vpp" in fields and fields["vpp"] > 1 and fields.get("schedule") != "interleaved":
+            continue
+        gpus = 8 * nodes
+        layout = fields["tp"] * fields["pp"] * fields.get("cp", 1)  # type: ignore[operator]
+        if gpus % layout:
+            continue
+        fields["dp"] = gpus // layout
+        m = batches * (fields["pp"] if fields.get("schedule") == "interleaved" else 1)  # type: ignore[operator]
+        fields["global_batch"] = fields["dp"] * fields["micro_batch"] * m  # type: ignore[operator]
+        try:
+            Scenario(model, cluster, Plan(**fields))  # type: ignore[arg-type]
+        except SpecError:
+            continue
+        plans.append(fields)
+    assert len(plans) == n, f"{case}: only {len(plans)} valid plans drawn"
+    arrays = {k: np.array([p[k] for p in plans]) for k in plans[0] if k not in fixed}
+    if "schedule" in arrays:
+        arrays["schedule"] = arrays["schedule"].astype(np.int64)
+    return Scenario(model, cluster, Plan(**arrays, **fixed)), plans  # type: ignore[arg-type]
+
+
+def numbers(value: object, path: str = "") -> dict[str, object]:
+    """Every number of an estimate by its path: fields, nested fields and properties."""
+    out: dict[str, object] = {}
+    if dataclasses.is_dataclass(value):
+        for f in dataclasses.fields(value):
+            if f.name != "scenario":
+                out.update(numbers(getattr(value, f.name), f"{path}.{f.name}"))
+        for name in dir(type(value)):
+            if isinstance(getattr(type(value), name, None), property) and not name.startswith("_"):
+                out.update(numbers(getattr(value, name), f"{path}.{name}"))
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            out.update(numbers(v, f"{path}.{k}"))
+    elif isinstance(value, (int, float, np.ndarray, np.number, np.bool_)):
+        out[path] = value
+    return out
+
+
+def element(value: object, i: int) -> object:
+    arr = np.asarray(value)
+    return arr if arr.ndim == 0 else arr.reshape(-1)[i]
+
+
+def assert_bitwise_equal(scalar: object, vector: object, i: int, what: str) -> None:
+    a, b = numbers(scalar), numbers(vector)
+    assert a.keys() == b.keys(), what
+    for path, value in a.items():
+        x, y = np.asarray(value, dtype=float), np.asarray(element(b[path], i), dtype=float)
+        assert x.shape == () and x.tobytes() == y.tobytes(), f"{what} {path}: {x!r} != {y!r}"
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+@pytest.mark.parametrize("memos", [True, False], ids=["memos on", "memos off"])
+def test_one_configuration_is_the_vectorized_element_to_the_bit(case, memos):
+    vector_scn, plans = draw(case, 24, seed=len(case))
+    vector = estimate_training_step(vector_scn)
+    model, cluster = vector_scn.model, vector_scn.cluster
+    if memos:
+        memo.clear_all()
+        for i, fields in enumerate(plans):  # twice: the second time every answer is a kept one
+            for _ in range(2):
+                est = estimate_training_step(Scenario(model, cluster, Plan(**fields)))  # type: ignore[arg-type]
+                assert_bitwise_equal(est, vector, i, f"{case} plan {i} {fields}")
+    else:
+        with memo.disabled():
+            for i, fields in enumerate(plans):
+                est = estimate_training_step(Scenario(model, cluster, Plan(**fields)))  # type: ignore[arg-type]
+                assert_bitwise_equal(est, vector, i, f"{case} plan {i} {fields}")
+
+
+def test_the_distinct_path_of_many_plans_is_each_plans_own():
+    """Past MIN_CONFIGURATIONS the array is priced once per distinct configuration: the same bits."""
+    small, plans = draw("dense", 40, seed=7)
+    repeated = [plans[i % len(plans)] for i in range(MIN_CONFIGURATIONS + 8)]
+    arrays = {k: np.array([p[k] for p in repeated]) for k in repeated[0]}
+    big = Scenario(small.model, small.cluster, Plan(**arrays))  # type: ignore[arg-type]
+    assert big.__dict__.get("_distinct") is not None  # validated and priced per distinct configuration
+    vector = estimate_training_step(big)
+    for i in (0, 1, 39, 40, MIN_CONFIGURATIONS + 7):
+        fields = repeated[i]
+        est = estimate_training_step(Scenario(small.model, small.cluster, Plan(**fields)))  # type: ignore[arg-type]
+        assert_bitwise_equal(est, vector, i, f"plan {i}")
+
+
+def test_a_kept_estimate_names_the_scenario_given():
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
+    first = Scenario(model, cluster, Plan(tp=2, dp=4, global_batch=8))
+    again = Scenario(model, cluster, Plan(tp=2, dp=4, global_batch=8))
+    a, b = estimate_training_step(first), estimate_training_step(again)
+    assert a.scenario is first and b.scenario is again
+    assert a.step_time_s == b.step_time_s and a.breakdown == b.breakdown
+
+
+def test_a_bad_configuration_is_refused_every_time():
+    """A failed check is never kept as a pass."""
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
+    for _ in range(2):
+        with pytest.raises(SpecError, match="tp"):
+            Scenario(model, cluster, Plan(tp=3, dp=1, global_batch=8))
+
+
+class _Reads:
+    """A plan that records the names read from it."""
+
+    def __init__(self, plan: Plan) -> None:
+        self.plan, self.names = plan, set()
+
+    def __getattr__(self, name: str) -> object:
+        self.names.add(name)
+        return getattr(self.plan, name)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_scenarios_checks_read_only_the_fields_their_verdict_is_kept_under(case):
+    """`Scenario` keeps a configuration's verdict under RULE_FIELDS of the plan: the rules read
+    no other plan field (else two plans with different verdicts could share one)."""
+    from shardwise.specs.scenario import RULE_FIELDS
+
+    scn, plans = draw(case, 2)
+    one = Scenario(scn.model, scn.cluster, Plan(**plans[0]))  # type: ignore[arg-type]
+    reads = _Reads(one.plan)
+    object.__setattr__(one, "plan", reads)
+    one.__dict__.pop("split", None)
+    assert one._check_each()
+    properties = {"expert_tp": {"etp", "tp"}, "num_gpus": {"tp", "pp", "dp", "cp"}}
+    read = set().union(*(properties.get(name, {name}) for name in reads.names))
+    assert read and read <= set(RULE_FIELDS), sorted(read - set(RULE_FIELDS))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_plans_rules_read_only_the_fields_their_verdict_is_kept_under(case):
+    from shardwise.specs.plan import _RULE_FIELDS
+
+    _, plans = draw(case, 2)
+    plan = Plan(**plans[0])  # type: ignore[arg-type]
+    reads = _Reads(plan)
+    assert Plan._check_rules(reads)  # type: ignore[arg-type]
+    assert reads.names and reads.names <= set(_RULE_FIELDS), sorted(reads.names - set(_RULE_FIELDS))
