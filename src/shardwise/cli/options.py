@@ -357,14 +357,6 @@ def build_cluster(o: dict[str, Any]) -> Any:
     return cluster
 
 
-def build_scenario(o: dict[str, Any]) -> Any:
-    built = request_of(o).build()
-    echo_notes(built.notes)
-    if built.calibration is not None:
-        o["_calibration"] = built.calibration
-    return built.scenario
-
-
 def load_calibration(o: dict[str, Any]) -> Any:
     """The `--calibration FILE` (a `calibration.store.Calibration`), or None."""
     if not o.get("calibration"):
@@ -374,13 +366,6 @@ def load_calibration(o: dict[str, Any]) -> Any:
 
         o["_calibration"] = load(o["calibration"])
     return o["_calibration"]
-
-
-def spread_of(scenarios: list[Any], o: dict[str, Any]) -> Any:
-    """The 80% interval's spread of each scenario's step time (`calibration.intervals`)."""
-    from shardwise.requests.build import spread
-
-    return spread(scenarios, load_calibration(o))
 
 
 def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, tp: int = 1) -> dict[str, Any]:
@@ -413,10 +398,3 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
             import pyarrow  # noqa: F401
         except ImportError:
             raise SpecError(f"{flag} .parquet needs pyarrow: pip install 'shardwise[parquet]'") from None
-
-
-def _link(spec: str, role: str, replaced: Any = None, latency_s: float | None = None) -> Any:
-    """A link flag (`requests.build._link`), for the commands that build their own experiments."""
-    from shardwise.requests.build import link_flag
-
-    return link_flag(spec, role, replaced, latency_s)
