@@ -58,6 +58,8 @@ TIE_TOLERANCE = 0.005  # throughput per GPU: rates this close count as a tie, br
 CONFIRM_TOP = 16
 CONFIRM_ROUNDS = 4  # re-time the next CONFIRM_TOP while the best plan is an unchecked one
 CONFIRM_MAX_SLOTS = 20_000
+# then the best plan alone, re-timed until it is a checked one (at most this many more)
+CONFIRM_SINGLES = 256
 
 
 @dataclass(frozen=True)
@@ -341,6 +343,16 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
         best = result.ranked(1)
         if best.size == 0 or checked[best[0]]:
             break
+    # still an unchecked best (a slow network makes many interleaved plans optimistic in the
+    # closed form): re-time the best alone until the best is one the simulator has timed
+    for _ in range(CONFIRM_SINGLES):
+        best = result.ranked(1)
+        if best.size == 0 or checked[best[0]]:
+            break
+        fitting, newly = _confirm(result, best[:1])
+        checked[best[0]] = True
+        simulated |= newly
+        result = PlanSearch(model, cluster, global_batch, space, cols, fits, fitting, 0.0, simulated.copy())
     return dataclasses.replace(result, seconds=time.perf_counter() - start)
 
 
