@@ -4,6 +4,7 @@ from the presets in known ways."""
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -225,6 +226,11 @@ def test_suggest_prints_runs_with_launch_commands_and_plan_prints_the_regret(cli
     code, out, err = cli(["plan", *job, "--calibration", str(tmp_path / "c.yaml")])
     assert code == 0, err
     assert "expected regret of the pick:" in out and "calibration" in out.split("expected regret of the pick:")[1]
+    code, out, err = cli(["plan", *job, "--calibration", str(tmp_path / "c.yaml"), "--json"])
+    assert code == 0, err
+    printed = json.loads(out)["regret"]
+    assert printed["expected"] >= 0 and 0 <= printed["chance_another_is_faster"] <= 1
+    assert printed["text"].startswith("expected regret of the pick:")
 
 
 def test_suggest_needs_a_job_and_job_flags_need_suggest(cli, tmp_path):

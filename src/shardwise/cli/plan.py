@@ -219,10 +219,8 @@ def plan(
         click.echo(export.dumps(outcome.as_dict()))
         return
     _print(result, outcome.rows, outcome.why, csv_path, figure, outcome.interval_basis)
-    if outcome.calibration is not None:  # the pick's expected regret under the calibration (calibration.regret)
-        from shardwise.calibration.regret import text as regret_text
-
-        click.echo(regret_text(result, outcome.calibration.fit, outcome.interval_basis))
+    if outcome.regret is not None:  # the pick's expected regret under the calibration (calibration.regret)
+        click.echo(outcome.regret_text())
     if show_command:
         click.echo("the same numbers from predict, plan by plan:")
         for r in outcome.rows:

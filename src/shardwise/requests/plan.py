@@ -297,7 +297,12 @@ class PlanRequest:
             first = result.scenario(int(best[0]))
             launch = training_launch(first, self.emit, self.emit_version, capacity, rows[0]["step_time_s"])
         why = alternatives(result, int(best[0]))
-        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes), cal)
+        regret = None
+        if cal is not None:  # the pick's expected regret under the calibration's posterior
+            from shardwise.calibration.regret import plan_regret
+
+            regret = plan_regret(result, cal.fit, spread.basis)
+        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes), cal, regret)
 
 
 @dataclass(frozen=True)
@@ -313,6 +318,15 @@ class PlanResult:
     interval_basis: str
     notes: tuple[str, ...]
     calibration: Any = None  # calibration.store.Calibration the plans were priced with
+    regret: Any = None  # calibration.regret.Regret of the pick, with a calibration
+
+    def regret_text(self) -> str | None:
+        """The line `plan --calibration` prints under its table (None without a calibration)."""
+        if self.regret is None:
+            return None
+        from shardwise.calibration.regret import describe, label
+
+        return describe(self.regret, lambda i: label(self.search, i))
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `plan --json` prints."""
@@ -335,7 +349,24 @@ class PlanResult:
             "why": [{**asdict(a), "text": describe(a)} for a in self.why],
             "launch": self.launch,
             "command": self.request.command(),
+            "regret": None
+            if self.regret is None
+            else {
+                "expected": self.regret.expected,
+                "chance_another_is_faster": self.regret.chance,
+                "size_when_beaten": self.regret.size_when_beaten,
+                "rival": None if self.regret.rival is None else self._label(self.regret.rival),
+                "rival_chance": self.regret.rival_chance,
+                "samples": self.regret.samples,
+                "contending_plans": self.regret.pool_size,
+                "text": self.regret_text(),
+            },
         }
+
+    def _label(self, i: int) -> str:
+        from shardwise.calibration.regret import label
+
+        return label(self.search, i)
 
 
 def headroom_bytes(text: str, capacity_bytes: float) -> float:
