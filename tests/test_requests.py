@@ -234,3 +234,12 @@ def test_timeline_requests_match_the_command_line_and_serve_the_explorer():
     assert printed["step_time_s"] == direct.step_time_s and printed["command"] == direct.request.command()
     shown = runner.run(["timeline", *argv.split()])
     assert shown.error is None and shown.data["step_time_s"] == direct.step_time_s
+
+
+def test_serve_targets_never_replace_a_concurrency_that_was_given(cli):
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=1", "--tpot-max", "30ms"]
+    code, _, err = cli([*args, "--concurrency", "32"])
+    assert code == 2 and err.startswith("error: --concurrency 32: --ttft-max/--tpot-max search")
+    assert err.count("\n") == 1
+    code, _, err = cli([*args, "--json"])
+    assert code == 0, err

@@ -309,6 +309,11 @@ def serve(
                 "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
                 "--max-throughput and --request-rate"
             )
+        if source("batch") is click.core.ParameterSource.COMMANDLINE:  # never replace what was given
+            raise SpecError(
+                f"--concurrency {batch}: --ttft-max/--tpot-max search the largest load that meets them; drop "
+                "--concurrency, or drop the targets to price that load"
+            )
         choices = None if searched else [(weight_precision, kv_precision)]
         run_targets(
             model,
