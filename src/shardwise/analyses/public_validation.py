@@ -179,17 +179,18 @@ def request_for(row: dict[str, str]):
     from shardwise.requests.training import TrainingRequest
 
     preset, kernels = public_stacks.execution(row)
-    stated = public_stacks.network(row)
     moe = row["moe"] == "yes"
-    link, nics = stated if stated is not None else (None, None)
+    # the stated network, where the run spans servers (a one-server run keeps the system's)
+    spans = int(row["num_gpus"]) > _system_gpus(row["system"])
+    link, nics = (public_stacks.network(row) if spans else None) or (None, None)
     return TrainingRequest(
         model=row["model"],
         layers=int(row["layers"]),
         seq_len=int(row["seq_len"]),
         system=row["system"],
         num_gpus=int(row["num_gpus"]),
-        inter_link=link if stated is not None and int(row["num_gpus"]) > _system_gpus(row["system"]) else None,
-        nics_per_node=nics if stated is not None and int(row["num_gpus"]) > _system_gpus(row["system"]) else None,
+        inter_link=link,
+        nics_per_node=nics,
         tp=int(row["tp"]),
         pp=int(row["pp"]),
         dp=int(row["dp"]),

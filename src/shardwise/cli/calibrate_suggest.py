@@ -12,21 +12,11 @@ DEFAULT_EMIT = {"torchtitan": "torchtitan", "torchtitan-compile": "torchtitan", 
 
 def search_for(options: dict[str, Any], values: dict[str, float] | None) -> Any:
     """The planner's search of the job in `options` on its cluster calibrated by `values` (None:
-    the presets), as `shardwise plan` asks it (`requests.plan.PlanRequest`)."""
-    from shardwise.analyses.planner import search
-    from shardwise.calibration.parameters import apply
-    from shardwise.requests import build
+    the presets), as `shardwise plan` asks it (`requests.plan.PlanRequest.search`)."""
     from shardwise.requests.plan import PlanRequest
 
     asked = {k: v for k, v in options.items() if k not in ("emit", "emit_version", "top", "calibration")}
-    request = PlanRequest.from_options(asked)
-    layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
-    fields = {**request.training.values(), **layout}
-    model = build.build_model(fields)
-    cluster = build.build_cluster(fields, [], None)
-    if values:
-        cluster = apply(cluster, values)
-    return search(model, cluster, request.global_batch, request.space(float(cluster.gpu.memory_bytes)))
+    return PlanRequest.from_options(asked).search(values)
 
 
 def run_suggest(

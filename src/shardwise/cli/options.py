@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from shardwise.precisions import TRAINING_PRECISIONS
+from shardwise.requests.fields import by_name
 
 F = Callable[..., Any]
 
@@ -320,14 +321,6 @@ stage_options = _stack(
 plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
 
-def _named(o: dict[str, Any]) -> dict[str, Any]:
-    """click's option names -> the request fields' names (`model_name` -> `model`); others dropped."""
-    from shardwise.requests.fields import TRAINING_FIELDS
-
-    by_key = {f.key: f.name for f in TRAINING_FIELDS}
-    return {by_key[k]: v for k, v in o.items() if k in by_key}
-
-
 def echo_notes(notes: tuple[str, ...] | list[str]) -> None:
     """What the request layer assumed, on stderr (stdout stays the answer)."""
     for note in notes:
@@ -344,7 +337,7 @@ def request_of(o: dict[str, Any]) -> Any:
 def build_model(o: dict[str, Any]) -> Any:
     from shardwise.requests.build import build_model as build
 
-    return build(_named(o))
+    return build(by_name(o))
 
 
 def build_cluster(o: dict[str, Any]) -> Any:
@@ -352,7 +345,7 @@ def build_cluster(o: dict[str, Any]) -> Any:
     from shardwise.requests.build import build_cluster as build
 
     notes: list[str] = []
-    cluster = build(_named(o), notes, load_calibration(o))
+    cluster = build(by_name(o), notes, load_calibration(o))
     echo_notes(notes)
     return cluster
 
@@ -371,13 +364,13 @@ def load_calibration(o: dict[str, Any]) -> Any:
 def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, tp: int = 1) -> dict[str, Any]:
     from shardwise.requests.build import execution_kwargs as kwargs
 
-    return kwargs(_named(o), sequence_parallel, tp)
+    return kwargs(by_name(o), sequence_parallel, tp)
 
 
 def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
     from shardwise.requests.build import stage_kwargs as kwargs
 
-    return kwargs(_named(o), layers)
+    return kwargs(by_name(o), layers)
 
 
 def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> None:

@@ -95,30 +95,31 @@ class DpComm:
             return grad, gather
         return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
 
-    def _staged(self, whole_s: Number, window_s: Number, chunks: Number, rounds: Number) -> tuple[Number, ...]:
-        """(bytes' time of the first chunk to go, its window, the whole window) of a per-chunk
-        collective (see `exposed_s`); the single window where it is not per chunk."""
+    def _hidden_beside(
+        self, total_s: Number, window_s: Number, bucket_s: Number, drain_s: Number, chunks: Number, rounds: Number
+    ) -> Number:
+        """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
+        drain): per chunk where it is (see `exposed_s`), at least its unhideable bucket and the
+        compute NCCL's SMs take while the rest hides; with no window, all of it."""
         v = np.where(np.asarray(self.per_chunk, dtype=bool), np.asarray(chunks, dtype=float), 1.0)
         one = window_s / v  # one chunk's pass of the micro-batch
-        return whole_s / v, one, one * (1.0 + (v - 1.0) * np.asarray(rounds, dtype=float))
+        first = one + drain_s
+        whole = one * (1.0 + (v - 1.0) * np.asarray(rounds, dtype=float)) + drain_s
+        floor = np.where(whole > 0, np.maximum(bucket_s, total_s * self.contention), total_s)
+        return np.minimum(np.maximum(np.maximum(total_s - whole, total_s / v - first), floor), total_s)
 
     def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
         if overlap.ndim == 0 and not bool(overlap):  # no window: the whole reduction
             return self.grad_s
-        head, first, whole = self._staged(self.grad_s, self.grad_window_s, chunks, rounds)
-        first, whole = np.where(overlap, first + drain_s, 0.0), np.where(overlap, whole + drain_s, 0.0)
-        floor = np.where(whole > 0, np.maximum(self.grad_bucket_s, self.grad_s * self.contention), self.grad_s)
-        grad = np.maximum(np.maximum(self.grad_s - whole, head - first), floor)
-        return np.minimum(grad, self.grad_s)
+        window = np.where(overlap, self.grad_window_s, 0.0)
+        drain = np.where(overlap, drain_s, 0.0)
+        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds)
 
     def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
         window = self.gather_window_s
         if np.ndim(window) == 0 and not window:  # no window: the whole gather
             return self.gather_s
-        head, first, whole = self._staged(self.gather_s, window, chunks, rounds)
-        floor = np.where(whole > 0, np.maximum(self.gather_bucket_s, self.gather_s * self.contention), self.gather_s)
-        gather = np.maximum(np.maximum(self.gather_s - whole, head - first), floor)
-        return np.minimum(gather, self.gather_s)
+        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s

@@ -118,6 +118,13 @@ SPELLINGS = {
 }
 
 
+def by_name(options: dict[str, Any]) -> dict[str, Any]:
+    """A click command's parsed options under the fields' names (`model_name` -> `model`); a
+    command's own options are left out."""
+    keys = {f.key: f.name for f in TRAINING_FIELDS}
+    return {keys[k]: v for k, v in options.items() if k in keys}
+
+
 def default(name: str) -> Any:
     """The one default of a field (the command line's flags show and use it)."""
     return BY_NAME[name].default

@@ -257,19 +257,36 @@ class PlanRequest:
         out["lora_rank"] = self.training.lora_rank
         return out
 
+    def search(self, fitted: dict[str, float] | None = None) -> Any:
+        """The planner's search (`analyses.planner.PlanSearch`) on the request's cluster, calibrated
+        by its calibration file, else by `fitted` values (`calibration.parameters`)."""
+        from shardwise.requests import build
+
+        return self._search(build.load_calibration(self.training.calibration), fitted, [])
+
+    def _search(self, cal: Any, fitted: dict[str, float] | None, notes: list[str]) -> Any:
+        from shardwise.analyses.planner import search
+        from shardwise.requests import build
+
+        layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
+        values = {**self.training.values(), **layout}
+        cluster = build.build_cluster(values, notes, cal)
+        if fitted:
+            from shardwise.calibration.parameters import apply
+
+            cluster = apply(cluster, fitted)
+        space = self.space(float(cluster.gpu.memory_bytes))
+        return search(build.build_model(values), cluster, self.global_batch, space)
+
     def run(self) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
-        from shardwise.analyses.planner import search
         from shardwise.errors import SpecError
         from shardwise.requests import build
 
-        values = {**self.training.values(), "tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1}
         notes: list[str] = []
-        model = build.build_model(values)
         cal = build.load_calibration(self.training.calibration)
-        cluster = build.build_cluster({**values, "global_batch": None}, notes, cal)
-        space = self.space(float(cluster.gpu.memory_bytes))
-        result = search(model, cluster, self.global_batch, space)
+        result = self._search(cal, None, notes)
+        cluster, space = result.cluster, result.space
         best = result.ranked(self.top)
         if best.size == 0:
             levers = ["more GPUs", "a shorter sequence"]

@@ -110,8 +110,7 @@ class TrainingRequest:
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> TrainingRequest:
         """From a click command's parsed options (click's names; a command's own options are left out)."""
-        by_key = {f.key: f for f in F.TRAINING_FIELDS}
-        return cls(**{by_key[k].name: v for k, v in options.items() if k in by_key})
+        return cls(**F.by_name(dict(options)))
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> TrainingRequest:
