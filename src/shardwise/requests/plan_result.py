@@ -1,0 +1,95 @@
+"""What `PlanRequest.run` answers: the search, the best rows with their 80% intervals and
+`predict` commands, why the best wins, and its JSON."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class PlanResult:
+    """The search (every plan), the best rows with their 80% intervals and `predict` commands,
+    why the best wins (its neighbours), the launch command asked for, what was assumed."""
+
+    request: Any  # requests.plan.PlanRequest
+    search: Any  # analyses.planner.PlanSearch
+    rows: list[dict[str, Any]]
+    why: list[Any]
+    launch: dict[str, Any] | None
+    interval_basis: str
+    notes: tuple[str, ...]
+    calibration: Any = None  # calibration.store.Calibration the plans were priced with
+    regret: Any = None  # calibration.regret.Regret of the pick, with a calibration
+
+    def regret_text(self) -> str | None:
+        """The line `plan --calibration` prints under its table (None without a calibration)."""
+        if self.regret is None:
+            return None
+        from shardwise.calibration.regret import describe, label
+
+        return describe(self.regret, lambda i: label(self.search, i))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON `plan --json` prints."""
+        from dataclasses import asdict
+
+        from shardwise import export
+        from shardwise.analyses.plan_explain import describe
+
+        result = self.search
+        return {
+            "model": export.model_dict(result.model),
+            "cluster": export.cluster_dict(result.cluster),
+            "global_batch": result.global_batch,
+            "objective": result.space.objective,
+            "evaluated": result.evaluated,
+            "dropped_for_memory": result.dropped_for_memory,
+            "seconds": result.seconds,
+            "plans": self.rows,
+            "interval": {"level": 0.8, "basis": self.interval_basis},
+            "why": [{**asdict(a), "text": describe(a)} for a in self.why],
+            "launch": self.launch,
+            "command": self.request.command(),
+            "regret": None
+            if self.regret is None
+            else {
+                "expected": self.regret.expected,
+                "chance_another_is_faster": self.regret.chance,
+                "size_when_beaten": self.regret.size_when_beaten,
+                "rival": None if self.regret.rival is None else self._label(self.regret.rival),
+                "rival_chance": self.regret.rival_chance,
+                "samples": self.regret.samples,
+                "contending_plans": self.regret.pool_size,
+                "text": self.regret_text(),
+            },
+        }
+
+    def _label(self, i: int) -> str:
+        from shardwise.calibration.regret import label
+
+        return label(self.search, i)
+
+
+def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
+    """The best plans' rows with their 80% intervals, and whether each is a tie with the next:
+    the next plan's value lies inside this one's interval (or this one's inside the next's)."""
+    from itertools import pairwise
+
+    rows = []
+    for j, i in enumerate(best):
+        r = dict(result.row(int(i)))
+        lo, hi = spread.bounds(r["step_time_s"])
+        r["step_time_s_low"], r["step_time_s_high"] = float(lo[j]), float(hi[j])
+        tok = r["tokens_per_s_per_gpu"]
+        r["tokens_per_s_per_gpu_low"] = tok * r["step_time_s"] / r["step_time_s_high"]
+        r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
+        rows.append(r)
+    key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
+    for a, b in pairwise(rows):
+        a["tie_with_next"] = bool(
+            a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
+        )
+    if rows:
+        rows[-1]["tie_with_next"] = None
+    return rows
