@@ -8,10 +8,10 @@ import click
 
 from shardwise.cli.experiment_options import experiment_options
 from shardwise.cli.output import output_option
+from shardwise.requests.compare import DEFAULT_VARY
 
 OUTPUT_FORMATS = (".csv", ".json")  # the table, or what --json prints
 
-DEFAULT_VARY = "batch=1..32"
 MAX_PRINTED_ROWS = 2_000  # a terminal table longer than this belongs in a CSV file
 
 
@@ -58,11 +58,10 @@ def crossover(
       shardwise crossover --plan tp=8 --plan pp=8 --plan tp=2,pp=4 --workload forward
       shardwise crossover --system dgx-h100 --nodes 2 --plan tp=8 --plan pp=16 -o series.csv
     """
-    from shardwise.analyses.crossover import run_crossover
-    from shardwise.analyses.vary import parse_vary
     from shardwise.cli import output
-    from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
+    from shardwise.cli.options import echo_notes
     from shardwise.errors import SpecError
+    from shardwise.requests.compare import CrossoverRequest, ExperimentRequest
 
     if as_json and output_path == output.STDOUT:
         raise SpecError("give --json or -o -, not both (both print)")
@@ -73,34 +72,28 @@ def crossover(
         from shardwise.cli.options import check_output_path
 
         check_output_path(figure_path, (".png", ".svg", ".pdf"), "--plot")
-    exp = build_experiment(options)
-    variable, values = parse_vary(vary)
-    if all_rows and len(values) > MAX_PRINTED_ROWS and not quiet:
-        raise SpecError(
-            f"--all-rows prints at most {MAX_PRINTED_ROWS:,} rows ({len(values):,} asked); "
-            "write them with -o FILE or --json"
-        )
-    result = run_crossover(exp, variable, values, ignore_memory=options["ignore_memory"])
-    check_plans_valid(exp, variable, values, {s.plan: s.time_s for s in result.series_for(exp.links[0].label)})
-    assumptions = describe_experiment(exp, variable)
+    request = CrossoverRequest(ExperimentRequest.from_options(options), vary)
+    answer = request.run(max_values=MAX_PRINTED_ROWS if all_rows and not quiet else None)
+    echo_notes(answer.notes)
+    result, assumptions = answer.result, answer.assumptions
     figure = None if figure_path is None else _plot(result, figure_path, assumptions)
     if output_path is not None:
-        output.write_text(output_path, _document(result, assumptions, output_path))
+        output.write_text(output_path, _document(answer, output_path))
     if as_json:
-        click.echo(_document(result, assumptions, "x.json"), nl=False)
+        click.echo(_document(answer, "x.json"), nl=False)
     elif output_path != output.STDOUT:
-        _print(result, all_rows or len(values) <= 12, assumptions, figure)
+        _print(result, all_rows or len(result.values) <= 12, assumptions, figure)
         if output_path is not None:
             click.echo(f"series written to {output_path}")
 
 
-def _document(result: Any, assumptions: str, path: str) -> str:
+def _document(answer: Any, path: str) -> str:
     """The series as `path`'s extension asks: JSON (what --json prints) or CSV (also for -)."""
     if path.lower().endswith(".json"):
         from shardwise import export
 
-        return export.dumps(export.crossover_dict(result, assumptions)) + "\n"
-    return _as_csv(result)
+        return export.dumps(answer.as_dict()) + "\n"
+    return str(answer.csv_text())
 
 
 def _ylabel(exp: Any) -> str:
@@ -123,24 +116,6 @@ def _plot(result: Any, path: str, subtitle: str) -> Any:
     title = f"{plans}: {_ylabel(exp).split(' (')[0]} vs {result.variable}, {exp.hardware} ({model})"
     fig = plots.crossover_figure(result, title, subtitle, _ylabel(exp))
     return plots.save(fig, path)
-
-
-def _as_csv(result: Any) -> str:
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.writer(buf)
-    w.writerow([result.variable, "link", "plan", "time_s", "fits_in_memory", "winner"])
-    for link in dict.fromkeys(s.link for s in result.series):
-        winners = result.winners(link)
-        for s in result.series_for(link):
-            for j, x in enumerate(result.values):
-                t = s.time_s[j]
-                w.writerow(
-                    [f"{x:g}", link, s.plan, "" if t != t else f"{t:.6g}", bool(s.fits[j]), winners[j] == s.plan]
-                )
-    return buf.getvalue()
 
 
 def _rows_to_show(result: Any, all_rows: bool) -> list[int]:

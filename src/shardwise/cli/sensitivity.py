@@ -10,47 +10,40 @@ import click
 from shardwise.cli.experiment_options import experiment_options
 from shardwise.cli.options import alias_option
 from shardwise.cli.output import STDOUT, output_option
+from shardwise.requests.sensitivity import DEFAULTS
 
 OUTPUT_FORMATS = (".json",)
 FIGURE_FORMATS = (".png", ".svg", ".pdf")
 PARTS = ("layers", "hidden", "tornado")
-
-MAX_FACTOR = 1000.0  # --factor: inputs divided and multiplied by more than this leave any sensible range
-
-
-def _values(name: str, text: str) -> Any:
-    """--layers-values / --hidden-values in the --vary grammar; the error names this flag."""
-    from shardwise.analyses.vary import parse_vary
-    from shardwise.errors import SpecError
-
-    try:
-        return parse_vary(f"{name}={text}")[1]
-    except SpecError as exc:
-        reason = str(exc).removeprefix(f"--vary {f'{name}={text}'!r}: ")
-        raise SpecError(f"--{name}-values {text!r}: {reason}") from None
 
 
 @click.command()
 @experiment_options
 @click.option(
     "--layers-values",
-    default="8..192:24",
+    default=DEFAULTS["layers_values"],
     show_default=True,
     metavar="VALUES",
     help="Layer counts for the crossover-vs-layers curve (LO..HI[:N] or a list).",
 )
 @click.option(
     "--hidden-values",
-    default="512..16384:x2",
+    default=DEFAULTS["hidden_values"],
     show_default=True,
     metavar="VALUES",
     help="Hidden sizes for the crossover-vs-hidden curve (thin to wide layers).",
 )
-@click.option("--max-batch", type=int, default=256, show_default=True, help="Largest batch searched for a crossover.")
+@click.option(
+    "--max-batch",
+    type=int,
+    default=DEFAULTS["max_batch"],
+    show_default=True,
+    help="Largest batch searched for a crossover.",
+)
 @click.option(
     "--factor",
     type=float,
-    default=2.0,
+    default=DEFAULTS["factor"],
     show_default=True,
     help="One-at-a-time chart: each input divided and multiplied by this.",
 )
@@ -80,10 +73,10 @@ def sensitivity(
 ) -> None:
     """How the crossover batch of two plans moves with depth and width, and which input moves
     their time ratio most (each input halved and doubled around the --global-batch baseline)."""
-    from shardwise.analyses.sensitivity import crossover_batch_vs, one_at_a_time
     from shardwise.cli import output
-    from shardwise.cli.experiment_options import build_experiment, check_plans_valid, describe_experiment
-    from shardwise.errors import SpecError
+    from shardwise.cli.options import echo_notes
+    from shardwise.requests.compare import ExperimentRequest
+    from shardwise.requests.sensitivity import SensitivityRequest
 
     as_json = as_json or output_path == STDOUT
     output.check(output_path, OUTPUT_FORMATS)
@@ -93,69 +86,27 @@ def sensitivity(
 
         for path in figure_names:
             check_output_path(path, FIGURE_FORMATS, "--plot")
-    exp = build_experiment(options)
-    if len(exp.plans) != 2:
-        raise SpecError(f"sensitivity compares exactly two plans (got {len(exp.plans)} --plan)")
-    if max_batch < 2:
-        raise SpecError(f"--max-batch: {max_batch} is not allowed; it must be >= 2")
-    if not 1 < factor <= MAX_FACTOR:  # NaN fails too
-        raise SpecError(f"--factor: {factor:g} is not allowed; it must be a number > 1 and at most {MAX_FACTOR:g}")
-    import numpy as np
-
-    from shardwise.analyses.evaluate import why_invalid
-
-    check_plans_valid(exp, "batch", np.arange(1.0, min(max_batch, 4096) + 1.0))
-    for plan in exp.plans:  # the one-at-a-time chart is about the baseline: both plans must run there
-        rule = why_invalid(exp, plan, exp.links[0].link, {"batch": np.array([float(exp.batch)])})
-        if rule:
-            raise SpecError(f"--plan {plan.label}: invalid at the baseline --global-batch {exp.batch} ({rule})")
-    plans = [p.label for p in exp.plans]
-    layers, hidden = (_values(name, text) for name, text in (("layers", layers_values), ("hidden", hidden_values)))
-    ignore = options["ignore_memory"]
-    by_layers = crossover_batch_vs(exp, "layers", layers, max_batch, ignore)
-    by_hidden = crossover_batch_vs(exp, "hidden", hidden, max_batch, ignore)
-    tornadoes = [(lk.label, *one_at_a_time(exp, i, factor)) for i, lk in enumerate(exp.links)]
+    request = SensitivityRequest(
+        ExperimentRequest.from_options(options), layers_values, hidden_values, max_batch, factor
+    )
+    answer = request.run()
+    echo_notes(answer.notes)
+    exp, plans = answer.experiment, answer.plans
+    by_layers, by_hidden, tornadoes = answer.by_layers, answer.by_hidden, answer.tornadoes
     figures = []
     if not no_plot and not as_json:
         figures = _plots(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figure_names)
     if as_json or output_path is not None:
         from shardwise import export
 
-        document = export.dumps(
-            {
-                "assumptions": describe_experiment(exp),
-                "plans": plans,
-                "ignore_memory": ignore,
-                "crossover_batch_vs_layers": _curves(by_layers),
-                "crossover_batch_vs_hidden": _curves(by_hidden),
-                "one_at_a_time": {
-                    link: {
-                        "baseline_ratio": base,
-                        "baseline_interval": list(bars[0].band("base")) if bars else None,
-                        "interval": {"level": 0.8, "basis": _ratio_basis(exp)},
-                        "bars": [
-                            {
-                                "input": b.variable,
-                                "low": b.low_value,
-                                "high": b.high_value,
-                                "ratio_low": b.ratio_low,
-                                "ratio_high": b.ratio_high,
-                                "ratio_low_interval": list(b.band("low")),
-                                "ratio_high_interval": list(b.band("high")),
-                            }
-                            for b in bars
-                        ],
-                    }
-                    for link, base, bars in tornadoes
-                },
-            }
-        )
+        document = export.dumps(answer.as_dict())
         if output_path is not None and output_path != STDOUT:
             output.write_text(output_path, document + "\n")
         if as_json:
             click.echo(document)
             return
-    _print(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figures, describe_experiment(exp))
+    basis = answer.ratio_basis()
+    _print(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figures, answer.assumptions, basis)
     if output_path is not None:
         click.echo(f"curves and ranking written to {output_path}")
 
@@ -168,16 +119,6 @@ def figure_paths(plot: str) -> list[str]:
     p = Path(plot)
     stem, suffix = (str(p.with_suffix("")), p.suffix) if p.suffix.lower() in FIGURE_FORMATS else (plot, ".png")
     return [f"{stem}-{part}{suffix}" for part in PARTS]
-
-
-def _curves(curves: list[Any]) -> dict[str, Any]:
-    return {
-        c.link: [
-            {c.variable: float(v), "crossover_batch": None if b != b else float(b), "winner_at_batch_1": w}
-            for v, b, w in zip(c.values, c.crossover_batch, c.winner_at_batch_1, strict=True)
-        ]
-        for c in curves
-    }
 
 
 def _plots(
@@ -224,6 +165,7 @@ def _print(
     max_batch: int,
     figures: list[Any],
     assumptions: str,
+    ratio_basis: str,
 ) -> None:
     from rich.table import Table
 
@@ -254,7 +196,7 @@ def _print(
         tie = " [bold]The interval includes 1: a tie at this confidence.[/]" if lo <= 1.0 <= hi else ""
         out.print(
             f"\n{link}, batch {exp.batch}: time({plans[0]}) / time({plans[1]}) = {base:.3f} ({lo:.3f}-{hi:.3f}, "
-            f"80%; {_ratio_basis(exp)}).{tie} Each input / {factor:g} and x {factor:g}, largest effect first"
+            f"80%; {ratio_basis}).{tie} Each input / {factor:g} and x {factor:g}, largest effect first"
         )
         table = Table(header_style="bold")
         for col in ("input", "baseline", f"ratio at /{factor:g}", f"ratio at x{factor:g}"):
@@ -286,12 +228,3 @@ def _ratio_cell(ratio: float, fits: bool, band: tuple[float, float]) -> str:
     if ratio != ratio:  # NaN: a plan is invalid at the scaled input
         return "invalid"
     return f"{ratio:.3f} ({band[0]:.2f}-{band[1]:.2f})" + ("" if fits else " *")
-
-
-def _ratio_basis(exp: Any) -> str:
-    """Where the ratio's interval comes from (`analyses.bands.ratio_log_sd`)."""
-    from shardwise.analyses.bands import calibrated
-
-    if calibrated(exp):
-        return exp.spread_basis
-    return "uncalibrated: the spread of two layouts' ratio on public runs"

@@ -62,81 +62,68 @@ def sweep(
       shardwise sweep --vary batch=1..64 --vary layers=8..192:24 --vary seq_len=512,2048,8192 -o grid.parquet
       shardwise sweep --system dgx-h100 --vary batch=1..64 --vary seq_len=1024,4096 -o -
     """
-    import time
-
-    from shardwise.analyses.sweep import run_sweep
-    from shardwise.analyses.vary import parse_vary
-    from shardwise.cli.experiment_options import build_experiment
-    from shardwise.cli.options import check_output_path
+    from shardwise.cli import output
+    from shardwise.cli.options import check_output_path, echo_notes
     from shardwise.errors import SpecError
+    from shardwise.requests.compare import ExperimentRequest, SweepRequest
 
-    exp = build_experiment(options)
-    grid = [parse_vary(v) for v in varies]
-    if len({name for name, _ in grid}) != len(grid):
-        raise SpecError("--vary: each variable may be varied once")
+    if breakdown and output_path is None:
+        raise SpecError("--breakdown adds columns to the table: give -o FILE too")
+    request = SweepRequest(ExperimentRequest.from_options(options), varies, breakdown)
+    grid = request.grid()
     if map_path is not None and len(grid) != 2:
         raise SpecError(f"--plot needs exactly two --vary variables (got {len(grid)})")
-    from shardwise.cli import output
-
     output.check(output_path, OUTPUT_FORMATS)
     if map_path is not None:
         check_output_path(map_path, (".png", ".svg", ".pdf"), "--plot")
     if as_json and output_path == STDOUT:
         raise SpecError("give --json or -o -, not both (both print)")
-    out_path = output_path
-    total = 1
-    for _, values in grid:
-        total *= len(values)
-    total_configs = total * len(exp.links) * len(exp.plans)
-    if breakdown and out_path is None:
-        raise SpecError("--breakdown adds columns to the table: give -o FILE too")
-    if breakdown and exp.cost_model == "textbook":
-        raise SpecError("--breakdown: the textbook cost model has no terms; use --cost-model physical")
-    from shardwise.analyses.sweep import MAX_STREAMED, check_size
+    from shardwise.analyses.sweep import MAX_STREAMED
 
+    built = request.experiment.build()  # the grid's size before anything is evaluated
+    total_configs = request.configurations(built.experiment)
     show_progress = not (no_progress or as_json) and total_configs >= PROGRESS_MIN_POINTS
-    if out_path == STDOUT:  # CSV rows on stdout: no progress bar or summary among them
+    if output_path == STDOUT:  # CSV rows on stdout: no progress bar or summary among them
         show_progress = False
-    start = time.perf_counter()
-    if out_path is not None and map_path is None:  # rows go to the file block by block
-        result = _stream(exp, grid, out_path, total_configs, breakdown, show_progress)
+    if output_path is not None and map_path is None:  # rows go to the file block by block
+        answer = _stream(request, built, output_path, total_configs, show_progress)
     else:
-        check_size(total_configs, hint=f"; or give -o FILE without --plot: a file takes up to {MAX_STREAMED:,}")
-        result = (
-            run_sweep(exp, grid, breakdown=breakdown)
-            if not show_progress
-            else _with_progress(exp, grid, total_configs, breakdown)
-        )
-        _check_plans_valid(exp, result, grid)
-        if out_path is not None:
-            _write(result, out_path, show_progress)
-    elapsed = time.perf_counter() - start
+        hint = f"; or give -o FILE without --plot: a file takes up to {MAX_STREAMED:,}"
+        if show_progress:
+            from shardwise.cli.render import progress_bar
+
+            with progress_bar(total_configs, "evaluating") as advance:
+                answer = request.run(progress=advance, hint=hint, built=built)
+        else:
+            answer = request.run(hint=hint, built=built)
+        if output_path is not None:
+            _write(answer.result, output_path, show_progress)
+    echo_notes(answer.notes)
     if map_path is not None:
         from shardwise import plots
 
-        plots.save(plots.winner_map(result), map_path)
-    if out_path == STDOUT:
+        plots.save(plots.winner_map(answer.result), map_path)
+    if output_path == STDOUT:
         return
     from shardwise import export
 
-    summary = export.sweep_dict(result, elapsed)
+    summary = answer.as_dict()
     if as_json:
         click.echo(export.dumps(summary))
         return
-    _print(summary, out_path, map_path)
+    _print(summary, output_path, map_path)
 
 
-def _stream(exp: Any, grid: list[Any], path: str, total: int, breakdown: bool, show_progress: bool) -> Any:
-    """The sweep written to `path` as it is evaluated (`analyses.sweep.stream_sweep`): memory
-    stays that of one block, whatever the grid. A plan invalid everywhere leaves no file."""
-    from shardwise.analyses.sweep import stream_sweep
+def _stream(request: Any, built: Any, path: str, total: int, show_progress: bool) -> Any:
+    """The sweep written to `path` as it is evaluated (`SweepRequest.stream`): memory stays that
+    of one block, whatever the grid. A plan invalid everywhere leaves no file."""
     from shardwise.cli.render import progress_bar
 
-    with _writer(path) as write:
-        with progress_bar(total, f"evaluating, writing {path}", disable=not show_progress) as advance:
-            totals = stream_sweep(exp, grid, write, progress=advance, breakdown=breakdown)
-        _check_plans_valid(exp, totals, grid)
-    return totals
+    with (
+        _writer(path) as write,
+        progress_bar(total, f"evaluating, writing {path}", disable=not show_progress) as advance,
+    ):
+        return request.stream(write, progress=advance, built=built)
 
 
 def _writer(path: str) -> Any:
@@ -151,14 +138,6 @@ def _writer(path: str) -> Any:
     from shardwise.tables import _CsvBlocks
 
     return contextlib.nullcontext(_CsvBlocks(sys.stdout).write)
-
-
-def _with_progress(exp: Any, grid: list[Any], total: int, breakdown: bool) -> Any:
-    from shardwise.analyses.sweep import run_sweep
-    from shardwise.cli.render import progress_bar
-
-    with progress_bar(total, "evaluating") as advance:
-        return run_sweep(exp, grid, progress=advance, breakdown=breakdown)
 
 
 def _write(result: Any, path: str, show_progress: bool) -> None:
@@ -204,18 +183,3 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
         out.print(f"grid written to {out_path}")
     if map_path:
         out.print(f"winner map: {map_path}")
-
-
-def _check_plans_valid(exp: Any, result: Any, grid: list[Any]) -> None:
-    """A plan invalid at every point of the grid is a user error, named with the rule it breaks
-    (not a plan that wins no cell)."""
-    import numpy as np
-
-    from shardwise.analyses.evaluate import why_invalid
-    from shardwise.errors import SpecError
-
-    for plan in exp.plans:
-        if not result.valid_somewhere(plan.label):
-            first = {name: np.asarray(values)[:1] for name, values in grid}
-            rule = why_invalid(exp, plan, exp.links[0].link, first)
-            raise SpecError(f"--plan {plan.label}: invalid at every point of the grid ({rule or 'see the rules'})")

@@ -15,6 +15,7 @@ import json
 import shlex
 import tempfile
 import threading
+from collections.abc import Callable
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,24 +115,66 @@ def run(args: list[str]) -> Outcome:
         return Outcome(tuple(args), error="the command printed no JSON")
 
 
-def _plan(argv: list[str]) -> tuple[Any, Any]:
+def _columns_csv(columns: dict[str, Any]) -> str:
+    """A table of columns as the command line writes it (`tables.write_columns`), as text."""
+    from shardwise.tables import write_columns
+
+    with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
+        path = Path(scratch) / "table.csv"
+        write_columns(columns, path)
+        if path.stat().st_size > MAX_OUTPUT_BYTES:
+            raise _TooLarge(path.stat().st_size)
+        return path.read_text(encoding="utf-8")
+
+
+class _TooLarge(Exception):
+    def __init__(self, size_bytes: int) -> None:
+        super().__init__(size_bytes)
+        self.size_bytes = size_bytes
+
+
+Answer = tuple[Any, Callable[[], str]]  # the JSON, and the table (CSV text) when asked for
+
+
+def _plan(argv: list[str]) -> Answer:
     """`plan`'s request: its JSON and every evaluated plan's columns."""
     from shardwise.requests.plan import PlanRequest
 
     result = PlanRequest.from_argv(argv).run()
-    return result.as_dict(), result.search.table_columns()
+    return result.as_dict(), lambda: _columns_csv(result.search.table_columns())
 
 
-def _timeline(argv: list[str]) -> tuple[Any, Any]:
+def _timeline(argv: list[str]) -> Answer:
     """`timeline`'s request: its JSON (no figure: the page draws its own)."""
     from shardwise.requests.timeline import TimelineRequest
 
-    return TimelineRequest.from_argv(argv).run().as_dict(), None
+    return TimelineRequest.from_argv(argv).run().as_dict(), lambda: ""
+
+
+def _crossover(argv: list[str]) -> Answer:
+    """`crossover`'s request: the series as JSON and as the CSV `-o FILE.csv` writes (no figure)."""
+    from shardwise.requests.compare import CrossoverRequest
+
+    answer = CrossoverRequest.from_argv(argv).run()
+    return answer.as_dict(), answer.csv_text
+
+
+def _sweep(argv: list[str]) -> Answer:
+    """`sweep`'s request: its summary and the grid (one row per link and point)."""
+    from shardwise.requests.compare import SweepRequest
+
+    answer = SweepRequest.from_argv(argv).run()
+    return answer.as_dict(), lambda: _columns_csv(answer.columns())
 
 
 # the commands asked through the request layer (`shardwise.requests`): run directly, in any
 # thread, nothing printed; the others still run the command line in this process (known debt)
-REQUESTS = {"plan": _plan, "timeline": _timeline}
+REQUESTS: dict[str, Callable[[list[str]], Answer]] = {
+    "plan": _plan,
+    "timeline": _timeline,
+    "crossover": _crossover,
+    "sweep": _sweep,
+}
 
 
 def _request(args: list[str]) -> Outcome:
@@ -146,24 +189,19 @@ def _request(args: list[str]) -> Outcome:
         i = argv.index("--csv")
         del argv[i : i + 2]
     try:
-        data, columns = REQUESTS[args[0]](argv)
+        data, table_of = REQUESTS[args[0]](argv)
+        table = None if table_name is None else table_of()
     except SpecError as exc:
         return Outcome(tuple(args), error=str(exc))
+    except _TooLarge as exc:
+        return Outcome(tuple(args), error=_too_large(exc.size_bytes))
+    if table is not None and len(table) > MAX_OUTPUT_BYTES:
+        return Outcome(tuple(args), error=_too_large(len(table)))
+    if table_name == "-":
+        return Outcome(tuple(args), table=table)
     text = export.dumps(data)
     if len(text) > MAX_OUTPUT_BYTES:
         return Outcome(tuple(args), error=_too_large(len(text)))
-    table = None
-    if table_name is not None:
-        from shardwise.tables import write_columns
-
-        with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
-            path = Path(scratch) / "table.csv"
-            write_columns(columns, path)
-            if path.stat().st_size > MAX_OUTPUT_BYTES:
-                return Outcome(tuple(args), error=_too_large(path.stat().st_size))
-            table = path.read_text(encoding="utf-8")
-    if table_name == "-":
-        return Outcome(tuple(args), table=table)
     return Outcome(tuple(args), data=json.loads(text), table=table)
 
 

@@ -21,7 +21,8 @@ FALSE_WORDS = ("false", "no", "off", "0")
 @dataclass(frozen=True)
 class Field:
     """One field: its name in a request (and a CSV column), its flag on the command line, its
-    kind (int, float, str, bool, onoff), the default, and the allowed values of a choice."""
+    kind (int, float, str, bool, onoff, or list: a flag given again for each value), the default,
+    and the allowed values of a choice."""
 
     name: str
     kind: str
@@ -109,31 +110,92 @@ EXECUTION_FIELDS = (
 )
 TRAINING_FIELDS = (*MODEL_FIELDS, *CLUSTER_FIELDS, *PLAN_FIELDS, *EXECUTION_FIELDS)
 BY_NAME = {f.name: f for f in TRAINING_FIELDS}
-# every spelling a mapping may use for a field: its name, its click name, its flag without dashes
-SPELLINGS = {
-    **{f.name: f for f in TRAINING_FIELDS},
-    **{f.key: f for f in TRAINING_FIELDS},
-    **{f.option[2:]: f for f in TRAINING_FIELDS},
-    **{f.option[2:].replace("-", "_"): f for f in TRAINING_FIELDS},
-}
+
+# `crossover`, `sweep` and `sensitivity`: plans compared on links as one variable moves. Defaults are
+# the brief's experiment (`analyses.experiment.brief_experiment`: hidden 4096, 96 layers, 8 A100s,
+# TP=8 against PP=8, NVLink against PCIe); a field left None takes the system's or the brief's value.
+EXPERIMENT_FIELDS = (
+    _f("model", "str", "gpt-96l-4096h", flag="--model", dest="model_name"),
+    *MODEL_FIELDS[1:],
+    _f("gpu", "str", dest="gpu_name"),
+    _f("system", "str"),
+    _f("num_gpus", "int", dest="gpus"),
+    _f("nodes", "int"),
+    _f("gpus_per_node", "int"),
+    _f("calibration", "str"),
+    _f("inter_link", "str"),
+    _f("nics_per_node", "float"),
+    _f("link_latency", "str"),
+    _f("intra_links", "list", (), flag="--intra-link", dest="links"),
+    _f("plans", "list", (), flag="--plan"),
+    _f("global_batch", "int", 8, dest="batch"),
+    _f("micro_batch", "int", 1),
+    _f("workload", "str", "train", "train", "forward", "prefill", "decode"),
+    _f("cost_model", "str", "physical", "physical", "textbook"),
+    _f("recompute", "str", "none", "none", "selective", "full"),
+    _f("flash_attention", "bool", True),
+    _f("precision", "str", "bf16"),  # choices: precisions.TRAINING_PRECISIONS (checked by the Plan)
+    _f("framework", "str", "megatron-core"),
+    _f("first_stage_layers", "int"),
+    _f("last_stage_layers", "int"),
+    _f("ignore_memory", "bool", False),
+)
 
 
-def by_name(options: dict[str, Any]) -> dict[str, Any]:
+def spellings(table: tuple[Field, ...]) -> dict[str, Field]:
+    """Every spelling a mapping may use for a field of `table`: its name, its click name, its flag
+    without dashes (with dashes or underscores)."""
+    return {
+        **{f.name: f for f in table},
+        **{f.key: f for f in table},
+        **{f.option[2:]: f for f in table},
+        **{f.option[2:].replace("-", "_"): f for f in table},
+    }
+
+
+SPELLINGS = spellings(TRAINING_FIELDS)
+
+
+def values_of(data: Any, table: tuple[Field, ...], where: str = "") -> dict[str, Any]:
+    """Field values (by name) from a dict, a CSV row, a YAML mapping or the explorer's controls:
+    keys are any of a field's spellings (`num_gpus`, `num-gpus`, `--num-gpus`); an unknown key
+    is an error naming the closest field."""
+    spelled = SPELLINGS if table is TRAINING_FIELDS else spellings(table)
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = str(key).strip().lstrip("-")
+        f = spelled.get(name) or spelled.get(name.replace("-", "_"))
+        if f is None:
+            raise unknown_field(str(key), where, table)
+        out[f.name] = parse_value(f, value, where)
+    return out
+
+
+def by_name(options: dict[str, Any], table: tuple[Field, ...] = TRAINING_FIELDS) -> dict[str, Any]:
     """A click command's parsed options under the fields' names (`model_name` -> `model`); a
     command's own options are left out."""
-    keys = {f.key: f.name for f in TRAINING_FIELDS}
+    keys = {f.key: f.name for f in table}
     return {keys[k]: v for k, v in options.items() if k in keys}
 
 
-def default(name: str) -> Any:
+def default(name: str, table: tuple[Field, ...] = TRAINING_FIELDS) -> Any:
     """The one default of a field (the command line's flags show and use it)."""
-    return BY_NAME[name].default
+    return (BY_NAME[name] if table is TRAINING_FIELDS else {f.name: f for f in table}[name]).default
 
 
 def parse_value(field: Field, value: Any, where: str = "") -> Any:
     """A field's value from a string (a CSV cell, a flag's argument, a control) or from a value of
     its own type; an empty string is "not given" (the default). One clear line when not allowed."""
     at = f"{where}: " if where else ""
+    if field.kind == "list":
+        if value is None or (isinstance(value, str) and not value.strip()):
+            return field.default
+        if isinstance(value, str):  # a CSV cell: values split by ';'
+            return tuple(v.strip() for v in value.split(";") if v.strip())
+        try:
+            return tuple(str(v) for v in value)  # given one by one: as given (an empty one is refused later)
+        except TypeError:
+            raise SpecError(f"{at}{field.name}: {value!r} is not allowed; give a list of values") from None
     if value is None or (isinstance(value, str) and not value.strip()):
         return field.default
     text = value.strip() if isinstance(value, str) else value
@@ -183,24 +245,27 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
     return text
 
 
-def unknown_field(name: str, where: str = "") -> SpecError:
+def unknown_field(name: str, where: str = "", table: tuple[Field, ...] = TRAINING_FIELDS) -> SpecError:
     """The error for a field no request has, with the closest name."""
     import difflib
 
     at = f"{where}: " if where else ""
-    close = difflib.get_close_matches(name.replace("-", "_"), list(BY_NAME), n=1)
+    close = difflib.get_close_matches(name.replace("-", "_"), [f.name for f in table], n=1)
     hint = f"; did you mean {close[0]!r}?" if close else "; see `shardwise predict --help` for the fields"
     return SpecError(f"{at}unknown field {name!r}{hint}")
 
 
-def argv_of(values: dict[str, Any]) -> list[str]:
+def argv_of(values: dict[str, Any], table: tuple[Field, ...] = TRAINING_FIELDS) -> list[str]:
     """Command-line arguments for the fields in `values` (by name) that differ from the defaults."""
     out: list[str] = []
-    for f in TRAINING_FIELDS:
+    for f in table:
         value = values.get(f.name, f.default)
         if value == f.default and type(value) is type(f.default):
             continue
-        if f.kind == "bool":
+        if f.kind == "list":
+            for item in value:
+                out += [f.option, str(item)]
+        elif f.kind == "bool":
             out.append(f.option if value else "--no-" + f.option[2:])
         elif value is not None:
             out += [f.option, _text(value)]
@@ -213,11 +278,13 @@ def _text(value: Any) -> str:
     return str(value)
 
 
-def parse_argv(argv: list[str] | tuple[str, ...], extra: dict[str, Field] | None = None) -> dict[str, Any]:
+def parse_argv(
+    argv: list[str] | tuple[str, ...], extra: dict[str, Field] | None = None, table: tuple[Field, ...] = TRAINING_FIELDS
+) -> dict[str, Any]:
     """Field values (by name) from command-line arguments as `argv_of` writes them (and as a user
     types them: `--tp 8`, `--tp=8`, `--sequence-parallel`, `--no-sequence-parallel`); `extra` adds
-    a command's own flags (by flag)."""
-    flags = {f.option: f for f in TRAINING_FIELDS} | (extra or {})
+    a command's own flags (by flag). A list field collects every value it is given."""
+    flags = {f.option: f for f in table} | (extra or {})
     out: dict[str, Any] = {}
     rest = list(argv)
     while rest:
@@ -238,5 +305,8 @@ def parse_argv(argv: list[str] | tuple[str, ...], extra: dict[str, Field] | None
             if not rest:
                 raise SpecError(f"{flag}: needs a value")
             attached = rest.pop(0)
-        out[f.name] = parse_value(f, attached, flag)
+        if f.kind == "list":
+            out[f.name] = (*out.get(f.name, ()), attached)
+        else:
+            out[f.name] = parse_value(f, attached, flag)
     return out

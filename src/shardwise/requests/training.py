@@ -98,14 +98,7 @@ class TrainingRequest:
     def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> TrainingRequest:
         """From a dict, a CSV row, a YAML mapping or the explorer's controls: keys are field names
         or flags (`num_gpus`, `num-gpus`, `--num-gpus`); an unknown key is an error."""
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            name = str(key).strip().lstrip("-")
-            f = F.SPELLINGS.get(name) or F.SPELLINGS.get(name.replace("-", "_"))
-            if f is None:
-                raise F.unknown_field(str(key), where)
-            out[f.name] = F.parse_value(f, value, where)
-        return cls(**out)
+        return cls(**F.values_of(data, F.TRAINING_FIELDS, where))
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> TrainingRequest:

@@ -1,0 +1,253 @@
+"""The words of `crossover`, `sweep` and `sensitivity` -- plans compared on links as one variable
+moves -- turned into an `Experiment` (`specs.experiment`), with one set of defaults.
+
+Defaults are the brief's experiment (Section 8 of the Russian article): its model (hidden 4096,
+96 layers), 8 GPUs of 312 TFLOP/s (A100), TP=8 against PP=8, NVLink against PCIe. What the brief
+leaves open is chosen and documented here: sequences of 2048 tokens, micro-batch 1 (so PP gets
+as many micro-batches as the batch has sequences), a training step (forward + backward +
+optimizer), bf16, FlashAttention, no recomputation. The fields and their defaults are
+`requests.fields.EXPERIMENT_FIELDS`; the request is `requests.compare.ExperimentRequest`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BRIEF_GPU = "a100-sxm4-80gb"  # the brief's 312 TFLOP/s GPU, where no --system or --gpu names one
+BRIEF_GPUS_PER_NODE = 8
+BRIEF_INTER_LINK = "ib-hdr"
+
+
+def _framework_defaults(o: dict[str, Any]) -> dict[str, Any]:
+    """The framework's execution flags; its default ZeRO stage applies to plans that shard
+    (a plan's zero= key overrides it)."""
+    from shardwise.requests.build import execution_kwargs
+
+    flags = execution_kwargs({"framework": o.get("framework")})
+    flags.pop("zero_stage", None)
+    return flags
+
+
+def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
+    """The `Experiment` of the options (click's names: `model_name`, `gpus`, `batch`, `links`,
+    `plans`, ...); what was assumed is appended to `notes`."""
+    from shardwise import presets
+    from shardwise.analyses.evaluate import heads_for_hidden
+    from shardwise.analyses.experiment import BRIEF_LINKS, brief_experiment
+    from shardwise.errors import SpecError
+    from shardwise.loaders import parse_plan_spec
+    from shardwise.presets import parse_link_spec
+    from shardwise.requests.build import stage_kwargs
+    from shardwise.specs._checks import MAX_WHOLE
+    from shardwise.specs.experiment import Experiment
+
+    base = brief_experiment()
+    overrides = {
+        k: o[k] for k in ("layers", "seq_len", "heads", "kv_heads", "ffn_hidden", "vocab") if o.get(k) is not None
+    }
+    if o.get("family"):
+        overrides["family"] = o["family"]
+    names = {"gpus": "num-gpus", "batch": "global-batch"}
+    for flag in ("gpus", "nodes", "gpus_per_node", "batch", "micro_batch", "hidden"):
+        if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:
+            raise SpecError(
+                f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be a whole number "
+                f"from 1 to {MAX_WHOLE:,}"
+            )
+    hardware = _hardware(o)
+    plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
+    if o.get("hidden") is not None:
+        h = o["hidden"]
+        tp_max = max(hardware["gpus"] if p.tp == "all" else p.tp for p in plans)
+        heads = o.get("heads") or int(heads_for_hidden(h, tp_max))
+        overrides = {"hidden": h, "heads": heads, "kv_heads": heads, "ffn_hidden": 4 * h, **overrides}
+    model = presets.model(o["model_name"], **overrides)
+    links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
+    if not links and hardware["system_link"] is not None:  # the system's own link inside a server
+        links = (hardware["system_link"],)
+    if not links:  # the textbook model takes the brief's figures literally
+        links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
+    if o["cost_model"] == "textbook" and o["workload"] != "train":
+        raise SpecError("--cost-model textbook prices only the brief's step (--workload train)")
+    if o["workload"] in ("prefill", "decode") and o["micro_batch"] != 1:
+        raise SpecError(
+            f"--micro-batch does not apply to --workload {o['workload']}: serving splits the batch into "
+            "min(batch, pp) micro-batches itself"
+        )
+    if len({p.label for p in plans}) != len(plans) or len({lk.label for lk in links}) != len(links):
+        raise SpecError("each --plan and each --intra-link label must be different")
+    calibration: dict[str, Any] = {}
+    if o.get("calibration") and o["cost_model"] == "textbook":
+        raise SpecError("--calibration fits the physical model; the textbook model takes the brief's figures as given")
+    if o.get("calibration"):
+        from shardwise.calibration import store
+
+        cal = store.load(o["calibration"])
+        calibration = {
+            "calibration": tuple(sorted(cal.fit.values.items())),
+            "prediction_log_sd": cal.fit.noise_log_sd,
+            "calibration_fit": cal.fit,
+            "spread_basis": f"calibration {cal.path} ({cal.runs} run(s))",
+        }
+        gpu_name = hardware["gpu"].name
+        other = ""
+        if cal.gpus and gpu_name not in cal.gpus:
+            other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu_name}"
+        if notes is not None:
+            notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
+    return Experiment(
+        **calibration,
+        model=model,
+        gpu=hardware["gpu"],
+        gpus=hardware["gpus"],
+        gpus_per_node=hardware["gpus_per_node"],
+        inter_node_link=hardware["inter_node_link"],
+        links=links,
+        plans=plans,
+        batch=o["batch"],
+        micro_batch=o["micro_batch"],
+        workload=o["workload"],
+        cost_model=o["cost_model"],
+        plan_defaults={
+            "recompute": o["recompute"],
+            "flash_attention": o["flash_attention"],
+            "precision": o["precision"],
+            **_framework_defaults(o),
+            **stage_kwargs(o),
+        },
+    )
+
+
+def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any] | None = None) -> None:
+    """A plan that is invalid at every value is a user error: name the rule it breaks. `times`:
+    each plan's seconds on the first link where already priced (else priced here)."""
+    import numpy as np
+
+    from shardwise.analyses.evaluate import times_s, why_invalid
+    from shardwise.errors import SpecError
+
+    for plan in exp.plans:
+        t = times[plan.label] if times is not None else times_s(exp, plan, exp.links[0].link, variable, values)[0]
+        if np.all(np.isnan(t)):
+            rule = why_invalid(exp, plan, exp.links[0].link, {variable: np.asarray(values)[:1]})
+            raise SpecError(
+                f"--plan {plan.label}: invalid at every {variable} in the range ({rule or 'see the rules'})"
+            )
+
+
+def describe_experiment(exp: Any, variable: str | None = None) -> str:
+    """One paragraph: what was held fixed (the swept variable is named as such)."""
+    m = exp.model
+
+    def fixed(name: str, text: str) -> str:
+        return f"{name} swept" if variable == name else text
+
+    links = ", ".join(
+        f"{lk.label} = {lk.link.name} ("
+        + fixed("bandwidth", f"{lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s per direction")
+        + ")"
+        for lk in exp.links
+    )
+    if exp.cost_model == "textbook":
+        links = ", ".join(f"{lk.label} {lk.link.bandwidth_bytes_per_s / 1e9:g} GB/s" for lk in exp.links)
+        return (
+            f"the brief's Section 7 formulas, verbatim: {fixed('layers', f'{m.layers} layers')}, "
+            f"{fixed('hidden', f'hidden {m.hidden}')}, {exp.gpu.peak_flops_per_s_16bit / 1e12:g} TFLOP/s per GPU; "
+            f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
+        )
+    work = {
+        "train": "training step (forward + backward + optimizer)",
+        "forward": "forward pass latency",
+        "prefill": "serving: time to first token of the batch",
+        "decode": "serving: time per output token",
+    }[exp.workload]
+    shape = ", ".join(
+        [
+            fixed("layers", f"{m.layers} layers"),
+            fixed("hidden", f"hidden {m.hidden}, {m.heads} heads"),
+            fixed("seq_len", f"sequence {m.seq_len}"),
+        ]
+    )
+    batching = "" if exp.workload in ("prefill", "decode") else f"; micro-batch {exp.micro_batch}"
+    across = ""
+    if (variable == "gpus" or exp.gpus > exp.gpus_per_node) and exp.inter_node_link is not None:
+        nic = exp.inter_node_link
+        rate = f"{nic.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU"
+        across = f"; across servers of {exp.gpus_per_node}: {nic.name} ({rate})"
+    return (
+        f"shardwise's physical model; {m.name}: {shape}; {fixed('gpus', f'{exp.gpus} x')} {exp.gpu.name}; "
+        f"{work}{batching}; links: {links}{across}"
+    )
+
+
+def _hardware(o: dict[str, Any]) -> dict[str, Any]:
+    """The GPUs of an experiment from --system / --gpu / --num-gpus / --nodes / --gpus-per-node /
+    --inter-link / --nics-per-node / --link-latency, with predict's rules (`options.build_cluster`):
+    a system gives the GPU, the server size, its link inside a server (compared when no
+    --intra-link is given) and its network; the flags override it. Without a system: the brief's
+    A100 servers of 8 over ib-hdr."""
+    from shardwise import loaders, presets
+    from shardwise.errors import SpecError
+    from shardwise.requests.build import link_flag as _link
+    from shardwise.requests.build import link_latency_s as _link_latency_s
+    from shardwise.specs.experiment import LinkSpec
+
+    latency_s = _link_latency_s(
+        {"link_latency": o.get("link_latency"), "intra_link": o.get("links"), "inter_link": o.get("inter_link")}
+    )
+    system_link, nic, nics, per_node = None, None, 0.0, BRIEF_GPUS_PER_NODE
+    if o.get("system"):
+        base = presets.system(o["system"])
+        if not base.p2p:
+            raise SpecError(
+                f"--system {o['system']}: its GPUs cannot reach each other's memory (P2P off), which crossover, "
+                "sweep and sensitivity do not model; use predict, plan or serve for it"
+            )
+        gpu, per_node = base.gpu, int(base.gpus_per_node)
+        system_link = LinkSpec(label=str(base.intra_node_link.name), link=base.intra_node_link)
+        nic, nics = presets.system_network(o["system"])
+    if o.get("gpu_name") or not o.get("system"):
+        gpu = presets.gpu(o.get("gpu_name") or BRIEF_GPU)
+    if o.get("gpus_per_node") is not None:
+        per_node = o["gpus_per_node"]
+    gpus = o.get("gpus")
+    if o.get("nodes") is not None:
+        if gpus is not None and o["nodes"] * per_node != gpus:
+            raise SpecError(
+                f"--nodes {o['nodes']} x {per_node} GPUs per server = {o['nodes'] * per_node}, but --num-gpus is "
+                f"{gpus}; give one of them, or values that agree"
+            )
+        gpus = o["nodes"] * per_node
+    gpus = per_node if gpus is None else gpus
+    if o.get("inter_link") or (nic is None and not o.get("system")):
+        given = o.get("inter_link")
+        nic = _link(given or BRIEF_INTER_LINK, "inter-link", nic, latency_s if given else None)
+        nics = nics or float(per_node)
+    if o.get("nics_per_node") is not None:
+        if nic is None:
+            raise SpecError("--nics-per-node needs a network: give --inter-link (e.g. ib-ndr or 100Gb/s)")
+        nics = loaders.check_nics_per_node(o["nics_per_node"], "--nics-per-node")
+    inter = loaders.per_gpu_nic(nic, nics, per_node) if nic is not None else None
+    if inter is None and gpus > per_node:
+        raise SpecError(
+            f"--system {o['system']} has no inter_node_link; {gpus} GPUs span servers: give --inter-link "
+            "(e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)"
+        )
+    return {
+        "gpu": gpu,
+        "gpus": gpus,
+        "gpus_per_node": per_node,
+        "inter_node_link": inter,
+        "system_link": system_link,
+        "latency_s": latency_s,
+    }
+
+
+def _with_latency(spec: Any, text: str, latency_s: float | None) -> Any:
+    """A compared link with --link-latency, unless its own `latency=` says otherwise."""
+    from dataclasses import replace
+
+    keys = {part.partition("=")[0] for part in text.replace(" ", "").split(",")[1:]}
+    if latency_s is None or "latency" in keys:
+        return spec
+    return replace(spec, link=spec.link.with_(latency_s=latency_s))
