@@ -2,33 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import click
 
 from shardwise.cli.options import _stack, alias_option, cluster_options, model_options
-from shardwise.cli.serve_plans import scenario as _scenario
-from shardwise.cli.serve_plans import scenario_of as _scenario_of
 from shardwise.precisions import STORAGE_PRECISIONS
+from shardwise.requests.serve import (  # noqa: F401 (the names tests and tools read here)
+    FRAMEWORK_ALL_REDUCE,
+    FRAMEWORK_NVLS_OFF,
+    RUNTIME_NAMES,
+    SERVING_FRAMEWORKS,
+)
+from shardwise.requests.serve_plans import scenario as _scenario  # noqa: F401
 
-# the choices of engines/serving.py (STORAGE_BYTES, RUNTIMES), kept here so --help needs no numpy
 PRECISIONS = list(STORAGE_PRECISIONS)  # weights and KV cache (shardwise.precisions)
-RUNTIME_NAMES = ["graphs", "cpp-eager", "pytorch-eager"]
-# Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
-SERVING_FRAMEWORKS = {
-    "tensorrt-llm": "graphs",
-    "vllm": "graphs",
-    "sglang": "graphs",
-    "llama.cpp": "graphs",
-    "fastertransformer": "cpp-eager",
-    "pytorch": "pytorch-eager",
-}
-# ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py)
-FRAMEWORK_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
-# ... and those that start NCCL with NVLS off: SGLang sets NCCL_NVLS_ENABLE from --enable-nccl-nvls,
-# default false (sglang PR 631; srt/entrypoints/engine.py)
-FRAMEWORK_NVLS_OFF = ("sglang",)
+
 
 serving_options = _stack(
     click.option(
@@ -39,8 +28,8 @@ serving_options = _stack(
         help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; "
         "first=N / last=N fix the layers of the first / last pipeline stage. [default: tp=all]",
     ),
-    click.option("--input-len", type=int, default=512, show_default=True, help="Prompt tokens per request."),
-    click.option("--output-len", type=int, default=128, show_default=True, help="Generated tokens per request."),
+    click.option("--input-len", type=int, help="Prompt tokens per request. [default: 512]"),
+    click.option("--output-len", type=int, help="Generated tokens per request. [default: 128]"),
     click.option(
         "--lengths",
         default="fixed",
@@ -71,9 +60,7 @@ serving_options = _stack(
         "batch",
         old=("--batch",),
         type=int,
-        default=1,
-        show_default=True,
-        help="Requests in flight (all replicas).",
+        help="Requests in flight (all replicas). [default: 1]",
     ),
     click.option(
         "--max-throughput",
@@ -137,7 +124,7 @@ serving_options = _stack(
     ),
     click.option(
         "--runtime",
-        type=click.Choice(RUNTIME_NAMES, case_sensitive=False),
+        type=click.Choice(list(RUNTIME_NAMES), case_sensitive=False),
         help="graphs: CUDA graphs + NCCL from C++ (TensorRT-LLM, vLLM); cpp-eager: FasterTransformer; "
         "pytorch-eager: a plain PyTorch loop. [default: the framework's, graphs]",
     ),
@@ -203,32 +190,9 @@ serving_options = _stack(
     "takes).",
 )
 def serve(
-    plans: tuple[str, ...],
-    input_len: int,
-    output_len: int,
-    lengths: str,
-    burstiness: float,
-    seed: int,
-    batch: int,
-    max_throughput: bool,
-    request_rate: float | None,
-    batching: str,
-    max_batched_tokens: int | None,
-    requests: int,
-    weight_precision: str | None,
-    kv_precision: str | None,
-    ttft_max: str | None,
-    tpot_max: str | None,
-    slo_percentile: str,
-    runtime: str | None,
-    framework: str,
-    custom_all_reduce: bool,
     frontier_path: str | None,
     frontier_link: str,
     as_json: bool,
-    with_frontier: bool,
-    emit: str | None,
-    hf_id: str | None,
     **options: Any,
 ) -> None:
     """Time to first token, time per output token, end-to-end latency, throughput and memory of
@@ -241,328 +205,63 @@ def serve(
           --kv-precision fp8 --input-len 2048 --output-len 2048 --max-throughput
       shardwise serve --model gpt-96l-4096h --system a100-pcie-8x --plan tp=8 --plan pp=8 --plot frontier.png
     """
-    from shardwise.cli.options import build_cluster, build_model
-    from shardwise.errors import SpecError
-    from shardwise.loaders import parse_plan_spec
+    from shardwise.cli.options import echo_notes
     from shardwise.presets import parse_link_spec
-    from shardwise.specs.serving import ServingWorkload
+    from shardwise.requests.serve import ServeRequest
 
     if frontier_path is not None:
         from shardwise.cli.options import check_output_path
 
         check_output_path(frontier_path, (".png", ".svg", ".pdf"), "--plot")
     second = parse_link_spec(frontier_link, "--plot-link")
-    model = build_model(options)
-    cluster = build_cluster({**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None})
-    if framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
-        cluster = cluster.with_(nvls=False)
-    if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
-        from shardwise.presets import system
+    request = ServeRequest.from_options(options)
+    setting = request.setting()
+    echo_notes(setting.notes)
+    if request.targets:
+        from shardwise.cli.render import progress_bar
+        from shardwise.cli.serve_targets import print_targets
 
-        cluster = cluster.with_(pcie=system(options["system"]).pcie)
-    specs = [parse_plan_spec(t) for t in plans] or [parse_plan_spec("tp=all")]
-    allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
-    for spec in specs:
-        extra = [k for k, _ in spec.options if k not in allowed]
-        if extra:
-            raise SpecError(
-                f"--plan {spec.label!r}: serving plans take only tp, pp, cp, first, last, ep and etp "
-                f"(not {', '.join(extra)}); replicas fill the GPUs"
-            )
-    from shardwise.cli.options import stage_kwargs
+        with progress_bar(request.search_size(setting), "plans x precisions", disable=as_json) as advance:
+            found = request._search(setting, advance)
+        if as_json:
+            from shardwise import export
 
-    stages = stage_kwargs(options, int(model.layers))
-    runtime = runtime or SERVING_FRAMEWORKS[framework]
-    if max_batched_tokens is None:  # the framework's chunked-prefill budget on this GPU
-        from shardwise.engines.engine_presets import max_batched_tokens as engine_budget
-
-        max_batched_tokens = engine_budget(framework, float(cluster.gpu.memory_bytes), cluster.gpu.name)
-    if len({s.label for s in specs}) != len(specs):
-        raise SpecError("each --plan must be different")
-    try:
-        kernel = FRAMEWORK_ALL_REDUCE.get(framework, "none") if custom_all_reduce else "none"
-        searched = weight_precision is None
-        weight_precision, kv_precision = weight_precision or "bf16", kv_precision or "bf16"
-        workload = ServingWorkload(
-            input_len, output_len, batch, weight_precision, kv_precision, runtime, kernel, engine=framework
-        )
-    except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
-        text = str(exc).removeprefix("serving: ")
-        field, _, rest = text.partition(": ")
-        flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
-        raise SpecError(f"{flags[field]}: {rest}" if field in flags and rest else str(exc)) from None
-    from shardwise.cli.serve_mix import check_mix_flags, request_mix
-
-    mix = request_mix(lengths)
-    source = click.get_current_context().get_parameter_source
-    given = any(source(k) is click.core.ParameterSource.COMMANDLINE for k in ("input_len", "output_len"))
-    targets = ttft_max is not None or tpot_max is not None
-    check_mix_flags(mix, burstiness, request_rate, batching, targets, emit, given)
-    if targets:
-        from shardwise.cli.serve_targets import run_targets
-
-        if emit:
-            raise SpecError("--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit")
-
-        if batching == "static" or max_throughput or request_rate is not None:
-            raise SpecError(
-                "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
-                "--max-throughput and --request-rate"
-            )
-        if source("batch") is click.core.ParameterSource.COMMANDLINE:  # never replace what was given
-            raise SpecError(
-                f"--concurrency {batch}: --ttft-max/--tpot-max search the largest load that meets them; drop "
-                "--concurrency, or drop the targets to price that load"
-            )
-        choices = None if searched else [(weight_precision, kv_precision)]
-        run_targets(
-            model,
-            cluster,
-            [_scenario_of(model, cluster, s, stages) for s in specs] if plans else None,
-            workload,
-            ttft_max,
-            tpot_max,
-            slo_percentile,
-            choices,
-            max_batched_tokens,
-            as_json,
-        )
+            click.echo(export.dumps(found.as_dict()))
+            return
+        print_targets(found)
         return
-    traffic = _traffic(batching, max_throughput, request_rate, max_batched_tokens, requests)
-    if traffic is not None:
-        traffic.update(mix=mix, seed=seed, burstiness=burstiness)
-    rows, invalid = [], []
-    for spec in specs:  # one invalid plan does not stop the others
-        try:
-            rows.append(_estimate(model, cluster, spec, workload, max_throughput, stages, traffic))
-        except SpecError as exc:
-            invalid.append((spec.label, str(exc)))
-    if not rows:
-        raise SpecError(
-            "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
-        )
-    valid_specs = [s for s in specs if s.label not in dict(invalid)]
-    spreads = _spreads(rows, workload, options)
-    hints = {label: _fit_hint(model, cluster, est, stages) for label, est in rows if not bool(est.fits_in_memory)}
+    from shardwise.requests.serve_result import priced
+
+    result = priced(request, setting)
     figure = None
     if frontier_path is not None:
         from shardwise.cli.serve_report import draw_frontier
 
+        s = setting
         figure = draw_frontier(
-            model,
-            cluster,
-            valid_specs,
-            workload,
+            s.model,
+            s.cluster,
+            result.valid_specs(),
+            s.workload,
             second,
             frontier_path,
-            stages,
-            max(spreads.values()),
-            traffic is not None,
-            mix,
+            s.stages,
+            max(result.spreads.values()),
+            s.traffic is not None,
+            s.mix,
         )
-    launches = {label: _launch(est, emit, _model_id(options, hf_id)) for label, est in rows} if emit else {}
     if as_json:
         from shardwise import export
 
-        click.echo(
-            export.dumps(
-                {
-                    "workload": {
-                        "input_len": input_len if mix is None else None,
-                        "output_len": output_len if mix is None else None,
-                        **_mix_dict(mix, rows, seed, burstiness, traffic),
-                        "weight_precision": weight_precision,
-                        "kv_precision": kv_precision,
-                        "runtime": runtime,
-                    },
-                    "plans": [
-                        {
-                            **export.serving_dict(label, est, *spreads[label]),
-                            "would_fit": hints.get(label),
-                            "launch": launches.get(label),
-                            **(
-                                {"frontier": _frontier(model, cluster, specs, label, workload, stages)}
-                                if with_frontier
-                                else {}
-                            ),
-                        }
-                        for label, est in rows
-                    ],
-                    "invalid_plans": [{"plan": label, "reason": reason} for label, reason in invalid],
-                }
-            )
-        )
+        click.echo(export.dumps(result.as_dict()))
         return
     from shardwise.cli.serve_report import print_estimates
 
-    print_estimates(model, cluster, workload, rows, figure, max_throughput, spreads, mix)
-    for label, hint in hints.items():
+    s = setting
+    print_estimates(s.model, s.cluster, s.workload, result.rows, figure, request.max_throughput, result.spreads, s.mix)
+    for label, hint in result.hints.items():
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
-    for label, reason in invalid:
+    for label, reason in result.invalid:
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
-    for label, launch in launches.items():
+    for label, launch in result.launches.items():
         click.echo(f"\n{label}:\n{launch['shell']}")
-
-
-def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: float, traffic: Any) -> dict[str, Any]:
-    """The request lengths and arrivals of --json's workload."""
-    if traffic is None:
-        return {"lengths": "fixed"}
-    out: dict[str, Any] = {"lengths": "fixed" if mix is None else mix.name, "seed": seed, "burstiness": burstiness}
-    if mix is not None:
-        est = rows[0][1]
-        out.update(lengths_source=mix.source, mean_input_len=est.mean_input_len, mean_output_len=est.mean_output_len)
-    return out
-
-
-def _frontier(
-    model: Any, cluster: Any, specs: list[Any], label: str, workload: Any, stages: dict[str, Any] | None
-) -> dict[str, list[float]]:
-    """One plan's static-batch frontier (`analyses.serving.frontier`, as `--plot` draws it)."""
-    from shardwise.analyses.serving import frontier
-
-    spec = next(s for s in specs if s.label == label)
-    per_user, per_gpu, batch = frontier(_scenario(model, cluster, spec, stages), workload)
-    return {
-        "tokens_per_s_per_user": per_user.tolist(),
-        "tokens_per_s_per_gpu": per_gpu.tolist(),
-        "batch": batch.tolist(),
-    }
-
-
-# Request rates served: below one a day requests never overlap (each is served alone, the same
-# answer as one in flight) and arrival times lose the precision of a step; above 1e9 per second no
-# replica keeps up (the answer is the maximum throughput either way).
-REQUEST_RATE_RANGE_PER_S = (1.0 / 86400, 1e9)
-
-
-def _traffic(
-    batching: str, max_throughput: bool, rate: float | None, max_batched_tokens: int, requests: int
-) -> dict[str, Any] | None:
-    """The in-flight simulation's settings (None: static batching), checked."""
-    from shardwise.errors import SpecError
-
-    if rate is not None:
-        low, high = REQUEST_RATE_RANGE_PER_S
-        if not (math.isfinite(rate) and low <= rate <= high):
-            raise SpecError(
-                f"--request-rate: {rate:g} is not allowed; it must be a number of requests per second from {low:g} "
-                f"(one a day: below it requests never meet, as one at a time) to {high:g}"
-            )
-        if batching == "static":
-            raise SpecError("--request-rate needs --batching inflight (a static batch has no arrivals)")
-        if max_throughput:
-            raise SpecError("--request-rate and --max-throughput exclude each other: give one")
-    if batching == "static":
-        return None
-    return {"rate_per_s": rate, "max_batched_tokens": max_batched_tokens, "requests": requests}
-
-
-def _estimate(
-    model: Any,
-    cluster: Any,
-    spec: Any,
-    workload: Any,
-    max_throughput: bool,
-    stages: dict[str, Any] | None = None,
-    traffic: dict[str, Any] | None = None,
-) -> tuple[str, Any]:
-    from shardwise.analyses.serving import at_max_batch
-    from shardwise.engines.serving import estimate_serving
-
-    scn = _scenario(model, cluster, spec, stages)
-    if traffic is not None:
-        from shardwise.engines.inflight import estimate_inflight
-
-        users = None if max_throughput or traffic["rate_per_s"] is not None else int(workload.batch)
-        return spec.label, estimate_inflight(scn, workload, users, **traffic)
-    return spec.label, at_max_batch(scn, workload) if max_throughput else estimate_serving(scn, workload)
-
-
-def _model_id(options: dict[str, Any], hf_id: str | None) -> str | None:
-    """What vLLM loads: --hf-id, else the directory of a config.json given as --model."""
-    if hf_id:
-        return hf_id
-    name = options.get("model_name") or ""
-    if name.lower().endswith(".json"):
-        import os
-
-        return os.path.dirname(os.path.abspath(name))
-    return None
-
-
-def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] | None:
-    """The `vllm serve` of one priced plan (a dict: `Launch.as_dict`); a plan that does not fit is refused."""
-    if emit is None:
-        return None
-    from shardwise.emit import EmitError, vllm_launch
-
-    if not bool(est.fits_in_memory):
-        per_replica = -(-int(est.workload.batch) // int(est.scenario.plan.dp))
-        raise EmitError(
-            f"--emit vllm: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
-            f"memory: a replica holds {int(est.max_batch)} of its {per_replica} sequences; not emitted"
-        )
-    return vllm_launch(est.scenario, est.workload, model_id).as_dict()
-
-
-def _fit_hint(model: Any, cluster: Any, est: Any, stages: dict[str, Any]) -> str:
-    """What would make a plan that does not fit fit: narrower weights or KV cache, or more TP or PP
-    on the same GPUs (the first few that do, cheapest change first)."""
-    from dataclasses import replace
-
-    from shardwise.analyses.serving import at_max_batch
-    from shardwise.engines.serving import estimate_serving
-    from shardwise.errors import SpecError
-    from shardwise.loaders import parse_plan_spec
-
-    wl, plan = est.workload, est.scenario.plan
-    tp, pp = int(plan.tp), int(plan.pp)
-    tries: list[tuple[str, Any, Any]] = []
-    for w in ("fp8", "int4"):
-        if wl.weight_precision in ("bf16", "fp16") or (w == "int4" and wl.weight_precision != "int4"):
-            tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
-    if wl.kv_precision in ("bf16", "fp16"):
-        tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
-    tries += [
-        (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),
-        (f"tp={tp},pp={pp * 2}", f"tp={tp},pp={pp * 2}", wl),
-    ]
-    found = []
-    for text, plan_text, workload in tries:
-        try:
-            scn = _scenario(model, cluster, parse_plan_spec(plan_text), stages)
-            other = estimate_serving(scn, workload)
-        except SpecError:
-            continue
-        if bool(other.fits_in_memory) or (
-            int(other.max_batch) >= 1
-            and int(est.workload.batch) > 1
-            and bool(at_max_batch(scn, workload).fits_in_memory)
-        ):
-            found.append(text)
-        if len(found) == 2:
-            break
-    return " or ".join(found)
-
-
-def _spreads(rows: list[tuple[str, Any]], workload: Any, options: dict[str, Any]) -> dict[str, tuple[float, str]]:
-    """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
-    serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
-    output token), else the serving model's measured spread."""
-    from shardwise.calibration.spreads import SERVING_LOG_SD
-    from shardwise.cli.options import load_calibration
-
-    cal = load_calibration(options)
-    if cal is None or not cal.serving_runs:
-        basis = "the serving model's spread on 66 published runs"
-        if cal is not None:
-            basis += f" ({cal.path} has no serving runs)"
-        return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
-    from shardwise.calibration.fit import ServingCase
-    from shardwise.calibration.intervals import spread
-
-    cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
-    sd = spread(cases, cal.fit).log_sd
-    basis = f"calibration {cal.path} ({cal.serving_runs} serving run(s))"
-    return {label: (float(x), basis) for (label, _), x in zip(rows, sd, strict=True)}

@@ -224,7 +224,7 @@ def draw_frontier(
 ) -> Any:
     from shardwise import plots
     from shardwise.analyses.serving import frontier, frontier_inflight
-    from shardwise.cli.serve_plans import scenario as _scenario
+    from shardwise.requests.serve_plans import scenario as _scenario
 
     panels = {}
     links = [(f"the system's own link ({cluster.intra_node_link.name})", cluster.intra_node_link)]

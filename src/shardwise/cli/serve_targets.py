@@ -4,55 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-import click
-
 from shardwise.errors import SpecError
 
 SHOWN = 12
 
 
-def _seconds(value: str | None, flag: str) -> float | None:
-    if value is None:
-        return None
-    from shardwise.units import UnitError, parse_seconds
-
-    try:
-        seconds = parse_seconds(value)
-    except UnitError as exc:
-        raise SpecError(f"{flag}: {exc}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise SpecError(f"{flag}: {value!r} is not allowed; give a time > 0 such as 500ms")
-    return seconds
-
-
-def run_targets(
-    model: Any,
-    cluster: Any,
-    candidates: list[tuple[str, Any]] | None,
-    workload: Any,
-    ttft_max: str | None,
-    tpot_max: str | None,
-    percentile: str,
-    precision_choices: list[tuple[str, str]] | None,
-    max_batched_tokens: int,
-    as_json: bool,
-) -> None:
-    from shardwise.analyses.serving_targets import plans, precisions, search
-
-    ttft, tpot = _seconds(ttft_max, "--ttft-max"), _seconds(tpot_max, "--tpot-max")
-    pct = f"p{percentile}"
-    n_plans = len(candidates) if candidates is not None else len(plans(int(cluster.num_gpus), cluster.gpus_per_node))
-    total = n_plans * len(precision_choices or precisions(cluster))
-    from shardwise.cli.render import progress_bar
-
-    with progress_bar(total, "plans x precisions", disable=as_json) as advance:
-        options = search(
-            model, cluster, workload, ttft, tpot, pct, candidates, precision_choices, max_batched_tokens, advance
-        )
-    if as_json:
-        _json(options, workload, ttft, tpot, pct)
-        return
-    _table(model, cluster, workload, options, ttft_max, tpot_max, pct)
+def print_targets(found: Any) -> None:
+    """The search's table (`requests.serve.TargetsResult`), the best option and why."""
+    s, req = found.setting, found.request
+    _table(s.model, s.cluster, s.workload, found.options, req.ttft_max, req.tpot_max, found.percentile)
 
 
 def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
@@ -136,30 +96,3 @@ def _system(cluster: Any) -> str:
     except SpecError:
         same = False
     return f"--system {cluster.name} --num-gpus {int(cluster.num_gpus)}" if same else "<your --system flags>"
-
-
-def _json(options: list[Any], wl: Any, ttft: float | None, tpot: float | None, pct: str) -> None:
-    from shardwise import export
-
-    click.echo(
-        export.dumps(
-            {
-                "targets": {"ttft_max_s": ttft, "tpot_max_s": tpot, "percentile": pct},
-                "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
-                "options": [
-                    {
-                        "plan": o.label,
-                        "weight_precision": o.weight_precision,
-                        "kv_precision": o.kv_precision,
-                        "meets": o.meets,
-                        "requests_in_flight_per_replica": o.users_per_replica,
-                        "tokens_per_s_per_gpu": o.tokens_per_s_per_gpu,
-                        "replicas": int(o.estimate.scenario.plan.dp) if o.estimate is not None else None,
-                        "percentiles_s": o.estimate.percentiles_s if o.estimate is not None else None,
-                        "why": o.why,
-                    }
-                    for o in options
-                ],
-            }
-        )
-    )

@@ -1,29 +1,24 @@
-"""Run a shardwise command in this process and return its JSON (or the CSV table it wrote or
-printed), or the one-line error the CLI prints.
+"""Answer a page's shardwise command in this process: its JSON (or the CSV table it would write or
+print), or the one-line error the command line prints.
 
-stdout is redirected for the whole process while a command runs, so a process runs one command
-at a time: the explorer's server never calls `run` itself, its worker processes do
-(`workers.Pool`), each one command at a time. Only the commands and flags the explorer's pages
-build are run (`RUNNABLE`), and a table is written only under a fresh temporary folder, whatever
-the arguments say: a second line of defence behind the server, which builds every command from
-checked controls (`checks`)."""
+Every command the explorer's pages build is asked through the request layer (`shardwise.requests`:
+`REQUESTS`), never the command line: nothing is printed or redirected, so any number of threads
+may run at once. Only the commands and flags the pages build are answered (`RUNNABLE`), a second
+line of defence behind the server, which builds every command from checked controls (`checks`);
+a table is never written anywhere but in memory (or a fresh temporary folder)."""
 
 from __future__ import annotations
 
-import io
 import json
 import shlex
 import tempfile
-import threading
 from collections.abc import Callable
-from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 MAX_OUTPUT_BYTES = 32 << 20  # what one command may print or write as a table and still be drawn
 
-_LOCK = threading.Lock()  # stdout is redirected for the whole process: one command at a time here
 
 # The commands the pages build and the flags they give them; flags not in VALUED take no value.
 _COMMON = {"--model", "--calibration", "--json"}
@@ -83,36 +78,13 @@ def refusal(args: list[str]) -> str | None:
 
 
 def run(args: list[str]) -> Outcome:
-    """`shardwise ARGS --json` in this process (without --json for `--csv -`, which prints the
-    table): the CLI's own checks and messages."""
+    """The answer `shardwise ARGS --json` gives (or the table of `--csv -`), asked through the
+    request layer: the same checks and messages as the command line, nothing printed, safe in
+    any thread."""
     refused = refusal(list(args))
     if refused:
         return Outcome(tuple(args), error=refused)
-    if args[0] in REQUESTS:
-        return _request(list(args))
-    printed_table = _value(args, "--csv") == "-"
-    argv = list(args) if printed_table or "--json" in args else [*args, "--json"]
-    with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
-        written = _value(argv, "--csv")
-        if written not in (None, "-"):  # a bare name (refusal): written under the scratch folder
-            argv[argv.index("--csv") + 1] = str(Path(scratch) / written)
-        code, out, err = _invoke(argv)
-        if code:
-            return Outcome(tuple(args), error=_error(code, err))
-        if len(out) > MAX_OUTPUT_BYTES:
-            return Outcome(tuple(args), error=_too_large(len(out)))
-        if printed_table:
-            return Outcome(tuple(args), table=out)
-        table = None
-        if written not in (None, "-"):
-            path = Path(scratch) / written
-            if path.exists() and path.stat().st_size > MAX_OUTPUT_BYTES:
-                return Outcome(tuple(args), error=_too_large(path.stat().st_size))
-            table = path.read_text(encoding="utf-8") if path.exists() else None
-    try:
-        return Outcome(tuple(args), data=json.loads(out), table=table)
-    except json.JSONDecodeError:
-        return Outcome(tuple(args), error="the command printed no JSON")
+    return _request(list(args))
 
 
 def _columns_csv(columns: dict[str, Any]) -> str:
@@ -167,13 +139,21 @@ def _sweep(argv: list[str]) -> Answer:
     return answer.as_dict(), lambda: _columns_csv(answer.columns())
 
 
-# the commands asked through the request layer (`shardwise.requests`): run directly, in any
-# thread, nothing printed; the others still run the command line in this process (known debt)
+def _serve(argv: list[str]) -> Answer:
+    """`serve`'s request: the plans priced, or the latency-target search (no figure)."""
+    from shardwise.requests.serve import ServeRequest
+
+    return ServeRequest.from_argv(argv).run().as_dict(), lambda: ""
+
+
+# every command the pages build, asked through the request layer (`shardwise.requests`): run
+# directly, in any thread, nothing printed
 REQUESTS: dict[str, Callable[[list[str]], Answer]] = {
     "plan": _plan,
     "timeline": _timeline,
     "crossover": _crossover,
     "sweep": _sweep,
+    "serve": _serve,
 }
 
 
@@ -215,25 +195,3 @@ def _too_large(size_bytes: int) -> str:
         f"the result is {size_bytes / 1e6:.0f} MB, more than the explorer draws ({MAX_OUTPUT_BYTES / 1e6:.0f} MB): "
         "narrow the search (fewer points or plans), or run the command below in a terminal"
     )
-
-
-def _invoke(argv: list[str]) -> tuple[int, str, str]:
-    """(exit status, stdout, stderr) of `shardwise ARGV` run in this process."""
-    from shardwise.cli import main
-
-    out, err = io.StringIO(), io.StringIO()
-    with _LOCK, redirect_stdout(out), redirect_stderr(err):
-        try:
-            main(argv)
-            code = 0
-        except SystemExit as exc:
-            code = int(exc.code or 0) if not isinstance(exc.code, str) else 2
-    return code, out.getvalue(), err.getvalue()
-
-
-def _error(code: int, err: str) -> str:
-    lines = [ln for ln in err.splitlines() if ln.startswith("error: ")]
-    if lines:
-        return lines[-1][len("error: ") :]
-    last = err.strip().splitlines()[-1:] or [f"exit status {code}"]  # a traceback: its last line
-    return last[0]

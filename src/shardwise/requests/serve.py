@@ -1,0 +1,349 @@
+"""`shardwise serve` as a request: serving a model on a cluster with one or more plans -- time to
+first token, time per output token, throughput and memory -- or, with latency targets, the
+search for the plan, precision and load that give the most tokens/s per GPU within them.
+
+    >>> from shardwise.requests.serve import ServeRequest
+    >>> from shardwise.requests.training import TrainingRequest
+    >>> req = ServeRequest(TrainingRequest(model="llama3-70b", system="dgx-h100"), plans=("tp=8", "pp=8"))
+    >>> req.command()
+    'shardwise serve --model llama3-70b --system dgx-h100 --plan tp=8 --plan pp=8'
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from shardwise.errors import SpecError
+from shardwise.precisions import STORAGE_PRECISIONS
+from shardwise.requests import fields as F
+from shardwise.requests.training import TrainingRequest
+
+if TYPE_CHECKING:
+    from shardwise.requests.serve_result import ServeResult
+
+# Serving stacks and the runtime each implies (engines/serving.py RUNTIMES)
+SERVING_FRAMEWORKS = {
+    "tensorrt-llm": "graphs",
+    "vllm": "graphs",
+    "sglang": "graphs",
+    "llama.cpp": "graphs",
+    "fastertransformer": "cpp-eager",
+    "pytorch": "pytorch-eager",
+}
+# ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py)
+FRAMEWORK_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+# ... and those that start NCCL with NVLS off: SGLang sets NCCL_NVLS_ENABLE from --enable-nccl-nvls,
+# default false (sglang PR 631; srt/entrypoints/engine.py)
+FRAMEWORK_NVLS_OFF = ("sglang",)
+RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
+# Request rates served: below one a day requests never overlap (each is served alone, the same
+# answer as one in flight) and arrival times lose the precision of a step; above 1e9 per second no
+# replica keeps up (the answer is the maximum throughput either way).
+REQUEST_RATE_RANGE_PER_S = (1.0 / 86400, 1e9)
+# the model and cluster fields a serving request takes from the training ones (its plans are its own)
+CLUSTER_NAMES = {f.name for f in (*F.MODEL_FIELDS, *F.CLUSTER_FIELDS)} | {"first_stage_layers", "last_stage_layers"}
+
+_f = F._f
+SERVE_FIELDS = (
+    _f("plans", "list", (), flag="--plan"),
+    _f("input_len", "int"),  # None: 512 (and not "given", for --lengths)
+    _f("output_len", "int"),  # None: 128
+    _f("lengths", "str", "fixed"),
+    _f("burstiness", "float", 1.0),
+    _f("seed", "int", 0),
+    _f("concurrency", "int", dest="batch"),  # None: 1 (and not "given", for the latency targets)
+    _f("max_throughput", "bool", False),
+    _f("request_rate", "float"),
+    _f("batching", "str", "inflight", "inflight", "static"),
+    _f("max_batched_tokens", "int"),
+    _f("requests", "int", 1000),
+    _f("weight_precision", "str", None, *STORAGE_PRECISIONS),
+    _f("kv_precision", "str", None, *STORAGE_PRECISIONS),
+    _f("ttft_max", "str"),
+    _f("tpot_max", "str"),
+    _f("slo_percentile", "str", "90", "50", "90", "99"),
+    _f("runtime", "str", None, *RUNTIME_NAMES),
+    _f("framework", "str", "tensorrt-llm", *SERVING_FRAMEWORKS),
+    _f("custom_all_reduce", "bool", True),
+    _f("with_frontier", "bool", False),
+    _f("emit", "str", None, "vllm"),
+    _f("hf_id", "str"),
+)
+DEFAULT_INPUT_LEN, DEFAULT_OUTPUT_LEN, DEFAULT_CONCURRENCY = 512, 128, 1
+_OWN = {f.option: f for f in SERVE_FIELDS}
+
+
+@dataclass(frozen=True)
+class ServeRequest:
+    """The model and cluster (`target`: a TrainingRequest whose plan fields other than the first
+    and last stage's layers are not used) and the serving question. A None length or concurrency
+    is "not given": the default applies (512 prompt and 128 new tokens, one request in flight)."""
+
+    target: TrainingRequest = field(default_factory=TrainingRequest)
+    plans: tuple[str, ...] = ()
+    input_len: int | None = None
+    output_len: int | None = None
+    lengths: str = "fixed"
+    burstiness: float = 1.0
+    seed: int = 0
+    concurrency: int | None = None
+    max_throughput: bool = False
+    request_rate: float | None = None
+    batching: str = "inflight"
+    max_batched_tokens: int | None = None
+    requests: int = 1000
+    weight_precision: str | None = None
+    kv_precision: str | None = None
+    ttft_max: str | None = None
+    tpot_max: str | None = None
+    slo_percentile: str = "90"
+    runtime: str | None = None
+    framework: str = "tensorrt-llm"
+    custom_all_reduce: bool = True
+    with_frontier: bool = False
+    emit: str | None = None
+    hf_id: str | None = None
+
+    def __post_init__(self) -> None:
+        for f in SERVE_FIELDS:
+            value = getattr(self, f.name)
+            parsed = F.parse_value(f, value, f.option)
+            if parsed is not value:
+                object.__setattr__(self, f.name, parsed)
+
+    # --- ways in and out -----------------------------------------------------------------------
+    @classmethod
+    def from_options(cls, options: dict[str, Any]) -> ServeRequest:
+        """From `serve`'s parsed click options (click's names)."""
+        own = F.by_name(options, SERVE_FIELDS)
+        target = {k: v for k, v in F.by_name(options).items() if k in CLUSTER_NAMES}
+        return cls(TrainingRequest(**target), **own)
+
+    @classmethod
+    def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> ServeRequest:
+        args = shlex.split(argv) if isinstance(argv, str) else list(argv)
+        while args and args[0] in ("shardwise", "serve"):
+            args.pop(0)
+        values = F.parse_argv(args, _OWN)
+        own = {f.name for f in SERVE_FIELDS}
+        extra = sorted(k for k in values if k not in own and k not in CLUSTER_NAMES)
+        if extra:
+            raise SpecError(f"--{extra[0].replace('_', '-')}: not an option of serve")
+        target = TrainingRequest(**{k: v for k, v in values.items() if k not in own})
+        return cls(target, **{k: v for k, v in values.items() if k in own})
+
+    def to_argv(self) -> list[str]:
+        own = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "target"}
+        return ["serve", *self.target.to_argv(), *F.argv_of(own, SERVE_FIELDS)]
+
+    def command(self) -> str:
+        return "shardwise " + shlex.join(self.to_argv())
+
+    @property
+    def targets(self) -> bool:
+        return self.ttft_max is not None or self.tpot_max is not None
+
+    # --- the answer ----------------------------------------------------------------------------
+    def setting(self) -> ServeSetting:
+        """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
+        from shardwise.loaders import parse_plan_spec
+        from shardwise.requests.build import build_cluster, build_model, stage_kwargs
+        from shardwise.requests.serve_mix import check_mix_flags, request_mix
+        from shardwise.specs.serving import ServingWorkload
+
+        notes: list[str] = []
+        options = self.target.values()
+        model = build_model(options)
+        cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
+        cluster = build_cluster(cluster_options, notes)
+        if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
+            cluster = cluster.with_(nvls=False)
+        if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
+            from shardwise.presets import system
+
+            cluster = cluster.with_(pcie=system(options["system"]).pcie)
+        specs = [parse_plan_spec(t) for t in self.plans] or [parse_plan_spec("tp=all")]
+        allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
+        for spec in specs:
+            extra = [k for k, _ in spec.options if k not in allowed]
+            if extra:
+                raise SpecError(
+                    f"--plan {spec.label!r}: serving plans take only tp, pp, cp, first, last, ep and etp "
+                    f"(not {', '.join(extra)}); replicas fill the GPUs"
+                )
+        if len({s.label for s in specs}) != len(specs):
+            raise SpecError("each --plan must be different")
+        stages = stage_kwargs(options, int(model.layers))
+        runtime = self.runtime or SERVING_FRAMEWORKS[self.framework]
+        budget = self.max_batched_tokens
+        if budget is not None and not 256 <= budget <= 1 << 20:
+            raise SpecError(f"--max-batched-tokens: {budget} is not allowed; give a whole number from 256 to {1 << 20}")
+        if not 0 <= self.seed <= 2**32 - 1:
+            raise SpecError(f"--seed: {self.seed} is not allowed; give a whole number from 0 to {2**32 - 1}")
+        if budget is None:  # the framework's chunked-prefill budget on this GPU
+            from shardwise.engines.engine_presets import max_batched_tokens as engine_budget
+
+            budget = engine_budget(self.framework, float(cluster.gpu.memory_bytes), cluster.gpu.name)
+        try:
+            kernel = FRAMEWORK_ALL_REDUCE.get(self.framework, "none") if self.custom_all_reduce else "none"
+            workload = ServingWorkload(
+                DEFAULT_INPUT_LEN if self.input_len is None else self.input_len,
+                DEFAULT_OUTPUT_LEN if self.output_len is None else self.output_len,
+                DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
+                self.weight_precision or "bf16",
+                self.kv_precision or "bf16",
+                runtime,
+                kernel,
+                engine=self.framework,
+            )
+        except SpecError as exc:  # name the flag: "serving: input_len: ..." -> "--input-len: ..."
+            text = str(exc).removeprefix("serving: ")
+            name, _, rest = text.partition(": ")
+            flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
+            raise SpecError(f"{flags[name]}: {rest}" if name in flags and rest else str(exc)) from None
+        mix = request_mix(self.lengths)
+        given = self.input_len is not None or self.output_len is not None
+        check_mix_flags(mix, self.burstiness, self.request_rate, self.batching, self.targets, self.emit, given)
+        if self.targets:  # checked before any search starts
+            if self.emit:
+                raise SpecError(
+                    "--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit"
+                )
+            if self.batching == "static" or self.max_throughput or self.request_rate is not None:
+                raise SpecError(
+                    "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
+                    "--max-throughput and --request-rate"
+                )
+            if self.concurrency is not None:  # never replace what was given
+                raise SpecError(
+                    f"--concurrency {self.concurrency}: --ttft-max/--tpot-max search the largest load that meets them; "
+                    "drop --concurrency, or drop the targets to price that load"
+                )
+            _seconds(self.ttft_max, "--ttft-max")
+            _seconds(self.tpot_max, "--tpot-max")
+        traffic = None
+        if not self.targets:
+            traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
+            if traffic is not None:
+                traffic.update(mix=mix, seed=self.seed, burstiness=self.burstiness)
+        return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes))
+
+    def run(self, progress: Any = None) -> ServeResult | TargetsResult:
+        """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
+        (`TargetsResult`; `progress(n)` is called as plans x precisions are done)."""
+        s = self.setting()
+        if self.targets:
+            return self._search(s, progress)
+        from shardwise.requests.serve_result import priced
+
+        return priced(self, s)
+
+    def _search(self, s: ServeSetting, progress: Any) -> TargetsResult:
+        from shardwise.analyses.serving_targets import search
+        from shardwise.requests.serve_plans import scenario_of
+
+        ttft, tpot = _seconds(self.ttft_max, "--ttft-max"), _seconds(self.tpot_max, "--tpot-max")
+        pct = f"p{self.slo_percentile}"
+        choices = None if self.weight_precision is None else [(s.workload.weight_precision, s.workload.kv_precision)]
+        candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs] if self.plans else None
+        options = search(
+            s.model, s.cluster, s.workload, ttft, tpot, pct, candidates, choices, s.max_batched_tokens, progress
+        )
+        return TargetsResult(self, s, options, ttft, tpot, pct)
+
+    def search_size(self, s: ServeSetting) -> int:
+        """How many plans x precisions the target search prices (for a progress bar)."""
+        from shardwise.analyses.serving_targets import plans, precisions
+
+        n_plans = len(s.specs) if self.plans else len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
+        n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster))
+        return n_plans * n_precisions
+
+
+@dataclass(frozen=True)
+class ServeSetting:
+    """What a serving request resolves to before any plan is priced."""
+
+    model: Any
+    cluster: Any
+    specs: tuple[Any, ...]  # specs.experiment.PlanSpec, one per --plan
+    stages: dict[str, Any]
+    workload: Any  # specs.serving.ServingWorkload
+    max_batched_tokens: int
+    mix: Any  # specs.request_mix.RequestMix, or None: fixed lengths
+    traffic: dict[str, Any] | None  # the in-flight simulation's settings; None: static batching
+    notes: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class TargetsResult:
+    """The latency-target search: every option, best first."""
+
+    request: ServeRequest
+    setting: ServeSetting
+    options: list[Any]  # analyses.serving_targets.Option
+    ttft_max_s: float | None
+    tpot_max_s: float | None
+    percentile: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON `serve --ttft-max ... --json` prints."""
+        wl = self.setting.workload
+        return {
+            "targets": {"ttft_max_s": self.ttft_max_s, "tpot_max_s": self.tpot_max_s, "percentile": self.percentile},
+            "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
+            "options": [
+                {
+                    "plan": o.label,
+                    "weight_precision": o.weight_precision,
+                    "kv_precision": o.kv_precision,
+                    "meets": o.meets,
+                    "requests_in_flight_per_replica": o.users_per_replica,
+                    "tokens_per_s_per_gpu": o.tokens_per_s_per_gpu,
+                    "replicas": int(o.estimate.scenario.plan.dp) if o.estimate is not None else None,
+                    "percentiles_s": o.estimate.percentiles_s if o.estimate is not None else None,
+                    "why": o.why,
+                }
+                for o in self.options
+            ],
+            "command": self.request.command(),
+        }
+
+
+def _seconds(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    from shardwise.units import UnitError, parse_seconds
+
+    try:
+        seconds = parse_seconds(value)
+    except UnitError as exc:
+        raise SpecError(f"{flag}: {exc}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise SpecError(f"{flag}: {value!r} is not allowed; give a time > 0 such as 500ms")
+    return seconds
+
+
+def _traffic(
+    batching: str, max_throughput: bool, rate: float | None, max_batched_tokens: int, requests: int
+) -> dict[str, Any] | None:
+    """The in-flight simulation's settings (None: static batching), checked."""
+    if rate is not None:
+        low, high = REQUEST_RATE_RANGE_PER_S
+        if not (math.isfinite(rate) and low <= rate <= high):
+            raise SpecError(
+                f"--request-rate: {rate:g} is not allowed; it must be a number of requests per second from {low:g} "
+                f"(one a day: below it requests never meet, as one at a time) to {high:g}"
+            )
+        if batching == "static":
+            raise SpecError("--request-rate needs --batching inflight (a static batch has no arrivals)")
+        if max_throughput:
+            raise SpecError("--request-rate and --max-throughput exclude each other: give one")
+    if not 50 <= requests <= 1_000_000:  # the command line's range (percentiles need enough requests)
+        raise SpecError(f"--requests: {requests} is not allowed; give a whole number from 50 to 1000000")
+    if batching == "static":
+        return None
+    return {"rate_per_s": rate, "max_batched_tokens": max_batched_tokens, "requests": requests}

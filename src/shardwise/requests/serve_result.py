@@ -1,0 +1,204 @@
+"""The plans of a serving request priced (`ServeRequest.run` without latency targets): each
+plan's estimate, its 80% interval, what would make a plan that does not fit fit, the launch
+commands asked for, and the JSON `serve --json` prints."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.errors import SpecError
+from shardwise.requests.serve_plans import scenario
+
+
+@dataclass(frozen=True)
+class ServeResult:
+    request: Any  # requests.serve.ServeRequest
+    setting: Any  # requests.serve.ServeSetting
+    rows: list[tuple[str, Any]]  # (plan label, engines estimate), the plans that could be priced
+    invalid: list[tuple[str, str]]  # (plan label, why not)
+    spreads: dict[str, tuple[float, str]]  # each plan's 80% interval (log sd) and its basis
+    hints: dict[str, str]  # what would make a plan that does not fit fit ("": nothing close)
+    launches: dict[str, dict[str, Any] | None]  # --emit: each plan's launch
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self.setting.notes)
+
+    def valid_specs(self) -> list[Any]:
+        bad = dict(self.invalid)
+        return [s for s in self.setting.specs if s.label not in bad]
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON `serve --json` prints."""
+        from shardwise import export
+
+        s, req = self.setting, self.request
+        wl = s.workload
+        return {
+            "workload": {
+                "input_len": wl.input_len if s.mix is None else None,
+                "output_len": wl.output_len if s.mix is None else None,
+                **_mix_dict(s.mix, self.rows, req.seed, req.burstiness, s.traffic),
+                "weight_precision": wl.weight_precision,
+                "kv_precision": wl.kv_precision,
+                "runtime": wl.runtime,
+            },
+            "plans": [
+                {
+                    **export.serving_dict(label, est, *self.spreads[label]),
+                    "would_fit": self.hints.get(label),
+                    "launch": self.launches.get(label),
+                    **({"frontier": _frontier(s, label)} if req.with_frontier else {}),
+                }
+                for label, est in self.rows
+            ],
+            "invalid_plans": [{"plan": label, "reason": reason} for label, reason in self.invalid],
+            "command": req.command(),
+        }
+
+
+def priced(request: Any, s: Any) -> ServeResult:
+    """Every plan of the setting priced; one invalid plan does not stop the others."""
+    rows, invalid = [], []
+    for spec in s.specs:
+        try:
+            rows.append(_estimate(s, spec, request.max_throughput))
+        except SpecError as exc:
+            invalid.append((spec.label, str(exc)))
+    if not rows:
+        raise SpecError(
+            "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
+        )
+    spreads = _spreads(rows, request.target.calibration)
+    hints = {label: _fit_hint(s, est) for label, est in rows if not bool(est.fits_in_memory)}
+    launches = {}
+    if request.emit:
+        model_id = _model_id(request.target.model, request.hf_id)
+        launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
+    return ServeResult(request, s, rows, invalid, spreads, hints, launches)
+
+
+def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: float, traffic: Any) -> dict[str, Any]:
+    """The request lengths and arrivals of --json's workload."""
+    if traffic is None:
+        return {"lengths": "fixed"}
+    out: dict[str, Any] = {"lengths": "fixed" if mix is None else mix.name, "seed": seed, "burstiness": burstiness}
+    if mix is not None:
+        est = rows[0][1]
+        out.update(lengths_source=mix.source, mean_input_len=est.mean_input_len, mean_output_len=est.mean_output_len)
+    return out
+
+
+def _frontier(s: Any, label: str) -> dict[str, list[float]]:
+    """One plan's static-batch frontier (`analyses.serving.frontier`, as `--plot` draws it)."""
+    from shardwise.analyses.serving import frontier
+
+    spec = next(x for x in s.specs if x.label == label)
+    per_user, per_gpu, batch = frontier(scenario(s.model, s.cluster, spec, s.stages), s.workload)
+    return {
+        "tokens_per_s_per_user": per_user.tolist(),
+        "tokens_per_s_per_gpu": per_gpu.tolist(),
+        "batch": batch.tolist(),
+    }
+
+
+def _estimate(s: Any, spec: Any, max_throughput: bool) -> tuple[str, Any]:
+    from shardwise.analyses.serving import at_max_batch
+    from shardwise.engines.serving import estimate_serving
+
+    scn = scenario(s.model, s.cluster, spec, s.stages)
+    if s.traffic is not None:
+        from shardwise.engines.inflight import estimate_inflight
+
+        users = None if max_throughput or s.traffic["rate_per_s"] is not None else int(s.workload.batch)
+        return spec.label, estimate_inflight(scn, s.workload, users, **s.traffic)
+    return spec.label, at_max_batch(scn, s.workload) if max_throughput else estimate_serving(scn, s.workload)
+
+
+def _model_id(model: str | None, hf_id: str | None) -> str | None:
+    """What vLLM loads: --hf-id, else the directory of a config.json given as --model."""
+    if hf_id:
+        return hf_id
+    name = model or ""
+    if name.lower().endswith(".json"):
+        import os
+
+        return os.path.dirname(os.path.abspath(name))
+    return None
+
+
+def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] | None:
+    """The `vllm serve` of one priced plan (a dict: `Launch.as_dict`); a plan that does not fit is refused."""
+    if emit is None:
+        return None
+    from shardwise.emit import EmitError, vllm_launch
+
+    if not bool(est.fits_in_memory):
+        per_replica = -(-int(est.workload.batch) // int(est.scenario.plan.dp))
+        raise EmitError(
+            f"--emit vllm: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
+            f"memory: a replica holds {int(est.max_batch)} of its {per_replica} sequences; not emitted"
+        )
+    return vllm_launch(est.scenario, est.workload, model_id).as_dict()
+
+
+def _fit_hint(s: Any, est: Any) -> str:
+    """What would make a plan that does not fit fit: narrower weights or KV cache, or more TP or PP
+    on the same GPUs (the first few that do, cheapest change first)."""
+    from dataclasses import replace
+
+    from shardwise.analyses.serving import at_max_batch
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.loaders import parse_plan_spec
+
+    wl, plan = est.workload, est.scenario.plan
+    tp, pp = int(plan.tp), int(plan.pp)
+    tries: list[tuple[str, Any, Any]] = []
+    for w in ("fp8", "int4"):
+        if wl.weight_precision in ("bf16", "fp16") or (w == "int4" and wl.weight_precision != "int4"):
+            tries.append((f"--weight-precision {w}", f"tp={tp},pp={pp}", replace(wl, weight_precision=w)))
+    if wl.kv_precision in ("bf16", "fp16"):
+        tries.append(("--kv-precision fp8", f"tp={tp},pp={pp}", replace(wl, kv_precision="fp8")))
+    tries += [
+        (f"tp={tp * 2},pp={pp}", f"tp={tp * 2},pp={pp}", wl),
+        (f"tp={tp},pp={pp * 2}", f"tp={tp},pp={pp * 2}", wl),
+    ]
+    found = []
+    for text, plan_text, workload in tries:
+        try:
+            scn = scenario(s.model, s.cluster, parse_plan_spec(plan_text), s.stages)
+            other = estimate_serving(scn, workload)
+        except SpecError:
+            continue
+        if bool(other.fits_in_memory) or (
+            int(other.max_batch) >= 1
+            and int(est.workload.batch) > 1
+            and bool(at_max_batch(scn, workload).fits_in_memory)
+        ):
+            found.append(text)
+        if len(found) == 2:
+            break
+    return " or ".join(found)
+
+
+def _spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, tuple[float, str]]:
+    """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
+    serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
+    output token), else the serving model's measured spread."""
+    from shardwise.calibration.spreads import SERVING_LOG_SD
+    from shardwise.requests.build import load_calibration
+
+    cal = load_calibration(calibration)
+    if cal is None or not cal.serving_runs:
+        basis = "the serving model's spread on 66 published runs"
+        if cal is not None:
+            basis += f" ({cal.path} has no serving runs)"
+        return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
+    from shardwise.calibration.fit import ServingCase
+    from shardwise.calibration.intervals import spread
+
+    cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
+    sd = spread(cases, cal.fit).log_sd
+    basis = f"calibration {cal.path} ({cal.serving_runs} serving run(s))"
+    return {label: (float(x), basis) for (label, _), x in zip(rows, sd, strict=True)}
