@@ -26,7 +26,8 @@ serving_options = _stack(
         multiple=True,
         metavar="tp=N[,pp=N]",
         help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; "
-        "first=N / last=N fix the layers of the first / last pipeline stage. [default: tp=all]",
+        "first=N / last=N fix the layers of the first / last pipeline stage. [default: every layout of the machine, "
+        "with the best for latency and for throughput named]",
     ),
     click.option("--input-len", type=int, help="Prompt tokens per request. [default: 512]"),
     click.option("--output-len", type=int, help="Generated tokens per request. [default: 128]"),
@@ -263,5 +264,35 @@ def serve(
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
     for label, reason in result.invalid:
         click.echo(f"--plan {label}: not computed: {reason.removeprefix(f'--plan {label}: ')}")
+    if result.compared_layouts:
+        _print_best(result)
     for label, launch in result.launches.items():
         click.echo(f"\n{label}:\n{launch['shell']}")
+
+
+def _print_best(result: Any) -> None:
+    """Without --plan: which of the machine's layouts is best for latency and for throughput."""
+    from shardwise.units import format_seconds
+
+    s = result.setting
+    gpus = int(s.cluster.num_gpus)
+    click.echo(
+        f"\nno --plan given: the {len(s.specs)} layouts of {gpus} GPUs compared (tp within a server, tp x pp "
+        "dividing the GPUs, replicas filling the rest; --plan to choose)"
+    )
+    best = result.best()
+    if best["latency"] is None:
+        click.echo(
+            "none fits in memory: narrower weights or KV cache (--weight-precision, --kv-precision), or more GPUs"
+        )
+        return
+    est = dict(result.rows)
+    lat, thr = est[best["latency"]], est[best["throughput"]]
+    click.echo(
+        f"best for latency: {best['latency']} ({format_seconds(float(lat.e2e_s))} per request end to end at the "
+        "load asked)"
+    )
+    click.echo(
+        f"best for throughput: {best['throughput']} (up to {result.capacity_tokens_per_s(thr) / gpus:,.0f} "
+        "generated tokens/s per GPU at full load)"
+    )

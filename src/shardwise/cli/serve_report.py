@@ -170,7 +170,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
     """Percentiles, the rate each plan sustains, and what an iteration is made of."""
     from shardwise.units import format_seconds
 
-    first = rows[0][1]
+    first = next((est for _, est in rows if bool(est.fits_in_memory)), rows[0][1])  # one that was simulated
     arrivals = "Poisson arrivals" if first.burstiness == 1.0 else f"gamma arrivals (burstiness {first.burstiness:g})"
     how = (
         f"{arrivals} at {first.request_rate_per_s:g} requests/s"

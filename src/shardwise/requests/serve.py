@@ -150,7 +150,7 @@ class ServeRequest:
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
         from shardwise.loaders import parse_plan_spec
-        from shardwise.requests.build import build_cluster, build_model, stage_kwargs
+        from shardwise.requests.build import build_cluster, build_model, load_calibration, stage_kwargs
         from shardwise.requests.serve_mix import check_mix_flags, request_mix
         from shardwise.specs.serving import ServingWorkload
 
@@ -158,14 +158,14 @@ class ServeRequest:
         options = self.target.values()
         model = build_model(options)
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
-        cluster = build_cluster(cluster_options, notes)
+        cluster = build_cluster(cluster_options, notes, load_calibration(options.get("calibration")))
         if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
             cluster = cluster.with_(nvls=False)
         if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
             from shardwise.presets import system
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
-        specs = [parse_plan_spec(t) for t in self.plans] or [parse_plan_spec("tp=all")]
+        specs = [parse_plan_spec(t) for t in self.plans] or layouts(cluster)
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]
@@ -311,6 +311,17 @@ class TargetsResult:
             ],
             "command": self.request.command(),
         }
+
+
+def layouts(cluster: Any) -> list[Any]:
+    """Without --plan: every layout worth comparing on this machine -- TP inside a server (1, 2, 4,
+    ... its GPUs), PP over what is left (tp x pp dividing the GPUs), replicas filling the rest
+    (`analyses.serving_targets.plans`, the target search's layouts)."""
+    from shardwise.analyses.serving_targets import plans
+    from shardwise.loaders import parse_plan_spec
+
+    found = plans(int(cluster.num_gpus), int(cluster.gpus_per_node))
+    return [parse_plan_spec(f"tp={tp}" + (f",pp={pp}" if pp > 1 else "")) for tp, pp in found]
 
 
 def _seconds(value: str | None, flag: str) -> float | None:

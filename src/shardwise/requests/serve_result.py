@@ -25,6 +25,30 @@ class ServeResult:
     def notes(self) -> tuple[str, ...]:
         return tuple(self.setting.notes)
 
+    @property
+    def compared_layouts(self) -> bool:
+        """No --plan was given: the machine's layouts were compared (`requests.serve.layouts`)."""
+        return not self.request.plans
+
+    def best(self) -> dict[str, str | None]:
+        """Among the plans that fit: the lowest median end-to-end latency at the load asked, and
+        the most generated tokens/s the GPUs sustain at full load (`capacity_tokens_per_s`)."""
+        fits = [(label, est) for label, est in self.rows if bool(est.fits_in_memory)]
+        if not fits:
+            return {"latency": None, "throughput": None}
+        latency = min(fits, key=lambda r: float(r[1].e2e_s))[0]
+        throughput = max(fits, key=lambda r: self.capacity_tokens_per_s(r[1]))[0]
+        return {"latency": latency, "throughput": throughput}
+
+    def capacity_tokens_per_s(self, est: Any) -> float:
+        """Generated tokens/s of all replicas at full load: in flight, the request rate they sustain
+        times the output tokens of a request; a static batch, the largest batch that fits."""
+        if self.setting.traffic is not None:
+            return float(est.max_request_rate_per_s) * float(est.mean_output_len)
+        from shardwise.analyses.serving import at_max_batch
+
+        return float(at_max_batch(est.scenario, est.workload).throughput_tokens_per_s)
+
     def valid_specs(self) -> list[Any]:
         bad = dict(self.invalid)
         return [s for s in self.setting.specs if s.label not in bad]
@@ -54,6 +78,14 @@ class ServeResult:
                 for label, est in self.rows
             ],
             "invalid_plans": [{"plan": label, "reason": reason} for label, reason in self.invalid],
+            "compared_layouts": self.compared_layouts,
+            "best": {
+                **self.best(),
+                "capacity_tokens_per_s": {
+                    label: self.capacity_tokens_per_s(est) if bool(est.fits_in_memory) else None
+                    for label, est in self.rows
+                },
+            },
             "command": req.command(),
         }
 
@@ -71,7 +103,8 @@ def priced(request: Any, s: Any) -> ServeResult:
             "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
         )
     spreads = _spreads(rows, request.target.calibration)
-    hints = {label: _fit_hint(s, est) for label, est in rows if not bool(est.fits_in_memory)}
+    # what would make a plan the user named fit (the machine's own layouts are all compared already)
+    hints = {label: _fit_hint(s, est) for label, est in rows if not bool(est.fits_in_memory) and request.plans}
     launches = {}
     if request.emit:
         model_id = _model_id(request.target.model, request.hf_id)
