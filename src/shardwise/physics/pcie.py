@@ -39,7 +39,7 @@ Latency is the link's, as for P2P off (`custom_allreduce.P2P_OFF_EXTRA_LATENCY_S
 
 Why not r B beyond a switch (the rule before this change, #37): on `l40s-8x-switch` it priced TP 8's
 ring at 7.4 GB/s against TP 4's 23.9, and TP8/TP4 serving throughput of Llama 3 70B at a median
-0.5 (0.39 at 128/128 tokens), where published TP8/TP4 ratios on PCIe servers sit near 1.05 (#37).
+0.5 (0.39 at 128/128 tokens), where #37 reports measured ratios near 1.05 (held out; nothing set from them).
 With the path's rate TP 8 rings at 22 GB/s (the Sapphire Rapids socket link NCCL assumes).
 
 Checks (nothing here is fitted to them): 8 GPUs on PCIe Gen5, P2P everywhere (behind switches on
