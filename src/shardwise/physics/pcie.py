@@ -14,21 +14,41 @@ Each hop runs peer-to-peer (P2P) or through host memory (NCCL's SHM transport):
   default, src/graph/paths.cc: `p2pLevel = PATH_PXB`);
 - a P2P hop moves at B inside a switch, min(B, U) through the root complex, min(B, U, X) across
   sockets;
-- an SHM hop at min(r B, U / k_u, D / (2 k_m), X across sockets), with k_u the staged streams that
-  share one uplink (every GPU of the group behind that switch when no hop is P2P, else the one
-  ring crossing) and k_m those staged through one socket's DRAM (each written once, read once).
+- an SHM hop between GPUs that have P2P (NCCL stages it only because of its P2P level) moves at
+  its path's rate, min(B, U, X, D / (2 k_m)): NCCL's SHM transport pipelines the two legs (the
+  sender's stores into a host buffer on the receiver's side, src/transport/shm.cc
+  `SHM_LOCALITY` = receiver; the receiver's loads from it), so the hop runs at its slower leg,
+  which is how NCCL's own topology prices such a path (src/graph/paths.cc: a path's bandwidth is
+  its slowest link, GPU-CPU at PCI_BW, CPU-CPU at the socket link; nothing taken off for SHM).
+  Bare-metal evidence that a staged hop is not r B: 8 A40 on two AMD EPYC 7302 all-reduce slightly
+  faster with P2P through the root complex disabled, i.e. with SHM (nccl-tests#74); a copy staged
+  through host memory on a bare-metal PCIe Gen5 pair moves 43 GB/s against 55-56 GB/s with P2P
+  (aikitoria's open-gpu-kernel-modules README, quoted by club-3090 docs/PCIE_P2P.md);
+- an SHM hop on GPUs without P2P at all (`Cluster.p2p` off) at min(r B, U / k_u, D / (2 k_m), X
+  across sockets), with k_u the staged streams that share one uplink (every GPU of the group
+  behind that switch) and k_m those staged through one socket's DRAM (each written once, read
+  once). r is measured on such cards only (2 x RTX 3090 in a VM; the 2 x RTX 2080 Ti nccl-tests
+  curves check it), and is not carried over to server GPUs: those measurements ran every hop
+  through host memory from cards that have no P2P, in a VM (VFIO passthrough) for the 0.31.
 
 The ring moves at its slowest hop (its busbw): min over the hop kinds the group has. A group
-inside one switch keeps P2P's B; one that leaves it drops to the staged rate r B, whatever its
-size; with P2P off, groups behind a switch share its uplink (U / k_u falls with the group).
+inside one switch keeps P2P's B; one that leaves it on P2P-capable GPUs drops to its path's rate
+(the socket link where it crosses sockets); on GPUs without P2P every hop is staged at r B, and
+groups behind a switch share its uplink (U / k_u falls with the group).
 Latency is the link's, as for P2P off (`custom_allreduce.P2P_OFF_EXTRA_LATENCY_S`).
+
+Why not r B beyond a switch (the rule before this change, #37): on `l40s-8x-switch` it priced TP 8's
+ring at 7.4 GB/s against TP 4's 23.9, and TP8/TP4 serving throughput of Llama 3 70B at a median
+0.5 (0.39 at 128/128 tokens), where #37 reports measured ratios near 1.05 (held out; nothing set from them).
+With the path's rate TP 8 rings at 22 GB/s (the Sapphire Rapids socket link NCCL assumes).
 
 Checks (nothing here is fitted to them): 8 GPUs on PCIe Gen5, P2P everywhere (behind switches on
 one CPU, or two AMD Turin sockets with NCCL_P2P_LEVEL=SYS), measure 37.6-41.7 GB/s all-reduce
 busbw (voipmonitor/rtx6kpro hardware/pcie-bandwidth.md, RTX PRO 6000 cards): this module gives
 47.9 GB/s (pcie5: 63 GB/s x 0.76), 15-27% fast, as `links.yaml`'s pcie5 is for any ring. The same
-page's 22.2 GB/s with NCCL's defaults on the Turin box (32 MB) sits between the P2P ring and the
-staged one (14.8 GB/s here); it does not say whether SHM or fewer channels made the difference.
+page's 22.2 GB/s with NCCL's defaults on the Turin box (32 MB; NCCL stages every hop between root
+ports through host memory there) is priced at its path's rate, 16 GB/s (NCCL's AMD_BW socket
+link), 28% slow (r B, the rule before, gave 14.8): the socket links NCCL assumes are lower bounds.
 2 x RTX 2080 Ti behind one switch with P2P unsupported: 4.0 GB/s measured, 3.7 here.
 """
 
@@ -63,7 +83,9 @@ def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: 
     k_u = np.minimum(p, s) if all_staged else np.ones_like(p)
     k_m = np.minimum(p, c) if all_staged else np.minimum(switches, c / s)
     memory = np.where(d > 0, d / (2.0 * k_m), np.inf)
-    staged = np.minimum(np.minimum(P2P_OFF_BANDWIDTH_RATIO * b, u / k_u), memory)
+    # SHM: GPUs without P2P at r B (measured on such cards); P2P-capable GPUs at the path's rate
+    leg = P2P_OFF_BANDWIDTH_RATIO * b if not p2p else b
+    staged = np.minimum(np.minimum(leg, u / k_u), memory)
     pix = b if p2p_inside else staged
     phb = np.minimum(b, u) if p2p_beyond else staged
     sys = np.minimum(phb, x)
