@@ -133,7 +133,9 @@ def micro(
     ranks = world_size(ranks)
     shapes: tuple[tuple[int, int, int], ...] = ()
     if model_name:
-        model = _gpt_model(model_name, 1, seq_len)
+        from shardwise.requests.measure import gpt_model
+
+        model = gpt_model(model_name, 1, seq_len)
         tokens = seq_len * micro_batch
         split = ranks if int(model.heads) % ranks == 0 else 1
         shapes = table_shapes(int(model.hidden), int(model.ffn_hidden), tokens, split)
@@ -229,10 +231,7 @@ def _step_command(kind: str) -> Any:
 
 
 def _settle(o: dict[str, Any]) -> None:
-    """Under torchrun the world size is torchrun's; float32 runs are checks, not calibration data."""
-    from shardwise.measure.launch import world_size
-
-    o["ranks"] = world_size(o["ranks"])
+    """Float32 runs are checks, not calibration data."""
     if o.get("dtype") == "float32" and (o.get("out") or o.get("system")):
         raise SpecError(
             "--dtype float32 is for checking the split only: the prediction and the CSV rows price bf16 "
@@ -240,14 +239,20 @@ def _settle(o: dict[str, Any]) -> None:
         )
 
 
+def _step_request(kind: str, o: dict[str, Any]) -> Any:
+    from shardwise.requests.measure import MeasureStepRequest
+
+    keys = ("ranks", "device", "dtype", "timeout_s", "layers", "seq_len", "system", "micro_batch", "micro_batches")
+    keys += ("schedule", "chunks", "sequence_parallel", "iters", "warmup")
+    return MeasureStepRequest(kind, model=o["model_name"], **{k: o[k] for k in keys})
+
+
 def run_step(kind: str, **o: Any) -> None:
-    from shardwise import presets
     from shardwise.cli.options import check_output_path
-    from shardwise.measure import launch, require_torch
-    from shardwise.measure.records import append_csv, combine, csv_row
-    from shardwise.measure.runs import StepConfig, data_parallel_step, pipeline_parallel_step, tensor_parallel_step
+    from shardwise.measure.records import append_csv
 
     _settle(o)
+    request = _step_request(kind, o)
     if o["out"]:
         check_output_path(o["out"], (".csv",), "-o")
         if not o["system"]:
@@ -264,50 +269,17 @@ def run_step(kind: str, **o: Any) -> None:
                 "--plot needs --system (the machine's preset, from `shardwise measure micro`): "
                 "it draws the prediction beside the measurement"
             )
-    model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
-    system = presets.system(o["system"]) if o["system"] else None
-    require_torch()
-    v = o["chunks"] if kind == "pp" and o["schedule"] == "interleaved" else 1
-    shape = _layer_shape(model, o, tensor_parallel=kind == "tp", chunks=v if kind == "pp" else 0)
-    if v > 1 and o["micro_batches"] % o["ranks"]:
-        raise SpecError(
-            f"--micro-batches {o['micro_batches']} must be a multiple of --ranks {o['ranks']} to interleave"
-        )
-    cfg = StepConfig(
-        shape,
-        o["layers"],
-        o["seq_len"],
-        o["micro_batch"],
-        o["micro_batches"],
-        o["schedule"],
-        o["iters"],
-        o["warmup"],
-        o["dtype"],
-        sequence_parallel=o["sequence_parallel"] and kind == "tp",
-        chunks=o["chunks"],
-    )
-    if cfg.sequence_parallel and o["seq_len"] % o["ranks"]:
-        raise SpecError(f"--seq-len {o['seq_len']} must be a multiple of --ranks {o['ranks']} for --sequence-parallel")
-    fn = {"tp": tensor_parallel_step, "pp": pipeline_parallel_step, "dp": data_parallel_step}[kind]
-    ranks = launch.run(fn, o["ranks"], (cfg,), o["timeout_s"], o["device"])
-    if not ranks:  # under torchrun, a rank other than 0: rank 0 reports
+    result = request.run()
+    if result is None:  # under torchrun, a rank other than 0: rank 0 reports
         return
-    measured = combine(kind, ranks)
-    predicted = None
-    if system is not None:
-        from shardwise.measure.predict import predict
-
-        cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), o["ranks"]))
-        sp = cfg.sequence_parallel
-        args = (o["ranks"], o["micro_batch"], o["micro_batches"], "bf16", sp, v, o["schedule"])
-        predicted = predict(kind, model, cluster, *args).floats()
-    row = csv_row(kind, o, measured)
+    o["ranks"] = result.request.ranks
+    measured, predicted, row = result.measured, result.predicted, result.row
     if o["out"]:
         append_csv(o["out"], row)
     if o["trace"]:
         from shardwise.measure.trace import write_chrome_trace
 
-        write_chrome_trace(kind, ranks, o["trace"])
+        write_chrome_trace(kind, result.ranks, o["trace"])
     if o["plot"] and predicted is not None:
         from shardwise import plots
         from shardwise.measure.records import term_rows
@@ -315,21 +287,17 @@ def run_step(kind: str, **o: Any) -> None:
 
         title = f"{KINDS[kind]}: {o['ranks']} ranks, {o['layers']} layers of {o['model_name']}, sequence {o['seq_len']}"
         plots.save(measured_terms(term_rows(kind, measured["terms_s"], predicted), title), o["plot"])
-    _report(kind, o, measured, predicted, row)
+    _report(kind, o, result)
 
 
-def _report(kind: str, o: dict[str, Any], measured: dict[str, Any], predicted: Any, row: dict[str, Any]) -> None:
+def _report(kind: str, o: dict[str, Any], result: Any) -> None:
     from shardwise.units import format_seconds
 
+    measured, predicted = result.measured, result.predicted
     if o["as_json"]:
-        from dataclasses import asdict
-
         from shardwise import export
 
-        out = {"kind": kind, "measured": measured, "predicted": asdict(predicted) if predicted else None, "row": row}
-        if predicted:
-            out["error"] = predicted.step_s / measured["step_s"] - 1.0
-        click.echo(export.dumps(out))
+        click.echo(export.dumps(result.as_dict()))
         return
     comm = sum(measured["comm_s"].values())
     click.echo(
@@ -379,86 +347,27 @@ def crossover(**o: Any) -> None:
 
     TP runs each batch as one micro-batch on every rank; PP splits it into micro-batches of one
     sequence through N stages (1F1B). Measured and predicted crossovers side by side."""
-    from dataclasses import replace
-
-    from shardwise import presets
-    from shardwise.measure import launch, require_torch
-    from shardwise.measure.runs import StepConfig, steps
+    from shardwise.requests.measure import MeasureCrossoverRequest
 
     _settle(o)
-    batches = _batches(o["batches"])
+    keys = ("ranks", "device", "dtype", "timeout_s", "layers", "seq_len", "system", "batches", "iters", "warmup")
+    request = MeasureCrossoverRequest(model=o["model_name"], **{k: o[k] for k in keys})
     if o["plot"]:
         from shardwise.cli.options import check_output_path
 
         check_output_path(o["plot"], (".png", ".svg", ".pdf"), "--plot")
-    model = _gpt_model(o["model_name"], o["layers"], o["seq_len"])
-    system = presets.system(o["system"]) if o["system"] else None
-    n = o["ranks"]
-    shape = _layer_shape(model, o, tensor_parallel=True, chunks=1)
-    require_torch()
-    base = StepConfig(shape, o["layers"], o["seq_len"], 1, 1, "1f1b", o["iters"], o["warmup"], o["dtype"])
-    configs = {
-        "tp": [replace(base, micro_batch=b, micro_batches=1) for b in batches],
-        "pp": [replace(base, micro_batch=1, micro_batches=b) for b in batches],
-    }
-    series: dict[str, dict[str, list[float]]] = {}
-    for kind, cfgs in configs.items():
-        ranks = launch.run(steps, n, (kind, cfgs), o["timeout_s"], o["device"])
-        if not ranks:  # under torchrun, a rank other than 0
-            return
-        measured = [max(r[i]["step_s"] for r in ranks) for i in range(len(batches))]
-        predicted: list[float] = []
-        if system is not None:
-            from shardwise.measure.predict import predict
-
-            cluster = system.with_(nodes=1, gpus_per_node=max(int(system.gpus_per_node), n))
-            predicted = [
-                float(predict(kind, model, cluster, n, c.micro_batch, c.micro_batches, "bf16").step_s) for c in cfgs
-            ]
-        series[f"{kind}={n}"] = {"measured": measured, "predicted": predicted}
-    _crossover_report(o, batches, series)
+    result = request.run()
+    if result is None:  # under torchrun, a rank other than 0
+        return
+    o["ranks"] = result.request.ranks
+    _crossover_report(o, result)
 
 
-def _layer_shape(model: Any, o: dict[str, Any], tensor_parallel: bool, chunks: int) -> Any:
-    """The model's layer split over --ranks: TP must divide its heads and MLP; a pipeline of
-    `chunks` model chunks per stage (0: no pipeline) must divide its layers."""
-    from shardwise.measure.shapes import LayerShape
-
-    shape = LayerShape(int(model.hidden), int(model.heads), int(model.ffn_hidden))
-    if tensor_parallel:
-        shape.check(o["ranks"])
-    if chunks and o["layers"] % (o["ranks"] * chunks):
-        what = "the pipeline stages" if chunks == 1 else f"the stages x --chunks {chunks}"
-        raise SpecError(f"--layers {o['layers']} must be a multiple of --ranks {o['ranks']} ({what})")
-    return shape
-
-
-def _batches(text: str) -> list[int]:
-    try:
-        values = sorted({int(v) for v in text.split(",") if v.strip()})
-    except ValueError:
-        raise SpecError(f"--batches {text!r}: give whole numbers separated by commas, e.g. 1,2,4,8") from None
-    if not values or values[0] < 1 or values[-1] > 1 << 16 or len(values) > 64:
-        raise SpecError(f"--batches {text!r}: give 1 to 64 batches, each from 1 to 65536")
-    return values
-
-
-def _gpt_model(name: str, layers: int, seq_len: int) -> Any:
-    from shardwise import presets
-
-    model = presets.model(name, layers=layers, seq_len=seq_len)
-    if bool(model.gated_mlp) or int(model.kv_heads) != int(model.heads):
-        raise SpecError(
-            f"--model {name}: measure runs GPT layers (LayerNorm, GELU MLP, multi-head attention); choose a gpt-* model"
-        )
-    return model
-
-
-def _crossover_report(o: dict[str, Any], batches: list[int], series: dict[str, dict[str, list[float]]]) -> None:
-    from shardwise.plots.measure import crossover_batch
+def _crossover_report(o: dict[str, Any], result: Any) -> None:
     from shardwise.units import format_seconds
 
-    found = {k: crossover_batch(batches, series, k) for k in ("measured", "predicted")}
+    batches, series = result.batches, result.series
+    found = result.crossover_batch()
     figure = None
     if o["plot"]:
         from shardwise import plots
@@ -470,7 +379,7 @@ def _crossover_report(o: dict[str, Any], batches: list[int], series: dict[str, d
     if o["as_json"]:
         from shardwise import export
 
-        click.echo(export.dumps({"batches": batches, "series": series, "crossover_batch": found, "figure": figure}))
+        click.echo(export.dumps(result.as_dict(figure)))
         return
     plans = list(series)
     click.echo(f"{' vs '.join(plans)}: {o['layers']} layers of {o['model_name']}, sequence {o['seq_len']}")

@@ -10,7 +10,20 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["PlanRequest", "PredictRequest", "PredictResult", "TimelineRequest", "TrainingRequest"]
+__all__ = [
+    "CrossoverRequest",
+    "ExperimentRequest",
+    "MeasureCrossoverRequest",
+    "MeasureStepRequest",
+    "PlanRequest",
+    "PredictRequest",
+    "PredictResult",
+    "SensitivityRequest",
+    "ServeRequest",
+    "SweepRequest",
+    "TimelineRequest",
+    "TrainingRequest",
+]
 
 _WHERE = {
     "TrainingRequest": "shardwise.requests.training",
@@ -18,6 +31,13 @@ _WHERE = {
     "PredictResult": "shardwise.requests.training",
     "PlanRequest": "shardwise.requests.plan",
     "TimelineRequest": "shardwise.requests.timeline",
+    "ExperimentRequest": "shardwise.requests.compare",
+    "CrossoverRequest": "shardwise.requests.compare",
+    "SweepRequest": "shardwise.requests.compare",
+    "SensitivityRequest": "shardwise.requests.sensitivity",
+    "ServeRequest": "shardwise.requests.serve",
+    "MeasureStepRequest": "shardwise.requests.measure",
+    "MeasureCrossoverRequest": "shardwise.requests.measure",
 }
 
 
