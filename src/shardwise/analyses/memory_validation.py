@@ -35,7 +35,8 @@ from shardwise.engines.training import training_memory
 from shardwise.errors import SpecError
 from shardwise.physics.memory import MemoryBreakdown
 from shardwise.physics.memory_runtime import LIBRARY_WORKSPACE_BYTES
-from shardwise.specs import Plan, Scenario
+from shardwise.requests.training import TrainingRequest
+from shardwise.specs import Scenario
 from shardwise.units import GIB
 
 CITATION = (
@@ -233,24 +234,26 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         model = presets.model(name, **shape)
     model = model.with_(seq_len=_int(row, "seq_len"))
     n = _int(row, "num_gpus")
-    base = presets.system(_first(SYSTEMS, row["gpu"], "GPU"))
+    system_name = _first(SYSTEMS, row["gpu"], "GPU")
+    base = presets.system(system_name)
     per_node = n if n <= base.gpus_per_node or n % base.gpus_per_node else base.gpus_per_node
     if "DGX-2" in row["gpu"]:  # 16 V100 on one NVSwitch
         per_node = min(n, 16)
-    cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
     framework = _first(FRAMEWORKS, row["framework"], "framework")
     if framework == "torchtitan" and "torch.compile on" in row["other_config"]:
         framework = "torchtitan-compile"
-    flags = dict(presets.framework(framework))
-    flags.pop("zero_stage")
     tp, pp, dp, cp = (_int(row, k, 1 if k == "cp" else None) for k in ("tp", "pp", "dp", "cp"))
     if tp * pp * dp * cp != n:
         raise SpecError(f"tp x pp x dp x cp = {tp * pp * dp * cp}, not the {n} GPUs")
     mbs = _int(row, "mbs")
     found = re.search(r"micro_num=(\d+)", row["other_config"])
     gbs = _int(row, "gbs", dp * mbs * (int(found[1]) if found else 1))
-    sp = tp > 1 and framework not in ("fsdp", "internevo")  # Megatron-DeepSpeed: sequence parallelism is opt-in
-    plan = Plan(
+    # sequence parallelism is opt-in in Megatron-DeepSpeed and absent from FSDP and InternEvo
+    sp = tp > 1 and framework not in ("fsdp", "internevo", "megatron-deepspeed")
+    request = TrainingRequest(
+        system=system_name,
+        gpus_per_node=per_node,
+        nodes=n // per_node,
         tp=tp,
         pp=pp,
         dp=dp,
@@ -258,13 +261,13 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         micro_batch=mbs,
         global_batch=gbs,
         recompute=_recompute(row["recompute"]),
-        zero_stage=_zero(row["fsdp_or_zero"]),
+        zero=_zero(row["fsdp_or_zero"]),
         precision=_precision(row["precision"]),
-        **{**flags, "sequence_parallel": sp and framework != "megatron-deepspeed"},
+        framework=framework,
+        sequence_parallel=sp,
     )
-    return Scenario(model, cluster, plan), _first(PEAK_KINDS, row["framework"], "peak of") if row[
-        "measured_peak_gib"
-    ] else "device"
+    peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
+    return request.build(model).scenario, peak_of
 
 
 def part(memory: MemoryBreakdown, kind: str) -> float:

@@ -24,12 +24,13 @@ class Built:
     calibration: Any = None  # calibration.store.Calibration
 
 
-def scenario(values: dict[str, Any]) -> Built:
-    """The Scenario of fully given fields (`TrainingRequest.values()`)."""
+def scenario(values: dict[str, Any], model: Any = None) -> Built:
+    """The Scenario of fully given fields (`TrainingRequest.values()`); `model`: a Model to use
+    instead of the `model` field's (a shape that no preset or file names)."""
     from shardwise.specs import Scenario
 
     notes: list[str] = []
-    model = build_model(values)
+    model = build_model(values) if model is None else model
     cal = load_calibration(values.get("calibration"))
     cluster = build_cluster(values, notes, cal)
     plan = build_plan(values, int(cluster.num_gpus), model)

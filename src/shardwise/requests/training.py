@@ -135,11 +135,12 @@ class TrainingRequest:
         return replace(self, **changes)
 
     # --- the answer --------------------------------------------------------------------------
-    def build(self) -> Any:
-        """The `requests.build.Built` scenario (presets, files and calibration resolved)."""
+    def build(self, model: Any = None) -> Any:
+        """The `requests.build.Built` scenario (presets, files and calibration resolved); `model`:
+        a `specs.Model` to use instead of the `model` field (a shape no preset or file names)."""
         from shardwise.requests import build
 
-        return build.scenario(self.values())
+        return build.scenario(self.values(), model)
 
     def scenario(self) -> Any:
         return self.build().scenario
