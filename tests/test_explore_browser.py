@@ -210,3 +210,105 @@ def test_an_uploaded_hugging_face_config_becomes_the_model(server, browser, smal
     assert "config.json" in browser.find_element(By.ID, "model-name").text
     browser.find_element(By.ID, "model-forget").click()
     WebDriverWait(browser, WAIT_S).until(lambda d: "--model" not in d.find_element(By.ID, "crossover-command").text)
+
+
+def _readme_command(words: str) -> list[str]:
+    """The README recipe's command that starts `$ shardwise WORDS` (its arguments, without shardwise)."""
+    import shlex
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    line = next(ln for ln in readme.splitlines() if ln.startswith(f"$ shardwise {words}"))
+    return shlex.split(line)[2:]
+
+
+def _cli_json(args: list[str]) -> dict:
+    from click.testing import CliRunner
+
+    from shardwise.cli import cli
+
+    done = CliRunner().invoke(cli, [*[a for a in args if a not in ("--no-plot",)], "--json"])
+    assert done.exit_code == 0, done.output
+    return json.loads(done.stdout)
+
+
+def _url(server: str, **controls: object) -> str:
+    return server + state.encode({**state.DEFAULTS, **{k.replace("_", "-"): v for k, v in controls.items()}})
+
+
+def test_readme_serving_recipe_in_the_browser(server, browser):
+    """'I have 8 PCIe GPUs and want to serve a model': the same plans, precision and load."""
+    args = _readme_command("serve")
+    expected = _cli_json(args)["plans"]
+    url = _url(
+        server,
+        page="serving",
+        s_model="llama3-70b",
+        s_system="rtx4090-8x",
+        s_plans="tp=8; pp=8; tp=2,pp=4",
+        s_weights="int4",
+        s_concurrency=32,
+        s_input=512,  # the command's defaults (the page's are a longer request)
+        s_output=128,
+    )
+    shown = _open(browser, url, "serving")
+    for p in expected:
+        assert f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms" in shown, shown
+    command = browser.find_element(By.ID, "serving-command").text
+    assert "--weight-precision int4" in command and "--concurrency 32" in command
+    browser.save_screenshot(str(ARTIFACTS / "recipe-serving.png"))
+
+
+def test_readme_training_recipe_in_the_browser(server, browser):
+    """'I have N servers and want to train a model': the network and its NICs as the recipe gives them."""
+    args = _readme_command("plan")
+    best = _cli_json(args)["plans"][0]
+    url = _url(
+        server, page="planner", p_model="llama3-8b", p_system="dgx-a100", p_nodes=2, p_inter="eth-100g", p_nics=1
+    )
+    url += "&p-batch=256"
+    shown = _open(browser, url, "planner")
+    assert f"tp={best['tp']}, pp={best['pp']}, dp={best['dp']}" in shown
+    assert f"step {best['step_time_s']:.4g} s" in shown, shown
+    command = browser.find_element(By.ID, "planner-command").text
+    assert "--inter-link eth-100g" in command and "--nics-per-node 1" in command
+    browser.save_screenshot(str(ARTIFACTS / "recipe-planner.png"))
+
+
+def test_readme_crossover_recipe_in_the_browser(server, browser):
+    """'Show me when TP stops paying off for my model': the same crossings (the page names each
+    link by its preset, the recipe by a label)."""
+    args = _readme_command("crossover")
+    data = _cli_json(args)
+    labels = {"NVLink": "nvlink4", "PCIe": "pcie5"}
+    expected = []
+    for c in data["crossings"]:
+        label, _, rest = c["text"].partition(": ")
+        expected.append(f"{labels.get(label, label)}: {rest}")
+    url = _url(server, x_model="llama3-8b", x_gpu="h100-sxm5-80gb", x_links=["nvlink4", "pcie5"], x_vary="batch=1..128")
+    shown = _open(browser, url, "crossover")
+    assert shown == " | ".join(expected)
+    browser.save_screenshot(str(ARTIFACTS / "recipe-crossover.png"))
+
+
+def test_an_uploaded_calibration_is_applied(server, browser, tmp_path_factory):
+    """'Calibrate to your own runs': a calibration file loaded in the browser gives the numbers
+    `plan --calibration FILE` gives."""
+    from click.testing import CliRunner
+
+    from shardwise.cli import cli
+
+    root = Path(__file__).resolve().parents[1]
+    cal = tmp_path_factory.mktemp("cal") / "h100.yaml"
+    done = CliRunner().invoke(cli, ["calibrate", str(root / "examples/calibration/h100_runs.csv"), "-o", str(cal)])
+    assert done.exit_code == 0, done.output
+    url = _url(server, page="planner", p_model="llama3-8b", p_system="dgx-h100", p_nodes=2)
+    _open(browser, url, "planner")
+    browser.find_element(By.CSS_SELECTOR, "#calibration-upload input[type=file]").send_keys(str(cal))
+    WebDriverWait(browser, WAIT_S).until(
+        lambda d: f"--calibration {cal.name}" in d.find_element(By.ID, "planner-command").text
+    )
+    args = state.planner_args(state.decode(url[len(server) :]))
+    best = _cli_json([a for a in args if a not in ("--csv", "plans.csv")] + ["--calibration", str(cal)])["plans"][0]
+    WebDriverWait(browser, WAIT_S).until(lambda d: f"step {best['step_time_s']:.4g} s" in _summary(d, "planner"))
+    browser.find_element(By.ID, "calibration-forget").click()
+    WebDriverWait(browser, WAIT_S).until(lambda d: "--calibration" not in d.find_element(By.ID, "planner-command").text)
