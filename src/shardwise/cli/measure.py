@@ -244,7 +244,7 @@ def _step_request(kind: str, o: dict[str, Any]) -> Any:
 
     keys = ("ranks", "device", "dtype", "timeout_s", "layers", "seq_len", "system", "micro_batch", "micro_batches")
     keys += ("schedule", "chunks", "sequence_parallel", "iters", "warmup")
-    return MeasureStepRequest(kind, model=o["model_name"], **{k: o[k] for k in keys})
+    return MeasureStepRequest(kind=kind, model=o["model_name"], **{k: o[k] for k in keys})
 
 
 def run_step(kind: str, **o: Any) -> None:

@@ -65,11 +65,7 @@ class ExperimentRequest:
     ignore_memory: bool = _d("ignore_memory")
 
     def __post_init__(self) -> None:
-        for f in TABLE:  # one validation for every way in
-            value = getattr(self, f.name)
-            parsed = F.parse_value(f, value)
-            if parsed is not value:
-                object.__setattr__(self, f.name, parsed)
+        F.normalize(self, TABLE)
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any], where: str = "") -> ExperimentRequest:

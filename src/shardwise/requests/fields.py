@@ -245,6 +245,16 @@ def parse_value(field: Field, value: Any, where: str = "") -> Any:
     return text
 
 
+def normalize(request: Any, table: tuple[Field, ...], where: bool = False) -> None:
+    """Parse a frozen request's fields in place, one validation for every way in: strings become
+    their kind, values are checked (`where`: name the flag in the error)."""
+    for f in table:
+        value = getattr(request, f.name)
+        parsed = parse_value(f, value, f.option if where else "")
+        if parsed is not value:
+            object.__setattr__(request, f.name, parsed)
+
+
 def unknown_field(name: str, where: str = "", table: tuple[Field, ...] = TRAINING_FIELDS) -> SpecError:
     """The error for a field no request has, with the closest name."""
     import difflib

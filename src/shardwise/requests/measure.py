@@ -25,12 +25,10 @@ def _check_range(name: str, value: int | float, low: float, high: float) -> None
 
 
 @dataclass(frozen=True)
-class MeasureStepRequest:
-    """One kind of parallelism (`kind`: tp, pp or dp) over `ranks` processes: `iters` timed steps
-    of `layers` GPT layers after `warmup` ones; with `system` (a preset, e.g. from `measure micro`)
-    the prediction for the same step on that machine."""
+class _Machine:
+    """What every `measure` run shares: `ranks` processes on `device`, `layers` GPT layers of
+    `model` at `seq_len`, and the machine's preset (`system`) for the prediction beside it."""
 
-    kind: str
     ranks: int = 2
     device: str = "auto"
     dtype: str = "bfloat16"
@@ -39,6 +37,27 @@ class MeasureStepRequest:
     layers: int = 2
     seq_len: int = 256
     system: str | None = None
+
+    RANGES = (("ranks", 2, 1024), ("timeout_s", 1, 86400), ("layers", 1, 1000), ("seq_len", 1, 1 << 20))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "device", str(self.device).lower())
+        object.__setattr__(self, "dtype", str(self.dtype).lower())
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise SpecError(f"--device: {self.device!r} is not allowed; use one of auto, cpu, cuda")
+        if self.dtype not in ("bfloat16", "float32"):
+            raise SpecError(f"--dtype: {self.dtype!r} is not allowed; use one of bfloat16, float32")
+        for name, low, high in self.RANGES:
+            _check_range(name, getattr(self, name), low, high)
+
+
+@dataclass(frozen=True)
+class MeasureStepRequest(_Machine):
+    """One kind of parallelism (`kind`: tp, pp or dp) over `ranks` processes: `iters` timed steps
+    of `layers` GPT layers after `warmup` ones; with `system` (a preset, e.g. from `measure micro`)
+    the prediction for the same step on that machine."""
+
+    kind: str = "tp"
     micro_batch: int = 1
     micro_batches: int = 4
     schedule: str = "1f1b"
@@ -47,30 +66,22 @@ class MeasureStepRequest:
     iters: int = 5
     warmup: int = 2
 
+    RANGES = (
+        *_Machine.RANGES,
+        ("micro_batch", 1, 1 << 16),
+        ("micro_batches", 1, 1 << 16),
+        ("chunks", 2, 64),
+        ("iters", 1, 10000),
+        ("warmup", 0, 10000),
+    )
+
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.kind not in KINDS:
             raise SpecError(f"kind: {self.kind!r} is not allowed; use one of {', '.join(KINDS)}")
         object.__setattr__(self, "schedule", str(self.schedule).lower())
-        object.__setattr__(self, "device", str(self.device).lower())
-        object.__setattr__(self, "dtype", str(self.dtype).lower())
         if self.schedule not in SCHEDULES:
             raise SpecError(f"--schedule: {self.schedule!r} is not allowed; use one of {', '.join(SCHEDULES)}")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise SpecError(f"--device: {self.device!r} is not allowed; use one of auto, cpu, cuda")
-        if self.dtype not in ("bfloat16", "float32"):
-            raise SpecError(f"--dtype: {self.dtype!r} is not allowed; use one of bfloat16, float32")
-        for name, low, high in (
-            ("ranks", 2, 1024),
-            ("timeout_s", 1, 86400),
-            ("layers", 1, 1000),
-            ("seq_len", 1, 1 << 20),
-            ("micro_batch", 1, 1 << 16),
-            ("micro_batches", 1, 1 << 16),
-            ("chunks", 2, 64),
-            ("iters", 1, 10000),
-            ("warmup", 0, 10000),
-        ):
-            _check_range(name, getattr(self, name), low, high)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -82,8 +93,7 @@ class MeasureStepRequest:
     def to_argv(self) -> list[str]:
         out = ["measure", self.kind]
         for name, value in asdict(self).items():
-            default = getattr(type(self), name, None) if name != "kind" else self.kind
-            if name == "kind" or value == default:
+            if name == "kind" or value == getattr(type(self), name, None):
                 continue
             flag = "--timeout" if name == "timeout_s" else "--" + name.replace("_", "-")
             if isinstance(value, bool):
@@ -179,36 +189,18 @@ class MeasureStepResult:
 
 
 @dataclass(frozen=True)
-class MeasureCrossoverRequest:
+class MeasureCrossoverRequest(_Machine):
     """TP=N against PP=N over the batch on this machine: TP runs each batch as one micro-batch on
     every rank, PP splits it into micro-batches of one sequence through N stages (1F1B)."""
 
-    ranks: int = 2
-    device: str = "auto"
-    dtype: str = "bfloat16"
-    timeout_s: float = 600.0
-    model: str = "gpt-125m"
-    layers: int = 2
-    seq_len: int = 256
-    system: str | None = None
     batches: str = "1,2,4,8"
     iters: int = 3
     warmup: int = 1
 
+    RANGES = (*_Machine.RANGES, ("iters", 1, 10000), ("warmup", 0, 10000))
+
     def __post_init__(self) -> None:
-        MeasureStepRequest(
-            "tp",
-            self.ranks,
-            self.device,
-            self.dtype,
-            self.timeout_s,
-            self.model,
-            self.layers,
-            self.seq_len,
-            self.system,
-            iters=self.iters,
-            warmup=self.warmup,
-        )  # the shared fields' checks
+        super().__post_init__()
         self.batch_values()
 
     def batch_values(self) -> list[int]:

@@ -108,11 +108,7 @@ class ServeRequest:
     hf_id: str | None = None
 
     def __post_init__(self) -> None:
-        for f in SERVE_FIELDS:
-            value = getattr(self, f.name)
-            parsed = F.parse_value(f, value, f.option)
-            if parsed is not value:
-                object.__setattr__(self, f.name, parsed)
+        F.normalize(self, SERVE_FIELDS, where=True)
 
     # --- ways in and out -----------------------------------------------------------------------
     @classmethod

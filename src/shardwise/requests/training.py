@@ -86,12 +86,7 @@ class TrainingRequest:
     scatter_gather: bool | None = default("scatter_gather")
 
     def __post_init__(self) -> None:
-        # one validation for every way in: strings are parsed, values checked against their kind
-        for f in F.TRAINING_FIELDS:
-            value = getattr(self, f.name)
-            parsed = F.parse_value(f, value)
-            if parsed is not value:
-                object.__setattr__(self, f.name, parsed)
+        F.normalize(self, F.TRAINING_FIELDS)
 
     # --- ways in -----------------------------------------------------------------------------
     @classmethod
