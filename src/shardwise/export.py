@@ -121,6 +121,7 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "bubble_fraction": plain(est.bubble_fraction),
         "breakdown_s": {k: plain(v) for k, v in est.breakdown.as_dict().items()},
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
+        "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
         "memory_bytes": {k: plain(v) for k, v in est.memory.as_dict().items()},
         "gpu_memory_bytes": plain(est.scenario.cluster.gpu.memory_bytes),
         "fits_in_memory": plain(est.fits_in_memory),

@@ -173,6 +173,8 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
             label = "embedding sync (first and last stage)"
         if hidden.get(key, 0.0) > 0:
             label += f" [dim](+{format_seconds(hidden[key])} hidden)[/]"
+        if key == "compute" and _f(est.compute_parts_s.get("fsdp2_copies", 0.0)) > 0:
+            label += f" [dim](of it {format_seconds(_f(est.compute_parts_s['fsdp2_copies']))} FSDP2 copies)[/]"
         table.add_row(label, format_seconds(v), f"{v / step:.1%}", _bar(v / step))
     table.add_row("[bold]total[/]", f"[bold]{format_seconds(step)}[/]", "100.0%", "")
     out.print(table)

@@ -28,7 +28,13 @@ from shardwise.physics.flops import (
     logits_forward,
 )
 from shardwise.physics.lora import lora_layer_times
-from shardwise.physics.stack import EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT, host_bound_s, layer_kernels
+from shardwise.physics.params import layer_params_split
+from shardwise.physics.stack import (
+    EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
+    host_bound_s,
+    layer_kernels,
+    per_param_sharding_bytes,
+)
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit
@@ -203,6 +209,42 @@ def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm
     qkv, out = per_head * (model.heads + 2 * model.kv_heads), per_head * model.heads
     both = np.where(cp > 1, group.all_to_all(qkv) + group.all_to_all(out), 0.0)
     return CpComm(0.0, both, both)
+
+
+def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | None:
+    """FSDP2's copies (`physics.stack.per_param_sharding_bytes`) in one micro-batch, as compute
+    of one layer, of the embedding and of the output layer (None where no plan has them):
+    memory-bound kernels on the compute stream, only under per-parameter sharding with ZeRO-3
+    over more than one rank. They read dp and zero_stage, which the per-micro-batch stage costs
+    do not (`engines.training.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
+    mixture-of-experts layer is counted with the dense layer's weights (its experts are not
+    priced here); frozen weights (LoRA) have no gradient to copy in."""
+    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    on = (
+        np.asarray(plan.per_param_sharding, dtype=bool)
+        & (np.asarray(plan.zero_stage) == 3)
+        & (np.asarray(plan.dp) * np.asarray(plan.cp) > 1)
+    )
+    if not np.any(on):
+        return None
+    w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision)
+    trains = np.asarray(plan.lora_rank) == 0
+    matrices, replicated = layer_params_split(model)
+    word = model.vocab * model.hidden / plan.tp
+    held = (matrices / plan.tp + replicated, word, np.where(model.tied_embeddings, 0.0, word))
+
+    def part(weights: Number) -> StageCost:
+        f_bytes, b_bytes = per_param_sharding_bytes(weights, w, g, np.where(trains, weights, 0.0))
+        forward, backward = memory_s(f_bytes, gpu), memory_s(b_bytes, gpu, kernels=2)
+        return StageCost(np.where(on, forward, 0.0), np.where(on, backward, 0.0), 0.0, 0.0)
+
+    layer, emb, head = (part(x) for x in held)
+    return layer, emb, head
+
+
+def add_costs(a: StageCost, b: StageCost) -> StageCost:
+    """Two stage costs field by field (the same work, one after the other)."""
+    return StageCost(*(getattr(a, f) + getattr(b, f) for f in FIELDS))
 
 
 def layer_cost(

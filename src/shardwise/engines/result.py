@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import ClassVar
 
 import numpy as np
@@ -89,6 +89,8 @@ class TrainingEstimate:
     bubble_fraction: Number  # pp_bubble_s / step_time_s: the share of the step spent in fill and drain
     hidden_comm_s: dict[str, Number]  # communication overlapped with compute (not in the step time)
     masked_attention_flops_per_step: Number = 0.0  # in the convention's count, masked by causality
+    # named work inside `breakdown.compute_s` that a stack adds (FSDP2's copies: "fsdp2_copies")
+    compute_parts_s: dict[str, Number] = field(default_factory=dict)
 
     @property
     def tokens_per_s(self) -> Number:

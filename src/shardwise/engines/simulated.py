@@ -19,11 +19,13 @@ import numpy as np
 from shardwise.engines.costs import (
     FIELDS,
     StageCost,
+    add_costs,
     context_parallel,
     cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
+    sharding_copies,
     stage_send_time_s,
     tp_comm,
 )
@@ -90,6 +92,13 @@ def stage_times(scn: Scenario) -> StageTimes:
         _stage_cost(n - k, layer, emb if i == 0 else None, head if i == p - 1 else None, k, moe)
         for i, (n, k) in enumerate(zip(counts, n_moe, strict=True))
     ]
+    copies = sharding_copies(scn)  # FSDP2's copies: every layer, the embedding and the output layer
+    if copies is not None:
+        c_layer, c_emb, c_head = copies
+        kinds = [
+            add_costs(kind, _stage_cost(n, c_layer, c_emb if i == 0 else None, c_head if i == p - 1 else None))
+            for i, (kind, n) in enumerate(zip(kinds, counts, strict=True))
+        ]
     matrices, replicated = layer_params_split(model)
     per_layer = matrices / plan.tp + replicated
     params, ends = stage_params(model, plan, split), stage_expert_params(model, plan, split)

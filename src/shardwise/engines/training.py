@@ -31,12 +31,14 @@ import numpy as np
 from shardwise.arrays import plus, where
 from shardwise.engines.costs import (
     Stages,
+    add_costs,
     context_parallel,
     cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
     select,
+    sharding_copies,
     stage_send_time_s,
     stages,
     tp_comm,
@@ -185,6 +187,12 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         (first, middle, last, middle_sum), sends = _STAGES.get_or_compute(
             _stage_key(scn), lambda: evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
         )
+    # FSDP2's copies read dp and the ZeRO stage, which the shared stage costs do not: added here
+    copies = sharding_copies(scn)
+    extra = None if copies is None else stages(split, *copies)
+    if extra is not None:
+        own = (first, middle, last, middle_sum)
+        first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, extra, strict=True))
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
     # when they are longer than it. One send over the slowest boundary (across nodes when the PP
@@ -243,6 +251,12 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             overhead_s=m * mb_over + cluster.step_overhead_s,
         )
         model_flops, hw_flops = flops_per_step(scn)
+        parts = {}
+        if extra is not None:  # the slowest stage's share of its compute that is FSDP2's copies
+            c_copy = select(
+                c_first >= np.maximum(c_mid, c_last), extra.first, select(c_last >= c_mid, extra.last, extra.middle)
+            )
+            parts["fsdp2_copies"] = m * (c_copy.compute_forward_s + c_copy.compute_backward_s)
         return {
             "breakdown": breakdown,
             "model_flops_per_step": model_flops,
@@ -250,6 +264,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             "bubble_fraction": breakdown.pp_bubble_s / step,
             "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
             "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
+            "compute_parts_s": parts,
         }
 
     memory = memory_breakdown(local, params, m, split, expert_params, moe_split, trained)

@@ -37,6 +37,31 @@ torchtitan/models/llama3/infra/parallelize.py `_op_sac_save_list`) saves the out
 matrix multiplies and attention except every second matrix multiply of a layer, and recomputes
 all element-wise work: with torchtitan's separate wq, wk, wv, wo, w1, w3, w2 the 2nd, 4th and 6th
 (wk, wo, w3; for a plain GELU MLP wk, wo, w2).
+
+Per-parameter sharding (PyTorch FSDP2, `fully_shard`; torchtitan, torchtune, OLMo-core,
+Accelerate's FSDP2): every parameter is its own DTensor shard, so the bytes an all-gather
+returns, interleaved rank by rank, are not the parameters. FSDP2 copies them out
+(`split_with_sizes_copy`, pytorch/pytorch #117203 and #119451: "the performance of
+all-gather-copy-out is crucial for the viability of per-parameter sharding FSDP") and copies
+each gradient into the reduce-scatter's flat buffer (`chunk_cat`, cast to the reduce dtype).
+Both run on the compute stream, on the critical path (pytorch/pytorch #157027:
+`FSDP::all_gather_copy_out` and `FSDP::post_backward_reduce` "mainly memory copy without any
+compute" in a Llama 3 70B trace on 8 GPUs); FSDP1 and DeepSpeed ZeRO-3 gather into a flat
+buffer the parameters are views of, without these copies ("FSDP2 does extra device copies
+compared to FSDP1/YaFSDP", A. Gu, yandex/YaFSDP#3). Per weight and micro-batch:
+
+=========================  ===============================================  ==================
+copy                       bytes per weight (16-bit weights w = 2, fp32      pass
+                           reduce g = 4: torchtitan's mixed_precision_reduce)
+=========================  ===============================================  ==================
+forward all-gather out     read w + write w                                  forward
+backward all-gather out    read w + write w (reshard_after_forward: the      backward
+                           forward's gather was freed)
+reduce-scatter copy-in     read the 16-bit gradient w + write g              backward
+=========================  ===============================================  ==================
+
+The copy into the all-gather's input (the fp32 shard cast to 16 bits, 1/dp of the weights)
+runs on its own stream beside compute and is left out.
 """
 
 from __future__ import annotations
@@ -58,6 +83,22 @@ EAGER_ELEMENTWISE_KERNELS = 2 * 6 + 2 * 4 + 2 + 2
 # each element-wise op's backward)
 GEMM_AND_ATTENTION_KERNELS = 8
 BACKWARD_KERNEL_RATIO = 2.0
+
+
+# FSDP2's copies per weight: an all-gather's copy-out reads and writes each gathered weight once
+ALL_GATHER_COPY_OUT_PASSES = 2.0  # (read + write) x weight bytes
+
+
+def per_param_sharding_bytes(
+    weights: Number, weight_bytes: float, reduce_bytes: float, trained: Number | None = None
+) -> tuple[Number, Number]:
+    """(forward, backward) bytes that FSDP2's copies move on the compute stream for `weights`
+    gathered weights in one micro-batch (table above): one copy-out forward; one copy-out and
+    the reduce-scatter copy-in of the `trained` ones (default all; read `weight_bytes`, write
+    `reduce_bytes` per weight) backward."""
+    trained = weights if trained is None else trained
+    copy_out = ALL_GATHER_COPY_OUT_PASSES * weight_bytes * weights
+    return copy_out, copy_out + (weight_bytes + reduce_bytes) * trained
 
 
 def eager_elementwise_bytes(

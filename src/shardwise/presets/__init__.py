@@ -260,9 +260,16 @@ def framework(name: str) -> dict[str, Any]:
 
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
 # Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
-STACK_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel", "flash_attention")
+STACK_FIELDS = (
+    "attention_kernel",
+    "eager_kernels",
+    "selective_policy",
+    "host_kernel",
+    "flash_attention",
+    "per_param_sharding",
+)
 # ... as the Plan keyword arguments `framework` returns (flash_attention goes with the CLI's own flag)
-STACK_PLAN_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel_s")
+STACK_PLAN_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel_s", "per_param_sharding")
 
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -275,7 +282,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    for field in ("eager_kernels", "flash_attention"):
+    for field in ("eager_kernels", "flash_attention", "per_param_sharding"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

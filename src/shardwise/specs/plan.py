@@ -61,7 +61,14 @@ EXECUTION_FLAGS = (
     "pipeline_sync",
     "scatter_gather",
 )
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", "eager_kernels", *EXECUTION_FLAGS)
+BOOLEAN_FIELDS = (
+    "sequence_parallel",
+    "flash_attention",
+    "moe_overlap",
+    "eager_kernels",
+    "per_param_sharding",
+    *EXECUTION_FLAGS,
+)
 
 
 _CHECKED = Memo("plan checks")
@@ -132,7 +139,10 @@ class Plan:
     kernel per op instead of fused kernels; `selective_policy`: what recompute="selective"
     recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
     second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
-    one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter.
+    one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
+    `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it (`fully_shard`), every parameter its
+    own shard, so each all-gather is copied out to the parameters and each gradient copied into
+    the reduce-scatter's buffer by kernels on the compute stream (`physics.stack`).
     """
 
     tp: Number = 1
@@ -171,6 +181,7 @@ class Plan:
     eager_kernels: bool | np.ndarray = False
     selective_policy: str = "attention"
     host_kernel_s: Number = 0.0
+    per_param_sharding: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
