@@ -108,10 +108,7 @@ def calibrate(
     """
     from pathlib import Path
 
-    import numpy as np
-
     from shardwise.atomic import check_writable
-    from shardwise.calibration import fit as fitting
     from shardwise.calibration import store
     from shardwise.errors import SpecError
 
@@ -143,19 +140,11 @@ def calibrate(
     if Path(output).suffix.lower() not in (".yaml", ".yml"):
         raise SpecError(f"-o {output}: a calibration is a YAML file; give a name ending in .yaml")
     check_writable(output)
-    if given and all(p.lower().endswith(".csv") for p in runs):
-        raise SpecError("--set fills in what a trainer log does not state; a CSV states its columns itself")
-    measured = _read(runs, given)
-    steps = np.array([r.measured for r in measured])
-    notes = _explain_far(measured, steps)
-    if params is None:
-        from shardwise.calibration.explain import explaining_fit
+    from shardwise.requests.calibrate import CalibrateRequest
 
-        result = explaining_fit([r.case for r in measured], steps, max_params)
-    else:
-        result = fitting.fit([r.case for r in measured], steps, max_params, params)
-    gpus = [r.scenario.cluster.gpu.name for r in measured]
-    doc = store.document(result, list(runs), [r.run_id for r in measured], gpus, steps, [r.metric for r in measured])
+    answer = CalibrateRequest(runs, tuple(given.items()), params, max_params).run()
+    measured, steps, notes, result = answer.measured, answer.values, list(answer.notes), answer.fit
+    doc = answer.document()
     store.from_document(doc, output)  # never write a file that --calibration would refuse
     store.save(doc, output)
     if suggest is not None:
@@ -169,60 +158,14 @@ def calibrate(
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({**doc, "output": output, "explained": notes}))
+        click.echo(export.dumps(answer.as_dict(output)))
         return
     _print(result, measured, steps, output, notes)
-
-
-# A run the model misses by more than this factor is far: what would explain it is said, and it is
-# refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
-# for total, or a run the model cannot express).
-MAX_MISS = 3.0
-
-
-def _explain_far(measured: list[Any], values: Any) -> list[str]:
-    """One line per far run saying what would have to be true to explain it (`calibration.explain`);
-    a SpecError naming what was tried for a run nothing explains."""
-    import numpy as np
-
-    from shardwise.calibration.explain import describe, explain_run
-    from shardwise.calibration.fit import Evaluator, LayerStackCase
-    from shardwise.errors import SpecError
-
-    predicted = Evaluator([r.case for r in measured]).step_s({})[0]
-    notes = []
-    for r, m, t in zip(measured, values, predicted, strict=True):
-        if isinstance(r.case, LayerStackCase):  # written by `shardwise measure`: no unit to slip
-            continue
-        ratio = float(t / m)
-        if np.isfinite(ratio) and 1 / MAX_MISS <= ratio <= MAX_MISS:
-            continue
-        ex = explain_run(r.case, float(m))
-        line = describe(r.where, r.metric, float(m), ex)
-        if not ex.found:
-            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
-        notes.append(line)
-    return notes
 
 
 def _job_given(job: dict[str, Any]) -> bool:
     """Whether a job flag was given (they matter only with --suggest)."""
     return any(job.get(k) for k in ("model_name", "system", "gpu_name", "nodes", "num_gpus", "global_batch"))
-
-
-def _read(paths: tuple[str, ...], given: dict[str, str]) -> list[Any]:
-    """Runs from CSV files and trainer logs (one run per log)."""
-    from shardwise.calibration.logs import read_log
-    from shardwise.calibration.runs import check_distinct, from_rows, read_runs
-
-    out = []
-    for path in paths:
-        if path.lower().endswith(".csv"):
-            out += read_runs(path)
-        else:
-            out += from_rows([(read_log(path, given), path)])
-    check_distinct(out)
-    return out
 
 
 def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: list[str]) -> None:

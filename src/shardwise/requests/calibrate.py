@@ -1,0 +1,146 @@
+"""`shardwise calibrate` as a request: the user's measured runs (a CSV of runs and trainer logs,
+with what a log does not state given as `--set KEY=VALUE`) fitted to the cost model's physical
+parameters. `run()` reads and checks the runs, explains the far ones and fits; the calibration
+file is written by the caller (`CalibrateResult.document`, then `calibration.store.save`).
+
+    >>> from shardwise.requests.calibrate import CalibrateRequest
+    >>> result = CalibrateRequest(("examples/calibration/h100_runs.csv",)).run()  # doctest: +SKIP
+    >>> result.fit.values["matmul_efficiency"]  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from shardwise.errors import SpecError
+
+# A run the model misses by more than this factor is far: what would explain it is said, and it is
+# refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
+# for total, or a run the model cannot express).
+MAX_MISS = 3.0
+
+
+@dataclass(frozen=True)
+class CalibrateRequest:
+    """`runs`: CSV files of runs and trainer logs (one run per log); `given`: for logs, the run
+    columns a log does not state ((key, value) pairs, e.g. ("system", "dgx-h100")); `params`: fit
+    only these parameters; `max_params`: at most this many."""
+
+    runs: tuple[str, ...] = ()
+    given: tuple[tuple[str, str], ...] = ()
+    params: tuple[str, ...] | None = None
+    max_params: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "runs", tuple(str(r) for r in self.runs))
+        given = self.given.items() if isinstance(self.given, dict) else self.given
+        object.__setattr__(self, "given", tuple((str(k).strip().lower().replace("-", "_"), str(v)) for k, v in given))
+        if self.params is not None:
+            from shardwise.calibration.parameters import BY_NAME
+
+            names = tuple(self.params)
+            bad = [n for n in names if n not in BY_NAME]
+            if bad or not names:
+                raise SpecError(
+                    f"--params: {bad[0] if bad else ''!r} is not a parameter; choose from {', '.join(BY_NAME)}"
+                )
+            object.__setattr__(self, "params", names)
+        if self.max_params is not None and not 0 <= self.max_params <= 8:
+            raise SpecError(f"--max-params: {self.max_params} is not allowed; give a whole number from 0 to 8")
+        if not self.runs:
+            raise SpecError("calibrate: give RUNS.csv (or trainer logs), or --suggest N with a job")
+        if self.given and all(p.lower().endswith(".csv") for p in self.runs):
+            raise SpecError("--set fills in what a trainer log does not state; a CSV states its columns itself")
+
+    def to_argv(self) -> list[str]:
+        out = ["calibrate", *self.runs]
+        for key, value in self.given:
+            out += ["--set", f"{key}={value}"]
+        if self.params is not None:
+            out += ["--params", ",".join(self.params)]
+        if self.max_params is not None:
+            out += ["--max-params", str(self.max_params)]
+        return out
+
+    def command(self) -> str:
+        return "shardwise " + shlex.join(self.to_argv())
+
+    def read(self) -> list[Any]:
+        """The runs (`calibration.runs.MeasuredRun`), each checked; the same run twice is refused."""
+        from shardwise.calibration.logs import read_log
+        from shardwise.calibration.runs import check_distinct, from_rows, read_runs
+
+        given = dict(self.given)
+        out = []
+        for path in self.runs:
+            if path.lower().endswith(".csv"):
+                out += read_runs(path)
+            else:
+                out += from_rows([(read_log(path, given), path)])
+        check_distinct(out)
+        return out
+
+    def run(self) -> CalibrateResult:
+        import numpy as np
+
+        from shardwise.calibration import fit as fitting
+
+        measured = self.read()
+        values = np.array([r.measured for r in measured])
+        notes = explain_far(measured, values)
+        if self.params is None:
+            from shardwise.calibration.explain import explaining_fit
+
+            result = explaining_fit([r.case for r in measured], values, self.max_params)
+        else:
+            result = fitting.fit([r.case for r in measured], values, self.max_params, self.params)
+        return CalibrateResult(self, measured, values, tuple(notes), result)
+
+
+@dataclass(frozen=True)
+class CalibrateResult:
+    request: CalibrateRequest
+    measured: list[Any]  # calibration.runs.MeasuredRun, in the order read
+    values: Any  # each run's measurement (its metric: seconds or tokens/s)
+    notes: tuple[str, ...]  # what would explain each far run
+    fit: Any  # calibration.fit.FitResult
+
+    def document(self) -> dict[str, Any]:
+        """The calibration file's contents (`calibration.store.document`)."""
+        from shardwise.calibration import store
+
+        runs = self.measured
+        gpus = [r.scenario.cluster.gpu.name for r in runs]
+        return store.document(
+            self.fit, list(self.request.runs), [r.run_id for r in runs], gpus, self.values, [r.metric for r in runs]
+        )
+
+    def as_dict(self, output: str) -> dict[str, Any]:
+        """The JSON `calibrate --json` prints: the file's contents, where it went, the far runs."""
+        return {**self.document(), "output": output, "explained": list(self.notes)}
+
+
+def explain_far(measured: list[Any], values: Any) -> list[str]:
+    """One line per far run saying what would have to be true to explain it (`calibration.explain`);
+    a SpecError naming what was tried for a run nothing explains."""
+    import numpy as np
+
+    from shardwise.calibration.explain import describe, explain_run
+    from shardwise.calibration.fit import Evaluator, LayerStackCase
+
+    predicted = Evaluator([r.case for r in measured]).step_s({})[0]
+    notes = []
+    for r, m, t in zip(measured, values, predicted, strict=True):
+        if isinstance(r.case, LayerStackCase):  # written by `shardwise measure`: no unit to slip
+            continue
+        ratio = float(t / m)
+        if np.isfinite(ratio) and 1 / MAX_MISS <= ratio <= MAX_MISS:
+            continue
+        ex = explain_run(r.case, float(m))
+        line = describe(r.where, r.metric, float(m), ex)
+        if not ex.found:
+            raise SpecError(f"{line}; check the unit (seconds, tokens/s per GPU) and the layout, or leave the run out")
+        notes.append(line)
+    return notes
