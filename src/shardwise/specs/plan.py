@@ -61,7 +61,14 @@ EXECUTION_FLAGS = (
     "pipeline_sync",
     "scatter_gather",
 )
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_overlap", "eager_kernels", *EXECUTION_FLAGS)
+BOOLEAN_FIELDS = (
+    "sequence_parallel",
+    "flash_attention",
+    "moe_overlap",
+    "eager_kernels",
+    "p2p_serial",
+    *EXECUTION_FLAGS,
+)
 
 
 _CHECKED = Memo("plan checks")
@@ -132,7 +139,11 @@ class Plan:
     kernel per op instead of fused kernels; `selective_policy`: what recompute="selective"
     recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
     second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
-    one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter.
+    one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
+    `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a 16-bit weight
+    gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
+    microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
+    on its own (DeepSpeed's PipelineEngine), not paired in one batched send/receive (Megatron).
     """
 
     tp: Number = 1
@@ -171,6 +182,8 @@ class Plan:
     eager_kernels: bool | np.ndarray = False
     selective_policy: str = "attention"
     host_kernel_s: Number = 0.0
+    unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
+    p2p_serial: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
@@ -220,6 +233,11 @@ class Plan:
                 f"{', '.join(SELECTIVE_POLICIES)}"
             )
         object.__setattr__(self, "host_kernel_s", chk.within("plan: host_kernel_s", self.host_kernel_s, 0.0, 1e-3, "s"))
+        object.__setattr__(
+            self,
+            "unfused_accumulate_bytes",
+            chk.within("plan: unfused_accumulate_bytes", self.unfused_accumulate_bytes, 0.0, 64.0, "bytes"),
+        )
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
             if value is not None or name != "overlap_p2p":
