@@ -310,6 +310,7 @@ def layer_cost(
         plan.grad_accumulation_fusion,
         plan.attention_kernel,
         plan.eager_kernels,
+        plan.unfused_accumulate_bytes,
     )
     lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
@@ -427,6 +428,7 @@ def head_cost(
         gpu,
         attention_precision(plan.precision),
         plan.grad_accumulation_fusion,
+        plan.unfused_accumulate_bytes,
     )
     logits = out.forward_s
     weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen

@@ -77,8 +77,10 @@ def experts_cost(
     etp = plan.expert_tp
     ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded)
     fused = plan.grad_accumulation_fusion
-    up, down = linears_times(ef.gemms, gpu, plan.precision, fused)
-    router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused)  # a 16-bit GEMM
+    up, down = linears_times(ef.gemms, gpu, plan.precision, fused, plan.unfused_accumulate_bytes)
+    router = linear_times(  # a 16-bit GEMM
+        ef.router, gpu, attention_precision(plan.precision), fused, plan.unfused_accumulate_bytes
+    )
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
     cast_f = cast_b = 0.0
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others

@@ -124,8 +124,10 @@ def stage_times(scn: Scenario) -> StageTimes:
     blocked = np.zeros(p)  # per micro-batch, the stage's own time spent in blocking sends and syncs
     if blocking:
         # Megatron's 1F1B: every forward and backward chunk ends with a blocking batched
-        # send/receive and a device sync, on the stage's own time (as in the closed form)
-        per_op = np.maximum(send_f, send_b)
+        # send/receive and a device sync, on the stage's own time (as in the closed form);
+        # DeepSpeed's engine sends and receives one after the other (`physics.microbatch`)
+        serial = bool(_scalar("p2p_serial", plan.p2p_serial))
+        per_op = send_f + send_b if serial else np.maximum(send_f, send_b)
         sync = PIPELINE_SYNC_S if bool(_scalar("pipeline_sync", plan.pipeline_sync)) else 0.0
         forward = forward + plan.vpp * (per_op + sync)
         backward = backward + plan.vpp * (per_op + sync)

@@ -56,6 +56,7 @@ from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.lora import trainable_params
 from shardwise.physics.memory import MemoryBreakdown
+from shardwise.physics.microbatch import pipeline_transfers
 from shardwise.physics.moe import experts_forward
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
@@ -85,12 +86,15 @@ PIPELINE_SYNC_S = 20e-6
 
 def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
     """What pipeline sends add to one stage's micro-batch: 2 v transfers (activations forward,
-    gradients backward, per model chunk) and, when blocking, a device sync after each."""
+    gradients backward, per model chunk; 4 v where blocking sends and receives run one after
+    another, `physics.microbatch.pipeline_transfers`) and, when blocking, a device sync after
+    each batched send/receive."""
     plan = scn.plan
     v = np.asarray(plan.vpp, dtype=float)
     blocking = ~np.asarray(plan.overlap_p2p, dtype=bool)
     sync = np.where(np.asarray(plan.pipeline_sync, dtype=bool), PIPELINE_SYNC_S, 0.0)
-    return np.where(np.asarray(plan.pp) > 1, 2 * v * (send_s + np.where(blocking, sync, 0.0)), 0.0)
+    transfers = pipeline_transfers(plan.p2p_serial, blocking)
+    return np.where(np.asarray(plan.pp) > 1, v * (transfers * send_s + 2 * np.where(blocking, sync, 0.0)), 0.0)
 
 
 # Fields a micro-batch's stage costs do not read (`micro_batch_stages`): plans that differ only in

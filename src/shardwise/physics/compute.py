@@ -225,13 +225,27 @@ UNFUSED_GRAD_BYTES = 2.0
 UNFUSED_ACCUMULATE_BYTES = 10.0
 
 
-def linear_times(g: Gemm, gpu: Gpu, precision: str, fused_accumulation: Number = True) -> GemmTimes:
+def linear_times(
+    g: Gemm,
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number = True,
+    accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+) -> GemmTimes:
     """Forward, input-gradient and weight-gradient GEMMs of one linear layer."""
-    return linears_times((g,), gpu, precision, fused_accumulation)[0]
+    return linears_times((g,), gpu, precision, fused_accumulation, accumulate_bytes)[0]
 
 
-def linears_times(gs: Sequence[Gemm], gpu: Gpu, precision: str, fused_accumulation: Number = True) -> list[GemmTimes]:
-    """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`)."""
+def linears_times(
+    gs: Sequence[Gemm],
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number = True,
+    accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+) -> list[GemmTimes]:
+    """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`); without
+    fused accumulation a separate kernel adds the 16-bit gradient to the fp32 accumulator,
+    moving `accumulate_bytes` per weight (`physics.microbatch`)."""
     fused = np.asarray(fused_accumulation, dtype=bool)
     if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
         gs = [g._replace(a_bytes=1.0, b_bytes=1.0) for g in gs]
@@ -248,7 +262,7 @@ def linears_times(gs: Sequence[Gemm], gpu: Gpu, precision: str, fused_accumulati
         fwd, dx, *dw = times[i * per : (i + 1) * per]
         if False in kinds:  # the 16-bit gradient is added to main_grad by a separate kernel
             plain = kinds.index(False)
-            dw[plain] = dw[plain] + memory_s(UNFUSED_ACCUMULATE_BYTES * g.batch * g.k * g.n, gpu)
+            dw[plain] = dw[plain] + memory_s(accumulate_bytes * g.batch * g.k * g.n, gpu)
         out.append(GemmTimes(fwd, dx, dw[0] if len(dw) == 1 else np.where(fused, dw[0], dw[1])))
     return out
 
@@ -283,11 +297,14 @@ def layer_times(
     fused_accumulation: Number = True,
     attention_kernel: str = "fused",
     eager: Number = False,
+    accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes."""
     flash = np.asarray(flash, dtype=bool)
-    qkv, proj, up, down, *extra = linears_times((*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation)
+    qkv, proj, up, down, *extra = linears_times(
+        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes
+    )
     mlp = np.asarray(fwd.has_mlp, dtype=float)
     if not np.all(mlp == 1.0):  # no dense MLP: nothing to time
         up, down = (GemmTimes(*(mlp * x for x in (g.forward_s, g.input_grad_s, g.weight_grad_s))) for g in (up, down))

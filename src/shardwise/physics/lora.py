@@ -29,15 +29,17 @@ from dataclasses import replace
 import numpy as np
 
 from shardwise.physics.compute import (
+    FUSED_ACCUMULATE_BYTES,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
+    UNFUSED_ACCUMULATE_BYTES,
     GemmTimes,
     LayerTimes,
     attention_precision,
     cast_times,
-    linears_times,
     memory_s,
+    roofline_s,
 )
-from shardwise.physics.flops import Gemm, LayerForward, gemm, layer_forward
+from shardwise.physics.flops import Gemm, LayerForward, gemm, input_gradient, layer_forward, weight_gradient
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
 
@@ -45,6 +47,28 @@ from shardwise.specs._checks import Number
 DEFAULT_RANK = 32
 # One add of the adapter's output into the base output forward, of its input gradient backward.
 ADD_BYTES_PER_ELEMENT = 3.0
+
+
+def adapter_times(gs: list[Gemm], gpu: Gpu, precision: str, fused_accumulation: Number = True) -> list[GemmTimes]:
+    """Forward, input- and weight-gradient seconds of the adapters' skinny GEMMs, each a roofline
+    (its FLOPs at the GPU's GEMM efficiency or its bytes at the streaming efficiency, whichever is
+    longer, plus the launch gap), not the output-tile model of `physics.gemm`.
+
+    Why: one side of every adapter GEMM is the rank r (32 by default): X A reads m x k and
+    does 2 r FLOPs per element read, (X A) B writes m x n at 2 r FLOPs each, and their gradients
+    likewise, so the arithmetic intensity is about r FLOP per byte, far under the ridge point
+    (H100 SXM: 989 TFLOP/s / 3.35 TB/s = 295 FLOP/byte): they are memory-bound. The libraries
+    run them with a tile as narrow as the rank (Hopper's wgmma takes N = 8-256 in steps of 8, so
+    CUTLASS and cuBLAS have 128 x 32 and 64 x 32 tiles; persistent kernels overlap a tile's loads
+    with the previous tile's epilogue), streaming the wide operand once; the tile model's
+    128-wide tiles would charge 128 / r times the FLOPs and a fill per wave of short-K tiles."""
+    fused = np.asarray(fused_accumulation, dtype=bool)
+    accumulate = np.where(fused, FUSED_ACCUMULATE_BYTES, UNFUSED_ACCUMULATE_BYTES)
+
+    def roof(g: Gemm) -> Number:
+        return roofline_s(g.flops, g.bytes, gpu, precision)
+
+    return [GemmTimes(roof(g), roof(input_gradient(g)), roof(weight_gradient(g, accumulate))) for g in gs]
 
 
 def adapter_gemms(g: Gemm, rank: Number, e: float) -> tuple[Gemm, Gemm]:
@@ -89,7 +113,7 @@ def lora_layer_times(
     mlp = np.asarray(fwd.has_mlp, dtype=float)
     shapes = [(g, w) for g, w in zip(fwd.gemms, (1.0, 1.0, mlp, mlp), strict=True)]
     adapters = [a for g, _ in shapes for a in adapter_gemms(g, np.maximum(rank, 1.0), e)]
-    times = linears_times(adapters, gpu, attention_precision(precision), fused_accumulation)
+    times = adapter_times(adapters, gpu, attention_precision(precision), fused_accumulation)
     weights = [w for _, w in shapes for _ in range(2)]
     adds_f = sum(w * memory_s(ADD_BYTES_PER_ELEMENT * e * g.m * g.n * g.batch, gpu) for g, w in shapes)
     adds_b = sum(w * memory_s(ADD_BYTES_PER_ELEMENT * e * g.m * g.k * g.batch, gpu) for g, w in shapes)

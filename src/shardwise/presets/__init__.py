@@ -260,6 +260,7 @@ def framework(name: str) -> dict[str, Any]:
 
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
 # Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
+# What it pays per micro-batch (`physics.microbatch`) is optional too: Megatron-LM's by default.
 STACK_FIELDS = (
     "attention_kernel",
     "eager_kernels",
@@ -267,9 +268,19 @@ STACK_FIELDS = (
     "host_kernel",
     "flash_attention",
     "per_param_sharding",
+    "unfused_accumulate_bytes",
+    "p2p_serial",
 )
 # ... as the Plan keyword arguments `framework` returns (flash_attention goes with the CLI's own flag)
-STACK_PLAN_FIELDS = ("attention_kernel", "eager_kernels", "selective_policy", "host_kernel_s", "per_param_sharding")
+STACK_PLAN_FIELDS = (
+    "attention_kernel",
+    "eager_kernels",
+    "selective_policy",
+    "host_kernel_s",
+    "per_param_sharding",
+    "unfused_accumulate_bytes",
+    "p2p_serial",
+)
 
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
@@ -282,13 +293,20 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    for field in ("eager_kernels", "flash_attention", "per_param_sharding"):
+    for field in ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
             out[field] = data[field]
     if "host_kernel" in data:
         out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+    if "unfused_accumulate_bytes" in data:
+        value = data["unfused_accumulate_bytes"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
+            raise SpecError(
+                f"framework {key!r}: unfused_accumulate_bytes: {value!r} is not allowed; give bytes per weight, 0-64"
+            )
+        out["unfused_accumulate_bytes"] = float(value)
     return out
 
 

@@ -67,6 +67,7 @@ BOOLEAN_FIELDS = (
     "moe_overlap",
     "eager_kernels",
     "per_param_sharding",
+    "p2p_serial",
     *EXECUTION_FLAGS,
 )
 
@@ -143,6 +144,10 @@ class Plan:
     `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it (`fully_shard`), every parameter its
     own shard, so each all-gather is copied out to the parameters and each gradient copied into
     the reduce-scatter's buffer by kernels on the compute stream (`physics.stack`).
+    `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a 16-bit weight
+    gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
+    microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
+    on its own (DeepSpeed's PipelineEngine), not paired in one batched send/receive (Megatron).
     """
 
     tp: Number = 1
@@ -182,6 +187,8 @@ class Plan:
     selective_policy: str = "attention"
     host_kernel_s: Number = 0.0
     per_param_sharding: bool | np.ndarray = False
+    unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
+    p2p_serial: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
@@ -231,6 +238,11 @@ class Plan:
                 f"{', '.join(SELECTIVE_POLICIES)}"
             )
         object.__setattr__(self, "host_kernel_s", chk.within("plan: host_kernel_s", self.host_kernel_s, 0.0, 1e-3, "s"))
+        object.__setattr__(
+            self,
+            "unfused_accumulate_bytes",
+            chk.within("plan: unfused_accumulate_bytes", self.unfused_accumulate_bytes, 0.0, 64.0, "bytes"),
+        )
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
             if value is not None or name != "overlap_p2p":

@@ -1,0 +1,62 @@
+"""What a pipeline stage pays once per micro-batch beyond its layers' forward and backward
+kernels, as the software stacks' code does it. These costs are why, at one global batch, many
+small micro-batches are slower per token than a few large ones (besides the GEMMs' own
+efficiency against their row count, `physics.gemm`), and why that gap differs between stacks.
+
+Weight-gradient accumulation, bytes moved per weight per micro-batch after the weight-gradient
+GEMM (which writes 2 bytes per weight when it does not accumulate itself):
+
+=============================================  =====  ==========================================
+stack                                          bytes  what runs
+=============================================  =====  ==========================================
+Megatron-Core, --gradient-accumulation-fusion  (8)    inside the GEMM's epilogue: read and write
+                                                      the fp32 main_grad (`physics.compute.
+                                                      FUSED_ACCUMULATE_BYTES`), no other kernel
+Megatron-LM without fusion                     10     main_grad.add_(param.grad): read 2 + 4,
+                                                      write 4, one kernel (megatron/core/
+                                                      distributed DDP's backward hook)
+DeepSpeed BF16_Optimizer (ZeRO 0/1, bf16)      18     update_hp_grads() after every micro-batch's
+                                                      backward (deepspeed/runtime/pipe/engine.py
+                                                      `_exec_backward_pass`; bf16_optimizer.py):
+                                                      hp_grad.add_(lp.grad.to(fp32)), a cast
+                                                      (read 2, write a 4-byte copy) then an add
+                                                      (read 4 + 4, write 4), per parameter tensor
+=============================================  =====  ==========================================
+
+Pipeline transfers per micro-batch and model chunk under a blocking schedule:
+- Megatron-LM (megatron/core/pipeline_parallel/p2p_communication.py): the steady state's
+  send_forward_recv_backward and send_backward_recv_forward each pair a send to one neighbour
+  with a receive from the other in one batch_isend_irecv, so the two run at once: two transfer
+  times per micro-batch.
+- DeepSpeed's PipelineEngine (deepspeed/runtime/pipe/schedule.py TrainSchedule:
+  RecvActivation, SendActivation, RecvGrad, SendGrad; each a blocking p2p.send or p2p.recv on
+  the stage's stream): four transfer times per micro-batch.
+
+Size, worked from the physics alone (no run fitted): a 176B model (hidden 14336, 70 layers) at
+tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's accumulation moves 20 bytes
+per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its two
+extra 58.7 MB activation transfers (2048 tokens x 14336 x 2 bytes, sent whole by each TP rank)
+at about 12 GB/s per GPU over the network add about 10 ms. Per layer (6 per stage) that is
+5-6 ms per micro-batch, of the size issue 33 reports for such a stack (about 8 ms).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics.compute import UNFUSED_ACCUMULATE_BYTES
+from shardwise.specs._checks import Number
+
+# bytes per weight per micro-batch, after a weight-gradient GEMM that wrote 2 (table above)
+MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.add_
+CAST_THEN_ADD_BYTES = 18.0  # DeepSpeed BF16_Optimizer.update_hp_grads
+# transfer times per micro-batch and model chunk of a blocking pipeline schedule
+PAIRED_TRANSFERS = 2  # Megatron: send and receive batched together, two directions at once
+SERIAL_TRANSFERS = 4  # DeepSpeed PipelineEngine: each send and receive on its own
+
+
+def pipeline_transfers(serial: Number, blocking: Number) -> Number:
+    """Transfer times a stage spends per micro-batch and model chunk: four where blocking sends
+    and receives run one after another, two where they are paired (or run beside compute)."""
+    serial = np.asarray(serial, dtype=bool) & np.asarray(blocking, dtype=bool)
+    return np.where(serial, SERIAL_TRANSFERS, PAIRED_TRANSFERS)

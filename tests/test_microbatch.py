@@ -1,0 +1,83 @@
+"""What a stage pays per micro-batch by software stack (physics.microbatch): DeepSpeed's bf16
+gradient accumulation (a cast then an add, 18 bytes per weight) and its pipeline engine's
+sends and receives one after another (4 transfers per micro-batch against Megatron's 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardwise import presets
+from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.training import estimate_training_step, stage_sends_per_micro_batch_s
+from shardwise.errors import SpecError
+from shardwise.physics.compute import linear_times, memory_s
+from shardwise.physics.flops import gemm
+from shardwise.physics.microbatch import CAST_THEN_ADD_BYTES, MAIN_GRAD_ADD_BYTES, pipeline_transfers
+from shardwise.presets import _framework_from_dict
+from shardwise.specs import Plan, Scenario
+
+A100 = presets.gpu("a100-sxm4-80gb")
+
+
+def _scenario(framework: str, micro_batch: int = 1, **over: object) -> Scenario:
+    """A 176B model (hidden 14336, 70 layers) at tp 4, pp 12, dp 8 on 48 DGX A100, batch 2048."""
+    model = presets.model("gpt3-175b", layers=70, hidden=14336, heads=112, seq_len=2048)
+    fw = presets.framework(framework)
+    fw.pop("zero_stage")
+    fw.update(over)
+    plan = Plan(tp=4, pp=12, dp=8, global_batch=2048, micro_batch=micro_batch, recompute="full", **fw)
+    return Scenario(model, presets.system("dgx-a100", nodes=48), plan)
+
+
+def test_deepspeed_bf16_accumulation_moves_eight_bytes_per_weight_more_than_megatrons_add():
+    """hp_grad.add_(lp.grad.to(fp32)): read 2, write 4, then read 4 + 4, write 4 = 18 bytes;
+    Megatron's main_grad.add_(grad) reads 2 + 4 and writes 4 = 10."""
+    assert CAST_THEN_ADD_BYTES == 2 + 4 + 4 + 4 + 4 and MAIN_GRAD_ADD_BYTES == 2 + 4 + 4
+    g = gemm(2048, 10752, 14336 // 4, 2.0)
+    megatron = linear_times(g, A100, "bf16", False, MAIN_GRAD_ADD_BYTES).weight_grad_s
+    deepspeed = linear_times(g, A100, "bf16", False, CAST_THEN_ADD_BYTES).weight_grad_s
+    extra = memory_s(8.0 * g.k * g.n, A100) - A100.kernel_launch_s
+    assert deepspeed - megatron == pytest.approx(extra)
+    # fused accumulation (in the GEMM's epilogue) ignores the unfused path's bytes
+    assert linear_times(g, A100, "bf16", True, CAST_THEN_ADD_BYTES) == linear_times(g, A100, "bf16", True)
+
+
+def test_serial_sends_and_receives_cost_four_transfers_a_micro_batch():
+    assert pipeline_transfers(True, True) == 4 and pipeline_transfers(False, True) == 2
+    assert pipeline_transfers(True, False) == 2  # sends beside compute are not on the stage's time
+    scn = _scenario("megatron-deepspeed")
+    serial = stage_sends_per_micro_batch_s(scn, 1e-3)
+    paired = stage_sends_per_micro_batch_s(_scenario("megatron-deepspeed", p2p_serial=False), 1e-3)
+    assert serial == pytest.approx(4e-3) and paired == pytest.approx(2e-3)
+
+
+def test_the_deepspeed_preset_states_its_per_micro_batch_costs():
+    fw = presets.framework("megatron-deepspeed")
+    assert fw["unfused_accumulate_bytes"] == CAST_THEN_ADD_BYTES and fw["p2p_serial"] is True
+    assert "p2p_serial" not in presets.framework("megatron-core")  # Megatron's: paired, fused
+    base = {k: v for k, v in presets.raw("frameworks")["megatron-deepspeed"].items() if k != "unfused_accumulate_bytes"}
+    with pytest.raises(SpecError, match="unfused_accumulate_bytes"):
+        _framework_from_dict("mine", {**base, "unfused_accumulate_bytes": "lots"})
+    with pytest.raises(SpecError, match="unfused_accumulate_bytes"):
+        Plan(unfused_accumulate_bytes=-1.0)
+
+
+def test_deepspeeds_per_micro_batch_costs_fall_hardest_on_micro_batch_1():
+    """At one global batch the costs paid per micro-batch shrink as the micro-batch grows: they
+    widen the gap between micro-batch 1 and 2 (Narayanan et al. 2021 Fig. 16's direction)."""
+
+    def step(mb: int, **over: object) -> float:
+        return float(estimate_training_step(_scenario("megatron-deepspeed", mb, **over)).step_time_s)
+
+    megatron_like = {"unfused_accumulate_bytes": MAIN_GRAD_ADD_BYTES, "p2p_serial": False}
+    gap = step(1) - step(2)
+    assert gap > step(1, **megatron_like) - step(2, **megatron_like) > -1.0
+    assert step(1) > step(1, **megatron_like)
+
+
+@pytest.mark.parametrize("micro_batch", [1, 4])
+def test_the_simulator_and_the_closed_form_agree_on_deepspeeds_pipeline(micro_batch):
+    scn = _scenario("megatron-deepspeed", micro_batch)
+    closed = float(estimate_training_step(scn).step_time_s)
+    simulated = float(simulate_training_step(scn).estimate.step_time_s)
+    assert simulated == pytest.approx(closed, rel=0.01)
