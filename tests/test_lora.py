@@ -120,7 +120,7 @@ def test_public_lora_runs_are_priced_and_reported_apart():
     from shardwise.analyses import public_validation as pv
 
     rows = [r for r in pv.validate_public() if r.lora and not r.skip]
-    assert len(rows) >= 19 and all(r.split == "holdout" for r in rows)
+    assert len(rows) >= 19 and {r.source for r in rows} >= {"NVIDIA-NeMo Megatron-Bridge", "NVIDIA-NeMo Automodel"}
     assert "LoRA r32" in rows[0].label
     names = [s.name for s in pv.summaries("holdout")]
     assert pv.LORA_TABLE in names

@@ -101,7 +101,11 @@ def test_the_importer_refuses_rows_of_an_excluded_source(importer, tmp_path):
 def test_the_committed_other_stack_rows_are_what_the_importer_makes(importer, rows):
     imp, stacks = importer
     preset_table = imp.load_presets()
-    inputs = [r for path in OTHER_TABLES for r in csv.DictReader(path.open(newline="", encoding="utf-8"))]
+    inputs = []
+    for path in OTHER_TABLES:
+        table = list(csv.DictReader(path.open(newline="", encoding="utf-8")))
+        imp.amend(table, path)
+        inputs += table
     made = [stacks.StackRow(MEGATRON_ROWS + i, r, preset_table).build() for i, r in enumerate(inputs)]
     assert made == rows[MEGATRON_ROWS:]
 
@@ -113,8 +117,36 @@ def test_hand_checked_normalizations(rows):
     assert fms_7b["gbs"] == "256" and "network=400gbps-per-node" in fms_7b["parse_notes"]
     internevo = by_id["PUB-0959"]  # ZeRO-1 within groups of 8: optimizer sharded, parameters not
     assert internevo["fsdp"] == "0" and "zero_group=8" in internevo["parse_notes"]
-    azure = by_id["PUB-0995"]  # TFLOP/s with the recompute term counted: not a model-FLOP metric
-    assert azure["model_tflops_per_gpu"] == "204.49" and azure["metric"] == ""
+    azure = by_id["PUB-0995"]  # Eq. 3 with the recompute term counted: 3/4 of it is the model count
+    assert azure["model_tflops_per_gpu"] == "204.49" and azure["metric"] == "model_tflops_per_gpu"
+    assert float(azure["measured"]) == pytest.approx(204.49 * 3 / 4)
+    # Megatron-DeepSpeed counts 4 passes only under --checkpoint-activations; Megatron's own full
+    # recomputation (--recompute-granularity full) is counted with 3: that row is a model count as printed
+    old_ac, megatron_ac = by_id["PUB-1001"], by_id["PUB-1002"]
+    assert float(old_ac["measured"]) == pytest.approx(23.11 * 3 / 4) and megatron_ac["measured"] == "17.26"
+    assert "tflops_count=model" in megatron_ac["parse_notes"]
+    assert {by_id[i]["system"] for i in ("PUB-0999", "PUB-1000", "PUB-1001", "PUB-1002")} == {"dgx-2"}
+    assert by_id["PUB-0999"]["vp"] == "1"  # DeepSpeed's pipeline engine does not interleave
+    xtuner = [r for r in rows if "InternLM/xtuner" in r["source"]]  # its TFLOP/s formula is not Eq. 3
+    assert xtuner and all(r["metric"] != "model_tflops_per_gpu" for r in xtuner)
     ring = [r for r in rows if "cp_kind=ring-zigzag" in r["parse_notes"]]
     assert {(r["cp"], r["dp"], r["fsdp"]) for r in ring} == {("8", "1", "8")}  # ZeRO-3 spans dp x cp
     assert {r["precision"] for r in rows if r["precision_raw"] == "TE bf16"} == {"bf16"}
+
+
+def test_every_amendment_names_a_row_of_its_source(importer):
+    imp, _ = importer
+    amendments = imp.amendments()
+    assert amendments and all(a["evidence"].strip() for a in amendments)
+    imp.read_rows(OTHER_TABLES, imp.load_presets())
+    imp.check_amendments()  # raises SystemExit when one matches no row
+
+
+def test_an_amendment_that_matches_nothing_is_refused(importer, monkeypatch):
+    imp, _ = importer
+    stray = {"source": "GitHub nobody/nothing README.md", "locator": "x", "column": "notes"}
+    stray |= {"value": "", "evidence": "e"}
+    monkeypatch.setattr(imp, "amendments", lambda: (stray,))
+    imp.read_rows(OTHER_TABLES, imp.load_presets())
+    with pytest.raises(SystemExit, match="match no input row"):
+        imp.check_amendments()

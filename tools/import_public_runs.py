@@ -24,6 +24,7 @@ import hashlib
 import re
 import sys
 from collections import Counter
+from functools import cache
 from pathlib import Path
 
 import yaml
@@ -589,6 +590,8 @@ class Row:
                 self.note("tp/pp not stated")
 
         o["recompute"] = self.recompute()
+        if o["framework"] == "nemo-automodel" and re.search(r"kernels:[^;]*\bTE\b", r["other_config"]):
+            self.note("te=on")  # the table's kernels column names Transformer Engine (public_stacks reads it)
 
         # measurements
         tok = self.metric_value("tokens_per_s_per_gpu")
@@ -687,15 +690,54 @@ def read_rows(paths: list[Path], presets: dict[str, dict]) -> list[dict[str, str
     from public_runs_stacks import StackRow  # tools/ is on sys.path when this file runs as a script
 
     rows: list[dict[str, str]] = []
+    _AMENDMENT_HITS.clear()
     for n, path in enumerate(paths):
         with path.open(newline="", encoding="utf-8") as f:
             table = list(csv.DictReader(f))
         kept = [r for r in table if not excluded(r)]
+        amend(kept, path)
         if len(kept) < len(table):
             print(f"{path}: left out {len(table) - len(kept)} rows ({excluded_reasons(table)})", file=sys.stderr)
         kind = Row if n == 0 else StackRow
         rows += [kind(len(rows) + i, r, presets).build() for i, r in enumerate(kept)]
     return rows
+
+
+AMENDMENTS = ROOT / "tools" / "data" / "public_runs" / "amendments.csv"
+AMENDED = "_amended"  # the columns an amendment filled (a key no input column uses)
+
+
+@cache
+def amendments() -> tuple[dict[str, str], ...]:
+    """What a row's own source states and the collection left empty or wrong (`amendments.csv`: source,
+    locator, column, value, evidence -- the file and commit it was read from)."""
+    if not AMENDMENTS.exists():
+        return ()
+    with AMENDMENTS.open(newline="", encoding="utf-8") as f:
+        return tuple(csv.DictReader(f))
+
+
+def amend(table: list[dict[str, str]], path: Path) -> None:
+    """Apply the amendments to the rows of one input table (each must match a row of some table)."""
+    for a in amendments():
+        hits = [r for r in table if r["source"] == a["source"] and r["locator"] == a["locator"]]
+        if a["column"] not in (table[0] if table else {}):
+            continue
+        for r in hits:
+            r[a["column"]] = a["value"]
+            r.setdefault(AMENDED, [])
+            if a["column"] not in r[AMENDED]:
+                r[AMENDED].append(a["column"])
+        _AMENDMENT_HITS[(a["source"], a["locator"], a["column"])] += len(hits)
+
+
+_AMENDMENT_HITS: Counter[tuple[str, str, str]] = Counter()
+
+
+def check_amendments() -> None:
+    unused = [k for k in ((a["source"], a["locator"], a["column"]) for a in amendments()) if not _AMENDMENT_HITS[k]]
+    if unused:
+        raise SystemExit(f"amendments.csv: {len(unused)} amendment(s) match no input row, first: {unused[0]}")
 
 
 def excluded_reasons(table: list[dict[str, str]]) -> str:
@@ -709,6 +751,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--summary", action="store_true", help="print the count tables (markdown) to stdout")
     args = ap.parse_args(argv)
     rows = read_rows(args.csv, load_presets())
+    check_amendments()  # every amendment names a row of the tables given (all of them, as documented)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with args.out.open("w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, fieldnames=COLUMNS, lineterminator="\n")

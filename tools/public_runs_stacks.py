@@ -95,6 +95,7 @@ SYSTEMS = (
     ("h200", "dgx-h200"),
     ("b200", "dgx-b200"),
     ("mi300x", "mi300x-8x"),
+    ("v100-32gb (dgx-2)", "dgx-2"),
     ("v100-32gb", "dgx-1-v100"),
 )
 # (substring of the interconnect cell, machine-readable note) for networks other than the preset's.
@@ -103,8 +104,6 @@ NETWORKS = (
     ("800 Gbps per node", "network=800gbps-per-node"),
     ("4 x 100Gb RoCE per node", "network=4x100g-roce-per-node"),
     ("8 x 200 Gb/s HDR InfiniBand per VM", "network=azure-ndm-a100-v4-8x200g-hdr-ib"),
-    ("16 GPUs/node NVSwitch (DGX-2)", "network=dgx-2-16gpu-nvswitch-ib-660gbps"),
-    ("NVSwitch (single DGX-2)", "network=dgx-2-16gpu-nvswitch"),
     ("GCP A3", "network=gcp-a3-tcpx"),
 )
 
@@ -121,6 +120,7 @@ FEATURES = (
     (r"apex adamw", "optimizer=apex-adamw"),
     (r"optimizer_in_bwd", "optimizer_in_backward=on"),
     (r"cpu offload with fused optimizer", "offload=optimizer"),
+    (r"offload not stated", "offload=not-stated"),
     (r"offload optimizer\+params to cpu|cpu offload \(params & optimizer\)", "offload=params+optimizer"),
     (r"reduce_dtype fp32", "reduce_dtype=fp32"),
     (r"float8 all-gather", "fp8_allgather=on"),
@@ -140,6 +140,7 @@ FEATURES = (
     (r"use_varlen_attn=false", "varlen_attn=off"),
 )
 
+MEGATRON_FORMULA = "tflops_formula=narayanan21-eq3"
 # Per source, what its TFLOP/s count (PUBLIC_RUNS_OTHER_STACKS.md): `model` (no recompute), `recompute`
 # (hardware-like: recomputed FLOPs counted), `megatron` (Narayanan et al. 2021's formula: the recompute
 # term is counted when full activation checkpointing is on), `unstated`. Only a model count is a metric.
@@ -249,11 +250,13 @@ class StackRow:
         if "readme says '128 * a100'" in gpu:
             self.note("this README version says only 'A100'; 80 GB from the later versions")
         interconnect = self.r["interconnect"]
+        if system == "dgx-2":  # the preset is the stated network (DGX-2 datasheet: 8 EDR NICs per server)
+            if "660 Gbps" in interconnect:
+                self.note("inter-node InfiniBand measured ~660 Gbps per the source: the dgx-2 preset's 8 x 100G EDR")
+            interconnect = ""
         for needle, item in NETWORKS:
             if needle in interconnect:
                 self.key(item)
-        if system == "dgx-1-v100" and "DGX-2" in self.r["gpu"]:
-            self.note("DGX-2 (16 V100 on NVSwitch): no preset, dgx-1-v100 has the GPU but 8 per node")
         if "GCP A3" in interconnect:
             self.note("GPUDirect-TCPX is named by the collector, not by the source")
         return system
@@ -401,13 +404,24 @@ class StackRow:
         if "approximate" in r["notes"].lower():
             self.note("value approximate in the source ('~')")
         count = next((c for needle, c in TFLOPS_COUNT if needle in r["source"]), "")
+        formula_megatron = count == "megatron"
         if count == "megatron":
-            count = "recompute" if self.out["recompute"] == "full" else "model"
+            # Narayanan et al. 2021 Eq. 3 with factor 4 (the recomputed forward) under --checkpoint-activations
+            # and 3 otherwise: Megatron-DeepSpeed megatron/utils.py throughput_calculator (2023, b5039dd7)
+            # tests args.checkpoint_activations only, so Megatron's --recompute-granularity full counts 3
+            megatron_full = "ac=full-uniform-1" in self.keys
+            count = "recompute" if self.out["recompute"] == "full" and not megatron_full else "model"
         if self.out["model_tflops_per_gpu"] and count:
             self.key(f"tflops_count={count}")
+            if formula_megatron:
+                self.key(MEGATRON_FORMULA)
         for col in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu"):
             if self.out[col] and (col != "model_tflops_per_gpu" or count == "model"):
                 return col, self.out[col]
+        if self.out["model_tflops_per_gpu"] and count == "recompute" and MEGATRON_FORMULA in self.keys:
+            model_tflops = float(self.out["model_tflops_per_gpu"]) * 3 / 4
+            self.note("model TFLOP/s derived: Eq. 3 counts 4 passes under activation checkpointing, x 3/4 gives 3")
+            return "model_tflops_per_gpu", fmt(round(model_tflops, 6))
         if self.out["model_tflops_per_gpu"]:
             self.note("TFLOP/s/GPU not a model-FLOP count (recompute counted or formula unstated): no metric")
         else:
@@ -459,6 +473,10 @@ class StackRow:
         o["split"] = split_of(o["group"])
         if any("=" in n for n in self.notes):
             raise ValueError(f"{o['id']}: a prose note holds '=' (reserved for key=value items): {self.notes}")
+        amended = r.get("_amended") or []  # import_public_runs.AMENDED
+        if amended:
+            self.keys.insert(0, "amended=" + "+".join(amended))
+            self.note("amended from its own source: tools/data/public_runs/amendments.csv")
         o["parse_notes"] = "; ".join(self.keys + self.notes)
         return o
 
@@ -488,6 +506,9 @@ class StackRow:
             cp = 1
             self.note("CP not stated -> 1")
         vp = self.int_of("vp")
+        if vp is None and pp is not None and pp > 1 and self.out["framework"] == "megatron-deepspeed":
+            vp = 1  # deepspeed/runtime/pipe/schedule.py: TrainSchedule is 1F1B, no interleaved stages
+            self.note("VP 1: DeepSpeed's PipelineEngine has no interleaved schedule")
         if vp is None and pp is not None:
             if pp > 1:
                 self.note("VP not stated with PP > 1 -> empty (layout incomplete)")

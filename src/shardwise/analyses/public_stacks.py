@@ -24,6 +24,8 @@ PRESETS = {
     "paxml": "paxml",
     "maxtext": "maxtext",
     "flash-attn-trainer": "flash-attn-trainer",
+    "hf-transformers": "hf-transformers",
+    "nemo-automodel": "nemo-automodel",
 }
 # torch.compile fuses the element-wise chains (TorchInductor): the stack's compiled variant
 COMPILED = {"torchtitan": "torchtitan-compile"}
@@ -55,14 +57,29 @@ def notes(row: dict[str, str]) -> dict[str, str]:
     return out
 
 
+# (text in the source, why): sources whose published figure is not a training-step measure
+NOT_A_STEP = (
+    (
+        "dgxc-benchmarking hf-",
+        "train_samples_per_second of a short run whose train_runtime includes the end-of-epoch evaluation and "
+        "save (launch.sh: --max_steps 30/100, --evaluation_strategy epoch, --save_strategy epoch)",
+    ),
+)
+
+
 def skip_reason(row: dict[str, str]) -> str:
     """Why the model cannot price this row's stack as stated (empty: it can)."""
     fw = row["framework"]
     if fw not in PRESETS:
         return f"framework {fw!r} has no --framework preset"
+    why = next((why for needle, why in NOT_A_STEP if needle in row["source"]), "")
+    if why:
+        return why
     n = notes(row)
     if n.get("ac") in CHECKPOINTING_NOT_MODELLED:
         return CHECKPOINTING_NOT_MODELLED[n["ac"]]
+    if n.get("offload") == "not-stated":
+        return "offload to the host possible, not stated for this run"
     if n.get("offload"):
         return f"offload to the host ({n['offload']}) is not modelled"
     if n.get("network") and n["network"] not in NETWORKS:
