@@ -337,6 +337,17 @@ STACKS: dict[str, StackMemory] = {
         source="Hugging Face loss; DeepSpeed's FP16_Optimizer step and reduce buckets",
     ),
     "colossalai": _EAGER,
+    "composer": _FSDP,
+    "hf-transformers": StackMemory(
+        12.0, sharded_fp32_params=True, source="Hugging Face models' loss on fp32 logits; FSDP / ZeRO-3 fp32 shards"
+    ),
+    "nemo-automodel": StackMemory(
+        12.0,
+        sharded_fp32_params=True,
+        zero3_reduce_bytes_per_param=6.0,
+        source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"
+        "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32)",
+    ),
     "maxtext": StackMemory(
         6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"
     ),
