@@ -99,6 +99,8 @@ def quantity(case: Any, name: str, value: float) -> str:
         return f"HBM at about {float(np.max(c.gpu.memory_bandwidth_bytes_per_s)) / 1e12:.3g} TB/s"
     if name == "link_latency_scale":
         return f"every link's latency {value:.3g} x the presets'"
+    if name == "gemm_half_rate_tokens":
+        return f"GEMMs at half their large-batch rate at about {value:,.0f} tokens per micro-batch"
     from shardwise.units import format_seconds
 
     what = {"step_overhead_s": "per step", "micro_batch_overhead_s": "per micro-batch per pipeline stage"}[name]
@@ -122,7 +124,8 @@ def describe(where: str, metric: str, measured: float, ex: RunExplanations) -> s
 
 def _range(name: str) -> str:
     p = BY_NAME[name]
-    return f"{p.value(p.low):.3g}-{p.value(p.high):.3g}{p.unit if p.unit != '1' else ''}"
+    unit = {"1": "", "x": "x", "s": "s"}.get(p.unit, f" {p.unit}")
+    return f"{p.value(p.low):.3g}-{p.value(p.high):.3g}{unit}"
 
 
 def score(fitted: Any, wide: tuple[str, ...]) -> float:
