@@ -210,10 +210,12 @@ def from_document(doc: Any, p: str) -> Calibration:
     k = len(fitted)
     rows = doc.get("u_covariance") or []
     shape_ok = isinstance(rows, list) and len(rows) == k and all(isinstance(r, list) and len(r) == k for r in rows)
+    # a covariance entry no larger than 100 x the product of the two parameters' ranges (u space)
+    span = [max(1.0, BY_NAME[f].high - BY_NAME[f].low) for f in fitted]
     numbers = shape_ok and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= 100
-        for r in rows
-        for x in r
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= 100 * a * b
+        for r, a in zip(rows, span, strict=False)
+        for x, b in zip(r, span, strict=False)
     )
     cov = np.array(rows, dtype=float).reshape(k, k) if numbers else None
     if (
