@@ -39,6 +39,20 @@ def degraded_network(scn: Scenario) -> Scenario:
     )
 
 
+def slow_small_gemms(scn: Scenario) -> Scenario:
+    """The truth: GEMM efficiency x 1.3 M / (M + 4096), M the tokens of a micro-batch per
+    context-parallel rank (faster than the presets at large M, slower at small M)."""
+    c, p = scn.cluster, scn.plan
+    m = np.asarray(p.micro_batch, dtype=float) * scn.model.seq_len / np.asarray(p.cp, dtype=float)
+    f = 1.3 * m / (m + 4096.0)
+    fp8 = np.asarray(c.gpu.matmul_efficiency_fp8)
+    gpu = c.gpu.with_(
+        matmul_efficiency=np.minimum(1.0, c.gpu.matmul_efficiency * f),
+        matmul_efficiency_fp8=np.where(fp8 > 0, np.minimum(1.0, fp8 * f), 0.0),
+    )
+    return Scenario(scn.model, c.with_(gpu=gpu), p)
+
+
 class Truth:
     """Measured times of a synthetic cluster: the planner's own pricing (the simulator for a
     pipeline) on the perturbed hardware; the true best among the 32 plans fastest in closed form."""
@@ -174,13 +188,16 @@ def test_regret_of_the_pick_by_hand():
 
 
 @pytest.mark.slow
-def test_suggested_runs_teach_the_planner_a_network_degraded_at_scale():
-    """The issue's cluster: the network far below nominal across servers. Uncalibrated, the pick
-    is more than 5% slower than the best; after runs chosen by --suggest (at most 6), the
-    calibrated planner's pick is within 5% of the true best."""
+@pytest.mark.parametrize("perturb", [degraded_network, slow_small_gemms])
+def test_suggested_runs_teach_the_planner_the_cluster(perturb):
+    """The issue's clusters: the network far below nominal across servers; GEMMs slow at small
+    micro-batches (the calibration's GEMM ramp, `gemm_half_rate_tokens`, has the shape but not
+    the 1.3 x at large M). Uncalibrated, the pick is more than 5% slower than the best; after runs
+    chosen by --suggest (at most 6), the calibrated planner's pick is within 5% of the true best,
+    and where it was still wrong the expected regret did not claim under half its true size."""
     model, base = presets.model(MODEL), presets.system("dgx-h100", NODES)
     first = search(model, base, BATCH, SPACE)
-    truth = Truth(first, degraded_network)
+    truth = Truth(first, perturb)
     assert truth.regret(int(first.ranked(1)[0])) > 0.05
     cases, measured, done, now, fitted = [], [], [], first, None
     for _ in range(6):
@@ -191,12 +208,11 @@ def test_suggested_runs_teach_the_planner_a_network_degraded_at_scale():
         measured.append(truth.time(i))
         fitted = explain.explaining_fit(cases, np.array(measured))
         now = search(model, apply(base, fitted.values), BATCH, SPACE)
-        print(
-            f"run {len(done)}: {regret.label(first, i)}; fitted {fitted.fitted}; pick's true regret "
-            f"{truth.regret(int(now.ranked(1)[0])):.1%}, expected {regret.plan_regret(now, fitted).expected:.1%}"
-        )
+        true, expected = truth.regret(int(now.ranked(1)[0])), regret.plan_regret(now, fitted).expected
+        print(f"run {len(done)}: {regret.label(first, i)}; {fitted.fitted}; true {true:.1%}, expected {expected:.1%}")
+        assert expected >= true / 2  # never confident about a pick that is far off
     assert truth.regret(int(now.ranked(1)[0])) <= 0.05
-    assert np.max(np.abs(fitted.after_log_error)) < 0.05  # the calibration explains its own runs
+    assert np.max(np.abs(fitted.after_log_error)) < 0.08  # the calibration explains its own runs
 
 
 @pytest.mark.slow

@@ -10,7 +10,9 @@ the range of predictions each parameter reaches.
 
 `explaining_fit`: when the ordinary fit (`fit.fit`, parameters taken in the table's order, narrow
 priors) still misses a run by more than FAR_LOG (8%: about 1.5 x the spread of a calibrated stack,
-`spreads.NOISE_LOG_SD`), the parameters are chosen by forward selection
+`spreads.NOISE_LOG_SD`), or there are 2 to FEW_RUNS runs (the table's order then fits about as
+many parameters as runs, which explains any runs: its misses say nothing about whether it took
+the right ones), the parameters are chosen by forward selection
 instead: each round adds the sensitive parameter, with its wide prior (`fit.WIDEN`), that lowers
 the fit's -2 log posterior most (`fit.score` of the same form), while it lowers it by more than
 MIN_GAIN and runs allow (n runs, at most n parameters); the result with the better score of the
@@ -31,6 +33,7 @@ from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
 GRID = 25
 FAR_LOG = math.log(1.08)  # a run the ordinary fit misses by more than 8%: choose parameters by need
 MIN_GAIN = 2.0  # -2 log evidence: a parameter must improve the fit at least this much to be added
+FEW_RUNS = 8  # up to this many runs, forward selection is always tried (module docstring)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,8 @@ def quantity(case: Any, name: str, value: float) -> str:
         return f"HBM at about {float(np.max(c.gpu.memory_bandwidth_bytes_per_s)) / 1e12:.3g} TB/s"
     if name == "link_latency_scale":
         return f"every link's latency {value:.3g} x the presets'"
+    if name == "gemm_half_rate_tokens":
+        return f"GEMMs at half their large-batch rate at about {value:,.0f} tokens per micro-batch"
     from shardwise.units import format_seconds
 
     what = {"step_overhead_s": "per step", "micro_batch_overhead_s": "per micro-batch per pipeline stage"}[name]
@@ -122,7 +127,8 @@ def describe(where: str, metric: str, measured: float, ex: RunExplanations) -> s
 
 def _range(name: str) -> str:
     p = BY_NAME[name]
-    return f"{p.value(p.low):.3g}-{p.value(p.high):.3g}{p.unit if p.unit != '1' else ''}"
+    unit = {"1": "", "x": "x", "s": "s"}.get(p.unit, f" {p.unit}")
+    return f"{p.value(p.low):.3g}-{p.value(p.high):.3g}{unit}"
 
 
 def score(fitted: Any, wide: tuple[str, ...]) -> float:
@@ -150,7 +156,11 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     from shardwise.calibration.fit import fit
 
     base = fit(cases, measured, max_parameters)
-    if np.max(np.abs(base.after_log_error)) <= FAR_LOG:
+    # with few runs the table's order fits as many parameters as runs and explains any of them:
+    # its misses cannot tell whether it took the parameters the runs need, so these are chosen by
+    # need too and the fit with the better evidence kept
+    few = 1 < len(measured) <= FEW_RUNS
+    if np.max(np.abs(base.after_log_error)) <= FAR_LOG and not few:
         return base
     limit = len(measured) if max_parameters is None else min(max_parameters, len(measured))
     sensitive = [

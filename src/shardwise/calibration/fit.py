@@ -416,6 +416,7 @@ def _why_insensitive(name: str) -> str:
         "intra_node_bandwidth_scale": " (no run communicates inside a server on its critical path)",
         "inter_node_scaling_exponent": " (no run spans more than 2 servers, or its traffic there is hidden)",
         "micro_batch_overhead_s": "",
+        "gemm_half_rate_tokens": " (the runs' micro-batches are all of one size, or their GEMMs are a small share)",
     }.get(name, "")
 
 

@@ -26,6 +26,10 @@ memory_bandwidth_scale         the GPU's sustained HBM bandwidth (element-wise  
 link_latency_scale             every link's latency, per call and per ring step, both   1 x 2
                                tiers (NCCL's protocol choice, custom all-reduce
                                kernels, the host's launch path)
+gemm_half_rate_tokens          the tokens of a micro-batch at which its GEMMs would     0 + 512
+                               run at half their large-batch rate (Hockney's n_1/2,
+                               `physics.gemm_ramp`): small micro-batches slower per
+                               token in proportion to the weights each GPU holds
 =============================  ======================================================  =========
 
 The network's degradation is priced on the job's server count: in the layouts the planner
@@ -57,6 +61,7 @@ from shardwise.specs import Cluster
 # model, system, GPU count) spreads by 0.049 beyond what its runs' own scatter (0.047) explains
 # (`python tools/calibration_spread.py`); a step moves by about 0.75 x the change of ln(scale).
 MATMUL_PRIOR_SD = 0.049 / 0.75
+GEMM_HALF_RATE_PRIOR_TOKENS = 512.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class Parameter:
     low: float  # bounds in u space
     high: float
     description: str
-    unit: str = ""  # "x" for a scale, "s" for an overhead, "" for a pure number (an exponent)
+    unit: str = ""  # "x" for a scale, "s" for an overhead, "1" for a pure number (an exponent), or its unit
 
     def __post_init__(self) -> None:
         if not self.unit:
@@ -122,6 +127,21 @@ PARAMETERS = (
     # 0.6%) and the serving measurements by up to 12% (decode's small all-reduces): last in the
     # order, fitted where some run is sensitive to it.
     Parameter("link_latency_scale", True, 0.0, math.log(2.0), math.log(0.1), math.log(10.0), "link latency (x)"),
+    # One prior sd (512 tokens) slows the GEMMs of an 8192-token micro-batch (one 8k sequence, the
+    # public runs' usual) by 6%, about the public stacks' spread between groups (0.049, above):
+    # the presets' tile model leaves no more than that unexplained there. Bounded by 65,536 tokens
+    # (a 64k micro-batch at half rate: far beyond any GEMM sweep published). Last in the order:
+    # runs at one micro-batch size cannot tell it from the GEMM scale.
+    Parameter(
+        "gemm_half_rate_tokens",
+        False,
+        0.0,
+        GEMM_HALF_RATE_PRIOR_TOKENS,
+        0.0,
+        65536.0,
+        "GEMMs at half rate at (tokens / micro-batch)",
+        "tokens",
+    ),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
 # The server count at which `inter_node_bandwidth_scale` is the network's whole scale: the smallest
@@ -163,6 +183,7 @@ def apply(cluster: Cluster, values: dict[str, Any]) -> Cluster:
         inter_node_link=inter,
         step_overhead_s=cluster.step_overhead_s + v["step_overhead_s"],
         micro_batch_overhead_s=cluster.micro_batch_overhead_s + v["micro_batch_overhead_s"],
+        gemm_half_rate_tokens=_num(cluster.gemm_half_rate_tokens + np.asarray(v["gemm_half_rate_tokens"], dtype=float)),
     )
 
 

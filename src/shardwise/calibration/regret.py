@@ -9,10 +9,21 @@ planner's pick with the best plan under that set:
     expected regret of the pick = mean_s R[s, pick]
     chance another plan is faster = share of s with R[s, pick] > TIE_TOLERANCE
 
-(cost: the step time, or GPUs x step time for the throughput-per-GPU objective). Only the
-parameters' uncertainty is counted, not the model's residual error per plan: two layouts that
-the model prices alike are not told apart by any calibration, so a per-plan error would report
-a regret no measurement of the cluster could remove.
+(cost: the step time, or GPUs x step time for the throughput-per-GPU objective).
+
+What the parameters cannot express counts too. A calibration that misses its own runs by a few
+percent will miss the plans it ranks by as much, in ways no draw of its parameters reproduces
+(a cluster whose GEMMs slow down at small micro-batches, calibrated with parameters that had no
+such shape, fitted its runs within 10% and ranked first a plan 11.6% slower than the best, while
+the parameters' uncertainty alone said 0-3%). Each plan's cost in each draw therefore carries a
+residual, r[s, p] ~ N(0, tau^2) in log space, with tau the calibration's own spread
+(`Fit.noise_log_sd`: the root mean square of its runs' residuals with the prior's NOISE_PRIOR_RUNS
+runs at NOISE_LOG_SD, over runs - fitted parameters + those; the sigma every calibrated interval
+carries). It is shared by plans with the same tp, pp, cp, ep, micro-batch and virtual stages (the
+same GEMMs, attention and messages; they differ in ZeRO, recomputation or sequence parallelism)
+and independent between the others. Without a calibration tau is 0 (the uncalibrated model's
+scatter is the parameters' prior). A calibration that explains many runs earns a small tau; one
+fitted on as many parameters as runs, or missing its runs, cannot claim more confidence than that.
 
 Which plans could win: every plan that fits is priced at the calibrated values and at each
 parameter moved CORNER_SDS of its sd either way (one-sided for an overhead or exponent at its
@@ -189,6 +200,7 @@ class Regret:
     samples: int
     pool_size: int
     basis: str
+    residual_log_sd: float = 0.0  # the per-plan residual the draws carry (0: the parameters alone)
 
 
 @dataclass(frozen=True)
@@ -200,6 +212,7 @@ class Draws:
     cost: np.ndarray  # (S, P), as the planner prices it (closed form x `ratio`)
     unc: Uncertainty
     ratio: np.ndarray  # (P,) the planner's step time over the closed form's (`confirmed_ratio`)
+    residual_log_sd: float = 0.0  # tau: the per-plan residual in `cost` (module docstring)
 
     @property
     def relative(self) -> np.ndarray:
@@ -207,12 +220,41 @@ class Draws:
         return self.cost / self.cost.min(axis=1, keepdims=True) - 1.0
 
 
+def residual_log_sd(fit: Fit | None) -> float:
+    """tau: the calibration's own spread (module docstring); 0 without one."""
+    return float(fit.noise_log_sd) if fit is not None and fit.fitted else 0.0
+
+
+# Plans that share these run the same kernels and messages per micro-batch: one residual
+SHAPE = ("tp", "pp", "cp", "ep", "micro_batch", "vpp")
+
+
+def residuals(search: PlanSearch, plans: np.ndarray, samples: int, tau: float, seed: int) -> np.ndarray:
+    """r (samples, P): one N(0, tau^2) draw per layout shape (SHAPE), shared by its plans."""
+    if tau <= 0:
+        return np.zeros((samples, len(plans)))
+    keys = np.stack(
+        [
+            np.asarray(search.columns.get(k, np.ones(1)), dtype=np.int64)[plans]
+            if k in search.columns
+            else np.ones(len(plans), dtype=np.int64)
+            for k in SHAPE
+        ],
+        axis=1,
+    )
+    _, group = np.unique(keys, axis=0, return_inverse=True)
+    r = np.random.default_rng(seed + 2).normal(0.0, tau, (samples, int(group.max()) + 1))
+    return r[:, np.asarray(group).reshape(-1)]
+
+
 def draws(search: PlanSearch, fit: Fit | None, samples: int = SAMPLES, seed: int = SEED) -> Draws:
     unc = uncertainty(fit)
     plans = pool(search, unc)
     dev = unc.draw(samples, seed)
     ratio = confirmed_ratio(search, plans, unc)
-    return Draws(plans, dev, costs(search, plans, dev, unc) * ratio, unc, ratio)
+    tau = residual_log_sd(fit)
+    r = residuals(search, plans, len(dev), tau, seed)
+    return Draws(plans, dev, costs(search, plans, dev, unc) * ratio * np.exp(r), unc, ratio, tau)
 
 
 def confirmed_ratio(search: PlanSearch, plans: np.ndarray, unc: Uncertainty) -> np.ndarray:
@@ -251,6 +293,7 @@ def regret_of(d: Draws, column: int = 0, basis: str = "") -> Regret:
         len(mine),
         len(d.plans),
         basis,
+        d.residual_log_sd,
     )
 
 
@@ -262,6 +305,8 @@ def plan_regret(search: PlanSearch, fit: Fit | None, basis: str = "") -> Regret:
 def describe(reg: Regret, label: Any = None) -> str:
     """'expected regret of the pick: 0.4% (a 12% chance that another plan is faster, by 3.1% when it is; ...)'."""
     what = reg.basis or "the parameters' uncertainty"
+    if reg.residual_log_sd > 0:
+        what += f" and its {reg.residual_log_sd:.1%} unexplained spread per plan"
     head = f"expected regret of the pick: {reg.expected:.1%} under {what}"
     if reg.chance == 0:
         return f"{head}; no draw of {reg.samples} makes another of the {reg.pool_size} contending plans faster"

@@ -210,10 +210,12 @@ def from_document(doc: Any, p: str) -> Calibration:
     k = len(fitted)
     rows = doc.get("u_covariance") or []
     shape_ok = isinstance(rows, list) and len(rows) == k and all(isinstance(r, list) and len(r) == k for r in rows)
+    # a covariance entry no larger than 100 x the product of the two parameters' ranges (u space)
+    span = [max(1.0, BY_NAME[f].high - BY_NAME[f].low) for f in fitted]
     numbers = shape_ok and all(
-        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= 100
-        for r in rows
-        for x in r
+        isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and abs(x) <= 100 * a * b
+        for r, a in zip(rows, span, strict=False)
+        for x, b in zip(r, span, strict=False)
     )
     cov = np.array(rows, dtype=float).reshape(k, k) if numbers else None
     if (
@@ -251,9 +253,27 @@ def from_document(doc: Any, p: str) -> Calibration:
             "`shardwise calibrate` wrote it (an edited value would be used as if fitted); calibrate again"
         )
     fit = Fit(
-        tuple(fitted), values, cov, float(sd), dof=max(count - k, 0) + NOISE_PRIOR_RUNS, full_covariance=_all(doc, p)
+        tuple(fitted),
+        values,
+        cov,
+        float(sd),
+        after_log_error=_after_log_errors(doc),
+        dof=max(count - k, 0) + NOISE_PRIOR_RUNS,
+        full_covariance=_all(doc, p),
     )
     return Calibration(fit, p, tuple(hardware), count, version, serving)
+
+
+def _after_log_errors(doc: dict[str, Any]) -> np.ndarray:
+    """ln(calibrated / measured) of each run from the file's residuals (empty where not readable:
+    they are a record, not part of the checksum)."""
+    out = []
+    for r in doc.get("residuals") or []:
+        m, a = (r.get(x) if isinstance(r, dict) else None for x in ("measured", "after"))
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) and x > 0 for x in (m, a)):
+            return np.zeros(0)
+        out.append(math.log(a / m))
+    return np.array(out, dtype=float)
 
 
 def _all(doc: dict[str, Any], p: str) -> np.ndarray | None:
@@ -262,6 +282,10 @@ def _all(doc: dict[str, Any], p: str) -> np.ndarray | None:
     if rows is None:
         return None
     k = len(PARAMETERS)
+    params = doc.get("parameters")
+    older = isinstance(params, dict) and len(params) < k  # written before a parameter was added
+    if older and isinstance(rows, list) and len(rows) == len(params):
+        return None  # as a file without it: the fitted ones' posterior, the others' prior
     ok = isinstance(rows, list) and len(rows) == k and all(isinstance(r, list) and len(r) == k for r in rows)
     ok = ok and all(
         isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for r in rows for x in r

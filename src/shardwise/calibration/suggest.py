@@ -6,7 +6,10 @@ from the calibrated values, Sigma their covariance (`regret.Uncertainty`), L_p(u
 plan p, g_p = d L_p / d u (a secant over +-1 sd of each parameter), sigma the spread of a
 measured run around the calibrated model (the fit's, or `spreads.NOISE_LOG_SD` without one).
 
-Measuring the runs M gives y_M = L_M(u_true) + e, e ~ N(0, sigma^2 I). Re-calibrating on them moves
+Measuring the runs M gives y_M = L_M(u_true) + r_M + e, e ~ N(0, sigma^2 I), r the plans' own
+residuals (`regret`: tau, what the calibration leaves unexplained; their variance joins sigma^2
+below). The re-calibrated planner still ranks by the model, so a residual is regret that no run
+removes: it sets the floor the suggestions work above. Re-calibrating on them moves
 the parameters, to first order (the Kalman update of the Laplace posterior), by
 
     delta = K (y_M - L_M(0)),   K = Sigma H^T (H Sigma H^T + sigma^2 I)^-1,   H = g_M,
@@ -93,10 +96,12 @@ def suggest(
     d = draws(search, fit, samples, seed)
     sigma = float(fit.noise_log_sd) if fit is not None and fit.fitted else NOISE_LOG_SD
     g = gradients(search, d)
-    logc = np.log(d.cost)  # (S, P): the truth of each draw
+    logc = np.log(d.cost)  # (S, P): the truth of each draw, its per-plan residual included
     base = np.log(costs(search, d.plans, np.zeros((1, len(d.unc.names))), d.unc)[0] * d.ratio)  # L(0)
     rng = np.random.default_rng(seed + 1)
     y = logc + rng.normal(0.0, sigma, logc.shape)  # what measuring each plan would show, per draw
+    # a measurement departs from L(u) by the noise and by the plan's own residual
+    sigma = float(np.hypot(sigma, d.residual_log_sd))
     rel = d.relative
     sigma_u = d.unc.mixture_covariance
     chosen: list[int] = []

@@ -188,7 +188,12 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: lis
         value = result.values[p.name]
         if p.name in result.fitted:
             lo, hi = result.interval80(p.name)
-            shown = _seconds(value, lo, hi) if p.unit == "s" else (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}")
+            if p.unit == "s":
+                shown = _seconds(value, lo, hi)
+            elif p.unit == "tokens":
+                shown = (f"{value:,.0f} tokens", f"{lo:,.0f}-{hi:,.0f}")
+            else:
+                shown = (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}")
             table.add_row(p.name, *shown, p.description)
         else:
             table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")

@@ -27,6 +27,7 @@ from shardwise.physics.flops import (
     layer_forward,
     logits_forward,
 )
+from shardwise.physics.gemm_ramp import ramped
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
@@ -165,6 +166,15 @@ def context_parallel(scn: Scenario) -> Scenario:
         return scn
     local = scn.model.with_(seq_len=scn.model.seq_len // cp)
     return RankView(local, scn.cluster, scn.plan)  # type: ignore[return-value]
+
+
+def micro_batch_view(scn: Scenario) -> Scenario:
+    """The scenario as one context-parallel rank trains one micro-batch: `context_parallel`, with
+    its GEMMs at the efficiency a micro-batch of that many tokens reaches (`physics.gemm_ramp`;
+    unchanged unless the cluster has a calibrated ramp)."""
+    local = context_parallel(scn)
+    cluster = ramped(scn.cluster, np.asarray(scn.plan.micro_batch, dtype=float) * local.model.seq_len)
+    return local if cluster is scn.cluster else RankView(local.model, cluster, scn.plan)  # type: ignore[return-value]
 
 
 def cp_kv_chunk_bytes(scn: Scenario) -> Number:

@@ -20,11 +20,11 @@ from shardwise.engines.costs import (
     FIELDS,
     StageCost,
     add_costs,
-    context_parallel,
     cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
+    micro_batch_view,
     sharding_copies,
     stage_send_time_s,
     tp_comm,
@@ -73,7 +73,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     m = int(_scalar("micro-batches", plan.num_micro_batches))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
-    local = context_parallel(scn)
+    local = micro_batch_view(scn)
     comm = tp_comm(local, fabric, place["tp"])
     cp_step = cp_step_s(scn, fabric, place)
     layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)

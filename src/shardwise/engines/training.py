@@ -37,6 +37,7 @@ from shardwise.engines.costs import (
     embedding_cost,
     head_cost,
     layer_cost,
+    micro_batch_view,
     select,
     sharding_copies,
     stage_send_time_s,
@@ -143,7 +144,7 @@ def micro_batch_stages(
     fabric = Fabric.of(cluster) if fabric is None else fabric
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe) if place is None else place
     split = scn.split if split is None else split
-    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
+    local = micro_batch_view(scn)  # one CP rank's tokens (the scenario itself without CP)
     comm = tp_comm(local, fabric, place["tp"])
     cp_step = cp_step_s(scn, fabric, place)
     layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
@@ -403,7 +404,7 @@ def layer_times_s(scn: Scenario) -> tuple[Number, Number]:
     cluster, plan = scn.cluster, scn.plan
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node)
-    local = context_parallel(scn)
+    local = micro_batch_view(scn)
     cost, _ = layer_cost(
         local,
         tp_comm(local, fabric, place["tp"]),

@@ -199,6 +199,9 @@ class Cluster:
     notes: str = field(default="", compare=False)
     step_overhead_s: Number = 0.0
     micro_batch_overhead_s: Number = 0.0
+    # tokens of a micro-batch at which its GEMMs would run at half their large-batch rate
+    # (`physics.gemm_ramp`; 0: no ramp unless calibrated)
+    gemm_half_rate_tokens: Number = 0.0
     # GPUs in a server reach each other's memory (peer-to-peer); off: NCCL stages through host
     # memory (`physics.custom_allreduce.without_p2p`)
     p2p: bool = True
@@ -237,6 +240,7 @@ class Cluster:
         chk.positive_int(f"cluster {self.name!r}: nodes", self.nodes)
         chk.within(f"cluster {self.name!r}: step_overhead_s", self.step_overhead_s, 0.0, 3600.0, "s")
         chk.within(f"cluster {self.name!r}: micro_batch_overhead_s", self.micro_batch_overhead_s, 0.0, 60.0, "s")
+        chk.within(f"cluster {self.name!r}: gemm_half_rate_tokens", self.gemm_half_rate_tokens, 0.0, 1e6, "tokens")
         if self.inter_node_link is None and (chk.as_array(self.nodes) > 1).any():
             raise SpecError(
                 f"cluster {self.name!r}: nodes={self.nodes} needs an inter_node_link "
