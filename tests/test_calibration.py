@@ -529,7 +529,7 @@ def test_the_uncalibrated_spreads_are_the_dev_splits():
     from collections import defaultdict
 
     from shardwise.analyses import calibration_validation as cv
-    from shardwise.analyses.loso import FIT_STACKS
+    from shardwise.analyses.loso import FIT_STACKS, MIN_GROUPS
     from shardwise.calibration import spreads
 
     dev = [r for r in cv.public_runs() if r.split == "dev"]
@@ -543,7 +543,9 @@ def test_the_uncalibrated_spreads_are_the_dev_splits():
     for r in dev:
         if r.scenario.plan.framework in FIT_STACKS:
             per_gpu[r.scenario.cluster.gpu.name].add(r.group)
-    assert {gpu: len(g) for gpu, g in per_gpu.items()} == spreads.FITTED_GROUPS
+    # the GPUs that are fitted: dev groups in at least MIN_GROUPS (V100 has one: it keeps its own value)
+    fitted = {gpu: len(g) for gpu, g in per_gpu.items() if len(g) >= MIN_GROUPS}
+    assert fitted == spreads.FITTED_GROUPS
 
 
 def test_leave_one_out_without_refitting_matches_refitting():

@@ -360,8 +360,9 @@ def fit(
     values = {p.name: float(NEUTRAL[p.name]) for p in PARAMETERS}
     values.update({name: float(BY_NAME[name].value(u[j])) for j, name in enumerate(names)})
     # an overhead fitted at its bound (0 s) is fixed there: a symmetric Gaussian around a bound
-    # would put half its weight on negative times
-    at_bound = [j for j, name in enumerate(names) if not BY_NAME[name].log_scale and u[j] < 1e-9]
+    # would put half its weight on negative times. "At" the bound to the solver's tolerance, which
+    # is relative to the parameter's scale (a millionth of its prior spread), not an absolute 1e-9
+    at_bound = [j for j, name in enumerate(names) if not BY_NAME[name].log_scale and u[j] < 1e-6 * prior_sd[j]]
     for j in at_bound:
         values[names[j]] = 0.0
         bound = "0 s" if BY_NAME[names[j]].unit == "s" else "0"
