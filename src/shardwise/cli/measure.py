@@ -10,8 +10,7 @@ import click
 
 from shardwise.cli.options import alias_option
 from shardwise.errors import SpecError
-
-KINDS = {"tp": "tensor parallelism", "pp": "pipeline parallelism", "dp": "data parallelism"}
+from shardwise.requests.measure import KINDS
 
 
 def _common(f: Any) -> Any:
@@ -124,28 +123,25 @@ def micro(
     import yaml
 
     from shardwise.cli.options import check_output_path
-    from shardwise.measure import launch, require_torch
-    from shardwise.measure.micro import MicroConfig, micro_benchmarks, system_yaml, table_shapes
+    from shardwise.requests.measure import MicroRequest
 
     check_output_path(out, (".yaml", ".yml"), "-o")
-    from shardwise.measure.launch import world_size
-
-    ranks = world_size(ranks)
-    shapes: tuple[tuple[int, int, int], ...] = ()
-    if model_name:
-        from shardwise.requests.measure import gpt_model
-
-        model = gpt_model(model_name, 1, seq_len)
-        tokens = seq_len * micro_batch
-        split = ranks if int(model.heads) % ranks == 0 else 1
-        shapes = table_shapes(int(model.hidden), int(model.ffn_hidden), tokens, split)
-    require_torch()
-    config = MicroConfig(dtype, repeats, max_bytes, workload_gemms=shapes)
-    results = launch.run(micro_benchmarks, ranks, (config,), timeout_s, device)
-    if not results:  # under torchrun, a rank other than 0
+    request = MicroRequest(
+        ranks=ranks,
+        device=device,
+        dtype=dtype,
+        timeout_s=timeout_s,
+        model=model_name,
+        seq_len=seq_len,
+        repeats=repeats,
+        max_bytes=max_bytes,
+        micro_batch=micro_batch,
+        name=Path(out).stem,
+    )
+    result = request.run()
+    if result is None:  # under torchrun, a rank other than 0
         return
-    result = results[0]
-    preset = system_yaml(result, Path(out).stem, _memory_bytes(result["device"]))
+    preset = result.pop("preset")
     from shardwise.atomic import atomic_path
 
     with atomic_path(out) as tmp:
@@ -176,16 +172,6 @@ def micro(
             "bandwidth fit is loose; raise --max-bytes"
         )
     click.echo(f"written: {out} (use it as --system {out})")
-
-
-def _memory_bytes(device: str) -> float:
-    import os
-
-    if device.startswith("cuda"):
-        import torch
-
-        return float(torch.cuda.get_device_properties(0).total_memory)
-    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
 
 
 def _step_command(kind: str) -> Any:

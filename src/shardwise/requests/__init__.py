@@ -11,10 +11,12 @@ from __future__ import annotations
 from typing import Any
 
 __all__ = [
+    "CalibrateRequest",
     "CrossoverRequest",
     "ExperimentRequest",
     "MeasureCrossoverRequest",
     "MeasureStepRequest",
+    "MicroRequest",
     "PlanRequest",
     "PredictRequest",
     "PredictResult",
@@ -38,6 +40,8 @@ _WHERE = {
     "ServeRequest": "shardwise.requests.serve",
     "MeasureStepRequest": "shardwise.requests.measure",
     "MeasureCrossoverRequest": "shardwise.requests.measure",
+    "MicroRequest": "shardwise.requests.measure",
+    "CalibrateRequest": "shardwise.requests.calibrate",
 }
 
 

@@ -295,3 +295,57 @@ def gpt_model(name: str, layers: int, seq_len: int) -> Any:
             f"--model {name}: measure runs GPT layers (LayerNorm, GELU MLP, multi-head attention); choose a gpt-* model"
         )
     return model
+
+
+@dataclass(frozen=True)
+class MicroRequest(_Machine):
+    """The microbenchmarks that describe this machine as a system preset: the GEMM rate, memory
+    bandwidth and collective curves over `ranks` processes (`repeats` timings each, messages up to
+    `max_bytes`); with `model`, also that model's own GEMMs at `seq_len` x `micro_batch` tokens
+    (a quarter and four times that, whole and split over the ranks for TP). `name`: the preset's."""
+
+    model: str | None = None  # type: ignore[assignment]
+    repeats: int = 5
+    max_bytes: int = 64 * 2**20
+    micro_batch: int = 1
+    name: str = "machine"
+
+    RANGES = (
+        ("ranks", 2, 1024),
+        ("timeout_s", 1, 86400),
+        ("seq_len", 1, 1 << 20),
+        ("repeats", 1, 1000),
+        ("max_bytes", 4096, 2**34),
+        ("micro_batch", 1, 1 << 16),
+    )
+
+    def run(self) -> dict[str, Any] | None:
+        """Every rank's benchmarks (rank 0's result, with the preset it gives under "preset"); None
+        on the other ranks under torchrun."""
+        from shardwise.measure import launch, require_torch
+        from shardwise.measure.micro import MicroConfig, micro_benchmarks, system_yaml, table_shapes
+
+        ranks = launch.world_size(self.ranks)
+        shapes: tuple[tuple[int, int, int], ...] = ()
+        if self.model:
+            model = gpt_model(self.model, 1, self.seq_len)
+            split = ranks if int(model.heads) % ranks == 0 else 1
+            shapes = table_shapes(int(model.hidden), int(model.ffn_hidden), self.seq_len * self.micro_batch, split)
+        require_torch()
+        config = MicroConfig(self.dtype, self.repeats, self.max_bytes, workload_gemms=shapes)
+        results = launch.run(micro_benchmarks, ranks, (config,), self.timeout_s, self.device)
+        if not results:  # under torchrun, a rank other than 0
+            return None
+        result = results[0]
+        return {**result, "preset": system_yaml(result, self.name, host_memory_bytes(result["device"]))}
+
+
+def host_memory_bytes(device: str) -> float:
+    """The memory of one device: the GPU's, or on CPUs this host's RAM."""
+    import os
+
+    if device.startswith("cuda"):
+        import torch
+
+        return float(torch.cuda.get_device_properties(0).total_memory)
+    return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
