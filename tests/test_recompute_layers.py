@@ -138,3 +138,21 @@ def test_the_request_carries_the_count_both_ways():
     assert TrainingRequest.from_argv(request.to_argv()) == request
     assert int(request.scenario().plan.recompute_layers) == 3
     assert TrainingRequest.from_argv(argv).recompute_layers == 0
+
+
+def test_fms_fsdp_checkpoints_evenly_spaced_blocks():
+    from shardwise.analyses.public_stacks import fms_checkpointed_blocks
+
+    # its docstring's examples on 12 blocks: p = 1/3 -> 4, 1/2 -> 6, 2/3 -> 8
+    assert [fms_checkpointed_blocks(12, p) for p in (0.0, 1 / 3, 0.5, 2 / 3, 1.0)] == [0, 4, 6, 8, 12]
+
+
+def test_a_public_row_with_a_stated_fraction_is_priced_with_those_blocks():
+    from shardwise.analyses import public_stacks
+
+    row = {"framework": "fsdp", "source": "x", "layers": "40", "parse_notes": "ac=selective-blocks; ac_fraction=1/2"}
+    assert public_stacks.skip_reason(row) == ""
+    _, kwargs = public_stacks.execution(row)
+    assert kwargs["recompute"] == "none" and kwargs["recompute_layers"] == 20
+    unstated = {**row, "parse_notes": "ac=selective-blocks; ac_fraction=not-stated"}
+    assert "the fraction not stated" in public_stacks.skip_reason(unstated)
