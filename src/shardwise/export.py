@@ -89,6 +89,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "micro_batch",
         "schedule",
         "recompute",
+        "recompute_layers",
         "sequence_parallel",
         "zero_stage",
         "lora_rank",

@@ -41,7 +41,7 @@ NETWORKS = {
     "gcp-a3-tcpx": ("roce-400g", 2.0),
 }
 CHECKPOINTING_NOT_MODELLED = {
-    "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp) is not modelled",
+    "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp), the fraction not stated",
     "on-mode-not-stated": "activation checkpointing on, its mode not stated",
 }
 
@@ -76,7 +76,7 @@ def skip_reason(row: dict[str, str]) -> str:
     if why:
         return why
     n = notes(row)
-    if n.get("ac") in CHECKPOINTING_NOT_MODELLED:
+    if n.get("ac") in CHECKPOINTING_NOT_MODELLED and block_fraction(row) is None:
         return CHECKPOINTING_NOT_MODELLED[n["ac"]]
     if n.get("offload") == "not-stated":
         return "offload to the host possible, not stated for this run"
@@ -108,7 +108,39 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["attention_kernel"] = "flash2"
     if n.get("ac") == "selective-op":
         out["selective_policy"] = "op"
+    fraction = block_fraction(row)
+    if fraction is not None:  # those blocks whole, the others keep everything
+        out["recompute"] = "none"
+        out["recompute_layers"] = fms_checkpointed_blocks(int(row["layers"]), fraction)
     return preset, out
+
+
+def block_fraction(row: dict[str, str]) -> float | None:
+    """The fraction of whole blocks a row checkpoints (`ac=selective-blocks; ac_fraction=P`, P a
+    number or a ratio such as 1/3), where its source states it; None otherwise."""
+    n = notes(row)
+    if n.get("ac") != "selective-blocks":
+        return None
+    text = n.get("ac_fraction", "")
+    num, _, den = text.partition("/")
+    try:
+        value = float(num) / (float(den) if den else 1.0)
+    except ValueError:
+        return None
+    return value if 0.0 <= value <= 1.0 else None
+
+
+def fms_checkpointed_blocks(layers: int, fraction: float) -> int:
+    """How many of `layers` blocks IBM fms-fsdp checkpoints for `selective_checkpointing` = p:
+    block i (from 1) is checkpointed when i p reaches the next cut-off 1/2, 3/2, 5/2, ...
+    (fms_fsdp/policies/ac_handler.py, `apply_fsdp_checkpointing`, from commit ed74fd5). With one
+    pipeline stage the blocks' order does not change the step time or the memory (Plan.recompute_layers)."""
+    count, cut_off = 0, 0.5
+    for i in range(1, layers + 1):
+        if i * fraction >= cut_off:
+            cut_off += 1.0
+            count += 1
+    return count
 
 
 def zero_stage(row: dict[str, str], default: int | None) -> int | None:

@@ -157,6 +157,17 @@ lora_rank_option = click.option(
     "frozen (Megatron-Bridge's default rank is 32); 0 = train every weight.",
 )
 
+# Megatron-LM's block recomputation, on predict and on plan
+recompute_layers_option = click.option(
+    "--recompute-layers",
+    type=click.IntRange(0, 100_000),
+    default=0,
+    show_default=True,
+    help="Recompute the first N layers of every pipeline stage (every model chunk with --vpp) whole, keeping "
+    "only their input; the others as --recompute says (Megatron-LM --recompute-granularity full "
+    "--recompute-method block --recompute-num-layers N); 0 = none.",
+)
+
 
 plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
@@ -229,6 +240,7 @@ plan_layout_options = _stack(
         show_default=True,
         help="Activation recomputation.",
     ),
+    recompute_layers_option,
     click.option(
         "--sequence-parallel/--no-sequence-parallel",
         default=None,

@@ -14,6 +14,7 @@ from shardwise.cli.options import (
     execution_options,
     lora_rank_option,
     model_options,
+    recompute_layers_option,
 )
 
 
@@ -81,6 +82,7 @@ search_options = _stack(
     ),
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
     lora_rank_option,
+    recompute_layers_option,
     click.option(
         "--zero-with-pp",
         is_flag=True,
@@ -264,6 +266,11 @@ def _print(
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
         f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
         + (f"; LoRA rank {rank}, base weights frozen" if (rank := result.space.execution.get("lora_rank")) else "")
+        + (
+            f"; the first {whole} layer(s) of each stage (model chunk) recomputed whole unless recompute is full"
+            if (whole := result.space.execution.get("recompute_layers"))
+            else ""
+        )
     )
     fit = result.evaluated - result.dropped_for_memory
     out.print(

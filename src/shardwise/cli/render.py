@@ -84,7 +84,7 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
-        f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}, "
+        f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}{_whole(p)}, "
         f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
         + (f", LoRA rank {p.lora_rank} (base weights frozen)" if int(p.lora_rank) > 0 else "")
         + (f", layers per stage {split}" if split else ""),
@@ -106,6 +106,14 @@ def across_servers(c: Any) -> str:
         name, nics = shared.group(1), float(shared.group(2))
         return f"{name} across nodes, {nics:g} NIC{'s' if nics != 1 else ''} per server of {per_node} GPUs: {rate}"
     return f"{link.name} across nodes, 1 NIC per GPU: {rate}"
+
+
+def _whole(p: Any) -> str:
+    """' (+ the first 4 layers of each stage recomputed whole)' where `Plan.recompute_layers` applies."""
+    n = int(p.recompute_layers)
+    if n == 0 or p.recompute.label == "full":
+        return ""
+    return f" (+ the first {n} layer(s) of each {'model chunk' if int(p.vpp) > 1 else 'stage'} recomputed whole)"
 
 
 def _flags(p: Any) -> str:

@@ -38,7 +38,7 @@ from shardwise.physics.stack import (
 )
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.stages import StageSplit
+from shardwise.specs.stages import StageSplit, recomputed_split
 
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
 # target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`); the logits are
@@ -267,6 +267,7 @@ def layer_cost(
     cp: Number = 1,
     cp_step: Number | CpComm = 0.0,
     ffn: Number | None = None,
+    recompute: Number | None = None,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -294,6 +295,7 @@ def layer_cost(
 
     `ffn` is the width of the layer's dense MLP (default the model's; a mixture-of-experts layer
     passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
+    `recompute`: price the layer under this recomputation instead of the plan's.
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
@@ -373,7 +375,7 @@ def layer_cost(
     cp_b = steps * np.maximum(0.0, 2 * cp_step - chunk_b) + extra_b
     tp_fwd = tp_fwd + cp_f
     tp_bwd = tp_bwd + cp_b
-    rc = np.asarray(plan.recompute)
+    rc = np.asarray(plan.recompute if recompute is None else recompute)
     selective = op_sac_s(lt, model) if plan.selective_policy == "op" else lt.attention_core_s
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, selective], 0.0)
     # the host issues every kernel; where they are shorter than that, the GPU waits for it
@@ -391,6 +393,38 @@ def layer_cost(
         weight_grad_s=lt.weight_grad_s,
     )
     return cost, fwd
+
+
+def recomputed_layer_extra(
+    scn: Scenario, comm: TpComm, kv_len: Number, cp_step: Number | CpComm = 0.0
+) -> StageCost | None:
+    """What recomputing a training layer whole (`Plan.recompute_layers`) adds to it: its cost under
+    full recomputation (the forward again, its TP collectives and kernels, before the backward)
+    less its cost under the plan's recomputation (0 where that is already full). None where no
+    plan recomputes whole layers. `scn` is one CP rank's view (`context_parallel`), attending to
+    `kv_len` tokens (the whole sequence)."""
+    plan = scn.plan
+    if not np.any(np.asarray(plan.recompute_layers) > 0):
+        return None
+    base, _ = layer_cost(scn, comm, kv_len=kv_len, cp=plan.cp, cp_step=cp_step)
+    whole, _ = layer_cost(scn, comm, kv_len=kv_len, cp=plan.cp, cp_step=cp_step, recompute=Recompute.FULL)
+    return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))
+
+
+def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], split: StageSplit) -> Stages | None:
+    """What the layers recomputed whole (`Plan.recompute_layers`, `specs.stages.recomputed_split`)
+    add to each stage's micro-batch (None where no plan has them). Their count reads vpp, which
+    the per-micro-batch stage costs do not (`engines.training.PER_MICRO_BATCH_IGNORES`): the step
+    adds them to those, as it adds FSDP2's copies."""
+    plan = scn.plan
+    if not np.any(np.asarray(plan.recompute_layers) > 0):
+        return None
+    local = micro_batch_view(scn)  # as the layers it recomputes are priced
+    extra = recomputed_layer_extra(
+        local, tp_comm(local, fabric, place["tp"]), scn.model.seq_len, cp_step_s(scn, fabric, place)
+    )
+    nil = StageCost(0.0, 0.0, 0.0, 0.0)
+    return stages(recomputed_split(split, plan.vpp, plan.recompute_layers), extra, nil, nil)  # type: ignore[arg-type]
 
 
 def op_sac_s(lt: LayerTimes, model: Model) -> Number:

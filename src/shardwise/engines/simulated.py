@@ -25,6 +25,7 @@ from shardwise.engines.costs import (
     head_cost,
     layer_cost,
     micro_batch_view,
+    recomputed_layer_extra,
     sharding_copies,
     stage_send_time_s,
     tp_comm,
@@ -49,7 +50,7 @@ from shardwise.physics.params import (
 )
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
-from shardwise.specs.stages import moe_layers_below, plan_split, stage_layer_list
+from shardwise.specs.stages import chunk_recomputed_layers, moe_layers_below, plan_split, stage_layer_list
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,10 @@ def stage_times(scn: Scenario) -> StageTimes:
             add_costs(kind, _stage_cost(n, c_layer, c_emb if i == 0 else None, c_head if i == p - 1 else None))
             for i, (kind, n) in enumerate(zip(kinds, counts, strict=True))
         ]
+    extra = recomputed_layer_extra(local, comm, model.seq_len, cp_step)  # layers recomputed whole
+    if extra is not None:
+        whole = [float(chunk_recomputed_layers(n, plan.vpp, plan.recompute_layers)) for n in counts]
+        kinds = [add_costs(kind, _stage_cost(w, extra, None, None)) for kind, w in zip(kinds, whole, strict=True)]  # type: ignore[arg-type]
     matrices, replicated = layer_params_split(model)
     per_layer = matrices / plan.tp + replicated
     params, ends = stage_params(model, plan, split), stage_expert_params(model, plan, split)
@@ -208,7 +213,18 @@ MAX_SLOTS = 2_000_000
 def simulate_training_step(scn: Scenario) -> SimulatedStep:
     """Simulate the plan's schedule operation by operation and report it like the closed form."""
     plan = scn.plan
-    for name in ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute", "zero_stage"):
+    for name in (
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "global_batch",
+        "micro_batch",
+        "schedule",
+        "recompute",
+        "recompute_layers",
+        "zero_stage",
+    ):
         _scalar(name, getattr(plan, name))
     p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
     if p * m * v > MAX_SLOTS:

@@ -38,6 +38,7 @@ from shardwise.engines.costs import (
     head_cost,
     layer_cost,
     micro_batch_view,
+    recomputed_stages,
     select,
     sharding_copies,
     stage_send_time_s,
@@ -66,7 +67,7 @@ from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
 from shardwise.specs.rules import moe_training_rules, raise_first
-from shardwise.specs.stages import StageSplit
+from shardwise.specs.stages import StageSplit, recomputed_split
 
 Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
 
@@ -178,7 +179,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
-    _TRAINING_CHECKED.get_or_compute((*fields, plan.moe_overlap, plan.lora_rank), lambda: _training_rules(plan, model))
+    key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers)
+    _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
@@ -198,6 +200,10 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     if extra is not None:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, extra, strict=True))
+    whole = recomputed_stages(scn, fabric, place, split)  # layers recomputed whole: they read vpp too
+    if whole is not None:
+        own = (first, middle, last, middle_sum)
+        first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, whole, strict=True))
     # Pipeline sends: blocking ones (Megatron's 1F1B) sit on the stage's critical path; overlapped
     # ones (interleaved with --overlap-p2p-communication) run beside compute and only matter
     # when they are longer than it. One send over the slowest boundary (across nodes when the PP
@@ -290,6 +296,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
             np.asarray(plan.recompute) == Recompute.FULL,
             plan.moe_overlap,
             plan.lora_rank,
+            plan.recompute_layers,
         )
     )
     return True
@@ -394,6 +401,9 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
         0.0,
     )
     redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
+    if np.any(np.asarray(plan.recompute_layers) > 0):  # those layers' forward again, the others' as rc says
+        whole = recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers
+        redo = np.where(rc == Recompute.FULL, redo, whole * layers_fwd + (1.0 - whole) * redo)
     return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
 
 

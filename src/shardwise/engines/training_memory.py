@@ -14,7 +14,7 @@ from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.stages import StageSplit
+from shardwise.specs.stages import StageSplit, recomputed_split
 
 
 def memory_breakdown(
@@ -66,6 +66,23 @@ def memory_breakdown(
     p = np.asarray(plan.pp, dtype=float)
     t, b, s = plan.tp, plan.micro_batch, model.seq_len
     split = scn.split if split is None else split
+    # Layers recomputed whole (`Plan.recompute_layers`, a dense model's) keep only their input. The
+    # backward pass rebuilds one of them at a time, after the chunk's other layers (the ones after
+    # them) have freed theirs for that micro-batch: a layer's whole activations less those.
+    whole_extra, whole = 0.0, StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
+    rebuilt = None
+    if np.any(np.asarray(plan.recompute_layers) > 0):
+        kept_whole = mem.layer_activation_bytes(
+            model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy
+        )
+        whole_extra = kept_whole - per_layer
+        whole = recomputed_split(split, plan.vpp, plan.recompute_layers)
+        on, v = np.asarray(plan.recompute_layers) > 0, np.asarray(plan.vpp, dtype=float)
+
+        def rebuilt(layers: Number, n_whole: Number) -> Number:
+            freed = np.maximum(np.asarray(layers, dtype=float) - n_whole, 0.0) / v * per_layer
+            return np.where(on, np.maximum(working, unsaved - freed), working)
+
     in_first = mem.layers_in_flight(split.first, p, plan.vpp, m, plan.schedule, 0)
     in_mid = mem.layers_in_flight(split.middle_max, p, plan.vpp, m, plan.schedule, 1)
     in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)
@@ -91,14 +108,24 @@ def memory_breakdown(
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
 
-    def kept(in_flight: Number, layers: Number, moe: Number) -> Number:
-        """Layer-micro-batches in flight at the stage's mix of dense and MoE layers."""
-        return in_flight * (per_layer + moe / np.maximum(layers, 1.0) * moe_extra)
+    def kept(in_flight: Number, layers: Number, moe: Number, n_whole: Number) -> Number:
+        """Layer-micro-batches in flight at the stage's mix of dense, MoE and whole-recomputed layers."""
+        n = np.maximum(layers, 1.0)
+        return in_flight * (per_layer + moe / n * moe_extra + n_whole / n * whole_extra)
 
+    w_first, w_mid, w_last = (
+        (working, working, working)
+        if rebuilt is None
+        else (
+            rebuilt(split.first, whole.first),
+            rebuilt(split.middle_max, whole.middle_max),
+            rebuilt(split.last, whole.last),
+        )
+    )
     acts = (
-        kept(in_first, split.first, n_moe.first) + working + emb_mask + np.where(p == 1, head, grads_flow),
-        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max) + working + grads_flow, 0.0),
-        kept(in_last, split.last, n_moe.last) + working + head,
+        kept(in_first, split.first, n_moe.first, whole.first) + w_first + emb_mask + np.where(p == 1, head, grads_flow),
+        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max, whole.middle_max) + w_mid + grads_flow, 0.0),
+        kept(in_last, split.last, n_moe.last, whole.last) + w_last + head,
     )
     states = stage_states(plan, params, expert_params, trained)
     gathered, reducing = zero3_buffers(model, plan, stack, moe_layers is not None)

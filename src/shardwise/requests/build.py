@@ -343,6 +343,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         vpp=o["vpp"],
         schedule=schedule,
         recompute=o["recompute"],
+        recompute_layers=o.get("recompute_layers") or 0,
         sequence_parallel=sp,
         precision=o["precision"],
         flash_attention=o["flash_attention"] and execution.pop("flash_attention", True),

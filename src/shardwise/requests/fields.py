@@ -85,6 +85,7 @@ PLAN_FIELDS = (
     _f("micro_batch", "int", 1),
     _f("schedule", "str", None, "gpipe", "1f1b", "interleaved", "zb-h1"),
     _f("recompute", "str", "none", "none", "selective", "full"),
+    _f("recompute_layers", "int", 0),
     _f("sequence_parallel", "bool"),
     _f("zero", "int", None, "0", "1", "2", "3"),
     _f("lora_rank", "int", 0),

@@ -256,6 +256,7 @@ class PlanRequest:
         out.pop("zero_stage", None)
         out["flash_attention"] = self.training.flash_attention
         out["lora_rank"] = self.training.lora_rank
+        out["recompute_layers"] = self.training.recompute_layers
         return out
 
     def search(self, fitted: dict[str, float] | None = None) -> Any:

@@ -64,6 +64,7 @@ class TrainingRequest:
     micro_batch: int = default("micro_batch")
     schedule: str | None = default("schedule")
     recompute: str = default("recompute")
+    recompute_layers: int = default("recompute_layers")
     sequence_parallel: bool | None = default("sequence_parallel")
     zero: int | None = default("zero")
     lora_rank: int = default("lora_rank")

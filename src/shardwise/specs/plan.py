@@ -105,6 +105,15 @@ class Plan:
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
     micro-batches pass through the pipeline per step.
 
+    `recompute_layers` > 0 recomputes the first that many layers of every model chunk (of every
+    stage without interleaving) whole, keeping only their input, as Megatron-LM's
+    `--recompute-granularity full --recompute-method block --recompute-num-layers N` does
+    (megatron/core/transformer/transformer_block.py, `_checkpointed_forward`); the other layers
+    keep what `recompute` says (none: everything). A count, not a fraction: Megatron states one per
+    chunk, and IBM fms-fsdp's fraction of checkpointed blocks (no pipeline) is a whole number of
+    blocks of the model (`specs.stages.recomputed_split`). 0: none; with recompute="full" every
+    layer is recomputed anyway.
+
     `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
     frozen and adapters of that rank sit beside the attention and MLP linear layers
     (`physics.lora`; 0: full training).
@@ -165,6 +174,7 @@ class Plan:
     moe_overlap: bool | np.ndarray = False
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
+    recompute_layers: Number = 0
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
     lora_rank: Number = 0
@@ -195,6 +205,9 @@ class Plan:
             object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
         object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
         object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
+        object.__setattr__(
+            self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
+        )
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if np.any(np.asarray(imbalance) < 1.0):
             raise SpecError(

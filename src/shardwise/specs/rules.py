@@ -282,6 +282,19 @@ def lora_rule(experts: int, lora_rank: Number) -> Rule:
     return Rule("LoRA needs a dense model", np.asarray(ok), error)
 
 
+def recompute_layers_rule(experts: int, recompute_layers: Number) -> Rule:
+    """Layers recomputed whole (`Plan.recompute_layers`) are modelled for dense models."""
+    ok = ~np.asarray(bool(experts)) | (np.asarray(recompute_layers) == 0)
+
+    def error() -> str:
+        return (
+            "plan: recompute_layers with a mixture of experts is not modelled (which of a chunk's first layers "
+            "are MoE layers is not tracked); use recompute_layers=0 with --recompute full/selective/none"
+        )
+
+    return Rule("recompute_layers needs a dense model", np.asarray(ok), error)
+
+
 def moe_training_rules(
     experts: int,
     tp: Number,
@@ -292,13 +305,15 @@ def moe_training_rules(
     full_recompute: Number = False,
     overlap: Number = False,
     lora_rank: Number = 0,
+    recompute_layers: Number = 0,
 ) -> list[Rule]:
     """The rules of training a mixture of experts: sequence parallelism with TP, where the
-    expert all-to-all overlap runs, and no LoRA."""
+    expert all-to-all overlap runs, no LoRA and no layers recomputed whole."""
     return [
         moe_training_rule(experts, tp, sequence_parallel),
         *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute),
         lora_rule(experts, lora_rank),
+        recompute_layers_rule(experts, recompute_layers),
     ]
 
 

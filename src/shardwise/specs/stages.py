@@ -194,3 +194,39 @@ def moe_split(split: StageSplit, layers: Number, dense_layers: int, moe_every: i
     fullest = np.minimum(np.ceil(np.asarray(split.middle_max, dtype=float) / moe_every), middle_total)
     emptiest = np.where(p > 2, np.floor(np.asarray(split.middle_min, dtype=float) / moe_every), 0.0)
     return StageSplit(split.pp, first, last, middle_total, fullest, np.minimum(emptiest, fullest))
+
+
+def chunk_recomputed_layers(stage_layers: Number, vpp: Number, per_chunk: Number) -> Number:
+    """Layers of a stage of `stage_layers` layers in `vpp` model chunks (as even as possible: 12 in
+    5 chunks are 3, 3, 2, 2, 2) that are recomputed whole when the first `per_chunk` of every chunk
+    are (Megatron-LM's block method, megatron/core/transformer/transformer_block.py
+    `_checkpointed_forward`: a chunk's layers below `--recompute-num-layers` are checkpointed)."""
+    n, v = np.asarray(stage_layers, dtype=float), np.maximum(np.asarray(vpp, dtype=float), 1.0)
+    k = np.asarray(per_chunk, dtype=float)
+    q = np.floor(n / v)
+    r = n - q * v  # chunks holding q + 1 layers
+    return r * np.minimum(k, q + 1) + (v - r) * np.minimum(k, q)
+
+
+def recomputed_split(split: StageSplit, vpp: Number, per_chunk: Number) -> StageSplit:
+    """The layers of each stage of `split` recomputed whole under `Plan.recompute_layers`
+    (`chunk_recomputed_layers`), in the same shape: first, last, all middle stages together,
+    the fullest and the emptiest middle stage."""
+    p = np.asarray(split.pp, dtype=float)
+
+    def whole(n: Number) -> Number:
+        return chunk_recomputed_layers(n, vpp, per_chunk)
+
+    if split.counts is not None:
+        mids = split.counts[1:-1]
+        middle_total = sum((whole(c) for c in mids), start=0.0 * p)
+    else:  # k middle stages hold middle_max layers, the others middle_min
+        n_mid = np.maximum(p - 2, 0.0)
+        hi, lo = np.asarray(split.middle_max, dtype=float), np.asarray(split.middle_min, dtype=float)
+        k = np.where(
+            hi > lo, (np.asarray(split.middle_total, dtype=float) - n_mid * lo) / np.maximum(hi - lo, 1.0), n_mid
+        )
+        middle_total = k * whole(hi) + (n_mid - k) * whole(lo)
+    middle_total = np.where(p > 2, middle_total, 0.0)
+    first, last = whole(split.first), whole(split.last)
+    return StageSplit(split.pp, first, last, middle_total, whole(split.middle_max), whole(split.middle_min))
