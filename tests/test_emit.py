@@ -108,6 +108,24 @@ def test_megatron_refuses_lora_and_reprices_gpipe():
     assert run.plan.schedule == 1 and "gpipe -> 1f1b" in changes[0]
 
 
+def test_block_recomputation_of_some_layers_is_megatrons_block_method_and_refused_elsewhere():
+    scn = _scn("llama3-8b", nodes=1, tp=2, pp=2, dp=2, global_batch=64, recompute_layers=3)
+    flags = " ".join(" ".join(group) for group in emit(scn, "megatron").args)
+    assert "--recompute-granularity full --recompute-method block --recompute-num-layers 3" in flags
+    plain = " ".join(
+        " ".join(g) for g in emit(_scn("llama3-8b", nodes=1, tp=2, pp=2, dp=2, global_batch=64), "megatron").args
+    )
+    assert "--recompute" not in plain
+    with pytest.raises(EmitError, match="one --recompute-granularity"):
+        emit(
+            _scn("llama3-8b", nodes=1, tp=2, pp=2, dp=2, global_batch=64, recompute="selective", recompute_layers=3),
+            "megatron",
+        )
+    for target in ("torchtitan", "deepspeed"):
+        with pytest.raises(EmitError, match="recompute"):
+            emit(scn, target)
+
+
 def test_torchtitan_names_its_config_and_prices_fsdp2_as_zero3():
     scn = _scn("llama3-8b", nodes=1, tp=2, pp=1, dp=4, global_batch=64, zero_stage=1, sequence_parallel=True)
     run, changes = adapt(scn, "torchtitan")

@@ -46,6 +46,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (bool(m.kv_lora_rank), "multi-latent attention"),
         (i(p.lora_rank) > 0, "LoRA"),
         (p.precision in ("fp8", "mxfp8"), f"{p.precision} training"),
+        (i(p.recompute_layers) > 0, "recomputing only some layers whole (--recompute-layers)"),
         (i(m.head_dim) * i(m.heads) != i(m.hidden), "a head dimension apart from hidden / heads"),
     ]
     for bad, what in refuse:

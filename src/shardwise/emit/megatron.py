@@ -34,6 +34,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "--emit megatron: LoRA is not part of Megatron-LM's pretrain_gpt.py (Megatron Bridge has PEFT); "
             "emit full training or use --emit torchtitan"
         )
+    if i(p.recompute_layers) > 0 and Recompute(int(p.recompute)) == Recompute.SELECTIVE:
+        raise EmitError(
+            "--emit megatron: Megatron-LM takes one --recompute-granularity: recompute the first "
+            f"{i(p.recompute_layers)} layers of each chunk whole (full, method block) or selective, not both; "
+            "plan with --recompute none or without --recompute-layers"
+        )
     changes, new = [], {}
     sched = Schedule(int(p.schedule))
     if sched in (Schedule.GPIPE, Schedule.ZB_H1):
@@ -68,7 +74,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         else None,
         ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
         ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
-        *_recompute(Recompute(int(p.recompute))),
+        *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers)),
         _precision(p.precision),
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         *_model(scn),
@@ -143,7 +149,12 @@ def _zero(z: int, dp_cp: int, version: str) -> list[tuple[str, ...]]:
     ]
 
 
-def _recompute(rc: Recompute) -> list[tuple[str, ...]]:
+def _recompute(rc: Recompute, layers: int = 0) -> list[tuple[str, ...]]:
+    """Megatron-LM's recomputation flags; `layers` > 0: the first `layers` layers of each model chunk
+    recomputed whole (transformer_block.py `_checkpointed_forward`, method "block")."""
+    if layers > 0 and rc != Recompute.FULL:
+        block = ("--recompute-granularity", "full", "--recompute-method", "block")
+        return [(*block, "--recompute-num-layers", str(layers))]
     if rc == Recompute.FULL:
         return [("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1")]
     if rc == Recompute.SELECTIVE:

@@ -78,6 +78,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if p.precision == "fp16":
         raise EmitError("--emit torchtitan: fp16 is not a torchtitan training precision; plan with --precision bf16")
+    if i(p.recompute_layers) > 0:
+        raise EmitError(
+            "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "
+            "selective_ac_option), not the first N of each stage; plan without --recompute-layers"
+        )
     changes, new = [], {}
     sched = Schedule(int(p.schedule))
     if i(p.pp) > 1 and sched == Schedule.ZB_H1:
