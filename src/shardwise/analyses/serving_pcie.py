@@ -10,10 +10,21 @@ their throughputs, predicted against measured. Engines are modelled as they run:
   batches of 2,048 tokens (`-b`), each split into 512-token micro-batches (`-ub`) that flow through
   the GPUs as a pipeline (llama.cpp's pipeline parallelism needs n_batch > n_ubatch, so pp512 runs
   the GPUs one after the other); token generation (tg128, batch 1) crosses them in turn.
-- llama.cpp `-sm tensor` (PR 19378) and ExLlamaV2's tensor parallelism: Megatron-style TP with two
-  all-reduces per layer, on the GPUs' PCIe links without P2P (GeForce cards on the stock driver);
+- llama.cpp `-sm tensor` (PR 19378): Megatron-style TP with two all-reduces per layer by NCCL
+  (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; BF16 on the wire above 262,144 elements
+  for 4 GPUs, FP32 below), on the GPUs' PCIe links without P2P (GeForce cards on the stock
+  driver), so NCCL stages them through host memory;
+- ExLlamaV2's tensor parallelism: no all-reduce; every module ends in an all-gather staged
+  through pinned host memory, the MLP's intermediate activation included
+  (`physics.host_staged`, read from its source), on the GPU's stream after its kernels;
 - CUDA graphs for token generation, eager launches for prompts (`engines.serving.RUNTIMES`).
 - ExLlamaV2: prompts in 2,048-token chunks (the issue's "batch 2048"); no pipelining across GPUs.
+  Its pair is doubtful as a measurement of prefill: the layer split's 1,045.8 tokens/s on Llama 3.3
+  70B, one RTX 3090 at a time, is 2 x 68.5 GFLOP x 1,045.8 = 143 TFLOPS of matrix products, above
+  a 3090's tensor peak (71 TFLOPS with FP32 accumulation, 142 with FP16), so the reported rate
+  counts work not done (a cached prefix, or a draft model's share); the ratio is kept, with the
+  copies ExLlamaV2's TP does (`physics.host_staged`) priced, which take it from 1.55 to 1.43 of
+  the 0.36 measured.
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
@@ -29,7 +40,7 @@ give no pair.
 from __future__ import annotations
 
 import csv
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 
@@ -41,6 +52,7 @@ from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import plan_for_serving, serving_scenario
+from shardwise.physics.host_staged import exllamav2_tp_layer_s
 from shardwise.specs import Cluster, Scenario
 from shardwise.specs.serving import ServingWorkload
 
@@ -141,6 +153,9 @@ def throughput(pair: Pair, tp: int, pp: int) -> float:
     chunk, batch = (LLAMA_CPP_UBATCH, LLAMA_CPP_BATCH) if pair.engine == "llama.cpp" else (EXLLAMA_CHUNK, EXLLAMA_CHUNK)
     chunk, batch = min(chunk, n), min(batch, n)
     fs = _stages(scn, wl, 0, chunk, n)  # a chunk's share of the whole prompt's attention
+    if pair.engine == "exllamav2" and tp > 1:  # its host-staged all-gathers, not all-reduces
+        staged = model.layers * exllamav2_tp_layer_s(model, chunk, tp, scn.cluster.intra_node_link)
+        fs = replace(fs, tp_comm=(staged, 0.0, staged))
     c = fs.per_stage
     micro = batch // chunk  # micro-batches in flight per batch (1: the stages in turn)
     per_batch = float(pipeline_makespan_s(c[0], c[1], c[2], p, micro, 1, fs.middle_sum_s(p)))
