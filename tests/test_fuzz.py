@@ -703,8 +703,8 @@ LIMIT_CASES = [
         words("plan --model llama3-8b --system dgx-h100 --global-batch 256 --max-micro-batch 1000000000000 --top 1"),
         id="plan-max-micro-batch-1e12",
     ),
-    pytest.param(  # issue 30: 8e9 simulated requests
-        ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--concurrency", "1000000000"],
+    pytest.param(  # issue 30: 8e9 simulated requests (one plan: without --plan, the machine's ten layouts)
+        ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--concurrency", "1000000000"],
         id="serve-concurrency-1e9",
     ),
 ]
