@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.physics import remat
+
 # framework column -> framework preset (presets/frameworks.yaml)
 PRESETS = {
     "megatron-core": "megatron-core",
@@ -40,6 +42,37 @@ NETWORKS = {
     # taken as 800 Gb/s of RoCE, an upper bound for TCP
     "gcp-a3-tcpx": ("roce-400g", 2.0),
 }
+# What the JAX runs' own launch configuration states beside their tables, where the row's notes do
+# not carry it (the source's repository at the row's commits): (source contains, model, precision
+# or "" for any) -> (remat policy as physics.remat names it, or its stack's name; note)
+JAX_LAUNCH_FACTS = (
+    # NVIDIA/dgxc-benchmarking maxtext/configure.sh at 35a9aecc8d and e6afea3aea (v24.11.1, v25.01.1,
+    # the Llama 2 70B tables): remat_policy=custom keeping query/key/value/qkv/out_proj (and mlpwo in
+    # BF16) on the device, i.e. save_dot_except_mlpwi (BF16) and save_dot_except_mlp (FP8);
+    # attention=cudnn_flash_te; ici_fsdp = 8 GPUs, dcn_fsdp = nodes up to 16, dcn_data beyond
+    ("NVIDIA/dgxc-benchmarking maxtext/", "llama2-70b", "bf16", "save_dot_except_mlpwi"),
+    ("NVIDIA/dgxc-benchmarking maxtext/", "llama2-70b", "fp8", "save_dot_except_mlp"),
+    # maxtext/configure.sh at 8f5cbb3799 .. 85380ffe02 (v25.02 - v25.04.01, the Llama 3 70B tables):
+    # POLICY="save_qkv_proj" for both precisions, max_target_length=8192
+    ("NVIDIA/dgxc-benchmarking maxtext/", "llama3-70b", "", "save_qkv_proj"),
+    # paxml/paxml_mod_configs.py and paxml/configure.sh at 35a9aecc8d and e6afea3aea: Synthetic5BCkpt
+    # CHECKPOINT_POLICY = SAVE_DOT_ONLY, Synthetic175BCkpt SAVE_QKV_OUT_PROJ; NVTE_FUSED_ATTN=1 and
+    # ENABLE_TE=1 (Transformer Engine's cuDNN fused attention); DCN mesh [dp, 1, 1] (5B) and
+    # [dp, 16, 1] (175B) over the ICI mesh [1, 8, 1]: FSDP over 8 and 128 GPUs
+    ("NVIDIA/dgxc-benchmarking paxml/README_5b", "gpt3-5b", "", "save_dot_only"),
+    ("NVIDIA/dgxc-benchmarking paxml/README_175b", "gpt3-175b", "", "save_qkv_out_proj"),
+    # google/paxml paxml/contrib/gpu/scripts_gpu/configs.py (04516ac8, 2023-10-20; 686d574, 2024-04):
+    # GPT175B sets no CHECKPOINT_POLICY and inherits TransformerLmSpmdAdafactor's SAVE_NOTHING
+    # (paxml/tasks/lm/model_params.py), with USE_REPEATED_LAYER = True (a StackedTransformerRepeated
+    # always rematerialises: JAX-Toolbox's praxis patch, te_helper.check_checkpoint_policy)
+    ("NVIDIA/JAX-Toolbox rosetta/rosetta/projects/pax/", "gpt3-175b", "", "save_nothing"),
+)
+# JAX-Toolbox's Paxml 23.10 release: no flash attention. Transformer Engine's fused attention is
+# off unless NVTE_FUSED_ATTN=1 (praxis te_helper: os.getenv("NVTE_FUSED_ATTN", "0")), which the
+# 23.10 rosetta/Dockerfile.pax (db437900) does not set, and XLA's cuDNN attention
+# (--xla_gpu_enable_cudnn_fmha) was off by default; the 24.04 README is the first to say "Flash
+# attention is enabled by default in the given container" (its Dockerfile sets NVTE_FUSED_ATTN=1).
+NO_FLASH_VERSIONS = ("paxml:23.10",)
 CHECKPOINTING_NOT_MODELLED = {
     "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp), the fraction not stated",
     "on-mode-not-stated": "activation checkpointing on, its mode not stated",
@@ -112,6 +145,11 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if fraction is not None:  # those blocks whole, the others keep everything
         out["recompute"] = "none"
         out["recompute_layers"] = fms_checkpointed_blocks(int(row["layers"]), fraction)
+    if row.get("framework_version") in NO_FLASH_VERSIONS and fw == "paxml":
+        out["flash_attention"] = False
+    policy = jax_remat_policy(row)
+    if policy:
+        out["selective_policy"] = policy
     return preset, out
 
 
@@ -141,6 +179,28 @@ def fms_checkpointed_blocks(layers: int, fraction: float) -> int:
             cut_off += 1.0
             count += 1
     return count
+
+
+def jax_remat_policy(row: dict[str, str]) -> str:
+    """The JAX remat policy a MaxText or Paxml row ran (`physics.remat`'s name): its notes'
+    `remat_policy=`, else what its source's launch configuration states (`JAX_LAUNCH_FACTS`);
+    empty when neither says."""
+    if row["framework"] not in ("maxtext", "paxml"):
+        return ""
+    stated = notes(row).get("remat_policy", "")
+    if not stated or stated == "not-stated":
+        facts = (f for f in JAX_LAUNCH_FACTS if f[0] in row["source"] and f[1] == row["model"])
+        stated = next((f[3] for f in facts if f[2] in ("", row["precision"])), "")
+    policy = remat.canonical(stated) if stated else ""
+    return policy if policy in remat.RECOMPUTED else ""
+
+
+def recompute(row: dict[str, str]) -> str:
+    """none, selective or full, as the row's `recompute` column says; a JAX remat policy is
+    "selective" with that policy (`execution`)."""
+    if jax_remat_policy(row):
+        return "selective"
+    return next((m for m in ("full", "selective") if (row["recompute"] or "").startswith(m)), "none")
 
 
 def zero_stage(row: dict[str, str], default: int | None) -> int | None:

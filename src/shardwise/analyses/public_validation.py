@@ -198,8 +198,7 @@ def request_for(row: dict[str, str]):
         vpp=_int(row["vp"], 1) or 1,
         global_batch=int(row["gbs"]),
         micro_batch=int(row["mbs"]),
-        recompute=kernels.pop("recompute", None)
-        or next((m for m in ("full", "selective") if (row["recompute"] or "").startswith(m)), "none"),
+        recompute=kernels.pop("recompute", None) or public_stacks.recompute(row),
         zero=public_stacks.zero_stage(row, None),
         precision=row["precision"],
         ep=_int(row["ep"], 1) or 1,

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from shardwise.precisions import TRAINING_PRECISIONS
-from shardwise.requests.fields import by_name
+from shardwise.requests.fields import SELECTIVE_POLICIES, by_name
 
 F = Callable[..., Any]
 
@@ -294,9 +294,10 @@ execution_options = _stack(
     _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),
     click.option(
         "--selective-policy",
-        type=click.Choice(["attention", "op"], case_sensitive=False),
-        help="What --recompute selective recomputes: attention (Megatron: the attention core) or op "
-        "(torchtitan's op-level policy) [default: the framework's].",
+        type=click.Choice(SELECTIVE_POLICIES, case_sensitive=False),
+        help="What --recompute selective recomputes: attention (Megatron: the attention core), op "
+        "(torchtitan's op-level policy) or a JAX remat policy (MaxText's names: minimal_flash, minimal, "
+        "save_dot_except_mlpwi, save_qkv_proj, ..., save_nothing) [default: the framework's].",
     ),
     _switch("async-tp-grad", "Overlap the backward TP collectives of QKV and MLP up with their own GEMMs (Megatron)."),
     _switch(

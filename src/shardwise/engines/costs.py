@@ -11,6 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from shardwise.physics import memory as mem
+from shardwise.physics import remat
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
@@ -376,7 +377,7 @@ def layer_cost(
     tp_fwd = tp_fwd + cp_f
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute if recompute is None else recompute)
-    selective = op_sac_s(lt, model) if plan.selective_policy == "op" else lt.attention_core_s
+    selective = selective_recompute_s(lt, model, plan.selective_policy)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, selective], 0.0)
     # the host issues every kernel; where they are shorter than that, the GPU waits for it
     host = 0.0
@@ -425,6 +426,18 @@ def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], s
     )
     nil = StageCost(0.0, 0.0, 0.0, 0.0)
     return stages(recomputed_split(split, plan.vpp, plan.recompute_layers), extra, nil, nil)  # type: ignore[arg-type]
+
+
+def selective_recompute_s(lt: LayerTimes, model: Model, policy: str) -> Number:
+    """What recompute="selective" redoes of one layer under the stack's `policy`: Megatron's
+    attention core, torchtitan's op-level policy (`op_sac_s`) or a JAX remat policy
+    (`physics.remat`)."""
+    if policy == "op":
+        return op_sac_s(lt, model)
+    if policy in remat.RECOMPUTED:
+        parts = (lt.qkv.forward_s, lt.proj.forward_s, lt.up.forward_s, lt.attention_s, lt.elementwise_s)
+        return remat.recompute_s(policy, *parts)
+    return lt.attention_core_s
 
 
 def op_sac_s(lt: LayerTimes, model: Model) -> Number:

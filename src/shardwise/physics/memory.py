@@ -37,6 +37,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from shardwise.physics import remat
 from shardwise.physics.flops import DROPOUT_MASK_BYTES
 from shardwise.specs import Model, Recompute, Schedule
 from shardwise.specs._checks import Number
@@ -107,6 +108,23 @@ def layer_activation_bytes(
     if selective_policy == "op":
         op = op_sac_layer_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f)
         kept = np.where(rc == Recompute.SELECTIVE, op + np.where(flash, scores_flash, scores_std), kept)
+    if selective_policy in remat.RECOMPUTED:  # a JAX remat policy: the layer input and what it keeps
+        jax = remat.kept_bytes(
+            selective_policy,
+            s,
+            b,
+            h,
+            model.q_dim,
+            kv * d,
+            f,
+            model.gated_mlp,
+            t,
+            sequence_parallel,
+            e,
+            FLASH_STATS_BYTES,
+            a,
+        )
+        kept = np.where(rc == Recompute.SELECTIVE, jax, kept)
     return np.where(rc == Recompute.FULL, full, kept)
 
 

@@ -44,6 +44,21 @@ def _f(name: str, kind: str, default: Any = None, *choices: str, flag: str = "",
     return Field(name, kind, default, tuple(choices), flag, dest)
 
 
+# what recompute="selective" recomputes: as specs.plan.SELECTIVE_POLICIES (no numpy here; a test
+# checks they agree): Megatron's attention core, torchtitan's op-level policy, JAX remat policies
+SELECTIVE_POLICIES = (
+    "attention",
+    "op",
+    "minimal_flash",
+    "minimal",
+    "save_dot_with_context_except_mlp",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_qkv_proj",
+    "save_out_proj",
+    "save_nothing",
+)
+
 MODEL_FIELDS = (
     _f("model", "str", flag="--model", dest="model_name"),
     _f("layers", "int"),
@@ -99,7 +114,7 @@ EXECUTION_FIELDS = (
     _f("flash_attention", "bool", True),
     _f("attention_kernel", "str", None, "fused", "flash2"),
     _f("eager_kernels", "bool"),
-    _f("selective_policy", "str", None, "attention", "op"),
+    _f("selective_policy", "str", None, *SELECTIVE_POLICIES),
     _f("async_tp_grad", "bool"),
     _f("tp_comm_overlap", "bool"),
     _f("overlap_grad_reduce", "bool"),

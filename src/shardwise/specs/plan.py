@@ -46,7 +46,20 @@ class Recompute(IntEnum):
 
 MOE_DISPATCHERS = ("alltoall", "flex")
 ATTENTION_KERNELS = ("fused", "flash2")  # physics.stack
-SELECTIVE_POLICIES = ("attention", "op")
+# "attention": Megatron's attention core; "op": torchtitan's op-level policy; the rest JAX remat
+# policies (physics/remat.py, MaxText's and Praxis's names)
+SELECTIVE_POLICIES = (
+    "attention",
+    "op",
+    "minimal_flash",
+    "minimal",
+    "save_dot_with_context_except_mlp",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_qkv_proj",
+    "save_out_proj",
+    "save_nothing",
+)
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 # How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
