@@ -296,6 +296,64 @@ def test_torchtitan_and_deepspeed_logs_are_runs():
         parse_log("hello\n", {}, "x.log")
 
 
+LOGS = Path(__file__).parent / "data" / "logs"
+
+
+def test_a_nanotron_log_is_a_run():
+    """tests/data/logs/nanotron.log is written from huggingface/nanotron (commit 2411b022):
+    trainer.py train_step_logs (the LogItems and their order), logging/base.py LoggerWriter
+    (' | '-joined 'tag: value', human_format's 3 digits and K suffix) and SafeFormatter (the ANSI
+    prefix), and the pformat'ed Config printed at start-up."""
+    from shardwise.calibration.logs import parse_log
+    from shardwise.calibration.runs import from_rows
+
+    text = (LOGS / "nanotron.log").read_text()
+    row = parse_log(text, {"system": "dgx-h100", "model": "llama3-8b"}, "n.log")
+    assert float(row["step_time_s"]) == pytest.approx(3.505)  # 3.52K 3.49K 3.51K 3.5K after two warm-up lines
+    assert (row["tp"], row["pp"], row["dp"], row["cp"], row["num_gpus"]) == ("2", "2", "2", "1", "8")
+    assert (row["global_batch"], row["micro_batch"], row["seq_len"], row["layers"]) == ("64", "2", "4096", "32")
+    assert row["sequence_parallel"] == "on" and row["recompute"] == "none" and row["framework"] == "nanotron"
+    (run,) = from_rows([(row, "n.log")])
+    assert int(run.scenario.model.seq_len) == 4096 and bool(run.scenario.plan.sequence_parallel)
+    with pytest.raises(SpecError, match="hidden_size 4096 is not model 'llama3-70b'"):
+        from_rows([(parse_log(text, {"system": "dgx-h100", "model": "llama3-70b"}, "n.log"), "n.log")])
+    # before 2025 the tag was elapsed_time_per_iteration_ms; a TP all-reduce mode is no sequence parallelism
+    old = text.replace("time_per_iteration_ms", "elapsed_time_per_iteration_ms").replace("REDUCE_SCATTER", "ALL_REDUCE")
+    row = parse_log(old, {"system": "dgx-h100", "model": "llama3-8b"}, "n.log")
+    assert float(row["step_time_s"]) == pytest.approx(3.505) and row["sequence_parallel"] == "off"
+    config_only = "\n".join(line for line in text.splitlines() if "iteration:" not in line)
+    with pytest.raises(SpecError, match=r"a nanotron log .* no 'iteration: N / M"):
+        parse_log(config_only, {"system": "dgx-h100", "model": "llama3-8b"}, "n.log")
+
+
+def test_hugging_face_trainer_and_plain_torchrun_logs_are_runs():
+    """hf_trainer.log: transformers Trainer._inner_training_loop's banner, tqdm's bar (the training
+    bar's total is 'Total optimization steps'; an evaluation bar of 16 steps is not it) and
+    trainer_utils.speed_metrics' final dict; nanogpt.log: karpathy/nanoGPT train.py's print."""
+    from shardwise.calibration.logs import parse_log
+    from shardwise.calibration.runs import from_rows
+
+    given = {"system": "dgx-h100", "model": "llama3-8b", "seq_len": "4096"}
+    row = parse_log((LOGS / "hf_trainer.log").read_text(), given, "h.log")
+    assert float(row["step_time_s"]) == pytest.approx(8.51)  # the bar's s/it from step 3 on: its median
+    layout = tuple(row[k] for k in ("micro_batch", "global_batch", "num_gpus", "tp", "pp"))
+    assert layout == ("2", "64", "8", "1", "1")
+    assert row["framework"] == "hf-transformers"
+    (run,) = from_rows([(row, "h.log")])
+    assert int(run.scenario.plan.dp) == 8 and int(run.scenario.plan.zero_stage) == 3
+    final = parse_log((LOGS / "hf_trainer_final.log").read_text(), {**given, "num_gpus": "8"}, "f.log")
+    assert float(final["step_time_s"]) == pytest.approx(1 / 0.118)  # no bar: the whole run's steps per second
+    banner = "\n".join((LOGS / "hf_trainer.log").read_text().splitlines()[:8])
+    with pytest.raises(SpecError, match=r"Hugging Face Trainer log .* no training progress bar rate"):
+        parse_log(banner, given, "h.log")
+    layout = {**given, "num_gpus": "8", "tp": "1", "pp": "1"}
+    plain = parse_log((LOGS / "nanogpt.log").read_text(), {**layout, "global_batch": "64"}, "p")
+    assert float(plain["step_time_s"]) == pytest.approx(0.48005)  # iters 20-70 (0 and 10 are warm-up)
+    assert plain["framework"] == "fsdp"
+    with pytest.raises(SpecError, match="without global_batch"):
+        parse_log((LOGS / "nanogpt.log").read_text(), layout, "p")
+
+
 def test_calibrate_reads_logs_from_the_command_line(cli, tmp_path: Path):
     log = tmp_path / "megatron.log"
     log.write_text(MEGATRON_LOG)

@@ -53,6 +53,12 @@ def slow_small_gemms(scn: Scenario) -> Scenario:
     return Scenario(scn.model, c.with_(gpu=gpu), p)
 
 
+def slow_all_to_all(scn: Scenario) -> Scenario:
+    """The truth: all-to-all across servers at a quarter of the rate the other collectives get
+    there (a fabric whose spine or cross-rail paths are oversubscribed); nothing else differs."""
+    return Scenario(scn.model, scn.cluster.with_(inter_node_all_to_all_scale=0.25), scn.plan)
+
+
 class Truth:
     """Measured times of a synthetic cluster: the planner's own pricing (the simulator for a
     pipeline) on the perturbed hardware; the true best among the 32 plans fastest in closed form."""
@@ -199,20 +205,74 @@ def test_suggested_runs_teach_the_planner_the_cluster(perturb):
     first = search(model, base, BATCH, SPACE)
     truth = Truth(first, perturb)
     assert truth.regret(int(first.ranked(1)[0])) > 0.05
+    now, fitted = _calibrate_on_suggested_runs(first, truth, base, BATCH, SPACE)
+    assert truth.regret(int(now.ranked(1)[0])) <= 0.05
+    assert np.max(np.abs(fitted.after_log_error)) < 0.08  # the calibration explains its own runs
+
+
+def _calibrate_on_suggested_runs(first, truth: Truth, base, batch: int, space: SearchSpace, runs: int = 6):
+    """Measure the run --suggest names, calibrate, re-plan; `runs` times. The last search and fit."""
     cases, measured, done, now, fitted = [], [], [], first, None
-    for _ in range(6):
+    for _ in range(runs):
         found = sg.suggest(now, fitted, 1, tuple(done))
         i = found.runs[0].plan
         done.append(i)
         cases.append(first.scenario(i))
         measured.append(truth.time(i))
         fitted = explain.explaining_fit(cases, np.array(measured))
-        now = search(model, apply(base, fitted.values), BATCH, SPACE)
+        now = search(first.model, apply(base, fitted.values), batch, space)
         true, expected = truth.regret(int(now.ranked(1)[0])), regret.plan_regret(now, fitted).expected
         print(f"run {len(done)}: {regret.label(first, i)}; {fitted.fitted}; true {true:.1%}, expected {expected:.1%}")
         assert expected >= true / 2  # never confident about a pick that is far off
+    return now, fitted
+
+
+@pytest.mark.slow
+def test_a_slow_all_to_all_across_servers_is_learned_and_moves_the_moe_pick():
+    """Mixtral 8x7B on 16 servers of 4 H100 (the 4-GPU HGX boards many clouds rent), global batch
+    256; the truth's all-to-all across servers runs at 0.25 x the other collectives' rate. The
+    presets' pick spreads its 8 experts over two servers (ep=8): 31% slower than the best. After
+    at most six suggested runs `inter_node_all_to_all_scale` is fitted near 0.25 and the pick is
+    within 5% of the best (with the older nine parameters the same loop fitted a slower GEMM and
+    the pick stayed 30.7% off after six runs)."""
+    model, base = presets.model("mixtral-8x7b"), presets.system("dgx-h100", 16).with_(gpus_per_node=4)
+    space = SearchSpace(schedule=("1f1b",))
+    first = search(model, base, 256, space)
+    truth = Truth(first, slow_all_to_all)
+    assert truth.regret(int(first.ranked(1)[0])) > 0.2
+    now, fitted = _calibrate_on_suggested_runs(first, truth, base, 256, space)
     assert truth.regret(int(now.ranked(1)[0])) <= 0.05
-    assert np.max(np.abs(fitted.after_log_error)) < 0.08  # the calibration explains its own runs
+    assert "inter_node_all_to_all_scale" in fitted.fitted
+    assert fitted.values["inter_node_all_to_all_scale"] == pytest.approx(0.25, rel=0.2)
+
+
+def test_the_all_to_all_and_pipeline_send_scales_move_only_their_own_kind_across_servers():
+    from shardwise.physics.collectives import Fabric
+
+    cluster = presets.system("dgx-h100", 4)
+    n = 1 << 28
+    base = Fabric.of(cluster)
+    for name, slower in (("inter_node_all_to_all_scale", "a2a"), ("inter_node_p2p_scale", "p2p")):
+        f = Fabric.of(apply(cluster, {name: 0.5}))
+        times = {
+            "a2a": (f.group(32, 8).all_to_all(n), base.group(32, 8).all_to_all(n)),
+            "p2p": (f.p2p(n, True), base.p2p(n, True)),
+        }
+        for kind, (t, t0) in times.items():
+            assert (float(t) / float(t0) > 1.5) == (kind == slower), (name, kind)
+        # the ring collectives across servers and everything inside a server are untouched
+        assert float(f.group(32, 8).all_reduce(n)) == float(base.group(32, 8).all_reduce(n))
+        assert float(f.group(8, 8).all_to_all(n)) == float(base.group(8, 8).all_to_all(n))
+        assert float(f.p2p(n, False)) == float(base.p2p(n, False))
+    p = BY_NAME["inter_node_all_to_all_scale"]
+    assert (round(math.exp(p.low), 3), round(math.exp(p.high), 3), p.unit) == (0.05, 2.0, "x")
+
+
+def test_a_dense_job_in_one_pipeline_stage_leaves_the_kind_scales_not_fitted():
+    scn, measured = _far_run(0.3)  # dense, pp=1: no all-to-all, no pipeline send
+    result = fitting.fit([scn], np.array([measured]))
+    for name in ("inter_node_all_to_all_scale", "inter_node_p2p_scale"):
+        assert name not in result.fitted and "no run" in result.not_fitted[name]
 
 
 @pytest.mark.slow

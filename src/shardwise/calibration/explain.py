@@ -91,6 +91,10 @@ def quantity(case: Any, name: str, value: float) -> str:
         rate = float(np.max(c.inter_node_link.effective_bandwidth_bytes_per_s)) / 1e9
         nominal = float(np.max(scn.cluster.inter_node_link.effective_bandwidth_bytes_per_s)) / 1e9
         return f"inter-node collectives at about {rate:.3g} GB/s per GPU across {nodes} servers (presets {nominal:.3g})"
+    if name in ("inter_node_all_to_all_scale", "inter_node_p2p_scale") and c.inter_node_link is not None:
+        kind = "all-to-all" if name == "inter_node_all_to_all_scale" else "pipeline sends"
+        rate = float(np.max(c.inter_node_link.effective_bandwidth_bytes_per_s)) * value / 1e9
+        return f"{kind} across servers at about {rate:.3g} GB/s per GPU ({value:.3g} x the other collectives')"
     if name == "matmul_efficiency_scale":
         return f"GEMMs at about {float(np.max(c.gpu.matmul_efficiency)):.0%} of peak (presets: " + (
             f"{float(np.max(scn.cluster.gpu.matmul_efficiency)):.0%})"

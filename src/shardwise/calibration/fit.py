@@ -418,6 +418,8 @@ def _why_insensitive(name: str) -> str:
         "inter_node_scaling_exponent": " (no run spans more than 2 servers, or its traffic there is hidden)",
         "micro_batch_overhead_s": "",
         "gemm_half_rate_tokens": " (the runs' micro-batches are all of one size, or their GEMMs are a small share)",
+        "inter_node_all_to_all_scale": " (no run's all-to-all, an MoE dispatch or Ulysses' exchange, crosses servers)",
+        "inter_node_p2p_scale": " (no run's pipeline sends cross servers, or they are a small share of its step)",
     }.get(name, "")
 
 

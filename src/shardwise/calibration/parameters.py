@@ -30,14 +30,23 @@ gemm_half_rate_tokens          the tokens of a micro-batch at which its GEMMs wo
                                run at half their large-batch rate (Hockney's n_1/2,
                                `physics.gemm_ramp`): small micro-batches slower per
                                token in proportion to the weights each GPU holds
+inter_node_all_to_all_scale    the share of the inter-node rate an all-to-all (MoE      1 x 1.5
+                               dispatch and combine, Ulysses' exchange) reaches beside
+                               the ring and tree collectives': every peer at once,
+                               across rails, incast; 1 GPU's NIC at most (NCCL)
+inter_node_p2p_scale           the same for a pipeline send/receive across servers:     1 x 1.5
+                               one flow between two GPUs
 =============================  ======================================================  =========
 
 The network's degradation is priced on the job's server count: in the layouts the planner
 searches (tp inside a server, pp outermost) the data-parallel all-reduce, ZeRO's all-gathers and
 reduce-scatters and the context-parallel exchange of a stage span nodes / pp servers and share the
 fabric with the other stages' traffic, so the whole job's size is what congests it. Every
-inter-node collective kind is priced on one link (`physics.collectives`), so one exponent serves
-all kinds.
+inter-node collective kind is priced on one link (`physics.collectives`), so one scale and one
+exponent serve all kinds; the all-to-all and the pipeline send each have their own factor on top
+(the kinds differ in their traffic pattern, not in the wire), fitted only where a run's step
+depends on that kind across servers (an MoE job whose expert-parallel group spans servers, a
+pipeline cut between servers), else reported as not fitted.
 
 Scales are fitted as u = ln(scale) with a normal prior N(0, ln(prior factor)); overheads as
 seconds with a half-normal prior of the stated width. With n runs, at most n parameters are
@@ -142,6 +151,35 @@ PARAMETERS = (
         "GEMMs at half rate at (tokens / micro-batch)",
         "tokens",
     ),
+    # Per collective kind across servers, relative to the ring and tree collectives' rate (both last
+    # in the order: they need runs whose step depends on that kind across servers). Physics: a ring
+    # step goes to one neighbour rail to rail, so an 8-GPU server's ring uses all 8 NICs; an
+    # all-to-all sends to every peer at once and "cannot aggregate the bandwidth of multiple NICs"
+    # (S. Jeaugey, NVIDIA/nccl-tests#267: one NIC per GPU at most, as `physics.collectives` prices it),
+    # crosses rails through the spine or PXN, and meets incast and ECMP collisions that a ring does
+    # not: on 8 servers of 8 V100 over 100 Gb/s IB its nccl-tests rate per server was 0.84 x the
+    # all-reduce's (NVIDIA/nccl-tests#78: 0.52 GB/s per GPU x 8 x 7/8 against a 4.33 GB/s busbw), on
+    # tuned fabrics about 1, on oversubscribed or misrouted ones far less. A pipeline send is one flow
+    # between two GPUs, with no ring to spread it. Prior: 1, sd x1.5 (the inter-node scale's own);
+    # range 0.05-2.
+    Parameter(
+        "inter_node_all_to_all_scale",
+        True,
+        0.0,
+        math.log(1.5),
+        math.log(0.05),
+        math.log(2.0),
+        "all-to-all across servers (x)",
+    ),
+    Parameter(
+        "inter_node_p2p_scale",
+        True,
+        0.0,
+        math.log(1.5),
+        math.log(0.05),
+        math.log(2.0),
+        "pipeline sends across servers (x)",
+    ),
 )
 BY_NAME = {p.name: p for p in PARAMETERS}
 # The server count at which `inter_node_bandwidth_scale` is the network's whole scale: the smallest
@@ -184,6 +222,8 @@ def apply(cluster: Cluster, values: dict[str, Any]) -> Cluster:
         step_overhead_s=cluster.step_overhead_s + v["step_overhead_s"],
         micro_batch_overhead_s=cluster.micro_batch_overhead_s + v["micro_batch_overhead_s"],
         gemm_half_rate_tokens=_num(cluster.gemm_half_rate_tokens + np.asarray(v["gemm_half_rate_tokens"], dtype=float)),
+        inter_node_all_to_all_scale=_num(cluster.inter_node_all_to_all_scale * v["inter_node_all_to_all_scale"]),
+        inter_node_p2p_scale=_num(cluster.inter_node_p2p_scale * v["inter_node_p2p_scale"]),
     )
 
 

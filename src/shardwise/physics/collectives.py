@@ -62,6 +62,13 @@ buffer, (g-1)/p goes to peers in its node over the node's links and (p-g)/p to o
 each GPU through its own NIC; both run together, so
 T = alpha_base + (sqrt(alpha) + sqrt(max(W_intra / B_intra, W_inter / B_inter)))^2 with one
 latency alpha (the inter-node one when the group spans nodes).
+
+Per collective kind across servers. A ring or tree step sends to one neighbour, rail to rail (GPU
+i of one server to GPU i of the next), so it gets the NIC's rate; an all-to-all sends to every
+peer at once, crossing rails (through the spine, or NVLink and PXN) with many flows into each NIC
+(incast, ECMP collisions) and n/p bytes per peer, and a pipeline send is one flow between two
+GPUs. `Cluster.inter_node_all_to_all_scale` and `Cluster.inter_node_p2p_scale` (1 unless
+calibrated) scale the inter-node rate those two see, beside the ring and tree collectives'.
 """
 
 from __future__ import annotations
@@ -119,6 +126,7 @@ class Group:
         intra: Link,
         inter: Link | None,
         custom: tuple[str, bool, bool] | None = None,
+        all_to_all_scale: Number = 1.0,
     ) -> None:
         p = np.asarray(ranks, dtype=float)
         g = np.minimum(np.asarray(per_node, dtype=float), p)
@@ -154,7 +162,7 @@ class Group:
         self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
         # all-to-all: latency, seconds per byte in the node and out of it, the shares of a buffer
         inv_in = 1.0 / intra.effective_bandwidth_bytes_per_s
-        inv_out = 1.0 / inter.effective_bandwidth_bytes_per_s if inter is not None else 0.0
+        inv_out = 1.0 / (inter.effective_bandwidth_bytes_per_s * all_to_all_scale) if inter is not None else 0.0
         self._a2a = (np.where(active, np.where(multi, a_out, a_in), 0.0), inv_in, inv_out, (g - 1) / p, (p - g) / p)
         # NCCL's LL and LL128 inside one server, where the link runs them (module docstring): the
         # latency of an all-reduce's 2(p-1) steps and of a reduce-scatter's p-1, seconds per byte
@@ -270,10 +278,21 @@ _FABRICS = Memo("fabrics", size=256)
 class Fabric:
     """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
-    __slots__ = ("_groups", "custom", "inter", "intra")
+    __slots__ = ("_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra")
 
-    def __init__(self, intra: Link, inter: Link | None, custom: tuple[str, bool, bool] | None = None) -> None:
+    def __init__(
+        self,
+        intra: Link,
+        inter: Link | None,
+        custom: tuple[str, bool, bool] | None = None,
+        all_to_all_scale: Number = 1.0,
+        p2p_scale: Number = 1.0,
+    ) -> None:
         self.intra, self.inter, self.custom = intra, inter, custom
+        self.all_to_all_scale = all_to_all_scale
+        # a pipeline send across servers: the inter-node link at its own share of the rate
+        scaled = inter is not None and (np.ndim(p2p_scale) or float(p2p_scale) != 1.0)  # type: ignore[arg-type]
+        self.inter_p2p = inter.with_(bandwidth_bytes_per_s=inter.bandwidth_bytes_per_s * p2p_scale) if scaled else inter
         self._groups: dict[tuple[object, object], Group] = {}
 
     @classmethod
@@ -294,21 +313,29 @@ class Fabric:
         if not cluster.nvls:
             intra = intra.with_(nvls_efficiency=0.0)
         custom = (cluster.custom_all_reduce, nvlink, bool(cluster.p2p))
-        return cls(intra, cluster.inter_node_link, custom if cluster.custom_all_reduce != "none" else None)
+        return cls(
+            intra,
+            cluster.inter_node_link,
+            custom if cluster.custom_all_reduce != "none" else None,
+            cluster.inter_node_all_to_all_scale,
+            cluster.inter_node_p2p_scale,
+        )
 
     def group(self, ranks: Number, per_node: Number) -> Group:
         """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
         per fabric and size when both are single numbers (a Group is never changed once built)."""
         if np.ndim(ranks) or np.ndim(per_node):  # arrays: a group per call
-            return Group(ranks, per_node, self.intra, self.inter, self.custom)
+            return Group(ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale)
         key = (float(ranks), float(per_node))  # type: ignore[arg-type]
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = Group(ranks, per_node, self.intra, self.inter, self.custom)
+            group = self._groups[key] = Group(
+                ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale
+            )
         return group
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
         intra = p2p_time_s(n_bytes, self.intra)
         if self.inter is None:
             return intra
-        return np.where(crosses_node, p2p_time_s(n_bytes, self.inter), intra)
+        return np.where(crosses_node, p2p_time_s(n_bytes, self.inter_p2p), intra)

@@ -202,6 +202,11 @@ class Cluster:
     # tokens of a micro-batch at which its GEMMs would run at half their large-batch rate
     # (`physics.gemm_ramp`; 0: no ramp unless calibrated)
     gemm_half_rate_tokens: Number = 0.0
+    # the share of the inter-node rate that an all-to-all (MoE dispatch and combine, Ulysses'
+    # exchange) and a pipeline send/receive reach, beside the ring and tree collectives' (1 unless
+    # calibrated: `calibration.parameters`)
+    inter_node_all_to_all_scale: Number = 1.0
+    inter_node_p2p_scale: Number = 1.0
     # GPUs in a server reach each other's memory (peer-to-peer); off: NCCL stages through host
     # memory (`physics.custom_allreduce.without_p2p`)
     p2p: bool = True
@@ -241,6 +246,9 @@ class Cluster:
         chk.within(f"cluster {self.name!r}: step_overhead_s", self.step_overhead_s, 0.0, 3600.0, "s")
         chk.within(f"cluster {self.name!r}: micro_batch_overhead_s", self.micro_batch_overhead_s, 0.0, 60.0, "s")
         chk.within(f"cluster {self.name!r}: gemm_half_rate_tokens", self.gemm_half_rate_tokens, 0.0, 1e6, "tokens")
+        for kind in ("all_to_all", "p2p"):
+            scale = f"inter_node_{kind}_scale"
+            chk.within(f"cluster {self.name!r}: {scale}", getattr(self, scale), 1e-3, 100.0, "x")
         if self.inter_node_link is None and (chk.as_array(self.nodes) > 1).any():
             raise SpecError(
                 f"cluster {self.name!r}: nodes={self.nodes} needs an inter_node_link "
