@@ -48,14 +48,16 @@ SERVING_LOG_SD = 0.104
 # that run's source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0596, 5, 1),
-    "fsdp": (0.1521, 10, 1),
-    "fsdp2": (0.1328, 2, 1),
-    "internevo": (0.1292, 54, 1),
+    "flash-attn-trainer": (0.0429, 5, 1),
+    "fsdp": (0.1360, 10, 1),
+    "fsdp2": (0.0578, 2, 1),
+    "internevo": (0.1251, 54, 1),
     "maxtext": (0.1128, 38, 3),
-    "megatron-core": (0.0643, 397, 3),
+    "megatron-core": (0.0655, 397, 3),
+    "megatron-deepspeed": (0.7935, 5, 2),
+    "nemo-automodel": (0.1038, 1, 1),
     "paxml": (0.2088, 36, 2),
-    "torchtitan-compile": (0.6468, 12, 1),
+    "torchtitan-compile": (0.5981, 12, 1),
 }
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625
