@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
@@ -86,12 +87,12 @@ class DpComm:
         passes to hide behind, and only chunk 0's -- 1/v of the bytes -- is left with one
         chunk-backward (and the drain); the parameter all-gather mirrors it over the first
         round of forward passes. With v = 1 both reduce to the single window."""
-        overlap = np.asarray(overlap_grad, dtype=bool)
-        z3 = np.asarray(self.shared_window, dtype=bool)
-        if z3.ndim == 0 and bool(z3):
+        overlap = as_bool(overlap_grad)
+        z3 = as_bool(self.shared_window)
+        if one_value(z3) and bool(z3):
             return self._shared_s(overlap, drain_s), 0.0
         grad, gather = self._grad_s(overlap, drain_s, chunks, rounds), self._gather_s(chunks, rounds)
-        if z3.ndim == 0:
+        if one_value(z3):
             return grad, gather
         return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
 
@@ -101,31 +102,31 @@ class DpComm:
         """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
         drain): per chunk where it is (see `exposed_s`), at least its unhideable bucket and the
         compute NCCL's SMs take while the rest hides; with no window, all of it."""
-        v = np.where(np.asarray(self.per_chunk, dtype=bool), np.asarray(chunks, dtype=float), 1.0)
+        v = ifelse(as_bool(self.per_chunk), as_float(chunks), 1.0)
         one = window_s / v  # one chunk's pass of the micro-batch
         first = one + drain_s
-        whole = one * (1.0 + (v - 1.0) * np.asarray(rounds, dtype=float)) + drain_s
-        floor = np.where(whole > 0, np.maximum(bucket_s, total_s * self.contention), total_s)
-        return np.minimum(np.maximum(np.maximum(total_s - whole, total_s / v - first), floor), total_s)
+        whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
+        floor = ifelse(whole > 0, maximum(bucket_s, total_s * self.contention), total_s)
+        return minimum(maximum(maximum(total_s - whole, total_s / v - first), floor), total_s)
 
     def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
-        if overlap.ndim == 0 and not bool(overlap):  # no window: the whole reduction
+        if one_value(overlap) and not bool(overlap):  # no window: the whole reduction
             return self.grad_s
-        window = np.where(overlap, self.grad_window_s, 0.0)
-        drain = np.where(overlap, drain_s, 0.0)
+        window = ifelse(overlap, self.grad_window_s, 0.0)
+        drain = ifelse(overlap, drain_s, 0.0)
         return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds)
 
     def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
         window = self.gather_window_s
-        if np.ndim(window) == 0 and not window:  # no window: the whole gather
+        if one_value(window) and not window:  # no window: the whole gather
             return self.gather_s
         return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
-        shared_window = self.gather_window_s + np.where(overlap, drain_s, 0.0)
-        buckets = np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
-        return np.minimum(both, np.maximum(both - shared_window, np.maximum(buckets, both * self.contention)))
+        shared_window = self.gather_window_s + ifelse(overlap, drain_s, 0.0)
+        buckets = ifelse(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
+        return minimum(both, maximum(both - shared_window, maximum(buckets, both * self.contention)))
 
 
 def dp_comm(
@@ -149,20 +150,20 @@ def dp_comm(
     backward passes (no gather after the optimizer).
     """
     plan = scn.plan
-    z = np.asarray(plan.zero_stage)
+    z = as_array(plan.zero_stage)
     if experts:
-        dp = np.asarray(plan.expert_dp, dtype=float)
+        dp = as_float(plan.expert_dp)
         group = fabric.group(dp, place["edp"])
     else:
-        dp = np.asarray(plan.dp, dtype=float) * np.asarray(plan.cp)  # CP ranks hold the same weights
+        dp = as_float(plan.dp) * as_array(plan.cp)  # CP ranks hold the same weights
         group = fabric.group(dp, place["dpcp"])
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
-    bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    bucket = minimum(n_params, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
     n_weights = n_params if n_weights is None else n_weights
-    w_bucket = np.minimum(n_weights, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    w_bucket = minimum(n_weights, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
     backward = cost.compute_backward_s + cost.tp_backward_s
     forward = cost.compute_forward_s + cost.tp_forward_s
-    overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
+    overlap_gather = as_bool(plan.overlap_param_gather)
     priced: dict[str, Number] = {}
 
     def price(name: str) -> Number:
@@ -183,7 +184,7 @@ def dp_comm(
 
     def stage(k: int) -> tuple[Number, ...]:
         """DpComm's fields for ZeRO stage k."""
-        after_optimizer = np.where(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
+        after_optimizer = ifelse(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
         if k == 0:
             return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
         per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
@@ -203,9 +204,9 @@ def dp_comm(
         gathers = 2 * m * price("weights_all_gather"), m * cost.total_s, 2 * m * price("bucket_weights_all_gather")
         return grad, window, price("bucket_reduce_scatter"), *gathers
 
-    sms = np.asarray(scn.cluster.gpu.sm_count, dtype=float)
-    contention = np.where(sms > 0, NCCL_OVERLAP_SMS / np.maximum(sms, 1.0), 0.0)
-    if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
+    sms = as_float(scn.cluster.gpu.sm_count)
+    contention = ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
+    if one_value(z):  # one ZeRO stage: only its own collectives are priced
         return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1, contention=contention)
     fields = zip(*(stage(k) for k in range(4)), strict=True)
     chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
@@ -233,7 +234,7 @@ def data_parallel_exposed_s(
     `params`): what each stage holds, when only some of it is trained (LoRA); ZeRO-3 gathers it.
     """
     plan = scn.plan
-    p = np.asarray(plan.pp, dtype=float)
+    p = as_float(plan.pp)
     exposed, totals = [], []
     held = params if weights is None else weights
     per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, held, strict=True)
@@ -245,15 +246,15 @@ def data_parallel_exposed_s(
         # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
         # "launch asynchronous communication at the same time across the pipeline-parallel
         # group"), which spends that drain
-        drain = np.where(v > 1, 0.0, index * (cost.compute_backward_s + cost.tp_backward_s) / v)
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, np.where(v > 1, p, 1.0))
+        drain = ifelse(v > 1, 0.0, index * (cost.compute_backward_s + cost.tp_backward_s) / v)
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, ifelse(v > 1, p, 1.0))
         exposed.append(grad + gather)
         totals.append(comm.total_s)
-    mid = np.where(p > 2, exposed[1], 0.0)
-    dp_exposed = np.maximum(np.maximum(exposed[0], mid), exposed[2])
+    mid = ifelse(p > 2, exposed[1], 0.0)
+    dp_exposed = maximum(maximum(exposed[0], mid), exposed[2])
     # the hidden share of the stage whose exposed part sets the step
-    pick = np.where(exposed[0] >= np.maximum(mid, exposed[2]), 0, np.where(exposed[2] >= mid, 2, 1))
-    hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
+    pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
+    hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
 
 
@@ -261,9 +262,9 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
     """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
     the backward pass (Megatron-LM), over the link between them; frozen under LoRA, nothing."""
     model, plan = scn.model, scn.plan
-    p = np.asarray(plan.pp, dtype=float)
+    p = as_float(plan.pp)
     if not model.tied_embeddings:
         return 0.0
     grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
-    sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(grads)
-    return np.where((p > 1) & (np.asarray(plan.lora_rank) == 0), sync, 0.0)
+    sync = fabric.group(2, ifelse(place["pp"] < p, 1, 2)).all_reduce(grads)
+    return ifelse((p > 1) & (as_array(plan.lora_rank) == 0), sync, 0.0)

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.arrays import one_value
 from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
@@ -299,7 +300,7 @@ class Fabric:
     def group(self, ranks: Number, per_node: Number) -> Group:
         """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
         per fabric and size when both are single numbers (a Group is never changed once built)."""
-        if np.ndim(ranks) or np.ndim(per_node):  # arrays: a group per call
+        if not (one_value(ranks) and one_value(per_node)):  # arrays: a group per call
             return Group(ranks, per_node, self.intra, self.inter, self.custom)
         key = (float(ranks), float(per_node))  # type: ignore[arg-type]
         group = self._groups.get(key)

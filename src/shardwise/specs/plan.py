@@ -15,7 +15,7 @@ from shardwise.precisions import COMPUTE_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
-from shardwise.specs.memo import Memo
+from shardwise.specs.memo import Memo, hash_once
 
 
 class Schedule(IntEnum):
@@ -69,6 +69,7 @@ _CHECKED = Memo("plan checks")
 _RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
 
 
+@hash_once
 @dataclass(frozen=True)
 class Plan:
     """tp x pp x dp x cp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved
