@@ -2,25 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardwise.specs._checks import Number
+if TYPE_CHECKING:  # not at run time: shardwise.specs imports this module
+    from shardwise.specs._checks import Number
 
 
 def where(condition: Number, a: Number, b: Number) -> Number:
     """`np.where(condition, a, b)`, but a condition that is one value (a plan's scalar field, as in
     a sweep's grid) returns `a` or `b` as it is instead of a full-size copy of it. The values
     are the same; the result may keep a smaller (broadcastable) shape."""
-    if np.ndim(condition) == 0:
+    if type(condition) in _SINGLE or np.ndim(condition) == 0:
         return a if bool(condition) else b
     return np.where(condition, a, b)
 
 
 def plus(a: Number, b: Number) -> Number:
     """`a + b`, without a pass over `a` when `b` is a scalar zero (an overhead left at its default)."""
-    if np.ndim(b) == 0 and float(b) == 0.0:
+    if (type(b) in _SINGLE or np.ndim(b) == 0) and float(b) == 0.0:
         return a
     return a + b
 
@@ -127,6 +129,11 @@ def minimum(a: Any, b: Any) -> Any:
 
 def select(conditions: list[Any], choices: list[Any], default: Any = 0) -> Any:
     """`np.select(conditions, choices, default)`; single numbers give the first true choice."""
+    if type(default) in _SINGLE and all(type(x) in _SINGLE for x in (*conditions, *choices)):
+        for condition, choice in zip(conditions, choices, strict=True):
+            if condition:
+                return choice
+        return default
     ones = [_one(x) for x in (*conditions, *choices, default)]
     if any(x is _NOT_ONE for x in ones):
         return np.select(conditions, choices, default)
@@ -139,10 +146,20 @@ def select(conditions: list[Any], choices: list[Any], default: Any = 0) -> Any:
 
 def choose(index: Any, choices: list[Any]) -> Any:
     """`np.choose(index, choices)`; a single index among single numbers picks one of them."""
+    if type(index) in _SINGLE and all(type(x) in _SINGLE for x in choices):
+        return choices[int(index)]
     ones = [_one(x) for x in (index, *choices)]
     if any(x is _NOT_ONE for x in ones):
         return np.choose(index, choices)
     return ones[1 + int(ones[0])]
+
+
+def sqrt(value: Any) -> Any:
+    """`np.sqrt(value)`; a single number >= 0 through `math.sqrt` (both are IEEE 754's correctly
+    rounded square root: the same bits)."""
+    if type(value) in _SINGLE and value >= 0:
+        return math.sqrt(value)
+    return np.sqrt(value)
 
 
 def any_true(value: Any) -> bool:

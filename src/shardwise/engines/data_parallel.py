@@ -165,22 +165,25 @@ def dp_comm(
     forward = cost.compute_forward_s + cost.tp_forward_s
     overlap_gather = as_bool(plan.overlap_param_gather)
     priced: dict[str, Number] = {}
+    collectives = {  # name: (collective, what of the parameters it moves, bytes per parameter)
+        "all_reduce": (group.all_reduce, "params", g_bytes),
+        "reduce_scatter": (group.reduce_scatter, "params", g_bytes),
+        "all_gather": (group.all_gather, "params", w_bytes),
+        "bucket_all_reduce": (group.all_reduce, "bucket", g_bytes),
+        "bucket_reduce_scatter": (group.reduce_scatter, "bucket", g_bytes),
+        "bucket_all_gather": (group.all_gather, "bucket", w_bytes),
+        "weights_all_gather": (group.all_gather, "weights", w_bytes),
+        "bucket_weights_all_gather": (group.all_gather, "weights_bucket", w_bytes),
+    }
+    counts = {"params": n_params, "bucket": bucket, "weights": n_weights, "weights_bucket": w_bucket}
 
     def price(name: str) -> Number:
         """One collective, priced when a ZeRO stage present first uses it."""
-        if name not in priced:
-            op, n = {
-                "all_reduce": (group.all_reduce, n_params * g_bytes),
-                "reduce_scatter": (group.reduce_scatter, n_params * g_bytes),
-                "all_gather": (group.all_gather, n_params * w_bytes),
-                "bucket_all_reduce": (group.all_reduce, bucket * g_bytes),
-                "bucket_reduce_scatter": (group.reduce_scatter, bucket * g_bytes),
-                "bucket_all_gather": (group.all_gather, bucket * w_bytes),
-                "weights_all_gather": (group.all_gather, n_weights * w_bytes),
-                "bucket_weights_all_gather": (group.all_gather, w_bucket * w_bytes),
-            }[name]
-            priced[name] = op(n)
-        return priced[name]
+        value = priced.get(name)
+        if value is None:
+            op, what, per_param = collectives[name]
+            value = priced[name] = op(counts[what] * per_param)
+        return value
 
     def stage(k: int) -> tuple[Number, ...]:
         """DpComm's fields for ZeRO stage k."""

@@ -11,6 +11,7 @@ from enum import IntEnum
 
 import numpy as np
 
+from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
@@ -179,7 +180,7 @@ class Plan:
         object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
         object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
-        if np.any(np.asarray(imbalance) < 1.0):
+        if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
                 f"plan: expert_imbalance {chk._short(self.expert_imbalance)} is not allowed; it is the busiest "
                 "expert rank's tokens over the mean, so >= 1 (1: a balanced router)"
@@ -198,7 +199,7 @@ class Plan:
             zero = chk.non_negative_int("plan: zero_stage", self.zero_stage)
         except SpecError:
             zero_ok = False
-        if not zero_ok or np.any(np.asarray(zero) > 3):
+        if not zero_ok or any_true(as_array(zero) > 3):
             bad: object = self.zero_stage  # None, (), a string: shown as given
             if zero_ok and np.ndim(zero) > 0:
                 bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
