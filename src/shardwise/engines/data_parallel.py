@@ -129,28 +129,46 @@ class DpComm:
         return minimum(both, maximum(both - shared_window, maximum(buckets, both * self.contention)))
 
 
-def dp_comm(
+# The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`.
+ZERO_COLLECTIVES = (
+    ("all_reduce", "bucket_all_reduce", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "weights_all_gather", "bucket_weights_all_gather"),
+)
+# What the prices of those collectives read of a plan: the groups (the layout), the parameters
+# each stage holds and trains (the split, the experts' layout, LoRA) and their bytes (the
+# precision). Plans that differ only in other fields (the batch, recomputation, the schedule, the
+# ZeRO stage, the overlaps) share them: `training.estimate_each_training_step` prices them once
+# per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
+COLLECTIVE_READS = frozenset(
+    ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
+) | {"lora_rank"}
+
+
+def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
+    """The names of the collectives `dp_comm` uses (`ZERO_COLLECTIVES`): one ZeRO stage's, or
+    every stage's for an array of them (`dp_comm` selects among all four)."""
+    z = as_array(zero_stage)
+    present = [int(z)] if one_value(z) else range(4)
+    return tuple(dict.fromkeys(name for k in present for name in ZERO_COLLECTIVES[k]))
+
+
+def collective_prices(
     scn: Scenario,
     fabric: Fabric,
     place: dict[str, Number],
     n_params: Number,
-    cost: StageCost,
-    m: Number,
+    names: tuple[str, ...],
     experts: bool = False,
     n_weights: Number | None = None,
-) -> DpComm:
-    """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
-    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
-    (default `n_params`): the weights ZeRO-3 gathers, more than the trained ones under LoRA.
-
-    ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
-    the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
-    distributed optimizer); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded);
-    ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the forward and
-    backward passes (no gather after the optimizer).
-    """
+) -> dict[str, Number]:
+    """The seconds of the collectives `names` of one stage's data-parallel communication (its
+    gradients' reduction, its weights' gathers, their first or last bucket), for `n_params`
+    parameters per GPU (with `experts`: routed-expert ones, over the expert-data-parallel ranks)
+    and `n_weights` held (default `n_params`; more than the trained ones under LoRA). Reads only
+    COLLECTIVE_READS of the plan."""
     plan = scn.plan
-    z = as_array(plan.zero_stage)
     if experts:
         dp = as_float(plan.expert_dp)
         group = fabric.group(dp, place["edp"])
@@ -158,13 +176,7 @@ def dp_comm(
         dp = as_float(plan.dp) * as_array(plan.cp)  # CP ranks hold the same weights
         group = fabric.group(dp, place["dpcp"])
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
-    bucket = minimum(n_params, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
     n_weights = n_params if n_weights is None else n_weights
-    w_bucket = minimum(n_weights, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
-    backward = cost.compute_backward_s + cost.tp_backward_s
-    forward = cost.compute_forward_s + cost.tp_forward_s
-    overlap_gather = as_bool(plan.overlap_param_gather)
-    priced: dict[str, Number] = {}
     collectives = {  # name: (collective, what of the parameters it moves, bytes per parameter)
         "all_reduce": (group.all_reduce, "params", g_bytes),
         "reduce_scatter": (group.reduce_scatter, "params", g_bytes),
@@ -175,15 +187,47 @@ def dp_comm(
         "weights_all_gather": (group.all_gather, "weights", w_bytes),
         "bucket_weights_all_gather": (group.all_gather, "weights_bucket", w_bytes),
     }
-    counts = {"params": n_params, "bucket": bucket, "weights": n_weights, "weights_bucket": w_bucket}
+    counts: dict[str, Number] = {"params": n_params, "weights": n_weights}
+    priced = {}
+    for name in names:
+        op, what, per_param = collectives[name]
+        if what not in counts:  # a bucket: Megatron-Core's bucket of the parameters, or all of them
+            n = n_weights if what == "weights_bucket" else n_params
+            counts[what] = minimum(n, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+        priced[name] = op(counts[what] * per_param)
+    return priced
 
-    def price(name: str) -> Number:
-        """One collective, priced when a ZeRO stage present first uses it."""
-        value = priced.get(name)
-        if value is None:
-            op, what, per_param = collectives[name]
-            value = priced[name] = op(counts[what] * per_param)
-        return value
+
+def dp_comm(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    n_params: Number,
+    cost: StageCost,
+    m: Number,
+    experts: bool = False,
+    n_weights: Number | None = None,
+    prices: dict[str, Number] | None = None,
+) -> DpComm:
+    """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
+    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
+    (default `n_params`): the weights ZeRO-3 gathers, more than the trained ones under LoRA.
+
+    ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
+    the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
+    distributed optimizer); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded);
+    ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the forward and
+    backward passes (no gather after the optimizer). `prices`: those of `collective_prices`
+    for the ZeRO stages present, when already known.
+    """
+    plan = scn.plan
+    z = as_array(plan.zero_stage)
+    if prices is None:
+        prices = collective_prices(scn, fabric, place, n_params, zero_collectives(z), experts, n_weights)
+    price = prices.__getitem__
+    backward = cost.compute_backward_s + cost.tp_backward_s
+    forward = cost.compute_forward_s + cost.tp_forward_s
+    overlap_gather = as_bool(plan.overlap_param_gather)
 
     def stage(k: int) -> tuple[Number, ...]:
         """DpComm's fields for ZeRO stage k."""
@@ -226,6 +270,7 @@ def data_parallel_exposed_s(
     v: Number,
     expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
     weights: tuple[Number, Number, Number] | None = None,
+    prices: StagePrices | None = None,
 ) -> tuple[Number, Number]:
     """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
     exposed part is largest sets the step. With overlap the reduction runs in buckets during the
@@ -235,16 +280,18 @@ def data_parallel_exposed_s(
     step's first forward). Routed-expert parameters (`expert_params`, part of `params`) are
     reduced over their own expert-data-parallel group, after the others. `weights` (default
     `params`): what each stage holds, when only some of it is trained (LoRA); ZeRO-3 gathers it.
+    `prices`: `stage_collective_prices` of these, when already known.
     """
     plan = scn.plan
     p = as_float(plan.pp)
     exposed, totals = [], []
-    held = params if weights is None else weights
-    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, held, strict=True)
-    for index, n_params, n_expert, cost, n_held in per_stage:
-        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_held - n_expert)
-        if scn.model.is_moe:
-            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
+    if prices is None:
+        prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
+    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, strict=True)
+    for index, n_params, n_expert, cost, (dense, routed) in per_stage:
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
+        if routed is not None:
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
         # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
         # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
         # "launch asynchronous communication at the same time across the pipeline-parallel
@@ -259,6 +306,32 @@ def data_parallel_exposed_s(
     pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
     hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+StagePrices = tuple[tuple[dict[str, Number], dict[str, Number] | None], ...]
+
+
+def stage_collective_prices(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+    weights: tuple[Number, Number, Number] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> StagePrices:
+    """`collective_prices` of the first, fullest middle and last stage (the arguments of
+    `data_parallel_exposed_s`) for the ZeRO stages present: (dense parameters', routed experts'
+    or None) per stage; `names` (default those of the plan's ZeRO stages, `zero_collectives`)
+    which. Reads only COLLECTIVE_READS of the plan (and its ZeRO stages without `names`)."""
+    names = zero_collectives(scn.plan.zero_stage) if names is None else names
+    held = params if weights is None else weights
+    out = []
+    for n_params, n_expert, n_held in zip(params, expert_params, held, strict=True):
+        dense = collective_prices(scn, fabric, place, n_params - n_expert, names, n_weights=n_held - n_expert)
+        routed = collective_prices(scn, fabric, place, n_expert, names, experts=True) if scn.model.is_moe else None
+        out.append((dense, routed))
+    return tuple(out)
 
 
 def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:

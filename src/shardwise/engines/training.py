@@ -41,7 +41,13 @@ from shardwise.engines.costs import (
     stages,
     tp_comm,
 )
-from shardwise.engines.data_parallel import data_parallel_exposed_s
+from shardwise.engines.data_parallel import (
+    COLLECTIVE_READS,
+    StagePrices,
+    data_parallel_exposed_s,
+    stage_collective_prices,
+    zero_collectives,
+)
 from shardwise.engines.deferred import deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
@@ -219,7 +225,10 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     params, expert_params = _stage_params(model, plan, split)
     trained = _trainable(model, plan, split, params)
     stage_costs = (first, middle, last)
-    dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, trained, stage_costs, m, v, expert_params, params)
+    prices = _collective_prices(scn, fabric, place, params, expert_params, trained)
+    dp_s, dp_hidden = data_parallel_exposed_s(
+        scn, fabric, place, trained, stage_costs, m, v, expert_params, params, prices
+    )
     optimizer_s = reduce(
         maximum,
         (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
@@ -254,6 +263,38 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
     memory = memory_breakdown(local, params, m, split, expert_params, moe_split, trained)
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+
+
+# Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).
+COLLECTIVE_IGNORES = frozenset(("plan", f.name) for f in dataclasses.fields(Plan) if f.name not in COLLECTIVE_READS)
+
+
+def _collective_prices(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: Triple,
+    expert_params: Triple,
+    trained: Triple,
+) -> StagePrices:
+    """`engines.data_parallel.stage_collective_prices` of the stages (trained parameters reduced,
+    held ones gathered), priced once per group of plans that differ only in fields they do not
+    read (a million random plans over a few dozen layouts: a few dozen groups)."""
+
+    names = zero_collectives(scn.plan.zero_stage)  # of every plan, not of a group's representative
+
+    def prices(one: Scenario) -> StagePrices:
+        if one is scn:  # priced as given (one configuration, or plans that do not group)
+            return stage_collective_prices(scn, fabric, place, trained, expert_params, params, names)
+        model, plan = one.model, one.plan
+        split = one.split
+        held, routed = _stage_params(model, plan, split)
+        place_one = placement(plan, one.cluster.gpus_per_node, experts=model.is_moe)
+        fabric_one = Fabric.of(one.cluster)
+        trained_one = _trainable(model, plan, split, held)
+        return stage_collective_prices(one, fabric_one, place_one, trained_one, routed, held, names)
+
+    return evaluate_grouped(prices, scn, COLLECTIVE_IGNORES)
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
