@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import reduce
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -267,6 +268,10 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
 # Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).
 COLLECTIVE_IGNORES = frozenset(("plan", f.name) for f in dataclasses.fields(Plan) if f.name not in COLLECTIVE_READS)
+_COLLECTIVE_FIELDS = tuple(sorted(COLLECTIVE_READS))
+# One configuration's prices, kept under what they read (`specs.memo`): plans that differ only in
+# the batch, recomputation, the schedule or the overlaps share them.
+_COLLECTIVES = Memo("data-parallel collective prices")
 
 
 def _collective_prices(
@@ -279,22 +284,36 @@ def _collective_prices(
 ) -> StagePrices:
     """`engines.data_parallel.stage_collective_prices` of the stages (trained parameters reduced,
     held ones gathered), priced once per group of plans that differ only in fields they do not
-    read (a million random plans over a few dozen layouts: a few dozen groups)."""
-
-    names = zero_collectives(scn.plan.zero_stage)  # of every plan, not of a group's representative
+    read (a million random plans over a few dozen layouts: a few dozen groups); one
+    configuration's kept under those fields."""
+    plan = scn.plan
+    names = zero_collectives(plan.zero_stage)  # of every plan, not of a group's representative
 
     def prices(one: Scenario) -> StagePrices:
         if one is scn:  # priced as given (one configuration, or plans that do not group)
             return stage_collective_prices(scn, fabric, place, trained, expert_params, params, names)
-        model, plan = one.model, one.plan
-        split = one.split
-        held, routed = _stage_params(model, plan, split)
-        place_one = placement(plan, one.cluster.gpus_per_node, experts=model.is_moe)
-        fabric_one = Fabric.of(one.cluster)
-        trained_one = _trainable(model, plan, split, held)
-        return stage_collective_prices(one, fabric_one, place_one, trained_one, routed, held, names)
+        return collective_prices_of(one, names)
 
-    return evaluate_grouped(prices, scn, COLLECTIVE_IGNORES)
+    key = (scn.model, scn.cluster, names, *(getattr(plan, name) for name in _COLLECTIVE_FIELDS))
+
+    def priced() -> StagePrices:  # read-only: a kept answer is shared
+        return tuple(
+            (MappingProxyType(dense), None if routed is None else MappingProxyType(routed))  # type: ignore[misc]
+            for dense, routed in evaluate_grouped(prices, scn, COLLECTIVE_IGNORES)
+        )
+
+    return _COLLECTIVES.get_or_compute(key, priced)  # type: ignore[no-any-return]
+
+
+def collective_prices_of(scn: Scenario, names: tuple[str, ...]) -> StagePrices:
+    """`_collective_prices` of a scenario from its fields alone (its stages' parameters, groups
+    and links): the collectives `names` of each stage. Reads only COLLECTIVE_READS of the plan."""
+    model, plan = scn.model, scn.plan
+    split = scn.split
+    held, routed = _stage_params(model, plan, split)
+    place = placement(plan, scn.cluster.gpus_per_node, experts=model.is_moe)
+    trained = _trainable(model, plan, split, held)
+    return stage_collective_prices(scn, Fabric.of(scn.cluster), place, trained, routed, held, names)
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, select, single
+from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, one_value, select
 from shardwise.physics import memory as mem
 from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes
 from shardwise.physics.moe import routed_tokens
@@ -167,7 +167,7 @@ def stage_states(
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state."""
     ranks = as_array(plan.dp) * as_array(plan.cp)
     shards = mem.zero_shards(ranks, plan.zero_stage)
-    no_experts = all((single(x) or np.ndim(x) == 0) and float(x) == 0.0 for x in expert_params)
+    no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
     fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (as_array(plan.zero_stage) == 3)
     states = []

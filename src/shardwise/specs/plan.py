@@ -249,21 +249,22 @@ class Plan:
         from shardwise.specs.rules import batch_rules, raise_first
 
         whole_batches, interleave_multiple = batch_rules(
-            self.global_batch, self.dp, self.micro_batch, self.pp, np.asarray(self.schedule) == Schedule.INTERLEAVED
+            self.global_batch, self.dp, self.micro_batch, self.pp, as_array(self.schedule) == Schedule.INTERLEAVED
         )
         raise_first([whole_batches])
-        pp_one = np.asarray(self.pp) == 1
-        given = (np.asarray(self.first_stage_layers) > 0) | (np.asarray(self.last_stage_layers) > 0)
+        pp_one = as_array(self.pp) == 1
+        given = (as_array(self.first_stage_layers) > 0) | (as_array(self.last_stage_layers) > 0)
         if chk.anywhere(pp_one & given):
             raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
-        sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
+        sched, vpp = as_array(self.schedule), as_array(self.vpp)
         bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
         if chk.anywhere(bad):
+            bad = np.asarray(bad)
             raise SpecError(
                 f"plan: vpp={np.broadcast_to(vpp, bad.shape)[bad].flat[0]} needs schedule=interleaved "
                 "(virtual stages only exist in the interleaved 1F1B schedule)"
             )
-        bad = (sched == Schedule.INTERLEAVED) & (np.asarray(self.pp) < 2)
+        bad = (sched == Schedule.INTERLEAVED) & (as_array(self.pp) < 2)
         if chk.anywhere(bad):
             raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
         raise_first([interleave_multiple])
