@@ -54,9 +54,12 @@ def _own_leaves(obj: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
+    values = [getattr(obj, name) for name in names]
+    others = {type(v) for v in values} - _PLAIN
+    if all(issubclass(kind, (int, float, str)) for kind in others):  # plain values (an enum too): no leaves
+        return []
     out = []
-    for name in names:
-        value = getattr(obj, name)
+    for name, value in zip(names, values, strict=True):
         if type(value) in _PLAIN:
             continue
         if isinstance(value, np.ndarray):
