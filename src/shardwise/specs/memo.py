@@ -158,7 +158,8 @@ def hash_once(cls: C) -> C:
     `@dataclass(frozen=True)`): a model or a cluster is part of every key above, and hashing
     its fields each time took microseconds (a Scenario about 9 us). An instance holding arrays
     does not hash, as before (nothing is kept). The hash is not pickled: string hashes differ
-    between processes."""
+    between processes. A `__post_init__` must not hash its own instance before it has set its
+    last field (the hash kept would be of the fields then)."""
     fields_hash = cls.__hash__
 
     def __hash__(self: Any) -> int:
