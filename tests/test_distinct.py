@@ -220,3 +220,17 @@ def test_where_with_one_condition_returns_the_branch_itself():
     assert where(True, a, b) is a and where(np.bool_(False), a, b) is b
     assert np.array_equal(where(np.array([True, False, True]), a, b), np.where([True, False, True], a, b))
     assert plus(a, 0.0) is a and np.array_equal(plus(a, 1.0), a + 1.0)
+
+
+def test_grouped_collective_prices_follow_every_field_they_read():
+    """The data-parallel collectives are priced once per group of plans that agree on what they
+    read (COLLECTIVE_READS): an uneven split changes a stage's parameters, so plans that differ
+    only in it must not share prices."""
+    base = random_plans(5, 8000, "gpt-96l-4096h", nodes=16)
+    plan = base.plan
+    rng = np.random.default_rng(5)
+    first = np.where(plan.pp > 1, rng.choice([0, 10, 20], plan.tp.size), 0)
+    scn = Scenario(base.model, base.cluster, dataclasses.replace(plan, first_stage_layers=first))
+    with pytest.MonkeyPatch.context() as mp:
+        reference = _each_without_grouping(scn, mp)
+    same(estimate_each_training_step(scn), reference)

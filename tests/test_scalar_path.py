@@ -256,3 +256,27 @@ def test_a_plans_rules_read_only_the_fields_their_verdict_is_kept_under(case):
     reads = _Reads(plan)
     assert Plan._check_rules(reads)  # type: ignore[arg-type]
     assert reads.names and reads.names <= set(_RULE_FIELDS), sorted(reads.names - set(_RULE_FIELDS))
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_collective_prices_read_only_the_fields_they_are_kept_and_grouped_under(case):
+    """The data-parallel collectives of a configuration are kept (and, over many plans, priced
+    once per group) under COLLECTIVE_READS of the plan: they read no other plan field."""
+    from shardwise.engines.data_parallel import COLLECTIVE_READS, zero_collectives
+    from shardwise.engines.training import collective_prices_of
+
+    scn, plans = draw(case, 2)
+    plan = Plan(**plans[0])  # type: ignore[arg-type]
+    one = Scenario(scn.model, scn.cluster, plan)
+    reads = _Reads(plan)
+    object.__setattr__(one, "plan", reads)
+    one.__dict__.pop("split", None)
+    with memo.disabled():
+        collective_prices_of(one, zero_collectives(plan.zero_stage))
+    properties = {
+        "expert_tp": {"etp", "tp"},
+        "expert_dp": {"tp", "cp", "dp", "ep", "etp"},
+        "bytes_per_element": {"precision"},
+    }
+    read = set().union(*(properties.get(name, {name}) for name in reads.names))
+    assert read and read <= COLLECTIVE_READS, sorted(read - COLLECTIVE_READS)

@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardwise.arrays import any_true, as_array
 from shardwise.physics import memory as mem
 from shardwise.physics import remat
 from shardwise.physics.collectives import Fabric, Group
@@ -162,8 +163,8 @@ def context_parallel(scn: Scenario) -> Scenario:
     """The scenario as one context-parallel rank sees it: sequences of seq_len / cp tokens (TP
     messages, pipeline sends, activations, the output layer and the loss all shrink by cp); the
     attention still spans the whole sequence (`layer_cost(..., kv_len=seq_len)`)."""
-    cp = np.asarray(scn.plan.cp)
-    if not np.any(cp > 1):
+    cp = as_array(scn.plan.cp)
+    if not any_true(cp > 1):
         return scn
     local = scn.model.with_(seq_len=scn.model.seq_len // cp)
     return RankView(local, scn.cluster, scn.plan)  # type: ignore[return-value]

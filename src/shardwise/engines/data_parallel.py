@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
@@ -86,12 +87,12 @@ class DpComm:
         passes to hide behind, and only chunk 0's -- 1/v of the bytes -- is left with one
         chunk-backward (and the drain); the parameter all-gather mirrors it over the first
         round of forward passes. With v = 1 both reduce to the single window."""
-        overlap = np.asarray(overlap_grad, dtype=bool)
-        z3 = np.asarray(self.shared_window, dtype=bool)
-        if z3.ndim == 0 and bool(z3):
+        overlap = as_bool(overlap_grad)
+        z3 = as_bool(self.shared_window)
+        if one_value(z3) and bool(z3):
             return self._shared_s(overlap, drain_s), 0.0
         grad, gather = self._grad_s(overlap, drain_s, chunks, rounds), self._gather_s(chunks, rounds)
-        if z3.ndim == 0:
+        if one_value(z3):
             return grad, gather
         return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
 
@@ -101,31 +102,100 @@ class DpComm:
         """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
         drain): per chunk where it is (see `exposed_s`), at least its unhideable bucket and the
         compute NCCL's SMs take while the rest hides; with no window, all of it."""
-        v = np.where(np.asarray(self.per_chunk, dtype=bool), np.asarray(chunks, dtype=float), 1.0)
+        v = ifelse(as_bool(self.per_chunk), as_float(chunks), 1.0)
         one = window_s / v  # one chunk's pass of the micro-batch
         first = one + drain_s
-        whole = one * (1.0 + (v - 1.0) * np.asarray(rounds, dtype=float)) + drain_s
-        floor = np.where(whole > 0, np.maximum(bucket_s, total_s * self.contention), total_s)
-        return np.minimum(np.maximum(np.maximum(total_s - whole, total_s / v - first), floor), total_s)
+        whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
+        floor = ifelse(whole > 0, maximum(bucket_s, total_s * self.contention), total_s)
+        return minimum(maximum(maximum(total_s - whole, total_s / v - first), floor), total_s)
 
     def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
-        if overlap.ndim == 0 and not bool(overlap):  # no window: the whole reduction
+        if one_value(overlap) and not bool(overlap):  # no window: the whole reduction
             return self.grad_s
-        window = np.where(overlap, self.grad_window_s, 0.0)
-        drain = np.where(overlap, drain_s, 0.0)
+        window = ifelse(overlap, self.grad_window_s, 0.0)
+        drain = ifelse(overlap, drain_s, 0.0)
         return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds)
 
     def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
         window = self.gather_window_s
-        if np.ndim(window) == 0 and not window:  # no window: the whole gather
+        if one_value(window) and not window:  # no window: the whole gather
             return self.gather_s
         return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
-        shared_window = self.gather_window_s + np.where(overlap, drain_s, 0.0)
-        buckets = np.where(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
-        return np.minimum(both, np.maximum(both - shared_window, np.maximum(buckets, both * self.contention)))
+        shared_window = self.gather_window_s + ifelse(overlap, drain_s, 0.0)
+        buckets = ifelse(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
+        return minimum(both, maximum(both - shared_window, maximum(buckets, both * self.contention)))
+
+
+# The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`.
+ZERO_COLLECTIVES = (
+    ("all_reduce", "bucket_all_reduce", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "weights_all_gather", "bucket_weights_all_gather"),
+)
+# What the prices of those collectives read of a plan: the groups (the layout), the parameters
+# each stage holds and trains (the split, the experts' layout, LoRA) and their bytes (the
+# precision). Plans that differ only in other fields (the batch, recomputation, the schedule, the
+# ZeRO stage, the overlaps) share them: `training.estimate_each_training_step` prices them once
+# per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
+COLLECTIVE_READS = frozenset(
+    ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
+) | {"lora_rank"}
+
+
+def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
+    """The names of the collectives `dp_comm` uses (`ZERO_COLLECTIVES`): one ZeRO stage's, or
+    every stage's for an array of them (`dp_comm` selects among all four)."""
+    z = as_array(zero_stage)
+    present = [int(z)] if one_value(z) else range(4)
+    return tuple(dict.fromkeys(name for k in present for name in ZERO_COLLECTIVES[k]))
+
+
+def collective_prices(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    n_params: Number,
+    names: tuple[str, ...],
+    experts: bool = False,
+    n_weights: Number | None = None,
+) -> dict[str, Number]:
+    """The seconds of the collectives `names` of one stage's data-parallel communication (its
+    gradients' reduction, its weights' gathers, their first or last bucket), for `n_params`
+    parameters per GPU (with `experts`: routed-expert ones, over the expert-data-parallel ranks)
+    and `n_weights` held (default `n_params`; more than the trained ones under LoRA). Reads only
+    COLLECTIVE_READS of the plan."""
+    plan = scn.plan
+    if experts:
+        dp = as_float(plan.expert_dp)
+        group = fabric.group(dp, place["edp"])
+    else:
+        dp = as_float(plan.dp) * as_array(plan.cp)  # CP ranks hold the same weights
+        group = fabric.group(dp, place["dpcp"])
+    g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
+    n_weights = n_params if n_weights is None else n_weights
+    collectives = {  # name: (collective, what of the parameters it moves, bytes per parameter)
+        "all_reduce": (group.all_reduce, "params", g_bytes),
+        "reduce_scatter": (group.reduce_scatter, "params", g_bytes),
+        "all_gather": (group.all_gather, "params", w_bytes),
+        "bucket_all_reduce": (group.all_reduce, "bucket", g_bytes),
+        "bucket_reduce_scatter": (group.reduce_scatter, "bucket", g_bytes),
+        "bucket_all_gather": (group.all_gather, "bucket", w_bytes),
+        "weights_all_gather": (group.all_gather, "weights", w_bytes),
+        "bucket_weights_all_gather": (group.all_gather, "weights_bucket", w_bytes),
+    }
+    counts: dict[str, Number] = {"params": n_params, "weights": n_weights}
+    priced = {}
+    for name in names:
+        op, what, per_param = collectives[name]
+        if what not in counts:  # a bucket: Megatron-Core's bucket of the parameters, or all of them
+            n = n_weights if what == "weights_bucket" else n_params
+            counts[what] = minimum(n, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+        priced[name] = op(counts[what] * per_param)
+    return priced
 
 
 def dp_comm(
@@ -137,6 +207,7 @@ def dp_comm(
     m: Number,
     experts: bool = False,
     n_weights: Number | None = None,
+    prices: dict[str, Number] | None = None,
 ) -> DpComm:
     """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
     `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
@@ -146,44 +217,21 @@ def dp_comm(
     the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
     distributed optimizer); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded);
     ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the forward and
-    backward passes (no gather after the optimizer).
+    backward passes (no gather after the optimizer). `prices`: those of `collective_prices`
+    for the ZeRO stages present, when already known.
     """
     plan = scn.plan
-    z = np.asarray(plan.zero_stage)
-    if experts:
-        dp = np.asarray(plan.expert_dp, dtype=float)
-        group = fabric.group(dp, place["edp"])
-    else:
-        dp = np.asarray(plan.dp, dtype=float) * np.asarray(plan.cp)  # CP ranks hold the same weights
-        group = fabric.group(dp, place["dpcp"])
-    g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
-    bucket = np.minimum(n_params, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
-    n_weights = n_params if n_weights is None else n_weights
-    w_bucket = np.minimum(n_weights, np.maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+    z = as_array(plan.zero_stage)
+    if prices is None:
+        prices = collective_prices(scn, fabric, place, n_params, zero_collectives(z), experts, n_weights)
+    price = prices.__getitem__
     backward = cost.compute_backward_s + cost.tp_backward_s
     forward = cost.compute_forward_s + cost.tp_forward_s
-    overlap_gather = np.asarray(plan.overlap_param_gather, dtype=bool)
-    priced: dict[str, Number] = {}
-
-    def price(name: str) -> Number:
-        """One collective, priced when a ZeRO stage present first uses it."""
-        if name not in priced:
-            op, n = {
-                "all_reduce": (group.all_reduce, n_params * g_bytes),
-                "reduce_scatter": (group.reduce_scatter, n_params * g_bytes),
-                "all_gather": (group.all_gather, n_params * w_bytes),
-                "bucket_all_reduce": (group.all_reduce, bucket * g_bytes),
-                "bucket_reduce_scatter": (group.reduce_scatter, bucket * g_bytes),
-                "bucket_all_gather": (group.all_gather, bucket * w_bytes),
-                "weights_all_gather": (group.all_gather, n_weights * w_bytes),
-                "bucket_weights_all_gather": (group.all_gather, w_bucket * w_bytes),
-            }[name]
-            priced[name] = op(n)
-        return priced[name]
+    overlap_gather = as_bool(plan.overlap_param_gather)
 
     def stage(k: int) -> tuple[Number, ...]:
         """DpComm's fields for ZeRO stage k."""
-        after_optimizer = np.where(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
+        after_optimizer = ifelse(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
         if k == 0:
             return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
         per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
@@ -203,9 +251,9 @@ def dp_comm(
         gathers = 2 * m * price("weights_all_gather"), m * cost.total_s, 2 * m * price("bucket_weights_all_gather")
         return grad, window, price("bucket_reduce_scatter"), *gathers
 
-    sms = np.asarray(scn.cluster.gpu.sm_count, dtype=float)
-    contention = np.where(sms > 0, NCCL_OVERLAP_SMS / np.maximum(sms, 1.0), 0.0)
-    if z.ndim == 0:  # one ZeRO stage: only its own collectives are priced
+    sms = as_float(scn.cluster.gpu.sm_count)
+    contention = ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
+    if one_value(z):  # one ZeRO stage: only its own collectives are priced
         return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1, contention=contention)
     fields = zip(*(stage(k) for k in range(4)), strict=True)
     chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
@@ -222,6 +270,7 @@ def data_parallel_exposed_s(
     v: Number,
     expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
     weights: tuple[Number, Number, Number] | None = None,
+    prices: StagePrices | None = None,
 ) -> tuple[Number, Number]:
     """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
     exposed part is largest sets the step. With overlap the reduction runs in buckets during the
@@ -231,39 +280,67 @@ def data_parallel_exposed_s(
     step's first forward). Routed-expert parameters (`expert_params`, part of `params`) are
     reduced over their own expert-data-parallel group, after the others. `weights` (default
     `params`): what each stage holds, when only some of it is trained (LoRA); ZeRO-3 gathers it.
+    `prices`: `stage_collective_prices` of these, when already known.
     """
     plan = scn.plan
-    p = np.asarray(plan.pp, dtype=float)
+    p = as_float(plan.pp)
     exposed, totals = [], []
-    held = params if weights is None else weights
-    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, held, strict=True)
-    for index, n_params, n_expert, cost, n_held in per_stage:
-        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_held - n_expert)
-        if scn.model.is_moe:
-            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
+    if prices is None:
+        prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
+    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, strict=True)
+    for index, n_params, n_expert, cost, (dense, routed) in per_stage:
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
+        if routed is not None:
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
         # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
         # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
         # "launch asynchronous communication at the same time across the pipeline-parallel
         # group"), which spends that drain
-        drain = np.where(v > 1, 0.0, index * (cost.compute_backward_s + cost.tp_backward_s) / v)
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, np.where(v > 1, p, 1.0))
+        drain = ifelse(v > 1, 0.0, index * (cost.compute_backward_s + cost.tp_backward_s) / v)
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, ifelse(v > 1, p, 1.0))
         exposed.append(grad + gather)
         totals.append(comm.total_s)
-    mid = np.where(p > 2, exposed[1], 0.0)
-    dp_exposed = np.maximum(np.maximum(exposed[0], mid), exposed[2])
+    mid = ifelse(p > 2, exposed[1], 0.0)
+    dp_exposed = maximum(maximum(exposed[0], mid), exposed[2])
     # the hidden share of the stage whose exposed part sets the step
-    pick = np.where(exposed[0] >= np.maximum(mid, exposed[2]), 0, np.where(exposed[2] >= mid, 2, 1))
-    hidden = np.choose(pick, [totals[i] - exposed[i] for i in range(3)])
+    pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
+    hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+StagePrices = tuple[tuple[dict[str, Number], dict[str, Number] | None], ...]
+
+
+def stage_collective_prices(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+    weights: tuple[Number, Number, Number] | None = None,
+    names: tuple[str, ...] | None = None,
+) -> StagePrices:
+    """`collective_prices` of the first, fullest middle and last stage (the arguments of
+    `data_parallel_exposed_s`) for the ZeRO stages present: (dense parameters', routed experts'
+    or None) per stage; `names` (default those of the plan's ZeRO stages, `zero_collectives`)
+    which. Reads only COLLECTIVE_READS of the plan (and its ZeRO stages without `names`)."""
+    names = zero_collectives(scn.plan.zero_stage) if names is None else names
+    held = params if weights is None else weights
+    out = []
+    for n_params, n_expert, n_held in zip(params, expert_params, held, strict=True):
+        dense = collective_prices(scn, fabric, place, n_params - n_expert, names, n_weights=n_held - n_expert)
+        routed = collective_prices(scn, fabric, place, n_expert, names, experts=True) if scn.model.is_moe else None
+        out.append((dense, routed))
+    return tuple(out)
 
 
 def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
     """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
     the backward pass (Megatron-LM), over the link between them; frozen under LoRA, nothing."""
     model, plan = scn.model, scn.plan
-    p = np.asarray(plan.pp, dtype=float)
+    p = as_float(plan.pp)
     if not model.tied_embeddings:
         return 0.0
     grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
-    sync = fabric.group(2, np.where(place["pp"] < p, 1, 2)).all_reduce(grads)
-    return np.where((p > 1) & (np.asarray(plan.lora_rank) == 0), sync, 0.0)
+    sync = fabric.group(2, ifelse(place["pp"] < p, 1, 2)).all_reduce(grads)
+    return ifelse((p > 1) & (as_array(plan.lora_rank) == 0), sync, 0.0)

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 T = TypeVar("T")
 
 _SUBCLASSES: dict[tuple[type, frozenset[str]], type] = {}
+_BY_CALL: dict[tuple[object, ...], type] = {}
 
 
 class _Computed:
@@ -41,15 +42,23 @@ class _Computed:
 def deferred(cls: type[T], compute: Callable[[], dict[str, Any]], **eager: Any) -> T:
     """An instance of `cls` (a dataclass) with the fields in `eager` set and the others taken from
     `compute()`, called once on the first read of any of them (module docstring)."""
-    later = frozenset(f.name for f in dataclasses.fields(cls)) - frozenset(eager)  # type: ignore[arg-type]
+    sub = _BY_CALL.get((cls, *eager))  # the same fields given at the same call: the same subclass
+    if sub is None:
+        later = frozenset(f.name for f in dataclasses.fields(cls)) - frozenset(eager)  # type: ignore[arg-type]
+        sub = _BY_CALL[(cls, *eager)] = _subclass(cls, later)
+    out = object.__new__(sub)
+    out.__dict__.update(eager, _compute=compute)
+    return out  # type: ignore[no-any-return]
+
+
+def _subclass(cls: type, later: frozenset[str]) -> type:
+    """`cls` with the fields `later` computed on first read, one per (class, fields)."""
     sub = _SUBCLASSES.get((cls, later))
     if sub is None:
         attrs: dict[str, Any] = {name: _Computed(name) for name in later}
         sub = type(cls.__name__, (cls,), {**attrs, "__doc__": cls.__doc__, "__qualname__": cls.__qualname__})
         _SUBCLASSES[(cls, later)] = sub
-    out = object.__new__(sub)
-    out.__dict__.update(eager, _compute=compute)
-    return out  # type: ignore[no-any-return]
+    return sub
 
 
 def rebound(value: T, **fields: Any) -> T:

@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import dataclasses
 from functools import reduce
+from types import MappingProxyType
 from typing import Any, NamedTuple
 
 import numpy as np
 
-from shardwise.arrays import plus, where
+from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, plus, where
 from shardwise.engines.costs import (
     Stages,
     add_costs,
@@ -45,7 +46,13 @@ from shardwise.engines.costs import (
     stages,
     tp_comm,
 )
-from shardwise.engines.data_parallel import data_parallel_exposed_s
+from shardwise.engines.data_parallel import (
+    COLLECTIVE_READS,
+    StagePrices,
+    data_parallel_exposed_s,
+    stage_collective_prices,
+    zero_collectives,
+)
 from shardwise.engines.deferred import deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
@@ -92,11 +99,11 @@ def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
     another, `physics.microbatch.pipeline_transfers`) and, when blocking, a device sync after
     each batched send/receive."""
     plan = scn.plan
-    v = np.asarray(plan.vpp, dtype=float)
-    blocking = ~np.asarray(plan.overlap_p2p, dtype=bool)
-    sync = np.where(np.asarray(plan.pipeline_sync, dtype=bool), PIPELINE_SYNC_S, 0.0)
+    v = as_float(plan.vpp)
+    blocking = ~as_bool(plan.overlap_p2p)
+    sync = ifelse(as_bool(plan.pipeline_sync), PIPELINE_SYNC_S, 0.0)
     transfers = pipeline_transfers(plan.p2p_serial, blocking)
-    return np.where(np.asarray(plan.pp) > 1, v * (transfers * send_s + 2 * np.where(blocking, sync, 0.0)), 0.0)
+    return ifelse(as_array(plan.pp) > 1, v * (transfers * send_s + 2 * ifelse(blocking, sync, 0.0)), 0.0)
 
 
 # Fields a micro-batch's stage costs do not read (`micro_batch_stages`): plans that differ only in
@@ -183,7 +190,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
-    p, v, m = (np.asarray(x, dtype=float) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
+    p, v, m = (as_float(x) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
     split = scn.split
 
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
@@ -209,38 +216,41 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     # when they are longer than it. One send over the slowest boundary (across nodes when the PP
     # group spans nodes).
     crosses = place["pp"] < plan.pp
-    send_s = np.where(p > 1, np.where(crosses, sends.across_s, sends.within_s), 0.0)
+    send_s = ifelse(p > 1, ifelse(crosses, sends.across_s, sends.within_s), 0.0)
     p2p = stage_sends_per_micro_batch_s(scn, send_s)
-    overlap = np.asarray(plan.overlap_p2p, dtype=bool)
+    overlap = as_bool(plan.overlap_p2p)
 
     def with_sends(total: Number) -> Number:
-        return where(overlap, np.maximum(total, p2p), total + p2p)
+        return where(overlap, maximum(total, p2p), total + p2p)
 
     # the stack's fixed cost per micro-batch (0 unless calibrated) is on every stage's own time
-    mb_over = np.asarray(cluster.micro_batch_overhead_s, dtype=float)
+    mb_over = as_float(cluster.micro_batch_overhead_s)
     c_first, c_mid, c_last = (plus(with_sends(s.total_s), mb_over) for s in (first, middle, last))
-    n_mid = np.maximum(p - 2, 0.0)
-    c_mid_sum = where(overlap, np.maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
+    n_mid = maximum(p - 2, 0.0)
+    c_mid_sum = where(overlap, maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
     c_mid_sum = plus(c_mid_sum, n_mid * mb_over)
     # Each model chunk holds whole layers: a stage of L layers in v chunks has chunks of up to
     # ceil(L / v) layers (12 layers in 5 chunks: 3, 3, 2, 2, 2), and the fill and drain pass the
     # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
-    fullest = np.maximum(np.maximum(split.first, where(p > 2, split.middle_max, 0.0)), where(p > 1, split.last, 0.0))
+    fullest = maximum(maximum(split.first, where(p > 2, split.middle_max, 0.0)), where(p > 1, split.last, 0.0))
     v_whole = where(v > 1, fullest / np.ceil(fullest / v), v)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v_whole, c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
-    zb = np.asarray(plan.schedule) == Schedule.ZB_H1
-    if np.any(zb):
+    zb = as_array(plan.schedule) == Schedule.ZB_H1
+    if any_true(zb):
         w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s)
-        fill = np.maximum(pipe_s - (p - 1) * 2 * w_stage, m * np.maximum(np.maximum(c_first, c_mid), c_last))
+        fill = maximum(pipe_s - (p - 1) * 2 * w_stage, m * maximum(maximum(c_first, c_mid), c_last))
         pipe_s = where(zb, fill, pipe_s)
     params, expert_params = _stage_params(model, plan, split)
     trained = _trainable(model, plan, split, params)
     stage_costs = (first, middle, last)
-    dp_s, dp_hidden = data_parallel_exposed_s(scn, fabric, place, trained, stage_costs, m, v, expert_params, params)
+    prices = _collective_prices(scn, fabric, place, params, expert_params, trained)
+    dp_s, dp_hidden = data_parallel_exposed_s(
+        scn, fabric, place, trained, stage_costs, m, v, expert_params, params, prices
+    )
     optimizer_s = reduce(
-        np.maximum,
+        maximum,
         (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
     )
     step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
@@ -248,15 +258,15 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     def diagnostics() -> dict[str, Any]:
         """Where the time goes, the FLOPs and the hidden communication: computed when first read
         (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
-        c_max = np.maximum(np.maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
-        slowest = select(c_first >= np.maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-        exposed_p2p = where(overlap, np.maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
+        c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
+        slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
+        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
         breakdown = StepBreakdown(
             compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
             tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
             ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
             pp_p2p_s=m * exposed_p2p,
-            pp_bubble_s=np.maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
+            pp_bubble_s=maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
             dp_comm_s=dp_s,
             optimizer_s=optimizer_s,
             overhead_s=m * mb_over + cluster.step_overhead_s,
@@ -280,6 +290,56 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
     memory = memory_breakdown(local, params, m, split, expert_params, moe_split, trained)
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+
+
+# Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).
+COLLECTIVE_IGNORES = frozenset(("plan", f.name) for f in dataclasses.fields(Plan) if f.name not in COLLECTIVE_READS)
+_COLLECTIVE_FIELDS = tuple(sorted(COLLECTIVE_READS))
+# One configuration's prices, kept under what they read (`specs.memo`): plans that differ only in
+# the batch, recomputation, the schedule or the overlaps share them.
+_COLLECTIVES = Memo("data-parallel collective prices")
+
+
+def _collective_prices(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: Triple,
+    expert_params: Triple,
+    trained: Triple,
+) -> StagePrices:
+    """`engines.data_parallel.stage_collective_prices` of the stages (trained parameters reduced,
+    held ones gathered), priced once per group of plans that differ only in fields they do not
+    read (a million random plans over a few dozen layouts: a few dozen groups); one
+    configuration's kept under those fields."""
+    plan = scn.plan
+    names = zero_collectives(plan.zero_stage)  # of every plan, not of a group's representative
+
+    def prices(one: Scenario) -> StagePrices:
+        if one is scn:  # priced as given (one configuration, or plans that do not group)
+            return stage_collective_prices(scn, fabric, place, trained, expert_params, params, names)
+        return collective_prices_of(one, names)
+
+    key = (scn.model, scn.cluster, names, *(getattr(plan, name) for name in _COLLECTIVE_FIELDS))
+
+    def priced() -> StagePrices:  # read-only: a kept answer is shared
+        return tuple(
+            (MappingProxyType(dense), None if routed is None else MappingProxyType(routed))  # type: ignore[misc]
+            for dense, routed in evaluate_grouped(prices, scn, COLLECTIVE_IGNORES)
+        )
+
+    return _COLLECTIVES.get_or_compute(key, priced)  # type: ignore[no-any-return]
+
+
+def collective_prices_of(scn: Scenario, names: tuple[str, ...]) -> StagePrices:
+    """`_collective_prices` of a scenario from its fields alone (its stages' parameters, groups
+    and links): the collectives `names` of each stage. Reads only COLLECTIVE_READS of the plan."""
+    model, plan = scn.model, scn.plan
+    split = scn.split
+    held, routed = _stage_params(model, plan, split)
+    place = placement(plan, scn.cluster.gpus_per_node, experts=model.is_moe)
+    trained = _trainable(model, plan, split, held)
+    return stage_collective_prices(scn, Fabric.of(scn.cluster), place, trained, routed, held, names)
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
@@ -348,10 +408,10 @@ def optimizer_time_s(
     whose frozen weights are cast too) to FP8 in both layouts
     (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest."""
     plan = scn.plan
-    sharded = np.asarray(plan.zero_stage) >= 1
-    shards = np.asarray(plan.dp) * np.asarray(plan.cp)  # the distributed optimizer shards over dp x cp
-    expert_shards = np.where(sharded, plan.expert_dp, 1) if scn.model.is_moe else 1
-    local = (n_params - n_expert) / np.where(sharded, shards, 1) + n_expert / expert_shards
+    sharded = as_array(plan.zero_stage) >= 1
+    shards = as_array(plan.dp) * as_array(plan.cp)  # the distributed optimizer shards over dp x cp
+    expert_shards = ifelse(sharded, plan.expert_dp, 1) if scn.model.is_moe else 1
+    local = (n_params - n_expert) / ifelse(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu
     update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
     if not is_fp8(plan.precision):

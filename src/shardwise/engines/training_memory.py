@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, one_value, select
 from shardwise.physics import memory as mem
 from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes
 from shardwise.physics.moe import routed_tokens
@@ -61,9 +62,9 @@ def memory_breakdown(
     unsaved = mem.layer_activation_bytes(
         model, plan.micro_batch, plan.tp, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e
     )
-    rc = np.asarray(plan.recompute)
-    working = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
-    p = np.asarray(plan.pp, dtype=float)
+    rc = plan.recompute
+    working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
+    p = as_float(plan.pp)
     t, b, s = plan.tp, plan.micro_batch, model.seq_len
     split = scn.split if split is None else split
     # Layers recomputed whole (`Plan.recompute_layers`, a dense model's) keep only their input. The
@@ -89,14 +90,14 @@ def memory_breakdown(
     # the combined 1F1B of `moe_overlap` starts the next forward before the backward it pairs
     # with: one more model chunk of activations in flight (Megatron-Core adds one warm-up chunk)
     if moe_layers is not None:
-        ahead = np.asarray(plan.moe_overlap, dtype=bool) & (np.asarray(m) > 1)
-        v = np.asarray(plan.vpp, dtype=float)
+        ahead = as_bool(plan.moe_overlap) & (as_array(m) > 1)
+        v = as_float(plan.vpp)
         in_first, in_mid, in_last = (
-            n + np.where(ahead, layers / v, 0.0)
+            n + ifelse(ahead, layers / v, 0.0)
             for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
         )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage
-    sp_split = np.where(np.asarray(plan.sequence_parallel, dtype=bool), t, 1)
+    sp_split = ifelse(as_bool(plan.sequence_parallel), t, 1)
     emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
     # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
     # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
@@ -104,13 +105,13 @@ def memory_breakdown(
     # output layer holds the larger of the two.
     stack = mem.stack_memory(plan.framework)
     grads_flow = mem.backward_transient_bytes(model, b, t, plan.sequence_parallel, e)
-    head = 2 * e * s * b * model.hidden / sp_split + np.maximum(mem.logits_bytes(model, b, t, stack), grads_flow)
+    head = 2 * e * s * b * model.hidden / sp_split + maximum(mem.logits_bytes(model, b, t, stack), grads_flow)
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
 
     def kept(in_flight: Number, layers: Number, moe: Number, n_whole: Number) -> Number:
         """Layer-micro-batches in flight at the stage's mix of dense, MoE and whole-recomputed layers."""
-        n = np.maximum(layers, 1.0)
+        n = maximum(layers, 1.0)
         return in_flight * (per_layer + moe / n * moe_extra + n_whole / n * whole_extra)
 
     w_first, w_mid, w_last = (
@@ -123,8 +124,8 @@ def memory_breakdown(
         )
     )
     acts = (
-        kept(in_first, split.first, n_moe.first, whole.first) + w_first + emb_mask + np.where(p == 1, head, grads_flow),
-        np.where(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max, whole.middle_max) + w_mid + grads_flow, 0.0),
+        kept(in_first, split.first, n_moe.first, whole.first) + w_first + emb_mask + ifelse(p == 1, head, grads_flow),
+        ifelse(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max, whole.middle_max) + w_mid + grads_flow, 0.0),
         kept(in_last, split.last, n_moe.last, whole.last) + w_last + head,
     )
     states = stage_states(plan, params, expert_params, trained)
@@ -135,20 +136,20 @@ def memory_breakdown(
     ]
     allocator = [stack.fragmentation * (act + gathered + reducing) for act in acts]
     totals = [sum(st) + act + buf + al for st, act, buf, al in zip(states, acts, buffers, allocator, strict=True)]
-    totals[1] = np.where(p > 2, totals[1], -np.inf)
-    pick = np.where(totals[0] >= np.maximum(totals[1], totals[2]), 0, np.where(totals[2] >= totals[1], 2, 1))
-    w, g, o = (np.choose(pick, [st[i] for st in states]) for i in range(3))
+    totals[1] = ifelse(p > 2, totals[1], -np.inf)
+    pick = ifelse(totals[0] >= maximum(totals[1], totals[2]), 0, ifelse(totals[2] >= totals[1], 2, 1))
+    w, g, o = (choose(pick, [st[i] for st in states]) for i in range(3))
     cluster = scn.cluster
-    nvls = cluster.nvls & (np.asarray(cluster.intra_node_link.nvls_efficiency) > 0)
+    nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     return mem.MemoryBreakdown(
         weights_bytes=w,
         gradients_bytes=g,
         optimizer_bytes=o,
-        activations_bytes=np.choose(pick, list(acts)),
+        activations_bytes=choose(pick, list(acts)),
         reserved_bytes=runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
         + 0.0 * w,
-        buffers_bytes=np.choose(pick, buffers),
-        allocator_bytes=np.choose(pick, allocator),
+        buffers_bytes=choose(pick, buffers),
+        allocator_bytes=choose(pick, allocator),
     )
 
 
@@ -161,11 +162,11 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     matrices, replicated = layer_params_split(model)
     layer = matrices / plan.tp + replicated
     if moe:
-        layer = np.maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
-    unit = np.maximum(layer, model.vocab * model.hidden / plan.tp)
-    z3 = np.asarray(plan.zero_stage) == 3
-    gathered = np.where(z3, mem.weight_bytes_per_param(plan.precision) * (unit + layer), 0.0)
-    return gathered, np.where(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
+        layer = maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
+    unit = maximum(layer, model.vocab * model.hidden / plan.tp)
+    z3 = as_array(plan.zero_stage) == 3
+    gathered = ifelse(z3, mem.weight_bytes_per_param(plan.precision) * (unit + layer), 0.0)
+    return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
 def stage_buffers(plan: Plan, stack: mem.StackMemory, trained: Number, activations: Number) -> Number:
@@ -173,12 +174,12 @@ def stage_buffers(plan: Plan, stack: mem.StackMemory, trained: Number, activatio
     torch DDP's bucket copies and DeepSpeed's reduction buckets where gradients are reduced over
     dp x cp ranks, and the gradient copies a stack makes at the end of the backward pass or in the
     optimizer step where they exceed the activations freed by then."""
-    ranks = np.asarray(plan.dp) * np.asarray(plan.cp)
-    zero = np.asarray(plan.zero_stage)
-    ddp = np.where((ranks > 1) & (zero < 3), stack.ddp_bucket_bytes_per_param * trained, 0.0)
-    buckets = np.where((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
-    step = np.where(zero == 0, stack.step_grad_bytes_per_param, 0.0)
-    late = np.maximum(np.maximum(stack.grad_copy_bytes_per_param, step) * trained - activations, 0.0)
+    ranks = as_array(plan.dp) * as_array(plan.cp)
+    zero = as_array(plan.zero_stage)
+    ddp = ifelse((ranks > 1) & (zero < 3), stack.ddp_bucket_bytes_per_param * trained, 0.0)
+    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
+    step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
+    late = maximum(maximum(stack.grad_copy_bytes_per_param, step) * trained - activations, 0.0)
     return ddp + buckets + late
 
 
@@ -191,10 +192,11 @@ def stage_states(
     """(weights, gradients, optimizer) bytes on one GPU of the first, fullest middle and last
     stage: the dense parameters sharded by ZeRO over dp x cp, the routed experts' over expert_dp.
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state."""
-    shards = mem.zero_shards(np.asarray(plan.dp) * np.asarray(plan.cp), plan.zero_stage)
-    no_experts = all(np.ndim(x) == 0 and float(x) == 0.0 for x in expert_params)
+    ranks = as_array(plan.dp) * as_array(plan.cp)
+    shards = mem.zero_shards(ranks, plan.zero_stage)
+    no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
-    fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (np.asarray(plan.zero_stage) == 3)
+    fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (as_array(plan.zero_stage) == 3)
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
         dense = mem.sharded_state_bytes(n - n_expert, shards, plan.precision)
@@ -205,10 +207,10 @@ def stage_states(
         if routed_shards is not None:
             routed = mem.sharded_state_bytes(n_expert, routed_shards, plan.precision)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
-        if not lora and np.any(fp32_shards):  # FSDP: the fp32 shard is the weight, no 16-bit one
+        if not lora and any_true(fp32_shards):  # FSDP: the fp32 shard is the weight, no 16-bit one
             w, g, o = dense
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
-            dense = (np.where(fp32_shards, master, w), g, np.where(fp32_shards, o - master, o))
+            dense = (ifelse(fp32_shards, master, w), g, ifelse(fp32_shards, o - master, o))
         states.append(dense)
     return states
 

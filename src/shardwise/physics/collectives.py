@@ -75,6 +75,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.arrays import ifelse, minimum, one_value, sqrt
 from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
@@ -183,21 +184,25 @@ class Group:
             )
         # (kernel, NVLink-class, P2P on) of the serving engine's own all-reduce, inside one server
         self._custom = (p, intra, ~multi, *custom) if custom is not None and custom[0] != "none" else None
+        if p.ndim == 0:  # one group: numpy scalars for its 0-d arrays (the same values, cheaper to use)
+            for name in self.__slots__:
+                if hasattr(self, name):
+                    setattr(self, name, _unwrapped(getattr(self, name)))
 
     @staticmethod
     def _pipe(latency: Number, transfer: Number) -> Number:
-        return latency + transfer + 2.0 * np.sqrt(latency * transfer)  # (sqrt(a) + sqrt(b))^2
+        return latency + transfer + 2.0 * sqrt(latency * transfer)  # (sqrt(a) + sqrt(b))^2
 
     def all_reduce(self, n_bytes: Number) -> Number:
         """Ring, NVLS inside one switch domain, or NCCL's double binary tree across nodes, whichever
         is faster; the serving engine's own kernel where it would use it (`physics.custom_allreduce`)."""
         ring = self._base + self._pipe(self._ar_latency, self._ar_factor * n_bytes * self._inv_bw)
         if self._nvls is not None:
-            ring = np.minimum(ring, self._base + NVLS_LATENCY_S + self._pipe(self._nvls_step, n_bytes * self._nvls))
+            ring = minimum(ring, self._base + NVLS_LATENCY_S + self._pipe(self._nvls_step, n_bytes * self._nvls))
         if self._ll is not None:
             wire = self._ar_factor * n_bytes
             for latency, _, inv in self._ll:
-                ring = np.minimum(ring, latency + wire * inv)
+                ring = minimum(ring, latency + wire * inv)
         if self._custom is not None:
             p, link, inside, kernel, nvlink, p2p = self._custom
             own = custom_all_reduce_s(n_bytes, p, link, kernel, nvlink, p2p)
@@ -205,7 +210,7 @@ class Group:
         if self._multi is None:
             return ring
         tree = self._base + self._pipe(self._tree_latency, 2.0 * n_bytes * self._inv_bw)
-        return np.where(self._multi & (self._ar_factor > 0), np.minimum(ring, tree), ring)
+        return ifelse(self._multi & (self._ar_factor > 0), minimum(ring, tree), ring)
 
     def reduce_scatter(self, n_bytes: Number) -> Number:
         """Ring reduce-scatter of an `n_bytes` buffer (each rank keeps 1/p); an all-gather of an
@@ -214,7 +219,7 @@ class Group:
         ring = self._base + self._pipe(self._rs_latency, wire * self._inv_bw)
         if self._ll is not None:
             for _, latency, inv in self._ll:
-                ring = np.minimum(ring, latency + wire * inv)
+                ring = minimum(ring, latency + wire * inv)
         return ring
 
     all_gather = reduce_scatter
@@ -230,6 +235,15 @@ class Group:
         latency, inv_in, inv_out, _, _ = self._a2a
         transfer = np.maximum(intra_bytes * inv_in, inter_bytes * inv_out)
         return self._base + self._pipe(latency, transfer)
+
+
+def _unwrapped(value: object) -> object:
+    """A 0-d array as its numpy scalar, inside tuples too; anything else as it is."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        return value[()]
+    if type(value) is tuple:
+        return tuple(_unwrapped(v) for v in value)
+    return value
 
 
 def all_reduce_time_s(
@@ -324,7 +338,7 @@ class Fabric:
     def group(self, ranks: Number, per_node: Number) -> Group:
         """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
         per fabric and size when both are single numbers (a Group is never changed once built)."""
-        if np.ndim(ranks) or np.ndim(per_node):  # arrays: a group per call
+        if not (one_value(ranks) and one_value(per_node)):  # arrays: a group per call
             return Group(ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale)
         key = (float(ranks), float(per_node))  # type: ignore[arg-type]
         group = self._groups.get(key)

@@ -28,6 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from shardwise.arrays import any_true, as_array
 from shardwise.physics.compute import (
     FUSED_ACCUMULATE_BYTES,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
@@ -94,8 +95,8 @@ def trainable_params(
 ) -> Number:
     """What has gradients and optimizer state on a GPU holding `layers` layers and `params`
     parameters: the adapters under LoRA (`rank` > 0), all of `params` otherwise."""
-    rank = np.asarray(rank)
-    if not np.any(rank > 0):
+    rank = as_array(rank)
+    if not any_true(rank > 0):
         return params
     return np.where(rank > 0, layers * layer_adapter_params(model, tp, rank, bytes_per_element), params)
 

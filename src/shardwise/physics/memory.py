@@ -37,6 +37,7 @@ from typing import ClassVar
 
 import numpy as np
 
+from shardwise.arrays import as_array, as_bool, ifelse
 from shardwise.physics import remat
 from shardwise.physics.flops import DROPOUT_MASK_BYTES
 from shardwise.specs import Model, Recompute, Schedule
@@ -230,8 +231,8 @@ class MemoryBreakdown:
 def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]:
     """Over how many ranks ZeRO shards the (weights, gradients, optimizer state): dp from stage
     3, 2 and 1 on, else 1 (Rajbhandari et al. 2020)."""
-    z = np.asarray(zero_stage)
-    return np.where(z >= 3, dp, 1), np.where(z >= 2, dp, 1), np.where(z >= 1, dp, 1)
+    z = as_array(zero_stage)
+    return ifelse(z >= 3, dp, 1), ifelse(z >= 2, dp, 1), ifelse(z >= 1, dp, 1)
 
 
 def model_state_bytes(params: Number, dp: Number, zero_stage: Number, precision: str) -> tuple[Number, Number, Number]:
@@ -394,5 +395,5 @@ def backward_transient_bytes(
     gradients flowing into and out of the layer (2 s b h, split with sequence parallelism)."""
     s, b, h, f, e = model.seq_len, batch, model.hidden, model.ffn_hidden, bytes_per_element
     gate = 2 if model.gated_mlp else 1
-    sp = np.where(np.asarray(sequence_parallel, dtype=bool), tp, 1)
+    sp = ifelse(as_bool(sequence_parallel), tp, 1)
     return e * s * b * ((gate + 1) * f / tp + 2 * h / sp)

@@ -13,6 +13,7 @@ import numpy as np
 from shardwise.precisions import FP4_PRECISIONS, FP8_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
+from shardwise.specs.memo import hash_once
 from shardwise.specs.pcie import PcieTopology
 
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
@@ -55,6 +56,7 @@ class GemmTable:
             chk.positive(f"gemm_table: {name}", np.asarray(getattr(self, name), dtype=float))
 
 
+@hash_once
 @dataclass(frozen=True)
 class Gpu:
     """One accelerator.
@@ -134,6 +136,7 @@ class Gpu:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
+@hash_once
 @dataclass(frozen=True)
 class Link:
     """A link between GPUs (NVLink, PCIe) or a NIC (InfiniBand, Ethernet), one direction per GPU.
@@ -180,6 +183,7 @@ class Link:
 CUSTOM_ALL_REDUCE_KERNELS = ("none", "vllm", "trtllm", "sglang")
 
 
+@hash_once
 @dataclass(frozen=True)
 class Cluster:
     """`nodes` servers of `gpus_per_node` GPUs. Inside a server GPUs talk over `intra_node_link`;

@@ -15,10 +15,12 @@ import numpy as np
 
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
+from shardwise.specs.memo import hash_once
 
 MAX_LAYERS = 1_000_000
 
 
+@hash_once
 @dataclass(frozen=True)
 class Model:
     """A decoder-only transformer. `kv_heads` defaults to `heads` (multi-head attention) and

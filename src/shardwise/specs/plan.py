@@ -11,11 +11,12 @@ from enum import IntEnum
 
 import numpy as np
 
+from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
-from shardwise.specs.memo import Memo
+from shardwise.specs.memo import Memo, hash_once
 
 
 class Schedule(IntEnum):
@@ -90,6 +91,7 @@ _CHECKED = Memo("plan checks")
 _RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
 
 
+@hash_once
 @dataclass(frozen=True)
 class Plan:
     """tp x pp x dp x cp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved
@@ -222,7 +224,7 @@ class Plan:
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
-        if np.any(np.asarray(imbalance) < 1.0):
+        if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
                 f"plan: expert_imbalance {chk._short(self.expert_imbalance)} is not allowed; it is the busiest "
                 "expert rank's tokens over the mean, so >= 1 (1: a balanced router)"
@@ -241,7 +243,7 @@ class Plan:
             zero = chk.non_negative_int("plan: zero_stage", self.zero_stage)
         except SpecError:
             zero_ok = False
-        if not zero_ok or np.any(np.asarray(zero) > 3):
+        if not zero_ok or any_true(as_array(zero) > 3):
             bad: object = self.zero_stage  # None, (), a string: shown as given
             if zero_ok and np.ndim(zero) > 0:
                 bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
@@ -296,21 +298,22 @@ class Plan:
         from shardwise.specs.rules import batch_rules, raise_first
 
         whole_batches, interleave_multiple = batch_rules(
-            self.global_batch, self.dp, self.micro_batch, self.pp, np.asarray(self.schedule) == Schedule.INTERLEAVED
+            self.global_batch, self.dp, self.micro_batch, self.pp, as_array(self.schedule) == Schedule.INTERLEAVED
         )
         raise_first([whole_batches])
-        pp_one = np.asarray(self.pp) == 1
-        given = (np.asarray(self.first_stage_layers) > 0) | (np.asarray(self.last_stage_layers) > 0)
+        pp_one = as_array(self.pp) == 1
+        given = (as_array(self.first_stage_layers) > 0) | (as_array(self.last_stage_layers) > 0)
         if chk.anywhere(pp_one & given):
             raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
-        sched, vpp = np.asarray(self.schedule), np.asarray(self.vpp)
+        sched, vpp = as_array(self.schedule), as_array(self.vpp)
         bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
         if chk.anywhere(bad):
+            bad = np.asarray(bad)
             raise SpecError(
                 f"plan: vpp={np.broadcast_to(vpp, bad.shape)[bad].flat[0]} needs schedule=interleaved "
                 "(virtual stages only exist in the interleaved 1F1B schedule)"
             )
-        bad = (sched == Schedule.INTERLEAVED) & (np.asarray(self.pp) < 2)
+        bad = (sched == Schedule.INTERLEAVED) & (as_array(self.pp) < 2)
         if chk.anywhere(bad):
             raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
         raise_first([interleave_multiple])

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
+from shardwise.arrays import as_array, as_bool, maximum, single
 from shardwise.specs._checks import Number, SpecError
 
 if TYPE_CHECKING:
@@ -56,8 +57,12 @@ def _at(bad: np.ndarray, *arrays: Number) -> list[object]:
 
 def divides(rule: str, field: str, value: Number, by_field: str, by: Number, why: str = "") -> Rule:
     """`value` is a multiple of `by`."""
-    a, b = np.broadcast_arrays(np.asarray(value), np.asarray(by))
-    ok = np.mod(a, b) == 0
+    if single(value, by) and by != 0:  # one plan: Python's remainder (the same truth as np.mod's)
+        a, b = value, by
+        ok = np.bool_(a % b == 0)
+    else:
+        a, b = np.broadcast_arrays(np.asarray(value), np.asarray(by))
+        ok = np.mod(a, b) == 0
 
     def error() -> str:
         x, y = _at(~ok, a, b)
@@ -85,7 +90,7 @@ def model_rules(
 def batch_rules(global_batch: Number, dp: Number, micro_batch: Number, pp: Number, interleaved: Number) -> list[Rule]:
     """The global batch splits into whole micro-batches per replica; the interleaved schedule
     needs a micro-batch count that is a multiple of pp (Megatron-LM's rule)."""
-    per_step = np.asarray(dp) * np.asarray(micro_batch)
+    per_step = as_array(dp) * as_array(micro_batch)
     rules = [
         divides(
             "the batch must be divisible by dp x micro-batch",
@@ -96,8 +101,8 @@ def batch_rules(global_batch: Number, dp: Number, micro_batch: Number, pp: Numbe
             "each data-parallel replica runs whole micro-batches",
         )
     ]
-    m = np.asarray(global_batch) / np.maximum(per_step, 1)
-    ok = ~np.asarray(interleaved, dtype=bool) | (np.mod(m, pp) == 0)
+    m = as_array(global_batch) / maximum(per_step, 1)
+    ok = ~as_bool(interleaved) | ((m % pp == 0) if single(m, pp) else (np.mod(m, pp) == 0))
 
     def error() -> str:
         mm, p = _at(~ok, m, pp)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from shardwise.specs._checks import SpecError
 from shardwise.specs.hardware import Cluster
-from shardwise.specs.memo import Memo
+from shardwise.specs.memo import Memo, hash_once
 from shardwise.specs.model import Model
 from shardwise.specs.plan import Plan
 
@@ -35,6 +35,7 @@ RULE_FIELDS = (
 )
 
 
+@hash_once
 @dataclass(frozen=True)
 class Scenario:
     """Checked on construction:
