@@ -547,8 +547,8 @@ def test_calibrated_sweep_bands_are_each_points_own(cli, tmp_path: Path):
     assert json.loads(out)["interval"]["per_point"] is True
     assert cli([*args, "--out", str(grid)])[0] == 0
     rows = list(csv.DictReader(grid.open()))
-    plain = {round(float(r["time_s_high[pp=8]"]) / float(r["time_s[pp=8]"]), 4) for r in rows}
-    assert len(plain) == 1  # uncalibrated: the public spread everywhere
+    plain = [float(r["time_s_high[pp=8]"]) / float(r["time_s[pp=8]"]) for r in rows]
+    assert max(plain) - min(plain) < 2e-5 * max(plain)  # uncalibrated: the public spread everywhere (6 digits)
 
 
 def test_sensitivity_ratios_carry_intervals(cli, tmp_path: Path):
