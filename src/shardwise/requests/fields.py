@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.recompute_policies import SELECTIVE_POLICIES
 
 TRUE_WORDS = ("true", "yes", "on", "1")
 FALSE_WORDS = ("false", "no", "off", "0")
@@ -43,21 +44,6 @@ class Field:
 def _f(name: str, kind: str, default: Any = None, *choices: str, flag: str = "", dest: str = "") -> Field:
     return Field(name, kind, default, tuple(choices), flag, dest)
 
-
-# what recompute="selective" recomputes: as specs.plan.SELECTIVE_POLICIES (no numpy here; a test
-# checks they agree): Megatron's attention core, torchtitan's op-level policy, JAX remat policies
-SELECTIVE_POLICIES = (
-    "attention",
-    "op",
-    "minimal_flash",
-    "minimal",
-    "save_dot_with_context_except_mlp",
-    "save_dot_except_mlpwi",
-    "save_dot_except_mlp",
-    "save_qkv_proj",
-    "save_out_proj",
-    "save_nothing",
-)
 
 MODEL_FIELDS = (
     _f("model", "str", flag="--model", dest="model_name"),

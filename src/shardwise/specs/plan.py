@@ -13,6 +13,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS
+from shardwise.recompute_policies import SELECTIVE_POLICIES  # re-exported: the Plan's check
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
@@ -47,20 +48,7 @@ class Recompute(IntEnum):
 
 MOE_DISPATCHERS = ("alltoall", "flex")
 ATTENTION_KERNELS = ("fused", "flash2")  # physics.stack
-# "attention": Megatron's attention core; "op": torchtitan's op-level policy; the rest JAX remat
-# policies (physics/remat.py, MaxText's and Praxis's names)
-SELECTIVE_POLICIES = (
-    "attention",
-    "op",
-    "minimal_flash",
-    "minimal",
-    "save_dot_with_context_except_mlp",
-    "save_dot_except_mlpwi",
-    "save_dot_except_mlp",
-    "save_qkv_proj",
-    "save_out_proj",
-    "save_nothing",
-)
+
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
 # How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,

@@ -1,0 +1,18 @@
+"""What recompute="selective" recomputes, one list for the Plan and the command line (no imports:
+the CLI's option modules read it at import time and must stay light).
+
+"attention": Megatron-LM's attention core (Korthikanti et al. 2022); "op": torchtitan's op-level
+policy; the rest JAX remat policies, MaxText's and Praxis's names (`physics/remat.py`)."""
+
+SELECTIVE_POLICIES = (
+    "attention",
+    "op",
+    "minimal_flash",
+    "minimal",
+    "save_dot_with_context_except_mlp",
+    "save_dot_except_mlpwi",
+    "save_dot_except_mlp",
+    "save_qkv_proj",
+    "save_out_proj",
+    "save_nothing",
+)
