@@ -243,10 +243,10 @@ SCENARIO_FLAGS: dict[str, list[tuple[str, str]]] = {
     "--nics-per-node": FLOAT_VALUES,
     "--link-latency": TIME_VALUES,
     "--stage-layers": STAGE_VALUES,
-    "--family": [("gpt", E), ("llama", E), ("GPT", I), ("mamba", I), ("", I)],
-    "--schedule": [("gpipe", E), ("zb-h1", E), ("interleaved", E), ("1F1B", I), ("", I)],
+    "--family": [("gpt", E), ("llama", E), ("GPT", E), ("mamba", I), ("", I)],  # choices in any case (#36)
+    "--schedule": [("gpipe", E), ("zb-h1", E), ("interleaved", E), ("1F1B", E), ("", I)],
     "--recompute": [("full", E), ("selective", E), ("none", E), ("all", I)],
-    "--precision": [("fp8", E), ("fp16", E), ("fp4", I), ("BF16", I)],
+    "--precision": [("fp8", E), ("fp16", E), ("fp4", I), ("BF16", E)],
 }
 PLAN_FLAGS: dict[str, list[tuple[str, str]]] = {
     **{f: INT_VALUES for f in MODEL_INT_FLAGS},

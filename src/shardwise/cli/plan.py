@@ -22,6 +22,8 @@ def _ints(ctx: click.Context, param: click.Parameter, value: str | None) -> tupl
     from shardwise.errors import SpecError
     from shardwise.requests.plan import _ints as parse
 
+    if value is not None and not value.strip():  # given, but empty: a mistake, not "searched"
+        raise click.BadParameter("'' is not allowed; give whole numbers (4 or 4,8), or leave the flag out to search")
     try:
         return parse(str(param.name), value)
     except SpecError as exc:
@@ -33,6 +35,8 @@ def _names(allowed: tuple[str, ...]) -> Any:
         from shardwise.errors import SpecError
         from shardwise.requests.plan import _names as names
 
+        if value is not None and not value.strip():  # given, but empty: a mistake, not "searched"
+            raise click.BadParameter(f"'' is not allowed; choose from {', '.join(allowed)}, or leave the flag out")
         try:
             return names(str(param.name), value, allowed)
         except SpecError as exc:

@@ -252,7 +252,8 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         tp_comm_s=busy * tp_share,
         ep_comm_s=busy * ep_share,
         pp_p2p_s=sends,  # blocking sends (and syncs); overlapped ones only show as bubble when late
-        pp_bubble_s=sim.pipeline_end_s - busy - sends - over_mb,
+        # the busiest stage's idle time; rounding leaves -1e-16 where it is never idle
+        pp_bubble_s=max(0.0, sim.pipeline_end_s - busy - sends - over_mb),
         dp_comm_s=max(0.0, last_tail - optimizer),
         optimizer_s=min(optimizer, last_tail),
         overhead_s=over_mb + over_step,

@@ -176,8 +176,19 @@ def values_of(data: Any, table: tuple[Field, ...], where: str = "") -> dict[str,
 def by_name(options: dict[str, Any], table: tuple[Field, ...] = TRAINING_FIELDS) -> dict[str, Any]:
     """A click command's parsed options under the fields' names (`model_name` -> `model`); a
     command's own options are left out."""
+    refuse_empty(options)
     keys = {f.key: f.name for f in table}
     return {keys[k]: v for k, v in options.items() if k in keys}
+
+
+def refuse_empty(options: dict[str, Any]) -> None:
+    """A flag given an empty value on the command line (`--dp ''`) is refused in one line: in a CSV
+    cell or a control an empty value means "not given", but a flag given nothing is a mistake."""
+    flags = {f.key: f.option for f in (*TRAINING_FIELDS, *EXPERIMENT_FIELDS)}
+    for key, value in options.items():
+        if isinstance(value, str) and not value.strip():
+            flag = flags.get(key, "--" + key.replace("_", "-"))
+            raise SpecError(f"{flag}: {value!r} is not allowed; give a value, or leave {flag} out for its default")
 
 
 def default(name: str, table: tuple[Field, ...] = TRAINING_FIELDS) -> Any:

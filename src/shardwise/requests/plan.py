@@ -168,6 +168,9 @@ class PlanRequest:
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> PlanRequest:
         """From `plan`'s parsed click options."""
+        from shardwise.requests.fields import refuse_empty
+
+        refuse_empty(options)
         own = {f.name for f in fields(cls)} - {"training"}
         skip = {*LAYOUT_FIELDS, "zero"} - {"nodes", "num_gpus"}
         training = TrainingRequest.from_options({k: v for k, v in options.items() if k not in skip})
