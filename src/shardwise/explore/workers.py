@@ -158,6 +158,8 @@ class _Worker:
         self.process.start()
         child.close()
         self.ready = False
+        self._stopping = threading.Lock()  # the pool's close and a request's replacement may race
+        self._stopped = False
 
     def call(self, args: list[str], limit_s: float) -> Outcome:
         try:
@@ -178,10 +180,16 @@ class _Worker:
         return outcome
 
     def stop(self) -> None:
-        if self.process.is_alive():
-            self.process.kill()
-        self.process.join(timeout=10)
-        self.conn.close()
+        """Kill the process and close its pipe, once: a second caller (the pool closing while a
+        request replaces the worker it lost) returns at once instead of closing a descriptor twice."""
+        with self._stopping:
+            if self._stopped:
+                return
+            self._stopped = True
+            if self.process.is_alive():
+                self.process.kill()
+            self.process.join(timeout=10)
+            self.conn.close()
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
