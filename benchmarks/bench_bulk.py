@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
-import time
 from collections.abc import Callable
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
-from unit import allocator_option, apply_allocator, numpy_unit_s
+from unit import allocator_option, apply_allocator, numpy_unit_s, timed
 
 from shardwise import presets
 from shardwise.engines.training import estimate_training_step
@@ -77,12 +75,7 @@ def timings(fields: dict[str, np.ndarray], repeat: int) -> dict[str, float]:
         return est.step_time_s, est.memory.total_bytes
 
     def median(fn: Callable[[], object]) -> float:
-        runs = []
-        for _ in range(repeat):
-            start = time.perf_counter()
-            fn()
-            runs.append(time.perf_counter() - start)
-        return statistics.median(runs)
+        return timed(fn, repeat)
 
     whole()  # warm-up
     plan = Plan(**fields)  # type: ignore[arg-type]

@@ -223,7 +223,7 @@ def serve(
         from shardwise.cli.serve_targets import print_targets
 
         with progress_bar(request.search_size(setting), "plans x precisions", disable=as_json) as advance:
-            found = request._search(setting, advance)
+            found = request.search(setting, advance)
         if as_json:
             from shardwise import export
 

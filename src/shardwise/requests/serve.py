@@ -232,12 +232,13 @@ class ServeRequest:
         (`TargetsResult`; `progress(n)` is called as plans x precisions are done)."""
         s = self.setting()
         if self.targets:
-            return self._search(s, progress)
+            return self.search(s, progress)
         from shardwise.requests.serve_result import priced
 
         return priced(self, s)
 
-    def _search(self, s: ServeSetting, progress: Any) -> TargetsResult:
+    def search(self, s: ServeSetting, progress: Any = None) -> TargetsResult:
+        """The latency-target search on a resolved setting (`progress(n)` as plans x precisions are done)."""
         from shardwise.analyses.serving_targets import search
         from shardwise.requests.serve_plans import scenario_of
 
