@@ -162,3 +162,15 @@ def test_serve_names_the_topology(cli):
     assert "PCIe: 4 GPUs per switch, 4 per socket, hops beyond a switch staged through host memory" in " ".join(
         out.split()
     )
+
+
+def test_the_generic_pcie_boxes_have_two_sockets_so_tp8_crosses_the_socket_link():
+    """l40s-8x and a100-pcie-8x: 4 GPUs per socket (#37). TP 4 keeps a GPU's PCIe rate; TP 8's ring
+    crosses the socket link (22 GB/s Sapphire Rapids UPI, 16 GB/s AMD Infinity Fabric, NCCL's values)."""
+    for name, socket in (("l40s-8x", 22e9), ("a100-pcie-8x", 16e9)):
+        cluster = presets.system(name)
+        top, link = cluster.pcie, cluster.intra_node_link
+        assert top is not None and top.gpus_per_socket == 4
+        b = float(link.effective_bandwidth_bytes_per_s)
+        assert float(ring_bandwidth_bytes_per_s(top, link, True, 4)) == pytest.approx(b)
+        assert float(ring_bandwidth_bytes_per_s(top, link, True, 8)) == pytest.approx(min(b, socket))

@@ -33,7 +33,9 @@ CITATION = (
     "on PCIe GPUs (data/PUBLIC_RUNS.md)"
 )
 LEFT_OUT = (
-    "no PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 (-sm layer, decode) names no model, "
+    "no TP(k)/TP(k/2) pair on PCIe exists in the public data (public_serving_multi_gpu.csv pairs TP with a layer "
+    "split at one GPU count); no PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 "
+    "(-sm layer, decode) names no model, "
     "llama.cpp#25051 splits over unlike GPUs (RTX 4090 + A16); TensorRT-LLM's Llama 3.1 405B pairs TP 8 in FP8 "
     "(H100, H200) with TP 4 in FP4 (B200, GB200): a precision and a GPU generation apart, not a scaling ratio"
 )

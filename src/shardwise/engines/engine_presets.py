@@ -4,8 +4,10 @@ small messages, how much memory its KV cache gets, its chunked-prefill token bud
 per-stage cost of its pipeline parallelism where a public measurement gives one.
 
 KV-cache memory rules (M the GPU's memory, W the weights on it, R = `RUNTIME_RESERVED_BYTES`):
-- TensorRT-LLM: `KvCacheConfig.free_gpu_memory_fraction` = 0.9 of what is free after the weights
-  and the runtime: 0.9 (M - W - R) (tensorrt_llm/llmapi/llm_args.py);
+- TensorRT-LLM: `KvCacheConfig.free_gpu_memory_fraction` = 0.9 of what is free after the weights,
+  the runtime and the engine's own buffers E (activations sized by `max_num_tokens`, runtime and
+  decoder buffers by `max_batch_size`, as trtllm-bench builds the engine: `engines.trtllm_buffers`):
+  0.9 (M - W - R - E) (tensorrt_llm/llmapi/llm_args.py);
 - vLLM: `gpu_memory_utilization` = 0.9 of the whole GPU for weights, activations and cache:
   0.9 M - W - R (vllm/config/cache.py; the worker profiles the activation peak, here R);
 - SGLang: `mem_fraction_static` = (M - reserved) / M holds weights and cache, reserved (MiB) =
@@ -59,13 +61,16 @@ class EnginePreset:
     kv_fraction: float = 0.9
     nvls: bool = True  # whether it lets NCCL reduce in the NVLink switch
     stage_overhead_s: float = 0.0
+    # the engine's activation, runtime and decoder buffers come out of the free memory before the
+    # KV cache's fraction, sized as trtllm-bench builds it (`engines.trtllm_buffers`)
+    bench_buffers: bool = False
     weight_formats: tuple[str, ...] = ()
     source: str = ""
 
 
 ENGINES = {
     "tensorrt-llm": EnginePreset(
-        "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9,
+        "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9, bench_buffers=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
     ),
@@ -119,8 +124,11 @@ def sglang_reserved_bytes(gpu_memory_bytes: Number, chunk: int, tp: Number, pp: 
     return np.where(m > 60 * GIB, np.maximum(mib * MIB, 10 * GIB), mib * MIB)
 
 
-def kv_cache_bytes(name: str, gpu_memory_bytes: Number, weights_bytes: Number, tp: Number, pp: Number) -> Number:
-    """Bytes the engine gives its KV cache on one GPU (module docstring), at least 0."""
+def kv_cache_bytes(
+    name: str, gpu_memory_bytes: Number, weights_bytes: Number, tp: Number, pp: Number, buffers_bytes: Number = 0.0
+) -> Number:
+    """Bytes the engine gives its KV cache on one GPU (module docstring), at least 0; `buffers_bytes`
+    (TensorRT-LLM's activation, runtime and decoder buffers) come out of the free memory first."""
     preset = ENGINES[name]
     m, w = np.asarray(gpu_memory_bytes, dtype=float), np.asarray(weights_bytes, dtype=float)
     if preset.kv_rule == "total-fraction":
@@ -128,6 +136,6 @@ def kv_cache_bytes(name: str, gpu_memory_bytes: Number, weights_bytes: Number, t
     elif preset.kv_rule == "sglang":
         chunk = max_batched_tokens(name, float(np.max(m)))
         free = m - sglang_reserved_bytes(m, chunk, tp, pp) - w
-    else:  # a fraction of what the weights and the runtime leave
-        free = preset.kv_fraction * (m - w - RUNTIME_RESERVED_BYTES)
+    else:  # a fraction of what the weights, the runtime and the engine's buffers leave
+        free = preset.kv_fraction * (m - w - RUNTIME_RESERVED_BYTES - np.asarray(buffers_bytes, dtype=float))
     return np.maximum(free, 0.0)

@@ -18,8 +18,9 @@ tokens, with the batch split into m = min(batch, pp) micro-batches of about batc
 Memory per GPU: weights at their storage precision (embeddings and output layer in 16 bits), the
 KV cache of every sequence for the stage's layers (keys and values of the KV heads on this TP
 rank), and the runtime reserve. Like TensorRT-LLM
-(`kv_cache_free_gpu_mem_fraction` = 0.9) 90% of what is left after the weights holds KV cache,
-which sets the largest batch that fits.
+(`kv_cache_free_gpu_mem_fraction` = 0.9) 90% of what is left after the weights (and, for
+TensorRT-LLM, its engine's activation, runtime and decoder buffers: `engines.trtllm_buffers`)
+holds KV cache, which sets the largest batch that fits.
 
 Serving engines capture decode steps in CUDA graphs and call NCCL from C++, so by default
 (runtime "graphs") the per-kernel gap is 1 us and a collective's base latency NCCL's own 6.6 us
@@ -40,6 +41,7 @@ from shardwise.engines.engine_presets import engine, kv_cache_bytes
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.trtllm_buffers import engine_buffers_bytes
 from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.pcie import group_link
@@ -57,6 +59,9 @@ MAX_SEQUENCES = 2048
 # Share of the memory left after the weights that holds KV cache: TensorRT-LLM's
 # `KvCacheConfig.free_gpu_memory_fraction` default, 90% (tensorrt_llm/llmapi/llm_args.py).
 KV_CACHE_FRACTION = 0.9
+# Bytes per weight (and KV element) trtllm-bench's sizing assumes (tensorrt_llm/bench/build/tuning.py
+# BYTES_PER_ELEM: FP8 1, NVFP4 0.5, anything else 2).
+BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 # Serving runtimes: (gap per kernel, base latency per collective). With CUDA graphs (TensorRT-LLM,
 # vLLM) kernels run back to back and NCCL is called from C++ (NCCL's own baseLat, 6.6 us for the
 # ring LL protocol in NVIDIA/nccl src/graph/tuning.cc); an eager
@@ -165,9 +170,15 @@ def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
 
 
 def kv_cache_free_bytes(scn: Scenario, wl: ServingWorkload, weights_bytes: Number) -> Number:
-    """Bytes of KV cache on one GPU under the engine's memory rule (`engines.engine_presets`)."""
-    plan = scn.plan
-    return kv_cache_bytes(wl.engine, scn.cluster.gpu.memory_bytes, weights_bytes, plan.tp, plan.pp)
+    """Bytes of KV cache on one GPU under the engine's memory rule (`engines.engine_presets`), less
+    TensorRT-LLM's activation, runtime and decoder buffers (`engines.trtllm_buffers`)."""
+    plan, memory = scn.plan, scn.cluster.gpu.memory_bytes
+    buffers = 0.0
+    if engine(wl.engine).bench_buffers:
+        w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
+        kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        buffers = engine_buffers_bytes(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, w, kv)
+    return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers)
 
 
 def with_stage_overhead(fs: ForwardStages, pp: Number, wl: ServingWorkload) -> ForwardStages:

@@ -1,0 +1,119 @@
+"""What a TensorRT-LLM engine allocates on a GPU before its KV cache, besides the weights, as
+`trtllm-bench` builds and runs it: the engine's activation memory, sized by its build-time
+`max_num_tokens`, and the runtime and decoder buffers, sized by its `max_batch_size`. The KV cache
+gets `free_gpu_memory_fraction` of what is left after these (TensorRT-LLM docs/source/reference/
+memory.md: "weights, internal activation tensors, and I/O tensors"; the activation memory is
+pre-computed at build time from the max tensor shapes, "close to max number of input tokens *
+some constant factor").
+
+Notation: h hidden size, f the MLP's intermediate size, t the TP size, p the PP size, N the
+engine's `max_num_tokens`, S its `max_batch_size` (per micro-batch), I and O the dataset's prompt
+and output lengths.
+
+1. trtllm-bench's engine settings (tensorrt_llm/bench/build/tuning.py, `calc_engine_setting`,
+   `finetune_setting`): requests the KV cache of all t p GPUs could hold, R = 0.95 (t p M - P w)
+   / (2 L max(t, k) d e_kv (I + O)) (P parameters, w bytes each, k KV heads of d); raw batch
+   r = min(R, 4096) / p; S = max(64, 32 ceil(r / 32)) below 256, 128 ceil(r / 128) below 1024,
+   else 256 ceil(r / 256); N from n = min(r (1 + I / O), 32768): max(2048, 256 ceil(n / 256))
+   below 4096, 512 ceil(n / 512) below 8192, else 1024 ceil(n / 1024).
+2. Activation memory, N c_a (5 h + 6 f / t) bytes: the MLP's live tensors per token (its input
+   and the residual in 16 bits, 4 h; the FP8 copy of the input, h; the fused gate-up output, 2 f /
+   t, and the SwiGLU output, f / t, in 16 bits, 6 f / t). c_a = 1.37 is set from one public log:
+   Llama-2-7B in FP8 (h 4096, f 11008, t 1), N 8192: "Allocated 928.77 MiB for execution context
+   memory" (TensorRT-LLM benchmarks/cpp README, trtllm-bench example at 0.12.0.dev2024073000):
+   118,882 B per token against 86,528 (the docs' known issue: "When FP8 GEMM is used, the
+   activation memory might be larger than the theoretical optimized memory size"). Under pipeline
+   parallelism every stage holds one layer's full-size tensors, as at t = 1 (memory.md).
+3. Runtime and decoder buffers, B_s S p bytes (p micro-batches of S sequences: the scheduler keeps
+   one micro-batch per stage): the same log's "Allocated 1.14 GB GPU memory for runtime buffers"
+   and "Allocated 4.35 GB GPU memory for decoder" at S = 4096: B_s = 5.49e9 / 4096 = 1.34 MB per
+   sequence slot. Those buffers are logits, sampling workspaces and token arrays, sized by the
+   vocabulary (32,000 there) and the maximum sequence length (4,098); how they split between the
+   two is not in the log, so B_s is used as measured for every model (a lower value for Llama 3's
+   128,256-token vocabulary).
+
+Range: c_a is 1 for a memory planner that keeps exactly the MLP's tensors, up to about 2; B_s is
+0.3-5 MB for vocabularies of 32k-256k. Only TensorRT-LLM is sized this way: vLLM and SGLang profile
+their activation peak inside their own memory fraction (`engines.engine_presets`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics.params import total_params
+from shardwise.specs import Model
+from shardwise.specs._checks import Number
+
+# tuning.py (module docstring)
+BENCH_KV_FRACTION = 0.95
+BENCH_MAX_BATCH = 4096
+BENCH_MAX_TOKENS = 32768
+BENCH_MIN_BATCH = 64
+BENCH_MIN_TOKENS = 2048
+# Activation bytes per token over the MLP's live tensors (5 h + 6 f / t), from the Llama-2-7B FP8
+# log: 928.77 MiB / 8192 tokens / (5 x 4096 + 6 x 11008) B.
+ACTIVATION_PLANNER_FACTOR = 928.77 * 2**20 / 8192 / (5 * 4096 + 6 * 11008)
+# Runtime + decoder buffers per sequence slot: (1.14 + 4.35) GB / 4096, the same log.
+BUFFER_BYTES_PER_SEQUENCE = (1.14e9 + 4.35e9) / 4096
+
+
+def bench_engine_settings(
+    model: Model,
+    tp: Number,
+    pp: Number,
+    input_len: int,
+    output_len: int,
+    gpu_memory_bytes: Number,
+    weight_bytes_per_param: float,
+    kv_bytes_per_element: float,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(max_batch_size, max_num_tokens) trtllm-bench builds the engine with (module docstring, 1)."""
+    t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
+    gib = 1024.0**3  # tuning.py counts in GiB; the ratio below does not depend on it
+    per_token = 2 * model.layers * np.maximum(t, model.kv_heads) * model.head_dim * kv_bytes_per_element / gib
+    engine = float(total_params(model)) * weight_bytes_per_param / gib
+    available = np.asarray(gpu_memory_bytes, dtype=float) / gib * t * p - engine
+    requests = np.maximum(BENCH_KV_FRACTION * available / (per_token * (input_len + output_len)), 0.0)
+    raw = np.minimum(requests, BENCH_MAX_BATCH) / p
+    batch = np.where(
+        raw < 256,
+        np.maximum(BENCH_MIN_BATCH, 32 * np.ceil(raw / 32)),
+        np.where(raw < 1024, 128 * np.ceil(raw / 128), 256 * np.ceil(raw / 256)),
+    )
+    n = np.minimum(raw * (1 + input_len / output_len), BENCH_MAX_TOKENS)
+    tokens = np.where(
+        n < 4096,
+        np.maximum(BENCH_MIN_TOKENS, 256 * np.ceil(n / 256)),
+        np.where(n < 8192, 512 * np.ceil(n / 512), 1024 * np.ceil(n / 1024)),
+    )
+    return batch, tokens
+
+
+def activation_bytes(model: Model, tp: Number, max_num_tokens: Number) -> Number:
+    """The engine's activation memory on one GPU (module docstring, 2)."""
+    t = np.asarray(tp, dtype=float)
+    h, f = float(model.hidden), float(model.ffn_hidden)
+    return np.asarray(max_num_tokens, dtype=float) * ACTIVATION_PLANNER_FACTOR * (5 * h + 6 * f / t)
+
+
+def runtime_buffers_bytes(max_batch_size: Number, pp: Number) -> Number:
+    """Runtime and decoder buffers on one GPU (module docstring, 3)."""
+    return BUFFER_BYTES_PER_SEQUENCE * np.asarray(max_batch_size, dtype=float) * np.asarray(pp, dtype=float)
+
+
+def engine_buffers_bytes(
+    model: Model,
+    tp: Number,
+    pp: Number,
+    input_len: int,
+    output_len: int,
+    gpu_memory_bytes: Number,
+    weight_bytes_per_param: float,
+    kv_bytes_per_element: float,
+) -> Number:
+    """Bytes a trtllm-bench engine holds on one GPU besides its weights and KV cache."""
+    batch, tokens = bench_engine_settings(
+        model, tp, pp, input_len, output_len, gpu_memory_bytes, weight_bytes_per_param, kv_bytes_per_element
+    )
+    return activation_bytes(model, tp, tokens) + runtime_buffers_bytes(batch, pp)
