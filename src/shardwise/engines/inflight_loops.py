@@ -140,7 +140,8 @@ def run_fixed(
     max_batched_tokens: int,
 ) -> Run:
     """`run_arrays` for requests of one prompt length and one output length (at least 1 each, a
-    budget of at least one token), over two queues (module docstring)."""
+    budget of at least one token), over two queues (module docstring). `cost_s` is a function of
+    (d, q) alone: each pair is asked once (a closed loop of one user repeats two pairs)."""
     n = len(arrival_s)
     arrival = arrival_s.tolist()
     nan = float("nan")
@@ -153,6 +154,7 @@ def run_fixed(
     t = tokens = 0.0
     clock, produced = [0.0], [0.0]
     busy = running_area = decode_area = prompt_area = 0.0
+    costs: dict[tuple[int, int], float] = {}
     while finished < n:
         running = len(prefilling) + len(decoding)
         if nxt < issued and arrival[nxt] <= t and running < slots:  # admit, first come first served
@@ -183,7 +185,9 @@ def run_fixed(
                 left -= room
                 room = 0
         head_left = left
-        dt = cost_s(d, q)
+        dt = costs.get((d, q))
+        if dt is None:  # an iteration's cost depends on (d, q) alone: asked once per pair
+            dt = costs[d, q] = cost_s(d, q)
         steps = 1
         if q == 0:  # decode only: jump to the next finish or admission
             steps = decoding[0][1] - decoded if d else 1
