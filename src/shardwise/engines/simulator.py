@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
 import numpy as np
 
@@ -114,8 +114,7 @@ def simulate(
     `records` the operations are not listed (`records` is empty): the step's times alone, the
     same numbers to the bit, in about half the time (`_times_only`)."""
     if not records:
-        m, ops_of = compiled(schedule, v)
-        return _times_only(ops_of, m, times, v, split_backward, name)
+        return _times_only(compiled(schedule, v, split_backward), times, v, split_backward, name)
     p, m, (fwd, bwd, wgt, send_f, send_b) = chunk_durations(schedule, times, v)
     n_virtual = p * v
     unknown = -1.0
@@ -202,58 +201,70 @@ def simulate(
     return finish_step(p, m, v, name, rec, times, busy_s, peak, last_grad_start, last_grad_end)
 
 
-def compiled(schedule: StageOps, v: int, m: int | None = None) -> tuple[int, list[list[tuple[int, int, int]]]]:
-    """(micro-batches, per stage its operations as (kind, where its input arrives, where its
-    output goes)): places index one flat list per direction, (virtual stage) x m + micro-batch;
-    -1 reads a slot always ready (the first virtual stage's forward, the last one's backward) and
-    marks an output that is not sent."""
+def compiled(schedule: StageOps, v: int, split_backward: bool, m: int | None = None) -> Compiled:
+    """The schedule as `_times_only` runs it (`Compiled`)."""
     p = len(schedule)
     if m is None:  # the schedule's micro-batches (given: the schedule's own m)
         m = 1 + max(op.micro_batch for ops in schedule for op in ops)
     last = p * v - 1
-    out = []
+    frees = W if split_backward else B
+    out, peaks = [], []
     for i, ops in enumerate(schedule):
         stage = []
+        add = stage.append
+        held = most = 0
         for kind, mb, c in ops:
             s = c * p + i
             if kind == F:
-                stage.append((F, s * m + mb if s else -1, (s + 1) * m + mb if s < last else -1))
+                add((F, s * m + mb if s else -1, (s + 1) * m + mb if s < last else -1))
+                held += 1
+                if held > most:
+                    most = held
             elif kind == B:
-                stage.append((B, s * m + mb if s < last else -1, (s - 1) * m + mb if s else -1))
+                add((B, s * m + mb if s < last else -1, (s - 1) * m + mb if s else -1))
             else:
-                stage.append((W, -1, -1))
-        out.append(stage)
-    return m, out
+                add((W, -1, -1))
+            if kind == frees:
+                held -= 1
+        out.append(tuple(stage))
+        peaks.append(most)
+    return Compiled(m, tuple(out), tuple(peaks))
 
 
-@functools.lru_cache(maxsize=64)
-def compiled_schedule(name: str, p: int, m: int, v: int) -> tuple[int, tuple[tuple[tuple[int, int, int], ...], ...]]:
+class Compiled(NamedTuple):
+    """A schedule compiled for `_times_only`: per stage its operations as (kind, where its input
+    arrives, where its output goes), places indexing one flat list per direction, (virtual stage)
+    x m + micro-batch (-1: an input always ready, the first virtual stage's forward and the last
+    one's backward, or an output not sent); and the most micro-batches each stage holds, which
+    depends on the order of its operations alone (a forward takes one, a backward frees it, or
+    with a split backward its weight-gradient part)."""
+
+    m: int
+    ops: tuple[tuple[tuple[int, int, int], ...], ...]
+    peak: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=16)
+def compiled_schedule(name: str, p: int, m: int, v: int) -> Compiled:
     """`compiled` of the schedule `name` (`engines.schedules.SCHEDULES`), kept: the planner
-    re-times several plans of one shape (p, m, v) in a request."""
-    m_ops, ops_of = compiled(SCHEDULES[name](p, m, v), v, m)
-    return m_ops, tuple(tuple(ops) for ops in ops_of)
+    re-times several plans of one shape (p, m, v) in a request (at most `CONFIRM_MAX_SLOTS`
+    slots each, a few MB)."""
+    return compiled(SCHEDULES[name](p, m, v), v, name in SPLIT_BACKWARD, m)
 
 
 def simulate_times(name: str, p: int, m: int, v: int, times: StageTimes) -> SimulationResult:
     """`simulate(SCHEDULES[name](p, m, v), times, v, ..., records=False)`: the step's times without
     the list of operations (what the planner reads), the schedule compiled once per shape."""
-    m_ops, ops_of = compiled_schedule(name, p, m, v)
-    return _times_only(ops_of, m_ops, times, v, name in SPLIT_BACKWARD, name)
+    return _times_only(compiled_schedule(name, p, m, v), times, v, name in SPLIT_BACKWARD, name)
 
 
-def _times_only(
-    ops_of: Sequence[Sequence[tuple[int, int, int]]],
-    m: int,
-    times: StageTimes,
-    v: int,
-    split_backward: bool,
-    name: str,
-) -> SimulationResult:
+def _times_only(schedule: Compiled, times: StageTimes, v: int, split_backward: bool, name: str) -> SimulationResult:
     """`simulate` without the list of operations: the same arithmetic in the same order, over the
     schedule compiled to flat places (`compiled`). A stage that waits records the place it waits
     for and is resumed only when that place is written (`simulate` resumes a neighbour on every
     send): the times do not depend on the order stages are visited in, as each start is a maximum
     of its stage's previous end and its input's arrival, and each link is driven by one stage."""
+    m, ops_of = schedule.m, schedule.ops
     p = len(ops_of)
     fwd, bwd, wgt = ([float(x) / v for x in t] for t in (times.forward_s, times.backward_s, times.weight_s))
     send_f, send_b = ([float(x) for x in t] for t in (times.send_forward_s, times.send_backward_s))
@@ -265,8 +276,6 @@ def _times_only(
     busy_s = [0.0] * p
     link_f = [0.0] * p
     link_b = [0.0] * p
-    in_flight = [0] * p
-    peak = [0] * p
     last_grad_start = [0.0] * p
     last_grad_end = [0.0] * p
     base = len(arrive_f)  # a wait for a backward input is recorded as base + its place
@@ -277,15 +286,15 @@ def _times_only(
         i = todo.pop()
         ops = ops_of[i]
         n_ops = len(ops)
-        k = next_op[i]
-        if k == n_ops:
+        first = next_op[i]
+        if first == n_ops:
             continue
-        t, busy, held, most = free[i], busy_s[i], in_flight[i], peak[i]
+        t, busy = free[i], busy_s[i]
         lf, lb, sf, sb = link_f[i], link_b[i], send_f[i], send_b[i]
         g_start, g_end = last_grad_start[i], last_grad_end[i]
         f_dur, b_dur, w_dur = fwd[i], bwd[i], wgt[i]
         nxt, prv = (i + 1) % p, (i - 1) % p
-        while k < n_ops:
+        for k in range(first, n_ops):  # k: where the stage stops (n_ops when it gets through)
             kind, src, dst = ops[k]
             if kind == F:
                 ready = arrive_f[src]
@@ -294,9 +303,6 @@ def _times_only(
                     break
                 t = (t if t > ready else ready) + f_dur
                 busy += f_dur
-                held += 1
-                if held > most:
-                    most = held
                 if dst >= 0:
                     lf = (t if t > lf else lf) + sf
                     arrive_f[dst] = lf
@@ -311,8 +317,6 @@ def _times_only(
                 t = g_start + b_dur
                 g_end = t
                 busy += b_dur
-                if not split_backward:
-                    held -= 1
                 if dst >= 0:
                     lb = (t if t > lb else lb) + sb
                     arrive_b[dst] = lb
@@ -323,14 +327,14 @@ def _times_only(
                 t = t + w_dur
                 g_end = t
                 busy += w_dur
-                if split_backward:
-                    held -= 1
-            k += 1
-        next_op[i], free[i], busy_s[i], in_flight[i], peak[i] = k, t, busy, held, most
+        else:
+            k = n_ops
+        next_op[i], free[i], busy_s[i] = k, t, busy
         link_f[i], link_b[i], last_grad_start[i], last_grad_end[i] = lf, lb, g_start, g_end
     stuck = [i for i in range(p) if next_op[i] != len(ops_of[i])]
     if stuck:
         raise RuntimeError(f"schedule {name!r} deadlocked at stage {stuck[0]} (operation {next_op[stuck[0]]})")
+    peak = list(schedule.peak)
     result = finish_step(p, m, v, name, [], times, busy_s, peak, last_grad_start, last_grad_end)
     return dataclasses.replace(result, records=[])
 
