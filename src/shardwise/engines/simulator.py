@@ -15,10 +15,8 @@ of earlier end times plus durations, the makespan never decreases when a duratio
 from __future__ import annotations
 
 import dataclasses
-import functools
 from dataclasses import dataclass
 from functools import cached_property
-from typing import NamedTuple
 
 import numpy as np
 
@@ -87,11 +85,13 @@ OP_DTYPE = np.dtype(
 
 
 def chunk_durations(
-    schedule: StageOps, times: StageTimes, v: int
+    schedule: StageOps, times: StageTimes, v: int, m: int | None = None
 ) -> tuple[int, int, tuple[list[float], list[float], list[float], list[float], list[float]]]:
     """(stages, micro-batches, per-stage seconds as plain floats: forward, backward and weight
-    gradient of one chunk, sends forward and backward)."""
-    m = 1 + max(op.micro_batch for ops in schedule for op in ops)
+    gradient of one chunk, sends forward and backward). `m`: the schedule's micro-batches, when
+    known (else counted)."""
+    if m is None:
+        m = 1 + max(op.micro_batch for ops in schedule for op in ops)
     per_chunk = tuple([float(x) / v for x in t] for t in (times.forward_s, times.backward_s, times.weight_s))
     sends = tuple([float(x) for x in t] for t in (times.send_forward_s, times.send_backward_s))
     return len(schedule), m, (*per_chunk, *sends)  # type: ignore[return-value]
@@ -114,7 +114,7 @@ def simulate(
     `records` the operations are not listed (`records` is empty): the step's times alone, the
     same numbers to the bit, in about half the time (`_times_only`)."""
     if not records:
-        return _times_only(compiled(schedule, v, split_backward), times, v, split_backward, name)
+        return _times_only(schedule, times, v, split_backward, name)
     p, m, (fwd, bwd, wgt, send_f, send_b) = chunk_durations(schedule, times, v)
     n_virtual = p * v
     unknown = -1.0
@@ -201,140 +201,104 @@ def simulate(
     return finish_step(p, m, v, name, rec, times, busy_s, peak, last_grad_start, last_grad_end)
 
 
-def compiled(schedule: StageOps, v: int, split_backward: bool, m: int | None = None) -> Compiled:
-    """The schedule as `_times_only` runs it (`Compiled`)."""
-    p = len(schedule)
-    if m is None:  # the schedule's micro-batches (given: the schedule's own m)
-        m = 1 + max(op.micro_batch for ops in schedule for op in ops)
-    last = p * v - 1
-    frees = W if split_backward else B
-    out, peaks = [], []
-    for i, ops in enumerate(schedule):
-        stage = []
-        add = stage.append
-        held = most = 0
-        for kind, mb, c in ops:
-            s = c * p + i
-            if kind == F:
-                add((F, s * m + mb if s else -1, (s + 1) * m + mb if s < last else -1))
-                held += 1
-                if held > most:
-                    most = held
-            elif kind == B:
-                add((B, s * m + mb if s < last else -1, (s - 1) * m + mb if s else -1))
-            else:
-                add((W, -1, -1))
-            if kind == frees:
-                held -= 1
-        out.append(tuple(stage))
-        peaks.append(most)
-    return Compiled(m, tuple(out), tuple(peaks))
-
-
-class Compiled(NamedTuple):
-    """A schedule compiled for `_times_only`: per stage its operations as (kind, where its input
-    arrives, where its output goes), places indexing one flat list per direction, (virtual stage)
-    x m + micro-batch (-1: an input always ready, the first virtual stage's forward and the last
-    one's backward, or an output not sent); and the most micro-batches each stage holds, which
-    depends on the order of its operations alone (a forward takes one, a backward frees it, or
-    with a split backward its weight-gradient part)."""
-
-    m: int
-    ops: tuple[tuple[tuple[int, int, int], ...], ...]
-    peak: tuple[int, ...]
-
-
-@functools.lru_cache(maxsize=16)
-def compiled_schedule(name: str, p: int, m: int, v: int) -> Compiled:
-    """`compiled` of the schedule `name` (`engines.schedules.SCHEDULES`), kept: the planner
-    re-times several plans of one shape (p, m, v) in a request (at most `CONFIRM_MAX_SLOTS`
-    slots each, a few MB)."""
-    return compiled(SCHEDULES[name](p, m, v), v, name in SPLIT_BACKWARD, m)
-
-
 def simulate_times(name: str, p: int, m: int, v: int, times: StageTimes) -> SimulationResult:
     """`simulate(SCHEDULES[name](p, m, v), times, v, ..., records=False)`: the step's times without
-    the list of operations (what the planner reads), the schedule compiled once per shape."""
-    return _times_only(compiled_schedule(name, p, m, v), times, v, name in SPLIT_BACKWARD, name)
+    the list of operations (what the planner reads)."""
+    return _times_only(SCHEDULES[name](p, m, v), times, v, name in SPLIT_BACKWARD, name, m)
 
 
-def _times_only(schedule: Compiled, times: StageTimes, v: int, split_backward: bool, name: str) -> SimulationResult:
-    """`simulate` without the list of operations: the same arithmetic in the same order, over the
-    schedule compiled to flat places (`compiled`). A stage that waits records the place it waits
-    for and is resumed only when that place is written (`simulate` resumes a neighbour on every
-    send): the times do not depend on the order stages are visited in, as each start is a maximum
-    of its stage's previous end and its input's arrival, and each link is driven by one stage."""
-    m, ops_of = schedule.m, schedule.ops
-    p = len(ops_of)
-    fwd, bwd, wgt = ([float(x) / v for x in t] for t in (times.forward_s, times.backward_s, times.weight_s))
-    send_f, send_b = ([float(x) for x in t] for t in (times.send_forward_s, times.send_backward_s))
+def _times_only(
+    schedule: StageOps, times: StageTimes, v: int, split_backward: bool, name: str, m: int | None = None
+) -> SimulationResult:
+    """`simulate` without the list of operations: the same arithmetic in the same order. The
+    arrivals are one flat list per direction, indexed (virtual stage) x m + micro-batch, and a
+    stage that waits records the place it waits for and is resumed only when that place is written
+    (`simulate` resumes a neighbour on every send): the times do not depend on the order stages
+    are visited in, as each start is a maximum of its stage's previous end and its input's
+    arrival, and each link is driven by one stage."""
+    p, m, (fwd, bwd, wgt, send_f, send_b) = chunk_durations(schedule, times, v, m)
+    n_virtual = p * v
+    last = n_virtual - 1
     unknown = -1.0
-    arrive_f = [unknown] * (p * v * m) + [0.0]  # the last place: always ready (index -1)
-    arrive_b = [unknown] * (p * v * m) + [0.0]
+    arrive_f = [unknown] * (n_virtual * m)  # when the activation of (virtual stage, mb) arrives
+    arrive_b = [unknown] * (n_virtual * m)
+    base = n_virtual * m  # a wait for a backward input is recorded as base + its place
+    waits = [-1] * p  # the place each stage last waited for
     next_op = [0] * p
     free = [0.0] * p
     busy_s = [0.0] * p
     link_f = [0.0] * p
     link_b = [0.0] * p
+    in_flight = [0] * p
+    peak = [0] * p
     last_grad_start = [0.0] * p
     last_grad_end = [0.0] * p
-    base = len(arrive_f)  # a wait for a backward input is recorded as base + its place
-    waits = [-1] * p  # the place each stage last waited for
     todo = list(range(p - 1, -1, -1))
     push = todo.append
     while todo:
         i = todo.pop()
-        ops = ops_of[i]
+        ops = schedule[i]
         n_ops = len(ops)
         first = next_op[i]
         if first == n_ops:
             continue
-        t, busy = free[i], busy_s[i]
+        t, busy, held, most = free[i], busy_s[i], in_flight[i], peak[i]
         lf, lb, sf, sb = link_f[i], link_b[i], send_f[i], send_b[i]
         g_start, g_end = last_grad_start[i], last_grad_end[i]
         f_dur, b_dur, w_dur = fwd[i], bwd[i], wgt[i]
         nxt, prv = (i + 1) % p, (i - 1) % p
         for k in range(first, n_ops):  # k: where the stage stops (n_ops when it gets through)
-            kind, src, dst = ops[k]
+            kind, mb, c = ops[k]
+            s = c * p + i
             if kind == F:
-                ready = arrive_f[src]
+                x = s * m + mb
+                ready = arrive_f[x] if s else 0.0
                 if ready < 0.0:
-                    waits[i] = src
+                    waits[i] = x
                     break
                 t = (t if t > ready else ready) + f_dur
                 busy += f_dur
-                if dst >= 0:
+                held += 1
+                if held > most:
+                    most = held
+                if s < last:
                     lf = (t if t > lf else lf) + sf
-                    arrive_f[dst] = lf
-                    if waits[nxt] == dst:
+                    x += m
+                    arrive_f[x] = lf
+                    if waits[nxt] == x:
                         push(nxt)
             elif kind == B:
-                ready = arrive_b[src]
+                x = s * m + mb
+                ready = arrive_b[x] if s < last else 0.0
                 if ready < 0.0:
-                    waits[i] = base + src
+                    waits[i] = base + x
                     break
                 g_start = t if t > ready else ready
                 t = g_start + b_dur
                 g_end = t
                 busy += b_dur
-                if dst >= 0:
+                if not split_backward:
+                    held -= 1
+                if s:
                     lb = (t if t > lb else lb) + sb
-                    arrive_b[dst] = lb
-                    if waits[prv] == base + dst:
+                    x -= m
+                    arrive_b[x] = lb
+                    if waits[prv] == base + x:
                         push(prv)
             else:
                 g_start = t
                 t = t + w_dur
                 g_end = t
                 busy += w_dur
+                if split_backward:
+                    held -= 1
         else:
             k = n_ops
-        next_op[i], free[i], busy_s[i] = k, t, busy
+        next_op[i], free[i], busy_s[i], in_flight[i], peak[i] = k, t, busy, held, most
         link_f[i], link_b[i], last_grad_start[i], last_grad_end[i] = lf, lb, g_start, g_end
-    stuck = [i for i in range(p) if next_op[i] != len(ops_of[i])]
+    stuck = [i for i in range(p) if next_op[i] != len(schedule[i])]
     if stuck:
         raise RuntimeError(f"schedule {name!r} deadlocked at stage {stuck[0]} (operation {next_op[stuck[0]]})")
-    peak = list(schedule.peak)
     result = finish_step(p, m, v, name, [], times, busy_s, peak, last_grad_start, last_grad_end)
     return dataclasses.replace(result, records=[])
 
