@@ -365,17 +365,17 @@ def simulable(plan: Plan) -> bool:
 
 def confirmed_estimate(scn: Scenario) -> TrainingEstimate:
     """One plan's estimate as the planner reports it: the simulator's where `simulable`, the
-    closed form otherwise. A simulated estimate is kept per scenario (`_CONFIRMED`): a request
+    closed form otherwise. A simulated estimate is kept per scenario (`CONFIRMED`): a request
     re-times its best plans in the search and again among the alternatives it explains."""
     if not simulable(scn.plan):
         return estimate_training_step(scn)
     from shardwise.engines.simulated import simulate_training_step
 
-    est = _CONFIRMED.get_or_compute(scn, lambda: simulate_training_step(scn, records=False).estimate)
+    est = CONFIRMED.get_or_compute(scn, lambda: simulate_training_step(scn, records=False).estimate)
     return est if est.scenario is scn else dataclasses.replace(est, scenario=scn)
 
 
-_CONFIRMED = Memo("planner.confirmed_estimate", size=256)
+CONFIRMED = Memo("planner.confirmed_estimate", size=256)
 
 
 def _confirm(search: PlanSearch, indices: np.ndarray) -> tuple[TrainingEstimate | None, np.ndarray]:
