@@ -122,9 +122,10 @@ def test_the_times_without_records_are_the_simulation_to_the_bit(name, p, k, v, 
     maybe = lambda: np.array([data.draw(st.sampled_from([0.0, 0.05, 0.3, 1.7])) for _ in range(p)])  # noqa: E731
     times = StageTimes(draw(), draw(), draw(), maybe(), maybe(), maybe(), maybe(),
                        overlap_dp=data.draw(st.booleans()), dp_tail_s=maybe(), gather_s=maybe())  # fmt: skip
-    full = simulate(SCHEDULES[name](p, m, v), times, v, name in SPLIT_BACKWARD, name)
-    for fast in (simulate_times(name, p, m, v, times), simulate(SCHEDULES[name](p, m, v), times, v,
-                                                                name in SPLIT_BACKWARD, name, records=False)):  # fmt: skip
+    split = name in SPLIT_BACKWARD
+    full = simulate(SCHEDULES[name](p, m, v), times, v, split, name)
+    without = simulate(SCHEDULES[name](p, m, v), times, v, split, name, records=False)
+    for fast in (simulate_times(name, p, m, v, times), without):
         assert fast.records == []
         assert np.float64(fast.makespan_s).tobytes() == np.float64(full.makespan_s).tobytes()
         assert np.float64(fast.pipeline_end_s).tobytes() == np.float64(full.pipeline_end_s).tobytes()
@@ -137,7 +138,9 @@ def test_the_times_without_records_are_the_simulation_to_the_bit(name, p, k, v, 
     [
         dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=64, schedule="interleaved", vpp=6, sequence_parallel=True),
         dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=128, schedule="zb-h1", sequence_parallel=True),
-        dict(tp=4, pp=4, dp=4, micro_batch=2, global_batch=256, schedule="1f1b", zero_stage=1, overlap_grad_reduce=True),
+        dict(
+            tp=4, pp=4, dp=4, micro_batch=2, global_batch=256, schedule="1f1b", zero_stage=1, overlap_grad_reduce=True
+        ),
         dict(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, schedule="gpipe", recompute="full"),
     ],
 )
