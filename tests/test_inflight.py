@@ -242,3 +242,50 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
     huge = estimate_inflight(scn, WL, users=10**9, requests=300)
     assert np.isfinite(huge.ttft_s) and huge.ttft_s > 1e3 * full.ttft_s
     assert huge.throughput_tokens_per_s == pytest.approx(short.throughput_tokens_per_s, rel=1e-9)
+
+
+def _same(a, b) -> bool:
+    return np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+@pytest.mark.parametrize(
+    ("lengths", "capacity", "budget"),
+    [((2048, 256), 574, 8192), ((128, 1), 20, 8192), ((100, 2), 3, 100), ((5000, 64), 40, 512), ((7, 33), 9, 8192)],
+)
+@pytest.mark.parametrize(
+    "traffic",
+    [
+        Traffic(users=1, requests=200),
+        Traffic(users=50, requests=300),
+        Traffic(users=600, requests=200),
+        Traffic(rate_per_s=40.0, requests=300),
+        Traffic(rate_per_s=3.0, requests=150, burstiness=0.5, seed=2),
+    ],
+)
+def test_the_queue_loop_of_one_length_is_the_array_loop_to_the_bit(lengths, capacity, budget, traffic):
+    """One prompt and output length for every request runs over two queues
+    (`inflight_loops.run_fixed`): every field of the result equals the loop over arrays
+    (`reference=True`, what request mixes run) byte for byte, in closed and open loops, with
+    chunked prompts, jumps over decode-only runs and a KV cache that holds few requests."""
+
+    def cost_s(d: float, q: float) -> float:  # steps at a wave boundary, as the GEMMs make them
+        return 0.004 + 2e-5 * d + 1.1e-6 * q + (0.001 if d + q > 4096 else 0.0)
+
+    fast = simulate(cost_s, *lengths, capacity, traffic, budget)
+    ref = simulate(cost_s, *lengths, capacity, traffic, budget, reference=True)
+    for field in fast.__dataclass_fields__:
+        assert _same(getattr(fast, field), getattr(ref, field)), field
+
+
+@pytest.mark.parametrize(("model", "tp", "pp"), [("llama3-8b", 2, 1), ("llama3-8b", 1, 4), ("mixtral-8x7b", 2, 2)])
+def test_the_iteration_table_priced_once_per_token_count_is_the_same_table(monkeypatch, model, tp, pp):
+    """The table's linear layers priced once per distinct token count and its decode attention
+    once per decode count (`iteration.once_per_value`) give the table priced on the whole grid."""
+    from shardwise.engines import iteration
+
+    cluster = presets.system("dgx-h100").with_(nodes=1, gpus_per_node=tp * pp)
+    wl = ServingWorkload(1000, 200, 1)
+    s = serving_scenario(Scenario(presets.model(model), cluster, plan_for_serving(tp, pp, 1)), wl)
+    fast = iteration_table(s, wl, 300, 8192, 1100).seconds
+    monkeypatch.setattr(iteration, "once_per_value", iteration._at_once)
+    assert _same(fast, iteration_table(s, wl, 300, 8192, 1100).seconds)
