@@ -85,6 +85,21 @@ MODEL_NOTES = {
 # Full depth of models without a preset in this table (to flag reduced-layer proxies).
 KNOWN_DEPTH = ((r"scout", 48, "Llama 4 Scout"),)
 
+# (substring of the GPU cell, cloud instance preset, note): where the source names the instance, its
+# preset (presets/systems.yaml) carries the provider's GPU and network; checked before SYSTEMS.
+INSTANCES = (
+    (
+        "(gcp a3 'h100-80gb-8')",
+        "gcp-a3-high",
+        "system gcp-a3-high: the source's 'A3 (h100-80gb-8)' is GCP's a3-highgpu-8g (GKE accelerator"
+        " nvidia-h100-80gb; A3 Mega's is nvidia-h100-mega-80gb), whose 4 x 200 Gbps GPU NICs run GPUDirect-TCPX",
+    ),
+    (
+        "(azure ndm a100 v4)",
+        "azure-ndm-a100-v4",
+        "system azure-ndm-a100-v4: the source names NDm A100 v4 (8 A100 80GB SXM4, 8 x 200 Gb/s HDR InfiniBand)",
+    ),
+)
 # (substring of the GPU cell, system); checked in order, after the exclusions below.
 SYSTEMS = (
     ("a100-40gb", "dgx-a100-40gb"),
@@ -103,8 +118,6 @@ NETWORKS = (
     ("400 Gbps per node", "network=400gbps-per-node"),
     ("800 Gbps per node", "network=800gbps-per-node"),
     ("4 x 100Gb RoCE per node", "network=4x100g-roce-per-node"),
-    ("8 x 200 Gb/s HDR InfiniBand per VM", "network=azure-ndm-a100-v4-8x200g-hdr-ib"),
-    ("GCP A3", "network=gcp-a3-tcpx"),
 )
 
 # (regex on framework + other_config + recompute cells, note): what a source states about its run.
@@ -236,6 +249,10 @@ class StackRow:
         if gpu.startswith("v100-16gb"):
             self.note("V100 16 GB: no system preset (dgx-1-v100 has 32 GB GPUs)")
             return ""
+        instance = next(((s, note) for needle, s, note in INSTANCES if needle in gpu), None)
+        if instance is not None:  # the instance preset is the stated GPU and network
+            self.note(instance[1])
+            return instance[0]
         system = next((s for needle, s in SYSTEMS if needle in gpu), "")
         if not system:
             self.note(f"gpu '{self.r['gpu']}' not mapped to a system")
@@ -257,8 +274,6 @@ class StackRow:
         for needle, item in NETWORKS:
             if needle in interconnect:
                 self.key(item)
-        if "GCP A3" in interconnect:
-            self.note("GPUDirect-TCPX is named by the collector, not by the source")
         return system
 
     # -- precision and recompute -------------------------------------------------------------------

@@ -37,10 +37,6 @@ NETWORKS = {
     "400gbps-per-node": ("roce-400g", 1.0),  # IBM's A100 cluster (fms-fsdp README): 400 Gb/s per node
     "800gbps-per-node": ("roce-400g", 2.0),  # IBM's H100 cluster: 800 Gb/s per node
     "4x100g-roce-per-node": ("eth-100g", 4.0),  # InternEvo's A100 cluster: 4 x 100 Gb/s RoCE
-    "azure-ndm-a100-v4-8x200g-hdr-ib": ("ib-hdr", 8.0),  # Azure NDm A100 v4: 8 x 200 Gb/s HDR InfiniBand
-    # GCP A3 (H100): GPUDirect-TCPX over 4 x 200 Gb/s NICs per VM (Google Cloud A3 documentation):
-    # taken as 800 Gb/s of RoCE, an upper bound for TCP
-    "gcp-a3-tcpx": ("roce-400g", 2.0),
 }
 # What the JAX runs' own launch configuration states beside their tables, where the row's notes do
 # not carry it (the source's repository at the row's commits): (source contains, model, precision
