@@ -242,3 +242,40 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
     huge = estimate_inflight(scn, WL, users=10**9, requests=300)
     assert np.isfinite(huge.ttft_s) and huge.ttft_s > 1e3 * full.ttft_s
     assert huge.throughput_tokens_per_s == pytest.approx(short.throughput_tokens_per_s, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("engine", "budgets", "slots"), [("tensorrt-llm", 8, 8), ("vllm", 8, 1), ("sglang", 8, 1), ("llama.cpp", 1, 1)]
+)
+def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(engine, budgets, slots):
+    """TensorRT-LLM runs its micro-batch scheduler once per micro-batch (maxNumTokens, and
+    maxBatchSize: mMaxNumSequences = maxBatchSize x pp), vLLM V1 one scheduler call per batch of
+    its batch queue, SGLang one batch per micro-batch: a round of pp=8 holds 8 budgets."""
+    from shardwise.engines.inflight import Replica
+    from shardwise.engines.serving import MAX_SEQUENCES
+
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1)
+    wl = ServingWorkload(512, 128, engine=engine)
+    piped = Replica(Scenario(model, cluster, plan_for_serving(1, 8)), wl, 2048)
+    assert (piped.round_tokens, piped.max_sequences) == (2048 * budgets, MAX_SEQUENCES * slots)
+    assert piped.max_batched_tokens == 2048  # what the user set, per micro-batch
+    one = Replica(Scenario(model, cluster.with_(gpus_per_node=1), plan_for_serving(1, 1)), wl, 2048)
+    assert (one.round_tokens, one.max_sequences) == (2048, MAX_SEQUENCES)
+
+
+def test_a_prompt_sits_in_one_micro_batch_of_a_round():
+    """With a round budget of several micro-batches, one prompt still takes at most one
+    micro-batch's budget per round: a 4,096-token prompt under 1,024 per micro-batch needs 4."""
+    seen = []
+
+    def cost(d: float, q: float) -> float:
+        seen.append(q)
+        return 1.0
+
+    traffic = Traffic(users=1, requests=1, rounds=1)
+    simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024)
+    prompt = [q for q in seen[1:] if q > 0]  # the first call sizes the start, not an iteration
+    assert prompt == [1024] * 4
+    seen.clear()
+    simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024)
+    assert [q for q in seen[1:] if q > 0] == [4096]

@@ -31,6 +31,19 @@ table of decode speed against the GPU count with the work per token fixed (ggml-
 values, cross in microseconds), taken as their mean, 0.37 ms. TensorRT-LLM, vLLM and SGLang: no
 public table outside the reserved ones gave one (their published TP/PP comparisons change the
 GPU count and the batch together), so 0: their pipeline stages cost the sends alone.
+
+Budgets under pipeline parallelism: with pp stages the engines keep pp micro-batches in flight
+and schedule each one on its own, so each gets the whole chunked-prefill token budget:
+TensorRT-LLM sets `mNumMicroBatches` = pp and runs its `MicroBatchScheduler` once per
+micro-batch with `maxNumTokens` and `maxBatchSize` (cpp/tensorrt_llm/batch_manager/
+trtGptModelInflightBatching.cpp), and sizes its sequence slots as `mMaxNumSequences` =
+`mMaxBatchSize` x pp (trtGptModel.h): `max_batch_size` is per micro-batch; vLLM V1 keeps a
+batch queue of pp scheduled batches, each `Scheduler.schedule()` call with its own
+`max_num_batched_tokens` budget, under one `max_num_seqs` for all of them
+(vllm/v1/engine/core.py `step_with_batch_queue`); SGLang's pipeline event loop forms one batch
+per micro-batch, each with its `chunked_prefill_size` (python/sglang/srt/managers/
+scheduler_pp_mixin.py). `EnginePreset.budget_per_micro_batch` and `slots_per_micro_batch`
+say which.
 """
 
 from __future__ import annotations
@@ -64,6 +77,10 @@ class EnginePreset:
     # the engine's activation, runtime and decoder buffers come out of the free memory before the
     # KV cache's fraction, sized as trtllm-bench builds it (`engines.trtllm_buffers`)
     bench_buffers: bool = False
+    # under pp > 1 each of the pp micro-batches gets the whole token budget (module docstring)
+    budget_per_micro_batch: bool = False
+    # ... and its own sequence slots (TensorRT-LLM's max_batch_size is per micro-batch)
+    slots_per_micro_batch: bool = False
     weight_formats: tuple[str, ...] = ()
     source: str = ""
 
@@ -71,16 +88,17 @@ class EnginePreset:
 ENGINES = {
     "tensorrt-llm": EnginePreset(
         "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9, bench_buffers=True,
+        budget_per_micro_batch=True, slots_per_micro_batch=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
     ),
     "vllm": EnginePreset(
-        "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9,
+        "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),
     "sglang": EnginePreset(
-        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False,
+        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="python/sglang/srt/server_args.py _handle_gpu_memory_settings; --enable-nccl-nvls default false",
     ),
