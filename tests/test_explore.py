@@ -125,3 +125,12 @@ def test_serving_targets_run_the_search_beside_the_plans():
     assert {t["name"] for t in fig["data"]} == {"tp=8", "pp=8"}
     bad, _, _ = pages.compute("serving", {**values, "s-tpot": "fast"}, NO_FILES, runner.run)
     assert bad.error.startswith("--tpot-max: ")
+
+
+def test_a_table_built_in_memory_is_the_file_the_command_writes(monkeypatch):
+    """The planner's table (2,652 plans) built in memory is the CSV written to a file and read
+    back, text for text."""
+    args = state.planner_args(dict(state.DEFAULTS))
+    in_memory = runner.run(args).table
+    monkeypatch.setattr(runner, "IN_MEMORY_ROWS", -1)
+    assert in_memory and in_memory == runner.run(args).table

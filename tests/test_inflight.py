@@ -265,7 +265,8 @@ def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedule
 
 def test_a_prompt_sits_in_one_micro_batch_of_a_round():
     """With a round budget of several micro-batches, one prompt still takes at most one
-    micro-batch's budget per round: a 4,096-token prompt under 1,024 per micro-batch needs 4."""
+    micro-batch's budget per round: a 4,096-token prompt under 1,024 per micro-batch needs 4
+    (in both loops; the queue loop asks each (d, q) once)."""
     seen = []
 
     def cost(d: float, q: float) -> float:
@@ -273,9 +274,90 @@ def test_a_prompt_sits_in_one_micro_batch_of_a_round():
         return 1.0
 
     traffic = Traffic(users=1, requests=1, rounds=1)
-    simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024)
+    ref = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024, reference=True)
     prompt = [q for q in seen[1:] if q > 0]  # the first call sizes the start, not an iteration
     assert prompt == [1024] * 4
+    fast = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024)
+    assert fast.ttft_s == ref.ttft_s == 4.0
     seen.clear()
-    simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024)
+    whole = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, reference=True)
     assert [q for q in seen[1:] if q > 0] == [4096]
+    assert whole.ttft_s == 1.0
+
+
+def _same(a, b) -> bool:
+    return np.asarray(a).tobytes() == np.asarray(b).tobytes()
+
+
+@pytest.mark.parametrize(
+    ("lengths", "capacity", "budget", "chunk"),
+    [
+        ((2048, 256), 574, 8192, None),
+        ((128, 1), 20, 8192, None),
+        ((100, 2), 3, 100, None),
+        ((5000, 64), 40, 512, None),
+        ((7, 33), 9, 8192, None),
+        # pp > 1: a round of pp micro-batch budgets, one prompt's chunk capped at one of them
+        ((2048, 256), 574, 8 * 2048, 2048),
+        ((5000, 64), 40, 4 * 512, 512),
+        ((4096, 16), 300, 8 * 1000, 1000),
+        ((1500, 3), 60, 2 * 1024, 1024),
+        ((100, 2), 3, 2 * 37, 37),
+    ],
+)
+@pytest.mark.parametrize(
+    "traffic",
+    [
+        Traffic(users=1, requests=200),
+        Traffic(users=50, requests=300),
+        Traffic(users=600, requests=200),
+        Traffic(rate_per_s=40.0, requests=300),
+        Traffic(rate_per_s=3.0, requests=150, burstiness=0.5, seed=2),
+    ],
+)
+def test_the_queue_loop_of_one_length_is_the_array_loop_to_the_bit(lengths, capacity, budget, chunk, traffic):
+    """One prompt and output length for every request runs over two queues
+    (`inflight_loops.run_fixed`): every field of the result equals the loop over arrays
+    (`reference=True`, what request mixes run) byte for byte, in closed and open loops, with
+    chunked prompts, jumps over decode-only runs, a KV cache that holds few requests and, under
+    pp > 1, several prompts part done at once (one chunk each capped below the round's budget)."""
+
+    def cost_s(d: float, q: float) -> float:  # steps at a wave boundary, as the GEMMs make them
+        return 0.004 + 2e-5 * d + 1.1e-6 * q + (0.001 if d + q > 4096 else 0.0)
+
+    fast = simulate(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk)
+    ref = simulate(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk, reference=True)
+    for field in fast.__dataclass_fields__:
+        assert _same(getattr(fast, field), getattr(ref, field)), field
+
+
+@pytest.mark.parametrize(("engine", "pp"), [("tensorrt-llm", 8), ("vllm", 4), ("sglang", 2)])
+def test_a_pipelined_replica_runs_the_same_in_both_loops(engine, pp):
+    """A replica under pp > 1 (a round of pp budgets, chunks capped at one, the engine's slots)
+    gives the same result over queues as over arrays, on its own iteration table."""
+    from shardwise.engines.inflight import Replica
+
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1, gpus_per_node=pp)
+    wl = ServingWorkload(3000, 100, engine=engine)
+    rep = Replica(Scenario(model, cluster, plan_for_serving(1, pp)), wl, 1024)
+    assert rep.round_tokens == 1024 * pp
+    args = (rep.table, 3000, 100, rep.capacity, Traffic(users=400, requests=500), rep.round_tokens, rep.max_sequences)
+    fast = simulate(*args, chunk_tokens=rep.max_batched_tokens)
+    ref = simulate(*args, chunk_tokens=rep.max_batched_tokens, reference=True)
+    assert fast.iterations > 0
+    for field in fast.__dataclass_fields__:
+        assert _same(getattr(fast, field), getattr(ref, field)), field
+
+
+@pytest.mark.parametrize(("model", "tp", "pp"), [("llama3-8b", 2, 1), ("llama3-8b", 1, 4), ("mixtral-8x7b", 2, 2)])
+def test_the_iteration_table_priced_once_per_token_count_is_the_same_table(monkeypatch, model, tp, pp):
+    """The table's linear layers priced once per distinct token count and its decode attention
+    once per decode count (`iteration.once_per_value`) give the table priced on the whole grid."""
+    from shardwise.engines import iteration
+
+    cluster = presets.system("dgx-h100").with_(nodes=1, gpus_per_node=tp * pp)
+    wl = ServingWorkload(1000, 200, 1)
+    s = serving_scenario(Scenario(presets.model(model), cluster, plan_for_serving(tp, pp, 1)), wl)
+    fast = iteration_table(s, wl, 300, 8192, 1100).seconds
+    monkeypatch.setattr(iteration, "once_per_value", iteration._at_once)
+    assert _same(fast, iteration_table(s, wl, 300, 8192, 1100).seconds)

@@ -173,6 +173,8 @@ def test_logits_bytes_per_stack(gpt3):
     s, v = gpt3.seq_len, gpt3.vocab
     assert logits_bytes(gpt3, 2, 8, stack_memory("megatron-core")) == pytest.approx(6 * s * 2 * v / 8)
     assert logits_bytes(gpt3, 2, 8, stack_memory("torchtitan")) == pytest.approx(12 * s * 2 * v / 8)
+    # nanotron: bf16 logits, their fp32 cast and the max-subtracted copy made out of place
+    assert logits_bytes(gpt3, 2, 8, stack_memory("nanotron")) == pytest.approx(10 * s * 2 * v / 8)
     assert stack_memory("my-own-stack") == stack_memory("megatron-core")  # an unknown label: the default
 
 

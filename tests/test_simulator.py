@@ -106,6 +106,56 @@ def test_the_stage_driven_simulator_matches_the_event_driven_reference(name, p, 
     assert np.array_equal(fast.busy_s, ref.busy_s) and np.array_equal(fast.peak_in_flight, ref.peak_in_flight)
 
 
+@settings(deadline=None, max_examples=60)
+@given(name=st.sampled_from(sorted(SCHEDULES)), p=st.integers(1, 8), k=st.integers(1, 6), v=st.integers(1, 4),
+       data=st.data())  # fmt: skip
+def test_the_times_without_records_are_the_simulation_to_the_bit(name, p, k, v, data):
+    """`simulate_times` (the planner's: no list of operations, the schedule compiled, a waiting
+    stage resumed only when its input arrives) gives the makespan, the end of the pipeline, the
+    busy time and the peak in flight of `simulate`, byte for byte, on random durations (zero
+    sends and reductions among them)."""
+    from shardwise.engines.simulator import simulate_times
+
+    v = v if name == "interleaved" else 1
+    m = p * k if name == "interleaved" else k
+    draw = lambda: np.array([data.draw(durations) for _ in range(p)])  # noqa: E731
+    maybe = lambda: np.array([data.draw(st.sampled_from([0.0, 0.05, 0.3, 1.7])) for _ in range(p)])  # noqa: E731
+    times = StageTimes(draw(), draw(), draw(), maybe(), maybe(), maybe(), maybe(),
+                       overlap_dp=data.draw(st.booleans()), dp_tail_s=maybe(), gather_s=maybe())  # fmt: skip
+    split = name in SPLIT_BACKWARD
+    full = simulate(SCHEDULES[name](p, m, v), times, v, split, name)
+    without = simulate(SCHEDULES[name](p, m, v), times, v, split, name, records=False)
+    for fast in (simulate_times(name, p, m, v, times), without):
+        assert fast.records == []
+        assert np.float64(fast.makespan_s).tobytes() == np.float64(full.makespan_s).tobytes()
+        assert np.float64(fast.pipeline_end_s).tobytes() == np.float64(full.pipeline_end_s).tobytes()
+        assert fast.busy_s.tobytes() == full.busy_s.tobytes()
+        assert fast.peak_in_flight.tobytes() == full.peak_in_flight.tobytes()
+
+
+@pytest.mark.parametrize(
+    "plan",
+    [
+        dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=64, schedule="interleaved", vpp=6, sequence_parallel=True),
+        dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=128, schedule="zb-h1", sequence_parallel=True),
+        dict(
+            tp=4, pp=4, dp=4, micro_batch=2, global_batch=256, schedule="1f1b", zero_stage=1, overlap_grad_reduce=True
+        ),
+        dict(tp=8, pp=4, dp=2, micro_batch=1, global_batch=64, schedule="gpipe", recompute="full"),
+    ],
+)
+def test_a_training_step_simulated_without_records_is_the_same_estimate(plan):
+    """What the planner reads of a simulated step (`records=False`) equals the step simulated
+    with every operation listed: the step time and every part of the breakdown, to the bit."""
+    scn = Scenario(presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=8), Plan(**plan))
+    full = simulate_training_step(scn).estimate
+    fast = simulate_training_step(scn, records=False)
+    assert fast.simulation.records == [] and simulate_training_step(scn).simulation.records
+    assert np.float64(fast.estimate.step_time_s).tobytes() == np.float64(full.step_time_s).tobytes()
+    for key, value in vars(full.breakdown).items():
+        assert np.float64(getattr(fast.estimate.breakdown, key)).tobytes() == np.float64(value).tobytes(), key
+
+
 def test_the_trace_file_is_the_trace(tmp_path):
     """`write_chrome_trace` writes the text itself, fast; what a JSON reader gets back is `chrome_trace`."""
     from shardwise.export_trace import write_chrome_trace

@@ -21,6 +21,15 @@ def write_columns(columns: dict[str, Any], path: str | Path, progress: Callable[
         write(columns, progress)
 
 
+def csv_text(columns: dict[str, Any]) -> str:
+    """The CSV `write_columns` writes for `columns`, as text (no file)."""
+    import io
+
+    buffer = io.StringIO(newline="")
+    _CsvBlocks(buffer).write(columns)
+    return buffer.getvalue()
+
+
 @contextlib.contextmanager
 def columns_writer(path: str | Path) -> Iterator[Callable[..., None]]:
     """A table written block by block (a streamed sweep), CSV or Parquet by the extension,

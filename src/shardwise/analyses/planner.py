@@ -44,6 +44,7 @@ from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step, training_memory, training_memory_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Plan, Scenario
+from shardwise.specs.memo import Memo
 
 __all__ = ["COLUMNS", "OBJECTIVES", "PlanSearch", "SearchSpace", "candidates", "cluster_for", "search"]
 
@@ -364,12 +365,17 @@ def simulable(plan: Plan) -> bool:
 
 def confirmed_estimate(scn: Scenario) -> TrainingEstimate:
     """One plan's estimate as the planner reports it: the simulator's where `simulable`, the
-    closed form otherwise."""
+    closed form otherwise. A simulated estimate is kept per scenario (`CONFIRMED`): a request
+    re-times its best plans in the search and again among the alternatives it explains."""
     if not simulable(scn.plan):
         return estimate_training_step(scn)
     from shardwise.engines.simulated import simulate_training_step
 
-    return simulate_training_step(scn).estimate
+    est = CONFIRMED.get_or_compute(scn, lambda: simulate_training_step(scn, records=False).estimate)
+    return est if est.scenario is scn else dataclasses.replace(est, scenario=scn)
+
+
+CONFIRMED = Memo("planner.confirmed_estimate", size=256)
 
 
 def _confirm(search: PlanSearch, indices: np.ndarray) -> tuple[TrainingEstimate | None, np.ndarray]:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.engine_presets import engine
+from shardwise.engines.inflight_loops import run_arrays, run_fixed
 from shardwise.engines.iteration import iteration_table, iteration_times
 from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
 from shardwise.engines.serving import (
@@ -116,13 +117,16 @@ def simulate(
     max_sequences: int = MAX_SEQUENCES,
     kv_total_blocks: int | None = None,
     chunk_tokens: int | None = None,
+    reference: bool = False,
 ) -> Simulated:
     """Run the traffic through one replica whose iteration of d decoding sequences and q prompt
     tokens takes `cost_s(d, q)` seconds (see the module docstring). Lengths are one for every
     request (ints) or one per request (arrays of `traffic.count`); with arrays, `kv_total_blocks`
     (the KV cache in blocks) admits a request only while its blocks fit beside those running.
     `chunk_tokens` caps one prompt's chunk per iteration (default the whole budget): with the pp
-    micro-batches of a round each on its own budget, a prompt sits in one of them."""
+    micro-batches of a round each on its own budget, a prompt sits in one of them.
+    One length for every request runs over queues (`engines.inflight_loops.run_fixed`), the same
+    numbers as over arrays (`reference`: the loop over arrays, for the tests)."""
     if capacity < 1:
         raise ValueError("no request fits the KV cache")
     slots = min(capacity, max_sequences)
@@ -152,75 +156,16 @@ def simulate(
     else:
         arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
         issued = n
-    prompt_left = inputs.copy() if mixed else np.full(n, input_len, dtype=np.int64)
-    decode_left = outputs - 1 if mixed else np.full(n, output_len - 1, dtype=np.int64)
-    admitted, first, done = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    running = np.zeros(0, dtype=np.int64)  # admitted, not finished, in admission order
-    nxt = finished = iterations = 0
-    t = tokens = 0.0
-    clock, produced = [0.0], [0.0]  # (time, tokens generated) after each step
-    busy = running_area = decode_area = prompt_area = 0.0
-    while finished < n:
-        if nxt < issued and arrival[nxt] <= t and len(running) < slots:  # admit, first come first served
-            end = min(issued, nxt + slots - len(running))
-            come = arrival[nxt:end] <= t  # the first not yet arrived stops the queue (not sorted: closed loops)
-            k = len(come) if come.all() else int(come.argmin())
-            if blocks is not None:  # ... while the KV cache holds the next one
-                k = int(np.searchsorted(np.cumsum(blocks[nxt : nxt + k]), free, side="right"))
-                free -= int(blocks[nxt : nxt + k].sum())
-            admitted[nxt : nxt + k] = t
-            running = np.concatenate([running, np.arange(nxt, nxt + k)])
-            nxt += k
-        if not len(running):
-            t = float(arrival[nxt])
-            continue
-        ids = running
-        left = prompt_left[ids]
-        decoding = ids[left == 0]
-        d = len(decoding)
-        waiting = ids[left > 0]
-        need = prompt_left[waiting] if chunk_tokens is None else np.minimum(prompt_left[waiting], chunk_tokens)
-        room = max(max_batched_tokens - d, 0)
-        take = np.minimum(np.maximum(room - (np.cumsum(need) - need), 0), need)  # np.clip, without its overhead
-        q = int(take.sum())
-        if d == 0 and q == 0:  # a budget smaller than one prompt chunk still makes progress
-            take[0], q = min(need[0], max_batched_tokens), min(int(need[0]), max_batched_tokens)
-        dt = cost_s(d, q)
-        steps = 1
-        if q == 0:  # decode only: jump to the next finish or admission
-            steps = int(decode_left[decoding].min()) if d else 1
-            admissible = nxt < issued and len(running) < slots and (blocks is None or blocks[nxt] <= free)
-            if admissible and np.isfinite(arrival[nxt]):
-                steps = min(steps, max(1, math.ceil((arrival[nxt] - t) / dt)))
-            steps = max(steps, 1)
-        t += steps * dt
-        iterations += steps
-        busy += steps * dt
-        running_area += steps * dt * len(running)
-        decode_area += steps * dt * d
-        prompt_area += dt * q
-        decode_left[decoding] -= steps
-        made = steps * d
-        if q:
-            prompt_left[waiting] -= take
-            now_first = waiting[(take > 0) & (prompt_left[waiting] == 0)]
-            first[now_first] = t
-            made += len(now_first)
-        tokens += made
-        clock.append(t)
-        produced.append(tokens)
-        over = (prompt_left[ids] == 0) & (decode_left[ids] <= 0) & ~np.isnan(first[ids])
-        if over.any():
-            ended = ids[over]
-            done[ended] = t
-            running = ids[~over]
-            finished += len(ended)
-            if blocks is not None:
-                free += int(blocks[ended].sum())
-            if closed:
-                fresh = min(len(ended), n - issued)
-                arrival[issued : issued + fresh] = t
-                issued += fresh
+    fixed = not mixed and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1
+    if fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
+        run = run_fixed(cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens)
+    else:
+        if not mixed:
+            inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
+        run = run_arrays(
+            cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens
+        )
+    admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run
     start = int(WARMUP_SHARE * n)
     measured = slice(start, n)
     ttft = first[measured] - arrival[measured]

@@ -25,6 +25,7 @@ simulator (`engines.inflight`) interpolates instead of re-running the model per 
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -72,11 +73,15 @@ def stage_costs(
     def linear_s(lt: LayerTimes) -> Number:  # the layers that run on all T tokens together
         return lt.gemm_s + lt.elementwise_s + lt.cast_f_s
 
-    dec, prompt = times(np.maximum(d, 1.0), 1, context / c), times(1, n, n)
-    attention = np.where(d > 0, dec.attention_s, 0.0) + q / n * prompt.attention_s / c
+    # per distinct value where the scenario holds single numbers (it hashes: no array among its fields)
+    per_value = once_per_value if _plain(scn) else _at_once
+
+    decode_attention = per_value(lambda x: times(np.maximum(x, 1.0), 1, context / c).attention_s, d)
+    attention = np.where(d > 0, decode_attention, 0.0) + q / n * times(1, n, n).attention_s / c
     reduce = np.where(np.asarray(plan.tp) > 1, comm.all_reduce, 0.0)
     gather = context_gather_s(scn, fabric, place, d, q, kvb) if np.any(c > 1) else 0.0
-    layer = StageCost(linear_s(times(1, tokens, tokens)) + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
+    linear = per_value(lambda x: linear_s(times(1, x, x)), tokens)
+    layer = StageCost(linear + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
     emb = embedding_cost(one, comm, tokens)
     head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
     split = plan_split(model.layers, plan)
@@ -84,11 +89,36 @@ def stage_costs(
     if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
         shared = model.shared_experts * model.expert_ffn_hidden
         routed = experts_cost(one, fabric, place, tokens, w)
-        compute = linear_s(times(1, tokens, tokens, shared)) + attention + routed.compute_forward_s
+        compute = per_value(lambda x: linear_s(times(1, x, x, shared)), tokens) + attention + routed.compute_forward_s
         # the shared MLP's reduce carries the experts'
         tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s + gather
         moe = (StageCost(compute, 0.0, tp, 0.0, ep_forward_s=routed.ep_forward_s), model_moe_split(model, split))
     return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(one, fabric, place, comm))
+
+
+def once_per_value(fn: Callable[[np.ndarray], Number], x: Number) -> Number:
+    """`fn(x)` for an element-wise `fn` of `x` alone (its other inputs single numbers), evaluated
+    once per distinct value of `x` and gathered back: the same numbers. On the iteration table's
+    grid of d x q, the linear layers run on T = d + q tokens (d + q / cp), of which the grid holds
+    a third (one GPU per stage) to a tenth (pp = 8) as many values, and the decode attention on d
+    (one value per row)."""
+    x = np.asarray(x)
+    if x.size < 2:
+        return fn(x)
+    values, where = np.unique(x, return_inverse=True)
+    return np.broadcast_to(np.asarray(fn(values)), values.shape)[where.reshape(x.shape)]
+
+
+def _at_once(fn: Callable[[np.ndarray], Number], x: Number) -> Number:
+    return fn(np.asarray(x))
+
+
+def _plain(scn: Scenario) -> bool:
+    try:
+        hash(scn)
+    except TypeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True)

@@ -43,15 +43,19 @@ def gpipe(p: int, m: int, v: int = 1) -> StageOps:
 
 
 def one_f_one_b(p: int, m: int, v: int = 1) -> StageOps:
-    stages = []
-    for i in range(p):
-        warmup = min(p - i - 1, m)
-        ops = [Op(F, k, 0) for k in range(warmup)]
-        for k in range(m - warmup):
-            ops += [Op(F, warmup + k, 0), Op(B, k, 0)]
-        ops += [Op(B, k, 0) for k in range(m - warmup, m)]
-        stages.append(ops)
-    return stages
+    fwd = [Op(F, k, 0) for k in range(m)]
+    bwd = [Op(B, k, 0) for k in range(m)]
+    return [_one_f_one_b(fwd, bwd, min(p - i - 1, m)) for i in range(p)]
+
+
+def _one_f_one_b(fwd: list[Op], bwd: list[Op], warmup: int) -> list[Op]:
+    """`warmup` forwards, then one forward and one backward in turn, then the last backwards
+    (`fwd` and `bwd` of equal length; built by slices)."""
+    steady = len(fwd) - warmup
+    pairs: list[Op] = [fwd[0]] * (2 * steady)
+    pairs[0::2] = fwd[warmup:]
+    pairs[1::2] = bwd[:steady]
+    return fwd[:warmup] + pairs + bwd[steady:]
 
 
 def interleaved(p: int, m: int, v: int) -> StageOps:
@@ -63,16 +67,7 @@ def interleaved(p: int, m: int, v: int) -> StageOps:
     # the k-th backward: the same micro-batch, chunk v - 1 minus that (Megatron-LM)
     fwd = [Op(F, (k // group) * p + k % p, (k % group) // p) for k in range(total)]
     bwd = [Op(B, (k // group) * p + k % p, v - 1 - (k % group) // p) for k in range(total)]
-    stages = []
-    for i in range(p):
-        warmup = min(total, 2 * (p - i - 1) + (v - 1) * p)
-        ops = fwd[:warmup]
-        for k in range(total - warmup):
-            ops.append(fwd[warmup + k])
-            ops.append(bwd[k])
-        ops += bwd[total - warmup :]
-        stages.append(ops)
-    return stages
+    return [_one_f_one_b(fwd, bwd, min(total, 2 * (p - i - 1) + (v - 1) * p)) for i in range(p)]
 
 
 def zb_h1(p: int, m: int, v: int = 1) -> StageOps:

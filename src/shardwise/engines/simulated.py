@@ -34,7 +34,7 @@ from shardwise.engines.data_parallel import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
-from shardwise.engines.simulator import SimulationResult, StageTimes, simulate
+from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
 from shardwise.engines.training import (
     PIPELINE_SYNC_S,
     flops_per_step,
@@ -210,8 +210,10 @@ def _stage_cost(
 MAX_SLOTS = 2_000_000
 
 
-def simulate_training_step(scn: Scenario) -> SimulatedStep:
-    """Simulate the plan's schedule operation by operation and report it like the closed form."""
+def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep:
+    """Simulate the plan's schedule operation by operation and report it like the closed form.
+    Without `records` the simulation lists no operations (`simulator.simulate_times`: the same
+    numbers, faster; what the planner needs)."""
     plan = scn.plan
     for name in (
         "tp",
@@ -235,8 +237,10 @@ def simulate_training_step(scn: Scenario) -> SimulatedStep:
         )
     times = stage_times(scn)
     name = plan.schedule.label
-    ops = SCHEDULES[name](p, m, v)
-    sim = simulate(ops, times, v, name in SPLIT_BACKWARD, name)
+    if records:
+        sim = simulate(SCHEDULES[name](p, m, v), times, v, name in SPLIT_BACKWARD, name)
+    else:
+        sim = simulate_times(name, p, m, v, times)
     busiest = int(np.argmax(sim.busy_s))
     # how the busiest stage's busy time splits into compute and exposed TP communication
     closed = _closed_form_parts(scn)

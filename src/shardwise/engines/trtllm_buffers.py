@@ -72,7 +72,7 @@ def bench_engine_settings(
     t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
     gib = 1024.0**3  # tuning.py counts in GiB; the ratio below does not depend on it
     per_token = 2 * model.layers * np.maximum(t, model.kv_heads) * model.head_dim * kv_bytes_per_element / gib
-    engine = float(total_params(model)) * weight_bytes_per_param / gib
+    engine = np.asarray(total_params(model), dtype=float) * weight_bytes_per_param / gib
     available = np.asarray(gpu_memory_bytes, dtype=float) / gib * t * p - engine
     requests = np.maximum(BENCH_KV_FRACTION * available / (per_token * (input_len + output_len)), 0.0)
     raw = np.minimum(requests, BENCH_MAX_BATCH) / p
@@ -93,7 +93,7 @@ def bench_engine_settings(
 def activation_bytes(model: Model, tp: Number, max_num_tokens: Number) -> Number:
     """The engine's activation memory on one GPU (module docstring, 2)."""
     t = np.asarray(tp, dtype=float)
-    h, f = float(model.hidden), float(model.ffn_hidden)
+    h, f = np.asarray(model.hidden, dtype=float), np.asarray(model.ffn_hidden, dtype=float)
     return np.asarray(max_num_tokens, dtype=float) * ACTIVATION_PLANNER_FACTOR * (5 * h + 6 * f / t)
 
 

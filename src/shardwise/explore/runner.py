@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 MAX_OUTPUT_BYTES = 32 << 20  # what one command may print or write as a table and still be drawn
+IN_MEMORY_ROWS = 20_000  # a table of at most this many rows is built in memory (a few MB), not in a file
 
 
 # The commands the pages build and the flags they give them; flags not in VALUED take no value.
@@ -88,9 +89,18 @@ def run(args: list[str]) -> Outcome:
 
 
 def _columns_csv(columns: dict[str, Any]) -> str:
-    """A table of columns as the command line writes it (`tables.write_columns`), as text."""
-    from shardwise.tables import write_columns
+    """A table of columns as the command line writes it (`tables.write_columns`), as text: built
+    in memory up to IN_MEMORY_ROWS rows (a planner's table), else written to a scratch file first
+    (a file larger than the explorer draws fails at the worker's file-size cap, not in memory)."""
+    from shardwise.tables import csv_text, write_columns
 
+    rows = len(next(iter(columns.values()))) if columns else 0
+    if rows <= IN_MEMORY_ROWS:
+        text = csv_text(columns)
+        size = len(text.encode("utf-8"))
+        if size > MAX_OUTPUT_BYTES:
+            raise _TooLarge(size)
+        return text
     with tempfile.TemporaryDirectory(prefix="shardwise-run-") as scratch:
         path = Path(scratch) / "table.csv"
         write_columns(columns, path)

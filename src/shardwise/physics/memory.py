@@ -328,11 +328,17 @@ STACKS: dict[str, StackMemory] = {
         source="Megatron's loss; DeepSpeed's FP16_Optimizer step and ZeRO-1 reduce buckets",
     ),
     "nanotron": StackMemory(
-        6.0,
+        # Loss.forward calls sharded_cross_entropy(..., dtype=torch.float): the bf16 logits (2)
+        # stay referenced by the model's forward, their fp32 cast (4) by the helper, and
+        # _ShardedCrossEntropy subtracts the max out of place (`sharded_logits = sharded_logits -
+        # logits_max`, 4; Megatron-LM does it in place) before the exp and the division run in
+        # place on that copy: 10 at the peak (huggingface/nanotron
+        # src/nanotron/parallel/tensor_parallel/functional.py, unchanged since 2024-01).
+        10.0,
         grad_copy_bytes_per_param=2.0,
         ddp_bucket_bytes_per_param=2.0,
-        source="nanotron sharded_cross_entropy (fp32, in place); FP32GradientAccumulator after backward; "
-        "torch DDP (trainer.py) with its default bucket copies",
+        source="nanotron sharded_cross_entropy (fp32 cast, max subtracted out of place); FP32GradientAccumulator "
+        "after backward; torch DDP (trainer.py) with its default bucket copies",
     ),
     "internevo": StackMemory(6.0, source="flash-attn's fused cross-entropy (in-place backward), counted as Megatron's"),
     "fsdp": _FSDP,
