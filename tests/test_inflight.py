@@ -245,22 +245,47 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("engine", "budgets", "slots"), [("tensorrt-llm", 8, 8), ("vllm", 8, 1), ("sglang", 8, 1), ("llama.cpp", 1, 1)]
+    ("engine", "budgets", "cap", "slots"),
+    [("tensorrt-llm", 8, 2048, 8), ("vllm", 8, 1024, 1), ("sglang", 8, 2048, 1), ("llama.cpp", 1, 2048, 1)],
 )
-def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(engine, budgets, slots):
+def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(engine, budgets, cap, slots):
     """TensorRT-LLM runs its micro-batch scheduler once per micro-batch (maxNumTokens, and
     maxBatchSize: mMaxNumSequences = maxBatchSize x pp), vLLM V1 one scheduler call per batch of
-    its batch queue, SGLang one batch per micro-batch: a round of pp=8 holds 8 budgets."""
+    its batch queue (one max_num_seqs, 1024 on an H100), SGLang one batch per micro-batch: a
+    round of pp=8 holds 8 budgets."""
     from shardwise.engines.inflight import Replica
-    from shardwise.engines.serving import MAX_SEQUENCES
 
     model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1)
     wl = ServingWorkload(512, 128, engine=engine)
     piped = Replica(Scenario(model, cluster, plan_for_serving(1, 8)), wl, 2048)
-    assert (piped.round_tokens, piped.max_sequences) == (2048 * budgets, MAX_SEQUENCES * slots)
+    assert (piped.round_tokens, piped.max_sequences) == (2048 * budgets, cap * slots)
     assert piped.max_batched_tokens == 2048  # what the user set, per micro-batch
     one = Replica(Scenario(model, cluster.with_(gpus_per_node=1), plan_for_serving(1, 1)), wl, 2048)
-    assert (one.round_tokens, one.max_sequences) == (2048, MAX_SEQUENCES)
+    assert (one.round_tokens, one.max_sequences) == (2048, cap)
+
+
+@pytest.mark.parametrize(
+    ("engine", "system", "cap"),
+    [
+        ("vllm", "dgx-h100", 1024),
+        ("vllm", "rtx4090-8x", 256),
+        ("vllm", "dgx-a100", 256),
+        ("sglang", "rtx4090-8x", 2048),
+    ],
+)
+def test_the_engines_default_sequence_cap(engine, system, cap):
+    """vLLM's OpenAI server caps max_num_seqs at 1024 on GPUs of 70 GiB or more other than A100,
+    256 elsewhere (arg_utils.py get_batch_defaults); a Llama 3 8B replica over 8 RTX 4090, whose
+    KV cache holds over a thousand 640-token sequences, runs at most 256 under vLLM."""
+    from shardwise.engines.engine_presets import max_sequences
+    from shardwise.engines.inflight import Replica
+
+    cluster = presets.system(system)
+    assert max_sequences(engine, float(cluster.gpu.memory_bytes), cluster.gpu.name) == cap
+    if system == "rtx4090-8x":
+        wl = ServingWorkload(512, 128, engine=engine)
+        rep = Replica(Scenario(presets.model("llama3-8b"), cluster.with_(nodes=1), plan_for_serving(1, 8)), wl, 2048)
+        assert rep.capacity > 1000 and rep.slots == min(rep.capacity, cap)
 
 
 def test_a_prompt_sits_in_one_micro_batch_of_a_round():

@@ -21,6 +21,15 @@ Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 81
 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above (server_args.py); llama.cpp's
 `n_batch` 2048 (common/common.h).
 
+Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its OpenAI server,
+1024 on GPUs of >= 70 GiB other than A100, else 256, in the same branch of
+vllm/engine/arg_utils.py `get_batch_defaults` as its token budget (V0 and V1 before that branch:
+256); one cap for the whole batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`
+2048 (`engines.serving.MAX_SEQUENCES`), per micro-batch. SGLang: `max_running_requests` unset
+takes the request pool's size, max(2048, KV tokens / context x 512) up to 4096 (model_runner's
+`max_num_reqs`, as read in an excerpt, not in SGLang's own repository here), so 2048, its floor.
+llama.cpp and the others: 2048, as before.
+
 Per-stage cost of pipeline parallelism (seconds per micro-batch and stage, on top of the send of
 its activations): the host time a stage adds that no kernel shows (its scheduling step, the send
 and receive issued from the host, the synchronisation). llama.cpp: 0.30-0.44 ms, from one public
@@ -58,6 +67,8 @@ from shardwise.specs.serving import ENGINE_NAMES
 
 GIB = 1024**3
 MIB = 1024**2
+# TensorRT-LLM's default max_batch_size, the cap of the other engines (`engines.serving.MAX_SEQUENCES`)
+DEFAULT_MAX_SEQUENCES = 2048
 # llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
 LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2
 
@@ -130,6 +141,14 @@ def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -
     if name == "llama.cpp":
         return 2048
     return 8192  # TensorRT-LLM's max_num_tokens (and the others', as before)
+
+
+def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
+    """The engine's default cap on sequences in flight per replica (per micro-batch where
+    `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring)."""
+    if name == "vllm":
+        return 1024 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 256
+    return DEFAULT_MAX_SEQUENCES
 
 
 def sglang_reserved_bytes(gpu_memory_bytes: Number, chunk: int, tp: Number, pp: Number) -> Number:

@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.engine_presets import engine
+from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
 from shardwise.engines.inflight_loops import run_arrays, run_fixed
 from shardwise.engines.iteration import iteration_table, iteration_times
 from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
@@ -254,7 +255,9 @@ class Replica:
         # (`engines.engine_presets`, "Budgets under pipeline parallelism")
         preset, pp = engine(wl.engine), int(np.max(scn.plan.pp))
         self.round_tokens = max_batched_tokens * (pp if preset.budget_per_micro_batch else 1)
-        self.max_sequences = MAX_SEQUENCES * (pp if preset.slots_per_micro_batch else 1)
+        gpu = scn.cluster.gpu
+        cap = engine_max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+        self.max_sequences = cap * (pp if preset.slots_per_micro_batch else 1)
         self.replicas = int(scn.plan.dp)
         self.max_context = int(np.max(scn.model.seq_len))
         self.kv_total_blocks: int | None = None
