@@ -244,13 +244,91 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
     assert huge.throughput_tokens_per_s == pytest.approx(short.throughput_tokens_per_s, rel=1e-9)
 
 
+@pytest.mark.parametrize(
+    ("engine", "budgets", "cap", "slots"),
+    [("tensorrt-llm", 8, 2048, 8), ("vllm", 8, 1024, 1), ("sglang", 8, 2048, 1), ("llama.cpp", 1, 2048, 1)],
+)
+def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(engine, budgets, cap, slots):
+    """TensorRT-LLM runs its micro-batch scheduler once per micro-batch (maxNumTokens, and
+    maxBatchSize: mMaxNumSequences = maxBatchSize x pp), vLLM V1 one scheduler call per batch of
+    its batch queue (one max_num_seqs, 1024 on an H100), SGLang one batch per micro-batch: a
+    round of pp=8 holds 8 budgets."""
+    from shardwise.engines.inflight import Replica
+
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1)
+    wl = ServingWorkload(512, 128, engine=engine)
+    piped = Replica(Scenario(model, cluster, plan_for_serving(1, 8)), wl, 2048)
+    assert (piped.round_tokens, piped.max_sequences) == (2048 * budgets, cap * slots)
+    assert piped.max_batched_tokens == 2048  # what the user set, per micro-batch
+    one = Replica(Scenario(model, cluster.with_(gpus_per_node=1), plan_for_serving(1, 1)), wl, 2048)
+    assert (one.round_tokens, one.max_sequences) == (2048, cap)
+
+
+@pytest.mark.parametrize(
+    ("engine", "system", "cap"),
+    [
+        ("vllm", "dgx-h100", 1024),
+        ("vllm", "rtx4090-8x", 256),
+        ("vllm", "dgx-a100", 256),
+        ("sglang", "rtx4090-8x", 2048),
+    ],
+)
+def test_the_engines_default_sequence_cap(engine, system, cap):
+    """vLLM's OpenAI server caps max_num_seqs at 1024 on GPUs of 70 GiB or more other than A100,
+    256 elsewhere (arg_utils.py get_batch_defaults); a Llama 3 8B replica over 8 RTX 4090, whose
+    KV cache holds over a thousand 640-token sequences, runs at most 256 under vLLM."""
+    from shardwise.engines.engine_presets import max_sequences
+    from shardwise.engines.inflight import Replica
+
+    cluster = presets.system(system)
+    assert max_sequences(engine, float(cluster.gpu.memory_bytes), cluster.gpu.name) == cap
+    if system == "rtx4090-8x":
+        wl = ServingWorkload(512, 128, engine=engine)
+        rep = Replica(Scenario(presets.model("llama3-8b"), cluster.with_(nodes=1), plan_for_serving(1, 8)), wl, 2048)
+        assert rep.capacity > 1000 and rep.slots == min(rep.capacity, cap)
+
+
+def test_a_prompt_sits_in_one_micro_batch_of_a_round():
+    """With a round budget of several micro-batches, one prompt still takes at most one
+    micro-batch's budget per round: a 4,096-token prompt under 1,024 per micro-batch needs 4
+    (in both loops; the queue loop asks each (d, q) once)."""
+    seen = []
+
+    def cost(d: float, q: float) -> float:
+        seen.append(q)
+        return 1.0
+
+    traffic = Traffic(users=1, requests=1, rounds=1)
+    ref = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024, reference=True)
+    prompt = [q for q in seen[1:] if q > 0]  # the first call sizes the start, not an iteration
+    assert prompt == [1024] * 4
+    fast = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024)
+    assert fast.ttft_s == ref.ttft_s == 4.0
+    seen.clear()
+    whole = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, reference=True)
+    assert [q for q in seen[1:] if q > 0] == [4096]
+    assert whole.ttft_s == 1.0
+
+
 def _same(a, b) -> bool:
     return np.asarray(a).tobytes() == np.asarray(b).tobytes()
 
 
 @pytest.mark.parametrize(
-    ("lengths", "capacity", "budget"),
-    [((2048, 256), 574, 8192), ((128, 1), 20, 8192), ((100, 2), 3, 100), ((5000, 64), 40, 512), ((7, 33), 9, 8192)],
+    ("lengths", "capacity", "budget", "chunk"),
+    [
+        ((2048, 256), 574, 8192, None),
+        ((128, 1), 20, 8192, None),
+        ((100, 2), 3, 100, None),
+        ((5000, 64), 40, 512, None),
+        ((7, 33), 9, 8192, None),
+        # pp > 1: a round of pp micro-batch budgets, one prompt's chunk capped at one of them
+        ((2048, 256), 574, 8 * 2048, 2048),
+        ((5000, 64), 40, 4 * 512, 512),
+        ((4096, 16), 300, 8 * 1000, 1000),
+        ((1500, 3), 60, 2 * 1024, 1024),
+        ((100, 2), 3, 2 * 37, 37),
+    ],
 )
 @pytest.mark.parametrize(
     "traffic",
@@ -262,17 +340,36 @@ def _same(a, b) -> bool:
         Traffic(rate_per_s=3.0, requests=150, burstiness=0.5, seed=2),
     ],
 )
-def test_the_queue_loop_of_one_length_is_the_array_loop_to_the_bit(lengths, capacity, budget, traffic):
+def test_the_queue_loop_of_one_length_is_the_array_loop_to_the_bit(lengths, capacity, budget, chunk, traffic):
     """One prompt and output length for every request runs over two queues
     (`inflight_loops.run_fixed`): every field of the result equals the loop over arrays
     (`reference=True`, what request mixes run) byte for byte, in closed and open loops, with
-    chunked prompts, jumps over decode-only runs and a KV cache that holds few requests."""
+    chunked prompts, jumps over decode-only runs, a KV cache that holds few requests and, under
+    pp > 1, several prompts part done at once (one chunk each capped below the round's budget)."""
 
     def cost_s(d: float, q: float) -> float:  # steps at a wave boundary, as the GEMMs make them
         return 0.004 + 2e-5 * d + 1.1e-6 * q + (0.001 if d + q > 4096 else 0.0)
 
-    fast = simulate(cost_s, *lengths, capacity, traffic, budget)
-    ref = simulate(cost_s, *lengths, capacity, traffic, budget, reference=True)
+    fast = simulate(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk)
+    ref = simulate(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk, reference=True)
+    for field in fast.__dataclass_fields__:
+        assert _same(getattr(fast, field), getattr(ref, field)), field
+
+
+@pytest.mark.parametrize(("engine", "pp"), [("tensorrt-llm", 8), ("vllm", 4), ("sglang", 2)])
+def test_a_pipelined_replica_runs_the_same_in_both_loops(engine, pp):
+    """A replica under pp > 1 (a round of pp budgets, chunks capped at one, the engine's slots)
+    gives the same result over queues as over arrays, on its own iteration table."""
+    from shardwise.engines.inflight import Replica
+
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1, gpus_per_node=pp)
+    wl = ServingWorkload(3000, 100, engine=engine)
+    rep = Replica(Scenario(model, cluster, plan_for_serving(1, pp)), wl, 1024)
+    assert rep.round_tokens == 1024 * pp
+    args = (rep.table, 3000, 100, rep.capacity, Traffic(users=400, requests=500), rep.round_tokens, rep.max_sequences)
+    fast = simulate(*args, chunk_tokens=rep.max_batched_tokens)
+    ref = simulate(*args, chunk_tokens=rep.max_batched_tokens, reference=True)
+    assert fast.iterations > 0
     for field in fast.__dataclass_fields__:
         assert _same(getattr(fast, field), getattr(ref, field)), field
 

@@ -21,6 +21,15 @@ Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 81
 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above (server_args.py); llama.cpp's
 `n_batch` 2048 (common/common.h).
 
+Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its OpenAI server,
+1024 on GPUs of >= 70 GiB other than A100, else 256, in the same branch of
+vllm/engine/arg_utils.py `get_batch_defaults` as its token budget (V0 and V1 before that branch:
+256); one cap for the whole batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`
+2048 (`engines.serving.MAX_SEQUENCES`), per micro-batch. SGLang: `max_running_requests` unset
+takes the request pool's size, max(2048, KV tokens / context x 512) up to 4096 (model_runner's
+`max_num_reqs`, as read in an excerpt, not in SGLang's own repository here), so 2048, its floor.
+llama.cpp and the others: 2048, as before.
+
 Per-stage cost of pipeline parallelism (seconds per micro-batch and stage, on top of the send of
 its activations): the host time a stage adds that no kernel shows (its scheduling step, the send
 and receive issued from the host, the synchronisation). llama.cpp: 0.30-0.44 ms, from one public
@@ -31,6 +40,19 @@ table of decode speed against the GPU count with the work per token fixed (ggml-
 values, cross in microseconds), taken as their mean, 0.37 ms. TensorRT-LLM, vLLM and SGLang: no
 public table outside the reserved ones gave one (their published TP/PP comparisons change the
 GPU count and the batch together), so 0: their pipeline stages cost the sends alone.
+
+Budgets under pipeline parallelism: with pp stages the engines keep pp micro-batches in flight
+and schedule each one on its own, so each gets the whole chunked-prefill token budget:
+TensorRT-LLM sets `mNumMicroBatches` = pp and runs its `MicroBatchScheduler` once per
+micro-batch with `maxNumTokens` and `maxBatchSize` (cpp/tensorrt_llm/batch_manager/
+trtGptModelInflightBatching.cpp), and sizes its sequence slots as `mMaxNumSequences` =
+`mMaxBatchSize` x pp (trtGptModel.h): `max_batch_size` is per micro-batch; vLLM V1 keeps a
+batch queue of pp scheduled batches, each `Scheduler.schedule()` call with its own
+`max_num_batched_tokens` budget, under one `max_num_seqs` for all of them
+(vllm/v1/engine/core.py `step_with_batch_queue`); SGLang's pipeline event loop forms one batch
+per micro-batch, each with its `chunked_prefill_size` (python/sglang/srt/managers/
+scheduler_pp_mixin.py). `EnginePreset.budget_per_micro_batch` and `slots_per_micro_batch`
+say which.
 """
 
 from __future__ import annotations
@@ -45,6 +67,8 @@ from shardwise.specs.serving import ENGINE_NAMES
 
 GIB = 1024**3
 MIB = 1024**2
+# TensorRT-LLM's default max_batch_size, the cap of the other engines (`engines.serving.MAX_SEQUENCES`)
+DEFAULT_MAX_SEQUENCES = 2048
 # llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
 LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2
 
@@ -64,6 +88,10 @@ class EnginePreset:
     # the engine's activation, runtime and decoder buffers come out of the free memory before the
     # KV cache's fraction, sized as trtllm-bench builds it (`engines.trtllm_buffers`)
     bench_buffers: bool = False
+    # under pp > 1 each of the pp micro-batches gets the whole token budget (module docstring)
+    budget_per_micro_batch: bool = False
+    # ... and its own sequence slots (TensorRT-LLM's max_batch_size is per micro-batch)
+    slots_per_micro_batch: bool = False
     weight_formats: tuple[str, ...] = ()
     source: str = ""
 
@@ -71,16 +99,17 @@ class EnginePreset:
 ENGINES = {
     "tensorrt-llm": EnginePreset(
         "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9, bench_buffers=True,
+        budget_per_micro_batch=True, slots_per_micro_batch=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
     ),
     "vllm": EnginePreset(
-        "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9,
+        "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),
     "sglang": EnginePreset(
-        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False,
+        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="python/sglang/srt/server_args.py _handle_gpu_memory_settings; --enable-nccl-nvls default false",
     ),
@@ -112,6 +141,14 @@ def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -
     if name == "llama.cpp":
         return 2048
     return 8192  # TensorRT-LLM's max_num_tokens (and the others', as before)
+
+
+def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
+    """The engine's default cap on sequences in flight per replica (per micro-batch where
+    `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring)."""
+    if name == "vllm":
+        return 1024 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 256
+    return DEFAULT_MAX_SEQUENCES
 
 
 def sglang_reserved_bytes(gpu_memory_bytes: Number, chunk: int, tp: Number, pp: Number) -> Number:

@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from shardwise.engines.engine_presets import engine
+from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
 from shardwise.engines.inflight_loops import run_arrays, run_fixed
 from shardwise.engines.iteration import iteration_table, iteration_times
 from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
@@ -115,12 +117,15 @@ def simulate(
     max_batched_tokens: int = MAX_BATCHED_TOKENS,
     max_sequences: int = MAX_SEQUENCES,
     kv_total_blocks: int | None = None,
+    chunk_tokens: int | None = None,
     reference: bool = False,
 ) -> Simulated:
     """Run the traffic through one replica whose iteration of d decoding sequences and q prompt
     tokens takes `cost_s(d, q)` seconds (see the module docstring). Lengths are one for every
     request (ints) or one per request (arrays of `traffic.count`); with arrays, `kv_total_blocks`
     (the KV cache in blocks) admits a request only while its blocks fit beside those running.
+    `chunk_tokens` caps one prompt's chunk per iteration (default the whole budget): with the pp
+    micro-batches of a round each on its own budget, a prompt sits in one of them.
     One length for every request runs over queues (`engines.inflight_loops.run_fixed`), the same
     numbers as over arrays (`reference`: the loop over arrays, for the tests)."""
     if capacity < 1:
@@ -152,12 +157,15 @@ def simulate(
     else:
         arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
         issued = n
-    if not mixed and not reference and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1:
-        run = run_fixed(cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens)
+    fixed = not mixed and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1
+    if fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
+        run = run_fixed(cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens)
     else:
         if not mixed:
             inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
-        run = run_arrays(cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free)
+        run = run_arrays(
+            cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens
+        )
     admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run
     start = int(WARMUP_SHARE * n)
     measured = slice(start, n)
@@ -242,6 +250,14 @@ class Replica:
     ) -> None:
         self.scenario = scn = serving_scenario(scn, wl)
         self.max_batched_tokens, self.mix = max_batched_tokens, mix
+        # an iteration here is one round of the pp micro-batches; where the engine schedules each
+        # micro-batch with its own budget (and slots), the round holds pp of them
+        # (`engines.engine_presets`, "Budgets under pipeline parallelism")
+        preset, pp = engine(wl.engine), int(np.max(scn.plan.pp))
+        self.round_tokens = max_batched_tokens * (pp if preset.budget_per_micro_batch else 1)
+        gpu = scn.cluster.gpu
+        cap = engine_max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+        self.max_sequences = cap * (pp if preset.slots_per_micro_batch else 1)
         self.replicas = int(scn.plan.dp)
         self.max_context = int(np.max(scn.model.seq_len))
         self.kv_total_blocks: int | None = None
@@ -253,7 +269,7 @@ class Replica:
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             per_token = self.kv_bytes_per_sequence / context
             self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
-            self.slots = top = min(self.capacity, MAX_SEQUENCES)
+            self.slots = top = min(self.capacity, self.max_sequences)
             self.mean_context = wl.input_len + wl.output_len / 2
             self.mean_input_len, self.mean_output_len = wl.input_len, wl.output_len
         else:
@@ -271,19 +287,22 @@ class Replica:
             self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
             blocks = kv_blocks(inputs, outputs)
             self.capacity = int(self.kv_total_blocks // float(np.mean(blocks)))
-            self.slots = min(self.capacity, MAX_SEQUENCES)
+            self.slots = min(self.capacity, self.max_sequences)
             # short requests pack more sequences than the mean: price up to as many as the cache holds
-            top = min(MAX_SEQUENCES, max(self.slots, self.kv_total_blocks // int(blocks.min())))
+            top = min(self.max_sequences, max(self.slots, self.kv_total_blocks // int(blocks.min())))
             self.mean_context = summary.decode_context
         fits = self.capacity >= 1
-        self.table = iteration_table(scn, wl, top, max_batched_tokens, self.mean_context) if fits else None
+        self.table = iteration_table(scn, wl, top, self.round_tokens, self.mean_context) if fits else None
 
     def run(self, traffic: Traffic) -> Simulated:
         if self.table is None:
             raise ValueError("no request fits the KV cache")
         wl = self.workload
         if self.mix is None:
-            return simulate(self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.max_batched_tokens)
+            return simulate(
+                self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.round_tokens, self.max_sequences,
+                chunk_tokens=self.max_batched_tokens,
+            )  # fmt: skip
         inputs, outputs = sample_lengths(self.mix, traffic.count, traffic.seed, self.max_context)
         need = int(kv_blocks(inputs, outputs).max())
         if need > self.kv_total_blocks:
@@ -292,8 +311,8 @@ class Replica:
                 f"a replica of this plan holds ({self.kv_total_blocks * KV_BLOCK_TOKENS:,} tokens)"
             )
         return simulate(
-            self.table, inputs, outputs, MAX_SEQUENCES, traffic, self.max_batched_tokens, MAX_SEQUENCES,
-            self.kv_total_blocks,
+            self.table, inputs, outputs, self.max_sequences, traffic, self.round_tokens, self.max_sequences,
+            self.kv_total_blocks, self.max_batched_tokens,
         )  # fmt: skip
 
 

@@ -3,10 +3,11 @@ that give the same numbers: over arrays of every request (any request mix, the K
 and, when every request has the same lengths, over queues of the requests in flight.
 
 With the same lengths for every request the running ones are two queues in admission order:
-prompts being prefilled (first come, first served, so only the first can be part done) and
+prompts being prefilled (first come, first served, so only the first can be part done, or the
+first few when one prompt's chunk is capped below the budget: pipeline micro-batches) and
 sequences decoding (each decodes one token per iteration, so they finish in the order their
 prompts did, and the first holds the fewest tokens left). An iteration then costs a few Python
-operations and one per request that starts, ends or finishes its prompt, instead of a dozen numpy
+operations and one per request that starts, ends or takes a prompt chunk, instead of a dozen numpy
 steps over every running request; the time and the areas are summed in the same order, so the
 numbers are the same to the bit (`tests/test_inflight.py` compares both loops).
 """
@@ -50,10 +51,12 @@ def run_arrays(
     max_batched_tokens: int,
     blocks: np.ndarray | None,
     free: int,
+    chunk_tokens: int | None = None,
 ) -> Run:
     """The iterations over arrays of every request (any lengths, the KV cache in blocks when
     `blocks` is given): numpy steps over the running requests in each iteration. `arrival` is
-    written to (a closed loop issues each finished request's successor)."""
+    written to (a closed loop issues each finished request's successor). `chunk_tokens` caps one
+    prompt's chunk in an iteration (None: the whole budget)."""
     n = len(inputs)
     prompt_left = inputs.copy()
     decode_left = outputs - 1
@@ -82,7 +85,7 @@ def run_arrays(
         decoding = ids[left == 0]
         d = len(decoding)
         waiting = ids[left > 0]
-        need = prompt_left[waiting]
+        need = prompt_left[waiting] if chunk_tokens is None else np.minimum(prompt_left[waiting], chunk_tokens)
         room = max(max_batched_tokens - d, 0)
         take = np.minimum(np.maximum(room - (np.cumsum(need) - need), 0), need)  # np.clip, without its overhead
         q = int(take.sum())
@@ -138,16 +141,26 @@ def run_fixed(
     arrival_s: np.ndarray,
     issued: int,
     max_batched_tokens: int,
+    chunk_tokens: int | None = None,
 ) -> Run:
     """`run_arrays` for requests of one prompt length and one output length (at least 1 each, a
-    budget of at least one token), over two queues (module docstring). `cost_s` is a function of
-    (d, q) alone: each pair is asked once (a closed loop of one user repeats two pairs)."""
+    budget of at least one token, a chunk cap of at least one), over two queues (module
+    docstring). `cost_s` is a function of (d, q) alone: each pair is asked once (a closed loop of
+    one user repeats two pairs).
+
+    With a chunk cap below the prompt several prompts can be part done, but only the first ones:
+    an iteration takes a prefix of the queue, so a prompt has had no more tokens than any before
+    it (as many or more left), and a prompt that does not finish took the whole cap or the last of
+    the room, so none after it finishes either: the prompts done in an iteration are the queue's
+    first ones."""
     n = len(arrival_s)
     arrival = arrival_s.tolist()
     nan = float("nan")
     admitted, first, done = [nan] * n, [nan] * n, [nan] * n
-    prefilling: deque[int] = deque()  # admitted, prompt not done, in admission order
-    head_left = input_len  # prompt tokens left of the first of them (the others: all)
+    cap = input_len if chunk_tokens is None else min(chunk_tokens, input_len)
+    prefilling: list[int] = []  # admitted, in admission order: prefilling[head:] have their prompt not done
+    head = 0
+    prompt_left = [input_len] * n  # prompt tokens left, per request
     decoding: deque[tuple[int, int]] = deque()  # (request, `decoded` when it is done), in admission order
     decoded = 0  # decode steps so far: a request decoding has `its end - decoded` tokens left
     nxt = finished = iterations = 0
@@ -156,7 +169,7 @@ def run_fixed(
     busy = running_area = decode_area = prompt_area = 0.0
     costs: dict[tuple[int, int], float] = {}
     while finished < n:
-        running = len(prefilling) + len(decoding)
+        running = len(prefilling) - head + len(decoding)
         if nxt < issued and arrival[nxt] <= t and running < slots:  # admit, first come first served
             end = min(issued, nxt + slots - running)
             k = nxt
@@ -172,19 +185,21 @@ def run_fixed(
         d = len(decoding)
         room = max(max_batched_tokens - d, 0)
         q = 0
-        prompts_done = []
-        left = head_left
-        while prefilling and room > 0:  # whole prompts while the budget lasts, then a chunk
-            if left <= room:
-                q += left
-                room -= left
-                prompts_done.append(prefilling.popleft())
-                left = input_len
-            else:
-                q += room
-                left -= room
-                room = 0
-        head_left = left
+        done_from = head
+        i, waiting = head, len(prefilling)
+        while i < waiting and room > 0:  # chunks of at most `cap` while the budget lasts
+            r = prefilling[i]
+            left = prompt_left[r]
+            take = left if left <= cap else cap
+            if take > room:
+                take = room
+            q += take
+            room -= take
+            prompt_left[r] = left - take
+            if take == left:
+                head += 1  # the first ones (docstring)
+            i += 1
+        prompts_done = prefilling[done_from:head]
         dt = costs.get((d, q))
         if dt is None:  # an iteration's cost depends on (d, q) alone: asked once per pair
             dt = costs[d, q] = cost_s(d, q)
