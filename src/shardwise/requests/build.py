@@ -361,5 +361,5 @@ def _link_hint(gpu_name: str) -> str:
     if not systems:
         return "e.g. nvlink3, pcie4, or a rate like 300GB/s; see `shardwise presets links`"
     links = sorted({str(data.get("intra_node_link")) for data in systems.values()})
-    first = sorted(systems)[0]
+    first = next(iter(systems))  # the presets' own order: the vendor's reference server before cloud instances
     return f"{gpu_name} servers use {' or '.join(links)}: e.g. --intra-link {links[0]}, or --system {first}"
