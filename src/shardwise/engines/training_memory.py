@@ -105,7 +105,11 @@ def memory_breakdown(
     # output layer holds the larger of the two.
     stack = mem.stack_memory(plan.framework)
     grads_flow = mem.backward_transient_bytes(model, b, t, plan.sequence_parallel, e)
-    head = 2 * e * s * b * model.hidden / sp_split + maximum(mem.logits_bytes(model, b, t, stack), grads_flow)
+    # The working set of a layer recomputed in the backward pass comes after the loss too (full or
+    # selective recomputation reruns a layer's forward when its backward starts, once the logits
+    # are freed), so on that stage it shares the loss's peak instead of adding to it.
+    logits = mem.logits_bytes(model, b, t, stack)
+    saved_head = 2 * e * s * b * model.hidden / sp_split
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
 
@@ -124,9 +128,11 @@ def memory_breakdown(
         )
     )
     acts = (
-        kept(in_first, split.first, n_moe.first, whole.first) + w_first + emb_mask + ifelse(p == 1, head, grads_flow),
+        kept(in_first, split.first, n_moe.first, whole.first)
+        + emb_mask
+        + ifelse(p == 1, saved_head + maximum(logits, w_first + grads_flow), w_first + grads_flow),
         ifelse(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max, whole.middle_max) + w_mid + grads_flow, 0.0),
-        kept(in_last, split.last, n_moe.last, whole.last) + w_last + head,
+        kept(in_last, split.last, n_moe.last, whole.last) + saved_head + maximum(logits, w_last + grads_flow),
     )
     states = stage_states(plan, params, expert_params, trained)
     gathered, reducing = zero3_buffers(model, plan, stack, moe_layers is not None)
