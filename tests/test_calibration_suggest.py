@@ -214,7 +214,7 @@ def _calibrate_on_suggested_runs(first, truth: Truth, base, batch: int, space: S
     """Measure the run --suggest names, calibrate, re-plan; `runs` times. The last search and fit."""
     cases, measured, done, now, fitted = [], [], [], first, None
     for _ in range(runs):
-        found = sg.suggest(now, fitted, 1, tuple(done))
+        found = sg.suggest(now, fitted, 1, tuple(done), runs=(cases, np.array(measured)) if cases else None)
         i = found.runs[0].plan
         done.append(i)
         cases.append(first.scenario(i))
