@@ -188,6 +188,54 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
             break
         chosen.append(name)
         best, best_score = f, s
+    # the particles' explanation: parameters the runs need together, which one at a time do not
+    # lower the score (GEMMs faster at large micro-batches and slower at small ones: the GEMM scale
+    # and the ramp, each alone worse than a link latency); backward elimination from all of them
+    need, start = particle_need(cases, measured)
+    names = tuple(sorted((n for n in sensitive if need[n] > MIN_GAIN), key=lambda n: -need[n])[:limit])
+    names = tuple(n for n in NEUTRAL if n in names)
+    f = fit(cases, measured, only=names, wide=names, start=start) if names else None
+    s = score(f, names) if f is not None else math.inf
+    while f is not None:
+        if s < best_score:
+            best, best_score = f, s
+        if len(names) == 1:
+            break
+        drops = []
+        for name in names:
+            rest = tuple(n for n in names if n != name)
+            g = fit(cases, measured, only=rest, wide=rest, start=start)
+            drops.append((score(g, rest), rest, g))
+        s_drop, rest, g = min(drops, key=lambda t: t[0])
+        if s_drop > s + MIN_GAIN:  # every parameter left is worth its MIN_GAIN
+            if s_drop < best_score:
+                best, best_score = g, s_drop
+            break
+        names, f, s = rest, g, s_drop
     if best is None or best_score >= score(base, ()):
         return base
     return best
+
+
+def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+    """What the posterior's particles (`calibration.particles`, fixed seed) say the runs need: per
+    parameter, the particles' mean rise of -2 ln posterior density when that parameter alone
+    returns to its prior mean (0: the runs do not need it moved); and the particles' mean values
+    (a start for the fit)."""
+    from shardwise.calibration import particles
+    from shardwise.calibration.fit import Evaluator
+    from shardwise.calibration.regret import SEED
+
+    post = particles.posterior(cases, measured, seed=SEED)
+    u, k = post.u, len(PARAMETERS)
+    ablated = np.repeat(u[:, None, :], k, axis=1)
+    ablated[:, np.arange(k), np.arange(k)] = [p.prior_mean for p in PARAMETERS]
+    ablated = ablated.reshape(-1, k)
+    ev, y = Evaluator(cases), np.asarray(measured, dtype=float)
+    density = particles.log_likelihood(ev, y, ablated) + particles.log_prior(ablated)
+    cost = np.mean(-2.0 * (density.reshape(len(u), k) - post.log_density[:, None]), axis=0)
+    mean = u.mean(axis=0)
+    return (
+        {p.name: float(cost[j]) for j, p in enumerate(PARAMETERS)},
+        {p.name: float(p.value(mean[j])) for j, p in enumerate(PARAMETERS)},
+    )

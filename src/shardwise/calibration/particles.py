@@ -30,7 +30,7 @@ tempered posterior invariant. Each move prices every run under every particle in
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,8 @@ class Posterior:
     u: np.ndarray  # (T, k) particles, u space of every parameter (PARAMETERS order), equally weighted
     stages: int  # tempering steps taken
     acceptance: float  # mean Metropolis acceptance over the moves
+    # ln prior + ln likelihood (untempered) of each particle, up to a constant: the posterior density
+    log_density: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 def log_prior(u: np.ndarray) -> np.ndarray:
@@ -112,7 +114,7 @@ def posterior(cases: list[Any], measured: np.ndarray, n: int = PARTICLES, seed: 
             u = np.where(accept[:, None], prop, u)
             ll, lp = np.where(accept, ll2, ll), np.where(accept, lp2, lp)
             accepted, tried = accepted + int(accept.sum()), tried + len(u)
-    return Posterior(u, stages, accepted / tried if tried else 1.0)
+    return Posterior(u, stages, accepted / tried if tried else 1.0, lp + ll)
 
 
 def _next_beta(ll: np.ndarray, beta: float) -> float:
@@ -137,4 +139,3 @@ def _systematic(w: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     n = len(w)
     positions = (rng.random() + np.arange(n)) / n
     return np.minimum(np.searchsorted(np.cumsum(w), positions), n - 1)
-
