@@ -12,12 +12,26 @@ the range of predictions each parameter reaches.
 priors) still misses a run by more than FAR_LOG (8%: about 1.5 x the spread of a calibrated stack,
 `spreads.NOISE_LOG_SD`), or there are 2 to FEW_RUNS runs (the table's order then fits about as
 many parameters as runs, which explains any runs: its misses say nothing about whether it took
-the right ones), the parameters are chosen by forward selection
-instead: each round adds the sensitive parameter, with its wide prior (`fit.WIDEN`), that lowers
-the fit's -2 log posterior most (`fit.score` of the same form), while it lowers it by more than
-MIN_GAIN and runs allow (n runs, at most n parameters); the result with the better score of the
-two is kept. A parameter is thus fitted because the runs need it, not because it comes early in
-the table.
+the right ones), the parameters are chosen by need, and of every fit tried the one with the best
+score (`score`: -2 log evidence, Laplace approximation) is kept, the ordinary fit included. Two
+searches propose parameter sets, each parameter with its wide prior (`fit.WIDEN`):
+
+- forward selection: each round adds the sensitive parameter that lowers the score most, while it
+  lowers it by more than MIN_GAIN and runs allow (n runs, at most n parameters);
+- the posterior's particles (`particle_need`; `calibration.particles`, fixed seed): per parameter,
+  the particles' mean rise of -2 ln posterior density when that parameter alone returns to its
+  prior mean, i.e. how much the posterior needs it moved. The sensitive parameters whose rise
+  exceeds MIN_GAIN (the n largest) are fitted together, started also from the particles' mean
+  values (`fit.fit(start=...)`), and pruned by backward elimination: drop the parameter whose
+  removal scores best while removing it costs less than MIN_GAIN.
+
+Forward selection from the prior reaches an explanation one parameter at a time; parameters the
+runs need together (GEMMs faster than the presets at large micro-batches and slower at small
+ones: the GEMM scale and the ramp, each alone worse than a link latency) it cannot reach, while
+the particles, drawn from the whole prior, hold them (Miller 2002, "Subset Selection in
+Regression", Ch. 3, on forward selection missing jointly needed variables that backward
+elimination keeps). A parameter is thus fitted because the runs need it, not because it comes
+early in the table.
 """
 
 from __future__ import annotations
@@ -155,7 +169,8 @@ def score(fitted: Any, wide: tuple[str, ...]) -> float:
 
 
 def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int | None = None) -> Any:
-    """The ordinary fit, or the forward-selected one where it explains the runs better (see the
+    """The ordinary fit, or the fit of parameters chosen by need (forward selection, or the
+    particles' explanation pruned by backward elimination) where its evidence is better (see the
     module docstring)."""
     from shardwise.calibration.fit import fit
 

@@ -6,7 +6,10 @@ parameters are right). The fit is a maximum a posteriori estimate: minimise
 
     sum_i (e_i / sigma)^2 + sum_j ((u_j - prior_j) / prior_sd_j)^2
 
-over the fitted parameters u (scipy.optimize.least_squares, bounded trust region). sigma
+over the fitted parameters u (scipy.optimize.least_squares, bounded trust region, started at the
+prior mean; with widened priors also 2 prior sds toward slower hardware, and given `start` values
+also from those (the particles' mean, `calibration.explain`); the best-scoring optimum is kept,
+so with several explanations of the runs the fit takes the one they support best). sigma
 itself has a scaled inverse chi-squared prior centred on `NOISE_LOG_SD` with `NOISE_PRIOR_RUNS`
 pseudo-runs, so one or two runs cannot claim a spread of zero:
 

@@ -26,6 +26,10 @@ followed by a systematic resampling and MOVES Metropolis random-walk moves (prop
 particles' covariance x (2.38^2 / k) x MOVE_SHRINK, Gelman, Roberts & Gilks 1996) that leave the
 tempered posterior invariant. Each move prices every run under every particle in one array call
 (`fit.Evaluator`).
+
+Users: `calibration.suggest` (the preposterior over the particles) and `calibration.explain`
+(which parameters the particles need moved from their prior: the explanations the fit then tries,
+from the particles' mean values).
 """
 
 from __future__ import annotations
