@@ -175,6 +175,42 @@ def test_calibrate_fits_a_far_run_and_refuses_only_what_nothing_explains(cli, tm
     assert not (tmp_path / "d.yaml").exists()
 
 
+@pytest.mark.slow
+def test_the_fit_finds_parameters_the_runs_need_together(monkeypatch):
+    """GEMMs slow at small micro-batches and fast at large ones (`slow_small_gemms`), six runs at 8k
+    and 16k tokens per micro-batch: the GEMM scale and the ramp explain them together, and neither
+    alone beats a link latency, so forward selection stops there; the particles' explanation
+    (`explain.particle_need`) finds the pair."""
+    model, cluster = presets.model(MODEL), presets.system("dgx-h100", NODES)
+    layouts = [(2, 2, 4, 3), (1, 1, 1, 3), (2, 2, 4, 1), (2, 1, 2, 1), (2, 1, 2, 3), (1, 1, 1, 2)]  # tp, cp, mb, ZeRO
+    scns = [
+        Scenario(
+            model,
+            cluster,
+            Plan(
+                tp=tp,
+                cp=cp,
+                pp=1,
+                dp=NODES * 8 // (tp * cp),
+                global_batch=BATCH,
+                micro_batch=mb,
+                zero_stage=zero,
+                sequence_parallel=tp > 1,
+            ),
+        )
+        for tp, cp, mb, zero in layouts
+    ]
+    measured = np.array([float(estimate_training_step(slow_small_gemms(s)).step_time_s) for s in scns])
+    found = explain.explaining_fit(scns, measured)
+    assert set(found.fitted) == {"matmul_efficiency_scale", "gemm_half_rate_tokens"}
+    assert found.values["matmul_efficiency_scale"] > 1.1 and found.values["gemm_half_rate_tokens"] > 2000
+    assert np.max(np.abs(found.after_log_error)) < 0.05
+    # forward selection alone: one parameter that leaves a run more than 8% off
+    monkeypatch.setattr(explain, "particle_need", lambda cases, y: (dict.fromkeys(BY_NAME, 0.0), {}))
+    forward = explain.explaining_fit(scns, measured)
+    assert "gemm_half_rate_tokens" not in forward.fitted and np.max(np.abs(forward.after_log_error)) > 0.08
+
+
 def _draws(cost: list[list[float]]) -> regret.Draws:
     c = np.array(cost)
     unc = regret.uncertainty(None)
@@ -214,7 +250,7 @@ def _calibrate_on_suggested_runs(first, truth: Truth, base, batch: int, space: S
     """Measure the run --suggest names, calibrate, re-plan; `runs` times. The last search and fit."""
     cases, measured, done, now, fitted = [], [], [], first, None
     for _ in range(runs):
-        found = sg.suggest(now, fitted, 1, tuple(done))
+        found = sg.suggest(now, fitted, 1, tuple(done), runs=(cases, np.array(measured)) if cases else None)
         i = found.runs[0].plan
         done.append(i)
         cases.append(first.scenario(i))

@@ -12,12 +12,26 @@ the range of predictions each parameter reaches.
 priors) still misses a run by more than FAR_LOG (8%: about 1.5 x the spread of a calibrated stack,
 `spreads.NOISE_LOG_SD`), or there are 2 to FEW_RUNS runs (the table's order then fits about as
 many parameters as runs, which explains any runs: its misses say nothing about whether it took
-the right ones), the parameters are chosen by forward selection
-instead: each round adds the sensitive parameter, with its wide prior (`fit.WIDEN`), that lowers
-the fit's -2 log posterior most (`fit.score` of the same form), while it lowers it by more than
-MIN_GAIN and runs allow (n runs, at most n parameters); the result with the better score of the
-two is kept. A parameter is thus fitted because the runs need it, not because it comes early in
-the table.
+the right ones), the parameters are chosen by need, and of every fit tried the one with the best
+score (`score`: -2 log evidence, Laplace approximation) is kept, the ordinary fit included. Two
+searches propose parameter sets, each parameter with its wide prior (`fit.WIDEN`):
+
+- forward selection: each round adds the sensitive parameter that lowers the score most, while it
+  lowers it by more than MIN_GAIN and runs allow (n runs, at most n parameters);
+- the posterior's particles (`particle_need`; `calibration.particles`, fixed seed): per parameter,
+  the particles' mean rise of -2 ln posterior density when that parameter alone returns to its
+  prior mean, i.e. how much the posterior needs it moved. The sensitive parameters whose rise
+  exceeds MIN_GAIN (the n largest) are fitted together, started also from the particles' mean
+  values (`fit.fit(start=...)`), and pruned by backward elimination: drop the parameter whose
+  removal scores best while removing it costs less than MIN_GAIN.
+
+Forward selection from the prior reaches an explanation one parameter at a time; parameters the
+runs need together (GEMMs faster than the presets at large micro-batches and slower at small
+ones: the GEMM scale and the ramp, each alone worse than a link latency) it cannot reach, while
+the particles, drawn from the whole prior, hold them (Miller 2002, "Subset Selection in
+Regression", Ch. 3, on forward selection missing jointly needed variables that backward
+elimination keeps). A parameter is thus fitted because the runs need it, not because it comes
+early in the table.
 """
 
 from __future__ import annotations
@@ -155,7 +169,8 @@ def score(fitted: Any, wide: tuple[str, ...]) -> float:
 
 
 def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int | None = None) -> Any:
-    """The ordinary fit, or the forward-selected one where it explains the runs better (see the
+    """The ordinary fit, or the fit of parameters chosen by need (forward selection, or the
+    particles' explanation pruned by backward elimination) where its evidence is better (see the
     module docstring)."""
     from shardwise.calibration.fit import fit
 
@@ -188,6 +203,54 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
             break
         chosen.append(name)
         best, best_score = f, s
+    # the particles' explanation: parameters the runs need together, which one at a time do not
+    # lower the score (GEMMs faster at large micro-batches and slower at small ones: the GEMM scale
+    # and the ramp, each alone worse than a link latency); backward elimination from all of them
+    need, start = particle_need(cases, measured)
+    names = tuple(sorted((n for n in sensitive if need[n] > MIN_GAIN), key=lambda n: -need[n])[:limit])
+    names = tuple(n for n in NEUTRAL if n in names)
+    f = fit(cases, measured, only=names, wide=names, start=start) if names else None
+    s = score(f, names) if f is not None else math.inf
+    while f is not None:
+        if s < best_score:
+            best, best_score = f, s
+        if len(names) == 1:
+            break
+        drops = []
+        for name in names:
+            rest = tuple(n for n in names if n != name)
+            g = fit(cases, measured, only=rest, wide=rest, start=start)
+            drops.append((score(g, rest), rest, g))
+        s_drop, rest, g = min(drops, key=lambda t: t[0])
+        if s_drop > s + MIN_GAIN:  # every parameter left is worth its MIN_GAIN
+            if s_drop < best_score:
+                best, best_score = g, s_drop
+            break
+        names, f, s = rest, g, s_drop
     if best is None or best_score >= score(base, ()):
         return base
     return best
+
+
+def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:
+    """What the posterior's particles (`calibration.particles`, fixed seed) say the runs need: per
+    parameter, the particles' mean rise of -2 ln posterior density when that parameter alone
+    returns to its prior mean (0: the runs do not need it moved); and the particles' mean values
+    (a start for the fit)."""
+    from shardwise.calibration import particles
+    from shardwise.calibration.fit import Evaluator
+    from shardwise.calibration.regret import SEED
+
+    post = particles.posterior(cases, measured, seed=SEED)
+    u, k = post.u, len(PARAMETERS)
+    ablated = np.repeat(u[:, None, :], k, axis=1)
+    ablated[:, np.arange(k), np.arange(k)] = [p.prior_mean for p in PARAMETERS]
+    ablated = ablated.reshape(-1, k)
+    ev, y = Evaluator(cases), np.asarray(measured, dtype=float)
+    density = particles.log_likelihood(ev, y, ablated) + particles.log_prior(ablated)
+    cost = np.mean(-2.0 * (density.reshape(len(u), k) - post.log_density[:, None]), axis=0)
+    mean = u.mean(axis=0)
+    return (
+        {p.name: float(cost[j]) for j, p in enumerate(PARAMETERS)},
+        {p.name: float(p.value(mean[j])) for j, p in enumerate(PARAMETERS)},
+    )

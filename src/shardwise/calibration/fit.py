@@ -6,7 +6,10 @@ parameters are right). The fit is a maximum a posteriori estimate: minimise
 
     sum_i (e_i / sigma)^2 + sum_j ((u_j - prior_j) / prior_sd_j)^2
 
-over the fitted parameters u (scipy.optimize.least_squares, bounded trust region). sigma
+over the fitted parameters u (scipy.optimize.least_squares, bounded trust region, started at the
+prior mean; with widened priors also 2 prior sds toward slower hardware, and given `start` values
+also from those (the particles' mean, `calibration.explain`); the best-scoring optimum is kept,
+so with several explanations of the runs the fit takes the one they support best). sigma
 itself has a scaled inverse chi-squared prior centred on `NOISE_LOG_SD` with `NOISE_PRIOR_RUNS`
 pseudo-runs, so one or two runs cannot claim a spread of zero:
 
@@ -249,9 +252,12 @@ def fit(
     max_parameters: int | None = None,
     only: tuple[str, ...] | None = None,
     wide: tuple[str, ...] = (),
+    start: dict[str, float] | None = None,
 ) -> Fit:
     """Fit the calibration parameters to runs (see the module docstring); the priors of `wide` are
-    widened WIDEN x from the start (`calibration.explain` chooses them)."""
+    widened WIDEN x from the start (`calibration.explain` chooses them); `start`: parameter values
+    the solver also starts from (a particle of the posterior, `calibration.explain`), the better
+    scoring optimum kept."""
     from scipy.optimize import least_squares
 
     measured = np.asarray(measured_step_s, dtype=float)
@@ -341,6 +347,11 @@ def fit(
             u2, s2 = solve(prior_sd, np.clip(prior_mu + toward * prior_sd, lo, hi))
             if score(u2, prior_sd) < score(u, prior_sd):
                 u, sigma_narrow = u2, s2
+        if start is not None:  # another mode of the posterior: the runs may have several explanations
+            u3 = np.array([BY_NAME[n].u(start[n]) if n in start else prior_mu[j] for j, n in enumerate(names)])
+            u3, s3 = solve(prior_sd, np.clip(u3, lo, hi))
+            if score(u3, prior_sd) < score(u, prior_sd):
+                u, sigma_narrow = u3, s3
         # Prior-data conflict: runs that pull a parameter more than CONFLICT_Z prior sds away come
         # from a stack unlike the public ones; its prior is widened WIDEN x and the fit repeated
         # (a two-component prior: the public stacks' narrow one, or a wide one).

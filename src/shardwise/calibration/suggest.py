@@ -1,31 +1,43 @@
 """Which runs to measure next: the layouts whose measurement most reduces the expected regret of
 the planner's pick (`shardwise calibrate --suggest N`).
 
-Notation: u the calibration's parameters (`calibration.parameters`, in u space) as deviations
-from the calibrated values, Sigma their covariance (`regret.Uncertainty`), L_p(u) = ln cost of
-plan p, g_p = d L_p / d u (a secant over +-1 sd of each parameter), sigma the spread of a
-measured run around the calibrated model (the fit's, or `spreads.NOISE_LOG_SD` without one).
+The parameters' posterior is a set of T particles u_t (`calibration.parameters`, u space, as
+deviations from the calibrated values), equally weighted:
 
-Measuring the runs M gives y_M = L_M(u_true) + r_M + e, e ~ N(0, sigma^2 I), r the plans' own
-residuals (`regret`: tau, what the calibration leaves unexplained; their variance joins sigma^2
-below). The re-calibrated planner still ranks by the model, so a residual is regret that no run
-removes: it sets the floor the suggestions work above. Re-calibrating on them moves
-the parameters, to first order (the Kalman update of the Laplace posterior), by
+- given the runs the calibration was fitted on: `calibration.particles`, the two-component prior
+  moved to the posterior by tempered sequential Monte Carlo. It keeps every explanation of the
+  runs, not only the fit's: a ZeRO-3 step slower than predicted is slow GEMMs, or a slow network
+  whose traffic the prediction hides behind compute (at the fit's optimum the network then has
+  no gradient, so the Laplace posterior around it, or any update linearised there, cannot see it);
+- without a calibration: the draws of the two-component prior (`regret.draws`);
+- with a calibration but not its runs (`--calibration FILE`): the draws of its Laplace posterior
+  (`regret.draws`), which hold only the fit's explanation.
 
-    delta = K (y_M - L_M(0)),   K = Sigma H^T (H Sigma H^T + sigma^2 I)^-1,   H = g_M,
+Each particle prices the pool of plans that could win (`regret.pool`) in closed form x the
+planner's ratio (`regret.confirmed_ratio`): L_t(p) = ln cost. A particle taken as the truth adds
+each plan's own residual r (`regret`: tau, what the calibration leaves unexplained, shared by one
+layout shape), and measuring plan m there shows y_tm = L_t(m) + r_tm + e, e ~ N(0, sigma^2),
+sigma the calibration's spread (`spreads.NOISE_LOG_SD` without one).
 
-and the planner then picks argmin_p L_p(0) + g_p delta. The preposterior expected regret of
-measuring M is the mean over draws s of the parameters (`regret.draws`: the truth of draw s is
-priced by the full cost model, not linearised) of R[s, pick_s(M)], with y_M drawn from draw s's
-costs and the measurement noise. Runs are chosen greedily: each step adds the plan whose
-measurement brings that expected regret lowest (ties, e.g. when the pick is already certain: the
-run whose outcome is least predictable, sqrt(g Sigma g^T)); the covariance then shrinks to
-Sigma - K H Sigma. What a run settles is reported as how much it narrows each parameter's
-posterior sd.
+The preposterior expected regret of measuring M: for each particle s taken as the truth, with
+its simulated measurements y_sM, the particles are re-weighted by their likelihood,
+
+    w_st ~ prod_{m in M} N(y_sm; L_t(m), sigma^2 + tau^2),    w_ss = 0 (leave-self-out),
+
+the re-calibrated planner picks argmin_p sum_t w_st L_t(p) (the posterior mean log cost), and the
+regret is truth s's, R[s, pick_s] (`regret`); the mean over s is the expected regret after M. A
+particle never weighs its own measurement: otherwise every candidate would look like it settles
+the truth exactly. Runs are chosen greedily: each step adds the plan whose measurement brings
+that expected regret lowest (ties, e.g. when the pick is already certain: the run whose outcome
+is least predictable, its predictive sd under the particles plus sigma). What a run settles is
+reported as how much it narrows each parameter's posterior sd (the particles' weighted sd, mean
+over the truths).
 
 The greedy choice of a set is the usual approximation of the optimal design (Krause & Guestrin
 2005 for its guarantees under submodularity; regret reduction is not always submodular, so it
-is a heuristic here).
+is a heuristic here). Re-weighting particles by a simulated measurement is importance sampling
+of the preposterior (Müller 1999, "Simulation-based optimal design"); it is as good as the
+particles cover the posterior after the measurement.
 """
 
 from __future__ import annotations
@@ -35,8 +47,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from shardwise.calibration import particles
 from shardwise.calibration.parameters import PARAMETERS
-from shardwise.calibration.regret import SAMPLES, SEED, Draws, Regret, costs, draws, regret_of
+from shardwise.calibration.regret import SAMPLES, SEED, Draws, Regret, costs, draws, regret_of, residuals
 from shardwise.calibration.spreads import NOISE_LOG_SD
 
 if TYPE_CHECKING:
@@ -63,25 +76,6 @@ class Suggestions:
     noise_log_sd: float
 
 
-def gradients(search: PlanSearch, d: Draws) -> np.ndarray:
-    """g (P, k): d ln cost / d u of each pool plan, a secant over +-1 sd of each parameter."""
-    k = len(d.unc.names)
-    moves = []
-    for j, s in enumerate(d.unc.sd):
-        for sign in (-1.0, 1.0):
-            m = np.zeros(k)
-            m[j] = sign * s
-            moves.append(m)
-    moved = d.unc.bounded(np.array(moves))
-    logc = np.log(costs(search, d.plans, moved, d.unc))
-    g = np.zeros((len(d.plans), k))
-    for j in range(k):
-        lo, hi = moved[2 * j, j], moved[2 * j + 1, j]
-        if hi - lo > 0:
-            g[:, j] = (logc[2 * j + 1] - logc[2 * j]) / (hi - lo)
-    return g
-
-
 def suggest(
     search: PlanSearch,
     fit: Fit | None,
@@ -89,52 +83,66 @@ def suggest(
     measured: tuple[int, ...] = (),
     samples: int = SAMPLES,
     seed: int = SEED,
+    runs: tuple[list[Any], np.ndarray] | None = None,
 ) -> Suggestions:
     """The n runs to measure next (see the module docstring); `search` is priced on the cluster
     calibrated by `fit` (None: the uncalibrated presets); `measured`: plans (indices into the
-    search) already measured, never suggested again."""
+    search) already measured, never suggested again; `runs`: the runs `fit` was fitted on (their
+    cases and measured figures), whose likelihood weighs the particles (None: the fit's Laplace
+    posterior stands in for it)."""
     d = draws(search, fit, samples, seed)
     sigma = float(fit.noise_log_sd) if fit is not None and fit.fitted else NOISE_LOG_SD
-    g = gradients(search, d)
-    logc = np.log(d.cost)  # (S, P): the truth of each draw, its per-plan residual included
-    base = np.log(costs(search, d.plans, np.zeros((1, len(d.unc.names))), d.unc)[0] * d.ratio)  # L(0)
+    if runs is not None and len(runs[1]):
+        post = particles.posterior(list(runs[0]), np.asarray(runs[1], dtype=float), seed=seed)
+        dev = post.u - d.unc.center  # deviations from the calibrated values
+        model = costs(search, d.plans, dev, d.unc) * d.ratio
+        r = residuals(search, d.plans, len(dev), d.residual_log_sd, seed)
+        d = Draws(d.plans, dev, model * np.exp(r), d.unc, d.ratio, d.residual_log_sd)
+    else:
+        r = residuals(search, d.plans, len(d.dev), d.residual_log_sd, seed)
+        model = d.cost / np.exp(r)
+    logm = np.log(model)  # (T, P): each particle's model cost, its per-plan residual left out
     rng = np.random.default_rng(seed + 1)
-    y = logc + rng.normal(0.0, sigma, logc.shape)  # what measuring each plan would show, per draw
-    # a measurement departs from L(u) by the noise and by the plan's own residual
+    y = np.log(d.cost) + rng.normal(0.0, sigma, d.cost.shape)  # what measuring each plan would show
+    # a measurement departs from the particle's model cost by the noise and the plan's own residual
     sigma = float(np.hypot(sigma, d.residual_log_sd))
     rel = d.relative
-    sigma_u = d.unc.mixture_covariance
+    t = len(d.dev)
+    logw = np.zeros((t, t))
+    np.fill_diagonal(logw, -np.inf)  # leave-self-out: a truth does not weigh itself
     chosen: list[int] = []
-    runs = []
+    runs_out = []
     for _ in range(min(n, len(d.plans))):
         best: tuple[float, float, int] | None = None
+        before = _normalised(logw)
         for m in range(len(d.plans)):
             if m in chosen or int(d.plans[m]) in measured:
                 continue
-            after, _, _ = _after([*chosen, m], g, sigma_u, sigma, y, base, rel)
-            spread = float(np.sqrt(g[m] @ _posterior(chosen, g, sigma_u, sigma) @ g[m] + sigma**2))
+            after, _, _ = _after(logw + _log_lik(y[:, m], logm[:, m], sigma), logm, rel)
+            spread = float(np.sqrt(np.mean(_weighted_var(before, logm[:, m])) + sigma**2))
             key = (round(after, 4), -spread, m)
             if best is None or key < best:
                 best = key  # type: ignore[assignment]
         if best is None:  # every contending plan is measured
             break
         m = best[2]
-        before_cov = _posterior(chosen, g, sigma_u, sigma)
         chosen.append(m)
-        after, changes, after_cov = _after(chosen, g, sigma_u, sigma, y, base, rel)
-        sd0, sd1 = np.sqrt(np.diag(before_cov)), np.sqrt(np.diag(after_cov))
-        narrows = {p.name: float(1 - sd1[j] / sd0[j]) for j, p in enumerate(PARAMETERS) if sd0[j] > 0}
-        runs.append(
+        logw = logw + _log_lik(y[:, m], logm[:, m], sigma)
+        after, changes, w = _after(logw, logm, rel)
+        sd0 = np.sqrt(np.mean(_weighted_var(before, d.dev), axis=0))
+        sd1 = np.sqrt(np.mean(_weighted_var(w, d.dev), axis=0))
+        narrows = {p.name: float(1 - sd1[j] / sd0[j]) for j, p in enumerate(PARAMETERS) if sd0[j] > 1e-12}
+        runs_out.append(
             Suggestion(
                 int(d.plans[m]),
-                float(np.exp(base[m])) / _gpus(search, int(d.plans[m])),
+                _calibrated(search, d, m) / _gpus(search, int(d.plans[m])),
                 -best[1],
                 after,
                 changes,
                 narrows,
             )
         )
-    return Suggestions(regret_of(d), tuple(runs), sigma)
+    return Suggestions(regret_of(d), tuple(runs_out), sigma)
 
 
 KEY = ("gpus", "tp", "pp", "dp", "cp", "ep", "micro_batch", "vpp", "recompute", "zero_stage", "sequence_parallel")
@@ -157,29 +165,31 @@ def _gpus(search: PlanSearch, i: int) -> float:
     return float(search.columns["gpus"][i]) if search.space.objective != "time" else 1.0
 
 
-def _posterior(chosen: list[int], g: np.ndarray, cov: np.ndarray, sigma: float) -> np.ndarray:
-    if not chosen:
-        return cov
-    h = g[chosen]
-    s = h @ cov @ h.T + sigma**2 * np.eye(len(chosen))
-    k = cov @ h.T @ np.linalg.inv(s)
-    return cov - k @ h @ cov
+def _calibrated(search: PlanSearch, d: Draws, m: int) -> float:
+    """Pool plan m's cost at the calibrated values, as the planner prices it."""
+    return float(costs(search, d.plans[m : m + 1], np.zeros((1, len(d.unc.names))), d.unc)[0, 0] * d.ratio[m])
 
 
-def _after(
-    chosen: list[int],
-    g: np.ndarray,
-    cov: np.ndarray,
-    sigma: float,
-    y: np.ndarray,
-    base: np.ndarray,
-    rel: np.ndarray,
-) -> tuple[float, float, np.ndarray]:
-    """(expected regret once `chosen` are measured, chance the pick changes, posterior covariance)."""
-    h = g[chosen]
-    s = h @ cov @ h.T + sigma**2 * np.eye(len(chosen))
-    k = cov @ h.T @ np.linalg.inv(s)  # (k, |M|)
-    delta = (y[:, chosen] - base[chosen]) @ k.T  # (S, k)
-    picks = np.argmin(base[None, :] + delta @ g.T, axis=1)
+def _log_lik(y: np.ndarray, logm: np.ndarray, sigma: float) -> np.ndarray:
+    """(S, T): ln N(y_s; logm_t, sigma^2) up to a constant, measurement y of truth s under particle t."""
+    return -0.5 * ((y[:, None] - logm[None, :]) / sigma) ** 2
+
+
+def _normalised(logw: np.ndarray) -> np.ndarray:
+    w = np.exp(logw - np.max(logw, axis=1, keepdims=True))
+    return w / w.sum(axis=1, keepdims=True)
+
+
+def _weighted_var(w: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Per truth (row of w), the weighted variance of x (T,) or of each column of x (T, k)."""
+    mean = w @ x
+    return np.maximum(w @ (x * x) - mean * mean, 0.0)
+
+
+def _after(logw: np.ndarray, logm: np.ndarray, rel: np.ndarray) -> tuple[float, float, np.ndarray]:
+    """(expected regret of the re-calibrated pick, chance it is not today's pick, the weights):
+    each truth's pick is the plan of least posterior-mean log cost under its re-weighted particles."""
+    w = _normalised(logw)
+    picks = np.argmin(w @ logm, axis=1)
     regret = rel[np.arange(len(picks)), picks]
-    return float(regret.mean()), float(np.mean(picks != 0)), cov - k @ h @ cov
+    return float(regret.mean()), float(np.mean(picks != 0)), w

@@ -153,7 +153,17 @@ def calibrate(
         for note in notes:
             click.echo(f"note: {note}", err=True)
         basis = f"calibration {output} ({len(measured)} run(s))"
-        run_suggest(suggest, result, basis, job, emit, emit_version, as_json, [r.scenario for r in measured])
+        run_suggest(
+            suggest,
+            result,
+            basis,
+            job,
+            emit,
+            emit_version,
+            as_json,
+            [r.scenario for r in measured],
+            ([r.case for r in measured], steps),
+        )
         return
     if as_json:
         from shardwise import export

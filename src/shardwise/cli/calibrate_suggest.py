@@ -28,8 +28,10 @@ def run_suggest(
     emit_version: str | None,
     as_json: bool,
     measured: list[Any],
+    runs: tuple[list[Any], Any] | None = None,
 ) -> None:
-    """Print (or return as JSON) the n runs to measure next."""
+    """Print (or return as JSON) the n runs to measure next; `runs`: the cases and measured figures
+    `fit` was fitted on (their likelihood weighs the particles, `calibration.suggest`)."""
     from shardwise.calibration import suggest as sg
     from shardwise.errors import SpecError
 
@@ -39,7 +41,7 @@ def run_suggest(
     if result.ranked(1).size == 0:
         raise SpecError(f"--suggest: none of the {result.evaluated:,} plans fits in memory; `shardwise plan` says why")
     measured_idx = sg.measured_plans(result, measured)
-    found = sg.suggest(result, fit, n, measured_idx)
+    found = sg.suggest(result, fit, n, measured_idx, runs=runs)
     target = (emit or DEFAULT_EMIT.get(str(options.get("framework") or ""), "megatron")).lower()
     capacity = float(result.cluster.gpu.memory_bytes) - result.space.memory_headroom_bytes
     launches = [_launch(result, r, target, emit_version, capacity) for r in found.runs]

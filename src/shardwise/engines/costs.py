@@ -180,10 +180,13 @@ def micro_batch_view(scn: Scenario) -> Scenario:
 
 
 def cp_kv_chunk_bytes(scn: Scenario) -> Number:
-    """Keys and values of one context-parallel rank's tokens, per layer (what the ring passes on)."""
+    """Keys and values of one context-parallel rank's tokens, per layer (what the ring passes on).
+    PyTorch's ring (the "flash2" kernel: SDPA, torchtitan) passes the keys and values SDPA was
+    called with, which torchtitan's Llama has already repeated to the query heads (`repeat_kv`)."""
     model, plan = scn.model, scn.plan
     local = model.seq_len / np.asarray(plan.cp)
-    return 2 * plan.bytes_per_element * plan.micro_batch * local * model.kv_heads / plan.tp * model.head_dim
+    heads = model.heads if plan.attention_kernel == "flash2" else model.kv_heads
+    return 2 * plan.bytes_per_element * plan.micro_batch * local * heads / plan.tp * model.head_dim
 
 
 class CpComm(NamedTuple):

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.physics.attention import backward_slowdown, forward_slowdown
 from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_gradient
 from shardwise.physics.gemm import gemm_time_s, table_time_s
 from shardwise.specs import Gpu
@@ -289,6 +290,20 @@ def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
     return FLASH_RELATIVE_EFFICIENCY
 
 
+def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
+    """(forward, backward) seconds of PyTorch's eager ring bookkeeping in one layer: per ring step
+    after the first, the bytes per element of the rank's attention output that
+    `physics.attention` counts (0 without context parallelism)."""
+    from shardwise.physics import attention as at
+
+    steps = np.maximum(np.asarray(fwd.cp, dtype=float) - 1, 0.0)
+    out = fwd.attn_out.m * fwd.attn_out.k  # tokens x the rank's query heads x head dim
+    on = steps > 0
+    forward = memory_s(steps * at.TORCH_RING_FORWARD_BYTES * out, gpu, steps * at.TORCH_RING_FORWARD_KERNELS)
+    backward = memory_s(steps * at.TORCH_RING_BACKWARD_BYTES * out, gpu, steps * at.TORCH_RING_BACKWARD_KERNELS)
+    return np.where(on, forward, 0.0), np.where(on, backward, 0.0)
+
+
 def layer_times(
     fwd: LayerForward,
     gpu: Gpu,
@@ -314,7 +329,11 @@ def layer_times(
     scores, context = gemms_s((fwd.scores, fwd.context), gpu, attn_p)
     bmm = scores + context
     relative = attention_relative_efficiency(gpu, attention_kernel)
-    fused = roofline_s(fwd.flash.flops * fwd.causal_fraction, fwd.flash.bytes, gpu, attn_p, relative)
+    # the fused kernel below its plateau: short sequences, the causal mask, ring steps (`physics.attention`)
+    s_q, s_kv = fwd.scores.m, fwd.scores.n
+    worked = fwd.flash.flops * fwd.causal_fraction
+    fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
+    fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / backward_slowdown(s_q, s_kv, fwd.cp))
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
     eager = np.asarray(eager, dtype=bool)
@@ -324,8 +343,11 @@ def layer_times(
         unfused = memory_s(fwd.eager_elementwise_bytes, gpu, EAGER_ELEMENTWISE_KERNELS)
         elementwise = np.where(eager, unfused, elementwise)
     attention_bwd = np.where(
-        flash, FLASH_BACKWARD_RATIO * fused, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
+        flash, FLASH_BACKWARD_RATIO * fused_bwd, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
+    if attention_kernel == "flash2" and np.any(np.asarray(fwd.cp) > 1):  # PyTorch's ring (`physics.attention`)
+        ring_f, ring_b = torch_ring_s(fwd, gpu)
+        attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
     cast_f = cast_b = 0.0
     if is_narrow(precision):
         cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision))

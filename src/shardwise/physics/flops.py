@@ -127,6 +127,7 @@ class LayerForward:
     has_mlp: Number = True  # False: the layer's MLP is not dense (a mixture of experts without shared experts)
     # the same element-wise work run as one eager PyTorch kernel per op (`physics.stack`; None: as fused)
     eager_elementwise_bytes: Number | None = None
+    cp: Number = 1  # context-parallel ranks: the attention runs as cp ring steps (`physics.attention`)
 
     @property
     def gemms(self) -> tuple[Gemm, ...]:
@@ -218,6 +219,7 @@ def layer_forward(
         e * tokens * h,
         has_mlp=np.asarray(f) > 0,
         eager_elementwise_bytes=eager_bytes,
+        cp=cp,
     )
 
 
@@ -404,6 +406,7 @@ def _mla_layer_forward(
         e * tokens * h,
         extra=tuple(extra),
         has_mlp=np.asarray(f) > 0,
+        cp=cp,
     )
 
 
