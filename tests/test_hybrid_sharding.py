@@ -78,3 +78,22 @@ def test_the_cli_takes_shard_group_and_refuses_bad_ones_in_one_line(cli):
     assert code == 2 and len(err.strip().splitlines()) == 1 and "shard_group 5" in err and "Traceback" not in err
     code, out, err = cli([*base, "--zero", "0", "--shard-group", "8"])
     assert code == 2 and "needs ZeRO >= 1" in err.strip()
+
+
+def test_public_rows_carry_the_hybrid_sharding_their_source_states():
+    """MaxText's A3 configs (FSDP over a VM's 8 GPUs, data parallel across VMs) and fms-fsdp's
+    HSDP carry a shard group; a run sharded over every rank (fsdp = dp) or that states none does not."""
+    import csv
+    from importlib import resources
+
+    from shardwise.analyses import public_stacks
+    from shardwise.analyses.public_validation import scenario_for
+
+    with resources.files("shardwise.data").joinpath("public_training_runs.csv").open() as f:
+        rows = {r["id"]: r for r in csv.DictReader(f)}
+    assert scenario_for(rows["PUB-1053"]).plan.shard_group == 8  # 4x A3: 32 GPUs, FSDP over 8
+    assert scenario_for(rows["PUB-1053"]).plan.replicas == 4
+    assert public_stacks.shard_group(rows["PUB-1051"]) == 0  # 1x A3: FSDP over all 8
+    assert public_stacks.shard_group(rows["PUB-0902"]) == 8  # fms-fsdp, sharding=hsdp on 128 GPUs
+    plain = [r for r in rows.values() if r["fsdp"] and r["fsdp"] == r["dp"] and r["cp"] in ("", "1")]
+    assert plain and all(public_stacks.shard_group(r) == 0 for r in plain)
