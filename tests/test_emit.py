@@ -241,3 +241,22 @@ def test_plan_emit_vllm_points_to_serve(cli):
         ["plan", "--model", "llama3-8b", "--system", "rtx4090-8x", "--global-batch", "64", "--emit", "vllm"]
     )
     assert code == 2 and out == "" and err.count("\n") == 1 and "shardwise serve" in err
+
+
+def test_hybrid_sharding_is_torchtitans_replicate_mesh_megatrons_optimizer_instances_and_mics():
+    """--shard-group: FSDP2's (dp_replicate, dp_shard) mesh with cp inside the shard group, the
+    distributed optimizer's instances for ZeRO-1, DeepSpeed's MiCS for ZeRO-3; the rest refused."""
+    scn = _scn("llama3-8b", nodes=4, dp=16, cp=2, global_batch=64, zero_stage=3, shard_group=8)
+    a = _args(emit(scn, "torchtitan"))
+    assert a["--parallelism.data_parallel_shard_degree"] == ["4"]
+    assert a["--parallelism.data_parallel_replicate_degree"] == ["4"]
+    with pytest.raises(EmitError, match="multiple of cp=2"):
+        emit(_scn("llama3-8b", nodes=4, dp=16, cp=2, global_batch=64, zero_stage=3, shard_group=1), "torchtitan")
+    a = _args(emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=1, shard_group=8), "megatron"))
+    assert a["--num-distributed-optimizer-instances"] == ["4"]
+    with pytest.raises(EmitError, match="ZeRO-1"):
+        emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3, shard_group=8), "megatron")
+    launch = emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3, shard_group=8), "deepspeed")
+    assert json.loads(dict(launch.files)["ds_config.json"])["zero_optimization"]["mics_shard_size"] == 8
+    full = emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3), "deepspeed")
+    assert "mics_shard_size" not in json.loads(dict(full.files)["ds_config.json"])["zero_optimization"]

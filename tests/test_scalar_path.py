@@ -84,6 +84,21 @@ CASES = {
         },
         {},
     ),
+    "hybrid sharding": (
+        "llama3-8b",
+        "dgx-h100",
+        4,
+        {
+            "tp": [1, 2],
+            "pp": [1, 2],
+            "cp": [1, 2],
+            "micro_batch": [1, 2],
+            "batches": [1, 4],
+            "zero_stage": [1, 2, 3],
+            "shard_group": [0, 1, 2, 4, 8],
+        },
+        {},
+    ),
     "mixture of experts": (
         "qwen3-30b-a3b",
         "dgx-h100",

@@ -92,6 +92,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "recompute_layers",
         "sequence_parallel",
         "zero_stage",
+        "shard_group",
         "lora_rank",
         "precision",
         "flash_attention",

@@ -352,7 +352,7 @@ _SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "fals
 
 
 def parse_plan_spec(text: str) -> PlanSpec:
-    """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with cp, vpp, mb, schedule, recompute, sp, zero,
+    """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with cp, vpp, mb, schedule, recompute, sp, zero, shard,
     first, last, ep, etp (see `PlanSpec`); checked here, one line per problem."""
     fields: dict[str, str] = {}
     parts = [part for part in text.replace(" ", "").split(",") if part]
@@ -386,6 +386,8 @@ def parse_plan_spec(text: str) -> PlanSpec:
         options["micro_batch"] = whole("mb", 1)
     if "zero" in fields:
         options["zero_stage"] = whole("zero", 0, 3)
+    if "shard" in fields:  # hybrid sharding: ZeRO over groups of this many dp x cp ranks (Plan.shard_group)
+        options["shard_group"] = whole("shard", 0)
     for key, name in (
         ("first", "first_stage_layers"),
         ("last", "last_stage_layers"),

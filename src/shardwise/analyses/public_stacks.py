@@ -213,6 +213,19 @@ def zero_stage(row: dict[str, str], default: int | None) -> int | None:
     return default
 
 
+def shard_group(row: dict[str, str]) -> int:
+    """The hybrid-sharding group the row states (`Plan.shard_group`), else 0 (ZeRO over every
+    data-parallel rank): an `fsdp` degree below `dp` -- FSDP/HSDP inside a group, plain data parallelism across the
+    groups, as fms-fsdp's `sharding_strategy=hsdp` and MaxText's ici_fsdp x dcn_data meshes run
+    (the context-parallel ranks join the shard group, as torchtitan's dp_shard x cp)."""
+    dp, cp = int(float(row.get("dp") or 0)), int(float(row.get("cp") or 1))
+    try:
+        fsdp = int(float(row.get("fsdp") or 0))
+    except ValueError:
+        return 0
+    return fsdp * cp if 0 < fsdp < dp else 0
+
+
 def network(row: dict[str, str]) -> tuple[str, float] | None:
     """(link preset, NICs per server) of the row's stated network, or None (the system's)."""
     return NETWORKS.get(notes(row).get("network", ""))

@@ -200,6 +200,7 @@ def request_for(row: dict[str, str]):
         micro_batch=int(row["mbs"]),
         recompute=kernels.pop("recompute", None) or public_stacks.recompute(row),
         zero=public_stacks.zero_stage(row, None),
+        shard_group=public_stacks.shard_group(row),
         precision=row["precision"],
         ep=_int(row["ep"], 1) or 1,
         etp=public_moe.expert_tp(row) if moe else None,

@@ -109,7 +109,7 @@ experiment_options = _stack(
         multiple=True,
         metavar="tp=N[,pp=N,...]",
         help="A plan to compare (repeat): tp, pp (a number or 'all'), vpp, mb, schedule, recompute, sp, zero, "
-        "ep, etp (mixture of experts). [default: tp=8 pp=8]",
+        "shard (hybrid sharding group), ep, etp (mixture of experts). [default: tp=8 pp=8]",
     ),
     alias_option(
         "--global-batch",

@@ -253,6 +253,15 @@ plan_layout_options = _stack(
         help="ZeRO stage (0 = plain data parallelism, 1 = Megatron's distributed optimizer) [default: the "
         "framework's].",
     ),
+    click.option(
+        "--shard-group",
+        type=click.IntRange(0, None),
+        default=0,
+        show_default=True,
+        help="Hybrid sharding (FSDP HYBRID_SHARD / HSDP, MaxText FSDP inside a slice): ZeRO shards the model state "
+        "over groups of N data-parallel ranks (e.g. one server's GPUs), replicated across the groups; 0 = all "
+        "dp x cp ranks. Needs --zero >= 1.",
+    ),
     lora_rank_option,
 )
 

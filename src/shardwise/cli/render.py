@@ -86,6 +86,11 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
         f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}{_whole(p)}, "
         f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
+        + (
+            f", hybrid sharding: state sharded over {p.shard_group} ranks, {p.replicas} replicas"
+            if int(p.shard_group) > 0
+            else ""
+        )
         + (f", LoRA rank {p.lora_rank} (base weights frozen)" if int(p.lora_rank) > 0 else "")
         + (f", layers per stage {split}" if split else ""),
         f"framework: {p.framework} ({_flags(p)})",

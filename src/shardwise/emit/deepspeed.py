@@ -52,6 +52,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     for bad, what in refuse:
         if bad:
             raise EmitError(f"--emit deepspeed: {what} is not emitted for Megatron-DeepSpeed; use --emit megatron")
+    hybrid = 0 < i(p.shard_group) < i(p.dp) * i(p.cp)
+    if hybrid and (i(p.zero_stage) != 3 or i(p.cp) > 1 or i(p.pp) > 1):
+        raise EmitError(
+            f"--emit deepspeed: hybrid sharding (--shard-group {i(p.shard_group)}) is emitted as MiCS "
+            "(mics_shard_size), which needs ZeRO-3 without pipeline or Ulysses ranks"
+        )
     changes, new = [], {}
     pp, sched = i(p.pp), Schedule(int(p.schedule))
     if i(p.vpp) > 1 or (pp > 1 and sched == Schedule.GPIPE) or (sched == Schedule.ZB_H1 and bool(p.sequence_parallel)):
@@ -94,7 +100,8 @@ def config(scn: Scenario) -> dict[str, object]:
         "train_batch_size": i(p.global_batch),
         "train_micro_batch_size_per_gpu": i(p.micro_batch),
         "gradient_accumulation_steps": i(p.num_micro_batches),
-        "zero_optimization": {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)},
+        "zero_optimization": {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)}
+        | ({"mics_shard_size": i(p.shard_group)} if 0 < i(p.shard_group) < i(p.dp) * i(p.cp) else {}),
         "bf16": {"enabled": p.precision == "bf16"},
         "fp16": {"enabled": p.precision == "fp16"},
         "gradient_clipping": 1.0,

@@ -67,7 +67,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--context-parallel-size", str(cp), "--cp-comm-type", p.cp_comm) if cp > 1 else None,
         ("--sequence-parallel",) if bool(p.sequence_parallel) and tp > 1 else None,
         ("--micro-batch-size", str(i(p.micro_batch)), "--global-batch-size", str(i(p.global_batch))),
-        *_zero(z, dp * cp, version),
+        *_zero(z, dp * cp, version, i(p.shard_group)),
         ("--overlap-grad-reduce",) if bool(p.overlap_grad_reduce) and dp * cp > 1 else None,
         ("--overlap-param-gather",)
         if bool(p.overlap_param_gather) and bool(p.overlap_grad_reduce) and z >= 1 and dp * cp > 1
@@ -132,13 +132,21 @@ def _runs_of_t(part: str) -> str:
     return ("E" if part.startswith("E") else "") + body + ("L" if part.endswith("L") else "")
 
 
-def _zero(z: int, dp_cp: int, version: str) -> list[tuple[str, ...]]:
-    """ZeRO-1: the distributed optimizer; ZeRO-2/3: Megatron FSDP sharding gradients (and
-    parameters). Nothing to shard with one data-parallel rank."""
+def _zero(z: int, dp_cp: int, version: str, shard_group: int = 0) -> list[tuple[str, ...]]:
+    """ZeRO-1: the distributed optimizer (hybrid sharding: dp x cp / shard_group instances of it,
+    Megatron-Core's `--num-distributed-optimizer-instances`); ZeRO-2/3: Megatron FSDP sharding
+    gradients (and parameters). Nothing to shard with one data-parallel rank."""
     if z == 0 or dp_cp == 1:
         return []
+    instances = dp_cp // shard_group if 0 < shard_group < dp_cp else 1
     if z == 1:
-        return [("--use-distributed-optimizer",)]
+        extra = [("--num-distributed-optimizer-instances", str(instances))] if instances > 1 else []
+        return [("--use-distributed-optimizer",), *extra]
+    if instances > 1:
+        raise EmitError(
+            f"--emit megatron: hybrid sharding (--shard-group {shard_group}) is emitted for ZeRO-1 (the distributed "
+            "optimizer's instances); plan ZeRO-2/3 without it"
+        )
     strategy = "optim_grads" if z == 2 else "optim_grads_params"
     if version == "core-0.13":
         return [("--use-custom-fsdp", "--use-distributed-optimizer"), ("--data-parallel-sharding-strategy", strategy)]

@@ -83,6 +83,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "
             "selective_ac_option), not the first N of each stage; plan without --recompute-layers"
         )
+    if i(p.shard_group) > 0 and i(p.shard_group) % i(p.cp):
+        raise EmitError(
+            f"--emit torchtitan: FSDP2 shards over data_parallel_shard_degree x cp ranks, so --shard-group "
+            f"{i(p.shard_group)} must be a multiple of cp={i(p.cp)}"
+        )
     changes, new = [], {}
     sched = Schedule(int(p.schedule))
     if i(p.pp) > 1 and sched == Schedule.ZB_H1:
@@ -120,6 +125,9 @@ def launch(scn: Scenario, version: str) -> Launch:
     assert t is not None
     dp, z, cp = i(p.dp), i(p.zero_stage), i(p.cp)
     shard, replicate = (dp, 1) if z >= 1 else (1, dp)
+    if z >= 1 and i(p.shard_group) > 0:  # HSDP: (dp_replicate, dp_shard x cp) mesh
+        replicate = dp * cp // i(p.shard_group)
+        shard = dp // replicate
     module, config, files = t.module, t.config, ()
     converters = _converters(p, t)
     if converters or (t.fp8_in_config and p.precision != "fp8"):

@@ -230,7 +230,7 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     """FSDP2's copies (`physics.stack.per_param_sharding_bytes`) in one micro-batch, as compute
     of one layer, of the embedding and of the output layer (None where no plan has them):
     memory-bound kernels on the compute stream, only under per-parameter sharding with ZeRO-3
-    over more than one rank. They read dp and zero_stage, which the per-micro-batch stage costs
+    over more than one rank. They read dp, cp, shard_group and zero_stage, which the per-micro-batch stage costs
     do not (`engines.training.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
     mixture-of-experts layer is counted with the dense layer's weights (its experts are not
     priced here); frozen weights (LoRA) have no gradient to copy in."""
@@ -238,7 +238,7 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     on = (
         np.asarray(plan.per_param_sharding, dtype=bool)
         & (np.asarray(plan.zero_stage) == 3)
-        & (np.asarray(plan.dp) * np.asarray(plan.cp) > 1)
+        & (np.asarray(plan.zero_ranks) > 1)
     )
     if not np.any(on):
         return None

@@ -13,7 +13,8 @@ import numpy as np
 from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost
 from shardwise.physics import memory as mem
-from shardwise.physics.collectives import Fabric
+from shardwise.physics.collectives import Fabric, Group
+from shardwise.physics.topology import ranks_per_node
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 
@@ -143,7 +144,7 @@ ZERO_COLLECTIVES = (
 # per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
 COLLECTIVE_READS = frozenset(
     ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
-) | {"lora_rank"}
+) | {"lora_rank", "shard_group"}
 
 
 def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
@@ -169,12 +170,17 @@ def collective_prices(
     and `n_weights` held (default `n_params`; more than the trained ones under LoRA). Reads only
     COLLECTIVE_READS of the plan."""
     plan = scn.plan
+    hybrid = None
     if experts:
         dp = as_float(plan.expert_dp)
         group = fabric.group(dp, place["edp"])
     else:
         dp = as_float(plan.dp) * as_array(plan.cp)  # CP ranks hold the same weights
-        group = fabric.group(dp, place["dpcp"])
+        hybrid = hybrid_groups(scn, fabric, dp)
+        if hybrid is None:
+            group = fabric.group(dp, place["dpcp"])
+        else:
+            dp, group, replica = hybrid
     g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
     n_weights = n_params if n_weights is None else n_weights
     collectives = {  # name: (collective, what of the parameters it moves, bytes per parameter)
@@ -195,7 +201,32 @@ def collective_prices(
             n = n_weights if what == "weights_bucket" else n_params
             counts[what] = minimum(n, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
         priced[name] = op(counts[what] * per_param)
+        if hybrid is not None and name.endswith("reduce_scatter"):  # then the replicas' all-reduce of the shard
+            priced[name] = priced[name] + replica.all_reduce(counts[what] * per_param / dp)
     return priced
+
+
+def hybrid_groups(scn: Scenario, fabric: Fabric, ranks: Number) -> tuple[Number, Group, Group] | None:
+    """Hybrid sharding (`Plan.shard_group`): (shard group size, its Group, the replicas' Group),
+    or None where no plan has it (the ZeRO group is all `ranks` = dp x cp).
+
+    The shard group is `shard_group` consecutive dp x cp ranks (`tp` apart in the order
+    tp-cp-dp-pp: inside a node when tp x shard_group fits in it, as FSDP's HYBRID_SHARD and
+    torchtitan's (dp_replicate, dp_shard) mesh put it), the replica group the dp x cp /
+    shard_group ranks that hold the same shard, tp x shard_group apart. Each reduction is a
+    reduce-scatter over the shard group followed by an all-reduce of the 1/shard_group of the
+    gradients each rank keeps over its replica group (torch.distributed.fsdp HYBRID_SHARD's
+    post-backward hook; FSDP2's HSDP the same, `_fsdp_collectives.foreach_reduce`); the
+    parameter all-gathers stay inside the shard group."""
+    plan = scn.plan
+    group_size = as_array(plan.shard_group)
+    if one_value(group_size) and float(group_size) == 0.0:
+        return None
+    shards = ifelse(group_size > 0, group_size, ranks)
+    replicas = ranks / shards
+    tp, per_node = as_array(plan.tp), scn.cluster.gpus_per_node
+    shard = fabric.group(shards, ranks_per_node(shards, tp, per_node))
+    return shards, shard, fabric.group(replicas, ranks_per_node(replicas, tp * shards, per_node))
 
 
 def dp_comm(

@@ -115,6 +115,7 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "vpp",
         "schedule",
         "zero_stage",
+        "shard_group",
         "global_batch",
         "overlap_p2p",
         "pipeline_sync",
@@ -402,14 +403,14 @@ def training_memory_floor_bytes(scn: Scenario) -> Number:
 def optimizer_time_s(
     scn: Scenario, n_params: Number, n_expert: Number = 0.0, n_weights: Number | None = None
 ) -> Number:
-    """The Adam update of `n_params` parameters (divided by dp x cp under ZeRO >= 1; the
+    """The Adam update of `n_params` parameters (divided by dp x cp, or the shard group, under ZeRO >= 1; the
     `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 training also the
     once-per-step cast of every local weight (`n_weights`, default `n_params`; more under LoRA,
     whose frozen weights are cast too) to FP8 in both layouts
     (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
-    shards = as_array(plan.dp) * as_array(plan.cp)  # the distributed optimizer shards over dp x cp
+    shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
     expert_shards = ifelse(sharded, plan.expert_dp, 1) if scn.model.is_moe else 1
     local = (n_params - n_expert) / ifelse(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu

@@ -196,10 +196,9 @@ def stage_states(
     trained: tuple[Number, Number, Number] | None = None,
 ) -> list[tuple[Number, Number, Number]]:
     """(weights, gradients, optimizer) bytes on one GPU of the first, fullest middle and last
-    stage: the dense parameters sharded by ZeRO over dp x cp, the routed experts' over expert_dp.
+    stage: the dense parameters sharded by ZeRO over dp x cp (or its `shard_group`), the routed experts' over expert_dp.
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state."""
-    ranks = as_array(plan.dp) * as_array(plan.cp)
-    shards = mem.zero_shards(ranks, plan.zero_stage)
+    shards = mem.zero_shards(plan.zero_ranks, plan.zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
     fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (as_array(plan.zero_stage) == 3)

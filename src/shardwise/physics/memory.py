@@ -230,7 +230,8 @@ class MemoryBreakdown:
 
 def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]:
     """Over how many ranks ZeRO shards the (weights, gradients, optimizer state): dp from stage
-    3, 2 and 1 on, else 1 (Rajbhandari et al. 2020)."""
+    3, 2 and 1 on, else 1 (Rajbhandari et al. 2020). Under hybrid sharding `dp` is the shard
+    group (`Plan.zero_ranks`: FSDP HYBRID_SHARD keeps the whole state once per shard group)."""
     z = as_array(zero_stage)
     return ifelse(z >= 3, dp, 1), ifelse(z >= 2, dp, 1), ifelse(z >= 1, dp, 1)
 

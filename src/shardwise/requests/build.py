@@ -348,6 +348,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         precision=o["precision"],
         flash_attention=o["flash_attention"] and execution.pop("flash_attention", True),
         lora_rank=o.get("lora_rank") or 0,
+        shard_group=o.get("shard_group") or 0,
         **execution,
         **stage_kwargs(o),
     )

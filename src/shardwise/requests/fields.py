@@ -89,6 +89,7 @@ PLAN_FIELDS = (
     _f("recompute_layers", "int", 0),
     _f("sequence_parallel", "bool"),
     _f("zero", "int", None, "0", "1", "2", "3"),
+    _f("shard_group", "int", 0),
     _f("lora_rank", "int", 0),
     _f("first_stage_layers", "int"),
     _f("last_stage_layers", "int"),

@@ -67,6 +67,7 @@ class TrainingRequest:
     recompute_layers: int = default("recompute_layers")
     sequence_parallel: bool | None = default("sequence_parallel")
     zero: int | None = default("zero")
+    shard_group: int = default("shard_group")
     lora_rank: int = default("lora_rank")
     first_stage_layers: int | None = default("first_stage_layers")
     last_stage_layers: int | None = default("last_stage_layers")

@@ -21,7 +21,8 @@ COST_MODELS = ("physical", "textbook")
 class PlanSpec:
     """A plan relative to the GPU count: `tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all` (all GPUs);
     dp fills the GPUs that tp x pp leave. Other keys: vpp, mb (micro-batch), schedule,
-    recompute, sp (on/off), zero, first and last (layers on the first / last pipeline stage; the
+    recompute, sp (on/off), zero, shard (hybrid sharding: ZeRO over groups of that many data-parallel
+    ranks, `Plan.shard_group`), first and last (layers on the first / last pipeline stage; the
     middle stages split the rest), cp (context-parallel ranks per sequence: training and
     whole-sequence forward passes), ep and etp (a mixture of experts' expert layout, folded into
     the same GPUs; serving spreads the experts over the TP GPUs, etp = tp / ep). Checked when
@@ -32,7 +33,7 @@ class PlanSpec:
     pp: int | str = 1
     options: tuple[tuple[str, Any], ...] = ()  # Plan keyword arguments, already typed
 
-    KEYS = ("tp", "pp", "cp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "first", "last", "ep", "etp")
+    KEYS = ("tp", "pp", "cp", "vpp", "mb", "schedule", "recompute", "sp", "zero", "shard", "first", "last", "ep", "etp")
 
     def degrees(self, gpus: Any) -> tuple[Any, Any, Any]:
         """(tp, pp, dp) on `gpus` GPUs (arrays allowed); dp = gpus / (tp pp cp), NaN if not whole."""

@@ -105,6 +105,14 @@ class Plan:
     all-to-alls hide behind the other's compute (Megatron-Core's combined 1F1B,
     `--overlap-moe-expert-parallel-comm`; training only, pp = 1 or the interleaved schedule).
 
+    `shard_group` (hybrid sharded data parallelism: PyTorch FSDP's HYBRID_SHARD, FSDP2's HSDP
+    mesh of torchtitan's data_parallel_shard_degree x data_parallel_replicate_degree, MaxText's
+    ici_fsdp_parallelism inside a slice with dcn_data_parallelism across them): ZeRO shards the
+    model state over groups of that many consecutive dp x cp ranks instead of all of them, and the
+    dp x cp / shard_group groups are replicas that all-reduce their gradient shards
+    (`engines.data_parallel`). 0: all dp x cp ranks, plain ZeRO / FSDP FULL_SHARD. Needs ZeRO >= 1
+    and must divide dp x cp.
+
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
     micro-batches pass through the pipeline per step.
 
@@ -180,6 +188,7 @@ class Plan:
     recompute_layers: Number = 0
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
+    shard_group: Number = 0
     lora_rank: Number = 0
     precision: str = "bf16"
     flash_attention: bool | np.ndarray = True
@@ -236,6 +245,7 @@ class Plan:
             if zero_ok and np.ndim(zero) > 0:
                 bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
             raise SpecError(f"plan: zero_stage {chk._short(bad)} is not allowed; choose 0, 1, 2 or 3")
+        object.__setattr__(self, "shard_group", _shard_group(self.shard_group, self.dp, self.cp, zero))
         if not isinstance(self.precision, str) or self.precision not in COMPUTE_PRECISIONS:
             raise SpecError(
                 f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8 "
@@ -319,6 +329,18 @@ class Plan:
         return self.tp * self.pp * self.dp * self.cp
 
     @property
+    def zero_ranks(self) -> Number:
+        """The ranks ZeRO shards the dense model state over: the shard group, or all dp x cp."""
+        ranks = np.asarray(self.dp) * np.asarray(self.cp)
+        out = np.where(np.asarray(self.shard_group) > 0, self.shard_group, ranks)
+        return out.item() if out.ndim == 0 else out
+
+    @property
+    def replicas(self) -> Number:
+        """The shard groups that hold the same state (hybrid sharding; 1 without it)."""
+        return self.dp * self.cp // self.zero_ranks
+
+    @property
     def expert_tp(self) -> Number:
         """etp: the ranks that split each expert's matrices (tp unless set apart)."""
         etp = np.where(np.asarray(self.etp) == 0, self.tp, self.etp)
@@ -341,6 +363,28 @@ class Plan:
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _shard_group(value: object, dp: Number, cp: Number, zero: Number) -> Number:
+    """The checked `shard_group`: a whole number >= 0 that divides dp x cp, > 0 only with ZeRO >= 1."""
+    if type(value) is int and value == 0:  # the default: no hybrid sharding
+        return 0
+    group = chk.non_negative_int("plan: shard_group", value)
+    g, ranks, z = np.broadcast_arrays(np.asarray(group), np.asarray(dp) * np.asarray(cp), np.asarray(zero))
+    hybrid = g > 0
+    bad = hybrid & (np.mod(ranks, np.maximum(g, 1)) != 0)
+    if np.any(bad):
+        raise SpecError(
+            f"plan: shard_group {g[bad].flat[0].item()} is not allowed; it must divide dp x cp = "
+            f"{ranks[bad].flat[0].item()} (0: shard over all of them)"
+        )
+    bad = hybrid & (z < 1)
+    if np.any(bad):
+        raise SpecError(
+            f"plan: shard_group {g[bad].flat[0].item()} needs ZeRO >= 1 (without ZeRO nothing is sharded); "
+            "set zero_stage 1-3 or shard_group 0"
+        )
+    return group
 
 
 def _stage_list(value: object, pp: Number) -> tuple[int, ...]:
