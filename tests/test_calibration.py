@@ -25,18 +25,28 @@ EXAMPLE = Path(__file__).parents[1] / "examples" / "calibration" / "h100_runs.cs
 
 
 @pytest.fixture(scope="module")
-def example_calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`shardwise calibrate EXAMPLE -o h100.yaml`, run once for the tests that only read the file
-    (test_calibrate_then_predict_with_error_bars checks the command itself)."""
+def example_calibration_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """`shardwise calibrate EXAMPLE -o h100.yaml --json`, run once per module (it takes seconds):
+    (the file written, what it printed)."""
+    import contextlib
+    import io
+
     from shardwise.cli import main
 
     cal = tmp_path_factory.mktemp("calibration") / "h100.yaml"
-    try:
-        main(["calibrate", str(EXAMPLE), "-o", str(cal)])
-    except SystemExit as done:  # the entry point may exit 0 after writing
-        assert done.code in (0, None)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        try:
+            main(["calibrate", str(EXAMPLE), "-o", str(cal), "--json"])
+        except SystemExit as done:  # the entry point may exit 0 after writing
+            assert done.code in (0, None)
     assert cal.exists()
-    return cal
+    return cal, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def example_calibration(example_calibration_run: tuple[Path, str]) -> Path:
+    return example_calibration_run[0]
 
 
 TRUE = {"matmul_efficiency_scale": 0.85, "step_overhead_s": 0.3, "inter_node_bandwidth_scale": 0.6}
@@ -230,10 +240,8 @@ def test_runs_accept_every_measurement_and_the_public_columns():
     assert int(step.scenario.plan.dp) == 4 and int(step.scenario.plan.micro_batch) == 1
 
 
-def test_calibrate_then_predict_with_error_bars(cli, tmp_path: Path):
-    cal = tmp_path / "h100.yaml"
-    code, out, err = cli(["calibrate", str(EXAMPLE), "-o", str(cal), "--json"])
-    assert code == 0, err
+def test_calibrate_then_predict_with_error_bars(cli, example_calibration_run: tuple[Path, str]):
+    cal, out = example_calibration_run
     doc = json.loads(out)
     assert doc["runs"]["count"] == 12 and doc["fitted"]
     assert len(doc["residuals"]) == 12
