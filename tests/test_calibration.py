@@ -21,9 +21,6 @@ from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.specs import Plan, Scenario
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_calibration")
-
 EXAMPLE = Path(__file__).parents[1] / "examples" / "calibration" / "h100_runs.csv"
 
 

@@ -12,9 +12,6 @@ from shardwise import presets
 from shardwise.analyses.collective_validation import curves, summary, validate_collectives
 from shardwise.physics.collectives import Fabric, Group
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_collective_validation")
-
 
 @pytest.fixture(scope="module")
 def points():

@@ -25,7 +25,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 from shardwise.explore import runner, state  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("test_explore_browser")]  # one worker: its fixtures once
+pytestmark = pytest.mark.slow
 ARTIFACTS = Path(__file__).resolve().parents[1] / "build" / "explore"
 BROWSER = next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 DRIVER = shutil.which("chromedriver")

@@ -19,9 +19,6 @@ pytest.importorskip("dash", reason="the explorer is an optional extra: pip insta
 from shardwise.explore import state
 from shardwise.explore.app import create_app
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_explore_security")
-
 RUNS = Path(__file__).resolve().parents[1] / "examples" / "calibration" / "h100_runs.csv"
 POOL = "shardwise-explore-pool"
 SLOW_BATCH = 200_000  # a timeline of 3.2 million simulated operations: tens of seconds, far past any limit here

@@ -12,9 +12,6 @@ from shardwise.engines.training import estimate_training_step
 from shardwise.physics.params import total_params
 from shardwise.specs import Plan, Recompute, Scenario, Schedule
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_export")
-
 
 def strict_loads(text: str):
     """json.loads that refuses the NaN / Infinity tokens Python's json would otherwise accept."""

@@ -14,9 +14,6 @@ import pytest
 
 from shardwise import presets
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_public_runs_data")
-
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TABLES = [
     ROOT / "tools" / "data" / "public_runs" / f for f in ("training_layouts_other.csv", "microbatch_longctx.csv")

@@ -8,9 +8,6 @@ from pathlib import Path
 
 import pytest
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_readme")
-
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 

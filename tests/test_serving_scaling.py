@@ -9,9 +9,6 @@ import pytest
 from shardwise.analyses.serving_scaling import ScalingRow, scaling_rows, summarize
 from shardwise.analyses.serving_validation import inference_rows, predict
 
-# one worker holds this file (its module fixture is computed once): pyproject.toml runs --dist loadgroup
-pytestmark = pytest.mark.xdist_group("test_serving_scaling")
-
 
 @pytest.fixture(scope="module")
 def rows() -> list[ScalingRow]:
