@@ -7,12 +7,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.serving import MAX_SEQUENCES, ServingEstimate, estimate_serving
+from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES
+from shardwise.engines.serving import ServingEstimate, estimate_serving
 from shardwise.specs import Scenario
 from shardwise.specs.request_mix import RequestMix
 from shardwise.specs.serving import ServingWorkload
 
-MAX_BATCH = MAX_SEQUENCES  # in-flight sequences per replica (engines.serving)
+MAX_BATCH = DEFAULT_MAX_SEQUENCES  # in-flight sequences per replica (engines.engine_presets)
 FRONTIER_BATCHES = 2 ** np.arange(0, 12)  # 1 to 2048 sequences per replica
 
 

@@ -25,7 +25,8 @@ Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its Op
 1024 on GPUs of >= 70 GiB other than A100, else 256, in the same branch of
 vllm/engine/arg_utils.py `get_batch_defaults` as its token budget (V0 and V1 before that branch:
 256); one cap for the whole batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`
-2048 (`engines.serving.MAX_SEQUENCES`), per micro-batch. SGLang: `max_running_requests` unset
+2048 (`DEFAULT_MAX_SEQUENCES`; trtllm-bench sizes it itself and does not publish the value, so an
+assumption), per micro-batch. SGLang: `max_running_requests` unset
 takes the request pool's size, max(2048, KV tokens / context x 512) up to 4096 (model_runner's
 `max_num_reqs`, as read in an excerpt, not in SGLang's own repository here), so 2048, its floor.
 llama.cpp and the others: 2048, as before.
@@ -67,7 +68,7 @@ from shardwise.specs.serving import ENGINE_NAMES
 
 GIB = 1024**3
 MIB = 1024**2
-# TensorRT-LLM's default max_batch_size, the cap of the other engines (`engines.serving.MAX_SEQUENCES`)
+# TensorRT-LLM's default max_batch_size, the cap of the engines without their own (`max_sequences`)
 DEFAULT_MAX_SEQUENCES = 2048
 # llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
 LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2

@@ -28,13 +28,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.engine_presets import engine
+from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES, engine
 from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
 from shardwise.engines.inflight_loops import run_arrays, run_fixed
 from shardwise.engines.iteration import iteration_table, iteration_times
 from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
 from shardwise.engines.serving import (
-    MAX_SEQUENCES,
     ServingEstimate,
     kv_cache_free_bytes,
     memory_per_gpu,
@@ -115,7 +114,7 @@ def simulate(
     capacity: int,
     traffic: Traffic,
     max_batched_tokens: int = MAX_BATCHED_TOKENS,
-    max_sequences: int = MAX_SEQUENCES,
+    max_sequences: int = DEFAULT_MAX_SEQUENCES,
     kv_total_blocks: int | None = None,
     chunk_tokens: int | None = None,
     reference: bool = False,

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.dp_attention import serving_expert_layout
-from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES, engine, kv_cache_bytes
+from shardwise.engines.engine_presets import engine, kv_cache_bytes
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -53,9 +53,6 @@ from shardwise.specs.stages import plan_split
 # The embedding, position table, final norm and output layer stay in 16 bits when the layers are
 # quantised (TensorRT-LLM and vLLM leave lm_head alone; see `engines.forward`).
 UNQUANTISED_BYTES_PER_PARAM = 2.0
-# Sequences in flight per replica: TensorRT-LLM's default `max_batch_size` (2048); trtllm-bench
-# sizes it itself and does not publish the value, so this is an assumption (`engines.engine_presets`).
-MAX_SEQUENCES = DEFAULT_MAX_SEQUENCES
 # Share of the memory left after the weights that holds KV cache: TensorRT-LLM's
 # `KvCacheConfig.free_gpu_memory_fraction` default, 90% (tensorrt_llm/llmapi/llm_args.py).
 KV_CACHE_FRACTION = 0.9
