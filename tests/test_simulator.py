@@ -217,3 +217,70 @@ def test_array_plans_are_refused():
     )
     with pytest.raises(SpecError, match="one plan at a time"):
         simulate_training_step(scn)
+
+
+@pytest.mark.parametrize("name", sorted(SCHEDULES))
+@pytest.mark.parametrize(("p", "k", "v"), [(1, 3, 1), (2, 1, 3), (4, 2, 2), (3, 5, 4), (8, 4, 1), (8, 2, 6)])
+def test_the_compiled_schedules_are_the_schedules(name, p, k, v):
+    """The numpy-built schedules the planner's simulation follows (`simulator_times.compiled`)
+    are the built-in lists of operations compiled one by one (`compile_ops`), code for code."""
+    from shardwise.engines.simulator_times import compile_ops, compiled
+
+    v = v if name == "interleaved" else 1
+    m = p * k if name == "interleaved" else k + p
+    fast, ref = compiled(name, p, m, v), compile_ops(SCHEDULES[name](p, m, v), m, v)
+    assert fast.codes == ref.codes and (fast.p, fast.m, fast.v) == (ref.p, ref.m, ref.v)
+    assert np.array_equal(fast.kinds, ref.kinds) and fast.ends_with_gradients
+
+
+def test_a_hand_written_schedule_is_simulated_without_records_to_the_bit():
+    """Any list of operations (here one that is no built-in schedule) compiled as the built-in
+    ones are: the times of `simulate`; a list whose stage ends with a forward (the last stage's
+    loss is taken as there, so the simulator runs it) is followed as `simulate` does."""
+    from shardwise.engines.schedules import B, F, Op
+    from shardwise.engines.simulator_times import compile_ops
+
+    p, m = 2, 3
+    ops = [
+        [Op(F, 0, 0), Op(F, 1, 0), Op(B, 0, 0), Op(F, 2, 0), Op(B, 1, 0), Op(B, 2, 0)],
+        [Op(F, 0, 0), Op(B, 0, 0), Op(F, 1, 0), Op(F, 2, 0), Op(B, 1, 0), Op(B, 2, 0)],
+    ]
+    times = StageTimes(np.array([1.0, 9.5]), np.array([2.0, 2.5]), np.zeros(p), np.full(p, 0.1), np.full(p, 0.2),
+                       np.full(p, 0.3), np.full(p, 0.1))  # fmt: skip
+    for last in (ops[1], [Op(F, 0, 0), Op(B, 0, 0), Op(F, 1, 0), Op(B, 1, 0), Op(B, 2, 0), Op(F, 2, 0)]):
+        ops[1] = last
+        assert compile_ops(ops, m, 1).ends_with_gradients == (last[-1].kind == B)
+        full = simulate(ops, times, 1, False, "odd")
+        fast = simulate(ops, times, 1, False, "odd", records=False)
+        assert fast.records == [] and fast.makespan_s == full.makespan_s
+        assert fast.pipeline_end_s == full.pipeline_end_s
+        assert fast.busy_s.tobytes() == full.busy_s.tobytes()
+        assert fast.peak_in_flight.tobytes() == full.peak_in_flight.tobytes()
+
+
+def test_the_kept_stage_parts_give_the_stage_times_to_the_bit():
+    """`simulated.stage_times` keeps a dense plan's layer, embedding, output layer, sends and
+    recomputation under what the closed form's stage costs read (`training._stage_key`): plans
+    that differ in dp, the schedule, vpp, ZeRO, the overlaps or the global batch share them, and
+    their stage times are those computed with every memo off, byte for byte."""
+    from shardwise.engines.simulated import stage_times
+    from shardwise.specs import memo
+
+    model, cluster = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=8)
+    plans = [
+        dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=64, schedule="interleaved", vpp=6, sequence_parallel=True),
+        dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=128, schedule="zb-h1", sequence_parallel=True),
+        dict(tp=8, pp=8, dp=1, micro_batch=1, global_batch=256, schedule="1f1b", sequence_parallel=True),
+        dict(tp=4, pp=8, dp=2, micro_batch=1, global_batch=256, schedule="1f1b", zero_stage=1),
+        dict(tp=4, pp=4, dp=4, micro_batch=2, global_batch=256, schedule="interleaved", vpp=2, recompute="full"),
+        dict(tp=4, pp=4, dp=4, micro_batch=2, global_batch=512, schedule="gpipe", zero_stage=2, recompute="selective"),
+        dict(tp=4, pp=4, dp=4, micro_batch=2, global_batch=512, schedule="1f1b", overlap_grad_reduce=True),
+    ]
+    scenarios = [Scenario(model, cluster, Plan(**plan)) for plan in plans]
+    kept = [stage_times(scn) for scn in scenarios]
+    with memo.disabled():
+        fresh = [stage_times(scn) for scn in scenarios]
+    for a, b in zip(kept, fresh, strict=True):
+        for field in ("forward_s", "backward_s", "weight_s", "send_forward_s", "send_backward_s", "dp_s"):
+            assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), field
+        assert a.optimizer_s.tobytes() == b.optimizer_s.tobytes() and a.gather_s.tobytes() == b.gather_s.tobytes()

@@ -37,6 +37,7 @@ from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
 from shardwise.engines.training import (
     PIPELINE_SYNC_S,
+    _stage_key,
     flops_per_step,
     masked_attention_flops_per_step,
     optimizer_time_s,
@@ -50,6 +51,7 @@ from shardwise.physics.params import (
 )
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
+from shardwise.specs.memo import Memo
 from shardwise.specs.stages import chunk_recomputed_layers, moe_layers_below, plan_split, stage_layer_list
 
 
@@ -74,11 +76,15 @@ def stage_times(scn: Scenario) -> StageTimes:
     m = int(_scalar("micro-batches", plan.num_micro_batches))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
-    local = micro_batch_view(scn)
-    comm = tp_comm(local, fabric, place["tp"])
-    cp_step = cp_step_s(scn, fabric, place)
-    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
-    emb, head = embedding_cost(local, comm), head_cost(local, comm)
+    if model.is_moe:  # as in the closed form, an MoE model's stage costs are priced for every plan
+        local = micro_batch_view(scn)
+        comm = tp_comm(local, fabric, place["tp"])
+        cp_step = cp_step_s(scn, fabric, place)
+        layer, emb, head, sends, extra = _layer_parts(scn, local, fabric, comm, cp_step)
+    else:  # kept under what the closed form's stage costs read (`training._stage_key`): plans that differ
+        # in dp, the schedule, vpp, ZeRO or the global batch share them (the planner re-times several)
+        parts = _PARTS.get_or_compute(_stage_key(scn), lambda: _dense_parts(scn, fabric, place))
+        layer, emb, head, sends, extra = parts
     split = plan_split(model.layers, plan)
     counts = stage_layer_list(split, p)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -100,8 +106,7 @@ def stage_times(scn: Scenario) -> StageTimes:
             add_costs(kind, _stage_cost(n, c_layer, c_emb if i == 0 else None, c_head if i == p - 1 else None))
             for i, (kind, n) in enumerate(zip(kinds, counts, strict=True))
         ]
-    extra = recomputed_layer_extra(local, comm, model.seq_len, cp_step)  # layers recomputed whole
-    if extra is not None:
+    if extra is not None:  # layers recomputed whole
         whole = [float(chunk_recomputed_layers(n, plan.vpp, plan.recompute_layers)) for n in counts]
         kinds = [add_costs(kind, _stage_cost(w, extra, None, None)) for kind, w in zip(kinds, whole, strict=True)]  # type: ignore[arg-type]
     matrices, replicated = layer_params_split(model)
@@ -122,8 +127,8 @@ def stage_times(scn: Scenario) -> StageTimes:
     node = np.arange(p) * span // int(_scalar("gpus_per_node", cluster.gpus_per_node))
     crosses_f = node != np.roll(node, -1)
     crosses_b = node != np.roll(node, 1)
-    send_f = np.array([float(np.asarray(stage_send_time_s(local, fabric, comm, bool(c)))) for c in crosses_f])
-    send_b = np.array([float(np.asarray(stage_send_time_s(local, fabric, comm, bool(c)))) for c in crosses_b])
+    send_f = np.array([sends[int(c)] for c in crosses_f])
+    send_b = np.array([sends[int(c)] for c in crosses_b])
     overlap = bool(_scalar("overlap_grad_reduce", plan.overlap_grad_reduce))
     blocking = p > 1 and not bool(_scalar("overlap_p2p", plan.overlap_p2p))
     blocked = np.zeros(p)  # per micro-batch, the stage's own time spent in blocking sends and syncs
@@ -187,6 +192,33 @@ def stage_times(scn: Scenario) -> StageTimes:
         np.array(gather),
         blocked,
     )
+
+
+# One dense configuration's layer, embedding, output layer, sends (within a node, across) and
+# whole-layer recomputation, kept under what they read (`training._stage_key`, the closed form's
+# per-micro-batch stage costs: the same calls on the same arguments).
+_PARTS = Memo("simulated stage parts")
+
+
+def _dense_parts(
+    scn: Scenario, fabric: Fabric, place: dict[str, Any]
+) -> tuple[StageCost, StageCost, StageCost, tuple[float, float], StageCost | None]:
+    local = micro_batch_view(scn)
+    comm = tp_comm(local, fabric, place["tp"])
+    return _layer_parts(scn, local, fabric, comm, cp_step_s(scn, fabric, place))
+
+
+def _layer_parts(
+    scn: Scenario, local: Scenario, fabric: Fabric, comm: Any, cp_step: Any
+) -> tuple[StageCost, StageCost, StageCost, tuple[float, float], StageCost | None]:
+    """A micro-batch's costs of one layer, the embedding and the output layer, one pipeline send
+    within a node and across nodes, and the extra of a layer recomputed whole (None: none is)."""
+    model, plan = scn.model, scn.plan
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
+    emb, head = embedding_cost(local, comm), head_cost(local, comm)
+    sends = tuple(float(np.asarray(stage_send_time_s(local, fabric, comm, c))) for c in (False, True))
+    extra = recomputed_layer_extra(local, comm, model.seq_len, cp_step)
+    return layer, emb, head, sends, extra  # type: ignore[return-value]
 
 
 def _stage_cost(

@@ -17,10 +17,11 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD, B, F, StageOps, W
+from shardwise.engines.schedules import SPLIT_BACKWARD, B, F, StageOps, W
 
 KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer")
 SEND_F, SEND_B, DP, OPT = 3, 4, 5, 6
@@ -203,104 +204,45 @@ def simulate(
 
 def simulate_times(name: str, p: int, m: int, v: int, times: StageTimes) -> SimulationResult:
     """`simulate(SCHEDULES[name](p, m, v), times, v, ..., records=False)`: the step's times without
-    the list of operations (what the planner reads)."""
-    return _times_only(SCHEDULES[name](p, m, v), times, v, name in SPLIT_BACKWARD, name, m)
+    the list of operations (what the planner reads), over the schedule compiled to integers
+    (`engines.simulator_times`; kept per shape)."""
+    from shardwise.engines.simulator_times import compiled
+
+    return _compiled_times(compiled(name, p, m, v), times, name in SPLIT_BACKWARD, name)
 
 
 def _times_only(
     schedule: StageOps, times: StageTimes, v: int, split_backward: bool, name: str, m: int | None = None
 ) -> SimulationResult:
-    """`simulate` without the list of operations: the same arithmetic in the same order. The
-    arrivals are one flat list per direction, indexed (virtual stage) x m + micro-batch, and a
-    stage that waits records the place it waits for and is resumed only when that place is written
-    (`simulate` resumes a neighbour on every send): the times do not depend on the order stages
-    are visited in, as each start is a maximum of its stage's previous end and its input's
-    arrival, and each link is driven by one stage."""
-    p, m, (fwd, bwd, wgt, send_f, send_b) = chunk_durations(schedule, times, v, m)
-    n_virtual = p * v
-    last = n_virtual - 1
-    unknown = -1.0
-    arrive_f = [unknown] * (n_virtual * m)  # when the activation of (virtual stage, mb) arrives
-    arrive_b = [unknown] * (n_virtual * m)
-    base = n_virtual * m  # a wait for a backward input is recorded as base + its place
-    waits = [-1] * p  # the place each stage last waited for
-    next_op = [0] * p
-    free = [0.0] * p
-    busy_s = [0.0] * p
-    link_f = [0.0] * p
-    link_b = [0.0] * p
-    in_flight = [0] * p
-    peak = [0] * p
-    last_grad_start = [0.0] * p
-    last_grad_end = [0.0] * p
-    todo = list(range(p - 1, -1, -1))
-    push = todo.append
-    while todo:
-        i = todo.pop()
-        ops = schedule[i]
-        n_ops = len(ops)
-        first = next_op[i]
-        if first == n_ops:
-            continue
-        t, busy, held, most = free[i], busy_s[i], in_flight[i], peak[i]
-        lf, lb, sf, sb = link_f[i], link_b[i], send_f[i], send_b[i]
-        g_start, g_end = last_grad_start[i], last_grad_end[i]
-        f_dur, b_dur, w_dur = fwd[i], bwd[i], wgt[i]
-        nxt, prv = (i + 1) % p, (i - 1) % p
-        for k in range(first, n_ops):  # k: where the stage stops (n_ops when it gets through)
-            kind, mb, c = ops[k]
-            s = c * p + i
-            if kind == F:
-                x = s * m + mb
-                ready = arrive_f[x] if s else 0.0
-                if ready < 0.0:
-                    waits[i] = x
-                    break
-                t = (t if t > ready else ready) + f_dur
-                busy += f_dur
-                held += 1
-                if held > most:
-                    most = held
-                if s < last:
-                    lf = (t if t > lf else lf) + sf
-                    x += m
-                    arrive_f[x] = lf
-                    if waits[nxt] == x:
-                        push(nxt)
-            elif kind == B:
-                x = s * m + mb
-                ready = arrive_b[x] if s < last else 0.0
-                if ready < 0.0:
-                    waits[i] = base + x
-                    break
-                g_start = t if t > ready else ready
-                t = g_start + b_dur
-                g_end = t
-                busy += b_dur
-                if not split_backward:
-                    held -= 1
-                if s:
-                    lb = (t if t > lb else lb) + sb
-                    x -= m
-                    arrive_b[x] = lb
-                    if waits[prv] == base + x:
-                        push(prv)
-            else:
-                g_start = t
-                t = t + w_dur
-                g_end = t
-                busy += w_dur
-                if split_backward:
-                    held -= 1
-        else:
-            k = n_ops
-        next_op[i], free[i], busy_s[i], in_flight[i], peak[i] = k, t, busy, held, most
-        link_f[i], link_b[i], last_grad_start[i], last_grad_end[i] = lf, lb, g_start, g_end
-    stuck = [i for i in range(p) if next_op[i] != len(schedule[i])]
-    if stuck:
-        raise RuntimeError(f"schedule {name!r} deadlocked at stage {stuck[0]} (operation {next_op[stuck[0]]})")
-    result = finish_step(p, m, v, name, [], times, busy_s, peak, last_grad_start, last_grad_end)
+    """`simulate` without the list of operations: `schedule` compiled (`simulator_times.compile_ops`),
+    or followed as `simulate` does, without records, where a stage ends with a forward."""
+    from shardwise.engines.simulator_times import compile_ops
+
+    if m is None:
+        m = 1 + max(op.micro_batch for ops in schedule for op in ops)
+    sched = compile_ops(schedule, m, v)
+    if sched.ends_with_gradients:
+        return _compiled_times(sched, times, split_backward, name)
+    return _followed_times(schedule, times, v, split_backward, name, m)
+
+
+def _compiled_times(sched: Any, times: StageTimes, split_backward: bool, name: str) -> SimulationResult:
+    from shardwise.engines.simulator_times import pipeline_times
+
+    p, m, v = sched.p, sched.m, sched.v
+    per_chunk = tuple([float(x) / v for x in t] for t in (times.forward_s, times.backward_s, times.weight_s))
+    sends = tuple([float(x) for x in t] for t in (times.send_forward_s, times.send_backward_s))
+    busy_s, peak, g_start, g_end = pipeline_times(sched, (*per_chunk, *sends), split_backward, name)  # type: ignore[arg-type]
+    result = finish_step(p, m, v, name, [], times, busy_s, peak, g_start, g_end)
     return dataclasses.replace(result, records=[])
+
+
+def _followed_times(
+    schedule: StageOps, times: StageTimes, v: int, split_backward: bool, name: str, m: int
+) -> SimulationResult:
+    """`simulate` without records for any schedule (a stage may end with a forward)."""
+    sim = simulate(schedule, times, v, split_backward, name)
+    return dataclasses.replace(sim, records=[])
 
 
 def finish_step(
