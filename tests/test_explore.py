@@ -134,3 +134,17 @@ def test_a_table_built_in_memory_is_the_file_the_command_writes(monkeypatch):
     in_memory = runner.run(args).table
     monkeypatch.setattr(runner, "IN_MEMORY_ROWS", -1)
     assert in_memory and in_memory == runner.run(args).table
+
+
+def test_the_planner_heatmap_reads_the_columns_it_draws():
+    """`figures.read_columns` gives the cells `read_table` gives, for the columns asked (the
+    planner's heatmap reads four of its table's columns), row for row."""
+    from shardwise.explore import figures
+
+    table = runner.run(state.planner_args(dict(state.DEFAULTS))).table
+    names = ("tp", "pp", "fits_in_memory", "step_time_s", "schedule")
+    _, rows = figures.read_table(table)
+    assert rows and list(figures.read_columns(table, names)) == [tuple(r[n] for n in names) for r in rows]
+    fig = figures.planner_heatmap(table, "time")
+    best = min(float(r["step_time_s"]) for r in rows if r["fits_in_memory"] == "true")
+    assert min(v for row in fig["data"][0]["z"] for v in row if v is not None) == best

@@ -142,23 +142,20 @@ def pipeline_times(
     arrive[:m] = [0.0] * m  # the first virtual stage's inputs
     arrive[n + last_m :] = [0.0] * m  # the last virtual stage's gradients (its own loss)
     waits = [-2] * p  # the place each stage last waited for
-    next_op = [0] * p
-    free = [0.0] * p
-    link_f = [0.0] * p
-    link_b = [0.0] * p
-    last_grad_start = [0.0] * p
+    # per stage: what does not change (its operations, sends and durations, neighbours), and its
+    # state when it last stopped (next operation, free at, links free at, last gradient's start)
+    fixed = [
+        (schedule[i], len(schedule[i]), send_f[i], send_b[i], fwd[i], bwd[i], wgt[i], (i + 1) % p, (i - 1) % p)
+        for i in range(p)
+    ]
+    state = [(0, 0.0, 0.0, 0.0, 0.0)] * p
     todo = list(range(p - 1, -1, -1))
     push = todo.append
+    pop = todo.pop
     while todo:
-        i = todo.pop()
-        ops = schedule[i]
-        n_ops = len(ops)
-        first = next_op[i]
-        if first == n_ops:
-            continue
-        t, lf, lb, sf, sb = free[i], link_f[i], link_b[i], send_f[i], send_b[i]
-        g_start, f_dur, b_dur, w_dur = last_grad_start[i], fwd[i], bwd[i], wgt[i]
-        nxt, prv = (i + 1) % p, (i - 1) % p
+        i = pop()
+        ops, n_ops, sf, sb, f_dur, b_dur, w_dur, nxt, prv = fixed[i]
+        first, t, lf, lb, g_start = state[i]
         for k in range(first, n_ops):  # k: where the stage stops (n_ops when it gets through)
             x = ops[k]
             if x >= n:  # a backward
@@ -191,12 +188,13 @@ def pipeline_times(
                 t = t + w_dur
         else:
             k = n_ops
-        next_op[i], free[i], link_f[i], link_b[i], last_grad_start[i] = k, t, lf, lb, g_start
+        state[i] = (k, t, lf, lb, g_start)
+    next_op = [s[0] for s in state]
     stuck = [i for i in range(p) if next_op[i] != len(schedule[i])]
     if stuck:
         raise RuntimeError(f"schedule {name!r} deadlocked at stage {stuck[0]} (operation {next_op[stuck[0]]})")
     busy, peak = _busy_and_peak(sched, fwd, bwd, wgt, split_backward)
-    return busy, peak, last_grad_start, free
+    return busy, peak, [s[4] for s in state], [s[1] for s in state]
 
 
 def _busy_and_peak(

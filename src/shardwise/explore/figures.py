@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import csv
 import io
+import operator
+from collections.abc import Iterator
 from typing import Any
 
 from shardwise.units import format_seconds
@@ -171,6 +173,15 @@ def read_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
     return list(reader.fieldnames or []), rows
 
 
+def read_columns(text: str, names: tuple[str, ...]) -> Iterator[tuple[str, ...]]:
+    """The cells of the columns `names` of a CSV table, row by row (`read_table` builds a dict
+    of every cell of every row: the planner's table of 2,652 plans took 19 ms)."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    header = next(reader, [])
+    pick = operator.itemgetter(*(header.index(n) for n in names))
+    return (pick(row) for row in reader if row)
+
+
 def winner_map(table: str) -> tuple[Figure, str]:
     """The fastest plan in each cell of a two-variable sweep (its CSV table; hover: every plan's time)."""
     header, rows = read_table(table)
@@ -241,14 +252,13 @@ def _in_gb_per_s(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
 
 def planner_heatmap(table: str, objective: str) -> Figure:
     """The best plan of each (tp, pp) pair that fits (the planner's CSV table): step time, or tokens/s per GPU."""
-    _, rows = read_table(table)
     per_gpu = objective == "throughput-per-gpu"
     key = "tokens_per_s_per_gpu" if per_gpu else "step_time_s"
     best: dict[tuple[int, int], float] = {}
-    for r in rows:
-        if r["fits_in_memory"] != "true" or r[key] in ("", "nan"):
+    for tp, pp, fits, x in read_columns(table, ("tp", "pp", "fits_in_memory", key)):
+        if fits != "true" or x in ("", "nan"):
             continue
-        cell, value = (int(r["tp"]), int(r["pp"])), float(r[key])
+        cell, value = (int(tp), int(pp)), float(x)
         if cell not in best or (value > best[cell] if per_gpu else value < best[cell]):
             best[cell] = value
     tps = sorted({c[0] for c in best})
