@@ -331,6 +331,9 @@ class Plan:
     @property
     def zero_ranks(self) -> Number:
         """The ranks ZeRO shards the dense model state over: the shard group, or all dp x cp."""
+        dp, cp, group = self.dp, self.cp, self.shard_group
+        if type(dp) is int and type(cp) is int and type(group) is int:  # one plan of plain numbers
+            return group if group > 0 else dp * cp
         ranks = np.asarray(self.dp) * np.asarray(self.cp)
         out = np.where(np.asarray(self.shard_group) > 0, self.shard_group, ranks)
         return out.item() if out.ndim == 0 else out
@@ -343,6 +346,8 @@ class Plan:
     @property
     def expert_tp(self) -> Number:
         """etp: the ranks that split each expert's matrices (tp unless set apart)."""
+        if type(self.etp) is int and type(self.tp) is int:  # one plan of plain numbers
+            return self.tp if self.etp == 0 else self.etp
         etp = np.where(np.asarray(self.etp) == 0, self.tp, self.etp)
         return etp.item() if etp.ndim == 0 else etp
 
