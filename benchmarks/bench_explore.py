@@ -68,12 +68,14 @@ def body(app: Any, page: str, values: dict[str, Any], changed: str) -> dict[str,
     }
 
 
-def time_moves(n: int) -> dict[str, list[float]]:
+def time_moves(n: int, tabs: list[str] | None = None) -> dict[str, list[float]]:
     app = create_app()
     client = app.server.test_client()
     out: dict[str, list[float]] = {}
     try:
         for page, (control, values) in moves(n).items():
+            if tabs and page not in tabs:
+                continue
             times = []
             for value in values:
                 request = body(app, page, {"page": page, control: value}, control)
@@ -95,9 +97,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--moves", type=int, default=9, help="moves per tab (after one to warm it up)")
     parser.add_argument("--markdown", action="store_true")
+    parser.add_argument("--tab", action="append", choices=list(moves(0)), help="time only this tab (repeatable)")
     args = parser.parse_args()
     unit = numpy_unit_s(5)
-    result = time_moves(args.moves)
+    result = time_moves(args.moves, args.tab)
     control = {page: c for page, (c, _) in moves(0).items()}
     if args.markdown:
         print(f"| tab (control moved; unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms) "

@@ -7,7 +7,9 @@ about 262,000 compute operations and as many sends) simulated in under 0.3 s, an
 chart, Chrome trace and `--json` each written in under 1 s. Each median is also given in units
 of one numpy `a * b + c` over 1e7 float64 measured in the same run, so figures compare across
 machines. The event-heap reference simulator (`engines.simulator_events`) is timed beside the
-stage-driven one it checks.
+stage-driven one it checks, and so is what the planner runs per plan it re-times: the step's times
+alone over the schedule compiled to integers (`simulator.simulate_times`; its operations are the
+compute operations, sends not counted).
 """
 
 from __future__ import annotations
@@ -66,6 +68,16 @@ def outputs(repeat: int) -> list[tuple[str, int, float]]:
     ]
 
 
+def _times_only(name: str, p: int, m: int, v: int, times: StageTimes) -> object:
+    """What the planner runs per plan it re-times: the step's times without the list of
+    operations (`simulate_times`), its schedule compiled afresh (`simulator_times`: not kept)."""
+    from shardwise.engines import simulator_times
+    from shardwise.engines.simulator import simulate_times
+
+    simulator_times._KEPT.clear()
+    return simulate_times(name, p, m, v, times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=5)
@@ -84,6 +96,8 @@ def main() -> None:
         n = len(simulate(ops, times, v, split, name).records)
         rows.append((f"simulate {name} p={p} m={m} v={v}", n, fast))
         rows.append(("  the event-heap reference", n, ref))
+        times_only = timed(lambda: _times_only(name, p, m, v, times), args.repeat)  # noqa: B023
+        rows.append(("  its times alone (the planner's; schedule compiled)", 2 * p * m * v, times_only))
     rows += outputs(max(1, args.repeat // 2))
     if args.markdown:
         print(f"| what (unit: numpy a*b+c over 1e7 float64 = {unit * 1e3:.0f} ms; allocator: {args.allocator}) "

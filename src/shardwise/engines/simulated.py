@@ -38,8 +38,6 @@ from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, 
 from shardwise.engines.training import (
     PIPELINE_SYNC_S,
     _stage_key,
-    flops_per_step,
-    masked_attention_flops_per_step,
     optimizer_time_s,
 )
 from shardwise.errors import SpecError
@@ -294,7 +292,7 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
         optimizer_s=min(optimizer, last_tail),
         overhead_s=over_mb + over_step,
     )
-    model_flops, hw_flops = flops_per_step(scn)
+    model_flops, hw_flops = closed["flops"]  # `flops_per_step(scn)`, as the closed form read it
     estimate = TrainingEstimate(
         scenario=scn,
         step_time_s=sim.makespan_s + over_step,
@@ -304,7 +302,7 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
         hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / (sim.makespan_s + over_step),
         hidden_comm_s={"tp_comm": closed["tp_hidden_s"], "dp_comm": 0.0},
-        masked_attention_flops_per_step=masked_attention_flops_per_step(scn),
+        masked_attention_flops_per_step=closed["masked_attention_flops"],
     )
     return SimulatedStep(estimate, sim, times)
 
@@ -322,4 +320,7 @@ def _closed_form_parts(scn: Scenario) -> dict[str, Any]:
         "ep_share": float(b.ep_comm_s) / busy if busy > 0 else 0.0,
         "tp_hidden_s": float(est.hidden_comm_s["tp_comm"]),
         "memory": est.memory,
+        # the same functions of the same scenario (`training.estimate_each_training_step`'s diagnostics)
+        "flops": (est.model_flops_per_step, est.hardware_flops_per_step),
+        "masked_attention_flops": est.masked_attention_flops_per_step,
     }
