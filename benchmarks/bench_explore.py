@@ -1,7 +1,7 @@
 """The explorer's server-side time per move: one control changed, a new figure computed (run on
 demand, not in the tests; needs the explorer's extra, `pip install 'shardwise[explore]'`).
 
-    python benchmarks/bench_explore.py [--moves 9]
+    python benchmarks/bench_explore.py [--moves 9] [--tab planner ...]
 
 The app is built in this process (`create_app`, with its pool of warm worker processes) and
 driven through its HTTP API with Flask's test client: each move is the request the page sends
@@ -10,9 +10,9 @@ declares), and its time is the request's, from the body sent to the figures retu
 the command run in a worker, the figures and the summary built). Per default tab, one control
 moves over values not asked for before in the run (so no answer is one kept from an earlier
 move): the crossover's bandwidth slider, the winner map's batch range, the planner's global
-batch, the serving page's prompt length and the timeline's global batch. Goal (issue 38): at most
-0.15 s per move. Medians of `--moves` moves per tab, also in units of one numpy `a * b + c` over
-1e7 float64 measured in the same run.
+batch, the serving page's prompt length and the timeline's global batch (`--tab` times only the
+tabs named). Goal (issue 38): at most 0.15 s per move. Medians of `--moves` moves per tab, also in
+units of one numpy `a * b + c` over 1e7 float64 measured in the same run.
 """
 
 from __future__ import annotations

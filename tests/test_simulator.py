@@ -227,10 +227,10 @@ def test_the_compiled_schedules_are_the_schedules(name, p, k, v):
     from shardwise.engines.simulator_times import compile_ops, compiled
 
     v = v if name == "interleaved" else 1
-    m = p * k if name == "interleaved" else k + p
-    fast, ref = compiled(name, p, m, v), compile_ops(SCHEDULES[name](p, m, v), m, v)
-    assert fast.codes == ref.codes and (fast.p, fast.m, fast.v) == (ref.p, ref.m, ref.v)
-    assert np.array_equal(fast.kinds, ref.kinds) and fast.ends_with_gradients
+    for m in (p * k,) if name == "interleaved" else (k + p, k):  # fewer micro-batches than stages too
+        fast, ref = compiled(name, p, m, v), compile_ops(SCHEDULES[name](p, m, v), m, v)
+        assert fast.codes == ref.codes and (fast.p, fast.m, fast.v) == (ref.p, ref.m, ref.v)
+        assert np.array_equal(fast.kinds, ref.kinds) and fast.ends_with_gradients
 
 
 def test_a_hand_written_schedule_is_simulated_without_records_to_the_bit():

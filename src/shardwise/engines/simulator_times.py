@@ -12,8 +12,8 @@ for the first and last stages; the busy time (a running sum in the order the ope
 the activations in flight (a running count) are sums over the same order, taken over the compiled
 operations at once with numpy (`np.cumsum` adds in order, as the loop did).
 
-The built-in schedules compile with numpy (`_compile_1f1b`, `_compile_gpipe`); any other list of
-operations through `compile_ops` (one pass over it). `tests/test_simulator.py` checks both against
+The built-in schedules compile by slices (`_compile_1f1b`, `_compile_gpipe`, `_compile_zb_h1`); any
+other list of operations through `compile_ops` (one pass over it). `tests/test_simulator.py` checks both against
 `simulate` byte for byte, and the builders against `compile_ops` on the schedules' own lists.
 """
 
@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.engines.schedules import SCHEDULES, B, F, StageOps
+from shardwise.engines.schedules import SCHEDULES, B, F, StageOps, W
 
 KEPT_SCHEDULES = 16  # compiled schedules kept, most recent first (a planner's move re-times ~16 shapes)
 
@@ -56,6 +56,8 @@ def compiled(name: str, p: int, m: int, v: int) -> Compiled:
         out = _compile_1f1b(p, m, v if name == "interleaved" else 1, interleave=name == "interleaved")
     elif name == "gpipe":
         out = _compile_gpipe(p, m)
+    elif name == "zb-h1":
+        out = _compile_zb_h1(p, m)
     else:
         out = compile_ops(SCHEDULES[name](p, m, v), m, v)
     _KEPT[key] = out
@@ -120,6 +122,30 @@ def _compile_gpipe(p: int, m: int) -> Compiled:
     codes = np.concatenate([base, n + base], axis=1)
     kinds = np.concatenate([np.full((p, m), F, np.int8), np.full((p, m), B, np.int8)], axis=1)
     return Compiled(p, m, 1, codes.tolist(), kinds)
+
+
+def _compile_zb_h1(p: int, m: int) -> Compiled:
+    """ZB-H1 compiled by slices, in `schedules.zb_h1`'s order: stage i runs w = min(p - i - 1, m)
+    forwards, then c = min(i, m - w) (F, B) pairs, then (F, B, W) triples until the forwards are
+    done, then (B, W) pairs until the backwards are, then the c deferred W's."""
+    n = p * m
+    codes = []
+    for i in range(p):
+        fwd = list(range(i * m, i * m + m))
+        bwd = list(range(n + i * m, n + i * m + m))
+        w = min(p - i - 1, m)
+        c = min(i, m - w)
+        triples = m - w - c
+        pairs = [-1] * (2 * c)
+        pairs[0::2], pairs[1::2] = fwd[w : w + c], bwd[:c]
+        full = [-1] * (3 * triples)
+        full[0::3], full[1::3] = fwd[w + c :], bwd[c : c + triples]
+        drain = [-1] * (2 * w)
+        drain[0::2] = bwd[c + triples :]
+        codes.append(fwd[:w] + pairs + full + drain + [-1] * c)
+    array = np.array(codes, dtype=np.int64)
+    kinds = np.where(array >= n, B, np.where(array >= 0, F, W)).astype(np.int8)
+    return Compiled(p, m, 1, codes, kinds)
 
 
 def pipeline_times(
