@@ -48,7 +48,7 @@ from shardwise.physics.params import (
     moe_layer_params_per_gpu,
 )
 from shardwise.physics.topology import placement
-from shardwise.specs import Scenario
+from shardwise.specs import Scenario, memo
 from shardwise.specs.memo import Memo
 from shardwise.specs.stages import chunk_recomputed_layers, moe_layers_below, plan_split, stage_layer_list
 
@@ -146,10 +146,22 @@ def stage_times(scn: Scenario) -> StageTimes:
     forward, backward = forward + mb_over / 2, backward + mb_over / 2
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt = [], [], [], []
-    for i, (cost, n_params, n_expert, n_weights) in enumerate(zip(kinds, trained, stage_experts, held, strict=True)):
+    priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
+
+    def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any) -> Any:
         c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_weights - n_expert)
         if model.is_moe:
             c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
+        return c
+
+    for i, (cost, n_params, n_expert, n_weights) in enumerate(zip(kinds, trained, stage_experts, held, strict=True)):
+        try:  # a stage equal to an earlier one in everything its reductions read (memos on: `specs.memo`)
+            key = (cost, n_params, n_expert, n_weights, type(n_params), type(n_expert), type(n_weights))
+            c = priced.get(key) if memo.ENABLED else None
+            if c is None:
+                c = priced[key] = stage_comm(cost, n_params, n_expert, n_weights)
+        except TypeError:  # a field that does not hash
+            c = stage_comm(cost, n_params, n_expert, n_weights)
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
         # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
         # hides behind the backward passes and the gather comes after the optimizer
