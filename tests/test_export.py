@@ -191,3 +191,12 @@ def test_long_rows_are_written_as_the_json_encoder_writes_them():
     assert json.loads(compact) == json.loads(json.dumps(plain, default=lambda o: o.item()))
     assert json.loads(dumps(data)) == json.loads(json.dumps(plain, default=lambda o: o.item()))
     assert list(rows)[1]["kind"] == "send-B" and len(rows) == 3
+
+
+def test_csv_floats_are_what_str_format_gives():
+    """The CSV's floats (`tables._format`, an f-string) are the text of "{:.6g}".format for every
+    kind of float: tiny, huge, negative zero, NaN, infinities, round numbers and random ones."""
+    rng = np.random.default_rng(0)
+    special = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-320, 5e-324, 1.7976931348623157e308, 1e16, 123456.5, 999999.5]
+    values = np.array(special + list(rng.standard_normal(500) * 10.0 ** rng.integers(-30, 30, 500)))
+    assert tables._format(values) == list(map("{:.6g}".format, values.tolist()))
