@@ -12,13 +12,15 @@ for the first and last stages; the busy time (a running sum in the order the ope
 the activations in flight (a running count) are sums over the same order, taken over the compiled
 operations at once with numpy (`np.cumsum` adds in order, as the loop did).
 
-The built-in schedules compile by slices (`_compile_1f1b`, `_compile_gpipe`, `_compile_zb_h1`); any
-other list of operations through `compile_ops` (one pass over it). `tests/test_simulator.py` checks both against
-`simulate` byte for byte, and the builders against `compile_ops` on the schedules' own lists.
+The built-in schedules compile by slices (`_compile_1f1b`, `_compile_gpipe`, `_compile_zb_h1`);
+any other list of operations through `compile_ops` (one pass over it). `tests/test_simulator.py`
+checks both against `simulate` byte for byte, and the builders against `compile_ops` on the
+schedules' own lists.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -27,6 +29,7 @@ import numpy as np
 from shardwise.engines.schedules import SCHEDULES, B, F, StageOps, W
 
 KEPT_SCHEDULES = 16  # compiled schedules kept, most recent first (a planner's move re-times ~16 shapes)
+KEPT_MAX_OPERATIONS = 200_000  # a larger schedule (about 7 MB as Python lists) is compiled each time
 
 
 @dataclass(frozen=True, eq=False)
@@ -50,7 +53,8 @@ def compiled(name: str, p: int, m: int, v: int) -> Compiled:
     key = (name, p, m, v)
     found = _KEPT.get(key)
     if found is not None:
-        _KEPT.move_to_end(key)
+        with contextlib.suppress(KeyError):  # another thread may have dropped it meanwhile
+            _KEPT.move_to_end(key)
         return found
     if name in ("1f1b", "interleaved"):
         out = _compile_1f1b(p, m, v if name == "interleaved" else 1, interleave=name == "interleaved")
@@ -60,9 +64,11 @@ def compiled(name: str, p: int, m: int, v: int) -> Compiled:
         out = _compile_zb_h1(p, m)
     else:
         out = compile_ops(SCHEDULES[name](p, m, v), m, v)
-    _KEPT[key] = out
-    while len(_KEPT) > KEPT_SCHEDULES:
-        _KEPT.popitem(last=False)
+    if sum(len(ops) for ops in out.codes) <= KEPT_MAX_OPERATIONS:
+        _KEPT[key] = out
+        while len(_KEPT) > KEPT_SCHEDULES:
+            with contextlib.suppress(KeyError):  # (emptied by another thread meanwhile)
+                _KEPT.popitem(last=False)
     return out
 
 
