@@ -78,6 +78,8 @@ TORCH_RING_FORWARD_BYTES = 46.0
 TORCH_RING_BACKWARD_BYTES = 60.0
 TORCH_RING_FORWARD_KERNELS = 6
 TORCH_RING_BACKWARD_KERNELS = 7
+# bytes per element of the dK, dV the ring passes on after each backward step (fp32 accumulation)
+TORCH_RING_GRAD_BYTES = 4.0
 
 
 def ramp(keys_per_tile: Number, overhead_tokens: float, causal: Number = False) -> Number:
