@@ -60,7 +60,12 @@ SDPA, `repeat_kv`), in the code of torch/distributed/tensor/experimental/_attent
   (2 x (4 + 4)), dQ added in fp32 (2 + 4 + 4), the torch.cat of K and V (8): 54; where only a
   half is updated, `_partial_update` re-concatenates the whole tensor (about 6 more): 60.
 Megatron-Core / Transformer Engine fuse the same corrections into their attention kernels'
-epilogues (`flash_attn_fwd_out_correction`): not charged.
+epilogues (`flash_attn_fwd_out_correction`): not charged. PyTorch's ring communicates as
+`engines.costs.CpComm` describes: one all-gather of every rank's keys and values per pass, and
+the dK, dV of each backward step passed on in fp32 (`TORCH_RING_GRAD_BYTES`), the last exposed.
+Its flash calls are FlashAttention-2 on H100 (torchtitan's SDPA backends put flash first), every
+step does equal work (the head-tail balance is on by default), and selective checkpointing does
+not rerun the ring (docs/model.md, Context parallelism); `tools/ring_bench.py` times it on a GPU.
 """
 
 from __future__ import annotations
