@@ -57,10 +57,13 @@ def test_pytorch_ring_bookkeeping_only_with_context_parallelism_and_grows_with_s
     eight = torch_ring_s(layer_forward(model, 1, 1, False, 2.0, kv_len=32768, cp=8), gpu)
     assert none == (0.0, 0.0)
     assert 0 < two[0] < eight[0] and 0 < two[1] < eight[1]
-    # 46 bytes per output element (4096 x 4096 of them) per step at the achievable HBM bandwidth
+    # per output element (4096 x 4096 of them) at the achievable HBM bandwidth: 46 bytes for the
+    # one step after the first, 20 once per layer (step 0's cast, the cast back, K, V contiguous);
+    # backward 60 per step and 84 per layer
     out = 4096 * model.heads * model.head_dim
-    expected = 46 * out / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
-    assert two[0] == pytest.approx(expected + at.TORCH_RING_FORWARD_KERNELS * gpu.kernel_launch_s)
+    bw = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+    assert two[0] == pytest.approx((46 + 20) * out / bw + (6 + 6) * gpu.kernel_launch_s)
+    assert two[1] == pytest.approx((60 + 84) * out / bw + (7 + 11) * gpu.kernel_launch_s)
 
 
 def test_fused_kernel_pays_no_pytorch_ring_bookkeeping():
@@ -81,3 +84,51 @@ def at_relative(gpu):
     from shardwise.physics.compute import FLASH_RELATIVE_EFFICIENCY
 
     return FLASH_RELATIVE_EFFICIENCY / gpu.flash2_efficiency
+
+
+def _cp_scenario(kernel: str, seq_len: int, cp: int):
+    from shardwise.specs import Plan, Scenario
+
+    model = presets.model("llama3-8b", seq_len=seq_len)
+    plan = Plan(cp=cp, dp=8 // cp, global_batch=8 // cp, attention_kernel=kernel, precision="bf16")
+    return Scenario(model, presets.system("dgx-h100"), plan)
+
+
+def test_pytorch_ring_gathers_every_ranks_keys_and_passes_fp32_key_gradients():
+    """torchtitan's ring (flash2) on Llama 3 8B at 64K tokens, cp 2, one DGX H100: one all-gather of
+    both ranks' KV chunks (32 query heads: repeat_kv) per pass, and dK, dV in fp32 after each step;
+    Megatron's ring (fused) sends one chunk (8 KV heads) per step."""
+    from shardwise.engines.costs import cp_kv_chunk_bytes, cp_step_s
+    from shardwise.physics.collectives import Fabric
+    from shardwise.physics.topology import placement
+
+    torch_ring, megatron = _cp_scenario("flash2", 65536, 2), _cp_scenario("fused", 65536, 2)
+    fabric = Fabric.of(torch_ring.cluster)
+    chunk = 2 * 2 * 32768 * 32 * 128  # K and V, bf16, 32K tokens, 32 heads of 128
+    assert float(cp_kv_chunk_bytes(torch_ring)) == chunk
+    comm = cp_step_s(torch_ring, fabric, placement(torch_ring.plan, 8))
+    assert float(comm.gather_s) == pytest.approx(float(fabric.group(2, 2).all_gather(2 * chunk)))
+    assert float(comm.grad_step_s) == pytest.approx(float(fabric.p2p(2 * chunk, False)))  # fp32: twice the bytes
+    assert comm.ring_step_s == 0.0
+    ring = cp_step_s(megatron, fabric, placement(megatron.plan, 8))
+    assert float(ring.ring_step_s) == pytest.approx(float(fabric.p2p(chunk / 4, False))) and ring.gather_s == 0.0
+
+
+def test_only_the_last_key_gradients_of_the_pytorch_ring_stay_exposed_at_long_context():
+    """At 32K tokens per rank the gather and every dK, dV but the last hide behind a step's attention:
+    the backward's exposed CP time per layer is one fp32 transfer, the forward's none."""
+    from shardwise.engines.costs import context_parallel, cp_step_s, layer_cost, tp_comm
+    from shardwise.physics.collectives import Fabric
+    from shardwise.physics.topology import placement
+
+    scn = _cp_scenario("flash2", 262144, 8)
+    fabric = Fabric.of(scn.cluster)
+    place = placement(scn.plan, 8)
+    comm = cp_step_s(scn, fabric, place)
+    local = context_parallel(scn)
+    cost, _ = layer_cost(local, tp_comm(local, fabric, place["tp"]), kv_len=262144, cp=8, cp_step=comm)
+    assert float(cost.tp_forward_s) == pytest.approx(0.0, abs=1e-9)
+    assert float(cost.tp_backward_s) == pytest.approx(float(comm.grad_step_s))
+    assert float(comm.grad_step_s) > 1e-3  # 1 GB of fp32 dK, dV on NVLink: milliseconds
+    hidden = 2 * float(comm.gather_s) + 7 * float(comm.grad_step_s)
+    assert float(cost.tp_hidden_s) == pytest.approx(hidden)

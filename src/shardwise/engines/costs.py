@@ -13,6 +13,7 @@ import numpy as np
 from shardwise.arrays import any_true, as_array
 from shardwise.physics import memory as mem
 from shardwise.physics import remat
+from shardwise.physics.attention import TORCH_RING_GRAD_BYTES
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
@@ -191,17 +192,27 @@ def cp_kv_chunk_bytes(scn: Scenario) -> Number:
 
 class CpComm(NamedTuple):
     """Context parallelism's communication per layer and micro-batch: a ring step (p2p, hidden
-    behind the chunk attention as far as it goes) or collectives that stay exposed."""
+    behind the chunk attention as far as it goes) or collectives that stay exposed; PyTorch's
+    ring instead gathers every rank's keys and values once (behind the first step only, forward
+    and again backward) and passes the fp32 dK, dV on after every backward step (behind the
+    next step; the last is awaited with nothing to hide behind)."""
 
     ring_step_s: Number = 0.0
     forward_s: Number = 0.0
     backward_s: Number = 0.0
+    gather_s: Number = 0.0
+    grad_step_s: Number = 0.0
 
 
 def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm:
     """Context parallelism's communication (`Plan.cp_comm`), on the CP group (over the network
     when it spans servers):
     - p2p: one ring step sends a rank's KV chunk (2 b s/cp k d / t elements) to the next rank;
+      PyTorch's ring (the "flash2" kernel: torchtitan's `context_parallel`) all-gathers the
+      chunks of every rank instead (its default rotate method, `_AllGatherRotater`; torchtitan's
+      `context_parallel_rotate_method = "allgather"`), forward and again backward, and passes
+      each backward step's dK, dV on to the next rank in fp32 (`_templated_ring_attention_backward`:
+      `accum_dtype` float32, `permute_tensor`), twice the bytes of a 16-bit chunk;
     - all_gather: the whole sequence's keys and values gathered before attention (cp - 1 of cp
       chunks arrive), their gradients reduce-scattered after (Transformer Engine's KV all-gather
       attention);
@@ -212,8 +223,13 @@ def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm
     cp = np.asarray(plan.cp)
     crosses = place["cp"] < cp
     chunk = cp_kv_chunk_bytes(scn)
+    on = cp > 1
+    if plan.cp_comm == "p2p" and plan.attention_kernel == "flash2":
+        grads = chunk * TORCH_RING_GRAD_BYTES / plan.bytes_per_element
+        gather = fabric.group(plan.cp, place["cp"]).all_gather(chunk * cp)
+        return CpComm(gather_s=np.where(on, gather, 0.0), grad_step_s=np.where(on, fabric.p2p(grads, crosses), 0.0))
     if plan.cp_comm == "p2p":
-        return CpComm(np.where(cp > 1, fabric.p2p(chunk, crosses), 0.0))
+        return CpComm(np.where(on, fabric.p2p(chunk, crosses), 0.0))
     group = fabric.group(plan.cp, place["cp"])
     if plan.cp_comm == "all_gather":
         whole = chunk * cp  # the gathered keys and values
@@ -371,13 +387,17 @@ def layer_cost(
     # Context parallelism (ring attention, Megatron-Core / Transformer Engine "p2p"): cp - 1 steps
     # pass a KV chunk to the next rank while attention runs on the chunk in hand; a step costs
     # what its transfer exceeds one chunk's attention. Backward passes KV and dKV: twice the bytes.
+    # PyTorch's ring: the KV all-gather hides behind the first step's attention, each step's dK,
+    # dV behind the next step's, the last one not at all (`CpComm`).
     # The other communication types (`cp_step_s`) are collectives outside the attention: exposed.
-    cp_step, extra_f, extra_b = cp_step if isinstance(cp_step, CpComm) else (cp_step, 0.0, 0.0)
+    cp_step, extra_f, extra_b, gather, grad = cp_step if isinstance(cp_step, CpComm) else (cp_step, 0.0, 0.0, 0.0, 0.0)
     c = np.asarray(cp, dtype=float)
     steps = np.maximum(c - 1, 0.0)
     chunk_f, chunk_b = lt.attention_s / np.maximum(c, 1.0), lt.attention_bwd_s / np.maximum(c, 1.0)
-    cp_f = steps * np.maximum(0.0, cp_step - chunk_f) + extra_f
-    cp_b = steps * np.maximum(0.0, 2 * cp_step - chunk_b) + extra_b
+    last = np.where(steps > 0, grad, 0.0)
+    ring_b = np.maximum(0.0, gather - chunk_b) + steps * np.maximum(0.0, grad - chunk_b) + last
+    cp_f = steps * np.maximum(0.0, cp_step - chunk_f) + np.maximum(0.0, gather - chunk_f) + extra_f
+    cp_b = steps * np.maximum(0.0, 2 * cp_step - chunk_b) + ring_b + extra_b
     tp_fwd = tp_fwd + cp_f
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute if recompute is None else recompute)
@@ -393,8 +413,8 @@ def layer_cost(
         compute_backward_s=lt.backward_s + redo + host,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
-        tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step - tp_fwd)
-        + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step - tp_bwd),
+        tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
+        + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,
     )
     return cost, fwd

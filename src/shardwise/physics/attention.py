@@ -59,8 +59,19 @@ SDPA, `repeat_kv`), in the code of torch/distributed/tensor/experimental/_attent
   gradients that travel the ring (2 x (2 + 4 + 4)), their torch.cat into the send buffer
   (2 x (4 + 4)), dQ added in fp32 (2 + 4 + 4), the torch.cat of K and V (8): 54; where only a
   half is updated, `_partial_update` re-concatenates the whole tensor (about 6 more): 60.
+- once per layer, forward: step 0's output cast to fp32 (2 + 4), the merged output cast back
+  (4 + 2), and `.contiguous()` of the repeated K and V (2 + 2 each): 20 bytes, 6 kernels;
+  backward: step 0's own dK, dV, dQ accumulation and dK, dV send buffer (20 + 16 + 10: the ring
+  does them at every step, the K, V concatenation at all but the last), the fp32 zeros of dQ,
+  dK, dV (3 x 4), `.contiguous()` of K and V (8), the final casts of dQ (4 + 2) and of the
+  received dK, dV (2 x (4 + 2)): 84 bytes, 11 kernels.
 Megatron-Core / Transformer Engine fuse the same corrections into their attention kernels'
-epilogues (`flash_attn_fwd_out_correction`): not charged.
+epilogues (`flash_attn_fwd_out_correction`): not charged. PyTorch's ring communicates as
+`engines.costs.CpComm` describes: one all-gather of every rank's keys and values per pass, and
+the dK, dV of each backward step passed on in fp32 (`TORCH_RING_GRAD_BYTES`), the last exposed.
+Its flash calls are FlashAttention-2 on H100 (torchtitan's SDPA backends put flash first), every
+step does equal work (the head-tail balance is on by default), and selective checkpointing does
+not rerun the ring (docs/model.md, Context parallelism); `tools/ring_bench.py` times it on a GPU.
 """
 
 from __future__ import annotations
@@ -78,6 +89,13 @@ TORCH_RING_FORWARD_BYTES = 46.0
 TORCH_RING_BACKWARD_BYTES = 60.0
 TORCH_RING_FORWARD_KERNELS = 6
 TORCH_RING_BACKWARD_KERNELS = 7
+# the same, once per layer (module docstring)
+TORCH_RING_FORWARD_LAYER_BYTES = 20.0
+TORCH_RING_BACKWARD_LAYER_BYTES = 84.0
+TORCH_RING_FORWARD_LAYER_KERNELS = 6
+TORCH_RING_BACKWARD_LAYER_KERNELS = 11
+# bytes per element of the dK, dV the ring passes on after each backward step (fp32 accumulation)
+TORCH_RING_GRAD_BYTES = 4.0
 
 
 def ramp(keys_per_tile: Number, overhead_tokens: float, causal: Number = False) -> Number:

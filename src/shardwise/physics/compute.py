@@ -292,15 +292,18 @@ def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
 
 def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
     """(forward, backward) seconds of PyTorch's eager ring bookkeeping in one layer: per ring step
-    after the first, the bytes per element of the rank's attention output that
+    after the first and once per layer, the bytes per element of the rank's attention output that
     `physics.attention` counts (0 without context parallelism)."""
     from shardwise.physics import attention as at
 
     steps = np.maximum(np.asarray(fwd.cp, dtype=float) - 1, 0.0)
     out = fwd.attn_out.m * fwd.attn_out.k  # tokens x the rank's query heads x head dim
     on = steps > 0
-    forward = memory_s(steps * at.TORCH_RING_FORWARD_BYTES * out, gpu, steps * at.TORCH_RING_FORWARD_KERNELS)
-    backward = memory_s(steps * at.TORCH_RING_BACKWARD_BYTES * out, gpu, steps * at.TORCH_RING_BACKWARD_KERNELS)
+    f_bytes = steps * at.TORCH_RING_FORWARD_BYTES + at.TORCH_RING_FORWARD_LAYER_BYTES
+    b_bytes = steps * at.TORCH_RING_BACKWARD_BYTES + at.TORCH_RING_BACKWARD_LAYER_BYTES
+    f_kernels = steps * at.TORCH_RING_FORWARD_KERNELS + at.TORCH_RING_FORWARD_LAYER_KERNELS
+    b_kernels = steps * at.TORCH_RING_BACKWARD_KERNELS + at.TORCH_RING_BACKWARD_LAYER_KERNELS
+    forward, backward = memory_s(f_bytes * out, gpu, f_kernels), memory_s(b_bytes * out, gpu, b_kernels)
     return np.where(on, forward, 0.0), np.where(on, backward, 0.0)
 
 
