@@ -59,7 +59,10 @@ stage's work (`sync_last_stage`); SGLang's pipeline loop and TensorRT-LLM's read
 micro-batch's outputs and keep it off the stage's critical path. What is not hidden under pp: a
 micro-batch's next step cannot be scheduled before its tokens come back, so each round of pp
 micro-batches waits one host step beyond its GPU work; vllm-project/vllm#32618 measured what
-overlapping that step gives under pp 4 (Qwen3-30B-A3B FP8, 128 sequences): 31.8% lower TPOT. With
+overlapping that step gives under pp 4 (Qwen3-30B-A3B FP8, 128 sequences): 31.8% lower TPOT
+(priced at 0.76 of the TPOT on H100 and 0.64 on B200, the GPU not named; tests/test_pipeline_host.py).
+The vLLM preset keeps the pipeline as vLLM ran it through 2025; since that change, with
+asynchronous scheduling on by default, vLLM overlaps the wait and the round's host step. With
 one stage the engines overlap the host with the GPU (vLLM's batch queue and async scheduling,
 SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so nothing is added at pp = 1.
 
