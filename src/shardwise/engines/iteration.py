@@ -14,8 +14,10 @@ The embedding runs on T tokens; the output layer on the d decoding tokens and th
 finish (q / prompt_len of them). With pipeline parallelism the engine keeps m <= p
 micro-batches in flight (vLLM's virtual engines, TensorRT-LLM's micro-batches), each of 1/m of the
 tokens: the iteration takes max(one micro-batch through every stage, m x the slowest stage), as
-in a static decode step (`engines.serving`). A sequence is never split over micro-batches, so m
-is also at most d plus the number of prompts the prompt tokens make up.
+in a static decode step (`engines.serving`), or longer where the engine's host time per
+micro-batch shows (`engines.pipeline.pipelined_round_s`: the Python engines under pp). A sequence
+is never split over micro-batches, so m is also at most d plus the number of prompts the prompt
+tokens make up.
 
 Costs come from the same kernels as everything else (`physics.flops`, `physics.compute`,
 `engines.costs`); `iteration_table` evaluates them on a grid in one vectorized call so that the
