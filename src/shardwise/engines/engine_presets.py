@@ -191,7 +191,9 @@ def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -
 
 def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
     """The engine's default cap on sequences in flight per replica (per micro-batch where
-    `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring)."""
+    `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring). SGLang's depends on
+    the KV tokens of one GPU (`sglang_max_running_requests`, applied by `engines.inflight.Replica`);
+    here its pool's floor, 2048."""
     if name == "vllm":
         return 1024 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 256
     return DEFAULT_MAX_SEQUENCES
