@@ -246,13 +246,14 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
 
 @pytest.mark.parametrize(
     ("engine", "budgets", "cap", "slots"),
-    [("tensorrt-llm", 8, 2048, 8), ("vllm", 8, 1024, 1), ("sglang", 8, 2048, 1), ("llama.cpp", 1, 2048, 1)],
+    [("tensorrt-llm", 8, 2048, 8), ("vllm", 8, 1024, 1), ("sglang", 8, 4096, 1), ("llama.cpp", 1, 2048, 1)],
 )
 def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(engine, budgets, cap, slots):
     """TensorRT-LLM runs its micro-batch scheduler once per micro-batch (maxNumTokens, and
     maxBatchSize: mMaxNumSequences = maxBatchSize x pp), vLLM V1 one scheduler call per batch of
     its batch queue (one max_num_seqs, 1024 on an H100), SGLang one batch per micro-batch: a
-    round of pp=8 holds 8 budgets."""
+    round of pp=8 holds 8 budgets. SGLang's cap is its request pool, 4096 once one GPU's KV cache
+    holds over 8 x 8,192 tokens (Llama 3 8B on H100s: over 400,000 tokens on one GPU)."""
     from shardwise.engines.inflight import Replica
 
     model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1)

@@ -68,16 +68,21 @@ def test_a_small_batch_decode_step_is_bound_by_reading_the_weights():
     assert float(est.ttft_s) > flops / scn.cluster.gpu.peak_flops_per_s_16bit
 
 
+# an engine that pays no host time per pipeline micro-batch (`engines.engine_presets`): the
+# pipeline's structure alone
+NO_HOST = "fastertransformer"
+
+
 def test_pipeline_stages_take_turns_for_one_request_and_work_together_for_many():
     scn_pp, scn_1 = scenario("llama3-8b", tp=1, pp=8), scenario("llama3-8b", tp=1, pp=1)
-    one = estimate_serving(scn_pp, ServingWorkload(512, 128, 1))
-    alone = estimate_serving(scn_1, ServingWorkload(512, 128, 1))
+    one = estimate_serving(scn_pp, ServingWorkload(512, 128, 1, engine=NO_HOST))
+    alone = estimate_serving(scn_1, ServingWorkload(512, 128, 1, engine=NO_HOST))
     # one request passes every stage in turn: no faster than one GPU (plus the hops)
     assert float(one.tpot_s) >= 0.95 * float(alone.tpot_s)
     assert float(one.decode_utilization) == pytest.approx(1 / 8)
     # eight requests in flight: every stage works; the slowest (the last, with Llama 3's 128k-word
     # output layer) sets the pace, so the rate grows by sum_j c_j / max_j c_j = 8 x utilisation
-    eight = estimate_serving(scn_pp, ServingWorkload(512, 128, 8))
+    eight = estimate_serving(scn_pp, ServingWorkload(512, 128, 8, engine=NO_HOST))
     util = float(eight.decode_utilization)
     assert 0.6 < util <= 1.0
     decode_rate = lambda e: int(e.workload.batch) / float(e.tpot_s)  # noqa: E731
@@ -87,7 +92,7 @@ def test_pipeline_stages_take_turns_for_one_request_and_work_together_for_many()
 def test_decode_tpot_is_the_slower_of_crossing_all_stages_and_the_busiest_stage():
     """m < p: a token crosses every stage (sum_j c_j); m = p: the busiest stage does p micro-batches."""
     scn = scenario("llama3-8b", tp=1, pp=4)
-    one, four = (estimate_serving(scn, ServingWorkload(512, 128, b)) for b in (1, 4))
+    one, four = (estimate_serving(scn, ServingWorkload(512, 128, b, engine=NO_HOST)) for b in (1, 4))
     # sum_j c_j < 4 max_j c_j when the stages are unequal (the output layer sits on the last)
     assert float(one.tpot_s) < float(four.tpot_s)
     assert float(one.decode_utilization) == pytest.approx(0.25)

@@ -26,21 +26,49 @@ Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its Op
 vllm/engine/arg_utils.py `get_batch_defaults` as its token budget (V0 and V1 before that branch:
 256); one cap for the whole batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`
 2048 (`DEFAULT_MAX_SEQUENCES`; trtllm-bench sizes it itself and does not publish the value, so an
-assumption), per micro-batch. SGLang: `max_running_requests` unset
-takes the request pool's size, max(2048, KV tokens / context x 512) up to 4096 (model_runner's
-`max_num_reqs`, as read in an excerpt, not in SGLang's own repository here), so 2048, its floor.
-llama.cpp and the others: 2048, as before.
+assumption), per micro-batch. SGLang: `max_running_requests` unset is min(K // 2, R) with K the
+KV-cache tokens of one GPU (the smallest over the pp ranks) and R the request pool's size,
+clamp(int(K / context_len x 512), 2048, 4096) (python/sglang/srt/model_executor/model_runner.py,
+`init_memory_pool` and the `max_running_requests` after it, read in SGLang's repository; the same
+formula in its newer `_resolve_max_num_reqs`); under pp its scheduler gives each micro-batch
+`pp_max_micro_batch_size` = max(max_running_requests // pp, 1) (managers/scheduler.py), so the
+cap stays one for all micro-batches. llama.cpp and the others: 2048, as before.
 
-Per-stage cost of pipeline parallelism (seconds per micro-batch and stage, on top of the send of
-its activations): the host time a stage adds that no kernel shows (its scheduling step, the send
-and receive issued from the host, the synchronisation). llama.cpp: 0.30-0.44 ms, from one public
-table of decode speed against the GPU count with the work per token fixed (ggml-org/llama.cpp
-#19922, "Baseline: scaling vs number of GPUs", gpt-oss-120B MXFP4 on ROCm, tg1024: 82.44,
-76.84, 73.43 tokens/s on 2, 4, 6 GPUs: 12.13, 13.01, 13.62 ms per token, (13.01 - 12.13) / 2 =
-0.44 ms and (13.62 - 13.01) / 2 = 0.30 ms per added stage; the one-token activations, 2880
-values, cross in microseconds), taken as their mean, 0.37 ms. TensorRT-LLM, vLLM and SGLang: no
-public table outside the reserved ones gave one (their published TP/PP comparisons change the
-GPU count and the batch together), so 0: their pipeline stages cost the sends alone.
+Per-stage cost of pipeline parallelism, llama.cpp (seconds per micro-batch and stage, on top of
+the send of its activations): 0.30-0.44 ms, from one public table of decode speed against the GPU
+count with the work per token fixed (ggml-org/llama.cpp #19922, "Baseline: scaling vs number of
+GPUs", gpt-oss-120B MXFP4 on ROCm, tg1024: 82.44, 76.84, 73.43 tokens/s on 2, 4, 6 GPUs: 12.13,
+13.01, 13.62 ms per token, (13.01 - 12.13) / 2 = 0.44 ms and (13.62 - 13.01) / 2 = 0.30 ms per
+added stage; the one-token activations, 2880 values, cross in microseconds), taken as their mean,
+0.37 ms.
+
+Host time of the Python engines under pipeline parallelism (`engines.pipeline.pipelined_round_s`): vLLM, SGLang
+and TensorRT-LLM's PyTorch executor run one scheduler step per micro-batch, and every stage's
+process prepares each micro-batch on the CPU before its kernels launch, h(n) = h_0 + h_1 n seconds
+for a micro-batch of n requests. h_1 = 21 us per request (range 10-30): vLLM's step gap, decode to
+decode, measured at 5-6 ms for 256 requests (Llama-2-7B, ShareGPT, V0 with asynchronous output
+processing; vllm-project/vllm#10634), 5.5 ms / 256 = 21 us; V1 prepares inputs from a persistent
+batch (fewer tensors rebuilt) but its scheduler and output processor still walk every request in
+Python, and SGLang's scheduler and TensorRT-LLM's PyExecutor do the same, so one figure for the
+three. h_0 = 0.25 ms (range 0.2-0.5): the same issue's estimate of what is left once the per-
+request work overlaps, 200-300 us (the step's messages to the workers, the intermediate tensors'
+metadata sent from Python through a CPU process group, the launch). vLLM's last stage also waits
+for its sampled tokens (`.tolist()`) before it prepares the next micro-batch (no asynchronous
+scheduling under pp before vllm-project/vllm#32618, January 2026), so its host time adds to that
+stage's work (`sync_last_stage`); SGLang's pipeline loop and TensorRT-LLM's read an older
+micro-batch's outputs and keep it off the stage's critical path. What is not hidden under pp: a
+micro-batch's next step cannot be scheduled before its tokens come back, so each round of pp
+micro-batches waits one host step beyond its GPU work; vllm-project/vllm#32618 measured what
+overlapping that step gives under pp 4 (Qwen3-30B-A3B FP8, 128 sequences): 31.8% lower TPOT
+(priced at 0.76 of the TPOT on H100 and 0.64 on B200, the GPU not named; tests/test_pipeline_host.py).
+The vLLM preset keeps the pipeline as vLLM ran it through 2025; since that change, with
+asynchronous scheduling on by default, vLLM overlaps the wait and the round's host step. With
+one stage the engines overlap the host with the GPU (vLLM's batch queue and async scheduling,
+SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so nothing is added at pp = 1.
+
+Sends between stages: vLLM and SGLang send the hidden states and the residual of Llama-style
+models (vLLM `make_empty_intermediate_tensors_factory(["hidden_states", "residual"])`, SGLang
+`PPProxyTensors`), two activations per micro-batch and boundary (`pp_send_tensors`).
 
 Budgets under pipeline parallelism: with pp stages the engines keep pp micro-batches in flight
 and schedule each one on its own, so each gets the whole chunked-prefill token budget:
@@ -72,6 +100,13 @@ MIB = 1024**2
 DEFAULT_MAX_SEQUENCES = 2048
 # llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
 LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2
+# Python engines' host time per micro-batch under pp (module docstring): vllm-project/vllm#10634,
+# 5-6 ms for 256 requests (per request), and the 200-300 us it expects once that overlaps (fixed).
+PYTHON_STAGE_HOST_S = 0.25e-3
+PYTHON_STAGE_HOST_PER_REQUEST_S = 5.5e-3 / 256
+# SGLang's request pool (model_runner.py): clamp(KV tokens / context_len x 512, 2048, 4096)
+SGLANG_POOL_PER_CONTEXT = 512
+SGLANG_POOL_MIN, SGLANG_POOL_MAX = 2048, 4096
 
 
 @dataclass(frozen=True)
@@ -86,6 +121,11 @@ class EnginePreset:
     kv_fraction: float = 0.9
     nvls: bool = True  # whether it lets NCCL reduce in the NVLink switch
     stage_overhead_s: float = 0.0
+    # host time per micro-batch and stage under pp > 1, h_0 + h_1 n for n requests (module docstring)
+    stage_host_s: float = 0.0
+    stage_host_per_request_s: float = 0.0
+    sync_last_stage: bool = False  # the last stage waits for its sampled tokens before the next micro-batch
+    pp_send_tensors: int = 1  # activations sent per micro-batch and stage boundary
     # the engine's activation, runtime and decoder buffers come out of the free memory before the
     # KV cache's fraction, sized as trtllm-bench builds it (`engines.trtllm_buffers`)
     bench_buffers: bool = False
@@ -101,16 +141,21 @@ ENGINES = {
     "tensorrt-llm": EnginePreset(
         "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9, bench_buffers=True,
         budget_per_micro_batch=True, slots_per_micro_batch=True,
+        stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
     ),
     "vllm": EnginePreset(
         "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
+        stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
+        sync_last_stage=True, pp_send_tensors=2,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),
     "sglang": EnginePreset(
         "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True,
+        stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
+        pp_send_tensors=2,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="python/sglang/srt/server_args.py _handle_gpu_memory_settings; --enable-nccl-nvls default false",
     ),
@@ -146,10 +191,19 @@ def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -
 
 def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
     """The engine's default cap on sequences in flight per replica (per micro-batch where
-    `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring)."""
+    `slots_per_micro_batch`), on a GPU of `gpu_memory_bytes` (module docstring). SGLang's depends on
+    the KV tokens of one GPU (`sglang_max_running_requests`, applied by `engines.inflight.Replica`);
+    here its pool's floor, 2048."""
     if name == "vllm":
         return 1024 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 256
     return DEFAULT_MAX_SEQUENCES
+
+
+def sglang_max_running_requests(kv_tokens: float, context_len: int) -> int:
+    """SGLang's `max_running_requests` left unset (module docstring): min(K // 2, request pool)."""
+    pool = int(kv_tokens / context_len * SGLANG_POOL_PER_CONTEXT)
+    pool = min(max(pool, SGLANG_POOL_MIN), SGLANG_POOL_MAX)
+    return max(1, min(int(kv_tokens) // 2, pool))
 
 
 def sglang_reserved_bytes(gpu_memory_bytes: Number, chunk: int, tp: Number, pp: Number) -> Number:

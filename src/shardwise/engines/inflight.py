@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES, engine
+from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES, engine, sglang_max_running_requests
 from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
 from shardwise.engines.inflight_loops import run_arrays, run_fixed
 from shardwise.engines.iteration import iteration_table, iteration_times
@@ -267,6 +267,7 @@ class Replica:
             context = wl.input_len + wl.output_len
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             per_token = self.kv_bytes_per_sequence / context
+            self._cap_by_kv_tokens(wl, free, per_token)
             self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
             self.slots = top = min(self.capacity, self.max_sequences)
             self.mean_context = wl.input_len + wl.output_len / 2
@@ -284,6 +285,7 @@ class Replica:
             self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
+            self._cap_by_kv_tokens(wl, free, per_token)
             blocks = kv_blocks(inputs, outputs)
             self.capacity = int(self.kv_total_blocks // float(np.mean(blocks)))
             self.slots = min(self.capacity, self.max_sequences)
@@ -292,6 +294,13 @@ class Replica:
             self.mean_context = summary.decode_context
         fits = self.capacity >= 1
         self.table = iteration_table(scn, wl, top, self.round_tokens, self.mean_context) if fits else None
+
+    def _cap_by_kv_tokens(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
+        """SGLang sizes its request pool, and so its cap, by the KV tokens of one GPU
+        (`engines.engine_presets.sglang_max_running_requests`)."""
+        if wl.engine == "sglang" and per_token_bytes > 0:
+            tokens = max(free_bytes, 0.0) / per_token_bytes
+            self.max_sequences = sglang_max_running_requests(tokens, self.max_context)
 
     def run(self, traffic: Traffic) -> Simulated:
         if self.table is None:

@@ -14,8 +14,10 @@ The embedding runs on T tokens; the output layer on the d decoding tokens and th
 finish (q / prompt_len of them). With pipeline parallelism the engine keeps m <= p
 micro-batches in flight (vLLM's virtual engines, TensorRT-LLM's micro-batches), each of 1/m of the
 tokens: the iteration takes max(one micro-batch through every stage, m x the slowest stage), as
-in a static decode step (`engines.serving`). A sequence is never split over micro-batches, so m
-is also at most d plus the number of prompts the prompt tokens make up.
+in a static decode step (`engines.serving`), or longer where the engine's host time per
+micro-batch shows (`engines.pipeline.pipelined_round_s`: the Python engines under pp). A sequence
+is never split over micro-batches, so m is also at most d plus the number of prompts the prompt
+tokens make up.
 
 Costs come from the same kernels as everything else (`physics.flops`, `physics.compute`,
 `engines.costs`); `iteration_table` evaluates them on a grid in one vectorized call so that the
@@ -34,7 +36,7 @@ from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowes
 from shardwise.engines.engine_presets import engine
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.moe import experts_cost, model_moe_split
-from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times
 from shardwise.physics.flops import layer_forward
@@ -140,22 +142,31 @@ def iteration_times(
     p = np.asarray(scn.plan.pp, dtype=float)
     d = np.asarray(decode, dtype=float)
     q = np.asarray(prompt_tokens, dtype=float)
+    preset = engine(wl.engine)
     # micro-batches in flight: one per sequence at most (prompts counted whole)
-    m = np.minimum(p, np.maximum(d + np.ceil(q / wl.input_len), 1.0))
+    prompts = np.ceil(q / wl.input_len)
+    m = np.minimum(p, np.maximum(d + prompts, 1.0))
     fs = stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
-    fs = replace(fs, send_s=fs.send_s + np.where(p > 1, engine(wl.engine).stage_overhead_s, 0.0))  # its host time
+    piped = p > 1
+    # the activations each boundary carries (vLLM, SGLang: hidden states and residual), and
+    # llama.cpp's per-stage cost, with the send (`engines.engine_presets`)
+    send = fs.send_s * preset.pp_send_tensors + np.where(piped, preset.stage_overhead_s, 0.0)
+    fs = replace(fs, send_s=send)
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
-    total = np.maximum(through, m * c_max)
-    share = total / c_max  # the iteration in units of the slowest stage's micro-batch
+    host = np.where(piped, pipeline_host_s(preset, np.ceil(d / m) + np.ceil(prompts / m)), 0.0)
+    gpu_bound = np.maximum(through, m * c_max)
+    total = np.maximum(gpu_bound, pipelined_round_s(c_max, c[2], through, m, host, preset.sync_last_stage))
+    share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
     idle = (d + q) <= 0
     zero = np.zeros_like(total)
+    # the host time the round waits for is counted with the sends (`pp_p2p`)
     return IterationTimes(
         np.where(idle, zero, total),
         np.where(idle, zero, share * compute),
         np.where(idle, zero, share * tp),
-        np.where(idle, zero, share * fs.send_s),
+        np.where(idle, zero, share * fs.send_s + total - gpu_bound),
     )
 
 

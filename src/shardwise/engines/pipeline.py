@@ -2,15 +2,21 @@
 
 With c_j one micro-batch's work on stage j (forward + backward + blocking sends in training; the
 forward in inference), m micro-batches and v model chunks per GPU (Narayanan et al. 2021 Sec.
-2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v.
+2.2): T = m max_j c_j + (sum_j c_j - max_j c_j) / v. Serving engines that prepare every
+micro-batch on the host add their host time to that (`pipelined_round_s`).
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shardwise.arrays import where
 from shardwise.specs._checks import Number
+
+if TYPE_CHECKING:
+    from shardwise.engines.engine_presets import EnginePreset
 
 
 def pipeline_makespan_s(
@@ -35,3 +41,26 @@ def pipeline_makespan_s(
     mids = (p - 2) * c_middle if c_middle_sum is None else c_middle_sum
     c_sum = where(p == 1, c_first, c_first + where(p > 2, mids, 0.0) + c_last)
     return micro_batches * c_max + (c_sum - c_max) / vpp
+
+
+def pipeline_host_s(preset: EnginePreset, requests: Number) -> Number:
+    """Host seconds a stage spends on one micro-batch of `requests` requests before its kernels
+    launch, h_0 + h_1 n (`engines.engine_presets`, "Host time of the Python engines")."""
+    return preset.stage_host_s + preset.stage_host_per_request_s * np.asarray(requests, dtype=float)
+
+
+def pipelined_round_s(
+    c_max: Number, c_last: Number, through: Number, m: Number, host: Number, sync_last: bool
+) -> Number:
+    """One round of m micro-batches through the stages when each stage's process spends `host`
+    seconds on every micro-batch (0: the GPU-bound round, max(through, m c_max)).
+
+    - A stage's process prepares one micro-batch at a time, ahead of its GPU: a stage passes a
+      micro-batch every max(c, h) (the CPU leads while h < c).
+    - Where the last stage waits for its sampled tokens before it prepares the next micro-batch
+      (vLLM under pp), its host time adds to its work: c_last + h.
+    - A micro-batch's next step is scheduled only once its tokens are back: each micro-batch's
+      round trip is its pass through every stage plus one host step, through + h.
+    T = max(m max(c_max, h, c_last + s h), through + h), s = 1 where the last stage synchronises."""
+    period = np.maximum(np.maximum(c_max, host), np.where(sync_last, c_last + host, 0.0))
+    return np.maximum(m * period, through + host)

@@ -40,7 +40,7 @@ from shardwise.engines.dp_attention import serving_expert_layout
 from shardwise.engines.engine_presets import engine, kv_cache_bytes
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
-from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
 from shardwise.engines.trtllm_buffers import engine_buffers_bytes
 from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
@@ -179,12 +179,15 @@ def kv_cache_free_bytes(scn: Scenario, wl: ServingWorkload, weights_bytes: Numbe
 
 
 def with_stage_overhead(fs: ForwardStages, pp: Number, wl: ServingWorkload) -> ForwardStages:
-    """Each stage's micro-batch with the engine's per-stage cost (`EnginePreset.stage_overhead_s`,
-    host time per micro-batch and stage), counted with the send; none without pipelining."""
-    over = engine(wl.engine).stage_overhead_s
-    if not over:
+    """Each stage's micro-batch with the activations the engine sends per boundary
+    (`EnginePreset.pp_send_tensors`) and its per-stage cost (`EnginePreset.stage_overhead_s`,
+    llama.cpp's host time per micro-batch and stage), counted with the send; none without
+    pipelining."""
+    preset = engine(wl.engine)
+    if not preset.stage_overhead_s and preset.pp_send_tensors == 1:
         return fs
-    return replace(fs, send_s=fs.send_s + np.where(np.asarray(pp) > 1, over, 0.0))
+    over = np.where(np.asarray(pp) > 1, preset.stage_overhead_s, 0.0)
+    return replace(fs, send_s=fs.send_s * preset.pp_send_tensors + over)
 
 
 def _micro_batches(scn: Scenario, per_replica: Number) -> tuple[np.ndarray, np.ndarray, Scenario, Scenario]:
@@ -251,18 +254,27 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
         slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
         return per_stage, slow[0], slow[1], slow[2], _mix(lo.send_s, hi.send_s, r, m)
 
+    preset = engine(wl.engine)
+    # the host time of each micro-batch's step under pp (`engines.pipeline.pipelined_round_s`)
+    host = np.where(p > 1, pipeline_host_s(preset, np.ceil(per_replica / m)), 0.0)
     c, c_max, compute, tp, send = phase(wl.input_len, wl.input_len)
-    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, c[3])
-    prefill = {"compute": m * compute, "tp_comm": m * tp, "pp_p2p": m * send, "pp_bubble": ttft - m * c_max}
+    ttft = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, c[3]) + host  # the first micro-batch's step
+    prefill = {
+        "compute": m * compute,
+        "tp_comm": m * tp,
+        "pp_p2p": m * send + host,
+        "pp_bubble": ttft - host - m * c_max,
+    }
 
     # a decode step: each stage handles every micro-batch once, and each micro-batch crosses
     # every stage: TPOT = max(sum_j c_j, m max_j c_j)
     context = wl.input_len + wl.output_len / 2
     d, d_max, d_compute, d_tp, d_send = phase(1, context)
     through = pipeline_makespan_s(d[0], d[1], d[2], p, 1, 1, d[3])  # one micro-batch crossing every stage
-    tpot = np.maximum(through, m * d_max)
-    share = tpot / d_max  # the decode step in units of the slowest stage's micro-batch
-    decode = {"compute": share * d_compute, "tp_comm": share * d_tp, "pp_p2p": share * d_send}
+    gpu_bound = np.maximum(through, m * d_max)
+    tpot = np.maximum(gpu_bound, pipelined_round_s(d_max, d[2], through, m, host, preset.sync_last_stage))
+    share = gpu_bound / d_max  # the GPU's part in units of the slowest stage's micro-batch
+    decode = {"compute": share * d_compute, "tp_comm": share * d_tp, "pp_p2p": share * d_send + tpot - gpu_bound}
 
     e2e = ttft + (wl.output_len - 1) * tpot
     throughput = np.asarray(wl.batch) * wl.output_len / (ttft + wl.output_len * tpot)
