@@ -359,3 +359,29 @@ def test_crossover_compares_context_parallel_layouts(cli):
     for workload in ("forward", "prefill", "decode"):
         code, _, err = cli([*args, "--workload", workload])
         assert code == 0, err
+
+
+def test_the_recipes_that_overlapped_the_all_to_alls_name_published_runs():
+    """Every A2A_OVERLAP entry (tools/moe_recipes.py) is a Megatron-Bridge summary run that shardwise
+    prices with the overlap on; the same model and GPU in a release whose recipe had it off keep it off."""
+    from shardwise.analyses import public_moe
+    from shardwise.analyses import public_validation as pv
+
+    rows = [public_moe.resolved(r) for r in pv.raw_rows() if r["moe"] == "yes"]
+    on = {(r["model"], r["system"], r["precision"], r["framework_version"]) for r in rows if public_moe.a2a_overlap(r)}
+    assert on == set(public_moe.A2A_OVERLAP)
+    by_id = {r["id"]: r for r in rows}
+    # DeepSeek-V3 on 256 B200: 26.04.01 ran PP8 VP2 EP32 with moe_a2a_overlap (Bridge 0.4.2), 26.04 PP16 EP8 without
+    assert pv.request_for(by_id["PUB-0091"]).moe_overlap
+    assert not pv.request_for(by_id["PUB-0137"]).moe_overlap
+
+
+def test_deepseek_v3_on_b200_ranks_the_overlapped_ep32_layout_first():
+    """The group of DeepSeek-V3 layouts on 256 B200 (Megatron-Bridge performance summaries): EP32
+    across four servers is fastest measured (3328 tokens/s per GPU against 2139-2265 for PP16 EP8)
+    because its recipe hides the all-to-alls behind the other micro-batch's compute."""
+    from shardwise.analyses.ranking import MOE, public_groups
+
+    (group,) = [g for g in public_groups() if g.kind == MOE and "DeepSeekV3|dgx-b200|256" in g.group]
+    assert group.predicted_best == group.measured_best
+    assert group.regret == 0.0
