@@ -385,3 +385,34 @@ def test_deepseek_v3_on_b200_ranks_the_overlapped_ep32_layout_first():
     (group,) = [g for g in public_groups() if g.kind == MOE and "DeepSeekV3|dgx-b200|256" in g.group]
     assert group.predicted_best == group.measured_best
     assert group.regret == 0.0
+
+
+def test_the_host_issues_the_grouped_gemms_one_expert_at_a_time():
+    """Transformer Engine's GroupedLinear launches a cuBLAS GEMM per local expert: forward, by hand,
+    8 element-wise kernels + the router GEMM + 2 per local expert; the backward twice that."""
+    from shardwise.physics.moe import MOE_KERNELS, training_kernels
+
+    model = presets.model("qwen3-30b-a3b")  # 128 experts, 8 per token
+    for ep in (1, 8):
+        ef = experts_forward(model, 4096, ep, 1, 2.0)
+        local = model.experts / ep  # 4096 x 8 tokens choose every local expert
+        assert float(ef.up.batch) == local
+        assert float(training_kernels(ef, 2.0)) == 3 * (MOE_KERNELS + 1 + 2 * local)
+        assert float(training_kernels(ef, 2.0, True)) == 4 * (MOE_KERNELS + 1 + 2 * local)
+
+
+def test_all_experts_on_one_gpu_wait_for_the_host_at_small_micro_batches():
+    """Qwen3-30B-A3B on 8 B200 at micro-batch 1: with ep=1 each GPU runs 128 experts of ~256 tokens,
+    a microsecond GEMM each but ~10 us of host time to issue: expert parallelism (16 experts per
+    GPU) is faster, though it adds the all-to-alls; at micro-batch 4 the GEMMs outlast their issue."""
+    from shardwise.requests.training import TrainingRequest
+
+    def step_s(ep: int, mbs: int) -> float:
+        r = TrainingRequest(
+            model="qwen3-30b-a3b", seq_len=4096, system="dgx-b200", num_gpus=8, tp=1, pp=1, dp=8,
+            global_batch=512, micro_batch=mbs, precision="bf16", ep=ep, framework="megatron-core",
+        )  # fmt: skip
+        return float(estimate_training_step(r.scenario()).step_time_s)
+
+    assert step_s(8, 1) < step_s(1, 1)
+    assert step_s(1, 4) < step_s(1, 1) / 2  # the host's time per expert is spread over 4x the tokens

@@ -10,7 +10,9 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
   combine, un-permutation;
 - backward: the same collectives in reverse (the gradients travel the same way) and the input-
   and weight-gradient GEMMs of the router and the experts;
-- full recomputation repeats the forward, collectives included.
+- full recomputation repeats the forward, collectives included;
+- in training, the host issues the grouped GEMMs one local expert at a time (Transformer Engine's
+  GroupedLinear): with many experts per GPU and few tokens each, the GPU waits for it.
 
 The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", Megatron-Core's
 default) or one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`).
@@ -37,13 +39,14 @@ from shardwise.physics.compute import (
     linears_times,
     memory_s,
 )
-from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens
+from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens, training_kernels
 from shardwise.physics.params import (
     layer_params_split,
     moe_layer_params_per_gpu,
     stage_expert_params_per_gpu,
     stage_params_per_gpu,
 )
+from shardwise.physics.stack import BACKWARD_KERNEL_RATIO, host_bound_s
 from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
@@ -61,11 +64,15 @@ def experts_cost(
     place: dict[str, Number],
     q_len: Number | None = None,
     weight_bytes: Number | None = None,
+    training: bool = False,
 ) -> StageCost:
     """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
     (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
     every TP rank holds all the tokens: no dispatch, each rank runs its experts (ep x etp = tp) on
-    the copies routed to them and the outputs are all-reduced over the TP group."""
+    the copies routed to them and the outputs are all-reduced over the TP group. `training`: the
+    host issues the grouped GEMMs one expert at a time (`physics.moe.training_kernels`), and the GPU
+    waits where they are shorter than `Plan.host_kernel_s` each (`physics.stack.host_bound_s`, as a
+    dense layer's kernels)."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     s_q = model.seq_len if q_len is None else q_len
@@ -101,9 +108,14 @@ def experts_cost(
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
     full = np.asarray(plan.recompute) == Recompute.FULL
+    redo = np.where(full, forward, 0.0)
+    host = 0.0
+    if training and np.any(plan.host_kernel_s):
+        kernels = training_kernels(ef, BACKWARD_KERNEL_RATIO, full)
+        host = host_bound_s(forward + backward + redo, kernels, plan.host_kernel_s)
     return StageCost(
         compute_forward_s=forward,
-        compute_backward_s=backward + np.where(full, forward, 0.0),
+        compute_backward_s=backward + redo + host,
         tp_forward_s=gather,
         tp_backward_s=gather + np.where(full, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
@@ -132,7 +144,7 @@ def moe_layer_cost(
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
     dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared)
-    routed = experts_cost(scn, fabric, place, q_len, weight_bytes)
+    routed = experts_cost(scn, fabric, place, q_len, weight_bytes, training)
     cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
     return combined_1f1b(cost, scn) if training else cost
 

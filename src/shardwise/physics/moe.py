@@ -71,6 +71,19 @@ class ExpertsForward:
         return self.router.flops + (self.up.flops + self.down.flops) / self.imbalance
 
 
+def training_kernels(ef: ExpertsForward, backward_ratio: float, recompute_forward: Number = False) -> Number:
+    """Kernels the host issues for one MoE layer's routed part in a training step: the router's
+    GEMM, the MOE_KERNELS element-wise ones, and the grouped GEMMs one local expert at a time --
+    Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs `nvte_multi_tensor_gemm`,
+    which launches one cuBLAS GEMM per expert over its compute streams (transformer_engine/common/
+    gemm/cublaslt_gemm.cu, `multi_stream_cublas_gemm`; the CUTLASS grouped kernel only on Hopper,
+    16-bit, with NVTE_USE_CUTLASS_GROUPED_GEMM). The backward issues `backward_ratio` times the
+    forward's (an input- and a weight-gradient GEMM per expert); full recomputation the forward's
+    once more. Serving engines run fused MoE kernels (one launch for all experts): not this count."""
+    forward = ef.elementwise_kernels + ef.router.batch + ef.up.batch + ef.down.batch
+    return (1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)) * forward
+
+
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
     """T: the tokens one rank routes per micro-batch (b s, split by t under sequence parallelism)."""
     split = np.where(np.asarray(sequence_parallel, dtype=bool), np.asarray(tp, dtype=float), 1.0)
