@@ -416,3 +416,31 @@ def test_all_experts_on_one_gpu_wait_for_the_host_at_small_micro_batches():
 
     assert step_s(8, 1) < step_s(1, 1)
     assert step_s(1, 4) < step_s(1, 1) / 2  # the host's time per expert is spread over 4x the tokens
+
+
+def test_the_allgather_dispatcher_gathers_each_token_once():
+    """Megatron-Core's all-gather dispatcher: the ep x etp group gathers T h per rank once (with the
+    T x E fp32 probabilities and bool routing map), where the all-to-all sends k copies; by hand."""
+    from shardwise.physics.moe import ROUTING_BYTES_PER_EXPERT, allgather_dispatch_bytes
+
+    model = presets.model("qwen3-30b-a3b")  # h 2048, 128 experts, k 8
+    hidden, routing = allgather_dispatch_bytes(model, 4096, 4, 2.0)
+    assert float(hidden) == 4 * 4096 * 2048 * 2
+    assert float(routing) == 4 * 4096 * 128 * ROUTING_BYTES_PER_EXPERT
+    intra, inter = dispatch_bytes(model, 4096, 4, 8, 2.0)  # all-to-all: 8 copies, 3/4 of them leave
+    assert float(intra + inter) == 4096 * 8 * 2048 * 2 * 3 / 4
+    assert float(hidden) * 3 / 4 < float(intra + inter)  # what a rank receives from the 3 others
+
+
+def test_with_few_expert_ranks_and_many_experts_per_token_the_allgather_dispatcher_moves_less():
+    """The Megatron-Core MoE README's advice ("small EP, large Top-K"): Qwen3-30B-A3B (k = 8) at
+    ep = 2 exposes less dispatch time gathering than sending 8 copies; at ep = 8 = k about the same."""
+
+    def ep_s(ep: int, dispatcher: str) -> float:
+        step = estimate_training_step(scenario(nodes=1, dp=8, ep=ep, global_batch=64, moe_dispatcher=dispatcher))
+        return float(step.breakdown.ep_comm_s)
+
+    assert ep_s(2, "allgather") < ep_s(2, "alltoall") / 2
+    assert ep_s(8, "allgather") == pytest.approx(ep_s(8, "alltoall"), rel=0.2)
+    with pytest.raises(SpecError, match="moe_overlap runs with the alltoall or flex dispatcher"):
+        estimate_training_step(scenario(ep=8, moe_dispatcher="allgather", moe_overlap=True))

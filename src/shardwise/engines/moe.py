@@ -14,8 +14,10 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
 - in training, the host issues the grouped GEMMs one local expert at a time (Transformer Engine's
   GroupedLinear): with many experts per GPU and few tokens each, the GPU waits for it.
 
-The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", Megatron-Core's
-default) or one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`).
+The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", the NeMo
+recipes'), one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`), or
+all-gathers the ep x etp group's tokens once and reduce-scatters the outputs ("allgather",
+Megatron-Core's default, `physics.moe.allgather_dispatch_bytes`).
 The all-to-alls are exposed: Megatron-Core runs them on the compute stream between the
 permutation and the expert GEMMs that need their result, unless `Plan.moe_overlap` pairs the
 forward of one micro-batch with the backward of another (`combined_1f1b`). Expert weights, gradients and
@@ -39,7 +41,13 @@ from shardwise.physics.compute import (
     linears_times,
     memory_s,
 )
-from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens, training_kernels
+from shardwise.physics.moe import (
+    allgather_dispatch_bytes,
+    dispatch_bytes,
+    experts_forward,
+    routed_tokens,
+    training_kernels,
+)
 from shardwise.physics.params import (
     layer_params_split,
     moe_layer_params_per_gpu,
@@ -104,6 +112,15 @@ def experts_cost(
     # the shared experts' when there are some (their dense MLP already pays it in `layer_cost`)
     reduce = fabric.group(plan.tp, place["tp"]).all_reduce(ef.etp_reduce_bytes) if not model.shared_experts else 0.0
     gather = np.where(sharded, gather, reduce)
+    dispatch_f = dispatch_b = 2 * a2a  # dispatch and combine (their gradients travel the same way)
+    if plan.moe_dispatcher == "allgather":  # one gather over the ep x etp group replaces both
+        size = np.asarray(plan.ep) * np.asarray(etp)
+        group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
+        hidden, routing = allgather_dispatch_bytes(model, tokens, size, e)
+        scatter = group.reduce_scatter(hidden)  # the combine; the backward of the gather
+        dispatch_f = np.where(sharded, group.all_gather(hidden + routing) + scatter, 0.0)
+        dispatch_b = np.where(sharded, 2 * scatter, 0.0)
+        gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group
     forward = router.forward_s + up.forward_s + down.forward_s + elementwise + cast_f
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
@@ -119,8 +136,8 @@ def experts_cost(
         tp_forward_s=gather,
         tp_backward_s=gather + np.where(full, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
-        ep_forward_s=2 * a2a,  # dispatch and combine
-        ep_backward_s=2 * a2a * np.where(full, 2.0, 1.0),  # their gradients (and the forward redone)
+        ep_forward_s=dispatch_f,  # dispatch and combine
+        ep_backward_s=dispatch_b + np.where(full, dispatch_f, 0.0),  # their gradients (and the forward redone)
     )
 
 

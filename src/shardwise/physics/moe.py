@@ -152,6 +152,27 @@ def experts_forward(
     )
 
 
+# Per token and routed expert, the router's outputs the all-gather dispatcher gathers besides the
+# tokens: the probabilities (fp32, `moe_router_dtype` of the NeMo recipes) and the routing map
+# (bool), both T x E (megatron/core/transformer/moe/token_dispatcher.py, MoEAllGatherTokenDispatcher).
+ROUTING_BYTES_PER_EXPERT = 4.0 + 1.0
+
+
+def allgather_dispatch_bytes(
+    model: Model, tokens: Number, group: Number, bytes_per_element: float
+) -> tuple[Number, Number]:
+    """(bytes of the gathered tokens, of the gathered routing) on one rank of the all-gather
+    dispatcher (Megatron-Core's `allgather`, its default; README: "TP-only setups, small EP, large
+    Top-K"): every rank of the ep x etp group all-gathers the group's tokens, T h each, once -- not a
+    copy per chosen expert -- with their T x E probabilities and routing map, keeps the copies routed
+    to its experts, and the outputs are reduce-scattered back (the tokens' bytes again). Against the
+    all-to-all's T k h (ep - 1)/ep sent, the gather receives T h (G - 1): cheaper where k > G."""
+    g = np.asarray(group, dtype=float)
+    hidden = g * tokens * model.hidden * bytes_per_element
+    routing = g * tokens * model.experts * ROUTING_BYTES_PER_EXPERT
+    return hidden, routing
+
+
 def _none_chosen(k: int, experts: int, held: Number) -> Number:
     """P(none of k distinct experts, drawn uniformly from `experts`, is among `held` of them)."""
     out = np.ones_like(np.asarray(held, dtype=float))
