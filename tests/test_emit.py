@@ -84,6 +84,9 @@ def test_megatron_moe_flags_launch_the_mixture():
     assert a["--num-experts"] == ["8", "--moe-router-topk", "2"]
     assert a["--expert-model-parallel-size"] == ["8", "--expert-tensor-parallel-size", "1"]
     assert a["--moe-token-dispatcher-type"] == ["alltoall"] and "--moe-grouped-gemm" in a
+    gathered = _args(emit(_scn("mixtral-8x7b", nodes=2, tp=2, pp=1, dp=8, ep=8, etp=1, global_batch=128,
+                               sequence_parallel=True, moe_dispatcher="allgather"), "megatron"))  # fmt: skip
+    assert gathered["--moe-token-dispatcher-type"] == ["allgather"]
     dsv3 = _args(emit(_scn("deepseek-v3", nodes=32, tp=1, pp=16, dp=16, ep=16, global_batch=1024), "megatron"))
     assert dsv3["--moe-layer-freq"] == ["([0]*3+[1]*58)"] and "--multi-latent-attention" in dsv3
     top1 = _args(emit(_scn("llama4-scout", nodes=4, tp=4, pp=1, dp=8, ep=8, etp=1, global_batch=64,

@@ -359,3 +359,88 @@ def test_crossover_compares_context_parallel_layouts(cli):
     for workload in ("forward", "prefill", "decode"):
         code, _, err = cli([*args, "--workload", workload])
         assert code == 0, err
+
+
+def test_the_recipes_that_overlapped_the_all_to_alls_name_published_runs():
+    """Every A2A_OVERLAP entry (tools/moe_recipes.py) is a Megatron-Bridge summary run that shardwise
+    prices with the overlap on; the same model and GPU in a release whose recipe had it off keep it off."""
+    from shardwise.analyses import public_moe
+    from shardwise.analyses import public_validation as pv
+
+    rows = [public_moe.resolved(r) for r in pv.raw_rows() if r["moe"] == "yes"]
+    on = {(r["model"], r["system"], r["precision"], r["framework_version"]) for r in rows if public_moe.a2a_overlap(r)}
+    assert on == set(public_moe.A2A_OVERLAP)
+    by_id = {r["id"]: r for r in rows}
+    # DeepSeek-V3 on 256 B200: 26.04.01 ran PP8 VP2 EP32 with moe_a2a_overlap (Bridge 0.4.2), 26.04 PP16 EP8 without
+    assert pv.request_for(by_id["PUB-0091"]).moe_overlap
+    assert not pv.request_for(by_id["PUB-0137"]).moe_overlap
+
+
+def test_deepseek_v3_on_b200_ranks_the_overlapped_ep32_layout_first():
+    """The group of DeepSeek-V3 layouts on 256 B200 (Megatron-Bridge performance summaries): EP32
+    across four servers is fastest measured (3328 tokens/s per GPU against 2139-2265 for PP16 EP8)
+    because its recipe hides the all-to-alls behind the other micro-batch's compute."""
+    from shardwise.analyses.ranking import MOE, public_groups
+
+    (group,) = [g for g in public_groups() if g.kind == MOE and "DeepSeekV3|dgx-b200|256" in g.group]
+    assert group.predicted_best == group.measured_best
+    assert group.regret == 0.0
+
+
+def test_the_host_issues_the_grouped_gemms_one_expert_at_a_time():
+    """Transformer Engine's GroupedLinear launches a cuBLAS GEMM per local expert: forward, by hand,
+    8 element-wise kernels + the router GEMM + 2 per local expert; the backward twice that."""
+    from shardwise.physics.moe import MOE_KERNELS, training_kernels
+
+    model = presets.model("qwen3-30b-a3b")  # 128 experts, 8 per token
+    for ep in (1, 8):
+        ef = experts_forward(model, 4096, ep, 1, 2.0)
+        local = model.experts / ep  # 4096 x 8 tokens choose every local expert
+        assert float(ef.up.batch) == local
+        assert float(training_kernels(ef, 2.0)) == 3 * (MOE_KERNELS + 1 + 2 * local)
+        assert float(training_kernels(ef, 2.0, True)) == 4 * (MOE_KERNELS + 1 + 2 * local)
+
+
+def test_all_experts_on_one_gpu_wait_for_the_host_at_small_micro_batches():
+    """Qwen3-30B-A3B on 8 B200 at micro-batch 1: with ep=1 each GPU runs 128 experts of ~256 tokens,
+    a microsecond GEMM each but ~10 us of host time to issue: expert parallelism (16 experts per
+    GPU) is faster, though it adds the all-to-alls; at micro-batch 4 the GEMMs outlast their issue."""
+    from shardwise.requests.training import TrainingRequest
+
+    def step_s(ep: int, mbs: int) -> float:
+        r = TrainingRequest(
+            model="qwen3-30b-a3b", seq_len=4096, system="dgx-b200", num_gpus=8, tp=1, pp=1, dp=8,
+            global_batch=512, micro_batch=mbs, precision="bf16", ep=ep, framework="megatron-core",
+        )  # fmt: skip
+        return float(estimate_training_step(r.scenario()).step_time_s)
+
+    assert step_s(8, 1) < step_s(1, 1)
+    assert step_s(1, 4) < step_s(1, 1) / 2  # the host's time per expert is spread over 4x the tokens
+
+
+def test_the_allgather_dispatcher_gathers_each_token_once():
+    """Megatron-Core's all-gather dispatcher: the ep x etp group gathers T h per rank once (with the
+    T x E fp32 probabilities and bool routing map), where the all-to-all sends k copies; by hand."""
+    from shardwise.physics.moe import ROUTING_BYTES_PER_EXPERT, allgather_dispatch_bytes
+
+    model = presets.model("qwen3-30b-a3b")  # h 2048, 128 experts, k 8
+    hidden, routing = allgather_dispatch_bytes(model, 4096, 4, 2.0)
+    assert float(hidden) == 4 * 4096 * 2048 * 2
+    assert float(routing) == 4 * 4096 * 128 * ROUTING_BYTES_PER_EXPERT
+    intra, inter = dispatch_bytes(model, 4096, 4, 8, 2.0)  # all-to-all: 8 copies, 3/4 of them leave
+    assert float(intra + inter) == 4096 * 8 * 2048 * 2 * 3 / 4
+    assert float(hidden) * 3 / 4 < float(intra + inter)  # what a rank receives from the 3 others
+
+
+def test_with_few_expert_ranks_and_many_experts_per_token_the_allgather_dispatcher_moves_less():
+    """The Megatron-Core MoE README's advice ("small EP, large Top-K"): Qwen3-30B-A3B (k = 8) at
+    ep = 2 exposes less dispatch time gathering than sending 8 copies; at ep = 8 = k about the same."""
+
+    def ep_s(ep: int, dispatcher: str) -> float:
+        step = estimate_training_step(scenario(nodes=1, dp=8, ep=ep, global_batch=64, moe_dispatcher=dispatcher))
+        return float(step.breakdown.ep_comm_s)
+
+    assert ep_s(2, "allgather") < ep_s(2, "alltoall") / 2
+    assert ep_s(8, "allgather") == pytest.approx(ep_s(8, "alltoall"), rel=0.2)
+    with pytest.raises(SpecError, match="moe_overlap runs with the alltoall or flex dispatcher"):
+        estimate_training_step(scenario(ep=8, moe_dispatcher="allgather", moe_overlap=True))

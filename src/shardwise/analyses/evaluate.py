@@ -242,6 +242,7 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
             kwargs.get("recompute") in ("full", Recompute.FULL),
             kwargs.get("moe_overlap", False),
             kwargs.get("lora_rank", 0),
+            dispatcher=kwargs.get("moe_dispatcher", "alltoall"),
         )
     return [(r.rule, r.ok) for r in checks]
 

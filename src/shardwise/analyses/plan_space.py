@@ -329,8 +329,8 @@ def candidates_by_layout(
         schedule=lambda r, o: sched[code[r], o % k, 0],
         vpp=lambda r, o: sched[code[r], o % k, 1],
     )
-    # with fused (flash) attention, selective recomputation has nothing left to recompute: it is
-    # the same plan as none, so it is searched only when asked for
+    # with fused (flash) attention, selective recomputation keeps what none keeps and reruns the
+    # attention forward: never better than none, so it is searched only when asked for
     flash = space.execution.get("flash_attention", True)
     rc = [
         int(r)

@@ -1,10 +1,11 @@
-"""The mixture-of-experts rows of the public runs: which preset each names, and the expert
-tensor parallelism its recipe used (the tables print tp, pp, cp, vp, ep, but not etp).
+"""The mixture-of-experts rows of the public runs: which preset each names, and what its recipe
+set that the tables do not print: the expert tensor parallelism (they print tp, pp, cp, vp, ep,
+but not etp), the token dispatcher and the overlap of the expert all-to-alls.
 
 The normalised table leaves `model` empty for models shardwise did not know when it was copied;
 `preset_for` maps the published names (model column, or the model cell the parse notes quote
 for variant rows such as "DeepSeekV3 (tokendrop)"). Nothing here is fitted: each mapping is a
-name, each etp a recipe's setting with its source.
+name, each etp, dispatcher and overlap a recipe's setting with its source.
 """
 
 from __future__ import annotations
@@ -52,6 +53,49 @@ FLEX = (
 )
 
 
+# The runs of Megatron-Bridge's performance summaries whose recipe overlapped the expert all-to-alls
+# (`moe_a2a_overlap`: Megatron-Core's `overlap_moe_expert_parallel_comm`, the combined 1F1B of
+# `Plan.moe_overlap`): (model, system, precision, NeMo container). The summaries name only the
+# container; docs/versions1.json of NVIDIA-NeMo/Megatron-Bridge names its Bridge release (25.11 =
+# 0.2.0, 26.02 = 0.3.0, 26.02.01 = 0.3.1, 26.04 = 0.4.0, 26.04.01 = 0.4.2, 26.06 = 0.5.0, 26.06.01 =
+# 0.5.1), whose scripts/performance/configs/<family>/*workload_base_configs.py hold the recipe of
+# that model, GPU and precision; an entry is kept only where that recipe's layout (tp, pp, vp, ep,
+# mbs, gbs) is the published one. Listed by tools/moe_recipes.py; the rest ran without the overlap
+# (the recipes' default) or have no recipe of their layout at the tag (25.09's YAML recipes, 26.08).
+A2A_OVERLAP = frozenset(
+    {
+        ("deepseek-v3", "dgx-b200", "mxfp8", "26.04.01"),
+        ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06"),
+        ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06.01"),
+        ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"),
+        ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"),
+        ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.04"),
+        ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.04.01"),
+        ("gpt-oss-120b", "gb200-nvl72", "mxfp8", "26.06"),
+        ("gpt-oss-120b", "gb200-nvl72", "mxfp8", "26.06.01"),
+        ("gpt-oss-120b", "gb300-nvl72", "mxfp8", "26.06"),
+        ("gpt-oss-120b", "gb300-nvl72", "mxfp8", "26.06.01"),
+        ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.02"),
+        ("qwen3-235b-a22b", "dgx-h100", "fp8", "25.11"),
+        ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02"),
+        ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02.01"),
+        ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.04"),
+        ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.04.01"),
+        ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.06"),
+        ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.06.01"),
+        ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.06"),
+        ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.06.01"),
+        ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.06"),
+        ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.02"),
+        ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.06"),
+        ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.06.01"),
+        ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.06"),
+        ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.06.01"),
+    }
+)
+BRIDGE_SUMMARIES = "Megatron-Bridge docs/performance-summary"
+
+
 def _name(row: dict[str, str]) -> str:
     """The published model name: the model cell quoted by the parse notes for variant rows."""
     quoted = re.search(r"model cell '([^']+)'", row.get("parse_notes", ""))
@@ -84,6 +128,12 @@ def dispatcher(row: dict[str, str]) -> str:
         if row["model"] == preset and (not systems or row["system"] in systems):
             return "flex"
     return "alltoall"
+
+
+def a2a_overlap(row: dict[str, str]) -> bool:
+    """Whether the row's recipe overlapped the expert all-to-alls (see A2A_OVERLAP)."""
+    key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
+    return BRIDGE_SUMMARIES in row["source"] and key in A2A_OVERLAP
 
 
 def is_split_duplicate(row: dict[str, str]) -> bool:

@@ -205,6 +205,7 @@ def request_for(row: dict[str, str]):
         ep=_int(row["ep"], 1) or 1,
         etp=public_moe.expert_tp(row) if moe else None,
         moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
+        moe_overlap=moe and public_moe.a2a_overlap(row),
         lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
         framework=preset,
         **kernels,

@@ -206,11 +206,11 @@ plan_layout_options = _stack(
     ),
     click.option(
         "--moe-dispatcher",
-        type=click.Choice(["alltoall", "flex"], case_sensitive=False),
+        type=click.Choice(["alltoall", "flex", "allgather"], case_sensitive=False),
         default="alltoall",
         show_default=True,
-        help="alltoall: a copy per chosen expert (Megatron-Core's default); flex: DeepEP/HybridEP, one copy per "
-        "node and per rank.",
+        help="alltoall: a copy per chosen expert (the NeMo recipes'); flex: DeepEP/HybridEP, one copy per "
+        "node and per rank; allgather: the ep x etp group gathers its tokens once (Megatron-Core's default).",
     ),
     click.option(
         "--moe-overlap/--no-moe-overlap",

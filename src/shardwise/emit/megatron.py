@@ -251,7 +251,7 @@ def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
         else:
             out.append(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"))
     else:
-        out.append(("--moe-token-dispatcher-type", "alltoall"))
+        out.append(("--moe-token-dispatcher-type", str(p.moe_dispatcher)))
     if bool(p.moe_overlap):
         out.append(("--overlap-moe-expert-parallel-comm",))
     return out

@@ -107,7 +107,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         changes.append(f"expert TP {i(p.expert_tp)} -> 1 (torchtitan's expert parallelism borrows the TP ranks)")
     if m.is_moe and p.moe_dispatcher != "alltoall":
         new["moe_dispatcher"] = "alltoall"
-        changes.append("MoE dispatcher flex -> alltoall (torchtitan's default expert all-to-all)")
+        changes.append(f"MoE dispatcher {p.moe_dispatcher} -> alltoall (torchtitan's default expert all-to-all)")
     if m.is_moe and bool(p.moe_overlap):
         new["moe_overlap"] = False
         changes.append("no combined 1F1B MoE overlap (not a torchtitan option)")

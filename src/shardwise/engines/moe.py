@@ -10,10 +10,14 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
   combine, un-permutation;
 - backward: the same collectives in reverse (the gradients travel the same way) and the input-
   and weight-gradient GEMMs of the router and the experts;
-- full recomputation repeats the forward, collectives included.
+- full recomputation repeats the forward, collectives included;
+- in training, the host issues the grouped GEMMs one local expert at a time (Transformer Engine's
+  GroupedLinear): with many experts per GPU and few tokens each, the GPU waits for it.
 
-The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", Megatron-Core's
-default) or one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`).
+The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", the NeMo
+recipes'), one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`), or
+all-gathers the ep x etp group's tokens once and reduce-scatters the outputs ("allgather",
+Megatron-Core's default, `physics.moe.allgather_dispatch_bytes`).
 The all-to-alls are exposed: Megatron-Core runs them on the compute stream between the
 permutation and the expert GEMMs that need their result, unless `Plan.moe_overlap` pairs the
 forward of one micro-batch with the backward of another (`combined_1f1b`). Expert weights, gradients and
@@ -37,13 +41,20 @@ from shardwise.physics.compute import (
     linears_times,
     memory_s,
 )
-from shardwise.physics.moe import dispatch_bytes, experts_forward, routed_tokens
+from shardwise.physics.moe import (
+    allgather_dispatch_bytes,
+    dispatch_bytes,
+    experts_forward,
+    routed_tokens,
+    training_kernels,
+)
 from shardwise.physics.params import (
     layer_params_split,
     moe_layer_params_per_gpu,
     stage_expert_params_per_gpu,
     stage_params_per_gpu,
 )
+from shardwise.physics.stack import BACKWARD_KERNEL_RATIO, host_bound_s
 from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
@@ -61,11 +72,15 @@ def experts_cost(
     place: dict[str, Number],
     q_len: Number | None = None,
     weight_bytes: Number | None = None,
+    training: bool = False,
 ) -> StageCost:
     """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
     (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
     every TP rank holds all the tokens: no dispatch, each rank runs its experts (ep x etp = tp) on
-    the copies routed to them and the outputs are all-reduced over the TP group."""
+    the copies routed to them and the outputs are all-reduced over the TP group. `training`: the
+    host issues the grouped GEMMs one expert at a time (`physics.moe.training_kernels`), and the GPU
+    waits where they are shorter than `Plan.host_kernel_s` each (`physics.stack.host_bound_s`, as a
+    dense layer's kernels)."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     s_q = model.seq_len if q_len is None else q_len
@@ -97,18 +112,32 @@ def experts_cost(
     # the shared experts' when there are some (their dense MLP already pays it in `layer_cost`)
     reduce = fabric.group(plan.tp, place["tp"]).all_reduce(ef.etp_reduce_bytes) if not model.shared_experts else 0.0
     gather = np.where(sharded, gather, reduce)
+    dispatch_f = dispatch_b = 2 * a2a  # dispatch and combine (their gradients travel the same way)
+    if plan.moe_dispatcher == "allgather":  # one gather over the ep x etp group replaces both
+        size = np.asarray(plan.ep) * np.asarray(etp)
+        group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
+        hidden, routing = allgather_dispatch_bytes(model, tokens, size, e)
+        scatter = group.reduce_scatter(hidden)  # the combine; the backward of the gather
+        dispatch_f = np.where(sharded, group.all_gather(hidden + routing) + scatter, 0.0)
+        dispatch_b = np.where(sharded, 2 * scatter, 0.0)
+        gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group
     forward = router.forward_s + up.forward_s + down.forward_s + elementwise + cast_f
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
     full = np.asarray(plan.recompute) == Recompute.FULL
+    redo = np.where(full, forward, 0.0)
+    host = 0.0
+    if training and np.any(plan.host_kernel_s):
+        kernels = training_kernels(ef, BACKWARD_KERNEL_RATIO, full)
+        host = host_bound_s(forward + backward + redo, kernels, plan.host_kernel_s)
     return StageCost(
         compute_forward_s=forward,
-        compute_backward_s=backward + np.where(full, forward, 0.0),
+        compute_backward_s=backward + redo + host,
         tp_forward_s=gather,
         tp_backward_s=gather + np.where(full, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
-        ep_forward_s=2 * a2a,  # dispatch and combine
-        ep_backward_s=2 * a2a * np.where(full, 2.0, 1.0),  # their gradients (and the forward redone)
+        ep_forward_s=dispatch_f,  # dispatch and combine
+        ep_backward_s=dispatch_b + np.where(full, dispatch_f, 0.0),  # their gradients (and the forward redone)
     )
 
 
@@ -132,7 +161,7 @@ def moe_layer_cost(
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
     dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared)
-    routed = experts_cost(scn, fabric, place, q_len, weight_bytes)
+    routed = experts_cost(scn, fabric, place, q_len, weight_bytes, training)
     cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
     return combined_1f1b(cost, scn) if training else cost
 

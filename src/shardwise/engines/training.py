@@ -187,7 +187,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
-    key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers)
+    key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
@@ -358,6 +358,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
             plan.moe_overlap,
             plan.lora_rank,
             plan.recompute_layers,
+            plan.moe_dispatcher,
         )
     )
     return True

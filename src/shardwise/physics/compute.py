@@ -363,9 +363,13 @@ def layer_times(
         attention_bwd_s=attention_bwd,
         elementwise_s=elementwise,
         elementwise_bwd_s=BACKWARD_MEMORY_RATIO * elementwise,
-        # Selective recomputation redoes the attention core only; FlashAttention stores no
-        # scores, so there is nothing left for it to recompute (its backward already does).
-        attention_core_s=np.where(flash, 0.0, bmm + softmax),
+        # Selective recomputation redoes the attention core: its score matrices with standard
+        # attention; with a fused (flash) kernel, its forward again -- Megatron-Core checkpoints
+        # the core attention module whatever its kernel (transformer/attention.py,
+        # `_checkpointed_attention_forward`: tensor_parallel.checkpoint reruns the forward before
+        # the backward). Megatron-Bridge's Moonlight 16B study measures +3.9% a step for `core_attn`
+        # under fused attention (skills/nemo-mbridge-perf-activation-recompute/SKILL.md).
+        attention_core_s=np.where(flash, attention, bmm + softmax),
         cast_f_s=cast_f,
         cast_b_s=cast_b,
         extra=others,

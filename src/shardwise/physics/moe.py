@@ -71,6 +71,19 @@ class ExpertsForward:
         return self.router.flops + (self.up.flops + self.down.flops) / self.imbalance
 
 
+def training_kernels(ef: ExpertsForward, backward_ratio: float, recompute_forward: Number = False) -> Number:
+    """Kernels the host issues for one MoE layer's routed part in a training step: the router's
+    GEMM, the MOE_KERNELS element-wise ones, and the grouped GEMMs one local expert at a time --
+    Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP) runs `nvte_multi_tensor_gemm`,
+    which launches one cuBLAS GEMM per expert over its compute streams (transformer_engine/common/
+    gemm/cublaslt_gemm.cu, `multi_stream_cublas_gemm`; the CUTLASS grouped kernel only on Hopper,
+    16-bit, with NVTE_USE_CUTLASS_GROUPED_GEMM). The backward issues `backward_ratio` times the
+    forward's (an input- and a weight-gradient GEMM per expert); full recomputation the forward's
+    once more. Serving engines run fused MoE kernels (one launch for all experts): not this count."""
+    forward = ef.elementwise_kernels + ef.router.batch + ef.up.batch + ef.down.batch
+    return (1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)) * forward
+
+
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
     """T: the tokens one rank routes per micro-batch (b s, split by t under sequence parallelism)."""
     split = np.where(np.asarray(sequence_parallel, dtype=bool), np.asarray(tp, dtype=float), 1.0)
@@ -137,6 +150,27 @@ def experts_forward(
         imbalance=received / np.maximum(mean_copies, 1e-30),
         etp_reduce_bytes=np.where((p * np.asarray(etp) > 1) & ~on, tokens * h * e, 0.0),
     )
+
+
+# Per token and routed expert, the router's outputs the all-gather dispatcher gathers besides the
+# tokens: the probabilities (fp32, `moe_router_dtype` of the NeMo recipes) and the routing map
+# (bool), both T x E (megatron/core/transformer/moe/token_dispatcher.py, MoEAllGatherTokenDispatcher).
+ROUTING_BYTES_PER_EXPERT = 4.0 + 1.0
+
+
+def allgather_dispatch_bytes(
+    model: Model, tokens: Number, group: Number, bytes_per_element: float
+) -> tuple[Number, Number]:
+    """(bytes of the gathered tokens, of the gathered routing) on one rank of the all-gather
+    dispatcher (Megatron-Core's `allgather`, its default; README: "TP-only setups, small EP, large
+    Top-K"): every rank of the ep x etp group all-gathers the group's tokens, T h each, once -- not a
+    copy per chosen expert -- with their T x E probabilities and routing map, keeps the copies routed
+    to its experts, and the outputs are reduce-scattered back (the tokens' bytes again). Against the
+    all-to-all's T k h (ep - 1)/ep sent, the gather receives T h (G - 1): cheaper where k > G."""
+    g = np.asarray(group, dtype=float)
+    hidden = g * tokens * model.hidden * bytes_per_element
+    routing = g * tokens * model.experts * ROUTING_BYTES_PER_EXPERT
+    return hidden, routing
 
 
 def _none_chosen(k: int, experts: int, held: Number) -> Number:

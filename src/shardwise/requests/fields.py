@@ -79,7 +79,7 @@ PLAN_FIELDS = (
     _f("ep", "int", 1),
     _f("etp", "int"),
     _f("expert_imbalance", "float", 1.0),
-    _f("moe_dispatcher", "str", "alltoall", "alltoall", "flex"),
+    _f("moe_dispatcher", "str", "alltoall", "alltoall", "flex", "allgather"),
     _f("moe_overlap", "bool", False),
     _f("vpp", "int", 1),
     _f("global_batch", "int"),

@@ -46,7 +46,7 @@ class Recompute(IntEnum):
         return self.name.lower()
 
 
-MOE_DISPATCHERS = ("alltoall", "flex")
+MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
 ATTENTION_KERNELS = ("fused", "flash2")  # physics.stack
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
@@ -98,9 +98,10 @@ class Plan:
     tp, Megatron-Core's default), times the expert-data-parallel ranks that hold the same experts
     (`expert_dp`). Tokens reach their experts by all-to-all over the EP group.
     `expert_imbalance` is the busiest EP rank's tokens over the mean (1: a balanced router);
-    `moe_dispatcher` how tokens travel: "alltoall" (a copy per chosen expert, Megatron-Core's
-    default) or "flex" (DeepEP / HybridEP: one copy per node and per rank that holds a chosen
-    expert, as the NeMo recipes run DeepSeek-V3 and Qwen3); `moe_overlap`: the forward of one
+    `moe_dispatcher` how tokens travel: "alltoall" (a copy per chosen expert, the NeMo recipes'),
+    "flex" (DeepEP / HybridEP: one copy per node and per rank that holds a chosen expert, as the
+    NeMo recipes run DeepSeek-V3 and Qwen3) or "allgather" (Megatron-Core's default: the ep x etp
+    group all-gathers its tokens once and reduce-scatters the outputs); `moe_overlap`: the forward of one
     micro-batch and the backward of another run layer by layer together, so each one's
     all-to-alls hide behind the other's compute (Megatron-Core's combined 1F1B,
     `--overlap-moe-expert-parallel-comm`; training only, pp = 1 or the interleaved schedule).
@@ -231,7 +232,7 @@ class Plan:
             raise SpecError(f"plan: cp_comm {self.cp_comm!r} is not allowed; choose {', '.join(CP_COMM_TYPES)}")
         if self.moe_dispatcher not in MOE_DISPATCHERS:
             raise SpecError(
-                f"plan: moe_dispatcher {self.moe_dispatcher!r} is not allowed; choose {' or '.join(MOE_DISPATCHERS)}"
+                f"plan: moe_dispatcher {self.moe_dispatcher!r} is not allowed; choose {', '.join(MOE_DISPATCHERS)}"
             )
         object.__setattr__(self, "schedule", chk.enum_codes("plan: schedule", self.schedule, Schedule))
         object.__setattr__(self, "recompute", chk.enum_codes("plan: recompute", self.recompute, Recompute))

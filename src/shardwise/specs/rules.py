@@ -311,12 +311,13 @@ def moe_training_rules(
     overlap: Number = False,
     lora_rank: Number = 0,
     recompute_layers: Number = 0,
+    dispatcher: str = "alltoall",
 ) -> list[Rule]:
     """The rules of training a mixture of experts: sequence parallelism with TP, where the
     expert all-to-all overlap runs, no LoRA and no layers recomputed whole."""
     return [
         moe_training_rule(experts, tp, sequence_parallel),
-        *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute),
+        *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute, dispatcher),
         lora_rule(experts, lora_rank),
         recompute_layers_rule(experts, recompute_layers),
     ]
@@ -326,11 +327,13 @@ def moe_training_rules(
 # needs expert parallelism, the virtual (interleaved) pipeline when pp > 1, and no full
 # recomputation (it schedules the forward and the backward of two micro-batches layer by layer).
 def moe_overlap_rules(
-    overlap: Number, ep: Number, pp: Number, interleaved: Number, full_recompute: Number
+    overlap: Number, ep: Number, pp: Number, interleaved: Number, full_recompute: Number, dispatcher: str = "alltoall"
 ) -> list[Rule]:
-    """Where the expert all-to-all overlap can run (training)."""
+    """Where the expert all-to-all overlap can run (training): with the alltoall or flex
+    dispatcher only (transformer_config.py: "supported with alltoall/flex token dispatcher")."""
     on = np.asarray(overlap, dtype=bool)
     shape = np.broadcast_shapes(*(np.shape(x) for x in (overlap, ep, pp, interleaved, full_recompute)))
+    by_a2a = np.broadcast_to(~on | (dispatcher != "allgather"), shape)
     needs_ep = np.broadcast_to(~on | (np.asarray(ep) > 1), shape)
     needs_vpp = np.broadcast_to(~on | (np.asarray(pp) <= 1) | np.asarray(interleaved, dtype=bool), shape)
     no_full = np.broadcast_to(~on | ~np.asarray(full_recompute, dtype=bool), shape)
@@ -348,7 +351,14 @@ def moe_overlap_rules(
     def full_error() -> str:
         return "plan: moe_overlap does not run with full recomputation (Megatron-Core's rule); use selective or none"
 
+    def dispatcher_error() -> str:
+        return (
+            "plan: moe_overlap runs with the alltoall or flex dispatcher, not allgather (Megatron-Core's rule); "
+            "use --moe-dispatcher alltoall or drop --moe-overlap"
+        )
+
     return [
+        Rule("the expert all-to-all overlap needs the alltoall or flex dispatcher", by_a2a, dispatcher_error),
         Rule("the expert all-to-all overlap needs ep > 1", needs_ep, ep_error),
         Rule("the expert all-to-all overlap needs pp = 1 or the interleaved schedule", needs_vpp, vpp_error),
         Rule("the expert all-to-all overlap does not run with full recomputation", no_full, full_error),

@@ -1,0 +1,132 @@
+"""Which Megatron-Bridge performance recipe ran each mixture-of-experts row of the Bridge's
+performance summaries, and whether it overlapped the expert all-to-alls (`moe_a2a_overlap`,
+Megatron-Core's `overlap_moe_expert_parallel_comm`). Prints the entries of
+`shardwise.analyses.public_moe.A2A_OVERLAP`.
+
+The summaries name the NeMo container of each table, not the recipe; the Bridge's
+docs/versions1.json names the Bridge release of each container (26.06.01 = 0.5.1, 26.06 = 0.5.0,
+26.04.01 = 0.4.2, 26.04 = 0.4.0, 26.02.01 = 0.3.1, 26.02 = 0.3.0, 25.11 = 0.2.0, 26.08 = 0.6.0;
+25.09 = 0.1.0rc3 kept its recipes in YAML and is not read). At that tag the recipe is a
+`WorkloadBaseConfig` in scripts/performance/configs/<family>/; a row takes the settings of the
+configs of its model, GPU and precision whose layout (tp, pp, vp, ep, mbs, gbs) is the row's, when they all
+agree. Nothing is fitted: each setting is the recipe's.
+
+    python tools/moe_recipes.py /path/to/Megatron-Bridge.git    # a clone with its tags
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+from shardwise.analyses import public_validation as pv
+
+TAGS = {
+    "25.11": "v0.2.0",
+    "26.02": "v0.3.0",
+    "26.02.01": "v0.3.1",
+    "26.04": "v0.4.0",
+    "26.04.01": "v0.4.2",
+    "26.06": "v0.5.0",
+    "26.06.01": "v0.5.1",
+    "26.08": "v0.6.0",
+}
+FAMILIES = {
+    "deepseek-v3": (
+        "DEEPSEEK_V3_",
+        ("deepseek/deepseek_workload_base_configs.py", "deepseek/workload_base_configs.py"),
+    ),
+    "qwen3-30b-a3b": ("QWEN3_30B_A3B_", ("qwen/qwen3_workload_base_configs.py", "qwen3/workload_base_configs.py")),
+    "qwen3-235b-a22b": ("QWEN3_235B_A22B_", ("qwen/qwen3_workload_base_configs.py", "qwen3/workload_base_configs.py")),
+    "gpt-oss-120b": ("GPT_OSS_120B_", ("gpt_oss/gpt_oss_workload_base_configs.py", "gpt_oss/workload_base_configs.py")),
+    "kimi-k2": ("KIMI_K2_", ("kimi/kimi_workload_base_configs.py",)),
+}
+PRECISIONS = {"mxfp8": ("FP8_MX",), "bf16": ("BF16",), "fp8": ("FP8_CS", "FP8_SC")}  # the recipes' names
+GPUS = {"dgx-b200": "B200", "dgx-b300": "B300", "gb200-nvl72": "GB200", "gb300-nvl72": "GB300", "dgx-h100": "H100"}
+DEFAULTS = {  # WorkloadBaseConfig's defaults (scripts/performance/utils/utils.py)
+    "tensor_model_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "virtual_pipeline_model_parallel_size": None,
+    "expert_model_parallel_size": 1,
+    "micro_batch_size": 1,
+    "moe_a2a_overlap": False,
+}
+LAYOUT = (
+    ("tp", "tensor_model_parallel_size"),
+    ("pp", "pipeline_model_parallel_size"),
+    ("vp", "virtual_pipeline_model_parallel_size"),
+    ("ep", "expert_model_parallel_size"),
+    ("mbs", "micro_batch_size"),
+    ("gbs", "global_batch_size"),
+)
+
+
+class _Config(dict):
+    def __getattr__(self, key: str):
+        try:
+            return self[key]
+        except KeyError as exc:
+            raise AttributeError(key) from exc
+
+
+def _configs(repo: str, tag: str, files: tuple[str, ...]) -> dict[str, _Config]:
+    """The WorkloadBaseConfig objects of one file at `tag` (its imports replaced by stand-ins)."""
+    for name in files:
+        path = f"scripts/performance/configs/{name}"
+        done = subprocess.run(["git", "-C", repo, "show", f"{tag}:{path}"], capture_output=True, text=True)
+        if done.returncode:
+            continue
+        source = re.sub(r"^(from|import) .*$", "", done.stdout, flags=re.M)
+        names: dict = {
+            "WorkloadBaseConfig": lambda **kw: _Config({**DEFAULTS, **kw}),
+            "replace": lambda c, **kw: _Config({**c, **kw}),
+        }
+        exec(compile(source, path, "exec"), names)  # a recipe file of plain assignments
+        return {k: v for k, v in names.items() if isinstance(v, _Config)}
+    return {}
+
+
+def _value(row: dict[str, str], key: str) -> int | None:
+    v = row[key].strip()
+    if key == "vp" and v in ("", "1", "n/a"):
+        return None
+    return int(float(v)) if v else None
+
+
+def main(repo: str) -> None:
+    found: dict[tuple[str, str, str, str], set[bool]] = defaultdict(set)
+    for raw in pv.raw_rows():
+        row = pv.public_moe.resolved(raw)
+        version = row["framework_version"]
+        if row["moe"] != "yes" or "Megatron-Bridge docs/performance-summary" not in row["source"]:
+            continue
+        if version not in TAGS or row["model"] not in FAMILIES or row["system"] not in GPUS:
+            continue
+        prefix, files = FAMILIES[row["model"]]
+        gpu = GPUS[row["system"]]
+        matches = [
+            c
+            for name, c in _configs(repo, TAGS[version], files).items()
+            if name.startswith(prefix)
+            and re.search(rf"_{gpu}_", name)
+            and any(f"_{gpu}_{p}" in name for p in PRECISIONS.get(row["precision"], ()))
+            and all(c.get(cfg) == _value(row, key) for key, cfg in LAYOUT)
+        ]
+        overlap = {bool(c["moe_a2a_overlap"]) for c in matches}
+        status = "no recipe with this layout" if not matches else ("recipes disagree" if len(overlap) > 1 else "")
+        print(
+            f"{row['id']} {version:9s} {row['model']:16s} {row['system']:12s} {row['precision']:6s} "
+            f"{[_value(row, k) for k, _ in LAYOUT]} overlap={sorted(overlap)} {status}"
+        )
+        if len(overlap) == 1:
+            found[(row["model"], row["system"], row["precision"], version)] |= overlap
+    print("\nA2A_OVERLAP entries (model, system, precision, container):")
+    for key, value in sorted(found.items()):
+        if value == {True}:
+            print(f"    {key!r},")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else ".")
