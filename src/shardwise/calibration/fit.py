@@ -282,17 +282,19 @@ def fit(
     only: tuple[str, ...] | None = None,
     wide: tuple[str, ...] = (),
     start: dict[str, float] | None = None,
+    ev: Any = None,
 ) -> Fit:
     """Fit the calibration parameters to runs (see the module docstring); the priors of `wide` are
     widened WIDEN x from the start (`calibration.explain` chooses them); `start`: parameter values
     the solver also starts from (a particle of the posterior, `calibration.explain`), the better
-    scoring optimum kept."""
+    scoring optimum kept; `ev`: the evaluator of `scenarios` to price them with (default: a new
+    `Evaluator`; `calibration.together` passes one that prices several fits at once)."""
     from scipy.optimize import least_squares
 
     measured = np.asarray(measured_step_s, dtype=float)
     if len(scenarios) != len(measured) or len(measured) == 0:
         raise SpecError("calibrate: give at least one run with its measured step time")
-    ev = Evaluator(scenarios)
+    ev = Evaluator(scenarios) if ev is None else ev
     target = np.log(measured)
     candidates = tuple(p.name for p in PARAMETERS if only is None or p.name in only)
     u0 = np.array([BY_NAME[n].prior_mean for n in candidates])
