@@ -409,6 +409,29 @@ def serving_cases() -> list[fitting.ServingCase]:
     return out
 
 
+def test_stacked_serving_cases_equal_one_estimate_each():
+    """The evaluator prices the serving cases of one scenario with one estimate (their lengths and
+    batches stacked): the same numbers, to the bit, as one estimate per case at each parameter set."""
+    from shardwise.calibration.parameters import apply
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    cases = serving_cases()[::5]
+    scn = cases[0].scenario
+    cases += [fitting.ServingCase(scn, ServingWorkload(128, 1024, 8, "fp8", "fp8"), "e2e_s")]  # mixed metrics
+    cases += [fitting.ServingCase(scn, ServingWorkload(2048, 64, 32), "throughput_tokens_per_s")]  # bf16: apart
+    sets = {"matmul_efficiency_scale": [1.0, 0.8, 1.1], "memory_bandwidth_scale": [1.0, 0.7, 0.9]}
+    ev = fitting.Evaluator(cases)
+    assert len(ev.serving) < len(cases)
+    got = ev.step_s(sets)
+    for j in range(3):
+        one = {k: v[j] for k, v in sets.items()}
+        for i, case in enumerate(cases):
+            s = case.scenario
+            est = estimate_serving(Scenario(s.model, apply(s.cluster, one), s.plan), case.workload)
+            assert got[j, i] == float(getattr(est, case.metric)), (j, i, case.metric)
+
+
 def test_serving_measurements_calibrate_the_same_parameters():
     """Decode is bound by HBM and prefill by GEMMs: TTFT and TPOT runs recover both scales."""
     cases = serving_cases()

@@ -361,3 +361,37 @@ def test_measured_plans_are_not_suggested_again():
     again = sg.measured_plans(s, [s.scenario(first)])
     assert first in again
     assert sg.suggest(s, None, 1, again).runs[0].plan != first
+
+
+def test_fits_side_by_side_are_the_fits_run_alone_and_errors_reach_the_caller():
+    """`together.side_by_side`: each fit's evaluations priced with the others' in one call give
+    the same fits, to the bit, as each run alone; an error in one fit is raised to the caller."""
+    from shardwise.calibration.together import side_by_side
+
+    scns = [_far_run(0.3)[0], _far_run(0.6)[0]]
+    ev = fitting.Evaluator(scns)
+    measured = ev.step_s({})[0] * np.array([1.3, 0.9])
+
+    class Counting:
+        def __init__(self):
+            self.calls = 0
+
+        def step_s(self, sets):
+            self.calls += 1
+            return ev.step_s(sets)
+
+    tried = (("matmul_efficiency_scale",), ("memory_bandwidth_scale",), ("step_overhead_s", "link_latency_scale"))
+    jobs = [lambda e, names=names: fitting.fit(scns, measured, only=names, wide=names, ev=e) for names in tried]
+    one, three = Counting(), Counting()
+    alone = [job(one) for job in jobs]
+    together = side_by_side(three, jobs)
+    assert three.calls < 0.75 * one.calls  # one call prices a step of each fit still running (here 22 calls, 40 alone)
+    for a, b in zip(alone, together, strict=True):
+        assert a.fitted == b.fitted and a.values == b.values
+        assert np.array_equal(a.after_log_error, b.after_log_error) and np.array_equal(a.u_covariance, b.u_covariance)
+
+    def broken(e):
+        raise SpecError("no such run")
+
+    with pytest.raises(SpecError, match="no such run"):
+        side_by_side(ev, [jobs[0], broken, jobs[1]])

@@ -8,7 +8,7 @@ import dataclasses
 import numpy as np
 
 from shardwise import presets
-from shardwise.engines.deferred import deferred
+from shardwise.engines.deferred import Later, deferred, rebound
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.training import estimate_each_training_step, estimate_training_step
 from shardwise.specs import Plan, Scenario
@@ -47,10 +47,35 @@ def _scenario(n: int) -> Scenario:
     return Scenario(presets.model("gpt-96l-4096h"), presets.system("dgx-a100", nodes=8), plan)
 
 
+def test_a_field_given_as_later_is_computed_apart_on_its_own_first_read():
+    calls = []
+
+    def rest():
+        calls.append("rest")
+        return {"c": 3.0}
+
+    def b():
+        calls.append("b")
+        return 2.0
+
+    x = deferred(Pair, rest, a=1.0, b=Later(b))
+    assert x.a == 1.0 and not calls
+    assert x.c == 3.0 and calls == ["rest"]  # the others do not compute b
+    y = rebound(x, a=4.0)
+    assert (x.b, y.b, x.b) == (2.0, 2.0, 2.0) and calls == ["rest", "b"]  # once, shared with the copy
+    z = deferred(Pair, rest, a=1.0, b=Later(b))
+    assert z.b == 2.0 and calls == ["rest", "b", "b"] and "_compute" in vars(z)  # b alone: c not yet
+    assert z == x and type(z) is type(x)
+
+
 def test_a_training_estimate_prices_its_diagnostics_only_when_read():
     est = estimate_each_training_step(_scenario(50))
-    assert "_compute" in vars(est)  # the step time and the memory are there; nothing else yet
-    assert "breakdown" not in vars(est)
+    assert "_compute" in vars(est)  # the step time is there; nothing else yet
+    assert "breakdown" not in vars(est) and "memory" not in vars(est)
+    eager = estimate_each_training_step(_scenario(50))
+    total = eager.memory.total_bytes
+    assert "breakdown" not in vars(eager)  # the memory alone computes no diagnostics
+    np.testing.assert_array_equal(total, est.memory.total_bytes)
     np.testing.assert_allclose(est.breakdown.total_s, est.step_time_s, rtol=1e-12)
     assert "_compute" not in vars(est) and isinstance(est.breakdown, StepBreakdown)
     assert isinstance(est, TrainingEstimate) and np.all(est.mfu > 0)

@@ -191,3 +191,20 @@ def test_runs_stacked_for_calibration_keep_their_own_head_dims():
     stacked = Evaluator(scns).step_s({})[0]
     alone = [float(estimate_training_step(s).step_time_s) for s in scns]
     assert np.allclose(stacked, alone, rtol=1e-9)
+
+
+def test_a_scenario_on_other_rates_is_not_checked_again_but_another_layout_is():
+    """`Scenario.on_rates` (a calibration's evaluator): the same scenario on a cluster whose rates
+    and latencies changed, equal to one built and checked; a cluster with another GPU count or
+    server size is checked as usual."""
+    from shardwise.calibration.parameters import apply
+
+    scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-h100", 2), Plan(tp=8, pp=1, dp=2, global_batch=64))
+    _ = scn.split
+    faster = apply(scn.cluster, {"matmul_efficiency_scale": 1.1, "link_latency_scale": 2.0})
+    on = scn.on_rates(faster)
+    assert on == Scenario(scn.model, faster, scn.plan) and on.cluster is faster and on.split is scn.split
+    with pytest.raises(SpecError, match="tp"):
+        scn.on_rates(faster.with_(gpus_per_node=4))  # tp=8 no longer fits in a server
+    with pytest.raises(SpecError):
+        scn.on_rates(faster.with_(nodes=4))  # 32 GPUs for a plan of 16

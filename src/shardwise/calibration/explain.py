@@ -172,9 +172,11 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     """The ordinary fit, or the fit of parameters chosen by need (forward selection, or the
     particles' explanation pruned by backward elimination) where its evidence is better (see the
     module docstring)."""
-    from shardwise.calibration.fit import fit
+    from shardwise.calibration.fit import Evaluator, fit
+    from shardwise.calibration.together import side_by_side
 
-    base = fit(cases, measured, max_parameters)
+    ev = Evaluator(cases)
+    base = fit(cases, measured, max_parameters, ev=ev)
     # with few runs the table's order fits as many parameters as runs and explains any of them:
     # its misses cannot tell whether it took the parameters the runs need, so these are chosen by
     # need too and the fit with the better evidence kept
@@ -187,15 +189,12 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     ]
     chosen: list[str] = []
     best, best_score = None, math.inf
-    while len(chosen) < limit:
-        trials = []
-        for name in sensitive:
-            if name in chosen:
-                continue
-            names = tuple(n for n in NEUTRAL if n in (*chosen, name))
-            f = fit(cases, measured, only=names, wide=names)
-            if name in f.fitted:
-                trials.append((score(f, names), name, f))
+    while len(chosen) < limit:  # each round's fits side by side (`calibration.together`)
+        tried = [name for name in sensitive if name not in chosen]
+        sets = [tuple(n for n in NEUTRAL if n in (*chosen, name)) for name in tried]
+        fits = side_by_side(ev, [_fitter(cases, measured, names) for names in sets])
+        found = zip(tried, sets, fits, strict=True)
+        trials = [(score(f, names), name, f) for name, names, f in found if name in f.fitted]
         if not trials:
             break
         s, name, f = min(trials, key=lambda t: t[0])
@@ -209,18 +208,16 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     need, start = particle_need(cases, measured)
     names = tuple(sorted((n for n in sensitive if need[n] > MIN_GAIN), key=lambda n: -need[n])[:limit])
     names = tuple(n for n in NEUTRAL if n in names)
-    f = fit(cases, measured, only=names, wide=names, start=start) if names else None
+    f = fit(cases, measured, only=names, wide=names, start=start, ev=ev) if names else None
     s = score(f, names) if f is not None else math.inf
     while f is not None:
         if s < best_score:
             best, best_score = f, s
         if len(names) == 1:
             break
-        drops = []
-        for name in names:
-            rest = tuple(n for n in names if n != name)
-            g = fit(cases, measured, only=rest, wide=rest, start=start)
-            drops.append((score(g, rest), rest, g))
+        rests = [tuple(n for n in names if n != name) for name in names]
+        fits = side_by_side(ev, [_fitter(cases, measured, rest, start) for rest in rests])
+        drops = [(score(g, rest), rest, g) for rest, g in zip(rests, fits, strict=True)]
         s_drop, rest, g = min(drops, key=lambda t: t[0])
         if s_drop > s + MIN_GAIN:  # every parameter left is worth its MIN_GAIN
             if s_drop < best_score:
@@ -230,6 +227,13 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     if best is None or best_score >= score(base, ()):
         return base
     return best
+
+
+def _fitter(cases: list[Any], measured: np.ndarray, names: tuple[str, ...], start: dict | None = None) -> Any:
+    """A job for `together.side_by_side`: the fit of `names` with their wide priors (and `start`)."""
+    from shardwise.calibration.fit import fit
+
+    return lambda ev: fit(cases, measured, only=names, wide=names, start=start, ev=ev)
 
 
 def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, float], dict[str, float]]:

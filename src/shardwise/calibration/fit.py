@@ -21,7 +21,9 @@ interval is exp(+-1.2816 s) around it with s^2 = g^T Sigma_u g + sigma^2 (g: d l
 
 Speed: runs are stacked into one array-valued Scenario per (model, hardware, precision) group and
 the parameter sets (the point and one step per parameter, for the Jacobian) into a second axis,
-so one evaluation of the cost model prices every run at every set.
+so one evaluation of the cost model prices every run at every set; serving measurements of one
+scenario are stacked the same way (their workloads' lengths and batches as arrays). A fit prices
+each point once (the solves and scores that return to a point read it back).
 """
 
 from __future__ import annotations
@@ -178,19 +180,44 @@ class LayerStackCase:
 Case = Scenario | ServingCase | LayerStackCase
 
 
+def _serving_key(case: ServingCase) -> tuple[Any, ...]:
+    """Serving cases that can share one estimate: the same scenario (the object, or an equal one)
+    and workload but for its lengths and batch, which are stacked (`_stack_serving`)."""
+    w = case.workload
+    try:
+        scenario: Any = (hash(case.scenario), case.scenario)
+    except TypeError:  # an array-valued scenario: only itself
+        scenario = id(case.scenario)
+    return (scenario, w.weight_precision, w.kv_precision, w.runtime, w.custom_all_reduce, w.engine)
+
+
+def _stack_serving(idx: list[int], cases: list[ServingCase]) -> tuple[np.ndarray, Scenario, Any, list[str]]:
+    """(the cases' indices, their scenario, one workload whose lengths and batch are arrays of shape
+    (1, n), each case's metric): n measurements priced by one estimate."""
+    stacked = replace(
+        cases[0].workload,
+        **{f: np.array([getattr(c.workload, f) for c in cases])[None, :] for f in ("input_len", "output_len", "batch")},
+    )
+    return np.array(idx), cases[0].scenario, stacked, [c.metric for c in cases]
+
+
 class Evaluator:
     """Prices a fixed list of cases at many parameter sets at once: training scenarios (the step
-    time, stacked per group) and serving cases (their measured figure, one call each)."""
+    time, stacked per group) and serving cases (their measured figure, stacked per scenario and
+    workload kind: one estimate for a runtime's rows of one model and layout)."""
 
     def __init__(self, cases: list[Case]):
         groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-        self.serving = [(i, c) for i, c in enumerate(cases) if isinstance(c, ServingCase)]
+        served: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         self.stacks = [(i, c) for i, c in enumerate(cases) if isinstance(c, LayerStackCase)]
-        for i, scn in enumerate(cases):
-            if isinstance(scn, Scenario):
-                groups[_group_key(scn)].append(i)
+        for i, case in enumerate(cases):
+            if isinstance(case, Scenario):
+                groups[_group_key(case)].append(i)
+            elif isinstance(case, ServingCase):
+                served[_serving_key(case)].append(i)
         self.n = len(cases)
         self.groups = [(np.array(idx), _stack([cases[i] for i in idx])) for idx in groups.values()]  # type: ignore[misc]
+        self.serving = [_stack_serving(idx, [cases[i] for i in idx]) for idx in served.values()]  # type: ignore[misc]
 
     def step_s(self, sets: dict[str, np.ndarray]) -> np.ndarray:
         """Predictions, shape (number of sets, number of cases): the step time of a training
@@ -202,7 +229,7 @@ class Evaluator:
         values = {k: np.atleast_1d(np.asarray(v, dtype=float))[:, None] for k, v in sets.items()}
         out = np.empty((size, self.n))
         for idx, stacked in self.groups:
-            scn = Scenario(stacked.model, apply(stacked.cluster, values), stacked.plan)
+            scn = stacked.on_rates(apply(stacked.cluster, values))
             out[:, idx] = np.broadcast_to(estimate_training_step(scn).step_time_s, (size, len(idx)))
         flat = {k: v[:, 0] for k, v in values.items()}
         for i, stack in self.stacks:
@@ -210,10 +237,12 @@ class Evaluator:
         if self.serving:
             from shardwise.engines.serving import estimate_serving
 
-            for i, case in self.serving:
-                s = case.scenario
-                est = estimate_serving(Scenario(s.model, apply(s.cluster, flat), s.plan), case.workload)
-                out[:, i] = np.broadcast_to(np.asarray(getattr(est, case.metric), dtype=float), (size,))
+            for idx, s, workload, metrics in self.serving:
+                est = estimate_serving(s.on_rates(apply(s.cluster, values)), workload)
+                for metric in dict.fromkeys(metrics):
+                    mine = np.array([m == metric for m in metrics])
+                    got = np.broadcast_to(np.asarray(getattr(est, metric), dtype=float), (size, len(idx)))
+                    out[:, idx[mine]] = got[:, mine]
         return out
 
 
@@ -253,26 +282,27 @@ def fit(
     only: tuple[str, ...] | None = None,
     wide: tuple[str, ...] = (),
     start: dict[str, float] | None = None,
+    ev: Any = None,
 ) -> Fit:
     """Fit the calibration parameters to runs (see the module docstring); the priors of `wide` are
     widened WIDEN x from the start (`calibration.explain` chooses them); `start`: parameter values
     the solver also starts from (a particle of the posterior, `calibration.explain`), the better
-    scoring optimum kept."""
+    scoring optimum kept; `ev`: the evaluator of `scenarios` to price them with (default: a new
+    `Evaluator`; `calibration.together` passes one that prices several fits at once)."""
     from scipy.optimize import least_squares
 
     measured = np.asarray(measured_step_s, dtype=float)
     if len(scenarios) != len(measured) or len(measured) == 0:
         raise SpecError("calibrate: give at least one run with its measured step time")
-    ev = Evaluator(scenarios)
+    ev = Evaluator(scenarios) if ev is None else ev
     target = np.log(measured)
     candidates = tuple(p.name for p in PARAMETERS if only is None or p.name in only)
     u0 = np.array([BY_NAME[n].prior_mean for n in candidates])
-    logt0, grad0 = log_step_and_gradient(ev, candidates, u0, {})
+    logt0, grad0, far = _effects_at_prior(ev, candidates, u0)
     before = logt0 - target
     not_fitted: dict[str, str] = {}
     limit = len(measured) if max_parameters is None else min(max_parameters, len(measured))
     chosen: list[str] = []
-    far = _far_effect(ev, candidates, u0, logt0)
     for j, name in enumerate(candidates):
         effect = max(float(np.max(np.abs(grad0[:, j]))) * BY_NAME[name].prior_sd, far[j])
         if effect < MIN_SENSITIVITY:
@@ -287,12 +317,13 @@ def fit(
     prior_sd = np.array([BY_NAME[n].prior_sd * (WIDEN if n in wide else 1.0) for n in names])
     lo = np.array([BY_NAME[n].low for n in names])
     hi = np.array([BY_NAME[n].high for n in names])
+    # every point priced in this fit (each solve starts where an earlier one ended or started,
+    # and the scores re-read optima): a point is priced once
     cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
     def evaluate(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         key = u.tobytes()
         if key not in cache:
-            cache.clear()
             cache[key] = log_step_and_gradient(ev, names, u, fixed)
         return cache[key]
 
@@ -404,17 +435,23 @@ def _full_covariance(ev: Evaluator, values: dict[str, float], prior_used: dict[s
     return np.linalg.inv(g.T @ g / sigma**2 + np.diag(1.0 / var))
 
 
-def _far_effect(ev: Evaluator, names: tuple[str, ...], u0: np.ndarray, logt0: np.ndarray) -> np.ndarray:
-    """Each parameter's largest effect on a run's ln t when it moves WIDEN prior sds toward slower
-    hardware (bounded), per prior sd: a cost hidden behind another at the prior (gradient 0, e.g.
-    data-parallel traffic overlapped with compute) still makes the parameter one the runs can fit."""
-    us = np.repeat(u0[None, :], len(names), axis=0)
+def _effects_at_prior(ev: Evaluator, names: tuple[str, ...], u0: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(ln t at u0, d ln t / d u there, each parameter's far effect), priced in one call: the sets
+    of `log_step_and_gradient` and those of the far effect, which moves each parameter WIDEN prior
+    sds toward slower hardware (bounded) and takes its largest effect on a run's ln t, per prior
+    sd: a cost hidden behind another at the prior (gradient 0, e.g. data-parallel traffic
+    overlapped with compute) still makes the parameter one the runs can fit."""
+    k = len(names)
+    sets, steps = _sets(names, u0, {})
+    far = np.repeat(u0[None, :], k, axis=0)
     for j, n in enumerate(names):
         p = BY_NAME[n]
-        us[j, j] = float(np.clip(u0[j] + np.sign(fd_step(n)) * WIDEN * p.prior_sd, p.low, p.high))
-    sets = {n: BY_NAME[n].value(us[:, j]) for j, n in enumerate(names)}
-    moved = np.log(ev.step_s(sets))
-    return np.max(np.abs(moved - logt0[None, :]), axis=1) / WIDEN
+        far[j, j] = float(np.clip(u0[j] + np.sign(fd_step(n)) * WIDEN * p.prior_sd, p.low, p.high))
+    both = {n: np.concatenate([sets[n], BY_NAME[n].value(far[:, j])]) for j, n in enumerate(names)}
+    logt = np.log(ev.step_s(both))
+    grad = ((logt[1 : k + 1] - logt[0]) / steps[:, None]).T
+    moved = np.max(np.abs(logt[k + 1 :] - logt[0][None, :]), axis=1) / WIDEN
+    return logt[0], grad, moved
 
 
 def _spread(errors: np.ndarray, k: int) -> float:

@@ -53,7 +53,7 @@ from shardwise.engines.data_parallel import (
     stage_collective_prices,
     zero_collectives,
 )
-from shardwise.engines.deferred import deferred, rebound
+from shardwise.engines.deferred import Later, deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
@@ -289,7 +289,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             "compute_parts_s": parts,
         }
 
-    memory = memory_breakdown(local, params, m, split, expert_params, moe_split, trained)
+    # the memory reads no time: computed on its first read (a calibration's fit never reads it)
+    memory = Later(lambda: memory_breakdown(local, params, m, split, expert_params, moe_split, trained))
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 

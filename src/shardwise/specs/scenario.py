@@ -74,6 +74,22 @@ class Scenario:
         key = (self.model, self.cluster, *(getattr(plan, name) for name in RULE_FIELDS))
         _CHECKED.get_or_compute(key, self._check_each)
 
+    def on_rates(self, cluster: Cluster) -> Scenario:
+        """This scenario on `cluster`, a copy of its own cluster with other rates, efficiencies,
+        latencies or overheads (`calibration.parameters.apply`): no rule reads those (only the
+        GPU count, the GPUs per node and the name), so the checks that passed are not run again,
+        and the stage split is shared. Any other cluster is checked as usual."""
+        mine = self.cluster
+        if cluster.nodes is not mine.nodes or cluster.gpus_per_node != mine.gpus_per_node or cluster.name != mine.name:
+            return Scenario(self.model, cluster, self.plan)
+        out = object.__new__(Scenario)
+        object.__setattr__(out, "model", self.model)
+        object.__setattr__(out, "cluster", cluster)
+        object.__setattr__(out, "plan", self.plan)
+        if "split" in self.__dict__:
+            out.__dict__["split"] = self.__dict__["split"]
+        return out
+
     @cached_property
     def split(self) -> StageSplit:
         """How the model's layers are split over the pipeline stages (`specs.stages.plan_split`),
