@@ -270,7 +270,11 @@ STACK_FIELDS = (
     "per_param_sharding",
     "unfused_accumulate_bytes",
     "p2p_serial",
+    "pipeline_split",
 )
+# how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
+# balanced by compute with the output layer counted (nanotron's build_model)
+PIPELINE_SPLITS = ("even", "compute")
 # ... as the Plan keyword arguments `framework` returns (flash_attention goes with the CLI's own flag)
 STACK_PLAN_FIELDS = (
     "attention_kernel",
@@ -300,6 +304,13 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             out[field] = data[field]
     if "host_kernel" in data:
         out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+    if "pipeline_split" in data:
+        if data["pipeline_split"] not in PIPELINE_SPLITS:
+            allowed = ", ".join(PIPELINE_SPLITS)
+            raise SpecError(
+                f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
+            )
+        out["pipeline_split"] = data["pipeline_split"]
     if "unfused_accumulate_bytes" in data:
         value = data["unfused_accumulate_bytes"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
