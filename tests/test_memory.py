@@ -341,3 +341,17 @@ def test_nanotron_gradient_copies_free_one_micro_batch_and_zero1_gathers_a_flat_
     # DDP's bucket copies (2) and, in the step, the flattened all-gather of every parameter (2 + 2 / 8)
     assert stage_buffers(zero1, nano, n, 0.0) == pytest.approx(2 * n + 2.25 * n)
     assert stage_buffers(zero1, stack_memory("megatron-core"), n, 0.0) == 0.0
+
+
+def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
+    from shardwise.physics.memory_runtime import NCCL_CHANNELS, NCCL_CONNECTION_BYTES, stack_group_bytes
+
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    groups = ("world", "tp_pp")
+    # 64 GPUs over 8 servers: no NVLS for either; tp 8 x pp 4 gets its own communicator
+    assert stack_group_bytes(groups, 8, 1, 2, 4, 8, True) == pytest.approx(2 * ring)
+    assert stack_group_bytes(groups, 8, 1, 8, 1, 8, False) == pytest.approx(ring)  # pp 1: mp_pg is the tp group
+    # one server of 8: the world communicator also gets NVLink SHARP buffers (16 x 2 x 1 MiB per rank)
+    assert stack_group_bytes(groups, 1, 1, 8, 1, 8, True) == pytest.approx(ring + 16 * 2 * 2**20 * 8)
+    assert stack_group_bytes((), 8, 1, 2, 4, 8, True) == 0.0
+    assert stack_group_bytes(groups, 1, 1, 1, 1, 8, True) == 0.0  # one GPU: no communicator

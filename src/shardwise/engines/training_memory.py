@@ -10,7 +10,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, one_value, select
 from shardwise.physics import memory as mem
-from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes
+from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
@@ -180,6 +180,7 @@ def memory_breakdown(
         optimizer_bytes=o,
         activations_bytes=choose(pick, list(acts)),
         reserved_bytes=runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
+        + stack_group_bytes(stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls)
         + 0.0 * w,
         buffers_bytes=choose(pick, buffers),
         allocator_bytes=choose(pick, allocator),

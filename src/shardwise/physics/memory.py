@@ -307,6 +307,8 @@ class StackMemory:
     (Megatron-Core's bias_swiglu saves only its 2 f input): SiLU saves the gate (the merged 2 f
     output stays alive through the views), the multiply saves the SiLU output (f) and the down
     projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
+    `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
+    (`physics.memory_runtime.stack_group_bytes`: "world", "tp_pp").
     `packed_qkv_mha`: without grouped-query attention nanotron splits the QKV output by views of one
     permuted copy (`qkv_states.view(...).permute(2, 1, 0, 3, 4).contiguous()`), so the query view
     FlashAttention saves keeps the whole packed buffer alive beside the concatenated key-value copy
@@ -332,6 +334,7 @@ class StackMemory:
     zero1_gather_bytes_per_param: float = 0.0
     eager_glu: bool = False
     packed_qkv_mha: bool = False
+    extra_groups: tuple[str, ...] = ()
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     source: str = ""
 
@@ -373,6 +376,7 @@ STACKS: dict[str, StackMemory] = {
         zero1_gather_bytes_per_param=2.0,
         eager_glu=True,
         packed_qkv_mha=True,
+        extra_groups=("world", "tp_pp"),
         source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
         "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies; "
         "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
