@@ -258,6 +258,15 @@ def framework(name: str) -> dict[str, Any]:
     return _in_file(name, _framework_from_dict, key, data)
 
 
+def framework_pipeline_split(name: str) -> str:
+    """How the framework splits the layers over pipeline stages when the plan gives no split
+    (`PIPELINE_SPLITS`; "even" where the preset says nothing). A request-layer default, not a
+    `Plan` field."""
+    key, data = _lookup("frameworks", name)
+    _in_file(name, _framework_from_dict, key, data)  # checks the value
+    return str(data.get("pipeline_split", "even"))
+
+
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
 # Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
 # What it pays per micro-batch (`physics.microbatch`) is optional too: Megatron-LM's by default.
@@ -304,13 +313,12 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             out[field] = data[field]
     if "host_kernel" in data:
         out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
-    if "pipeline_split" in data:
-        if data["pipeline_split"] not in PIPELINE_SPLITS:
-            allowed = ", ".join(PIPELINE_SPLITS)
-            raise SpecError(
-                f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
-            )
-        out["pipeline_split"] = data["pipeline_split"]
+    # not a Plan field: the request layer reads it through `framework_pipeline_split`
+    if "pipeline_split" in data and data["pipeline_split"] not in PIPELINE_SPLITS:
+        allowed = ", ".join(PIPELINE_SPLITS)
+        raise SpecError(
+            f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
+        )
     if "unfused_accumulate_bytes" in data:
         value = data["unfused_accumulate_bytes"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:

@@ -361,8 +361,8 @@ def default_split(o: dict[str, Any], pp: int, model: Any) -> dict[str, Any]:
     from shardwise import presets
     from shardwise.specs.stages import compute_balanced_counts
 
-    flags = presets.framework(o.get("framework") or "megatron-core")
-    if flags.get("pipeline_split") != "compute" or pp <= 1 or o["vpp"] > 1 or model is None:
+    rule = presets.framework_pipeline_split(o.get("framework") or "megatron-core")
+    if rule != "compute" or pp <= 1 or o["vpp"] > 1 or model is None:
         return {}
     h, f = model.hidden, model.ffn_hidden
     # LlamaModel.get_block_compute_costs: 4 h^2 for the attention's projections, 3 f h for the MLP
