@@ -173,8 +173,8 @@ def test_logits_bytes_per_stack(gpt3):
     s, v = gpt3.seq_len, gpt3.vocab
     assert logits_bytes(gpt3, 2, 8, stack_memory("megatron-core")) == pytest.approx(6 * s * 2 * v / 8)
     assert logits_bytes(gpt3, 2, 8, stack_memory("torchtitan")) == pytest.approx(12 * s * 2 * v / 8)
-    # nanotron: bf16 logits, their fp32 cast and the max-subtracted copy made out of place
-    assert logits_bytes(gpt3, 2, 8, stack_memory("nanotron")) == pytest.approx(10 * s * 2 * v / 8)
+    # nanotron: the fp32 logits of its cast_to_fp32 block and the max-subtracted copy made out of place
+    assert logits_bytes(gpt3, 2, 8, stack_memory("nanotron")) == pytest.approx(8 * s * 2 * v / 8)
     assert stack_memory("my-own-stack") == stack_memory("megatron-core")  # an unknown label: the default
 
 
@@ -262,14 +262,16 @@ def test_the_allocators_share_follows_the_transient_memory():
 
 def test_the_output_stage_holds_the_larger_of_the_loss_and_a_layers_gradients():
     """pp = 1: the loss's logits (6 B each in Megatron) open the backward pass; the eager loss's
-    12 B each make the same plan's activations larger by exactly the difference."""
+    12 B each make the same plan's activations larger by exactly the difference, beside the eager
+    SwiGLU's one more f-wide tensor per token and layer."""
     from shardwise import presets
 
     m = presets.model("llama3-8b")
     logits = m.seq_len * m.vocab
+    glu = 2.0 * m.seq_len * m.ffn_hidden * m.layers
     mega = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1, framework="megatron-core")
     eager = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1, framework="fsdp")
-    assert float(eager.activations_bytes) - float(mega.activations_bytes) == pytest.approx(6 * logits)
+    assert float(eager.activations_bytes) - float(mega.activations_bytes) == pytest.approx(6 * logits + glu)
 
 
 def test_memory_validation_against_the_public_evidence():
@@ -301,3 +303,55 @@ def test_validate_memory_prints_the_table(cli):
     assert "right for 36 of 36 (accuracy 100%)" in out
     code, out, err = cli(["validate", "memory", "public"])
     assert code == 2 and "give it alone" in err
+
+
+def test_eager_swiglu_keeps_one_more_ffn_tensor_and_nanotron_mha_its_packed_qkv():
+    from shardwise import presets
+    from shardwise.physics.memory import layer_activation_bytes, stack_memory
+
+    m = presets.model("llama3-8b")  # SwiGLU with grouped-query attention
+    s, f, t = m.seq_len, m.ffn_hidden, 4
+    nano, megatron = stack_memory("nanotron"), stack_memory("megatron-core")
+    assert megatron.extra_saved_elements(m) == 0
+    assert nano.extra_saved_elements(m) == f  # GQA: the packed QKV is copied apart, only the SiLU output stays
+    fused = layer_activation_bytes(m, 1, t, True, Recompute.NONE, True, 2.0)
+    eager = layer_activation_bytes(m, 1, t, True, Recompute.NONE, True, 2.0, None, "attention", f)
+    assert eager - fused == pytest.approx(2.0 * s * f / t)
+    # full recomputation keeps only the layer input whatever the stack
+    full = layer_activation_bytes(m, 1, t, True, Recompute.FULL, True, 2.0, None, "attention", f)
+    assert full == layer_activation_bytes(m, 1, t, True, Recompute.FULL, True, 2.0)
+    mha = m.with_(kv_heads=m.heads)
+    assert nano.extra_saved_elements(mha) == f + 2 * m.heads * m.head_dim
+    assert stack_memory("torchtitan-compile").extra_saved_elements(m) == 0  # Inductor fuses SiLU and multiply
+    assert stack_memory("hf-transformers").extra_saved_elements(m) == f
+
+
+def test_nanotron_gradient_copies_free_one_micro_batch_and_zero1_gathers_a_flat_copy():
+    from shardwise.engines.training_memory import stage_buffers
+    from shardwise.physics.memory import stack_memory
+    from shardwise.specs import Plan
+
+    nano = stack_memory("nanotron")
+    n, acts = 1e9, 4e9
+    plan = Plan(dp=1, pp=4, global_batch=8, zero_stage=0, framework="nanotron")
+    # 4 micro-batches in flight: the one whose backward ended frees 1 GB; its 2 GB of bf16 gradients stay
+    assert stage_buffers(plan, nano, n, acts, 4.0) == pytest.approx(2 * n - acts / 4)
+    assert stage_buffers(plan, nano, n, acts, 1.0) == 0.0  # one micro-batch: all freed, more than the copy
+    zero1 = Plan(dp=8, global_batch=8, zero_stage=1, framework="nanotron")
+    # DDP's bucket copies (2) and, in the step, the flattened all-gather of every parameter (2 + 2 / 8)
+    assert stage_buffers(zero1, nano, n, 0.0) == pytest.approx(2 * n + 2.25 * n)
+    assert stage_buffers(zero1, stack_memory("megatron-core"), n, 0.0) == 0.0
+
+
+def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
+    from shardwise.physics.memory_runtime import NCCL_CHANNELS, NCCL_CONNECTION_BYTES, stack_group_bytes
+
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    groups = ("world", "tp_pp")
+    # 64 GPUs over 8 servers: no NVLS for either; tp 8 x pp 4 gets its own communicator
+    assert stack_group_bytes(groups, 8, 1, 2, 4, 8, True) == pytest.approx(2 * ring)
+    assert stack_group_bytes(groups, 8, 1, 8, 1, 8, False) == pytest.approx(ring)  # pp 1: mp_pg is the tp group
+    # one server of 8: the world communicator also gets NVLink SHARP buffers (16 x 2 x 1 MiB per rank)
+    assert stack_group_bytes(groups, 1, 1, 8, 1, 8, True) == pytest.approx(ring + 16 * 2 * 2**20 * 8)
+    assert stack_group_bytes((), 8, 1, 2, 4, 8, True) == 0.0
+    assert stack_group_bytes(groups, 1, 1, 1, 1, 8, True) == 0.0  # one GPU: no communicator

@@ -208,3 +208,14 @@ def test_an_edited_preset_file_is_read_from_its_yaml(monkeypatch):
         assert presets.raw("models") and presets.model("llama3-70b").layers == 80
     finally:
         presets.raw.cache_clear()
+
+
+def test_a_framework_names_its_pipeline_split_and_a_bad_one_is_refused():
+    from shardwise import presets as p
+    from shardwise.errors import SpecError
+
+    assert p.framework_pipeline_split("nanotron") == "compute"
+    assert p.framework_pipeline_split("megatron-core") == "even"  # not stated: even
+    data = {f: False for f in p.FRAMEWORK_FLAGS} | {"zero_stage": 1, "pipeline_split": "diagonal"}
+    with pytest.raises(SpecError, match="pipeline_split: 'diagonal' is not allowed; choose even, compute"):
+        p._framework_from_dict("mine", data)

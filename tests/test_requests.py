@@ -243,3 +243,26 @@ def test_serve_targets_never_replace_a_concurrency_that_was_given(cli):
     assert err.count("\n") == 1
     code, _, err = cli([*args, "--json"])
     assert code == 0, err
+
+
+def test_nanotron_places_its_pipeline_blocks_by_compute_and_a_given_split_wins():
+    """nanotron's build_model: a stage takes blocks until their running cost passes its share of the
+    total, the output layer (V h) counted. Llama-3-8B: a layer costs 4 h^2 + 3 f h = 243.3 M, the
+    output layer 525.3 M, 8311 M in all; at pp 4 the shares end at 2078, 4156, 6233: the 9th layer
+    crosses the first (2189.7), the 18th the second (4379.3), the 26th the third (6325.7)."""
+    from shardwise import presets
+    from shardwise.specs.stages import compute_balanced_counts
+
+    m = presets.model("llama3-8b")
+    layer, head = 4.0 * m.hidden**2 + 3.0 * m.ffn_hidden * m.hidden, float(m.vocab * m.hidden)
+    assert compute_balanced_counts(32, 4, layer, head) == (9, 9, 8, 6)
+    assert compute_balanced_counts(32, 2, layer, head) == (18, 14)
+    assert compute_balanced_counts(16, 8, layer / 4, head) is None  # the last stage would hold only the loss
+
+    common = {"system": "dgx-h100", "nodes": 1, "tp": 2, "pp": 4, "global_batch": 8}
+    nano = TrainingRequest(framework="nanotron", **common).build(m).scenario.plan
+    assert nano.stage_layers == (9, 9, 8, 6)
+    mega = TrainingRequest(framework="megatron-core", **common).build(m).scenario.plan
+    assert mega.stage_layers is None  # Megatron's even split
+    given = TrainingRequest(framework="nanotron", first_stage_layers=8, **common).build(m).scenario.plan
+    assert given.stage_layers is None and int(given.first_stage_layers) == 8

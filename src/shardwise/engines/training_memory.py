@@ -10,7 +10,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, one_value, select
 from shardwise.physics import memory as mem
-from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes
+from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
@@ -35,8 +35,19 @@ def memory_breakdown(
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     policy = plan.selective_policy
+    stack = mem.stack_memory(plan.framework)
+    extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
-        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, None, policy
+        model,
+        plan.micro_batch,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.recompute,
+        plan.flash_attention,
+        e,
+        None,
+        policy,
+        extra,
     )
     moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
     if moe_layers is not None:
@@ -51,6 +62,7 @@ def memory_breakdown(
             e,
             shared,
             policy,
+            stack.extra_saved_elements(model, shared),
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
@@ -60,7 +72,16 @@ def memory_breakdown(
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
     unsaved = mem.layer_activation_bytes(
-        model, plan.micro_batch, plan.tp, plan.sequence_parallel, Recompute.NONE, plan.flash_attention, e
+        model,
+        plan.micro_batch,
+        plan.tp,
+        plan.sequence_parallel,
+        Recompute.NONE,
+        plan.flash_attention,
+        e,
+        None,
+        "attention",
+        extra,
     )
     rc = plan.recompute
     working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
@@ -103,7 +124,6 @@ def memory_breakdown(
     # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
     # backward pass; a layer's backward gradients come once the logits are gone, so a stage with the
     # output layer holds the larger of the two.
-    stack = mem.stack_memory(plan.framework)
     grads_flow = mem.backward_transient_bytes(model, b, t, plan.sequence_parallel, e)
     # The working set of a layer recomputed in the backward pass comes after the loss too (full or
     # selective recomputation reruns a layer's forward when its backward starts, once the logits
@@ -136,8 +156,15 @@ def memory_breakdown(
     )
     states = stage_states(plan, params, expert_params, trained)
     gathered, reducing = zero3_buffers(model, plan, stack, moe_layers is not None)
+    # micro-batches in flight on each stage: the end of one's backward pass frees 1 / n of the stage's activations
+    in_flight = [
+        maximum(n / maximum(layers, 1.0), 1.0)
+        for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
+    ]
     buffers = [
-        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act) + gathered + reducing
+        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i])
+        + gathered
+        + reducing
         for i, act in enumerate(acts)
     ]
     allocator = [stack.fragmentation * (act + gathered + reducing) for act in acts]
@@ -153,6 +180,7 @@ def memory_breakdown(
         optimizer_bytes=o,
         activations_bytes=choose(pick, list(acts)),
         reserved_bytes=runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
+        + stack_group_bytes(stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls)
         + 0.0 * w,
         buffers_bytes=choose(pick, buffers),
         allocator_bytes=choose(pick, allocator),
@@ -175,18 +203,24 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
-def stage_buffers(plan: Plan, stack: mem.StackMemory, trained: Number, activations: Number) -> Number:
+def stage_buffers(
+    plan: Plan, stack: mem.StackMemory, trained: Number, activations: Number, micro_batches: Number = 1.0
+) -> Number:
     """A stage's gradient copies and buckets beyond ZeRO's count (`physics.memory.StackMemory`):
     torch DDP's bucket copies and DeepSpeed's reduction buckets where gradients are reduced over
-    dp x cp ranks, and the gradient copies a stack makes at the end of the backward pass or in the
-    optimizer step where they exceed the activations freed by then."""
+    dp x cp ranks, and the gradient copies a stack makes where they exceed the activations freed by
+    then: at the end of a micro-batch's backward pass (its share of the `micro_batches` the stage
+    holds) or in the optimizer step (all of them)."""
     ranks = as_array(plan.dp) * as_array(plan.cp)
     zero = as_array(plan.zero_stage)
     ddp = ifelse((ranks > 1) & (zero < 3), stack.ddp_bucket_bytes_per_param * trained, 0.0)
     buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
     step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
-    late = maximum(maximum(stack.grad_copy_bytes_per_param, step) * trained - activations, 0.0)
-    return ddp + buckets + late
+    shards = as_array(plan.zero_ranks)
+    gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
+    after_backward = stack.grad_copy_bytes_per_param * trained - activations / micro_batches
+    in_step = maximum(step, gather) * trained - activations
+    return ddp + buckets + maximum(maximum(after_backward, in_step), 0.0)
 
 
 def stage_states(

@@ -79,10 +79,13 @@ def layer_activation_bytes(
     bytes_per_element: float,
     ffn: Number | None = None,
     selective_policy: str = "attention",
+    stack_extra: float = 0.0,
 ) -> Number:
     """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
     width of its dense MLP, as in `physics.flops.layer_forward`). `selective_policy` "op":
-    selective recomputation keeps what torchtitan's op-level policy saves (`op_sac_layer_bytes`)."""
+    selective recomputation keeps what torchtitan's op-level policy saves (`op_sac_layer_bytes`).
+    `stack_extra`: elements per token a stack's own layer code keeps beyond this inventory, split
+    over TP (`StackMemory.extra_saved_elements`); not kept under full recomputation."""
     s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
     f = model.ffn_hidden if ffn is None else ffn
     e, t, b = bytes_per_element, tp, batch
@@ -94,7 +97,7 @@ def layer_activation_bytes(
     replicated = (4 * e + 2 * mask) * sbh
     # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output.
     sbq = s * b * model.q_dim  # queries and the attention output (sbh unless head_dim is set apart)
-    split = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * f) / t
+    split = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * f + s * b * stack_extra) / t
     # The attention scores: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b).
     scores_std = (e + ((mask + e) if model.dropout else 0.0)) * a * s * s * b / t
     scores_flash = FLASH_STATS_BYTES * a * s * b / t
@@ -291,8 +294,25 @@ class StackMemory:
     instead of ZeRO's 2 + 4 + 12 (DeepSpeed keeps a 16-bit shard beside the fp32 one).
     `grad_copy_bytes_per_param`: 16-bit gradients of every local parameter held at the end of a
     backward pass before they are added into fp32 buffers (nanotron's FP32GradientAccumulator runs
-    after loss.backward()); they replace the activations freed by then, so they count where they
-    exceed them.
+    after loss.backward()); they replace the activations of the micro-batch whose backward pass
+    just ended (the other micro-batches a pipeline stage holds stay), so they count where they
+    exceed those.
+    `zero1_gather_bytes_per_param`: what the ZeRO-1 parameter all-gather after the optimizer step
+    adds with dp > 1, when the activations are gone: nanotron's `all_gather_coalesced`
+    (src/nanotron/distributed.py) flattens the gathered 16-bit parameters into one buffer per rank,
+    a full-size copy (2) before copying them back (plus the local shard's flat input, 2 / dp).
+    `eager_glu`: a gated MLP whose SiLU and multiply run as separate ops (nanotron's GLUActivation,
+    src/nanotron/models/llama.py: `self.act(gate_states) * up_states`; Hugging Face LlamaMLP and
+    torchtitan's FeedForward alike) keeps one more f-wide tensor per token than a fused SwiGLU
+    (Megatron-Core's bias_swiglu saves only its 2 f input): SiLU saves the gate (the merged 2 f
+    output stays alive through the views), the multiply saves the SiLU output (f) and the down
+    projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
+    `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
+    (`physics.memory_runtime.stack_group_bytes`: "world", "tp_pp").
+    `packed_qkv_mha`: without grouped-query attention nanotron splits the QKV output by views of one
+    permuted copy (`qkv_states.view(...).permute(2, 1, 0, 3, 4).contiguous()`), so the query view
+    FlashAttention saves keeps the whole packed buffer alive beside the concatenated key-value copy
+    the rotary kernel works on: 2 more kv-widths per token (CausalSelfAttention.forward, training case).
     `step_grad_bytes_per_param`: what the optimizer step adds without ZeRO, when the activations
     are gone: DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py, step) makes an fp32 copy
     of every gradient and flattens them into one more (4 + 4).
@@ -311,13 +331,27 @@ class StackMemory:
     ddp_bucket_bytes_per_param: float = 0.0
     zero_bucket_bytes: float = 0.0
     zero3_reduce_bytes_per_param: float = 2.0
+    zero1_gather_bytes_per_param: float = 0.0
+    eager_glu: bool = False
+    packed_qkv_mha: bool = False
+    extra_groups: tuple[str, ...] = ()
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     source: str = ""
 
+    def extra_saved_elements(self, model: Model, ffn: Number | None = None) -> Number:
+        """Elements per token one layer keeps beyond `layer_activation_bytes`' inventory, before
+        the TP split (`eager_glu`, `packed_qkv_mha`); `ffn`: the dense MLP's width."""
+        f = model.ffn_hidden if ffn is None else ffn
+        glu = f if (self.eager_glu and model.gated_mlp) else 0.0
+        mha = 2.0 * model.kv_heads * model.head_dim if (self.packed_qkv_mha and model.kv_heads == model.heads) else 0.0
+        return glu + mha
+
 
 _MEGATRON = StackMemory(6.0, source="Megatron-LM cross_entropy.py; DDP buckets are views of the main_grad buffer")
-_EAGER = StackMemory(12.0, source="eager PyTorch F.cross_entropy on fp32 logits")
-_FSDP = StackMemory(12.0, sharded_fp32_params=True, source="eager PyTorch loss; FSDP keeps fp32 shards")
+_EAGER = StackMemory(12.0, eager_glu=True, source="eager PyTorch F.cross_entropy on fp32 logits; eager SwiGLU")
+_FSDP = StackMemory(
+    12.0, sharded_fp32_params=True, eager_glu=True, source="eager PyTorch loss and SwiGLU; FSDP keeps fp32 shards"
+)
 STACKS: dict[str, StackMemory] = {
     "megatron-core": _MEGATRON,
     "megatron-lm-2022": _MEGATRON,
@@ -329,17 +363,23 @@ STACKS: dict[str, StackMemory] = {
         source="Megatron's loss; DeepSpeed's FP16_Optimizer step and ZeRO-1 reduce buckets",
     ),
     "nanotron": StackMemory(
-        # Loss.forward calls sharded_cross_entropy(..., dtype=torch.float): the bf16 logits (2)
-        # stay referenced by the model's forward, their fp32 cast (4) by the helper, and
+        # LlamaModel.forward_with_hidden_states returns the logits cast to fp32 by its cast_to_fp32
+        # block (4; the bf16 logits are freed when it returns: ToCopyBackward saves nothing), and
         # _ShardedCrossEntropy subtracts the max out of place (`sharded_logits = sharded_logits -
         # logits_max`, 4; Megatron-LM does it in place) before the exp and the division run in
-        # place on that copy: 10 at the peak (huggingface/nanotron
-        # src/nanotron/parallel/tensor_parallel/functional.py, unchanged since 2024-01).
-        10.0,
+        # place on that copy, which it saves: 8 at the peak, the cast's 4 and the copy's 4
+        # (huggingface/nanotron src/nanotron/models/llama.py and
+        # src/nanotron/parallel/tensor_parallel/functional.py, v0.4-v0.5 and main).
+        8.0,
         grad_copy_bytes_per_param=2.0,
         ddp_bucket_bytes_per_param=2.0,
-        source="nanotron sharded_cross_entropy (fp32 cast, max subtracted out of place); FP32GradientAccumulator "
-        "after backward; torch DDP (trainer.py) with its default bucket copies",
+        zero1_gather_bytes_per_param=2.0,
+        eager_glu=True,
+        packed_qkv_mha=True,
+        extra_groups=("world", "tp_pp"),
+        source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
+        "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies; "
+        "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
     ),
     "internevo": StackMemory(6.0, source="flash-attn's fused cross-entropy (in-place backward), counted as Megatron's"),
     "fsdp": _FSDP,
@@ -347,6 +387,7 @@ STACKS: dict[str, StackMemory] = {
     "torchtitan": StackMemory(
         12.0,
         sharded_fp32_params=True,
+        eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
         source="torchtitan loss.py; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
     ),
@@ -360,16 +401,21 @@ STACKS: dict[str, StackMemory] = {
         12.0,
         step_grad_bytes_per_param=8.0,
         zero_bucket_bytes=DEEPSPEED_REDUCE_BUCKET_BYTES,
-        source="Hugging Face loss; DeepSpeed's FP16_Optimizer step and reduce buckets",
+        eager_glu=True,
+        source="Hugging Face loss and SwiGLU; DeepSpeed's FP16_Optimizer step and reduce buckets",
     ),
     "colossalai": _EAGER,
     "composer": _FSDP,
     "hf-transformers": StackMemory(
-        12.0, sharded_fp32_params=True, source="Hugging Face models' loss on fp32 logits; FSDP / ZeRO-3 fp32 shards"
+        12.0,
+        sharded_fp32_params=True,
+        eager_glu=True,
+        source="Hugging Face models' loss on fp32 logits and eager SwiGLU (LlamaMLP); FSDP / ZeRO-3 fp32 shards",
     ),
     "nemo-automodel": StackMemory(
         12.0,
         sharded_fp32_params=True,
+        eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
         source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"
         "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32)",

@@ -47,13 +47,38 @@ def nccl_buffer_bytes(
     Ranks are placed tp first, then cp, dp and pp (Megatron-LM's order), so a group spans its size
     times the sizes inside it."""
     tp, cp, dp, pp, ep = (np.asarray(x) for x in (tp, cp, dp, pp, ep))
-    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
-    out = np.where(ep > 1, ring, 0.0)  # the experts' all-to-all (NVLS does not apply)
+    out = np.where(ep > 1, NCCL_CHANNELS * NCCL_CONNECTION_BYTES, 0.0)  # the experts' all-to-all (NVLS does not apply)
     for size, span in ((tp, tp), (cp, tp * cp), (dp * cp, tp * cp * dp), (pp, tp * cp * dp * pp)):
-        nvls_here = np.asarray(nvls, dtype=bool) & (size >= NVLS_MIN_RANKS) & (span <= np.asarray(gpus_per_node))
-        out = (
-            out + np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
-        )
+        out = out + communicator_bytes(size, span, gpus_per_node, nvls)
+    return out
+
+
+def communicator_bytes(size: Number, span: Number, gpus_per_node: Number, nvls: Number) -> Number:
+    """NCCL's buffers on one GPU for one communicator of `size` ranks spread over `span` GPUs: a
+    ring's connections, and NVLink SHARP buffers when it sits inside one server with more than
+    two ranks and `nvls` allows them; nothing for a single rank."""
+    size, span = np.asarray(size), np.asarray(span)
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    nvls_here = np.asarray(nvls, dtype=bool) & (size >= NVLS_MIN_RANKS) & (span <= np.asarray(gpus_per_node))
+    return np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
+
+
+def stack_group_bytes(
+    groups: tuple[str, ...], tp: Number, cp: Number, dp: Number, pp: Number, gpus_per_node: Number, nvls: Number
+) -> Number:
+    """NCCL's buffers for the communicators a stack creates beyond the plan's (`StackMemory.extra_groups`):
+    "world", a communicator over every rank of its own (nanotron's ParallelContext.world_pg: a
+    dist.new_group of all ranks, used for all_gather_object and barriers), and "tp_pp", one over a
+    model replica's tp x pp ranks where it differs from the tp and pp groups (nanotron's mp_pg, over
+    which clip_grad_norm all-reduces the gradient norm)."""
+    tp, cp, dp, pp = (np.asarray(x) for x in (tp, cp, dp, pp))
+    out = np.zeros(np.broadcast(tp, cp, dp, pp).shape)
+    world = tp * cp * dp * pp
+    if "world" in groups:
+        out = out + communicator_bytes(world, world, gpus_per_node, nvls)
+    if "tp_pp" in groups:
+        both = (tp > 1) & (pp > 1)
+        out = out + np.where(both, communicator_bytes(tp * pp, world, gpus_per_node, nvls), 0.0)
     return out
 
 

@@ -258,6 +258,15 @@ def framework(name: str) -> dict[str, Any]:
     return _in_file(name, _framework_from_dict, key, data)
 
 
+def framework_pipeline_split(name: str) -> str:
+    """How the framework splits the layers over pipeline stages when the plan gives no split
+    (`PIPELINE_SPLITS`; "even" where the preset says nothing). A request-layer default, not a
+    `Plan` field."""
+    key, data = _lookup("frameworks", name)
+    _in_file(name, _framework_from_dict, key, data)  # checks the value
+    return str(data.get("pipeline_split", "even"))
+
+
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
 # Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
 # What it pays per micro-batch (`physics.microbatch`) is optional too: Megatron-LM's by default.
@@ -270,7 +279,11 @@ STACK_FIELDS = (
     "per_param_sharding",
     "unfused_accumulate_bytes",
     "p2p_serial",
+    "pipeline_split",
 )
+# how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
+# balanced by compute with the output layer counted (nanotron's build_model)
+PIPELINE_SPLITS = ("even", "compute")
 # ... as the Plan keyword arguments `framework` returns (flash_attention goes with the CLI's own flag)
 STACK_PLAN_FIELDS = (
     "attention_kernel",
@@ -300,6 +313,12 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             out[field] = data[field]
     if "host_kernel" in data:
         out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+    # not a Plan field: the request layer reads it through `framework_pipeline_split`
+    if "pipeline_split" in data and data["pipeline_split"] not in PIPELINE_SPLITS:
+        allowed = ", ".join(PIPELINE_SPLITS)
+        raise SpecError(
+            f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
+        )
     if "unfused_accumulate_bytes" in data:
         value = data["unfused_accumulate_bytes"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:

@@ -12,7 +12,9 @@ the layers of the fullest middle stage (the one that sets the pace):
   `--account-for-loss-in-pipeline-split` give;
 - first and/or last fixed (Megatron-LM `--decoder-first-pipeline-num-layers`,
   `--decoder-last-pipeline-num-layers`): the other stages split the rest as evenly as possible;
-- explicit: one count per stage (`Plan.stage_layers`).
+- explicit: one count per stage (`Plan.stage_layers`);
+- balanced by compute as nanotron's `build_model` does (`compute_balanced_counts`; the nanotron
+  preset's default, given as an explicit split by the request layer).
 
 With v model chunks per GPU (interleaved schedule) each chunk holds 1/v of its stage's layers.
 """
@@ -139,6 +141,28 @@ def stage_layer_list(split: StageSplit, pp: int) -> list[int]:
     base, extra = divmod(total, mids) if mids else (0, 0)
     middle = [base + (1 if i < extra else 0) for i in range(mids)]
     return [int(np.asarray(split.first)), *middle, int(np.asarray(split.last))]
+
+
+def compute_balanced_counts(layers: int, pp: int, layer_cost: float, head_cost: float) -> tuple[int, ...] | None:
+    """Layers per stage as nanotron places its pipeline blocks (huggingface/nanotron
+    src/nanotron/models/base.py `build_model`, v0.4 to main): the blocks in order (the embedding at
+    no cost, the layers at `layer_cost` each, the final norm at none, the output layer at
+    `head_cost`), stage k taking blocks until their running cost first exceeds (k + 1) / pp of the
+    total, the block that crosses it included. The first stages so take one layer more than an
+    even share and the last stage fewer, the output layer counting for head_cost / layer_cost
+    layers (LlamaModel.get_block_compute_costs: 4 h^2 + 3 f h a layer, V h the output layer).
+    None where a stage would hold no layer (the output layer alone, or only the loss), which a
+    `StageSplit` cannot describe."""
+    total = layers * layer_cost + head_cost
+    counts, stage, running = [0] * pp, 0, 0.0
+    for _ in range(layers):
+        counts[stage] += 1
+        running += layer_cost
+        if running > total * (stage + 1) / pp:
+            stage += 1
+            if stage == pp:
+                return None
+    return tuple(counts) if min(counts) >= 1 else None
 
 
 def plan_split(layers: Number, plan: object) -> StageSplit:
