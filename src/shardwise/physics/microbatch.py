@@ -21,6 +21,11 @@ DeepSpeed BF16_Optimizer (ZeRO 0/1, bf16)      18     update_hp_grads() after ev
                                                       hp_grad.add_(lp.grad.to(fp32)), a cast
                                                       (read 2, write a 4-byte copy) then an add
                                                       (read 4 + 4, write 4), per parameter tensor
+DeepSpeed ZeRO 0/1 in fp16                     6      autograd's AccumulateGrad adds each micro-
+                                                      batch's gradient into the 16-bit param.grad
+                                                      (read 2 + 2, write 2): zero/stage_1_and_2.py
+                                                      hooks gradients only with partition_gradients
+                                                      or overlap_comm (both off for stage 1)
 =============================================  =====  ==========================================
 
 Pipeline transfers per micro-batch and model chunk under a blocking schedule:
@@ -50,6 +55,7 @@ from shardwise.specs._checks import Number
 # bytes per weight per micro-batch, after a weight-gradient GEMM that wrote 2 (table above)
 MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.add_
 CAST_THEN_ADD_BYTES = 18.0  # DeepSpeed BF16_Optimizer.update_hp_grads
+AUTOGRAD_FP16_ADD_BYTES = 6.0  # DeepSpeed ZeRO 0/1 in fp16: param.grad += grad, 16 bits
 # transfer times per micro-batch and model chunk of a blocking pipeline schedule
 PAIRED_TRANSFERS = 2  # Megatron: send and receive batched together, two directions at once
 SERIAL_TRANSFERS = 4  # DeepSpeed PipelineEngine: each send and receive on its own
