@@ -38,11 +38,15 @@ Pipeline transfers per micro-batch and model chunk under a blocking schedule:
   the stage's stream): four transfer times per micro-batch.
 
 Size, worked from the physics alone (no run fitted): a 176B model (hidden 14336, 70 layers) at
-tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's accumulation moves 20 bytes
-per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its two
-extra 58.7 MB activation transfers (2048 tokens x 14336 x 2 bytes, sent whole by each TP rank)
-at about 12 GB/s per GPU over the network add about 10 ms. Per layer (6 per stage) that is
-5-6 ms per micro-batch, of the size issue 33 reports for such a stack (about 8 ms).
+tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's bf16 accumulation moves 20
+bytes per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its
+two extra activation transfers (2048 tokens x 14336 x 2 bytes, 58.7 MB, sent as 1/tp by each TP
+rank and re-gathered, engine.py `is_pipe_partitioned`) add a few ms over the network. Per layer
+(6 per stage) that is 4-5 ms per micro-batch, about half the cost per micro-batch per layer that
+issue 33 infers for such a stack (about 8 ms); what else DeepSpeed's engine does per micro-batch
+(three host syncs: ThroughputTimer.start and PartitionedTensor.from_meta's tolist() twice; the
+activation checkpoint's RNG bookkeeping, host only) is tens of microseconds. docs/model.md
+("What the DeepSpeed pipeline engine does per micro-batch") lists what was checked.
 """
 
 from __future__ import annotations
