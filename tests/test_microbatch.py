@@ -8,7 +8,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.training import estimate_training_step, stage_sends_per_micro_batch_s
+from shardwise.engines.training import PIPELINE_SYNC_S, estimate_training_step, stage_sends_per_micro_batch_s
 from shardwise.errors import SpecError
 from shardwise.physics.compute import linear_times, memory_s
 from shardwise.physics.flops import gemm
@@ -48,7 +48,8 @@ def test_serial_sends_and_receives_cost_four_transfers_a_micro_batch():
     scn = _scenario("megatron-deepspeed")
     serial = stage_sends_per_micro_batch_s(scn, 1e-3)
     paired = stage_sends_per_micro_batch_s(_scenario("megatron-deepspeed", p2p_serial=False), 1e-3)
-    assert serial == pytest.approx(4e-3) and paired == pytest.approx(2e-3)
+    sync = 2 * PIPELINE_SYNC_S  # the preset's device syncs (ThroughputTimer.start per forward pass)
+    assert serial == pytest.approx(4e-3 + sync) and paired == pytest.approx(2e-3 + sync)
 
 
 def test_the_deepspeed_preset_states_its_per_micro_batch_costs():
@@ -81,3 +82,71 @@ def test_the_simulator_and_the_closed_form_agree_on_deepspeeds_pipeline(micro_ba
     closed = float(estimate_training_step(scn).step_time_s)
     simulated = float(simulate_training_step(scn).estimate.step_time_s)
     assert simulated == pytest.approx(closed, rel=0.01)
+
+
+def test_the_megatron_deepspeed_preset_reads_deepspeeds_pipeline_engine():
+    """What Megatron-DeepSpeed's and DeepSpeed's (v0.6-v0.9.5) code does: Megatron's async TP
+    gradient all-reduce off under DeepSpeed (megatron/arguments.py), activations and gradients
+    sent partitioned over the TP ranks (engine.py is_pipe_partitioned), a device sync per forward
+    pass (ThroughputTimer.start), the gradient all-reduce after the flush (TrainSchedule), and the
+    materialised attention core unless --use-flash-attn* is given."""
+    fw = presets.framework("megatron-deepspeed")
+    assert fw["async_tp_grad"] is False and fw["overlap_grad_reduce"] is False
+    assert fw["scatter_gather"] is True and fw["pipeline_sync"] is True
+    assert fw["flash_attention"] is False
+    assert "unfused_accumulate_bytes_fp16" not in fw  # not a Plan field
+
+
+def test_flash_attention_follows_the_framework_unless_given():
+    from shardwise.requests.training import TrainingRequest
+
+    def flash(**over: object) -> bool:
+        base = {"model": "gpt-13b", "system": "dgx-a100", "num_gpus": 64, "tp": 4, "pp": 8, "global_batch": 64}
+        return bool(TrainingRequest(**{**base, **over}).scenario().plan.flash_attention)
+
+    assert flash() is True  # megatron-core
+    assert flash(framework="megatron-deepspeed") is False
+    assert flash(framework="megatron-deepspeed", flash_attention=True) is True
+    assert flash(framework="megatron-core", flash_attention=False) is False
+
+
+def test_deepspeed_fp16_accumulates_in_sixteen_bits():
+    """ZeRO 0/1 in fp16 leaves the accumulation to autograd: param.grad += grad, read 2 + 2 and
+    write 2 bytes per weight, against the bf16 optimizer's cast-then-add 18."""
+    from shardwise.physics.microbatch import AUTOGRAD_FP16_ADD_BYTES
+    from shardwise.requests.training import TrainingRequest
+
+    assert AUTOGRAD_FP16_ADD_BYTES == 2 + 2 + 2
+    assert presets.framework_accumulate_bytes("megatron-deepspeed", "fp16") == AUTOGRAD_FP16_ADD_BYTES
+    assert presets.framework_accumulate_bytes("megatron-deepspeed", "bf16") == CAST_THEN_ADD_BYTES
+    assert presets.framework_accumulate_bytes("megatron-core", "fp16") is None
+    base = {"model": "gpt-13b", "system": "dgx-2", "num_gpus": 128, "tp": 4, "pp": 8, "global_batch": 1024}
+    for precision, expected in (("fp16", AUTOGRAD_FP16_ADD_BYTES), ("bf16", CAST_THEN_ADD_BYTES)):
+        req = TrainingRequest(**base, framework="megatron-deepspeed", precision=precision)
+        assert float(req.scenario().plan.unfused_accumulate_bytes) == expected
+    raw = presets.raw("frameworks")["megatron-deepspeed"]
+    with pytest.raises(SpecError, match="unfused_accumulate_bytes_fp16"):
+        _framework_from_dict("mine", {**raw, "unfused_accumulate_bytes_fp16": 100})
+
+
+def test_megatron_deepspeed_public_rows_run_as_their_code_does():
+    """The GPT-3 13B rows (V100, Megatron-DeepSpeed examples_deepspeed/rebase) materialise the
+    attention scores (FlashAttention needs sm80+) and pay more for it; a row that states
+    FlashAttention gets it; a ZeRO-3 row (DeepSpeed's own engine) reduces during the backward."""
+    from shardwise.analyses import public_stacks
+    from shardwise.analyses.public_validation import raw_rows, request_for
+
+    rows = {r["id"]: r for r in raw_rows()}
+    thirteen = request_for(rows["PUB-0999"]).scenario()
+    assert not bool(thirteen.plan.flash_attention)
+    materialised = float(estimate_training_step(thirteen).step_time_s)
+    flash = float(
+        estimate_training_step(
+            Scenario(thirteen.model, thirteen.cluster, thirteen.plan.with_(flash_attention=True))
+        ).step_time_s
+    )
+    assert materialised > 1.05 * flash
+    _, stated = public_stacks.execution(rows["PUB-1003"])  # attention=flash-attn-1
+    assert stated["flash_attention"] is True
+    _, zero3 = public_stacks.execution(rows["PUB-0995"])
+    assert zero3["overlap_grad_reduce"] is True

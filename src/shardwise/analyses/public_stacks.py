@@ -133,8 +133,14 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["flash_attention"] = False
     elif attention == "cudnn-flash-te" or n.get("te") == "on":
         out["attention_kernel"] = "fused"
-    elif attention in ("sdpa-flash2", "flash-attn"):
+    elif attention in ("sdpa-flash2", "flash-attn", "flash-attn-1", "flash-attn-2"):
         out["attention_kernel"] = "flash2"
+        out["flash_attention"] = True  # stated: on even where the stack's default is off (megatron-deepspeed)
+    if fw == "megatron-deepspeed" and n.get("zero") == "3":
+        # ZeRO-3 runs on DeepSpeed's own engine, not the PipelineEngine whose gradient reduction
+        # waits for the flush: stage 3 reduce-scatters during the backward pass (overlap_comm
+        # defaults to true for stage 3, deepspeed/runtime/zero/config.py `overlap_comm_valid`)
+        out["overlap_grad_reduce"] = True
     if n.get("ac") == "selective-op":
         out["selective_policy"] = "op"
     fraction = block_fraction(row)

@@ -139,7 +139,11 @@ experiment_options = _stack(
         help="physical: shardwise's model; textbook: the brief's Section 7 formulas, verbatim.",
     ),
     click.option("--recompute", type=choice(["none", "selective", "full"]), default=_d("recompute"), show_default=True),
-    click.option("--flash-attention/--no-flash-attention", default=_d("flash_attention"), show_default=True),
+    click.option(
+        "--flash-attention/--no-flash-attention",
+        default=_d("flash_attention"),
+        help="Fused attention that never stores the s x s scores [default: the framework's].",
+    ),
     click.option(
         "--precision",
         type=choice(TRAINING_PRECISIONS),

@@ -290,9 +290,9 @@ execution_options = _stack(
     ),
     click.option(
         "--flash-attention/--no-flash-attention",
-        default=True,
-        show_default=True,
-        help="Fused attention that never stores the s x s scores.",
+        default=None,
+        help="Fused attention that never stores the s x s scores [default: the framework's; on for all but "
+        "megatron-deepspeed, whose --use-flash-attn flags are opt-in].",
     ),
     click.option(
         "--attention-kernel",

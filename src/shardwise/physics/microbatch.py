@@ -21,6 +21,11 @@ DeepSpeed BF16_Optimizer (ZeRO 0/1, bf16)      18     update_hp_grads() after ev
                                                       hp_grad.add_(lp.grad.to(fp32)), a cast
                                                       (read 2, write a 4-byte copy) then an add
                                                       (read 4 + 4, write 4), per parameter tensor
+DeepSpeed ZeRO 0/1 in fp16                     6      autograd's AccumulateGrad adds each micro-
+                                                      batch's gradient into the 16-bit param.grad
+                                                      (read 2 + 2, write 2): zero/stage_1_and_2.py
+                                                      hooks gradients only with partition_gradients
+                                                      or overlap_comm (both off for stage 1)
 =============================================  =====  ==========================================
 
 Pipeline transfers per micro-batch and model chunk under a blocking schedule:
@@ -33,11 +38,15 @@ Pipeline transfers per micro-batch and model chunk under a blocking schedule:
   the stage's stream): four transfer times per micro-batch.
 
 Size, worked from the physics alone (no run fitted): a 176B model (hidden 14336, 70 layers) at
-tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's accumulation moves 20 bytes
-per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its two
-extra 58.7 MB activation transfers (2048 tokens x 14336 x 2 bytes, sent whole by each TP rank)
-at about 12 GB/s per GPU over the network add about 10 ms. Per layer (6 per stage) that is
-5-6 ms per micro-batch, of the size issue 33 reports for such a stack (about 8 ms).
+tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's bf16 accumulation moves 20
+bytes per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its
+two extra activation transfers (2048 tokens x 14336 x 2 bytes, 58.7 MB, sent as 1/tp by each TP
+rank and re-gathered, engine.py `is_pipe_partitioned`) add a few ms over the network. Per layer
+(6 per stage) that is 4-5 ms per micro-batch, about half the cost per micro-batch per layer that
+issue 33 infers for such a stack (about 8 ms); what else DeepSpeed's engine does per micro-batch
+(three host syncs: ThroughputTimer.start and PartitionedTensor.from_meta's tolist() twice; the
+activation checkpoint's RNG bookkeeping, host only) is tens of microseconds. docs/model.md
+("What the DeepSpeed pipeline engine does per micro-batch") lists what was checked.
 """
 
 from __future__ import annotations
@@ -50,6 +59,7 @@ from shardwise.specs._checks import Number
 # bytes per weight per micro-batch, after a weight-gradient GEMM that wrote 2 (table above)
 MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.add_
 CAST_THEN_ADD_BYTES = 18.0  # DeepSpeed BF16_Optimizer.update_hp_grads
+AUTOGRAD_FP16_ADD_BYTES = 6.0  # DeepSpeed ZeRO 0/1 in fp16: param.grad += grad, 16 bits
 # transfer times per micro-batch and model chunk of a blocking pipeline schedule
 PAIRED_TRANSFERS = 2  # Megatron: send and receive batched together, two directions at once
 SERIAL_TRANSFERS = 4  # DeepSpeed PipelineEngine: each send and receive on its own

@@ -267,6 +267,18 @@ def framework_pipeline_split(name: str) -> str:
     return str(data.get("pipeline_split", "even"))
 
 
+def framework_accumulate_bytes(name: str, precision: str) -> float | None:
+    """Bytes per weight per micro-batch that the framework's unfused gradient accumulation moves
+    when training in `precision` (`physics.microbatch`): its `unfused_accumulate_bytes_fp16` in
+    fp16 where it states one, else its `unfused_accumulate_bytes`; None where it states neither."""
+    framework(name)  # the whole preset is valid
+    key, data = _lookup("frameworks", name)
+    fields = _stack_fields(key, data)
+    if precision == "fp16" and "unfused_accumulate_bytes_fp16" in fields:
+        return float(fields["unfused_accumulate_bytes_fp16"])
+    return fields.get("unfused_accumulate_bytes")
+
+
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
 # Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
 # What it pays per micro-batch (`physics.microbatch`) is optional too: Megatron-LM's by default.
@@ -278,6 +290,7 @@ STACK_FIELDS = (
     "flash_attention",
     "per_param_sharding",
     "unfused_accumulate_bytes",
+    "unfused_accumulate_bytes_fp16",
     "p2p_serial",
     "pipeline_split",
 )
@@ -319,13 +332,13 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         raise SpecError(
             f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
         )
-    if "unfused_accumulate_bytes" in data:
-        value = data["unfused_accumulate_bytes"]
-        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
-            raise SpecError(
-                f"framework {key!r}: unfused_accumulate_bytes: {value!r} is not allowed; give bytes per weight, 0-64"
-            )
-        out["unfused_accumulate_bytes"] = float(value)
+    # bytes per weight per micro-batch; `_fp16`: when training in fp16, where that differs
+    for field in ("unfused_accumulate_bytes", "unfused_accumulate_bytes_fp16"):
+        if field in data:
+            value = data[field]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
+                raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give bytes per weight, 0-64")
+            out[field] = float(value)
     return out
 
 
@@ -348,6 +361,7 @@ def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
             allowed = "0, 1, 2 or 3" if f == "zero_stage" else "true or false" + (" or null" * (f == "overlap_p2p"))
             raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed; give {allowed}")
     out.update(_stack_fields(key, data))
+    out.pop("unfused_accumulate_bytes_fp16", None)  # not a Plan field: `framework_accumulate_bytes`
     out["framework"] = key
     return out
 

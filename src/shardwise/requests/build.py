@@ -264,6 +264,11 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
             out[name] = o[name]
         elif name in flags:
             out[name] = flags[name]
+    # fp16 training accumulates its gradients another way in some stacks (`physics.microbatch`)
+    if o.get("unfused_accumulate_bytes") is None:
+        accumulate = presets.framework_accumulate_bytes(flags["framework"], o.get("precision") or "bf16")
+        if accumulate is not None:
+            out["unfused_accumulate_bytes"] = accumulate
     if sequence_parallel is not None and not sequence_parallel:
         if o.get("tp_comm_overlap") and tp > 1:
             raise SpecError(
@@ -273,6 +278,17 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     if o.get("zero") is None:
         out["zero_stage"] = flags["zero_stage"]
     return out
+
+
+def flash_attention(o: dict[str, Any]) -> bool:
+    """Fused (flash) attention: as given (--flash-attention / --no-flash-attention), else as the
+    framework preset states it (megatron-deepspeed: off, its --use-flash-attn flags are opt-in),
+    else on."""
+    from shardwise import presets
+
+    if o.get("flash_attention") is not None:
+        return bool(o["flash_attention"])
+    return bool(presets.framework(o.get("framework") or "megatron-core").get("flash_attention", True))
 
 
 def sequence_parallel(o: dict[str, Any]) -> bool:
@@ -346,7 +362,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         recompute_layers=o.get("recompute_layers") or 0,
         sequence_parallel=sp,
         precision=o["precision"],
-        flash_attention=o["flash_attention"] and execution.pop("flash_attention", True),
+        flash_attention=flash_attention(o),
         lora_rank=o.get("lora_rank") or 0,
         shard_group=o.get("shard_group") or 0,
         **execution,

@@ -57,7 +57,7 @@ class ExperimentRequest:
     workload: str = _d("workload")
     cost_model: str = _d("cost_model")
     recompute: str = _d("recompute")
-    flash_attention: bool = _d("flash_attention")
+    flash_attention: bool | None = _d("flash_attention")
     precision: str = _d("precision")
     framework: str = _d("framework")
     first_stage_layers: int | None = None

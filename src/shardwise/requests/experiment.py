@@ -23,7 +23,7 @@ def _framework_defaults(o: dict[str, Any]) -> dict[str, Any]:
     (a plan's zero= key overrides it)."""
     from shardwise.requests.build import execution_kwargs
 
-    flags = execution_kwargs({"framework": o.get("framework")})
+    flags = execution_kwargs({"framework": o.get("framework"), "precision": o.get("precision")})
     flags.pop("zero_stage", None)
     return flags
 
@@ -37,7 +37,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.errors import SpecError
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
-    from shardwise.requests.build import stage_kwargs
+    from shardwise.requests.build import flash_attention, stage_kwargs
     from shardwise.specs._checks import MAX_WHOLE
     from shardwise.specs.experiment import Experiment
 
@@ -110,7 +110,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         cost_model=o["cost_model"],
         plan_defaults={
             "recompute": o["recompute"],
-            "flash_attention": o["flash_attention"],
+            "flash_attention": flash_attention(o),
             "precision": o["precision"],
             **_framework_defaults(o),
             **stage_kwargs(o),

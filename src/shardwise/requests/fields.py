@@ -98,7 +98,7 @@ PLAN_FIELDS = (
 EXECUTION_FIELDS = (
     _f("framework", "str", "megatron-core"),
     _f("precision", "str", "bf16"),  # choices: precisions.TRAINING_PRECISIONS (checked by the Plan)
-    _f("flash_attention", "bool", True),
+    _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
     _f("attention_kernel", "str", None, "fused", "flash2"),
     _f("eager_kernels", "bool"),
     _f("selective_policy", "str", None, *SELECTIVE_POLICIES),
@@ -136,7 +136,7 @@ EXPERIMENT_FIELDS = (
     _f("workload", "str", "train", "train", "forward", "prefill", "decode"),
     _f("cost_model", "str", "physical", "physical", "textbook"),
     _f("recompute", "str", "none", "none", "selective", "full"),
-    _f("flash_attention", "bool", True),
+    _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
     _f("precision", "str", "bf16"),  # choices: precisions.TRAINING_PRECISIONS (checked by the Plan)
     _f("framework", "str", "megatron-core"),
     _f("first_stage_layers", "int"),

@@ -253,11 +253,11 @@ class PlanRequest:
 
     def _execution(self) -> dict[str, Any]:
         """The framework's execution flags (and those given) for every searched plan; ZeRO is searched."""
-        from shardwise.requests.build import execution_kwargs
+        from shardwise.requests.build import execution_kwargs, flash_attention
 
         out = execution_kwargs({**self.training.values(), "zero": 0})
         out.pop("zero_stage", None)
-        out["flash_attention"] = self.training.flash_attention
+        out["flash_attention"] = flash_attention(self.training.values())
         out["lora_rank"] = self.training.lora_rank
         out["recompute_layers"] = self.training.recompute_layers
         return out

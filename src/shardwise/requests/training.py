@@ -74,7 +74,7 @@ class TrainingRequest:
     stage_layers: str | None = default("stage_layers")
     framework: str = default("framework")
     precision: str = default("precision")
-    flash_attention: bool = default("flash_attention")
+    flash_attention: bool | None = default("flash_attention")
     attention_kernel: str | None = default("attention_kernel")
     eager_kernels: bool | None = default("eager_kernels")
     selective_policy: str | None = default("selective_policy")
