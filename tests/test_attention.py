@@ -98,7 +98,7 @@ def test_pytorch_ring_gathers_every_ranks_keys_and_passes_fp32_key_gradients():
     """torchtitan's ring (flash2) on Llama 3 8B at 64K tokens, cp 2, one DGX H100: one all-gather of
     both ranks' KV chunks (32 query heads: repeat_kv) per pass, and dK, dV in fp32 after each step;
     Megatron's ring (fused) sends one chunk (8 KV heads) per step."""
-    from shardwise.engines.costs import cp_kv_chunk_bytes, cp_step_s
+    from shardwise.engines.context_parallel import cp_kv_chunk_bytes, cp_step_s
     from shardwise.physics.collectives import Fabric
     from shardwise.physics.topology import placement
 
@@ -117,7 +117,9 @@ def test_pytorch_ring_gathers_every_ranks_keys_and_passes_fp32_key_gradients():
 def test_only_the_last_key_gradients_of_the_pytorch_ring_stay_exposed_at_long_context():
     """At 32K tokens per rank the gather and every dK, dV but the last hide behind a step's attention:
     the backward's exposed CP time per layer is one fp32 transfer, the forward's none."""
-    from shardwise.engines.costs import context_parallel, cp_step_s, layer_cost, tp_comm
+    from shardwise.engines.context_parallel import context_parallel, cp_step_s
+    from shardwise.engines.costs import layer_cost
+    from shardwise.engines.tp_overlap import tp_comm
     from shardwise.physics.collectives import Fabric
     from shardwise.physics.topology import placement
 

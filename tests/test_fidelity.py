@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from shardwise import presets
-from shardwise.engines.costs import overlapped_exposed_s
 from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.tp_overlap import overlapped_exposed_s
 from shardwise.engines.training import estimate_training_step
 from shardwise.physics.gemm import TILE_FILL_S, gemm_time_s
 from shardwise.specs import Plan, Scenario
@@ -290,7 +290,7 @@ def test_context_parallel_communication_types_by_hand():
     attention on NVLink); all_gather gathers the cp chunks (and reduce-scatters their gradients),
     exposed; Ulysses all-to-alls send the local queries, keys and values (h + 2k heads) and the
     output (h heads), each 1/cp of the sequence, forward and backward."""
-    from shardwise.engines.costs import cp_kv_chunk_bytes, cp_step_s
+    from shardwise.engines.context_parallel import cp_kv_chunk_bytes, cp_step_s
     from shardwise.physics.collectives import Fabric
     from shardwise.physics.topology import placement
 

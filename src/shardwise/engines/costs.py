@@ -10,11 +10,21 @@ from typing import NamedTuple
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array
+from shardwise.engines.context_parallel import CpComm, cp_step_s, micro_batch_view
+from shardwise.engines.tp_overlap import (
+    NCCL_OVERLAP_SMS,
+    UB_BULK_AG_SMS,
+    UB_BULK_RS_SMS,
+    UB_PIPELINED_RS_SMS,
+    UB_PIPELINED_RS_SPLITS,
+    UB_RING_EXCHANGE_SMS,
+    TpComm,
+    overlapped_exposed_s,
+    tp_comm,
+)
 from shardwise.physics import memory as mem
 from shardwise.physics import remat
-from shardwise.physics.attention import TORCH_RING_GRAD_BYTES
-from shardwise.physics.collectives import Fabric, Group
+from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
     LayerTimes,
@@ -30,7 +40,6 @@ from shardwise.physics.flops import (
     layer_forward,
     logits_forward,
 )
-from shardwise.physics.gemm_ramp import ramped
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
@@ -39,7 +48,7 @@ from shardwise.physics.stack import (
     layer_kernels,
     per_param_sharding_bytes,
 )
-from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
+from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit, recomputed_split
 
@@ -96,150 +105,6 @@ FIELDS = (
     "ep_forward_s",
     "ep_backward_s",
 )
-
-
-class TpComm:
-    """The TP group's collectives on one micro-batch's activation (b s_q h e bytes), priced once
-    and shared by the layers, the embedding, the output layer and the pipeline sends."""
-
-    __slots__ = ("all_gather", "all_reduce", "group", "message_bytes", "reduce_scatter")
-
-    def __init__(self, group: Group, message_bytes: Number) -> None:
-        self.group, self.message_bytes = group, message_bytes
-        self.all_reduce = group.all_reduce(message_bytes)
-        self.reduce_scatter = group.reduce_scatter(message_bytes)
-        self.all_gather = self.reduce_scatter  # same bytes, same ring
-
-
-def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | None = None) -> TpComm:
-    model, plan = scn.model, scn.plan
-    tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
-    return TpComm(fabric.group(plan.tp, tp_per_node), plan.bytes_per_element * tokens * model.hidden)
-
-
-# SMs a collective occupies while it overlaps a GEMM (the GEMM runs on the rest). Transformer
-# Engine's userbuffers (NeMo's H100 configurations, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_
-# seqlen8192): all-gathers by ring exchange on copy engines (1 SM), pipelined reduce-scatters
-# overlapping the forward GEMMs 24 SMs, bulk all-gathers in the input-gradient GEMM 2 and bulk
-# reduce-scatters in the weight-gradient GEMM 24 (QKV) or 2-4 (MLP up), here one value, 16, for
-# both. NCCL kernels launched
-# beside a GEMM (Megatron's asynchronous TP gradient reduction) run one CTA per channel, 16 on
-# NVLink systems by default (NCCL_MIN_NCHANNELS unset; nccl src/graph/connect.cc).
-UB_RING_EXCHANGE_SMS = 1
-UB_PIPELINED_RS_SMS = 24
-UB_BULK_AG_SMS = 2
-UB_BULK_RS_SMS = 16
-NCCL_OVERLAP_SMS = 16
-# A pipelined overlap splits the GEMM into chunks and cannot hide the chunk of communication at
-# its end (reduce-scatter: the last chunk's) or start (all-gather: the first): 1/splits of the
-# collective stays exposed. Ring exchange moves one tp-th per step; the pipelined reduce-scatter
-# uses 4 splits (NeMo's userbuffer configurations, num_splits 4).
-UB_PIPELINED_RS_SPLITS = 4
-
-
-def overlapped_exposed_s(
-    comm_s: Number, window_s: Number, comm_sms: Number, sm_count: Number, splits: Number = np.inf
-) -> Number:
-    """Seconds a collective adds when it runs beside one GEMM of `window_s` that loses `comm_sms`
-    of the GPU's `sm_count` SMs while the collective runs: the pair takes max(comm, window +
-    comm * c / S), so the cost beyond the GEMM is max(comm - window, comm c / S), and at least
-    comm / splits for a pipelined (chunked) overlap. Without a window (0) it is the whole
-    collective."""
-    share = np.where(np.asarray(sm_count) > 0, comm_sms / np.maximum(np.asarray(sm_count, dtype=float), 1.0), 0.0)
-    tail = comm_s / splits
-    return np.where(np.asarray(window_s) > 0, np.maximum(np.maximum(comm_s - window_s, comm_s * share), tail), comm_s)
-
-
-@dataclass(frozen=True)
-class RankView:
-    """A scenario as one context-parallel rank computes it (derived from a checked Scenario, so
-    not checked again): sequences of seq_len / cp tokens."""
-
-    model: Model
-    cluster: Cluster
-    plan: Plan
-
-
-def context_parallel(scn: Scenario) -> Scenario:
-    """The scenario as one context-parallel rank sees it: sequences of seq_len / cp tokens (TP
-    messages, pipeline sends, activations, the output layer and the loss all shrink by cp); the
-    attention still spans the whole sequence (`layer_cost(..., kv_len=seq_len)`)."""
-    cp = as_array(scn.plan.cp)
-    if not any_true(cp > 1):
-        return scn
-    local = scn.model.with_(seq_len=scn.model.seq_len // cp)
-    return RankView(local, scn.cluster, scn.plan)  # type: ignore[return-value]
-
-
-def micro_batch_view(scn: Scenario) -> Scenario:
-    """The scenario as one context-parallel rank trains one micro-batch: `context_parallel`, with
-    its GEMMs at the efficiency a micro-batch of that many tokens reaches (`physics.gemm_ramp`;
-    unchanged unless the cluster has a calibrated ramp)."""
-    local = context_parallel(scn)
-    cluster = ramped(scn.cluster, np.asarray(scn.plan.micro_batch, dtype=float) * local.model.seq_len)
-    return local if cluster is scn.cluster else RankView(local.model, cluster, scn.plan)  # type: ignore[return-value]
-
-
-def cp_kv_chunk_bytes(scn: Scenario) -> Number:
-    """Keys and values of one context-parallel rank's tokens, per layer (what the ring passes on).
-    PyTorch's ring (the "flash2" kernel: SDPA, torchtitan) passes the keys and values SDPA was
-    called with, which torchtitan's Llama has already repeated to the query heads (`repeat_kv`)."""
-    model, plan = scn.model, scn.plan
-    local = model.seq_len / np.asarray(plan.cp)
-    heads = model.heads if plan.attention_kernel == "flash2" else model.kv_heads
-    return 2 * plan.bytes_per_element * plan.micro_batch * local * heads / plan.tp * model.head_dim
-
-
-class CpComm(NamedTuple):
-    """Context parallelism's communication per layer and micro-batch: a ring step (p2p, hidden
-    behind the chunk attention as far as it goes) or collectives that stay exposed; PyTorch's
-    ring instead gathers every rank's keys and values once (behind the first step only, forward
-    and again backward) and passes the fp32 dK, dV on after every backward step (behind the
-    next step; the last is awaited with nothing to hide behind)."""
-
-    ring_step_s: Number = 0.0
-    forward_s: Number = 0.0
-    backward_s: Number = 0.0
-    gather_s: Number = 0.0
-    grad_step_s: Number = 0.0
-
-
-def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm:
-    """Context parallelism's communication (`Plan.cp_comm`), on the CP group (over the network
-    when it spans servers):
-    - p2p: one ring step sends a rank's KV chunk (2 b s/cp k d / t elements) to the next rank;
-      PyTorch's ring (the "flash2" kernel: torchtitan's `context_parallel`) all-gathers the
-      chunks of every rank instead (its default rotate method, `_AllGatherRotater`; torchtitan's
-      `context_parallel_rotate_method = "allgather"`), forward and again backward, and passes
-      each backward step's dK, dV on to the next rank in fp32 (`_templated_ring_attention_backward`:
-      `accum_dtype` float32, `permute_tensor`), twice the bytes of a 16-bit chunk;
-    - all_gather: the whole sequence's keys and values gathered before attention (cp - 1 of cp
-      chunks arrive), their gradients reduce-scattered after (Transformer Engine's KV all-gather
-      attention);
-    - a2a: DeepSpeed-Ulysses (Jacobs et al. 2023): an all-to-all of the local queries, keys and
-      values turns the sequence split into a split of the heads, one of the attention output
-      turns it back; backward the same with gradients."""
-    model, plan = scn.model, scn.plan
-    cp = np.asarray(plan.cp)
-    crosses = place["cp"] < cp
-    chunk = cp_kv_chunk_bytes(scn)
-    on = cp > 1
-    if plan.cp_comm == "p2p" and plan.attention_kernel == "flash2":
-        grads = chunk * TORCH_RING_GRAD_BYTES / plan.bytes_per_element
-        gather = fabric.group(plan.cp, place["cp"]).all_gather(chunk * cp)
-        return CpComm(gather_s=np.where(on, gather, 0.0), grad_step_s=np.where(on, fabric.p2p(grads, crosses), 0.0))
-    if plan.cp_comm == "p2p":
-        return CpComm(np.where(on, fabric.p2p(chunk, crosses), 0.0))
-    group = fabric.group(plan.cp, place["cp"])
-    if plan.cp_comm == "all_gather":
-        whole = chunk * cp  # the gathered keys and values
-        return CpComm(
-            0.0, np.where(cp > 1, group.all_gather(whole), 0.0), np.where(cp > 1, group.reduce_scatter(whole), 0.0)
-        )
-    per_head = plan.bytes_per_element * plan.micro_batch * model.seq_len / cp * model.head_dim / np.asarray(plan.tp)
-    qkv, out = per_head * (model.heads + 2 * model.kv_heads), per_head * model.heads
-    both = np.where(cp > 1, group.all_to_all(qkv) + group.all_to_all(out), 0.0)
-    return CpComm(0.0, both, both)
 
 
 def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | None:

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
-from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost
+from shardwise.engines.costs import StageCost
+from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.topology import ranks_per_node
@@ -48,7 +49,7 @@ class DpComm:
     # ZeRO-0/1: one reduction (and gather) per step, per model chunk (see `exposed_s`)
     per_chunk: Number = False
     # the share of the GPU's SMs NCCL's kernels hold while a hidden collective runs: the compute
-    # beside it slows by that share of the collective's time (`costs.overlapped_exposed_s`)
+    # beside it slows by that share of the collective's time (`tp_overlap.overlapped_exposed_s`)
     contention: Number = 0.0
 
     @property

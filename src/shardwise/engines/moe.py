@@ -31,7 +31,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.costs import NCCL_OVERLAP_SMS, StageCost, TpComm, layer_cost, overlapped_exposed_s
+from shardwise.engines.costs import StageCost, layer_cost
+from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
@@ -171,7 +172,7 @@ def combined_1f1b(cost: StageCost, scn: Scenario) -> StageCost:
     megatron/core/pipeline_parallel/combined_1f1b.py): the forward of micro-batch i + 1 and the
     backward of micro-batch i run together layer by layer, the one's dispatch and combine on a
     second stream beside the other's attention and expert GEMMs. A pair's all-to-alls then cost
-    what `engines.costs.overlapped_exposed_s` says for a window of the layer's forward and
+    what `engines.tp_overlap.overlapped_exposed_s` says for a window of the layer's forward and
     backward compute, the communication kernels taking NCCL's (or DeepEP's, set alike in the
     recipes) 16 SMs from the GEMMs. Of m micro-batches, m - 1 forward/backward pairs form: the
     first forward and the last backward run alone, fully exposed."""

@@ -16,25 +16,24 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
     FIELDS,
     StageCost,
     add_costs,
-    cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
-    micro_batch_view,
     recomputed_layer_extra,
     sharding_copies,
     stage_send_time_s,
-    tp_comm,
 )
 from shardwise.engines.data_parallel import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
+from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import (
     PIPELINE_SYNC_S,
     _stage_key,

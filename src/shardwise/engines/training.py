@@ -30,21 +30,18 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, plus, where
+from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
     Stages,
     add_costs,
-    context_parallel,
-    cp_step_s,
     embedding_cost,
     head_cost,
     layer_cost,
-    micro_batch_view,
     recomputed_stages,
     select,
     sharding_copies,
     stage_send_time_s,
     stages,
-    tp_comm,
 )
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
@@ -58,6 +55,7 @@ from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
+from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric

@@ -38,7 +38,9 @@ class Predicted:
 def _layer(model: Model, cluster: Cluster, plan: Plan) -> tuple[Any, Any, Any, Any, Any]:
     """(compute forward, compute backward, TP forward, TP backward, the backward's weight-gradient
     part) of one layer, one micro-batch."""
-    from shardwise.engines.costs import context_parallel, layer_cost, tp_comm
+    from shardwise.engines.context_parallel import context_parallel
+    from shardwise.engines.costs import layer_cost
+    from shardwise.engines.tp_overlap import tp_comm
     from shardwise.physics.collectives import Fabric
     from shardwise.physics.topology import placement
 

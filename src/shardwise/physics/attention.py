@@ -67,7 +67,7 @@ SDPA, `repeat_kv`), in the code of torch/distributed/tensor/experimental/_attent
   received dK, dV (2 x (4 + 2)): 84 bytes, 11 kernels.
 Megatron-Core / Transformer Engine fuse the same corrections into their attention kernels'
 epilogues (`flash_attn_fwd_out_correction`): not charged. PyTorch's ring communicates as
-`engines.costs.CpComm` describes: one all-gather of every rank's keys and values per pass, and
+`engines.context_parallel.CpComm` describes: one all-gather of every rank's keys and values per pass, and
 the dK, dV of each backward step passed on in fp32 (`TORCH_RING_GRAD_BYTES`), the last exposed.
 Its flash calls are FlashAttention-2 on H100 (torchtitan's SDPA backends put flash first), every
 step does equal work (the head-tail balance is on by default), and selective checkpointing does

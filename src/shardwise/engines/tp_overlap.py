@@ -1,0 +1,62 @@
+"""The TP group's collectives on one micro-batch's activation, and what a collective adds when it
+overlaps a GEMM (the SMs it takes from it, the chunk a pipelined overlap cannot hide)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics.collectives import Fabric, Group
+from shardwise.specs import Scenario
+from shardwise.specs._checks import Number
+
+
+class TpComm:
+    """The TP group's collectives on one micro-batch's activation (b s_q h e bytes), priced once
+    and shared by the layers, the embedding, the output layer and the pipeline sends."""
+
+    __slots__ = ("all_gather", "all_reduce", "group", "message_bytes", "reduce_scatter")
+
+    def __init__(self, group: Group, message_bytes: Number) -> None:
+        self.group, self.message_bytes = group, message_bytes
+        self.all_reduce = group.all_reduce(message_bytes)
+        self.reduce_scatter = group.reduce_scatter(message_bytes)
+        self.all_gather = self.reduce_scatter  # same bytes, same ring
+
+
+def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | None = None) -> TpComm:
+    model, plan = scn.model, scn.plan
+    tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
+    return TpComm(fabric.group(plan.tp, tp_per_node), plan.bytes_per_element * tokens * model.hidden)
+
+
+# SMs a collective occupies while it overlaps a GEMM (the GEMM runs on the rest). Transformer
+# Engine's userbuffers (NeMo's H100 configurations, e.g. userbuffers_bf16_h100_h8192_tp4_mbs1_
+# seqlen8192): all-gathers by ring exchange on copy engines (1 SM), pipelined reduce-scatters
+# overlapping the forward GEMMs 24 SMs, bulk all-gathers in the input-gradient GEMM 2 and bulk
+# reduce-scatters in the weight-gradient GEMM 24 (QKV) or 2-4 (MLP up), here one value, 16, for
+# both. NCCL kernels launched
+# beside a GEMM (Megatron's asynchronous TP gradient reduction) run one CTA per channel, 16 on
+# NVLink systems by default (NCCL_MIN_NCHANNELS unset; nccl src/graph/connect.cc).
+UB_RING_EXCHANGE_SMS = 1
+UB_PIPELINED_RS_SMS = 24
+UB_BULK_AG_SMS = 2
+UB_BULK_RS_SMS = 16
+NCCL_OVERLAP_SMS = 16
+# A pipelined overlap splits the GEMM into chunks and cannot hide the chunk of communication at
+# its end (reduce-scatter: the last chunk's) or start (all-gather: the first): 1/splits of the
+# collective stays exposed. Ring exchange moves one tp-th per step; the pipelined reduce-scatter
+# uses 4 splits (NeMo's userbuffer configurations, num_splits 4).
+UB_PIPELINED_RS_SPLITS = 4
+
+
+def overlapped_exposed_s(
+    comm_s: Number, window_s: Number, comm_sms: Number, sm_count: Number, splits: Number = np.inf
+) -> Number:
+    """Seconds a collective adds when it runs beside one GEMM of `window_s` that loses `comm_sms`
+    of the GPU's `sm_count` SMs while the collective runs: the pair takes max(comm, window +
+    comm * c / S), so the cost beyond the GEMM is max(comm - window, comm c / S), and at least
+    comm / splits for a pipelined (chunked) overlap. Without a window (0) it is the whole
+    collective."""
+    share = np.where(np.asarray(sm_count) > 0, comm_sms / np.maximum(np.asarray(sm_count, dtype=float), 1.0), 0.0)
+    tail = comm_s / splits
+    return np.where(np.asarray(window_s) > 0, np.maximum(np.maximum(comm_s - window_s, comm_s * share), tail), comm_s)
