@@ -10,7 +10,8 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.training import estimate_training_step, flops_per_step
+from shardwise.engines.training import estimate_training_step
+from shardwise.engines.training_flops import flops_per_step
 from shardwise.errors import SpecError
 from shardwise.physics.compute import layer_times
 from shardwise.physics.flops import layer_forward

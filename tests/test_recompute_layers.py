@@ -11,7 +11,8 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.training import estimate_training_step, flops_per_step
+from shardwise.engines.training import estimate_training_step
+from shardwise.engines.training_flops import flops_per_step
 from shardwise.errors import SpecError
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs import Plan, Scenario

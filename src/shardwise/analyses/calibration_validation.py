@@ -67,7 +67,7 @@ class LayoutTransfer:
 
 
 def public_runs() -> list[PublicRun]:
-    from shardwise.engines.training import flops_per_step
+    from shardwise.engines.training_flops import flops_per_step
 
     out, seen = [], set()
     for row in pv.raw_rows():

@@ -303,7 +303,7 @@ def training_request(row: dict[str, str], where: str) -> Any:
 
 
 def _training_run(row: dict[str, str], where: str) -> Run:
-    from shardwise.engines.training import flops_per_step
+    from shardwise.engines.training_flops import flops_per_step
 
     request = training_request(row, where)
     try:

@@ -56,15 +56,14 @@ from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_para
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.tp_overlap import tp_comm
+from shardwise.engines.training_flops import flops_per_step, masked_attention_flops_per_step
 from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
-from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.lora import trainable_params
 from shardwise.physics.memory import MemoryBreakdown
 from shardwise.physics.microbatch import pipeline_transfers
-from shardwise.physics.moe import experts_forward
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
@@ -72,7 +71,7 @@ from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
 from shardwise.specs.rules import moe_training_rules, raise_first
-from shardwise.specs.stages import StageSplit, recomputed_split
+from shardwise.specs.stages import StageSplit
 
 Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
 
@@ -419,53 +418,6 @@ def optimizer_time_s(
         return update
     weights = n_params if n_weights is None else n_weights
     return update + memory_s(cast_bytes_per_element(plan.precision) * weights, gpu)
-
-
-def masked_attention_flops_per_step(scn: Scenario) -> Number:
-    """The causally masked part of the attention square in the model FLOPs (3 passes, all GPUs):
-    what a causal model does not need (`TrainingEstimate.masked_attention_flops_per_step`)."""
-    model, plan = scn.model, scn.plan
-    one = layer_forward(model, 1, 1, False, plan.bytes_per_element, cp=plan.cp)
-    masked = (1.0 - one.causal_fraction) * (one.scores.flops + one.context.flops)
-    return plan.global_batch * 3 * model.layers * masked
-
-
-def layers_model_flops(model: Model, bytes_per_element: float) -> Number:
-    """Forward FLOPs of every layer for one sequence (Megatron's convention): a mixture-of-experts
-    layer counts its attention, shared experts, router and experts_per_token routed experts."""
-    dense = layer_forward(model, 1, 1, False, bytes_per_element).model_flops
-    if not model.is_moe:
-        return model.layers * dense
-    shared = model.shared_experts * model.expert_ffn_hidden
-    attention = layer_forward(model, 1, 1, False, bytes_per_element, ffn=shared).model_flops
-    routed = experts_forward(model, model.seq_len, 1, 1, bytes_per_element).model_flops
-    n_moe = model.moe_layers
-    return (model.layers - n_moe) * dense + n_moe * (attention + routed)
-
-
-def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
-    """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs. LoRA
-    (`Plan.lora_rank`) computes no weight gradient of the frozen linear layers and output layer
-    (one pass of their FLOPs less; the adapters' own FLOPs, r / h of the layers', are left out)."""
-    model, plan = scn.model, scn.plan
-    one = layer_forward(model, 1, 1, False, plan.bytes_per_element)
-    layers_fwd = layers_model_flops(model, plan.bytes_per_element)
-    logits = logits_forward(model, 1, 1, plan.bytes_per_element).flops
-    per_seq = 3 * (layers_fwd + logits)
-    if np.any(np.asarray(plan.lora_rank) > 0):  # dense models only (specs.rules.lora_rule)
-        frozen = model.layers * sum(g.flops for g in (*one.gemms, *one.extra)) + logits
-        per_seq = np.where(np.asarray(plan.lora_rank) > 0, per_seq - frozen, per_seq)
-    rc = np.asarray(plan.recompute)
-    redo = np.select(
-        [rc == Recompute.FULL, rc == Recompute.SELECTIVE],
-        [layers_fwd, model.layers * (one.scores.flops + one.context.flops)],
-        0.0,
-    )
-    redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
-    if np.any(np.asarray(plan.recompute_layers) > 0):  # those layers' forward again, the others' as rc says
-        whole = recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers
-        redo = np.where(rc == Recompute.FULL, redo, whole * layers_fwd + (1.0 - whole) * redo)
-    return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
 
 
 def layer_times_s(scn: Scenario) -> tuple[Number, Number]:

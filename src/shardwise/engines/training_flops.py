@@ -1,0 +1,59 @@
+"""FLOPs of one training step: the model's (Megatron's convention, 3 passes) and the hardware's
+(with recomputation), and the causally masked part of the attention square."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics.flops import layer_forward, logits_forward
+from shardwise.physics.moe import experts_forward
+from shardwise.specs import Model, Recompute, Scenario
+from shardwise.specs._checks import Number
+from shardwise.specs.stages import recomputed_split
+
+
+def masked_attention_flops_per_step(scn: Scenario) -> Number:
+    """The causally masked part of the attention square in the model FLOPs (3 passes, all GPUs):
+    what a causal model does not need (`TrainingEstimate.masked_attention_flops_per_step`)."""
+    model, plan = scn.model, scn.plan
+    one = layer_forward(model, 1, 1, False, plan.bytes_per_element, cp=plan.cp)
+    masked = (1.0 - one.causal_fraction) * (one.scores.flops + one.context.flops)
+    return plan.global_batch * 3 * model.layers * masked
+
+
+def layers_model_flops(model: Model, bytes_per_element: float) -> Number:
+    """Forward FLOPs of every layer for one sequence (Megatron's convention): a mixture-of-experts
+    layer counts its attention, shared experts, router and experts_per_token routed experts."""
+    dense = layer_forward(model, 1, 1, False, bytes_per_element).model_flops
+    if not model.is_moe:
+        return model.layers * dense
+    shared = model.shared_experts * model.expert_ffn_hidden
+    attention = layer_forward(model, 1, 1, False, bytes_per_element, ffn=shared).model_flops
+    routed = experts_forward(model, model.seq_len, 1, 1, bytes_per_element).model_flops
+    n_moe = model.moe_layers
+    return (model.layers - n_moe) * dense + n_moe * (attention + routed)
+
+
+def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
+    """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs. LoRA
+    (`Plan.lora_rank`) computes no weight gradient of the frozen linear layers and output layer
+    (one pass of their FLOPs less; the adapters' own FLOPs, r / h of the layers', are left out)."""
+    model, plan = scn.model, scn.plan
+    one = layer_forward(model, 1, 1, False, plan.bytes_per_element)
+    layers_fwd = layers_model_flops(model, plan.bytes_per_element)
+    logits = logits_forward(model, 1, 1, plan.bytes_per_element).flops
+    per_seq = 3 * (layers_fwd + logits)
+    if np.any(np.asarray(plan.lora_rank) > 0):  # dense models only (specs.rules.lora_rule)
+        frozen = model.layers * sum(g.flops for g in (*one.gemms, *one.extra)) + logits
+        per_seq = np.where(np.asarray(plan.lora_rank) > 0, per_seq - frozen, per_seq)
+    rc = np.asarray(plan.recompute)
+    redo = np.select(
+        [rc == Recompute.FULL, rc == Recompute.SELECTIVE],
+        [layers_fwd, model.layers * (one.scores.flops + one.context.flops)],
+        0.0,
+    )
+    redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
+    if np.any(np.asarray(plan.recompute_layers) > 0):  # those layers' forward again, the others' as rc says
+        whole = recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers
+        redo = np.where(rc == Recompute.FULL, redo, whole * layers_fwd + (1.0 - whole) * redo)
+    return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
