@@ -134,3 +134,40 @@ def test_only_the_last_key_gradients_of_the_pytorch_ring_stay_exposed_at_long_co
     assert float(comm.grad_step_s) > 1e-3  # 1 GB of fp32 dK, dV on NVLink: milliseconds
     hidden = 2 * float(comm.gather_s) + 7 * float(comm.grad_step_s)
     assert float(cost.tp_hidden_s) == pytest.approx(hidden)
+
+
+def test_sdpa_flash2_is_slower_than_flash_attn_on_hopper_only():
+    # PyTorch SDPA's bundled FlashAttention-2 runs at SDPA_FLASH_FORWARD_FRACTION of the flash-attn
+    # package's forward and SDPA_FLASH_BACKWARD_FRACTION of its backward on H100; same on A100
+    from shardwise.physics.compute import SDPA_FLASH_BACKWARD_FRACTION, SDPA_FLASH_FORWARD_FRACTION
+
+    model = presets.model("llama3-8b").with_(seq_len=8192)
+    fwd = layer_forward(model, 1, 1, False, 2.0)
+    h100 = presets.gpu("h100-sxm5-80gb")
+    upstream = layer_times(fwd, h100, "bf16", True, attention_kernel="flash2")
+    sdpa = layer_times(fwd, h100, "bf16", True, attention_kernel="sdpa-flash2")
+    assert sdpa.attention_s == pytest.approx(upstream.attention_s / SDPA_FLASH_FORWARD_FRACTION, rel=1e-3)
+    assert sdpa.attention_bwd_s == pytest.approx(upstream.attention_bwd_s / SDPA_FLASH_BACKWARD_FRACTION, rel=1e-3)
+    assert SDPA_FLASH_BACKWARD_FRACTION < SDPA_FLASH_FORWARD_FRACTION < 1.0
+    a100 = presets.gpu("a100-sxm4-80gb")
+    same = layer_times(fwd, a100, "bf16", True, attention_kernel="flash2")
+    a_sdpa = layer_times(fwd, a100, "bf16", True, attention_kernel="sdpa-flash2")
+    assert a_sdpa.attention_s == pytest.approx(same.attention_s)
+    assert a_sdpa.attention_bwd_s == pytest.approx(same.attention_bwd_s)
+
+
+def test_sdpa_flash2_pays_pytorchs_ring_like_flash2():
+    model = presets.model("llama3-8b").with_(seq_len=4096)
+    gpu = presets.gpu("a100-sxm4-80gb")  # same kernel speed: only the ring differs from fused
+    fwd = layer_forward(model, 1, 1, False, 2.0, kv_len=16384, cp=4)
+    flash2 = layer_times(fwd, gpu, "bf16", True, attention_kernel="flash2")
+    sdpa = layer_times(fwd, gpu, "bf16", True, attention_kernel="sdpa-flash2")
+    assert sdpa.attention_s == pytest.approx(flash2.attention_s)
+    assert sdpa.attention_bwd_s == pytest.approx(flash2.attention_bwd_s)
+
+
+def test_torchtitan_and_hf_presets_call_sdpa_flash2_and_flash_attn_stacks_do_not():
+    for name in ("torchtitan", "torchtitan-compile", "fsdp", "fsdp2", "hf-transformers", "nemo-automodel"):
+        assert presets.framework(name)["attention_kernel"] == "sdpa-flash2", name
+    for name in ("flash-attn-trainer", "composer", "megatron-deepspeed"):
+        assert presets.framework(name)["attention_kernel"] == "flash2", name

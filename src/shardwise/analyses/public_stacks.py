@@ -134,7 +134,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     elif attention == "cudnn-flash-te" or n.get("te") == "on":
         out["attention_kernel"] = "fused"
     elif attention in ("sdpa-flash2", "flash-attn", "flash-attn-1", "flash-attn-2"):
-        out["attention_kernel"] = "flash2"
+        out["attention_kernel"] = "sdpa-flash2" if attention == "sdpa-flash2" else "flash2"
         out["flash_attention"] = True  # stated: on even where the stack's default is off (megatron-deepspeed)
     if fw == "megatron-deepspeed" and n.get("zero") == "3":
         # ZeRO-3 runs on DeepSpeed's own engine, not the PipelineEngine whose gradient reduction

@@ -296,8 +296,9 @@ execution_options = _stack(
     ),
     click.option(
         "--attention-kernel",
-        type=click.Choice(["fused", "flash2"], case_sensitive=False),
-        help="Attention kernel: fused (Transformer Engine / cuDNN) or flash2 (FlashAttention-2, PyTorch SDPA) "
+        type=click.Choice(["fused", "flash2", "sdpa-flash2"], case_sensitive=False),
+        help="Attention kernel: fused (Transformer Engine / cuDNN), flash2 (the flash-attn package's "
+        "FlashAttention-2) or sdpa-flash2 (PyTorch SDPA's bundled FlashAttention-2) "
         "[default: the framework's].",
     ),
     _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),

@@ -14,6 +14,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.gemm_ramp import ramped
 from shardwise.specs import Cluster, Model, Plan, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.plan import FLASH2_KERNELS
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,11 @@ def micro_batch_view(scn: Scenario) -> Scenario:
 
 def cp_kv_chunk_bytes(scn: Scenario) -> Number:
     """Keys and values of one context-parallel rank's tokens, per layer (what the ring passes on).
-    PyTorch's ring (the "flash2" kernel: SDPA, torchtitan) passes the keys and values SDPA was
+    PyTorch's ring (the "flash2" and "sdpa-flash2" kernels: SDPA, torchtitan) passes the keys and values SDPA was
     called with, which torchtitan's Llama has already repeated to the query heads (`repeat_kv`)."""
     model, plan = scn.model, scn.plan
     local = model.seq_len / np.asarray(plan.cp)
-    heads = model.heads if plan.attention_kernel == "flash2" else model.kv_heads
+    heads = model.heads if plan.attention_kernel in FLASH2_KERNELS else model.kv_heads
     return 2 * plan.bytes_per_element * plan.micro_batch * local * heads / plan.tp * model.head_dim
 
 
@@ -74,7 +75,7 @@ def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm
     """Context parallelism's communication (`Plan.cp_comm`), on the CP group (over the network
     when it spans servers):
     - p2p: one ring step sends a rank's KV chunk (2 b s/cp k d / t elements) to the next rank;
-      PyTorch's ring (the "flash2" kernel: torchtitan's `context_parallel`) all-gathers the
+      PyTorch's ring (the FlashAttention-2 kernels: torchtitan's `context_parallel`) all-gathers the
       chunks of every rank instead (its default rotate method, `_AllGatherRotater`; torchtitan's
       `context_parallel_rotate_method = "allgather"`), forward and again backward, and passes
       each backward step's dK, dV on to the next rank in fp32 (`_templated_ring_attention_backward`:
@@ -90,7 +91,7 @@ def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm
     crosses = place["cp"] < cp
     chunk = cp_kv_chunk_bytes(scn)
     on = cp > 1
-    if plan.cp_comm == "p2p" and plan.attention_kernel == "flash2":
+    if plan.cp_comm == "p2p" and plan.attention_kernel in FLASH2_KERNELS:
         grads = chunk * TORCH_RING_GRAD_BYTES / plan.bytes_per_element
         gather = fabric.group(plan.cp, place["cp"]).all_gather(chunk * cp)
         return CpComm(gather_s=np.where(on, gather, 0.0), grad_step_s=np.where(on, fabric.p2p(grads, crosses), 0.0))

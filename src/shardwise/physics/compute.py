@@ -31,6 +31,7 @@ from shardwise.physics.gemm import gemm_time_s, table_time_s
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_narrow
+from shardwise.specs.plan import FLASH2_KERNELS
 
 # dX and dW per forward GEMM: the backward is twice the forward's FLOPs (Narayanan et al. 2021
 # Eq. 3 and Sec. 5.1); used for unfused attention's batched products.
@@ -49,6 +50,28 @@ SOFTMAX_KERNELS = 2
 # 2.9x the forward's time.
 FLASH_RELATIVE_EFFICIENCY = 0.75
 FLASH_BACKWARD_RATIO = 2.5 * 73.0 / 63.0
+# PyTorch SDPA's flash backend ("sdpa-flash2") runs PyTorch's own build of FlashAttention-2
+# (aten/src/ATen/native/transformers/cuda/flash_attn), slower on Hopper than the flash-attn
+# package whose speeds `flash2_efficiency` carries (Shah et al. 2024, Fig. 4-5). Its speed as a
+# fraction of upstream FlashAttention-2's at the same shape, H100 SXM5, BF16, head dim 128:
+# - forward (unit: fraction; range 0.78-0.90): SDPA's flash forward, non-causal, batch 128 x 8
+#   heads, 287, 293, 298, 288, 304 TFLOP/s at 1k-16k tokens (pytorch/benchmark PR #2296,
+#   tritonbench flash_attention, commit d5f0a12) against FA2's 350, 362, 368, 370, 370: 0.78-0.82;
+#   1 x 24 heads x 4608 tokens, 329 TFLOP/s (pytorch/pytorch#142132, tritonbench, PyTorch 2.6
+#   nightly) against FA2's ~368 at 4k: 0.89. Taken 0.82.
+# - backward (unit: fraction; range 0.60-0.95): SDPA's flash backward at Llama-3-8B training
+#   shapes (32 heads, head dim 128, causal), 183 TFLOP/s (pytorch/pytorch#135431, H100) against
+#   upstream FA2's causal backward modelled at 260-280 (322 TFLOP/s non-causal plateau x
+#   `physics.attention.CAUSAL_PLATEAU` x its ramp at 4-8k): 0.65-0.70; huggingface/transformers
+#   PR #48163 measures cuDNN's SDPA 1.7-2.3x faster than SDPA's flash for Hopper training shapes
+#   (forward + backward), where cuDNN runs ~1.6x upstream FA2 (Shah et al. 2024: 595-617 vs 370
+#   forward, 516 vs 322 backward): SDPA flash at 0.70-0.94 of upstream, with the forward above a
+#   backward of 0.67-0.99. Taken 0.70.
+# Applied where FA2 runs below the fused kernels (a GPU with its own `flash2_efficiency`: Hopper,
+# Blackwell by assumption); on Ampere SDPA's copy and upstream run the same sm80 kernels (none
+# of the figures above is an Ampere one), factor 1.
+SDPA_FLASH_FORWARD_FRACTION = 0.82
+SDPA_FLASH_BACKWARD_FRACTION = 0.70
 # The precisions a measured GEMM table (`Gpu.gemm_table`, timed in 16 bits) prices.
 SIXTEEN_BIT = ("bf16", "fp16")
 
@@ -284,10 +307,21 @@ def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[N
 
 def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
     """A fused attention kernel's forward efficiency relative to the GPU's GEMMs (`physics.stack`)."""
-    if kernel == "flash2":
+    if kernel in FLASH2_KERNELS:
         own = np.asarray(gpu.flash2_efficiency, dtype=float)
-        return np.where(own > 0, own, FLASH_RELATIVE_EFFICIENCY)
+        upstream = np.where(own > 0, own, FLASH_RELATIVE_EFFICIENCY)
+        if kernel == "sdpa-flash2":
+            return upstream * sdpa_flash_fractions(gpu)[0]
+        return upstream
     return FLASH_RELATIVE_EFFICIENCY
+
+
+def sdpa_flash_fractions(gpu: Gpu) -> tuple[Number, Number]:
+    """(forward, backward) speed of PyTorch SDPA's FlashAttention-2 as a fraction of the flash-attn
+    package's on this GPU (`SDPA_FLASH_FORWARD_FRACTION`): below 1 where FA2 has its own, lower
+    efficiency (Hopper, Blackwell), 1 elsewhere."""
+    hopper = np.asarray(gpu.flash2_efficiency, dtype=float) > 0
+    return np.where(hopper, SDPA_FLASH_FORWARD_FRACTION, 1.0), np.where(hopper, SDPA_FLASH_BACKWARD_FRACTION, 1.0)
 
 
 def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
@@ -336,7 +370,11 @@ def layer_times(
     s_q, s_kv = fwd.scores.m, fwd.scores.n
     worked = fwd.flash.flops * fwd.causal_fraction
     fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
-    fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / backward_slowdown(s_q, s_kv, fwd.cp))
+    relative_bwd = relative
+    if attention_kernel == "sdpa-flash2":  # its backward falls further behind upstream than its forward
+        f_frac, b_frac = sdpa_flash_fractions(gpu)
+        relative_bwd = relative * b_frac / f_frac
+    fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative_bwd / backward_slowdown(s_q, s_kv, fwd.cp))
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
     eager = np.asarray(eager, dtype=bool)
@@ -348,7 +386,7 @@ def layer_times(
     attention_bwd = np.where(
         flash, FLASH_BACKWARD_RATIO * fused_bwd, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
-    if attention_kernel == "flash2" and np.any(np.asarray(fwd.cp) > 1):  # PyTorch's ring (`physics.attention`)
+    if attention_kernel in FLASH2_KERNELS and np.any(np.asarray(fwd.cp) > 1):  # PyTorch's ring (`physics.attention`)
         ring_f, ring_b = torch_ring_s(fwd, gpu)
         attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
     cast_f = cast_b = 0.0

@@ -27,9 +27,10 @@ work moves BACKWARD_MEMORY_RATIO x its forward bytes, as the fused kernels do.
 Attention kernels, forward efficiency relative to the GPU's GEMM efficiency: "fused" is what
 Megatron-Core runs through Transformer Engine (cuDNN fused attention; on Ampere the same
 FlashAttention-2 code path), `physics.compute.FLASH_RELATIVE_EFFICIENCY`; "flash2" is
-FlashAttention-2 (PyTorch SDPA's flash backend, the flash-attn package), whose Ampere kernels do
+FlashAttention-2 (the flash-attn package), whose Ampere kernels do
 not use Hopper's warp-group MMA and TMA: on Hopper it reaches a smaller fraction of peak, the
-GPU's `flash2_efficiency` (gpus.yaml, microbenchmarked).
+GPU's `flash2_efficiency` (gpus.yaml, microbenchmarked); "sdpa-flash2" is PyTorch SDPA's own build of
+it, slower again on Hopper (`physics.compute.SDPA_FLASH_FORWARD_FRACTION`).
 
 Selective recomputation: "attention" (Megatron-LM, Korthikanti et al. 2022) recomputes the
 attention core only; "op" (torchtitan's op-level selective activation checkpointing,

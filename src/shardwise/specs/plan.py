@@ -47,7 +47,9 @@ class Recompute(IntEnum):
 
 
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
-ATTENTION_KERNELS = ("fused", "flash2")  # physics.stack
+ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
+# the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
+FLASH2_KERNELS = ("flash2", "sdpa-flash2")
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
@@ -155,8 +157,9 @@ class Plan:
     al. 2022); `framework`: the name of the framework preset these came from (a label).
 
     What the software stack's kernels are (`physics.stack`, set by the framework preset):
-    `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it) or "flash2"
-    (FlashAttention-2: PyTorch SDPA's flash backend, the flash-attn package); `eager_kernels`:
+    `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"
+    (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its
+    bundled copy of FlashAttention-2: slower on Hopper, `physics.compute.SDPA_FLASH_FORWARD_FRACTION`); `eager_kernels`:
     element-wise work (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
     kernel per op instead of fused kernels; `selective_policy`: what recompute="selective"
     recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
