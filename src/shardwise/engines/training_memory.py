@@ -93,7 +93,7 @@ def memory_breakdown(
     # them) have freed theirs for that micro-batch: a layer's whole activations less those.
     whole_extra, whole = 0.0, StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     rebuilt = None
-    if np.any(np.asarray(plan.recompute_layers) > 0):
+    if any_true(as_array(plan.recompute_layers) > 0):
         kept_whole = mem.layer_activation_bytes(
             model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy
         )
@@ -161,8 +161,9 @@ def memory_breakdown(
         maximum(n / maximum(layers, 1.0), 1.0)
         for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
     ]
+    terms = buffer_terms(plan, stack)  # what the three stages' buffers share, found once
     buffers = [
-        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i])
+        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i], terms)
         + gathered
         + reducing
         for i, act in enumerate(acts)
@@ -203,23 +204,38 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
+def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:
+    """What `stage_buffers` reads of the plan alone, the same on every stage: (whether torch DDP
+    keeps bucket copies, DeepSpeed's reduction buckets, the optimizer step's gradient copies per
+    parameter)."""
+    ranks = as_array(plan.dp) * as_array(plan.cp)
+    zero = as_array(plan.zero_stage)
+    ddp_on = (ranks > 1) & (zero < 3)
+    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
+    step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
+    shards = as_array(plan.zero_ranks)
+    gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
+    return ddp_on, buckets, maximum(step, gather)
+
+
 def stage_buffers(
-    plan: Plan, stack: mem.StackMemory, trained: Number, activations: Number, micro_batches: Number = 1.0
+    plan: Plan,
+    stack: mem.StackMemory,
+    trained: Number,
+    activations: Number,
+    micro_batches: Number = 1.0,
+    terms: tuple[Number, Number, Number] | None = None,
 ) -> Number:
     """A stage's gradient copies and buckets beyond ZeRO's count (`physics.memory.StackMemory`):
     torch DDP's bucket copies and DeepSpeed's reduction buckets where gradients are reduced over
     dp x cp ranks, and the gradient copies a stack makes where they exceed the activations freed by
     then: at the end of a micro-batch's backward pass (its share of the `micro_batches` the stage
-    holds) or in the optimizer step (all of them)."""
-    ranks = as_array(plan.dp) * as_array(plan.cp)
-    zero = as_array(plan.zero_stage)
-    ddp = ifelse((ranks > 1) & (zero < 3), stack.ddp_bucket_bytes_per_param * trained, 0.0)
-    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
-    step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
-    shards = as_array(plan.zero_ranks)
-    gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
+    holds) or in the optimizer step (all of them). `terms`: `buffer_terms(plan, stack)`, when
+    already found."""
+    ddp_on, buckets, in_step_per_param = buffer_terms(plan, stack) if terms is None else terms
+    ddp = ifelse(ddp_on, stack.ddp_bucket_bytes_per_param * trained, 0.0)
     after_backward = stack.grad_copy_bytes_per_param * trained - activations / micro_batches
-    in_step = maximum(step, gather) * trained - activations
+    in_step = in_step_per_param * trained - activations
     return ddp + buckets + maximum(maximum(after_backward, in_step), 0.0)
 
 
