@@ -215,7 +215,9 @@ class Plan:
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
-            object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= chk.MAX_WHOLE:  # a plain one is kept as it is
+                object.__setattr__(self, name, chk.positive_int(f"plan: {name}", value))
         object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
         object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
         object.__setattr__(
@@ -272,7 +274,7 @@ class Plan:
         )
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
-            if value is not None or name != "overlap_p2p":
+            if type(value) is not bool and (value is not None or name != "overlap_p2p"):  # True/False kept
                 object.__setattr__(self, name, chk.boolean(f"plan: {name}", value))
         for name in ("first_stage_layers", "last_stage_layers"):
             object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
