@@ -15,6 +15,7 @@ from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
 
@@ -36,18 +37,8 @@ def memory_breakdown(
     e = plan.bytes_per_element
     policy = plan.selective_policy
     stack = mem.stack_memory(plan.framework)
-    extra = stack.extra_saved_elements(model)
-    per_layer = mem.layer_activation_bytes(
-        model,
-        plan.micro_batch,
-        plan.tp,
-        plan.sequence_parallel,
-        plan.recompute,
-        plan.flash_attention,
-        e,
-        None,
-        policy,
-        extra,
+    per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb = _layer_terms(
+        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, policy, stack
     )
     moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
     if moe_layers is not None:
@@ -69,24 +60,8 @@ def memory_breakdown(
             model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute
         )
         moe_extra = attention + routed - per_layer
-    # During the backward pass recomputation rebuilds one layer's activations at a time: all of
-    # them with full recomputation, the attention scores with selective (nothing with flash).
-    unsaved = mem.layer_activation_bytes(
-        model,
-        plan.micro_batch,
-        plan.tp,
-        plan.sequence_parallel,
-        Recompute.NONE,
-        plan.flash_attention,
-        e,
-        None,
-        "attention",
-        extra,
-    )
-    rc = plan.recompute
-    working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
     p = as_float(plan.pp)
-    t, b, s = plan.tp, plan.micro_batch, model.seq_len
+    t, b = plan.tp, plan.micro_batch
     split = scn.split if split is None else split
     # Layers recomputed whole (`Plan.recompute_layers`, a dense model's) keep only their input. The
     # backward pass rebuilds one of them at a time, after the chunk's other layers (the ones after
@@ -118,18 +93,7 @@ def memory_breakdown(
             for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
         )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage
-    sp_split = ifelse(as_bool(plan.sequence_parallel), t, 1)
-    emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
-    # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
-    # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
-    # backward pass; a layer's backward gradients come once the logits are gone, so a stage with the
-    # output layer holds the larger of the two.
-    grads_flow = mem.backward_transient_bytes(model, b, t, plan.sequence_parallel, e)
-    # The working set of a layer recomputed in the backward pass comes after the loss too (full or
-    # selective recomputation reruns a layer's forward when its backward starts, once the logits
-    # are freed), so on that stage it shares the loss's peak instead of adding to it.
-    logits = mem.logits_bytes(model, b, t, stack)
-    saved_head = 2 * e * s * b * model.hidden / sp_split
+    emb_mask = mask_per_mb * mb_first / sp_split
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
 
@@ -186,6 +150,50 @@ def memory_breakdown(
         buffers_bytes=choose(pick, buffers),
         allocator_bytes=choose(pick, allocator),
     )
+
+
+@kept
+def _layer_terms(
+    model: Model,
+    b: Number,
+    t: Number,
+    sequence_parallel: Number,
+    recompute: Number,
+    flash_attention: Number,
+    e: float,
+    policy: str,
+    stack: mem.StackMemory,
+) -> tuple[Number, ...]:
+    """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
+    and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
+    saved activations, the same without recomputation, the working set a recomputed layer rebuilds,
+    a layer's backward transients, the logits, the output layer's saved inputs, the sequence split,
+    a layer's dropout mask per micro-batch before that split)."""
+    s = model.seq_len
+    extra = stack.extra_saved_elements(model)
+    per_layer = mem.layer_activation_bytes(
+        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra
+    )
+    # During the backward pass recomputation rebuilds one layer's activations at a time: all of
+    # them with full recomputation, the attention scores with selective (nothing with flash).
+    unsaved = mem.layer_activation_bytes(
+        model, b, t, sequence_parallel, Recompute.NONE, flash_attention, e, None, "attention", extra
+    )
+    rc = recompute
+    working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
+    sp_split = ifelse(as_bool(sequence_parallel), t, 1)
+    mask_per_mb = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden
+    # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
+    # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
+    # backward pass; a layer's backward gradients come once the logits are gone, so a stage with the
+    # output layer holds the larger of the two.
+    grads_flow = mem.backward_transient_bytes(model, b, t, sequence_parallel, e)
+    # The working set of a layer recomputed in the backward pass comes after the loss too (full or
+    # selective recomputation reruns a layer's forward when its backward starts, once the logits
+    # are freed), so on that stage it shares the loss's peak instead of adding to it.
+    logits = mem.logits_bytes(model, b, t, stack)
+    saved_head = 2 * e * s * b * model.hidden / sp_split
+    return per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb
 
 
 def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:
