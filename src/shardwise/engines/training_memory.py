@@ -202,26 +202,48 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     DeepSpeed's prefetch of one unit): the largest unit (a layer, or the word embedding or output
     matrix, which FSDP wraps on their own) and a layer, whole as tp and ep shard them; and holds
     the largest unit's unsharded gradients at the stack's bytes until they are reduced."""
+    return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe)
+
+
+@kept
+def _zero3_buffers(
+    model: Model,
+    tp: Number,
+    ep: Number,
+    etp: Number,
+    zero_stage: Number,
+    precision: str,
+    stack: mem.StackMemory,
+    moe: bool,
+) -> tuple[Number, Number]:
+    """`zero3_buffers` of the plan fields it reads (kept per them, `specs.memo.kept`)."""
     matrices, replicated = layer_params_split(model)
-    layer = matrices / plan.tp + replicated
+    layer = matrices / tp + replicated
     if moe:
-        layer = maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
-    unit = maximum(layer, model.vocab * model.hidden / plan.tp)
-    z3 = as_array(plan.zero_stage) == 3
-    gathered = ifelse(z3, mem.weight_bytes_per_param(plan.precision) * (unit + layer), 0.0)
+        layer = maximum(layer, sum(moe_layer_params_per_gpu(model, tp, ep, etp)))
+    unit = maximum(layer, model.vocab * model.hidden / tp)
+    z3 = as_array(zero_stage) == 3
+    gathered = ifelse(z3, mem.weight_bytes_per_param(precision) * (unit + layer), 0.0)
     return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
 def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:
     """What `stage_buffers` reads of the plan alone, the same on every stage: (whether torch DDP
     keeps bucket copies, DeepSpeed's reduction buckets, the optimizer step's gradient copies per
-    parameter)."""
-    ranks = as_array(plan.dp) * as_array(plan.cp)
-    zero = as_array(plan.zero_stage)
+    parameter). Kept per the fields it reads (`specs.memo.kept`)."""
+    return _buffer_terms(plan.dp, plan.cp, plan.zero_stage, plan.zero_ranks, stack)
+
+
+@kept
+def _buffer_terms(
+    dp: Number, cp: Number, zero_stage: Number, zero_ranks: Number, stack: mem.StackMemory
+) -> tuple[Number, Number, Number]:
+    ranks = as_array(dp) * as_array(cp)
+    zero = as_array(zero_stage)
     ddp_on = (ranks > 1) & (zero < 3)
     buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
     step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
-    shards = as_array(plan.zero_ranks)
+    shards = as_array(zero_ranks)
     gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
     return ddp_on, buckets, maximum(step, gather)
 
