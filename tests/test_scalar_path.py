@@ -99,6 +99,38 @@ CASES = {
         },
         {},
     ),
+    "fsdp stack": (
+        "gpt-96l-4096h",
+        "dgx-a100",
+        4,
+        {
+            "tp": [1, 2, 4],
+            "pp": [1, 2, 4],
+            "micro_batch": [1, 2],
+            "batches": [1, 4],
+            "recompute": [0, 1, 2],
+            "zero_stage": [0, 1, 2, 3],
+            "sequence_parallel": [False, True],
+        },
+        {"framework": "torchtitan"},
+    ),
+    # lora_rank fixed: an array mixing LoRA and full training under a stack that keeps fp32
+    # shards prices the full-training elements' weights as LoRA's (issue to file), so not drawn
+    "lora": (
+        "gpt-96l-4096h",
+        "dgx-a100",
+        4,
+        {
+            "tp": [1, 2, 4],
+            "pp": [1, 2, 4],
+            "micro_batch": [1, 2],
+            "batches": [1, 4],
+            "recompute": [0, 2],
+            "zero_stage": [0, 1, 3],
+            "sequence_parallel": [False, True],
+        },
+        {"lora_rank": 16, "framework": "torchtitan"},
+    ),
     "mixture of experts": (
         "qwen3-30b-a3b",
         "dgx-h100",

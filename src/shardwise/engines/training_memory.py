@@ -277,27 +277,49 @@ def stage_states(
 ) -> list[tuple[Number, Number, Number]]:
     """(weights, gradients, optimizer) bytes on one GPU of the first, fullest middle and last
     stage: the dense parameters sharded by ZeRO over dp x cp (or its `shard_group`), the routed experts' over expert_dp.
-    Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state."""
-    shards = mem.zero_shards(plan.zero_ranks, plan.zero_stage)  # dp x cp, or the hybrid shard group
+    Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state.
+    Kept per what it reads (`specs.memo.kept`): plans that differ in the batch, recomputation or
+    schedule share them."""
+    lora = None if trained is None else tuple(t is not n for t, n in zip(trained, params, strict=True))
+    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
+    trained_ = None if trained is None else tuple(trained)
+    return list(_stage_states(*held, tuple(params), tuple(expert_params), trained_, lora))
+
+
+@kept
+def _stage_states(
+    zero_ranks: Number,
+    zero_stage: Number,
+    expert_dp: Number,
+    framework: str,
+    precision: str,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number],
+    trained: tuple[Number, Number, Number] | None,
+    lora_stages: tuple[bool, bool, bool] | None,
+) -> tuple[tuple[Number, Number, Number], ...]:
+    """`stage_states` of the plan fields it reads; `lora_stages`: whether each stage's trained
+    parameters are not its parameters (LoRA's adapters)."""
+    shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
-    routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
-    fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (as_array(plan.zero_stage) == 3)
+    routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
+    fp32_shards = mem.stack_memory(framework).sharded_fp32_params & (as_array(zero_stage) == 3)
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
-        dense = mem.sharded_state_bytes(n - n_expert, shards, plan.precision)
-        lora = trained is not None and trained[i] is not n
+        dense = mem.sharded_state_bytes(n - n_expert, shards, precision)
+        lora = lora_stages is not None and lora_stages[i]
         if lora:  # the frozen weights, the adapters' state
-            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, plan.precision)
+            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision)  # type: ignore[index]
             dense = (dense[0], grads, optim)
         if routed_shards is not None:
-            routed = mem.sharded_state_bytes(n_expert, routed_shards, plan.precision)
+            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
         if not lora and any_true(fp32_shards):  # FSDP: the fp32 shard is the weight, no 16-bit one
             w, g, o = dense
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
             dense = (ifelse(fp32_shards, master, w), g, ifelse(fp32_shards, o - master, o))
         states.append(dense)
-    return states
+    return tuple(states)
 
 
 def model_state_floor_bytes(
