@@ -281,7 +281,14 @@ class Plan:
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
         if self.overlap_p2p is None:
-            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
+            schedule = self.schedule
+            if (
+                type(schedule) is Schedule
+            ):  # one plan: the numpy bool the array comparison gives, without numpy's probing
+                interleaved: object = np.bool_(schedule == Schedule.INTERLEAVED)
+            else:
+                interleaved = np.asarray(schedule) == Schedule.INTERLEAVED
+            object.__setattr__(self, "overlap_p2p", interleaved)
         from shardwise.specs.distinct import find_distinct
 
         try:  # many plans that repeat: each distinct one is checked (building them checks them)
