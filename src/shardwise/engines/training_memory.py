@@ -282,8 +282,13 @@ def stage_states(
     schedule share them."""
     lora = None if trained is None else tuple(t is not n for t, n in zip(trained, params, strict=True))
     held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
-    trained_ = None if trained is None else tuple(trained)
-    return list(_stage_states(*held, tuple(params), tuple(expert_params), trained_, lora))
+    trained_ = None if trained is None else _scalars(trained)
+    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora))
+
+
+def _scalars(values: tuple[Number, ...]) -> tuple[Number, ...]:
+    """`values` with each 0-d array as its numpy scalar (the same value; a key that hashes)."""
+    return tuple(x[()] if type(x) is np.ndarray and x.ndim == 0 else x for x in values)
 
 
 @kept
