@@ -75,6 +75,37 @@ BOOLEAN_FIELDS = (
 
 
 _CHECKED = Memo("plan checks")
+_INTERLEAVED = Schedule.INTERLEAVED
+
+
+def _plain_rules_hold(
+    global_batch: object,
+    dp: object,
+    micro_batch: object,
+    pp: object,
+    vpp: object,
+    schedule: object,
+    first_stage_layers: object,
+    last_stage_layers: object,
+) -> bool:
+    """`Plan._check_rules` for one plan of plain whole numbers (already checked >= 1 or >= 0), in
+    Python's arithmetic (the same truth as the check's, which takes these branches for such a
+    plan): True when every rule holds; False when one is broken or the values are not plain ints,
+    and the full check then runs (and names a broken rule)."""
+    whole = (global_batch, dp, micro_batch, pp, vpp, first_stage_layers, last_stage_layers)
+    if type(schedule) is not Schedule or not all(type(x) is int for x in whole):
+        return False
+    per_step = dp * micro_batch  # type: ignore[operator]
+    if global_batch % per_step != 0:  # type: ignore[operator]
+        return False
+    interleaved = schedule == _INTERLEAVED
+    if interleaved and (pp < 2 or global_batch / max(per_step, 1) % pp != 0):  # type: ignore[operator]
+        return False
+    if pp == 1 and (first_stage_layers > 0 or last_stage_layers > 0):  # type: ignore[operator]
+        return False
+    return not (vpp > 1 and not interleaved)  # type: ignore[operator]
+
+
 # What `Plan._check_rules` reads (tests/test_scalar_path.py checks the reads).
 _RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
 
@@ -298,7 +329,8 @@ class Plan:
             pass  # the checks below name the first broken plan in the given order
         # one plan (plain numbers): the verdict kept under the fields the rules read (`specs.memo`)
         key = tuple(getattr(self, name) for name in _RULE_FIELDS)
-        _CHECKED.get_or_compute(key, self._check_rules)
+        if not _plain_rules_hold(*key):  # not plain numbers, or a rule broken: the full check decides
+            _CHECKED.get_or_compute(key, self._check_rules)
 
     def _check_rules(self) -> bool:
         """The rules between fields, over every plan: whole micro-batches, stage counts, the
