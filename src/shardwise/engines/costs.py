@@ -10,6 +10,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from shardwise.arrays import any_true, as_array, as_bool
 from shardwise.engines.context_parallel import CpComm, cp_step_s, micro_batch_view
 from shardwise.engines.tp_overlap import (
     NCCL_OVERLAP_SMS,
@@ -116,6 +117,9 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     mixture-of-experts layer is counted with the dense layer's weights (its experts are not
     priced here); frozen weights (LoRA) have no gradient to copy in."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    z3 = as_array(plan.zero_stage) == 3
+    if not any_true(as_bool(plan.per_param_sharding) & z3 & (as_array(plan.zero_ranks) > 1)):
+        return None  # (one plan of plain numbers without them: no numpy call)
     on = (
         np.asarray(plan.per_param_sharding, dtype=bool)
         & (np.asarray(plan.zero_stage) == 3)
@@ -294,7 +298,7 @@ def recomputed_layer_extra(
     plan recomputes whole layers. `scn` is one CP rank's view (`context_parallel`), attending to
     `kv_len` tokens (the whole sequence)."""
     plan = scn.plan
-    if not np.any(np.asarray(plan.recompute_layers) > 0):
+    if not any_true(as_array(plan.recompute_layers) > 0):
         return None
     base, _ = layer_cost(scn, comm, kv_len=kv_len, cp=plan.cp, cp_step=cp_step)
     whole, _ = layer_cost(scn, comm, kv_len=kv_len, cp=plan.cp, cp_step=cp_step, recompute=Recompute.FULL)
@@ -307,7 +311,7 @@ def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], s
     the per-micro-batch stage costs do not (`engines.training.PER_MICRO_BATCH_IGNORES`): the step
     adds them to those, as it adds FSDP2's copies."""
     plan = scn.plan
-    if not np.any(np.asarray(plan.recompute_layers) > 0):
+    if not any_true(as_array(plan.recompute_layers) > 0):
         return None
     local = micro_batch_view(scn)  # as the layers it recomputes are priced
     extra = recomputed_layer_extra(

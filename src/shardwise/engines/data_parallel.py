@@ -16,8 +16,9 @@ from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.topology import ranks_per_node
-from shardwise.specs import Scenario
+from shardwise.specs import Model, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
 
 # Megatron-Core's data-parallel gradient buckets: max(40M, 1M x dp) parameters
 # (megatron/core/distributed/distributed_data_parallel.py). The reduction of the last bucket (the
@@ -283,13 +284,19 @@ def dp_comm(
         gathers = 2 * m * price("weights_all_gather"), m * cost.total_s, 2 * m * price("bucket_weights_all_gather")
         return grad, window, price("bucket_reduce_scatter"), *gathers
 
-    sms = as_float(scn.cluster.gpu.sm_count)
-    contention = ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
+    contention = _contention(scn.cluster.gpu.sm_count)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1, contention=contention)
     fields = zip(*(stage(k) for k in range(4)), strict=True)
     chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
     return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention)
+
+
+@kept
+def _contention(sm_count: Number) -> Number:
+    """The share of the GPU's SMs NCCL's kernels hold while a hidden collective runs."""
+    sms = as_float(sm_count)
+    return ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
 
 
 def data_parallel_exposed_s(
@@ -370,9 +377,17 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
     """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
     the backward pass (Megatron-LM), over the link between them; frozen under LoRA, nothing."""
     model, plan = scn.model, scn.plan
-    p = as_float(plan.pp)
     if not model.tied_embeddings:
         return 0.0
-    grads = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
-    sync = fabric.group(2, ifelse(place["pp"] < p, 1, 2)).all_reduce(grads)
-    return ifelse((p > 1) & (as_array(plan.lora_rank) == 0), sync, 0.0)
+    return _tied_sync_s(model, fabric, plan.precision, plan.tp, plan.pp, plan.lora_rank, place["pp"])
+
+
+@kept
+def _tied_sync_s(
+    model: Model, fabric: Fabric, precision: str, tp: Number, pp: Number, lora_rank: Number, pp_per_node: Number
+) -> Number:
+    """`tied_embedding_sync_s` of what it reads (kept per it, `specs.memo.kept`; a fabric by identity)."""
+    p = as_float(pp)
+    grads = mem.grad_bytes_per_param(precision) * model.vocab * model.hidden / tp
+    sync = fabric.group(2, ifelse(pp_per_node < p, 1, 2)).all_reduce(grads)
+    return ifelse((p > 1) & (as_array(lora_rank) == 0), sync, 0.0)

@@ -15,6 +15,7 @@ from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
 
@@ -36,18 +37,8 @@ def memory_breakdown(
     e = plan.bytes_per_element
     policy = plan.selective_policy
     stack = mem.stack_memory(plan.framework)
-    extra = stack.extra_saved_elements(model)
-    per_layer = mem.layer_activation_bytes(
-        model,
-        plan.micro_batch,
-        plan.tp,
-        plan.sequence_parallel,
-        plan.recompute,
-        plan.flash_attention,
-        e,
-        None,
-        policy,
-        extra,
+    per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb = _layer_terms(
+        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, policy, stack
     )
     moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
     if moe_layers is not None:
@@ -69,31 +60,15 @@ def memory_breakdown(
             model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute
         )
         moe_extra = attention + routed - per_layer
-    # During the backward pass recomputation rebuilds one layer's activations at a time: all of
-    # them with full recomputation, the attention scores with selective (nothing with flash).
-    unsaved = mem.layer_activation_bytes(
-        model,
-        plan.micro_batch,
-        plan.tp,
-        plan.sequence_parallel,
-        Recompute.NONE,
-        plan.flash_attention,
-        e,
-        None,
-        "attention",
-        extra,
-    )
-    rc = plan.recompute
-    working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
     p = as_float(plan.pp)
-    t, b, s = plan.tp, plan.micro_batch, model.seq_len
+    t, b = plan.tp, plan.micro_batch
     split = scn.split if split is None else split
     # Layers recomputed whole (`Plan.recompute_layers`, a dense model's) keep only their input. The
     # backward pass rebuilds one of them at a time, after the chunk's other layers (the ones after
     # them) have freed theirs for that micro-batch: a layer's whole activations less those.
     whole_extra, whole = 0.0, StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     rebuilt = None
-    if np.any(np.asarray(plan.recompute_layers) > 0):
+    if any_true(as_array(plan.recompute_layers) > 0):
         kept_whole = mem.layer_activation_bytes(
             model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy
         )
@@ -118,18 +93,7 @@ def memory_breakdown(
             for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
         )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage
-    sp_split = ifelse(as_bool(plan.sequence_parallel), t, 1)
-    emb_mask = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden * mb_first / sp_split
-    # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
-    # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
-    # backward pass; a layer's backward gradients come once the logits are gone, so a stage with the
-    # output layer holds the larger of the two.
-    grads_flow = mem.backward_transient_bytes(model, b, t, plan.sequence_parallel, e)
-    # The working set of a layer recomputed in the backward pass comes after the loss too (full or
-    # selective recomputation reruns a layer's forward when its backward starts, once the logits
-    # are freed), so on that stage it shares the loss's peak instead of adding to it.
-    logits = mem.logits_bytes(model, b, t, stack)
-    saved_head = 2 * e * s * b * model.hidden / sp_split
+    emb_mask = mask_per_mb * mb_first / sp_split
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
 
@@ -161,8 +125,9 @@ def memory_breakdown(
         maximum(n / maximum(layers, 1.0), 1.0)
         for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
     ]
+    terms = buffer_terms(plan, stack)  # what the three stages' buffers share, found once
     buffers = [
-        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i])
+        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i], terms)
         + gathered
         + reducing
         for i, act in enumerate(acts)
@@ -187,39 +152,120 @@ def memory_breakdown(
     )
 
 
+@kept
+def _layer_terms(
+    model: Model,
+    b: Number,
+    t: Number,
+    sequence_parallel: Number,
+    recompute: Number,
+    flash_attention: Number,
+    e: float,
+    policy: str,
+    stack: mem.StackMemory,
+) -> tuple[Number, ...]:
+    """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
+    and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
+    saved activations, the same without recomputation, the working set a recomputed layer rebuilds,
+    a layer's backward transients, the logits, the output layer's saved inputs, the sequence split,
+    a layer's dropout mask per micro-batch before that split)."""
+    s = model.seq_len
+    extra = stack.extra_saved_elements(model)
+    per_layer = mem.layer_activation_bytes(
+        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra
+    )
+    # During the backward pass recomputation rebuilds one layer's activations at a time: all of
+    # them with full recomputation, the attention scores with selective (nothing with flash).
+    unsaved = mem.layer_activation_bytes(
+        model, b, t, sequence_parallel, Recompute.NONE, flash_attention, e, None, "attention", extra
+    )
+    rc = recompute
+    working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
+    sp_split = ifelse(as_bool(sequence_parallel), t, 1)
+    mask_per_mb = (mem.DROPOUT_MASK_BYTES if model.dropout else 0.0) * s * b * model.hidden
+    # Output layer (Korthikanti Sec. 4.3): final-norm input and output-projection input (e s b h / t
+    # each with SP), and the loss's logits at the stack's bytes per logit. The loss's peak opens the
+    # backward pass; a layer's backward gradients come once the logits are gone, so a stage with the
+    # output layer holds the larger of the two.
+    grads_flow = mem.backward_transient_bytes(model, b, t, sequence_parallel, e)
+    # The working set of a layer recomputed in the backward pass comes after the loss too (full or
+    # selective recomputation reruns a layer's forward when its backward starts, once the logits
+    # are freed), so on that stage it shares the loss's peak instead of adding to it.
+    logits = mem.logits_bytes(model, b, t, stack)
+    saved_head = 2 * e * s * b * model.hidden / sp_split
+    return per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb
+
+
 def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:
     """(gathered weights, gradients waiting for their reduce-scatter) of ZeRO-3, 0 below it. It
     gathers each unit's weights before use and the next one's ahead of time (PyTorch FSDP's and
     DeepSpeed's prefetch of one unit): the largest unit (a layer, or the word embedding or output
     matrix, which FSDP wraps on their own) and a layer, whole as tp and ep shard them; and holds
     the largest unit's unsharded gradients at the stack's bytes until they are reduced."""
+    return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe)
+
+
+@kept
+def _zero3_buffers(
+    model: Model,
+    tp: Number,
+    ep: Number,
+    etp: Number,
+    zero_stage: Number,
+    precision: str,
+    stack: mem.StackMemory,
+    moe: bool,
+) -> tuple[Number, Number]:
+    """`zero3_buffers` of the plan fields it reads (kept per them, `specs.memo.kept`)."""
     matrices, replicated = layer_params_split(model)
-    layer = matrices / plan.tp + replicated
+    layer = matrices / tp + replicated
     if moe:
-        layer = maximum(layer, sum(moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)))
-    unit = maximum(layer, model.vocab * model.hidden / plan.tp)
-    z3 = as_array(plan.zero_stage) == 3
-    gathered = ifelse(z3, mem.weight_bytes_per_param(plan.precision) * (unit + layer), 0.0)
+        layer = maximum(layer, sum(moe_layer_params_per_gpu(model, tp, ep, etp)))
+    unit = maximum(layer, model.vocab * model.hidden / tp)
+    z3 = as_array(zero_stage) == 3
+    gathered = ifelse(z3, mem.weight_bytes_per_param(precision) * (unit + layer), 0.0)
     return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
+def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:
+    """What `stage_buffers` reads of the plan alone, the same on every stage: (whether torch DDP
+    keeps bucket copies, DeepSpeed's reduction buckets, the optimizer step's gradient copies per
+    parameter). Kept per the fields it reads (`specs.memo.kept`)."""
+    return _buffer_terms(plan.dp, plan.cp, plan.zero_stage, plan.zero_ranks, stack)
+
+
+@kept
+def _buffer_terms(
+    dp: Number, cp: Number, zero_stage: Number, zero_ranks: Number, stack: mem.StackMemory
+) -> tuple[Number, Number, Number]:
+    ranks = as_array(dp) * as_array(cp)
+    zero = as_array(zero_stage)
+    ddp_on = (ranks > 1) & (zero < 3)
+    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
+    step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
+    shards = as_array(zero_ranks)
+    gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
+    return ddp_on, buckets, maximum(step, gather)
+
+
 def stage_buffers(
-    plan: Plan, stack: mem.StackMemory, trained: Number, activations: Number, micro_batches: Number = 1.0
+    plan: Plan,
+    stack: mem.StackMemory,
+    trained: Number,
+    activations: Number,
+    micro_batches: Number = 1.0,
+    terms: tuple[Number, Number, Number] | None = None,
 ) -> Number:
     """A stage's gradient copies and buckets beyond ZeRO's count (`physics.memory.StackMemory`):
     torch DDP's bucket copies and DeepSpeed's reduction buckets where gradients are reduced over
     dp x cp ranks, and the gradient copies a stack makes where they exceed the activations freed by
     then: at the end of a micro-batch's backward pass (its share of the `micro_batches` the stage
-    holds) or in the optimizer step (all of them)."""
-    ranks = as_array(plan.dp) * as_array(plan.cp)
-    zero = as_array(plan.zero_stage)
-    ddp = ifelse((ranks > 1) & (zero < 3), stack.ddp_bucket_bytes_per_param * trained, 0.0)
-    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
-    step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
-    shards = as_array(plan.zero_ranks)
-    gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
+    holds) or in the optimizer step (all of them). `terms`: `buffer_terms(plan, stack)`, when
+    already found."""
+    ddp_on, buckets, in_step_per_param = buffer_terms(plan, stack) if terms is None else terms
+    ddp = ifelse(ddp_on, stack.ddp_bucket_bytes_per_param * trained, 0.0)
     after_backward = stack.grad_copy_bytes_per_param * trained - activations / micro_batches
-    in_step = maximum(step, gather) * trained - activations
+    in_step = in_step_per_param * trained - activations
     return ddp + buckets + maximum(maximum(after_backward, in_step), 0.0)
 
 
@@ -231,27 +277,54 @@ def stage_states(
 ) -> list[tuple[Number, Number, Number]]:
     """(weights, gradients, optimizer) bytes on one GPU of the first, fullest middle and last
     stage: the dense parameters sharded by ZeRO over dp x cp (or its `shard_group`), the routed experts' over expert_dp.
-    Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state."""
-    shards = mem.zero_shards(plan.zero_ranks, plan.zero_stage)  # dp x cp, or the hybrid shard group
+    Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state.
+    Kept per what it reads (`specs.memo.kept`): plans that differ in the batch, recomputation or
+    schedule share them."""
+    lora = None if trained is None else tuple(t is not n for t, n in zip(trained, params, strict=True))
+    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
+    trained_ = None if trained is None else _scalars(trained)
+    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora))
+
+
+def _scalars(values: tuple[Number, ...]) -> tuple[Number, ...]:
+    """`values` with each 0-d array as its numpy scalar (the same value; a key that hashes)."""
+    return tuple(x[()] if type(x) is np.ndarray and x.ndim == 0 else x for x in values)
+
+
+@kept
+def _stage_states(
+    zero_ranks: Number,
+    zero_stage: Number,
+    expert_dp: Number,
+    framework: str,
+    precision: str,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number],
+    trained: tuple[Number, Number, Number] | None,
+    lora_stages: tuple[bool, bool, bool] | None,
+) -> tuple[tuple[Number, Number, Number], ...]:
+    """`stage_states` of the plan fields it reads; `lora_stages`: whether each stage's trained
+    parameters are not its parameters (LoRA's adapters)."""
+    shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
-    routed_shards = None if no_experts else mem.zero_shards(plan.expert_dp, plan.zero_stage)
-    fp32_shards = mem.stack_memory(plan.framework).sharded_fp32_params & (as_array(plan.zero_stage) == 3)
+    routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
+    fp32_shards = mem.stack_memory(framework).sharded_fp32_params & (as_array(zero_stage) == 3)
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
-        dense = mem.sharded_state_bytes(n - n_expert, shards, plan.precision)
-        lora = trained is not None and trained[i] is not n
+        dense = mem.sharded_state_bytes(n - n_expert, shards, precision)
+        lora = lora_stages is not None and lora_stages[i]
         if lora:  # the frozen weights, the adapters' state
-            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, plan.precision)
+            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision)  # type: ignore[index]
             dense = (dense[0], grads, optim)
         if routed_shards is not None:
-            routed = mem.sharded_state_bytes(n_expert, routed_shards, plan.precision)
+            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
         if not lora and any_true(fp32_shards):  # FSDP: the fp32 shard is the weight, no 16-bit one
             w, g, o = dense
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
             dense = (ifelse(fp32_shards, master, w), g, ifelse(fp32_shards, o - master, o))
         states.append(dense)
-    return states
+    return tuple(states)
 
 
 def model_state_floor_bytes(

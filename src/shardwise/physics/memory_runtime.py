@@ -63,6 +63,7 @@ def communicator_bytes(size: Number, span: Number, gpus_per_node: Number, nvls: 
     return np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
 
 
+@kept
 def stack_group_bytes(
     groups: tuple[str, ...], tp: Number, cp: Number, dp: Number, pp: Number, gpus_per_node: Number, nvls: Number
 ) -> Number:

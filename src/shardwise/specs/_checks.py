@@ -198,16 +198,23 @@ def equal(field: str, value: ArrayLike, other_field: str, other: ArrayLike, why:
 
 
 _ENUM_NAMES: dict[type, dict[str, IntEnum]] = {}
+# (enum, int code) -> member, filled with _ENUM_NAMES
+_ENUM_CODES: dict[tuple[type, int], IntEnum] = {}
 
 
 def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
     """A name ('1f1b'), an enum member, an int code or an array of either -> member or int array."""
     if isinstance(value, enum):
         return value  # type: ignore[return-value]
+    if type(value) is int:  # a plain code: its member, as `enum(value)` below gives it
+        member = _ENUM_CODES.get((enum, value))
+        if member is not None:
+            return member  # type: ignore[return-value]
     names = _ENUM_NAMES.get(enum)
     if names is None:  # each enum's names, once
         names = {m.name.lower().replace("_", "-"): m for m in enum}
         names.update({getattr(m, "label", m.name.lower()): m for m in enum})
+        _ENUM_CODES.update({(enum, int(m)): m for m in enum})
         _ENUM_NAMES[enum] = names
 
     def one(v: object) -> E:

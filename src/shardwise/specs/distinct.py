@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -34,6 +35,7 @@ SMALL_OFFSET = 64
 
 
 _FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_FIELD_GETTERS: dict[type, operator.attrgetter[Any]] = {}
 _PLAIN = frozenset((int, float, str, bool, type(None), tuple, np.bool_, np.float64, np.int64))
 
 
@@ -54,8 +56,14 @@ def _own_leaves(obj: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     names = _FIELD_NAMES.get(cls)
     if names is None:
         names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(obj))
-    values = [getattr(obj, name) for name in names]
-    others = {type(v) for v in values} - _PLAIN
+        if names:
+            _FIELD_GETTERS[cls] = operator.attrgetter(*names)
+    if not names:
+        return []
+    values = _FIELD_GETTERS[cls](obj)  # every field's value, in one call (a plan has about 60)
+    if len(names) == 1:
+        values = (values,)
+    others = set(map(type, values)) - _PLAIN
     if all(issubclass(kind, (int, float, str)) for kind in others):  # plain values (an enum too): no leaves
         return []
     out = []

@@ -77,6 +77,37 @@ BOOLEAN_FIELDS = (
 
 
 _CHECKED = Memo("plan checks")
+_INTERLEAVED = Schedule.INTERLEAVED
+
+
+def _plain_rules_hold(
+    global_batch: object,
+    dp: object,
+    micro_batch: object,
+    pp: object,
+    vpp: object,
+    schedule: object,
+    first_stage_layers: object,
+    last_stage_layers: object,
+) -> bool:
+    """`Plan._check_rules` for one plan of plain whole numbers (already checked >= 1 or >= 0), in
+    Python's arithmetic (the same truth as the check's, which takes these branches for such a
+    plan): True when every rule holds; False when one is broken or the values are not plain ints,
+    and the full check then runs (and names a broken rule)."""
+    whole = (global_batch, dp, micro_batch, pp, vpp, first_stage_layers, last_stage_layers)
+    if type(schedule) is not Schedule or not all(type(x) is int for x in whole):
+        return False
+    per_step = dp * micro_batch  # type: ignore[operator]
+    if global_batch % per_step != 0:  # type: ignore[operator]
+        return False
+    interleaved = schedule == _INTERLEAVED
+    if interleaved and (pp < 2 or global_batch / max(per_step, 1) % pp != 0):  # type: ignore[operator]
+        return False
+    if pp == 1 and (first_stage_layers > 0 or last_stage_layers > 0):  # type: ignore[operator]
+        return False
+    return not (vpp > 1 and not interleaved)  # type: ignore[operator]
+
+
 # What `Plan._check_rules` reads (tests/test_scalar_path.py checks the reads).
 _RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
 
@@ -218,7 +249,9 @@ class Plan:
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
-            object.__setattr__(self, name, chk.positive_int(f"plan: {name}", getattr(self, name)))
+            value = getattr(self, name)
+            if type(value) is not int or not 1 <= value <= chk.MAX_WHOLE:  # a plain one is kept as it is
+                object.__setattr__(self, name, chk.positive_int(f"plan: {name}", value))
         object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
         object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
         object.__setattr__(
@@ -275,14 +308,21 @@ class Plan:
         )
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
-            if value is not None or name != "overlap_p2p":
+            if type(value) is not bool and (value is not None or name != "overlap_p2p"):  # True/False kept
                 object.__setattr__(self, name, chk.boolean(f"plan: {name}", value))
         for name in ("first_stage_layers", "last_stage_layers"):
             object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
         if self.stage_layers is not None:
             object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
         if self.overlap_p2p is None:
-            object.__setattr__(self, "overlap_p2p", np.asarray(self.schedule) == Schedule.INTERLEAVED)
+            schedule = self.schedule
+            if (
+                type(schedule) is Schedule
+            ):  # one plan: the numpy bool the array comparison gives, without numpy's probing
+                interleaved: object = np.bool_(schedule == Schedule.INTERLEAVED)
+            else:
+                interleaved = np.asarray(schedule) == Schedule.INTERLEAVED
+            object.__setattr__(self, "overlap_p2p", interleaved)
         from shardwise.specs.distinct import find_distinct
 
         try:  # many plans that repeat: each distinct one is checked (building them checks them)
@@ -292,7 +332,8 @@ class Plan:
             pass  # the checks below name the first broken plan in the given order
         # one plan (plain numbers): the verdict kept under the fields the rules read (`specs.memo`)
         key = tuple(getattr(self, name) for name in _RULE_FIELDS)
-        _CHECKED.get_or_compute(key, self._check_rules)
+        if not _plain_rules_hold(*key):  # not plain numbers, or a rule broken: the full check decides
+            _CHECKED.get_or_compute(key, self._check_rules)
 
     def _check_rules(self) -> bool:
         """The rules between fields, over every plan: whole micro-batches, stage counts, the
