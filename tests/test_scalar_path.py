@@ -114,8 +114,8 @@ CASES = {
         },
         {"framework": "torchtitan"},
     ),
-    # lora_rank fixed: an array mixing LoRA and full training under a stack that keeps fp32
-    # shards prices the full-training elements' weights as LoRA's (issue to file), so not drawn
+    # LoRA mixed with full training in one array, under a stack that keeps fp32 shards (the
+    # full-training plans' weights are their fp32 shards, LoRA's frozen ones 16-bit)
     "lora": (
         "gpt-96l-4096h",
         "dgx-a100",
@@ -128,8 +128,9 @@ CASES = {
             "recompute": [0, 2],
             "zero_stage": [0, 1, 3],
             "sequence_parallel": [False, True],
+            "lora_rank": [0, 16],
         },
-        {"lora_rank": 16, "framework": "torchtitan"},
+        {"framework": "torchtitan"},
     ),
     "mixture of experts": (
         "qwen3-30b-a3b",

@@ -283,7 +283,10 @@ def stage_states(
     lora = None if trained is None else tuple(t is not n for t, n in zip(trained, params, strict=True))
     held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
     trained_ = None if trained is None else _scalars(trained)
-    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora))
+    # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
+    adapters = as_array(plan.lora_rank) > 0
+    lora_on = bool(adapters) if np.ndim(adapters) == 0 else adapters
+    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora, lora_on))
 
 
 def _scalars(values: tuple[Number, ...]) -> tuple[Number, ...]:
@@ -302,9 +305,10 @@ def _stage_states(
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None,
     lora_stages: tuple[bool, bool, bool] | None,
+    lora_on: Number = False,
 ) -> tuple[tuple[Number, Number, Number], ...]:
     """`stage_states` of the plan fields it reads; `lora_stages`: whether each stage's trained
-    parameters are not its parameters (LoRA's adapters)."""
+    parameters are not its parameters (LoRA's adapters) for some plan, `lora_on` for which plans."""
     shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
@@ -319,10 +323,13 @@ def _stage_states(
         if routed_shards is not None:
             routed = mem.sharded_state_bytes(n_expert, routed_shards, precision)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
-        if not lora and any_true(fp32_shards):  # FSDP: the fp32 shard is the weight, no 16-bit one
+        # FSDP: the fp32 shard is the weight, no 16-bit one (full training only: LoRA's frozen
+        # weights stay 16-bit; for a full-training plan `trained` is all of its parameters)
+        fp32_weights = fp32_shards & ~as_array(lora_on) if lora else fp32_shards
+        if any_true(fp32_weights):
             w, g, o = dense
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
-            dense = (ifelse(fp32_shards, master, w), g, ifelse(fp32_shards, o - master, o))
+            dense = (ifelse(fp32_weights, master, w), g, ifelse(fp32_weights, o - master, o))
         states.append(dense)
     return tuple(states)
 
