@@ -280,13 +280,12 @@ def stage_states(
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state.
     Kept per what it reads (`specs.memo.kept`): plans that differ in the batch, recomputation or
     schedule share them."""
-    lora = None if trained is None else tuple(t is not n for t, n in zip(trained, params, strict=True))
     held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
     trained_ = None if trained is None else _scalars(trained)
     # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
     adapters = as_array(plan.lora_rank) > 0
     lora_on = bool(adapters) if np.ndim(adapters) == 0 else adapters
-    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora, lora_on))
+    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora_on))
 
 
 def _scalars(values: tuple[Number, ...]) -> tuple[Number, ...]:
@@ -304,28 +303,27 @@ def _stage_states(
     params: tuple[Number, Number, Number],
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None,
-    lora_stages: tuple[bool, bool, bool] | None,
-    lora_on: Number = False,
+    lora_on: Number,
 ) -> tuple[tuple[Number, Number, Number], ...]:
-    """`stage_states` of the plan fields it reads; `lora_stages`: whether each stage's trained
-    parameters are not its parameters (LoRA's adapters) for some plan, `lora_on` for which plans."""
+    """`stage_states` of the plan fields it reads; `lora_on`: which plans train LoRA's adapters
+    (`trained`, per stage, is then theirs and, for the other plans, all their parameters)."""
     shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
     fp32_shards = mem.stack_memory(framework).sharded_fp32_params & (as_array(zero_stage) == 3)
+    lora = trained is not None and any_true(lora_on)
+    # FSDP: the fp32 shard is the weight, no 16-bit one (full training only: LoRA's frozen
+    # weights stay 16-bit; for a full-training plan `trained` is all of its parameters)
+    fp32_weights = fp32_shards & ~as_array(lora_on) if lora else fp32_shards
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
         dense = mem.sharded_state_bytes(n - n_expert, shards, precision)
-        lora = lora_stages is not None and lora_stages[i]
         if lora:  # the frozen weights, the adapters' state
             _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision)  # type: ignore[index]
             dense = (dense[0], grads, optim)
         if routed_shards is not None:
             routed = mem.sharded_state_bytes(n_expert, routed_shards, precision)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
-        # FSDP: the fp32 shard is the weight, no 16-bit one (full training only: LoRA's frozen
-        # weights stay 16-bit; for a full-training plan `trained` is all of its parameters)
-        fp32_weights = fp32_shards & ~as_array(lora_on) if lora else fp32_shards
         if any_true(fp32_weights):
             w, g, o = dense
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM

@@ -258,25 +258,29 @@ def framework(name: str) -> dict[str, Any]:
     return _in_file(name, _framework_from_dict, key, data)
 
 
+def _checked_framework(name: str) -> dict[str, Any]:
+    """A framework preset's fields, the whole preset checked (looked up, or its file read, once)."""
+    key, data = _lookup("frameworks", name)
+    _in_file(name, _framework_from_dict, key, data)
+    return data
+
+
 def framework_pipeline_split(name: str) -> str:
     """How the framework splits the layers over pipeline stages when the plan gives no split
     (`PIPELINE_SPLITS`; "even" where the preset says nothing). A request-layer default, not a
     `Plan` field."""
-    key, data = _lookup("frameworks", name)
-    _in_file(name, _framework_from_dict, key, data)  # checks the value
-    return str(data.get("pipeline_split", "even"))
+    return str(_checked_framework(name).get("pipeline_split", "even"))
 
 
 def framework_accumulate_bytes(name: str, precision: str) -> float | None:
     """Bytes per weight per micro-batch that the framework's unfused gradient accumulation moves
     when training in `precision` (`physics.microbatch`): its `unfused_accumulate_bytes_fp16` in
     fp16 where it states one, else its `unfused_accumulate_bytes`; None where it states neither."""
-    framework(name)  # the whole preset is valid
-    key, data = _lookup("frameworks", name)
-    fields = _stack_fields(key, data)
-    if precision == "fp16" and "unfused_accumulate_bytes_fp16" in fields:
-        return float(fields["unfused_accumulate_bytes_fp16"])
-    return fields.get("unfused_accumulate_bytes")
+    data = _checked_framework(name)
+    if precision == "fp16" and "unfused_accumulate_bytes_fp16" in data:
+        return float(data["unfused_accumulate_bytes_fp16"])
+    value = data.get("unfused_accumulate_bytes")
+    return None if value is None else float(value)
 
 
 # The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
