@@ -12,6 +12,7 @@ import pytest
 from shardwise import presets
 from shardwise.calibration import fit as fitting
 from shardwise.calibration import intervals, store
+from shardwise.calibration.cases import Evaluator, ServingCase
 from shardwise.calibration.intervals import spread
 from shardwise.calibration.parameters import BY_NAME, apply
 from shardwise.calibration.runs import parse_runs
@@ -75,14 +76,14 @@ def layouts() -> list[Scenario]:
 
 def synthetic(noise: float, seed: int = 0) -> tuple[list[Scenario], np.ndarray, np.ndarray]:
     scns = layouts()
-    true = fitting.Evaluator(scns).step_s({k: [v] for k, v in TRUE.items()})[0]
+    true = Evaluator(scns).step_s({k: [v] for k, v in TRUE.items()})[0]
     rng = np.random.default_rng(seed)
     return scns, true, true * np.exp(rng.normal(0.0, noise, len(scns)))
 
 
 def test_stacked_evaluation_equals_one_scenario_at_a_time():
     scns = layouts()[::3]
-    stacked = fitting.Evaluator(scns).step_s({})[0]
+    stacked = Evaluator(scns).step_s({})[0]
     one = np.array([float(estimate_training_step(s).step_time_s) for s in scns])
     np.testing.assert_allclose(stacked, one, rtol=1e-12)
 
@@ -394,7 +395,7 @@ def test_calibrate_reads_logs_from_the_command_line(cli, tmp_path: Path):
     assert code == 2 and "KEY=VALUE" in err
 
 
-def serving_cases() -> list[fitting.ServingCase]:
+def serving_cases() -> list[ServingCase]:
     from shardwise.engines.serving import plan_for_serving
     from shardwise.specs.serving import ServingWorkload
 
@@ -405,7 +406,7 @@ def serving_cases() -> list[fitting.ServingCase]:
             scn = Scenario(model, presets.system("dgx-h100").with_(gpus_per_node=tp), plan_for_serving(tp, 1))
             for batch in (1, 16, 64):
                 wl = ServingWorkload(1024, 256, batch, "fp8", "fp8")
-                out += [fitting.ServingCase(scn, wl, m) for m in ("ttft_s", "tpot_s")]
+                out += [ServingCase(scn, wl, m) for m in ("ttft_s", "tpot_s")]
     return out
 
 
@@ -418,10 +419,10 @@ def test_stacked_serving_cases_equal_one_estimate_each():
 
     cases = serving_cases()[::5]
     scn = cases[0].scenario
-    cases += [fitting.ServingCase(scn, ServingWorkload(128, 1024, 8, "fp8", "fp8"), "e2e_s")]  # mixed metrics
-    cases += [fitting.ServingCase(scn, ServingWorkload(2048, 64, 32), "throughput_tokens_per_s")]  # bf16: apart
+    cases += [ServingCase(scn, ServingWorkload(128, 1024, 8, "fp8", "fp8"), "e2e_s")]  # mixed metrics
+    cases += [ServingCase(scn, ServingWorkload(2048, 64, 32), "throughput_tokens_per_s")]  # bf16: apart
     sets = {"matmul_efficiency_scale": [1.0, 0.8, 1.1], "memory_bandwidth_scale": [1.0, 0.7, 0.9]}
-    ev = fitting.Evaluator(cases)
+    ev = Evaluator(cases)
     assert len(ev.serving) < len(cases)
     got = ev.step_s(sets)
     for j in range(3):
@@ -436,7 +437,7 @@ def test_serving_measurements_calibrate_the_same_parameters():
     """Decode is bound by HBM and prefill by GEMMs: TTFT and TPOT runs recover both scales."""
     cases = serving_cases()
     true = {"matmul_efficiency_scale": 0.9, "memory_bandwidth_scale": 0.75}
-    measured = fitting.Evaluator(cases).step_s({k: [v] for k, v in true.items()})[0]
+    measured = Evaluator(cases).step_s({k: [v] for k, v in true.items()})[0]
     measured = measured * np.exp(np.random.default_rng(5).normal(0.0, 0.02, len(cases)))
     result = fitting.fit(cases, measured)
     assert "step_overhead_s" not in result.fitted  # serving has no optimizer step
@@ -558,7 +559,7 @@ def test_the_uncalibrated_interval_widens_where_the_gpu_efficiency_rests_on_few_
 def test_runs_far_from_the_prior_widen_it():
     """A stack 30% slower than the presets: the narrow GEMM prior is widened and the fit follows."""
     scns = layouts()
-    slow = fitting.Evaluator(scns).step_s({"matmul_efficiency_scale": [0.7]})[0]
+    slow = Evaluator(scns).step_s({"matmul_efficiency_scale": [0.7]})[0]
     result = fitting.fit(scns[:8], slow[:8])
     assert "matmul_efficiency_scale" in result.widened
     assert result.values["matmul_efficiency_scale"] == pytest.approx(0.7, rel=0.05)
@@ -637,7 +638,7 @@ def test_the_uncalibrated_spreads_are_the_dev_splits():
 
     dev = [r for r in cv.public_runs() if r.split == "dev"]
     megatron = [r for r in dev if r.scenario.plan.framework == "megatron-core"]
-    t = fitting.Evaluator([r.scenario for r in megatron]).step_s({})[0]
+    t = Evaluator([r.scenario for r in megatron]).step_s({})[0]
     e = np.log(t / np.array([r.measured_step_s for r in megatron]))
     # measured before the A100's sustained efficiency was fitted (no dev row is on an A100): the floor
     # of every stack's spread

@@ -17,6 +17,7 @@ from shardwise.analyses.planner import SearchSpace, _scenario, confirmed_estimat
 from shardwise.calibration import explain, regret, store
 from shardwise.calibration import fit as fitting
 from shardwise.calibration import suggest as sg
+from shardwise.calibration.cases import Evaluator
 from shardwise.calibration.parameters import BY_NAME, apply, network_degradation
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
@@ -103,7 +104,7 @@ def test_the_exponent_is_bounded_physically_and_stored_as_a_pure_number():
 def _far_run(exponent: float) -> tuple[Scenario, float]:
     model = presets.model("llama3-70b")
     scn = Scenario(model, presets.system("dgx-h100", 64), Plan(tp=8, pp=1, dp=64, global_batch=512, zero_stage=3))
-    measured = float(fitting.Evaluator([scn]).step_s({"inter_node_scaling_exponent": [exponent]})[0, 0])
+    measured = float(Evaluator([scn]).step_s({"inter_node_scaling_exponent": [exponent]})[0, 0])
     return scn, measured
 
 
@@ -369,7 +370,7 @@ def test_fits_side_by_side_are_the_fits_run_alone_and_errors_reach_the_caller():
     from shardwise.calibration.together import side_by_side
 
     scns = [_far_run(0.3)[0], _far_run(0.6)[0]]
-    ev = fitting.Evaluator(scns)
+    ev = Evaluator(scns)
     measured = ev.step_s({})[0] * np.array([1.3, 0.9])
 
     class Counting:

@@ -185,7 +185,7 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
     assert [(r["tp"], r["pp"]) for r in rows] == [("2", "1"), ("1", "2")]
     assert all(float(r["step_time_s"]) > 0 and r["system"] == str(machine) and r["scope"] == "layers" for r in rows)
     # the loop closes: calibrate reads the runs and prices them as measure did (the layers only)
-    from shardwise.calibration.fit import Evaluator, LayerStackCase
+    from shardwise.calibration.cases import Evaluator, LayerStackCase
     from shardwise.calibration.runs import read_runs
 
     read = read_runs(runs)

@@ -176,7 +176,7 @@ def test_runs_stacked_for_calibration_keep_their_own_head_dims():
     """Calibration prices runs of several models as one array-valued scenario: each keeps its
     head_dim (a stale one priced Nemotron-4 340B's attention with another model's heads)."""
     from shardwise import presets
-    from shardwise.calibration.fit import Evaluator
+    from shardwise.calibration.cases import Evaluator
     from shardwise.engines.training import estimate_training_step
     from shardwise.specs import Plan, Scenario
 

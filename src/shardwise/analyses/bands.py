@@ -31,7 +31,7 @@ def calibrated(exp: Experiment) -> bool:
 
 def log_gradient(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
     """d ln t / d u for each fitted parameter (last axis), by one finite step each."""
-    from shardwise.calibration.fit import fd_step
+    from shardwise.calibration.cases import fd_step
     from shardwise.calibration.parameters import BY_NAME
 
     base = dict(exp.calibration)

@@ -95,7 +95,7 @@ def serving_runs() -> list[PublicRun]:
     the batch the uncalibrated model picks (the largest that fits: memory, not speed)."""
     from shardwise.analyses import serving_validation as sv
     from shardwise.analyses.serving import at_max_batch
-    from shardwise.calibration.fit import ServingCase
+    from shardwise.calibration.cases import ServingCase
     from shardwise.specs.serving import ServingWorkload
 
     out = []
@@ -237,7 +237,8 @@ class Spreads:
 def dev_spreads(runs: list[PublicRun]) -> Spreads:
     """`calibration.spreads.UNCALIBRATED_LOG_SD` and `NOISE_LOG_SD` and the GEMM prior's width
     (`calibration.parameters.MATMUL_PRIOR_SD`), from the dev split only."""
-    from shardwise.calibration.fit import Evaluator, fit
+    from shardwise.calibration.cases import Evaluator
+    from shardwise.calibration.fit import fit
 
     dev = [r for r in runs if r.split == "dev"]
     t = Evaluator([r.scenario for r in dev]).step_s({})[0]

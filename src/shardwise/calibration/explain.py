@@ -67,7 +67,7 @@ class RunExplanations:
 
 def explain_run(case: Any, measured: float) -> RunExplanations:
     """What single parameter change would make the model predict `measured` for `case`."""
-    from shardwise.calibration.fit import Evaluator
+    from shardwise.calibration.cases import Evaluator
 
     ev = Evaluator([case])
     target = math.log(measured)
@@ -172,7 +172,8 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
     """The ordinary fit, or the fit of parameters chosen by need (forward selection, or the
     particles' explanation pruned by backward elimination) where its evidence is better (see the
     module docstring)."""
-    from shardwise.calibration.fit import Evaluator, fit
+    from shardwise.calibration.cases import Evaluator
+    from shardwise.calibration.fit import fit
     from shardwise.calibration.together import side_by_side
 
     ev = Evaluator(cases)
@@ -242,7 +243,7 @@ def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, flo
     returns to its prior mean (0: the runs do not need it moved); and the particles' mean values
     (a start for the fit)."""
     from shardwise.calibration import particles
-    from shardwise.calibration.fit import Evaluator
+    from shardwise.calibration.cases import Evaluator
     from shardwise.calibration.regret import SEED
 
     post = particles.posterior(cases, measured, seed=SEED)

@@ -19,7 +19,7 @@ The parameters' uncertainty is the Laplace approximation of the posterior at the
 Sigma_u = (J^T J / sigma^2 + diag(1 / prior_sd^2))^-1 (J: d e / d u), and a new prediction's 80%
 interval is exp(+-1.2816 s) around it with s^2 = g^T Sigma_u g + sigma^2 (g: d ln t / d u there).
 
-Speed: runs are stacked into one array-valued Scenario per (model, hardware, precision) group and
+Speed (`calibration.cases`): runs are stacked into one array-valued Scenario per (model, hardware, precision) group and
 the parameter sets (the point and one step per parameter, for the Jacobian) into a second axis,
 so one evaluation of the cost model prices every run at every set; serving measurements of one
 scenario are stacked the same way (their workloads' lengths and batches as arrays). A fit prices
@@ -28,16 +28,15 @@ each point once (the solves and scores that return to a point read it back).
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, apply
+from shardwise.calibration.cases import Case, Evaluator, fd_step, log_step_and_gradient, parameter_sets
+from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, Z80
 from shardwise.errors import SpecError
-from shardwise.specs import Plan, Scenario
 
 # A parameter is fitted only where some run moves by at least this much (log) when the parameter
 # moves by one prior standard deviation.
@@ -51,7 +50,6 @@ MIN_RUNS_TO_WIDEN = 2
 # The two-component prior's weight on the wide component, where a parameter's data are not in
 # (its variance, moment-matched: prior_sd^2 (1 - w + w WIDEN^2)); `calibration.regret` draws from it.
 WIDE_SHARE = 0.25
-_STEP = 0.01  # finite-difference step, in units of each parameter's prior sd
 
 
 @dataclass(frozen=True)
@@ -85,194 +83,6 @@ class Fit:
         u = p.u(self.values[name])
         lo, hi = u - Z80 * self.u_sd(name), u + Z80 * self.u_sd(name)
         return float(p.value(max(lo, p.low))), float(p.value(min(hi, p.high)))
-
-
-_MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden", "head_dim")
-_MODEL_KIND = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
-
-
-def _group_key(scn: Scenario) -> tuple[Any, ...]:
-    """Runs that can share one array-valued Scenario: the same model kind (numbers may differ),
-    hardware and precision."""
-    c, p, m = scn.cluster, scn.plan, scn.model
-    kind = tuple(getattr(m, f) for f in _MODEL_KIND)
-    return (
-        kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
-        p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy,
-    )  # fmt: skip
-
-
-_PLAN_FIELDS = [
-    f.name
-    for f in fields(Plan)
-    # strings: in the key
-    if f.name
-    not in (
-        "precision",
-        "stage_layers",
-        "framework",
-        "moe_dispatcher",
-        "cp_comm",
-        "attention_kernel",
-        "selective_policy",
-    )
-]
-
-
-def _stack(scns: list[Scenario]) -> Scenario:
-    """One Scenario whose model sizes, plan fields and node counts are arrays of shape (1, n)."""
-    first = scns[0]
-    kw: dict[str, Any] = {}
-    for name in _PLAN_FIELDS:
-        values = [getattr(s.plan, name) for s in scns]
-        if name == "overlap_p2p":  # None: on for the interleaved schedule only
-            values = [
-                bool(v) if v is not None else int(s.plan.schedule) == 2 for v, s in zip(values, scns, strict=True)
-            ]
-        kw[name] = np.array([int(v) if name in ("schedule", "recompute") else v for v in values])[None, :]
-    model = replace(
-        first.model,
-        name="runs",
-        **{f: np.array([getattr(s.model, f) for s in scns], dtype=float)[None, :] for f in _MODEL_NUMBERS},
-    )
-    nodes = np.array([s.cluster.nodes for s in scns])[None, :]
-    return Scenario(model, first.cluster.with_(nodes=nodes), replace(first.plan, **kw))
-
-
-SERVING_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s")
-
-
-@dataclass(frozen=True)
-class ServingCase:
-    """A serving measurement: the scenario served, the workload, and which figure was measured
-    (time to first token, time per output token, end-to-end latency or output tokens/s)."""
-
-    scenario: Scenario
-    workload: Any  # specs.serving.ServingWorkload
-    metric: str
-
-    def __post_init__(self) -> None:
-        if self.metric not in SERVING_METRICS:
-            raise SpecError(f"serving metric {self.metric!r}: choose one of {', '.join(SERVING_METRICS)}")
-
-
-@dataclass(frozen=True)
-class LayerStackCase:
-    """A step of `shardwise measure tp|pp|dp`: the scenario's layers only (no embedding, output
-    layer or optimizer), `micro_batches` micro-batches, priced as `measure.predict` composes it."""
-
-    scenario: Scenario
-    kind: str  # "tp", "pp" or "dp"
-    micro_batches: int
-
-    def step_s(self, cluster: Any) -> Any:
-        from shardwise.measure.predict import predict
-
-        p = self.scenario.plan
-        ranks = int({"tp": p.tp, "pp": p.pp, "dp": p.dp}[self.kind])
-        sp, v = bool(np.asarray(p.sequence_parallel)), int(p.vpp)
-        model = self.scenario.model
-        return predict(
-            self.kind, model, cluster, ranks, int(p.micro_batch), self.micro_batches, p.precision, sp, v
-        ).step_s
-
-
-Case = Scenario | ServingCase | LayerStackCase
-
-
-def _serving_key(case: ServingCase) -> tuple[Any, ...]:
-    """Serving cases that can share one estimate: the same scenario (the object, or an equal one)
-    and workload but for its lengths and batch, which are stacked (`_stack_serving`)."""
-    w = case.workload
-    try:
-        scenario: Any = (hash(case.scenario), case.scenario)
-    except TypeError:  # an array-valued scenario: only itself
-        scenario = id(case.scenario)
-    return (scenario, w.weight_precision, w.kv_precision, w.runtime, w.custom_all_reduce, w.engine)
-
-
-def _stack_serving(idx: list[int], cases: list[ServingCase]) -> tuple[np.ndarray, Scenario, Any, list[str]]:
-    """(the cases' indices, their scenario, one workload whose lengths and batch are arrays of shape
-    (1, n), each case's metric): n measurements priced by one estimate."""
-    stacked = replace(
-        cases[0].workload,
-        **{f: np.array([getattr(c.workload, f) for c in cases])[None, :] for f in ("input_len", "output_len", "batch")},
-    )
-    return np.array(idx), cases[0].scenario, stacked, [c.metric for c in cases]
-
-
-class Evaluator:
-    """Prices a fixed list of cases at many parameter sets at once: training scenarios (the step
-    time, stacked per group) and serving cases (their measured figure, stacked per scenario and
-    workload kind: one estimate for a runtime's rows of one model and layout)."""
-
-    def __init__(self, cases: list[Case]):
-        groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-        served: dict[tuple[Any, ...], list[int]] = defaultdict(list)
-        self.stacks = [(i, c) for i, c in enumerate(cases) if isinstance(c, LayerStackCase)]
-        for i, case in enumerate(cases):
-            if isinstance(case, Scenario):
-                groups[_group_key(case)].append(i)
-            elif isinstance(case, ServingCase):
-                served[_serving_key(case)].append(i)
-        self.n = len(cases)
-        self.groups = [(np.array(idx), _stack([cases[i] for i in idx])) for idx in groups.values()]  # type: ignore[misc]
-        self.serving = [_stack_serving(idx, [cases[i] for i in idx]) for idx in served.values()]  # type: ignore[misc]
-
-    def step_s(self, sets: dict[str, np.ndarray]) -> np.ndarray:
-        """Predictions, shape (number of sets, number of cases): the step time of a training
-        scenario, the measured figure of a serving case; `sets` maps parameter names to arrays of
-        one value per set (missing names: the neutral value)."""
-        from shardwise.engines.training import estimate_training_step
-
-        size = max((len(np.atleast_1d(v)) for v in sets.values()), default=1)
-        values = {k: np.atleast_1d(np.asarray(v, dtype=float))[:, None] for k, v in sets.items()}
-        out = np.empty((size, self.n))
-        for idx, stacked in self.groups:
-            scn = stacked.on_rates(apply(stacked.cluster, values))
-            out[:, idx] = np.broadcast_to(estimate_training_step(scn).step_time_s, (size, len(idx)))
-        flat = {k: v[:, 0] for k, v in values.items()}
-        for i, stack in self.stacks:
-            out[:, i] = np.broadcast_to(np.asarray(stack.step_s(apply(stack.scenario.cluster, flat)), float), (size,))
-        if self.serving:
-            from shardwise.engines.serving import estimate_serving
-
-            for idx, s, workload, metrics in self.serving:
-                est = estimate_serving(s.on_rates(apply(s.cluster, values)), workload)
-                for metric in dict.fromkeys(metrics):
-                    mine = np.array([m == metric for m in metrics])
-                    got = np.broadcast_to(np.asarray(getattr(est, metric), dtype=float), (size, len(idx)))
-                    out[:, idx[mine]] = got[:, mine]
-        return out
-
-
-def fd_step(name: str) -> float:
-    """The finite-difference step of a parameter in u space: scales step down (the GEMM efficiency
-    is capped at 100% of peak), overheads up (they are bounded below by 0)."""
-    p = BY_NAME[name]
-    return (-1.0 if p.log_scale else 1.0) * _STEP * p.prior_sd
-
-
-def _sets(names: tuple[str, ...], u: np.ndarray, fixed: dict[str, float]) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """Parameter sets: the point u, then u with parameter j moved by one step (for the Jacobian).
-    Log scales step down (the GEMM efficiency is capped at 100% of peak), overheads step up."""
-    k = len(names)
-    steps = np.array([fd_step(n) for n in names])
-    us = np.repeat(u[None, :], k + 1, axis=0)
-    us[1:] += np.diag(steps)
-    sets = {n: np.full(k + 1, v) for n, v in fixed.items()}
-    for j, n in enumerate(names):
-        sets[n] = BY_NAME[n].value(us[:, j])
-    return sets, steps
-
-
-def log_step_and_gradient(
-    ev: Evaluator, names: tuple[str, ...], u: np.ndarray, fixed: dict[str, float]
-) -> tuple[np.ndarray, np.ndarray]:
-    """(ln t at u, d ln t / d u of shape (n, k))."""
-    sets, steps = _sets(names, u, fixed)
-    logt = np.log(ev.step_s(sets))
-    return logt[0], ((logt[1:] - logt[0]) / steps[:, None]).T
 
 
 def fit(
@@ -442,7 +252,7 @@ def _effects_at_prior(ev: Evaluator, names: tuple[str, ...], u0: np.ndarray) -> 
     sd: a cost hidden behind another at the prior (gradient 0, e.g. data-parallel traffic
     overlapped with compute) still makes the parameter one the runs can fit."""
     k = len(names)
-    sets, steps = _sets(names, u0, {})
+    sets, steps = parameter_sets(names, u0, {})
     far = np.repeat(u0[None, :], k, axis=0)
     for j, n in enumerate(names):
         p = BY_NAME[n]
@@ -469,10 +279,3 @@ def _why_insensitive(name: str) -> str:
         "inter_node_all_to_all_scale": " (no run's all-to-all, an MoE dispatch or Ulysses' exchange, crosses servers)",
         "inter_node_p2p_scale": " (no run's pipeline sends cross servers, or they are a small share of its step)",
     }.get(name, "")
-
-
-def with_values(case: Case, values: dict[str, float]) -> Case:
-    """The case on its cluster with calibrated values (`parameters.apply`)."""
-    s = case if isinstance(case, Scenario) else case.scenario
-    calibrated = Scenario(s.model, apply(s.cluster, values), s.plan)
-    return calibrated if isinstance(case, Scenario) else replace(case, scenario=calibrated)

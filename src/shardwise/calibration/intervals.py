@@ -32,7 +32,8 @@ from shardwise.calibration.spreads import (
 )
 
 if TYPE_CHECKING:  # the fit is imported where a calibration is used (an uncalibrated command skips it)
-    from shardwise.calibration.fit import Case, Fit
+    from shardwise.calibration.cases import Case
+    from shardwise.calibration.fit import Fit
 
 LEVEL = 0.8
 
@@ -56,9 +57,9 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
         if fitted is not None:
             what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
-        # a serving case exists only once the fit module is loaded (an uncalibrated command skips it)
-        fit_module = sys.modules.get("shardwise.calibration.fit")
-        serving = fit_module.ServingCase if fit_module is not None else ()
+        # a serving case exists only once its module is loaded (an uncalibrated command skips it)
+        cases_module = sys.modules.get("shardwise.calibration.cases")
+        serving = cases_module.ServingCase if cases_module is not None else ()
         sd = [
             SERVING_LOG_SD
             if isinstance(c, serving)
@@ -69,7 +70,7 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         if fitted is None and len(stacks) == 1 and (stack := next(iter(stacks))) not in STACK_LOG_SD:
             what = f"uncalibrated, {stack_basis(stack)} (--calibration fits your runs)"
         return Spread(np.array(sd, dtype=float), what)
-    from shardwise.calibration.fit import Evaluator, log_step_and_gradient
+    from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
@@ -116,7 +117,7 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     sigma = np.sqrt(sq / np.maximum(n - 1 - k + NOISE_PRIOR_RUNS, 1.0))
     if k == 0:
         return e, sigma * t_factor(fitted.dof - 1)
-    from shardwise.calibration.fit import Evaluator, log_step_and_gradient, with_values
+    from shardwise.calibration.cases import Evaluator, log_step_and_gradient, with_values
 
     cases = [with_values(c, fitted.values) for c in scenarios]
     _, g = log_step_and_gradient(Evaluator(cases), fitted.fitted, np.zeros(k), {})
@@ -129,7 +130,7 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
 def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(prediction, 80% low, 80% high) of each case, calibrated by `fitted` (None: the uncalibrated
     model with its measured public spread); the interval is `intervals.spread`'s."""
-    from shardwise.calibration.fit import Evaluator, with_values
+    from shardwise.calibration.cases import Evaluator, with_values
 
     cases = scenarios if fitted is None else [with_values(c, fitted.values) for c in scenarios]
     t = Evaluator(cases).step_s({})[0]

@@ -25,7 +25,7 @@ to 1 in steps chosen so that the effective sample size stays at half the particl
 followed by a systematic resampling and MOVES Metropolis random-walk moves (proposal: the
 particles' covariance x (2.38^2 / k) x MOVE_SHRINK, Gelman, Roberts & Gilks 1996) that leave the
 tempered posterior invariant. Each move prices every run under every particle in one array call
-(`fit.Evaluator`).
+(`cases.Evaluator`).
 
 Users: `calibration.suggest` (the preposterior over the particles) and `calibration.explain`
 (which parameters the particles need moved from their prior: the explanations the fit then tries,
@@ -39,7 +39,8 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.fit import WIDE_SHARE, WIDEN, Evaluator
+from shardwise.calibration.cases import Evaluator
+from shardwise.calibration.fit import WIDE_SHARE, WIDEN
 from shardwise.calibration.parameters import PARAMETERS
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS
 

@@ -70,7 +70,7 @@ class Run:
     e2e_s or throughput_tokens_per_s for serving)."""
 
     run_id: str
-    case: Any  # Scenario | calibration.fit.ServingCase
+    case: Any  # Scenario | calibration.cases.ServingCase
     measured: float
     where: str  # "runs.csv line 3"
     group: str = ""  # the table or source it came from (for leave-one-out by source)
@@ -227,7 +227,7 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
     batch), weight_precision / kv_precision (or precision for both), runtime; one of ttft_s, tpot_s,
     e2e_s, throughput_tokens_per_s (output tokens per second over all replicas)."""
     from shardwise import presets
-    from shardwise.calibration.fit import ServingCase
+    from shardwise.calibration.cases import ServingCase
     from shardwise.engines.serving import plan_for_serving
     from shardwise.specs.serving import ServingWorkload
 
@@ -333,7 +333,7 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     if scope not in ("step", "layers"):
         raise SpecError(f"{where}: scope: {scope!r} is not allowed; use step (a training step) or layers")
     if scope == "layers":  # a `shardwise measure` run: the layers only
-        from shardwise.calibration.fit import LayerStackCase
+        from shardwise.calibration.cases import LayerStackCase
 
         kinds = [k for k, v in (("tp", tp), ("pp", pp), ("dp", dp)) if v > 1]
         if len(kinds) != 1 or metric != "step_time_s":

@@ -1,6 +1,6 @@
 """Fits run side by side, their evaluations priced together.
 
-A fit's cost is its evaluations of the cost model (`fit.Evaluator.step_s`), and one evaluation
+A fit's cost is its evaluations of the cost model (`cases.Evaluator.step_s`), and one evaluation
 costs about the same for two parameter sets as for fifty: the model's Python overhead, not its
 arithmetic, dominates at a calibration's sizes. `calibration.explain` tries several fits of the
 same runs at each round of its searches (each candidate parameter, each one to drop), which need

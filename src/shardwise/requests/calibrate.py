@@ -127,8 +127,8 @@ def explain_far(measured: list[Any], values: Any) -> list[str]:
     a SpecError naming what was tried for a run nothing explains."""
     import numpy as np
 
+    from shardwise.calibration.cases import Evaluator, LayerStackCase
     from shardwise.calibration.explain import describe, explain_run
-    from shardwise.calibration.fit import Evaluator, LayerStackCase
 
     predicted = Evaluator([r.case for r in measured]).step_s({})[0]
     notes = []

@@ -228,7 +228,7 @@ def _spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, 
         if cal is not None:
             basis += f" ({cal.path} has no serving runs)"
         return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
-    from shardwise.calibration.fit import ServingCase
+    from shardwise.calibration.cases import ServingCase
     from shardwise.calibration.intervals import spread
 
     cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
