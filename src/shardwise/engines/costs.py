@@ -275,7 +275,7 @@ def layer_cost(
     # the host issues every kernel; where they are shorter than that, the GPU waits for it
     host = 0.0
     if np.any(plan.host_kernel_s):
-        kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL)
+        kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
         host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s,
@@ -388,6 +388,10 @@ def head_cost(
     # eager: the fp32 log-softmax and its backward as separate kernels (`physics.stack`)
     eager_share = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
     loss_bytes = loss_bytes * np.where(np.asarray(plan.eager_kernels, dtype=bool), eager_share, 1.0)
+    # a stack's own count of the loss's bytes per logit (nanotron's, `physics.stack`), where it states one
+    if any_true(as_array(plan.loss_bytes_per_logit) > 0):
+        own = loss_bytes / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT) * plan.loss_bytes_per_logit
+        loss_bytes = np.where(np.asarray(plan.loss_bytes_per_logit) > 0, own, loss_bytes)
     loss_s = memory_s(loss_bytes, gpu, kernels=CROSS_ENTROPY_KERNELS)
     ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
     gather = np.where(sp, comm.all_gather, 0.0)

@@ -297,6 +297,8 @@ STACK_FIELDS = (
     "unfused_accumulate_bytes_fp16",
     "p2p_serial",
     "pipeline_split",
+    "layer_host_ops",
+    "loss_bytes_per_logit",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -310,6 +312,8 @@ STACK_PLAN_FIELDS = (
     "per_param_sharding",
     "unfused_accumulate_bytes",
     "p2p_serial",
+    "layer_host_ops",
+    "loss_bytes_per_logit",
 )
 
 
@@ -342,6 +346,16 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             value = data[field]
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
                 raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give bytes per weight, 0-64")
+            out[field] = float(value)
+    # a stack's host operations per layer and its loss's bytes per logit, counted from its code
+    for field, high, what in (
+        ("layer_host_ops", 10_000, "host operations per layer"),
+        ("loss_bytes_per_logit", 256, "bytes per logit"),
+    ):
+        if field in data:
+            value = data[field]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high:
+                raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give {what}, 0-{high}")
             out[field] = float(value)
     return out
 

@@ -1,0 +1,126 @@
+"""nanotron's time physics as its code runs (physics.stack): host operations per layer and
+micro-batch counted from its Python linears, Triton norms and fp32 gradient accumulation; its
+loss's fp32 passes; its pipeline's blocking sends and receives, each after a host sync."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from shardwise import presets
+from shardwise.engines.context_parallel import micro_batch_view
+from shardwise.engines.costs import head_cost, layer_cost
+from shardwise.engines.tp_overlap import tp_comm
+from shardwise.engines.training import estimate_training_step
+from shardwise.errors import SpecError
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.compute import memory_s
+from shardwise.physics.flops import CROSS_ENTROPY_FP32_BYTES_PER_LOGIT, cross_entropy_bytes
+from shardwise.physics.stack import (
+    NANOTRON_LAYER_HOST_OPS,
+    NANOTRON_LOSS_BYTES_PER_LOGIT,
+    host_units,
+    layer_kernels,
+)
+from shardwise.physics.topology import placement
+from shardwise.presets import _framework_from_dict
+from shardwise.specs import Plan, Scenario
+
+
+def _scenario(model: str = "llama3.2-1b", tp: int = 8, micro_batch: int = 1, **over: object) -> Scenario:
+    """One DGX H100, 4096 tokens, nanotron's preset (ZeRO as given), dp filling the node."""
+    fw = presets.framework("nanotron")
+    fw.pop("zero_stage")
+    fw.update(over)
+    pp = int(fw.pop("pp", 1))
+    dp = 8 // (tp * pp)
+    plan = Plan(tp=tp, pp=pp, dp=dp, global_batch=64 * dp, micro_batch=micro_batch, sequence_parallel=tp > 1, **fw)
+    return Scenario(presets.model(model, seq_len=4096), presets.system("dgx-h100", nodes=1), plan)
+
+
+def _layer(scn: Scenario):
+    fabric = Fabric.of(scn.cluster)
+    local = micro_batch_view(scn)
+    comm = tp_comm(local, fabric, placement(scn.plan, 8)["tp"])
+    return layer_cost(local, comm, kv_len=scn.model.seq_len)[0], comm
+
+
+def test_the_preset_states_the_counts_of_physics_stack():
+    fw = presets.framework("nanotron")
+    assert fw["layer_host_ops"] == NANOTRON_LAYER_HOST_OPS == 206
+    assert fw["loss_bytes_per_logit"] == NANOTRON_LOSS_BYTES_PER_LOGIT == 52.0
+    # send_tensors / recv_tensors one at a time, each after metadata whose copies sync the host
+    assert fw["p2p_serial"] is True and fw["pipeline_sync"] is True
+    assert "layer_host_ops" not in presets.framework("megatron-core")
+
+
+def test_host_units_weigh_each_kind_of_operation():
+    # an ATen op 1, a light op 0.3, a collective call 2, a wait 1, a Triton launch 4, a Function 1
+    assert host_units((1, 0, 0, 0, 0, 0)) == 1.0
+    assert host_units((0, 10, 1, 1, 1, 1)) == pytest.approx(3 + 2 + 1 + 4 + 1)
+
+
+def test_a_stacks_own_count_replaces_the_kernel_count_and_recompute_adds_its_forward_share():
+    assert layer_kernels(False, 6) == 3 * (6 + 8)  # the fused count: 42
+    assert layer_kernels(False, 6, False, 206.0) == 206.0
+    assert layer_kernels(False, 6, True, 206.0) == pytest.approx(206.0 * 4 / 3)
+    mixed = layer_kernels(False, 6, False, [0.0, 206.0])
+    assert list(mixed) == [42.0, 206.0]
+
+
+def test_host_bound_cells_wait_for_the_host_and_compute_bound_ones_do_not():
+    """Llama 3.2 1B at tp 8, micro-batch 1: a layer's GPU work (about 0.7 ms of compute) is
+    shorter than nanotron's 206 host operations at 10 us; 8B at tp 2, micro-batch 4 is not."""
+    small = _scenario("llama3.2-1b", tp=8)
+    own, _ = _layer(small)
+    gpu, _ = _layer(dataclasses.replace(small, plan=dataclasses.replace(small.plan, host_kernel_s=0.0)))
+    host = NANOTRON_LAYER_HOST_OPS * small.plan.host_kernel_s
+    assert gpu.compute_forward_s + gpu.compute_backward_s < host
+    # the GPU waits for the host: the layer takes its host time, no less
+    assert own.compute_forward_s + own.compute_backward_s == pytest.approx(host)
+    big = _scenario("llama3-8b", tp=2, micro_batch=4)
+    big_counted = dataclasses.replace(big, plan=dataclasses.replace(big.plan, layer_host_ops=0.0))
+    assert _layer(big)[0] == _layer(big_counted)[0]
+
+
+def test_the_loss_moves_fifty_two_bytes_a_logit():
+    scn = _scenario("llama3.2-1b", tp=8)
+    fused = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, loss_bytes_per_logit=0.0))
+    _, comm = _layer(scn)
+    own, base = head_cost(micro_batch_view(scn), comm), head_cost(micro_batch_view(fused), comm)
+    e, plan = scn.plan.bytes_per_element, scn.plan
+    logits = cross_entropy_bytes(scn.model, plan.micro_batch, plan.tp, e) / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
+    gpu = scn.cluster.gpu
+    extra = memory_s((52.0 - (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)) * logits, gpu) - gpu.kernel_launch_s
+    assert own.compute_forward_s - base.compute_forward_s == pytest.approx(extra)
+
+
+def test_nanotrons_step_is_slower_where_the_host_binds():
+    """The step of a host-bound cell grows by what its layers wait for the host; a large
+    micro-batch of an 8B model barely moves (its loss only)."""
+    small = _scenario("llama3.2-1b", tp=8)
+    before = dataclasses.replace(small.plan, layer_host_ops=0.0, loss_bytes_per_logit=0.0)
+    ratio = float(estimate_training_step(small).step_time_s) / float(
+        estimate_training_step(dataclasses.replace(small, plan=before)).step_time_s
+    )
+    assert ratio > 1.3
+    big = _scenario("llama3-8b", tp=2, micro_batch=4)
+    plain = dataclasses.replace(big.plan, layer_host_ops=0.0, loss_bytes_per_logit=0.0)
+    ratio = float(estimate_training_step(big).step_time_s) / float(
+        estimate_training_step(dataclasses.replace(big, plan=plain)).step_time_s
+    )
+    assert 1.0 < ratio < 1.02
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("layer_host_ops", -1), ("layer_host_ops", 1e9), ("loss_bytes_per_logit", 300)]
+)
+def test_bad_counts_are_one_clear_error(field, value):
+    with pytest.raises(SpecError, match=f"plan: {field}"):
+        Plan(**{field: value})
+    data = {**presets.framework("nanotron"), field: value}
+    data.pop("framework")
+    data.pop("host_kernel_s")
+    with pytest.raises(SpecError, match=f"framework 'x': {field}"):
+        _framework_from_dict("x", data)
