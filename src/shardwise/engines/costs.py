@@ -272,11 +272,14 @@ def layer_cost(
     rc = np.asarray(plan.recompute if recompute is None else recompute)
     selective = selective_recompute_s(lt, model, plan.selective_policy)
     redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, selective], 0.0)
-    # the host issues every kernel; where they are shorter than that, the GPU waits for it
+    # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
+    # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
+    # does not wait for them and goes on issuing), so the host's time is set against both.
     host = 0.0
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
-        host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
+        exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
+        host = host_bound_s(lt.forward_s + lt.backward_s + redo + exposed, kernels, plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s,
         compute_backward_s=lt.backward_s + redo + host,
