@@ -126,3 +126,45 @@ def test_bad_counts_are_one_clear_error(field, value):
     data.pop("host_kernel_s")
     with pytest.raises(SpecError, match=f"framework 'x': {field}"):
         _framework_from_dict("x", data)
+
+
+def test_a_pipeline_handshake_costs_what_its_code_does():
+    """p2p.py: per tensor sent 11.6 host units (two metadata sends, each after a copy_ that syncs,
+    two asserts reading CUDA scalars), per tensor received 29.4 (about 16 reads of CUDA scalars
+    into Python); 3 tensors each way across a layer boundary: 123 units on a middle stage."""
+    from shardwise.physics.microbatch import (
+        NANOTRON_P2P_HOST_OPS,
+        NANOTRON_RECV_HOST_OPS,
+        NANOTRON_SEND_HOST_OPS,
+        handshake_shares,
+    )
+
+    assert (round(NANOTRON_SEND_HOST_OPS, 6), round(NANOTRON_RECV_HOST_OPS, 6)) == (11.6, 29.4)
+    assert NANOTRON_P2P_HOST_OPS == presets.framework("nanotron")["p2p_host_ops"] == 123.0
+    assert [float(x) for x in handshake_shares(1)] == [0.0, 0.0]
+    assert [float(x) for x in handshake_shares(4)] == [0.5, 1.0]
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_handshakes_cost_every_micro_batch_of_the_slowest_stage(pp):
+    scn = _scenario("llama3.2-1b", tp=1, pp=pp, micro_batch=2)
+    none = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, p2p_host_ops=0.0))
+    with_h, without = estimate_training_step(scn), estimate_training_step(none)
+    m = scn.plan.num_micro_batches
+    middle = 123.0 * scn.plan.host_kernel_s  # an end stage (the slowest here: the loss) pays half
+    grew = float(with_h.step_time_s - without.step_time_s)
+    # m micro-batches on the slowest stage, and the fill and drain through the others
+    assert m * middle / 2 <= grew <= (m + pp - 1) * middle
+    # reported with the pipeline's sends, on the slowest stage
+    reported = float(with_h.breakdown.pp_p2p_s - without.breakdown.pp_p2p_s)
+    assert m * middle / 2 - 1e-9 <= reported <= m * middle + 1e-9
+
+
+@pytest.mark.parametrize("pp", [2, 4])
+def test_the_simulator_and_the_closed_form_agree_on_nanotrons_pipeline(pp):
+    from shardwise.engines.simulated import simulate_training_step
+
+    scn = _scenario("llama3.2-1b", tp=2, pp=pp, micro_batch=2)
+    closed = float(estimate_training_step(scn).step_time_s)
+    simulated = float(simulate_training_step(scn).estimate.step_time_s)
+    assert simulated == pytest.approx(closed, rel=0.01)

@@ -299,6 +299,7 @@ STACK_FIELDS = (
     "pipeline_split",
     "layer_host_ops",
     "loss_bytes_per_logit",
+    "p2p_host_ops",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -314,6 +315,7 @@ STACK_PLAN_FIELDS = (
     "p2p_serial",
     "layer_host_ops",
     "loss_bytes_per_logit",
+    "p2p_host_ops",
 )
 
 
@@ -350,6 +352,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     # a stack's host operations per layer and its loss's bytes per logit, counted from its code
     for field, high, what in (
         ("layer_host_ops", 10_000, "host operations per layer"),
+        ("p2p_host_ops", 10_000, "host operations per micro-batch"),
         ("loss_bytes_per_logit", 256, "bytes per logit"),
     ):
         if field in data:

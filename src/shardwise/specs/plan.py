@@ -206,7 +206,10 @@ class Plan:
     `layer_host_ops`: host operations one layer costs per micro-batch, forward and backward, in
     units of `host_kernel_s` (a stack's count from its code, `physics.stack`; 0: the kernels
     `physics.stack.layer_kernels` counts); `loss_bytes_per_logit`: bytes the loss moves per logit,
-    forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12).
+    forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12);
+    `p2p_host_ops`: host operations a middle pipeline stage spends per micro-batch and model chunk
+    around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
+    syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`.
     """
 
     tp: Number = 1
@@ -252,6 +255,7 @@ class Plan:
     p2p_serial: bool | np.ndarray = False
     layer_host_ops: Number = 0.0
     loss_bytes_per_logit: Number = 0.0
+    p2p_host_ops: Number = 0.0
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
@@ -314,6 +318,9 @@ class Plan:
         )
         object.__setattr__(
             self, "layer_host_ops", chk.within("plan: layer_host_ops", self.layer_host_ops, 0.0, 10_000.0, "ops")
+        )
+        object.__setattr__(
+            self, "p2p_host_ops", chk.within("plan: p2p_host_ops", self.p2p_host_ops, 0.0, 10_000.0, "ops")
         )
         object.__setattr__(
             self,
