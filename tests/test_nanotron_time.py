@@ -168,3 +168,49 @@ def test_the_simulator_and_the_closed_form_agree_on_nanotrons_pipeline(pp):
     closed = float(estimate_training_step(scn).step_time_s)
     simulated = float(simulate_training_step(scn).estimate.step_time_s)
     assert simulated == pytest.approx(closed, rel=0.01)
+
+
+def test_the_async_linears_hide_their_gathers_beside_the_rows_a_rank_holds():
+    """_ColumnLinearAsyncCommunication: the all-gather runs while the rank's own 1/t of the rows
+    multiplies, then the rows before and after; _RowLinearAsyncCommunication's backward the same for
+    the output gradient. What hides is at most the own rows' GEMMs; the pieces cost their slowest
+    rank's time beyond the whole GEMMs."""
+    from shardwise.engines.tp_overlap import own_rows_split_s
+    from shardwise.physics.flops import input_gradient, layer_forward
+
+    scn = _scenario("llama3-8b", tp=8)
+    plain = dataclasses.replace(scn, plan=dataclasses.replace(scn.plan, tp_shard_overlap=False))
+    (own, _), (base, _) = _layer(scn), _layer(plain)
+    p, gpu = scn.plan, scn.cluster.gpu
+    fwd = layer_forward(scn.model, p.micro_batch, p.tp, True, p.bytes_per_element)
+    q, u = (own_rows_split_s(g, 8, gpu, "bf16") for g in (fwd.qkv, fwd.mlp_up))
+    o, d = (own_rows_split_s(input_gradient(g), 8, gpu, "bf16") for g in (fwd.attn_out, fwd.mlp_down))
+    saved_f, saved_b = base.tp_forward_s - own.tp_forward_s, base.tp_backward_s - own.tp_backward_s
+    assert 0 < saved_f <= q[0] + u[0] + 1e-12
+    assert 0 < saved_b <= o[0] + d[0] + 1e-12  # here all of them: the gathers are longer
+    assert own.compute_forward_s - base.compute_forward_s == pytest.approx(q[1] + u[1])
+    assert q[1] > 0 and u[1] > 0  # at tp 8 a 512-row piece fills a wave of 132 SMs less
+    # what it hides is reported hidden
+    assert own.tp_hidden_s - base.tp_hidden_s == pytest.approx(saved_f + saved_b)
+    # userbuffers' ring exchange, where on, is what overlaps; without TP nothing changes
+    ub = dataclasses.replace(scn.plan, tp_comm_overlap=True)
+    ub_plain = dataclasses.replace(ub, tp_shard_overlap=False)
+    assert _layer(dataclasses.replace(scn, plan=ub))[0] == _layer(dataclasses.replace(scn, plan=ub_plain))[0]
+    one = _scenario("llama3-8b", tp=1)
+    one_plain = dataclasses.replace(one, plan=dataclasses.replace(one.plan, tp_shard_overlap=False))
+    assert _layer(one)[0] == _layer(one_plain)[0]
+
+
+def test_the_pieces_of_a_gathered_gemm_cost_nothing_where_they_fill_whole_waves():
+    from shardwise.engines.tp_overlap import own_rows_split_s
+    from shardwise.physics.compute import gemm_s
+    from shardwise.physics.flops import gemm
+
+    gpu = presets.gpu("h100-sxm5-80gb")
+    g = gemm(4096, 3584, 4096, 2.0)
+    own, extra = own_rows_split_s(g, 8, gpu, "bf16")
+    assert own == pytest.approx(gemm_s(gemm(512, 3584, 4096, 2.0), gpu, "bf16"))
+    assert extra > 0
+    big = gemm(65536, 14336, 4096, 2.0)  # tp 2: two halves of many waves each
+    assert own_rows_split_s(big, 2, gpu, "bf16")[1] < 0.02 * gemm_s(big, gpu, "bf16")
+    assert own_rows_split_s(g, 1, gpu, "bf16")[1] == pytest.approx(0.0, abs=1e-12)

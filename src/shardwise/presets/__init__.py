@@ -300,6 +300,7 @@ STACK_FIELDS = (
     "layer_host_ops",
     "loss_bytes_per_logit",
     "p2p_host_ops",
+    "tp_shard_overlap",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -316,6 +317,7 @@ STACK_PLAN_FIELDS = (
     "layer_host_ops",
     "loss_bytes_per_logit",
     "p2p_host_ops",
+    "tp_shard_overlap",
 )
 
 
@@ -329,7 +331,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    for field in ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial"):
+    for field in ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

@@ -72,6 +72,7 @@ BOOLEAN_FIELDS = (
     "eager_kernels",
     "per_param_sharding",
     "p2p_serial",
+    "tp_shard_overlap",
     *EXECUTION_FLAGS,
 )
 
@@ -209,7 +210,9 @@ class Plan:
     forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12);
     `p2p_host_ops`: host operations a middle pipeline stage spends per micro-batch and model chunk
     around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
-    syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`.
+    syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
+    `tp_shard_overlap`: with sequence parallelism, the all-gather that feeds a GEMM runs beside the
+    GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears, `engines.costs`).
     """
 
     tp: Number = 1
@@ -256,6 +259,7 @@ class Plan:
     layer_host_ops: Number = 0.0
     loss_bytes_per_logit: Number = 0.0
     p2p_host_ops: Number = 0.0
+    tp_shard_overlap: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
