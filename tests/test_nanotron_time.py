@@ -214,3 +214,23 @@ def test_the_pieces_of_a_gathered_gemm_cost_nothing_where_they_fill_whole_waves(
     big = gemm(65536, 14336, 4096, 2.0)  # tp 2: two halves of many waves each
     assert own_rows_split_s(big, 2, gpu, "bf16")[1] < 0.02 * gemm_s(big, gpu, "bf16")
     assert own_rows_split_s(g, 1, gpu, "bf16")[1] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_the_eager_glu_and_layout_copies_move_what_llama_py_copies():
+    """Per token on one rank, beyond the fused path: the SiLU and multiply apart 2 f e forward,
+    7 f e backward (two products, SiLU's, SplitBackward's cat); q, k, v made contiguous 2 (q + 2 kv)
+    e each way; k and v concatenated then permuted 8 kv e forward (Llama 3 8B at tp 2: f = 7168,
+    q + 2 kv = 3072, kv = 512)."""
+    from shardwise.physics.stack import layout_copy_bytes
+
+    (f_bytes, b_bytes), kernels = layout_copy_bytes(4096, 3072, 512, 7168, 2.0, True, True)
+    assert f_bytes == 4096 * 2.0 * (2 * 7168 + 2 * 3072 + 8 * 512)
+    assert b_bytes == 4096 * 2.0 * (7 * 7168 + 2 * 3072)
+    assert kernels == (6, 3)
+    assert layout_copy_bytes(4096, 3072, 512, 0.0, 2.0, True, False) == ((0.0, 0.0), (0, 0))  # no gated MLP
+    scn = _scenario("llama3-8b", tp=2)
+    plain = dataclasses.replace(scn.plan, eager_glu=False, layout_copies=False)
+    own, base = _layer(scn)[0], _layer(dataclasses.replace(scn, plan=plain))[0]
+    gpu = scn.cluster.gpu
+    assert own.compute_forward_s - base.compute_forward_s == pytest.approx(memory_s(f_bytes, gpu, 6))
+    assert own.compute_backward_s - base.compute_backward_s == pytest.approx(memory_s(b_bytes, gpu, 3))

@@ -49,6 +49,7 @@ from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
     host_bound_s,
     layer_kernels,
+    layout_copy_bytes,
     per_param_sharding_bytes,
 )
 from shardwise.specs import Model, Recompute, Scenario
@@ -224,6 +225,18 @@ def layer_cost(
         plan.unfused_accumulate_bytes,
     )
     lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
+    # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies)
+    copies_f: Number = 0.0
+    copies_b: Number = 0.0
+    if any_true(as_bool(plan.eager_glu) | as_bool(plan.layout_copies)):
+        kv = model.kv_heads * model.head_dim / t
+        ffn_width = np.where(model.gated_mlp, fwd.mlp_down.k * fwd.has_mlp, 0.0)
+        e = plan.bytes_per_element
+        (f_bytes, b_bytes), (f_kernels, b_kernels) = layout_copy_bytes(
+            fwd.qkv.m, fwd.qkv.n, kv, ffn_width, e, plan.eager_glu, plan.layout_copies
+        )
+        copies_f = np.where(f_bytes > 0, memory_s(f_bytes, gpu, f_kernels), 0.0)
+        copies_b = np.where(b_bytes > 0, memory_s(b_bytes, gpu, b_kernels), 0.0)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
@@ -303,7 +316,9 @@ def layer_cost(
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute if recompute is None else recompute)
     selective = selective_recompute_s(lt, model, plan.selective_policy)
-    redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s + split_f, selective], 0.0)
+    redo = np.select(
+        [rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s + split_f + copies_f, selective], 0.0
+    )
     # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
     # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
     # does not wait for them and goes on issuing), so the host's time is set against both.
@@ -311,11 +326,11 @@ def layer_cost(
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
         exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
-        busy = lt.forward_s + lt.backward_s + split_f + split_b + redo + exposed
+        busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
         host = host_bound_s(busy, kernels, plan.host_kernel_s)
     cost = StageCost(
-        compute_forward_s=lt.forward_s + split_f,
-        compute_backward_s=lt.backward_s + split_b + redo + host,
+        compute_forward_s=lt.forward_s + split_f + copies_f,
+        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)

@@ -104,6 +104,26 @@ autograd.Function call 1. 206 units, 2.1 ms per layer and micro-batch at 10 us: 
 the 42 kernels counted for a fused stack. The count is read off the code (within about 20%); the
 unit is the larger uncertainty (5-25 us, `host_kernel`). Not measured: no GPU run sets it.
 
+nanotron's element-wise work beside its fused norms and rotary (models/llama.py), bytes per token
+on one TP rank beyond the fused path's (q, kv: the query and key/value widths over tp; f: the MLP
+width over tp; e: bytes per element), read off autograd's backward of each op:
+
+=================================================  ==========  ============  ====================
+what                                               forward     backward      flag
+=================================================  ==========  ============  ====================
+GLUActivation (`self.act(gate_states) * up_states`  2 f e       7 f e         `Plan.eager_glu`
+after a `torch.split`): SiLU and multiply apart,
+5 f e against fused 3 f e; backward: the multiply's
+two products (6 f e) and SiLU's (3 f e) against
+fused 6 f e, and SplitBackward's cat of the two
+gradients (4 f e)
+q, k, v `transpose(0, 1).contiguous()` after the    2 (q+2kv) e  2 (q+2kv) e  `Plan.layout_copies`
+split: three copies; backward: contiguous and
+transpose pass views, SplitBackward's one cat
+k, v `torch.cat` then `permute(...).contiguous()`   8 kv e      0 (views,     `Plan.layout_copies`
+for flash-attn's rotary                                         into that cat)
+=================================================  ==========  ============  ====================
+
 nanotron's loss (models/llama.py `cast_to_fp32`, `Loss`; tensor_parallel/functional.py
 `_ShardedCrossEntropy`), bytes per logit with 16-bit logits: forward x.float() (2 + 4), max (4),
 subtract out of place (4 + 4), exp in place (4 + 4), sum (4), div_ (4 + 4): 38; backward mul_
@@ -153,6 +173,37 @@ NANOTRON_LAYER_HOST_OPS = round(
     + host_units(NANOTRON_BACKWARD_OPS)
     + host_units(NANOTRON_ACCUMULATE_OPS)
 )
+
+
+# bytes per element of that work (table above), forward and backward, and its kernels beyond the
+# fused path's: GLU the multiply (forward), the multiply's second product and the cat (backward);
+# the layout three copies, a cat and a permute (forward), one cat (backward)
+EAGER_GLU_BYTES = (2.0, 7.0)  # x f e
+QKV_COPY_BYTES = (2.0, 2.0)  # x (q + 2 kv) e
+KV_CAT_PERMUTE_BYTES = (8.0, 0.0)  # x kv e
+EAGER_GLU_KERNELS = (1, 2)
+LAYOUT_COPY_KERNELS = (5, 1)
+
+
+def layout_copy_bytes(
+    tokens: Number, qkv_width: Number, kv_width: Number, ffn_width: Number, e: float, eager_glu: Number, copies: Number
+) -> tuple[tuple[Number, Number], tuple[Number, Number]]:
+    """((forward, backward) bytes, (forward, backward) kernels) of one layer's element-wise work
+    beyond the fused path's on one TP rank (table above): an eager gated activation on `ffn_width`
+    (0 without a gated MLP) and the copies that lay q, k and v out for flash-attn (`qkv_width` =
+    q + 2 kv, `kv_width`, both over tp)."""
+    glu = np.asarray(eager_glu, dtype=bool) & (np.asarray(ffn_width) > 0)
+    lay = np.asarray(copies, dtype=bool)
+
+    def per_pass(i: int) -> tuple[Number, Number]:
+        width = np.where(glu, EAGER_GLU_BYTES[i] * ffn_width, 0.0) + np.where(
+            lay, QKV_COPY_BYTES[i] * qkv_width + KV_CAT_PERMUTE_BYTES[i] * kv_width, 0.0
+        )
+        kernels = np.where(glu, EAGER_GLU_KERNELS[i], 0) + np.where(lay, LAYOUT_COPY_KERNELS[i], 0)
+        return tokens * e * width, kernels
+
+    (f_bytes, f_kernels), (b_bytes, b_kernels) = per_pass(0), per_pass(1)
+    return (f_bytes, b_bytes), (f_kernels, b_kernels)
 
 
 # FSDP2's copies per weight: an all-gather's copy-out reads and writes each gathered weight once

@@ -301,6 +301,8 @@ STACK_FIELDS = (
     "loss_bytes_per_logit",
     "p2p_host_ops",
     "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -318,6 +320,8 @@ STACK_PLAN_FIELDS = (
     "loss_bytes_per_logit",
     "p2p_host_ops",
     "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
 )
 
 
@@ -331,7 +335,8 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    for field in ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap"):
+    booleans = ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap")
+    for field in (*booleans, "eager_glu", "layout_copies"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

@@ -73,6 +73,8 @@ BOOLEAN_FIELDS = (
     "per_param_sharding",
     "p2p_serial",
     "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
     *EXECUTION_FLAGS,
 )
 
@@ -212,7 +214,10 @@ class Plan:
     around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
     syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
     `tp_shard_overlap`: with sequence parallelism, the all-gather that feeds a GEMM runs beside the
-    GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears, `engines.costs`).
+    GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears, `engines.costs`);
+    `eager_glu`: a gated MLP's SiLU and multiply run as two kernels beside otherwise fused
+    element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
+    concatenated and permuted for the attention kernel (nanotron, `physics.stack`).
     """
 
     tp: Number = 1
@@ -260,6 +265,8 @@ class Plan:
     loss_bytes_per_logit: Number = 0.0
     p2p_host_ops: Number = 0.0
     tp_shard_overlap: bool | np.ndarray = False
+    eager_glu: bool | np.ndarray = False
+    layout_copies: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
