@@ -21,6 +21,7 @@ from shardwise.engines.tp_overlap import (
     UB_RING_EXCHANGE_SMS,
     TpComm,
     overlapped_exposed_s,
+    own_rows_split_s,
     tp_comm,
 )
 from shardwise.physics import memory as mem
@@ -38,6 +39,7 @@ from shardwise.physics.flops import (
     CROSS_ENTROPY_FP32_BYTES_PER_LOGIT,
     LayerForward,
     cross_entropy_bytes,
+    input_gradient,
     layer_forward,
     logits_forward,
 )
@@ -47,6 +49,7 @@ from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
     host_bound_s,
     layer_kernels,
+    layout_copy_bytes,
     per_param_sharding_bytes,
 )
 from shardwise.specs import Model, Recompute, Scenario
@@ -183,6 +186,13 @@ def layer_cost(
     MLP down with their input-gradient GEMMs. Each collective hides behind its own GEMM only,
     and slows that GEMM by the SMs it occupies (`overlapped_exposed_s`).
 
+    `tp_shard_overlap` (nanotron's asynchronous column and row linears, huggingface/nanotron
+    src/nanotron/parallel/tensor_parallel/functional.py `_ColumnLinearAsyncCommunication`,
+    `_RowLinearAsyncCommunication`): the forward all-gather of QKV and MLP up, and the backward
+    all-gather of proj's and MLP down's output gradient, run beside the GEMM of the rank's own
+    sequence shard (1/t of the rows, `torch.mm(..., out=same_device_shard)`) before the GEMMs of the
+    gathered rows; the forward reduce-scatters stay exposed (`differentiable_reduce_scatter_sum`).
+
     `ffn` is the width of the layer's dense MLP (default the model's; a mixture-of-experts layer
     passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
     `recompute`: price the layer under this recomputation instead of the plan's.
@@ -215,6 +225,18 @@ def layer_cost(
         plan.unfused_accumulate_bytes,
     )
     lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
+    # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies)
+    copies_f: Number = 0.0
+    copies_b: Number = 0.0
+    if any_true(as_bool(plan.eager_glu) | as_bool(plan.layout_copies)):
+        kv = model.kv_heads * model.head_dim / t
+        ffn_width = np.where(model.gated_mlp, fwd.mlp_down.k * fwd.has_mlp, 0.0)
+        e = plan.bytes_per_element
+        (f_bytes, b_bytes), (f_kernels, b_kernels) = layout_copy_bytes(
+            fwd.qkv.m, fwd.qkv.n, kv, ffn_width, e, plan.eager_glu, plan.layout_copies
+        )
+        copies_f = np.where(f_bytes > 0, memory_s(f_bytes, gpu, f_kernels), 0.0)
+        copies_b = np.where(b_bytes > 0, memory_s(b_bytes, gpu, b_kernels), 0.0)
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
@@ -226,11 +248,34 @@ def layer_cost(
 
     q, o, u, d = lt.qkv, lt.proj, lt.up, lt.down
     ring = np.maximum(np.asarray(t, dtype=float), 1.0)  # ring exchange: one chunk per TP rank
+    # nanotron's async linears (`tp_shard_overlap`): the gathered GEMMs in pieces, the own rows'
+    # beside the all-gather (`tp_overlap.own_rows_split_s`); their cost beyond the whole GEMMs
+    shard = as_bool(plan.tp_shard_overlap) & sp & active & ~ub
+    split_f: Number = 0.0
+    split_b: Number = 0.0
+    own: dict[str, Number] = {}
+    if any_true(shard):
+        gathered = {"q": fwd.qkv, "u": fwd.mlp_up, "o": input_gradient(fwd.attn_out), "d": input_gradient(fwd.mlp_down)}
+        parts = {k: own_rows_split_s(g, t, gpu, plan.precision) for k, g in gathered.items()}
+        own = {k: v[0] for k, v in parts.items()}
+        split_f = np.where(shard, parts["q"][1] + mlp * parts["u"][1], 0.0)
+        split_b = np.where(shard, parts["o"][1] + mlp * parts["d"][1], 0.0)
+
+    def gather_beside(gemm: Number, name: str) -> Number:
+        """An all-gather of the sequence-parallel activation (or its gradient) that feeds `gemm`:
+        overlapped by userbuffers' ring exchange; or (`tp_shard_overlap`) beside the GEMM of the
+        rank's own rows."""
+        with_ub = hide(gather, gemm, ub, UB_RING_EXCHANGE_SMS, ring)
+        if name not in own:
+            return with_ub
+        beside = overlapped_exposed_s(gather, np.where(shard, own[name], 0.0), NCCL_OVERLAP_SMS, sms)
+        return np.where(ub, with_ub, beside)
+
     # forward
     sp_fwd = (
-        hide(gather, q.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        gather_beside(q.forward_s, "q")
         + hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
-        + mlp * hide(gather, u.forward_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        + mlp * gather_beside(u.forward_s, "u")
         + mlp * hide(scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
     )
     blocks = 1.0 + mlp  # attention and (when there is one) the dense MLP
@@ -241,8 +286,8 @@ def layer_cost(
     col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
     overlap_col = async_grad | ub
     sp_bwd = (
-        hide(gather, o.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
-        + mlp * hide(gather, d.input_grad_s, ub, UB_RING_EXCHANGE_SMS, ring)
+        gather_beside(o.input_grad_s, "o")
+        + mlp * gather_beside(d.input_grad_s, "d")
         + hide(gather, q.input_grad_s, overlap_col, col_sms_ag)
         + hide(scatter, q.weight_grad_s, overlap_col, col_sms_rs)
         + mlp * hide(gather, u.input_grad_s, overlap_col, col_sms_ag)
@@ -271,15 +316,21 @@ def layer_cost(
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute if recompute is None else recompute)
     selective = selective_recompute_s(lt, model, plan.selective_policy)
-    redo = np.select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s, selective], 0.0)
-    # the host issues every kernel; where they are shorter than that, the GPU waits for it
+    redo = np.select(
+        [rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s + split_f + copies_f, selective], 0.0
+    )
+    # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
+    # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
+    # does not wait for them and goes on issuing), so the host's time is set against both.
     host = 0.0
     if np.any(plan.host_kernel_s):
-        kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL)
-        host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
+        kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
+        exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
+        busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
+        host = host_bound_s(busy, kernels, plan.host_kernel_s)
     cost = StageCost(
-        compute_forward_s=lt.forward_s,
-        compute_backward_s=lt.backward_s + redo + host,
+        compute_forward_s=lt.forward_s + split_f + copies_f,
+        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
@@ -388,6 +439,10 @@ def head_cost(
     # eager: the fp32 log-softmax and its backward as separate kernels (`physics.stack`)
     eager_share = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
     loss_bytes = loss_bytes * np.where(np.asarray(plan.eager_kernels, dtype=bool), eager_share, 1.0)
+    # a stack's own count of the loss's bytes per logit (nanotron's, `physics.stack`), where it states one
+    if any_true(as_array(plan.loss_bytes_per_logit) > 0):
+        own = loss_bytes / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT) * plan.loss_bytes_per_logit
+        loss_bytes = np.where(np.asarray(plan.loss_bytes_per_logit) > 0, own, loss_bytes)
     loss_s = memory_s(loss_bytes, gpu, kernels=CROSS_ENTROPY_KERNELS)
     ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
     gather = np.where(sp, comm.all_gather, 0.0)

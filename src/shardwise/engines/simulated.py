@@ -140,6 +140,13 @@ def stage_times(scn: Scenario) -> StageTimes:
         backward = backward + plan.vpp * (per_op + sync)
         blocked = 2 * plan.vpp * (per_op + sync)
         send_f, send_b = np.zeros(p), np.zeros(p)
+    # the stack's host work around its sends and receives (nanotron's handshakes), half on each
+    # pass: a middle stage's count, half of it on the first and last stage (as the closed form)
+    handshakes = float(_scalar("p2p_host_ops", plan.p2p_host_ops)) * float(_scalar("host_kernel_s", plan.host_kernel_s))
+    if p > 1 and handshakes > 0:
+        share = np.where((np.arange(p) == 0) | (np.arange(p) == p - 1), 0.5, 1.0) * plan.vpp * handshakes
+        forward, backward = forward + share / 2, backward + share / 2
+        blocked = blocked + share
     # the stack's fixed cost per micro-batch (0 unless calibrated), half on each pass
     mb_over = float(np.asarray(cluster.micro_batch_overhead_s))
     forward, backward = forward + mb_over / 2, backward + mb_over / 2

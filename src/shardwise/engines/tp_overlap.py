@@ -6,8 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.physics.collectives import Fabric, Group
+from shardwise.physics.compute import gemm_s
+from shardwise.physics.flops import Gemm, gemm
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.hardware import Gpu
 
 
 class TpComm:
@@ -60,3 +63,25 @@ def overlapped_exposed_s(
     share = np.where(np.asarray(sm_count) > 0, comm_sms / np.maximum(np.asarray(sm_count, dtype=float), 1.0), 0.0)
     tail = comm_s / splits
     return np.where(np.asarray(window_s) > 0, np.maximum(np.maximum(comm_s - window_s, comm_s * share), tail), comm_s)
+
+
+def own_rows_split_s(g: Gemm, tp: Number, gpu: Gpu, precision: str) -> tuple[Number, Number]:
+    """nanotron's asynchronous linears (`Plan.tp_shard_overlap`) multiply a gathered activation
+    in pieces: the rank's own 1/tp of the rows while the all-gather runs, then the rows before
+    and after them (`_ColumnLinearAsyncCommunication.forward`, `_RowLinearAsyncCommunication.
+    backward`: up to three `torch.mm` into slices of one output). Returns (the own rows' GEMM, what
+    the pieces of the slowest rank take beyond the whole GEMM): smaller GEMMs fill the GPU's last
+    wave less, and the TP group waits for its slowest rank at the next collective. Ranks 0, 1 and
+    the middle one are priced (the piece sizes of the others repeat theirs)."""
+    t = np.maximum(np.asarray(tp, dtype=float), 1.0)
+    rows = np.asarray(g.m, dtype=float) / t
+
+    def piece(m: Number) -> Number:
+        part = gemm(m, g.n, g.k, g.a_bytes, g.batch, g.b_bytes)._replace(out_bytes=g.out_bytes)
+        return np.where(np.asarray(m) > 0, gemm_s(part, gpu, precision), 0.0)
+
+    own = piece(rows)
+    worst: Number = 0.0
+    for rank in (np.zeros_like(t), np.minimum(1.0, t - 1.0), np.floor((t - 1.0) / 2.0)):
+        worst = np.maximum(worst, piece(rank * rows) + own + piece((t - 1.0 - rank) * rows))
+    return own, np.maximum(worst - gemm_s(g, gpu, precision), 0.0)

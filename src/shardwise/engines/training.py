@@ -63,7 +63,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.lora import trainable_params
 from shardwise.physics.memory import MemoryBreakdown
-from shardwise.physics.microbatch import pipeline_transfers
+from shardwise.physics.microbatch import handshake_shares, pipeline_transfers
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
@@ -227,6 +227,16 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     n_mid = maximum(p - 2, 0.0)
     c_mid_sum = where(overlap, maximum(middle_sum.total_s, n_mid * p2p), middle_sum.total_s + n_mid * p2p)
     c_mid_sum = plus(c_mid_sum, n_mid * mb_over)
+    # the stack's host work around its sends and receives, the GPU idle (nanotron's handshakes;
+    # `physics.microbatch`): a middle stage's count, half on the first and last stage
+    hand_end: Number = 0.0
+    hand_mid: Number = 0.0
+    if any_true(as_array(plan.p2p_host_ops) > 0):
+        hand = v * as_float(plan.p2p_host_ops) * as_float(plan.host_kernel_s)
+        end, mid = handshake_shares(p)
+        hand_end, hand_mid = end * hand, mid * hand
+        c_first, c_mid, c_last = c_first + hand_end, c_mid + hand_mid, c_last + hand_end
+        c_mid_sum = c_mid_sum + n_mid * hand_mid
     # Each model chunk holds whole layers: a stage of L layers in v chunks has chunks of up to
     # ceil(L / v) layers (12 layers in 5 chunks: 3, 3, 2, 2, 2), and the fill and drain pass the
     # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
@@ -258,7 +268,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
         c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
         slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
+        hand_s = where(c_first >= maximum(c_mid, c_last), hand_end, where(c_last >= c_mid, hand_end, hand_mid))
+        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s - hand_s), p2p) + hand_s
         breakdown = StepBreakdown(
             compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
             tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),

@@ -37,6 +37,30 @@ Pipeline transfers per micro-batch and model chunk under a blocking schedule:
   RecvActivation, SendActivation, RecvGrad, SendGrad; each a blocking p2p.send or p2p.recv on
   the stage's stream): four transfer times per micro-batch.
 
+nanotron's pipeline handshakes (huggingface/nanotron src/nanotron/parallel/pipeline_parallel/
+p2p.py, main of February 2025): before each tensor, `_send_meta` sends two metadata tensors, each
+copied to the GPU from pageable host memory (`copy_` of a CPU tensor: the host waits for the
+stream), and reads two of them back in asserts; `_recv_meta` receives them and reads them into
+Python (`bool`, `__index__`, the dtype lookup, the storage size, `as_strided`'s shape, stride and
+offset): each read a device-to-host sync on an empty queue. The GPU idles through all of it. A
+layer boundary sends `hidden_states` and `sequence_mask` forward and one gradient back. In host
+units (`physics.stack`: an ATen op 1, a light op 0.3, a collective call 2, a wait 1, a host sync 1):
+
+=====================  ===============================================================  =====
+per tensor             what runs                                                          units
+=====================  ===============================================================  =====
+sent                   torch.tensor 0.3, copy_ (sync) 1, send 2, two asserts (syncs) 2,   11.6
+                       torch.tensor 0.3, copy_ (sync) 1, send 2, isend 2, wait 1
+received               recv 2, unbind into 7 scalars 3.1, add 1, compare and bool 2,      29.4
+                       slice 1, recv 2, shape and stride slices 3, dtype, requires_grad
+                       and contiguity lookups 3, empty of the storage size 2,
+                       as_strided (7 reads) 7.3, irecv 2, wait 1
+=====================  ===============================================================  =====
+
+A middle stage sends and receives 3 tensors a micro-batch: 123 units (1.2 ms at 10 us); the first
+and last stages half of it (`Plan.p2p_host_ops` is the middle stage's; the engines charge the
+end stages half).
+
 Size, worked from the physics alone (no run fitted): a 176B model (hidden 14336, 70 layers) at
 tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's bf16 accumulation moves 20
 bytes per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its
@@ -63,6 +87,19 @@ AUTOGRAD_FP16_ADD_BYTES = 6.0  # DeepSpeed ZeRO 0/1 in fp16: param.grad += grad,
 # transfer times per micro-batch and model chunk of a blocking pipeline schedule
 PAIRED_TRANSFERS = 2  # Megatron: send and receive batched together, two directions at once
 SERIAL_TRANSFERS = 4  # DeepSpeed PipelineEngine: each send and receive on its own
+
+# nanotron's handshake per tensor sent and received (table above) and a middle stage's count
+NANOTRON_SEND_HOST_OPS = 0.3 + 1 + 2 + 2 + 0.3 + 1 + 2 + 2 + 1
+NANOTRON_RECV_HOST_OPS = 2 + 3.1 + 1 + 2 + 1 + 2 + 3 + 3 + 2 + 7.3 + 2 + 1
+NANOTRON_TENSORS_PER_BOUNDARY = 3  # hidden_states and sequence_mask forward, one gradient back
+NANOTRON_P2P_HOST_OPS = round(NANOTRON_TENSORS_PER_BOUNDARY * (NANOTRON_SEND_HOST_OPS + NANOTRON_RECV_HOST_OPS), 1)
+
+
+def handshake_shares(p: Number) -> tuple[Number, Number]:
+    """(end stage, middle stage) shares of `Plan.p2p_host_ops`: a middle stage has two neighbours,
+    the first and last one (0 without pipelining)."""
+    on = np.asarray(p) > 1
+    return np.where(on, 0.5, 0.0), np.where(on, 1.0, 0.0)
 
 
 def pipeline_transfers(serial: Number, blocking: Number) -> Number:

@@ -63,6 +63,71 @@ reduce-scatter copy-in     read the 16-bit gradient w + write g              bac
 
 The copy into the all-gather's input (the fp32 shard cast to 16 bits, 1/dp of the weights)
 runs on its own stream beside compute and is left out.
+
+nanotron's host work per layer and micro-batch (huggingface/nanotron, main of February 2025,
+commit 0e0a27ea, the Ultra-Scale Playbook's configuration: tp_mode REDUCE_SCATTER,
+tp_linear_async_communication, accumulate_grad_in_fp32; src/nanotron/models/llama.py,
+parallel/tensor_parallel/functional.py, optim/gradient_accumulator.py). Every linear layer is a
+Python autograd.Function that splits its GEMM around an asynchronous collective; the norms and
+the rotary embedding are flash-attn's Triton kernels; the layout between them is eager copies;
+after every micro-batch's backward pass FP32GradientAccumulator adds each parameter's 16-bit
+gradient into its fp32 buffer in a Python loop. Counted per layer with TP > 1 (tp = 1 has no
+collectives: about 57 fewer), in units of one ATen op's host time (`host_kernel`, 10 us):
+
+==============================  ====  =====  ===========  =====  ======  =========  ======
+part                            ATen  light  collectives  waits  Triton  Functions  units
+==============================  ====  =====  ===========  =====  ======  =========  ======
+forward: 2 norms, QKV and the   37    41     4            4      4       8          91
+gate/up column linears (3 GEMMs
+each), q/k/v transposes, k/v
+cat, rotary, cu_seqlens (6),
+flash_attn_varlen, o/down row
+linears, GLU, 2 residual adds,
+12 nn.Module calls (6 units)
+backward: autograd nodes, the   44    24     6            6      6       8          101
+linears' Python backward (row:
+all-gather then 3 + 1 GEMMs;
+column: re-gather, reduce-
+scatter), Triton norm/rotary
+backward, flash backward
+fp32 accumulation, 6 params:    6     24     0            0      0       0          13
+add_, two .grad assignments
+and the ZeRO-1 slice each
+==============================  ====  =====  ===========  =====  ======  =========  ======
+
+Weights per unit: an ATen op (allocation, copy, GEMM, element-wise) 1; a light op (a view, a
+.grad assignment) 0.3; a c10d collective call 2 (20 us, the PyTorch collective call's host
+latency the link presets use); Work.wait 1; a Triton launch through flash-attn's Python
+wrappers 4 (40 us: 40-62 us per launch with PyTorch 2.2's Triton, triton-lang/triton#3503;
+108 -> 49 us in one benchmark after triton-lang/triton#3638, Triton 3.0); a Python
+autograd.Function call 1. 206 units, 2.1 ms per layer and micro-batch at 10 us: about five times
+the 42 kernels counted for a fused stack. The count is read off the code (within about 20%); the
+unit is the larger uncertainty (5-25 us, `host_kernel`). Not measured: no GPU run sets it.
+
+nanotron's element-wise work beside its fused norms and rotary (models/llama.py), bytes per token
+on one TP rank beyond the fused path's (q, kv: the query and key/value widths over tp; f: the MLP
+width over tp; e: bytes per element), read off autograd's backward of each op:
+
+=================================================  ==========  ============  ====================
+what                                               forward     backward      flag
+=================================================  ==========  ============  ====================
+GLUActivation (`self.act(gate_states) * up_states`  2 f e       7 f e         `Plan.eager_glu`
+after a `torch.split`): SiLU and multiply apart,
+5 f e against fused 3 f e; backward: the multiply's
+two products (6 f e) and SiLU's (3 f e) against
+fused 6 f e, and SplitBackward's cat of the two
+gradients (4 f e)
+q, k, v `transpose(0, 1).contiguous()` after the    2 (q+2kv) e  2 (q+2kv) e  `Plan.layout_copies`
+split: three copies; backward: contiguous and
+transpose pass views, SplitBackward's one cat
+k, v `torch.cat` then `permute(...).contiguous()`   8 kv e      0 (views,     `Plan.layout_copies`
+for flash-attn's rotary                                         into that cat)
+=================================================  ==========  ============  ====================
+
+nanotron's loss (models/llama.py `cast_to_fp32`, `Loss`; tensor_parallel/functional.py
+`_ShardedCrossEntropy`), bytes per logit with 16-bit logits: forward x.float() (2 + 4), max (4),
+subtract out of place (4 + 4), exp in place (4 + 4), sum (4), div_ (4 + 4): 38; backward mul_
+(4 + 4) and the cast back to 16 bits (4 + 2): 14. 52 bytes against the fused loss's e + 12 = 14.
 """
 
 from __future__ import annotations
@@ -84,6 +149,61 @@ EAGER_ELEMENTWISE_KERNELS = 2 * 6 + 2 * 4 + 2 + 2
 # each element-wise op's backward)
 GEMM_AND_ATTENTION_KERNELS = 8
 BACKWARD_KERNEL_RATIO = 2.0
+
+
+# nanotron's host operations per layer and micro-batch and its loss's bytes per logit (table above):
+# units of one ATen op's host time per ATen op, light op (a view, a .grad assignment), collective call,
+# wait, Triton launch, Function
+NANOTRON_HOST_UNIT_WEIGHTS = (1.0, 0.3, 2.0, 1.0, 4.0, 1.0)
+NANOTRON_FORWARD_OPS = (37, 41, 4, 4, 4, 8)  # + 12 nn.Module calls at 0.5
+NANOTRON_MODULE_CALLS = 12
+NANOTRON_BACKWARD_OPS = (44, 24, 6, 6, 6, 8)
+NANOTRON_ACCUMULATE_OPS = (6, 24, 0, 0, 0, 0)  # FP32GradientAccumulator._accumulate_grad, 6 parameters
+NANOTRON_LOSS_BYTES_PER_LOGIT = 38.0 + 14.0
+
+
+def host_units(counts: tuple[int, ...], weights: tuple[float, ...] = NANOTRON_HOST_UNIT_WEIGHTS) -> float:
+    """Host operations in units of one ATen op: each kind's count times its weight."""
+    return float(sum(c * w for c, w in zip(counts, weights, strict=True)))
+
+
+NANOTRON_LAYER_HOST_OPS = round(
+    host_units(NANOTRON_FORWARD_OPS)
+    + 0.5 * NANOTRON_MODULE_CALLS
+    + host_units(NANOTRON_BACKWARD_OPS)
+    + host_units(NANOTRON_ACCUMULATE_OPS)
+)
+
+
+# bytes per element of that work (table above), forward and backward, and its kernels beyond the
+# fused path's: GLU the multiply (forward), the multiply's second product and the cat (backward);
+# the layout three copies, a cat and a permute (forward), one cat (backward)
+EAGER_GLU_BYTES = (2.0, 7.0)  # x f e
+QKV_COPY_BYTES = (2.0, 2.0)  # x (q + 2 kv) e
+KV_CAT_PERMUTE_BYTES = (8.0, 0.0)  # x kv e
+EAGER_GLU_KERNELS = (1, 2)
+LAYOUT_COPY_KERNELS = (5, 1)
+
+
+def layout_copy_bytes(
+    tokens: Number, qkv_width: Number, kv_width: Number, ffn_width: Number, e: float, eager_glu: Number, copies: Number
+) -> tuple[tuple[Number, Number], tuple[Number, Number]]:
+    """((forward, backward) bytes, (forward, backward) kernels) of one layer's element-wise work
+    beyond the fused path's on one TP rank (table above): an eager gated activation on `ffn_width`
+    (0 without a gated MLP) and the copies that lay q, k and v out for flash-attn (`qkv_width` =
+    q + 2 kv, `kv_width`, both over tp)."""
+    glu = np.asarray(eager_glu, dtype=bool) & (np.asarray(ffn_width) > 0)
+    lay = np.asarray(copies, dtype=bool)
+
+    def per_pass(i: int) -> tuple[Number, Number]:
+        width = np.where(glu, EAGER_GLU_BYTES[i] * ffn_width, 0.0) + np.where(
+            lay, QKV_COPY_BYTES[i] * qkv_width + KV_CAT_PERMUTE_BYTES[i] * kv_width, 0.0
+        )
+        kernels = np.where(glu, EAGER_GLU_KERNELS[i], 0) + np.where(lay, LAYOUT_COPY_KERNELS[i], 0)
+        return tokens * e * width, kernels
+
+    (f_bytes, f_kernels), (b_bytes, b_kernels) = per_pass(0), per_pass(1)
+    return (f_bytes, b_bytes), (f_kernels, b_kernels)
 
 
 # FSDP2's copies per weight: an all-gather's copy-out reads and writes each gathered weight once
@@ -123,12 +243,20 @@ def eager_elementwise_bytes(
     )
 
 
-def layer_kernels(eager: Number, fused_elementwise_kernels: Number, recompute_forward: Number = False) -> Number:
+def layer_kernels(
+    eager: Number, fused_elementwise_kernels: Number, recompute_forward: Number = False, host_ops: Number = 0.0
+) -> Number:
     """Kernels one layer's forward and backward issue (host time is paid per kernel); full
-    recomputation issues the forward's once more."""
+    recomputation issues the forward's once more. `host_ops` > 0: the stack's own count of host
+    operations per layer and micro-batch, forward and backward (`Plan.layer_host_ops`, e.g.
+    NANOTRON_LAYER_HOST_OPS), in its place; recomputation adds its forward share."""
     elementwise = np.where(np.asarray(eager, dtype=bool), EAGER_ELEMENTWISE_KERNELS, fused_elementwise_kernels)
     passes = 1.0 + BACKWARD_KERNEL_RATIO + np.asarray(recompute_forward, dtype=float)
-    return passes * (elementwise + GEMM_AND_ATTENTION_KERNELS)
+    counted = passes * (elementwise + GEMM_AND_ATTENTION_KERNELS)
+    if not np.any(host_ops):
+        return counted
+    own = np.asarray(host_ops, dtype=float) * passes / (1.0 + BACKWARD_KERNEL_RATIO)
+    return np.where(np.asarray(host_ops) > 0, own, counted)
 
 
 def host_bound_s(gpu_s: Number, kernels: Number, host_kernel_s: Number) -> Number:

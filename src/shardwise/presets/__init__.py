@@ -297,6 +297,12 @@ STACK_FIELDS = (
     "unfused_accumulate_bytes_fp16",
     "p2p_serial",
     "pipeline_split",
+    "layer_host_ops",
+    "loss_bytes_per_logit",
+    "p2p_host_ops",
+    "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -310,6 +316,12 @@ STACK_PLAN_FIELDS = (
     "per_param_sharding",
     "unfused_accumulate_bytes",
     "p2p_serial",
+    "layer_host_ops",
+    "loss_bytes_per_logit",
+    "p2p_host_ops",
+    "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
 )
 
 
@@ -323,7 +335,8 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    for field in ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial"):
+    booleans = ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap")
+    for field in (*booleans, "eager_glu", "layout_copies"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
@@ -342,6 +355,17 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             value = data[field]
             if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
                 raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give bytes per weight, 0-64")
+            out[field] = float(value)
+    # a stack's host operations per layer and its loss's bytes per logit, counted from its code
+    for field, high, what in (
+        ("layer_host_ops", 10_000, "host operations per layer"),
+        ("p2p_host_ops", 10_000, "host operations per micro-batch"),
+        ("loss_bytes_per_logit", 256, "bytes per logit"),
+    ):
+        if field in data:
+            value = data[field]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high:
+                raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give {what}, 0-{high}")
             out[field] = float(value)
     return out
 

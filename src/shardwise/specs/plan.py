@@ -72,6 +72,9 @@ BOOLEAN_FIELDS = (
     "eager_kernels",
     "per_param_sharding",
     "p2p_serial",
+    "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
     *EXECUTION_FLAGS,
 )
 
@@ -203,6 +206,18 @@ class Plan:
     gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
     microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
     on its own (DeepSpeed's PipelineEngine), not paired in one batched send/receive (Megatron).
+    `layer_host_ops`: host operations one layer costs per micro-batch, forward and backward, in
+    units of `host_kernel_s` (a stack's count from its code, `physics.stack`; 0: the kernels
+    `physics.stack.layer_kernels` counts); `loss_bytes_per_logit`: bytes the loss moves per logit,
+    forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12);
+    `p2p_host_ops`: host operations a middle pipeline stage spends per micro-batch and model chunk
+    around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
+    syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
+    `tp_shard_overlap`: with sequence parallelism, the all-gather that feeds a GEMM runs beside the
+    GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears, `engines.costs`);
+    `eager_glu`: a gated MLP's SiLU and multiply run as two kernels beside otherwise fused
+    element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
+    concatenated and permuted for the attention kernel (nanotron, `physics.stack`).
     """
 
     tp: Number = 1
@@ -246,6 +261,12 @@ class Plan:
     per_param_sharding: bool | np.ndarray = False
     unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
     p2p_serial: bool | np.ndarray = False
+    layer_host_ops: Number = 0.0
+    loss_bytes_per_logit: Number = 0.0
+    p2p_host_ops: Number = 0.0
+    tp_shard_overlap: bool | np.ndarray = False
+    eager_glu: bool | np.ndarray = False
+    layout_copies: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
@@ -305,6 +326,17 @@ class Plan:
             self,
             "unfused_accumulate_bytes",
             chk.within("plan: unfused_accumulate_bytes", self.unfused_accumulate_bytes, 0.0, 64.0, "bytes"),
+        )
+        object.__setattr__(
+            self, "layer_host_ops", chk.within("plan: layer_host_ops", self.layer_host_ops, 0.0, 10_000.0, "ops")
+        )
+        object.__setattr__(
+            self, "p2p_host_ops", chk.within("plan: p2p_host_ops", self.p2p_host_ops, 0.0, 10_000.0, "ops")
+        )
+        object.__setattr__(
+            self,
+            "loss_bytes_per_logit",
+            chk.within("plan: loss_bytes_per_logit", self.loss_bytes_per_logit, 0.0, 256.0, "bytes"),
         )
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
