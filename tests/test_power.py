@@ -73,3 +73,14 @@ def test_tdp_is_read_with_its_unit():
     assert gpu.tdp_w == pytest.approx(1200.0)
     with pytest.raises(SpecError, match="tdp"):
         gpu_from_dict("x", {"peak_16bit": 1e15, "memory": "80GB", "memory_bandwidth": "3TB/s", "tdp": "1.2kJ"})
+
+
+def test_arrays_in_arrays_out():
+    # a grid of power limits and exponents in one call, each element as its own scalar call
+    watts = np.array([[1000.0], [1400.0]])
+    exponents = np.array([2.0, 3.0, 4.0])
+    grid = power_limited_ratio(blackwell(160, watts, 2.5e15), B200, exponent=exponents)
+    assert grid.shape == (2, 3)
+    for i, w in enumerate(watts[:, 0]):
+        for j, a in enumerate(exponents):
+            assert grid[i, j] == pytest.approx(float(power_limited_ratio(blackwell(160, w, 2.5e15), B200, a)))
