@@ -2,9 +2,9 @@
 
 The GEMM tile model needs the fraction of peak a tile's main loop reaches while a real training
 job runs (clocks under the power limit included). Bekman's MAMF microbenchmark gives it for one
-GEMM at its best shape (x 0.978, see presets/gpus.yaml); training jobs run below that (GB200 and
-GB300 have the same datasheet peaks but differ by 13% in the same recipes: the power limit sets the
-clock). So for each GPU with public runs in at least `MIN_GROUPS` dev groups, one scale multiplies
+GEMM at its best shape (x 0.978, see presets/gpus.yaml; GPUs without a MAMF row take a sibling's,
+carried to their own power limit and SM count by `physics.power`); training jobs run below that.
+So for each GPU with public runs in at least `MIN_GROUPS` dev groups, one scale multiplies
 both its 16-bit and FP8 efficiencies, chosen so that the median signed step-time error of its dev
 rows is zero (robust to a few odd rows), over the fused-kernel stacks (`analyses.loso.FIT_STACKS`:
 XLA and eager PyTorch stacks are predicted, never fitted, so that their kernels' costs do not

@@ -28,6 +28,7 @@ _BYTES_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|bytes?)?$")
 _RATE_RE = re.compile(_NUMBER + r"\s*" + _PREFIX + r"(?P<unit>B|b|bit|bytes?)\s*(?:/|p)\s*s(?:ec)?$")
 _FLOPS_RE = re.compile(_NUMBER + r"\s*(?P<prefix>k|m|g|t|p)?\s*flop(?:s|/s)?$", re.I)
 _TIME_RE = re.compile(_NUMBER + r"\s*(?P<unit>s|ms|us|\u00b5s|\u03bcs|ns)$", re.I)
+_POWER_RE = re.compile(_NUMBER + r"\s*(?P<prefix>k)?W$")
 
 
 def _prefix_factor(prefix: str | None) -> float:
@@ -86,6 +87,17 @@ def parse_flops_per_s(value: str | float | int) -> float:
     m = _FLOPS_RE.match(str(value).strip().replace(" ", ""))
     if not m:
         raise UnitError(f"{value!r} is not a compute rate; use e.g. '312 TFLOPS' or FLOP/s as a number")
+    return float(m["num"]) * _prefix_factor(m["prefix"])
+
+
+def parse_watts(value: str | float | int) -> float:
+    """'1000W' -> 1000.0, '1.4kW' -> 1400.0; a bare number is watts."""
+    plain = _number(value)
+    if plain is not None:
+        return plain
+    m = _POWER_RE.match(str(value).strip().replace(" ", ""))
+    if not m:
+        raise UnitError(f"{value!r} is not a power; use e.g. '1000W', '1.4kW' or watts as a number")
     return float(m["num"]) * _prefix_factor(m["prefix"])
 
 

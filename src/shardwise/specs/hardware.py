@@ -85,6 +85,9 @@ class Gpu:
     # FlashAttention-2's forward efficiency relative to the GEMMs' (0: as the fused kernel's,
     # `physics.compute.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2's Ampere kernels below it)
     flash2_efficiency: Number = 0.0
+    # The board's power limit (W; 0 = not given): what sets the clock of sustained tensor-core work
+    # (`physics.power`), used where a GPU's efficiency is carried over from a sibling's benchmark
+    tdp_w: Number = 0.0
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -104,6 +107,7 @@ class Gpu:
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
         chk.within(f"{p}: flash2_efficiency", self.flash2_efficiency, 0.0, 1.0, "(a fraction; 0: as fused)")
+        chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
