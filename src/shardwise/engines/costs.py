@@ -202,6 +202,7 @@ def layer_cost(
         cp,
         ffn,
         eager=plan.eager_kernels,
+        eager_rotary=plan.eager_rotary,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(

@@ -289,6 +289,7 @@ def framework_accumulate_bytes(name: str, precision: str) -> float | None:
 STACK_FIELDS = (
     "attention_kernel",
     "eager_kernels",
+    "eager_rotary",
     "selective_policy",
     "host_kernel",
     "flash_attention",
@@ -305,6 +306,7 @@ PIPELINE_SPLITS = ("even", "compute")
 STACK_PLAN_FIELDS = (
     "attention_kernel",
     "eager_kernels",
+    "eager_rotary",
     "selective_policy",
     "host_kernel_s",
     "per_param_sharding",
@@ -323,7 +325,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    for field in ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial"):
+    for field in ("eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

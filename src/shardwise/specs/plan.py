@@ -70,6 +70,7 @@ BOOLEAN_FIELDS = (
     "flash_attention",
     "moe_overlap",
     "eager_kernels",
+    "eager_rotary",
     "per_param_sharding",
     "p2p_serial",
     *EXECUTION_FLAGS,
@@ -192,7 +193,9 @@ class Plan:
     (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its
     bundled copy of FlashAttention-2: slower on Hopper, `physics.compute.SDPA_FLASH_FORWARD_FRACTION`); `eager_kernels`:
     element-wise work (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
-    kernel per op instead of fused kernels; `selective_policy`: what recompute="selective"
+    kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen
+    kernels with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which
+    TorchInductor does not generate code for: `physics.stack`); `selective_policy`: what recompute="selective"
     recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
     second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
     one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
@@ -241,6 +244,7 @@ class Plan:
     framework: str = "megatron-core"
     attention_kernel: str = "fused"
     eager_kernels: bool | np.ndarray = False
+    eager_rotary: bool | np.ndarray = False
     selective_policy: str = "attention"
     host_kernel_s: Number = 0.0
     per_param_sharding: bool | np.ndarray = False
