@@ -106,15 +106,21 @@ ALL_GATHER_COPY_OUT_PASSES = 2.0  # (read + write) x weight bytes
 
 
 def per_param_sharding_bytes(
-    weights: Number, weight_bytes: float, reduce_bytes: float, trained: Number | None = None
+    weights: Number,
+    weight_bytes: float,
+    reduce_bytes: float,
+    trained: Number | None = None,
+    grad_bytes: float | None = None,
 ) -> tuple[Number, Number]:
     """(forward, backward) bytes that FSDP2's copies move on the compute stream for `weights`
     gathered weights in one micro-batch (table above): one copy-out forward; one copy-out and
-    the reduce-scatter copy-in of the `trained` ones (default all; read `weight_bytes`, write
-    `reduce_bytes` per weight) backward."""
+    the reduce-scatter copy-in of the `trained` ones (default all; read `grad_bytes`, default
+    `weight_bytes`, write `reduce_bytes` per weight) backward. `weight_bytes` is what is gathered
+    (1 where torchao's FP8 all-gather gathers FP8 weights, whose gradients stay 16-bit)."""
     trained = weights if trained is None else trained
+    grad = weight_bytes if grad_bytes is None else grad_bytes
     copy_out = ALL_GATHER_COPY_OUT_PASSES * weight_bytes * weights
-    return copy_out, copy_out + (weight_bytes + reduce_bytes) * trained
+    return copy_out, copy_out + (grad + reduce_bytes) * trained
 
 
 def eager_elementwise_bytes(

@@ -290,6 +290,7 @@ STACK_FIELDS = (
     "attention_kernel",
     "eager_kernels",
     "eager_rotary",
+    "fp8_recipe",
     "selective_policy",
     "host_kernel",
     "flash_attention",
@@ -307,6 +308,7 @@ STACK_PLAN_FIELDS = (
     "attention_kernel",
     "eager_kernels",
     "eager_rotary",
+    "fp8_recipe",
     "selective_policy",
     "host_kernel_s",
     "per_param_sharding",
@@ -316,10 +318,16 @@ STACK_PLAN_FIELDS = (
 
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    from shardwise.precisions import FP8_RECIPES
     from shardwise.specs.plan import ATTENTION_KERNELS, SELECTIVE_POLICIES
 
     out: dict[str, Any] = {}
-    for field, choices in (("attention_kernel", ATTENTION_KERNELS), ("selective_policy", SELECTIVE_POLICIES)):
+    choices_of = (
+        ("attention_kernel", ATTENTION_KERNELS),
+        ("selective_policy", SELECTIVE_POLICIES),
+        ("fp8_recipe", FP8_RECIPES),
+    )
+    for field, choices in choices_of:
         if field in data:
             if data[field] not in choices:
                 allowed = ", ".join(choices)
