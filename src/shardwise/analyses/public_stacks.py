@@ -166,7 +166,7 @@ def fp8_recipe(row: dict[str, str]) -> str:
     """The FP8 recipe a row states (`Plan.fp8_recipe`): its torchao `fp8_scaling=` (tensorwise with
     `fp8_allgather=on` is FSDP2's FP8 all-gather), torchao's default (tensorwise) where it names
     `fp8_lib=torchao` alone; empty where it states neither (the framework's)."""
-    if row["precision"] not in ("fp8", "mxfp8"):
+    if row.get("precision") not in ("fp8", "mxfp8"):
         return ""
     n = notes(row)
     scaling = n.get("fp8_scaling", "")
