@@ -171,3 +171,22 @@ def test_torchtitan_and_hf_presets_call_sdpa_flash2_and_flash_attn_stacks_do_not
         assert presets.framework(name)["attention_kernel"] == "sdpa-flash2", name
     for name in ("flash-attn-trainer", "composer", "megatron-deepspeed"):
         assert presets.framework(name)["attention_kernel"] == "flash2", name
+
+
+def test_flash_attention_2_runs_on_blackwell_at_about_its_hopper_speed():
+    # FA2 has no sm100 kernels: its Ampere mma.sync code measures 352-362 TFLOP/s forward on a B200
+    # at head dim 128 (tritonbench PR #171) against 370 on an H100 (Shah et al. 2024), so its share
+    # of a GEMM's speed falls from 370 / 794.5 on Hopper to 362 / 1745 on Blackwell (MAMF GEMMs)
+    h100_mamf, b200_mamf = 794.5e12, 1745e12
+    hopper = presets.gpu("h100-sxm5-80gb").flash2_efficiency * h100_mamf
+    for name in ("b200-sxm-180gb", "gb200", "b300-sxm-270gb", "gb300"):
+        blackwell = presets.gpu(name).flash2_efficiency * b200_mamf
+        assert 330e12 < blackwell < 400e12, name
+        assert blackwell == pytest.approx(hopper, rel=0.05), name
+    # so a B200 runs SDPA's flash attention slower than Hopper's ratio would have it
+    model = presets.model("llama3-8b", seq_len=8192)
+    fwd = layer_forward(model, 1, 1, False, 2.0)
+    b200 = presets.gpu("b200-sxm-180gb")
+    measured = layer_times(fwd, b200, "bf16", True, attention_kernel="sdpa-flash2").attention_s
+    hopper_ratio = layer_times(fwd, b200.with_(flash2_efficiency=0.47), "bf16", True, attention_kernel="sdpa-flash2")
+    assert float(measured) / float(hopper_ratio.attention_s) == pytest.approx(0.47 / 0.21, rel=0.02)

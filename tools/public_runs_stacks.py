@@ -95,6 +95,12 @@ INSTANCES = (
         " nvidia-h100-80gb; A3 Mega's is nvidia-h100-mega-80gb), whose 4 x 200 Gbps GPU NICs run GPUDirect-TCPX",
     ),
     (
+        "(meta's h100 variant",
+        "h100-meta-8x",
+        "system h100-meta-8x: the torchao float8 team's H100s are Meta's variant, 2.4 TB/s (torchao"
+        " roofline_utils.py 'custom to Meta's H100 variant'; amendments.csv)",
+    ),
+    (
         "(azure ndm a100 v4)",
         "azure-ndm-a100-v4",
         "system azure-ndm-a100-v4: the source names NDm A100 v4 (8 A100 80GB SXM4, 8 x 200 Gb/s HDR InfiniBand)",

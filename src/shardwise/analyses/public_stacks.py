@@ -143,6 +143,9 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["overlap_grad_reduce"] = True
     if n.get("ac") == "selective-op":
         out["selective_policy"] = "op"
+    recipe = fp8_recipe(row)
+    if recipe:
+        out["fp8_recipe"] = recipe
     fraction = block_fraction(row)
     if fraction is not None:  # those blocks whole, the others keep everything
         out["recompute"] = "none"
@@ -153,6 +156,25 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if policy:
         out["selective_policy"] = policy
     return preset, out
+
+
+# torchao.float8 recipes a row's notes name (`fp8_scaling=`), as `Plan.fp8_recipe` names them
+TORCHAO_SCALINGS = ("tensorwise", "rowwise", "rowwise_with_gw_hp")
+
+
+def fp8_recipe(row: dict[str, str]) -> str:
+    """The FP8 recipe a row states (`Plan.fp8_recipe`): its torchao `fp8_scaling=` (tensorwise with
+    `fp8_allgather=on` is FSDP2's FP8 all-gather), torchao's default (tensorwise) where it names
+    `fp8_lib=torchao` alone; empty where it states neither (the framework's)."""
+    if row.get("precision") not in ("fp8", "mxfp8"):
+        return ""
+    n = notes(row)
+    scaling = n.get("fp8_scaling", "")
+    if scaling not in TORCHAO_SCALINGS:
+        scaling = "tensorwise" if n.get("fp8_lib") == "torchao" else ""
+    if scaling == "tensorwise" and n.get("fp8_allgather") == "on":
+        return "tensorwise_fp8_all_gather"
+    return scaling
 
 
 def block_fraction(row: dict[str, str]) -> float | None:

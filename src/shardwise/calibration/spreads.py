@@ -21,6 +21,7 @@ FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, sa
     "a100-sxm4-40gb": "a100-sxm4-80gb",
     "h200-sxm-141gb": "h100-sxm5-80gb",
     "h800-sxm5-80gb": "h100-sxm5-80gb",
+    "h100-meta": "h100-sxm5-80gb",
     "b200-sxm-180gb": "gb200",
     "b300-sxm-270gb": "gb300",
 }
@@ -50,14 +51,14 @@ SERVING_LOG_SD = 0.104
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0551, 5, 1),
     "fsdp": (0.1233, 10, 1),
-    "fsdp2": (0.0601, 2, 1),
+    "fsdp2": (0.0584, 2, 1),
     "internevo": (0.1308, 54, 1),
     "maxtext": (0.1070, 38, 3),
     "megatron-core": (0.0695, 397, 3),
     "megatron-deepspeed": (0.6025, 5, 2),
     "nemo-automodel": (0.1115, 1, 1),
     "paxml": (0.2094, 36, 2),
-    "torchtitan-compile": (0.5157, 12, 1),
+    "torchtitan-compile": (0.3440, 12, 1),
 }
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625

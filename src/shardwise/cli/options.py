@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from shardwise.precisions import TRAINING_PRECISIONS
+from shardwise.precisions import FP8_RECIPES, TRAINING_PRECISIONS
 from shardwise.requests.fields import SELECTIVE_POLICIES, by_name
 
 F = Callable[..., Any]
@@ -302,6 +302,13 @@ execution_options = _stack(
         "[default: the framework's].",
     ),
     _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),
+    click.option(
+        "--fp8-recipe",
+        type=click.Choice(FP8_RECIPES, case_sensitive=False),
+        help="How --precision fp8/mxfp8 casts and multiplies: te (Transformer Engine) or a torchao.float8 "
+        "recipe (tensorwise, tensorwise_fp8_all_gather, rowwise, rowwise_with_gw_hp; with mxfp8 any of "
+        "them is torchao's MX) [default: the framework's].",
+    ),
     click.option(
         "--selective-policy",
         type=click.Choice(SELECTIVE_POLICIES, case_sensitive=False),

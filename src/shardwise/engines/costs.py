@@ -54,6 +54,7 @@ from shardwise.physics.stack import (
 )
 from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_fp8
 from shardwise.specs.stages import StageSplit, recomputed_split
 
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
@@ -69,6 +70,10 @@ CROSS_ENTROPY_KERNELS = 4
 # estimate for Megatron-Core's `LanguageModelEmbedding` (word lookup, position add, layout copy,
 # dropout; megatron/core/models/common/embeddings/language_model_embedding.py), not a count.
 EMBEDDING_KERNELS = 2
+# Bytes per weight that FSDP2 gathers and copies out under torchao's FP8 all-gather
+# (`Plan.fp8_recipe` "tensorwise_fp8_all_gather", torchao/float8/fsdp_utils.py
+# `WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`: the FP8 data, one byte each)
+FP8_GATHERED_BYTES = 1.0
 
 
 @dataclass(frozen=True)
@@ -131,13 +136,16 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     if not np.any(on):
         return None
     w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision)
+    gathered = w  # torchao's FP8 all-gather: FSDP2 gathers (and copies out) 1-byte weights
+    if plan.fp8_recipe == "tensorwise_fp8_all_gather" and is_fp8(plan.precision):
+        gathered = FP8_GATHERED_BYTES
     trains = np.asarray(plan.lora_rank) == 0
     matrices, replicated = layer_params_split(model)
     word = model.vocab * model.hidden / plan.tp
     held = (matrices / plan.tp + replicated, word, np.where(model.tied_embeddings, 0.0, word))
 
     def part(weights: Number) -> StageCost:
-        f_bytes, b_bytes = per_param_sharding_bytes(weights, w, g, np.where(trains, weights, 0.0))
+        f_bytes, b_bytes = per_param_sharding_bytes(weights, gathered, g, np.where(trains, weights, 0.0), w)
         forward, backward = memory_s(f_bytes, gpu), memory_s(b_bytes, gpu, kernels=2)
         return StageCost(np.where(on, forward, 0.0), np.where(on, backward, 0.0), 0.0, 0.0)
 
@@ -212,6 +220,7 @@ def layer_cost(
         cp,
         ffn,
         eager=plan.eager_kernels,
+        eager_rotary=plan.eager_rotary,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(
@@ -223,6 +232,7 @@ def layer_cost(
         plan.attention_kernel,
         plan.eager_kernels,
         plan.unfused_accumulate_bytes,
+        plan.fp8_recipe,
     )
     lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
     # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies)

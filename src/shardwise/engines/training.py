@@ -417,7 +417,9 @@ def optimizer_time_s(
     `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 training also the
     once-per-step cast of every local weight (`n_weights`, default `n_params`; more under LoRA,
     whose frozen weights are cast too) to FP8 in both layouts
-    (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest."""
+    (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest
+    (Transformer Engine's; a torchao recipe casts the weights at every use instead, in the layers'
+    casts: `physics.fp8_recipes`)."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
     shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
@@ -425,7 +427,7 @@ def optimizer_time_s(
     local = (n_params - n_expert) / ifelse(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu
     update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
-    if not is_fp8(plan.precision):
+    if not is_fp8(plan.precision) or plan.fp8_recipe != "te":
         return update
     weights = n_params if n_weights is None else n_weights
     return update + memory_s(cast_bytes_per_element(plan.precision) * weights, gpu)

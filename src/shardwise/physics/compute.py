@@ -25,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.physics import fp8_recipes
 from shardwise.physics.attention import backward_slowdown, forward_slowdown
 from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_gradient
 from shardwise.physics.gemm import gemm_time_s, table_time_s
@@ -266,10 +267,14 @@ def linears_times(
     precision: str,
     fused_accumulation: Number = True,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+    fp8_recipe: str = "te",
 ) -> list[GemmTimes]:
     """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`); without
     fused accumulation a separate kernel adds the 16-bit gradient to the fp32 accumulator,
-    moving `accumulate_bytes` per weight (`physics.microbatch`)."""
+    moving `accumulate_bytes` per weight (`physics.microbatch`). A torchao FP8 recipe's GEMMs as
+    `physics.fp8_recipes` describes them."""
+    if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
+        return _torchao_linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe)
     fused = np.asarray(fused_accumulation, dtype=bool)
     if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
         gs = [g._replace(a_bytes=1.0, b_bytes=1.0) for g in gs]
@@ -291,6 +296,32 @@ def linears_times(
     return out
 
 
+def _torchao_linears_times(
+    gs: Sequence[Gemm],
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number,
+    accumulate_bytes: Number,
+    recipe: str,
+) -> list[GemmTimes]:
+    """torchao.float8's GEMMs (`physics.fp8_recipes`): row-wise scales' CUTLASS forward at
+    ROWWISE_FORWARD_FRACTION of cuBLAS, the weight gradient rescaled by hand, or computed in 16
+    bits (rowwise_with_gw_hp)."""
+    out = linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes)
+    if not fp8_recipes.rowwise_gemms(recipe, precision):
+        return out
+    if fp8_recipes.sixteen_bit_weight_gradient(recipe, precision):
+        wgrad = [t.weight_grad_s for t in linears_times(gs, gpu, "bf16", fused_accumulation, accumulate_bytes)]
+    else:
+        wgrad = [t.weight_grad_s for t in out]
+    kernels = 1 if recipe == "rowwise" else 0  # the rescale (rowwise_with_gw_hp: none)
+    rescale = [memory_s(fp8_recipes.rescale_bytes(recipe, precision, g.batch * g.k * g.n), gpu, kernels) for g in gs]
+    return [
+        GemmTimes(t.forward_s / fp8_recipes.ROWWISE_FORWARD_FRACTION, t.input_grad_s, w + r)
+        for t, w, r in zip(out, wgrad, rescale, strict=True)
+    ]
+
+
 def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`)."""
@@ -302,6 +333,24 @@ def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[N
     return (
         memory_s(bytes_per_element * inputs, gpu, kernels=len(gemms)),
         memory_s(bytes_per_element * outputs, gpu, kernels=len(gemms)),
+    )
+
+
+def torchao_cast_times(fwd: LayerForward, gpu: Gpu, precision: str, recipe: str) -> tuple[Number, Number]:
+    """(forward, backward) seconds of a torchao recipe's casts in one layer and micro-batch: each
+    linear layer's input, output gradient and weight (`physics.fp8_recipes.cast_bytes`), two
+    kernels (the absolute maximum, the cast) per tensor and pass."""
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    gemms = (*fwd.gemms, *fwd.extra)
+    on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+    inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
+    outputs = sum(w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    weights = sum(w * g.k * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    a_in, a_out, w_f, w_b = fp8_recipes.cast_bytes(recipe, precision)
+    kernels = 2 * 2 * len(gemms)
+    return (
+        memory_s(a_in * inputs + w_f * weights, gpu, kernels=kernels),
+        memory_s(a_out * outputs + w_b * weights, gpu, kernels=kernels),
     )
 
 
@@ -350,12 +399,13 @@ def layer_times(
     attention_kernel: str = "fused",
     eager: Number = False,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+    fp8_recipe: str = "te",
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
-        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes
+        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)
     if not np.all(mlp == 1.0):  # no dense MLP: nothing to time
@@ -390,7 +440,9 @@ def layer_times(
         ring_f, ring_b = torch_ring_s(fwd, gpu)
         attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
     cast_f = cast_b = 0.0
-    if is_narrow(precision):
+    if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
+        cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
+    elif is_narrow(precision):
         cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision))
     return LayerTimes(
         qkv=qkv,

@@ -153,6 +153,7 @@ def layer_forward(
     cp: Number = 1,
     ffn: Number | None = None,
     eager: Number = False,
+    eager_rotary: Number = False,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
     `kv_len` tokens (training: both equal the model's sequence length). Inference may store the
@@ -160,7 +161,8 @@ def layer_forward(
     `ffn` is the width of the layer's dense, TP-split MLP (default the model's; a mixture-of-experts
     layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts).
     Where `eager` (a stack running element-wise work as eager kernels) the same work's eager bytes
-    are counted too (`eager_elementwise_bytes`; None otherwise)."""
+    are counted too (`eager_elementwise_bytes`; None otherwise); where `eager_rotary` the fused
+    path's rotary embedding moves what its eager ATen kernels move (`physics.stack`)."""
     if model.kv_lora_rank:
         return _mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
                                   weight_bytes, cp, ffn, kv_bytes)  # fmt: skip
@@ -187,9 +189,19 @@ def layer_forward(
     # every sequence in two balanced chunks, so it computes half of its s_q x s_kv rectangle
     causal_fraction = _causal_fraction(s_q, s_kv, cp)
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (q + kv * d) / t
+    kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
+    if np.any(eager_rotary) and not model.learned_positions:
+        from shardwise.physics.stack import COMPILED_COMPLEX_ROPE_KERNELS, EAGER_ROPE_BYTES_PER_ELEMENT
+
+        on = np.asarray(eager_rotary, dtype=bool)
+        aten = EAGER_ROPE_BYTES_PER_ELEMENT * tokens * (q + kv * d) / t
+        compiled = ELEMENTWISE_KERNELS + COMPILED_COMPLEX_ROPE_KERNELS
+        if on.ndim == 0:
+            rope, kernels = aten, compiled
+        else:
+            rope, kernels = np.where(on, aten, rope), np.where(on, compiled, kernels)
     norms, residuals, activation, split = _block_elementwise_parts(model, tokens, t, sequence_parallel, e, f)
     elementwise = (norms + residuals) * split + activation + rope
-    kernels = ELEMENTWISE_KERNELS + (0 if model.learned_positions else ROPE_KERNELS)
     eager_bytes = None
     if np.any(eager):
         from shardwise.physics.stack import eager_elementwise_bytes

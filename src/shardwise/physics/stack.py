@@ -21,8 +21,20 @@ cross-entropy (per logit)  e + 12 (vocab-parallel,      .float() (e+4), log_soft
                            fused passes)                softmax (4+4), .to(bf16) (4+e): 28 + 2e - 2e
 =========================  ==========================  ==============================================
 
-Residual adds are one kernel either way (read 2, write 1). The backward of eager element-wise
-work moves BACKWARD_MEMORY_RATIO x its forward bytes, as the fused kernels do.
+Residual adds are one kernel either way (read 2, write 1).
+
+torch.compile (TorchInductor, torchtitan's `--compile`) fuses the norms, the gated activation and
+(torchtitan from 2025-04, `build_cross_entropy_loss`) the loss, but not torchtitan's rotary
+embedding: `apply_rotary_emb` multiplies complex tensors (`torch.view_as_complex`), and Inductor
+generates no code for complex dtypes (torch/_inductor/lowering.py `unsupported_input_tensor`:
+"Torchinductor does not support code generation for complex operators", the warning
+pytorch/torchtitan#15 reports for this function), so the complex multiply runs as its ATen kernel
+between two Inductor casts: `.float()` (e+4), the complex multiply (4+4), `.type_as` (4+e), the
+eager 20 bytes per element in three kernels per tensor (`eager_rotary`). The matmuls stay cuBLAS
+(`aten.mm` is an extern kernel without max-autotune) and attention stays SDPA's kernel.
+
+The backward of eager element-wise work moves BACKWARD_MEMORY_RATIO x its forward bytes, as the
+fused kernels do.
 
 Attention kernels, forward efficiency relative to the GPU's GEMM efficiency: "fused" is what
 Megatron-Core runs through Transformer Engine (cuDNN fused attention; on Ampere the same
@@ -139,6 +151,9 @@ from shardwise.specs._checks import Number
 # bytes moved per element, eager / fused (see the table above)
 EAGER_NORM_BYTES_PER_ELEMENT = 36.0
 EAGER_ROPE_BYTES_PER_ELEMENT = 20.0
+# kernels per layer forward of torchtitan's complex rotary embedding under torch.compile: for q and
+# k, an Inductor cast to fp32, the ATen complex multiply and an Inductor cast back
+COMPILED_COMPLEX_ROPE_KERNELS = 2 * 3
 EAGER_GATED_ACTIVATION_FACTOR = 5.0 / 3.0  # 5e against the fused 3e per output element
 EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT = 28.0  # against e + 12 fused
 # kernels per layer forward, eager: two norms x 6 ops, rotary on q and k x 4 ops, the activation 2,
@@ -211,15 +226,21 @@ ALL_GATHER_COPY_OUT_PASSES = 2.0  # (read + write) x weight bytes
 
 
 def per_param_sharding_bytes(
-    weights: Number, weight_bytes: float, reduce_bytes: float, trained: Number | None = None
+    weights: Number,
+    weight_bytes: float,
+    reduce_bytes: float,
+    trained: Number | None = None,
+    grad_bytes: float | None = None,
 ) -> tuple[Number, Number]:
     """(forward, backward) bytes that FSDP2's copies move on the compute stream for `weights`
     gathered weights in one micro-batch (table above): one copy-out forward; one copy-out and
-    the reduce-scatter copy-in of the `trained` ones (default all; read `weight_bytes`, write
-    `reduce_bytes` per weight) backward."""
+    the reduce-scatter copy-in of the `trained` ones (default all; read `grad_bytes`, default
+    `weight_bytes`, write `reduce_bytes` per weight) backward. `weight_bytes` is what is gathered
+    (1 where torchao's FP8 all-gather gathers FP8 weights, whose gradients stay 16-bit)."""
     trained = weights if trained is None else trained
+    grad = weight_bytes if grad_bytes is None else grad_bytes
     copy_out = ALL_GATHER_COPY_OUT_PASSES * weight_bytes * weights
-    return copy_out, copy_out + (weight_bytes + reduce_bytes) * trained
+    return copy_out, copy_out + (grad + reduce_bytes) * trained
 
 
 def eager_elementwise_bytes(

@@ -289,6 +289,8 @@ def framework_accumulate_bytes(name: str, precision: str) -> float | None:
 STACK_FIELDS = (
     "attention_kernel",
     "eager_kernels",
+    "eager_rotary",
+    "fp8_recipe",
     "selective_policy",
     "host_kernel",
     "flash_attention",
@@ -311,6 +313,8 @@ PIPELINE_SPLITS = ("even", "compute")
 STACK_PLAN_FIELDS = (
     "attention_kernel",
     "eager_kernels",
+    "eager_rotary",
+    "fp8_recipe",
     "selective_policy",
     "host_kernel_s",
     "per_param_sharding",
@@ -326,16 +330,24 @@ STACK_PLAN_FIELDS = (
 
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    from shardwise.precisions import FP8_RECIPES
     from shardwise.specs.plan import ATTENTION_KERNELS, SELECTIVE_POLICIES
 
     out: dict[str, Any] = {}
-    for field, choices in (("attention_kernel", ATTENTION_KERNELS), ("selective_policy", SELECTIVE_POLICIES)):
+    choices_of = (
+        ("attention_kernel", ATTENTION_KERNELS),
+        ("selective_policy", SELECTIVE_POLICIES),
+        ("fp8_recipe", FP8_RECIPES),
+    )
+    for field, choices in choices_of:
         if field in data:
             if data[field] not in choices:
                 allowed = ", ".join(choices)
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
-    booleans = ("eager_kernels", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap")
+    booleans = (
+        "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
+    )  # fmt: skip
     for field in (*booleans, "eager_glu", "layout_copies"):
         if field in data:
             if not isinstance(data[field], bool):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.precisions import FP8_RECIPES
 from shardwise.recompute_policies import SELECTIVE_POLICIES
 
 TRUE_WORDS = ("true", "yes", "on", "1")
@@ -101,6 +102,7 @@ EXECUTION_FIELDS = (
     _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
     _f("attention_kernel", "str", None, "fused", "flash2", "sdpa-flash2"),
     _f("eager_kernels", "bool"),
+    _f("fp8_recipe", "str", None, *FP8_RECIPES),
     _f("selective_policy", "str", None, *SELECTIVE_POLICIES),
     _f("async_tp_grad", "bool"),
     _f("tp_comm_overlap", "bool"),

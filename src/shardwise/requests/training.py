@@ -77,6 +77,7 @@ class TrainingRequest:
     flash_attention: bool | None = default("flash_attention")
     attention_kernel: str | None = default("attention_kernel")
     eager_kernels: bool | None = default("eager_kernels")
+    fp8_recipe: str | None = default("fp8_recipe")
     selective_policy: str | None = default("selective_policy")
     async_tp_grad: bool | None = default("async_tp_grad")
     tp_comm_overlap: bool | None = default("tp_comm_overlap")

@@ -12,7 +12,7 @@ from enum import IntEnum
 import numpy as np
 
 from shardwise.arrays import any_true, as_array
-from shardwise.precisions import COMPUTE_PRECISIONS
+from shardwise.precisions import COMPUTE_PRECISIONS, FP8_RECIPES
 from shardwise.recompute_policies import SELECTIVE_POLICIES  # re-exported: the Plan's check
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
@@ -70,6 +70,7 @@ BOOLEAN_FIELDS = (
     "flash_attention",
     "moe_overlap",
     "eager_kernels",
+    "eager_rotary",
     "per_param_sharding",
     "p2p_serial",
     "tp_shard_overlap",
@@ -195,13 +196,20 @@ class Plan:
     (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its
     bundled copy of FlashAttention-2: slower on Hopper, `physics.compute.SDPA_FLASH_FORWARD_FRACTION`); `eager_kernels`:
     element-wise work (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
-    kernel per op instead of fused kernels; `selective_policy`: what recompute="selective"
+    kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen
+    kernels with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which
+    TorchInductor does not generate code for: `physics.stack`); `selective_policy`: what recompute="selective"
     recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
     second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
     one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
-    `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it (`fully_shard`), every parameter its
-    own shard, so each all-gather is copied out to the parameters and each gradient copied into
-    the reduce-scatter's buffer by kernels on the compute stream (`physics.stack`).
+    `fp8_recipe`: how FP8 training (precision fp8 or mxfp8) casts and multiplies: "te"
+    (Transformer Engine, the default) or a torchao.float8 recipe, "tensorwise" (dynamic
+    per-tensor scales, weights cast at every use), "tensorwise_fp8_all_gather" (FSDP2 gathers the
+    weights already in FP8, torchtitan's setting for it), "rowwise" or "rowwise_with_gw_hp"
+    (`physics.fp8_recipes`); `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it
+    (`fully_shard`), every parameter its own shard, so each all-gather is copied out to the
+    parameters and each gradient copied into the reduce-scatter's buffer by kernels on the compute
+    stream (`physics.stack`).
     `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a 16-bit weight
     gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
     microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
@@ -256,7 +264,9 @@ class Plan:
     framework: str = "megatron-core"
     attention_kernel: str = "fused"
     eager_kernels: bool | np.ndarray = False
+    eager_rotary: bool | np.ndarray = False
     selective_policy: str = "attention"
+    fp8_recipe: str = "te"
     host_kernel_s: Number = 0.0
     per_param_sharding: bool | np.ndarray = False
     unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
@@ -316,6 +326,8 @@ class Plan:
                 f"plan: attention_kernel {self.attention_kernel!r} is not allowed; choose "
                 f"{', '.join(ATTENTION_KERNELS)}"
             )
+        if self.fp8_recipe not in FP8_RECIPES:
+            raise SpecError(f"plan: fp8_recipe {self.fp8_recipe!r} is not allowed; choose {', '.join(FP8_RECIPES)}")
         if self.selective_policy not in SELECTIVE_POLICIES:
             raise SpecError(
                 f"plan: selective_policy {self.selective_policy!r} is not allowed; choose "
