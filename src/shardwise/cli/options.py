@@ -168,6 +168,14 @@ recompute_layers_option = click.option(
     "--recompute-method block --recompute-num-layers N); 0 = none.",
 )
 
+# Megatron-Core's per-module selective recomputation, on predict and timeline
+recompute_modules_option = click.option(
+    "--recompute-modules",
+    help="With --recompute selective: the modules recomputed, by Megatron-Core's names, comma-separated "
+    "(--recompute-modules): core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts "
+    "[default: the framework's selective policy; Megatron's is core_attn].",
+)
+
 
 plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
@@ -241,6 +249,7 @@ plan_layout_options = _stack(
         help="Activation recomputation.",
     ),
     recompute_layers_option,
+    recompute_modules_option,
     click.option(
         "--sequence-parallel/--no-sequence-parallel",
         default=None,

@@ -15,6 +15,7 @@ from shardwise.cli.options import (
     lora_rank_option,
     model_options,
     recompute_layers_option,
+    recompute_modules_option,
 )
 
 
@@ -87,6 +88,7 @@ search_options = _stack(
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
     lora_rank_option,
     recompute_layers_option,
+    recompute_modules_option,
     click.option(
         "--zero-with-pp",
         is_flag=True,

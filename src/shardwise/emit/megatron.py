@@ -74,7 +74,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         else None,
         ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
         ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
-        *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers)),
+        *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers), p.recompute_modules),
         _precision(p.precision),
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         *_model(scn),
@@ -157,16 +157,17 @@ def _zero(z: int, dp_cp: int, version: str, shard_group: int = 0) -> list[tuple[
     ]
 
 
-def _recompute(rc: Recompute, layers: int = 0) -> list[tuple[str, ...]]:
+def _recompute(rc: Recompute, layers: int = 0, modules: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Megatron-LM's recomputation flags; `layers` > 0: the first `layers` layers of each model chunk
-    recomputed whole (transformer_block.py `_checkpointed_forward`, method "block")."""
+    recomputed whole (transformer_block.py `_checkpointed_forward`, method "block"); `modules`: what
+    selective recomputation redoes (megatron/training/arguments.py `--recompute-modules`, nargs *)."""
     if layers > 0 and rc != Recompute.FULL:
         block = ("--recompute-granularity", "full", "--recompute-method", "block")
         return [(*block, "--recompute-num-layers", str(layers))]
     if rc == Recompute.FULL:
         return [("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1")]
     if rc == Recompute.SELECTIVE:
-        return [("--recompute-granularity", "selective")]
+        return [("--recompute-granularity", "selective", *(("--recompute-modules", *modules) if modules else ()))]
     return []
 
 

@@ -60,6 +60,7 @@ class ExpertsForward:
     etp_gather_bytes: Number  # the all-gathered tokens of the ETP group (0 without etp > 1)
     imbalance: Number = 1.0
     etp_reduce_bytes: Number = 0.0  # the outputs all-reduced over the ETP group (unsharded tokens)
+    activation_bytes: Number = 0.0  # the experts' activation among elementwise_bytes (`Plan.recompute_modules` moe_act)
 
     @property
     def gemms(self) -> tuple[Gemm, Gemm]:
@@ -149,6 +150,7 @@ def experts_forward(
         etp_gather_bytes=np.where(split & on, received * h * e, 0.0),
         imbalance=received / np.maximum(mean_copies, 1e-30),
         etp_reduce_bytes=np.where((p * np.asarray(etp) > 1) & ~on, tokens * h * e, 0.0),
+        activation_bytes=activation,
     )
 
 

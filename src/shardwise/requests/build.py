@@ -360,6 +360,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         schedule=schedule,
         recompute=o["recompute"],
         recompute_layers=o.get("recompute_layers") or 0,
+        recompute_modules=o.get("recompute_modules") or (),
         sequence_parallel=sp,
         precision=o["precision"],
         flash_attention=flash_attention(o),

@@ -65,6 +65,7 @@ class TrainingRequest:
     schedule: str | None = default("schedule")
     recompute: str = default("recompute")
     recompute_layers: int = default("recompute_layers")
+    recompute_modules: str | None = default("recompute_modules")
     sequence_parallel: bool | None = default("sequence_parallel")
     zero: int | None = default("zero")
     shard_group: int = default("shard_group")

@@ -13,7 +13,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS
-from shardwise.recompute_policies import SELECTIVE_POLICIES  # re-exported: the Plan's check
+from shardwise.recompute_policies import RECOMPUTE_MODULES, SELECTIVE_POLICIES  # re-exported: the Plan's check
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
@@ -159,6 +159,15 @@ class Plan:
     blocks of the model (`specs.stages.recomputed_split`). 0: none; with recompute="full" every
     layer is recomputed anyway.
 
+    `recompute_modules`: what recompute="selective" redoes, by Megatron-Core's module names
+    (`--recompute-modules`, megatron/core/transformer/transformer_config.py): "core_attn" the
+    attention core, "moe_act" the experts' activation, "layernorm" the norms not fused into a linear
+    layer (an MoE layer's pre-MLP norm, latent attention's input norm), "mla_up_proj" latent
+    attention's up-projections and rotary parts, "mlp" a dense layer's MLP, "moe" the whole MoE
+    layer (router, dispatch and combine, experts), "shared_experts" the shared experts. Empty: the
+    stack's `selective_policy` (Megatron's own default is core_attn alone). Needs
+    recompute="selective" and the Megatron policy ("attention").
+
     `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
     frozen and adapters of that rank sit beside the attention and MLP linear layers
     (`physics.lora`; 0: full training).
@@ -221,6 +230,7 @@ class Plan:
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     recompute_layers: Number = 0
+    recompute_modules: tuple[str, ...] = ()
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
     shard_group: Number = 0
@@ -257,6 +267,7 @@ class Plan:
         object.__setattr__(
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )
+        object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
@@ -300,6 +311,8 @@ class Plan:
                 f"plan: selective_policy {self.selective_policy!r} is not allowed; choose "
                 f"{', '.join(SELECTIVE_POLICIES)}"
             )
+        if self.recompute_modules:
+            _check_modules_apply(self.recompute_modules, self.recompute, self.selective_policy)
         object.__setattr__(self, "host_kernel_s", chk.within("plan: host_kernel_s", self.host_kernel_s, 0.0, 1e-3, "s"))
         object.__setattr__(
             self,
@@ -413,6 +426,43 @@ class Plan:
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _modules(value: object) -> tuple[str, ...]:
+    """`Plan.recompute_modules` as a tuple of Megatron-Core module names (a comma-separated string
+    or a sequence of names; each once)."""
+    if value is None or value == "":
+        return ()
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(
+            f"plan: recompute_modules {chk._short(value)} is not allowed; give module names, e.g. moe_act,layernorm"
+        )
+    out = tuple(n.strip() for n in names if n.strip())
+    for name in out:
+        if name not in RECOMPUTE_MODULES:
+            raise SpecError(
+                f"plan: recompute_modules {name!r} is not allowed; choose from {', '.join(RECOMPUTE_MODULES)}"
+            )
+    if len(set(out)) < len(out):
+        raise SpecError(f"plan: recompute_modules {','.join(out)} names a module twice; give each once")
+    return out
+
+
+def _check_modules_apply(modules: tuple[str, ...], recompute: object, policy: str) -> None:
+    """Recompute modules are Megatron-Core's selective recomputation: they need recompute="selective"
+    (an array of plans, as the planner searches, applies them to its selective ones) and the
+    Megatron policy."""
+    if np.ndim(recompute) == 0 and int(recompute) != Recompute.SELECTIVE:  # type: ignore[call-overload]
+        raise SpecError(
+            f"plan: recompute_modules {','.join(modules)} needs recompute='selective' "
+            "(Megatron-Core's --recompute-granularity selective); it is not used with none or full"
+        )
+    if policy != "attention":
+        raise SpecError(
+            f"plan: recompute_modules {','.join(modules)} is Megatron-Core's; it needs selective_policy "
+            f"'attention' (the Megatron stacks'), not {policy!r}"
+        )
 
 
 def _shard_group(value: object, dp: Number, cp: Number, zero: Number) -> Number:
