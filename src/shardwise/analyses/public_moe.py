@@ -96,6 +96,115 @@ A2A_OVERLAP = frozenset(
 BRIDGE_SUMMARIES = "Megatron-Bridge docs/performance-summary"
 
 
+# What the recipes of the same Bridge runs recompute (Megatron-Core's selective `recompute_modules`,
+# `Plan.recompute_modules`; empty: nothing), found as A2A_OVERLAP is: the recipe's recompute_modules
+# where its WorkloadBaseConfig names them (utils/overrides.py `_set_recompute_overrides` then sets
+# the granularity "selective"), else the family's setting -- DeepSeek-V3's and Kimi K2's scripts
+# select "selective" with no modules, which Megatron-Core's TransformerConfig makes ["core_attn"];
+# Qwen3's and GPT-OSS's recompute nothing (tools/moe_recipes.py BASE_RECOMPUTE, with the files).
+# Listed by tools/moe_recipes.py; other rows keep their table's recompute column.
+RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
+    ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.04.01"): ("mla_up_proj", "mlp"),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.04.01"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04"): ("mlp",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04.01"): ("mlp",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.04"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.04.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.02"): (),
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.04"): (),
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.04.01"): (),
+    ("gpt-oss-120b", "dgx-b300", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.02.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.04"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.04.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.02.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.04"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.04.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "gb200-nvl72", "mxfp8", "26.06.01"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.02"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.02.01"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.04"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.04.01"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.04.01"): ("mla_up_proj",),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("qwen3-235b-a22b", "dgx-b200", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "dgx-b200", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.04"): (),
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "25.11"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02.01"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.04"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.06.01"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "25.11"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.06"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.02"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.04"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.06"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "25.11"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.06.01"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+}
+
+
 def _name(row: dict[str, str]) -> str:
     """The published model name: the model cell quoted by the parse notes for variant rows."""
     quoted = re.search(r"model cell '([^']+)'", row.get("parse_notes", ""))
@@ -134,6 +243,13 @@ def a2a_overlap(row: dict[str, str]) -> bool:
     """Whether the row's recipe overlapped the expert all-to-alls (see A2A_OVERLAP)."""
     key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
     return BRIDGE_SUMMARIES in row["source"] and key in A2A_OVERLAP
+
+
+def recompute_modules(row: dict[str, str]) -> tuple[str, ...] | None:
+    """What the row's recipe recomputes selectively (see RECOMPUTE_MODULES): a tuple of modules
+    (empty: nothing), None where no recipe of the row's layout is tabled."""
+    key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
+    return RECOMPUTE_MODULES.get(key) if BRIDGE_SUMMARIES in row["source"] else None
 
 
 def is_split_duplicate(row: dict[str, str]) -> bool:

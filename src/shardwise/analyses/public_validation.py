@@ -180,6 +180,7 @@ def request_for(row: dict[str, str]):
 
     preset, kernels = public_stacks.execution(row)
     moe = row["moe"] == "yes"
+    modules = public_moe.recompute_modules(row) if moe else None  # the recipe's, where tabled
     # the stated network, where the run spans servers (a one-server run keeps the system's)
     spans = int(row["num_gpus"]) > _system_gpus(row["system"])
     link, nics = (public_stacks.network(row) if spans else None) or (None, None)
@@ -198,7 +199,10 @@ def request_for(row: dict[str, str]):
         vpp=_int(row["vp"], 1) or 1,
         global_batch=int(row["gbs"]),
         micro_batch=int(row["mbs"]),
-        recompute=kernels.pop("recompute", None) or public_stacks.recompute(row),
+        recompute=kernels.pop("recompute", None)
+        or ("selective" if modules else "none" if modules == () else None)
+        or public_stacks.recompute(row),
+        recompute_modules=",".join(modules or ()),
         zero=public_stacks.zero_stage(row, None),
         shard_group=public_stacks.shard_group(row),
         precision=row["precision"],
