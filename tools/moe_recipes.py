@@ -54,6 +54,19 @@ DEFAULTS = {  # WorkloadBaseConfig's defaults (scripts/performance/utils/utils.p
     "moe_a2a_overlap": False,
     "recompute_modules": None,
     "recompute_num_layers": None,
+    "pp_layout": None,
+}
+# DeepSeek-V3's pipeline layout when its WorkloadBaseConfig names no pp_layout: the recipe's map by
+# (pp, vp) (src/megatron/bridge/recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_
+# parallel_layout`, the same from v0.2.0 to v0.5.1), written as Megatron-Core layout strings
+# (E embedding, t decoder layer, m MTP module, L loss, | between model chunks); None: even split.
+DEEPSEEK_LAYOUTS = {
+    (4, 1): "Et*16|t*16|t*16|t*13mL",
+    (8, 1): "Et*8|(t*8|)*6t*5mL",
+    (4, 2): "Et*8|(t*8|)*6t*5mL",
+    (16, 1): "Et*4|(t*4|)*14tmL",
+    (8, 2): "Et*4|(t*4|)*14tmL",
+    (4, 4): "Et*4|(t*4|)*14tmL",
 }
 # What a recipe recomputes when its WorkloadBaseConfig names no recompute_modules: DeepSeek-V3's and
 # Kimi K2's performance scripts set recompute_granularity "selective" (configs/deepseek/
@@ -120,9 +133,18 @@ def recomputed(model: str, config: dict) -> tuple[str, ...]:
     return BASE_RECOMPUTE[model] if modules is None else tuple(modules)
 
 
+def layout(model: str, config: dict) -> str | None:
+    """The pipeline layout string a DeepSeek-V3 recipe runs (None: other models, or an even split)."""
+    if model != "deepseek-v3":
+        return None
+    pp, vp = config.get("pipeline_model_parallel_size"), config.get("virtual_pipeline_model_parallel_size") or 1
+    return config.get("pp_layout") or DEEPSEEK_LAYOUTS.get((pp, vp))
+
+
 def main(repo: str) -> None:
     found: dict[tuple[str, str, str, str], set[bool]] = defaultdict(set)
     modules: dict[tuple[str, str, str, str], set[tuple[str, ...]]] = defaultdict(set)
+    layouts: dict[tuple[str, str, str, str], set[str | None]] = defaultdict(set)
     for raw in pv.raw_rows():
         row = pv.public_moe.resolved(raw)
         version = row["framework_version"]
@@ -149,6 +171,7 @@ def main(repo: str) -> None:
         key = (row["model"], row["system"], row["precision"], version)
         if len(overlap) == 1:
             found[key] |= overlap
+        layouts[key] |= {layout(row["model"], c) for c in matches}
         redone = {recomputed(row["model"], c) for c in matches}
         if len(redone) == 1:
             modules[key] |= redone
@@ -159,6 +182,10 @@ def main(repo: str) -> None:
     print("\nRECOMPUTE_MODULES entries ((model, system, precision, container): modules):")
     for key, value in sorted(modules.items()):
         if len(value) == 1:
+            print(f"    {key!r}: {next(iter(value))!r},")
+    print("\nLAYOUTS entries ((model, system, precision, container): Megatron-Core pipeline layout):")
+    for key, value in sorted(layouts.items()):
+        if len(value) == 1 and None not in value:
             print(f"    {key!r}: {next(iter(value))!r},")
 
 

@@ -211,9 +211,22 @@ def request_for(row: dict[str, str]):
         moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
         moe_overlap=moe and public_moe.a2a_overlap(row),
         lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
+        mtp_layers=public_moe.mtp_layers(row) if moe else 0,
+        **(_split(public_moe.stage_layers(row)) if moe else {}),
         framework=preset,
         **kernels,
     )
+
+
+def _split(counts: tuple[int, ...] | None) -> dict[str, object]:
+    """A recipe's pipeline split as request fields: the first and last stages' layers where the
+    middle ones are even, else every stage's (empty: the default even split)."""
+    if counts is None:
+        return {}
+    middle = set(counts[1:-1])
+    if len(middle) <= 1:
+        return {"first_stage_layers": counts[0], "last_stage_layers": counts[-1]}
+    return {"stage_layers": ",".join(map(str, counts))}
 
 
 def _system_gpus(name: str) -> int:

@@ -251,6 +251,14 @@ plan_layout_options = _stack(
     recompute_layers_option,
     recompute_modules_option,
     click.option(
+        "--mtp-layers",
+        type=click.IntRange(0, 16),
+        default=0,
+        show_default=True,
+        help="Multi-token-prediction modules trained on the last pipeline stage (DeepSeek-V3; Megatron-Core "
+        "--mtp-num-layers): each one more layer, a 2h -> h projection and the output layer with its loss.",
+    ),
+    click.option(
         "--sequence-parallel/--no-sequence-parallel",
         default=None,
         help="Megatron sequence parallelism inside the TP group [default: on where tp > 1, as NeMo, "

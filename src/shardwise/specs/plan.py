@@ -168,6 +168,11 @@ class Plan:
     stack's `selective_policy` (Megatron's own default is core_attn alone). Needs
     recompute="selective" and the Megatron policy ("attention").
 
+    `mtp_layers` > 0 trains that many multi-token-prediction modules on the last pipeline stage
+    (DeepSeek-V3 Sec. 2.2; Megatron-Core `--mtp-num-layers`), each one more transformer layer of
+    the decoder's kind, a 2h -> h projection, the embedding and the output layer with its loss
+    again (`engines.mtp`). 0: none.
+
     `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
     frozen and adapters of that rank sit beside the attention and MLP linear layers
     (`physics.lora`; 0: full training).
@@ -231,6 +236,7 @@ class Plan:
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     recompute_layers: Number = 0
     recompute_modules: tuple[str, ...] = ()
+    mtp_layers: Number = 0
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
     shard_group: Number = 0
@@ -268,6 +274,7 @@ class Plan:
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )
         object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
+        object.__setattr__(self, "mtp_layers", chk.non_negative_int("plan: mtp_layers", self.mtp_layers))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
