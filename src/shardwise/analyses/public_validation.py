@@ -202,7 +202,7 @@ def request_for(row: dict[str, str]):
         recompute=kernels.pop("recompute", None)
         or ("selective" if modules else "none" if modules == () else None)
         or public_stacks.recompute(row),
-        recompute_modules=",".join(modules or ()),
+        recompute_modules=kernels.pop("recompute_modules", None) or ",".join(modules or ()),
         zero=public_stacks.zero_stage(row, None),
         shard_group=public_stacks.shard_group(row),
         precision=row["precision"],

@@ -246,6 +246,8 @@ def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
         out.append(("--moe-layer-freq", freq.replace(" ", "")))
     if m.shared_experts:
         out.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * i(m.expert_ffn_hidden))))
+    if i(p.mtp_layers) > 0:  # multi-token prediction (megatron/training/arguments.py --mtp-num-layers)
+        out.append(("--mtp-num-layers", str(i(p.mtp_layers))))
     if p.moe_dispatcher == "flex":
         if version == "core-0.13":
             out.append(("--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"))

@@ -83,6 +83,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "
             "selective_ac_option), not the first N of each stage; plan without --recompute-layers"
         )
+    if i(p.mtp_layers) > 0:
+        raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
     if p.recompute_modules:
         raise EmitError(
             "--emit torchtitan: --recompute-modules names Megatron-Core's modules; torchtitan's selective "
