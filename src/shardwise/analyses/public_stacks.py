@@ -162,8 +162,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
 def megatron_modules(row: dict[str, str]) -> str:
     """The Megatron-Core recompute modules a row's `recompute` column names ("selective:moe_act,
     layernorm" -> "moe_act,layernorm"), for a Megatron stack; empty otherwise."""
-    kind, _, names = (row["recompute"] or "").partition(":")
-    if kind != "selective" or not names or PRESETS.get(row["framework"]) != "megatron-core":
+    kind, _, names = (row.get("recompute") or "").partition(":")
+    if kind != "selective" or not names or PRESETS.get(row.get("framework", "")) != "megatron-core":
         return ""
     return names
 

@@ -87,7 +87,7 @@ def launch(scn: Scenario, version: str) -> Launch:
 def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
     """Even stages: the stage count (and chunks per stage); anything else: the explicit layout,
     one `|`-separated part per model chunk in Megatron's virtual order (chunk 0 of every stage,
-    then chunk 1, ...), E the embedding, t a layer, L the loss."""
+    then chunk 1, ...), E the embedding, t a layer, m a multi-token-prediction module, L the loss."""
     p = scn.plan
     pp, vpp = i(p.pp), i(p.vpp)
     if pp == 1:
@@ -105,8 +105,8 @@ def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
             part = "t" * chunks[r][v]
             if r == 0 and v == 0:
                 part = "E" + part
-            if r == pp - 1 and v == vpp - 1:
-                part += "L"
+            if r == pp - 1 and v == vpp - 1:  # the MTP modules (m) before the loss, as Megatron-Bridge places them
+                part += "m" * i(p.mtp_layers) + "L"
             parts.append(part)
     out = [("--pipeline-model-parallel-layout", _compress(parts))]
     return out + ([("--no-overlap-p2p-communication",)] if vpp > 1 and p.overlap_p2p is False else [])
@@ -129,7 +129,7 @@ def _compress(parts: list[str]) -> str:
 def _runs_of_t(part: str) -> str:
     n = part.count("t")
     body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")
-    return ("E" if part.startswith("E") else "") + body + ("L" if part.endswith("L") else "")
+    return ("E" if part.startswith("E") else "") + body + "m" * part.count("m") + ("L" if part.endswith("L") else "")
 
 
 def _zero(z: int, dp_cp: int, version: str, shard_group: int = 0) -> list[tuple[str, ...]]:
