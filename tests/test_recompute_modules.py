@@ -117,3 +117,25 @@ def test_the_command_line_refuses_a_bad_module_in_one_line(cli):
     ]
     code, out, _ = cli([*args, "--recompute", "selective", "--recompute-modules", "moe_act,layernorm"])
     assert code == 0 and "recompute=selective (moe_act, layernorm)" in out
+
+
+def test_public_runs_take_their_recipes_modules():
+    """Megatron-Bridge's GPT-OSS on GB200 recomputes layernorm and moe_act (26.04 recipe); dgxc's
+    DeepSeek-V3 launch.sh passes core_attn on GB200; a row whose column names modules keeps them."""
+    from shardwise.analyses import public_moe
+    from shardwise.analyses import public_validation as pv
+
+    rows = {r["id"]: public_moe.resolved(r) for r in pv.raw_rows()}
+    bridge = next(
+        r
+        for r in rows.values()
+        if r["model"] == "gpt-oss-120b"
+        and r["system"] == "gb200-nvl72"
+        and r["framework_version"] == "26.04"
+        and public_moe.BRIDGE_SUMMARIES in r["source"]
+    )
+    assert pv.request_for(bridge).scenario().plan.recompute_modules == ("layernorm", "moe_act")
+    dgxc = next(r for r in rows.values() if public_moe.DGXC_DEEPSEEK in r["source"] and r["system"] == "gb200-nvl72")
+    assert pv.request_for(dgxc).scenario().plan.recompute_modules == ("core_attn",)
+    study = next(r for r in rows.values() if r["recompute"] == "selective:mla_up_proj,mlp")
+    assert pv.request_for(study).scenario().plan.recompute_modules == ("mla_up_proj", "mlp")

@@ -234,6 +234,12 @@ LAYOUTS: dict[tuple[str, str, str, str], str] = {
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"): "Et*4|(t*4|)*14tmL",
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"): "Et*4|(t*4|)*14tmL",
 }
+# NVIDIA dgxc-benchmarking's DeepSeek-V3 pre-training (deepseek_v3/pretraining/launch.sh, the same
+# at 68eaf7e117, 1f6d9f40e4 and 6be5ea0e19, the commits its README tables span) passes
+# `--recompute_modules $RM` to NeMo's scripts/performance/llm/pretrain_deepseek_v3: RM='mla_up_proj'
+# on H100, 'core_attn' on GB200.
+DGXC_DEEPSEEK = "NVIDIA/dgxc-benchmarking deepseek_v3"
+DGXC_RECOMPUTE = {("deepseek-v3", "dgx-h100"): ("mla_up_proj",), ("deepseek-v3", "gb200-nvl72"): ("core_attn",)}
 # The Bridge releases whose DeepSeek-V3 recipe trains one multi-token-prediction module
 # (recipes/deepseek/deepseek_v3.py: `mtp_num_layers` 1, v0.2.0-v0.5.1 = containers 25.11-26.06.01;
 # the performance scripts keep it); 25.09 kept YAML recipes and 26.08 none, so theirs are unknown.
@@ -282,8 +288,10 @@ def a2a_overlap(row: dict[str, str]) -> bool:
 
 
 def recompute_modules(row: dict[str, str]) -> tuple[str, ...] | None:
-    """What the row's recipe recomputes selectively (see RECOMPUTE_MODULES): a tuple of modules
-    (empty: nothing), None where no recipe of the row's layout is tabled."""
+    """What the row's recipe recomputes selectively (see RECOMPUTE_MODULES, DGXC_RECOMPUTE): a tuple
+    of modules (empty: nothing), None where no recipe of the row's layout is tabled."""
+    if DGXC_DEEPSEEK in row["source"]:
+        return DGXC_RECOMPUTE.get((row["model"], row["system"]))
     key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
     return RECOMPUTE_MODULES.get(key) if BRIDGE_SUMMARIES in row["source"] else None
 
