@@ -176,6 +176,14 @@ recompute_modules_option = click.option(
     "[default: the framework's selective policy; Megatron's is core_attn].",
 )
 
+# Megatron-Core's CUDA graphs, on predict, timeline and plan
+cuda_graph_scope_option = click.option(
+    "--cuda-graph-scope",
+    help="What Megatron-Core replays from CUDA graphs (--cuda-graph-scope): full_iteration, or blocks of every "
+    "layer, comma-separated: attn, mlp, moe_router, moe_preprocess; only the host's time per kernel changes "
+    "[default: none, eager].",
+)
+
 
 plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
@@ -250,6 +258,7 @@ plan_layout_options = _stack(
     ),
     recompute_layers_option,
     recompute_modules_option,
+    cuda_graph_scope_option,
     click.option(
         "--mtp-layers",
         type=click.IntRange(0, 16),

@@ -11,6 +11,7 @@ from shardwise.cli.options import (
     _stack,
     alias_option,
     cluster_options,
+    cuda_graph_scope_option,
     execution_options,
     lora_rank_option,
     model_options,
@@ -89,6 +90,7 @@ search_options = _stack(
     lora_rank_option,
     recompute_layers_option,
     recompute_modules_option,
+    cuda_graph_scope_option,
     click.option(
         "--zero-with-pp",
         is_flag=True,

@@ -75,6 +75,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
         ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
         *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers), p.recompute_modules),
+        _graphs(p.cuda_graph_scope),
         _precision(p.precision),
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         *_model(scn),
@@ -169,6 +170,16 @@ def _recompute(rc: Recompute, layers: int = 0, modules: tuple[str, ...] = ()) ->
     if rc == Recompute.SELECTIVE:
         return [("--recompute-granularity", "selective", *(("--recompute-modules", *modules) if modules else ()))]
     return []
+
+
+def _graphs(scope: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Megatron-Core's CUDA graph flags (megatron/training/arguments.py, transformer_config.py
+    `cuda_graph_impl`): the whole iteration with the local implementation, blocks with Transformer
+    Engine's make_graphed_callables."""
+    if not scope:
+        return None
+    impl = "local" if "full_iteration" in scope else "transformer_engine"
+    return ("--cuda-graph-impl", impl, "--cuda-graph-scope", *scope)
 
 
 def _precision(precision: str) -> tuple[str, ...]:

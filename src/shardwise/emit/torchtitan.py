@@ -85,6 +85,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if i(p.mtp_layers) > 0:
         raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
+    if p.cuda_graph_scope:
+        raise EmitError("--emit torchtitan: --cuda-graph-scope names Megatron-Core's CUDA graphs; plan without it")
     if p.recompute_modules:
         raise EmitError(
             "--emit torchtitan: --recompute-modules names Megatron-Core's modules; torchtitan's selective "

@@ -46,6 +46,8 @@ from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
+    EAGER_ELEMENTWISE_KERNELS,
+    graphed_layer_kernels,
     host_bound_s,
     layer_kernels,
     per_param_sharding_bytes,
@@ -285,6 +287,9 @@ def layer_cost(
     host = 0.0
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL)
+        if plan.cuda_graph_scope:  # captured blocks replay from one graph launch each
+            elementwise = np.where(as_bool(plan.eager_kernels), EAGER_ELEMENTWISE_KERNELS, fwd.elementwise_kernels)
+            kernels = graphed_layer_kernels(kernels, elementwise, plan.cuda_graph_scope, moe_layer)
         host = host_bound_s(lt.forward_s + lt.backward_s + redo, kernels, plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s,

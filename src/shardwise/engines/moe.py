@@ -46,8 +46,8 @@ from shardwise.physics.moe import (
     allgather_dispatch_bytes,
     dispatch_bytes,
     experts_forward,
+    graphed_training_kernels,
     routed_tokens,
-    training_kernels,
 )
 from shardwise.physics.params import (
     layer_params_split,
@@ -140,7 +140,7 @@ def experts_cost(
     rerun = full | whole_moe  # the forward's collectives again
     host = 0.0
     if training and np.any(plan.host_kernel_s):
-        kernels = training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun)
+        kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
         host = host_bound_s(forward + backward + redo, kernels, plan.host_kernel_s)
     return StageCost(
         compute_forward_s=forward,

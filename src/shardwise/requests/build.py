@@ -362,6 +362,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         recompute_layers=o.get("recompute_layers") or 0,
         recompute_modules=o.get("recompute_modules") or (),
         mtp_layers=o.get("mtp_layers") or 0,
+        cuda_graph_scope=o.get("cuda_graph_scope") or (),
         sequence_parallel=sp,
         precision=o["precision"],
         flash_attention=flash_attention(o),

@@ -67,6 +67,7 @@ class TrainingRequest:
     recompute_layers: int = default("recompute_layers")
     recompute_modules: str | None = default("recompute_modules")
     mtp_layers: int = default("mtp_layers")
+    cuda_graph_scope: str | None = default("cuda_graph_scope")
     sequence_parallel: bool | None = default("sequence_parallel")
     zero: int | None = default("zero")
     shard_group: int = default("shard_group")

@@ -173,6 +173,12 @@ class Plan:
     the decoder's kind, a 2h -> h projection, the embedding and the output layer with its loss
     again (`engines.mtp`). 0: none.
 
+    `cuda_graph_scope`: what Megatron-Core replays from CUDA graphs (`--cuda-graph-scope`,
+    `physics.stack.CUDA_GRAPH_SCOPES`): "full_iteration" every kernel of the step (no host time
+    per kernel), or blocks of every layer -- "attn", "mlp" (dense layers), "moe_router",
+    "moe_preprocess" (with moe_router) -- whose kernels the host issues as one graph launch per
+    pass. Empty: eager. Only `host_kernel_s` changes: a GPU-bound step is not faster.
+
     `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
     frozen and adapters of that rank sit beside the attention and MLP linear layers
     (`physics.lora`; 0: full training).
@@ -237,6 +243,7 @@ class Plan:
     recompute_layers: Number = 0
     recompute_modules: tuple[str, ...] = ()
     mtp_layers: Number = 0
+    cuda_graph_scope: tuple[str, ...] = ()
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
     shard_group: Number = 0
@@ -275,6 +282,7 @@ class Plan:
         )
         object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
         object.__setattr__(self, "mtp_layers", chk.non_negative_int("plan: mtp_layers", self.mtp_layers))
+        object.__setattr__(self, "cuda_graph_scope", _graph_scope(self.cuda_graph_scope))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
@@ -453,6 +461,34 @@ def _modules(value: object) -> tuple[str, ...]:
             )
     if len(set(out)) < len(out):
         raise SpecError(f"plan: recompute_modules {','.join(out)} names a module twice; give each once")
+    return out
+
+
+def _graph_scope(value: object) -> tuple[str, ...]:
+    """`Plan.cuda_graph_scope` as a tuple of Megatron-Core scope names, with Megatron-Core's rules
+    (transformer_config.py: full_iteration alone, moe_preprocess with moe_router)."""
+    from shardwise.physics.stack import CUDA_GRAPH_SCOPES
+
+    if value is None or value == "" or value == "none":
+        return ()
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(
+            f"plan: cuda_graph_scope {chk._short(value)} is not allowed; give scope names, e.g. attn,moe_router"
+        )
+    out = tuple(n.strip() for n in names if n.strip())
+    for name in out:
+        if name not in CUDA_GRAPH_SCOPES:
+            extra = " (whole MoE layers are graphed only when tokens are dropped and padded)" if name == "moe" else ""
+            raise SpecError(
+                f"plan: cuda_graph_scope {name!r} is not allowed; choose from {', '.join(CUDA_GRAPH_SCOPES)}{extra}"
+            )
+    if len(set(out)) < len(out):
+        raise SpecError(f"plan: cuda_graph_scope {','.join(out)} names a scope twice; give each once")
+    if "full_iteration" in out and len(out) > 1:
+        raise SpecError("plan: cuda_graph_scope full_iteration captures the whole step; give it alone")
+    if "moe_preprocess" in out and "moe_router" not in out:
+        raise SpecError("plan: cuda_graph_scope moe_preprocess needs moe_router too (Megatron-Core's rule)")
     return out
 
 
