@@ -131,13 +131,7 @@ def layer_kernels(eager: Number, fused_elementwise_kernels: Number, recompute_fo
     return passes * (elementwise + GEMM_AND_ATTENTION_KERNELS)
 
 
-# Megatron-Core's CUDA graph scopes (megatron/core/transformer/enums.py `CudaGraphScope`, core_v0.15+;
-# `Plan.cuda_graph_scope`): full_iteration (--cuda-graph-impl local) replays the whole forward and
-# backward of a step from one graph; the others (--cuda-graph-impl transformer_engine, TE's
-# make_graphed_callables) one block of every layer: attn the attention block, mlp a dense layer's
-# MLP, moe_router the router, moe_preprocess the dispatcher's preprocessing (with moe_router).
-# "moe" (whole drop-and-pad MoE layers) is not offered: token dropping is not modelled.
-CUDA_GRAPH_SCOPES = ("full_iteration", "attn", "mlp", "moe_router", "moe_preprocess")
+# Megatron-Core's CUDA graph scopes: `shardwise.recompute_policies.CUDA_GRAPH_SCOPES` (`Plan.cuda_graph_scope`).
 # A captured block is replayed by one graph launch forward and one backward (make_graphed_callables
 # captures both passes): the host issues these instead of its kernels.
 GRAPH_LAUNCHES_PER_BLOCK = 2

@@ -13,7 +13,11 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS
-from shardwise.recompute_policies import RECOMPUTE_MODULES, SELECTIVE_POLICIES  # re-exported: the Plan's check
+from shardwise.recompute_policies import (  # re-exported: the Plan's checks
+    CUDA_GRAPH_SCOPES,
+    RECOMPUTE_MODULES,
+    SELECTIVE_POLICIES,
+)
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
@@ -467,8 +471,6 @@ def _modules(value: object) -> tuple[str, ...]:
 def _graph_scope(value: object) -> tuple[str, ...]:
     """`Plan.cuda_graph_scope` as a tuple of Megatron-Core scope names, with Megatron-Core's rules
     (transformer_config.py: full_iteration alone, moe_preprocess with moe_router)."""
-    from shardwise.physics.stack import CUDA_GRAPH_SCOPES
-
     if value is None or value == "" or value == "none":
         return ()
     names = value.split(",") if isinstance(value, str) else value
