@@ -52,6 +52,36 @@ DEFAULTS = {  # WorkloadBaseConfig's defaults (scripts/performance/utils/utils.p
     "expert_model_parallel_size": 1,
     "micro_batch_size": 1,
     "moe_a2a_overlap": False,
+    "recompute_modules": None,
+    "recompute_num_layers": None,
+    "pp_layout": None,
+}
+# DeepSeek-V3's pipeline layout when its WorkloadBaseConfig names no pp_layout: the recipe's map by
+# (pp, vp) (src/megatron/bridge/recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_
+# parallel_layout`, the same from v0.2.0 to v0.5.1), written as Megatron-Core layout strings
+# (E embedding, t decoder layer, m MTP module, L loss, | between model chunks); None: even split.
+DEEPSEEK_LAYOUTS = {
+    (4, 1): "Et*16|t*16|t*16|t*13mL",
+    (8, 1): "Et*8|(t*8|)*6t*5mL",
+    (4, 2): "Et*8|(t*8|)*6t*5mL",
+    (16, 1): "Et*4|(t*4|)*14tmL",
+    (8, 2): "Et*4|(t*4|)*14tmL",
+    (4, 4): "Et*4|(t*4|)*14tmL",
+}
+# What a recipe recomputes when its WorkloadBaseConfig names no recompute_modules: DeepSeek-V3's and
+# Kimi K2's performance scripts set recompute_granularity "selective" (configs/deepseek/
+# deepseek_llm_pretrain.py `set_deepseek_v3_common_configs`; configs/kimi/kimi_llm_pretrain.py, and
+# at v0.3.0 the recipe src/megatron/bridge/recipes/kimi/kimi_k2.py) with recompute_modules None, which
+# Megatron-Core's TransformerConfig turns into ["core_attn"]; Qwen3's set recompute_granularity None
+# (configs/qwen/qwen3_llm_pretrain.py `set_qwen3_common_configs`), GPT-OSS's recipe None
+# (src/megatron/bridge/recipes/gpt_oss/gpt_oss.py): nothing recomputed. With recompute_modules given,
+# utils/overrides.py `_set_recompute_overrides` sets the granularity "selective".
+BASE_RECOMPUTE = {
+    "deepseek-v3": ("core_attn",),
+    "kimi-k2": ("core_attn",),
+    "qwen3-30b-a3b": (),
+    "qwen3-235b-a22b": (),
+    "gpt-oss-120b": (),
 }
 LAYOUT = (
     ("tp", "tensor_model_parallel_size"),
@@ -95,8 +125,26 @@ def _value(row: dict[str, str], key: str) -> int | None:
     return int(float(v)) if v else None
 
 
+def recomputed(model: str, config: dict) -> tuple[str, ...]:
+    """The modules the recipe recomputes selectively (empty: none), from its WorkloadBaseConfig."""
+    if config.get("recompute_num_layers") is not None:
+        raise ValueError(f"{model}: a recipe recomputes whole layers (recompute_num_layers); not tabled")
+    modules = config.get("recompute_modules")
+    return BASE_RECOMPUTE[model] if modules is None else tuple(modules)
+
+
+def layout(model: str, config: dict) -> str | None:
+    """The pipeline layout string a DeepSeek-V3 recipe runs (None: other models, or an even split)."""
+    if model != "deepseek-v3":
+        return None
+    pp, vp = config.get("pipeline_model_parallel_size"), config.get("virtual_pipeline_model_parallel_size") or 1
+    return config.get("pp_layout") or DEEPSEEK_LAYOUTS.get((pp, vp))
+
+
 def main(repo: str) -> None:
     found: dict[tuple[str, str, str, str], set[bool]] = defaultdict(set)
+    modules: dict[tuple[str, str, str, str], set[tuple[str, ...]]] = defaultdict(set)
+    layouts: dict[tuple[str, str, str, str], set[str | None]] = defaultdict(set)
     for raw in pv.raw_rows():
         row = pv.public_moe.resolved(raw)
         version = row["framework_version"]
@@ -120,12 +168,25 @@ def main(repo: str) -> None:
             f"{row['id']} {version:9s} {row['model']:16s} {row['system']:12s} {row['precision']:6s} "
             f"{[_value(row, k) for k, _ in LAYOUT]} overlap={sorted(overlap)} {status}"
         )
+        key = (row["model"], row["system"], row["precision"], version)
         if len(overlap) == 1:
-            found[(row["model"], row["system"], row["precision"], version)] |= overlap
+            found[key] |= overlap
+        layouts[key] |= {layout(row["model"], c) for c in matches}
+        redone = {recomputed(row["model"], c) for c in matches}
+        if len(redone) == 1:
+            modules[key] |= redone
     print("\nA2A_OVERLAP entries (model, system, precision, container):")
     for key, value in sorted(found.items()):
         if value == {True}:
             print(f"    {key!r},")
+    print("\nRECOMPUTE_MODULES entries ((model, system, precision, container): modules):")
+    for key, value in sorted(modules.items()):
+        if len(value) == 1:
+            print(f"    {key!r}: {next(iter(value))!r},")
+    print("\nLAYOUTS entries ((model, system, precision, container): Megatron-Core pipeline layout):")
+    for key, value in sorted(layouts.items()):
+        if len(value) == 1 and None not in value:
+            print(f"    {key!r}: {next(iter(value))!r},")
 
 
 if __name__ == "__main__":

@@ -96,6 +96,157 @@ A2A_OVERLAP = frozenset(
 BRIDGE_SUMMARIES = "Megatron-Bridge docs/performance-summary"
 
 
+# What the recipes of the same Bridge runs recompute (Megatron-Core's selective `recompute_modules`,
+# `Plan.recompute_modules`; empty: nothing), found as A2A_OVERLAP is: the recipe's recompute_modules
+# where its WorkloadBaseConfig names them (utils/overrides.py `_set_recompute_overrides` then sets
+# the granularity "selective"), else the family's setting -- DeepSeek-V3's and Kimi K2's scripts
+# select "selective" with no modules, which Megatron-Core's TransformerConfig makes ["core_attn"];
+# Qwen3's and GPT-OSS's recompute nothing (tools/moe_recipes.py BASE_RECOMPUTE, with the files).
+# Listed by tools/moe_recipes.py; other rows keep their table's recompute column.
+RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
+    ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.04.01"): ("mla_up_proj", "mlp"),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.04.01"): ("mla_up_proj",),
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04"): ("mlp",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04.01"): ("mlp",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.02"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04.01"): ("mla_up_proj",),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.04"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.04.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.02"): (),
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.04"): (),
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.04.01"): (),
+    ("gpt-oss-120b", "dgx-b300", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.02.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.04"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "26.04.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.02.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.04"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "bf16", "26.04.01"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "gb200-nvl72", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "gb200-nvl72", "mxfp8", "26.06.01"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.02"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.02.01"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.04"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "bf16", "26.04.01"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.04"): ("mla_up_proj",),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.04.01"): ("mla_up_proj",),
+    ("kimi-k2", "gb300-nvl72", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("qwen3-235b-a22b", "dgx-b200", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "dgx-b200", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.04"): (),
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "25.11"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02.01"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.04"): (),
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-235b-a22b", "gb200-nvl72", "mxfp8", "26.06.01"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-235b-a22b", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "25.11"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.06"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.02"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.04"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "dgx-h100", "fp8", "26.06"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "25.11"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-30b-a3b", "gb200-nvl72", "mxfp8", "26.06.01"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.02"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.02.01"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.04"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.04.01"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.06"): (),
+    ("qwen3-30b-a3b", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+}
+
+
+# The pipeline layout of the same runs' recipes (Megatron-Core's --pipeline-model-parallel-layout:
+# E embedding, t decoder layer, m MTP module, L loss, | between model chunks, (...)*n and x*n
+# repeated): DeepSeek-V3's WorkloadBaseConfig `pp_layout`, else its recipe's map by (pp, vp)
+# (recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_parallel_layout`), found as
+# A2A_OVERLAP is and listed by tools/moe_recipes.py; the others split evenly.
+LAYOUTS: dict[tuple[str, str, str, str], str] = {
+    ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.02"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.02.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.04"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b200", "mxfp8", "26.04.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.02"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.02.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.04"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.04.01"): "Et*8|(t*8|)*6t*5mL",
+    ("deepseek-v3", "dgx-b300", "mxfp8", "26.06"): "Et*8|(t*8|)*6t*5mL",
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.02"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.02.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04.01"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"): "Et*4|(t*4|)*14tmL",
+    ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"): "Et*4|(t*4|)*14tmL",
+}
+# NVIDIA dgxc-benchmarking's DeepSeek-V3 pre-training (deepseek_v3/pretraining/launch.sh, the same
+# at 68eaf7e117, 1f6d9f40e4 and 6be5ea0e19, the commits its README tables span) passes
+# `--recompute_modules $RM` to NeMo's scripts/performance/llm/pretrain_deepseek_v3: RM='mla_up_proj'
+# on H100, 'core_attn' on GB200.
+DGXC_DEEPSEEK = "NVIDIA/dgxc-benchmarking deepseek_v3"
+DGXC_RECOMPUTE = {("deepseek-v3", "dgx-h100"): ("mla_up_proj",), ("deepseek-v3", "gb200-nvl72"): ("core_attn",)}
+# The Bridge releases whose DeepSeek-V3 recipe trains one multi-token-prediction module
+# (recipes/deepseek/deepseek_v3.py: `mtp_num_layers` 1, v0.2.0-v0.5.1 = containers 25.11-26.06.01;
+# the performance scripts keep it); 25.09 kept YAML recipes and 26.08 none, so theirs are unknown.
+# Applied with the recipe's layout only (`mtp_layers`).
+MTP_CONTAINERS = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
+
+
 def _name(row: dict[str, str]) -> str:
     """The published model name: the model cell quoted by the parse notes for variant rows."""
     quoted = re.search(r"model cell '([^']+)'", row.get("parse_notes", ""))
@@ -134,6 +285,51 @@ def a2a_overlap(row: dict[str, str]) -> bool:
     """Whether the row's recipe overlapped the expert all-to-alls (see A2A_OVERLAP)."""
     key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
     return BRIDGE_SUMMARIES in row["source"] and key in A2A_OVERLAP
+
+
+def recompute_modules(row: dict[str, str]) -> tuple[str, ...] | None:
+    """What the row's recipe recomputes selectively (see RECOMPUTE_MODULES, DGXC_RECOMPUTE): a tuple
+    of modules (empty: nothing), None where no recipe of the row's layout is tabled."""
+    if DGXC_DEEPSEEK in row["source"]:
+        return DGXC_RECOMPUTE.get((row["model"], row["system"]))
+    key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
+    return RECOMPUTE_MODULES.get(key) if BRIDGE_SUMMARIES in row["source"] else None
+
+
+def mtp_layers(row: dict[str, str]) -> int:
+    """The multi-token-prediction modules the row's recipe trains (see MTP_CONTAINERS), taken with
+    the recipe's pipeline layout that places them (`stage_layers`): where no recipe of the row's
+    layout is found, its split is unknown and neither is applied."""
+    bridge = BRIDGE_SUMMARIES in row["source"] and row.get("framework_version", "") in MTP_CONTAINERS
+    return 1 if bridge and row["model"] == "deepseek-v3" and stage_layers(row) is not None else 0
+
+
+def layout_chunks(layout: str) -> list[int]:
+    """The decoder layers of each model chunk of a Megatron-Core pipeline layout string
+    ("Et*4|(t*4|)*14tmL": 4, then 14 chunks of 4, then 1)."""
+    text = layout.replace(" ", "")
+    repeat = re.compile(r"\(([^()]*)\)\*(\d+)")
+    while "(" in text:
+        text = repeat.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    chunks = []
+    for chunk in text.split("|"):
+        chunks.append(sum(int(n or 1) for kind, n in re.findall(r"([EtmL])(?:\*(\d+))?", chunk) if kind == "t"))
+    return chunks
+
+
+def stage_layers(row: dict[str, str]) -> tuple[int, ...] | None:
+    """Each pipeline stage's decoder layers under the row's recipe layout (see LAYOUTS): stage s
+    holds chunks s, s + pp, s + 2 pp, ... None where no layout is tabled or pp = 1."""
+    key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
+    layout = LAYOUTS.get(key) if BRIDGE_SUMMARIES in row["source"] else None
+    pp = int(row["pp"] or 1)
+    if layout is None or pp == 1:
+        return None
+    chunks = layout_chunks(layout)
+    counts = tuple(sum(chunks[s::pp]) for s in range(pp))
+    if len(chunks) % pp or sum(counts) != int(row["layers"]) or min(counts) < 1:
+        return None  # not this row's layout
+    return counts
 
 
 def is_split_duplicate(row: dict[str, str]) -> bool:

@@ -155,6 +155,10 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     policy = jax_remat_policy(row)
     if policy:
         out["selective_policy"] = policy
+    modules = megatron_modules(row)
+    if modules:  # "selective:mla_up_proj,mlp": Megatron-Core's --recompute-modules
+        out["recompute"] = "selective"
+        out["recompute_modules"] = modules
     return preset, out
 
 
@@ -175,6 +179,15 @@ def fp8_recipe(row: dict[str, str]) -> str:
     if scaling == "tensorwise" and n.get("fp8_allgather") == "on":
         return "tensorwise_fp8_all_gather"
     return scaling
+
+
+def megatron_modules(row: dict[str, str]) -> str:
+    """The Megatron-Core recompute modules a row's `recompute` column names ("selective:moe_act,
+    layernorm" -> "moe_act,layernorm"), for a Megatron stack; empty otherwise."""
+    kind, _, names = (row.get("recompute") or "").partition(":")
+    if kind != "selective" or not names or PRESETS.get(row.get("framework", "")) != "megatron-core":
+        return ""
+    return names
 
 
 def block_fraction(row: dict[str, str]) -> float | None:

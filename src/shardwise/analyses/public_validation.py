@@ -180,6 +180,7 @@ def request_for(row: dict[str, str]):
 
     preset, kernels = public_stacks.execution(row)
     moe = row["moe"] == "yes"
+    modules = public_moe.recompute_modules(row) if moe else None  # the recipe's, where tabled
     # the stated network, where the run spans servers (a one-server run keeps the system's)
     spans = int(row["num_gpus"]) > _system_gpus(row["system"])
     link, nics = (public_stacks.network(row) if spans else None) or (None, None)
@@ -198,7 +199,10 @@ def request_for(row: dict[str, str]):
         vpp=_int(row["vp"], 1) or 1,
         global_batch=int(row["gbs"]),
         micro_batch=int(row["mbs"]),
-        recompute=kernels.pop("recompute", None) or public_stacks.recompute(row),
+        recompute=kernels.pop("recompute", None)
+        or ("selective" if modules else "none" if modules == () else None)
+        or public_stacks.recompute(row),
+        recompute_modules=kernels.pop("recompute_modules", None) or ",".join(modules or ()),
         zero=public_stacks.zero_stage(row, None),
         shard_group=public_stacks.shard_group(row),
         precision=row["precision"],
@@ -207,9 +211,22 @@ def request_for(row: dict[str, str]):
         moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
         moe_overlap=moe and public_moe.a2a_overlap(row),
         lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
+        mtp_layers=public_moe.mtp_layers(row) if moe else 0,
+        **(_split(public_moe.stage_layers(row)) if moe else {}),
         framework=preset,
         **kernels,
     )
+
+
+def _split(counts: tuple[int, ...] | None) -> dict[str, object]:
+    """A recipe's pipeline split as request fields: the first and last stages' layers where the
+    middle ones are even, else every stage's (empty: the default even split)."""
+    if counts is None:
+        return {}
+    middle = set(counts[1:-1])
+    if len(middle) <= 1:
+        return {"first_stage_layers": counts[0], "last_stage_layers": counts[-1]}
+    return {"stage_layers": ",".join(map(str, counts))}
 
 
 def _system_gpus(name: str) -> int:

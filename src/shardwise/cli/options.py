@@ -168,6 +168,22 @@ recompute_layers_option = click.option(
     "--recompute-method block --recompute-num-layers N); 0 = none.",
 )
 
+# Megatron-Core's per-module selective recomputation, on predict and timeline
+recompute_modules_option = click.option(
+    "--recompute-modules",
+    help="With --recompute selective: the modules recomputed, by Megatron-Core's names, comma-separated "
+    "(--recompute-modules): core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts "
+    "[default: the framework's selective policy; Megatron's is core_attn].",
+)
+
+# Megatron-Core's CUDA graphs, on predict, timeline and plan
+cuda_graph_scope_option = click.option(
+    "--cuda-graph-scope",
+    help="What Megatron-Core replays from CUDA graphs (--cuda-graph-scope): full_iteration, or blocks of every "
+    "layer, comma-separated: attn, mlp, moe_router, moe_preprocess; only the host's time per kernel changes "
+    "[default: none, eager].",
+)
+
 
 plan_layout_options = _stack(
     click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
@@ -241,6 +257,16 @@ plan_layout_options = _stack(
         help="Activation recomputation.",
     ),
     recompute_layers_option,
+    recompute_modules_option,
+    cuda_graph_scope_option,
+    click.option(
+        "--mtp-layers",
+        type=click.IntRange(0, 16),
+        default=0,
+        show_default=True,
+        help="Multi-token-prediction modules trained on the last pipeline stage (DeepSeek-V3; Megatron-Core "
+        "--mtp-num-layers): each one more layer, a 2h -> h projection and the output layer with its loss.",
+    ),
     click.option(
         "--sequence-parallel/--no-sequence-parallel",
         default=None,

@@ -11,10 +11,12 @@ from shardwise.cli.options import (
     _stack,
     alias_option,
     cluster_options,
+    cuda_graph_scope_option,
     execution_options,
     lora_rank_option,
     model_options,
     recompute_layers_option,
+    recompute_modules_option,
 )
 
 
@@ -87,6 +89,8 @@ search_options = _stack(
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
     lora_rank_option,
     recompute_layers_option,
+    recompute_modules_option,
+    cuda_graph_scope_option,
     click.option(
         "--zero-with-pp",
         is_flag=True,

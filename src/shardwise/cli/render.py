@@ -84,7 +84,8 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
-        f"{p.num_micro_batches} micro-batches of {p.micro_batch}, recompute={p.recompute.label}{_whole(p)}, "
+        f"{p.num_micro_batches} micro-batches of {p.micro_batch}, "
+        f"recompute={p.recompute.label}{_modules(p)}{_whole(p)}, "
         f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
         + (
             f", hybrid sharding: state sharded over {p.shard_group} ranks, {p.replicas} replicas"
@@ -111,6 +112,13 @@ def across_servers(c: Any) -> str:
         name, nics = shared.group(1), float(shared.group(2))
         return f"{name} across nodes, {nics:g} NIC{'s' if nics != 1 else ''} per server of {per_node} GPUs: {rate}"
     return f"{link.name} across nodes, 1 NIC per GPU: {rate}"
+
+
+def _modules(p: Any) -> str:
+    """' (moe_act, layernorm)': the modules selective recomputation redoes (`Plan.recompute_modules`)."""
+    if not p.recompute_modules or p.recompute.label != "selective":
+        return ""
+    return f" ({', '.join(p.recompute_modules)})"
 
 
 def _whole(p: Any) -> str:

@@ -74,7 +74,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         else None,
         ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
         ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
-        *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers)),
+        *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers), p.recompute_modules),
+        _graphs(p.cuda_graph_scope),
         _precision(p.precision),
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         *_model(scn),
@@ -87,7 +88,7 @@ def launch(scn: Scenario, version: str) -> Launch:
 def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
     """Even stages: the stage count (and chunks per stage); anything else: the explicit layout,
     one `|`-separated part per model chunk in Megatron's virtual order (chunk 0 of every stage,
-    then chunk 1, ...), E the embedding, t a layer, L the loss."""
+    then chunk 1, ...), E the embedding, t a layer, m a multi-token-prediction module, L the loss."""
     p = scn.plan
     pp, vpp = i(p.pp), i(p.vpp)
     if pp == 1:
@@ -105,8 +106,8 @@ def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
             part = "t" * chunks[r][v]
             if r == 0 and v == 0:
                 part = "E" + part
-            if r == pp - 1 and v == vpp - 1:
-                part += "L"
+            if r == pp - 1 and v == vpp - 1:  # the MTP modules (m) before the loss, as Megatron-Bridge places them
+                part += "m" * i(p.mtp_layers) + "L"
             parts.append(part)
     out = [("--pipeline-model-parallel-layout", _compress(parts))]
     return out + ([("--no-overlap-p2p-communication",)] if vpp > 1 and p.overlap_p2p is False else [])
@@ -129,7 +130,7 @@ def _compress(parts: list[str]) -> str:
 def _runs_of_t(part: str) -> str:
     n = part.count("t")
     body = "" if n == 0 else ("t" if n == 1 else f"t*{n}")
-    return ("E" if part.startswith("E") else "") + body + ("L" if part.endswith("L") else "")
+    return ("E" if part.startswith("E") else "") + body + "m" * part.count("m") + ("L" if part.endswith("L") else "")
 
 
 def _zero(z: int, dp_cp: int, version: str, shard_group: int = 0) -> list[tuple[str, ...]]:
@@ -157,17 +158,28 @@ def _zero(z: int, dp_cp: int, version: str, shard_group: int = 0) -> list[tuple[
     ]
 
 
-def _recompute(rc: Recompute, layers: int = 0) -> list[tuple[str, ...]]:
+def _recompute(rc: Recompute, layers: int = 0, modules: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
     """Megatron-LM's recomputation flags; `layers` > 0: the first `layers` layers of each model chunk
-    recomputed whole (transformer_block.py `_checkpointed_forward`, method "block")."""
+    recomputed whole (transformer_block.py `_checkpointed_forward`, method "block"); `modules`: what
+    selective recomputation redoes (megatron/training/arguments.py `--recompute-modules`, nargs *)."""
     if layers > 0 and rc != Recompute.FULL:
         block = ("--recompute-granularity", "full", "--recompute-method", "block")
         return [(*block, "--recompute-num-layers", str(layers))]
     if rc == Recompute.FULL:
         return [("--recompute-granularity", "full", "--recompute-method", "uniform", "--recompute-num-layers", "1")]
     if rc == Recompute.SELECTIVE:
-        return [("--recompute-granularity", "selective")]
+        return [("--recompute-granularity", "selective", *(("--recompute-modules", *modules) if modules else ()))]
     return []
+
+
+def _graphs(scope: tuple[str, ...]) -> tuple[str, ...] | None:
+    """Megatron-Core's CUDA graph flags (megatron/training/arguments.py, transformer_config.py
+    `cuda_graph_impl`): the whole iteration with the local implementation, blocks with Transformer
+    Engine's make_graphed_callables."""
+    if not scope:
+        return None
+    impl = "local" if "full_iteration" in scope else "transformer_engine"
+    return ("--cuda-graph-impl", impl, "--cuda-graph-scope", *scope)
 
 
 def _precision(precision: str) -> tuple[str, ...]:
@@ -245,6 +257,8 @@ def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
         out.append(("--moe-layer-freq", freq.replace(" ", "")))
     if m.shared_experts:
         out.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * i(m.expert_ffn_hidden))))
+    if i(p.mtp_layers) > 0:  # multi-token prediction (megatron/training/arguments.py --mtp-num-layers)
+        out.append(("--mtp-num-layers", str(i(p.mtp_layers))))
     if p.moe_dispatcher == "flex":
         if version == "core-0.13":
             out.append(("--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"))

@@ -83,6 +83,15 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "
             "selective_ac_option), not the first N of each stage; plan without --recompute-layers"
         )
+    if i(p.mtp_layers) > 0:
+        raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
+    if p.cuda_graph_scope:
+        raise EmitError("--emit torchtitan: --cuda-graph-scope names Megatron-Core's CUDA graphs; plan without it")
+    if p.recompute_modules:
+        raise EmitError(
+            "--emit torchtitan: --recompute-modules names Megatron-Core's modules; torchtitan's selective "
+            "checkpointing is op- or layer-level; plan without --recompute-modules"
+        )
     if i(p.shard_group) > 0 and i(p.shard_group) % i(p.cp):
         raise EmitError(
             f"--emit torchtitan: FSDP2 shards over data_parallel_shard_degree x cp ranks, so --shard-group "

@@ -37,6 +37,7 @@ from shardwise.physics.compute import (
 )
 from shardwise.physics.flops import (
     CROSS_ENTROPY_FP32_BYTES_PER_LOGIT,
+    ROPE_KERNELS,
     LayerForward,
     cross_entropy_bytes,
     input_gradient,
@@ -47,6 +48,8 @@ from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
+    EAGER_ELEMENTWISE_KERNELS,
+    graphed_layer_kernels,
     host_bound_s,
     layer_kernels,
     layout_copy_bytes,
@@ -169,6 +172,7 @@ def layer_cost(
     cp_step: Number | CpComm = 0.0,
     ffn: Number | None = None,
     recompute: Number | None = None,
+    moe_layer: bool = False,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -203,7 +207,8 @@ def layer_cost(
 
     `ffn` is the width of the layer's dense MLP (default the model's; a mixture-of-experts layer
     passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
-    `recompute`: price the layer under this recomputation instead of the plan's.
+    `recompute`: price the layer under this recomputation instead of the plan's. `moe_layer`: the
+    layer is a mixture-of-experts one (its MLP is the shared experts; `Plan.recompute_modules`).
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
@@ -326,6 +331,12 @@ def layer_cost(
     tp_bwd = tp_bwd + cp_b
     rc = np.asarray(plan.recompute if recompute is None else recompute)
     selective = selective_recompute_s(lt, model, plan.selective_policy)
+    mlp_tp_redo = 0.0
+    if plan.recompute_modules:
+        selective = module_recompute_s(lt, fwd, scn, moe_layer)
+        # a checkpointed MLP (or shared experts) reruns its forward TP collectives before the backward
+        redone_mlp = ("shared_experts" if moe_layer else "mlp") in plan.recompute_modules
+        mlp_tp_redo = np.where(rc == Recompute.SELECTIVE, tp_fwd * mlp / blocks, 0.0) if redone_mlp else 0.0
     redo = np.select(
         [rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s + split_f + copies_f, selective], 0.0
     )
@@ -335,14 +346,17 @@ def layer_cost(
     host = 0.0
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
-        exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0)
+        if plan.cuda_graph_scope:  # captured blocks replay from one graph launch each
+            elementwise = np.where(as_bool(plan.eager_kernels), EAGER_ELEMENTWISE_KERNELS, fwd.elementwise_kernels)
+            kernels = graphed_layer_kernels(kernels, elementwise, plan.cuda_graph_scope, moe_layer)
+        exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo
         busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
         host = host_bound_s(busy, kernels, plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s + split_f + copies_f,
         compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,
         tp_forward_s=tp_fwd,
-        tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0),
+        tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo,
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,
@@ -392,6 +406,42 @@ def selective_recompute_s(lt: LayerTimes, model: Model, policy: str) -> Number:
         parts = (lt.qkv.forward_s, lt.proj.forward_s, lt.up.forward_s, lt.attention_s, lt.elementwise_s)
         return remat.recompute_s(policy, *parts)
     return lt.attention_core_s
+
+
+def module_recompute_s(lt: LayerTimes, fwd: LayerForward, scn: Scenario, moe_layer: bool) -> Number:
+    """What recompute="selective" redoes of one layer's attention and dense part under Megatron-Core's
+    `recompute_modules` (`Plan.recompute_modules`; megatron/core/transformer/transformer_layer.py,
+    multi_latent_attention.py, core_v0.15-0.16; the routed experts' moe_act and moe are in
+    `engines.moe.experts_cost`), each module's forward once more:
+
+    - core_attn: the attention core (`LayerTimes.attention_core_s`);
+    - layernorm: the norms that are modules of their own -- Transformer Engine fuses a dense layer's
+      two into the QKV and MLP-up linears (TELayerNormColumnParallelLinear, IdentityOp norms, not
+      recomputed), an MoE layer keeps its pre-MLP norm for the router, latent attention its input
+      norm for the down-projections: one read and one write of the rank's b s h / t activations each;
+    - mla_up_proj: latent attention's query and key-value up-projections and the rotary parts;
+    - mlp (dense layers) and shared_experts (MoE layers): the MLP's two GEMMs and its activation.
+    """
+    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    modules = plan.recompute_modules
+    sp = np.asarray(plan.sequence_parallel, dtype=bool)
+    rank_bytes = fwd.tp_message_bytes / np.where(sp, np.asarray(plan.tp, dtype=float), 1.0)  # e b s h / t
+    total: Number = 0.0
+    if "core_attn" in modules:
+        total = total + lt.attention_core_s
+    norms = int(moe_layer) + int(bool(model.kv_lora_rank))
+    if "layernorm" in modules and norms:
+        total = total + memory_s(norms * 2 * rank_bytes, gpu, kernels=norms)
+    if "mla_up_proj" in modules and model.kv_lora_rank and fwd.extra:
+        kv_up = linear_times(fwd.extra[-1], gpu, plan.precision).forward_s
+        e, tokens = plan.bytes_per_element, fwd.tp_message_bytes / (plan.bytes_per_element * model.hidden)
+        rope = 2 * e * tokens * (model.heads * model.rope_head_dim / plan.tp + model.rope_head_dim)
+        total = total + lt.qkv.forward_s + kv_up + memory_s(rope, gpu, kernels=ROPE_KERNELS)
+    if ("shared_experts" if moe_layer else "mlp") in modules:
+        gate = 2 if model.gated_mlp else 1
+        activation = (gate + 1) * fwd.mlp_down.m * fwd.mlp_down.k * plan.bytes_per_element  # b s x f / t in and out
+        total = total + lt.up.forward_s + lt.down.forward_s + memory_s(activation, gpu, kernels=1)
+    return total
 
 
 def op_sac_s(lt: LayerTimes, model: Model) -> Number:

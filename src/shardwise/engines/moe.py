@@ -46,8 +46,8 @@ from shardwise.physics.moe import (
     allgather_dispatch_bytes,
     dispatch_bytes,
     experts_forward,
+    graphed_training_kernels,
     routed_tokens,
-    training_kernels,
 )
 from shardwise.physics.params import (
     layer_params_split,
@@ -127,18 +127,29 @@ def experts_cost(
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
     full = np.asarray(plan.recompute) == Recompute.FULL
     redo = np.where(full, forward, 0.0)
+    # Megatron-Core's selective modules (`Plan.recompute_modules`): moe_act reruns the experts'
+    # activation (output-discarding checkpoint, experts.py `activation_recompute`); moe the whole
+    # routed layer, dispatch and combine included (transformer_layer.py, MoETransformerLayer
+    # `moe_layer_recompute`: tensor_parallel.checkpoint of the MoE layer)
+    modules = plan.recompute_modules
+    selective = np.asarray(plan.recompute) == Recompute.SELECTIVE
+    whole_moe = selective & ("moe" in modules)
+    if "moe_act" in modules and "moe" not in modules:
+        redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1), 0.0)
+    redo = np.where(whole_moe, forward, redo)
+    rerun = full | whole_moe  # the forward's collectives again
     host = 0.0
     if training and np.any(plan.host_kernel_s):
-        kernels = training_kernels(ef, BACKWARD_KERNEL_RATIO, full)
+        kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
         host = host_bound_s(forward + backward + redo, kernels, plan.host_kernel_s)
     return StageCost(
         compute_forward_s=forward,
         compute_backward_s=backward + redo + host,
         tp_forward_s=gather,
-        tp_backward_s=gather + np.where(full, gather, 0.0),
+        tp_backward_s=gather + np.where(rerun, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
         ep_forward_s=dispatch_f,  # dispatch and combine
-        ep_backward_s=dispatch_b + np.where(full, dispatch_f, 0.0),  # their gradients (and the forward redone)
+        ep_backward_s=dispatch_b + np.where(rerun, dispatch_f, 0.0),  # their gradients (and the forward redone)
     )
 
 
@@ -161,7 +172,7 @@ def moe_layer_cost(
     training step's layer, whose all-to-alls `Plan.moe_overlap` may hide (`combined_1f1b`)."""
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
-    dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared)
+    dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared, moe_layer=True)
     routed = experts_cost(scn, fabric, place, q_len, weight_bytes, training)
     cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
     return combined_1f1b(cost, scn) if training else cost

@@ -30,6 +30,7 @@ from shardwise.engines.costs import (
 )
 from shardwise.engines.data_parallel import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
+from shardwise.engines.mtp import with_mtp
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
@@ -92,6 +93,7 @@ def stage_times(scn: Scenario) -> StageTimes:
         n_moe = [int(below[i + 1] - below[i]) for i in range(p)]
         moe = moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step, training=True)
         moe_params = moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)
+        head = with_mtp(head, local, comm, moe)  # multi-token prediction on the last stage
     kinds = [
         _stage_cost(n - k, layer, emb if i == 0 else None, head if i == p - 1 else None, k, moe)
         for i, (n, k) in enumerate(zip(counts, n_moe, strict=True))
@@ -232,6 +234,8 @@ def _layer_parts(
     model, plan = scn.model, scn.plan
     layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
     emb, head = embedding_cost(local, comm), head_cost(local, comm)
+    if not model.is_moe:  # an MoE model's modules hold an MoE layer: added with it (`stage_times`)
+        head = with_mtp(head, local, comm, layer)
     sends = tuple(float(np.asarray(stage_send_time_s(local, fabric, comm, c))) for c in (False, True))
     extra = recomputed_layer_extra(local, comm, model.seq_len, cp_step)
     return layer, emb, head, sends, extra  # type: ignore[return-value]

@@ -53,6 +53,7 @@ from shardwise.engines.data_parallel import (
 from shardwise.engines.deferred import Later, deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct, evaluate_grouped
 from shardwise.engines.moe import model_moe_split, moe_layers, stage_expert_params, stage_params
+from shardwise.engines.mtp import with_mtp
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.tp_overlap import tp_comm
@@ -157,6 +158,7 @@ def micro_batch_stages(
     emb = embedding_cost(local, comm)
     head = head_cost(local, comm)
     moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step, training=True)
+    head = with_mtp(head, local, comm, layer if moe is None else moe[0])  # multi-token prediction, last stage
     sends = StageSends(stage_send_time_s(local, fabric, comm, False), stage_send_time_s(local, fabric, comm, True))
     return stages(split, layer, emb, head, moe), sends
 

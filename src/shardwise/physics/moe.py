@@ -41,6 +41,11 @@ from shardwise.specs._checks import Number
 # loss, permute, chunk sort, activation, chunk unsort, unpermute (the steps of Megatron-Core's
 # `MoELayer.forward` with the all-to-all dispatcher and fused permutation). A project count.
 MOE_KERNELS = 8
+# Of those, what CUDA graphs of the router (`Plan.cuda_graph_scope` moe_router: router scores, top-k,
+# auxiliary loss, and the router GEMM besides) and of the dispatcher's preprocessing (moe_preprocess:
+# the permutation) capture.
+MOE_ROUTER_KERNELS = 3
+MOE_PREPROCESS_KERNELS = 1
 # The router's scores are kept in fp32 (Megatron-Core `moe_router_dtype`, fp32 in the NeMo
 # recipes): softmax / sigmoid writes them, top-k reads them and writes the chosen probabilities;
 # about three fp32 passes over T x E. A project estimate.
@@ -60,6 +65,7 @@ class ExpertsForward:
     etp_gather_bytes: Number  # the all-gathered tokens of the ETP group (0 without etp > 1)
     imbalance: Number = 1.0
     etp_reduce_bytes: Number = 0.0  # the outputs all-reduced over the ETP group (unsharded tokens)
+    activation_bytes: Number = 0.0  # the experts' activation among elementwise_bytes (`Plan.recompute_modules` moe_act)
 
     @property
     def gemms(self) -> tuple[Gemm, Gemm]:
@@ -82,6 +88,27 @@ def training_kernels(ef: ExpertsForward, backward_ratio: float, recompute_forwar
     once more. Serving engines run fused MoE kernels (one launch for all experts): not this count."""
     forward = ef.elementwise_kernels + ef.router.batch + ef.up.batch + ef.down.batch
     return (1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)) * forward
+
+
+def graphed_training_kernels(
+    ef: ExpertsForward, backward_ratio: float, recompute_forward: Number, scope: tuple[str, ...]
+) -> Number:
+    """`training_kernels` under CUDA graphs (`physics.stack.CUDA_GRAPH_SCOPES`): full_iteration
+    issues none; moe_router replays the router's GEMM and MOE_ROUTER_KERNELS, moe_preprocess
+    MOE_PREPROCESS_KERNELS, as one graph launch forward and one backward each; the grouped GEMMs
+    and the rest stay eager (token-dropless layers cannot be captured whole)."""
+    from shardwise.physics.stack import GRAPH_LAUNCHES_PER_BLOCK
+
+    kernels = training_kernels(ef, backward_ratio, recompute_forward)
+    if "full_iteration" in scope:
+        return 0.0 * kernels
+    passes = 1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)
+    captured, blocks = 0.0, 0
+    if "moe_router" in scope:
+        captured, blocks = captured + ef.router.batch + MOE_ROUTER_KERNELS, blocks + 1
+    if "moe_preprocess" in scope:
+        captured, blocks = captured + MOE_PREPROCESS_KERNELS, blocks + 1
+    return kernels - passes * captured + GRAPH_LAUNCHES_PER_BLOCK * blocks
 
 
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
@@ -149,6 +176,7 @@ def experts_forward(
         etp_gather_bytes=np.where(split & on, received * h * e, 0.0),
         imbalance=received / np.maximum(mean_copies, 1e-30),
         etp_reduce_bytes=np.where((p * np.asarray(etp) > 1) & ~on, tokens * h * e, 0.0),
+        activation_bytes=activation,
     )
 
 

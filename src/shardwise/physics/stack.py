@@ -280,6 +280,37 @@ def layer_kernels(
     return np.where(np.asarray(host_ops) > 0, own, counted)
 
 
+# Megatron-Core's CUDA graph scopes: `shardwise.recompute_policies.CUDA_GRAPH_SCOPES` (`Plan.cuda_graph_scope`).
+# A captured block is replayed by one graph launch forward and one backward (make_graphed_callables
+# captures both passes): the host issues these instead of its kernels.
+GRAPH_LAUNCHES_PER_BLOCK = 2
+# The attention block's share of a dense layer's kernels: of GEMM_AND_ATTENTION_KERNELS (8, the linear
+# layers of a gated MLP counted as torchtitan's wq, wk, wv, wo, w1, w2, w3, and attention) the five
+# before the MLP; of the element-wise ones half (input norm, rotary, residual add against pre-MLP
+# norm, activation, residual add). A project split of the counts above.
+ATTENTION_GEMM_KERNELS = 5
+ATTENTION_ELEMENTWISE_SHARE = 0.5
+
+
+def graphed_layer_kernels(
+    kernels: Number, elementwise: Number, scope: tuple[str, ...], moe_layer: bool = False
+) -> Number:
+    """The host's issues for one layer's attention and dense MLP under CUDA graphs (`scope`):
+    `kernels` (`layer_kernels`, `elementwise` of them per forward element-wise) less the captured
+    blocks' kernels, plus GRAPH_LAUNCHES_PER_BLOCK per captured block. full_iteration: none. The
+    mlp scope captures dense layers only (Megatron-Core), not an MoE layer's shared experts."""
+    if "full_iteration" in scope:
+        return 0.0 * kernels
+    per_pass = elementwise + GEMM_AND_ATTENTION_KERNELS
+    attention = (ATTENTION_ELEMENTWISE_SHARE * elementwise + ATTENTION_GEMM_KERNELS) / per_pass
+    share, blocks = 0.0, 0
+    if "attn" in scope:
+        share, blocks = share + attention, blocks + 1
+    if "mlp" in scope and not moe_layer:
+        share, blocks = share + (1.0 - attention), blocks + 1
+    return kernels * (1.0 - share) + GRAPH_LAUNCHES_PER_BLOCK * blocks
+
+
 def host_bound_s(gpu_s: Number, kernels: Number, host_kernel_s: Number) -> Number:
     """What the GPU waits for the host issuing `kernels` kernels at `host_kernel_s` each, beyond
     `gpu_s` of its own work on them: the stream runs ahead of the host while kernels are longer

@@ -88,6 +88,9 @@ PLAN_FIELDS = (
     _f("schedule", "str", None, "gpipe", "1f1b", "interleaved", "zb-h1"),
     _f("recompute", "str", "none", "none", "selective", "full"),
     _f("recompute_layers", "int", 0),
+    _f("recompute_modules", "str"),  # Megatron-Core module names, comma-separated (`Plan.recompute_modules`)
+    _f("mtp_layers", "int", 0),
+    _f("cuda_graph_scope", "str"),  # Megatron-Core scope names, comma-separated (`Plan.cuda_graph_scope`)
     _f("sequence_parallel", "bool"),
     _f("zero", "int", None, "0", "1", "2", "3"),
     _f("shard_group", "int", 0),

@@ -260,6 +260,8 @@ class PlanRequest:
         out["flash_attention"] = flash_attention(self.training.values())
         out["lora_rank"] = self.training.lora_rank
         out["recompute_layers"] = self.training.recompute_layers
+        out["recompute_modules"] = self.training.recompute_modules or ()
+        out["cuda_graph_scope"] = self.training.cuda_graph_scope or ()
         return out
 
     def search(self, fitted: dict[str, float] | None = None) -> Any:

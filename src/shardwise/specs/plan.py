@@ -13,7 +13,11 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS, FP8_RECIPES
-from shardwise.recompute_policies import SELECTIVE_POLICIES  # re-exported: the Plan's check
+from shardwise.recompute_policies import (  # re-exported: the Plan's checks
+    CUDA_GRAPH_SCOPES,
+    RECOMPUTE_MODULES,
+    SELECTIVE_POLICIES,
+)
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
@@ -163,6 +167,26 @@ class Plan:
     blocks of the model (`specs.stages.recomputed_split`). 0: none; with recompute="full" every
     layer is recomputed anyway.
 
+    `recompute_modules`: what recompute="selective" redoes, by Megatron-Core's module names
+    (`--recompute-modules`, megatron/core/transformer/transformer_config.py): "core_attn" the
+    attention core, "moe_act" the experts' activation, "layernorm" the norms not fused into a linear
+    layer (an MoE layer's pre-MLP norm, latent attention's input norm), "mla_up_proj" latent
+    attention's up-projections and rotary parts, "mlp" a dense layer's MLP, "moe" the whole MoE
+    layer (router, dispatch and combine, experts), "shared_experts" the shared experts. Empty: the
+    stack's `selective_policy` (Megatron's own default is core_attn alone). Needs
+    recompute="selective" and the Megatron policy ("attention").
+
+    `mtp_layers` > 0 trains that many multi-token-prediction modules on the last pipeline stage
+    (DeepSeek-V3 Sec. 2.2; Megatron-Core `--mtp-num-layers`), each one more transformer layer of
+    the decoder's kind, a 2h -> h projection, the embedding and the output layer with its loss
+    again (`engines.mtp`). 0: none.
+
+    `cuda_graph_scope`: what Megatron-Core replays from CUDA graphs (`--cuda-graph-scope`,
+    `physics.stack.CUDA_GRAPH_SCOPES`): "full_iteration" every kernel of the step (no host time
+    per kernel), or blocks of every layer -- "attn", "mlp" (dense layers), "moe_router",
+    "moe_preprocess" (with moe_router) -- whose kernels the host issues as one graph launch per
+    pass. Empty: eager. Only `host_kernel_s` changes: a GPU-bound step is not faster.
+
     `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
     frozen and adapters of that rank sit beside the attention and MLP linear layers
     (`physics.lora`; 0: full training).
@@ -244,6 +268,9 @@ class Plan:
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     recompute_layers: Number = 0
+    recompute_modules: tuple[str, ...] = ()
+    mtp_layers: Number = 0
+    cuda_graph_scope: tuple[str, ...] = ()
     sequence_parallel: bool | np.ndarray = False
     zero_stage: Number = 0
     shard_group: Number = 0
@@ -288,6 +315,9 @@ class Plan:
         object.__setattr__(
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )
+        object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
+        object.__setattr__(self, "mtp_layers", chk.non_negative_int("plan: mtp_layers", self.mtp_layers))
+        object.__setattr__(self, "cuda_graph_scope", _graph_scope(self.cuda_graph_scope))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
@@ -333,6 +363,8 @@ class Plan:
                 f"plan: selective_policy {self.selective_policy!r} is not allowed; choose "
                 f"{', '.join(SELECTIVE_POLICIES)}"
             )
+        if self.recompute_modules:
+            _check_modules_apply(self.recompute_modules, self.recompute, self.selective_policy)
         object.__setattr__(self, "host_kernel_s", chk.within("plan: host_kernel_s", self.host_kernel_s, 0.0, 1e-3, "s"))
         object.__setattr__(
             self,
@@ -457,6 +489,69 @@ class Plan:
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+
+def _modules(value: object) -> tuple[str, ...]:
+    """`Plan.recompute_modules` as a tuple of Megatron-Core module names (a comma-separated string
+    or a sequence of names; each once)."""
+    if value is None or value == "":
+        return ()
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(
+            f"plan: recompute_modules {chk._short(value)} is not allowed; give module names, e.g. moe_act,layernorm"
+        )
+    out = tuple(n.strip() for n in names if n.strip())
+    for name in out:
+        if name not in RECOMPUTE_MODULES:
+            raise SpecError(
+                f"plan: recompute_modules {name!r} is not allowed; choose from {', '.join(RECOMPUTE_MODULES)}"
+            )
+    if len(set(out)) < len(out):
+        raise SpecError(f"plan: recompute_modules {','.join(out)} names a module twice; give each once")
+    return out
+
+
+def _graph_scope(value: object) -> tuple[str, ...]:
+    """`Plan.cuda_graph_scope` as a tuple of Megatron-Core scope names, with Megatron-Core's rules
+    (transformer_config.py: full_iteration alone, moe_preprocess with moe_router)."""
+    if value is None or value == "" or value == "none":
+        return ()
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(
+            f"plan: cuda_graph_scope {chk._short(value)} is not allowed; give scope names, e.g. attn,moe_router"
+        )
+    out = tuple(n.strip() for n in names if n.strip())
+    for name in out:
+        if name not in CUDA_GRAPH_SCOPES:
+            extra = " (whole MoE layers are graphed only when tokens are dropped and padded)" if name == "moe" else ""
+            raise SpecError(
+                f"plan: cuda_graph_scope {name!r} is not allowed; choose from {', '.join(CUDA_GRAPH_SCOPES)}{extra}"
+            )
+    if len(set(out)) < len(out):
+        raise SpecError(f"plan: cuda_graph_scope {','.join(out)} names a scope twice; give each once")
+    if "full_iteration" in out and len(out) > 1:
+        raise SpecError("plan: cuda_graph_scope full_iteration captures the whole step; give it alone")
+    if "moe_preprocess" in out and "moe_router" not in out:
+        raise SpecError("plan: cuda_graph_scope moe_preprocess needs moe_router too (Megatron-Core's rule)")
+    return out
+
+
+def _check_modules_apply(modules: tuple[str, ...], recompute: object, policy: str) -> None:
+    """Recompute modules are Megatron-Core's selective recomputation: they need recompute="selective"
+    (an array of plans, as the planner searches, applies them to its selective ones) and the
+    Megatron policy."""
+    if np.ndim(recompute) == 0 and int(recompute) != Recompute.SELECTIVE:  # type: ignore[call-overload]
+        raise SpecError(
+            f"plan: recompute_modules {','.join(modules)} needs recompute='selective' "
+            "(Megatron-Core's --recompute-granularity selective); it is not used with none or full"
+        )
+    if policy != "attention":
+        raise SpecError(
+            f"plan: recompute_modules {','.join(modules)} is Megatron-Core's; it needs selective_policy "
+            f"'attention' (the Megatron stacks'), not {policy!r}"
+        )
 
 
 def _shard_group(value: object, dp: Number, cp: Number, zero: Number) -> Number:
