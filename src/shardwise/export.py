@@ -94,6 +94,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "zero_stage",
         "shard_group",
         "lora_rank",
+        "lora_targets",
+        "packed_document_len",
         "precision",
         "flash_attention",
         "framework",

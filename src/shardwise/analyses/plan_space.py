@@ -77,7 +77,7 @@ class SearchSpace:
     objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
     precision: str = "bf16"
     # execution details of the runs being planned (as in Plan; lora_rank too)
-    execution: dict[str, bool | int] = field(default_factory=dict)
+    execution: dict[str, bool | int | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:

@@ -202,6 +202,7 @@ def layer_cost(
         cp,
         ffn,
         eager=plan.eager_kernels,
+        document_len=plan.packed_document_len,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(
@@ -214,7 +215,9 @@ def layer_cost(
         plan.eager_kernels,
         plan.unfused_accumulate_bytes,
     )
-    lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
+    lt = lora_layer_times(
+        lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets
+    )
     gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
     sms = gpu.sm_count
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)

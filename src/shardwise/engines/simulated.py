@@ -114,7 +114,10 @@ def stage_times(scn: Scenario) -> StageTimes:
     held += [params[2]] if p > 1 else []
     stage_experts = [ends[0]] + [n_moe[i] * moe_params[1] for i in middles] + ([ends[2]] if p > 1 else [])
     e = plan.bytes_per_element
-    trained = [trainable_params(model, plan.tp, plan.lora_rank, e, n, x) for n, x in zip(counts, held, strict=True)]
+    trained = [
+        trainable_params(model, plan.tp, plan.lora_rank, e, n, x, plan.lora_targets)
+        for n, x in zip(counts, held, strict=True)
+    ]
     split_bwd = plan.schedule.label in SPLIT_BACKWARD
     forward = np.array([float(np.asarray(c.forward_s)) for c in kinds])
     backward = np.array([float(np.asarray(c.backward_s)) for c in kinds])

@@ -70,7 +70,7 @@ from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
-from shardwise.specs.rules import moe_training_rules, raise_first
+from shardwise.specs.rules import moe_training_rules, packed_rule, raise_first
 from shardwise.specs.stages import StageSplit
 
 Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
@@ -185,6 +185,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
+    key = (*key, model.seq_len, plan.cp, plan.packed_document_len)
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
@@ -342,8 +343,9 @@ def collective_prices_of(scn: Scenario, names: tuple[str, ...]) -> StagePrices:
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
-    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`); True when
-    they hold (a SpecError names the first that breaks)."""
+    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`) and of packed
+    sequences (`specs.rules.packed_rule`); True when they hold (a SpecError names the first that
+    breaks)."""
     raise_first(
         moe_training_rules(
             model.experts,
@@ -359,6 +361,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
             plan.moe_dispatcher,
         )
     )
+    raise_first([packed_rule(model.seq_len, plan.packed_document_len, plan.cp)])
     return True
 
 
@@ -374,7 +377,8 @@ def _trainable(model: Model, plan: Plan, split: StageSplit, params: Triple) -> T
     layers = (split.first, split.middle_max, split.last)
     e = plan.bytes_per_element
     return tuple(  # type: ignore[return-value]
-        trainable_params(model, plan.tp, plan.lora_rank, e, n, x) for n, x in zip(layers, params, strict=True)
+        trainable_params(model, plan.tp, plan.lora_rank, e, n, x, plan.lora_targets)
+        for n, x in zip(layers, params, strict=True)
     )
 
 

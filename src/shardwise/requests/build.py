@@ -364,6 +364,8 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         precision=o["precision"],
         flash_attention=flash_attention(o),
         lora_rank=o.get("lora_rank") or 0,
+        lora_targets=o.get("lora_targets") or "qkv,proj,fc1,fc2",
+        packed_document_len=o.get("packed_document_len") or 0,
         shard_group=o.get("shard_group") or 0,
         **execution,
         **(stage_kwargs(o) or default_split(o, pp, model)),

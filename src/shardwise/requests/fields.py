@@ -91,6 +91,8 @@ PLAN_FIELDS = (
     _f("zero", "int", None, "0", "1", "2", "3"),
     _f("shard_group", "int", 0),
     _f("lora_rank", "int", 0),
+    _f("lora_targets", "str", "qkv,proj,fc1,fc2"),
+    _f("packed_document_len", "int", 0),
     _f("first_stage_layers", "int"),
     _f("last_stage_layers", "int"),
     _f("stage_layers", "str"),

@@ -69,6 +69,8 @@ class TrainingRequest:
     zero: int | None = default("zero")
     shard_group: int = default("shard_group")
     lora_rank: int = default("lora_rank")
+    lora_targets: str = default("lora_targets")
+    packed_document_len: int = default("packed_document_len")
     first_stage_layers: int | None = default("first_stage_layers")
     last_stage_layers: int | None = default("last_stage_layers")
     stage_layers: str | None = default("stage_layers")
