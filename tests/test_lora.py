@@ -188,7 +188,7 @@ def test_targets_narrow_the_adapters_and_their_work():
 
 @pytest.mark.parametrize("bad", ["", "qkv,qkv", "qkv,mlp", "QKV", 3])
 def test_bad_targets_are_one_line_errors(bad):
-    with pytest.raises(SpecError, match="lora_targets .* is not allowed; give a comma-separated subset"):
+    with pytest.raises(SpecError, match=r"lora_targets .* is not allowed; give a comma-separated subset"):
         Plan(lora_rank=8, lora_targets=bad)  # type: ignore[arg-type]
 
 
@@ -240,3 +240,35 @@ def test_cli_takes_targets_and_packed_documents(cli):
     assert code == 2 and "packed_document_len 8192 is not allowed" in err and "Traceback" not in err
     code, _, err = cli([*argv[:-1], "qkv,gate"])
     assert code == 2 and "lora_targets 'qkv,gate' is not allowed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pipeline_flushes_pay_one_fill_and_drain_each():
+    """NeMo AutoModel runs one pipeline schedule per local batch: F flushes of m / F micro-batches
+    cost F bubbles, the busy time unchanged (`engines.pipeline.pipeline_makespan_s`)."""
+    from shardwise.engines.pipeline import pipeline_makespan_s
+
+    one = pipeline_makespan_s(1.0, 1.0, 1.0, 4, 32, 2)
+    eight = pipeline_makespan_s(1.0, 1.0, 1.0, 4, 32, 2, flushes=8)
+    assert one == pytest.approx(32 + 3 / 2) and eight == pytest.approx(32 + 8 * 3 / 2)
+    plan = {"tp": 1, "pp": 4, "dp": 2, "global_batch": 64, "sequence_parallel": False}
+    whole, flushed = (estimate_training_step(_scenario(16, **plan, pipeline_flushes=f)) for f in (1, 4))
+    bubble = float(flushed.breakdown.pp_bubble_s)
+    assert bubble == pytest.approx(4 * float(whole.breakdown.pp_bubble_s), rel=0.01)
+    assert float(flushed.step_time_s) - float(whole.step_time_s) == pytest.approx(
+        bubble - float(whole.breakdown.pp_bubble_s), rel=0.05
+    )
+    with pytest.raises(SpecError, match="pipeline_flushes 3 is not allowed with 32 micro-batches and pp=4"):
+        estimate_training_step(_scenario(16, **plan, pipeline_flushes=3))
+    with pytest.raises(SpecError, match="pipeline_flushes 16 is not allowed"):  # 2 micro-batches < pp
+        estimate_training_step(_scenario(16, **plan, pipeline_flushes=16))
+    with pytest.raises(SpecError, match="closed form only"):
+        simulate_training_step(_scenario(16, **plan, pipeline_flushes=4))
+
+
+def test_plan_searches_packed_runs_without_context_parallelism(cli):
+    """Llama 3's 8192 tokens would search cp > 1, which packed documents are not priced with."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "32", "--lora-rank", "8"]
+    code, out, err = cli([*args, "--lora-targets", "qkv", "--packed-document-len", "226"])
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "(adapters on qkv); packed documents of 226 tokens" in text and " cp=2" not in text

@@ -96,6 +96,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "lora_rank",
         "lora_targets",
         "packed_document_len",
+        "pipeline_flushes",
         "precision",
         "flash_attention",
         "framework",

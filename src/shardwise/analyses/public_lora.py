@@ -29,7 +29,14 @@ Per source (the files at the tags named; nothing here was set from the rows' ste
   `peft.match_all_linear: true` (adapters on q, k, v, o, gate, up and down: the same four
   layers' shapes, run as seven HF linears) and `dim: 16`; the pipelined ones (pp_size 4,
   `layers_per_stage: 2` at 507bfb7514 and 8473ee64c0) set `activation_checkpointing: true`
-  (every layer recomputed whole), the FSDP2 ones (2013a4dd6e) do not.
+  (every layer recomputed whole), the FSDP2 ones (2013a4dd6e) do not. The pipelined ones run
+  one torch.distributed.pipelining schedule per local batch (nemo_automodel/recipes/llm/
+  train_ft.py: `n_microbatches = local_batch_size // pp_microbatch_size`, then gradient
+  accumulation over global_batch_size / (local_batch_size x dp) local batches), so each step has
+  that many pipeline flushes (`Plan.pipeline_flushes`): local_batch_size 4 for Llama 3 70B on one
+  server and 8 on two (custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml), 8 for
+  Qwen2.5-32B on one and two (qwen2_5_32b_peft_benchmark[_2nodes].yaml), pp_microbatch_size 1,
+  global_batch_size 32 (the same at 507bfb7514 and 8473ee64c0).
 
 SQuAD v1.1's documents: Hugging Face datasets/squad/dataset_infos.json gives the train split as
 79,317,110 bytes in 87,599 rows, 905 bytes a row (its id, title, context, question and answer;
@@ -51,14 +58,16 @@ SQUAD_DOCUMENT_TOKENS = 226
 
 @dataclass(frozen=True)
 class LoraRecipe:
-    """One LoRA run's adapters, data and recomputation: rank, `Plan.lora_targets`,
-    `Plan.packed_document_len` (0: not packed) and the recomputation ("" where the row's own)."""
+    """One LoRA run's adapters, data, recomputation and schedule: rank, `Plan.lora_targets`,
+    `Plan.packed_document_len` (0: not packed), the recomputation ("" where the row's own) and
+    `Plan.pipeline_flushes`."""
 
     rank: int
     targets: str
     document_len: int
     recompute: str
     source: str  # the recipe file and tag, for the report
+    flushes: int = 1
 
 
 ALL_FOUR = "qkv,proj,fc1,fc2"
@@ -66,6 +75,8 @@ NEMO2_FT = "NVIDIA/NeMo v2.1.0 nemo/collections/llm/recipes/llama3_{}.py (dgxc f
 NEMO1 = "NeMo-Framework-Launcher conf/peft/llama/squad.yaml; NeMo r2.0.0rc1 nlp/parts/peft_config.py (NeMo 24.07)"
 BRIDGE = "Megatron-Bridge v0.5.0 scripts/performance/configs/llama/llama3_llm_finetune.py (26.06)"
 AUTOMODEL = "NVIDIA-NeMo/Automodel examples/llm_finetune/*_peft_benchmark*.yaml"
+# Automodel's pipelined LoRA benchmarks: (model, GPUs) -> step_scheduler.local_batch_size (docstring)
+AUTOMODEL_LOCAL_BATCH = {("llama3-70b", 8): 4, ("llama3-70b", 16): 8, ("qwen2.5-32b", 8): 8, ("qwen2.5-32b", 16): 8}
 
 
 def recipe(row: dict[str, str]) -> LoraRecipe | None:
@@ -79,6 +90,9 @@ def recipe(row: dict[str, str]) -> LoraRecipe | None:
     if "Megatron-Bridge docs/performance-summary" in source:
         return LoraRecipe(16, "qkv", 0, "", BRIDGE)
     if "Automodel docs/performance-summary" in source:
-        pipelined = int(row["pp"] or 1) > 1
-        return LoraRecipe(16, ALL_FOUR, 0, "full" if pipelined else "", AUTOMODEL)
+        if int(row["pp"] or 1) == 1:
+            return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL)
+        local = AUTOMODEL_LOCAL_BATCH.get((model, int(row["num_gpus"])))
+        flushes = int(row["gbs"]) // (local * int(row["dp"])) if local else 1
+        return LoraRecipe(16, ALL_FOUR, 0, "full", AUTOMODEL, max(flushes, 1))
     return None

@@ -210,6 +210,7 @@ def request_for(row: dict[str, str]):
         lora_rank=lora.rank if lora else 0,
         lora_targets=lora.targets if lora else DEFAULT_TARGETS,
         packed_document_len=lora.document_len if lora else 0,
+        pipeline_flushes=lora.flushes if lora else 1,
         framework=preset,
         **kernels,
     )

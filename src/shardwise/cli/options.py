@@ -284,6 +284,15 @@ plan_layout_options = _stack(
     lora_rank_option,
     lora_targets_option,
     packed_document_len_option,
+    click.option(
+        "--pipeline-flushes",
+        type=click.IntRange(1, None),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="Run the step's micro-batches as N separate pipeline schedules, each filling and draining the "
+        "pipeline (NeMo AutoModel: one per local batch, global batch / (local batch x dp)); 1 = one schedule.",
+    ),
 )
 
 

@@ -273,6 +273,11 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
     ):
         _scalar(name, getattr(plan, name))
     p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
+    if np.any(np.asarray(plan.pipeline_flushes) > 1):
+        raise SpecError(
+            "plan: pipeline_flushes > 1 is priced by the closed form only (`predict`); the simulation runs one "
+            "schedule per step"
+        )
     if p * m * v > MAX_SLOTS:
         raise SpecError(
             f"the simulation would run {2 * p * m * v:,} operations (pp={p} x {m} micro-batches x vpp={v} x 2); "

@@ -366,6 +366,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         lora_rank=o.get("lora_rank") or 0,
         lora_targets=o.get("lora_targets") or "qkv,proj,fc1,fc2",
         packed_document_len=o.get("packed_document_len") or 0,
+        pipeline_flushes=o.get("pipeline_flushes") or 1,
         shard_group=o.get("shard_group") or 0,
         **execution,
         **(stage_kwargs(o) or default_split(o, pp, model)),

@@ -93,6 +93,7 @@ PLAN_FIELDS = (
     _f("lora_rank", "int", 0),
     _f("lora_targets", "str", "qkv,proj,fc1,fc2"),
     _f("packed_document_len", "int", 0),
+    _f("pipeline_flushes", "int", 1),
     _f("first_stage_layers", "int"),
     _f("last_stage_layers", "int"),
     _f("stage_layers", "str"),

@@ -71,6 +71,7 @@ class TrainingRequest:
     lora_rank: int = default("lora_rank")
     lora_targets: str = default("lora_targets")
     packed_document_len: int = default("packed_document_len")
+    pipeline_flushes: int = default("pipeline_flushes")
     first_stage_layers: int | None = default("first_stage_layers")
     last_stage_layers: int | None = default("last_stage_layers")
     stage_layers: str | None = default("stage_layers")

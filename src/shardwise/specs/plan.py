@@ -163,7 +163,12 @@ class Plan:
     and must divide dp x cp.
 
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
-    micro-batches pass through the pipeline per step.
+    micro-batches pass through the pipeline per step. `pipeline_flushes` > 1 runs them as that many
+    separate schedules of m / pipeline_flushes micro-batches, each filling and draining the
+    pipeline: NeMo AutoModel calls its torch.distributed.pipelining schedule once per local batch
+    (nemo_automodel/recipes/llm/train_ft.py: n_microbatches = local_batch_size //
+    pp_microbatch_size, and gradient accumulation over global_batch / (local_batch_size x dp)
+    local batches). 1: one schedule per step (Megatron-LM, torchtitan).
 
     `recompute_layers` > 0 recomputes the first that many layers of every model chunk (of every
     stage without interleaving) whole, keeping only their input, as Megatron-LM's
@@ -250,6 +255,7 @@ class Plan:
     lora_rank: Number = 0
     lora_targets: str = "qkv,proj,fc1,fc2"
     packed_document_len: Number = 0
+    pipeline_flushes: Number = 1
     precision: str = "bf16"
     flash_attention: bool | np.ndarray = True
     async_tp_grad: bool | np.ndarray = True
@@ -283,6 +289,7 @@ class Plan:
         object.__setattr__(
             self, "packed_document_len", chk.non_negative_int("plan: packed_document_len", self.packed_document_len)
         )
+        object.__setattr__(self, "pipeline_flushes", chk.positive_int("plan: pipeline_flushes", self.pipeline_flushes))
         object.__setattr__(
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )
