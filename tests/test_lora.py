@@ -272,3 +272,18 @@ def test_plan_searches_packed_runs_without_context_parallelism(cli):
     text = " ".join(out.split())
     assert code == 0, err
     assert "(adapters on qkv); packed documents of 226 tokens" in text and " cp=2" not in text
+
+
+def test_every_priced_public_lora_run_has_its_recipe():
+    """No public LoRA row falls back to Megatron-Bridge's defaults silently: each priced one's
+    source is in `analyses.public_lora` (rank, targets, packing, recomputation, flushes)."""
+    from shardwise.analyses import public_lora
+    from shardwise.analyses import public_validation as pv
+
+    priced = {r.run_id for r in pv.validate_public() if r.lora and not r.skip}
+    rows = {r["id"]: r for r in pv.raw_rows()}
+    recipes = {i: public_lora.recipe(rows[i]) for i in priced}
+    assert priced and all(recipes.values()), [i for i, r in recipes.items() if r is None]
+    automodel_pp = [r for i, r in recipes.items() if "Automodel" in rows[i]["source"] and int(rows[i]["pp"]) > 1]
+    assert automodel_pp and all(r.recompute == "full" and r.flushes >= 1 for r in automodel_pp)
+    assert {r.flushes for r in automodel_pp} == {8, 2, 1}  # 70B one server 32/(4x1), two 32/(8x2); 32B 2, 1
