@@ -33,7 +33,7 @@ def _group_key(scn: Scenario) -> tuple[Any, ...]:
     kind = tuple(getattr(m, f) for f in _MODEL_KIND)
     return (
         kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
-        p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy,
+        p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy, p.lora_targets,
     )  # fmt: skip
 
 
@@ -50,6 +50,7 @@ _PLAN_FIELDS = [
         "cp_comm",
         "attention_kernel",
         "selective_policy",
+        "lora_targets",
     )
 ]
 
