@@ -122,7 +122,11 @@ def test_public_lora_runs_are_priced_and_reported_apart():
 
     rows = [r for r in pv.validate_public() if r.lora and not r.skip]
     assert len(rows) >= 19 and {r.source for r in rows} >= {"NVIDIA-NeMo Megatron-Bridge", "NVIDIA-NeMo Automodel"}
-    assert "LoRA r32" in rows[0].label
+    by_id = {r.run_id: r for r in rows}
+    # each row priced with its recipe's rank, targets and data (analyses.public_lora)
+    assert by_id["PUB-0069"].label.endswith("LoRA r16 qkv")  # Megatron-Bridge 26.06: dim 16, linear_qkv
+    assert by_id["PUB-0678"].label.endswith("LoRA r8 qkv packed 226")  # NeMo 2 llama3_8b, packed SQuAD
+    assert by_id["PUB-0855"].label.endswith("LoRA r16")  # Automodel: match_all_linear, dim 16
     names = [s.name for s in pv.summaries("holdout")]
     assert pv.LORA_TABLE in names
     dense = next(s for s in pv.summaries("holdout") if s.name == "all public sources")
@@ -164,3 +168,122 @@ def test_skinny_adapter_gemms_stream_their_wide_operand_at_memory_speed():
     assert all(t.forward_s <= u.forward_s for t, u in zip(times, tiled, strict=True))
     # (X A) B: 4096 x 28672 outputs with K = 32, where the tile model pays a fill per wave
     assert times[1].forward_s < 0.9 * tiled[1].forward_s
+
+
+def test_targets_narrow_the_adapters_and_their_work():
+    """`Plan.lora_targets`: qkv alone keeps that adapter's parameters only and drops the other
+    three adapters' GEMMs and adds; the frozen layers compute no weight gradient either way."""
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(presets.model("llama2-7b"), 1, 1, False, 2.0)
+    assert adapter_params(fwd, 32, "qkv") == 32 * (4096 + 12288)
+    assert adapter_params(fwd, 32, "proj,fc2") == 32 * ((4096 + 4096) + (11008 + 4096))
+    full = layer_times(fwd, gpu, "bf16", True)
+    four, qkv = (lora_layer_times(full, fwd, 32, gpu, "bf16", True, t) for t in ("qkv,proj,fc1,fc2", "qkv"))
+    assert qkv.forward_s < four.forward_s and qkv.weight_grad_s < four.weight_grad_s
+    assert qkv.up.weight_grad_s == 0.0 and qkv.down.weight_grad_s == 0.0  # frozen without an adapter
+    one, all_ = (estimate_training_step(_scenario(32, lora_targets=t)) for t in ("qkv", "fc1,qkv,proj,fc2"))
+    assert float(one.step_time_s) < float(all_.step_time_s)
+    assert float(one.memory.optimizer_bytes) < 0.5 * float(all_.memory.optimizer_bytes)
+
+
+@pytest.mark.parametrize("bad", ["", "qkv,qkv", "qkv,mlp", "QKV", 3])
+def test_bad_targets_are_one_line_errors(bad):
+    with pytest.raises(SpecError, match=r"lora_targets .* is not allowed; give a comma-separated subset"):
+        Plan(lora_rank=8, lora_targets=bad)  # type: ignore[arg-type]
+
+
+def test_targets_are_kept_in_canonical_order():
+    assert Plan(lora_targets="fc2, qkv").lora_targets == "qkv,fc2"
+
+
+def test_packed_documents_shrink_the_attention_to_their_triangles():
+    """s / L causal L x L triangles: the fused kernel's work is (L / s) of the unpacked share at
+    L x L's causal share, and it runs at the efficiency of L-token calls (slower per FLOP), so its
+    time falls by less than its work; the linear layers are unchanged."""
+    gpu = presets.gpu("h100-sxm5-80gb")
+    model = presets.model("llama3-8b", seq_len=4096)
+    whole = layer_forward(model, 1, 1, False, 2.0)
+    packed = layer_forward(model, 1, 1, False, 2.0, document_len=256)
+    assert packed.causal_fraction == pytest.approx(256 / 4096 * (1 - 255 / 512))
+    assert whole.document_len is None and packed.document_len == 256
+    assert packed.qkv == whole.qkv and packed.mlp_up == whole.mlp_up
+    a, b = (layer_times(f, gpu, "bf16", True) for f in (whole, packed))
+    work = packed.causal_fraction / whole.causal_fraction
+    assert work * a.attention_s < b.attention_s < 0.3 * a.attention_s
+    assert work * a.attention_bwd_s < b.attention_bwd_s < 0.3 * a.attention_bwd_s
+    assert b.qkv == a.qkv
+    # the document as long as the sequence: the unpacked attention
+    same = layer_forward(model, 1, 1, False, 2.0, document_len=4096)
+    assert layer_times(same, gpu, "bf16", True).attention_s == pytest.approx(a.attention_s)
+
+
+def test_a_packed_step_is_faster_and_checked():
+    base = {"rank": 16, "tp": 1, "pp": 1, "dp": 8, "global_batch": 32, "sequence_parallel": False}
+    whole, packed = (estimate_training_step(_scenario(**{**base, "packed_document_len": n})) for n in (0, 226))
+    assert float(packed.step_time_s) < float(whole.step_time_s)
+    assert float(packed.masked_attention_flops_per_step) > float(whole.masked_attention_flops_per_step)
+    with pytest.raises(SpecError, match="packed_document_len 5000 is not allowed; at most the sequence length 4096"):
+        estimate_training_step(_scenario(**{**base, "packed_document_len": 5000}))
+    with pytest.raises(SpecError, match="packed_document_len with context parallelism is not modelled"):
+        estimate_training_step(_scenario(**{**base, "dp": 4, "cp": 2, "packed_document_len": 226}))
+
+
+def test_cli_takes_targets_and_packed_documents(cli):
+    argv = ["predict", "--model", "llama3-8b", "--seq-len", "4096", "--system", "dgx-h100", "--tp", "1", "--pp", "1"]
+    argv += ["--global-batch", "32", "--lora-rank", "8", "--lora-targets", "qkv"]
+    code, out, _ = cli([*argv, "--packed-document-len", "226", "--json"])
+    plan = json.loads(out)["scenario"]["plan"]
+    assert code == 0 and plan["lora_targets"] == "qkv" and plan["packed_document_len"] == 226
+    code, out, _ = cli([*argv, "--packed-document-len", "226"])
+    assert "on qkv, packed documents of 226 tokens" in " ".join(out.split())
+    code, _, err = cli([*argv, "--packed-document-len", "8192"])
+    assert code == 2 and "packed_document_len 8192 is not allowed" in err and "Traceback" not in err
+    code, _, err = cli([*argv[:-1], "qkv,gate"])
+    assert code == 2 and "lora_targets 'qkv,gate' is not allowed" in err and len(err.strip().splitlines()) == 1
+
+
+def test_pipeline_flushes_pay_one_fill_and_drain_each():
+    """NeMo AutoModel runs one pipeline schedule per local batch: F flushes of m / F micro-batches
+    cost F bubbles, the busy time unchanged (`engines.pipeline.pipeline_makespan_s`)."""
+    from shardwise.engines.pipeline import pipeline_makespan_s
+
+    one = pipeline_makespan_s(1.0, 1.0, 1.0, 4, 32, 2)
+    eight = pipeline_makespan_s(1.0, 1.0, 1.0, 4, 32, 2, flushes=8)
+    assert one == pytest.approx(32 + 3 / 2) and eight == pytest.approx(32 + 8 * 3 / 2)
+    plan = {"tp": 1, "pp": 4, "dp": 2, "global_batch": 64, "sequence_parallel": False}
+    whole, flushed = (estimate_training_step(_scenario(16, **plan, pipeline_flushes=f)) for f in (1, 4))
+    bubble = float(flushed.breakdown.pp_bubble_s)
+    assert bubble == pytest.approx(4 * float(whole.breakdown.pp_bubble_s), rel=0.01)
+    assert float(flushed.step_time_s) - float(whole.step_time_s) == pytest.approx(
+        bubble - float(whole.breakdown.pp_bubble_s), rel=0.05
+    )
+    with pytest.raises(SpecError, match="pipeline_flushes 3 is not allowed with 32 micro-batches and pp=4"):
+        estimate_training_step(_scenario(16, **plan, pipeline_flushes=3))
+    with pytest.raises(SpecError, match="pipeline_flushes 16 is not allowed"):  # 2 micro-batches < pp
+        estimate_training_step(_scenario(16, **plan, pipeline_flushes=16))
+    with pytest.raises(SpecError, match="closed form only"):
+        simulate_training_step(_scenario(16, **plan, pipeline_flushes=4))
+
+
+def test_plan_searches_packed_runs_without_context_parallelism(cli):
+    """Llama 3's 8192 tokens would search cp > 1, which packed documents are not priced with."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "32", "--lora-rank", "8"]
+    code, out, err = cli([*args, "--lora-targets", "qkv", "--packed-document-len", "226"])
+    text = " ".join(out.split())
+    assert code == 0, err
+    assert "(adapters on qkv); packed documents of 226 tokens" in text and " cp=2" not in text
+
+
+def test_every_priced_public_lora_run_has_its_recipe():
+    """No public LoRA row falls back to Megatron-Bridge's defaults silently: each priced one's
+    source is in `analyses.public_lora` (rank, targets, packing, recomputation, flushes)."""
+    from shardwise.analyses import public_lora
+    from shardwise.analyses import public_validation as pv
+
+    priced = {r.run_id for r in pv.validate_public() if r.lora and not r.skip}
+    rows = {r["id"]: r for r in pv.raw_rows()}
+    recipes = {i: public_lora.recipe(rows[i]) for i in priced}
+    assert priced and all(recipes.values()), [i for i, r in recipes.items() if r is None]
+    automodel_pp = [r for i, r in recipes.items() if "Automodel" in rows[i]["source"] and int(rows[i]["pp"]) > 1]
+    assert automodel_pp and all(r.recompute == "full" and r.flushes >= 1 for r in automodel_pp)
+    assert {r.flushes for r in automodel_pp} == {8, 2, 1}  # 70B one server 32/(4x1), two 32/(8x2); 32B 2, 1

@@ -77,7 +77,7 @@ class SearchSpace:
     objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
     precision: str = "bf16"
     # execution details of the runs being planned (as in Plan; lora_rank too)
-    execution: dict[str, bool | int] = field(default_factory=dict)
+    execution: dict[str, bool | int | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -271,7 +271,8 @@ def _layouts(model: Model, cluster: Cluster, global_batch: int, space: SearchSpa
     rows.add(rows["gpus"][:, None] % (rows["tp"][:, None] * pps[None, :]) == 0, carry=("pp",), pp=pps)
     if space.cp is None and model.seq_len < CP_FROM_SEQ_LEN:
         cps = np.array([1], dtype=np.int64)
-    elif not space.execution.get("flash_attention", True):
+    elif not space.execution.get("flash_attention", True) or space.execution.get("packed_document_len"):
+        # no ring attention without fused attention; packed documents are priced without CP (`rules.packed_rule`)
         cps = _allowed(np.array([1], dtype=np.int64), space.cp)
     else:  # 1, or cp splitting the sequence into 2 cp whole chunks (`rules.sequence_rules`)
         s = int(model.seq_len)

@@ -35,9 +35,9 @@ from importlib import resources
 
 import numpy as np
 
-from shardwise.analyses import public_moe, public_stacks
+from shardwise.analyses import public_lora, public_moe, public_stacks
 from shardwise.errors import SpecError
-from shardwise.physics.lora import DEFAULT_RANK
+from shardwise.physics.lora import DEFAULT_RANK, DEFAULT_TARGETS
 
 # Relative difference below which two measured layouts count as tied for ranking.
 RANK_TIE = 0.01
@@ -181,6 +181,7 @@ def request_for(row: dict[str, str]):
     preset, kernels = public_stacks.execution(row)
     moe = row["moe"] == "yes"
     modules = public_moe.recompute_modules(row) if moe else None  # the recipe's, where tabled
+    lora = _lora(row)
     # the stated network, where the run spans servers (a one-server run keeps the system's)
     spans = int(row["num_gpus"]) > _system_gpus(row["system"])
     link, nics = (public_stacks.network(row) if spans else None) or (None, None)
@@ -201,6 +202,7 @@ def request_for(row: dict[str, str]):
         micro_batch=int(row["mbs"]),
         recompute=kernels.pop("recompute", None)
         or ("selective" if modules else "none" if modules == () else None)
+        or (lora and lora.recompute)
         or public_stacks.recompute(row),
         recompute_modules=kernels.pop("recompute_modules", None) or ",".join(modules or ()),
         zero=public_stacks.zero_stage(row, None),
@@ -210,7 +212,10 @@ def request_for(row: dict[str, str]):
         etp=public_moe.expert_tp(row) if moe else None,
         moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
         moe_overlap=moe and public_moe.a2a_overlap(row),
-        lora_rank=DEFAULT_RANK if row["workload"] == "lora" else 0,
+        lora_rank=lora.rank if lora else 0,
+        lora_targets=lora.targets if lora else DEFAULT_TARGETS,
+        packed_document_len=lora.document_len if lora else 0,
+        pipeline_flushes=lora.flushes if lora else 1,
         mtp_layers=public_moe.mtp_layers(row) if moe else 0,
         **(_split(public_moe.stage_layers(row)) if moe else {}),
         framework=preset,
@@ -227,6 +232,14 @@ def _split(counts: tuple[int, ...] | None) -> dict[str, object]:
     if len(middle) <= 1:
         return {"first_stage_layers": counts[0], "last_stage_layers": counts[-1]}
     return {"stage_layers": ",".join(map(str, counts))}
+
+
+def _lora(row: dict[str, str]) -> public_lora.LoraRecipe | None:
+    """A LoRA row's recipe (`public_lora.recipe`), Megatron-Bridge's defaults where its source is
+    not listed; None for full training."""
+    if row["workload"] != "lora":
+        return None
+    return public_lora.recipe(row) or public_lora.LoraRecipe(DEFAULT_RANK, DEFAULT_TARGETS, 0, "", "default")
 
 
 def _system_gpus(name: str) -> int:
@@ -283,7 +296,12 @@ def _layout_key(row: dict[str, str]) -> str:
 def _label(row: dict[str, str]) -> str:
     vp = f" vp{row['vp']}" if (_int(row["vp"], 1) or 1) > 1 else ""
     cp = f" cp{row['cp']}" if (_int(row["cp"], 1) or 1) > 1 else ""
-    lora = f", LoRA r{DEFAULT_RANK}" if row["workload"] == "lora" else ""
+    recipe = _lora(row)
+    lora = ""
+    if recipe:
+        targets = "" if recipe.targets == DEFAULT_TARGETS else f" {recipe.targets}"
+        packed = f" packed {recipe.document_len}" if recipe.document_len else ""
+        lora = f", LoRA r{recipe.rank}{targets}{packed}"
     return (
         f"{row['model'] or row['model_raw']}, {row['num_gpus']} {row['system'] or row['gpu_raw']}, "
         f"tp{row['tp']} pp{row['pp']}{vp}{cp} mb{row['mbs']} gbs{row['gbs']}, {row['precision']}{lora}"

@@ -156,6 +156,25 @@ lora_rank_option = click.option(
     help="Fine-tune with LoRA adapters of this rank on the attention and MLP layers, the base weights "
     "frozen (Megatron-Bridge's default rank is 32); 0 = train every weight.",
 )
+lora_targets_option = click.option(
+    "--lora-targets",
+    metavar="LIST",
+    default="qkv,proj,fc1,fc2",
+    show_default=True,
+    help="With --lora-rank: the linear layers that get adapters, a comma-separated subset of qkv, proj, fc1, fc2 "
+    "(Megatron-Bridge's target_modules; NeMo's performance recipes use qkv alone).",
+)
+
+# packed sequences (fine-tuning data), on predict and on plan
+packed_document_len_option = click.option(
+    "--packed-document-len",
+    type=click.IntRange(0, None),
+    default=0,
+    show_default=True,
+    metavar="TOKENS",
+    help="Each sequence packs documents of this many tokens (NeMo / Megatron-Bridge packed_sequence_specs); "
+    "attention runs within each document only; 0 = one document per sequence.",
+)
 
 # Megatron-LM's block recomputation, on predict and on plan
 recompute_layers_option = click.option(
@@ -289,6 +308,17 @@ plan_layout_options = _stack(
         "dp x cp ranks. Needs --zero >= 1.",
     ),
     lora_rank_option,
+    lora_targets_option,
+    packed_document_len_option,
+    click.option(
+        "--pipeline-flushes",
+        type=click.IntRange(1, None),
+        default=1,
+        show_default=True,
+        metavar="N",
+        help="Run the step's micro-batches as N separate pipeline schedules, each filling and draining the "
+        "pipeline (NeMo AutoModel: one per local batch, global batch / (local batch x dp)); 1 = one schedule.",
+    ),
 )
 
 

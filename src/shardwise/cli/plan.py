@@ -14,7 +14,9 @@ from shardwise.cli.options import (
     cuda_graph_scope_option,
     execution_options,
     lora_rank_option,
+    lora_targets_option,
     model_options,
+    packed_document_len_option,
     recompute_layers_option,
     recompute_modules_option,
 )
@@ -88,6 +90,8 @@ search_options = _stack(
     ),
     click.option("--zero", callback=_ints, metavar="N[,N...]", help="Allowed ZeRO stages (0-3) [default: all]."),
     lora_rank_option,
+    lora_targets_option,
+    packed_document_len_option,
     recompute_layers_option,
     recompute_modules_option,
     cuda_graph_scope_option,
@@ -274,6 +278,12 @@ def _print(
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
         f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
         + (f"; LoRA rank {rank}, base weights frozen" if (rank := result.space.execution.get("lora_rank")) else "")
+        + (
+            f" (adapters on {result.space.execution.get('lora_targets')})"
+            if rank and result.space.execution.get("lora_targets", "qkv,proj,fc1,fc2") != "qkv,proj,fc1,fc2"
+            else ""
+        )
+        + (f"; packed documents of {doc} tokens" if (doc := result.space.execution.get("packed_document_len")) else "")
         + (
             f"; the first {whole} layer(s) of each stage (model chunk) recomputed whole unless recompute is full"
             if (whole := result.space.execution.get("recompute_layers"))

@@ -93,6 +93,9 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
             else ""
         )
         + (f", LoRA rank {p.lora_rank} (base weights frozen)" if int(p.lora_rank) > 0 else "")
+        + (f" on {p.lora_targets}" if int(p.lora_rank) > 0 and p.lora_targets != "qkv,proj,fc1,fc2" else "")
+        + (f", packed documents of {p.packed_document_len} tokens" if int(p.packed_document_len) > 0 else "")
+        + (f", {p.pipeline_flushes} pipeline flushes" if int(p.pipeline_flushes) > 1 else "")
         + (f", layers per stage {split}" if split else ""),
         f"framework: {p.framework} ({_flags(p)})",
     ]

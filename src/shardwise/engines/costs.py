@@ -226,6 +226,7 @@ def layer_cost(
         ffn,
         eager=plan.eager_kernels,
         eager_rotary=plan.eager_rotary,
+        document_len=plan.packed_document_len,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(
@@ -239,7 +240,9 @@ def layer_cost(
         plan.unfused_accumulate_bytes,
         plan.fp8_recipe,
     )
-    lt = lora_layer_times(lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion)
+    lt = lora_layer_times(
+        lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets
+    )
     # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies)
     copies_f: Number = 0.0
     copies_b: Number = 0.0

@@ -146,7 +146,7 @@ ZERO_COLLECTIVES = (
 # per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
 COLLECTIVE_READS = frozenset(
     ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
-) | {"lora_rank", "shard_group"}
+) | {"lora_rank", "lora_targets", "shard_group"}
 
 
 def zero_collectives(zero_stage: Number) -> tuple[str, ...]:

@@ -27,8 +27,11 @@ def pipeline_makespan_s(
     micro_batches: Number,
     vpp: Number = 1,
     c_middle_sum: Number | None = None,
+    flushes: Number = 1,
 ) -> Number:
-    """T = m max_j c_j + (sum_j c_j - max_j c_j) / v for stages first, middle ones, last.
+    """T = m max_j c_j + F (sum_j c_j - max_j c_j) / v for stages first, middle ones, last, the
+    m micro-batches run as F schedules of m / F each (`Plan.pipeline_flushes`), each its own fill
+    and drain.
 
     c_j is one micro-batch's forward + backward (+ sends) on stage j; `c_middle` is the slowest
     middle stage and `c_middle_sum` all middle stages together (default (p - 2) c_middle, equal
@@ -40,7 +43,7 @@ def pipeline_makespan_s(
     c_max = np.maximum(np.maximum(c_first, where(p > 2, c_middle, 0.0)), c_last)
     mids = (p - 2) * c_middle if c_middle_sum is None else c_middle_sum
     c_sum = where(p == 1, c_first, c_first + where(p > 2, mids, 0.0) + c_last)
-    return micro_batches * c_max + (c_sum - c_max) / vpp
+    return micro_batches * c_max + flushes * (c_sum - c_max) / vpp
 
 
 def pipeline_host_s(preset: EnginePreset, requests: Number) -> Number:

@@ -116,7 +116,10 @@ def stage_times(scn: Scenario) -> StageTimes:
     held += [params[2]] if p > 1 else []
     stage_experts = [ends[0]] + [n_moe[i] * moe_params[1] for i in middles] + ([ends[2]] if p > 1 else [])
     e = plan.bytes_per_element
-    trained = [trainable_params(model, plan.tp, plan.lora_rank, e, n, x) for n, x in zip(counts, held, strict=True)]
+    trained = [
+        trainable_params(model, plan.tp, plan.lora_rank, e, n, x, plan.lora_targets)
+        for n, x in zip(counts, held, strict=True)
+    ]
     split_bwd = plan.schedule.label in SPLIT_BACKWARD
     forward = np.array([float(np.asarray(c.forward_s)) for c in kinds])
     backward = np.array([float(np.asarray(c.backward_s)) for c in kinds])
@@ -281,6 +284,11 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
     ):
         _scalar(name, getattr(plan, name))
     p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
+    if np.any(np.asarray(plan.pipeline_flushes) > 1):
+        raise SpecError(
+            "plan: pipeline_flushes > 1 is priced by the closed form only (`predict`); the simulation runs one "
+            "schedule per step"
+        )
     if p * m * v > MAX_SLOTS:
         raise SpecError(
             f"the simulation would run {2 * p * m * v:,} operations (pp={p} x {m} micro-batches x vpp={v} x 2); "

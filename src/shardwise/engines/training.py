@@ -71,7 +71,7 @@ from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
-from shardwise.specs.rules import moe_training_rules, raise_first
+from shardwise.specs.rules import flushes_rule, moe_training_rules, packed_rule, raise_first
 from shardwise.specs.stages import StageSplit
 
 Triple = tuple[Number, Number, Number]  # first, fullest middle and last stage
@@ -187,6 +187,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
+    key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.num_micro_batches, plan.pipeline_flushes)
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
@@ -244,13 +245,14 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
     fullest = maximum(maximum(split.first, where(p > 2, split.middle_max, 0.0)), where(p > 1, split.last, 0.0))
     v_whole = where(v > 1, fullest / np.ceil(fullest / v), v)
-    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v_whole, c_mid_sum)
+    flushes = as_float(plan.pipeline_flushes)
+    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v_whole, c_mid_sum, flushes)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
     # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     zb = as_array(plan.schedule) == Schedule.ZB_H1
     if any_true(zb):
         w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s)
-        fill = maximum(pipe_s - (p - 1) * 2 * w_stage, m * maximum(maximum(c_first, c_mid), c_last))
+        fill = maximum(pipe_s - flushes * (p - 1) * 2 * w_stage, m * maximum(maximum(c_first, c_mid), c_last))
         pipe_s = where(zb, fill, pipe_s)
     params, expert_params = _stage_params(model, plan, split)
     trained = _trainable(model, plan, split, params)
@@ -355,8 +357,9 @@ def collective_prices_of(scn: Scenario, names: tuple[str, ...]) -> StagePrices:
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
-    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`); True when
-    they hold (a SpecError names the first that breaks)."""
+    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`) and of packed
+    sequences (`specs.rules.packed_rule`); True when they hold (a SpecError names the first that
+    breaks)."""
     raise_first(
         moe_training_rules(
             model.experts,
@@ -371,6 +374,12 @@ def _training_rules(plan: Plan, model: Model) -> bool:
             plan.recompute_layers,
             plan.moe_dispatcher,
         )
+    )
+    raise_first(
+        [
+            packed_rule(model.seq_len, plan.packed_document_len, plan.cp),
+            flushes_rule(plan.num_micro_batches, plan.pipeline_flushes, plan.pp),
+        ]
     )
     return True
 
@@ -387,7 +396,8 @@ def _trainable(model: Model, plan: Plan, split: StageSplit, params: Triple) -> T
     layers = (split.first, split.middle_max, split.last)
     e = plan.bytes_per_element
     return tuple(  # type: ignore[return-value]
-        trainable_params(model, plan.tp, plan.lora_rank, e, n, x) for n, x in zip(layers, params, strict=True)
+        trainable_params(model, plan.tp, plan.lora_rank, e, n, x, plan.lora_targets)
+        for n, x in zip(layers, params, strict=True)
     )
 
 

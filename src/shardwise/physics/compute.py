@@ -418,6 +418,8 @@ def layer_times(
     relative = attention_relative_efficiency(gpu, attention_kernel)
     # the fused kernel below its plateau: short sequences, the causal mask, ring steps (`physics.attention`)
     s_q, s_kv = fwd.scores.m, fwd.scores.n
+    if fwd.document_len is not None:  # packed sequences: L-token causal calls (`physics.flops.layer_forward`)
+        s_q = s_kv = fwd.document_len
     worked = fwd.flash.flops * fwd.causal_fraction
     fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
     relative_bwd = relative

@@ -30,7 +30,7 @@ and hidden dropouts are replicated on every TP rank; with it they are split by t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -128,6 +128,9 @@ class LayerForward:
     # the same element-wise work run as one eager PyTorch kernel per op (`physics.stack`; None: as fused)
     eager_elementwise_bytes: Number | None = None
     cp: Number = 1  # context-parallel ranks: the attention runs as cp ring steps (`physics.attention`)
+    # packed sequences: the tokens of one document, within which attention runs causally (None: the
+    # whole sequence is one document; `Plan.packed_document_len`)
+    document_len: Number | None = None
 
     @property
     def gemms(self) -> tuple[Gemm, ...]:
@@ -154,9 +157,15 @@ def layer_forward(
     ffn: Number | None = None,
     eager: Number = False,
     eager_rotary: Number = False,
+    document_len: Number = 0,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
-    `kv_len` tokens (training: both equal the model's sequence length). Inference may store the
+    `kv_len` tokens (training: both equal the model's sequence length). `document_len` > 0
+    (training, packed sequences: `Plan.packed_document_len`) splits each sequence into documents
+    of that many tokens, each attending causally to itself alone (Transformer Engine's THD
+    attention with cu_seqlens): the fused kernel computes s / L triangles of L x L instead of one
+    of s x s, a share L / s of the work, at the efficiency of L-token calls; the standard
+    (unfused) path still multiplies the whole s x s score matrix, masked block-diagonally. Inference may store the
     weights (`weight_bytes` per element) and the KV cache (`kv_bytes`) narrower than activations.
     `ffn` is the width of the layer's dense, TP-split MLP (default the model's; a mixture-of-experts
     layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts).
@@ -164,8 +173,9 @@ def layer_forward(
     are counted too (`eager_elementwise_bytes`; None otherwise); where `eager_rotary` the fused
     path's rotary embedding moves what its eager ATen kernels move (`physics.stack`)."""
     if model.kv_lora_rank:
-        return _mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
-                                  weight_bytes, cp, ffn, kv_bytes)  # fmt: skip
+        mla = _mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
+                                 weight_bytes, cp, ffn, kv_bytes)  # fmt: skip
+        return _packed(mla, document_len)
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     h, a, kv, d = model.hidden, model.heads, model.kv_heads, model.head_dim
@@ -216,7 +226,7 @@ def layer_forward(
             (residuals + (1.0 - rms) * norms) * split,
             model.gated_mlp,
         )
-    return LayerForward(
+    out = LayerForward(
         qkv,
         attn_out,
         mlp_up,
@@ -232,6 +242,25 @@ def layer_forward(
         has_mlp=np.asarray(f) > 0,
         eager_elementwise_bytes=eager_bytes,
         cp=cp,
+    )
+    return _packed(out, document_len)
+
+
+def _packed(fwd: LayerForward, document_len: Number) -> LayerForward:
+    """`fwd` of sequences packed with documents of `document_len` tokens (> 0; 0: as it is): the
+    fused kernel computes each document's causal L x L triangle, L / s of the s x s rectangle's
+    work at L x L's causal share (`layer_forward`)."""
+    doc = np.asarray(document_len)
+    if not np.any(doc > 0):
+        return fwd
+    s_q, s_kv = fwd.scores.m, fwd.scores.n
+    packed = doc > 0
+    length = np.where(packed, np.minimum(doc, s_q), s_q)
+    share = length / s_kv * _causal_fraction(length, length, 1)
+    return replace(
+        fwd,
+        causal_fraction=np.where(packed, share, fwd.causal_fraction),
+        document_len=np.where(packed, length, s_kv),
     )
 
 

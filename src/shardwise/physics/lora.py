@@ -3,7 +3,12 @@ base weights are frozen and each target linear layer Y = X W gets a trainable lo
 Y = X W + (X A) B with A (k x r) and B (r x n), as Megatron-Bridge's `LoRA` PEFT adds it
 (src/megatron/bridge/peft/lora.py: targets linear_qkv, linear_proj, linear_fc1 and linear_fc2,
 rank `dim` 32 by default; the adapters are separate linear layers beside the base one,
-`ParallelLinearAdapter`, in the model's 16-bit dtype).
+`ParallelLinearAdapter`, in the model's 16-bit dtype). `Plan.lora_targets` narrows the targets as
+`target_modules` does: NeMo 1's default was the QKV layer alone (nemo/collections/nlp/parts/
+peft_config.py, `get_target_modules(default=("attention_qkv",))`), and NeMo 2's and Megatron-
+Bridge's performance recipes set `target_modules = ["linear_qkv"]` (NeMo v2.1.0 recipes/llama3_8b.py
+`finetune_performance_optimizations`; Megatron-Bridge v0.5.0 scripts/performance/configs/llama/
+llama3_llm_finetune.py). A layer without an adapter is frozen all the same.
 
 What changes against full training, per layer and GPU:
 - the base linear layers compute no weight gradient (frozen); their input gradient stays, since
@@ -43,11 +48,14 @@ from shardwise.physics.compute import (
 from shardwise.physics.flops import Gemm, LayerForward, gemm, input_gradient, layer_forward, weight_gradient
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
+from shardwise.specs.plan import LORA_TARGETS
 
 # Megatron-Bridge LoRA defaults (src/megatron/bridge/peft/lora.py): rank `dim` = 32.
 DEFAULT_RANK = 32
 # One add of the adapter's output into the base output forward, of its input gradient backward.
 ADD_BYTES_PER_ELEMENT = 3.0
+# Megatron-Bridge's default `target_modules` (peft/lora.py), in `Plan.lora_targets` names.
+DEFAULT_TARGETS = ",".join(LORA_TARGETS)
 
 
 def adapter_times(gs: list[Gemm], gpu: Gpu, precision: str, fused_accumulation: Number = True) -> list[GemmTimes]:
@@ -77,42 +85,62 @@ def adapter_gemms(g: Gemm, rank: Number, e: float) -> tuple[Gemm, Gemm]:
     return gemm(g.m, rank, g.k, e, g.batch), gemm(g.m, g.n, rank, e, g.batch)
 
 
-def adapter_params(fwd: LayerForward, rank: Number) -> Number:
-    """The adapters' parameters of one layer on one GPU: r (k + n) per target, in local shapes
-    (an MLP that is not dense has no fc1 / fc2 adapters)."""
+def target_weights(fwd: LayerForward, targets: str = DEFAULT_TARGETS) -> tuple[Number, Number, Number, Number]:
+    """1 where the layer's QKV, proj, MLP up (fc1) and MLP down (fc2) carry an adapter, else 0
+    (`targets` as `Plan.lora_targets`; an MLP that is not dense has no fc1 / fc2 adapters)."""
     mlp = np.asarray(fwd.has_mlp, dtype=float)
-    qkv, proj, up, down = fwd.gemms
-    return rank * (qkv.k + qkv.n + proj.k + proj.n + mlp * (up.k + up.n + down.k + down.n))
+    named = set(targets.split(","))
+    on = [1.0 if name in named else 0.0 for name in LORA_TARGETS]
+    return on[0], on[1], on[2] * mlp, on[3] * mlp
 
 
-def layer_adapter_params(model: Model, tp: Number, rank: Number, bytes_per_element: float) -> Number:
+def adapter_params(fwd: LayerForward, rank: Number, targets: str = DEFAULT_TARGETS) -> Number:
+    """The adapters' parameters of one layer on one GPU: r (k + n) per target, in local shapes."""
+    weights = target_weights(fwd, targets)
+    return rank * sum(w * (g.k + g.n) for w, g in zip(weights, fwd.gemms, strict=True))
+
+
+def layer_adapter_params(
+    model: Model, tp: Number, rank: Number, bytes_per_element: float, targets: str = DEFAULT_TARGETS
+) -> Number:
     """`adapter_params` of one dense layer of `model` under `tp`."""
-    return adapter_params(layer_forward(model, 1, tp, False, bytes_per_element), rank)
+    return adapter_params(layer_forward(model, 1, tp, False, bytes_per_element), rank, targets)
 
 
 def trainable_params(
-    model: Model, tp: Number, rank: Number, bytes_per_element: float, layers: Number, params: Number
+    model: Model,
+    tp: Number,
+    rank: Number,
+    bytes_per_element: float,
+    layers: Number,
+    params: Number,
+    targets: str = DEFAULT_TARGETS,
 ) -> Number:
     """What has gradients and optimizer state on a GPU holding `layers` layers and `params`
     parameters: the adapters under LoRA (`rank` > 0), all of `params` otherwise."""
     rank = as_array(rank)
     if not any_true(rank > 0):
         return params
-    return np.where(rank > 0, layers * layer_adapter_params(model, tp, rank, bytes_per_element), params)
+    return np.where(rank > 0, layers * layer_adapter_params(model, tp, rank, bytes_per_element, targets), params)
 
 
 def lora_layer_times(
-    lt: LayerTimes, fwd: LayerForward, rank: Number, gpu: Gpu, precision: str, fused_accumulation: Number = True
+    lt: LayerTimes,
+    fwd: LayerForward,
+    rank: Number,
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number = True,
+    targets: str = DEFAULT_TARGETS,
 ) -> LayerTimes:
     """`lt` with the base weight gradients gone and the adapters' work added (in `extra`) where
-    `rank` > 0; unchanged where it is 0 (full training)."""
+    `rank` > 0 -- on the layers `targets` names; unchanged where it is 0 (full training)."""
     rank = np.asarray(rank, dtype=float)
     if not np.any(rank > 0):
         return lt
     on = (rank > 0).astype(float)
     e = 2.0  # the adapters run in 16 bits
-    mlp = np.asarray(fwd.has_mlp, dtype=float)
-    shapes = [(g, w) for g, w in zip(fwd.gemms, (1.0, 1.0, mlp, mlp), strict=True)]
+    shapes = [(g, w) for g, w in zip(fwd.gemms, target_weights(fwd, targets), strict=True)]
     adapters = [a for g, _ in shapes for a in adapter_gemms(g, np.maximum(rank, 1.0), e)]
     times = adapter_times(adapters, gpu, attention_precision(precision), fused_accumulation)
     weights = [w for _, w in shapes for _ in range(2)]

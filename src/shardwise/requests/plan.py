@@ -259,6 +259,8 @@ class PlanRequest:
         out.pop("zero_stage", None)
         out["flash_attention"] = flash_attention(self.training.values())
         out["lora_rank"] = self.training.lora_rank
+        out["lora_targets"] = self.training.lora_targets
+        out["packed_document_len"] = self.training.packed_document_len
         out["recompute_layers"] = self.training.recompute_layers
         out["recompute_modules"] = self.training.recompute_modules or ()
         out["cuda_graph_scope"] = self.training.cuda_graph_scope or ()

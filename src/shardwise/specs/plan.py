@@ -52,6 +52,21 @@ class Recompute(IntEnum):
 
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
+LORA_TARGETS = ("qkv", "proj", "fc1", "fc2")  # physics.lora: the linear layers an adapter can sit beside
+
+
+def lora_targets(value: object) -> str:
+    """`Plan.lora_targets` checked and in canonical order ("qkv,proj,fc1,fc2"): a comma-separated,
+    non-empty subset of LORA_TARGETS without repeats."""
+    parts = [p.strip() for p in value.split(",")] if isinstance(value, str) else None
+    if not parts or any(p not in LORA_TARGETS for p in parts) or len(set(parts)) != len(parts):
+        raise SpecError(
+            f"plan: lora_targets {value!r} is not allowed; give a comma-separated subset of {', '.join(LORA_TARGETS)} "
+            "(e.g. qkv or qkv,proj,fc1,fc2), each once"
+        )
+    return ",".join(t for t in LORA_TARGETS if t in parts)
+
+
 # the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
 FLASH2_KERNELS = ("flash2", "sdpa-flash2")
 
@@ -156,7 +171,12 @@ class Plan:
     and must divide dp x cp.
 
     `global_batch` and `micro_batch` are in sequences; m = global_batch / (dp * micro_batch)
-    micro-batches pass through the pipeline per step.
+    micro-batches pass through the pipeline per step. `pipeline_flushes` > 1 runs them as that many
+    separate schedules of m / pipeline_flushes micro-batches, each filling and draining the
+    pipeline: NeMo AutoModel calls its torch.distributed.pipelining schedule once per local batch
+    (nemo_automodel/recipes/llm/train_ft.py: n_microbatches = local_batch_size //
+    pp_microbatch_size, and gradient accumulation over global_batch / (local_batch_size x dp)
+    local batches). 1: one schedule per step (Megatron-LM, torchtitan).
 
     `recompute_layers` > 0 recomputes the first that many layers of every model chunk (of every
     stage without interleaving) whole, keeping only their input, as Megatron-LM's
@@ -188,8 +208,16 @@ class Plan:
     pass. Empty: eager. Only `host_kernel_s` changes: a GPU-bound step is not faster.
 
     `lora_rank` > 0 fine-tunes with LoRA instead of training every weight: the base weights are
-    frozen and adapters of that rank sit beside the attention and MLP linear layers
-    (`physics.lora`; 0: full training).
+    frozen and adapters of that rank sit beside the linear layers `lora_targets` names, a comma-
+    separated subset of qkv, proj, fc1, fc2 (Megatron-Bridge's `target_modules` linear_qkv,
+    linear_proj, linear_fc1, linear_fc2; default all four, `physics.lora`; 0: full training).
+
+    `packed_document_len` > 0: every sequence is a pack of documents of that many tokens, as
+    fine-tuning recipes pack short samples (NeMo / Megatron-Bridge `packed_sequence_specs`), and
+    attention runs causally within each document (Transformer Engine's THD format with
+    cu_seqlens), so its work and its kernel's efficiency follow the document, not the sequence;
+    the linear layers still see every token of the pack (`physics.flops.layer_forward`). 0: one
+    document per sequence. At most the sequence length; not with context parallelism.
 
     Pipeline stages: by default the layers are spread as evenly as possible (when pp does not
     divide them, the middle stages take the extra layers first, then the first stage: the first
@@ -275,6 +303,9 @@ class Plan:
     zero_stage: Number = 0
     shard_group: Number = 0
     lora_rank: Number = 0
+    lora_targets: str = "qkv,proj,fc1,fc2"
+    packed_document_len: Number = 0
+    pipeline_flushes: Number = 1
     precision: str = "bf16"
     flash_attention: bool | np.ndarray = True
     async_tp_grad: bool | np.ndarray = True
@@ -312,6 +343,11 @@ class Plan:
                 object.__setattr__(self, name, chk.positive_int(f"plan: {name}", value))
         object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
         object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
+        object.__setattr__(self, "lora_targets", lora_targets(self.lora_targets))
+        object.__setattr__(
+            self, "packed_document_len", chk.non_negative_int("plan: packed_document_len", self.packed_document_len)
+        )
+        object.__setattr__(self, "pipeline_flushes", chk.positive_int("plan: pipeline_flushes", self.pipeline_flushes))
         object.__setattr__(
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )

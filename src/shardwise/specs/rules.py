@@ -287,6 +287,42 @@ def lora_rule(experts: int, lora_rank: Number) -> Rule:
     return Rule("LoRA needs a dense model", np.asarray(ok), error)
 
 
+def packed_rule(seq_len: Number, document_len: Number, cp: Number) -> Rule:
+    """Packed documents (`Plan.packed_document_len`) fit in a sequence and run without context
+    parallelism (how Transformer Engine splits packed documents over CP ranks is not modelled)."""
+    doc, s, c = np.broadcast_arrays(np.asarray(document_len), np.asarray(seq_len), np.asarray(cp))
+    too_long = doc > s
+    with_cp = (doc > 0) & (c > 1)
+    ok = ~too_long & ~with_cp
+
+    def error() -> str:
+        if np.any(too_long):
+            n, k = _at(too_long, doc, s)
+            return f"plan: packed_document_len {n} is not allowed; at most the sequence length {k} (0: not packed)"
+        return (
+            "plan: packed_document_len with context parallelism is not modelled (how packed documents are split "
+            "over the CP ranks is not described); use cp=1 or packed_document_len=0"
+        )
+
+    return Rule("packed documents fit in a sequence, without context parallelism", ok, error)
+
+
+def flushes_rule(micro_batches: Number, flushes: Number, pp: Number) -> Rule:
+    """`Plan.pipeline_flushes` splits the step's micro-batches into equal schedules of at least pp
+    each (torch.distributed.pipelining's schedules need n_microbatches >= the stages per rank)."""
+    m, f, p = np.broadcast_arrays(np.asarray(micro_batches), np.asarray(flushes), np.asarray(pp))
+    ok = (f <= 1) | ((np.mod(m, f) == 0) & (m >= f * p))
+
+    def error() -> str:
+        n, k, q = _at(~ok, m, f, p)
+        return (
+            f"plan: pipeline_flushes {k} is not allowed with {n} micro-batches and pp={q}; it must divide the "
+            "micro-batches into schedules of at least pp each (1: one schedule per step)"
+        )
+
+    return Rule("pipeline flushes split the micro-batches evenly", ok, error)
+
+
 def recompute_layers_rule(experts: int, recompute_layers: Number) -> Rule:
     """Layers recomputed whole (`Plan.recompute_layers`) are modelled for dense models."""
     ok = ~np.asarray(bool(experts)) | (np.asarray(recompute_layers) == 0)
