@@ -112,6 +112,14 @@ LAYOUT_CONTRADICTED = {
     "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2)",
     "PUB-0176": "the 26.02.01 table prints tp2 cp2 with 26.04.01's number (PUB-0081); that release's "
     "recipe runs tp4 cp1 (the same recipe file)",
+    # dgxc-benchmarking's Llama 4 Maverick README of 2025-06-10 (68eaf7e117) gave the model 32 layers;
+    # from 2025-06-18 (60d6fd33ba) the same tables, with the same step times, give 48 (PUB-0837..0844),
+    # Maverick's count (its config.json: num_hidden_layers 48), and 32 is not divisible by pp x vp = 24
+    **{
+        f"PUB-{i:04d}": f"the 2025-06-10 README gives Llama 4 Maverick 32 layers; the same step time is "
+        f"published from 2025-06-18 with its 48 layers (PUB-{i + 35:04d})"
+        for i in range(802, 810)
+    },
 }
 
 
