@@ -75,8 +75,9 @@ def test_serve_says_why_a_pipeline_serves_more_than_k_times(cli):
     args = ["serve", "--model", "llama3-8b", "--system", "rtx4090-8x", "--plan", "pp=8", "--plan", "tp=1"]
     code, out, _ = cli([*args, "--max-throughput", "--framework", "sglang", "--requests", "300"])
     assert code == 0
-    line = next(x for x in out.splitlines() if x.startswith("pp=8 serves"))
-    assert "x tp=1's tokens/s on 8x the GPUs" in line and "would serve" in line and "the pipeline keeps" in line
+    line = next(x for x in out.splitlines() if x.startswith("pp=8: "))
+    assert "x tp=1's tokens/s on 8x the GPUs, more than 8x as tp=1's KV cache holds only 41 sequences" in line
+    assert "tp=1 would serve 1.4" in line and "the pipeline keeps 0.8" in line
     code, out, _ = cli([*args, "--max-throughput", "--framework", "sglang", "--requests", "300", "--json"])
     plans = {p["plan"]: p for p in json.loads(out)["plans"]}
     split = plans["pp=8"]["pipeline_scaling"]
@@ -87,4 +88,4 @@ def test_serve_says_why_a_pipeline_serves_more_than_k_times(cli):
 def test_serve_stays_quiet_where_the_pipeline_serves_less_than_k_times(cli):
     args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "pp=8", "--max-throughput"]
     code, out, _ = cli([*args, "--requests", "300"])
-    assert code == 0 and "pp=8 serves" not in out
+    assert code == 0 and "more than 8x as" not in out

@@ -49,6 +49,7 @@ class PipelineScaling:
 
     stages: int  # k
     base_label: str  # the replica without stages, as a plan ("tp=1")
+    base_gpus: int  # its GPUs (the TP group)
     base_sequences: int  # N_1
     pipeline_sequences: int  # N_k
     base_tokens_per_s: float  # X_1
@@ -86,23 +87,23 @@ class PipelineScaling:
         """One line: the ratio and its two factors, in words."""
         from shardwise.units import format_bytes
 
-        k = self.stages
-        memory = (
-            f"one replica of {self.base_label} holds {self.base_sequences:,} (its weights take "
-            f"{format_bytes(self.base_weights_bytes)} of each GPU's {format_bytes(self.gpu_memory_bytes)})"
-        )
-        gain = "shares each decode step's weight reads among more sequences" if self.capacity_gain > 1 else "no gain"
+        k, base, held = self.stages, self.base_label, self.held_sequences
+        per = "per GPU" if self.base_gpus == 1 else f"per {self.base_gpus} GPUs"
+        weights, memory = format_bytes(self.base_weights_bytes), format_bytes(self.gpu_memory_bytes)
         return (
-            f"{label} serves {self.ratio:.2f}x {self.base_label}'s tokens/s on {k}x the GPUs: its {k} stages hold "
-            f"{self.pipeline_sequences:,} sequences, {self.held_sequences:,} per {self.base_label} replica's GPUs, "
-            f"where {memory}; holding {self.held_sequences:,} would serve {self.capacity_gain:.2f}x ({gain}); "
-            f"the pipeline keeps {self.efficiency:.2f} of that (sends, bubble, host time per micro-batch)"
+            f"{label}: at full load {self.ratio:.2f}x {base}'s tokens/s on {k}x the GPUs, more than {k}x as "
+            f"{base}'s KV cache holds only {self.base_sequences:,} sequences (weights take {weights} of each GPU's "
+            f"{memory}) "
+            f"against {held:,} {per} in the pipeline: holding {held:,}, {base} would serve {self.capacity_gain:.2f}x "
+            f"(each decode step's weight reads shared by more sequences), and the pipeline keeps "
+            f"{self.efficiency:.2f} of that (sends, bubble, host time)"
         )
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "stages": self.stages,
             "base_plan": self.base_label,
+            "base_gpus": self.base_gpus,
             "ratio": self.ratio,
             "capacity_gain": self.capacity_gain,
             "pipeline_efficiency": self.efficiency,
@@ -143,6 +144,7 @@ def pipeline_scaling(
     return PipelineScaling(
         stages=k,
         base_label=base_label,
+        base_gpus=int(base.plan.tp) * int(base.plan.cp),
         base_sequences=int(one.slots),
         pipeline_sequences=int(piped.slots),
         base_tokens_per_s=saturated_tokens_per_s(one, requests, seed),
