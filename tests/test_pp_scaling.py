@@ -75,7 +75,7 @@ def test_serve_says_why_a_pipeline_serves_more_than_k_times(cli):
     args = ["serve", "--model", "llama3-8b", "--system", "rtx4090-8x", "--plan", "pp=8", "--plan", "tp=1"]
     code, out, _ = cli([*args, "--max-throughput", "--framework", "sglang", "--requests", "300"])
     assert code == 0
-    line = next(x for x in out.splitlines() if x.startswith("pp=8: "))
+    line = " ".join(out[out.index("pp=8: at full load") :].split())  # wrapped to the terminal
     assert "x tp=1's tokens/s on 8x the GPUs, more than 8x as tp=1's KV cache holds only 41 sequences" in line
     assert "tp=1 would serve 1.4" in line and "the pipeline keeps 0.8" in line
     code, out, _ = cli([*args, "--max-throughput", "--framework", "sglang", "--requests", "300", "--json"])
