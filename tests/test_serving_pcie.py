@@ -10,7 +10,7 @@ def test_every_pair_is_read_from_the_data_with_its_source():
     assert [r.run_id for r in rows] == [p.key for p in PAIRS]
     for r in rows:
         assert r.source.startswith("GitHub") and r.measured > 0 and r.predicted > 0
-    assert len(serving_rows()) == 86  # with TensorRT-LLM#1102's PP2-vs-one-GPU pair
+    assert len(serving_rows()) == 88  # with TensorRT-LLM#1102's PP2-vs-one-GPU pair and SGLang#3602's EP pair
 
 
 def test_llama_cpp_winners_and_the_layer_split_itself():

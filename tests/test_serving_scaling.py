@@ -37,6 +37,19 @@ def test_pcie_rows_are_tp_against_a_layer_split(rows):
     assert len(pcie) == 7 and {r.ratio for r in pcie} == {"TP(k)/PP(k)"}
 
 
+def test_expert_parallel_pair_is_sglang_3602_priced_as_serve_prices_it(rows, cli):
+    """DeepSeek-V3 FP8 on 8 H200: experts whole on each GPU (ep 8) against split 8 ways, 1,468.48
+    against 1,403.02 output tokens/s; the model's ratio is `serve --concurrency 600`'s."""
+    (ep,) = [r for r in rows if r.ratio == "EP(k)/TP(k)"]
+    assert ep.measured == pytest.approx(1468.48 / 1403.02) and ep.link == "NVLink" and "sglang#3602" in ep.source
+    args = "serve --model deepseek-v3 --system dgx-h200 --plan tp=8,ep=8 --plan tp=8 --framework sglang"
+    more = " --weight-precision fp8 --kv-precision bf16 --input-len 93 --output-len 201 --concurrency 600 --json"
+    code, out, _ = cli((args + more).split())
+    tok = [p["throughput_tokens_per_s"] for p in json.loads(out)["plans"]]
+    assert code == 0 and ep.predicted == pytest.approx(tok[0] / tok[1])
+    assert ep.direction_right  # a gain, as measured
+
+
 def test_direction_is_gain_against_no_gain():
     row = ScalingRow("x", "TP(k)/TP(k/2)", "A100", "NVLink", "", "", 1.2, 0.9, "")
     assert not row.direction_right and row.error == pytest.approx(1.2 / 0.9 - 1)
@@ -63,6 +76,7 @@ def test_validate_inference_scaling_prints_both_tables(cli):
     code, out, err = cli(["validate", "inference_scaling", "--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["rows"]) == 20 and {s["ratio"] for s in data["summary"]} == {"TP(k)/TP(k/2)", "TP(k)/PP(k)"}
+    assert len(data["rows"]) == 21
+    assert {s["ratio"] for s in data["summary"]} == {"TP(k)/TP(k/2)", "TP(k)/PP(k)", "EP(k)/TP(k)"}
     code, _, err = cli(["validate", "inference_scaling", "inference"])
     assert code == 2 and "give it alone" in err

@@ -11,6 +11,13 @@ exactly as its absolute table prices it (nothing here is fitted to these rows):
   GH100 die with different memory (80 GB at 3.35 TB/s, 141 GB at 4.8 TB/s); the model prices each
   GPU as it is, so the ratio checks both the scaling and the memory.
 - TP(k) / PP(k), PCIe: `analyses.serving_pcie` (llama.cpp, ExLlamaV2; no P2P).
+- EP(k) / TP(k), NVLink: a mixture of experts with its experts whole on k GPUs (ep = tp = k,
+  attention TP k) against split over them (TP k): SGLang PR 3602's DeepSeek-V3 in FP8 on 8 H200
+  (`EP_PAIRS`, rows in `data/public_serving_multi_gpu.csv`). Its benchmark sent 600 requests at 40
+  per second (random lengths, means 93 and 201 tokens) to a server that generated about 1,400
+  tokens/s, so all of them were in flight within 15 s of an 85 s run: priced as a closed loop of
+  600 requests in flight, each side as `shardwise serve --concurrency 600` prices it. Data-parallel
+  attention has no such pair in the data (`LEFT_OUT`).
 - PP(k) / PP(1): none can be priced (`LEFT_OUT`).
 
 A ratio above 1 is a gain; a case's direction is right when predicted and measured agree on it.
@@ -30,7 +37,7 @@ from shardwise.analyses.serving_validation import MODELS, SYSTEMS, inference_row
 SAME_DIE = {"H100 SXM 80GB": "GH100", "H200 SXM 141GB": "GH100"}
 CITATION = (
     "TensorRT-LLM performance overview and FasterTransformer GPT-13B latencies (NVLink), llama.cpp and ExLlamaV2 "
-    "on PCIe GPUs (data/PUBLIC_RUNS.md)"
+    "on PCIe GPUs, SGLang PR 3602's expert parallelism on 8 H200 (data/PUBLIC_RUNS.md)"
 )
 LEFT_OUT = (
     "no TP(k)/TP(k/2) pair on PCIe exists in the public data (public_serving_multi_gpu.csv pairs TP with a layer "
@@ -39,14 +46,40 @@ LEFT_OUT = (
     "llama.cpp#25051 splits over unlike GPUs (RTX 4090 + A16); TensorRT-LLM's Llama 3.1 405B pairs TP 8 in FP8 "
     "(H100, H200) with TP 4 in FP4 (B200, GB200): a precision and a GPU generation apart, not a scaling ratio; "
     "TensorRT-LLM#1102's PP 2 against 1 GPU (Llama 7B FP16, batch 1, 1024/512: 11.30 against 11.51 s) names no GPU "
-    "(it bounds TensorRT-LLM's per-stage host time near 0: a cost h per stage would add 512 h)"
+    "(it bounds TensorRT-LLM's per-stage host time near 0: a cost h per stage would add 512 h); no data-parallel "
+    "attention pair: SGLang#2882 (DeepSeek-V3 on 8 H200, --enable-dp-attention at half the throughput of TP 8) "
+    "gives its figures only in part and caps the KV cache (--max-total-tokens 65536)"
 )
+
+
+@dataclass(frozen=True)
+class EpPair:
+    """Experts whole on `ep` GPUs against split over `tp` (module docstring)."""
+
+    key: str
+    group: str  # comparison_group of the two rows
+    model: str
+    system: str
+    tp: int
+    ep: int
+    engine: str
+    weight_precision: str
+    kv_precision: str
+    input_len: int  # means of the benchmark's random lengths
+    output_len: int
+    in_flight: int
+
+
+EP_PAIRS = (
+    EpPair("sglang-3602-dsv3-ep8", "sglang-3602-dsv3-ep8-h200", "deepseek-v3", "dgx-h200", 8, 8, "sglang", "fp8",
+           "bf16", 93, 201, 600),
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
 class ScalingRow:
     key: str
-    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "TP(k)/PP(k)"
+    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "TP(k)/PP(k)", "EP(k)/TP(k)"
     gpu: str
     link: str  # "NVLink" or "PCIe"
     label: str
@@ -148,8 +181,49 @@ def pcie_rows() -> list[ScalingRow]:
     ]
 
 
+def ep_rows() -> list[ScalingRow]:
+    """EP(k) / TP(k) on NVLink (`EP_PAIRS`)."""
+    from shardwise.analyses.serving_pcie import serving_rows
+
+    out = []
+    for pair in EP_PAIRS:
+        rows = [r for r in serving_rows() if r["comparison_group"] == pair.group]
+        ep = next(r for r in rows if "--enable-ep-moe" in r["layout"])
+        tp = next(r for r in rows if "--enable-ep-moe" not in r["layout"])
+        measured = float(ep["value"]) / float(tp["value"])
+        with_ep, without = _closed_loop(pair)
+        predicted = with_ep / without
+        label = (
+            f"{pair.model} {pair.input_len}/{pair.output_len}, {pair.in_flight} in flight, {pair.engine}: "
+            f"tp={pair.tp},ep={pair.ep} / tp={pair.tp} on {pair.system}"
+        )
+        out.append(
+            ScalingRow(pair.key, "EP(k)/TP(k)", "H200", "NVLink", label, "output tokens/s", predicted, measured,
+                       f"{ep['source']}, {ep['locator']}")
+        )  # fmt: skip
+    return out
+
+
+def _closed_loop(pair: EpPair) -> tuple[float, float]:
+    """Generated tokens/s of `pair`'s two plans (experts over `ep` GPUs, then TP only) with `in_flight`
+    requests always in flight, as `shardwise serve --concurrency` prices them."""
+    from shardwise.requests.serve import ServeRequest
+    from shardwise.requests.serve_result import priced
+
+    request = ServeRequest.from_argv(
+        f"--model {pair.model} --system {pair.system} --plan tp={pair.tp},ep={pair.ep} --plan tp={pair.tp} "
+        f"--framework {pair.engine} --weight-precision {pair.weight_precision} --kv-precision {pair.kv_precision} "
+        f"--input-len {pair.input_len} --output-len {pair.output_len} --concurrency {pair.in_flight}"
+    )
+    rows = dict(priced(request, request.setting()).rows)
+    return (
+        float(rows[f"tp={pair.tp},ep={pair.ep}"].throughput_tokens_per_s),
+        float(rows[f"tp={pair.tp}"].throughput_tokens_per_s),
+    )
+
+
 def scaling_rows() -> list[ScalingRow]:
-    return tp_pairs() + pcie_rows()
+    return tp_pairs() + pcie_rows() + ep_rows()
 
 
 def summarize(rows: list[ScalingRow]) -> list[ScalingSummary]:

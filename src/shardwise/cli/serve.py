@@ -260,6 +260,13 @@ def serve(
 
     s = setting
     print_estimates(s.model, s.cluster, s.workload, result.rows, figure, request.max_throughput, result.spreads, s.mix)
+    for label, split in (result.scaling or {}).items():
+        if split.superlinear:  # more than k times k times fewer GPUs: say why (`analyses.pp_scaling`)
+            from rich.markup import escape
+
+            from shardwise.cli.render import console
+
+            console().print(escape(split.why(label)))
     for label, hint in result.hints.items():
         click.echo(f"{label} would fit with: {hint}" if hint else f"{label}: nothing close fits (more GPUs?)")
     for label, reason in result.invalid:

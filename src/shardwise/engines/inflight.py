@@ -22,6 +22,7 @@ no arrival, no request finishing), so a run of 1,000 requests takes milliseconds
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -293,7 +294,27 @@ class Replica:
             top = min(self.max_sequences, max(self.slots, self.kv_total_blocks // int(blocks.min())))
             self.mean_context = summary.decode_context
         fits = self.capacity >= 1
+        self.top = top  # the most decoding sequences the iteration table prices
         self.table = iteration_table(scn, wl, top, self.round_tokens, self.mean_context) if fits else None
+
+    def holding(self, sequences: int) -> Replica:
+        """This replica as if its memory held `sequences` requests at once (of the mean length) instead of
+        `capacity`: the same GPUs, kernels and engine (its cap on sequences still applies), only more or
+        less KV cache (`analyses.pp_scaling`)."""
+        other = copy.copy(self)
+        scale = sequences / max(self.capacity, 1)
+        other.capacity = int(sequences)
+        other.slots = min(other.capacity, self.max_sequences)
+        if self.kv_total_blocks is not None:
+            other.kv_total_blocks = int(self.kv_total_blocks * scale)
+        other.top = min(self.max_sequences, max(other.slots, int(self.top * scale)))
+        fits = other.capacity >= 1
+        other.table = (
+            iteration_table(self.scenario, self.workload, other.top, self.round_tokens, self.mean_context)
+            if fits
+            else None
+        )
+        return other
 
     def _cap_by_kv_tokens(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
         """SGLang sizes its request pool, and so its cap, by the KV tokens of one GPU

@@ -20,6 +20,8 @@ class ServeResult:
     spreads: dict[str, tuple[float, str]]  # each plan's 80% interval (log sd) and its basis
     hints: dict[str, str]  # what would make a plan that does not fit fit ("": nothing close)
     launches: dict[str, dict[str, Any] | None]  # --emit: each plan's launch
+    # in flight: each pipeline plan's PP(k) / PP(1) at full load and its split (`analyses.pp_scaling`)
+    scaling: dict[str, Any] | None = None
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -73,6 +75,11 @@ class ServeResult:
                     **export.serving_dict(label, est, *self.spreads[label]),
                     "would_fit": self.hints.get(label),
                     "launch": self.launches.get(label),
+                    **(
+                        {"pipeline_scaling": self.scaling[label].as_dict()}
+                        if self.scaling and label in self.scaling
+                        else {}
+                    ),
                     **({"frontier": _frontier(s, label)} if req.with_frontier else {}),
                 }
                 for label, est in self.rows
@@ -109,7 +116,38 @@ def priced(request: Any, s: Any) -> ServeResult:
     if request.emit:
         model_id = _model_id(request.target.model, request.hf_id)
         launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
-    return ServeResult(request, s, rows, invalid, spreads, hints, launches)
+    return ServeResult(request, s, rows, invalid, spreads, hints, launches, _scaling(request, s, rows))
+
+
+def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]]) -> dict[str, Any]:
+    """In flight, each pipeline plan that fits against the same plan without stages
+    (`analyses.pp_scaling`), at full load."""
+    if s.traffic is None:
+        return {}
+    from shardwise.analyses.pp_scaling import pipeline_scaling
+    from shardwise.specs.experiment import PlanSpec
+
+    specs = {spec.label: spec for spec in s.specs}
+    out = {}
+    for label, est in rows:
+        k = int(est.scenario.plan.pp)
+        if k < 2 or not bool(est.fits_in_memory):
+            continue
+        spec, tp = specs[label], int(est.scenario.plan.tp)
+        options = tuple((key, v) for key, v in spec.options if key not in ("first_stage_layers", "last_stage_layers"))
+        extra = "".join(f",{key}={v}" for key, v in options if key in ("cp", "ep", "etp"))
+        base = PlanSpec(f"tp={tp}{extra}", tp, 1, options)
+        try:
+            base_scn = scenario(s.model, s.cluster, base, None)
+        except SpecError:
+            continue
+        split = pipeline_scaling(
+            scenario(s.model, s.cluster, spec, s.stages), base_scn, s.workload, s.traffic["max_batched_tokens"],
+            base.label, s.traffic["mix"], request.seed, s.traffic["requests"],
+        )  # fmt: skip
+        if split is not None:
+            out[label] = split
+    return out
 
 
 def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: float, traffic: Any) -> dict[str, Any]:
