@@ -303,15 +303,21 @@ def _find_distinct(obj: Any) -> Distinct | None:
         bound *= c.size
     if bound >= 2**62:
         return None
-    key = _combine([(c.codes(), c.size) for _, c in fields], n)
-    rows, inverse = group_rows(key, bound)
+    # Where the keys are sorted anyway, each field takes whole bits of the key (its codes
+    # rounded up to a power of two): read back by a shift and a mask instead of an integer
+    # division and a remainder (ten times slower per element)
+    bits = [max(int(c.size - 1).bit_length(), 0) for _, c in fields]
+    by_bits = bound > TABLE_KEYS_PER_CONFIGURATION * n and sum(bits) + int(n - 1).bit_length() <= 63
+    sizes = [1 << b for b in bits] if by_bits else [c.size for _, c in fields]
+    key = _combine([(c.codes(), size) for (_, c), size in zip(fields, sizes, strict=True)], n)
+    rows, inverse = group_rows(key, int(np.prod(sizes, dtype=object)))
     if len(rows) > MAX_DISTINCT_SHARE * n:
         return None
     distinct = key[rows]  # ascending
     values: dict[tuple[str, ...], np.ndarray] = {}
-    stride = 1
-    for path, c in fields:
-        codes = (distinct // stride) % c.size
+    stride, shift = 1, 0
+    for (path, c), b in zip(fields, bits, strict=True):
+        codes = (distinct >> shift) & ((1 << b) - 1) if by_bits else (distinct // stride) % c.size
         values[path] = remember_codes(c.decode(codes), codes, c.size)
-        stride *= c.size
+        stride, shift = stride * c.size, shift + b
     return Distinct(_rebuild(obj, values), inverse, shape, len(rows))

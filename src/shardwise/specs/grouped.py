@@ -83,6 +83,16 @@ def _holds_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.size > 1
 
 
+def groups_of(arrays: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(one row of each distinct combination of the values of `arrays`, each row's group) for
+    flat arrays of whole numbers of one length (at least MIN_CONFIGURATIONS) whose combinations
+    are at most MAX_DISTINCT_SHARE of it, else None."""
+    n = arrays[0].size if arrays else 0
+    if n < MIN_CONFIGURATIONS or any(type(a) is not np.ndarray or a.shape != (n,) for a in arrays):
+        return None
+    return _groups(arrays, n)
+
+
 def _groups(arrays: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray] | None:
     """(one row of each distinct combination of `arrays`' values, each row's group), or None
     when they do not group (continuous values, too many combinations). Kept for the last few
@@ -122,12 +132,7 @@ def _codes(a: np.ndarray, n: int) -> tuple[np.ndarray, int] | None:
     known = known_codes(a)
     if known is not None:
         return known
-    if a.dtype.kind == "f":
-        whole = a.astype(np.int64)
-        if not np.array_equal(whole, a) or (whole.min() == 0 and np.signbit(a).any()):
-            return None  # a fraction, NaN or infinity, or a -0.0 that 0 would stand for
-        a = whole
-    elif a.dtype.kind not in "iub":
+    if a.dtype.kind not in "iub":
         return None
     c = _Codes(a, a.shape, n)
     return (c.codes(), c.size) if c.size else None
