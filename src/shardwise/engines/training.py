@@ -23,6 +23,7 @@ first forward pass).
 from __future__ import annotations
 
 import dataclasses
+import operator
 from functools import reduce
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -32,6 +33,7 @@ import numpy as np
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, plus, where
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
+    StageCost,
     Stages,
     add_costs,
     embedding_cost,
@@ -186,12 +188,125 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
+    # what does not read the batch, kept per layout (`_layout_terms`): a plan asked for at another
+    # global batch prices only the pipeline's makespan, the data-parallel exposure and the memory
+    lay = _LAYOUTS.get_or_compute(_layout_key(scn), lambda: _layout_terms(scn))
+    p, v, m = lay.p, lay.v, as_float(plan.num_micro_batches)
+    first, middle, last, extra = lay.first, lay.middle, lay.last, lay.extra
+    c_first, c_mid, c_last, p2p, overlap, mb_over = (
+        lay.c_first,
+        lay.c_mid,
+        lay.c_last,
+        lay.p2p,
+        lay.overlap,
+        lay.mb_over,
+    )
+    params, expert_params, trained, optimizer_s = lay.params, lay.expert_params, lay.trained, lay.optimizer_s
+    split = lay.split
+    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
+    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum)
+    # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
+    # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
+    if lay.w_stage is not None:
+        fill = maximum(pipe_s - (p - 1) * 2 * lay.w_stage, m * maximum(maximum(c_first, c_mid), c_last))
+        pipe_s = where(lay.zb, fill, pipe_s)
+    dp_s, dp_hidden = data_parallel_exposed_s(
+        scn, lay.fabric, lay.place, trained, (first, middle, last), m, v, expert_params, params, lay.prices
+    )
+    step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
+
+    def diagnostics() -> dict[str, Any]:
+        """Where the time goes, the FLOPs and the hidden communication: computed when first read
+        (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
+        c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
+        slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
+        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
+        breakdown = StepBreakdown(
+            compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
+            tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
+            ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
+            pp_p2p_s=m * exposed_p2p,
+            pp_bubble_s=maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
+            dp_comm_s=dp_s,
+            optimizer_s=optimizer_s,
+            overhead_s=m * mb_over + cluster.step_overhead_s,
+        )
+        model_flops, hw_flops = flops_per_step(scn)
+        parts = {}
+        if extra is not None:  # the slowest stage's share of its compute that is FSDP2's copies
+            c_copy = select(
+                c_first >= np.maximum(c_mid, c_last), extra.first, select(c_last >= c_mid, extra.last, extra.middle)
+            )
+            parts["fsdp2_copies"] = m * (c_copy.compute_forward_s + c_copy.compute_backward_s)
+        return {
+            "breakdown": breakdown,
+            "model_flops_per_step": model_flops,
+            "hardware_flops_per_step": hw_flops,
+            "bubble_fraction": breakdown.pp_bubble_s / step,
+            "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
+            "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
+            "compute_parts_s": parts,
+        }
+
+    # the memory reads no time: computed on its first read (a calibration's fit never reads it)
+    memory = Later(lambda: memory_breakdown(local, params, m, split, expert_params, lay.moe_split, trained))
+    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+
+
+class _Layout(NamedTuple):
+    """What `estimate_each_training_step` computes without reading the global batch."""
+
+    fabric: Fabric
+    place: dict[str, Number]
+    p: Number
+    v: Number
+    split: StageSplit
+    moe_split: StageSplit | None
+    first: StageCost
+    middle: StageCost
+    last: StageCost
+    extra: Stages | None
+    c_first: Number
+    c_mid: Number
+    c_last: Number
+    c_mid_sum: Number
+    v_whole: Number
+    zb: Number
+    w_stage: Number | None
+    p2p: Number
+    overlap: Number
+    mb_over: Number
+    params: Triple
+    expert_params: Triple
+    trained: Triple
+    prices: StagePrices
+    optimizer_s: Number
+
+
+# Every plan field but the global batch (the only one that sets the number of micro-batches).
+_LAYOUT_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan) if f.name != "global_batch"))
+_LAYOUTS = Memo("training layouts")
+
+
+def _layout_key(scn: Scenario) -> tuple[object, ...]:
+    """What `_layout_terms` reads: the model, the cluster and every plan field but the global
+    batch, which a mixture of experts' stage costs read too (Megatron-Core's combined 1F1B pairs
+    micro-batches: `engines.moe.combined_1f1b`). Unhashable for an array-valued plan."""
+    plan = scn.plan
+    return (scn.model, scn.cluster, _LAYOUT_FIELDS(plan), plan.global_batch if scn.model.is_moe else None)
+
+
+def _layout_terms(scn: Scenario) -> _Layout:
+    """The part of the step that does not read the global batch (nor the number of
+    micro-batches it sets): the groups' placement, the stage costs per micro-batch with their
+    sends, the pipeline's per-stage times, the parameters, the collectives' prices and the
+    optimizer step."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
-    p, v, m = (as_float(x) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
+    p, v = as_float(plan.pp), as_float(plan.vpp)
     split = scn.split
 
-    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     moe_split = model_moe_split(model, split) if model.is_moe else None
     if model.is_moe:  # an MoE layer's expert groups depend on dp: priced for every plan
         (first, middle, last, middle_sum), sends = micro_batch_stages(scn, fabric, place, split)
@@ -232,63 +347,42 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
     fullest = maximum(maximum(split.first, where(p > 2, split.middle_max, 0.0)), where(p > 1, split.last, 0.0))
     v_whole = where(v > 1, fullest / np.ceil(fullest / v), v)
-    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v_whole, c_mid_sum)
-    # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
-    # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     zb = as_array(plan.schedule) == Schedule.ZB_H1
-    if any_true(zb):
-        w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s)
-        fill = maximum(pipe_s - (p - 1) * 2 * w_stage, m * maximum(maximum(c_first, c_mid), c_last))
-        pipe_s = where(zb, fill, pipe_s)
+    w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s) if any_true(zb) else None
     params, expert_params = _stage_params(model, plan, split)
     trained = _trainable(model, plan, split, params)
-    stage_costs = (first, middle, last)
     prices = _collective_prices(scn, fabric, place, params, expert_params, trained)
-    dp_s, dp_hidden = data_parallel_exposed_s(
-        scn, fabric, place, trained, stage_costs, m, v, expert_params, params, prices
-    )
     optimizer_s = reduce(
         maximum,
         (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
     )
-    step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
-
-    def diagnostics() -> dict[str, Any]:
-        """Where the time goes, the FLOPs and the hidden communication: computed when first read
-        (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
-        c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
-        slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
-        breakdown = StepBreakdown(
-            compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
-            tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
-            ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
-            pp_p2p_s=m * exposed_p2p,
-            pp_bubble_s=maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
-            dp_comm_s=dp_s,
-            optimizer_s=optimizer_s,
-            overhead_s=m * mb_over + cluster.step_overhead_s,
-        )
-        model_flops, hw_flops = flops_per_step(scn)
-        parts = {}
-        if extra is not None:  # the slowest stage's share of its compute that is FSDP2's copies
-            c_copy = select(
-                c_first >= np.maximum(c_mid, c_last), extra.first, select(c_last >= c_mid, extra.last, extra.middle)
-            )
-            parts["fsdp2_copies"] = m * (c_copy.compute_forward_s + c_copy.compute_backward_s)
-        return {
-            "breakdown": breakdown,
-            "model_flops_per_step": model_flops,
-            "hardware_flops_per_step": hw_flops,
-            "bubble_fraction": breakdown.pp_bubble_s / step,
-            "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
-            "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
-            "compute_parts_s": parts,
-        }
-
-    # the memory reads no time: computed on its first read (a calibration's fit never reads it)
-    memory = Later(lambda: memory_breakdown(local, params, m, split, expert_params, moe_split, trained))
-    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+    return _Layout(
+        fabric,
+        place,
+        p,
+        v,
+        split,
+        moe_split,
+        first,
+        middle,
+        last,
+        extra,
+        c_first,
+        c_mid,
+        c_last,
+        c_mid_sum,
+        v_whole,
+        zb,
+        w_stage,
+        p2p,
+        overlap,
+        mb_over,
+        params,
+        expert_params,
+        trained,
+        prices,
+        optimizer_s,
+    )
 
 
 # Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).

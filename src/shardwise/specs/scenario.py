@@ -72,8 +72,11 @@ class Scenario:
         # (`specs.memo`): plans that differ in the batch, recomputation or ZeRO share the verdict
         plan = self.plan
         key = (self.model, self.cluster, *(getattr(plan, name) for name in RULE_FIELDS))
-        if not self._checked_by_groups():
-            _CHECKED.get_or_compute(key, self._check_each)
+        _CHECKED.get_or_compute(key, self._check_grouped_or_each)
+
+    def _check_grouped_or_each(self) -> bool:
+        """`_check_each`, over one configuration per group where the plan's arrays group."""
+        return self._checked_by_groups() or self._check_each()
 
     def _checked_by_groups(self) -> bool:
         """Whether the rules hold, checked at one configuration per distinct combination of the
@@ -83,10 +86,10 @@ class Scenario:
         from shardwise.specs.distinct import _leaves, _rebuild
         from shardwise.specs.grouped import groups_of
 
-        if _leaves(self.model) or _leaves(self.cluster):
-            return False
         leaves = _leaves(self.plan)
-        groups = groups_of([a for path, a in leaves if path[0] in RULE_FIELDS]) if leaves else None
+        if not leaves or _leaves(self.model) or _leaves(self.cluster):
+            return False
+        groups = groups_of([a for path, a in leaves if path[0] in RULE_FIELDS])
         if groups is None:
             return False
         rows = groups[0]
