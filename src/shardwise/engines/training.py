@@ -30,7 +30,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, plus, where
+from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
     StageCost,
@@ -64,7 +64,7 @@ from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.lora import trainable_params
-from shardwise.physics.memory import MemoryBreakdown
+from shardwise.physics.memory import MemoryBreakdown, layers_in_flight
 from shardwise.physics.microbatch import pipeline_transfers
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
@@ -202,7 +202,6 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         lay.mb_over,
     )
     params, expert_params, trained, optimizer_s = lay.params, lay.expert_params, lay.trained, lay.optimizer_s
-    split = lay.split
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
@@ -210,9 +209,12 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     if lay.w_stage is not None:
         fill = maximum(pipe_s - (p - 1) * 2 * lay.w_stage, m * maximum(maximum(c_first, c_mid), c_last))
         pipe_s = where(lay.zb, fill, pipe_s)
-    dp_s, dp_hidden = data_parallel_exposed_s(
-        scn, lay.fabric, lay.place, trained, (first, middle, last), m, v, expert_params, params, lay.prices
-    )
+    if lay.dp is not None:
+        dp_s, dp_hidden = lay.dp
+    else:
+        dp_s, dp_hidden = data_parallel_exposed_s(
+            scn, lay.fabric, lay.place, trained, (first, middle, last), m, v, expert_params, params, lay.prices
+        )
     step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
 
     def diagnostics() -> dict[str, Any]:
@@ -249,7 +251,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         }
 
     # the memory reads no time: computed on its first read (a calibration's fit never reads it)
-    memory = Later(lambda: memory_breakdown(local, params, m, split, expert_params, lay.moe_split, trained))
+    memory = Later(lambda: _memory(scn, local, lay, m))
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 
@@ -281,6 +283,7 @@ class _Layout(NamedTuple):
     trained: Triple
     prices: StagePrices
     optimizer_s: Number
+    dp: tuple[Number, Number] | None  # the data-parallel exposure where it reads no batch (ZeRO-0/1)
 
 
 # Every plan field but the global batch (the only one that sets the number of micro-batches).
@@ -356,6 +359,13 @@ def _layout_terms(scn: Scenario) -> _Layout:
         maximum,
         (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
     )
+    dp = None
+    z = plan.zero_stage
+    if one_value(z) and int(z) < 2:
+        # ZeRO-0/1 reduce (and gather) once per step: their exposure reads no number of
+        # micro-batches (NaN would show in every number it gave)
+        stage_costs = (first, middle, last)
+        dp = data_parallel_exposed_s(scn, fabric, place, trained, stage_costs, np.nan, v, expert_params, params, prices)
     return _Layout(
         fabric,
         place,
@@ -382,7 +392,32 @@ def _layout_terms(scn: Scenario) -> _Layout:
         trained,
         prices,
         optimizer_s,
+        dp,
     )
+
+
+# One configuration's memory breakdown, kept per layout and micro-batches in flight on each stage
+# (the only way it reads the number of micro-batches; a mixture of experts' layout key holds
+# the batch): plans of a layout whose in-flight counts saturate (1F1B with m >= p) share it.
+_MEMORY = Memo("training memory")
+
+
+def _memory(scn: Scenario, local: Scenario, lay: _Layout, m: Number) -> MemoryBreakdown:
+    """`memory_breakdown` of the step (`local`: one CP rank's scenario), kept per configuration's
+    layout and in-flight counts."""
+    plan, split = scn.plan, lay.split
+
+    def compute() -> MemoryBreakdown:
+        return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained)
+
+    if not one_value(m):  # many configurations: nothing kept
+        return compute()
+    p = as_float(plan.pp)
+    in_flight = (
+        layers_in_flight(layers, p, plan.vpp, m, plan.schedule, i)
+        for layers, i in ((split.first, 0), (split.middle_max, 1), (split.last, p - 1))
+    )
+    return _MEMORY.get_or_compute((_layout_key(scn), *in_flight), compute)  # type: ignore[no-any-return]
 
 
 # Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).
