@@ -68,7 +68,7 @@ from shardwise.physics.memory import MemoryBreakdown, layers_in_flight
 from shardwise.physics.microbatch import pipeline_transfers
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
-from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
+from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule, memo
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
@@ -190,7 +190,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     # what does not read the batch, kept per layout (`_layout_terms`): a plan asked for at another
     # global batch prices only the pipeline's makespan, the data-parallel exposure and the memory
-    lay = _LAYOUTS.get_or_compute(_layout_key(scn), lambda: _layout_terms(scn))
+    layout = _layout_key(scn)
+    lay = _LAYOUTS.get_or_compute(layout, lambda: _layout_terms(scn))
     p, v, m = lay.p, lay.v, as_float(plan.num_micro_batches)
     first, middle, last, extra = lay.first, lay.middle, lay.last, lay.extra
     c_first, c_mid, c_last, p2p, overlap, mb_over = (
@@ -251,7 +252,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         }
 
     # the memory reads no time: computed on its first read (a calibration's fit never reads it)
-    memory = Later(lambda: _memory(scn, local, lay, m))
+    memory = Later(lambda: _memory(scn, local, lay, m, layout))
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 
@@ -402,22 +403,22 @@ def _layout_terms(scn: Scenario) -> _Layout:
 _MEMORY = Memo("training memory")
 
 
-def _memory(scn: Scenario, local: Scenario, lay: _Layout, m: Number) -> MemoryBreakdown:
+def _memory(scn: Scenario, local: Scenario, lay: _Layout, m: Number, layout: tuple[object, ...]) -> MemoryBreakdown:
     """`memory_breakdown` of the step (`local`: one CP rank's scenario), kept per configuration's
-    layout and in-flight counts."""
+    layout (`layout`: its `_layout_key`) and in-flight counts."""
     plan, split = scn.plan, lay.split
 
     def compute() -> MemoryBreakdown:
         return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained)
 
-    if not one_value(m):  # many configurations: nothing kept
+    if not memo.ENABLED or not one_value(m):  # memos off, or many configurations: nothing kept
         return compute()
     p = as_float(plan.pp)
     in_flight = (
         layers_in_flight(layers, p, plan.vpp, m, plan.schedule, i)
         for layers, i in ((split.first, 0), (split.middle_max, 1), (split.last, p - 1))
     )
-    return _MEMORY.get_or_compute((_layout_key(scn), *in_flight), compute)  # type: ignore[no-any-return]
+    return _MEMORY.get_or_compute((layout, *in_flight), compute)  # type: ignore[no-any-return]
 
 
 # Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).

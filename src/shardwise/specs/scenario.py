@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass
 from functools import cached_property
 from typing import TYPE_CHECKING
@@ -33,6 +34,7 @@ RULE_FIELDS = (
     "ep",
     "etp",
 )
+_RULE_GETTER = operator.attrgetter(*RULE_FIELDS)
 
 
 @hash_once
@@ -61,17 +63,20 @@ class Scenario:
             if not isinstance(value, kind):
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise SpecError(f"scenario: {name}: {shown} ({type(value).__name__}) is not a {kind.__name__}")
-        from shardwise.specs.distinct import find_distinct
+        from shardwise.specs.distinct import _leaves, find_distinct
 
-        try:  # many configurations that repeat: each distinct one is checked (building them checks them)
-            if find_distinct(self) is not None:
-                return
-        except SpecError:
-            pass  # the checks below name the first broken configuration in the given order
+        plan = self.plan
+        if plan.__dict__.get("_distinct", 0) is None and not _leaves(self.model) and not _leaves(self.cluster):
+            self.__dict__["_distinct"] = None  # one configuration (or plans not worth coding): what find_distinct says
+        else:
+            try:  # many configurations that repeat: each distinct one is checked (building them checks them)
+                if find_distinct(self) is not None:
+                    return
+            except SpecError:
+                pass  # the checks below name the first broken configuration in the given order
         # one configuration (plain numbers): checked once per process for what the rules read
         # (`specs.memo`): plans that differ in the batch, recomputation or ZeRO share the verdict
-        plan = self.plan
-        key = (self.model, self.cluster, *(getattr(plan, name) for name in RULE_FIELDS))
+        key = (self.model, self.cluster, _RULE_GETTER(plan))
         _CHECKED.get_or_compute(key, self._check_grouped_or_each)
 
     def _check_grouped_or_each(self) -> bool:
