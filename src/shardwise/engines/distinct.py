@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -160,6 +161,6 @@ def _gather(value: Any, inverse: np.ndarray, u: int) -> Any:
     if isinstance(value, tuple):
         items = [_gather(v, inverse, u) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if isinstance(value, dict):
+    if isinstance(value, (dict, MappingProxyType)):  # a kept answer's read-only view: gathered, a dict
         return {k: _gather(v, inverse, u) for k, v in value.items()}
     return value

@@ -191,7 +191,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     # what does not read the batch, kept per layout (`_layout_terms`): a plan asked for at another
     # global batch prices only the pipeline's makespan, the data-parallel exposure and the memory
     layout = _layout_key(scn)
-    lay = _LAYOUTS.get_or_compute(layout, lambda: _layout_terms(scn))
+    lay = _LAYOUTS.get_or_compute(layout, lambda: _layout_terms_of(scn))
     p, v, m = lay.p, lay.v, as_float(plan.num_micro_batches)
     first, middle, last, extra = lay.first, lay.middle, lay.last, lay.extra
     c_first, c_mid, c_last, p2p, overlap, mb_over = (
@@ -298,6 +298,19 @@ def _layout_key(scn: Scenario) -> tuple[object, ...]:
     micro-batches: `engines.moe.combined_1f1b`). Unhashable for an array-valued plan."""
     plan = scn.plan
     return (scn.model, scn.cluster, _LAYOUT_FIELDS(plan), plan.global_batch if scn.model.is_moe else None)
+
+
+# The plan field `_layout_terms` does not read (a dense model's): many plans that differ only in it
+# (a random draw of batches) have their layout terms priced once per group (`evaluate_grouped`).
+LAYOUT_IGNORES = frozenset({("plan", "global_batch")})
+
+
+def _layout_terms_of(scn: Scenario) -> _Layout:
+    """`_layout_terms`, over many plans priced once per group of those that differ only in the
+    global batch (a dense model's; a mixture of experts' read it)."""
+    if scn.model.is_moe:
+        return _layout_terms(scn)
+    return evaluate_grouped(_layout_terms, scn, LAYOUT_IGNORES)
 
 
 def _layout_terms(scn: Scenario) -> _Layout:
