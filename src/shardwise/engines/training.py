@@ -308,7 +308,8 @@ LAYOUT_IGNORES = frozenset({("plan", "global_batch")})
 def _layout_terms_of(scn: Scenario) -> _Layout:
     """`_layout_terms`, over many plans priced once per group of those that differ only in the
     global batch (a dense model's; a mixture of experts' read it)."""
-    if scn.model.is_moe:
+    batch = scn.plan.global_batch
+    if scn.model.is_moe or type(batch) is not np.ndarray or batch.size < 2:  # nothing the groups would share
         return _layout_terms(scn)
     return evaluate_grouped(_layout_terms, scn, LAYOUT_IGNORES)
 
