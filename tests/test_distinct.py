@@ -256,9 +256,10 @@ def _wide_plans(seed: int, n: int) -> Scenario:
 
 def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_configurations():
     """Over a distinct plan of many configurations, the kept parts of the model priced once per
-    distinct combination of their array arguments (`specs.grouped`) and the data-parallel exposure
-    priced run by run of one ZeRO stage (`engines.dp_comm.exposed_by_runs`) give every number
-    of pricing each configuration with both turned off."""
+    distinct combination of their array arguments (`specs.grouped`), the data-parallel exposure
+    priced run by run of one ZeRO stage (`engines.dp_comm.exposed_by_runs`), and the layout terms
+    and the memory's terms priced once per group of plans that differ only in the batch give
+    every number of pricing each configuration with all of them turned off."""
     from shardwise.engines import data_parallel, dp_comm
     from shardwise.specs import grouped
 
@@ -283,6 +284,7 @@ def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_config
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(grouped, "GROUPED_CALLS", False)
         mp.setattr(dp_comm, "MOST_RUNS", 0)
+        mp.setattr(distinct, "GROUPING", False)  # the layout terms and the memory's too
         memo.clear_all()
         each = estimate_training_step(Scenario(scn.model, scn.cluster, scn.plan))
         same(fast, each)

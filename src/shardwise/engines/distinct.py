@@ -20,7 +20,7 @@ every other field and gathered back (`GROUPING` False turns it off, for the test
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any, TypeVar
 
@@ -64,11 +64,45 @@ def _expand(value: Any, inverse: np.ndarray, shape: tuple[int, ...], u: int, scn
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _lazy(value, (inverse, shape, u, scn))
+    if isinstance(value, MappingProxyType):  # a kept answer's read-only view (collective prices)
+        return Gathered(value, inverse, shape, u)
     if isinstance(value, dict):
         return {k: _expand(v, inverse, shape, u, scn) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(_expand(v, inverse, shape, u, scn) for v in value)
+        items = [_expand(v, inverse, shape, u, scn) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value
+
+
+class Gathered(Mapping[str, Any]):
+    """A read-only mapping over the distinct configurations (or groups) whose values are gathered
+    back when first read; `rows(key, lo, hi)` gathers one slice of rows alone (the data-parallel
+    exposure's runs of one ZeRO stage read only their stage's collectives)."""
+
+    def __init__(self, source: Mapping[str, Any], inverse: np.ndarray, shape: tuple[int, ...], u: int) -> None:
+        self._source, self._inverse, self._shape, self._u = source, inverse, shape, u
+        self._done: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._done:
+            self._done[key] = _expand(self._source[key], self._inverse, self._shape, self._u, None)
+        return self._done[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def rows(self, key: str, lo: int, hi: int) -> Any:
+        """`self[key][lo:hi]` of a flat result (a single number as it is)."""
+        value = self._source[key]
+        if key in self._done or not isinstance(value, np.ndarray) or len(self._shape) != 1:
+            whole = self[key]
+            return whole[lo:hi] if isinstance(whole, np.ndarray) and whole.ndim > 0 else whole
+        if value.ndim == 1 and value.shape[0] == self._u:
+            return value.take(self._inverse[lo:hi])
+        return value
 
 
 _LAZY: dict[type, type] = {}
@@ -161,6 +195,8 @@ def _gather(value: Any, inverse: np.ndarray, u: int) -> Any:
     if isinstance(value, tuple):
         items = [_gather(v, inverse, u) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
-    if isinstance(value, (dict, MappingProxyType)):  # a kept answer's read-only view: gathered, a dict
+    if isinstance(value, MappingProxyType):  # a kept answer's read-only view: gathered when read
+        return Gathered(value, inverse, (inverse.size,), u)
+    if isinstance(value, dict):
         return {k: _gather(v, inverse, u) for k, v in value.items()}
     return value

@@ -8,7 +8,7 @@ the collectives and composes the stages.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -191,8 +191,9 @@ def exposed_by_runs(
     choosing (a test compares), at a quarter of the passes. None where an array is not one value
     per row (a broadcast grid): priced as usual."""
     n = runs[-1][2]
-    arrays = [x for x in (*prices.values(), *values) if type(x) is np.ndarray and x.ndim > 0]
-    if any(x.shape != (n,) for x in arrays):
+    rows = getattr(prices, "rows", None)  # prices gathered when read (`engines.distinct.Gathered`): by slices
+    arrays = [x for x in (*(() if rows else prices.values()), *values) if type(x) is np.ndarray and x.ndim > 0]
+    if any(x.shape != (n,) for x in arrays) or (rows and getattr(prices, "_shape", None) != (n,)):
         return None
     exposed, totals = [], []
     for k, lo, hi in runs:
@@ -201,11 +202,26 @@ def exposed_by_runs(
             return x[lo:hi] if type(x) is np.ndarray and x.ndim > 0 else x
 
         backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds = (cut(x) for x in values)
-        fields = zero_stage_fields(
-            k, {name: cut(x) for name, x in prices.items()}, backward, forward, total, m, overlap_gather
-        )
+        part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
+        fields = zero_stage_fields(k, part, backward, forward, total, m, overlap_gather)
         comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
         grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds)
         exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))
         totals.append(np.broadcast_to(comm.total_s, (hi - lo,)))
     return np.concatenate(exposed), np.concatenate(totals)
+
+
+class _RunPrices(Mapping[str, Number]):
+    """One run's prices, each gathered for its rows when its ZeRO stage reads it."""
+
+    def __init__(self, rows: Callable[[str, int, int], Number], lo: int, hi: int) -> None:
+        self._rows, self._lo, self._hi = rows, lo, hi
+
+    def __getitem__(self, name: str) -> Number:
+        return self._rows(name, self._lo, self._hi)
+
+    def __iter__(self) -> Iterator[str]:
+        raise NotImplementedError  # read by name only
+
+    def __len__(self) -> int:
+        raise NotImplementedError

@@ -24,13 +24,15 @@ from __future__ import annotations
 
 import dataclasses
 import operator
+from dataclasses import dataclass
 from functools import reduce
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
+from shardwise.engines import distinct
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
     StageCost,
@@ -59,7 +61,7 @@ from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_flops import flops_per_step, masked_attention_flops_per_step
-from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
+from shardwise.engines.training_memory import MemoryTerms, memory_breakdown, memory_terms, model_state_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
@@ -193,16 +195,8 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     layout = _layout_key(scn)
     lay = _LAYOUTS.get_or_compute(layout, lambda: _layout_terms_of(scn))
     p, v, m = lay.p, lay.v, as_float(plan.num_micro_batches)
-    first, middle, last, extra = lay.first, lay.middle, lay.last, lay.extra
-    c_first, c_mid, c_last, p2p, overlap, mb_over = (
-        lay.c_first,
-        lay.c_mid,
-        lay.c_last,
-        lay.p2p,
-        lay.overlap,
-        lay.mb_over,
-    )
-    params, expert_params, trained, optimizer_s = lay.params, lay.expert_params, lay.trained, lay.optimizer_s
+    first, middle, last = lay.first, lay.middle, lay.last
+    c_first, c_mid, c_last, optimizer_s = lay.c_first, lay.c_mid, lay.c_last, lay.optimizer_s
     local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
@@ -214,13 +208,23 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         dp_s, dp_hidden = lay.dp
     else:
         dp_s, dp_hidden = data_parallel_exposed_s(
-            scn, lay.fabric, lay.place, trained, (first, middle, last), m, v, expert_params, params, lay.prices
+            scn,
+            lay.fabric,
+            lay.place,
+            lay.trained,
+            (first, middle, last),
+            m,
+            v,
+            lay.expert_params,
+            lay.params,
+            lay.prices,
         )
     step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
 
     def diagnostics() -> dict[str, Any]:
         """Where the time goes, the FLOPs and the hidden communication: computed when first read
         (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
+        extra, p2p, overlap, mb_over = lay.extra, lay.p2p, lay.overlap, lay.mb_over
         c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
         slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
         exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s), p2p)
@@ -256,8 +260,13 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 
-class _Layout(NamedTuple):
-    """What `estimate_each_training_step` computes without reading the global batch."""
+@dataclass(frozen=True)
+class _Layout:
+    """What `estimate_each_training_step` computes without reading the global batch. Over many
+    plans priced per group (`engines.distinct.evaluate_grouped`), each field is gathered back
+    when first read: the step never reads the diagnostics' fields, nor the memory's unless asked."""
+
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True  # (no properties: fields gathered when read)
 
     fabric: Fabric
     place: dict[str, Number]
@@ -411,6 +420,15 @@ def _layout_terms(scn: Scenario) -> _Layout:
     )
 
 
+def _memory_terms(scn: Scenario) -> MemoryTerms:
+    """`memory_terms` of a dense model's step (its stages' parameters found again: the same
+    functions of the same fields as the layout terms')."""
+    model, plan = scn.model, scn.plan
+    split = scn.split
+    params, expert_params = _stage_params(model, plan, split)
+    return memory_terms(context_parallel(scn), params, expert_params, _trainable(model, plan, split, params))
+
+
 # One configuration's memory breakdown, kept per layout and micro-batches in flight on each stage
 # (the only way it reads the number of micro-batches; a mixture of experts' layout key holds
 # the batch): plans of a layout whose in-flight counts saturate (1F1B with m >= p) share it.
@@ -422,9 +440,13 @@ def _memory(scn: Scenario, local: Scenario, lay: _Layout, m: Number, layout: tup
     layout (`layout`: its `_layout_key`) and in-flight counts."""
     plan, split = scn.plan, lay.split
 
-    def compute() -> MemoryBreakdown:
-        return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained)
+    def compute(terms: MemoryTerms | None = None) -> MemoryBreakdown:
+        return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained, terms)
 
+    batch = plan.global_batch
+    if distinct.GROUPING and type(batch) is np.ndarray and batch.size > 1 and not scn.model.is_moe:
+        # many plans: what the micro-batches in flight do not change priced once per layout
+        return compute(evaluate_grouped(_memory_terms, scn, LAYOUT_IGNORES))
     if not memo.ENABLED or not one_value(m):  # memos off, or many configurations: nothing kept
         return compute()
     p = as_float(plan.pp)

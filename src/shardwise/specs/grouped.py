@@ -117,7 +117,7 @@ def _groups(arrays: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray] |
     if rows.size > MAX_DISTINCT_SHARE * n:
         return None
     if len(_GROUPS) >= _GROUPS_KEPT:
-        del _GROUPS[next(iter(_GROUPS))]
+        _GROUPS.pop(next(iter(_GROUPS), None), None)  # the oldest (a thread may have dropped it)
 
     def forget(_: object) -> None:  # an array freed: its groups go with it
         _GROUPS.pop(ident, None)
