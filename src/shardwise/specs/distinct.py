@@ -138,7 +138,10 @@ class _Codes:
             # micro-batch: no pass to shift them), else by value - low
             base = 0 if 0 <= low <= SMALL_OFFSET else low
             span = high - base + 1
-            if span <= TABLE_KEYS_PER_CONFIGURATION * n:
+            if high - low <= 1:  # one or two values, both present (a flag, cp or vpp of 1 or 2): no table
+                self.values = np.arange(low, high + 1).astype(array.dtype)
+                self._codes = flat - low if low else flat
+            elif span <= TABLE_KEYS_PER_CONFIGURATION * n:
                 index = flat - base if base else flat
                 seen = np.zeros(span, dtype=bool)
                 seen[index] = True
@@ -200,8 +203,10 @@ def group_rows(key: np.ndarray, size: int) -> tuple[np.ndarray, np.ndarray]:
         starts = np.empty(n, dtype=bool)  # where a new key begins in key order
         starts[0] = True
         np.not_equal(ordered[1:], ordered[:-1], out=starts[1:])
+        group = np.cumsum(starts)
+        group -= 1
         inverse = np.empty(n, dtype=np.int64)
-        inverse[order] = np.cumsum(starts) - 1
+        inverse[order] = group
         return order[starts], inverse
     seen = np.zeros(size, dtype=bool)
     seen[key] = True
