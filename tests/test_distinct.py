@@ -14,7 +14,7 @@ from shardwise import presets
 from shardwise.engines import distinct
 from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_each_training_step, estimate_training_step
-from shardwise.specs import Plan, Scenario
+from shardwise.specs import Plan, Scenario, memo
 
 
 def same(a: object, b: object, path: str = "") -> None:
@@ -234,3 +234,57 @@ def test_grouped_collective_prices_follow_every_field_they_read():
     with pytest.MonkeyPatch.context() as mp:
         reference = _each_without_grouping(scn, mp)
     same(estimate_each_training_step(scn), reference)
+
+
+def _wide_plans(seed: int, n: int) -> Scenario:
+    """Random plans whose distinct configurations are many (more than MIN_CONFIGURATIONS), as
+    benchmarks/bench_bulk.py's wide draw: every ZeRO stage, schedule, SP, cp and overlap."""
+    rng = np.random.default_rng(seed)
+    tp, pp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4, 8], n)
+    cp = np.where(tp * pp < 64, rng.choice([1, 2], n), 1)
+    dp = 64 // (tp * pp * cp)
+    mb = rng.choice([1, 2, 4], n)
+    schedule = np.where(pp < 2, 1, rng.choice([0, 1, 2, 3], n))
+    batches = rng.integers(1, 3, n)
+    batches = np.where(schedule == 2, pp * np.maximum(batches // pp, 1), batches)
+    plan = Plan(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb, global_batch=dp * mb * batches,
+                recompute=rng.integers(0, 3, n), zero_stage=rng.integers(0, 4, n), schedule=schedule,
+                vpp=np.where(schedule == 2, 2, 1), sequence_parallel=rng.random(n) < 0.5,
+                overlap_grad_reduce=rng.random(n) < 0.5)  # fmt: skip
+    return Scenario(presets.model("gpt-96l-4096h"), presets.system("dgx-a100", nodes=8), plan)
+
+
+def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_configurations():
+    """Over a distinct plan of many configurations, the kept parts of the model priced once per
+    distinct combination of their array arguments (`specs.grouped`), the data-parallel exposure
+    priced run by run of one ZeRO stage (`engines.dp_comm.exposed_by_runs`), and the layout terms
+    and the memory's terms priced once per group of plans that differ only in the batch give
+    every number of pricing each configuration with all of them turned off."""
+    from shardwise.engines import data_parallel, dp_comm
+    from shardwise.specs import grouped
+
+    scn = _wide_plans(11, 60000)
+    found = scn.__dict__.get("_distinct")
+    assert found is not None and found.count > distinct.MIN_CONFIGURATIONS
+    runs = data_parallel.zero_stage_runs(found.spec.plan.zero_stage)
+    assert runs is not None and sorted(k for k, _, _ in runs) == [0, 1, 2, 3]  # the rows come by ZeRO stage
+    calls = []
+    original = grouped._groups
+
+    def spy(arrays, n):
+        out = original(arrays, n)
+        calls.append(out is not None)
+        return out
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grouped, "_groups", spy)
+        fast = estimate_training_step(scn)
+        _ = (fast.memory.total_bytes, fast.breakdown.total_s)  # computed on first read, here
+    assert any(calls)  # some parts were priced per group
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(grouped, "GROUPED_CALLS", False)
+        mp.setattr(dp_comm, "MOST_RUNS", 0)
+        mp.setattr(distinct, "GROUPING", False)  # the layout terms and the memory's too
+        memo.clear_all()
+        each = estimate_training_step(Scenario(scn.model, scn.cluster, scn.plan))
+        same(fast, each)

@@ -330,6 +330,35 @@ def test_the_collective_prices_read_only_the_fields_they_are_kept_and_grouped_un
     assert read and read <= COLLECTIVE_READS, sorted(read - COLLECTIVE_READS)
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_layout_terms_read_no_batch_they_are_kept_without(case):
+    """A configuration's layout terms (`training._layout_terms`: all but the pipeline's makespan,
+    the data-parallel exposure of ZeRO-2/3 and the memory) are kept under every plan field but the
+    global batch: a dense model's read neither it nor the micro-batches it sets (a mixture of
+    experts' key holds the batch); the memory reads them only through the in-flight counts it is
+    kept under (`training._memory`)."""
+    from shardwise.engines import distinct
+    from shardwise.engines.training import _layout_terms
+    from shardwise.engines.training_memory import memory_breakdown
+
+    scn, plans = draw(case, 2)
+    plan = Plan(**plans[0])  # type: ignore[arg-type]
+    one = Scenario(scn.model, scn.cluster, plan)
+    reads = _Reads(plan)
+    object.__setattr__(one, "plan", reads)
+    one.__dict__.pop("split", None)
+    with memo.disabled(), pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distinct, "GROUPING", False)
+        lay = _layout_terms(one)
+        assert reads.names
+        if not scn.model.is_moe:
+            assert not reads.names & {"global_batch", "num_micro_batches"}
+        # the memory, kept per layout and micro-batches in flight, reads the batch through those alone
+        reads.names.clear()
+        memory_breakdown(one, lay.params, 3.0, lay.split, lay.expert_params, lay.moe_split, lay.trained)
+        assert reads.names and not reads.names & {"global_batch", "num_micro_batches"}
+
+
 def test_plain_rule_check_agrees_with_the_full_one():
     """`specs.plan._plain_rules_hold` (one plan of plain ints) passes exactly the plans the full
     check passes, over a grid with broken batches, stage counts and interleaving."""

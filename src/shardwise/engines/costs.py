@@ -6,7 +6,7 @@ communication (forward and backward), with the TP communication hidden behind co
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -84,6 +84,9 @@ class StageCost:
     """Seconds per micro-batch on one stage: compute and exposed TP communication, forward and
     backward, the TP communication hidden behind compute (reported, not added), and the
     expert-parallel all-to-alls of mixture-of-experts layers."""
+
+    # every property is a function of the same element's fields (`engines.distinct._lazy`)
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True
 
     compute_forward_s: Number
     compute_backward_s: Number

@@ -6,13 +6,11 @@ word embeddings add the first and last stages' all-reduce of their copy's gradie
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
 
-import numpy as np
-
-from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
+from shardwise.arrays import as_array, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import StageCost
-from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS
+from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.topology import ranks_per_node
@@ -26,110 +24,6 @@ from shardwise.specs.memo import kept
 # the first bucket's parameter all-gather is needed before the first layer can run.
 DP_BUCKET_PARAMS = 40e6
 DP_BUCKET_PARAMS_PER_RANK = 1e6
-
-
-@dataclass(frozen=True)
-class DpComm:
-    """One stage's data-parallel communication per step (seconds) and what it may hide behind.
-
-    `grad_s`: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO >= 1; ZeRO-2/3 one per
-    micro-batch), `grad_window_s` the backward compute it overlaps when bucketed, `grad_bucket_s`
-    the last bucket's share (never hidden); `gather_s`: the parameter all-gather (ZeRO-1/2 after
-    the optimizer; ZeRO-3 before every forward and backward), `gather_window_s` what it may hide
-    behind (ZeRO-1/2 with overlap_param_gather: the next step's first forward; ZeRO-3: all
-    compute), `gather_bucket_s` the first bucket's share (needed at once).
-    """
-
-    grad_s: Number
-    grad_window_s: Number
-    grad_bucket_s: Number
-    gather_s: Number
-    gather_window_s: Number
-    gather_bucket_s: Number
-    shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
-    # ZeRO-0/1: one reduction (and gather) per step, per model chunk (see `exposed_s`)
-    per_chunk: Number = False
-    # the share of the GPU's SMs NCCL's kernels hold while a hidden collective runs: the compute
-    # beside it slows by that share of the collective's time (`tp_overlap.overlapped_exposed_s`)
-    contention: Number = 0.0
-
-    @property
-    def total_s(self) -> Number:
-        return self.grad_s + self.gather_s
-
-    def plus(self, other: DpComm) -> DpComm:
-        """Two groups' communication over the same windows, one after the other (the dense
-        parameters' and the routed experts'): their times and unhideable buckets add."""
-        return DpComm(
-            self.grad_s + other.grad_s,
-            self.grad_window_s,
-            self.grad_bucket_s + other.grad_bucket_s,
-            self.gather_s + other.gather_s,
-            self.gather_window_s,
-            self.gather_bucket_s + other.gather_bucket_s,
-            self.shared_window,
-            self.per_chunk,
-            self.contention,
-        )
-
-    def exposed_s(
-        self, overlap_grad: Number, drain_s: Number = 0.0, chunks: Number = 1, rounds: Number = 1
-    ) -> tuple[Number, Number]:
-        """(exposed gradient part, exposed gather part): each is what its window does not
-        cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
-        hide behind the backward passes the gathers also use; both share the compute, so what
-        exceeds it (or the unhideable buckets) is exposed. A scalar ZeRO stage or overlap flag
-        prices only its own branch (the same numbers as selecting among all of them).
-
-        The interleaved schedule (`chunks` = v model chunks per GPU, `rounds` = p micro-batches
-        per chunk in the last round of backward passes): Megatron-Core reduces each chunk's
-        gradients as soon as that chunk's last backward pass ends (one DDP wrapper, one set of
-        buckets per chunk; megatron/core/pipeline_parallel/schedules.py enables each chunk's
-        grad sync before its last backward), and the last round runs chunk v-1's p backward
-        passes first, chunk 0's last. So chunk v-1's reduction has (v-1) p chunk-backward
-        passes to hide behind, and only chunk 0's -- 1/v of the bytes -- is left with one
-        chunk-backward (and the drain); the parameter all-gather mirrors it over the first
-        round of forward passes. With v = 1 both reduce to the single window."""
-        overlap = as_bool(overlap_grad)
-        z3 = as_bool(self.shared_window)
-        if one_value(z3) and bool(z3):
-            return self._shared_s(overlap, drain_s), 0.0
-        grad, gather = self._grad_s(overlap, drain_s, chunks, rounds), self._gather_s(chunks, rounds)
-        if one_value(z3):
-            return grad, gather
-        return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
-
-    def _hidden_beside(
-        self, total_s: Number, window_s: Number, bucket_s: Number, drain_s: Number, chunks: Number, rounds: Number
-    ) -> Number:
-        """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
-        drain): per chunk where it is (see `exposed_s`), at least its unhideable bucket and the
-        compute NCCL's SMs take while the rest hides; with no window, all of it."""
-        v = ifelse(as_bool(self.per_chunk), as_float(chunks), 1.0)
-        one = window_s / v  # one chunk's pass of the micro-batch
-        first = one + drain_s
-        whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
-        floor = ifelse(whole > 0, maximum(bucket_s, total_s * self.contention), total_s)
-        return minimum(maximum(maximum(total_s - whole, total_s / v - first), floor), total_s)
-
-    def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
-        if one_value(overlap) and not bool(overlap):  # no window: the whole reduction
-            return self.grad_s
-        window = ifelse(overlap, self.grad_window_s, 0.0)
-        drain = ifelse(overlap, drain_s, 0.0)
-        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds)
-
-    def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
-        window = self.gather_window_s
-        if one_value(window) and not window:  # no window: the whole gather
-            return self.gather_s
-        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
-
-    def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
-        both = self.grad_s + self.gather_s
-        shared_window = self.gather_window_s + ifelse(overlap, drain_s, 0.0)
-        buckets = ifelse(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
-        return minimum(both, maximum(both - shared_window, maximum(buckets, both * self.contention)))
 
 
 # The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`.
@@ -257,46 +151,25 @@ def dp_comm(
     z = as_array(plan.zero_stage)
     if prices is None:
         prices = collective_prices(scn, fabric, place, n_params, zero_collectives(z), experts, n_weights)
-    price = prices.__getitem__
-    backward = cost.compute_backward_s + cost.tp_backward_s
-    forward = cost.compute_forward_s + cost.tp_forward_s
-    overlap_gather = as_bool(plan.overlap_param_gather)
-
-    def stage(k: int) -> tuple[Number, ...]:
-        """DpComm's fields for ZeRO stage k."""
-        after_optimizer = ifelse(overlap_gather, forward, 0.0)  # ZeRO-1/2's gather behind the next forward
-        if k == 0:
-            return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
-        per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
-        grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
-        window = backward if per_step else m * backward
-        if k < 3:
-            return (
-                grad,
-                window,
-                price("bucket_reduce_scatter"),
-                price("all_gather"),
-                after_optimizer,
-                price("bucket_all_gather"),
-            )
-        # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
-        # each forward and backward pass
-        gathers = 2 * m * price("weights_all_gather"), m * cost.total_s, 2 * m * price("bucket_weights_all_gather")
-        return grad, window, price("bucket_reduce_scatter"), *gathers
-
-    contention = _contention(scn.cluster.gpu.sm_count)
+    contention = contention_share(scn.cluster.gpu.sm_count)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
-        return DpComm(*stage(int(z)), shared_window=int(z) == 3, per_chunk=int(z) <= 1, contention=contention)
-    fields = zip(*(stage(k) for k in range(4)), strict=True)
-    chosen = [np.select([z == 0, z == 1, z == 2], list(v[:3]), v[3]) for v in fields]
+        k = int(z)
+        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather)
+        return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
+    every = zip(*(_zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather) for k in range(4)), strict=True)
+    chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
     return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention)
 
 
-@kept
-def _contention(sm_count: Number) -> Number:
-    """The share of the GPU's SMs NCCL's kernels hold while a hidden collective runs."""
-    sms = as_float(sm_count)
-    return ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
+def _zero_stage_fields(
+    k: int, prices: Mapping[str, Number], cost: StageCost, m: Number, overlap_param_gather: Number
+) -> tuple[Number, ...]:
+    """DpComm's fields for ZeRO stage k (see `dp_comm`)."""
+    backward = cost.compute_backward_s + cost.tp_backward_s
+    if k == 0:
+        return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
+    forward = cost.compute_forward_s + cost.tp_forward_s
+    return zero_stage_fields(k, prices, backward, forward, cost.total_s if k == 3 else 0.0, m, overlap_param_gather)
 
 
 def data_parallel_exposed_s(
@@ -326,17 +199,40 @@ def data_parallel_exposed_s(
     exposed, totals = [], []
     if prices is None:
         prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
+    runs = zero_stage_runs(plan.zero_stage) if not scn.model.is_moe else None
     per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, strict=True)
     for index, n_params, n_expert, cost, (dense, routed) in per_stage:
-        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
-        if routed is not None:
-            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
         # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
         # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
         # "launch asynchronous communication at the same time across the pipeline-parallel
         # group"), which spends that drain
-        drain = ifelse(v > 1, 0.0, index * (cost.compute_backward_s + cost.tp_backward_s) / v)
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, ifelse(v > 1, p, 1.0))
+        backward = cost.compute_backward_s + cost.tp_backward_s
+        drain = ifelse(v > 1, 0.0, index * backward / v)
+        rounds = ifelse(v > 1, p, 1.0)
+        if runs is not None:
+            forward = cost.compute_forward_s + cost.tp_forward_s
+            total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
+            values = (
+                backward,
+                forward,
+                total,
+                m,
+                plan.overlap_param_gather,
+                plan.overlap_grad_reduce,
+                drain,
+                v,
+                rounds,
+            )
+            contention = contention_share(scn.cluster.gpu.sm_count)
+            joined = exposed_by_runs(runs, dense, values, contention)
+            if joined is not None:
+                exposed.append(joined[0])
+                totals.append(joined[1])
+                continue
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
+        if routed is not None:
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds)
         exposed.append(grad + gather)
         totals.append(comm.total_s)
     mid = ifelse(p > 2, exposed[1], 0.0)

@@ -20,7 +20,8 @@ every other field and gathered back (`GROUPING` False turns it off, for the test
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, TypeVar
 
 import numpy as np
@@ -34,6 +35,7 @@ from shardwise.specs.distinct import (  # the coding: specs.distinct (a Scenario
     _rebuild,
     find_distinct,
     group_rows,
+    known_codes,
 )
 
 T = TypeVar("T")
@@ -62,11 +64,45 @@ def _expand(value: Any, inverse: np.ndarray, shape: tuple[int, ...], u: int, scn
         return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _lazy(value, (inverse, shape, u, scn))
+    if isinstance(value, MappingProxyType):  # a kept answer's read-only view (collective prices)
+        return Gathered(value, inverse, shape, u)
     if isinstance(value, dict):
         return {k: _expand(v, inverse, shape, u, scn) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(_expand(v, inverse, shape, u, scn) for v in value)
+        items = [_expand(v, inverse, shape, u, scn) for v in value]
+        return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
     return value
+
+
+class Gathered(Mapping[str, Any]):
+    """A read-only mapping over the distinct configurations (or groups) whose values are gathered
+    back when first read; `rows(key, lo, hi)` gathers one slice of rows alone (the data-parallel
+    exposure's runs of one ZeRO stage read only their stage's collectives)."""
+
+    def __init__(self, source: Mapping[str, Any], inverse: np.ndarray, shape: tuple[int, ...], u: int) -> None:
+        self._source, self._inverse, self._shape, self._u = source, inverse, shape, u
+        self._done: dict[str, Any] = {}
+
+    def __getitem__(self, key: str) -> Any:
+        if key not in self._done:
+            self._done[key] = _expand(self._source[key], self._inverse, self._shape, self._u, None)
+        return self._done[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def rows(self, key: str, lo: int, hi: int) -> Any:
+        """`self[key][lo:hi]` of a flat result (a single number as it is)."""
+        value = self._source[key]
+        if key in self._done or not isinstance(value, np.ndarray) or len(self._shape) != 1:
+            whole = self[key]
+            return whole[lo:hi] if isinstance(whole, np.ndarray) and whole.ndim > 0 else whole
+        if value.ndim == 1 and value.shape[0] == self._u:
+            return value.take(self._inverse[lo:hi])
+        return value
 
 
 _LAZY: dict[type, type] = {}
@@ -126,8 +162,10 @@ def evaluate_grouped(fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[
     for path, a in leaves:
         if path in exclude:
             continue
-        c = _Codes(a, a.shape, n)
-        if c.size == 0:  # continuous values: code them by sorting
+        known = known_codes(a)  # a distinct plan's field: coded already
+        if known is not None:
+            codes, size = known
+        elif (c := _Codes(a, a.shape, n)).size == 0:  # continuous values: code them by sorting
             values, codes = np.unique(a, return_inverse=True)
             size = len(values)
         else:
@@ -148,11 +186,17 @@ def _gather(value: Any, inverse: np.ndarray, u: int) -> Any:
     if isinstance(value, np.ndarray):
         return value[inverse] if value.ndim == 1 and value.shape[0] == u else value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if getattr(type(value), "ELEMENTWISE_PROPERTIES", False):
+            # each field gathered when first read, a property (a stage's total seconds) computed
+            # over the groups and gathered once (`_lazy`): one gather instead of six and five sums
+            return _lazy(value, (inverse, (inverse.size,), u, None))
         fields = {f.name: _gather(getattr(value, f.name), inverse, u) for f in dataclasses.fields(value)}
         return dataclasses.replace(value, **fields)
     if isinstance(value, tuple):
         items = [_gather(v, inverse, u) for v in value]
         return type(value)(*items) if hasattr(value, "_fields") else tuple(items)
+    if isinstance(value, MappingProxyType):  # a kept answer's read-only view: gathered when read
+        return Gathered(value, inverse, (inverse.size,), u)
     if isinstance(value, dict):
         return {k: _gather(v, inverse, u) for k, v in value.items()}
     return value

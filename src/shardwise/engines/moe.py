@@ -31,7 +31,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.costs import StageCost, layer_cost
+from shardwise.engines.costs import FIELDS, StageCost, layer_cost
 from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
@@ -174,7 +174,7 @@ def moe_layer_cost(
     shared = model.shared_experts * model.expert_ffn_hidden
     dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared, moe_layer=True)
     routed = experts_cost(scn, fabric, place, q_len, weight_bytes, training)
-    cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in dense.__dataclass_fields__))
+    cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in FIELDS))
     return combined_1f1b(cost, scn) if training else cost
 
 

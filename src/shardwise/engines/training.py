@@ -23,15 +23,19 @@ first forward pass).
 from __future__ import annotations
 
 import dataclasses
+import operator
+from dataclasses import dataclass
 from functools import reduce
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, plus, where
+from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
+from shardwise.engines import distinct
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
+    StageCost,
     Stages,
     add_costs,
     embedding_cost,
@@ -58,16 +62,16 @@ from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_flops import flops_per_step, masked_attention_flops_per_step
-from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
+from shardwise.engines.training_memory import MemoryTerms, memory_breakdown, memory_terms, model_state_floor_bytes
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.lora import trainable_params
-from shardwise.physics.memory import MemoryBreakdown
+from shardwise.physics.memory import MemoryBreakdown, layers_in_flight
 from shardwise.physics.microbatch import handshake_shares, pipeline_transfers
 from shardwise.physics.topology import placement
 from shardwise.precisions import FP4_PRECISIONS
-from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
+from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule, memo
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
@@ -189,12 +193,155 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
     key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.num_micro_batches, plan.pipeline_flushes)
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
+    # what does not read the batch, kept per layout (`_layout_terms`): a plan asked for at another
+    # global batch prices only the pipeline's makespan, the data-parallel exposure and the memory
+    layout = _layout_key(scn)
+    lay = _LAYOUTS.get_or_compute(layout, lambda: _layout_terms_of(scn))
+    p, v, m = lay.p, lay.v, as_float(plan.num_micro_batches)
+    first, middle, last = lay.first, lay.middle, lay.last
+    c_first, c_mid, c_last, optimizer_s = lay.c_first, lay.c_mid, lay.c_last, lay.optimizer_s
+    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
+    flushes = as_float(plan.pipeline_flushes)
+    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum, flushes)
+    # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
+    # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
+    if lay.w_stage is not None:
+        fill = maximum(pipe_s - flushes * (p - 1) * 2 * lay.w_stage, m * maximum(maximum(c_first, c_mid), c_last))
+        pipe_s = where(lay.zb, fill, pipe_s)
+    if lay.dp is not None:
+        dp_s, dp_hidden = lay.dp
+    else:
+        dp_s, dp_hidden = data_parallel_exposed_s(
+            scn,
+            lay.fabric,
+            lay.place,
+            lay.trained,
+            (first, middle, last),
+            m,
+            v,
+            lay.expert_params,
+            lay.params,
+            lay.prices,
+        )
+    step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
+
+    def diagnostics() -> dict[str, Any]:
+        """Where the time goes, the FLOPs and the hidden communication: computed when first read
+        (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
+        extra, p2p, overlap, mb_over = lay.extra, lay.p2p, lay.overlap, lay.mb_over
+        c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
+        slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
+        hand_end, hand_mid = lay.hand_end, lay.hand_mid
+        hand_s = where(c_first >= maximum(c_mid, c_last), hand_end, where(c_last >= c_mid, hand_end, hand_mid))
+        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s - hand_s), p2p) + hand_s
+        breakdown = StepBreakdown(
+            compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
+            tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
+            ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
+            pp_p2p_s=m * exposed_p2p,
+            pp_bubble_s=maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
+            dp_comm_s=dp_s,
+            optimizer_s=optimizer_s,
+            overhead_s=m * mb_over + cluster.step_overhead_s,
+        )
+        model_flops, hw_flops = flops_per_step(scn)
+        parts = {}
+        if extra is not None:  # the slowest stage's share of its compute that is FSDP2's copies
+            c_copy = select(
+                c_first >= np.maximum(c_mid, c_last), extra.first, select(c_last >= c_mid, extra.last, extra.middle)
+            )
+            parts["fsdp2_copies"] = m * (c_copy.compute_forward_s + c_copy.compute_backward_s)
+        return {
+            "breakdown": breakdown,
+            "model_flops_per_step": model_flops,
+            "hardware_flops_per_step": hw_flops,
+            "bubble_fraction": breakdown.pp_bubble_s / step,
+            "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
+            "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
+            "compute_parts_s": parts,
+        }
+
+    # the memory reads no time: computed on its first read (a calibration's fit never reads it)
+    memory = Later(lambda: _memory(scn, local, lay, m, layout))
+    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What `estimate_each_training_step` computes without reading the global batch. Over many
+    plans priced per group (`engines.distinct.evaluate_grouped`), each field is gathered back
+    when first read: the step never reads the diagnostics' fields, nor the memory's unless asked."""
+
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True  # (no properties: fields gathered when read)
+
+    fabric: Fabric
+    place: dict[str, Number]
+    p: Number
+    v: Number
+    split: StageSplit
+    moe_split: StageSplit | None
+    first: StageCost
+    middle: StageCost
+    last: StageCost
+    extra: Stages | None
+    c_first: Number
+    c_mid: Number
+    c_last: Number
+    c_mid_sum: Number
+    v_whole: Number
+    zb: Number
+    w_stage: Number | None
+    p2p: Number
+    overlap: Number
+    mb_over: Number
+    hand_end: Number  # the stack's host work around a first or last stage's sends (nanotron's handshakes)
+    hand_mid: Number  # ... and a middle stage's
+    params: Triple
+    expert_params: Triple
+    trained: Triple
+    prices: StagePrices
+    optimizer_s: Number
+    dp: tuple[Number, Number] | None  # the data-parallel exposure where it reads no batch (ZeRO-0/1)
+
+
+# Every plan field but the global batch (the only one that sets the number of micro-batches).
+_LAYOUT_FIELDS = operator.attrgetter(*(f.name for f in dataclasses.fields(Plan) if f.name != "global_batch"))
+_LAYOUTS = Memo("training layouts")
+
+
+def _layout_key(scn: Scenario) -> tuple[object, ...]:
+    """What `_layout_terms` reads: the model, the cluster and every plan field but the global
+    batch, which a mixture of experts' stage costs read too (Megatron-Core's combined 1F1B pairs
+    micro-batches: `engines.moe.combined_1f1b`). Unhashable for an array-valued plan."""
+    plan = scn.plan
+    return (scn.model, scn.cluster, _LAYOUT_FIELDS(plan), plan.global_batch if scn.model.is_moe else None)
+
+
+# The plan field `_layout_terms` does not read (a dense model's): many plans that differ only in it
+# (a random draw of batches) have their layout terms priced once per group (`evaluate_grouped`).
+LAYOUT_IGNORES = frozenset({("plan", "global_batch")})
+
+
+def _layout_terms_of(scn: Scenario) -> _Layout:
+    """`_layout_terms`, over many plans priced once per group of those that differ only in the
+    global batch (a dense model's; a mixture of experts' read it)."""
+    batch = scn.plan.global_batch
+    if scn.model.is_moe or type(batch) is not np.ndarray or batch.size < 2:  # nothing the groups would share
+        return _layout_terms(scn)
+    return evaluate_grouped(_layout_terms, scn, LAYOUT_IGNORES)
+
+
+def _layout_terms(scn: Scenario) -> _Layout:
+    """The part of the step that does not read the global batch (nor the number of
+    micro-batches it sets): the groups' placement, the stage costs per micro-batch with their
+    sends, the pipeline's per-stage times, the parameters, the collectives' prices and the
+    optimizer step."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
     fabric = Fabric.of(cluster)
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
-    p, v, m = (as_float(x) for x in (plan.pp, plan.vpp, plan.num_micro_batches))
+    p, v = as_float(plan.pp), as_float(plan.vpp)
     split = scn.split
 
-    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     moe_split = model_moe_split(model, split) if model.is_moe else None
     if model.is_moe:  # an MoE layer's expert groups depend on dp: priced for every plan
         (first, middle, last, middle_sum), sends = micro_batch_stages(scn, fabric, place, split)
@@ -245,65 +392,89 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     # largest, so the bubble divides by L / ceil(L / v) (4 there), not by v.
     fullest = maximum(maximum(split.first, where(p > 2, split.middle_max, 0.0)), where(p > 1, split.last, 0.0))
     v_whole = where(v > 1, fullest / np.ceil(fullest / v), v)
-    flushes = as_float(plan.pipeline_flushes)
-    pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, v_whole, c_mid_sum, flushes)
-    # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
-    # is (p - 1)(c - 2 T_W) instead of (p - 1) c per micro-batch time c.
     zb = as_array(plan.schedule) == Schedule.ZB_H1
-    if any_true(zb):
-        w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s)
-        fill = maximum(pipe_s - flushes * (p - 1) * 2 * w_stage, m * maximum(maximum(c_first, c_mid), c_last))
-        pipe_s = where(zb, fill, pipe_s)
+    w_stage = where(p > 2, middle.weight_grad_s, first.weight_grad_s) if any_true(zb) else None
     params, expert_params = _stage_params(model, plan, split)
     trained = _trainable(model, plan, split, params)
-    stage_costs = (first, middle, last)
     prices = _collective_prices(scn, fabric, place, params, expert_params, trained)
-    dp_s, dp_hidden = data_parallel_exposed_s(
-        scn, fabric, place, trained, stage_costs, m, v, expert_params, params, prices
-    )
     optimizer_s = reduce(
         maximum,
         (optimizer_time_s(scn, n, x, w) for n, x, w in zip(trained, expert_params, params, strict=True)),
     )
-    step = plus(pipe_s + dp_s + optimizer_s, cluster.step_overhead_s)
+    dp = None
+    z = plan.zero_stage
+    if one_value(z) and int(z) < 2:
+        # ZeRO-0/1 reduce (and gather) once per step: their exposure reads no number of
+        # micro-batches (NaN would show in every number it gave)
+        stage_costs = (first, middle, last)
+        dp = data_parallel_exposed_s(scn, fabric, place, trained, stage_costs, np.nan, v, expert_params, params, prices)
+    return _Layout(
+        fabric,
+        place,
+        p,
+        v,
+        split,
+        moe_split,
+        first,
+        middle,
+        last,
+        extra,
+        c_first,
+        c_mid,
+        c_last,
+        c_mid_sum,
+        v_whole,
+        zb,
+        w_stage,
+        p2p,
+        overlap,
+        mb_over,
+        hand_end,
+        hand_mid,
+        params,
+        expert_params,
+        trained,
+        prices,
+        optimizer_s,
+        dp,
+    )
 
-    def diagnostics() -> dict[str, Any]:
-        """Where the time goes, the FLOPs and the hidden communication: computed when first read
-        (`engines.deferred`), so a sweep that reads the step time and the memory skips them."""
-        c_max = maximum(maximum(c_first, where(p > 2, c_mid, 0.0)), c_last)
-        slowest = select(c_first >= maximum(c_mid, c_last), first, select(c_last >= c_mid, last, middle))
-        hand_s = where(c_first >= maximum(c_mid, c_last), hand_end, where(c_last >= c_mid, hand_end, hand_mid))
-        exposed_p2p = where(overlap, maximum(0.0, c_max - mb_over - slowest.total_s - hand_s), p2p) + hand_s
-        breakdown = StepBreakdown(
-            compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
-            tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
-            ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
-            pp_p2p_s=m * exposed_p2p,
-            pp_bubble_s=maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
-            dp_comm_s=dp_s,
-            optimizer_s=optimizer_s,
-            overhead_s=m * mb_over + cluster.step_overhead_s,
-        )
-        model_flops, hw_flops = flops_per_step(scn)
-        parts = {}
-        if extra is not None:  # the slowest stage's share of its compute that is FSDP2's copies
-            c_copy = select(
-                c_first >= np.maximum(c_mid, c_last), extra.first, select(c_last >= c_mid, extra.last, extra.middle)
-            )
-            parts["fsdp2_copies"] = m * (c_copy.compute_forward_s + c_copy.compute_backward_s)
-        return {
-            "breakdown": breakdown,
-            "model_flops_per_step": model_flops,
-            "hardware_flops_per_step": hw_flops,
-            "bubble_fraction": breakdown.pp_bubble_s / step,
-            "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
-            "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
-            "compute_parts_s": parts,
-        }
 
-    # the memory reads no time: computed on its first read (a calibration's fit never reads it)
-    memory = Later(lambda: memory_breakdown(local, params, m, split, expert_params, moe_split, trained))
-    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+def _memory_terms(scn: Scenario) -> MemoryTerms:
+    """`memory_terms` of a dense model's step (its stages' parameters found again: the same
+    functions of the same fields as the layout terms')."""
+    model, plan = scn.model, scn.plan
+    split = scn.split
+    params, expert_params = _stage_params(model, plan, split)
+    return memory_terms(context_parallel(scn), params, expert_params, _trainable(model, plan, split, params))
+
+
+# One configuration's memory breakdown, kept per layout and micro-batches in flight on each stage
+# (the only way it reads the number of micro-batches; a mixture of experts' layout key holds
+# the batch): plans of a layout whose in-flight counts saturate (1F1B with m >= p) share it.
+_MEMORY = Memo("training memory")
+
+
+def _memory(scn: Scenario, local: Scenario, lay: _Layout, m: Number, layout: tuple[object, ...]) -> MemoryBreakdown:
+    """`memory_breakdown` of the step (`local`: one CP rank's scenario), kept per configuration's
+    layout (`layout`: its `_layout_key`) and in-flight counts."""
+    plan, split = scn.plan, lay.split
+
+    def compute(terms: MemoryTerms | None = None) -> MemoryBreakdown:
+        return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained, terms)
+
+    batch = plan.global_batch
+    if distinct.GROUPING and type(batch) is np.ndarray and batch.size > 1 and not scn.model.is_moe:
+        # many plans: what the micro-batches in flight do not change priced once per layout
+        return compute(evaluate_grouped(_memory_terms, scn, LAYOUT_IGNORES))
+    if not memo.ENABLED or not one_value(m):  # memos off, or many configurations: nothing kept
+        return compute()
+    p = as_float(plan.pp)
+    in_flight = (
+        layers_in_flight(layers, p, plan.vpp, m, plan.schedule, i)
+        for layers, i in ((split.first, 0), (split.middle_max, 1), (split.last, p - 1))
+    )
+    return _MEMORY.get_or_compute((layout, *in_flight), compute)  # type: ignore[no-any-return]
 
 
 # Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).

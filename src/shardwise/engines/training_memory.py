@@ -6,6 +6,9 @@ in-flight counts), on the fullest pipeline stage.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import ClassVar
+
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, one_value, select
@@ -19,6 +22,53 @@ from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
 
+@dataclass(frozen=True)
+class MemoryTerms:
+    """What `memory_breakdown` reads that no number of micro-batches changes: a layer's
+    activation terms (`_layer_terms`), the stages' model state (`stage_states`), ZeRO-3's buffers,
+    the stages' shared buffer terms and the runtime's reserve (NCCL's groups included). Over many
+    plans priced per group of plans that differ only in the batch, each gathered when read."""
+
+    ELEMENTWISE_PROPERTIES: ClassVar[bool] = True  # (no properties: fields gathered when read)
+
+    layer: tuple[Number, ...]
+    states: tuple[tuple[Number, Number, Number], ...]
+    zero3: tuple[Number, Number]
+    buffers: tuple[Number, Number, Number]
+    reserved: Number
+
+
+def memory_terms(
+    scn: Scenario,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+    trained: tuple[Number, Number, Number] | None = None,
+    moe: bool = False,
+) -> MemoryTerms:
+    """`MemoryTerms` of one CP rank's scenario (`scn`) holding `params` per stage (see
+    `memory_breakdown`; `moe`: a mixture of experts' layers)."""
+    model, plan, cluster = scn.model, scn.plan, scn.cluster
+    stack = mem.stack_memory(plan.framework)
+    layer = _layer_terms(
+        model,
+        plan.micro_batch,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.recompute,
+        plan.flash_attention,
+        plan.bytes_per_element,
+        plan.selective_policy,
+        stack,
+    )
+    nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
+    reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
+    reserved = reserved + stack_group_bytes(
+        stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls
+    )
+    states = tuple(stage_states(plan, params, expert_params, trained))
+    return MemoryTerms(layer, states, zero3_buffers(model, plan, stack, moe), buffer_terms(plan, stack), reserved)
+
+
 def memory_breakdown(
     scn: Scenario,
     params: tuple[Number, Number, Number],
@@ -27,19 +77,21 @@ def memory_breakdown(
     expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
     moe_layers: StageSplit | None = None,
     trained: tuple[Number, Number, Number] | None = None,
+    terms: MemoryTerms | None = None,
 ) -> mem.MemoryBreakdown:
     """The fullest of the first stage (most activations in flight, embedding), the second stage
     (the fullest middle one, when the split is uneven) and the last (output layer). A mixture of
     experts gives the routed-expert parameters of each stage (`expert_params`, sharded over
     expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ. `trained`:
-    the parameters with gradients and optimizer state (LoRA's adapters; default all of them)."""
+    the parameters with gradients and optimizer state (LoRA's adapters; default all of them).
+    `terms`: `memory_terms` of these, when already found."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     policy = plan.selective_policy
     stack = mem.stack_memory(plan.framework)
-    per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb = _layer_terms(
-        model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.recompute, plan.flash_attention, e, policy, stack
-    )
+    if terms is None:
+        terms = memory_terms(scn, params, expert_params, trained, moe_layers is not None)
+    per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb = terms.layer
     moe_extra = 0.0  # what an MoE layer keeps beyond a dense one
     if moe_layers is not None:
         shared = model.shared_experts * model.expert_ffn_hidden
@@ -118,16 +170,16 @@ def memory_breakdown(
         ifelse(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max, whole.middle_max) + w_mid + grads_flow, 0.0),
         kept(in_last, split.last, n_moe.last, whole.last) + saved_head + maximum(logits, w_last + grads_flow),
     )
-    states = stage_states(plan, params, expert_params, trained)
-    gathered, reducing = zero3_buffers(model, plan, stack, moe_layers is not None)
+    states = terms.states
+    gathered, reducing = terms.zero3
     # micro-batches in flight on each stage: the end of one's backward pass frees 1 / n of the stage's activations
     in_flight = [
         maximum(n / maximum(layers, 1.0), 1.0)
         for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
     ]
-    terms = buffer_terms(plan, stack)  # what the three stages' buffers share, found once
+    shared = terms.buffers  # what the three stages' buffers share, found once
     buffers = [
-        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i], terms)
+        stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i], shared)
         + gathered
         + reducing
         for i, act in enumerate(acts)
@@ -137,16 +189,12 @@ def memory_breakdown(
     totals[1] = ifelse(p > 2, totals[1], -np.inf)
     pick = ifelse(totals[0] >= maximum(totals[1], totals[2]), 0, ifelse(totals[2] >= totals[1], 2, 1))
     w, g, o = (choose(pick, [st[i] for st in states]) for i in range(3))
-    cluster = scn.cluster
-    nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     return mem.MemoryBreakdown(
         weights_bytes=w,
         gradients_bytes=g,
         optimizer_bytes=o,
         activations_bytes=choose(pick, list(acts)),
-        reserved_bytes=runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
-        + stack_group_bytes(stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls)
-        + 0.0 * w,
+        reserved_bytes=terms.reserved + 0.0 * w,
         buffers_bytes=choose(pick, buffers),
         allocator_bytes=choose(pick, allocator),
     )

@@ -236,7 +236,9 @@ def enum_codes(field: str, value: object, enum: type[E]) -> E | np.ndarray:
         if value.size == 0:
             raise SpecError(f"{field}: an empty array is not allowed; give at least one value")
         if np.issubdtype(value.dtype, np.integer):  # codes already: check them all at once
-            codes = np.array([int(m) for m in enum])
+            codes = np.array(sorted(int(m) for m in enum))
+            if codes[-1] - codes[0] == len(codes) - 1 and codes[0] <= value.min() and value.max() <= codes[-1]:
+                return value.astype(np.int64, copy=False)  # within a range of codes: two reductions
             bad = ~np.isin(value, codes)
             if np.any(bad):
                 one(int(value[bad].flat[0]))  # raises with the allowed names

@@ -23,6 +23,8 @@ from typing import Any, TypeVar
 
 import numpy as np
 
+from shardwise.specs.grouped import grouped_call
+
 T = TypeVar("T")
 
 ENABLED = True
@@ -97,8 +99,8 @@ def kept(fn: Callable[..., T]) -> Callable[..., T]:
             key = _scalar_key(args, kwargs)
             try:
                 value = values.get(key, _MISSING)
-            except TypeError:  # an array of many values, or another unhashable argument
-                return fn(*args, **kwargs)
+            except TypeError:  # an array of many values: once per distinct combination of them
+                return grouped_call(fn, args, kwargs)
         if value is _MISSING:
             value = _unwrapped(fn(*args, **kwargs))
             if isinstance(value, dict):

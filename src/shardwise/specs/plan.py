@@ -6,6 +6,7 @@ or numpy arrays of codes, so a planner can evaluate many plans in one vectorized
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, replace
 from enum import IntEnum
 
@@ -117,8 +118,15 @@ def _plain_rules_hold(
     Python's arithmetic (the same truth as the check's, which takes these branches for such a
     plan): True when every rule holds; False when one is broken or the values are not plain ints,
     and the full check then runs (and names a broken rule)."""
-    whole = (global_batch, dp, micro_batch, pp, vpp, first_stage_layers, last_stage_layers)
-    if type(schedule) is not Schedule or not all(type(x) is int for x in whole):
+    if type(schedule) is not Schedule or not (
+        type(global_batch) is int
+        and type(dp) is int
+        and type(micro_batch) is int
+        and type(pp) is int
+        and type(vpp) is int
+        and type(first_stage_layers) is int
+        and type(last_stage_layers) is int
+    ):
         return False
     per_step = dp * micro_batch  # type: ignore[operator]
     if global_batch % per_step != 0:  # type: ignore[operator]
@@ -133,6 +141,7 @@ def _plain_rules_hold(
 
 # What `Plan._check_rules` reads (tests/test_scalar_path.py checks the reads).
 _RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
+_RULE_GETTER = operator.attrgetter(*_RULE_FIELDS)
 
 
 @hash_once
@@ -443,7 +452,7 @@ class Plan:
         except SpecError:
             pass  # the checks below name the first broken plan in the given order
         # one plan (plain numbers): the verdict kept under the fields the rules read (`specs.memo`)
-        key = tuple(getattr(self, name) for name in _RULE_FIELDS)
+        key = _RULE_GETTER(self)
         if not _plain_rules_hold(*key):  # not plain numbers, or a rule broken: the full check decides
             _CHECKED.get_or_compute(key, self._check_rules)
 

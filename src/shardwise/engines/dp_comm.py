@@ -1,0 +1,227 @@
+"""One stage's data-parallel communication (`DpComm`: the gradient reduction and ZeRO's gathers,
+with the compute each may hide behind) and what of it stays exposed; its fields for each ZeRO
+stage; and the same priced run by run over a distinct plan's rows, which come grouped by ZeRO
+stage (`specs.distinct`): each run with its stage's branch alone. `engines.data_parallel` prices
+the collectives and composes the stages.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.arrays import as_bool, as_float, ifelse, maximum, minimum, one_value
+from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS
+from shardwise.specs._checks import Number
+from shardwise.specs.distinct import MIN_CONFIGURATIONS
+from shardwise.specs.memo import kept
+
+
+@dataclass(frozen=True)
+class DpComm:
+    """One stage's data-parallel communication per step (seconds) and what it may hide behind.
+
+    `grad_s`: gradient all-reduce (ZeRO-0) or reduce-scatter (ZeRO >= 1; ZeRO-2/3 one per
+    micro-batch), `grad_window_s` the backward compute it overlaps when bucketed, `grad_bucket_s`
+    the last bucket's share (never hidden); `gather_s`: the parameter all-gather (ZeRO-1/2 after
+    the optimizer; ZeRO-3 before every forward and backward), `gather_window_s` what it may hide
+    behind (ZeRO-1/2 with overlap_param_gather: the next step's first forward; ZeRO-3: all
+    compute), `gather_bucket_s` the first bucket's share (needed at once).
+    """
+
+    grad_s: Number
+    grad_window_s: Number
+    grad_bucket_s: Number
+    gather_s: Number
+    gather_window_s: Number
+    gather_bucket_s: Number
+    shared_window: Number = False  # ZeRO-3: gathers and reductions overlap the same compute
+    # ZeRO-0/1: one reduction (and gather) per step, per model chunk (see `exposed_s`)
+    per_chunk: Number = False
+    # the share of the GPU's SMs NCCL's kernels hold while a hidden collective runs: the compute
+    # beside it slows by that share of the collective's time (`tp_overlap.overlapped_exposed_s`)
+    contention: Number = 0.0
+
+    @property
+    def total_s(self) -> Number:
+        return self.grad_s + self.gather_s
+
+    def plus(self, other: DpComm) -> DpComm:
+        """Two groups' communication over the same windows, one after the other (the dense
+        parameters' and the routed experts'): their times and unhideable buckets add."""
+        return DpComm(
+            self.grad_s + other.grad_s,
+            self.grad_window_s,
+            self.grad_bucket_s + other.grad_bucket_s,
+            self.gather_s + other.gather_s,
+            self.gather_window_s,
+            self.gather_bucket_s + other.gather_bucket_s,
+            self.shared_window,
+            self.per_chunk,
+            self.contention,
+        )
+
+    def exposed_s(
+        self, overlap_grad: Number, drain_s: Number = 0.0, chunks: Number = 1, rounds: Number = 1
+    ) -> tuple[Number, Number]:
+        """(exposed gradient part, exposed gather part): each is what its window does not
+        cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
+        hide behind the backward passes the gathers also use; both share the compute, so what
+        exceeds it (or the unhideable buckets) is exposed. A scalar ZeRO stage or overlap flag
+        prices only its own branch (the same numbers as selecting among all of them).
+
+        The interleaved schedule (`chunks` = v model chunks per GPU, `rounds` = p micro-batches
+        per chunk in the last round of backward passes): Megatron-Core reduces each chunk's
+        gradients as soon as that chunk's last backward pass ends (one DDP wrapper, one set of
+        buckets per chunk; megatron/core/pipeline_parallel/schedules.py enables each chunk's
+        grad sync before its last backward), and the last round runs chunk v-1's p backward
+        passes first, chunk 0's last. So chunk v-1's reduction has (v-1) p chunk-backward
+        passes to hide behind, and only chunk 0's -- 1/v of the bytes -- is left with one
+        chunk-backward (and the drain); the parameter all-gather mirrors it over the first
+        round of forward passes. With v = 1 both reduce to the single window."""
+        overlap = as_bool(overlap_grad)
+        z3 = as_bool(self.shared_window)
+        if one_value(z3) and bool(z3):
+            return self._shared_s(overlap, drain_s), 0.0
+        grad, gather = self._grad_s(overlap, drain_s, chunks, rounds), self._gather_s(chunks, rounds)
+        if one_value(z3):
+            return grad, gather
+        return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
+
+    def _hidden_beside(
+        self, total_s: Number, window_s: Number, bucket_s: Number, drain_s: Number, chunks: Number, rounds: Number
+    ) -> Number:
+        """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
+        drain): per chunk where it is (see `exposed_s`), at least its unhideable bucket and the
+        compute NCCL's SMs take while the rest hides; with no window, all of it."""
+        v = ifelse(as_bool(self.per_chunk), as_float(chunks), 1.0)
+        one = window_s / v  # one chunk's pass of the micro-batch
+        first = one + drain_s
+        whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
+        floor = ifelse(whole > 0, maximum(bucket_s, total_s * self.contention), total_s)
+        return minimum(maximum(maximum(total_s - whole, total_s / v - first), floor), total_s)
+
+    def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
+        if one_value(overlap) and not bool(overlap):  # no window: the whole reduction
+            return self.grad_s
+        window = ifelse(overlap, self.grad_window_s, 0.0)
+        drain = ifelse(overlap, drain_s, 0.0)
+        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds)
+
+    def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
+        window = self.gather_window_s
+        if one_value(window) and not window:  # no window: the whole gather
+            return self.gather_s
+        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
+
+    def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
+        both = self.grad_s + self.gather_s
+        shared_window = self.gather_window_s + ifelse(overlap, drain_s, 0.0)
+        buckets = ifelse(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
+        return minimum(both, maximum(both - shared_window, maximum(buckets, both * self.contention)))
+
+
+def zero_stage_fields(
+    k: int,
+    prices: Mapping[str, Number],
+    backward: Number,
+    forward: Number,
+    total: Number,
+    m: Number,
+    overlap_param_gather: Number,
+) -> tuple[Number, ...]:
+    """DpComm's fields for ZeRO stage k (`data_parallel.dp_comm`) from the prices of its
+    collectives and the stage's backward, forward and total seconds per micro-batch."""
+    price = prices.__getitem__
+    if k == 0:
+        return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
+    after_optimizer = ifelse(as_bool(overlap_param_gather), forward, 0.0)  # ZeRO-1/2's gather behind the next forward
+    per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
+    grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
+    window = backward if per_step else m * backward
+    if k < 3:
+        return (
+            grad,
+            window,
+            price("bucket_reduce_scatter"),
+            price("all_gather"),
+            after_optimizer,
+            price("bucket_all_gather"),
+        )
+    # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
+    # each forward and backward pass
+    gathers = 2 * m * price("weights_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
+    return grad, window, price("bucket_reduce_scatter"), *gathers
+
+
+@kept
+def contention_share(sm_count: Number) -> Number:
+    """The share of the GPU's SMs NCCL's kernels hold while a hidden collective runs."""
+    sms = as_float(sm_count)
+    return ifelse(sms > 0, NCCL_OVERLAP_SMS / maximum(sms, 1.0), 0.0)
+
+
+# At most this many runs of one ZeRO stage are priced run by run (`exposed_by_runs`).
+MOST_RUNS = 8
+
+
+def zero_stage_runs(zero_stage: Number) -> list[tuple[int, int, int]] | None:
+    """(ZeRO stage, first row, end row) of each run of equal stages in a flat array of at least
+    MIN_CONFIGURATIONS, when there are at most MOST_RUNS runs (a distinct plan's rows come
+    grouped by ZeRO stage, `specs.distinct`), else None."""
+    z = zero_stage
+    if type(z) is not np.ndarray or z.ndim != 1 or z.size < MIN_CONFIGURATIONS:
+        return None
+    edges = np.flatnonzero(z[1:] != z[:-1]) + 1
+    if edges.size >= MOST_RUNS:
+        return None
+    bounds = [0, *edges.tolist(), z.size]
+    return [(int(z[lo]), lo, hi) for lo, hi in itertools.pairwise(bounds)]
+
+
+def exposed_by_runs(
+    runs: list[tuple[int, int, int]], prices: Mapping[str, Number], values: tuple[Number, ...], contention: Number
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(exposed, total) seconds of one stage's dense data-parallel communication (`dp_comm`, then
+    `DpComm.exposed_s`), each run of one ZeRO stage priced with that stage's branch alone over
+    slices (views) of the arrays, and the runs joined: the numbers of pricing every stage and
+    choosing (a test compares), at a quarter of the passes. None where an array is not one value
+    per row (a broadcast grid): priced as usual."""
+    n = runs[-1][2]
+    rows = getattr(prices, "rows", None)  # prices gathered when read (`engines.distinct.Gathered`): by slices
+    arrays = [x for x in (*(() if rows else prices.values()), *values) if type(x) is np.ndarray and x.ndim > 0]
+    if any(x.shape != (n,) for x in arrays) or (rows and getattr(prices, "_shape", None) != (n,)):
+        return None
+    exposed, totals = [], []
+    for k, lo, hi in runs:
+
+        def cut(x: Number, lo: int = lo, hi: int = hi) -> Number:
+            return x[lo:hi] if type(x) is np.ndarray and x.ndim > 0 else x
+
+        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds = (cut(x) for x in values)
+        part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
+        fields = zero_stage_fields(k, part, backward, forward, total, m, overlap_gather)
+        comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
+        grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds)
+        exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))
+        totals.append(np.broadcast_to(comm.total_s, (hi - lo,)))
+    return np.concatenate(exposed), np.concatenate(totals)
+
+
+class _RunPrices(Mapping[str, Number]):
+    """One run's prices, each gathered for its rows when its ZeRO stage reads it."""
+
+    def __init__(self, rows: Callable[[str, int, int], Number], lo: int, hi: int) -> None:
+        self._rows, self._lo, self._hi = rows, lo, hi
+
+    def __getitem__(self, name: str) -> Number:
+        return self._rows(name, self._lo, self._hi)
+
+    def __iter__(self) -> Iterator[str]:
+        raise NotImplementedError  # read by name only
+
+    def __len__(self) -> int:
+        raise NotImplementedError
