@@ -80,6 +80,9 @@ SDPA_FLASH_BACKWARD_FRACTION = 0.70
 # SDPA's flash backward at 19.9 TFLOP/s at Llama-3-8B shapes on an MI300X (2.3: 9.6;
 # pytorch/pytorch#135431, 2024-09, before AOTriton 0.7b's "performance on par" fix, PR #134498),
 # 0.10 of CK's ~200 -- the floor of the range; taken 1 (AOTriton at CK's speed), range 0.1-1.0.
+# AOTriton 0.11b (pytorch/pytorch PR #161754, 2025-08-29) dispatches AITER's assembly kernels on
+# gfx942, "over 500 TFLOPS training performance" by its release notes: builds with it run faster
+# than this (PyTorch 2.9.0.dev20250811, the pytorch/ao MI300X rows' build, has AOTriton 0.10b).
 AOTRITON_FORWARD_FRACTION = 1.0
 AOTRITON_BACKWARD_FRACTION = 1.0
 # FlashAttention-2's backward does 2.5x the forward's FLOPs (Dao 2023, Sec. 3.1.2; the FLOP count
