@@ -79,6 +79,8 @@ _GPU_FIELDS = {
     "sm_count": ("sm_count", whole),
     "mxfp8": ("mxfp8", yes_no),
     "flash2_efficiency": ("flash2_efficiency", real),
+    "flash2_backward_efficiency": ("flash2_backward_efficiency", real),
+    "sdpa_flash_backend": ("sdpa_flash_backend", str),
     "tdp": ("tdp_w", units.parse_watts),
     "gemm_table": ("gemm_table", list),  # named here as allowed; built by gemm_table_from_list
 }

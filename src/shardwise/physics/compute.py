@@ -73,6 +73,23 @@ FLASH_BACKWARD_RATIO = 2.5 * 73.0 / 63.0
 # of the figures above is an Ampere one), factor 1.
 SDPA_FLASH_FORWARD_FRACTION = 0.82
 SDPA_FLASH_BACKWARD_FRACTION = 0.70
+# On ROCm SDPA's flash backend is AOTriton (`Gpu.sdpa_flash_backend` "aotriton"), not a copy of the
+# kernels whose speed `flash2_efficiency` carries there (ROCm's CK FlashAttention-2, the flash-attn
+# package's ROCm build). Its speed as a fraction of CK's at the same shape (unit: fraction): no
+# public figure for AOTriton 0.10-0.11 (PyTorch 2.8-2.9) was found; PyTorch 2.5's nightly ran
+# SDPA's flash backward at 19.9 TFLOP/s at Llama-3-8B shapes on an MI300X (2.3: 9.6;
+# pytorch/pytorch#135431, 2024-09, before AOTriton 0.7b's "performance on par" fix, PR #134498),
+# 0.10 of CK's ~200 -- the floor of the range; taken 1 (AOTriton at CK's speed), range 0.1-1.0.
+# AOTriton 0.11b (pytorch/pytorch PR #161754, 2025-08-29) dispatches AITER's assembly kernels on
+# gfx942, "over 500 TFLOPS training performance" by its release notes: builds with it run faster
+# than this (PyTorch 2.9.0.dev20250811, the pytorch/ao MI300X rows' build, has AOTriton 0.10b).
+AOTRITON_FORWARD_FRACTION = 1.0
+AOTRITON_BACKWARD_FRACTION = 1.0
+# FlashAttention-2's backward does 2.5x the forward's FLOPs (Dao 2023, Sec. 3.1.2; the FLOP count
+# of its benchmark scripts); a GPU's `flash2_backward_efficiency` is its backward TFLOP/s on that
+# count over the GEMMs', and the backward's time FLASH_BACKWARD_RATIO x the forward FLOPs at
+# `flash2_backward_efficiency` x FLASH_BACKWARD_RATIO / FLASH_BACKWARD_FLOPS of the GEMMs' rate.
+FLASH_BACKWARD_FLOPS = 2.5
 # The precisions a measured GEMM table (`Gpu.gemm_table`, timed in 16 bits) prices.
 SIXTEEN_BIT = ("bf16", "fp16")
 
@@ -366,11 +383,28 @@ def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
 
 
 def sdpa_flash_fractions(gpu: Gpu) -> tuple[Number, Number]:
-    """(forward, backward) speed of PyTorch SDPA's FlashAttention-2 as a fraction of the flash-attn
+    """(forward, backward) speed of PyTorch SDPA's flash backend as a fraction of the flash-attn
     package's on this GPU (`SDPA_FLASH_FORWARD_FRACTION`): below 1 where FA2 has its own, lower
-    efficiency (Hopper, Blackwell), 1 elsewhere."""
+    efficiency (Hopper, Blackwell), 1 elsewhere; on ROCm AOTriton's against CK's
+    (`AOTRITON_FORWARD_FRACTION`)."""
+    if gpu.sdpa_flash_backend == "aotriton":
+        return AOTRITON_FORWARD_FRACTION, AOTRITON_BACKWARD_FRACTION
     hopper = np.asarray(gpu.flash2_efficiency, dtype=float) > 0
     return np.where(hopper, SDPA_FLASH_FORWARD_FRACTION, 1.0), np.where(hopper, SDPA_FLASH_BACKWARD_FRACTION, 1.0)
+
+
+def attention_backward_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
+    """The efficiency, relative to the GPU's GEMMs, at which `layer_times` prices a fused attention
+    kernel's backward (FLASH_BACKWARD_RATIO x the forward's FLOPs): the forward's, or for
+    FlashAttention-2 where the GPU carries a backward figure of its own (`flash2_backward_efficiency`,
+    `FLASH_BACKWARD_FLOPS`) that one; SDPA's build times its backward fraction."""
+    forward = attention_relative_efficiency(gpu, kernel)
+    if kernel not in FLASH2_KERNELS:
+        return forward
+    f_frac, b_frac = sdpa_flash_fractions(gpu) if kernel == "sdpa-flash2" else (1.0, 1.0)
+    own = np.asarray(gpu.flash2_backward_efficiency, dtype=float)
+    upstream = np.where(own > 0, own * FLASH_BACKWARD_RATIO / FLASH_BACKWARD_FLOPS, forward / np.asarray(f_frac))
+    return upstream * b_frac
 
 
 def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
@@ -422,10 +456,7 @@ def layer_times(
         s_q = s_kv = fwd.document_len
     worked = fwd.flash.flops * fwd.causal_fraction
     fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
-    relative_bwd = relative
-    if attention_kernel == "sdpa-flash2":  # its backward falls further behind upstream than its forward
-        f_frac, b_frac = sdpa_flash_fractions(gpu)
-        relative_bwd = relative * b_frac / f_frac
+    relative_bwd = attention_backward_relative_efficiency(gpu, attention_kernel)
     fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative_bwd / backward_slowdown(s_q, s_kv, fwd.cp))
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)

@@ -16,6 +16,9 @@ from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.memo import hash_once
 from shardwise.specs.pcie import PcieTopology
 
+# PyTorch SDPA's flash backend by platform: its build of FlashAttention-2 (CUDA) or AOTriton (ROCm)
+SDPA_FLASH_BACKENDS = ("fa2", "aotriton")
+
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
 # is priced where the tensors are quantised, `physics.compute`).
 PRECISION_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "fp4": 0.5}
@@ -85,6 +88,13 @@ class Gpu:
     # FlashAttention-2's forward efficiency relative to the GEMMs' (0: as the fused kernel's,
     # `physics.compute.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2's Ampere kernels below it)
     flash2_efficiency: Number = 0.0
+    # FlashAttention-2's backward throughput (2.5x the forward's FLOPs) relative to the GEMMs', where
+    # measured apart from its forward (0: the forward's efficiency x Dao 2023's 63/73; ROCm's CK kernels
+    # fall further behind in the backward)
+    flash2_backward_efficiency: Number = 0.0
+    # Which kernels PyTorch SDPA's flash backend runs on this GPU: "fa2" (PyTorch's build of
+    # FlashAttention-2, CUDA) or "aotriton" (ROCm's AOTriton); `physics.compute.sdpa_flash_fractions`
+    sdpa_flash_backend: str = "fa2"
     # The board's power limit (W; 0 = not given): what sets the clock of sustained tensor-core work
     # (`physics.power`), used where a GPU's efficiency is carried over from a sibling's benchmark
     tdp_w: Number = 0.0
@@ -107,6 +117,18 @@ class Gpu:
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
         chk.within(f"{p}: flash2_efficiency", self.flash2_efficiency, 0.0, 1.0, "(a fraction; 0: as fused)")
+        chk.within(
+            f"{p}: flash2_backward_efficiency",
+            self.flash2_backward_efficiency,
+            0.0,
+            1.0,
+            "(a fraction; 0: from the forward's)",
+        )
+        if self.sdpa_flash_backend not in SDPA_FLASH_BACKENDS:
+            raise SpecError(
+                f"{p}: sdpa_flash_backend: {self.sdpa_flash_backend!r} is not allowed; choose one of "
+                + ", ".join(SDPA_FLASH_BACKENDS)
+            )
         chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
 
     def peak_flops_per_s(self, precision: str) -> Number:
