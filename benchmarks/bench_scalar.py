@@ -125,7 +125,12 @@ def measure(rounds: int, n: int) -> dict[str, tuple[float, int]]:
     out["new"] = (statistics.median(times), python_calls(price, fresh[rounds * n]))
     # the same, with nothing of the configuration's layout kept either (what it computes without
     # reading the global batch, and its memory: issue 38 part 6): a layout never seen before
-    layouts = [m for m in (getattr(training, "_LAYOUTS", None), getattr(training, "_MEMORY", None)) if m]
+    try:  # the layout terms' module (before its split from engines.training: that module)
+        from shardwise.engines import training_layout as kept_in
+    except ImportError:
+        kept_in = training  # type: ignore[assignment]
+    names = ("LAYOUTS", "_LAYOUTS", "MEMORY", "_MEMORY")
+    layouts = [m for m in (getattr(kept_in, name, None) for name in names) if m is not None]
 
     def new_layout(fields: dict[str, int]) -> object:
         for kept in layouts:

@@ -420,7 +420,7 @@ def test_mxfp8_is_block_scaled_fp8_on_blackwell_only(cli):
 def test_fp8_weights_are_cast_once_per_step():
     """FP8 training casts every local weight once per step (both layouts), whatever the number of
     micro-batches: the optimizer step grows by that cast, the per-micro-batch work does not."""
-    from shardwise.engines.training import optimizer_time_s
+    from shardwise.engines.training_layout import optimizer_time_s
     from shardwise.physics.compute import FP8_CAST_BYTES_PER_ELEMENT
 
     cluster = presets.system("dgx-h100").with_(nodes=1)

@@ -9,7 +9,8 @@ import pytest
 
 from shardwise import presets
 from shardwise.analyses import public_stacks
-from shardwise.engines.training import estimate_training_step, optimizer_time_s
+from shardwise.engines.training import estimate_training_step
+from shardwise.engines.training_layout import optimizer_time_s
 from shardwise.errors import SpecError
 from shardwise.physics import fp8_recipes
 from shardwise.physics.compute import FP8_CAST_BYTES_PER_ELEMENT, layer_times, linears_times

@@ -8,7 +8,8 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.training import PIPELINE_SYNC_S, estimate_training_step, stage_sends_per_micro_batch_s
+from shardwise.engines.training import estimate_training_step
+from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_sends_per_micro_batch_s
 from shardwise.errors import SpecError
 from shardwise.physics.compute import linear_times, memory_s
 from shardwise.physics.flops import gemm

@@ -11,7 +11,8 @@ from shardwise import presets
 from shardwise.analyses import public_moe
 from shardwise.emit import emit
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.training import estimate_training_step, micro_batch_stages
+from shardwise.engines.training import estimate_training_step
+from shardwise.engines.training_stages import micro_batch_stages
 from shardwise.errors import SpecError
 from shardwise.specs import Plan, Scenario
 

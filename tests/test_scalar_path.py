@@ -311,7 +311,7 @@ def test_the_collective_prices_read_only_the_fields_they_are_kept_and_grouped_un
     """The data-parallel collectives of a configuration are kept (and, over many plans, priced
     once per group) under COLLECTIVE_READS of the plan: they read no other plan field."""
     from shardwise.engines.data_parallel import COLLECTIVE_READS, zero_collectives
-    from shardwise.engines.training import collective_prices_of
+    from shardwise.engines.training_layout import collective_prices_of
 
     scn, plans = draw(case, 2)
     plan = Plan(**plans[0])  # type: ignore[arg-type]
@@ -332,13 +332,13 @@ def test_the_collective_prices_read_only_the_fields_they_are_kept_and_grouped_un
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_the_layout_terms_read_no_batch_they_are_kept_without(case):
-    """A configuration's layout terms (`training._layout_terms`: all but the pipeline's makespan,
+    """A configuration's layout terms (`training_layout._layout_terms`: all but the pipeline's makespan,
     the data-parallel exposure of ZeRO-2/3 and the memory) are kept under every plan field but the
     global batch: a dense model's read neither it nor the micro-batches it sets (a mixture of
     experts' key holds the batch); the memory reads them only through the in-flight counts it is
-    kept under (`training._memory`)."""
+    kept under (`training_layout.step_memory`)."""
     from shardwise.engines import distinct
-    from shardwise.engines.training import _layout_terms
+    from shardwise.engines.training_layout import _layout_terms
     from shardwise.engines.training_memory import memory_breakdown
 
     scn, plans = draw(case, 2)

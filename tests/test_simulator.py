@@ -260,7 +260,7 @@ def test_a_hand_written_schedule_is_simulated_without_records_to_the_bit():
 
 def test_the_kept_stage_parts_give_the_stage_times_to_the_bit():
     """`simulated.stage_times` keeps a dense plan's layer, embedding, output layer, sends and
-    recomputation under what the closed form's stage costs read (`training._stage_key`): plans
+    recomputation under what the closed form's stage costs read (`training_stages.stage_key`): plans
     that differ in dp, the schedule, vpp, ZeRO, the overlaps or the global batch share them, and
     their stage times are those computed with every memo off, byte for byte."""
     from shardwise.engines.simulated import stage_times

@@ -127,7 +127,7 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     of one layer, of the embedding and of the output layer (None where no plan has them):
     memory-bound kernels on the compute stream, only under per-parameter sharding with ZeRO-3
     over more than one rank. They read dp, cp, shard_group and zero_stage, which the per-micro-batch stage costs
-    do not (`engines.training.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
+    do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
     mixture-of-experts layer is counted with the dense layer's weights (its experts are not
     priced here); frozen weights (LoRA) have no gradient to copy in."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
@@ -389,7 +389,7 @@ def recomputed_layer_extra(
 def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], split: StageSplit) -> Stages | None:
     """What the layers recomputed whole (`Plan.recompute_layers`, `specs.stages.recomputed_split`)
     add to each stage's micro-batch (None where no plan has them). Their count reads vpp, which
-    the per-micro-batch stage costs do not (`engines.training.PER_MICRO_BATCH_IGNORES`): the step
+    the per-micro-batch stage costs do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step
     adds them to those, as it adds FSDP2's copies."""
     plan = scn.plan
     if not any_true(as_array(plan.recompute_layers) > 0):

@@ -35,11 +35,8 @@ from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
 from shardwise.engines.tp_overlap import tp_comm
-from shardwise.engines.training import (
-    PIPELINE_SYNC_S,
-    _stage_key,
-    optimizer_time_s,
-)
+from shardwise.engines.training_layout import optimizer_time_s
+from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_key
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.lora import trainable_params
@@ -79,9 +76,9 @@ def stage_times(scn: Scenario) -> StageTimes:
         comm = tp_comm(local, fabric, place["tp"])
         cp_step = cp_step_s(scn, fabric, place)
         layer, emb, head, sends, extra = _layer_parts(scn, local, fabric, comm, cp_step)
-    else:  # kept under what the closed form's stage costs read (`training._stage_key`): plans that differ
+    else:  # kept under what the closed form's stage costs read (`training_stages.stage_key`): plans that differ
         # in dp, the schedule, vpp, ZeRO or the global batch share them (the planner re-times several)
-        parts = _PARTS.get_or_compute(_stage_key(scn), lambda: _dense_parts(scn, fabric, place))
+        parts = _PARTS.get_or_compute(stage_key(scn), lambda: _dense_parts(scn, fabric, place))
         layer, emb, head, sends, extra = parts
     split = plan_split(model.layers, plan)
     counts = stage_layer_list(split, p)
@@ -216,7 +213,7 @@ def stage_times(scn: Scenario) -> StageTimes:
 
 
 # One dense configuration's layer, embedding, output layer, sends (within a node, across) and
-# whole-layer recomputation, kept under what they read (`training._stage_key`, the closed form's
+# whole-layer recomputation, kept under what they read (`training_stages.stage_key`, the closed form's
 # per-micro-batch stage costs: the same calls on the same arguments).
 _PARTS = Memo("simulated stage parts")
 

@@ -233,7 +233,7 @@ class LayerTimes:
 # output gradient likewise in the backward pass. MXFP8 quantises the row-wise and column-wise
 # copies each with its own scales, one byte per 32 elements (TE's MXFP8 docs: the two copies
 # "must be quantized independently from the full-precision data"): 2 x 1/32 more bytes. Weights
-# are cast once per step (cached across micro-batches): `engines.training.optimizer_time_s`.
+# are cast once per step (cached across micro-batches): `engines.training_layout.optimizer_time_s`.
 FP8_CAST_BYTES_PER_ELEMENT = 4.0
 MXFP8_CAST_BYTES_PER_ELEMENT = 4.0 + 2.0 / 32.0
 # Without a weight gradient (frozen weights, LoRA) only the row-wise copy is made: Transformer

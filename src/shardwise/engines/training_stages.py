@@ -1,0 +1,112 @@
+"""One micro-batch's costs on each pipeline stage and its sends between stages: what the closed
+form (`engines.training`) and the simulator (`engines.simulated`) both price per micro-batch,
+kept per configuration under the plan fields they read (all but PER_MICRO_BATCH_IGNORES)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+from shardwise.arrays import as_array, as_bool, as_float, ifelse
+from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
+from shardwise.engines.costs import (
+    Stages,
+    embedding_cost,
+    head_cost,
+    layer_cost,
+    stage_send_time_s,
+    stages,
+)
+from shardwise.engines.moe import moe_layers
+from shardwise.engines.mtp import with_mtp
+from shardwise.engines.tp_overlap import tp_comm
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.microbatch import pipeline_transfers
+from shardwise.physics.topology import placement
+from shardwise.specs import Plan, Scenario
+from shardwise.specs._checks import Number
+from shardwise.specs.memo import Memo
+from shardwise.specs.stages import StageSplit
+
+# After every blocking batched send/receive Megatron-LM calls torch.cuda.synchronize()
+# (megatron/core/pipeline_parallel/p2p_communication.py, "to protect against race condition when
+# using batch_isend_irecv"): the GPU's queue runs dry and waits for the host to launch the next
+# kernel, about one PyTorch collective call's host latency (the 20 us the link presets use).
+PIPELINE_SYNC_S = 20e-6
+
+
+def stage_sends_per_micro_batch_s(scn: Scenario, send_s: Number) -> Number:
+    """What pipeline sends add to one stage's micro-batch: 2 v transfers (activations forward,
+    gradients backward, per model chunk; 4 v where blocking sends and receives run one after
+    another, `physics.microbatch.pipeline_transfers`) and, when blocking, a device sync after
+    each batched send/receive."""
+    plan = scn.plan
+    v = as_float(plan.vpp)
+    blocking = ~as_bool(plan.overlap_p2p)
+    sync = ifelse(as_bool(plan.pipeline_sync), PIPELINE_SYNC_S, 0.0)
+    transfers = pipeline_transfers(plan.p2p_serial, blocking)
+    return ifelse(as_array(plan.pp) > 1, v * (transfers * send_s + 2 * ifelse(blocking, sync, 0.0)), 0.0)
+
+
+# Fields a micro-batch's stage costs do not read (`micro_batch_stages`): plans that differ only in
+# these share them, so the planner prices them once per group (`engines.distinct.evaluate_grouped`).
+PER_MICRO_BATCH_IGNORES = frozenset(
+    ("plan", name)
+    for name in (
+        "dp",
+        "vpp",
+        "schedule",
+        "zero_stage",
+        "shard_group",
+        "global_batch",
+        "overlap_p2p",
+        "pipeline_sync",
+        "overlap_grad_reduce",
+        "overlap_param_gather",
+    )
+) | {("cluster", "nodes")}
+
+
+_STAGE_FIELDS = tuple(f.name for f in dataclasses.fields(Plan) if ("plan", f.name) not in PER_MICRO_BATCH_IGNORES)
+
+
+def stage_key(scn: Scenario) -> tuple[object, ...]:
+    """What one configuration's per-micro-batch stage costs read: the model, the cluster and
+    every plan field but PER_MICRO_BATCH_IGNORES (unhashable for an array-valued plan)."""
+    plan = scn.plan
+    return (scn.model, scn.cluster, *(getattr(plan, name) for name in _STAGE_FIELDS))
+
+
+class StageSends(NamedTuple):
+    """One pipeline send of a micro-batch's activations between neighbouring stages in one node
+    and across nodes (`engines.costs.stage_send_time_s`)."""
+
+    within_s: Number
+    across_s: Number
+
+
+def micro_batch_stages(
+    scn: Scenario, fabric: Fabric | None = None, place: dict[str, Number] | None = None, split: StageSplit | None = None
+) -> tuple[Stages, StageSends]:
+    """One micro-batch's costs on the first, fullest middle and last stage (and all middle stages
+    together) and a pipeline send: its layers (with their TP and CP communication), the
+    embedding and the output layer. For a dense model they read none of PER_MICRO_BATCH_IGNORES."""
+    model, cluster, plan = scn.model, scn.cluster, scn.plan
+    fabric = Fabric.of(cluster) if fabric is None else fabric
+    place = placement(plan, cluster.gpus_per_node, experts=model.is_moe) if place is None else place
+    split = scn.split if split is None else split
+    local = micro_batch_view(scn)  # one CP rank's tokens (the scenario itself without CP)
+    comm = tp_comm(local, fabric, place["tp"])
+    cp_step = cp_step_s(scn, fabric, place)
+    layer, _ = layer_cost(local, comm, kv_len=model.seq_len, cp=plan.cp, cp_step=cp_step)
+    emb = embedding_cost(local, comm)
+    head = head_cost(local, comm)
+    moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step, training=True)
+    head = with_mtp(head, local, comm, layer if moe is None else moe[0])  # multi-token prediction, last stage
+    sends = StageSends(stage_send_time_s(local, fabric, comm, False), stage_send_time_s(local, fabric, comm, True))
+    return stages(split, layer, emb, head, moe), sends
+
+
+# One configuration's per-micro-batch stage costs (`specs.memo`), which plans that differ only in
+# PER_MICRO_BATCH_IGNORES share.
+STAGES = Memo("per-micro-batch stage costs")
