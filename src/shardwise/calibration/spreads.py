@@ -54,11 +54,11 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "fsdp2": (0.0584, 2, 1),
     "internevo": (0.1308, 54, 1),
     "maxtext": (0.1070, 38, 3),
-    "megatron-core": (0.0695, 397, 3),
+    "megatron-core": (0.0682, 397, 3),
     "megatron-deepspeed": (0.6025, 5, 2),
     "nemo-automodel": (0.1115, 1, 1),
     "paxml": (0.2094, 36, 2),
-    "torchtitan-compile": (0.3440, 12, 1),
+    "torchtitan-compile": (0.1836, 12, 1),
 }
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625
