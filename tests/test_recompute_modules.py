@@ -139,3 +139,22 @@ def test_public_runs_take_their_recipes_modules():
     assert pv.request_for(dgxc).scenario().plan.recompute_modules == ("core_attn",)
     study = next(r for r in rows.values() if r["recompute"] == "selective:mla_up_proj,mlp")
     assert pv.request_for(study).scenario().plan.recompute_modules == ("mla_up_proj", "mlp")
+
+
+def test_the_planner_searches_with_modules_and_names_its_plans():
+    """`plan --recompute-modules`: the array of plans applies the modules to its selective ones;
+    each ranked plan is then a Plan of its own, which carries them only where it is selective
+    (a best plan without recomputation was refused as recompute_modules needing 'selective')."""
+    from shardwise.analyses.plan_space import SearchSpace
+    from shardwise.analyses.planner import search
+
+    space = SearchSpace(
+        tp=(1, 2), pp=(1,), cp=(1,), micro_batch=(1,), recompute=("none", "selective"), zero_stage=(1,),
+        execution={"recompute_modules": ("core_attn", "mlp")},
+    )  # fmt: skip
+    found = search(presets.model("llama3-8b"), presets.system("dgx-h100"), 64, space)
+    plans = [found.plan(int(i)) for i in found.ranked()]
+    labels = {p.recompute.label for p in plans}
+    assert labels == {"none", "selective"}
+    for p in plans:
+        assert p.recompute_modules == (("core_attn", "mlp") if p.recompute.label == "selective" else ())
