@@ -158,3 +158,15 @@ def test_the_planner_searches_with_modules_and_names_its_plans():
     assert labels == {"none", "selective"}
     for p in plans:
         assert p.recompute_modules == (("core_attn", "mlp") if p.recompute.label == "selective" else ())
+
+
+def test_a_recomputed_mlp_reruns_its_own_tp_collectives_not_attentions_context_ring():
+    """`mlp` reruns the MLP's forward TP collectives: at tp = 1 there are none, however much of
+    the attention's context-parallel ring is exposed (it was half the layer's exposed TP and CP)."""
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-a100", nodes=2)
+    comm = {}
+    for modules in (("core_attn",), ("core_attn", "mlp")):
+        plan = Plan(tp=1, cp=16, dp=1, global_batch=8, recompute="selective", recompute_modules=modules)
+        comm[modules] = estimate_training_step(Scenario(model, cluster, plan)).breakdown.tp_comm_s
+    assert comm[("core_attn",)] > 0.1  # the ring's exposed steps
+    assert comm[("core_attn", "mlp")] == comm[("core_attn",)]
