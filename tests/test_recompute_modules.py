@@ -170,3 +170,28 @@ def test_a_recomputed_mlp_reruns_its_own_tp_collectives_not_attentions_context_r
         comm[modules] = estimate_training_step(Scenario(model, cluster, plan)).breakdown.tp_comm_s
     assert comm[("core_attn",)] > 0.1  # the ring's exposed steps
     assert comm[("core_attn", "mlp")] == comm[("core_attn",)]
+
+
+def test_plan_rows_commands_and_json_carry_the_modules_where_they_apply(cli):
+    """Each row's `predict` command passes --recompute-modules only where the row is selective (a
+    row without recomputation named them, and its command was refused); `predict --json` names them."""
+    import json
+    import shlex
+
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--tp", "1", "--pp", "1"]
+    code, out, err = cli(
+        [*args, "--recompute", "none,selective", "--recompute-modules", "core_attn,mlp", "--top", "100", "--json"]
+    )
+    assert code == 0, err
+    rows = json.loads(out)["plans"]
+    assert {r["recompute"] for r in rows} == {"none", "selective"}
+    for r in rows:
+        assert ("--recompute-modules core_attn,mlp" in r["command"]) == (r["recompute"] == "selective")
+    plain = next(r for r in rows if r["recompute"] == "none")
+    code, out, err = cli([*shlex.split(plain["command"])[1:], "--json"])
+    assert code == 0, err
+    selective = next(r for r in rows if r["recompute"] == "selective")
+    code, out, err = cli([*shlex.split(selective["command"])[1:], "--mtp-layers", "1", "--json"])
+    assert code == 0, err
+    plan = json.loads(out)["scenario"]["plan"]
+    assert (plan["recompute_modules"], plan["mtp_layers"], plan["fp8_recipe"]) == (["core_attn", "mlp"], 1, "te")
