@@ -71,3 +71,15 @@ def test_emit_megatron_picks_the_graph_implementation():
         flags = [" ".join(g) for g in emit(graphed, "megatron").args]
         assert f"--cuda-graph-impl {impl} --cuda-graph-scope {' '.join(scope)}" in flags
     assert not any("cuda-graph" in " ".join(g) for g in emit(scn, "megatron").args)
+
+
+def test_graphs_are_refused_with_a_stacks_own_host_count(cli):
+    """nanotron's host count (`layer_host_ops`) has no graphed blocks: Megatron-Core's scopes are
+    refused there in one line (they were priced as shares of Megatron's kernel count)."""
+    from shardwise.specs import Plan
+
+    with pytest.raises(SpecError, match="attn is Megatron-Core's CUDA graphs; not with layer_host_ops"):
+        Plan(cuda_graph_scope="attn", layer_host_ops=206)
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--dp", "8", "--global-batch", "64"]
+    code, _, err = cli([*args, "--framework", "nanotron", "--cuda-graph-scope", "attn"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "layer_host_ops" in err

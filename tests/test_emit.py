@@ -159,7 +159,27 @@ def test_torchtitan_bf16_405b_drops_the_configs_float8_and_fp8_adds_it():
     assert "model_registry('405B')" in job and "Float8LinearConverter.Config()" not in job.split("for converter")[1]
     fp8 = emit(_scn("llama3-8b", nodes=1, tp=2, dp=4, global_batch=64, precision="fp8", sequence_parallel=True,
                     zero_stage=3), "torchtitan")  # fmt: skip
-    assert "Float8LinearConverter.Config()" in dict(fp8.files)["shardwise_job.py"]
+    assert "Float8LinearConverter.Config(recipe_name='rowwise')" in dict(fp8.files)["shardwise_job.py"]
+    assert any(c.startswith("FP8 recipe te -> rowwise") for c in fp8.changes)  # no TE, no tensorwise there
+
+
+def test_launches_carry_or_reprice_this_sessions_plan_fields():
+    """MTP on a dense model is Megatron's --mtp-num-layers too; torchao recipes are not Megatron's
+    FP8; torchtitan main writes its recipe; pipeline flushes and packed documents, which no launch
+    here sets, are re-priced as one schedule a step on whole sequences."""
+    dense = emit(_scn("llama3-8b", nodes=1, tp=1, pp=2, dp=4, global_batch=64, mtp_layers=1), "megatron")
+    assert ("--mtp-num-layers", "1") in dense.args
+    fp8 = dict(nodes=1, tp=1, dp=8, global_batch=64, precision="fp8", zero_stage=3)
+    mega = emit(_scn("llama3-8b", **fp8, fp8_recipe="rowwise"), "megatron")
+    assert mega.changes == ("FP8 recipe rowwise (torchao.float8) -> Transformer Engine's (Megatron-LM's FP8)",)
+    titan = emit(_scn("llama3-8b", **fp8, fp8_recipe="rowwise_with_gw_hp"), "torchtitan")
+    assert "Float8LinearConverter.Config(recipe_name='rowwise_with_gw_hp')" in dict(titan.files)["shardwise_job.py"]
+    assert not titan.changes
+    shaped = _scn("llama3-8b", nodes=1, tp=1, pp=2, dp=4, global_batch=64, pipeline_flushes=2, packed_document_len=1024)
+    for target in ("megatron", "torchtitan", "deepspeed"):
+        run, changes = adapt(shaped, target)
+        assert (int(run.plan.pipeline_flushes), int(run.plan.packed_document_len)) == (1, 0), target
+        assert len(changes) >= 2 and "packed documents of 1024 tokens" in changes[1], (target, changes)
 
 
 def test_deepspeed_batch_adds_up_over_data_parallel_ranks_only():

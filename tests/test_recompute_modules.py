@@ -139,3 +139,59 @@ def test_public_runs_take_their_recipes_modules():
     assert pv.request_for(dgxc).scenario().plan.recompute_modules == ("core_attn",)
     study = next(r for r in rows.values() if r["recompute"] == "selective:mla_up_proj,mlp")
     assert pv.request_for(study).scenario().plan.recompute_modules == ("mla_up_proj", "mlp")
+
+
+def test_the_planner_searches_with_modules_and_names_its_plans():
+    """`plan --recompute-modules`: the array of plans applies the modules to its selective ones;
+    each ranked plan is then a Plan of its own, which carries them only where it is selective
+    (a best plan without recomputation was refused as recompute_modules needing 'selective')."""
+    from shardwise.analyses.plan_space import SearchSpace
+    from shardwise.analyses.planner import search
+
+    space = SearchSpace(
+        tp=(1, 2), pp=(1,), cp=(1,), micro_batch=(1,), recompute=("none", "selective"), zero_stage=(1,),
+        execution={"recompute_modules": ("core_attn", "mlp")},
+    )  # fmt: skip
+    found = search(presets.model("llama3-8b"), presets.system("dgx-h100"), 64, space)
+    plans = [found.plan(int(i)) for i in found.ranked()]
+    labels = {p.recompute.label for p in plans}
+    assert labels == {"none", "selective"}
+    for p in plans:
+        assert p.recompute_modules == (("core_attn", "mlp") if p.recompute.label == "selective" else ())
+
+
+def test_a_recomputed_mlp_reruns_its_own_tp_collectives_not_attentions_context_ring():
+    """`mlp` reruns the MLP's forward TP collectives: at tp = 1 there are none, however much of
+    the attention's context-parallel ring is exposed (it was half the layer's exposed TP and CP)."""
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-a100", nodes=2)
+    comm = {}
+    for modules in (("core_attn",), ("core_attn", "mlp")):
+        plan = Plan(tp=1, cp=16, dp=1, global_batch=8, recompute="selective", recompute_modules=modules)
+        comm[modules] = estimate_training_step(Scenario(model, cluster, plan)).breakdown.tp_comm_s
+    assert comm[("core_attn",)] > 0.1  # the ring's exposed steps
+    assert comm[("core_attn", "mlp")] == comm[("core_attn",)]
+
+
+def test_plan_rows_commands_and_json_carry_the_modules_where_they_apply(cli):
+    """Each row's `predict` command passes --recompute-modules only where the row is selective (a
+    row without recomputation named them, and its command was refused); `predict --json` names them."""
+    import json
+    import shlex
+
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--tp", "1", "--pp", "1"]
+    code, out, err = cli(
+        [*args, "--recompute", "none,selective", "--recompute-modules", "core_attn,mlp", "--top", "100", "--json"]
+    )
+    assert code == 0, err
+    rows = json.loads(out)["plans"]
+    assert {r["recompute"] for r in rows} == {"none", "selective"}
+    for r in rows:
+        assert ("--recompute-modules core_attn,mlp" in r["command"]) == (r["recompute"] == "selective")
+    plain = next(r for r in rows if r["recompute"] == "none")
+    code, out, err = cli([*shlex.split(plain["command"])[1:], "--json"])
+    assert code == 0, err
+    selective = next(r for r in rows if r["recompute"] == "selective")
+    code, out, err = cli([*shlex.split(selective["command"])[1:], "--mtp-layers", "1", "--json"])
+    assert code == 0, err
+    plan = json.loads(out)["scenario"]["plan"]
+    assert (plan["recompute_modules"], plan["mtp_layers"], plan["fp8_recipe"]) == (["core_attn", "mlp"], 1, "te")

@@ -44,7 +44,7 @@ from shardwise.analyses.plan_space import (
 from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step, training_memory, training_memory_floor_bytes
 from shardwise.errors import SpecError
-from shardwise.specs import Cluster, Model, Plan, Scenario
+from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 from shardwise.specs.memo import Memo
 
 __all__ = ["COLUMNS", "OBJECTIVES", "PlanSearch", "SearchSpace", "candidates", "cluster_for", "search"]
@@ -153,6 +153,9 @@ class PlanSearch:
 
     def plan(self, i: int) -> Plan:
         c = {k: v[i].item() for k, v in self.columns.items()}
+        execution = dict(self.space.execution)
+        if c["recompute"] != Recompute.SELECTIVE:  # Megatron-Core's modules are selective recomputation's
+            execution.pop("recompute_modules", None)
         return Plan(
             tp=c["tp"],
             pp=c["pp"],
@@ -170,7 +173,7 @@ class PlanSearch:
             cp=c["cp"],
             etp=expert_tp(self.model),
             precision=self.space.precision,
-            **self.space.execution,
+            **execution,
         )
 
     def scenario(self, i: int) -> Scenario:

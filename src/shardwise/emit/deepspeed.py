@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from shardwise.emit.facts import i, rope_base, stage_layers
-from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
+from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.emit.megatron import _vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.rules import ulysses_rule
@@ -61,7 +61,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"--emit deepspeed: hybrid sharding (--shard-group {i(p.shard_group)}) is emitted as MiCS "
             "(mics_shard_size), which needs ZeRO-3 without pipeline or Ulysses ranks"
         )
-    changes, new = [], {}
+    new, changes = unemitted_shape(p, "DeepSpeed's pipeline engine")
     pp, sched = i(p.pp), Schedule(int(p.schedule))
     if i(p.vpp) > 1 or (pp > 1 and sched == Schedule.GPIPE) or (sched == Schedule.ZB_H1 and bool(p.sequence_parallel)):
         new.update(vpp=1, schedule=Schedule.ONE_F_ONE_B)

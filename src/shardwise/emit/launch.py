@@ -14,6 +14,22 @@ class EmitError(SpecError):
     """A plan the target tool cannot run as priced (one line: what, and why)."""
 
 
+def unemitted_shape(plan: object, tool: str) -> tuple[dict[str, object], list[str]]:
+    """(changes, sentences) for what no training launch here sets: the step's micro-batches as
+    several pipeline schedules (`Plan.pipeline_flushes`, NeMo AutoModel's) and packed documents
+    (`Plan.packed_document_len`); `tool` runs one schedule a step on whole sequences."""
+    new: dict[str, object] = {}
+    changes: list[str] = []
+    flushes, doc = int(plan.pipeline_flushes), int(plan.packed_document_len)  # type: ignore[attr-defined]
+    if flushes > 1 and int(plan.pp) > 1:  # type: ignore[attr-defined]  # one stage: no fill or drain to repeat
+        new["pipeline_flushes"] = 1
+        changes.append(f"{flushes} pipeline schedules a step -> 1 ({tool} runs a step's micro-batches as one)")
+    if doc > 0:
+        new["packed_document_len"] = 0
+        changes.append(f"packed documents of {doc} tokens -> one document per sequence (packing is not emitted)")
+    return new, changes
+
+
 @dataclass(frozen=True)
 class Var:
     """A shell word the user's environment fills in (`"$MASTER_ADDR:$MASTER_PORT"`), written

@@ -13,8 +13,9 @@ the commits). Versions:
 from __future__ import annotations
 
 from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
-from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
+from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.specs import Recompute, Scenario, Schedule
+from shardwise.specs.hardware import is_fp8
 
 VERSIONS = ("main", "core-0.13")
 
@@ -40,7 +41,10 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"{i(p.recompute_layers)} layers of each chunk whole (full, method block) or selective, not both; "
             "plan with --recompute none or without --recompute-layers"
         )
-    changes, new = [], {}
+    new, changes = unemitted_shape(p, "Megatron-LM")
+    if is_fp8(p.precision) and p.fp8_recipe != "te":
+        new["fp8_recipe"] = "te"
+        changes.append(f"FP8 recipe {p.fp8_recipe} (torchao.float8) -> Transformer Engine's (Megatron-LM's FP8)")
     sched = Schedule(int(p.schedule))
     if sched in (Schedule.GPIPE, Schedule.ZB_H1):
         new["schedule"] = Schedule.ONE_F_ONE_B
@@ -80,6 +84,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         *_model(scn),
         *_moe(scn, version),
+        # multi-token prediction, dense or MoE (megatron/training/arguments.py --mtp-num-layers)
+        ("--mtp-num-layers", str(i(p.mtp_layers))) if i(p.mtp_layers) > 0 else None,
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
     return Launch("megatron", version, launcher, args, env=env, todo=TODO)
@@ -257,8 +263,6 @@ def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
         out.append(("--moe-layer-freq", freq.replace(" ", "")))
     if m.shared_experts:
         out.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * i(m.expert_ffn_hidden))))
-    if i(p.mtp_layers) > 0:  # multi-token prediction (megatron/training/arguments.py --mtp-num-layers)
-        out.append(("--mtp-num-layers", str(i(p.mtp_layers))))
     if p.moe_dispatcher == "flex":
         if version == "core-0.13":
             out.append(("--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardwise.emit.facts import chunk_layers, i, stage_layers
-from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun
+from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.specs import Model, Recompute, Scenario, Schedule
 
 VERSIONS = ("main",)
@@ -57,6 +57,17 @@ TODO = (
 )
 
 
+# The recipes torchtitan main's Float8LinearConverter.Config takes (recipe_name, default rowwise;
+# torchtitan/components/quantization/float8.py): no tensorwise, no FP8 all-gather
+TITAN_FP8_RECIPES = ("rowwise", "rowwise_with_gw_hp")
+
+
+def t_fp8_in_config(model: Model) -> bool:
+    """Whether torchtitan's own config function converts `model` to Float8 (its recipe is the config's)."""
+    t = titan_model(model)
+    return t is not None and t.fp8_in_config
+
+
 def titan_model(model: Model) -> TitanModel | None:
     shape = (model.layers, model.hidden, model.heads, model.kv_heads, model.ffn_hidden, model.vocab)
     for t in TITAN_MODELS:
@@ -97,7 +108,13 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"--emit torchtitan: FSDP2 shards over data_parallel_shard_degree x cp ranks, so --shard-group "
             f"{i(p.shard_group)} must be a multiple of cp={i(p.cp)}"
         )
-    changes, new = [], {}
+    new, changes = unemitted_shape(p, "torchtitan")
+    if p.precision == "fp8" and not t_fp8_in_config(m) and p.fp8_recipe not in TITAN_FP8_RECIPES:
+        new["fp8_recipe"] = "rowwise"
+        changes.append(
+            f"FP8 recipe {p.fp8_recipe} -> rowwise (torchtitan main's Float8LinearConverter: "
+            f"{' or '.join(TITAN_FP8_RECIPES)}, rowwise by default)"
+        )
     sched = Schedule(int(p.schedule))
     if i(p.pp) > 1 and sched == Schedule.ZB_H1:
         new["schedule"] = Schedule.ONE_F_ONE_B
@@ -198,7 +215,8 @@ def _converters(p: object, t: TitanModel) -> list[str]:
     out = []
     precision = p.precision  # type: ignore[attr-defined]
     if precision == "fp8" and not t.fp8_in_config:
-        out.append("Float8LinearConverter.Config()")
+        recipe = p.fp8_recipe if p.fp8_recipe in TITAN_FP8_RECIPES else "rowwise"  # type: ignore[attr-defined]
+        out.append(f"Float8LinearConverter.Config(recipe_name={recipe!r})")
     elif precision == "mxfp8":
         out.append("MXFP8LinearConverter.Config()")
     rank = i(p.lora_rank)  # type: ignore[attr-defined]

@@ -293,14 +293,17 @@ def layer_cost(
         return np.where(ub, with_ub, beside)
 
     # forward
+    sp_fwd_mlp = mlp * gather_beside(u.forward_s, "u") + mlp * hide(
+        scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS
+    )
     sp_fwd = (
         gather_beside(q.forward_s, "q")
         + hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
-        + mlp * gather_beside(u.forward_s, "u")
-        + mlp * hide(scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
+        + sp_fwd_mlp
     )
     blocks = 1.0 + mlp  # attention and (when there is one) the dense MLP
     tp_fwd = np.where(sp, sp_fwd, blocks * reduce)
+    tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce)  # the dense MLP's own (`Plan.recompute_modules`)
     tp_fwd_total = np.where(sp, blocks * (gather + scatter), blocks * reduce)
     # backward
     col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
@@ -342,7 +345,7 @@ def layer_cost(
         selective = module_recompute_s(lt, fwd, scn, moe_layer)
         # a checkpointed MLP (or shared experts) reruns its forward TP collectives before the backward
         redone_mlp = ("shared_experts" if moe_layer else "mlp") in plan.recompute_modules
-        mlp_tp_redo = np.where(rc == Recompute.SELECTIVE, tp_fwd * mlp / blocks, 0.0) if redone_mlp else 0.0
+        mlp_tp_redo = np.where(rc == Recompute.SELECTIVE, tp_fwd_mlp, 0.0) if redone_mlp else 0.0
     redo = np.select(
         [rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s + split_f + copies_f, selective], 0.0
     )

@@ -39,6 +39,9 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
     etp = expert_tp(search.model)
     vpp = int(c["vpp"])
     schedule = SCHEDULE_NAMES[int(c["schedule"])]
+    recompute = RECOMPUTE_NAMES[int(c["recompute"])]
+    if recompute != "selective":  # Megatron-Core's modules are selective recomputation's (`Plan.recompute_modules`)
+        kept["recompute_modules"] = None
     request = TrainingRequest(
         **kept,
         global_batch=int(search.global_batch),
@@ -51,7 +54,7 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
         vpp=vpp,
         micro_batch=int(c["micro_batch"]),
         schedule=None if schedule == ("interleaved" if vpp > 1 else "1f1b") else schedule,
-        recompute=RECOMPUTE_NAMES[int(c["recompute"])],
+        recompute=recompute,
         sequence_parallel=None if sp == (int(c["tp"]) > 1) else sp,  # the default where it agrees
         zero=int(c["zero_stage"]),
         first_stage_layers=int(c["first_stage_layers"]) or None,

@@ -427,6 +427,11 @@ class Plan:
             "loss_bytes_per_logit",
             chk.within("plan: loss_bytes_per_logit", self.loss_bytes_per_logit, 0.0, 256.0, "bytes"),
         )
+        if self.cuda_graph_scope and any_true(as_array(self.layer_host_ops) > 0):
+            raise SpecError(
+                f"plan: cuda_graph_scope {','.join(self.cuda_graph_scope)} is Megatron-Core's CUDA graphs; not with "
+                "layer_host_ops (a stack's own host count, nanotron's, whose layers are not graphed)"
+            )
         for name in BOOLEAN_FIELDS:
             value = getattr(self, name)
             if type(value) is not bool and (value is not None or name != "overlap_p2p"):  # True/False kept
