@@ -10,7 +10,8 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.context_parallel import micro_batch_view
-from shardwise.engines.costs import head_cost, layer_cost
+from shardwise.engines.costs import layer_cost
+from shardwise.engines.stage_ends import head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError

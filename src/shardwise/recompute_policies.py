@@ -20,7 +20,7 @@ SELECTIVE_POLICIES = (
 # Megatron-Core's `--recompute-modules` (megatron/core/transformer/transformer_config.py,
 # `recompute_modules`, core_v0.15+: "choices: core_attn, moe_act, layernorm, mla_up_proj, mlp, moe,
 # shared_experts; default core_attn"): what recompute="selective" redoes under the Megatron stack
-# when given (`engines.costs.module_recompute_s`, `engines.moe.experts_cost`).
+# when given (`engines.recompute_costs.module_recompute_s`, `engines.moe.experts_cost`).
 RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp", "moe", "shared_experts")
 
 # Megatron-Core's CUDA graph scopes (megatron/core/transformer/enums.py `CudaGraphScope`, core_v0.15+;

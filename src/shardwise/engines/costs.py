@@ -12,6 +12,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool
 from shardwise.engines.context_parallel import CpComm, cp_step_s, micro_batch_view
+from shardwise.engines.recompute_costs import module_recompute_s, selective_recompute_s
 from shardwise.engines.tp_overlap import (
     NCCL_OVERLAP_SMS,
     UB_BULK_AG_SMS,
@@ -25,29 +26,19 @@ from shardwise.engines.tp_overlap import (
     tp_comm,
 )
 from shardwise.physics import memory as mem
-from shardwise.physics import remat
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
-    BACKWARD_MEMORY_RATIO,
-    LayerTimes,
-    attention_precision,
     layer_times,
-    linear_times,
     memory_s,
 )
 from shardwise.physics.flops import (
-    CROSS_ENTROPY_FP32_BYTES_PER_LOGIT,
-    ROPE_KERNELS,
     LayerForward,
-    cross_entropy_bytes,
     input_gradient,
     layer_forward,
-    logits_forward,
 )
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
-    EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
     EAGER_ELEMENTWISE_KERNELS,
     graphed_layer_kernels,
     host_bound_s,
@@ -55,24 +46,11 @@ from shardwise.physics.stack import (
     layout_copy_bytes,
     per_param_sharding_bytes,
 )
-from shardwise.specs import Model, Recompute, Scenario
+from shardwise.specs import Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.stages import StageSplit, recomputed_split
 
-# Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
-# target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`); the logits are
-# cast to fp32 first (`VocabParallelCrossEntropy.calculate_logits_max`), so each value is 4 bytes
-# (megatron/core/tensor_parallel/cross_entropy.py).
-CROSS_ENTROPY_ALL_REDUCES = 3
-CROSS_ENTROPY_VALUE_BYTES = 4.0
-# Kernel launches charged to the loss: a project estimate of the kernels of that vocab-parallel
-# cross-entropy (max, exp and sum, target logit, loss and its gradient; same file), not a count.
-CROSS_ENTROPY_KERNELS = 4
-# Kernel launches charged to the embedding's forward and, again, to its backward: a project
-# estimate for Megatron-Core's `LanguageModelEmbedding` (word lookup, position add, layout copy,
-# dropout; megatron/core/models/common/embeddings/language_model_embedding.py), not a count.
-EMBEDDING_KERNELS = 2
 # Bytes per weight that FSDP2 gathers and copies out under torchao's FP8 all-gather
 # (`Plan.fp8_recipe` "tensorwise_fp8_all_gather", torchao/float8/fsdp_utils.py
 # `WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`: the FP8 data, one byte each)
@@ -403,126 +381,6 @@ def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], s
     )
     nil = StageCost(0.0, 0.0, 0.0, 0.0)
     return stages(recomputed_split(split, plan.vpp, plan.recompute_layers), extra, nil, nil)  # type: ignore[arg-type]
-
-
-def selective_recompute_s(lt: LayerTimes, model: Model, policy: str) -> Number:
-    """What recompute="selective" redoes of one layer under the stack's `policy`: Megatron's
-    attention core, torchtitan's op-level policy (`op_sac_s`) or a JAX remat policy
-    (`physics.remat`)."""
-    if policy == "op":
-        return op_sac_s(lt, model)
-    if policy in remat.RECOMPUTED:
-        parts = (lt.qkv.forward_s, lt.proj.forward_s, lt.up.forward_s, lt.attention_s, lt.elementwise_s)
-        return remat.recompute_s(policy, *parts)
-    return lt.attention_core_s
-
-
-def module_recompute_s(lt: LayerTimes, fwd: LayerForward, scn: Scenario, moe_layer: bool) -> Number:
-    """What recompute="selective" redoes of one layer's attention and dense part under Megatron-Core's
-    `recompute_modules` (`Plan.recompute_modules`; megatron/core/transformer/transformer_layer.py,
-    multi_latent_attention.py, core_v0.15-0.16; the routed experts' moe_act and moe are in
-    `engines.moe.experts_cost`), each module's forward once more:
-
-    - core_attn: the attention core (`LayerTimes.attention_core_s`);
-    - layernorm: the norms that are modules of their own -- Transformer Engine fuses a dense layer's
-      two into the QKV and MLP-up linears (TELayerNormColumnParallelLinear, IdentityOp norms, not
-      recomputed), an MoE layer keeps its pre-MLP norm for the router, latent attention its input
-      norm for the down-projections: one read and one write of the rank's b s h / t activations each;
-    - mla_up_proj: latent attention's query and key-value up-projections and the rotary parts;
-    - mlp (dense layers) and shared_experts (MoE layers): the MLP's two GEMMs and its activation.
-    """
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    modules = plan.recompute_modules
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    rank_bytes = fwd.tp_message_bytes / np.where(sp, np.asarray(plan.tp, dtype=float), 1.0)  # e b s h / t
-    total: Number = 0.0
-    if "core_attn" in modules:
-        total = total + lt.attention_core_s
-    norms = int(moe_layer) + int(bool(model.kv_lora_rank))
-    if "layernorm" in modules and norms:
-        total = total + memory_s(norms * 2 * rank_bytes, gpu, kernels=norms)
-    if "mla_up_proj" in modules and model.kv_lora_rank and fwd.extra:
-        kv_up = linear_times(fwd.extra[-1], gpu, plan.precision).forward_s
-        e, tokens = plan.bytes_per_element, fwd.tp_message_bytes / (plan.bytes_per_element * model.hidden)
-        rope = 2 * e * tokens * (model.heads * model.rope_head_dim / plan.tp + model.rope_head_dim)
-        total = total + lt.qkv.forward_s + kv_up + memory_s(rope, gpu, kernels=ROPE_KERNELS)
-    if ("shared_experts" if moe_layer else "mlp") in modules:
-        gate = 2 if model.gated_mlp else 1
-        activation = (gate + 1) * fwd.mlp_down.m * fwd.mlp_down.k * plan.bytes_per_element  # b s x f / t in and out
-        total = total + lt.up.forward_s + lt.down.forward_s + memory_s(activation, gpu, kernels=1)
-    return total
-
-
-def op_sac_s(lt: LayerTimes, model: Model) -> Number:
-    """What torchtitan's op-level selective checkpointing recomputes in the backward pass: every
-    second matrix multiply of the layer (wk, wo and w3 of wq, wk, wv, wo, w1, w3, w2; a plain MLP's
-    w2) and all element-wise work (`physics.stack`). wk is its share of the fused QKV GEMM."""
-    q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
-    k_share = kv / (q + 2 * kv)
-    mlp = lt.up.forward_s / 2 if model.gated_mlp else lt.down.forward_s
-    return lt.elementwise_s + k_share * lt.qkv.forward_s + lt.proj.forward_s + mlp
-
-
-def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
-    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction."""
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    e = plan.bytes_per_element
-    tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
-    act = e * tokens * model.hidden
-    # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
-    lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
-    grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
-    grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
-    # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
-    regather = np.where(sp, comm.all_gather, 0.0)
-    return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=EMBEDDING_KERNELS), reduce, regather)
-
-
-def head_cost(
-    scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True, weight_bytes: Number | None = None
-) -> StageCost:
-    """Final norm, output projection (column-parallel over the vocabulary) and, when training,
-    the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    e, b, t = plan.bytes_per_element, plan.micro_batch, plan.tp
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    s_q = model.seq_len if q_len is None else q_len
-    tokens = b * s_q
-    norm = memory_s(2 * e * tokens * model.hidden * np.where(sp, 1.0 / t, 1.0), gpu)
-    # The output layer stays in 16 bits in FP8 training (Megatron's output layer is not a
-    # Transformer Engine module).
-    out = linear_times(
-        logits_forward(model, b, t, e, s_q, weight_bytes),
-        gpu,
-        attention_precision(plan.precision),
-        plan.grad_accumulation_fusion,
-        plan.unfused_accumulate_bytes,
-    )
-    logits = out.forward_s
-    weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen
-    if not loss:
-        return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
-    loss_bytes = cross_entropy_bytes(model, b, t, e)
-    # eager: the fp32 log-softmax and its backward as separate kernels (`physics.stack`)
-    eager_share = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
-    loss_bytes = loss_bytes * np.where(np.asarray(plan.eager_kernels, dtype=bool), eager_share, 1.0)
-    # a stack's own count of the loss's bytes per logit (nanotron's, `physics.stack`), where it states one
-    if any_true(as_array(plan.loss_bytes_per_logit) > 0):
-        own = loss_bytes / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT) * plan.loss_bytes_per_logit
-        loss_bytes = np.where(np.asarray(plan.loss_bytes_per_logit) > 0, own, loss_bytes)
-    loss_s = memory_s(loss_bytes, gpu, kernels=CROSS_ENTROPY_KERNELS)
-    ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
-    gather = np.where(sp, comm.all_gather, 0.0)
-    grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)
-    return StageCost(
-        compute_forward_s=norm + logits + loss_s,
-        compute_backward_s=BACKWARD_MEMORY_RATIO * norm + out.input_grad_s + weight_grad,
-        tp_forward_s=gather + ce_comm,
-        tp_backward_s=grad_in,
-        weight_grad_s=weight_grad,
-    )
 
 
 def slowest_stage_send_s(scn: Scenario, fabric: Fabric, place: dict[str, Number], comm: TpComm) -> Number:

@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.context_parallel import context_parallel, cp_step_s
-from shardwise.engines.costs import Stages, embedding_cost, head_cost, layer_cost, slowest_stage_send_s, stages
+from shardwise.engines.costs import Stages, layer_cost, slowest_stage_send_s, stages
 from shardwise.engines.moe import moe_layers, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.flops import kv_cache_elements_per_token

@@ -32,11 +32,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.costs import StageCost, embedding_cost, head_cost, slowest_stage_send_s, stages
+from shardwise.engines.costs import StageCost, slowest_stage_send_s, stages
 from shardwise.engines.engine_presets import engine
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
+from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times

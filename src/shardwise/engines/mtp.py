@@ -12,7 +12,7 @@ model (`MultiTokenPredictionLayer.forward`):
   2h x h/t), in the plan's precision (a Transformer Engine linear);
 - one transformer layer built from the decoder's layer spec (`get_gpt_mtp_block_spec`): an MoE
   layer for a mixture of experts (DeepSeek-V3's MTP module), else a dense one;
-- the shared output layer and its loss (`engines.costs.head_cost`), scaled in the loss by
+- the shared output layer and its loss (`engines.stage_ends.head_cost`), scaled in the loss by
   mtp_loss_scaling_factor (no time).
 
 The stage that holds them is the slowest one where they outweigh its fewer layers, which is why
@@ -25,7 +25,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.engines.costs import FIELDS, StageCost, embedding_cost, head_cost
+from shardwise.engines.costs import FIELDS, StageCost
+from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import TpComm
 from shardwise.physics.compute import linear_times, memory_s
 from shardwise.physics.flops import gemm

@@ -21,8 +21,6 @@ from shardwise.engines.costs import (
     FIELDS,
     StageCost,
     add_costs,
-    embedding_cost,
-    head_cost,
     layer_cost,
     recomputed_layer_extra,
     sharding_copies,
@@ -34,6 +32,7 @@ from shardwise.engines.mtp import with_mtp
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
+from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_layout import optimizer_time_s
 from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_key

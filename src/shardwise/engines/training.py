@@ -28,10 +28,7 @@ import numpy as np
 
 from shardwise.arrays import as_float, maximum, plus, where
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
-from shardwise.engines.costs import (
-    layer_cost,
-    select,
-)
+from shardwise.engines.costs import layer_cost, select
 from shardwise.engines.data_parallel import (
     data_parallel_exposed_s,
 )

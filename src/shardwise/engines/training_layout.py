@@ -19,14 +19,7 @@ import numpy as np
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
 from shardwise.engines import distinct
 from shardwise.engines.context_parallel import context_parallel
-from shardwise.engines.costs import (
-    StageCost,
-    Stages,
-    add_costs,
-    recomputed_stages,
-    sharding_copies,
-    stages,
-)
+from shardwise.engines.costs import StageCost, Stages, add_costs, recomputed_stages, sharding_copies, stages
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
     StagePrices,

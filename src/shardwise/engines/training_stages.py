@@ -9,16 +9,10 @@ from typing import NamedTuple
 
 from shardwise.arrays import as_array, as_bool, as_float, ifelse
 from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
-from shardwise.engines.costs import (
-    Stages,
-    embedding_cost,
-    head_cost,
-    layer_cost,
-    stage_send_time_s,
-    stages,
-)
+from shardwise.engines.costs import Stages, layer_cost, stage_send_time_s, stages
 from shardwise.engines.moe import moe_layers
 from shardwise.engines.mtp import with_mtp
+from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.microbatch import pipeline_transfers

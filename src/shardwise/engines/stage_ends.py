@@ -1,0 +1,106 @@
+"""The embedding and the output layer of one micro-batch on one GPU, as `StageCost`s: the
+vocab-parallel lookup with its TP reduction, and the final norm, output projection and loss with
+the vocab-parallel cross-entropy's all-reduces (the first and last pipeline stages' own work)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.arrays import any_true, as_array
+from shardwise.engines.costs import StageCost
+from shardwise.engines.tp_overlap import (
+    TpComm,
+)
+from shardwise.physics import memory as mem
+from shardwise.physics.compute import (
+    BACKWARD_MEMORY_RATIO,
+    attention_precision,
+    linear_times,
+    memory_s,
+)
+from shardwise.physics.flops import (
+    CROSS_ENTROPY_FP32_BYTES_PER_LOGIT,
+    cross_entropy_bytes,
+    logits_forward,
+)
+from shardwise.physics.stack import (
+    EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
+)
+from shardwise.specs import Scenario
+from shardwise.specs._checks import Number
+
+# Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
+# target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`); the logits are
+# cast to fp32 first (`VocabParallelCrossEntropy.calculate_logits_max`), so each value is 4 bytes
+# (megatron/core/tensor_parallel/cross_entropy.py).
+CROSS_ENTROPY_ALL_REDUCES = 3
+CROSS_ENTROPY_VALUE_BYTES = 4.0
+# Kernel launches charged to the loss: a project estimate of the kernels of that vocab-parallel
+# cross-entropy (max, exp and sum, target logit, loss and its gradient; same file), not a count.
+CROSS_ENTROPY_KERNELS = 4
+# Kernel launches charged to the embedding's forward and, again, to its backward: a project
+# estimate for Megatron-Core's `LanguageModelEmbedding` (word lookup, position add, layout copy,
+# dropout; megatron/core/models/common/embeddings/language_model_embedding.py), not a count.
+EMBEDDING_KERNELS = 2
+
+
+def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
+    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction."""
+    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    e = plan.bytes_per_element
+    tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
+    act = e * tokens * model.hidden
+    # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
+    lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
+    grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
+    grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
+    sp = np.asarray(plan.sequence_parallel, dtype=bool)
+    reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
+    # With SP the backward of the forward reduce-scatter is an all-gather of the gradient.
+    regather = np.where(sp, comm.all_gather, 0.0)
+    return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=EMBEDDING_KERNELS), reduce, regather)
+
+
+def head_cost(
+    scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True, weight_bytes: Number | None = None
+) -> StageCost:
+    """Final norm, output projection (column-parallel over the vocabulary) and, when training,
+    the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
+    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    e, b, t = plan.bytes_per_element, plan.micro_batch, plan.tp
+    sp = np.asarray(plan.sequence_parallel, dtype=bool)
+    s_q = model.seq_len if q_len is None else q_len
+    tokens = b * s_q
+    norm = memory_s(2 * e * tokens * model.hidden * np.where(sp, 1.0 / t, 1.0), gpu)
+    # The output layer stays in 16 bits in FP8 training (Megatron's output layer is not a
+    # Transformer Engine module).
+    out = linear_times(
+        logits_forward(model, b, t, e, s_q, weight_bytes),
+        gpu,
+        attention_precision(plan.precision),
+        plan.grad_accumulation_fusion,
+        plan.unfused_accumulate_bytes,
+    )
+    logits = out.forward_s
+    weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen
+    if not loss:
+        return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
+    loss_bytes = cross_entropy_bytes(model, b, t, e)
+    # eager: the fp32 log-softmax and its backward as separate kernels (`physics.stack`)
+    eager_share = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
+    loss_bytes = loss_bytes * np.where(np.asarray(plan.eager_kernels, dtype=bool), eager_share, 1.0)
+    # a stack's own count of the loss's bytes per logit (nanotron's, `physics.stack`), where it states one
+    if any_true(as_array(plan.loss_bytes_per_logit) > 0):
+        own = loss_bytes / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT) * plan.loss_bytes_per_logit
+        loss_bytes = np.where(np.asarray(plan.loss_bytes_per_logit) > 0, own, loss_bytes)
+    loss_s = memory_s(loss_bytes, gpu, kernels=CROSS_ENTROPY_KERNELS)
+    ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
+    gather = np.where(sp, comm.all_gather, 0.0)
+    grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)
+    return StageCost(
+        compute_forward_s=norm + logits + loss_s,
+        compute_backward_s=BACKWARD_MEMORY_RATIO * norm + out.input_grad_s + weight_grad,
+        tp_forward_s=gather + ce_comm,
+        tp_backward_s=grad_in,
+        weight_grad_s=weight_grad,
+    )
