@@ -48,7 +48,7 @@ from shardwise.physics.compute import (
 from shardwise.physics.flops import Gemm, LayerForward, gemm, input_gradient, layer_forward, weight_gradient
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
-from shardwise.specs.plan import LORA_TARGETS
+from shardwise.specs.plan_fields import LORA_TARGETS
 
 # Megatron-Bridge LoRA defaults (src/megatron/bridge/peft/lora.py): rank `dim` = 32.
 DEFAULT_RANK = 32

@@ -15,14 +15,19 @@ import numpy as np
 from shardwise.arrays import any_true, as_array
 from shardwise.precisions import COMPUTE_PRECISIONS, FP8_RECIPES
 from shardwise.recompute_policies import (  # re-exported: the Plan's checks
-    CUDA_GRAPH_SCOPES,
-    RECOMPUTE_MODULES,
     SELECTIVE_POLICIES,
 )
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.hardware import PRECISION_BYTES
 from shardwise.specs.memo import Memo, hash_once
+from shardwise.specs.plan_fields import (
+    cuda_graph_scope_of,
+    lora_targets,
+    recompute_modules_of,
+    shard_group_of,
+    stage_list_of,
+)
 
 
 class Schedule(IntEnum):
@@ -53,19 +58,6 @@ class Recompute(IntEnum):
 
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
-LORA_TARGETS = ("qkv", "proj", "fc1", "fc2")  # physics.lora: the linear layers an adapter can sit beside
-
-
-def lora_targets(value: object) -> str:
-    """`Plan.lora_targets` checked and in canonical order ("qkv,proj,fc1,fc2"): a comma-separated,
-    non-empty subset of LORA_TARGETS without repeats."""
-    parts = [p.strip() for p in value.split(",")] if isinstance(value, str) else None
-    if not parts or any(p not in LORA_TARGETS for p in parts) or len(set(parts)) != len(parts):
-        raise SpecError(
-            f"plan: lora_targets {value!r} is not allowed; give a comma-separated subset of {', '.join(LORA_TARGETS)} "
-            "(e.g. qkv or qkv,proj,fc1,fc2), each once"
-        )
-    return ",".join(t for t in LORA_TARGETS if t in parts)
 
 
 # the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
@@ -360,9 +352,9 @@ class Plan:
         object.__setattr__(
             self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
         )
-        object.__setattr__(self, "recompute_modules", _modules(self.recompute_modules))
+        object.__setattr__(self, "recompute_modules", recompute_modules_of(self.recompute_modules))
         object.__setattr__(self, "mtp_layers", chk.non_negative_int("plan: mtp_layers", self.mtp_layers))
-        object.__setattr__(self, "cuda_graph_scope", _graph_scope(self.cuda_graph_scope))
+        object.__setattr__(self, "cuda_graph_scope", cuda_graph_scope_of(self.cuda_graph_scope))
         imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
         if any_true(as_array(imbalance) < 1.0):
             raise SpecError(
@@ -388,7 +380,7 @@ class Plan:
             if zero_ok and np.ndim(zero) > 0:
                 bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
             raise SpecError(f"plan: zero_stage {chk._short(bad)} is not allowed; choose 0, 1, 2 or 3")
-        object.__setattr__(self, "shard_group", _shard_group(self.shard_group, self.dp, self.cp, zero))
+        object.__setattr__(self, "shard_group", shard_group_of(self.shard_group, self.dp, self.cp, zero))
         if not isinstance(self.precision, str) or self.precision not in COMPUTE_PRECISIONS:
             raise SpecError(
                 f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8 "
@@ -439,7 +431,7 @@ class Plan:
         for name in ("first_stage_layers", "last_stage_layers"):
             object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
         if self.stage_layers is not None:
-            object.__setattr__(self, "stage_layers", _stage_list(self.stage_layers, self.pp))
+            object.__setattr__(self, "stage_layers", stage_list_of(self.stage_layers, self.pp))
         if self.overlap_p2p is None:
             schedule = self.schedule
             if (
@@ -541,53 +533,6 @@ class Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
 
 
-def _modules(value: object) -> tuple[str, ...]:
-    """`Plan.recompute_modules` as a tuple of Megatron-Core module names (a comma-separated string
-    or a sequence of names; each once)."""
-    if value is None or value == "":
-        return ()
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise SpecError(
-            f"plan: recompute_modules {chk._short(value)} is not allowed; give module names, e.g. moe_act,layernorm"
-        )
-    out = tuple(n.strip() for n in names if n.strip())
-    for name in out:
-        if name not in RECOMPUTE_MODULES:
-            raise SpecError(
-                f"plan: recompute_modules {name!r} is not allowed; choose from {', '.join(RECOMPUTE_MODULES)}"
-            )
-    if len(set(out)) < len(out):
-        raise SpecError(f"plan: recompute_modules {','.join(out)} names a module twice; give each once")
-    return out
-
-
-def _graph_scope(value: object) -> tuple[str, ...]:
-    """`Plan.cuda_graph_scope` as a tuple of Megatron-Core scope names, with Megatron-Core's rules
-    (transformer_config.py: full_iteration alone, moe_preprocess with moe_router)."""
-    if value is None or value == "" or value == "none":
-        return ()
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise SpecError(
-            f"plan: cuda_graph_scope {chk._short(value)} is not allowed; give scope names, e.g. attn,moe_router"
-        )
-    out = tuple(n.strip() for n in names if n.strip())
-    for name in out:
-        if name not in CUDA_GRAPH_SCOPES:
-            extra = " (whole MoE layers are graphed only when tokens are dropped and padded)" if name == "moe" else ""
-            raise SpecError(
-                f"plan: cuda_graph_scope {name!r} is not allowed; choose from {', '.join(CUDA_GRAPH_SCOPES)}{extra}"
-            )
-    if len(set(out)) < len(out):
-        raise SpecError(f"plan: cuda_graph_scope {','.join(out)} names a scope twice; give each once")
-    if "full_iteration" in out and len(out) > 1:
-        raise SpecError("plan: cuda_graph_scope full_iteration captures the whole step; give it alone")
-    if "moe_preprocess" in out and "moe_router" not in out:
-        raise SpecError("plan: cuda_graph_scope moe_preprocess needs moe_router too (Megatron-Core's rule)")
-    return out
-
-
 def _check_modules_apply(modules: tuple[str, ...], recompute: object, policy: str) -> None:
     """Recompute modules are Megatron-Core's selective recomputation: they need recompute="selective"
     (an array of plans, as the planner searches, applies them to its selective ones) and the
@@ -602,50 +547,3 @@ def _check_modules_apply(modules: tuple[str, ...], recompute: object, policy: st
             f"plan: recompute_modules {','.join(modules)} is Megatron-Core's; it needs selective_policy "
             f"'attention' (the Megatron stacks'), not {policy!r}"
         )
-
-
-def _shard_group(value: object, dp: Number, cp: Number, zero: Number) -> Number:
-    """The checked `shard_group`: a whole number >= 0 that divides dp x cp, > 0 only with ZeRO >= 1."""
-    if type(value) is int and value == 0:  # the default: no hybrid sharding
-        return 0
-    group = chk.non_negative_int("plan: shard_group", value)
-    g, ranks, z = np.broadcast_arrays(np.asarray(group), np.asarray(dp) * np.asarray(cp), np.asarray(zero))
-    hybrid = g > 0
-    bad = hybrid & (np.mod(ranks, np.maximum(g, 1)) != 0)
-    if np.any(bad):
-        raise SpecError(
-            f"plan: shard_group {g[bad].flat[0].item()} is not allowed; it must divide dp x cp = "
-            f"{ranks[bad].flat[0].item()} (0: shard over all of them)"
-        )
-    bad = hybrid & (z < 1)
-    if np.any(bad):
-        raise SpecError(
-            f"plan: shard_group {g[bad].flat[0].item()} needs ZeRO >= 1 (without ZeRO nothing is sharded); "
-            "set zero_stage 1-3 or shard_group 0"
-        )
-    return group
-
-
-def _stage_list(value: object, pp: Number) -> tuple[int, ...]:
-    """An explicit per-stage layer list: whole numbers >= 1, one per stage, for one plan."""
-    if isinstance(value, str):
-        parts = [x for x in value.replace(" ", "").split(",") if x]
-    elif isinstance(value, (list, tuple)) or (isinstance(value, np.ndarray) and value.ndim == 1):
-        parts = list(value)
-    else:
-        raise SpecError(f"plan: stage_layers {value!r} is not allowed; give a list of layer counts, one per stage")
-    out = []
-    for x in parts:
-        try:
-            n = int(x)
-            ok = float(x) == n and n >= 1
-        except (TypeError, ValueError, OverflowError):
-            ok = False
-        if not ok:
-            raise SpecError(f"plan: stage_layers entry {x!r} is not allowed; each stage needs a whole number >= 1")
-        out.append(n)
-    if np.asarray(pp).size != 1:
-        raise SpecError("plan: stage_layers (an explicit split) needs a single pp, not an array of plans")
-    if len(out) != int(np.asarray(pp)):
-        raise SpecError(f"plan: stage_layers has {len(out)} entries but pp={int(np.asarray(pp))}; give one per stage")
-    return tuple(out)
