@@ -263,6 +263,10 @@ def test_pipeline_flushes_pay_one_fill_and_drain_each():
         estimate_training_step(_scenario(16, **plan, pipeline_flushes=16))
     with pytest.raises(SpecError, match="closed form only"):
         simulate_training_step(_scenario(16, **plan, pipeline_flushes=4))
+    # the rule reads the micro-batches: a layout checked at one global batch is checked again at
+    # another (4 flushes of 32 micro-batches hold; of 12, three each, fewer than pp, do not)
+    with pytest.raises(SpecError, match="pipeline_flushes 4 is not allowed with 12 micro-batches"):
+        estimate_training_step(_scenario(16, **{**plan, "global_batch": 24}, pipeline_flushes=4))
 
 
 def test_plan_searches_packed_runs_without_context_parallelism(cli):

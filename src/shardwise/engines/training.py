@@ -81,7 +81,11 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
-    key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.num_micro_batches, plan.pipeline_flushes)
+    key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.pipeline_flushes)
+    # the micro-batches matter to the rules only under several pipeline flushes (`flushes_rule`):
+    # one schedule a step (the default) keeps the check of a layout for every global batch
+    one_flush = type(plan.pipeline_flushes) is int and plan.pipeline_flushes == 1
+    key = (*key, None if one_flush else plan.num_micro_batches)
     _TRAINING_CHECKED.get_or_compute(key, lambda: _training_rules(plan, model))
     # what does not read the batch, kept per layout (`_layout_terms`): a plan asked for at another
     # global batch prices only the pipeline's makespan, the data-parallel exposure and the memory

@@ -11,11 +11,14 @@ from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 
 LORA_TARGETS = ("qkv", "proj", "fc1", "fc2")  # physics.lora: the linear layers an adapter can sit beside
+ALL_LORA_TARGETS = ",".join(LORA_TARGETS)
 
 
 def lora_targets(value: object) -> str:
     """`Plan.lora_targets` checked and in canonical order ("qkv,proj,fc1,fc2"): a comma-separated,
     non-empty subset of LORA_TARGETS without repeats."""
+    if value == ALL_LORA_TARGETS:  # the default, already canonical
+        return ALL_LORA_TARGETS
     parts = [p.strip() for p in value.split(",")] if isinstance(value, str) else None
     if not parts or any(p not in LORA_TARGETS for p in parts) or len(set(parts)) != len(parts):
         raise SpecError(
