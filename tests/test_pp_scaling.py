@@ -89,3 +89,20 @@ def test_serve_stays_quiet_where_the_pipeline_serves_less_than_k_times(cli):
     args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "pp=8", "--max-throughput"]
     code, out, _ = cli([*args, "--requests", "300"])
     assert code == 0 and "more than 8x as" not in out
+
+
+def test_the_split_is_priced_only_when_read():
+    """`serve --json` carries each pipeline plan's split; the explorer's page, which shows none,
+    asks for the JSON without it, and nothing of it is priced (two more replicas per plan)."""
+    from shardwise.explore.runner import REQUESTS
+    from shardwise.requests.serve import ServeRequest
+
+    argv = ["--model", "llama3-8b", "--system", "rtx4090-8x", "--plan", "pp=8", "--plan", "tp=1", "--max-throughput"]
+    result = ServeRequest.from_argv(argv).run()
+    page = result.as_dict(pipeline_scaling=False)
+    assert "scaling" not in vars(result)  # not priced
+    assert all("pipeline_scaling" not in plan for plan in page["plans"])
+    full = result.as_dict()
+    assert "pipeline_scaling" in next(p for p in full["plans"] if p["plan"].startswith("pp=8"))
+    answer, _ = REQUESTS["serve"](argv)
+    assert all("pipeline_scaling" not in plan for plan in answer["plans"])

@@ -150,10 +150,13 @@ def _sweep(argv: list[str]) -> Answer:
 
 
 def _serve(argv: list[str]) -> Answer:
-    """`serve`'s request: the plans priced, or the latency-target search (no figure)."""
+    """`serve`'s request: the plans priced, or the latency-target search (no figure); the page
+    shows no pipeline-scaling split, so none is priced."""
     from shardwise.requests.serve import ServeRequest
+    from shardwise.requests.serve_result import ServeResult
 
-    return ServeRequest.from_argv(argv).run().as_dict(), lambda: ""
+    result = ServeRequest.from_argv(argv).run()
+    return result.as_dict(pipeline_scaling=False) if isinstance(result, ServeResult) else result.as_dict(), lambda: ""
 
 
 # every command the pages build, asked through the request layer (`shardwise.requests`): run

@@ -4,7 +4,9 @@ commands asked for, and the JSON `serve --json` prints."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from shardwise.errors import SpecError
@@ -20,8 +22,13 @@ class ServeResult:
     spreads: dict[str, tuple[float, str]]  # each plan's 80% interval (log sd) and its basis
     hints: dict[str, str]  # what would make a plan that does not fit fit ("": nothing close)
     launches: dict[str, dict[str, Any] | None]  # --emit: each plan's launch
-    # in flight: each pipeline plan's PP(k) / PP(1) at full load and its split (`analyses.pp_scaling`)
-    scaling: dict[str, Any] | None = None
+    # in flight: each pipeline plan's PP(k) / PP(1) at full load and its split (`analyses.pp_scaling`),
+    # priced on its first read (`scaling`): the explorer's serving tab never reads it
+    scaling_of: Callable[[], dict[str, Any]] | None = None
+
+    @cached_property
+    def scaling(self) -> dict[str, Any] | None:
+        return None if self.scaling_of is None else self.scaling_of()
 
     @property
     def notes(self) -> tuple[str, ...]:
@@ -55,8 +62,9 @@ class ServeResult:
         bad = dict(self.invalid)
         return [s for s in self.setting.specs if s.label not in bad]
 
-    def as_dict(self) -> dict[str, Any]:
-        """The JSON `serve --json` prints."""
+    def as_dict(self, pipeline_scaling: bool = True) -> dict[str, Any]:
+        """The JSON `serve --json` prints (`pipeline_scaling=False`: without each pipeline plan's
+        PP(k) / PP(1) split, which prices two more replicas per plan: the explorer's page)."""
         from shardwise import export
 
         s, req = self.setting, self.request
@@ -77,7 +85,7 @@ class ServeResult:
                     "launch": self.launches.get(label),
                     **(
                         {"pipeline_scaling": self.scaling[label].as_dict()}
-                        if self.scaling and label in self.scaling
+                        if pipeline_scaling and self.scaling and label in self.scaling
                         else {}
                     ),
                     **({"frontier": _frontier(s, label)} if req.with_frontier else {}),
@@ -116,7 +124,7 @@ def priced(request: Any, s: Any) -> ServeResult:
     if request.emit:
         model_id = _model_id(request.target.model, request.hf_id)
         launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
-    return ServeResult(request, s, rows, invalid, spreads, hints, launches, _scaling(request, s, rows))
+    return ServeResult(request, s, rows, invalid, spreads, hints, launches, lambda: _scaling(request, s, rows))
 
 
 def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]]) -> dict[str, Any]:
