@@ -90,6 +90,21 @@ def test_bad_fields_are_one_clear_line():
         TrainingRequest.from_argv(["--tpp", "2"])
 
 
+def test_an_fp8_recipe_given_with_another_precision_is_refused_on_one_line(cli):
+    argv = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--precision", "bf16"]
+    code, out, err = cli([*argv, "--fp8-recipe", "rowwise"])
+    assert code == 2 and out == "", err
+    assert len(err.strip().splitlines()) == 1 and err.strip().endswith(
+        "--fp8-recipe: rowwise is not allowed with --precision bf16; it applies only to --precision fp8 or "
+        "mxfp8 (leave --fp8-recipe out)"
+    )
+    with pytest.raises(SpecError, match=r"--fp8-recipe: te is not allowed with --precision fp16"):
+        TrainingRequest.from_mapping({"precision": "fp16", "fp8_recipe": "te"})
+    # with FP8, or left to the framework (torchtitan's preset states one), it stands
+    assert TrainingRequest(precision="fp8", fp8_recipe="rowwise").fp8_recipe == "rowwise"
+    assert cli([*argv, "--framework", "torchtitan"])[0] == 0
+
+
 def test_sequence_parallel_follows_tensor_parallelism_unless_given():
     base = TrainingRequest(model="llama3-8b", system="dgx-h100", global_batch=64)
     assert not base.scenario().plan.sequence_parallel
