@@ -130,6 +130,8 @@ def test_calibration_rows_are_requests():
         "--model mixtral-8x7b --system dgx-h100 --nodes 2 --global-batch 64",  # mixture of experts
         "--model llama3-8b --seq-len 32768 --system dgx-h100 --nodes 2 --global-batch 32 --cp 2,4",  # CP
         "--model llama3-70b --system dgx-h100 --nodes 6 --global-batch 96 --pp 6 --tp 8",  # uneven stages
+        # multi-token prediction and separate pipeline schedules, as predict takes them
+        "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 128 --pp 2 --mtp-layers 1 --pipeline-flushes 2",
     ],
 )
 def test_plan_rows_equal_predict(argv):
@@ -149,6 +151,28 @@ def test_plan_rows_equal_predict(argv):
         result = PredictRequest.from_argv(r["command"]).run()
         assert np.isclose(result.step_time_s, r["step_time_s"], rtol=1e-9), (r["command"], r["step_time_s"])
         assert np.isclose(float(result.estimate.memory.total_bytes), r["memory_bytes"], rtol=1e-9)
+
+
+def test_plan_takes_mtp_layers_and_pipeline_flushes_as_predict_does(cli):
+    import json
+
+    argv = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "128"]
+    argv += ["--pp", "2", "--top", "2", "--json"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    plain = json.loads(out)
+    code, out, err = cli([*argv, "--mtp-layers", "1", "--pipeline-flushes", "4"])
+    assert code == 0, err
+    given = json.loads(out)
+    assert "--mtp-layers 1" in given["command"] and "--pipeline-flushes 4" in given["command"]
+    for row in given["plans"]:
+        assert "--mtp-layers 1" in row["command"] and "--pipeline-flushes 4" in row["command"]
+    # every candidate pays for them: the best plan's step is slower than without
+    assert given["plans"][0]["step_time_s"] > plain["plans"][0]["step_time_s"]
+    # checked as predict checks them: one line, exit 2
+    for flag, value in (("--mtp-layers", "17"), ("--pipeline-flushes", "0")):
+        code, out, err = cli([*argv, flag, value])
+        assert code == 2 and out == "" and flag in err, (flag, err)
 
 
 PLAN_ARGV = "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 128 --tp 1,2 --recompute none,full"
