@@ -65,7 +65,10 @@ def test_host_units_weigh_each_kind_of_operation():
 def test_a_stacks_own_count_replaces_the_kernel_count_and_recompute_adds_its_forward_share():
     assert layer_kernels(False, 6) == 3 * (6 + 8)  # the fused count: 42
     assert layer_kernels(False, 6, False, 206.0) == 206.0
-    assert layer_kernels(False, 6, True, 206.0) == pytest.approx(206.0 * 4 / 3)
+    # full recomputation reruns nanotron's forward, 91.3 of its 206 units (forward 91, backward 101,
+    # accumulation 13): not the fused count's third (206 / 3 = 68.7)
+    assert layer_kernels(False, 6, True, 206.0) == pytest.approx(206.0 + 91.3)
+    assert layer_kernels(False, 6, True) == 4 * (6 + 8)  # the fused count still adds its third
     mixed = layer_kernels(False, 6, False, [0.0, 206.0])
     assert list(mixed) == [42.0, 206.0]
 

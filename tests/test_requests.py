@@ -90,6 +90,21 @@ def test_bad_fields_are_one_clear_line():
         TrainingRequest.from_argv(["--tpp", "2"])
 
 
+def test_an_fp8_recipe_given_with_another_precision_is_refused_on_one_line(cli):
+    argv = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--precision", "bf16"]
+    code, out, err = cli([*argv, "--fp8-recipe", "rowwise"])
+    assert code == 2 and out == "", err
+    assert len(err.strip().splitlines()) == 1 and err.strip().endswith(
+        "--fp8-recipe: rowwise is not allowed with --precision bf16; it applies only to --precision fp8 or "
+        "mxfp8 (leave --fp8-recipe out)"
+    )
+    with pytest.raises(SpecError, match=r"--fp8-recipe: te is not allowed with --precision fp16"):
+        TrainingRequest.from_mapping({"precision": "fp16", "fp8_recipe": "te"})
+    # with FP8, or left to the framework (torchtitan's preset states one), it stands
+    assert TrainingRequest(precision="fp8", fp8_recipe="rowwise").fp8_recipe == "rowwise"
+    assert cli([*argv, "--framework", "torchtitan"])[0] == 0
+
+
 def test_sequence_parallel_follows_tensor_parallelism_unless_given():
     base = TrainingRequest(model="llama3-8b", system="dgx-h100", global_batch=64)
     assert not base.scenario().plan.sequence_parallel
@@ -115,6 +130,8 @@ def test_calibration_rows_are_requests():
         "--model mixtral-8x7b --system dgx-h100 --nodes 2 --global-batch 64",  # mixture of experts
         "--model llama3-8b --seq-len 32768 --system dgx-h100 --nodes 2 --global-batch 32 --cp 2,4",  # CP
         "--model llama3-70b --system dgx-h100 --nodes 6 --global-batch 96 --pp 6 --tp 8",  # uneven stages
+        # multi-token prediction and separate pipeline schedules, as predict takes them
+        "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 128 --pp 2 --mtp-layers 1 --pipeline-flushes 2",
     ],
 )
 def test_plan_rows_equal_predict(argv):
@@ -134,6 +151,28 @@ def test_plan_rows_equal_predict(argv):
         result = PredictRequest.from_argv(r["command"]).run()
         assert np.isclose(result.step_time_s, r["step_time_s"], rtol=1e-9), (r["command"], r["step_time_s"])
         assert np.isclose(float(result.estimate.memory.total_bytes), r["memory_bytes"], rtol=1e-9)
+
+
+def test_plan_takes_mtp_layers_and_pipeline_flushes_as_predict_does(cli):
+    import json
+
+    argv = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "128"]
+    argv += ["--pp", "2", "--top", "2", "--json"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    plain = json.loads(out)
+    code, out, err = cli([*argv, "--mtp-layers", "1", "--pipeline-flushes", "4"])
+    assert code == 0, err
+    given = json.loads(out)
+    assert "--mtp-layers 1" in given["command"] and "--pipeline-flushes 4" in given["command"]
+    for row in given["plans"]:
+        assert "--mtp-layers 1" in row["command"] and "--pipeline-flushes 4" in row["command"]
+    # every candidate pays for them: the best plan's step is slower than without
+    assert given["plans"][0]["step_time_s"] > plain["plans"][0]["step_time_s"]
+    # checked as predict checks them: one line, exit 2
+    for flag, value in (("--mtp-layers", "17"), ("--pipeline-flushes", "0")):
+        code, out, err = cli([*argv, flag, value])
+        assert code == 2 and out == "" and flag in err, (flag, err)
 
 
 PLAN_ARGV = "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 128 --tp 1,2 --recompute none,full"

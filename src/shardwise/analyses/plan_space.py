@@ -23,6 +23,7 @@ import numpy as np
 from shardwise.arrays import sorted_distinct
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Recompute, Schedule
+from shardwise.specs.rules import flushes_rule
 
 OBJECTIVES = ("time", "throughput-per-gpu")
 # pp that does not divide the layers is searched when its fullest stage is at most this much above
@@ -322,6 +323,10 @@ def candidates_by_layout(
     whole = (global_batch // dp)[:, None] % mbs[None, :] == 0
     plain = (sched[code, :, 0] != int(Schedule.INTERLEAVED))[:, None, :]
     ok = whole[:, :, None] & sched_ok[code][:, None, :] & (plain | ((m % pp[:, None]) == 0)[:, :, None])
+    # separate pipeline schedules split the micro-batches evenly, at least pp each (`rules.flushes_rule`)
+    flushes = int(space.execution.get("pipeline_flushes", 1))
+    if flushes > 1:
+        ok &= flushes_rule(m, flushes, pp[:, None]).ok[:, :, None]
     k = sched.shape[1]
     rows.add(
         ok.reshape(rows.size, mbs.size * k),

@@ -364,7 +364,8 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 def simulable(plan: Plan) -> bool:
     """Whether the planner confirms this plan with the simulator (see CONFIRM_TOP)."""
     slots = int(plan.pp) * int(plan.num_micro_batches) * int(plan.vpp)
-    return int(plan.pp) > 1 and slots <= CONFIRM_MAX_SLOTS
+    # the simulator runs one schedule per step: separate flushes stay with the closed form
+    return int(plan.pp) > 1 and slots <= CONFIRM_MAX_SLOTS and int(plan.pipeline_flushes) == 1
 
 
 def confirmed_estimate(scn: Scenario) -> TrainingEstimate:

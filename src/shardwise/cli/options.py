@@ -165,6 +165,26 @@ lora_targets_option = click.option(
     "(Megatron-Bridge's target_modules; NeMo's performance recipes use qkv alone).",
 )
 
+# multi-token prediction and pipeline flushes, on predict and on plan
+mtp_layers_option = click.option(
+    "--mtp-layers",
+    type=click.IntRange(0, 16),
+    default=0,
+    show_default=True,
+    help="Multi-token-prediction modules trained on the last pipeline stage (DeepSeek-V3; Megatron-Core "
+    "--mtp-num-layers): each one more layer, a 2h -> h projection and the output layer with its loss.",
+)
+
+pipeline_flushes_option = click.option(
+    "--pipeline-flushes",
+    type=click.IntRange(1, None),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run the step's micro-batches as N separate pipeline schedules, each filling and draining the "
+    "pipeline (NeMo AutoModel: one per local batch, global batch / (local batch x dp)); 1 = one schedule.",
+)
+
 # packed sequences (fine-tuning data), on predict and on plan
 packed_document_len_option = click.option(
     "--packed-document-len",
@@ -278,14 +298,7 @@ plan_layout_options = _stack(
     recompute_layers_option,
     recompute_modules_option,
     cuda_graph_scope_option,
-    click.option(
-        "--mtp-layers",
-        type=click.IntRange(0, 16),
-        default=0,
-        show_default=True,
-        help="Multi-token-prediction modules trained on the last pipeline stage (DeepSeek-V3; Megatron-Core "
-        "--mtp-num-layers): each one more layer, a 2h -> h projection and the output layer with its loss.",
-    ),
+    mtp_layers_option,
     click.option(
         "--sequence-parallel/--no-sequence-parallel",
         default=None,
@@ -310,15 +323,7 @@ plan_layout_options = _stack(
     lora_rank_option,
     lora_targets_option,
     packed_document_len_option,
-    click.option(
-        "--pipeline-flushes",
-        type=click.IntRange(1, None),
-        default=1,
-        show_default=True,
-        metavar="N",
-        help="Run the step's micro-batches as N separate pipeline schedules, each filling and draining the "
-        "pipeline (NeMo AutoModel: one per local batch, global batch / (local batch x dp)); 1 = one schedule.",
-    ),
+    pipeline_flushes_option,
 )
 
 

@@ -16,7 +16,9 @@ from shardwise.cli.options import (
     lora_rank_option,
     lora_targets_option,
     model_options,
+    mtp_layers_option,
     packed_document_len_option,
+    pipeline_flushes_option,
     recompute_layers_option,
     recompute_modules_option,
 )
@@ -95,6 +97,8 @@ search_options = _stack(
     recompute_layers_option,
     recompute_modules_option,
     cuda_graph_scope_option,
+    mtp_layers_option,
+    pipeline_flushes_option,
     click.option(
         "--zero-with-pp",
         is_flag=True,
@@ -284,6 +288,12 @@ def _print(
             else ""
         )
         + (f"; packed documents of {doc} tokens" if (doc := result.space.execution.get("packed_document_len")) else "")
+        + (f"; {mtp} multi-token-prediction module(s)" if (mtp := result.space.execution.get("mtp_layers")) else "")
+        + (
+            f"; {flushes} pipeline flushes per step"
+            if (flushes := result.space.execution.get("pipeline_flushes", 1)) > 1
+            else ""
+        )
         + (
             f"; the first {whole} layer(s) of each stage (model chunk) recomputed whole unless recompute is full"
             if (whole := result.space.execution.get("recompute_layers"))

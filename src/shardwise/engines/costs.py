@@ -154,6 +154,7 @@ def layer_cost(
     ffn: Number | None = None,
     recompute: Number | None = None,
     moe_layer: bool = False,
+    host_with: tuple[Number, Number] = (0.0, 0.0),
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -190,6 +191,8 @@ def layer_cost(
     passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
     `recompute`: price the layer under this recomputation instead of the plan's. `moe_layer`: the
     layer is a mixture-of-experts one (its MLP is the shared experts; `Plan.recompute_modules`).
+    `host_with`: (kernels, GPU seconds) of other work the host issues within the layer (an MoE
+    layer's routed experts, `engines.moe.experts_parts`): one host-bound wait for them all.
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
@@ -338,7 +341,7 @@ def layer_cost(
             kernels = graphed_layer_kernels(kernels, elementwise, plan.cuda_graph_scope, moe_layer)
         exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo
         busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
-        host = host_bound_s(busy, kernels, plan.host_kernel_s)
+        host = host_bound_s(busy + host_with[1], kernels + host_with[0], plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s + split_f + copies_f,
         compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,

@@ -75,13 +75,31 @@ def experts_cost(
     weight_bytes: Number | None = None,
     training: bool = False,
 ) -> StageCost:
+    """`experts_parts` with the experts' own host-bound wait (`physics.stack.host_bound_s`) in
+    their backward: the routed experts priced alone."""
+    cost, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
+    if not training or not np.any(scn.plan.host_kernel_s):
+        return cost
+    host = host_bound_s(busy, kernels, scn.plan.host_kernel_s)
+    return replace(cost, compute_backward_s=cost.compute_backward_s + host)
+
+
+def experts_parts(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    q_len: Number | None = None,
+    weight_bytes: Number | None = None,
+    training: bool = False,
+) -> tuple[StageCost, Number, Number]:
     """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
     (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
     every TP rank holds all the tokens: no dispatch, each rank runs its experts (ep x etp = tp) on
     the copies routed to them and the outputs are all-reduced over the TP group. `training`: the
     host issues the grouped GEMMs one expert at a time (`physics.moe.training_kernels`), and the GPU
     waits where they are shorter than `Plan.host_kernel_s` each (`physics.stack.host_bound_s`, as a
-    dense layer's kernels)."""
+    dense layer's kernels). Returns the cost without that wait, the kernels the host issues and
+    the GPU's time on them (0 and 0 outside training), for one wait over the whole layer."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     s_q = model.seq_len if q_len is None else q_len
@@ -138,19 +156,20 @@ def experts_cost(
         redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1), 0.0)
     redo = np.where(whole_moe, forward, redo)
     rerun = full | whole_moe  # the forward's collectives again
-    host = 0.0
+    kernels = busy = 0.0
     if training and np.any(plan.host_kernel_s):
         kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
-        host = host_bound_s(forward + backward + redo, kernels, plan.host_kernel_s)
-    return StageCost(
+        busy = forward + backward + redo
+    cost = StageCost(
         compute_forward_s=forward,
-        compute_backward_s=backward + redo + host,
+        compute_backward_s=backward + redo,
         tp_forward_s=gather,
         tp_backward_s=gather + np.where(rerun, gather, 0.0),
         weight_grad_s=router.weight_grad_s + up.weight_grad_s + down.weight_grad_s,
         ep_forward_s=dispatch_f,  # dispatch and combine
         ep_backward_s=dispatch_b + np.where(rerun, dispatch_f, 0.0),  # their gradients (and the forward redone)
     )
+    return cost, kernels, busy
 
 
 def moe_layer_cost(
@@ -169,11 +188,25 @@ def moe_layer_cost(
     """One MoE layer: attention and shared experts (a dense layer whose MLP is the shared
     experts, none without them) plus the routed experts, for `q_len` new tokens per sequence
     attending to `kv_len` (serving may store weights and KV cache narrower); `training`: a
-    training step's layer, whose all-to-alls `Plan.moe_overlap` may hide (`combined_1f1b`)."""
+    training step's layer, whose all-to-alls `Plan.moe_overlap` may hide (`combined_1f1b`). The
+    host issues the whole layer's kernels, so the GPU waits for it once: max(0, all its kernels x
+    `Plan.host_kernel_s` - the layer's GPU time), not a wait for each part."""
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
-    dense, _ = layer_cost(scn, comm, q_len, kv_len, weight_bytes, kv_bytes, cp, cp_step, ffn=shared, moe_layer=True)
-    routed = experts_cost(scn, fabric, place, q_len, weight_bytes, training)
+    routed, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
+    dense, _ = layer_cost(
+        scn,
+        comm,
+        q_len,
+        kv_len,
+        weight_bytes,
+        kv_bytes,
+        cp,
+        cp_step,
+        ffn=shared,
+        moe_layer=True,
+        host_with=(kernels, busy),
+    )
     cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in FIELDS))
     return combined_1f1b(cost, scn) if training else cost
 

@@ -182,12 +182,15 @@ def host_units(counts: tuple[int, ...], weights: tuple[float, ...] = NANOTRON_HO
     return float(sum(c * w for c, w in zip(counts, weights, strict=True)))
 
 
+# the forward's units (91 in the table above), which full recomputation issues once more
+NANOTRON_FORWARD_HOST_OPS = host_units(NANOTRON_FORWARD_OPS) + 0.5 * NANOTRON_MODULE_CALLS
 NANOTRON_LAYER_HOST_OPS = round(
-    host_units(NANOTRON_FORWARD_OPS)
-    + 0.5 * NANOTRON_MODULE_CALLS
-    + host_units(NANOTRON_BACKWARD_OPS)
-    + host_units(NANOTRON_ACCUMULATE_OPS)
+    NANOTRON_FORWARD_HOST_OPS + host_units(NANOTRON_BACKWARD_OPS) + host_units(NANOTRON_ACCUMULATE_OPS)
 )
+# The forward's share of a stack's own host count (`Plan.layer_host_ops`): nanotron's 91 of 206
+# (the table above), the one stack that states a count; the recomputed forward of full
+# recomputation adds this share (the backward and the fp32 accumulation are not rerun).
+HOST_OPS_FORWARD_SHARE = NANOTRON_FORWARD_HOST_OPS / NANOTRON_LAYER_HOST_OPS
 
 
 # bytes per element of that work (table above), forward and backward, and its kernels beyond the
@@ -270,13 +273,14 @@ def layer_kernels(
     """Kernels one layer's forward and backward issue (host time is paid per kernel); full
     recomputation issues the forward's once more. `host_ops` > 0: the stack's own count of host
     operations per layer and micro-batch, forward and backward (`Plan.layer_host_ops`, e.g.
-    NANOTRON_LAYER_HOST_OPS), in its place; recomputation adds its forward share."""
+    NANOTRON_LAYER_HOST_OPS), in its place; recomputation adds its forward share
+    (HOST_OPS_FORWARD_SHARE: nanotron's 91 of 206, not the fused count's 1/3)."""
     elementwise = np.where(np.asarray(eager, dtype=bool), EAGER_ELEMENTWISE_KERNELS, fused_elementwise_kernels)
     passes = 1.0 + BACKWARD_KERNEL_RATIO + np.asarray(recompute_forward, dtype=float)
     counted = passes * (elementwise + GEMM_AND_ATTENTION_KERNELS)
     if not np.any(host_ops):
         return counted
-    own = np.asarray(host_ops, dtype=float) * passes / (1.0 + BACKWARD_KERNEL_RATIO)
+    own = np.asarray(host_ops, dtype=float) * (1.0 + HOST_OPS_FORWARD_SHARE * np.asarray(recompute_forward, float))
     return np.where(np.asarray(host_ops) > 0, own, counted)
 
 

@@ -264,6 +264,8 @@ class PlanRequest:
         out["lora_rank"] = self.training.lora_rank
         out["lora_targets"] = self.training.lora_targets
         out["packed_document_len"] = self.training.packed_document_len
+        out["mtp_layers"] = self.training.mtp_layers
+        out["pipeline_flushes"] = self.training.pipeline_flushes
         out["recompute_layers"] = self.training.recompute_layers
         out["recompute_modules"] = self.training.recompute_modules or ()
         out["cuda_graph_scope"] = self.training.cuda_graph_scope or ()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.precisions import FP8_PRECISIONS
 from shardwise.requests import fields as F
 from shardwise.requests.fields import default
 
@@ -96,6 +97,13 @@ class TrainingRequest:
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)
+        # a recipe given (not the framework's default) says how FP8 casts: with another precision
+        # it would change nothing, so it is refused rather than silently ignored
+        if self.fp8_recipe is not None and self.precision not in FP8_PRECISIONS:
+            raise SpecError(
+                f"--fp8-recipe: {self.fp8_recipe} is not allowed with --precision {self.precision}; "
+                f"it applies only to --precision {' or '.join(FP8_PRECISIONS)} (leave --fp8-recipe out)"
+            )
 
     # --- ways in -----------------------------------------------------------------------------
     @classmethod
