@@ -70,6 +70,10 @@ def _init(rank: int, world: int, init_method: str, device: str, timeout_s: float
     dist.init_process_group(
         backend, init_method=init_method, rank=rank, world_size=world, timeout=timedelta(seconds=timeout_s)
     )
+    # every rank's connections made before any rank runs (and may finish and tear down): Gloo's
+    # full mesh is still connecting on a slower rank when a fast one returns, and that rank then
+    # fails with "Connection closed by peer" instead of its own error or result
+    dist.barrier()
     return Group(rank, world, dev, backend)
 
 
