@@ -28,25 +28,30 @@ def lora_targets(value: object) -> str:
     return ",".join(t for t in LORA_TARGETS if t in parts)
 
 
+def _name_list(
+    field: str, value: object, allowed: tuple[str, ...], kind: str, example: str, note: str = ""
+) -> tuple[str, ...]:
+    """A comma-separated string or a sequence of names, each in `allowed` and given once (`kind`:
+    what a name is, for the messages; `note`: added where the one not allowed is "moe")."""
+    names = value.split(",") if isinstance(value, str) else value
+    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
+        raise SpecError(f"plan: {field} {chk._short(value)} is not allowed; give {kind} names, e.g. {example}")
+    out = tuple(n.strip() for n in names if n.strip())
+    for name in out:
+        if name not in allowed:
+            extra = note if name == "moe" else ""
+            raise SpecError(f"plan: {field} {name!r} is not allowed; choose from {', '.join(allowed)}{extra}")
+    if len(set(out)) < len(out):
+        raise SpecError(f"plan: {field} {','.join(out)} names a {kind} twice; give each once")
+    return out
+
+
 def recompute_modules_of(value: object) -> tuple[str, ...]:
     """`Plan.recompute_modules` as a tuple of Megatron-Core module names (a comma-separated string
     or a sequence of names; each once)."""
     if value is None or value == "":
         return ()
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise SpecError(
-            f"plan: recompute_modules {chk._short(value)} is not allowed; give module names, e.g. moe_act,layernorm"
-        )
-    out = tuple(n.strip() for n in names if n.strip())
-    for name in out:
-        if name not in RECOMPUTE_MODULES:
-            raise SpecError(
-                f"plan: recompute_modules {name!r} is not allowed; choose from {', '.join(RECOMPUTE_MODULES)}"
-            )
-    if len(set(out)) < len(out):
-        raise SpecError(f"plan: recompute_modules {','.join(out)} names a module twice; give each once")
-    return out
+    return _name_list("recompute_modules", value, RECOMPUTE_MODULES, "module", "moe_act,layernorm")
 
 
 def cuda_graph_scope_of(value: object) -> tuple[str, ...]:
@@ -54,20 +59,8 @@ def cuda_graph_scope_of(value: object) -> tuple[str, ...]:
     (transformer_config.py: full_iteration alone, moe_preprocess with moe_router)."""
     if value is None or value == "" or value == "none":
         return ()
-    names = value.split(",") if isinstance(value, str) else value
-    if not isinstance(names, list | tuple) or not all(isinstance(n, str) for n in names):
-        raise SpecError(
-            f"plan: cuda_graph_scope {chk._short(value)} is not allowed; give scope names, e.g. attn,moe_router"
-        )
-    out = tuple(n.strip() for n in names if n.strip())
-    for name in out:
-        if name not in CUDA_GRAPH_SCOPES:
-            extra = " (whole MoE layers are graphed only when tokens are dropped and padded)" if name == "moe" else ""
-            raise SpecError(
-                f"plan: cuda_graph_scope {name!r} is not allowed; choose from {', '.join(CUDA_GRAPH_SCOPES)}{extra}"
-            )
-    if len(set(out)) < len(out):
-        raise SpecError(f"plan: cuda_graph_scope {','.join(out)} names a scope twice; give each once")
+    note = " (whole MoE layers are graphed only when tokens are dropped and padded)"
+    out = _name_list("cuda_graph_scope", value, CUDA_GRAPH_SCOPES, "scope", "attn,moe_router", note)
     if "full_iteration" in out and len(out) > 1:
         raise SpecError("plan: cuda_graph_scope full_iteration captures the whole step; give it alone")
     if "moe_preprocess" in out and "moe_router" not in out:
