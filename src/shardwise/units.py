@@ -79,26 +79,25 @@ def parse_rate_bytes_per_s(value: str | float | int) -> float:
     return float(m["num"]) * factor
 
 
-def parse_flops_per_s(value: str | float | int) -> float:
-    """'312 TFLOPS' -> 3.12e14, '989.4TFLOP/s' -> 9.894e14; a bare number is FLOP/s."""
+def _prefixed(value: str | float | int, pattern: re.Pattern[str], what: str) -> float:
+    """A bare number as it is, else `pattern`'s number times its SI prefix (`what`: the error's tail)."""
     plain = _number(value)
     if plain is not None:
         return plain
-    m = _FLOPS_RE.match(str(value).strip().replace(" ", ""))
+    m = pattern.match(str(value).strip().replace(" ", ""))
     if not m:
-        raise UnitError(f"{value!r} is not a compute rate; use e.g. '312 TFLOPS' or FLOP/s as a number")
+        raise UnitError(f"{value!r} is not {what}")
     return float(m["num"]) * _prefix_factor(m["prefix"])
+
+
+def parse_flops_per_s(value: str | float | int) -> float:
+    """'312 TFLOPS' -> 3.12e14, '989.4TFLOP/s' -> 9.894e14; a bare number is FLOP/s."""
+    return _prefixed(value, _FLOPS_RE, "a compute rate; use e.g. '312 TFLOPS' or FLOP/s as a number")
 
 
 def parse_watts(value: str | float | int) -> float:
     """'1000W' -> 1000.0, '1.4kW' -> 1400.0; a bare number is watts."""
-    plain = _number(value)
-    if plain is not None:
-        return plain
-    m = _POWER_RE.match(str(value).strip().replace(" ", ""))
-    if not m:
-        raise UnitError(f"{value!r} is not a power; use e.g. '1000W', '1.4kW' or watts as a number")
-    return float(m["num"]) * _prefix_factor(m["prefix"])
+    return _prefixed(value, _POWER_RE, "a power; use e.g. '1000W', '1.4kW' or watts as a number")
 
 
 def parse_seconds(value: str | float | int) -> float:

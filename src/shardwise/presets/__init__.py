@@ -309,23 +309,13 @@ STACK_FIELDS = (
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
 PIPELINE_SPLITS = ("even", "compute")
-# ... as the Plan keyword arguments `framework` returns (flash_attention goes with the CLI's own flag)
-STACK_PLAN_FIELDS = (
-    "attention_kernel",
-    "eager_kernels",
-    "eager_rotary",
-    "fp8_recipe",
-    "selective_policy",
-    "host_kernel_s",
-    "per_param_sharding",
-    "unfused_accumulate_bytes",
-    "p2p_serial",
-    "layer_host_ops",
-    "loss_bytes_per_logit",
-    "p2p_host_ops",
-    "tp_shard_overlap",
-    "eager_glu",
-    "layout_copies",
+# ... as the Plan keyword arguments `framework` returns: the same, the host time in seconds, less the
+# keys that are no Plan field (flash_attention goes with the CLI's own flag, the fp16 accumulation
+# bytes with the precision, the pipeline split with the request layer)
+STACK_PLAN_FIELDS = tuple(
+    "host_kernel_s" if key == "host_kernel" else key
+    for key in STACK_FIELDS
+    if key not in ("flash_attention", "unfused_accumulate_bytes_fp16", "pipeline_split")
 )
 
 
