@@ -1,0 +1,123 @@
+"""How fast a fused attention kernel runs on one GPU, relative to its GEMMs: FlashAttention-2
+(the flash-attn package, PyTorch SDPA's copy, ROCm's AOTriton), forward and backward, the
+precision attention runs in, and PyTorch's eager ring bookkeeping under context parallelism.
+`physics.compute.layer_times` prices a layer's attention with these; `physics.attention` holds
+the fused kernel's ramp below its plateau.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics.flops import LayerForward
+from shardwise.physics.kernels import memory_s
+from shardwise.specs import Gpu
+from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_narrow
+from shardwise.specs.plan import FLASH2_KERNELS
+
+# FlashAttention-2 reaches 50-73 % of A100 peak forward vs ~87 % for a large GEMM
+# (Dao 2023, Fig. 5; MAMF): about 0.75 of the GEMM efficiency. Its backward recomputes the
+# scores and does 5 GEMM-sized products against 2 forward (Dao 2023, Sec. 3.1.2): 2.5x the FLOPs,
+# run at up to 63 % of peak against the forward's 73 % (Dao 2023, Sec. 4.1), so 2.5 x 73/63 =
+# 2.9x the forward's time.
+FLASH_RELATIVE_EFFICIENCY = 0.75
+FLASH_BACKWARD_RATIO = 2.5 * 73.0 / 63.0
+# PyTorch SDPA's flash backend ("sdpa-flash2") runs PyTorch's own build of FlashAttention-2
+# (aten/src/ATen/native/transformers/cuda/flash_attn), slower on Hopper than the flash-attn
+# package whose speeds `flash2_efficiency` carries (Shah et al. 2024, Fig. 4-5). Its speed as a
+# fraction of upstream FlashAttention-2's at the same shape, H100 SXM5, BF16, head dim 128:
+# - forward (unit: fraction; range 0.78-0.90): SDPA's flash forward, non-causal, batch 128 x 8
+#   heads, 287, 293, 298, 288, 304 TFLOP/s at 1k-16k tokens (pytorch/benchmark PR #2296,
+#   tritonbench flash_attention, commit d5f0a12) against FA2's 350, 362, 368, 370, 370: 0.78-0.82;
+#   1 x 24 heads x 4608 tokens, 329 TFLOP/s (pytorch/pytorch#142132, tritonbench, PyTorch 2.6
+#   nightly) against FA2's ~368 at 4k: 0.89. Taken 0.82.
+# - backward (unit: fraction; range 0.60-0.95): SDPA's flash backward at Llama-3-8B training
+#   shapes (32 heads, head dim 128, causal), 183 TFLOP/s (pytorch/pytorch#135431, H100) against
+#   upstream FA2's causal backward modelled at 260-280 (322 TFLOP/s non-causal plateau x
+#   `physics.attention.CAUSAL_PLATEAU` x its ramp at 4-8k): 0.65-0.70; huggingface/transformers
+#   PR #48163 measures cuDNN's SDPA 1.7-2.3x faster than SDPA's flash for Hopper training shapes
+#   (forward + backward), where cuDNN runs ~1.6x upstream FA2 (Shah et al. 2024: 595-617 vs 370
+#   forward, 516 vs 322 backward): SDPA flash at 0.70-0.94 of upstream, with the forward above a
+#   backward of 0.67-0.99. Taken 0.70.
+# Applied where FA2 runs below the fused kernels (a GPU with its own `flash2_efficiency`: Hopper,
+# Blackwell by assumption); on Ampere SDPA's copy and upstream run the same sm80 kernels (none
+# of the figures above is an Ampere one), factor 1.
+SDPA_FLASH_FORWARD_FRACTION = 0.82
+SDPA_FLASH_BACKWARD_FRACTION = 0.70
+# On ROCm SDPA's flash backend is AOTriton (`Gpu.sdpa_flash_backend` "aotriton"), not a copy of the
+# kernels whose speed `flash2_efficiency` carries there (ROCm's CK FlashAttention-2, the flash-attn
+# package's ROCm build). Its speed as a fraction of CK's at the same shape (unit: fraction): no
+# public figure for AOTriton 0.10-0.11 (PyTorch 2.8-2.9) was found; PyTorch 2.5's nightly ran
+# SDPA's flash backward at 19.9 TFLOP/s at Llama-3-8B shapes on an MI300X (2.3: 9.6;
+# pytorch/pytorch#135431, 2024-09, before AOTriton 0.7b's "performance on par" fix, PR #134498),
+# 0.10 of CK's ~200 -- the floor of the range; taken 1 (AOTriton at CK's speed), range 0.1-1.0.
+# AOTriton 0.11b (pytorch/pytorch PR #161754, 2025-08-29) dispatches AITER's assembly kernels on
+# gfx942, "over 500 TFLOPS training performance" by its release notes: builds with it run faster
+# than this (PyTorch 2.9.0.dev20250811, the pytorch/ao MI300X rows' build, has AOTriton 0.10b).
+AOTRITON_FORWARD_FRACTION = 1.0
+AOTRITON_BACKWARD_FRACTION = 1.0
+# FlashAttention-2's backward does 2.5x the forward's FLOPs (Dao 2023, Sec. 3.1.2; the FLOP count
+# of its benchmark scripts); a GPU's `flash2_backward_efficiency` is its backward TFLOP/s on that
+# count over the GEMMs', and the backward's time FLASH_BACKWARD_RATIO x the forward FLOPs at
+# `flash2_backward_efficiency` x FLASH_BACKWARD_RATIO / FLASH_BACKWARD_FLOPS of the GEMMs' rate.
+FLASH_BACKWARD_FLOPS = 2.5
+
+
+def attention_precision(precision: str) -> str:
+    """Attention runs in 16 bits when training in FP8 (Transformer Engine's FP8 recipes cast the
+    linear layers' inputs; its fused attention stays BF16 unless FP8 attention is asked for)."""
+    return "bf16" if is_narrow(precision) else precision
+
+
+def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
+    """A fused attention kernel's forward efficiency relative to the GPU's GEMMs (`physics.stack`)."""
+    if kernel in FLASH2_KERNELS:
+        own = np.asarray(gpu.flash2_efficiency, dtype=float)
+        upstream = np.where(own > 0, own, FLASH_RELATIVE_EFFICIENCY)
+        if kernel == "sdpa-flash2":
+            return upstream * sdpa_flash_fractions(gpu)[0]
+        return upstream
+    return FLASH_RELATIVE_EFFICIENCY
+
+
+def sdpa_flash_fractions(gpu: Gpu) -> tuple[Number, Number]:
+    """(forward, backward) speed of PyTorch SDPA's flash backend as a fraction of the flash-attn
+    package's on this GPU (`SDPA_FLASH_FORWARD_FRACTION`): below 1 where FA2 has its own, lower
+    efficiency (Hopper, Blackwell), 1 elsewhere; on ROCm AOTriton's against CK's
+    (`AOTRITON_FORWARD_FRACTION`)."""
+    if gpu.sdpa_flash_backend == "aotriton":
+        return AOTRITON_FORWARD_FRACTION, AOTRITON_BACKWARD_FRACTION
+    hopper = np.asarray(gpu.flash2_efficiency, dtype=float) > 0
+    return np.where(hopper, SDPA_FLASH_FORWARD_FRACTION, 1.0), np.where(hopper, SDPA_FLASH_BACKWARD_FRACTION, 1.0)
+
+
+def attention_backward_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
+    """The efficiency, relative to the GPU's GEMMs, at which `layer_times` prices a fused attention
+    kernel's backward (FLASH_BACKWARD_RATIO x the forward's FLOPs): the forward's, or for
+    FlashAttention-2 where the GPU carries a backward figure of its own (`flash2_backward_efficiency`,
+    `FLASH_BACKWARD_FLOPS`) that one; SDPA's build times its backward fraction."""
+    forward = attention_relative_efficiency(gpu, kernel)
+    if kernel not in FLASH2_KERNELS:
+        return forward
+    f_frac, b_frac = sdpa_flash_fractions(gpu) if kernel == "sdpa-flash2" else (1.0, 1.0)
+    own = np.asarray(gpu.flash2_backward_efficiency, dtype=float)
+    upstream = np.where(own > 0, own * FLASH_BACKWARD_RATIO / FLASH_BACKWARD_FLOPS, forward / np.asarray(f_frac))
+    return upstream * b_frac
+
+
+def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
+    """(forward, backward) seconds of PyTorch's eager ring bookkeeping in one layer: per ring step
+    after the first and once per layer, the bytes per element of the rank's attention output that
+    `physics.attention` counts (0 without context parallelism)."""
+    from shardwise.physics import attention as at
+
+    steps = np.maximum(np.asarray(fwd.cp, dtype=float) - 1, 0.0)
+    out = fwd.attn_out.m * fwd.attn_out.k  # tokens x the rank's query heads x head dim
+    on = steps > 0
+    f_bytes = steps * at.TORCH_RING_FORWARD_BYTES + at.TORCH_RING_FORWARD_LAYER_BYTES
+    b_bytes = steps * at.TORCH_RING_BACKWARD_BYTES + at.TORCH_RING_BACKWARD_LAYER_BYTES
+    f_kernels = steps * at.TORCH_RING_FORWARD_KERNELS + at.TORCH_RING_FORWARD_LAYER_KERNELS
+    b_kernels = steps * at.TORCH_RING_BACKWARD_KERNELS + at.TORCH_RING_BACKWARD_LAYER_KERNELS
+    forward, backward = memory_s(f_bytes * out, gpu, f_kernels), memory_s(b_bytes * out, gpu, b_kernels)
+    return np.where(on, forward, 0.0), np.where(on, backward, 0.0)

@@ -1,0 +1,94 @@
+"""Time of one kernel on one GPU: GEMMs from their shape by the tile/wave model of
+`physics.gemm` (or the GPU's measured GEMM table), everything else by a roofline with an
+achievable peak and a launch gap:
+
+    T_op = max(F / (peak * eta_mm), Q / (BW * eta_mem)) + t_launch
+
+F FLOPs, Q bytes moved; eta_mm the GPU's achievable fraction of dense peak, eta_mem the
+achievable fraction of HBM bandwidth. `physics.compute` composes a layer from these.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from shardwise.physics.flops import Gemm
+from shardwise.physics.gemm import gemm_time_s, table_time_s
+from shardwise.specs import Gpu
+from shardwise.specs._checks import Number
+
+# The precisions a measured GEMM table (`Gpu.gemm_table`, timed in 16 bits) prices.
+SIXTEEN_BIT = ("bf16", "fp16")
+
+
+def roofline_s(flops: Number, n_bytes: Number, gpu: Gpu, precision: str, efficiency: Number = 1.0) -> Number:
+    """max(compute, memory) for one kernel, plus its launch gap."""
+    compute = flops / (gpu.peak_flops_per_s(precision) * gpu.matmul_efficiency_for(precision) * efficiency)
+    memory = n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    return np.maximum(compute, memory) + gpu.kernel_launch_s
+
+
+def memory_s(n_bytes: Number, gpu: Gpu, kernels: Number = 1) -> Number:
+    """Memory-bound kernels: bytes at the achievable HBM bandwidth plus one gap per kernel."""
+    return n_bytes / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency) + kernels * gpu.kernel_launch_s
+
+
+def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
+    """One GEMM kernel: the tile/wave model of `physics.gemm` when the shape is known (a measured
+    GEMM table instead for 16-bit GEMMs where the GPU has one), else the roofline; plus the launch
+    gap."""
+    return gemms_s((g,), gpu, precision)[0]
+
+
+# GEMMs whose broadcast shape has at most this many elements are priced in one stacked call of
+# the tile model (a layer's dozen GEMMs cost one call's numpy overhead instead of twelve); larger
+# ones one by one, where stacking would broadcast their scalar dimensions to full arrays.
+STACK_MAX_ELEMENTS = 4096
+
+
+def gemms_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
+    """`gemm_s` of each GEMM, all in one precision; the same numbers as one call each (the model
+    is elementwise), with the small ones priced together (STACK_MAX_ELEMENTS)."""
+    out: list[Number] = [0.0] * len(gs)
+    shaped = []
+    for i, g in enumerate(gs):
+        if np.all(np.asarray(g.m) == 0):
+            out[i] = roofline_s(g.flops, g.bytes, gpu, precision)
+        else:
+            shaped.append(i)
+    if not shaped:
+        return out
+    fields = [(gs[i].m, gs[i].n, gs[i].k, gs[i].batch, gs[i].operand_bytes, gs[i].out_bytes) for i in shaped]
+    # each GEMM's time takes the shape of its fields and the GPU's (a calibration's GPU may hold arrays)
+    read = (gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision), gpu.memory_bandwidth_bytes_per_s)
+    by_gpu = [np.shape(x) for x in (*read, gpu.memory_efficiency, gpu.sm_count, gpu.kernel_launch_s)]
+    owns = [np.broadcast_shapes(*by_gpu, *(np.shape(x) for x in f)) for f in fields]
+    shape = np.broadcast_shapes(*owns)
+    if len(shaped) > 1 and int(np.prod(shape)) <= STACK_MAX_ELEMENTS:
+        stacked = np.empty((6, len(fields), *shape))
+        for row, f in enumerate(fields):
+            for j, x in enumerate(f):
+                stacked[j, row] = x
+        times = _shaped_s(*stacked, gpu, precision)
+        for row, (i, own) in enumerate(zip(shaped, owns, strict=True)):
+            lead = (0,) * (len(shape) - len(own))
+            out[i] = times[(row, *lead, *(slice(0, 1) if d == 1 else slice(None) for d in own))]
+    else:
+        for i, f in zip(shaped, fields, strict=True):
+            out[i] = _shaped_s(*f, gpu, precision)
+    return out
+
+
+def _shaped_s(
+    m: Number, n: Number, k: Number, batch: Number, operand_bytes: Number, out_bytes: Number, gpu: Gpu, precision: str
+) -> Number:
+    """A GEMM of known shape: the tile model, or the GPU's measured table in 16 bits; plus the
+    launch gap."""
+    peak, eff = gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision)
+    if gpu.gemm_table is not None and precision in SIXTEEN_BIT:
+        bw = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+        roof = (operand_bytes + m * n * batch * out_bytes) / bw
+        return table_time_s(gpu.gemm_table, m, n, k, batch, roof, peak, eff) + gpu.kernel_launch_s
+    return gemm_time_s(m, n, k, batch, operand_bytes, out_bytes, gpu, peak, eff) + gpu.kernel_launch_s

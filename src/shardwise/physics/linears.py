@@ -1,0 +1,177 @@
+"""Time of a linear layer's three GEMMs on one GPU and of the casts around them.
+
+Each linear layer Y = X W becomes dX = dY W^T (an m x n @ n x k product) and dW = X^T dY
+(k x m @ m x n, K = the tokens) in the backward pass, each timed with its own shape, so the
+backward is about, not exactly, twice the forward (Narayanan et al. 2021 Sec. 5.1). The weight
+gradient is accumulated into the fp32 main_grad inside the GEMM (Megatron's gradient-accumulation
+fusion, 8 bytes per weight per micro-batch in the epilogue) or, without fusion, written in 16 bits
+and added by a separate kernel. In FP8 (and FP4) each layer's input and output gradient are
+quantised by memory-bound kernels; torchao's FP8 recipes as `physics.fp8_recipes` describes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.physics import fp8_recipes
+from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_gradient
+from shardwise.physics.kernels import gemms_s, memory_s
+from shardwise.specs import Gpu
+from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_fp8
+
+
+@dataclass(frozen=True)
+class GemmTimes:
+    """One linear layer's three GEMMs on one GPU: forward Y = XW, input gradient dX = dY W^T,
+    weight gradient dW = X^T dY (accumulated into the fp32 main_grad or written in 16 bits)."""
+
+    forward_s: Number
+    input_grad_s: Number
+    weight_grad_s: Number
+
+
+# FP8 (Transformer Engine, per-tensor scaling): each linear layer's input is cast to FP8 and
+# transposed for the weight gradient (read 2 bytes, write 1 + 1) in the forward pass, and each
+# output gradient likewise in the backward pass. MXFP8 quantises the row-wise and column-wise
+# copies each with its own scales, one byte per 32 elements (TE's MXFP8 docs: the two copies
+# "must be quantized independently from the full-precision data"): 2 x 1/32 more bytes. Weights
+# are cast once per step (cached across micro-batches): `engines.training_layout.optimizer_time_s`.
+FP8_CAST_BYTES_PER_ELEMENT = 4.0
+MXFP8_CAST_BYTES_PER_ELEMENT = 4.0 + 2.0 / 32.0
+# Without a weight gradient (frozen weights, LoRA) only the row-wise copy is made: Transformer
+# Engine quantises the input column-wise only when `weight.requires_grad`, the output gradient
+# only when it computes wgrad (transformer_engine/pytorch/module/linear.py).
+ROWWISE_CAST_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 3.0 + 1.0 / 32.0}
+
+
+# NVFP4: 4-bit values with one FP8 (E4M3) scale per 16 (NVIDIA's NVFP4 format): 0.5 + 1/16 bytes per
+# element. Serving quantises each linear layer's input once (read 2 bytes, write 0.5625).
+NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
+FP4_CAST_BYTES_PER_ELEMENT = 2.0 + NVFP4_BYTES_PER_ELEMENT
+
+
+def cast_bytes_per_element(precision: str) -> float:
+    """Bytes moved to quantise one 16-bit element (FP8: in both layouts; 0 in 16 bits)."""
+    casts = {
+        "fp8": FP8_CAST_BYTES_PER_ELEMENT,
+        "mxfp8": MXFP8_CAST_BYTES_PER_ELEMENT,
+        "fp4": FP4_CAST_BYTES_PER_ELEMENT,
+    }
+    return casts.get(precision, 0.0)
+
+
+# Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
+# accumulation fusion, `fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32` in
+# megatron/core/tensor_parallel/layers.py): 4 bytes read + 4 written per weight; without it the
+# GEMM writes a 16-bit gradient and a separate kernel adds it to main_grad (read 2 + 4, write 4).
+FUSED_ACCUMULATE_BYTES = 8.0
+UNFUSED_GRAD_BYTES = 2.0
+UNFUSED_ACCUMULATE_BYTES = 10.0
+
+
+def linear_times(
+    g: Gemm,
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number = True,
+    accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+) -> GemmTimes:
+    """Forward, input-gradient and weight-gradient GEMMs of one linear layer."""
+    return linears_times((g,), gpu, precision, fused_accumulation, accumulate_bytes)[0]
+
+
+def linears_times(
+    gs: Sequence[Gemm],
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number = True,
+    accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+    fp8_recipe: str = "te",
+) -> list[GemmTimes]:
+    """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`); without
+    fused accumulation a separate kernel adds the 16-bit gradient to the fp32 accumulator,
+    moving `accumulate_bytes` per weight (`physics.microbatch`). A torchao FP8 recipe's GEMMs as
+    `physics.fp8_recipes` describes them."""
+    if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
+        return _torchao_linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe)
+    fused = np.asarray(fused_accumulation, dtype=bool)
+    if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
+        gs = [g._replace(a_bytes=1.0, b_bytes=1.0) for g in gs]
+    elif precision == "fp4":  # activations quantised to NVFP4; the weights as stored
+        gs = [g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT) for g in gs]
+    # one framework for all plans (a scalar): price only its kind of weight-gradient accumulation
+    kinds = [bool(fused)] if fused.ndim == 0 else [True, False]
+    accumulate = {True: FUSED_ACCUMULATE_BYTES, False: UNFUSED_GRAD_BYTES}
+    per_layer = [(g, input_gradient(g), *(weight_gradient(g, accumulate[kind]) for kind in kinds)) for g in gs]
+    times = gemms_s([x for layer in per_layer for x in layer], gpu, precision)
+    per = 2 + len(kinds)  # forward, input gradient, one weight gradient per kind
+    out = []
+    for i, g in enumerate(gs):
+        fwd, dx, *dw = times[i * per : (i + 1) * per]
+        if False in kinds:  # the 16-bit gradient is added to main_grad by a separate kernel
+            plain = kinds.index(False)
+            dw[plain] = dw[plain] + memory_s(accumulate_bytes * g.batch * g.k * g.n, gpu)
+        out.append(GemmTimes(fwd, dx, dw[0] if len(dw) == 1 else np.where(fused, dw[0], dw[1])))
+    return out
+
+
+def _torchao_linears_times(
+    gs: Sequence[Gemm],
+    gpu: Gpu,
+    precision: str,
+    fused_accumulation: Number,
+    accumulate_bytes: Number,
+    recipe: str,
+) -> list[GemmTimes]:
+    """torchao.float8's GEMMs (`physics.fp8_recipes`): row-wise scales' CUTLASS forward at
+    ROWWISE_FORWARD_FRACTION of cuBLAS, the weight gradient rescaled by hand, or computed in 16
+    bits (rowwise_with_gw_hp)."""
+    out = linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes)
+    if not fp8_recipes.rowwise_gemms(recipe, precision):
+        return out
+    if fp8_recipes.sixteen_bit_weight_gradient(recipe, precision):
+        wgrad = [t.weight_grad_s for t in linears_times(gs, gpu, "bf16", fused_accumulation, accumulate_bytes)]
+    else:
+        wgrad = [t.weight_grad_s for t in out]
+    kernels = 1 if recipe == "rowwise" else 0  # the rescale (rowwise_with_gw_hp: none)
+    rescale = [memory_s(fp8_recipes.rescale_bytes(recipe, precision, g.batch * g.k * g.n), gpu, kernels) for g in gs]
+    return [
+        GemmTimes(t.forward_s / fp8_recipes.ROWWISE_FORWARD_FRACTION, t.input_grad_s, w + r)
+        for t, w, r in zip(out, wgrad, rescale, strict=True)
+    ]
+
+
+def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[Number, Number]:
+    """(forward, backward) seconds of quantising each linear layer's input and output gradient,
+    `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`)."""
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    gemms = (*fwd.gemms, *fwd.extra)
+    on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+    inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
+    outputs = sum(g.m * g.n * g.batch for g in gemms)
+    return (
+        memory_s(bytes_per_element * inputs, gpu, kernels=len(gemms)),
+        memory_s(bytes_per_element * outputs, gpu, kernels=len(gemms)),
+    )
+
+
+def torchao_cast_times(fwd: LayerForward, gpu: Gpu, precision: str, recipe: str) -> tuple[Number, Number]:
+    """(forward, backward) seconds of a torchao recipe's casts in one layer and micro-batch: each
+    linear layer's input, output gradient and weight (`physics.fp8_recipes.cast_bytes`), two
+    kernels (the absolute maximum, the cast) per tensor and pass."""
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    gemms = (*fwd.gemms, *fwd.extra)
+    on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+    inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
+    outputs = sum(w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    weights = sum(w * g.k * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    a_in, a_out, w_f, w_b = fp8_recipes.cast_bytes(recipe, precision)
+    kernels = 2 * 2 * len(gemms)
+    return (
+        memory_s(a_in * inputs + w_f * weights, gpu, kernels=kernels),
+        memory_s(a_out * outputs + w_b * weights, gpu, kernels=kernels),
+    )
