@@ -1,0 +1,161 @@
+"""The parts `physics.flops` builds one layer's forward work from: a GEMM's FLOPs and bytes
+(`Gemm`) and its two backward products, the record of a layer's work on one TP rank
+(`LayerForward`), and what standard and latent attention (`physics.mla`) share: the dense MLP's
+GEMMs, the softmax's traffic, the causal share of the score matrix, the element-wise kernels'
+bytes (the inventory of Korthikanti et al. 2022 Sec. 4.1; see `physics.flops`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from shardwise.specs import Model
+from shardwise.specs._checks import Number
+
+DROPOUT_MASK_BYTES = 1.0  # Megatron-LM stores dropout masks as uint8 (Korthikanti et al. 2022 Sec. 4.1)
+# Memory-bound kernels of one layer's forward: two norms, two fused bias-dropout-adds and the
+# activation (Megatron-Core's fused kernels: megatron/core/fusions/fused_layer_norm.py,
+# fused_bias_dropout.py, fused_bias_gelu.py / fused_bias_swiglu.py); rotary embeddings add one
+# (the fused RoPE of megatron/core/models/common/embeddings/rope_utils.py). A project count.
+ELEMENTWISE_KERNELS = 5
+ROPE_KERNELS = 1
+# Context parallelism splits each sequence into 2 cp chunks and gives rank r chunks r and
+# 2 cp - 1 - r, which balances the causal mask: every rank computes half of its s_q x s_kv
+# rectangle (Megatron-LM `get_batch_on_this_cp_rank`, megatron/training/utils.py).
+CP_CAUSAL_FRACTION = 0.5
+
+
+class Gemm(NamedTuple):
+    """FLOPs and bytes of `batch` (m x k) @ (k x n) products; the shape is what the tile model of
+    `physics.gemm` needs (m = 0: no shape known, a plain roofline). `a_bytes`/`b_bytes` are the
+    bytes per element of the two operands, `out_bytes` what the epilogue moves per output element."""
+
+    flops: Number
+    bytes: Number
+    m: Number = 0
+    n: Number = 0
+    k: Number = 0
+    batch: Number = 1
+    a_bytes: Number = 2.0
+    b_bytes: Number = 2.0
+    out_bytes: Number = 2.0
+
+    @property
+    def operand_bytes(self) -> Number:
+        return self.batch * (self.a_bytes * self.m * self.k + self.b_bytes * self.k * self.n)
+
+
+def gemm(m: Number, n: Number, k: Number, e: Number, batch: Number = 1, weight_bytes: Number | None = None) -> Gemm:
+    """`batch` independent (m x k) @ (k x n) products: 2 m n k FLOPs each. The (k x n) operand is
+    a weight stored with `weight_bytes` per element (default e: an activation, as in attention)."""
+    w = e if weight_bytes is None else weight_bytes
+    return Gemm(2.0 * batch * m * n * k, batch * (e * (m * k + m * n) + w * k * n), m, n, k, batch, e, w, e)
+
+
+def input_gradient(g: Gemm) -> Gemm:
+    """dX = dY W^T for a forward Y[m x n] = X[m x k] W[k x n]: an (m x n) @ (n x k) product."""
+    return g._replace(n=g.k, k=g.n, a_bytes=g.a_bytes, b_bytes=g.b_bytes)
+
+
+def weight_gradient(g: Gemm, accumulate_bytes: Number) -> Gemm:
+    """dW = X^T dY: a (k x m) @ (m x n) product whose epilogue moves `accumulate_bytes` per
+    weight element (8 for fp32 main_grad read and written, 2 for a 16-bit gradient written)."""
+    flops = g.flops
+    operand = g.batch * g.a_bytes * (g.m * g.k + g.m * g.n)
+    return Gemm(
+        flops,
+        operand + g.batch * accumulate_bytes * g.k * g.n,
+        g.k,
+        g.n,
+        g.m,
+        g.batch,
+        g.a_bytes,
+        g.a_bytes,
+        accumulate_bytes,
+    )
+
+
+@dataclass(frozen=True)
+class LayerForward:
+    """One layer's forward work on one TP rank (all fields broadcast together)."""
+
+    qkv: Gemm
+    attn_out: Gemm
+    mlp_up: Gemm
+    mlp_down: Gemm
+    scores: Gemm  # Q K^T, materialised (standard attention)
+    context: Gemm  # P V
+    softmax_bytes: Number  # scale-mask-softmax (+ dropout) traffic on the score matrix
+    flash: Gemm  # the same attention as one fused kernel that never writes the scores
+    causal_fraction: Number  # share of the score matrix a causal flash kernel computes
+    elementwise_bytes: Number  # norms, residual adds, dropouts, activation, RoPE
+    elementwise_kernels: int
+    tp_message_bytes: Number  # b s_q h e: what each TP all-reduce / gather carries
+    # linear layers with no TP collective of their own (multi-head latent attention's down- and
+    # key-value up-projections), after the four above
+    extra: tuple[Gemm, ...] = ()
+    has_mlp: Number = True  # False: the layer's MLP is not dense (a mixture of experts without shared experts)
+    # the same element-wise work run as one eager PyTorch kernel per op (`physics.stack`; None: as fused)
+    eager_elementwise_bytes: Number | None = None
+    cp: Number = 1  # context-parallel ranks: the attention runs as cp ring steps (`physics.attention`)
+    # packed sequences: the tokens of one document, within which attention runs causally (None: the
+    # whole sequence is one document; `Plan.packed_document_len`)
+    document_len: Number | None = None
+
+    @property
+    def gemms(self) -> tuple[Gemm, ...]:
+        return (self.qkv, self.attn_out, self.mlp_up, self.mlp_down)
+
+    @property
+    def model_flops(self) -> Number:
+        """Megatron-convention FLOPs (full s_q x s_kv attention), as used by MFU."""
+        linears = sum(g.flops for g in (*self.gemms, *self.extra))
+        return linears + self.scores.flops + self.context.flops
+
+
+def dense_mlp_gemms(model: Model, tokens: Number, f: Number, t: Number, e: float, w: Number) -> tuple[Gemm, Gemm]:
+    """The dense MLP's up-projection (two for a gated MLP) and down-projection, split by t."""
+    gate = 2 if model.gated_mlp else 1
+    return gemm(tokens, gate * f / t, model.hidden, e, weight_bytes=w), gemm(
+        tokens, model.hidden, f / t, e, weight_bytes=w
+    )
+
+
+def softmax_traffic_bytes(model: Model, score_elems: Number, e: float) -> Number:
+    """Scale-mask-softmax over the scores (read and write), and its dropout (read, write, mask)."""
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    return score_elems * (2 * e + ((2 * e + drop) if model.dropout else 0.0))
+
+
+def causal_share(s_q: Number, s_kv: Number, cp: Number) -> Number:
+    """The share of the s_q x s_kv score rectangle a causal kernel computes: the last s_q of s_kv
+    tokens (inference); with context parallelism each rank holds 1/cp of every sequence in two
+    balanced chunks, so it computes half of its rectangle."""
+    return np.where(np.asarray(cp) > 1, CP_CAUSAL_FRACTION, 1.0 - (s_q - 1) / (2.0 * s_kv))
+
+
+def block_elementwise_parts(
+    model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number
+) -> tuple[Number, Number, Number, Number]:
+    """(norm bytes, residual-add bytes, activation bytes, split) of a layer's element-wise work:
+    two norms and two residual adds with their dropouts (split by t under sequence parallelism:
+    the norm and residual bytes are multiplied by `split`) and the MLP's activation on its T x f/t
+    output."""
+    h = model.hidden
+    drop = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    split = np.where(np.asarray(sequence_parallel, dtype=bool), 1.0 / t, 1.0)
+    norms = 2 * (2 * e * tokens * h)
+    residuals = 2 * ((3 * e + drop) * tokens * h)
+    activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
+    return norms, residuals, activation, split
+
+
+def block_elementwise_bytes(
+    model: Model, tokens: Number, t: Number, sequence_parallel: Number, e: float, f: Number
+) -> Number:
+    """The fused kernels' bytes of `block_elementwise_parts`."""
+    norms, residuals, activation, split = block_elementwise_parts(model, tokens, t, sequence_parallel, e, f)
+    return (norms + residuals) * split + activation
