@@ -1,0 +1,62 @@
+"""The click machinery the shared flags are made of: options with hidden old spellings
+(`alias_option`), a callback that refuses an empty name, decorators stacked into one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+F = Callable[..., Any]
+
+
+class Aliased(click.Option):
+    """An option whose old spellings (`hidden_aliases`) still work but are left out of --help:
+    one name per meaning across the commands, the old ones kept for a release."""
+
+    def __init__(self, *args: Any, hidden_aliases: tuple[str, ...] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.hidden_aliases = hidden_aliases
+
+    def get_help_record(self, ctx: click.Context) -> tuple[str, str] | None:
+        shown, self.opts = self.opts, [o for o in self.opts if o not in self.hidden_aliases]
+        try:
+            return super().get_help_record(ctx)
+        finally:
+            self.opts = shown
+
+
+def alias_option(*decls: str, old: tuple[str, ...] = (), **kwargs: Any) -> F:
+    """click.option with old spellings accepted but hidden (see `Aliased`)."""
+    return click.option(*decls[:1], *old, *decls[1:], cls=Aliased, hidden_aliases=old, **kwargs)
+
+
+def non_empty(hint: str) -> Callable[[click.Context, click.Parameter, Any], Any]:
+    """A click callback that refuses an empty name (`--gpu ''` must not quietly mean "none given")."""
+
+    def check(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+        from shardwise.errors import SpecError
+
+        for v in value if isinstance(value, tuple) else (value,):
+            if isinstance(v, str) and not v.strip():
+                flag = param.opts[0] if param.opts else param.name
+                raise SpecError(f"{flag}: an empty name is not allowed; {hint}")
+        return value
+
+    return check
+
+
+NAME_OR_FILE = "give a preset name or a YAML file"
+LINK_NAME = "give a preset name, a YAML file or a rate like 600GB/s"
+
+
+def stack_options(*decorators: F) -> F:
+    """One decorator applying `decorators` in order, the first outermost (as if written one above another)."""
+
+    def apply(func: F) -> F:
+        for d in reversed(decorators):
+            func = d(func)
+        return func
+
+    return apply

@@ -1,0 +1,275 @@
+"""The flags of a parallel plan, shared by the commands that take one: its layout (tp, pp, dp, cp,
+ep, vpp, batch, recomputation, ZeRO, LoRA, ...), its pipeline stages' layers, and the software
+stack's execution flags (`execution_options`: the framework preset and what overrides it). Their
+defaults are the request fields' (`requests.fields`)."""
+
+from __future__ import annotations
+
+import click
+
+from shardwise.cli.option_kit import NAME_OR_FILE, F, non_empty, stack_options
+from shardwise.precisions import FP8_RECIPES, TRAINING_PRECISIONS
+from shardwise.requests.fields import SELECTIVE_POLICIES
+
+# LoRA fine-tuning, on predict and on plan
+lora_rank_option = click.option(
+    "--lora-rank",
+    type=click.IntRange(0, 65536),
+    default=0,
+    show_default=True,
+    help="Fine-tune with LoRA adapters of this rank on the attention and MLP layers, the base weights "
+    "frozen (Megatron-Bridge's default rank is 32); 0 = train every weight.",
+)
+lora_targets_option = click.option(
+    "--lora-targets",
+    metavar="LIST",
+    default="qkv,proj,fc1,fc2",
+    show_default=True,
+    help="With --lora-rank: the linear layers that get adapters, a comma-separated subset of qkv, proj, fc1, fc2 "
+    "(Megatron-Bridge's target_modules; NeMo's performance recipes use qkv alone).",
+)
+
+# multi-token prediction and pipeline flushes, on predict and on plan
+mtp_layers_option = click.option(
+    "--mtp-layers",
+    type=click.IntRange(0, 16),
+    default=0,
+    show_default=True,
+    help="Multi-token-prediction modules trained on the last pipeline stage (DeepSeek-V3; Megatron-Core "
+    "--mtp-num-layers): each one more layer, a 2h -> h projection and the output layer with its loss.",
+)
+
+pipeline_flushes_option = click.option(
+    "--pipeline-flushes",
+    type=click.IntRange(1, None),
+    default=1,
+    show_default=True,
+    metavar="N",
+    help="Run the step's micro-batches as N separate pipeline schedules, each filling and draining the "
+    "pipeline (NeMo AutoModel: one per local batch, global batch / (local batch x dp)); 1 = one schedule.",
+)
+
+# packed sequences (fine-tuning data), on predict and on plan
+packed_document_len_option = click.option(
+    "--packed-document-len",
+    type=click.IntRange(0, None),
+    default=0,
+    show_default=True,
+    metavar="TOKENS",
+    help="Each sequence packs documents of this many tokens (NeMo / Megatron-Bridge packed_sequence_specs); "
+    "attention runs within each document only; 0 = one document per sequence.",
+)
+
+# Megatron-LM's block recomputation, on predict and on plan
+recompute_layers_option = click.option(
+    "--recompute-layers",
+    type=click.IntRange(0, 100_000),
+    default=0,
+    show_default=True,
+    help="Recompute the first N layers of every pipeline stage (every model chunk with --vpp) whole, keeping "
+    "only their input; the others as --recompute says (Megatron-LM --recompute-granularity full "
+    "--recompute-method block --recompute-num-layers N); 0 = none.",
+)
+
+# Megatron-Core's per-module selective recomputation, on predict and timeline
+recompute_modules_option = click.option(
+    "--recompute-modules",
+    help="With --recompute selective: the modules recomputed, by Megatron-Core's names, comma-separated "
+    "(--recompute-modules): core_attn, moe_act, layernorm, mla_up_proj, mlp, moe, shared_experts "
+    "[default: the framework's selective policy; Megatron's is core_attn].",
+)
+
+# Megatron-Core's CUDA graphs, on predict, timeline and plan
+cuda_graph_scope_option = click.option(
+    "--cuda-graph-scope",
+    help="What Megatron-Core replays from CUDA graphs (--cuda-graph-scope): full_iteration, or blocks of every "
+    "layer, comma-separated: attn, mlp, moe_router, moe_preprocess; only the host's time per kernel changes "
+    "[default: none, eager].",
+)
+
+
+plan_layout_options = stack_options(
+    click.option("--tp", type=int, default=1, show_default=True, help="Tensor-parallel degree."),
+    click.option("--pp", type=int, default=1, show_default=True, help="Pipeline-parallel stages."),
+    click.option("--dp", type=int, help="Data-parallel replicas [default: GPUs / (tp x pp x cp)]."),
+    click.option(
+        "--cp",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Context-parallel ranks: each sequence split over cp GPUs (ring attention).",
+    ),
+    click.option(
+        "--cp-comm",
+        type=click.Choice(["p2p", "all_gather", "a2a"], case_sensitive=False),
+        default="p2p",
+        show_default=True,
+        help="How CP ranks exchange keys and values (Megatron-Core --cp-comm-type): a ring overlapped with "
+        "attention, an all-gather, or Ulysses all-to-alls over the heads.",
+    ),
+    click.option(
+        "--ep",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Expert-parallel ranks (mixture-of-experts models): each holds experts / ep experts; tokens reach "
+        "them by all-to-all.",
+    ),
+    click.option("--etp", type=int, help="Ranks splitting each expert's matrices [default: tp, as Megatron-Core]."),
+    click.option(
+        "--expert-imbalance",
+        type=float,
+        default=1.0,
+        show_default=True,
+        help="Tokens of the busiest expert rank over the mean (1: a balanced router).",
+    ),
+    click.option(
+        "--moe-dispatcher",
+        type=click.Choice(["alltoall", "flex", "allgather"], case_sensitive=False),
+        default="alltoall",
+        show_default=True,
+        help="alltoall: a copy per chosen expert (the NeMo recipes'); flex: DeepEP/HybridEP, one copy per "
+        "node and per rank; allgather: the ep x etp group gathers its tokens once (Megatron-Core's default).",
+    ),
+    click.option(
+        "--moe-overlap/--no-moe-overlap",
+        default=False,
+        show_default=True,
+        help="Hide the expert all-to-alls behind another micro-batch's compute (Megatron-Core's combined 1F1B, "
+        "--overlap-moe-expert-parallel-comm; pp=1 or --vpp).",
+    ),
+    click.option(
+        "--vpp",
+        type=int,
+        default=1,
+        show_default=True,
+        help="Virtual stages (model chunks) per GPU; > 1 selects the interleaved schedule.",
+    ),
+    click.option("--global-batch", type=int, help="Sequences per optimizer step (required)."),
+    click.option("--micro-batch", type=int, default=1, show_default=True, help="Sequences per micro-batch."),
+    click.option(
+        "--schedule",
+        type=click.Choice(["gpipe", "1f1b", "interleaved", "zb-h1"], case_sensitive=False),
+        help="Pipeline schedule [default: 1f1b, interleaved if --vpp > 1].",
+    ),
+    click.option(
+        "--recompute",
+        type=click.Choice(["none", "selective", "full"], case_sensitive=False),
+        default="none",
+        show_default=True,
+        help="Activation recomputation.",
+    ),
+    recompute_layers_option,
+    recompute_modules_option,
+    cuda_graph_scope_option,
+    mtp_layers_option,
+    click.option(
+        "--sequence-parallel/--no-sequence-parallel",
+        default=None,
+        help="Megatron sequence parallelism inside the TP group [default: on where tp > 1, as NeMo, "
+        "Megatron-Bridge and torchtitan run TP].",
+    ),
+    click.option(
+        "--zero",
+        type=click.IntRange(0, 3),
+        help="ZeRO stage (0 = plain data parallelism, 1 = Megatron's distributed optimizer) [default: the "
+        "framework's].",
+    ),
+    click.option(
+        "--shard-group",
+        type=click.IntRange(0, None),
+        default=0,
+        show_default=True,
+        help="Hybrid sharding (FSDP HYBRID_SHARD / HSDP, MaxText FSDP inside a slice): ZeRO shards the model state "
+        "over groups of N data-parallel ranks (e.g. one server's GPUs), replicated across the groups; 0 = all "
+        "dp x cp ranks. Needs --zero >= 1.",
+    ),
+    lora_rank_option,
+    lora_targets_option,
+    packed_document_len_option,
+    pipeline_flushes_option,
+)
+
+
+def _switch(name: str, help_text: str) -> F:
+    """--NAME/--no-NAME, default None: the framework preset decides."""
+    return click.option(f"--{name}/--no-{name}", default=None, help=f"{help_text} [default: the framework's]")
+
+
+execution_options = stack_options(
+    click.option(
+        "--framework",
+        default="megatron-core",
+        show_default=True,
+        metavar="NAME",
+        callback=non_empty(NAME_OR_FILE),
+        help="Software stack whose execution flags apply: megatron-core, megatron-lm-2022, megatron-lm-2021, "
+        "megatron-deepspeed, fsdp, torchtitan (see `shardwise presets frameworks`); flags below override it.",
+    ),
+    click.option(
+        "--precision",
+        type=click.Choice(TRAINING_PRECISIONS, case_sensitive=False),
+        default="bf16",
+        show_default=True,
+        help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell).",
+    ),
+    click.option(
+        "--flash-attention/--no-flash-attention",
+        default=None,
+        help="Fused attention that never stores the s x s scores [default: the framework's; on for all but "
+        "megatron-deepspeed, whose --use-flash-attn flags are opt-in].",
+    ),
+    click.option(
+        "--attention-kernel",
+        type=click.Choice(["fused", "flash2", "sdpa-flash2"], case_sensitive=False),
+        help="Attention kernel: fused (Transformer Engine / cuDNN), flash2 (the flash-attn package's "
+        "FlashAttention-2) or sdpa-flash2 (PyTorch SDPA's bundled FlashAttention-2) "
+        "[default: the framework's].",
+    ),
+    _switch("eager-kernels", "One kernel per element-wise op (PyTorch eager) instead of fused kernels."),
+    click.option(
+        "--fp8-recipe",
+        type=click.Choice(FP8_RECIPES, case_sensitive=False),
+        help="How --precision fp8/mxfp8 casts and multiplies: te (Transformer Engine) or a torchao.float8 "
+        "recipe (tensorwise, tensorwise_fp8_all_gather, rowwise, rowwise_with_gw_hp; with mxfp8 any of "
+        "them is torchao's MX) [default: the framework's].",
+    ),
+    click.option(
+        "--selective-policy",
+        type=click.Choice(SELECTIVE_POLICIES, case_sensitive=False),
+        help="What --recompute selective recomputes: attention (Megatron: the attention core), op "
+        "(torchtitan's op-level policy) or a JAX remat policy (MaxText's names: minimal_flash, minimal, "
+        "save_dot_except_mlpwi, save_qkv_proj, ..., save_nothing) [default: the framework's].",
+    ),
+    _switch("async-tp-grad", "Overlap the backward TP collectives of QKV and MLP up with their own GEMMs (Megatron)."),
+    _switch(
+        "tp-comm-overlap",
+        "Transformer Engine userbuffers: overlap every TP collective with its GEMM (Megatron-Core "
+        "--tp-comm-overlap; needs --sequence-parallel).",
+    ),
+    _switch("overlap-grad-reduce", "Bucketed DP gradient reduction during the last backward pass."),
+    _switch("overlap-param-gather", "Distributed optimizer: all-gather parameters behind the next forward pass."),
+    _switch("grad-accumulation-fusion", "Weight-gradient GEMMs accumulate into the fp32 main_grad."),
+    _switch("overlap-p2p", "Pipeline sends beside compute instead of blocking it."),
+    _switch("pipeline-sync", "A device synchronisation after every blocking pipeline send/receive."),
+    _switch("scatter-gather", "Pipeline sends of 1/tp per rank plus an in-node all-gather."),
+)
+
+
+stage_options = stack_options(
+    click.option(
+        "--first-stage-layers",
+        type=int,
+        help="Layers on the first pipeline stage (Megatron --decoder-first-pipeline-num-layers) [default: even split].",
+    ),
+    click.option(
+        "--last-stage-layers",
+        type=int,
+        help="Layers on the last pipeline stage (Megatron --decoder-last-pipeline-num-layers) [default: even split].",
+    ),
+    click.option(
+        "--stage-layers",
+        metavar="N,N,...",
+        help="Layers of every pipeline stage, comma-separated (one per stage; they must add up to the model's).",
+    ),
+)
