@@ -9,68 +9,35 @@ Sources: Megatron-LM's argument checks (`megatron/training/arguments.py`: heads,
 FFN split by tp; the global batch divisible by dp x micro-batch; the interleaved schedule's
 micro-batch count a multiple of pp; sequence parallelism splits the sequence by tp), its
 context-parallel ring attention (the sequence in 2 cp chunks), and the stage split of
-`specs.stages`.
+`specs.stages`. `Rule` and `divides` are `specs.rule_core`'s, the mixture-of-experts rules
+`specs.expert_rules`'s; both are re-exported here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shardwise.arrays import as_array, as_bool, maximum, single
 from shardwise.specs._checks import Number, SpecError
 
+# re-exported: the names the value types, the sweeps and the planner read here
+from shardwise.specs.expert_rules import (  # noqa: F401
+    lora_rule,
+    moe_overlap_rules,
+    moe_rules,
+    moe_training_rule,
+    moe_training_rules,
+    recompute_layers_rule,
+    serving_expert_rule,
+    serving_expert_tp,
+)
+from shardwise.specs.rule_core import Rule, at_first, divides, holds, raise_first  # noqa: F401
+
 if TYPE_CHECKING:
     from shardwise.specs.stages import StageSplit
-
-
-class Rule(NamedTuple):
-    rule: str  # the rule in words (what a sweep's or a plan search's "invalid because" says)
-    ok: np.ndarray  # where it holds
-    error: Callable[[], str]  # the one-line error at the first point where it breaks
-
-
-def raise_first(rules: Iterable[Rule]) -> None:
-    """Raise SpecError for the first rule that breaks anywhere."""
-    for r in rules:
-        ok = r.ok
-        if not (bool(ok) if isinstance(ok, (bool, np.bool_)) else np.all(ok)):
-            raise SpecError(r.error())
-
-
-def holds(rules: Iterable[Rule]) -> np.ndarray | bool:
-    """Where every rule holds."""
-    out: np.ndarray | bool = True
-    for r in rules:
-        out = out & r.ok
-    return out
-
-
-def _at(bad: np.ndarray, *arrays: Number) -> list[object]:
-    """The values of `arrays` at the first point where `bad` holds."""
-    shape = bad.shape
-    i = int(np.flatnonzero(bad)[0]) if bad.ndim else 0
-    return [np.broadcast_to(np.asarray(a), shape).flat[i].item() if shape else np.asarray(a).item() for a in arrays]
-
-
-def divides(rule: str, field: str, value: Number, by_field: str, by: Number, why: str = "") -> Rule:
-    """`value` is a multiple of `by`."""
-    if single(value, by) and by != 0:  # one plan: Python's remainder (the same truth as np.mod's)
-        a, b = value, by
-        ok = np.bool_(a % b == 0)
-    else:
-        a, b = np.broadcast_arrays(np.asarray(value), np.asarray(by))
-        ok = np.mod(a, b) == 0
-
-    def error() -> str:
-        x, y = _at(~ok, a, b)
-        suffix = f" ({why})" if why else ""
-        return f"{field}: {x} is not divisible by {by_field}={y}{suffix}"
-
-    return Rule(rule, ok, error)
-
 
 HEAD_DIM_WHY = "head dim = hidden / heads"
 GQA_WHY = "GQA groups query heads"
@@ -105,7 +72,7 @@ def batch_rules(global_batch: Number, dp: Number, micro_batch: Number, pp: Numbe
     ok = ~as_bool(interleaved) | ((m % pp == 0) if single(m, pp) else (np.mod(m, pp) == 0))
 
     def error() -> str:
-        mm, p = _at(~ok, m, pp)
+        mm, p = at_first(~ok, m, pp)
         return (
             f"plan: schedule=interleaved needs the micro-batch count m={mm:g} to be a multiple of pp={p} "
             "(Megatron-LM's rule for the interleaved schedule)"
@@ -130,7 +97,7 @@ def gpu_rules(
     ok = np.asarray(fills_gpus(np.asarray(gpus), np.asarray(tp), np.asarray(pp), np.asarray(dp), np.asarray(cp)))
 
     def error() -> str:
-        u, g, c = _at(~ok, used, gpus, cp)
+        u, g, c = at_first(~ok, used, gpus, cp)
         name = "tp*pp*dp*cp" if c > 1 else "tp*pp*dp"
         text = context() if callable(context) else context
         suffix = f" ({text})" if text else ""
@@ -145,7 +112,7 @@ def node_rules(tp: Number, gpus_per_node: Number, gpus: Number | None = None) ->
     ok = (np.mod(g, tp_a) == 0) | (np.mod(tp_a, g) == 0)
 
     def error() -> str:
-        t, n = _at(~ok, tp_a, g)
+        t, n = at_first(~ok, tp_a, g)
         return (
             f"plan: tp={t} neither divides nor is a multiple of gpus_per_node={n}; "
             "a TP group must fit inside a node or span whole nodes"
@@ -187,14 +154,14 @@ def sequence_rules(
         )
 
     def cp_error() -> str:
-        n, k = _at(~ok_cp, s, c2)
+        n, k = at_first(~ok_cp, s, c2)
         return (
             f"model: seq_len={n} is not divisible by 2*cp={2 * k} (context parallelism "
             "splits each sequence into 2 cp chunks, two per rank, to balance the causal mask)"
         )
 
     def sp_error() -> str:
-        n, t = _at(~np.asarray(ok_sp), local, tp)
+        n, t = at_first(~np.asarray(ok_sp), local, tp)
         why = "sequence parallelism splits the sequence across the TP group"
         return f"model: seq_len={n} is not divisible by tp={t} ({why})"
 
@@ -203,6 +170,26 @@ def sequence_rules(
         Rule("context parallelism needs the sequence length divisible by 2 x cp", ok_cp, cp_error),
         Rule("sequence parallelism needs the sequence length divisible by tp", np.asarray(ok_sp), sp_error),
     ]
+
+
+def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_comm: str) -> Rule:
+    """DeepSpeed-Ulysses context parallelism (`cp_comm` a2a) gives each CP rank whole heads: the
+    heads and KV heads of a TP rank must divide by cp (Megatron-Core's a2a CP, Transformer Engine)."""
+    rule = "a2a context parallelism needs the heads per TP rank divisible by cp"
+    h, k, t, c = np.broadcast_arrays(np.asarray(heads), np.asarray(kv_heads), np.asarray(tp), np.asarray(cp))
+    if cp_comm != "a2a":  # only Ulysses splits the heads
+        return Rule(rule, np.broadcast_to(True, h.shape), str)
+    ok = (c <= 1) | ((np.mod(h // t, c) == 0) & (np.mod(k // t, c) == 0))
+
+    def error() -> str:
+        a, b, x, y = at_first(~ok, h, k, t, c)
+        return (
+            f"plan: cp={y} with cp_comm a2a needs the heads and KV heads of each tp={x} rank ({a // x} and "
+            f"{b // x}) divisible by cp (each CP rank attends with whole heads); use cp_comm p2p or all_gather, "
+            "or a smaller cp"
+        )
+
+    return Rule(rule, np.asarray(ok), error)
 
 
 def stage_rule(split: StageSplit, layers: Number, pp: Number, vpp: Number) -> Rule:
@@ -222,71 +209,6 @@ def stage_rule(split: StageSplit, layers: Number, pp: Number, vpp: Number) -> Ru
     return Rule("every pipeline stage needs at least one layer per model chunk", ok, error)
 
 
-# Megatron-Core's MoE layer raises "sequence parallelism must be used" when training with TP > 1
-# without it (megatron/core/transformer/moe/moe_layer.py: `moe_training_rule`); the expert layout folds into the GPUs of
-# each stage (megatron/core/parallel_state.py `initialize_model_parallel`: world size divisible by
-# expert_tensor_parallel_size x expert_model_parallel_size x pp; arguments.py: experts divisible by
-# expert_model_parallel_size; "MoE parallel folding", megatron/core/transformer/moe/README.md).
-def moe_rules(
-    experts: int,
-    expert_ffn: int,
-    tp: Number,
-    cp: Number,
-    dp: Number,
-    ep: Number,
-    etp: Number,
-    model_name: str,
-) -> list[Rule]:
-    """Expert parallelism needs experts; whole experts per EP rank; ep x etp fold into tp x cp x dp."""
-    e_arr = np.asarray(ep)
-    if not experts:
-        ok = e_arr == 1
-
-        def dense_error() -> str:
-            (n,) = _at(~ok, e_arr)
-            return f"plan: ep={n} needs a mixture-of-experts model; model {model_name!r} has no experts (use ep=1)"
-
-        return [Rule("expert parallelism needs a mixture-of-experts model", np.asarray(ok), dense_error)]
-    whole = "each EP rank holds whole experts"
-    columns = "expert tensor parallelism splits each expert's columns"
-    folding = "Megatron-Core folds the expert ranks into each stage's tp x cp x dp GPUs"
-    rules = [
-        divides("experts must be divisible by ep", "model: experts", experts, "ep", ep, whole),
-        divides("the expert FFN must be divisible by etp", "model: expert_ffn_hidden", expert_ffn, "etp", etp, columns),
-        divides("ep x etp must divide tp x cp x dp", "plan: tp*cp*dp", np.asarray(tp) * cp * dp, "ep*etp",
-                e_arr * etp, folding),
-    ]  # fmt: skip
-    return rules
-
-
-def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number) -> Rule:
-    """Training a mixture of experts with TP needs sequence parallelism (Megatron-Core's MoE layer
-    refuses otherwise; serving has no such rule)."""
-    ok = ~np.asarray(bool(experts)) | (np.asarray(tp) <= 1) | np.asarray(sequence_parallel, dtype=bool)
-
-    def error() -> str:
-        (t,) = _at(~np.asarray(ok), np.broadcast_to(np.asarray(tp), np.shape(ok)))
-        return (
-            f"plan: tp={t} with a mixture of experts needs sequence parallelism when training (Megatron-Core's "
-            "rule); add --sequence-parallel or use tp=1"
-        )
-
-    return Rule("training a mixture of experts with TP needs sequence parallelism", np.asarray(ok), error)
-
-
-def lora_rule(experts: int, lora_rank: Number) -> Rule:
-    """LoRA is modelled for dense models (adapters on the attention and dense MLP layers)."""
-    ok = ~np.asarray(bool(experts)) | (np.asarray(lora_rank) == 0)
-
-    def error() -> str:
-        return (
-            "plan: lora_rank with a mixture of experts is not modelled (the adapters of routed experts are not "
-            "described); use lora_rank=0 (full training) or a dense model"
-        )
-
-    return Rule("LoRA needs a dense model", np.asarray(ok), error)
-
-
 def packed_rule(seq_len: Number, document_len: Number, cp: Number) -> Rule:
     """Packed documents (`Plan.packed_document_len`) fit in a sequence and run without context
     parallelism (how Transformer Engine splits packed documents over CP ranks is not modelled)."""
@@ -297,7 +219,7 @@ def packed_rule(seq_len: Number, document_len: Number, cp: Number) -> Rule:
 
     def error() -> str:
         if np.any(too_long):
-            n, k = _at(too_long, doc, s)
+            n, k = at_first(too_long, doc, s)
             return f"plan: packed_document_len {n} is not allowed; at most the sequence length {k} (0: not packed)"
         return (
             "plan: packed_document_len with context parallelism is not modelled (how packed documents are split "
@@ -314,139 +236,10 @@ def flushes_rule(micro_batches: Number, flushes: Number, pp: Number) -> Rule:
     ok = (f <= 1) | ((np.mod(m, f) == 0) & (m >= f * p))
 
     def error() -> str:
-        n, k, q = _at(~ok, m, f, p)
+        n, k, q = at_first(~ok, m, f, p)
         return (
             f"plan: pipeline_flushes {k} is not allowed with {n} micro-batches and pp={q}; it must divide the "
             "micro-batches into schedules of at least pp each (1: one schedule per step)"
         )
 
     return Rule("pipeline flushes split the micro-batches evenly", ok, error)
-
-
-def recompute_layers_rule(experts: int, recompute_layers: Number) -> Rule:
-    """Layers recomputed whole (`Plan.recompute_layers`) are modelled for dense models."""
-    ok = ~np.asarray(bool(experts)) | (np.asarray(recompute_layers) == 0)
-
-    def error() -> str:
-        return (
-            "plan: recompute_layers with a mixture of experts is not modelled (which of a chunk's first layers "
-            "are MoE layers is not tracked); use recompute_layers=0 with --recompute full/selective/none"
-        )
-
-    return Rule("recompute_layers needs a dense model", np.asarray(ok), error)
-
-
-def moe_training_rules(
-    experts: int,
-    tp: Number,
-    sequence_parallel: Number,
-    ep: Number = 1,
-    pp: Number = 1,
-    interleaved: Number = False,
-    full_recompute: Number = False,
-    overlap: Number = False,
-    lora_rank: Number = 0,
-    recompute_layers: Number = 0,
-    dispatcher: str = "alltoall",
-) -> list[Rule]:
-    """The rules of training a mixture of experts: sequence parallelism with TP, where the
-    expert all-to-all overlap runs, no LoRA and no layers recomputed whole."""
-    return [
-        moe_training_rule(experts, tp, sequence_parallel),
-        *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute, dispatcher),
-        lora_rule(experts, lora_rank),
-        recompute_layers_rule(experts, recompute_layers),
-    ]
-
-
-# Megatron-Core's combined 1F1B (`--overlap-moe-expert-parallel-comm`, transformer_config.py):
-# needs expert parallelism, the virtual (interleaved) pipeline when pp > 1, and no full
-# recomputation (it schedules the forward and the backward of two micro-batches layer by layer).
-def moe_overlap_rules(
-    overlap: Number, ep: Number, pp: Number, interleaved: Number, full_recompute: Number, dispatcher: str = "alltoall"
-) -> list[Rule]:
-    """Where the expert all-to-all overlap can run (training): with the alltoall or flex
-    dispatcher only (transformer_config.py: "supported with alltoall/flex token dispatcher")."""
-    on = np.asarray(overlap, dtype=bool)
-    shape = np.broadcast_shapes(*(np.shape(x) for x in (overlap, ep, pp, interleaved, full_recompute)))
-    by_a2a = np.broadcast_to(~on | (dispatcher != "allgather"), shape)
-    needs_ep = np.broadcast_to(~on | (np.asarray(ep) > 1), shape)
-    needs_vpp = np.broadcast_to(~on | (np.asarray(pp) <= 1) | np.asarray(interleaved, dtype=bool), shape)
-    no_full = np.broadcast_to(~on | ~np.asarray(full_recompute, dtype=bool), shape)
-
-    def ep_error() -> str:
-        return "plan: moe_overlap needs ep > 1 (it hides the expert all-to-alls); add --ep or drop --moe-overlap"
-
-    def vpp_error() -> str:
-        (p,) = _at(~needs_vpp, np.broadcast_to(np.asarray(pp), shape))
-        return (
-            f"plan: moe_overlap with pp={p} needs the interleaved schedule (Megatron-Core's combined 1F1B runs "
-            "with pp=1 or virtual stages); add --vpp 2 or more, or drop --moe-overlap"
-        )
-
-    def full_error() -> str:
-        return "plan: moe_overlap does not run with full recomputation (Megatron-Core's rule); use selective or none"
-
-    def dispatcher_error() -> str:
-        return (
-            "plan: moe_overlap runs with the alltoall or flex dispatcher, not allgather (Megatron-Core's rule); "
-            "use --moe-dispatcher alltoall or drop --moe-overlap"
-        )
-
-    return [
-        Rule("the expert all-to-all overlap needs the alltoall or flex dispatcher", by_a2a, dispatcher_error),
-        Rule("the expert all-to-all overlap needs ep > 1", needs_ep, ep_error),
-        Rule("the expert all-to-all overlap needs pp = 1 or the interleaved schedule", needs_vpp, vpp_error),
-        Rule("the expert all-to-all overlap does not run with full recomputation", no_full, full_error),
-    ]
-
-
-def serving_expert_tp(tp: Number, ep: Number, etp: Number, dp: Number = 1) -> Number:
-    """etp for serving: as given, or, where it is unset (0) and ep > 1, tp / ep when ep <= tp (the
-    experts spread over a replica's TP GPUs) and tp dp / ep when ep > tp (data-parallel attention:
-    the experts spread over all dp x tp GPUs), at least 1 (`serving_expert_rule`)."""
-    e, t = np.asarray(ep), np.asarray(tp)
-    unset = (np.asarray(etp) == 0) & (e > 1)
-    group = np.where(e > t, t * np.asarray(dp), t)
-    out = np.where(unset, np.maximum(group // np.maximum(e, 1), 1), etp).astype(int)
-    return out.item() if out.ndim == 0 else out
-
-
-def serving_expert_rule(tp: Number, ep: Number, etp: Number, dp: Number = 1) -> Rule:
-    """Serving with expert parallelism spreads the experts over a replica's TP GPUs, which all
-    hold every token after attention (vLLM `--enable-expert-parallel`, SGLang `--ep-size`,
-    TensorRT-LLM `moe_expert_parallel_size` x `moe_tensor_parallel_size` = tp): ep x etp = tp; or,
-    with data-parallel attention (vLLM `--data-parallel-size` with `--enable-expert-parallel`,
-    SGLang `--enable-dp-attention`, TensorRT-LLM `enable_attention_dp`), over all the dp x tp GPUs
-    of a pipeline stage: ep x etp = tp x dp (`engines.dp_attention`)."""
-    t, e, x, d = np.broadcast_arrays(np.asarray(tp), np.asarray(ep), np.asarray(etp), np.asarray(dp))
-    ok = (e <= 1) | (e * x == t) | (e * x == t * d)
-
-    def error() -> str:
-        a, b, c, r = _at(~ok, t, e, x, d)
-        return (
-            f"plan: ep={b} x etp={c} must equal tp={a} when serving (experts over a replica's TP GPUs) or tp x "
-            f"dp={a * r} (data-parallel attention: experts over all GPUs); leave etp unset to have it derived"
-        )
-
-    return Rule("serving spreads the experts over the TP GPUs (ep x etp = tp) or all GPUs (= tp x dp)", ok, error)
-
-
-def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_comm: str) -> Rule:
-    """DeepSpeed-Ulysses context parallelism (`cp_comm` a2a) gives each CP rank whole heads: the
-    heads and KV heads of a TP rank must divide by cp (Megatron-Core's a2a CP, Transformer Engine)."""
-    rule = "a2a context parallelism needs the heads per TP rank divisible by cp"
-    h, k, t, c = np.broadcast_arrays(np.asarray(heads), np.asarray(kv_heads), np.asarray(tp), np.asarray(cp))
-    if cp_comm != "a2a":  # only Ulysses splits the heads
-        return Rule(rule, np.broadcast_to(True, h.shape), str)
-    ok = (c <= 1) | ((np.mod(h // t, c) == 0) & (np.mod(k // t, c) == 0))
-
-    def error() -> str:
-        a, b, x, y = _at(~ok, h, k, t, c)
-        return (
-            f"plan: cp={y} with cp_comm a2a needs the heads and KV heads of each tp={x} rank ({a // x} and "
-            f"{b // x}) divisible by cp (each CP rank attends with whole heads); use cp_comm p2p or all_gather, "
-            "or a smaller cp"
-        )
-
-    return Rule(rule, np.asarray(ok), error)
