@@ -1,139 +1,41 @@
 """The parallel plan (the "Execution" of Calculon's split): how one model is laid out and run.
 
 Categorical fields (schedule, recompute) accept names ('1f1b'), enum members, integer codes,
-or numpy arrays of codes, so a planner can evaluate many plans in one vectorized call.
+or numpy arrays of codes, so a planner can evaluate many plans in one vectorized call. Their
+choices are `specs.plan_choices`, the checks run when a plan is built `specs.plan_checks`.
 """
 
 from __future__ import annotations
 
-import operator
 from dataclasses import dataclass, replace
-from enum import IntEnum
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array
-from shardwise.precisions import COMPUTE_PRECISIONS, FP8_RECIPES
-from shardwise.recompute_policies import (  # re-exported: the Plan's checks
+from shardwise.recompute_policies import (  # noqa: F401 (re-exported: the Plan's checks)
     SELECTIVE_POLICIES,
 )
-from shardwise.specs import _checks as chk
-from shardwise.specs._checks import Number, SpecError
+from shardwise.specs._checks import Number
 from shardwise.specs.hardware import PRECISION_BYTES
-from shardwise.specs.memo import Memo, hash_once
-from shardwise.specs.plan_fields import (
-    cuda_graph_scope_of,
-    lora_targets,
-    recompute_modules_of,
-    shard_group_of,
-    stage_list_of,
+from shardwise.specs.memo import hash_once
+
+# re-exported: the names the engines, the CLI and the tests read here
+from shardwise.specs.plan_checks import (  # noqa: F401
+    _RULE_FIELDS,
+    _plain_rules_hold,
+    check_fields,
+    check_rules,
+    check_rules_once,
 )
-
-
-class Schedule(IntEnum):
-    """Pipeline schedules (Huang et al. 2019 GPipe; Narayanan et al. 2021 1F1B and interleaved;
-    Qi et al. 2023 ZB-H1, which splits the backward pass into input and weight gradients)."""
-
-    GPIPE = 0
-    ONE_F_ONE_B = 1
-    INTERLEAVED = 2
-    ZB_H1 = 3
-
-    @property
-    def label(self) -> str:
-        return {0: "gpipe", 1: "1f1b", 2: "interleaved", 3: "zb-h1"}[int(self)]
-
-
-class Recompute(IntEnum):
-    """Activation recomputation (Korthikanti et al. 2022): none, selective (attention core), full."""
-
-    NONE = 0
-    SELECTIVE = 1
-    FULL = 2
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-
-MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
-ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
-
-
-# the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
-FLASH2_KERNELS = ("flash2", "sdpa-flash2")
-
-CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
-
-# How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
-# with its default zero_stage) and the execution flags of the CLI.
-EXECUTION_FLAGS = (
-    "async_tp_grad",
-    "tp_comm_overlap",
-    "overlap_grad_reduce",
-    "overlap_param_gather",
-    "grad_accumulation_fusion",
-    "overlap_p2p",
-    "pipeline_sync",
-    "scatter_gather",
+from shardwise.specs.plan_choices import (  # noqa: F401
+    ATTENTION_KERNELS,
+    BOOLEAN_FIELDS,
+    CP_COMM_TYPES,
+    EXECUTION_FLAGS,
+    FLASH2_KERNELS,
+    MOE_DISPATCHERS,
+    Recompute,
+    Schedule,
 )
-BOOLEAN_FIELDS = (
-    "sequence_parallel",
-    "flash_attention",
-    "moe_overlap",
-    "eager_kernels",
-    "eager_rotary",
-    "per_param_sharding",
-    "p2p_serial",
-    "tp_shard_overlap",
-    "eager_glu",
-    "layout_copies",
-    *EXECUTION_FLAGS,
-)
-
-
-_CHECKED = Memo("plan checks")
-_INTERLEAVED = Schedule.INTERLEAVED
-
-
-def _plain_rules_hold(
-    global_batch: object,
-    dp: object,
-    micro_batch: object,
-    pp: object,
-    vpp: object,
-    schedule: object,
-    first_stage_layers: object,
-    last_stage_layers: object,
-) -> bool:
-    """`Plan._check_rules` for one plan of plain whole numbers (already checked >= 1 or >= 0), in
-    Python's arithmetic (the same truth as the check's, which takes these branches for such a
-    plan): True when every rule holds; False when one is broken or the values are not plain ints,
-    and the full check then runs (and names a broken rule)."""
-    if type(schedule) is not Schedule or not (
-        type(global_batch) is int
-        and type(dp) is int
-        and type(micro_batch) is int
-        and type(pp) is int
-        and type(vpp) is int
-        and type(first_stage_layers) is int
-        and type(last_stage_layers) is int
-    ):
-        return False
-    per_step = dp * micro_batch  # type: ignore[operator]
-    if global_batch % per_step != 0:  # type: ignore[operator]
-        return False
-    interleaved = schedule == _INTERLEAVED
-    if interleaved and (pp < 2 or global_batch / max(per_step, 1) % pp != 0):  # type: ignore[operator]
-        return False
-    if pp == 1 and (first_stage_layers > 0 or last_stage_layers > 0):  # type: ignore[operator]
-        return False
-    return not (vpp > 1 and not interleaved)  # type: ignore[operator]
-
-
-# What `Plan._check_rules` reads (tests/test_scalar_path.py checks the reads).
-_RULE_FIELDS = ("global_batch", "dp", "micro_batch", "pp", "vpp", "schedule", "first_stage_layers", "last_stage_layers")
-_RULE_GETTER = operator.attrgetter(*_RULE_FIELDS)
 
 
 @hash_once
@@ -247,8 +149,9 @@ class Plan:
     What the software stack's kernels are (`physics.stack`, set by the framework preset):
     `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"
     (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its
-    bundled copy of FlashAttention-2: slower on Hopper, `physics.compute.SDPA_FLASH_FORWARD_FRACTION`); `eager_kernels`:
-    element-wise work (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
+    bundled copy of FlashAttention-2: slower on Hopper,
+    `physics.attention_kernels.SDPA_FLASH_FORWARD_FRACTION`); `eager_kernels`: element-wise work
+    (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
     kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen
     kernels with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which
     TorchInductor does not generate code for: `physics.stack`); `selective_policy`: what recompute="selective"
@@ -338,147 +241,13 @@ class Plan:
     layout_copies: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
-        for name in ("tp", "pp", "dp", "global_batch", "micro_batch", "vpp", "cp", "ep"):
-            value = getattr(self, name)
-            if type(value) is not int or not 1 <= value <= chk.MAX_WHOLE:  # a plain one is kept as it is
-                object.__setattr__(self, name, chk.positive_int(f"plan: {name}", value))
-        object.__setattr__(self, "etp", chk.non_negative_int("plan: etp", self.etp))
-        object.__setattr__(self, "lora_rank", chk.non_negative_int("plan: lora_rank", self.lora_rank))
-        object.__setattr__(self, "lora_targets", lora_targets(self.lora_targets))
-        object.__setattr__(
-            self, "packed_document_len", chk.non_negative_int("plan: packed_document_len", self.packed_document_len)
-        )
-        object.__setattr__(self, "pipeline_flushes", chk.positive_int("plan: pipeline_flushes", self.pipeline_flushes))
-        object.__setattr__(
-            self, "recompute_layers", chk.non_negative_int("plan: recompute_layers", self.recompute_layers)
-        )
-        object.__setattr__(self, "recompute_modules", recompute_modules_of(self.recompute_modules))
-        object.__setattr__(self, "mtp_layers", chk.non_negative_int("plan: mtp_layers", self.mtp_layers))
-        object.__setattr__(self, "cuda_graph_scope", cuda_graph_scope_of(self.cuda_graph_scope))
-        imbalance = chk.positive("plan: expert_imbalance", self.expert_imbalance)
-        if any_true(as_array(imbalance) < 1.0):
-            raise SpecError(
-                f"plan: expert_imbalance {chk._short(self.expert_imbalance)} is not allowed; it is the busiest "
-                "expert rank's tokens over the mean, so >= 1 (1: a balanced router)"
-            )
-        object.__setattr__(self, "expert_imbalance", imbalance)
-        if self.cp_comm not in CP_COMM_TYPES:
-            raise SpecError(f"plan: cp_comm {self.cp_comm!r} is not allowed; choose {', '.join(CP_COMM_TYPES)}")
-        if self.moe_dispatcher not in MOE_DISPATCHERS:
-            raise SpecError(
-                f"plan: moe_dispatcher {self.moe_dispatcher!r} is not allowed; choose {', '.join(MOE_DISPATCHERS)}"
-            )
-        object.__setattr__(self, "schedule", chk.enum_codes("plan: schedule", self.schedule, Schedule))
-        object.__setattr__(self, "recompute", chk.enum_codes("plan: recompute", self.recompute, Recompute))
-        zero_ok = True
-        try:
-            zero = chk.non_negative_int("plan: zero_stage", self.zero_stage)
-        except SpecError:
-            zero_ok = False
-        if not zero_ok or any_true(as_array(zero) > 3):
-            bad: object = self.zero_stage  # None, (), a string: shown as given
-            if zero_ok and np.ndim(zero) > 0:
-                bad = np.asarray(zero)[np.asarray(zero) > 3].flat[0].item()
-            raise SpecError(f"plan: zero_stage {chk._short(bad)} is not allowed; choose 0, 1, 2 or 3")
-        object.__setattr__(self, "shard_group", shard_group_of(self.shard_group, self.dp, self.cp, zero))
-        if not isinstance(self.precision, str) or self.precision not in COMPUTE_PRECISIONS:
-            raise SpecError(
-                f"plan: precision {self.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8 "
-                "(fp4 is set by serving from FP4 weights)"
-            )
-        if not isinstance(self.framework, str):
-            raise SpecError(f"plan: framework {self.framework!r} is not allowed; give a framework preset's name")
-        if self.attention_kernel not in ATTENTION_KERNELS:
-            raise SpecError(
-                f"plan: attention_kernel {self.attention_kernel!r} is not allowed; choose "
-                f"{', '.join(ATTENTION_KERNELS)}"
-            )
-        if self.fp8_recipe not in FP8_RECIPES:
-            raise SpecError(f"plan: fp8_recipe {self.fp8_recipe!r} is not allowed; choose {', '.join(FP8_RECIPES)}")
-        if self.selective_policy not in SELECTIVE_POLICIES:
-            raise SpecError(
-                f"plan: selective_policy {self.selective_policy!r} is not allowed; choose "
-                f"{', '.join(SELECTIVE_POLICIES)}"
-            )
-        if self.recompute_modules:
-            _check_modules_apply(self.recompute_modules, self.recompute, self.selective_policy)
-        object.__setattr__(self, "host_kernel_s", chk.within("plan: host_kernel_s", self.host_kernel_s, 0.0, 1e-3, "s"))
-        object.__setattr__(
-            self,
-            "unfused_accumulate_bytes",
-            chk.within("plan: unfused_accumulate_bytes", self.unfused_accumulate_bytes, 0.0, 64.0, "bytes"),
-        )
-        object.__setattr__(
-            self, "layer_host_ops", chk.within("plan: layer_host_ops", self.layer_host_ops, 0.0, 10_000.0, "ops")
-        )
-        object.__setattr__(
-            self, "p2p_host_ops", chk.within("plan: p2p_host_ops", self.p2p_host_ops, 0.0, 10_000.0, "ops")
-        )
-        object.__setattr__(
-            self,
-            "loss_bytes_per_logit",
-            chk.within("plan: loss_bytes_per_logit", self.loss_bytes_per_logit, 0.0, 256.0, "bytes"),
-        )
-        if self.cuda_graph_scope and any_true(as_array(self.layer_host_ops) > 0):
-            raise SpecError(
-                f"plan: cuda_graph_scope {','.join(self.cuda_graph_scope)} is Megatron-Core's CUDA graphs; not with "
-                "layer_host_ops (a stack's own host count, nanotron's, whose layers are not graphed)"
-            )
-        for name in BOOLEAN_FIELDS:
-            value = getattr(self, name)
-            if type(value) is not bool and (value is not None or name != "overlap_p2p"):  # True/False kept
-                object.__setattr__(self, name, chk.boolean(f"plan: {name}", value))
-        for name in ("first_stage_layers", "last_stage_layers"):
-            object.__setattr__(self, name, chk.non_negative_int(f"plan: {name}", getattr(self, name)))
-        if self.stage_layers is not None:
-            object.__setattr__(self, "stage_layers", stage_list_of(self.stage_layers, self.pp))
-        if self.overlap_p2p is None:
-            schedule = self.schedule
-            if (
-                type(schedule) is Schedule
-            ):  # one plan: the numpy bool the array comparison gives, without numpy's probing
-                interleaved: object = np.bool_(schedule == Schedule.INTERLEAVED)
-            else:
-                interleaved = np.asarray(schedule) == Schedule.INTERLEAVED
-            object.__setattr__(self, "overlap_p2p", interleaved)
-        from shardwise.specs.distinct import find_distinct
-
-        try:  # many plans that repeat: each distinct one is checked (building them checks them)
-            if find_distinct(self) is not None:
-                return
-        except SpecError:
-            pass  # the checks below name the first broken plan in the given order
-        # one plan (plain numbers): the verdict kept under the fields the rules read (`specs.memo`)
-        key = _RULE_GETTER(self)
-        if not _plain_rules_hold(*key):  # not plain numbers, or a rule broken: the full check decides
-            _CHECKED.get_or_compute(key, self._check_rules)
+        check_fields(self)
+        check_rules_once(self)
 
     def _check_rules(self) -> bool:
         """The rules between fields, over every plan: whole micro-batches, stage counts, the
         interleaved schedule's needs (True: they hold). They read _RULE_FIELDS alone."""
-        from shardwise.specs.rules import batch_rules, raise_first
-
-        whole_batches, interleave_multiple = batch_rules(
-            self.global_batch, self.dp, self.micro_batch, self.pp, as_array(self.schedule) == Schedule.INTERLEAVED
-        )
-        raise_first([whole_batches])
-        pp_one = as_array(self.pp) == 1
-        given = (as_array(self.first_stage_layers) > 0) | (as_array(self.last_stage_layers) > 0)
-        if chk.anywhere(pp_one & given):
-            raise SpecError("plan: first/last_stage_layers need pp > 1 (with one stage every layer is on it)")
-        sched, vpp = as_array(self.schedule), as_array(self.vpp)
-        bad = (vpp > 1) & (sched != Schedule.INTERLEAVED)
-        if chk.anywhere(bad):
-            bad = np.asarray(bad)
-            raise SpecError(
-                f"plan: vpp={np.broadcast_to(vpp, bad.shape)[bad].flat[0]} needs schedule=interleaved "
-                "(virtual stages only exist in the interleaved 1F1B schedule)"
-            )
-        bad = (sched == Schedule.INTERLEAVED) & (as_array(self.pp) < 2)
-        if chk.anywhere(bad):
-            raise SpecError("plan: schedule=interleaved needs pp >= 2 (it interleaves pipeline stages)")
-        raise_first([interleave_multiple])
-        return True
+        return check_rules(self)
 
     @property
     def uneven_stages(self) -> bool:
@@ -531,19 +300,3 @@ class Plan:
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]
-
-
-def _check_modules_apply(modules: tuple[str, ...], recompute: object, policy: str) -> None:
-    """Recompute modules are Megatron-Core's selective recomputation: they need recompute="selective"
-    (an array of plans, as the planner searches, applies them to its selective ones) and the
-    Megatron policy."""
-    if np.ndim(recompute) == 0 and int(recompute) != Recompute.SELECTIVE:  # type: ignore[call-overload]
-        raise SpecError(
-            f"plan: recompute_modules {','.join(modules)} needs recompute='selective' "
-            "(Megatron-Core's --recompute-granularity selective); it is not used with none or full"
-        )
-    if policy != "attention":
-        raise SpecError(
-            f"plan: recompute_modules {','.join(modules)} is Megatron-Core's; it needs selective_policy "
-            f"'attention' (the Megatron stacks'), not {policy!r}"
-        )

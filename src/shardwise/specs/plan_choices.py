@@ -1,0 +1,71 @@
+"""The choices of a parallel plan's categorical fields: the pipeline schedules and recomputation
+modes (`Schedule`, `Recompute`: names, enum members or integer codes, so a planner can evaluate many
+plans in one vectorized call), the MoE dispatchers, attention kernels, CP communication types, and
+which fields are execution flags and booleans (`specs.plan`).
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class Schedule(IntEnum):
+    """Pipeline schedules (Huang et al. 2019 GPipe; Narayanan et al. 2021 1F1B and interleaved;
+    Qi et al. 2023 ZB-H1, which splits the backward pass into input and weight gradients)."""
+
+    GPIPE = 0
+    ONE_F_ONE_B = 1
+    INTERLEAVED = 2
+    ZB_H1 = 3
+
+    @property
+    def label(self) -> str:
+        return {0: "gpipe", 1: "1f1b", 2: "interleaved", 3: "zb-h1"}[int(self)]
+
+
+class Recompute(IntEnum):
+    """Activation recomputation (Korthikanti et al. 2022): none, selective (attention core), full."""
+
+    NONE = 0
+    SELECTIVE = 1
+    FULL = 2
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+
+MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
+ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
+
+
+# the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
+FLASH2_KERNELS = ("flash2", "sdpa-flash2")
+
+CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
+
+# How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
+# with its default zero_stage) and the execution flags of the CLI.
+EXECUTION_FLAGS = (
+    "async_tp_grad",
+    "tp_comm_overlap",
+    "overlap_grad_reduce",
+    "overlap_param_gather",
+    "grad_accumulation_fusion",
+    "overlap_p2p",
+    "pipeline_sync",
+    "scatter_gather",
+)
+BOOLEAN_FIELDS = (
+    "sequence_parallel",
+    "flash_attention",
+    "moe_overlap",
+    "eager_kernels",
+    "eager_rotary",
+    "per_param_sharding",
+    "p2p_serial",
+    "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
+    *EXECUTION_FLAGS,
+)
