@@ -1,19 +1,25 @@
 """Build specs from plain mappings (preset YAML, user YAML, CLI flags): the only place where
 quantities with units ("600GB/s", "312 TFLOPS", "80GB", "2us") are parsed.
 
-Every error names the field, the value and what is allowed, and raises `SpecError`.
+Every error names the field, the value and what is allowed, and raises `SpecError`. YAML files
+are read by `yaml_files`, `--plan` text by `plan_text`; both are re-exported here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
 from typing import Any
 
-from shardwise import files, units
+from shardwise import units
+from shardwise.plan_text import parse_plan_spec  # noqa: F401 (re-exported: the commands read it here)
 from shardwise.specs import Cluster, GemmTable, Gpu, Link, Model, SpecError
 from shardwise.specs._checks import _short
-from shardwise.specs.experiment import PlanSpec
+from shardwise.yaml_files import (  # noqa: F401 (re-exported: the presets and the commands read them here)
+    MAX_YAML_BYTES,
+    load_yaml,
+    parse_trusted_yaml,
+    parse_yaml,
+)
 
 # Architectural defaults of model families (see presets/models.yaml).
 FAMILIES: dict[str, dict[str, bool]] = {
@@ -272,71 +278,6 @@ def per_gpu_nic(nic: Link, nics_per_node: float, gpus_per_node: int) -> Link:
     )
 
 
-MAX_YAML_BYTES = 1 << 20  # a preset or system file is a few hundred bytes; 1 MiB is plenty
-
-
-def load_yaml(path: str | Path) -> Any:
-    """Read a YAML file strictly: UTF-8 text of at most 1 MiB, no duplicate keys, no aliases (a
-    few bytes of aliases can expand to gigabytes), string keys. Any problem is a one-line
-    SpecError naming the file (and the line)."""
-    p = Path(path)
-    raw = files.read_small(p, MAX_YAML_BYTES, "YAML spec")
-    if b"\0" in raw:
-        raise SpecError(f"{p}: is not a text file (YAML specs are UTF-8 text)")
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise SpecError(f"{p}: byte {exc.start} is not UTF-8 (save the file as UTF-8)") from None
-    return parse_yaml(text, str(p))
-
-
-def parse_yaml(text: str, where: str = "<yaml>") -> Any:
-    """Parse YAML text with the strict rules of `load_yaml`."""
-    import yaml  # lazy: keeps `import shardwise` and `--help` fast
-
-    class Strict(yaml.SafeLoader):
-        def compose_node(self, parent: Any, index: Any) -> Any:
-            if self.check_event(yaml.AliasEvent):
-                event = self.peek_event()
-                line = event.start_mark.line + 1
-                alias = f"*{event.anchor}"
-                raise SpecError(f"{where}: line {line}: YAML aliases ({alias}) are not allowed; write the value")
-            return super().compose_node(parent, index)
-
-        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
-            seen: set[object] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                if not isinstance(key, str):
-                    raise SpecError(f"{where}: line {line}: key {key!r} is not a name")
-                if key in seen:
-                    raise SpecError(f"{where}: line {line}: duplicate key {key!r}")
-                seen.add(key)
-            return super().construct_mapping(node, deep=deep)
-
-    try:
-        return yaml.load(text, Loader=Strict)  # a SafeLoader subclass
-    except RecursionError:
-        raise SpecError(f"{where}: nested too deeply for a YAML spec") from None
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" line {mark.line + 1}" if mark else ""
-        raise SpecError(f"{where}:{at} is not valid YAML") from None
-
-
-def parse_trusted_yaml(text: str, where: str = "<yaml>") -> Any:
-    """YAML shipped with shardwise (its presets): libyaml's C parser where PyYAML has it, ten
-    times faster than `parse_yaml`'s line-tracking one; tests/test_presets.py checks that both
-    read every preset file alike, so the strict rules still hold for them."""
-    import yaml
-
-    loader = getattr(yaml, "CSafeLoader", None)
-    if loader is None:
-        return parse_yaml(text, where)
-    return yaml.load(text, Loader=loader)
-
-
 def cluster_from_parts(
     name: str, gpu: Gpu, gpus_per_node: int, nodes: int, intra: Link, inter: Link | None, notes: str = ""
 ) -> Cluster:
@@ -349,67 +290,3 @@ def cluster_from_parts(
         inter_node_link=inter,
         notes=notes,
     )
-
-
-_SWITCH = {"on": True, "true": True, "yes": True, "1": True, "off": False, "false": False, "no": False, "0": False}
-
-
-def parse_plan_spec(text: str) -> PlanSpec:
-    """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with cp, vpp, mb, schedule, recompute, sp, zero, shard,
-    first, last, ep, etp (see `PlanSpec`); checked here, one line per problem."""
-    fields: dict[str, str] = {}
-    parts = [part for part in text.replace(" ", "").split(",") if part]
-    if not parts:
-        raise SpecError(f"--plan {text!r}: empty; give KEY=VALUE pairs such as tp=8 or tp=2,pp=4")
-    for part in parts:
-        key, sep, value = part.partition("=")
-        if not sep or key not in PlanSpec.KEYS:
-            raise SpecError(f"--plan {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(PlanSpec.KEYS)}")
-        if key in fields:
-            raise SpecError(f"--plan {text!r}: {key} is given twice")
-        fields[key] = value
-
-    def whole(key: str, low: int, high: int | None = None) -> int:
-        value = fields[key]
-        digits = value.isascii() and value.isdigit() and len(value) <= 15
-        if not digits or int(value) < low or (high is not None and int(value) > high):
-            allowed = f"{low}..{high}" if high is not None else f"a whole number >= {low}"
-            raise SpecError(f"--plan {text!r}: {key}={value} is not allowed; use {allowed}")
-        return int(value)
-
-    degrees = {}
-    for key in ("tp", "pp"):
-        fields.setdefault(key, "1")
-        degrees[key] = "all" if fields[key] == "all" else whole(key, 1)
-    options: dict[str, Any] = {}
-    if "vpp" in fields:
-        options["vpp"] = whole("vpp", 1)
-        options["schedule"] = "interleaved" if options["vpp"] > 1 else "1f1b"
-    if "mb" in fields:
-        options["micro_batch"] = whole("mb", 1)
-    if "zero" in fields:
-        options["zero_stage"] = whole("zero", 0, 3)
-    if "shard" in fields:  # hybrid sharding: ZeRO over groups of this many dp x cp ranks (Plan.shard_group)
-        options["shard_group"] = whole("shard", 0)
-    for key, name in (
-        ("first", "first_stage_layers"),
-        ("last", "last_stage_layers"),
-        ("cp", "cp"),
-        ("ep", "ep"),
-        ("etp", "etp"),
-    ):
-        if key in fields:
-            options[name] = whole(key, 1)
-    for key, allowed in (
-        ("schedule", ("gpipe", "1f1b", "interleaved", "zb-h1")),
-        ("recompute", ("none", "selective", "full")),
-    ):
-        if key in fields:
-            if fields[key] not in allowed:
-                raise SpecError(f"--plan {text!r}: {key}={fields[key]} is not allowed; choose {', '.join(allowed)}")
-            options[key] = fields[key]
-    if "sp" in fields:
-        if fields["sp"].lower() not in _SWITCH:
-            raise SpecError(f"--plan {text!r}: sp={fields['sp']} is not allowed; use on or off")
-        options["sequence_parallel"] = _SWITCH[fields["sp"].lower()]
-    return PlanSpec(label=text, tp=degrees["tp"], pp=degrees["pp"], options=tuple(options.items()))
