@@ -8,24 +8,32 @@ sequence parallelism, ZeRO stage, stage split and expert parallelism, each step 
 of rows x options whose true entries, in row-major order, become the next rows. The order is
 the nested loops' (GPU count, tp, pp and cp ascending, then the options in that order), so
 ties rank as they always did; `tests/test_plan_space.py` checks the columns against the loop
-form row by row.
+form row by row. What the planner may choose is `analyses.search_space`, the join's machinery
+`analyses.plan_join`.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 
+from shardwise.analyses.plan_join import PlanJoin, per_pp_options
+
+# re-exported: the names the planner, the requests and the tests read here
+from shardwise.analyses.search_space import (  # noqa: F401
+    COLUMNS,
+    OBJECTIVES,
+    RECOMPUTE_NAMES,
+    SCHEDULE_NAMES,
+    SearchSpace,
+)
 from shardwise.arrays import sorted_distinct
-from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Recompute, Schedule
 from shardwise.specs.rules import flushes_rule
 
-OBJECTIVES = ("time", "throughput-per-gpu")
 # pp that does not divide the layers is searched when its fullest stage is at most this much above
 # the mean (126 layers on 8 stages: 16 / 15.75 = 1.016; 128 layers on 100 stages, 2 / 1.28, is not)
 MAX_STAGE_IMBALANCE = 1.10
@@ -33,70 +41,6 @@ MAX_STAGE_IMBALANCE = 1.10
 # for 8K-token and longer training: Llama 3.1 405B on GB200 at 8K, the long-context NeMo tables);
 # shorter sequences keep cp = 1 unless --cp asks.
 CP_FROM_SEQ_LEN = 8192
-COLUMNS = (
-    "gpus",
-    "tp",
-    "pp",
-    "dp",
-    "vpp",
-    "micro_batch",
-    "schedule",
-    "recompute",
-    "sequence_parallel",
-    "zero_stage",
-    "first_stage_layers",
-    "last_stage_layers",
-    "ep",
-    "cp",
-)
-SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
-RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
-
-
-@dataclass(frozen=True)
-class SearchSpace:
-    """What the planner may choose. A tuple fixes a dimension to those values; None searches all."""
-
-    tp: tuple[int, ...] | None = None
-    pp: tuple[int, ...] | None = None
-    dp: tuple[int, ...] | None = None
-    vpp: tuple[int, ...] | None = None
-    micro_batch: tuple[int, ...] | None = None
-    schedule: tuple[str, ...] | None = None
-    recompute: tuple[str, ...] | None = None
-    sequence_parallel: tuple[bool, ...] | None = None
-    zero_stage: tuple[int, ...] | None = None
-    ep: tuple[int, ...] | None = None
-    cp: tuple[int, ...] | None = None
-    max_tp: int | None = None
-    tp_within_node: bool = True
-    max_micro_batch: int = 16  # unless micro_batch is fixed
-    max_vpp: int = 8  # unless vpp is fixed
-    zero_with_pipeline: bool = False  # allow ZeRO-2/3 with pp > 1 (FSDP2 + PP)
-    uneven_stages: bool = True  # pp need not divide the layers (the split is searched)
-    memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
-    objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
-    precision: str = "bf16"
-    # execution details of the runs being planned (as in Plan; lora_rank too)
-    execution: dict[str, bool | int | str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.objective not in OBJECTIVES:
-            raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
-        for name in ("max_micro_batch", "max_vpp"):
-            if getattr(self, name) < 1:
-                raise SpecError(f"plan: {name} {getattr(self, name)} is not allowed; it must be >= 1")
-        if self.max_tp is not None and self.max_tp < 1:
-            raise SpecError(f"plan: max_tp {self.max_tp} is not allowed; it must be >= 1")
-        if self.memory_headroom_bytes < 0:
-            raise SpecError(f"plan: memory headroom {self.memory_headroom_bytes} is not allowed; it must be >= 0")
-        for name, allowed in (("schedule", SCHEDULE_NAMES.values()), ("recompute", RECOMPUTE_NAMES.values())):
-            for v in getattr(self, name) or ():
-                if v not in allowed:
-                    raise SpecError(f"plan: {name} {v!r} is not allowed; choose {', '.join(allowed)}")
-        for v in self.zero_stage or ():
-            if v not in (0, 1, 2, 3):
-                raise SpecError(f"plan: zero stage {v} is not allowed; choose 0, 1, 2 or 3")
 
 
 def divisors(n: int) -> np.ndarray:
@@ -175,86 +119,13 @@ def _schedules(layers: int, pp: int, space: SearchSpace) -> list[tuple[int, int]
     return sched
 
 
-def _per_pp(table: dict[int, list[tuple[int, ...]]], fields: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """A per-pp list of options (tuples of `fields` ints) as the pp values in order, a (pp,
-    options, fields) table of values and a (pp, options) mask of the options that exist."""
-    keys = np.array(sorted(table), dtype=np.int64)
-    width = max((len(v) for v in table.values()), default=0)
-    values = np.zeros((keys.size, width, fields), dtype=np.int64)
-    ok = np.zeros((keys.size, width), dtype=bool)
-    for i, k in enumerate(keys.tolist()):
-        for j, option in enumerate(table[k]):
-            values[i, j] = option
-            ok[i, j] = True
-    return keys, values, ok
-
-
-class _Join:
-    """Plans built one dimension at a time from a table of layouts: each step keeps every row
-    once per option where a (rows x options) mask holds, rows in order and each row's options in
-    order (`np.nonzero`'s row-major order). A step stores only which row each new row came from
-    and the options it chose; `columns()` walks back through the steps once at the end, so a step
-    costs a few gathers however many columns there are."""
-
-    def __init__(self, layouts: dict[str, np.ndarray]) -> None:
-        self.layouts = layouts
-        self.layout = np.arange(next(iter(layouts.values())).size)  # each row's layout
-        self.steps: list[tuple[np.ndarray, dict[str, np.ndarray]]] = []
-        self.carried: dict[str, np.ndarray] = {}  # chosen options later steps read
-        self._cache: dict[str, np.ndarray] = {}
-
-    @property
-    def size(self) -> int:
-        return int(self.layout.size)
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        """A column of the current rows: a carried option or a layout's field."""
-        if name in self.carried:
-            return self.carried[name]
-        if name not in self._cache:
-            self._cache[name] = self.layouts[name][self.layout]
-        return self._cache[name]
-
-    def add(
-        self, ok: np.ndarray, carry: tuple[str, ...] = (), **options: np.ndarray | Callable[..., np.ndarray]
-    ) -> None:
-        """Each row once per option where `ok` holds; an option column is (options,) or a
-        function of (rows, options) index arrays."""
-        r, o = np.nonzero(ok)
-        chosen = {name: (v[o] if isinstance(v, np.ndarray) else v(r, o)) for name, v in options.items()}
-        self._step(r, chosen)
-        self.carried.update({k: chosen[k] for k in carry})
-
-    def keep(self, ok: np.ndarray) -> None:
-        """The rows where `ok` holds."""
-        self._step(np.flatnonzero(ok), {})
-
-    def _step(self, rows: np.ndarray, chosen: dict[str, np.ndarray]) -> None:
-        self.steps.append((rows, chosen))
-        self.layout = self.layout[rows]
-        self.carried = {k: v[rows] for k, v in self.carried.items()}
-        self._cache = {}
-
-    def columns(self, names: tuple[str, ...] | None = None) -> dict[str, np.ndarray]:
-        """The current rows' columns (`names` of the layouts' fields, default all)."""
-        out: dict[str, np.ndarray] = {}
-        at = None  # the rows of the step being read, per current row (None: the last step's own)
-        for rows, chosen in reversed(self.steps):
-            for name, values in chosen.items():
-                out[name] = values if at is None else values[at]
-            at = rows if at is None else rows[at]
-        wanted = self.layouts if names is None else {k: v for k, v in self.layouts.items() if k in names}
-        out.update({k: v[self.layout] for k, v in wanted.items()})
-        return out
-
-
 def _layouts(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> dict[str, np.ndarray]:
     """Every (gpus, tp, pp, cp, dp) the plans may use: tp divides the heads, the KV heads and the
     MLP width (and, by default, the GPUs of a server; else it fits in or spans whole servers);
     pp is at most the layers (uneven within MAX_STAGE_IMBALANCE); cp splits the sequence into
     2 cp chunks; dp divides the global batch."""
     gpus = np.array(gpu_counts(cluster, space), dtype=np.int64)
-    rows = _Join({"gpus": gpus, "node": np.minimum(int(cluster.gpus_per_node), gpus)})
+    rows = PlanJoin({"gpus": gpus, "node": np.minimum(int(cluster.gpus_per_node), gpus)})
     tps = divisors(math.gcd(int(model.heads), int(model.kv_heads), int(model.ffn_hidden)))
     if space.max_tp is not None:
         tps = tps[tps <= space.max_tp]
@@ -304,10 +175,10 @@ def candidates_by_layout(
     follow the layouts: (micro-batch, schedule and virtual stages), then (recompute, sequence
     parallelism, ZeRO stage, stage split, expert parallelism), each over the product of its
     options in that order (the nested loops' order)."""
-    rows = _Join(_layouts(model, cluster, global_batch, space))
+    rows = PlanJoin(_layouts(model, cluster, global_batch, space))
     layers = int(model.layers)
     distinct_pp = sorted_distinct(rows.layouts["pp"]).tolist()
-    keys, sched, sched_ok = _per_pp({p: _schedules(layers, p, space) for p in distinct_pp}, 2)
+    keys, sched, sched_ok = per_pp_options({p: _schedules(layers, p, space) for p in distinct_pp}, 2)
     rows.layouts["pp_code"] = np.searchsorted(keys, rows.layouts["pp"])
     code, dp, pp = rows["pp_code"], rows["dp"], rows["pp"]
     # micro-batch: divides the batch per replica (a fixed value overrides the default limit);
@@ -368,7 +239,7 @@ def candidates_by_layout(
         table = {p: list(stage_splits(layers, p)) for p in distinct_pp}
     else:
         table = {p: [(0, 0, layers // p)] for p in distinct_pp}
-    _, split, split_exists = _per_pp(table, 3)
+    _, split, split_exists = per_pp_options(table, 3)
     code, v = rows["pp_code"], rows["vpp"][:, None]
     unit = split[code, :, 2]
     # (searched: v divides them, Megatron's classic rule; a fixed vpp: chunks of whole layers that

@@ -1,0 +1,79 @@
+"""What the planner may choose (`SearchSpace`: a tuple fixes a dimension, None searches it all; the
+objective, the memory headroom, the execution flags of the runs planned) and the columns every
+candidate plan is given in (`COLUMNS`; schedules and recomputation as codes, `SCHEDULE_NAMES` and
+`RECOMPUTE_NAMES` their names).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from shardwise.errors import SpecError
+from shardwise.specs import Recompute, Schedule
+
+OBJECTIVES = ("time", "throughput-per-gpu")
+
+COLUMNS = (
+    "gpus",
+    "tp",
+    "pp",
+    "dp",
+    "vpp",
+    "micro_batch",
+    "schedule",
+    "recompute",
+    "sequence_parallel",
+    "zero_stage",
+    "first_stage_layers",
+    "last_stage_layers",
+    "ep",
+    "cp",
+)
+SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
+RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    """What the planner may choose. A tuple fixes a dimension to those values; None searches all."""
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    dp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    micro_batch: tuple[int, ...] | None = None
+    schedule: tuple[str, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    sequence_parallel: tuple[bool, ...] | None = None
+    zero_stage: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    max_tp: int | None = None
+    tp_within_node: bool = True
+    max_micro_batch: int = 16  # unless micro_batch is fixed
+    max_vpp: int = 8  # unless vpp is fixed
+    zero_with_pipeline: bool = False  # allow ZeRO-2/3 with pp > 1 (FSDP2 + PP)
+    uneven_stages: bool = True  # pp need not divide the layers (the split is searched)
+    memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
+    objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
+    precision: str = "bf16"
+    # execution details of the runs being planned (as in Plan; lora_rank too)
+    execution: dict[str, bool | int | str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
+        for name in ("max_micro_batch", "max_vpp"):
+            if getattr(self, name) < 1:
+                raise SpecError(f"plan: {name} {getattr(self, name)} is not allowed; it must be >= 1")
+        if self.max_tp is not None and self.max_tp < 1:
+            raise SpecError(f"plan: max_tp {self.max_tp} is not allowed; it must be >= 1")
+        if self.memory_headroom_bytes < 0:
+            raise SpecError(f"plan: memory headroom {self.memory_headroom_bytes} is not allowed; it must be >= 0")
+        for name, allowed in (("schedule", SCHEDULE_NAMES.values()), ("recompute", RECOMPUTE_NAMES.values())):
+            for v in getattr(self, name) or ():
+                if v not in allowed:
+                    raise SpecError(f"plan: {name} {v!r} is not allowed; choose {', '.join(allowed)}")
+        for v in self.zero_stage or ():
+            if v not in (0, 1, 2, 3):
+                raise SpecError(f"plan: zero stage {v} is not allowed; choose 0, 1, 2 or 3")
