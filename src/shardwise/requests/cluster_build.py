@@ -1,0 +1,189 @@
+"""Fields (by the names of `requests.fields`) -> a `Cluster`: a system preset or a GPU, its links
+(presets, YAML files or rates, with --link-latency), the NICs shared per server, the GPU count
+(--nodes, --num-gpus or tp x pp x dp), a rack-scale NVLink domain cut to the job, P2P and NVLink
+SHARP, and a calibration's fitted values. What was assumed goes to `notes` (`requests.build`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.errors import SpecError
+
+
+def rack_domain(per_node: int, num_gpus: int) -> int:
+    """A rack-scale NVLink domain (e.g. 72 GPUs) is used in whole multiples of its largest divisor
+    of the job (256 GPUs on an NVL72: 4 x 64), as NVIDIA's GB200 runs are laid out; an ordinary
+    server (8 GPUs or fewer) keeps its size."""
+    if per_node <= 8 or num_gpus % per_node == 0 or num_gpus < per_node:
+        return per_node
+    return max(d for d in range(1, per_node + 1) if num_gpus % d == 0)
+
+
+def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
+    """The cluster the plan runs on; --nodes / --num-gpus / tp*pp*dp decide its size."""
+    from shardwise import loaders, presets
+
+    both = o.get("nodes") is not None and o.get("num_gpus") is not None
+    nic, nics, p2p, nvls = None, None, True, True
+    if o.get("system"):
+        base = presets.system(o["system"])
+        gpu, per_node, p2p, nvls = base.gpu, base.gpus_per_node, base.p2p, base.nvls
+        intra, name = base.intra_node_link, base.name
+        nic, nics = presets.system_network(o["system"])
+    elif o.get("gpu"):
+        gpu, per_node, intra, name = None, 8, None, "custom"
+    else:
+        raise SpecError("cluster: give --system NAME (e.g. dgx-a100) or --gpu NAME with --intra-link")
+    if o.get("gpu"):
+        gpu = presets.gpu(o["gpu"])
+    if o.get("gpus_per_node") is not None:
+        per_node = o["gpus_per_node"]
+    if per_node < 1:
+        raise SpecError(f"--gpus-per-node: {per_node} is not allowed; it must be >= 1")
+    latency_s = link_latency_s(o)
+    if o.get("intra_link"):
+        intra = link_flag(o["intra_link"], "intra-link", intra, latency_s)
+        notes.append(f"inside a server: {describe_link(intra)}")
+    if o.get("inter_link"):
+        nic = link_flag(o["inter_link"], "inter-link", nic, latency_s)
+        nics = nics if nics else float(per_node)
+    if o.get("nics_per_node") is not None:
+        loaders.check_nics_per_node(o["nics_per_node"], "--nics-per-node")
+        if nic is None:
+            raise SpecError("--nics-per-node needs a network: give --inter-link (e.g. ib-ndr or 100Gb/s)")
+        nics = o["nics_per_node"]
+    inter = loaders.per_gpu_nic(nic, nics, per_node) if nic is not None else None
+    if o.get("inter_link") or o.get("nics_per_node") is not None:
+        notes.append(
+            f"across servers: {nics:g} x {describe_link(nic)} per server of {per_node} GPUs (--nics-per-node to change)"
+        )
+    if both:  # both given: they must say the same (--nodes N --num-gpus N x gpus per server)
+        if o["nodes"] * per_node != o["num_gpus"]:
+            raise SpecError(
+                f"--nodes {o['nodes']} x {per_node} GPUs per server = {o['nodes'] * per_node}, but --num-gpus is "
+                f"{o['num_gpus']}; give one of them, or values that agree"
+            )
+        o = {**o, "nodes": None}
+    n_gpus = _cluster_gpus(o, per_node)
+    if n_gpus < per_node:
+        per_node = n_gpus  # part of one server
+    if o.get("gpus_per_node") is None and (domain := rack_domain(per_node, n_gpus)) != per_node:
+        notes.append(f"{n_gpus} GPUs on {per_node}-GPU NVLink domains: {n_gpus // domain} domains of {domain} GPUs")
+        per_node = domain
+    if n_gpus % per_node:
+        raise SpecError(f"--num-gpus: {n_gpus} is not a multiple of gpus_per_node={per_node}")
+    nodes = n_gpus // per_node
+    if intra is None:
+        if per_node > 1:
+            raise SpecError(f"--intra-link is required with --gpu ({_link_hint(gpu.name)})")
+        intra = link_flag("pcie4", "intra-link")
+    if nodes > 1 and inter is None:
+        has_none = f"--system {o['system']} has no inter_node_link; " if o.get("system") else ""
+        raise SpecError(f"{has_none}{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
+    cluster = loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+    if o.get("p2p") is not None:
+        p2p = o["p2p"] == "on"
+    if not p2p:
+        from shardwise.physics.custom_allreduce import is_nvlink_class
+
+        if is_nvlink_class(intra):
+            raise SpecError(
+                f"--p2p off: {intra.name} is NVLink-class, and NVLink is peer-to-peer; P2P off is for PCIe "
+                "(give --intra-link pcie4 or similar)"
+            )
+        cluster = cluster.with_(p2p=False)
+    if o.get("nvls") is not None:
+        nvls = o["nvls"] == "on"
+    if not nvls:
+        cluster = cluster.with_(nvls=False)
+    return calibrated(cluster, cal, notes)
+
+
+def calibrated(cluster: Any, cal: Any, notes: list[str]) -> Any:
+    """The cluster with the calibration's fitted values (unchanged without one)."""
+    if cal is None:
+        return cluster
+    from shardwise.calibration.parameters import apply
+
+    gpu = str(cluster.gpu.name)
+    other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu}" if cal.gpus and gpu not in cal.gpus else ""
+    notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
+    return apply(cluster, cal.fit.values)
+
+
+def link_latency_s(o: dict[str, Any]) -> float | None:
+    """--link-latency in seconds (checked even when no link flag uses it: a silently ignored flag
+    is a trap)."""
+    from shardwise import units
+
+    text = o.get("link_latency")
+    if text is None:
+        return None
+    try:
+        value = units.parse_seconds(text)
+    except SpecError as exc:
+        raise SpecError(f"--link-latency: {exc}") from None
+    if not 0 <= value <= 1:  # NaN fails too
+        raise SpecError(f"--link-latency: {text} is not allowed; it must be a time from 0 to 1 s (e.g. 2us)")
+    if not o.get("intra_link") and not o.get("inter_link"):
+        raise SpecError(
+            f"--link-latency {text}: it sets the latency of a link given with --intra-link or --inter-link; "
+            "give one of them (a preset link keeps its own latency)"
+        )
+    return value
+
+
+def link_flag(spec: str, role: str, replaced: Any = None, latency_s: float | None = None) -> Any:
+    """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
+    keeps the latency and NCCL protocols of the link it replaces, or takes its kind's latency;
+    --link-latency sets it)."""
+    from shardwise import presets
+
+    kind = "inter" if role == "inter-link" else "intra"
+    try:
+        return presets.link_or_rate(spec, kind, replaced, latency_s)
+    except SpecError as exc:
+        raise SpecError(f"--{role}: {exc}; or give a YAML file or a rate like 600GB/s") from None
+
+
+def describe_link(link: Any) -> str:
+    from shardwise.units import format_seconds
+
+    return (
+        f"{link.name} ({float(link.effective_bandwidth_bytes_per_s) / 1e9:.4g} GB/s sustained per direction, "
+        f"{format_seconds(float(link.latency_s))} per step)"
+    )
+
+
+WHOLE_FIELDS = ("nodes", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch", "global_batch")
+
+
+def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
+    from shardwise.specs._checks import MAX_WHOLE
+
+    for flag in WHOLE_FIELDS:
+        if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:  # before any work sized by it
+            name = flag.replace("_", "-")
+            raise SpecError(f"--{name}: {o[flag]} is not allowed; it must be a whole number from 1 to {MAX_WHOLE:,}")
+    if o.get("nodes") is not None:
+        if o["nodes"] * per_node > MAX_WHOLE:
+            raise SpecError(f"--nodes: {o['nodes']} x {per_node} GPUs is not allowed; at most {MAX_WHOLE:,} GPUs")
+        return o["nodes"] * per_node
+    if o.get("num_gpus") is not None:
+        return o["num_gpus"]
+    if o.get("dp") is not None:
+        return o["tp"] * o["pp"] * o["dp"] * (o.get("cp") or 1)
+    return per_node
+
+
+def _link_hint(gpu_name: str) -> str:
+    """What to give as --intra-link: the links of the system presets built on this GPU, if any."""
+    from shardwise import presets
+
+    systems = {name: data for name, data in presets.raw("systems").items() if data.get("gpu") == gpu_name}
+    if not systems:
+        return "e.g. nvlink3, pcie4, or a rate like 300GB/s; see `shardwise presets links`"
+    links = sorted({str(data.get("intra_node_link")) for data in systems.values()})
+    first = next(iter(systems))  # the presets' own order: the vendor's reference server before cloud instances
+    return f"{gpu_name} servers use {' or '.join(links)}: e.g. --intra-link {links[0]}, or --system {first}"

@@ -1,0 +1,158 @@
+"""Fields (by the names of `requests.fields`) -> a `Plan`: the layout given, data parallelism from
+the GPUs left, the framework preset's execution flags and kernels (the fields given override
+them), sequence parallelism and fused attention by default, and the pipeline split (given, or the
+framework's own, `default_split`) (`requests.build`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.errors import SpecError
+
+
+def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, tp: int = 1) -> dict[str, Any]:
+    """Plan keyword arguments from the framework and the execution fields given (which override
+    it). Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default
+    that turns it on applies only where SP is on; asking for it without SP is an error."""
+    from shardwise import presets
+    from shardwise.specs.plan import EXECUTION_FLAGS
+
+    flags = presets.framework(o.get("framework") or "megatron-core")
+    out: dict[str, Any] = {"framework": flags["framework"]}
+    for name in EXECUTION_FLAGS:
+        given = o.get(name)
+        out[name] = flags[name] if given is None else given
+    # the stack's kernels (physics.stack): the preset's, where it states them, or the fields given
+    for name in presets.STACK_PLAN_FIELDS:
+        if o.get(name) is not None:
+            out[name] = o[name]
+        elif name in flags:
+            out[name] = flags[name]
+    # fp16 training accumulates its gradients another way in some stacks (`physics.microbatch`)
+    if o.get("unfused_accumulate_bytes") is None:
+        accumulate = presets.framework_accumulate_bytes(flags["framework"], o.get("precision") or "bf16")
+        if accumulate is not None:
+            out["unfused_accumulate_bytes"] = accumulate
+    if sequence_parallel is not None and not sequence_parallel:
+        if o.get("tp_comm_overlap") and tp > 1:
+            raise SpecError(
+                "--tp-comm-overlap needs --sequence-parallel (Transformer Engine overlaps the SP collectives)"
+            )
+        out["tp_comm_overlap"] = False
+    if o.get("zero") is None:
+        out["zero_stage"] = flags["zero_stage"]
+    return out
+
+
+def flash_attention(o: dict[str, Any]) -> bool:
+    """Fused (flash) attention: as given (--flash-attention / --no-flash-attention), else as the
+    framework preset states it (megatron-deepspeed: off, its --use-flash-attn flags are opt-in),
+    else on."""
+    from shardwise import presets
+
+    if o.get("flash_attention") is not None:
+        return bool(o["flash_attention"])
+    return bool(presets.framework(o.get("framework") or "megatron-core").get("flash_attention", True))
+
+
+def sequence_parallel(o: dict[str, Any]) -> bool:
+    """Sequence parallelism: as given, else on wherever tensor parallelism is (tp > 1): NeMo's and
+    Megatron-Bridge's recipes and torchtitan run TP with it, and Korthikanti et al. 2022 show it
+    never costs time and saves activation memory."""
+    given = o.get("sequence_parallel")
+    return bool(o.get("tp", 1) > 1) if given is None else bool(given)
+
+
+def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
+    """Plan keyword arguments for an uneven pipeline split (empty: even split); with the model's
+    `layers`, a stage may not hold more than the model has."""
+    from shardwise.specs._checks import MAX_WHOLE
+
+    out: dict[str, Any] = {}
+    for name in ("first_stage_layers", "last_stage_layers"):
+        value = o.get(name)
+        if value is not None:
+            high = MAX_WHOLE if layers is None else min(int(layers), MAX_WHOLE)
+            if not 1 <= value <= high:
+                most = f"the model's {layers} layers" if layers is not None else f"{MAX_WHOLE:,}"
+                raise SpecError(
+                    f"--{name.replace('_', '-')}: {value} is not allowed; it must be a whole number from 1 to {most}"
+                )
+            out[name] = value
+    if o.get("stage_layers"):
+        if out:
+            raise SpecError("give --stage-layers or --first/--last-stage-layers, not both")
+        out["stage_layers"] = o["stage_layers"]
+    return out
+
+
+def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
+    from shardwise.specs import Plan
+
+    tp, pp, cp = o["tp"], o["pp"], o.get("cp") or 1
+    dp = o.get("dp")
+    if dp is None:
+        if n_gpus % (tp * pp * cp):
+            what = "--tp x --pp" + (" x --cp" if cp > 1 else "")
+            raise SpecError(f"{what} = {tp * pp * cp} does not divide the {n_gpus} GPUs; set --dp or change --nodes")
+        dp = n_gpus // (tp * pp * cp)
+    if o.get("global_batch") is None:
+        raise SpecError(
+            f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
+        )
+    sp = sequence_parallel(o)
+    schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
+    execution = execution_kwargs(o, sp, tp)
+    if o.get("zero") is not None:
+        execution["zero_stage"] = o["zero"]
+    elif dp * cp == 1:  # a framework's default ZeRO stage means nothing without data-parallel replicas
+        execution["zero_stage"] = 0
+    return Plan(
+        tp=tp,
+        pp=pp,
+        dp=dp,
+        cp=cp,
+        cp_comm=o.get("cp_comm") or "p2p",
+        ep=o.get("ep") or 1,
+        etp=o.get("etp") or 0,
+        expert_imbalance=o.get("expert_imbalance") or 1.0,
+        moe_dispatcher=o.get("moe_dispatcher") or "alltoall",
+        moe_overlap=bool(o.get("moe_overlap")),
+        global_batch=o["global_batch"],
+        micro_batch=o["micro_batch"],
+        vpp=o["vpp"],
+        schedule=schedule,
+        recompute=o["recompute"],
+        recompute_layers=o.get("recompute_layers") or 0,
+        recompute_modules=o.get("recompute_modules") or (),
+        mtp_layers=o.get("mtp_layers") or 0,
+        cuda_graph_scope=o.get("cuda_graph_scope") or (),
+        sequence_parallel=sp,
+        precision=o["precision"],
+        flash_attention=flash_attention(o),
+        lora_rank=o.get("lora_rank") or 0,
+        lora_targets=o.get("lora_targets") or "qkv,proj,fc1,fc2",
+        packed_document_len=o.get("packed_document_len") or 0,
+        pipeline_flushes=o.get("pipeline_flushes") or 1,
+        shard_group=o.get("shard_group") or 0,
+        **execution,
+        **(stage_kwargs(o) or default_split(o, pp, model)),
+    )
+
+
+def default_split(o: dict[str, Any], pp: int, model: Any) -> dict[str, Any]:
+    """The framework's own pipeline split where it is not even (`presets.PIPELINE_SPLITS`): nanotron
+    balances its blocks by compute, the output layer included (`specs.stages.compute_balanced_counts`),
+    with one model chunk per stage; empty (the even split) otherwise."""
+    from shardwise import presets
+    from shardwise.specs.stages import compute_balanced_counts
+
+    rule = presets.framework_pipeline_split(o.get("framework") or "megatron-core")
+    if rule != "compute" or pp <= 1 or o["vpp"] > 1 or model is None:
+        return {}
+    h, f = model.hidden, model.ffn_hidden
+    # LlamaModel.get_block_compute_costs: 4 h^2 for the attention's projections, 3 f h for the MLP
+    layer_cost = 4.0 * h * h + (3.0 if model.gated_mlp else 2.0) * f * h
+    counts = compute_balanced_counts(int(model.layers), pp, layer_cost, float(model.vocab * h))
+    return {} if counts is None else {"stage_layers": counts}
