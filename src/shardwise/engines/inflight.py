@@ -295,7 +295,9 @@ class Replica:
             self.mean_context = summary.decode_context
         fits = self.capacity >= 1
         self.top = top  # the most decoding sequences the iteration table prices
-        self.table = iteration_table(scn, wl, top, self.round_tokens, self.mean_context) if fits else None
+        self.table = (
+            iteration_table(scn, wl, top, self.round_tokens, self.mean_context, max_batched_tokens) if fits else None
+        )
 
     def holding(self, sequences: int) -> Replica:
         """This replica as if its memory held `sequences` requests at once (of the mean length) instead of
@@ -310,7 +312,9 @@ class Replica:
         other.top = min(self.max_sequences, max(other.slots, int(self.top * scale)))
         fits = other.capacity >= 1
         other.table = (
-            iteration_table(self.scenario, self.workload, other.top, self.round_tokens, self.mean_context)
+            iteration_table(
+                self.scenario, self.workload, other.top, self.round_tokens, self.mean_context, self.max_batched_tokens
+            )
             if fits
             else None
         )
@@ -407,7 +411,12 @@ def estimate_from(
     cache kept full) gives the rate the replicas sustain."""
     scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
     mean = iteration_times(
-        scn, wl, np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens), replica.mean_context
+        scn,
+        wl,
+        np.asarray(sim.mean_decode),
+        np.asarray(sim.mean_prompt_tokens),
+        replica.mean_context,
+        replica.max_batched_tokens,
     )
     parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s}
     ttft, queue = np.median(sim.ttft_s), np.median(sim.queue_s)
