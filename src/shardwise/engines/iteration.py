@@ -201,12 +201,14 @@ def _prefill_apart(
     """(total, compute, TP, sends and host) of an iteration whose pipeline micro-batches either
     prefill or decode, never both (SGLang under pp: `engines.engine_presets`, "Prefill apart"):
     the d decoding sequences in m_d = min(p, d) decode micro-batches, the q prompt tokens in
-    k = ceil(q / budget) prefill micro-batches of at most one budget each, extra slots of the
-    loop in which those decodes stall (`engines.pipeline.prefill_apart_round_s`)."""
+    k = min(p, max(ceil(q / budget), prompts)) prefill micro-batches of at most one budget each,
+    extra slots of the loop in which those decodes stall (`engines.pipeline.prefill_apart_round_s`)."""
     p = np.asarray(scn.plan.pp, dtype=float)
     piped = p > 1
     m_d = np.minimum(p, d)
-    k = np.clip(np.ceil(q / budget), 1.0, p)
+    # each micro-batch admits the prompts that arrived (or found room) since it was last scheduled:
+    # the round's prompts spread over up to p prefill micro-batches, each within one budget
+    k = np.clip(np.maximum(np.ceil(q / budget), np.ceil(q / wl.input_len)), 1.0, p)
     per_decode, per_prefill = np.ceil(d / np.maximum(m_d, 1.0)), np.ceil(q / k)
     kinds = []
     for fs, requests in (
@@ -223,7 +225,7 @@ def _prefill_apart(
     (dec_period, dec_pass, dec_compute, dec_tp), (pre_period, pre_pass, pre_compute, pre_tp) = kinds
     work = m_d * dec_period + k * pre_period
     rounds = np.maximum(1.0, (m_d + k) / p)
-    total = prefill_apart_round_s(work, pre_pass, pre_period, np.where(m_d > 0, dec_pass, 0.0), k, rounds)
+    total = prefill_apart_round_s(work, pre_pass, np.where(m_d > 0, dec_pass, 0.0), k, rounds)
     compute, tp = m_d * dec_compute + k * pre_compute, m_d * dec_tp + k * pre_tp
     return total, compute, tp, total - compute - tp
 

@@ -72,7 +72,6 @@ def pipelined_round_s(
 def prefill_apart_round_s(
     work_s: Number,
     through_prefill_s: Number,
-    prefill_stage_s: Number,
     through_decode_s: Number,
     prefills: Number,
     rounds: Number,
@@ -87,13 +86,10 @@ def prefill_apart_round_s(
     - A stage takes micro-batch i + 1 only after micro-batch i, and a micro-batch's next step
       waits for its tokens: a loop round holding a prefill micro-batch lasts at least that
       micro-batch's pass through every stage plus a host step, `through_prefill_s` (the light
-      micro-batches behind it cross the stages at its pace), each further prefill micro-batch of
-      the round one stage's time more (`prefill_stage_s`: it follows the first), and a round of
-      decodes alone its own pass, `through_decode_s`. Of the R = max(1, (m_d + k) / p) loop
-      rounds, r_p = min(k, R) hold a prefill micro-batch (prompts spread over the rounds as they
-      arrive).
-    T = max(work, r_p through_prefill + (k - r_p) prefill_stage + (R - r_p) through_decode)."""
+      micro-batches behind it cross the stages at its pace), and a round of decodes alone its
+      own pass, `through_decode_s`. Of the R = max(1, (m_d + k) / p) loop rounds, r_p = min(k, R)
+      hold a prefill micro-batch (prompts spread over the rounds as they arrive).
+    T = max(work, r_p through_prefill + (R - r_p) through_decode)."""
     k, r = np.asarray(prefills, dtype=float), np.asarray(rounds, dtype=float)
     r_p = np.minimum(k, r)
-    chain = r_p * through_prefill_s + (k - r_p) * prefill_stage_s + (r - r_p) * through_decode_s
-    return np.maximum(work_s, chain)
+    return np.maximum(work_s, r_p * through_prefill_s + (r - r_p) * through_decode_s)
