@@ -43,18 +43,32 @@ def _merged(monkeypatch) -> None:
     monkeypatch.setitem(ENGINES, "sglang", replace(ENGINES["sglang"], prefill_apart=False))
 
 
-def test_only_rounds_with_prompt_tokens_under_pp_change(monkeypatch):
-    """Decode-only rounds and one GPU (pp = 1) are priced as before; a round with prompt tokens
-    under pp costs more than the same tokens mixed into every micro-batch."""
+def test_decode_only_rounds_are_priced_as_before_and_rounds_with_prompts_cost_more(monkeypatch):
+    """Decode-only rounds, and prompts alone on one GPU, are priced as before; over 8 stages a round
+    with prompt tokens and decoding sequences costs more than the same tokens mixed into every
+    micro-batch."""
     d, q = np.asarray([[0.0], [64.0], [512.0]]), np.asarray([[0.0, 512.0, 2048.0, 6000.0]])
     apart = {pp: iteration_times(_scenario(pp), WL, d, q, 576, 2048).total_s for pp in (1, 8)}
     _merged(monkeypatch)
     merged = {pp: iteration_times(_scenario(pp), WL, d, q, 576, 2048).total_s for pp in (1, 8)}
-    np.testing.assert_array_equal(apart[1], merged[1])
-    np.testing.assert_array_equal(apart[8][:, 0], merged[8][:, 0])
+    for pp in (1, 8):
+        np.testing.assert_array_equal(apart[pp][:, 0], merged[pp][:, 0])
+    # (one GPU: the sum of two passes, below; not always above one mixed pass, whose token count
+    # may cross a GEMM wave that the two parts do not)
     assert np.all(apart[8][1:, 1:] > merged[8][1:, 1:])
-    # prompts alone: one micro-batch per prompt either way, nothing stalls
+    np.testing.assert_allclose(apart[1][0, 1:3], merged[1][0, 1:3], rtol=1e-12)
+    # prompts alone over 8 stages: one micro-batch per prompt either way, nothing stalls
     assert apart[8][0, 1] == pytest.approx(merged[8][0, 1], rel=1e-12)
+
+
+def test_one_gpu_runs_a_prefill_step_and_a_decode_step(monkeypatch):
+    """pp = 1: SGLang's prefill batch, then its decode batch: c(0, q) + c(d, 0)."""
+    scn = _scenario(1)
+    both = float(iteration_times(scn, WL, np.asarray(64.0), np.asarray(1024.0), 576, 2048).total_s)
+    _merged(monkeypatch)
+    prefill = float(iteration_times(scn, WL, np.asarray(0.0), np.asarray(1024.0), 576, 2048).total_s)
+    decode = float(iteration_times(scn, WL, np.asarray(64.0), np.asarray(0.0), 576, 2048).total_s)
+    assert both == pytest.approx(prefill + decode, rel=1e-12)
 
 
 def test_a_prefill_micro_batch_crosses_every_stage_before_the_round_ends():
@@ -69,8 +83,9 @@ def test_a_prefill_micro_batch_crosses_every_stage_before_the_round_ends():
 
 
 def test_splitting_prefill_from_decode_lowers_sglang_pipeline_throughput(monkeypatch):
-    """Llama 3 8B on 8 RTX 4090 at full load: PP=8 under SGLang serves less once its prefill
-    micro-batches hold the round; one GPU is unchanged."""
+    """Llama 3 8B on RTX 4090s at full load: PP=8 under SGLang serves much less once its prefill
+    micro-batches hold the round; one GPU within a few percent (a 16 GB decode step's weight read
+    beside a 2,048-token prefill step, against the GEMM waves of one mixed batch)."""
 
     def rate(pp: int) -> float:
         model, cluster = presets.model("llama3-8b"), presets.system("rtx4090-8x").with_(gpus_per_node=pp)
@@ -80,7 +95,7 @@ def test_splitting_prefill_from_decode_lowers_sglang_pipeline_throughput(monkeyp
     apart = rate(8), rate(1)
     _merged(monkeypatch)
     merged = rate(8), rate(1)
-    assert apart[1] == pytest.approx(merged[1], rel=1e-12)
+    assert apart[1] == pytest.approx(merged[1], rel=0.05)
     assert apart[0] < 0.8 * merged[0]
 
 

@@ -93,9 +93,9 @@ and is notified by the previous stage", `event_loop_pp` in managers/scheduler_pp
 asynchronous, receives blocking), so a prefill micro-batch is an extra slot of the loop in which
 its sequences do not decode, and the light micro-batches behind it cross the stages at its pace
 (`engines.pipeline.prefill_apart_round_s`). vLLM (V1, chunked prefill always on) and TensorRT-LLM
-put prompt chunks and decodes in one batch. Not applied at pp = 1, where the overlap scheduler
-runs the next step's scheduling under the current one and a prefill step costs its own tokens
-either way.
+put prompt chunks and decodes in one batch. With one stage the same rule makes an iteration a
+prefill step and a decode step, c(0, q) + c(d, 0), where a mixed batch reads the weights once;
+the overlap scheduler hides the host's scheduling, not the second pass.
 """
 
 from __future__ import annotations
@@ -147,7 +147,8 @@ class EnginePreset:
     budget_per_micro_batch: bool = False
     # ... and its own sequence slots (TensorRT-LLM's max_batch_size is per micro-batch)
     slots_per_micro_batch: bool = False
-    # under pp > 1 a micro-batch prefills or decodes, never both, in a fixed order (module docstring)
+    # a batch (a micro-batch under pp) prefills or decodes, never both; under pp in a fixed order
+    # (module docstring)
     prefill_apart: bool = False
     weight_formats: tuple[str, ...] = ()
     source: str = ""

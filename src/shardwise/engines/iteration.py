@@ -171,12 +171,12 @@ def iteration_times(
     share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
     # the host time the round waits for is counted with the sends (`pp_p2p`)
     parts = (total, share * compute, share * tp, share * fs.send_s + total - gpu_bound)
-    if preset.prefill_apart and np.any(piped & (q > 0)):
+    if preset.prefill_apart and np.any(q > 0):
         if budget_tokens is None:
             gpu = scn.cluster.gpu
             budget_tokens = max_batched_tokens(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
         apart = _prefill_apart(scn, wl, d, q, context, float(budget_tokens), preset)
-        parts = tuple(np.where(piped & (q > 0), a, b) for a, b in zip(apart, parts, strict=True))
+        parts = tuple(np.where(q > 0, a, b) for a, b in zip(apart, parts, strict=True))
     idle = (d + q) <= 0
     zero = np.zeros_like(parts[0])
     return IterationTimes(*(np.where(idle, zero, x) for x in parts))
@@ -198,11 +198,13 @@ def _prefill_apart(
     budget: float,
     preset: EnginePreset,
 ) -> tuple[Number, Number, Number, Number]:
-    """(total, compute, TP, sends and host) of an iteration whose pipeline micro-batches either
-    prefill or decode, never both (SGLang under pp: `engines.engine_presets`, "Prefill apart"):
-    the d decoding sequences in m_d = min(p, d) decode micro-batches, the q prompt tokens in
-    k = min(p, max(ceil(q / budget), prompts)) prefill micro-batches of at most one budget each,
-    extra slots of the loop in which those decodes stall (`engines.pipeline.prefill_apart_round_s`)."""
+    """(total, compute, TP, sends and host) of an iteration whose batches either prefill or
+    decode, never both (SGLang: `engines.engine_presets`, "Prefill apart"): the d decoding
+    sequences in m_d = min(p, d) decode micro-batches, the q prompt tokens in k = min(p,
+    max(ceil(q / budget), prompts)) prefill micro-batches of at most one budget each, extra slots
+    of the loop in which those decodes stall (`engines.pipeline.prefill_apart_round_s`). With one
+    stage that is a prefill step of the q tokens (at most one budget) and a decode step of the d
+    sequences, one after the other: c(0, q) + c(d, 0) instead of c(d, q)."""
     p = np.asarray(scn.plan.pp, dtype=float)
     piped = p > 1
     m_d = np.minimum(p, d)
@@ -219,7 +221,7 @@ def _prefill_apart(
         c = fs.per_stage
         through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
         c_max, compute, tp = fs.slowest(p)
-        host = pipeline_host_s(preset, requests)
+        host = np.where(piped, pipeline_host_s(preset, requests), 0.0)
         period = np.maximum(np.maximum(c_max, host), np.where(preset.sync_last_stage, c[2] + host, 0.0))
         kinds.append((period, through + host, compute, tp))
     (dec_period, dec_pass, dec_compute, dec_tp), (pre_period, pre_pass, pre_compute, pre_tp) = kinds
