@@ -82,6 +82,20 @@ batch queue of pp scheduled batches, each `Scheduler.schedule()` call with its o
 per micro-batch, each with its `chunked_prefill_size` (python/sglang/srt/managers/
 scheduler_pp_mixin.py). `EnginePreset.budget_per_micro_batch` and `slots_per_micro_batch`
 say which.
+
+Prefill apart (SGLang under pp, `prefill_apart`): SGLang's scheduler runs a prefill batch first
+whenever prompts wait and the running requests decode only when none do, one or the other per
+step: `get_next_batch_to_run` returns the new prefill batch alone, and `enable_mixed_chunk`, which
+would add the running decodes to it, is off by default (python/sglang/srt/managers/scheduler.py,
+server_args.py). Under pp every micro-batch keeps its own running batch (`running_mbs[mb_id]`) and
+the loop takes the micro-batches in one order on every stage ("Each stage runs in the same order
+and is notified by the previous stage", `event_loop_pp` in managers/scheduler_pp_mixin.py; sends
+asynchronous, receives blocking), so a prefill micro-batch is an extra slot of the loop in which
+its sequences do not decode, and the light micro-batches behind it cross the stages at its pace
+(`engines.pipeline.prefill_apart_round_s`). vLLM (V1, chunked prefill always on) and TensorRT-LLM
+put prompt chunks and decodes in one batch. With one stage the same rule makes an iteration a
+prefill step and a decode step, c(0, q) + c(d, 0), where a mixed batch reads the weights once;
+the overlap scheduler hides the host's scheduling, not the second pass.
 """
 
 from __future__ import annotations
@@ -133,6 +147,9 @@ class EnginePreset:
     budget_per_micro_batch: bool = False
     # ... and its own sequence slots (TensorRT-LLM's max_batch_size is per micro-batch)
     slots_per_micro_batch: bool = False
+    # a batch (a micro-batch under pp) prefills or decodes, never both; under pp in a fixed order
+    # (module docstring)
+    prefill_apart: bool = False
     weight_formats: tuple[str, ...] = ()
     source: str = ""
 
@@ -153,7 +170,7 @@ ENGINES = {
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),
     "sglang": EnginePreset(
-        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True,
+        "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True, prefill_apart=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
         pp_send_tensors=2,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),

@@ -32,7 +32,7 @@ import numpy as np
 from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES, engine, sglang_max_running_requests
 from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
 from shardwise.engines.inflight_loops import run_arrays, run_fixed
-from shardwise.engines.iteration import iteration_table, iteration_times
+from shardwise.engines.iteration import IterationTable, iteration_table, iteration_times
 from shardwise.engines.request_mix import SUMMARY_DRAWS, arrival_times, sample_lengths, summarize
 from shardwise.engines.serving import (
     ServingEstimate,
@@ -295,7 +295,11 @@ class Replica:
             self.mean_context = summary.decode_context
         fits = self.capacity >= 1
         self.top = top  # the most decoding sequences the iteration table prices
-        self.table = iteration_table(scn, wl, top, self.round_tokens, self.mean_context) if fits else None
+        self.table = self._table(top) if fits else None
+
+    def _table(self, top: int) -> IterationTable:
+        scn, wl = self.scenario, self.workload
+        return iteration_table(scn, wl, top, self.round_tokens, self.mean_context, self.max_batched_tokens)
 
     def holding(self, sequences: int) -> Replica:
         """This replica as if its memory held `sequences` requests at once (of the mean length) instead of
@@ -309,11 +313,7 @@ class Replica:
             other.kv_total_blocks = int(self.kv_total_blocks * scale)
         other.top = min(self.max_sequences, max(other.slots, int(self.top * scale)))
         fits = other.capacity >= 1
-        other.table = (
-            iteration_table(self.scenario, self.workload, other.top, self.round_tokens, self.mean_context)
-            if fits
-            else None
-        )
+        other.table = other._table(other.top) if fits else None
         return other
 
     def _cap_by_kv_tokens(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
@@ -406,9 +406,8 @@ def estimate_from(
     """The estimate of what `sim` ran on `replica`, all replicas together; `saturated` (the KV
     cache kept full) gives the rate the replicas sustain."""
     scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
-    mean = iteration_times(
-        scn, wl, np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens), replica.mean_context
-    )
+    d, q = np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens)
+    mean = iteration_times(scn, wl, d, q, replica.mean_context, replica.max_batched_tokens)
     parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s}
     ttft, queue = np.median(sim.ttft_s), np.median(sim.queue_s)
     max_rate = replicas * saturated.throughput_tokens_per_s / replica.mean_output_len

@@ -33,10 +33,15 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.costs import StageCost, slowest_stage_send_s, stages
-from shardwise.engines.engine_presets import engine
+from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.moe import experts_cost, model_moe_split
-from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
+from shardwise.engines.pipeline import (
+    pipeline_host_s,
+    pipeline_makespan_s,
+    pipelined_round_s,
+    prefill_apart_round_s,
+)
 from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
@@ -136,11 +141,18 @@ class IterationTimes:
 
 
 def iteration_times(
-    scn: Scenario, wl: ServingWorkload, decode: np.ndarray, prompt_tokens: np.ndarray, context: float
+    scn: Scenario,
+    wl: ServingWorkload,
+    decode: np.ndarray,
+    prompt_tokens: np.ndarray,
+    context: float,
+    budget_tokens: float | None = None,
 ) -> IterationTimes:
     """One iteration of a replica (`scn` as `engines.serving.serving_scenario` makes it) with
     `decode` sequences decoding and `prompt_tokens` prompt tokens prefilled (see the module
-    docstring); 0 when both are 0."""
+    docstring); 0 when both are 0. `budget_tokens` is one micro-batch's chunked-prefill budget
+    (default: the engine's on this GPU); it shapes the round only where the engine prefills
+    apart from decoding under pp (`EnginePreset.prefill_apart`)."""
     p = np.asarray(scn.plan.pp, dtype=float)
     d = np.asarray(decode, dtype=float)
     q = np.asarray(prompt_tokens, dtype=float)
@@ -148,12 +160,8 @@ def iteration_times(
     # micro-batches in flight: one per sequence at most (prompts counted whole)
     prompts = np.ceil(q / wl.input_len)
     m = np.minimum(p, np.maximum(d + prompts, 1.0))
-    fs = stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context)
     piped = p > 1
-    # the activations each boundary carries (vLLM, SGLang: hidden states and residual), and
-    # llama.cpp's per-stage cost, with the send (`engines.engine_presets`)
-    send = fs.send_s * preset.pp_send_tensors + np.where(piped, preset.stage_overhead_s, 0.0)
-    fs = replace(fs, send_s=send)
+    fs = _with_sends(stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context), preset, piped)
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
@@ -161,15 +169,67 @@ def iteration_times(
     gpu_bound = np.maximum(through, m * c_max)
     total = np.maximum(gpu_bound, pipelined_round_s(c_max, c[2], through, m, host, preset.sync_last_stage))
     share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
-    idle = (d + q) <= 0
-    zero = np.zeros_like(total)
     # the host time the round waits for is counted with the sends (`pp_p2p`)
-    return IterationTimes(
-        np.where(idle, zero, total),
-        np.where(idle, zero, share * compute),
-        np.where(idle, zero, share * tp),
-        np.where(idle, zero, share * fs.send_s + total - gpu_bound),
-    )
+    parts = (total, share * compute, share * tp, share * fs.send_s + total - gpu_bound)
+    if preset.prefill_apart and np.any(q > 0):
+        if budget_tokens is None:
+            gpu = scn.cluster.gpu
+            budget_tokens = max_batched_tokens(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+        apart = _prefill_apart(scn, wl, d, q, context, float(budget_tokens), preset)
+        parts = tuple(np.where(q > 0, a, b) for a, b in zip(apart, parts, strict=True))
+    idle = (d + q) <= 0
+    zero = np.zeros_like(parts[0])
+    return IterationTimes(*(np.where(idle, zero, x) for x in parts))
+
+
+def _with_sends(fs: ForwardStages, preset: EnginePreset, piped: Number) -> ForwardStages:
+    """The activations each boundary carries (vLLM, SGLang: hidden states and residual), and
+    llama.cpp's per-stage cost, with the send (`engines.engine_presets`)."""
+    send = fs.send_s * preset.pp_send_tensors + np.where(piped, preset.stage_overhead_s, 0.0)
+    return replace(fs, send_s=send)
+
+
+def _prefill_apart(
+    scn: Scenario,
+    wl: ServingWorkload,
+    d: np.ndarray,
+    q: np.ndarray,
+    context: float,
+    budget: float,
+    preset: EnginePreset,
+) -> tuple[Number, Number, Number, Number]:
+    """(total, compute, TP, sends and host) of an iteration whose batches either prefill or
+    decode, never both (SGLang: `engines.engine_presets`, "Prefill apart"): the d decoding
+    sequences in m_d = min(p, d) decode micro-batches, the q prompt tokens in k = min(p,
+    max(ceil(q / budget), prompts)) prefill micro-batches of at most one budget each, extra slots
+    of the loop in which those decodes stall (`engines.pipeline.prefill_apart_round_s`). With one
+    stage that is a prefill step of the q tokens (at most one budget) and a decode step of the d
+    sequences, one after the other: c(0, q) + c(d, 0) instead of c(d, q)."""
+    p = np.asarray(scn.plan.pp, dtype=float)
+    piped = p > 1
+    m_d = np.minimum(p, d)
+    # each micro-batch admits the prompts that arrived (or found room) since it was last scheduled:
+    # the round's prompts spread over up to p prefill micro-batches, each within one budget
+    k = np.clip(np.maximum(np.ceil(q / budget), np.ceil(q / wl.input_len)), 1.0, p)
+    per_decode, per_prefill = np.ceil(d / np.maximum(m_d, 1.0)), np.ceil(q / k)
+    kinds = []
+    for fs, requests in (
+        (stage_costs(scn, wl, per_decode, np.zeros_like(q), context), per_decode),
+        (stage_costs(scn, wl, np.zeros_like(d), per_prefill, context), np.ceil(per_prefill / wl.input_len)),
+    ):
+        fs = _with_sends(fs, preset, piped)
+        c = fs.per_stage
+        through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
+        c_max, compute, tp = fs.slowest(p)
+        host = np.where(piped, pipeline_host_s(preset, requests), 0.0)
+        period = np.maximum(np.maximum(c_max, host), np.where(preset.sync_last_stage, c[2] + host, 0.0))
+        kinds.append((period, through + host, compute, tp))
+    (dec_period, dec_pass, dec_compute, dec_tp), (pre_period, pre_pass, pre_compute, pre_tp) = kinds
+    work = m_d * dec_period + k * pre_period
+    rounds = np.maximum(1.0, (m_d + k) / p)
+    total = prefill_apart_round_s(work, pre_pass, np.where(m_d > 0, dec_pass, 0.0), k, rounds)
+    compute, tp = m_d * dec_compute + k * pre_compute, m_d * dec_tp + k * pre_tp
+    return total, compute, tp, total - compute - tp
 
 
 @dataclass(frozen=True)
@@ -216,10 +276,15 @@ def _axis(top: int, exact: np.ndarray | None = None) -> np.ndarray:
 
 
 def iteration_table(
-    scn: Scenario, wl: ServingWorkload, max_decode: int, max_prompt_tokens: int, context: float
+    scn: Scenario,
+    wl: ServingWorkload,
+    max_decode: int,
+    max_prompt_tokens: int,
+    context: float,
+    budget_tokens: float | None = None,
 ) -> IterationTable:
     # whole prompts land on the grid (one request alone prefills exactly its prompt)
     prompts = wl.input_len * np.arange(1, 65)
     d, q = _axis(max_decode), _axis(max_prompt_tokens, prompts)
-    t = iteration_times(scn, wl, d[:, None], q[None, :], context).total_s
+    t = iteration_times(scn, wl, d[:, None], q[None, :], context, budget_tokens).total_s
     return IterationTable(d, q, np.asarray(t, dtype=float))

@@ -67,3 +67,29 @@ def pipelined_round_s(
     T = max(m max(c_max, h, c_last + s h), through + h), s = 1 where the last stage synchronises."""
     period = np.maximum(np.maximum(c_max, host), np.where(sync_last, c_last + host, 0.0))
     return np.maximum(m * period, through + host)
+
+
+def prefill_apart_round_s(
+    work_s: Number,
+    through_prefill_s: Number,
+    through_decode_s: Number,
+    prefills: Number,
+    rounds: Number,
+) -> Number:
+    """The time in which every decoding sequence advances one token and the prompt tokens are
+    prefilled, for an engine whose pipeline micro-batches are prefill-only or decode-only and
+    whose stages take them in one fixed order (SGLang: `EnginePreset.prefill_apart`).
+
+    - `work_s`: what the busiest stage does in that time, each micro-batch at max(c, h) (its
+      process one micro-batch ahead of its GPU): m_d decode micro-batches and k = `prefills`
+      prefill ones.
+    - A stage takes micro-batch i + 1 only after micro-batch i, and a micro-batch's next step
+      waits for its tokens: a loop round holding a prefill micro-batch lasts at least that
+      micro-batch's pass through every stage plus a host step, `through_prefill_s` (the light
+      micro-batches behind it cross the stages at its pace), and a round of decodes alone its
+      own pass, `through_decode_s`. Of the R = max(1, (m_d + k) / p) loop rounds, r_p = min(k, R)
+      hold a prefill micro-batch (prompts spread over the rounds as they arrive).
+    T = max(work, r_p through_prefill + (R - r_p) through_decode)."""
+    k, r = np.asarray(prefills, dtype=float), np.asarray(rounds, dtype=float)
+    r_p = np.minimum(k, r)
+    return np.maximum(work_s, r_p * through_prefill_s + (r - r_p) * through_decode_s)
