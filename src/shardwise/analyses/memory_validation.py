@@ -44,6 +44,14 @@ CITATION = (
     "PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST; data/public_memory_evidence.csv)"
 )
 
+_GPT7B: dict[str, int | str] = {
+    "layers": 32,
+    "hidden": 4096,
+    "heads": 32,
+    "kv_heads": 8,
+    "ffn_hidden": 16384,
+    "tied_embeddings": False,
+}
 # The models the rows name: a preset, or the shape the source gives (InternLM configs: vocab 103168,
 # SwiGLU, RMSNorm; GPT-3 1.3B as Megatron-DeepSpeed's script runs it, vocab padded to 50304).
 MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
@@ -60,12 +68,24 @@ MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
     "Llama3-8B": ("llama3-8b", {}),
     "Llama-2-70B-chat": ("llama2-70b", {}),
     "Llama4-Scout-17Bx16E truncated to 2 layers (torchtitan debug config)": ("llama4-scout", {"layers": 2}),
+    "Llama-2-7B": ("llama2-7b", {}),
+    # Megatron-LM's GPT 7B functional test: GeLU 4h MLP, learned positions, LayerNorm, biases, dropout
+    # 0.1 (gpt family), untied; vocab 131073 padded to 128 x tp
+    "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131200)": ("gpt-7b-test", _GPT7B | {"vocab": 131200}),
+    "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131584)": ("gpt-7b-test", _GPT7B | {"vocab": 131584}),
+    # jindajia/Megatron-LM debug/gpt2_755.sh: --swiglu (ffn int(4h 2/3) to a multiple of 64), GPT-2 BPE
+    "GPT 774M (L36 h1280 a20, SwiGLU)": (
+        "gpt-774m-swiglu",
+        {"layers": 36, "hidden": 1280, "heads": 20, "ffn_hidden": 3392, "vocab": 50304, "gated_mlp": True},
+    ),
 }
 # (leading words of the GPU column, system preset); A800 = A100 with less NVLink, the same 80 GB.
 SYSTEMS = (
     ("A800", "dgx-a100"),
+    ("A100-40GB", "dgx-a100-40gb"),
     ("A100", "dgx-a100"),
     ("V100", "dgx-1-v100"),
+    ("H100 Meta", "h100-meta-8x"),  # Meta's 95 GiB H100 (torchtitan logs: memory x% of 95.0 GiB)
     ("H100", "dgx-h100"),
     ("H200", "dgx-h200"),
     ("MI300X", "mi300x-8x"),
@@ -78,9 +98,19 @@ FRAMEWORKS = (
     ("Megatron-DeepSpeed", "megatron-deepspeed"),
     ("torchtitan", "torchtitan"),
     ("PyTorch FSDP1", "fsdp"),
+    ("Megatron-LM (Megatron-Core", "megatron-core"),
+    ("Megatron-LM (2023", "megatron-lm-2022"),
 )
 # (words in the framework column, what the published peak measures)
-PEAK_KINDS = (("InternEvo", "device"), ("Megatron-DeepSpeed", "allocated"), ("torchtitan", "reserved"))
+PEAK_KINDS = (
+    ("InternEvo", "device"),
+    ("Megatron-DeepSpeed", "allocated"),
+    ("Megatron-LM", "allocated"),  # mem-max-allocated-bytes: torch.cuda.memory_stats' allocated peak
+    ("torchtitan", "reserved"),
+)
+# plan fields a row states in its other_config column as name=value (what the framework's preset
+# would otherwise decide)
+OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention)=(\w+)")
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -250,6 +280,10 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
     gbs = _int(row, "gbs", dp * mbs * (int(found[1]) if found else 1))
     # sequence parallelism is opt-in in Megatron-DeepSpeed and absent from FSDP and InternEvo
     sp = tp > 1 and framework not in ("fsdp", "internevo", "megatron-deepspeed")
+    stated = dict(OVERRIDES.findall(row["other_config"]))
+    if "sequence_parallel" in stated:
+        sp = stated["sequence_parallel"] == "true"
+    flash = {"true": True, "false": False}.get(stated.get("flash_attention", ""))
     request = TrainingRequest(
         system=system_name,
         gpus_per_node=per_node,
@@ -265,6 +299,8 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         precision=_precision(row["precision"]),
         framework=framework,
         sequence_parallel=sp,
+        vpp=int(stated.get("vpp", 1)),
+        flash_attention=flash,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
     return request.build(model).scenario, peak_of
