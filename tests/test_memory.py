@@ -356,3 +356,20 @@ def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
     assert stack_group_bytes(groups, 1, 1, 8, 1, 8, True) == pytest.approx(ring + 16 * 2 * 2**20 * 8)
     assert stack_group_bytes((), 8, 1, 2, 4, 8, True) == 0.0
     assert stack_group_bytes(groups, 1, 1, 1, 1, 8, True) == 0.0  # one GPU: no communicator
+
+
+def test_one_stage_memory_on_request():
+    """`stage` picks the first or the last pipeline stage instead of the fullest: the fullest is
+    the larger of the two here (pp 4: the first stage holds 4 micro-batches and the embedding,
+    the last one micro-batch and the loss), and a name it does not know is refused."""
+    from shardwise import presets
+    from shardwise.engines.training import training_memory
+    from shardwise.specs import Plan, Scenario
+
+    plan = Plan(pp=4, dp=2, global_batch=16, zero_stage=1)
+    scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), plan)
+    fullest, first, last = (float(training_memory(scn, stage=s).total_bytes) for s in ("fullest", "first", "last"))
+    assert first != last
+    assert fullest == max(first, last)
+    with pytest.raises(ValueError, match="stage 'middle'"):
+        training_memory(scn, stage="middle")

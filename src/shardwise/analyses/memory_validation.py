@@ -110,7 +110,7 @@ PEAK_KINDS = (
 )
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
-OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention)=(\w+)")
+OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage)=(\w+)")
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -337,7 +337,8 @@ def validate_memory() -> MemorySummary:
             skip = {"kind": "", "predicted_bytes": nan, "total_bytes": nan, "capacity_bytes": nan, "skip": str(exc)}
             out.append(MemoryRow(**common, framework="", **skip))
             continue
-        memory = training_memory(scn)
+        stated = dict(OVERRIDES.findall(row["other_config"]))
+        memory = training_memory(scn, stage=stated.get("stage", "fullest"))
         out.append(
             MemoryRow(
                 **common,

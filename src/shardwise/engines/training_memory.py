@@ -21,6 +21,9 @@ from shardwise.specs._checks import Number
 from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
+# `memory_breakdown(stage=...)`: which of (first, middle, last) it returns instead of the fullest
+STAGE_INDEX = {"first": 0, "last": 2}
+
 
 @dataclass(frozen=True)
 class MemoryTerms:
@@ -78,13 +81,16 @@ def memory_breakdown(
     moe_layers: StageSplit | None = None,
     trained: tuple[Number, Number, Number] | None = None,
     terms: MemoryTerms | None = None,
+    stage: str = "fullest",
 ) -> mem.MemoryBreakdown:
     """The fullest of the first stage (most activations in flight, embedding), the second stage
     (the fullest middle one, when the split is uneven) and the last (output layer). A mixture of
     experts gives the routed-expert parameters of each stage (`expert_params`, sharded over
     expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ. `trained`:
     the parameters with gradients and optimizer state (LoRA's adapters; default all of them).
-    `terms`: `memory_terms` of these, when already found."""
+    `terms`: `memory_terms` of these, when already found. `stage` "first" or "last": that stage's
+    memory instead of the fullest (what a trainer that logs one rank's peak reports: Megatron-LM
+    writes the last rank's)."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     policy = plan.selective_policy
@@ -188,6 +194,10 @@ def memory_breakdown(
     totals = [sum(st) + act + buf + al for st, act, buf, al in zip(states, acts, buffers, allocator, strict=True)]
     totals[1] = ifelse(p > 2, totals[1], -np.inf)
     pick = ifelse(totals[0] >= maximum(totals[1], totals[2]), 0, ifelse(totals[2] >= totals[1], 2, 1))
+    if stage != "fullest":
+        if stage not in STAGE_INDEX:
+            raise ValueError(f"stage {stage!r} is not allowed; choose fullest, {', '.join(STAGE_INDEX)}")
+        pick = STAGE_INDEX[stage] + 0 * pick
     w, g, o = (choose(pick, [st[i] for st in states]) for i in range(3))
     return mem.MemoryBreakdown(
         weights_bytes=w,
