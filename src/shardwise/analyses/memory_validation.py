@@ -14,6 +14,10 @@ not state. The source's peak is compared with the estimate's matching part:
   allocator keeps but cannot hand out;
 - `device` (nvidia-smi or not stated): everything, with the CUDA context and NCCL's buffers.
 
+A row may state in its `other_config` what the framework's preset would otherwise decide, as
+name=value: `vpp`, `sequence_parallel`, `flash_attention`, and `stage` (first | last: the pipeline
+stage whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
+
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
 of those that fit, how many it calls out of memory (false-OOM rate); and the signed error of the
 predicted peak where a peak is published.
@@ -40,8 +44,9 @@ from shardwise.specs import Scenario
 from shardwise.units import GIB
 
 CITATION = (
-    "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, torchtitan + torchao, "
-    "PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST; data/public_memory_evidence.csv)"
+    "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, Megatron-LM functional "
+    "tests and issues, torchtitan + torchao, PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST; "
+    "data/public_memory_evidence.csv)"
 )
 
 _GPT7B: dict[str, int | str] = {
