@@ -323,6 +323,36 @@ def _label(row: dict[str, str]) -> str:
     return f"{row['model'][:22]}, {row['num_gpus'] or '?'} {row['gpu'][:10]}, {layout}, mbs {row['mbs'] or '?'}"
 
 
+@dataclass(frozen=True)
+class PublishedFit:
+    """`fits_in_memory` on one source's published training runs, every one of which ran."""
+
+    source: str
+    runs: int
+    called_oom: int  # false OOMs: the estimate is over the GPU preset's memory
+
+
+def published_runs_fit() -> tuple[PublishedFit, ...]:
+    """`fits_in_memory` on the published training runs `shardwise validate public` prices
+    (`data/public_training_runs.csv`): they all ran, so a run called out of memory is a false OOM,
+    or a run whose row leaves out a recomputation, an offload or a memory setting its source used."""
+    from shardwise.analyses import public_validation
+
+    counts: dict[str, list[int]] = {}
+    for row in public_validation.raw_rows():
+        if public_validation.skip_reason(row):
+            continue
+        try:
+            scn = public_validation.scenario_for(row)
+        except SpecError:
+            continue
+        over = float(np.asarray(training_memory(scn).total_bytes)) > float(scn.cluster.gpu.memory_bytes)
+        tally = counts.setdefault(public_validation.source_of(row), [0, 0])
+        tally[0] += 1
+        tally[1] += int(over)
+    return tuple(PublishedFit(source, runs, oom) for source, (runs, oom) in counts.items())
+
+
 def validate_memory() -> MemorySummary:
     """Every row of the evidence, predicted or skipped."""
     out = []
