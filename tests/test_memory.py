@@ -386,3 +386,25 @@ def test_published_training_runs_called_out_of_memory():
     runs, oom = sum(p.runs for p in fits), sum(p.called_oom for p in fits)
     assert runs >= 500 and all(0 <= p.called_oom <= p.runs for p in fits)
     assert oom <= 0.3 * runs
+
+
+def test_bf16_gradient_buffers_halve_the_gradients_and_their_reduction():
+    """`grad_reduce_bf16` (Megatron-LM --grad-reduce-in-bf16, NVIDIA's performance recipes): the
+    gradient buffer in the 16-bit parameter dtype, 2 bytes a parameter instead of fp32's 4, and the
+    data-parallel reduction moves half the bytes; fp16 training keeps its 2 either way."""
+    from shardwise import presets
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.physics.memory import grad_bytes_per_param
+    from shardwise.specs import Plan, Scenario
+
+    assert (grad_bytes_per_param("bf16"), grad_bytes_per_param("bf16", True)) == (4.0, 2.0)
+    assert (grad_bytes_per_param("fp8", True), grad_bytes_per_param("fp16", False)) == (2.0, 2.0)
+    fp32 = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1)
+    bf16 = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1, grad_reduce_bf16=True)
+    assert float(bf16.gradients_bytes) == pytest.approx(float(fp32.gradients_bytes) / 2)
+    assert float(fp32.total_bytes) - float(bf16.total_bytes) == pytest.approx(float(bf16.gradients_bytes))
+    model, cluster = presets.model("gpt-1.7b"), presets.system("dgx-a100", nodes=4)
+    plan = Plan(dp=32, global_batch=512, micro_batch=4, overlap_grad_reduce=False)
+    slow = estimate_training_step(Scenario(model, cluster, plan))
+    fast = estimate_training_step(Scenario(model, cluster, plan.with_(grad_reduce_bf16=True)))
+    assert 0 < float(fast.breakdown.dp_comm_s) < 0.75 * float(slow.breakdown.dp_comm_s)

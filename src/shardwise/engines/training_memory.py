@@ -338,7 +338,7 @@ def stage_states(
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state.
     Kept per what it reads (`specs.memo.kept`): plans that differ in the batch, recomputation or
     schedule share them."""
-    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
+    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision, plan.grad_reduce_bf16)
     trained_ = None if trained is None else _scalars(trained)
     # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
     adapters = as_array(plan.lora_rank) > 0
@@ -358,13 +358,15 @@ def _stage_states(
     expert_dp: Number,
     framework: str,
     precision: str,
+    grad_bf16: Number,
     params: tuple[Number, Number, Number],
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None,
     lora_on: Number,
 ) -> tuple[tuple[Number, Number, Number], ...]:
     """`stage_states` of the plan fields it reads; `lora_on`: which plans train LoRA's adapters
-    (`trained`, per stage, is then theirs and, for the other plans, all their parameters)."""
+    (`trained`, per stage, is then theirs and, for the other plans, all their parameters);
+    `grad_bf16`: `Plan.grad_reduce_bf16`."""
     shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
@@ -375,12 +377,12 @@ def _stage_states(
     fp32_weights = fp32_shards & ~as_array(lora_on) if lora else fp32_shards
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
-        dense = mem.sharded_state_bytes(n - n_expert, shards, precision)
+        dense = mem.sharded_state_bytes(n - n_expert, shards, precision, grad_bf16)
         if lora:  # the frozen weights, the adapters' state
-            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision)  # type: ignore[index]
+            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision, grad_bf16)  # type: ignore[index]
             dense = (dense[0], grads, optim)
         if routed_shards is not None:
-            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision)
+            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision, grad_bf16)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
         if any_true(fp32_weights):
             w, g, o = dense

@@ -62,10 +62,16 @@ def weight_bytes_per_param(precision: str) -> float:
     return 2.0
 
 
-def grad_bytes_per_param(precision: str) -> float:
+def grad_bytes_per_param(precision: str, reduce_bf16: Number = False) -> Number:
     """fp32 gradient buffers for BF16 and FP8 (Megatron-LM forces fp32 accumulation for BF16),
-    fp16 gradients for FP16 (Megatron-LM 2021 default)."""
-    return 2.0 if precision == "fp16" else 4.0
+    fp16 gradients for FP16 (Megatron-LM 2021 default). `reduce_bf16` (`Plan.grad_reduce_bf16`):
+    the buffer and its data-parallel reduction in the 16-bit parameter dtype instead (Megatron-LM
+    `--grad-reduce-in-bf16`, megatron/training/arguments.py; Megatron-Core's grad_reduce_in_fp32
+    False, whose buffers take the parameter's dtype, core/distributed/param_and_grad_buffer.py
+    group_params_for_buffers): 2."""
+    if precision == "fp16":
+        return 2.0
+    return ifelse(as_bool(reduce_bf16), 2.0, 4.0)
 
 
 @kept
@@ -239,18 +245,21 @@ def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]
     return ifelse(z >= 3, dp, 1), ifelse(z >= 2, dp, 1), ifelse(z >= 1, dp, 1)
 
 
-def model_state_bytes(params: Number, dp: Number, zero_stage: Number, precision: str) -> tuple[Number, Number, Number]:
+def model_state_bytes(
+    params: Number, dp: Number, zero_stage: Number, precision: str, reduce_bf16: Number = False
+) -> tuple[Number, Number, Number]:
     """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage."""
-    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision)
+    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision, reduce_bf16)
 
 
 def sharded_state_bytes(
-    params: Number, shards: tuple[Number, Number, Number], precision: str
+    params: Number, shards: tuple[Number, Number, Number], precision: str, reduce_bf16: Number = False
 ) -> tuple[Number, Number, Number]:
-    """`model_state_bytes` with the ZeRO `shards` (`zero_shards`) already known."""
+    """`model_state_bytes` with the ZeRO `shards` (`zero_shards`) already known (`reduce_bf16`:
+    `grad_bytes_per_param`'s)."""
     w, g, o = shards
     weights = params * weight_bytes_per_param(precision) / w
-    grads = params * grad_bytes_per_param(precision) / g
+    grads = params * grad_bytes_per_param(precision, reduce_bf16) / g
     optim = params * OPTIMIZER_BYTES_PER_PARAM / o
     return weights, grads, optim
 
