@@ -408,3 +408,22 @@ def test_bf16_gradient_buffers_halve_the_gradients_and_their_reduction():
     slow = estimate_training_step(Scenario(model, cluster, plan))
     fast = estimate_training_step(Scenario(model, cluster, plan.with_(grad_reduce_bf16=True)))
     assert 0 < float(fast.breakdown.dp_comm_s) < 0.75 * float(slow.breakdown.dp_comm_s)
+
+
+def test_checkpointed_mlp_frees_its_saved_tensors_and_the_other_modules_nothing():
+    """Megatron-Core's selective modules: "mlp" checkpoints a dense MLP on its input, so each layer
+    of each micro-batch in flight keeps s b (h/t + 3 f/t) fewer elements (gated MLP, sequence
+    parallel); "core_attn" with flash attention and "layernorm" under Transformer Engine's fused
+    norms free nothing. 1F1B with pp 1: one micro-batch of every layer in flight."""
+    from shardwise import presets
+
+    m = presets.model("llama3-70b")
+    plan = {"tp": 4, "dp": 2, "global_batch": 2, "zero_stage": 1, "recompute": "selective", "sequence_parallel": True}
+    base = _memory("llama3-70b", **plan)
+    attn = _memory("llama3-70b", **plan, recompute_modules="core_attn,layernorm")
+    mlp = _memory("llama3-70b", **plan, recompute_modules="mlp")
+    assert float(attn.activations_bytes) == pytest.approx(float(base.activations_bytes))
+    freed = 2.0 * m.seq_len * (m.hidden / 4 + 3 * m.ffn_hidden / 4) * m.layers
+    saved = float(base.activations_bytes) - float(mlp.activations_bytes)
+    # the rebuilt MLP of the layer in its backward pass stays under the loss's peak here
+    assert saved == pytest.approx(freed)

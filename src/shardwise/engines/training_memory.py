@@ -62,6 +62,7 @@ def memory_terms(
         plan.bytes_per_element,
         plan.selective_policy,
         stack,
+        plan.recompute_modules,
     )
     nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
@@ -221,6 +222,7 @@ def _layer_terms(
     e: float,
     policy: str,
     stack: mem.StackMemory,
+    modules: tuple[str, ...] = (),
 ) -> tuple[Number, ...]:
     """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
     and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
@@ -230,7 +232,7 @@ def _layer_terms(
     s = model.seq_len
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
-        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra
+        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules
     )
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
