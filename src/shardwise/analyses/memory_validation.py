@@ -74,6 +74,7 @@ MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
     "Llama-2-70B-chat": ("llama2-70b", {}),
     "Llama4-Scout-17Bx16E truncated to 2 layers (torchtitan debug config)": ("llama4-scout", {"layers": 2}),
     "Llama-2-7B": ("llama2-7b", {}),
+    "Llama-3-70B": ("llama3-70b", {}),
     # Megatron-LM's GPT 7B functional test: GeLU 4h MLP, learned positions, LayerNorm, biases, dropout
     # 0.1 (gpt family), untied; vocab 131073 padded to 128 x tp
     "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131200)": ("gpt-7b-test", _GPT7B | {"vocab": 131200}),
@@ -105,6 +106,7 @@ FRAMEWORKS = (
     ("PyTorch FSDP1", "fsdp"),
     ("Megatron-LM (Megatron-Core", "megatron-core"),
     ("Megatron-LM (2023", "megatron-lm-2022"),
+    ("Megatron-Bridge", "megatron-core"),
 )
 # (words in the framework column, what the published peak measures)
 PEAK_KINDS = (
@@ -115,7 +117,7 @@ PEAK_KINDS = (
 )
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
-OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage)=(\w+)")
+OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules)=([\w,]+)")
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -305,6 +307,7 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         framework=framework,
         sequence_parallel=sp,
         vpp=int(stated.get("vpp", 1)),
+        recompute_modules=stated.get("recompute_modules"),
         flash_attention=flash,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
@@ -334,13 +337,15 @@ class PublishedFit:
 
 def published_runs_fit() -> tuple[PublishedFit, ...]:
     """`fits_in_memory` on the published training runs `shardwise validate public` prices
-    (`data/public_training_runs.csv`): they all ran, so a run called out of memory is a false OOM,
-    or a run whose row leaves out a recomputation, an offload or a memory setting its source used."""
+    (`data/public_training_runs.csv`): they ran, so a run called out of memory is a false OOM, or a
+    run whose row leaves out a recomputation, an offload or a memory setting its source used. Rows
+    whose source reports an out-of-memory rank (`parse_notes`: "reports OOM") are left to the
+    memory evidence, where they are out-of-memory runs."""
     from shardwise.analyses import public_validation
 
     counts: dict[str, list[int]] = {}
     for row in public_validation.raw_rows():
-        if public_validation.skip_reason(row):
+        if public_validation.skip_reason(row) or "reports OOM" in row["parse_notes"]:
             continue
         try:
             scn = public_validation.scenario_for(row)
