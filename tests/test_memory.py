@@ -378,7 +378,7 @@ def test_one_stage_memory_on_request():
 
 def test_published_training_runs_called_out_of_memory():
     """Every published training run `validate public` prices ran, so each one called out of memory
-    is a false OOM (or a row missing a memory setting of its source). 160 of 589 at the presets'
+    is a false OOM (or a row missing a memory setting of its source). 145 of 589 at the presets'
     nominal decimal capacity: a guard that it does not grow past 30%."""
     from shardwise.analyses.memory_validation import published_runs_fit
 
@@ -427,3 +427,15 @@ def test_checkpointed_mlp_frees_its_saved_tensors_and_the_other_modules_nothing(
     saved = float(base.activations_bytes) - float(mlp.activations_bytes)
     # the rebuilt MLP of the layer in its backward pass stays under the loss's peak here
     assert saved == pytest.approx(freed)
+
+
+def test_megatron_bridge_performance_summaries_reduce_gradients_in_bf16():
+    """The public runs of Megatron-Bridge's performance summaries take its performance recipes'
+    bf16 gradients (`public_stacks.bf16_gradients`); other NVIDIA sources keep fp32."""
+    from shardwise.analyses import public_validation as pv
+
+    bridge = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance")]
+    other = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA/dgxc-benchmarking")]
+    priced = [r for r in bridge if not pv.skip_reason(r)]
+    assert priced and all(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in priced[:5])
+    assert not any(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in other if not pv.skip_reason(r))
