@@ -283,3 +283,9 @@ def test_hybrid_sharding_is_torchtitans_replicate_mesh_megatrons_optimizer_insta
     assert json.loads(dict(launch.files)["ds_config.json"])["zero_optimization"]["mics_shard_size"] == 8
     full = emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3), "deepspeed")
     assert "mics_shard_size" not in json.loads(dict(full.files)["ds_config.json"])["zero_optimization"]
+
+
+def test_megatron_bf16_gradient_reduction_is_its_flag():
+    on = _args(emit(_scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8, grad_reduce_bf16=True), "megatron"))
+    off = _args(emit(_scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8), "megatron"))
+    assert "--grad-reduce-in-bf16" in on and "--grad-reduce-in-bf16" not in off

@@ -282,15 +282,16 @@ def test_memory_validation_against_the_public_evidence():
     from shardwise.analyses.memory_validation import raw_rows, validate_memory
 
     summary = validate_memory()
-    assert len(summary.rows) == len(raw_rows()) == 59
-    assert len(summary.predicted) == 36 and all(r.skip for r in summary.rows if r not in summary.predicted)
+    assert len(summary.rows) == len(raw_rows()) == 72
+    assert len(summary.predicted) == 49 and all(r.skip for r in summary.rows if r not in summary.predicted)
     assert summary.oom_recall == 1.0
-    assert summary.false_oom_rate <= 1 / 35
-    # accuracy over both outcomes: every OOM called right, at most one false OOM of 35
+    assert summary.false_oom_rate <= 1 / len(summary.fit)
+    # accuracy over both outcomes: every OOM called right, at most one false OOM
     right = sum(not r.fits for r in summary.oom) + sum(r.fits for r in summary.fit)
-    assert summary.fit_accuracy == pytest.approx(right / 36) and summary.fit_accuracy >= 35 / 36
+    judged = len(summary.oom) + len(summary.fit)
+    assert summary.fit_accuracy == pytest.approx(right / judged) and right >= judged - 1
     titan = [r for r in summary.peaks if r.framework == "torchtitan-compile"]
-    assert len(titan) == 16 and all(abs(r.error) < 0.35 for r in titan)
+    assert len(titan) == 17 and all(abs(r.error) < 0.35 for r in titan)
     assert summary.peak_mape < 0.3
 
 
@@ -300,7 +301,8 @@ def test_validate_memory_prints_the_table(cli):
     assert out.startswith("| source | stack | runs |")
     assert "| linkedin/Liger-Kernel | fsdp | 1 | 1 of 1 |" in out
     assert "recall 100%" in out and "left out (an encoder" in out
-    assert "right for 36 of 36 (accuracy 100%)" in out
+    assert "right for 49 of 49 (accuracy 100%)" in out
+    assert "Published training runs (data/public_training_runs.csv, all of which ran)" in out
     code, out, err = cli(["validate", "memory", "public"])
     assert code == 2 and "give it alone" in err
 
@@ -355,3 +357,85 @@ def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
     assert stack_group_bytes(groups, 1, 1, 8, 1, 8, True) == pytest.approx(ring + 16 * 2 * 2**20 * 8)
     assert stack_group_bytes((), 8, 1, 2, 4, 8, True) == 0.0
     assert stack_group_bytes(groups, 1, 1, 1, 1, 8, True) == 0.0  # one GPU: no communicator
+
+
+def test_one_stage_memory_on_request():
+    """`stage` picks the first or the last pipeline stage instead of the fullest: the fullest is
+    the larger of the two here (pp 4: the first stage holds 4 micro-batches and the embedding,
+    the last one micro-batch and the loss), and a name it does not know is refused."""
+    from shardwise import presets
+    from shardwise.engines.training import training_memory
+    from shardwise.specs import Plan, Scenario
+
+    plan = Plan(pp=4, dp=2, global_batch=16, zero_stage=1)
+    scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), plan)
+    fullest, first, last = (float(training_memory(scn, stage=s).total_bytes) for s in ("fullest", "first", "last"))
+    assert first != last
+    assert fullest == max(first, last)
+    with pytest.raises(ValueError, match="stage 'middle'"):
+        training_memory(scn, stage="middle")
+
+
+def test_published_training_runs_called_out_of_memory():
+    """Every published training run `validate public` prices ran, so each one called out of memory
+    is a false OOM (or a row missing a memory setting of its source). 145 of 589 at the presets'
+    nominal decimal capacity: a guard that it does not grow past 30%."""
+    from shardwise.analyses.memory_validation import published_runs_fit
+
+    fits = published_runs_fit()
+    runs, oom = sum(p.runs for p in fits), sum(p.called_oom for p in fits)
+    assert runs >= 500 and all(0 <= p.called_oom <= p.runs for p in fits)
+    assert oom <= 0.3 * runs
+
+
+def test_bf16_gradient_buffers_halve_the_gradients_and_their_reduction():
+    """`grad_reduce_bf16` (Megatron-LM --grad-reduce-in-bf16, NVIDIA's performance recipes): the
+    gradient buffer in the 16-bit parameter dtype, 2 bytes a parameter instead of fp32's 4, and the
+    data-parallel reduction moves half the bytes; fp16 training keeps its 2 either way."""
+    from shardwise import presets
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.physics.memory import grad_bytes_per_param
+    from shardwise.specs import Plan, Scenario
+
+    assert (grad_bytes_per_param("bf16"), grad_bytes_per_param("bf16", True)) == (4.0, 2.0)
+    assert (grad_bytes_per_param("fp8", True), grad_bytes_per_param("fp16", False)) == (2.0, 2.0)
+    fp32 = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1)
+    bf16 = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1, grad_reduce_bf16=True)
+    assert float(bf16.gradients_bytes) == pytest.approx(float(fp32.gradients_bytes) / 2)
+    assert float(fp32.total_bytes) - float(bf16.total_bytes) == pytest.approx(float(bf16.gradients_bytes))
+    model, cluster = presets.model("gpt-1.7b"), presets.system("dgx-a100", nodes=4)
+    plan = Plan(dp=32, global_batch=512, micro_batch=4, overlap_grad_reduce=False)
+    slow = estimate_training_step(Scenario(model, cluster, plan))
+    fast = estimate_training_step(Scenario(model, cluster, plan.with_(grad_reduce_bf16=True)))
+    assert 0 < float(fast.breakdown.dp_comm_s) < 0.75 * float(slow.breakdown.dp_comm_s)
+
+
+def test_checkpointed_mlp_frees_its_saved_tensors_and_the_other_modules_nothing():
+    """Megatron-Core's selective modules: "mlp" checkpoints a dense MLP on its input, so each layer
+    of each micro-batch in flight keeps s b (h/t + 3 f/t) fewer elements (gated MLP, sequence
+    parallel); "core_attn" with flash attention and "layernorm" under Transformer Engine's fused
+    norms free nothing. 1F1B with pp 1: one micro-batch of every layer in flight."""
+    from shardwise import presets
+
+    m = presets.model("llama3-70b")
+    plan = {"tp": 4, "dp": 2, "global_batch": 2, "zero_stage": 1, "recompute": "selective", "sequence_parallel": True}
+    base = _memory("llama3-70b", **plan)
+    attn = _memory("llama3-70b", **plan, recompute_modules="core_attn,layernorm")
+    mlp = _memory("llama3-70b", **plan, recompute_modules="mlp")
+    assert float(attn.activations_bytes) == pytest.approx(float(base.activations_bytes))
+    freed = 2.0 * m.seq_len * (m.hidden / 4 + 3 * m.ffn_hidden / 4) * m.layers
+    saved = float(base.activations_bytes) - float(mlp.activations_bytes)
+    # the rebuilt MLP of the layer in its backward pass stays under the loss's peak here
+    assert saved == pytest.approx(freed)
+
+
+def test_megatron_bridge_performance_summaries_reduce_gradients_in_bf16():
+    """The public runs of Megatron-Bridge's performance summaries take its performance recipes'
+    bf16 gradients (`public_stacks.bf16_gradients`); other NVIDIA sources keep fp32."""
+    from shardwise.analyses import public_validation as pv
+
+    bridge = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance")]
+    other = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA/dgxc-benchmarking")]
+    priced = [r for r in bridge if not pv.skip_reason(r)]
+    assert priced and all(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in priced[:5])
+    assert not any(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in other if not pv.skip_reason(r))

@@ -105,6 +105,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "flash_attention",
         "framework",
         *EXECUTION_FLAGS,
+        "grad_reduce_bf16",
         "first_stage_layers",
         "last_stage_layers",
     )

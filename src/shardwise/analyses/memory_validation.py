@@ -14,6 +14,10 @@ not state. The source's peak is compared with the estimate's matching part:
   allocator keeps but cannot hand out;
 - `device` (nvidia-smi or not stated): everything, with the CUDA context and NCCL's buffers.
 
+A row may state in its `other_config` what the framework's preset would otherwise decide, as
+name=value: `vpp`, `sequence_parallel`, `flash_attention`, and `stage` (first | last: the pipeline
+stage whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
+
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
 of those that fit, how many it calls out of memory (false-OOM rate); and the signed error of the
 predicted peak where a peak is published.
@@ -40,10 +44,19 @@ from shardwise.specs import Scenario
 from shardwise.units import GIB
 
 CITATION = (
-    "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, torchtitan + torchao, "
-    "PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST; data/public_memory_evidence.csv)"
+    "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, Megatron-LM functional "
+    "tests and issues, torchtitan + torchao, PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST; "
+    "data/public_memory_evidence.csv)"
 )
 
+_GPT7B: dict[str, int | str] = {
+    "layers": 32,
+    "hidden": 4096,
+    "heads": 32,
+    "kv_heads": 8,
+    "ffn_hidden": 16384,
+    "tied_embeddings": False,
+}
 # The models the rows name: a preset, or the shape the source gives (InternLM configs: vocab 103168,
 # SwiGLU, RMSNorm; GPT-3 1.3B as Megatron-DeepSpeed's script runs it, vocab padded to 50304).
 MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
@@ -60,12 +73,25 @@ MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
     "Llama3-8B": ("llama3-8b", {}),
     "Llama-2-70B-chat": ("llama2-70b", {}),
     "Llama4-Scout-17Bx16E truncated to 2 layers (torchtitan debug config)": ("llama4-scout", {"layers": 2}),
+    "Llama-2-7B": ("llama2-7b", {}),
+    "Llama-3-70B": ("llama3-70b", {}),
+    # Megatron-LM's GPT 7B functional test: GeLU 4h MLP, learned positions, LayerNorm, biases, dropout
+    # 0.1 (gpt family), untied; vocab 131073 padded to 128 x tp
+    "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131200)": ("gpt-7b-test", _GPT7B | {"vocab": 131200}),
+    "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131584)": ("gpt-7b-test", _GPT7B | {"vocab": 131584}),
+    # jindajia/Megatron-LM debug/gpt2_755.sh: --swiglu (ffn int(4h 2/3) to a multiple of 64), GPT-2 BPE
+    "GPT 774M (L36 h1280 a20, SwiGLU)": (
+        "gpt-774m-swiglu",
+        {"layers": 36, "hidden": 1280, "heads": 20, "ffn_hidden": 3392, "vocab": 50304, "gated_mlp": True},
+    ),
 }
 # (leading words of the GPU column, system preset); A800 = A100 with less NVLink, the same 80 GB.
 SYSTEMS = (
     ("A800", "dgx-a100"),
+    ("A100-40GB", "dgx-a100-40gb"),
     ("A100", "dgx-a100"),
     ("V100", "dgx-1-v100"),
+    ("H100 Meta", "h100-meta-8x"),  # Meta's 95 GiB H100 (torchtitan logs: memory x% of 95.0 GiB)
     ("H100", "dgx-h100"),
     ("H200", "dgx-h200"),
     ("MI300X", "mi300x-8x"),
@@ -78,9 +104,20 @@ FRAMEWORKS = (
     ("Megatron-DeepSpeed", "megatron-deepspeed"),
     ("torchtitan", "torchtitan"),
     ("PyTorch FSDP1", "fsdp"),
+    ("Megatron-LM (Megatron-Core", "megatron-core"),
+    ("Megatron-LM (2023", "megatron-lm-2022"),
+    ("Megatron-Bridge", "megatron-core"),
 )
 # (words in the framework column, what the published peak measures)
-PEAK_KINDS = (("InternEvo", "device"), ("Megatron-DeepSpeed", "allocated"), ("torchtitan", "reserved"))
+PEAK_KINDS = (
+    ("InternEvo", "device"),
+    ("Megatron-DeepSpeed", "allocated"),
+    ("Megatron-LM", "allocated"),  # mem-max-allocated-bytes: torch.cuda.memory_stats' allocated peak
+    ("torchtitan", "reserved"),
+)
+# plan fields a row states in its other_config column as name=value (what the framework's preset
+# would otherwise decide)
+OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules)=([\w,]+)")
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -250,6 +287,10 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
     gbs = _int(row, "gbs", dp * mbs * (int(found[1]) if found else 1))
     # sequence parallelism is opt-in in Megatron-DeepSpeed and absent from FSDP and InternEvo
     sp = tp > 1 and framework not in ("fsdp", "internevo", "megatron-deepspeed")
+    stated = dict(OVERRIDES.findall(row["other_config"]))
+    if "sequence_parallel" in stated:
+        sp = stated["sequence_parallel"] == "true"
+    flash = {"true": True, "false": False}.get(stated.get("flash_attention", ""))
     request = TrainingRequest(
         system=system_name,
         gpus_per_node=per_node,
@@ -265,6 +306,9 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         precision=_precision(row["precision"]),
         framework=framework,
         sequence_parallel=sp,
+        vpp=int(stated.get("vpp", 1)),
+        recompute_modules=stated.get("recompute_modules"),
+        flash_attention=flash,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
     return request.build(model).scenario, peak_of
@@ -280,6 +324,38 @@ def part(memory: MemoryBreakdown, kind: str) -> float:
 def _label(row: dict[str, str]) -> str:
     layout = "-".join(f"{k}{row[k]}" for k in ("tp", "pp", "dp") if row.get(k))
     return f"{row['model'][:22]}, {row['num_gpus'] or '?'} {row['gpu'][:10]}, {layout}, mbs {row['mbs'] or '?'}"
+
+
+@dataclass(frozen=True)
+class PublishedFit:
+    """`fits_in_memory` on one source's published training runs, every one of which ran."""
+
+    source: str
+    runs: int
+    called_oom: int  # false OOMs: the estimate is over the GPU preset's memory
+
+
+def published_runs_fit() -> tuple[PublishedFit, ...]:
+    """`fits_in_memory` on the published training runs `shardwise validate public` prices
+    (`data/public_training_runs.csv`): they ran, so a run called out of memory is a false OOM, or a
+    run whose row leaves out a recomputation, an offload or a memory setting its source used. Rows
+    whose source reports an out-of-memory rank (`parse_notes`: "reports OOM") are left to the
+    memory evidence, where they are out-of-memory runs."""
+    from shardwise.analyses import public_validation
+
+    counts: dict[str, list[int]] = {}
+    for row in public_validation.raw_rows():
+        if public_validation.skip_reason(row) or "reports OOM" in row["parse_notes"]:
+            continue
+        try:
+            scn = public_validation.scenario_for(row)
+        except SpecError:
+            continue
+        over = float(np.asarray(training_memory(scn).total_bytes)) > float(scn.cluster.gpu.memory_bytes)
+        tally = counts.setdefault(public_validation.source_of(row), [0, 0])
+        tally[0] += 1
+        tally[1] += int(over)
+    return tuple(PublishedFit(source, runs, oom) for source, (runs, oom) in counts.items())
 
 
 def validate_memory() -> MemorySummary:
@@ -301,7 +377,8 @@ def validate_memory() -> MemorySummary:
             skip = {"kind": "", "predicted_bytes": nan, "total_bytes": nan, "capacity_bytes": nan, "skip": str(exc)}
             out.append(MemoryRow(**common, framework="", **skip))
             continue
-        memory = training_memory(scn)
+        stated = dict(OVERRIDES.findall(row["other_config"]))
+        memory = training_memory(scn, stage=stated.get("stage", "fullest"))
         out.append(
             MemoryRow(
                 **common,

@@ -159,7 +159,21 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if modules:  # "selective:mla_up_proj,mlp": Megatron-Core's --recompute-modules
         out["recompute"] = "selective"
         out["recompute_modules"] = modules
+    if bf16_gradients(row):
+        out["grad_reduce_bf16"] = True
     return preset, out
+
+
+# Published runs of NVIDIA's performance recipes, which keep the gradient buffers and reduce them in
+# bf16 (`Plan.grad_reduce_bf16`): Megatron-Bridge's performance summaries (scripts/performance,
+# `mixed_precision.grad_reduce_in_fp32: false` in its configs since 2025-09, perf_recipes/_common.py
+# `_benchmark_common` and `_perf_precision` now), by the leading words of their source.
+BF16_GRADIENT_SOURCES = ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary",)
+
+
+def bf16_gradients(row: dict[str, str]) -> bool:
+    """Whether a public run reduced its gradients in bf16 (`BF16_GRADIENT_SOURCES`)."""
+    return row["source"].startswith(BF16_GRADIENT_SOURCES) and row["precision"] != "fp16"
 
 
 # torchao.float8 recipes a row's notes name (`fp8_scaling=`), as `Plan.fp8_recipe` names them

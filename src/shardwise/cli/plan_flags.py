@@ -253,6 +253,11 @@ execution_options = stack_options(
     _switch("overlap-p2p", "Pipeline sends beside compute instead of blocking it."),
     _switch("pipeline-sync", "A device synchronisation after every blocking pipeline send/receive."),
     _switch("scatter-gather", "Pipeline sends of 1/tp per rank plus an in-node all-gather."),
+    _switch(
+        "grad-reduce-bf16",
+        "Gradient buffers and their DP reduction in bf16, not fp32 (Megatron-LM --grad-reduce-in-bf16; "
+        "NVIDIA's performance recipes).",
+    ),
 )
 
 

@@ -41,9 +41,10 @@ def _cells(rows: list[Any]) -> list[tuple[str, ...]]:
 
 
 def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
-    from shardwise.analyses.memory_validation import CITATION, validate_memory
+    from shardwise.analyses.memory_validation import CITATION, published_runs_fit, validate_memory
 
     summary = validate_memory()
+    published = sorted(published_runs_fit(), key=lambda p: (-p.called_oom, p.source))
     if as_json:
         from shardwise import export
 
@@ -55,7 +56,8 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
             "peak_mape": summary.peak_mape,
             "peak_bias": summary.peak_bias,
         }
-        click.echo(export.dumps({"source": CITATION, "summary": totals, "rows": rows}))
+        runs = [asdict(p) for p in published]
+        click.echo(export.dumps({"source": CITATION, "summary": totals, "rows": rows, "published_runs": runs}))
         return
     from shardwise.cli.render import console, print_table
 
@@ -70,6 +72,12 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
         f"{_frac(sum(r.fits == (r.outcome == 'fits') for r in (*oom, *fit)), len(oom) + len(fit))} "
         f"(accuracy {summary.fit_accuracy:.0%}); peaks: {len(summary.peaks)}, mean error "
         f"{summary.peak_bias:+.1%}, MAPE {summary.peak_mape:.1%}"
+    )
+    n_runs, n_oom = sum(p.runs for p in published), sum(p.called_oom for p in published)
+    by_source = ", ".join(f"{p.source} {p.called_oom} of {p.runs}" for p in published if p.called_oom)
+    text += (
+        f". Published training runs (data/public_training_runs.csv, all of which ran): called out of memory "
+        f"{_frac(n_oom, n_runs)} ({by_source or 'none'})"
     )
     skipped = Counter(r.skip for r in summary.rows if r.skip)
     left_out = "; ".join(f"{n} {why}" for why, n in skipped.items())

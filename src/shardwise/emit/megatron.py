@@ -81,6 +81,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers), p.recompute_modules),
         _graphs(p.cuda_graph_scope),
         _precision(p.precision),
+        # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)
+        ("--grad-reduce-in-bf16",) if bool(p.grad_reduce_bf16) and p.precision != "fp16" else None,
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         *_model(scn),
         *_moe(scn, version),

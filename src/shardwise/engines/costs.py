@@ -119,7 +119,7 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     )
     if not np.any(on):
         return None
-    w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision)
+    w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
     gathered = w  # torchao's FP8 all-gather: FSDP2 gathers (and copies out) 1-byte weights
     if plan.fp8_recipe == "tensorwise_fp8_all_gather" and is_fp8(plan.precision):
         gathered = FP8_GATHERED_BYTES

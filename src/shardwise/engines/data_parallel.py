@@ -40,7 +40,7 @@ ZERO_COLLECTIVES = (
 # per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
 COLLECTIVE_READS = frozenset(
     ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
-) | {"lora_rank", "lora_targets", "shard_group"}
+) | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16"}
 
 
 def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
@@ -77,7 +77,8 @@ def collective_prices(
             group = fabric.group(dp, place["dpcp"])
         else:
             dp, group, replica = hybrid
-    g_bytes, w_bytes = mem.grad_bytes_per_param(plan.precision), mem.weight_bytes_per_param(plan.precision)
+    g_bytes = mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
+    w_bytes = mem.weight_bytes_per_param(plan.precision)
     n_weights = n_params if n_weights is None else n_weights
     collectives = {  # name: (collective, what of the parameters it moves, bytes per parameter)
         "all_reduce": (group.all_reduce, "params", g_bytes),
@@ -275,15 +276,24 @@ def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number
     model, plan = scn.model, scn.plan
     if not model.tied_embeddings:
         return 0.0
-    return _tied_sync_s(model, fabric, plan.precision, plan.tp, plan.pp, plan.lora_rank, place["pp"])
+    return _tied_sync_s(
+        model, fabric, plan.precision, plan.grad_reduce_bf16, plan.tp, plan.pp, plan.lora_rank, place["pp"]
+    )
 
 
 @kept
 def _tied_sync_s(
-    model: Model, fabric: Fabric, precision: str, tp: Number, pp: Number, lora_rank: Number, pp_per_node: Number
+    model: Model,
+    fabric: Fabric,
+    precision: str,
+    grad_bf16: Number,
+    tp: Number,
+    pp: Number,
+    lora_rank: Number,
+    pp_per_node: Number,
 ) -> Number:
     """`tied_embedding_sync_s` of what it reads (kept per it, `specs.memo.kept`; a fabric by identity)."""
     p = as_float(pp)
-    grads = mem.grad_bytes_per_param(precision) * model.vocab * model.hidden / tp
+    grads = mem.grad_bytes_per_param(precision, grad_bf16) * model.vocab * model.hidden / tp
     sync = fabric.group(2, ifelse(pp_per_node < p, 1, 2)).all_reduce(grads)
     return ifelse((p > 1) & (as_array(lora_rank) == 0), sync, 0.0)

@@ -52,7 +52,7 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     act = e * tokens * model.hidden
     # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
     lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
-    grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
+    grad_table = mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16) * model.vocab * model.hidden / plan.tp
     grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)

@@ -188,16 +188,17 @@ def _training_rules(plan: Plan, model: Model) -> bool:
     return True
 
 
-def training_memory(scn: Scenario) -> MemoryBreakdown:
+def training_memory(scn: Scenario, stage: str = "fullest") -> MemoryBreakdown:
     """The memory part of `estimate_training_step` alone (the same numbers, without pricing any
-    time): what a planner needs to drop the plans that do not fit before it prices the rest."""
+    time): what a planner needs to drop the plans that do not fit before it prices the rest.
+    `stage`: "first" or "last" for that pipeline stage instead of the fullest (`memory_breakdown`)."""
     model, plan = scn.model, scn.plan
     split = scn.split
     m = np.asarray(plan.num_micro_batches, dtype=float)
     params, expert_params = stage_params_of(model, plan, split)
     moe = model_moe_split(model, split) if model.is_moe else None
     trained = trainable_of(model, plan, split, params)
-    return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe, trained)
+    return memory_breakdown(context_parallel(scn), params, m, split, expert_params, moe, trained, stage=stage)
 
 
 def training_memory_floor_bytes(scn: Scenario) -> Number:

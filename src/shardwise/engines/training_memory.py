@@ -21,6 +21,9 @@ from shardwise.specs._checks import Number
 from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
+# `memory_breakdown(stage=...)`: which of (first, middle, last) it returns instead of the fullest
+STAGE_INDEX = {"first": 0, "last": 2}
+
 
 @dataclass(frozen=True)
 class MemoryTerms:
@@ -59,6 +62,7 @@ def memory_terms(
         plan.bytes_per_element,
         plan.selective_policy,
         stack,
+        plan.recompute_modules,
     )
     nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
@@ -78,13 +82,16 @@ def memory_breakdown(
     moe_layers: StageSplit | None = None,
     trained: tuple[Number, Number, Number] | None = None,
     terms: MemoryTerms | None = None,
+    stage: str = "fullest",
 ) -> mem.MemoryBreakdown:
     """The fullest of the first stage (most activations in flight, embedding), the second stage
     (the fullest middle one, when the split is uneven) and the last (output layer). A mixture of
     experts gives the routed-expert parameters of each stage (`expert_params`, sharded over
     expert_dp) and its MoE layers per stage (`moe_layers`), whose activations differ. `trained`:
     the parameters with gradients and optimizer state (LoRA's adapters; default all of them).
-    `terms`: `memory_terms` of these, when already found."""
+    `terms`: `memory_terms` of these, when already found. `stage` "first" or "last": that stage's
+    memory instead of the fullest (what a trainer that logs one rank's peak reports: Megatron-LM
+    writes the last rank's)."""
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     policy = plan.selective_policy
@@ -188,6 +195,10 @@ def memory_breakdown(
     totals = [sum(st) + act + buf + al for st, act, buf, al in zip(states, acts, buffers, allocator, strict=True)]
     totals[1] = ifelse(p > 2, totals[1], -np.inf)
     pick = ifelse(totals[0] >= maximum(totals[1], totals[2]), 0, ifelse(totals[2] >= totals[1], 2, 1))
+    if stage != "fullest":
+        if stage not in STAGE_INDEX:
+            raise ValueError(f"stage {stage!r} is not allowed; choose fullest, {', '.join(STAGE_INDEX)}")
+        pick = STAGE_INDEX[stage] + 0 * pick
     w, g, o = (choose(pick, [st[i] for st in states]) for i in range(3))
     return mem.MemoryBreakdown(
         weights_bytes=w,
@@ -211,6 +222,7 @@ def _layer_terms(
     e: float,
     policy: str,
     stack: mem.StackMemory,
+    modules: tuple[str, ...] = (),
 ) -> tuple[Number, ...]:
     """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
     and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
@@ -220,7 +232,7 @@ def _layer_terms(
     s = model.seq_len
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
-        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra
+        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules
     )
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
@@ -328,7 +340,7 @@ def stage_states(
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state.
     Kept per what it reads (`specs.memo.kept`): plans that differ in the batch, recomputation or
     schedule share them."""
-    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision)
+    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision, plan.grad_reduce_bf16)
     trained_ = None if trained is None else _scalars(trained)
     # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
     adapters = as_array(plan.lora_rank) > 0
@@ -348,13 +360,15 @@ def _stage_states(
     expert_dp: Number,
     framework: str,
     precision: str,
+    grad_bf16: Number,
     params: tuple[Number, Number, Number],
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None,
     lora_on: Number,
 ) -> tuple[tuple[Number, Number, Number], ...]:
     """`stage_states` of the plan fields it reads; `lora_on`: which plans train LoRA's adapters
-    (`trained`, per stage, is then theirs and, for the other plans, all their parameters)."""
+    (`trained`, per stage, is then theirs and, for the other plans, all their parameters);
+    `grad_bf16`: `Plan.grad_reduce_bf16`."""
     shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
@@ -365,12 +379,12 @@ def _stage_states(
     fp32_weights = fp32_shards & ~as_array(lora_on) if lora else fp32_shards
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
-        dense = mem.sharded_state_bytes(n - n_expert, shards, precision)
+        dense = mem.sharded_state_bytes(n - n_expert, shards, precision, grad_bf16)
         if lora:  # the frozen weights, the adapters' state
-            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision)  # type: ignore[index]
+            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision, grad_bf16)  # type: ignore[index]
             dense = (dense[0], grads, optim)
         if routed_shards is not None:
-            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision)
+            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision, grad_bf16)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
         if any_true(fp32_weights):
             w, g, o = dense

@@ -62,10 +62,16 @@ def weight_bytes_per_param(precision: str) -> float:
     return 2.0
 
 
-def grad_bytes_per_param(precision: str) -> float:
+def grad_bytes_per_param(precision: str, reduce_bf16: Number = False) -> Number:
     """fp32 gradient buffers for BF16 and FP8 (Megatron-LM forces fp32 accumulation for BF16),
-    fp16 gradients for FP16 (Megatron-LM 2021 default)."""
-    return 2.0 if precision == "fp16" else 4.0
+    fp16 gradients for FP16 (Megatron-LM 2021 default). `reduce_bf16` (`Plan.grad_reduce_bf16`):
+    the buffer and its data-parallel reduction in the 16-bit parameter dtype instead (Megatron-LM
+    `--grad-reduce-in-bf16`, megatron/training/arguments.py; Megatron-Core's grad_reduce_in_fp32
+    False, whose buffers take the parameter's dtype, core/distributed/param_and_grad_buffer.py
+    group_params_for_buffers): 2."""
+    if precision == "fp16":
+        return 2.0
+    return ifelse(as_bool(reduce_bf16), 2.0, 4.0)
 
 
 @kept
@@ -80,12 +86,22 @@ def layer_activation_bytes(
     ffn: Number | None = None,
     selective_policy: str = "attention",
     stack_extra: float = 0.0,
+    recompute_modules: tuple[str, ...] = (),
 ) -> Number:
     """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
     width of its dense MLP, as in `physics.flops.layer_forward`). `selective_policy` "op":
     selective recomputation keeps what torchtitan's op-level policy saves (`op_sac_layer_bytes`).
     `stack_extra`: elements per token a stack's own layer code keeps beyond this inventory, split
-    over TP (`StackMemory.extra_saved_elements`); not kept under full recomputation."""
+    over TP (`StackMemory.extra_saved_elements`); not kept under full recomputation.
+    `recompute_modules` (Megatron-Core's selective modules, `Plan.recompute_modules`, with the
+    "attention" policy): "mlp" checkpoints a dense layer's MLP on its input
+    (megatron/core/transformer/transformer_layer.py `_forward_mlp`: tensor_parallel.checkpoint /
+    te_checkpoint of self.mlp on the pre-MLP residual), so the MLP's own saved tensors go: the
+    normalised input its first linear keeps, the up-projection (gate x f) and activation (f)
+    outputs, `mlp_checkpointed_bytes`; "core_attn" keeps q, k, v as the flash kernel does (nothing
+    more to drop); "layernorm" recomputes a standalone norm's output, which Transformer Engine's
+    layer spec does not have (the norms are fused into the following linears, input_layernorm and
+    pre_mlp_layernorm are IdentityOp): nothing dropped here."""
     s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
     f = model.ffn_hidden if ffn is None else ffn
     e, t, b = bytes_per_element, tp, batch
@@ -109,6 +125,9 @@ def layer_activation_bytes(
     flash = np.asarray(flash_attention, dtype=bool)
     scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
     kept = rep + split + scores_kept
+    if "mlp" in recompute_modules and selective_policy == "attention":
+        mlp = mlp_checkpointed_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f, stack_extra)
+        kept = np.where(rc == Recompute.SELECTIVE, kept - mlp, kept)
     if selective_policy == "op":
         op = op_sac_layer_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f)
         kept = np.where(rc == Recompute.SELECTIVE, op + np.where(flash, scores_flash, scores_std), kept)
@@ -130,6 +149,27 @@ def layer_activation_bytes(
         )
         kept = np.where(rc == Recompute.SELECTIVE, jax, kept)
     return np.where(rc == Recompute.FULL, full, kept)
+
+
+def mlp_checkpointed_bytes(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    bytes_per_element: float,
+    ffn: Number,
+    stack_extra: float = 0.0,
+) -> Number:
+    """What checkpointing a dense MLP on its input frees of `layer_activation_bytes`' inventory:
+    the normalised input the first linear keeps (replicated across TP unless sequence-parallel),
+    the up-projection's gate x f and the activation's f outputs, split over TP (and a stack's
+    extra elements, `stack_extra`, which are the eager GLU's). The checkpoint's input is the
+    residual the norm reads, kept already."""
+    s, b, h, e = model.seq_len, batch, model.hidden, bytes_per_element
+    gate = 2 if model.gated_mlp else 1
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    norm_out = np.where(sp, s * b * h / tp, s * b * h)
+    return e * (norm_out + s * b * ((gate + 1) * ffn + stack_extra) / tp)
 
 
 def op_sac_layer_bytes(
@@ -239,18 +279,21 @@ def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]
     return ifelse(z >= 3, dp, 1), ifelse(z >= 2, dp, 1), ifelse(z >= 1, dp, 1)
 
 
-def model_state_bytes(params: Number, dp: Number, zero_stage: Number, precision: str) -> tuple[Number, Number, Number]:
+def model_state_bytes(
+    params: Number, dp: Number, zero_stage: Number, precision: str, reduce_bf16: Number = False
+) -> tuple[Number, Number, Number]:
     """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage."""
-    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision)
+    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision, reduce_bf16)
 
 
 def sharded_state_bytes(
-    params: Number, shards: tuple[Number, Number, Number], precision: str
+    params: Number, shards: tuple[Number, Number, Number], precision: str, reduce_bf16: Number = False
 ) -> tuple[Number, Number, Number]:
-    """`model_state_bytes` with the ZeRO `shards` (`zero_shards`) already known."""
+    """`model_state_bytes` with the ZeRO `shards` (`zero_shards`) already known (`reduce_bf16`:
+    `grad_bytes_per_param`'s)."""
     w, g, o = shards
     weights = params * weight_bytes_per_param(precision) / w
-    grads = params * grad_bytes_per_param(precision) / g
+    grads = params * grad_bytes_per_param(precision, reduce_bf16) / g
     optim = params * OPTIMIZER_BYTES_PER_PARAM / o
     return weights, grads, optim
 

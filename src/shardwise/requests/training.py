@@ -94,6 +94,7 @@ class TrainingRequest:
     overlap_p2p: bool | None = default("overlap_p2p")
     pipeline_sync: bool | None = default("pipeline_sync")
     scatter_gather: bool | None = default("scatter_gather")
+    grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)

@@ -181,7 +181,10 @@ class Plan:
     GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears, `engines.costs`);
     `eager_glu`: a gated MLP's SiLU and multiply run as two kernels beside otherwise fused
     element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
-    concatenated and permuted for the attention kernel (nanotron, `physics.stack`).
+    concatenated and permuted for the attention kernel (nanotron, `physics.stack`);
+    `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
+    dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
+    which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`).
     """
 
     tp: Number = 1
@@ -239,6 +242,7 @@ class Plan:
     tp_shard_overlap: bool | np.ndarray = False
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
+    grad_reduce_bf16: bool | np.ndarray = False
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -67,5 +67,6 @@ BOOLEAN_FIELDS = (
     "tp_shard_overlap",
     "eager_glu",
     "layout_copies",
+    "grad_reduce_bf16",
     *EXECUTION_FLAGS,
 )
