@@ -8,7 +8,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.stage_ends import head_cost
+from shardwise.engines.stage_ends import EMBEDDING_KERNELS, embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
 from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_sends_per_micro_batch_s
@@ -170,3 +170,19 @@ def test_megatron_deepspeeds_loss_moves_fifty_two_bytes_a_logit():
     logits = scn.model.seq_len * scn.model.vocab / scn.plan.tp  # micro-batch 1
     extra = memory_s((52.0 - (2.0 + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)) * logits, A100) - A100.kernel_launch_s
     assert own.compute_forward_s - base.compute_forward_s == pytest.approx(extra)
+
+
+def test_the_embeddings_dense_gradient_is_zero_filled_then_accumulated_by_the_stack():
+    """embedding_dense_backward writes a zeroed vocab/t x h table in 16 bits (2 bytes a weight),
+    which the stack then adds to its accumulator: DeepSpeed bf16 18 bytes, Megatron's add 10."""
+    scn = _scenario("megatron-deepspeed")
+    megatron_add = _scenario("megatron-deepspeed", unfused_accumulate_bytes=MAIN_GRAD_ADD_BYTES)
+    comm = tp_comm(scn, Fabric.of(scn.cluster), placement(scn.plan, scn.cluster.gpus_per_node)["tp"])
+    table = scn.model.vocab * scn.model.hidden / scn.plan.tp
+    act = 2.0 * scn.model.seq_len * scn.model.hidden  # micro-batch 1, 16 bits
+    own = embedding_cost(scn, comm).compute_backward_s
+    assert own == pytest.approx(
+        memory_s(2 * act + (2.0 + CAST_THEN_ADD_BYTES) * table, A100, kernels=EMBEDDING_KERNELS)
+    )
+    added = embedding_cost(megatron_add, comm).compute_backward_s
+    assert own - added == pytest.approx(memory_s(8.0 * table, A100) - A100.kernel_launch_s)

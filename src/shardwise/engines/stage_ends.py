@@ -11,7 +11,6 @@ from shardwise.engines.costs import StageCost
 from shardwise.engines.tp_overlap import (
     TpComm,
 )
-from shardwise.physics import memory as mem
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
     attention_precision,
@@ -52,7 +51,11 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     act = e * tokens * model.hidden
     # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
     lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
-    grad_table = mem.grad_bytes_per_param(plan.precision) * model.vocab * model.hidden / plan.tp
+    # The lookup's gradient is a dense table (PyTorch's embedding_dense_backward: `at::zeros` of
+    # vocab/t x h in 16 bits, then a scatter of the tokens' rows), which the stack then adds to
+    # its accumulator outside any GEMM: e + the stack's unfused accumulation bytes per weight
+    # (`physics.microbatch`: Megatron's main_grad.add_ 10, DeepSpeed bf16 18, fp16 6).
+    grad_table = (e + as_array(plan.unfused_accumulate_bytes)) * model.vocab * model.hidden / plan.tp
     grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
