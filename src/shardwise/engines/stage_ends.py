@@ -44,7 +44,8 @@ EMBEDDING_KERNELS = 2
 
 
 def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
-    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction."""
+    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction; backward, the
+    dense gradient table and the stack's add of it."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
