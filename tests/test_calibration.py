@@ -50,6 +50,26 @@ def example_calibration(example_calibration_run: tuple[Path, str]) -> Path:
     return example_calibration_run[0]
 
 
+@pytest.fixture(scope="module")
+def intra_calibration(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example runs fitted on the bandwidth inside a server alone (`--params`): the parameter the
+    crossover, sweep and sensitivity figures vary around, whichever one the automatic choice would
+    pick (it changes with the presets' fitted scales)."""
+    import contextlib
+    import io
+
+    from shardwise.cli import main
+
+    cal = tmp_path_factory.mktemp("calibration") / "intra.yaml"
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            main(["calibrate", str(EXAMPLE), "--params", "intra_node_bandwidth_scale", "-o", str(cal)])
+        except SystemExit as done:
+            assert done.code in (0, None)
+    assert cal.exists()
+    return cal
+
+
 TRUE = {"matmul_efficiency_scale": 0.85, "step_overhead_s": 0.3, "inter_node_bandwidth_scale": 0.6}
 
 
@@ -565,8 +585,8 @@ def test_runs_far_from_the_prior_widen_it():
     assert result.values["matmul_efficiency_scale"] == pytest.approx(0.7, rel=0.05)
 
 
-def test_calibrated_crossover_bands_are_each_points_own(cli, example_calibration: Path):
-    cal = example_calibration
+def test_calibrated_crossover_bands_are_each_points_own(cli, intra_calibration: Path):
+    cal = intra_calibration
     args = ["crossover", "--no-plot", "--gpu", "h100-sxm5-80gb", "--json"]
     code, out, err = cli([*args, "--calibration", str(cal)])
     assert code == 0, err
@@ -578,10 +598,10 @@ def test_calibrated_crossover_bands_are_each_points_own(cli, example_calibration
     assert len(one) == 1  # uncalibrated: the public spread everywhere
 
 
-def test_calibrated_sweep_bands_are_each_points_own(cli, tmp_path: Path, example_calibration: Path):
+def test_calibrated_sweep_bands_are_each_points_own(cli, tmp_path: Path, intra_calibration: Path):
     import csv
 
-    cal, grid = example_calibration, tmp_path / "grid.csv"
+    cal, grid = intra_calibration, tmp_path / "grid.csv"
     args = ["sweep", "--vary", "batch=1..16", "--vary", "bandwidth=10GB/s..900GB/s:4", "--gpu", "h100-sxm5-80gb"]
     code, _, err = cli([*args, "--calibration", str(cal), "--out", str(grid)])
     assert code == 0, err
@@ -598,7 +618,7 @@ def test_calibrated_sweep_bands_are_each_points_own(cli, tmp_path: Path, example
     assert max(plain) - min(plain) < 2e-5 * max(plain)  # uncalibrated: the public spread everywhere (6 digits)
 
 
-def test_sensitivity_ratios_carry_intervals(cli, example_calibration: Path):
+def test_sensitivity_ratios_carry_intervals(cli, intra_calibration: Path):
     from shardwise.calibration.spreads import PAIR_LOG_SD, Z80
 
     code, out, err = cli(["sensitivity", "--no-plot", "--json", "--layers-values", "48,96", "--hidden-values", "4096"])
@@ -611,7 +631,7 @@ def test_sensitivity_ratios_carry_intervals(cli, example_calibration: Path):
             for key in ("ratio_low", "ratio_high"):
                 a, b = bar[f"{key}_interval"]
                 assert a < bar[key] < b
-    cal = example_calibration
+    cal = intra_calibration
     args = ["sensitivity", "--no-plot", "--layers-values", "48,96", "--hidden-values", "4096"]
     args += ["--gpu", "h100-sxm5-80gb"]
     code, out, err = cli([*args, "--json", "--calibration", str(cal)])

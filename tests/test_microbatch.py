@@ -8,12 +8,17 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
+from shardwise.engines.stage_ends import EMBEDDING_KERNELS, embedding_cost, head_cost
+from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
 from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_sends_per_micro_batch_s
 from shardwise.errors import SpecError
+from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import linear_times, memory_s
-from shardwise.physics.flops import gemm
+from shardwise.physics.flops import CROSS_ENTROPY_FP32_BYTES_PER_LOGIT, gemm
 from shardwise.physics.microbatch import CAST_THEN_ADD_BYTES, MAIN_GRAD_ADD_BYTES, pipeline_transfers
+from shardwise.physics.stack import MEGATRON_DEEPSPEED_LOSS_BYTES_PER_LOGIT
+from shardwise.physics.topology import placement
 from shardwise.presets import _framework_from_dict
 from shardwise.specs import Plan, Scenario
 
@@ -151,3 +156,33 @@ def test_megatron_deepspeed_public_rows_run_as_their_code_does():
     assert stated["flash_attention"] is True
     _, zero3 = public_stacks.execution(rows["PUB-0995"])
     assert zero3["overlap_grad_reduce"] is True
+
+
+def test_megatron_deepspeeds_loss_moves_fifty_two_bytes_a_logit():
+    """GPTModelPipe's float16_to_fp32 (2 + 4), then Megatron's unfused vocab-parallel loss: max 4,
+    sub_ 8, exp 8, sum 4, div_ 8; backward mul_ 8 and the cast back (4 + 2)."""
+    assert MEGATRON_DEEPSPEED_LOSS_BYTES_PER_LOGIT == 52.0
+    assert presets.framework("megatron-deepspeed")["loss_bytes_per_logit"] == MEGATRON_DEEPSPEED_LOSS_BYTES_PER_LOGIT
+    scn = _scenario("megatron-deepspeed")
+    fused = _scenario("megatron-deepspeed", loss_bytes_per_logit=0.0)
+    comm = tp_comm(scn, Fabric.of(scn.cluster), placement(scn.plan, scn.cluster.gpus_per_node)["tp"])
+    own, base = head_cost(scn, comm), head_cost(fused, comm)
+    logits = scn.model.seq_len * scn.model.vocab / scn.plan.tp  # micro-batch 1
+    extra = memory_s((52.0 - (2.0 + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)) * logits, A100) - A100.kernel_launch_s
+    assert own.compute_forward_s - base.compute_forward_s == pytest.approx(extra)
+
+
+def test_the_embeddings_dense_gradient_is_zero_filled_then_accumulated_by_the_stack():
+    """embedding_dense_backward writes a zeroed vocab/t x h table in 16 bits (2 bytes a weight),
+    which the stack then adds to its accumulator: DeepSpeed bf16 18 bytes, Megatron's add 10."""
+    scn = _scenario("megatron-deepspeed")
+    megatron_add = _scenario("megatron-deepspeed", unfused_accumulate_bytes=MAIN_GRAD_ADD_BYTES)
+    comm = tp_comm(scn, Fabric.of(scn.cluster), placement(scn.plan, scn.cluster.gpus_per_node)["tp"])
+    table = scn.model.vocab * scn.model.hidden / scn.plan.tp
+    act = 2.0 * scn.model.seq_len * scn.model.hidden  # micro-batch 1, 16 bits
+    own = embedding_cost(scn, comm).compute_backward_s
+    assert own == pytest.approx(
+        memory_s(2 * act + (2.0 + CAST_THEN_ADD_BYTES) * table, A100, kernels=EMBEDDING_KERNELS)
+    )
+    added = embedding_cost(megatron_add, comm).compute_backward_s
+    assert own - added == pytest.approx(memory_s(8.0 * table, A100) - A100.kernel_launch_s)

@@ -216,6 +216,7 @@ def test_a_framework_names_its_pipeline_split_and_a_bad_one_is_refused():
 
     assert p.framework_pipeline_split("nanotron") == "compute"
     assert p.framework_pipeline_split("megatron-core") == "even"  # not stated: even
+    assert p.framework_pipeline_split("megatron-deepspeed") == "deepspeed"
     data = {f: False for f in p.FRAMEWORK_FLAGS} | {"zero_stage": 1, "pipeline_split": "diagonal"}
-    with pytest.raises(SpecError, match="pipeline_split: 'diagonal' is not allowed; choose even, compute"):
+    with pytest.raises(SpecError, match="pipeline_split: 'diagonal' is not allowed; choose even, compute, deepspeed"):
         p._framework_from_dict("mine", data)

@@ -305,3 +305,24 @@ def test_nanotron_places_its_pipeline_blocks_by_compute_and_a_given_split_wins()
     assert mega.stage_layers is None  # Megatron's even split
     given = TrainingRequest(framework="nanotron", first_stage_layers=8, **common).build(m).scenario.plan
     assert given.stage_layers is None and int(given.first_stage_layers) == 8
+
+
+def test_deepspeed_balances_only_its_transformer_layers_and_a_given_split_wins():
+    """DeepSpeed's partition_balanced over GPTModelPipe's specs (3 before the layers, 4 after, weight
+    0; each layer 1): the smallest heaviest stage is ceil(layers / pp), filled greedily from the
+    first stage, so the last takes the rest; _lprobe's bucket walk gives 16 over 5 as 3, 3, 3, 3, 4."""
+    from shardwise import presets
+    from shardwise.specs.stages import deepspeed_balanced_counts
+
+    assert deepspeed_balanced_counts(70, 12) == (6,) * 11 + (4,)
+    assert deepspeed_balanced_counts(40, 8) == (5,) * 8
+    assert deepspeed_balanced_counts(30, 4) == (8, 8, 8, 6)
+    assert deepspeed_balanced_counts(16, 5) == (3, 3, 3, 3, 4)
+    assert deepspeed_balanced_counts(3, 4) is None  # a stage without a layer: DeepSpeed's pipeline fails too
+
+    m = presets.model("gpt3-175b", layers=70, hidden=14336, heads=112)
+    common = {"system": "dgx-a100", "nodes": 12, "tp": 4, "pp": 12, "global_batch": 16}
+    ds = TrainingRequest(framework="megatron-deepspeed", **common).build(m).scenario.plan
+    assert ds.stage_layers == (6,) * 11 + (4,)
+    given = TrainingRequest(framework="megatron-deepspeed", stage_layers=",".join(["5"] + ["6"] * 10 + ["5"]), **common)
+    assert given.build(m).scenario.plan.stage_layers == (5,) + (6,) * 10 + (5,)

@@ -11,7 +11,6 @@ from shardwise.engines.costs import StageCost
 from shardwise.engines.tp_overlap import (
     TpComm,
 )
-from shardwise.physics import memory as mem
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
     attention_precision,
@@ -29,6 +28,9 @@ from shardwise.physics.stack import (
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 
+# bytes per weight to add a 16-bit gradient into a 16-bit buffer: read both, write one
+BF16_BUFFER_ADD_BYTES = 6.0
+
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
 # target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`); the logits are
 # cast to fp32 first (`VocabParallelCrossEntropy.calculate_logits_max`), so each value is 4 bytes
@@ -45,14 +47,23 @@ EMBEDDING_KERNELS = 2
 
 
 def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
-    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction."""
+    """Vocab-parallel embedding lookup (+ learned positions) and its TP reduction; backward, the
+    dense gradient table and the stack's add of it."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
     act = e * tokens * model.hidden
     # lookup: read the rows, write the output (2 act); a learned position add reads two, writes one
     lookup = memory_s(2 * act + (3 * act if model.learned_positions else 0.0), gpu, kernels=EMBEDDING_KERNELS)
-    grad_table = mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16) * model.vocab * model.hidden / plan.tp
+    # The lookup's gradient is a dense table (PyTorch's embedding_dense_backward: `at::zeros` of
+    # vocab/t x h in 16 bits, then a scatter of the tokens' rows), which the stack then adds to
+    # its accumulator outside any GEMM: e + the stack's unfused accumulation bytes per weight
+    # (`physics.microbatch`: Megatron's main_grad.add_ 10, DeepSpeed bf16 18, fp16 6); into a
+    # bf16 gradient buffer (`Plan.grad_reduce_bf16`) the add reads 2 + 2 and writes 2.
+    accumulate = np.where(
+        np.asarray(plan.grad_reduce_bf16, dtype=bool), BF16_BUFFER_ADD_BYTES, as_array(plan.unfused_accumulate_bytes)
+    )
+    grad_table = (e + accumulate) * model.vocab * model.hidden / plan.tp
     grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)

@@ -69,8 +69,11 @@ rank and re-gathered, engine.py `is_pipe_partitioned`) add a few ms over the net
 (6 per stage) that is 4-5 ms per micro-batch, about half the cost per micro-batch per layer that
 issue 33 infers for such a stack (about 8 ms); what else DeepSpeed's engine does per micro-batch
 (three host syncs: ThroughputTimer.start and PartitionedTensor.from_meta's tolist() twice; the
-activation checkpoint's RNG bookkeeping, host only) is tens of microseconds. docs/model.md
-("What the DeepSpeed pipeline engine does per micro-batch") lists what was checked.
+activation checkpoint's RNG bookkeeping, host only) is tens of microseconds. The first stage
+also pays the embedding's dense gradient (a zeroed 16-bit vocab/tp x h table, then the same
+18-byte add: 0.9e9 weights at vocabulary 250,880, about 8 ms, `engines.stage_ends`) and the last
+the fp32 loss (52 bytes a logit, `physics.stack`). docs/model.md ("What the DeepSpeed pipeline
+engine does per micro-batch") lists what was checked.
 """
 
 from __future__ import annotations

@@ -140,6 +140,13 @@ nanotron's loss (models/llama.py `cast_to_fp32`, `Loss`; tensor_parallel/functio
 `_ShardedCrossEntropy`), bytes per logit with 16-bit logits: forward x.float() (2 + 4), max (4),
 subtract out of place (4 + 4), exp in place (4 + 4), sum (4), div_ (4 + 4): 38; backward mul_
 (4 + 4) and the cast back to 16 bits (4 + 2): 14. 52 bytes against the fused loss's e + 12 = 14.
+
+Megatron-DeepSpeed's loss counts the same 52 bytes per logit, by another route: GPTModelPipe
+appends `float16_to_fp32` after the tied output layer (megatron/model/gpt_model.py, `.float()`:
+2 + 4), its `CrossEntropy` hands the fp32 logits to Megatron's `_VocabParallelCrossEntropy`
+(megatron/mpu/cross_entropy.py: max 4, `sub_` 4 + 4, `torch.exp(out=)` 4 + 4, sum 4, `div_`
+4 + 4): 38 forward; backward `mul_` (4 + 4) on the saved softmax and the cast's backward to 16
+bits (4 + 2): 14 (bigscience-workshop and deepspeedai Megatron-DeepSpeed, 2021-2023).
 """
 
 from __future__ import annotations
@@ -175,6 +182,7 @@ NANOTRON_MODULE_CALLS = 12
 NANOTRON_BACKWARD_OPS = (44, 24, 6, 6, 6, 8)
 NANOTRON_ACCUMULATE_OPS = (6, 24, 0, 0, 0, 0)  # FP32GradientAccumulator._accumulate_grad, 6 parameters
 NANOTRON_LOSS_BYTES_PER_LOGIT = 38.0 + 14.0
+MEGATRON_DEEPSPEED_LOSS_BYTES_PER_LOGIT = (2 + 4) + 4 + 8 + 8 + 4 + 8 + 8 + (4 + 2)  # 52: the docstring above
 
 
 def host_units(counts: tuple[int, ...], weights: tuple[float, ...] = NANOTRON_HOST_UNIT_WEIGHTS) -> float:

@@ -309,7 +309,7 @@ STACK_FIELDS = (
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
-PIPELINE_SPLITS = ("even", "compute")
+PIPELINE_SPLITS = ("even", "compute", "deepspeed")
 # ... as the Plan keyword arguments `framework` returns: the same, the host time in seconds, less the
 # keys that are no Plan field (flash_attention goes with the CLI's own flag, the fp16 accumulation
 # bytes with the precision, the pipeline split with the request layer)

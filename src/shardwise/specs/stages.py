@@ -14,13 +14,17 @@ the layers of the fullest middle stage (the one that sets the pace):
   `--decoder-last-pipeline-num-layers`): the other stages split the rest as evenly as possible;
 - explicit: one count per stage (`Plan.stage_layers`);
 - balanced by compute as nanotron's `build_model` does (`compute_balanced_counts`; the nanotron
-  preset's default, given as an explicit split by the request layer).
+  preset's default, given as an explicit split by the request layer);
+- DeepSpeed's PipelineModule over GPTModelPipe's transformer layers (`deepspeed_balanced_counts`:
+  the first stages ceil(layers / pp), the last the rest; the megatron-deepspeed preset's default,
+  likewise given as an explicit split).
 
 With v model chunks per GPU (interleaved schedule) each chunk holds 1/v of its stage's layers.
 """
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -163,6 +167,54 @@ def compute_balanced_counts(layers: int, pp: int, layer_cost: float, head_cost: 
             if stage == pp:
                 return None
     return tuple(counts) if min(counts) >= 1 else None
+
+
+# GPTModelPipe's specs around its transformer layers (Megatron-DeepSpeed megatron/model/gpt_model.py,
+# fp16 or bf16): _to_float16, the tied EmbeddingPipe and a transpose before them; the transpose
+# back, the final LayerNorm, the tied EmbeddingPipe for the logits and float16_to_fp32 after them
+GPT_PIPE_SPECS_BEFORE_LAYERS = 3
+GPT_PIPE_SPECS_AFTER_LAYERS = 4
+
+
+def deepspeed_balanced_counts(layers: int, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage as DeepSpeed's PipelineModule places GPTModelPipe's specs with
+    `partition_method='type:transformer'` (weight 1 a transformer layer, 0 every other spec):
+    `partition_balanced` of deepspeed/runtime/utils.py in v0.6 to v0.12.4, a binary search for the
+    smallest heaviest stage and `_lprobe`'s greedy fill, ported as it is. The first stages take
+    ceil(layers / pp) and the last the rest (70 layers over 12 stages: 6 x 11 and 4, the embedding
+    on a 6-layer first stage). None where a stage would get no layer (which DeepSpeed's pipeline
+    cannot run either)."""
+    weights = [0] * GPT_PIPE_SPECS_BEFORE_LAYERS + [1] * layers + [0] * GPT_PIPE_SPECS_AFTER_LAYERS
+    if layers < pp:
+        return None
+    prefix = list(np.cumsum(weights))
+    lower, upper, eps = prefix[-1] / pp, float(prefix[-1]), 1e-3
+    while upper > lower + eps:  # _rb_partition_balanced
+        mid = lower + (upper - lower) / 2
+        if _lprobe(prefix, pp, mid)[1]:
+            upper = mid
+        else:
+            lower = mid + eps
+    parts, ok = _lprobe(prefix, pp, upper)
+    counts = tuple(int(sum(weights[parts[i] : parts[i + 1]])) for i in range(pp))
+    return counts if ok and min(counts) >= 1 else None
+
+
+def _lprobe(prefix: list[int], pp: int, bottleneck: float) -> tuple[list[int], bool]:
+    """DeepSpeed's `_lprobe`: stage ends filling each stage up to `bottleneck`, and whether the
+    last stage stays under it."""
+    n = len(prefix)
+    parts = [0] + [n] * pp
+    bsum, chunk = bottleneck, n // pp
+    step = chunk
+    for p in range(1, pp):
+        while step < n and prefix[step] < bsum:
+            step += chunk
+        parts[p] = bisect.bisect_left(prefix, bsum, lo=step - chunk, hi=min(step, n))
+        if parts[p] == n:
+            return parts, prefix[-1] - prefix[parts[p - 1]] < bottleneck
+        bsum = prefix[parts[p] - 1] + bottleneck
+    return parts, bsum >= prefix[-1]
 
 
 def plan_split(layers: Number, plan: object) -> StageSplit:
