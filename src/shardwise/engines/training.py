@@ -44,10 +44,10 @@ from shardwise.engines.training_layout import (
     layout_key,
     layout_terms_of,
     stage_params_of,
-    step_memory,
     trainable_of,
 )
 from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
+from shardwise.engines.training_step_memory import step_memory
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.memory import MemoryBreakdown
