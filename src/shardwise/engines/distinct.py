@@ -155,8 +155,10 @@ def evaluate_grouped(
     one, nothing invented). Applies to flat scenarios (every array field one value per
     configuration, as a planner or a random draw gives them) of at least MIN_CONFIGURATIONS
     whose groups are at most MAX_DISTINCT_SHARE of them; anything else is priced as given."""
-    groups = GROUPING and groups_of(scn, exclude)
-    if not groups:
+    if not GROUPING or not _leaves(scn):  # one configuration: nothing to group
+        return fn(scn)
+    groups = groups_of(scn, exclude)
+    if groups is None:
         return fn(scn)
     rows, inverse = groups
     seeded = None
@@ -192,8 +194,6 @@ def groups_of(scn: Any, exclude: frozenset[tuple[str, ...]]) -> tuple[np.ndarray
 
 def _groups_of(scn: Any, exclude: frozenset[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray] | None:
     leaves = _leaves(scn)
-    if not leaves:
-        return None
     n = leaves[0][1].size
     if n < MIN_CONFIGURATIONS or any(a.ndim != 1 or a.size != n for _, a in leaves):
         return None
