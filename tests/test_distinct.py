@@ -180,9 +180,9 @@ def test_grouped_stage_costs_are_the_costs_of_every_plan(seed, model):
     groups = []
     original = distinct._rebuild
 
-    def spy(obj, values, path=()):
+    def spy(obj, values, path=(), checked=False):
         groups.append(len(next(iter(values.values()))))
-        return original(obj, values, path)
+        return original(obj, values, path, checked)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(distinct, "_rebuild", spy)

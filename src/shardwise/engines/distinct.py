@@ -172,7 +172,7 @@ def evaluate_grouped(
         known = known_codes(a)  # each group's fields keep their codes (`specs.grouped` groups by them)
         if known is not None:
             remember_codes(part, known[0].take(rows), known[1])
-    one = _rebuild(scn, values)
+    one = _rebuild(scn, values, checked=True)  # rows of a checked scenario
     if seeded is not None:  # the groups' own groups without `also`: those of `groups`
         base = groups[1].take(rows)
         first = np.empty(seeded, dtype=np.int64)

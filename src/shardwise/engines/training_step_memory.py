@@ -31,13 +31,15 @@ from shardwise.specs.memo import Memo
 MEMORY = Memo("training memory")
 
 
-def step_memory(scn: Scenario, local: Scenario, lay: Layout, m: Number, layout: tuple[object, ...]) -> MemoryBreakdown:
-    """`memory_breakdown` of the step (`local`: one CP rank's scenario), kept per configuration's
-    layout (`layout`: its `layout_key`) and in-flight counts; many plans of a dense model priced
-    once per group of a layout and the micro-batches it holds (`micro_batches_held`)."""
+def step_memory(scn: Scenario, lay: Layout, m: Number, layout: tuple[object, ...]) -> MemoryBreakdown:
+    """`memory_breakdown` of the step (of one CP rank's scenario, `context_parallel`), kept per
+    configuration's layout (`layout`: its `layout_key`) and in-flight counts; many plans of a
+    dense model priced once per group of a layout and the micro-batches it holds
+    (`micro_batches_held`)."""
     plan, split = scn.plan, lay.split
 
     def compute() -> MemoryBreakdown:
+        local = context_parallel(scn)
         return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained)
 
     batch = plan.global_batch

@@ -79,8 +79,15 @@ def _own_leaves(obj: Any) -> list[tuple[tuple[str, ...], np.ndarray]]:
     return out
 
 
-def _rebuild(obj: Any, values: dict[tuple[str, ...], np.ndarray], path: tuple[str, ...] = ()) -> Any:
-    """`obj` with the fields at `values`' paths replaced (nested dataclasses rebuilt)."""
+def _rebuild(
+    obj: Any, values: dict[tuple[str, ...], np.ndarray], path: tuple[str, ...] = (), checked: bool = False
+) -> Any:
+    """`obj` with the fields at `values`' paths replaced (nested dataclasses rebuilt).
+
+    `checked`: `values` are rows of `obj`'s own arrays (the configurations of some of its rows),
+    so every one of them passed `obj`'s checks when it was built (each rule reads one
+    configuration): the objects are made without running them again, their fields set as
+    `obj`'s own were (a planner's or a draw's groups: a representative row per group)."""
     changes: dict[str, Any] = {}
     for f in dataclasses.fields(obj):
         here = (*path, f.name)
@@ -90,8 +97,14 @@ def _rebuild(obj: Any, values: dict[tuple[str, ...], np.ndarray], path: tuple[st
             value = getattr(obj, f.name)
             nested = dataclasses.is_dataclass(value) and not isinstance(value, type)
             if nested and any(p[: len(here)] == here for p in values):
-                changes[f.name] = _rebuild(value, values, here)
-    return dataclasses.replace(obj, **changes) if changes else obj
+                changes[f.name] = _rebuild(value, values, here, checked)
+    if not changes:
+        return obj
+    if not checked:
+        return dataclasses.replace(obj, **changes)
+    out = object.__new__(type(obj))
+    out.__dict__.update({f.name: obj.__dict__[f.name] for f in dataclasses.fields(obj)}, **changes)
+    return out
 
 
 # Read-only arrays whose codes are known (a distinct spec's fields, decoded from them): id ->
