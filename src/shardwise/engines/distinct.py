@@ -224,7 +224,7 @@ def _codes_of(a: np.ndarray, n: int) -> tuple[np.ndarray, int]:
 def _also_grouped(count: int, inverse: np.ndarray, also: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(one row of each group of configurations that agree on their group and on `also`, each
     configuration's group) for `count` groups given by `inverse`."""
-    codes, size = _codes_of(also, also.size)
+    codes, size = _codes_of(np.broadcast_to(also, inverse.shape), inverse.size)
     key = inverse * size
     key += codes
     return group_rows(key, count * size)
