@@ -103,7 +103,7 @@ def _rebuild(
     if not checked:
         return dataclasses.replace(obj, **changes)
     out = object.__new__(type(obj))
-    out.__dict__.update({f.name: obj.__dict__[f.name] for f in dataclasses.fields(obj)}, **changes)
+    out.__dict__.update({f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}, **changes)
     return out
 
 
