@@ -129,8 +129,13 @@ def measure(rounds: int, n: int) -> dict[str, tuple[float, int]]:
         from shardwise.engines import training_layout as kept_in
     except ImportError:
         kept_in = training  # type: ignore[assignment]
+    try:  # the memory's memo (in engines.training_step_memory since issue 38 part 7)
+        from shardwise.engines import training_step_memory as memory_in
+    except ImportError:
+        memory_in = kept_in  # type: ignore[assignment]
     names = ("LAYOUTS", "_LAYOUTS", "MEMORY", "_MEMORY")
-    layouts = [m for m in (getattr(kept_in, name, None) for name in names) if m is not None]
+    found = (getattr(module, name, None) for module in (kept_in, memory_in) for name in names)
+    layouts = list({id(m): m for m in found if m is not None}.values())
 
     def new_layout(fields: dict[str, int]) -> object:
         for kept in layouts:

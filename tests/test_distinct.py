@@ -180,9 +180,9 @@ def test_grouped_stage_costs_are_the_costs_of_every_plan(seed, model):
     groups = []
     original = distinct._rebuild
 
-    def spy(obj, values, path=()):
+    def spy(obj, values, path=(), checked=False):
         groups.append(len(next(iter(values.values()))))
-        return original(obj, values, path)
+        return original(obj, values, path, checked)
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(distinct, "_rebuild", spy)
@@ -236,16 +236,17 @@ def test_grouped_collective_prices_follow_every_field_they_read():
     same(estimate_each_training_step(scn), reference)
 
 
-def _wide_plans(seed: int, n: int) -> Scenario:
+def _wide_plans(seed: int, n: int, most_batches: int = 2) -> Scenario:
     """Random plans whose distinct configurations are many (more than MIN_CONFIGURATIONS), as
-    benchmarks/bench_bulk.py's wide draw: every ZeRO stage, schedule, SP, cp and overlap."""
+    benchmarks/bench_bulk.py's wide draw: every ZeRO stage, schedule, SP, cp and overlap, and up
+    to `most_batches` micro-batches per replica."""
     rng = np.random.default_rng(seed)
     tp, pp = rng.choice([1, 2, 4, 8], n), rng.choice([1, 2, 4, 8], n)
     cp = np.where(tp * pp < 64, rng.choice([1, 2], n), 1)
     dp = 64 // (tp * pp * cp)
     mb = rng.choice([1, 2, 4], n)
     schedule = np.where(pp < 2, 1, rng.choice([0, 1, 2, 3], n))
-    batches = rng.integers(1, 3, n)
+    batches = rng.integers(1, most_batches + 1, n)
     batches = np.where(schedule == 2, pp * np.maximum(batches // pp, 1), batches)
     plan = Plan(tp=tp, pp=pp, cp=cp, dp=dp, micro_batch=mb, global_batch=dp * mb * batches,
                 recompute=rng.integers(0, 3, n), zero_stage=rng.integers(0, 4, n), schedule=schedule,
@@ -288,3 +289,33 @@ def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_config
         memo.clear_all()
         each = estimate_training_step(Scenario(scn.model, scn.cluster, scn.plan))
         same(fast, each)
+
+
+def test_the_memory_of_plans_holding_the_same_micro_batches_is_priced_once_and_is_each_ones():
+    """Over plans with up to 32 micro-batches (most beyond what 1F1B, ZB-H1 and the interleaved
+    warm-up keep in flight), the memory priced once per group of a layout and the micro-batches
+    it holds (`training_step_memory`) is every configuration's own, field by field."""
+    from shardwise.engines import training_step_memory
+
+    scn = _wide_plans(3, 60000, most_batches=32)
+    plan = scn.plan
+    held = training_step_memory.micro_batches_held(plan.pp, plan.vpp, plan.num_micro_batches, plan.schedule)
+    assert np.mean(held < plan.num_micro_batches) > 0.3  # the groups merge plans of other batches
+    grouped, original = [], distinct._also_grouped
+
+    def spy(count, inverse, also):
+        rows, groups = original(count, inverse, also)
+        grouped.append((rows.size, inverse.size))
+        return rows, groups
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distinct, "_also_grouped", spy)
+        fast = estimate_training_step(scn).memory
+        _ = fast.total_bytes
+    assert grouped and grouped[0][0] < grouped[0][1] / 2  # priced per group
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(distinct, "GROUPING", False)
+        memo.clear_all()
+        each = estimate_training_step(Scenario(scn.model, scn.cluster, scn.plan)).memory
+    same(fast, each)
+    assert np.array_equal(fast.total_bytes, each.total_bytes)

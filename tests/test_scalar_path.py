@@ -408,7 +408,7 @@ def test_the_layout_terms_read_no_batch_they_are_kept_without(case):
     the data-parallel exposure of ZeRO-2/3 and the memory) are kept under every plan field but the
     global batch: a dense model's read neither it nor the micro-batches it sets (a mixture of
     experts' key holds the batch); the memory reads them only through the in-flight counts it is
-    kept under (`training_layout.step_memory`)."""
+    kept under (`training_step_memory.step_memory`)."""
     from shardwise.engines import distinct
     from shardwise.engines.training_layout import _layout_terms
     from shardwise.engines.training_memory import memory_breakdown

@@ -36,6 +36,7 @@ from shardwise.specs.distinct import (  # the coding: specs.distinct (a Scenario
     find_distinct,
     group_rows,
     known_codes,
+    remember_codes,
 )
 
 T = TypeVar("T")
@@ -143,42 +144,90 @@ def _lazy(value: Any, expand: tuple[np.ndarray, tuple[int, ...], int, Any]) -> A
     return out
 
 
-def evaluate_grouped(fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[str, ...]]) -> T:
+def evaluate_grouped(
+    fn: Callable[[Any], T], scn: Any, exclude: frozenset[tuple[str, ...]], also: np.ndarray | None = None
+) -> T:
     """`fn(scn)` computed once per group of configurations that agree on every array-valued field
-    but those in `exclude` (paths such as ("plan", "dp")), and gathered back: the same numbers
-    when `fn` is elementwise and reads none of the excluded fields. Each group is priced at one
-    of its own configurations (a real one, nothing invented). Applies to flat scenarios (every
-    array field one value per configuration, as a planner or a random draw gives them) of at
-    least MIN_CONFIGURATIONS whose groups are at most MAX_DISTINCT_SHARE of them; anything else
-    is priced as given."""
-    leaves = _leaves(scn)
-    if not GROUPING or not leaves:
+    but those in `exclude` (paths such as ("plan", "dp")), and on `also` (whole numbers, one per
+    configuration: what `fn` reads of the excluded fields, such as the micro-batches a pipeline
+    holds), and gathered back: the same numbers when `fn` is elementwise and reads the excluded
+    fields only through `also`. Each group is priced at one of its own configurations (a real
+    one, nothing invented). Applies to flat scenarios (every array field one value per
+    configuration, as a planner or a random draw gives them) of at least MIN_CONFIGURATIONS
+    whose groups are at most MAX_DISTINCT_SHARE of them; anything else is priced as given."""
+    if not GROUPING or not _leaves(scn):  # one configuration: nothing to group
         return fn(scn)
+    groups = groups_of(scn, exclude)
+    if groups is None:
+        return fn(scn)
+    rows, inverse = groups
+    seeded = None
+    if also is not None:
+        (rows, inverse), seeded = _also_grouped(rows.size, inverse, also), rows.size
+        if rows.size > MAX_DISTINCT_SHARE * inverse.size:
+            return fn(scn)
+    values = {}
+    for path, a in _leaves(scn):
+        values[path] = part = a.take(rows)
+        known = known_codes(a)  # each group's fields keep their codes (`specs.grouped` groups by them)
+        if known is not None:
+            remember_codes(part, known[0].take(rows), known[1])
+    one = _rebuild(scn, values, checked=True)  # rows of a checked scenario
+    if seeded is not None:  # the groups' own groups without `also`: those of `groups`
+        base = groups[1].take(rows)
+        first = np.empty(seeded, dtype=np.int64)
+        first[base] = np.arange(rows.size)
+        one.__dict__.setdefault("_groups", {})[exclude] = (first, base)
+    return _gather(fn(one), inverse, rows.size)
+
+
+def groups_of(scn: Any, exclude: frozenset[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray] | None:
+    """(one row of each group of configurations that agree on every array field but `exclude`,
+    each configuration's group) for `evaluate_grouped`, or None where it prices as given. Kept
+    on the scenario (outside its fields, as `specs.distinct.find_distinct` keeps its answer):
+    the layout terms and the memory group by the same fields."""
+    kept = scn.__dict__.setdefault("_groups", {})
+    if exclude not in kept:
+        kept[exclude] = _groups_of(scn, exclude)
+    return kept[exclude]  # type: ignore[no-any-return]
+
+
+def _groups_of(scn: Any, exclude: frozenset[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray] | None:
+    leaves = _leaves(scn)
     n = leaves[0][1].size
     if n < MIN_CONFIGURATIONS or any(a.ndim != 1 or a.size != n for _, a in leaves):
-        return fn(scn)
+        return None
     coded = []
     stride = 1
     for path, a in leaves:
         if path in exclude:
             continue
-        known = known_codes(a)  # a distinct plan's field: coded already
-        if known is not None:
-            codes, size = known
-        elif (c := _Codes(a, a.shape, n)).size == 0:  # continuous values: code them by sorting
-            values, codes = np.unique(a, return_inverse=True)
-            size = len(values)
-        else:
-            codes, size = c.codes(), c.size
+        codes, size = _codes_of(a, n)
         if stride * size >= 2**62:
-            return fn(scn)
+            return None
         coded.append((codes, size))
         stride *= size
     rows, inverse = group_rows(_combine(coded, n), stride)
-    if len(rows) > MAX_DISTINCT_SHARE * n:
-        return fn(scn)
-    result = fn(_rebuild(scn, {path: a[rows] for path, a in leaves}))
-    return _gather(result, inverse, len(rows))
+    return None if len(rows) > MAX_DISTINCT_SHARE * n else (rows, inverse)
+
+
+def _codes_of(a: np.ndarray, n: int) -> tuple[np.ndarray, int]:
+    known = known_codes(a)  # a distinct plan's field: coded already
+    if known is not None:
+        return known
+    if (c := _Codes(a, a.shape, n)).size == 0:  # continuous values: code them by sorting
+        values, codes = np.unique(a, return_inverse=True)
+        return codes, len(values)
+    return c.codes(), c.size
+
+
+def _also_grouped(count: int, inverse: np.ndarray, also: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(one row of each group of configurations that agree on their group and on `also`, each
+    configuration's group) for `count` groups given by `inverse`."""
+    codes, size = _codes_of(np.broadcast_to(also, inverse.shape), inverse.size)
+    key = inverse * size
+    key += codes
+    return group_rows(key, count * size)
 
 
 def _gather(value: Any, inverse: np.ndarray, u: int) -> Any:

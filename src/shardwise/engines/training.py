@@ -44,10 +44,10 @@ from shardwise.engines.training_layout import (
     layout_key,
     layout_terms_of,
     stage_params_of,
-    step_memory,
     trainable_of,
 )
 from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
+from shardwise.engines.training_step_memory import step_memory
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.memory import MemoryBreakdown
@@ -94,7 +94,6 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     p, v, m = lay.p, lay.v, as_float(plan.num_micro_batches)
     first, middle, last = lay.first, lay.middle, lay.last
     c_first, c_mid, c_last, optimizer_s = lay.c_first, lay.c_mid, lay.c_last, lay.optimizer_s
-    local = context_parallel(scn)  # one CP rank's tokens (the scenario itself without CP)
     flushes = as_float(plan.pipeline_flushes)
     pipe_s = pipeline_makespan_s(c_first, c_mid, c_last, p, m, lay.v_whole, lay.c_mid_sum, flushes)
     # ZB-H1 (Qi et al. 2023): deferred weight-gradient passes fill the cool-down, so the bubble
@@ -156,7 +155,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
         }
 
     # the memory reads no time: computed on its first read (a calibration's fit never reads it)
-    memory = Later(lambda: step_memory(scn, local, lay, m, layout))
+    memory = Later(lambda: step_memory(scn, lay, m, layout))
     return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
 
 

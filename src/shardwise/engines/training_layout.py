@@ -17,8 +17,6 @@ from typing import ClassVar
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
-from shardwise.engines import distinct
-from shardwise.engines.context_parallel import context_parallel
 from shardwise.engines.costs import StageCost, Stages, add_costs, recomputed_stages, sharding_copies, stages
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
@@ -29,7 +27,6 @@ from shardwise.engines.data_parallel import (
 )
 from shardwise.engines.distinct import evaluate_grouped
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
-from shardwise.engines.training_memory import MemoryTerms, memory_breakdown, memory_terms
 from shardwise.engines.training_stages import (
     PER_MICRO_BATCH_IGNORES,
     STAGES,
@@ -40,10 +37,9 @@ from shardwise.engines.training_stages import (
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.lora import trainable_params
-from shardwise.physics.memory import MemoryBreakdown, layers_in_flight
 from shardwise.physics.microbatch import handshake_shares
 from shardwise.physics.topology import placement
-from shardwise.specs import Model, Plan, Scenario, Schedule, memo
+from shardwise.specs import Model, Plan, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import Memo
@@ -233,43 +229,6 @@ def _layout_terms(scn: Scenario) -> Layout:
         optimizer_s,
         dp,
     )
-
-
-def _memory_terms(scn: Scenario) -> MemoryTerms:
-    """`memory_terms` of a dense model's step (its stages' parameters found again: the same
-    functions of the same fields as the layout terms')."""
-    model, plan = scn.model, scn.plan
-    split = scn.split
-    params, expert_params = stage_params_of(model, plan, split)
-    return memory_terms(context_parallel(scn), params, expert_params, trainable_of(model, plan, split, params))
-
-
-# One configuration's memory breakdown, kept per layout and micro-batches in flight on each stage
-# (the only way it reads the number of micro-batches; a mixture of experts' layout key holds
-# the batch): plans of a layout whose in-flight counts saturate (1F1B with m >= p) share it.
-MEMORY = Memo("training memory")
-
-
-def step_memory(scn: Scenario, local: Scenario, lay: Layout, m: Number, layout: tuple[object, ...]) -> MemoryBreakdown:
-    """`memory_breakdown` of the step (`local`: one CP rank's scenario), kept per configuration's
-    layout (`layout`: its `layout_key`) and in-flight counts."""
-    plan, split = scn.plan, lay.split
-
-    def compute(terms: MemoryTerms | None = None) -> MemoryBreakdown:
-        return memory_breakdown(local, lay.params, m, split, lay.expert_params, lay.moe_split, lay.trained, terms)
-
-    batch = plan.global_batch
-    if distinct.GROUPING and type(batch) is np.ndarray and batch.size > 1 and not scn.model.is_moe:
-        # many plans: what the micro-batches in flight do not change priced once per layout
-        return compute(evaluate_grouped(_memory_terms, scn, LAYOUT_IGNORES))
-    if not memo.ENABLED or not one_value(m):  # memos off, or many configurations: nothing kept
-        return compute()
-    p = as_float(plan.pp)
-    in_flight = (
-        layers_in_flight(layers, p, plan.vpp, m, plan.schedule, i)
-        for layers, i in ((split.first, 0), (split.middle_max, 1), (split.last, p - 1))
-    )
-    return MEMORY.get_or_compute((layout, *in_flight), compute)  # type: ignore[no-any-return]
 
 
 # Fields the data-parallel collectives do not read (`engines.data_parallel.COLLECTIVE_READS`).

@@ -71,7 +71,7 @@ def grouped_call(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str
         if type(a) is np.ndarray:
             return a.take(rows) if a.size > 1 else a
         leaves = specs.get(id(a))
-        return a if leaves is None else _rebuild(a, {path: x.take(rows) for path, x in leaves})
+        return a if leaves is None else _rebuild(a, {path: x.take(rows) for path, x in leaves}, checked=True)
 
     value = fn(*(one(a) for a in args), **{k: one(v) for k, v in kwargs.items()})
     return _gathered(value, inverse, rows.size)
