@@ -270,3 +270,17 @@ def test_mpt_presets_are_mosaic_shapes():
     assert m.learned_positions and m.bias and not m.dropout
     m = presets.model("mpt-7b")
     assert not m.learned_positions and not m.bias and not m.dropout and m.tied_embeddings
+
+
+def test_an_mpt_run_under_composer_is_priced(cli):
+    """The MPT-7B layout of llm-foundry's mpt-7b.yaml on one DGX H100 (FULL_SHARD, micro-batch 8,
+    activation checkpointing): ZeRO-3 and the composer stack, not an unknown model."""
+    code, out, err = cli(["predict", "--model", "mpt-7b", "--framework", "composer", "--system", "dgx-h100",
+                          "--num-gpus", "8", "--global-batch", "64", "--micro-batch", "8", "--recompute", "full",
+                          "--json"])  # fmt: skip
+    assert code == 0, err
+    import json
+
+    got = json.loads(out)
+    text = json.dumps(got)
+    assert '"zero_stage": 3' in text and "composer" in text and '"layers": 32' in text.replace(".0", "")
