@@ -114,3 +114,73 @@ def test_configs_with_duplicate_keys_or_wrong_types_are_refused(tmp_path, edit: 
     path.write_text(text)
     with pytest.raises(SpecError, match=message):
         hf_config.read(path)
+
+
+# Each official config.json of the presets added for the models users name (tests/data/hf/NAME.json:
+# the published file's keys, transcribed). Importing it gives the preset NAME, field for field; the
+# sequence length where the preset prices a training length the config does not state.
+COMPARED = (*SHAPE, *FLAGS, "head_dim", "experts", "experts_per_token", "expert_ffn_hidden", "shared_experts")
+COMPARED_MLA = ("dense_layers", "kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim")
+HF = DATA / "hf"
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in HF.glob("*.json")))
+def test_each_new_models_config_json_is_its_preset(name):
+    got, want = presets.model(str(HF / f"{name}.json")), presets.model(name)
+    fields = [f for f in COMPARED + COMPARED_MLA if not (f == "seq_len" and name == "mixtral-8x22b")]
+    assert {f: getattr(got, f) for f in fields} == {f: getattr(want, f) for f in fields}
+
+
+def test_mpt_alibi_and_no_bias_are_read_from_its_own_names():
+    """mosaicml/mpt-7b: d_model / n_heads / n_layers / expansion_ratio / max_seq_len; its
+    learned_pos_emb true is overridden by attn_config.alibi (configuration_mpt.py), no_bias true."""
+    m = presets.model(str(HF / "mpt-7b.json"))
+    assert (m.layers, m.hidden, m.heads, m.ffn_hidden, m.seq_len) == (32, 4096, 32, 16384, 2048)
+    assert not m.learned_positions and not m.bias and not m.gated_mlp and m.tied_embeddings and not m.dropout
+
+
+def test_mpt_defaults_grouped_query_and_glu(tmp_path):
+    """An llm-foundry MPT without alibi or no_bias has learned positions and biases (MPTConfig
+    defaults); grouped-query attention takes attn_config.kv_n_heads; ffn_type mptglu is gated."""
+    import json
+
+    cfg = {"model_type": "mpt", "d_model": 2048, "n_heads": 16, "n_layers": 24, "vocab_size": 50368,
+           "max_seq_len": 2048, "expansion_ratio": 2.5}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    m = presets.model(str(path))
+    assert m.learned_positions and m.bias and m.ffn_hidden == 5120 and m.kv_heads == 16 and not m.gated_mlp
+    cfg |= {
+        "attn_config": {"attn_type": "grouped_query_attention", "kv_n_heads": 4},
+        "ffn_config": {"ffn_type": "mptglu"},
+    }
+    path.write_text(json.dumps(cfg))
+    m = presets.model(str(path))
+    assert m.kv_heads == 4 and m.gated_mlp
+    path.write_text(json.dumps(cfg | {"expansion_ratio": "4"}))
+    with pytest.raises(SpecError, match="expansion_ratio: '4' is not allowed"):
+        presets.model(str(path))
+
+
+def test_falcon_multi_query_gives_one_kv_head_unless_the_new_decoder():
+    """transformers FalconAttention: multi_query (falcon-7b) -> 1 KV head; new_decoder_architecture
+    (falcon-180B also says multi_query) -> num_kv_heads."""
+    assert presets.model(str(HF / "falcon-7b.json")).kv_heads == 1
+    assert presets.model(str(HF / "falcon-180b.json")).kv_heads == 8
+
+
+def test_gemma_is_gated_and_tied_by_default():
+    """google/gemma-2-9b: hidden_act gelu_pytorch_tanh on gate_proj/up_proj, no tie_word_embeddings
+    key (Gemma2Config defaults it to true)."""
+    m = presets.model(str(HF / "gemma2-9b.json"))
+    assert m.gated_mlp and m.tied_embeddings and m.head_dim == 256
+
+
+def test_a_rope_scaled_model_is_priced_at_its_pre_training_context(cli):
+    """Llama 3.1's 131072-token window is rope-scaled from 8192 (rope_scaling
+    original_max_position_embeddings), DeepSeek-V2-Lite's 163840 from 4096; a note says so."""
+    assert presets.model(str(HF / "llama3.1-8b.json")).seq_len == 8192
+    assert presets.model(str(HF / "deepseek-v2-lite.json")).seq_len == 4096
+    code, _, err = cli(["predict", "--model", str(HF / "llama3.1-8b.json"), "--system", "dgx-h100",
+                        "--global-batch", "8"])  # fmt: skip
+    assert code == 0 and "before RoPE scaling to 131072" in err

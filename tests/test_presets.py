@@ -220,3 +220,68 @@ def test_a_framework_names_its_pipeline_split_and_a_bad_one_is_refused():
     data = {f: False for f in p.FRAMEWORK_FLAGS} | {"zero_stage": 1, "pipeline_split": "diagonal"}
     with pytest.raises(SpecError, match="pipeline_split: 'diagonal' is not allowed; choose even, compute, deepspeed"):
         p._framework_from_dict("mine", data)
+
+
+@pytest.mark.parametrize(
+    ("name", "total_b", "active_b"),
+    [
+        # parameter counts as their makers publish them (model cards, papers); None: dense
+        ("mpt-7b", 6.7, None),  # MosaicML MPT-7B model card: 6.7B
+        ("mpt-30b", 29.95, None),  # MPT-30B model card: 29.95B
+        ("bloom-176b", 176.25, None),  # bigscience/bloom model card: 176,247,271,424
+        ("opt-175b", 175.0, None),  # Zhang et al. 2022 Table 1
+        ("falcon-180b", 180.0, None),  # The Falcon Series: 180B
+        ("gpt-neox-20b", 20.55, None),  # Black et al. 2022: 20.55B
+        ("qwen2.5-72b", 72.7, None),  # Qwen2.5-72B model card: 72.7B
+        ("qwen3-8b", 8.2, None),  # Qwen3-8B model card: 8.2B
+        ("gemma2-27b", 27.2, None),  # Gemma 2 report Table 1 / HF model card
+        ("mistral-nemo-12b", 12.2, None),  # Mistral NeMo: 12B (12.2B counted from its config)
+        ("mixtral-8x22b", 141.0, 39.0),  # Mistral AI: 141B, 39B active
+        ("deepseek-v2", 236.0, 21.0),  # DeepSeek-V2 report: 236B, 21B activated
+    ],
+)
+def test_new_model_presets_count_their_published_parameters(name, total_b, active_b):
+    from shardwise.physics.params import activated_params, total_params
+
+    m = presets.model(name)
+    assert total_params(m) / 1e9 == pytest.approx(total_b, rel=0.01)
+    if active_b is not None:
+        assert activated_params(m) / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_llama_3_1_and_3_3_are_llama_3_shapes_under_their_own_names(cli):
+    """Llama 3.1 8B/70B/405B and 3.3 70B share Llama 3's shapes (their context window differs, not
+    the 8192-token pre-training length priced); `presets models` lists every name."""
+    import dataclasses
+
+    for new, old in (("llama3.1-8b", "llama3-8b"), ("llama3.1-70b", "llama3-70b"),
+                     ("llama3.1-405b", "llama3-405b"), ("llama3.3-70b", "llama3-70b")):  # fmt: skip
+        assert dataclasses.replace(presets.model(new), name=old) == presets.model(old), new  # notes aside
+    code, out, _ = cli(["presets", "models"])
+    assert code == 0
+    for name in ("llama3.1-8b", "llama3.3-70b", "mpt-7b", "mpt-125m", "bloom-176b", "falcon-40b", "gemma3-27b"):
+        assert f" {name} " in out, name
+
+
+def test_mpt_presets_are_mosaic_shapes():
+    """llm-foundry's pretrain yamls (mpt-760m: 'Modified 16->12 so that d_head == 128') on
+    MPTConfig defaults; the released MPT-7B: ALiBi and no biases."""
+    m = presets.model("mpt-760m")
+    assert (m.layers, m.hidden, m.heads, m.head_dim, m.vocab, m.seq_len) == (24, 1536, 12, 128, 50368, 2048)
+    assert m.learned_positions and m.bias and not m.dropout
+    m = presets.model("mpt-7b")
+    assert not m.learned_positions and not m.bias and not m.dropout and m.tied_embeddings
+
+
+def test_an_mpt_run_under_composer_is_priced(cli):
+    """The MPT-7B layout of llm-foundry's mpt-7b.yaml on one DGX H100 (FULL_SHARD, micro-batch 8,
+    activation checkpointing): ZeRO-3 and the composer stack, not an unknown model."""
+    code, out, err = cli(["predict", "--model", "mpt-7b", "--framework", "composer", "--system", "dgx-h100",
+                          "--num-gpus", "8", "--global-batch", "64", "--micro-batch", "8", "--recompute", "full",
+                          "--json"])  # fmt: skip
+    assert code == 0, err
+    import json
+
+    got = json.loads(out)
+    text = json.dumps(got)
+    assert '"zero_stage": 3' in text and "composer" in text and '"layers": 32' in text.replace(".0", "")

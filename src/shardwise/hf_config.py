@@ -4,7 +4,9 @@ Field names follow the `transformers` configuration classes: Llama-style (`Llama
 `MistralConfig`, `Qwen2Config`, ...: `num_hidden_layers`, `hidden_size`, `num_attention_heads`,
 `num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`, `head_dim`,
 `tie_word_embeddings`, `hidden_act`), GPT-2 style (`n_layer`, `n_embd`, `n_head`, `n_inner`,
-`n_positions`) and GPT-NeoX / Falcon / OPT names where they differ. Mixture-of-experts fields
+`n_positions`), GPT-NeoX / Falcon / OPT / BLOOM names where they differ, and MosaicML's MPT
+(`d_model`, `n_heads`, `n_layers`, `expansion_ratio`, `max_seq_len`, `no_bias`, `attn_config`).
+Mixture-of-experts fields
 (`num_local_experts`, `n_routed_experts`, `num_experts`, `num_experts_per_tok`,
 `moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
 attention (`kv_lora_rank`, ...) are read too: such a model's parameters are counted, its times not
@@ -22,13 +24,13 @@ from shardwise.errors import SpecError
 
 # (our field, the config keys that can hold it, first found wins)
 _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("layers", ("num_hidden_layers", "n_layer", "num_layers")),
-    ("hidden", ("hidden_size", "n_embd", "d_model")),
-    ("heads", ("num_attention_heads", "n_head", "num_heads")),
-    ("kv_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num")),
+    ("layers", ("num_hidden_layers", "n_layer", "num_layers", "n_layers")),  # n_layers: MPT
+    ("hidden", ("hidden_size", "n_embd", "d_model", "n_embed")),  # n_embed: early BLOOM configs
+    ("heads", ("num_attention_heads", "n_head", "num_heads", "n_heads")),
+    ("kv_heads", ("num_key_value_heads", "num_kv_heads", "multi_query_group_num", "n_head_kv")),  # n_head_kv: Falcon RW
     ("ffn_hidden", ("intermediate_size", "n_inner", "ffn_dim", "ffn_hidden_size")),
     ("vocab", ("vocab_size", "padded_vocab_size")),
-    ("seq_len", ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length")),
+    ("seq_len", ("max_position_embeddings", "n_positions", "seq_length", "max_sequence_length", "max_seq_len")),
     ("head_dim", ("qk_nope_head_dim", "head_dim")),  # Qwen3, Gemma, GPT-OSS: a x d need not be hidden
     # mixture of experts (Mixtral, Qwen3-MoE, DeepSeek-V3, GPT-OSS, Llama 4)
     ("experts", ("num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts")),
@@ -44,7 +46,14 @@ _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("v_head_dim", ("v_head_dim",)),
 )
 _GATED_ACTIVATIONS = ("silu", "swiglu", "swish", "geglu", "gelu_pytorch_tanh_gated")
-_GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", "falcon", "gpt_bigcode")
+_FALCON_TYPES = ("falcon", "refinedweb", "refinedwebmodel")  # the last two: Falcon's configs before transformers 4.33
+_GPT_TYPES = ("gpt2", "gpt_neox", "gptj", "opt", "bloom", *_FALCON_TYPES, "gpt_bigcode", "mpt")
+# Gemma's MLP is gated (gate_proj, up_proj, down_proj) on a tanh-GELU, and its embeddings are tied
+# by default (transformers GemmaConfig, Gemma2Config, Gemma3TextConfig: tie_word_embeddings True).
+_GEMMA_TYPES = ("gemma", "gemma2", "gemma3", "gemma3_text")
+# Architectures whose config.json states no context window: the length they were trained at
+# (FalconConfig's max_position_embeddings default, 2048; BLOOM: Le Scao et al. 2022 Table 3, 2048).
+_TYPE_WINDOW = {"falcon": 2048, "refinedweb": 2048, "refinedwebmodel": 2048, "bloom": 2048}
 # The sequence length is the config's context window (max_position_embeddings), up to this: a window of
 # 128k tokens or a million is reached by long-context extension phases, not what one pre-trains or
 # batches with (Llama 3 pre-trained at 8192 and Qwen2.5 at 32768 before extending: Llama 3 and Qwen2.5
@@ -87,25 +96,93 @@ def read(path: str | Path) -> dict[str, Any]:
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
     if missing:
         raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
-    window = out.get("seq_len")
-    out["seq_len"] = DEFAULT_SEQ_LEN if window is None else min(window, MAX_SEQ_LEN)
     model_type = _text(p, cfg, "model_type").lower()
+    stated = out.get("seq_len")
+    out["seq_len"], assumed = _seq_len(p, cfg, model_type, stated)
+    _architecture(p, cfg, model_type, out)
+    out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'}); {assumed}"
+    if stated != out["seq_len"]:  # capped, or not stated: say so where the model is used
+        out["notes"] = f"{p.name}: {assumed} (--seq-len to change)"
+    return out
+
+
+def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) -> tuple[int, str]:
+    """The sequence length to price and where it comes from: the pre-training context a RoPE-scaled
+    model was stretched from (`rope_scaling.original_max_position_embeddings`: Llama 3.1's 8192,
+    DeepSeek-V2's 4096), else the context window (capped at MAX_SEQ_LEN), else the length the
+    architecture trains at where its configs state none (Falcon, BLOOM), else DEFAULT_SEQ_LEN."""
+    scaling = cfg.get("rope_scaling")
+    original = scaling.get("original_max_position_embeddings") if isinstance(scaling, dict) else None
+    if original is not None:
+        if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+            raise SpecError(
+                f"{p}: rope_scaling.original_max_position_embeddings: {original!r} is not allowed; "
+                "it must be a whole number >= 1"
+            )
+        if stated is None or original < stated:
+            seq_len = min(original, MAX_SEQ_LEN)
+            return seq_len, f"sequence length {seq_len}, the pre-training context before RoPE scaling to {stated}"
+    if stated is None and model_type in _TYPE_WINDOW:
+        window = _TYPE_WINDOW[model_type]
+        return window, f"sequence length {window} assumed: no context window stated; {model_type} models train at it"
+    seq_len = DEFAULT_SEQ_LEN if stated is None else min(stated, MAX_SEQ_LEN)
+    return seq_len, seq_len_assumption(stated, seq_len)
+
+
+def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> None:
+    """The family and its switches (gated MLP, tied embeddings, positions, biases, norm, dropout)."""
     act = _text(p, cfg, "hidden_act" if "hidden_act" in cfg else "activation_function").lower()
     gpt_like = model_type in _GPT_TYPES
     out["family"] = "gpt" if gpt_like else "llama"
-    out["gated_mlp"] = act in _GATED_ACTIVATIONS or (not gpt_like and act in ("", "silu"))
+    gemma = model_type in _GEMMA_TYPES
+    out["gated_mlp"] = act in _GATED_ACTIVATIONS or gemma or (not gpt_like and act in ("", "silu"))
     if "ffn_hidden" not in out and gpt_like:
         out["ffn_hidden"] = 4 * out["hidden"]
-    out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like)
+    out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like or gemma)
     out["learned_positions"] = model_type in ("gpt2", "opt", "gpt_bigcode")
     out["bias"] = _flag(p, cfg, ("attention_bias", "bias"), gpt_like)
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
-    out["dropout"] = any(_probability(p, cfg, key) > 0 for key in ("attention_dropout", "resid_pdrop"))
-    assumed = seq_len_assumption(window, out["seq_len"])
-    out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'}); {assumed}"
-    if window != out["seq_len"]:  # capped, or not stated: say so where the model is used
-        out["notes"] = f"{p.name}: {assumed} (--seq-len to change)"
-    return out
+    dropouts = ("attention_dropout", "resid_pdrop", "hidden_dropout", "dropout", "emb_pdrop")
+    out["dropout"] = any(_probability(p, cfg, key) > 0 for key in dropouts)
+    # transformers FalconAttention: one KV head under multi_query (falcon-7b) unless
+    # new_decoder_architecture (falcon-40b, -180B), whose num_kv_heads then counts
+    multi_query = _flag(p, cfg, ("multi_query",), True) and not _flag(p, cfg, ("new_decoder_architecture",), False)
+    if model_type in _FALCON_TYPES and multi_query:
+        out["kv_heads"] = 1
+    if model_type == "mpt":
+        _mpt(p, cfg, out)
+
+
+def _mpt(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """MosaicML MPT (llm-foundry configuration_mpt.py MPTConfig and its defaults): MLP width
+    int(expansion_ratio * d_model), biases unless no_bias, learned positions unless ALiBi or RoPE,
+    LayerNorm unless norm_type names an RMSNorm, a gated MLP for ffn_type mptglu, and the KV heads
+    of attn_config (multiquery: 1; grouped_query_attention: kv_n_heads)."""
+    attn = cfg.get("attn_config") or {}
+    ffn = cfg.get("ffn_config") or {}
+    if not isinstance(attn, dict) or not isinstance(ffn, dict):
+        raise SpecError(f"{p}: attn_config and ffn_config must be JSON objects")
+    ratio = cfg.get("expansion_ratio", 4)
+    if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
+        raise SpecError(f"{p}: expansion_ratio: {ratio!r} is not allowed; it must be a number in (0, 64]")
+    width = ffn.get("ffn_hidden_size")  # llm-foundry: an explicit width wins over the ratio
+    if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
+        raise SpecError(f"{p}: ffn_config.ffn_hidden_size: {width!r} is not allowed; it must be a whole number >= 1")
+    out["ffn_hidden"] = width or int(ratio * out["hidden"])
+    out["bias"] = not _flag(p, cfg, ("no_bias",), False)
+    positional = _flag(p, attn, ("alibi",), False) or _flag(p, attn, ("rope",), False)
+    out["learned_positions"] = _flag(p, cfg, ("learned_pos_emb",), True) and not positional
+    out["rmsnorm"] = "rmsnorm" in _text(p, cfg, "norm_type").lower()
+    out["gated_mlp"] = _text(p, ffn, "ffn_type").lower() == "mptglu"
+    out["dropout"] = out["dropout"] or _probability(p, attn, "attn_pdrop") > 0
+    kind = _text(p, attn, "attn_type").lower()
+    if kind == "multiquery_attention":
+        out["kv_heads"] = 1
+    elif kind == "grouped_query_attention" and attn.get("kv_n_heads") is not None:
+        value = attn["kv_n_heads"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise SpecError(f"{p}: attn_config.kv_n_heads: {value!r} is not allowed; it must be a whole number >= 1")
+        out["kv_heads"] = value
 
 
 def seq_len_assumption(window: int | None, seq_len: int) -> str:
