@@ -32,6 +32,9 @@ def test_a_round_with_a_prefill_lasts_at_least_its_pass_through_every_stage():
     assert prefill_apart_round_s(m_d * 1e-3 + 3 * 4e-3, p * 4e-3, p * 1e-3, 3, 11 / 8) == pytest.approx(11 / 8 * 32e-3)
     # stages that have more work than one pass: the work sets the pace
     assert prefill_apart_round_s(50e-3, 32e-3, 8e-3, 1, rounds) == pytest.approx(50e-3)
+    # a one-token prefill (0.5 ms a stage) beside one decoding sequence (1 ms a stage): that
+    # sequence's own pass, 8 ms, not the prefill's 4 ms
+    assert prefill_apart_round_s(1.5e-3, p * 0.5e-3, p * 1e-3, 1, 1.0) == pytest.approx(8e-3)
 
 
 def _scenario(pp: int) -> Scenario:
@@ -101,3 +104,14 @@ def test_splitting_prefill_from_decode_lowers_sglang_pipeline_throughput(monkeyp
 
 def test_only_sglang_prefills_apart():
     assert [name for name, preset in ENGINES.items() if preset.prefill_apart] == ["sglang"]
+
+
+@pytest.mark.parametrize("pp", [2, 8])
+def test_prompt_tokens_never_make_an_iteration_shorter(pp):
+    """Adding prompt tokens to a round of decodes never shortens it: every decode micro-batch still
+    waits for its tokens, one pass through the stages, however small the prefill beside it (a
+    one-token chunk beside one decoding sequence on 8 stages; 1,500 sequences on 2 stages, where
+    one prefill slot makes the round 1.5 loop rounds)."""
+    d, q = np.asarray([[1.0], [8.0], [64.0], [512.0], [1500.0]]), np.asarray([[0.0, 1.0, 16.0, 64.0, 512.0]])
+    t = iteration_times(_scenario(pp), WL, d, q, 576, 2048).total_s
+    assert np.all(t[:, 1:] >= t[:, :1])
