@@ -74,15 +74,16 @@ def test_one_gpu_runs_a_prefill_step_and_a_decode_step(monkeypatch):
     assert both == pytest.approx(prefill + decode, rel=1e-12)
 
 
-def test_a_prefill_micro_batch_crosses_every_stage_before_the_round_ends():
+def test_a_prefill_micro_batch_crosses_every_stage_before_the_round_ends(monkeypatch):
     """64 decoding sequences and four 512-token prompts on 8 stages: four prefill micro-batches of
     one prompt each; the round lasts at least one of them through all 8 stages, and longer than
-    the same tokens mixed into the decode micro-batches."""
+    the same tokens mixed into the decode micro-batches by the same engine."""
     scn = _scenario(8)
     t = float(iteration_times(scn, WL, np.asarray(64.0), np.asarray(2048.0), 576, 2048).total_s)
     prompt = stage_costs(scn, WL, np.asarray(0.0), np.asarray(512.0), 576)
     assert t >= 8 * float(np.min(prompt.per_stage))
-    assert t > float(iteration_times(_scenario(8), replace(WL, engine="tensorrt-llm"), 64.0, 2048.0, 576).total_s)
+    _merged(monkeypatch)
+    assert t > float(iteration_times(scn, WL, np.asarray(64.0), np.asarray(2048.0), 576, 2048).total_s)
 
 
 def test_splitting_prefill_from_decode_lowers_sglang_pipeline_throughput(monkeypatch):
