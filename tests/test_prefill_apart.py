@@ -10,7 +10,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines.engine_presets import ENGINES
-from shardwise.engines.inflight import estimate_inflight
+from shardwise.engines.inflight import Replica, Traffic, estimate_inflight, simulate
 from shardwise.engines.iteration import iteration_times, stage_costs
 from shardwise.engines.pipeline import prefill_apart_round_s
 from shardwise.engines.serving import plan_for_serving, serving_scenario
@@ -116,3 +116,29 @@ def test_prompt_tokens_never_make_an_iteration_shorter(pp):
     d, q = np.asarray([[1.0], [8.0], [64.0], [512.0], [1500.0]]), np.asarray([[0.0, 1.0, 16.0, 64.0, 512.0]])
     t = iteration_times(_scenario(pp), WL, d, q, 576, 2048).total_s
     assert np.all(t[:, 1:] >= t[:, :1])
+
+
+@pytest.mark.parametrize("reference", [False, True])
+def test_prompts_have_the_whole_budget_where_they_are_prefilled_apart(reference):
+    """SGLang's prefill batch is its own (mixed chunks off: `PrefillAdder` counts no decode
+    tokens), so its prompts take the whole chunked-prefill budget however many sequences decode;
+    where prompt chunks ride with the decodes (vLLM, TensorRT-LLM) the decodes take their share.
+    Both loops (one length over queues, and over arrays)."""
+
+    def run(shared: bool) -> list[tuple[float, float]]:
+        asked: list[tuple[float, float]] = []
+
+        def cost_s(d: float, q: float) -> float:
+            asked.append((d, q))
+            return 0.004 + 2e-5 * d + 1e-6 * q
+
+        traffic = Traffic(users=64, requests=400)
+        simulate(cost_s, 512, 32, 64, traffic, 1024, reference=reference, decodes_share_budget=shared)
+        return asked[1:]  # the first is the closed loop's estimate of a request's life, not an iteration
+
+    apart, mixed = run(False), run(True)
+    assert max(q for d, q in apart if d > 0) == 1024
+    assert max(d + q for d, q in mixed if q > 0) <= 1024
+    model, cluster = presets.model("llama3-8b"), presets.system("rtx4090-8x").with_(gpus_per_node=1)
+    replicas = {e: Replica(Scenario(model, cluster, plan_for_serving(1, 1)), replace(WL, engine=e)) for e in ENGINES}
+    assert [e for e, r in replicas.items() if not r.decodes_share_budget] == ["sglang"]

@@ -52,6 +52,7 @@ def run_arrays(
     blocks: np.ndarray | None,
     free: int,
     chunk_tokens: int | None = None,
+    decodes_share_budget: bool = True,
 ) -> Run:
     """The iterations over arrays of every request (any lengths, the KV cache in blocks when
     `blocks` is given): numpy steps over the running requests in each iteration. `arrival` is
@@ -86,7 +87,7 @@ def run_arrays(
         d = len(decoding)
         waiting = ids[left > 0]
         need = prompt_left[waiting] if chunk_tokens is None else np.minimum(prompt_left[waiting], chunk_tokens)
-        room = max(max_batched_tokens - d, 0)
+        room = max(max_batched_tokens - (d if decodes_share_budget else 0), 0)
         take = np.minimum(np.maximum(room - (np.cumsum(need) - need), 0), need)  # np.clip, without its overhead
         q = int(take.sum())
         if d == 0 and q == 0:  # a budget smaller than one prompt chunk still makes progress
@@ -142,6 +143,7 @@ def run_fixed(
     issued: int,
     max_batched_tokens: int,
     chunk_tokens: int | None = None,
+    decodes_share_budget: bool = True,
 ) -> Run:
     """`run_arrays` for requests of one prompt length and one output length (at least 1 each, a
     budget of at least one token, a chunk cap of at least one), over two queues (module
@@ -183,7 +185,7 @@ def run_fixed(
             t = float(arrival[nxt])
             continue
         d = len(decoding)
-        room = max(max_batched_tokens - d, 0)
+        room = max(max_batched_tokens - (d if decodes_share_budget else 0), 0)
         q = 0
         done_from = head
         i, waiting = head, len(prefilling)
