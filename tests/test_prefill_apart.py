@@ -142,3 +142,37 @@ def test_prompts_have_the_whole_budget_where_they_are_prefilled_apart(reference)
     model, cluster = presets.model("llama3-8b"), presets.system("rtx4090-8x").with_(gpus_per_node=1)
     replicas = {e: Replica(Scenario(model, cluster, plan_for_serving(1, 1)), replace(WL, engine=e)) for e in ENGINES}
     assert [e for e, r in replicas.items() if not r.decodes_share_budget] == ["sglang"]
+
+
+def test_on_one_gpu_the_first_token_comes_at_the_end_of_the_prefill_step():
+    """On one GPU SGLang's iteration is a prefill step, then a decode step: a prompt's first token
+    is sampled at the end of the first, c(d, 0) before the iteration's end. The iterations, the
+    throughput and the ends of requests are the same; TTFT is earlier by the decode step wherever
+    sequences were decoding beside the prompt (both loops, to the bit)."""
+
+    def cost_s(d: float, q: float) -> float:
+        return 0.004 + 2e-5 * d + 1e-6 * q
+
+    def decode_step_s(d: float, q: float) -> float:
+        return cost_s(d, 0.0) if d > 0 else 0.0
+
+    traffic = Traffic(users=32, requests=300)
+    runs = {}
+    for reference in (False, True):
+        for after in (None, decode_step_s):
+            args = (cost_s, 512, 16, 32, traffic, 2048)
+            runs[reference, after] = simulate(*args, reference=reference, after_first_s=after)
+    end, early = runs[False, None], runs[False, decode_step_s]
+    np.testing.assert_array_equal(early.e2e_s, end.e2e_s)
+    assert np.all(early.ttft_s <= end.ttft_s) and np.mean(early.ttft_s) < np.mean(end.ttft_s)
+    assert np.max(end.ttft_s - early.ttft_s) <= decode_step_s(32, 0) + 1e-12
+    for field in early.__dataclass_fields__:
+        np.testing.assert_array_equal(getattr(early, field), getattr(runs[True, decode_step_s], field), err_msg=field)
+    model, cluster = presets.model("llama3-8b"), presets.system("rtx4090-8x")
+
+    def replica(engine: str, pp: int) -> Replica:
+        scn = Scenario(model, cluster.with_(gpus_per_node=pp), plan_for_serving(1, pp))
+        return Replica(scn, replace(WL, engine=engine))
+
+    first = {(e, pp): replica(e, pp) for e in ("sglang", "vllm", "tensorrt-llm") for pp in (1, 8)}
+    assert [k for k, r in first.items() if r.prefill_step_first] == [("sglang", 1)]

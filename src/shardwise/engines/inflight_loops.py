@@ -53,11 +53,14 @@ def run_arrays(
     free: int,
     chunk_tokens: int | None = None,
     decodes_share_budget: bool = True,
+    after_first_s: Callable[[float, float], float] | None = None,
 ) -> Run:
     """The iterations over arrays of every request (any lengths, the KV cache in blocks when
     `blocks` is given): numpy steps over the running requests in each iteration. `arrival` is
     written to (a closed loop issues each finished request's successor). `chunk_tokens` caps one
-    prompt's chunk in an iteration (None: the whole budget)."""
+    prompt's chunk in an iteration (None: the whole budget). `after_first_s(d, q)`: the seconds of
+    an iteration with prompt tokens that come after the prompts' first tokens (None: none, the
+    first tokens at its end)."""
     n = len(inputs)
     prompt_left = inputs.copy()
     decode_left = outputs - 1
@@ -111,7 +114,7 @@ def run_arrays(
         if q:
             prompt_left[waiting] -= take
             now_first = waiting[(take > 0) & (prompt_left[waiting] == 0)]
-            first[now_first] = t
+            first[now_first] = t if after_first_s is None else t - after_first_s(d, q)
             made += len(now_first)
         tokens += made
         clock.append(t)
@@ -144,6 +147,7 @@ def run_fixed(
     max_batched_tokens: int,
     chunk_tokens: int | None = None,
     decodes_share_budget: bool = True,
+    after_first_s: Callable[[float, float], float] | None = None,
 ) -> Run:
     """`run_arrays` for requests of one prompt length and one output length (at least 1 each, a
     budget of at least one token, a chunk cap of at least one), over two queues (module
@@ -219,8 +223,9 @@ def run_fixed(
         prompt_area += dt * q
         decoded += steps
         made = steps * d
+        at = t if after_first_s is None or not prompts_done else t - after_first_s(d, q)
         for r in prompts_done:
-            first[r] = t
+            first[r] = at
             decoding.append((r, decoded + output_len - 1))
         made += len(prompts_done)
         tokens += made
