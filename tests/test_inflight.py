@@ -368,8 +368,9 @@ def test_a_pipelined_replica_runs_the_same_in_both_loops(engine, pp):
     rep = Replica(Scenario(model, cluster, plan_for_serving(1, pp)), wl, 1024)
     assert rep.round_tokens == 1024 * pp
     args = (rep.table, 3000, 100, rep.capacity, Traffic(users=400, requests=500), rep.round_tokens, rep.max_sequences)
-    fast = simulate(*args, chunk_tokens=rep.max_batched_tokens)
-    ref = simulate(*args, chunk_tokens=rep.max_batched_tokens, reference=True)
+    shared = rep.decodes_share_budget  # SGLang's prompts have the whole budget (`engines.inflight.Replica`)
+    fast = simulate(*args, chunk_tokens=rep.max_batched_tokens, decodes_share_budget=shared)
+    ref = simulate(*args, chunk_tokens=rep.max_batched_tokens, reference=True, decodes_share_budget=shared)
     assert fast.iterations > 0
     for field in fast.__dataclass_fields__:
         assert _same(getattr(fast, field), getattr(ref, field)), field

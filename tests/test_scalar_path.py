@@ -432,7 +432,7 @@ def test_the_layout_terms_read_no_batch_they_are_kept_without(case):
 
 
 def test_plain_rule_check_agrees_with_the_full_one():
-    """`specs.plan._plain_rules_hold` (one plan of plain ints) passes exactly the plans the full
+    """`specs.plan_checks._plain_rules_hold` (one plan of plain ints) passes exactly the plans the full
     check passes, over a grid with broken batches, stage counts and interleaving."""
     from shardwise.specs.plan import _RULE_FIELDS, Schedule, _plain_rules_hold
 

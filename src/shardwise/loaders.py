@@ -15,7 +15,6 @@ from shardwise.plan_text import parse_plan_spec  # noqa: F401 (re-exported: the 
 from shardwise.specs import Cluster, GemmTable, Gpu, Link, Model, SpecError
 from shardwise.specs._checks import _short
 from shardwise.yaml_files import (  # noqa: F401 (re-exported: the presets and the commands read them here)
-    MAX_YAML_BYTES,
     load_yaml,
     parse_trusted_yaml,
     parse_yaml,

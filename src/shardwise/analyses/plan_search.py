@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardwise.analyses.plan_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchSpace, expert_tp
+from shardwise.analyses.plan_space import expert_tp
+from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, SearchSpace
 from shardwise.engines.result import TrainingEstimate
 from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario

@@ -32,7 +32,6 @@ import numpy as np
 
 # re-exported: the names the requests, the calibration, the benchmarks and the tests read here
 from shardwise.analyses.plan_confirm import (  # noqa: F401
-    CONFIRM_MAX_SLOTS,
     CONFIRM_ROUNDS,
     CONFIRM_SINGLES,
     CONFIRM_TOP,

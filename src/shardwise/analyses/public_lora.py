@@ -1,6 +1,6 @@
 """What each public LoRA run's recipe ran with, read from the recipe at the version the row cites:
 the adapters' rank and targets, whether the data was packed (and the documents' length), and
-recomputation where the row leaves it out. `public_validation.request_for` prices a LoRA row
+recomputation where the row leaves it out. `public_runs.request_for` prices a LoRA row
 with these; a row of a source not listed keeps Megatron-Bridge's defaults (`physics.lora`).
 
 Per source (the files at the tags named; nothing here was set from the rows' step times):

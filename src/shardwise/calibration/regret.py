@@ -259,7 +259,7 @@ def draws(search: PlanSearch, fit: Fit | None, samples: int = SAMPLES, seed: int
 
 def confirmed_ratio(search: PlanSearch, plans: np.ndarray, unc: Uncertainty) -> np.ndarray:
     """Each plan's step time as the planner reports it (the simulator's for a pipeline,
-    `planner.confirmed_estimate`) over the closed form's, at the calibrated values: the draws are
+    `plan_confirm.confirmed_estimate`) over the closed form's, at the calibrated values: the draws are
     priced in closed form (one array call) and scaled by it, so they rank the plans as `plan` does."""
     from shardwise.analyses.planner import confirmed_estimate, simulable
 

@@ -140,7 +140,7 @@ def build_model(o: dict[str, Any]) -> Any:
 
 
 def build_cluster(o: dict[str, Any]) -> Any:
-    """The cluster of the options (`requests.build.build_cluster`); its notes go to stderr."""
+    """The cluster of the options (`requests.cluster_build.build_cluster`); its notes go to stderr."""
     from shardwise.requests.build import build_cluster as build
 
     notes: list[str] = []

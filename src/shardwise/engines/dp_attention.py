@@ -2,7 +2,7 @@
 (`--data-parallel-size D --enable-expert-parallel`), SGLang (`--enable-dp-attention --dp D
 --ep-size N`) and TensorRT-LLM (`enable_attention_dp`) run DeepSeek and Mixtral.
 
-Two layouts of a replica's experts, one rule (`specs.rules.serving_expert_rule`):
+Two layouts of a replica's experts, one rule (`specs.expert_rules.serving_expert_rule`):
 
 - **TP attention** (ep x etp = tp): every GPU of a replica holds every token after attention; each
   runs its own experts on the copies routed to them and the outputs are all-reduced over the TP

@@ -95,7 +95,9 @@ its sequences do not decode, and the light micro-batches behind it cross the sta
 (`engines.pipeline.prefill_apart_round_s`). vLLM (V1, chunked prefill always on) and TensorRT-LLM
 put prompt chunks and decodes in one batch. With one stage the same rule makes an iteration a
 prefill step and a decode step, c(0, q) + c(d, 0), where a mixed batch reads the weights once;
-the overlap scheduler hides the host's scheduling, not the second pass.
+the overlap scheduler hides the host's scheduling, not the second pass. The prompts' first tokens
+come at the end of the prefill step (`engines.inflight.Replica.prefill_step_first`), and its
+prompts have the whole budget (`Replica.decodes_share_budget`).
 """
 
 from __future__ import annotations

@@ -2,11 +2,12 @@
 iteration, as vLLM, SGLang and TensorRT-LLM schedule by default.
 
 Each iteration of a replica (`engines.iteration`): every running request whose prompt is done
-decodes one token; the token budget left (`max_batched_tokens` minus the decoding sequences)
-prefills waiting prompts first come, first served, in chunks; a prompt's last chunk gives its
-first token. A request is admitted when a sequence slot is free and the KV cache can hold its
-prompt and all its output (TensorRT-LLM's default `GUARANTEED_NO_EVICT` capacity policy: nothing
-is preempted), rounded up to whole blocks of `KV_BLOCK_TOKENS`. Lengths are the workload's for
+decodes one token; the token budget left (`max_batched_tokens` minus the decoding sequences; all
+of it where the engine prefills apart from its decodes, SGLang) prefills waiting prompts first
+come, first served, in chunks; a prompt's last chunk gives its first token. A request is
+admitted when a sequence slot is free and the KV cache can hold its prompt and all its output
+(TensorRT-LLM's default `GUARANTEED_NO_EVICT` capacity policy: nothing is preempted), rounded up
+to whole blocks of `KV_BLOCK_TOKENS`. Lengths are the workload's for
 every request, or drawn per request from a `RequestMix` (`engines.request_mix`); then each
 request reserves its own blocks, and the queue waits while the next one does not fit.
 
@@ -119,6 +120,8 @@ def simulate(
     kv_total_blocks: int | None = None,
     chunk_tokens: int | None = None,
     reference: bool = False,
+    decodes_share_budget: bool = True,
+    after_first_s: Callable[[float, float], float] | None = None,
 ) -> Simulated:
     """Run the traffic through one replica whose iteration of d decoding sequences and q prompt
     tokens takes `cost_s(d, q)` seconds (see the module docstring). Lengths are one for every
@@ -159,13 +162,17 @@ def simulate(
         issued = n
     fixed = not mixed and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1
     if fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
-        run = run_fixed(cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens)
+        run = run_fixed(
+            cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens,
+            decodes_share_budget, after_first_s,
+        )  # fmt: skip
     else:
         if not mixed:
             inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
         run = run_arrays(
-            cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens
-        )
+            cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
+            decodes_share_budget, after_first_s,
+        )  # fmt: skip
     admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run
     start = int(WARMUP_SHARE * n)
     measured = slice(start, n)
@@ -255,6 +262,14 @@ class Replica:
         # (`engines.engine_presets`, "Budgets under pipeline parallelism")
         preset, pp = engine(wl.engine), int(np.max(scn.plan.pp))
         self.round_tokens = max_batched_tokens * (pp if preset.budget_per_micro_batch else 1)
+        # the decoding sequences take their tokens from that budget where a batch mixes them with
+        # prompt chunks; where prompts are prefilled apart (SGLang, mixed chunks off), the whole
+        # budget is the prompts' (`PrefillAdder` is given 0 decode tokens then)
+        self.decodes_share_budget = not preset.prefill_apart
+        # ... and on one GPU its prefill step comes before the decode step of the same iteration: the
+        # prompts' first tokens are sampled at its end, a decode step c(d, 0) before the iteration's
+        # (`engines.iteration`, prefill apart); under pp the round's end is kept
+        self.prefill_step_first = preset.prefill_apart and pp == 1
         gpu = scn.cluster.gpu
         cap = engine_max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
         self.max_sequences = cap * (pp if preset.slots_per_micro_batch else 1)
@@ -297,6 +312,10 @@ class Replica:
         self.top = top  # the most decoding sequences the iteration table prices
         self.table = self._table(top) if fits else None
 
+    def _decode_step_s(self, d: float, q: float) -> float:
+        """The decode step of `d` sequences that follows a prefill step in one iteration (`q` > 0)."""
+        return self.table(d, 0.0) if d > 0 and self.table is not None else 0.0
+
     def _table(self, top: int) -> IterationTable:
         scn, wl = self.scenario, self.workload
         return iteration_table(scn, wl, top, self.round_tokens, self.mean_context, self.max_batched_tokens)
@@ -327,10 +346,12 @@ class Replica:
         if self.table is None:
             raise ValueError("no request fits the KV cache")
         wl = self.workload
+        after = self._decode_step_s if self.prefill_step_first else None  # this replica's table (`holding`)
         if self.mix is None:
             return simulate(
                 self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.round_tokens, self.max_sequences,
-                chunk_tokens=self.max_batched_tokens,
+                chunk_tokens=self.max_batched_tokens, decodes_share_budget=self.decodes_share_budget,
+                after_first_s=after,
             )  # fmt: skip
         inputs, outputs = sample_lengths(self.mix, traffic.count, traffic.seed, self.max_context)
         need = int(kv_blocks(inputs, outputs).max())
@@ -341,7 +362,8 @@ class Replica:
             )
         return simulate(
             self.table, inputs, outputs, self.max_sequences, traffic, self.round_tokens, self.max_sequences,
-            self.kv_total_blocks, self.max_batched_tokens,
+            self.kv_total_blocks, self.max_batched_tokens, decodes_share_budget=self.decodes_share_budget,
+            after_first_s=after,
         )  # fmt: skip
 
 

@@ -52,11 +52,15 @@ def run_arrays(
     blocks: np.ndarray | None,
     free: int,
     chunk_tokens: int | None = None,
+    decodes_share_budget: bool = True,
+    after_first_s: Callable[[float, float], float] | None = None,
 ) -> Run:
     """The iterations over arrays of every request (any lengths, the KV cache in blocks when
     `blocks` is given): numpy steps over the running requests in each iteration. `arrival` is
     written to (a closed loop issues each finished request's successor). `chunk_tokens` caps one
-    prompt's chunk in an iteration (None: the whole budget)."""
+    prompt's chunk in an iteration (None: the whole budget). `after_first_s(d, q)`: the seconds of
+    an iteration with prompt tokens that come after the prompts' first tokens (None: none, the
+    first tokens at its end)."""
     n = len(inputs)
     prompt_left = inputs.copy()
     decode_left = outputs - 1
@@ -86,7 +90,7 @@ def run_arrays(
         d = len(decoding)
         waiting = ids[left > 0]
         need = prompt_left[waiting] if chunk_tokens is None else np.minimum(prompt_left[waiting], chunk_tokens)
-        room = max(max_batched_tokens - d, 0)
+        room = max(max_batched_tokens - (d if decodes_share_budget else 0), 0)
         take = np.minimum(np.maximum(room - (np.cumsum(need) - need), 0), need)  # np.clip, without its overhead
         q = int(take.sum())
         if d == 0 and q == 0:  # a budget smaller than one prompt chunk still makes progress
@@ -110,7 +114,7 @@ def run_arrays(
         if q:
             prompt_left[waiting] -= take
             now_first = waiting[(take > 0) & (prompt_left[waiting] == 0)]
-            first[now_first] = t
+            first[now_first] = t if after_first_s is None else t - after_first_s(d, q)
             made += len(now_first)
         tokens += made
         clock.append(t)
@@ -142,6 +146,8 @@ def run_fixed(
     issued: int,
     max_batched_tokens: int,
     chunk_tokens: int | None = None,
+    decodes_share_budget: bool = True,
+    after_first_s: Callable[[float, float], float] | None = None,
 ) -> Run:
     """`run_arrays` for requests of one prompt length and one output length (at least 1 each, a
     budget of at least one token, a chunk cap of at least one), over two queues (module
@@ -183,7 +189,7 @@ def run_fixed(
             t = float(arrival[nxt])
             continue
         d = len(decoding)
-        room = max(max_batched_tokens - d, 0)
+        room = max(max_batched_tokens - (d if decodes_share_budget else 0), 0)
         q = 0
         done_from = head
         i, waiting = head, len(prefilling)
@@ -217,8 +223,9 @@ def run_fixed(
         prompt_area += dt * q
         decoded += steps
         made = steps * d
+        at = t if after_first_s is None or not prompts_done else t - after_first_s(d, q)
         for r in prompts_done:
-            first[r] = t
+            first[r] = at
             decoding.append((r, decoded + output_len - 1))
         made += len(prompts_done)
         tokens += made

@@ -208,8 +208,12 @@ def _prefill_apart(
     p = np.asarray(scn.plan.pp, dtype=float)
     piped = p > 1
     m_d = np.minimum(p, d)
-    # each micro-batch admits the prompts that arrived (or found room) since it was last scheduled:
-    # the round's prompts spread over up to p prefill micro-batches, each within one budget
+    # each micro-batch admits the prompts that found room in the cache its own finished requests
+    # freed (event_loop_pp processes a micro-batch's results just before scheduling it again) and
+    # those that arrived since the micro-batch before it was scheduled (one waiting queue for
+    # all micro-batches): the round's prompts spread over up to p prefill micro-batches, one per
+    # prompt, each within one budget (fewer where several arrive between two micro-batches: not
+    # priced)
     k = np.clip(np.maximum(np.ceil(q / budget), np.ceil(q / wl.input_len)), 1.0, p)
     per_decode, per_prefill = np.ceil(d / np.maximum(m_d, 1.0)), np.ceil(q / k)
     kinds = []

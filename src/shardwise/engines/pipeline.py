@@ -89,7 +89,12 @@ def prefill_apart_round_s(
       micro-batches behind it cross the stages at its pace), and a round of decodes alone its
       own pass, `through_decode_s`. Of the R = max(1, (m_d + k) / p) loop rounds, r_p = min(k, R)
       hold a prefill micro-batch (prompts spread over the rounds as they arrive).
-    T = max(work, r_p through_prefill + (R - r_p) through_decode)."""
+    - However small the prefill, each decode micro-batch still waits for its own tokens: the time
+      lasts at least one decode micro-batch's pass (the round trip of `pipelined_round_s`), so a
+      round never gets shorter for the prompt tokens added to it (`through_decode_s` = 0 where
+      nothing decodes).
+    T = max(work, r_p through_prefill + (R - r_p) through_decode, through_decode)."""
     k, r = np.asarray(prefills, dtype=float), np.asarray(rounds, dtype=float)
     r_p = np.minimum(k, r)
-    return np.maximum(work_s, r_p * through_prefill_s + (r - r_p) * through_decode_s)
+    passes = np.maximum(r_p * through_prefill_s + (r - r_p) * through_decode_s, through_decode_s)
+    return np.maximum(work_s, passes)

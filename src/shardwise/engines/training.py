@@ -160,7 +160,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
-    """The rules of training a mixture of experts (`specs.rules.moe_training_rules`) and of packed
+    """The rules of training a mixture of experts (`specs.expert_rules.moe_training_rules`) and of packed
     sequences (`specs.rules.packed_rule`); True when they hold (a SpecError names the first that
     breaks)."""
     raise_first(

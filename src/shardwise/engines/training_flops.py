@@ -44,7 +44,7 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     layers_fwd = layers_model_flops(model, plan.bytes_per_element)
     logits = logits_forward(model, 1, 1, plan.bytes_per_element).flops
     per_seq = 3 * (layers_fwd + logits)
-    if np.any(np.asarray(plan.lora_rank) > 0):  # dense models only (specs.rules.lora_rule)
+    if np.any(np.asarray(plan.lora_rank) > 0):  # dense models only (specs.expert_rules.lora_rule)
         frozen = model.layers * sum(g.flops for g in (*one.gemms, *one.extra)) + logits
         per_seq = np.where(np.asarray(plan.lora_rank) > 0, per_seq - frozen, per_seq)
     rc = np.asarray(plan.recompute)

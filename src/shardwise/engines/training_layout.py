@@ -305,7 +305,7 @@ def optimizer_time_s(
     `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 training also the
     once-per-step cast of every local weight (`n_weights`, default `n_params`; more under LoRA,
     whose frozen weights are cast too) to FP8 in both layouts
-    (`physics.compute.cast_bytes_per_element`), which the first micro-batch caches for the rest
+    (`physics.linears.cast_bytes_per_element`), which the first micro-batch caches for the rest
     (Transformer Engine's; a torchao recipe casts the weights at every use instead, in the layers'
     casts: `physics.fp8_recipes`)."""
     plan = scn.plan

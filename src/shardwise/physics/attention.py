@@ -45,7 +45,7 @@ alike):
   FlashAttention-2's causal forward at 512-16k (191, 260, 298, 319, 333, 335) within 7%.
 - `TILE_TOKENS` B = 128, the query and key tile of these kernels at head dim 128.
 The backward's causal plateau is taken as the forward's (the papers plot no causal backward on
-H100); the backward-to-forward time ratio at the plateau stays `physics.compute.FLASH_BACKWARD_RATIO`
+H100); the backward-to-forward time ratio at the plateau stays `physics.attention_kernels.FLASH_BACKWARD_RATIO`
 (2.9; on H100 FlashAttention-2 2.5 x 370 / 322 = 2.87, cuDNN 2.88, FlashAttention-3 2.89).
 
 PyTorch's ring (`context_parallel`, torchtitan) runs its bookkeeping as eager kernels on the

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.physics.flops import LayerForward
 from shardwise.physics.kernels import memory_s
+from shardwise.physics.layer_parts import LayerForward
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
-from shardwise.specs.plan import FLASH2_KERNELS
+from shardwise.specs.plan_choices import FLASH2_KERNELS
 
 # FlashAttention-2 reaches 50-73 % of A100 peak forward vs ~87 % for a large GEMM
 # (Dao 2023, Fig. 5; MAMF): about 0.75 of the GEMM efficiency. Its backward recomputes the

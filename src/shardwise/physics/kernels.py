@@ -14,8 +14,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardwise.physics.flops import Gemm
 from shardwise.physics.gemm import gemm_time_s, table_time_s
+from shardwise.physics.layer_parts import Gemm
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 

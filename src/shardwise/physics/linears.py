@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.physics import fp8_recipes
-from shardwise.physics.flops import Gemm, LayerForward, input_gradient, weight_gradient
 from shardwise.physics.kernels import gemms_s, memory_s
+from shardwise.physics.layer_parts import Gemm, LayerForward, input_gradient, weight_gradient
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8

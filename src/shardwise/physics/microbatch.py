@@ -10,7 +10,7 @@ GEMM (which writes 2 bytes per weight when it does not accumulate itself):
 stack                                          bytes  what runs
 =============================================  =====  ==========================================
 Megatron-Core, --gradient-accumulation-fusion  (8)    inside the GEMM's epilogue: read and write
-                                                      the fp32 main_grad (`physics.compute.
+                                                      the fp32 main_grad (`physics.linears.
                                                       FUSED_ACCUMULATE_BYTES`), no other kernel
 Megatron-LM without fusion                     10     main_grad.add_(param.grad): read 2 + 4,
                                                       write 4, one kernel (megatron/core/

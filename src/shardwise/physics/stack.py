@@ -38,11 +38,11 @@ fused kernels do.
 
 Attention kernels, forward efficiency relative to the GPU's GEMM efficiency: "fused" is what
 Megatron-Core runs through Transformer Engine (cuDNN fused attention; on Ampere the same
-FlashAttention-2 code path), `physics.compute.FLASH_RELATIVE_EFFICIENCY`; "flash2" is
+FlashAttention-2 code path), `physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`; "flash2" is
 FlashAttention-2 (the flash-attn package), whose Ampere kernels do
 not use Hopper's warp-group MMA and TMA: on Hopper it reaches a smaller fraction of peak, the
 GPU's `flash2_efficiency` (gpus.yaml, microbenchmarked); "sdpa-flash2" is PyTorch SDPA's own build of
-it, slower again on Hopper (`physics.compute.SDPA_FLASH_FORWARD_FRACTION`).
+it, slower again on Hopper (`physics.attention_kernels.SDPA_FLASH_FORWARD_FRACTION`).
 
 Selective recomputation: "attention" (Megatron-LM, Korthikanti et al. 2022) recomputes the
 attention core only; "op" (torchtitan's op-level selective activation checkpointing,
@@ -164,7 +164,7 @@ COMPILED_COMPLEX_ROPE_KERNELS = 2 * 3
 EAGER_GATED_ACTIVATION_FACTOR = 5.0 / 3.0  # 5e against the fused 3e per output element
 EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT = 28.0  # against e + 12 fused
 # kernels per layer forward, eager: two norms x 6 ops, rotary on q and k x 4 ops, the activation 2,
-# two residual adds (the fused path's count is `physics.flops.ELEMENTWISE_KERNELS` + ROPE_KERNELS)
+# two residual adds (the fused path's count is `physics.layer_parts.ELEMENTWISE_KERNELS` + ROPE_KERNELS)
 EAGER_ELEMENTWISE_KERNELS = 2 * 6 + 2 * 4 + 2 + 2
 # kernels per layer forward besides the element-wise ones: the linear layers (torchtitan's 7 for a
 # gated MLP) and attention; the backward issues about twice as many (two GEMMs per linear layer,

@@ -12,7 +12,7 @@ from shardwise.plots._base import plt
 
 
 def plan_heatmap(result: Any) -> Figure:
-    """`result` is an analyses.planner.PlanSearch."""
+    """`result` is an analyses.plan_search.PlanSearch."""
     tps, pps, rate, seen = result.by_tp_pp()
     fig, ax = plt.subplots(figsize=(1.0 + 0.9 * pps.size, 1.6 + 0.7 * tps.size))
     masked = np.ma.masked_invalid(rate)

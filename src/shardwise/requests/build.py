@@ -17,20 +17,14 @@ from shardwise.errors import SpecError
 
 # re-exported: the names the requests, the CLI and the tests read here
 from shardwise.requests.cluster_build import (  # noqa: F401
-    WHOLE_FIELDS,
     build_cluster,
-    calibrated,
-    describe_link,
     link_flag,
     link_latency_s,
-    rack_domain,
 )
 from shardwise.requests.plan_build import (  # noqa: F401
     build_plan,
-    default_split,
     execution_kwargs,
     flash_attention,
-    sequence_parallel,
     stage_kwargs,
 )
 

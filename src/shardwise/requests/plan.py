@@ -22,7 +22,7 @@ LAYOUT_FIELDS = (
 
 
 def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
-    """The `predict` request of plan `i` of a `planner.PlanSearch` run for `base` (the model, the
+    """The `predict` request of plan `i` of a `plan_search.PlanSearch` run for `base` (the model, the
     cluster and the stack the plan command was given): the row's layout written out in full --
     expert TP, sequence parallelism and the ZeRO stage explicit, the GPUs it uses, and the
     simulator where the planner re-timed the plan with it."""
@@ -272,7 +272,7 @@ class PlanRequest:
         return out
 
     def search(self, fitted: dict[str, float] | None = None) -> Any:
-        """The planner's search (`analyses.planner.PlanSearch`) on the request's cluster, calibrated
+        """The planner's search (`analyses.plan_search.PlanSearch`) on the request's cluster, calibrated
         by its calibration file, else by `fitted` values (`calibration.parameters`)."""
         from shardwise.requests import build
 

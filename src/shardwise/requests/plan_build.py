@@ -16,7 +16,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     it). Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default
     that turns it on applies only where SP is on; asking for it without SP is an error."""
     from shardwise import presets
-    from shardwise.specs.plan import EXECUTION_FLAGS
+    from shardwise.specs.plan_choices import EXECUTION_FLAGS
 
     flags = presets.framework(o.get("framework") or "megatron-core")
     out: dict[str, Any] = {"framework": flags["framework"]}

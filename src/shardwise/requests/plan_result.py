@@ -13,7 +13,7 @@ class PlanResult:
     why the best wins (its neighbours), the launch command asked for, what was assumed."""
 
     request: Any  # requests.plan.PlanRequest
-    search: Any  # analyses.planner.PlanSearch
+    search: Any  # analyses.plan_search.PlanSearch
     rows: list[dict[str, Any]]
     why: list[Any]
     launch: dict[str, Any] | None

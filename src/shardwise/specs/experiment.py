@@ -1,6 +1,6 @@
 """What a comparison holds fixed and what it compares: `Experiment` (a model on GPUs of one kind,
 links to compare, plans relative to the GPU count), `PlanSpec` and `LinkSpec`. Their text forms
-are parsed at the edges (`loaders.parse_plan_spec`, `presets.parse_link_spec`)."""
+are parsed at the edges (`plan_text.parse_plan_spec`, `presets.parse_link_spec`)."""
 
 from __future__ import annotations
 

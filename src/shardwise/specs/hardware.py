@@ -86,14 +86,14 @@ class Gpu:
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
     gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
     # FlashAttention-2's forward efficiency relative to the GEMMs' (0: as the fused kernel's,
-    # `physics.compute.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2's Ampere kernels below it)
+    # `physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2's Ampere kernels below it)
     flash2_efficiency: Number = 0.0
     # FlashAttention-2's backward throughput (2.5x the forward's FLOPs) relative to the GEMMs', where
     # measured apart from its forward (0: the forward's efficiency x Dao 2023's 63/73; ROCm's CK kernels
     # fall further behind in the backward)
     flash2_backward_efficiency: Number = 0.0
     # Which kernels PyTorch SDPA's flash backend runs on this GPU: "fa2" (PyTorch's build of
-    # FlashAttention-2, CUDA) or "aotriton" (ROCm's AOTriton); `physics.compute.sdpa_flash_fractions`
+    # FlashAttention-2, CUDA) or "aotriton" (ROCm's AOTriton); `physics.attention_kernels.sdpa_flash_fractions`
     sdpa_flash_backend: str = "fa2"
     # The board's power limit (W; 0 = not given): what sets the clock of sustained tensor-core work
     # (`physics.power`), used where a GPU's efficiency is carried over from a sibling's benchmark

@@ -28,11 +28,8 @@ from shardwise.specs.plan_checks import (  # noqa: F401
 )
 from shardwise.specs.plan_choices import (  # noqa: F401
     ATTENTION_KERNELS,
-    BOOLEAN_FIELDS,
-    CP_COMM_TYPES,
     EXECUTION_FLAGS,
     FLASH2_KERNELS,
-    MOE_DISPATCHERS,
     Recompute,
     Schedule,
 )

@@ -25,12 +25,9 @@ from shardwise.specs._checks import Number, SpecError
 
 # re-exported: the names the value types, the sweeps and the planner read here
 from shardwise.specs.expert_rules import (  # noqa: F401
-    lora_rule,
-    moe_overlap_rules,
     moe_rules,
     moe_training_rule,
     moe_training_rules,
-    recompute_layers_rule,
     serving_expert_rule,
     serving_expert_tp,
 )
