@@ -276,20 +276,24 @@ def test_the_output_stage_holds_the_larger_of_the_loss_and_a_layers_gradients():
 
 def test_memory_validation_against_the_public_evidence():
     """The evidence table of `shardwise validate memory`: every run the model can express is
-    predicted, the run that ran out of memory is called out of memory, and the published peaks
-    are within the spread the sources themselves show (the same torchtitan run peaks at 34 to 48
-    GiB on three GPUs)."""
+    predicted, the runs that ran out of memory are called out of memory but two borderline ones, and
+    the published peaks are within the spread the sources themselves show (the same torchtitan run
+    peaks at 34 to 48 GiB on three GPUs)."""
     from shardwise.analyses.memory_validation import raw_rows, validate_memory
 
     summary = validate_memory()
     assert len(summary.rows) == len(raw_rows()) == 72
     assert len(summary.predicted) == 49 and all(r.skip for r in summary.rows if r not in summary.predicted)
-    assert summary.oom_recall == 1.0
+    # the capacity is CUDA's (79.11 GiB on an H100): Megatron-Bridge's two Llama 3 70B runs that ran
+    # out of memory (recomputing core_attn only) are estimated 0.3% under it, so called fits
+    missed = [r for r in summary.oom if r.fits]
+    assert summary.oom_recall == pytest.approx(3 / 5) and {r.source for r in missed} == {"NVIDIA-NeMo/Megatron-Bridge"}
+    assert all(0.99 < r.total_bytes / r.capacity_bytes <= 1.0 for r in missed)
     assert summary.false_oom_rate <= 1 / len(summary.fit)
-    # accuracy over both outcomes: every OOM called right, at most one false OOM
+    # accuracy over both outcomes: at most the two borderline OOMs and one false OOM wrong
     right = sum(not r.fits for r in summary.oom) + sum(r.fits for r in summary.fit)
     judged = len(summary.oom) + len(summary.fit)
-    assert summary.fit_accuracy == pytest.approx(right / judged) and right >= judged - 1
+    assert summary.fit_accuracy == pytest.approx(right / judged) and right >= judged - 3
     titan = [r for r in summary.peaks if r.framework == "torchtitan-compile"]
     assert len(titan) == 17 and all(abs(r.error) < 0.35 for r in titan)
     assert summary.peak_mape < 0.3
@@ -300,11 +304,31 @@ def test_validate_memory_prints_the_table(cli):
     assert code == 0
     assert out.startswith("| source | stack | runs |")
     assert "| linkedin/Liger-Kernel | fsdp | 1 | 1 of 1 |" in out
-    assert "recall 100%" in out and "left out (an encoder" in out
-    assert "right for 49 of 49 (accuracy 100%)" in out
+    assert "recall 60%" in out and "left out (an encoder" in out
+    assert "right for 47 of 49 (accuracy 96%)" in out
     assert "Published training runs (data/public_training_runs.csv, all of which ran)" in out
     code, out, err = cli(["validate", "memory", "public"])
     assert code == 2 and "give it alone" in err
+
+
+def test_a_published_run_that_fits_only_in_what_cuda_reports():
+    """PUB-0080 (Megatron-Bridge 26.04.01, Llama 3 70B on H100) ran; its estimate, 84.2 GB, is over
+    the datasheet's 80 GB read as 80e9 bytes and under the 79.11 GiB (84.9e9) CUDA reports."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    from shardwise.analyses import public_validation
+    from shardwise.engines.training import estimate_training_step, training_memory
+
+    row = next(r for r in public_validation.raw_rows() if r["id"] == "PUB-0080")
+    scn = public_validation.scenario_for(row)
+    total = float(np.asarray(training_memory(scn).total_bytes))
+    assert scn.cluster.gpu.memory_bytes == pytest.approx(79.11 * 2**30)
+    assert 80e9 < total <= float(scn.cluster.gpu.memory_bytes)
+    assert bool(estimate_training_step(scn).fits_in_memory)
+    decimal = replace(scn, cluster=scn.cluster.with_(gpu=scn.cluster.gpu.with_(memory_bytes=80e9)))
+    assert not bool(estimate_training_step(decimal).fits_in_memory)
 
 
 def test_eager_swiglu_keeps_one_more_ffn_tensor_and_nanotron_mha_its_packed_qkv():

@@ -23,22 +23,47 @@ def test_every_preset_loads(kind):
 
 
 @pytest.mark.parametrize(
-    ("name", "tflops", "memory_gb", "bandwidth_gb_s"),
+    ("name", "tflops", "bandwidth_gb_s"),
     [
-        # vendor datasheets: dense 16-bit tensor-core peak, memory (decimal GB), memory bandwidth
-        ("v100-sxm2-32gb", 125.0, 32, 900),
-        ("a100-sxm4-80gb", 312.0, 80, 2039),
-        ("a100-sxm4-40gb", 312.0, 40, 1555),
-        ("h100-sxm5-80gb", 989.4, 80, 3350),
-        ("h200-sxm-141gb", 989.4, 141, 4800),
-        ("mi300x", 1307.4, 192, 5300),
+        # vendor datasheets: dense 16-bit tensor-core peak, memory bandwidth
+        ("v100-sxm2-32gb", 125.0, 900),
+        ("a100-sxm4-80gb", 312.0, 2039),
+        ("a100-sxm4-40gb", 312.0, 1555),
+        ("h100-sxm5-80gb", 989.4, 3350),
+        ("h200-sxm-141gb", 989.4, 4800),
+        ("mi300x", 1307.4, 5300),
     ],
 )
-def test_gpu_presets_match_their_datasheets(name, tflops, memory_gb, bandwidth_gb_s):
+def test_gpu_presets_match_their_datasheets(name, tflops, bandwidth_gb_s):
     gpu = presets.gpu(name)
     assert gpu.peak_flops_per_s_16bit == pytest.approx(tflops * 1e12)
-    assert gpu.memory_bytes == pytest.approx(memory_gb * 1e9)
     assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(bandwidth_gb_s * 1e9)
+
+
+@pytest.mark.parametrize(
+    ("name", "cuda_gib", "datasheet_gb"),
+    [
+        # torch.cuda.get_device_properties(0).total_memory as public logs print it (gpus.yaml)
+        ("h100-sxm5-80gb", 79.11, 80),  # vllm-project/vllm#27508
+        ("a100-sxm4-80gb", 79.35, 80),
+        ("h200-sxm-141gb", 139.81, 141),
+        ("b200-sxm-180gb", 178.35, 180),  # pytorch/ao PR #4002
+        ("mi300x", 191.98, 192),
+        ("l40s", 44.39, 48),
+    ],
+)
+def test_gpu_memory_is_what_cuda_reports_not_the_datasheet_figure(name, cuda_gib, datasheet_gb):
+    memory = float(presets.gpu(name).memory_bytes)
+    assert memory == pytest.approx(cuda_gib * 2**30)
+    # HBM parts: 80 GiB of HBM less the driver's share is more than 80e9 bytes; GDDR (L40S) less
+    assert (memory > datasheet_gb * 1e9) is (name != "l40s")
+
+
+def test_no_gpu_preset_is_left_at_its_datasheet_figure_in_decimal_gb():
+    """CUDA's figure (GiB, two decimals) is never a whole number of decimal GB such as 80e9."""
+    for name in presets.names("gpus"):
+        memory = float(presets.gpu(name).memory_bytes)
+        assert memory != round(memory / 1e9) * 1e9, name
 
 
 @pytest.mark.parametrize(

@@ -122,6 +122,14 @@ def format_bytes(n_bytes: float) -> str:
     return f"{n_bytes:.0f} B"
 
 
+def format_capacity(memory_bytes: float) -> str:
+    """A GPU's memory as CUDA reports it (`Gpu.memory_bytes`, total_memory), in GiB as PyTorch prints
+    it, with the decimal figure beside: 84943715696.64 -> '79.11 GiB (84.9 GB, CUDA's total)'."""
+    if not math.isfinite(memory_bytes):
+        return "-"
+    return f"{memory_bytes / 2**30:.2f} GiB ({format_bytes(memory_bytes)}, CUDA's total)"
+
+
 def format_seconds(t_s: float) -> str:
     """Readable time: 0.0123 -> '12.3 ms'; '-' where there is none (NaN, inf)."""
     if not math.isfinite(t_s):

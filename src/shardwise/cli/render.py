@@ -12,7 +12,7 @@ from rich.table import Table
 
 from shardwise.engines.result import TrainingEstimate
 from shardwise.physics.params import total_params
-from shardwise.units import format_bytes, format_seconds, format_seconds_range
+from shardwise.units import format_bytes, format_capacity, format_seconds, format_seconds_range
 
 BREAKDOWN_LABELS = {
     "compute": "compute",
@@ -220,7 +220,7 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     verdict = "[green]fits[/]" if fits else "[red]does NOT fit[/]"
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
     out.print(mt)
-    out.print(f"{verdict} in {format_bytes(capacity)} per GPU")
+    out.print(f"{verdict} in {format_capacity(capacity)} per GPU")
 
 
 @contextmanager

@@ -21,7 +21,7 @@ def print_estimates(
     from rich.table import Table
 
     from shardwise.cli.render import console
-    from shardwise.units import format_bytes, format_seconds
+    from shardwise.units import format_bytes, format_capacity, format_seconds
 
     out = console()
     inter = cluster.inter_node_link
@@ -96,7 +96,7 @@ def print_estimates(
             weights = format_bytes(float(est.weights_bytes))
             out.print(
                 f"[red]{label}: does not fit: {weights} of weights per GPU leave no room for a KV cache in "
-                f"{format_bytes(capacity)}; its times are not meaningful[/]"
+                f"{format_capacity(capacity)}; its times are not meaningful[/]"
             )
         elif not bool(est.fits_in_memory):
             out.print(

@@ -26,11 +26,18 @@ and output lengths.
    parallelism every stage holds one layer's full-size tensors, as at t = 1 (memory.md).
 3. Runtime and decoder buffers, B_s S p bytes (p micro-batches of S sequences: the scheduler keeps
    one micro-batch per stage): the same log's "Allocated 1.14 GB GPU memory for runtime buffers"
-   and "Allocated 4.35 GB GPU memory for decoder" at S = 4096: B_s = 5.49e9 / 4096 = 1.34 MB per
-   sequence slot. Those buffers are logits, sampling workspaces and token arrays, sized by the
+   and "Allocated 4.35 GB GPU memory for decoder" at S = 4096, binary units (TensorRT-LLM's
+   MemoryCounters::bytesToString divides by 1024 per step and prints "GB"): B_s = 5.49 GiB / 4096 =
+   1.44 MB per sequence slot. Those buffers are logits, sampling workspaces and token arrays, sized by the
    vocabulary (32,000 there) and the maximum sequence length (4,098); how they split between the
    two is not in the log, so B_s is used as measured for every model (a lower value for Llama 3's
    128,256-token vocabulary).
+
+The memory these come out of is what CUDA reports, as everywhere (`Gpu.memory_bytes`): the same log
+prints "Memory usage when calculating max tokens in paged kv cache: total: 79.10 GiB" on an 80 GB H100.
+trtllm-bench sizes the engine from NVML's total instead (tensorrt_llm/bench/build/utils.py
+`get_device_memory`, nvmlDeviceGetMemoryInfo: 81559 MiB = 79.65 GiB on an H100), 0.5 GiB more; that
+difference moves S and N by under 1% and is not modelled.
 
 Range: c_a is 1 for a memory planner that keeps exactly the MLP's tensors, up to about 2; B_s is
 0.3-5 MB for vocabularies of 32k-256k. Only TensorRT-LLM is sized this way: vLLM and SGLang profile
@@ -54,8 +61,8 @@ BENCH_MIN_TOKENS = 2048
 # Activation bytes per token over the MLP's live tensors (5 h + 6 f / t), from the Llama-2-7B FP8
 # log: 928.77 MiB / 8192 tokens / (5 x 4096 + 6 x 11008) B.
 ACTIVATION_PLANNER_FACTOR = 928.77 * 2**20 / 8192 / (5 * 4096 + 6 * 11008)
-# Runtime + decoder buffers per sequence slot: (1.14 + 4.35) GB / 4096, the same log.
-BUFFER_BYTES_PER_SEQUENCE = (1.14e9 + 4.35e9) / 4096
+# Runtime + decoder buffers per sequence slot: (1.14 + 4.35) GiB / 4096, the same log (its "GB" are GiB).
+BUFFER_BYTES_PER_SEQUENCE = (1.14 + 4.35) * 2**30 / 4096
 
 
 def bench_engine_settings(
@@ -70,7 +77,7 @@ def bench_engine_settings(
 ) -> tuple[np.ndarray, np.ndarray]:
     """(max_batch_size, max_num_tokens) trtllm-bench builds the engine with (module docstring, 1)."""
     t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
-    gib = 1024.0**3  # tuning.py counts in GiB; the ratio below does not depend on it
+    gib = 1024.0**3  # tuning.py counts in GiB (of NVML's total; here CUDA's, module docstring)
     per_token = 2 * model.layers * np.maximum(t, model.kv_heads) * model.head_dim * kv_bytes_per_element / gib
     engine = np.asarray(total_params(model), dtype=float) * weight_bytes_per_param / gib
     available = np.asarray(gpu_memory_bytes, dtype=float) / gib * t * p - engine

@@ -1,8 +1,8 @@
 """Named GPUs, links, systems and models, read from the YAML files beside this module.
 
     >>> from shardwise import presets
-    >>> presets.gpu("a100-sxm4-80gb").memory_bytes
-    80000000000.0
+    >>> presets.gpu("a100-sxm4-80gb").memory_bytes  # what CUDA reports: 79.35 GiB (gpus.yaml)
+    85201413734.4
 
 Names are case-insensitive; an unknown name raises `SpecError` listing the closest ones.
 A path to a YAML file (one entry, or a mapping with the entry's fields) is accepted wherever a

@@ -11,6 +11,7 @@ from typing import Any
 
 from shardwise.requests.plan_result import PlanResult, with_intervals
 from shardwise.requests.training import PredictRequest, TrainingRequest
+from shardwise.units import format_capacity
 
 # the fields of a request that say where and how the plans run (kept from the plan's own request);
 # the layout fields are the row's
@@ -311,8 +312,8 @@ class PlanRequest:
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
             raise SpecError(
-                f"plan: none of the {result.evaluated:,} plans fits in {float(cluster.gpu.memory_bytes) / 1e9:.0f} "
-                f"GB per GPU; try {', '.join(levers)}"
+                f"plan: none of the {result.evaluated:,} plans fits in "
+                f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}"
             )
         spread = build.spread([result.scenario(int(i)) for i in best], cal)
         rows = with_intervals(result, best, spread)
