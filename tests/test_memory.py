@@ -431,11 +431,59 @@ def test_checkpointed_mlp_frees_its_saved_tensors_and_the_other_modules_nothing(
 
 def test_megatron_bridge_performance_summaries_reduce_gradients_in_bf16():
     """The public runs of Megatron-Bridge's performance summaries take its performance recipes'
-    bf16 gradients (`public_stacks.bf16_gradients`); other NVIDIA sources keep fp32."""
+    bf16 gradients (`public_stacks.bf16_gradients`); sources whose recipe is not known keep fp32."""
     from shardwise.analyses import public_validation as pv
 
     bridge = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance")]
-    other = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA/dgxc-benchmarking")]
+    unknown = [
+        r
+        for r in pv.raw_rows()
+        if r["source"].startswith("GitHub NVIDIA/NeMo docs/source/performance/performance_summary")
+    ]
     priced = [r for r in bridge if not pv.skip_reason(r)]
     assert priced and all(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in priced[:5])
-    assert not any(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in other if not pv.skip_reason(r))
+    others = [r for r in unknown if not pv.skip_reason(r)]
+    assert others and not any(bool(pv.request_for(r).scenario().plan.grad_reduce_bf16) for r in others)
+
+
+def _public_row(source: str, seen: str, precision: str, version: str = "") -> dict[str, str]:
+    return {"source": source, "commit_or_version": seen, "precision": precision, "framework_version": version}
+
+
+@pytest.mark.parametrize(
+    ("source", "seen", "version", "precision", "bf16"),
+    [
+        # NeMo 1 launcher YAML: distributed_fused_adam with grad_sync_dtype bf16, both precisions
+        ("llama3.1/README_405b.md", "first seen 35a9aecc8d (2025-05-21), last seen 143b90dd91", "", "bf16", True),
+        ("llama3.1/README_405b.md", "first seen 35a9aecc8d (2025-05-21), last seen 143b90dd91", "", "fp8", True),
+        # nemotron4-15b's YAML of 8f5cbb3799 .. 1b9bb6b3cf: mcore_distributed_optim, no grad_sync_dtype
+        ("nemotron/README_15b.md", "first seen 8f5cbb3799 (2025-05-21), last seen 1b9bb6b3cf", "", "bf16", False),
+        ("nemotron/README_15b.md", "first seen e6afea3aea (2025-05-21), last seen e6afea3aea", "", "bf16", True),
+        ("nemotron/README_15b.md", "first seen e6afea3aea (2025-05-21), last seen 1b9bb6b3cf", "", "bf16", False),
+        # NeMo 2 scripts: FP8 only
+        ("llama3.1/README.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "fp8", True),
+        ("llama3.1/README.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "bf16", False),
+        ("ft_llama3/README_8b.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "bf16", True),
+        # a recipe not read: fp32
+        ("llama4/README.md", "first seen 68eaf7e117 (2025-06-10), last seen 6be5ea0e19", "", "fp8", False),
+    ],
+)
+def test_dgxc_benchmarking_rows_take_their_recipes_gradient_precision(source, seen, version, precision, bf16):
+    """dgxc-benchmarking's rows reduce in bf16 where the recipe at the row's commits says so."""
+    from shardwise.analyses import public_stacks
+
+    row = _public_row(f"GitHub NVIDIA/dgxc-benchmarking {source}", seen, precision, version)
+    assert public_stacks.bf16_gradients(row) is bf16
+
+
+@pytest.mark.parametrize(
+    ("version", "precision", "bf16"),
+    [("25.07", "bf16", True), ("25.07", "fp8", True), ("25.04", "bf16", False), ("25.04", "fp8", True)],
+)
+def test_nemo_performance_pages_take_their_release_gradient_precision(version, precision, bf16):
+    """NeMo 2.4's performance scripts (25.07) reduce in bf16 for every dtype, NeMo 2.3's (25.04) for FP8."""
+    from shardwise.analyses import public_stacks
+
+    source = f"docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html (NeMo {version})"
+    assert public_stacks.bf16_gradients(_public_row(source, "", precision, version)) is bf16
+    assert not public_stacks.bf16_gradients(_public_row(source, "", "fp16", version))

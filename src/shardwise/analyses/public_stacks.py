@@ -164,16 +164,86 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     return preset, out
 
 
-# Published runs of NVIDIA's performance recipes, which keep the gradient buffers and reduce them in
-# bf16 (`Plan.grad_reduce_bf16`): Megatron-Bridge's performance summaries (scripts/performance,
-# `mixed_precision.grad_reduce_in_fp32: false` in its configs since 2025-09, perf_recipes/_common.py
-# `_benchmark_common` and `_perf_precision` now), by the leading words of their source.
-BF16_GRADIENT_SOURCES = ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary",)
+# Published runs of NVIDIA's recipes that keep the gradient buffers and reduce them in bf16
+# (`Plan.grad_reduce_bf16`), each read in the recipe that produced the row: (text in the row's
+# source, the commit or container its recipe was read at (the first commit in `commit_or_version`,
+# or `framework_version`; empty: any), the precisions it holds for (empty: bf16 and FP8 alike)).
+# Where a source's recipe is not known at the row's version (dgxc-benchmarking's deepseek_v3,
+# llama4, nemotronh, grok1/README.md; NeMo's 24.07 performance summary and long-sequence tables),
+# nothing is set: the model keeps fp32 gradients.
+BF16_GRADIENT_RECIPES = (
+    # Megatron-Bridge scripts/performance: `mixed_precision.grad_reduce_in_fp32 = False` and
+    # `ddp.grad_reduce_in_fp32 = False` (configs/llama/llama31_llm_pretrain.py
+    # set_llama31_common_configs at v0.4.0; its configs since 2025-09, perf_recipes/_common.py now)
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "", ()),
+    # dgxc-benchmarking's NeMo 1 launcher YAMLs (llama3.1/llama3.1_{8b,70b,405b}.yaml,
+    # nemotron/nemotron4-{15b,340b}-synth.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
+    # grok1/grok1_314b.yaml, read at the rows' first and last commits): `optim.grad_sync_dtype: bf16`,
+    # the gradient buffer of Apex's distributed_fused_adam in that dtype, and for
+    # mcore_distributed_optim (grok1) Megatron-Core's grad_reduce_in_fp32 = (grad_sync_dtype ==
+    # "fp32") (NeMo megatron_gpt_model.py, v2.0.0 line 553)
+    *(
+        (f"GitHub NVIDIA/dgxc-benchmarking {readme}", commit, ())
+        for readme in ("llama3.1/README_8b.md", "llama3.1/README_70b.md", "llama3.1/README_405b.md")
+        for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")
+    ),
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_340b.md", "35a9aecc8d", ()),
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_340b.md", "e6afea3aea", ()),
+    # (nemotron4-15b-synth.yaml at 8f5cbb3799 .. 1b9bb6b3cf is mcore_distributed_optim without a
+    # grad_sync_dtype: fp32, so the rows first seen there and at e6afea3aea .. 1b9bb6b3cf are left)
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_15b.md", "35a9aecc8d", ()),
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_15b.md", "e6afea3aea,last seen e6afea3aea", ()),
+    *(
+        ("GitHub NVIDIA/dgxc-benchmarking nemo_megatron/README_175b.md", commit, ())
+        for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea", "741c886025")
+    ),
+    *(
+        ("GitHub NVIDIA/dgxc-benchmarking grok1/README_314b.md", commit, ())
+        for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")
+    ),
+    # dgxc-benchmarking's NeMo 2 scripts, FP8 only ("if compute_dtype == fp8: plugins =
+    # bf16_with_fp8_mixed(); plugins.grad_reduce_in_fp32 = False"; BF16 keeps bf16_mixed's fp32):
+    # llama3.1/pretrain_llama31.py at 741c886025 and 85380ffe02 (NeMo 25.02.01); NeMo's
+    # scripts/performance/llm/pretrain_nemotron4_{15b,340b}.py as the nemotron/gsw_nemo.patch of
+    # those commits finds them in the 25.02.01 container (blobs b01b5cfd0 and a6cc46b5e); from
+    # 68eaf7e117 (NeMo 25.04.01) both call NeMo's scripts/performance, whose utils.py
+    # set_primary_perf_configs does the same (v2.3.0 - v2.3.2)
+    *(
+        (f"GitHub NVIDIA/dgxc-benchmarking {readme}", commit, ("fp8",))
+        for readme in ("llama3.1/README.md", "nemotron/README.md")
+        for commit in ("741c886025", "85380ffe02", "68eaf7e117", "60d6fd33ba")
+    ),
+    # dgxc-benchmarking ft_llama3/llama3_finetune.py at 741c886025 and 85380ffe02: grad_reduce_in_fp32
+    # = False after the precision branch, for BF16 and FP8
+    ("GitHub NVIDIA/dgxc-benchmarking ft_llama3/", "741c886025", ()),
+    # NeMo's performance pages: 25.07 ran NeMo 2.4's scripts/performance (helpers.py
+    # set_precision_configs: grad_reduce_in_fp32 = False for every dtype); 25.04 NeMo 2.3's
+    # (utils.py set_primary_perf_configs: in the FP8 branch only)
+    ("docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance", "25.07", ()),
+    ("docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance", "25.04", ("fp8",)),
+)
 
 
 def bf16_gradients(row: dict[str, str]) -> bool:
-    """Whether a public run reduced its gradients in bf16 (`BF16_GRADIENT_SOURCES`)."""
-    return row["source"].startswith(BF16_GRADIENT_SOURCES) and row["precision"] != "fp16"
+    """Whether a public run's recipe reduced its gradients in bf16 (`BF16_GRADIENT_RECIPES`)."""
+    if row["precision"] == "fp16":
+        return False
+    return any(_recipe_matches(row, *fact) for fact in BF16_GRADIENT_RECIPES)
+
+
+def _recipe_matches(row: dict[str, str], source: str, version: str, precisions: tuple[str, ...]) -> bool:
+    """Whether a row is one a recipe fact covers: its source starts with `source`, its version is
+    `version` (the first commit it was seen at, and the last where a comma adds one, or its
+    `framework_version`) and its precision one of `precisions` (empty: any)."""
+    if not row["source"].startswith(source) or (precisions and row["precision"] not in precisions):
+        return False
+    if not version:
+        return True
+    first, _, last = version.partition(",")
+    seen = row.get("commit_or_version", "")
+    if row.get("framework_version") == first:
+        return True
+    return seen.startswith(f"first seen {first}") and (not last or last in seen)
 
 
 # torchao.float8 recipes a row's notes name (`fp8_scaling=`), as `Plan.fp8_recipe` names them
