@@ -487,3 +487,29 @@ def test_nemo_performance_pages_take_their_release_gradient_precision(version, p
     source = f"docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html (NeMo {version})"
     assert public_stacks.bf16_gradients(_public_row(source, "", precision, version)) is bf16
     assert not public_stacks.bf16_gradients(_public_row(source, "", "fp16", version))
+
+
+def test_transformer_engine_fp8_keeps_its_linears_inputs_in_one_byte():
+    """Under Transformer Engine's FP8 a linear saves the FP8 cast of its input: the two norm
+    outputs and the last MLP linear's input drop from 2 bytes to 1, and the output projection adds
+    a 1-byte copy of the attention output (the attention kernel keeps its own 16-bit one):
+    s b (2 h + f - q) bytes less per layer, Llama 3 70B at tp 1."""
+    from shardwise import presets
+
+    m = presets.model("llama3-70b")
+    args = (m, 1, 1, False, Recompute.NONE, True, 2.0)
+    bf16 = float(layer_activation_bytes(*args))
+    fp8 = float(layer_activation_bytes(*args, fp8_input_bytes=1.0))
+    assert bf16 - fp8 == pytest.approx(m.seq_len * (2 * m.hidden + m.ffn_hidden - m.q_dim))
+
+
+def test_only_transformer_engine_fp8_plans_keep_one_byte_inputs():
+    """The plan's FP8 recipe decides it: TE's ("te") saves FP8 inputs, torchao's tensorwise saves the
+    high-precision input, and BF16 keeps 16 bits."""
+    plan = {"tp": 2, "dp": 4, "global_batch": 4, "zero_stage": 1, "sequence_parallel": True}
+    bf16 = _memory("llama3-8b", **plan, precision="bf16")
+    te = _memory("llama3-8b", **plan, precision="fp8")
+    torchao = _memory("llama3-8b", **plan, precision="fp8", fp8_recipe="tensorwise")
+    assert (
+        float(te.activations_bytes) < float(torchao.activations_bytes) == pytest.approx(float(bf16.activations_bytes))
+    )
