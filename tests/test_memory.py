@@ -378,14 +378,15 @@ def test_one_stage_memory_on_request():
 
 def test_published_training_runs_called_out_of_memory():
     """Every published training run `validate public` prices ran, so each one called out of memory
-    is a false OOM (or a row missing a memory setting of its source). 145 of 589 at the presets'
-    nominal decimal capacity: a guard that it does not grow past 30%."""
+    is a false OOM (or a row missing a memory setting of its source). 60 of 576 at the presets'
+    nominal decimal capacity (145 of 589 before the recipes' bf16 gradients, offload skips and
+    Transformer Engine's FP8 inputs): a guard that it does not grow past 15%."""
     from shardwise.analyses.memory_validation import published_runs_fit
 
     fits = published_runs_fit()
     runs, oom = sum(p.runs for p in fits), sum(p.called_oom for p in fits)
     assert runs >= 500 and all(0 <= p.called_oom <= p.runs for p in fits)
-    assert oom <= 0.3 * runs
+    assert oom <= 0.15 * runs
 
 
 def test_bf16_gradient_buffers_halve_the_gradients_and_their_reduction():
