@@ -118,7 +118,7 @@ def offloaded_layers(row: dict[str, str]) -> int:
     except ValueError:
         return 0
     facts = (f for f in ACTIVATION_OFFLOAD_RECIPES if row["source"].startswith(f[0]) and fsdp > 0)
-    return next((f[5] for f in facts if (row["model"], row["system"], tp, mbs) == f[1:5]), 0)
+    return next((f[5] for f in facts if (row.get("model"), row.get("system"), tp, mbs) == f[1:5]), 0)
 
 
 # (text in the source, why): sources whose published figure is not a training-step measure
@@ -264,7 +264,7 @@ BF16_GRADIENT_RECIPES = (
 
 def bf16_gradients(row: dict[str, str]) -> bool:
     """Whether a public run's recipe reduced its gradients in bf16 (`BF16_GRADIENT_RECIPES`)."""
-    if row["precision"] == "fp16":
+    if row.get("precision") == "fp16":
         return False
     return any(_recipe_matches(row, *fact) for fact in BF16_GRADIENT_RECIPES)
 
@@ -273,7 +273,7 @@ def _recipe_matches(row: dict[str, str], source: str, version: str, precisions: 
     """Whether a row is one a recipe fact covers: its source starts with `source`, its version is
     `version` (the first commit it was seen at, and the last where a comma adds one, or its
     `framework_version`) and its precision one of `precisions` (empty: any)."""
-    if not row["source"].startswith(source) or (precisions and row["precision"] not in precisions):
+    if not row["source"].startswith(source) or (precisions and row.get("precision") not in precisions):
         return False
     if not version:
         return True
