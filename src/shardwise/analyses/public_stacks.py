@@ -86,6 +86,41 @@ def notes(row: dict[str, str]) -> dict[str, str]:
     return out
 
 
+# Published runs whose recipe offloads the activations of some layers to the host (Megatron-Core's
+# cpu_offloading_num_layers), which the model does not price: (text in the row's source, model,
+# system, tp, micro-batch, layers offloaded). All run Megatron-FSDP (the row's `fsdp` > 0).
+ACTIVATION_OFFLOAD_RECIPES = (
+    # Megatron-Bridge scripts/performance, Llama 3 70B FP8 current scaling at micro-batch 2:
+    # configs/llama3/llama3_70b_llm_pretrain.yaml gb200 fp8_cs (v0.1.0rc4, NeMo 25.09: 40 layers),
+    # configs/llama3/workload_base_configs.py (v0.2.0) and configs/llama/llama3_workload_base_configs.py
+    # LLAMA3_70B_PRETRAIN_CONFIG_{GB300,GB200}_FP8_CS_V1/V2 (v0.3.0 - v0.4.2): 20 on GB300, 40 on GB200
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "llama3-70b", "gb300-nvl72", 1, 2, 20),
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "llama3-70b", "gb200-nvl72", 1, 2, 40),
+    # Llama 3.1 405B on GB200 at tp 2 with FSDP: configs/llama31/llama31_405b_llm_pretrain.yaml gb200
+    # fp8_ds and fp8_cs (v0.1.0rc4, NeMo 25.09): 95 layers; NeMo 2.4 (25.07)
+    # scripts/performance/recommended_model_configs/model_configs_gb200.csv llama31 405b fp8: 95
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "llama3-405b", "gb200-nvl72", 2, 1, 95),
+    (
+        "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance",
+        "llama3-405b",
+        "gb200-nvl72",
+        2,
+        1,
+        95,
+    ),
+)
+
+
+def offloaded_layers(row: dict[str, str]) -> int:
+    """Layers whose activations the row's recipe offloads to the host (`ACTIVATION_OFFLOAD_RECIPES`), 0 if none."""
+    try:
+        fsdp, tp, mbs = (int(float(row.get(k) or 0)) for k in ("fsdp", "tp", "mbs"))
+    except ValueError:
+        return 0
+    facts = (f for f in ACTIVATION_OFFLOAD_RECIPES if row["source"].startswith(f[0]) and fsdp > 0)
+    return next((f[5] for f in facts if (row.get("model"), row.get("system"), tp, mbs) == f[1:5]), 0)
+
+
 # (text in the source, why): sources whose published figure is not a training-step measure
 NOT_A_STEP = (
     (
@@ -107,6 +142,9 @@ def skip_reason(row: dict[str, str]) -> str:
     n = notes(row)
     if n.get("ac") in CHECKPOINTING_NOT_MODELLED and block_fraction(row) is None:
         return CHECKPOINTING_NOT_MODELLED[n["ac"]]
+    layers = offloaded_layers(row)
+    if layers:
+        return f"offload to the host (the recipe's cpu_offloading_num_layers={layers}) is not modelled"
     if n.get("offload") == "not-stated":
         return "offload to the host possible, not stated for this run"
     if n.get("offload"):
@@ -164,16 +202,86 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     return preset, out
 
 
-# Published runs of NVIDIA's performance recipes, which keep the gradient buffers and reduce them in
-# bf16 (`Plan.grad_reduce_bf16`): Megatron-Bridge's performance summaries (scripts/performance,
-# `mixed_precision.grad_reduce_in_fp32: false` in its configs since 2025-09, perf_recipes/_common.py
-# `_benchmark_common` and `_perf_precision` now), by the leading words of their source.
-BF16_GRADIENT_SOURCES = ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary",)
+# Published runs of NVIDIA's recipes that keep the gradient buffers and reduce them in bf16
+# (`Plan.grad_reduce_bf16`), each read in the recipe that produced the row: (text in the row's
+# source, the commit or container its recipe was read at (the first commit in `commit_or_version`,
+# or `framework_version`; empty: any), the precisions it holds for (empty: bf16 and FP8 alike)).
+# Where a source's recipe is not known at the row's version (dgxc-benchmarking's deepseek_v3,
+# llama4, nemotronh, grok1/README.md; NeMo's 24.07 performance summary and long-sequence tables),
+# nothing is set: the model keeps fp32 gradients.
+BF16_GRADIENT_RECIPES = (
+    # Megatron-Bridge scripts/performance: `mixed_precision.grad_reduce_in_fp32 = False` and
+    # `ddp.grad_reduce_in_fp32 = False` (configs/llama/llama31_llm_pretrain.py
+    # set_llama31_common_configs at v0.4.0; its configs since 2025-09, perf_recipes/_common.py now)
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "", ()),
+    # dgxc-benchmarking's NeMo 1 launcher YAMLs (llama3.1/llama3.1_{8b,70b,405b}.yaml,
+    # nemotron/nemotron4-{15b,340b}-synth.yaml, nemo_megatron/gpt3_175b_hydra.yaml,
+    # grok1/grok1_314b.yaml, read at the rows' first and last commits): `optim.grad_sync_dtype: bf16`,
+    # the gradient buffer of Apex's distributed_fused_adam in that dtype, and for
+    # mcore_distributed_optim (grok1) Megatron-Core's grad_reduce_in_fp32 = (grad_sync_dtype ==
+    # "fp32") (NeMo megatron_gpt_model.py, v2.0.0 line 553)
+    *(
+        (f"GitHub NVIDIA/dgxc-benchmarking {readme}", commit, ())
+        for readme in ("llama3.1/README_8b.md", "llama3.1/README_70b.md", "llama3.1/README_405b.md")
+        for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")
+    ),
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_340b.md", "35a9aecc8d", ()),
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_340b.md", "e6afea3aea", ()),
+    # (nemotron4-15b-synth.yaml at 8f5cbb3799 .. 1b9bb6b3cf is mcore_distributed_optim without a
+    # grad_sync_dtype: fp32, so the rows first seen there and at e6afea3aea .. 1b9bb6b3cf are left)
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_15b.md", "35a9aecc8d", ()),
+    ("GitHub NVIDIA/dgxc-benchmarking nemotron/README_15b.md", "e6afea3aea,last seen e6afea3aea", ()),
+    *(
+        ("GitHub NVIDIA/dgxc-benchmarking nemo_megatron/README_175b.md", commit, ())
+        for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea", "741c886025")
+    ),
+    *(
+        ("GitHub NVIDIA/dgxc-benchmarking grok1/README_314b.md", commit, ())
+        for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")
+    ),
+    # dgxc-benchmarking's NeMo 2 scripts, FP8 only ("if compute_dtype == fp8: plugins =
+    # bf16_with_fp8_mixed(); plugins.grad_reduce_in_fp32 = False"; BF16 keeps bf16_mixed's fp32):
+    # llama3.1/pretrain_llama31.py at 741c886025 and 85380ffe02 (NeMo 25.02.01); NeMo's
+    # scripts/performance/llm/pretrain_nemotron4_{15b,340b}.py as the nemotron/gsw_nemo.patch of
+    # those commits finds them in the 25.02.01 container (blobs b01b5cfd0 and a6cc46b5e); from
+    # 68eaf7e117 (NeMo 25.04.01) both call NeMo's scripts/performance, whose utils.py
+    # set_primary_perf_configs does the same (v2.3.0 - v2.3.2)
+    *(
+        (f"GitHub NVIDIA/dgxc-benchmarking {readme}", commit, ("fp8",))
+        for readme in ("llama3.1/README.md", "nemotron/README.md")
+        for commit in ("741c886025", "85380ffe02", "68eaf7e117", "60d6fd33ba")
+    ),
+    # dgxc-benchmarking ft_llama3/llama3_finetune.py at 741c886025 and 85380ffe02: grad_reduce_in_fp32
+    # = False after the precision branch, for BF16 and FP8
+    ("GitHub NVIDIA/dgxc-benchmarking ft_llama3/", "741c886025", ()),
+    # NeMo's performance pages: 25.07 ran NeMo 2.4's scripts/performance (helpers.py
+    # set_precision_configs: grad_reduce_in_fp32 = False for every dtype); 25.04 NeMo 2.3's
+    # (utils.py set_primary_perf_configs: in the FP8 branch only)
+    ("docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance", "25.07", ()),
+    ("docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance", "25.04", ("fp8",)),
+)
 
 
 def bf16_gradients(row: dict[str, str]) -> bool:
-    """Whether a public run reduced its gradients in bf16 (`BF16_GRADIENT_SOURCES`)."""
-    return row["source"].startswith(BF16_GRADIENT_SOURCES) and row["precision"] != "fp16"
+    """Whether a public run's recipe reduced its gradients in bf16 (`BF16_GRADIENT_RECIPES`)."""
+    if row.get("precision") == "fp16":
+        return False
+    return any(_recipe_matches(row, *fact) for fact in BF16_GRADIENT_RECIPES)
+
+
+def _recipe_matches(row: dict[str, str], source: str, version: str, precisions: tuple[str, ...]) -> bool:
+    """Whether a row is one a recipe fact covers: its source starts with `source`, its version is
+    `version` (the first commit it was seen at, and the last where a comma adds one, or its
+    `framework_version`) and its precision one of `precisions` (empty: any)."""
+    if not row["source"].startswith(source) or (precisions and row.get("precision") not in precisions):
+        return False
+    if not version:
+        return True
+    first, _, last = version.partition(",")
+    seen = row.get("commit_or_version", "")
+    if row.get("framework_version") == first:
+        return True
+    return seen.startswith(f"first seen {first}") and (not last or last in seen)
 
 
 # torchao.float8 recipes a row's notes name (`fp8_scaling=`), as `Plan.fp8_recipe` names them

@@ -18,6 +18,7 @@ from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
@@ -63,6 +64,7 @@ def memory_terms(
         plan.selective_policy,
         stack,
         plan.recompute_modules,
+        fp8_input_bytes(plan),
     )
     nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
@@ -113,6 +115,7 @@ def memory_breakdown(
             shared,
             policy,
             stack.extra_saved_elements(model, shared),
+            fp8_input_bytes=fp8_input_bytes(plan),
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
@@ -223,21 +226,22 @@ def _layer_terms(
     policy: str,
     stack: mem.StackMemory,
     modules: tuple[str, ...] = (),
+    fp8_in: float = 0.0,
 ) -> tuple[Number, ...]:
     """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
     and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
     saved activations, the same without recomputation, the working set a recomputed layer rebuilds,
     a layer's backward transients, the logits, the output layer's saved inputs, the sequence split,
-    a layer's dropout mask per micro-batch before that split)."""
+    a layer's dropout mask per micro-batch before that split). `fp8_in`: `fp8_input_bytes`."""
     s = model.seq_len
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
-        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules
+        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in
     )
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
     unsaved = mem.layer_activation_bytes(
-        model, b, t, sequence_parallel, Recompute.NONE, flash_attention, e, None, "attention", extra
+        model, b, t, sequence_parallel, Recompute.NONE, flash_attention, e, None, "attention", extra, (), fp8_in
     )
     rc = recompute
     working = select([rc == Recompute.FULL, rc == Recompute.SELECTIVE], [unsaved, unsaved - per_layer], 0.0)
@@ -254,6 +258,14 @@ def _layer_terms(
     logits = mem.logits_bytes(model, b, t, stack)
     saved_head = 2 * e * s * b * model.hidden / sp_split
     return per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb
+
+
+def fp8_input_bytes(plan: Plan) -> float:
+    """Bytes of the FP8 copy each linear layer keeps of its input for its backward pass: Transformer
+    Engine's FP8 training (`Plan.fp8_recipe` "te" at precision fp8 or mxfp8) keeps the cast it
+    multiplied with (`physics.memory.TE_FP8_INPUT_BYTES`); 0 otherwise (the 16-bit input is kept: BF16,
+    and torchao's recipes, whose float8 linear saves its high-precision input)."""
+    return mem.TE_FP8_INPUT_BYTES if is_fp8(plan.precision) and plan.fp8_recipe == "te" else 0.0
 
 
 def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:

@@ -51,6 +51,11 @@ MASTER_WEIGHT_BYTES = 4.0  # of those 12, the fp32 master weight
 # FlashAttention keeps one fp32 log-sum-exp per query and head for its backward pass
 # (Dao 2023, FlashAttention-2, Sec. 3.1.1 and Algorithm 1: the statistic L).
 FLASH_STATS_BYTES = 4.0
+# Transformer Engine under FP8 keeps the FP8 cast of each linear layer's input for its weight
+# gradient instead of the 16-bit input (transformer_engine/pytorch/module/linear.py and
+# layernorm_linear.py: the quantized `inputmat` / `ln_out` saved for backward; MXFP8 adds a 1-byte
+# scale per 32 elements, left out): 1 byte an element.
+TE_FP8_INPUT_BYTES = 1.0
 # Serving's runtime reserve (engines/serving.py, engines/inflight.py): CUDA context, cuBLAS
 # workspaces, NCCL buffers and allocator slack, typically 1-3 GB. A project estimate with no
 # published source. Training itemises the same things per plan (`runtime_reserved_bytes`).
@@ -87,6 +92,7 @@ def layer_activation_bytes(
     selective_policy: str = "attention",
     stack_extra: float = 0.0,
     recompute_modules: tuple[str, ...] = (),
+    fp8_input_bytes: float = 0.0,
 ) -> Number:
     """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
     width of its dense MLP, as in `physics.flops.layer_forward`). `selective_policy` "op":
@@ -101,7 +107,11 @@ def layer_activation_bytes(
     outputs, `mlp_checkpointed_bytes`; "core_attn" keeps q, k, v as the flash kernel does (nothing
     more to drop); "layernorm" recomputes a standalone norm's output, which Transformer Engine's
     layer spec does not have (the norms are fused into the following linears, input_layernorm and
-    pre_mlp_layernorm are IdentityOp): nothing dropped here."""
+    pre_mlp_layernorm are IdentityOp): nothing dropped here. `fp8_input_bytes` (0: none): the
+    bytes of the FP8 copy a linear keeps of its input (`TE_FP8_INPUT_BYTES`, Transformer Engine's FP8
+    training): the QKV and MLP inputs (the norm outputs) and the last MLP linear's input (the
+    activation's output) are kept at that size, and the output projection keeps an FP8 copy of the
+    attention output beside the 16-bit one the attention kernel keeps for its own backward pass."""
     s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
     f = model.ffn_hidden if ffn is None else ffn
     e, t, b = bytes_per_element, tp, batch
@@ -110,10 +120,13 @@ def layer_activation_bytes(
     gate = 2 if model.gated_mlp else 1
     # Replicated across TP ranks unless sequence-parallel: two norm inputs, the QKV and MLP
     # inputs (norm outputs), two hidden-dropout masks.
-    replicated = (4 * e + 2 * mask) * sbh
-    # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output.
+    c = fp8_input_bytes if fp8_input_bytes else e  # a linear's saved input
+    replicated = (2 * e + 2 * c + 2 * mask) * sbh
+    # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output (and the
+    # output projection's FP8 copy of the attention output, `fp8_input_bytes`).
     sbq = s * b * model.q_dim  # queries and the attention output (sbh unless head_dim is set apart)
-    split = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * f + s * b * stack_extra) / t
+    kept_16 = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * stack_extra)
+    split = (kept_16 + c * s * b * f + fp8_input_bytes * sbq) / t
     # The attention scores: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b).
     scores_std = (e + ((mask + e) if model.dropout else 0.0)) * a * s * s * b / t
     scores_flash = FLASH_STATS_BYTES * a * s * b / t
@@ -126,7 +139,9 @@ def layer_activation_bytes(
     scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
     kept = rep + split + scores_kept
     if "mlp" in recompute_modules and selective_policy == "attention":
-        mlp = mlp_checkpointed_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f, stack_extra)
+        mlp = mlp_checkpointed_bytes(
+            model, batch, tp, sequence_parallel, bytes_per_element, f, stack_extra, fp8_input_bytes
+        )
         kept = np.where(rc == Recompute.SELECTIVE, kept - mlp, kept)
     if selective_policy == "op":
         op = op_sac_layer_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f)
@@ -159,17 +174,20 @@ def mlp_checkpointed_bytes(
     bytes_per_element: float,
     ffn: Number,
     stack_extra: float = 0.0,
+    fp8_input_bytes: float = 0.0,
 ) -> Number:
     """What checkpointing a dense MLP on its input frees of `layer_activation_bytes`' inventory:
     the normalised input the first linear keeps (replicated across TP unless sequence-parallel),
     the up-projection's gate x f and the activation's f outputs, split over TP (and a stack's
     extra elements, `stack_extra`, which are the eager GLU's). The checkpoint's input is the
-    residual the norm reads, kept already."""
+    residual the norm reads, kept already. Under `fp8_input_bytes` the two linears' inputs (the
+    normalised input, the activation's output) are kept at that size."""
     s, b, h, e = model.seq_len, batch, model.hidden, bytes_per_element
+    c = fp8_input_bytes if fp8_input_bytes else e
     gate = 2 if model.gated_mlp else 1
     sp = np.asarray(sequence_parallel, dtype=bool)
     norm_out = np.where(sp, s * b * h / tp, s * b * h)
-    return e * (norm_out + s * b * ((gate + 1) * ffn + stack_extra) / tp)
+    return c * norm_out + s * b * (e * (gate * ffn + stack_extra) + c * ffn) / tp
 
 
 def op_sac_layer_bytes(
