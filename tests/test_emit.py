@@ -289,3 +289,16 @@ def test_megatron_bf16_gradient_reduction_is_its_flag():
     on = _args(emit(_scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8, grad_reduce_bf16=True), "megatron"))
     off = _args(emit(_scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8), "megatron"))
     assert "--grad-reduce-in-bf16" in on and "--grad-reduce-in-bf16" not in off
+
+
+def test_torchtitan_bf16_gradient_reduction_is_fsdp2s_reduce_dtype_and_ddp_keeps_fp32():
+    """torchtitan's training.mixed_precision_reduce sets FSDP2's reduce dtype; under DDP the
+    gradients stay fp32, so the plan it runs reduces in fp32 (re-priced, said in a change)."""
+    fsdp = _scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8, zero_stage=3, grad_reduce_bf16=True)
+    assert _args(emit(fsdp, "torchtitan"))["--training.mixed_precision_reduce"] == ["bfloat16"]
+    off = _args(emit(_scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8, zero_stage=3), "torchtitan"))
+    assert "--training.mixed_precision_reduce" not in off
+    ddp = _scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8, zero_stage=0, grad_reduce_bf16=True)
+    run, changes = adapt(ddp, "torchtitan")
+    assert not bool(run.plan.grad_reduce_bf16) and any("fp32, not bf16" in c for c in changes)
+    assert "--training.mixed_precision_reduce" not in _args(emit(ddp, "torchtitan"))

@@ -436,6 +436,19 @@ def test_bf16_gradient_buffers_halve_the_gradients_and_their_reduction():
     assert 0 < float(fast.breakdown.dp_comm_s) < 0.75 * float(slow.breakdown.dp_comm_s)
 
 
+def test_fsdp_keeps_the_fp32_gradient_shard_when_it_reduces_in_bf16():
+    """FSDP1/FSDP2 (the fp32 shard is the parameter) cast the reduce-scattered gradient back to
+    the shard's dtype (FSDP2 foreach_reduce `_to_dtype_if_needed(reduce_output, orig_dtype)`), so
+    a bf16 reduction (Composer's PURE, torchtitan's mixed_precision_reduce) leaves the gradient
+    shard at 4 bytes; Megatron-Core's ZeRO-3-free bf16 buffer is 2."""
+    plan = {"dp": 8, "global_batch": 8, "zero_stage": 3}
+    for framework in ("fsdp2", "composer"):
+        fp32 = _memory("llama3-8b", **plan, framework=framework, grad_reduce_bf16=False)
+        bf16 = _memory("llama3-8b", **plan, framework=framework, grad_reduce_bf16=True)
+        assert float(bf16.gradients_bytes) == pytest.approx(float(fp32.gradients_bytes)), framework
+        assert float(bf16.gradients_bytes) == pytest.approx(4.0 * 8.03e9 / 8, rel=0.01), framework
+
+
 def test_checkpointed_mlp_frees_its_saved_tensors_and_the_other_modules_nothing():
     """Megatron-Core's selective modules: "mlp" checkpoints a dense MLP on its input, so each layer
     of each micro-batch in flight keeps s b (h/t + 3 f/t) fewer elements (gated MLP, sequence

@@ -186,3 +186,26 @@ def test_the_embeddings_dense_gradient_is_zero_filled_then_accumulated_by_the_st
     )
     added = embedding_cost(megatron_add, comm).compute_backward_s
     assert own - added == pytest.approx(memory_s(8.0 * table, A100) - A100.kernel_launch_s)
+
+
+def test_a_bf16_gradient_buffer_takes_the_unfused_add_of_six_bytes_in_every_linear():
+    """Into a bf16 main_grad (`Plan.grad_reduce_bf16`) the unfused add reads 2 + 2 and writes 2:
+    the layers' weight gradients move 4 bytes a weight less than Megatron's fp32 add (10), as the
+    embedding's table does; with fused accumulation the layers do not read the unfused bytes."""
+    from shardwise.engines.costs import layer_cost
+    from shardwise.physics.microbatch import BF16_MAIN_GRAD_ADD_BYTES
+
+    assert BF16_MAIN_GRAD_ADD_BYTES == 2 + 2 + 2
+    fp32 = _scenario("megatron-core", grad_accumulation_fusion=False, unfused_accumulate_bytes=MAIN_GRAD_ADD_BYTES)
+    bf16 = Scenario(fp32.model, fp32.cluster, fp32.plan.with_(grad_reduce_bf16=True))
+    comm = tp_comm(fp32, Fabric.of(fp32.cluster), placement(fp32.plan, fp32.cluster.gpus_per_node)["tp"])
+    (a, _), (b, _) = layer_cost(fp32, comm), layer_cost(bf16, comm)
+    h, f, t = fp32.model.hidden, fp32.model.ffn_hidden, fp32.plan.tp
+    weights = (3 * h * h / t, h * h / t, h * f / t, f * h / t)  # QKV, attention output, MLP up, down
+    saved = sum(memory_s(10.0 * w, A100) - memory_s(6.0 * w, A100) for w in weights)
+    assert a.compute_backward_s - b.compute_backward_s == pytest.approx(saved)
+    fused = fp32.plan.with_(grad_accumulation_fusion=True)
+    (c, _), (d, _) = (
+        layer_cost(Scenario(fp32.model, fp32.cluster, p), comm) for p in (fused, fused.with_(grad_reduce_bf16=True))
+    )
+    assert c.compute_backward_s == d.compute_backward_s

@@ -32,8 +32,25 @@ CASES = {
             "zero_stage": [0, 1, 2, 3],
             "sequence_parallel": [False, True],
             "schedule": [0, 1, 3],
+            "grad_reduce_bf16": [False, True],
         },
         {},
+    ),
+    # Megatron-Core's MLP checkpoint (recompute_modules mlp) with bf16 gradient buffers
+    "mlp recompute": (
+        "llama3-8b",
+        "dgx-h100",
+        4,
+        {
+            "tp": [1, 2, 4],
+            "pp": [1, 2, 4],
+            "micro_batch": [1, 2],
+            "batches": [8, 16],
+            "sequence_parallel": [False, True],
+            "zero_stage": [0, 1],
+            "grad_reduce_bf16": [False, True],
+        },
+        {"recompute": 1, "recompute_modules": ("mlp",)},
     ),
     "interleaved": (
         "llama3-8b",
@@ -154,6 +171,7 @@ CASES = {
             "tp_shard_overlap": [False, True],
             "eager_glu": [False, True],
             "layout_copies": [False, True],
+            "grad_reduce_bf16": [False, True],
             "host_kernel_s": [0.0, 2e-5],
             "mtp_layers": [0, 1],
             "lora_rank": [0, 16],

@@ -140,6 +140,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     if bool(p.sequence_parallel) is False and i(p.tp) > 1:
         new["sequence_parallel"] = True
         changes.append("sequence parallelism on (torchtitan's default with TP)")
+    if bool(p.grad_reduce_bf16) and not fsdp:
+        new["grad_reduce_bf16"] = False
+        changes.append(
+            "gradients reduced in fp32, not bf16 (torchtitan's training.mixed_precision_reduce applies to "
+            "FSDP2 only; DDP and one GPU keep fp32 gradients)"
+        )
     if not new:
         return scn, ()
     return Scenario(m, scn.cluster, p.with_(**new)), tuple(changes)
@@ -172,6 +178,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--training.num_tokens_per_microbatch_per_dp_rank", str(i(p.micro_batch) * i(m.seq_len))),
         ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
         ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
+        # FSDP2's MixedPrecisionPolicy reduce_dtype (torchtitan/config/training.py mixed_precision_reduce)
+        ("--training.mixed_precision_reduce", "bfloat16") if bool(p.grad_reduce_bf16) else None,
         *_ac(Recompute(int(p.recompute))),
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "-m", "torchtitan.train")

@@ -37,6 +37,7 @@ from shardwise.physics.flops import (
     layer_forward,
 )
 from shardwise.physics.lora import lora_layer_times
+from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
@@ -221,7 +222,7 @@ def layer_cost(
         plan.grad_accumulation_fusion,
         plan.attention_kernel,
         plan.eager_kernels,
-        plan.unfused_accumulate_bytes,
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
         plan.fp8_recipe,
     )
     lt = lora_layer_times(

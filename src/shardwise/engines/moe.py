@@ -42,6 +42,7 @@ from shardwise.physics.compute import (
     linears_times,
     memory_s,
 )
+from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.moe import (
     allgather_dispatch_bytes,
     dispatch_bytes,
@@ -111,10 +112,9 @@ def experts_parts(
     etp = plan.expert_tp
     ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded)
     fused = plan.grad_accumulation_fusion
-    up, down = linears_times(ef.gemms, gpu, plan.precision, fused, plan.unfused_accumulate_bytes)
-    router = linear_times(  # a 16-bit GEMM
-        ef.router, gpu, attention_precision(plan.precision), fused, plan.unfused_accumulate_bytes
-    )
+    add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)
+    up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
+    router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused, add)  # a 16-bit GEMM
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
     cast_f = cast_b = 0.0
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others

@@ -22,14 +22,12 @@ from shardwise.physics.flops import (
     cross_entropy_bytes,
     logits_forward,
 )
+from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
 )
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
-
-# bytes per weight to add a 16-bit gradient into a 16-bit buffer: read both, write one
-BF16_BUFFER_ADD_BYTES = 6.0
 
 # Vocab-parallel cross-entropy all-reduces three fp32 values per token (max, sum of exps,
 # target logit) across the TP group (Megatron-LM `_VocabParallelCrossEntropy`); the logits are
@@ -60,10 +58,8 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     # its accumulator outside any GEMM: e + the stack's unfused accumulation bytes per weight
     # (`physics.microbatch`: Megatron's main_grad.add_ 10, DeepSpeed bf16 18, fp16 6); into a
     # bf16 gradient buffer (`Plan.grad_reduce_bf16`) the add reads 2 + 2 and writes 2.
-    accumulate = np.where(
-        np.asarray(plan.grad_reduce_bf16, dtype=bool), BF16_BUFFER_ADD_BYTES, as_array(plan.unfused_accumulate_bytes)
-    )
-    grad_table = (e + accumulate) * model.vocab * model.hidden / plan.tp
+    grad_table = (e + accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)) * model.vocab
+    grad_table = grad_table * model.hidden / plan.tp
     grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     reduce = np.where(sp, comm.reduce_scatter, comm.all_reduce)
@@ -90,7 +86,7 @@ def head_cost(
         gpu,
         attention_precision(plan.precision),
         plan.grad_accumulation_fusion,
-        plan.unfused_accumulate_bytes,
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
     )
     logits = out.forward_s
     weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen

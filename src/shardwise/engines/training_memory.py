@@ -401,6 +401,10 @@ def _stage_states(
         if any_true(fp32_weights):
             w, g, o = dense
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
+            # the reduced gradient is cast back to the fp32 shard's dtype whatever dtype it was
+            # reduced in (FSDP2 foreach_reduce `_to_dtype_if_needed(reduce_output, orig_dtype)`;
+            # FSDP1 `_cast_grad_to_param_dtype`): the shard's gradient is 4 bytes under grad_bf16 too
+            g = ifelse(fp32_weights & as_bool(grad_bf16), g * mem.grad_bytes_per_param(precision) / 2.0, g)
             dense = (ifelse(fp32_weights, master, w), g, ifelse(fp32_weights, o - master, o))
         states.append(dense)
     return tuple(states)

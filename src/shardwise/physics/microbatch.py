@@ -87,6 +87,9 @@ from shardwise.specs._checks import Number
 MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.add_
 CAST_THEN_ADD_BYTES = 18.0  # DeepSpeed BF16_Optimizer.update_hp_grads
 AUTOGRAD_FP16_ADD_BYTES = 6.0  # DeepSpeed ZeRO 0/1 in fp16: param.grad += grad, 16 bits
+# into a 16-bit gradient buffer (`Plan.grad_reduce_bf16`, Megatron-Core's grad_reduce_in_fp32=False,
+# whose main_grad takes the parameter's dtype): main_grad.add_ reads 2 + 2 and writes 2
+BF16_MAIN_GRAD_ADD_BYTES = 6.0
 # transfer times per micro-batch and model chunk of a blocking pipeline schedule
 PAIRED_TRANSFERS = 2  # Megatron: send and receive batched together, two directions at once
 SERIAL_TRANSFERS = 4  # DeepSpeed PipelineEngine: each send and receive on its own
@@ -110,3 +113,10 @@ def pipeline_transfers(serial: Number, blocking: Number) -> Number:
     and receives run one after another, two where they are paired (or run beside compute)."""
     serial = np.asarray(serial, dtype=bool) & np.asarray(blocking, dtype=bool)
     return np.where(serial, SERIAL_TRANSFERS, PAIRED_TRANSFERS)
+
+
+def accumulate_bytes(unfused_accumulate_bytes: Number, grad_reduce_bf16: Number) -> Number:
+    """Bytes per weight per micro-batch that a stack's unfused add of a 16-bit weight gradient
+    into its accumulator moves: the stack's own (`Plan.unfused_accumulate_bytes`), or, into a
+    bf16 gradient buffer (`Plan.grad_reduce_bf16`), BF16_MAIN_GRAD_ADD_BYTES."""
+    return np.where(np.asarray(grad_reduce_bf16, dtype=bool), BF16_MAIN_GRAD_ADD_BYTES, unfused_accumulate_bytes)
