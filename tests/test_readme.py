@@ -32,6 +32,21 @@ def outputs():
     return readme.run_all(c for name, text in TEXTS.items() for c in readme.commands_in(text, name))
 
 
+@pytest.mark.parametrize("name", NAMES)
+def test_no_block_shows_a_crash(name):
+    """A console block is what a command prints; the CLI and the examples never print a traceback
+    (bad input is one line), so one in the docs is a crash that was written down as output."""
+    assert "Traceback (most recent call last)" not in TEXTS[name]
+
+
+def test_regenerating_refuses_a_crash(monkeypatch):
+    """tools/readme.py stops at a command that crashes instead of writing its traceback."""
+    crash = "Traceback (most recent call last):\n  ...\nTypeError: boom"
+    monkeypatch.setattr(readme.subprocess, "run", lambda *a, **k: readme.subprocess.CompletedProcess(a, 1, "", crash))
+    with pytest.raises(SystemExit, match="crashed"):
+        readme.run("python examples/microbatch_trend.py")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_console_blocks_are_up_to_date(name, outputs):

@@ -57,6 +57,8 @@ def run(command: str) -> str:
         raise SystemExit(f"console blocks may only run shardwise or python examples/...: {command}")
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
     out = proc.stdout + proc.stderr
+    if "Traceback (most recent call last)" in out:  # the CLI never prints one: a crash, not docs
+        raise SystemExit(f"{command} crashed; fix it before regenerating the docs:\n{out}")
     return "\n".join(line.rstrip() for line in out.rstrip("\n").splitlines())
 
 
