@@ -389,3 +389,36 @@ def test_the_pick_is_always_one_the_simulator_timed():
     assert row["pp"] > 1 and bool(result.simulated[best])
     simulated = float(simulate_training_step(result.scenario(best)).estimate.step_time_s)
     assert row["step_time_s"] == pytest.approx(simulated, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("framework", "layers"),
+    [("nanotron", "32"), ("megatron-deepspeed", "30")],  # nanotron: 9, 9, 8, 6; DeepSpeed: 8, 8, 8, 6
+)
+def test_plan_prices_the_stacks_own_split_as_predict_does(cli, framework, layers):
+    """A stack that splits its layers its own way (nanotron by compute, DeepSpeed's PipelineModule
+    by transformer layers) is planned with that split, not the automatic one: the best plan's step
+    time is what `predict` gives for its printed command, to the last bit."""
+    import json
+    import shlex
+
+    args = ["plan", "--model", "llama3-8b", "--layers", layers, "--system", "dgx-h100", "--global-batch", "64"]
+    code, out, err = cli([*args, "--pp", "4", "--dp", "2", "--vpp", "1", "--framework", framework, "--json"])
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    assert best["stage_layers"] != ""  # the stack's split is not the automatic one here
+    code, out, err = cli([*shlex.split(best["command"])[1:], "--json"])
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == best["step_time_s"]
+
+
+def test_a_stacks_own_split_is_searched_at_one_chunk_and_the_automatic_one_only_interleaved():
+    from shardwise.analyses.plan_space import split_options
+
+    model = presets.model("llama3-8b").with_(layers=30)
+    deepspeed = split_options(model, 4, SearchSpace(execution={"framework": "megatron-deepspeed"}))
+    assert deepspeed == [(8, 6, 0, 1), (0, 0, 8, 0)]  # 8, 8, 8, 6; the automatic 7, 8, 8, 7 interleaved only
+    megatron = split_options(model, 4, SearchSpace(execution={"framework": "megatron-core"}))
+    assert megatron == [(0, 0, 8, 1)]  # the automatic split, for any virtual stages
+    even = split_options(model.with_(layers=32), 4, SearchSpace(execution={"framework": "megatron-deepspeed"}))
+    assert even == [(0, 0, 8, 1)]  # DeepSpeed's split is the automatic one: searched as it always was
