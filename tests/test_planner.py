@@ -413,12 +413,13 @@ def test_plan_prices_the_stacks_own_split_as_predict_does(cli, framework, layers
 
 
 def test_a_stacks_own_split_is_searched_at_one_chunk_and_the_automatic_one_only_interleaved():
-    from shardwise.analyses.plan_space import split_options
+    from shardwise.analyses.plan_space import split_options, stack_split_rule
 
+    assert stack_split_rule(SearchSpace(execution={"framework": "megatron-deepspeed"})) == "deepspeed"
     model = presets.model("llama3-8b").with_(layers=30)
-    deepspeed = split_options(model, 4, SearchSpace(execution={"framework": "megatron-deepspeed"}))
+    deepspeed = split_options(model, 4, SearchSpace(), "deepspeed")
     assert deepspeed == [(8, 6, 0, 1), (0, 0, 8, 0)]  # 8, 8, 8, 6; the automatic 7, 8, 8, 7 interleaved only
-    megatron = split_options(model, 4, SearchSpace(execution={"framework": "megatron-core"}))
+    megatron = split_options(model, 4, SearchSpace(), "even")
     assert megatron == [(0, 0, 8, 1)]  # the automatic split, for any virtual stages
-    even = split_options(model.with_(layers=32), 4, SearchSpace(execution={"framework": "megatron-deepspeed"}))
+    even = split_options(model.with_(layers=32), 4, SearchSpace(), "deepspeed")
     assert even == [(0, 0, 8, 1)]  # DeepSpeed's split is the automatic one: searched as it always was

@@ -98,31 +98,37 @@ def stage_splits(layers: int, pp: int) -> tuple[tuple[int, int, int], ...]:
     return tuple(out)
 
 
-def split_options(model: Model, pp: int, space: SearchSpace) -> list[tuple[int, int, int, int]]:
+def stack_split_rule(space: SearchSpace) -> str:
+    """How the stack of the planned runs splits its layers (`presets.framework_pipeline_split`)."""
+    from shardwise import presets
+
+    return presets.framework_pipeline_split(str(space.execution.get("framework") or "megatron-core"))
+
+
+def split_options(model: Model, pp: int, space: SearchSpace, rule: str = "even") -> list[tuple[int, int, int, int]]:
     """The (first, last, chunk unit, one-chunk) splits searched at pp stages: `stage_splits` (the
     automatic one alone with uneven_stages off), each for any virtual stages (one-chunk 1). A stack
-    with its own split rule (`presets.framework_pipeline_split`: nanotron, Megatron-DeepSpeed)
-    places one chunk per stage its way (`specs.stages.stack_split_counts`, as `predict` prices
-    it): that split alone at one chunk (first and last given, chunk unit 0), the automatic one only
-    for interleaving (one-chunk 0), and Megatron's embedding-and-loss split, a Megatron flag, not
-    at all. Where the stack's split is the automatic one (or leaves a stage empty) nothing
-    changes."""
+    with its own split `rule` (`stack_split_rule`: nanotron, Megatron-DeepSpeed) places one chunk
+    per stage its way (`specs.stages.stack_split_counts`, as `predict` prices it): that split alone
+    at one chunk (first and last given, chunk unit 0), the automatic one only for interleaving
+    (one-chunk 0), and Megatron's embedding-and-loss split, a Megatron flag, not at all. Where the
+    stack's split is the automatic one (or leaves a stage empty) nothing changes."""
     layers = int(model.layers)
     auto = stage_splits(layers, pp) if space.uneven_stages else ((0, 0, layers // pp),)
-    counts = _stack_counts(model, pp, str(space.execution.get("framework") or "megatron-core"))
+    counts = None if rule == "even" else _stack_counts(rule, model, pp)
     if counts is None:
         return [(f, last, u, 1) for f, last, u in auto]
     first, last, unit = counts[0], counts[-1], auto[0][2]
     return [(first, last, 0, 1), *([(0, 0, unit, 0)] if unit > 0 else [])]
 
 
-def _stack_counts(model: Model, pp: int, framework: str) -> tuple[int, ...] | None:
+@lru_cache(maxsize=4096)
+def _stack_counts(rule: str, model: Model, pp: int) -> tuple[int, ...] | None:
     """The stack's own split at pp stages where it differs from the automatic one and the
     engines' (first, last, middle) shape holds it exactly; None otherwise."""
-    from shardwise import presets
     from shardwise.specs.stages import stack_split_counts, stage_split
 
-    counts = stack_split_counts(presets.framework_pipeline_split(framework), model, pp)
+    counts = stack_split_counts(rule, model, pp)
     if counts is None:
         return None
     layers = int(model.layers)
@@ -274,7 +280,8 @@ def candidates_by_layout(
     if space.zero_stage is not None:
         zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
     # stage split: each model chunk holds whole layers; one model chunk a stage takes the stack's own split
-    _, split, split_exists = per_pp_options({p: split_options(model, p, space) for p in distinct_pp}, 4)
+    rule = stack_split_rule(space)
+    _, split, split_exists = per_pp_options({p: split_options(model, p, space, rule) for p in distinct_pp}, 4)
     code, v = rows["pp_code"], rows["vpp"][:, None]
     unit = split[code, :, 2]
     # (searched: v divides them, Megatron's classic rule; a fixed vpp: chunks of whole layers that
