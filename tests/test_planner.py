@@ -423,3 +423,19 @@ def test_a_stacks_own_split_is_searched_at_one_chunk_and_the_automatic_one_only_
     assert megatron == [(0, 0, 8, 1)]  # the automatic split, for any virtual stages
     even = split_options(model.with_(layers=32), 4, SearchSpace(), "deepspeed")
     assert even == [(0, 0, 8, 1)]  # DeepSpeed's split is the automatic one: searched as it always was
+
+
+def test_a_neighbour_under_a_stacks_own_split_takes_the_split_the_stack_runs_there():
+    """The why's neighbours price another pp (or one model chunk instead of several) with the
+    stack's own split, as `predict` would, and interleaved ones with the automatic split."""
+    from shardwise.analyses.plan_explain import with_pp
+
+    model = presets.model("llama3-8b").with_(layers=30)
+    best = Plan(pp=4, dp=2, global_batch=64, first_stage_layers=8, last_stage_layers=6)
+    deeper = with_pp({"pp": 8, "dp": 1}, best, model, "deepspeed")
+    assert (deeper["first_stage_layers"], deeper["last_stage_layers"]) == (4, 2)  # 4 x7, 2 (automatic: 3, 4 x6, 3)
+    chunks = with_pp({"schedule": "interleaved", "vpp": 2}, best, model, "deepspeed")
+    assert (chunks["first_stage_layers"], chunks["last_stage_layers"]) == (0, 0)
+    assert with_pp({"micro_batch": 2}, best, model, "deepspeed") == {"micro_batch": 2}  # the split stays
+    plain = with_pp({"pp": 8, "dp": 1}, best, model, "even")
+    assert (plain["first_stage_layers"], plain["last_stage_layers"]) == (0, 0)

@@ -115,7 +115,7 @@ def split_options(model: Model, pp: int, space: SearchSpace, rule: str = "even")
     stack's split is the automatic one (or leaves a stage empty) nothing changes."""
     layers = int(model.layers)
     auto = stage_splits(layers, pp) if space.uneven_stages else ((0, 0, layers // pp),)
-    counts = None if rule == "even" else _stack_counts(rule, model, pp)
+    counts = None if rule == "even" else stack_counts(rule, model, pp)
     if counts is None:
         return [(f, last, u, 1) for f, last, u in auto]
     first, last, unit = counts[0], counts[-1], auto[0][2]
@@ -123,7 +123,7 @@ def split_options(model: Model, pp: int, space: SearchSpace, rule: str = "even")
 
 
 @lru_cache(maxsize=4096)
-def _stack_counts(rule: str, model: Model, pp: int) -> tuple[int, ...] | None:
+def stack_counts(rule: str, model: Model, pp: int) -> tuple[int, ...] | None:
     """The stack's own split at pp stages where it differs from the automatic one and the
     engines' (first, last, middle) shape holds it exactly; None otherwise."""
     from shardwise.specs.stages import stack_split_counts, stage_split
