@@ -389,3 +389,53 @@ def test_the_pick_is_always_one_the_simulator_timed():
     assert row["pp"] > 1 and bool(result.simulated[best])
     simulated = float(simulate_training_step(result.scenario(best)).estimate.step_time_s)
     assert row["step_time_s"] == pytest.approx(simulated, rel=1e-9)
+
+
+@pytest.mark.parametrize(
+    ("framework", "layers"),
+    [("nanotron", "32"), ("megatron-deepspeed", "30")],  # nanotron: 9, 9, 8, 6; DeepSpeed: 8, 8, 8, 6
+)
+def test_plan_prices_the_stacks_own_split_as_predict_does(cli, framework, layers):
+    """A stack that splits its layers its own way (nanotron by compute, DeepSpeed's PipelineModule
+    by transformer layers) is planned with that split, not the automatic one: the best plan's step
+    time is what `predict` gives for its printed command, to the last bit."""
+    import json
+    import shlex
+
+    args = ["plan", "--model", "llama3-8b", "--layers", layers, "--system", "dgx-h100", "--global-batch", "64"]
+    code, out, err = cli([*args, "--pp", "4", "--dp", "2", "--vpp", "1", "--framework", framework, "--json"])
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    assert best["stage_layers"] != ""  # the stack's split is not the automatic one here
+    code, out, err = cli([*shlex.split(best["command"])[1:], "--json"])
+    assert code == 0, err
+    assert json.loads(out)["step_time_s"] == best["step_time_s"]
+
+
+def test_a_stacks_own_split_is_searched_at_one_chunk_and_the_automatic_one_only_interleaved():
+    from shardwise.analyses.plan_space import split_options, stack_split_rule
+
+    assert stack_split_rule(SearchSpace(execution={"framework": "megatron-deepspeed"})) == "deepspeed"
+    model = presets.model("llama3-8b").with_(layers=30)
+    deepspeed = split_options(model, 4, SearchSpace(), "deepspeed")
+    assert deepspeed == [(8, 6, 0, 1), (0, 0, 8, 0)]  # 8, 8, 8, 6; the automatic 7, 8, 8, 7 interleaved only
+    megatron = split_options(model, 4, SearchSpace(), "even")
+    assert megatron == [(0, 0, 8, 1)]  # the automatic split, for any virtual stages
+    even = split_options(model.with_(layers=32), 4, SearchSpace(), "deepspeed")
+    assert even == [(0, 0, 8, 1)]  # DeepSpeed's split is the automatic one: searched as it always was
+
+
+def test_a_neighbour_under_a_stacks_own_split_takes_the_split_the_stack_runs_there():
+    """The why's neighbours price another pp (or one model chunk instead of several) with the
+    stack's own split, as `predict` would, and interleaved ones with the automatic split."""
+    from shardwise.analyses.plan_explain import with_pp
+
+    model = presets.model("llama3-8b").with_(layers=30)
+    best = Plan(pp=4, dp=2, global_batch=64, first_stage_layers=8, last_stage_layers=6)
+    deeper = with_pp({"pp": 8, "dp": 1}, best, model, "deepspeed")
+    assert (deeper["first_stage_layers"], deeper["last_stage_layers"]) == (4, 2)  # 4 x7, 2 (automatic: 3, 4 x6, 3)
+    chunks = with_pp({"schedule": "interleaved", "vpp": 2}, best, model, "deepspeed")
+    assert (chunks["first_stage_layers"], chunks["last_stage_layers"]) == (0, 0)
+    assert with_pp({"micro_batch": 2}, best, model, "deepspeed") == {"micro_batch": 2}  # the split stays
+    plain = with_pp({"pp": 8, "dp": 1}, best, model, "even")
+    assert (plain["first_stage_layers"], plain["last_stage_layers"]) == (0, 0)

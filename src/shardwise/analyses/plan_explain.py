@@ -162,12 +162,21 @@ def normalised(plan: Plan) -> Plan:
     return plan.with_(**changes) if changes else plan
 
 
-def with_pp(change: dict[str, object], plan: Plan) -> dict[str, object]:
+def with_pp(change: dict[str, object], plan: Plan, model: object = None, rule: str = "even") -> dict[str, object]:
     """A neighbour with another pp splits its layers automatically (the best plan's first/last
-    counts belong to its own pp)."""
+    counts belong to its own pp); under a stack with its own split `rule` (`plan_space.split_options`)
+    a neighbour with another pp or virtual stages takes the split the stack runs there: its own at
+    one model chunk, the automatic one interleaved."""
+    out = change
     if "pp" in change and change["pp"] != plan.pp:
-        return {**change, "first_stage_layers": 0, "last_stage_layers": 0}
-    return change
+        out = {**change, "first_stage_layers": 0, "last_stage_layers": 0}
+    pp, v = int(np.asarray(out.get("pp", plan.pp))), int(np.asarray(out.get("vpp", plan.vpp)))
+    if rule == "even" or model is None or (pp, v) == (int(np.asarray(plan.pp)), int(np.asarray(plan.vpp))):
+        return out
+    from shardwise.analyses.plan_space import stack_counts
+
+    counts = stack_counts(rule, model, pp) if v == 1 else None  # type: ignore[arg-type]
+    return {**out, "first_stage_layers": counts[0] if counts else 0, "last_stage_layers": counts[-1] if counts else 0}
 
 
 def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
@@ -210,6 +219,7 @@ def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[s
 
 def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     """The best plan's neighbours, each evaluated, best first."""
+    from shardwise.analyses.plan_space import stack_split_rule
     from shardwise.analyses.planner import cluster_for, confirmed_estimate
 
     scn = search.scenario(index)
@@ -219,10 +229,11 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     gpus = int(np.asarray(scn.plan.num_gpus))
     searched_cp = bool(np.any(search.columns["cp"] > 1)) or search.space.cp is not None
     variants = [(label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers, searched_cp)]
+    rule = stack_split_rule(search.space)
     out = []
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:
-            plan = normalised(scn.plan.with_(**with_pp(change, scn.plan)))
+            plan = normalised(scn.plan.with_(**with_pp(change, scn.plan, scn.model, rule)))
             est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
         except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue

@@ -33,6 +33,7 @@ from shardwise.analyses.search_space import (  # noqa: F401
 from shardwise.arrays import sorted_distinct
 from shardwise.specs import Cluster, Model, Recompute, Schedule
 from shardwise.specs.rules import flushes_rule
+from shardwise.specs.stages import stage_layer_list
 
 # pp that does not divide the layers is searched when its fullest stage is at most this much above
 # the mean (126 layers on 8 stages: 16 / 15.75 = 1.016; 128 layers on 100 stages, 2 / 1.28, is not)
@@ -95,6 +96,50 @@ def stage_splits(layers: int, pp: int) -> tuple[tuple[int, int, int], ...]:
         if (u - 1, u - 1) != (first, last):
             out.append((u - 1, u - 1, u))  # the ends' missing layer is the embedding / the loss
     return tuple(out)
+
+
+def stack_split_rule(space: SearchSpace) -> str:
+    """How the stack of the planned runs splits its layers (`presets.framework_pipeline_split`)."""
+    from shardwise import presets
+
+    return presets.framework_pipeline_split(str(space.execution.get("framework") or "megatron-core"))
+
+
+def split_options(model: Model, pp: int, space: SearchSpace, rule: str = "even") -> list[tuple[int, int, int, int]]:
+    """The (first, last, chunk unit, one-chunk) splits searched at pp stages: `stage_splits` (the
+    automatic one alone with uneven_stages off), each for any virtual stages (one-chunk 1). A stack
+    with its own split `rule` (`stack_split_rule`: nanotron, Megatron-DeepSpeed) places one chunk
+    per stage its way (`specs.stages.stack_split_counts`, as `predict` prices it): that split alone
+    at one chunk (first and last given, chunk unit 0), the automatic one only for interleaving
+    (one-chunk 0), and Megatron's embedding-and-loss split, a Megatron flag, not at all. Where the
+    stack's split is the automatic one (or leaves a stage empty) nothing changes."""
+    layers = int(model.layers)
+    auto = stage_splits(layers, pp) if space.uneven_stages else ((0, 0, layers // pp),)
+    counts = None if rule == "even" else stack_counts(rule, model, pp)
+    if counts is None:
+        return [(f, last, u, 1) for f, last, u in auto]
+    first, last, unit = counts[0], counts[-1], auto[0][2]
+    return [(first, last, 0, 1), *([(0, 0, unit, 0)] if unit > 0 else [])]
+
+
+@lru_cache(maxsize=4096)
+def stack_counts(rule: str, model: Model, pp: int) -> tuple[int, ...] | None:
+    """The stack's own split at pp stages where it differs from the automatic one and the
+    engines' (first, last, middle) shape holds it exactly; None otherwise."""
+    from shardwise.specs.stages import stack_split_counts, stage_split
+
+    counts = stack_split_counts(rule, model, pp)
+    if counts is None:
+        return None
+    layers = int(model.layers)
+    if counts == tuple(stage_layer_list(stage_split(layers, pp), pp)):
+        return None
+    given, exact = stage_split(layers, pp, counts[0], counts[-1]), stage_split(layers, pp, explicit=counts)
+    same = all(
+        float(np.asarray(getattr(given, k))) == float(np.asarray(getattr(exact, k)))
+        for k in ("first", "last", "middle_total", "middle_max", "middle_min")
+    )
+    return counts if same else None
 
 
 def _schedules(layers: int, pp: int, space: SearchSpace) -> list[tuple[int, int]]:
@@ -234,18 +279,15 @@ def candidates_by_layout(
         zero_ok &= (pp[:, None] == 1) | (zs[None, :] <= 1)
     if space.zero_stage is not None:
         zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
-    # stage split: each model chunk holds whole layers
-    if space.uneven_stages:
-        table = {p: list(stage_splits(layers, p)) for p in distinct_pp}
-    else:
-        table = {p: [(0, 0, layers // p)] for p in distinct_pp}
-    _, split, split_exists = per_pp_options(table, 3)
+    # stage split: each model chunk holds whole layers; one model chunk a stage takes the stack's own split
+    rule = stack_split_rule(space)
+    _, split, split_exists = per_pp_options({p: split_options(model, p, space, rule) for p in distinct_pp}, 4)
     code, v = rows["pp_code"], rows["vpp"][:, None]
     unit = split[code, :, 2]
     # (searched: v divides them, Megatron's classic rule; a fixed vpp: chunks of whole layers that
     # need not be equal, as Megatron-Core's --pipeline-model-parallel-layout runs them)
     whole = (unit >= v) if space.vpp is not None else (unit % np.maximum(v, 1) == 0)
-    split_ok = split_exists[code] & ((v == 1) | ((unit > 0) & whole))
+    split_ok = split_exists[code] & (((v == 1) & (split[code, :, 3] == 1)) | ((v > 1) & (unit > 0) & whole))
     # expert parallelism: divides the experts and the tp x cp x dp ranks of a stage
     eps = _allowed(divisors(int(model.experts)), space.ep) if model.is_moe else np.ones(1, dtype=np.int64)
     ep_ok = (tp * cp * dp)[:, None] % eps[None, :] == 0 if model.is_moe else np.ones((rows.size, 1), dtype=bool)

@@ -147,16 +147,10 @@ def default_split(o: dict[str, Any], pp: int, model: Any) -> dict[str, Any]:
     DeepSpeed's PipelineModule its transformer layers alone (`specs.stages.deepspeed_balanced_counts`),
     with one model chunk per stage; empty (the even split) otherwise."""
     from shardwise import presets
-    from shardwise.specs.stages import compute_balanced_counts, deepspeed_balanced_counts
+    from shardwise.specs.stages import stack_split_counts
 
     rule = presets.framework_pipeline_split(o.get("framework") or "megatron-core")
     if rule == "even" or pp <= 1 or o["vpp"] > 1 or model is None:
         return {}
-    if rule == "deepspeed":
-        ds_counts = deepspeed_balanced_counts(int(model.layers), pp)
-        return {} if ds_counts is None else {"stage_layers": ds_counts}
-    h, f = model.hidden, model.ffn_hidden
-    # LlamaModel.get_block_compute_costs: 4 h^2 for the attention's projections, 3 f h for the MLP
-    layer_cost = 4.0 * h * h + (3.0 if model.gated_mlp else 2.0) * f * h
-    counts = compute_balanced_counts(int(model.layers), pp, layer_cost, float(model.vocab * h))
+    counts = stack_split_counts(rule, model, pp)
     return {} if counts is None else {"stage_layers": counts}

@@ -200,6 +200,23 @@ def deepspeed_balanced_counts(layers: int, pp: int) -> tuple[int, ...] | None:
     return counts if ok and min(counts) >= 1 else None
 
 
+def stack_split_counts(rule: str, model: object, pp: int) -> tuple[int, ...] | None:
+    """Layers per stage of a stack's own split rule (`presets.PIPELINE_SPLITS`: "compute" is
+    nanotron's `compute_balanced_counts`, "deepspeed" DeepSpeed's `deepspeed_balanced_counts`) for
+    `model` (a `Model`) on pp stages of one model chunk; None for "even", at pp <= 1, or where the
+    rule leaves a stage without a layer (the automatic split then applies). The request layer's
+    default and the planner's candidates both take it from here."""
+    layers = int(model.layers)  # type: ignore[attr-defined]
+    if rule == "even" or pp <= 1:
+        return None
+    if rule == "deepspeed":
+        return deepspeed_balanced_counts(layers, pp)
+    h, f = model.hidden, model.ffn_hidden  # type: ignore[attr-defined]
+    # LlamaModel.get_block_compute_costs: 4 h^2 for the attention's projections, 3 f h for the MLP
+    layer_cost = 4.0 * h * h + (3.0 if model.gated_mlp else 2.0) * f * h  # type: ignore[attr-defined]
+    return compute_balanced_counts(layers, pp, layer_cost, float(model.vocab * h))  # type: ignore[attr-defined]
+
+
 def _lprobe(prefix: list[int], pp: int, bottleneck: float) -> tuple[list[int], bool]:
     """DeepSpeed's `_lprobe`: stage ends filling each stage up to `bottleneck`, and whether the
     last stage stays under it."""
