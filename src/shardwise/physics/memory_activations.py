@@ -1,0 +1,207 @@
+"""Activations one layer and one pipeline stage keep for the backward pass (split out of
+`physics.memory`, which re-exports these names).
+
+Korthikanti et al. 2022, Sec. 4 and Table 2, bytes per layer per micro-batch, with e = 2 and 1-byte
+dropout masks, s sequence, b micro-batch, h hidden, a heads, t = tp:
+
+    no parallelism               s b h (34 + 5 a s / h)
+    tensor parallel              s b h (10 + 24/t + 5 a s / (h t))
+    tensor + sequence parallel   s b h (34 + 5 a s / h) / t
+    selective recomputation      drops the 5 a s / h term (the attention scores)
+    full recomputation           2 s b h (the layer input; / t with sequence parallelism)
+
+`layer_activation_bytes` builds these from the tensor inventory (GQA, gated MLPs, no dropout
+and FlashAttention change the counts) and `tests/test_memory.py` checks the table.
+The first pipeline stage holds the most micro-batches (Korthikanti Sec. 4.2.3): m for GPipe,
+min(p, m) for 1F1B, and p v + p - 1 model chunks of l/(p v) layers for the interleaved schedule
+(`layers_in_flight`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.physics import remat
+from shardwise.physics.flops import DROPOUT_MASK_BYTES
+from shardwise.specs import Model, Recompute, Schedule
+from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
+
+# FlashAttention keeps one fp32 log-sum-exp per query and head for its backward pass
+# (Dao 2023, FlashAttention-2, Sec. 3.1.1 and Algorithm 1: the statistic L).
+FLASH_STATS_BYTES = 4.0
+# Transformer Engine under FP8 keeps the FP8 cast of each linear layer's input for its weight
+# gradient instead of the 16-bit input (transformer_engine/pytorch/module/linear.py and
+# layernorm_linear.py: the quantized `inputmat` / `ln_out` saved for backward; MXFP8 adds a 1-byte
+# scale per 32 elements, left out): 1 byte an element.
+TE_FP8_INPUT_BYTES = 1.0
+
+
+@kept
+def layer_activation_bytes(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    recompute: Number,
+    flash_attention: Number,
+    bytes_per_element: float,
+    ffn: Number | None = None,
+    selective_policy: str = "attention",
+    stack_extra: float = 0.0,
+    recompute_modules: tuple[str, ...] = (),
+    fp8_input_bytes: float = 0.0,
+) -> Number:
+    """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
+    width of its dense MLP, as in `physics.flops.layer_forward`). `selective_policy` "op":
+    selective recomputation keeps what torchtitan's op-level policy saves (`op_sac_layer_bytes`).
+    `stack_extra`: elements per token a stack's own layer code keeps beyond this inventory, split
+    over TP (`StackMemory.extra_saved_elements`); not kept under full recomputation.
+    `recompute_modules` (Megatron-Core's selective modules, `Plan.recompute_modules`, with the
+    "attention" policy): "mlp" checkpoints a dense layer's MLP on its input
+    (megatron/core/transformer/transformer_layer.py `_forward_mlp`: tensor_parallel.checkpoint /
+    te_checkpoint of self.mlp on the pre-MLP residual), so the MLP's own saved tensors go: the
+    normalised input its first linear keeps, the up-projection (gate x f) and activation (f)
+    outputs, `mlp_checkpointed_bytes`; "core_attn" keeps q, k, v as the flash kernel does (nothing
+    more to drop); "layernorm" recomputes a standalone norm's output, which Transformer Engine's
+    layer spec does not have (the norms are fused into the following linears, input_layernorm and
+    pre_mlp_layernorm are IdentityOp): nothing dropped here. `fp8_input_bytes` (0: none): the
+    bytes of the FP8 copy a linear keeps of its input (`TE_FP8_INPUT_BYTES`, Transformer Engine's FP8
+    training): the QKV and MLP inputs (the norm outputs) and the last MLP linear's input (the
+    activation's output) are kept at that size, and the output projection keeps an FP8 copy of the
+    attention output beside the 16-bit one the attention kernel keeps for its own backward pass."""
+    s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
+    f = model.ffn_hidden if ffn is None else ffn
+    e, t, b = bytes_per_element, tp, batch
+    sbh = s * b * h
+    mask = DROPOUT_MASK_BYTES if model.dropout else 0.0
+    gate = 2 if model.gated_mlp else 1
+    # Replicated across TP ranks unless sequence-parallel: two norm inputs, the QKV and MLP
+    # inputs (norm outputs), two hidden-dropout masks.
+    c = fp8_input_bytes if fp8_input_bytes else e  # a linear's saved input
+    replicated = (2 * e + 2 * c + 2 * mask) * sbh
+    # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output (and the
+    # output projection's FP8 copy of the attention output, `fp8_input_bytes`).
+    sbq = s * b * model.q_dim  # queries and the attention output (sbh unless head_dim is set apart)
+    kept_16 = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * stack_extra)
+    split = (kept_16 + c * s * b * f + fp8_input_bytes * sbq) / t
+    # The attention scores: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b).
+    scores_std = (e + ((mask + e) if model.dropout else 0.0)) * a * s * s * b / t
+    scores_flash = FLASH_STATS_BYTES * a * s * b / t
+    scores = np.where(np.asarray(flash_attention, dtype=bool), scores_flash, scores_std)
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    rep = np.where(sp, replicated / t, replicated)
+    rc = np.asarray(recompute)
+    full = np.where(sp, e * sbh / t, e * sbh)
+    flash = np.asarray(flash_attention, dtype=bool)
+    scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
+    kept = rep + split + scores_kept
+    if "mlp" in recompute_modules and selective_policy == "attention":
+        mlp = mlp_checkpointed_bytes(
+            model, batch, tp, sequence_parallel, bytes_per_element, f, stack_extra, fp8_input_bytes
+        )
+        kept = np.where(rc == Recompute.SELECTIVE, kept - mlp, kept)
+    if selective_policy == "op":
+        op = op_sac_layer_bytes(model, batch, tp, sequence_parallel, bytes_per_element, f)
+        kept = np.where(rc == Recompute.SELECTIVE, op + np.where(flash, scores_flash, scores_std), kept)
+    if selective_policy in remat.RECOMPUTED:  # a JAX remat policy: the layer input and what it keeps
+        jax = remat.kept_bytes(
+            selective_policy,
+            s,
+            b,
+            h,
+            model.q_dim,
+            kv * d,
+            f,
+            model.gated_mlp,
+            t,
+            sequence_parallel,
+            e,
+            FLASH_STATS_BYTES,
+            a,
+        )
+        kept = np.where(rc == Recompute.SELECTIVE, jax, kept)
+    return np.where(rc == Recompute.FULL, full, kept)
+
+
+def mlp_checkpointed_bytes(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    bytes_per_element: float,
+    ffn: Number,
+    stack_extra: float = 0.0,
+    fp8_input_bytes: float = 0.0,
+) -> Number:
+    """What checkpointing a dense MLP on its input frees of `layer_activation_bytes`' inventory:
+    the normalised input the first linear keeps (replicated across TP unless sequence-parallel),
+    the up-projection's gate x f and the activation's f outputs, split over TP (and a stack's
+    extra elements, `stack_extra`, which are the eager GLU's). The checkpoint's input is the
+    residual the norm reads, kept already. Under `fp8_input_bytes` the two linears' inputs (the
+    normalised input, the activation's output) are kept at that size."""
+    s, b, h, e = model.seq_len, batch, model.hidden, bytes_per_element
+    c = fp8_input_bytes if fp8_input_bytes else e
+    gate = 2 if model.gated_mlp else 1
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    norm_out = np.where(sp, s * b * h / tp, s * b * h)
+    return c * norm_out + s * b * (e * (gate * ffn + stack_extra) + c * ffn) / tp
+
+
+def op_sac_layer_bytes(
+    model: Model, batch: Number, tp: Number, sequence_parallel: Number, bytes_per_element: float, ffn: Number
+) -> Number:
+    """What torchtitan's op-level selective checkpointing keeps of one layer, beyond the attention
+    statistics (torchtitan distributed/activation_checkpoint.py, `_op_sac_save_list`: every matmul
+    output except every second one, attention's output, reduce-scatter outputs; element-wise work
+    is recomputed): the layer's input (the checkpoint's), the 1st, 3rd, ... of the outputs of
+    Q, K, V, attention-out, MLP up (and gate) and down, in that order (the row-parallel ones whole
+    on each TP rank, before their reduce-scatter), the attention output, and with sequence
+    parallelism the two reduce-scatter outputs."""
+    s, b, h, kvd, e, t = model.seq_len, batch, model.hidden, model.kv_heads * model.head_dim, bytes_per_element, tp
+    q = model.q_dim
+    up = [ffn / t, ffn / t] if model.gated_mlp else [ffn / t]
+    outputs = [q / t, kvd / t, kvd / t, h, *up, h]
+    sp = np.asarray(sequence_parallel, dtype=bool)
+    layer_input = np.where(sp, h / t, h)
+    reduce_scatter = np.where(sp, 2 * h / t, 0.0)
+    return e * s * b * (layer_input + sum(outputs[0::2]) + q / t + reduce_scatter)
+
+
+def routed_expert_activation_bytes(
+    model: Model, tokens: Number, etp: Number, imbalance: Number, bytes_per_element: float, recompute: Number
+) -> Number:
+    """What a mixture-of-experts layer's routed experts keep for the backward pass on the busiest
+    rank, for `tokens` routed tokens (c = tokens x k x imbalance copies): the permuted tokens sent
+    and received (gathered over etp), the expert MLP's up-projection and activation outputs, the
+    expert outputs to un-permute, and the fp32 router probabilities. Nothing under full
+    recomputation (the layer's input is counted with the layer)."""
+    e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
+    gate = 2 if model.gated_mlp else 1
+    copies = tokens * model.experts_per_token * imbalance
+    kept = e * copies * (h * (2 + etp) + (gate + 1) * f) + 4.0 * tokens * model.experts  # fp32 probabilities
+    return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
+
+
+@kept
+def layers_in_flight(
+    stage_layers: Number, pp: Number, vpp: Number, micro_batches: Number, schedule: Number, stage_index: Number
+) -> Number:
+    """Layer-micro-batches of activations that stage `stage_index` (holding `stage_layers`
+    layers) keeps at its peak."""
+    p, v, m, i = pp, vpp, micro_batches, stage_index
+    per_stage = stage_layers
+    gpipe = m * per_stage
+    one_f_one_b = np.minimum(p - i, m) * per_stage
+    # Megatron-LM interleaved warm-up: 2 (p - i - 1) + (v - 1) p chunk forwards, plus one.
+    chunks = np.minimum(2 * (p - i - 1) + (v - 1) * p + 1, m * v)
+    interleaved = chunks * stage_layers / v
+    sched = np.asarray(schedule)
+    # ZB-H1 keeps 1F1B's peak on the first stage (Qi et al. 2023 Sec. 3.1); the later stages hold
+    # up to p micro-batches' inputs while their deferred weight gradients wait, still <= stage 0.
+    zb_h1 = np.minimum(p, m) * per_stage
+    return np.select(
+        [sched == Schedule.GPIPE, sched == Schedule.INTERLEAVED, sched == Schedule.ZB_H1],
+        [gpipe, interleaved, zb_h1],
+        one_f_one_b,
+    )

@@ -1,0 +1,212 @@
+"""What a training process holds beyond the model state and the saved activations, and where
+software stacks differ (`STACKS`, keyed by `Plan.framework`); split out of `physics.memory`,
+which re-exports these names.
+
+- the loss's logits at their peak (`logits_bytes`: bytes per logit element per stack),
+- one layer's gradients during its backward pass (`backward_transient_bytes`),
+- communication buffers: torch DDP's bucket copies, DeepSpeed's reduction buckets, ZeRO-3's
+  gathered units and reduce-scatter inputs (`StackMemory`; NCCL's own in `physics.memory_runtime`),
+- what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardwise.arrays import as_bool, ifelse
+from shardwise.specs import Model
+from shardwise.specs._checks import Number
+
+# PyTorch's caching allocator: memory it reserves but cannot hand out (split blocks of segments
+# that stay in use), as a fraction of the memory allocated and freed during the step (activations,
+# logits, gathered parameters). Max reserved - max allocated over the step's transient part (max
+# allocated - allocated between steps) in Megatron-LM's memory reports: 7.7% in a Megatron-LM log
+# of LAION's open-sci-ref 1.7B run (tp1 dp252 mbs4 s4096 on Leonardo's A100: 53386 - 50277 of
+# 50277 - 9909 MiB), 24% in a Megatron-DeepSpeed log (46764 - 41299 of 41299 - 18245 MiB); in
+# H100 out-of-memory reports "reserved but unallocated" is 0.4-5% of everything allocated
+# (pytorch/pytorch#152135: 3.87 of 74.77 GiB). 10% taken; block rounding itself (512 B, 2 MiB
+# segments) is negligible beside it.
+ALLOCATOR_FRAGMENTATION = 0.10
+# DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
+# default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
+DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
+# ZeRO-3 / FSDP keeps two units gathered: the one in use and the one prefetched (PyTorch FSDP's
+# forward/backward prefetch, DeepSpeed's stage3 prefetch).
+ZERO3_GATHERED_UNITS = 2
+
+
+@dataclass(frozen=True)
+class StackMemory:
+    """Where a software stack's memory differs (per `Plan.framework`; `STACKS`).
+
+    `logits_bytes_per_element`: bytes per logit (s b V / tp of them) at the loss's peak.
+    Megatron-LM's vocab-parallel cross-entropy (core/tensor_parallel/cross_entropy.py) keeps the
+    bf16 logits (2) and one fp32 copy that it turns into the softmax in place and saves, and
+    computes the gradient in place (4): 6. Eager PyTorch `F.cross_entropy(logits.float())`
+    (torchtitan components/loss.py, Hugging Face models): bf16 logits (2), fp32 copy (4),
+    log_softmax output saved (4), and in the backward pass the gradients of that output and of its
+    input (4 + 4) beside the saved output: 12 at the backward's start (torchtune's chunked
+    cross-entropy saves 8.1 GiB at b 2, s 4096, V 128256 on Llama-3.2-3B: 8 B a logit). Fused or
+    compiled losses (torch.compile, XLA): as Megatron's.
+    `sharded_fp32_params`: under ZeRO-3 the sharded parameters are the fp32 master weights and the
+    16-bit ones exist only gathered, unit by unit (PyTorch FSDP's and FSDP2's mixed precision:
+    param_dtype is the compute copy; XLA's FSDP): 4 + 4 + 8 bytes per parameter over the shards
+    instead of ZeRO's 2 + 4 + 12 (DeepSpeed keeps a 16-bit shard beside the fp32 one).
+    `grad_copy_bytes_per_param`: 16-bit gradients of every local parameter held at the end of a
+    backward pass before they are added into fp32 buffers (nanotron's FP32GradientAccumulator runs
+    after loss.backward()); they replace the activations of the micro-batch whose backward pass
+    just ended (the other micro-batches a pipeline stage holds stay), so they count where they
+    exceed those.
+    `zero1_gather_bytes_per_param`: what the ZeRO-1 parameter all-gather after the optimizer step
+    adds with dp > 1, when the activations are gone: nanotron's `all_gather_coalesced`
+    (src/nanotron/distributed.py) flattens the gathered 16-bit parameters into one buffer per rank,
+    a full-size copy (2) before copying them back (plus the local shard's flat input, 2 / dp).
+    `eager_glu`: a gated MLP whose SiLU and multiply run as separate ops (nanotron's GLUActivation,
+    src/nanotron/models/llama.py: `self.act(gate_states) * up_states`; Hugging Face LlamaMLP and
+    torchtitan's FeedForward alike) keeps one more f-wide tensor per token than a fused SwiGLU
+    (Megatron-Core's bias_swiglu saves only its 2 f input): SiLU saves the gate (the merged 2 f
+    output stays alive through the views), the multiply saves the SiLU output (f) and the down
+    projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
+    `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
+    (`physics.memory_runtime.stack_group_bytes`: "world", "tp_pp").
+    `packed_qkv_mha`: without grouped-query attention nanotron splits the QKV output by views of one
+    permuted copy (`qkv_states.view(...).permute(2, 1, 0, 3, 4).contiguous()`), so the query view
+    FlashAttention saves keeps the whole packed buffer alive beside the concatenated key-value copy
+    the rotary kernel works on: 2 more kv-widths per token (CausalSelfAttention.forward, training case).
+    `step_grad_bytes_per_param`: what the optimizer step adds without ZeRO, when the activations
+    are gone: DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py, step) makes an fp32 copy
+    of every gradient and flattens them into one more (4 + 4).
+    `ddp_bucket_bytes_per_param`: torch DDP's bucket copies of the gradients
+    (gradient_as_bucket_view=False, the default), with dp > 1 and ZeRO below 3.
+    `zero_bucket_bytes`: fixed reduction buckets with dp > 1 and ZeRO >= 1 (DeepSpeed).
+    `zero3_reduce_bytes_per_param`: ZeRO-3's unsharded gradients of one unit waiting for their
+    reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
+    `fragmentation`: the caching allocator's share (`ALLOCATOR_FRAGMENTATION`; XLA assigns its
+    buffers ahead of time: 0)."""
+
+    logits_bytes_per_element: float
+    sharded_fp32_params: bool = False
+    grad_copy_bytes_per_param: float = 0.0
+    step_grad_bytes_per_param: float = 0.0
+    ddp_bucket_bytes_per_param: float = 0.0
+    zero_bucket_bytes: float = 0.0
+    zero3_reduce_bytes_per_param: float = 2.0
+    zero1_gather_bytes_per_param: float = 0.0
+    eager_glu: bool = False
+    packed_qkv_mha: bool = False
+    extra_groups: tuple[str, ...] = ()
+    fragmentation: float = ALLOCATOR_FRAGMENTATION
+    source: str = ""
+
+    def extra_saved_elements(self, model: Model, ffn: Number | None = None) -> Number:
+        """Elements per token one layer keeps beyond `layer_activation_bytes`' inventory, before
+        the TP split (`eager_glu`, `packed_qkv_mha`); `ffn`: the dense MLP's width."""
+        f = model.ffn_hidden if ffn is None else ffn
+        glu = f if (self.eager_glu and model.gated_mlp) else 0.0
+        mha = 2.0 * model.kv_heads * model.head_dim if (self.packed_qkv_mha and model.kv_heads == model.heads) else 0.0
+        return glu + mha
+
+
+_MEGATRON = StackMemory(6.0, source="Megatron-LM cross_entropy.py; DDP buckets are views of the main_grad buffer")
+_EAGER = StackMemory(12.0, eager_glu=True, source="eager PyTorch F.cross_entropy on fp32 logits; eager SwiGLU")
+_FSDP = StackMemory(
+    12.0, sharded_fp32_params=True, eager_glu=True, source="eager PyTorch loss and SwiGLU; FSDP keeps fp32 shards"
+)
+STACKS: dict[str, StackMemory] = {
+    "megatron-core": _MEGATRON,
+    "megatron-lm-2022": _MEGATRON,
+    "megatron-lm-2021": _MEGATRON,
+    "megatron-deepspeed": StackMemory(
+        6.0,
+        step_grad_bytes_per_param=8.0,
+        zero_bucket_bytes=DEEPSPEED_REDUCE_BUCKET_BYTES,
+        source="Megatron's loss; DeepSpeed's FP16_Optimizer step and ZeRO-1 reduce buckets",
+    ),
+    "nanotron": StackMemory(
+        # LlamaModel.forward_with_hidden_states returns the logits cast to fp32 by its cast_to_fp32
+        # block (4; the bf16 logits are freed when it returns: ToCopyBackward saves nothing), and
+        # _ShardedCrossEntropy subtracts the max out of place (`sharded_logits = sharded_logits -
+        # logits_max`, 4; Megatron-LM does it in place) before the exp and the division run in
+        # place on that copy, which it saves: 8 at the peak, the cast's 4 and the copy's 4
+        # (huggingface/nanotron src/nanotron/models/llama.py and
+        # src/nanotron/parallel/tensor_parallel/functional.py, v0.4-v0.5 and main).
+        8.0,
+        grad_copy_bytes_per_param=2.0,
+        ddp_bucket_bytes_per_param=2.0,
+        zero1_gather_bytes_per_param=2.0,
+        eager_glu=True,
+        packed_qkv_mha=True,
+        extra_groups=("world", "tp_pp"),
+        source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
+        "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies; "
+        "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
+    ),
+    "internevo": StackMemory(6.0, source="flash-attn's fused cross-entropy (in-place backward), counted as Megatron's"),
+    "fsdp": _FSDP,
+    "fsdp2": _FSDP,
+    "torchtitan": StackMemory(
+        12.0,
+        sharded_fp32_params=True,
+        eager_glu=True,
+        zero3_reduce_bytes_per_param=6.0,
+        source="torchtitan loss.py; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
+    ),
+    "torchtitan-compile": StackMemory(
+        6.0,
+        sharded_fp32_params=True,
+        zero3_reduce_bytes_per_param=6.0,
+        source="compiled loss; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
+    ),
+    "deepspeed": StackMemory(
+        12.0,
+        step_grad_bytes_per_param=8.0,
+        zero_bucket_bytes=DEEPSPEED_REDUCE_BUCKET_BYTES,
+        eager_glu=True,
+        source="Hugging Face loss and SwiGLU; DeepSpeed's FP16_Optimizer step and reduce buckets",
+    ),
+    "colossalai": _EAGER,
+    "composer": _FSDP,
+    "hf-transformers": StackMemory(
+        12.0,
+        sharded_fp32_params=True,
+        eager_glu=True,
+        source="Hugging Face models' loss on fp32 logits and eager SwiGLU (LlamaMLP); FSDP / ZeRO-3 fp32 shards",
+    ),
+    "nemo-automodel": StackMemory(
+        12.0,
+        sharded_fp32_params=True,
+        eager_glu=True,
+        zero3_reduce_bytes_per_param=6.0,
+        source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"
+        "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32)",
+    ),
+    "maxtext": StackMemory(
+        6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"
+    ),
+    "paxml": StackMemory(
+        6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"
+    ),
+}
+
+
+def stack_memory(framework: str) -> StackMemory:
+    """The stack's memory entry; a framework without one (a user's own label) is priced as
+    Megatron-Core, the default framework."""
+    return STACKS.get(framework, _MEGATRON)
+
+
+def logits_bytes(model: Model, batch: Number, tp: Number, stack: StackMemory) -> Number:
+    """The loss's logits at their peak on the last stage: s b V / t elements at the stack's bytes."""
+    return stack.logits_bytes_per_element * model.seq_len * batch * model.vocab / tp
+
+
+def backward_transient_bytes(
+    model: Model, batch: Number, tp: Number, sequence_parallel: Number, bytes_per_element: float
+) -> Number:
+    """The largest set of gradients one layer's backward pass holds beside the saved activations:
+    those of its MLP's up-projection (gate x f) and activation (f) outputs, split over TP, and the
+    gradients flowing into and out of the layer (2 s b h, split with sequence parallelism)."""
+    s, b, h, f, e = model.seq_len, batch, model.hidden, model.ffn_hidden, bytes_per_element
+    gate = 2 if model.gated_mlp else 1
+    sp = ifelse(as_bool(sequence_parallel), tp, 1)
+    return e * s * b * ((gate + 1) * f / tp + 2 * h / sp)
