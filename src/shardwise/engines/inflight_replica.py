@@ -1,0 +1,157 @@
+"""One replica of a serving plan under in-flight batching (`Replica`): its KV capacity, sequence
+slots and iteration costs, prepared once, and its runs of traffic (`engines.inflight_sim.simulate`).
+Split out of `engines.inflight`, which re-exports it.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import replace
+
+import numpy as np
+
+from shardwise.engines.engine_presets import engine, sglang_max_running_requests
+from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
+from shardwise.engines.inflight_sim import (
+    KV_BLOCK_TOKENS,
+    MAX_BATCHED_TOKENS,
+    Simulated,
+    Traffic,
+    kv_blocks,
+    kv_capacity,
+    simulate,
+)
+from shardwise.engines.iteration import IterationTable, iteration_table
+from shardwise.engines.request_mix import SUMMARY_DRAWS, sample_lengths, summarize
+from shardwise.engines.serving import kv_cache_free_bytes, memory_per_gpu, serving_scenario
+from shardwise.errors import SpecError
+from shardwise.specs import Scenario
+from shardwise.specs.request_mix import RequestMix
+from shardwise.specs.serving import ServingWorkload
+
+
+class Replica:
+    """One replica of `scn` serving `wl` in flight: its KV capacity and iteration costs, prepared
+    once; `run` simulates traffic on it. With a request `mix` the lengths are drawn per request
+    (truncated to the model's context, `engines.request_mix`), the KV cache admits requests by
+    their own blocks, and the iteration cost is priced, as with fixed lengths, on one grid: for
+    the mix's mean prompt and the mean context decode reads (`MixSummary`)."""
+
+    def __init__(
+        self,
+        scn: Scenario,
+        wl: ServingWorkload,
+        max_batched_tokens: int = MAX_BATCHED_TOKENS,
+        mix: RequestMix | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.scenario = scn = serving_scenario(scn, wl)
+        self.max_batched_tokens, self.mix = max_batched_tokens, mix
+        # an iteration here is one round of the pp micro-batches; where the engine schedules each
+        # micro-batch with its own budget (and slots), the round holds pp of them
+        # (`engines.engine_presets`, "Budgets under pipeline parallelism")
+        preset, pp = engine(wl.engine), int(np.max(scn.plan.pp))
+        self.round_tokens = max_batched_tokens * (pp if preset.budget_per_micro_batch else 1)
+        # the decoding sequences take their tokens from that budget where a batch mixes them with
+        # prompt chunks; where prompts are prefilled apart (SGLang, mixed chunks off), the whole
+        # budget is the prompts' (`PrefillAdder` is given 0 decode tokens then)
+        self.decodes_share_budget = not preset.prefill_apart
+        # ... and on one GPU its prefill step comes before the decode step of the same iteration: the
+        # prompts' first tokens are sampled at its end, a decode step c(d, 0) before the iteration's
+        # (`engines.iteration`, prefill apart); under pp the round's end is kept
+        self.prefill_step_first = preset.prefill_apart and pp == 1
+        gpu = scn.cluster.gpu
+        cap = engine_max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+        self.max_sequences = cap * (pp if preset.slots_per_micro_batch else 1)
+        self.replicas = int(scn.plan.dp)
+        self.max_context = int(np.max(scn.model.seq_len))
+        self.kv_total_blocks: int | None = None
+        if mix is None:
+            self.workload = wl
+            weights, kv_per_seq = memory_per_gpu(scn, wl)
+            self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
+            context = wl.input_len + wl.output_len
+            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
+            per_token = self.kv_bytes_per_sequence / context
+            self._cap_by_kv_tokens(wl, free, per_token)
+            self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
+            self.slots = top = min(self.capacity, self.max_sequences)
+            self.mean_context = wl.input_len + wl.output_len / 2
+            self.mean_input_len, self.mean_output_len = wl.input_len, wl.output_len
+        else:
+            inputs, outputs = sample_lengths(mix, SUMMARY_DRAWS, seed, self.max_context)
+            summary = summarize(inputs, outputs)
+            self.mean_input_len, self.mean_output_len = summary.mean_input_len, summary.mean_output_len
+            self.workload = wl = replace(
+                wl, input_len=max(1, round(summary.mean_input_len)), output_len=max(1, round(summary.mean_output_len))
+            )
+            weights, kv_per_seq = memory_per_gpu(scn, wl)
+            self.weights_bytes = float(weights)
+            per_token = float(kv_per_seq) / (wl.input_len + wl.output_len)
+            self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
+            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
+            self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
+            self._cap_by_kv_tokens(wl, free, per_token)
+            blocks = kv_blocks(inputs, outputs)
+            self.capacity = int(self.kv_total_blocks // float(np.mean(blocks)))
+            self.slots = min(self.capacity, self.max_sequences)
+            # short requests pack more sequences than the mean: price up to as many as the cache holds
+            top = min(self.max_sequences, max(self.slots, self.kv_total_blocks // int(blocks.min())))
+            self.mean_context = summary.decode_context
+        fits = self.capacity >= 1
+        self.top = top  # the most decoding sequences the iteration table prices
+        self.table = self._table(top) if fits else None
+
+    def _decode_step_s(self, d: float, q: float) -> float:
+        """The decode step of `d` sequences that follows a prefill step in one iteration (`q` > 0)."""
+        return self.table(d, 0.0) if d > 0 and self.table is not None else 0.0
+
+    def _table(self, top: int) -> IterationTable:
+        scn, wl = self.scenario, self.workload
+        return iteration_table(scn, wl, top, self.round_tokens, self.mean_context, self.max_batched_tokens)
+
+    def holding(self, sequences: int) -> Replica:
+        """This replica as if its memory held `sequences` requests at once (of the mean length) instead of
+        `capacity`: the same GPUs, kernels and engine (its cap on sequences still applies), only more or
+        less KV cache (`analyses.pp_scaling`)."""
+        other = copy.copy(self)
+        scale = sequences / max(self.capacity, 1)
+        other.capacity = int(sequences)
+        other.slots = min(other.capacity, self.max_sequences)
+        if self.kv_total_blocks is not None:
+            other.kv_total_blocks = int(self.kv_total_blocks * scale)
+        other.top = min(self.max_sequences, max(other.slots, int(self.top * scale)))
+        fits = other.capacity >= 1
+        other.table = other._table(other.top) if fits else None
+        return other
+
+    def _cap_by_kv_tokens(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
+        """SGLang sizes its request pool, and so its cap, by the KV tokens of one GPU
+        (`engines.engine_presets.sglang_max_running_requests`)."""
+        if wl.engine == "sglang" and per_token_bytes > 0:
+            tokens = max(free_bytes, 0.0) / per_token_bytes
+            self.max_sequences = sglang_max_running_requests(tokens, self.max_context)
+
+    def run(self, traffic: Traffic) -> Simulated:
+        if self.table is None:
+            raise ValueError("no request fits the KV cache")
+        wl = self.workload
+        after = self._decode_step_s if self.prefill_step_first else None  # this replica's table (`holding`)
+        if self.mix is None:
+            return simulate(
+                self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.round_tokens, self.max_sequences,
+                chunk_tokens=self.max_batched_tokens, decodes_share_budget=self.decodes_share_budget,
+                after_first_s=after,
+            )  # fmt: skip
+        inputs, outputs = sample_lengths(self.mix, traffic.count, traffic.seed, self.max_context)
+        need = int(kv_blocks(inputs, outputs).max())
+        if need > self.kv_total_blocks:
+            raise SpecError(
+                f"--lengths {self.mix.name}: a request of {need * KV_BLOCK_TOKENS:,} tokens needs more KV cache than "
+                f"a replica of this plan holds ({self.kv_total_blocks * KV_BLOCK_TOKENS:,} tokens)"
+            )
+        return simulate(
+            self.table, inputs, outputs, self.max_sequences, traffic, self.round_tokens, self.max_sequences,
+            self.kv_total_blocks, self.max_batched_tokens, decodes_share_budget=self.decodes_share_budget,
+            after_first_s=after,
+        )  # fmt: skip

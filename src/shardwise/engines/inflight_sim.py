@@ -1,0 +1,167 @@
+"""One replica's run under in-flight batching, iteration by iteration, over a cost per iteration
+(`simulate`; the scheduling rules, traffic and statistics are those `engines.inflight`'s docstring
+describes): the traffic (`Traffic`), the KV blocks a request reserves (`kv_blocks`, `kv_capacity`),
+the run's statistics (`Simulated`). Split out of `engines.inflight`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES
+from shardwise.engines.inflight_loops import run_arrays, run_fixed
+from shardwise.engines.request_mix import arrival_times
+
+# vLLM's default KV block (CacheConfig.block_size, 16 tokens on CUDA).
+KV_BLOCK_TOKENS = 16
+# Tokens one iteration may process: TensorRT-LLM's default `max_num_tokens` (8192). vLLM's
+# `max_num_batched_tokens` default depends on version and GPU (2048 to 16384): set it to match.
+MAX_BATCHED_TOKENS = 8192
+SIMULATED_REQUESTS = 1000
+# A closed loop runs at least this many requests per user (so that the steady state dominates).
+CLOSED_LOOP_ROUNDS = 8
+WARMUP_SHARE = 0.1
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Per replica: a closed loop of `users` or arrivals at `rate_per_s` (Poisson, or gamma gaps of
+    vLLM's `burstiness`: `engines.request_mix.arrival_times`)."""
+
+    users: int | None = None
+    rate_per_s: float | None = None
+    requests: int = SIMULATED_REQUESTS
+    seed: int = 0
+    rounds: int = 0  # a closed loop runs at least this many requests per user (0: CLOSED_LOOP_ROUNDS)
+    burstiness: float = 1.0
+
+    @property
+    def count(self) -> int:
+        """Requests simulated."""
+        if self.users is None:
+            return self.requests
+        return max(self.requests, (self.rounds or CLOSED_LOOP_ROUNDS) * int(self.users))
+
+
+@dataclass(frozen=True)
+class Simulated:
+    """What one replica did: per measured request (seconds), and the steady state."""
+
+    ttft_s: np.ndarray
+    tpot_s: np.ndarray
+    e2e_s: np.ndarray
+    queue_s: np.ndarray  # waiting before admission (part of the TTFT)
+    throughput_tokens_per_s: float
+    mean_running: float  # requests admitted, time-weighted over the run
+    mean_decode: float  # decoding sequences per iteration, time-weighted
+    mean_prompt_tokens: float  # prompt tokens per iteration, time-weighted
+    iterations: int
+
+
+def kv_capacity(free_bytes: float, kv_bytes_per_token: float, input_len: int, output_len: int) -> int:
+    """Requests whose whole context (prompt + output, in blocks) fits `free_bytes` at once."""
+    blocks = math.ceil((input_len + output_len) / KV_BLOCK_TOKENS)
+    per_request = blocks * KV_BLOCK_TOKENS * kv_bytes_per_token
+    return max(0, int(free_bytes // per_request)) if per_request > 0 else 0
+
+
+def kv_blocks(input_len: np.ndarray, output_len: np.ndarray) -> np.ndarray:
+    """KV-cache blocks each request reserves at admission: its prompt and all its output."""
+    return -(-(np.asarray(input_len) + np.asarray(output_len)) // KV_BLOCK_TOKENS)
+
+
+def simulate(
+    cost_s: Callable[[float, float], float],
+    input_len: int | np.ndarray,
+    output_len: int | np.ndarray,
+    capacity: int,
+    traffic: Traffic,
+    max_batched_tokens: int = MAX_BATCHED_TOKENS,
+    max_sequences: int = DEFAULT_MAX_SEQUENCES,
+    kv_total_blocks: int | None = None,
+    chunk_tokens: int | None = None,
+    reference: bool = False,
+    decodes_share_budget: bool = True,
+    after_first_s: Callable[[float, float], float] | None = None,
+) -> Simulated:
+    """Run the traffic through one replica whose iteration of d decoding sequences and q prompt
+    tokens takes `cost_s(d, q)` seconds (see the module docstring). Lengths are one for every
+    request (ints) or one per request (arrays of `traffic.count`); with arrays, `kv_total_blocks`
+    (the KV cache in blocks) admits a request only while its blocks fit beside those running.
+    `chunk_tokens` caps one prompt's chunk per iteration (default the whole budget): with the pp
+    micro-batches of a round each on its own budget, a prompt sits in one of them.
+    One length for every request runs over queues (`engines.inflight_loops.run_fixed`), the same
+    numbers as over arrays (`reference`: the loop over arrays, for the tests)."""
+    if capacity < 1:
+        raise ValueError("no request fits the KV cache")
+    slots = min(capacity, max_sequences)
+    closed = traffic.users is not None
+    n = traffic.count
+    mixed = np.ndim(input_len) > 0
+    if mixed:
+        inputs, outputs = np.asarray(input_len, dtype=np.int64), np.asarray(output_len, dtype=np.int64)
+        if inputs.shape != (n,) or outputs.shape != (n,):
+            raise ValueError(f"per-request lengths must hold {n} requests")
+        mean_in, mean_out = float(inputs.mean()), float(outputs.mean())
+        blocks = kv_blocks(inputs, outputs) if kv_total_blocks is not None else None
+        if blocks is not None and int(blocks.max()) > kv_total_blocks:
+            raise ValueError("a request needs more KV cache than the replica has")
+    else:
+        mean_in, mean_out, blocks = input_len, output_len, None
+    free = kv_total_blocks if blocks is not None else 0
+    arrival = np.full(n, np.inf)
+    if closed:
+        # the users start spread over one request's lifetime at full load, not all at once: a
+        # burst would stay in step (equal lengths) and never reach the steady state
+        issued = min(int(traffic.users), n)
+        held = slots if blocks is None else min(slots, int(kv_total_blocks // float(np.mean(blocks))))
+        running0 = min(issued, held)
+        life = mean_out * cost_s(running0, min(max_batched_tokens, running0 * mean_in / max(mean_out, 1)))
+        arrival[:issued] = np.linspace(0.0, life, issued, endpoint=False)
+    else:
+        arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
+        issued = n
+    fixed = not mixed and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1
+    if fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
+        run = run_fixed(
+            cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens,
+            decodes_share_budget, after_first_s,
+        )  # fmt: skip
+    else:
+        if not mixed:
+            inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
+        run = run_arrays(
+            cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
+            decodes_share_budget, after_first_s,
+        )  # fmt: skip
+    admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run
+    start = int(WARMUP_SHARE * n)
+    measured = slice(start, n)
+    ttft = first[measured] - arrival[measured]
+    # one output token: no decode step, no time per output token
+    if mixed:
+        steps_out = outputs[measured] - 1.0
+        tpot = np.where(steps_out > 0, (done[measured] - first[measured]) / np.maximum(steps_out, 1.0), np.nan)
+    else:
+        tpot = (done[measured] - first[measured]) / (output_len - 1) if output_len > 1 else np.full(n - start, np.nan)
+    t0 = float(done[np.argsort(done)[start]]) if closed else float(arrival[start])
+    t1 = float(arrival[n - 1]) if not closed else float(np.max(arrival[np.isfinite(arrival)]))
+    clock_a, produced_a = np.asarray(clock), np.asarray(produced)
+    if t1 <= t0:  # too few requests to see a steady state: the whole run
+        t0, t1 = 0.0, float(clock_a[-1])
+    made = np.interp(t1, clock_a, produced_a) - np.interp(t0, clock_a, produced_a)
+    return Simulated(
+        ttft_s=ttft,
+        tpot_s=tpot,
+        e2e_s=done[measured] - arrival[measured],
+        queue_s=admitted[measured] - arrival[measured],
+        throughput_tokens_per_s=float(made / (t1 - t0)) if t1 > t0 else 0.0,
+        mean_running=running_area / t if t > 0 else 0.0,  # over the whole run, idle time included
+        mean_decode=decode_area / busy if busy else 0.0,
+        mean_prompt_tokens=prompt_area / busy if busy else 0.0,
+        iterations=iterations,
+    )
