@@ -140,7 +140,7 @@ def test_mpt_alibi_and_no_bias_are_read_from_its_own_names():
 
 
 def test_mpt_defaults_grouped_query_and_glu(tmp_path):
-    """An llm-foundry MPT without alibi or no_bias has learned positions and biases (MPTConfig
+    """An MPT config without alibi or no_bias has learned positions and biases (MPTConfig
     defaults); grouped-query attention takes attn_config.kv_n_heads; ffn_type mptglu is gated."""
     import json
 

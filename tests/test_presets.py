@@ -284,23 +284,21 @@ def test_llama_3_1_and_3_3_are_llama_3_shapes_under_their_own_names(cli):
         assert dataclasses.replace(presets.model(new), name=old) == presets.model(old), new  # notes aside
     code, out, _ = cli(["presets", "models"])
     assert code == 0
-    for name in ("llama3.1-8b", "llama3.3-70b", "mpt-7b", "mpt-125m", "bloom-176b", "falcon-40b", "gemma3-27b"):
+    for name in ("llama3.1-8b", "llama3.3-70b", "mpt-7b", "mpt-30b", "bloom-176b", "falcon-40b", "gemma3-27b"):
         assert f" {name} " in out, name
 
 
 def test_mpt_presets_are_mosaic_shapes():
-    """llm-foundry's pretrain yamls (mpt-760m: 'Modified 16->12 so that d_head == 128') on
-    MPTConfig defaults; the released MPT-7B: ALiBi and no biases."""
-    m = presets.model("mpt-760m")
-    assert (m.layers, m.hidden, m.heads, m.head_dim, m.vocab, m.seq_len) == (24, 1536, 12, 128, 50368, 2048)
-    assert m.learned_positions and m.bias and not m.dropout
+    """The released MPT-7B and MPT-30B: ALiBi and no biases, 128- and 112-wide heads."""
+    m = presets.model("mpt-30b")
+    assert (m.layers, m.hidden, m.heads, m.head_dim, m.vocab, m.seq_len) == (48, 7168, 64, 112, 50432, 8192)
     m = presets.model("mpt-7b")
     assert not m.learned_positions and not m.bias and not m.dropout and m.tied_embeddings
 
 
 def test_an_mpt_run_under_composer_is_priced(cli):
-    """The MPT-7B layout of llm-foundry's mpt-7b.yaml on one DGX H100 (FULL_SHARD, micro-batch 8,
-    activation checkpointing): ZeRO-3 and the composer stack, not an unknown model."""
+    """MPT-7B on one DGX H100 (FULL_SHARD, micro-batch 8, activation checkpointing): ZeRO-3 and
+    the composer stack, not an unknown model."""
     code, out, err = cli(["predict", "--model", "mpt-7b", "--framework", "composer", "--system", "dgx-h100",
                           "--num-gpus", "8", "--global-batch", "64", "--micro-batch", "8", "--recompute", "full",
                           "--json"])  # fmt: skip

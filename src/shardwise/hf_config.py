@@ -154,10 +154,10 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
 
 
 def _mpt(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
-    """MosaicML MPT (llm-foundry configuration_mpt.py MPTConfig and its defaults): MLP width
-    int(expansion_ratio * d_model), biases unless no_bias, learned positions unless ALiBi or RoPE,
-    LayerNorm unless norm_type names an RMSNorm, a gated MLP for ffn_type mptglu, and the KV heads
-    of attn_config (multiquery: 1; grouped_query_attention: kv_n_heads)."""
+    """MosaicML MPT (configuration_mpt.py's MPTConfig, shipped with the mosaicml/mpt-7b config, and
+    its defaults): MLP width int(expansion_ratio * d_model), biases unless no_bias, learned
+    positions unless ALiBi or RoPE, LayerNorm unless norm_type names an RMSNorm, a gated MLP for
+    ffn_type mptglu, and the KV heads of attn_config (multiquery: 1; grouped_query_attention: kv_n_heads)."""
     attn = cfg.get("attn_config") or {}
     ffn = cfg.get("ffn_config") or {}
     if not isinstance(attn, dict) or not isinstance(ffn, dict):
@@ -165,7 +165,7 @@ def _mpt(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
     ratio = cfg.get("expansion_ratio", 4)
     if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 64:
         raise SpecError(f"{p}: expansion_ratio: {ratio!r} is not allowed; it must be a number in (0, 64]")
-    width = ffn.get("ffn_hidden_size")  # llm-foundry: an explicit width wins over the ratio
+    width = ffn.get("ffn_hidden_size")  # MPTConfig: an explicit width wins over the ratio
     if width is not None and (isinstance(width, bool) or not isinstance(width, int) or width < 1):
         raise SpecError(f"{p}: ffn_config.ffn_hidden_size: {width!r} is not allowed; it must be a whole number >= 1")
     out["ffn_hidden"] = width or int(ratio * out["hidden"])
