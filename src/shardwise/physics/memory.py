@@ -7,19 +7,8 @@ FP16 ones in fp16), and 12 bytes of fp32 master weight, momentum and variance pe
 ZeRO stage 1 partitions the optimizer state over data-parallel ranks, stage 2 also the
 gradients, stage 3 also the weights.
 
-Activations (Korthikanti et al. 2022, Sec. 4 and Table 2), bytes per layer per micro-batch,
-with e = 2 and 1-byte dropout masks, s sequence, b micro-batch, h hidden, a heads, t = tp:
-
-    no parallelism               s b h (34 + 5 a s / h)
-    tensor parallel              s b h (10 + 24/t + 5 a s / (h t))
-    tensor + sequence parallel   s b h (34 + 5 a s / h) / t
-    selective recomputation      drops the 5 a s / h term (the attention scores)
-    full recomputation           2 s b h (the layer input; / t with sequence parallelism)
-
-`layer_activation_bytes` builds these from the tensor inventory (GQA, gated MLPs, no dropout
-and FlashAttention change the counts) and `tests/test_memory.py` checks the table.
-The first pipeline stage holds the most micro-batches (Korthikanti Sec. 4.2.3): m for GPipe,
-min(p, m) for 1F1B, and p v + p - 1 model chunks of l/(p v) layers for the interleaved schedule.
+Activations: Korthikanti et al. 2022's per-layer table and the micro-batches each pipeline stage
+holds, in `physics.memory_activations`.
 
 Beyond the model state and those activations a training process holds (each term below with its
 source; `STACKS` says where software stacks differ, keyed by `Plan.framework`):
