@@ -104,3 +104,53 @@ def test_a_rastered_gantt_keeps_each_kinds_share_of_the_time():
     assert abs(share_f - 1 / 3) < 0.02 and abs(share_b - 2 / 3) < 0.02
     idle = image[2:RASTER_ROWS_PER_STAGE, RASTER_COLUMNS // 2 + 1 :, :3]
     assert np.all(idle == 255)
+
+
+@pytest.mark.parametrize("upper_left", [True, False])
+def test_a_pixel_image_draws_what_imshow_draws(tmp_path, upper_left):
+    """PixelImage (byte lookup, no float passes) paints a raster canvas as matplotlib's own
+    imshow(interpolation="none") does: same orientation, same columns, within edge rounding."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from PIL import Image
+
+    from shardwise.plots.pixels import pixel_imshow
+
+    rng = np.random.default_rng(1)
+    image = np.full((40, 300, 4), 255, dtype=np.uint8)
+    image[..., :3] = rng.integers(0, 255, (40, 300, 3), dtype=np.uint8)
+    if upper_left:  # a marker only in the top-left corner: a flip or a mirror would move it
+        image[:10, :30, :3] = (255, 0, 0)
+    pngs = []
+    for draw in ("imshow", "pixels"):
+        fig, ax = plt.subplots(figsize=(6, 3))
+        extent = (0.0, 7.5, -0.5, 3.5)
+        if draw == "imshow":
+            ax.imshow(image, aspect="auto", interpolation="none", extent=extent, origin="upper")
+        else:
+            pixel_imshow(ax, image, extent)
+        ax.set_xlim(0, 8.0)
+        ax.set_ylim(-0.7, 3.7)
+        path = tmp_path / f"{draw}.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        pngs.append(np.asarray(Image.open(path)).astype(int))
+    differs = np.abs(pngs[0] - pngs[1]).max(axis=2) > 0
+    assert differs.mean() < 0.01
+
+
+def test_a_pixel_image_still_draws_in_vector_formats(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from shardwise.plots.pixels import pixel_imshow
+
+    fig, ax = plt.subplots()
+    pixel_imshow(ax, np.full((4, 8, 4), 200, dtype=np.uint8), (0.0, 1.0, 0.0, 1.0))
+    fig.savefig(tmp_path / "chart.svg")
+    plt.close(fig)
+    assert "<image" in (tmp_path / "chart.svg").read_text()

@@ -89,7 +89,9 @@ def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) ->
         for r in range(n_rows):
             kind = np.sum(ends < (r + 0.5) / n_rows, axis=0)  # len(names): past every share, idle
             band[:, r] = np.round(colours[kind]).astype(np.uint8)
-    ax.imshow(image, aspect="auto", interpolation="none", extent=(0, width, -0.5, p - 0.5), origin="upper")
+    from shardwise.plots.pixels import pixel_imshow
+
+    pixel_imshow(ax, image, (0, width, -0.5, p - 0.5))
     return used
 
 
