@@ -68,7 +68,8 @@ def test_sdpa_on_rocm_is_aotriton_not_pytorchs_cuda_flash_attention():
 
 def test_mi300x_fp8_gemms_run_at_hipblaslts_measured_speed_not_twice_bf16():
     # hipblaslt-bench f8 8192^3: 907 TFLOP/s (ROCm/hipBLASLt#1721); HipKittens' FP8 GEMM 963;
-    # BF16 MAMF 668.4 (TunableOp)
+    # BF16 MAMF 668.4 (TunableOp) at its best shape, x 0.833 at a workload's shapes (AMD's TAF,
+    # tests/test_rocm_gemm.py)
     gpu = presets.gpu("mi300x")
     m = n = k = 8192
     flops = 2.0 * m * n * k
@@ -77,8 +78,10 @@ def test_mi300x_fp8_gemms_run_at_hipblaslts_measured_speed_not_twice_bf16():
     rate_fp8 = flops / float(gemm_s(fp8, gpu, "fp8"))
     rate_bf16 = flops / float(gemm_s(bf16, gpu, "bf16"))
     assert 0.85 * 907e12 <= rate_fp8 <= 963e12
-    assert 0.85 * 668.4e12 <= rate_bf16 <= 668.4e12
-    assert 1.25 < rate_fp8 / rate_bf16 < 1.5
+    assert 0.85 * 0.833 * 668.4e12 <= rate_bf16 <= 0.833 * 668.4e12
+    # FP8 over BF16: 1.36 at the best shapes (907 / 668.4), 1.85 at AMD's typical ones (MI325X TAF
+    # 1143.18 / 616.42)
+    assert 1.3 < rate_fp8 / rate_bf16 < 1.85
 
 
 @pytest.mark.parametrize(

@@ -48,6 +48,7 @@ def link_dict(link: Link | None) -> dict[str, Any] | None:
         "base_latency_s": plain(link.base_latency_s),
         "nvls_efficiency": plain(link.nvls_efficiency),
         "ll_bandwidth_bytes_per_s": plain(link.ll_bandwidth_bytes_per_s),
+        "mesh_links": plain(link.mesh_links),
     }
 
 

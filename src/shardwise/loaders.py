@@ -96,6 +96,7 @@ _LINK_FIELDS = {
     "base_latency": ("base_latency_s", units.parse_seconds),
     "nvls_efficiency": ("nvls_efficiency", real),
     "ll_bandwidth": ("ll_bandwidth_bytes_per_s", units.parse_rate_bytes_per_s),
+    "mesh_links": ("mesh_links", real),
 }
 _MODEL_INTS = (
     "layers",
@@ -226,8 +227,9 @@ RATE_LINK_BASE_LATENCY_S = 20e-6
 def link_from_rate(
     name: str, rate_bytes_per_s: float, role: str, replaced: Link | None = None, latency_s: float | None = None
 ) -> Link:
-    """A link given only as a sustained rate (efficiency 1): it keeps the latency and NCCL's LL
-    protocols (`Link.ll_bandwidth_bytes_per_s`) of the link it replaces, or takes the latency of its
+    """A link given only as a sustained rate (efficiency 1): it keeps the latency, NCCL's LL
+    protocols (`Link.ll_bandwidth_bytes_per_s`) and the full mesh (`Link.mesh_links`: the rate is
+    then the mesh's, all its links together) of the link it replaces, or takes the latency of its
     kind (`role` "intra": NVLink- or PCIe-class by the rate; "inter": a network) and the chunked
     protocol only; `latency_s` overrides the latency."""
     if latency_s is None:
@@ -240,6 +242,7 @@ def link_from_rate(
             latency_s = RATE_LINK_LATENCY_S[kind]
     base = float(replaced.base_latency_s) if replaced is not None else RATE_LINK_BASE_LATENCY_S
     ll = float(replaced.ll_bandwidth_bytes_per_s) if replaced is not None else 0.0
+    mesh = replaced.mesh_links if replaced is not None else 0
     return Link(
         name=name,
         bandwidth_bytes_per_s=rate_bytes_per_s,
@@ -247,6 +250,7 @@ def link_from_rate(
         latency_s=latency_s,
         base_latency_s=base,
         ll_bandwidth_bytes_per_s=ll,
+        mesh_links=mesh,
     )
 
 

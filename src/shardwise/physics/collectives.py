@@ -132,6 +132,7 @@ class Group:
         p = np.asarray(ranks, dtype=float)
         g = np.minimum(np.asarray(per_node, dtype=float), p)
         k = np.maximum(p / g, 1.0)
+        intra = on_mesh(intra, g)
         multi = k > 1
         a_in = intra.latency_s
         if inter is None:
@@ -267,6 +268,28 @@ def all_gather_time_s(
     return reduce_scatter_time_s(message_bytes, ranks, ranks_per_node, intra, inter)
 
 
+def mesh_share(link: Link, members: Number) -> Number:
+    """The share of a full-mesh link's rate (`Link.mesh_links`) that `members` GPUs of one server
+    drive: each sends to the others over its own direct link to each, g - 1 of the mesh's links
+    (ROCm/rccl README, "Improving performance on MI300 when using less than 8 GPUs": with fewer
+    than 8 MI300X GPUs only a fraction of the links' bandwidth is reachable; RCCL's own topology
+    for 4 MI300X counts 3 links: "maxBw 48.0 totalBw 144.0", ROCm/rccl#1210). 1 off a mesh."""
+    m = np.asarray(link.mesh_links, dtype=float)
+    if m.ndim == 0 and float(m) <= 0:
+        return 1.0
+    on = m > 0
+    links = np.where(on, m, 1.0)
+    return np.where(on, np.minimum(np.maximum(np.asarray(members, dtype=float) - 1.0, 1.0), links) / links, 1.0)
+
+
+def on_mesh(link: Link, members: Number) -> Link:
+    """`link` at the rate `members` GPUs of one server reach on it (`mesh_share`); itself off a mesh."""
+    share = mesh_share(link, members)
+    if np.ndim(share) == 0 and float(share) == 1.0:
+        return link
+    return link.with_(bandwidth_bytes_per_s=link.bandwidth_bytes_per_s * share)
+
+
 def p2p_time_s(message_bytes: Number, link: Link) -> Number:
     """One send/receive between two GPUs: alpha_base + alpha + n / B."""
     return link.base_latency_s + link.latency_s + message_bytes / link.effective_bandwidth_bytes_per_s
@@ -292,7 +315,7 @@ _FABRICS = Memo("fabrics", size=256)
 class Fabric:
     """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
-    __slots__ = ("_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra")
+    __slots__ = ("_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra", "intra_p2p")
 
     def __init__(
         self,
@@ -303,6 +326,7 @@ class Fabric:
         p2p_scale: Number = 1.0,
     ) -> None:
         self.intra, self.inter, self.custom = intra, inter, custom
+        self.intra_p2p = on_mesh(intra, 2)  # a send between two GPUs: one link of a mesh
         self.all_to_all_scale = all_to_all_scale
         # a pipeline send across servers: the inter-node link at its own share of the rate
         scaled = inter is not None and (np.ndim(p2p_scale) or float(p2p_scale) != 1.0)  # type: ignore[arg-type]
@@ -349,7 +373,7 @@ class Fabric:
         return group
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
-        intra = p2p_time_s(n_bytes, self.intra)
+        intra = p2p_time_s(n_bytes, self.intra_p2p)
         if self.inter is None:
             return intra
         return np.where(crosses_node, p2p_time_s(n_bytes, self.inter_p2p), intra)

@@ -176,7 +176,11 @@ class Link:
     `ll_bandwidth_bytes_per_s` is the most bus bandwidth NCCL's LL protocol reaches on an NVLink
     server (its llMaxBws: Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s); a link with one
     also runs LL128 inside a server. 0 (PCIe, networks, a link given by its rate): neither is
-    priced, only the chunked Simple protocol.
+    priced, only the chunked Simple protocol. `mesh_links` is the number of point-to-point links
+    among which `bandwidth_bytes_per_s` is split where the server's GPUs are wired as a full mesh
+    without a switch (AMD Infinity Fabric: 7 on an 8-GPU MI300X server); a group of g GPUs in the
+    server then drives only g - 1 of them, and a send between two GPUs one. 0: a switch or a
+    shared bus, every group gets the whole rate.
     """
 
     name: str
@@ -186,6 +190,7 @@ class Link:
     base_latency_s: Number = 20e-6
     nvls_efficiency: Number = 0.0
     ll_bandwidth_bytes_per_s: Number = 0.0
+    mesh_links: Number = 0
 
     def __post_init__(self) -> None:
         chk.text("link: name", self.name)
@@ -196,6 +201,7 @@ class Link:
         chk.within(f"{p}: base_latency_s", self.base_latency_s, 0.0, 1.0, "s")
         chk.within(f"{p}: nvls_efficiency", self.nvls_efficiency, 0.0, 1.0, "(0: no NVLS)")
         chk.within(f"{p}: ll_bandwidth_bytes_per_s", self.ll_bandwidth_bytes_per_s, 0.0, 1e16, "B/s (0: no LL/LL128)")
+        chk.within(f"{p}: mesh_links", self.mesh_links, 0.0, 1024.0, "(0: a switch, no mesh)")
 
     @property
     def effective_bandwidth_bytes_per_s(self) -> Number:
