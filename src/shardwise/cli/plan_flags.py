@@ -71,6 +71,18 @@ recompute_layers_option = click.option(
     "--recompute-method block --recompute-num-layers N); 0 = none.",
 )
 
+# Megatron-Core's activation offload to host memory (`physics.offload`), on predict
+offload_activations_option = click.option(
+    "--offload-activations",
+    type=click.IntRange(0, 100_000),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Copy the saved activations of the first N layers to host memory in the forward pass and back in the "
+    "backward pass, beside compute (Megatron-Core --cpu-offloading --cpu-offloading-num-layers N; pp 1, no "
+    "recomputation); priced over the GPU's host_link. 0 = none.",
+)
+
 # Megatron-Core's per-module selective recomputation, on predict and timeline
 recompute_modules_option = click.option(
     "--recompute-modules",
@@ -160,6 +172,7 @@ plan_layout_options = stack_options(
         help="Activation recomputation.",
     ),
     recompute_layers_option,
+    offload_activations_option,
     recompute_modules_option,
     cuda_graph_scope_option,
     mtp_layers_option,
