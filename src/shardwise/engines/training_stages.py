@@ -113,15 +113,34 @@ def with_offload(
     out: Stages, local: Scenario, split: StageSplit, layer: StageCost, moe: tuple[StageCost, StageSplit] | None
 ) -> Stages:
     """`out` with each stage's activation copies to and from host memory that its layers' compute
-    does not hide (`physics.offload`; `local`: one CP rank's scenario). A mixture of experts'
-    layers count at the stage's mean layer time."""
+    does not hide (`offload_times`; `local`: one CP rank's scenario)."""
+    n_moe = moe[1] if moe is not None else StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
+    moe_layer = moe[0] if moe is not None else None
+
+    def stage(cost: StageCost, layers: Number, moe_layers: Number) -> StageCost:
+        forward_s, backward_s = offload_times(local, layers, layer, moe_layers, moe_layer)
+        return replace(cost, offload_forward_s=forward_s, offload_backward_s=backward_s)
+
+    return Stages(
+        stage(out.first, split.first, n_moe.first),
+        stage(out.middle, split.middle_max, n_moe.middle_max),
+        stage(out.last, split.last, n_moe.last),
+        stage(out.middle_sum, split.middle_total, n_moe.middle_total),
+    )
+
+
+def offload_times(
+    local: Scenario, layers: Number, layer: StageCost, moe_layers: Number = 0.0, moe_layer: StageCost | None = None
+) -> tuple[Number, Number]:
+    """(forward, backward) seconds per micro-batch that a stage of `layers` layers (`moe_layers`
+    of them `moe_layer`, counted at the stage's mean layer time) spends on activation copies its
+    compute does not hide (`physics.offload`); `local`: one CP rank's scenario."""
     model, plan, gpu = local.model, local.plan, local.cluster.gpu
     if any_true((as_array(plan.offload_activation_layers) > 0) & (as_array(gpu.host_link_bytes_per_s) <= 0)):
         raise SpecError(
             f"gpu {gpu.name!r}: host_link is not given, so offload_activation_layers cannot be priced; give the "
             "GPU's copy rate to host memory (e.g. host_link: 55GB/s) in a GPU YAML file"
         )
-    stack = mem.stack_memory(plan.framework)
     act = mem.layer_activation_bytes(
         model,
         plan.micro_batch,
@@ -132,31 +151,16 @@ def with_offload(
         plan.bytes_per_element,
         None,
         plan.selective_policy,
-        stack.extra_saved_elements(model),
+        mem.stack_memory(plan.framework).extra_saved_elements(model),
         plan.recompute_modules,
         fp8_input_bytes(plan),
     )
-    c = offload.copy_s(act, gpu.host_link_bytes_per_s)
-    n = plan.offload_activation_layers
-
-    def stage(cost: StageCost, layers: Number, n_moe: Number) -> StageCost:
-        t_f, t_b = layer.forward_s, layer.backward_s
-        if moe is not None:  # the stage's mean layer
-            share = n_moe / maximum(as_float(layers), 1.0)
-            t_f, t_b = t_f + share * (moe[0].forward_s - t_f), t_b + share * (moe[0].backward_s - t_b)
-        return replace(
-            cost,
-            offload_forward_s=offload.exposed_copy_s(layers, n, c, t_f),
-            offload_backward_s=offload.exposed_copy_s(layers, n, c, t_b),
-        )
-
-    n_moe = moe[1] if moe is not None else StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
-    return Stages(
-        stage(out.first, split.first, n_moe.first),
-        stage(out.middle, split.middle_max, n_moe.middle_max),
-        stage(out.last, split.last, n_moe.last),
-        stage(out.middle_sum, split.middle_total, n_moe.middle_total),
-    )
+    c, n = offload.copy_s(act, gpu.host_link_bytes_per_s), plan.offload_activation_layers
+    t_f, t_b = layer.forward_s, layer.backward_s
+    if moe_layer is not None:  # the stage's mean layer
+        share = moe_layers / maximum(as_float(layers), 1.0)
+        t_f, t_b = t_f + share * (moe_layer.forward_s - t_f), t_b + share * (moe_layer.backward_s - t_b)
+    return offload.exposed_copy_s(layers, n, c, t_f), offload.exposed_copy_s(layers, n, c, t_b)
 
 
 # One configuration's per-micro-batch stage costs (`specs.memo`), which plans that differ only in
