@@ -137,3 +137,22 @@ def test_the_flag(cli):
     assert code == 0 and "activation offload" in out  # (the label wraps in a narrow terminal)
     code, _, err = cli([*args, "--offload-activations", "40"])
     assert code == 2 and "below the model's 32 layers" in err and "Traceback" not in err
+
+
+def test_the_planner_keeps_to_what_offload_allows(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "16", "--global-batch", "32"]
+    code, out, err = cli([*args, "--offload-activations", "8", "--json", "--top", "20"])
+    assert code == 0, err
+    import json
+
+    plans = json.loads(out)["plans"]
+    assert plans and all(p["pp"] == 1 and p["recompute"] == "none" for p in plans)
+
+
+def test_megatron_is_told_to_offload(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    code, out, err = cli([*args, "--offload-activations", "8", "--top", "1", "--emit", "megatron"])
+    assert code == 0, err
+    assert "--cpu-offloading --cpu-offloading-num-layers 8" in out
+    code, _, err = cli([*args, "--offload-activations", "8", "--top", "1", "--emit", "torchtitan"])
+    assert code == 2 and "--offload-activations" in err
