@@ -17,10 +17,12 @@ from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.physics import offload
+from shardwise.physics.params import total_params
 from shardwise.specs import Plan, Scenario
 
 LLAMA8 = presets.model("llama3-8b")  # 32 layers
 H100 = presets.system("dgx-h100", nodes=1)  # host_link 55 GB/s (PCIe 5.0)
+LLAMA8_PARAMS = total_params(LLAMA8)
 
 
 def scenario(n: int, **plan: object) -> Scenario:
@@ -156,3 +158,54 @@ def test_megatron_is_told_to_offload(cli):
     assert "--cpu-offloading --cpu-offloading-num-layers 8" in out
     code, _, err = cli([*args, "--offload-activations", "8", "--top", "1", "--emit", "torchtitan"])
     assert code == 2 and "--offload-activations" in err
+
+
+HOST_GPU = H100.gpu.with_(host_adam_params_per_s=2e8)  # the host's CPU Adam shared by 8 GPUs (a given rate)
+H100_HOST = H100.with_(gpu=HOST_GPU)
+
+
+def optimizer_scenario(share: float) -> Scenario:
+    plan = Plan(tp=1, pp=1, dp=8, zero_stage=1, micro_batch=1, global_batch=16, offload_optimizer=share)
+    return Scenario(LLAMA8, H100_HOST, plan)
+
+
+def test_the_host_optimizer_step_by_hand():
+    # 1e9 parameters: out 4 B gradients and back 2 B weights at 50 GB/s, 0.12 s; Adam at 2e8/s, 5 s
+    assert float(offload.optimizer_host_s(1e9, 1.0, 4.0, 2.0, 50e9, 2e8)) == pytest.approx(5.12)
+    assert float(offload.optimizer_host_s(1e9, 0.25, 4.0, 2.0, 50e9, 2e8)) == pytest.approx(1.28)
+    assert float(offload.optimizer_host_s(1e9, 0.0, 4.0, 2.0, 50e9, 2e8)) == 0.0
+
+
+def test_the_offloaded_share_leaves_the_gpu_and_steps_on_the_host():
+    none, half, full = (estimate_training_step(optimizer_scenario(f)) for f in (0.0, 0.5, 1.0))
+    o = float(none.memory.optimizer_bytes)
+    assert float(half.memory.optimizer_bytes) == pytest.approx(o / 2)
+    assert float(full.memory.optimizer_bytes) == 0.0
+    assert float(full.memory.weights_bytes) == float(none.memory.weights_bytes)
+    local = float(LLAMA8_PARAMS) / 8  # ZeRO-1 over 8 ranks
+    host = local * (4.0 + 2.0) / float(HOST_GPU.host_link_bytes_per_s) + local / 2e8
+    gpu_update = float(none.breakdown.optimizer_s)
+    assert float(full.breakdown.optimizer_s) == pytest.approx(host, rel=1e-3)
+    assert float(half.breakdown.optimizer_s) == pytest.approx(gpu_update / 2 + host / 2, rel=1e-3)
+
+
+def test_optimizer_offload_needs_the_hosts_rates():
+    plan = optimizer_scenario(1.0).plan
+    with pytest.raises(SpecError, match="host_adam"):
+        estimate_training_step(Scenario(LLAMA8, H100, plan))  # the preset gives no CPU Adam rate
+    with pytest.raises(SpecError, match="offload_optimizer"):
+        Plan(offload_optimizer=1.5)
+
+
+def test_megatron_is_told_to_offload_the_optimizer(tmp_path, cli):
+    gpu = tmp_path / "gpu.yaml"
+    gpu.write_text(
+        "h100-host:\n  peak_16bit: 989.4 TFLOPS\n  memory: 79.11GiB\n  memory_bandwidth: 3.35TB/s\n"
+        "  host_link: 55GB/s\n  host_adam: 2e8\n  source: test\n"
+    )
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--gpu", str(gpu), "--num-gpus", "8"]
+    code, out, err = cli(
+        [*args, "--global-batch", "16", "--offload-optimizer", "0.5", "--top", "1", "--emit", "megatron"]
+    )
+    assert code == 0, err
+    assert "--optimizer-cpu-offload --optimizer-offload-fraction 0.5 --use-precision-aware-optimizer" in out

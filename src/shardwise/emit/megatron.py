@@ -83,6 +83,15 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--cpu-offloading", "--cpu-offloading-num-layers", str(i(p.offload_activation_layers)))
         if i(p.offload_activation_layers) > 0
         else None,
+        # a share of the optimizer on the host CPU (megatron/core/optimizer/cpu_offloading, HybridDeviceOptimizer)
+        (
+            "--optimizer-cpu-offload",
+            "--optimizer-offload-fraction",
+            f"{float(p.offload_optimizer):g}",
+            "--use-precision-aware-optimizer",
+        )
+        if float(p.offload_optimizer) > 0
+        else None,
         _graphs(p.cuda_graph_scope),
         _precision(p.precision),
         # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)

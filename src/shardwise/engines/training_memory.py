@@ -358,7 +358,9 @@ def stage_states(
     # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
     adapters = as_array(plan.lora_rank) > 0
     lora_on = bool(adapters) if np.ndim(adapters) == 0 else adapters
-    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora_on))
+    states = _stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora_on)
+    on_gpu = 1.0 - as_array(plan.offload_optimizer)  # the rest in host memory (`physics.offload`)
+    return [(w, g, o * on_gpu) for w, g, o in states] if any_true(on_gpu < 1) else list(states)
 
 
 def _scalars(values: tuple[Number, ...]) -> tuple[Number, ...]:

@@ -31,12 +31,24 @@ are exposed (n c - about L t). The peak of saved activations is that of L - n la
 (`_default_offload_sync_init`'s docstring); the copies run beside compute on the copy engines, so
 they take no SM time (the HBM traffic they add, 2 A per layer, is not priced).
 
+Optimizer offload (`Plan.offload_optimizer` = f; Megatron-Core's `--optimizer-cpu-offload
+--optimizer-offload-fraction f`, megatron/core/optimizer/cpu_offloading/hybrid_optimizer.py
+`HybridDeviceOptimizer`; DeepSpeed ZeRO-Offload's `offload_optimizer` at f = 1, Ren et al. 2021):
+the fp32 master weights and Adam moments of a share f of a GPU's optimizer shard live in host
+memory. Each step that share's gradients go out and its updated 16-bit parameters come back over
+the host link, and the host CPU runs Adam on them in between (`optimizer_host_s`): P f (g + w) / B
++ P f / R for P parameters in the GPU's shard, g and w bytes per gradient and weight, R the CPU
+Adam's parameters per second (`Gpu.host_adam_params_per_s`, the host's rate shared by its GPUs).
+Serial after the backward pass: Megatron-Core's `--overlap-cpu-optimizer-d2h-h2d` overlaps the
+copies with the CPU step per parameter group, which Megatron-Bridge measures at 7% of a fully
+offloaded step (docs/training/cpu-offloading.md: CPU Adam dominates), not modelled; nor is
+DeepSpeed's delayed parameter update (the CPU step of one iteration beside the next one's passes).
+
 Not modelled here: a host link shared by several GPUs (a PCIe switch or a socket shared by GPUs
 that all offload at once: give the share as `host_link`), the host memory's own bandwidth (Grace's
 LPDDR5X: 512 GB/s per CPU, above what its two GPUs' copies move), Megatron-Core's newer
 fine-grained offloading (`--fine-grained-activation-offloading --offload-modules`), and
-optimizer or parameter offload (DeepSpeed ZeRO-Offload, FSDP's CPUOffload, Megatron-Core's
-`optimizer_cpu_offload`).
+parameter offload (ZeRO-Infinity's and FSDP's `CPUOffload`: the 16-bit weights on the host too).
 """
 
 from __future__ import annotations
@@ -67,3 +79,20 @@ def held_fraction(layers: Number, offloaded: Number) -> Number:
     forward pass: those of L - n of its L layers."""
     L = maximum(as_array(layers), 1.0)
     return 1.0 - minimum(as_array(offloaded), L) / L
+
+
+def optimizer_host_s(
+    params: Number,
+    share: Number,
+    grad_bytes: Number,
+    weight_bytes: Number,
+    host_link_bytes_per_s: Number,
+    host_adam_params_per_s: Number,
+) -> Number:
+    """Seconds the host's share `share` of a GPU's `params`-parameter optimizer shard adds to the
+    step: gradients out and parameters back over the host link and the CPU Adam between them (the
+    module docstring); 0 where the share is 0."""
+    n = as_array(params) * as_array(share)
+    link, adam = as_array(host_link_bytes_per_s), as_array(host_adam_params_per_s)
+    copies = n * (as_array(grad_bytes) + as_array(weight_bytes)) / maximum(link, 1e-30)
+    return ifelse(as_array(share) > 0, copies + n / maximum(adam, 1e-30), 0.0)

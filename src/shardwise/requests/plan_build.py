@@ -126,6 +126,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         recompute=o["recompute"],
         recompute_layers=o.get("recompute_layers") or 0,
         offload_activation_layers=o.get("offload_activations") or 0,
+        offload_optimizer=o.get("offload_optimizer") or 0.0,
         recompute_modules=o.get("recompute_modules") or (),
         mtp_layers=o.get("mtp_layers") or 0,
         cuda_graph_scope=o.get("cuda_graph_scope") or (),

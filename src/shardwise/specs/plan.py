@@ -124,6 +124,10 @@ class Plan:
     `--cpu-offloading --cpu-offloading-num-layers N`, Transformer Engine's CPU offload;
     `physics.offload`): fewer layers' activations held, the copies' excess over the compute
     exposed. As Megatron-Core allows it: pp = 1, no recomputation, fewer than the model's layers.
+    `offload_optimizer` (0-1): the share of the optimizer state (fp32 master weights and Adam
+    moments) held and stepped on the host CPU (Megatron-Core's `--optimizer-cpu-offload
+    --optimizer-offload-fraction`, DeepSpeed's `offload_optimizer` at 1): off the GPU's memory, its
+    gradients copied out and parameters back over the host link around a CPU Adam step.
 
     Pipeline stages: by default the layers are spread as evenly as possible (when pp does not
     divide them, the middle stages take the extra layers first, then the first stage: the first
@@ -247,6 +251,7 @@ class Plan:
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     offload_activation_layers: Number = 0
+    offload_optimizer: Number = 0.0
 
     def __post_init__(self) -> None:
         check_fields(self)
