@@ -145,7 +145,7 @@ def skip_reason(row: dict[str, str]) -> str:
     if n.get("offload") == "not-stated":
         return "offload to the host possible, not stated for this run"
     if n.get("offload") == "optimizer":  # `Plan.offload_optimizer` needs the host CPU's Adam rate
-        return "optimizer offload to the host: the host CPU's Adam rate is not known"
+        return "optimizer offload to the host (the host CPU's Adam rate is not known)"
     if n.get("offload"):
         return f"offload to the host ({n['offload']}) is not modelled"
     if n.get("network") and n["network"] not in NETWORKS:
