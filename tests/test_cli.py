@@ -49,7 +49,7 @@ def test_predict_json_has_the_documented_keys(cli):
     ):
         assert key in data
     assert set(data["breakdown_s"]) == {
-        "compute", "tp_comm", "ep_comm", "pp_p2p", "pp_bubble", "dp_comm", "optimizer", "overhead"
+        "compute", "tp_comm", "ep_comm", "offload", "pp_p2p", "pp_bubble", "dp_comm", "optimizer", "overhead"
     }  # fmt: skip
     assert "total" in data["memory_bytes"]
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])

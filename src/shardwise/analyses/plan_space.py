@@ -185,6 +185,8 @@ def _layouts(model: Model, cluster: Cluster, global_batch: int, space: SearchSpa
     if space.uneven_stages:
         even |= np.array([_imbalance(layers, p) <= MAX_STAGE_IMBALANCE for p in pps.tolist()], dtype=bool)
     pps = pps[even]
+    if space.execution.get("offload_activation_layers"):  # Megatron-Core offloads with pp = 1 (`rules.offload_rule`)
+        pps = pps[pps == 1]
     rows.add(rows["gpus"][:, None] % (rows["tp"][:, None] * pps[None, :]) == 0, carry=("pp",), pp=pps)
     if space.cp is None and model.seq_len < CP_FROM_SEQ_LEN:
         cps = np.array([1], dtype=np.int64)
@@ -259,6 +261,8 @@ def candidates_by_layout(
         for r in Recompute
         if (r.label in space.recompute if space.recompute is not None else not (flash and r == Recompute.SELECTIVE))
     ]
+    if space.execution.get("offload_activation_layers"):  # and without recomputation (`rules.offload_rule`)
+        rc = [r for r in rc if r == int(Recompute.NONE)]
     rc_ok = np.ones((rows.size, len(rc)), dtype=bool)
     # sequence parallelism: with tp > 1 when each rank's sequence splits by tp; a mixture of
     # experts trained with TP needs it (rules.moe_training_rule)

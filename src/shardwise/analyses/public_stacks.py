@@ -87,8 +87,8 @@ def notes(row: dict[str, str]) -> dict[str, str]:
 
 
 # Published runs whose recipe offloads the activations of some layers to the host (Megatron-Core's
-# cpu_offloading_num_layers), which the model does not price: (text in the row's source, model,
-# system, tp, micro-batch, layers offloaded). All run Megatron-FSDP (the row's `fsdp` > 0).
+# cpu_offloading_num_layers, priced as `Plan.offload_activation_layers`): (text in the row's source,
+# model, system, tp, micro-batch, layers offloaded). All run Megatron-FSDP (the row's `fsdp` > 0).
 ACTIVATION_OFFLOAD_RECIPES = (
     # Megatron-Bridge scripts/performance, Llama 3 70B FP8 current scaling at micro-batch 2:
     # configs/llama3/llama3_70b_llm_pretrain.yaml gb200 fp8_cs (v0.1.0rc4, NeMo 25.09: 40 layers),
@@ -142,11 +142,10 @@ def skip_reason(row: dict[str, str]) -> str:
     n = notes(row)
     if n.get("ac") in CHECKPOINTING_NOT_MODELLED and block_fraction(row) is None:
         return CHECKPOINTING_NOT_MODELLED[n["ac"]]
-    layers = offloaded_layers(row)
-    if layers:
-        return f"offload to the host (the recipe's cpu_offloading_num_layers={layers}) is not modelled"
     if n.get("offload") == "not-stated":
         return "offload to the host possible, not stated for this run"
+    if n.get("offload") == "optimizer":  # `Plan.offload_optimizer` needs the host CPU's Adam rate
+        return "optimizer offload to the host (the host CPU's Adam rate is not known)"
     if n.get("offload"):
         return f"offload to the host ({n['offload']}) is not modelled"
     if n.get("network") and n["network"] not in NETWORKS:
@@ -199,6 +198,9 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["recompute_modules"] = modules
     if bf16_gradients(row):
         out["grad_reduce_bf16"] = True
+    layers = offloaded_layers(row)
+    if layers:  # the recipe's cpu_offloading_num_layers (`Plan.offload_activation_layers`)
+        out["offload_activations"] = layers
     return preset, out
 
 

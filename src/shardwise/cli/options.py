@@ -22,6 +22,8 @@ from shardwise.cli.plan_flags import (  # noqa: F401
     lora_rank_option,
     lora_targets_option,
     mtp_layers_option,
+    offload_activations_option,
+    offload_optimizer_option,
     packed_document_len_option,
     pipeline_flushes_option,
     plan_layout_options,

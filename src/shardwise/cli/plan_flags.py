@@ -71,6 +71,30 @@ recompute_layers_option = click.option(
     "--recompute-method block --recompute-num-layers N); 0 = none.",
 )
 
+# Megatron-Core's activation offload to host memory (`physics.offload`), on predict
+offload_activations_option = click.option(
+    "--offload-activations",
+    type=click.IntRange(0, 100_000),
+    default=0,
+    show_default=True,
+    metavar="N",
+    help="Copy the saved activations of the first N layers to host memory in the forward pass and back in the "
+    "backward pass, beside compute (Megatron-Core --cpu-offloading --cpu-offloading-num-layers N; pp 1, no "
+    "recomputation); priced over the GPU's host_link. 0 = none.",
+)
+
+# the optimizer state on the host CPU (`physics.offload.optimizer_host_s`), on predict and plan
+offload_optimizer_option = click.option(
+    "--offload-optimizer",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.0,
+    show_default=True,
+    metavar="SHARE",
+    help="Hold and step this share of the optimizer state (fp32 master weights, Adam moments) on the host CPU "
+    "(Megatron-Core --optimizer-cpu-offload --optimizer-offload-fraction SHARE; DeepSpeed offload_optimizer: 1); "
+    "priced with the GPU's host_link and host_adam. 0 = none.",
+)
+
 # Megatron-Core's per-module selective recomputation, on predict and timeline
 recompute_modules_option = click.option(
     "--recompute-modules",
@@ -160,6 +184,8 @@ plan_layout_options = stack_options(
         help="Activation recomputation.",
     ),
     recompute_layers_option,
+    offload_activations_option,
+    offload_optimizer_option,
     recompute_modules_option,
     cuda_graph_scope_option,
     mtp_layers_option,

@@ -18,6 +18,7 @@ BREAKDOWN_LABELS = {
     "compute": "compute",
     "tp_comm": "TP communication (exposed)",
     "ep_comm": "EP all-to-all (dispatch + combine)",
+    "offload": "activation offload to host (exposed)",
     "pp_p2p": "PP point-to-point",
     "pp_bubble": "PP bubble (fill + drain)",
     "dp_comm": "DP communication (exposed)",

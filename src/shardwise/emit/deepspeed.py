@@ -47,6 +47,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (i(p.lora_rank) > 0, "LoRA"),
         (p.precision in ("fp8", "mxfp8"), f"{p.precision} training"),
         (i(p.recompute_layers) > 0, "recomputing only some layers whole (--recompute-layers)"),
+        (i(p.offload_activation_layers) > 0, "Megatron-Core's activation offload (--offload-activations)"),
+        (float(p.offload_optimizer) > 0, "optimizer offload (--offload-optimizer; DeepSpeed's offload_optimizer)"),
         (i(p.mtp_layers) > 0, "multi-token prediction (--mtp-layers)"),
         (bool(p.cuda_graph_scope), "Megatron-Core's CUDA graphs (--cuda-graph-scope)"),
         (bool(p.recompute_modules), "per-module selective recomputation (--recompute-modules, Megatron-Core's)"),

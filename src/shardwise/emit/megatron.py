@@ -79,6 +79,19 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--tp-comm-overlap",) if bool(p.tp_comm_overlap) and bool(p.sequence_parallel) and tp > 1 else None,
         ("--no-gradient-accumulation-fusion",) if not bool(p.grad_accumulation_fusion) else None,
         *_recompute(Recompute(int(p.recompute)), i(p.recompute_layers), p.recompute_modules),
+        # activations of the first N layers to host memory (TransformerConfig.cpu_offloading_num_layers)
+        ("--cpu-offloading", "--cpu-offloading-num-layers", str(i(p.offload_activation_layers)))
+        if i(p.offload_activation_layers) > 0
+        else None,
+        # a share of the optimizer on the host CPU (megatron/core/optimizer/cpu_offloading, HybridDeviceOptimizer)
+        (
+            "--optimizer-cpu-offload",
+            "--optimizer-offload-fraction",
+            f"{float(p.offload_optimizer):g}",
+            "--use-precision-aware-optimizer",
+        )
+        if float(p.offload_optimizer) > 0
+        else None,
         _graphs(p.cuda_graph_scope),
         _precision(p.precision),
         # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)

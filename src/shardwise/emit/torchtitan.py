@@ -96,6 +96,15 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if i(p.mtp_layers) > 0:
         raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
+    if float(p.offload_optimizer) > 0:
+        raise EmitError(
+            "--emit torchtitan: --offload-optimizer is not emitted (FSDP2's CPUOffloadPolicy moves the weights too)"
+        )
+    if i(p.offload_activation_layers) > 0:
+        raise EmitError(
+            "--emit torchtitan: --offload-activations is Megatron-Core's CPU offload of the first N layers' "
+            "activations; plan without it or use --emit megatron"
+        )
     if p.cuda_graph_scope:
         raise EmitError("--emit torchtitan: --cuda-graph-scope names Megatron-Core's CUDA graphs; plan without it")
     if p.recompute_modules:

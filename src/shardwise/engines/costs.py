@@ -61,8 +61,9 @@ FP8_GATHERED_BYTES = 1.0
 @dataclass(frozen=True)
 class StageCost:
     """Seconds per micro-batch on one stage: compute and exposed TP communication, forward and
-    backward, the TP communication hidden behind compute (reported, not added), and the
-    expert-parallel all-to-alls of mixture-of-experts layers."""
+    backward, the TP communication hidden behind compute (reported, not added), the
+    expert-parallel all-to-alls of mixture-of-experts layers, and the activation copies to and
+    from host memory that compute does not hide (`physics.offload`)."""
 
     # every property is a function of the same element's fields (`engines.distinct._lazy`)
     ELEMENTWISE_PROPERTIES: ClassVar[bool] = True
@@ -75,14 +76,16 @@ class StageCost:
     weight_grad_s: Number = 0.0  # the weight-gradient GEMMs inside compute_backward_s (what ZB-H1 defers)
     ep_forward_s: Number = 0.0  # expert-parallel all-to-alls of mixture-of-experts layers
     ep_backward_s: Number = 0.0
+    offload_forward_s: Number = 0.0  # activation copies out, exposed
+    offload_backward_s: Number = 0.0  # and back in
 
     @property
     def forward_s(self) -> Number:
-        return self.compute_forward_s + self.tp_forward_s + self.ep_forward_s
+        return self.compute_forward_s + self.tp_forward_s + self.ep_forward_s + self.offload_forward_s
 
     @property
     def backward_s(self) -> Number:
-        return self.compute_backward_s + self.tp_backward_s + self.ep_backward_s
+        return self.compute_backward_s + self.tp_backward_s + self.ep_backward_s + self.offload_backward_s
 
     @property
     def total_s(self) -> Number:
@@ -98,6 +101,8 @@ FIELDS = (
     "weight_grad_s",
     "ep_forward_s",
     "ep_backward_s",
+    "offload_forward_s",
+    "offload_backward_s",
 )
 
 

@@ -36,12 +36,14 @@ class StepBreakdown:
     optimizer_s: Number
     overhead_s: Number = 0.0
     ep_comm_s: Number = 0.0
+    offload_s: Number = 0.0  # activation copies to and from host memory that compute does not hide
 
     @property
     def total_s(self) -> Number:
         return (
             self.compute_s
             + self.ep_comm_s
+            + self.offload_s
             + self.tp_comm_s
             + self.pp_p2p_s
             + self.pp_bubble_s
@@ -55,6 +57,7 @@ class StepBreakdown:
             "compute": self.compute_s,
             "tp_comm": self.tp_comm_s,
             "ep_comm": self.ep_comm_s,
+            "offload": self.offload_s,
             "pp_p2p": self.pp_p2p_s,
             "pp_bubble": self.pp_bubble_s,
             "dp_comm": self.dp_comm_s,

@@ -11,7 +11,7 @@ taken off), and the optimizer. Scalar scenarios only: a simulation runs one plan
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,7 @@ from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, 
 from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_layout import optimizer_time_s
-from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_key
+from shardwise.engines.training_stages import PIPELINE_SYNC_S, offload_times, stage_key
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.lora import trainable_params
@@ -104,6 +104,12 @@ def stage_times(scn: Scenario) -> StageTimes:
     if extra is not None:  # layers recomputed whole
         whole = [float(chunk_recomputed_layers(n, plan.vpp, plan.recompute_layers)) for n in counts]
         kinds = [add_costs(kind, _stage_cost(w, extra, None, None)) for kind, w in zip(kinds, whole, strict=True)]  # type: ignore[arg-type]
+    if plan.offload_activation_layers:  # activation copies to host memory (`training_stages.offload_times`)
+        view = micro_batch_view(scn)
+        priced = [
+            offload_times(view, n, layer, k, moe if model.is_moe else None) for n, k in zip(counts, n_moe, strict=True)
+        ]
+        kinds = [replace(x, offload_forward_s=f, offload_backward_s=b) for x, (f, b) in zip(kinds, priced, strict=True)]
     matrices, replicated = layer_params_split(model)
     per_layer = matrices / plan.tp + replicated
     params, ends = stage_params(model, plan, split), stage_expert_params(model, plan, split)
@@ -304,13 +310,14 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
     over_mb = m * float(np.asarray(scn.cluster.micro_batch_overhead_s))
     over_step = float(np.asarray(scn.cluster.step_overhead_s))
     busy = float(sim.busy_s[busiest]) - sends - over_mb
-    tp_share, ep_share = closed["tp_share"], closed["ep_share"]
+    tp_share, ep_share, offload_share = closed["tp_share"], closed["ep_share"], closed["offload_share"]
     last_tail = sim.makespan_s - sim.pipeline_end_s
     optimizer = float(times.optimizer_s[int(np.argmax(times.dp_s + times.optimizer_s))])
     breakdown = StepBreakdown(
-        compute_s=busy * (1 - tp_share - ep_share),
+        compute_s=busy * (1 - tp_share - ep_share - offload_share),
         tp_comm_s=busy * tp_share,
         ep_comm_s=busy * ep_share,
+        offload_s=busy * offload_share,
         pp_p2p_s=sends,  # blocking sends (and syncs); overlapped ones only show as bubble when late
         # the busiest stage's idle time; rounding leaves -1e-16 where it is never idle
         pp_bubble_s=max(0.0, sim.pipeline_end_s - busy - sends - over_mb),
@@ -340,10 +347,11 @@ def _closed_form_parts(scn: Scenario) -> dict[str, Any]:
 
     est = estimate_training_step(scn)
     b = est.breakdown
-    busy = float(b.compute_s + b.tp_comm_s + b.ep_comm_s)
+    busy = float(b.compute_s + b.tp_comm_s + b.ep_comm_s + b.offload_s)
     return {
         "tp_share": float(b.tp_comm_s) / busy if busy > 0 else 0.0,
         "ep_share": float(b.ep_comm_s) / busy if busy > 0 else 0.0,
+        "offload_share": float(b.offload_s) / busy if busy > 0 else 0.0,
         "tp_hidden_s": float(est.hidden_comm_s["tp_comm"]),
         "memory": est.memory,
         # the same functions of the same scenario (`training.estimate_each_training_step`'s diagnostics)

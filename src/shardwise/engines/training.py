@@ -56,7 +56,7 @@ from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import Memo
-from shardwise.specs.rules import flushes_rule, moe_training_rules, packed_rule, raise_first
+from shardwise.specs.rules import flushes_rule, moe_training_rules, offload_rule, packed_rule, raise_first
 
 # One configuration at a time (`specs.memo`): its estimate (its per-micro-batch stage costs:
 # `training_stages.STAGES`, its layout terms: `training_layout.LAYOUTS`).
@@ -82,6 +82,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
     key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.pipeline_flushes)
+    key = (*key, model.layers, plan.offload_activation_layers)
     # the micro-batches matter to the rules only under several pipeline flushes (`flushes_rule`):
     # one schedule a step (the default) keeps the check of a layout for every global batch
     one_flush = type(plan.pipeline_flushes) is int and plan.pipeline_flushes == 1
@@ -131,6 +132,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             compute_s=m * (slowest.compute_forward_s + slowest.compute_backward_s),
             tp_comm_s=m * (slowest.tp_forward_s + slowest.tp_backward_s),
             ep_comm_s=m * (slowest.ep_forward_s + slowest.ep_backward_s),
+            offload_s=m * (slowest.offload_forward_s + slowest.offload_backward_s),
             pp_p2p_s=m * exposed_p2p,
             pp_bubble_s=maximum(pipe_s - m * c_max, 0.0),  # never below 0 by rounding
             dp_comm_s=dp_s,
@@ -182,6 +184,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
         [
             packed_rule(model.seq_len, plan.packed_document_len, plan.cp),
             flushes_rule(plan.num_micro_batches, plan.pipeline_flushes, plan.pp),
+            offload_rule(model.layers, plan.offload_activation_layers, plan.pp, plan.recompute, plan.recompute_layers),
         ]
     )
     return True

@@ -34,14 +34,17 @@ from shardwise.engines.training_stages import (
     stage_key,
     stage_sends_per_micro_batch_s,
 )
+from shardwise.errors import SpecError
+from shardwise.physics import offload
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.lora import trainable_params
+from shardwise.physics.memory import grad_bytes_per_param, weight_bytes_per_param
 from shardwise.physics.microbatch import handshake_shares
 from shardwise.physics.topology import placement
 from shardwise.specs import Model, Plan, Scenario, Schedule
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import is_fp8
+from shardwise.specs.hardware import Gpu, is_fp8
 from shardwise.specs.memo import Memo
 from shardwise.specs.stages import StageSplit
 
@@ -307,7 +310,8 @@ def optimizer_time_s(
     whose frozen weights are cast too) to FP8 in both layouts
     (`physics.linears.cast_bytes_per_element`), which the first micro-batch caches for the rest
     (Transformer Engine's; a torchao recipe casts the weights at every use instead, in the layers'
-    casts: `physics.fp8_recipes`)."""
+    casts: `physics.fp8_recipes`). With `Plan.offload_optimizer` that share of the update runs on
+    the host CPU instead, with its copies (`physics.offload.optimizer_host_s`)."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
     shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
@@ -315,7 +319,24 @@ def optimizer_time_s(
     local = (n_params - n_expert) / ifelse(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu
     update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
+    if any_true(as_array(plan.offload_optimizer) > 0):
+        update = _with_host_optimizer(plan, gpu, local, update)
     if not is_fp8(plan.precision) or plan.fp8_recipe != "te":
         return update
     weights = n_params if n_weights is None else n_weights
     return update + memory_s(cast_bytes_per_element(plan.precision) * weights, gpu)
+
+
+def _with_host_optimizer(plan: Plan, gpu: Gpu, local: Number, update: Number) -> Number:
+    """`update` (the GPU's Adam over `local` parameters) with `plan.offload_optimizer` of it on the
+    host CPU (`physics.offload.optimizer_host_s`); a GPU without its host's rates cannot say."""
+    share = plan.offload_optimizer
+    missing = (as_array(gpu.host_link_bytes_per_s) <= 0) | (as_array(gpu.host_adam_params_per_s) <= 0)
+    if any_true((as_array(share) > 0) & missing):
+        raise SpecError(
+            f"gpu {gpu.name!r}: offload_optimizer needs host_link (bytes/s to host memory) and host_adam (parameters "
+            "per second the host's CPU Adam gives this GPU); give them in a GPU YAML file"
+        )
+    grad, weight = grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16), weight_bytes_per_param(plan.precision)
+    host = offload.optimizer_host_s(local, share, grad, weight, gpu.host_link_bytes_per_s, gpu.host_adam_params_per_s)
+    return update * (1.0 - as_array(share)) + host

@@ -13,6 +13,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, one_value, select
 from shardwise.physics import memory as mem
+from shardwise.physics import offload
 from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
@@ -161,8 +162,8 @@ def memory_breakdown(
 
     def kept(in_flight: Number, layers: Number, moe: Number, n_whole: Number) -> Number:
         """Layer-micro-batches in flight at the stage's mix of dense, MoE and whole-recomputed layers."""
-        n = maximum(layers, 1.0)
-        return in_flight * (per_layer + moe / n * moe_extra + n_whole / n * whole_extra)
+        n, held = maximum(layers, 1.0), offload.held_fraction(layers, plan.offload_activation_layers)
+        return in_flight * held * (per_layer + moe / n * moe_extra + n_whole / n * whole_extra)
 
     w_first, w_mid, w_last = (
         (working, working, working)
@@ -357,7 +358,9 @@ def stage_states(
     # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
     adapters = as_array(plan.lora_rank) > 0
     lora_on = bool(adapters) if np.ndim(adapters) == 0 else adapters
-    return list(_stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora_on))
+    states = _stage_states(*held, _scalars(params), _scalars(expert_params), trained_, lora_on)
+    on_gpu = 1.0 - as_array(plan.offload_optimizer)  # the rest in host memory (`physics.offload`)
+    return [(w, g, o * on_gpu) for w, g, o in states] if any_true(on_gpu < 1) else list(states)
 
 
 def _scalars(values: tuple[Number, ...]) -> tuple[Number, ...]:

@@ -5,15 +5,20 @@ kept per configuration under the plan fields they read (all but PER_MICRO_BATCH_
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from typing import NamedTuple
 
-from shardwise.arrays import as_array, as_bool, as_float, ifelse
+from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum
 from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
-from shardwise.engines.costs import Stages, layer_cost, stage_send_time_s, stages
+from shardwise.engines.costs import StageCost, Stages, layer_cost, stage_send_time_s, stages
 from shardwise.engines.moe import moe_layers
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
+from shardwise.engines.training_memory import fp8_input_bytes
+from shardwise.errors import SpecError
+from shardwise.physics import memory as mem
+from shardwise.physics import offload
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.microbatch import pipeline_transfers
 from shardwise.physics.topology import placement
@@ -98,7 +103,64 @@ def micro_batch_stages(
     moe = moe_layers(local, comm, fabric, place, split, model.seq_len, plan.cp, cp_step, training=True)
     head = with_mtp(head, local, comm, layer if moe is None else moe[0])  # multi-token prediction, last stage
     sends = StageSends(stage_send_time_s(local, fabric, comm, False), stage_send_time_s(local, fabric, comm, True))
-    return stages(split, layer, emb, head, moe), sends
+    out = stages(split, layer, emb, head, moe)
+    if any_true(as_array(plan.offload_activation_layers) > 0):
+        out = with_offload(out, local, split, layer, moe)
+    return out, sends
+
+
+def with_offload(
+    out: Stages, local: Scenario, split: StageSplit, layer: StageCost, moe: tuple[StageCost, StageSplit] | None
+) -> Stages:
+    """`out` with each stage's activation copies to and from host memory that its layers' compute
+    does not hide (`offload_times`; `local`: one CP rank's scenario)."""
+    n_moe = moe[1] if moe is not None else StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
+    moe_layer = moe[0] if moe is not None else None
+
+    def stage(cost: StageCost, layers: Number, moe_layers: Number) -> StageCost:
+        forward_s, backward_s = offload_times(local, layers, layer, moe_layers, moe_layer)
+        return replace(cost, offload_forward_s=forward_s, offload_backward_s=backward_s)
+
+    return Stages(
+        stage(out.first, split.first, n_moe.first),
+        stage(out.middle, split.middle_max, n_moe.middle_max),
+        stage(out.last, split.last, n_moe.last),
+        stage(out.middle_sum, split.middle_total, n_moe.middle_total),
+    )
+
+
+def offload_times(
+    local: Scenario, layers: Number, layer: StageCost, moe_layers: Number = 0.0, moe_layer: StageCost | None = None
+) -> tuple[Number, Number]:
+    """(forward, backward) seconds per micro-batch that a stage of `layers` layers (`moe_layers`
+    of them `moe_layer`, counted at the stage's mean layer time) spends on activation copies its
+    compute does not hide (`physics.offload`); `local`: one CP rank's scenario."""
+    model, plan, gpu = local.model, local.plan, local.cluster.gpu
+    if any_true((as_array(plan.offload_activation_layers) > 0) & (as_array(gpu.host_link_bytes_per_s) <= 0)):
+        raise SpecError(
+            f"gpu {gpu.name!r}: host_link is not given, so offload_activation_layers cannot be priced; give the "
+            "GPU's copy rate to host memory (e.g. host_link: 55GB/s) in a GPU YAML file"
+        )
+    act = mem.layer_activation_bytes(
+        model,
+        plan.micro_batch,
+        plan.tp,
+        plan.sequence_parallel,
+        plan.recompute,
+        plan.flash_attention,
+        plan.bytes_per_element,
+        None,
+        plan.selective_policy,
+        mem.stack_memory(plan.framework).extra_saved_elements(model),
+        plan.recompute_modules,
+        fp8_input_bytes(plan),
+    )
+    c, n = offload.copy_s(act, gpu.host_link_bytes_per_s), plan.offload_activation_layers
+    t_f, t_b = layer.forward_s, layer.backward_s
+    if moe_layer is not None:  # the stage's mean layer
+        share = moe_layers / maximum(as_float(layers), 1.0)
+        t_f, t_b = t_f + share * (moe_layer.forward_s - t_f), t_b + share * (moe_layer.backward_s - t_b)
+    return offload.exposed_copy_s(layers, n, c, t_f), offload.exposed_copy_s(layers, n, c, t_b)
 
 
 # One configuration's per-micro-batch stage costs (`specs.memo`), which plans that differ only in

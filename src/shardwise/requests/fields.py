@@ -88,6 +88,8 @@ PLAN_FIELDS = (
     _f("schedule", "str", None, "gpipe", "1f1b", "interleaved", "zb-h1"),
     _f("recompute", "str", "none", "none", "selective", "full"),
     _f("recompute_layers", "int", 0),
+    _f("offload_activations", "int", 0),  # layers offloaded to host memory (`Plan.offload_activation_layers`)
+    _f("offload_optimizer", "float", 0.0),  # the optimizer state's share on the host CPU (`Plan.offload_optimizer`)
     _f("recompute_modules", "str"),  # Megatron-Core module names, comma-separated (`Plan.recompute_modules`)
     _f("mtp_layers", "int", 0),
     _f("cuda_graph_scope", "str"),  # Megatron-Core scope names, comma-separated (`Plan.cuda_graph_scope`)

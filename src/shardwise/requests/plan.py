@@ -268,6 +268,8 @@ class PlanRequest:
         out["mtp_layers"] = self.training.mtp_layers
         out["pipeline_flushes"] = self.training.pipeline_flushes
         out["recompute_layers"] = self.training.recompute_layers
+        out["offload_activation_layers"] = self.training.offload_activations
+        out["offload_optimizer"] = self.training.offload_optimizer
         out["recompute_modules"] = self.training.recompute_modules or ()
         out["cuda_graph_scope"] = self.training.cuda_graph_scope or ()
         return out

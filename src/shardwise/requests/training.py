@@ -66,6 +66,8 @@ class TrainingRequest:
     schedule: str | None = default("schedule")
     recompute: str = default("recompute")
     recompute_layers: int = default("recompute_layers")
+    offload_activations: int = default("offload_activations")
+    offload_optimizer: float = default("offload_optimizer")
     recompute_modules: str | None = default("recompute_modules")
     mtp_layers: int = default("mtp_layers")
     cuda_graph_scope: str | None = default("cuda_graph_scope")

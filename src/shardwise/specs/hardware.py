@@ -98,6 +98,13 @@ class Gpu:
     # The board's power limit (W; 0 = not given): what sets the clock of sustained tensor-core work
     # (`physics.power`), used where a GPU's efficiency is carried over from a sibling's benchmark
     tdp_w: Number = 0.0
+    # What the GPU copies to and from pinned host memory, bytes/s one direction, sustained (PCIe or
+    # NVLink-C2C; its share where GPUs share the link): what activation offload crosses
+    # (`physics.offload`). 0 = not given (offload cannot be priced)
+    host_link_bytes_per_s: Number = 0.0
+    # Parameters per second one GPU's share of its host CPU updates with a CPU Adam (the host's rate
+    # over the GPUs that step at once): what optimizer offload waits for. 0 = not given
+    host_adam_params_per_s: Number = 0.0
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -116,6 +123,8 @@ class Gpu:
         chk.non_negative_int(f"{p}: sm_count", self.sm_count)
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
+        chk.within(f"{p}: host_link_bytes_per_s", self.host_link_bytes_per_s, 0.0, 1e13, "B/s")
+        chk.within(f"{p}: host_adam_params_per_s", self.host_adam_params_per_s, 0.0, 1e13, "parameters/s")
         chk.within(f"{p}: flash2_efficiency", self.flash2_efficiency, 0.0, 1.0, "(a fraction; 0: as fused)")
         chk.within(
             f"{p}: flash2_backward_efficiency",

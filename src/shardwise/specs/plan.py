@@ -119,6 +119,16 @@ class Plan:
     the linear layers still see every token of the pack (`physics.flops.layer_forward`). 0: one
     document per sequence. At most the sequence length; not with context parallelism.
 
+    `offload_activation_layers` > 0 copies the saved activations of the first that many layers to
+    host memory in the forward pass and back in the backward pass, beside compute (Megatron-Core's
+    `--cpu-offloading --cpu-offloading-num-layers N`, Transformer Engine's CPU offload;
+    `physics.offload`): fewer layers' activations held, the copies' excess over the compute
+    exposed. As Megatron-Core allows it: pp = 1, no recomputation, fewer than the model's layers.
+    `offload_optimizer` (0-1): the share of the optimizer state (fp32 master weights and Adam
+    moments) held and stepped on the host CPU (Megatron-Core's `--optimizer-cpu-offload
+    --optimizer-offload-fraction`, DeepSpeed's `offload_optimizer` at 1): off the GPU's memory, its
+    gradients copied out and parameters back over the host link around a CPU Adam step.
+
     Pipeline stages: by default the layers are spread as evenly as possible (when pp does not
     divide them, the middle stages take the extra layers first, then the first stage: the first
     and last stages also run the embedding and the output layer). `first_stage_layers` /
@@ -240,6 +250,8 @@ class Plan:
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
+    offload_activation_layers: Number = 0
+    offload_optimizer: Number = 0.0
 
     def __post_init__(self) -> None:
         check_fields(self)

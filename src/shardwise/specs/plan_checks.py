@@ -92,6 +92,14 @@ def check_fields(plan: Any) -> None:
     )
     object.__setattr__(plan, "pipeline_flushes", chk.positive_int("plan: pipeline_flushes", plan.pipeline_flushes))
     object.__setattr__(plan, "recompute_layers", chk.non_negative_int("plan: recompute_layers", plan.recompute_layers))
+    object.__setattr__(
+        plan,
+        "offload_activation_layers",
+        chk.non_negative_int("plan: offload_activation_layers", plan.offload_activation_layers),
+    )
+    object.__setattr__(
+        plan, "offload_optimizer", chk.within("plan: offload_optimizer", plan.offload_optimizer, 0.0, 1.0, "(a share)")
+    )
     object.__setattr__(plan, "recompute_modules", recompute_modules_of(plan.recompute_modules))
     object.__setattr__(plan, "mtp_layers", chk.non_negative_int("plan: mtp_layers", plan.mtp_layers))
     object.__setattr__(plan, "cuda_graph_scope", cuda_graph_scope_of(plan.cuda_graph_scope))

@@ -240,3 +240,31 @@ def flushes_rule(micro_batches: Number, flushes: Number, pp: Number) -> Rule:
         )
 
     return Rule("pipeline flushes split the micro-batches evenly", ok, error)
+
+
+def offload_rule(layers: Number, offloaded: Number, pp: Number, recompute: Number, recompute_layers: Number) -> Rule:
+    """Activation offload (`Plan.offload_activation_layers`) as Megatron-Core allows it
+    (megatron/core/transformer/transformer_config.py `__post_init__`): fewer layers than the
+    model's, pp = 1, no activation recomputation."""
+    n, L, p, rc, whole = np.broadcast_arrays(
+        np.asarray(offloaded), np.asarray(layers), np.asarray(pp), np.asarray(recompute), np.asarray(recompute_layers)
+    )
+    on = n > 0
+    too_many, piped, recomputed = on & (n >= L), on & (p > 1), on & ((rc != 0) | (whole > 0))
+    ok = ~(too_many | piped | recomputed)
+
+    def error() -> str:
+        if np.any(too_many):
+            k, m = at_first(too_many, n, L)
+            return f"plan: offload_activation_layers {k} is not allowed; it must be below the model's {m} layers"
+        if np.any(piped):
+            return (
+                "plan: offload_activation_layers needs pp=1 (Megatron-Core: no pipeline parallelism with CPU "
+                "offloading)"
+            )
+        return (
+            "plan: offload_activation_layers needs --recompute none and no --recompute-layers (Megatron-Core: CPU "
+            "offloading does not work with activation recomputation)"
+        )
+
+    return Rule("activation offload: fewer layers than the model's, pp = 1, no recomputation", ok, error)
