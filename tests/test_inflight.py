@@ -388,3 +388,16 @@ def test_the_iteration_table_priced_once_per_token_count_is_the_same_table(monke
     fast = iteration_table(s, wl, 300, 8192, 1100).seconds
     monkeypatch.setattr(iteration, "once_per_value", iteration._at_once)
     assert _same(fast, iteration_table(s, wl, 300, 8192, 1100).seconds)
+
+
+def test_the_whole_run_rate_counts_every_token_from_the_first_arrival_to_the_last_completion():
+    """`Simulated.run_tokens_per_s` is what a benchmark of a fixed number of requests reports:
+    every generated token over its whole duration. With one iteration a second for any load, 10
+    requests of 1 prompt token and 4 new tokens arriving within a nanosecond: the first starts
+    alone (the others arrive during its first iteration), the nine others join the next, and each
+    takes 4 iterations (the prompt and the first token, then 3 decodes): 40 tokens in 5 s."""
+    sim = simulate(lambda d, q: 1.0, 1, 4, 100, Traffic(rate_per_s=1e9, requests=10), max_batched_tokens=64)
+    assert sim.run_tokens_per_s == pytest.approx(40 / 5, rel=1e-6)
+    # arrivals one a second: the run lasts from the first arrival to the last request's end
+    slow = simulate(lambda d, q: 1e-3, 1, 4, 100, Traffic(rate_per_s=1.0, requests=60, seed=3), max_batched_tokens=64)
+    assert slow.run_tokens_per_s < 60 * 4 / 50  # about 4 tokens a second, not the busy server's rate
