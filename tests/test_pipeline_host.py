@@ -57,12 +57,21 @@ def _throughput(engine: str, pp: int) -> float:
 def test_host_time_lowers_vllm_pipeline_throughput_and_leaves_one_gpu_alone(monkeypatch):
     """Llama 3 8B on 8 RTX 4090, PP=8 under vLLM: the last stage's sampled-token wait and each
     round's host step cost throughput; one GPU (pp = 1, overlapped) is unchanged."""
+    whole = _throughput("vllm", 8)
+    # the host time alone, micro-batches of equal work (prompts split evenly over them)
+    even = replace(ENGINES["vllm"], whole_prompts=False)
+    monkeypatch.setitem(engine_presets.ENGINES, "vllm", even)
     with_host = _throughput("vllm", 8), _throughput("vllm", 1)
-    bare = replace(ENGINES["vllm"], stage_host_s=0.0, stage_host_per_request_s=0.0)
-    monkeypatch.setitem(engine_presets.ENGINES, "vllm", bare)
+    monkeypatch.setitem(engine_presets.ENGINES, "vllm", replace(even, stage_host_s=0.0, stage_host_per_request_s=0.0))
     without = _throughput("vllm", 8), _throughput("vllm", 1)
     assert with_host[1] == pytest.approx(without[1], rel=1e-12)
     assert with_host[0] < 0.9 * without[0]
+    # with each prompt whole in one micro-batch the round waits for its heaviest one, which hides
+    # part of the host time, and costs more than the host time did alone
+    monkeypatch.setitem(
+        engine_presets.ENGINES, "vllm", replace(ENGINES["vllm"], stage_host_s=0.0, stage_host_per_request_s=0.0)
+    )
+    assert whole < _throughput("vllm", 8) and whole < with_host[0]
 
 
 @pytest.mark.parametrize(

@@ -13,11 +13,19 @@ exactly as its absolute table prices it (nothing here is fitted to these rows):
 - TP(k) / PP(k), PCIe: `analyses.serving_pcie` (llama.cpp, ExLlamaV2; no P2P).
 - EP(k) / TP(k), NVLink: a mixture of experts with its experts whole on k GPUs (ep = tp = k,
   attention TP k) against split over them (TP k): SGLang PR 3602's DeepSeek-V3 in FP8 on 8 H200
-  (`EP_PAIRS`, rows in `data/public_serving_multi_gpu.csv`). Its benchmark sent 600 requests at 40
-  per second (random lengths, means 93 and 201 tokens) to a server that generated about 1,400
-  tokens/s, so all of them were in flight within 15 s of an 85 s run: priced as a closed loop of
-  600 requests in flight, each side as `shardwise serve --concurrency 600` prices it. Data-parallel
-  attention has no such pair in the data (`LEFT_OUT`).
+  (`EP_PAIRS`, rows in `data/public_serving_multi_gpu.csv`). Priced as its benchmark ran
+  (`as_benchmarked`): `sglang.bench_serving --dataset-name random --num-prompts 600 --random-input
+  180 --random-output 400 --request-rate 40`, so 600 requests arriving as a Poisson process at 40
+  per second, each prompt drawn uniformly from 1 to 180 tokens and each output from 0 to 400
+  (`random_range_ratio` 0.0, the default then: `np.random.randint(max(int(L r), 1), L + 1)` in
+  bench_serving.py's `sample_random_requests`; an output of 0 is taken as 1), and the output
+  throughput bench_serving prints is every generated token over the benchmark's duration, first
+  request to last completion: the run's last ~60 s, after the arrivals stop at 15 s, serve fewer
+  and fewer requests, where experts whole on each GPU gain little (a decode step of few tokens
+  reads the chosen experts' weights either way). Each side is the replica `shardwise serve` builds
+  for it (`--framework sglang`, its budget and KV cache). Before #37 the pair was priced as a
+  closed loop of 600 requests in flight (`serve --concurrency 600`): 1.33 against the 1.05
+  measured; as benchmarked 1.13. Data-parallel attention has no such pair in the data (`LEFT_OUT`).
 - PP(k) / PP(1): none can be priced (`LEFT_OUT`).
 
 A ratio above 1 is a gain; a case's direction is right when predicted and measured agree on it.
@@ -27,11 +35,15 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from shardwise import presets
 from shardwise.analyses.serving_validation import MODELS, SYSTEMS, inference_rows, modelled, predict
+
+if TYPE_CHECKING:
+    from shardwise.specs.request_mix import RequestMix
 
 # GPUs that are one compute die (a TP pair across them compares the same kernels)
 SAME_DIE = {"H100 SXM 80GB": "GH100", "H200 SXM 141GB": "GH100"}
@@ -67,12 +79,15 @@ class EpPair:
     kv_precision: str
     input_len: int  # means of the benchmark's random lengths
     output_len: int
-    in_flight: int
+    requests: int  # the benchmark's --num-prompts
+    rate_per_s: float  # its --request-rate (Poisson arrivals)
+    input_max: int  # its --random-input: prompts uniform on 1..input_max (range ratio 0)
+    output_max: int  # its --random-output: outputs uniform on 1..output_max
 
 
 EP_PAIRS = (
     EpPair("sglang-3602-dsv3-ep8", "sglang-3602-dsv3-ep8-h200", "deepseek-v3", "dgx-h200", 8, 8, "sglang", "fp8",
-           "bf16", 93, 201, 600),
+           "bf16", 93, 201, 600, 40.0, 180, 400),
 )  # fmt: skip
 
 
@@ -191,11 +206,11 @@ def ep_rows() -> list[ScalingRow]:
         ep = next(r for r in rows if "--enable-ep-moe" in r["layout"])
         tp = next(r for r in rows if "--enable-ep-moe" not in r["layout"])
         measured = float(ep["value"]) / float(tp["value"])
-        with_ep, without = _closed_loop(pair)
+        with_ep, without = as_benchmarked(pair)
         predicted = with_ep / without
         label = (
-            f"{pair.model} {pair.input_len}/{pair.output_len}, {pair.in_flight} in flight, {pair.engine}: "
-            f"tp={pair.tp},ep={pair.ep} / tp={pair.tp} on {pair.system}"
+            f"{pair.model} 1-{pair.input_max}/1-{pair.output_max}, {pair.requests} requests at {pair.rate_per_s:g}/s, "
+            f"{pair.engine}: tp={pair.tp},ep={pair.ep} / tp={pair.tp} on {pair.system}"
         )
         out.append(
             ScalingRow(pair.key, "EP(k)/TP(k)", "H200", "NVLink", label, "output tokens/s", predicted, measured,
@@ -204,22 +219,41 @@ def ep_rows() -> list[ScalingRow]:
     return out
 
 
-def _closed_loop(pair: EpPair) -> tuple[float, float]:
-    """Generated tokens/s of `pair`'s two plans (experts over `ep` GPUs, then TP only) with `in_flight`
-    requests always in flight, as `shardwise serve --concurrency` prices them."""
+def uniform_lengths(pair: EpPair) -> RequestMix:
+    """bench_serving's random dataset at range ratio 0: prompt and output lengths independent and
+    uniform on 1..input_max and 1..output_max (module docstring)."""
+    from shardwise.specs.request_mix import RequestMix
+
+    prompts, outputs = np.meshgrid(np.arange(1, pair.input_max + 1), np.arange(1, pair.output_max + 1), indexing="ij")
+    return RequestMix(
+        f"random 1-{pair.input_max}/1-{pair.output_max}",
+        "sglang.bench_serving --dataset-name random, random_range_ratio 0.0",
+        input_lens=prompts.ravel(),
+        output_lens=outputs.ravel(),
+    )
+
+
+def as_benchmarked(pair: EpPair) -> tuple[float, float]:
+    """Generated tokens/s of `pair`'s two plans (experts over `ep` GPUs, then TP only) over the whole
+    benchmark as it ran (module docstring): `pair.requests` requests of `uniform_lengths` arriving
+    at `pair.rate_per_s`, every token over the time from the first arrival to the last completion
+    (`engines.inflight.Simulated.run_tokens_per_s`); each replica as `shardwise serve` builds it."""
+    from shardwise.engines.inflight import Replica, Traffic
     from shardwise.requests.serve import ServeRequest
-    from shardwise.requests.serve_result import priced
+    from shardwise.requests.serve_plans import scenario
 
     request = ServeRequest.from_argv(
         f"--model {pair.model} --system {pair.system} --plan tp={pair.tp},ep={pair.ep} --plan tp={pair.tp} "
         f"--framework {pair.engine} --weight-precision {pair.weight_precision} --kv-precision {pair.kv_precision} "
-        f"--input-len {pair.input_len} --output-len {pair.output_len} --concurrency {pair.in_flight}"
+        f"--input-len {pair.input_len} --output-len {pair.output_len}"
     )
-    rows = dict(priced(request, request.setting()).rows)
-    return (
-        float(rows[f"tp={pair.tp},ep={pair.ep}"].throughput_tokens_per_s),
-        float(rows[f"tp={pair.tp}"].throughput_tokens_per_s),
-    )
+    s = request.setting()
+    mix, traffic = uniform_lengths(pair), Traffic(rate_per_s=pair.rate_per_s, requests=pair.requests)
+    rates = []
+    for spec in s.specs:
+        replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens, mix)
+        rates.append(replica.replicas * replica.run(traffic).run_tokens_per_s)
+    return rates[0], rates[1]
 
 
 def scaling_rows() -> list[ScalingRow]:

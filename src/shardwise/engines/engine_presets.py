@@ -83,6 +83,24 @@ per micro-batch, each with its `chunked_prefill_size` (python/sglang/srt/manager
 scheduler_pp_mixin.py). `EnginePreset.budget_per_micro_batch` and `slots_per_micro_batch`
 say which.
 
+Whole prompts (TensorRT-LLM and vLLM under pp, `whole_prompts`): a micro-batch holds whole
+requests and each stage runs the micro-batches in one order. TensorRT-LLM keeps pp micro-batch
+slots (`mNumMicroBatches` = pp, trtGptModelInflightBatching.cpp); before it schedules a slot again
+it waits for that slot's previous micro-batch and frees its finished requests (`forwardSync`), then
+its `MicroBatchScheduler` takes, in order, every active request not in flight in another slot, a
+waiting prompt's context whole or as one chunk within `max_num_tokens` (microBatchScheduler.cpp):
+a request stays in its slot, and new prompts join the slot being scheduled when they are admitted.
+vLLM V1's batch queue (vllm/v1/engine/core.py `step_with_batch_queue`) schedules one batch per free
+queue place the same way, a request in flight being skipped until its output is back. So the
+prompt tokens of a round of m micro-batches are not split evenly over them: the heaviest holds
+ceil(prompts / m) whole prompts (at most one budget), beside its 1/m of the decodes, and the
+micro-batches behind it cross each stage after it, so the round lasts at least its pass through
+every stage plus a host step (`engines.iteration`). A ring of m = p micro-batches with work drawn
+that way, simulated event by event (every stage first come first served), keeps 0.31 and 0.74 of
+the even split where this bound gives 0.31 and 0.72 (a check, nothing fitted). Equal requests sent
+together (a throughput benchmark's burst) stay in waves in which every micro-batch takes a full
+budget: there the bound costs nothing.
+
 Prefill apart (SGLang under pp, `prefill_apart`): SGLang's scheduler runs a prefill batch first
 whenever prompts wait and the running requests decode only when none do, one or the other per
 step: `get_next_batch_to_run` returns the new prefill batch alone, and `enable_mixed_chunk`, which
@@ -152,6 +170,9 @@ class EnginePreset:
     # a batch (a micro-batch under pp) prefills or decodes, never both; under pp in a fixed order
     # (module docstring)
     prefill_apart: bool = False
+    # under pp a prompt's chunk sits whole in one micro-batch, the round lasting at least its
+    # heaviest micro-batch's pass (module docstring)
+    whole_prompts: bool = False
     weight_formats: tuple[str, ...] = ()
     source: str = ""
 
@@ -159,7 +180,7 @@ class EnginePreset:
 ENGINES = {
     "tensorrt-llm": EnginePreset(
         "tensorrt-llm", "1.x (LLM API)", "graphs", "trtllm", "free-fraction", 0.9, bench_buffers=True,
-        budget_per_micro_batch=True, slots_per_micro_batch=True,
+        budget_per_micro_batch=True, slots_per_micro_batch=True, whole_prompts=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
@@ -167,7 +188,7 @@ ENGINES = {
     "vllm": EnginePreset(
         "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
-        sync_last_stage=True, pp_send_tensors=2,
+        sync_last_stage=True, pp_send_tensors=2, whole_prompts=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),

@@ -60,6 +60,10 @@ class Simulated:
     mean_decode: float  # decoding sequences per iteration, time-weighted
     mean_prompt_tokens: float  # prompt tokens per iteration, time-weighted
     iterations: int
+    # every token generated over the whole run, first arrival to last completion: what a serving
+    # benchmark that sends a fixed number of requests reports as its output throughput (the ramp-up
+    # and the tail, as the last requests finish with few others beside them, included)
+    run_tokens_per_s: float = 0.0
 
 
 def kv_capacity(free_bytes: float, kv_bytes_per_token: float, input_len: int, output_len: int) -> int:
@@ -164,4 +168,12 @@ def simulate(
         mean_decode=decode_area / busy if busy else 0.0,
         mean_prompt_tokens=prompt_area / busy if busy else 0.0,
         iterations=iterations,
+        run_tokens_per_s=_whole_run_rate(produced_a, clock_a, arrival),
     )
+
+
+def _whole_run_rate(produced: np.ndarray, clock: np.ndarray, arrival: np.ndarray) -> float:
+    """Generated tokens over the whole run, first arrival to last completion (`Simulated.run_tokens_per_s`)."""
+    first = float(np.min(arrival[np.isfinite(arrival)])) if np.any(np.isfinite(arrival)) else 0.0
+    span = float(clock[-1]) - first
+    return float(produced[-1] / span) if span > 0 else 0.0

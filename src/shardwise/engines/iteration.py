@@ -168,6 +168,12 @@ def iteration_times(
     host = np.where(piped, pipeline_host_s(preset, np.ceil(d / m) + np.ceil(prompts / m)), 0.0)
     gpu_bound = np.maximum(through, m * c_max)
     total = np.maximum(gpu_bound, pipelined_round_s(c_max, c[2], through, m, host, preset.sync_last_stage))
+    if preset.whole_prompts and np.any(piped & (prompts > 0)):
+        if budget_tokens is None:
+            gpu = scn.cluster.gpu
+            budget_tokens = max_batched_tokens(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+        heavy = _heaviest_pass_s(scn, wl, d, q, prompts, m, context, float(budget_tokens), preset)
+        total = np.where(piped & (prompts > 0), np.maximum(total, heavy), total)
     share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
     # the host time the round waits for is counted with the sends (`pp_p2p`)
     parts = (total, share * compute, share * tp, share * fs.send_s + total - gpu_bound)
@@ -180,6 +186,33 @@ def iteration_times(
     idle = (d + q) <= 0
     zero = np.zeros_like(parts[0])
     return IterationTimes(*(np.where(idle, zero, x) for x in parts))
+
+
+def _heaviest_pass_s(
+    scn: Scenario,
+    wl: ServingWorkload,
+    d: np.ndarray,
+    q: np.ndarray,
+    prompts: np.ndarray,
+    m: np.ndarray,
+    context: float,
+    budget: float,
+    preset: EnginePreset,
+) -> Number:
+    """The pass through every stage, and its host step, of a round's heaviest micro-batch where
+    each prompt's chunk sits whole in one micro-batch (`EnginePreset.whole_prompts`): the round's
+    prompts spread as evenly as they come over its m micro-batches, ceil(prompts / m) in the
+    heaviest (at most one budget of tokens, at least an even share), beside its 1/m of the
+    decodes. A stage takes the micro-batches in one order, so the round lasts at least that pass
+    (`engines.pipeline.pipelined_round_s` prices the even split)."""
+    p = np.asarray(scn.plan.pp, dtype=float)
+    per_decode = np.ceil(d / m)
+    heavy_q = np.minimum(np.minimum(q, np.ceil(prompts / m) * wl.input_len), budget)
+    heavy_q = np.maximum(heavy_q, np.ceil(q / m))
+    fs = _with_sends(stage_costs(scn, wl, per_decode, heavy_q, context), preset, p > 1)
+    c = fs.per_stage
+    through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
+    return through + pipeline_host_s(preset, per_decode + np.ceil(heavy_q / wl.input_len))
 
 
 def _with_sends(fs: ForwardStages, preset: EnginePreset, piped: Number) -> ForwardStages:
