@@ -65,23 +65,8 @@ SDPA, `repeat_kv`), in the code of torch/distributed/tensor/experimental/_attent
   does them at every step, the K, V concatenation at all but the last), the fp32 zeros of dQ,
   dK, dV (3 x 4), `.contiguous()` of K and V (8), the final casts of dQ (4 + 2) and of the
   received dK, dV (2 x (4 + 2)): 84 bytes, 11 kernels.
-Megatron-Core's ring (Transformer Engine `AttnFuncWithCPAndKVP2P`, `cp_comm_type` p2p, 16-bit
-attention) does the same bookkeeping in 16 bits, as TorchScript/torch.compile-fused element-wise
-kernels beside its attention calls (transformer_engine/pytorch/attention/dot_product_attention/
-context_parallel.py, `jit_fuser`, as of 2026-08; TE 1.9-1.13 in attention.py also concatenated
-dK and dV per step, more than counted here):
-- forward, after the last step (`flash_attn_fwd_out_correction_init`, then
-  `flash_attn_fwd_out_correction` or its second-half variant per later step): the first step's
-  output scaled into the running output (read 2, write 2), each later step's added (read the
-  step's output and the running output, write the running output: 6 bytes), one kernel each, and
-  a log-sum-exp update per step (per row: no bytes counted, one kernel);
-- backward, per step (`dq.add_(dq_)`, `dk.add_`, `dv.add_` into the received dK, dV buffer, which
-  is what travels on in 16 bits): 6 bytes per query-gradient element and 6 per key- and value-
-  gradient element, the first step a copy (4); three kernels per step.
-Per element of the rank's attention output, with K and V at the KV heads' width (kv of h heads):
-forward 4 + 6 (cp - 1), backward 4 (1 + 2 kv/h) + 6 (1 + 2 kv/h)(cp - 1) bytes
-(`TE_RING_*`). Transformer Engine's FP8 attention dequantizes each step's output to fp32 first:
-not modelled (shardwise runs attention in 16 bits). PyTorch's ring communicates as
+Megatron-Core / Transformer Engine fuse the same corrections into their attention kernels'
+epilogues (`flash_attn_fwd_out_correction`): not charged. PyTorch's ring communicates as
 `engines.context_parallel.CpComm` describes: one all-gather of every rank's keys and values per pass, and
 the dK, dV of each backward step passed on in fp32 (`TORCH_RING_GRAD_BYTES`), the last exposed.
 Its flash calls are FlashAttention-2 on H100 (torchtitan's SDPA backends put flash first), every
@@ -111,15 +96,6 @@ TORCH_RING_FORWARD_LAYER_KERNELS = 6
 TORCH_RING_BACKWARD_LAYER_KERNELS = 11
 # bytes per element of the dK, dV the ring passes on after each backward step (fp32 accumulation)
 TORCH_RING_GRAD_BYTES = 4.0
-# Transformer Engine's ring, 16-bit (module docstring): per output element per step after the
-# first, the running output updated (forward), dQ added (backward), and per K or V element dK, dV
-# added; the first step's scaling or copy; kernels per step
-TE_RING_FORWARD_BYTES = 6.0
-TE_RING_FORWARD_FIRST_BYTES = 4.0
-TE_RING_BACKWARD_BYTES = 6.0
-TE_RING_BACKWARD_FIRST_BYTES = 4.0
-TE_RING_FORWARD_KERNELS = 2
-TE_RING_BACKWARD_KERNELS = 3
 
 
 def ramp(keys_per_tile: Number, overhead_tokens: float, causal: Number = False) -> Number:

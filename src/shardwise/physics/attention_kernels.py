@@ -121,24 +121,3 @@ def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
     b_kernels = steps * at.TORCH_RING_BACKWARD_KERNELS + at.TORCH_RING_BACKWARD_LAYER_KERNELS
     forward, backward = memory_s(f_bytes * out, gpu, f_kernels), memory_s(b_bytes * out, gpu, b_kernels)
     return np.where(on, forward, 0.0), np.where(on, backward, 0.0)
-
-
-def te_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:
-    """(forward, backward) seconds of Transformer Engine's ring bookkeeping in one layer
-    (Megatron-Core `cp_comm_type` p2p): the 16-bit output merge after the forward steps and the
-    dQ, dK, dV additions after each backward step that `physics.attention` counts, K and V at the
-    KV heads' width (0 without context parallelism)."""
-    from shardwise.physics import attention as at
-
-    steps = np.maximum(np.asarray(fwd.cp, dtype=float) - 1, 0.0)
-    out = fwd.attn_out.m * fwd.attn_out.k  # tokens x the rank's query heads x head dim
-    q_width = np.maximum(np.asarray(fwd.attn_out.k, dtype=float), 1.0)
-    kv = np.clip((fwd.qkv.n - fwd.attn_out.k) / 2 / q_width, 0.0, 1.0)  # K (or V) width over Q's
-    grads = 1 + 2 * kv  # dQ, and dK, dV at the KV width, per output element
-    on = steps > 0
-    f_bytes = at.TE_RING_FORWARD_FIRST_BYTES + steps * at.TE_RING_FORWARD_BYTES
-    b_bytes = grads * (at.TE_RING_BACKWARD_FIRST_BYTES + steps * at.TE_RING_BACKWARD_BYTES)
-    cp = steps + 1
-    forward = memory_s(f_bytes * out, gpu, cp * at.TE_RING_FORWARD_KERNELS)
-    backward = memory_s(b_bytes * out, gpu, cp * at.TE_RING_BACKWARD_KERNELS)
-    return np.where(on, forward, 0.0), np.where(on, backward, 0.0)

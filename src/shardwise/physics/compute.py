@@ -31,7 +31,6 @@ from shardwise.physics.attention_kernels import (  # noqa: F401
     attention_precision,
     attention_relative_efficiency,
     sdpa_flash_fractions,
-    te_ring_s,
     torch_ring_s,
 )
 from shardwise.physics.flops import LayerForward
@@ -124,11 +123,9 @@ def layer_times(
     eager: Number = False,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
     fp8_recipe: str = "te",
-    cp_comm: str = "p2p",
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
-    attention kernel and eager element-wise kernels as `physics.stack` describes; under context
-    parallelism with a ring (`cp_comm` p2p) the ring's merge of its steps (`physics.attention`)."""
+    attention kernel and eager element-wise kernels as `physics.stack` describes."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe
@@ -161,10 +158,8 @@ def layer_times(
     attention_bwd = np.where(
         flash, FLASH_BACKWARD_RATIO * fused_bwd, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
-    if cp_comm == "p2p" and np.any(np.asarray(fwd.cp) > 1):  # the ring's merge (`physics.attention`)
-        pytorch = attention_kernel in FLASH2_KERNELS  # PyTorch's ring, else Transformer Engine's
-        ring_f, ring_b = torch_ring_s(fwd, gpu) if pytorch else te_ring_s(fwd, gpu)
-        ring_f, ring_b = np.where(flash, ring_f, 0.0), np.where(flash, ring_b, 0.0)
+    if attention_kernel in FLASH2_KERNELS and np.any(np.asarray(fwd.cp) > 1):  # PyTorch's ring (`physics.attention`)
+        ring_f, ring_b = torch_ring_s(fwd, gpu)
         attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
     cast_f = cast_b = 0.0
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
