@@ -78,6 +78,19 @@ def test_fused_kernel_pays_no_pytorch_ring_bookkeeping():
     assert flash2.attention_s == pytest.approx(plain + ring_f, rel=1e-3)
 
 
+def test_collective_context_parallelism_pays_no_ring_bookkeeping():
+    # all_gather and a2a (Ulysses) run one attention call over the gathered keys: no per-step merge
+    model = presets.model("llama3-8b").with_(seq_len=4096)
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(model, 1, 1, False, 2.0, kv_len=16384, cp=4)
+    ring = layer_times(fwd, gpu, "bf16", True, attention_kernel="flash2")
+    ring_f, ring_b = torch_ring_s(fwd, gpu)
+    for comm in ("all_gather", "a2a"):
+        plain = layer_times(fwd, gpu, "bf16", True, attention_kernel="flash2", cp_comm=comm)
+        assert plain.attention_s == pytest.approx(ring.attention_s - ring_f)
+        assert plain.attention_bwd_s == pytest.approx(ring.attention_bwd_s - ring_b)
+
+
 def at_relative(gpu):
     """The fused kernel's time over FlashAttention-2's at the same shape: their plateau
     efficiencies' inverse ratio (compute-bound shapes)."""

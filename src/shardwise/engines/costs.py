@@ -229,6 +229,7 @@ def layer_cost(
         plan.eager_kernels,
         accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
         plan.fp8_recipe,
+        plan.cp_comm,
     )
     lt = lora_layer_times(
         lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets

@@ -65,8 +65,14 @@ SDPA, `repeat_kv`), in the code of torch/distributed/tensor/experimental/_attent
   does them at every step, the K, V concatenation at all but the last), the fp32 zeros of dQ,
   dK, dV (3 x 4), `.contiguous()` of K and V (8), the final casts of dQ (4 + 2) and of the
   received dK, dV (2 x (4 + 2)): 84 bytes, 11 kernels.
-Megatron-Core / Transformer Engine fuse the same corrections into their attention kernels'
-epilogues (`flash_attn_fwd_out_correction`): not charged. PyTorch's ring communicates as
+Megatron-Core's ring (Transformer Engine `AttnFuncWithCPAndKVP2P`, `cp_comm_type` p2p) does the
+same merge in 16 bits with TorchScript-fused element-wise kernels beside its attention calls, not
+in their epilogues (transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py,
+`flash_attn_fwd_out_correction` after the forward steps; `dq.add_`, `dk.add_`, `dv.add_` after each
+backward step): per output element 4 + 6 (cp - 1) bytes forward and (1 + 2 kv/h)(4 + 6 (cp - 1))
+backward, K and V at the KV heads' width. Not charged: priced, it made the published Megatron-Core
+runs with cp = 2 worse (docs/model.md, Context parallelism). Only a ring merges steps: under
+`cp_comm` all_gather or a2a the attention is one call. PyTorch's ring communicates as
 `engines.context_parallel.CpComm` describes: one all-gather of every rank's keys and values per pass, and
 the dK, dV of each backward step passed on in fp32 (`TORCH_RING_GRAD_BYTES`), the last exposed.
 Its flash calls are FlashAttention-2 on H100 (torchtitan's SDPA backends put flash first), every

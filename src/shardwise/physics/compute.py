@@ -123,9 +123,11 @@ def layer_times(
     eager: Number = False,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
     fp8_recipe: str = "te",
+    cp_comm: str = "p2p",
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
-    attention kernel and eager element-wise kernels as `physics.stack` describes."""
+    attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
+    bookkeeping where context parallelism runs as a ring (`cp_comm` p2p, `physics.attention`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe
@@ -158,7 +160,8 @@ def layer_times(
     attention_bwd = np.where(
         flash, FLASH_BACKWARD_RATIO * fused_bwd, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
-    if attention_kernel in FLASH2_KERNELS and np.any(np.asarray(fwd.cp) > 1):  # PyTorch's ring (`physics.attention`)
+    ring = cp_comm == "p2p" and np.any(np.asarray(fwd.cp) > 1)  # all_gather, a2a: one call, no merge
+    if attention_kernel in FLASH2_KERNELS and ring:  # PyTorch's ring (`physics.attention`)
         ring_f, ring_b = torch_ring_s(fwd, gpu)
         attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
     cast_f = cast_b = 0.0
