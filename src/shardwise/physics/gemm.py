@@ -27,13 +27,27 @@ fastest is taken, as cuBLAS's heuristics aim to. The memory roof (every operand 
 the output written once) bounds the result from below. A GPU without a known SM count falls back
 to the plain roofline at `matmul_efficiency`.
 
-Tried and not kept (issue 33): 64-row tiles (64x128, 128x64: one Hopper warpgroup's wgmma,
-M = 64) and stream-K balancing of the last wave on Hopper and Blackwell (Osama et al. 2023,
-the data-parallel + stream-K hybrid). On the public training runs their leave-one-source-out
-MAPE was 8.36% against 8.34% without them (leave one stack out: 13.06% against 12.85%), and on
-the TensorRT-LLM serving table 7.8% against 7.2% (predicted too fast, +1.6% against -1.5%);
-the round-1 A100 tables improved (Narayanan Table 1 12.1% -> 11.6%). Not kept, by the rule that
-a change must not make leave-one-source-out worse.
+Hopper and Blackwell (`WARPGROUP_GPUS`) run GEMMs as CUTLASS 3.x's persistent warp-specialized
+kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules", `KernelTmaWarpSpecializedPingpong`):
+  - 64-row tiles (64x128, 64x256): one warpgroup's wgmma is M = 64 (PTX ISA, `wgmma.mma_async`
+    shapes m64nNk16), and the ping-pong schedule gives each of an SM's two consumer warpgroups
+    its own output tile: two 64-row tiles are resident per SM, each at half the SM's rate
+    (`resident` = 2). Per SM that is the rate of a 128-row tile, padded to 64 rows instead of
+    128 and quantized in waves of 2 x SMs tiles.
+  - stream-K (Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense
+    Matrix-Matrix Multiplication on the GPU", PPoPP; CUTLASS's sm90/sm100 stream-K tile
+    scheduler, `tile_scheduler_params.h`): where the last wave is not full, the tiles of the
+    last full wave and of the partial one are split along K evenly over the SMs instead of run
+    whole (their data-parallel + stream-K hybrid), each unit doing at least `STREAM_K_MIN_ITERS`
+    k-iterations of `STREAM_K_TILE_K` (CUTLASS's `min_iters_per_sk_unit_`). Each unit that
+    shares a tile writes its fp32 partial tile to a workspace and the tile's owner reads it
+    back (the fix-up), at L2 bandwidth where the workspace fits in L2; the barrier flags are
+    zeroed before each run (CUTLASS's `zero_workspace`, a cudaMemsetAsync: one more launch).
+    CUTLASS's heuristic takes stream-K when the partial wave is under half full; here the
+    faster of the two is taken.
+Other GPUs keep the three large tiles and split-K (cuBLAS's Ampere kernel choice is not published).
+An earlier trial of 64-row tiles and stream-K (without the fix-up and the two resident tiles) was
+not kept: leave-one-source-out 8.34% -> 8.36%; docs/model.md has the figures of this version.
 
 A GPU with a measured GEMM table (`Gpu.gemm_table`, from `shardwise measure micro`) prices its
 16-bit GEMMs from the table instead (`table_time_s`): the rate of the nearest measured shape, the
@@ -49,9 +63,31 @@ import numpy as np
 from shardwise.specs import GemmTable, Gpu
 from shardwise.specs._checks import Number
 
-# Output-tile shapes and split-K factors tried (module docstring): a project choice of
-# cuBLAS-like candidates, since cuBLAS's own heuristics are not published.
-TILES = ((256, 128), (128, 256), (128, 128))
+# Output-tile shapes (rows, columns, tiles resident per SM) and split-K factors tried (module
+# docstring): a project choice of cuBLAS-like candidates, since cuBLAS's own heuristics are not
+# published. Hopper and Blackwell add the ping-pong 64-row tiles, two resident per SM.
+TILES = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
+WARPGROUP_TILES = (*TILES, (64, 128, 2), (64, 256, 2))
+# GPUs whose tensor cores take warpgroup (wgmma, sm90) or tcgen05 (sm100) MMAs with M = 64 and
+# whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90/sm100 tile schedulers).
+WARPGROUP_GPUS = frozenset(
+    {
+        "h100-sxm5-80gb",
+        "h100-pcie-80gb",
+        "h100-meta",
+        "h800-sxm5-80gb",
+        "h200-sxm-141gb",
+        "b200-sxm-180gb",
+        "gb200",
+        "b300-sxm-270gb",
+        "gb300",
+    }
+)
+# Stream-K: K depth of one k-iteration (CUTLASS sm90's 16-bit tile shapes are tm x tn x 64) and
+# the fewest k-iterations one stream-K unit takes (`min_iters_per_sk_unit_` = 8, CUTLASS
+# tile_scheduler_params.h). A range: 64-128 (128 for 8-bit operands, not told apart here).
+STREAM_K_TILE_K = 64.0
+STREAM_K_MIN_ITERS = 8.0
 SPLIT_K = (2.0, 4.0, 8.0, 16.0)
 # L2 per GPU preset: (capacity bytes, read bandwidth bytes/s). A100: 40 MB and 5120 bytes/clock at
 # its 1410 MHz boost (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020: L2 read bandwidth
@@ -68,6 +104,7 @@ L2 = {
     "a100-pcie-40gb": _A100_L2,
     "h100-sxm5-80gb": _GH100_L2,
     "h100-pcie-80gb": _GH100_L2,
+    "h100-meta": _GH100_L2,
     "h800-sxm5-80gb": _GH100_L2,
     "h200-sxm-141gb": _GH100_L2,
 }
@@ -91,12 +128,43 @@ def _tiled(
     n_sm: Number,
     f_sm: Number,
     bw_sm: Number,
-    tm: int,
-    tn: int,
+    tile: tuple[int, int, int],
 ) -> Number:
-    """waves x (fill + main loop + epilogue) for one tile shape, no split-K."""
-    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * batch / n_sm)
-    return waves * (TILE_FILL_S + 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm)
+    """waves x (fill + main loop + epilogue) for one tile shape, no split-K: `resident` tiles per
+    SM, each at 1/resident of the SM's rate."""
+    tm, tn, resident = tile
+    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * batch / (n_sm * resident))
+    return waves * (TILE_FILL_S + resident * (2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm))
+
+
+def _stream_k(
+    m: Number,
+    n: Number,
+    k: Number,
+    batch: Number,
+    out_bytes: Number,
+    n_sm: Number,
+    f_sm: Number,
+    bw_sm: Number,
+    tile: tuple[int, int, int],
+    fixup_bw: tuple[float, Number, Number],
+    setup_s: Number,
+) -> Number:
+    """The data-parallel + stream-K hybrid for one tile shape (module docstring): whole waves but
+    the last full one run as tiles; the rest of the tiles' k-iterations spread evenly over the
+    stream-K units, plus one fill, the fix-up of the partial tiles and `setup_s` (the barrier
+    workspace zeroed before each run: CUTLASS's `zero_workspace`, a cudaMemsetAsync, priced as
+    one more launch). `fixup_bw`: (L2 capacity bytes, L2 bytes/s, HBM bytes/s)."""
+    tm, tn, resident = tile
+    tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+    slots = n_sm * resident
+    work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm  # one tile at the whole SM's rate
+    dp_waves = np.maximum(np.floor(tiles / slots) - 1.0, 0.0)
+    sk_tiles = tiles - dp_waves * slots
+    units = np.minimum(n_sm, np.maximum(np.floor(sk_tiles * np.ceil(k / STREAM_K_TILE_K) / STREAM_K_MIN_ITERS), 1.0))
+    workspace = units * tm * tn * SPLIT_K_PARTIAL_BYTES  # at most one partial tile per unit
+    fixup = 2.0 * workspace / partial_sums_bw(workspace, *fixup_bw)
+    return dp_waves * (TILE_FILL_S + resident * work) + TILE_FILL_S + sk_tiles * work / units + fixup + setup_s
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -139,9 +207,16 @@ def gemm_time_s(
     n_sm = np.where(sms > 0, sms, 1.0)
     f_sm = peak_flops_per_s * efficiency / n_sm
     bw_sm = bw / n_sm
+    warpgroup = gpu.name in WARPGROUP_GPUS
+    tiles = WARPGROUP_TILES if warpgroup else TILES
+    l2_capacity, l2_bw = l2_of(gpu)
+    fixup_bw = (l2_capacity, l2_bw, bw)
     best = None
-    for tm, tn in TILES:
-        t = _tiled(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tm, tn)
+    for tile in tiles:
+        t = _tiled(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tile)
+        if warpgroup:
+            sk = _stream_k(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tile, fixup_bw, gpu.kernel_launch_s)
+            t = np.minimum(t, sk)
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
@@ -156,7 +231,6 @@ def gemm_time_s(
 
         sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
         s_nsm, s_fsm, s_bw = pick(n_sm), pick(f_sm), pick(bw)
-        l2_capacity, l2_bw = l2_of(gpu)
         s_l2_bw = pick(l2_bw)
         partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
@@ -164,10 +238,10 @@ def gemm_time_s(
         for split in SPLIT_K:
             # each split's partials written once and read once by the reduction
             reduce_s = split * 2 * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
-            for tm, tn in TILES:
+            for tm, tn, resident in tiles:
                 base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
-                main = 2.0 * tm * tn * sk_ / s_fsm
-                t = np.ceil(base_tiles * split / s_nsm) * (TILE_FILL_S + main / split) + reduce_s
+                main = resident * 2.0 * tm * tn * sk_ / s_fsm
+                t = np.ceil(base_tiles * split / (s_nsm * resident)) * (TILE_FILL_S + main / split) + reduce_s
                 sub = np.minimum(sub, t + final)
         flat[mask] = sub
         best = flat.reshape(shape)
