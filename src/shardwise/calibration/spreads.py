@@ -50,15 +50,15 @@ SERVING_LOG_SD = 0.104
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0516, 5, 1),
-    "fsdp": (0.1205, 10, 1),
-    "fsdp2": (0.0599, 2, 1),
+    "fsdp": (0.1200, 10, 1),
+    "fsdp2": (0.0649, 2, 1),
     "internevo": (0.1299, 54, 1),
-    "maxtext": (0.1070, 38, 3),
-    "megatron-core": (0.0717, 384, 3),
+    "maxtext": (0.1080, 38, 3),
+    "megatron-core": (0.0724, 384, 3),
     "megatron-deepspeed": (0.5932, 5, 2),
-    "nemo-automodel": (0.1108, 1, 1),
-    "paxml": (0.2089, 36, 2),
-    "torchtitan-compile": (0.1896, 12, 1),
+    "nemo-automodel": (0.1088, 1, 1),
+    "paxml": (0.2088, 36, 2),
+    "torchtitan-compile": (0.1905, 12, 1),
 }
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625
