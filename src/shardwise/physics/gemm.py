@@ -119,52 +119,34 @@ SPLIT_K_WAVES = 4
 SPLIT_K_PROBE_TILE = 128.0
 
 
-def _tiled(
-    m: Number,
-    n: Number,
-    k: Number,
-    batch: Number,
-    out_bytes: Number,
+def _whole_tiles(
+    tiles: Number,
+    work: Number,
     n_sm: Number,
-    f_sm: Number,
-    bw_sm: Number,
-    tile: tuple[int, int, int],
+    resident: int,
+    area: int,
+    sk: tuple[Number, tuple[float, Number, Number], Number] | None,
 ) -> Number:
-    """waves x (fill + main loop + epilogue) for one tile shape, no split-K: `resident` tiles per
-    SM, each at 1/resident of the SM's rate."""
-    tm, tn, resident = tile
-    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * batch / (n_sm * resident))
-    return waves * (TILE_FILL_S + resident * (2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm))
-
-
-def _stream_k(
-    m: Number,
-    n: Number,
-    k: Number,
-    batch: Number,
-    out_bytes: Number,
-    n_sm: Number,
-    f_sm: Number,
-    bw_sm: Number,
-    tile: tuple[int, int, int],
-    fixup_bw: tuple[float, Number, Number],
-    setup_s: Number,
-) -> Number:
-    """The data-parallel + stream-K hybrid for one tile shape (module docstring): whole waves but
-    the last full one run as tiles; the rest of the tiles' k-iterations spread evenly over the
-    stream-K units, plus one fill, the fix-up of the partial tiles and `setup_s` (the barrier
-    workspace zeroed before each run: CUTLASS's `zero_workspace`, a cudaMemsetAsync, priced as
-    one more launch). `fixup_bw`: (L2 capacity bytes, L2 bytes/s, HBM bytes/s)."""
-    tm, tn, resident = tile
-    tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+    """Seconds of `tiles` output tiles of `area` elements, each `work` seconds at a whole SM's
+    rate (main loop and epilogue), `resident` per SM at 1/resident of its rate: whole waves
+    (waves x (fill + resident x work)), or with `sk` = (k-iterations per tile, (L2 capacity
+    bytes, L2 bytes/s, HBM bytes/s), setup seconds) the faster of that and the data-parallel +
+    stream-K hybrid (module docstring): whole waves but the last full one run as tiles, the rest
+    of the tiles' k-iterations spread evenly over the stream-K units, plus one fill, the fix-up
+    of the partial tiles and the setup (the barrier workspace zeroed before each run: CUTLASS's
+    `zero_workspace`, a cudaMemsetAsync, priced as one more launch)."""
     slots = n_sm * resident
-    work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm  # one tile at the whole SM's rate
+    t_tile = TILE_FILL_S + resident * work
+    whole = np.ceil(tiles / slots) * t_tile
+    if sk is None:
+        return whole
+    k_iters, fixup_bw, setup_s = sk
     dp_waves = np.maximum(np.floor(tiles / slots) - 1.0, 0.0)
     sk_tiles = tiles - dp_waves * slots
-    units = np.minimum(n_sm, np.maximum(np.floor(sk_tiles * np.ceil(k / STREAM_K_TILE_K) / STREAM_K_MIN_ITERS), 1.0))
-    workspace = units * tm * tn * SPLIT_K_PARTIAL_BYTES  # at most one partial tile per unit
+    units = np.minimum(n_sm, np.maximum(np.floor(sk_tiles * k_iters / STREAM_K_MIN_ITERS), 1.0))
+    workspace = units * (area * SPLIT_K_PARTIAL_BYTES)  # at most one partial tile per unit
     fixup = 2.0 * workspace / partial_sums_bw(workspace, *fixup_bw)
-    return dp_waves * (TILE_FILL_S + resident * work) + TILE_FILL_S + sk_tiles * work / units + fixup + setup_s
+    return np.minimum(whole, dp_waves * t_tile + TILE_FILL_S + sk_tiles * work / units + fixup + setup_s)
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -210,13 +192,13 @@ def gemm_time_s(
     warpgroup = gpu.name in WARPGROUP_GPUS
     tiles = WARPGROUP_TILES if warpgroup else TILES
     l2_capacity, l2_bw = l2_of(gpu)
-    fixup_bw = (l2_capacity, l2_bw, bw)
+    sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if warpgroup else None
+    rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
+    cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
     best = None
-    for tile in tiles:
-        t = _tiled(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tile)
-        if warpgroup:
-            sk = _stream_k(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tile, fixup_bw, gpu.kernel_launch_s)
-            t = np.minimum(t, sk)
+    for tm, tn, resident in tiles:
+        work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
+        t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, sk)
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
@@ -235,13 +217,19 @@ def gemm_time_s(
         partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
         sub = flat[mask]
-        for split in SPLIT_K:
-            # each split's partials written once and read once by the reduction
-            reduce_s = split * 2 * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
-            for tm, tn, resident in tiles:
-                base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
-                main = resident * 2.0 * tm * tn * sk_ / s_fsm
-                t = np.ceil(base_tiles * split / (s_nsm * resident)) * (TILE_FILL_S + main / split) + reduce_s
+        # each split's partials written once and read once by the reduction
+        reduce_s = [
+            split * 2 * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
+            for split in SPLIT_K
+        ]
+        s_rows = {tm: np.ceil(sm_ / tm) for tm in rows}
+        s_cols = {tn: np.ceil(sn / tn) for tn in cols}
+        for tm, tn, resident in tiles:
+            base_tiles = s_rows[tm] * s_cols[tn] * sb
+            main = resident * 2.0 * tm * tn * sk_ / s_fsm
+            slots = s_nsm * resident
+            for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
+                t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
                 sub = np.minimum(sub, t + final)
         flat[mask] = sub
         best = flat.reshape(shape)
