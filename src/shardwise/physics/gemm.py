@@ -24,8 +24,10 @@ are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly em
 sums are written and read back at the L2 bandwidth where all the splits' partials fit in L2
 (`L2`: the reduction reads what the GEMM just wrote, still resident), otherwise at HBM's. The
 fastest is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
-the output written once) bounds the result from below. A GPU without a known SM count falls back
-to the plain roofline at `matmul_efficiency`.
+the output written once) bounds each GEMM kernel from below; a kernel of its own before or after
+it (split-K's reduction, stream-K's workspace reset) runs on the same stream and cannot hide
+under its HBM stream, so it is added after the roof: T = max(T_gemm, roof) + T_other. A GPU
+without a known SM count falls back to the plain roofline at `matmul_efficiency`.
 
 Hopper and Blackwell (`WARPGROUP_GPUS`) run GEMMs as CUTLASS 3.x's persistent warp-specialized
 kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules", `KernelTmaWarpSpecializedPingpong`):
@@ -46,8 +48,10 @@ kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules", `KernelTmaWarpS
     CUTLASS's heuristic takes stream-K when the partial wave is under half full; here the
     faster of the two is taken.
 Other GPUs keep the three large tiles and split-K (cuBLAS's Ampere kernel choice is not published).
-An earlier trial of 64-row tiles and stream-K (without the fix-up and the two resident tiles) was
-not kept: leave-one-source-out 8.34% -> 8.36%; docs/model.md has the figures of this version.
+An earlier trial of 64-row tiles and stream-K (no fix-up, one resident tile) was not kept
+(leave-one-source-out 8.34% -> 8.36%). This version, after the refit (H100 scale 0.885 -> 0.870):
+leave-one-source-out 7.02% -> 7.06%, TensorRT-LLM serving (`validate inference`) 8.2% -> 9.4%
+(predicted faster), TP(k)/TP(k/2) serving ratios on NVLink 10.4% -> 8.2%.
 
 A GPU with a measured GEMM table (`Gpu.gemm_table`, from `shardwise measure micro`) prices its
 16-bit GEMMs from the table instead (`table_time_s`): the rate of the nearest measured shape, the
@@ -125,6 +129,7 @@ def _whole_tiles(
     n_sm: Number,
     resident: int,
     area: int,
+    roof: Number,
     sk: tuple[Number, tuple[float, Number, Number], Number] | None,
 ) -> Number:
     """Seconds of `tiles` output tiles of `area` elements, each `work` seconds at a whole SM's
@@ -133,11 +138,12 @@ def _whole_tiles(
     bytes, L2 bytes/s, HBM bytes/s), setup seconds) the faster of that and the data-parallel +
     stream-K hybrid (module docstring): whole waves but the last full one run as tiles, the rest
     of the tiles' k-iterations spread evenly over the stream-K units, plus one fill, the fix-up
-    of the partial tiles and the setup (the barrier workspace zeroed before each run: CUTLASS's
-    `zero_workspace`, a cudaMemsetAsync, priced as one more launch)."""
+    of the partial tiles, and the setup (the barrier workspace zeroed before each run: CUTLASS's
+    `zero_workspace`, a cudaMemsetAsync, priced as one more launch). Each kernel takes at least
+    the memory `roof`; the setup runs before the GEMM's kernel and adds to it."""
     slots = n_sm * resident
     t_tile = TILE_FILL_S + resident * work
-    whole = np.ceil(tiles / slots) * t_tile
+    whole = np.maximum(np.ceil(tiles / slots) * t_tile, roof)
     if sk is None:
         return whole
     k_iters, fixup_bw, setup_s = sk
@@ -146,7 +152,8 @@ def _whole_tiles(
     units = np.minimum(n_sm, np.maximum(np.floor(sk_tiles * k_iters / STREAM_K_MIN_ITERS), 1.0))
     workspace = units * (area * SPLIT_K_PARTIAL_BYTES)  # at most one partial tile per unit
     fixup = 2.0 * workspace / partial_sums_bw(workspace, *fixup_bw)
-    return np.minimum(whole, dp_waves * t_tile + TILE_FILL_S + sk_tiles * work / units + fixup + setup_s)
+    hybrid = np.maximum(dp_waves * t_tile + TILE_FILL_S + sk_tiles * work / units + fixup, roof)
+    return np.minimum(whole, hybrid + setup_s)
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -198,7 +205,7 @@ def gemm_time_s(
     best = None
     for tm, tn, resident in tiles:
         work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
-        t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, sk)
+        t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, memory_roof, sk)
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
@@ -212,14 +219,14 @@ def gemm_time_s(
             return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[mask]
 
         sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
-        s_nsm, s_fsm, s_bw = pick(n_sm), pick(f_sm), pick(bw)
+        s_nsm, s_fsm, s_bw, s_roof = pick(n_sm), pick(f_sm), pick(bw), pick(memory_roof)
         s_l2_bw = pick(l2_bw)
         partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
         sub = flat[mask]
-        # each split's partials written once and read once by the reduction
+        # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
         reduce_s = [
-            split * 2 * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
+            split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
             for split in SPLIT_K
         ]
         s_rows = {tm: np.ceil(sm_ / tm) for tm in rows}
@@ -230,11 +237,10 @@ def gemm_time_s(
             slots = s_nsm * resident
             for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
                 t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
-                sub = np.minimum(sub, t + final)
+                sub = np.minimum(sub, np.maximum(t, s_roof) + r_s + final)
         flat[mask] = sub
         best = flat.reshape(shape)
-    tiled = np.maximum(best, memory_roof)
-    return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))
+    return np.where(sms > 0, best, np.maximum(plain, memory_roof))
 
 
 def table_time_s(
