@@ -29,14 +29,18 @@ it (split-K's reduction, stream-K's workspace reset) runs on the same stream and
 under its HBM stream, so it is added after the roof: T = max(T_gemm, roof) + T_other. A GPU
 without a known SM count falls back to the plain roofline at `matmul_efficiency`.
 
-Hopper and Blackwell (`WARPGROUP_GPUS`) run GEMMs as CUTLASS 3.x's persistent warp-specialized
-kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules", `KernelTmaWarpSpecializedPingpong`):
-  - 64-row tiles (64x128, 64x256): one warpgroup's wgmma is M = 64 (PTX ISA, `wgmma.mma_async`
+Hopper (`WARPGROUP_GPUS`) and Blackwell (with Hopper, `STREAM_K_GPUS`) run GEMMs as CUTLASS
+3.x's persistent warp-specialized kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules",
+`KernelTmaWarpSpecializedPingpong`):
+  - Hopper, 64-row tiles (64x128, 64x256): one warpgroup's wgmma is M = 64 (PTX ISA, `wgmma.mma_async`
     shapes m64nNk16), and the ping-pong schedule gives each of an SM's two consumer warpgroups
     its own output tile: two 64-row tiles are resident per SM, each at half the SM's rate
     (`resident` = 2). Per SM that is the rate of a 128-row tile, padded to 64 rows instead of
-    128 and quantized in waves of 2 x SMs tiles.
-  - stream-K (Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense
+    128 and quantized in waves of 2 x SMs tiles. Blackwell's tcgen05 MMA keeps its accumulator
+    in tensor memory, 128 lanes per SM; an M = 64 MMA fills half of them (PTX ISA, tcgen05
+    data-path layouts), so a 64-row tile runs at half the SM's rate with nothing beside it: no
+    faster than a 128-row tile. Blackwell keeps the three large tiles.
+  - Hopper and Blackwell, stream-K (Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense
     Matrix-Matrix Multiplication on the GPU", PPoPP; CUTLASS's sm90/sm100 stream-K tile
     scheduler, `tile_scheduler_params.h`): where the last wave is not full, the tiles of the
     last full wave and of the partial one are split along K evenly over the SMs instead of run
@@ -69,24 +73,13 @@ from shardwise.specs._checks import Number
 
 # Output-tile shapes (rows, columns, tiles resident per SM) and split-K factors tried (module
 # docstring): a project choice of cuBLAS-like candidates, since cuBLAS's own heuristics are not
-# published. Hopper and Blackwell add the ping-pong 64-row tiles, two resident per SM.
+# published. Hopper adds the ping-pong 64-row tiles, two resident per SM.
 TILES = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
 WARPGROUP_TILES = (*TILES, (64, 128, 2), (64, 256, 2))
-# GPUs whose tensor cores take warpgroup (wgmma, sm90) or tcgen05 (sm100) MMAs with M = 64 and
-# whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90/sm100 tile schedulers).
-WARPGROUP_GPUS = frozenset(
-    {
-        "h100-sxm5-80gb",
-        "h100-pcie-80gb",
-        "h100-meta",
-        "h800-sxm5-80gb",
-        "h200-sxm-141gb",
-        "b200-sxm-180gb",
-        "gb200",
-        "b300-sxm-270gb",
-        "gb300",
-    }
-)
+# GPUs whose tensor cores take warpgroup MMAs (wgmma, sm90) with M = 64 per warpgroup, and those
+# whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90 and sm100 tile schedulers).
+WARPGROUP_GPUS = frozenset({"h100-sxm5-80gb", "h100-pcie-80gb", "h100-meta", "h800-sxm5-80gb", "h200-sxm-141gb"})
+STREAM_K_GPUS = WARPGROUP_GPUS | {"b200-sxm-180gb", "gb200", "b300-sxm-270gb", "gb300"}
 # Stream-K: K depth of one k-iteration (CUTLASS sm90's 16-bit tile shapes are tm x tn x 64) and
 # the fewest k-iterations one stream-K unit takes (`min_iters_per_sk_unit_` = 8, CUTLASS
 # tile_scheduler_params.h). A range: 64-128 (128 for 8-bit operands, not told apart here).
@@ -196,10 +189,10 @@ def gemm_time_s(
     n_sm = np.where(sms > 0, sms, 1.0)
     f_sm = peak_flops_per_s * efficiency / n_sm
     bw_sm = bw / n_sm
-    warpgroup = gpu.name in WARPGROUP_GPUS
-    tiles = WARPGROUP_TILES if warpgroup else TILES
+    tiles = WARPGROUP_TILES if gpu.name in WARPGROUP_GPUS else TILES
     l2_capacity, l2_bw = l2_of(gpu)
-    sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if warpgroup else None
+    stream_k = gpu.name in STREAM_K_GPUS
+    sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if stream_k else None
     rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
     cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
     best = None
