@@ -53,9 +53,12 @@ Hopper (`WARPGROUP_GPUS`) and Blackwell (with Hopper, `STREAM_K_GPUS`) run GEMMs
     faster of the two is taken.
 Other GPUs keep the three large tiles and split-K (cuBLAS's Ampere kernel choice is not published).
 An earlier trial of 64-row tiles and stream-K (no fix-up, one resident tile) was not kept
-(leave-one-source-out 8.34% -> 8.36%). This version, after the refit (H100 scale 0.885 -> 0.870):
-leave-one-source-out 7.02% -> 7.06%, TensorRT-LLM serving (`validate inference`) 8.2% -> 9.4%
-(predicted faster), TP(k)/TP(k/2) serving ratios on NVLink 10.4% -> 8.2%.
+(leave-one-source-out 8.34% -> 8.36%). This version, after the refit (H100 scale 0.885 -> 0.870,
+GB300 0.98 -> 0.975): leave-one-source-out 7.02% -> 7.05% (leave Megatron-Core out: 10.2% ->
+11.1%, its H100 runs then unfitted and faster), TensorRT-LLM serving (`validate inference`) 8.2%
+-> 9.0% (predicted faster; its FP4 Blackwell rows 12.0% -> 13.3%), TP(k)/TP(k/2) serving ratios
+on NVLink 10.4% -> 8.2%; XLA's GEMM table (`tools/gemm_shapes.py`) H100 8.0% -> 8.0%, B200 5.1%
+-> 4.6% about their medians.
 
 A GPU with a measured GEMM table (`Gpu.gemm_table`, from `shardwise measure micro`) prices its
 16-bit GEMMs from the table instead (`table_time_s`): the rate of the nearest measured shape, the
