@@ -7,7 +7,7 @@ Z80 = 1.2815515655446004  # the normal quantile of 90%: an 80% two-sided interva
 
 # The uncalibrated model's spread: root mean square of ln(predicted / measured) over the dev runs
 # (bias included: an uncalibrated prediction's interval must cover it).
-UNCALIBRATED_LOG_SD = 0.063
+UNCALIBRATED_LOG_SD = 0.059
 
 # The dev rows also set each GPU's sustained matmul efficiency (`tools/fit_efficiency.py`), so
 # their spread leaves out how far that fitted value may be from the truth. A group's mean error
@@ -50,15 +50,15 @@ SERVING_LOG_SD = 0.104
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0516, 5, 1),
-    "fsdp": (0.1205, 10, 1),
-    "fsdp2": (0.0599, 2, 1),
+    "fsdp": (0.1200, 10, 1),
+    "fsdp2": (0.0649, 2, 1),
     "internevo": (0.1299, 54, 1),
-    "maxtext": (0.1070, 38, 3),
-    "megatron-core": (0.0717, 384, 3),
+    "maxtext": (0.1080, 38, 3),
+    "megatron-core": (0.0721, 384, 3),
     "megatron-deepspeed": (0.5932, 5, 2),
-    "nemo-automodel": (0.1108, 1, 1),
-    "paxml": (0.2089, 36, 2),
-    "torchtitan-compile": (0.1896, 12, 1),
+    "nemo-automodel": (0.1088, 1, 1),
+    "paxml": (0.2088, 36, 2),
+    "torchtitan-compile": (0.1902, 12, 1),
 }
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625

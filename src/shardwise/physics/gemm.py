@@ -24,16 +24,41 @@ are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly em
 sums are written and read back at the L2 bandwidth where all the splits' partials fit in L2
 (`L2`: the reduction reads what the GEMM just wrote, still resident), otherwise at HBM's. The
 fastest is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
-the output written once) bounds the result from below. A GPU without a known SM count falls back
-to the plain roofline at `matmul_efficiency`.
+the output written once) bounds each GEMM kernel from below; a kernel of its own before or after
+it (split-K's reduction, stream-K's workspace reset) runs on the same stream and cannot hide
+under its HBM stream, so it is added after the roof: T = max(T_gemm, roof) + T_other. A GPU
+without a known SM count falls back to the plain roofline at `matmul_efficiency`.
 
-Tried and not kept (issue 33): 64-row tiles (64x128, 128x64: one Hopper warpgroup's wgmma,
-M = 64) and stream-K balancing of the last wave on Hopper and Blackwell (Osama et al. 2023,
-the data-parallel + stream-K hybrid). On the public training runs their leave-one-source-out
-MAPE was 8.36% against 8.34% without them (leave one stack out: 13.06% against 12.85%), and on
-the TensorRT-LLM serving table 7.8% against 7.2% (predicted too fast, +1.6% against -1.5%);
-the round-1 A100 tables improved (Narayanan Table 1 12.1% -> 11.6%). Not kept, by the rule that
-a change must not make leave-one-source-out worse.
+Hopper (`WARPGROUP_GPUS`) and Blackwell (with Hopper, `STREAM_K_GPUS`) run GEMMs as CUTLASS
+3.x's persistent warp-specialized kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules",
+`KernelTmaWarpSpecializedPingpong`):
+  - Hopper, 64-row tiles (64x128, 64x256): one warpgroup's wgmma is M = 64 (PTX ISA, `wgmma.mma_async`
+    shapes m64nNk16), and the ping-pong schedule gives each of an SM's two consumer warpgroups
+    its own output tile: two 64-row tiles are resident per SM, each at half the SM's rate
+    (`resident` = 2). Per SM that is the rate of a 128-row tile, padded to 64 rows instead of
+    128 and quantized in waves of 2 x SMs tiles. Blackwell's tcgen05 MMA keeps its accumulator
+    in tensor memory, 128 lanes per SM; an M = 64 MMA fills half of them (PTX ISA, tcgen05
+    data-path layouts), so a 64-row tile runs at half the SM's rate with nothing beside it: no
+    faster than a 128-row tile. Blackwell keeps the three large tiles.
+  - Hopper and Blackwell, stream-K (Osama et al. 2023, "Stream-K: Work-centric Parallel Decomposition for Dense
+    Matrix-Matrix Multiplication on the GPU", PPoPP; CUTLASS's sm90/sm100 stream-K tile
+    scheduler, `tile_scheduler_params.h`): where the last wave is not full, the tiles of the
+    last full wave and of the partial one are split along K evenly over the SMs instead of run
+    whole (their data-parallel + stream-K hybrid), each unit doing at least `STREAM_K_MIN_ITERS`
+    k-iterations of `STREAM_K_TILE_K` (CUTLASS's `min_iters_per_sk_unit_`). Each unit that
+    shares a tile writes its fp32 partial tile to a workspace and the tile's owner reads it
+    back (the fix-up), at L2 bandwidth where the workspace fits in L2; the barrier flags are
+    zeroed before each run (CUTLASS's `zero_workspace`, a cudaMemsetAsync: one more launch).
+    CUTLASS's heuristic takes stream-K when the partial wave is under half full; here the
+    faster of the two is taken.
+Other GPUs keep the three large tiles and split-K (cuBLAS's Ampere kernel choice is not published).
+An earlier trial of 64-row tiles and stream-K (no fix-up, one resident tile) was not kept
+(leave-one-source-out 8.34% -> 8.36%). This version, after the refit (H100 scale 0.885 -> 0.870,
+GB300 0.98 -> 0.975): leave-one-source-out 7.02% -> 7.05% (leave Megatron-Core out: 10.2% ->
+11.1%, its H100 runs then unfitted and faster), TensorRT-LLM serving (`validate inference`) 8.2%
+-> 9.0% (predicted faster; its FP4 Blackwell rows 12.0% -> 13.3%), TP(k)/TP(k/2) serving ratios
+on NVLink 10.4% -> 8.2%; XLA's GEMM table (`tools/gemm_shapes.py`) H100 8.0% -> 8.0%, B200 5.1%
+-> 4.6% about their medians.
 
 A GPU with a measured GEMM table (`Gpu.gemm_table`, from `shardwise measure micro`) prices its
 16-bit GEMMs from the table instead (`table_time_s`): the rate of the nearest measured shape, the
@@ -49,9 +74,20 @@ import numpy as np
 from shardwise.specs import GemmTable, Gpu
 from shardwise.specs._checks import Number
 
-# Output-tile shapes and split-K factors tried (module docstring): a project choice of
-# cuBLAS-like candidates, since cuBLAS's own heuristics are not published.
-TILES = ((256, 128), (128, 256), (128, 128))
+# Output-tile shapes (rows, columns, tiles resident per SM) and split-K factors tried (module
+# docstring): a project choice of cuBLAS-like candidates, since cuBLAS's own heuristics are not
+# published. Hopper adds the ping-pong 64-row tiles, two resident per SM.
+TILES = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
+WARPGROUP_TILES = (*TILES, (64, 128, 2), (64, 256, 2))
+# GPUs whose tensor cores take warpgroup MMAs (wgmma, sm90) with M = 64 per warpgroup, and those
+# whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90 and sm100 tile schedulers).
+WARPGROUP_GPUS = frozenset({"h100-sxm5-80gb", "h100-pcie-80gb", "h100-meta", "h800-sxm5-80gb", "h200-sxm-141gb"})
+STREAM_K_GPUS = WARPGROUP_GPUS | {"b200-sxm-180gb", "gb200", "b300-sxm-270gb", "gb300"}
+# Stream-K: K depth of one k-iteration (CUTLASS sm90's 16-bit tile shapes are tm x tn x 64) and
+# the fewest k-iterations one stream-K unit takes (`min_iters_per_sk_unit_` = 8, CUTLASS
+# tile_scheduler_params.h). A range: 64-128 (128 for 8-bit operands, not told apart here).
+STREAM_K_TILE_K = 64.0
+STREAM_K_MIN_ITERS = 8.0
 SPLIT_K = (2.0, 4.0, 8.0, 16.0)
 # L2 per GPU preset: (capacity bytes, read bandwidth bytes/s). A100: 40 MB and 5120 bytes/clock at
 # its 1410 MHz boost (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020: L2 read bandwidth
@@ -68,6 +104,7 @@ L2 = {
     "a100-pcie-40gb": _A100_L2,
     "h100-sxm5-80gb": _GH100_L2,
     "h100-pcie-80gb": _GH100_L2,
+    "h100-meta": _GH100_L2,
     "h800-sxm5-80gb": _GH100_L2,
     "h200-sxm-141gb": _GH100_L2,
 }
@@ -82,21 +119,37 @@ SPLIT_K_WAVES = 4
 SPLIT_K_PROBE_TILE = 128.0
 
 
-def _tiled(
-    m: Number,
-    n: Number,
-    k: Number,
-    batch: Number,
-    out_bytes: Number,
+def _whole_tiles(
+    tiles: Number,
+    work: Number,
     n_sm: Number,
-    f_sm: Number,
-    bw_sm: Number,
-    tm: int,
-    tn: int,
+    resident: int,
+    area: int,
+    roof: Number,
+    sk: tuple[Number, tuple[float, Number, Number], Number] | None,
 ) -> Number:
-    """waves x (fill + main loop + epilogue) for one tile shape, no split-K."""
-    waves = np.ceil(np.ceil(m / tm) * np.ceil(n / tn) * batch / n_sm)
-    return waves * (TILE_FILL_S + 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm)
+    """Seconds of `tiles` output tiles of `area` elements, each `work` seconds at a whole SM's
+    rate (main loop and epilogue), `resident` per SM at 1/resident of its rate: whole waves
+    (waves x (fill + resident x work)), or with `sk` = (k-iterations per tile, (L2 capacity
+    bytes, L2 bytes/s, HBM bytes/s), setup seconds) the faster of that and the data-parallel +
+    stream-K hybrid (module docstring): whole waves but the last full one run as tiles, the rest
+    of the tiles' k-iterations spread evenly over the stream-K units, plus one fill, the fix-up
+    of the partial tiles, and the setup (the barrier workspace zeroed before each run: CUTLASS's
+    `zero_workspace`, a cudaMemsetAsync, priced as one more launch). Each kernel takes at least
+    the memory `roof`; the setup runs before the GEMM's kernel and adds to it."""
+    slots = n_sm * resident
+    t_tile = TILE_FILL_S + resident * work
+    whole = np.maximum(np.ceil(tiles / slots) * t_tile, roof)
+    if sk is None:
+        return whole
+    k_iters, fixup_bw, setup_s = sk
+    dp_waves = np.maximum(np.floor(tiles / slots) - 1.0, 0.0)
+    sk_tiles = tiles - dp_waves * slots
+    units = np.minimum(n_sm, np.maximum(np.floor(sk_tiles * k_iters / STREAM_K_MIN_ITERS), 1.0))
+    workspace = units * (area * SPLIT_K_PARTIAL_BYTES)  # at most one partial tile per unit
+    fixup = 2.0 * workspace / partial_sums_bw(workspace, *fixup_bw)
+    hybrid = np.maximum(dp_waves * t_tile + TILE_FILL_S + sk_tiles * work / units + fixup, roof)
+    return np.minimum(whole, hybrid + setup_s)
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -139,9 +192,16 @@ def gemm_time_s(
     n_sm = np.where(sms > 0, sms, 1.0)
     f_sm = peak_flops_per_s * efficiency / n_sm
     bw_sm = bw / n_sm
+    tiles = WARPGROUP_TILES if gpu.name in WARPGROUP_GPUS else TILES
+    l2_capacity, l2_bw = l2_of(gpu)
+    stream_k = gpu.name in STREAM_K_GPUS
+    sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if stream_k else None
+    rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
+    cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
     best = None
-    for tm, tn in TILES:
-        t = _tiled(m, n, k, batch, out_bytes, n_sm, f_sm, bw_sm, tm, tn)
+    for tm, tn, resident in tiles:
+        work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
+        t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, memory_roof, sk)
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
@@ -155,24 +215,28 @@ def gemm_time_s(
             return np.broadcast_to(np.asarray(x, dtype=float), shape).reshape(-1)[mask]
 
         sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
-        s_nsm, s_fsm, s_bw = pick(n_sm), pick(f_sm), pick(bw)
-        l2_capacity, l2_bw = l2_of(gpu)
+        s_nsm, s_fsm, s_bw, s_roof = pick(n_sm), pick(f_sm), pick(bw), pick(memory_roof)
         s_l2_bw = pick(l2_bw)
         partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
         sub = flat[mask]
-        for split in SPLIT_K:
-            # each split's partials written once and read once by the reduction
-            reduce_s = split * 2 * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
-            for tm, tn in TILES:
-                base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
-                main = 2.0 * tm * tn * sk_ / s_fsm
-                t = np.ceil(base_tiles * split / s_nsm) * (TILE_FILL_S + main / split) + reduce_s
-                sub = np.minimum(sub, t + final)
+        # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
+        reduce_s = [
+            split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
+            for split in SPLIT_K
+        ]
+        s_rows = {tm: np.ceil(sm_ / tm) for tm in rows}
+        s_cols = {tn: np.ceil(sn / tn) for tn in cols}
+        for tm, tn, resident in tiles:
+            base_tiles = s_rows[tm] * s_cols[tn] * sb
+            main = resident * 2.0 * tm * tn * sk_ / s_fsm
+            slots = s_nsm * resident
+            for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
+                t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
+                sub = np.minimum(sub, np.maximum(t, s_roof) + r_s + final)
         flat[mask] = sub
         best = flat.reshape(shape)
-    tiled = np.maximum(best, memory_roof)
-    return np.where(sms > 0, tiled, np.maximum(plain, memory_roof))
+    return np.where(sms > 0, best, np.maximum(plain, memory_roof))
 
 
 def table_time_s(
