@@ -20,6 +20,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from shardwise.analyses.plan_hybrid import experts_follow_groups, zero_shard_options
 from shardwise.analyses.plan_join import PlanJoin, per_pp_options
 
 # re-exported: the names the planner, the requests and the tests read here
@@ -219,7 +220,9 @@ def candidates_by_layout(
     the search's layouts (plans of one layout share it; numbered in order from 0). Two joins
     follow the layouts: (micro-batch, schedule and virtual stages), then (recompute, sequence
     parallelism, ZeRO stage, stage split, expert parallelism), each over the product of its
-    options in that order (the nested loops' order)."""
+    options in that order (the nested loops' order); each ZeRO stage comes with its shard groups
+    (`analyses.plan_hybrid`), the layers recomputed whole are the space's fixed count (or 0: the
+    planner searches them after memory, `analyses.plan_recompute`)."""
     rows = PlanJoin(_layouts(model, cluster, global_batch, space))
     layers = int(model.layers)
     distinct_pp = sorted_distinct(rows.layouts["pp"]).tolist()
@@ -279,6 +282,8 @@ def candidates_by_layout(
         zero_ok &= (pp[:, None] == 1) | (zs[None, :] <= 1)
     if space.zero_stage is not None:
         zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
+    # each ZeRO stage with its shard groups: full sharding, and a server's ranks (`analyses.plan_hybrid`)
+    zero_ok, shard = zero_shard_options(zero_ok, rows["node"], tp, cp, dp, space)
     # stage split: each model chunk holds whole layers; one model chunk a stage takes the stack's own split
     rule = stack_split_rule(space)
     _, split, split_exists = per_pp_options({p: split_options(model, p, space, rule) for p in distinct_pp}, 4)
@@ -297,16 +302,21 @@ def candidates_by_layout(
         ok = (ok[:, :, None] & mask[:, None, :]).reshape(rows.size, ok.shape[1] * mask.shape[1])
     # each option of the product as its (recompute, SP, ZeRO, split, EP) indices, the last fastest
     digits = np.indices([mask.shape[1] for mask in masks]).reshape(len(masks), -1)
+    if model.is_moe and shard.any():
+        ok &= experts_follow_groups(shard[:, digits[2]], eps[digits[4]][None, :], tp, cp, dp)
     split_of = digits[3]
 
     def stage_layers(field: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         return lambda r, o: split[code[r], split_of[o], field]
 
+    per_zero = shard.shape[1] // 4
     rows.add(
         ok,
         recompute=np.asarray(rc, dtype=np.int64)[digits[0]],
         sequence_parallel=digits[1],
-        zero_stage=digits[2],
+        zero_stage=digits[2] // per_zero,
+        shard_group=lambda r, o: shard[r, digits[2][o]],
+        recompute_layers=np.full(digits.shape[1], space.recompute_layers or 0, dtype=np.int64),
         first_stage_layers=stage_layers(0),
         last_stage_layers=stage_layers(1),
         ep=eps[digits[4]],

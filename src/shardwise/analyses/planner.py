@@ -40,6 +40,7 @@ from shardwise.analyses.plan_confirm import (  # noqa: F401
     confirmed_estimate,
     simulable,
 )
+from shardwise.analyses.plan_recompute import with_block_recompute
 from shardwise.analyses.plan_search import TIE_TOLERANCE, PlanSearch, cluster_for  # noqa: F401
 from shardwise.analyses.plan_search import columns_scenario as _scenario
 from shardwise.analyses.plan_space import (
@@ -69,25 +70,28 @@ def _fits(
     cols: dict[str, np.ndarray],
     layout: np.ndarray,
     capacity: float,
-) -> np.ndarray:
-    """Which plans fit in `capacity` bytes per GPU. The model state of a plan depends on its
-    layout, ZeRO stage and stage split alone, so its floor (`training_memory_floor_bytes`) is
-    priced once per such group; only plans above it get their whole memory priced (the others
-    cannot fit, whatever their activations)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which plans fit in `capacity` bytes per GPU, and which had their whole memory priced. The
+    model state of a plan depends on its layout, ZeRO stage, shard group and stage split alone, so
+    its floor (`training_memory_floor_bytes`) is priced once per such group; only plans above it
+    get their whole memory priced (the others cannot fit, whatever their activations)."""
     from shardwise.engines.distinct import group_rows
 
     splits = 2  # the automatic split, or Megatron's with the embedding and the loss as layers
-    key = (layout * 4 + cols["zero_stage"]) * splits + (cols["first_stage_layers"] > 0)
-    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * splits)
+    groups, shard = np.unique(cols["shard_group"], return_inverse=True)
+    key = ((layout * 4 + cols["zero_stage"]) * groups.size + shard) * splits + (cols["first_stage_layers"] > 0)
+    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * groups.size * splits)
     floor = training_memory_floor_bytes(
         _scenario(model, cluster, global_batch, space, {k: v[rows] for k, v in cols.items()})
     )
     maybe = np.flatnonzero((np.broadcast_to(floor, rows.shape) <= capacity * (1 + FLOOR_MARGIN))[group])
     fits = np.zeros(layout.size, dtype=bool)
+    priced = np.zeros(layout.size, dtype=bool)
+    priced[maybe] = True
     if maybe.size:
         memory = training_memory(_scenario(model, cluster, global_batch, space, {k: v[maybe] for k, v in cols.items()}))
         fits[maybe] = np.broadcast_to(np.asarray(memory.total_bytes), maybe.shape) <= capacity
-    return fits
+    return fits, priced
 
 
 def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace | None = None) -> PlanSearch:
@@ -105,7 +109,9 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     if not cols:
         raise SpecError(_why_empty(model, cluster, global_batch, space))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
-    fits = _fits(model, cluster, global_batch, space, cols, layout, capacity)
+    fits, priced = _fits(model, cluster, global_batch, space, cols, layout, capacity)
+    if space.features()[0]:  # the fewest layers recomputed whole that fit, beside each plan that does not
+        cols, fits = with_block_recompute(model, cluster, global_batch, space, cols, fits, priced & ~fits, capacity)
     fit = np.flatnonzero(fits)
     fitting = None
     if fit.size:
