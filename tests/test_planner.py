@@ -165,6 +165,7 @@ def test_constraints():
     capped = search(model, cluster, batch, SearchSpace(max_tp=2))
     assert capped.columns["tp"].max() == 2
     roomy = search(model, cluster, batch, SearchSpace(memory_headroom_bytes=20e9))
+
     # the same candidates (beside them, the fewest layers recomputed whole that fit, which depend on the memory)
     def candidates(r):
         return int(np.sum(r.columns["recompute_layers"] == 0))

@@ -32,12 +32,13 @@ def zero_shard_options(
     cp: np.ndarray,
     dp: np.ndarray,
     space: SearchSpace,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The (ZeRO stage, shard group) options of each row, the stage varying slowest: a (rows, 4 k)
-    mask of the valid ones and their (rows, 4 k) shard groups. ZeRO-0, or a single dp x cp rank,
-    shards nothing: its one option is 0. A group > 0 holds at least 2 ranks, fewer than dp x cp
-    (all of them is full sharding: 0), divides dp x cp, holds whole CP groups (torchtitan's
-    dp_shard x cp mesh); for a mixture of experts see `experts_follow_groups`."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The (ZeRO stage, shard group) options of each row, the stage varying slowest: a (rows,
+    options) mask of the valid ones, their (rows, options) shard groups and each option's stage.
+    ZeRO-0, or a single dp x cp rank, shards nothing: its one option is 0. A group > 0 holds at
+    least 2 ranks, fewer than dp x cp (all of them is full sharding: 0), divides dp x cp and holds
+    whole CP groups (torchtitan's dp_shard x cp mesh); for a mixture of experts see
+    `experts_follow_groups`."""
     _, hybrid = space.features()
     sizes = shard_sizes(node, tp, space)
     k = sizes.shape[1]
@@ -59,8 +60,14 @@ def zero_shard_options(
     )
     ok &= zero_ok[:, :, None]
     groups = np.where(sharded[:, :, None], value[:, None, :], 0)
+    # the (stage, slot) pairs that can hold at all: ZeRO-0 its first slot, a stage without hybrid
+    # sharding (searched) its first slot, full sharding
+    stages = hybrid if space.shard_group is None else zs[1:]
+    pairs = [(z, j) for z in range(ZERO_STAGES) for j in range(k) if j == 0 or (z > 0 and z in stages)]
+    index = np.array([z * k + j for z, j in pairs], dtype=np.int64)
     n = zero_ok.shape[0]
-    return ok.reshape(n, ZERO_STAGES * k), groups.reshape(n, ZERO_STAGES * k)
+    zero_of = np.array([z for z, _ in pairs], dtype=np.int64)
+    return ok.reshape(n, ZERO_STAGES * k)[:, index], groups.reshape(n, ZERO_STAGES * k)[:, index], zero_of
 
 
 def experts_follow_groups(

@@ -283,7 +283,7 @@ def candidates_by_layout(
     if space.zero_stage is not None:
         zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
     # each ZeRO stage with its shard groups: full sharding, and a server's ranks (`analyses.plan_hybrid`)
-    zero_ok, shard = zero_shard_options(zero_ok, rows["node"], tp, cp, dp, space)
+    zero_ok, shard, zero_of = zero_shard_options(zero_ok, rows["node"], tp, cp, dp, space)
     # stage split: each model chunk holds whole layers; one model chunk a stage takes the stack's own split
     rule = stack_split_rule(space)
     _, split, split_exists = per_pp_options({p: split_options(model, p, space, rule) for p in distinct_pp}, 4)
@@ -309,12 +309,11 @@ def candidates_by_layout(
     def stage_layers(field: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         return lambda r, o: split[code[r], split_of[o], field]
 
-    per_zero = shard.shape[1] // 4
     rows.add(
         ok,
         recompute=np.asarray(rc, dtype=np.int64)[digits[0]],
         sequence_parallel=digits[1],
-        zero_stage=digits[2] // per_zero,
+        zero_stage=zero_of[digits[2]],
         shard_group=lambda r, o: shard[r, digits[2][o]],
         recompute_layers=np.full(digits.shape[1], space.recompute_layers or 0, dtype=np.int64),
         first_stage_layers=stage_layers(0),

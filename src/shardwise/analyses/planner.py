@@ -71,7 +71,8 @@ def _fits(
     layout: np.ndarray,
     capacity: float,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Which plans fit in `capacity` bytes per GPU, and which had their whole memory priced. The
+    """Which plans fit in `capacity` bytes per GPU, and each plan's memory per GPU where it was
+    priced (nan for the plans whose model state alone does not fit). The
     model state of a plan depends on its layout, ZeRO stage, shard group and stage split alone, so
     its floor (`training_memory_floor_bytes`) is priced once per such group; only plans above it
     get their whole memory priced (the others cannot fit, whatever their activations)."""
@@ -86,12 +87,12 @@ def _fits(
     )
     maybe = np.flatnonzero((np.broadcast_to(floor, rows.shape) <= capacity * (1 + FLOOR_MARGIN))[group])
     fits = np.zeros(layout.size, dtype=bool)
-    priced = np.zeros(layout.size, dtype=bool)
-    priced[maybe] = True
+    total = np.full(layout.size, np.nan)
     if maybe.size:
         memory = training_memory(_scenario(model, cluster, global_batch, space, {k: v[maybe] for k, v in cols.items()}))
-        fits[maybe] = np.broadcast_to(np.asarray(memory.total_bytes), maybe.shape) <= capacity
-    return fits, priced
+        total[maybe] = np.broadcast_to(np.asarray(memory.total_bytes), maybe.shape)
+        fits[maybe] = total[maybe] <= capacity
+    return fits, total
 
 
 def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace | None = None) -> PlanSearch:
@@ -109,9 +110,9 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     if not cols:
         raise SpecError(_why_empty(model, cluster, global_batch, space))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
-    fits, priced = _fits(model, cluster, global_batch, space, cols, layout, capacity)
+    fits, memory = _fits(model, cluster, global_batch, space, cols, layout, capacity)
     if space.features()[0]:  # the fewest layers recomputed whole that fit, beside each plan that does not
-        cols, fits = with_block_recompute(model, cluster, global_batch, space, cols, fits, priced & ~fits, capacity)
+        cols, fits = with_block_recompute(model, cluster, global_batch, space, cols, fits, memory, capacity)
     fit = np.flatnonzero(fits)
     fitting = None
     if fit.size:
