@@ -161,3 +161,13 @@ def test_bad_values_in_the_requests_and_presets_are_refused():
         presets._stack_fields("mine", {"hybrid_shard": [4]})
     with pytest.raises(SpecError, match="block_recompute: 'yes' is not allowed"):
         presets._stack_fields("mine", {"block_recompute": "yes"})
+
+
+def test_the_fixed_values_go_through_the_command_line_and_back():
+    request = PlanRequest.from_argv(
+        "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 64 --recompute-layers 3 --shard-group 0,8"
+    )
+    assert request.recompute_layers == 3 and request.shard_group == (0, 8)
+    assert "--recompute-layers 3 --shard-group 0,8" in request.command()
+    assert PlanRequest.from_argv(request.to_argv()) == request
+    assert request.space(80e9).features() == (False, ())  # both fixed: nothing searched
