@@ -196,8 +196,9 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
     for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep", "cp"):
         mask &= cols[name] == int(np.asarray(getattr(plan, name)))
-    for name in ("recompute_layers", "shard_group"):  # searched where the stack does them (`SearchSpace.features`)
-        mask &= cols[name] == int(np.asarray(getattr(plan, name)))
+    mask &= cols["shard_group"] == int(np.asarray(plan.shard_group))
+    whole = int(np.asarray(plan.recompute_layers))  # a plan over the memory was searched as its fewest that fit
+    mask &= (cols["recompute_layers"] == whole) | (whole == 0)
     mask &= cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel)
     if mask.any():
         return None

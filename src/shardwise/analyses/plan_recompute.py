@@ -10,7 +10,8 @@ layer recomputed (the kept activations fall by a layer's activations less its in
 recomputed, `engines.training_memory`), checked with N - 1 (or N + 1), and bisected where the
 check fails. Each step prices the memory of every such plan at once: three steps where the line
 holds. The backward pass's rebuilt layer grows with N, so memory need not fall at every N: the
-search keeps a count that fits at its upper end, the smallest where memory falls with N.
+search keeps a count that fits at its upper end, the smallest where memory falls with N. The plan
+found takes the place of the plan that did not fit, so the plans evaluated are the candidates.
 """
 
 from __future__ import annotations
@@ -21,11 +22,13 @@ from shardwise.analyses.plan_search import columns_scenario
 from shardwise.analyses.search_space import SearchSpace
 from shardwise.engines.training import training_memory
 from shardwise.specs import Cluster, Model, Recompute
+from shardwise.specs.stages import stage_split
 
 
-def chunk_layers_max(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace, cols: dict) -> np.ndarray:
-    """The layers of each plan's fullest model chunk (its fullest stage over its virtual stages)."""
-    split = columns_scenario(model, cluster, global_batch, space, cols).split
+def chunk_layers_max(model: Model, cols: dict[str, np.ndarray]) -> np.ndarray:
+    """The layers of each plan's fullest model chunk (its fullest stage over its virtual stages;
+    the planner's plans give their split by first and last stage, `specs.stages.stage_split`)."""
+    split = stage_split(int(model.layers), cols["pp"], cols["first_stage_layers"], cols["last_stage_layers"])
     fullest = np.maximum(np.maximum(np.asarray(split.first), np.asarray(split.last)), np.asarray(split.middle_max))
     return np.ceil(np.broadcast_to(fullest, cols["vpp"].shape) / cols["vpp"]).astype(np.int64)
 
@@ -51,7 +54,7 @@ def smallest_fitting(
     The memory falls about linearly with the layers recomputed, so the count is read off the line
     through no layer and all but one, checked with one less (or one more), and bisected where
     that check fails (the line bent)."""
-    most = chunk_layers_max(model, cluster, global_batch, space, cols) - 1
+    most = chunk_layers_max(model, cols) - 1
     out = np.zeros(most.shape, dtype=np.int64)
     can = np.flatnonzero(most >= 1)
     if can.size == 0:
@@ -99,10 +102,12 @@ def with_block_recompute(
     memory_bytes: np.ndarray,
     capacity: float,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """`cols` and `fits` with, after them, each plan that recomputes nothing and is over the memory
-    (its `memory_bytes` priced: nan where its model state alone does not fit) again with the fewest
-    layers recomputed whole that fit (a dense model's: `rules.recompute_layers_rule`); full
-    recomputation must be allowed, as the stack's flag is full granularity."""
+    """`cols` and `fits` where each plan that recomputes nothing and is over the memory (its
+    `memory_bytes` priced: nan where its model state alone does not fit) becomes that plan with
+    the fewest layers recomputed whole that fit, where some do (a dense model's:
+    `rules.recompute_layers_rule`; in its place, so ties rank as before and the plans evaluated
+    are the candidates); full recomputation must be allowed, as the stack's flag is full
+    granularity."""
     if model.is_moe or (space.recompute is not None and "full" not in space.recompute):
         return cols, fits
     over = ~fits & np.isfinite(memory_bytes)
@@ -114,7 +119,8 @@ def with_block_recompute(
     base, n = base[n > 0], n[n > 0]
     if base.size == 0:
         return cols, fits
-    added = {k: v[base] for k, v in cols.items()}
-    added["recompute_layers"] = n
-    out = {k: np.concatenate([v, added[k]]) for k, v in cols.items()}
-    return out, np.concatenate([fits, np.ones(base.size, dtype=bool)])
+    layers = cols["recompute_layers"].copy()
+    layers[base] = n
+    fitting = fits.copy()
+    fitting[base] = True
+    return {**cols, "recompute_layers": layers}, fitting
