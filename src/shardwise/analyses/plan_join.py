@@ -25,6 +25,18 @@ def per_pp_options(table: dict[int, list[tuple[int, ...]]], fields: int) -> tupl
     return keys, values, ok
 
 
+def shifted_twins(r: np.ndarray, o: np.ndarray, width: int, shift: int, applies: np.ndarray) -> np.ndarray:
+    """For each new row of a step (row r, option o of `width`, in `np.nonzero`'s order) whose
+    option `applies`, the index among the new rows of (r, o + shift): the same plan with one
+    option changed; -1 where that plan is not one of them."""
+    linear = r * width + o  # ascending
+    want = linear + shift
+    at = np.minimum(np.searchsorted(linear, want), max(linear.size - 1, 0))
+    found = applies[o] & (linear.size > 0)
+    found &= linear[at] == want
+    return np.where(found, at, -1)
+
+
 class PlanJoin:
     """Plans built one dimension at a time from a table of layouts: each step keeps every row
     once per option where a (rows x options) mask holds, rows in order and each row's options in

@@ -21,7 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from shardwise.analyses.plan_hybrid import experts_follow_groups, zero_shard_options
-from shardwise.analyses.plan_join import PlanJoin, per_pp_options
+from shardwise.analyses.plan_join import PlanJoin, per_pp_options, shifted_twins
 
 # re-exported: the names the planner, the requests and the tests read here
 from shardwise.analyses.search_space import (  # noqa: F401
@@ -216,7 +216,17 @@ def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchS
 def candidates_by_layout(
     model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """`candidates` and, for each plan, the index of its (GPU count, tp, pp, cp, dp) layout among
+    """`candidates_with_twins` without the twins."""
+    cols, layout, _ = candidates_with_twins(model, cluster, global_batch, space)
+    return cols, layout
+
+
+def candidates_with_twins(
+    model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
+) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
+    """`candidates`, each plan's full-recomputation twin (the index of the same plan with
+    recompute full for a plan that recomputes nothing, else -1; None where the space has not
+    both) and, for each plan, the index of its (GPU count, tp, pp, cp, dp) layout among
     the search's layouts (plans of one layout share it; numbered in order from 0). Two joins
     follow the layouts: (micro-batch, schedule and virtual stages), then (recompute, sequence
     parallelism, ZeRO stage, stage split, expert parallelism), each over the product of its
@@ -309,6 +319,13 @@ def candidates_by_layout(
     def stage_layers(field: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         return lambda r, o: split[code[r], split_of[o], field]
 
+    twin: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {}
+    none, full = int(Recompute.NONE), int(Recompute.FULL)
+    if none in rc and full in rc:  # recompute is the product's slowest option
+        width, per_rc = ok.shape[1], ok.shape[1] // len(rc)
+        shift, applies = (rc.index(full) - rc.index(none)) * per_rc, digits[0] == rc.index(none)
+        twin["full_twin"] = lambda r, o: shifted_twins(r, o, width, shift, applies)
+
     rows.add(
         ok,
         recompute=np.asarray(rc, dtype=np.int64)[digits[0]],
@@ -319,11 +336,12 @@ def candidates_by_layout(
         first_stage_layers=stage_layers(0),
         last_stage_layers=stage_layers(1),
         ep=eps[digits[4]],
+        **twin,
     )
     if rows.size == 0:
-        return {}, np.zeros(0, dtype=np.int64)
+        return {}, np.zeros(0, dtype=np.int64), None
     cols = rows.columns(COLUMNS)
-    return {name: cols[name] for name in COLUMNS}, rows.layout
+    return {name: cols[name] for name in COLUMNS}, rows.layout, cols.get("full_twin")
 
 
 def expert_tp(model: Model) -> int:

@@ -48,7 +48,8 @@ from shardwise.analyses.plan_space import (
     OBJECTIVES,
     SearchSpace,
     candidates,
-    candidates_by_layout,
+    candidates_by_layout,  # noqa: F401  (re-exported)
+    candidates_with_twins,
 )
 from shardwise.engines.training import estimate_training_step, training_memory, training_memory_floor_bytes
 from shardwise.errors import SpecError
@@ -106,13 +107,13 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     positive_int("global_batch", global_batch)  # before its divisors are listed
     space = space or SearchSpace()
     start = time.perf_counter()
-    cols, layout = candidates_by_layout(model, cluster, global_batch, space)
+    cols, layout, twin = candidates_with_twins(model, cluster, global_batch, space)
     if not cols:
         raise SpecError(_why_empty(model, cluster, global_batch, space))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
     fits, memory = _fits(model, cluster, global_batch, space, cols, layout, capacity)
     if space.features()[0]:  # the fewest layers recomputed whole that fit, beside each plan that does not
-        cols, fits = with_block_recompute(model, cluster, global_batch, space, cols, fits, memory, capacity)
+        cols, fits = with_block_recompute(model, cluster, global_batch, space, cols, fits, memory, capacity, twin)
     fit = np.flatnonzero(fits)
     fitting = None
     if fit.size:
