@@ -157,6 +157,8 @@ def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchS
         hints.append(f"tp > {g} needs --tp-across-nodes")
     if space.micro_batch is not None:
         hints.append("the micro-batch must divide the batch per replica")
-    if any(getattr(space, k) is not None for k in ("tp", "pp", "dp", "vpp", "schedule", "zero_stage")):
+    if space.shard_group is not None:
+        hints.append("a shard group (--shard-group) must divide dp x cp, hold whole CP groups and be at least 2")
+    if any(getattr(space, k) is not None for k in ("tp", "pp", "dp", "vpp", "schedule", "zero_stage", "shard_group")):
         hints.append("and the fixed values given must allow a layout")
     return f"plan: no valid layout of {model.name} on {n} GPUs with global batch {global_batch}: " + "; ".join(hints)
