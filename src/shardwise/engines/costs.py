@@ -5,6 +5,7 @@ communication (forward and backward), with the TP communication hidden behind co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -386,7 +387,9 @@ def whole_layer_extra(scn: Scenario) -> StageCost:
     return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))
 
 
-def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], split: StageSplit) -> Stages | None:
+def recomputed_stages(
+    scn: Scenario, split: StageSplit, price: Callable[[Scenario], StageCost] | None = None
+) -> Stages | None:
     """What the layers recomputed whole (`Plan.recompute_layers`, `specs.stages.recomputed_split`)
     add to each stage's micro-batch (None where no plan has them). Their count reads vpp, which
     the per-micro-batch stage costs do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step
@@ -394,11 +397,9 @@ def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], s
     plan = scn.plan
     if not any_true(as_array(plan.recompute_layers) > 0):
         return None
-    from shardwise.engines.distinct import evaluate_grouped
-    from shardwise.engines.training_stages import PER_MICRO_BATCH_IGNORES
-
-    # a layer's extra reads what the per-micro-batch stage costs read: priced once per such group
-    extra = evaluate_grouped(whole_layer_extra, scn, PER_MICRO_BATCH_IGNORES)
+    # `price`: `whole_layer_extra`, or the step's way of pricing it once per group of plans that
+    # share their per-micro-batch costs (`engines.training_layout`)
+    extra = (price or whole_layer_extra)(scn)
     nil = StageCost(0.0, 0.0, 0.0, 0.0)
     return stages(recomputed_split(split, plan.vpp, plan.recompute_layers), extra, nil, nil)  # type: ignore[arg-type]
 
