@@ -42,32 +42,32 @@ def zero_shard_options(
     _, hybrid = space.features()
     sizes = shard_sizes(node, tp, space)
     k = sizes.shape[1]
-    ranks = (dp * cp)[:, None]
+    ranks = dp * cp
     if space.shard_group is None:  # the first slot is full sharding, the second a server's ranks
         full = np.broadcast_to(np.arange(k)[None, :] == 0, sizes.shape)
     else:  # a fixed size equal to every rank is full sharding (unless 0 is given too)
-        full = (sizes == 0) | ((sizes == ranks) & (0 not in space.shard_group))
+        full = (sizes == 0) | ((sizes == ranks[:, None]) & (0 not in space.shard_group))
     value = np.where(full, 0, sizes)
-    group_ok = (value >= 2) & (value < ranks) & (ranks % np.maximum(value, 1) == 0) & (value % cp[:, None] == 0)
-    zs = np.arange(ZERO_STAGES)
-    sharded = (zs[None, :] > 0) & (ranks > 1)  # (rows, 4): the stage shards something
-    first = np.arange(k)[None, None, :] == 0
-    allowed = np.isin(zs, hybrid if space.shard_group is None else zs[1:])[None, :, None]
-    ok = np.where(
-        sharded[:, :, None],
-        np.where(value[:, None, :] > 0, group_ok[:, None, :] & allowed, full[:, None, :]),
-        first,  # nothing sharded: the first slot stands for 0
+    # (ZeRO stage, slot) pairs, the stage slowest: ZeRO-0 its first slot (nothing sharded: 0), each
+    # other stage its first slot and, where it shards hybrid (or the sizes are fixed), the others;
+    # a stage > 0 needs dp > 1 (`zero_ok`), so dp x cp > 1 wherever it holds
+    stages = hybrid if space.shard_group is None else (1, 2, 3)
+    oks, groups, zero_of = [zero_ok[:, 0]], [np.zeros(ranks.size, dtype=np.int64)], [0]
+    for j in range(k):
+        v = value[:, j]
+        group_ok = (v >= 2) & (v < ranks) & (ranks % np.maximum(v, 1) == 0) & (v % cp == 0)
+        slot_ok = np.where(v > 0, group_ok, full[:, j])
+        for z in range(1, ZERO_STAGES):
+            if j == 0 or z in stages:
+                oks.append(zero_ok[:, z] & slot_ok)
+                groups.append(v)
+                zero_of.append(z)
+    order = np.argsort(np.array(zero_of), kind="stable")  # the stage slowest, its slots in order
+    return (
+        np.column_stack([oks[i] for i in order]),
+        np.column_stack([groups[i] for i in order]),
+        np.array(zero_of, dtype=np.int64)[order],
     )
-    ok &= zero_ok[:, :, None]
-    groups = np.where(sharded[:, :, None], value[:, None, :], 0)
-    # the (stage, slot) pairs that can hold at all: ZeRO-0 its first slot, a stage without hybrid
-    # sharding (searched) its first slot, full sharding
-    stages = hybrid if space.shard_group is None else zs[1:]
-    pairs = [(z, j) for z in range(ZERO_STAGES) for j in range(k) if j == 0 or (z > 0 and z in stages)]
-    index = np.array([z * k + j for z, j in pairs], dtype=np.int64)
-    n = zero_ok.shape[0]
-    zero_of = np.array([z for z, _ in pairs], dtype=np.int64)
-    return ok.reshape(n, ZERO_STAGES * k)[:, index], groups.reshape(n, ZERO_STAGES * k)[:, index], zero_of
 
 
 def experts_follow_groups(

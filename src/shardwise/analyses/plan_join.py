@@ -25,16 +25,13 @@ def per_pp_options(table: dict[int, list[tuple[int, ...]]], fields: int) -> tupl
     return keys, values, ok
 
 
-def shifted_twins(r: np.ndarray, o: np.ndarray, width: int, shift: int, applies: np.ndarray) -> np.ndarray:
-    """For each new row of a step (row r, option o of `width`, in `np.nonzero`'s order) whose
-    option `applies`, the index among the new rows of (r, o + shift): the same plan with one
-    option changed; -1 where that plan is not one of them."""
-    linear = r * width + o  # ascending
-    want = linear + shift
+def shifted_twins(linear: np.ndarray, rows: np.ndarray, shift: int) -> np.ndarray:
+    """For `rows` of a step's new rows, whose keys `linear` (row x width + option, ascending in
+    `np.nonzero`'s order) are given for all of them, the index of the new row whose option is
+    `shift` further: the same plan with one option changed; -1 where that plan is not one of them."""
+    want = linear[rows] + shift
     at = np.minimum(np.searchsorted(linear, want), max(linear.size - 1, 0))
-    found = applies[o] & (linear.size > 0)
-    found &= linear[at] == want
-    return np.where(found, at, -1)
+    return np.where((linear.size > 0) & (linear[at] == want), at, -1)
 
 
 class PlanJoin:

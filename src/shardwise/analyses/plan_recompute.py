@@ -16,6 +16,8 @@ found takes the place of the plan that did not fit, so the plans evaluated are t
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from shardwise.analyses.plan_search import columns_scenario
@@ -101,22 +103,22 @@ def with_block_recompute(
     fits: np.ndarray,
     memory_bytes: np.ndarray,
     capacity: float,
-    full_twin: np.ndarray | None = None,
+    full_twin: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """`cols` and `fits` where each plan that recomputes nothing and is over the memory (its
     `memory_bytes` priced: nan where its model state alone does not fit) becomes that plan with
     the fewest layers recomputed whole that fit, where some do (a dense model's:
     `rules.recompute_layers_rule`; in its place, so ties rank as before and the plans evaluated
     are the candidates); full recomputation must be allowed, as the stack's flag is full
-    granularity. With `full_twin` (each plan's same plan under full recomputation, -1: none), only
-    the plans whose twin fits are tried: recomputing all but one layer of a chunk keeps more than
+    granularity. With `full_twin` (plans' indices -> their same plans under full recomputation,
+    -1: none), only the plans whose twin fits are tried: recomputing all but one layer of a chunk keeps more than
     recomputing every one."""
     if model.is_moe or (space.recompute is not None and "full" not in space.recompute):
         return cols, fits
     over = ~fits & np.isfinite(memory_bytes)
     base = np.flatnonzero(over & (cols["recompute"] == int(Recompute.NONE)) & (cols["recompute_layers"] == 0))
     if full_twin is not None:
-        twin = full_twin[base]
+        twin = full_twin(base)
         base = base[(twin >= 0) & fits[np.maximum(twin, 0)]]
     if base.size == 0:
         return cols, fits

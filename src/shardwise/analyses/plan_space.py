@@ -223,16 +223,16 @@ def candidates_by_layout(
 
 def candidates_with_twins(
     model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
-) -> tuple[dict[str, np.ndarray], np.ndarray, np.ndarray | None]:
-    """`candidates`, each plan's full-recomputation twin (the index of the same plan with
-    recompute full for a plan that recomputes nothing, else -1; None where the space has not
-    both) and, for each plan, the index of its (GPU count, tp, pp, cp, dp) layout among
+) -> tuple[dict[str, np.ndarray], np.ndarray, Callable[[np.ndarray], np.ndarray] | None]:
+    """`candidates`, for each plan the index of its (GPU count, tp, pp, cp, dp) layout among
     the search's layouts (plans of one layout share it; numbered in order from 0). Two joins
     follow the layouts: (micro-batch, schedule and virtual stages), then (recompute, sequence
     parallelism, ZeRO stage, stage split, expert parallelism), each over the product of its
     options in that order (the nested loops' order); each ZeRO stage comes with its shard groups
     (`analyses.plan_hybrid`), the layers recomputed whole are the space's fixed count (or 0: the
-    planner searches them after memory, `analyses.plan_recompute`)."""
+    planner searches them after memory, `analyses.plan_recompute`), and the full-recomputation
+    twins of plans that recompute nothing (a function of their indices: the index of the same plan
+    with recompute full, -1 where it is not one of the plans; None where the space has not both)."""
     rows = PlanJoin(_layouts(model, cluster, global_batch, space))
     layers = int(model.layers)
     distinct_pp = sorted_distinct(rows.layouts["pp"]).tolist()
@@ -321,10 +321,10 @@ def candidates_with_twins(
 
     twin: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {}
     none, full = int(Recompute.NONE), int(Recompute.FULL)
-    if none in rc and full in rc:  # recompute is the product's slowest option
-        width, per_rc = ok.shape[1], ok.shape[1] // len(rc)
-        shift, applies = (rc.index(full) - rc.index(none)) * per_rc, digits[0] == rc.index(none)
-        twin["full_twin"] = lambda r, o: shifted_twins(r, o, width, shift, applies)
+    width = ok.shape[1]
+    shift = (rc.index(full) - rc.index(none)) * (width // len(rc)) if none in rc and full in rc else 0
+    if shift:  # recompute is the product's slowest option: each plan's key, to find its twin by
+        twin["twin_key"] = lambda r, o: r * width + o
 
     rows.add(
         ok,
@@ -341,7 +341,9 @@ def candidates_with_twins(
     if rows.size == 0:
         return {}, np.zeros(0, dtype=np.int64), None
     cols = rows.columns(COLUMNS)
-    return {name: cols[name] for name in COLUMNS}, rows.layout, cols.get("full_twin")
+    keys = cols.get("twin_key")
+    full_twin = None if keys is None else lambda rows: shifted_twins(keys, rows, shift)
+    return {name: cols[name] for name in COLUMNS}, rows.layout, full_twin
 
 
 def expert_tp(model: Model) -> int:

@@ -80,9 +80,11 @@ def _fits(
     from shardwise.engines.distinct import group_rows
 
     splits = 2  # the automatic split, or Megatron's with the embedding and the loss as layers
-    groups, shard = np.unique(cols["shard_group"], return_inverse=True)
-    key = ((layout * 4 + cols["zero_stage"]) * groups.size + shard) * splits + (cols["first_stage_layers"] > 0)
-    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * groups.size * splits)
+    # the shard group as a code: searched, 0 or the layout's server-sized group; fixed, one of its sizes
+    sizes = np.array(sorted({0, *(space.shard_group or (1,))}), dtype=np.int64)
+    shard = np.searchsorted(sizes, cols["shard_group"]) if space.shard_group is not None else cols["shard_group"] > 0
+    key = ((layout * 4 + cols["zero_stage"]) * sizes.size + shard) * splits + (cols["first_stage_layers"] > 0)
+    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * sizes.size * splits)
     floor = training_memory_floor_bytes(
         _scenario(model, cluster, global_batch, space, {k: v[rows] for k, v in cols.items()})
     )
