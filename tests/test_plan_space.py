@@ -54,7 +54,31 @@ def _ep_values(model, ranks, space):
     return [e for e in eps if space.ep is None or e in space.ep]
 
 
-def _block(model, global_batch, gpus, tp, pp, space, cp):
+def _zero_shards(zero, server_ranks, ranks, cp, space):
+    """(ZeRO stage, shard group) pairs, in order: full sharding (0), then a server's dp x cp ranks
+    where the stack runs hybrid sharding at that stage (or the fixed sizes)."""
+    hybrid = presets.framework_plan_search(space.execution.get("framework") or "megatron-core")[1]
+    if space.hybrid_zero is not None:
+        hybrid = space.hybrid_zero
+
+    def group(g):
+        return 2 <= g < ranks and ranks % g == 0 and g % cp == 0
+
+    out = []
+    for z in zero:
+        if z == 0 or ranks == 1:
+            out.append((z, 0))
+        elif space.shard_group is None:
+            out += [(z, 0)] + ([(z, server_ranks)] if z in hybrid and group(server_ranks) else [])
+        else:
+            for g in space.shard_group:
+                v = 0 if g == 0 or (g == ranks and 0 not in space.shard_group) else g
+                if v == 0 or group(v):
+                    out.append((z, v))
+    return out
+
+
+def _block(model, cluster, global_batch, gpus, tp, pp, space, cp):
     """Every valid plan with these (gpus, tp, pp, cp): the planner's loop form before the join."""
     dp = gpus // (tp * pp * cp)
     if not rules.fills_gpus(gpus, tp, pp, dp, cp) or (space.dp is not None and dp not in space.dp):
@@ -104,9 +128,13 @@ def _block(model, global_batch, gpus, tp, pp, space, cp):
     if not (len(mbs) and sched and rc and sp and zero and eps):
         return None
     splits = stage_splits(model.layers, pp) if space.uneven_stages else [(0, 0, model.layers // pp)]
+    pairs = _zero_shards(zero, min(int(cluster.gpus_per_node), gpus) // tp, dp * cp, cp, space)
     grid = np.array(
-        list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, zero, range(len(splits)), eps)), dtype=np.int64
+        list(itertools.product(mbs.tolist(), range(len(sched)), rc, sp, range(len(pairs)), range(len(splits)), eps)),
+        dtype=np.int64,
     )
+    zero_of = np.array([z for z, _ in pairs], dtype=np.int64)[grid[:, 4]]
+    shard = np.array([g for _, g in pairs], dtype=np.int64)[grid[:, 4]]
     mb, si = grid[:, 0], grid[:, 1]
     s_code = np.array([s for s, _ in sched])[si]
     v = np.array([v for _, v in sched])[si]
@@ -118,11 +146,16 @@ def _block(model, global_batch, gpus, tp, pp, space, cp):
     chunks_whole = (v == 1) | ((unit > 0) & whole)
     interleave_multiple = rules.batch_rules(global_batch, dp, mb, pp, s_code == int(Schedule.INTERLEAVED))[1]
     ok = interleave_multiple.ok & chunks_whole
+    if model.is_moe:  # the expert-data-parallel ranks split into as many replicas as the dense ones
+        replicas = dp * cp // np.maximum(shard, 1)
+        ok &= (shard == 0) | ((tp * cp * dp // grid[:, 6]) % replicas == 0)
     n = int(ok.sum())
     if n == 0:
         return None
     const = np.array([[gpus, tp, pp, dp]] * n, dtype=np.int64)
-    chosen = (v, mb, s_code, grid[:, 2], grid[:, 3], grid[:, 4], first, last, grid[:, 6], np.full(len(ok), cp))
+    layers_whole = np.full(len(ok), space.recompute_layers or 0)
+    chosen = (v, mb, s_code, grid[:, 2], grid[:, 3], zero_of, first, last, grid[:, 6], np.full(len(ok), cp))
+    chosen = (*chosen, layers_whole, shard)
     return np.hstack([const, np.column_stack([c[ok] for c in chosen])])
 
 
@@ -135,7 +168,7 @@ def loop_candidates(model, cluster, global_batch, space):
                 if gpus % (tp * pp):
                     continue
                 for cp in _cp_values(model, gpus // (tp * pp), space):
-                    b = _block(model, global_batch, gpus, tp, pp, space, cp)
+                    b = _block(model, cluster, global_batch, gpus, tp, pp, space, cp)
                     if b is not None:
                         blocks.append(b)
     if not blocks:
@@ -158,6 +191,11 @@ CASES = [
     ("llama3-8b", "dgx-h100", 4, 64, {"cp": (1, 2, 4)}),
     ("mixtral-8x7b", "dgx-h100", 4, 256, {}),
     ("mixtral-8x7b", "dgx-h100", 4, 256, {"ep": (2, 8), "sequence_parallel": (False, True)}),
+    ("mixtral-8x7b", "dgx-h100", 8, 256, {"execution": {"framework": "torchtitan"}, "max_tp": 2}),
+    ("llama3-70b", "dgx-h100", 8, 256, {"execution": {"framework": "torchtitan"}, "cp": (1, 2)}),
+    ("llama3-8b", "dgx-h100", 4, 64, {"shard_group": (8, 16), "recompute_layers": 2}),
+    ("llama3-8b", "dgx-h100", 4, 64, {"shard_group": (0, 32), "hybrid_zero": (3,)}),
+    ("llama3-8b", "dgx-h100", 4, 64, {"execution": {"framework": "megatron-lm-2022"}}),
 ]
 
 

@@ -165,6 +165,7 @@ def test_constraints():
     capped = search(model, cluster, batch, SearchSpace(max_tp=2))
     assert capped.columns["tp"].max() == 2
     roomy = search(model, cluster, batch, SearchSpace(memory_headroom_bytes=20e9))
+
     assert roomy.evaluated == within.evaluated and roomy.dropped_for_memory > within.dropped_for_memory
     mem = np.asarray(roomy.estimate.memory.total_bytes)
     assert mem[roomy.fits].max() <= float(cluster.gpu.memory_bytes) - 20e9

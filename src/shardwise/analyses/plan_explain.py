@@ -95,9 +95,11 @@ def _seconds(s: float) -> str:
     return format_seconds(s)
 
 
-def _variants(plan: Plan, layers: int, context_parallel: bool = False) -> list[tuple[str, dict[str, object]]]:
+def _variants(
+    plan: Plan, layers: int, context_parallel: bool = False, server_ranks: int = 0
+) -> list[tuple[str, dict[str, object]]]:
     """One or two choices of `plan` changed at a time (GPU count kept); cp only where the search
-    has it (`context_parallel`)."""
+    has it (`context_parallel`); a hybrid shard group of `server_ranks` (a server's dp x cp ranks)."""
     tp, pp, dp, mb, v = (int(np.asarray(x)) for x in (plan.tp, plan.pp, plan.dp, plan.micro_batch, plan.vpp))
     sched, rc, sp, z = (
         Schedule(int(plan.schedule)),
@@ -129,7 +131,11 @@ def _variants(plan: Plan, layers: int, context_parallel: bool = False) -> list[t
                 out.append((f"interleaved, v={vv}", {"schedule": Schedule.INTERLEAVED, "vpp": vv}))
     for r in Recompute:
         if r != rc and not (r == Recompute.SELECTIVE and bool(plan.flash_attention)):
-            out.append((f"recompute {r.label}", {"recompute": r}))
+            out.append((f"recompute {r.label}", {"recompute": r, "recompute_layers": 0}))
+    whole = int(np.asarray(plan.recompute_layers))
+    if whole > 0 and rc != Recompute.FULL:  # a layer more or less of each chunk recomputed whole
+        out += [(f"recompute the first {n} layers whole" if n else "no layer recomputed whole", {"recompute_layers": n})
+                for n in (whole - 1, whole + 1)]  # fmt: skip
     if tp > 1:
         out.append((f"sequence parallel {'off' if sp else 'on'}", {"sequence_parallel": not sp}))
     ep, cp = int(np.asarray(plan.ep)), int(np.asarray(plan.cp))
@@ -137,10 +143,15 @@ def _variants(plan: Plan, layers: int, context_parallel: bool = False) -> list[t
     if context_parallel:
         out += [(f"cp={cp * 2}, dp={dp // 2}", {"cp": cp * 2, "dp": dp // 2})] if dp % 2 == 0 else []
         out += [(f"cp={cp // 2}, dp={dp * 2}", {"cp": cp // 2, "dp": dp * 2})] if cp > 1 else []
+    group = int(np.asarray(plan.shard_group))
     if dp > 1:
         for zz in (z - 1, z + 1):
             if 0 <= zz <= 3:
-                out.append((f"ZeRO-{zz}", {"zero_stage": zz}))
+                out.append((f"ZeRO-{zz}", {"zero_stage": zz, **({"shard_group": 0} if zz == 0 else {})}))
+    if group > 0:
+        out.append(("sharded over every data-parallel rank", {"shard_group": 0}))
+    elif z >= 1 and 2 <= server_ranks < dp * cp:
+        out.append((f"hybrid sharding over {server_ranks} ranks (a server's)", {"shard_group": server_ranks}))
     seen, unique = set(), []
     for label, change in out:
         if label not in seen:
@@ -185,6 +196,9 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
     for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep", "cp"):
         mask &= cols[name] == int(np.asarray(getattr(plan, name)))
+    mask &= cols["shard_group"] == int(np.asarray(plan.shard_group))
+    whole = int(np.asarray(plan.recompute_layers))  # a plan over the memory was searched as its fewest that fit
+    mask &= (cols["recompute_layers"] == whole) | (whole == 0)
     mask &= cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel)
     if mask.any():
         return None
@@ -200,6 +214,13 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
     if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
         return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
+    blocks, hybrid = sp.features()
+    if int(np.asarray(plan.shard_group)) > 0 and sp.shard_group is None and z not in hybrid:
+        return f"the framework does not shard hybrid at ZeRO-{z}"
+    if int(np.asarray(plan.recompute_layers)) > 0 and not blocks and sp.recompute_layers is None:
+        return "the framework does not recompute some layers whole"
+    if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
+        return "the search takes the fewest layers recomputed whole that fit"
     return "outside your fixed values"
 
 
@@ -228,7 +249,10 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
     base_score = _score(search, best)
     gpus = int(np.asarray(scn.plan.num_gpus))
     searched_cp = bool(np.any(search.columns["cp"] > 1)) or search.space.cp is not None
-    variants = [(label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers, searched_cp)]
+    server_ranks = int(np.asarray(scn.cluster.gpus_per_node)) // int(np.asarray(scn.plan.tp))
+    variants = [
+        (label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers, searched_cp, server_ranks)
+    ]
     rule = stack_split_rule(search.space)
     out = []
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):

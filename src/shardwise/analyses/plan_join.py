@@ -25,6 +25,15 @@ def per_pp_options(table: dict[int, list[tuple[int, ...]]], fields: int) -> tupl
     return keys, values, ok
 
 
+def shifted_twins(linear: np.ndarray, rows: np.ndarray, shift: int) -> np.ndarray:
+    """For `rows` of a step's new rows, whose keys `linear` (row x width + option, ascending in
+    `np.nonzero`'s order) are given for all of them, the index of the new row whose option is
+    `shift` further: the same plan with one option changed; -1 where that plan is not one of them."""
+    want = linear[rows] + shift
+    at = np.minimum(np.searchsorted(linear, want), max(linear.size - 1, 0))
+    return np.where((linear.size > 0) & (linear[at] == want), at, -1)
+
+
 class PlanJoin:
     """Plans built one dimension at a time from a table of layouts: each step keeps every row
     once per option where a (rows x options) mask holds, rows in order and each row's options in

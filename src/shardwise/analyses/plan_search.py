@@ -112,7 +112,7 @@ class PlanSearch:
 
     def plan(self, i: int) -> Plan:
         c = {k: v[i].item() for k, v in self.columns.items()}
-        execution = dict(self.space.execution)
+        execution = searched_out(self.space.execution)
         if c["recompute"] != Recompute.SELECTIVE:  # Megatron-Core's modules are selective recomputation's
             execution.pop("recompute_modules", None)
         return Plan(
@@ -130,6 +130,8 @@ class PlanSearch:
             last_stage_layers=c["last_stage_layers"],
             ep=c["ep"],
             cp=c["cp"],
+            recompute_layers=c["recompute_layers"],
+            shard_group=c["shard_group"],
             etp=expert_tp(self.model),
             precision=self.space.precision,
             **execution,
@@ -230,8 +232,15 @@ def columns_scenario(
         last_stage_layers=cols["last_stage_layers"],
         ep=cols["ep"],
         cp=cols["cp"],
+        recompute_layers=cols["recompute_layers"],
+        shard_group=cols["shard_group"],
         etp=expert_tp(model),
         precision=space.precision,
-        **space.execution,
+        **searched_out(space.execution),
     )
     return Scenario(model, cluster_for(cluster, cols["gpus"]), plan)
+
+
+def searched_out(execution: dict[str, object]) -> dict[str, object]:
+    """The execution flags without the fields each plan's columns carry."""
+    return {k: v for k, v in execution.items() if k not in ("recompute_layers", "shard_group")}

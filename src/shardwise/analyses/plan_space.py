@@ -20,7 +20,8 @@ from functools import lru_cache
 
 import numpy as np
 
-from shardwise.analyses.plan_join import PlanJoin, per_pp_options
+from shardwise.analyses.plan_hybrid import experts_follow_groups, zero_shard_options
+from shardwise.analyses.plan_join import PlanJoin, per_pp_options, shifted_twins
 
 # re-exported: the names the planner, the requests and the tests read here
 from shardwise.analyses.search_space import (  # noqa: F401
@@ -217,11 +218,23 @@ def candidates(model: Model, cluster: Cluster, global_batch: int, space: SearchS
 def candidates_by_layout(
     model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 ) -> tuple[dict[str, np.ndarray], np.ndarray]:
-    """`candidates` and, for each plan, the index of its (GPU count, tp, pp, cp, dp) layout among
+    """`candidates_with_twins` without the twins."""
+    cols, layout, _ = candidates_with_twins(model, cluster, global_batch, space)
+    return cols, layout
+
+
+def candidates_with_twins(
+    model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
+) -> tuple[dict[str, np.ndarray], np.ndarray, Callable[[np.ndarray], np.ndarray] | None]:
+    """`candidates`, for each plan the index of its (GPU count, tp, pp, cp, dp) layout among
     the search's layouts (plans of one layout share it; numbered in order from 0). Two joins
     follow the layouts: (micro-batch, schedule and virtual stages), then (recompute, sequence
     parallelism, ZeRO stage, stage split, expert parallelism), each over the product of its
-    options in that order (the nested loops' order)."""
+    options in that order (the nested loops' order); each ZeRO stage comes with its shard groups
+    (`analyses.plan_hybrid`), the layers recomputed whole are the space's fixed count (or 0: the
+    planner searches them after memory, `analyses.plan_recompute`), and the full-recomputation
+    twins of plans that recompute nothing (a function of their indices: the index of the same plan
+    with recompute full, -1 where it is not one of the plans; None where the space has not both)."""
     rows = PlanJoin(_layouts(model, cluster, global_batch, space))
     layers = int(model.layers)
     distinct_pp = sorted_distinct(rows.layouts["pp"]).tolist()
@@ -283,6 +296,8 @@ def candidates_by_layout(
         zero_ok &= (pp[:, None] == 1) | (zs[None, :] <= 1)
     if space.zero_stage is not None:
         zero_ok &= (dp[:, None] == 1) | np.isin(zs, space.zero_stage)[None, :]
+    # each ZeRO stage with its shard groups: full sharding, and a server's ranks (`analyses.plan_hybrid`)
+    zero_ok, shard, zero_of = zero_shard_options(zero_ok, rows["node"], tp, cp, dp, space)
     # stage split: each model chunk holds whole layers; one model chunk a stage takes the stack's own split
     rule = stack_split_rule(space)
     _, split, split_exists = per_pp_options({p: split_options(model, p, space, rule) for p in distinct_pp}, 4)
@@ -301,24 +316,38 @@ def candidates_by_layout(
         ok = (ok[:, :, None] & mask[:, None, :]).reshape(rows.size, ok.shape[1] * mask.shape[1])
     # each option of the product as its (recompute, SP, ZeRO, split, EP) indices, the last fastest
     digits = np.indices([mask.shape[1] for mask in masks]).reshape(len(masks), -1)
+    if model.is_moe and shard.any():
+        ok &= experts_follow_groups(shard[:, digits[2]], eps[digits[4]][None, :], tp, cp, dp)
     split_of = digits[3]
 
     def stage_layers(field: int) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         return lambda r, o: split[code[r], split_of[o], field]
 
+    twin: dict[str, Callable[[np.ndarray, np.ndarray], np.ndarray]] = {}
+    none, full = int(Recompute.NONE), int(Recompute.FULL)
+    width = ok.shape[1]
+    shift = (rc.index(full) - rc.index(none)) * (width // len(rc)) if none in rc and full in rc else 0
+    if shift:  # recompute is the product's slowest option: each plan's key, to find its twin by
+        twin["twin_key"] = lambda r, o: r * width + o
+
     rows.add(
         ok,
         recompute=np.asarray(rc, dtype=np.int64)[digits[0]],
         sequence_parallel=digits[1],
-        zero_stage=digits[2],
+        zero_stage=zero_of[digits[2]],
+        shard_group=lambda r, o: shard[r, digits[2][o]],
+        recompute_layers=np.full(digits.shape[1], space.recompute_layers or 0, dtype=np.int64),
         first_stage_layers=stage_layers(0),
         last_stage_layers=stage_layers(1),
         ep=eps[digits[4]],
+        **twin,
     )
     if rows.size == 0:
-        return {}, np.zeros(0, dtype=np.int64)
+        return {}, np.zeros(0, dtype=np.int64), None
     cols = rows.columns(COLUMNS)
-    return {name: cols[name] for name in COLUMNS}, rows.layout
+    keys = cols.get("twin_key")
+    full_twin = None if keys is None else lambda rows: shifted_twins(keys, rows, shift)
+    return {name: cols[name] for name in COLUMNS}, rows.layout, full_twin
 
 
 def expert_tp(model: Model) -> int:

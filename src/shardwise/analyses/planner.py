@@ -40,6 +40,7 @@ from shardwise.analyses.plan_confirm import (  # noqa: F401
     confirmed_estimate,
     simulable,
 )
+from shardwise.analyses.plan_recompute import with_block_recompute
 from shardwise.analyses.plan_search import TIE_TOLERANCE, PlanSearch, cluster_for  # noqa: F401
 from shardwise.analyses.plan_search import columns_scenario as _scenario
 from shardwise.analyses.plan_space import (
@@ -47,7 +48,8 @@ from shardwise.analyses.plan_space import (
     OBJECTIVES,
     SearchSpace,
     candidates,
-    candidates_by_layout,
+    candidates_by_layout,  # noqa: F401  (re-exported)
+    candidates_with_twins,
 )
 from shardwise.engines.training import estimate_training_step, training_memory, training_memory_floor_bytes
 from shardwise.errors import SpecError
@@ -69,25 +71,31 @@ def _fits(
     cols: dict[str, np.ndarray],
     layout: np.ndarray,
     capacity: float,
-) -> np.ndarray:
-    """Which plans fit in `capacity` bytes per GPU. The model state of a plan depends on its
-    layout, ZeRO stage and stage split alone, so its floor (`training_memory_floor_bytes`) is
-    priced once per such group; only plans above it get their whole memory priced (the others
-    cannot fit, whatever their activations)."""
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which plans fit in `capacity` bytes per GPU, and each plan's memory per GPU where it was
+    priced (nan for the plans whose model state alone does not fit). The
+    model state of a plan depends on its layout, ZeRO stage, shard group and stage split alone, so
+    its floor (`training_memory_floor_bytes`) is priced once per such group; only plans above it
+    get their whole memory priced (the others cannot fit, whatever their activations)."""
     from shardwise.engines.distinct import group_rows
 
     splits = 2  # the automatic split, or Megatron's with the embedding and the loss as layers
-    key = (layout * 4 + cols["zero_stage"]) * splits + (cols["first_stage_layers"] > 0)
-    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * splits)
+    # the shard group as a code: searched, 0 or the layout's server-sized group; fixed, one of its sizes
+    sizes = np.array(sorted({0, *(space.shard_group or (1,))}), dtype=np.int64)
+    shard = np.searchsorted(sizes, cols["shard_group"]) if space.shard_group is not None else cols["shard_group"] > 0
+    key = ((layout * 4 + cols["zero_stage"]) * sizes.size + shard) * splits + (cols["first_stage_layers"] > 0)
+    rows, group = group_rows(key, (int(layout.max()) + 1) * 4 * sizes.size * splits)
     floor = training_memory_floor_bytes(
         _scenario(model, cluster, global_batch, space, {k: v[rows] for k, v in cols.items()})
     )
     maybe = np.flatnonzero((np.broadcast_to(floor, rows.shape) <= capacity * (1 + FLOOR_MARGIN))[group])
     fits = np.zeros(layout.size, dtype=bool)
+    total = np.full(layout.size, np.nan)
     if maybe.size:
         memory = training_memory(_scenario(model, cluster, global_batch, space, {k: v[maybe] for k, v in cols.items()}))
-        fits[maybe] = np.broadcast_to(np.asarray(memory.total_bytes), maybe.shape) <= capacity
-    return fits
+        total[maybe] = np.broadcast_to(np.asarray(memory.total_bytes), maybe.shape)
+        fits[maybe] = total[maybe] <= capacity
+    return fits, total
 
 
 def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace | None = None) -> PlanSearch:
@@ -101,11 +109,13 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     positive_int("global_batch", global_batch)  # before its divisors are listed
     space = space or SearchSpace()
     start = time.perf_counter()
-    cols, layout = candidates_by_layout(model, cluster, global_batch, space)
+    cols, layout, twin = candidates_with_twins(model, cluster, global_batch, space)
     if not cols:
         raise SpecError(_why_empty(model, cluster, global_batch, space))
     capacity = float(cluster.gpu.memory_bytes) - space.memory_headroom_bytes
-    fits = _fits(model, cluster, global_batch, space, cols, layout, capacity)
+    fits, memory = _fits(model, cluster, global_batch, space, cols, layout, capacity)
+    if space.features()[0]:  # the fewest layers recomputed whole that fit, beside each plan that does not
+        cols, fits = with_block_recompute(model, cluster, global_batch, space, cols, fits, memory, capacity, twin)
     fit = np.flatnonzero(fits)
     fitting = None
     if fit.size:
@@ -149,6 +159,8 @@ def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchS
         hints.append(f"tp > {g} needs --tp-across-nodes")
     if space.micro_batch is not None:
         hints.append("the micro-batch must divide the batch per replica")
-    if any(getattr(space, k) is not None for k in ("tp", "pp", "dp", "vpp", "schedule", "zero_stage")):
+    if space.shard_group is not None:
+        hints.append("a shard group (--shard-group) must divide dp x cp, hold whole CP groups and be at least 2")
+    if any(getattr(space, k) is not None for k in ("tp", "pp", "dp", "vpp", "schedule", "zero_stage", "shard_group")):
         hints.append("and the fixed values given must allow a layout")
     return f"plan: no valid layout of {model.name} on {n} GPUs with global batch {global_batch}: " + "; ".join(hints)

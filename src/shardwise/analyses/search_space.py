@@ -1,7 +1,9 @@
 """What the planner may choose (`SearchSpace`: a tuple fixes a dimension, None searches it all; the
 objective, the memory headroom, the execution flags of the runs planned) and the columns every
 candidate plan is given in (`COLUMNS`; schedules and recomputation as codes, `SCHEDULE_NAMES` and
-`RECOMPUTE_NAMES` their names).
+`RECOMPUTE_NAMES` their names). What the stack of the runs can do beyond the layout (recompute the
+first layers of each chunk whole, shard over a group and replicate across) is its framework
+preset's (`search_features`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ COLUMNS = (
     "last_stage_layers",
     "ep",
     "cp",
+    "recompute_layers",
+    "shard_group",
 )
 SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
@@ -48,6 +52,14 @@ class SearchSpace:
     zero_stage: tuple[int, ...] | None = None
     ep: tuple[int, ...] | None = None
     cp: tuple[int, ...] | None = None
+    # layers of each model chunk recomputed whole (`Plan.recompute_layers`): None searches, where the
+    # stack does it (`search_features`), the smallest count that fits for each plan; a number fixes it
+    recompute_layers: int | None = None
+    # hybrid sharding's group (`Plan.shard_group`; 0: every dp x cp rank): None searches full sharding
+    # and, where the stack does it at the plan's ZeRO stage, one server's ranks; a tuple fixes the sizes
+    shard_group: tuple[int, ...] | None = None
+    # the ZeRO stages at which hybrid sharding is searched (None: the stack's `hybrid_shard`)
+    hybrid_zero: tuple[int, ...] | None = None
     max_tp: int | None = None
     tp_within_node: bool = True
     max_micro_batch: int = 16  # unless micro_batch is fixed
@@ -77,3 +89,29 @@ class SearchSpace:
         for v in self.zero_stage or ():
             if v not in (0, 1, 2, 3):
                 raise SpecError(f"plan: zero stage {v} is not allowed; choose 0, 1, 2 or 3")
+        for v in self.hybrid_zero or ():
+            if v not in (1, 2, 3):
+                raise SpecError(f"plan: hybrid sharding at ZeRO stage {v} is not allowed; choose 1, 2 or 3")
+        if self.recompute_layers is not None and (isinstance(self.recompute_layers, bool) or self.recompute_layers < 0):
+            raise SpecError(
+                f"plan: recompute_layers {self.recompute_layers!r} is not allowed; give a whole number >= 0 "
+                "(0: none), or leave it out to search"
+            )
+        for v in self.shard_group or ():
+            if isinstance(v, bool) or v < 0:
+                raise SpecError(f"plan: shard_group {v!r} is not allowed; give whole numbers >= 0 (0: every dp rank)")
+
+    def features(self) -> tuple[bool, tuple[int, ...]]:
+        """(whether the smallest count of layers recomputed whole that fits is searched, the ZeRO
+        stages at which a server-sized shard group is searched): the stack's preset's
+        (`presets.framework_plan_search`), narrowed by what is fixed."""
+        return search_features(self)
+
+
+def search_features(space: SearchSpace) -> tuple[bool, tuple[int, ...]]:
+    from shardwise import presets
+
+    blocks, hybrid = presets.framework_plan_search(str(space.execution.get("framework") or "megatron-core"))
+    if space.hybrid_zero is not None:
+        hybrid = space.hybrid_zero
+    return blocks and space.recompute_layers is None, hybrid if space.shard_group is None else ()

@@ -334,8 +334,10 @@ def label(search: PlanSearch, i: int) -> str:
     gpus = f"{c['gpus']} GPUs: " if search.space.objective != "time" else ""
     sched = SCHEDULE_NAMES[int(c["schedule"])] + (f" v={c['vpp']}" if c["vpp"] > 1 else "")
     sched = f", {sched}" if c["pp"] > 1 else ""
+    whole = f" + {c['recompute_layers']} layers whole" if c.get("recompute_layers", 0) else ""
+    shard = f" over {c['shard_group']} ranks" if c.get("shard_group", 0) else ""
     return (
         f"{gpus}tp={c['tp']} pp={c['pp']} dp={c['dp']}{extra}, micro-batch {c['micro_batch']}{sched}, recompute "
-        f"{RECOMPUTE_NAMES[int(c['recompute'])]}, SP {'on' if c['sequence_parallel'] else 'off'}, "
-        f"ZeRO-{c['zero_stage']}"
+        f"{RECOMPUTE_NAMES[int(c['recompute'])]}{whole}, SP {'on' if c['sequence_parallel'] else 'off'}, "
+        f"ZeRO-{c['zero_stage']}{shard}"
     )

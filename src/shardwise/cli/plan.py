@@ -21,7 +21,6 @@ from shardwise.cli.options import (
     offload_optimizer_option,
     packed_document_len_option,
     pipeline_flushes_option,
-    recompute_layers_option,
     recompute_modules_option,
 )
 
@@ -96,7 +95,21 @@ search_options = _stack(
     lora_rank_option,
     lora_targets_option,
     packed_document_len_option,
-    recompute_layers_option,
+    click.option(
+        "--recompute-layers",
+        type=click.IntRange(0, 100_000),
+        help="Recompute the first N layers of every pipeline stage (model chunk) whole, the others as --recompute "
+        "says (Megatron-LM --recompute-method block); 0 = none [default: searched where the framework does it: "
+        "the fewest that fit, for each plan that does not fit recomputing nothing].",
+    ),
+    click.option(
+        "--shard-group",
+        callback=_ints,
+        metavar="N[,N...]",
+        help="Hybrid sharding (HSDP, FSDP HYBRID_SHARD, Megatron's distributed-optimizer instances): ZeRO shards over "
+        "groups of N data-parallel ranks, replicated across them; 0 = every rank [default: 0, and one server's "
+        "ranks where the framework does it at that ZeRO stage].",
+    ),
     offload_activations_option,
     offload_optimizer_option,
     recompute_modules_option,
@@ -253,17 +266,6 @@ def plan(
         click.echo(text(outcome.launch))
 
 
-def _label(row: dict[str, Any]) -> str:
-    sched = row["schedule"] + (f" v={row['vpp']}" if row["vpp"] > 1 else "")
-    split = f", layers per stage {row['stage_layers']}" if row.get("stage_layers") else ""
-    ep = f" ep={row['ep']}" if row.get("ep", 1) > 1 else ""
-    ep += f" cp={row['cp']}" if row.get("cp", 1) > 1 else ""
-    return (
-        f"tp={row['tp']} pp={row['pp']} dp={row['dp']}{ep}, micro-batch {row['micro_batch']}, {sched}, recompute "
-        f"{row['recompute']}, SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{split}"
-    )
-
-
 def _print(
     result: Any, rows: list[dict[str, Any]], why: list[Any], csv_path: str | None, figure: Any, basis: str
 ) -> None:
@@ -273,7 +275,7 @@ def _print(
     from rich.table import Table
 
     from shardwise.analyses.plan_explain import PARTS, describe
-    from shardwise.cli.render import console
+    from shardwise.cli.render import console, plan_label, recompute_cell
     from shardwise.units import format_seconds, format_seconds_range
 
     out = console()
@@ -300,7 +302,7 @@ def _print(
         )
         + (
             f"; the first {whole} layer(s) of each stage (model chunk) recomputed whole unless recompute is full"
-            if (whole := result.space.execution.get("recompute_layers"))
+            if (whole := result.space.recompute_layers)
             else ""
         )
     )
@@ -312,6 +314,7 @@ def _print(
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     many = result.space.objective != "time"  # plans may use fewer GPUs
     with_cp = any(r["cp"] > 1 for r in rows)
+    hybrid = any(r["shard_group"] > 0 for r in rows)
     cols = [
         *(["GPUs"] if many else []),
         "tp",
@@ -324,6 +327,7 @@ def _print(
         "recompute",
         "SP",
         "ZeRO",
+        *(["shard\ngroup"] if hybrid else []),
         "step",
         "80%\nrange",
         "tok/s\n/GPU",
@@ -347,9 +351,10 @@ def _print(
             *([str(r["cp"])] if with_cp else []),
             str(r["micro_batch"]),
             sched,
-            r["recompute"],
+            recompute_cell(r),
             "on" if r["sequence_parallel"] else "off",
             str(r["zero_stage"]),
+            *([str(r["shard_group"] or ("all" if r["zero_stage"] else "-"))] if hybrid else []),
             format_seconds(r["step_time_s"]),
             format_seconds_range(r["step_time_s_low"], r["step_time_s_high"]),
             f"{r['tokens_per_s_per_gpu']:,.0f}",
@@ -368,7 +373,7 @@ def _print(
     parts = ", ".join(
         f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items() if v / r["step_time_s"] >= 0.005
     )
-    out.print(f"best: {_label(r)}")
+    out.print(f"best: {plan_label(r)}")
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")
     out.print("why: each neighbour of the best plan (one choice changed) and what it pays")
     wrap = textwrap.TextWrapper(width=max(out.width, 60) - 1, initial_indent="  - ", subsequent_indent="    ")

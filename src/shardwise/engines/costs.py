@@ -5,6 +5,7 @@ communication (forward and backward), with the TP communication hidden behind co
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, NamedTuple
 
@@ -377,7 +378,24 @@ def recomputed_layer_extra(
     return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))
 
 
-def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], split: StageSplit) -> Stages | None:
+def whole_layer_extra(scn: Scenario) -> StageCost:
+    """`recomputed_layer_extra` for every configuration of `scn` (the whole scenario, placed as
+    the step places it), whether or not it recomputes layers whole."""
+    from shardwise.physics.topology import placement
+
+    fabric = Fabric.of(scn.cluster)
+    place = placement(scn.plan, scn.cluster.gpus_per_node, experts=scn.model.is_moe)
+    local = micro_batch_view(scn)  # as the layers it recomputes are priced
+    comm, cp_step = tp_comm(local, fabric, place["tp"]), cp_step_s(scn, fabric, place)
+    plan = local.plan
+    base, _ = layer_cost(local, comm, kv_len=scn.model.seq_len, cp=plan.cp, cp_step=cp_step)
+    whole, _ = layer_cost(local, comm, kv_len=scn.model.seq_len, cp=plan.cp, cp_step=cp_step, recompute=Recompute.FULL)
+    return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))
+
+
+def recomputed_stages(
+    scn: Scenario, split: StageSplit, price: Callable[[Scenario], StageCost] | None = None
+) -> Stages | None:
     """What the layers recomputed whole (`Plan.recompute_layers`, `specs.stages.recomputed_split`)
     add to each stage's micro-batch (None where no plan has them). Their count reads vpp, which
     the per-micro-batch stage costs do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step
@@ -385,10 +403,9 @@ def recomputed_stages(scn: Scenario, fabric: Fabric, place: dict[str, Number], s
     plan = scn.plan
     if not any_true(as_array(plan.recompute_layers) > 0):
         return None
-    local = micro_batch_view(scn)  # as the layers it recomputes are priced
-    extra = recomputed_layer_extra(
-        local, tp_comm(local, fabric, place["tp"]), scn.model.seq_len, cp_step_s(scn, fabric, place)
-    )
+    # `price`: `whole_layer_extra`, or the step's way of pricing it once per group of plans that
+    # share their per-micro-batch costs (`engines.training_layout`)
+    extra = (price or whole_layer_extra)(scn)
     nil = StageCost(0.0, 0.0, 0.0, 0.0)
     return stages(recomputed_split(split, plan.vpp, plan.recompute_layers), extra, nil, nil)  # type: ignore[arg-type]
 

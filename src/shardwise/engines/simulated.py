@@ -77,7 +77,8 @@ def stage_times(scn: Scenario) -> StageTimes:
         layer, emb, head, sends, extra = _layer_parts(scn, local, fabric, comm, cp_step)
     else:  # kept under what the closed form's stage costs read (`training_stages.stage_key`): plans that differ
         # in dp, the schedule, vpp, ZeRO or the global batch share them (the planner re-times several)
-        parts = _PARTS.get_or_compute(stage_key(scn), lambda: _dense_parts(scn, fabric, place))
+        whole = bool(np.any(np.asarray(scn.plan.recompute_layers) > 0))  # the parts' extra is None without
+        parts = _PARTS.get_or_compute((*stage_key(scn), whole), lambda: _dense_parts(scn, fabric, place))
         layer, emb, head, sends, extra = parts
     split = plan_split(model.layers, plan)
     counts = stage_layer_list(split, p)

@@ -17,7 +17,15 @@ from typing import ClassVar
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
-from shardwise.engines.costs import StageCost, Stages, add_costs, recomputed_stages, sharding_copies, stages
+from shardwise.engines.costs import (
+    StageCost,
+    Stages,
+    add_costs,
+    recomputed_stages,
+    sharding_copies,
+    stages,
+    whole_layer_extra,
+)
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
     StagePrices,
@@ -149,7 +157,8 @@ def _layout_terms(scn: Scenario) -> Layout:
     if extra is not None:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, extra, strict=True))
-    whole = recomputed_stages(scn, fabric, place, split)  # layers recomputed whole: they read vpp too
+    # layers recomputed whole: their count reads vpp too; what one adds, the per-micro-batch fields
+    whole = recomputed_stages(scn, split, lambda s: evaluate_grouped(whole_layer_extra, s, PER_MICRO_BATCH_IGNORES))
     if whole is not None:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, whole, strict=True))

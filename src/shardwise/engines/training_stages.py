@@ -57,6 +57,7 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "schedule",
         "zero_stage",
         "shard_group",
+        "recompute_layers",  # what layers recomputed whole add is priced apart (`costs.recomputed_stages`)
         "global_batch",
         "overlap_p2p",
         "pipeline_sync",

@@ -98,7 +98,8 @@ def _plans_table(top: list[dict[str, Any]]) -> html.Table:
             p["vpp"],
             p["micro_batch"],
             p["schedule"],
-            p["recompute"],
+            # the first N layers of each stage recomputed whole (`plan`'s searched block recomputation)
+            f"{n} layers whole" if (n := p.get("recompute_layers", 0)) and p["recompute"] == "none" else p["recompute"],
             f"{p['step_time_s']:.4g}",
             f"{p['tokens_per_s_per_gpu']:.4g}",
             f"{p['mfu']:.1%}",

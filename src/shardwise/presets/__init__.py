@@ -272,6 +272,14 @@ def framework_pipeline_split(name: str) -> str:
     return str(_checked_framework(name).get("pipeline_split", "even"))
 
 
+def framework_plan_search(name: str) -> tuple[bool, tuple[int, ...]]:
+    """What `plan` searches on the framework beyond the layout: whether it recomputes the first N
+    layers of each model chunk whole (`block_recompute`), and the ZeRO stages it runs with hybrid
+    sharding (`hybrid_shard`); (False, ()) where the preset says nothing."""
+    data = _checked_framework(name)
+    return bool(data.get("block_recompute", False)), tuple(int(z) for z in data.get("hybrid_shard", []))
+
+
 def framework_accumulate_bytes(name: str, precision: str) -> float | None:
     """Bytes per weight per micro-batch that the framework's unfused gradient accumulation moves
     when training in `precision` (`physics.microbatch`): its `unfused_accumulate_bytes_fp16` in
@@ -306,7 +314,12 @@ STACK_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "block_recompute",
+    "hybrid_shard",
 )
+# what `plan` searches on the stack beyond the layout (request-layer defaults, not Plan fields:
+# `framework_plan_search`)
+PLAN_SEARCH_FIELDS = ("block_recompute", "hybrid_shard")
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
 PIPELINE_SPLITS = ("even", "compute", "deepspeed")
@@ -316,7 +329,7 @@ PIPELINE_SPLITS = ("even", "compute", "deepspeed")
 STACK_PLAN_FIELDS = tuple(
     "host_kernel_s" if key == "host_kernel" else key
     for key in STACK_FIELDS
-    if key not in ("flash_attention", "unfused_accumulate_bytes_fp16", "pipeline_split")
+    if key not in ("flash_attention", "unfused_accumulate_bytes_fp16", "pipeline_split", *PLAN_SEARCH_FIELDS)
 )
 
 
@@ -352,6 +365,14 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         raise SpecError(
             f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
         )
+    # not Plan fields either: the planner reads them through `framework_plan_search`
+    if "block_recompute" in data and not isinstance(data["block_recompute"], bool):
+        raise SpecError(
+            f"framework {key!r}: block_recompute: {data['block_recompute']!r} is not allowed; give true or false"
+        )
+    stages = data.get("hybrid_shard", [])
+    if not isinstance(stages, list) or any(isinstance(z, bool) or z not in (1, 2, 3) for z in stages):
+        raise SpecError(f"framework {key!r}: hybrid_shard: {stages!r} is not allowed; give a list of ZeRO stages 1-3")
     # bytes per weight per micro-batch; `_fp16`: when training in fp16, where that differs
     for field in ("unfused_accumulate_bytes", "unfused_accumulate_bytes_fp16"):
         if field in data:

@@ -18,8 +18,13 @@ from shardwise.units import format_capacity
 LAYOUT_FIELDS = (
     *("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "schedule", "recompute"),
     *("sequence_parallel", "zero", "first_stage_layers", "last_stage_layers", "stage_layers"),
-    *("nodes", "num_gpus", "global_batch"),
+    *("recompute_layers", "shard_group", "nodes", "num_gpus", "global_batch"),
 )
+# what each --emit target runs of the searched features: (the first N layers of each chunk recomputed
+# whole, the ZeRO stages it emits with hybrid sharding): Megatron-LM's block recomputation and its
+# distributed optimizer's instances (ZeRO-1), torchtitan's HSDP mesh (its FSDP2 is ZeRO-3; its
+# activation checkpointing takes every layer or every N-th, not the first N), DeepSpeed's MiCS (ZeRO-3)
+EMIT_FEATURES = {"megatron": (True, (1,)), "torchtitan": (False, (1, 2, 3)), "deepspeed": (False, (3,))}
 
 
 def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
@@ -60,6 +65,8 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
         zero=int(c["zero_stage"]),
         first_stage_layers=int(c["first_stage_layers"]) or None,
         last_stage_layers=int(c["last_stage_layers"]) or None,
+        recompute_layers=int(c["recompute_layers"]),
+        shard_group=int(c["shard_group"]),
     )
     simulated = search.simulated is not None and bool(search.simulated[i])
     return PredictRequest(request, "simulate" if simulated else "analytic")
@@ -87,9 +94,9 @@ def _ints(name: str, value: Any) -> tuple[int, ...] | None:
         out = tuple(int(str(v).strip()) for v in items)
     except ValueError:
         raise SpecError(f"{flag}: {value!r}: give whole numbers separated by commas, e.g. 4,8") from None
-    low, high = (0, 3) if name == "zero" else (1, MAX_WHOLE)
+    low, high = (0, 3) if name == "zero" else (0, MAX_WHOLE) if name == "shard_group" else (1, MAX_WHOLE)
     if not out or any(v < low or v > high for v in out):
-        allowed = "0, 1, 2 or 3" if name == "zero" else f"whole numbers from 1 to {MAX_WHOLE:,}"
+        allowed = "0, 1, 2 or 3" if name == "zero" else f"whole numbers from {low} to {MAX_WHOLE:,}"
         raise SpecError(f"{flag}: {value!r}: values must be {allowed}")
     return out
 
@@ -126,6 +133,8 @@ class PlanRequest:
     zero: tuple[int, ...] | None = None
     schedule: tuple[str, ...] | None = None
     recompute: tuple[str, ...] | None = None
+    recompute_layers: int | None = None  # None: the smallest count that fits, where the stack does it
+    shard_group: tuple[int, ...] | None = None  # None: full, and a server's ranks where the stack does it
     sequence_parallel: str = "any"
     zero_with_pp: bool = False
     max_tp: int | None = None
@@ -146,6 +155,13 @@ class PlanRequest:
             object.__setattr__(self, name, _ints(name, getattr(self, name)))
         object.__setattr__(self, "schedule", _names("schedule", self.schedule, SCHEDULES))
         object.__setattr__(self, "recompute", _names("recompute", self.recompute, RECOMPUTES))
+        object.__setattr__(self, "shard_group", _ints("shard_group", self.shard_group))
+        rl = self.recompute_layers
+        if rl is not None and (isinstance(rl, bool) or not isinstance(rl, int) or not 0 <= rl <= MAX_WHOLE):
+            raise SpecError(
+                f"--recompute-layers: {rl!r} is not allowed; give a whole number from 0 to {MAX_WHOLE:,} "
+                "(0: none), or leave it out to search"
+            )
         for name in ("global_batch", "max_micro_batch", "max_vpp", "top", "max_tp"):
             value = getattr(self, name)
             if value is None and name == "max_tp":
@@ -190,7 +206,11 @@ class PlanRequest:
             args.pop(0)
         args = ["--no-tp-within-node" if a == "--tp-across-nodes" else a for a in args]
         own = {
-            **{f"--{n.replace('_', '-')}": F.Field(n, "str") for n in (*SEARCHED_INTS, "schedule", "recompute")},
+            **{
+                f"--{n.replace('_', '-')}": F.Field(n, "str")
+                for n in (*SEARCHED_INTS, "shard_group", "schedule", "recompute")
+            },
+            "--recompute-layers": F.Field("recompute_layers", "int"),
             "--sequence-parallel": F.Field("sequence_parallel", "str", "any", ("on", "off", "any")),
             **{f"--{n.replace('_', '-')}": F.Field(n, "bool") for n in ("zero_with_pp", "tp_within_node")},
             **{f"--{n.replace('_', '-')}": F.Field(n, "int") for n in ("max_tp", "max_micro_batch", "max_vpp", "top")},
@@ -230,8 +250,16 @@ class PlanRequest:
         return "shardwise " + shlex.join(self.to_argv())
 
     def space(self, gpu_memory_bytes: float) -> Any:
+        from shardwise import presets
         from shardwise.analyses.plan_space import SearchSpace
 
+        # what the stack does (its preset), less what the --emit target does not run
+        blocks, hybrid = presets.framework_plan_search(self.training.framework or "megatron-core")
+        if self.emit is not None:
+            emit_blocks, emit_hybrid = EMIT_FEATURES[self.emit]
+            blocks, hybrid = blocks and emit_blocks, tuple(z for z in hybrid if z in emit_hybrid)
+        if self.training.offload_activations:  # Megatron-Core offloads without recomputation (`rules.offload_rule`)
+            blocks = False
         return SearchSpace(
             tp=self.tp,
             pp=self.pp,
@@ -242,6 +270,9 @@ class PlanRequest:
             micro_batch=self.micro_batch,
             schedule=self.schedule,
             recompute=self.recompute,
+            recompute_layers=0 if self.recompute_layers is None and not blocks else self.recompute_layers,
+            shard_group=self.shard_group,
+            hybrid_zero=hybrid,
             sequence_parallel={"on": (True,), "off": (False,), "any": None}[self.sequence_parallel],
             zero_stage=self.zero,
             zero_with_pipeline=self.zero_with_pp,
@@ -267,7 +298,6 @@ class PlanRequest:
         out["packed_document_len"] = self.training.packed_document_len
         out["mtp_layers"] = self.training.mtp_layers
         out["pipeline_flushes"] = self.training.pipeline_flushes
-        out["recompute_layers"] = self.training.recompute_layers
         out["offload_activation_layers"] = self.training.offload_activations
         out["offload_optimizer"] = self.training.offload_optimizer
         out["recompute_modules"] = self.training.recompute_modules or ()

@@ -1,0 +1,189 @@
+"""Issue 33: the planner searches what engineers tune beyond the layout, where the stack does it
+(its framework preset): the fewest layers recomputed whole that fit (Megatron-LM's block method,
+`analyses.plan_recompute`) and hybrid sharding over a server's data-parallel ranks (HSDP,
+`analyses.plan_hybrid`)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.analyses.plan_search import columns_scenario
+from shardwise.analyses.planner import SearchSpace, search
+from shardwise.engines.training import estimate_training_step, training_memory
+from shardwise.errors import SpecError
+from shardwise.requests.plan import PlanRequest, row_request
+from shardwise.specs import Recompute, Scenario
+
+# Llama 3 70B (80 layers, 8K tokens) on two DGX H100: recomputing nothing does not fit, recomputing
+# every layer wastes a forward pass of those that could keep their activations
+TIGHT = ("llama3-70b", "dgx-h100", 2, 64)
+# Llama 2 7B under FSDP2 ZeRO-3 on eight servers that share one 100 GbE NIC each: gathering the
+# weights across servers every micro-batch costs more than all-reducing a shard between replicas
+HSDP_ARGV = (
+    "--model llama2-7b --system dgx-h100 --nodes 8 --inter-link eth-100g --nics-per-node 1 --global-batch 512 "
+    "--framework fsdp2 --zero 3 --tp 1 --micro-batch 1"
+)
+
+
+TIGHT_ARGV = "--model {} --system {} --nodes {} --global-batch {} --memory-headroom 0".format(*TIGHT)
+
+
+@pytest.fixture(scope="module")
+def tight():
+    return PlanRequest.from_argv(TIGHT_ARGV).search()
+
+
+def test_the_best_plan_recomputes_the_fewest_layers_whole_that_fit(tight):
+    best = int(tight.ranked(1)[0])
+    n = int(tight.columns["recompute_layers"][best])
+    assert n > 0 and int(tight.columns["recompute"][best]) == int(Recompute.NONE)
+    scn = tight.scenario(best)
+    capacity = float(scn.cluster.gpu.memory_bytes)
+
+    def memory(k: int) -> float:
+        plan = scn.plan.with_(recompute_layers=k)
+        return float(np.asarray(training_memory(Scenario(scn.model, scn.cluster, plan)).total_bytes))
+
+    assert memory(n) <= capacity < memory(n - 1)  # the fewest: one layer less does not fit
+    full_plan = scn.plan.with_(recompute_layers=0, recompute="full")
+    full = estimate_training_step(Scenario(scn.model, scn.cluster, full_plan))
+    assert float(tight.row(best)["step_time_s"]) < float(np.asarray(full.step_time_s))
+
+
+def test_each_plan_with_layers_recomputed_whole_does_not_fit_recomputing_nothing(tight):
+    cols = tight.columns
+    found = np.flatnonzero(cols["recompute_layers"] > 0)
+    assert found.size and tight.fits[found].all()
+    assert np.all(cols["recompute"][found] == int(Recompute.NONE))
+    plain = {k: v[found] for k, v in cols.items()} | {"recompute_layers": np.zeros(found.size, dtype=np.int64)}
+    scn = columns_scenario(tight.model, tight.cluster, tight.global_batch, tight.space, plain)
+    assert np.all(np.asarray(training_memory(scn).total_bytes) > float(tight.cluster.gpu.memory_bytes))
+
+
+@pytest.mark.parametrize(
+    "space",
+    [
+        SearchSpace(execution={"framework": "torchtitan"}),  # its AC takes every N-th layer, not the first N
+        SearchSpace(recompute=("none", "selective")),  # Megatron's block method is full granularity
+        SearchSpace(recompute_layers=0),
+    ],
+)
+def test_no_layer_is_recomputed_whole_where_the_stack_does_not_or_it_is_fixed(space):
+    model, system, nodes, batch = TIGHT
+    result = search(presets.model(model), presets.system(system, nodes=nodes), batch, space)
+    assert not np.any(result.columns["recompute_layers"] > 0)
+
+
+def test_hybrid_sharding_is_chosen_where_it_beats_full_sharding():
+    request = PlanRequest.from_argv(HSDP_ARGV)
+    result = request.search()
+    best = int(result.ranked(1)[0])
+    assert int(result.columns["shard_group"][best]) == 8  # one server's ranks
+    cols = result.columns
+    same = [k for k in cols if k != "shard_group"]
+    twin = np.all([cols[k] == cols[k][best] for k in same], axis=0) & (cols["shard_group"] == 0)
+    (j,) = np.flatnonzero(twin)
+    assert result.score[j] < result.score[best]  # full sharding of the same layout is slower
+    # the plan's predict command prices the same plan
+    predicted = row_request(result, best, request.training).run()
+    assert float(np.asarray(predicted.estimate.step_time_s)) == pytest.approx(result.row(best)["step_time_s"])
+
+
+def test_hybrid_sharding_is_searched_only_at_the_stages_the_stack_runs_it():
+    # Megatron-Core shards hybrid with its distributed optimizer (ZeRO-1), not with Megatron FSDP
+    megatron = PlanRequest.from_argv(HSDP_ARGV.replace("fsdp2", "megatron-core")).search()
+    assert not np.any(megatron.columns["shard_group"] > 0)
+    zero1 = PlanRequest.from_argv(HSDP_ARGV.replace("fsdp2", "megatron-core").replace("--zero 3", "--zero 1"))
+    groups = zero1.search().columns["shard_group"]
+    assert set(groups.tolist()) == {0, 8}
+    fixed = PlanRequest.from_argv(HSDP_ARGV + " --shard-group 16").search().columns
+    assert set(fixed["shard_group"].tolist()) == {16}
+
+
+def test_the_emit_target_narrows_the_search_to_what_it_runs():
+    base = PlanRequest.from_argv("--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 64")
+    assert base.space(80e9).features() == (True, (1,))
+    assert dataclasses.replace(base, emit="torchtitan").space(80e9).features() == (False, (1,))
+    fsdp2 = PlanRequest.from_argv("--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 64 --framework fsdp2")
+    assert fsdp2.space(80e9).features() == (False, (2, 3))
+    assert dataclasses.replace(fsdp2, emit="megatron").space(80e9).features() == (False, ())
+
+
+def test_plan_prints_and_emits_the_layers_recomputed_whole(cli):
+    model, system, nodes, batch = TIGHT
+    argv = ["plan", "--model", model, "--system", system, "--nodes", str(nodes), "--global-batch", str(batch)]
+    argv += ["--memory-headroom", "0", "--top", "2", "--emit", "megatron"]
+    code, out, err = cli(argv)
+    assert code == 0, err
+    best = " ".join(out.split("best:")[1].split("per step")[0].split())
+    assert "recompute the first" in best and "layers of each stage whole" in best
+    n = best.split("recompute the first ")[1].split()[0]
+    assert f"--recompute-granularity full --recompute-method block --recompute-num-layers {n}" in " ".join(out.split())
+    code, out, err = cli([*argv[:-2], "--json"])
+    plans = __import__("json").loads(out)["plans"]
+    assert plans[0]["recompute_layers"] == int(n) and plans[0]["shard_group"] == 0
+    assert f"--recompute-layers {n}" in plans[0]["command"]
+
+
+def test_every_plan_in_the_table_of_all_plans_has_its_layers_and_shard_group(tight):
+    cols = tight.table_columns()
+    assert {"recompute_layers", "shard_group"} <= set(cols)
+    assert np.any(cols["recompute_layers"] > 0)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--recompute-layers", "-1"], "--recompute-layers"),
+        (["--shard-group", "-8"], "--shard-group"),
+        (["--shard-group", "eight"], "--shard-group"),
+    ],
+)
+def test_bad_values_are_one_line_naming_the_flag(cli, flags, message):
+    argv = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", *flags]
+    code, _, err = cli(argv)
+    assert code == 2 and message in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bad_values_in_the_requests_and_presets_are_refused():
+    with pytest.raises(SpecError, match="--shard-group"):
+        PlanRequest.from_argv("--model llama3-8b --system dgx-h100 --global-batch 64 --shard-group -2")
+    with pytest.raises(SpecError, match="recompute_layers -1 is not allowed"):
+        SearchSpace(recompute_layers=-1)
+    with pytest.raises(SpecError, match="hybrid sharding at ZeRO stage 0"):
+        SearchSpace(hybrid_zero=(0,))
+    with pytest.raises(SpecError, match="hybrid_shard: \\[4\\] is not allowed"):
+        presets._stack_fields("mine", {"hybrid_shard": [4]})
+    with pytest.raises(SpecError, match="block_recompute: 'yes' is not allowed"):
+        presets._stack_fields("mine", {"block_recompute": "yes"})
+
+
+def test_the_fixed_values_go_through_the_command_line_and_back():
+    request = PlanRequest.from_argv(
+        "--model llama3-8b --system dgx-h100 --nodes 2 --global-batch 64 --recompute-layers 3 --shard-group 0,8"
+    )
+    assert request.recompute_layers == 3 and request.shard_group == (0, 8)
+    assert "--recompute-layers 3 --shard-group 0,8" in request.command()
+    assert PlanRequest.from_argv(request.to_argv()) == request
+    assert request.space(80e9).features() == (False, ())  # both fixed: nothing searched
+
+
+def test_each_plan_that_recomputes_nothing_knows_its_full_recomputation_twin():
+    from shardwise.analyses.plan_space import candidates_with_twins
+
+    model, cluster = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=16)
+    cols, _, twin_of = candidates_with_twins(model, cluster, 1536, SearchSpace(tp_within_node=False))
+    none = np.flatnonzero(cols["recompute"] == int(Recompute.NONE))
+    twin = twin_of(none)
+    assert np.all(twin >= 0)  # every plan here fits or not the same way under full recomputation
+    for k in cols:
+        if k != "recompute":
+            np.testing.assert_array_equal(cols[k][twin], cols[k][none], err_msg=k)
+    assert np.all(cols["recompute"][twin] == int(Recompute.FULL))
+    _, _, fixed = candidates_with_twins(model, cluster, 1536, SearchSpace(recompute=("none",)))
+    assert fixed is None
