@@ -28,6 +28,7 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
     expert TP, sequence parallelism and the ZeRO stage explicit, the GPUs it uses, and the
     simulator where the planner re-timed the plan with it."""
     from shardwise.analyses.plan_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, expert_tp
+    from shardwise.requests.plan_build import default_schedule, default_sequence_parallel
 
     c = {k: v[i].item() for k, v in search.columns.items()}
     kept = {k: v for k, v in base.values().items() if k not in LAYOUT_FIELDS}
@@ -54,9 +55,10 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
         etp=etp or None,
         vpp=vpp,
         micro_batch=int(c["micro_batch"]),
-        schedule=None if schedule == ("interleaved" if vpp > 1 else "1f1b") else schedule,
+        schedule=None if schedule == default_schedule({**kept, "vpp": vpp}) else schedule,
         recompute=recompute,
-        sequence_parallel=None if sp == (int(c["tp"]) > 1) else sp,  # the default where it agrees
+        # the default where it agrees (the framework's, `requests.plan_build`)
+        sequence_parallel=None if sp == default_sequence_parallel({**kept, "tp": int(c["tp"])}) else sp,
         zero=int(c["zero_stage"]),
         first_stage_layers=int(c["first_stage_layers"]) or None,
         last_stage_layers=int(c["last_stage_layers"]) or None,
