@@ -120,3 +120,25 @@ def test_a_bad_default_is_one_clear_error(field, value, allowed):
     data[field] = value
     with pytest.raises(SpecError, match=f"framework 'x': {field}: .* is not allowed; {allowed}"):
         _framework_from_dict("x", data)
+
+
+def test_the_planner_searches_what_nanotron_implements_and_its_rows_price_as_predict(cli):
+    """ZeroDistributedOptimizer is ZeRO-1 (any zero_stage > 0); the engines are AllForwardAllBackward
+    and OneForwardOneBackward. A row's command names what differs from the preset's defaults (the
+    planner's pp-1 rows run 1F1B; SP off is the default) and `predict` prices it to the last bit."""
+    import json
+    import shlex
+
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
+    code, out, err = cli([*args, "--framework", "nanotron", "--top", "60", "--json"])
+    assert code == 0, err
+    plans = json.loads(out)["plans"]
+    assert {p["zero_stage"] for p in plans} <= {0, 1}
+    assert {p["schedule"] for p in plans} <= {"gpipe", "1f1b"}
+    assert any(p["pp"] > 1 for p in plans) and any(not p["sequence_parallel"] and p["tp"] > 1 for p in plans)
+    for p in plans[:3] + [q for q in plans if not q["sequence_parallel"] and q["tp"] > 1][:1]:
+        code, out, err = cli([*shlex.split(p["command"])[1:], "--json"])
+        assert code == 0, err
+        assert json.loads(out)["step_time_s"] == p["step_time_s"]
+    code, out, err = cli([*args, "--framework", "megatron-core", "--top", "200", "--json"])
+    assert {p["zero_stage"] for p in json.loads(out)["plans"]} > {0, 1}  # searched as before elsewhere

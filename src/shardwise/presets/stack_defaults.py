@@ -18,9 +18,10 @@ from typing import Any
 
 from shardwise.errors import SpecError
 
-DEFAULT_FIELDS = ("schedule", "sequence_parallel", "layer_host_ops_async_sp")
-# a preset's default schedule: one that needs no --vpp
+DEFAULT_FIELDS = ("schedule", "sequence_parallel", "layer_host_ops_async_sp", "zero_stages", "schedules")
+# a preset's default schedule: one that needs no --vpp; the schedules a stack may implement
 PRESET_SCHEDULES = ("gpipe", "1f1b", "zb-h1")
+ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 MAX_HOST_OPS = 10_000
 
 
@@ -33,6 +34,17 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
     if "sequence_parallel" in data and not isinstance(data["sequence_parallel"], bool):
         value = data["sequence_parallel"]
         raise SpecError(f"framework {key!r}: sequence_parallel: {value!r} is not allowed; give true or false")
+    schedules = data.get("schedules")
+    if schedules is not None and (
+        not isinstance(schedules, list) or not schedules or any(v not in ALL_SCHEDULES for v in schedules)
+    ):
+        allowed = ", ".join(ALL_SCHEDULES)
+        raise SpecError(f"framework {key!r}: schedules: {schedules!r} is not allowed; give a list of {allowed}")
+    stages = data.get("zero_stages")
+    if stages is not None and (
+        not isinstance(stages, list) or not stages or any(isinstance(v, bool) or v not in (0, 1, 2, 3) for v in stages)
+    ):
+        raise SpecError(f"framework {key!r}: zero_stages: {stages!r} is not allowed; give a list of 0, 1, 2 or 3")
     if "layer_host_ops_async_sp" in data:
         value = data["layer_host_ops_async_sp"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_HOST_OPS:
@@ -40,6 +52,27 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
                 f"framework {key!r}: layer_host_ops_async_sp: {value!r} is not allowed; "
                 f"give host operations per layer, 0-{MAX_HOST_OPS}"
             )
+
+
+def framework_zero_stages(name: str) -> tuple[int, ...] | None:
+    """The ZeRO stages the stack implements, which the planner searches when none is given (None:
+    all four). nanotron: 0 and 1 (helpers.py `init_optimizer_and_grad_accumulator`: any
+    zero_stage > 0 builds its ZeroDistributedOptimizer, which shards the optimizer state only)."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("zero_stages")
+    return None if value is None else tuple(int(v) for v in value)
+
+
+def framework_schedules(name: str) -> tuple[str, ...] | None:
+    """The pipeline schedules the stack implements, which the planner searches when none is given
+    (None: all four). nanotron: gpipe and 1f1b (pipeline_parallel/engine.py has
+    AllForwardAllBackwardPipelineEngine and OneForwardOneBackwardPipelineEngine, no interleaving,
+    no split backward)."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("schedules")
+    return None if value is None else tuple(str(v) for v in value)
 
 
 def framework_schedule(name: str) -> str | None:

@@ -233,6 +233,7 @@ class PlanRequest:
 
     def space(self, gpu_memory_bytes: float) -> Any:
         from shardwise.analyses.plan_space import SearchSpace
+        from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages
 
         return SearchSpace(
             tp=self.tp,
@@ -242,10 +243,10 @@ class PlanRequest:
             cp=self.cp,
             ep=self.ep,
             micro_batch=self.micro_batch,
-            schedule=self.schedule,
+            schedule=self.schedule if self.schedule is not None else framework_schedules(self.training.framework),
             recompute=self.recompute,
             sequence_parallel={"on": (True,), "off": (False,), "any": None}[self.sequence_parallel],
-            zero_stage=self.zero,
+            zero_stage=self.zero if self.zero is not None else framework_zero_stages(self.training.framework),
             zero_with_pipeline=self.zero_with_pp,
             max_tp=self.max_tp,
             tp_within_node=self.tp_within_node,
@@ -298,6 +299,7 @@ class PlanRequest:
     def run(self) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
         from shardwise.errors import SpecError
+        from shardwise.presets.stack_defaults import framework_zero_stages
         from shardwise.requests import build
 
         notes: list[str] = []
@@ -309,7 +311,8 @@ class PlanRequest:
             levers = ["more GPUs", "a shorter sequence"]
             if space.recompute is not None and "full" not in space.recompute:
                 levers.append("full recomputation")
-            if space.zero_stage is not None or not space.zero_with_pipeline:
+            zero3 = 3 in (framework_zero_stages(self.training.framework) or (3,))  # nanotron has none
+            if zero3 and (space.zero_stage is not None or not space.zero_with_pipeline):
                 levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
