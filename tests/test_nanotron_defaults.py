@@ -142,3 +142,17 @@ def test_the_planner_searches_what_nanotron_implements_and_its_rows_price_as_pre
         assert json.loads(out)["step_time_s"] == p["step_time_s"]
     code, out, err = cli([*args, "--framework", "megatron-core", "--top", "200", "--json"])
     assert {p["zero_stage"] for p in json.loads(out)["plans"]} > {0, 1}  # searched as before elsewhere
+
+
+def test_a_note_says_what_the_stacks_defaults_chose(cli):
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--tp", "2"]
+    code, _, err = cli([*args, "--global-batch", "64", "--micro-batch", "2", "--framework", "nanotron"])
+    assert code == 0
+    assert "runs all 8 forwards, then all backwards" in err and "--schedule 1f1b holds at most 1" in err
+    assert "without sequence parallelism" in err
+    code, _, err = cli(
+        [*args, "--global-batch", "64", "--framework", "nanotron", "--schedule", "gpipe", "--no-sequence-parallel"]
+    )
+    assert code == 0 and "note: nanotron" not in err  # what is given is not a default
+    code, _, err = cli([*args, "--global-batch", "8", "--framework", "nanotron", "--sequence-parallel"])
+    assert "note: nanotron" not in err  # one micro-batch per replica: nothing more is held

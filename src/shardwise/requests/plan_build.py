@@ -93,6 +93,23 @@ def default_schedule(o: dict[str, Any]) -> str:
     return framework_schedule(o.get("framework") or "megatron-core") or "1f1b"
 
 
+def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
+    """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
+    from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel
+
+    stack = o.get("framework") or "megatron-core"
+    out: list[str] = []
+    m, pp = int(plan.num_micro_batches), int(plan.pp)
+    if o.get("schedule") is None and (o.get("vpp") or 1) == 1 and framework_schedule(stack) == "gpipe" and m > 1:
+        out.append(
+            f"{stack}'s default schedule runs all {m} forwards, then all backwards, holding every micro-batch's "
+            f"activations; --schedule 1f1b holds at most {min(pp, m)}"
+        )
+    if o.get("sequence_parallel") is None and o.get("tp", 1) > 1 and framework_sequence_parallel(stack) is False:
+        out.append(f"{stack}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)")
+    return out
+
+
 def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
     """Plan keyword arguments for an uneven pipeline split (empty: even split); with the model's
     `layers`, a stage may not hold more than the model has."""
