@@ -20,7 +20,7 @@ from shardwise.calibration.spreads import Z80
 from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
-from shardwise.specs import Plan, Scenario
+from shardwise.specs import Plan, Scenario, Schedule
 
 EXAMPLE = Path(__file__).parents[1] / "examples" / "calibration" / "h100_runs.csv"
 
@@ -359,8 +359,19 @@ def test_a_nanotron_log_is_a_run():
     assert (row["tp"], row["pp"], row["dp"], row["cp"], row["num_gpus"]) == ("2", "2", "2", "1", "8")
     assert (row["global_batch"], row["micro_batch"], row["seq_len"], row["layers"]) == ("64", "2", "4096", "32")
     assert row["sequence_parallel"] == "on" and row["recompute"] == "none" and row["framework"] == "nanotron"
+    # the engine and the async linears the run printed, not the preset's defaults (gpipe, synchronous)
+    assert row["schedule"] == "1f1b" and row["async_tp_grad"] == "on"
     (run,) = from_rows([(row, "n.log")])
     assert int(run.scenario.model.seq_len) == 4096 and bool(run.scenario.plan.sequence_parallel)
+    plan = run.scenario.plan
+    assert plan.schedule == Schedule.ONE_F_ONE_B and bool(plan.async_tp_grad) and plan.layer_host_ops == 206
+    afab = text.replace("OneForwardOneBackward", "AllForwardAllBackward").replace(
+        "_communication=True", "_communication=False"
+    )
+    row = parse_log(afab, {"system": "dgx-h100", "model": "llama3-8b"}, "n.log")
+    assert row["schedule"] == "gpipe" and row["async_tp_grad"] == "off"
+    (run,) = from_rows([(row, "n.log")])
+    assert run.scenario.plan.schedule == Schedule.GPIPE and run.scenario.plan.layer_host_ops == 160
     with pytest.raises(SpecError, match="hidden_size 4096 is not model 'llama3-70b'"):
         from_rows([(parse_log(text, {"system": "dgx-h100", "model": "llama3-70b"}, "n.log"), "n.log")])
     # before 2025 the tag was elapsed_time_per_iteration_ms; a TP all-reduce mode is no sequence parallelism

@@ -19,6 +19,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import memory_s
 from shardwise.physics.flops import CROSS_ENTROPY_FP32_BYTES_PER_LOGIT, cross_entropy_bytes
 from shardwise.physics.stack import (
+    NANOTRON_ALL_REDUCE_LAYER_HOST_OPS,
     NANOTRON_LAYER_HOST_OPS,
     NANOTRON_LOSS_BYTES_PER_LOGIT,
     host_units,
@@ -26,13 +27,17 @@ from shardwise.physics.stack import (
 )
 from shardwise.physics.topology import placement
 from shardwise.presets import _framework_from_dict
+from shardwise.presets.stack_defaults import framework_async_sp_host_ops
 from shardwise.specs import Plan, Scenario
 
 
 def _scenario(model: str = "llama3.2-1b", tp: int = 8, micro_batch: int = 1, **over: object) -> Scenario:
-    """One DGX H100, 4096 tokens, nanotron's preset (ZeRO as given), dp filling the node."""
+    """One DGX H100, 4096 tokens, nanotron's preset (ZeRO as given), dp filling the node, its
+    linears in the example configs' mode (REDUCE_SCATTER with tp_linear_async_communication:
+    sequence parallelism, async_tp_grad and that mode's 206 host units)."""
     fw = presets.framework("nanotron")
     fw.pop("zero_stage")
+    fw.update(async_tp_grad=True, layer_host_ops=NANOTRON_LAYER_HOST_OPS)
     fw.update(over)
     pp = int(fw.pop("pp", 1))
     dp = 8 // (tp * pp)
@@ -49,7 +54,10 @@ def _layer(scn: Scenario):
 
 def test_the_preset_states_the_counts_of_physics_stack():
     fw = presets.framework("nanotron")
-    assert fw["layer_host_ops"] == NANOTRON_LAYER_HOST_OPS == 206
+    # the default synchronous ALL_REDUCE linears: 160; sequence parallelism with async linears: 206
+    assert fw["layer_host_ops"] == NANOTRON_ALL_REDUCE_LAYER_HOST_OPS == 160
+    assert framework_async_sp_host_ops("nanotron") == NANOTRON_LAYER_HOST_OPS == 206
+    assert framework_async_sp_host_ops("megatron-core") is None
     assert fw["loss_bytes_per_logit"] == NANOTRON_LOSS_BYTES_PER_LOGIT == 52.0
     # send_tensors / recv_tensors one at a time, each after metadata whose copies sync the host
     assert fw["p2p_serial"] is True and fw["pipeline_sync"] is True

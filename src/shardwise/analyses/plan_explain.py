@@ -221,7 +221,20 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return "the framework does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
         return "the search takes the fewest layers recomputed whole that fit"
-    return "outside your fixed values"
+    return _not_in_stack(str(sp.execution.get("framework") or "megatron-core"), plan, z) or "outside your fixed values"
+
+
+def _not_in_stack(stack: str, plan: Plan, zero_stage: int) -> str | None:
+    """What the stack does not implement of `plan` (its preset's `zero_stages`, `schedules`)."""
+    from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages
+
+    stages, schedules = framework_zero_stages(stack), framework_schedules(stack)
+    if stages is not None and zero_stage not in stages:
+        return f"{stack} implements ZeRO {', '.join(str(s) for s in stages)} only"
+    label = Schedule(int(plan.schedule)).label
+    if schedules is not None and int(np.asarray(plan.pp)) > 1 and label not in schedules:
+        return f"{stack} runs the {', '.join(schedules)} schedules only"
+    return None
 
 
 def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:

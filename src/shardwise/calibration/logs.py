@@ -257,6 +257,13 @@ def _nanotron(text: str) -> dict[str, str]:
     mode = re.search(r"\btp_mode=<?TensorParallelLinearMode\.(\w+)", par)
     if mode and sizes.get("tp", 1) > 1:
         row["sequence_parallel"] = "on" if mode[1] == "REDUCE_SCATTER" else "off"
+    # the engine the run used (the preset's default is the code's, AllForwardAllBackward: gpipe)
+    engine = re.search(r"\bpp_engine=<?[\w.]*?(AllForwardAllBackward|OneForwardOneBackward)PipelineEngine", par)
+    if engine:
+        row["schedule"] = "gpipe" if engine[1] == "AllForwardAllBackward" else "1f1b"
+    overlap = _field(par, "tp_linear_async_communication")
+    if overlap in ("True", "False") and sizes.get("tp", 1) > 1:
+        row["async_tp_grad"] = "on" if overlap == "True" else "off"
     for key, column in (("sequence_length", "seq_len"), ("micro_batch_size", "micro_batch")):
         value = _field(tokens, key)
         if value is not None and value.isdigit():

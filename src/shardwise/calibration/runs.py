@@ -7,8 +7,9 @@ micro_batch_size, are accepted as aliases):
 - num_gpus, tp, pp, global_batch (alias gbs); optional dp (default: num_gpus / (tp pp cp)), cp,
   vpp (alias vp), micro_batch (alias mbs, default 1), layers and seq_len (override the model's),
   recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset,
-  default megatron-core), sequence_parallel (default: on when tp > 1), zero (default: the
-  framework's), gpus_per_node (default: the system's);
+  default megatron-core), sequence_parallel (default: the framework's, else on when tp > 1),
+  schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
+  (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
   count, as published), or the pair metric + measured (the public-runs table);
 - optional id (default: the row number), group or source (the table a run came from, for
@@ -51,6 +52,7 @@ READ = (
     *SERVING_METRICS,
     *("metric", "measured", "id", "group", "source", "dp", "cp", "vpp", "micro_batch", "layers", "seq_len"),
     *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
+    *("schedule", "async_tp_grad"),
     *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
     "runtime",
 )
@@ -276,7 +278,7 @@ def _run(row: dict[str, str], where: str) -> Run:
 
 def training_request(row: dict[str, str], where: str) -> Any:
     """The `TrainingRequest` of a run's row: its columns are the request's fields (the same
-    defaults as `predict`: sequence parallelism on where tp > 1, the framework's ZeRO stage),
+    defaults as `predict`: the framework's schedule, sequence parallelism and ZeRO stage),
     with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
     from shardwise.requests.training import TrainingRequest
 
@@ -292,7 +294,7 @@ def training_request(row: dict[str, str], where: str) -> Any:
     fields = {
         **{k: row.get(k, "") for k in ("model", "system", "layers", "seq_len", "num_gpus", "gpus_per_node")},
         **{k: row.get(k, "") for k in ("tp", "pp", "cp", "dp", "vpp", "global_batch", "micro_batch")},
-        **{k: row.get(k, "") for k in ("precision", "sequence_parallel", "framework")},
+        **{k: row.get(k, "") for k in ("precision", "sequence_parallel", "framework", "schedule", "async_tp_grad")},
         "recompute": found[1] if found else recompute,
         "zero": zero,
     }

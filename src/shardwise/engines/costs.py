@@ -193,6 +193,8 @@ def layer_cost(
     all-gather of proj's and MLP down's output gradient, run beside the GEMM of the rank's own
     sequence shard (1/t of the rows, `torch.mm(..., out=same_device_shard)`) before the GEMMs of the
     gathered rows; the forward reduce-scatters stay exposed (`differentiable_reduce_scatter_sum`).
+    Only with `async_tp_grad` (nanotron's tp_linear_async_communication, which switches both on;
+    its synchronous linears gather whole before one GEMM).
 
     `ffn` is the width of the layer's dense MLP (default the model's; a mixture-of-experts layer
     passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
@@ -260,7 +262,7 @@ def layer_cost(
     ring = np.maximum(np.asarray(t, dtype=float), 1.0)  # ring exchange: one chunk per TP rank
     # nanotron's async linears (`tp_shard_overlap`): the gathered GEMMs in pieces, the own rows'
     # beside the all-gather (`tp_overlap.own_rows_split_s`); their cost beyond the whole GEMMs
-    shard = as_bool(plan.tp_shard_overlap) & sp & active & ~ub
+    shard = as_bool(plan.tp_shard_overlap) & as_bool(plan.async_tp_grad) & sp & active & ~ub
     split_f: Number = 0.0
     split_b: Number = 0.0
     own: dict[str, Number] = {}

@@ -17,7 +17,7 @@ from shardwise.physics import offload
 from shardwise.physics.memory_runtime import RUNTIME_FLOOR_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
-from shardwise.specs import Model, Plan, Recompute, Scenario
+from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 from shardwise.specs.memo import kept
@@ -156,6 +156,10 @@ def memory_breakdown(
             for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
         )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage
+    # the output layer's saved tensors of every micro-batch GPipe's order holds on the last stage
+    outputs = mem.held_outputs_bytes(
+        model, b, t, saved_head, stack, ifelse(as_array(plan.schedule) == Schedule.GPIPE, m, 1.0)
+    )
     emb_mask = mask_per_mb * mb_first / sp_split
     zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
     n_moe = moe_layers if moe_layers is not None else zero
@@ -177,9 +181,9 @@ def memory_breakdown(
     acts = (
         kept(in_first, split.first, n_moe.first, whole.first)
         + emb_mask
-        + ifelse(p == 1, saved_head + maximum(logits, w_first + grads_flow), w_first + grads_flow),
+        + ifelse(p == 1, outputs + saved_head + maximum(logits, w_first + grads_flow), w_first + grads_flow),
         ifelse(p > 2, kept(in_mid, split.middle_max, n_moe.middle_max, whole.middle_max) + w_mid + grads_flow, 0.0),
-        kept(in_last, split.last, n_moe.last, whole.last) + saved_head + maximum(logits, w_last + grads_flow),
+        kept(in_last, split.last, n_moe.last, whole.last) + outputs + saved_head + maximum(logits, w_last + grads_flow),
     )
     states = terms.states
     gathered, reducing = terms.zero3

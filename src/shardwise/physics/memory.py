@@ -43,6 +43,7 @@ from shardwise.physics.memory_stacks import (
     ZERO3_GATHERED_UNITS,
     StackMemory,
     backward_transient_bytes,
+    held_outputs_bytes,
     logits_bytes,
     stack_memory,
 )
@@ -157,6 +158,7 @@ __all__ = [
     "StackMemory",
     "backward_transient_bytes",
     "grad_bytes_per_param",
+    "held_outputs_bytes",
     "layer_activation_bytes",
     "layers_in_flight",
     "logits_bytes",

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from shardwise.arrays import as_bool, ifelse
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
@@ -82,7 +84,12 @@ class StackMemory:
     `zero3_reduce_bytes_per_param`: ZeRO-3's unsharded gradients of one unit waiting for their
     reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
     `fragmentation`: the caching allocator's share (`ALLOCATOR_FRAGMENTATION`; XLA assigns its
-    buffers ahead of time: 0)."""
+    buffers ahead of time: 0).
+    `saved_logits_bytes_per_element`: bytes per logit the loss keeps for its backward pass once its
+    forward has returned, what each micro-batch in flight on the last stage holds beyond the one at
+    the loss's peak (`held_outputs_bytes`): the fp32 softmax Megatron-LM's and nanotron's
+    vocab-parallel cross-entropies save (`ctx.save_for_backward(exp_logits, ...)`), the fp32
+    log-softmax eager `F.cross_entropy` saves: 4."""
 
     logits_bytes_per_element: float
     sharded_fp32_params: bool = False
@@ -96,6 +103,7 @@ class StackMemory:
     packed_qkv_mha: bool = False
     extra_groups: tuple[str, ...] = ()
     fragmentation: float = ALLOCATOR_FRAGMENTATION
+    saved_logits_bytes_per_element: float = 4.0
     source: str = ""
 
     def extra_saved_elements(self, model: Model, ffn: Number | None = None) -> Number:
@@ -191,13 +199,29 @@ STACKS: dict[str, StackMemory] = {
 
 def stack_memory(framework: str) -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
-    Megatron-Core, the default framework."""
-    return STACKS.get(framework, _MEGATRON)
+    Megatron-Core, the default framework. nanotron-defaults is nanotron in its dataclass's layout
+    modes: the same code, the same memory entry."""
+    return STACKS.get("nanotron" if framework == "nanotron-defaults" else framework, _MEGATRON)
 
 
 def logits_bytes(model: Model, batch: Number, tp: Number, stack: StackMemory) -> Number:
     """The loss's logits at their peak on the last stage: s b V / t elements at the stack's bytes."""
     return stack.logits_bytes_per_element * model.seq_len * batch * model.vocab / tp
+
+
+def held_outputs_bytes(
+    model: Model, batch: Number, tp: Number, saved_head: Number, stack: StackMemory, micro_batches: Number
+) -> Number:
+    """What the last stage holds for the output layer of `micro_batches` micro-batches whose
+    backward pass has not begun, beyond the one whose loss peak `logits_bytes` counts: each keeps
+    its loss's saved logits (`StackMemory.saved_logits_bytes_per_element`, s b V / t of them) and
+    the final norm's and output projection's inputs (`saved_head`). GPipe's order holds all m of a
+    step (nanotron's AllForwardAllBackward engine at any pp, pipeline/engine.py: the loss of every
+    micro-batch registered for the backward pass that follows all forwards); 1F1B's last stage runs
+    each backward right after its forward: 1, nothing beyond."""
+    held = np.maximum(np.asarray(micro_batches, dtype=float) - 1.0, 0.0)
+    saved = stack.saved_logits_bytes_per_element * model.seq_len * batch * model.vocab / tp
+    return held * (saved + saved_head)
 
 
 def backward_transient_bytes(

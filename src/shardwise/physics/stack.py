@@ -107,6 +107,36 @@ add_, two .grad assignments
 and the ZeRO-1 slice each
 ==============================  ====  =====  ===========  =====  ======  =========  ======
 
+The same layer under nanotron's default linears (`ParallelismArgs`: tp_mode ALL_REDUCE,
+tp_linear_async_communication False; parallel/tensor_parallel/functional.py `column_linear` and
+`row_linear` without async, distributed_differentiable_primitives.py), counted as differences
+from the table above (ATen, light, collectives, waits, Triton, Functions):
+
+================================================================  ====================
+what changes                                                      difference
+================================================================  ====================
+forward, QKV and gate/up column linears: DifferentiableIdentity   2 x (-3, -4, -1, -1,
+and one F.linear, not an all-gather beside three torch.mm into     0, 0)
+slices of an empty output (no split, no wait)
+forward, o and down row linears: F.linear then                    2 x (-1, -1, 0, 0, 0,
+DifferentiableAllReduceSum (a synchronous all_reduce in place),    -1)
+not the async Function around F.linear and a reduce-scatter
+Function with its contiguous and empty output
+backward, column linears: autograd's linear backward (2 GEMMs)    2 x (-1, -4, -1, -2,
+and the identity's backward applying an all-reduce, not the        0, +1)
+re-gather, reduce-scatter and their two waits
+backward, row linears: the all-reduce's backward passes the       2 x (-3, -7, -1, -1,
+gradient through; autograd's linear backward, not the gathered     0, 0)
+output gradient multiplied in three pieces
+================================================================  ====================
+
+Forward (29, 31, 2, 2, 4, 6) and 12 module calls: 72.3 units; backward (36, 2, 2, 0, 6, 10):
+74.6; the fp32 accumulation unchanged: 13.2. 160 units (`NANOTRON_ALL_REDUCE_LAYER_HOST_OPS`),
+the count of the preset's default mode; 206 where the plan runs sequence parallelism with
+asynchronous linears (`presets.stack_defaults`). nanotron's synchronous REDUCE_SCATTER linears
+(sequence parallelism without async) are counted as 160 too: one all-gather or reduce-scatter
+Function around one GEMM, as the all-reduce ones.
+
 Weights per unit: an ATen op (allocation, copy, GEMM, element-wise) 1; a light op (a view, a
 .grad assignment) 0.3; a c10d collective call 2 (20 us, the PyTorch collective call's host
 latency the link presets use); Work.wait 1; a Triton launch through flash-attn's Python
@@ -181,6 +211,9 @@ NANOTRON_FORWARD_OPS = (37, 41, 4, 4, 4, 8)  # + 12 nn.Module calls at 0.5
 NANOTRON_MODULE_CALLS = 12
 NANOTRON_BACKWARD_OPS = (44, 24, 6, 6, 6, 8)
 NANOTRON_ACCUMULATE_OPS = (6, 24, 0, 0, 0, 0)  # FP32GradientAccumulator._accumulate_grad, 6 parameters
+# the same under nanotron's default synchronous ALL_REDUCE linears (second table above)
+NANOTRON_ALL_REDUCE_FORWARD_OPS = (29, 31, 2, 2, 4, 6)
+NANOTRON_ALL_REDUCE_BACKWARD_OPS = (36, 2, 2, 0, 6, 10)
 NANOTRON_LOSS_BYTES_PER_LOGIT = 38.0 + 14.0
 MEGATRON_DEEPSPEED_LOSS_BYTES_PER_LOGIT = (2 + 4) + 4 + 8 + 8 + 4 + 8 + 8 + (4 + 2)  # 52: the docstring above
 
@@ -194,6 +227,12 @@ def host_units(counts: tuple[int, ...], weights: tuple[float, ...] = NANOTRON_HO
 NANOTRON_FORWARD_HOST_OPS = host_units(NANOTRON_FORWARD_OPS) + 0.5 * NANOTRON_MODULE_CALLS
 NANOTRON_LAYER_HOST_OPS = round(
     NANOTRON_FORWARD_HOST_OPS + host_units(NANOTRON_BACKWARD_OPS) + host_units(NANOTRON_ACCUMULATE_OPS)
+)
+NANOTRON_ALL_REDUCE_LAYER_HOST_OPS = round(
+    host_units(NANOTRON_ALL_REDUCE_FORWARD_OPS)
+    + 0.5 * NANOTRON_MODULE_CALLS
+    + host_units(NANOTRON_ALL_REDUCE_BACKWARD_OPS)
+    + host_units(NANOTRON_ACCUMULATE_OPS)
 )
 # The forward's share of a stack's own host count (`Plan.layer_host_ops`): nanotron's 91 of 206
 # (the table above), the one stack that states a count; the recomputed forward of full

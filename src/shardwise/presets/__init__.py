@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shardwise import files, loaders, units
+from shardwise.presets.stack_defaults import DEFAULT_FIELDS, check_default_fields
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 from shardwise.specs.experiment import LinkSpec
 from shardwise.specs.plan import EXECUTION_FLAGS
@@ -316,6 +317,7 @@ STACK_FIELDS = (
     "grad_reduce_bf16",
     "block_recompute",
     "hybrid_shard",
+    *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
 )
 # what `plan` searches on the stack beyond the layout (request-layer defaults, not Plan fields:
 # `framework_plan_search`)
@@ -330,6 +332,7 @@ STACK_PLAN_FIELDS = tuple(
     "host_kernel_s" if key == "host_kernel" else key
     for key in STACK_FIELDS
     if key not in ("flash_attention", "unfused_accumulate_bytes_fp16", "pipeline_split", *PLAN_SEARCH_FIELDS)
+    and key not in DEFAULT_FIELDS
 )
 
 
@@ -359,6 +362,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             out[field] = data[field]
     if "host_kernel" in data:
         out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+    check_default_fields(key, data)  # not Plan fields: `presets.stack_defaults`
     # not a Plan field: the request layer reads it through `framework_pipeline_split`
     if "pipeline_split" in data and data["pipeline_split"] not in PIPELINE_SPLITS:
         allowed = ", ".join(PIPELINE_SPLITS)

@@ -25,6 +25,7 @@ from shardwise.requests.plan_build import (  # noqa: F401
     build_plan,
     execution_kwargs,
     flash_attention,
+    stack_default_notes,
     stage_kwargs,
 )
 
@@ -48,6 +49,7 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
     cal = load_calibration(values.get("calibration"))
     cluster = build_cluster(values, notes, cal)
     plan = build_plan(values, int(cluster.num_gpus), model)
+    notes += stack_default_notes(values, plan)
     try:
         scn = Scenario(model, cluster, plan)
     except SpecError as exc:

@@ -33,6 +33,7 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
     expert TP, sequence parallelism and the ZeRO stage explicit, the GPUs it uses, and the
     simulator where the planner re-timed the plan with it."""
     from shardwise.analyses.plan_space import RECOMPUTE_NAMES, SCHEDULE_NAMES, expert_tp
+    from shardwise.requests.plan_build import default_schedule, default_sequence_parallel
 
     c = {k: v[i].item() for k, v in search.columns.items()}
     kept = {k: v for k, v in base.values().items() if k not in LAYOUT_FIELDS}
@@ -59,9 +60,10 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
         etp=etp or None,
         vpp=vpp,
         micro_batch=int(c["micro_batch"]),
-        schedule=None if schedule == ("interleaved" if vpp > 1 else "1f1b") else schedule,
+        schedule=None if schedule == default_schedule({**kept, "vpp": vpp}) else schedule,
         recompute=recompute,
-        sequence_parallel=None if sp == (int(c["tp"]) > 1) else sp,  # the default where it agrees
+        # the default where it agrees (the framework's, `requests.plan_build`)
+        sequence_parallel=None if sp == default_sequence_parallel({**kept, "tp": int(c["tp"])}) else sp,
         zero=int(c["zero_stage"]),
         first_stage_layers=int(c["first_stage_layers"]) or None,
         last_stage_layers=int(c["last_stage_layers"]) or None,
@@ -252,6 +254,7 @@ class PlanRequest:
     def space(self, gpu_memory_bytes: float) -> Any:
         from shardwise import presets
         from shardwise.analyses.plan_space import SearchSpace
+        from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages
 
         # what the stack does (its preset), less what the --emit target does not run
         blocks, hybrid = presets.framework_plan_search(self.training.framework or "megatron-core")
@@ -268,13 +271,13 @@ class PlanRequest:
             cp=self.cp,
             ep=self.ep,
             micro_batch=self.micro_batch,
-            schedule=self.schedule,
+            schedule=self.schedule if self.schedule is not None else framework_schedules(self.training.framework),
             recompute=self.recompute,
             recompute_layers=0 if self.recompute_layers is None and not blocks else self.recompute_layers,
             shard_group=self.shard_group,
             hybrid_zero=hybrid,
             sequence_parallel={"on": (True,), "off": (False,), "any": None}[self.sequence_parallel],
-            zero_stage=self.zero,
+            zero_stage=self.zero if self.zero is not None else framework_zero_stages(self.training.framework),
             zero_with_pipeline=self.zero_with_pp,
             max_tp=self.max_tp,
             tp_within_node=self.tp_within_node,
@@ -328,6 +331,7 @@ class PlanRequest:
     def run(self) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
         from shardwise.errors import SpecError
+        from shardwise.presets.stack_defaults import framework_zero_stages
         from shardwise.requests import build
 
         notes: list[str] = []
@@ -339,7 +343,8 @@ class PlanRequest:
             levers = ["more GPUs", "a shorter sequence"]
             if space.recompute is not None and "full" not in space.recompute:
                 levers.append("full recomputation")
-            if space.zero_stage is not None or not space.zero_with_pipeline:
+            zero3 = 3 in (framework_zero_stages(self.training.framework) or (3,))  # nanotron has none
+            if zero3 and (space.zero_stage is not None or not space.zero_with_pipeline):
                 levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")

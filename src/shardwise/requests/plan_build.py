@@ -34,6 +34,14 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
         accumulate = presets.framework_accumulate_bytes(flags["framework"], o.get("precision") or "bf16")
         if accumulate is not None:
             out["unfused_accumulate_bytes"] = accumulate
+    # a stack with a second host count for its sequence-parallel asynchronous linears (nanotron's
+    # REDUCE_SCATTER mode with tp_linear_async_communication) uses it where the plan runs them
+    if o.get("layer_host_ops") is None and sequence_parallel and out["async_tp_grad"]:
+        from shardwise.presets.stack_defaults import framework_async_sp_host_ops
+
+        async_sp = framework_async_sp_host_ops(flags["framework"])
+        if async_sp is not None:
+            out["layer_host_ops"] = async_sp
     if sequence_parallel is not None and not sequence_parallel:
         if o.get("tp_comm_overlap") and tp > 1:
             raise SpecError(
@@ -57,11 +65,49 @@ def flash_attention(o: dict[str, Any]) -> bool:
 
 
 def sequence_parallel(o: dict[str, Any]) -> bool:
-    """Sequence parallelism: as given, else on wherever tensor parallelism is (tp > 1): NeMo's and
-    Megatron-Bridge's recipes and torchtitan run TP with it, and Korthikanti et al. 2022 show it
-    never costs time and saves activation memory."""
+    """Sequence parallelism: as given, else as the framework preset states it where tp > 1
+    (nanotron's default tp_mode ALL_REDUCE: off, `presets.stack_defaults`), else on wherever tensor
+    parallelism is (tp > 1): NeMo's and Megatron-Bridge's recipes and torchtitan run TP with it,
+    and Korthikanti et al. 2022 show it never costs time and saves activation memory."""
     given = o.get("sequence_parallel")
-    return bool(o.get("tp", 1) > 1) if given is None else bool(given)
+    return default_sequence_parallel(o) if given is None else bool(given)
+
+
+def default_sequence_parallel(o: dict[str, Any]) -> bool:
+    """`sequence_parallel` when none is given (what a plan that states it may leave out)."""
+    from shardwise.presets.stack_defaults import framework_sequence_parallel
+
+    if o.get("tp", 1) <= 1:
+        return False
+    stated = framework_sequence_parallel(o.get("framework") or "megatron-core")
+    return True if stated is None else stated
+
+
+def default_schedule(o: dict[str, Any]) -> str:
+    """The pipeline schedule when none is given: interleaved with --vpp > 1, else the framework's
+    (nanotron's AllForwardAllBackward engine: gpipe, `presets.stack_defaults`), else 1F1B."""
+    from shardwise.presets.stack_defaults import framework_schedule
+
+    if (o.get("vpp") or 1) > 1:
+        return "interleaved"
+    return framework_schedule(o.get("framework") or "megatron-core") or "1f1b"
+
+
+def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
+    """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
+    from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel
+
+    stack = o.get("framework") or "megatron-core"
+    out: list[str] = []
+    m, pp = int(plan.num_micro_batches), int(plan.pp)
+    if o.get("schedule") is None and (o.get("vpp") or 1) == 1 and framework_schedule(stack) == "gpipe" and m > 1:
+        out.append(
+            f"{stack}'s default schedule runs all {m} forwards, then all backwards, holding every micro-batch's "
+            f"activations; --schedule 1f1b holds at most {min(pp, m)}"
+        )
+    if o.get("sequence_parallel") is None and o.get("tp", 1) > 1 and framework_sequence_parallel(stack) is False:
+        out.append(f"{stack}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)")
+    return out
 
 
 def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
@@ -102,7 +148,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
             f"--global-batch is required (sequences per step; a multiple of dp x micro-batch = {dp * o['micro_batch']})"
         )
     sp = sequence_parallel(o)
-    schedule = o.get("schedule") or ("interleaved" if o["vpp"] > 1 else "1f1b")
+    schedule = o.get("schedule") or default_schedule(o)
     execution = execution_kwargs(o, sp, tp)
     if o.get("zero") is not None:
         execution["zero_stage"] = o["zero"]

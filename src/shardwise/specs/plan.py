@@ -184,8 +184,9 @@ class Plan:
     `p2p_host_ops`: host operations a middle pipeline stage spends per micro-batch and model chunk
     around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
     syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
-    `tp_shard_overlap`: with sequence parallelism, the all-gather that feeds a GEMM runs beside the
-    GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears, `engines.costs`);
+    `tp_shard_overlap`: with sequence parallelism and `async_tp_grad`, the all-gather that feeds a
+    GEMM runs beside the GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears,
+    `engines.costs`);
     `eager_glu`: a gated MLP's SiLU and multiply run as two kernels beside otherwise fused
     element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
     concatenated and permuted for the attention kernel (nanotron, `physics.stack`);

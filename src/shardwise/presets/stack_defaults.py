@@ -1,0 +1,102 @@
+"""What a framework preset states about a layout the user leaves open: the pipeline schedule its
+trainer runs by default and whether its tensor parallelism runs with sequence parallelism, and the
+host count of the other linear-layer mode it offers. Request-layer defaults, not `Plan` fields: a
+flag given (`--schedule`, `--sequence-parallel`) wins, and without them the project's defaults
+hold (1F1B, interleaved with --vpp > 1; sequence parallelism wherever tp > 1).
+
+nanotron states both: `ParallelismArgs.__post_init__` (huggingface/nanotron
+src/nanotron/config/parallelism_config.py, the same in v0.4, v0.5, 0e0a27ea of February 2025 and
+main of 2026) sets `pp_engine = AllForwardAllBackwardPipelineEngine()` (every micro-batch's forward,
+then every backward: GPipe's order, `Schedule.GPIPE`, at pp = 1 too),
+`tp_mode = TensorParallelLinearMode.ALL_REDUCE` (no sequence parallelism) and
+`tp_linear_async_communication = False` when a config leaves them out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise.errors import SpecError
+
+DEFAULT_FIELDS = ("schedule", "sequence_parallel", "layer_host_ops_async_sp", "zero_stages", "schedules")
+# a preset's default schedule: one that needs no --vpp; the schedules a stack may implement
+PRESET_SCHEDULES = ("gpipe", "1f1b", "zb-h1")
+ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+MAX_HOST_OPS = 10_000
+
+
+def check_default_fields(key: str, data: dict[str, Any]) -> None:
+    """One line naming the field and what is allowed, for a preset's default fields."""
+    schedule = data.get("schedule")
+    if schedule is not None and schedule not in PRESET_SCHEDULES:
+        allowed = ", ".join(PRESET_SCHEDULES)
+        raise SpecError(f"framework {key!r}: schedule: {schedule!r} is not allowed; choose {allowed}")
+    if "sequence_parallel" in data and not isinstance(data["sequence_parallel"], bool):
+        value = data["sequence_parallel"]
+        raise SpecError(f"framework {key!r}: sequence_parallel: {value!r} is not allowed; give true or false")
+    schedules = data.get("schedules")
+    if schedules is not None and (
+        not isinstance(schedules, list) or not schedules or any(v not in ALL_SCHEDULES for v in schedules)
+    ):
+        allowed = ", ".join(ALL_SCHEDULES)
+        raise SpecError(f"framework {key!r}: schedules: {schedules!r} is not allowed; give a list of {allowed}")
+    stages = data.get("zero_stages")
+    if stages is not None and (
+        not isinstance(stages, list) or not stages or any(isinstance(v, bool) or v not in (0, 1, 2, 3) for v in stages)
+    ):
+        raise SpecError(f"framework {key!r}: zero_stages: {stages!r} is not allowed; give a list of 0, 1, 2 or 3")
+    if "layer_host_ops_async_sp" in data:
+        value = data["layer_host_ops_async_sp"]
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_HOST_OPS:
+            raise SpecError(
+                f"framework {key!r}: layer_host_ops_async_sp: {value!r} is not allowed; "
+                f"give host operations per layer, 0-{MAX_HOST_OPS}"
+            )
+
+
+def framework_zero_stages(name: str) -> tuple[int, ...] | None:
+    """The ZeRO stages the stack implements, which the planner searches when none is given (None:
+    all four). nanotron: 0 and 1 (helpers.py `init_optimizer_and_grad_accumulator`: any
+    zero_stage > 0 builds its ZeroDistributedOptimizer, which shards the optimizer state only)."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("zero_stages")
+    return None if value is None else tuple(int(v) for v in value)
+
+
+def framework_schedules(name: str) -> tuple[str, ...] | None:
+    """The pipeline schedules the stack implements, which the planner searches when none is given
+    (None: all four). nanotron: gpipe and 1f1b (pipeline_parallel/engine.py has
+    AllForwardAllBackwardPipelineEngine and OneForwardOneBackwardPipelineEngine, no interleaving,
+    no split backward)."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("schedules")
+    return None if value is None else tuple(str(v) for v in value)
+
+
+def framework_schedule(name: str) -> str | None:
+    """The framework's default pipeline schedule (None: the project's, 1F1B)."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("schedule")
+    return None if value is None else str(value)
+
+
+def framework_sequence_parallel(name: str) -> bool | None:
+    """Whether the framework's tensor parallelism runs with sequence parallelism by default (None:
+    the project's default, on wherever tp > 1)."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("sequence_parallel")
+    return None if value is None else bool(value)
+
+
+def framework_async_sp_host_ops(name: str) -> float | None:
+    """The framework's host operations per layer and micro-batch when its linears run with sequence
+    parallelism and asynchronous communication (`layer_host_ops` counts its default mode); None
+    where it states no second count."""
+    from shardwise import presets
+
+    value = presets._checked_framework(name).get("layer_host_ops_async_sp")
+    return None if value is None else float(value)
