@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.analyses import public_allocator
 from shardwise.physics import remat
 
 # framework column -> framework preset (presets/frameworks.yaml)
@@ -198,6 +199,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["recompute_modules"] = modules
     if bf16_gradients(row):
         out["grad_reduce_bf16"] = True
+    if public_allocator.expandable_segments(row):
+        out["expandable_segments"] = True
     layers = offloaded_layers(row)
     if layers:  # the recipe's cpu_offloading_num_layers (`Plan.offload_activation_layers`)
         out["offload_activations"] = layers

@@ -284,6 +284,11 @@ execution_options = stack_options(
         "Gradient buffers and their DP reduction in bf16, not fp32 (Megatron-LM --grad-reduce-in-bf16; "
         "NVIDIA's performance recipes).",
     ),
+    _switch(
+        "expandable-segments",
+        "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator's split-block "
+        "share of the memory estimate goes (memory only).",
+    ),
 )
 
 

@@ -39,9 +39,11 @@ from shardwise.physics.memory_activations import (
 from shardwise.physics.memory_stacks import (
     ALLOCATOR_FRAGMENTATION,
     DEEPSPEED_REDUCE_BUCKET_BYTES,
+    EXPANDABLE_SEGMENTS_FRAGMENTATION,
     STACKS,
     ZERO3_GATHERED_UNITS,
     StackMemory,
+    allocator_fraction,
     backward_transient_bytes,
     logits_bytes,
     stack_memory,
@@ -144,6 +146,7 @@ def sharded_state_bytes(
 
 __all__ = [
     "ALLOCATOR_FRAGMENTATION",
+    "EXPANDABLE_SEGMENTS_FRAGMENTATION",
     "DEEPSPEED_REDUCE_BUCKET_BYTES",
     "DROPOUT_MASK_BYTES",
     "FLASH_STATS_BYTES",
@@ -155,6 +158,7 @@ __all__ = [
     "ZERO3_GATHERED_UNITS",
     "MemoryBreakdown",
     "StackMemory",
+    "allocator_fraction",
     "backward_transient_bytes",
     "grad_bytes_per_param",
     "layer_activation_bytes",

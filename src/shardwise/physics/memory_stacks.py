@@ -6,7 +6,8 @@ which re-exports these names.
 - one layer's gradients during its backward pass (`backward_transient_bytes`),
 - communication buffers: torch DDP's bucket copies, DeepSpeed's reduction buckets, ZeRO-3's
   gathered units and reduce-scatter inputs (`StackMemory`; NCCL's own in `physics.memory_runtime`),
-- what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`).
+- what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`;
+  `allocator_fraction`: next to nothing with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,14 @@ from shardwise.specs._checks import Number
 # (pytorch/pytorch#152135: 3.87 of 74.77 GiB). 10% taken; block rounding itself (512 B, 2 MiB
 # segments) is negligible beside it.
 ALLOCATOR_FRAGMENTATION = 0.10
+# The same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`): the
+# allocator maps physical pages into one virtual segment per stream that grows as needed (PyTorch
+# docs, notes/cuda.rst "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"; c10/cuda/
+# CUDACachingAllocator.cpp, ExpandableSegment), so before it reports out of memory,
+# release_cached_blocks unmaps the pages under free blocks, including the split ones inside a
+# segment still in use, and maps them again where the new block goes. What stays out of reach is
+# the partly used page at a free block's ends (2 MiB pages: MiBs against the GiBs above): 0.
+EXPANDABLE_SEGMENTS_FRAGMENTATION = 0.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
@@ -193,6 +202,13 @@ def stack_memory(framework: str) -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
     Megatron-Core, the default framework."""
     return STACKS.get(framework, _MEGATRON)
+
+
+def allocator_fraction(stack: StackMemory, expandable_segments: Number) -> Number:
+    """The share of the step's transient memory the caching allocator reserves but cannot hand
+    out: the stack's (`StackMemory.fragmentation`), or `EXPANDABLE_SEGMENTS_FRAGMENTATION` where the
+    run sets expandable segments (`Plan.expandable_segments`) and the stack uses PyTorch's allocator."""
+    return ifelse(as_bool(expandable_segments), min(stack.fragmentation, EXPANDABLE_SEGMENTS_FRAGMENTATION), stack.fragmentation)
 
 
 def logits_bytes(model: Model, batch: Number, tp: Number, stack: StackMemory) -> Number:

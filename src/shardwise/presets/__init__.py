@@ -306,6 +306,7 @@ STACK_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "expandable_segments",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -339,7 +340,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     booleans = (
         "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
     )  # fmt: skip
-    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16"):
+    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

@@ -191,7 +191,10 @@ class Plan:
     concatenated and permuted for the attention kernel (nanotron, `physics.stack`);
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
-    which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`).
+    which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
+    `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
+    PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
+    (`physics.memory_stacks.allocator_fraction`); memory only, no time.
     """
 
     tp: Number = 1
@@ -250,6 +253,7 @@ class Plan:
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
+    expandable_segments: bool | np.ndarray = False
     offload_activation_layers: Number = 0
     offload_optimizer: Number = 0.0
 

@@ -68,5 +68,6 @@ BOOLEAN_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "expandable_segments",
     *EXECUTION_FLAGS,
 )
