@@ -208,7 +208,8 @@ def allocator_fraction(stack: StackMemory, expandable_segments: Number) -> Numbe
     """The share of the step's transient memory the caching allocator reserves but cannot hand
     out: the stack's (`StackMemory.fragmentation`), or `EXPANDABLE_SEGMENTS_FRAGMENTATION` where the
     run sets expandable segments (`Plan.expandable_segments`) and the stack uses PyTorch's allocator."""
-    return ifelse(as_bool(expandable_segments), min(stack.fragmentation, EXPANDABLE_SEGMENTS_FRAGMENTATION), stack.fragmentation)
+    expandable = min(stack.fragmentation, EXPANDABLE_SEGMENTS_FRAGMENTATION)
+    return ifelse(as_bool(expandable_segments), expandable, stack.fragmentation)
 
 
 def logits_bytes(model: Model, batch: Number, tp: Number, stack: StackMemory) -> Number:
