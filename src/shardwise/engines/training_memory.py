@@ -53,7 +53,7 @@ def memory_terms(
     """`MemoryTerms` of one CP rank's scenario (`scn`) holding `params` per stage (see
     `memory_breakdown`; `moe`: a mixture of experts' layers)."""
     model, plan, cluster = scn.model, scn.plan, scn.cluster
-    stack = mem.stack_memory(plan.framework)
+    stack = mem.stack_memory(plan.framework, plan.loss_kernel)
     layer = _layer_terms(
         model,
         plan.micro_batch,

@@ -12,7 +12,7 @@ which re-exports these names.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from shardwise.arrays import as_bool, ifelse
 from shardwise.specs import Model
@@ -36,6 +36,13 @@ ALLOCATOR_FRAGMENTATION = 0.10
 # segment still in use, and maps them again where the new block goes. What stays out of reach is
 # the partly used page at a free block's ends (2 MiB pages: MiBs against the GiBs above): 0.
 EXPANDABLE_SEGMENTS_FRAGMENTATION = 0.0
+# Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py and
+# triton/cross_entropy.py, CrossEntropyFunction; Megatron-Core's cross_entropy_loss_fusion with
+# cross_entropy_fusion_impl="te"): the Triton kernels read the 16-bit logits in fp32 registers, keep
+# 3 fp32 values per token (max, sum, the target's logit: 12 B against V logits, left out) and write
+# the gradient in place into the logits' own buffer in the backward pass: 2 bytes a logit, the
+# logits themselves.
+TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
@@ -198,10 +205,14 @@ STACKS: dict[str, StackMemory] = {
 }
 
 
-def stack_memory(framework: str) -> StackMemory:
+def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
-    Megatron-Core, the default framework."""
-    return STACKS.get(framework, _MEGATRON)
+    Megatron-Core, the default framework. `loss_kernel` "te" (`Plan.loss_kernel`): Transformer
+    Engine's cross-entropy, at `TE_CROSS_ENTROPY_LOGIT_BYTES` a logit where the stack's loss keeps more."""
+    stack = STACKS.get(framework, _MEGATRON)
+    if loss_kernel == "te" and stack.logits_bytes_per_element > TE_CROSS_ENTROPY_LOGIT_BYTES:
+        return replace(stack, logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES)
+    return stack
 
 
 def allocator_fraction(stack: StackMemory, expandable_segments: Number) -> Number:

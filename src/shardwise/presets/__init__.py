@@ -307,6 +307,7 @@ STACK_FIELDS = (
     "layout_copies",
     "grad_reduce_bf16",
     "expandable_segments",
+    "loss_kernel",
 )
 # how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
 # balanced by compute with the output layer counted (nanotron's build_model)
@@ -323,13 +324,14 @@ STACK_PLAN_FIELDS = tuple(
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     from shardwise.precisions import FP8_RECIPES
-    from shardwise.specs.plan import ATTENTION_KERNELS, SELECTIVE_POLICIES
+    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, SELECTIVE_POLICIES
 
     out: dict[str, Any] = {}
     choices_of = (
         ("attention_kernel", ATTENTION_KERNELS),
         ("selective_policy", SELECTIVE_POLICIES),
         ("fp8_recipe", FP8_RECIPES),
+        ("loss_kernel", LOSS_KERNELS),
     )
     for field, choices in choices_of:
         if field in data:

@@ -98,6 +98,7 @@ class TrainingRequest:
     scatter_gather: bool | None = default("scatter_gather")
     grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
     expandable_segments: bool | None = default("expandable_segments")
+    loss_kernel: str | None = default("loss_kernel")
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)
