@@ -133,3 +133,16 @@ def test_predict_takes_the_memory_flags(cli):
     assert json.loads(out) != json.loads(out2)
     code, out, err = cli([*args, "--loss-kernel", "liger"])
     assert code == 2 and "liger" in err and "Traceback" not in err
+
+
+def test_nemo_2_4s_performance_scripts_set_both_and_nemo_2_3s_neither():
+    """NeMo 2.4 (25.07) scripts/performance: TE's loss for every recipe and expandable segments on
+    every GPU but B200; the 25.04 rows (NeMo 2.3) keep the stack's loss and the allocator's share."""
+    from shardwise.analyses import public_validation
+
+    source = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
+    rows = [r for r in _rows() if r["source"].startswith(source)]
+    new = [public_validation.scenario_for(r).plan for r in rows if r["framework_version"] == "25.07"]
+    old = [public_validation.scenario_for(r).plan for r in rows if r["framework_version"] == "25.04"]
+    assert new and all(p.loss_kernel == "te" and bool(p.expandable_segments) for p in new)
+    assert old and not any(p.loss_kernel == "te" or bool(p.expandable_segments) for p in old)
