@@ -146,3 +146,22 @@ def test_nemo_2_4s_performance_scripts_set_both_and_nemo_2_3s_neither():
     old = [public_validation.scenario_for(r).plan for r in rows if r["framework_version"] == "25.04"]
     assert new and all(p.loss_kernel == "te" and bool(p.expandable_segments) for p in new)
     assert old and not any(p.loss_kernel == "te" or bool(p.expandable_segments) for p in old)
+
+
+def test_megatron_is_told_the_loss_kernel_and_the_allocator_setting(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    code, out, err = cli([*args, "--top", "1", "--emit", "megatron"])
+    assert code == 0, err
+    assert "--cross-entropy-fusion-impl" not in out and "expandable_segments" not in out
+    code, out, err = cli([*args, "--loss-kernel", "te", "--expandable-segments", "--top", "1", "--emit", "megatron"])
+    assert code == 0, err
+    assert "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te" in out
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+
+
+def test_torchtitan_refuses_transformer_engines_loss(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    code, _, err = cli(
+        [*args, "--framework", "torchtitan", "--loss-kernel", "te", "--top", "1", "--emit", "torchtitan"]
+    )
+    assert code == 2 and "--loss-kernel te" in err and "Traceback" not in err
