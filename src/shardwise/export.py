@@ -107,6 +107,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "framework",
         *EXECUTION_FLAGS,
         "grad_reduce_bf16",
+        "expandable_segments",
+        "loss_kernel",
         "first_stage_layers",
         "last_stage_layers",
     )

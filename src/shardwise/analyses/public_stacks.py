@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.analyses import public_memory_recipes as memory_recipes
 from shardwise.physics import remat
 
 # framework column -> framework preset (presets/frameworks.yaml)
@@ -198,6 +199,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["recompute_modules"] = modules
     if bf16_gradients(row):
         out["grad_reduce_bf16"] = True
+    out.update(memory_recipes.plan_settings(row))  # the loss kernel, expandable segments
     layers = offloaded_layers(row)
     if layers:  # the recipe's cpu_offloading_num_layers (`Plan.offload_activation_layers`)
         out["offload_activations"] = layers

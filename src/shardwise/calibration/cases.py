@@ -34,7 +34,7 @@ def _group_key(scn: Scenario) -> tuple[Any, ...]:
     return (
         kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
         p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy, p.fp8_recipe,
-        p.recompute_modules, p.cuda_graph_scope, p.lora_targets,
+        p.recompute_modules, p.cuda_graph_scope, p.lora_targets, p.loss_kernel,
     )  # fmt: skip
 
 
@@ -55,6 +55,7 @@ _PLAN_FIELDS = [
         "recompute_modules",
         "cuda_graph_scope",
         "lora_targets",
+        "loss_kernel",
     )
 ]
 

@@ -284,6 +284,18 @@ execution_options = stack_options(
         "Gradient buffers and their DP reduction in bf16, not fp32 (Megatron-LM --grad-reduce-in-bf16; "
         "NVIDIA's performance recipes).",
     ),
+    click.option(
+        "--loss-kernel",
+        type=click.Choice(["stack", "te"], case_sensitive=False),
+        help="The loss: the framework's own (stack), or Transformer Engine's parallel_cross_entropy (te: "
+        "Megatron-Core --cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which keeps only the "
+        "16-bit logits (memory only) [default: the framework's].",
+    ),
+    _switch(
+        "expandable-segments",
+        "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator's split-block "
+        "share of the memory estimate goes (memory only).",
+    ),
 )
 
 

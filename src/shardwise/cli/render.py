@@ -145,6 +145,7 @@ def _flags(p: Any) -> str:
         "pipeline_sync": "p2p sync",
         "scatter_gather": "scatter/gather",
         "grad_reduce_bf16": "bf16 grad reduce",
+        "expandable_segments": "expandable segments",
     }
     on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
     if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):

@@ -50,6 +50,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (i(p.offload_activation_layers) > 0, "Megatron-Core's activation offload (--offload-activations)"),
         (float(p.offload_optimizer) > 0, "optimizer offload (--offload-optimizer; DeepSpeed's offload_optimizer)"),
         (i(p.mtp_layers) > 0, "multi-token prediction (--mtp-layers)"),
+        (p.loss_kernel == "te", "Transformer Engine's cross-entropy (--loss-kernel te)"),
         (bool(p.cuda_graph_scope), "Megatron-Core's CUDA graphs (--cuda-graph-scope)"),
         (bool(p.recompute_modules), "per-module selective recomputation (--recompute-modules, Megatron-Core's)"),
         (i(m.head_dim) * i(m.heads) != i(m.hidden), "a head dimension apart from hidden / heads"),
@@ -148,6 +149,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--deepspeed", "--deepspeed_config", "ds_config.json"),
     )
     env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),) if sp else ()  # Megatron-DeepSpeed asks it on every GPU
+    if bool(p.expandable_segments):  # Plan.expandable_segments: the caching allocator's setting
+        env = (*env, ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
     files = (("ds_config.json", json.dumps(config(scn), indent=2)),)
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
     return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=TODO)

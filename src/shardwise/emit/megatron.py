@@ -64,6 +64,8 @@ def launch(scn: Scenario, version: str) -> Launch:
     env = ()
     if (tp > 1 or cp > 1) and not fsdp and cuda_major(c.gpu.name) < 10:
         env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
+    if bool(p.expandable_segments):  # Plan.expandable_segments: the caching allocator's setting
+        env = (*env, ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
     args = flag_groups(
         ("--tensor-model-parallel-size", str(tp)),
         ("--pipeline-model-parallel-size", str(pp)),
@@ -97,6 +99,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)
         ("--grad-reduce-in-bf16",) if bool(p.grad_reduce_bf16) and p.precision != "fp16" else None,
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
+        # Transformer Engine's cross-entropy (megatron/training/arguments.py --cross-entropy-fusion-impl)
+        ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te") if p.loss_kernel == "te" else None,
         *_model(scn),
         *_moe(scn, version),
         # multi-token prediction, dense or MoE (megatron/training/arguments.py --mtp-num-layers)

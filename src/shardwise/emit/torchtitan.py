@@ -96,6 +96,10 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if i(p.mtp_layers) > 0:
         raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
+    if p.loss_kernel == "te":
+        raise EmitError(
+            "--emit torchtitan: Transformer Engine's cross-entropy (--loss-kernel te) is not a torchtitan option"
+        )
     if float(p.offload_optimizer) > 0:
         raise EmitError(
             "--emit torchtitan: --offload-optimizer is not emitted (FSDP2's CPUOffloadPolicy moves the weights too)"
@@ -193,6 +197,8 @@ def launch(scn: Scenario, version: str) -> Launch:
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "-m", "torchtitan.train")
     env = (("PYTHONPATH", "."),) if files else ()
+    if bool(p.expandable_segments):  # Plan.expandable_segments: the caching allocator's setting
+        env = (*env, ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
     return Launch("torchtitan", version, launcher, args, env=env, files=files, todo=TODO)
 
 

@@ -53,7 +53,7 @@ def memory_terms(
     """`MemoryTerms` of one CP rank's scenario (`scn`) holding `params` per stage (see
     `memory_breakdown`; `moe`: a mixture of experts' layers)."""
     model, plan, cluster = scn.model, scn.plan, scn.cluster
-    stack = mem.stack_memory(plan.framework)
+    stack = mem.stack_memory(plan.framework, plan.loss_kernel)
     layer = _layer_terms(
         model,
         plan.micro_batch,
@@ -199,7 +199,8 @@ def memory_breakdown(
         + reducing
         for i, act in enumerate(acts)
     ]
-    allocator = [stack.fragmentation * (act + gathered + reducing) for act in acts]
+    frag = mem.allocator_fraction(stack, plan.expandable_segments)
+    allocator = [frag * (act + gathered + reducing) for act in acts]
     totals = [sum(st) + act + buf + al for st, act, buf, al in zip(states, acts, buffers, allocator, strict=True)]
     totals[1] = ifelse(p > 2, totals[1], -np.inf)
     pick = ifelse(totals[0] >= maximum(totals[1], totals[2]), 0, ifelse(totals[2] >= totals[1], 2, 1))

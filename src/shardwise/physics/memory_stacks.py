@@ -6,12 +6,13 @@ which re-exports these names.
 - one layer's gradients during its backward pass (`backward_transient_bytes`),
 - communication buffers: torch DDP's bucket copies, DeepSpeed's reduction buckets, ZeRO-3's
   gathered units and reduce-scatter inputs (`StackMemory`; NCCL's own in `physics.memory_runtime`),
-- what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`).
+- what PyTorch's caching allocator reserves but cannot hand out (`StackMemory.fragmentation`;
+  `allocator_fraction`: next to nothing with `PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -29,6 +30,21 @@ from shardwise.specs._checks import Number
 # (pytorch/pytorch#152135: 3.87 of 74.77 GiB). 10% taken; block rounding itself (512 B, 2 MiB
 # segments) is negligible beside it.
 ALLOCATOR_FRAGMENTATION = 0.10
+# The same with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`): the
+# allocator maps physical pages into one virtual segment per stream that grows as needed (PyTorch
+# docs, notes/cuda.rst "Optimizing memory usage with PYTORCH_CUDA_ALLOC_CONF"; c10/cuda/
+# CUDACachingAllocator.cpp, ExpandableSegment), so before it reports out of memory,
+# release_cached_blocks unmaps the pages under free blocks, including the split ones inside a
+# segment still in use, and maps them again where the new block goes. What stays out of reach is
+# the partly used page at a free block's ends (2 MiB pages: MiBs against the GiBs above): 0.
+EXPANDABLE_SEGMENTS_FRAGMENTATION = 0.0
+# Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py and
+# triton/cross_entropy.py, CrossEntropyFunction; Megatron-Core's cross_entropy_loss_fusion with
+# cross_entropy_fusion_impl="te"): the Triton kernels read the 16-bit logits in fp32 registers, keep
+# 3 fp32 values per token (max, sum, the target's logit: 12 B against V logits, left out) and write
+# the gradient in place into the logits' own buffer in the backward pass: 2 bytes a logit, the
+# logits themselves.
+TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
@@ -197,11 +213,23 @@ STACKS: dict[str, StackMemory] = {
 }
 
 
-def stack_memory(framework: str) -> StackMemory:
+def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
-    Megatron-Core, the default framework. nanotron-defaults is nanotron in its dataclass's layout
-    modes: the same code, the same memory entry."""
-    return STACKS.get("nanotron" if framework == "nanotron-defaults" else framework, _MEGATRON)
+    Megatron-Core, the default framework; nanotron-defaults is nanotron in its dataclass's layout
+    modes (the same code, the same entry). `loss_kernel` "te" (`Plan.loss_kernel`): Transformer
+    Engine's cross-entropy, at `TE_CROSS_ENTROPY_LOGIT_BYTES` a logit where the stack's loss keeps more."""
+    stack = STACKS.get("nanotron" if framework == "nanotron-defaults" else framework, _MEGATRON)
+    if loss_kernel == "te" and stack.logits_bytes_per_element > TE_CROSS_ENTROPY_LOGIT_BYTES:
+        return replace(stack, logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES)
+    return stack
+
+
+def allocator_fraction(stack: StackMemory, expandable_segments: Number) -> Number:
+    """The share of the step's transient memory the caching allocator reserves but cannot hand
+    out: the stack's (`StackMemory.fragmentation`), or `EXPANDABLE_SEGMENTS_FRAGMENTATION` where the
+    run sets expandable segments (`Plan.expandable_segments`) and the stack uses PyTorch's allocator."""
+    expandable = min(stack.fragmentation, EXPANDABLE_SEGMENTS_FRAGMENTATION)
+    return ifelse(as_bool(expandable_segments), expandable, stack.fragmentation)
 
 
 def logits_bytes(model: Model, batch: Number, tp: Number, stack: StackMemory) -> Number:

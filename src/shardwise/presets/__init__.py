@@ -315,6 +315,8 @@ STACK_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "expandable_segments",
+    "loss_kernel",
     "block_recompute",
     "hybrid_shard",
     *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
@@ -338,13 +340,14 @@ STACK_PLAN_FIELDS = tuple(
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     from shardwise.precisions import FP8_RECIPES
-    from shardwise.specs.plan import ATTENTION_KERNELS, SELECTIVE_POLICIES
+    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, SELECTIVE_POLICIES
 
     out: dict[str, Any] = {}
     choices_of = (
         ("attention_kernel", ATTENTION_KERNELS),
         ("selective_policy", SELECTIVE_POLICIES),
         ("fp8_recipe", FP8_RECIPES),
+        ("loss_kernel", LOSS_KERNELS),
     )
     for field, choices in choices_of:
         if field in data:
@@ -355,7 +358,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     booleans = (
         "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
     )  # fmt: skip
-    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16"):
+    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

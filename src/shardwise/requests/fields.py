@@ -121,6 +121,8 @@ EXECUTION_FIELDS = (
     _f("pipeline_sync", "bool"),
     _f("scatter_gather", "bool"),
     _f("grad_reduce_bf16", "bool"),  # None: the framework's (off: fp32 gradient buffers)
+    _f("loss_kernel", "str", None, "stack", "te"),  # None: the framework's (`Plan.loss_kernel`)
+    _f("expandable_segments", "bool"),  # None: the framework's (off: the caching allocator's split blocks)
 )
 TRAINING_FIELDS = (*MODEL_FIELDS, *CLUSTER_FIELDS, *PLAN_FIELDS, *EXECUTION_FIELDS)
 BY_NAME = {f.name: f for f in TRAINING_FIELDS}

@@ -97,6 +97,8 @@ class TrainingRequest:
     pipeline_sync: bool | None = default("pipeline_sync")
     scatter_gather: bool | None = default("scatter_gather")
     grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
+    expandable_segments: bool | None = default("expandable_segments")
+    loss_kernel: str | None = default("loss_kernel")
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)

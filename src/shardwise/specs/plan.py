@@ -30,6 +30,7 @@ from shardwise.specs.plan_choices import (  # noqa: F401
     ATTENTION_KERNELS,
     EXECUTION_FLAGS,
     FLASH2_KERNELS,
+    LOSS_KERNELS,
     Recompute,
     Schedule,
 )
@@ -192,7 +193,14 @@ class Plan:
     concatenated and permuted for the attention kernel (nanotron, `physics.stack`);
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
-    which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`).
+    which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
+    `loss_kernel`: "stack" (the framework's loss, `physics.memory_stacks.STACKS`) or "te", Transformer
+    Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
+    cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
+    (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`); memory only, no time;
+    `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
+    PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
+    (`physics.memory_stacks.allocator_fraction`); memory only, no time.
     """
 
     tp: Number = 1
@@ -251,6 +259,8 @@ class Plan:
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
+    expandable_segments: bool | np.ndarray = False
+    loss_kernel: str = "stack"
     offload_activation_layers: Number = 0
     offload_optimizer: Number = 0.0
 

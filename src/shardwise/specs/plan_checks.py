@@ -21,6 +21,7 @@ from shardwise.specs.plan_choices import (
     ATTENTION_KERNELS,
     BOOLEAN_FIELDS,
     CP_COMM_TYPES,
+    LOSS_KERNELS,
     MOE_DISPATCHERS,
     Recompute,
     Schedule,
@@ -140,6 +141,8 @@ def check_fields(plan: Any) -> None:
         raise SpecError(
             f"plan: attention_kernel {plan.attention_kernel!r} is not allowed; choose {', '.join(ATTENTION_KERNELS)}"
         )
+    if plan.loss_kernel not in LOSS_KERNELS:
+        raise SpecError(f"plan: loss_kernel {plan.loss_kernel!r} is not allowed; choose {', '.join(LOSS_KERNELS)}")
     if plan.fp8_recipe not in FP8_RECIPES:
         raise SpecError(f"plan: fp8_recipe {plan.fp8_recipe!r} is not allowed; choose {', '.join(FP8_RECIPES)}")
     if plan.selective_policy not in SELECTIVE_POLICIES:

@@ -37,6 +37,8 @@ class Recompute(IntEnum):
 
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
+# the loss kernel: the stack's own, or Transformer Engine's parallel_cross_entropy (`physics.memory_stacks`)
+LOSS_KERNELS = ("stack", "te")
 
 
 # the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
@@ -68,5 +70,6 @@ BOOLEAN_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "expandable_segments",
     *EXECUTION_FLAGS,
 )

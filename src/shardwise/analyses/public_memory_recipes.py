@@ -1,0 +1,92 @@
+"""What the recipes of published runs set that changes memory alone: the loss kernel
+(`Plan.loss_kernel`) and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`),
+each read in the launch script or recipe that produced the rows, at the rows' versions. Nothing
+here is fitted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MEGATRON_BRIDGE = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
+NEMO_DOCS = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
+
+
+@dataclass(frozen=True)
+class RecipeFact:
+    """The rows a recipe reading covers: the source starts with `source`, the model name with
+    `model` (empty: any), the system is one of `systems` (empty: any) and none of `skip_systems`,
+    the precision one of `precisions` (empty: any), `framework_version` is `version` (empty: any);
+    `with_fsdp` False leaves out rows with Megatron-FSDP (`fsdp` > 0)."""
+
+    source: str
+    model: str = ""
+    systems: tuple[str, ...] = ()
+    precisions: tuple[str, ...] = ()
+    version: str = ""
+    skip_systems: tuple[str, ...] = ()
+    with_fsdp: bool = True
+
+    def covers(self, row: dict[str, str]) -> bool:
+        system, fsdp = row.get("system", ""), (row.get("fsdp") or "0") not in ("", "0")
+        return (
+            row["source"].startswith(self.source)
+            and (row.get("model") or "").startswith(self.model)
+            and (not self.systems or system in self.systems)
+            and system not in self.skip_systems
+            and (not self.precisions or row.get("precision") in self.precisions)
+            and (not self.version or row.get("framework_version") == self.version)
+            and (self.with_fsdp or not fsdp)
+        )
+
+
+# Runs whose launcher sets expandable segments.
+EXPANDABLE_SEGMENT_RECIPES = (
+    # Megatron-Bridge, Llama 3.1 405B pretraining on GB200 at FP8 (current scaling, MX):
+    # scripts/performance/setup_experiment.py (v0.1.0rc4: `llama31 405b gb200, fp8_recipe cs or mx`),
+    # perf_plugins.py _set_model_specific_environment_variables (v0.2.0 - v0.4.2; gb300 too from
+    # v0.3.0), utils/executors.py PERF_ENV_VARS for every recipe but those with nccl_ub or Llama with
+    # Megatron-FSDP (commit 6f24c71f3, v0.5.0 on), the flat recipes' env_vars
+    # (src/megatron/bridge/perf_recipes/llama/gb200/llama31.py at 067f987df). Llama 3 70B with
+    # Megatron-FSDP does not set it (6f24c71f3 `remove_allocator_env_vars`; nothing before), and GB300
+    # only from v0.3.0: neither is listed.
+    RecipeFact(MEGATRON_BRIDGE, "llama3-405b", ("gb200-nvl72",), ("fp8", "mxfp8"), with_fsdp=False),
+    # NeMo 2.4 (container 25.07) scripts/performance/executors.py: PERF_ENV_VARS
+    # ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True" on every GPU but B200 (commit
+    # ab020f6a72 "perf scripts 25.07 refactor"; NeMo 2.3 / 25.04 has none)
+    RecipeFact(NEMO_DOCS, version="25.07", skip_systems=("dgx-b200",)),
+)
+
+# Runs whose recipe computes the loss with Transformer Engine's parallel_cross_entropy
+# (Megatron-Core cross_entropy_loss_fusion, on by default in Megatron-Bridge's GPTModelProvider and
+# NeMo 2's GPTConfig, with cross_entropy_fusion_impl="te").
+TE_LOSS_RECIPES = (
+    # Megatron-Bridge's performance scripts: configs/llama3/llama3_{8b,70b}_llm_pretrain.yaml and
+    # llama31/llama31_405b_llm_pretrain.yaml (v0.1.0rc4), utils/helpers.py set_common_perf_overrides
+    # (v0.2.0) and utils/overrides.py (v0.3.0 - v0.6.0) for every recipe, perf_recipes/_common.py
+    # _benchmark_common (default "te", which llama/common.py _llama_benchmark_common keeps; 067f987df)
+    RecipeFact(MEGATRON_BRIDGE, "llama3"),
+    # NeMo 2.4 (25.07) scripts/performance/helpers.py set_perf_optimization_configs, every recipe
+    # (commit ab020f6a72; NeMo 2.3's scripts set it for DeepSeek V3 and Llama 4 alone)
+    RecipeFact(NEMO_DOCS, version="25.07"),
+)
+
+
+def loss_kernel(row: dict[str, str]) -> str:
+    """The loss kernel a public run's recipe names (`TE_LOSS_RECIPES`: "te"), else "" (the stack's)."""
+    return "te" if any(fact.covers(row) for fact in TE_LOSS_RECIPES) else ""
+
+
+def expandable_segments(row: dict[str, str]) -> bool:
+    """Whether a public run's launcher set expandable segments (`EXPANDABLE_SEGMENT_RECIPES`)."""
+    return any(fact.covers(row) for fact in EXPANDABLE_SEGMENT_RECIPES)
+
+
+def plan_settings(row: dict[str, str]) -> dict[str, object]:
+    """The Plan keyword arguments the row's recipe sets here (`loss_kernel`, `expandable_segments`)."""
+    out: dict[str, object] = {}
+    if loss_kernel(row):
+        out["loss_kernel"] = loss_kernel(row)
+    if expandable_segments(row):
+        out["expandable_segments"] = True
+    return out

@@ -1,0 +1,167 @@
+"""Memory-only recipe settings: the loss kernel (`Plan.loss_kernel`) and the caching allocator's
+expandable segments (`Plan.expandable_segments`), and the published runs whose recipes set them
+(`analyses.public_memory_recipes`)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.errors import SpecError
+
+
+def _memory(model, **plan):
+    from shardwise.engines.training import training_memory
+    from shardwise.specs import Plan, Scenario
+
+    p = Plan(**plan)
+    cluster = presets.system("dgx-h100").with_(gpus_per_node=min(8, int(p.tp * p.pp * p.dp * p.cp)))
+    return training_memory(Scenario(presets.model(model), cluster, p))
+
+
+def test_expandable_segments_take_away_the_allocators_share_and_nothing_else():
+    from shardwise.physics.memory import ALLOCATOR_FRAGMENTATION, EXPANDABLE_SEGMENTS_FRAGMENTATION
+
+    base = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1)
+    grown = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1, expandable_segments=True)
+    assert EXPANDABLE_SEGMENTS_FRAGMENTATION < ALLOCATOR_FRAGMENTATION
+    assert float(base.allocator_bytes) == pytest.approx(ALLOCATOR_FRAGMENTATION * float(base.activations_bytes))
+    assert float(grown.allocator_bytes) == pytest.approx(
+        EXPANDABLE_SEGMENTS_FRAGMENTATION * float(grown.activations_bytes)
+    )
+    assert float(grown.activations_bytes) == float(base.activations_bytes)
+    drop = float(base.total_bytes) - float(grown.total_bytes)
+    assert drop == pytest.approx(float(base.allocator_bytes) - float(grown.allocator_bytes))
+    assert drop > 0
+
+
+def test_expandable_segments_broadcast_over_an_array_of_plans():
+    on = np.array([False, True])
+    both = _memory("llama3-8b", dp=8, global_batch=8, zero_stage=1, expandable_segments=on)
+    assert np.asarray(both.allocator_bytes).shape == (2,)
+    assert np.asarray(both.allocator_bytes)[0] > 0 and np.asarray(both.allocator_bytes)[1] == 0.0
+
+
+def test_transformer_engines_loss_keeps_only_the_16_bit_logits():
+    """pp = 1: Megatron's loss holds 6 B a logit, the eager one 12; TE's parallel_cross_entropy 2
+    (the logits, gradient written in place), so the activations fall by exactly the difference."""
+    from shardwise.physics.memory import TE_CROSS_ENTROPY_LOGIT_BYTES
+
+    m = presets.model("llama3-8b")
+    logits = m.seq_len * m.vocab
+    assert TE_CROSS_ENTROPY_LOGIT_BYTES == 2.0
+    for framework, stack_bytes in (("megatron-core", 6.0), ("fsdp", 12.0)):
+        kw = {"dp": 8, "global_batch": 8, "zero_stage": 1, "framework": framework}
+        own, te = _memory("llama3-8b", **kw), _memory("llama3-8b", loss_kernel="te", **kw)
+        diff = float(own.activations_bytes) - float(te.activations_bytes)
+        assert diff == pytest.approx((stack_bytes - TE_CROSS_ENTROPY_LOGIT_BYTES) * logits)
+
+
+def test_the_loss_kernel_never_adds_memory_and_an_unknown_one_is_refused():
+    from shardwise.physics.memory_stacks import TE_CROSS_ENTROPY_LOGIT_BYTES, stack_memory
+
+    for name in ("megatron-core", "nanotron", "fsdp", "maxtext", "someone-elses-stack"):
+        own, te = stack_memory(name), stack_memory(name, "te")
+        assert te.logits_bytes_per_element == min(own.logits_bytes_per_element, TE_CROSS_ENTROPY_LOGIT_BYTES)
+    from shardwise.specs import Plan
+
+    with pytest.raises(SpecError, match="loss_kernel 'liger' is not allowed; choose stack, te"):
+        Plan(loss_kernel="liger")
+
+
+def test_memory_settings_do_not_move_the_step_time():
+    from shardwise.engines.training import estimate_training_step
+    from shardwise.specs import Plan, Scenario
+
+    cluster = presets.system("dgx-h100")
+    times = []
+    for extra in ({}, {"loss_kernel": "te", "expandable_segments": True}):
+        plan = Plan(dp=8, global_batch=64, zero_stage=1, **extra)
+        times.append(
+            float(np.asarray(estimate_training_step(Scenario(presets.model("llama3-8b"), cluster, plan)).step_time_s))
+        )
+    assert times[0] == times[1]
+
+
+def _rows(**match):
+    from shardwise.analyses import public_validation
+
+    return [
+        r
+        for r in public_validation.raw_rows()
+        if not public_validation.skip_reason(r) and all(r.get(k) == v for k, v in match.items())
+    ]
+
+
+def test_megatron_bridge_405b_on_gb200_at_fp8_fits_with_its_launchers_expandable_segments():
+    """Megatron-Bridge sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True for Llama 3.1 405B on
+    GB200 at FP8 (v0.1.0rc4 setup_experiment.py .. the flat recipes): those runs ran, and the
+    estimate now fits them; Llama 3 70B with Megatron-FSDP, where the launcher removes it, keeps
+    the allocator's share."""
+    from shardwise.analyses import public_validation
+    from shardwise.engines.training import training_memory
+
+    source = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
+    rows = [r for r in _rows(model="llama3-405b", system="gb200-nvl72", fsdp="0") if r["source"].startswith(source)]
+    fp8 = [r for r in rows if r["precision"] in ("fp8", "mxfp8")]
+    assert len(fp8) >= 6
+    for row in fp8:
+        scn = public_validation.scenario_for(row)
+        assert bool(scn.plan.expandable_segments) and scn.plan.loss_kernel == "te"
+        assert float(training_memory(scn).total_bytes) < float(scn.cluster.gpu.memory_bytes), row["id"]
+    fsdp = [r for r in _rows(model="llama3-70b", system="gb200-nvl72") if r["source"].startswith(source)]
+    fsdp = [r for r in fsdp if r["fsdp"] not in ("", "0")]
+    assert fsdp and not any(bool(public_validation.scenario_for(r).plan.expandable_segments) for r in fsdp)
+
+
+def test_only_rows_whose_recipe_names_te_loss_get_it():
+    from shardwise.analyses import public_validation
+
+    dgxc = [r for r in _rows(model="llama3-8b") if "dgxc-benchmarking" in r["source"]]
+    assert dgxc and all(public_validation.scenario_for(r).plan.loss_kernel == "stack" for r in dgxc)
+
+
+def test_predict_takes_the_memory_flags(cli):
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "8"]
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
+    code, out2, err = cli([*args, "--loss-kernel", "te", "--expandable-segments", "--json"])
+    assert code == 0, err
+    assert json.loads(out) != json.loads(out2)
+    code, out, err = cli([*args, "--loss-kernel", "liger"])
+    assert code == 2 and "liger" in err and "Traceback" not in err
+
+
+def test_nemo_2_4s_performance_scripts_set_both_and_nemo_2_3s_neither():
+    """NeMo 2.4 (25.07) scripts/performance: TE's loss for every recipe and expandable segments on
+    every GPU but B200; the 25.04 rows (NeMo 2.3) keep the stack's loss and the allocator's share."""
+    from shardwise.analyses import public_validation
+
+    source = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
+    rows = [r for r in _rows() if r["source"].startswith(source)]
+    new = [public_validation.scenario_for(r).plan for r in rows if r["framework_version"] == "25.07"]
+    old = [public_validation.scenario_for(r).plan for r in rows if r["framework_version"] == "25.04"]
+    assert new and all(p.loss_kernel == "te" and bool(p.expandable_segments) for p in new)
+    assert old and not any(p.loss_kernel == "te" or bool(p.expandable_segments) for p in old)
+
+
+def test_megatron_is_told_the_loss_kernel_and_the_allocator_setting(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    code, out, err = cli([*args, "--top", "1", "--emit", "megatron"])
+    assert code == 0, err
+    assert "--cross-entropy-fusion-impl" not in out and "expandable_segments" not in out
+    code, out, err = cli([*args, "--loss-kernel", "te", "--expandable-segments", "--top", "1", "--emit", "megatron"])
+    assert code == 0, err
+    assert "--cross-entropy-loss-fusion --cross-entropy-fusion-impl te" in out
+    assert "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True" in out
+
+
+def test_torchtitan_refuses_transformer_engines_loss(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    code, _, err = cli(
+        [*args, "--framework", "torchtitan", "--loss-kernel", "te", "--top", "1", "--emit", "torchtitan"]
+    )
+    assert code == 2 and "--loss-kernel te" in err and "Traceback" not in err
