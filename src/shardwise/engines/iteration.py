@@ -76,7 +76,11 @@ def stage_costs(
 
     def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
         return layer_times(
-            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn), gpu, plan.precision, True
+            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn),
+            gpu,
+            plan.precision,
+            True,
+            backward=False,  # inference: the forward GEMMs alone
         )
 
     def linear_s(lt: LayerTimes) -> Number:  # the layers that run on all T tokens together

@@ -87,6 +87,7 @@ def head_cost(
         attention_precision(plan.precision),
         plan.grad_accumulation_fusion,
         accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
+        backward=loss,  # inference prices the forward alone
     )
     logits = out.forward_s
     weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen
