@@ -42,7 +42,7 @@ from shardwise.engines.pipeline import (
     pipelined_round_s,
     prefill_apart_round_s,
 )
-from shardwise.engines.stage_ends import embedding_cost, head_cost
+from shardwise.engines.stage_ends import embedding_cost, head_forward_s, head_inference_tp_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times
@@ -96,7 +96,10 @@ def stage_costs(
     linear = per_value(lambda x: linear_s(times(1, x, x)), tokens)
     layer = StageCost(linear + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
     emb = embedding_cost(one, comm, tokens)
-    head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
+    # the output layer on the decoding tokens and the prompts that finish: few distinct counts
+    head = StageCost(
+        per_value(lambda x: head_forward_s(one, x), np.ceil(d + q / n)), 0.0, head_inference_tp_s(one, comm), 0.0
+    )
     split = plan_split(model.layers, plan)
     moe = None
     if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
