@@ -117,6 +117,9 @@ SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by 
 # make at most SPLIT_K_WAVES waves: a project choice that keeps the search to the thin GEMMs.
 SPLIT_K_WAVES = 4
 SPLIT_K_PROBE_TILE = 128.0
+# Arrays of at most this many elements per tile candidate price all candidates at once (`_groups`):
+# a speed setting of the code, not of the model (the numbers are the same either way).
+STACK_MAX_ELEMENTS = 2048
 
 
 def _whole_tiles(
@@ -150,6 +153,19 @@ def _whole_tiles(
     fixup = 2.0 * workspace / partial_sums_bw(workspace, *fixup_bw)
     hybrid = np.maximum(dp_waves * t_tile + TILE_FILL_S + sk_tiles * work / units + fixup, roof)
     return np.minimum(whole, hybrid + setup_s)
+
+
+def _groups(tiles: tuple[tuple[int, int, int], ...], shape: tuple[int, ...]) -> list[tuple[tuple[int, int, int], ...]]:
+    """The tile candidates priced together: all at once where one candidate's arrays have at most
+    `STACK_MAX_ELEMENTS` elements (one call's numpy overhead instead of five), else one at a time
+    (the temporaries stay in cache)."""
+    return [tiles] if int(np.prod(shape)) <= STACK_MAX_ELEMENTS else [(t,) for t in tiles]
+
+
+def _candidates(tiles: tuple[tuple[int, int, int], ...], nd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, columns, tiles resident per SM) of each tile candidate, as float arrays on a leading
+    axis ahead of `nd` broadcast axes."""
+    return tuple(np.asarray([t[i] for t in tiles], dtype=float).reshape(-1, *(1,) * nd) for i in range(3))
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -196,12 +212,17 @@ def gemm_time_s(
     l2_capacity, l2_bw = l2_of(gpu)
     stream_k = gpu.name in STREAM_K_GPUS
     sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if stream_k else None
-    rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
-    cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
+    # the tile candidates on a leading axis, all at once for small arrays, one by one for large
+    # ones (the same element-wise operations either way, so the same numbers; the fastest is a
+    # minimum, exact in any order)
+    inputs = (m, n, k, batch, out_bytes, f_sm, bw_sm, n_sm, memory_roof, l2_bw, gpu.kernel_launch_s)
+    nd = max(np.ndim(x) for x in inputs)
     best = None
-    for tm, tn, resident in tiles:
+    for group in _groups(tiles, np.broadcast_shapes(*(np.shape(x) for x in inputs))):
+        tm, tn, resident = _candidates(group, nd)
         work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
-        t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, memory_roof, sk)
+        n_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+        t = np.min(_whole_tiles(n_tiles, work, n_sm, resident, tm * tn, memory_roof, sk), axis=0)
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
@@ -220,20 +241,19 @@ def gemm_time_s(
         partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
         sub = flat[mask]
+        # candidates x splits x the GEMMs picked; the splits together or one by one as the candidates
+        together = sub.size * len(SPLIT_K) <= STACK_MAX_ELEMENTS
+        splits = [np.reshape(SPLIT_K, (1, -1, 1))] if together else [np.full((1, 1, 1), x) for x in SPLIT_K]
         # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
-        reduce_s = [
-            split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
-            for split in SPLIT_K
-        ]
-        s_rows = {tm: np.ceil(sm_ / tm) for tm in rows}
-        s_cols = {tn: np.ceil(sn / tn) for tn in cols}
-        for tm, tn, resident in tiles:
-            base_tiles = s_rows[tm] * s_cols[tn] * sb
+        reduce_s = [x * partial_bytes / partial_sums_bw(x * partial_bytes, l2_capacity, s_l2_bw, s_bw) for x in splits]
+        for group in _groups(tiles, (len(SPLIT_K), *np.shape(sub))):
+            tm, tn, resident = _candidates(group, 2)
+            base_tiles = np.ceil(sm_ / tm) * np.ceil(sn / tn) * sb
             main = resident * 2.0 * tm * tn * sk_ / s_fsm
             slots = s_nsm * resident
-            for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
+            for split, r_s in zip(splits, reduce_s, strict=True):
                 t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
-                sub = np.minimum(sub, np.maximum(t, s_roof) + r_s + final)
+                sub = np.minimum(sub, np.min(np.maximum(t, s_roof) + r_s + final, axis=(0, 1)))
         flat[mask] = sub
         best = flat.reshape(shape)
     return np.where(sms > 0, best, np.maximum(plain, memory_roof))
