@@ -21,7 +21,10 @@ tokens make up.
 
 Costs come from the same kernels as everything else (`physics.flops`, `physics.compute`,
 `engines.costs`); `iteration_table` evaluates them on a grid in one vectorized call so that the
-simulator (`engines.inflight`) interpolates instead of re-running the model per iteration.
+simulator (`engines.inflight`) interpolates instead of re-running the model per iteration. Only
+the forward's GEMMs are priced; the linear layers, the decode attention and the output layer once
+per distinct token count (`once_per_value`); with whole prompts under pp the even split's
+micro-batch and the heaviest one in one call (`_stacked`): the same numbers as element by element.
 """
 
 from __future__ import annotations
