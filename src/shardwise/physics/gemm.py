@@ -69,6 +69,8 @@ library's kernel choice that the model above estimates.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from shardwise.specs import GemmTable, Gpu
@@ -159,13 +161,22 @@ def _groups(tiles: tuple[tuple[int, int, int], ...], shape: tuple[int, ...]) -> 
     """The tile candidates priced together: all at once where one candidate's arrays have at most
     `STACK_MAX_ELEMENTS` elements (one call's numpy overhead instead of five), else one at a time
     (the temporaries stay in cache)."""
-    return [tiles] if int(np.prod(shape)) <= STACK_MAX_ELEMENTS else [(t,) for t in tiles]
+    return [tiles] if math.prod(shape) <= STACK_MAX_ELEMENTS else [(t,) for t in tiles]
+
+
+_CANDIDATES: dict[tuple[tuple[tuple[int, int, int], ...], int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
 
 
 def _candidates(tiles: tuple[tuple[int, int, int], ...], nd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(rows, columns, tiles resident per SM) of each tile candidate, as float arrays on a leading
-    axis ahead of `nd` broadcast axes."""
-    return tuple(np.asarray([t[i] for t in tiles], dtype=float).reshape(-1, *(1,) * nd) for i in range(3))
+    axis ahead of `nd` broadcast axes (built once per candidates and rank, read-only)."""
+    got = _CANDIDATES.get((tiles, nd))
+    if got is None:
+        arrays = [np.asarray([t[i] for t in tiles], dtype=float).reshape(-1, *(1,) * nd) for i in range(3)]
+        for a in arrays:
+            a.flags.writeable = False
+        got = _CANDIDATES[tiles, nd] = (arrays[0], arrays[1], arrays[2])
+    return got
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -222,7 +233,7 @@ def gemm_time_s(
         tm, tn, resident = _candidates(group, nd)
         work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
         n_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
-        t = np.min(_whole_tiles(n_tiles, work, n_sm, resident, tm * tn, memory_roof, sk), axis=0)
+        t = np.minimum.reduce(_whole_tiles(n_tiles, work, n_sm, resident, tm * tn, memory_roof, sk), axis=0)
         best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
@@ -253,7 +264,7 @@ def gemm_time_s(
             slots = s_nsm * resident
             for split, r_s in zip(splits, reduce_s, strict=True):
                 t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
-                sub = np.minimum(sub, np.min(np.maximum(t, s_roof) + r_s + final, axis=(0, 1)))
+                sub = np.minimum(sub, np.minimum.reduce(np.maximum(t, s_roof) + r_s + final, axis=(0, 1)))
         flat[mask] = sub
         best = flat.reshape(shape)
     return np.where(sms > 0, best, np.maximum(plain, memory_roof))
