@@ -21,7 +21,10 @@ tokens make up.
 
 Costs come from the same kernels as everything else (`physics.flops`, `physics.compute`,
 `engines.costs`); `iteration_table` evaluates them on a grid in one vectorized call so that the
-simulator (`engines.inflight`) interpolates instead of re-running the model per iteration.
+simulator (`engines.inflight`) interpolates instead of re-running the model per iteration. Only
+the forward's GEMMs are priced; the linear layers, the decode attention and the output layer once
+per distinct token count (`once_per_value`); with whole prompts under pp the even split's
+micro-batch and the heaviest one in one call (`_stacked`): the same numbers as element by element.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ from shardwise.engines.pipeline import (
     pipelined_round_s,
     prefill_apart_round_s,
 )
-from shardwise.engines.stage_ends import embedding_cost, head_cost
+from shardwise.engines.stage_ends import embedding_cost, head_forward_s, head_inference_tp_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times
@@ -76,7 +79,11 @@ def stage_costs(
 
     def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
         return layer_times(
-            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn), gpu, plan.precision, True
+            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn),
+            gpu,
+            plan.precision,
+            True,
+            backward=False,  # inference: the forward GEMMs alone
         )
 
     def linear_s(lt: LayerTimes) -> Number:  # the layers that run on all T tokens together
@@ -92,7 +99,10 @@ def stage_costs(
     linear = per_value(lambda x: linear_s(times(1, x, x)), tokens)
     layer = StageCost(linear + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
     emb = embedding_cost(one, comm, tokens)
-    head = head_cost(one, comm, np.ceil(d + q / n), loss=False)
+    # the output layer on the decoding tokens and the prompts that finish: few distinct counts
+    head = StageCost(
+        per_value(lambda x: head_forward_s(one, x), np.ceil(d + q / n)), 0.0, head_inference_tp_s(one, comm), 0.0
+    )
     split = plan_split(model.layers, plan)
     moe = None
     if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
@@ -161,18 +171,26 @@ def iteration_times(
     prompts = np.ceil(q / wl.input_len)
     m = np.minimum(p, np.maximum(d + prompts, 1.0))
     piped = p > 1
-    fs = _with_sends(stage_costs(scn, wl, np.ceil(d / m), np.ceil(q / m), context), preset, piped)
+    heaviest = preset.whole_prompts and np.any(piped & (prompts > 0))
+    if heaviest and budget_tokens is None:
+        gpu = scn.cluster.gpu
+        budget_tokens = max_batched_tokens(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+    per_decode, per_prompt = np.ceil(d / m), np.ceil(q / m)
+    if heaviest:  # the even split's micro-batch and the heaviest one, priced in one call
+        heavy_q = _heaviest_prompt_tokens(wl, q, prompts, m, float(budget_tokens))
+        decodes, prompt_tokens = _stacked((per_decode, per_decode), (per_prompt, heavy_q))
+        even_and_heavy = stage_costs(scn, wl, decodes, prompt_tokens, context)
+        fs, fs_heavy = (_with_sends(_take(even_and_heavy, i, decodes.ndim), preset, piped) for i in (0, 1))
+    else:
+        fs = _with_sends(stage_costs(scn, wl, per_decode, per_prompt, context), preset, piped)
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
     host = np.where(piped, pipeline_host_s(preset, np.ceil(d / m) + np.ceil(prompts / m)), 0.0)
     gpu_bound = np.maximum(through, m * c_max)
     total = np.maximum(gpu_bound, pipelined_round_s(c_max, c[2], through, m, host, preset.sync_last_stage))
-    if preset.whole_prompts and np.any(piped & (prompts > 0)):
-        if budget_tokens is None:
-            gpu = scn.cluster.gpu
-            budget_tokens = max_batched_tokens(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
-        heavy = _heaviest_pass_s(scn, wl, d, q, prompts, m, context, float(budget_tokens), preset)
+    if heaviest:
+        heavy = _heaviest_pass_s(fs_heavy, p, preset, per_decode, np.ceil(heavy_q / wl.input_len))
         total = np.where(piped & (prompts > 0), np.maximum(total, heavy), total)
     share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
     # the host time the round waits for is counted with the sends (`pp_p2p`)
@@ -188,31 +206,52 @@ def iteration_times(
     return IterationTimes(*(np.where(idle, zero, x) for x in parts))
 
 
-def _heaviest_pass_s(
-    scn: Scenario,
-    wl: ServingWorkload,
-    d: np.ndarray,
-    q: np.ndarray,
-    prompts: np.ndarray,
-    m: np.ndarray,
-    context: float,
-    budget: float,
-    preset: EnginePreset,
-) -> Number:
-    """The pass through every stage, and its host step, of a round's heaviest micro-batch where
-    each prompt's chunk sits whole in one micro-batch (`EnginePreset.whole_prompts`): the round's
-    prompts spread as evenly as they come over its m micro-batches, ceil(prompts / m) in the
-    heaviest (at most one budget of tokens, at least an even share), beside its 1/m of the
-    decodes. A stage takes the micro-batches in one order, so the round lasts at least that pass
-    (`engines.pipeline.pipelined_round_s` prices the even split)."""
-    p = np.asarray(scn.plan.pp, dtype=float)
-    per_decode = np.ceil(d / m)
+def _heaviest_prompt_tokens(
+    wl: ServingWorkload, q: np.ndarray, prompts: np.ndarray, m: np.ndarray, budget: float
+) -> np.ndarray:
+    """Prompt tokens of a round's heaviest micro-batch where each prompt's chunk sits whole in one
+    micro-batch (`EnginePreset.whole_prompts`): the round's prompts spread as evenly as they come
+    over its m micro-batches, ceil(prompts / m) in the heaviest (at most one budget of tokens, at
+    least an even share), beside its 1/m of the decodes."""
     heavy_q = np.minimum(np.minimum(q, np.ceil(prompts / m) * wl.input_len), budget)
-    heavy_q = np.maximum(heavy_q, np.ceil(q / m))
-    fs = _with_sends(stage_costs(scn, wl, per_decode, heavy_q, context), preset, p > 1)
+    return np.maximum(heavy_q, np.ceil(q / m))
+
+
+def _heaviest_pass_s(
+    fs: ForwardStages, p: np.ndarray, preset: EnginePreset, per_decode: np.ndarray, requests: np.ndarray
+) -> Number:
+    """The pass through every stage, and its host step, of a round's heaviest micro-batch
+    (`_heaviest_prompt_tokens`; `fs` its stage costs with the sends, `requests` its prompts). A
+    stage takes the micro-batches in one order, so the round lasts at least that pass
+    (`engines.pipeline.pipelined_round_s` prices the even split)."""
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
-    return through + pipeline_host_s(preset, per_decode + np.ceil(heavy_q / wl.input_len))
+    return through + pipeline_host_s(preset, per_decode + requests)
+
+
+def _stacked(*pairs: tuple[Number, Number]) -> list[np.ndarray]:
+    """Each pair of arrays broadcast together and stacked on a new leading axis (two micro-batches
+    priced in one element-wise call)."""
+    flat = np.broadcast_arrays(*(np.asarray(x, dtype=float) for pair in pairs for x in pair))
+    return [np.stack(flat[2 * i : 2 * i + 2]) for i in range(len(pairs))]
+
+
+def _take(fs: ForwardStages, i: int, rank: int) -> ForwardStages:
+    """The `i`-th of the micro-batches `_stacked` put on the leading axis of inputs of `rank`
+    dimensions; a part that does not vary along it (of a lower rank, or a scalar) is the same for
+    both."""
+
+    def one(x: Number) -> Number:
+        if x is None or np.ndim(x) < rank:
+            return x
+        return np.asarray(x)[i if np.shape(x)[0] > 1 else 0]
+
+    return ForwardStages(
+        tuple(one(x) for x in fs.compute),  # type: ignore[arg-type]
+        tuple(one(x) for x in fs.tp_comm),  # type: ignore[arg-type]
+        one(fs.send_s),
+        one(fs.middle_sum),
+    )
 
 
 def _with_sends(fs: ForwardStages, preset: EnginePreset, piped: Number) -> ForwardStages:

@@ -14,7 +14,6 @@ from shardwise.engines.tp_overlap import (
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
     attention_precision,
-    linear_times,
     memory_s,
 )
 from shardwise.physics.flops import (
@@ -22,6 +21,7 @@ from shardwise.physics.flops import (
     cross_entropy_bytes,
     logits_forward,
 )
+from shardwise.physics.linears import GemmTimes, linear_times
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
@@ -68,11 +68,24 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     return StageCost(lookup, memory_s(2 * act + grad_table, gpu, kernels=EMBEDDING_KERNELS), reduce, regather)
 
 
-def head_cost(
-    scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True, weight_bytes: Number | None = None
-) -> StageCost:
-    """Final norm, output projection (column-parallel over the vocabulary) and, when training,
-    the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
+def head_forward_s(scn: Scenario, q_len: Number | None = None, weight_bytes: Number | None = None) -> Number:
+    """The final norm and the output projection's forward, without a loss (inference): what
+    `head_cost(..., loss=False)` computes, `q_len` tokens per sequence getting logits."""
+    norm, out = _norm_and_logits(scn, q_len, weight_bytes, backward=False)
+    return norm + out.forward_s
+
+
+def head_inference_tp_s(scn: Scenario, comm: TpComm) -> Number:
+    """The output layer's TP communication without a loss: the all-gather of a sequence-parallel
+    input, none otherwise."""
+    return np.where(np.asarray(scn.plan.sequence_parallel, dtype=bool), comm.all_gather, 0.0)
+
+
+def _norm_and_logits(
+    scn: Scenario, q_len: Number | None, weight_bytes: Number | None, backward: bool
+) -> tuple[Number, GemmTimes]:
+    """The final norm's seconds and the output projection's GEMMs (the forward alone where
+    `backward` is False)."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e, b, t = plan.bytes_per_element, plan.micro_batch, plan.tp
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
@@ -87,11 +100,25 @@ def head_cost(
         attention_precision(plan.precision),
         plan.grad_accumulation_fusion,
         accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
+        backward=backward,
     )
+    return norm, out
+
+
+def head_cost(
+    scn: Scenario, comm: TpComm, q_len: Number | None = None, loss: bool = True, weight_bytes: Number | None = None
+) -> StageCost:
+    """Final norm, output projection (column-parallel over the vocabulary) and, when training,
+    the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
+    if not loss:
+        return StageCost(head_forward_s(scn, q_len, weight_bytes), 0.0, head_inference_tp_s(scn, comm), 0.0)
+    model, plan = scn.model, scn.plan
+    e, b, t = plan.bytes_per_element, plan.micro_batch, plan.tp
+    sp = np.asarray(plan.sequence_parallel, dtype=bool)
+    tokens = b * (model.seq_len if q_len is None else q_len)
+    norm, out = _norm_and_logits(scn, q_len, weight_bytes, backward=True)
     logits = out.forward_s
     weight_grad = np.where(np.asarray(plan.lora_rank) > 0, 0.0, out.weight_grad_s)  # LoRA: frozen
-    if not loss:
-        return StageCost(norm + logits, 0.0, np.where(sp, comm.all_gather, 0.0), 0.0)
     loss_bytes = cross_entropy_bytes(model, b, t, e)
     # eager: the fp32 log-softmax and its backward as separate kernels (`physics.stack`)
     eager_share = EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT)
@@ -100,7 +127,7 @@ def head_cost(
     if any_true(as_array(plan.loss_bytes_per_logit) > 0):
         own = loss_bytes / (e + CROSS_ENTROPY_FP32_BYTES_PER_LOGIT) * plan.loss_bytes_per_logit
         loss_bytes = np.where(np.asarray(plan.loss_bytes_per_logit) > 0, own, loss_bytes)
-    loss_s = memory_s(loss_bytes, gpu, kernels=CROSS_ENTROPY_KERNELS)
+    loss_s = memory_s(loss_bytes, scn.cluster.gpu, kernels=CROSS_ENTROPY_KERNELS)
     ce_comm = CROSS_ENTROPY_ALL_REDUCES * comm.group.all_reduce(CROSS_ENTROPY_VALUE_BYTES * tokens)
     gather = np.where(sp, comm.all_gather, 0.0)
     grad_in = np.where(sp, comm.reduce_scatter, comm.all_reduce)

@@ -124,13 +124,16 @@ def layer_times(
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
     fp8_recipe: str = "te",
     cp_comm: str = "p2p",
+    backward: bool = True,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
-    bookkeeping where context parallelism runs as a ring (`cp_comm` p2p, `physics.attention`)."""
+    bookkeeping where context parallelism runs as a ring (`cp_comm` p2p, `physics.attention`).
+    `backward` False (inference): the linear layers' gradient GEMMs are not priced (NaN,
+    `physics.linears.linears_times`), the forward's numbers the same."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
-        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe
+        (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)
     if not np.all(mlp == 1.0):  # no dense MLP: nothing to time

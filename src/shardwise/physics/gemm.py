@@ -69,6 +69,8 @@ library's kernel choice that the model above estimates.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from shardwise.specs import GemmTable, Gpu
@@ -77,7 +79,8 @@ from shardwise.specs._checks import Number
 # Output-tile shapes (rows, columns, tiles resident per SM) and split-K factors tried (module
 # docstring): a project choice of cuBLAS-like candidates, since cuBLAS's own heuristics are not
 # published. Hopper adds the ping-pong 64-row tiles, two resident per SM.
-TILES = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
+Tiles = tuple[tuple[int, int, int], ...]
+TILES: Tiles = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
 WARPGROUP_TILES = (*TILES, (64, 128, 2), (64, 256, 2))
 # GPUs whose tensor cores take warpgroup MMAs (wgmma, sm90) with M = 64 per warpgroup, and those
 # whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90 and sm100 tile schedulers).
@@ -117,6 +120,10 @@ SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by 
 # make at most SPLIT_K_WAVES waves: a project choice that keeps the search to the thin GEMMs.
 SPLIT_K_WAVES = 4
 SPLIT_K_PROBE_TILE = 128.0
+# Arrays of at most this many elements price all tile candidates (and split-K factors) at once,
+# larger ones one at a time (`gemm_time_s`): a speed setting of the code, not of the model (the
+# numbers are the same either way; measured break-even about 1,000 on H100 and A100 presets).
+STACK_MAX_ELEMENTS = 512
 
 
 def _whole_tiles(
@@ -150,6 +157,21 @@ def _whole_tiles(
     fixup = 2.0 * workspace / partial_sums_bw(workspace, *fixup_bw)
     hybrid = np.maximum(dp_waves * t_tile + TILE_FILL_S + sk_tiles * work / units + fixup, roof)
     return np.minimum(whole, hybrid + setup_s)
+
+
+_CANDIDATES: dict[tuple[Tiles, int], tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def _candidates(tiles: Tiles, nd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(rows, columns, tiles resident per SM) of each tile candidate, as float arrays on a leading
+    axis ahead of `nd` broadcast axes (built once per candidates and rank, read-only)."""
+    got = _CANDIDATES.get((tiles, nd))
+    if got is None:
+        arrays = [np.asarray([t[i] for t in tiles], dtype=float).reshape(-1, *(1,) * nd) for i in range(3)]
+        for a in arrays:
+            a.flags.writeable = False
+        got = _CANDIDATES[tiles, nd] = (arrays[0], arrays[1], arrays[2])
+    return got
 
 
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
@@ -196,13 +218,26 @@ def gemm_time_s(
     l2_capacity, l2_bw = l2_of(gpu)
     stream_k = gpu.name in STREAM_K_GPUS
     sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if stream_k else None
-    rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
-    cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
-    best = None
-    for tm, tn, resident in tiles:
+    # small arrays (one call's numpy overhead dominates): the tile candidates on a leading axis,
+    # all at once; large ones: one candidate at a time (the temporaries stay small). The same
+    # element-wise operations either way, so the same numbers; the fastest is a minimum, exact in
+    # any order.
+    # every input is in one of these (the roof: m, n, batch, the bytes; `plain`: k; the SMs' rate)
+    reach = (memory_roof, plain, f_sm, l2_bw, gpu.kernel_launch_s)
+    stacked = math.prod(np.broadcast_shapes(*(np.shape(x) for x in reach))) <= STACK_MAX_ELEMENTS
+    if stacked:
+        tm, tn, resident = _candidates(tiles, max(np.ndim(x) for x in reach))
         work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
-        t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, memory_roof, sk)
-        best = t if best is None else np.minimum(best, t)
+        n_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+        best = np.minimum.reduce(_whole_tiles(n_tiles, work, n_sm, resident, tm * tn, memory_roof, sk), axis=0)
+    else:
+        rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
+        cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
+        best = None
+        for tm, tn, resident in tiles:
+            work = 2.0 * tm * tn * k / f_sm + tm * tn * out_bytes / bw_sm
+            t = _whole_tiles(rows[tm] * cols[tn] * batch, work, n_sm, resident, tm * tn, memory_roof, sk)
+            best = t if best is None else np.minimum(best, t)
     # split-K can only pay where there are few waves; price it there alone (decoding's thin
     # GEMMs, small attention blocks), not on the whole array
     few = np.ceil(m / SPLIT_K_PROBE_TILE) * np.ceil(n / SPLIT_K_PROBE_TILE) * batch <= SPLIT_K_WAVES * n_sm
@@ -217,26 +252,75 @@ def gemm_time_s(
         sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
         s_nsm, s_fsm, s_bw, s_roof = pick(n_sm), pick(f_sm), pick(bw), pick(memory_roof)
         s_l2_bw = pick(l2_bw)
-        partial_bytes = sm_ * sn * sb * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
-        sub = flat[mask]
-        # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
-        reduce_s = [
-            split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, s_l2_bw, s_bw)
-            for split in SPLIT_K
-        ]
-        s_rows = {tm: np.ceil(sm_ / tm) for tm in rows}
-        s_cols = {tn: np.ceil(sn / tn) for tn in cols}
-        for tm, tn, resident in tiles:
-            base_tiles = s_rows[tm] * s_cols[tn] * sb
-            main = resident * 2.0 * tm * tn * sk_ / s_fsm
-            slots = s_nsm * resident
-            for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
-                t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
-                sub = np.minimum(sub, np.maximum(t, s_roof) + r_s + final)
+        split_k = _split_k_stacked if stacked else _split_k_looped
+        sub = split_k(flat[mask], tiles, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, l2_capacity, final)
         flat[mask] = sub
         best = flat.reshape(shape)
     return np.where(sms > 0, best, np.maximum(plain, memory_roof))
+
+
+def _split_k_stacked(
+    best: np.ndarray,
+    tiles: Tiles,
+    m: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    batch: np.ndarray,
+    n_sm: np.ndarray,
+    f_sm: np.ndarray,
+    bw: np.ndarray,
+    roof: np.ndarray,
+    l2_bw: np.ndarray,
+    l2_capacity: float,
+    final: np.ndarray,
+) -> np.ndarray:
+    """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster: every tile
+    candidate and split at once, on two leading axes (`_split_k_looped`'s numbers)."""
+    tm, tn, resident = _candidates(tiles, 2)
+    split = np.reshape(SPLIT_K, (1, -1, 1))
+    partial_bytes = m * n * batch * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
+    # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
+    r_s = split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, l2_bw, bw)
+    base_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
+    main = resident * 2.0 * tm * tn * k / f_sm
+    t = np.ceil(base_tiles * split / (n_sm * resident)) * (TILE_FILL_S + main / split) + r_s
+    candidates = np.maximum(t, roof) + r_s + final
+    return np.minimum(best, np.minimum.reduce(candidates.reshape(-1, candidates.shape[-1]), axis=0))
+
+
+def _split_k_looped(
+    best: np.ndarray,
+    tiles: Tiles,
+    m: np.ndarray,
+    n: np.ndarray,
+    k: np.ndarray,
+    batch: np.ndarray,
+    n_sm: np.ndarray,
+    f_sm: np.ndarray,
+    bw: np.ndarray,
+    roof: np.ndarray,
+    l2_bw: np.ndarray,
+    l2_capacity: float,
+    final: np.ndarray,
+) -> np.ndarray:
+    """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster, one tile
+    candidate and split at a time: the split's partials written and read back, its tiles in waves."""
+    partial_bytes = m * n * batch * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
+    # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
+    reduce_s = [
+        split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, l2_bw, bw) for split in SPLIT_K
+    ]
+    rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
+    cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
+    for tm, tn, resident in tiles:
+        base_tiles = rows[tm] * cols[tn] * batch
+        main = resident * 2.0 * tm * tn * k / f_sm
+        slots = n_sm * resident
+        for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
+            t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
+            best = np.minimum(best, np.maximum(t, roof) + r_s + final)
+    return best
 
 
 def table_time_s(

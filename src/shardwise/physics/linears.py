@@ -34,6 +34,11 @@ class GemmTimes:
     weight_grad_s: Number
 
 
+# The gradients' times where only the forward is priced (`linears_times(..., backward=False)`,
+# serving): NaN, so that a sum that reads one by mistake shows it instead of counting nothing.
+NOT_PRICED = float("nan")
+
+
 # FP8 (Transformer Engine, per-tensor scaling): each linear layer's input is cast to FP8 and
 # transposed for the weight gradient (read 2 bytes, write 1 + 1) in the forward pass, and each
 # output gradient likewise in the backward pass. MXFP8 quantises the row-wise and column-wise
@@ -79,9 +84,11 @@ def linear_times(
     precision: str,
     fused_accumulation: Number = True,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
+    backward: bool = True,
 ) -> GemmTimes:
-    """Forward, input-gradient and weight-gradient GEMMs of one linear layer."""
-    return linears_times((g,), gpu, precision, fused_accumulation, accumulate_bytes)[0]
+    """Forward, input-gradient and weight-gradient GEMMs of one linear layer (`backward` False:
+    the forward alone, as `linears_times`)."""
+    return linears_times((g,), gpu, precision, fused_accumulation, accumulate_bytes, backward=backward)[0]
 
 
 def linears_times(
@@ -91,18 +98,23 @@ def linears_times(
     fused_accumulation: Number = True,
     accumulate_bytes: Number = UNFUSED_ACCUMULATE_BYTES,
     fp8_recipe: str = "te",
+    backward: bool = True,
 ) -> list[GemmTimes]:
     """`linear_times` of each linear layer, their GEMMs priced together (`gemms_s`); without
     fused accumulation a separate kernel adds the 16-bit gradient to the fp32 accumulator,
     moving `accumulate_bytes` per weight (`physics.microbatch`). A torchao FP8 recipe's GEMMs as
-    `physics.fp8_recipes` describes them."""
+    `physics.fp8_recipes` describes them. `backward` False (inference): the forward GEMMs alone
+    are priced, the same numbers; the two gradients are NaN (`NOT_PRICED`), so that a sum that
+    reads one by mistake shows it."""
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
-        return _torchao_linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe)
+        return _torchao_linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward)
     fused = np.asarray(fused_accumulation, dtype=bool)
     if is_fp8(precision):  # operands read as 1-byte FP8, outputs in 16 bits
         gs = [g._replace(a_bytes=1.0, b_bytes=1.0) for g in gs]
     elif precision == "fp4":  # activations quantised to NVFP4; the weights as stored
         gs = [g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT) for g in gs]
+    if not backward:
+        return [GemmTimes(t, NOT_PRICED, NOT_PRICED) for t in gemms_s(gs, gpu, precision)]
     # one framework for all plans (a scalar): price only its kind of weight-gradient accumulation
     kinds = [bool(fused)] if fused.ndim == 0 else [True, False]
     accumulate = {True: FUSED_ACCUMULATE_BYTES, False: UNFUSED_GRAD_BYTES}
@@ -126,13 +138,16 @@ def _torchao_linears_times(
     fused_accumulation: Number,
     accumulate_bytes: Number,
     recipe: str,
+    backward: bool = True,
 ) -> list[GemmTimes]:
     """torchao.float8's GEMMs (`physics.fp8_recipes`): row-wise scales' CUTLASS forward at
     ROWWISE_FORWARD_FRACTION of cuBLAS, the weight gradient rescaled by hand, or computed in 16
     bits (rowwise_with_gw_hp)."""
-    out = linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes)
+    out = linears_times(gs, gpu, precision, fused_accumulation, accumulate_bytes, backward=backward)
     if not fp8_recipes.rowwise_gemms(recipe, precision):
         return out
+    if not backward:
+        return [GemmTimes(t.forward_s / fp8_recipes.ROWWISE_FORWARD_FRACTION, NOT_PRICED, NOT_PRICED) for t in out]
     if fp8_recipes.sixteen_bit_weight_gradient(recipe, precision):
         wgrad = [t.weight_grad_s for t in linears_times(gs, gpu, "bf16", fused_accumulation, accumulate_bytes)]
     else:
