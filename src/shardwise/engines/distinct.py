@@ -181,6 +181,27 @@ def evaluate_grouped(
     return _gather(fn(one), inverse, rows.size)
 
 
+def evaluate_rows(fn: Callable[[Any], T], scn: Any, rows: np.ndarray, exclude: frozenset[tuple[str, ...]]) -> T | None:
+    """`evaluate_grouped(fn, ., exclude)` over the configurations `rows` of a flat scenario only
+    (every array field one value per configuration): the result has one value per row of `rows`,
+    in their order. None where the scenario is not flat (the caller prices it whole). For a part of
+    the model that matters to a few configurations alone (the layers a planner's few plans
+    recompute whole): the same numbers for those rows, as the model never mixes elements."""
+    leaves = _leaves(scn)
+    if not leaves:
+        return None
+    n = leaves[0][1].size
+    if any(a.ndim != 1 or a.size != n for _, a in leaves):
+        return None
+    values = {}
+    for path, a in leaves:
+        values[path] = part = a.take(rows)
+        known = known_codes(a)  # the rows keep their codes (`specs.grouped` groups by them)
+        if known is not None:
+            remember_codes(part, known[0].take(rows), known[1])
+    return evaluate_grouped(fn, _rebuild(scn, values, checked=True), exclude)
+
+
 def groups_of(scn: Any, exclude: frozenset[tuple[str, ...]]) -> tuple[np.ndarray, np.ndarray] | None:
     """(one row of each group of configurations that agree on every array field but `exclude`,
     each configuration's group) for `evaluate_grouped`, or None where it prices as given. Kept

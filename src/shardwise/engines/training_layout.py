@@ -33,7 +33,7 @@ from shardwise.engines.data_parallel import (
     stage_collective_prices,
     zero_collectives,
 )
-from shardwise.engines.distinct import evaluate_grouped
+from shardwise.engines.distinct import evaluate_grouped, evaluate_rows
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
 from shardwise.engines.training_stages import (
     PER_MICRO_BATCH_IGNORES,
@@ -124,6 +124,29 @@ def layout_key(scn: Scenario) -> tuple[object, ...]:
 LAYOUT_IGNORES = frozenset({("plan", "global_batch")})
 
 
+def recomputed_layer_extra(scn: Scenario) -> StageCost:
+    """`costs.whole_layer_extra` priced once per group of plans that share their per-micro-batch
+    costs, and only for the plans that recompute layers whole (a planner's few over the memory):
+    0 for the others, which add none of it (`costs.recomputed_stages` multiplies it by their 0
+    layers). A field that is 0 for every plan priced stays a scalar 0."""
+    layers = np.asarray(scn.plan.recompute_layers)
+    rows = np.flatnonzero(layers > 0) if layers.ndim == 1 else None
+    part = None
+    if rows is not None and rows.size < layers.size:
+        part = evaluate_rows(whole_layer_extra, scn, rows, PER_MICRO_BATCH_IGNORES)
+    if part is None:
+        return evaluate_grouped(whole_layer_extra, scn, PER_MICRO_BATCH_IGNORES)
+
+    def spread(value: Number) -> Number:
+        if np.ndim(value) == 0 and float(value) == 0.0:
+            return value
+        out = np.zeros(layers.size)
+        out[rows] = np.broadcast_to(np.asarray(value, dtype=float), rows.shape)
+        return out
+
+    return StageCost(**{f.name: spread(getattr(part, f.name)) for f in dataclasses.fields(StageCost)})
+
+
 def layout_terms_of(scn: Scenario) -> Layout:
     """`_layout_terms`, over many plans priced once per group of those that differ only in the
     global batch (a dense model's; a mixture of experts' read it)."""
@@ -158,7 +181,7 @@ def _layout_terms(scn: Scenario) -> Layout:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, extra, strict=True))
     # layers recomputed whole: their count reads vpp too; what one adds, the per-micro-batch fields
-    whole = recomputed_stages(scn, split, lambda s: evaluate_grouped(whole_layer_extra, s, PER_MICRO_BATCH_IGNORES))
+    whole = recomputed_stages(scn, split, recomputed_layer_extra)
     if whole is not None:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, whole, strict=True))
