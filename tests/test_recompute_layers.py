@@ -160,8 +160,8 @@ def test_a_public_row_with_a_stated_fraction_is_priced_with_those_blocks():
 
 
 def test_a_planners_few_plans_recomputing_layers_price_as_when_every_plan_is_priced(monkeypatch):
-    # `training_layout.recomputed_layer_extra` prices a layer's extra only for the plans that
-    # recompute layers whole: every number of every plan as when it is priced for all of them
+    # `training_layout.recomputed_layer_stages` prices what layers recomputed whole add only for
+    # the plans that recompute some: every number of every plan as when it is priced for all of them
     import dataclasses
 
     from shardwise.analyses.plan_search import columns_scenario
@@ -184,7 +184,7 @@ def test_a_planners_few_plans_recomputing_layers_price_as_when_every_plan_is_pri
 
     rows_only = priced()
     calls = []
-    monkeypatch.setattr(training_layout, "evaluate_rows", lambda *a: calls.append(1))  # None: price every plan
+    monkeypatch.setattr(training_layout, "rows_of", lambda *a: calls.append(1))  # None: price every plan
     every = priced()
     assert calls  # the other path was taken
     for name, values in every.items():

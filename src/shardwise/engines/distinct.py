@@ -187,16 +187,6 @@ def evaluate_grouped(
     return _gather(fn(one), inverse, rows.size)
 
 
-def evaluate_rows(fn: Callable[[Any], T], scn: Any, rows: np.ndarray, exclude: frozenset[tuple[str, ...]]) -> T | None:
-    """`evaluate_grouped(fn, ., exclude)` over the configurations `rows` of a flat scenario only
-    (`rows_of`): the result has one value per row of `rows`, in their order. None where the
-    scenario is not flat (the caller prices it whole). For a part of the model that matters to a
-    few configurations alone (the layers a planner's few plans recompute whole): the same numbers
-    for those rows, as the model never mixes elements."""
-    part = rows_of(scn, rows)
-    return None if part is None else evaluate_grouped(fn, part, exclude)
-
-
 def rows_of(scn: Any, rows: np.ndarray, changes: Mapping[tuple[str, ...], np.ndarray] | None = None) -> Any | None:
     """The configurations `rows` of a flat scenario (every array field one value per
     configuration, at least two) without checking them again (each passed the scenario's checks),
