@@ -187,19 +187,25 @@ def evaluate_grouped(
     return _gather(fn(one), inverse, rows.size)
 
 
+def flat_count(scn: Any) -> int | None:
+    """The configurations of a flat scenario (every array field one value per configuration, at
+    least two of them); None for any other."""
+    leaves = _leaves(scn)
+    if not leaves:
+        return None
+    n = leaves[0][1].size
+    return None if any(a.ndim != 1 or a.size != n for _, a in leaves) else int(n)
+
+
 def rows_of(scn: Any, rows: np.ndarray, changes: Mapping[tuple[str, ...], np.ndarray] | None = None) -> Any | None:
     """The configurations `rows` of a flat scenario (every array field one value per
     configuration, at least two) without checking them again (each passed the scenario's checks),
     with the fields at `changes`' paths (such as ("plan", "recompute_layers")) set to the values
     given, one per row, which the caller vouches for. None where the scenario is not flat."""
-    leaves = _leaves(scn)
-    if not leaves:
-        return None
-    n = leaves[0][1].size
-    if any(a.ndim != 1 or a.size != n for _, a in leaves):
+    if flat_count(scn) is None:
         return None
     values = {}
-    for path, a in leaves:
+    for path, a in _leaves(scn):
         values[path] = part = a.take(rows)
         known = known_codes(a)  # the rows keep their codes (`specs.grouped` groups by them)
         if known is not None:
