@@ -157,3 +157,36 @@ def test_a_public_row_with_a_stated_fraction_is_priced_with_those_blocks():
     assert kwargs["recompute"] == "none" and kwargs["recompute_layers"] == 20
     unstated = {**row, "parse_notes": "ac=selective-blocks; ac_fraction=not-stated"}
     assert "the fraction not stated" in public_stacks.skip_reason(unstated)
+
+
+def test_a_planners_few_plans_recomputing_layers_price_as_when_every_plan_is_priced(monkeypatch):
+    # `training_layout.recomputed_layer_stages` prices what layers recomputed whole add only for
+    # the plans that recompute some: every number of every plan as when it is priced for all of them
+    import dataclasses
+
+    from shardwise.analyses.plan_search import columns_scenario
+    from shardwise.engines import training_layout
+    from shardwise.requests.plan import PlanRequest
+    from shardwise.specs import memo
+
+    found = PlanRequest.from_argv("--model gpt3-175b --system dgx-a100 --nodes 8 --global-batch 64").search()
+    cols = found.columns
+    some = np.flatnonzero(cols["recompute_layers"] > 0)
+    assert 0 < some.size < cols["recompute_layers"].size // 4  # a few among many
+
+    def priced() -> dict[str, np.ndarray]:
+        with memo.disabled():
+            est = estimate_training_step(columns_scenario(found.model, found.cluster, 64, found.space, cols))
+            out = {"step": np.asarray(est.step_time_s, dtype=float), "mfu": np.asarray(est.mfu, dtype=float)}
+            for f in dataclasses.fields(est.breakdown):
+                out[f.name] = np.array(np.broadcast_to(getattr(est.breakdown, f.name), cols["tp"].shape), dtype=float)
+            return out
+
+    rows_only = priced()
+    calls = []
+    monkeypatch.setattr(training_layout, "rows_of", lambda *a: calls.append(1))  # None: price every plan
+    every = priced()
+    assert calls  # the other path was taken
+    for name, values in every.items():
+        np.testing.assert_array_equal(rows_only[name], values, err_msg=name)
+    assert np.all(rows_only["step"][some] > 0)

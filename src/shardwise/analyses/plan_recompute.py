@@ -22,6 +22,7 @@ import numpy as np
 
 from shardwise.analyses.plan_search import columns_scenario
 from shardwise.analyses.search_space import SearchSpace
+from shardwise.engines.distinct import rows_of
 from shardwise.engines.training import training_memory
 from shardwise.specs import Cluster, Model, Recompute
 from shardwise.specs.stages import stage_split
@@ -35,11 +36,24 @@ def chunk_layers_max(model: Model, cols: dict[str, np.ndarray]) -> np.ndarray:
     return np.ceil(np.broadcast_to(fullest, cols["vpp"].shape) / cols["vpp"]).astype(np.int64)
 
 
-def _memory_at(
-    model: Model, cluster: Cluster, global_batch: int, space: SearchSpace, cols: dict, n: np.ndarray
-) -> np.ndarray:
-    memory = training_memory(columns_scenario(model, cluster, global_batch, space, {**cols, "recompute_layers": n}))
-    return np.broadcast_to(np.asarray(memory.total_bytes, dtype=float), n.shape)
+def memory_pricer(
+    model: Model, cluster: Cluster, global_batch: int, space: SearchSpace, cols: dict
+) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """A function of (rows of `cols`, layers recomputed whole per chunk, one per row) to those
+    plans' memory per GPU. The plans' scenario is built and checked once, each probe takes its
+    rows with the count set (`engines.distinct.rows_of`): a count from 0 to a chunk's layers less
+    one passes the checks wherever the plan did (`Plan.recompute_layers`)."""
+    whole = columns_scenario(model, cluster, global_batch, space, cols) if cols["tp"].size >= 2 else None
+
+    def memory(rows: np.ndarray, n: np.ndarray) -> np.ndarray:
+        scn = None if whole is None else rows_of(whole, rows, {("plan", "recompute_layers"): n})
+        if scn is None:
+            scn = columns_scenario(
+                model, cluster, global_batch, space, {**{k: v[rows] for k, v in cols.items()}, "recompute_layers": n}
+            )
+        return np.broadcast_to(np.asarray(training_memory(scn).total_bytes, dtype=float), n.shape)
+
+    return memory
 
 
 def smallest_fitting(
@@ -62,12 +76,12 @@ def smallest_fitting(
     if can.size == 0:
         return out
     hi = most[can]
-    at_hi = _memory_at(model, cluster, global_batch, space, {k: v[can] for k, v in cols.items()}, hi)
+    memory_at = memory_pricer(model, cluster, global_batch, space, cols)
+    at_hi = memory_at(can, hi)
     ok = at_hi <= capacity
     can, hi, at_hi = can[ok], hi[ok], at_hi[ok]
     if can.size == 0:
         return out
-    sub = {k: v[can] for k, v in cols.items()}
     lo = np.zeros(can.size, dtype=np.int64)  # recomputing nothing does not fit; hi fits
     drop = none_bytes[can] - at_hi
     guess = np.ceil(hi * (none_bytes[can] - capacity) / np.where(drop > 0, drop, np.inf))
@@ -80,14 +94,13 @@ def smallest_fitting(
         elif step == 1:
             todo = todo[lo[todo] == guess[todo]]
         if todo.size:
-            fit = _memory_at(model, cluster, global_batch, space, {k: v[todo] for k, v in sub.items()}, probe[todo])
-            fit = fit <= capacity
+            fit = memory_at(can[todo], probe[todo]) <= capacity
             hi[todo[fit]] = probe[todo[fit]]
             lo[todo[~fit]] = probe[todo[~fit]]
     while np.any(hi - lo > 1):  # the line bent: bisect what is left
         todo = np.flatnonzero(hi - lo > 1)
         mid = (lo[todo] + hi[todo]) // 2
-        fit = _memory_at(model, cluster, global_batch, space, {k: v[todo] for k, v in sub.items()}, mid) <= capacity
+        fit = memory_at(can[todo], mid) <= capacity
         hi[todo[fit]] = mid[fit]
         lo[todo[~fit]] = mid[~fit]
     out[can] = hi

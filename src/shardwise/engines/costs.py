@@ -383,13 +383,30 @@ def recomputed_layer_extra(
 def whole_layer_extra(scn: Scenario) -> StageCost:
     """`recomputed_layer_extra` for every configuration of `scn` (the whole scenario, placed as
     the step places it), whether or not it recomputes layers whole."""
+    from shardwise.engines.distinct import flat_count, rows_of
     from shardwise.physics.topology import placement
 
-    fabric = Fabric.of(scn.cluster)
-    place = placement(scn.plan, scn.cluster.gpus_per_node, experts=scn.model.is_moe)
-    local = micro_batch_view(scn)  # as the layers it recomputes are priced
-    comm, cp_step = tp_comm(local, fabric, place["tp"]), cp_step_s(scn, fabric, place)
+    # many plans: each twice in one scenario, priced once under its own recomputation and once
+    # under full (one layer's pricing over 2n plans instead of two over n: the same numbers)
+    n = flat_count(scn) or 0
+    twice = rows_of(scn, np.tile(np.arange(n), 2)) if n > 1 else None
+    own = scn if twice is None else twice
+    fabric = Fabric.of(own.cluster)
+    place = placement(own.plan, own.cluster.gpus_per_node, experts=own.model.is_moe)
+    local = micro_batch_view(own)  # as the layers it recomputes are priced
+    comm, cp_step = tp_comm(local, fabric, place["tp"]), cp_step_s(own, fabric, place)
     plan = local.plan
+    if twice is not None:
+        rc = np.concatenate([np.broadcast_to(np.asarray(scn.plan.recompute), (n,)), np.full(n, int(Recompute.FULL))])
+        both, _ = layer_cost(local, comm, kv_len=own.model.seq_len, cp=plan.cp, cp_step=cp_step, recompute=rc)
+
+        def extra(f: str) -> Number:
+            value = getattr(both, f)
+            if np.ndim(value) == 0:
+                return value - value
+            return value[n:] - value[:n]
+
+        return StageCost(*(extra(f) for f in FIELDS))
     base, _ = layer_cost(local, comm, kv_len=scn.model.seq_len, cp=plan.cp, cp_step=cp_step)
     whole, _ = layer_cost(local, comm, kv_len=scn.model.seq_len, cp=plan.cp, cp_step=cp_step, recompute=Recompute.FULL)
     return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))

@@ -18,6 +18,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum, one_value, plus, where
 from shardwise.engines.costs import (
+    FIELDS,
     StageCost,
     Stages,
     add_costs,
@@ -33,7 +34,7 @@ from shardwise.engines.data_parallel import (
     stage_collective_prices,
     zero_collectives,
 )
-from shardwise.engines.distinct import evaluate_grouped
+from shardwise.engines.distinct import evaluate_grouped, rows_of
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
 from shardwise.engines.training_stages import (
     PER_MICRO_BATCH_IGNORES,
@@ -124,6 +125,35 @@ def layout_key(scn: Scenario) -> tuple[object, ...]:
 LAYOUT_IGNORES = frozenset({("plan", "global_batch")})
 
 
+def _grouped_layer_extra(scn: Scenario) -> StageCost:
+    """`costs.whole_layer_extra` priced once per group of plans that share their per-micro-batch costs."""
+    return evaluate_grouped(whole_layer_extra, scn, PER_MICRO_BATCH_IGNORES)
+
+
+def recomputed_layer_stages(scn: Scenario) -> Stages | None:
+    """`costs.recomputed_stages` (what the layers recomputed whole add to each stage), priced only
+    for the plans that recompute layers whole (a planner's few over the memory, taken as rows:
+    `engines.distinct.rows_of`) and 0 for the others, which add none of it (their 0 layers times a
+    layer's extra). A field that is 0 for every plan priced stays a scalar 0."""
+    layers = np.asarray(scn.plan.recompute_layers)
+    rows = np.flatnonzero(layers > 0) if layers.ndim == 1 else None
+    part = rows_of(scn, rows) if rows is not None and 0 < rows.size < layers.size else None
+    if part is None:
+        return recomputed_stages(scn, scn.split, _grouped_layer_extra)
+    found = recomputed_stages(part, part.split, _grouped_layer_extra)
+    if found is None:
+        return None
+
+    def spread(value: Number) -> Number:
+        if np.ndim(value) == 0 and float(value) == 0.0:
+            return value
+        out = np.zeros(layers.size)
+        out[rows] = np.broadcast_to(np.asarray(value, dtype=float), rows.shape)
+        return out
+
+    return Stages(*(StageCost(*(spread(getattr(c, f)) for f in FIELDS)) for c in found))
+
+
 def layout_terms_of(scn: Scenario) -> Layout:
     """`_layout_terms`, over many plans priced once per group of those that differ only in the
     global batch (a dense model's; a mixture of experts' read it)."""
@@ -158,7 +188,7 @@ def _layout_terms(scn: Scenario) -> Layout:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, extra, strict=True))
     # layers recomputed whole: their count reads vpp too; what one adds, the per-micro-batch fields
-    whole = recomputed_stages(scn, split, lambda s: evaluate_grouped(whole_layer_extra, s, PER_MICRO_BATCH_IGNORES))
+    whole = recomputed_layer_stages(scn)
     if whole is not None:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, whole, strict=True))
