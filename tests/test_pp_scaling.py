@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -80,7 +81,8 @@ def test_serve_says_why_a_pipeline_serves_more_than_k_times(cli):
     assert code == 0
     line = " ".join(out[out.index("tp=2,pp=4: at full load") :].split())  # wrapped to the terminal
     assert "x tp=2's tokens/s on 4x the GPUs, more than 4x as tp=2's KV cache holds only 100 sequences" in line
-    assert "tp=2 would serve 1.1" in line and "the pipeline keeps 0.9" in line
+    serve, keeps = (float(re.search(pat, line).group(1)) for pat in (r"tp=2 would serve ([\d.]+)x", r"keeps ([\d.]+)"))
+    assert 1.05 < serve < 1.3 and 0.8 < keeps < 1.0  # the weight reads shared; sends, bubble and host time
     code, out, _ = cli([*args, "--max-throughput", "--framework", "tensorrt-llm", "--requests", "300", "--json"])
     plans = {p["plan"]: p for p in json.loads(out)["plans"]}
     split = plans["tp=2,pp=4"]["pipeline_scaling"]
