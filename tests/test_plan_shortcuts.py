@@ -67,18 +67,18 @@ def test_the_memory_of_rows_with_a_count_is_that_of_their_own_scenario(found):
 
 
 def test_a_layer_priced_twice_in_one_scenario_is_each_pricing(found, monkeypatch):
-    # `costs.whole_layer_extra` over many plans prices each twice in one scenario (its own
+    # `recompute_whole.whole_layer_extra` over many plans prices each twice in one scenario (its own
     # recomputation and full): the numbers of the two pricings apart, field by field
-    from shardwise.engines import costs
+    from shardwise.engines import costs, recompute_whole
 
     cols = {k: v[:700] for k, v in found.columns.items()}
     assert np.unique(cols["recompute"]).size > 1  # plans of several recomputations
     scn = columns_scenario(found.model, found.cluster, 64, found.space, cols)
     with memo.disabled():
-        once = costs.whole_layer_extra(scn)
+        once = recompute_whole.whole_layer_extra(scn)
         calls = []
         monkeypatch.setattr(distinct, "rows_of", lambda *a: calls.append(1))  # None: two pricings
-        apart = costs.whole_layer_extra(scn)
+        apart = recompute_whole.whole_layer_extra(scn)
     assert calls
     for f in costs.FIELDS:
         np.testing.assert_array_equal(np.asarray(getattr(once, f)), np.asarray(getattr(apart, f)), err_msg=f)

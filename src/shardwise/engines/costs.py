@@ -5,14 +5,13 @@ communication (forward and backward), with the TP communication hidden behind co
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import ClassVar, NamedTuple
+from typing import ClassVar
 
 import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool
-from shardwise.engines.context_parallel import CpComm, cp_step_s, micro_batch_view
+from shardwise.engines.context_parallel import CpComm
 from shardwise.engines.recompute_costs import module_recompute_s, selective_recompute_s
 from shardwise.engines.tp_overlap import (
     NCCL_OVERLAP_SMS,
@@ -24,10 +23,8 @@ from shardwise.engines.tp_overlap import (
     TpComm,
     overlapped_exposed_s,
     own_rows_split_s,
-    tp_comm,
 )
 from shardwise.physics import memory as mem
-from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
     layer_times,
     memory_s,
@@ -51,7 +48,6 @@ from shardwise.physics.stack import (
 from shardwise.specs import Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
-from shardwise.specs.stages import StageSplit, recomputed_split
 
 # Bytes per weight that FSDP2 gathers and copies out under torchao's FP8 all-gather
 # (`Plan.fp8_recipe` "tensorwise_fp8_all_gather", torchao/float8/fsdp_utils.py
@@ -362,159 +358,3 @@ def layer_cost(
         weight_grad_s=lt.weight_grad_s,
     )
     return cost, fwd
-
-
-def recomputed_layer_extra(
-    scn: Scenario, comm: TpComm, kv_len: Number, cp_step: Number | CpComm = 0.0
-) -> StageCost | None:
-    """What recomputing a training layer whole (`Plan.recompute_layers`) adds to it: its cost under
-    full recomputation (the forward again, its TP collectives and kernels, before the backward)
-    less its cost under the plan's recomputation (0 where that is already full). None where no
-    plan recomputes whole layers. `scn` is one CP rank's view (`context_parallel`), attending to
-    `kv_len` tokens (the whole sequence)."""
-    plan = scn.plan
-    if not any_true(as_array(plan.recompute_layers) > 0):
-        return None
-    base, _ = layer_cost(scn, comm, kv_len=kv_len, cp=plan.cp, cp_step=cp_step)
-    whole, _ = layer_cost(scn, comm, kv_len=kv_len, cp=plan.cp, cp_step=cp_step, recompute=Recompute.FULL)
-    return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))
-
-
-def whole_layer_extra(scn: Scenario) -> StageCost:
-    """`recomputed_layer_extra` for every configuration of `scn` (the whole scenario, placed as
-    the step places it), whether or not it recomputes layers whole."""
-    from shardwise.engines.distinct import flat_count, rows_of
-    from shardwise.physics.topology import placement
-
-    # many plans: each twice in one scenario, priced once under its own recomputation and once
-    # under full (one layer's pricing over 2n plans instead of two over n: the same numbers)
-    n = flat_count(scn) or 0
-    twice = rows_of(scn, np.tile(np.arange(n), 2)) if n > 1 else None
-    own = scn if twice is None else twice
-    fabric = Fabric.of(own.cluster)
-    place = placement(own.plan, own.cluster.gpus_per_node, experts=own.model.is_moe)
-    local = micro_batch_view(own)  # as the layers it recomputes are priced
-    comm, cp_step = tp_comm(local, fabric, place["tp"]), cp_step_s(own, fabric, place)
-    plan = local.plan
-    if twice is not None:
-        rc = np.concatenate([np.broadcast_to(np.asarray(scn.plan.recompute), (n,)), np.full(n, int(Recompute.FULL))])
-        both, _ = layer_cost(local, comm, kv_len=own.model.seq_len, cp=plan.cp, cp_step=cp_step, recompute=rc)
-
-        def extra(f: str) -> Number:
-            value = getattr(both, f)
-            if np.ndim(value) == 0:
-                return value - value
-            return value[n:] - value[:n]
-
-        return StageCost(*(extra(f) for f in FIELDS))
-    base, _ = layer_cost(local, comm, kv_len=scn.model.seq_len, cp=plan.cp, cp_step=cp_step)
-    whole, _ = layer_cost(local, comm, kv_len=scn.model.seq_len, cp=plan.cp, cp_step=cp_step, recompute=Recompute.FULL)
-    return StageCost(*(getattr(whole, f) - getattr(base, f) for f in FIELDS))
-
-
-def recomputed_stages(
-    scn: Scenario, split: StageSplit, price: Callable[[Scenario], StageCost] | None = None
-) -> Stages | None:
-    """What the layers recomputed whole (`Plan.recompute_layers`, `specs.stages.recomputed_split`)
-    add to each stage's micro-batch (None where no plan has them). Their count reads vpp, which
-    the per-micro-batch stage costs do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step
-    adds them to those, as it adds FSDP2's copies."""
-    plan = scn.plan
-    if not any_true(as_array(plan.recompute_layers) > 0):
-        return None
-    # `price`: `whole_layer_extra`, or the step's way of pricing it once per group of plans that
-    # share their per-micro-batch costs (`engines.training_layout`)
-    extra = (price or whole_layer_extra)(scn)
-    nil = StageCost(0.0, 0.0, 0.0, 0.0)
-    return stages(recomputed_split(split, plan.vpp, plan.recompute_layers), extra, nil, nil)  # type: ignore[arg-type]
-
-
-def slowest_stage_send_s(scn: Scenario, fabric: Fabric, place: dict[str, Number], comm: TpComm) -> Number:
-    """Seconds of one pipeline send (`stage_send_time_s`) of a micro-batch's activations (or
-    gradients) between stages, over the slowest boundary (across nodes when the PP group spans
-    nodes); 0 without pipelining. One transfer: training pays 2 v of them per micro-batch
-    (`training.stage_sends_per_micro_batch_s`), a forward pass one."""
-    crosses = place["pp"] < scn.plan.pp
-    return np.where(np.asarray(scn.plan.pp) > 1, stage_send_time_s(scn, fabric, comm, crosses), 0.0)
-
-
-def stage_send_time_s(scn: Scenario, fabric: Fabric, comm: TpComm, crosses_node: Number) -> Number:
-    """Seconds of one pipeline send of a micro-batch's activations (or gradients) from a stage to
-    its neighbour over a boundary that does or does not cross nodes (the link-level transfer is
-    `physics.collectives.p2p_time_s`, via `Fabric.p2p`).
-
-    With scatter/gather (Narayanan et al. 2021 Sec. 4.1) each TP rank sends 1/t of the tensor
-    and the receivers all-gather it over the node's links; with sequence parallelism the tensor
-    is already split by t.
-    """
-    plan = scn.plan
-    t = np.asarray(plan.tp, dtype=float)
-    sp = np.asarray(plan.sequence_parallel, dtype=bool)
-    split = sp | np.asarray(plan.scatter_gather, dtype=bool)
-    msg = comm.message_bytes
-    send = fabric.p2p(np.where(split, msg / t, msg), crosses_node)
-    return send + np.where(split & ~sp, comm.all_gather, 0.0)
-
-
-def select(mask: Number, a: StageCost, b: StageCost) -> StageCost:
-    """`a` where `mask` holds, else `b`, field by field (a field that is one and the same scalar in
-    both, such as a dense model's expert all-to-alls, stays that scalar)."""
-
-    def pick(x: Number, y: Number) -> Number:
-        if np.ndim(x) == 0 and np.ndim(y) == 0 and float(x) == float(y):
-            return x
-        return np.where(mask, x, y)
-
-    return StageCost(*(pick(getattr(a, f), getattr(b, f)) for f in FIELDS))
-
-
-class Stages(NamedTuple):
-    """Per micro-batch costs of the first stage, the fullest middle stage, the last stage, and
-    all middle stages together (for the pipeline's sum over stages)."""
-
-    first: StageCost
-    middle: StageCost
-    last: StageCost
-    middle_sum: StageCost
-
-
-def stages(
-    split: StageSplit,
-    layer: StageCost,
-    emb: StageCost,
-    head: StageCost,
-    moe: tuple[StageCost, StageSplit] | None = None,
-) -> Stages:
-    """Stage costs from the split's layer counts: the first stage also runs the embedding and the
-    last the output layer (a single stage has both). `moe`: a mixture-of-experts layer's cost
-    and how many of each stage's layers are MoE (`specs.stages.moe_split`); the others cost
-    `layer`."""
-    one = (np.asarray(split.pp) == 1).astype(float)
-    zero = StageSplit(split.pp, 0.0, 0.0, 0.0, 0.0, 0.0)
-    moe_layer, n_moe = moe if moe is not None else (layer, zero)
-
-    def per(f: str, n_dense: Number, n_moe_layers: Number) -> Number:
-        if moe is None:  # every layer dense
-            return n_dense * getattr(layer, f)
-        return n_dense * getattr(layer, f) + n_moe_layers * (getattr(moe_layer, f) - getattr(layer, f))
-
-    # a term that is 0 in every part (a dense model's expert all-to-alls) stays a scalar 0
-    parts = (layer, emb, head, moe_layer)
-    nil = {f for f in FIELDS if all(np.ndim(getattr(c, f)) == 0 and float(getattr(c, f)) == 0.0 for c in parts)}
-
-    def stage(n: Number, n_moe_layers: Number, ends: tuple[StageCost, StageCost] | None = None) -> StageCost:
-        values = []
-        for f in FIELDS:
-            if f in nil:
-                values.append(0.0)
-            elif ends is None:
-                values.append(per(f, n, n_moe_layers))
-            else:
-                values.append(per(f, n, n_moe_layers) + getattr(ends[0], f) + one * getattr(ends[1], f))
-        return StageCost(*values)
-
-    middle = stage(split.middle_max, n_moe.middle_max)
-    middle_sum = stage(split.middle_total, n_moe.middle_total)
-    first = stage(split.first, n_moe.first, (emb, head))
-    last = stage(split.last, n_moe.last, (head, emb))
-    return Stages(first, middle, last, middle_sum)

@@ -17,10 +17,12 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.context_parallel import context_parallel, cp_step_s
-from shardwise.engines.costs import Stages, layer_cost, slowest_stage_send_s, stages
+from shardwise.engines.costs import layer_cost
 from shardwise.engines.moe import moe_layers, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.stage_assembly import Stages, stages
 from shardwise.engines.stage_ends import embedding_cost, head_cost
+from shardwise.engines.stage_sends import slowest_stage_send_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.flops import kv_cache_elements_per_token
@@ -68,7 +70,7 @@ class ForwardStages:
 
     @classmethod
     def of(cls, st: Stages, send_s: Number) -> ForwardStages:
-        """The forward halves of `engines.costs.stages`' costs; the collectives (TP, and the expert
+        """The forward halves of `engines.stage_assembly.stages`' costs; the collectives (TP, and the expert
         all-to-alls of mixture-of-experts layers) together."""
         parts = (st.first, st.middle, st.last)
         return cls(

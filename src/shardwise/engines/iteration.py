@@ -35,7 +35,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.costs import StageCost, slowest_stage_send_s, stages
+from shardwise.engines.costs import StageCost
 from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.moe import experts_cost, model_moe_split
@@ -45,7 +45,9 @@ from shardwise.engines.pipeline import (
     pipelined_round_s,
     prefill_apart_round_s,
 )
+from shardwise.engines.stage_assembly import stages
 from shardwise.engines.stage_ends import embedding_cost, head_forward_s, head_inference_tp_s
+from shardwise.engines.stage_sends import slowest_stage_send_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import LayerTimes, layer_times

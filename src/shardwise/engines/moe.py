@@ -247,7 +247,7 @@ def moe_layers(
     kv_bytes: Number | None = None,
     training: bool = False,
 ) -> tuple[StageCost, StageSplit] | None:
-    """What `engines.costs.stages` needs for a mixture of experts (an MoE layer's cost and each
+    """What `engines.stage_assembly.stages` needs for a mixture of experts (an MoE layer's cost and each
     stage's MoE layers); None for a dense model."""
     if not scn.model.is_moe:
         return None

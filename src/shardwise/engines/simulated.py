@@ -22,17 +22,17 @@ from shardwise.engines.costs import (
     StageCost,
     add_costs,
     layer_cost,
-    recomputed_layer_extra,
     sharding_copies,
-    stage_send_time_s,
 )
 from shardwise.engines.data_parallel import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
+from shardwise.engines.recompute_whole import recomputed_layer_extra
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulator import SimulationResult, StageTimes, simulate, simulate_times
 from shardwise.engines.stage_ends import embedding_cost, head_cost
+from shardwise.engines.stage_sends import stage_send_time_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_layout import optimizer_time_s
 from shardwise.engines.training_stages import PIPELINE_SYNC_S, offload_times, stage_key

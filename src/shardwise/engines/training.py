@@ -28,7 +28,7 @@ import numpy as np
 
 from shardwise.arrays import as_float, maximum, plus, where
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
-from shardwise.engines.costs import layer_cost, select
+from shardwise.engines.costs import layer_cost
 from shardwise.engines.data_parallel import (
     data_parallel_exposed_s,
 )
@@ -37,6 +37,7 @@ from shardwise.engines.distinct import evaluate_distinct
 from shardwise.engines.moe import model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
+from shardwise.engines.stage_assembly import select
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_flops import flops_per_step, masked_attention_flops_per_step
 from shardwise.engines.training_layout import (

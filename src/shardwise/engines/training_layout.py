@@ -20,12 +20,8 @@ from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maxi
 from shardwise.engines.costs import (
     FIELDS,
     StageCost,
-    Stages,
     add_costs,
-    recomputed_stages,
     sharding_copies,
-    stages,
-    whole_layer_extra,
 )
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
@@ -36,6 +32,8 @@ from shardwise.engines.data_parallel import (
 )
 from shardwise.engines.distinct import evaluate_grouped, rows_of
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
+from shardwise.engines.recompute_whole import recomputed_stages, whole_layer_extra
+from shardwise.engines.stage_assembly import Stages, stages
 from shardwise.engines.training_stages import (
     PER_MICRO_BATCH_IGNORES,
     STAGES,
@@ -126,12 +124,12 @@ LAYOUT_IGNORES = frozenset({("plan", "global_batch")})
 
 
 def _grouped_layer_extra(scn: Scenario) -> StageCost:
-    """`costs.whole_layer_extra` priced once per group of plans that share their per-micro-batch costs."""
+    """`recompute_whole.whole_layer_extra` priced once per group of plans that share their per-micro-batch costs."""
     return evaluate_grouped(whole_layer_extra, scn, PER_MICRO_BATCH_IGNORES)
 
 
 def recomputed_layer_stages(scn: Scenario) -> Stages | None:
-    """`costs.recomputed_stages` (what the layers recomputed whole add to each stage), priced only
+    """`recompute_whole.recomputed_stages` (what the layers recomputed whole add to each stage), priced only
     for the plans that recompute layers whole (a planner's few over the memory, taken as rows:
     `engines.distinct.rows_of`) and 0 for the others, which add none of it (their 0 layers times a
     layer's extra). A field that is 0 for every plan priced stays a scalar 0."""

@@ -10,10 +10,12 @@ from typing import NamedTuple
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, ifelse, maximum
 from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
-from shardwise.engines.costs import StageCost, Stages, layer_cost, stage_send_time_s, stages
+from shardwise.engines.costs import StageCost, layer_cost
 from shardwise.engines.moe import moe_layers
 from shardwise.engines.mtp import with_mtp
+from shardwise.engines.stage_assembly import Stages, stages
 from shardwise.engines.stage_ends import embedding_cost, head_cost
+from shardwise.engines.stage_sends import stage_send_time_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training_memory import fp8_input_bytes
 from shardwise.errors import SpecError
@@ -57,7 +59,7 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "schedule",
         "zero_stage",
         "shard_group",
-        "recompute_layers",  # what layers recomputed whole add is priced apart (`costs.recomputed_stages`)
+        "recompute_layers",  # what layers recomputed whole add is priced apart (`recompute_whole.recomputed_stages`)
         "global_batch",
         "overlap_p2p",
         "pipeline_sync",
@@ -79,7 +81,7 @@ def stage_key(scn: Scenario) -> tuple[object, ...]:
 
 class StageSends(NamedTuple):
     """One pipeline send of a micro-batch's activations between neighbouring stages in one node
-    and across nodes (`engines.costs.stage_send_time_s`)."""
+    and across nodes (`engines.stage_sends.stage_send_time_s`)."""
 
     within_s: Number
     across_s: Number
