@@ -253,14 +253,16 @@ def gemm_time_s(
         s_nsm, s_fsm, s_bw, s_roof = pick(n_sm), pick(f_sm), pick(bw), pick(memory_roof)
         s_l2_bw = pick(l2_bw)
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
-        split_k = _split_k_stacked if stacked else _split_k_looped
-        sub = split_k(flat[mask], tiles, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, l2_capacity, final)
+        sub = flat[mask]
+        # every tile candidate at once for small arrays, one at a time (its splits stacked) for large
+        for group in (tiles,) if stacked else tuple((t,) for t in tiles):
+            sub = _split_k(sub, group, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, l2_capacity, final)
         flat[mask] = sub
         best = flat.reshape(shape)
     return np.where(sms > 0, best, np.maximum(plain, memory_roof))
 
 
-def _split_k_stacked(
+def _split_k(
     best: np.ndarray,
     tiles: Tiles,
     m: np.ndarray,
@@ -275,8 +277,9 @@ def _split_k_stacked(
     l2_capacity: float,
     final: np.ndarray,
 ) -> np.ndarray:
-    """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster: every tile
-    candidate and split at once, on two leading axes (`_split_k_looped`'s numbers)."""
+    """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster: each of the
+    `tiles` candidates and splits at once, on two leading axes: the split's partials written and
+    read back, its tiles in waves (element by element the same operations whatever the grouping)."""
     tm, tn, resident = _candidates(tiles, 2)
     split = np.reshape(SPLIT_K, (1, -1, 1))
     partial_bytes = m * n * batch * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
@@ -287,40 +290,6 @@ def _split_k_stacked(
     t = np.ceil(base_tiles * split / (n_sm * resident)) * (TILE_FILL_S + main / split) + r_s
     candidates = np.maximum(t, roof) + r_s + final
     return np.minimum(best, np.minimum.reduce(candidates.reshape(-1, candidates.shape[-1]), axis=0))
-
-
-def _split_k_looped(
-    best: np.ndarray,
-    tiles: Tiles,
-    m: np.ndarray,
-    n: np.ndarray,
-    k: np.ndarray,
-    batch: np.ndarray,
-    n_sm: np.ndarray,
-    f_sm: np.ndarray,
-    bw: np.ndarray,
-    roof: np.ndarray,
-    l2_bw: np.ndarray,
-    l2_capacity: float,
-    final: np.ndarray,
-) -> np.ndarray:
-    """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster, one tile
-    candidate and split at a time: the split's partials written and read back, its tiles in waves."""
-    partial_bytes = m * n * batch * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
-    # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
-    reduce_s = [
-        split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, l2_bw, bw) for split in SPLIT_K
-    ]
-    rows = {tm: np.ceil(m / tm) for tm in {t[0] for t in tiles}}
-    cols = {tn: np.ceil(n / tn) for tn in {t[1] for t in tiles}}
-    for tm, tn, resident in tiles:
-        base_tiles = rows[tm] * cols[tn] * batch
-        main = resident * 2.0 * tm * tn * k / f_sm
-        slots = n_sm * resident
-        for split, r_s in zip(SPLIT_K, reduce_s, strict=True):
-            t = np.ceil(base_tiles * split / slots) * (TILE_FILL_S + main / split) + r_s
-            best = np.minimum(best, np.maximum(t, roof) + r_s + final)
-    return best
 
 
 def table_time_s(

@@ -211,14 +211,15 @@ STACKS: dict[str, StackMemory] = {
         6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"
     ),
 }
+# nanotron in its dataclass's layout modes (presets: nanotron-defaults): the same code, the same memory
+STACKS["nanotron-defaults"] = STACKS["nanotron"]
 
 
 def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
-    Megatron-Core, the default framework; nanotron-defaults is nanotron in its dataclass's layout
-    modes (the same code, the same entry). `loss_kernel` "te" (`Plan.loss_kernel`): Transformer
+    Megatron-Core, the default framework. `loss_kernel` "te" (`Plan.loss_kernel`): Transformer
     Engine's cross-entropy, at `TE_CROSS_ENTROPY_LOGIT_BYTES` a logit where the stack's loss keeps more."""
-    stack = STACKS.get("nanotron" if framework == "nanotron-defaults" else framework, _MEGATRON)
+    stack = STACKS.get(framework, _MEGATRON)
     if loss_kernel == "te" and stack.logits_bytes_per_element > TE_CROSS_ENTROPY_LOGIT_BYTES:
         return replace(stack, logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES)
     return stack
