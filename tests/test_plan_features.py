@@ -15,6 +15,7 @@ from shardwise.analyses.plan_search import columns_scenario
 from shardwise.analyses.planner import SearchSpace, search
 from shardwise.engines.training import estimate_training_step, training_memory
 from shardwise.errors import SpecError
+from shardwise.presets import framework_fields
 from shardwise.requests.plan import PlanRequest, row_request
 from shardwise.specs import Recompute, Scenario
 
@@ -158,9 +159,9 @@ def test_bad_values_in_the_requests_and_presets_are_refused():
     with pytest.raises(SpecError, match="hybrid sharding at ZeRO stage 0"):
         SearchSpace(hybrid_zero=(0,))
     with pytest.raises(SpecError, match="hybrid_shard: \\[4\\] is not allowed"):
-        presets._stack_fields("mine", {"hybrid_shard": [4]})
+        framework_fields._stack_fields("mine", {"hybrid_shard": [4]})
     with pytest.raises(SpecError, match="block_recompute: 'yes' is not allowed"):
-        presets._stack_fields("mine", {"block_recompute": "yes"})
+        framework_fields._stack_fields("mine", {"block_recompute": "yes"})
 
 
 def test_the_fixed_values_go_through_the_command_line_and_back():

@@ -238,11 +238,12 @@ def test_an_edited_preset_file_is_read_from_its_yaml(monkeypatch):
 def test_a_framework_names_its_pipeline_split_and_a_bad_one_is_refused():
     from shardwise import presets as p
     from shardwise.errors import SpecError
+    from shardwise.presets import framework_fields
 
     assert p.framework_pipeline_split("nanotron") == "compute"
     assert p.framework_pipeline_split("megatron-core") == "even"  # not stated: even
     assert p.framework_pipeline_split("megatron-deepspeed") == "deepspeed"
-    data = {f: False for f in p.FRAMEWORK_FLAGS} | {"zero_stage": 1, "pipeline_split": "diagonal"}
+    data = {f: False for f in framework_fields.FRAMEWORK_FLAGS} | {"zero_stage": 1, "pipeline_split": "diagonal"}
     with pytest.raises(SpecError, match="pipeline_split: 'diagonal' is not allowed; choose even, compute, deepspeed"):
         p._framework_from_dict("mine", data)
 

@@ -16,6 +16,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     it). Transformer Engine's userbuffer overlap needs sequence parallelism: a framework default
     that turns it on applies only where SP is on; asking for it without SP is an error."""
     from shardwise import presets
+    from shardwise.presets import framework_fields
     from shardwise.specs.plan_choices import EXECUTION_FLAGS
 
     flags = presets.framework(o.get("framework") or "megatron-core")
@@ -24,7 +25,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
         given = o.get(name)
         out[name] = flags[name] if given is None else given
     # the stack's kernels (physics.stack): the preset's, where it states them, or the fields given
-    for name in presets.STACK_PLAN_FIELDS:
+    for name in framework_fields.STACK_PLAN_FIELDS:
         if o.get(name) is not None:
             out[name] = o[name]
         elif name in flags:
@@ -190,7 +191,7 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
 
 
 def default_split(o: dict[str, Any], pp: int, model: Any) -> dict[str, Any]:
-    """The framework's own pipeline split where it is not even (`presets.PIPELINE_SPLITS`): nanotron
+    """The framework's own pipeline split where it is not even (`presets.framework_fields.PIPELINE_SPLITS`): nanotron
     balances its blocks by compute, the output layer included (`specs.stages.compute_balanced_counts`),
     DeepSpeed's PipelineModule its transformer layers alone (`specs.stages.deepspeed_balanced_counts`),
     with one model chunk per stage; empty (the even split) otherwise."""

@@ -201,7 +201,7 @@ def deepspeed_balanced_counts(layers: int, pp: int) -> tuple[int, ...] | None:
 
 
 def stack_split_counts(rule: str, model: object, pp: int) -> tuple[int, ...] | None:
-    """Layers per stage of a stack's own split rule (`presets.PIPELINE_SPLITS`: "compute" is
+    """Layers per stage of a stack's own split rule (`presets.framework_fields.PIPELINE_SPLITS`: "compute" is
     nanotron's `compute_balanced_counts`, "deepspeed" DeepSpeed's `deepspeed_balanced_counts`) for
     `model` (a `Model`) on pp stages of one model chunk; None for "even", at pp <= 1, or where the
     rule leaves a stage without a layer (the automatic split then applies). The request layer's

@@ -1,0 +1,148 @@
+"""The fields of a framework preset (presets/frameworks.yaml), checked: the Plan flags it sets,
+the software stack's kernels and per-micro-batch costs (`physics.stack`, `physics.microbatch`),
+and the request-layer defaults it states (`presets.stack_defaults`). Pure: a mapping in, Plan
+keyword arguments out; the lookup by name is `presets.framework`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shardwise import loaders, units
+from shardwise.errors import SpecError
+from shardwise.presets.stack_defaults import DEFAULT_FIELDS, check_default_fields
+from shardwise.specs.plan import EXECUTION_FLAGS
+
+# The Plan fields a framework preset sets (presets/frameworks.yaml).
+FRAMEWORK_FLAGS = (*EXECUTION_FLAGS, "zero_stage")
+
+# The software stack's kernels (`physics.stack`), optional in a framework preset: the default is
+# Megatron-Core's (fused kernels, Transformer Engine attention, no host bound).
+# What it pays per micro-batch (`physics.microbatch`) is optional too: Megatron-LM's by default.
+STACK_FIELDS = (
+    "attention_kernel",
+    "eager_kernels",
+    "eager_rotary",
+    "fp8_recipe",
+    "selective_policy",
+    "host_kernel",
+    "flash_attention",
+    "per_param_sharding",
+    "unfused_accumulate_bytes",
+    "unfused_accumulate_bytes_fp16",
+    "p2p_serial",
+    "pipeline_split",
+    "layer_host_ops",
+    "loss_bytes_per_logit",
+    "p2p_host_ops",
+    "tp_shard_overlap",
+    "eager_glu",
+    "layout_copies",
+    "grad_reduce_bf16",
+    "expandable_segments",
+    "loss_kernel",
+    "block_recompute",
+    "hybrid_shard",
+    *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
+)
+# what `plan` searches on the stack beyond the layout (request-layer defaults, not Plan fields:
+# `framework_plan_search`)
+PLAN_SEARCH_FIELDS = ("block_recompute", "hybrid_shard")
+# how a stack splits the layers over pipeline stages by default (`specs.stages`): even (Megatron's) or
+# balanced by compute with the output layer counted (nanotron's build_model)
+PIPELINE_SPLITS = ("even", "compute", "deepspeed")
+# ... as the Plan keyword arguments `framework` returns: the same, the host time in seconds, less the
+# keys that are no Plan field (flash_attention goes with the CLI's own flag, the fp16 accumulation
+# bytes with the precision, the pipeline split with the request layer)
+STACK_PLAN_FIELDS = tuple(
+    "host_kernel_s" if key == "host_kernel" else key
+    for key in STACK_FIELDS
+    if key not in ("flash_attention", "unfused_accumulate_bytes_fp16", "pipeline_split", *PLAN_SEARCH_FIELDS)
+    and key not in DEFAULT_FIELDS
+)
+
+
+def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    from shardwise.precisions import FP8_RECIPES
+    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, SELECTIVE_POLICIES
+
+    out: dict[str, Any] = {}
+    choices_of = (
+        ("attention_kernel", ATTENTION_KERNELS),
+        ("selective_policy", SELECTIVE_POLICIES),
+        ("fp8_recipe", FP8_RECIPES),
+        ("loss_kernel", LOSS_KERNELS),
+    )
+    for field, choices in choices_of:
+        if field in data:
+            if data[field] not in choices:
+                allowed = ", ".join(choices)
+                raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
+            out[field] = data[field]
+    booleans = (
+        "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
+    )  # fmt: skip
+    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
+        if field in data:
+            if not isinstance(data[field], bool):
+                raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
+            out[field] = data[field]
+    if "host_kernel" in data:
+        out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+    check_default_fields(key, data)  # not Plan fields: `presets.stack_defaults`
+    # not a Plan field: the request layer reads it through `framework_pipeline_split`
+    if "pipeline_split" in data and data["pipeline_split"] not in PIPELINE_SPLITS:
+        allowed = ", ".join(PIPELINE_SPLITS)
+        raise SpecError(
+            f"framework {key!r}: pipeline_split: {data['pipeline_split']!r} is not allowed; choose {allowed}"
+        )
+    # not Plan fields either: the planner reads them through `framework_plan_search`
+    if "block_recompute" in data and not isinstance(data["block_recompute"], bool):
+        raise SpecError(
+            f"framework {key!r}: block_recompute: {data['block_recompute']!r} is not allowed; give true or false"
+        )
+    stages = data.get("hybrid_shard", [])
+    if not isinstance(stages, list) or any(isinstance(z, bool) or z not in (1, 2, 3) for z in stages):
+        raise SpecError(f"framework {key!r}: hybrid_shard: {stages!r} is not allowed; give a list of ZeRO stages 1-3")
+    # bytes per weight per micro-batch; `_fp16`: when training in fp16, where that differs
+    for field in ("unfused_accumulate_bytes", "unfused_accumulate_bytes_fp16"):
+        if field in data:
+            value = data[field]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 64:
+                raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give bytes per weight, 0-64")
+            out[field] = float(value)
+    # a stack's host operations per layer and its loss's bytes per logit, counted from its code
+    for field, high, what in (
+        ("layer_host_ops", 10_000, "host operations per layer"),
+        ("p2p_host_ops", 10_000, "host operations per micro-batch"),
+        ("loss_bytes_per_logit", 256, "bytes per logit"),
+    ):
+        if field in data:
+            value = data[field]
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= high:
+                raise SpecError(f"framework {key!r}: {field}: {value!r} is not allowed; give {what}, 0-{high}")
+            out[field] = float(value)
+    return out
+
+
+def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
+    for field in data:
+        if field not in (*FRAMEWORK_FLAGS, *STACK_FIELDS, "description", "source", "kind", "notes", "name"):
+            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, (*FRAMEWORK_FLAGS, *STACK_FIELDS))}")
+    missing = [f for f in FRAMEWORK_FLAGS if f not in data]
+    if missing:
+        raise SpecError(f"framework {key!r}: missing field(s) {', '.join(missing)}")
+    out: dict[str, Any] = {f: data[f] for f in FRAMEWORK_FLAGS}
+    for f in FRAMEWORK_FLAGS:
+        v = out[f]
+        ok = (
+            isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= 3
+            if f == "zero_stage"
+            else (v is None and f == "overlap_p2p") or isinstance(v, bool)
+        )
+        if not ok:
+            allowed = "0, 1, 2 or 3" if f == "zero_stage" else "true or false" + (" or null" * (f == "overlap_p2p"))
+            raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed; give {allowed}")
+    out.update(_stack_fields(key, data))
+    out.pop("unfused_accumulate_bytes_fp16", None)  # not a Plan field: `framework_accumulate_bytes`
+    out["framework"] = key
+    return out
