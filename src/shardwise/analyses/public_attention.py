@@ -48,8 +48,9 @@ TE_FLASH2_FACTS = (
     # # Disable cudnn FA until we've tested it more", on its main branch from 562dcb45 (2024-02-13) to
     # a6490ffe (2024-07-15, "Enable cuDNN FA"), in the tags 24.03, 24.03.01 and 24.05. The launcher is
     # how NeMo's performance tables of the time were run (its examples/README.md holds the same
-    # benchmark tables). NeMo 24.03.01's long-sequence table (Llama 2 7B on H100, 4K-1M tokens, TE
-    # 1.3) was run in that window whichever launcher commit ran it. Not NeMo's 24.07 summary: the
+    # benchmark tables). NeMo 24.03.01's long-sequence table (Llama 2 7B on H100, 4K-1M tokens; the
+    # 24.03 container's TE 1.3, Megatron-Core 0.5.0, PyTorch 2.2.0 by NVIDIA's software component
+    # table) was run in that window whichever launcher commit ran it. Not NeMo's 24.07 summary: the
     # 24.07 tag still sets 0, but main enabled cuDNN on 2024-07-15 and kept it for GPT-3 175B alone
     # from 95c77b59 (2024-07-17), while the 24.07 container's runs (published 2024-08, NeMo PR
     # #10253) state no launcher commit: not known, the preset's cuDNN kept.
