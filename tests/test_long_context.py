@@ -96,3 +96,65 @@ def test_long_context_check_prices_the_nemo_rows_and_the_torchtitan_cases():
     titan = module.torchtitan_rows()
     assert len(titan) == len(module.TORCHTITAN_CASES) * len(module.RECOMPUTE)
     assert titan[-1].endswith("fits") and "does not fit" in titan[-3]  # 262K: full fits, none does not
+
+
+def _te_scenario(kernel: str):
+    from shardwise.presets import model, system
+    from shardwise.specs import Plan, Scenario
+
+    plan = Plan(cp=4, dp=2, global_batch=2, attention_kernel=kernel, precision="bf16")
+    return Scenario(model("llama2-7b", seq_len=131072), system("dgx-h100"), plan)
+
+
+def test_te_flash2_runs_flash_attn_kernels_on_transformer_engine_s_ring():
+    # Transformer Engine's FlashAttention backend (NVTE_FUSED_ATTN=0): the attention kernels are
+    # flash-attn's (the GPU's flash2_efficiency, below cuDNN's on Hopper), the context-parallel ring
+    # is TE's (one KV chunk per step at the KV heads' width), not PyTorch's all-gather and fp32 dK, dV
+    from shardwise.engines.context_parallel import cp_kv_chunk_bytes, cp_step_s
+    from shardwise.physics.attention_kernels import attention_relative_efficiency
+    from shardwise.physics.collectives import Fabric
+    from shardwise.physics.topology import placement
+    from shardwise.presets import gpu
+
+    h100 = gpu("h100-sxm5-80gb")
+    assert attention_relative_efficiency(h100, "te-flash2") == attention_relative_efficiency(h100, "flash2")
+    assert attention_relative_efficiency(h100, "te-flash2") < 0.7 * attention_relative_efficiency(h100, "fused")
+    te, fused, torch_ring = (_te_scenario(k) for k in ("te-flash2", "fused", "flash2"))
+    fabric = Fabric.of(te.cluster)
+    comm = cp_step_s(te, fabric, placement(te.plan, 8))
+    assert comm == cp_step_s(fused, fabric, placement(fused.plan, 8))
+    assert float(comm.ring_step_s) > 0 and comm.gather_s == 0.0
+    assert float(cp_kv_chunk_bytes(te)) == float(cp_kv_chunk_bytes(fused))
+    # no PyTorch ring bookkeeping: the step sits between cuDNN's and PyTorch's ring on the same kernels
+    steps = [float(estimate_training_step(s).step_time_s) for s in (fused, te, torch_ring)]
+    assert steps[0] < steps[1] < steps[2]
+
+
+def test_public_runs_launched_with_nvte_fused_attn_0_price_te_flash2():
+    from shardwise.analyses import public_runs
+    from shardwise.analyses.public_stacks import execution
+
+    rows = {r["id"]: r for r in public_runs.raw_rows()}
+
+    def kernel(run_id: str) -> str:
+        return execution(rows[run_id])[1].get("attention_kernel", "fused")
+
+    assert kernel("PUB-0336") == kernel("PUB-0352") == "te-flash2"  # NeMo 24.03.01 long-sequence, H100
+    assert kernel("PUB-0306") == "fused"  # NeMo 24.07 summary: the launcher commit is not known
+    assert kernel("PUB-0320") == "fused"  # NeMo 25.04 long-sequence, B200
+    assert kernel("PUB-0450") == kernel("PUB-0555") == "te-flash2"  # dgxc nemotron 340B (configure.sh)
+    assert kernel("PUB-0434") == "fused"  # dgxc nemotron 15B: NVTE_FUSED_ATTN=1
+    assert kernel("PUB-0427") == "te-flash2" and kernel("PUB-0643") == "fused"  # GPT-3 175B: 0, then 1
+
+
+def test_nemo_long_sequence_error_holds_flat_from_4k_to_1m_tokens_on_h100():
+    # the trend, not the level (the table states no micro-batch): with the kernel NeMo 24.03 ran,
+    # the error moves by less than 6 points from 4K to 1M tokens (with cuDNN's it fell by 29)
+    spec = importlib.util.spec_from_file_location("long_context_check", ROOT / "tools" / "long_context_check.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    errors = [float(line.rsplit(maxsplit=1)[-1].rstrip("%")) for line in module.nemo_rows() if "dgx-h100" in line]
+    assert len(errors) == 9
+    assert max(errors) - min(errors) < 6.0
+    assert all(abs(e) < 15.0 for e in errors)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardwise.analyses import public_memory_recipes as memory_recipes
+from shardwise.analyses.public_attention import attention_settings
 from shardwise.physics import remat
 
 # framework column -> framework preset (presets/frameworks.yaml)
@@ -64,12 +65,6 @@ JAX_LAUNCH_FACTS = (
     # always rematerialises: JAX-Toolbox's praxis patch, te_helper.check_checkpoint_policy)
     ("NVIDIA/JAX-Toolbox rosetta/rosetta/projects/pax/", "gpt3-175b", "", "save_nothing"),
 )
-# JAX-Toolbox's Paxml 23.10 release: no flash attention. Transformer Engine's fused attention is
-# off unless NVTE_FUSED_ATTN=1 (praxis te_helper: os.getenv("NVTE_FUSED_ATTN", "0")), which the
-# 23.10 rosetta/Dockerfile.pax (db437900) does not set, and XLA's cuDNN attention
-# (--xla_gpu_enable_cudnn_fmha) was off by default; the 24.04 README is the first to say "Flash
-# attention is enabled by default in the given container" (its Dockerfile sets NVTE_FUSED_ATTN=1).
-NO_FLASH_VERSIONS = ("paxml:23.10",)
 CHECKPOINTING_NOT_MODELLED = {
     "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp), the fraction not stated",
     "on-mode-not-stated": "activation checkpointing on, its mode not stated",
@@ -188,8 +183,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if fraction is not None:  # those blocks whole, the others keep everything
         out["recompute"] = "none"
         out["recompute_layers"] = fms_checkpointed_blocks(int(row["layers"]), fraction)
-    if row.get("framework_version") in NO_FLASH_VERSIONS and fw == "paxml":
-        out["flash_attention"] = False
+    out.update(attention_settings(row, preset))  # NVTE_FUSED_ATTN=0, Paxml 23.10's no flash
     policy = jax_remat_policy(row)
     if policy:
         out["selective_policy"] = policy

@@ -14,7 +14,7 @@ from shardwise.physics.collectives import Fabric
 from shardwise.physics.gemm_ramp import ramped
 from shardwise.specs import Cluster, Model, Plan, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.plan import FLASH2_KERNELS
+from shardwise.specs.plan import TORCH_RING_KERNELS
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ def cp_kv_chunk_bytes(scn: Scenario) -> Number:
     called with, which torchtitan's Llama has already repeated to the query heads (`repeat_kv`)."""
     model, plan = scn.model, scn.plan
     local = model.seq_len / np.asarray(plan.cp)
-    heads = model.heads if plan.attention_kernel in FLASH2_KERNELS else model.kv_heads
+    heads = model.heads if plan.attention_kernel in TORCH_RING_KERNELS else model.kv_heads
     return 2 * plan.bytes_per_element * plan.micro_batch * local * heads / plan.tp * model.head_dim
 
 
@@ -91,7 +91,7 @@ def cp_step_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> CpComm
     crosses = place["cp"] < cp
     chunk = cp_kv_chunk_bytes(scn)
     on = cp > 1
-    if plan.cp_comm == "p2p" and plan.attention_kernel in FLASH2_KERNELS:
+    if plan.cp_comm == "p2p" and plan.attention_kernel in TORCH_RING_KERNELS:
         grads = chunk * TORCH_RING_GRAD_BYTES / plan.bytes_per_element
         gather = fabric.group(plan.cp, place["cp"]).all_gather(chunk * cp)
         return CpComm(gather_s=np.where(on, gather, 0.0), grad_step_s=np.where(on, fabric.p2p(grads, crosses), 0.0))

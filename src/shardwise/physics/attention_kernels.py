@@ -1,5 +1,6 @@
 """How fast a fused attention kernel runs on one GPU, relative to its GEMMs: FlashAttention-2
-(the flash-attn package, PyTorch SDPA's copy, ROCm's AOTriton), forward and backward, the
+(the flash-attn package, also as Transformer Engine's FlashAttention backend, "te-flash2", which
+Megatron-Core runs with NVTE_FUSED_ATTN=0; PyTorch SDPA's copy; ROCm's AOTriton), forward and backward, the
 precision attention runs in, and PyTorch's eager ring bookkeeping under context parallelism.
 `physics.compute.layer_times` prices a layer's attention with these; `physics.attention` holds
 the fused kernel's ramp below its plateau.

@@ -51,7 +51,7 @@ from shardwise.physics.linears import (  # noqa: F401
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_narrow
-from shardwise.specs.plan import FLASH2_KERNELS
+from shardwise.specs.plan import TORCH_RING_KERNELS
 
 # dX and dW per forward GEMM: the backward is twice the forward's FLOPs (Narayanan et al. 2021
 # Eq. 3 and Sec. 5.1); used for unfused attention's batched products.
@@ -164,7 +164,7 @@ def layer_times(
         flash, FLASH_BACKWARD_RATIO * fused_bwd, BACKWARD_GEMM_RATIO * bmm + BACKWARD_MEMORY_RATIO * softmax
     )
     ring = cp_comm == "p2p" and np.any(np.asarray(fwd.cp) > 1)  # all_gather, a2a: one call, no merge
-    if attention_kernel in FLASH2_KERNELS and ring:  # PyTorch's ring (`physics.attention`)
+    if attention_kernel in TORCH_RING_KERNELS and ring:  # PyTorch's ring (`physics.attention`)
         ring_f, ring_b = torch_ring_s(fwd, gpu)
         attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
     cast_f = cast_b = 0.0

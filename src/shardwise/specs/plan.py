@@ -31,6 +31,7 @@ from shardwise.specs.plan_choices import (  # noqa: F401
     EXECUTION_FLAGS,
     FLASH2_KERNELS,
     LOSS_KERNELS,
+    TORCH_RING_KERNELS,
     Recompute,
     Schedule,
 )
@@ -158,7 +159,9 @@ class Plan:
     `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"
     (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its
     bundled copy of FlashAttention-2: slower on Hopper,
-    `physics.attention_kernels.SDPA_FLASH_FORWARD_FRACTION`); `eager_kernels`: element-wise work
+    `physics.attention_kernels.SDPA_FLASH_FORWARD_FRACTION`), "te-flash2" (Transformer Engine's
+    FlashAttention backend: flash-attn's kernels under Megatron-Core, TE's context-parallel ring;
+    NeMo 24.01-24.07 as its launcher ran it, `physics.attention_kernels`); `eager_kernels`: element-wise work
     (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
     kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen
     kernels with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which

@@ -36,13 +36,17 @@ class Recompute(IntEnum):
 
 
 MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
-ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2")  # physics.stack
+ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2")  # physics.stack
 # the loss kernel: the stack's own, or Transformer Engine's parallel_cross_entropy (`physics.memory_stacks`)
 LOSS_KERNELS = ("stack", "te")
 
 
+# the kernels that run FlashAttention-2's code (`physics.attention_kernels`): the flash-attn package,
+# PyTorch SDPA's build of it, and Transformer Engine's FlashAttention backend (flash-attn's kernels
+# called by TE, with TE's own context-parallel ring: NeMo's launcher set NVTE_FUSED_ATTN=0 in 2024)
+FLASH2_KERNELS = ("flash2", "sdpa-flash2", "te-flash2")
 # the FlashAttention-2 kernels whose context parallelism is PyTorch's ring (`physics.attention`)
-FLASH2_KERNELS = ("flash2", "sdpa-flash2")
+TORCH_RING_KERNELS = ("flash2", "sdpa-flash2")
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 

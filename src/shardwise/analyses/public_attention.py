@@ -1,0 +1,82 @@
+"""Which attention kernel a published run's recipe ran where it is not its stack preset's, each
+read in the launch configuration that produced the rows, at the rows' versions. Nothing here is
+fitted.
+
+Transformer Engine picks its attention backend per call; on Hopper it prefers cuDNN's fused
+attention (FusedAttention, "F16_arbitrary_seqlen") over the flash-attn package whenever both can
+run the shape, context parallelism included, from TE 1.3 on (transformer_engine/pytorch/attention.py
+at v1.3 and v1.4, "Select FusedAttention on sm90 and FlashAttention on others for performance";
+TE 1.2 ran context parallelism on flash-attn alone). NVTE_FUSED_ATTN=0 turns cuDNN off: TE then
+calls flash-attn's FlashAttention-2 kernels (`attention_kernel` "te-flash2", priced at the GPU's
+`flash2_efficiency` with TE's own context-parallel ring, `physics.attention_kernels`), 0.47 of the
+GEMMs' efficiency on an H100 against cuDNN's 0.75 (FlashAttention-3 paper, Fig. 4-5). Where a
+container shipped FlashAttention-3 as well, TE from 1.9 would call it instead (near cuDNN's speed):
+whether the containers below did is not checked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+NEMO_DOCS = "GitHub NVIDIA/NeMo docs/source/performance/"
+DGXC = "GitHub NVIDIA/dgxc-benchmarking "
+
+
+@dataclass(frozen=True)
+class KernelFact:
+    """The rows a launch configuration covers: the source starts with `source` and, where `version`
+    is given, the row's `framework_version` is it or the row was first seen at that commit."""
+
+    source: str
+    version: str = ""
+
+    def covers(self, row: dict[str, str]) -> bool:
+        if not row["source"].startswith(self.source):
+            return False
+        seen = row.get("commit_or_version", "")
+        return (
+            not self.version
+            or row.get("framework_version") == self.version
+            or seen.startswith(f"first seen {self.version}")
+        )
+
+
+# Runs whose launch configuration set NVTE_FUSED_ATTN=0 (Transformer Engine's FlashAttention-2 backend):
+TE_FLASH2_FACTS = (
+    # NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/config.yaml, env_vars: "NVTE_FUSED_ATTN: 0
+    # # Disable cudnn FA until we've tested it more", on its main branch from 562dcb45 (2024-02-13) to
+    # a6490ffe (2024-07-15, "Enable cuDNN FA"), in the tags 24.03, 24.03.01 and 24.05. The launcher is
+    # how NeMo's performance tables of the time were run (its examples/README.md holds the same
+    # benchmark tables). NeMo 24.03.01's long-sequence table (Llama 2 7B on H100, 4K-1M tokens; the
+    # 24.03 container's TE 1.3, Megatron-Core 0.5.0, PyTorch 2.2.0 by NVIDIA's software component
+    # table) was run in that window whichever launcher commit ran it. Not NeMo's 24.07 summary: the
+    # 24.07 tag still sets 0, but main enabled cuDNN on 2024-07-15 and kept it for GPT-3 175B alone
+    # from 95c77b59 (2024-07-17), while the 24.07 container's runs (published 2024-08, NeMo PR
+    # #10253) state no launcher commit: not known, the preset's cuDNN kept.
+    *(KernelFact(NEMO_DOCS, version) for version in ("24.03", "24.03.01", "24.05")),
+    # dgxc-benchmarking's NeMo 1 launches (nemo:24.09, TE 1.10): nemotron/configure.sh exports
+    # NVTE_FUSED_ATTN=0 for the 340B (and 1 for the 15B) at 35a9aecc8d - 1b9bb6b3cf; grok1/configure.sh
+    # 0 at every commit; nemo_megatron/launch.sh (35a9aecc8d) and configure.sh (143b90dd91, e6afea3aea)
+    # 0 for GPT-3 175B, 1 from 8f5cbb3799 on.
+    KernelFact(DGXC + "nemotron/README_340b.md"),
+    KernelFact(DGXC + "grok1/README_314b.md"),
+    KernelFact(DGXC + "nemo_megatron/README_175b.md", "35a9aecc8d"),
+    KernelFact(DGXC + "nemo_megatron/README_175b.md", "e6afea3aea"),
+)
+# JAX-Toolbox's Paxml 23.10 release: no flash attention. Transformer Engine's fused attention is
+# off unless NVTE_FUSED_ATTN=1 (praxis te_helper: os.getenv("NVTE_FUSED_ATTN", "0")), which the
+# 23.10 rosetta/Dockerfile.pax (db437900) does not set, and XLA's cuDNN attention
+# (--xla_gpu_enable_cudnn_fmha) was off by default; the 24.04 README is the first to say "Flash
+# attention is enabled by default in the given container" (its Dockerfile sets NVTE_FUSED_ATTN=1).
+NO_FLASH_VERSIONS = ("paxml:23.10",)
+
+
+def attention_settings(row: dict[str, str], preset: str) -> dict[str, Any]:
+    """Plan keyword arguments for the attention kernel the row's launch configuration ran (empty:
+    its preset's)."""
+    if preset == "paxml" and row.get("framework_version") in NO_FLASH_VERSIONS:
+        return {"flash_attention": False}
+    if preset == "megatron-core" and any(f.covers(row) for f in TE_FLASH2_FACTS):
+        return {"attention_kernel": "te-flash2"}
+    return {}
