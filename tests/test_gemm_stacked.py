@@ -23,6 +23,7 @@ from shardwise.physics.gemm import (
     WARPGROUP_GPUS,
     WARPGROUP_TILES,
     _whole_tiles,
+    kernel_fixed_s,
     l2_of,
     partial_sums_bw,
 )
@@ -78,7 +79,7 @@ def loop_time_s(m, n, k, batch, operand_bytes, out_bytes, gpu, peak_flops_per_s,
                 sub = np.minimum(sub, np.maximum(t, s_roof) + r_s + final)
         flat[mask] = sub
         best = flat.reshape(shape)
-    return np.where(sms > 0, best, np.maximum(plain, memory_roof))
+    return np.where(sms > 0, best + kernel_fixed_s(gpu), np.maximum(plain, memory_roof))
 
 
 def shapes(rng: np.random.Generator, rows: int, cols: int) -> tuple[np.ndarray, ...]:

@@ -26,8 +26,12 @@ sums are written and read back at the L2 bandwidth where all the splits' partial
 fastest is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
 the output written once) bounds each GEMM kernel from below; a kernel of its own before or after
 it (split-K's reduction, stream-K's workspace reset) runs on the same stream and cannot hide
-under its HBM stream, so it is added after the roof: T = max(T_gemm, roof) + T_other. A GPU
-without a known SM count falls back to the plain roofline at `matmul_efficiency`.
+under its HBM stream, so it is added after the roof: T = max(T_gemm, roof) + T_other + t_kernel,
+t_kernel what the GEMM's kernel pays once on the GPU whatever its tiles (`kernel_fixed_s`): the
+drain of its last stores (every GPU) and, on Hopper and Blackwell, its TMA descriptors fetched
+before the first load, one memory round trip each (0.5 + 0.5 us); a CUDA graph does not remove
+them (it shortens the launch gap, `Gpu.kernel_launch_s`, priced apart). A GPU without a known SM
+count falls back to the plain roofline at `matmul_efficiency`.
 
 Hopper (`WARPGROUP_GPUS`) and Blackwell (with Hopper, `STREAM_K_GPUS`) run GEMMs as CUTLASS
 3.x's persistent warp-specialized kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules",
@@ -115,6 +119,26 @@ L2 = {
 # 0.5-0.8 us on A100/H100 (Jia et al. 2018/2019 "Dissecting the NVIDIA Volta/Turing GPU
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
 TILE_FILL_S = 0.5e-6
+# What one GEMM kernel pays once, on the GPU, whatever its tiles (`kernel_fixed_s`; added after the
+# memory roof: it runs before the first operand load or after the last store, never beside them).
+# A CUDA graph removes the host's launch and shortens the gap between kernels (`Gpu.kernel_launch_s`,
+# engines/serving.py RUNTIMES) but not these: they are the kernel's own time, in any runtime.
+#  - the drain: the last wave's output tiles are stored and made visible before the grid completes
+#    (a CTA's stores reach L2 and the grid's completion waits for them): one memory round trip, as
+#    TILE_FILL_S (0.2-0.8 us: an L2 hit to an HBM miss, Jia et al. 2018/2019). Every GPU.
+#  - the tensor-map fetch (Hopper and Blackwell, `TMA_GPUS`): a CUTLASS 3.x / cuBLAS sm90 and sm100
+#    kernel prefetches its TMA descriptors (`prefetch.tensormap`, 128 bytes each, passed as kernel
+#    parameters in memory) at its start, and no TMA load of an operand can issue before its
+#    descriptor has arrived: one more dependent round trip ahead of the first tile's fill (CUTLASS
+#    sm90 kernels, `prefetch_tma_descriptor` before the producer's first load; PTX ISA
+#    `cp.async.bulk.tensor` reads the tensor map from memory). Same range. Ampere's cp.async takes
+#    plain addresses from the kernel's parameters, already in its constant bank at launch.
+# Not priced: the grid's launch and completion on the device, which a chain of empty kernels in a
+# CUDA graph measures at 0.58 us per kernel, gap included (ahrefs/ocannl#488, RTX 5070 Ti, CUDA
+# 13.3): `kernel_launch_s` (1 us under graphs, 3 us eager) already holds it.
+GEMM_DRAIN_S = 0.5e-6
+TMA_DESCRIPTOR_S = 0.5e-6
+TMA_GPUS = STREAM_K_GPUS
 SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by the reduction
 # Split-K is tried where SPLIT_K_PROBE_TILE x SPLIT_K_PROBE_TILE tiles (the smallest of TILES)
 # make at most SPLIT_K_WAVES waves: a project choice that keeps the search to the thin GEMMs.
@@ -174,6 +198,13 @@ def _candidates(tiles: Tiles, nd: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
     return got
 
 
+def kernel_fixed_s(gpu: Gpu) -> float:
+    """Seconds one GEMM kernel pays once on the GPU, beside its tiles' waves: the drain of its last
+    stores, and on Hopper and Blackwell its TMA descriptors fetched before the first load
+    (`GEMM_DRAIN_S`, `TMA_DESCRIPTOR_S`)."""
+    return GEMM_DRAIN_S + (TMA_DESCRIPTOR_S if gpu.name in TMA_GPUS else 0.0)
+
+
 def l2_of(gpu: Gpu) -> tuple[float, Number]:
     """(L2 capacity bytes, L2 bandwidth at the GPU's streaming efficiency) from `L2`; (0, 0) for
     a GPU not listed."""
@@ -201,7 +232,8 @@ def gemm_time_s(
     """Seconds of `batch` independent (m x k) @ (k x n) products (see the module docstring).
 
     `operand_bytes`: bytes read from memory for A and B (all batches); `out_bytes`: bytes the
-    epilogue moves per output element. Excludes the kernel launch gap.
+    epilogue moves per output element. Includes the kernel's own fixed time on the GPU
+    (`kernel_fixed_s`); excludes the kernel launch gap.
     """
     m, n, k, batch = (np.asarray(x, dtype=float) for x in (m, n, k, batch))
     flops = 2.0 * m * n * k * batch
@@ -259,7 +291,7 @@ def gemm_time_s(
             sub = _split_k(sub, group, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, l2_capacity, final)
         flat[mask] = sub
         best = flat.reshape(shape)
-    return np.where(sms > 0, best, np.maximum(plain, memory_roof))
+    return np.where(sms > 0, best + kernel_fixed_s(gpu), np.maximum(plain, memory_roof))
 
 
 def _split_k(
