@@ -11,7 +11,7 @@ from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.stage_ends import EMBEDDING_KERNELS, embedding_cost, head_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
-from shardwise.engines.training_stages import PIPELINE_SYNC_S, stage_sends_per_micro_batch_s
+from shardwise.engines.training_stages import PIPELINE_SYNC_S, micro_batch_stages, stage_sends_per_micro_batch_s
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import linear_times, memory_s
@@ -209,3 +209,58 @@ def test_a_bf16_gradient_buffer_takes_the_unfused_add_of_six_bytes_in_every_line
         layer_cost(Scenario(fp32.model, fp32.cluster, p), comm) for p in (fused, fused.with_(grad_reduce_bf16=True))
     )
     assert c.compute_backward_s == d.compute_backward_s
+
+
+def _trend_example():
+    """examples/microbatch_trend.py as a module (its per-micro-batch split of a stage's time)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "examples" / "microbatch_trend.py"
+    spec = importlib.util.spec_from_file_location("microbatch_trend", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_wave_quantisation_is_priced_per_micro_batch():
+    """Narayanan et al. 2021 Fig. 16's 91B at tp 8: the QKV GEMM (N = 3 x 10240 / 8 = 3840) of one
+    2048-token micro-batch makes 240 tiles of 256 x 128 on 108 SMs (2.2 waves), four micro-batches
+    at once 960 (8.9); the MLP's first GEMM (N = 5120) makes 320 (2.96 waves) and fills its last
+    one. The GEMMs are priced at M = b s rows, so micro-batch 1 pays for its idle last wave."""
+    per_sequence = {}
+    for mb in (1, 4):
+        q = linear_times(gemm(2048 * mb, 3840, 10240, 2.0), A100, "fp16")
+        u = linear_times(gemm(2048 * mb, 5120, 10240, 2.0), A100, "fp16")
+        per_sequence[mb] = (q.forward_s / mb, u.forward_s / mb)
+    assert per_sequence[1][0] > 1.05 * per_sequence[4][0]
+    assert per_sequence[1][1] == pytest.approx(per_sequence[4][1], rel=0.02)
+
+
+@pytest.mark.parametrize("layout", ["fig16", "deepspeed_176b"])
+def test_the_per_micro_batch_parts_of_a_stage_add_up_and_shrink_per_sequence(layout):
+    """examples/microbatch_trend.py --costs: the fullest middle stage's time per micro-batch is
+    its GEMMs, other kernels, TP collectives, weight-gradient accumulation and sends; the
+    accumulation is paid once per micro-batch (a quarter per sequence at micro-batch 4), the
+    GEMMs per sequence fall only by their waves (a few per cent)."""
+    trend = _trend_example()
+    model, cluster, plan = getattr(trend, layout)()
+    batch = 512 if layout == "fig16" else 2048
+    parts = {mb: trend.stage_parts_s(Scenario(model, cluster, plan(batch, mb))) for mb in (1, 4)}
+    one = Scenario(model, cluster, plan(batch, 1))
+    stages, _ = micro_batch_stages(one)
+    own = {k: v for k, v in parts[1].items() if k != "sends, syncs"}
+    assert sum(own.values()) == pytest.approx(float(stages.middle.total_s))
+    assert parts[4]["accumulation"] == pytest.approx(parts[1]["accumulation"], rel=1e-3)
+    assert parts[1]["accumulation"] > 0 and parts[1]["sends, syncs"] > 0
+    gemms_1, gemms_4 = parts[1]["GEMMs"], parts[4]["GEMMs"] / 4
+    assert gemms_4 < gemms_1 < 1.10 * gemms_4
+
+
+def test_the_trend_example_refuses_an_unknown_flag(monkeypatch, capsys):
+    trend = _trend_example()
+    monkeypatch.setattr("sys.argv", ["microbatch_trend.py", "--cost"])
+    with pytest.raises(SystemExit) as stop:
+        trend.main()
+    assert stop.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -73,7 +73,9 @@ activation checkpoint's RNG bookkeeping, host only) is tens of microseconds. The
 also pays the embedding's dense gradient (a zeroed 16-bit vocab/tp x h table, then the same
 18-byte add: 0.9e9 weights at vocabulary 250,880, about 8 ms, `engines.stage_ends`) and the last
 the fp32 loss (52 bytes a logit, `physics.stack`). docs/model.md ("What the DeepSpeed pipeline
-engine does per micro-batch") lists what was checked.
+engine does per micro-batch") lists what was checked; its "How large the micro-batch effect is"
+splits a stage's time per sequence into these parts (`examples/microbatch_trend.py --costs`) and
+sizes the rest (host syncs, waves, host-bound kernels).
 """
 
 from __future__ import annotations
