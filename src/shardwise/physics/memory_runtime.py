@@ -43,24 +43,36 @@ def nccl_buffer_bytes(
 ) -> Number:
     """NCCL's buffers on one GPU: a ring's connections (`NCCL_CHANNELS` x `NCCL_CONNECTION_BYTES`)
     for each communicator the plan runs (tp, cp, the gradients' dp x cp, pp's sends, ep), and NVLink
-    SHARP buffers for those inside one server with more than two ranks where `nvls` allows them.
+    SHARP buffers for those with more than two ranks in a server where `nvls` allows them.
     Ranks are placed tp first, then cp, dp and pp (Megatron-LM's order), so a group spans its size
     times the sizes inside it."""
     tp, cp, dp, pp, ep = (np.asarray(x) for x in (tp, cp, dp, pp, ep))
     out = np.where(ep > 1, NCCL_CHANNELS * NCCL_CONNECTION_BYTES, 0.0)  # the experts' all-to-all (NVLS does not apply)
     for size, span in ((tp, tp), (cp, tp * cp), (dp * cp, tp * cp * dp), (pp, tp * cp * dp * pp)):
-        out = out + communicator_bytes(size, span, gpus_per_node, nvls)
+        out = out + communicator_bytes(size, local_ranks(size, span, gpus_per_node), nvls)
     return out
 
 
-def communicator_bytes(size: Number, span: Number, gpus_per_node: Number, nvls: Number) -> Number:
-    """NCCL's buffers on one GPU for one communicator of `size` ranks spread over `span` GPUs: a
-    ring's connections, and NVLink SHARP buffers when it sits inside one server with more than
-    two ranks and `nvls` allows them; nothing for a single rank."""
-    size, span = np.asarray(size), np.asarray(span)
+def local_ranks(size: Number, span: Number, gpus_per_node: Number) -> Number:
+    """The ranks a communicator of `size` ranks spread evenly over `span` GPUs (one every span /
+    size) has in each server of `gpus_per_node`: all of them inside one server, one where the
+    stride is a server or more."""
+    size, span = np.asarray(size, dtype=float), np.asarray(span, dtype=float)
+    return np.minimum(size, np.maximum(1.0, np.asarray(gpus_per_node) * size / np.maximum(span, 1.0)))
+
+
+def communicator_bytes(size: Number, local: Number, nvls: Number) -> Number:
+    """NCCL's buffers on one GPU for one communicator of `size` ranks, `local` of them in this
+    server (`local_ranks`): a ring's connections, and NVLink SHARP buffers, one head per local rank,
+    where more than two of its ranks share the server and `nvls` allows them; nothing for a single
+    rank. NCCL sets NVLS up by the communicator's GPUs in the server, whether or not it spans
+    servers (src/transport/nvls.cc: ncclNvlsInit returns for `gpuCount <= 2`, gpuCount the
+    communicator's GPUs in this node's topology; ncclNvlsTreeConnect joins the servers' NVLS heads
+    when nNodes > 1, NCCL 2.18 on; 2.17 returned for nNodes > 1)."""
+    size, local = np.asarray(size), np.asarray(local)
     ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
-    nvls_here = np.asarray(nvls, dtype=bool) & (size >= NVLS_MIN_RANKS) & (span <= np.asarray(gpus_per_node))
-    return np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
+    nvls_here = np.asarray(nvls, dtype=bool) & (local >= NVLS_MIN_RANKS)
+    return np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * local, 0.0)
 
 
 @kept
@@ -76,10 +88,13 @@ def stack_group_bytes(
     out = np.zeros(np.broadcast(tp, cp, dp, pp).shape)
     world = tp * cp * dp * pp
     if "world" in groups:
-        out = out + communicator_bytes(world, world, gpus_per_node, nvls)
+        out = out + communicator_bytes(world, local_ranks(world, world, gpus_per_node), nvls)
     if "tp_pp" in groups:
         both = (tp > 1) & (pp > 1)
-        out = out + np.where(both, communicator_bytes(tp * pp, world, gpus_per_node, nvls), 0.0)
+        # a block of tp consecutive ranks, then one every tp x cp x dp: the tp ranks in a server
+        # times the pipeline stages whose blocks share it
+        local = local_ranks(tp, tp, gpus_per_node) * local_ranks(pp, tp * cp * dp * pp, gpus_per_node)
+        out = out + np.where(both, communicator_bytes(tp * pp, np.minimum(local, tp * pp), nvls), 0.0)
     return out
 
 
