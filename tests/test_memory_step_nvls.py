@@ -64,3 +64,25 @@ def test_nvls_buffers_count_the_communicators_ranks_in_each_server():
     assert communicator_bytes(8, local(8, 32), True) == pytest.approx(ring)  # 2 a server: too few for NVLS
     assert communicator_bytes(16, 8, False) == pytest.approx(ring)  # NVLS off
     assert communicator_bytes(1, 1, True) == 0.0
+
+
+def test_nanotron_runs_the_nvls_buffers_of_its_nccl_2_18():
+    from shardwise import presets
+    from shardwise.engines.training import training_memory, training_memory_floor_bytes
+    from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, NVLS_HEAD_BYTES_NCCL_2_18, RUNTIME_FLOOR_BYTES
+    from shardwise.specs import Scenario
+
+    assert NVLS_HEAD_BYTES == 32 * 2**20 and NVLS_HEAD_BYTES_NCCL_2_18 == 288 * 2**20
+    assert stack_memory("nanotron").nvls_head_bytes == NVLS_HEAD_BYTES_NCCL_2_18
+    assert stack_memory("megatron-core").nvls_head_bytes is None
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    model, system = presets.model("llama3-8b"), presets.system("dgx-h100")
+    for framework, head in (("nanotron", NVLS_HEAD_BYTES_NCCL_2_18), ("megatron-core", NVLS_HEAD_BYTES)):
+        scn = Scenario(model, system, Plan(tp=8, global_batch=8, framework=framework))
+        memory = training_memory(scn)
+        # the tp communicator, and nanotron's world one (every rank), 8 heads each in one server
+        groups = 2 if framework == "nanotron" else 1
+        assert float(memory.reserved_bytes) == pytest.approx(RUNTIME_FLOOR_BYTES + groups * (ring + 8 * head))
+        # the planner's floor counts the same reserve, and stays under the total
+        floor = float(training_memory_floor_bytes(scn))
+        assert float(memory.reserved_bytes) < floor <= float(memory.total_bytes)

@@ -15,7 +15,7 @@ from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifel
 from shardwise.engines.training_states import stage_states  # the stages' model state, split out
 from shardwise.physics import memory as mem
 from shardwise.physics import offload
-from shardwise.physics.memory_runtime import runtime_reserved_bytes, stack_group_bytes
+from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
@@ -53,7 +53,7 @@ def memory_terms(
 ) -> MemoryTerms:
     """`MemoryTerms` of one CP rank's scenario (`scn`) holding `params` per stage (see
     `memory_breakdown`; `moe`: a mixture of experts' layers)."""
-    model, plan, cluster = scn.model, scn.plan, scn.cluster
+    model, plan = scn.model, scn.plan
     stack = mem.stack_memory(plan.framework, plan.loss_kernel)
     layer = _layer_terms(
         model,
@@ -68,13 +68,23 @@ def memory_terms(
         plan.recompute_modules,
         fp8_input_bytes(plan),
     )
-    nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
-    reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls)
-    reserved = reserved + stack_group_bytes(
-        stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls
-    )
+    reserved = runtime_reserve_bytes(scn, stack)
     states = tuple(stage_states(plan, params, expert_params, trained))
     return MemoryTerms(layer, states, zero3_buffers(model, plan, stack, moe), buffer_terms(plan, stack), reserved)
+
+
+def runtime_reserve_bytes(scn: Scenario, stack: mem.StackMemory | None = None) -> Number:
+    """The `reserved` row: the CUDA context, the libraries' workspaces and NCCL's buffers for the
+    plan's communicators and the stack's own (`StackMemory.extra_groups`), at the NVLS head size of
+    the stack's NCCL (`StackMemory.nvls_head_bytes`)."""
+    plan, cluster = scn.plan, scn.cluster
+    stack = mem.stack_memory(plan.framework) if stack is None else stack
+    nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
+    head = NVLS_HEAD_BYTES if stack.nvls_head_bytes is None else stack.nvls_head_bytes
+    reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls, head)
+    return reserved + stack_group_bytes(
+        stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls, head
+    )
 
 
 def memory_breakdown(

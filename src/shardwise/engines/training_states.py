@@ -104,12 +104,14 @@ def model_state_floor_bytes(
     params: tuple[Number, Number, Number],
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None = None,
+    reserved: Number = RUNTIME_FLOOR_BYTES,
 ) -> Number:
-    """The most model state any stage holds plus the part of the runtime's reserve every process
-    holds (CUDA context, workspaces): never above `memory_breakdown`'s total (its stage adds
-    activations, buffers and the allocator's share, none negative, and NCCL's buffers, summed in
-    the same order), so a plan whose floor exceeds the GPU does not fit, whatever its activations.
-    A planner drops such plans before pricing their activations."""
+    """The most model state any stage holds plus the runtime's reserve (`reserved`: the CUDA
+    context and workspaces every process holds, or the whole `reserved` row where known): never
+    above `memory_breakdown`'s total (its stage adds activations, buffers and the allocator's
+    share, none negative, to the same reserve, summed in the same order), so a plan whose floor
+    exceeds the GPU does not fit, whatever its activations. A planner drops such plans before
+    pricing their activations."""
     first, middle, last = (sum(st) for st in stage_states(plan, params, expert_params, trained))
     middle = np.where(np.asarray(plan.pp) > 2, middle, -np.inf)
-    return np.maximum(np.maximum(first, middle), last) + RUNTIME_FLOOR_BYTES
+    return np.maximum(np.maximum(first, middle), last) + reserved

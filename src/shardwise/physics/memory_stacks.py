@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.arrays import as_bool, ifelse
+from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES_NCCL_2_18
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
@@ -87,6 +88,8 @@ class StackMemory:
     projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
     `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
     (`physics.memory_runtime.stack_group_bytes`: "world", "tp_pp").
+    `nvls_head_bytes`: one NVLink SHARP head's buffers in the NCCL the stack's runs used, where it
+    is not the current one (`physics.memory_runtime.NVLS_HEAD_BYTES_NCCL_2_18`; None: 32 MiB).
     `packed_qkv_mha`: without grouped-query attention nanotron splits the QKV output by views of one
     permuted copy (`qkv_states.view(...).permute(2, 1, 0, 3, 4).contiguous()`), so the query view
     FlashAttention saves keeps the whole packed buffer alive beside the concatenated key-value copy
@@ -129,6 +132,7 @@ class StackMemory:
     eager_glu: bool = False
     packed_qkv_mha: bool = False
     extra_groups: tuple[str, ...] = ()
+    nvls_head_bytes: float | None = None
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     saved_logits_bytes_per_element: float = 4.0
     source: str = ""
@@ -172,6 +176,10 @@ STACKS: dict[str, StackMemory] = {
         eager_glu=True,
         packed_qkv_mha=True,
         extra_groups=("world", "tp_pp"),
+        # nanotron's own launch script and benchmark config (run_multinode.sh and
+        # examples/config_tiny_llama_bench.yaml, 2024-12: `conda activate 2-1-cu121`) run PyTorch 2.1
+        # for CUDA 12.1, whose wheels bundle NCCL 2.18.1: NVLS buffers of 288 MiB a head
+        nvls_head_bytes=NVLS_HEAD_BYTES_NCCL_2_18,
         source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
         "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies; "
         "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
