@@ -375,8 +375,10 @@ def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
 
     ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
     groups = ("world", "tp_pp")
-    # 64 GPUs over 8 servers: no NVLS for either; tp 8 x pp 4 gets its own communicator
-    assert stack_group_bytes(groups, 8, 1, 2, 4, 8, True) == pytest.approx(2 * ring)
+    # 64 GPUs over 8 servers: tp 8 x pp 4 gets its own communicator; both have 8 ranks in each
+    # server they reach, so NCCL (2.18 on) sets NVLS up for both (16 x 2 x 1 MiB per local rank)
+    assert stack_group_bytes(groups, 8, 1, 2, 4, 8, True) == pytest.approx(2 * ring + 2 * 16 * 2 * 2**20 * 8)
+    assert stack_group_bytes(groups, 8, 1, 2, 4, 8, False) == pytest.approx(2 * ring)
     assert stack_group_bytes(groups, 8, 1, 8, 1, 8, False) == pytest.approx(ring)  # pp 1: mp_pg is the tp group
     # one server of 8: the world communicator also gets NVLink SHARP buffers (16 x 2 x 1 MiB per rank)
     assert stack_group_bytes(groups, 1, 1, 8, 1, 8, True) == pytest.approx(ring + 16 * 2 * 2**20 * 8)

@@ -47,7 +47,8 @@ from shardwise.engines.training_layout import (
     stage_params_of,
     trainable_of,
 )
-from shardwise.engines.training_memory import memory_breakdown, model_state_floor_bytes
+from shardwise.engines.training_memory import memory_breakdown, runtime_reserve_bytes
+from shardwise.engines.training_states import model_state_floor_bytes
 from shardwise.engines.training_step_memory import step_memory
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
@@ -205,12 +206,14 @@ def training_memory(scn: Scenario, stage: str = "fullest") -> MemoryBreakdown:
 
 
 def training_memory_floor_bytes(scn: Scenario) -> Number:
-    """A lower bound of `training_memory(scn).total_bytes` from the model state alone
-    (`engines.training_memory.model_state_floor_bytes`), a few array operations per plan."""
+    """A lower bound of `training_memory(scn).total_bytes` from the model state and the runtime's
+    reserve alone (`engines.training_states.model_state_floor_bytes`,
+    `engines.training_memory.runtime_reserve_bytes`), a few array operations per plan."""
     model, plan = scn.model, scn.plan
     split = scn.split
     params, expert_params = stage_params_of(model, plan, split)
-    return model_state_floor_bytes(plan, params, expert_params, trainable_of(model, plan, split, params))
+    trained = trainable_of(model, plan, split, params)
+    return model_state_floor_bytes(plan, params, expert_params, trained, runtime_reserve_bytes(scn))
 
 
 def layer_times_s(scn: Scenario) -> tuple[Number, Number]:

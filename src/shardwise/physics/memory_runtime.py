@@ -36,36 +36,70 @@ NCCL_CHANNELS = 24
 NVLS_CHANNELS = 16
 NVLS_BUFFER_BYTES = 128 * KIB * 8
 NVLS_MIN_RANKS = 3
+# One NVLS head's buffers: 32 MiB (NCCL 2.21 on); 288 MiB in NCCL 2.18-2.20, which set them up when
+# a communicator was created whether or not it ran NVLS (vllm-project/vllm#9699's NCCL 2.20 log:
+# nvlsTotalSize 2415919104 for 8 heads; NVIDIA/NeMo-Framework-Launcher#127 and
+# sgl-project/sglang#631 turned NVLS off to get that memory back). A stack whose runs used such a
+# NCCL says so (`StackMemory.nvls_head_bytes`).
+NVLS_HEAD_BYTES = NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES
+NVLS_HEAD_BYTES_NCCL_2_18 = 288 * MIB
 
 
 def nccl_buffer_bytes(
-    tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
+    tp: Number,
+    cp: Number,
+    dp: Number,
+    pp: Number,
+    ep: Number,
+    gpus_per_node: Number,
+    nvls: Number,
+    head_bytes: float = NVLS_HEAD_BYTES,
 ) -> Number:
     """NCCL's buffers on one GPU: a ring's connections (`NCCL_CHANNELS` x `NCCL_CONNECTION_BYTES`)
     for each communicator the plan runs (tp, cp, the gradients' dp x cp, pp's sends, ep), and NVLink
-    SHARP buffers for those inside one server with more than two ranks where `nvls` allows them.
+    SHARP buffers for those with more than two ranks in a server where `nvls` allows them.
     Ranks are placed tp first, then cp, dp and pp (Megatron-LM's order), so a group spans its size
     times the sizes inside it."""
     tp, cp, dp, pp, ep = (np.asarray(x) for x in (tp, cp, dp, pp, ep))
     out = np.where(ep > 1, NCCL_CHANNELS * NCCL_CONNECTION_BYTES, 0.0)  # the experts' all-to-all (NVLS does not apply)
     for size, span in ((tp, tp), (cp, tp * cp), (dp * cp, tp * cp * dp), (pp, tp * cp * dp * pp)):
-        out = out + communicator_bytes(size, span, gpus_per_node, nvls)
+        out = out + communicator_bytes(size, local_ranks(size, span, gpus_per_node), nvls, head_bytes)
     return out
 
 
-def communicator_bytes(size: Number, span: Number, gpus_per_node: Number, nvls: Number) -> Number:
-    """NCCL's buffers on one GPU for one communicator of `size` ranks spread over `span` GPUs: a
-    ring's connections, and NVLink SHARP buffers when it sits inside one server with more than
-    two ranks and `nvls` allows them; nothing for a single rank."""
-    size, span = np.asarray(size), np.asarray(span)
+def local_ranks(size: Number, span: Number, gpus_per_node: Number) -> Number:
+    """The ranks a communicator of `size` ranks spread evenly over `span` GPUs (one every span /
+    size) has in each server of `gpus_per_node`: all of them inside one server, one where the
+    stride is a server or more."""
+    size, span = np.asarray(size, dtype=float), np.asarray(span, dtype=float)
+    return np.minimum(size, np.maximum(1.0, np.asarray(gpus_per_node) * size / np.maximum(span, 1.0)))
+
+
+def communicator_bytes(size: Number, local: Number, nvls: Number, head_bytes: float = NVLS_HEAD_BYTES) -> Number:
+    """NCCL's buffers on one GPU for one communicator of `size` ranks, `local` of them in this
+    server (`local_ranks`): a ring's connections, and NVLink SHARP buffers, one head per local rank,
+    where more than two of its ranks share the server and `nvls` allows them; nothing for a single
+    rank. NCCL sets NVLS up by the communicator's GPUs in the server, whether or not it spans
+    servers (src/transport/nvls.cc: ncclNvlsInit returns for `gpuCount <= 2`, gpuCount the
+    communicator's GPUs in this node's topology; ncclNvlsTreeConnect joins the servers' NVLS heads
+    when nNodes > 1, NCCL 2.18 on; 2.17 returned for nNodes > 1). `head_bytes`: one head's buffers
+    (`NVLS_HEAD_BYTES`, or the NCCL version's)."""
+    size, local = np.asarray(size), np.asarray(local)
     ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
-    nvls_here = np.asarray(nvls, dtype=bool) & (size >= NVLS_MIN_RANKS) & (span <= np.asarray(gpus_per_node))
-    return np.where(size > 1, ring, 0.0) + np.where(nvls_here, NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES * size, 0.0)
+    nvls_here = np.asarray(nvls, dtype=bool) & (local >= NVLS_MIN_RANKS)
+    return np.where(size > 1, ring, 0.0) + np.where(nvls_here, head_bytes * local, 0.0)
 
 
 @kept
 def stack_group_bytes(
-    groups: tuple[str, ...], tp: Number, cp: Number, dp: Number, pp: Number, gpus_per_node: Number, nvls: Number
+    groups: tuple[str, ...],
+    tp: Number,
+    cp: Number,
+    dp: Number,
+    pp: Number,
+    gpus_per_node: Number,
+    nvls: Number,
+    head_bytes: float = NVLS_HEAD_BYTES,
 ) -> Number:
     """NCCL's buffers for the communicators a stack creates beyond the plan's (`StackMemory.extra_groups`):
     "world", a communicator over every rank of its own (nanotron's ParallelContext.world_pg: a
@@ -76,19 +110,30 @@ def stack_group_bytes(
     out = np.zeros(np.broadcast(tp, cp, dp, pp).shape)
     world = tp * cp * dp * pp
     if "world" in groups:
-        out = out + communicator_bytes(world, world, gpus_per_node, nvls)
+        out = out + communicator_bytes(world, local_ranks(world, world, gpus_per_node), nvls, head_bytes)
     if "tp_pp" in groups:
         both = (tp > 1) & (pp > 1)
-        out = out + np.where(both, communicator_bytes(tp * pp, world, gpus_per_node, nvls), 0.0)
+        # a block of tp consecutive ranks, then one every tp x cp x dp: the tp ranks in a server
+        # times the pipeline stages whose blocks share it
+        local = local_ranks(tp, tp, gpus_per_node) * local_ranks(pp, tp * cp * dp * pp, gpus_per_node)
+        out = out + np.where(both, communicator_bytes(tp * pp, np.minimum(local, tp * pp), nvls, head_bytes), 0.0)
     return out
 
 
 @kept
 def runtime_reserved_bytes(
-    tp: Number, cp: Number, dp: Number, pp: Number, ep: Number, gpus_per_node: Number, nvls: Number
+    tp: Number,
+    cp: Number,
+    dp: Number,
+    pp: Number,
+    ep: Number,
+    gpus_per_node: Number,
+    nvls: Number,
+    head_bytes: float = NVLS_HEAD_BYTES,
 ) -> Number:
-    """The CUDA context, the libraries' workspaces and NCCL's buffers of one training process."""
-    return RUNTIME_FLOOR_BYTES + nccl_buffer_bytes(tp, cp, dp, pp, ep, gpus_per_node, nvls)
+    """The CUDA context, the libraries' workspaces and NCCL's buffers of one training process
+    (`head_bytes`: one NVLS head's buffers, `NVLS_HEAD_BYTES` or the stack's NCCL's)."""
+    return RUNTIME_FLOOR_BYTES + nccl_buffer_bytes(tp, cp, dp, pp, ep, gpus_per_node, nvls, head_bytes)
 
 
 # what every process holds whatever its plan: `model_state_floor_bytes` counts only this much

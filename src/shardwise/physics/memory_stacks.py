@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.arrays import as_bool, ifelse
+from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES_NCCL_2_18
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
@@ -87,6 +88,8 @@ class StackMemory:
     projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
     `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
     (`physics.memory_runtime.stack_group_bytes`: "world", "tp_pp").
+    `nvls_head_bytes`: one NVLink SHARP head's buffers in the NCCL the stack's runs used, where it
+    is not the current one (`physics.memory_runtime.NVLS_HEAD_BYTES_NCCL_2_18`; None: 32 MiB).
     `packed_qkv_mha`: without grouped-query attention nanotron splits the QKV output by views of one
     permuted copy (`qkv_states.view(...).permute(2, 1, 0, 3, 4).contiguous()`), so the query view
     FlashAttention saves keeps the whole packed buffer alive beside the concatenated key-value copy
@@ -94,6 +97,15 @@ class StackMemory:
     `step_grad_bytes_per_param`: what the optimizer step adds without ZeRO, when the activations
     are gone: DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py, step) makes an fp32 copy
     of every gradient and flattens them into one more (4 + 4).
+    `optimizer_step_bytes_per_param`: what the optimizer step adds per parameter of the rank's
+    optimizer shard (divided by the ZeRO ranks from stage 1 on), when the activations are gone:
+    InternEvo's HybridZeroOptimizer._step flattens the shard's 16-bit averaged gradients into one
+    buffer (2) and casts it to fp32 for the fp32 master weights (4) before the first is freed
+    (internlm/solver/optimizer/hybrid_zero_optim.py, `flatten(gradients)`, `.to(dtype)`): 6.
+    `grad_bytes`: the gradients' bytes per parameter where the stack keeps them in its own dtype
+    whatever the plan's reduction (None: `grad_bytes_per_param`'s): InternEvo keeps each
+    parameter's 16-bit `.grad` as its averaged gradient across micro-batches and makes an fp32
+    copy only in the step (`_averaged_gradients`, `add_(param.grad)`): 2.
     `ddp_bucket_bytes_per_param`: torch DDP's bucket copies of the gradients
     (gradient_as_bucket_view=False, the default), with dp > 1 and ZeRO below 3.
     `zero_bucket_bytes`: fixed reduction buckets with dp > 1 and ZeRO >= 1 (DeepSpeed).
@@ -111,6 +123,8 @@ class StackMemory:
     sharded_fp32_params: bool = False
     grad_copy_bytes_per_param: float = 0.0
     step_grad_bytes_per_param: float = 0.0
+    optimizer_step_bytes_per_param: float = 0.0
+    grad_bytes: float | None = None
     ddp_bucket_bytes_per_param: float = 0.0
     zero_bucket_bytes: float = 0.0
     zero3_reduce_bytes_per_param: float = 2.0
@@ -118,6 +132,7 @@ class StackMemory:
     eager_glu: bool = False
     packed_qkv_mha: bool = False
     extra_groups: tuple[str, ...] = ()
+    nvls_head_bytes: float | None = None
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     saved_logits_bytes_per_element: float = 4.0
     source: str = ""
@@ -161,11 +176,29 @@ STACKS: dict[str, StackMemory] = {
         eager_glu=True,
         packed_qkv_mha=True,
         extra_groups=("world", "tp_pp"),
+        # nanotron's own launch script and benchmark config (run_multinode.sh and
+        # examples/config_tiny_llama_bench.yaml, 2024-12: `conda activate 2-1-cu121`) run PyTorch 2.1
+        # for CUDA 12.1, whose wheels bundle NCCL 2.18.1: NVLS buffers of 288 MiB a head
+        nvls_head_bytes=NVLS_HEAD_BYTES_NCCL_2_18,
         source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
         "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies; "
         "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
     ),
-    "internevo": StackMemory(6.0, source="flash-attn's fused cross-entropy (in-place backward), counted as Megatron's"),
+    "internevo": StackMemory(
+        # flash-attn's fused cross-entropy (in-place backward), counted as Megatron's. The
+        # HybridZeroOptimizer (v0.2, commit 34fc28d, the version of the published memory table):
+        # the 16-bit `.grad` autograd accumulates in place over the micro-batches, moved into the
+        # averaged gradients only in the step (`_sync_grad`, called by `step`): 2; and the step's
+        # flat 16-bit and fp32 gradient copies of the rank's shard: 6. Its torch.optim.AdamW on
+        # torch 1.13.1 (requirements/torch.txt) runs tensor by tensor (foreach defaulted to False
+        # before torch 2.0): one parameter's temporaries, left out; so are the reduction hooks'
+        # flat buckets (reduce_bucket_size 512 Mi 16-bit elements, 1 GiB each) with dp > 1.
+        6.0,
+        grad_bytes=2.0,
+        optimizer_step_bytes_per_param=6.0,
+        source="flash-attn's fused cross-entropy; HybridZeroOptimizer's 16-bit averaged gradients and the "
+        "step's flat 16-bit and fp32 copies",
+    ),
     "fsdp": _FSDP,
     "fsdp2": _FSDP,
     "torchtitan": StackMemory(

@@ -1,0 +1,88 @@
+"""What a stack's optimizer step copies (InternEvo's HybridZeroOptimizer), the gradients' dtype a
+stack keeps whatever the plan says, and NCCL's NVLink SHARP buffers of communicators that span
+servers."""
+
+import pytest
+
+from shardwise.engines.training_memory import stage_buffers
+from shardwise.engines.training_states import stage_states
+from shardwise.physics.memory import stack_memory
+from shardwise.physics.memory_runtime import (
+    NCCL_CHANNELS,
+    NCCL_CONNECTION_BYTES,
+    NVLS_BUFFER_BYTES,
+    NVLS_CHANNELS,
+    communicator_bytes,
+    local_ranks,
+)
+from shardwise.specs import Plan
+
+
+def test_internevo_keeps_16_bit_gradients_whatever_the_plans_reduction():
+    n = 1e9
+    params = (n, n, n)
+    none = (0.0, 0.0, 0.0)
+    evo = stage_states(Plan(dp=1, global_batch=4, framework="internevo"), params, none)
+    mega = stage_states(Plan(dp=1, global_batch=4, framework="megatron-core"), params, none)
+    # autograd's 16-bit .grad accumulated over the micro-batches (2 B) against Megatron's fp32 main_grad (4 B)
+    assert evo[0][1] == pytest.approx(2 * n) and mega[0][1] == pytest.approx(4 * n)
+    assert evo[0][0] == mega[0][0] and evo[0][2] == mega[0][2]  # weights and Adam state alike
+    # sharded by ZeRO-2 and ZeRO-3 as before
+    z3 = stage_states(Plan(dp=4, global_batch=4, zero_stage=3, framework="internevo"), params, none)
+    assert z3[0][1] == pytest.approx(2 * n / 4)
+
+
+def test_internevo_step_copies_its_optimizer_shards_gradients_flat_in_16_bit_and_fp32():
+    evo = stack_memory("internevo")
+    assert evo.optimizer_step_bytes_per_param == 6.0  # flatten (2) then .to(fp32) (4), both alive at the cast
+    n, acts = 1e9, 1e9
+    dp1 = Plan(dp=1, global_batch=4, zero_stage=1, framework="internevo")
+    # what the step copies exceeds the activations freed by then
+    assert stage_buffers(dp1, evo, n, acts) == pytest.approx(6 * n - acts)
+    assert stage_buffers(dp1, evo, n, 8 * n) == 0.0  # activations larger: the step adds nothing
+    # ZeRO-1 over 4 ranks: each copies its quarter (no DDP buckets: InternEvo reduces by its own hooks)
+    dp4 = Plan(dp=4, global_batch=4, zero_stage=1, framework="internevo")
+    assert stage_buffers(dp4, evo, n, 0.0) == pytest.approx(6 * n / 4)
+    # Megatron-Core's distributed optimizer steps in place
+    assert stage_buffers(dp4, stack_memory("megatron-core"), n, 0.0) == 0.0
+
+
+def test_nvls_buffers_count_the_communicators_ranks_in_each_server():
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    head = NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES  # 32 MiB a head
+    assert head == 32 * 2**20
+
+    def local(size, span):
+        return float(local_ranks(size, span, 8))
+
+    # inside one server: every rank; 16 ranks over two servers (tp 1): 8 in each; data parallelism
+    # over 4 servers with tp 2 beneath it: 4 in each; tp 4 beneath: 2; tp 8: 1
+    assert [local(8, 8), local(16, 16), local(16, 32), local(8, 32), local(4, 32)] == [8, 8, 4, 2, 1]
+    assert communicator_bytes(8, 8, True) == pytest.approx(ring + 8 * head)
+    assert communicator_bytes(16, local(16, 16), True) == pytest.approx(ring + 8 * head)  # spans servers
+    assert communicator_bytes(16, local(16, 32), True) == pytest.approx(ring + 4 * head)
+    assert communicator_bytes(8, local(8, 32), True) == pytest.approx(ring)  # 2 a server: too few for NVLS
+    assert communicator_bytes(16, 8, False) == pytest.approx(ring)  # NVLS off
+    assert communicator_bytes(1, 1, True) == 0.0
+
+
+def test_nanotron_runs_the_nvls_buffers_of_its_nccl_2_18():
+    from shardwise import presets
+    from shardwise.engines.training import training_memory, training_memory_floor_bytes
+    from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, NVLS_HEAD_BYTES_NCCL_2_18, RUNTIME_FLOOR_BYTES
+    from shardwise.specs import Scenario
+
+    assert NVLS_HEAD_BYTES == 32 * 2**20 and NVLS_HEAD_BYTES_NCCL_2_18 == 288 * 2**20
+    assert stack_memory("nanotron").nvls_head_bytes == NVLS_HEAD_BYTES_NCCL_2_18
+    assert stack_memory("megatron-core").nvls_head_bytes is None
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    model, system = presets.model("llama3-8b"), presets.system("dgx-h100")
+    for framework, head in (("nanotron", NVLS_HEAD_BYTES_NCCL_2_18), ("megatron-core", NVLS_HEAD_BYTES)):
+        scn = Scenario(model, system, Plan(tp=8, global_batch=8, framework=framework))
+        memory = training_memory(scn)
+        # the tp communicator, and nanotron's world one (every rank), 8 heads each in one server
+        groups = 2 if framework == "nanotron" else 1
+        assert float(memory.reserved_bytes) == pytest.approx(RUNTIME_FLOOR_BYTES + groups * (ring + 8 * head))
+        # the planner's floor counts the same reserve, and stays under the total
+        floor = float(training_memory_floor_bytes(scn))
+        assert float(memory.reserved_bytes) < floor <= float(memory.total_bytes)
