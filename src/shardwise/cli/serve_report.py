@@ -280,7 +280,8 @@ def _pcie_text(cluster: Any) -> str:
         return ""
     where = "each GPU on its own root port" if top.gpus_per_switch == 1 else f"{top.gpus_per_switch} GPUs per switch"
     beyond = "P2P" if top.p2p_beyond_switch and cluster.p2p else "staged through host memory"
-    return f"; PCIe: {where}, {top.gpus_per_socket} per socket, hops beyond a switch {beyond}"
+    cpu = {"intel": " (Intel CPUs)", "amd": " (AMD CPUs)"}.get(top.cpu, "")
+    return f"; PCIe: {where}, {top.gpus_per_socket} per socket{cpu}, hops beyond a switch {beyond}"
 
 
 def _engine_text(workload: Any) -> str:
