@@ -17,7 +17,6 @@ PARTS = {
     "tp_comm": "TP communication",
     "ep_comm": "EP all-to-all",
     "pp_p2p": "pipeline sends",
-    "pp_wait": "pipeline wait (host steps, heaviest micro-batch)",
     "pp_bubble": "pipeline bubble",
     "dp_comm": "DP communication",
     "optimizer": "optimizer",

@@ -125,9 +125,8 @@ def print_estimates(
 # the parts of an iteration (or output token) as the report names them
 PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
 PP_WAIT_NOTE = (
-    "pp sends: activations between pipeline stages; pp wait: what a round of pipeline micro-batches waits beyond "
-    "the stages' GPU work: each micro-batch's host step (scheduling, inputs; engines/engine_presets.py), the pass "
-    "of its heaviest micro-batch (whole prompts) through every stage, and decodes stalled behind prefills run apart"
+    "pp sends: activations between stages; pp wait: a round of micro-batches waiting beyond the stages' GPU work "
+    "(host steps, the heaviest micro-batch's pass, decodes stalled behind prefills)"
 )
 
 
