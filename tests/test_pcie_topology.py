@@ -111,6 +111,47 @@ def test_a_wider_group_never_rings_faster_and_a_wider_uplink_never_slower(
     assert np.all(np.asarray(wider) >= rates * (1 - 1e-12)) or uplink == 0.0
 
 
+def test_p2p_through_an_intel_root_complex_moves_at_five_sixths_of_its_path():
+    """NCCL charges a P2P flow through an Intel root complex 6/5 of its rate on the PCIe links
+    (src/graph/topo.h INTEL_P2P_OVERHEAD, 64-byte packets): with NCCL_P2P_LEVEL=SYS on `l40s-8x`
+    (each L40S on its own root port of a Sapphire Rapids socket) TP 2 and 4 ring at 5/6 of the
+    link, and TP 8 no faster (its socket link, 22 GB/s, is above that). The socket hop itself
+    (SYS) carries no such charge, and NCCL's default, hops staged through host memory, none."""
+    share = 5 / 6
+    assert ring("l40s-8x", [2, 4, 8], p2p_beyond_switch=True) == pytest.approx([share * PCIE4] * 3)
+    assert ring("l40s-8x", [2, 4, 8]) == pytest.approx([PCIE4, PCIE4, 22e9])  # staged: the path's rate
+    # the same box with its CPU not named: the path's rate
+    assert ring("l40s-8x", [2, 4], p2p_beyond_switch=True, cpu="") == pytest.approx([PCIE4, PCIE4])
+    # one switch per socket: no hop between switches of a socket, so the ring of 8 is the socket link's
+    assert float(ring("l40s-8x-switch", 8, p2p_beyond_switch=True)) == pytest.approx(22e9)
+    # AMD: no such charge
+    assert ring("a100-pcie-8x", 4, p2p_beyond_switch=True) == pytest.approx(PCIE4)
+
+
+def test_two_gpus_on_amd_run_p2p_across_root_ports_whatever_the_p2p_level():
+    """NCCL (src/graph/paths.cc ncclTopoCheckP2p) allows P2P at PATH_SYS on AMD CPUs where the node
+    has at most 2 GPUs: a pair then skips host memory, so a host DRAM slow enough to limit staged
+    hops does not limit it; a group of 4 is staged and is limited."""
+    slow = {"host_memory_bandwidth_bytes_per_s": 51.2e9}  # 2 channels of DDR4-3200
+    pair, four = ring("a100-pcie-8x", [2, 4], **slow)
+    assert float(pair) == pytest.approx(PCIE4)
+    assert float(four) == pytest.approx(51.2e9 / 8)  # 4 staged streams, each written and read once
+    assert float(ring("a100-pcie-8x", 2, cpu="", **slow)) == pytest.approx(51.2e9 / 4)
+    # GPUs without P2P at all stay staged
+    assert float(ring("a100-pcie-8x", 2, p2p=False)) == pytest.approx(P2P_OFF_BANDWIDTH_RATIO * PCIE4)
+
+
+def test_a_cpu_maker_other_than_intel_or_amd_is_refused_in_one_line(tmp_path):
+    with pytest.raises(SpecError, match="pcie: cpu: 'arm' is not allowed; give one of 'intel', 'amd', ''"):
+        PcieTopology(cpu="arm")
+    box = tmp_path / "box.yaml"
+    box.write_text("gpu: l40s\ngpus_per_node: 8\nintra_node_link: pcie4\npcie:\n  cpu: intel\n")
+    assert presets.system(str(box)).pcie.cpu == "intel"
+    box.write_text("gpu: l40s\ngpus_per_node: 8\nintra_node_link: pcie4\npcie:\n  cpu: via\n")
+    with pytest.raises(SpecError, match="cpu: 'via' is not allowed"):
+        presets.system(str(box))
+
+
 @pytest.mark.parametrize("name", TOPOLOGY_PRESETS)
 def test_every_topology_preset_loads_with_its_source(name):
     c = presets.system(name)
@@ -159,8 +200,9 @@ def test_the_staged_link_is_not_staged_twice_and_keeps_no_custom_all_reduce():
 def test_serve_names_the_topology(cli):
     code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "l40s-8x-switch", "--plan", "tp=8"])
     assert code == 0, err
-    assert "PCIe: 4 GPUs per switch, 4 per socket, hops beyond a switch staged through host memory" in " ".join(
-        out.split()
+    assert (
+        "PCIe: 4 GPUs per switch, 4 per socket (Intel CPUs), hops beyond a switch staged through host memory"
+        in " ".join(out.split())
     )
 
 

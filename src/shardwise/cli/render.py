@@ -20,6 +20,7 @@ BREAKDOWN_LABELS = {
     "ep_comm": "EP all-to-all (dispatch + combine)",
     "offload": "activation offload to host (exposed)",
     "pp_p2p": "PP point-to-point",
+    "pp_wait": "PP wait (host steps, heaviest micro-batch)",
     "pp_bubble": "PP bubble (fill + drain)",
     "dp_comm": "DP communication (exposed)",
     "optimizer": "optimizer step",

@@ -66,7 +66,9 @@ serving_options = _stack(
     click.option(
         "--max-throughput",
         is_flag=True,
-        help="As many requests in flight as the KV cache holds (at most 2048 per replica) instead of --concurrency.",
+        help="As many requests in flight as the KV cache holds (at most the engine's sequence cap per replica) "
+        "instead of --concurrency: in-flight, a sustained rate (each finished request replaced at once, the "
+        "requests started spread over one request's lifetime, not sent in one burst); static: one batch.",
     ),
     click.option(
         "--request-rate",

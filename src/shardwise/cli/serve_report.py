@@ -106,11 +106,13 @@ def print_estimates(
     for label, est in rows if not inflight else []:
         dec = {k: float(v) for k, v in est.decode_s.items()}
         total = sum(dec.values())
-        parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        parts = ", ".join(f"{_part(k)} {v / total:.0%}" for k, v in dec.items() if v > 0)
         out.print(
             f"  {label}: each output token = {parts}; each stage busy "
             f"{float(est.decode_utilization):.0%} of a decode step"
         )
+    if any(float(est.decode_s.get("pp_wait", 0.0)) > 0 for _, est in rows if bool(est.fits_in_memory)):
+        out.print(f"[dim]{PP_WAIT_NOTE}[/]")
     if max_tp and not inflight:
         out.print(
             "[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
@@ -118,6 +120,18 @@ def print_estimates(
         )
     if figure is not None:
         out.print(f"figure: {figure}")
+
+
+# the parts of an iteration (or output token) as the report names them
+PART_NAMES = {"tp_comm": "tp comm", "pp_p2p": "pp sends", "pp_wait": "pp wait"}
+PP_WAIT_NOTE = (
+    "pp sends: activations between stages; pp wait: a round of micro-batches waiting beyond the stages' GPU work "
+    "(host steps, the heaviest micro-batch's pass, decodes stalled behind prefills)"
+)
+
+
+def _part(key: str) -> str:
+    return PART_NAMES.get(key, key.replace("_", " "))
 
 
 def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
@@ -178,7 +192,8 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
         else (
             f"{first.users} request{'s' if first.users != 1 else ''} always in flight"
             if first.users is not None
-            else "the KV cache kept full"
+            else "the KV cache kept full, each finished request replaced at once (a sustained rate: the "
+            "requests started spread over one request's lifetime, not sent in one burst)"
         )
     )
     out.print(
@@ -195,7 +210,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
 
         dec = est.decode_s
         total = sum(dec.values()) or 1.0
-        parts = ", ".join(f"{k.replace('_', ' ')} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        parts = ", ".join(f"{_part(k)} {v / total:.0%}" for k, v in dec.items() if v > 0)
         queue = est.prefill_s["queueing"]
         waits = f" (queueing {format_seconds(queue)} of the median)" if queue > 0 else ""
         out.print(
@@ -264,7 +279,8 @@ def _pcie_text(cluster: Any) -> str:
         return ""
     where = "each GPU on its own root port" if top.gpus_per_switch == 1 else f"{top.gpus_per_switch} GPUs per switch"
     beyond = "P2P" if top.p2p_beyond_switch and cluster.p2p else "staged through host memory"
-    return f"; PCIe: {where}, {top.gpus_per_socket} per socket, hops beyond a switch {beyond}"
+    cpu = {"intel": " (Intel CPUs)", "amd": " (AMD CPUs)"}.get(top.cpu, "")
+    return f"; PCIe: {where}, {top.gpus_per_socket} per socket{cpu}, hops beyond a switch {beyond}"
 
 
 def _engine_text(workload: Any) -> str:

@@ -159,7 +159,7 @@ def estimate_from(
     scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
     d, q = np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens)
     mean = iteration_times(scn, wl, d, q, replica.mean_context, replica.max_batched_tokens)
-    parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s}
+    parts = {"compute": mean.compute_s, "tp_comm": mean.tp_comm_s, "pp_p2p": mean.pp_p2p_s, "pp_wait": mean.pp_wait_s}
     ttft, queue = np.median(sim.ttft_s), np.median(sim.queue_s)
     max_rate = replicas * saturated.throughput_tokens_per_s / replica.mean_output_len
     # arrivals faster than that: the queue grows and the replicas run flat out (a finite run

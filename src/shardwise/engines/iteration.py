@@ -144,12 +144,18 @@ def _plain(scn: Scenario) -> bool:
 
 @dataclass(frozen=True)
 class IterationTimes:
-    """Seconds of one iteration and its parts on the slowest stage's critical path (arrays)."""
+    """Seconds of one iteration and its parts on the slowest stage's critical path (arrays):
+    `pp_p2p_s` the pipeline's sends (and llama.cpp's per-stage cost), `pp_wait_s` what the round
+    waits beyond the stages' GPU work under pp: the host steps of its micro-batches
+    (`engines.pipeline.pipelined_round_s`), the pass of its heaviest micro-batch, whole prompts in
+    it (`EnginePreset.whole_prompts`), and, where prefills run apart (SGLang), the decodes stalled
+    behind them. The four parts add up to `total_s`."""
 
     total_s: np.ndarray
     compute_s: np.ndarray
     tp_comm_s: np.ndarray
     pp_p2p_s: np.ndarray
+    pp_wait_s: np.ndarray
 
 
 def iteration_times(
@@ -195,8 +201,8 @@ def iteration_times(
         heavy = _heaviest_pass_s(fs_heavy, p, preset, per_decode, np.ceil(heavy_q / wl.input_len))
         total = np.where(piped & (prompts > 0), np.maximum(total, heavy), total)
     share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
-    # the host time the round waits for is counted with the sends (`pp_p2p`)
-    parts = (total, share * compute, share * tp, share * fs.send_s + total - gpu_bound)
+    # what the round waits beyond the GPU's work (host steps, the heaviest micro-batch) apart
+    parts = (total, share * compute, share * tp, share * fs.send_s, total - gpu_bound)
     if preset.prefill_apart and np.any(q > 0):
         if budget_tokens is None:
             gpu = scn.cluster.gpu
@@ -271,8 +277,8 @@ def _prefill_apart(
     context: float,
     budget: float,
     preset: EnginePreset,
-) -> tuple[Number, Number, Number, Number]:
-    """(total, compute, TP, sends and host) of an iteration whose batches either prefill or
+) -> tuple[Number, Number, Number, Number, Number]:
+    """(total, compute, TP, sends, wait) of an iteration whose batches either prefill or
     decode, never both (SGLang: `engines.engine_presets`, "Prefill apart"): the d decoding
     sequences in m_d = min(p, d) decode micro-batches, the q prompt tokens in k = min(p,
     max(ceil(q / budget), prompts)) prefill micro-batches of at most one budget each, extra slots
@@ -301,13 +307,14 @@ def _prefill_apart(
         c_max, compute, tp = fs.slowest(p)
         host = np.where(piped, pipeline_host_s(preset, requests), 0.0)
         period = np.maximum(np.maximum(c_max, host), np.where(preset.sync_last_stage, c[2] + host, 0.0))
-        kinds.append((period, through + host, compute, tp))
-    (dec_period, dec_pass, dec_compute, dec_tp), (pre_period, pre_pass, pre_compute, pre_tp) = kinds
+        kinds.append((period, through + host, compute, tp, fs.send_s))
+    (dec_period, dec_pass, dec_compute, dec_tp, dec_send), (pre_period, pre_pass, pre_compute, pre_tp, pre_send) = kinds
     work = m_d * dec_period + k * pre_period
     rounds = np.maximum(1.0, (m_d + k) / p)
     total = prefill_apart_round_s(work, pre_pass, np.where(m_d > 0, dec_pass, 0.0), k, rounds)
     compute, tp = m_d * dec_compute + k * pre_compute, m_d * dec_tp + k * pre_tp
-    return total, compute, tp, total - compute - tp
+    sends = np.minimum(m_d * dec_send + k * pre_send, total - compute - tp)
+    return total, compute, tp, sends, total - compute - tp - sends
 
 
 @dataclass(frozen=True)

@@ -262,7 +262,8 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     prefill = {
         "compute": m * compute,
         "tp_comm": m * tp,
-        "pp_p2p": m * send + host,
+        "pp_p2p": m * send,
+        "pp_wait": host,  # the first micro-batch's host step under pp
         "pp_bubble": ttft - host - m * c_max,
     }
 
@@ -274,7 +275,13 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     gpu_bound = np.maximum(through, m * d_max)
     tpot = np.maximum(gpu_bound, pipelined_round_s(d_max, d[2], through, m, host, preset.sync_last_stage))
     share = gpu_bound / d_max  # the GPU's part in units of the slowest stage's micro-batch
-    decode = {"compute": share * d_compute, "tp_comm": share * d_tp, "pp_p2p": share * d_send + tpot - gpu_bound}
+    # the sends apart from what the step waits beyond the GPU's work (the host steps under pp)
+    decode = {
+        "compute": share * d_compute,
+        "tp_comm": share * d_tp,
+        "pp_p2p": share * d_send,
+        "pp_wait": tpot - gpu_bound,
+    }
 
     e2e = ttft + (wl.output_len - 1) * tpot
     throughput = np.asarray(wl.batch) * wl.output_len / (ttft + wl.output_len * tpot)

@@ -37,6 +37,27 @@ inside one switch keeps P2P's B; one that leaves it on P2P-capable GPUs drops to
 groups behind a switch share its uplink (U / k_u falls with the group).
 Latency is the link's, as for P2P off (`custom_allreduce.P2P_OFF_EXTRA_LATENCY_S`).
 
+Two rules of NCCL's topology depend on the CPU's maker (`PcieTopology.cpu`):
+- Intel: "Intel CPU convert GPU P2P traffic into 64B PCI TLPs, so GPU to GPU traffic consumes more
+  PCI bandwidth" (NVIDIA/nccl src/graph/topo.h, `INTEL_P2P_OVERHEAD(bw)` = bw x 6/5, charged by
+  src/graph/search.cc `followPath` on paths of type PATH_PHB that start at a GPU and cross an
+  Intel CPU). So a P2P hop between switches or root ports of one Intel socket moves at
+  `INTEL_RC_P2P_SHARE` = 5/6 of its path's rate. Physically the root complex splits the peer
+  writes into 64-byte packets, whose ~20-24 bytes of header and framing per packet leave about
+  0.73 of the wire for data against about 0.92 with the 256-byte packets a GPU's own DMA uses: a
+  ratio of about 0.8, which NCCL rounds to 5/6. NCCL charges no such overhead on a SYS path (its
+  rate is the socket link's), nor on a hop staged through host memory (no peer-to-peer packets),
+  and neither does this module. It applies only where P2P runs beyond a switch within a socket
+  (`p2p_beyond_switch`, NCCL_P2P_LEVEL=SYS on Intel): on `l40s-8x` (each L40S on its own root
+  port) TP 4 then rings at 19.9 GB/s, not the link's 23.9, and TP 8 at the same 19.9 (its hops
+  across the sockets at Sapphire Rapids' 22); NCCL's default there stages those hops through host
+  memory at the path's rate, 23.9 and 22.
+- AMD: "Allow P2P between pairs of GPU devices on AMD systems" (src/graph/paths.cc
+  `ncclTopoCheckP2p`: p2pLevel = PATH_SYS where the communicator's node has at most 2 GPUs), so a
+  group of 2 GPUs on an AMD server runs P2P whatever lies between them, on GPUs that have P2P at
+  all. Its rate is the path's either way (a staged hop is priced at its path's rate above, and
+  host DRAM does not bind for two GPUs), so the rule changes the transport, not the price.
+
 Why not r B beyond a switch (the rule before this change, #37): on `l40s-8x-switch` it priced TP 8's
 ring at 7.4 GB/s against TP 4's 23.9, and TP8/TP4 serving throughput of Llama 3 70B at a median
 0.5 (0.39 at 128/128 tokens), where #37 reports measured ratios near 1.05 (held out; nothing set from them).
@@ -61,6 +82,12 @@ from shardwise.specs import Link
 from shardwise.specs._checks import Number
 from shardwise.specs.pcie import PcieTopology
 
+# NCCL src/graph/topo.h INTEL_P2P_OVERHEAD: a P2P flow through an Intel root complex takes 6/5 of
+# its rate on the PCIe links, so a PHB hop moves at 5/6 of its path's rate (module docstring).
+INTEL_RC_P2P_SHARE = 5.0 / 6.0
+# NCCL src/graph/paths.cc ncclTopoCheckP2p: on AMD CPUs, P2P at PATH_SYS for at most 2 GPUs.
+AMD_P2P_ANYWHERE_MAX_GPUS = 2
+
 
 def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: Number) -> Number:
     """Sustained one-direction rate of a ring over `ranks` consecutive GPUs of one server (module
@@ -75,11 +102,13 @@ def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: 
     d = np.asarray(top.host_memory_bandwidth_bytes_per_s, dtype=float)
     switches, sockets = np.ceil(p / s), np.ceil(p / c)
     inside = (s > 1) & (p > 1)  # PIX hops
-    beyond = switches > 1  # PHB or SYS hops
+    within = np.ceil(np.minimum(p, c) / s) > 1  # PHB hops: two switches (or root ports) of one socket
     across = sockets > 1  # SYS hops
     p2p_inside = bool(p2p)
-    p2p_beyond = bool(p2p) and top.p2p_beyond_switch
-    all_staged = not p2p_inside and not p2p_beyond
+    # P2P beyond a switch: NCCL_P2P_LEVEL=SYS, or NCCL's own rule for 2 GPUs on AMD CPUs
+    pair_on_amd = (top.cpu == "amd") & (p <= AMD_P2P_ANYWHERE_MAX_GPUS)
+    p2p_beyond = np.asarray(bool(p2p) & (top.p2p_beyond_switch | pair_on_amd))
+    all_staged = not p2p_inside  # GPUs without P2P: every hop through host memory
     k_u = np.minimum(p, s) if all_staged else np.ones_like(p)
     k_m = np.minimum(p, c) if all_staged else np.minimum(switches, c / s)
     memory = np.where(d > 0, d / (2.0 * k_m), np.inf)
@@ -87,10 +116,12 @@ def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: 
     leg = P2P_OFF_BANDWIDTH_RATIO * b if not p2p else b
     staged = np.minimum(np.minimum(leg, u / k_u), memory)
     pix = b if p2p_inside else staged
-    phb = np.minimum(b, u) if p2p_beyond else staged
-    sys = np.minimum(phb, x)
+    path = np.minimum(b, u)
+    # a P2P hop through an Intel root complex (PHB) at 5/6; across sockets (SYS) the socket link's
+    phb = np.where(p2p_beyond, path * (INTEL_RC_P2P_SHARE if top.cpu == "intel" else 1.0), staged)
+    sys = np.where(p2p_beyond, np.minimum(path, x), np.minimum(staged, x))
     out = np.where(inside, pix, np.inf)
-    out = np.where(beyond, np.minimum(out, phb), out)
+    out = np.where(within, np.minimum(out, phb), out)
     out = np.where(across, np.minimum(out, sys), out)
     return np.where(np.isfinite(out), out, b)
 

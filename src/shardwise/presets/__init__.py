@@ -229,10 +229,10 @@ def pcie_from_dict(key: str, data: Any) -> Any:
                 kwargs[field] = loaders.whole(value)
             elif field in PCIE_RATES:
                 kwargs[f"{field}_bytes_per_s"] = units.parse_rate_bytes_per_s(value)
-            elif field == "p2p_beyond_switch":
+            elif field in ("p2p_beyond_switch", "cpu"):
                 kwargs[field] = value
             elif field != "source":
-                allowed = (*PCIE_COUNTS, *PCIE_RATES, "p2p_beyond_switch", "source")
+                allowed = (*PCIE_COUNTS, *PCIE_RATES, "p2p_beyond_switch", "cpu", "source")
                 raise SpecError(f"{where}: {loaders.unknown_field(field, allowed)}")
         except ValueError as exc:
             raise SpecError(f"{where}: {field}: {exc}") from None

@@ -12,6 +12,9 @@ from dataclasses import dataclass, replace
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 
+# the CPU makers NCCL's topology rules tell apart ("": not known, neither rule applied)
+CPU_MAKERS = ("intel", "amd", "")
+
 
 @dataclass(frozen=True)
 class PcieTopology:
@@ -30,6 +33,9 @@ class PcieTopology:
       (through a CPU's root complex or across sockets). NCCL's default since 2.23.4 is no (P2P up to
       PATH_PXB only, src/graph/paths.cc `ncclTopoCheckP2p`; AMD CPUs with at most 2 GPUs excepted);
       NCCL_P2P_LEVEL=SYS makes it yes.
+    - `cpu`: the CPUs' maker, "intel", "amd" or "" (not known), for NCCL's two rules that depend on
+      it (`physics.pcie`): a P2P hop through an Intel root complex loses a sixth of its rate, and on
+      AMD CPUs a group of at most 2 GPUs runs P2P across root ports and sockets.
     """
 
     gpus_per_switch: int = 1
@@ -38,6 +44,7 @@ class PcieTopology:
     socket_link_bandwidth_bytes_per_s: Number = 0.0
     host_memory_bandwidth_bytes_per_s: Number = 0.0
     p2p_beyond_switch: bool = False
+    cpu: str = ""
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -53,6 +60,9 @@ class PcieTopology:
             chk.within(f"pcie: {field}", getattr(self, field), 0, 1e13, "B/s")
         if not isinstance(self.p2p_beyond_switch, bool):
             raise SpecError(f"pcie: p2p_beyond_switch: {self.p2p_beyond_switch!r} is not allowed; give true or false")
+        if self.cpu not in CPU_MAKERS:
+            allowed = ", ".join(repr(c) for c in CPU_MAKERS)
+            raise SpecError(f"pcie: cpu: {self.cpu!r} is not allowed; give one of {allowed}")
         chk.text("pcie: source", self.source)
 
     def with_(self, **changes: object) -> PcieTopology:

@@ -39,7 +39,7 @@ def batch1_inference(plot: bool) -> ScenarioReport:
         cats = [f"{p.upper()}=8, {link}" for p in ("tp", "pp") for link in LINKS]
         parts = {
             k: np.array([float(runs[(p, link)].decode_s[k]) * 1e3 for p in ("tp", "pp") for link in LINKS])
-            for k in ("compute", "tp_comm", "pp_p2p")
+            for k in ("compute", "tp_comm", "pp_p2p", "pp_wait")
         }
         fig = chart(
             "stacked_bars",
