@@ -204,9 +204,25 @@ def scenario_for(row: dict[str, str]):
     return request_for(row).scenario()
 
 
+# parse_notes key of a source whose TFLOP/s count MaxText's 2024 formula (tools/public_runs_stacks.py)
+MAXTEXT_FORMULA = "tflops_formula=maxtext-6n-causal"
+
+
+def source_flops_per_step(row: dict[str, str], scn, model_flops_per_step: float) -> float:
+    """The FLOPs per step behind a row's published TFLOP/s: Megatron's count (ours,
+    `model_flops_per_step`), or MaxText's own where the row says its source used it
+    (`engines.training_flops.maxtext_flops_per_step`: 6 N per token with the embeddings, causal
+    attention)."""
+    if MAXTEXT_FORMULA in row["parse_notes"].split("; "):
+        from shardwise.engines.training_flops import maxtext_flops_per_step
+
+        return float(maxtext_flops_per_step(scn.model, scn.plan.global_batch))
+    return model_flops_per_step
+
+
 def measured_step_s(row: dict[str, str], model_flops_per_step: float | None = None) -> float:
-    """The published figure as seconds per step (model TFLOP/s per GPU need the model's FLOPs per
-    step: Megatron's count, which is ours)."""
+    """The published figure as seconds per step (model TFLOP/s per GPU need the FLOPs per step the
+    source counted: `source_flops_per_step`)."""
     tokens = float(row["gbs"]) * float(row["seq_len"])
     value = float(row["measured"])
     if row["metric"] == "step_time_s":
