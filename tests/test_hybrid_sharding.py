@@ -7,10 +7,12 @@ from __future__ import annotations
 import pytest
 
 from shardwise import presets
-from shardwise.engines.data_parallel import collective_prices
+from shardwise.engines.data_parallel import SPMD_GRAD_BYTES, collective_prices
+from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric
+from shardwise.physics.params import total_params
 from shardwise.physics.topology import placement
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import SpecError
@@ -97,3 +99,30 @@ def test_public_rows_carry_the_hybrid_sharding_their_source_states():
     assert public_stacks.shard_group(rows["PUB-0902"]) == 8  # fms-fsdp, sharding=hsdp on 128 GPUs
     plain = [r for r in rows.values() if r["fsdp"] and r["fsdp"] == r["dp"] and r["cp"] in ("", "1")]
     assert plain and all(public_stacks.shard_group(r) == 0 for r in plain)
+    # dgxc Paxml (empty fsdp cell): its configure.sh's DCN mesh over the ICI mesh [1, 8, 1]
+    paxml_5b, paxml_175b = scenario_for(rows["PUB-0467"]).plan, scenario_for(rows["PUB-0463"]).plan
+    assert (paxml_5b.shard_group, paxml_5b.replicas) == (8, 16)  # GPT-5B on 128 GPUs
+    assert (paxml_175b.shard_group, paxml_175b.replicas) == (128, 16)  # GPT-175B on 2048 GPUs
+    assert scenario_for(rows["PUB-0459"]).plan.shard_group == 0  # 175B on 128 GPUs: FSDP over all
+
+
+def test_xla_reduces_in_bf16_and_leaves_the_replicas_all_reduce_exposed():
+    """`Plan.spmd_grad_reduce` (MaxText, Paxml): the reduction in the bf16 of the dot, 2 bytes per
+    parameter, and the replicas' all-reduce of hybrid sharding priced apart and never hidden: the
+    step grows by it, and the simulator agrees; without replicas only the bytes change."""
+    scn, n = _scn(nodes=16, shard_group=8, spmd_grad_reduce=True), 1e9
+    fabric, place = Fabric.of(scn.cluster), placement(scn.plan, 8)
+    names = ("reduce_scatter", "replica_all_reduce")
+    prices = collective_prices(scn, fabric, place, n, names)
+    shard, replicas = fabric.group(8, 8), fabric.group(16, 1)
+    assert SPMD_GRAD_BYTES == 2.0 and prices["reduce_scatter"] == pytest.approx(shard.reduce_scatter(2 * n))
+    assert prices["replica_all_reduce"] == pytest.approx(replicas.all_reduce(2 * n / 8), rel=1e-12)
+    other = collective_prices(_scn(nodes=16, shard_group=8), fabric, place, n, names)
+    assert other["replica_all_reduce"] == 0.0  # a PyTorch stack's is inside its reduce-scatter, hidden
+    xla, hidden = estimate_training_step(scn), estimate_training_step(_scn(nodes=16, shard_group=8))
+    held = total_params(scn.model)  # tp = pp = 1: every parameter, sharded over the 8 of a server
+    ar = collective_prices(scn, fabric, place, held, names)["replica_all_reduce"]
+    assert ar > 0.05 and xla.breakdown.dp_comm_s >= ar > hidden.breakdown.dp_comm_s
+    assert float(simulate_training_step(scn).estimate.step_time_s) == pytest.approx(float(xla.step_time_s), rel=0.02)
+    one = _scn(nodes=1, spmd_grad_reduce=True)  # no replicas: nothing apart
+    assert collective_prices(one, Fabric.of(one.cluster), placement(one.plan, 8), n, names)["replica_all_reduce"] == 0

@@ -19,7 +19,7 @@ Two tables, no GPU and no network:
 from __future__ import annotations
 
 from shardwise.analyses import public_moe
-from shardwise.analyses.public_runs import measured_step_s, raw_rows, scenario_for
+from shardwise.analyses.public_runs import measured_step_s, raw_rows, scenario_for, source_flops_per_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.requests.training import TrainingRequest
@@ -40,11 +40,13 @@ def nemo_rows() -> list[str]:
         row["mbs"], row["dp"] = "1", str(n // (tp * pp * cp))
         head = f"{row['id']} {row['model']:10s} {row['system']:9s} {int(row['seq_len']) // 1024:5d}K tp{tp} cp{cp:<2d}"
         try:
-            est = estimate_training_step(scenario_for(row))
+            scn = scenario_for(row)
+            est = estimate_training_step(scn)
         except SpecError as exc:
             lines.append(f"{head} not priced: {exc}")
             continue
-        meas, pred = measured_step_s(row, float(est.model_flops_per_step)), float(est.step_time_s)
+        meas = measured_step_s(row, source_flops_per_step(row, scn, float(est.model_flops_per_step)))
+        pred = float(est.step_time_s)
         lines.append(f"{head} published {meas:7.2f} s  predicted {pred:7.2f} s  {100 * (pred / meas - 1):+6.1f}%")
     return lines
 

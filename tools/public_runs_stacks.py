@@ -160,6 +160,10 @@ FEATURES = (
 )
 
 MEGATRON_FORMULA = "tflops_formula=narayanan21-eq3"
+# A source that counts its own model FLOPs, not Megatron's: MaxText's 2024 TFLOP/s are 6 x all parameters
+# (embeddings included) x tokens + the causal half of the attention square (maxtext_utils.py
+# calculate_tflops_training_per_device at efb6d9e4, 2024-04-09); shardwise.analyses.public_runs reads the key.
+SOURCE_FORMULAS = (("AI-Hypercomputer/maxtext", "tflops_formula=maxtext-6n-causal"),)
 # Per source, what its TFLOP/s count (PUBLIC_RUNS_OTHER_STACKS.md): `model` (no recompute), `recompute`
 # (hardware-like: recomputed FLOPs counted), `megatron` (Narayanan et al. 2021's formula: the recompute
 # term is counted when full activation checkpointing is on), `unstated`. Only a model count is a metric.
@@ -436,6 +440,9 @@ class StackRow:
             self.key(f"tflops_count={count}")
             if formula_megatron:
                 self.key(MEGATRON_FORMULA)
+            for needle, formula in SOURCE_FORMULAS:
+                if needle in r["source"]:
+                    self.key(formula)
         for col in ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu"):
             if self.out[col] and (col != "model_tflops_per_gpu" or count == "model"):
                 return col, self.out[col]

@@ -107,6 +107,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "framework",
         *EXECUTION_FLAGS,
         "grad_reduce_bf16",
+        "spmd_grad_reduce",
         "expandable_segments",
         "loss_kernel",
         "first_stage_layers",

@@ -77,7 +77,7 @@ def public_runs() -> list[PublicRun]:
             scn = pv.scenario_for(row)
         except SpecError:
             continue
-        measured = pv.measured_step_s(row, float(flops_per_step(scn)[0]))
+        measured = pv.measured_step_s(row, pv.source_flops_per_step(row, scn, float(flops_per_step(scn)[0])))
         key = (scn, round(measured, 9))
         if key in seen:
             continue

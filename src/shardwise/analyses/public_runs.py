@@ -14,6 +14,23 @@ from shardwise.analyses import public_lora, public_moe, public_stacks
 from shardwise.errors import SpecError
 from shardwise.physics.lora import DEFAULT_RANK, DEFAULT_TARGETS
 
+# The FSDP group of JAX runs whose `fsdp` cell is empty, as their launch configuration states it:
+# NVIDIA/dgxc-benchmarking paxml/configure.sh at 35a9aecc8d passes --fdl.DCN_MESH_SHAPE=[DP, FSDP, 1]
+# with FSDP=1 (5B, DP = nodes) or 16 (175B, DP = nodes / 16) over the configs' ICI_MESH_SHAPE =
+# [1, 8, 1] (google/paxml paxml/contrib/gpu/scripts_gpu/configs.py GPT5B, GPT175B, 04516ac8)
+LAUNCH_FSDP_GROUPS = (
+    ("dgxc-benchmarking paxml/README_5b", "gpt3-5b", 8),
+    ("dgxc-benchmarking paxml/README_175b", "gpt3-175b", 128),
+)
+
+
+def launch_shard_group(row: dict[str, str]) -> int:
+    """`LAUNCH_FSDP_GROUPS`' group of the row where it is smaller than its data parallelism (hybrid
+    sharding, `Plan.shard_group`), else 0."""
+    facts = (g for s, m, g in LAUNCH_FSDP_GROUPS if s in row["source"] and m == row["model"] and not row["fsdp"])
+    group = next(facts, 0)
+    return group if group < int(row["dp"] or 0) else 0
+
 
 @cache
 def raw_rows() -> tuple[dict[str, str], ...]:
@@ -157,7 +174,7 @@ def request_for(row: dict[str, str]):
         or public_stacks.recompute(row),
         recompute_modules=kernels.pop("recompute_modules", None) or ",".join(modules or ()),
         zero=public_stacks.zero_stage(row, None),
-        shard_group=public_stacks.shard_group(row),
+        shard_group=public_stacks.shard_group(row) or launch_shard_group(row),
         precision=row["precision"],
         ep=as_int(row["ep"], 1) or 1,
         etp=public_moe.expert_tp(row) if moe else None,
@@ -204,9 +221,25 @@ def scenario_for(row: dict[str, str]):
     return request_for(row).scenario()
 
 
+# parse_notes key of a source whose TFLOP/s count MaxText's 2024 formula (tools/public_runs_stacks.py)
+MAXTEXT_FORMULA = "tflops_formula=maxtext-6n-causal"
+
+
+def source_flops_per_step(row: dict[str, str], scn, model_flops_per_step: float) -> float:
+    """The FLOPs per step behind a row's published TFLOP/s: Megatron's count (ours,
+    `model_flops_per_step`), or MaxText's own where the row says its source used it
+    (`engines.training_flops.maxtext_flops_per_step`: 6 N per token with the embeddings, causal
+    attention)."""
+    if MAXTEXT_FORMULA in row["parse_notes"].split("; "):
+        from shardwise.engines.training_flops import maxtext_flops_per_step
+
+        return float(maxtext_flops_per_step(scn.model, scn.plan.global_batch))
+    return model_flops_per_step
+
+
 def measured_step_s(row: dict[str, str], model_flops_per_step: float | None = None) -> float:
-    """The published figure as seconds per step (model TFLOP/s per GPU need the model's FLOPs per
-    step: Megatron's count, which is ours)."""
+    """The published figure as seconds per step (model TFLOP/s per GPU need the FLOPs per step the
+    source counted: `source_flops_per_step`)."""
     tokens = float(row["gbs"]) * float(row["seq_len"])
     value = float(row["measured"])
     if row["metric"] == "step_time_s":

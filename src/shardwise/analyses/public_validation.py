@@ -43,6 +43,7 @@ from shardwise.analyses.public_runs import (  # noqa: F401 (the names callers an
     request_for,
     scenario_for,
     skip_reason,
+    source_flops_per_step,
     source_of,
 )
 from shardwise.analyses.public_scores import (  # noqa: F401 (the names callers and tests read here)
@@ -92,7 +93,7 @@ def validate_public() -> tuple[PublicRow, ...]:
                 reason = f"not a valid layout for shardwise: {exc}"
             else:
                 est = estimate_training_step(scn)
-                meas = measured_step_s(row, float(est.model_flops_per_step))
+                meas = measured_step_s(row, source_flops_per_step(row, scn, float(est.model_flops_per_step)))
                 pred = float(est.step_time_s)
                 base = baseline_step_s(est, int(row["num_gpus"]))
         out.append(

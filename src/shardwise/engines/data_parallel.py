@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from shardwise.arrays import as_array, as_float, choose, ifelse, maximum, minimum, one_value
+from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import StageCost
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
 from shardwise.physics import memory as mem
@@ -26,6 +26,21 @@ DP_BUCKET_PARAMS = 40e6
 DP_BUCKET_PARAMS_PER_RANK = 1e6
 
 
+# `Plan.spmd_grad_reduce` (XLA: MaxText, Paxml): bytes per parameter of the gradient reduction. The
+# weight gradient is the output of a bf16 dot (MaxText layers/linears.py casts the fp32 kernel to
+# dtype=bfloat16 before lax.dot_general, efb6d9e4; Praxis the same at fprop_dtype) and XLA's SPMD
+# partitioner reduces a partitioned dot's partial sums there, before the convert to the fp32
+# parameter; MaxText's own sharding guide counts the data-parallel all-reduce as 2 bytes per
+# parameter (docs/guides/optimization/sharding.md, "All reduce size of params (bf16)"). Under hybrid
+# sharding the replicas' all-reduce of each rank's shard stays exposed: XLA's default GPU
+# latency-hiding scheduler estimates every async collective at kHighLatency = 5000 and a cuBLAS or
+# cuDNN call at kMediumCost = 1000, so it overlaps a collective with about 5 GEMMs, one collective
+# in flight at a time (xla/service/latency_hiding_scheduler.h ApproximateLatencyEstimator,
+# gpu_latency_hiding_scheduler.cc GpuLatencyEstimator::NodeCost, SchedulerConfig overlap limits 1),
+# a few ms beside a cross-node all-reduce of a combined gradient chunk (64 MiB to 1 GiB in
+# MaxText's A3 scripts, 512 MiB in dgxc Paxml's) that takes tens to hundreds of ms. Once per step.
+SPMD_GRAD_BYTES = 2.0
+
 # The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`.
 ZERO_COLLECTIVES = (
     ("all_reduce", "bucket_all_reduce", "bucket_all_gather"),
@@ -40,7 +55,7 @@ ZERO_COLLECTIVES = (
 # per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
 COLLECTIVE_READS = frozenset(
     ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
-) | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16"}
+) | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16", "spmd_grad_reduce"}
 
 
 def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
@@ -48,7 +63,7 @@ def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
     every stage's for an array of them (`dp_comm` selects among all four)."""
     z = as_array(zero_stage)
     present = [int(z)] if one_value(z) else range(4)
-    return tuple(dict.fromkeys(name for k in present for name in ZERO_COLLECTIVES[k]))
+    return (*dict.fromkeys(name for k in present for name in ZERO_COLLECTIVES[k]), "replica_all_reduce")
 
 
 def collective_prices(
@@ -77,7 +92,8 @@ def collective_prices(
             group = fabric.group(dp, place["dpcp"])
         else:
             dp, group, replica = hybrid
-    g_bytes = mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
+    spmd = as_bool(plan.spmd_grad_reduce)
+    g_bytes = ifelse(spmd, SPMD_GRAD_BYTES, mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16))
     w_bytes = mem.weight_bytes_per_param(plan.precision)
     n_weights = n_params if n_weights is None else n_weights
     collectives = {  # name: (collective, what of the parameters it moves, bytes per parameter)
@@ -93,13 +109,17 @@ def collective_prices(
     counts: dict[str, Number] = {"params": n_params, "weights": n_weights}
     priced = {}
     for name in names:
+        if name == "replica_all_reduce":  # XLA's, exposed (`SPMD_GRAD_BYTES`); the others' is in their reduce-scatter
+            shard = 0.0 if hybrid is None else replica.all_reduce(n_params * g_bytes / dp)
+            priced[name] = 0.0 if hybrid is None else ifelse(spmd, shard, 0.0)
+            continue
         op, what, per_param = collectives[name]
         if what not in counts:  # a bucket: Megatron-Core's bucket of the parameters, or all of them
             n = n_weights if what == "weights_bucket" else n_params
             counts[what] = minimum(n, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
         priced[name] = op(counts[what] * per_param)
         if hybrid is not None and name.endswith("reduce_scatter"):  # then the replicas' all-reduce of the shard
-            priced[name] = priced[name] + replica.all_reduce(counts[what] * per_param / dp)
+            priced[name] = priced[name] + ifelse(spmd, 0.0, replica.all_reduce(counts[what] * per_param / dp))
     return priced
 
 
@@ -210,6 +230,7 @@ def data_parallel_exposed_s(
         backward = cost.compute_backward_s + cost.tp_backward_s
         drain = ifelse(v > 1, 0.0, index * backward / v)
         rounds = ifelse(v > 1, p, 1.0)
+        serial = dense.get("replica_all_reduce", 0.0)  # XLA's replicas' all-reduce, never hidden
         if runs is not None:
             forward = cost.compute_forward_s + cost.tp_forward_s
             total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
@@ -227,15 +248,15 @@ def data_parallel_exposed_s(
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)
             if joined is not None:
-                exposed.append(joined[0])
-                totals.append(joined[1])
+                exposed.append(joined[0] + serial)
+                totals.append(joined[1] + serial)
                 continue
         comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
         if routed is not None:
             comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds)
-        exposed.append(grad + gather)
-        totals.append(comm.total_s)
+        exposed.append(grad + gather + serial)
+        totals.append(comm.total_s + serial)
     mid = ifelse(p > 2, exposed[1], 0.0)
     dp_exposed = maximum(maximum(exposed[0], mid), exposed[2])
     # the hidden share of the stage whose exposed part sets the step

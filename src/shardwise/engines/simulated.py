@@ -24,7 +24,7 @@ from shardwise.engines.costs import (
     layer_cost,
     sharding_copies,
 )
-from shardwise.engines.data_parallel import dp_comm, tied_embedding_sync_s
+from shardwise.engines.data_parallel import collective_prices, dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -200,6 +200,10 @@ def stage_times(scn: Scenario) -> StageTimes:
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied
+        # XLA's replicas' all-reduce (`Plan.spmd_grad_reduce`), never hidden (as the closed form)
+        serial = collective_prices(scn, fabric, place, n_params - n_expert, ("replica_all_reduce",))
+        dp[-1] += float(np.asarray(serial["replica_all_reduce"]))
+        tail[-1] += float(np.asarray(serial["replica_all_reduce"]))
         rounds = p if int(plan.vpp) > 1 else 1
         gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, int(plan.vpp), rounds)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert, n_weights))))

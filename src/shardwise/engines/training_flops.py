@@ -7,6 +7,7 @@ import numpy as np
 
 from shardwise.physics.flops import layer_forward, logits_forward
 from shardwise.physics.moe import experts_forward
+from shardwise.physics.params import total_params
 from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import recomputed_split
@@ -58,3 +59,20 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
         whole = recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers
         redo = np.where(rc == Recompute.FULL, redo, whole * layers_fwd + (1.0 - whole) * redo)
     return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
+
+
+def maxtext_flops_per_step(model: Model, global_batch: Number) -> Number:
+    """The FLOPs per step behind the TFLOP/s MaxText printed in 2024 (all GPUs): 6 x every
+    parameter x tokens (embedding tables and norms included, PaLM App. B) plus the causal half of
+    the attention square, 6 x heads x head_dim x layers x s^2 per sequence.
+
+    Source: AI-Hypercomputer/maxtext MaxText/maxtext_utils.py calculate_tflops_training_per_device
+    at efb6d9e4 (2024-04-09), the commit of the A3 README table: learnable_weight_tflops = 6 x
+    num_model_parameters x max_target_length x per_device_batch_size, causal_attention_tflops =
+    12 x num_query_heads x num_decoder_layers x head_dim x max_target_length^2 x
+    per_device_batch_size / 2. Megatron's count (`flops_per_step`) leaves the input embedding out
+    and counts the whole s x s square: for Llama-2-7B at s = 4096, 5.6% more than this one."""
+    s = model.seq_len
+    weights = 6.0 * total_params(model) * s
+    attention = 6.0 * model.q_dim * model.layers * s * s
+    return global_batch * (weights + attention)

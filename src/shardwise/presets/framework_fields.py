@@ -38,6 +38,7 @@ STACK_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "spmd_grad_reduce",
     "expandable_segments",
     "loss_kernel",
     "block_recompute",
@@ -80,6 +81,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             out[field] = data[field]
     booleans = (
         "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
+        "spmd_grad_reduce",
     )  # fmt: skip
     for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
         if field in data:

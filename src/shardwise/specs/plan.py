@@ -197,6 +197,9 @@ class Plan:
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
     which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
+    `spmd_grad_reduce`: the gradient reduction as XLA runs it (MaxText, Paxml): in the 16-bit dtype
+    of the dot that makes each weight gradient, and under hybrid sharding the replicas' all-reduce
+    exposed, not hidden (`engines.data_parallel.SPMD_GRAD_BYTES`);
     `loss_kernel`: "stack" (the framework's loss, `physics.memory_stacks.STACKS`) or "te", Transformer
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
@@ -262,6 +265,7 @@ class Plan:
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
+    spmd_grad_reduce: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False
     loss_kernel: str = "stack"
     offload_activation_layers: Number = 0

@@ -74,6 +74,7 @@ BOOLEAN_FIELDS = (
     "eager_glu",
     "layout_copies",
     "grad_reduce_bf16",
+    "spmd_grad_reduce",
     "expandable_segments",
     *EXECUTION_FLAGS,
 )
