@@ -16,7 +16,8 @@ from shardwise import presets
 
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TABLES = [
-    ROOT / "tools" / "data" / "public_runs" / f for f in ("training_layouts_other.csv", "microbatch_longctx.csv")
+    ROOT / "tools" / "data" / "public_runs" / f
+    for f in ("training_layouts_other.csv", "microbatch_longctx.csv", "deepspeed_pipeline.csv")
 ]
 MEGATRON_ROWS = 901
 STACKS = {
@@ -44,7 +45,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 195
+    assert len(rows) == MEGATRON_ROWS + 207
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -132,6 +133,46 @@ def test_hand_checked_normalizations(rows):
     ring = [r for r in rows if "cp_kind=ring-zigzag" in r["parse_notes"]]
     assert {(r["cp"], r["dp"], r["fsdp"]) for r in ring} == {("8", "1", "8")}  # ZeRO-3 spans dp x cp
     assert {r["precision"] for r in rows if r["precision_raw"] == "TE bf16"} == {"bf16"}
+
+
+def test_deepspeed_pipeline_rows(rows):
+    """The DeepSpeed pipeline-engine runs of tools/data/public_runs/deepspeed_pipeline.csv: GLM-130B's
+    speed test (a step time) and the DeepSpeed4Science long-sequence table (Eq. 3 TFLOP/s)."""
+    by_id = {r["id"]: r for r in rows}
+    glm = [by_id["PUB-1107"], by_id["PUB-1108"]]
+    for r, gbs, step in zip(glm, ("4224", "6144"), ("88.5", "122.5"), strict=True):
+        assert (r["model"], r["system"], r["framework"], r["framework_version"]) == (
+            "glm-130b", "dgx-a100-40gb", "megatron-deepspeed", "deepspeed:0.6.1",
+        )  # fmt: skip
+        assert (r["tp"], r["pp"], r["vp"], r["dp"], r["mbs"], r["gbs"]) == ("4", "8", "1", "24", "1", gbs)
+        assert (r["metric"], r["measured"], r["recompute"]) == ("step_time_s", step, "full")
+        assert "sequence_parallel=off" in r["parse_notes"] and "zero=1" in r["parse_notes"]
+    new = [by_id[f"PUB-{i:04d}"] for i in range(1097, 1105)]
+    assert [int(r["seq_len"]) // 1024 for r in new] == [2, 4, 8, 16, 32, 64, 128, 256]
+    # the benchmark's batch is not the script's (the README: "supports larger batch sizes"): left empty
+    layouts = {(r["model"], r["tp"], r["dp"], r["mbs"], r["gbs"]) for r in new}
+    assert layouts == {("gpt-30b-ds4science", "32", "1", "", "")}
+    # --checkpoint-activations: Eq. 3 counted 4 passes, the model count is 3/4 of the printed 68
+    assert float(new[0]["measured"]) == pytest.approx(68 * 3 / 4)
+    assert all("sequence_parallel=on" in r["parse_notes"] for r in new)
+    old = [by_id["PUB-1105"], by_id["PUB-1106"]]  # the old version: batch and checkpointing not published
+    assert all(r["metric"] == "" and "tflops_count=unstated" in r["parse_notes"] for r in old)
+
+
+def test_sequence_parallelism_as_a_deepspeed_pipeline_row_states_it(rows):
+    """Megatron-DeepSpeed runs without sequence parallelism unless asked (its preset); a row that states
+    it gets it, with Megatron's asynchronous backward collectives, and one that states none keeps it off."""
+    from shardwise.analyses import public_runs
+    from shardwise.presets.stack_defaults import framework_sequence_parallel
+
+    by_id = {r["id"]: r for r in rows}
+    assert framework_sequence_parallel("megatron-deepspeed") is False
+    on = public_runs.request_for(dict(by_id["PUB-1097"], mbs="1", gbs="2"))  # a batch given for the test
+    assert on.sequence_parallel is True and on.async_tp_grad is True
+    off = public_runs.request_for(by_id["PUB-1107"])
+    assert off.sequence_parallel is False and not off.async_tp_grad
+    unstated = public_runs.scenario_for(by_id["PUB-0999"])  # the 2023 13B run: the stack's default
+    assert not bool(unstated.plan.sequence_parallel)
 
 
 def test_every_amendment_names_a_row_of_its_source(importer):

@@ -40,6 +40,8 @@ STACKS = (
     (r"paxml", "paxml"),
     (r"maxtext", "maxtext"),
     (r"flash-attention training code", "flash-attn-trainer"),
+    # Megatron-style TP under DeepSpeed's PipelineEngine in a stack of its own name (GLM-130B's LargeScale)
+    (r"deepspeed [\d.]+ pipelineengine", "megatron-deepspeed"),
     (r"xtuner|deepspeed", "deepspeed"),
     (r"fsdp", "fsdp"),
     (r"^pytorch \(baseline", "pytorch"),
@@ -75,6 +77,8 @@ MODELS = (
     (r"\bgpt 530b\b", "gpt-530b"),
     (r"\bgpt 1t\b", "gpt-1t"),
     (r"\bgpt 2t\b", "gpt-2t"),
+    (r"\bgpt 30b \(deepspeed4science script", "gpt-30b-ds4science"),
+    (r"\bglm-130b\b", "glm-130b"),
 )
 MODEL_NOTES = {
     "granite-7b-base": "IBM Granite-7B-base: its HF config (ibm-granite/granite-7b-base) is the Llama-2-7B shape",
@@ -156,6 +160,9 @@ FEATURES = (
     (r"transformer engine", "te=on"),
     (r"ulysses", "cp_kind=ulysses"),
     (r"zigzag ring attention", "cp_kind=ring-zigzag"),
+    (r"no sequence parallelism", "sequence_parallel=off"),
+    (r"sequence parallelism \(--sequence-parallel\)", "sequence_parallel=on"),
+    (r"partition_activations true", "partition_activations=on"),
     (r"use_varlen_attn=false", "varlen_attn=off"),
 )
 
@@ -436,6 +443,8 @@ class StackRow:
             # tests args.checkpoint_activations only, so Megatron's --recompute-granularity full counts 3
             megatron_full = "ac=full-uniform-1" in self.keys
             count = "recompute" if self.out["recompute"] == "full" and not megatron_full else "model"
+            if not self.out["recompute"]:  # the formula's factor follows the checkpointing, which is not stated
+                count = "unstated"
         if self.out["model_tflops_per_gpu"] and count:
             self.key(f"tflops_count={count}")
             if formula_megatron:

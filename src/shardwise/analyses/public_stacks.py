@@ -176,6 +176,16 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["overlap_grad_reduce"] = True
     if n.get("ac") == "selective-op":
         out["selective_policy"] = "op"
+    if n.get("sequence_parallel") == "off":  # stated: TP without sequence parallelism
+        out["sequence_parallel"] = False
+    elif n.get("sequence_parallel") == "on":  # stated: on where the stack's default is off (megatron-deepspeed)
+        out["sequence_parallel"] = True
+        if fw == "megatron-deepspeed":
+            # Megatron's linears under sequence parallelism re-gather the input and reduce-scatter its
+            # gradient asynchronously beside the backward GEMMs, whatever async_tensor_model_parallel_
+            # allreduce (which DeepSpeed turns off) says: Megatron-DeepSpeed megatron/core/tensor_parallel/
+            # layers.py LinearWithGradAccumulationAndAsyncCommunication.backward (async_op=True), @cc3a94c6
+            out["async_tp_grad"] = True
     recipe = fp8_recipe(row)
     if recipe:
         out["fp8_recipe"] = recipe
