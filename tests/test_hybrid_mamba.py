@@ -216,3 +216,9 @@ def test_a_hybrid_plans_over_pipeline_stages(cli):
     code, out, err = cli(["predict", "--model", "nemotron-h-56b", "--system", "dgx-h100", *args])
     assert code == 0, err
     assert json.loads(out)["step_time_s"] > 0
+
+
+def test_a_hybrids_launch_command_is_refused(cli):
+    code, _, err = cli(["plan", "--model", "nemotron-h-8b", "--system", "dgx-h100", "--global-batch", "64",
+                        "--emit", "megatron"])  # fmt: skip
+    assert code == 2 and "hybrid Mamba-2 model's launch command is not emitted" in err

@@ -148,7 +148,7 @@ class Model:
         if bad is not None:
             allowed = ", ".join(f"{k} ({v})" for k, v in HYBRID_SYMBOLS.items())
             raise SpecError(f"{p}: hybrid_pattern has {pattern[bad]!r} at position {bad}; use {allowed}")
-        if np.ndim(self.layers) or int(self.layers) != len(pattern):
+        if np.any(np.asarray(self.layers) != len(pattern)):  # (an array of equal counts: stacked runs)
             raise SpecError(f"{p}: layers {self.layers} differs from the hybrid_pattern's {len(pattern)} layers")
         if "M" in pattern and not self.mamba_heads:
             raise SpecError(f"{p}: hybrid_pattern has Mamba layers (M) but mamba_heads is 0")
