@@ -231,8 +231,9 @@ class Row:
 
     def classify_model(self, key: str) -> tuple[str, bool, str]:
         k = key.lower()
-        if re.search(r"nemotron[\s_-]*h\b", k):
-            return "", False, "hybrid mamba"
+        if re.search(r"nemotron[\s_-]*h\b", k):  # a dense hybrid Mamba-2 model: its preset where one is known
+            size = re.search(r"nemotron[\s_-]*h[\s_-]*(8|47|56)b", k)
+            return (f"nemotron-h-{size.group(1)}b" if size else ""), False, "hybrid mamba"
         return classify_name(k)
 
     def workload(self) -> str:

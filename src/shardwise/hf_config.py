@@ -10,7 +10,10 @@ Mixture-of-experts fields
 (`num_local_experts`, `n_routed_experts`, `num_experts`, `num_experts_per_tok`,
 `moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
 attention (`kv_lora_rank`, ...) are read too: such a model's parameters are counted, its times not
-priced yet. Only the file is read; nothing is downloaded.
+priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pattern
+(`hybrid_override_pattern`, or `layers_block_type` in newer configs) and the Mamba-2 sizes
+(`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`, `conv_kernel`, `chunk_size`),
+the MLP's activation from `mlp_hidden_act`. Only the file is read; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -93,6 +96,7 @@ def read(path: str | Path) -> dict[str, Any]:
                     raise SpecError(f"{p}: {key}: {value} is not allowed; it must be a whole number")
                 out[field] = int(value)
                 break
+    _hybrid(p, cfg, out)
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
     if missing:
         raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
@@ -104,6 +108,43 @@ def read(path: str | Path) -> dict[str, Any]:
     if stated != out["seq_len"]:  # capped, or not stated: say so where the model is used
         out["notes"] = f"{p.name}: {assumed} (--seq-len to change)"
     return out
+
+
+# (our field, the NemotronHConfig keys that can hold it) of a hybrid Mamba-2 model
+_HYBRID_FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("mamba_heads", ("mamba_num_heads",)),
+    ("mamba_head_dim", ("mamba_head_dim",)),
+    ("mamba_state", ("ssm_state_size",)),
+    ("mamba_groups", ("n_groups", "mamba_n_groups")),
+    ("mamba_conv", ("conv_kernel", "mamba_d_conv")),
+    ("mamba_chunk", ("mamba_chunk_size", "chunk_size")),
+)
+# transformers NemotronHConfig `layers_block_type` names -> Megatron's pattern symbols
+_BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+
+
+def _hybrid(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """A hybrid Mamba-2 model's pattern and mixer sizes (nothing for other configs)."""
+    pattern = cfg.get("hybrid_override_pattern")
+    blocks = cfg.get("layers_block_type")
+    if pattern is None and isinstance(blocks, list):
+        unknown = [b for b in blocks if b not in _BLOCK_SYMBOLS]
+        if unknown:
+            raise SpecError(f"{p}: layers_block_type: {unknown[0]!r} is not one of {', '.join(_BLOCK_SYMBOLS)}")
+        pattern = "".join(_BLOCK_SYMBOLS[b] for b in blocks)
+    if pattern is None:
+        return
+    if not isinstance(pattern, str) or not pattern:
+        raise SpecError(f"{p}: hybrid_override_pattern: {pattern!r} must be a string of M, *, - and E")
+    out["hybrid_pattern"] = pattern
+    out.setdefault("layers", len(pattern))
+    for field, keys in _HYBRID_FIELDS:
+        value = next((cfg[k] for k in keys if cfg.get(k) is not None), None)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WHOLE:
+            raise SpecError(f"{p}: {field}: {value!r} is not allowed; it must be a whole number >= 1")
+        out[field] = value
 
 
 def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) -> tuple[int, str]:
@@ -131,7 +172,8 @@ def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) 
 
 def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> None:
     """The family and its switches (gated MLP, tied embeddings, positions, biases, norm, dropout)."""
-    act = _text(p, cfg, "hidden_act" if "hidden_act" in cfg else "activation_function").lower()
+    act_key = next((k for k in ("mlp_hidden_act", "hidden_act", "activation_function") if k in cfg), "hidden_act")
+    act = _text(p, cfg, act_key).lower()  # mlp_hidden_act: NemotronHConfig's MLP (relu2: squared ReLU)
     gpt_like = model_type in _GPT_TYPES
     out["family"] = "gpt" if gpt_like else "llama"
     gemma = model_type in _GEMMA_TYPES

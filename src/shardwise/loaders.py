@@ -119,6 +119,12 @@ _MODEL_INTS = (
     "q_lora_rank",
     "rope_head_dim",
     "v_head_dim",
+    "mamba_heads",
+    "mamba_head_dim",
+    "mamba_state",
+    "mamba_groups",
+    "mamba_conv",
+    "mamba_chunk",
 )
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
 _IGNORED = {"source", "kind", "notes", "name"}
@@ -208,12 +214,18 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
                 kwargs[key] = whole(value)
             except ValueError:
                 raise SpecError(f"model {name!r}: {key}: {value!r} is not a whole number") from None
+        elif key == "hybrid_pattern":
+            if not isinstance(value, str):
+                raise SpecError(f"model {name!r}: hybrid_pattern: {value!r} must be a string of M, *, - and E")
+            kwargs[key] = value
         elif key in _MODEL_FLAGS:
             if not isinstance(value, bool):
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            raise SpecError(f"model {name!r}: {unknown_field(key, (*_MODEL_INTS, *_MODEL_FLAGS, 'family'))}")
+            raise SpecError(
+                f"model {name!r}: {unknown_field(key, (*_MODEL_INTS, *_MODEL_FLAGS, 'family', 'hybrid_pattern'))}"
+            )
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 

@@ -116,8 +116,12 @@ def skip_reason(row: dict[str, str]) -> str:
         return "published twice under two layouts (the table's is kept)"
     if row["moe"] == "yes" and public_moe.is_split_duplicate(row):
         return "duplicate of the previous row (one model cell split in two)"
-    if row["architecture_note"] and row["architecture_note"] != "mla":  # latent attention is modelled
-        return f"{row['architecture_note']} (not modelled)"
+    note = row["architecture_note"]
+    if note == "hybrid mamba" and row["moe"] == "yes":  # Nemotron 3: Mamba-2 + attention + MoE layers
+        return "hybrid mamba with mixture-of-experts layers (not modelled)"
+    # latent attention and dense hybrid Mamba-2 models with a preset (Nemotron-H) are modelled
+    if note and note != "mla" and not (note == "hybrid mamba" and row["model"]):
+        return f"{note} (not modelled)"
     if row["workload"] not in ("pretrain", "sft", "lora"):
         return f"workload {row['workload']!r} is not a training step"
     stack = public_stacks.skip_reason(row)

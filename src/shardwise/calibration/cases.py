@@ -23,7 +23,10 @@ from shardwise.specs import Plan, Scenario
 _STEP = 0.01  # finite-difference step, in units of each parameter's prior sd
 
 _MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden", "head_dim")
-_MODEL_KIND = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
+_MODEL_KIND = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout",
+               # a hybrid model stacks only with its own pattern and Mamba-2 sizes (kept whole numbers)
+               "hybrid_pattern", "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv",
+               "mamba_chunk")  # fmt: skip
 
 
 def _group_key(scn: Scenario) -> tuple[Any, ...]:

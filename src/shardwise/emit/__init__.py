@@ -52,6 +52,8 @@ def adapt(scn: Scenario, target: str, version: str | None = None) -> tuple[Scena
     same plan). Raises EmitError for what the target cannot run."""
     if target not in TRAINING_TARGETS:
         raise EmitError(f"--emit {target}: not a training target; choose {', '.join(TRAINING_TARGETS)}")
+    if scn.model.is_hybrid:  # Megatron-Core's MambaModel takes --hybrid-override-pattern and mamba flags: not emitted
+        raise EmitError(f"--emit {target}: a hybrid Mamba-2 model's launch command is not emitted yet")
     return _module(target).adapt(scn, _version(target, version))  # type: ignore[no-any-return]
 
 

@@ -34,6 +34,7 @@ from shardwise.physics.flops import (
     input_gradient,
     layer_forward,
 )
+from shardwise.physics.linears import GemmTimes
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.params import layer_params_split
@@ -138,6 +139,14 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
 
     layer, emb, head = (part(x) for x in held)
     return layer, emb, head
+
+
+def _one_layer(g: GemmTimes, share: Number) -> GemmTimes:
+    """A GEMM's times in one layer of its kind, from a hybrid mean layer's (weighted by `share`,
+    `physics.mamba`; 0 where no layer has it)."""
+    on = np.asarray(share, dtype=float) > 0
+    scale = np.where(on, 1.0 / np.where(on, share, 1.0), 0.0)
+    return GemmTimes(g.forward_s * scale, g.input_grad_s * scale, g.weight_grad_s * scale)
 
 
 def add_costs(a: StageCost, b: StageCost) -> StageCost:
@@ -255,6 +264,9 @@ def layer_cost(
         return overlapped_exposed_s(comm_s, np.where(on & active, gemm, 0.0), comm_sms, sms, splits)
 
     q, o, u, d = lt.qkv, lt.proj, lt.up, lt.down
+    mix = fwd.mixer_share  # the layers with attention or a Mamba-2 mixer (1: every layer)
+    if fwd.mamba is not None:  # a hybrid's mean layer: one layer of each kind's GEMMs beside its collectives
+        q, o, u, d = (_one_layer(g, share) for g, share in ((q, mix), (o, mix), (u, mlp), (d, mlp)))
     ring = np.maximum(np.asarray(t, dtype=float), 1.0)  # ring exchange: one chunk per TP rank
     # nanotron's async linears (`tp_shard_overlap`): the gathered GEMMs in pieces, the own rows'
     # beside the all-gather (`tp_overlap.own_rows_split_s`); their cost beyond the whole GEMMs
@@ -284,11 +296,11 @@ def layer_cost(
         scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS
     )
     sp_fwd = (
-        gather_beside(q.forward_s, "q")
-        + hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
+        mix * gather_beside(q.forward_s, "q")
+        + mix * hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
         + sp_fwd_mlp
     )
-    blocks = 1.0 + mlp  # attention and (when there is one) the dense MLP
+    blocks = mix + mlp  # attention (or a hybrid's mixers) and (when there is one) the dense MLP
     tp_fwd = np.where(sp, sp_fwd, blocks * reduce)
     tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce)  # the dense MLP's own (`Plan.recompute_modules`)
     tp_fwd_total = np.where(sp, blocks * (gather + scatter), blocks * reduce)
@@ -297,14 +309,14 @@ def layer_cost(
     col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
     overlap_col = async_grad | ub
     sp_bwd = (
-        gather_beside(o.input_grad_s, "o")
+        mix * gather_beside(o.input_grad_s, "o")
         + mlp * gather_beside(d.input_grad_s, "d")
-        + hide(gather, q.input_grad_s, overlap_col, col_sms_ag)
-        + hide(scatter, q.weight_grad_s, overlap_col, col_sms_rs)
+        + mix * hide(gather, q.input_grad_s, overlap_col, col_sms_ag)
+        + mix * hide(scatter, q.weight_grad_s, overlap_col, col_sms_rs)
         + mlp * hide(gather, u.input_grad_s, overlap_col, col_sms_ag)
         + mlp * hide(scatter, u.weight_grad_s, overlap_col, col_sms_rs)
     )
-    plain_bwd = hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + mlp * hide(
+    plain_bwd = mix * hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + mlp * hide(
         reduce, u.weight_grad_s, async_grad, NCCL_OVERLAP_SMS
     )
     tp_bwd = np.where(sp, sp_bwd, plain_bwd)

@@ -46,7 +46,7 @@ from shardwise.physics.flops import kv_cache_elements_per_token
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.pcie import group_link
 from shardwise.specs import Cluster, Plan, Scenario
-from shardwise.specs._checks import Number
+from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
 from shardwise.specs.stages import plan_split
 
@@ -126,6 +126,8 @@ def compute_precision(scn: Scenario, weight_precision: str) -> str:
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     """The serving stack's hardware view (CUDA graphs, NCCL from C++, the engine's own all-reduce
     kernel) and precision."""
+    if scn.model.is_hybrid:  # decode is a state update per Mamba-2 layer, not a KV-cache read: not built yet
+        raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
     inter = cluster.inter_node_link

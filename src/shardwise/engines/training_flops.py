@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.physics.flops import layer_forward, logits_forward
+from shardwise.physics.flops import LayerForward, layer_forward, logits_forward
 from shardwise.physics.moe import experts_forward
 from shardwise.physics.params import total_params
 from shardwise.specs import Model, Recompute, Scenario
@@ -19,8 +19,20 @@ def masked_attention_flops_per_step(scn: Scenario) -> Number:
     packed sequences everything outside the documents' own triangles too."""
     model, plan = scn.model, scn.plan
     one = layer_forward(model, 1, 1, False, plan.bytes_per_element, cp=plan.cp, document_len=plan.packed_document_len)
-    masked = (1.0 - one.causal_fraction) * (one.scores.flops + one.context.flops)
+    masked = (1.0 - one.causal_fraction) * _attention_core_flops(one)
     return plan.global_batch * 3 * model.layers * masked
+
+
+def _attention_core_flops(one: LayerForward) -> Number:
+    """A layer's attention-core FLOPs (Q K^T and P V), a hybrid mean layer's weighted by the share
+    of attention layers (`physics.mamba`)."""
+    core = one.scores.flops + one.context.flops
+    return core if one.mamba is None else one.attention_share * core
+
+
+def _scan_flops(one: LayerForward) -> Number:
+    """A hybrid mean layer's SSD scan FLOPs (weighted by the Mamba-2 share; 0 for other layers)."""
+    return 0.0 if one.mamba is None else one.mamba.share * one.mamba.ssd_flops
 
 
 def layers_model_flops(model: Model, bytes_per_element: float) -> Number:
@@ -46,12 +58,12 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     logits = logits_forward(model, 1, 1, plan.bytes_per_element).flops
     per_seq = 3 * (layers_fwd + logits)
     if np.any(np.asarray(plan.lora_rank) > 0):  # dense models only (specs.expert_rules.lora_rule)
-        frozen = model.layers * sum(g.flops for g in (*one.gemms, *one.extra)) + logits
+        frozen = model.layers * (one.model_flops - _attention_core_flops(one) - _scan_flops(one)) + logits
         per_seq = np.where(np.asarray(plan.lora_rank) > 0, per_seq - frozen, per_seq)
     rc = np.asarray(plan.recompute)
     redo = np.select(
         [rc == Recompute.FULL, rc == Recompute.SELECTIVE],
-        [layers_fwd, model.layers * (one.scores.flops + one.context.flops)],
+        [layers_fwd, model.layers * _attention_core_flops(one)],
         0.0,
     )
     redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)

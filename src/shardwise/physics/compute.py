@@ -167,6 +167,12 @@ def layer_times(
     if attention_kernel in TORCH_RING_KERNELS and ring:  # PyTorch's ring (`physics.attention`)
         ring_f, ring_b = torch_ring_s(fwd, gpu)
         attention, attention_bwd = attention + ring_f, attention_bwd + ring_b
+    core = np.where(flash, attention, bmm + softmax)
+    if fwd.mamba is not None:  # a hybrid's mean layer (`physics.mamba`): each mixer by its share
+        qkv, proj, attention, attention_bwd, core = _hybrid_mixers(
+            fwd, gpu, precision, qkv, proj, attention, attention_bwd, core,
+            (fused_accumulation, accumulate_bytes, fp8_recipe, backward),
+        )  # fmt: skip
     cast_f = cast_b = 0.0
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
@@ -187,8 +193,49 @@ def layer_times(
         # `_checkpointed_attention_forward`: tensor_parallel.checkpoint reruns the forward before
         # the backward). Megatron-Bridge's Moonlight 16B study measures +3.9% a step for `core_attn`
         # under fused attention (skills/nemo-mbridge-perf-activation-recompute/SKILL.md).
-        attention_core_s=np.where(flash, attention, bmm + softmax),
+        attention_core_s=core,
         cast_f_s=cast_f,
         cast_b_s=cast_b,
         extra=others,
+    )
+
+
+def _hybrid_mixers(
+    fwd: LayerForward,
+    gpu: Gpu,
+    precision: str,
+    qkv: GemmTimes,
+    proj: GemmTimes,
+    attention: Number,
+    attention_bwd: Number,
+    core: Number,
+    linear_args: tuple,
+) -> tuple[GemmTimes, GemmTimes, Number, Number, Number]:
+    """A hybrid mean layer's mixers: the column-parallel input GEMMs (attention's QKV, Mamba-2's
+    in_proj) and the row-parallel output GEMMs each weighted by its share and summed into the QKV
+    and output-projection slots, whose TP collectives they share (`engines.costs.layer_cost`);
+    the attention core by the attention share plus the SSD scan by the Mamba-2 share
+    (`physics.mamba`: each of its kernels a roofline at SSD_GEMM_FRACTION of the GPU's GEMM
+    rate, in 16 bits under FP8 as attention; its backward's kernels likewise). Selective
+    recomputation of the core attention redoes attention alone."""
+    from shardwise.physics import mamba as mb
+
+    mix, a = fwd.mamba, fwd.attention_share
+    assert mix is not None
+    m = mix.share
+    m_in, m_out = linears_times((mix.in_proj, mix.out_proj), gpu, precision, *linear_args)
+
+    def mean(x: GemmTimes, y: GemmTimes) -> GemmTimes:
+        names = ("forward_s", "input_grad_s", "weight_grad_s")
+        return GemmTimes(*(a * getattr(x, n) + m * getattr(y, n) for n in names))
+
+    p16 = attention_precision(precision)
+    scan = sum(roofline_s(f, b, gpu, p16, mb.SSD_GEMM_FRACTION) for f, b in mix.ssd)
+    scan_bwd = sum(roofline_s(f, b, gpu, p16, mb.SSD_GEMM_FRACTION) for f, b in mix.ssd_backward)
+    return (
+        mean(qkv, m_in),
+        mean(proj, m_out),
+        a * attention + m * scan,
+        a * attention_bwd + m * scan_bwd,
+        a * core,
     )

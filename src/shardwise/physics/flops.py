@@ -48,6 +48,7 @@ from shardwise.physics.layer_parts import (  # noqa: F401 (re-exported: the name
     softmax_traffic_bytes,
     weight_gradient,
 )
+from shardwise.physics.mamba import hybrid_layer_forward
 from shardwise.physics.mla import mla_layer_forward
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
@@ -87,6 +88,11 @@ def layer_forward(
     Where `eager` (a stack running element-wise work as eager kernels) the same work's eager bytes
     are counted too (`eager_elementwise_bytes`; None otherwise); where `eager_rotary` the fused
     path's rotary embedding moves what its eager ATen kernels move (`physics.stack`)."""
+    if model.is_hybrid:  # the mean layer of its pattern, from the attention + MLP twin's
+        twin = layer_forward(model.transformer_twin, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
+                             weight_bytes, kv_bytes, cp, ffn, document_len=document_len)  # fmt: skip
+        tokens = batch * (model.seq_len if q_len is None else q_len)
+        return hybrid_layer_forward(model, twin, batch, tp, sequence_parallel, bytes_per_element, tokens, weight_bytes)
     if model.kv_lora_rank:
         mla = mla_layer_forward(model, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
                                 weight_bytes, cp, ffn, kv_bytes)  # fmt: skip

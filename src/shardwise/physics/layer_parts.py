@@ -79,6 +79,26 @@ def weight_gradient(g: Gemm, accumulate_bytes: Number) -> Gemm:
 
 
 @dataclass(frozen=True)
+class MambaForward:
+    """One Mamba-2 mixer's forward work on one TP rank, and the share of a mean layer it is."""
+
+    in_proj: Gemm
+    out_proj: Gemm
+    ssd: tuple[tuple[Number, Number], ...]  # (FLOPs, bytes) of each SSD kernel (`ssd_kernels`)
+    ssd_backward: tuple[tuple[Number, Number], ...]  # and of its backward (`ssd_backward_kernels`)
+    elementwise_bytes: Number  # conv1d and gated RMSNorm
+    share: Number = 1.0
+
+    @property
+    def ssd_flops(self) -> Number:
+        return sum(f for f, _ in self.ssd)
+
+    @property
+    def flops(self) -> Number:
+        return self.in_proj.flops + self.out_proj.flops + self.ssd_flops
+
+
+@dataclass(frozen=True)
 class LayerForward:
     """One layer's forward work on one TP rank (all fields broadcast together)."""
 
@@ -104,14 +124,36 @@ class LayerForward:
     # packed sequences: the tokens of one document, within which attention runs causally (None: the
     # whole sequence is one document; `Plan.packed_document_len`)
     document_len: Number | None = None
+    # a hybrid model's mean layer (`physics.mamba.hybrid_layer_forward`): the share of its layers
+    # that are self-attention (weighting qkv, attn_out and the attention core), and its Mamba-2
+    # mixer with the share of Mamba-2 layers (None: an ordinary layer); `has_mlp` is the MLP share
+    attention_share: Number = 1.0
+    mamba: MambaForward | None = None
 
     @property
     def gemms(self) -> tuple[Gemm, ...]:
         return (self.qkv, self.attn_out, self.mlp_up, self.mlp_down)
 
     @property
+    def mixer_share(self) -> Number:
+        """The layers' share with a TP-split mixer (attention or Mamba-2): 1 for an ordinary layer."""
+        return 1.0 if self.mamba is None else self.attention_share + self.mamba.share
+
+    @property
     def model_flops(self) -> Number:
-        """Megatron-convention FLOPs (full s_q x s_kv attention), as used by MFU."""
+        """Megatron-convention FLOPs (full s_q x s_kv attention), as used by MFU; a hybrid's mean
+        layer weights each mixer's by its share (the SSD scan's chunked FLOPs among the Mamba-2
+        mixer's)."""
+        if self.mamba is not None:
+            a, mlp = self.attention_share, self.has_mlp
+            attention = self.qkv.flops + self.attn_out.flops + self.scores.flops + self.context.flops
+            extra = sum(g.flops for g in self.extra)
+            return (
+                a * attention
+                + mlp * (self.mlp_up.flops + self.mlp_down.flops)
+                + extra
+                + self.mamba.share * self.mamba.flops
+            )
         linears = sum(g.flops for g in (*self.gemms, *self.extra))
         return linears + self.scores.flops + self.context.flops
 

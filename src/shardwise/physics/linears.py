@@ -160,14 +160,24 @@ def _torchao_linears_times(
     ]
 
 
+def _weighted_linears(fwd: LayerForward) -> tuple[tuple[Gemm, ...], tuple[Number, ...]]:
+    """A layer's linear layers and the share of them each is there (the dense MLP's share, a
+    hybrid mean layer's attention and Mamba-2 shares, `physics.mamba`)."""
+    mlp = np.asarray(fwd.has_mlp, dtype=float)
+    a = fwd.attention_share
+    gemms, on = (*fwd.gemms, *fwd.extra), (a, a, mlp, mlp) + (1.0,) * len(fwd.extra)
+    if fwd.mamba is None:
+        return gemms, on
+    return (*gemms, fwd.mamba.in_proj, fwd.mamba.out_proj), (*on, fwd.mamba.share, fwd.mamba.share)
+
+
 def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`)."""
-    mlp = np.asarray(fwd.has_mlp, dtype=float)
-    gemms = (*fwd.gemms, *fwd.extra)
-    on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+    gemms, on = _weighted_linears(fwd)
     inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
-    outputs = sum(g.m * g.n * g.batch for g in gemms)
+    out_on = on if fwd.mamba is not None else (1.0,) * len(gemms)
+    outputs = sum(w * g.m * g.n * g.batch for w, g in zip(out_on, gemms, strict=True))
     return (
         memory_s(bytes_per_element * inputs, gpu, kernels=len(gemms)),
         memory_s(bytes_per_element * outputs, gpu, kernels=len(gemms)),
@@ -178,9 +188,7 @@ def torchao_cast_times(fwd: LayerForward, gpu: Gpu, precision: str, recipe: str)
     """(forward, backward) seconds of a torchao recipe's casts in one layer and micro-batch: each
     linear layer's input, output gradient and weight (`physics.fp8_recipes.cast_bytes`), two
     kernels (the absolute maximum, the cast) per tensor and pass."""
-    mlp = np.asarray(fwd.has_mlp, dtype=float)
-    gemms = (*fwd.gemms, *fwd.extra)
-    on = (1.0, 1.0, mlp, mlp) + (1.0,) * len(fwd.extra)
+    gemms, on = _weighted_linears(fwd)
     inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
     outputs = sum(w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True))
     weights = sum(w * g.k * g.n * g.batch for w, g in zip(on, gemms, strict=True))

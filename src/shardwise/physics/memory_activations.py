@@ -70,6 +70,18 @@ def layer_activation_bytes(
     training): the QKV and MLP inputs (the norm outputs) and the last MLP linear's input (the
     activation's output) are kept at that size, and the output projection keeps an FP8 copy of the
     attention output beside the 16-bit one the attention kernel keeps for its own backward pass."""
+    if model.is_hybrid:  # the mean layer of its pattern (`physics.mamba`)
+        from shardwise.physics.mamba import hybrid_layer_activation_bytes
+
+        twin = model.transformer_twin
+
+        def standard(width: Number) -> Number:
+            return layer_activation_bytes(twin, batch, tp, sequence_parallel, recompute, flash_attention,
+                                          bytes_per_element, width, selective_policy, stack_extra,
+                                          recompute_modules, fp8_input_bytes)  # fmt: skip
+
+        return hybrid_layer_activation_bytes(model, standard, batch * model.seq_len, tp, sequence_parallel,
+                                             bytes_per_element, recompute, fp8_input_bytes)  # fmt: skip
     s, h, a, kv, d = model.seq_len, model.hidden, model.heads, model.kv_heads, model.head_dim
     f = model.ffn_hidden if ffn is None else ffn
     e, t, b = bytes_per_element, tp, batch

@@ -81,7 +81,9 @@ def moe_layer_params_per_gpu(model: Model, tp: Number, ep: Number, etp: Number) 
 
 def layer_params_split(model: Model) -> tuple[Number, Number]:
     """(parameters split across TP ranks, parameters replicated on every TP rank) of one layer
-    with a dense MLP."""
+    with a dense MLP (of a hybrid model: the mean layer of its pattern, `hybrid_layer_params_split`)."""
+    if model.is_hybrid:
+        return hybrid_layer_params_split(model)
     if model.kv_lora_rank:
         split, replicated = attention_params_split(model)
         return split + mlp_params(model, model.ffn_hidden), replicated + 2 * _norm_params(model)
@@ -94,6 +96,28 @@ def layer_params_split(model: Model) -> tuple[Number, Number]:
         split = split + qkv_out + up  # column-parallel biases are split
         replicated = replicated + 2 * h  # row-parallel biases (attention out, MLP down) are not
     return split, replicated
+
+
+def mamba_mixer_params(model: Model) -> Number:
+    """A Mamba-2 mixer's parameters, all split across TP by heads and groups
+    (megatron/core/ssm/mamba_mixer.py): in_proj h x (2 H P + 2 G N + H), the depthwise conv1d's
+    weight and bias over H P + 2 G N channels, dt_bias, A_log and D (H each), the gated RMSNorm's
+    weight (H P), out_proj H P x h."""
+    from shardwise.physics.mamba import in_proj_width
+
+    h, inner = model.hidden, model.mamba_inner
+    channels = inner + 2 * model.mamba_groups * model.mamba_state
+    return h * in_proj_width(model) + channels * (model.mamba_conv + 1) + 3 * model.mamba_heads + inner + inner * h
+
+
+def hybrid_layer_params_split(model: Model) -> tuple[Number, Number]:
+    """(split, replicated) parameters of the mean layer of a hybrid pattern: each mixer (Mamba-2,
+    attention, MLP) weighted by its share of the layers, one pre-norm per layer (replicated)."""
+    m, a, p = model.hybrid_shares
+    twin = model.transformer_twin
+    attention, attention_replicated = attention_params_split(twin)
+    split = m * mamba_mixer_params(model) + a * attention + p * mlp_params(twin, model.ffn_hidden)
+    return split, a * attention_replicated + _norm_params(model)
 
 
 def layer_params(model: Model) -> Number:

@@ -153,6 +153,8 @@ class ServeRequest:
         notes: list[str] = []
         options = self.target.values()
         model = build_model(options)
+        if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
+            raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
         cluster = build_cluster(cluster_options, notes, load_calibration(options.get("calibration")))
         if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:

@@ -5,6 +5,11 @@ Notation used across shardwise (Narayanan et al. 2021; Korthikanti et al. 2022):
     l  layers            h  hidden size          a  attention heads     k  KV heads (GQA)
     f  FFN hidden size   V  vocabulary           s  sequence length     d  head dim (h / a unless given)
     q  = a d, the width of the queries and of the attention output (h unless d is given apart)
+
+A hybrid model (Megatron-Core's MambaModel, megatron/core/models/mamba/mamba_model.py; Nemotron-H)
+is a stack of layers that each hold ONE mixer, named by a character of `hybrid_pattern` (Megatron's
+`hybrid_override_pattern`, megatron/core/ssm/mamba_hybrid_layer_allocation.py `Symbols`):
+M a Mamba-2 mixer, * self-attention, - an MLP, E a mixture of experts.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.memo import hash_once
 
 MAX_LAYERS = 1_000_000
+# The layer kinds of a hybrid pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py `Symbols`)
+HYBRID_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 
 
 @hash_once
@@ -63,6 +70,18 @@ class Model:
     q_lora_rank: int = 0
     rope_head_dim: int = 0
     v_head_dim: int | None = None
+    # Hybrid Mamba-2 models (empty pattern: every layer is attention + MLP). Mamba-2 mixer sizes
+    # (Dao & Gu 2024; megatron/core/ssm/mamba_mixer.py; Hugging Face NemotronHConfig):
+    # `mamba_heads` x `mamba_head_dim` = d_inner, `mamba_state` = d_state (N), `mamba_groups` the
+    # groups of B and C (G), `mamba_conv` the depthwise causal convolution's width, `mamba_chunk`
+    # the SSD algorithm's chunk (Q).
+    hybrid_pattern: str = ""
+    mamba_heads: int = 0
+    mamba_head_dim: int = 64
+    mamba_state: int = 128
+    mamba_groups: int = 8
+    mamba_conv: int = 4
+    mamba_chunk: int = 128
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -87,6 +106,7 @@ class Model:
         head_dim = self.head_dim if given else self.hidden // self.heads
         object.__setattr__(self, "head_dim", chk.positive_int(f"{p}: head_dim", head_dim))
         self._check_moe_and_mla(p)
+        self._check_hybrid(p)
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
@@ -111,6 +131,64 @@ class Model:
             raise SpecError(f"{p}: experts_per_token and shared_experts need experts > 0 (a mixture of experts)")
         if self.experts and np.any(np.asarray(self.layers) <= self.dense_layers):
             raise SpecError(f"{p}: dense_layers {self.dense_layers} leaves no MoE layer of {self.layers}")
+
+    def _check_hybrid(self, p: str) -> None:
+        for name in ("mamba_heads",):
+            object.__setattr__(self, name, chk.non_negative_int(f"{p}: {name}", getattr(self, name)))
+        for name in ("mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv", "mamba_chunk"):
+            object.__setattr__(self, name, chk.positive_int(f"{p}: {name}", getattr(self, name)))
+        pattern = self.hybrid_pattern
+        if not isinstance(pattern, str):
+            raise SpecError(f"{p}: hybrid_pattern must be a string of M, *, - and E, got {pattern!r}")
+        if not pattern:
+            if self.mamba_heads:
+                raise SpecError(f"{p}: mamba_heads needs a hybrid_pattern with M layers")
+            return
+        bad = next((i for i, c in enumerate(pattern) if c not in HYBRID_SYMBOLS), None)
+        if bad is not None:
+            allowed = ", ".join(f"{k} ({v})" for k, v in HYBRID_SYMBOLS.items())
+            raise SpecError(f"{p}: hybrid_pattern has {pattern[bad]!r} at position {bad}; use {allowed}")
+        if np.any(np.asarray(self.layers) != len(pattern)):  # (an array of equal counts: stacked runs)
+            raise SpecError(f"{p}: layers {self.layers} differs from the hybrid_pattern's {len(pattern)} layers")
+        if "M" in pattern and not self.mamba_heads:
+            raise SpecError(f"{p}: hybrid_pattern has Mamba layers (M) but mamba_heads is 0")
+        if np.any(np.asarray(self.mamba_heads) % self.mamba_groups):
+            raise SpecError(
+                f"{p}: mamba_heads {self.mamba_heads} is not a multiple of mamba_groups {self.mamba_groups}"
+            )
+        if "E" in pattern:
+            raise SpecError(f"{p}: mixture-of-experts layers (E) in a hybrid_pattern are not priced yet")
+        if self.experts:
+            raise SpecError(f"{p}: a hybrid model's experts are its E layers; give them in hybrid_pattern")
+        if self.kv_lora_rank:
+            raise SpecError(f"{p}: latent attention in a hybrid model is not priced")
+
+    @property
+    def is_hybrid(self) -> bool:
+        """Layers of one mixer each (`hybrid_pattern`), not attention + MLP."""
+        return bool(self.hybrid_pattern)
+
+    @property
+    def hybrid_shares(self) -> tuple[float, float, float]:
+        """(Mamba-2, attention, MLP) layers as shares of all layers: a layer of the mean of the
+        pattern holds these fractions of each mixer (an ordinary model: (0, 1, 1), each layer
+        attention and an MLP)."""
+        pattern = self.hybrid_pattern
+        if not pattern:
+            return 0.0, 1.0, 1.0
+        n = len(pattern)
+        return pattern.count("M") / n, pattern.count("*") / n, pattern.count("-") / n
+
+    @property
+    def mamba_inner(self) -> int:
+        """d_inner = Mamba-2 heads x head dim (the x, z and output width of a Mamba-2 mixer)."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def transformer_twin(self) -> Model:
+        """The same sizes as an ordinary model (every layer attention + MLP): what the hybrid's
+        attention and MLP layers are priced from (`physics.mamba`)."""
+        return replace(self, hybrid_pattern="", mamba_heads=0)
 
     @property
     def is_moe(self) -> bool:

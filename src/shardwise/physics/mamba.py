@@ -1,0 +1,203 @@
+"""Hybrid Mamba-2 models (Nemotron-H): a Mamba-2 mixer's forward work on one TP rank, and one
+layer of the mean of a hybrid pattern.
+
+A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", Sec. 7 and Fig. 6; Megatron-Core
+megatron/core/ssm/mamba_mixer.py `MambaMixer`), with H heads of P channels (d_inner = H P), state
+N, G groups of B and C, convolution width K, chunk Q, T = b s tokens, t = tp:
+
+    in_proj    T x h  by  h x (2 H P + 2 G N + H)/t   column-parallel: z, x, B, C and dt
+    conv1d     depthwise, K taps over the (H P + 2 G N)/t channels of x, B, C (causal_conv1d)
+    SSD        the chunked scan, mamba_ssm's five Triton kernels (`ssd_kernels`)
+    gated norm RMSNorm(y * silu(z)) over H P/t (`RMSNormGated`), one kernel
+    out_proj   T x H P/t  by  H P/t x h                row-parallel
+
+Megatron splits the heads and the groups over TP (in_proj column-parallel, out_proj
+row-parallel): the mixer's TP communication is attention's, one all-reduce (or all-gather +
+reduce-scatter with sequence parallelism) each way.
+
+A hybrid layer holds one mixer (`specs.model`): a Mamba-2 mixer, self-attention or an MLP, each
+behind one pre-norm and one residual add. `hybrid_layer_forward` prices the layer of the mean of
+the pattern: each kind of work weighted by its share of the layers (`Model.hybrid_shares`), so l of
+these layers cost what the pattern's layers cost together (exact for the whole model; a pipeline
+stage is priced as l/p mean layers, not its own slice of the pattern: docs/model.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from shardwise.physics.layer_parts import LayerForward, MambaForward, block_elementwise_parts, gemm
+from shardwise.specs import Model
+from shardwise.specs._checks import Number
+
+# The causal depthwise conv1d (with SiLU) and the gated RMSNorm: the mixer's memory-bound kernels.
+MAMBA_ELEMENTWISE_KERNELS = 2
+# The SSD kernels' tensor-core rate as a fraction of the GPU's sustained 16-bit GEMM rate (unit:
+# fraction; range 0.15-0.25): each of the five kernels is priced as a roofline, max(FLOPs at this
+# rate, bytes at the HBM rate) + a launch (`ssd_kernels`). Fitted on ONE public H100 point: vLLM
+# PR #27299 (microbenchmark on one H100, the mamba_ssm-derived Triton forward kernels "Original",
+# 128 heads of 64, state 128, 1 group, the model's chunk 256): 1.26e7 tokens/s at 8192 tokens,
+# 0.649 ms; this fraction, 0.19, gives 0.649 ms (107 TFLOP/s). The same value gives 1.23e7 at
+# 4096 tokens and 1.28e7 at 16384 against the PR's measured 1.21e7 and 1.29e7 (not fitted).
+SSD_GEMM_FRACTION = 0.19
+# fp32 intermediates of the scan: the chunk states (H N P per chunk) and C B^T (G Q^2 per chunk)
+SSD_FP32_BYTES = 4.0
+
+
+def in_proj_width(model: Model) -> int:
+    """z, x, B, C and dt: 2 H P + 2 G N + H (megatron/core/ssm/mamba_mixer.py `in_proj`)."""
+    return 2 * model.mamba_inner + 2 * model.mamba_groups * model.mamba_state + model.mamba_heads
+
+
+def ssd_kernels(model: Model, tokens: Number, tp: Number, e: float) -> tuple[tuple[Number, Number], ...]:
+    """(FLOPs, bytes) of each of the chunked scan's five kernels on one TP rank (Dao & Gu 2024
+    Sec. 6, the SSD algorithm with chunk Q; mamba_ssm/ops/triton/ssd_combined.py
+    `_mamba_chunk_scan_combined_fwd`), per token, H/t heads of P, G/t groups of N:
+
+        dA cumsum      read dt (e), write dt and its cumulative sum (fp32)
+        chunk state    B^T x per chunk and head, 2 N P FLOPs; read x, B, dt, dA; write the
+                       chunk's fp32 state (H N P per chunk: 4 H N P / Q bytes a token)
+        state passing  read and write the fp32 states (the recurrence between chunks)
+        C B^T          per chunk and group, 2 Q N FLOPs; read B and C, write it fp32 (G Q a token)
+        chunk scan     (C B^T o L) x within the chunk, 2 Q P, and C times the state passed in,
+                       2 N P, per head; read x, C, C B^T, the states, dt, dA; write y
+
+    The state passing's own FLOPs (N P per chunk and head, 1/Q of a token's) are left out."""
+    h, p, n, g, q = model.mamba_heads, model.mamba_head_dim, model.mamba_state, model.mamba_groups, model.mamba_chunk
+    f32 = SSD_FP32_BYTES
+    states = f32 * h * n * p / q
+    dt = 2 * f32 * h  # dt after softplus and its cumulative sum, fp32
+    per_token = (
+        (0.0, e * h + dt),
+        (2.0 * h * n * p, e * (h * p + g * n) + dt + states),
+        (0.0, 2 * states),
+        (2.0 * g * q * n, 2 * e * g * n + f32 * g * q),
+        (h * (2.0 * q * p + 2 * n * p), e * (2 * h * p + g * n) + f32 * g * q + states + dt),
+    )
+    return tuple((tokens * f / tp, tokens * b / tp) for f, b in per_token)
+
+
+def ssd_backward_kernels(model: Model, tokens: Number, tp: Number, e: float) -> tuple[tuple[Number, Number], ...]:
+    """(FLOPs, bytes) of each kernel of the chunked scan's backward on one TP rank
+    (mamba_ssm/ops/triton/ssd_combined.py `_mamba_chunk_scan_combined_bwd`), per token: the
+    forward's dA cumsum, C B^T, chunk states and state passing recomputed; dstates (C^T dout per
+    chunk, 2 N P a head); the state passing backward (states and dstates read, both written in
+    16 bits for the products that follow); dx (2 Q P + 2 N P a head); dB from the states
+    (2 N P); dC (2 N P); d(C B^T) (2 Q P); the two C B^T backward products (2 Q N a group each);
+    the stable ddA (2 Q P); the cumsum backward. Three products of 2 Q P and five of 2 N P per
+    head against the forward's one and two: about 3x the forward's FLOPs."""
+    h, p, n, g, q = model.mamba_heads, model.mamba_head_dim, model.mamba_state, model.mamba_groups, model.mamba_chunk
+    f32 = SSD_FP32_BYTES
+    x, bc = e * h * p, e * g * n  # x, dout or dx; B, C, dB or dC
+    states = f32 * h * n * p / q
+    dt = 2 * f32 * h
+    cb = f32 * g * q
+    qp, np_, qn = 2.0 * h * q * p, 2.0 * h * n * p, 2.0 * g * q * n
+    recomputed = ((0.0, e * h + dt), (qn, 2 * bc + cb), (np_, x + bc + dt + states), (0.0, 2 * states))
+    per_token = (
+        *recomputed,
+        (np_, bc + dt / 2 + x + states),  # dstates
+        (0.0, 3 * states),  # state passing backward
+        (qp + np_, 3 * x + bc + cb + dt + states / 2 + f32 * h),  # dx, ddt
+        (np_, x + dt + states / 2 + 2 * bc),  # dB
+        (np_, states / 2 + dt + x + 2 * bc),  # dC
+        (qp, 2 * x + dt + cb),  # d(C B^T)
+        (qn, 3 * bc + cb),  # dB += d(C B^T) C
+        (qn, 3 * bc + cb),  # dC += d(C B^T)^T B
+        (qp, 2 * x + dt + cb + f32 * h),  # stable ddA
+        (0.0, 3 * dt),  # cumsum backward
+    )
+    return tuple((tokens * f / tp, tokens * b / tp) for f, b in per_token)
+
+
+def ssd_flops(model: Model, tokens: Number, tp: Number) -> Number:
+    """The chunked scan's FLOPs on one TP rank: 2 Q N a token per group (C B^T), 2 Q P + 4 N P per
+    head (the chunk's output, its state, the output from the state passed in; `ssd_kernels`)."""
+    return sum(f for f, _ in ssd_kernels(model, tokens, tp, 2.0))
+
+
+def mamba_forward(
+    model: Model, tokens: Number, tp: Number, e: float, weight_bytes: Number | None = None, share: Number = 1.0
+) -> MambaForward:
+    """One Mamba-2 mixer's forward work on `tokens` tokens, split by `tp` (module docstring)."""
+    w = e if weight_bytes is None else weight_bytes
+    inner = model.mamba_inner
+    conv_channels = inner + 2 * model.mamba_groups * model.mamba_state
+    in_proj = gemm(tokens, in_proj_width(model) / tp, model.hidden, e, weight_bytes=w)
+    out_proj = gemm(tokens, model.hidden, inner / tp, e, weight_bytes=w)
+    conv = 2 * e * tokens * conv_channels / tp  # read x, B, C; write them convolved
+    gated_norm = 3 * e * tokens * inner / tp  # read y and z, write the normalised product
+    return MambaForward(
+        in_proj,
+        out_proj,
+        ssd_kernels(model, tokens, tp, e),
+        ssd_backward_kernels(model, tokens, tp, e),
+        conv + gated_norm,
+        share,
+    )
+
+
+def hybrid_layer_forward(
+    model: Model,
+    twin: LayerForward,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    e: float,
+    tokens: Number,
+    weight_bytes: Number | None = None,
+) -> LayerForward:
+    """The mean layer of a hybrid model's pattern on one TP rank: the attention work of `twin`
+    (the model's layer as attention + MLP, `Model.transformer_twin`) weighted by the attention
+    share, its MLP by the MLP share, a Mamba-2 mixer by the Mamba share; one pre-norm and one
+    residual add per layer (half an attention + MLP layer's two), the MLP's activation and the
+    attention's rotary embedding by their shares, the mixer's conv1d and gated norm by its."""
+    m, a, p = model.hybrid_shares
+    f = model.ffn_hidden
+    norms, residuals, activation, split = block_elementwise_parts(model, tokens, tp, sequence_parallel, e, f)
+    rope = 0.0 if model.learned_positions else 2 * e * tokens * (model.q_dim + model.kv_heads * model.head_dim) / tp
+    mamba = mamba_forward(model, tokens, tp, e, weight_bytes, share=m)
+    elementwise = 0.5 * (norms + residuals) * split + p * activation + a * rope + m * mamba.elementwise_bytes
+    kernels = 2.0 + p + (0.0 if model.learned_positions else a) + m * MAMBA_ELEMENTWISE_KERNELS
+    del batch
+    return replace(
+        twin,
+        elementwise_bytes=elementwise,
+        elementwise_kernels=kernels,  # type: ignore[arg-type]
+        has_mlp=p,
+        eager_elementwise_bytes=None,
+        attention_share=a,
+        mamba=mamba,
+    )
+
+
+def hybrid_layer_activation_bytes(model: Model, standard, tokens: Number, tp: Number, sp: Number, e: float,
+                                  recompute: Number, fp8_input_bytes: float) -> Number:  # fmt: skip
+    """Activations the mean layer of a hybrid pattern keeps for its backward pass, one micro-batch
+    on one GPU. `standard(ffn)` is `physics.memory_activations.layer_activation_bytes` of the
+    model's attention + MLP twin with a dense MLP of width ffn: attention alone is standard(0), less
+    one sublayer's norm input, linear input and dropout mask; the MLP alone is standard(f) - standard(0)
+    plus that sublayer's replicated part. A Mamba-2 layer keeps, on Megatron-Core's default path
+    (megatron/core/ssm/mamba_mixer.py `use_mem_eff_path`: mamba_ssm's
+    `mamba_split_conv1d_scan_combined` with checkpoint_lvl 1, which recomputes the conv1d and the
+    gated norm in the backward): the norm input and the in_proj input (replicated unless
+    sequence-parallel), and split by TP the in_proj output (z, x, B, C, dt), the scan's output
+    and out_proj's input (the gated norm's output; FP8 under Transformer Engine's FP8). Full
+    recomputation keeps every kind's layer input alone, as `standard` does."""
+    from shardwise.specs import Recompute
+
+    m, a, p = model.hybrid_shares
+    c = fp8_input_bytes if fp8_input_bytes else e
+    drop = 1.0 if model.dropout else 0.0
+    sp_split = np.where(np.asarray(sp, dtype=bool), 1.0 / np.asarray(tp, dtype=float), 1.0)
+    one_sublayer = (e + c + drop) * tokens * model.hidden * sp_split
+    attention = standard(0) - one_sublayer
+    mlp = standard(model.ffn_hidden) - standard(0) + one_sublayer
+    inner = model.mamba_inner
+    kept = e * (in_proj_width(model) + inner) + c * inner
+    mamba = (e + c) * tokens * model.hidden * sp_split + tokens * kept / tp
+    full = standard(model.ffn_hidden)
+    mean = a * attention + p * mlp + m * mamba
+    return np.where(np.asarray(recompute) == Recompute.FULL, full, mean)
