@@ -101,12 +101,13 @@ def test_the_pattern_order_does_not_change_the_whole_models_price():
 
 def test_mamba_activations_follow_megatrons_saved_tensors():
     """An all-Mamba pattern keeps per token the norm input and the in_proj input (replicated
-    without SP), and / tp: the in_proj output, the scan output, out_proj's input."""
+    without SP), and / tp: the in_proj output, the scan's ungated output, the RMSNorm's input
+    (the gated output) and out_proj's input (Megatron-Core's `_ssm_training`)."""
     m = hybrid("MM")
     s, h, t, e = m.seq_len, m.hidden, 4, 2.0
     got = layer_activation_bytes(m, 1, t, False, Recompute.NONE, True, e)
     width = 2 * 32 * 64 + 2 * 4 * 128 + 32
-    want = s * (2 * e * h + e * (width + 32 * 64 + 32 * 64) / t)  # z x B C dt; y; the gated norm out
+    want = s * (2 * e * h + e * (width + 3 * 32 * 64) / t)  # z x B C dt; y; y * silu(z); the norm out
     assert got == pytest.approx(want, rel=1e-12)
     full = layer_activation_bytes(m, 1, t, True, Recompute.FULL, True, e)
     assert full == pytest.approx(e * s * h / t, rel=1e-12)  # the layer input alone, split by SP
@@ -222,3 +223,35 @@ def test_a_hybrids_launch_command_is_refused(cli):
     code, _, err = cli(["plan", "--model", "nemotron-h-8b", "--system", "dgx-h100", "--global-batch", "64",
                         "--emit", "megatron"])  # fmt: skip
     assert code == 2 and "hybrid Mamba-2 model's launch command is not emitted" in err
+
+
+def test_the_training_paths_extras_are_megatrons():
+    """Megatron-Core's `_ssm_training`: the backward redoes the conv1d's forward (read and write
+    x, B, C: 2 e (H P + 2 G N) / t a token); the [s, b, h] <-> [b, s, h] copies cost nothing with
+    one sequence per micro-batch ([s, 1, h] is contiguous as [1, s, h]) and, with two, copy the
+    in_proj output and the scan's output forward and the in_proj output's gradient backward."""
+    m = hybrid("M*-")
+    e, t = 2.0, 4
+    width, inner, conv = 2 * 32 * 64 + 2 * 4 * 128 + 32, 32 * 64, 32 * 64 + 2 * 4 * 128
+    one = mb.mamba_forward(m, 4096, t, e, batch=1)
+    assert one.recompute == (pytest.approx(2 * e * 4096 * conv / t), 1.0)
+    assert float(one.copies_forward[0]) == 0.0 and float(one.copies_backward[0]) == 0.0
+    two = mb.mamba_forward(m, 8192, t, e, batch=2)
+    assert float(two.copies_forward[0]) == pytest.approx(2 * e * 8192 * (width + inner) / t)
+    assert float(two.copies_backward[0]) == pytest.approx(2 * e * 8192 * width / t)
+    # priced as memory-bound kernels in the Mamba-2 share of the mean layer's scan slots
+    from shardwise.physics.flops import layer_forward
+    from shardwise.physics.kernels import memory_s
+
+    gpu = presets.gpu("h100-sxm5-80gb")
+    f2 = layer_forward(m, 2, t, True, e)
+    bare = replace(f2, mamba=replace(f2.mamba, copies_forward=(0.0, 0.0), copies_backward=(0.0, 0.0)))
+    with_copies, without = layer_times(f2, gpu, "bf16", True), layer_times(bare, gpu, "bf16", True)
+    share = f2.mamba.share
+    assert share == pytest.approx(1 / 3)
+    assert float(with_copies.attention_s - without.attention_s) == pytest.approx(
+        share * float(memory_s(f2.mamba.copies_forward[0], gpu, f2.mamba.copies_forward[1]))
+    )
+    assert float(with_copies.attention_bwd_s - without.attention_bwd_s) == pytest.approx(
+        share * float(memory_s(f2.mamba.copies_backward[0], gpu, f2.mamba.copies_backward[1]))
+    )
