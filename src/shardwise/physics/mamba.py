@@ -189,7 +189,7 @@ def hybrid_layer_forward(
     residual add per layer (half an attention + MLP layer's two), the MLP's activation and the
     attention's rotary embedding by their shares, the mixer's conv1d and gated norm by its."""
     m, a, p = model.hybrid_shares
-    f = model.ffn_hidden
+    f = model.hybrid_mlp_width
     norms, residuals, activation, split = block_elementwise_parts(model, tokens, tp, sequence_parallel, e, f)
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (model.q_dim + model.kv_heads * model.head_dim) / tp
     mamba = mamba_forward(model, tokens, tp, e, weight_bytes, share=m, batch=batch)
@@ -229,10 +229,10 @@ def hybrid_layer_activation_bytes(model: Model, standard, tokens: Number, tp: Nu
     sp_split = np.where(np.asarray(sp, dtype=bool), 1.0 / np.asarray(tp, dtype=float), 1.0)
     one_sublayer = (e + c + drop) * tokens * model.hidden * sp_split
     attention = standard(0) - one_sublayer
-    mlp = standard(model.ffn_hidden) - standard(0) + one_sublayer
+    mlp = standard(model.hybrid_mlp_width) - standard(0) + one_sublayer
     inner = model.mamba_inner
     kept = e * (in_proj_width(model) + 2 * inner) + c * inner
     mamba = (e + c) * tokens * model.hidden * sp_split + tokens * kept / tp
-    full = standard(model.ffn_hidden)
+    full = standard(model.hybrid_mlp_width)
     mean = a * attention + p * mlp + m * mamba
     return np.where(np.asarray(recompute) == Recompute.FULL, full, mean)
