@@ -101,12 +101,13 @@ def test_the_pattern_order_does_not_change_the_whole_models_price():
 
 def test_mamba_activations_follow_megatrons_saved_tensors():
     """An all-Mamba pattern keeps per token the norm input and the in_proj input (replicated
-    without SP), and / tp: the in_proj output, the scan output, out_proj's input."""
+    without SP), and / tp: the in_proj output, the scan's ungated output, the RMSNorm's input
+    (the gated output) and out_proj's input (Megatron-Core's `_ssm_training`)."""
     m = hybrid("MM")
     s, h, t, e = m.seq_len, m.hidden, 4, 2.0
     got = layer_activation_bytes(m, 1, t, False, Recompute.NONE, True, e)
     width = 2 * 32 * 64 + 2 * 4 * 128 + 32
-    want = s * (2 * e * h + e * (width + 32 * 64 + 32 * 64) / t)  # z x B C dt; y; the gated norm out
+    want = s * (2 * e * h + e * (width + 3 * 32 * 64) / t)  # z x B C dt; y; y * silu(z); the norm out
     assert got == pytest.approx(want, rel=1e-12)
     full = layer_activation_bytes(m, 1, t, True, Recompute.FULL, True, e)
     assert full == pytest.approx(e * s * h / t, rel=1e-12)  # the layer input alone, split by SP
@@ -119,7 +120,10 @@ def test_mamba_activations_follow_megatrons_saved_tensors():
         ({"hybrid_pattern": "M*-", "layers": 4}, "layers 4 differs from the hybrid_pattern's 3 layers"),
         ({"hybrid_pattern": "M*-", "mamba_heads": 0}, r"has Mamba layers \(M\) but mamba_heads is 0"),
         ({"hybrid_pattern": "M*-", "mamba_groups": 5}, "mamba_heads 32 is not a multiple of mamba_groups 5"),
-        ({"hybrid_pattern": "ME*", "experts": 8, "experts_per_token": 2}, r"\(E\) in a hybrid_pattern are not priced"),
+        ({"hybrid_pattern": "ME*"}, r"mixture-of-experts layers \(E\) but experts is 0"),
+        ({"hybrid_pattern": "M*-", "experts": 8, "experts_per_token": 2}, "experts are its E layers"),
+        ({"hybrid_pattern": "ME-", "experts": 8, "experts_per_token": 2, "shared_experts": 1}, r"MLP \(-\) and"),
+        ({"hybrid_pattern": "ME*", "experts": 8, "experts_per_token": 2, "moe_every": 2}, "leave dense_layers"),
         ({"hybrid_pattern": ""}, "mamba_heads needs a hybrid_pattern"),
     ],
 )
@@ -185,14 +189,23 @@ def test_a_nemotron_h_config_json_is_its_preset(tmp_path):
     assert presets.model(str(path)).hybrid_pattern == want.hybrid_pattern
 
 
-def test_the_public_nemotron_h_rows_are_priced_and_nemotron_3_rows_say_why_not():
-    from shardwise.analyses.public_runs import raw_rows, skip_reason
+def test_the_public_nemotron_h_and_nano_rows_are_priced_super_and_ultra_say_why_not():
+    """Nemotron-H 56B (dense hybrid) and Nemotron 3 Nano (plain experts) are priced; Super and
+    Ultra route through latent experts (moe_latent_size): skipped with that reason."""
+    from shardwise.analyses.public_moe import resolved
+    from shardwise.analyses.public_runs import raw_rows, scenario_for, skip_reason
 
     rows = raw_rows()
     h = [r for r in rows if r["model"] == "nemotron-h-56b"]
     assert len(h) == 7 and all(skip_reason(r) == "" for r in h)
-    three = [r for r in rows if r["architecture_note"] == "hybrid mamba" and r["moe"] == "yes"]
-    assert three and {skip_reason(r) for r in three} == {"hybrid mamba with mixture-of-experts layers (not modelled)"}
+    three = [resolved(r) for r in rows if r["architecture_note"] == "hybrid mamba" and r["moe"] == "yes"]
+    nano = [r for r in three if r["model"] == "nemotron-3-nano-30b-a3b"]
+    latent = {skip_reason(r) for r in three if "nano" not in r["model_raw"].lower()}
+    assert latent == {"hybrid mamba with latent mixture-of-experts layers (not modelled)"}
+    priced = [r for r in nano if not skip_reason(r)]
+    assert len(priced) >= 20 and all(r["layers"] == "52" for r in priced)
+    scn = scenario_for(priced[0])
+    assert scn.model.moe_layers == 23 and scn.model.hybrid_mlp_width == 3712
 
 
 def test_ordinary_models_are_unchanged_by_the_hybrid_fields():
@@ -222,3 +235,92 @@ def test_a_hybrids_launch_command_is_refused(cli):
     code, _, err = cli(["plan", "--model", "nemotron-h-8b", "--system", "dgx-h100", "--global-batch", "64",
                         "--emit", "megatron"])  # fmt: skip
     assert code == 2 and "hybrid Mamba-2 model's launch command is not emitted" in err
+
+
+def test_the_training_paths_extras_are_megatrons():
+    """Megatron-Core's `_ssm_training`: the backward redoes the conv1d's forward (read and write
+    x, B, C: 2 e (H P + 2 G N) / t a token); the [s, b, h] <-> [b, s, h] copies cost nothing with
+    one sequence per micro-batch ([s, 1, h] is contiguous as [1, s, h]) and, with two, copy the
+    in_proj output and the scan's output forward and the in_proj output's gradient backward."""
+    m = hybrid("M*-")
+    e, t = 2.0, 4
+    width, inner, conv = 2 * 32 * 64 + 2 * 4 * 128 + 32, 32 * 64, 32 * 64 + 2 * 4 * 128
+    one = mb.mamba_forward(m, 4096, t, e, batch=1)
+    assert one.recompute == (pytest.approx(2 * e * 4096 * conv / t), 1.0)
+    assert float(one.copies_forward[0]) == 0.0 and float(one.copies_backward[0]) == 0.0
+    two = mb.mamba_forward(m, 8192, t, e, batch=2)
+    assert float(two.copies_forward[0]) == pytest.approx(2 * e * 8192 * (width + inner) / t)
+    assert float(two.copies_backward[0]) == pytest.approx(2 * e * 8192 * width / t)
+    # priced as memory-bound kernels in the Mamba-2 share of the mean layer's scan slots
+    from shardwise.physics.flops import layer_forward
+    from shardwise.physics.kernels import memory_s
+
+    gpu = presets.gpu("h100-sxm5-80gb")
+    f2 = layer_forward(m, 2, t, True, e)
+    bare = replace(f2, mamba=replace(f2.mamba, copies_forward=(0.0, 0.0), copies_backward=(0.0, 0.0)))
+    with_copies, without = layer_times(f2, gpu, "bf16", True), layer_times(bare, gpu, "bf16", True)
+    share = f2.mamba.share
+    assert share == pytest.approx(1 / 3)
+    assert float(with_copies.attention_s - without.attention_s) == pytest.approx(
+        share * float(memory_s(f2.mamba.copies_forward[0], gpu, f2.mamba.copies_forward[1]))
+    )
+    assert float(with_copies.attention_bwd_s - without.attention_bwd_s) == pytest.approx(
+        share * float(memory_s(f2.mamba.copies_backward[0], gpu, f2.mamba.copies_backward[1]))
+    )
+
+
+def test_an_e_layer_is_its_shared_experts_in_the_mean_layer_plus_its_routed_experts():
+    """Pattern ME* (Nemotron 3's kinds): the mean layer holds a third of a Mamba-2 mixer, of
+    attention and of an MLP of the shared experts' width (shared_experts x expert_ffn_hidden); the
+    one E layer adds its router and routed experts: parameters, activated parameters and FLOPs."""
+    from shardwise.engines.training_flops import layers_model_flops
+    from shardwise.physics.moe import experts_forward
+    from shardwise.physics.params import activated_params, mlp_params
+
+    moe = {"experts": 16, "experts_per_token": 2, "expert_ffn_hidden": 512, "shared_experts": 2}
+    m = hybrid("ME*", **moe)
+    assert m.hybrid_shares == pytest.approx((1 / 3, 1 / 3, 1 / 3)) and m.hybrid_mlp_width == 1024
+    assert m.moe_layers == 1 and m.is_moe
+    # the same pattern with the E layer as an MLP layer of the shared experts' width ("-")
+    dense = hybrid("M-*", ffn_hidden=1024)
+    expert = mlp_params(m, 512)
+    router = 1024 * 16
+    assert total_params(m) - total_params(dense) == pytest.approx(router + 16 * expert, rel=1e-12)
+    assert activated_params(m) - total_params(dense) == pytest.approx(router + 2 * expert, rel=1e-12)
+    routed = experts_forward(m, m.seq_len, 1, 1, 2.0).model_flops
+    assert layers_model_flops(m, 2.0) == pytest.approx(layers_model_flops(dense, 2.0) + routed, rel=1e-12)
+
+
+def test_nemotron_3_nano_matches_its_published_size():
+    """NVIDIA's Nemotron 3 Nano model card: 31.6B parameters, 3.2B active (3.6B with embeddings)."""
+    from shardwise.physics.params import activated_params
+
+    nano = presets.model("nemotron-3-nano-30b-a3b")
+    assert nano.hybrid_pattern.count("E") == 23 and nano.hybrid_pattern.count("*") == 6
+    assert total_params(nano) == pytest.approx(31.6e9, rel=0.01)
+    assert activated_params(nano) == pytest.approx(3.6e9, rel=0.02)
+
+
+def test_a_nemotron_3_nano_config_json_is_its_preset(tmp_path):
+    """NemotronHConfig with E layers: n_routed_experts, num_experts_per_tok, moe_intermediate_size,
+    the shared experts as one MLP of moe_shared_expert_intermediate_size (2 expert widths); a
+    config with latent experts (moe_latent_size: Nemotron 3 Super, Ultra) is refused in one line."""
+    want = presets.model("nemotron-3-nano-30b-a3b")
+    config = {"model_type": "nemotron_h", "architectures": ["NemotronHForCausalLM"], "vocab_size": 131072,
+              "hidden_size": 2688, "num_attention_heads": 32, "num_key_value_heads": 2, "head_dim": 128,
+              "intermediate_size": 1856, "max_position_embeddings": 8192,
+              "hybrid_override_pattern": want.hybrid_pattern,
+              "mamba_num_heads": 64, "mamba_head_dim": 64, "ssm_state_size": 128, "n_groups": 8, "conv_kernel": 4,
+              "chunk_size": 128, "mlp_hidden_act": "relu2", "tie_word_embeddings": False, "n_routed_experts": 128,
+              "num_experts_per_tok": 6, "moe_intermediate_size": 1856, "n_shared_experts": 1,
+              "moe_shared_expert_intermediate_size": 3712, "moe_latent_size": None}  # fmt: skip
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    got = presets.model(str(path))
+    fields = ("layers", "experts", "experts_per_token", "expert_ffn_hidden", "shared_experts", "hybrid_pattern")
+    assert {f: getattr(got, f) for f in fields} == {f: getattr(want, f) for f in fields}
+    assert total_params(got) == pytest.approx(total_params(want), rel=1e-12)
+    path.write_text(json.dumps({**config, "moe_latent_size": 1024}))
+    with pytest.raises(SpecError, match="moe_latent_size 1024: latent mixture-of-experts layers are not priced") as err:
+        presets.model(str(path))
+    assert "\n" not in str(err.value)

@@ -145,6 +145,26 @@ def _hybrid(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WHOLE:
             raise SpecError(f"{p}: {field}: {value!r} is not allowed; it must be a whole number >= 1")
         out[field] = value
+    if "E" in pattern:
+        _hybrid_experts(p, cfg, out)
+
+
+def _hybrid_experts(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """NemotronHConfig's E layers: latent experts (`moe_latent_size`, Nemotron 3 Super and Ultra)
+    are refused; the shared experts are one MLP of `moe_shared_expert_intermediate_size`, counted
+    as that many expert widths (Nemotron 3 Nano: 3712 = 2 x 1856)."""
+    if cfg.get("moe_latent_size"):
+        raise SpecError(
+            f"{p}: moe_latent_size {cfg['moe_latent_size']!r}: latent mixture-of-experts layers are not priced"
+        )
+    shared, width = cfg.get("moe_shared_expert_intermediate_size"), out.get("expert_ffn_hidden")
+    if not shared or not isinstance(width, int):
+        return
+    if not isinstance(shared, int) or isinstance(shared, bool) or shared % width:
+        raise SpecError(
+            f"{p}: moe_shared_expert_intermediate_size {shared!r} is not a multiple of moe_intermediate_size {width}"
+        )
+    out["shared_experts"] = shared // width
 
 
 def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) -> tuple[int, str]:

@@ -26,6 +26,11 @@ NAMES = (
     (("scout",), "llama4-scout"),
     (("moonlight",), "moonlight-16b"),
     (("mixtral",), "mixtral-8x7b"),
+    # Nemotron 3 Nano: Mamba-2, attention and MoE layers of plain experts (a hybrid preset); Super
+    # and Ultra route through latent experts (HF NemotronHConfig moe_latent_size), not modelled
+    (("nemotron", "3", "nano"), "nemotron-3-nano-30b-a3b"),
+    (("nemotron", "3", "super"), ""),
+    (("nemotron", "3", "ultra"), ""),
 )
 
 # Expert tensor parallelism of the recipes behind the rows. Megatron-Bridge's performance

@@ -117,10 +117,12 @@ def skip_reason(row: dict[str, str]) -> str:
     if row["moe"] == "yes" and public_moe.is_split_duplicate(row):
         return "duplicate of the previous row (one model cell split in two)"
     note = row["architecture_note"]
-    if note == "hybrid mamba" and row["moe"] == "yes":  # Nemotron 3: Mamba-2 + attention + MoE layers
-        return "hybrid mamba with mixture-of-experts layers (not modelled)"
+    # Nemotron 3: Mamba-2 + attention + MoE layers; Nano's plain experts are priced (`public_moe`),
+    # Super's and Ultra's latent experts (moe_latent_size) are not
+    if note == "hybrid mamba" and row["moe"] == "yes" and not public_moe.preset_for(row):
+        return "hybrid mamba with latent mixture-of-experts layers (not modelled)"
     # latent attention and dense hybrid Mamba-2 models with a preset (Nemotron-H) are modelled
-    if note and note != "mla" and not (note == "hybrid mamba" and row["model"]):
+    if note and note != "mla" and not (note == "hybrid mamba" and (row["model"] or public_moe.preset_for(row))):
         return f"{note} (not modelled)"
     if row["workload"] not in ("pretrain", "sft", "lora"):
         return f"workload {row['workload']!r} is not a training step"

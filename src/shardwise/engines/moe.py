@@ -64,8 +64,16 @@ from shardwise.specs.stages import StageSplit, moe_split
 
 
 def model_moe_split(model: Model, split: StageSplit) -> StageSplit:
-    """How many layers of each stage are mixture-of-experts."""
+    """How many layers of each stage are mixture-of-experts. A hybrid's stage of n mean layers
+    holds n times the pattern's share of E layers (`physics.mamba`: a stage is priced as its count
+    of mean layers, not its own slice of the pattern)."""
+    if model.is_hybrid:
+        q = model.moe_layers / len(model.hybrid_pattern)
+        return StageSplit(split.pp, *(q * np.asarray(getattr(split, f), dtype=float) for f in STAGE_COUNTS))
     return moe_split(split, model.layers, model.dense_layers, model.moe_every)
+
+
+STAGE_COUNTS = ("first", "last", "middle_total", "middle_max", "middle_min")
 
 
 def experts_cost(

@@ -87,7 +87,10 @@ def stage_times(scn: Scenario) -> StageTimes:
     moe, moe_params = layer, (0.0, 0.0)
     if model.is_moe:  # each stage's MoE layers (the ones after the dense ones, every moe_every-th)
         below = [moe_layers_below(x, model.dense_layers, model.moe_every) for x in (*starts, int(model.layers))]
-        n_moe = [int(below[i + 1] - below[i]) for i in range(p)]
+        if model.is_hybrid:  # the E layers' share of each stage's mean layers (`engines.moe.model_moe_split`)
+            below = [x * model.moe_layers / int(model.layers) for x in (*starts, int(model.layers))]
+        whole_layers = int if not model.is_hybrid else float
+        n_moe = [whole_layers(below[i + 1] - below[i]) for i in range(p)]
         moe = moe_layer_cost(local, comm, fabric, place, model.seq_len, plan.cp, cp_step, training=True)
         moe_params = moe_layer_params_per_gpu(model, plan.tp, plan.ep, plan.expert_tp)
         head = with_mtp(head, local, comm, moe)  # multi-token prediction on the last stage

@@ -216,7 +216,8 @@ def _hybrid_mixers(
     and output-projection slots, whose TP collectives they share (`engines.costs.layer_cost`);
     the attention core by the attention share plus the SSD scan by the Mamba-2 share
     (`physics.mamba`: each of its kernels a roofline at SSD_GEMM_FRACTION of the GPU's GEMM
-    rate, in 16 bits under FP8 as attention; its backward's kernels likewise). Selective
+    rate, in 16 bits under FP8 as attention; its backward's kernels likewise, with the conv1d's
+    forward redone and the layout copies, `MambaForward.recompute`, `copies_*`). Selective
     recomputation of the core attention redoes attention alone."""
     from shardwise.physics import mamba as mb
 
@@ -232,6 +233,11 @@ def _hybrid_mixers(
     p16 = attention_precision(precision)
     scan = sum(roofline_s(f, b, gpu, p16, mb.SSD_GEMM_FRACTION) for f, b in mix.ssd)
     scan_bwd = sum(roofline_s(f, b, gpu, p16, mb.SSD_GEMM_FRACTION) for f, b in mix.ssd_backward)
+    # the training path's memory-bound extras (`physics.mamba.mamba_forward`): the layout copies,
+    # and in the backward the conv1d's forward redone
+    (copy_f, n_f), (redo, n_r), (copy_b, n_b) = mix.copies_forward, mix.recompute, mix.copies_backward
+    scan = scan + memory_s(copy_f, gpu, n_f)
+    scan_bwd = scan_bwd + memory_s(redo, gpu, n_r) + memory_s(copy_b, gpu, n_b)
     return (
         mean(qkv, m_in),
         mean(proj, m_out),

@@ -89,8 +89,10 @@ def layer_forward(
     are counted too (`eager_elementwise_bytes`; None otherwise); where `eager_rotary` the fused
     path's rotary embedding moves what its eager ATen kernels move (`physics.stack`)."""
     if model.is_hybrid:  # the mean layer of its pattern, from the attention + MLP twin's
+        # (the MLP is the mean layer's own, `Model.hybrid_mlp_width`: an E layer's shared experts
+        # are in it, its routed experts priced per E layer by `engines.moe`, so `ffn` is not read)
         twin = layer_forward(model.transformer_twin, batch, tp, sequence_parallel, bytes_per_element, q_len, kv_len,
-                             weight_bytes, kv_bytes, cp, ffn, document_len=document_len)  # fmt: skip
+                             weight_bytes, kv_bytes, cp, model.hybrid_mlp_width, document_len=document_len)  # fmt: skip
         tokens = batch * (model.seq_len if q_len is None else q_len)
         return hybrid_layer_forward(model, twin, batch, tp, sequence_parallel, bytes_per_element, tokens, weight_bytes)
     if model.kv_lora_rank:

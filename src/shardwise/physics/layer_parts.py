@@ -86,8 +86,14 @@ class MambaForward:
     out_proj: Gemm
     ssd: tuple[tuple[Number, Number], ...]  # (FLOPs, bytes) of each SSD kernel (`ssd_kernels`)
     ssd_backward: tuple[tuple[Number, Number], ...]  # and of its backward (`ssd_backward_kernels`)
-    elementwise_bytes: Number  # conv1d and gated RMSNorm
+    elementwise_bytes: Number  # conv1d, the gating by z and the RMSNorm
     share: Number = 1.0
+    # the training path's memory-bound work beyond the forward's kernels (`physics.mamba`): the
+    # conv1d's forward redone in the backward, and the layout copies between [s, b, h] and
+    # [b, s, h] where the micro-batch holds more than one sequence: (bytes, kernels) each pass
+    recompute: tuple[Number, Number] = (0.0, 0.0)
+    copies_forward: tuple[Number, Number] = (0.0, 0.0)
+    copies_backward: tuple[Number, Number] = (0.0, 0.0)
 
     @property
     def ssd_flops(self) -> Number:

@@ -32,7 +32,8 @@ from shardwise.physics.layer_parts import LayerForward, MambaForward, block_elem
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
-# The causal depthwise conv1d (with SiLU) and the gated RMSNorm: the mixer's memory-bound kernels.
+# The causal depthwise conv1d (with SiLU) and the RMSNorm: the mixer's memory-bound kernels (the
+# gating by silu(z) runs in the chunk scan's epilogue, `mamba_forward`).
 MAMBA_ELEMENTWISE_KERNELS = 2
 # The SSD kernels' tensor-core rate as a fraction of the GPU's sustained 16-bit GEMM rate (unit:
 # fraction; range 0.15-0.25): each of the five kernels is priced as a roofline, max(FLOPs at this
@@ -119,23 +120,56 @@ def ssd_flops(model: Model, tokens: Number, tp: Number) -> Number:
 
 
 def mamba_forward(
-    model: Model, tokens: Number, tp: Number, e: float, weight_bytes: Number | None = None, share: Number = 1.0
+    model: Model,
+    tokens: Number,
+    tp: Number,
+    e: float,
+    weight_bytes: Number | None = None,
+    share: Number = 1.0,
+    batch: Number = 1,
 ) -> MambaForward:
-    """One Mamba-2 mixer's forward work on `tokens` tokens, split by `tp` (module docstring)."""
+    """One Mamba-2 mixer's forward work on `tokens` tokens of `batch` sequences, split by `tp`
+    (module docstring), on Megatron-Core's training path (megatron/core/ssm/mamba_mixer.py
+    `_ssm_training`: mamba_ssm's `mamba_split_conv1d_scan_combined` without its RMSNorm, then the
+    mixer's own norm):
+
+        conv1d      read x, B, C, write them convolved (causal_conv1d_fwd, SiLU fused)
+        gating      the chunk scan multiplies by silu(z) in its epilogue: it reads z and writes
+                    the ungated output beside the gated one (`_chunk_scan_fwd`, out and out_x)
+        norm        the grouped RMSNorm reads and writes the gated output (one Triton kernel)
+
+    and what training adds beyond the forward's kernels:
+
+        recompute   `MambaSplitConv1dScanCombinedFn.backward` runs causal_conv1d_fwd again (it
+                    saves zxbcdt, not the convolved xBC): the conv1d's bytes once more, one kernel
+        copies      `rearrange(zxBCdt, "l b d -> b l d").contiguous()` before the scan and
+                    `rearrange(y, "b l d -> l b d").contiguous()` after it copy the in_proj output
+                    and the scan's output where a micro-batch holds more than one sequence (with
+                    one, [s, 1, h] is already contiguous as [1, s, h]: no copy); in the backward the
+                    in_proj's output gradient comes back permuted and is made contiguous for its
+                    GEMMs: one copy of the in_proj width."""
     w = e if weight_bytes is None else weight_bytes
     inner = model.mamba_inner
+    width = in_proj_width(model)
     conv_channels = inner + 2 * model.mamba_groups * model.mamba_state
-    in_proj = gemm(tokens, in_proj_width(model) / tp, model.hidden, e, weight_bytes=w)
+    in_proj = gemm(tokens, width / tp, model.hidden, e, weight_bytes=w)
     out_proj = gemm(tokens, model.hidden, inner / tp, e, weight_bytes=w)
     conv = 2 * e * tokens * conv_channels / tp  # read x, B, C; write them convolved
-    gated_norm = 3 * e * tokens * inner / tp  # read y and z, write the normalised product
+    gating = 2 * e * tokens * inner / tp  # z read, the ungated output written (chunk scan's epilogue)
+    norm = 2 * e * tokens * inner / tp  # the gated output read, the normalised one written
+    several = np.asarray(batch) > 1
+    copy_f = np.where(several, 2 * e * tokens * (width + inner) / tp, 0.0)
+    copy_b = np.where(several, 2 * e * tokens * width / tp, 0.0)
     return MambaForward(
         in_proj,
         out_proj,
         ssd_kernels(model, tokens, tp, e),
         ssd_backward_kernels(model, tokens, tp, e),
-        conv + gated_norm,
+        conv + gating + norm,
         share,
+        recompute=(conv, 1.0),
+        copies_forward=(copy_f, np.where(several, 2.0, 0.0)),
+        copies_backward=(copy_b, np.where(several, 1.0, 0.0)),
     )
 
 
@@ -155,13 +189,12 @@ def hybrid_layer_forward(
     residual add per layer (half an attention + MLP layer's two), the MLP's activation and the
     attention's rotary embedding by their shares, the mixer's conv1d and gated norm by its."""
     m, a, p = model.hybrid_shares
-    f = model.ffn_hidden
+    f = model.hybrid_mlp_width
     norms, residuals, activation, split = block_elementwise_parts(model, tokens, tp, sequence_parallel, e, f)
     rope = 0.0 if model.learned_positions else 2 * e * tokens * (model.q_dim + model.kv_heads * model.head_dim) / tp
-    mamba = mamba_forward(model, tokens, tp, e, weight_bytes, share=m)
+    mamba = mamba_forward(model, tokens, tp, e, weight_bytes, share=m, batch=batch)
     elementwise = 0.5 * (norms + residuals) * split + p * activation + a * rope + m * mamba.elementwise_bytes
     kernels = 2.0 + p + (0.0 if model.learned_positions else a) + m * MAMBA_ELEMENTWISE_KERNELS
-    del batch
     return replace(
         twin,
         elementwise_bytes=elementwise,
@@ -183,9 +216,11 @@ def hybrid_layer_activation_bytes(model: Model, standard, tokens: Number, tp: Nu
     (megatron/core/ssm/mamba_mixer.py `use_mem_eff_path`: mamba_ssm's
     `mamba_split_conv1d_scan_combined` with checkpoint_lvl 1, which recomputes the conv1d and the
     gated norm in the backward): the norm input and the in_proj input (replicated unless
-    sequence-parallel), and split by TP the in_proj output (z, x, B, C, dt), the scan's output
-    and out_proj's input (the gated norm's output; FP8 under Transformer Engine's FP8). Full
-    recomputation keeps every kind's layer input alone, as `standard` does."""
+    sequence-parallel), and split by TP the in_proj output (z, x, B, C, dt), the scan's ungated
+    output (`out_x`), the RMSNorm's input (the gated output: Megatron-Core's `_ssm_training` norms
+    after the fused function, `mamba_forward`) and out_proj's input (the norm's output; FP8 under
+    Transformer Engine's FP8). Full recomputation keeps every kind's layer input alone, as
+    `standard` does."""
     from shardwise.specs import Recompute
 
     m, a, p = model.hybrid_shares
@@ -194,10 +229,10 @@ def hybrid_layer_activation_bytes(model: Model, standard, tokens: Number, tp: Nu
     sp_split = np.where(np.asarray(sp, dtype=bool), 1.0 / np.asarray(tp, dtype=float), 1.0)
     one_sublayer = (e + c + drop) * tokens * model.hidden * sp_split
     attention = standard(0) - one_sublayer
-    mlp = standard(model.ffn_hidden) - standard(0) + one_sublayer
+    mlp = standard(model.hybrid_mlp_width) - standard(0) + one_sublayer
     inner = model.mamba_inner
-    kept = e * (in_proj_width(model) + inner) + c * inner
+    kept = e * (in_proj_width(model) + 2 * inner) + c * inner
     mamba = (e + c) * tokens * model.hidden * sp_split + tokens * kept / tp
-    full = standard(model.ffn_hidden)
+    full = standard(model.hybrid_mlp_width)
     mean = a * attention + p * mlp + m * mamba
     return np.where(np.asarray(recompute) == Recompute.FULL, full, mean)

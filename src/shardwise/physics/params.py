@@ -70,9 +70,15 @@ def attention_params_split(model: Model) -> tuple[Number, Number]:
 def moe_layer_params_per_gpu(model: Model, tp: Number, ep: Number, etp: Number) -> tuple[Number, Number]:
     """(parameters outside the routed experts, routed-expert parameters) of one MoE layer on one
     GPU: attention and shared experts split by tp, norms and the router whole, experts / ep
-    experts with 1/etp of each."""
-    split, replicated = attention_params_split(model)
+    experts with 1/etp of each. A hybrid's E layer: the mean layer of its pattern (its shared
+    experts among its MLP share, `Model.hybrid_mlp_width`) plus the router, so that a stage of n
+    layers, k of them E, holds n mean layers and k routers and expert sets."""
     router = model.hidden * model.experts + (model.experts if model.bias else 0)
+    experts = model.experts / ep * mlp_params(model, model.expert_ffn_hidden) / etp
+    if model.is_hybrid:
+        split, replicated = hybrid_layer_params_split(model)
+        return split / tp + replicated + router, experts
+    split, replicated = attention_params_split(model)
     shared = model.shared_experts * mlp_params(model, model.expert_ffn_hidden)
     other = (split + shared) / tp + replicated + 2 * _norm_params(model) + router
     experts = model.experts / ep * mlp_params(model, model.expert_ffn_hidden) / etp
@@ -116,7 +122,7 @@ def hybrid_layer_params_split(model: Model) -> tuple[Number, Number]:
     m, a, p = model.hybrid_shares
     twin = model.transformer_twin
     attention, attention_replicated = attention_params_split(twin)
-    split = m * mamba_mixer_params(model) + a * attention + p * mlp_params(twin, model.ffn_hidden)
+    split = m * mamba_mixer_params(model) + a * attention + p * mlp_params(twin, model.hybrid_mlp_width)
     return split, a * attention_replicated + _norm_params(model)
 
 
@@ -148,6 +154,11 @@ def _params(model: Model, activated: bool) -> Number:
     outside = embedding_params(model) + _norm_params(model) + out
     if not model.is_moe and not model.kv_lora_rank:
         return model.layers * layer_params(model) + outside
+    if model.is_hybrid:  # mean layers (shared experts among them) + each E layer's router and experts
+        router = model.hidden * model.experts + (model.experts if model.bias else 0)
+        used = model.experts_per_token if activated else model.experts
+        routed = router + used * mlp_params(model, model.expert_ffn_hidden)
+        return model.layers * layer_params(model) + outside + model.moe_layers * routed
     attention = mla_attention_params(model) if model.kv_lora_rank else _attention_params(model)
     moe_all, moe_active = moe_layer_mlp_params(model)
     moe = model.moe_layers

@@ -156,10 +156,14 @@ class Model:
             raise SpecError(
                 f"{p}: mamba_heads {self.mamba_heads} is not a multiple of mamba_groups {self.mamba_groups}"
             )
-        if "E" in pattern:
-            raise SpecError(f"{p}: mixture-of-experts layers (E) in a hybrid_pattern are not priced yet")
-        if self.experts:
+        if "E" in pattern and not self.experts:
+            raise SpecError(f"{p}: hybrid_pattern has mixture-of-experts layers (E) but experts is 0")
+        if self.experts and "E" not in pattern:
             raise SpecError(f"{p}: a hybrid model's experts are its E layers; give them in hybrid_pattern")
+        if self.experts and (self.dense_layers or self.moe_every != 1):
+            raise SpecError(f"{p}: a hybrid model's MoE layers are its E layers: leave dense_layers and moe_every out")
+        if "E" in pattern and "-" in pattern and self.shared_experts:
+            raise SpecError(f"{p}: MLP (-) and shared-expert (E) layers in one hybrid_pattern are not priced")
         if self.kv_lora_rank:
             raise SpecError(f"{p}: latent attention in a hybrid model is not priced")
 
@@ -172,12 +176,24 @@ class Model:
     def hybrid_shares(self) -> tuple[float, float, float]:
         """(Mamba-2, attention, MLP) layers as shares of all layers: a layer of the mean of the
         pattern holds these fractions of each mixer (an ordinary model: (0, 1, 1), each layer
-        attention and an MLP)."""
+        attention and an MLP); mixture-of-experts layers (E) count as MLP layers of their shared
+        experts (`hybrid_mlp_width`)."""
         pattern = self.hybrid_pattern
         if not pattern:
             return 0.0, 1.0, 1.0
         n = len(pattern)
-        return pattern.count("M") / n, pattern.count("*") / n, pattern.count("-") / n
+        dense = pattern.count("-") + (pattern.count("E") if self.shared_experts else 0)
+        return pattern.count("M") / n, pattern.count("*") / n, dense / n
+
+    @property
+    def hybrid_mlp_width(self) -> int:
+        """The width of a hybrid mean layer's dense MLP: ffn_hidden for MLP layers (-); for
+        mixture-of-experts layers (E) their shared experts' (shared_experts x expert_ffn_hidden),
+        which the MLP share of `hybrid_shares` then counts (the routed experts are priced per E
+        layer, `engines.moe`; a pattern holds one kind or the other)."""
+        if "E" in self.hybrid_pattern and self.shared_experts:
+            return self.shared_experts * self.expert_ffn_hidden
+        return self.ffn_hidden
 
     @property
     def mamba_inner(self) -> int:
@@ -188,7 +204,7 @@ class Model:
     def transformer_twin(self) -> Model:
         """The same sizes as an ordinary model (every layer attention + MLP): what the hybrid's
         attention and MLP layers are priced from (`physics.mamba`)."""
-        return replace(self, hybrid_pattern="", mamba_heads=0)
+        return replace(self, hybrid_pattern="", mamba_heads=0, experts=0, experts_per_token=0, shared_experts=0)
 
     @property
     def is_moe(self) -> bool:
@@ -199,6 +215,8 @@ class Model:
         """How many layers are mixture-of-experts (0 for a dense model)."""
         if not self.experts:
             return 0
+        if self.hybrid_pattern:  # a hybrid's E layers
+            return self.hybrid_pattern.count("E")
         after = np.asarray(self.layers) - self.dense_layers
         return int(after // self.moe_every) if after.ndim == 0 else after // self.moe_every
 
