@@ -5,7 +5,11 @@ option modules read it at import time and must stay light)."""
 # "mxfp8" is block scaling, one E8M0 scale per 32 elements (OCP Microscaling v1.0), which
 # Blackwell's tensor cores apply inside the GEMM (Megatron-Core `--fp8-recipe mxfp8`).
 FP8_PRECISIONS = ("fp8", "mxfp8")
-TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS)  # what --precision accepts
+# "nvfp4": 4-bit training as Transformer Engine's NVFP4BlockScaling recipe runs it (Megatron-Core
+# `--fp4-format e2m1 --fp4-recipe nvfp4`, Megatron-Bridge `bf16_with_nvfp4_mixed`): all three GEMMs
+# of every linear layer on E2M1 operands with an E4M3 scale per 16 elements (`physics.linears`).
+FP4_TRAINING_PRECISIONS = ("nvfp4",)
+TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS, *FP4_TRAINING_PRECISIONS)  # what --precision accepts
 # "fp4": 4-bit block-scaled tensor-core GEMMs (NVFP4 / MXFP4 on Blackwell), for serving only: the
 # serving engines set it from the weights' storage (`engines.serving.compute_precision`).
 FP4_PRECISIONS = ("fp4",)

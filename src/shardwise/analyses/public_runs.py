@@ -133,9 +133,7 @@ def skip_reason(row: dict[str, str]) -> str:
         return "model or system not known to shardwise"
     if row["moe"] == "yes" and not as_int(row["ep"]):
         return "layout incomplete"
-    if row["precision"] == "nvfp4":
-        return "NVFP4 training is not modelled"
-    if row["precision"] not in ("bf16", "fp16", "fp8", "mxfp8"):
+    if row["precision"] not in ("bf16", "fp16", "fp8", "mxfp8", "nvfp4"):
         return "precision not stated" if not row["precision"] else f"precision {row['precision']!r} not modelled"
     if any(as_int(row[k]) is None for k in ("tp", "pp", "dp", "mbs", "gbs", "seq_len", "layers", "num_gpus")):
         return "layout incomplete"

@@ -237,7 +237,8 @@ execution_options = stack_options(
         type=click.Choice(TRAINING_PRECISIONS, case_sensitive=False),
         default="bf16",
         show_default=True,
-        help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell).",
+        help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell), "
+        "nvfp4 Transformer Engine's 4-bit NVFP4 recipe (Blackwell).",
     ),
     click.option(
         "--flash-attention/--no-flash-attention",

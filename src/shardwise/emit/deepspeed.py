@@ -45,7 +45,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (m.is_moe, "a mixture of experts (DeepSpeed-MoE's top-1/2 gating is another model)"),
         (bool(m.kv_lora_rank), "multi-latent attention"),
         (i(p.lora_rank) > 0, "LoRA"),
-        (p.precision in ("fp8", "mxfp8"), f"{p.precision} training"),
+        (p.precision in ("fp8", "mxfp8", "nvfp4"), f"{p.precision} training"),
         (i(p.recompute_layers) > 0, "recomputing only some layers whole (--recompute-layers)"),
         (i(p.offload_activation_layers) > 0, "Megatron-Core's activation offload (--offload-activations)"),
         (float(p.offload_optimizer) > 0, "optimizer offload (--offload-optimizer; DeepSpeed's offload_optimizer)"),

@@ -213,6 +213,8 @@ def _precision(precision: str) -> tuple[str, ...]:
         "fp16": ("--fp16",),
         "fp8": ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed"),
         "mxfp8": ("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "mxfp8"),
+        # Megatron-Core's NVFP4 (Transformer Engine's NVFP4BlockScaling), every layer in FP4
+        "nvfp4": ("--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"),
     }[precision]
 
 

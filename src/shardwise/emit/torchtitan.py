@@ -89,6 +89,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if p.precision == "fp16":
         raise EmitError("--emit torchtitan: fp16 is not a torchtitan training precision; plan with --precision bf16")
+    if p.precision == "nvfp4":
+        raise EmitError("--emit torchtitan: nvfp4 is Transformer Engine's recipe; plan with --precision mxfp8 or bf16")
     if i(p.recompute_layers) > 0:
         raise EmitError(
             "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "

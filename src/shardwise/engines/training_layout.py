@@ -51,7 +51,7 @@ from shardwise.physics.microbatch import handshake_shares
 from shardwise.physics.topology import placement
 from shardwise.specs import Model, Plan, Scenario, Schedule
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import Gpu, is_fp8
+from shardwise.specs.hardware import Gpu, is_fp8, is_nvfp4
 from shardwise.specs.memo import Memo
 from shardwise.specs.stages import StageSplit
 
@@ -342,7 +342,7 @@ def optimizer_time_s(
     scn: Scenario, n_params: Number, n_expert: Number = 0.0, n_weights: Number | None = None
 ) -> Number:
     """The Adam update of `n_params` parameters (divided by dp x cp, or the shard group, under ZeRO >= 1; the
-    `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 training also the
+    `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 and NVFP4 training also the
     once-per-step cast of every local weight (`n_weights`, default `n_params`; more under LoRA,
     whose frozen weights are cast too) to FP8 in both layouts
     (`physics.linears.cast_bytes_per_element`), which the first micro-batch caches for the rest
@@ -358,7 +358,8 @@ def optimizer_time_s(
     update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
-    if not is_fp8(plan.precision) or plan.fp8_recipe != "te":
+    # Transformer Engine caches each weight's FP8 / NVFP4 copies across the step's micro-batches
+    if not (is_fp8(plan.precision) and plan.fp8_recipe == "te") and not is_nvfp4(plan.precision):
         return update
     weights = n_params if n_weights is None else n_weights
     return update + memory_s(cast_bytes_per_element(plan.precision) * weights, gpu)

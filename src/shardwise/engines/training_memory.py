@@ -20,7 +20,7 @@ from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import is_fp8
+from shardwise.specs.hardware import is_fp8, is_nvfp4
 from shardwise.specs.memo import kept
 from shardwise.specs.stages import StageSplit, recomputed_split
 
@@ -282,6 +282,8 @@ def fp8_input_bytes(plan: Plan) -> float:
     Engine's FP8 training (`Plan.fp8_recipe` "te" at precision fp8 or mxfp8) keeps the cast it
     multiplied with (`physics.memory.TE_FP8_INPUT_BYTES`); 0 otherwise (the 16-bit input is kept: BF16,
     and torchao's recipes, whose float8 linear saves its high-precision input)."""
+    if is_nvfp4(plan.precision):  # the column-wise NVFP4 copy wgrad reads (`physics.memory.TE_NVFP4_INPUT_BYTES`)
+        return mem.TE_NVFP4_INPUT_BYTES
     return mem.TE_FP8_INPUT_BYTES if is_fp8(plan.precision) and plan.fp8_recipe == "te" else 0.0
 
 

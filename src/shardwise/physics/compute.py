@@ -43,6 +43,7 @@ from shardwise.physics.linears import (  # noqa: F401
     UNFUSED_ACCUMULATE_BYTES,
     GemmTimes,
     cast_bytes_per_element,
+    cast_kernels_per_tensor,
     cast_times,
     linear_times,
     linears_times,
@@ -177,7 +178,7 @@ def layer_times(
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
     elif is_narrow(precision):
-        cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision))
+        cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision), cast_kernels_per_tensor(precision))
     return LayerTimes(
         qkv=qkv,
         proj=proj,

@@ -21,7 +21,7 @@ from shardwise.physics.kernels import gemms_s, memory_s
 from shardwise.physics.layer_parts import Gemm, LayerForward, input_gradient, weight_gradient
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import is_fp8
+from shardwise.specs.hardware import is_fp8, is_nvfp4
 
 
 @dataclass(frozen=True)
@@ -50,23 +50,46 @@ MXFP8_CAST_BYTES_PER_ELEMENT = 4.0 + 2.0 / 32.0
 # Without a weight gradient (frozen weights, LoRA) only the row-wise copy is made: Transformer
 # Engine quantises the input column-wise only when `weight.requires_grad`, the output gradient
 # only when it computes wgrad (transformer_engine/pytorch/module/linear.py).
-ROWWISE_CAST_BYTES_PER_ELEMENT = {"fp8": 3.0, "mxfp8": 3.0 + 1.0 / 32.0}
+ROWWISE_CAST_BYTES_PER_ELEMENT = {
+    "fp8": 3.0,
+    "mxfp8": 3.0 + 1.0 / 32.0,
+    "nvfp4": 2.0 + 2.0 + 0.5 + 1.0 / 16.0,  # amax pass, then the row-wise cast alone (NVFP4_CAST_...)
+}
 
 
 # NVFP4: 4-bit values with one FP8 (E4M3) scale per 16 (NVIDIA's NVFP4 format): 0.5 + 1/16 bytes per
 # element. Serving quantises each linear layer's input once (read 2 bytes, write 0.5625).
 NVFP4_BYTES_PER_ELEMENT = 0.5 + 1.0 / 16.0
 FP4_CAST_BYTES_PER_ELEMENT = 2.0 + NVFP4_BYTES_PER_ELEMENT
+# NVFP4 training (Transformer Engine's NVFP4BlockScaling, transformer_engine/pytorch/csrc/quantizer.cpp
+# NVFP4Quantizer::quantize_impl, TE d0067d0): the per-tensor FP32 scale needs the tensor's absolute
+# maximum first, one kernel reading it (`nvte_hadamard_transform_amax`: the amax of the input and of
+# its Random Hadamard Transform, 16 x 16, in one pass; read 2 bytes); then one fused kernel
+# (`nvte_quantize_with_hadamard_transform`) reads it again and writes the row-wise copy (for fprop /
+# dgrad) and the RHT'd, transposed column-wise copy (for wgrad; NVFP4 GEMMs take only the TN layout),
+# each 0.5625 bytes: 2 + 2 + 2 x 0.5625 = 5.125 bytes an element, 2 kernels a tensor. Inputs and
+# output gradients alike (gradients also round stochastically, in the same kernel). Weights take 16 x 16
+# 2D scales without RHT: an amax pass and one cast into both layouts, the same bytes, once a step.
+NVFP4_AMAX_BYTES_PER_ELEMENT = 2.0
+NVFP4_CAST_BYTES_PER_ELEMENT = NVFP4_AMAX_BYTES_PER_ELEMENT + 2.0 + 2.0 * NVFP4_BYTES_PER_ELEMENT
+NVFP4_KERNELS_PER_TENSOR = 2  # the amax, the fused cast
 
 
 def cast_bytes_per_element(precision: str) -> float:
-    """Bytes moved to quantise one 16-bit element (FP8: in both layouts; 0 in 16 bits)."""
+    """Bytes moved to quantise one 16-bit element (FP8, NVFP4 training: in both layouts; 0 in 16 bits)."""
     casts = {
         "fp8": FP8_CAST_BYTES_PER_ELEMENT,
         "mxfp8": MXFP8_CAST_BYTES_PER_ELEMENT,
         "fp4": FP4_CAST_BYTES_PER_ELEMENT,
+        "nvfp4": NVFP4_CAST_BYTES_PER_ELEMENT,
     }
     return casts.get(precision, 0.0)
+
+
+def cast_kernels_per_tensor(precision: str) -> int:
+    """Kernels that quantise one tensor: NVFP4 training's amax pass and cast; one elsewhere (TE's FP8
+    casts fuse the amax into the cast: delayed scaling reads the previous steps' history)."""
+    return NVFP4_KERNELS_PER_TENSOR if is_nvfp4(precision) else 1
 
 
 # Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
@@ -113,6 +136,8 @@ def linears_times(
         gs = [g._replace(a_bytes=1.0, b_bytes=1.0) for g in gs]
     elif precision == "fp4":  # activations quantised to NVFP4; the weights as stored
         gs = [g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT) for g in gs]
+    elif is_nvfp4(precision):  # both operands of all three GEMMs in NVFP4, outputs in 16 bits
+        gs = [g._replace(a_bytes=NVFP4_BYTES_PER_ELEMENT, b_bytes=NVFP4_BYTES_PER_ELEMENT) for g in gs]
     if not backward:
         return [GemmTimes(t, NOT_PRICED, NOT_PRICED) for t in gemms_s(gs, gpu, precision)]
     # one framework for all plans (a scalar): price only its kind of weight-gradient accumulation
@@ -171,16 +196,19 @@ def _weighted_linears(fwd: LayerForward) -> tuple[tuple[Gemm, ...], tuple[Number
     return (*gemms, fwd.mamba.in_proj, fwd.mamba.out_proj), (*on, fwd.mamba.share, fwd.mamba.share)
 
 
-def cast_times(fwd: LayerForward, gpu: Gpu, bytes_per_element: float) -> tuple[Number, Number]:
+def cast_times(
+    fwd: LayerForward, gpu: Gpu, bytes_per_element: float, kernels_per_tensor: int = 1
+) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
-    `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`)."""
+    `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
+    kernels each (`cast_kernels_per_tensor`)."""
     gemms, on = _weighted_linears(fwd)
     inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
     out_on = on if fwd.mamba is not None else (1.0,) * len(gemms)
     outputs = sum(w * g.m * g.n * g.batch for w, g in zip(out_on, gemms, strict=True))
     return (
-        memory_s(bytes_per_element * inputs, gpu, kernels=len(gemms)),
-        memory_s(bytes_per_element * outputs, gpu, kernels=len(gemms)),
+        memory_s(bytes_per_element * inputs, gpu, kernels=kernels_per_tensor * len(gemms)),
+        memory_s(bytes_per_element * outputs, gpu, kernels=kernels_per_tensor * len(gemms)),
     )
 
 

@@ -46,6 +46,7 @@ from shardwise.physics.compute import (
     roofline_s,
 )
 from shardwise.physics.flops import Gemm, LayerForward, gemm, input_gradient, layer_forward, weight_gradient
+from shardwise.physics.linears import cast_kernels_per_tensor
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
 from shardwise.specs.plan_fields import LORA_TARGETS
@@ -161,8 +162,10 @@ def lora_layer_times(
         return GemmTimes(g.forward_s, g.input_grad_s, frozen * g.weight_grad_s)
 
     cast_f, cast_b = lt.cast_f_s, lt.cast_b_s
-    if precision in ROWWISE_CAST_BYTES_PER_ELEMENT:  # FP8 without wgrad: the row-wise copies only
-        row_f, row_b = cast_times(fwd, gpu, ROWWISE_CAST_BYTES_PER_ELEMENT[precision])
+    if precision in ROWWISE_CAST_BYTES_PER_ELEMENT:  # FP8, NVFP4 without wgrad: row-wise copies only
+        row_f, row_b = cast_times(
+            fwd, gpu, ROWWISE_CAST_BYTES_PER_ELEMENT[precision], cast_kernels_per_tensor(precision)
+        )
         cast_f, cast_b = frozen * cast_f + on * row_f, frozen * cast_b + on * row_b
     return replace(
         lt,

@@ -30,6 +30,7 @@ from shardwise.physics.flops import DROPOUT_MASK_BYTES
 from shardwise.physics.memory_activations import (
     FLASH_STATS_BYTES,
     TE_FP8_INPUT_BYTES,
+    TE_NVFP4_INPUT_BYTES,
     layer_activation_bytes,
     layers_in_flight,
     mlp_checkpointed_bytes,
@@ -158,6 +159,7 @@ __all__ = [
     "STACKS",
     "TE_CROSS_ENTROPY_LOGIT_BYTES",
     "TE_FP8_INPUT_BYTES",
+    "TE_NVFP4_INPUT_BYTES",
     "ZERO3_GATHERED_UNITS",
     "MemoryBreakdown",
     "StackMemory",

@@ -35,6 +35,9 @@ FLASH_STATS_BYTES = 4.0
 # layernorm_linear.py: the quantized `inputmat` / `ln_out` saved for backward; MXFP8 adds a 1-byte
 # scale per 32 elements, left out): 1 byte an element.
 TE_FP8_INPUT_BYTES = 1.0
+# NVFP4 training keeps the column-wise NVFP4 copy wgrad reads (the same saved `inputmat`, its row-wise
+# usage dropped after fprop): 4 bits and an E4M3 scale per 16 elements, 0.5 + 1/16 bytes an element.
+TE_NVFP4_INPUT_BYTES = 0.5 + 1.0 / 16.0
 
 
 @kept

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from shardwise.precisions import FP4_PRECISIONS, FP8_PRECISIONS
+from shardwise.precisions import FP4_PRECISIONS, FP4_TRAINING_PRECISIONS, FP8_PRECISIONS
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.memo import hash_once
@@ -21,12 +21,28 @@ SDPA_FLASH_BACKENDS = ("fa2", "aotriton")
 
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
 # is priced where the tensors are quantised, `physics.compute`).
-PRECISION_BYTES: dict[str, float] = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "fp4": 0.5}
+PRECISION_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "mxfp8": 1.0,
+    "fp4": 0.5,
+    "nvfp4": 0.5,
+}
 
 # A block-scaled (MXFP8) GEMM against a per-tensor-scaled FP8 one of the same shape: Transformer
 # Engine's published GEMM profile of one Llama-like layer on B300 with pre-quantised operands,
 # 6.812 ms (FP8 tensorwise) vs 7.161 ms (MXFP8) (TransformerEngine docs/examples/gemm_profiling).
 MXFP8_GEMM_RELATIVE = 6.812 / 7.161
+# An NVFP4 GEMM's tensor cores take their operands at the byte rate an FP8 GEMM's do: an NVFP4 element
+# is 0.5 + 1/16 bytes (4 bits and an E4M3 scale per 16) against FP8's 1, so its main loop reaches at most
+# 1 / 0.5625 = 1.78x the FP8 main loop's FLOP rate, and never more than its peak ratio allows. Unit:
+# FLOP-rate ratio; range 1.78-1.81. Check: Transformer Engine's GEMM profile on B300 (pre-quantised
+# operands, the 12 GEMMs of one hidden-4096 layer at 15,872 tokens, docs/examples/gemm_profiling,
+# TE d0067d0): FP8 per-tensor 6.812 ms, NVFP4 3.764 ms, 1.81x, for a peak ratio of 3.1 (14 / 4.5 PF).
+# GB200 / B200 (ratio 2) reach 1.78x, GB300 (3) 1.78x: `matmul_efficiency_for` caps the efficiency.
+NVFP4_OPERAND_RATE_RATIO = 1.0 / (0.5 + 1.0 / 16.0)
 
 
 def is_fp8(precision: str) -> bool:
@@ -36,7 +52,13 @@ def is_fp8(precision: str) -> bool:
 
 def is_narrow(precision: str) -> bool:
     """GEMMs on quantised operands (FP8 or FP4) with 16-bit activations between layers."""
-    return precision in FP8_PRECISIONS or precision in FP4_PRECISIONS
+    return precision in FP8_PRECISIONS or precision in FP4_PRECISIONS or precision in FP4_TRAINING_PRECISIONS
+
+
+def is_nvfp4(precision: str) -> bool:
+    """NVFP4 training (Transformer Engine's NVFP4BlockScaling): 4-bit GEMM operands, 16-bit
+    activations between layers."""
+    return precision in FP4_TRAINING_PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -153,11 +175,14 @@ class Gpu:
                     "none; use fp8 (per-tensor scaling)"
                 )
             return self.peak_flops_per_s_fp8
-        if precision in FP4_PRECISIONS:
+        if precision in FP4_PRECISIONS or is_nvfp4(precision):
             if not (chk.as_array(self.peak_flops_per_s_fp4) > 0).all():
-                raise SpecError(f"precision: fp4 needs FP4 tensor cores (Blackwell); gpu {self.name!r} has none")
+                raise SpecError(
+                    f"precision: {precision} needs FP4 tensor cores (Blackwell); gpu {self.name!r} has none; "
+                    "use fp8" + (" or mxfp8" if self.mxfp8 else "")
+                )
             return self.peak_flops_per_s_fp4
-        raise SpecError(f"precision: {precision!r} is not allowed; choose one of bf16, fp16, fp8, mxfp8")
+        raise SpecError(f"precision: {precision!r} is not allowed; choose one of bf16, fp16, fp8, mxfp8, nvfp4")
 
     def matmul_efficiency_for(self, precision: str) -> Number:
         """Achievable fraction of the peak of `precision` for a layer's GEMMs."""
@@ -165,6 +190,11 @@ class Gpu:
         # FP4: no published best-shape FP4 GEMM rate; FP8's share of its own peak is assumed
         if is_narrow(precision) and (chk.as_array(self.matmul_efficiency_fp8) > 0).all():
             eff = self.matmul_efficiency_fp8
+        if is_nvfp4(precision):  # FP8's fraction, capped by the operand byte rate (NVFP4_OPERAND_RATE_RATIO)
+            fp8, fp4 = chk.as_array(self.peak_flops_per_s_fp8), chk.as_array(self.peak_flops_per_s_fp4)
+            ratio = np.divide(fp8, fp4, out=np.zeros(np.broadcast(fp8, fp4).shape), where=fp4 > 0)
+            cap = np.where(ratio > 0, np.minimum(1.0, NVFP4_OPERAND_RATE_RATIO * ratio), 1.0)
+            return eff * (cap if np.ndim(cap) else float(cap))
         return eff * MXFP8_GEMM_RELATIVE if precision == "mxfp8" else eff
 
     def with_(self, **changes: object) -> Gpu:

@@ -132,7 +132,7 @@ def check_fields(plan: Any) -> None:
     object.__setattr__(plan, "shard_group", shard_group_of(plan.shard_group, plan.dp, plan.cp, zero))
     if not isinstance(plan.precision, str) or plan.precision not in COMPUTE_PRECISIONS:
         raise SpecError(
-            f"plan: precision {plan.precision!r} is not allowed; choose bf16, fp16, fp8 or mxfp8 "
+            f"plan: precision {plan.precision!r} is not allowed; choose bf16, fp16, fp8, mxfp8 or nvfp4 "
             "(fp4 is set by serving from FP4 weights)"
         )
     if not isinstance(plan.framework, str):
