@@ -330,14 +330,7 @@ def test_the_fitted_gpu_efficiencies_are_what_the_fit_gives():
 
     from shardwise.analyses import loso
 
-    rows = [
-        p
-        for p in loso.priced_rows()
-        if p.row.split == "dev"
-        and p.gpu == p.fitted_gpu
-        and p.stack in loso.FIT_STACKS
-        and p.compute_share >= loso.COMPUTE_SHARE
-    ]
+    rows = [p for p in loso.priced_rows() if p.sets_scale and p.compute_share >= loso.COMPUTE_SHARE]
     for gpu in ("h100-sxm5-80gb", "a100-sxm4-80gb"):
         mine = [p for p in rows if p.gpu == gpu]
         median = np.median([p.row.predicted_step_s / p.row.measured_step_s - 1 for p in mine])

@@ -117,3 +117,16 @@ def test_the_public_nvfp4_llama_rows_are_priced():
 
 def test_megatron_launch_flags_name_the_nvfp4_recipe():
     assert _precision("nvfp4") == ("--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4")
+
+
+def test_nvfp4_rows_never_set_a_gpu_scale():
+    """NVFP4's GEMM rate is derived from FP8's, unmeasured on GB200/GB300: its rows are priced and
+    validated but take no part in the sustained-efficiency fit (`analyses.loso.UNFITTED_PRECISIONS`)."""
+    from shardwise.analyses import loso
+
+    rows = loso.priced_rows()
+    nvfp4 = [p for p in rows if p.precision == "nvfp4"]
+    assert nvfp4 and any(p.row.split == "dev" for p in nvfp4)
+    assert not any(p.sets_scale for p in nvfp4)
+    without = loso.fit_scales([p for p in rows if p.precision != "nvfp4"])
+    assert loso.fit_scales(list(rows)) == without

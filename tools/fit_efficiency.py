@@ -32,15 +32,13 @@ def main() -> None:
     groups: dict[str, set[str]] = defaultdict(set)
     counts: dict[str, int] = defaultdict(int)
     for p in rows:
-        if p.row.split == "dev" and p.gpu == p.fitted_gpu and p.stack in loso.FIT_STACKS:
+        if p.sets_scale:
             groups[p.gpu].add(p.row.group)
             counts[p.gpu] += 1
     for name, s in sorted(scales.items()):
         gpu = presets.gpu(name)
         base = 1.0 / loso.SHIPPED_SCALES.get(name, 1.0)  # the preset holds base x shipped scale
-        stacks = sorted(
-            {p.stack for p in rows if p.row.split == "dev" and p.gpu == name and p.stack in loso.FIT_STACKS}
-        )
+        stacks = sorted({p.stack for p in rows if p.sets_scale and p.gpu == name})
         print(
             f"{name}: {counts[name]} dev rows, {len(groups[name])} groups ({', '.join(stacks)}): scale {s:.3f} -> "
             f"matmul_efficiency {gpu.matmul_efficiency * base * s:.3f}"

@@ -45,6 +45,10 @@ COMPUTE_SHARE = 0.85  # rows mostly compute measure the GPU (tools/fit_efficienc
 # Face models) are priced but never fitted: what their kernels cost is the compiler's or the
 # dispatcher's physics, not the GPU's clock, and a scale fitted on them would carry it to every stack.
 FIT_STACKS = ("megatron-core", "megatron-deepspeed", "internevo", "flash-attn-trainer", "nanotron")
+# Precisions whose rows are priced but never set a scale: NVFP4's GEMM rate is derived from FP8's
+# (`specs.hardware.NVFP4_OPERAND_RATE_RATIO`, unmeasured on GB200/GB300), and a scale fitted on its
+# rows would carry that rule's error to every 8- and 16-bit prediction on the GPU.
+UNFITTED_PRECISIONS = ("nvfp4",)
 MIN_GROUPS = 2
 # An 80% interval of ±40% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = math.log(1.4) / Z80
@@ -77,6 +81,17 @@ class Priced:
     fitted_gpu: str  # the GPU whose fitted scale applies ("" : none)
     grid_s: np.ndarray  # predicted step at GRID (constant when no scale applies)
     compute_share: float
+    precision: str = "bf16"
+
+    @property
+    def sets_scale(self) -> bool:
+        """A dev row on a fitted GPU itself (not a sibling), of a fitted stack and precision."""
+        return (
+            self.row.split == "dev"
+            and self.gpu == self.fitted_gpu
+            and self.stack in FIT_STACKS
+            and self.precision not in UNFITTED_PRECISIONS
+        )
 
     def at(self, scales: dict[str, float]) -> float:
         return float(np.interp(scales.get(self.fitted_gpu, 1.0), GRID, self.grid_s))
@@ -120,7 +135,7 @@ def priced_rows() -> tuple[Priced, ...]:
             )
             scaled = type(scn)(scn.model, scn.cluster.with_(gpu=g), scn.plan)
             grid = np.asarray(estimate_training_step(scaled).step_time_s, dtype=float)
-        out.append(Priced(r, gpu.name, stack_of(raw), fitted, grid, share))
+        out.append(Priced(r, gpu.name, stack_of(raw), fitted, grid, share, str(scn.plan.precision)))
     return tuple(out)
 
 
@@ -129,7 +144,7 @@ def fit_scales(rows: list[Priced]) -> dict[str, float]:
     by_gpu: dict[str, list[Priced]] = defaultdict(list)
     for p in rows:
         # siblings take the scale, never set it; only the stacks in FIT_STACKS set it
-        if p.row.split == "dev" and p.gpu == p.fitted_gpu and p.stack in FIT_STACKS:
+        if p.sets_scale:
             by_gpu[p.gpu].append(p)
     scales: dict[str, float] = {}
     for gpu, all_rows in by_gpu.items():
