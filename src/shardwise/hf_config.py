@@ -13,7 +13,9 @@ attention (`kv_lora_rank`, ...) are read too: such a model's parameters are coun
 priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pattern
 (`hybrid_override_pattern`, or `layers_block_type` in newer configs) and the Mamba-2 sizes
 (`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`, `conv_kernel`, `chunk_size`),
-the MLP's activation from `mlp_hidden_act`. Only the file is read; nothing is downloaded.
+the MLP's activation from `mlp_hidden_act`. Sliding-window attention (`sliding_window`, with
+`layer_types` or `sliding_window_pattern` naming the layers that attend in full). Only the file
+is read; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -97,6 +99,7 @@ def read(path: str | Path) -> dict[str, Any]:
                 out[field] = int(value)
                 break
     _hybrid(p, cfg, out)
+    _window(p, cfg, out)
     missing = [f for f in ("layers", "hidden", "heads", "vocab") if f not in out]
     if missing:
         raise SpecError(f"{p}: no {', '.join(missing)} found (looked for {', '.join(_keys(missing))})")
@@ -165,6 +168,37 @@ def _hybrid_experts(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
             f"{p}: moe_shared_expert_intermediate_size {shared!r} is not a multiple of moe_intermediate_size {width}"
         )
     out["shared_experts"] = shared // width
+
+
+def _window(p: Path, cfg: dict[str, Any], out: dict[str, Any]) -> None:
+    """Sliding-window attention: `sliding_window` tokens (null, or `use_sliding_window` false as
+    Qwen2's configs say: none), and which layers attend in full -- `layer_types` (GPT-OSS, newer
+    Gemma configs: "full_attention" every n-th layer from layer n - 1), `sliding_window_pattern`
+    (Gemma 3: every n-th), Gemma 2 every other layer; none of them: every layer (Mistral 7B v0.1)."""
+    window = cfg.get("sliding_window")
+    if window is None or cfg.get("use_sliding_window") is False:
+        return
+    if isinstance(window, bool) or not isinstance(window, int) or not 1 <= window <= MAX_WHOLE:
+        raise SpecError(f"{p}: sliding_window: {window!r} is not allowed; it must be a whole number >= 1 or null")
+    types, pattern = cfg.get("layer_types"), cfg.get("sliding_window_pattern")
+    every = 2 if str(cfg.get("model_type", "")).lower() == "gemma2" else 0
+    if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern >= 1:
+        every = pattern
+    if isinstance(types, list) and types:
+        full = [i for i, kind in enumerate(types) if kind == "full_attention"]
+        if not full:
+            every = 0
+        elif len(full) == len(types):
+            return  # no layer is windowed
+        else:
+            every = full[0] + 1
+            if [i for i in range(len(types)) if (i + 1) % every == 0] != full:
+                raise SpecError(
+                    f"{p}: layer_types: full-attention layers {full[:4]}... are not every n-th layer; "
+                    "only that pattern is priced"
+                )
+    out["sliding_window"] = window
+    out["full_attention_every"] = every
 
 
 def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) -> tuple[int, str]:

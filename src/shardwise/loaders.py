@@ -125,6 +125,8 @@ _MODEL_INTS = (
     "mamba_groups",
     "mamba_conv",
     "mamba_chunk",
+    "sliding_window",
+    "full_attention_every",
 )
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
 _IGNORED = {"source", "kind", "notes", "name"}

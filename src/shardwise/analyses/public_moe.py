@@ -57,6 +57,14 @@ FLEX = (
     ("kimi-k2", ("gb200-nvl72", "gb300-nvl72")),
 )
 
+# NeMo AutoModel's performance summary (docs/performance-summary.md, 2025-10 to 2026-01) prints
+# EP "-" for GPT-OSS, but the benchmark configs it links run expert parallelism over every GPU
+# (examples/benchmark/configs/gptoss_120b_te_deepep.yaml: distributed.ep_size 64 on 8 nodes;
+# gptoss_20b_te_deepep.yaml: ep_size 8 on one node), and every row's "Kernel Optimizations" names
+# DeepEP (backend.enable_deepep: the flex dispatcher).
+AUTOMODEL_SUMMARY = "Automodel docs/performance-summary"
+AUTOMODEL_EP = {"gpt-oss-120b": 64, "gpt-oss-20b": 8}
+
 
 # The runs of Megatron-Bridge's performance summaries whose recipe overlapped the expert all-to-alls
 # (`moe_a2a_overlap`: Megatron-Core's `overlap_moe_expert_parallel_comm`, the combined 1F1B of
@@ -278,8 +286,17 @@ def expert_tp(row: dict[str, str]) -> int:
     return DEFAULT_ETP
 
 
+def expert_parallel(row: dict[str, str]) -> int | None:
+    """The expert parallelism of the row's recipe where the table leaves it out (AUTOMODEL_EP), else
+    None (the table's)."""
+    return AUTOMODEL_EP.get(row["model"]) if AUTOMODEL_SUMMARY in row["source"] else None
+
+
 def dispatcher(row: dict[str, str]) -> str:
-    """The token dispatcher of the row's recipe, "flex" or "alltoall" (see FLEX)."""
+    """The token dispatcher of the row's recipe, "flex" or "alltoall" (see FLEX; NeMo AutoModel's
+    runs all name DeepEP, AUTOMODEL_EP)."""
+    if AUTOMODEL_SUMMARY in row["source"]:
+        return "flex"
     for preset, systems in FLEX:
         if row["model"] == preset and (not systems or row["system"] in systems):
             return "flex"

@@ -180,7 +180,7 @@ def request_for(row: dict[str, str]):
         zero=public_stacks.zero_stage(row, None),
         shard_group=public_stacks.shard_group(row) or launch_shard_group(row),
         precision=row["precision"],
-        ep=as_int(row["ep"], 1) or 1,
+        ep=(moe and public_moe.expert_parallel(row)) or as_int(row["ep"], 1) or 1,
         etp=public_moe.expert_tp(row) if moe else None,
         moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
         moe_overlap=moe and public_moe.a2a_overlap(row),

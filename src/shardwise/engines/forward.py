@@ -25,7 +25,7 @@ from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.stage_sends import slowest_stage_send_s
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.flops import kv_cache_elements_per_token
+from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
@@ -199,7 +199,8 @@ def estimate_forward(
     latency = pipeline_makespan_s(c[0], c[1], c[2], p, m, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
     e = plan.bytes_per_element
-    kv_cache = e * most_layers(scn) * plan.micro_batch * m * s_kv * kv_cache_elements_per_token(model, plan.tp)
+    tokens = kv_cache_tokens(model, s_kv)  # a sliding window keeps its last w tokens
+    kv_cache = e * most_layers(scn) * plan.micro_batch * m * tokens * kv_cache_elements_per_token(model, plan.tp)
     kv_cache = kv_cache / np.asarray(plan.cp)  # each CP rank keeps its own tokens' keys and values
     return ForwardEstimate(
         scenario=scn,

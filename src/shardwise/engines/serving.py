@@ -42,7 +42,7 @@ from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
 from shardwise.engines.trtllm_buffers import engine_buffers_bytes
-from shardwise.physics.flops import kv_cache_elements_per_token
+from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.pcie import group_link
 from shardwise.specs import Cluster, Plan, Scenario
@@ -224,7 +224,8 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     p = np.asarray(plan.pp)
     layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
     context = wl.input_len + wl.output_len
-    kv_per_layer = context * kv_cache_elements_per_token(model, plan.tp) * STORAGE_BYTES[wl.kv_precision]
+    tokens = kv_cache_tokens(model, context)  # a sliding window keeps its last w tokens
+    kv_per_layer = tokens * kv_cache_elements_per_token(model, plan.tp) * STORAGE_BYTES[wl.kv_precision]
     kv_per_layer = kv_per_layer / np.asarray(plan.cp)  # context parallelism: each rank keeps 1/cp of it
     weights = [
         n * STORAGE_BYTES[wl.weight_precision] + (q - n) * UNQUANTISED_BYTES_PER_PARAM

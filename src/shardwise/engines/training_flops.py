@@ -16,10 +16,11 @@ from shardwise.specs.stages import recomputed_split
 def masked_attention_flops_per_step(scn: Scenario) -> Number:
     """The causally masked part of the attention square in the model FLOPs (3 passes, all GPUs):
     what a causal model does not need (`TrainingEstimate.masked_attention_flops_per_step`), with
-    packed sequences everything outside the documents' own triangles too."""
+    packed sequences everything outside the documents' own triangles too, with sliding-window
+    layers everything outside their windows."""
     model, plan = scn.model, scn.plan
     one = layer_forward(model, 1, 1, False, plan.bytes_per_element, cp=plan.cp, document_len=plan.packed_document_len)
-    masked = (1.0 - one.causal_fraction) * _attention_core_flops(one)
+    masked = (1.0 - one.mean_causal_fraction) * _attention_core_flops(one)
     return plan.global_batch * 3 * model.layers * masked
 
 

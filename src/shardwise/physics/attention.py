@@ -48,6 +48,18 @@ The backward's causal plateau is taken as the forward's (the papers plot no caus
 H100); the backward-to-forward time ratio at the plateau stays `physics.attention_kernels.FLASH_BACKWARD_RATIO`
 (2.9; on H100 FlashAttention-2 2.5 x 370 / 322 = 2.87, cuDNN 2.88, FlashAttention-3 2.89).
 
+A sliding window of w tokens (`Model.sliding_window`; FlashAttention-2's `window_size`, Transformer
+Engine's and cuDNN's sliding window, PyTorch FlexAttention's block mask) skips the key blocks wholly
+outside the band: a query tile of B rows sees the W = w keys of each row's window on average
+(fewer near the start) but computes the blocks that the band of width w + B crosses, so besides
+the diagonal's half tile it wastes another half tile at the window's far edge, masked; at the
+causal plateau as the full layer's kernel:
+
+    windowed     eta(W) = W / (W + L0 + B/2 + B/2) * P_causal      (w < s; else the causal ramp)
+
+With w = B = 128 a windowed layer runs at about a third of the plateau forward (L0 = 100) and a
+quarter backward; no published timing of a windowed kernel was found to check it against.
+
 PyTorch's ring (`context_parallel`, torchtitan) runs its bookkeeping as eager kernels on the
 compute stream, per ring step and per element of the rank's attention output (b s_l a d / t, the
 keys and values counted at the query heads' width: torchtitan's Llama repeats the KV heads before
@@ -128,6 +140,15 @@ def slowdown(s_q: Number, s_kv: Number, cp: Number, overhead_tokens: float) -> N
     # the ring: the causal diagonal step on s_q x s_q, then cp - 1 half-rectangles of s_q / 2 keys
     ring = (1.0 / ramp(s_q / 2, overhead_tokens, True) + (c - 1) / ramp(s_q / 2, overhead_tokens)) / c
     return np.where(c > 1, ring, single)
+
+
+def window_slowdown(s_q: Number, keys_per_query: Number, cut: Number, overhead_tokens: float) -> Number:
+    """Time of a sliding-window layer's attention over its time at the non-causal plateau (>= 1):
+    `s_q` queries (causal when s_q > 1) seeing `keys_per_query` keys on average; `cut`: the window
+    ends inside the sequence (its far edge wastes half a tile too; module docstring)."""
+    causal = np.asarray(s_q) > 1
+    far = np.where(np.asarray(cut, dtype=bool) & causal, TILE_TOKENS / 2, 0.0)
+    return 1.0 / ramp(keys_per_query, overhead_tokens + far, causal)
 
 
 def forward_slowdown(s_q: Number, s_kv: Number, cp: Number = 1) -> Number:

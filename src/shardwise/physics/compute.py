@@ -16,7 +16,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.physics import fp8_recipes
-from shardwise.physics.attention import backward_slowdown, forward_slowdown
+from shardwise.physics.attention import BACKWARD_TILE_OVERHEAD_TOKENS as BWD_TILE
+from shardwise.physics.attention import FORWARD_TILE_OVERHEAD_TOKENS as FWD_TILE
+from shardwise.physics.attention import backward_slowdown, forward_slowdown, window_slowdown
 
 # re-exported: the names the engines, physics.lora and the tests read here
 from shardwise.physics.attention_kernels import (  # noqa: F401
@@ -114,6 +116,22 @@ class LayerTimes:
         return grads + self.attention_bwd_s + self.elementwise_bwd_s + self.cast_b_s
 
 
+def _windowed_mean(
+    fwd: LayerForward, gpu: Gpu, attn_p: str, relative: Number, relative_bwd: Number, fused: Number, fused_bwd: Number
+) -> tuple[Number, Number]:
+    """(forward, backward) seconds of the fused attention of a mean layer whose `sliding_share` of
+    layers are windowed: their kernels compute `window_fraction` of the rectangle, on the
+    windowed ramp (`physics.attention.window_slowdown`), reading the keys of their windows."""
+    s_q, s_kv, win = fwd.scores.m, fwd.scores.n, fwd.window_flash
+    keys = np.asarray(fwd.window_fraction) * s_kv  # the keys a query sees on average
+    cut = fwd.window_cut
+    worked = win.flops * fwd.window_fraction
+    forward = roofline_s(worked, win.bytes, gpu, attn_p, relative / window_slowdown(s_q, keys, cut, FWD_TILE))
+    backward = roofline_s(worked, win.bytes, gpu, attn_p, relative_bwd / window_slowdown(s_q, keys, cut, BWD_TILE))
+    share = fwd.sliding_share
+    return (1.0 - share) * fused + share * forward, (1.0 - share) * fused_bwd + share * backward
+
+
 def layer_times(
     fwd: LayerForward,
     gpu: Gpu,
@@ -153,6 +171,8 @@ def layer_times(
     fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
     relative_bwd = attention_backward_relative_efficiency(gpu, attention_kernel)
     fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative_bwd / backward_slowdown(s_q, s_kv, fwd.cp))
+    if fwd.window_flash is not None:  # sliding-window layers (`physics.flops._windowed`), by their share
+        fused, fused_bwd = _windowed_mean(fwd, gpu, attn_p, relative, relative_bwd, fused, fused_bwd)
     attention = np.where(flash, fused, bmm + softmax)
     elementwise = memory_s(fwd.elementwise_bytes, gpu, fwd.elementwise_kernels)
     eager = np.asarray(eager, dtype=bool)

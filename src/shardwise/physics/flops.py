@@ -166,7 +166,49 @@ def layer_forward(
         eager_elementwise_bytes=eager_bytes,
         cp=cp,
     )
+    if model.sliding_window:
+        out = _windowed(out, model, batch, s_q, s_kv, e, e_kv, t, cp)
     return _packed(out, document_len)
+
+
+def window_share(s_q: Number, s_kv: Number, window: Number, cp: Number = 1) -> Number:
+    """The share of the s_q x s_kv score rectangle a causal kernel with a sliding window of
+    `window` tokens computes: the queries are the last s_q of s_kv positions and position p
+    (from 1) sees min(p, w) keys, so the rectangle holds S(s_kv) - S(s_kv - s_q) scores, with
+    S(n) = n (n + 1) / 2 up to n = w and w (w + 1) / 2 + (n - w) w beyond (Beltagy et al. 2020,
+    Sec. 3.1: O(n w) instead of O(n^2)). With w >= s_kv this is `causal_share`'s
+    1 - (s_q - 1) / (2 s_kv). With context parallelism a rank's queries are spread over the whole
+    sequence (two balanced chunks): the mean over all s_kv positions."""
+    s_q, s_kv = np.asarray(s_q, dtype=float), np.asarray(s_kv, dtype=float)
+    w = np.asarray(window, dtype=float)
+    ring = np.asarray(cp) > 1
+
+    def seen(n: Number) -> Number:
+        return np.where(n <= w, n * (n + 1) / 2, w * (w + 1) / 2 + (n - w) * w)
+
+    first = np.where(ring, 0.0, s_kv - s_q)
+    queries = np.where(ring, s_kv, s_q)
+    return (seen(s_kv) - seen(first)) / (queries * s_kv)
+
+
+def _windowed(
+    fwd: LayerForward, model: Model, batch: Number, s_q: Number, s_kv: Number, e: float, e_kv: Number,
+    t: Number, cp: Number,
+) -> LayerForward:  # fmt: skip
+    """`fwd` as the mean of its full and sliding-window layers (`Model.sliding_share`): a windowed
+    layer's fused kernel computes `window_share` of the score rectangle and reads the keys and
+    values of at most w + s_q positions (a decoded token: the last w). The standard (unfused)
+    path still multiplies the whole rectangle, masked (as the packed documents')."""
+    w = model.sliding_window
+    keys_read = np.minimum(np.asarray(s_kv, dtype=float), w + np.asarray(s_q, dtype=float) - 1)
+    flash_bytes = batch * (e * 2 * s_q * model.q_dim + e_kv * 2 * keys_read * model.kv_heads * model.head_dim) / t
+    return replace(
+        fwd,
+        sliding_share=model.sliding_share,
+        window_fraction=window_share(s_q, s_kv, w, cp),
+        window_flash=Gemm(fwd.flash.flops, flash_bytes),
+        window_cut=w < np.asarray(s_kv),
+    )
 
 
 def _packed(fwd: LayerForward, document_len: Number) -> LayerForward:
@@ -194,6 +236,17 @@ def kv_cache_elements_per_token(model: Model, tp: Number) -> Number:
     if model.kv_lora_rank:
         return model.kv_lora_rank + model.rope_head_dim + 0.0 * np.asarray(tp)
     return 2 * model.kv_heads * model.head_dim / np.asarray(tp, dtype=float)
+
+
+def kv_cache_tokens(model: Model, context: Number) -> Number:
+    """Tokens a sequence of `context` tokens keeps in the KV cache of the model's mean layer: every
+    token in a full-attention layer, the last `sliding_window` in a windowed one (`Model.sliding_share`;
+    vLLM's hybrid KV-cache manager, SGLang's SWA pool, TensorRT-LLM's cyclic window and llama.cpp's
+    SWA cache free what falls out of the window)."""
+    if not model.sliding_window:
+        return context
+    share = model.sliding_share
+    return (1.0 - share) * np.asarray(context) + share * np.minimum(context, model.sliding_window)
 
 
 def logits_forward(

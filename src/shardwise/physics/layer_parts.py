@@ -135,6 +135,19 @@ class LayerForward:
     # mixer with the share of Mamba-2 layers (None: an ordinary layer); `has_mlp` is the MLP share
     attention_share: Number = 1.0
     mamba: MambaForward | None = None
+    # sliding-window attention (`Model.sliding_window`): the share of the layers that are windowed,
+    # the share of the score rectangle such a layer's fused kernel computes, and its fused kernel's
+    # work and bytes (the keys and values it reads capped at the window; None: no window)
+    sliding_share: Number = 0.0
+    window_fraction: Number = 0.0
+    window_flash: Gemm | None = None
+    window_cut: Number = False  # the window ends inside the keys (w < s_kv)
+
+    @property
+    def mean_causal_fraction(self) -> Number:
+        """The share of the score rectangle the fused kernel computes in the mean layer: full
+        layers their causal share, windowed layers `window_fraction`."""
+        return (1.0 - self.sliding_share) * self.causal_fraction + self.sliding_share * self.window_fraction
 
     @property
     def gemms(self) -> tuple[Gemm, ...]:

@@ -82,6 +82,13 @@ class Model:
     mamba_groups: int = 8
     mamba_conv: int = 4
     mamba_chunk: int = 128
+    # Sliding-window attention (Mistral 7B v0.1, Gemma 2/3, GPT-OSS; Beltagy et al. 2020): a windowed
+    # layer's query attends to the last `sliding_window` tokens only (0: every layer attends to the
+    # whole sequence). `full_attention_every` n > 0: every n-th layer (layers n-1, 2n-1, ... counted
+    # from 0, as Hugging Face's Gemma 3 `sliding_window_pattern` and GPT-OSS's `layer_types`) attends
+    # in full, the others are windowed; 0: every layer is windowed (Mistral 7B v0.1).
+    sliding_window: int = 0
+    full_attention_every: int = 0
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -107,6 +114,7 @@ class Model:
         object.__setattr__(self, "head_dim", chk.positive_int(f"{p}: head_dim", head_dim))
         self._check_moe_and_mla(p)
         self._check_hybrid(p)
+        self._check_window(p)
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
@@ -166,6 +174,27 @@ class Model:
             raise SpecError(f"{p}: MLP (-) and shared-expert (E) layers in one hybrid_pattern are not priced")
         if self.kv_lora_rank:
             raise SpecError(f"{p}: latent attention in a hybrid model is not priced")
+
+    def _check_window(self, p: str) -> None:
+        for name in ("sliding_window", "full_attention_every"):
+            object.__setattr__(self, name, chk.non_negative_int(f"{p}: {name}", getattr(self, name)))
+        if self.full_attention_every and not self.sliding_window:
+            raise SpecError(f"{p}: full_attention_every needs a sliding_window (tokens a windowed layer attends to)")
+        if self.sliding_window and self.kv_lora_rank:
+            raise SpecError(f"{p}: sliding-window latent attention is not priced")
+
+    @property
+    def sliding_share(self) -> Number:
+        """The share of layers whose attention is windowed (`sliding_window`): all but every
+        `full_attention_every`-th, 0 without a window. The layers are priced as their mean layer,
+        as a hybrid's are (`physics.flops.layer_forward`)."""
+        if not self.sliding_window:
+            return 0.0
+        if not self.full_attention_every:
+            return 1.0
+        n = np.asarray(self.layers)
+        share = (n - n // self.full_attention_every) / n
+        return float(share) if share.ndim == 0 else share
 
     @property
     def is_hybrid(self) -> bool:
