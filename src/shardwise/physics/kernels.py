@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardwise.physics.gemm import gemm_time_s, table_time_s
+from shardwise.physics.gemm import gemm_time_s, kernel_fixed_s, table_time_s
 from shardwise.physics.layer_parts import Gemm
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
@@ -48,9 +48,42 @@ def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
 STACK_MAX_ELEMENTS = 4096
 
 
+# Weight-only quantised GEMMs (weights stored narrower than the 16-bit activations they multiply,
+# dequantised in the kernel) with at most this many rows (tokens) run as matrix-vector kernels, not
+# as tensor-core tiles padded to 128 rows: llama.cpp's `mul_mat_vec_q` for quantised weights up to
+# `MMVQ_MAX_BATCH_SIZE` = 8 columns (ggml/src/ggml-cuda/mmvq.cuh; for the experts, `MUL_MAT_ID`
+# with their ids), one dot product per weight row over all the tokens, the weights read once.
+MATVEC_MAX_ROWS = 8
+
+
+def matvec_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
+    """A weight-only quantised GEMM of few rows as a matrix-vector kernel (`MATVEC_MAX_ROWS`): its
+    FLOPs and bytes unpadded by the roofline, plus a GEMM kernel's fixed time (`physics.gemm`)."""
+    out_bytes = np.asarray(g.m) * g.n * g.batch * g.out_bytes
+    return roofline_s(g.flops, g.operand_bytes + out_bytes, gpu, precision) + kernel_fixed_s(gpu)
+
+
+def _weight_only_few_rows(g: Gemm, precision: str) -> Number:
+    """Where `g` is a weight-only quantised GEMM of at most `MATVEC_MAX_ROWS` rows (`matvec_s`)."""
+    if precision not in SIXTEEN_BIT or not np.any(np.asarray(g.b_bytes) < np.asarray(g.a_bytes)):
+        return False
+    return (np.asarray(g.b_bytes) < np.asarray(g.a_bytes)) & (np.asarray(g.m) <= MATVEC_MAX_ROWS)
+
+
 def gemms_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
     """`gemm_s` of each GEMM, all in one precision; the same numbers as one call each (the model
-    is elementwise), with the small ones priced together (STACK_MAX_ELEMENTS)."""
+    is elementwise), with the small ones priced together (STACK_MAX_ELEMENTS); a weight-only
+    quantised GEMM of few rows as a matrix-vector kernel (`matvec_s`)."""
+    out = _tiled_s(gs, gpu, precision)
+    for i, g in enumerate(gs):
+        few = _weight_only_few_rows(g, precision)
+        if np.any(few):
+            out[i] = np.where(few, matvec_s(g, gpu, precision), out[i])
+    return out
+
+
+def _tiled_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
+    """`gemms_s` by the tile model (or the GPU's table), every GEMM."""
     out: list[Number] = [0.0] * len(gs)
     shaped = []
     for i, g in enumerate(gs):
