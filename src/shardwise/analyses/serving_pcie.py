@@ -28,7 +28,9 @@ their throughputs, predicted against measured. Engines are modelled as they run:
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
-`-sm layer`; only the experts the tokens choose are read.
+`-sm layer`; only the experts the tokens choose are read, by llama.cpp's quantised kernels
+(`physics.kernels.weight_only_s`: a matrix-vector kernel up to 8 tokens, a token tile of 8-128
+above; no 128-row tiles).
 
 Left out, with the reason: llama.cpp's older `-sm row` (it gathers every matrix product's output on
 the main GPU and runs the rest there: not TP as modelled here), rows with a filled cache before the

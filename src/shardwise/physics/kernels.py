@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from shardwise.physics.gemm import gemm_time_s, table_time_s
+from shardwise.physics.gemm import gemm_time_s, kernel_fixed_s, table_time_s
 from shardwise.physics.layer_parts import Gemm
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
@@ -48,9 +48,53 @@ def gemm_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
 STACK_MAX_ELEMENTS = 4096
 
 
+# Weight-only quantised GEMMs (weights stored narrower than the 16-bit activations they multiply,
+# dequantised in the kernel) of few rows (tokens) are not run as tensor-core tiles padded to 128
+# rows. llama.cpp (ggml/src/ggml-cuda): up to `MMVQ_MAX_BATCH_SIZE` = 8 tokens `mul_mat_vec_q`
+# (mmvq.cuh; for the experts, `MUL_MAT_ID` with their ids), one dot product per weight row over all
+# the tokens, the weights read once; above, `mul_mat_q` (mmq.cuh), whose tile is 128 weight rows by
+# mmq_x tokens, mmq_x picked from 8 to 128 in steps of 8 (of 16 from 48: `mmq_get_granularity`) for
+# the fewest waves: the tokens padded to 8 or 16, not to 128. An expert's share of a prompt's tokens
+# (512 tokens over GPT-OSS's 128 experts, 4 each: 16 per expert) is such a GEMM.
+MATVEC_MAX_ROWS = 8
+NARROW_TILE_MAX_ROWS = 128  # mmq_x_max with tensor cores (Turing and later)
+NARROW_TILE_GRANULARITY = ((48, 8.0), (NARROW_TILE_MAX_ROWS, 16.0))  # (below this many tokens, step)
+
+
+def weight_only_s(g: Gemm, gpu: Gpu, precision: str) -> Number:
+    """A weight-only quantised GEMM of at most `NARROW_TILE_MAX_ROWS` rows: its bytes, and its FLOPs
+    on the rows padded to the token tile's step (none up to `MATVEC_MAX_ROWS`: a matrix-vector
+    kernel), by the roofline at the 16-bit tensor rate, plus a GEMM kernel's fixed time
+    (`physics.gemm`)."""
+    m = np.asarray(g.m, dtype=float)
+    step = np.where(m < NARROW_TILE_GRANULARITY[0][0], NARROW_TILE_GRANULARITY[0][1], NARROW_TILE_GRANULARITY[1][1])
+    rows = np.where(m <= MATVEC_MAX_ROWS, m, np.ceil(m / step - 1e-6) * step)  # m: an expectation, not whole
+    flops = g.flops * rows / np.where(m > 0, m, 1.0)
+    out_bytes = m * g.n * g.batch * g.out_bytes
+    return roofline_s(flops, g.operand_bytes + out_bytes, gpu, precision) + kernel_fixed_s(gpu)
+
+
+def _weight_only_narrow(g: Gemm, precision: str) -> Number:
+    """Where `g` is a weight-only quantised GEMM of at most `NARROW_TILE_MAX_ROWS` rows (`weight_only_s`)."""
+    if precision not in SIXTEEN_BIT or not np.any(np.asarray(g.b_bytes) < np.asarray(g.a_bytes)):
+        return False
+    return (np.asarray(g.b_bytes) < np.asarray(g.a_bytes)) & (np.asarray(g.m) <= NARROW_TILE_MAX_ROWS)
+
+
 def gemms_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
     """`gemm_s` of each GEMM, all in one precision; the same numbers as one call each (the model
-    is elementwise), with the small ones priced together (STACK_MAX_ELEMENTS)."""
+    is elementwise), with the small ones priced together (STACK_MAX_ELEMENTS); a weight-only
+    quantised GEMM of few rows by its own kernels (`weight_only_s`)."""
+    out = _tiled_s(gs, gpu, precision)
+    for i, g in enumerate(gs):
+        narrow = _weight_only_narrow(g, precision)
+        if np.any(narrow):
+            out[i] = np.where(narrow, weight_only_s(g, gpu, precision), out[i])
+    return out
+
+
+def _tiled_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
+    """`gemms_s` by the tile model (or the GPU's table), every GEMM."""
     out: list[Number] = [0.0] * len(gs)
     shaped = []
     for i, g in enumerate(gs):
