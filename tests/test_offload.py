@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from shardwise import presets
-from shardwise.analyses import public_runs, public_stacks
+from shardwise.analyses import public_memory_recipes, public_runs
 from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
@@ -124,12 +124,12 @@ def test_the_simulator_adds_what_the_closed_form_adds():
 
 def test_the_recipes_offload_rows_are_priced_with_their_layers():
     with resources.files("shardwise.data").joinpath("public_training_runs.csv").open() as f:
-        rows = [r for r in csv.DictReader(f) if public_stacks.offloaded_layers(r)]
+        rows = [r for r in csv.DictReader(f) if public_memory_recipes.offloaded_layers(r)]
     assert len(rows) == 13
     for row in rows:
         assert public_runs.skip_reason(row) == ""
         req = public_runs.request_for(row)
-        assert req.offload_activations == public_stacks.offloaded_layers(row) in (20, 40, 95)
+        assert req.offload_activations == public_memory_recipes.offloaded_layers(row) in (20, 40, 95)
 
 
 def test_the_flag(cli):

@@ -1,7 +1,8 @@
-"""What the recipes of published runs set that changes memory alone: the loss kernel
+"""What the recipes of published runs set about memory beyond the layout: the loss kernel
 (`Plan.loss_kernel`) and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`),
-each read in the launch script or recipe that produced the rows, at the rows' versions. Nothing
-here is fitted.
+which change memory alone, and the layers whose activations are offloaded to the host
+(`offloaded_layers`), each read in the launch script or recipe that produced the rows, at the
+rows' versions. Nothing here is fitted.
 """
 
 from __future__ import annotations
@@ -90,3 +91,38 @@ def plan_settings(row: dict[str, str]) -> dict[str, object]:
     if expandable_segments(row):
         out["expandable_segments"] = True
     return out
+
+
+# Published runs whose recipe offloads the activations of some layers to the host (Megatron-Core's
+# cpu_offloading_num_layers, priced as `Plan.offload_activation_layers`): (text in the row's source,
+# model, system, tp, micro-batch, layers offloaded). All run Megatron-FSDP (the row's `fsdp` > 0).
+ACTIVATION_OFFLOAD_RECIPES = (
+    # Megatron-Bridge scripts/performance, Llama 3 70B FP8 current scaling at micro-batch 2:
+    # configs/llama3/llama3_70b_llm_pretrain.yaml gb200 fp8_cs (v0.1.0rc4, NeMo 25.09: 40 layers),
+    # configs/llama3/workload_base_configs.py (v0.2.0) and configs/llama/llama3_workload_base_configs.py
+    # LLAMA3_70B_PRETRAIN_CONFIG_{GB300,GB200}_FP8_CS_V1/V2 (v0.3.0 - v0.4.2): 20 on GB300, 40 on GB200
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "llama3-70b", "gb300-nvl72", 1, 2, 20),
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "llama3-70b", "gb200-nvl72", 1, 2, 40),
+    # Llama 3.1 405B on GB200 at tp 2 with FSDP: configs/llama31/llama31_405b_llm_pretrain.yaml gb200
+    # fp8_ds and fp8_cs (v0.1.0rc4, NeMo 25.09): 95 layers; NeMo 2.4 (25.07)
+    # scripts/performance/recommended_model_configs/model_configs_gb200.csv llama31 405b fp8: 95
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", "llama3-405b", "gb200-nvl72", 2, 1, 95),
+    (
+        "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance",
+        "llama3-405b",
+        "gb200-nvl72",
+        2,
+        1,
+        95,
+    ),
+)
+
+
+def offloaded_layers(row: dict[str, str]) -> int:
+    """Layers whose activations the row's recipe offloads to the host (`ACTIVATION_OFFLOAD_RECIPES`), 0 if none."""
+    try:
+        fsdp, tp, mbs = (int(float(row.get(k) or 0)) for k in ("fsdp", "tp", "mbs"))
+    except ValueError:
+        return 0
+    facts = (f for f in ACTIVATION_OFFLOAD_RECIPES if row["source"].startswith(f[0]) and fsdp > 0)
+    return next((f[5] for f in facts if (row.get("model"), row.get("system"), tp, mbs) == f[1:5]), 0)
