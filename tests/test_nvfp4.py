@@ -130,3 +130,16 @@ def test_nvfp4_rows_never_set_a_gpu_scale():
     assert not any(p.sets_scale for p in nvfp4)
     without = loso.fit_scales([p for p in rows if p.precision != "nvfp4"])
     assert loso.fit_scales(list(rows)) == without
+
+
+def test_serving_fp4_gemms_take_the_same_operand_rate_cap_as_training():
+    """One physics for FP4 GEMMs: serving's fp4 runs at FP8's efficiency capped by the operand
+    byte rate, as training's nvfp4 does (`Gpu.matmul_efficiency_for`)."""
+    from shardwise.specs.hardware import NVFP4_OPERAND_RATE_RATIO
+
+    for name in ("b200-sxm-180gb", "gb200", "gb300"):
+        gpu = presets.gpu(name)
+        cap = min(1.0, NVFP4_OPERAND_RATE_RATIO * gpu.peak_flops_per_s_fp8 / gpu.peak_flops_per_s_fp4)
+        assert cap < 1.0
+        assert gpu.matmul_efficiency_for("fp4") == pytest.approx(gpu.matmul_efficiency_fp8 * cap)
+        assert gpu.matmul_efficiency_for("fp4") == pytest.approx(gpu.matmul_efficiency_for("nvfp4"))

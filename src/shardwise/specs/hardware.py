@@ -187,10 +187,12 @@ class Gpu:
     def matmul_efficiency_for(self, precision: str) -> Number:
         """Achievable fraction of the peak of `precision` for a layer's GEMMs."""
         eff = self.matmul_efficiency
-        # FP4: no published best-shape FP4 GEMM rate; FP8's share of its own peak is assumed
+        # FP8 and FP4: FP8's share of its own peak (no best-shape FP4 GEMM rate is published) ...
         if is_narrow(precision) and (chk.as_array(self.matmul_efficiency_fp8) > 0).all():
             eff = self.matmul_efficiency_fp8
-        if is_nvfp4(precision):  # FP8's fraction, capped by the operand byte rate (NVFP4_OPERAND_RATE_RATIO)
+        # ... and for FP4 (training's nvfp4, serving's fp4), capped by the operand byte rate
+        # (NVFP4_OPERAND_RATE_RATIO: the tensor cores take 4-bit operands with their scales at FP8's bytes)
+        if is_nvfp4(precision) or precision in FP4_PRECISIONS:
             fp8, fp4 = chk.as_array(self.peak_flops_per_s_fp8), chk.as_array(self.peak_flops_per_s_fp4)
             ratio = np.divide(fp8, fp4, out=np.zeros(np.broadcast(fp8, fp4).shape), where=fp4 > 0)
             cap = np.where(ratio > 0, np.minimum(1.0, NVFP4_OPERAND_RATE_RATIO * ratio), 1.0)
