@@ -324,3 +324,26 @@ def test_a_nemotron_3_nano_config_json_is_its_preset(tmp_path):
     with pytest.raises(SpecError, match="moe_latent_size 1024: latent mixture-of-experts layers are not priced") as err:
         presets.model(str(path))
     assert "\n" not in str(err.value)
+
+
+def test_a_hybrid_models_interval_is_its_familys_measured_spread_where_wider(cli):
+    """The uncalibrated interval of a hybrid Mamba-2 model takes the family's spread on its
+    published runs (`spreads.FAMILY_LOG_SD`, wider than Megatron-Core's) and says so; a
+    transformer on the same stack keeps the stack's."""
+    import math
+
+    from shardwise.calibration import spreads
+
+    hybrid = spreads.uncalibrated_log_sd("h100-sxm5-80gb", "megatron-core", "hybrid")
+    plain = spreads.uncalibrated_log_sd("h100-sxm5-80gb", "megatron-core")
+    assert hybrid > plain
+    assert hybrid >= spreads.FAMILY_LOG_SD["hybrid"][0]
+    args = ["predict", "--system", "dgx-h100", "--tp", "8", "--global-batch", "64", "--json"]
+    widths = []
+    for model in ("nemotron-h-56b", "llama3-70b"):
+        code, out, err = cli([*args, "--model", model])
+        assert code == 0, err
+        d = json.loads(out)
+        widths.append(math.log(d["step_time_s_high"] / d["step_time_s"]))
+    assert widths[0] == pytest.approx(spreads.Z80 * hybrid, rel=1e-6)
+    assert widths[1] == pytest.approx(spreads.Z80 * plain, rel=1e-6)

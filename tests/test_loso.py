@@ -43,3 +43,18 @@ def test_intervals_come_from_the_other_sources_of_the_stack():
     table = {s.name: s for s in loso.source_table()}
     assert 0.0 <= table["all sources"].coverage <= 1.0
     assert np.isfinite(table["all sources"].mape)
+
+
+def test_the_shipped_spreads_are_what_the_public_runs_give():
+    """calibration/spreads.py holds what tools/stack_spreads.py measures: each stack's
+    leave-one-source-out spread and each model family's spread (runs and sources too)."""
+    from shardwise.calibration import spreads
+
+    for shipped, measured in (
+        (spreads.STACK_LOG_SD, loso.shipped_stack_spreads()),
+        (spreads.FAMILY_LOG_SD, loso.shipped_family_spreads()),
+    ):
+        assert set(shipped) == set(measured)
+        for name, (sd, runs, sources) in measured.items():
+            assert shipped[name][0] == pytest.approx(sd, abs=5e-4), name
+            assert shipped[name][1:] == (runs, sources), name

@@ -22,11 +22,13 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardwise.calibration.spreads import (
+    FAMILY_LOG_SD,
     NOISE_LOG_SD,
     NOISE_PRIOR_RUNS,
     SERVING_LOG_SD,
     STACK_LOG_SD,
     Z80,
+    family_basis,
     stack_basis,
     uncalibrated_log_sd,
 )
@@ -63,12 +65,18 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         sd = [
             SERVING_LOG_SD
             if isinstance(c, serving)
-            else uncalibrated_log_sd(_scenario(c).cluster.gpu.name, _scenario(c).plan.framework)
+            else uncalibrated_log_sd(_scenario(c).cluster.gpu.name, _scenario(c).plan.framework, _family(c))
             for c in calibrated
         ]
-        stacks = {_scenario(c).plan.framework for c in calibrated if not isinstance(c, serving)}
+        training = [c for c in calibrated if not isinstance(c, serving)]
+        stacks = {_scenario(c).plan.framework for c in training}
+        families = {_family(c) for c in training}
         if fitted is None and len(stacks) == 1 and (stack := next(iter(stacks))) not in STACK_LOG_SD:
             what = f"uncalibrated, {stack_basis(stack)} (--calibration fits your runs)"
+        elif fitted is None and len(families) == 1 and (family := next(iter(families))) in FAMILY_LOG_SD:
+            stack_sd = STACK_LOG_SD.get(next(iter(stacks)), (0.0, 0, 0))[0] if len(stacks) == 1 else 0.0
+            if FAMILY_LOG_SD[family][0] > stack_sd:
+                what = f"uncalibrated, {family_basis(family)} (--calibration fits your runs)"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
@@ -80,6 +88,11 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
 
 def _scenario(case: Case) -> Any:
     return getattr(case, "scenario", case)
+
+
+def _family(case: Case) -> str:
+    """The case's model family whose spread may be wider than its stack's (`spreads.FAMILY_LOG_SD`)."""
+    return "hybrid" if _scenario(case).model.hybrid_pattern else ""
 
 
 def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:

@@ -60,8 +60,23 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "paxml": (0.1860, 36, 2),
     "torchtitan-compile": (0.1739, 12, 1),
 }
+# Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
+# SSD kernels' training speed rests on one inference measurement): the root mean square of
+# ln(predicted / measured) over the family's priced public runs, dense and mixture of experts, at the
+# shipped model (`analyses.loso.shipped_family_spreads`; `python tools/stack_spreads.py` prints it).
+# (log spread, runs, sources). A prediction takes the wider of its stack's and its family's.
+FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
+    "hybrid": (0.2263, 30, 3),
+}
+FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models"}
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625
+
+
+def family_basis(family: str) -> str:
+    """How a model family's interval was measured, in words (`FAMILY_LOG_SD`)."""
+    _, runs, sources = FAMILY_LOG_SD[family]
+    return f"the model's spread on {runs} published runs of {FAMILY_NAMES[family]} ({sources} sources)"
 
 
 def stack_basis(framework: str) -> str:
@@ -73,13 +88,15 @@ def stack_basis(framework: str) -> str:
     return f"the model's leave-one-source-out spread on {runs} published runs of {framework} ({sources} sources)"
 
 
-def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core") -> float:
+def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family: str = "") -> float:
     """The uncalibrated 80% interval's log-space spread for a training step on `gpu_name` run by
     `framework`: its stack's leave-one-source-out spread (STACK_LOG_SD; NO_DATA_LOG_SD without
-    published runs), widened by the uncertainty of that GPU's sustained efficiency (above)."""
+    published runs), or its model family's where that is wider (FAMILY_LOG_SD; "" for none),
+    widened by the uncertainty of that GPU's sustained efficiency (above)."""
     from math import sqrt
 
     stack = STACK_LOG_SD.get(framework, (NO_DATA_LOG_SD, 0, 0))[0]
+    stack = max(stack, FAMILY_LOG_SD.get(family, (0.0, 0, 0))[0])
     own = FITTED_GROUPS.get(gpu_name)
     if own is not None:
         extra = BETWEEN_GROUPS_LOG_SD**2 / own
