@@ -230,28 +230,22 @@ def shipped_stack_spreads() -> dict[str, tuple[float, int, int]]:
     return out
 
 
-def model_family(label: str) -> str:
-    """The model family a public row's label names whose spread its stack's does not describe:
-    "hybrid" for a hybrid Mamba-2 model (`Model.hybrid_pattern`), "" otherwise."""
-    from shardwise import presets
-    from shardwise.errors import SpecError
-
-    try:
-        model = presets.model(label.split(",")[0].strip())
-    except SpecError:
-        return ""
-    return "hybrid" if model.hybrid_pattern else ""
-
-
 @cache
 def shipped_family_spreads() -> dict[str, tuple[float, int, int]]:
-    """Per model family (`model_family`): (log spread of its uncalibrated 80% interval, rows,
-    sources), the RMS of ln(predicted / measured) over its priced public runs, dense and mixture of
-    experts, at the shipped model (a family's few dev rows barely move a GPU's fitted scale)."""
-    rows = [r for r in pv.validate_public() if not r.skip and model_family(r.label)]
+    """Per model family (`calibration.spreads.model_family`): (log spread of its uncalibrated 80%
+    interval, rows, sources), the RMS of ln(predicted / measured) over its priced public runs,
+    dense and mixture of experts, at the shipped model (a family's few dev rows barely move a GPU's
+    fitted scale)."""
+    from shardwise import presets
+    from shardwise.calibration.spreads import model_family
+
+    models = {r["id"]: pv.public_moe.resolved(r)["model"] for r in pv.raw_rows()}
+    by_family: dict[str, list[pv.PublicRow]] = defaultdict(list)
+    for r in pv.validate_public():
+        if not r.skip and (family := model_family(presets.model(models[r.run_id]))):
+            by_family[family].append(r)
     out = {}
-    for family in sorted({model_family(r.label) for r in rows}):
-        mine = [r for r in rows if model_family(r.label) == family]
+    for family, mine in sorted(by_family.items()):
         e = np.log(np.array([r.predicted_step_s / r.measured_step_s for r in mine]))
         out[family] = (float(np.sqrt(np.mean(e**2))), len(mine), len({r.source for r in mine}))
     return out

@@ -22,13 +22,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from shardwise.calibration.spreads import (
-    FAMILY_LOG_SD,
     NOISE_LOG_SD,
     NOISE_PRIOR_RUNS,
     SERVING_LOG_SD,
     STACK_LOG_SD,
     Z80,
     family_basis,
+    family_widens,
+    model_family,
     stack_basis,
     uncalibrated_log_sd,
 )
@@ -73,10 +74,8 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         families = {_family(c) for c in training}
         if fitted is None and len(stacks) == 1 and (stack := next(iter(stacks))) not in STACK_LOG_SD:
             what = f"uncalibrated, {stack_basis(stack)} (--calibration fits your runs)"
-        elif fitted is None and len(families) == 1 and (family := next(iter(families))) in FAMILY_LOG_SD:
-            stack_sd = STACK_LOG_SD.get(next(iter(stacks)), (0.0, 0, 0))[0] if len(stacks) == 1 else 0.0
-            if FAMILY_LOG_SD[family][0] > stack_sd:
-                what = f"uncalibrated, {family_basis(family)} (--calibration fits your runs)"
+        elif fitted is None and len(stacks) == len(families) == 1 and family_widens(stack, family := families.pop()):
+            what = f"uncalibrated, {family_basis(family)} (--calibration fits your runs)"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
@@ -92,7 +91,7 @@ def _scenario(case: Case) -> Any:
 
 def _family(case: Case) -> str:
     """The case's model family whose spread may be wider than its stack's (`spreads.FAMILY_LOG_SD`)."""
-    return "hybrid" if _scenario(case).model.hybrid_pattern else ""
+    return model_family(_scenario(case).model)
 
 
 def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:

@@ -69,6 +69,14 @@ FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
     "hybrid": (0.2263, 30, 3),
 }
 FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models"}
+
+
+def model_family(model: object) -> str:
+    """The family of `model` (a `Model`) whose spread its stack's does not describe (a key of
+    `FAMILY_LOG_SD`): "hybrid" for a hybrid Mamba-2 model (`Model.hybrid_pattern`), "" otherwise."""
+    return "hybrid" if getattr(model, "hybrid_pattern", "") else ""
+
+
 # ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
 NO_DATA_LOG_SD = 0.2625
 
@@ -88,6 +96,13 @@ def stack_basis(framework: str) -> str:
     return f"the model's leave-one-source-out spread on {runs} published runs of {framework} ({sources} sources)"
 
 
+def family_widens(framework: str, family: str) -> bool:
+    """Whether the model family's spread (`FAMILY_LOG_SD`) is wider than its stack's (`STACK_LOG_SD`;
+    `NO_DATA_LOG_SD` for a stack without published runs): the interval then rests on the family's."""
+    stack = STACK_LOG_SD.get(framework, (NO_DATA_LOG_SD, 0, 0))[0]
+    return family in FAMILY_LOG_SD and FAMILY_LOG_SD[family][0] > stack
+
+
 def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family: str = "") -> float:
     """The uncalibrated 80% interval's log-space spread for a training step on `gpu_name` run by
     `framework`: its stack's leave-one-source-out spread (STACK_LOG_SD; NO_DATA_LOG_SD without
@@ -95,8 +110,8 @@ def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family:
     widened by the uncertainty of that GPU's sustained efficiency (above)."""
     from math import sqrt
 
-    stack = STACK_LOG_SD.get(framework, (NO_DATA_LOG_SD, 0, 0))[0]
-    stack = max(stack, FAMILY_LOG_SD.get(family, (0.0, 0, 0))[0])
+    known = FAMILY_LOG_SD if family_widens(framework, family) else STACK_LOG_SD
+    stack = known.get(family if known is FAMILY_LOG_SD else framework, (NO_DATA_LOG_SD, 0, 0))[0]
     own = FITTED_GROUPS.get(gpu_name)
     if own is not None:
         extra = BETWEEN_GROUPS_LOG_SD**2 / own
