@@ -86,10 +86,20 @@ def _summary(browser, page: str) -> str:
     return WebDriverWait(browser, WAIT_S).until(ready)
 
 
+def _idle(browser) -> None:
+    """Wait until no callback is in flight (Dash titles the page "Updating..." while one is)."""
+    WebDriverWait(browser, WAIT_S).until(lambda d: d.title != "Updating...")
+
+
 def _type(browser, cid: str, text: str) -> None:
+    """Replace a box's text and submit it, on an idle page, checking the box holds the text first
+    (a keystroke lost while the page re-renders would otherwise surface as a wrong answer)."""
+    _idle(browser)
     box = browser.find_element(By.ID, cid)
     box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(text, Keys.ENTER)
+    box.send_keys(text)
+    WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, cid).get_attribute("value") == text)
+    box.send_keys(Keys.ENTER)
 
 
 def test_crossover_page_shows_the_cli_crossings(server, browser):
@@ -145,7 +155,10 @@ def test_a_bad_input_shows_the_cli_message_next_to_its_control(server, browser):
     assert message == expected.error
     browser.save_screenshot(str(ARTIFACTS / "bad-input.png"))
     _type(browser, "x-vary", "batch=1..16")  # the server is still there and recovers
-    WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "x-vary-msg").text == "")
+    WebDriverWait(browser, WAIT_S).until(lambda d: "batch=1..16" in d.find_element(By.ID, "crossover-command").text)
+    _idle(browser)
+    shown = {i: browser.find_element(By.ID, i).text for i in ("x-vary-msg", "crossover-error", "crossover-text")}
+    assert shown["x-vary-msg"] == "", shown
 
 
 # Set before each slider move: the browser's clock when the key reaches the page, and when the
