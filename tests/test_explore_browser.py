@@ -18,6 +18,7 @@ import pytest
 pytest.importorskip("dash", reason="the explorer is an optional extra: pip install 'shardwise[explore]'")
 webdriver = pytest.importorskip("selenium.webdriver", reason="browser tests need selenium (the test extra)")
 
+from selenium.common.exceptions import TimeoutException  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
@@ -91,14 +92,24 @@ def _idle(browser) -> None:
     WebDriverWait(browser, WAIT_S).until(lambda d: d.title != "Updating...")
 
 
-def _type(browser, cid: str, text: str) -> None:
-    """Replace a box's text and submit it, on an idle page, checking the box holds the text first
-    (a keystroke lost while the page re-renders would otherwise surface as a wrong answer)."""
+def _type(browser, cid: str, text: str, tries: int = 3) -> None:
+    """Replace a box's text and submit it, on an idle page, once the box holds the text.
+
+    Dash's text box (dcc.Input with debounce) puts the caret back, in a zero-delay timer after each
+    keystroke, where it was when the keystroke was drawn; on a loaded machine Selenium's keys can
+    arrive in between and land mid-text ("batch=1.1.6"). A human does not type that fast, so a
+    garbled box is typed again (at most `tries` times) rather than submitted."""
     _idle(browser)
     box = browser.find_element(By.ID, cid)
-    box.send_keys(Keys.CONTROL, "a")
-    box.send_keys(text)
-    WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, cid).get_attribute("value") == text)
+    for _ in range(tries):
+        box.send_keys(Keys.CONTROL, "a")
+        box.send_keys(text)
+        try:
+            WebDriverWait(browser, 5).until(lambda d: d.find_element(By.ID, cid).get_attribute("value") == text)
+            break
+        except TimeoutException:
+            continue
+    assert box.get_attribute("value") == text, f"{cid} holds {box.get_attribute('value')!r}, not {text!r}"
     box.send_keys(Keys.ENTER)
 
 
