@@ -106,3 +106,22 @@ def test_a_preset_gives_true_or_false():
     data["zero1_grad_all_reduce"] = "yes"
     with pytest.raises(SpecError, match="zero1_grad_all_reduce: 'yes' is not allowed; give true or false"):
         _framework_from_dict("bad", data)
+
+
+def test_no_ddp_bucket_copies_under_zero1():
+    from shardwise.engines.training_memory import buffer_terms
+    from shardwise.physics.memory_stacks import stack_memory
+
+    stack = stack_memory("nanotron")
+    zero1 = _scenario(tp=1, dp=8, micro_batch=1, global_batch=8, zero=1).plan
+    zero0 = _scenario(tp=1, dp=8, micro_batch=1, global_batch=8, zero=0).plan
+    assert not bool(buffer_terms(zero1, stack)[0])  # no DDP wrapper: trainer.py make_ddp
+    assert bool(buffer_terms(zero0, stack)[0])  # DDP with its fp32-accumulation hook
+    bucketed = dataclasses.replace(zero1, zero1_grad_all_reduce=False)
+    assert bool(buffer_terms(bucketed, stack)[0])
+    # 2 B a parameter less: the layout's memory drops by DDP's bucket copies
+    scn = _scenario(tp=1, dp=8, micro_batch=1, global_batch=8, zero=1)
+    other = dataclasses.replace(scn, plan=bucketed)
+    with_buckets, without = (float(estimate_training_step(x).memory.total_bytes) for x in (other, scn))
+    saved = with_buckets - without
+    assert saved == pytest.approx(stack.ddp_bucket_bytes_per_param * 1.50e9, rel=0.02)  # llama3.2-1b, untied
