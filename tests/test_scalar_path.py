@@ -33,6 +33,7 @@ CASES = {
             "sequence_parallel": [False, True],
             "schedule": [0, 1, 3],
             "grad_reduce_bf16": [False, True],
+            "zero1_grad_all_reduce": [False, True],
         },
         {},
     ),

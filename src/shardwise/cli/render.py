@@ -146,11 +146,14 @@ def _flags(p: Any) -> str:
         "pipeline_sync": "p2p sync",
         "scatter_gather": "scatter/gather",
         "grad_reduce_bf16": "bf16 grad reduce",
+        "zero1_grad_all_reduce": "ZeRO-1 grads all-reduced after backward",
         "expandable_segments": "expandable segments",
     }
     on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
     if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):
         on.remove("TP comm overlap")  # userbuffers need sequence parallelism
+    if "ZeRO-1 grads all-reduced after backward" in on and not bool(np.all(np.asarray(p.zero_stage) == 1)):
+        on.remove("ZeRO-1 grads all-reduced after backward")  # a ZeRO-1 path only
     return ", ".join(on) or "no overlaps"
 
 

@@ -44,7 +44,7 @@ SPMD_GRAD_BYTES = 2.0
 # The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`.
 ZERO_COLLECTIVES = (
     ("all_reduce", "bucket_all_reduce", "bucket_all_gather"),
-    ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
+    ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather", "all_reduce"),
     ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
     ("reduce_scatter", "bucket_reduce_scatter", "weights_all_gather", "bucket_weights_all_gather"),
 )
@@ -163,10 +163,12 @@ def dp_comm(
 
     ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
     the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
-    distributed optimizer); ZeRO-2: a reduce-scatter per micro-batch (gradients stay sharded);
-    ZeRO-3: also two weight all-gathers per micro-batch, prefetched behind the forward and
-    backward passes (no gather after the optimizer). `prices`: those of `collective_prices`
-    for the ZeRO stages present, when already known.
+    distributed optimizer; with `zero1_grad_all_reduce`, nanotron's, an all-reduce of every
+    gradient after the backward passes instead of the reduce-scatter); ZeRO-2: a reduce-scatter
+    per micro-batch (gradients stay sharded); ZeRO-3: also two weight all-gathers per
+    micro-batch, prefetched behind the forward and backward passes (no gather after the
+    optimizer). `prices`: those of `collective_prices` for the ZeRO stages present, when already
+    known.
     """
     plan = scn.plan
     z = as_array(plan.zero_stage)
@@ -175,22 +177,29 @@ def dp_comm(
     contention = contention_share(scn.cluster.gpu.sm_count)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
-        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather)
+        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce)
         return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
-    every = zip(*(_zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather) for k in range(4)), strict=True)
+    gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
+    every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole) for k in range(4)), strict=True)
     chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
     return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention)
 
 
 def _zero_stage_fields(
-    k: int, prices: Mapping[str, Number], cost: StageCost, m: Number, overlap_param_gather: Number
+    k: int,
+    prices: Mapping[str, Number],
+    cost: StageCost,
+    m: Number,
+    overlap_param_gather: Number,
+    grad_all_reduce: Number = False,
 ) -> tuple[Number, ...]:
     """DpComm's fields for ZeRO stage k (see `dp_comm`)."""
     backward = cost.compute_backward_s + cost.tp_backward_s
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
     forward = cost.compute_forward_s + cost.tp_forward_s
-    return zero_stage_fields(k, prices, backward, forward, cost.total_s if k == 3 else 0.0, m, overlap_param_gather)
+    total = cost.total_s if k == 3 else 0.0
+    return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce)
 
 
 def data_parallel_exposed_s(
@@ -244,6 +253,7 @@ def data_parallel_exposed_s(
                 drain,
                 v,
                 rounds,
+                plan.zero1_grad_all_reduce,
             )
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)

@@ -132,9 +132,19 @@ def zero_stage_fields(
     total: Number,
     m: Number,
     overlap_param_gather: Number,
+    grad_all_reduce: Number = False,
 ) -> tuple[Number, ...]:
     """DpComm's fields for ZeRO stage k (`data_parallel.dp_comm`) from the prices of its
-    collectives and the stage's backward, forward and total seconds per micro-batch."""
+    collectives and the stage's backward, forward and total seconds per micro-batch.
+
+    `grad_all_reduce` (`Plan.zero1_grad_all_reduce`): ZeRO-1's gradients all-reduced whole after
+    the backward passes, with nothing to hide behind: nanotron wraps no DDP when it accumulates in
+    fp32 under ZeRO (huggingface/nanotron src/nanotron/trainer.py `init_model`: make_ddp = dp > 1
+    and not (accumulate_grad_in_fp32 and zero_stage > 0)), so no hook reduces during the backward;
+    `training_step` then calls `sync_gradients_across_dp(..., reduce_scatter=False)` ("too memory
+    hungry, instead we run all_reduce"), which is `FP32GradientAccumulator.sync_gradients_across_dp`:
+    one `dist.all_reduce` of the contiguous fp32 gradient buffer (optim/gradient_accumulator.py),
+    the same at 0e0a27ea (2025-02) and on the nouamane/bench2 branch (2024-12)."""
     price = prices.__getitem__
     if k == 0:
         return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
@@ -142,11 +152,16 @@ def zero_stage_fields(
     per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
     grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
     window = backward if per_step else m * backward
+    bucket = price("bucket_reduce_scatter")
+    whole = as_bool(grad_all_reduce)
+    if per_step and not (one_value(whole) and not bool(whole)):  # the whole all-reduce, its own last bucket
+        grad = ifelse(whole, price("all_reduce"), grad)
+        window, bucket = ifelse(whole, 0.0, window), ifelse(whole, grad, bucket)
     if k < 3:
         return (
             grad,
             window,
-            price("bucket_reduce_scatter"),
+            bucket,
             price("all_gather"),
             after_optimizer,
             price("bucket_all_gather"),
@@ -201,9 +216,9 @@ def exposed_by_runs(
         def cut(x: Number, lo: int = lo, hi: int = hi) -> Number:
             return x[lo:hi] if type(x) is np.ndarray and x.ndim > 0 else x
 
-        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds = (cut(x) for x in values)
+        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole = (cut(x) for x in values)
         part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
-        fields = zero_stage_fields(k, part, backward, forward, total, m, overlap_gather)
+        fields = zero_stage_fields(k, part, backward, forward, total, m, overlap_gather, whole)
         comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
         grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds)
         exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))

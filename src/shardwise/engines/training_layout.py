@@ -65,6 +65,14 @@ OPTIMIZER_TRAFFIC_BYTES_PER_PARAM = 48.0
 # Kernel launches charged to that optimizer step: a project estimate (its passes run as a few
 # multi-tensor kernels, Apex/Transformer Engine `multi_tensor_apply`), not a count.
 OPTIMIZER_KERNELS = 4
+# Of those bytes, what a step's gradient passes move per parameter where they run over every local
+# gradient under ZeRO-1, not the rank's shard (`Plan.zero1_grad_all_reduce`, nanotron): its
+# clip_grad_norm reads every fp32 gradient buffer for the per-tensor norms ("In case of FP32 Grad
+# Accum, We need to clip all fp32 grads", 4 B) and scales each in place (mul_, 4 + 4), and
+# FP32GradientAccumulator.zero_grad zeroes the whole contiguous fp32 buffer (4)
+# (huggingface/nanotron src/nanotron/optim/clip_grads.py, optim/gradient_accumulator.py, 0e0a27ea).
+# Unit: bytes per parameter; 16 of the 48 (the Adam update and the copy back stay on the shard).
+UNSHARDED_GRAD_PASS_BYTES = 16.0
 
 
 @dataclass(frozen=True)
@@ -348,14 +356,20 @@ def optimizer_time_s(
     (`physics.linears.cast_bytes_per_element`), which the first micro-batch caches for the rest
     (Transformer Engine's; a torchao recipe casts the weights at every use instead, in the layers'
     casts: `physics.fp8_recipes`). With `Plan.offload_optimizer` that share of the update runs on
-    the host CPU instead, with its copies (`physics.offload.optimizer_host_s`)."""
+    the host CPU instead, with its copies (`physics.offload.optimizer_host_s`). With
+    `Plan.zero1_grad_all_reduce` under ZeRO >= 1 the gradient passes' UNSHARDED_GRAD_PASS_BYTES run
+    over all `n_params`."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
     shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
     expert_shards = ifelse(sharded, plan.expert_dp, 1) if scn.model.is_moe else 1
     local = (n_params - n_expert) / ifelse(sharded, shards, 1) + n_expert / expert_shards
     gpu = scn.cluster.gpu
-    update = memory_s(local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM, gpu, kernels=OPTIMIZER_KERNELS)
+    traffic = local * OPTIMIZER_TRAFFIC_BYTES_PER_PARAM
+    whole = as_bool(plan.zero1_grad_all_reduce) & sharded
+    if any_true(whole):  # nanotron's gradient passes over every local gradient (UNSHARDED_GRAD_PASS_BYTES)
+        traffic = traffic + ifelse(whole, (n_params - local) * UNSHARDED_GRAD_PASS_BYTES, 0.0)
+    update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
     # Transformer Engine caches each weight's FP8 / NVFP4 copies across the step's micro-batches

@@ -321,17 +321,19 @@ def _zero3_buffers(
 def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:
     """What `stage_buffers` reads of the plan alone, the same on every stage: (whether torch DDP
     keeps bucket copies, DeepSpeed's reduction buckets, the optimizer step's gradient copies per
-    parameter). Kept per the fields it reads (`specs.memo.kept`)."""
-    return _buffer_terms(plan.dp, plan.cp, plan.zero_stage, plan.zero_ranks, stack)
+    parameter). Kept per the fields it reads (`specs.memo.kept`). Under ZeRO >= 1 with
+    `Plan.zero1_grad_all_reduce` no DDP wraps the model (nanotron's trainer.py init_model), so no
+    bucket copies."""
+    return _buffer_terms(plan.dp, plan.cp, plan.zero_stage, plan.zero_ranks, stack, plan.zero1_grad_all_reduce)
 
 
 @kept
 def _buffer_terms(
-    dp: Number, cp: Number, zero_stage: Number, zero_ranks: Number, stack: mem.StackMemory
+    dp: Number, cp: Number, zero_stage: Number, zero_ranks: Number, stack: mem.StackMemory, no_ddp: Number = False
 ) -> tuple[Number, Number, Number]:
     ranks = as_array(dp) * as_array(cp)
     zero = as_array(zero_stage)
-    ddp_on = (ranks > 1) & (zero < 3)
+    ddp_on = (ranks > 1) & (zero < 3) & ~(as_bool(no_ddp) & (zero >= 1))
     buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
     shards = as_array(zero_ranks)
     # the step's copies of the optimizer shard's gradients, freed before the ZeRO-1 gather

@@ -65,6 +65,7 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "pipeline_sync",
         "overlap_grad_reduce",
         "overlap_param_gather",
+        "zero1_grad_all_reduce",
     )
 ) | {("cluster", "nodes")}
 

@@ -181,7 +181,8 @@ STACKS: dict[str, StackMemory] = {
         # for CUDA 12.1, whose wheels bundle NCCL 2.18.1: NVLS buffers of 288 MiB a head
         nvls_head_bytes=NVLS_HEAD_BYTES_NCCL_2_18,
         source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
-        "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies; "
+        "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies at "
+        "ZeRO-0, none at ZeRO-1 (no DDP under fp32 accumulation with ZeRO: Plan.zero1_grad_all_reduce); "
         "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
     ),
     "internevo": StackMemory(

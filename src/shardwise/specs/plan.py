@@ -200,6 +200,11 @@ class Plan:
     `spmd_grad_reduce`: the gradient reduction as XLA runs it (MaxText, Paxml): in the 16-bit dtype
     of the dot that makes each weight gradient, and under hybrid sharding the replicas' all-reduce
     exposed, not hidden (`engines.data_parallel.SPMD_GRAD_BYTES`);
+    `zero1_grad_all_reduce`: under ZeRO-1 the stack all-reduces every local gradient once after the
+    last backward pass, exposed, instead of reduce-scattering it in buckets beside it, and its
+    step's gradient passes (the norm for clipping, the scaling, the zeroing) run over every local
+    gradient, not the rank's shard (nanotron: no DDP wrapper under fp32 accumulation with ZeRO,
+    `engines.dp_comm.zero_stage_fields`, `engines.training_layout.optimizer_time_s`);
     `loss_kernel`: "stack" (the framework's loss, `physics.memory_stacks.STACKS`) or "te", Transformer
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
@@ -266,6 +271,7 @@ class Plan:
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
+    zero1_grad_all_reduce: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False
     loss_kernel: str = "stack"
     offload_activation_layers: Number = 0
