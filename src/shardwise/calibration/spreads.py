@@ -57,7 +57,7 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "megatron-core": (0.0726, 422, 3),
     "megatron-deepspeed": (0.4939, 7, 3),
     "nemo-automodel": (0.1086, 1, 1),
-    "paxml": (0.1860, 36, 2),
+    "paxml": (0.1744, 36, 2),
     "torchtitan-compile": (0.1739, 12, 1),
 }
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their

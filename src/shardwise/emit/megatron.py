@@ -44,7 +44,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     new, changes = unemitted_shape(p, "Megatron-LM")
     if is_fp8(p.precision) and p.fp8_recipe != "te":
         new["fp8_recipe"] = "te"
-        changes.append(f"FP8 recipe {p.fp8_recipe} (torchao.float8) -> Transformer Engine's (Megatron-LM's FP8)")
+        kind = "Transformer Engine's JAX path" if p.fp8_recipe == "te-jax" else "torchao.float8"
+        changes.append(f"FP8 recipe {p.fp8_recipe} ({kind}) -> Transformer Engine's (Megatron-LM's FP8)")
     sched = Schedule(int(p.schedule))
     if sched in (Schedule.GPIPE, Schedule.ZB_H1):
         new["schedule"] = Schedule.ONE_F_ONE_B

@@ -27,7 +27,8 @@ def selective_recompute_s(lt: LayerTimes, model: Model, policy: str) -> Number:
         return op_sac_s(lt, model)
     if policy in remat.RECOMPUTED:
         parts = (lt.qkv.forward_s, lt.proj.forward_s, lt.up.forward_s, lt.attention_s, lt.elementwise_s)
-        return remat.recompute_s(policy, *parts)
+        # a weight cast at every use is no dot a policy saves: the rematerialised layer casts again
+        return remat.recompute_s(policy, *parts) + lt.weight_cast_s
     return lt.attention_core_s
 
 

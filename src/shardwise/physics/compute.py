@@ -50,6 +50,7 @@ from shardwise.physics.linears import (  # noqa: F401
     linear_times,
     linears_times,
     torchao_cast_times,
+    weight_cast_s,
 )
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
@@ -91,6 +92,9 @@ class LayerTimes:
     cast_b_s: Number = 0.0
     # the other linear layers together (`LayerForward.extra`); GemmTimes is frozen, one shared default is safe
     extra: GemmTimes = GemmTimes(0.0, 0.0, 0.0)  # noqa: RUF009
+    # the weights' FP8 casts of a recipe that casts them at every use (in cast_f_s; a rematerialised
+    # layer casts them again: `engines.recompute_costs.selective_recompute_s`)
+    weight_cast_s: Number = 0.0
 
     @property
     def linears(self) -> tuple[GemmTimes, ...]:
@@ -194,11 +198,14 @@ def layer_times(
             fwd, gpu, precision, qkv, proj, attention, attention_bwd, core,
             (fused_accumulation, accumulate_bytes, fp8_recipe, backward),
         )  # fmt: skip
-    cast_f = cast_b = 0.0
+    cast_f = cast_b = weight_cast = 0.0
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
     elif is_narrow(precision):
         cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision), cast_kernels_per_tensor(precision))
+        if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
+            weight_cast = weight_cast_s(fwd, gpu, precision)
+            cast_f = cast_f + weight_cast
     return LayerTimes(
         qkv=qkv,
         proj=proj,
@@ -218,6 +225,7 @@ def layer_times(
         cast_f_s=cast_f,
         cast_b_s=cast_b,
         extra=others,
+        weight_cast_s=weight_cast,
     )
 
 

@@ -1,6 +1,7 @@
 """FP8 training as torchao.float8 runs it (torchtitan's `--model.converters float8` and `mx`), against
 Transformer Engine's, which `physics.compute` prices by default (`Plan.fp8_recipe` "te": each
-activation cast once into both layouts, 4 bytes per element, weights cast once per step).
+activation cast once into both layouts, 4 bytes per element, weights cast once per step; "te-jax",
+its JAX path: the same, but each weight cast at every use, `TE_RECIPES`).
 
 torchao scales dynamically: every cast first reads the tensor for its absolute maximum, and the
 weights are cast at every use, so in every micro-batch (FSDP2 gathers them afresh). Bytes moved
@@ -63,9 +64,25 @@ ROWWISE_RESCALE_BYTES = 4.0
 ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
 
 
+# Transformer Engine's recipes: its GEMMs and activation casts (`physics.linears.cast_times`). "te" is
+# its PyTorch path, which casts each weight once per step and caches it for the step's micro-batches
+# (`engines.training_layout.optimizer_time_s`); "te-jax" its JAX path, whose FP8 dot quantises its
+# kernel at every call: `_fp8_dot_fwd_rule` casts the kernel (v1.0 dot.py `cast_transpose(kernel_, ...)`,
+# v1.5-v1.12 `quantize(kernel, fwd_dtype, kernel_scale)`) and keeps it only as a residual of that
+# call, and a rematerialised layer (jax.checkpoint: a remat policy saves dots, never these casts)
+# calls it again in the backward pass (`physics.linears.weight_cast_s`).
+TE_RECIPES = ("te", "te-jax")
+
+
 def is_torchao(recipe: str) -> bool:
     """A torchao.float8 recipe (not Transformer Engine's)."""
-    return recipe != "te"
+    return recipe not in TE_RECIPES
+
+
+def casts_weights_per_use(recipe: str) -> bool:
+    """Whether the recipe casts each weight at every use (no per-step FP8 weight cache): Transformer
+    Engine's JAX path; torchao's casts sit in `linears.torchao_cast_times` instead."""
+    return recipe == "te-jax"
 
 
 def cast_bytes(recipe: str, precision: str) -> tuple[float, float, float, float]:

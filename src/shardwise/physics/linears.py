@@ -212,6 +212,15 @@ def cast_times(
     )
 
 
+def weight_cast_s(fwd: LayerForward, gpu: Gpu, precision: str) -> Number:
+    """Seconds to quantise one layer's weights once (`fp8_recipes.casts_weights_per_use`): every
+    linear layer's k x n weights at `cast_bytes_per_element` (Transformer Engine's cast into both
+    layouts: read 2, write 1 + 1), one kernel each."""
+    gemms, on = _weighted_linears(fwd)
+    weights = sum(w * g.k * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    return memory_s(cast_bytes_per_element(precision) * weights, gpu, kernels=len(gemms))
+
+
 def torchao_cast_times(fwd: LayerForward, gpu: Gpu, precision: str, recipe: str) -> tuple[Number, Number]:
     """(forward, backward) seconds of a torchao recipe's casts in one layer and micro-batch: each
     linear layer's input, output gradient and weight (`physics.fp8_recipes.cast_bytes`), two
