@@ -10,6 +10,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.analyses.serving_pcie import LAYER_SCALING, PAIRS, _measured, throughput
+from shardwise.engines.engine_presets import LLAMA_CPP_STAGE_S
 from shardwise.engines.llamacpp import (
     SCHED_MAX_COPIES,
     chained_makespan_s,
@@ -88,3 +89,27 @@ def test_row_split_throughput_within_15_percent_of_pr_7716():
         row, _, _ = _measured(pair)
         assert throughput(pair, 2, 1, row=True) == pytest.approx(row, rel=0.15)
         assert np.isfinite(row)
+
+
+def test_llama_server_steps_cross_a_layer_split_as_one_batch_of_micro_batches():
+    """`serve --framework llama.cpp` under pp: one batch a step cut into 512-token micro-batches
+    that the host walks stage by stage, so 64 decoding sequences cross the 4 stages in turn (one
+    micro-batch) and 1,024 are two micro-batches, the second starting a chain's period later."""
+    from shardwise.engines.iteration import iteration_times, stage_costs
+    from shardwise.engines.serving import plan_for_serving, serving_scenario
+    from shardwise.specs import Scenario
+    from shardwise.specs.serving import ServingWorkload
+
+    wl = ServingWorkload(512, 128, 64, "q4_0", "bf16", "graphs", engine="llama.cpp")
+    cluster = presets.system("rtx4090-8x").with_(gpus_per_node=4, nodes=1)
+    scn = serving_scenario(Scenario(presets.model("llama3-8b"), cluster, plan_for_serving(1, 4)), wl)
+    context = 576.0
+    for d, m in ((64.0, 1.0), (1024.0, 2.0)):
+        it = iteration_times(scn, wl, np.asarray([d]), np.asarray([0.0]), context)
+        fs = stage_costs(scn, wl, np.asarray([d / m]), np.asarray([0.0]), context)
+        c = [x + LLAMA_CPP_STAGE_S for x in fs.per_stage]  # llama.cpp's per-stage cost with each send
+        c_sum = c[0] + 2 * c[1] + c[2]
+        expect = (m - 1) * (c_sum - c[2]) + c_sum
+        assert float(it.total_s[0]) == pytest.approx(float(expect[0]), rel=1e-6)
+        parts = it.compute_s + it.tp_comm_s + it.pp_p2p_s + it.pp_wait_s
+        assert float(parts[0]) == pytest.approx(float(it.total_s[0]), rel=1e-9)

@@ -57,6 +57,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardwise.arrays import where
+from shardwise.engines.forward import ForwardStages
 from shardwise.physics.compute import layer_times
 from shardwise.physics.custom_allreduce import P2P_OFF_BANDWIDTH_RATIO
 from shardwise.physics.flops import layer_forward
@@ -119,6 +120,20 @@ def layer_split_prompt_s(
         return chained_makespan_s(c0, middle_sum, cl, c_max, p, micro_batches)
     c_sum = where(p == 1, c0, c0 + where(p > 2, middle_sum, 0.0) + cl)
     return events_makespan_s(c_sum, c_max, p, micro_batches)
+
+
+def layer_split_iteration(
+    fs: ForwardStages, pp: Number, micro_batches: Number, scheduler: str
+) -> tuple[Number, Number, Number, Number, Number]:
+    """A serving step of llama.cpp over a layer split (`engines.iteration`): its batch as m
+    micro-batches through the p stages (`layer_split_prompt_s`; `fs` one micro-batch's stage costs
+    with the sends). Returns (total, compute, TP, sends, wait) on the critical path, the total split
+    as the slowest stage's cost splits; no wait beyond the GPUs' work."""
+    p = np.asarray(pp, dtype=float)
+    total = layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro_batches, scheduler)
+    c_max, compute, tp = fs.slowest(p)
+    share = total / c_max
+    return total, share * compute, share * tp, share * fs.send_s, np.zeros_like(np.asarray(total))
 
 
 def row_split_products(model: Model) -> tuple[tuple[float, float], ...]:
