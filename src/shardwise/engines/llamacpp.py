@@ -32,7 +32,11 @@ whether that copy makes the host wait:
   synchronous against 1478 / 708 = 2.09 before) were reverted.
 
 The preset's build (2026 master) runs "host"; `SCHEDULER_BY_YEAR` says which a source's build ran.
-With p = 2 both give max c_j per micro-batch.
+With p = 2 both give max c_j per micro-batch. Builds and platforms differ, and which one a build
+ran is a choice per source, not derived from its hardware: PR 20793's master column (4 MI50, ROCm,
+May 2026) still pipelined (2.09 above), and issue 24026 (June 2026, 2 RX 6800, ROCm) saw "exactly
+zero difference" in prompt speed between `-b 2048 -ub 1024` and `-b 1024 -ub 1024`, less overlap
+than even "host" gives on 2 GPUs.
 
 Row split (`-sm row`). Only the layers' weight matrices sit in split buffers, cut by output rows
 over the GPUs (`ggml_backend_cuda_split_buffer_type`); everything else (norms, RoPE, attention, the
