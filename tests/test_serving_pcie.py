@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
-from shardwise.analyses.serving_pcie import PAIRS, serving_rows, throughput, validate_pcie_serving
+from shardwise.analyses.serving_pcie import LAYER_SCALING, PAIRS, serving_rows, throughput, validate_pcie_serving
 
 
 def test_every_pair_is_read_from_the_data_with_its_source():
     rows = validate_pcie_serving()
-    assert [r.run_id for r in rows] == [p.key for p in PAIRS]
+    assert [r.run_id for r in rows] == [p.key for p in (*PAIRS, *LAYER_SCALING)]
     for r in rows:
         assert r.source.startswith("GitHub") and r.measured > 0 and r.predicted > 0
-    assert len(serving_rows()) == 88  # with TensorRT-LLM#1102's PP2-vs-one-GPU pair and SGLang#3602's EP pair
+    # with TensorRT-LLM#1102's PP2-vs-one-GPU pair, SGLang#3602's EP pair, llama.cpp#6017's A100 and
+    # #20793's MI50 tables
+    assert len(serving_rows()) == 107
 
 
 def test_llama_cpp_winners_and_the_layer_split_itself():

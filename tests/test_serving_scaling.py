@@ -40,8 +40,11 @@ def test_tp_pairs_are_the_published_rows_at_k_and_k_over_2(rows):
 
 
 def test_pcie_rows_are_tp_against_a_layer_split(rows):
+    """PCIe: TP (or llama.cpp's row split) against a layer split, and llama.cpp#6017's layer split
+    over 8 A100 against one GPU."""
     pcie = [r for r in rows if r.link == "PCIe"]
-    assert len(pcie) == 7 and {r.ratio for r in pcie} == {"TP(k)/PP(k)"}
+    assert len(pcie) == 11 and {r.ratio for r in pcie} == {"TP(k)/PP(k)", "PP(k)/PP(1)"}
+    assert {r.key for r in pcie if r.ratio == "PP(k)/PP(1)"} == {"llamacpp-6017-pp1024-pp8", "llamacpp-6017-pp2048-pp8"}
 
 
 def test_expert_parallel_pair_is_sglang_3602_priced_as_its_benchmark_ran(rows, cli):
@@ -94,11 +97,11 @@ def test_validate_inference_scaling_prints_both_tables(cli):
     code, out, err = cli(["validate", "inference_scaling", "--markdown"])
     assert code == 0, err
     assert "| ratio | link | GPU | cases | MAPE of the ratio | direction right |" in out
-    assert "| FT13B-TP2-decode/tp1 | TP(k)/TP(k/2) |" in out and "no PP(k)/PP(1) pair can be priced" in out
+    assert "| FT13B-TP2-decode/tp1 | TP(k)/TP(k/2) |" in out and "no other PP(k)/PP(1) pair can be priced" in out
     code, out, err = cli(["validate", "inference_scaling", "--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["rows"]) == 21
-    assert {s["ratio"] for s in data["summary"]} == {"TP(k)/TP(k/2)", "TP(k)/PP(k)", "EP(k)/TP(k)"}
+    assert len(data["rows"]) == 25
+    assert {s["ratio"] for s in data["summary"]} == {"TP(k)/TP(k/2)", "TP(k)/PP(k)", "PP(k)/PP(1)", "EP(k)/TP(k)"}
     code, _, err = cli(["validate", "inference_scaling", "inference"])
     assert code == 2 and "give it alone" in err

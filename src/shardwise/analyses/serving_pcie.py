@@ -7,9 +7,16 @@ pair of rows, TP and layer split, same engine, model, GPUs and workload, compare
 their throughputs, predicted against measured. Engines are modelled as they run:
 
 - llama.cpp `-sm layer`: each GPU holds a run of layers; a prompt of N tokens is processed in
-  batches of 2,048 tokens (`-b`), each split into 512-token micro-batches (`-ub`) that flow through
-  the GPUs as a pipeline (llama.cpp's pipeline parallelism needs n_batch > n_ubatch, so pp512 runs
-  the GPUs one after the other); token generation (tg128, batch 1) crosses them in turn.
+  micro-batches of 512 tokens (`-ub`), which cross the GPUs as llama.cpp's scheduler lets them
+  (`engines.llamacpp`): a 2026 build's host waits for each GPU before it launches the next one's
+  part ("host": a 512-token prompt crosses the GPUs in turn, a long one gains at most p / (p - 1)),
+  a 2024 build queues up to 4 micro-batches on the GPUs' streams ("events": a pipeline, PR 6017's
+  8 x A100 checked as PP(8) / PP(1), `LAYER_SCALING`); token generation (tg128, batch 1) crosses
+  the GPUs in turn.
+- llama.cpp `-sm row` (PR 7716's 2 x RTX 4090 against `-sm layer`, prompts in micro-batches of
+  32 and 64 tokens): every weight matrix split by rows, its input copied from the main GPU to the
+  others and their rows back for each product, everything else on the main GPU
+  (`engines.llamacpp.row_split_s`);
 - llama.cpp `-sm tensor` (PR 19378): Megatron-style TP with two all-reduces per layer by NCCL
   (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; BF16 on the wire above 262,144 elements
   for 4 GPUs, FP32 below), on the GPUs' PCIe links without P2P (GeForce cards on the stock
@@ -32,11 +39,11 @@ under `-sm tensor` (every GPU holds a slice of each expert) and whole on their l
 (`physics.kernels.weight_only_s`: a matrix-vector kernel up to 8 tokens, a token tile of 8-128
 above; no 128-row tiles).
 
-Left out, with the reason: llama.cpp's older `-sm row` (it gathers every matrix product's output on
-the main GPU and runs the rest there: not TP as modelled here), rows with a filled cache before the
-prompt ("pp512 @ d65536": a prompt's attention over an earlier context is not priced here), GLM-4.5-Air
-in IQ2_XXS and DeepSeek V4 (no preset, no 2-bit storage), and rows that compare different engines or
-give no pair.
+Left out, with the reason: rows with a filled cache before the prompt ("pp512 @ d65536": a
+prompt's attention over an earlier context is not priced here), GLM-4.5-Air in IQ2_XXS and DeepSeek
+V4 (no preset, no 2-bit storage), PR 7716's Q4_1 rows (no Q4_1 storage) and its master rows (the
+kernels the PR replaced), PR 20793's MI50 rows (no preset; read as evidence in
+`engines.llamacpp`), and rows that compare different engines or give no pair.
 """
 
 from __future__ import annotations
@@ -52,20 +59,19 @@ from shardwise import presets
 from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
+from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, layer_split_prompt_s, row_split_s
 from shardwise.engines.pipeline import pipeline_makespan_s
-from shardwise.engines.serving import plan_for_serving, serving_scenario
+from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
 from shardwise.physics.host_staged import exllamav2_tp_layer_s
 from shardwise.specs import Cluster, Scenario
 from shardwise.specs.serving import ServingWorkload
 
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
 LEFT_OUT = (
-    "left out: llama.cpp -sm row (not TP as modelled), prompts after a filled cache (@ d65536), GLM-4.5-Air IQ2_XXS "
-    "and DeepSeek V4 (no preset), rows without a TP/layer pair on one engine; exllamav2#734 reports its TP prefill "
-    "as a performance problem"
+    "left out: prompts after a filled cache (@ d65536), GLM-4.5-Air IQ2_XXS and DeepSeek V4 (no preset), "
+    "llama.cpp#7716's Q4_1 and master rows, #20793's MI50 rows (no preset), rows without a pair on one engine; "
+    "exllamav2#734 reports its TP prefill as a performance problem"
 )
-LLAMA_CPP_BATCH = 2048  # llama-bench -b default
-LLAMA_CPP_UBATCH = 512  # -ub default
 EXLLAMA_CHUNK = 2048
 
 
@@ -84,6 +90,11 @@ class Pair:
     engine: str  # "llama.cpp" or "exllamav2"
     tokens: int  # prompt tokens (0: token generation)
     context: int = 0  # tokens already in the cache
+    ubatch: int = 512  # llama.cpp's -ub (llama-bench's default)
+    year: int = 2026  # the build's year: which scheduler llama.cpp ran (`engines.llamacpp.SCHEDULER_BY_YEAR`)
+    split: str = "-sm tensor"  # the TP side of the pair: "-sm tensor" (Megatron-style) or "-sm row"
+    group: str = ""  # the rows' comparison_group, where source, model and workload leave several
+    system: str = "rtx4090-8x"  # the server preset (its GPU replaced by `gpu`, cut to `gpus`)
 
 
 PAIRS = (
@@ -99,8 +110,22 @@ PAIRS = (
          "rtx-4090", 4, "mxfp4", "llama.cpp", 8192),
     Pair("llamacpp-19378-gptoss-tg128", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "tg128", "gpt-oss-120b",
          "rtx-4090", 4, "mxfp4", "llama.cpp", 0, 64),
+    Pair("llamacpp-7716-q4_0-ub32-row", "llama.cpp#7716", "llama 8B", "pp2048, microbatch size 32", "llama3-8b",
+         "rtx-4090", 2, "q4_0", "llama.cpp", 2048, 0, 32, 2024, "-sm row", "7716-Q4_0-ub32-PR branch"),
+    Pair("llamacpp-7716-q4_0-ub64-row", "llama.cpp#7716", "llama 8B", "pp2048, microbatch size 64", "llama3-8b",
+         "rtx-4090", 2, "q4_0", "llama.cpp", 2048, 0, 64, 2024, "-sm row", "7716-Q4_0-ub64-PR branch"),
     Pair("exllamav2-734-pp16k", "exllamav2#734", "Llama 3.3 70B", "prompt processing, 16k context", "llama3-70b",
          "rtx-3090", 2, "int4", "exllamav2", 16384),
+)  # fmt: skip
+
+
+# A layer split over k GPUs against one GPU (PP(k) / PP(1)), one build's llama-bench table each:
+# PR 6017's 8 x A100 80GB PCIe (March 2024, the "events" scheduler), `group` the rows' comparison_group.
+LAYER_SCALING = (
+    Pair("llamacpp-6017-pp1024-pp8", "llama.cpp#6017", "llama 7B F16", "pp1024", "llama2-7b", "a100-pcie-80gb", 8,
+         "bf16", "llama.cpp", 1024, 0, 512, 2024, "-sm layer", "6017-a100-llama7b-f16-pp1024", "a100-pcie-8x"),
+    Pair("llamacpp-6017-pp2048-pp8", "llama.cpp#6017", "llama 7B F16", "pp2048", "llama2-7b", "a100-pcie-80gb", 8,
+         "bf16", "llama.cpp", 2048, 0, 512, 2024, "-sm layer", "6017-a100-llama7b-f16-pp2048", "a100-pcie-8x"),
 )  # fmt: skip
 
 
@@ -112,7 +137,7 @@ def serving_rows() -> list[dict[str, str]]:
 
 def _workload(row: dict[str, str]) -> str:
     """The row's workload without its settings ("pp512"; "pp512 @ d65536" keeps its depth)."""
-    return row["workload"].split(", batch")[0].strip()
+    return row["workload"].split(", batch")[0].split(", n_batch")[0].strip()
 
 
 def _measured(pair: Pair) -> tuple[float, float, str]:
@@ -120,18 +145,21 @@ def _measured(pair: Pair) -> tuple[float, float, str]:
     rows = [
         r
         for r in serving_rows()
-        if pair.source in r["source"] and r["model"] == pair.model_text and _workload(r) == pair.workload
+        if pair.source in r["source"]
+        and r["model"] == pair.model_text
+        and _workload(r) == pair.workload
+        and (not pair.group or r["comparison_group"] == pair.group)
     ]
     if pair.engine == "exllamav2":  # one row: "1045.8 (no TP) vs 378.87 (TP)"
         (row,) = rows
         layer, tp = (float(part.split()[0]) for part in row["value"].split(" vs "))
         return tp, layer, f"{row['source']}, {row['locator']}"
     by = {r["layout"]: float(r["value"]) for r in rows}
-    return by["-sm tensor"], by["-sm layer"], f"{rows[0]['source']}, {rows[0]['locator']}"
+    return by[pair.split], by["-sm layer"], f"{rows[0]['source']}, {rows[0]['locator']}"
 
 
 def _cluster(pair: Pair) -> Cluster:
-    base = presets.system("rtx4090-8x")  # PCIe Gen4, P2P off (the stock driver)
+    base = presets.system(pair.system)  # rtx4090-8x: PCIe Gen4, P2P off (the stock driver)
     return base.with_(gpu=presets.gpu(pair.gpu), gpus_per_node=pair.gpus, nodes=1)
 
 
@@ -139,9 +167,11 @@ def _stages(scn: Scenario, wl: ServingWorkload, decode: int, tokens: int, contex
     return stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)
 
 
-def throughput(pair: Pair, tp: int, pp: int) -> float:
+def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
     """Predicted tokens per second of the pair's workload with `tp` x `pp` GPUs (see the module
-    docstring for how each engine runs)."""
+    docstring for how each engine runs); `row`: llama.cpp's `-sm row` over `tp` GPUs."""
+    if row:
+        return _row_split_throughput(pair, tp)
     model = presets.model(pair.preset_model)
     runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
     n = max(pair.tokens, 1)
@@ -152,16 +182,35 @@ def throughput(pair: Pair, tp: int, pp: int) -> float:
         fs = _stages(scn, wl, 1, 0, pair.context)
         c = fs.per_stage
         return 1.0 / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
-    chunk, batch = (LLAMA_CPP_UBATCH, LLAMA_CPP_BATCH) if pair.engine == "llama.cpp" else (EXLLAMA_CHUNK, EXLLAMA_CHUNK)
-    chunk, batch = min(chunk, n), min(batch, n)
-    fs = _stages(scn, wl, 0, chunk, n)  # a chunk's share of the whole prompt's attention
-    if pair.engine == "exllamav2" and tp > 1:  # its host-staged all-gathers, not all-reduces
+    if pair.engine == "llama.cpp":  # n_ubatch micro-batches, as llama.cpp's scheduler runs them
+        chunk = min(pair.ubatch, n)
+        fs = _stages(scn, wl, 0, chunk, n)  # a micro-batch's share of the whole prompt's attention
+        micro = -(-n // chunk)
+        scheduler = SCHEDULER_BY_YEAR[pair.year]
+        return n / float(layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro, scheduler))
+    chunk = min(EXLLAMA_CHUNK, n)
+    fs = _stages(scn, wl, 0, chunk, n)
+    if tp > 1:  # ExLlamaV2's host-staged all-gathers, not all-reduces
         staged = model.layers * exllamav2_tp_layer_s(model, chunk, tp, scn.cluster.intra_node_link)
         fs = replace(fs, tp_comm=(staged, 0.0, staged))
     c = fs.per_stage
-    micro = batch // chunk  # micro-batches in flight per batch (1: the stages in turn)
-    per_batch = float(pipeline_makespan_s(c[0], c[1], c[2], p, micro, 1, fs.middle_sum_s(p)))
-    return batch / per_batch
+    return chunk / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
+
+
+def _row_split_throughput(pair: Pair, gpus: int) -> float:
+    """llama.cpp's `-sm row` over `gpus` GPUs (`engines.llamacpp`): each micro-batch's forward on
+    one GPU, its products' share moved to the others and their copies added; micro-batches one
+    after the other (one main GPU)."""
+    model = presets.model(pair.preset_model)
+    n = max(pair.tokens, 1)
+    runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
+    wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)
+    one = serving_scenario(Scenario(model, _cluster(replace(pair, gpus=1)), plan_for_serving(1, 1)), wl)
+    chunk = 1 if pair.tokens == 0 else min(pair.ubatch, n)
+    fs = _stages(one, wl, 1 if pair.tokens == 0 else 0, 0 if pair.tokens == 0 else chunk, pair.context or n)
+    cluster = _cluster(pair)
+    step = row_split_s(fs.per_stage[0], model, cluster, wl, chunk, gpus, compute_precision(one, pair.weights))
+    return chunk / float(step)
 
 
 def validate_pcie_serving() -> list[ValidationRow]:
@@ -169,8 +218,23 @@ def validate_pcie_serving() -> list[ValidationRow]:
     out = []
     for pair in PAIRS:
         tp_v, layer_v, source = _measured(pair)
-        predicted = throughput(pair, pair.gpus, 1) / throughput(pair, 1, pair.gpus)
+        row = pair.split == "-sm row"
+        predicted = throughput(pair, pair.gpus, 1, row) / throughput(pair, 1, pair.gpus)
         label = f"{pair.preset_model} on {pair.gpus} x {pair.gpu}, {pair.engine}, {pair.workload}"
-        out.append(ValidationRow(pair.key, "inference_pcie", label, "TP / layer split throughput", predicted,
-                                 tp_v / layer_v, source))  # fmt: skip
+        metric = f"{'row' if row else 'TP'} / layer split throughput"
+        out.append(ValidationRow(pair.key, "inference_pcie", label, metric, predicted, tp_v / layer_v, source))
+    return out + validate_layer_scaling()
+
+
+def validate_layer_scaling() -> list[ValidationRow]:
+    """One row per `LAYER_SCALING` pair: the layer split over k GPUs against one GPU."""
+    out = []
+    for pair in LAYER_SCALING:
+        rows = [r for r in serving_rows() if r["comparison_group"] == pair.group]
+        by = {int(r["num_gpus"]): float(r["value"]) for r in rows}
+        predicted = throughput(pair, 1, pair.gpus) / throughput(replace(pair, gpus=1), 1, 1)
+        label = f"{pair.preset_model} on {pair.gpus} x {pair.gpu} against 1, llama.cpp, {pair.workload}"
+        metric = f"layer split ({pair.gpus} GPUs) / one GPU throughput"
+        source = f"{rows[0]['source']}, {rows[0]['locator']}"
+        out.append(ValidationRow(pair.key, "inference_pcie", label, metric, predicted, by[pair.gpus] / by[1], source))
     return out

@@ -10,7 +10,10 @@ exactly as its absolute table prices it (nothing here is fitted to these rows):
   TP 2 on H100 against TP 1 on H200 at its maximum throughput (ten workloads). H100 and H200 are one
   GH100 die with different memory (80 GB at 3.35 TB/s, 141 GB at 4.8 TB/s); the model prices each
   GPU as it is, so the ratio checks both the scaling and the memory.
-- TP(k) / PP(k), PCIe: `analyses.serving_pcie` (llama.cpp, ExLlamaV2; no P2P).
+- TP(k) / PP(k), PCIe: `analyses.serving_pcie` (llama.cpp, ExLlamaV2; no P2P), llama.cpp's `-sm row`
+  among them.
+- PP(k) / PP(1), PCIe: llama.cpp PR 6017's layer split over 8 A100 PCIe against one
+  (`analyses.serving_pcie.LAYER_SCALING`, the scheduler of its build: `engines.llamacpp`).
 - EP(k) / TP(k), NVLink: a mixture of experts with its experts whole on k GPUs (ep = tp = k,
   attention TP k) against split over them (TP k): SGLang PR 3602's DeepSeek-V3 in FP8 on 8 H200
   (`EP_PAIRS`, rows in `data/public_serving_multi_gpu.csv`). Priced as its benchmark ran
@@ -26,7 +29,7 @@ exactly as its absolute table prices it (nothing here is fitted to these rows):
   for it (`--framework sglang`, its budget and KV cache). Before #37 the pair was priced as a
   closed loop of 600 requests in flight (`serve --concurrency 600`): 1.33 against the 1.05
   measured; as benchmarked 1.13. Data-parallel attention has no such pair in the data (`LEFT_OUT`).
-- PP(k) / PP(1): none can be priced (`LEFT_OUT`).
+- PP(k) / PP(1) of the other engines: none can be priced (`LEFT_OUT`).
 
 A ratio above 1 is a gain; a case's direction is right when predicted and measured agree on it.
 """
@@ -53,7 +56,7 @@ CITATION = (
 )
 LEFT_OUT = (
     "no TP(k)/TP(k/2) pair on PCIe exists in the public data (public_serving_multi_gpu.csv pairs TP with a layer "
-    "split at one GPU count); no PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 "
+    "split at one GPU count); no other PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 "
     "(-sm layer, decode) names no model, "
     "llama.cpp#25051 splits over unlike GPUs (RTX 4090 + A16); TensorRT-LLM's Llama 3.1 405B pairs TP 8 in FP8 "
     "(H100, H200) with TP 4 in FP4 (B200, GB200): a precision and a GPU generation apart, not a scaling ratio; "
@@ -177,17 +180,19 @@ def _tp_row(big: dict[str, str], small: dict[str, str]) -> ScalingRow:
 
 def pcie_rows() -> list[ScalingRow]:
     """TP(k) / PP(k) on PCIe (`analyses.serving_pcie`)."""
-    from shardwise.analyses.serving_pcie import PAIRS, validate_pcie_serving
+    from shardwise.analyses.serving_pcie import LAYER_SCALING, PAIRS, validate_pcie_serving
 
-    gpu = {p.key: p.gpu.replace("-", " ").upper() for p in PAIRS}
+    layer = {p.key for p in LAYER_SCALING}
+
+    gpu = {p.key: p.gpu.replace("-", " ").upper() for p in (*PAIRS, *LAYER_SCALING)}
     return [
         ScalingRow(
             r.run_id,
-            "TP(k)/PP(k)",
+            "PP(k)/PP(1)" if r.run_id in layer else "TP(k)/PP(k)",
             gpu[r.run_id],
             "PCIe",
             r.label,
-            "TP / layer split throughput",
+            r.metric,
             r.predicted,
             r.measured,
             r.source,

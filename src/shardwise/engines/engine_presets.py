@@ -66,6 +66,13 @@ asynchronous scheduling on by default, vLLM overlaps the wait and the round's ho
 one stage the engines overlap the host with the GPU (vLLM's batch queue and async scheduling,
 SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so nothing is added at pp = 1.
 
+llama.cpp under pp (its layer split): llama-server decodes every running sequence and the prompt
+chunks in one batch per step, which `llama_decode` cuts into micro-batches of n_ubatch = 512
+tokens; a 2026 build's scheduler copies synchronously between GPUs, so the host walks the stages
+of each micro-batch and the next one starts when the host reaches this one's last stage
+(`engines.llamacpp`, `ubatch_tokens`, `scheduler`): a step of up to 512 tokens crosses the stages
+in turn, whatever the number of sequences.
+
 Sends between stages: vLLM and SGLang send the hidden states and the residual of Llama-style
 models (vLLM `make_empty_intermediate_tensors_factory(["hidden_states", "residual"])`, SGLang
 `PPProxyTensors`), two activations per micro-batch and boundary (`pp_send_tensors`).
@@ -174,6 +181,10 @@ class EnginePreset:
     # heaviest micro-batch's pass (module docstring)
     whole_prompts: bool = False
     weight_formats: tuple[str, ...] = ()
+    # llama.cpp: a step's batch cut into micro-batches of this many tokens (n_ubatch), which cross a
+    # layer split as its scheduler lets them, "host" or "events" (`engines.llamacpp`); 0: not so
+    ubatch_tokens: int = 0
+    scheduler: str = "events"
     source: str = ""
 
 
@@ -201,7 +212,7 @@ ENGINES = {
     ),
     "llama.cpp": EnginePreset(
         "llama.cpp", "2026 master (llama-server)", "graphs", "none", "all-free", 1.0,
-        stage_overhead_s=LLAMA_CPP_STAGE_S,
+        stage_overhead_s=LLAMA_CPP_STAGE_S, ubatch_tokens=512, scheduler="host",
         weight_formats=("bf16", "q8_0", "q4_0", "q4_k", "mxfp4"),
         source="common/common.h n_batch 2048; ggml-common.h block formats; per-stage cost from llama.cpp #19922",
     ),

@@ -38,6 +38,7 @@ import numpy as np
 from shardwise.engines.costs import StageCost
 from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
+from shardwise.engines.llamacpp import layer_split_iteration
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import (
     pipeline_host_s,
@@ -175,6 +176,11 @@ def iteration_times(
     d = np.asarray(decode, dtype=float)
     q = np.asarray(prompt_tokens, dtype=float)
     preset = engine(wl.engine)
+    if preset.ubatch_tokens:  # llama.cpp: one batch a step, cut into n_ubatch micro-batches
+        m_u = np.where(p > 1, np.maximum(np.ceil((d + q) / preset.ubatch_tokens), 1.0), 1.0)
+        fs = _with_sends(stage_costs(scn, wl, d / m_u, q / m_u, context), preset, p > 1)
+        parts = layer_split_iteration(fs, p, m_u, preset.scheduler)
+        return IterationTimes(*(np.where((d + q) <= 0, 0.0, x) for x in parts))
     # micro-batches in flight: one per sequence at most (prompts counted whole)
     prompts = np.ceil(q / wl.input_len)
     m = np.minimum(p, np.maximum(d + prompts, 1.0))
