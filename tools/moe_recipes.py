@@ -1,7 +1,8 @@
 """Which Megatron-Bridge performance recipe ran each mixture-of-experts row of the Bridge's
-performance summaries, and whether it overlapped the expert all-to-alls (`moe_a2a_overlap`,
-Megatron-Core's `overlap_moe_expert_parallel_comm`). Prints the entries of
-`shardwise.analyses.public_moe.A2A_OVERLAP`.
+performance summaries, whether it overlapped the expert all-to-alls (`moe_a2a_overlap`,
+Megatron-Core's `overlap_moe_expert_parallel_comm`) and which token dispatcher it ran
+(`moe_flex_dispatcher_backend`). Prints the entries of `shardwise.analyses.public_moe.A2A_OVERLAP`,
+`RECOMPUTE_MODULES`, `LAYOUTS` and `DISPATCHERS`.
 
 The summaries name the NeMo container of each table, not the recipe; the Bridge's
 docs/versions1.json names the Bridge release of each container (26.06.01 = 0.5.1, 26.06 = 0.5.0,
@@ -55,6 +56,7 @@ DEFAULTS = {  # WorkloadBaseConfig's defaults (scripts/performance/utils/utils.p
     "recompute_modules": None,
     "recompute_num_layers": None,
     "pp_layout": None,
+    "moe_flex_dispatcher_backend": None,
 }
 # DeepSeek-V3's pipeline layout when its WorkloadBaseConfig names no pp_layout: the recipe's map by
 # (pp, vp) (src/megatron/bridge/recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_
@@ -141,10 +143,25 @@ def layout(model: str, config: dict) -> str | None:
     return config.get("pp_layout") or DEEPSEEK_LAYOUTS.get((pp, vp))
 
 
+def dispatcher(config: dict, gpu: str, version: str) -> str:
+    """The token dispatcher a recipe runs: "flex" where its WorkloadBaseConfig names a flex backend
+    that the GPU takes (src/megatron/bridge/training/flex_dispatcher_backend.py
+    `apply_flex_dispatcher_backend` sets moe_token_dispatcher_type "flex"; it skips DeepEP on GB200
+    and GB300, and at v0.2.0 HybridEP on all but GB200 and GB300), else the model provider's
+    moe_token_dispatcher_type, "alltoall" for every family here (models/qwen/qwen_provider.py,
+    gpt_oss/gpt_oss_provider.py, deepseek/deepseek_provider.py, kimi/kimi_provider.py)."""
+    backend = config.get("moe_flex_dispatcher_backend")
+    grace = gpu in ("GB200", "GB300")
+    if (backend == "deepep" and not grace) or (backend == "hybridep" and (grace or version != "25.11")):
+        return "flex"
+    return "alltoall"
+
+
 def main(repo: str) -> None:
     found: dict[tuple[str, str, str, str], set[bool]] = defaultdict(set)
     modules: dict[tuple[str, str, str, str], set[tuple[str, ...]]] = defaultdict(set)
     layouts: dict[tuple[str, str, str, str], set[str | None]] = defaultdict(set)
+    dispatchers: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for raw in pv.raw_rows():
         row = pv.public_moe.resolved(raw)
         version = row["framework_version"]
@@ -172,6 +189,7 @@ def main(repo: str) -> None:
         if len(overlap) == 1:
             found[key] |= overlap
         layouts[key] |= {layout(row["model"], c) for c in matches}
+        dispatchers[key] |= {dispatcher(c, gpu, version) for c in matches}
         redone = {recomputed(row["model"], c) for c in matches}
         if len(redone) == 1:
             modules[key] |= redone
@@ -181,6 +199,10 @@ def main(repo: str) -> None:
             print(f"    {key!r},")
     print("\nRECOMPUTE_MODULES entries ((model, system, precision, container): modules):")
     for key, value in sorted(modules.items()):
+        if len(value) == 1:
+            print(f"    {key!r}: {next(iter(value))!r},")
+    print("\nDISPATCHERS entries ((model, system, precision, container): dispatcher):")
+    for key, value in sorted(dispatchers.items()):
         if len(value) == 1:
             print(f"    {key!r}: {next(iter(value))!r},")
     print("\nLAYOUTS entries ((model, system, precision, container): Megatron-Core pipeline layout):")

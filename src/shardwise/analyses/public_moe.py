@@ -57,6 +57,30 @@ FLEX = (
     ("kimi-k2", ("gb200-nvl72", "gb300-nvl72")),
 )
 
+# Bridge rows that ran another dispatcher than FLEX says: the recipe at the container's tag
+# (`moe_flex_dispatcher_backend`, found as A2A_OVERLAP is; tools/moe_recipes.py DISPATCHERS), and the
+# 25.09 runs (v0.1.0rc3 scripts/performance/run_script.py: every Qwen3 run and DeepSeek-V3 on
+# B200/GB200 drop tokens, `apply_moe_token_drop`, which needs the alltoall dispatcher -- the table's
+# "(tokendrop)" cells). Token dropping is not modelled: at capacity factor 1 a balanced router drops none.
+_NEMO_25_09 = (
+    [("qwen3-30b-a3b", s, "fp8") for s in ("dgx-b200", "dgx-h100", "gb200-nvl72")]
+    + [(m, "gb200-nvl72", "mxfp8") for m in ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3")]
+    + [("qwen3-235b-a22b", "gb200-nvl72", "fp8"), ("deepseek-v3", "gb200-nvl72", "fp8")]
+    + [("deepseek-v3", "dgx-b200", p) for p in ("fp8", "mxfp8")]
+)
+DISPATCHER_EXCEPTIONS = {
+    **{(*k, "25.09"): "alltoall" for k in _NEMO_25_09},
+    ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): "alltoall",
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "25.11"): "alltoall",
+    ("qwen3-30b-a3b", "dgx-b200", "mxfp8", "26.02"): "alltoall",
+    **{("gpt-oss-120b", s, "bf16", "26.04"): "flex" for s in ("dgx-b200", "dgx-b300", "gb200-nvl72")},
+    **{("gpt-oss-120b", s, "mxfp8", v): "flex" for s in ("gb200-nvl72", "gb300-nvl72") for v in ("26.06", "26.06.01")},
+    ("gpt-oss-120b", "dgx-b300", "bf16", "26.04.01"): "flex",
+    ("gpt-oss-120b", "dgx-b300", "mxfp8", "26.06"): "flex",
+    ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.04.01"): "flex",
+    ("qwen3-235b-a22b", "dgx-h100", "fp8", "26.02.01"): "flex",
+}
+
 # NeMo AutoModel's performance summary (docs/performance-summary.md, 2025-10 to 2026-01) prints
 # EP "-" for GPT-OSS, but the benchmark configs it links run expert parallelism over every GPU
 # (examples/benchmark/configs/gptoss_120b_te_deepep.yaml: distributed.ep_size 64 on 8 nodes;
@@ -73,11 +97,12 @@ AUTOMODEL_EP = {"gpt-oss-120b": 64, "gpt-oss-20b": 8}
 # 0.2.0, 26.02 = 0.3.0, 26.02.01 = 0.3.1, 26.04 = 0.4.0, 26.04.01 = 0.4.2, 26.06 = 0.5.0, 26.06.01 =
 # 0.5.1), whose scripts/performance/configs/<family>/*workload_base_configs.py hold the recipe of
 # that model, GPU and precision; an entry is kept only where that recipe's layout (tp, pp, vp, ep,
-# mbs, gbs) is the published one. Listed by tools/moe_recipes.py; the rest ran without the overlap
-# (the recipes' default) or have no recipe of their layout at the tag (25.09's YAML recipes, 26.08).
+# mbs, gbs) is the published one. Listed by tools/moe_recipes.py, with 25.09's (v0.1.0rc3, whose
+# run_script.py overlaps DeepSeek-V3's on H100 alone); the rest ran without it or are unknown (26.08).
 A2A_OVERLAP = frozenset(
     {
         ("deepseek-v3", "dgx-b200", "mxfp8", "26.04.01"),
+        ("deepseek-v3", "dgx-h100", "fp8", "25.09"),  # v0.1.0rc3 run_script.py: A2A_1F1B on H100
         ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06"),
         ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.06.01"),
         ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"),
@@ -293,10 +318,13 @@ def expert_parallel(row: dict[str, str]) -> int | None:
 
 
 def dispatcher(row: dict[str, str]) -> str:
-    """The token dispatcher of the row's recipe, "flex" or "alltoall" (see FLEX; NeMo AutoModel's
-    runs all name DeepEP, AUTOMODEL_EP)."""
+    """The token dispatcher of the row's recipe, "flex" or "alltoall" (see DISPATCHER_EXCEPTIONS,
+    then FLEX; NeMo AutoModel's runs all name DeepEP, AUTOMODEL_EP)."""
     if AUTOMODEL_SUMMARY in row["source"]:
         return "flex"
+    key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
+    if BRIDGE_SUMMARIES in row["source"] and key in DISPATCHER_EXCEPTIONS:
+        return DISPATCHER_EXCEPTIONS[key]
     for preset, systems in FLEX:
         if row["model"] == preset and (not systems or row["system"] in systems):
             return "flex"

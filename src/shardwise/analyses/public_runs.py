@@ -72,6 +72,10 @@ LAYOUT_CONTRADICTED = {
     "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2)",
     "PUB-0176": "the 26.02.01 table prints tp2 cp2 with 26.04.01's number (PUB-0081); that release's "
     "recipe runs tp4 cp1 (the same recipe file)",
+    "PUB-0191": "the 26.02.01 table prints 26.02's pp2 vp12 ep8 for Qwen3-30B-A3B on 16 H100; that "
+    "release's recipe runs pp1 ep16 with HybridEP (Megatron-Bridge v0.3.1 scripts/performance/configs/qwen/"
+    "qwen3_workload_base_configs.py, QWEN3_30B_A3B_PRETRAIN_CONFIG_H100_FP8_CS_V1), and its 9,058 tokens/s "
+    "per GPU is the pp1 ep16 runs' of 26.04-26.06 (8,826-8,960), not 26.02's 5,113",
     # dgxc-benchmarking's Llama 4 Maverick README of 2025-06-10 (68eaf7e117) gave the model 32 layers;
     # from 2025-06-18 (60d6fd33ba) the same tables, with the same step times, give 48 (PUB-0837..0844),
     # Maverick's count (its config.json: num_hidden_layers 48), and 32 is not divisible by pp x vp = 24

@@ -11,7 +11,15 @@ least `MIN_LAYOUTS` layouts:
 - top-1 regret: how much slower, in measured time per token, the layout the model ranks first is
   than the fastest measured one, best / chosen - 1 in tokens/s (0: the model picks the best).
   Layouts the model predicts tied for first (to 9 significant digits) share the pick: the regret
-  is their mean, what picking one of them at random costs.
+  is their mean, what picking one of them at random costs;
+- releases: how many software releases (the CSV's `framework_version`: a NeMo container, a commit)
+  the group's runs were measured under. Megatron-Bridge's performance summaries publish one layout
+  per model, GPU and precision in each container, so their groups compare layouts measured in
+  different releases, whose speed differs beyond the layout: Qwen3-30B-A3B on 16 H100 at PP2 VP12
+  EP8 ran 5,113 tokens/s per GPU in 26.02 and at PP2 VP24 EP8 5,275 in 25.11 but 10,494 in 25.09
+  (token dropping, `public_moe.DISPATCHER_EXCEPTIONS`); on 8 B200 at EP8, micro-batch 1, 9,299 and
+  9,691 in 25.11 and 26.02 against 18,066 in 25.09. A group over several releases ranks software as
+  well as layouts.
 
 The predictions are the leave-one-source-out ones (`loso.by_source`: the per-GPU efficiency scales
 fitted without the group's source) for dense full training, and the shipped model for
@@ -45,6 +53,7 @@ class Measured:
     label: str  # the layout as printed
     measured_tokens_per_s: float
     predicted_tokens_per_s: float
+    release: str = ""  # the software release it ran (the CSV's framework_version; "" unstated)
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,7 @@ class GroupRanking:
     regret: float  # measured slowdown of the predicted best against the measured best
     predicted_best: str
     measured_best: str
+    releases: int = 1  # distinct software releases among its runs (module docstring)
 
 
 @dataclass(frozen=True)
@@ -116,6 +126,7 @@ def rank_groups(runs: Iterable[Measured], min_layouts: int = MIN_LAYOUTS) -> lis
                 regret=top1_regret(meas, pred),
                 predicted_best=layouts[names[first[0]]][0].label if len(first) == 1 else f"{len(first)} tied",
                 measured_best=layouts[names[int(np.argmax(meas))]][0].label,
+                releases=len({r.release for n in names for r in layouts[n]}),
             )
         )
     return sorted(out, key=lambda g: (g.kind != DENSE, g.kind, g.stack, g.group))
@@ -171,6 +182,7 @@ def public_runs() -> tuple[Measured, ...]:
         recompute = next((w[len("recompute") :] for w in row.layout.split() if w.startswith("recompute")), "")
         return f"{text}, recompute {recompute}" if recompute else text
 
+    raws = {r["id"]: pv.public_moe.resolved(r) for r in pv.raw_rows()}
     out = [
         Measured(
             x.priced.row.group,
@@ -180,19 +192,19 @@ def public_runs() -> tuple[Measured, ...]:
             label(x.priced.row),
             tps(x.priced.row, x.priced.row.measured_step_s),
             tps(x.priced.row, x.predicted_step_s),
+            raws[x.priced.row.run_id]["framework_version"],
         )
         for preds in loso.by_source().values()
         for x in preds
     ]
-    raws = {r["id"]: pv.public_moe.resolved(r) for r in pv.raw_rows()}
     for r in pv.validate_public():
         if r.skip or not (r.moe or r.lora):
             continue
         kind = MOE if r.moe else LORA
         stack = loso.stack_of(raws[r.run_id])
-        out.append(
-            Measured(r.group, stack, kind, r.layout, label(r), tps(r, r.measured_step_s), tps(r, r.predicted_step_s))
-        )
+        release = raws[r.run_id]["framework_version"]
+        measured, predicted = tps(r, r.measured_step_s), tps(r, r.predicted_step_s)
+        out.append(Measured(r.group, stack, kind, r.layout, label(r), measured, predicted, release))
     return tuple(out)
 
 

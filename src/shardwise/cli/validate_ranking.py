@@ -19,13 +19,24 @@ STACK_HEAD = (
     "median top-1 regret",
     "max top-1 regret",
 )
-GROUP_HEAD = ("group", "stack", "kind", "layouts", "Spearman", "top-1 regret", "predicted best", "measured best")
+GROUP_HEAD = (
+    "group",
+    "stack",
+    "kind",
+    "layouts",
+    "releases",
+    "Spearman",
+    "top-1 regret",
+    "predicted best",
+    "measured best",
+)
 NOTE = (
     "Groups: every published layout of one model on one cluster, GPU count and sequence length, run by one "
     "stack, with at least {n} layouts, ranked by tokens/s per GPU. Top-1 regret: how much slower (measured) "
     "the layout the model ranks first is than the fastest measured one. Dense runs: leave-one-source-out "
     "predictions; mixture-of-experts and LoRA runs: the shipped model. Spearman is undefined (-) where the "
-    "model predicts every layout of a group the same."
+    "model predicts every layout of a group the same. Releases (per group): the software releases its runs "
+    "were measured under; a group over several ranks what each release changed as well as the layouts."
 )
 
 
@@ -96,6 +107,7 @@ def show_ranking(as_json: bool, markdown: bool) -> None:
             STACK_NAMES.get(g.stack, g.stack),
             g.kind,
             str(g.layouts),
+            str(g.releases),
             _rho(g.spearman),
             _pct(g.regret),
             g.predicted_best,
@@ -104,4 +116,4 @@ def show_ranking(as_json: bool, markdown: bool) -> None:
         for g in ranking.public_groups()
     ]
     click.echo("")
-    print_table(GROUP_HEAD, cells, "each group", {3, 4, 5}, markdown)
+    print_table(GROUP_HEAD, cells, "each group", {3, 4, 5, 6}, markdown)
