@@ -162,6 +162,17 @@ class Gpu:
             )
         chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
 
+    @staticmethod
+    def peak_field(precision: str) -> str:
+        """The field holding a compute precision's dense peak, the one `peak_flops_per_s` reads:
+        FP8 and MXFP8 the FP8 peak, FP4 (serving's GEMMs on NVFP4 activations) and NVFP4 the FP4
+        peak, 16-bit otherwise (a swept peak moves this field alone: `analyses.evaluate`)."""
+        if is_fp8(precision):
+            return "peak_flops_per_s_fp8"
+        if precision in FP4_PRECISIONS or is_nvfp4(precision):
+            return "peak_flops_per_s_fp4"
+        return "peak_flops_per_s_16bit"
+
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
         if precision in ("bf16", "fp16"):
