@@ -17,5 +17,6 @@ COMPUTE_PRECISIONS = (*TRAINING_PRECISIONS, *FP4_PRECISIONS)  # what a Plan acce
 # how a served model's weights and KV cache may be stored (`serve --weight-precision/--kv-precision`)
 STORAGE_PRECISIONS = ("bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "q8_0", "q4_0", "q4_k")
 # How FP8 training casts and multiplies (`physics.fp8_recipes`, `Plan.fp8_recipe`): Transformer
-# Engine's, or a torchao.float8 recipe (torchtitan's --float8.recipe_name; with mxfp8, torchao's MX)
-FP8_RECIPES = ("te", "tensorwise", "tensorwise_fp8_all_gather", "rowwise", "rowwise_with_gw_hp")
+# Engine's delayed scaling ("te") or current scaling ("te_current", Megatron-Core's --fp8-recipe
+# tensorwise), or a torchao.float8 recipe (torchtitan's --float8.recipe_name; with mxfp8, torchao's MX)
+FP8_RECIPES = ("te", "te_current", "tensorwise", "tensorwise_fp8_all_gather", "rowwise", "rowwise_with_gw_hp")

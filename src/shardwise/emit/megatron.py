@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
+from shardwise.physics import fp8_recipes
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.hardware import is_fp8
 
@@ -42,7 +43,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "plan with --recompute none or without --recompute-layers"
         )
     new, changes = unemitted_shape(p, "Megatron-LM")
-    if is_fp8(p.precision) and p.fp8_recipe != "te":
+    if is_fp8(p.precision) and not fp8_recipes.is_te(p.fp8_recipe):
         new["fp8_recipe"] = "te"
         changes.append(f"FP8 recipe {p.fp8_recipe} (torchao.float8) -> Transformer Engine's (Megatron-LM's FP8)")
     sched = Schedule(int(p.schedule))
@@ -95,7 +96,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         if float(p.offload_optimizer) > 0
         else None,
         _graphs(p.cuda_graph_scope),
-        _precision(p.precision),
+        _precision(p.precision, p.fp8_recipe),
         # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)
         ("--grad-reduce-in-bf16",) if bool(p.grad_reduce_bf16) and p.precision != "fp16" else None,
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
@@ -207,7 +208,9 @@ def _graphs(scope: tuple[str, ...]) -> tuple[str, ...] | None:
     return ("--cuda-graph-impl", impl, "--cuda-graph-scope", *scope)
 
 
-def _precision(precision: str) -> tuple[str, ...]:
+def _precision(precision: str, fp8_recipe: str = "te") -> tuple[str, ...]:
+    if precision == "fp8" and fp8_recipe == "te_current":  # Transformer Engine's Float8CurrentScaling
+        return ("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "tensorwise")
     return {
         "bf16": ("--bf16",),
         "fp16": ("--fp16",),

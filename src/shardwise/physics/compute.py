@@ -49,6 +49,7 @@ from shardwise.physics.linears import (  # noqa: F401
     cast_times,
     linear_times,
     linears_times,
+    norm_fed_saving,
     torchao_cast_times,
 )
 from shardwise.specs import Gpu
@@ -198,7 +199,9 @@ def layer_times(
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
     elif is_narrow(precision):
-        cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision), cast_kernels_per_tensor(precision))
+        per_element = cast_bytes_per_element(precision, fp8_recipe, gpu.fp8_any_layout)
+        kernels, saving = cast_kernels_per_tensor(precision, fp8_recipe), norm_fed_saving(precision, fp8_recipe)
+        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving)
     return LayerTimes(
         qkv=qkv,
         proj=proj,

@@ -63,9 +63,19 @@ ROWWISE_RESCALE_BYTES = 4.0
 ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
 
 
+# Transformer Engine's recipes: delayed scaling (the scale from earlier steps' amax history, the cast
+# fused with it) and per-tensor current scaling (`physics.linears`: an amax pass before each cast)
+TE_RECIPES = ("te", "te_current")
+
+
+def is_te(recipe: str) -> bool:
+    """One of Transformer Engine's recipes (`TE_RECIPES`): its casts priced by `physics.linears`."""
+    return recipe in TE_RECIPES
+
+
 def is_torchao(recipe: str) -> bool:
     """A torchao.float8 recipe (not Transformer Engine's)."""
-    return recipe != "te"
+    return not is_te(recipe)
 
 
 def cast_bytes(recipe: str, precision: str) -> tuple[float, float, float, float]:
