@@ -305,10 +305,10 @@ def test_torchtitan_bf16_gradient_reduction_is_fsdp2s_reduce_dtype_and_ddp_keeps
 
 
 def test_megatron_launches_te_current_scaling_as_its_tensorwise_recipe():
-    """Transformer Engine's current scaling is Megatron-Core's `--fp8-recipe tensorwise` (E4M3 both
-    ways, as Megatron-Bridge's bf16_with_fp8_current_scaling_mixed); delayed scaling stays `delayed`."""
+    """Transformer Engine's current scaling is Megatron-Core's `--fp8-recipe tensorwise` (the hybrid
+    format, as Megatron-Bridge's bf16_with_fp8_current_scaling_mixed); delayed scaling stays `delayed`."""
     fp8 = dict(nodes=1, tp=1, dp=8, global_batch=64, precision="fp8")
     current = emit(_scn("llama3-8b", **fp8, fp8_recipe="te_current"), "megatron")
-    assert ("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "tensorwise") in current.args and not current.changes
+    assert ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise") in current.args and not current.changes
     delayed = emit(_scn("llama3-8b", **fp8), "megatron")
     assert ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed") in delayed.args

@@ -209,8 +209,8 @@ def _graphs(scope: tuple[str, ...]) -> tuple[str, ...] | None:
 
 
 def _precision(precision: str, fp8_recipe: str = "te") -> tuple[str, ...]:
-    if precision == "fp8" and fp8_recipe == "te_current":  # Transformer Engine's Float8CurrentScaling
-        return ("--bf16", "--fp8-format", "e4m3", "--fp8-recipe", "tensorwise")
+    if precision == "fp8" and fp8_recipe == "te_current":  # TE Float8CurrentScaling (Bridge: hybrid format)
+        return ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise")
     return {
         "bf16": ("--bf16",),
         "fp16": ("--fp16",),
