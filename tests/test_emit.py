@@ -302,3 +302,13 @@ def test_torchtitan_bf16_gradient_reduction_is_fsdp2s_reduce_dtype_and_ddp_keeps
     run, changes = adapt(ddp, "torchtitan")
     assert not bool(run.plan.grad_reduce_bf16) and any("fp32, not bf16" in c for c in changes)
     assert "--training.mixed_precision_reduce" not in _args(emit(ddp, "torchtitan"))
+
+
+def test_megatron_launches_te_current_scaling_as_its_tensorwise_recipe():
+    """Transformer Engine's current scaling is Megatron-Core's `--fp8-recipe tensorwise` (the hybrid
+    format, as Megatron-Bridge's bf16_with_fp8_current_scaling_mixed); delayed scaling stays `delayed`."""
+    fp8 = dict(nodes=1, tp=1, dp=8, global_batch=64, precision="fp8")
+    current = emit(_scn("llama3-8b", **fp8, fp8_recipe="te_current"), "megatron")
+    assert ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise") in current.args and not current.changes
+    delayed = emit(_scn("llama3-8b", **fp8), "megatron")
+    assert ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed") in delayed.args

@@ -17,6 +17,15 @@ COMPUTE_PRECISIONS = (*TRAINING_PRECISIONS, *FP4_PRECISIONS)  # what a Plan acce
 # how a served model's weights and KV cache may be stored (`serve --weight-precision/--kv-precision`)
 STORAGE_PRECISIONS = ("bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4", "q8_0", "q4_0", "q4_k")
 # How FP8 training casts and multiplies (`physics.fp8_recipes`, `Plan.fp8_recipe`): Transformer
-# Engine's (te: PyTorch, weights cached per step; te-jax: JAX, weights cast at every use), or a
+# Engine's delayed scaling ("te": PyTorch, weights cached per step), current scaling ("te_current",
+# Megatron-Core's --fp8-recipe tensorwise) or JAX path ("te-jax": weights cast at every use), or a
 # torchao.float8 recipe (torchtitan's --float8.recipe_name; with mxfp8, torchao's MX)
-FP8_RECIPES = ("te", "te-jax", "tensorwise", "tensorwise_fp8_all_gather", "rowwise", "rowwise_with_gw_hp")
+FP8_RECIPES = (
+    "te",
+    "te_current",
+    "te-jax",
+    "tensorwise",
+    "tensorwise_fp8_all_gather",
+    "rowwise",
+    "rowwise_with_gw_hp",
+)

@@ -15,7 +15,7 @@ from shardwise.analyses.experiment import VARIABLES
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Link, Plan, Scenario
 from shardwise.specs.experiment import Experiment, PlanSpec
-from shardwise.specs.hardware import is_fp8, is_nvfp4
+from shardwise.specs.hardware import Gpu
 from shardwise.specs.stages import stage_split
 
 
@@ -128,9 +128,10 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     model = exp.model.with_(**ints)
     link = link.with_(bandwidth_bytes_per_s=x["bandwidth"], latency_s=x["latency"])
     precision = kwargs.get("precision", "bf16")
-    peak = "peak_flops_per_s_fp8" if is_fp8(precision) else "peak_flops_per_s_16bit"
-    peak = "peak_flops_per_s_fp4" if is_nvfp4(precision) else peak
-    gpu = exp.gpu.with_(**{peak: x["peak_flops"], "memory_bandwidth_bytes_per_s": x["hbm_bandwidth"]})
+    # the `peak_flops` variable is the peak of the run's precision (`Gpu.peak_field`); the others stay
+    gpu = exp.gpu.with_(
+        **{Gpu.peak_field(precision): x["peak_flops"], "memory_bandwidth_bytes_per_s": x["hbm_bandwidth"]}
+    )
     cluster = _cluster(exp.with_(gpu=gpu), link, np.asarray(x["gpus"]).astype(int))
     as_int = {k: np.asarray(x[k]).astype(int) for k in ("tp", "pp", "dp", "batch")}
     plan_ = Plan(tp=as_int["tp"], pp=as_int["pp"], dp=as_int["dp"], global_batch=as_int["batch"], **kwargs)

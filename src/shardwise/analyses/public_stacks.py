@@ -273,7 +273,36 @@ def fp8_recipe(row: dict[str, str]) -> str:
         scaling = "tensorwise" if n.get("fp8_lib") == "torchao" else ""
     if scaling == "tensorwise" and n.get("fp8_allgather") == "on":
         return "tensorwise_fp8_all_gather"
+    if not scaling and te_current_scaling(row):
+        return "te_current"
     return scaling
+
+
+# Public FP8 runs of Transformer Engine under per-tensor current scaling (`Plan.fp8_recipe`
+# "te_current"): rows whose precision says so ("FP8-CS", "current scaling"), and Megatron-Bridge's
+# performance summaries from 25.11 on, whose scripts/performance offer no other per-tensor FP8 recipe
+# (argument_parser.py `--compute_dtype` choices bf16, fp8_cs, fp8_mx, fp8_sc since 2025-11-21, and
+# `--fp8_recipe` cs by default from 2025-11-11; utils/precision.py `fp8_cs`:
+# bf16_with_fp8_current_scaling_mixed with first_last_layers_bf16 False). Before that (25.09) the
+# default was ds, delayed scaling; NeMo 2's scripts/performance default to ds as well
+# (argument_parser.py `--fp8_recipe` default "ds", utils.py set_primary_perf_configs: bf16_with_fp8_mixed),
+# which dgxc-benchmarking's NeMo 2 launchers keep (nemotronh/launch.sh passes no --fp8_recipe, so its
+# Nemotron-H 56B runs are delayed-scaling FP8 in every layer, whatever the model recipe's plugin).
+TE_CURRENT_SCALING_RECIPES = tuple(
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary", version, ("fp8",))
+    for version in ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01", "26.08")
+)
+
+
+def te_current_scaling(row: dict[str, str]) -> bool:
+    """Whether a public FP8 run's recipe is Transformer Engine's current scaling
+    (`TE_CURRENT_SCALING_RECIPES`)."""
+    if row.get("precision") != "fp8" or PRESETS.get(row.get("framework", "")) != "megatron-core":
+        return False
+    raw = row.get("precision_raw", "").lower()
+    if "current scaling" in raw or raw == "fp8-cs":
+        return True
+    return any(_recipe_matches(row, *fact) for fact in TE_CURRENT_SCALING_RECIPES)
 
 
 def megatron_modules(row: dict[str, str]) -> str:

@@ -257,8 +257,9 @@ execution_options = stack_options(
     click.option(
         "--fp8-recipe",
         type=click.Choice(FP8_RECIPES, case_sensitive=False),
-        help="How --precision fp8/mxfp8 casts and multiplies: te (Transformer Engine), te-jax (its JAX path: "
-        "weights cast at every use, as Paxml runs it) or a torchao.float8 "
+        help="How --precision fp8/mxfp8 casts and multiplies: te (Transformer Engine, delayed scaling), "
+        "te_current (Transformer Engine's current scaling: an amax pass before each cast), te-jax (its JAX "
+        "path: weights cast at every use, as Paxml runs it) or a torchao.float8 "
         "recipe (tensorwise, tensorwise_fp8_all_gather, rowwise, rowwise_with_gw_hp; with mxfp8 any of "
         "them is torchao's MX) [default: the framework's].",
     ),

@@ -14,10 +14,13 @@ from __future__ import annotations
 
 from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
+from shardwise.physics import fp8_recipes
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.hardware import is_fp8
 
 VERSIONS = ("main", "core-0.13")
+# the FP8 recipes Megatron-LM runs (Transformer Engine PyTorch: --fp8-recipe delayed / tensorwise)
+MEGATRON_FP8_RECIPES = ("te", "te_current")
 
 TODO = (
     "data: --data-path PREFIX (or --mock-data to try the launch), --split",
@@ -42,7 +45,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "plan with --recompute none or without --recompute-layers"
         )
     new, changes = unemitted_shape(p, "Megatron-LM")
-    if is_fp8(p.precision) and p.fp8_recipe != "te":
+    if is_fp8(p.precision) and p.fp8_recipe not in MEGATRON_FP8_RECIPES:
         new["fp8_recipe"] = "te"
         kind = "Transformer Engine's JAX path" if p.fp8_recipe == "te-jax" else "torchao.float8"
         changes.append(f"FP8 recipe {p.fp8_recipe} ({kind}) -> Transformer Engine's (Megatron-LM's FP8)")
@@ -96,7 +99,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         if float(p.offload_optimizer) > 0
         else None,
         _graphs(p.cuda_graph_scope),
-        _precision(p.precision),
+        _precision(p.precision, p.fp8_recipe),
         # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)
         ("--grad-reduce-in-bf16",) if bool(p.grad_reduce_bf16) and p.precision != "fp16" else None,
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
@@ -208,7 +211,9 @@ def _graphs(scope: tuple[str, ...]) -> tuple[str, ...] | None:
     return ("--cuda-graph-impl", impl, "--cuda-graph-scope", *scope)
 
 
-def _precision(precision: str) -> tuple[str, ...]:
+def _precision(precision: str, fp8_recipe: str = "te") -> tuple[str, ...]:
+    if precision == "fp8" and fp8_recipe == "te_current":  # TE Float8CurrentScaling (Bridge: hybrid format)
+        return ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise")
     return {
         "bf16": ("--bf16",),
         "fp16": ("--fp16",),

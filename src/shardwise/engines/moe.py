@@ -38,6 +38,7 @@ from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
     attention_precision,
     cast_bytes_per_element,
+    cast_kernels_per_tensor,
     linear_times,
     linears_times,
     memory_s,
@@ -126,9 +127,10 @@ def experts_parts(
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
     cast_f = cast_b = 0.0
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others
-        per_element = cast_bytes_per_element(plan.precision)
-        cast_f = memory_s(per_element * sum(g.m * g.k * g.batch for g in ef.gemms), gpu, kernels=2)
-        cast_b = memory_s(per_element * sum(g.m * g.n * g.batch for g in ef.gemms), gpu, kernels=2)
+        per_element = cast_bytes_per_element(plan.precision, plan.fp8_recipe, gpu.fp8_any_layout)
+        kernels = 2 * cast_kernels_per_tensor(plan.precision, plan.fp8_recipe)  # fc1's input, fc2's input
+        cast_f = memory_s(per_element * sum(g.m * g.k * g.batch for g in ef.gemms), gpu, kernels=kernels)
+        cast_b = memory_s(per_element * sum(g.m * g.n * g.batch for g in ef.gemms), gpu, kernels=kernels)
     flex = plan.moe_dispatcher == "flex"
     intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, plan.expert_imbalance, dedup=flex)
     a2a = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(intra, inter), 0.0)  # replicated: none

@@ -42,7 +42,7 @@ from shardwise.engines.training_stages import (
     stage_sends_per_micro_batch_s,
 )
 from shardwise.errors import SpecError
-from shardwise.physics import offload
+from shardwise.physics import fp8_recipes, offload
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import cast_bytes_per_element, memory_s
 from shardwise.physics.lora import trainable_params
@@ -373,10 +373,11 @@ def optimizer_time_s(
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
     # Transformer Engine caches each weight's FP8 / NVFP4 copies across the step's micro-batches
-    if not (is_fp8(plan.precision) and plan.fp8_recipe == "te") and not is_nvfp4(plan.precision):
+    if not (is_fp8(plan.precision) and fp8_recipes.is_te(plan.fp8_recipe)) and not is_nvfp4(plan.precision):
         return update
     weights = n_params if n_weights is None else n_weights
-    return update + memory_s(cast_bytes_per_element(plan.precision) * weights, gpu)
+    per_weight = cast_bytes_per_element(plan.precision, plan.fp8_recipe, gpu.fp8_any_layout)
+    return update + memory_s(per_weight * weights, gpu)
 
 
 def _with_host_optimizer(plan: Plan, gpu: Gpu, local: Number, update: Number) -> Number:

@@ -13,8 +13,8 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, select
 from shardwise.engines.training_states import stage_states  # the stages' model state, split out
+from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
-from shardwise.physics import offload
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import routed_tokens
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
@@ -284,7 +284,7 @@ def fp8_input_bytes(plan: Plan) -> float:
     and torchao's recipes, whose float8 linear saves its high-precision input)."""
     if is_nvfp4(plan.precision):  # the column-wise NVFP4 copy wgrad reads (`physics.memory.TE_NVFP4_INPUT_BYTES`)
         return mem.TE_NVFP4_INPUT_BYTES
-    return mem.TE_FP8_INPUT_BYTES if is_fp8(plan.precision) and plan.fp8_recipe == "te" else 0.0
+    return mem.TE_FP8_INPUT_BYTES if is_fp8(plan.precision) and fp8_recipes.is_te(plan.fp8_recipe) else 0.0
 
 
 def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:

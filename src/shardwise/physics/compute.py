@@ -49,6 +49,7 @@ from shardwise.physics.linears import (  # noqa: F401
     cast_times,
     linear_times,
     linears_times,
+    norm_fed_saving,
     torchao_cast_times,
     weight_cast_s,
 )
@@ -202,10 +203,11 @@ def layer_times(
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
     elif is_narrow(precision):
-        cast_f, cast_b = cast_times(fwd, gpu, cast_bytes_per_element(precision), cast_kernels_per_tensor(precision))
+        per_element = cast_bytes_per_element(precision, fp8_recipe, gpu.fp8_any_layout)
+        kernels, saving = cast_kernels_per_tensor(precision, fp8_recipe), norm_fed_saving(precision, fp8_recipe)
+        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving)
         if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
-            weight_cast = weight_cast_s(fwd, gpu, precision)
-            cast_f = cast_f + weight_cast
+            cast_f = cast_f + weight_cast_s(fwd, gpu, precision)
     return LayerTimes(
         qkv=qkv,
         proj=proj,

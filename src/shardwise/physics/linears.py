@@ -75,8 +75,45 @@ NVFP4_CAST_BYTES_PER_ELEMENT = NVFP4_AMAX_BYTES_PER_ELEMENT + 2.0 + 2.0 * NVFP4_
 NVFP4_KERNELS_PER_TENSOR = 2  # the amax, the fused cast
 
 
-def cast_bytes_per_element(precision: str) -> float:
-    """Bytes moved to quantise one 16-bit element (FP8, NVFP4 training: in both layouts; 0 in 16 bits)."""
+# FP8 per-tensor current scaling (Transformer Engine's Float8CurrentScaling; Megatron-Core
+# `--fp8-recipe tensorwise`, Megatron-Bridge `bf16_with_fp8_current_scaling_mixed`, its perf scripts'
+# `fp8_cs`; `Plan.fp8_recipe` "te_current"): the scale comes from the tensor itself, so each cast first
+# reads it for its absolute maximum (transformer_engine/pytorch/csrc/quantizer.cpp
+# `Float8CurrentScalingQuantizer::quantize_impl`, TE d0067d0: `nvte_compute_amax`, then
+# `nvte_compute_scale_from_amax`, then `nvte_quantize_v2` into both layouts): 2 bytes more an element
+# than delayed scaling's cast, 3 kernels a tensor. A grouped linear layer's experts are quantised
+# the same way in 3 kernels over the group (cast.cpp `group_quantize`: group amax, group scale, group
+# cast). Delayed scaling ("te") takes its scale from earlier steps' amax history and fuses this step's
+# amax into the cast: one kernel.
+FP8_CURRENT_AMAX_BYTES_PER_ELEMENT = 2.0
+FP8_CURRENT_CAST_BYTES_PER_ELEMENT = FP8_CURRENT_AMAX_BYTES_PER_ELEMENT + FP8_CAST_BYTES_PER_ELEMENT
+FP8_CURRENT_KERNELS_PER_TENSOR = 3  # the amax, the scale, the cast
+
+
+def current_scaling(precision: str, fp8_recipe: str) -> bool:
+    """Per-tensor FP8 under Transformer Engine's current scaling (MXFP8's block scales need no amax
+    pass: the cast computes each block's scale as it goes)."""
+    return precision == "fp8" and fp8_recipe == "te_current"
+
+
+# A per-tensor FP8 cast on a GPU whose FP8 GEMMs take any operand layout (`Gpu.fp8_any_layout`,
+# data-centre Blackwell) writes the row-wise copy alone: the weight gradient's GEMM reads it as it is,
+# no transposed copy (Transformer Engine quantizer.cpp: `with_transpose = columnwise_usage &&
+# !is_non_tn_fp8_gemm_supported`). MXFP8 keeps both copies everywhere (its scales run along rows in
+# one and along columns in the other).
+FP8_TRANSPOSE_BYTES_PER_ELEMENT = 1.0
+
+
+def cast_bytes_per_element(precision: str, fp8_recipe: str = "te", any_layout: Number = False) -> Number:
+    """Bytes moved to quantise one 16-bit element (FP8, NVFP4 training: in both layouts; 0 in 16 bits);
+    Transformer Engine's current scaling reads the element once more for the tensor's amax; a GPU
+    whose FP8 GEMMs take any layout (`any_layout`, `Gpu.fp8_any_layout`) gets no transposed
+    per-tensor FP8 copy."""
+    if precision == "fp8":
+        base = (
+            FP8_CURRENT_CAST_BYTES_PER_ELEMENT if current_scaling(precision, fp8_recipe) else FP8_CAST_BYTES_PER_ELEMENT
+        )
+        return base - np.where(np.asarray(any_layout, dtype=bool), FP8_TRANSPOSE_BYTES_PER_ELEMENT, 0.0)
     casts = {
         "fp8": FP8_CAST_BYTES_PER_ELEMENT,
         "mxfp8": MXFP8_CAST_BYTES_PER_ELEMENT,
@@ -86,9 +123,12 @@ def cast_bytes_per_element(precision: str) -> float:
     return casts.get(precision, 0.0)
 
 
-def cast_kernels_per_tensor(precision: str) -> int:
-    """Kernels that quantise one tensor: NVFP4 training's amax pass and cast; one elsewhere (TE's FP8
-    casts fuse the amax into the cast: delayed scaling reads the previous steps' history)."""
+def cast_kernels_per_tensor(precision: str, fp8_recipe: str = "te") -> int:
+    """Kernels that quantise one tensor: NVFP4 training's amax pass and cast; FP8 current scaling's
+    amax, scale and cast; one elsewhere (TE's delayed-scaling FP8 casts fuse the amax into the cast:
+    the scale comes from the previous steps' history)."""
+    if current_scaling(precision, fp8_recipe):
+        return FP8_CURRENT_KERNELS_PER_TENSOR
     return NVFP4_KERNELS_PER_TENSOR if is_nvfp4(precision) else 1
 
 
@@ -196,18 +236,45 @@ def _weighted_linears(fwd: LayerForward) -> tuple[tuple[Gemm, ...], tuple[Number
     return (*gemms, fwd.mamba.in_proj, fwd.mamba.out_proj), (*on, fwd.mamba.share, fwd.mamba.share)
 
 
+def norm_fed_saving(precision: str, fp8_recipe: str) -> tuple[float, int]:
+    """(bytes per element, kernels per tensor) that the input of a linear layer fed by Transformer
+    Engine's own norm does not pay under FP8 current scaling: TE's LayerNormLinear (Megatron's
+    QKV, MLP up and Mamba-2 in_proj, `TELayerNormColumnParallelLinear`) computes the amax in the norm
+    kernel (transformer_engine/pytorch/csrc/extensions/normalization.cpp `FUSED_NORM_AMAX_FP8`), so
+    no amax pass reads it; (0, 0) under any other recipe."""
+    if current_scaling(precision, fp8_recipe):
+        return FP8_CURRENT_AMAX_BYTES_PER_ELEMENT, 1
+    return 0.0, 0
+
+
+def _norm_fed(fwd: LayerForward) -> tuple[bool, ...]:
+    """Which of `_weighted_linears(fwd)` take their input from the layer's pre-norm (QKV, MLP up,
+    Mamba-2's in_proj: Transformer Engine's LayerNormLinear in Megatron-Core's layer specs)."""
+    fed = (True, False, True, False) + (False,) * len(fwd.extra)
+    return fed if fwd.mamba is None else (*fed, True, False)
+
+
 def cast_times(
-    fwd: LayerForward, gpu: Gpu, bytes_per_element: float, kernels_per_tensor: int = 1
+    fwd: LayerForward,
+    gpu: Gpu,
+    bytes_per_element: Number,
+    kernels_per_tensor: int = 1,
+    norm_saving: tuple[float, int] = (0.0, 0),
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
-    kernels each (`cast_kernels_per_tensor`)."""
+    kernels each (`cast_kernels_per_tensor`), less `norm_saving` on the inputs the layer's norm
+    feeds (`norm_fed_saving`)."""
     gemms, on = _weighted_linears(fwd)
     inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
-    out_on = on if fwd.mamba is not None else (1.0,) * len(gemms)
-    outputs = sum(w * g.m * g.n * g.batch for w, g in zip(out_on, gemms, strict=True))
+    fed = sum(w * g.m * g.k * g.batch for w, g, f in zip(on, gemms, _norm_fed(fwd), strict=True) if f)
+    # each output gradient where its linear layer is there (a mixture-of-experts layer has no dense MLP:
+    # its experts cast their own, `engines.moe`)
+    outputs = sum(w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    saved, saved_kernels = norm_saving
+    fed_kernels = sum(_norm_fed(fwd)) * saved_kernels
     return (
-        memory_s(bytes_per_element * inputs, gpu, kernels=kernels_per_tensor * len(gemms)),
+        memory_s(bytes_per_element * inputs - saved * fed, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),
         memory_s(bytes_per_element * outputs, gpu, kernels=kernels_per_tensor * len(gemms)),
     )
 

@@ -105,6 +105,11 @@ class Gpu:
     matmul_efficiency_fp8: Number = 0.0  # 0: the same as matmul_efficiency
     sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
     mxfp8: bool = False  # tensor cores apply MX block scales (Blackwell and later)
+    # FP8 GEMMs take their operands in any layout (data-centre Blackwell, sm_100-119 and sm_130+), so a
+    # per-tensor FP8 cast writes no transposed copy for the weight gradient; Hopper's take only TN
+    # (Transformer Engine transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`, quantizer.cpp
+    # `with_transpose = columnwise_usage && !is_non_tn_fp8_gemm_supported`; RTX Blackwell, sm_120, not)
+    fp8_any_layout: bool = False
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
     gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
     # FlashAttention-2's forward efficiency relative to the GEMMs' (0: as the fused kernel's,
@@ -144,6 +149,7 @@ class Gpu:
             raise SpecError(f"{p}: matmul_efficiency_fp8: {bad} is not allowed; it must be in [0, 1] (0: not measured)")
         chk.non_negative_int(f"{p}: sm_count", self.sm_count)
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
+        chk.boolean(f"{p}: fp8_any_layout", self.fp8_any_layout)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
         chk.within(f"{p}: host_link_bytes_per_s", self.host_link_bytes_per_s, 0.0, 1e13, "B/s")
         chk.within(f"{p}: host_adam_params_per_s", self.host_adam_params_per_s, 0.0, 1e13, "parameters/s")
@@ -161,6 +167,17 @@ class Gpu:
                 + ", ".join(SDPA_FLASH_BACKENDS)
             )
         chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
+
+    @staticmethod
+    def peak_field(precision: str) -> str:
+        """The field holding a compute precision's dense peak, the one `peak_flops_per_s` reads:
+        FP8 and MXFP8 the FP8 peak, FP4 (serving's GEMMs on NVFP4 activations) and NVFP4 the FP4
+        peak, 16-bit otherwise (a swept peak moves this field alone: `analyses.evaluate`)."""
+        if is_fp8(precision):
+            return "peak_flops_per_s_fp8"
+        if precision in FP4_PRECISIONS or is_nvfp4(precision):
+            return "peak_flops_per_s_fp4"
+        return "peak_flops_per_s_16bit"
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""

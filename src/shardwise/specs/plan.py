@@ -170,9 +170,10 @@ class Plan:
     second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
     one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
     `fp8_recipe`: how FP8 training (precision fp8 or mxfp8) casts and multiplies: "te"
-    (Transformer Engine, the default; weights cast once a step), "te-jax" (Transformer Engine's JAX
-    path: weights cast at every use, again when a layer is rematerialised) or a torchao.float8
-    recipe, "tensorwise" (dynamic per-tensor scales, weights cast at every use),
+    (Transformer Engine's delayed scaling, the default; weights cast once a step), "te_current" (its
+    current scaling, an amax pass before each cast: `physics.linears`), "te-jax" (Transformer
+    Engine's JAX path: weights cast at every use, again when a layer is rematerialised) or a
+    torchao.float8 recipe, "tensorwise" (dynamic per-tensor scales, weights cast at every use),
     "tensorwise_fp8_all_gather" (FSDP2 gathers the weights already in FP8, torchtitan's setting
     for it), "rowwise" or "rowwise_with_gw_hp"
     (`physics.fp8_recipes`); `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it
