@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
-from shardwise.physics import fp8_recipes
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.hardware import is_fp8
 

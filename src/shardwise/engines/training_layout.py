@@ -372,8 +372,10 @@ def optimizer_time_s(
     update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
-    # Transformer Engine caches each weight's FP8 / NVFP4 copies across the step's micro-batches
-    if not (is_fp8(plan.precision) and fp8_recipes.is_te(plan.fp8_recipe)) and not is_nvfp4(plan.precision):
+    # Transformer Engine's PyTorch path caches each weight's FP8 / NVFP4 copies across the step's
+    # micro-batches (its JAX path casts at every use instead: `physics.compute.layer_times`)
+    cached = fp8_recipes.is_te(plan.fp8_recipe) and not fp8_recipes.casts_weights_per_use(plan.fp8_recipe)
+    if not (is_fp8(plan.precision) and cached) and not is_nvfp4(plan.precision):
         return update
     weights = n_params if n_weights is None else n_weights
     per_weight = cast_bytes_per_element(plan.precision, plan.fp8_recipe, gpu.fp8_any_layout)

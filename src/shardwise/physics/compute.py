@@ -207,7 +207,8 @@ def layer_times(
         kernels, saving = cast_kernels_per_tensor(precision, fp8_recipe), norm_fed_saving(precision, fp8_recipe)
         cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving)
         if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
-            cast_f = cast_f + weight_cast_s(fwd, gpu, precision)
+            weight_cast = weight_cast_s(fwd, gpu, precision)
+            cast_f = cast_f + weight_cast
     return LayerTimes(
         qkv=qkv,
         proj=proj,
