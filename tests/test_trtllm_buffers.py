@@ -60,7 +60,9 @@ def test_the_engine_runs_at_most_trtllm_bench_max_batch_size_sequences():
     assert int(at_max_batch(scn, wl).workload.batch) == 4096
     # where the KV cache binds first, it sets the batch: Llama 3 70B at TP 2 on L40S (44.39 GiB), 43 of
     # 64 slots (0.90 (2 x 44.39 - 65.7) GiB / 0.332 GiB = 62.5 requests -> the minimum, 64)
-    l40s = Scenario(presets.model("llama3-70b"), presets.system("l40s-8x").with_(gpus_per_node=2), plan_for_serving(2, 1))
+    l40s = Scenario(
+        presets.model("llama3-70b"), presets.system("l40s-8x").with_(gpus_per_node=2), plan_for_serving(2, 1)
+    )
     wl = ServingWorkload(128, 2048, 1, "fp8", "fp8")
     assert max_sequences_per_replica(l40s, wl) == 64
     assert int(at_max_batch(l40s, wl).workload.batch) == int(estimate_serving(l40s, wl).max_batch) < 64

@@ -190,7 +190,9 @@ def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:
     if preset.bench_buffers:
         w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
         kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
-        batch, _ = bench_engine_settings(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, gpu.memory_bytes, w, kv)
+        batch, _ = bench_engine_settings(
+            scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, gpu.memory_bytes, w, kv
+        )
         cap = int(np.min(batch))
     else:
         cap = max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
