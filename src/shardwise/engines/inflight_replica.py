@@ -23,6 +23,7 @@ from shardwise.engines.inflight_sim import (
 from shardwise.engines.iteration import IterationTable, iteration_table
 from shardwise.engines.request_mix import SUMMARY_DRAWS, sample_lengths, summarize
 from shardwise.engines.serving import kv_cache_free_bytes, max_sequences_per_replica, memory_per_gpu, serving_scenario
+from shardwise.engines.trtllm_buffers import BENCH_MAX_BATCH
 from shardwise.errors import SpecError
 from shardwise.specs import Scenario
 from shardwise.specs.request_mix import RequestMix
@@ -111,14 +112,18 @@ class Replica:
     def holding(self, sequences: int) -> Replica:
         """This replica as if its memory held `sequences` requests at once (of the mean length) instead of
         `capacity`: the same GPUs, kernels and engine (its cap on sequences still applies), only more or
-        less KV cache (`analyses.pp_scaling`)."""
+        less KV cache (`analyses.pp_scaling`). TensorRT-LLM's cap is trtllm-bench's `max_batch_size`,
+        sized from the memory (at least the requests it holds, at most 4096 per replica,
+        `engines.trtllm_buffers`): with more memory trtllm-bench sets it higher, so it follows."""
         other = copy.copy(self)
         scale = sequences / max(self.capacity, 1)
         other.capacity = int(sequences)
-        other.slots = min(other.capacity, self.max_sequences)
+        if engine(self.workload.engine).bench_buffers:
+            other.max_sequences = max(self.max_sequences, min(int(sequences), BENCH_MAX_BATCH))
+        other.slots = min(other.capacity, other.max_sequences)
         if self.kv_total_blocks is not None:
             other.kv_total_blocks = int(self.kv_total_blocks * scale)
-        other.top = min(self.max_sequences, max(other.slots, int(self.top * scale)))
+        other.top = min(other.max_sequences, max(other.slots, int(self.top * scale)))
         fits = other.capacity >= 1
         other.table = other._table(other.top) if fits else None
         return other
