@@ -94,7 +94,7 @@ def pp_throughput() -> None:
         "PP suits high-throughput batch serving: a full pipeline hides its idle time.",
         f"PP=8 decodes {rate(one):.0f} tokens/s with one request (stages busy {float(one.decode_utilization):.0%}) "
         f"and {rate(eight):.0f} with 8 ({float(eight.decode_utilization):.0%} busy) at {ms(eight.tpot_s)}/token "
-        f"instead of {ms(one.tpot_s)}.\n  In-flight, the KV cache kept full (<= 2048 per replica): "
+        f"instead of {ms(one.tpot_s)}.\n  In-flight, the KV cache kept full (up to the engine's cap): "
         f"NVLink TP=8 {nv['TP=8']:,.0f}, "
         f"PP=8 {nv['PP=8']:,.0f} tokens/s; PCIe TP=8 {pc['TP=8']:,.0f}, PP=8 {pc['PP=8']:,.0f}. "
         + verdict(pc["PP=8"] > pc["TP=8"] and rate(eight) > 6 * rate(one))

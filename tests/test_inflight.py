@@ -251,24 +251,34 @@ def test_users_far_beyond_the_slots_only_wait_longer(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    ("engine", "budgets", "cap", "slots"),
-    [("tensorrt-llm", 8, 2048, 8), ("vllm", 8, 1024, 1), ("sglang", 8, 4096, 1), ("llama.cpp", 1, 2048, 1)],
+    ("engine", "budgets", "piped_cap", "one_cap"),
+    [
+        ("tensorrt-llm", 8, 512 * 8, 768),
+        ("vllm", 8, 1024, 1024),
+        ("sglang", 8, 4096, 4096),
+        ("llama.cpp", 1, 2048, 2048),
+    ],
 )
-def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(engine, budgets, cap, slots):
+def test_each_pipeline_micro_batch_gets_its_own_budget_where_the_engine_schedules_it_alone(
+    engine, budgets, piped_cap, one_cap
+):
     """TensorRT-LLM runs its micro-batch scheduler once per micro-batch (maxNumTokens, and
     maxBatchSize: mMaxNumSequences = maxBatchSize x pp), vLLM V1 one scheduler call per batch of
     its batch queue (one max_num_seqs, 1024 on an H100), SGLang one batch per micro-batch: a
-    round of pp=8 holds 8 budgets. SGLang's cap is its request pool, 4096 once one GPU's KV cache
-    holds over 8 x 8,192 tokens (Llama 3 8B on H100s: over 400,000 tokens on one GPU)."""
+    round of pp=8 holds 8 budgets. TensorRT-LLM's max_batch_size is trtllm-bench's: min(requests
+    the KV cache of all the GPUs holds, 4096) / pp per micro-batch, rounded up: Llama 3 8B in BF16,
+    0.9 (8 x 79.11 - 14.96) GiB / (131,072 B x 640) = 7,118 requests on 8 H100s, 512 x 8 slots under
+    pp 8, and 0.9 (79.11 - 14.96) GiB / 83.9 MB = 738 -> 768 on one. SGLang's cap is its request
+    pool, 4096 once one GPU's KV cache holds over 8 x 8,192 tokens (over 400,000 tokens on one GPU)."""
     from shardwise.engines.inflight import Replica
 
     model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100").with_(nodes=1)
     wl = ServingWorkload(512, 128, engine=engine)
     piped = Replica(Scenario(model, cluster, plan_for_serving(1, 8)), wl, 2048)
-    assert (piped.round_tokens, piped.max_sequences) == (2048 * budgets, cap * slots)
+    assert (piped.round_tokens, piped.max_sequences) == (2048 * budgets, piped_cap)
     assert piped.max_batched_tokens == 2048  # what the user set, per micro-batch
     one = Replica(Scenario(model, cluster.with_(gpus_per_node=1), plan_for_serving(1, 1)), wl, 2048)
-    assert (one.round_tokens, one.max_sequences) == (2048, cap)
+    assert (one.round_tokens, one.max_sequences) == (2048, one_cap)
 
 
 @pytest.mark.parametrize(

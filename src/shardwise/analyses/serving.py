@@ -7,18 +7,20 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES
-from shardwise.engines.serving import ServingEstimate, estimate_serving
+from shardwise.engines.serving import ServingEstimate, estimate_serving, max_sequences_per_replica
 from shardwise.specs import Scenario
 from shardwise.specs.request_mix import RequestMix
 from shardwise.specs.serving import ServingWorkload
 
-MAX_BATCH = DEFAULT_MAX_SEQUENCES  # in-flight sequences per replica (engines.engine_presets)
 FRONTIER_BATCHES = 2 ** np.arange(0, 12)  # 1 to 2048 sequences per replica
 
 
-def at_max_batch(scn: Scenario, wl: ServingWorkload, cap: int = MAX_BATCH) -> ServingEstimate:
-    """`wl` at the largest batch whose KV cache fits (at most `cap` per replica; at least 1)."""
+def at_max_batch(scn: Scenario, wl: ServingWorkload, cap: int | None = None) -> ServingEstimate:
+    """`wl` at the largest batch whose KV cache fits (at least 1), at most `cap` per replica: by
+    default the engine's own cap (`engines.serving.max_sequences_per_replica`: TensorRT-LLM's
+    `max_batch_size` as trtllm-bench sets it for these lengths, the others' defaults)."""
+    if cap is None:
+        cap = max_sequences_per_replica(scn, wl)
     fits = estimate_serving(scn, replace(wl, batch=1))
     per_replica = int(np.clip(float(fits.max_batch), 1, cap))
     return estimate_serving(scn, replace(wl, batch=per_replica * int(scn.plan.dp)))

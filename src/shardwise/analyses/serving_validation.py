@@ -4,8 +4,9 @@
 - TensorRT-LLM's performance overview (NVIDIA/TensorRT-LLM docs/source/performance/perf-overview.md,
   trtllm-bench, offline "max throughput": all requests queued): total output tokens/s of
   Llama 3.1 8B, 3.3 70B and 3.1 405B in FP8 on H100 and H200 with TP 1 to 8. Modelled as one full
-  batch, the largest that fits the KV cache (FP8 weights and KV cache), capped at `MAX_BATCH`
-  sequences, with TensorRT-LLM's one-shot all-reduce: the steady state of in-flight batching at
+  batch, the largest that fits the KV cache (FP8 weights and KV cache), capped at the
+  `max_batch_size` trtllm-bench runs the engine with (`engines.trtllm_buffers`), with TensorRT-LLM's
+  one-shot all-reduce: the steady state of in-flight batching at
   its maximum throughput. The in-flight simulation itself (`engines.inflight`, closed loop at the
   KV cache's capacity) gives 7.9% mean absolute error on these rows against this 7.4%, at a
   hundred times the cost (checked 2026-12-01, before NVLS was modelled), so the table keeps the

@@ -115,8 +115,8 @@ def print_estimates(
         out.print(f"[dim]{PP_WAIT_NOTE}[/]")
     if max_tp and not inflight:
         out.print(
-            "[dim]batch: the largest that fits the KV cache (at most 2048 per replica), all of it arriving at "
-            "once: TTFT and latency include the prefill of every prompt[/]"
+            "[dim]batch: the largest that fits the KV cache (at most the engine's cap per replica), all of it "
+            "arriving at once: TTFT and latency include the prefill of every prompt[/]"
         )
     if figure is not None:
         out.print(f"figure: {figure}")

@@ -21,18 +21,21 @@ Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 81
 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above (server_args.py); llama.cpp's
 `n_batch` 2048 (common/common.h).
 
-Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its OpenAI server,
-1024 on GPUs of >= 70 GiB other than A100, else 256, in the same branch of
-vllm/engine/arg_utils.py `get_batch_defaults` as its token budget (V0 and V1 before that branch:
-256); one cap for the whole batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`
-2048 (`DEFAULT_MAX_SEQUENCES`; trtllm-bench sizes it itself and does not publish the value, so an
-assumption), per micro-batch. SGLang: `max_running_requests` unset is min(K // 2, R) with K the
-KV-cache tokens of one GPU (the smallest over the pp ranks) and R the request pool's size,
-clamp(int(K / context_len x 512), 2048, 4096) (python/sglang/srt/model_executor/model_runner.py,
-`init_memory_pool` and the `max_running_requests` after it, read in SGLang's repository; the same
-formula in its newer `_resolve_max_num_reqs`); under pp its scheduler gives each micro-batch
-`pp_max_micro_batch_size` = max(max_running_requests // pp, 1) (managers/scheduler.py), so the
-cap stays one for all micro-batches. llama.cpp and the others: 2048, as before.
+Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its OpenAI server, 1024
+on GPUs of >= 70 GiB other than A100, else 256, in the same branch of vllm/engine/arg_utils.py
+`get_batch_defaults` as its token budget (V0 and V1 before that branch: 256); one cap for the whole
+batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`, per micro-batch, as
+trtllm-bench sets it for the dataset's mean lengths, min(requests the KV cache of all the GPUs
+holds, 4096) / pp rounded up (tensorrt_llm/bench/build/tuning.py; the same setting its buffers are
+sized by, `engines.trtllm_buffers`; `engines.serving.max_sequences_per_replica`); 2048
+(`DEFAULT_MAX_SEQUENCES`, the LLM API's default) where no workload sizes it. SGLang:
+`max_running_requests` unset is min(K // 2, R) with K the KV-cache tokens of one GPU (the smallest
+over the pp ranks) and R the request pool's size, clamp(int(K / context_len x 512), 2048, 4096)
+(python/sglang/srt/model_executor/model_runner.py, `init_memory_pool` and the
+`max_running_requests` after it, read in SGLang's repository; the same formula in its newer
+`_resolve_max_num_reqs`); under pp its scheduler gives each micro-batch `pp_max_micro_batch_size` =
+max(max_running_requests // pp, 1) (managers/scheduler.py), so the cap stays one for all
+micro-batches. llama.cpp and the others: 2048, as before.
 
 Per-stage cost of pipeline parallelism, llama.cpp (seconds per micro-batch and stage, on top of
 the send of its activations): 0.30-0.44 ms, from one public table of decode speed against the GPU
@@ -137,7 +140,7 @@ from shardwise.specs.serving import ENGINE_NAMES
 
 GIB = 1024**3
 MIB = 1024**2
-# TensorRT-LLM's default max_batch_size, the cap of the engines without their own (`max_sequences`)
+# TensorRT-LLM's LLM-API default max_batch_size, the cap of the engines without their own (`max_sequences`)
 DEFAULT_MAX_SEQUENCES = 2048
 # llama.cpp's per-stage cost (module docstring): the mean of the two slopes of #19922.
 LLAMA_CPP_STAGE_S = (0.44e-3 + 0.30e-3) / 2

@@ -11,7 +11,6 @@ from dataclasses import replace
 import numpy as np
 
 from shardwise.engines.engine_presets import engine, sglang_max_running_requests
-from shardwise.engines.engine_presets import max_sequences as engine_max_sequences
 from shardwise.engines.inflight_sim import (
     KV_BLOCK_TOKENS,
     MAX_BATCHED_TOKENS,
@@ -23,7 +22,8 @@ from shardwise.engines.inflight_sim import (
 )
 from shardwise.engines.iteration import IterationTable, iteration_table
 from shardwise.engines.request_mix import SUMMARY_DRAWS, sample_lengths, summarize
-from shardwise.engines.serving import kv_cache_free_bytes, memory_per_gpu, serving_scenario
+from shardwise.engines.serving import kv_cache_free_bytes, max_sequences_per_replica, memory_per_gpu, serving_scenario
+from shardwise.engines.trtllm_buffers import BENCH_MAX_BATCH
 from shardwise.errors import SpecError
 from shardwise.specs import Scenario
 from shardwise.specs.request_mix import RequestMix
@@ -60,14 +60,12 @@ class Replica:
         # prompts' first tokens are sampled at its end, a decode step c(d, 0) before the iteration's
         # (`engines.iteration`, prefill apart); under pp the round's end is kept
         self.prefill_step_first = preset.prefill_apart and pp == 1
-        gpu = scn.cluster.gpu
-        cap = engine_max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
-        self.max_sequences = cap * (pp if preset.slots_per_micro_batch else 1)
         self.replicas = int(scn.plan.dp)
         self.max_context = int(np.max(scn.model.seq_len))
         self.kv_total_blocks: int | None = None
         if mix is None:
             self.workload = wl
+            self.max_sequences = max_sequences_per_replica(scn, wl)  # the engine's cap (TensorRT-LLM: trtllm-bench's)
             weights, kv_per_seq = memory_per_gpu(scn, wl)
             self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
             context = wl.input_len + wl.output_len
@@ -85,6 +83,7 @@ class Replica:
             self.workload = wl = replace(
                 wl, input_len=max(1, round(summary.mean_input_len)), output_len=max(1, round(summary.mean_output_len))
             )
+            self.max_sequences = max_sequences_per_replica(scn, wl)  # trtllm-bench sizes by the mean lengths
             weights, kv_per_seq = memory_per_gpu(scn, wl)
             self.weights_bytes = float(weights)
             per_token = float(kv_per_seq) / (wl.input_len + wl.output_len)
@@ -113,14 +112,18 @@ class Replica:
     def holding(self, sequences: int) -> Replica:
         """This replica as if its memory held `sequences` requests at once (of the mean length) instead of
         `capacity`: the same GPUs, kernels and engine (its cap on sequences still applies), only more or
-        less KV cache (`analyses.pp_scaling`)."""
+        less KV cache (`analyses.pp_scaling`). TensorRT-LLM's cap is trtllm-bench's `max_batch_size`,
+        sized from the memory (at least the requests it holds, at most 4096 per replica,
+        `engines.trtllm_buffers`): with more memory trtllm-bench sets it higher, so it follows."""
         other = copy.copy(self)
         scale = sequences / max(self.capacity, 1)
         other.capacity = int(sequences)
-        other.slots = min(other.capacity, self.max_sequences)
+        if engine(self.workload.engine).bench_buffers:
+            other.max_sequences = max(self.max_sequences, min(int(sequences), BENCH_MAX_BATCH))
+        other.slots = min(other.capacity, other.max_sequences)
         if self.kv_total_blocks is not None:
             other.kv_total_blocks = int(self.kv_total_blocks * scale)
-        other.top = min(self.max_sequences, max(other.slots, int(self.top * scale)))
+        other.top = min(other.max_sequences, max(other.slots, int(self.top * scale)))
         fits = other.capacity >= 1
         other.table = other._table(other.top) if fits else None
         return other

@@ -37,11 +37,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.dp_attention import serving_expert_layout
-from shardwise.engines.engine_presets import engine, kv_cache_bytes
+from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
-from shardwise.engines.trtllm_buffers import engine_buffers_bytes
+from shardwise.engines.trtllm_buffers import bench_engine_settings, engine_buffers_bytes
 from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.pcie import group_link
@@ -178,6 +178,25 @@ def kv_cache_free_bytes(scn: Scenario, wl: ServingWorkload, weights_bytes: Numbe
         kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
         buffers = engine_buffers_bytes(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, w, kv)
     return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers)
+
+
+def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:
+    """The engine's cap on sequences in flight in one replica: TensorRT-LLM's `max_batch_size` as
+    trtllm-bench sets it for the workload's lengths (`engines.trtllm_buffers.bench_engine_settings`,
+    the same setting its buffers are sized by), the other engines' defaults
+    (`engines.engine_presets.max_sequences`); times pp where each micro-batch has its own slots."""
+    preset, plan, gpu = engine(wl.engine), scn.plan, scn.cluster.gpu
+    pp = int(np.max(plan.pp))
+    if preset.bench_buffers:
+        w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
+        kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        batch, _ = bench_engine_settings(
+            scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, gpu.memory_bytes, w, kv
+        )
+        cap = int(np.min(batch))
+    else:
+        cap = max_sequences(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
+    return cap * (pp if preset.slots_per_micro_batch else 1)
 
 
 def with_stage_overhead(fs: ForwardStages, pp: Number, wl: ServingWorkload) -> ForwardStages:

@@ -11,11 +11,21 @@ engine's `max_num_tokens`, S its `max_batch_size` (per micro-batch), I and O the
 and output lengths.
 
 1. trtllm-bench's engine settings (tensorrt_llm/bench/build/tuning.py, `calc_engine_setting`,
-   `finetune_setting`): requests the KV cache of all t p GPUs could hold, R = 0.95 (t p M - P w)
+   `finetune_setting`): requests the KV cache of all t p GPUs could hold, R = f (t p M - P w)
    / (2 L max(t, k) d e_kv (I + O)) (P parameters, w bytes each, k KV heads of d); raw batch
    r = min(R, 4096) / p; S = max(64, 32 ceil(r / 32)) below 256, 128 ceil(r / 128) below 1024,
    else 256 ceil(r / 256); N from n = min(r (1 + I / O), 32768): max(2048, 256 ceil(n / 256))
-   below 4096, 512 ceil(n / 512) below 8192, else 1024 ceil(n / 1024).
+   below 4096, 512 ceil(n / 512) below 8192, else 1024 ceil(n / 1024). f = 0.90: `trtllm-bench
+   throughput` on its default PyTorch backend passes its `--kv_cache_free_gpu_mem_fraction` (0.90)
+   to this heuristic (tensorrt_llm/bench/benchmark/utils/general.py `get_settings`,
+   bench/benchmark/throughput.py); 0.95 is the function's own default, which only `trtllm-bench
+   build` (TensorRT engines) leaves in place. Chunked prefill is off unless asked for
+   (`--enable_chunked_context`, default False), so `get_settings` raises N to the longest prompt
+   plus S: N = max(N, I + S), one whole prompt beside a full batch of decodes. S is the engine's
+   `max_batch_size`: the capacity scheduler admits at most S requests per micro-batch
+   (`BindCapacityScheduler`/`CapacityScheduler(max_num_requests)`), the cap on sequences in flight
+   (`engines.serving.max_sequences_per_replica`); trtllm-bench's dynamic batch-size tuning
+   (`DynamicBatchConfig`, its batch-size table) is set only for the TensorRT backend.
 2. Activation memory, N c_a (5 h + 6 f / t) bytes: the MLP's live tensors per token (its input
    and the residual in 16 bits, 4 h; the FP8 copy of the input, h; the fused gate-up output, 2 f /
    t, and the SwiGLU output, f / t, in 16 bits, 6 f / t). c_a = 1.37 is set from one public log:
@@ -52,8 +62,8 @@ from shardwise.physics.params import total_params
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
-# tuning.py (module docstring)
-BENCH_KV_FRACTION = 0.95
+# tuning.py, with the fraction trtllm-bench throughput passes on its PyTorch backend (module docstring)
+BENCH_KV_FRACTION = 0.90
 BENCH_MAX_BATCH = 4096
 BENCH_MAX_TOKENS = 32768
 BENCH_MIN_BATCH = 64
@@ -74,8 +84,10 @@ def bench_engine_settings(
     gpu_memory_bytes: Number,
     weight_bytes_per_param: float,
     kv_bytes_per_element: float,
+    chunked_prefill: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(max_batch_size, max_num_tokens) trtllm-bench builds the engine with (module docstring, 1)."""
+    """(max_batch_size, max_num_tokens) trtllm-bench runs the engine with (module docstring, 1); without
+    chunked prefill (its default) the token budget holds the whole prompt and a full batch."""
     t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
     gib = 1024.0**3  # tuning.py counts in GiB (of NVML's total; here CUDA's, module docstring)
     per_token = 2 * model.layers * np.maximum(t, model.kv_heads) * model.head_dim * kv_bytes_per_element / gib
@@ -94,6 +106,8 @@ def bench_engine_settings(
         np.maximum(BENCH_MIN_TOKENS, 256 * np.ceil(n / 256)),
         np.where(n < 8192, 512 * np.ceil(n / 512), 1024 * np.ceil(n / 1024)),
     )
+    if not chunked_prefill:
+        tokens = np.maximum(tokens, input_len + batch)
     return batch, tokens
 
 
