@@ -210,9 +210,7 @@ def routed_expert_activation_bytes(
     gate = 2 if model.gated_mlp else 1
     copies = tokens * model.experts_per_token * imbalance
     clamp = gate * f if model.glu_clamp else 0.0
-    act = np.where(
-        (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules), 0.0, f + clamp
-    )
+    act = np.where((np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules), 0.0, f + clamp)
     kept = e * copies * (h * etp + gate * f + act) + 4.0 * tokens * model.experts  # fp32 probabilities
     return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
 
