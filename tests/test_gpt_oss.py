@@ -17,7 +17,7 @@ from shardwise.physics import moe as pm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.kernels import memory_s
 from shardwise.physics.memory_activations import routed_expert_activation_bytes
-from shardwise.specs import Plan, Recompute, Scenario
+from shardwise.specs import Recompute, Scenario
 
 OSS = presets.model("gpt-oss-120b")
 
@@ -87,9 +87,8 @@ def test_the_eager_kernels_add_their_time_to_the_layer_and_moe_act_reruns_the_cl
     cluster, plan = scn.cluster, scn.plan
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = {"ep": min(plan.ep, cluster.gpus_per_node), "etp": 1, "tp": 1}
-    oss, plain = (
-        experts_parts(Scenario(m, cluster, plan), fabric, place)[0] for m in (OSS, OSS.with_(glu_clamp=False, bias=False))
-    )
+    models = (OSS, OSS.with_(glu_clamp=False, bias=False))
+    oss, plain = (experts_parts(Scenario(m, cluster, plan), fabric, place)[0] for m in models)
     ef = pm.experts_forward(OSS, 16384, plan.ep, 1, 2.0, plan.expert_imbalance)
     gpu = cluster.gpu
     moe_act = plan.recompute == Recompute.SELECTIVE and "moe_act" in plan.recompute_modules
