@@ -88,7 +88,9 @@ def test_the_eager_kernels_add_their_time_to_the_layer_and_moe_act_reruns_the_cl
     fabric = Fabric(cluster.intra_node_link, cluster.inter_node_link)
     place = {"ep": min(plan.ep, cluster.gpus_per_node), "etp": 1, "tp": 1}
     models = (OSS, OSS.with_(glu_clamp=False, bias=False))
-    oss, plain = (experts_parts(Scenario(m, cluster, plan), fabric, place)[0] for m in models)
+    oss, plain = (experts_parts(Scenario(m, cluster, plan), fabric, place, training=True)[0] for m in models)
+    served = [experts_parts(Scenario(m, cluster, plan), fabric, place)[0].compute_forward_s for m in models]
+    assert served[0] == pytest.approx(served[1])  # serving engines fuse the clamp and the bias
     ef = pm.experts_forward(OSS, 16384, plan.ep, 1, 2.0, plan.expert_imbalance)
     gpu = cluster.gpu
     moe_act = plan.recompute == Recompute.SELECTIVE and "moe_act" in plan.recompute_modules

@@ -125,9 +125,10 @@ def experts_parts(
     up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused, add)  # a 16-bit GEMM
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
-    # a variant's eager kernels (GPT-OSS's clamp and output bias, `physics.moe`), each pass its own bytes
-    eager_f = memory_s(ef.eager_bytes, gpu, ef.eager_kernels)
-    eager_b = memory_s(ef.eager_backward_bytes, gpu, ef.eager_backward_kernels)
+    # a variant's eager kernels in Megatron-Core's training layer (GPT-OSS's clamp and output bias,
+    # `physics.moe`), each pass its own bytes; serving engines fuse both into their MoE kernels
+    eager_f = memory_s(ef.eager_bytes, gpu, ef.eager_kernels) if training else 0.0
+    eager_b = memory_s(ef.eager_backward_bytes, gpu, ef.eager_backward_kernels) if training else 0.0
     cast_f = cast_b = 0.0
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others
         per_element = cast_bytes_per_element(plan.precision)
@@ -166,7 +167,7 @@ def experts_parts(
     whole_moe = selective & ("moe" in modules)
     if "moe_act" in modules and "moe" not in modules:
         # the activation reruns, and with it GPT-OSS's clamp (`physics.moe.CLAMP_FORWARD_PASSES`)
-        clamp = memory_s(ef.clamp_bytes, gpu, CLAMP_FORWARD_KERNELS * (np.asarray(ef.clamp_bytes) > 0))
+        clamp = memory_s(ef.clamp_bytes, gpu, CLAMP_FORWARD_KERNELS * (np.asarray(ef.clamp_bytes) > 0)) * training
         redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1) + clamp, 0.0)
     redo = np.where(whole_moe, forward, redo)
     rerun = full | whole_moe  # the forward's collectives again
