@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from shardwise.analyses import loso
+from shardwise.calibration.spreads import gpu_widened_log_sd
 
 pytestmark = pytest.mark.slow  # prices every public row over a grid of efficiencies (~8 s)
 
@@ -38,8 +39,11 @@ def test_intervals_come_from_the_other_sources_of_the_stack():
     for name, preds in folds.items():
         others = [x for n, ps in folds.items() if n != name for x in ps]
         want = loso.stack_log_sd([x for x in others if x.priced.stack == preds[0].priced.stack])
-        # the recorded spread uses the other sources' fold errors, never the source's own
-        assert all(x.log_sd == pytest.approx(want) for x in preds if x.priced.stack == preds[0].priced.stack)
+        # the recorded spread uses the other sources' fold errors, never the source's own, widened
+        # for each row's GPU as the tool's interval is (`spreads.uncalibrated_log_sd`)
+        same = [x for x in preds if x.priced.stack == preds[0].priced.stack]
+        assert all(x.log_sd == pytest.approx(gpu_widened_log_sd(want, x.priced.gpu)) for x in same)
+        assert all(x.log_sd >= want for x in same)
     table = {s.name: s for s in loso.source_table()}
     assert 0.0 <= table["all sources"].coverage <= 1.0
     assert np.isfinite(table["all sources"].mape)

@@ -14,7 +14,8 @@ priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pat
 (`hybrid_override_pattern`, or `layers_block_type` in newer configs) and the Mamba-2 sizes
 (`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`, `conv_kernel`, `chunk_size`),
 the MLP's activation from `mlp_hidden_act`. Sliding-window attention (`sliding_window`, with
-`layer_types` or `sliding_window_pattern` naming the layers that attend in full). Only the file
+`layer_types` or `sliding_window_pattern` naming the layers that attend in full). GPT-OSS's clamped
+gated activation (`swiglu_limit`). Only the file
 is read; nothing is downloaded.
 """
 
@@ -238,6 +239,8 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     out["learned_positions"] = model_type in ("gpt2", "opt", "gpt_bigcode")
     out["bias"] = _flag(p, cfg, ("attention_bias", "bias"), gpt_like)
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
+    # GPT-OSS (transformers GptOssConfig `swiglu_limit`, 7.0): the gated activation's inputs clamped
+    out["glu_clamp"] = _limit(p, cfg, "swiglu_limit") > 0
     dropouts = ("attention_dropout", "resid_pdrop", "hidden_dropout", "dropout", "emb_pdrop")
     out["dropout"] = any(_probability(p, cfg, key) > 0 for key in dropouts)
     # transformers FalconAttention: one KV head under multi_query (falcon-7b) unless
@@ -333,6 +336,16 @@ def _flag(p: Path, cfg: dict[str, Any], keys: tuple[str, ...], default: bool) ->
             raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be true or false")
         return value
     return default
+
+
+def _limit(p: Path, cfg: dict[str, Any], key: str) -> float:
+    """A clamp limit from config.json: absent or null is 0 (none); anything else a number >= 0."""
+    value = cfg.get(key)
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be a number >= 0 (or null: none)")
+    return float(value)
 
 
 def _probability(p: Path, cfg: dict[str, Any], key: str) -> float:

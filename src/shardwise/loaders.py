@@ -129,7 +129,7 @@ _MODEL_INTS = (
     "sliding_window",
     "full_attention_every",
 )
-_MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
+_MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
 _IGNORED = {"source", "kind", "notes", "name"}
 
 

@@ -15,7 +15,10 @@ and predicts the left-out rows (dev and holdout alike). Each left-out row also g
 interval the tool would give it from the other sources alone: ±Z80 times the root mean square of
 ln(predicted / measured) over the fold predictions of the *other* sources of its stack (bias
 included: an uncalibrated prediction's interval must cover it); a stack with no other source gets
-`NO_DATA_LOG_SD` (about ±40%). Coverage is the share of the left-out rows inside their interval.
+`NO_DATA_LOG_SD` (about ±40%); that spread widened for the row's GPU as the tool widens it
+(`calibration.spreads.gpu_widened_log_sd`: the uncertainty of the GPU's fitted sustained
+efficiency, which differs between sources run on one GPU at different software releases).
+Coverage is the share of the left-out rows inside their interval.
 
 Predictions at a refitted scale are interpolated from each row's step time priced once over a
 grid of scales (one vectorised estimate per row): the whole study takes a few seconds.
@@ -31,7 +34,7 @@ from functools import cache
 import numpy as np
 
 from shardwise.analyses import public_validation as pv
-from shardwise.calibration.spreads import FITTED_FROM, Z80
+from shardwise.calibration.spreads import FITTED_FROM, Z80, gpu_widened_log_sd
 
 # The scales shipped in presets/gpus.yaml (tools/fit_efficiency.py on the dev split): a GPU's
 # microbenchmark efficiency (MAMF x 0.978) is the preset's value over its scale; a GPU not listed
@@ -199,14 +202,18 @@ def by_source() -> dict[str, list[Predicted]]:
     for name, preds in folds.items():
         stacks = {x.priced.stack for x in preds}
         sd = {s: stack_log_sd([x for x in flat if x.priced.stack == s and x.priced.row.source != name]) for s in stacks}
-        out[name] = [replace(x, log_sd=sd[x.priced.stack]) for x in preds]
+        out[name] = [replace(x, log_sd=gpu_widened_log_sd(sd[x.priced.stack], x.priced.gpu)) for x in preds]
     return out
 
 
 @cache
 def by_stack() -> dict[str, list[Predicted]]:
-    """Leave-one-stack-out predictions (intervals: no published runs of the stack, the widest)."""
-    return _folds("stack")
+    """Leave-one-stack-out predictions (intervals: no published runs of the stack, the widest,
+    widened for each row's GPU as the tool's)."""
+    return {
+        name: [replace(x, log_sd=gpu_widened_log_sd(x.log_sd, x.priced.gpu)) for x in preds]
+        for name, preds in _folds("stack").items()
+    }
 
 
 def stack_log_sd(preds: list[Predicted]) -> float:

@@ -108,14 +108,22 @@ def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family:
     `framework`: its stack's leave-one-source-out spread (STACK_LOG_SD; NO_DATA_LOG_SD without
     published runs), or its model family's where that is wider (FAMILY_LOG_SD; "" for none),
     widened by the uncertainty of that GPU's sustained efficiency (above)."""
-    from math import sqrt
-
     known = FAMILY_LOG_SD if family_widens(framework, family) else STACK_LOG_SD
     stack = known.get(family if known is FAMILY_LOG_SD else framework, (NO_DATA_LOG_SD, 0, 0))[0]
+    return gpu_widened_log_sd(stack, gpu_name)
+
+
+def gpu_widened_log_sd(log_sd: float, gpu_name: str) -> float:
+    """A stack's (or model family's) spread as `uncalibrated_log_sd` widens it for `gpu_name`: no
+    narrower than UNCALIBRATED_LOG_SD, and the uncertainty of that GPU's fitted sustained efficiency
+    added (BETWEEN_GROUPS_LOG_SD over its dev groups; a whole one more for a GPU that took another's
+    value or was not fitted). `analyses.loso` checks the same interval on each left-out source."""
+    from math import sqrt
+
     own = FITTED_GROUPS.get(gpu_name)
     if own is not None:
         extra = BETWEEN_GROUPS_LOG_SD**2 / own
     else:
         parent = FITTED_GROUPS.get(FITTED_FROM.get(gpu_name, ""))
         extra = BETWEEN_GROUPS_LOG_SD**2 * (1.0 + (1.0 / parent if parent else 0.0))
-    return sqrt(max(stack, UNCALIBRATED_LOG_SD) ** 2 + extra)
+    return sqrt(max(log_sd, UNCALIBRATED_LOG_SD) ** 2 + extra)

@@ -45,6 +45,7 @@ from shardwise.physics.compute import (
 )
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.moe import (
+    CLAMP_FORWARD_KERNELS,
     allgather_dispatch_bytes,
     dispatch_bytes,
     experts_forward,
@@ -125,6 +126,10 @@ def experts_parts(
     up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused, add)  # a 16-bit GEMM
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
+    # a variant's eager kernels in Megatron-Core's training layer (GPT-OSS's clamp and output bias,
+    # `physics.moe`), each pass its own bytes; serving engines fuse both into their MoE kernels
+    eager_f = memory_s(ef.eager_bytes, gpu, ef.eager_kernels) if training else 0.0
+    eager_b = memory_s(ef.eager_backward_bytes, gpu, ef.eager_backward_kernels) if training else 0.0
     cast_f = cast_b = 0.0
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others
         per_element = cast_bytes_per_element(plan.precision, plan.fp8_recipe, gpu.fp8_any_layout)
@@ -150,9 +155,9 @@ def experts_parts(
         dispatch_f = np.where(sharded, group.all_gather(hidden + routing) + scatter, 0.0)
         dispatch_b = np.where(sharded, 2 * scatter, 0.0)
         gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group
-    forward = router.forward_s + up.forward_s + down.forward_s + elementwise + cast_f
+    forward = router.forward_s + up.forward_s + down.forward_s + elementwise + eager_f + cast_f
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
-    backward = grads + BACKWARD_MEMORY_RATIO * elementwise + cast_b
+    backward = grads + BACKWARD_MEMORY_RATIO * elementwise + eager_b + cast_b
     full = np.asarray(plan.recompute) == Recompute.FULL
     redo = np.where(full, forward, 0.0)
     # Megatron-Core's selective modules (`Plan.recompute_modules`): moe_act reruns the experts'
@@ -163,7 +168,9 @@ def experts_parts(
     selective = np.asarray(plan.recompute) == Recompute.SELECTIVE
     whole_moe = selective & ("moe" in modules)
     if "moe_act" in modules and "moe" not in modules:
-        redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1), 0.0)
+        # the activation reruns, and with it GPT-OSS's clamp (`physics.moe.CLAMP_FORWARD_PASSES`)
+        clamp = memory_s(ef.clamp_bytes, gpu, CLAMP_FORWARD_KERNELS * (np.asarray(ef.clamp_bytes) > 0)) * training
+        redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1) + clamp, 0.0)
     redo = np.where(whole_moe, forward, redo)
     rerun = full | whole_moe  # the forward's collectives again
     kernels = busy = 0.0

@@ -11,7 +11,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, select
+from shardwise.arrays import any_true, as_array, as_bool, as_float, choose, ifelse, maximum, minimum, select
 from shardwise.engines.training_states import stage_states  # the stages' model state, split out
 from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
@@ -131,8 +131,16 @@ def memory_breakdown(
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
-            model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute
+            model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute, plan.recompute_modules
         )
+        # An MoE layer norms the router's input apart (Megatron-Core's TE spec: pre_mlp_layernorm a
+        # TENorm when there are experts, gpt_layer_specs.py): selective "layernorm" recomputation
+        # drops that norm's output, the MLP input of the inventory (transformer_layer.py,
+        # `recompute_pre_mlp_layernorm`; a dense layer's norms are fused into its linears).
+        if "layernorm" in plan.recompute_modules:
+            norm_out = e * model.seq_len * plan.micro_batch * model.hidden
+            norm_out = ifelse(as_bool(plan.sequence_parallel), norm_out / as_float(plan.tp), norm_out)
+            attention = attention - ifelse(as_array(plan.recompute) == Recompute.SELECTIVE, norm_out, 0.0)
         moe_extra = attention + routed - per_layer
     p = as_float(plan.pp)
     t, b = plan.tp, plan.micro_batch
@@ -158,12 +166,17 @@ def memory_breakdown(
     in_mid = mem.layers_in_flight(split.middle_max, p, plan.vpp, m, plan.schedule, 1)
     in_last = mem.layers_in_flight(split.last, p, plan.vpp, m, plan.schedule, p - 1)
     # the combined 1F1B of `moe_overlap` starts the next forward before the backward it pairs
-    # with: one more model chunk of activations in flight (Megatron-Core adds one warm-up chunk)
+    # with: one more model chunk of activations in flight (Megatron-Core adds one warm-up chunk).
+    # Without a pipeline there is no warm-up: each forward runs layer by layer beside the previous
+    # micro-batch's backward, which frees a layer as the forward adds one (pipeline_parallel/
+    # combined_1f1b.py `combined_1f1b_schedule_for_no_pipelining`; models/common/
+    # model_chunk_schedule_plan.py: forward layer i with backward layer L - 1 - i, then
+    # `release_state`): one more layer, not a chunk.
     if moe_layers is not None:
         ahead = as_bool(plan.moe_overlap) & (as_array(m) > 1)
         v = as_float(plan.vpp)
         in_first, in_mid, in_last = (
-            n + ifelse(ahead, layers / v, 0.0)
+            n + ifelse(ahead, ifelse(p == 1, minimum(layers, 1.0), layers / v), 0.0)
             for n, layers in ((in_first, split.first), (in_mid, split.middle_max), (in_last, split.last))
         )
     mb_first = in_first / split.first  # micro-batches in flight on the first stage

@@ -184,17 +184,34 @@ def op_sac_layer_bytes(
 
 
 def routed_expert_activation_bytes(
-    model: Model, tokens: Number, etp: Number, imbalance: Number, bytes_per_element: float, recompute: Number
+    model: Model,
+    tokens: Number,
+    etp: Number,
+    imbalance: Number,
+    bytes_per_element: float,
+    recompute: Number,
+    recompute_modules: tuple[str, ...] = (),
 ) -> Number:
     """What a mixture-of-experts layer's routed experts keep for the backward pass on the busiest
-    rank, for `tokens` routed tokens (c = tokens x k x imbalance copies): the permuted tokens sent
-    and received (gathered over etp), the expert MLP's up-projection and activation outputs, the
-    expert outputs to un-permute, and the fp32 router probabilities. Nothing under full
-    recomputation (the layer's input is counted with the layer)."""
+    rank, for `tokens` routed tokens (c = tokens x k x imbalance copies), as Megatron-Core's
+    TEGroupedMLP saves them (megatron/core/transformer/moe/experts.py): the grouped up-projection's
+    input (the received tokens, gathered over etp), its output (g f, the activation's input) and
+    the activation's output (f, the down-projection's input), and the fp32 router probabilities.
+    The permutation keeps only its row-id map (Transformer Engine's fused moe_permute /
+    moe_unpermute), the all-to-alls nothing, and the combine unpermutes without the probabilities
+    (the activation applied them; token_dispatcher.py `combine_postprocess`): neither the permuted
+    tokens sent nor the expert outputs are kept. GPT-OSS's clamp (`Model.glu_clamp`,
+    `physics.moe.CLAMP_FORWARD_PASSES`) keeps a clamped copy of the up-projection's output (the
+    fused activation's saved input) beside the output the clamps' backward holds: g f more. Selective
+    `moe_act` recomputation runs the activation without autograd and frees its output once the
+    down-projection has read it (`CheckpointWithoutOutput`): neither the f nor the clamp's g f are
+    kept. Nothing under full recomputation (the layer's input is counted with the layer)."""
     e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
     gate = 2 if model.gated_mlp else 1
     copies = tokens * model.experts_per_token * imbalance
-    kept = e * copies * (h * (2 + etp) + (gate + 1) * f) + 4.0 * tokens * model.experts  # fp32 probabilities
+    clamp = gate * f if model.glu_clamp else 0.0
+    act = np.where((np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules), 0.0, f + clamp)
+    kept = e * copies * (h * etp + gate * f + act) + 4.0 * tokens * model.experts  # fp32 probabilities
     return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
 
 

@@ -51,6 +51,33 @@ MOE_PREPROCESS_KERNELS = 1
 # about three fp32 passes over T x E. A project estimate.
 ROUTER_FP32_PASSES = 3.0
 ROUTER_BYTES = 4.0
+# GPT-OSS's clamped gated activation (`Model.glu_clamp`): Megatron-Core's
+# `weighted_bias_quick_geglu_impl` (megatron/core/fusions/fused_bias_geglu.py, from 0.16 to 0.18)
+# clamps the up-projection's output outside its fused kernel -- `input.chunk(2, -1)`, a clamp of
+# each half and `torch.cat` of the two, eager kernels on every routed copy. Passes over the
+# up-projection's output (g f elements a copy), a read or a write each: forward, the two clamps read
+# and write a half each (2) and the cat reads and writes the whole (2); backward, each clamp's
+# gradient reads the gradient and the input and writes the gradient (3 over a half each, 1.5) and
+# the chunk's gradient is a cat of the two halves (2). The cat's output is what the fused
+# activation saves for its backward, beside the output the clamps' backward keeps
+# (`physics.memory_activations.routed_expert_activation_bytes`).
+CLAMP_FORWARD_PASSES = 4.0
+CLAMP_BACKWARD_PASSES = 3.5
+CLAMP_FORWARD_KERNELS = 3
+CLAMP_BACKWARD_KERNELS = 3
+# The routed experts' output bias (`Model.bias` in a mixture of experts: GPT-OSS): Transformer
+# Engine adds the up-projection's bias in its GEMM (skip_bias_add False) and its gradient in the
+# weight-gradient GEMM, but Megatron-Core returns the down-projection's (skip_bias_add True) and
+# adds it weighted by the router's probability, eagerly, one local expert at a time
+# (megatron/core/transformer/moe/experts.py, TEGroupedMLP `_apply_bias`: torch.split, then
+# `t + b * p` per expert, then torch.cat). Passes over the copies' hidden outputs (h elements a
+# copy), a read or a write each, in 16 bits (the router's probabilities are the input's dtype in
+# the GPT-OSS recipes): forward, b * p written (1), the sum reading two and writing one (3), the cat
+# (2); backward, the gradients of b and of p each read the incoming gradient, write its product and
+# read that back in a sum (3 each), and the split's gradient is a cat (2). Kernels: 2 per local
+# expert and the cat forward; 4 per local expert and the cat backward.
+BIAS_FORWARD_PASSES = 6.0
+BIAS_BACKWARD_PASSES = 8.0
 
 
 @dataclass(frozen=True)
@@ -61,11 +88,18 @@ class ExpertsForward:
     up: Gemm  # grouped: `batch` local experts of m tokens each
     down: Gemm
     elementwise_bytes: Number
-    elementwise_kernels: int
+    elementwise_kernels: Number
     etp_gather_bytes: Number  # the all-gathered tokens of the ETP group (0 without etp > 1)
     imbalance: Number = 1.0
     etp_reduce_bytes: Number = 0.0  # the outputs all-reduced over the ETP group (unsharded tokens)
     activation_bytes: Number = 0.0  # the experts' activation among elementwise_bytes (`Plan.recompute_modules` moe_act)
+    # eager kernels a model's variant adds (GPT-OSS's clamp and output bias, CLAMP_*, BIAS_*), priced
+    # apart from the BACKWARD_MEMORY_RATIO rule: their backward's own bytes and kernels
+    eager_bytes: Number = 0.0
+    eager_kernels: Number = 0
+    eager_backward_bytes: Number = 0.0
+    eager_backward_kernels: Number = 0
+    clamp_bytes: Number = 0.0  # the clamp's forward among eager_bytes (moe_act recomputation reruns it)
 
     @property
     def gemms(self) -> tuple[Gemm, Gemm]:
@@ -87,7 +121,8 @@ def training_kernels(ef: ExpertsForward, backward_ratio: float, recompute_forwar
     forward's (an input- and a weight-gradient GEMM per expert); full recomputation the forward's
     once more. Serving engines run fused MoE kernels (one launch for all experts): not this count."""
     forward = ef.elementwise_kernels + ef.router.batch + ef.up.batch + ef.down.batch
-    return (1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)) * forward
+    passes = (1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)) * forward
+    return passes + ef.eager_kernels * (1.0 + np.asarray(recompute_forward, dtype=float)) + ef.eager_backward_kernels
 
 
 def graphed_training_kernels(
@@ -167,6 +202,16 @@ def experts_forward(
     activation = (gate + 1) * e * received * f / etp
     scores = ROUTER_FP32_PASSES * ROUTER_BYTES * tokens * n_exp
     split = np.asarray(etp) > 1
+    # GPT-OSS's eager extras (CLAMP_*, BIAS_*): the clamp over the up-projection's output, the
+    # output bias over the copies' hidden outputs, one pair of kernels per local expert with tokens
+    up_out = e * received * gate * f / etp
+    clamp = CLAMP_FORWARD_PASSES * up_out if model.glu_clamp else 0.0
+    biased = model.bias  # the experts' biases (only GPT-OSS among the presets)
+    bias_f = BIAS_FORWARD_PASSES * e * received * h / gathered if biased else 0.0
+    bias_b = BIAS_BACKWARD_PASSES * e * received * h / gathered if biased else 0.0
+    clamp_b = CLAMP_BACKWARD_PASSES * up_out if model.glu_clamp else 0.0
+    kernels_f = (CLAMP_FORWARD_KERNELS if model.glu_clamp else 0) + (2 * active + 1 if biased else 0)
+    kernels_b = (CLAMP_BACKWARD_KERNELS if model.glu_clamp else 0) + (4 * active + 1 if biased else 0)
     return ExpertsForward(
         router=router,
         up=up,
@@ -177,6 +222,11 @@ def experts_forward(
         imbalance=received / np.maximum(mean_copies, 1e-30),
         etp_reduce_bytes=np.where((p * np.asarray(etp) > 1) & ~on, tokens * h * e, 0.0),
         activation_bytes=activation,
+        eager_bytes=clamp + bias_f,
+        eager_kernels=kernels_f,
+        eager_backward_bytes=clamp_b + bias_b,
+        eager_backward_kernels=kernels_b,
+        clamp_bytes=clamp,
     )
 
 

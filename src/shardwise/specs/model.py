@@ -89,6 +89,10 @@ class Model:
     # in full, the others are windowed; 0: every layer is windowed (Mistral 7B v0.1).
     sliding_window: int = 0
     full_attention_every: int = 0
+    # GPT-OSS's clamped gated activation (HF config `swiglu_limit` 7.0; Megatron-Core
+    # `activation_func_clamp_value`): the gate and linear halves of the up-projection are clamped
+    # before the activation, as eager kernels beside the fused one (`physics.moe.experts_forward`).
+    glu_clamp: bool = False
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -115,7 +119,7 @@ class Model:
         self._check_moe_and_mla(p)
         self._check_hybrid(p)
         self._check_window(p)
-        for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout"):
+        for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
                 raise SpecError(f"{p}: {flag} must be true or false, got {value!r}")
