@@ -110,6 +110,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "spmd_grad_reduce",
         "expandable_segments",
         "loss_kernel",
+        "optimizer_state",
         "first_stage_layers",
         "last_stage_layers",
     )

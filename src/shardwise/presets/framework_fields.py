@@ -41,6 +41,7 @@ STACK_FIELDS = (
     "spmd_grad_reduce",
     "expandable_segments",
     "loss_kernel",
+    "optimizer_state",
     "block_recompute",
     "hybrid_shard",
     *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
@@ -64,7 +65,7 @@ STACK_PLAN_FIELDS = tuple(
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     from shardwise.precisions import FP8_RECIPES
-    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, SELECTIVE_POLICIES
+    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, OPTIMIZER_STATES, SELECTIVE_POLICIES
 
     out: dict[str, Any] = {}
     choices_of = (
@@ -72,6 +73,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         ("selective_policy", SELECTIVE_POLICIES),
         ("fp8_recipe", FP8_RECIPES),
         ("loss_kernel", LOSS_KERNELS),
+        ("optimizer_state", OPTIMIZER_STATES),
     )
     for field, choices in choices_of:
         if field in data:
