@@ -1,5 +1,6 @@
 """What published runs' recipes keep that the default count over-counts: the optimizer's state
-(`Plan.optimizer_state`), the gradients of NVIDIA's performance-mode recipes and their loss."""
+(`Plan.optimizer_state`), the gradients of NVIDIA's performance-mode recipes, and what NeMo
+Automodel's activation checkpointing keeps a layer (`StackMemory.full_recompute_kept_hidden`)."""
 
 from __future__ import annotations
 
@@ -129,14 +130,41 @@ def test_dgxc_benchmarkings_25_04_runs_use_tes_loss_and_their_25_02_runs_do_not(
     assert public_memory_recipes.loss_kernel(row("741c886025")) == ""
 
 
-def test_no_dgxc_benchmarking_run_is_called_out_of_memory():
-    """They ran: each of their rows fits the GPU now (13 were called out of memory before the
-    recipes' optimizer state, gradients and loss were read)."""
+def test_a_layer_checkpointed_in_two_parts_keeps_four_hidden_widths():
+    from shardwise import presets
+    from shardwise.specs import Recompute
+
+    model = presets.model("llama3-8b")
+    whole = mem.layer_activation_bytes(model, 1, 2, True, Recompute.FULL, True, 2.0)
+    assert whole == pytest.approx(2.0 * model.seq_len * model.hidden / 2)
+    parts = mem.layer_activation_bytes(model, 1, 2, True, Recompute.FULL, True, 2.0, full_kept_hidden=4.0)
+    assert parts == pytest.approx(4 * whole)
+    assert mem.stack_memory("nemo-automodel").full_recompute_kept_hidden == 4.0
+    assert mem.stack_memory("megatron-core").full_recompute_kept_hidden == 1.0
+
+
+def test_automodels_70b_and_32b_recipes_recompute_and_its_one_gpu_lora_ones_do_not():
+    from shardwise.analyses import public_validation
+
+    source = "GitHub NVIDIA-NeMo/Automodel docs/performance-summary"
+    rows = [r for r in _rows() if r["source"].startswith(source)]
+    big = [r for r in rows if r["model"] in ("llama3-70b", "qwen2.5-32b")]
+    small = [r for r in rows if r["model"] in ("llama3-8b", "qwen2.5-7b")]
+    assert len(big) >= 10 and len(small) >= 2
+    assert all(public_validation.scenario_for(r).plan.recompute == 2 for r in big)
+    assert not any(public_validation.scenario_for(r).plan.recompute == 2 for r in small)
+
+
+def test_no_dgxc_benchmarking_or_automodel_run_is_called_out_of_memory():
+    """They ran: each of their rows fits the GPU now (30 published runs were called out of memory
+    before the recipes' optimizer state, gradients, loss and checkpointing were read; 18 of them
+    dgxc-benchmarking's and NeMo Automodel's)."""
     from shardwise.analyses import memory_validation
 
     fits = {f.source: f for f in memory_validation.published_runs_fit()}
     assert fits["NVIDIA dgxc-benchmarking"].runs > 300
     assert fits["NVIDIA dgxc-benchmarking"].called_oom == 0
+    assert fits["NVIDIA-NeMo Automodel"].called_oom == 0
 
 
 def test_the_memory_evidence_recall_holds():

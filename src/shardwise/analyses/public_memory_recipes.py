@@ -1,8 +1,10 @@
 """What the recipes of published runs set about memory beyond the layout: the loss kernel
 (`Plan.loss_kernel`), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`)
-and the optimizer's state (`Plan.optimizer_state`), which change memory alone, and the layers whose
-activations are offloaded to the host (`offloaded_layers`), each read in the launch script or recipe
-that produced the rows, at the rows' versions. Nothing here is fitted.
+and the optimizer's state (`Plan.optimizer_state`), which change memory alone, the layers whose
+activations are offloaded to the host (`offloaded_layers`) and the activation checkpointing a recipe
+turns on where the row's own columns leave it out (`full_recompute`, which costs the recomputation's
+time too), each read in the launch script or recipe that produced the rows, at the rows' versions.
+Nothing here is fitted.
 """
 
 from __future__ import annotations
@@ -197,3 +199,24 @@ def offloaded_layers(row: dict[str, str]) -> int:
         return 0
     facts = (f for f in ACTIVATION_OFFLOAD_RECIPES if row["source"].startswith(f[0]) and fsdp > 0)
     return next((f[5] for f in facts if (row.get("model"), row.get("system"), tp, mbs) == f[1:5]), 0)
+
+
+# Published runs whose recipe checkpoints every layer (recomputation "full"; what a layer then keeps is
+# its stack's `StackMemory.full_recompute_kept_hidden`) where the row's `recompute` column is empty.
+CHECKPOINTED_RECIPES = (
+    # NeMo Automodel's performance summary: the Llama 3 70B and Qwen2.5-32B benchmark configs it names
+    # set `distributed.activation_checkpointing: true` (examples/llm_pretrain/
+    # custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml, examples/llm_finetune/llama3_3/
+    # custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml and qwen/[custom_]qwen2_5_32b_peft_benchmark
+    # [_2nodes].yaml at 507bfb7514, 8473ee64c0 and 2013a4dd6e, pipelined and FSDP2 alike;
+    # examples/llm_benchmark/ at cb9765441e); the one-GPU Llama 3.1 8B and Qwen2.5-7B LoRA configs do not
+    *(
+        RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model)
+        for model in ("llama3-70b", "qwen2.5-32b")
+    ),
+)
+
+
+def full_recompute(row: dict[str, str]) -> bool:
+    """Whether a public run's recipe checkpoints every layer (`CHECKPOINTED_RECIPES`)."""
+    return any(fact.covers(row) for fact in CHECKPOINTED_RECIPES)

@@ -154,6 +154,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     recipe = fp8_recipe(row)
     if recipe:
         out["fp8_recipe"] = recipe
+    if memory_recipes.full_recompute(row):  # the recipe's activation checkpointing, every layer
+        out["recompute"] = "full"
     fraction = block_fraction(row)
     if fraction is not None:  # those blocks whole, the others keep everything
         out["recompute"] = "none"
