@@ -302,3 +302,15 @@ def test_torchtitan_bf16_gradient_reduction_is_fsdp2s_reduce_dtype_and_ddp_keeps
     run, changes = adapt(ddp, "torchtitan")
     assert not bool(run.plan.grad_reduce_bf16) and any("fp32, not bf16" in c for c in changes)
     assert "--training.mixed_precision_reduce" not in _args(emit(ddp, "torchtitan"))
+
+
+def test_the_optimizer_state_is_megatrons_precision_aware_optimizer_and_refused_elsewhere():
+    """fp32-remainders is Megatron-LM's --use-precision-aware-optimizer (TE's store_param_remainders);
+    bf16 moments without a master are Apex's, no launcher here emits them."""
+    base = {"dp": 8, "global_batch": 8, "zero_stage": 1}
+    on = _args(emit(_scn("llama3-8b", "dgx-h100", 1, optimizer_state="fp32-remainders", **base), "megatron"))
+    off = _args(emit(_scn("llama3-8b", "dgx-h100", 1, **base), "megatron"))
+    assert "--use-precision-aware-optimizer" in on and "--use-precision-aware-optimizer" not in off
+    for target, state in (("megatron", "bf16"), ("torchtitan", "fp32-remainders"), ("deepspeed", "bf16")):
+        with pytest.raises(EmitError, match="optimizer-state"):
+            emit(_scn("llama3-8b", "dgx-h100", 1, optimizer_state=state, **base), target)
