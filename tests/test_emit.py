@@ -312,3 +312,15 @@ def test_megatron_launches_te_current_scaling_as_its_tensorwise_recipe():
     assert ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "tensorwise") in current.args and not current.changes
     delayed = emit(_scn("llama3-8b", **fp8), "megatron")
     assert ("--bf16", "--fp8-format", "hybrid", "--fp8-recipe", "delayed") in delayed.args
+
+
+def test_the_optimizer_state_is_megatrons_precision_aware_optimizer_and_refused_elsewhere():
+    """fp32-remainders is Megatron-LM's --use-precision-aware-optimizer (TE's store_param_remainders);
+    bf16 moments without a master are Apex's, no launcher here emits them."""
+    base = {"dp": 8, "global_batch": 8, "zero_stage": 1}
+    on = _args(emit(_scn("llama3-8b", "dgx-h100", 1, optimizer_state="fp32-remainders", **base), "megatron"))
+    off = _args(emit(_scn("llama3-8b", "dgx-h100", 1, **base), "megatron"))
+    assert "--use-precision-aware-optimizer" in on and "--use-precision-aware-optimizer" not in off
+    for target, state in (("megatron", "bf16"), ("torchtitan", "fp32-remainders"), ("deepspeed", "bf16")):
+        with pytest.raises(EmitError, match="optimizer-state"):
+            emit(_scn("llama3-8b", "dgx-h100", 1, optimizer_state=state, **base), target)

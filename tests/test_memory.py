@@ -501,9 +501,12 @@ def _public_row(source: str, seen: str, precision: str, version: str = "") -> di
         ("nemotron/README_15b.md", "first seen 8f5cbb3799 (2025-05-21), last seen 1b9bb6b3cf", "", "bf16", False),
         ("nemotron/README_15b.md", "first seen e6afea3aea (2025-05-21), last seen e6afea3aea", "", "bf16", True),
         ("nemotron/README_15b.md", "first seen e6afea3aea (2025-05-21), last seen 1b9bb6b3cf", "", "bf16", False),
-        # NeMo 2 scripts: FP8 only
+        # NeMo 2 scripts: performance_mode recipes, BF16 and FP8 alike
         ("llama3.1/README.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "fp8", True),
-        ("llama3.1/README.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "bf16", False),
+        ("llama3.1/README.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "bf16", True),
+        ("nemotron/README.md", "first seen 68eaf7e117 (2025-06-10), last seen 6be5ea0e19", "", "bf16", True),
+        # Nemotron-H: no performance_mode, the FP8 branch of set_primary_perf_configs
+        ("nemotronh/README.md", "first seen 68eaf7e117 (2025-06-10), last seen 6be5ea0e19", "", "fp8", True),
         ("ft_llama3/README_8b.md", "first seen 741c886025 (2025-05-21), last seen 85380ffe02", "", "bf16", True),
         # a recipe not read: fp32
         ("llama4/README.md", "first seen 68eaf7e117 (2025-06-10), last seen 6be5ea0e19", "", "fp8", False),

@@ -111,6 +111,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "zero1_grad_all_reduce",
         "expandable_segments",
         "loss_kernel",
+        "optimizer_state",
         "first_stage_layers",
         "last_stage_layers",
     )

@@ -28,8 +28,10 @@ Per source (the files at the tags named; nothing here was set from the rows' ste
   mock data", "full sequences with no padding"): examples/llm_finetune/*_peft_benchmark*.yaml set
   `peft.match_all_linear: true` (adapters on q, k, v, o, gate, up and down: the same four
   layers' shapes, run as seven HF linears) and `dim: 16`; the pipelined ones (pp_size 4,
-  `layers_per_stage: 2` at 507bfb7514 and 8473ee64c0) set `activation_checkpointing: true`
-  (every layer recomputed whole), the FSDP2 ones (2013a4dd6e) do not. The pipelined ones run
+  `layers_per_stage: 2` at 507bfb7514 and 8473ee64c0) and the FSDP2 ones of Llama 3 70B and
+  Qwen2.5-32B (2013a4dd6e) set `activation_checkpointing: true` (every layer's attention and MLP
+  recomputed, `public_memory_recipes.CHECKPOINTED_RECIPES`); the one-GPU Llama 3.1 8B and Qwen2.5-7B
+  ones (llama3_1_8b_peft_benchmark.yaml, qwen2_5_7b_peft_benchmark.yaml) do not. The pipelined ones run
   one torch.distributed.pipelining schedule per local batch (nemo_automodel/recipes/llm/
   train_ft.py: `n_microbatches = local_batch_size // pp_microbatch_size`, then gradient
   accumulation over global_batch_size / (local_batch_size x dp) local batches), so each step has
@@ -90,7 +92,7 @@ def recipe(row: dict[str, str]) -> LoraRecipe | None:
     if "Megatron-Bridge docs/performance-summary" in source:
         return LoraRecipe(16, "qkv", 0, "", BRIDGE)
     if "Automodel docs/performance-summary" in source:
-        if int(row["pp"] or 1) == 1:
+        if int(row["pp"] or 1) == 1:  # the FSDP2 ones' checkpointing: `public_memory_recipes`
             return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL)
         local = AUTOMODEL_LOCAL_BATCH.get((model, int(row["num_gpus"])))
         flushes = int(row["gbs"]) // (local * int(row["dp"])) if local else 1

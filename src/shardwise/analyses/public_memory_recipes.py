@@ -1,8 +1,10 @@
 """What the recipes of published runs set about memory beyond the layout: the loss kernel
-(`Plan.loss_kernel`) and PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`),
-which change memory alone, and the layers whose activations are offloaded to the host
-(`offloaded_layers`), each read in the launch script or recipe that produced the rows, at the
-rows' versions. Nothing here is fitted.
+(`Plan.loss_kernel`), PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (`Plan.expandable_segments`)
+and the optimizer's state (`Plan.optimizer_state`), which change memory alone, the layers whose
+activations are offloaded to the host (`offloaded_layers`) and the activation checkpointing a recipe
+turns on where the row's own columns leave it out (`full_recompute`, which costs the recomputation's
+time too), each read in the launch script or recipe that produced the rows, at the rows' versions.
+Nothing here is fitted.
 """
 
 from __future__ import annotations
@@ -11,13 +13,16 @@ from dataclasses import dataclass
 
 MEGATRON_BRIDGE = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
 NEMO_DOCS = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
+DGXC = "GitHub NVIDIA/dgxc-benchmarking "
 
 
 @dataclass(frozen=True)
 class RecipeFact:
     """The rows a recipe reading covers: the source starts with `source`, the model name with
     `model` (empty: any), the system is one of `systems` (empty: any) and none of `skip_systems`,
-    the precision one of `precisions` (empty: any), `framework_version` is `version` (empty: any);
+    the precision one of `precisions` (empty: any), `framework_version` is `version` (empty: any),
+    the row was first seen at one of the commits `first_seen` (empty: any; dgxc-benchmarking's rows
+    carry "first seen <commit>");
     `with_fsdp` False leaves out rows with Megatron-FSDP (`fsdp` > 0)."""
 
     source: str
@@ -27,6 +32,7 @@ class RecipeFact:
     version: str = ""
     skip_systems: tuple[str, ...] = ()
     with_fsdp: bool = True
+    first_seen: tuple[str, ...] = ()
 
     def covers(self, row: dict[str, str]) -> bool:
         system, fsdp = row.get("system", ""), (row.get("fsdp") or "0") not in ("", "0")
@@ -38,6 +44,10 @@ class RecipeFact:
             and (not self.precisions or row.get("precision") in self.precisions)
             and (not self.version or row.get("framework_version") == self.version)
             and (self.with_fsdp or not fsdp)
+            and (
+                not self.first_seen
+                or any(row.get("commit_or_version", "").startswith(f"first seen {c}") for c in self.first_seen)
+            )
         )
 
 
@@ -70,7 +80,67 @@ TE_LOSS_RECIPES = (
     # NeMo 2.4 (25.07) scripts/performance/helpers.py set_perf_optimization_configs, every recipe
     # (commit ab020f6a72; NeMo 2.3's scripts set it for DeepSeek V3 and Llama 4 alone)
     RecipeFact(NEMO_DOCS, version="25.07"),
+    # dgxc-benchmarking's NeMo 2 runs in the 25.04 containers (llama3.1/, nemotron/, nemotronh/ from
+    # 68eaf7e117: setup.sh pins NeMo 7a8f1cc7bc, b4148d2169, 6f2c6fdaff): scripts/performance/utils.py
+    # set_primary_perf_configs sets `recipe.model.config.cross_entropy_fusion_impl = "te"` for every
+    # recipe (line 374), cross_entropy_loss_fusion being on in GPTConfig, NemotronConfig and SSMConfig
+    *(
+        RecipeFact(DGXC + readme, first_seen=("68eaf7e117", "60d6fd33ba"))
+        for readme in ("llama3.1/README.md", "nemotron/README.md", "nemotronh/README.md")
+    ),
 )
+
+
+# Runs whose optimizer keeps less than an fp32 master and fp32 moments (`Plan.optimizer_state`):
+# (state, the rows). Megatron-FSDP rows are left out: Megatron-Bridge turns the precision-aware
+# optimizer off with it (scripts/performance/utils/helpers.py set_megatron_fsdp_overrides, v0.2.0).
+OPTIMIZER_STATE_RECIPES = (
+    # dgxc-benchmarking's NeMo 1 launcher, Nemotron-4 340B (nemotron/nemotron4-340b-synth.yaml at
+    # 35a9aecc8d and e6afea3aea: optim distributed_fused_adam, `dtype: bf16`): NeMo's
+    # megatron_base_model.py setup_optimization (v2.0.0) passes dtype bf16 to Apex's DistributedFusedAdam
+    # and, the optimizer's dtype being the model's, store_params False: bf16 moments and no master. The
+    # BF16 rows only: configure.sh sets model.fp8_params for FP8, which stores the (bf16) params too.
+    (
+        "bf16",
+        RecipeFact(DGXC + "nemotron/README_340b.md", precisions=("bf16",), first_seen=("35a9aecc8d", "e6afea3aea")),
+    ),
+    # the same launcher's other distributed_fused_adam recipes (llama3.1/llama3.1_{8b,70b,405b}.yaml,
+    # nemotron/nemotron4-15b-synth.yaml; not 8f5cbb3799's nemotron4-15b, mcore_distributed_optim): fp32
+    # state with bf16 O2 weights, so store_param_remainders True (setup_optimization); BF16 rows only,
+    # as above
+    *(
+        ("fp32-remainders", RecipeFact(DGXC + readme, precisions=("bf16",), first_seen=commits))
+        for readme, commits in (
+            ("llama3.1/README_8b.md", ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")),
+            ("llama3.1/README_70b.md", ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")),
+            ("llama3.1/README_405b.md", ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")),
+            ("nemotron/README_15b.md", ("35a9aecc8d", "e6afea3aea")),
+        )
+    ),
+    # dgxc-benchmarking's NeMo 2 runs in the 25.04 containers (llama3.1/ and nemotron/ from 68eaf7e117:
+    # setup.sh pins NeMo 7a8f1cc7bc / 6f2c6fdaff / b4148d2169 and Megatron-Core 7094270c6 / 64cb6bd7a,
+    # core_r0.12.0): scripts/performance/utils.py set_primary_perf_configs sets
+    # `recipe.optim.config.use_precision_aware_optimizer = True` for BF16, whose TE FusedAdam gets
+    # store_param_remainders (megatron/core/optimizer/__init__.py, TE >= 2.1)
+    *(
+        (
+            "fp32-remainders",
+            RecipeFact(DGXC + readme, precisions=("bf16",), first_seen=("68eaf7e117", "60d6fd33ba"), with_fsdp=False),
+        )
+        for readme in ("llama3.1/README.md", "nemotron/README.md")
+    ),
+    # Megatron-Bridge's performance scripts: `use_precision_aware_optimizer = True` for BF16
+    # (run_script.py v0.1.0rc4, utils/helpers.py v0.2.0, utils/overrides.py v0.3.0 - v0.6.0,
+    # run_script.py at 067f987df)
+    ("fp32-remainders", RecipeFact(MEGATRON_BRIDGE, precisions=("bf16",), with_fsdp=False)),
+    # NeMo 2.4 (25.07) scripts/performance/helpers.py: the same for BF16 (line 208)
+    ("fp32-remainders", RecipeFact(NEMO_DOCS, precisions=("bf16",), version="25.07", with_fsdp=False)),
+)
+
+
+def optimizer_state(row: dict[str, str]) -> str:
+    """The optimizer state a public run's recipe keeps (`OPTIMIZER_STATE_RECIPES`), else "" (the stack's)."""
+    return next((state for state, fact in OPTIMIZER_STATE_RECIPES if fact.covers(row)), "")
 
 
 def loss_kernel(row: dict[str, str]) -> str:
@@ -84,8 +154,11 @@ def expandable_segments(row: dict[str, str]) -> bool:
 
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
-    """The Plan keyword arguments the row's recipe sets here (`loss_kernel`, `expandable_segments`)."""
+    """The Plan keyword arguments the row's recipe sets here (`loss_kernel`, `expandable_segments`,
+    `optimizer_state`)."""
     out: dict[str, object] = {}
+    if optimizer_state(row):
+        out["optimizer_state"] = optimizer_state(row)
     if loss_kernel(row):
         out["loss_kernel"] = loss_kernel(row)
     if expandable_segments(row):
@@ -126,3 +199,24 @@ def offloaded_layers(row: dict[str, str]) -> int:
         return 0
     facts = (f for f in ACTIVATION_OFFLOAD_RECIPES if row["source"].startswith(f[0]) and fsdp > 0)
     return next((f[5] for f in facts if (row.get("model"), row.get("system"), tp, mbs) == f[1:5]), 0)
+
+
+# Published runs whose recipe checkpoints every layer (recomputation "full"; what a layer then keeps is
+# its stack's `StackMemory.full_recompute_kept_hidden`) where the row's `recompute` column is empty.
+CHECKPOINTED_RECIPES = (
+    # NeMo Automodel's performance summary: the Llama 3 70B and Qwen2.5-32B benchmark configs it names
+    # set `distributed.activation_checkpointing: true` (examples/llm_pretrain/
+    # custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml, examples/llm_finetune/llama3_3/
+    # custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml and qwen/[custom_]qwen2_5_32b_peft_benchmark
+    # [_2nodes].yaml at 507bfb7514, 8473ee64c0 and 2013a4dd6e, pipelined and FSDP2 alike;
+    # examples/llm_benchmark/ at cb9765441e); the one-GPU Llama 3.1 8B and Qwen2.5-7B LoRA configs do not
+    *(
+        RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model)
+        for model in ("llama3-70b", "qwen2.5-32b")
+    ),
+)
+
+
+def full_recompute(row: dict[str, str]) -> bool:
+    """Whether a public run's recipe checkpoints every layer (`CHECKPOINTED_RECIPES`)."""
+    return any(fact.covers(row) for fact in CHECKPOINTED_RECIPES)

@@ -154,6 +154,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     recipe = fp8_recipe(row)
     if recipe:
         out["fp8_recipe"] = recipe
+    if memory_recipes.full_recompute(row):  # the recipe's activation checkpointing, every layer
+        out["recompute"] = "full"
     fraction = block_fraction(row)
     if fraction is not None:  # those blocks whole, the others keep everything
         out["recompute"] = "none"
@@ -180,7 +182,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
 # source, the commit or container its recipe was read at (the first commit in `commit_or_version`,
 # or `framework_version`; empty: any), the precisions it holds for (empty: bf16 and FP8 alike)).
 # Where a source's recipe is not known at the row's version (dgxc-benchmarking's deepseek_v3,
-# llama4, nemotronh, grok1/README.md; NeMo's 24.07 performance summary and long-sequence tables),
+# llama4, grok1/README.md; NeMo's 24.07 performance summary and long-sequence tables),
 # nothing is set: the model keeps fp32 gradients.
 BF16_GRADIENT_RECIPES = (
     # Megatron-Bridge scripts/performance: `mixed_precision.grad_reduce_in_fp32 = False` and
@@ -212,18 +214,27 @@ BF16_GRADIENT_RECIPES = (
         ("GitHub NVIDIA/dgxc-benchmarking grok1/README_314b.md", commit, ())
         for commit in ("35a9aecc8d", "8f5cbb3799", "e6afea3aea")
     ),
-    # dgxc-benchmarking's NeMo 2 scripts, FP8 only ("if compute_dtype == fp8: plugins =
-    # bf16_with_fp8_mixed(); plugins.grad_reduce_in_fp32 = False"; BF16 keeps bf16_mixed's fp32):
-    # llama3.1/pretrain_llama31.py at 741c886025 and 85380ffe02 (NeMo 25.02.01); NeMo's
-    # scripts/performance/llm/pretrain_nemotron4_{15b,340b}.py as the nemotron/gsw_nemo.patch of
-    # those commits finds them in the 25.02.01 container (blobs b01b5cfd0 and a6cc46b5e); from
-    # 68eaf7e117 (NeMo 25.04.01) both call NeMo's scripts/performance, whose utils.py
-    # set_primary_perf_configs does the same (v2.3.0 - v2.3.2)
+    # dgxc-benchmarking's NeMo 2 scripts, BF16 and FP8 alike: llama3.1/pretrain_llama31.py at
+    # 741c886025 and 85380ffe02 (NeMo 25.02.01) and NeMo's scripts/performance/llm/
+    # pretrain_nemotron4_{15b,340b}.py (the nemotron/gsw_nemo.patch of those commits finds them in the
+    # 25.02.01 container, blobs b01b5cfd0 and a6cc46b5e, first at NeMo d26ad52fa4), and from 68eaf7e117
+    # (NeMo 25.04.01; setup.sh pins NeMo 7a8f1cc7bc, b4148d2169, 6f2c6fdaff) NeMo's
+    # pretrain_llama31_405b.py and pretrain_nemotron4_*.py, build `pretrain_recipe(performance_mode=True)`,
+    # whose pretrain_performance_optimizations sets `recipe.trainer.plugins.grad_reduce_in_fp32 = False`
+    # (nemo/collections/llm/recipes/llama3_8b.py, llama3_70b.py, llama31_405b.py, nemotron4_15b.py,
+    # nemotron4_340b.py from v2.2.0 and at those commits), and the plugin's dtype config overrides the
+    # DDP config's grad_reduce_in_fp32=True (nemo/lightning/pytorch/strategies/megatron_strategy.py
+    # `connect`: update_config_with_dtype_overrides); FP8 sets it again ("plugins =
+    # bf16_with_fp8_mixed(); plugins.grad_reduce_in_fp32 = False", utils.py set_primary_perf_configs)
     *(
-        (f"GitHub NVIDIA/dgxc-benchmarking {readme}", commit, ("fp8",))
+        (f"GitHub NVIDIA/dgxc-benchmarking {readme}", commit, ())
         for readme in ("llama3.1/README.md", "nemotron/README.md")
         for commit in ("741c886025", "85380ffe02", "68eaf7e117", "60d6fd33ba")
     ),
+    # dgxc-benchmarking nemotronh/ (from 68eaf7e117, NeMo 7a8f1cc7bc): pretrain_nemotronh_56b.py builds
+    # the recipe without performance_mode, but set_primary_perf_configs's FP8 branch sets
+    # grad_reduce_in_fp32 = False (scripts/performance/utils.py line 437); the table is FP8 only
+    ("GitHub NVIDIA/dgxc-benchmarking nemotronh/README.md", "68eaf7e117", ("fp8",)),
     # dgxc-benchmarking ft_llama3/llama3_finetune.py at 741c886025 and 85380ffe02: grad_reduce_in_fp32
     # = False after the precision branch, for BF16 and FP8
     ("GitHub NVIDIA/dgxc-benchmarking ft_llama3/", "741c886025", ()),

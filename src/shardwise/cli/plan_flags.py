@@ -294,6 +294,14 @@ execution_options = stack_options(
         "Megatron-Core --cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which keeps only the "
         "16-bit logits (memory only) [default: the framework's].",
     ),
+    click.option(
+        "--optimizer-state",
+        type=click.Choice(["fp32", "fp32-remainders", "bf16"], case_sensitive=False),
+        help="What the optimizer keeps per parameter: an fp32 master and fp32 Adam moments (fp32, 12 B), the "
+        "master's 16 low bits beside the bf16 weight (fp32-remainders, 10 B: Megatron-Core "
+        "--use-precision-aware-optimizer, Apex DistributedFusedAdam store_param_remainders) or bf16 moments "
+        "and no master (bf16, 4 B: Apex DistributedFusedAdam dtype bf16) (memory only) [default: the framework's].",
+    ),
     _switch(
         "expandable-segments",
         "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator's split-block "

@@ -43,6 +43,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"{i(p.recompute_layers)} layers of each chunk whole (full, method block) or selective, not both; "
             "plan with --recompute none or without --recompute-layers"
         )
+    if p.optimizer_state == "bf16":
+        raise EmitError(
+            "--emit megatron: bf16 moments without a master weight (--optimizer-state bf16) are Apex's "
+            "DistributedFusedAdam in NeMo 1, not a Megatron-LM option; plan with --optimizer-state fp32-remainders"
+        )
     new, changes = unemitted_shape(p, "Megatron-LM")
     if is_fp8(p.precision) and p.fp8_recipe not in MEGATRON_FP8_RECIPES:
         new["fp8_recipe"] = "te"
@@ -96,6 +101,11 @@ def launch(scn: Scenario, version: str) -> Launch:
             "--use-precision-aware-optimizer",
         )
         if float(p.offload_optimizer) > 0
+        else None,
+        # the fp32 master kept as 16-bit remainders: TE's FusedAdam store_param_remainders under the
+        # precision-aware optimizer (megatron/core/optimizer/__init__.py, core 0.12 with TE >= 2.1)
+        ("--use-precision-aware-optimizer",)
+        if p.optimizer_state == "fp32-remainders" and float(p.offload_optimizer) == 0
         else None,
         _graphs(p.cuda_graph_scope),
         _precision(p.precision, p.fp8_recipe),

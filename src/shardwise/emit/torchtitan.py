@@ -102,6 +102,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         raise EmitError(
             "--emit torchtitan: Transformer Engine's cross-entropy (--loss-kernel te) is not a torchtitan option"
         )
+    if p.optimizer_state != "fp32":
+        raise EmitError(
+            f"--emit torchtitan: an optimizer state of {p.optimizer_state} (--optimizer-state) is not a torchtitan "
+            "option (FSDP2 keeps fp32 shards and fp32 moments)"
+        )
     if float(p.offload_optimizer) > 0:
         raise EmitError(
             "--emit torchtitan: --offload-optimizer is not emitted (FSDP2's CPUOffloadPolicy moves the weights too)"

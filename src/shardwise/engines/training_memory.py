@@ -128,6 +128,7 @@ def memory_breakdown(
             policy,
             stack.extra_saved_elements(model, shared),
             fp8_input_bytes=fp8_input_bytes(plan),
+            full_kept_hidden=stack.full_recompute_kept_hidden,
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
@@ -152,8 +153,9 @@ def memory_breakdown(
     rebuilt = None
     if any_true(as_array(plan.recompute_layers) > 0):
         kept_whole = mem.layer_activation_bytes(
-            model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy
-        )
+            model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy,
+            full_kept_hidden=stack.full_recompute_kept_hidden,
+        )  # fmt: skip
         whole_extra = kept_whole - per_layer
         whole = recomputed_split(split, plan.vpp, plan.recompute_layers)
         on, v = np.asarray(plan.recompute_layers) > 0, np.asarray(plan.vpp, dtype=float)
@@ -266,8 +268,9 @@ def _layer_terms(
     s = model.seq_len
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
-        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in
-    )
+        model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in,
+        stack.full_recompute_kept_hidden,
+    )  # fmt: skip
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
     unsaved = mem.layer_activation_bytes(

@@ -27,7 +27,15 @@ def stage_states(
     Only the `trained` ones (LoRA's adapters; default all) have gradients and optimizer state.
     Kept per what it reads (`specs.memo.kept`): plans that differ in the batch, recomputation or
     schedule share them."""
-    held = (plan.zero_ranks, plan.zero_stage, plan.expert_dp, plan.framework, plan.precision, plan.grad_reduce_bf16)
+    held = (
+        plan.zero_ranks,
+        plan.zero_stage,
+        plan.expert_dp,
+        plan.framework,
+        plan.precision,
+        plan.grad_reduce_bf16,
+        plan.optimizer_state,
+    )
     trained_ = None if trained is None else _scalars(trained)
     # which plans train LoRA's adapters (element-wise: an array may mix them with full training)
     adapters = as_array(plan.lora_rank) > 0
@@ -50,6 +58,7 @@ def _stage_states(
     framework: str,
     precision: str,
     grad_bf16: Number,
+    optimizer_state: str,
     params: tuple[Number, Number, Number],
     expert_params: tuple[Number, Number, Number],
     trained: tuple[Number, Number, Number] | None,
@@ -57,7 +66,7 @@ def _stage_states(
 ) -> tuple[tuple[Number, Number, Number], ...]:
     """`stage_states` of the plan fields it reads; `lora_on`: which plans train LoRA's adapters
     (`trained`, per stage, is then theirs and, for the other plans, all their parameters);
-    `grad_bf16`: `Plan.grad_reduce_bf16`."""
+    `grad_bf16`: `Plan.grad_reduce_bf16`; `optimizer_state`: `Plan.optimizer_state`."""
     shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
@@ -66,17 +75,22 @@ def _stage_states(
     # FSDP: the fp32 shard is the weight, no 16-bit one (full training only: LoRA's frozen
     # weights stay 16-bit; for a full-training plan `trained` is all of its parameters)
     fp32_weights = fp32_shards & ~as_array(lora_on) if lora else fp32_shards
+    state_bytes = mem.optimizer_bytes_per_param(optimizer_state, precision)
     states = []
     for i, (n, n_expert) in enumerate(zip(params, expert_params, strict=True)):
-        dense = mem.sharded_state_bytes(n - n_expert, shards, precision, grad_bf16)
+        dense = mem.sharded_state_bytes(n - n_expert, shards, precision, grad_bf16, optimizer_state)
         if lora:  # the frozen weights, the adapters' state
-            _, grads, optim = mem.sharded_state_bytes(trained[i], shards, precision, grad_bf16)  # type: ignore[index]
+            adapters = trained[i]  # type: ignore[index]
+            _, grads, optim = mem.sharded_state_bytes(adapters, shards, precision, grad_bf16, optimizer_state)
             dense = (dense[0], grads, optim)
         if routed_shards is not None:
-            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision, grad_bf16)
+            routed = mem.sharded_state_bytes(n_expert, routed_shards, precision, grad_bf16, optimizer_state)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
         if any_true(fp32_weights):
             w, g, o = dense
+            # the fp32 shard is the parameter itself: its optimizer keeps fp32 moments beside it
+            # whatever `optimizer_state` says (the remainders and bf16 states need bf16 weights)
+            o = ifelse(fp32_weights, o * mem.OPTIMIZER_BYTES_PER_PARAM / state_bytes, o)
             master = o * mem.MASTER_WEIGHT_BYTES / mem.OPTIMIZER_BYTES_PER_PARAM
             # the reduced gradient is cast back to the fp32 shard's dtype whatever dtype it was
             # reduced in (FSDP2 foreach_reduce `_to_dtype_if_needed(reduce_output, orig_dtype)`;

@@ -57,6 +57,19 @@ from shardwise.units import GIB
 # Adam: fp32 master weight, momentum, variance (Rajbhandari et al. 2020, ZeRO, Sec. 3.1: K = 12).
 OPTIMIZER_BYTES_PER_PARAM = 12.0
 MASTER_WEIGHT_BYTES = 4.0  # of those 12, the fp32 master weight
+# What other optimizers keep per parameter (`Plan.optimizer_state`), as (master weight, moments):
+# - "fp32-remainders": the fp32 master's 16 low bits (an int16) beside the bf16 weight, which holds
+#   its 16 high bits: Transformer Engine's FusedAdam `store_param_remainders` (transformer_engine/
+#   pytorch/optimizers/fused_adam.py; "Works only when param type is BF16 and master weight type is
+#   FP32"), which Megatron-Core's precision-aware optimizer passes from core 0.12 with TE >= 2.1
+#   (megatron/core/optimizer/__init__.py, commit f2ece182d8; distrib_optimizer.py keeps no fp32 shard
+#   of its own then), and Apex's DistributedFusedAdam `store_param_remainders` (apex/contrib/
+#   optimizers/distributed_fused_adam.py: `param_remainders_shard`, int16), which NeMo 1 sets for
+#   bf16 O2 training with fp32 optimizer state (megatron_base_model.py setup_optimization): 2 + 4 + 4.
+# - "bf16": Apex's DistributedFusedAdam with dtype bf16 keeps exp_avg and exp_avg_sq in bf16 and, the
+#   state's dtype being the model's, no copy of the weights (NeMo 1: `store_params` False): 0 + 2 + 2.
+# The fp16 runs keep their fp32 master: the remainders need bf16 weights.
+OPTIMIZER_STATE_BYTES = {"fp32": (4.0, 8.0), "fp32-remainders": (2.0, 8.0), "bf16": (0.0, 4.0)}
 # Serving's runtime reserve (engines/serving.py, engines/inflight.py): CUDA context, cuBLAS
 # workspaces, NCCL buffers and allocator slack, typically 1-3 GB. A project estimate with no
 # published source. Training itemises the same things per plan (`runtime_reserved_bytes`).
@@ -78,6 +91,26 @@ def grad_bytes_per_param(precision: str, reduce_bf16: Number = False) -> Number:
     if precision == "fp16":
         return 2.0
     return ifelse(as_bool(reduce_bf16), 2.0, 4.0)
+
+
+def optimizer_bytes_per_param(state: str = "fp32", precision: str = "bf16") -> float:
+    """Bytes of optimizer state per parameter (master weight and Adam moments) for `Plan.optimizer_state`
+    (`OPTIMIZER_STATE_BYTES`): 12 for "fp32", 10 for "fp32-remainders" with bf16 weights, 4 for "bf16"."""
+    return sum(_optimizer_state(state, precision))
+
+
+def master_weight_bytes(state: str = "fp32", precision: str = "bf16") -> float:
+    """Of `optimizer_bytes_per_param`, the bytes of the master weight (4 for an fp32 one)."""
+    return _optimizer_state(state, precision)[0]
+
+
+def _optimizer_state(state: str, precision: str) -> tuple[float, float]:
+    if state not in OPTIMIZER_STATE_BYTES:
+        allowed = ", ".join(OPTIMIZER_STATE_BYTES)
+        raise ValueError(f"optimizer_state {state!r} is not allowed; choose {allowed}")
+    if state == "fp32-remainders" and precision == "fp16":
+        state = "fp32"
+    return OPTIMIZER_STATE_BYTES[state]
 
 
 @dataclass(frozen=True)
@@ -129,21 +162,30 @@ def zero_shards(dp: Number, zero_stage: Number) -> tuple[Number, Number, Number]
 
 
 def model_state_bytes(
-    params: Number, dp: Number, zero_stage: Number, precision: str, reduce_bf16: Number = False
+    params: Number,
+    dp: Number,
+    zero_stage: Number,
+    precision: str,
+    reduce_bf16: Number = False,
+    optimizer_state: str = "fp32",
 ) -> tuple[Number, Number, Number]:
     """(weights, gradients, optimizer) bytes for `params` parameters under a ZeRO stage."""
-    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision, reduce_bf16)
+    return sharded_state_bytes(params, zero_shards(dp, zero_stage), precision, reduce_bf16, optimizer_state)
 
 
 def sharded_state_bytes(
-    params: Number, shards: tuple[Number, Number, Number], precision: str, reduce_bf16: Number = False
+    params: Number,
+    shards: tuple[Number, Number, Number],
+    precision: str,
+    reduce_bf16: Number = False,
+    optimizer_state: str = "fp32",
 ) -> tuple[Number, Number, Number]:
     """`model_state_bytes` with the ZeRO `shards` (`zero_shards`) already known (`reduce_bf16`:
-    `grad_bytes_per_param`'s)."""
+    `grad_bytes_per_param`'s; `optimizer_state`: `Plan.optimizer_state`, `optimizer_bytes_per_param`)."""
     w, g, o = shards
     weights = params * weight_bytes_per_param(precision) / w
     grads = params * grad_bytes_per_param(precision, reduce_bf16) / g
-    optim = params * OPTIMIZER_BYTES_PER_PARAM / o
+    optim = params * optimizer_bytes_per_param(optimizer_state, precision) / o
     return weights, grads, optim
 
 
@@ -155,6 +197,7 @@ __all__ = [
     "FLASH_STATS_BYTES",
     "MASTER_WEIGHT_BYTES",
     "OPTIMIZER_BYTES_PER_PARAM",
+    "OPTIMIZER_STATE_BYTES",
     "RUNTIME_RESERVED_BYTES",
     "STACKS",
     "TE_CROSS_ENTROPY_LOGIT_BYTES",
@@ -170,9 +213,11 @@ __all__ = [
     "layer_activation_bytes",
     "layers_in_flight",
     "logits_bytes",
+    "master_weight_bytes",
     "mlp_checkpointed_bytes",
     "model_state_bytes",
     "op_sac_layer_bytes",
+    "optimizer_bytes_per_param",
     "routed_expert_activation_bytes",
     "sharded_state_bytes",
     "stack_memory",

@@ -54,6 +54,7 @@ def layer_activation_bytes(
     stack_extra: float = 0.0,
     recompute_modules: tuple[str, ...] = (),
     fp8_input_bytes: float = 0.0,
+    full_kept_hidden: float = 1.0,
 ) -> Number:
     """Activations one layer keeps for its backward pass, per micro-batch, on one GPU (`ffn`: the
     width of its dense MLP, as in `physics.flops.layer_forward`). `selective_policy` "op":
@@ -72,7 +73,9 @@ def layer_activation_bytes(
     bytes of the FP8 copy a linear keeps of its input (`TE_FP8_INPUT_BYTES`, Transformer Engine's FP8
     training): the QKV and MLP inputs (the norm outputs) and the last MLP linear's input (the
     activation's output) are kept at that size, and the output projection keeps an FP8 copy of the
-    attention output beside the 16-bit one the attention kernel keeps for its own backward pass."""
+    attention output beside the 16-bit one the attention kernel keeps for its own backward pass.
+    `full_kept_hidden`: hidden-widths per token a layer keeps under full recomputation (1: the layer's
+    input, a checkpoint around the whole layer; `StackMemory.full_recompute_kept_hidden`)."""
     if model.is_hybrid:  # the mean layer of its pattern (`physics.mamba`)
         from shardwise.physics.mamba import hybrid_layer_activation_bytes
 
@@ -81,7 +84,7 @@ def layer_activation_bytes(
         def standard(width: Number) -> Number:
             return layer_activation_bytes(twin, batch, tp, sequence_parallel, recompute, flash_attention,
                                           bytes_per_element, width, selective_policy, stack_extra,
-                                          recompute_modules, fp8_input_bytes)  # fmt: skip
+                                          recompute_modules, fp8_input_bytes, full_kept_hidden)  # fmt: skip
 
         return hybrid_layer_activation_bytes(model, standard, batch * model.seq_len, tp, sequence_parallel,
                                              bytes_per_element, recompute, fp8_input_bytes)  # fmt: skip
@@ -107,7 +110,7 @@ def layer_activation_bytes(
     sp = np.asarray(sequence_parallel, dtype=bool)
     rep = np.where(sp, replicated / t, replicated)
     rc = np.asarray(recompute)
-    full = np.where(sp, e * sbh / t, e * sbh)
+    full = full_kept_hidden * np.where(sp, e * sbh / t, e * sbh)
     flash = np.asarray(flash_attention, dtype=bool)
     scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
     kept = rep + split + scores_kept

@@ -113,6 +113,14 @@ class StackMemory:
     reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
     `fragmentation`: the caching allocator's share (`ALLOCATOR_FRAGMENTATION`; XLA assigns its
     buffers ahead of time: 0).
+    `full_recompute_kept_hidden`: hidden-widths per token a layer keeps under full recomputation:
+    1, its input, where the checkpoint wraps the whole layer (Megatron-Core, torchtitan, FSDP's
+    checkpoint_wrapper on a block, Hugging Face's gradient checkpointing); 4 where the stack wraps the
+    attention and the MLP apart and runs the norms and residual adds outside them: NeMo Automodel's
+    `activation_checkpointing` (nemo_automodel/components/distributed/parallelizer.py, from 507bfb7514
+    to 2013a4dd6e and, under `enable_compile`, after: `checkpoint_wrapper` on each layer's `self_attn` and
+    `mlp`), which keeps the layer's input and the residual between the two (each saved by the RMSNorm
+    that reads it) and the two norm outputs (each checkpoint's input).
     `saved_logits_bytes_per_element`: bytes per logit the loss keeps for its backward pass once its
     forward has returned, what each micro-batch in flight on the last stage holds beyond the one at
     the loss's peak (`held_outputs_bytes`): the fp32 softmax Megatron-LM's and nanotron's
@@ -135,6 +143,7 @@ class StackMemory:
     nvls_head_bytes: float | None = None
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     saved_logits_bytes_per_element: float = 4.0
+    full_recompute_kept_hidden: float = 1.0
     source: str = ""
 
     def extra_saved_elements(self, model: Model, ffn: Number | None = None) -> Number:
@@ -235,8 +244,9 @@ STACKS: dict[str, StackMemory] = {
         sharded_fp32_params=True,
         eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
+        full_recompute_kept_hidden=4.0,
         source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"
-        "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32)",
+        "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32); attention and MLP checkpointed apart",
     ),
     "maxtext": StackMemory(
         6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"

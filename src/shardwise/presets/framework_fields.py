@@ -42,6 +42,7 @@ STACK_FIELDS = (
     "zero1_grad_all_reduce",
     "expandable_segments",
     "loss_kernel",
+    "optimizer_state",
     "block_recompute",
     "hybrid_shard",
     *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
@@ -65,7 +66,7 @@ STACK_PLAN_FIELDS = tuple(
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     from shardwise.precisions import FP8_RECIPES
-    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, SELECTIVE_POLICIES
+    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, OPTIMIZER_STATES, SELECTIVE_POLICIES
 
     out: dict[str, Any] = {}
     choices_of = (
@@ -73,6 +74,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         ("selective_policy", SELECTIVE_POLICIES),
         ("fp8_recipe", FP8_RECIPES),
         ("loss_kernel", LOSS_KERNELS),
+        ("optimizer_state", OPTIMIZER_STATES),
     )
     for field, choices in choices_of:
         if field in data:

@@ -123,6 +123,8 @@ EXECUTION_FIELDS = (
     _f("grad_reduce_bf16", "bool"),  # None: the framework's (off: fp32 gradient buffers)
     _f("loss_kernel", "str", None, "stack", "te"),  # None: the framework's (`Plan.loss_kernel`)
     _f("expandable_segments", "bool"),  # None: the framework's (off: the caching allocator's split blocks)
+    # None: the framework's (`Plan.optimizer_state`; fp32 master and moments)
+    _f("optimizer_state", "str", None, "fp32", "fp32-remainders", "bf16"),
 )
 TRAINING_FIELDS = (*MODEL_FIELDS, *CLUSTER_FIELDS, *PLAN_FIELDS, *EXECUTION_FIELDS)
 BY_NAME = {f.name: f for f in TRAINING_FIELDS}

@@ -99,6 +99,7 @@ class TrainingRequest:
     grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
     expandable_segments: bool | None = default("expandable_segments")
     loss_kernel: str | None = default("loss_kernel")
+    optimizer_state: str | None = default("optimizer_state")
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)

@@ -31,6 +31,7 @@ from shardwise.specs.plan_choices import (  # noqa: F401
     EXECUTION_FLAGS,
     FLASH2_KERNELS,
     LOSS_KERNELS,
+    OPTIMIZER_STATES,
     TORCH_RING_KERNELS,
     Recompute,
     Schedule,
@@ -214,7 +215,13 @@ class Plan:
     (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`); memory only, no time;
     `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
     PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
-    (`physics.memory_stacks.allocator_fraction`); memory only, no time.
+    (`physics.memory_stacks.allocator_fraction`); memory only, no time;
+    `optimizer_state`: what the optimizer keeps per parameter (`physics.memory.optimizer_bytes_per_param`):
+    "fp32" (an fp32 master weight and fp32 Adam moments, 12 bytes), "fp32-remainders" (the master's
+    16 low bits beside the bf16 weight: Transformer Engine's FusedAdam `store_param_remainders`, which
+    Megatron-Core's --use-precision-aware-optimizer turns on, and Apex's DistributedFusedAdam; 10
+    bytes) or "bf16" (bf16 moments, the bf16 weight its own master: Apex's DistributedFusedAdam with
+    dtype bf16; 4 bytes); memory only, no time.
     """
 
     tp: Number = 1
@@ -277,6 +284,7 @@ class Plan:
     zero1_grad_all_reduce: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False
     loss_kernel: str = "stack"
+    optimizer_state: str = "fp32"
     offload_activation_layers: Number = 0
     offload_optimizer: Number = 0.0
 

@@ -23,6 +23,7 @@ from shardwise.specs.plan_choices import (
     CP_COMM_TYPES,
     LOSS_KERNELS,
     MOE_DISPATCHERS,
+    OPTIMIZER_STATES,
     Recompute,
     Schedule,
 )
@@ -143,6 +144,10 @@ def check_fields(plan: Any) -> None:
         )
     if plan.loss_kernel not in LOSS_KERNELS:
         raise SpecError(f"plan: loss_kernel {plan.loss_kernel!r} is not allowed; choose {', '.join(LOSS_KERNELS)}")
+    if plan.optimizer_state not in OPTIMIZER_STATES:
+        raise SpecError(
+            f"plan: optimizer_state {plan.optimizer_state!r} is not allowed; choose {', '.join(OPTIMIZER_STATES)}"
+        )
     if plan.fp8_recipe not in FP8_RECIPES:
         raise SpecError(f"plan: fp8_recipe {plan.fp8_recipe!r} is not allowed; choose {', '.join(FP8_RECIPES)}")
     if plan.selective_policy not in SELECTIVE_POLICIES:

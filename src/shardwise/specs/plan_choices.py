@@ -39,6 +39,10 @@ MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2")  # physics.stack
 # the loss kernel: the stack's own, or Transformer Engine's parallel_cross_entropy (`physics.memory_stacks`)
 LOSS_KERNELS = ("stack", "te")
+# the optimizer's state per parameter (`physics.memory.optimizer_bytes_per_param`): an fp32 master
+# weight and fp32 Adam moments; the master as the 16 low bits beside a bf16 weight; bf16 moments and
+# no master
+OPTIMIZER_STATES = ("fp32", "fp32-remainders", "bf16")
 
 
 # the kernels that run FlashAttention-2's code (`physics.attention_kernels`): the flash-attn package,
