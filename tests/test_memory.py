@@ -416,6 +416,41 @@ def test_published_training_runs_called_out_of_memory():
     assert oom <= 0.15 * runs
 
 
+def test_published_runs_fit_counts_every_run_validate_public_prices():
+    """The memory check reads each row as `validate public` does (`public_moe.resolved`): a
+    mixture-of-experts row whose table names no model (GPT-OSS, Qwen3 MoE, DeepSeek-V3) gets its
+    preset and is counted, so the runs counted are exactly the priced ones, less those whose source
+    reports an out-of-memory rank."""
+    from shardwise.analyses import public_validation
+    from shardwise.analyses.memory_validation import published_runs_fit
+
+    raws = {r["id"]: r for r in public_validation.raw_rows()}
+    priced = [p for p in public_validation.validate_public() if not p.skip]
+    expected: dict[str, int] = {}
+    for p in priced:
+        if "reports OOM" not in raws[p.run_id]["parse_notes"]:
+            expected[p.source] = expected.get(p.source, 0) + 1
+    assert any(p.moe and raws[p.run_id]["model"] == "" for p in priced)  # the rows this is about
+    assert {f.source: f.runs for f in published_runs_fit()} == expected
+
+
+def test_rows_whose_recipe_contradicts_their_micro_batch_are_skipped():
+    """PUB-0165 (26.02.01, GB300 NVFP4: tp1 pp1 mbs2 printed, the recipe runs pp4 vp5 mbs1; called
+    out of memory at twice the GPU) and PUB-0274 (25.09 MXFP8: mbs 2 printed beside GA 16, which is
+    mbs 1's) are skipped like PUB-0167, their measured numbers left as published."""
+    from shardwise.analyses import public_validation as pv
+    from shardwise.analyses.memory_validation import published_runs_fit
+
+    rows = {r["id"]: r for r in pv.raw_rows()}
+    for run in ("PUB-0165", "PUB-0274"):
+        assert pv.skip_reason(rows[run]) == "published layout contradicted by its source"
+    gbs, dp, ga = (int(rows["PUB-0274"][k]) for k in ("gbs", "dp", "ga"))
+    assert gbs // (dp * ga) == 1 != int(rows["PUB-0274"]["mbs"])
+    assert rows["PUB-0165"]["measured"] == "7002" and rows["PUB-0274"]["measured"] == "3546"
+    called = {run for fit in published_runs_fit() for run in fit.oom_ids}
+    assert not called & {"PUB-0165", "PUB-0274"}
+
+
 def test_bf16_gradient_buffers_halve_the_gradients_and_their_reduction():
     """`grad_reduce_bf16` (Megatron-LM --grad-reduce-in-bf16, NVIDIA's performance recipes): the
     gradient buffer in the 16-bit parameter dtype, 2 bytes a parameter instead of fp32's 4, and the

@@ -70,6 +70,13 @@ LAYOUT_CONTRADICTED = {
     "PUB-0167": "the 26.02.01 table prints VP n/a and MBS 2; that release's recipe runs pp4 vp5 mbs1 "
     "(Megatron-Bridge v0.3.x scripts/performance/configs/llama/llama3_workload_base_configs.py, "
     "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_MX_V2)",
+    "PUB-0165": "the 26.02.01 table prints tp1 pp1 vp n/a and MBS 2 for NVFP4 on 64 GB300 (613 GB a GPU by "
+    "our count); that release's recipe runs pp4 vp5 mbs1 (Megatron-Bridge v0.3.x scripts/performance/configs/"
+    "llama/llama3_workload_base_configs.py, LLAMA3_70B_PRETRAIN_CONFIG_GB300_NVFP4_V2, micro_batch_size's "
+    "default 1)",
+    "PUB-0274": "the 25.09 table's MXFP8 alternative prints MBS 2 beside GA 16, which is gbs 128 / (dp 8 x mbs 1); "
+    "that release's recipe runs tp2 pp4 vp5 mbs1 (Megatron-Bridge v0.1.0rc4 scripts/performance/configs/"
+    "llama3/llama3_70b_llm_pretrain.yaml, gb200 fp8_mx)",
     "PUB-0176": "the 26.02.01 table prints tp2 cp2 with 26.04.01's number (PUB-0081); that release's "
     "recipe runs tp4 cp1 (the same recipe file)",
     "PUB-0191": "the 26.02.01 table prints 26.02's pp2 vp12 ep8 for Qwen3-30B-A3B on 16 H100; that "

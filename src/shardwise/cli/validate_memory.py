@@ -75,9 +75,10 @@ def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
     )
     n_runs, n_oom = sum(p.runs for p in published), sum(p.called_oom for p in published)
     by_source = ", ".join(f"{p.source} {p.called_oom} of {p.runs}" for p in published if p.called_oom)
+    moe_runs, moe_oom = sum(p.moe_runs for p in published), sum(p.moe_called_oom for p in published)
     text += (
         f". Published training runs (data/public_training_runs.csv, all of which ran): called out of memory "
-        f"{_frac(n_oom, n_runs)} ({by_source or 'none'})"
+        f"{_frac(n_oom, n_runs)} ({by_source or 'none'}; mixture of experts {_frac(moe_oom, moe_runs)})"
     )
     skipped = Counter(r.skip for r in summary.rows if r.skip)
     left_out = "; ".join(f"{n} {why}" for why, n in skipped.items())
