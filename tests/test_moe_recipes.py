@@ -93,3 +93,24 @@ def test_the_26_02_01_qwen3_h100_row_ran_its_releases_recipe_not_the_printed_lay
     later = [float(rows[i]["measured"]) for i in ("PUB-0147", "PUB-0101", "PUB-0050")]  # PP1 EP16
     assert all(abs(float(rows["PUB-0191"]["measured"]) / m - 1) < 0.03 for m in later)
     assert float(rows["PUB-0228"]["measured"]) < 0.6 * float(rows["PUB-0191"]["measured"])  # 26.02, PP2 VP12 EP8
+
+
+def test_nemotron_3_nanos_h100_fp8_recipe_recomputes_four_modules_and_its_other_gpus_none():
+    """NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1 (Bridge v0.3.1 - v0.5.0) names moe, layernorm,
+    core_attn and moe_act; the GB200/GB300/B200/B300 recipes recompute nothing."""
+    rows = _rows()
+    for i in ("PUB-0057", "PUB-0112", "PUB-0155", "PUB-0199"):  # H100 FP8, 26.02.01 - 26.06
+        request = pv.request_for(rows[i])
+        assert (request.recompute, request.recompute_modules) == ("selective", "moe,layernorm,core_attn,moe_act"), i
+        assert pv.scenario_for(rows[i]).plan.recompute_modules == ("moe", "layernorm", "core_attn", "moe_act")
+    other = [r for r in rows.values() if r["model"].startswith("nemotron-3-nano") and r["system"] != "dgx-h100"]
+    assert other and not any(public_moe.recompute_modules(r) for r in other)
+
+
+def test_a_layout_one_override_from_the_recipe_keeps_the_recipes_recomputation():
+    """GPT-OSS 120B on B200 in 26.02.01 and 25.11 published EP 8 where the recipes (layernorm and
+    moe_act recomputed) run EP 64; on H100 in 25.11 micro-batch 4 where the recipe runs 1."""
+    rows = _rows()
+    for i in ("PUB-0185", "PUB-0262", "PUB-0268"):
+        assert public_moe.recompute_modules(rows[i]) == ("layernorm", "moe_act"), i
+        assert pv.request_for(rows[i]).recompute == "selective"

@@ -10,7 +10,9 @@ docs/versions1.json names the Bridge release of each container (26.06.01 = 0.5.1
 25.09 = 0.1.0rc3 kept its recipes in YAML and is not read). At that tag the recipe is a
 `WorkloadBaseConfig` in scripts/performance/configs/<family>/; a row takes the settings of the
 configs of its model, GPU and precision whose layout (tp, pp, vp, ep, mbs, gbs) is the row's, when they all
-agree. Nothing is fitted: each setting is the recipe's.
+agree; where none has the row's layout, its recomputation alone is taken from those whose layout
+differs from the row's in one setting, when they agree (the run launched with that one override on the
+command line, the recompute modules left as the recipe's). Nothing is fitted: each setting is the recipe's.
 
     python tools/moe_recipes.py /path/to/Megatron-Bridge.git    # a clone with its tags
 """
@@ -43,6 +45,10 @@ FAMILIES = {
     "qwen3-235b-a22b": ("QWEN3_235B_A22B_", ("qwen/qwen3_workload_base_configs.py", "qwen3/workload_base_configs.py")),
     "gpt-oss-120b": ("GPT_OSS_120B_", ("gpt_oss/gpt_oss_workload_base_configs.py", "gpt_oss/workload_base_configs.py")),
     "kimi-k2": ("KIMI_K2_", ("kimi/kimi_workload_base_configs.py",)),
+    "nemotron-3-nano-30b-a3b": (
+        "NEMOTRON_3_NANO_",
+        ("nemotronh/nemotron_3_nano_workload_base_configs.py", "nemotronh/nemotron_3_workload_base_configs.py"),
+    ),
 }
 PRECISIONS = {"mxfp8": ("FP8_MX",), "bf16": ("BF16",), "fp8": ("FP8_CS", "FP8_SC")}  # the recipes' names
 GPUS = {"dgx-b200": "B200", "dgx-b300": "B300", "gb200-nvl72": "GB200", "gb300-nvl72": "GB300", "dgx-h100": "H100"}
@@ -76,7 +82,8 @@ DEEPSEEK_LAYOUTS = {
 # at v0.3.0 the recipe src/megatron/bridge/recipes/kimi/kimi_k2.py) with recompute_modules None, which
 # Megatron-Core's TransformerConfig turns into ["core_attn"]; Qwen3's set recompute_granularity None
 # (configs/qwen/qwen3_llm_pretrain.py `set_qwen3_common_configs`), GPT-OSS's recipe None
-# (src/megatron/bridge/recipes/gpt_oss/gpt_oss.py): nothing recomputed. With recompute_modules given,
+# (src/megatron/bridge/recipes/gpt_oss/gpt_oss.py) and Nemotron 3 Nano's (recipes/nemotronh/
+# nemotron_3_nano.py, v0.3.0 - v0.5.1: recompute_granularity None): nothing recomputed. With recompute_modules given,
 # utils/overrides.py `_set_recompute_overrides` sets the granularity "selective".
 BASE_RECOMPUTE = {
     "deepseek-v3": ("core_attn",),
@@ -84,6 +91,7 @@ BASE_RECOMPUTE = {
     "qwen3-30b-a3b": (),
     "qwen3-235b-a22b": (),
     "gpt-oss-120b": (),
+    "nemotron-3-nano-30b-a3b": (),
 }
 LAYOUT = (
     ("tp", "tensor_model_parallel_size"),
@@ -171,14 +179,16 @@ def main(repo: str) -> None:
             continue
         prefix, files = FAMILIES[row["model"]]
         gpu = GPUS[row["system"]]
-        matches = [
+        recipes = [
             c
             for name, c in _configs(repo, TAGS[version], files).items()
             if name.startswith(prefix)
             and re.search(rf"_{gpu}_", name)
             and any(f"_{gpu}_{p}" in name for p in PRECISIONS.get(row["precision"], ()))
-            and all(c.get(cfg) == _value(row, key) for key, cfg in LAYOUT)
         ]
+        off = [sum(c.get(cfg) != _value(row, key) for key, cfg in LAYOUT) for c in recipes]
+        matches = [c for c, n in zip(recipes, off, strict=True) if n == 0]
+        near = [c for c, n in zip(recipes, off, strict=True) if n == 1]
         overlap = {bool(c["moe_a2a_overlap"]) for c in matches}
         status = "no recipe with this layout" if not matches else ("recipes disagree" if len(overlap) > 1 else "")
         print(
@@ -190,7 +200,9 @@ def main(repo: str) -> None:
             found[key] |= overlap
         layouts[key] |= {layout(row["model"], c) for c in matches}
         dispatchers[key] |= {dispatcher(c, gpu, version) for c in matches}
-        redone = {recomputed(row["model"], c) for c in matches}
+        # the recomputation: the recipes of the row's layout, else those one layout setting away from it
+        # (launched with that one override, the recompute modules left as the recipe's), where they agree
+        redone = {recomputed(row["model"], c) for c in matches or near}
         if len(redone) == 1:
             modules[key] |= redone
     print("\nA2A_OVERLAP entries (model, system, precision, container):")

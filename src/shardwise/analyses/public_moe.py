@@ -139,8 +139,11 @@ BRIDGE_SUMMARIES = "Megatron-Bridge docs/performance-summary"
 # where its WorkloadBaseConfig names them (utils/overrides.py `_set_recompute_overrides` then sets
 # the granularity "selective"), else the family's setting -- DeepSeek-V3's and Kimi K2's scripts
 # select "selective" with no modules, which Megatron-Core's TransformerConfig makes ["core_attn"];
-# Qwen3's and GPT-OSS's recompute nothing (tools/moe_recipes.py BASE_RECOMPUTE, with the files).
-# Listed by tools/moe_recipes.py; other rows keep their table's recompute column.
+# Qwen3's, GPT-OSS's and Nemotron 3 Nano's recompute nothing (tools/moe_recipes.py BASE_RECOMPUTE,
+# with the files). Listed by tools/moe_recipes.py (with the recipes one layout setting from a row's
+# where none has its layout: GPT-OSS 25.11 and 26.02.01 B200, 25.11 H100, DeepSeek-V3 25.11 GB200
+# BF16), less the empty entries it adds from 2026-12 on (Nemotron 3 Nano off H100, and those
+# layout-near rows), whose tables state no recomputation either; other rows keep their table's column.
 RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
     ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): ("mla_up_proj",),
     ("deepseek-v3", "dgx-b200", "mxfp8", "26.02"): ("mla_up_proj",),
@@ -152,6 +155,7 @@ RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
     ("deepseek-v3", "dgx-b300", "mxfp8", "26.04"): ("mla_up_proj",),
     ("deepseek-v3", "dgx-b300", "mxfp8", "26.04.01"): ("mla_up_proj",),
     ("deepseek-v3", "dgx-b300", "mxfp8", "26.06"): ("mla_up_proj",),
+    ("deepseek-v3", "gb200-nvl72", "bf16", "25.11"): ("mla_up_proj",),
     ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02"): ("mla_up_proj",),
     ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.02.01"): ("mla_up_proj",),
     ("deepseek-v3", "gb200-nvl72", "mxfp8", "26.04"): ("mlp",),
@@ -164,13 +168,16 @@ RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.04.01"): ("mla_up_proj",),
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"): (),
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"): (),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "25.11"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-b200", "bf16", "26.02"): ("layernorm", "moe_act"),
+    ("gpt-oss-120b", "dgx-b200", "bf16", "26.02.01"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-b200", "bf16", "26.04"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-b200", "bf16", "26.04.01"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-b300", "bf16", "26.02"): (),
     ("gpt-oss-120b", "dgx-b300", "bf16", "26.04"): (),
     ("gpt-oss-120b", "dgx-b300", "bf16", "26.04.01"): (),
     ("gpt-oss-120b", "dgx-b300", "mxfp8", "26.06"): (),
+    ("gpt-oss-120b", "dgx-h100", "bf16", "25.11"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-h100", "bf16", "26.02"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-h100", "bf16", "26.02.01"): ("layernorm", "moe_act"),
     ("gpt-oss-120b", "dgx-h100", "bf16", "26.04"): ("layernorm", "moe_act"),
@@ -191,6 +198,10 @@ RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
     ("kimi-k2", "gb300-nvl72", "mxfp8", "26.04"): ("mla_up_proj",),
     ("kimi-k2", "gb300-nvl72", "mxfp8", "26.04.01"): ("mla_up_proj",),
     ("kimi-k2", "gb300-nvl72", "mxfp8", "26.06"): ("mla_up_proj",),
+    **{
+        ("nemotron-3-nano-30b-a3b", "dgx-h100", "fp8", v): ("moe", "layernorm", "core_attn", "moe_act")
+        for v in ("26.02.01", "26.04", "26.04.01", "26.06")
+    },
     ("qwen3-235b-a22b", "dgx-b200", "mxfp8", "26.02"): (),
     ("qwen3-235b-a22b", "dgx-b200", "mxfp8", "26.04.01"): (),
     ("qwen3-235b-a22b", "dgx-b300", "mxfp8", "26.02"): (),
