@@ -155,11 +155,29 @@ def test_automodels_70b_and_32b_recipes_recompute_and_its_one_gpu_lora_ones_do_n
     assert not any(public_validation.scenario_for(r).plan.recompute == 2 for r in small)
 
 
+def test_automodels_moe_benchmark_configs_checkpoint_every_block_but_gpt_oss_120bs():
+    """examples/benchmark/configs/*_te_deepep.yaml set activation_checkpointing at the rows' commits
+    (GPT-OSS 20B's when its figure was first published); gptoss_120b_te_deepep.yaml never does."""
+    from shardwise.analyses import public_memory_recipes, public_moe, public_validation
+
+    source = "GitHub NVIDIA-NeMo/Automodel docs/performance-summary"
+    rows = {
+        r["model"]: r
+        for r in map(public_moe.resolved, public_validation.raw_rows())
+        if r["source"].startswith(source) and r["moe"] == "yes"
+    }
+    for model in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-20b", "nemotron-3-nano-30b-a3b"):
+        assert public_memory_recipes.full_recompute(rows[model]), model
+        assert public_validation.scenario_for(rows[model]).plan.recompute == 2, model
+    assert not public_memory_recipes.full_recompute(rows["gpt-oss-120b"])
+
+
 def test_no_dgxc_benchmarking_or_automodel_run_is_called_out_of_memory():
     """They ran: each of their dense rows fits the GPU now (30 published runs were called out of
     memory before the recipes' optimizer state, gradients, loss and checkpointing were read; 18 of
     them dgxc-benchmarking's and NeMo Automodel's). Their mixture-of-experts rows, counted since the
-    check fills in their presets, are not all there yet (1 of dgxc's 53, 8 of Automodel's 8)."""
+    check fills in their presets, are not all there yet (1 of dgxc's 53; 5 of Automodel's 8, 8 before
+    its benchmark configs' activation checkpointing was read)."""
     from shardwise.analyses import memory_validation
 
     fits = {f.source: f for f in memory_validation.published_runs_fit()}
@@ -167,6 +185,8 @@ def test_no_dgxc_benchmarking_or_automodel_run_is_called_out_of_memory():
     assert fits["NVIDIA dgxc-benchmarking"].moe_runs > 0
     for source in ("NVIDIA dgxc-benchmarking", "NVIDIA-NeMo Automodel"):
         assert fits[source].called_oom - fits[source].moe_called_oom == 0
+    oom = set(fits["NVIDIA-NeMo Automodel"].oom_ids)
+    assert not oom & {"PUB-0848", "PUB-0849", "PUB-0852"}  # DeepSeek-V3 and GPT-OSS 20B, checkpointed
 
 
 def test_the_memory_evidence_recall_holds():

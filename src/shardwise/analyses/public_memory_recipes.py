@@ -214,6 +214,19 @@ CHECKPOINTED_RECIPES = (
         RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model)
         for model in ("llama3-70b", "qwen2.5-32b")
     ),
+    # its mixture-of-experts pre-training rows: the configs the summary links
+    # (examples/benchmark/configs/{deepseek_v3_te_deepep[_1024],kimi_k2_te_deepep,
+    # qwen3_moe_30b_te_deepep,nemotron_nano_v3_te_deepep}.yaml) set `parallelizer.activation_checkpointing:
+    # true` at every commit the rows span (89e3a9fdd6 to 822effa167; Nemotron V3 Nano bb0c0bfb08 to
+    # cb9765441e, examples/llm_benchmark/ by then), which nemo_automodel/components/moe/parallelizer.py
+    # `apply_ac` turns into a checkpoint_wrapper round every decoder block. gptoss_20b_te_deepep.yaml set
+    # it when its row was first published (89e3a9fdd6, the figure unchanged since) and dropped it at
+    # 8df18da35 (2025-11-10): the published run is taken as the first. gptoss_120b_te_deepep.yaml never
+    # sets it: not listed.
+    *(
+        RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model)
+        for model in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-20b", "nemotron-3-nano")
+    ),
 )
 
 
