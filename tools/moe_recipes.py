@@ -2,7 +2,7 @@
 performance summaries, whether it overlapped the expert all-to-alls (`moe_a2a_overlap`,
 Megatron-Core's `overlap_moe_expert_parallel_comm`) and which token dispatcher it ran
 (`moe_flex_dispatcher_backend`). Prints the entries of `shardwise.analyses.public_moe.A2A_OVERLAP`,
-`RECOMPUTE_MODULES`, `LAYOUTS` and `DISPATCHERS`.
+`DISPATCHERS`, and of `shardwise.analyses.public_moe_recipes.RECOMPUTE_MODULES` and `LAYOUTS`.
 
 The summaries name the NeMo container of each table, not the recipe; the Bridge's
 docs/versions1.json names the Bridge release of each container (26.06.01 = 0.5.1, 26.06 = 0.5.0,
