@@ -408,7 +408,7 @@ def test_published_training_runs_called_out_of_memory():
     is a false OOM (or a row missing a memory setting of its source). 60 of 576 at the presets'
     nominal decimal capacity (145 of 589 before the recipes' bf16 gradients, offload skips and
     Transformer Engine's FP8 inputs): a guard that it does not grow past 15%."""
-    from shardwise.analyses.memory_validation import published_runs_fit
+    from shardwise.analyses.memory_published import published_runs_fit
 
     fits = published_runs_fit()
     runs, oom = sum(p.runs for p in fits), sum(p.called_oom for p in fits)
@@ -422,7 +422,7 @@ def test_published_runs_fit_counts_every_run_validate_public_prices():
     preset and is counted, so the runs counted are exactly the priced ones, less those whose source
     reports an out-of-memory rank."""
     from shardwise.analyses import public_validation
-    from shardwise.analyses.memory_validation import published_runs_fit
+    from shardwise.analyses.memory_published import published_runs_fit
 
     raws = {r["id"]: r for r in public_validation.raw_rows()}
     priced = [p for p in public_validation.validate_public() if not p.skip]
@@ -439,7 +439,7 @@ def test_rows_whose_recipe_contradicts_their_micro_batch_are_skipped():
     out of memory at twice the GPU) and PUB-0274 (25.09 MXFP8: mbs 2 printed beside GA 16, which is
     mbs 1's) are skipped like PUB-0167, their measured numbers left as published."""
     from shardwise.analyses import public_validation as pv
-    from shardwise.analyses.memory_validation import published_runs_fit
+    from shardwise.analyses.memory_published import published_runs_fit
 
     rows = {r["id"]: r for r in pv.raw_rows()}
     for run in ("PUB-0165", "PUB-0274"):

@@ -178,9 +178,9 @@ def test_no_dgxc_benchmarking_or_automodel_run_is_called_out_of_memory():
     them dgxc-benchmarking's and NeMo Automodel's). Their mixture-of-experts rows, counted since the
     check fills in their presets, are not all there yet (1 of dgxc's 53; 5 of Automodel's 8, 8 before
     its benchmark configs' activation checkpointing was read)."""
-    from shardwise.analyses import memory_validation
+    from shardwise.analyses import memory_published
 
-    fits = {f.source: f for f in memory_validation.published_runs_fit()}
+    fits = {f.source: f for f in memory_published.published_runs_fit()}
     assert fits["NVIDIA dgxc-benchmarking"].runs > 300
     assert fits["NVIDIA dgxc-benchmarking"].moe_runs > 0
     for source in ("NVIDIA dgxc-benchmarking", "NVIDIA-NeMo Automodel"):

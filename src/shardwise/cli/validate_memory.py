@@ -41,7 +41,8 @@ def _cells(rows: list[Any]) -> list[tuple[str, ...]]:
 
 
 def show_memory(as_json: bool, markdown: bool, show_rows: str) -> None:
-    from shardwise.analyses.memory_validation import CITATION, published_runs_fit, validate_memory
+    from shardwise.analyses.memory_published import published_runs_fit
+    from shardwise.analyses.memory_validation import CITATION, validate_memory
 
     summary = validate_memory()
     published = sorted(published_runs_fit(), key=lambda p: (-p.called_oom, p.source))
