@@ -66,14 +66,21 @@ tp 4, pp 12 on A100 80GB keeps 3.67e9 weights per GPU; DeepSpeed's bf16 accumula
 bytes per weight per micro-batch against the fused path's 8, 44 GB, about 24 ms at 1.8 TB/s; its
 two extra activation transfers (2048 tokens x 14336 x 2 bytes, 58.7 MB, sent as 1/tp by each TP
 rank and re-gathered, engine.py `is_pipe_partitioned`) add a few ms over the network. Per layer
-(6 per stage) that is 4-5 ms per micro-batch, about half the cost per micro-batch per layer that
-issue 33 infers for such a stack (about 8 ms); what else DeepSpeed's engine does per micro-batch
-(three host syncs: ThroughputTimer.start and PartitionedTensor.from_meta's tolist() twice; the
-activation checkpoint's RNG bookkeeping, host only) is tens of microseconds. The first stage
+(6 per stage) that is 4-5 ms per micro-batch; the two steps issue 33 quotes for such a stack
+(143.3 s at micro-batch 1, 123.7 s at 4), solved for a part per sequence and a part per
+micro-batch, need about 165 ms a micro-batch on a stage against the 42-50 ms priced, while the part
+per sequence agrees within 3%. What else DeepSpeed's engine does per micro-batch (six host syncs
+on a middle stage: ThroughputTimer.start, PartitionedTensor.from_meta's tolist() three times and
+to_meta's blocking upload twice; three TP re-gathers of 58.7 MB; the activation checkpoint's RNG
+bookkeeping, host only) is well under a millisecond. GLM-130B's two speed tests on the same
+engine at micro-batch 1 (PUB-1107, PUB-1108) cost 425 ms per added micro-batch against the
+model's 460 ms, which leaves no room for a cost of that size in the engine's per-micro-batch path.
+The first stage
 also pays the embedding's dense gradient (a zeroed 16-bit vocab/tp x h table, then the same
 18-byte add: 0.9e9 weights at vocabulary 250,880, about 8 ms, `engines.stage_ends`) and the last
 the fp32 loss (52 bytes a logit, `physics.stack`). docs/model.md ("What the DeepSpeed pipeline
-engine does per micro-batch") lists what was checked; its "How large the micro-batch effect is"
+engine does per micro-batch", with its "Re-read for issue #33") lists what was checked, file by
+file, with the versions read; its "How large the micro-batch effect is"
 splits a stage's time per sequence into these parts (`examples/microbatch_trend.py --costs`) and
 sizes the rest (host syncs, waves, host-bound kernels).
 """
