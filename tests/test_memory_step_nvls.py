@@ -91,3 +91,26 @@ def test_nanotron_runs_the_nvls_buffers_of_its_nccl_2_18():
         # the planner's floor counts the same reserve, and stays under the total
         floor = float(training_memory_floor_bytes(scn))
         assert float(memory.reserved_bytes) < floor <= float(memory.total_bytes)
+
+
+def test_nanotron_pipeline_pairs_and_the_tied_embeddings_group():
+    """With pp > 1 a nanotron rank also holds the two-rank communicator PyTorch makes for its
+    pipeline neighbour's sends, and with tied embeddings the first and last stages' group: one
+    ring's buffers each; untied, the tied group goes; at pp 1 neither exists."""
+    from dataclasses import replace
+
+    from shardwise import presets
+    from shardwise.engines.training_memory import runtime_reserve_bytes
+    from shardwise.specs import Scenario
+
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    untied = presets.model("llama3.2-1b")  # priced untied (its preset's note)
+    tied = replace(untied, tied_embeddings=True)
+    system = presets.system("dgx-h100")
+
+    def reserve(model, pp):
+        plan = Plan(tp=2, pp=pp, dp=8 // (2 * pp), global_batch=64, micro_batch=1, framework="nanotron")
+        return float(runtime_reserve_bytes(Scenario(model, system, plan)))
+
+    assert reserve(tied, 2) - reserve(untied, 2) == pytest.approx(ring)
+    assert reserve(tied, 1) == pytest.approx(reserve(untied, 1))
