@@ -386,6 +386,51 @@ def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
     assert stack_group_bytes(groups, 1, 1, 1, 1, 8, True) == 0.0  # one GPU: no communicator
 
 
+def test_nanotrons_own_communicators():
+    """nanotron's communicators beyond the plan's: the default group and world_pg (two over every
+    rank), the benchmark branch's local_pg over a server unless it is the tp, dp, pp or mp group's
+    rank set, mp_pg, and with pp > 1 the send/recv pair and the tied embedding's first-last group,
+    each two-rank (a ring, no NVLS); NCCL 2.18.1 connects the tree beside the ring (twice the
+    ring's buffers from three ranks on)."""
+    from shardwise.physics.memory_runtime import (
+        NCCL_CHANNELS,
+        NCCL_CONNECTION_BYTES,
+        NVLS_HEAD_BYTES_NCCL_2_18,
+        communicator_bytes,
+        stack_group_bytes,
+    )
+    from shardwise.physics.memory_stacks import stack_memory
+
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    head = NVLS_HEAD_BYTES_NCCL_2_18
+    groups = stack_memory("nanotron").extra_groups
+
+    def extra(tp, dp, pp, tied=False, nvls=True):
+        return float(stack_group_bytes(groups, tp, 1, dp, pp, 8, nvls, head, True, tied))
+
+    node = 2 * ring + 8 * head  # 8 ranks of one server, the tree connected
+    assert communicator_bytes(8, 8, True, head, True) == pytest.approx(node)
+    assert communicator_bytes(2, 2, True, head, True) == pytest.approx(ring)  # two ranks: the tree adds nothing
+    assert communicator_bytes(8, 8, True, head, False) == pytest.approx(ring + 8 * head)
+    # one DGX: tp 8 is local_pg's rank set, so the default group and world_pg only
+    assert extra(8, 1, 1) == pytest.approx(2 * node)
+    # dp 8 at tp 1 is local_pg's rank set too; tp 2 x dp 4 is not: a third 8-rank communicator
+    assert extra(1, 8, 1) == pytest.approx(2 * node)
+    assert extra(2, 4, 1) == pytest.approx(3 * node)
+    # tp 2 x pp 4 (dp 1): mp_pg is the server's 8 ranks, the same as local_pg; one send/recv pair
+    assert extra(2, 1, 4) == pytest.approx(3 * node + ring)
+    # tp 2 x dp 2 x pp 2: mp_pg (4 ranks in the server) apart from local_pg; tied: the first-last group
+    mp = 2 * ring + 4 * head
+    assert extra(2, 2, 2) == pytest.approx(3 * node + mp + ring)
+    assert extra(2, 2, 2, tied=True) == pytest.approx(3 * node + mp + 2 * ring)
+    assert extra(2, 2, 2, nvls=False) == pytest.approx(3 * 2 * ring + 2 * ring + ring)
+    # 64 GPUs over 8 servers at tp 8: local_pg is the tp group; two 64-rank communicators, 8 local each
+    assert extra(8, 8, 1) == pytest.approx(2 * node)
+    assert extra(1, 1, 1) == 0.0  # one GPU: no communicator
+    # the stacks without these groups are priced as before
+    assert float(stack_group_bytes((), 2, 1, 4, 1, 8, True, head, True)) == 0.0
+
+
 def test_one_stage_memory_on_request():
     """`stage` picks the first or the last pipeline stage instead of the fullest: the fullest is
     the larger of the two here (pp 4: the first stage holds 4 micro-batches and the embedding,

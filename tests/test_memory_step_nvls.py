@@ -72,17 +72,45 @@ def test_nanotron_runs_the_nvls_buffers_of_its_nccl_2_18():
     from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, NVLS_HEAD_BYTES_NCCL_2_18, RUNTIME_FLOOR_BYTES
     from shardwise.specs import Scenario
 
-    assert NVLS_HEAD_BYTES == 32 * 2**20 and NVLS_HEAD_BYTES_NCCL_2_18 == 288 * 2**20
+    # NCCL 2.18.1 nvls.cc: 16 channels x 2 x (NCCL_BUFFSIZE 4 MiB + NVLS_MEM_ALIGN_SIZE 2 MiB) a head
+    assert NVLS_HEAD_BYTES == 32 * 2**20 and NVLS_HEAD_BYTES_NCCL_2_18 == 192 * 2**20
     assert stack_memory("nanotron").nvls_head_bytes == NVLS_HEAD_BYTES_NCCL_2_18
     assert stack_memory("megatron-core").nvls_head_bytes is None
+    assert stack_memory("nanotron").nccl_tree_at_init and not stack_memory("megatron-core").nccl_tree_at_init
     ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
     model, system = presets.model("llama3-8b"), presets.system("dgx-h100")
     for framework, head in (("nanotron", NVLS_HEAD_BYTES_NCCL_2_18), ("megatron-core", NVLS_HEAD_BYTES)):
         scn = Scenario(model, system, Plan(tp=8, global_batch=8, framework=framework))
         memory = training_memory(scn)
-        # the tp communicator, and nanotron's world one (every rank), 8 heads each in one server
-        groups = 2 if framework == "nanotron" else 1
-        assert float(memory.reserved_bytes) == pytest.approx(RUNTIME_FLOOR_BYTES + groups * (ring + 8 * head))
+        # the tp communicator, 8 heads in one server; nanotron's also the default group's and
+        # world_pg's over every rank (its local_pg is the tp group, the same 8 ranks), each with
+        # its tree connected beside the ring (NCCL 2.18.1)
+        groups, connections = (3, 2) if framework == "nanotron" else (1, 1)
+        expected = RUNTIME_FLOOR_BYTES + groups * (connections * ring + 8 * head)
+        assert float(memory.reserved_bytes) == pytest.approx(expected)
         # the planner's floor counts the same reserve, and stays under the total
         floor = float(training_memory_floor_bytes(scn))
         assert float(memory.reserved_bytes) < floor <= float(memory.total_bytes)
+
+
+def test_nanotron_pipeline_pairs_and_the_tied_embeddings_group():
+    """With pp > 1 a nanotron rank also holds the two-rank communicator PyTorch makes for its
+    pipeline neighbour's sends, and with tied embeddings the first and last stages' group: one
+    ring's buffers each; untied, the tied group goes; at pp 1 neither exists."""
+    from dataclasses import replace
+
+    from shardwise import presets
+    from shardwise.engines.training_memory import runtime_reserve_bytes
+    from shardwise.specs import Scenario
+
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    untied = presets.model("llama3.2-1b")  # priced untied (its preset's note)
+    tied = replace(untied, tied_embeddings=True)
+    system = presets.system("dgx-h100")
+
+    def reserve(model, pp):
+        plan = Plan(tp=2, pp=pp, dp=8 // (2 * pp), global_batch=64, micro_batch=1, framework="nanotron")
+        return float(runtime_reserve_bytes(Scenario(model, system, plan)))
+
+    assert reserve(tied, 2) - reserve(untied, 2) == pytest.approx(ring)
+    assert reserve(tied, 1) == pytest.approx(reserve(untied, 1))

@@ -2,11 +2,10 @@
 micro-batch 1-8 and ZeRO 0/1, of the model shapes nanotron's own scripts/scaling_benchmarks.py
 writes (multi-head attention, tied embeddings below 4B, vocabulary 131072, 4096 tokens; read for
 its settings only), each with `--accumulation` micro-batches per step (at least pp - 1, as that
-script requires). Prints one row per
-layout that fits in memory (step time, tokens/s per GPU, the exposed data-parallel part), the
-predicted best (most tokens/s per GPU) per model, and with `--compare FILE` (a `--json` output of
-another checkout) the step's change per model and Spearman's rho between the two rankings by
-tokens/s per GPU.
+script requires). Prints one row per layout that fits in memory (step time, tokens/s per GPU, the
+exposed data-parallel part), how many are called out of memory, the predicted best (most tokens/s
+per GPU) per model, and with `--compare FILE` (a `--json` output of another checkout) the step's
+change per model and Spearman's rho between the two rankings by tokens/s per GPU.
 
     PYTHONPATH=src python tools/nanotron_grid.py --json /tmp/after.json --compare /tmp/before.json
 """
@@ -39,7 +38,9 @@ def _model_file(folder: Path, name: str) -> Path:
     return path
 
 
-def grid(accumulations: list[int]) -> list[dict[str, object]]:
+def grid(accumulations: list[int], called_oom: dict[str, int] | None = None) -> list[dict[str, object]]:
+    """The rows of the layouts that fit; `called_oom`, when given, counts per model those called out
+    of memory."""
     from shardwise.requests.training import PredictRequest
 
     rows: list[dict[str, object]] = []
@@ -58,6 +59,8 @@ def grid(accumulations: list[int]) -> list[dict[str, object]]:
                         )
                         est = PredictRequest.from_argv(argv).run().estimate
                         if not bool(est.fits_in_memory):
+                            if called_oom is not None:
+                                called_oom[name] = called_oom.get(name, 0) + 1
                             continue
                         step = float(est.step_time_s)
                         rows.append(
@@ -91,7 +94,8 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="write the rows here")
     parser.add_argument("--compare", type=Path, help="rows of another checkout (--json) to compare with")
     args = parser.parse_args()
-    rows = grid(sorted({int(a) for a in args.accumulation.split(",")}))
+    oom: dict[str, int] = {}
+    rows = grid(sorted({int(a) for a in args.accumulation.split(",")}), oom)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     for name in MODELS:
@@ -99,7 +103,7 @@ def main() -> int:
         for r in mine:
             print(f"{name:3} {r['layout']:32} {r['step_s'] * 1e3:9.1f} ms {r['tokens_per_s_per_gpu']:9.0f} tok/s/GPU")
         best = max(mine, key=lambda r: r["tokens_per_s_per_gpu"])
-        print(f"{name}: {len(mine)} layouts fit; best {best['layout']}")
+        print(f"{name}: {len(mine)} layouts fit, {oom.get(name, 0)} called out of memory; best {best['layout']}")
         if args.compare:
             old = {(r["model"], r["layout"]): r for r in json.loads(args.compare.read_text())}
             both = [(old[(name, r["layout"])], r) for r in mine if (name, r["layout"]) in old]

@@ -76,14 +76,18 @@ def memory_terms(
 def runtime_reserve_bytes(scn: Scenario, stack: mem.StackMemory | None = None) -> Number:
     """The `reserved` row: the CUDA context, the libraries' workspaces and NCCL's buffers for the
     plan's communicators and the stack's own (`StackMemory.extra_groups`), at the NVLS head size of
-    the stack's NCCL (`StackMemory.nvls_head_bytes`)."""
+    the stack's NCCL (`StackMemory.nvls_head_bytes`), its tree connected at init where that NCCL does
+    (`StackMemory.nccl_tree_at_init`)."""
     plan, cluster = scn.plan, scn.cluster
     stack = mem.stack_memory(plan.framework) if stack is None else stack
     nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     head = NVLS_HEAD_BYTES if stack.nvls_head_bytes is None else stack.nvls_head_bytes
-    reserved = runtime_reserved_bytes(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls, head)
+    tree, tied = stack.nccl_tree_at_init, bool(scn.model.tied_embeddings)
+    reserved = runtime_reserved_bytes(
+        plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, cluster.gpus_per_node, nvls, head, tree
+    )
     return reserved + stack_group_bytes(
-        stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls, head
+        stack.extra_groups, plan.tp, plan.cp, plan.dp, plan.pp, cluster.gpus_per_node, nvls, head, tree, tied
     )
 
 

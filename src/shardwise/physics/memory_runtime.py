@@ -36,13 +36,20 @@ NCCL_CHANNELS = 24
 NVLS_CHANNELS = 16
 NVLS_BUFFER_BYTES = 128 * KIB * 8
 NVLS_MIN_RANKS = 3
-# One NVLS head's buffers: 32 MiB (NCCL 2.21 on); 288 MiB in NCCL 2.18-2.20, which set them up when
-# a communicator was created whether or not it ran NVLS (vllm-project/vllm#9699's NCCL 2.20 log:
-# nvlsTotalSize 2415919104 for 8 heads; NVIDIA/NeMo-Framework-Launcher#127 and
-# sgl-project/sglang#631 turned NVLS off to get that memory back). A stack whose runs used such a
+# Connections per channel with the tree connected at init (`communicator_bytes`): the ring's
+# receive from its previous rank and the tree's from its other neighbour.
+TREE_CONNECTIONS = 2.0
+# One NVLS head's buffers: 32 MiB (NCCL 2.21 on). NCCL 2.18-2.20 set them up when a communicator
+# was created, whether or not it ran NVLS, at nChannels x 2 x (buffSize + memSize) a head: NCCL
+# 2.18.1 src/transport/nvls.cc ncclNvlsSetup, nvlsPerRankSize with NCCL_NVLS_NCHANNELS 16,
+# buffSize = NCCL_BUFFSIZE 4 MiB and memSize = NVLS_MEM_ALIGN_SIZE 2 MiB: 192 MiB a head, 1.5 GiB for
+# 8 GPUs, every rank allocating the whole (cuMemCreate of nvlsTotalSize). vllm-project/vllm#9699's
+# log (buffSize 4194304, memSize 2097152, nvlsPerRankSize 301989888: 288 MiB a head) is the same
+# formula with 24 NVLS channels, not 2.18.1's default. NVIDIA/NeMo-Framework-Launcher#127 and
+# sgl-project/sglang#631 turned NVLS off to get that memory back. A stack whose runs used such a
 # NCCL says so (`StackMemory.nvls_head_bytes`).
 NVLS_HEAD_BYTES = NVLS_CHANNELS * 2 * NVLS_BUFFER_BYTES
-NVLS_HEAD_BYTES_NCCL_2_18 = 288 * MIB
+NVLS_HEAD_BYTES_NCCL_2_18 = NVLS_CHANNELS * 2 * (4 * MIB + 2 * MIB)
 
 
 def nccl_buffer_bytes(
@@ -54,16 +61,17 @@ def nccl_buffer_bytes(
     gpus_per_node: Number,
     nvls: Number,
     head_bytes: float = NVLS_HEAD_BYTES,
+    tree: bool = False,
 ) -> Number:
     """NCCL's buffers on one GPU: a ring's connections (`NCCL_CHANNELS` x `NCCL_CONNECTION_BYTES`)
     for each communicator the plan runs (tp, cp, the gradients' dp x cp, pp's sends, ep), and NVLink
     SHARP buffers for those with more than two ranks in a server where `nvls` allows them.
     Ranks are placed tp first, then cp, dp and pp (Megatron-LM's order), so a group spans its size
-    times the sizes inside it."""
+    times the sizes inside it. `tree`: the NCCL connects the tree at init too (`communicator_bytes`)."""
     tp, cp, dp, pp, ep = (np.asarray(x) for x in (tp, cp, dp, pp, ep))
     out = np.where(ep > 1, NCCL_CHANNELS * NCCL_CONNECTION_BYTES, 0.0)  # the experts' all-to-all (NVLS does not apply)
     for size, span in ((tp, tp), (cp, tp * cp), (dp * cp, tp * cp * dp), (pp, tp * cp * dp * pp)):
-        out = out + communicator_bytes(size, local_ranks(size, span, gpus_per_node), nvls, head_bytes)
+        out = out + communicator_bytes(size, local_ranks(size, span, gpus_per_node), nvls, head_bytes, tree)
     return out
 
 
@@ -75,7 +83,9 @@ def local_ranks(size: Number, span: Number, gpus_per_node: Number) -> Number:
     return np.minimum(size, np.maximum(1.0, np.asarray(gpus_per_node) * size / np.maximum(span, 1.0)))
 
 
-def communicator_bytes(size: Number, local: Number, nvls: Number, head_bytes: float = NVLS_HEAD_BYTES) -> Number:
+def communicator_bytes(
+    size: Number, local: Number, nvls: Number, head_bytes: float = NVLS_HEAD_BYTES, tree: bool = False
+) -> Number:
     """NCCL's buffers on one GPU for one communicator of `size` ranks, `local` of them in this
     server (`local_ranks`): a ring's connections, and NVLink SHARP buffers, one head per local rank,
     where more than two of its ranks share the server and `nvls` allows them; nothing for a single
@@ -83,9 +93,16 @@ def communicator_bytes(size: Number, local: Number, nvls: Number, head_bytes: fl
     servers (src/transport/nvls.cc: ncclNvlsInit returns for `gpuCount <= 2`, gpuCount the
     communicator's GPUs in this node's topology; ncclNvlsTreeConnect joins the servers' NVLS heads
     when nNodes > 1, NCCL 2.18 on; 2.17 returned for nNodes > 1). `head_bytes`: one head's buffers
-    (`NVLS_HEAD_BYTES`, or the NCCL version's)."""
+    (`NVLS_HEAD_BYTES`, or the NCCL version's). `tree`: an NCCL before 2.22 connects every
+    channel's tree when the communicator is created, beside its ring (NCCL 2.18.1 src/init.cc
+    initTransportsRank: "Connected all rings", then "Connected all trees"; 2.22's
+    NCCL_RUNTIME_CONNECT connects an algorithm on its first use). A peer a channel already has is
+    not connected again (src/transport.cc ncclTransportP2pConnect skips `connected` peers), so the
+    tree's chain adds a receive per channel from its other neighbour (two where its order is not
+    the ring's): twice the ring's buffers at least with three ranks or more, nothing more with two
+    (`TREE_CONNECTIONS`)."""
     size, local = np.asarray(size), np.asarray(local)
-    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES
+    ring = NCCL_CHANNELS * NCCL_CONNECTION_BYTES * np.where(tree & (size > 2), TREE_CONNECTIONS, 1.0)
     nvls_here = np.asarray(nvls, dtype=bool) & (local >= NVLS_MIN_RANKS)
     return np.where(size > 1, ring, 0.0) + np.where(nvls_here, head_bytes * local, 0.0)
 
@@ -100,24 +117,50 @@ def stack_group_bytes(
     gpus_per_node: Number,
     nvls: Number,
     head_bytes: float = NVLS_HEAD_BYTES,
+    tree: bool = False,
+    tied: bool = False,
 ) -> Number:
-    """NCCL's buffers for the communicators a stack creates beyond the plan's (`StackMemory.extra_groups`):
-    "world", a communicator over every rank of its own (nanotron's ParallelContext.world_pg: a
-    dist.new_group of all ranks, used for all_gather_object and barriers), and "tp_pp", one over a
-    model replica's tp x pp ranks where it differs from the tp and pp groups (nanotron's mp_pg, over
-    which clip_grad_norm all-reduces the gradient norm)."""
+    """NCCL's buffers for the communicators a stack creates beyond the plan's (`StackMemory.extra_groups`),
+    each as `communicator_bytes` prices it (`tree`: the NCCL connects the tree at init):
+    "default", the default process group over every rank (nanotron's ParallelContext runs
+    `dist.barrier()` on it at start, an NCCL all-reduce); "world", a second one over every rank
+    (nanotron's `world_pg`, a `dist.new_group` of all ranks, a communicator of its own, first used by
+    `create_pg_for_tied_weights`' all_gather_object when the model is built); "node", one over the
+    ranks of a server (nanotron's `local_pg` on the nouamane/bench2 branch, whose `measure_bandwidth`
+    runs collectives on it before training), unless it is the tp, dp, pp or tp x pp group, whose
+    rank set it then is (`create_new_group` returns the group it made for those ranks);
+    "tp_pp", one over a model replica's tp x pp ranks where it differs from the tp and pp groups
+    (nanotron's mp_pg, over which clip_grad_norm all-reduces the gradient norm); "p2p", with pp > 1
+    the two-rank communicator PyTorch's ProcessGroupNCCL makes for each pair of ranks that
+    `isend`/`irecv` on their own, outside a batch (`pointToPoint`, key `getKeySendRecv(rank, peer)`):
+    one for a first or last stage (the fullest), whose single neighbour it reaches; "tied_ends", with
+    pp > 1 and `tied` embeddings, the two-rank group over the first and last stage's ranks that
+    `sync_tied_weights_gradients` all-reduces the tied embedding's gradient over."""
     tp, cp, dp, pp = (np.asarray(x) for x in (tp, cp, dp, pp))
     out = np.zeros(np.broadcast(tp, cp, dp, pp).shape)
     world = tp * cp * dp * pp
-    if "world" in groups:
-        out = out + communicator_bytes(world, local_ranks(world, world, gpus_per_node), nvls, head_bytes)
+    every_rank = communicator_bytes(world, local_ranks(world, world, gpus_per_node), nvls, head_bytes, tree)
+    out = out + every_rank * (groups.count("world") + groups.count("default"))
+    # a block of tp consecutive ranks, then one every tp x cp x dp: the tp ranks in a server
+    # times the pipeline stages whose blocks share it
+    mp = tp * pp
+    mp_local = np.minimum(local_ranks(tp, tp, gpus_per_node) * local_ranks(pp, world, gpus_per_node), mp)
+    mp_own = (tp > 1) & (pp > 1)
     if "tp_pp" in groups:
-        both = (tp > 1) & (pp > 1)
-        # a block of tp consecutive ranks, then one every tp x cp x dp: the tp ranks in a server
-        # times the pipeline stages whose blocks share it
-        local = local_ranks(tp, tp, gpus_per_node) * local_ranks(pp, tp * cp * dp * pp, gpus_per_node)
-        out = out + np.where(both, communicator_bytes(tp * pp, np.minimum(local, tp * pp), nvls, head_bytes), 0.0)
-    return out
+        out = out + np.where(mp_own, communicator_bytes(mp, mp_local, nvls, head_bytes, tree), 0.0)
+    if "node" in groups:
+        node = np.minimum(world, gpus_per_node)
+        # the same rank set as a group already made: the tp group (tp consecutive ranks), the dp
+        # group (contiguous only at tp 1), the pp group (at tp x dp 1) or, counted, mp_pg (at dp 1)
+        same = (
+            (tp == node)
+            | ((tp == 1) & (dp * cp == node))
+            | ((tp * cp * dp == 1) & (pp == node))
+            | (("tp_pp" in groups) & mp_own & (cp * dp == 1) & (mp == node))
+        )
+        out = out + np.where(same, 0.0, communicator_bytes(node, node, nvls, head_bytes, tree))
+    pairs = float("p2p" in groups) + float(tied and "tied_ends" in groups)
+    return out + np.where(pp > 1, pairs * NCCL_CHANNELS * NCCL_CONNECTION_BYTES, 0.0)  # two ranks: a ring, no NVLS
 
 
 @kept
@@ -130,10 +173,12 @@ def runtime_reserved_bytes(
     gpus_per_node: Number,
     nvls: Number,
     head_bytes: float = NVLS_HEAD_BYTES,
+    tree: bool = False,
 ) -> Number:
     """The CUDA context, the libraries' workspaces and NCCL's buffers of one training process
-    (`head_bytes`: one NVLS head's buffers, `NVLS_HEAD_BYTES` or the stack's NCCL's)."""
-    return RUNTIME_FLOOR_BYTES + nccl_buffer_bytes(tp, cp, dp, pp, ep, gpus_per_node, nvls, head_bytes)
+    (`head_bytes`: one NVLS head's buffers, `NVLS_HEAD_BYTES` or the stack's NCCL's; `tree`: the
+    NCCL connects the tree at init, `communicator_bytes`)."""
+    return RUNTIME_FLOOR_BYTES + nccl_buffer_bytes(tp, cp, dp, pp, ep, gpus_per_node, nvls, head_bytes, tree)
 
 
 # what every process holds whatever its plan: `model_state_floor_bytes` counts only this much

@@ -87,9 +87,11 @@ class StackMemory:
     output stays alive through the views), the multiply saves the SiLU output (f) and the down
     projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
     `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
-    (`physics.memory_runtime.stack_group_bytes`: "world", "tp_pp").
+    (`physics.memory_runtime.stack_group_bytes`: "default", "world", "node", "tp_pp", "p2p", "tied_ends").
     `nvls_head_bytes`: one NVLink SHARP head's buffers in the NCCL the stack's runs used, where it
     is not the current one (`physics.memory_runtime.NVLS_HEAD_BYTES_NCCL_2_18`; None: 32 MiB).
+    `nccl_tree_at_init`: the stack's NCCL (before 2.22) connects every communicator's tree beside its
+    ring when it is created (`physics.memory_runtime.communicator_bytes`).
     `packed_qkv_mha`: without grouped-query attention nanotron splits the QKV output by views of one
     permuted copy (`qkv_states.view(...).permute(2, 1, 0, 3, 4).contiguous()`), so the query view
     FlashAttention saves keeps the whole packed buffer alive beside the concatenated key-value copy
@@ -141,6 +143,7 @@ class StackMemory:
     packed_qkv_mha: bool = False
     extra_groups: tuple[str, ...] = ()
     nvls_head_bytes: float | None = None
+    nccl_tree_at_init: bool = False
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     saved_logits_bytes_per_element: float = 4.0
     full_recompute_kept_hidden: float = 1.0
@@ -184,11 +187,17 @@ STACKS: dict[str, StackMemory] = {
         zero1_gather_bytes_per_param=2.0,
         eager_glu=True,
         packed_qkv_mha=True,
-        extra_groups=("world", "tp_pp"),
+        # the default group and world_pg over every rank, the benchmark branch's local_pg over a
+        # server's ranks, mp_pg, the pipeline neighbour's send/recv pair and the tied embedding's
+        # first-last group (src/nanotron/parallel/context.py, parallel/tied_parameters.py,
+        # trainer.py measure_bandwidth on nouamane/bench2; `stack_group_bytes`)
+        extra_groups=("default", "world", "node", "tp_pp", "p2p", "tied_ends"),
         # nanotron's own launch script and benchmark config (run_multinode.sh and
         # examples/config_tiny_llama_bench.yaml, 2024-12: `conda activate 2-1-cu121`) run PyTorch 2.1
-        # for CUDA 12.1, whose wheels bundle NCCL 2.18.1: NVLS buffers of 288 MiB a head
+        # for CUDA 12.1, whose wheels bundle NCCL 2.18.1: NVLS buffers of 192 MiB a head, and the
+        # tree connected beside the ring when a communicator is created
         nvls_head_bytes=NVLS_HEAD_BYTES_NCCL_2_18,
+        nccl_tree_at_init=True,
         source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
         "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies at "
         "ZeRO-0, none at ZeRO-1 (no DDP under fp32 accumulation with ZeRO: Plan.zero1_grad_all_reduce); "
