@@ -51,7 +51,7 @@ SERVING_LOG_SD = 0.104
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0517, 5, 1),
-    "fsdp": (0.1200, 10, 1),
+    "fsdp": (0.2312, 62, 2),
     "fsdp2": (0.0653, 2, 1),
     "internevo": (0.1298, 54, 1),
     "maxtext": (0.0611, 38, 3),
