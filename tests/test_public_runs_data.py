@@ -17,7 +17,7 @@ from shardwise import presets
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TABLES = [
     ROOT / "tools" / "data" / "public_runs" / f
-    for f in ("training_layouts_other.csv", "microbatch_longctx.csv", "deepspeed_pipeline.csv")
+    for f in ("training_layouts_other.csv", "microbatch_longctx.csv", "deepspeed_pipeline.csv", "fsdp_scaling.csv")
 ]
 MEGATRON_ROWS = 901
 STACKS = {
@@ -45,7 +45,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207
+    assert len(rows) == MEGATRON_ROWS + 207 + 177
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -157,6 +157,30 @@ def test_deepspeed_pipeline_rows(rows):
     assert all("sequence_parallel=on" in r["parse_notes"] for r in new)
     old = [by_id["PUB-1105"], by_id["PUB-1106"]]  # the old version: batch and checkpointing not published
     assert all(r["metric"] == "" and "tflops_count=unstated" in r["parse_notes"] for r in old)
+
+
+def test_modalities_fsdp_scaling_rows(rows):
+    """Modalities' FSDP1 scaling tables (tools/data/public_runs/fsdp_scaling.csv): Leonardo Booster's
+    rows priced on its own system (4 A100 64GB per node), HYBRID_SHARD sharded within a node and
+    FULL_SHARD over every rank; MareNostrum 5's and the 28B model's rows kept but not priced."""
+    new = rows[MEGATRON_ROWS + 207 :]
+    assert len(new) == 177 and all(r["framework"] == "fsdp" for r in new)
+    by_id = {r["id"]: r for r in new}
+    hybrid, full = by_id["PUB-1109"], by_id["PUB-1110"]  # 2.7B on 8 GPUs, micro-batch 1
+    for r in (hybrid, full):
+        assert (r["model"], r["system"], r["tp"], r["pp"], r["dp"], r["mbs"], r["gbs"], r["ga"]) == (
+            "gpt-2.7b-hd128", "leonardo-booster", "1", "1", "8", "1", "8", "1",
+        )  # fmt: skip
+        assert (r["precision"], r["recompute"], r["metric"]) == ("bf16", "none", "tokens_per_s_per_gpu")
+    assert hybrid["fsdp"] == "4" and "sharding=hsdp" in hybrid["parse_notes"]
+    assert full["fsdp"] == "8" and "sharding=full-shard" in full["parse_notes"]
+    assert float(hybrid["measured"]) == pytest.approx(16.71 * 4096 / 8)  # samples/s x sequence / GPUs
+    leonardo = [r for r in new if "leonardo" in r["source"]]
+    mn5 = [r for r in new if "scaling_mn5" in r["source"]]
+    assert (len(leonardo), len(mn5)) == (53, 124)
+    assert {r["system"] for r in mn5} == {""}  # no MareNostrum 5 preset: not priced
+    assert {r["model"] for r in leonardo} == {"gpt-2.7b-hd128", "gpt-6.7b", "gpt-13b", ""}
+    assert all(r["model"] == "" for r in new if r["model_raw"].startswith("GPT 28B"))
 
 
 def test_sequence_parallelism_as_a_deepspeed_pipeline_row_states_it(rows):

@@ -79,6 +79,10 @@ MODELS = (
     (r"\bgpt 2t\b", "gpt-2t"),
     (r"\bgpt 30b \(deepspeed4science script", "gpt-30b-ds4science"),
     (r"\bglm-130b\b", "glm-130b"),
+    # Modalities' scaling tables: GPT-3 shapes read off their MFU column (fsdp_scaling.csv notes)
+    (r"^gpt 2\.7b \(modalities", "gpt-2.7b-hd128"),
+    (r"^gpt 6\.7b \(modalities", "gpt-6.7b"),
+    (r"^gpt 13b \(modalities", "gpt-13b"),
 )
 MODEL_NOTES = {
     "granite-7b-base": "IBM Granite-7B-base: its HF config (ibm-granite/granite-7b-base) is the Llama-2-7B shape",
@@ -105,9 +109,23 @@ INSTANCES = (
         " roofline_utils.py 'custom to Meta's H100 variant'; amendments.csv)",
     ),
     (
+        "(leonardo booster",
+        "leonardo-booster",
+        "system leonardo-booster: the source names Leonardo Booster (4 custom A100 SXM4 64GB per node,"
+        " 2 x 200 Gb/s HDR)",
+    ),
+    (
         "(azure ndm a100 v4)",
         "azure-ndm-a100-v4",
         "system azure-ndm-a100-v4: the source names NDm A100 v4 (8 A100 80GB SXM4, 8 x 200 Gb/s HDR InfiniBand)",
+    ),
+)
+# (substring of the GPU cell, why): machines the source names that have no system preset (checked first).
+NO_SYSTEM = (
+    (
+        "(marenostrum 5 acc",
+        "MareNostrum 5 ACC (4 H100 64GB per node): no system preset, its GPU and network not read from"
+        " a primary source",
     ),
 )
 # (substring of the GPU cell, system); checked in order, after the exclusions below.
@@ -265,6 +283,10 @@ class StackRow:
             return ""
         if gpu.startswith("v100-16gb"):
             self.note("V100 16 GB: no system preset (dgx-1-v100 has 32 GB GPUs)")
+            return ""
+        unpriced = next((why for needle, why in NO_SYSTEM if needle in gpu), None)
+        if unpriced is not None:
+            self.note(unpriced)
             return ""
         instance = next(((s, note) for needle, s, note in INSTANCES if needle in gpu), None)
         if instance is not None:  # the instance preset is the stated GPU and network

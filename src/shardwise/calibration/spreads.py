@@ -19,6 +19,7 @@ BETWEEN_GROUPS_LOG_SD = 0.049
 FITTED_GROUPS = {"h100-sxm5-80gb": 20, "gb200": 7, "gb300": 4, "a100-sxm4-80gb": 5}  # dev groups per fitted GPU
 FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, same silicon"
     "a100-sxm4-40gb": "a100-sxm4-80gb",
+    "a100-sxm4-64gb": "a100-sxm4-80gb",
     "h200-sxm-141gb": "h100-sxm5-80gb",
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "h100-meta": "h100-sxm5-80gb",
@@ -50,7 +51,7 @@ SERVING_LOG_SD = 0.104
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0517, 5, 1),
-    "fsdp": (0.1200, 10, 1),
+    "fsdp": (0.2312, 62, 2),
     "fsdp2": (0.0653, 2, 1),
     "internevo": (0.1298, 54, 1),
     "maxtext": (0.0611, 38, 3),
