@@ -35,7 +35,11 @@ SYSTEMS = {
     "dgx-h100": "fp8",
     "dgx-h200": "fp8",
     "dgx-b200": "fp8",
+    # other PCIe layouts (not in the default run): behind PCIe switches
+    "l40s-8x-switch": "fp8",
+    "h100-pcie-8x-switch": "fp8",
 }
+DEFAULT_SYSTEMS = ("l40s-8x", "a100-pcie-8x", "dgx-h100", "dgx-h200", "dgx-b200")
 MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "llama3-405b")
 TPS = (1, 2, 4, 8)
 
@@ -75,7 +79,7 @@ def replica_rates(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gpus", default=",".join(SYSTEMS))
+    parser.add_argument("--gpus", default=",".join(DEFAULT_SYSTEMS))
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--static", action="store_true")
     parser.add_argument("--burst", type=int, default=0)
