@@ -88,3 +88,27 @@ def test_serve_names_the_host_wait_of_a_one_stage_plan(cli):
     assert code == 0
     text = " ".join(out.split())
     assert "host wait" in text and "pp wait" not in text
+
+
+def _grid():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "tools" / "serving_tp_grid.py"
+    spec = importlib.util.spec_from_file_location("serving_tp_grid", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_tp_grid_prices_each_tp_size_that_fits_and_refuses_an_unknown_system(capsys):
+    """tools/serving_tp_grid.py: Llama 3 70B in FP8 does not fit one L40S (48 GB), fits 2 to 8; the
+    whole-run rate of a burst is below the steady state's (ramp and tail)."""
+    grid = _grid()
+    steady = grid.replica_rates("llama3-70b", "l40s-8x", "fp8", 128, 2048, False)
+    assert sorted(steady) == [2, 4, 8] and all(v > 0 for v in steady.values())
+    burst = grid.replica_rates("llama3-70b", "l40s-8x", "fp8", 128, 2048, False, burst=300)
+    assert sorted(burst) == [2, 4, 8] and burst[8] < steady[8]
+    assert grid.main(["--gpus", "dgx-h9000"]) == 2
+    assert "is not one of" in capsys.readouterr().err

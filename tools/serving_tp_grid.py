@@ -53,22 +53,22 @@ def replica_rates(
     from shardwise.requests.serve import ServeRequest
     from shardwise.requests.serve_plans import scenario
 
-    kv = "fp8" if weights == "fp8" else weights
     plans = " ".join(f"--plan tp={t}" for t in TPS)
     batching = "--batching static" if static else "--max-throughput"
     request = ServeRequest.from_argv(
         f"--model {model} --system {system} {plans} {batching} --framework tensorrt-llm "
-        f"--weight-precision {weights} --kv-precision {kv} --input-len {isl} --output-len {osl}"
+        f"--weight-precision {weights} --kv-precision {weights} --input-len {isl} --output-len {osl}"
     )
     result = request.run()
     s = result.setting
+    specs = {spec.label: spec for spec in s.specs}
     out = {}
-    for (_, est), spec in zip(result.rows, s.specs, strict=True):
+    for label, est in result.rows:
         if not bool(est.fits_in_memory):
             continue
         tp, dp = int(est.scenario.plan.tp), int(est.scenario.plan.dp)
         if burst:
-            replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens)
+            replica = Replica(scenario(s.model, s.cluster, specs[label], s.stages), s.workload, s.max_batched_tokens)
             out[tp] = replica.run(Traffic(rate_per_s=math.inf, requests=burst)).run_tokens_per_s
             continue
         if static:
@@ -81,8 +81,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", default=",".join(DEFAULT_SYSTEMS))
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--static", action="store_true")
-    parser.add_argument("--burst", type=int, default=0)
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--static", action="store_true")
+    how.add_argument("--burst", type=int, default=0)
     parser.add_argument("--csv", default="")
     args = parser.parse_args(argv)
     rows: list[dict[str, object]] = []
