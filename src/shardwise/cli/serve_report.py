@@ -106,13 +106,16 @@ def print_estimates(
     for label, est in rows if not inflight else []:
         dec = {k: float(v) for k, v in est.decode_s.items()}
         total = sum(dec.values())
-        parts = ", ".join(f"{_part(k)} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
         out.print(
             f"  {label}: each output token = {parts}; each stage busy "
             f"{float(est.decode_utilization):.0%} of a decode step"
         )
-    if any(float(est.decode_s.get("pp_wait", 0.0)) > 0 for _, est in rows if bool(est.fits_in_memory)):
+    waits = [est for _, est in rows if bool(est.fits_in_memory) and float(est.decode_s.get("pp_wait", 0.0)) > 0]
+    if any(int(est.scenario.plan.pp) > 1 for est in waits):
         out.print(f"[dim]{PP_WAIT_NOTE}[/]")
+    if any(int(est.scenario.plan.pp) == 1 for est in waits):
+        out.print(f"[dim]{HOST_WAIT_NOTE}[/]")
     if max_tp and not inflight:
         out.print(
             "[dim]batch: the largest that fits the KV cache (at most the engine's cap per replica), all of it "
@@ -130,7 +133,15 @@ PP_WAIT_NOTE = (
 )
 
 
-def _part(key: str) -> str:
+HOST_WAIT_NOTE = (
+    "host wait: the GPU idle while the engine's process prepares the next step, one stage's host work outlasting "
+    "its GPU work (h_0 + h_1 per request; engines/pipeline.py overlapped_host_floor_s)"
+)
+
+
+def _part(key: str, est: Any = None) -> str:
+    if key == "pp_wait" and est is not None and int(est.scenario.plan.pp) == 1:
+        return "host wait"  # one stage: the host step outlasting the GPU's (`engines.pipeline`)
     return PART_NAMES.get(key, key.replace("_", " "))
 
 
@@ -210,7 +221,7 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
 
         dec = est.decode_s
         total = sum(dec.values()) or 1.0
-        parts = ", ".join(f"{_part(k)} {v / total:.0%}" for k, v in dec.items() if v > 0)
+        parts = ", ".join(f"{_part(k, est)} {v / total:.0%}" for k, v in dec.items() if v > 0)
         queue = est.prefill_s["queueing"]
         waits = f" (queueing {format_seconds(queue)} of the median)" if queue > 0 else ""
         out.print(

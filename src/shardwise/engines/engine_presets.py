@@ -67,7 +67,15 @@ overlapping that step gives under pp 4 (Qwen3-30B-A3B FP8, 128 sequences): 31.8%
 The vLLM preset keeps the pipeline as vLLM ran it through 2025; since that change, with
 asynchronous scheduling on by default, vLLM overlaps the wait and the round's host step. With
 one stage the engines overlap the host with the GPU (vLLM's batch queue and async scheduling,
-SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so nothing is added at pp = 1.
+SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so nothing is added at pp = 1 while
+the GPU's step is the longer; a step never lasts less than its host work, max(gpu, h_0 + h_1 n)
+(`engines.pipeline.overlapped_host_floor_s`, #37), which binds where a wide TP group or a small
+model makes the GPU's step short against thousands of requests (Llama 3 8B at TP 8 on B200 at
+its maximum throughput: 3,500 requests, about 76 ms of host work against about 25 ms of GPU work).
+TensorRT-LLM's PyExecutor runs that host work in Python every step (scheduling, `_prepare_inputs`,
+sampling, responses): its maintainers measure it as GPU idle between decode steps at high
+concurrency (NVIDIA/TensorRT-LLM#13957: ~580 us an iteration exposed at 64 requests on B200;
+PRs #16047, #16313 trim it). h_1 there is not measured; the vLLM figure above is used.
 
 llama.cpp under pp (its layer split): llama-server decodes every running sequence and the prompt
 chunks in one batch per step, which `llama_decode` cuts into micro-batches of n_ubatch = 512

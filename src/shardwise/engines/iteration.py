@@ -41,6 +41,7 @@ from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.llamacpp import layer_split_iteration
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import (
+    overlapped_host_floor_s,
     pipeline_host_s,
     pipeline_makespan_s,
     pipelined_round_s,
@@ -203,6 +204,9 @@ def iteration_times(
     host = np.where(piped, pipeline_host_s(preset, np.ceil(d / m) + np.ceil(prompts / m)), 0.0)
     gpu_bound = np.maximum(through, m * c_max)
     total = np.maximum(gpu_bound, pipelined_round_s(c_max, c[2], through, m, host, preset.sync_last_stage))
+    # one stage: the host prepares the next step while the GPU runs this one, so a step lasts at
+    # least its host work (`engines.pipeline.overlapped_host_floor_s`)
+    total = np.where(piped, total, overlapped_host_floor_s(total, preset, d + prompts))
     if heaviest:
         heavy = _heaviest_pass_s(fs_heavy, p, preset, per_decode, np.ceil(heavy_q / wl.input_len))
         total = np.where(piped & (prompts > 0), np.maximum(total, heavy), total)

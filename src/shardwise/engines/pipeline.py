@@ -52,6 +52,18 @@ def pipeline_host_s(preset: EnginePreset, requests: Number) -> Number:
     return preset.stage_host_s + preset.stage_host_per_request_s * np.asarray(requests, dtype=float)
 
 
+def overlapped_host_floor_s(gpu_s: Number, preset: EnginePreset, requests: Number) -> Number:
+    """A step of one stage (pp = 1) of `requests` requests whose GPU work takes `gpu_s`: the
+    engines' overlap schedulers (TensorRT-LLM's PyExecutor `_executor_loop_overlap`, vLLM's async
+    scheduling, SGLang's overlap scheduler) prepare step i + 1 on the host while the GPU runs step
+    i, so the host's work hides behind the GPU's but a step never lasts less than the host work
+    itself: max(gpu, h_0 + h_1 n), with the same h_0, h_1 as under pp (`pipeline_host_s`).
+    The floor binds where the GPU's step is short against many requests: a small model, or a
+    wide TP group dividing the GPU's work but not the host's (every TP rank's process schedules,
+    prepares and samples the whole batch)."""
+    return np.maximum(gpu_s, pipeline_host_s(preset, requests))
+
+
 def pipelined_round_s(
     c_max: Number, c_last: Number, through: Number, m: Number, host: Number, sync_last: bool
 ) -> Number:

@@ -40,7 +40,12 @@ from shardwise.engines.dp_attention import serving_expert_layout
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
-from shardwise.engines.pipeline import pipeline_host_s, pipeline_makespan_s, pipelined_round_s
+from shardwise.engines.pipeline import (
+    overlapped_host_floor_s,
+    pipeline_host_s,
+    pipeline_makespan_s,
+    pipelined_round_s,
+)
 from shardwise.engines.trtllm_buffers import bench_engine_settings, engine_buffers_bytes
 from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
@@ -296,6 +301,8 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     through = pipeline_makespan_s(d[0], d[1], d[2], p, 1, 1, d[3])  # one micro-batch crossing every stage
     gpu_bound = np.maximum(through, m * d_max)
     tpot = np.maximum(gpu_bound, pipelined_round_s(d_max, d[2], through, m, host, preset.sync_last_stage))
+    # one stage: at least the host step (`engines.pipeline.overlapped_host_floor_s`)
+    tpot = np.where(p > 1, tpot, overlapped_host_floor_s(tpot, preset, per_replica))
     share = gpu_bound / d_max  # the GPU's part in units of the slowest stage's micro-batch
     # the sends apart from what the step waits beyond the GPU's work (the host steps under pp)
     decode = {

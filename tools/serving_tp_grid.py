@@ -1,0 +1,123 @@
+"""TP(k) / TP(k/2) serving throughput ratios at TensorRT-LLM's performance-overview settings (#37).
+
+For each GPU, model and prompt/output length pair of the perf-overview tables (trtllm-bench's
+offline max-throughput runs), every TP size the server holds is priced as `shardwise serve
+--max-throughput --framework tensorrt-llm` prices it (in-flight batching, the KV cache kept full,
+at most trtllm-bench's `max_batch_size`), and the ratio of one replica's generated tokens/s at TP k
+against TP k/2 is printed, with the median per GPU and pair. Nothing is fitted here; the measured
+ratios (#37's held-out tables) are not in the project.
+
+    PYTHONPATH=src python tools/serving_tp_grid.py [--gpus l40s-8x,a100-pcie-8x] [--models llama3-70b]
+        [--static | --burst N] [--csv out.csv]
+
+`--static` prices one full batch (`analyses.serving.at_max_batch`, as `validate inference` does)
+instead of the in-flight simulation; `--burst N` sends N requests at once and counts every
+generated token over the whole run, ramp and tail included, as trtllm-bench's throughput mode
+reports it (`engines.inflight.Simulated.run_tokens_per_s`; the request count of each perf-overview
+run is not in the project).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import statistics
+import sys
+from dataclasses import replace
+
+# the perf-overview's ISL/OSL pairs (#37)
+LENGTHS = ((128, 128), (128, 2048), (2048, 128), (500, 2000), (1000, 1000), (2048, 2048), (5000, 500), (20000, 2000))
+# system preset -> weight precision TensorRT-LLM's tables run it in (A100 has no FP8: BF16)
+SYSTEMS = {
+    "l40s-8x": "fp8",
+    "a100-pcie-8x": "bf16",
+    "dgx-h100": "fp8",
+    "dgx-h200": "fp8",
+    "dgx-b200": "fp8",
+    # other PCIe layouts (not in the default run): behind PCIe switches
+    "l40s-8x-switch": "fp8",
+    "h100-pcie-8x-switch": "fp8",
+}
+DEFAULT_SYSTEMS = ("l40s-8x", "a100-pcie-8x", "dgx-h100", "dgx-h200", "dgx-b200")
+MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "llama3-405b")
+TPS = (1, 2, 4, 8)
+
+
+def replica_rates(
+    model: str, system: str, weights: str, isl: int, osl: int, static: bool, burst: int = 0
+) -> dict[int, float]:
+    """Generated tokens/s of one replica at each TP size that fits (`shardwise serve`'s pricing)."""
+    from shardwise.analyses.serving import at_max_batch
+    from shardwise.engines.inflight import Replica, Traffic
+    from shardwise.requests.serve import ServeRequest
+    from shardwise.requests.serve_plans import scenario
+
+    plans = " ".join(f"--plan tp={t}" for t in TPS)
+    batching = "--batching static" if static else "--max-throughput"
+    request = ServeRequest.from_argv(
+        f"--model {model} --system {system} {plans} {batching} --framework tensorrt-llm "
+        f"--weight-precision {weights} --kv-precision {weights} --input-len {isl} --output-len {osl}"
+    )
+    result = request.run()
+    s = result.setting
+    specs = {spec.label: spec for spec in s.specs}
+    out = {}
+    for label, est in result.rows:
+        if not bool(est.fits_in_memory):
+            continue
+        tp, dp = int(est.scenario.plan.tp), int(est.scenario.plan.dp)
+        if burst:
+            replica = Replica(scenario(s.model, s.cluster, specs[label], s.stages), s.workload, s.max_batched_tokens)
+            out[tp] = replica.run(Traffic(rate_per_s=math.inf, requests=burst)).run_tokens_per_s
+            continue
+        if static:
+            est = at_max_batch(est.scenario, replace(est.workload, batch=1))
+        out[tp] = float(est.throughput_tokens_per_s) / dp
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gpus", default=",".join(DEFAULT_SYSTEMS))
+    parser.add_argument("--models", default=",".join(MODELS))
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--static", action="store_true")
+    how.add_argument("--burst", type=int, default=0)
+    parser.add_argument("--csv", default="")
+    args = parser.parse_args(argv)
+    rows: list[dict[str, object]] = []
+    for system in args.gpus.split(","):
+        if system not in SYSTEMS:
+            print(f"--gpus: {system!r} is not one of {', '.join(SYSTEMS)}", file=sys.stderr)
+            return 2
+        for model in args.models.split(","):
+            for isl, osl in LENGTHS:
+                rates = replica_rates(model, system, SYSTEMS[system], isl, osl, args.static, args.burst)
+                for k in TPS[1:]:
+                    if k in rates and k // 2 in rates:
+                        small, big = rates[k // 2], rates[k]
+                        pair = f"TP{k}/TP{k // 2}"
+                        rows.append(
+                            {"system": system, "model": model, "isl": isl, "osl": osl, "pair": pair,
+                             "small_tok_s": small, "big_tok_s": big, "ratio": big / small}
+                        )  # fmt: skip
+    for r in rows:
+        print(f"{r['system']:14s} {r['model']:13s} {r['isl']:>5}/{r['osl']:<5} {r['pair']:9s} "
+              f"{r['small_tok_s']:9.0f} -> {r['big_tok_s']:9.0f}  {r['ratio']:.2f}")  # fmt: skip
+    print("\nmedian ratio per GPU and pair (cases, range)")
+    for system in dict.fromkeys(str(r["system"]) for r in rows):
+        for pair in ("TP2/TP1", "TP4/TP2", "TP8/TP4"):
+            xs = [float(r["ratio"]) for r in rows if r["system"] == system and r["pair"] == pair]  # type: ignore[arg-type]
+            if xs:
+                print(f"{system:14s} {pair}: {statistics.median(xs):.2f} ({len(xs)}, {min(xs):.2f}-{max(xs):.2f})")
+    if args.csv:
+        with open(args.csv, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
