@@ -127,12 +127,22 @@ def memory_breakdown(
             shared,
             policy,
             stack.extra_saved_elements(model, shared),
+            # of the selective modules, the attention's: "mlp" checkpoints a dense layer's MLP, not
+            # the shared experts (those are "shared_experts", the routed ones "moe_act" or "moe")
+            tuple(m for m in plan.recompute_modules if m == "mla_up_proj"),
             fp8_input_bytes=fp8_input_bytes(plan),
             full_kept_hidden=stack.full_recompute_kept_hidden,
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
-            model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute, plan.recompute_modules
+            model,
+            tokens,
+            plan.expert_tp,
+            plan.expert_imbalance,
+            e,
+            plan.recompute,
+            plan.recompute_modules,
+            fp8_input_bytes(plan),
         )
         # An MoE layer norms the router's input apart (Megatron-Core's TE spec: pre_mlp_layernorm a
         # TENorm when there are experts, gpt_layer_specs.py): selective "layernorm" recomputation
