@@ -135,6 +135,18 @@ OPTIMIZER_STATE_RECIPES = (
     ("fp32-remainders", RecipeFact(MEGATRON_BRIDGE, precisions=("bf16",), with_fsdp=False)),
     # NeMo 2.4 (25.07) scripts/performance/helpers.py: the same for BF16 (line 208)
     ("fp32-remainders", RecipeFact(NEMO_DOCS, precisions=("bf16",), version="25.07", with_fsdp=False)),
+    # NeMo Automodel's mixture-of-experts pre-training rows train in pure bf16: its own model classes
+    # build every parameter at the config's torch_dtype (bf16 by default and in these checkpoints) and
+    # `initialize_weights` ends with `self.to(dtype)`, dtype bf16 (nemo_automodel/components/models/
+    # {deepseek_v3,qwen3_moe,gpt_oss}/model.py at 89e3a9fdd6, 822effa167 and bb0c0bfb08; Kimi K2 runs
+    # the DeepSeek-V3 class; nemotron_v3/model.py at cb9765441e), FSDP2 shards those bf16 parameters
+    # and the benchmark configs' optimizer is torch.optim.Adam, whose moments take the parameter's
+    # dtype (examples/benchmark/configs/*_te_deepep.yaml, examples/llm_benchmark/ by cb9765441e): a
+    # bf16 shard, its bf16 gradient, bf16 moments (`Plan.optimizer_state` "bf16")
+    *(
+        ("bf16", RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model))
+        for model in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "nemotron-3-nano")
+    ),
 )
 
 

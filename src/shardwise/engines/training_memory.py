@@ -131,7 +131,7 @@ def memory_breakdown(
             # the shared experts (those are "shared_experts", the routed ones "moe_act" or "moe")
             tuple(m for m in plan.recompute_modules if m == "mla_up_proj"),
             fp8_input_bytes=fp8_input_bytes(plan),
-            full_kept_hidden=stack.full_recompute_kept_hidden,
+            full_kept_hidden=stack.kept_hidden(model),
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
@@ -164,7 +164,7 @@ def memory_breakdown(
     if any_true(as_array(plan.recompute_layers) > 0):
         kept_whole = mem.layer_activation_bytes(
             model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy,
-            full_kept_hidden=stack.full_recompute_kept_hidden,
+            full_kept_hidden=stack.kept_hidden(model),
         )  # fmt: skip
         whole_extra = kept_whole - per_layer
         whole = recomputed_split(split, plan.vpp, plan.recompute_layers)
@@ -279,7 +279,7 @@ def _layer_terms(
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
         model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in,
-        stack.full_recompute_kept_hidden,
+        stack.kept_hidden(model),
     )  # fmt: skip
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).
