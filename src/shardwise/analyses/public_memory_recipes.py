@@ -66,6 +66,13 @@ EXPANDABLE_SEGMENT_RECIPES = (
     # ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True" on every GPU but B200 (commit
     # ab020f6a72 "perf scripts 25.07 refactor"; NeMo 2.3 / 25.04 has none)
     RecipeFact(NEMO_DOCS, version="25.07", skip_systems=("dgx-b200",)),
+    # Megatron-Bridge's activation-recompute study of Nemotron 3 Nano on 16 H100 (skills/
+    # nemo-mbridge-perf-activation-recompute/SKILL.md at 067f987df, "the native 16-H100 BF16
+    # performance recipe"): perf_recipes/nemotronh/h100/nemotronh.py
+    # nemotron_3_nano_pretrain_16gpu_h100_bf16_config's env_vars set it
+    RecipeFact(
+        "GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/", precisions=("bf16",)
+    ),
 )
 
 # Runs whose recipe computes the loss with Transformer Engine's parallel_cross_entropy

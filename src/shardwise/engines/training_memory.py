@@ -152,6 +152,12 @@ def memory_breakdown(
             norm_out = e * model.seq_len * plan.micro_batch * model.hidden
             norm_out = ifelse(as_bool(plan.sequence_parallel), norm_out / as_float(plan.tp), norm_out)
             attention = attention - ifelse(as_array(plan.recompute) == Recompute.SELECTIVE, norm_out, 0.0)
+        if "moe" in plan.recompute_modules and not model.is_hybrid:  # (a hybrid's mean layer: routed alone)
+            freed = mem.moe_checkpointed_shared_bytes(
+                model, plan.micro_batch, plan.tp, plan.sequence_parallel, e, shared,
+                stack.extra_saved_elements(model, shared), fp8_input_bytes(plan),
+            )  # fmt: skip
+            attention = attention - ifelse(as_array(plan.recompute) == Recompute.SELECTIVE, freed, 0.0)
         moe_extra = attention + routed - per_layer
     p = as_float(plan.pp)
     t, b = plan.tp, plan.micro_batch

@@ -34,6 +34,7 @@ from shardwise.physics.memory_activations import (
     layer_activation_bytes,
     layers_in_flight,
     mlp_checkpointed_bytes,
+    moe_checkpointed_shared_bytes,
     op_sac_layer_bytes,
     routed_expert_activation_bytes,
 )
@@ -216,6 +217,7 @@ __all__ = [
     "master_weight_bytes",
     "mlp_checkpointed_bytes",
     "model_state_bytes",
+    "moe_checkpointed_shared_bytes",
     "op_sac_layer_bytes",
     "optimizer_bytes_per_param",
     "routed_expert_activation_bytes",

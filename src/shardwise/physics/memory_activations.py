@@ -259,7 +259,32 @@ def routed_expert_activation_bytes(
     act_on = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules)
     act = np.where(act_on, 0.0, c * f + clamp)
     kept = copies * (c * h * etp + e * gate * f + act) + 4.0 * tokens * model.experts  # fp32 probabilities
-    return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
+    # selective "moe" checkpoints the whole MoE layer on its input (megatron/core/transformer/moe/
+    # moe_layer.py: `moe_layer_recompute`, tensor_parallel.checkpoint / te_checkpoint of the router,
+    # dispatch, experts and combine): the routed experts keep nothing
+    whole = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe" in recompute_modules)
+    return np.where((np.asarray(recompute) == Recompute.FULL) | whole, 0.0, kept)
+
+
+def moe_checkpointed_shared_bytes(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    bytes_per_element: float,
+    shared: Number,
+    stack_extra: float = 0.0,
+    fp8_input_bytes: float = 0.0,
+) -> Number:
+    """What selective "moe" recomputation frees of an MoE layer beside its routed experts
+    (`routed_expert_activation_bytes`): its shared experts' MLP tensors (`mlp_checkpointed_bytes` at
+    the shared width), less the checkpoint's input, the pre-MLP norm's 16-bit output, which the
+    checkpoint keeps in place of the linear's saved input (moe_layer.py, `checkpoint(custom_forward,
+    False, hidden_states, ...)`)."""
+    mlp = mlp_checkpointed_bytes(model, batch, tp, sequence_parallel, bytes_per_element, shared, stack_extra,
+                                 fp8_input_bytes)  # fmt: skip
+    norm_out = bytes_per_element * model.seq_len * batch * model.hidden
+    return mlp - np.where(np.asarray(sequence_parallel, dtype=bool), norm_out / tp, norm_out)
 
 
 @kept
