@@ -236,3 +236,46 @@ def test_the_memory_evidence_recall_holds():
     summary = memory_validation.validate_memory()
     assert sum(not r.fits for r in summary.oom) >= 3
     assert summary.false_oom_rate == 0.0
+
+
+def test_bf16_moments_beside_the_master_or_its_remainders():
+    """Megatron-Core's precision-aware optimizer with bf16 exp_avg and exp_avg_sq: 4 + 4 bytes with
+    Megatron-Core's fp32 master (FP8 current scaling, MXFP8), 2 + 4 with TE's remainders; fp16 keeps
+    its fp32 master."""
+    assert mem.optimizer_bytes_per_param("fp32-bf16-moments") == 8.0
+    assert mem.optimizer_bytes_per_param("fp32-remainders-bf16-moments") == 6.0
+    assert mem.optimizer_bytes_per_param("fp32-remainders-bf16-moments", "fp16") == 8.0
+    base = _memory("llama3-8b", zero_stage=1)
+    for state, share in (("fp32-bf16-moments", 8 / 12), ("fp32-remainders-bf16-moments", 6 / 12)):
+        assert _memory("llama3-8b", zero_stage=1, optimizer_state=state)["optimizer"] == pytest.approx(
+            base["optimizer"] * share
+        )
+
+
+def test_bridges_deepseek_v3_rows_keep_bf16_moments():
+    """recipes/deepseek/deepseek_v3.py (v0.2.0 - v0.5.1): exp_avg and exp_avg_sq in bf16 under the
+    precision-aware optimizer; MXFP8 rows keep Megatron-Core's fp32 master, the BF16 ones TE's
+    remainders; the release that dropped the file (26.08) is not read."""
+    from shardwise.analyses import public_memory_recipes, public_moe, public_validation
+
+    rows = [
+        r
+        for r in map(public_moe.resolved, public_validation.raw_rows())
+        if r["source"].startswith(public_memory_recipes.MEGATRON_BRIDGE) and r["model"] == "deepseek-v3"
+    ]
+    states = {(r["precision"], r["framework_version"]): public_memory_recipes.optimizer_state(r) for r in rows}
+    assert states[("mxfp8", "26.04.01")] == "fp32-bf16-moments"
+    assert states[("bf16", "25.11")] == "fp32-remainders-bf16-moments"
+    assert states[("mxfp8", "26.08")] == ""
+
+
+def test_emit_megatron_writes_bf16_moments():
+    from shardwise import presets
+    from shardwise.emit import emit
+    from shardwise.specs import Scenario
+
+    plan = Plan(dp=8, global_batch=8, zero_stage=1, optimizer_state="fp32-bf16-moments")
+    launch = emit(Scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), plan), "megatron")
+    args = [a for group in launch.args for a in group]
+    assert "--use-precision-aware-optimizer" in args
+    assert args[args.index("--exp-avg-dtype") + 1] == "bf16" and args[args.index("--exp-avg-sq-dtype") + 1] == "bf16"

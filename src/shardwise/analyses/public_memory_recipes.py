@@ -136,6 +136,20 @@ OPTIMIZER_STATE_RECIPES = (
         )
         for readme in ("llama3.1/README.md", "nemotron/README.md")
     ),
+    # Megatron-Bridge's DeepSeek-V3 recipe (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
+    # v0.2.0 to v0.5.1 = containers 25.11 to 26.06.01; the performance scripts build on it and keep its
+    # optimizer): use_precision_aware_optimizer True, main_params_dtype fp32, exp_avg_dtype and
+    # exp_avg_sq_dtype bf16. Under MXFP8 Megatron-Core keeps the fp32 master shard itself (8 B); under
+    # BF16 TE's FusedAdam keeps it as remainders (6 B) (`physics.memory.OPTIMIZER_STATE_BYTES`).
+    # Before the generic BF16 entry below, which it refines.
+    *(
+        (state, RecipeFact(MEGATRON_BRIDGE, "deepseek-v3", precisions=(precision,), version=version, with_fsdp=False))
+        for precision, state, versions in (
+            ("mxfp8", "fp32-bf16-moments", ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")),
+            ("bf16", "fp32-remainders-bf16-moments", ("25.11",)),
+        )
+        for version in versions
+    ),
     # Megatron-Bridge's performance scripts: `use_precision_aware_optimizer = True` for BF16
     # (run_script.py v0.1.0rc4, utils/helpers.py v0.2.0, utils/overrides.py v0.3.0 - v0.6.0,
     # run_script.py at 067f987df)
