@@ -127,3 +127,23 @@ def test_the_nemotron_3_nano_study_fits_and_its_moe_layernorm_delta_is_the_norms
     cap = float(scn["PUB-0877"].cluster.gpu.memory_bytes)
     assert max(total.values()) < cap
     assert total["PUB-0877"] - total["PUB-0878"] == pytest.approx(1.014e9, rel=0.2)
+
+
+def test_the_moonlight_study_sees_mla_up_proj_and_moe_act_free_about_what_was_measured():
+    """Megatron-Bridge's recompute study of Moonlight 16B (SKILL.md, 8 H100, TP2 EP8, BF16): peak
+    allocated 36.618 GB without modules, 35.902 with mla_up_proj (-0.716) and 35.941 with moe_act
+    (-0.677). The estimate's allocated memory (all but the allocator's share) is within 15% of the
+    control, and each module frees between half and twice what it freed there."""
+    from shardwise.analyses import public_validation as pv
+
+    ids = {"PUB-0871": (), "PUB-0873": ("mla_up_proj",), "PUB-0875": ("moe_act",)}
+    rows = {r["id"]: r for r in map(pv.public_moe.resolved, pv.raw_rows()) if r["id"] in ids}
+    allocated = {}
+    for run_id, modules in ids.items():
+        scn = pv.scenario_for(rows[run_id])
+        assert scn.plan.recompute_modules == modules and scn.plan.optimizer_state == "fp32-remainders-bf16-moments"
+        m = training_memory(scn)
+        allocated[run_id] = float(m.total_bytes) - float(m.allocator_bytes)
+    assert allocated["PUB-0871"] == pytest.approx(36.618e9, rel=0.15)
+    for run_id, measured in (("PUB-0873", 0.716e9), ("PUB-0875", 0.677e9)):
+        assert 0.5 * measured < allocated["PUB-0871"] - allocated[run_id] < 2.0 * measured

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 MEGATRON_BRIDGE = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
 NEMO_DOCS = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
 DGXC = "GitHub NVIDIA/dgxc-benchmarking "
+SKILL_STUDY = "GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/"
 
 
 @dataclass(frozen=True)
@@ -66,13 +67,12 @@ EXPANDABLE_SEGMENT_RECIPES = (
     # ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True" on every GPU but B200 (commit
     # ab020f6a72 "perf scripts 25.07 refactor"; NeMo 2.3 / 25.04 has none)
     RecipeFact(NEMO_DOCS, version="25.07", skip_systems=("dgx-b200",)),
-    # Megatron-Bridge's activation-recompute study of Nemotron 3 Nano on 16 H100 (skills/
-    # nemo-mbridge-perf-activation-recompute/SKILL.md at 067f987df, "the native 16-H100 BF16
-    # performance recipe"): perf_recipes/nemotronh/h100/nemotronh.py
-    # nemotron_3_nano_pretrain_16gpu_h100_bf16_config's env_vars set it
-    RecipeFact(
-        "GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/", precisions=("bf16",)
-    ),
+    # Megatron-Bridge's activation-recompute study (skills/nemo-mbridge-perf-activation-recompute/
+    # SKILL.md at 067f987df): Nemotron 3 Nano ran "the native 16-H100 BF16 performance recipe", whose
+    # env_vars set it (perf_recipes/nemotronh/h100/nemotronh.py nemotron_3_nano_pretrain_16gpu_h100_bf16_config),
+    # Moonlight 16B its BF16 pretraining recipe at Bridge 600d069b8, whose env_vars are
+    # COMMON_RECIPE_ENV_VARS (recipes/moonlight/h100/moonlight_16b.py, recipes/utils/environment_utils.py)
+    RecipeFact(SKILL_STUDY, precisions=("bf16",)),
 )
 
 # Runs whose recipe computes the loss with Transformer Engine's parallel_cross_entropy
@@ -150,6 +150,13 @@ OPTIMIZER_STATE_RECIPES = (
         )
         for version in versions
     ),
+    # Megatron-Bridge's recompute study of Moonlight 16B (SKILL.md: "The Moonlight 16B BF16 pretraining
+    # recipe ran on 8 H100", Bridge 600d069b8): recipes/moonlight/h100/moonlight_16b.py
+    # moonlight_16b_pretrain_8gpu_h100_bf16_config, "precision-aware optimizer with bf16 gradients/
+    # moments", main_params_dtype fp32 under BF16: TE's remainders. (Nemotron 3 Nano's perf recipe
+    # sets fp32 moments and turns the precision-aware optimizer off, which run_script.py turns back on
+    # for BF16 Adam: left at the stack's fp32.)
+    ("fp32-remainders-bf16-moments", RecipeFact(SKILL_STUDY, "moonlight-16b", precisions=("bf16",))),
     # Megatron-Bridge's performance scripts: `use_precision_aware_optimizer = True` for BF16
     # (run_script.py v0.1.0rc4, utils/helpers.py v0.2.0, utils/overrides.py v0.3.0 - v0.6.0,
     # run_script.py at 067f987df)
