@@ -63,13 +63,27 @@ def test_the_optimizer_state_changes_the_optimizer_row_alone():
         assert low[key] == pytest.approx(base[key]), key
 
 
-def test_fsdps_fp32_shards_keep_their_fp32_state_whatever_the_field_says():
-    """Under ZeRO-3 a torchtitan / FSDP parameter is the fp32 master itself: the remainders and bf16
-    states need bf16 weights, so the model state does not change."""
+def test_fsdps_fp32_shards_keep_their_fp32_state_under_the_remainders():
+    """Under ZeRO-3 a torchtitan / FSDP parameter is the fp32 master itself: the remainders need
+    bf16 weights beside an fp32 optimizer, so the model state does not change."""
     own = _memory("llama3-8b", framework="torchtitan", zero_stage=3)
-    other = _memory("llama3-8b", framework="torchtitan", zero_stage=3, optimizer_state="bf16")
+    other = _memory("llama3-8b", framework="torchtitan", zero_stage=3, optimizer_state="fp32-remainders")
     for key in ("weights", "gradients", "optimizer"):
         assert other[key] == pytest.approx(own[key]), key
+
+
+def test_fsdps_pure_bf16_shards_are_the_bf16_parameters():
+    """A bf16 optimizer state on an FSDP stack is pure bf16 training: the shard is the bf16
+    parameter (its own master), its gradient cast back to bf16, the moments bf16: 2 + 2 + 4 bytes
+    a parameter against the fp32 shard's 4 + 4 + 8."""
+    own = _memory("llama3-8b", framework="torchtitan", zero_stage=3)
+    pure = _memory("llama3-8b", framework="torchtitan", zero_stage=3, optimizer_state="bf16")
+    for key in ("weights", "gradients", "optimizer"):
+        assert pure[key] == pytest.approx(own[key] / 2), key
+    # the same on ZeRO-1, where the stack keeps no fp32 shard: only the optimizer state changes
+    assert _memory("llama3-8b", framework="torchtitan", zero_stage=1, optimizer_state="bf16")["weights"] == (
+        pytest.approx(_memory("llama3-8b", framework="torchtitan", zero_stage=1)["weights"])
+    )
 
 
 def test_predict_takes_the_optimizer_state_flag(cli):
@@ -170,6 +184,32 @@ def test_automodels_moe_benchmark_configs_checkpoint_every_block_but_gpt_oss_120
         assert public_memory_recipes.full_recompute(rows[model]), model
         assert public_validation.scenario_for(rows[model]).plan.recompute == 2, model
     assert not public_memory_recipes.full_recompute(rows["gpt-oss-120b"])
+    # their own model classes train in pure bf16 under torch.optim.Adam, GPT-OSS 120B's too
+    for model in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "nemotron-3-nano-30b-a3b"):
+        assert public_validation.scenario_for(rows[model]).plan.optimizer_state == "bf16", model
+    dense = [r for r in _rows() if r["source"].startswith(source) and r["model"] == "llama3-70b"]
+    assert dense and all(public_memory_recipes.optimizer_state(r) == "" for r in dense)
+
+
+def test_automodels_moe_blocks_are_checkpointed_whole(monkeypatch):
+    """moe/parallelizer.py `apply_ac` wraps each whole decoder block: an MoE model keeps the block's
+    input (1 hidden width), a dense model of the same stack its four."""
+    import dataclasses
+
+    from shardwise import presets
+    from shardwise.physics import memory_stacks
+
+    automodel = mem.stack_memory("nemo-automodel")
+    qwen = presets.model("qwen3-30b-a3b")
+    assert automodel.kept_hidden(qwen) == 1.0
+    assert automodel.kept_hidden(presets.model("llama3-70b")) == 4.0
+    assert mem.stack_memory("megatron-core").kept_hidden(qwen) == 1.0
+    kw = dict(framework="nemo-automodel", zero_stage=3, recompute="full", ep=8)
+    whole = _memory("qwen3-30b-a3b", **kw)["activations"]
+    as_dense = dataclasses.replace(automodel, moe_full_recompute_kept_hidden=None)
+    monkeypatch.setitem(memory_stacks.STACKS, "nemo-automodel", as_dense)
+    apart = _memory("qwen3-30b-a3b", **kw)["activations"]
+    assert apart - whole == pytest.approx(3 * 2.0 * qwen.seq_len * qwen.hidden * qwen.layers)
 
 
 def test_no_dgxc_benchmarking_or_automodel_run_is_called_out_of_memory():
@@ -196,3 +236,46 @@ def test_the_memory_evidence_recall_holds():
     summary = memory_validation.validate_memory()
     assert sum(not r.fits for r in summary.oom) >= 3
     assert summary.false_oom_rate == 0.0
+
+
+def test_bf16_moments_beside_the_master_or_its_remainders():
+    """Megatron-Core's precision-aware optimizer with bf16 exp_avg and exp_avg_sq: 4 + 4 bytes with
+    Megatron-Core's fp32 master (FP8 current scaling, MXFP8), 2 + 4 with TE's remainders; fp16 keeps
+    its fp32 master."""
+    assert mem.optimizer_bytes_per_param("fp32-bf16-moments") == 8.0
+    assert mem.optimizer_bytes_per_param("fp32-remainders-bf16-moments") == 6.0
+    assert mem.optimizer_bytes_per_param("fp32-remainders-bf16-moments", "fp16") == 8.0
+    base = _memory("llama3-8b", zero_stage=1)
+    for state, share in (("fp32-bf16-moments", 8 / 12), ("fp32-remainders-bf16-moments", 6 / 12)):
+        assert _memory("llama3-8b", zero_stage=1, optimizer_state=state)["optimizer"] == pytest.approx(
+            base["optimizer"] * share
+        )
+
+
+def test_bridges_deepseek_v3_rows_keep_bf16_moments():
+    """recipes/deepseek/deepseek_v3.py (v0.2.0 - v0.5.1): exp_avg and exp_avg_sq in bf16 under the
+    precision-aware optimizer; MXFP8 rows keep Megatron-Core's fp32 master, the BF16 ones TE's
+    remainders; the release that dropped the file (26.08) is not read."""
+    from shardwise.analyses import public_memory_recipes, public_moe, public_validation
+
+    rows = [
+        r
+        for r in map(public_moe.resolved, public_validation.raw_rows())
+        if r["source"].startswith(public_memory_recipes.MEGATRON_BRIDGE) and r["model"] == "deepseek-v3"
+    ]
+    states = {(r["precision"], r["framework_version"]): public_memory_recipes.optimizer_state(r) for r in rows}
+    assert states[("mxfp8", "26.04.01")] == "fp32-bf16-moments"
+    assert states[("bf16", "25.11")] == "fp32-remainders-bf16-moments"
+    assert states[("mxfp8", "26.08")] == ""
+
+
+def test_emit_megatron_writes_bf16_moments():
+    from shardwise import presets
+    from shardwise.emit import emit
+    from shardwise.specs import Scenario
+
+    plan = Plan(dp=8, global_batch=8, zero_stage=1, optimizer_state="fp32-bf16-moments")
+    launch = emit(Scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), plan), "megatron")
+    args = [a for group in launch.args for a in group]
+    assert "--use-precision-aware-optimizer" in args
+    assert args[args.index("--exp-avg-dtype") + 1] == "bf16" and args[args.index("--exp-avg-sq-dtype") + 1] == "bf16"

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 MEGATRON_BRIDGE = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
 NEMO_DOCS = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
 DGXC = "GitHub NVIDIA/dgxc-benchmarking "
+SKILL_STUDY = "GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/"
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,12 @@ EXPANDABLE_SEGMENT_RECIPES = (
     # ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True" on every GPU but B200 (commit
     # ab020f6a72 "perf scripts 25.07 refactor"; NeMo 2.3 / 25.04 has none)
     RecipeFact(NEMO_DOCS, version="25.07", skip_systems=("dgx-b200",)),
+    # Megatron-Bridge's activation-recompute study (skills/nemo-mbridge-perf-activation-recompute/
+    # SKILL.md at 067f987df): Nemotron 3 Nano ran "the native 16-H100 BF16 performance recipe", whose
+    # env_vars set it (perf_recipes/nemotronh/h100/nemotronh.py nemotron_3_nano_pretrain_16gpu_h100_bf16_config),
+    # Moonlight 16B its BF16 pretraining recipe at Bridge 600d069b8, whose env_vars are
+    # COMMON_RECIPE_ENV_VARS (recipes/moonlight/h100/moonlight_16b.py, recipes/utils/environment_utils.py)
+    RecipeFact(SKILL_STUDY, precisions=("bf16",)),
 )
 
 # Runs whose recipe computes the loss with Transformer Engine's parallel_cross_entropy
@@ -129,12 +136,45 @@ OPTIMIZER_STATE_RECIPES = (
         )
         for readme in ("llama3.1/README.md", "nemotron/README.md")
     ),
+    # Megatron-Bridge's DeepSeek-V3 recipe (src/megatron/bridge/recipes/deepseek/deepseek_v3.py,
+    # v0.2.0 to v0.5.1 = containers 25.11 to 26.06.01; the performance scripts build on it and keep its
+    # optimizer): use_precision_aware_optimizer True, main_params_dtype fp32, exp_avg_dtype and
+    # exp_avg_sq_dtype bf16. Under MXFP8 Megatron-Core keeps the fp32 master shard itself (8 B); under
+    # BF16 TE's FusedAdam keeps it as remainders (6 B) (`physics.memory.OPTIMIZER_STATE_BYTES`).
+    # Before the generic BF16 entry below, which it refines.
+    *(
+        (state, RecipeFact(MEGATRON_BRIDGE, "deepseek-v3", precisions=(precision,), version=version, with_fsdp=False))
+        for precision, state, versions in (
+            ("mxfp8", "fp32-bf16-moments", ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")),
+            ("bf16", "fp32-remainders-bf16-moments", ("25.11",)),
+        )
+        for version in versions
+    ),
+    # Megatron-Bridge's recompute study of Moonlight 16B (SKILL.md: "The Moonlight 16B BF16 pretraining
+    # recipe ran on 8 H100", Bridge 600d069b8): recipes/moonlight/h100/moonlight_16b.py
+    # moonlight_16b_pretrain_8gpu_h100_bf16_config, "precision-aware optimizer with bf16 gradients/
+    # moments", main_params_dtype fp32 under BF16: TE's remainders. (Nemotron 3 Nano's perf recipe
+    # sets fp32 moments and turns the precision-aware optimizer off, which run_script.py turns back on
+    # for BF16 Adam: left at the stack's fp32.)
+    ("fp32-remainders-bf16-moments", RecipeFact(SKILL_STUDY, "moonlight-16b", precisions=("bf16",))),
     # Megatron-Bridge's performance scripts: `use_precision_aware_optimizer = True` for BF16
     # (run_script.py v0.1.0rc4, utils/helpers.py v0.2.0, utils/overrides.py v0.3.0 - v0.6.0,
     # run_script.py at 067f987df)
     ("fp32-remainders", RecipeFact(MEGATRON_BRIDGE, precisions=("bf16",), with_fsdp=False)),
     # NeMo 2.4 (25.07) scripts/performance/helpers.py: the same for BF16 (line 208)
     ("fp32-remainders", RecipeFact(NEMO_DOCS, precisions=("bf16",), version="25.07", with_fsdp=False)),
+    # NeMo Automodel's mixture-of-experts pre-training rows train in pure bf16: its own model classes
+    # build every parameter at the config's torch_dtype (bf16 by default and in these checkpoints) and
+    # `initialize_weights` ends with `self.to(dtype)`, dtype bf16 (nemo_automodel/components/models/
+    # {deepseek_v3,qwen3_moe,gpt_oss}/model.py at 89e3a9fdd6, 822effa167 and bb0c0bfb08; Kimi K2 runs
+    # the DeepSeek-V3 class; nemotron_v3/model.py at cb9765441e), FSDP2 shards those bf16 parameters
+    # and the benchmark configs' optimizer is torch.optim.Adam, whose moments take the parameter's
+    # dtype (examples/benchmark/configs/*_te_deepep.yaml, examples/llm_benchmark/ by cb9765441e): a
+    # bf16 shard, its bf16 gradient, bf16 moments (`Plan.optimizer_state` "bf16")
+    *(
+        ("bf16", RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model))
+        for model in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "nemotron-3-nano")
+    ),
 )
 
 

@@ -243,6 +243,14 @@ BF16_GRADIENT_RECIPES = (
     # (utils.py set_primary_perf_configs: in the FP8 branch only)
     ("docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance", "25.07", ()),
     ("docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance", "25.04", ("fp8",)),
+    # Megatron-Bridge's activation-recompute study (skills/nemo-mbridge-perf-activation-recompute/
+    # SKILL.md, 067f987df; each row changing only recompute_modules): Nemotron 3 Nano ran "the native
+    # 16-H100 BF16 performance recipe", perf_recipes/nemotronh/h100/nemotronh.py
+    # nemotron_3_nano_pretrain_16gpu_h100_bf16_config, which calls _benchmark_common: grad_reduce_in_fp32
+    # = False (perf_recipes/_common.py); Moonlight 16B "the Moonlight 16B BF16 pretraining recipe" at
+    # Bridge 600d069b8, recipes/moonlight/h100/moonlight_16b.py moonlight_16b_pretrain_8gpu_h100_bf16_config:
+    # mixed_precision and ddp grad_reduce_in_fp32 = False
+    ("GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/", "", ("bf16",)),
 )
 
 

@@ -296,11 +296,17 @@ execution_options = stack_options(
     ),
     click.option(
         "--optimizer-state",
-        type=click.Choice(["fp32", "fp32-remainders", "bf16"], case_sensitive=False),
+        type=click.Choice(
+            ["fp32", "fp32-remainders", "bf16", "fp32-bf16-moments", "fp32-remainders-bf16-moments"],
+            case_sensitive=False,
+        ),
         help="What the optimizer keeps per parameter: an fp32 master and fp32 Adam moments (fp32, 12 B), the "
         "master's 16 low bits beside the bf16 weight (fp32-remainders, 10 B: Megatron-Core "
         "--use-precision-aware-optimizer, Apex DistributedFusedAdam store_param_remainders) or bf16 moments "
-        "and no master (bf16, 4 B: Apex DistributedFusedAdam dtype bf16) (memory only) [default: the framework's].",
+        "and no master (bf16, 4 B: Apex DistributedFusedAdam dtype bf16), or bf16 moments beside the fp32 master "
+        "(fp32-bf16-moments, 8 B) or its remainders (fp32-remainders-bf16-moments, 6 B: Megatron-Core "
+        "--use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16) (memory only) "
+        "[default: the framework's].",
     ),
     _switch(
         "expandable-segments",

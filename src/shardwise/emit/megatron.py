@@ -107,6 +107,11 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--use-precision-aware-optimizer",)
         if p.optimizer_state == "fp32-remainders" and float(p.offload_optimizer) == 0
         else None,
+        # bf16 Adam moments under the precision-aware optimizer (OptimizerConfig exp_avg_dtype,
+        # exp_avg_sq_dtype); the master is Megatron-Core's or TE's by the FP8 recipe, as planned
+        ("--use-precision-aware-optimizer", "--exp-avg-dtype", "bf16", "--exp-avg-sq-dtype", "bf16")
+        if p.optimizer_state.endswith("bf16-moments") and float(p.offload_optimizer) == 0
+        else None,
         _graphs(p.cuda_graph_scope),
         _precision(p.precision, p.fp8_recipe),
         # bf16 gradient buffers and reduction (megatron/training/arguments.py --grad-reduce-in-bf16)

@@ -131,12 +131,22 @@ def memory_breakdown(
             shared,
             policy,
             stack.extra_saved_elements(model, shared),
+            # of the selective modules, the attention's: "mlp" checkpoints a dense layer's MLP, not
+            # the shared experts (those are "shared_experts", the routed ones "moe_act" or "moe")
+            tuple(m for m in plan.recompute_modules if m == "mla_up_proj"),
             fp8_input_bytes=fp8_input_bytes(plan),
-            full_kept_hidden=stack.full_recompute_kept_hidden,
+            full_kept_hidden=stack.kept_hidden(model),
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         routed = mem.routed_expert_activation_bytes(
-            model, tokens, plan.expert_tp, plan.expert_imbalance, e, plan.recompute, plan.recompute_modules
+            model,
+            tokens,
+            plan.expert_tp,
+            plan.expert_imbalance,
+            e,
+            plan.recompute,
+            plan.recompute_modules,
+            fp8_input_bytes(plan),
         )
         # An MoE layer norms the router's input apart (Megatron-Core's TE spec: pre_mlp_layernorm a
         # TENorm when there are experts, gpt_layer_specs.py): selective "layernorm" recomputation
@@ -146,6 +156,12 @@ def memory_breakdown(
             norm_out = e * model.seq_len * plan.micro_batch * model.hidden
             norm_out = ifelse(as_bool(plan.sequence_parallel), norm_out / as_float(plan.tp), norm_out)
             attention = attention - ifelse(as_array(plan.recompute) == Recompute.SELECTIVE, norm_out, 0.0)
+        if "moe" in plan.recompute_modules and not model.is_hybrid:  # (a hybrid's mean layer: routed alone)
+            freed = mem.moe_checkpointed_shared_bytes(
+                model, plan.micro_batch, plan.tp, plan.sequence_parallel, e, shared,
+                stack.extra_saved_elements(model, shared), fp8_input_bytes(plan),
+            )  # fmt: skip
+            attention = attention - ifelse(as_array(plan.recompute) == Recompute.SELECTIVE, freed, 0.0)
         moe_extra = attention + routed - per_layer
     p = as_float(plan.pp)
     t, b = plan.tp, plan.micro_batch
@@ -158,7 +174,7 @@ def memory_breakdown(
     if any_true(as_array(plan.recompute_layers) > 0):
         kept_whole = mem.layer_activation_bytes(
             model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy,
-            full_kept_hidden=stack.full_recompute_kept_hidden,
+            full_kept_hidden=stack.kept_hidden(model),
         )  # fmt: skip
         whole_extra = kept_whole - per_layer
         whole = recomputed_split(split, plan.vpp, plan.recompute_layers)
@@ -273,7 +289,7 @@ def _layer_terms(
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
         model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in,
-        stack.full_recompute_kept_hidden,
+        stack.kept_hidden(model),
     )  # fmt: skip
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).

@@ -158,7 +158,7 @@ def offload_times(
         mem.stack_memory(plan.framework).extra_saved_elements(model),
         plan.recompute_modules,
         fp8_input_bytes(plan),
-        mem.stack_memory(plan.framework).full_recompute_kept_hidden,
+        mem.stack_memory(plan.framework).kept_hidden(model),
     )
     c, n = offload.copy_s(act, gpu.host_link_bytes_per_s), plan.offload_activation_layers
     t_f, t_b = layer.forward_s, layer.backward_s

@@ -86,7 +86,13 @@ def _stage_states(
         if routed_shards is not None:
             routed = mem.sharded_state_bytes(n_expert, routed_shards, precision, grad_bf16, optimizer_state)
             dense = tuple(a + b for a, b in zip(dense, routed, strict=True))  # type: ignore[assignment]
-        if any_true(fp32_weights):
+        if any_true(fp32_weights) and optimizer_state == "bf16":
+            # pure bf16: the shard is the bf16 parameter, its own master, with bf16 moments (NeMo
+            # Automodel's MoE models, cast to bf16 by `initialize_weights`, under torch.optim.Adam),
+            # and the reduced gradient cast back to the shard's bf16 (as below)
+            w, g, o = dense
+            dense = (w, ifelse(fp32_weights, g * 2.0 / mem.grad_bytes_per_param(precision, grad_bf16), g), o)
+        elif any_true(fp32_weights):
             w, g, o = dense
             # the fp32 shard is the parameter itself: its optimizer keeps fp32 moments beside it
             # whatever `optimizer_state` says (the remainders and bf16 states need bf16 weights)

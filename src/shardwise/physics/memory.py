@@ -34,6 +34,7 @@ from shardwise.physics.memory_activations import (
     layer_activation_bytes,
     layers_in_flight,
     mlp_checkpointed_bytes,
+    moe_checkpointed_shared_bytes,
     op_sac_layer_bytes,
     routed_expert_activation_bytes,
 )
@@ -68,8 +69,21 @@ MASTER_WEIGHT_BYTES = 4.0  # of those 12, the fp32 master weight
 #   bf16 O2 training with fp32 optimizer state (megatron_base_model.py setup_optimization): 2 + 4 + 4.
 # - "bf16": Apex's DistributedFusedAdam with dtype bf16 keeps exp_avg and exp_avg_sq in bf16 and, the
 #   state's dtype being the model's, no copy of the weights (NeMo 1: `store_params` False): 0 + 2 + 2.
+# - "fp32-bf16-moments", "fp32-remainders-bf16-moments": Megatron-Core's precision-aware optimizer
+#   with bf16 exp_avg and exp_avg_sq (OptimizerConfig exp_avg_dtype, exp_avg_sq_dtype; TE FusedAdam
+#   keeps the moments in that dtype), beside Megatron-Core's own fp32 master shard where the run's FP8
+#   recipe is current scaling or MXFP8 (optimizer_config.py `use_precision_aware_optimizer_no_fp8_or_ds_fp8`
+#   False: "Master weight is managed by MCore when main_params_dtype is fp32", optimizer/__init__.py,
+#   core 0.13 on), else TE's master as remainders: 4 + 4 and 2 + 4. Megatron-Bridge's DeepSeek-V3
+#   recipe sets it (recipes/deepseek/deepseek_v3.py, v0.1.0rc3 to v0.5.1).
 # The fp16 runs keep their fp32 master: the remainders need bf16 weights.
-OPTIMIZER_STATE_BYTES = {"fp32": (4.0, 8.0), "fp32-remainders": (2.0, 8.0), "bf16": (0.0, 4.0)}
+OPTIMIZER_STATE_BYTES = {
+    "fp32": (4.0, 8.0),
+    "fp32-remainders": (2.0, 8.0),
+    "bf16": (0.0, 4.0),
+    "fp32-bf16-moments": (4.0, 4.0),
+    "fp32-remainders-bf16-moments": (2.0, 4.0),
+}
 # Serving's runtime reserve (engines/serving.py, engines/inflight.py): CUDA context, cuBLAS
 # workspaces, NCCL buffers and allocator slack, typically 1-3 GB. A project estimate with no
 # published source. Training itemises the same things per plan (`runtime_reserved_bytes`).
@@ -108,8 +122,8 @@ def _optimizer_state(state: str, precision: str) -> tuple[float, float]:
     if state not in OPTIMIZER_STATE_BYTES:
         allowed = ", ".join(OPTIMIZER_STATE_BYTES)
         raise ValueError(f"optimizer_state {state!r} is not allowed; choose {allowed}")
-    if state == "fp32-remainders" and precision == "fp16":
-        state = "fp32"
+    if state.startswith("fp32-remainders") and precision == "fp16":
+        state = state.replace("fp32-remainders", "fp32")
     return OPTIMIZER_STATE_BYTES[state]
 
 
@@ -216,6 +230,7 @@ __all__ = [
     "master_weight_bytes",
     "mlp_checkpointed_bytes",
     "model_state_bytes",
+    "moe_checkpointed_shared_bytes",
     "op_sac_layer_bytes",
     "optimizer_bytes_per_param",
     "routed_expert_activation_bytes",

@@ -97,12 +97,15 @@ def layer_activation_bytes(
     # Replicated across TP ranks unless sequence-parallel: two norm inputs, the QKV and MLP
     # inputs (norm outputs), two hidden-dropout masks.
     c = fp8_input_bytes if fp8_input_bytes else e  # a linear's saved input
-    replicated = (2 * e + 2 * c + 2 * mask) * sbh
     # Split across TP ranks: Q, K, V, attention output, MLP up output, activation output (and the
     # output projection's FP8 copy of the attention output, `fp8_input_bytes`).
     sbq = s * b * model.q_dim  # queries and the attention output (sbh unless head_dim is set apart)
-    kept_16 = e * (sbq + 2 * s * b * kv * d + sbq + gate * s * b * f + s * b * stack_extra)
-    split = (kept_16 + c * s * b * f + fp8_input_bytes * sbq) / t
+    qkv, out, attn_in, latents, up_proj = e * (sbq + 2 * s * b * kv * d), sbq, c * sbh, 0.0, (0.0, 0.0)
+    if model.kv_lora_rank:  # latent attention's own inventory (`mla_saved_bytes`)
+        qkv, out, attn_in, latents, up_proj = mla_saved_bytes(model, s * b, e, fp8_input_bytes)
+    replicated = (2 * e + c + 2 * mask) * sbh + attn_in + latents
+    kept_16 = e * (out + gate * s * b * f + s * b * stack_extra) + qkv
+    split = (kept_16 + c * s * b * f + fp8_input_bytes * out) / t
     # The attention scores: softmax output, dropout mask and output (Korthikanti's 5 a s^2 b).
     scores_std = (e + ((mask + e) if model.dropout else 0.0)) * a * s * s * b / t
     scores_flash = FLASH_STATS_BYTES * a * s * b / t
@@ -114,6 +117,9 @@ def layer_activation_bytes(
     flash = np.asarray(flash_attention, dtype=bool)
     scores_kept = np.where(rc == Recompute.SELECTIVE, np.where(flash, scores_flash, 0.0), scores)
     kept = rep + split + scores_kept
+    if "mla_up_proj" in recompute_modules and selective_policy == "attention":
+        dropped = up_proj[1] / t + np.where(sp, up_proj[0] / t, up_proj[0])
+        kept = np.where(rc == Recompute.SELECTIVE, kept - dropped, kept)
     if "mlp" in recompute_modules and selective_policy == "attention":
         mlp = mlp_checkpointed_bytes(
             model, batch, tp, sequence_parallel, bytes_per_element, f, stack_extra, fp8_input_bytes
@@ -140,6 +146,34 @@ def layer_activation_bytes(
         )
         kept = np.where(rc == Recompute.SELECTIVE, jax, kept)
     return np.where(rc == Recompute.FULL, full, kept)
+
+
+def mla_saved_bytes(
+    model: Model, tokens: Number, bytes_per_element: float, fp8_input_bytes: float = 0.0
+) -> tuple[Number, Number, Number, Number, tuple[Number, Number]]:
+    """What latent attention keeps of one layer for `tokens` tokens, as Megatron-Core's
+    `MLASelfAttention` runs it (megatron/core/transformer/multi_latent_attention.py; the TE layer spec,
+    gpt_layer_specs.py: a standalone input norm, TELinear down projections, LayerNorm-fused
+    up projections), with a heads, d = head_dim, r = rope_head_dim, v = v_head_dim, q and k the
+    query and key-value latent ranks: (q, k, v at 16 bits, split over TP: a(d + r), a(d + r), a v,
+    the contiguous tensors the attention kernel saves; the attention output's width a v; the down
+    projections' saved input, the norm output: one 16-bit h, or under FP8 each projection's own
+    cast, 2 h at `fp8_input_bytes`; the latents, replicated unless sequence-parallel: the query
+    latent and the key-value latent with its rotary part (q + k + r, 16-bit, each up projection's
+    norm input) and the up projections' normalised inputs (q + k at a linear's saved-input bytes);
+    what selective `mla_up_proj` recomputation drops: (the normalised latents, q, k and v)). Under
+    `mla_up_proj` the up projections and rotary embedding run inside a `CheckpointWithoutOutput`
+    (no autograd: the normalised latents are not saved) whose outputs, the query, key and value,
+    are freed once the attention has run (`discard_output_and_register_recompute`) and rebuilt from
+    the latents the checkpoint keeps before the attention's backward pass."""
+    e, a, h = bytes_per_element, model.heads, model.hidden
+    d, r, v = model.head_dim, model.rope_head_dim, model.v_head_dim
+    c = fp8_input_bytes if fp8_input_bytes else e
+    qkv = e * tokens * a * (2 * (d + r) + v)
+    down_in = (2 * fp8_input_bytes if fp8_input_bytes else e) * tokens * h
+    normed = c * tokens * (model.q_lora_rank + model.kv_lora_rank)
+    latents = e * tokens * (model.q_lora_rank + model.kv_lora_rank + r) + normed
+    return qkv, tokens * a * v, down_in, latents, (normed, qkv)
 
 
 def mlp_checkpointed_bytes(
@@ -194,6 +228,7 @@ def routed_expert_activation_bytes(
     bytes_per_element: float,
     recompute: Number,
     recompute_modules: tuple[str, ...] = (),
+    fp8_input_bytes: float = 0.0,
 ) -> Number:
     """What a mixture-of-experts layer's routed experts keep for the backward pass on the busiest
     rank, for `tokens` routed tokens (c = tokens x k x imbalance copies), as Megatron-Core's
@@ -208,14 +243,48 @@ def routed_expert_activation_bytes(
     fused activation's saved input) beside the output the clamps' backward holds: g f more. Selective
     `moe_act` recomputation runs the activation without autograd and frees its output once the
     down-projection has read it (`CheckpointWithoutOutput`): neither the f nor the clamp's g f are
-    kept. Nothing under full recomputation (the layer's input is counted with the layer)."""
+    kept. Nothing under full recomputation (the layer's input is counted with the layer).
+    `fp8_input_bytes` (Transformer Engine's FP8 training, `TE_FP8_INPUT_BYTES`; 0: 16-bit): the two
+    grouped linears keep the FP8 cast of their inputs for the weight gradient, not the 16-bit tensor
+    (transformer_engine/pytorch/module/grouped_linear.py: the quantized `inputmats`, column-wise
+    usage only, go to `save_for_backward` unless `save_original_input`, which Megatron-Core sets on
+    linear_fc2 only under `moe_act` recomputation, whose input is then not kept at all: experts.py
+    `set_save_original_input`): the received tokens' h etp and the activation's f at that size; the
+    activation's own input (g f) stays 16-bit."""
     e, h, f = bytes_per_element, model.hidden, model.expert_ffn_hidden
+    c = fp8_input_bytes if fp8_input_bytes else e  # a grouped linear's saved input
     gate = 2 if model.gated_mlp else 1
     copies = tokens * model.experts_per_token * imbalance
-    clamp = gate * f if model.glu_clamp else 0.0
-    act = np.where((np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules), 0.0, f + clamp)
-    kept = e * copies * (h * etp + gate * f + act) + 4.0 * tokens * model.experts  # fp32 probabilities
-    return np.where(np.asarray(recompute) == Recompute.FULL, 0.0, kept)
+    clamp = e * gate * f if model.glu_clamp else 0.0
+    act_on = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe_act" in recompute_modules)
+    act = np.where(act_on, 0.0, c * f + clamp)
+    kept = copies * (c * h * etp + e * gate * f + act) + 4.0 * tokens * model.experts  # fp32 probabilities
+    # selective "moe" checkpoints the whole MoE layer on its input (megatron/core/transformer/moe/
+    # moe_layer.py: `moe_layer_recompute`, tensor_parallel.checkpoint / te_checkpoint of the router,
+    # dispatch, experts and combine): the routed experts keep nothing
+    whole = (np.asarray(recompute) == Recompute.SELECTIVE) & ("moe" in recompute_modules)
+    return np.where((np.asarray(recompute) == Recompute.FULL) | whole, 0.0, kept)
+
+
+def moe_checkpointed_shared_bytes(
+    model: Model,
+    batch: Number,
+    tp: Number,
+    sequence_parallel: Number,
+    bytes_per_element: float,
+    shared: Number,
+    stack_extra: float = 0.0,
+    fp8_input_bytes: float = 0.0,
+) -> Number:
+    """What selective "moe" recomputation frees of an MoE layer beside its routed experts
+    (`routed_expert_activation_bytes`): its shared experts' MLP tensors (`mlp_checkpointed_bytes` at
+    the shared width), less the checkpoint's input, the pre-MLP norm's 16-bit output, which the
+    checkpoint keeps in place of the linear's saved input (moe_layer.py, `checkpoint(custom_forward,
+    False, hidden_states, ...)`)."""
+    mlp = mlp_checkpointed_bytes(model, batch, tp, sequence_parallel, bytes_per_element, shared, stack_extra,
+                                 fp8_input_bytes)  # fmt: skip
+    norm_out = bytes_per_element * model.seq_len * batch * model.hidden
+    return mlp - np.where(np.asarray(sequence_parallel, dtype=bool), norm_out / tp, norm_out)
 
 
 @kept

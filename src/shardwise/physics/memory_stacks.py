@@ -123,6 +123,10 @@ class StackMemory:
     to 2013a4dd6e and, under `enable_compile`, after: `checkpoint_wrapper` on each layer's `self_attn` and
     `mlp`), which keeps the layer's input and the residual between the two (each saved by the RMSNorm
     that reads it) and the two norm outputs (each checkpoint's input).
+    `moe_full_recompute_kept_hidden`: the same for a mixture of experts where the stack wraps its
+    blocks otherwise (None: as a dense model's): NeMo Automodel's own MoE models
+    (nemo_automodel/components/moe/parallelizer.py `apply_ac`, 89e3a9fdd6 to 822effa167:
+    `ptd_checkpoint_wrapper(block)` round each whole decoder block) keep the block's input: 1.
     `saved_logits_bytes_per_element`: bytes per logit the loss keeps for its backward pass once its
     forward has returned, what each micro-batch in flight on the last stage holds beyond the one at
     the loss's peak (`held_outputs_bytes`): the fp32 softmax Megatron-LM's and nanotron's
@@ -147,7 +151,14 @@ class StackMemory:
     fragmentation: float = ALLOCATOR_FRAGMENTATION
     saved_logits_bytes_per_element: float = 4.0
     full_recompute_kept_hidden: float = 1.0
+    moe_full_recompute_kept_hidden: float | None = None
     source: str = ""
+
+    def kept_hidden(self, model: Model) -> float:
+        """`full_recompute_kept_hidden` for `model`: `moe_full_recompute_kept_hidden` where the
+        stack checkpoints a mixture of experts' blocks otherwise than a dense model's layers."""
+        moe = self.moe_full_recompute_kept_hidden
+        return moe if (moe is not None and model.is_moe) else self.full_recompute_kept_hidden
 
     def extra_saved_elements(self, model: Model, ffn: Number | None = None) -> Number:
         """Elements per token one layer keeps beyond `layer_activation_bytes`' inventory, before
@@ -254,8 +265,10 @@ STACKS: dict[str, StackMemory] = {
         eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
         full_recompute_kept_hidden=4.0,
+        moe_full_recompute_kept_hidden=1.0,
         source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"
-        "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32); attention and MLP checkpointed apart",
+        "distributed/config.py FSDP2Config.mp_policy: reduce_dtype float32); attention and MLP checkpointed apart, "
+        "a mixture of experts' whole blocks",
     ),
     "maxtext": StackMemory(
         6.0, sharded_fp32_params=True, fragmentation=0.0, source="XLA: fused loss, buffers assigned at compile time"

@@ -124,7 +124,16 @@ EXECUTION_FIELDS = (
     _f("loss_kernel", "str", None, "stack", "te"),  # None: the framework's (`Plan.loss_kernel`)
     _f("expandable_segments", "bool"),  # None: the framework's (off: the caching allocator's split blocks)
     # None: the framework's (`Plan.optimizer_state`; fp32 master and moments)
-    _f("optimizer_state", "str", None, "fp32", "fp32-remainders", "bf16"),
+    _f(
+        "optimizer_state",
+        "str",
+        None,
+        "fp32",
+        "fp32-remainders",
+        "bf16",
+        "fp32-bf16-moments",
+        "fp32-remainders-bf16-moments",
+    ),
 )
 TRAINING_FIELDS = (*MODEL_FIELDS, *CLUSTER_FIELDS, *PLAN_FIELDS, *EXECUTION_FIELDS)
 BY_NAME = {f.name: f for f in TRAINING_FIELDS}

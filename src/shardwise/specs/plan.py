@@ -221,7 +221,10 @@ class Plan:
     16 low bits beside the bf16 weight: Transformer Engine's FusedAdam `store_param_remainders`, which
     Megatron-Core's --use-precision-aware-optimizer turns on, and Apex's DistributedFusedAdam; 10
     bytes) or "bf16" (bf16 moments, the bf16 weight its own master: Apex's DistributedFusedAdam with
-    dtype bf16; 4 bytes); memory only, no time.
+    dtype bf16; 4 bytes), "fp32-bf16-moments" (an fp32 master, bf16 moments: 8 bytes) or
+    "fp32-remainders-bf16-moments" (the remainders, bf16 moments: 6 bytes), Megatron-Core's
+    precision-aware optimizer with bf16 exp_avg and exp_avg_sq, whose master is Megatron-Core's fp32
+    shard under FP8 current scaling and MXFP8 and TE's remainders otherwise; memory only, no time.
     """
 
     tp: Number = 1

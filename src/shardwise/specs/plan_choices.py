@@ -41,8 +41,9 @@ ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2")  # physics.s
 LOSS_KERNELS = ("stack", "te")
 # the optimizer's state per parameter (`physics.memory.optimizer_bytes_per_param`): an fp32 master
 # weight and fp32 Adam moments; the master as the 16 low bits beside a bf16 weight; bf16 moments and
-# no master
-OPTIMIZER_STATES = ("fp32", "fp32-remainders", "bf16")
+# no master; bf16 moments beside an fp32 master or its 16-bit remainders (Megatron-Core's
+# precision-aware optimizer with --exp-avg-dtype / --exp-avg-sq-dtype bf16)
+OPTIMIZER_STATES = ("fp32", "fp32-remainders", "bf16", "fp32-bf16-moments", "fp32-remainders-bf16-moments")
 
 
 # the kernels that run FlashAttention-2's code (`physics.attention_kernels`): the flash-attn package,
