@@ -324,3 +324,35 @@ def test_the_optimizer_state_is_megatrons_precision_aware_optimizer_and_refused_
     for target, state in (("megatron", "bf16"), ("torchtitan", "fp32-remainders"), ("deepspeed", "bf16")):
         with pytest.raises(EmitError, match="optimizer-state"):
             emit(_scn("llama3-8b", "dgx-h100", 1, optimizer_state=state, **base), target)
+
+
+@pytest.mark.parametrize(
+    ("precision", "recipe", "planned", "runs"),
+    [
+        ("bf16", "te", "fp32-bf16-moments", "fp32-remainders-bf16-moments"),
+        ("fp8", "te", "fp32-bf16-moments", "fp32-remainders-bf16-moments"),
+        ("mxfp8", "te", "fp32-remainders-bf16-moments", "fp32-bf16-moments"),
+        ("fp8", "te_current", "fp32-remainders", "fp32"),
+        ("fp16", "te", "fp32-remainders-bf16-moments", "fp32-bf16-moments"),
+        ("mxfp8", "te", "fp32-bf16-moments", "fp32-bf16-moments"),
+        ("bf16", "te", "fp32-remainders", "fp32-remainders"),
+    ],
+)
+def test_the_emitted_optimizer_state_is_the_one_megatron_keeps_for_the_precision(precision, recipe, planned, runs):
+    """--use-precision-aware-optimizer keeps Megatron-Core's fp32 master under current scaling and MXFP8,
+    TE's remainders beside bf16 weights, a whole fp32 master beside fp16 ones: a plan that says otherwise
+    is adapted, and the change is said."""
+    scn = _scn(
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dp=8,
+        global_batch=8,
+        zero_stage=1,
+        precision=precision,
+        fp8_recipe=recipe,
+        optimizer_state=planned,
+    )
+    new, changes = adapt(scn, "megatron")
+    assert new.plan.optimizer_state == runs
+    assert any("optimizer state" in c for c in changes) == (planned != runs)
