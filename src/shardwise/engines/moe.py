@@ -158,7 +158,7 @@ def experts_parts(
         dispatch_b = np.where(sharded, 2 * scatter, 0.0)
         gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group
     dispatched = sharded & (np.asarray(plan.ep) * np.asarray(etp) > 1)
-    if plan.moe_dispatcher == "alltoall":  # its metadata: the counts' all-gather, the probabilities' all-to-all
+    if plan.moe_dispatcher == "alltoall" and training:  # Megatron-Core's metadata: counts' gather, probs' all-to-all
         counts, probs_in, probs_out = dispatch_metadata_bytes(model, tokens, plan.ep, place["ep"])
         size = np.asarray(plan.ep) * np.asarray(etp)
         group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
