@@ -114,3 +114,15 @@ def test_a_layout_one_override_from_the_recipe_keeps_the_recipes_recomputation()
     for i in ("PUB-0185", "PUB-0262", "PUB-0268"):
         assert public_moe.recompute_modules(rows[i]) == ("layernorm", "moe_act"), i
         assert pv.request_for(rows[i]).recompute == "selective"
+
+
+@pytest.mark.parametrize(
+    ("config", "want"),
+    [
+        ({}, "grouped_linear/eager"),  # Transformer Engine's GroupedLinear, no CUDA graphs
+        ({"cuda_graph_impl": "transformer_engine"}, "grouped_linear/transformer_engine"),
+        ({"cutedsl_fused_grouped_mlp": True, "cuda_graph_impl": "full_iteration"}, "fused/full_iteration"),
+    ],
+)
+def test_the_tool_reads_how_a_recipe_runs_its_experts_mlp(config, want):
+    assert _tool().expert_mlp(config) == want

@@ -63,6 +63,8 @@ DEFAULTS = {  # WorkloadBaseConfig's defaults (scripts/performance/utils/utils.p
     "recompute_num_layers": None,
     "pp_layout": None,
     "moe_flex_dispatcher_backend": None,
+    "cutedsl_fused_grouped_mlp": False,
+    "cuda_graph_impl": None,
 }
 # DeepSeek-V3's pipeline layout when its WorkloadBaseConfig names no pp_layout: the recipe's map by
 # (pp, vp) (src/megatron/bridge/recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_
@@ -165,11 +167,24 @@ def dispatcher(config: dict, gpu: str, version: str) -> str:
     return "alltoall"
 
 
+def expert_mlp(config: dict) -> str:
+    """How a recipe runs its experts' MLP: "fused" where its WorkloadBaseConfig sets
+    cutedsl_fused_grouped_mlp (scripts/performance/utils/overrides.py, v0.5.0 on: Megatron-Core's
+    use_transformer_engine_op_fuser, Transformer Engine's CuTe DSL kernel that runs fc1 over all local
+    experts with the SwiGLU and the MXFP8 cast of fc2's input in its epilogue), its CUDA graphs' impl
+    beside it ("full_iteration": no host in the loop, the dispatchers' sync-free path); else
+    "grouped_linear" (Transformer Engine's GroupedLinear: one cuBLAS GEMM per local expert over its 4
+    compute streams, the activation and the casts as kernels of their own). Listed, not priced."""
+    kind = "fused" if config.get("cutedsl_fused_grouped_mlp") else "grouped_linear"
+    return f"{kind}/{config.get('cuda_graph_impl') or 'eager'}"
+
+
 def main(repo: str) -> None:
     found: dict[tuple[str, str, str, str], set[bool]] = defaultdict(set)
     modules: dict[tuple[str, str, str, str], set[tuple[str, ...]]] = defaultdict(set)
     layouts: dict[tuple[str, str, str, str], set[str | None]] = defaultdict(set)
     dispatchers: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
+    mlps: dict[tuple[str, str, str, str], set[str]] = defaultdict(set)
     for raw in pv.raw_rows():
         row = pv.public_moe.resolved(raw)
         version = row["framework_version"]
@@ -200,6 +215,7 @@ def main(repo: str) -> None:
             found[key] |= overlap
         layouts[key] |= {layout(row["model"], c) for c in matches}
         dispatchers[key] |= {dispatcher(c, gpu, version) for c in matches}
+        mlps[key] |= {expert_mlp(c) for c in matches}
         # the recomputation: the recipes of the row's layout, else those one layout setting away from it
         # (launched with that one override, the recompute modules left as the recipe's), where they agree
         redone = {recomputed(row["model"], c) for c in matches or near}
@@ -215,6 +231,10 @@ def main(repo: str) -> None:
             print(f"    {key!r}: {next(iter(value))!r},")
     print("\nDISPATCHERS entries ((model, system, precision, container): dispatcher):")
     for key, value in sorted(dispatchers.items()):
+        if len(value) == 1:
+            print(f"    {key!r}: {next(iter(value))!r},")
+    print("\nExpert MLP of the recipes ((model, system, precision, container): kind/CUDA graphs), not priced:")
+    for key, value in sorted(mlps.items()):
         if len(value) == 1:
             print(f"    {key!r}: {next(iter(value))!r},")
     print("\nLAYOUTS entries ((model, system, precision, container): Megatron-Core pipeline layout):")

@@ -46,8 +46,10 @@ from shardwise.physics.compute import (
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.moe import (
     CLAMP_FORWARD_KERNELS,
+    SYNC_HOST_OPS,
     allgather_dispatch_bytes,
     dispatch_bytes,
+    dispatch_metadata_bytes,
     experts_forward,
     graphed_training_kernels,
     routed_tokens,
@@ -155,7 +157,20 @@ def experts_parts(
         dispatch_f = np.where(sharded, group.all_gather(hidden + routing) + scatter, 0.0)
         dispatch_b = np.where(sharded, 2 * scatter, 0.0)
         gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group
-    forward = router.forward_s + up.forward_s + down.forward_s + elementwise + eager_f + cast_f
+    dispatched = sharded & (np.asarray(plan.ep) * np.asarray(etp) > 1)
+    if plan.moe_dispatcher == "alltoall" and training:  # Megatron-Core's metadata: counts' gather, probs' all-to-all
+        counts, probs_in, probs_out = dispatch_metadata_bytes(model, tokens, plan.ep, place["ep"])
+        size = np.asarray(plan.ep) * np.asarray(etp)
+        group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
+        probs = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(probs_in, probs_out), 0.0)
+        dispatch_f = dispatch_f + np.where(dispatched, group.all_gather(counts), 0.0) + probs
+        dispatch_b = dispatch_b + probs  # the probabilities' gradient
+    # the host reads the split sizes before the tokens move (`physics.moe.SYNC_HOST_OPS`): the GPU waits
+    # for it once per MoE layer and forward pass, eager training only
+    graphed = "full_iteration" in tuple(plan.cuda_graph_scope or ())
+    host_s = SYNC_HOST_OPS * np.asarray(plan.host_kernel_s, dtype=float)
+    sync = np.where(dispatched, host_s, 0.0) if training and not graphed else 0.0
+    forward = router.forward_s + up.forward_s + down.forward_s + elementwise + eager_f + cast_f + sync
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + eager_b + cast_b
     full = np.asarray(plan.recompute) == Recompute.FULL

@@ -11,7 +11,9 @@ imbalance (the busiest rank's tokens over the mean).
     router        T x h  by  h x E
     dispatch      all-to-all over the EP group: c copies of h elements leave this rank, (ep-1)/ep
                   of them to other ranks (one copy per chosen expert; the "flex" dispatchers send
-                  one per node and per rank instead: `dispatch_bytes`)
+                  one per node and per rank instead: `dispatch_bytes`), after the per-expert
+                  counts' all-gather and the host's read of the split sizes, and beside the
+                  probabilities' own all-to-all (`dispatch_metadata_bytes`, SYNC_HOST_OPS)
     etp > 1       all-gather of the received tokens over the ETP group before the experts,
                   reduce-scatter after (each ETP rank holds f_e / etp columns of every expert)
     experts       E / ep grouped GEMMs of m = rho c etp ep / E tokens each (fewer, fuller ones
@@ -249,6 +251,39 @@ def allgather_dispatch_bytes(
     hidden = g * tokens * model.hidden * bytes_per_element
     routing = g * tokens * model.experts * ROUTING_BYTES_PER_EXPERT
     return hidden, routing
+
+
+# The all-to-all dispatcher's metadata (megatron/core/transformer/moe/token_dispatcher.py,
+# MoEAlltoAllTokenDispatcher, Megatron-LM d98e8a6): `preprocess` all-gathers every rank's token count
+# per expert over the ep x etp group (`gather_from_sequence_parallel_region(num_local_tokens_per_expert,
+# group=tp_ep_group)`, E int64 values a rank) to size the all-to-all, and `token_dispatch` sends the
+# router's probabilities by an all-to-all of their own beside the tokens' (`global_probs =
+# all_to_all(...)`, one fp32 value a copy under the recipes' `moe_router_dtype` fp32), whose gradient
+# travels back in the backward pass. Few bytes: their cost is the collectives' latency.
+COUNT_BYTES = 8.0
+PROB_BYTES = 4.0
+# Every token dispatcher of a dropless layer reads the tokens' split sizes on the host before the
+# tokens move, once per MoE layer and forward pass: the all-to-all dispatcher copies them to the host
+# and waits for the copy (`_maybe_dtoh_and_synchronize`, sync point "before_ep_alltoall"), the flex
+# dispatcher (HybridEP without a static token budget) reads the permuted size back ("CPU sync"), the
+# all-gather dispatcher calls `.cpu()` on its counts. The GPU runs dry at that point and waits for the
+# host to wake and issue the all-to-all: priced as SYNC_HOST_OPS host operations (`Plan.host_kernel_s`
+# each). A project estimate (the wake-up and the collective's launch); a full-iteration CUDA graph has
+# no host in the loop and runs the recipes' sync-free path (a static budget): none there.
+SYNC_HOST_OPS = 2.0
+
+
+def dispatch_metadata_bytes(
+    model: Model, tokens: Number, ep: Number, per_node: Number
+) -> tuple[Number, Number, Number]:
+    """(bytes of the gathered per-expert counts on one rank, probability bytes it sends to EP peers in
+    its node, out of it) for the all-to-all dispatcher (COUNT_BYTES, PROB_BYTES): the counts of the
+    ep ranks, E each, and one probability per token copy, (g - 1)/ep of them in the node and
+    (ep - g)/ep out of it as the tokens travel."""
+    p = np.asarray(ep, dtype=float)
+    g = np.minimum(np.asarray(per_node, dtype=float), p)
+    copies = tokens * model.experts_per_token * PROB_BYTES
+    return p * model.experts * COUNT_BYTES, copies * (g - 1) / p, copies * (p - g) / p
 
 
 def _none_chosen(k: int, experts: int, held: Number) -> Number:
