@@ -23,6 +23,7 @@ FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, sa
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "h100-meta": "h100-sxm5-80gb",
     "b200-sxm-180gb": "gb200",
+    "b200-750w": "gb200",
     "b300-sxm-270gb": "gb300",
 }
 
@@ -49,16 +50,16 @@ SERVING_LOG_SD = 0.104
 # that run's source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0517, 5, 1),
-    "fsdp": (0.1200, 10, 1),
-    "fsdp2": (0.0653, 2, 1),
-    "internevo": (0.1298, 54, 1),
-    "maxtext": (0.0611, 38, 3),
-    "megatron-core": (0.0746, 420, 3),
+    "flash-attn-trainer": (0.0480, 5, 1),
+    "fsdp": (0.1179, 10, 1),
+    "fsdp2": (0.0756, 2, 1),
+    "internevo": (0.1157, 54, 1),
+    "maxtext": (0.0612, 38, 3),
+    "megatron-core": (0.0742, 420, 3),
     "megatron-deepspeed": (0.4939, 7, 3),
-    "nemo-automodel": (0.1207, 1, 1),
-    "paxml": (0.1744, 36, 2),
-    "torchtitan-compile": (0.1739, 12, 1),
+    "nemo-automodel": (0.1238, 1, 1),
+    "paxml": (0.1723, 36, 2),
+    "torchtitan-compile": (0.1452, 12, 1),
 }
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement): the root mean square of
@@ -66,7 +67,7 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
 # shipped model (`analyses.loso.shipped_family_spreads`; `python tools/stack_spreads.py` prints it).
 # (log spread, runs, sources). A prediction takes the wider of its stack's and its family's.
 FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "hybrid": (0.2114, 30, 3),
+    "hybrid": (0.2113, 30, 3),
 }
 FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models"}
 
