@@ -66,6 +66,18 @@ def test_blackwell_presets_carry_b200s_efficiency_to_their_power_limit():
         assert a.matmul_efficiency_fp8 / b.matmul_efficiency_fp8 == pytest.approx(expected, abs=0.004), fitted
 
 
+def test_a_power_limited_b200_runs_its_tensor_cores_at_the_cube_root_of_the_power_share():
+    # the torchao team's "power limited" B200s, taken at 750 W: B200's efficiencies x (750/1000)^(1/3)
+    limited = presets.gpu("b200-750w")
+    ratio = float(power_limited_ratio(limited, B200))
+    assert ratio == pytest.approx(0.75 ** (1.0 / 3.0)) and ratio == pytest.approx(0.909, abs=5e-4)
+    assert limited.matmul_efficiency == pytest.approx(B200.matmul_efficiency * ratio, abs=6e-4)
+    assert limited.matmul_efficiency_fp8 == pytest.approx(B200.matmul_efficiency_fp8 * ratio, abs=6e-4)
+    same = ("peak_flops_per_s_16bit", "memory_bandwidth_bytes_per_s", "sm_count", "flash2_efficiency", "memory_bytes")
+    assert all(getattr(limited, f) == getattr(B200, f) for f in same)
+    assert presets.system("dgx-b200-750w").gpu == limited
+
+
 def test_tdp_is_read_with_its_unit():
     assert units.parse_watts("1.4kW") == pytest.approx(1400.0)
     assert units.parse_watts("700 W") == pytest.approx(700.0)

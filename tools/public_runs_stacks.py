@@ -115,6 +115,12 @@ INSTANCES = (
         " 2 x 200 Gb/s HDR)",
     ),
     (
+        "b200 (power limited",
+        "dgx-b200-750w",
+        "system dgx-b200-750w: the torchao team's power-limited B200s, taken at 750 W (pytorch/ao PR #3566:"
+        " 'B200 with 1000W limit' against its '750W limited device'; presets/gpus.yaml b200-750w)",
+    ),
+    (
         "(azure ndm a100 v4)",
         "azure-ndm-a100-v4",
         "system azure-ndm-a100-v4: the source names NDm A100 v4 (8 A100 80GB SXM4, 8 x 200 Gb/s HDR InfiniBand)",

@@ -24,6 +24,7 @@ FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, sa
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "h100-meta": "h100-sxm5-80gb",
     "b200-sxm-180gb": "gb200",
+    "b200-750w": "gb200",
     "b300-sxm-270gb": "gb300",
 }
 
@@ -57,9 +58,9 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "maxtext": (0.0611, 38, 3),
     "megatron-core": (0.0746, 420, 3),
     "megatron-deepspeed": (0.4939, 7, 3),
-    "nemo-automodel": (0.1207, 1, 1),
-    "paxml": (0.1744, 36, 2),
-    "torchtitan-compile": (0.1739, 12, 1),
+    "nemo-automodel": (0.1238, 1, 1),
+    "paxml": (0.1723, 36, 2),
+    "torchtitan-compile": (0.1452, 12, 1),
 }
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement): the root mean square of

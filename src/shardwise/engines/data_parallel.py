@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import StageCost
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
+from shardwise.physics import fsdp2
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.topology import ranks_per_node
@@ -46,7 +47,7 @@ ZERO_COLLECTIVES = (
     ("all_reduce", "bucket_all_reduce", "bucket_all_gather"),
     ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather", "all_reduce"),
     ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
-    ("reduce_scatter", "bucket_reduce_scatter", "weights_all_gather", "bucket_weights_all_gather"),
+    ("reduce_scatter", "unit_reduce_scatter", "weights_all_gather", "bucket_weights_all_gather"),
 )
 # What the prices of those collectives read of a plan: the groups (the layout), the parameters
 # each stage holds and trains (the split, the experts' layout, LoRA) and their bytes (the
@@ -55,7 +56,7 @@ ZERO_COLLECTIVES = (
 # per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
 COLLECTIVE_READS = frozenset(
     ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
-) | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16", "spmd_grad_reduce"}
+) | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16", "spmd_grad_reduce", "per_param_sharding"}
 
 
 def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
@@ -74,11 +75,14 @@ def collective_prices(
     names: tuple[str, ...],
     experts: bool = False,
     n_weights: Number | None = None,
+    units: tuple[Number, Number] | None = None,
 ) -> dict[str, Number]:
     """The seconds of the collectives `names` of one stage's data-parallel communication (its
     gradients' reduction, its weights' gathers, their first or last bucket), for `n_params`
     parameters per GPU (with `experts`: routed-expert ones, over the expert-data-parallel ranks)
-    and `n_weights` held (default `n_params`; more than the trained ones under LoRA). Reads only
+    and `n_weights` held (default `n_params`; more than the trained ones under LoRA). `units`:
+    FSDP2's exposed (gather per pass, reduce-scatter) parameters of the stage
+    (`physics.fsdp2.edge_units`), the buckets where the plan shards per parameter. Reads only
     COLLECTIVE_READS of the plan."""
     plan = scn.plan
     hybrid = None
@@ -105,6 +109,7 @@ def collective_prices(
         "bucket_all_gather": (group.all_gather, "bucket", w_bytes),
         "weights_all_gather": (group.all_gather, "weights", w_bytes),
         "bucket_weights_all_gather": (group.all_gather, "weights_bucket", w_bytes),
+        "unit_reduce_scatter": (group.reduce_scatter, "unit", g_bytes),  # ZeRO-3's last reduction
     }
     counts: dict[str, Number] = {"params": n_params, "weights": n_weights}
     priced = {}
@@ -116,7 +121,11 @@ def collective_prices(
         op, what, per_param = collectives[name]
         if what not in counts:  # a bucket: Megatron-Core's bucket of the parameters, or all of them
             n = n_weights if what == "weights_bucket" else n_params
-            counts[what] = minimum(n, maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp))
+            bucket = maximum(DP_BUCKET_PARAMS, DP_BUCKET_PARAMS_PER_RANK * dp)
+            if units is not None and not experts and what != "bucket":  # ZeRO-3 under FSDP2: its units
+                unit = units[0] if what == "weights_bucket" else units[1]
+                bucket = ifelse(as_bool(plan.per_param_sharding), unit, bucket)
+            counts[what] = minimum(n, bucket)
         priced[name] = op(counts[what] * per_param)
         if hybrid is not None and name.endswith("reduce_scatter"):  # then the replicas' all-reduce of the shard
             priced[name] = priced[name] + ifelse(spmd, 0.0, replica.all_reduce(counts[what] * per_param / dp))
@@ -156,6 +165,7 @@ def dp_comm(
     experts: bool = False,
     n_weights: Number | None = None,
     prices: dict[str, Number] | None = None,
+    units: tuple[Number, Number] | None = None,
 ) -> DpComm:
     """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
     `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
@@ -168,12 +178,12 @@ def dp_comm(
     per micro-batch (gradients stay sharded); ZeRO-3: also two weight all-gathers per
     micro-batch, prefetched behind the forward and backward passes (no gather after the
     optimizer). `prices`: those of `collective_prices` for the ZeRO stages present, when already
-    known.
+    known; `units`: FSDP2's exposed units of the stage (`fsdp2_units`).
     """
     plan = scn.plan
     z = as_array(plan.zero_stage)
     if prices is None:
-        prices = collective_prices(scn, fabric, place, n_params, zero_collectives(z), experts, n_weights)
+        prices = collective_prices(scn, fabric, place, n_params, zero_collectives(z), experts, n_weights, units)
     contention = contention_share(scn.cluster.gpu.sm_count)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
@@ -294,11 +304,23 @@ def stage_collective_prices(
     names = zero_collectives(scn.plan.zero_stage) if names is None else names
     held = params if weights is None else weights
     out = []
-    for n_params, n_expert, n_held in zip(params, expert_params, held, strict=True):
-        dense = collective_prices(scn, fabric, place, n_params - n_expert, names, n_weights=n_held - n_expert)
+    for index, (n_params, n_expert, n_held) in enumerate(zip(params, expert_params, held, strict=True)):
+        units = fsdp2_units(scn, first_stage=index == 0)
+        dense = collective_prices(
+            scn, fabric, place, n_params - n_expert, names, n_weights=n_held - n_expert, units=units
+        )
         routed = collective_prices(scn, fabric, place, n_expert, names, experts=True) if scn.model.is_moe else None
         out.append((dense, routed))
     return tuple(out)
+
+
+def fsdp2_units(scn: Scenario, first_stage: bool) -> tuple[Number, Number] | None:
+    """FSDP2's exposed units of a stage (`physics.fsdp2.edge_units`), or None where no plan
+    shards per parameter or the model's units hold routed experts."""
+    per_param = as_bool(scn.plan.per_param_sharding)
+    if not fsdp2.units_apply(scn.model) or (one_value(per_param) and not bool(per_param)):
+        return None
+    return fsdp2.edge_units(scn.model, scn.plan.tp, first_stage)
 
 
 def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:

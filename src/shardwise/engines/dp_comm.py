@@ -101,7 +101,7 @@ class DpComm:
         one = window_s / v  # one chunk's pass of the micro-batch
         first = one + drain_s
         whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
-        floor = ifelse(whole > 0, maximum(bucket_s, total_s * self.contention), total_s)
+        floor = ifelse(whole > 0, unhideable_s(bucket_s, total_s, self.contention), total_s)
         return minimum(maximum(maximum(total_s - whole, total_s / v - first), floor), total_s)
 
     def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
@@ -121,7 +121,7 @@ class DpComm:
         both = self.grad_s + self.gather_s
         shared_window = self.gather_window_s + ifelse(overlap, drain_s, 0.0)
         buckets = ifelse(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
-        return minimum(both, maximum(both - shared_window, maximum(buckets, both * self.contention)))
+        return minimum(both, maximum(both - shared_window, unhideable_s(buckets, both, self.contention)))
 
 
 def zero_stage_fields(
@@ -152,7 +152,7 @@ def zero_stage_fields(
     per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
     grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
     window = backward if per_step else m * backward
-    bucket = price("bucket_reduce_scatter")
+    bucket = price("unit_reduce_scatter" if k == 3 else "bucket_reduce_scatter")
     whole = as_bool(grad_all_reduce)
     if per_step and not (one_value(whole) and not bool(whole)):  # the whole all-reduce, its own last bucket
         grad = ifelse(whole, price("all_reduce"), grad)
@@ -169,7 +169,17 @@ def zero_stage_fields(
     # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
     # each forward and backward pass
     gathers = 2 * m * price("weights_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
-    return grad, window, price("bucket_reduce_scatter"), *gathers
+    return grad, window, price("unit_reduce_scatter"), *gathers
+
+
+def unhideable_s(bucket_s: Number, total_s: Number, contention: Number) -> Number:
+    """What of a collective of `total_s` stays exposed however long the compute beside it: its
+    unhideable bucket (`bucket_s`: the first gather before any compute, the last reduction after
+    it), which runs with nothing beside it, plus the compute NCCL's SMs take (`contention`, a
+    share) while the rest runs hidden. The two add: the bucket's time is serial, the contention
+    slows the compute that hides the rest (before, the larger of the two was taken, which under
+    FSDP2's whole-layer units (`physics.fsdp2`) hid the units behind the contention)."""
+    return bucket_s + contention * maximum(total_s - bucket_s, 0.0)
 
 
 @kept

@@ -24,7 +24,8 @@ from shardwise.engines.costs import (
     layer_cost,
     sharding_copies,
 )
-from shardwise.engines.data_parallel import collective_prices, dp_comm, tied_embedding_sync_s
+from shardwise.engines.data_parallel import collective_prices, dp_comm, fsdp2_units, tied_embedding_sync_s
+from shardwise.engines.dp_comm import unhideable_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -165,20 +166,21 @@ def stage_times(scn: Scenario) -> StageTimes:
     dp, tail, gather, opt = [], [], [], []
     priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
 
-    def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any) -> Any:
-        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_weights - n_expert)
+    def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool) -> Any:
+        units = fsdp2_units(scn, first)
+        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_weights - n_expert, units=units)
         if model.is_moe:
             c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
         return c
 
     for i, (cost, n_params, n_expert, n_weights) in enumerate(zip(kinds, trained, stage_experts, held, strict=True)):
         try:  # a stage equal to an earlier one in everything its reductions read (memos on: `specs.memo`)
-            key = (cost, n_params, n_expert, n_weights, type(n_params), type(n_expert), type(n_weights))
+            key = (cost, n_params, n_expert, n_weights, type(n_params), type(n_expert), type(n_weights), i == 0)
             c = priced.get(key) if memo.ENABLED else None
             if c is None:
-                c = priced[key] = stage_comm(cost, n_params, n_expert, n_weights)
+                c = priced[key] = stage_comm(cost, n_params, n_expert, n_weights, i == 0)
         except TypeError:  # a field that does not hash
-            c = stage_comm(cost, n_params, n_expert, n_weights)
+            c = stage_comm(cost, n_params, n_expert, n_weights, i == 0)
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
         # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
         # hides behind the backward passes and the gather comes after the optimizer
@@ -199,7 +201,9 @@ def stage_times(scn: Scenario) -> StageTimes:
             left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
         dp.append(left if hides else total)
         # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
-        tail.append(min(dp[-1], max(bucket, total * float(np.asarray(c.contention)))) if hides else dp[-1])
+        tail.append(
+            min(dp[-1], float(unhideable_s(bucket, total, float(np.asarray(c.contention))))) if hides else dp[-1]
+        )
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied

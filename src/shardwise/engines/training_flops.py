@@ -49,6 +49,16 @@ def layers_model_flops(model: Model, bytes_per_element: float) -> Number:
     return (model.layers - n_moe) * dense + n_moe * (attention + routed)
 
 
+def op_sac_flops(model: Model, one: LayerForward) -> Number:
+    """Forward FLOPs torchtitan's op-level selective checkpointing recomputes in one layer for one
+    sequence (`engines.recompute_costs.op_sac_s`): wk (its share of the QKV GEMM), wo and w3 (a
+    plain MLP's w2) of wq, wk, wv, wo, w1, w3, w2; the element-wise work it also redoes is no
+    matmul FLOPs."""
+    q, kv = model.heads * model.head_dim, model.kv_heads * model.head_dim
+    mlp = one.mlp_up.flops / 2 if model.gated_mlp else one.mlp_down.flops
+    return kv / (q + 2 * kv) * one.qkv.flops + one.attn_out.flops + mlp * one.has_mlp
+
+
 def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     """Model FLOPs (3 passes) and hardware FLOPs (+ recomputation) of one step, all GPUs. LoRA
     (`Plan.lora_rank`) computes no weight gradient of the frozen linear layers and output layer
@@ -68,6 +78,8 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
         0.0,
     )
     redo = np.where((rc == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool), 0.0, redo)
+    if plan.selective_policy == "op":  # torchtitan's op-level SAC redoes every second matmul
+        redo = np.where(rc == Recompute.SELECTIVE, model.layers * op_sac_flops(model, one), redo)
     if np.any(np.asarray(plan.recompute_layers) > 0):  # those layers' forward again, the others' as rc says
         whole = recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers
         redo = np.where(rc == Recompute.FULL, redo, whole * layers_fwd + (1.0 - whole) * redo)
