@@ -7,7 +7,7 @@ Z80 = 1.2815515655446004  # the normal quantile of 90%: an 80% two-sided interva
 
 # The uncalibrated model's spread: root mean square of ln(predicted / measured) over the dev runs
 # (bias included: an uncalibrated prediction's interval must cover it).
-UNCALIBRATED_LOG_SD = 0.077
+UNCALIBRATED_LOG_SD = 0.062
 
 # The dev rows also set each GPU's sustained matmul efficiency (`tools/fit_efficiency.py`), so
 # their spread leaves out how far that fitted value may be from the truth. A group's mean error
