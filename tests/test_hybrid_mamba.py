@@ -347,3 +347,37 @@ def test_a_hybrid_models_interval_is_its_familys_measured_spread_where_wider(cli
         widths.append(math.log(d["step_time_s_high"] / d["step_time_s"]))
     assert widths[0] == pytest.approx(spreads.Z80 * hybrid, rel=1e-6)
     assert widths[1] == pytest.approx(spreads.Z80 * plain, rel=1e-6)
+
+
+def test_the_dgxc_nemotron_h_rows_run_without_nemos_comm_overlap_callback():
+    """dgxc-benchmarking's Nemotron-H 56B ran NeMo 7a8f1cc's pretrain_nemotronh_56b.py, which builds
+    its recipe without performance_mode, so no MegatronCommOverlapCallback: no userbuffers TP overlap
+    and the recipe's overlap_param_gather=False (`analyses.public_overlap_recipes`). The same
+    release's Llama 3.1 rows (performance_mode=True) keep the preset's overlaps, and the Nano rows
+    of Megatron-Bridge are not touched."""
+    from shardwise.analyses import public_overlap_recipes, public_runs
+
+    rows = public_runs.raw_rows()
+    nemotron_h = [r for r in rows if r["model"] == "nemotron-h-56b"]
+    assert len(nemotron_h) == 7
+    for row in nemotron_h:
+        request = public_runs.request_for(row)
+        assert request.tp_comm_overlap is False and request.overlap_param_gather is False
+    llama = [r for r in rows if "dgxc-benchmarking llama3.1/" in r["source"]]
+    others = llama + [r for r in rows if r["model"].startswith("nemotron-3-nano")]
+    assert llama and not any(public_overlap_recipes.plan_settings(r) for r in others)
+
+
+def test_the_56b_rows_exposed_tp_collectives_are_what_moves_them():
+    """Without the overlap the 56B's step grows by its exposed TP collectives (tp 8, sequence
+    parallel: an all-gather and a reduce-scatter per mixer and MLP each way), not by its compute."""
+    from shardwise.analyses import public_runs
+    from shardwise.engines.training import estimate_training_step
+
+    row = next(r for r in public_runs.raw_rows() if r["id"] == "PUB-0826")
+    request = public_runs.request_for(row)
+    off = estimate_training_step(request.scenario())
+    on = estimate_training_step(request.with_(tp_comm_overlap=True, overlap_param_gather=True).scenario())
+    assert float(off.breakdown.compute_s) == pytest.approx(float(on.breakdown.compute_s))
+    assert float(off.breakdown.tp_comm_s) > 2.0 * float(on.breakdown.tp_comm_s)
+    assert 1.1 < float(off.step_time_s) / float(on.step_time_s) < 1.35

@@ -40,9 +40,10 @@ MAMBA_ELEMENTWISE_KERNELS = 2
 # rate, bytes at the HBM rate) + a launch (`ssd_kernels`). Fitted on ONE public H100 point: vLLM
 # PR #27299 (microbenchmark on one H100, the mamba_ssm-derived Triton forward kernels "Original",
 # 128 heads of 64, state 128, 1 group, the model's chunk 256): 1.26e7 tokens/s at 8192 tokens,
-# 0.649 ms; this fraction, 0.19, gives 0.649 ms (107 TFLOP/s). The same value gives 1.23e7 at
-# 4096 tokens and 1.28e7 at 16384 against the PR's measured 1.21e7 and 1.29e7 (not fitted).
-SSD_GEMM_FRACTION = 0.19
+# 0.649 ms; 0.183 gives 0.649 ms, rounded to 0.18 (0.660 ms, 1.24e7 tokens/s). The same value gives
+# 1.21e7 at 4096 tokens and 1.26e7 at 16384 against the PR's measured 1.21e7 and 1.29e7 (not
+# fitted). (0.19 before the states passed between chunks were priced in 16 bits, `ssd_kernels`.)
+SSD_GEMM_FRACTION = 0.18
 # fp32 intermediates of the scan: the chunk states (H N P per chunk) and C B^T (G Q^2 per chunk)
 SSD_FP32_BYTES = 4.0
 
@@ -60,22 +61,25 @@ def ssd_kernels(model: Model, tokens: Number, tp: Number, e: float) -> tuple[tup
         dA cumsum      read dt (e), write dt and its cumulative sum (fp32)
         chunk state    B^T x per chunk and head, 2 N P FLOPs; read x, B, dt, dA; write the
                        chunk's fp32 state (H N P per chunk: 4 H N P / Q bytes a token)
-        state passing  read and write the fp32 states (the recurrence between chunks)
+        state passing  read the fp32 states, write the states passed in 16 bits (the recurrence
+                       between chunks; `_state_passing_fwd(..., out_dtype=C.dtype)`, mamba_ssm
+                       v2.2.x, for the matmul that reads them)
         C B^T          per chunk and group, 2 Q N FLOPs; read B and C, write it fp32 (G Q a token)
         chunk scan     (C B^T o L) x within the chunk, 2 Q P, and C times the state passed in,
-                       2 N P, per head; read x, C, C B^T, the states, dt, dA; write y
+                       2 N P, per head; read x, C, C B^T, the 16-bit states, dt, dA; write y
 
     The state passing's own FLOPs (N P per chunk and head, 1/Q of a token's) are left out."""
     h, p, n, g, q = model.mamba_heads, model.mamba_head_dim, model.mamba_state, model.mamba_groups, model.mamba_chunk
     f32 = SSD_FP32_BYTES
     states = f32 * h * n * p / q
+    passed = e * h * n * p / q  # the states passed between chunks, in the activations' 16 bits
     dt = 2 * f32 * h  # dt after softplus and its cumulative sum, fp32
     per_token = (
         (0.0, e * h + dt),
         (2.0 * h * n * p, e * (h * p + g * n) + dt + states),
-        (0.0, 2 * states),
+        (0.0, states + passed),
         (2.0 * g * q * n, 2 * e * g * n + f32 * g * q),
-        (h * (2.0 * q * p + 2 * n * p), e * (2 * h * p + g * n) + f32 * g * q + states + dt),
+        (h * (2.0 * q * p + 2 * n * p), e * (2 * h * p + g * n) + f32 * g * q + passed + dt),
     )
     return tuple((tokens * f / tp, tokens * b / tp) for f, b in per_token)
 
@@ -88,7 +92,9 @@ def ssd_backward_kernels(model: Model, tokens: Number, tp: Number, e: float) -> 
     16 bits for the products that follow); dx (2 Q P + 2 N P a head); dB from the states
     (2 N P); dC (2 N P); d(C B^T) (2 Q P); the two C B^T backward products (2 Q N a group each);
     the stable ddA (2 Q P); the cumsum backward. Three products of 2 Q P and five of 2 N P per
-    head against the forward's one and two: about 3x the forward's FLOPs."""
+    head against the forward's one and two: about 3x the forward's FLOPs. The gating's backward
+    (`_chunk_scan_bwd_dz`, 6e H P a token) is among the mixer's memory-bound work, priced at twice
+    the forward's (`mamba_forward`; docs/model.md checks the two against each other)."""
     h, p, n, g, q = model.mamba_heads, model.mamba_head_dim, model.mamba_state, model.mamba_groups, model.mamba_chunk
     f32 = SSD_FP32_BYTES
     x, bc = e * h * p, e * g * n  # x, dout or dx; B, C, dB or dC

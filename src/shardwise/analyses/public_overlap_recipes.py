@@ -1,0 +1,33 @@
+"""What the recipes of published Megatron-Core runs leave off of the framework preset's
+communication overlaps (`presets/frameworks.yaml` megatron-core: Transformer Engine's userbuffers
+TP overlap, `Plan.tp_comm_overlap`, and the distributed optimizer's parameter all-gather behind the
+next forward, `Plan.overlap_param_gather`), each read in the launch script and recipe that produced
+the rows, at the rows' versions. Nothing here is fitted.
+"""
+
+from __future__ import annotations
+
+from shardwise.analyses.public_memory_recipes import DGXC, RecipeFact
+
+# Runs whose recipe builds no MegatronCommOverlapCallback, so Megatron-Core's defaults hold:
+# ModelParallelConfig.tp_comm_overlap = False (megatron/core/model_parallel_config.py) and the
+# recipe's own DistributedDataParallelConfig(overlap_param_gather=False).
+NO_OVERLAP_RECIPES = (
+    # dgxc-benchmarking nemotronh/ (launch.sh: FW_VERSION 25.04.01; setup.sh: NEMO_COMMIT 7a8f1cc7bc,
+    # at 68eaf7e117 and every later commit that keeps the table) runs NeMo's
+    # scripts/performance/llm/pretrain_nemotronh_56b.py, which calls `pretrain_recipe()` without
+    # performance_mode (every other pretrain_*.py of that commit but deepseek_v3 passes
+    # performance_mode=True). nemo/collections/llm/recipes/nemotronh_56b.py adds
+    # MegatronCommOverlapCallback(tp_comm_overlap=True) in `performance_optimizations` alone, and
+    # its trainer's DDP config sets overlap_param_gather=False; launch.sh passes no overlap flag and
+    # utils.py set_primary_perf_configs turns none on.
+    RecipeFact(DGXC + "nemotronh/", model="nemotron-h"),
+)
+
+
+def plan_settings(row: dict[str, str]) -> dict[str, object]:
+    """The Plan keyword arguments that turn off what the row's recipe leaves off
+    (`NO_OVERLAP_RECIPES`); empty for the others."""
+    if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
+        return {"tp_comm_overlap": False, "overlap_param_gather": False}
+    return {}
