@@ -552,7 +552,7 @@ def test_checkpointed_mlp_frees_its_saved_tensors_and_the_other_modules_nothing(
 
 def test_megatron_bridge_performance_summaries_reduce_gradients_in_bf16():
     """The public runs of Megatron-Bridge's performance summaries take its performance recipes'
-    bf16 gradients (`public_stacks.bf16_gradients`); sources whose recipe is not known keep fp32."""
+    bf16 gradients (`public_precision.bf16_gradients`); sources whose recipe is not known keep fp32."""
     from shardwise.analyses import public_validation as pv
 
     bridge = [r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance")]
@@ -594,10 +594,10 @@ def _public_row(source: str, seen: str, precision: str, version: str = "") -> di
 )
 def test_dgxc_benchmarking_rows_take_their_recipes_gradient_precision(source, seen, version, precision, bf16):
     """dgxc-benchmarking's rows reduce in bf16 where the recipe at the row's commits says so."""
-    from shardwise.analyses import public_stacks
+    from shardwise.analyses import public_precision
 
     row = _public_row(f"GitHub NVIDIA/dgxc-benchmarking {source}", seen, precision, version)
-    assert public_stacks.bf16_gradients(row) is bf16
+    assert public_precision.bf16_gradients(row) is bf16
 
 
 @pytest.mark.parametrize(
@@ -606,11 +606,11 @@ def test_dgxc_benchmarking_rows_take_their_recipes_gradient_precision(source, se
 )
 def test_nemo_performance_pages_take_their_release_gradient_precision(version, precision, bf16):
     """NeMo 2.4's performance scripts (25.07) reduce in bf16 for every dtype, NeMo 2.3's (25.04) for FP8."""
-    from shardwise.analyses import public_stacks
+    from shardwise.analyses import public_precision
 
     source = f"docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance_summary.html (NeMo {version})"
-    assert public_stacks.bf16_gradients(_public_row(source, "", precision, version)) is bf16
-    assert not public_stacks.bf16_gradients(_public_row(source, "", "fp16", version))
+    assert public_precision.bf16_gradients(_public_row(source, "", precision, version)) is bf16
+    assert not public_precision.bf16_gradients(_public_row(source, "", "fp16", version))
 
 
 def test_transformer_engine_fp8_keeps_its_linears_inputs_in_one_byte():
