@@ -1,5 +1,6 @@
 """Print each software stack's uncalibrated interval spread (`calibration.spreads.STACK_LOG_SD`):
-the root mean square of ln(predicted / measured) over its published runs, each predicted by the
+the root mean square of ln(predicted / measured) over its published runs, each source weighing
+the same (the mean over sources of their mean squared log error), each run predicted by the
 model fitted without that run's source (`analyses.loso`, leave one source out).
 
     python tools/stack_spreads.py        # paste the dicts into src/shardwise/calibration/spreads.py

@@ -47,19 +47,20 @@ SERVING_LOG_SD = 0.104
 
 
 # Per software stack (the framework preset that runs the step): the root mean square of
-# ln(predicted / measured) over its published runs, each predicted by the model fitted without
-# that run's source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
+# ln(predicted / measured) over its published runs, each source weighing the same (a user's run is
+# a source the model has not seen), each run predicted by the model fitted without that run's
+# source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0517, 5, 1),
-    "fsdp": (0.2312, 62, 2),
-    "fsdp2": (0.0653, 2, 1),
-    "internevo": (0.1298, 54, 1),
-    "maxtext": (0.0611, 38, 3),
-    "megatron-core": (0.0678, 420, 3),
-    "megatron-deepspeed": (0.4939, 7, 3),
+    "flash-attn-trainer": (0.0480, 5, 1),
+    "fsdp": (0.1886, 62, 2),
+    "fsdp2": (0.0756, 2, 1),
+    "internevo": (0.1157, 54, 1),
+    "maxtext": (0.0542, 38, 3),
+    "megatron-core": (0.0759, 420, 3),
+    "megatron-deepspeed": (0.3779, 7, 3),
     "nemo-automodel": (0.1238, 1, 1),
-    "paxml": (0.1723, 36, 2),
+    "paxml": (0.1781, 36, 2),
     "torchtitan-compile": (0.1452, 12, 1),
 }
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
@@ -68,7 +69,7 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
 # shipped model (`analyses.loso.shipped_family_spreads`; `python tools/stack_spreads.py` prints it).
 # (log spread, runs, sources). A prediction takes the wider of its stack's and its family's.
 FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "hybrid": (0.2090, 30, 3),
+    "hybrid": (0.1764, 30, 3),
 }
 FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models"}
 
