@@ -19,7 +19,8 @@ least `MIN_LAYOUTS` layouts:
   EP8 ran 5,113 tokens/s per GPU in 26.02 and at PP2 VP24 EP8 5,275 in 25.11 but 10,494 in 25.09
   (token dropping, `public_moe.DISPATCHER_EXCEPTIONS`); on 8 B200 at EP8, micro-batch 1, 9,299 and
   9,691 in 25.11 and 26.02 against 18,066 in 25.09. A group over several releases ranks software as
-  well as layouts.
+  well as layouts. The headline groups are therefore one release each (`public_groups()`); the
+  groups over every release are kept as a second view (`public_groups(by_release=False)`).
 
 The predictions are the leave-one-source-out ones (`loso.by_source`: the per-GPU efficiency scales
 fitted without the group's source) for dense full training, and the shipped model for
@@ -69,6 +70,7 @@ class GroupRanking:
     predicted_best: str
     measured_best: str
     releases: int = 1  # distinct software releases among its runs (module docstring)
+    release: str = ""  # the one release of a group ranked within a release ("" unstated, or several)
 
 
 @dataclass(frozen=True)
@@ -103,13 +105,16 @@ def _first(predicted: np.ndarray) -> np.ndarray:
     return np.flatnonzero(rounded == rounded.max())
 
 
-def rank_groups(runs: Iterable[Measured], min_layouts: int = MIN_LAYOUTS) -> list[GroupRanking]:
-    """The ranking of every group with at least `min_layouts` distinct layouts."""
-    by_group: dict[tuple[str, str, str], dict[str, list[Measured]]] = defaultdict(lambda: defaultdict(list))
+def rank_groups(
+    runs: Iterable[Measured], min_layouts: int = MIN_LAYOUTS, by_release: bool = False
+) -> list[GroupRanking]:
+    """The ranking of every group with at least `min_layouts` distinct layouts; with `by_release`,
+    each software release's runs of a group form a group of their own (the layouts one release ran)."""
+    by_group: dict[tuple[str, str, str, str], dict[str, list[Measured]]] = defaultdict(lambda: defaultdict(list))
     for r in runs:
-        by_group[(r.group, r.stack, r.kind)][r.layout].append(r)
+        by_group[(r.group, r.stack, r.kind, r.release if by_release else "")][r.layout].append(r)
     out = []
-    for (group, stack, kind), layouts in by_group.items():
+    for (group, stack, kind, release), layouts in by_group.items():
         if len(layouts) < min_layouts:
             continue
         names = list(layouts)
@@ -127,9 +132,10 @@ def rank_groups(runs: Iterable[Measured], min_layouts: int = MIN_LAYOUTS) -> lis
                 predicted_best=layouts[names[first[0]]][0].label if len(first) == 1 else f"{len(first)} tied",
                 measured_best=layouts[names[int(np.argmax(meas))]][0].label,
                 releases=len({r.release for n in names for r in layouts[n]}),
+                release=release,
             )
         )
-    return sorted(out, key=lambda g: (g.kind != DENSE, g.kind, g.stack, g.group))
+    return sorted(out, key=lambda g: (g.kind != DENSE, g.kind, g.stack, g.group, g.release))
 
 
 def summarize(stack: str, kind: str, groups: list[GroupRanking]) -> StackRanking:
@@ -209,8 +215,11 @@ def public_runs() -> tuple[Measured, ...]:
 
 
 @cache
-def public_groups() -> tuple[GroupRanking, ...]:
-    return tuple(rank_groups(public_runs()))
+def public_groups(by_release: bool = True) -> tuple[GroupRanking, ...]:
+    """The public groups ranked within one software release each (the choice a user makes, on one
+    software version), or, `by_release` False, over every release a group's runs span (software
+    drift ranked with the layouts: module docstring)."""
+    return tuple(rank_groups(public_runs(), by_release=by_release))
 
 
 def group_label(group: str) -> str:

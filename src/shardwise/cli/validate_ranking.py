@@ -24,7 +24,7 @@ GROUP_HEAD = (
     "stack",
     "kind",
     "layouts",
-    "releases",
+    "release",
     "Spearman",
     "top-1 regret",
     "predicted best",
@@ -32,11 +32,11 @@ GROUP_HEAD = (
 )
 NOTE = (
     "Groups: every published layout of one model on one cluster, GPU count and sequence length, run by one "
-    "stack, with at least {n} layouts, ranked by tokens/s per GPU. Top-1 regret: how much slower (measured) "
-    "the layout the model ranks first is than the fastest measured one. Dense runs: leave-one-source-out "
-    "predictions; mixture-of-experts and LoRA runs: the shipped model. Spearman is undefined (-) where the "
-    "model predicts every layout of a group the same. Releases (per group): the software releases its runs "
-    "were measured under; a group over several ranks what each release changed as well as the layouts."
+    "stack in one software release, with at least {n} layouts, ranked by tokens/s per GPU. Top-1 regret: how "
+    "much slower (measured) the layout the model ranks first is than the fastest measured one. Dense runs: "
+    "leave-one-source-out predictions; mixture-of-experts and LoRA runs: the shipped model. Spearman is "
+    "undefined (-) where the model predicts every layout of a group the same. Across releases: the same groups "
+    "over every release their runs span, which ranks what each release changed as well as the layouts."
 )
 
 
@@ -70,8 +70,11 @@ def show_stack_table(markdown: bool) -> None:
     from shardwise.cli.render import console, print_table
 
     table = ranking.stack_table(list(ranking.public_groups()))
-    title = "ranking within groups of published layouts"
+    title = "ranking within groups of published layouts (one software release each)"
     print_table(STACK_HEAD, stack_cells(table), title, set(range(2, 8)), markdown)
+    across = ranking.stack_table(list(ranking.public_groups(by_release=False)))
+    title = "the same groups across software releases (layouts and software drift)"
+    print_table(STACK_HEAD, stack_cells(across), title, set(range(2, 8)), markdown)
     note = NOTE.format(n=ranking.MIN_LAYOUTS)
     if markdown:
         click.echo(f"\n{note}\n")
@@ -82,11 +85,13 @@ def show_stack_table(markdown: bool) -> None:
 def json_payload() -> dict[str, Any]:
     from shardwise.analyses import ranking
 
-    groups = list(ranking.public_groups())
+    groups, across = list(ranking.public_groups()), list(ranking.public_groups(by_release=False))
     return {
         "min_layouts": ranking.MIN_LAYOUTS,
         "stacks": [asdict(s) for s in ranking.stack_table(groups)],
         "groups": [asdict(g) for g in groups],
+        "stacks_across_releases": [asdict(s) for s in ranking.stack_table(across)],
+        "groups_across_releases": [asdict(g) for g in across],
     }
 
 
@@ -107,7 +112,7 @@ def show_ranking(as_json: bool, markdown: bool) -> None:
             STACK_NAMES.get(g.stack, g.stack),
             g.kind,
             str(g.layouts),
-            str(g.releases),
+            g.release or "-",
             _rho(g.spearman),
             _pct(g.regret),
             g.predicted_best,
