@@ -97,3 +97,16 @@ def test_public_groups_and_the_command_line(cli):
     assert code == 0 and "| median top-1 regret | max top-1 regret |" in out and "| Spearman | top-1 regret |" in out
     code, _, err = cli(["validate", "ranking", "memory"])
     assert code == 2 and "give it alone" in err and "Traceback" not in err
+
+
+def test_groups_by_release_rank_each_releases_layouts_apart():
+    """Two releases of one group: each ranked alone is perfect, pooled the older release's fast
+    software makes the model's pick look wrong (the group over releases ranks the drift too)."""
+    from dataclasses import replace
+
+    old = [replace(r, release="25.09") for r in _runs("g", [200, 190, 180], [3, 2, 1.0])]
+    new = [replace(r, release="26.02", layout=f"N{i}") for i, r in enumerate(_runs("g", [100, 90, 80], [6, 5, 4.0]))]
+    within = ranking.rank_groups(old + new, by_release=True)
+    assert [(g.release, g.spearman, g.regret) for g in within] == [("25.09", 1.0, 0.0), ("26.02", 1.0, 0.0)]
+    (pooled,) = ranking.rank_groups(old + new)
+    assert pooled.releases == 2 and pooled.release == "" and pooled.regret == pytest.approx(200 / 100 - 1)
