@@ -23,24 +23,31 @@ from shardwise.physics.stack import GRAPH_LAUNCHES_PER_BLOCK, graphed_layer_kern
 from shardwise.specs import Plan, Scenario
 
 
-def _step(scope: tuple[str, ...], host_kernel_s: float, model: str = "qwen3-30b-a3b") -> float:
+def _step(scope: tuple[str, ...], host_kernel_s: float, model: str = "qwen3-30b-a3b", micro_batch: int = 1) -> float:
     moe = presets.model(model).is_moe
     plan = Plan(dp=8, ep=8 if moe else 1, etp=1 if moe else 0, global_batch=64, precision="mxfp8",
-                host_kernel_s=host_kernel_s, cuda_graph_scope=scope)  # fmt: skip
+                micro_batch=micro_batch, host_kernel_s=host_kernel_s, cuda_graph_scope=scope)  # fmt: skip
     return float(estimate_training_step(Scenario(presets.model(model), presets.system("dgx-b200"), plan)).step_time_s)
 
 
 def test_graphs_speed_up_only_a_host_bound_step():
-    """At 10 µs per launch the GPU outruns the host: graphs change nothing but the dispatchers' reads of
-    the split sizes, which a full-iteration graph does not make (`physics.moe.SYNC_HOST_OPS`: 48 MoE
-    layers x 8 micro-batches). At 40 µs (a slow host) the eager step waits for it; full_iteration
-    removes every wait, router graphs part of it."""
-    syncs_s = 48 * 8 * SYNC_HOST_OPS * 10e-6
-    assert _step((), 10e-6) - _step(("full_iteration",), 10e-6) == pytest.approx(syncs_s, rel=1e-6)
-    assert _step(("moe_router", "moe_preprocess"), 10e-6) == pytest.approx(_step((), 10e-6), rel=1e-12)
-    eager, router, full = (_step(s, 40e-6) for s in ((), ("moe_router", "moe_preprocess"), ("full_iteration",)))
-    assert full < router < eager
-    assert full == pytest.approx(_step((), 0.0), rel=1e-12)
+    """At 10 µs per launch and micro-batches of 2 the GPU outruns the host: graphs change nothing but
+    the dispatchers' reads of the split sizes, which a full-iteration graph does not make
+    (`physics.moe.SYNC_HOST_OPS`: 48 MoE layers x 4 micro-batches). With micro-batches of 1 (16 local
+    experts of few tokens each, GroupedLinear's host work per expert: `physics.moe.grouped_linear_host_ops`)
+    and at 40 µs (a slow host) the eager step waits for it; full_iteration removes every wait, router
+    graphs part of it."""
+    syncs_s = 48 * 4 * SYNC_HOST_OPS * 10e-6
+    assert _step((), 10e-6, micro_batch=2) - _step(("full_iteration",), 10e-6, micro_batch=2) == pytest.approx(
+        syncs_s, rel=1e-6
+    )
+    graphed = _step(("moe_router", "moe_preprocess"), 10e-6, micro_batch=2)
+    assert graphed == pytest.approx(_step((), 10e-6, micro_batch=2), rel=1e-12)
+    for host_kernel_s in (10e-6, 40e-6):
+        scopes = ((), ("moe_router", "moe_preprocess"), ("full_iteration",))
+        eager, router, full = (_step(s, host_kernel_s) for s in scopes)
+        assert full < router < eager
+        assert full == pytest.approx(_step((), 0.0), rel=1e-12)
 
 
 def test_a_captured_block_costs_two_launches_instead_of_its_kernels():

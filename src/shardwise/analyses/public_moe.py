@@ -195,6 +195,32 @@ def dispatcher(row: dict[str, str]) -> str:
     return "alltoall"
 
 
+# The runs whose recipe ran the experts' fused grouped MLP (`cutedsl_fused_grouped_mlp`, Bridge v0.5.0 /
+# NeMo 26.06 on: Megatron-Core's `use_transformer_engine_op_fuser`, one CuTe DSL kernel over all local
+# experts), always beside a full-iteration CUDA graph (`cuda_graph_impl` "local"): (model, system,
+# precision, NeMo container), found as A2A_OVERLAP is and listed by tools/moe_recipes.py. They run as
+# `Plan.cuda_graph_scope` full_iteration: no host in the loop, none of GroupedLinear's per-expert host
+# work (`physics.moe.grouped_linear_host_ops`). The others ran GroupedLinear eagerly or under partial
+# graphs (attention, router: the experts stay eager).
+FUSED_GROUPED_MLP = frozenset(
+    {
+        *(
+            (m, s, "mxfp8", v)
+            for m in ("deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b", "qwen3-30b-a3b")
+            for s in ("gb200-nvl72", "gb300-nvl72")
+            for v in ("26.06", "26.06.01")
+        ),
+        ("qwen3-30b-a3b", "dgx-b300", "mxfp8", "26.06"),
+    }
+)
+
+
+def cuda_graph_scope(row: dict[str, str]) -> str | None:
+    """The CUDA graphs of the row's recipe as `Plan.cuda_graph_scope` (see FUSED_GROUPED_MLP), None: eager."""
+    key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
+    return "full_iteration" if BRIDGE_SUMMARIES in row["source"] and key in FUSED_GROUPED_MLP else None
+
+
 def a2a_overlap(row: dict[str, str]) -> bool:
     """Whether the row's recipe overlapped the expert all-to-alls (see A2A_OVERLAP)."""
     key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))

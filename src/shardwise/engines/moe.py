@@ -12,7 +12,9 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
   and weight-gradient GEMMs of the router and the experts;
 - full recomputation repeats the forward, collectives included;
 - in training, the host issues the grouped GEMMs one local expert at a time (Transformer Engine's
-  GroupedLinear): with many experts per GPU and few tokens each, the GPU waits for it.
+  GroupedLinear), and splits, allocates and quantizes per expert around them
+  (`physics.moe.grouped_linear_host_ops`; none under a full-iteration CUDA graph): with many experts
+  per GPU and few tokens each, the GPU waits for it.
 
 The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", the NeMo
 recipes'), one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`), or
@@ -52,6 +54,7 @@ from shardwise.physics.moe import (
     dispatch_metadata_bytes,
     experts_forward,
     graphed_training_kernels,
+    grouped_linear_host_ops,
     routed_tokens,
 )
 from shardwise.physics.params import (
@@ -191,6 +194,9 @@ def experts_parts(
     kernels = busy = 0.0
     if training and np.any(plan.host_kernel_s):
         kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
+        if not graphed:  # GroupedLinear's own host work per local expert (`physics.moe.GROUPED_*`)
+            own_f, own_b = grouped_linear_host_ops(model.experts / np.asarray(plan.ep), plan.precision, plan.fp8_recipe)
+            kernels = kernels + own_f * (1.0 + np.asarray(rerun, dtype=float)) + own_b
         busy = forward + backward + redo
     cost = StageCost(
         compute_forward_s=forward,
