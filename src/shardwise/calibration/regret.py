@@ -221,8 +221,10 @@ class Draws:
 
 
 def residual_log_sd(fit: Fit | None) -> float:
-    """tau: the calibration's own spread (module docstring); 0 without one."""
-    return float(fit.noise_log_sd) if fit is not None and fit.fitted else 0.0
+    """tau: the calibration's own spread (module docstring); 0 without one. A calibration whose runs
+    needed no fitted parameter still carries its runs' spread: they are its evidence that the model
+    misses by that much, which no draw of the priors reproduces."""
+    return float(fit.noise_log_sd) if fit is not None else 0.0
 
 
 # Plans that share these run the same kernels and messages per micro-batch: one residual
