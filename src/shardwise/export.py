@@ -108,6 +108,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         *EXECUTION_FLAGS,
         "grad_reduce_bf16",
         "spmd_grad_reduce",
+        "scan_unpipelined",
         "zero1_grad_all_reduce",
         "expandable_segments",
         "loss_kernel",

@@ -52,6 +52,10 @@ JAX_LAUNCH_FACTS = (
     # always rematerialises: JAX-Toolbox's praxis patch, te_helper.check_checkpoint_policy)
     ("NVIDIA/JAX-Toolbox rosetta/rosetta/projects/pax/", "gpt3-175b", "", "save_nothing"),
 )
+# Paxml launches that turn XLA's collective pipeliner on (`Plan.scan_unpipelined` off, where the
+# paxml preset has it on): dgxc-benchmarking paxml/configure.sh at 143b90dd and 35a9aecc8d sets
+# --xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_reduce_scatter=true
+PIPELINED_SCAN_SOURCES = ("NVIDIA/dgxc-benchmarking paxml/",)
 CHECKPOINTING_NOT_MODELLED = {
     "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp), the fraction not stated",
     "on-mode-not-stated": "activation checkpointing on, its mode not stated",
@@ -140,6 +144,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     policy = jax_remat_policy(row)
     if policy:
         out["selective_policy"] = policy
+    if fw == "paxml" and any(source in row["source"] for source in PIPELINED_SCAN_SOURCES):
+        out["scan_unpipelined"] = False
     modules = megatron_modules(row)
     if modules:  # "selective:mla_up_proj,mlp": Megatron-Core's --recompute-modules
         out["recompute"] = "selective"
@@ -224,6 +230,10 @@ def zero_stage(row: dict[str, str], default: int | None) -> int | None:
             return 3
     except ValueError:
         pass
+    if row["framework"] == "paxml" and row.get("fsdp") == "0":
+        # a data-only mesh replicates the weights and the optimizer state: google/paxml
+        # contrib/gpu/scripts_gpu/configs.py GPT126M (04516ac8), ICI_MESH_SHAPE = DCN_MESH_SHAPE = [8, 1, 1]
+        return 0
     return default
 
 

@@ -60,7 +60,7 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "megatron-core": (0.0759, 420, 3),
     "megatron-deepspeed": (0.3779, 7, 3),
     "nemo-automodel": (0.1238, 1, 1),
-    "paxml": (0.1781, 36, 2),
+    "paxml": (0.1734, 36, 2),
     "torchtitan-compile": (0.1452, 12, 1),
 }
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their

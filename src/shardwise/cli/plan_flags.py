@@ -309,6 +309,12 @@ execution_options = stack_options(
         "[default: the framework's].",
     ),
     _switch(
+        "scan-unpipelined",
+        "Under ZeRO-3, XLA's scanned layers without its collective pipeliner (--xla_gpu_enable_pipelined_"
+        "all_gather/reduce_scatter off): each layer's first weight gather and last gradient reduce-scatter wait "
+        "beside nothing (paxml: on).",
+    ),
+    _switch(
         "expandable-segments",
         "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator's split-block "
         "share of the memory estimate goes (memory only).",

@@ -147,6 +147,7 @@ def _flags(p: Any) -> str:
         "scatter_gather": "scatter/gather",
         "grad_reduce_bf16": "bf16 grad reduce",
         "zero1_grad_all_reduce": "ZeRO-1 grads all-reduced after backward",
+        "scan_unpipelined": "XLA scan collectives unpipelined",
         "expandable_segments": "expandable segments",
     }
     on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
 from shardwise.engines.costs import StageCost
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
-from shardwise.physics import fsdp2
+from shardwise.physics import fsdp2, xla_scan
 from shardwise.physics import memory as mem
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.topology import ranks_per_node
@@ -240,6 +240,7 @@ def data_parallel_exposed_s(
     if prices is None:
         prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
     runs = zero_stage_runs(plan.zero_stage) if not scn.model.is_moe else None
+    edges = scan_edges_s(scn, prices, params, expert_params, weights, m)
     per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, strict=True)
     for index, n_params, n_expert, cost, (dense, routed) in per_stage:
         # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
@@ -268,14 +269,14 @@ def data_parallel_exposed_s(
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)
             if joined is not None:
-                exposed.append(joined[0] + serial)
+                exposed.append(_with_edges(joined[0], joined[1], edges[len(exposed)]) + serial)
                 totals.append(joined[1] + serial)
                 continue
         comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
         if routed is not None:
             comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds)
-        exposed.append(grad + gather + serial)
+        exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)
     mid = ifelse(p > 2, exposed[1], 0.0)
     dp_exposed = maximum(maximum(exposed[0], mid), exposed[2])
@@ -286,6 +287,49 @@ def data_parallel_exposed_s(
 
 
 StagePrices = tuple[tuple[dict[str, Number], dict[str, Number] | None], ...]
+
+
+def _with_edges(exposed_s: Number, total_s: Number, edges_s: Number) -> Number:
+    """A stage's exposed data-parallel seconds with the scanned layers' edge collectives
+    (`scan_edges_s`), which wait beside nothing, added; at most all of its communication."""
+    if isinstance(edges_s, float) and edges_s == 0.0:
+        return exposed_s
+    return minimum(exposed_s + edges_s, total_s)
+
+
+def scan_edges_s(
+    scn: Scenario,
+    prices: StagePrices,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number],
+    weights: tuple[Number, Number, Number] | None,
+    m: Number,
+) -> tuple[Number, Number, Number]:
+    """Per stage (first, fullest middle, last), the seconds ZeRO-3's gathers and reductions wait
+    at the edges of XLA's scanned layers without the collective pipeliner (`Plan.scan_unpipelined`,
+    `physics.xla_scan`): 0.0 where no plan has it."""
+    plan = scn.plan
+    flag = as_bool(plan.scan_unpipelined)
+    z3 = as_array(plan.zero_stage) == 3
+    if (one_value(flag) and not bool(flag)) or (one_value(z3) and not bool(z3)):
+        return (0.0, 0.0, 0.0)
+    split = scn.split
+    edge = xla_scan.edge_params(scn.model) / as_float(plan.tp)
+    held = params if weights is None else weights
+    out = []
+    each = zip((split.first, split.middle_max, split.last), params, expert_params, held, prices, strict=True)
+    for layers, n_params, n_expert, n_held, (dense, _) in each:
+        seconds = xla_scan.edge_exposed_s(
+            dense["weights_all_gather"],
+            dense["reduce_scatter"],
+            edge,
+            as_float(layers),
+            maximum(n_held - n_expert, 1.0),
+            maximum(n_params - n_expert, 1.0),
+            m,
+        )
+        out.append(ifelse(flag & z3, seconds, 0.0))
+    return out[0], out[1], out[2]
 
 
 def stage_collective_prices(

@@ -39,6 +39,7 @@ STACK_FIELDS = (
     "layout_copies",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
+    "scan_unpipelined",
     "zero1_grad_all_reduce",
     "expandable_segments",
     "loss_kernel",
@@ -84,7 +85,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             out[field] = data[field]
     booleans = (
         "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
-        "spmd_grad_reduce", "zero1_grad_all_reduce",
+        "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined",
     )  # fmt: skip
     for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
         if field in data:

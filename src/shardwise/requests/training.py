@@ -97,6 +97,7 @@ class TrainingRequest:
     pipeline_sync: bool | None = default("pipeline_sync")
     scatter_gather: bool | None = default("scatter_gather")
     grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
+    scan_unpipelined: bool | None = default("scan_unpipelined")
     expandable_segments: bool | None = default("expandable_segments")
     loss_kernel: str | None = default("loss_kernel")
     optimizer_state: str | None = default("optimizer_state")

@@ -204,6 +204,9 @@ class Plan:
     `spmd_grad_reduce`: the gradient reduction as XLA runs it (MaxText, Paxml): in the 16-bit dtype
     of the dot that makes each weight gradient, and under hybrid sharding the replicas' all-reduce
     exposed, not hidden (`engines.data_parallel.SPMD_GRAD_BYTES`);
+    `scan_unpipelined`: under ZeRO-3, XLA's scanned layers without its collective pipeliner: each
+    layer's first weight gather (forward and backward) and last gradient reduce-scatter wait with
+    nothing beside them (Paxml in JAX-Toolbox's 23.10/24.04 launches, `physics.xla_scan`);
     `zero1_grad_all_reduce`: under ZeRO-1 the stack all-reduces every local gradient once after the
     last backward pass, exposed, instead of reduce-scattering it in buckets beside it, and its
     step's gradient passes (the norm for clipping, the scaling, the zeroing) run over every local
@@ -284,6 +287,7 @@ class Plan:
     layout_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
+    scan_unpipelined: bool | np.ndarray = False
     zero1_grad_all_reduce: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False
     loss_kernel: str = "stack"

@@ -80,6 +80,7 @@ BOOLEAN_FIELDS = (
     "layout_copies",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
+    "scan_unpipelined",
     "zero1_grad_all_reduce",
     "expandable_segments",
     *EXECUTION_FLAGS,
