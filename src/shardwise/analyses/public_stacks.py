@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from shardwise.analyses import public_dense_recipes as dense_recipes
 from shardwise.analyses import public_memory_recipes as memory_recipes
 from shardwise.analyses import public_overlap_recipes as overlap_recipes
 from shardwise.analyses.public_attention import attention_settings
@@ -154,6 +155,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         out["grad_reduce_bf16"] = True
     out.update(memory_recipes.plan_settings(row))  # the loss kernel, expandable segments
     out.update(overlap_recipes.plan_settings(row))  # the TP and parameter-gather overlaps it leaves off
+    out.update(dense_recipes.plan_settings(row))  # Bridge dense recipes: CUDA graphs, overlaps, layers recomputed
     layers = memory_recipes.offloaded_layers(row)
     if layers:  # the recipe's cpu_offloading_num_layers (`Plan.offload_activation_layers`)
         out["offload_activations"] = layers
