@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
+from shardwise.physics.memory import megatron_optimizer_state
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.hardware import is_fp8
 
@@ -53,7 +54,7 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         new["fp8_recipe"] = "te"
         kind = "Transformer Engine's JAX path" if p.fp8_recipe == "te-jax" else "torchao.float8"
         changes.append(f"FP8 recipe {p.fp8_recipe} ({kind}) -> Transformer Engine's (Megatron-LM's FP8)")
-    state = _megatron_optimizer_state(p.optimizer_state, p.precision, new.get("fp8_recipe", p.fp8_recipe))
+    state = megatron_optimizer_state(p.optimizer_state, p.precision, new.get("fp8_recipe", p.fp8_recipe))
     if state != p.optimizer_state:
         new["optimizer_state"] = state
         changes.append(
@@ -133,26 +134,6 @@ def launch(scn: Scenario, version: str) -> Launch:
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
     return Launch("megatron", version, launcher, args, env=env, todo=TODO)
-
-
-def _megatron_optimizer_state(state: str, precision: str, fp8_recipe: str) -> str:
-    """The optimizer state Megatron-Core keeps for a planned one under the precision-aware optimizer.
-
-    Megatron-Core's own fp32 master shard where the FP8 recipe is current scaling or MXFP8
-    (optimizer_config.py `use_precision_aware_optimizer_no_fp8_or_ds_fp8` False, optimizer/__init__.py),
-    else Transformer Engine's FusedAdam keeps the master: as 16-bit remainders beside bf16 weights,
-    whole in fp32 beside fp16 ones (the remainders need bf16 weights); physics/memory.py
-    OPTIMIZER_STATE_BYTES. Other states pass unchanged.
-    """
-    if precision not in ("bf16", "fp16", "fp8", "mxfp8"):
-        return state  # NVFP4: not read from Megatron-Core's source here; emitted as planned
-    mcore_master = precision == "mxfp8" or (precision == "fp8" and fp8_recipe == "te_current")
-    remainders = not mcore_master and precision in ("bf16", "fp8")
-    if state in ("fp32-bf16-moments", "fp32-remainders-bf16-moments"):
-        return "fp32-remainders-bf16-moments" if remainders else "fp32-bf16-moments"
-    if state == "fp32-remainders" and (mcore_master or precision == "fp16"):
-        return "fp32"
-    return state
 
 
 def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:

@@ -118,6 +118,23 @@ def master_weight_bytes(state: str = "fp32", precision: str = "bf16") -> float:
     return _optimizer_state(state, precision)[0]
 
 
+def megatron_optimizer_state(state: str, precision: str, fp8_recipe: str) -> str:
+    """The optimizer state Megatron-Core keeps for a planned one under the precision-aware optimizer
+    (the rule above OPTIMIZER_STATE_BYTES): its own fp32 master shard where the FP8 recipe is current
+    scaling or MXFP8, else Transformer Engine's FusedAdam keeps the master, as 16-bit remainders
+    beside bf16 weights, whole in fp32 beside fp16 ones (`_optimizer_state`). NVFP4 (not read from
+    Megatron-Core's source here) and other states pass unchanged."""
+    if precision not in ("bf16", "fp16", "fp8", "mxfp8"):
+        return state
+    mcore_master = precision == "mxfp8" or (precision == "fp8" and fp8_recipe == "te_current")
+    remainders = not mcore_master and precision != "fp16"
+    if state in ("fp32-bf16-moments", "fp32-remainders-bf16-moments"):
+        return "fp32-remainders-bf16-moments" if remainders else "fp32-bf16-moments"
+    if state == "fp32-remainders" and not remainders:
+        return "fp32"
+    return state
+
+
 def _optimizer_state(state: str, precision: str) -> tuple[float, float]:
     if state not in OPTIMIZER_STATE_BYTES:
         allowed = ", ".join(OPTIMIZER_STATE_BYTES)
