@@ -78,9 +78,19 @@ def test_with_p2p_off_a_collective_is_never_faster(n, ranks, link, kernel):
 def test_custom_all_reduce_follows_each_engines_rules():
     nvlink = presets.link("nvlink4")
     small, mid, large = 16 * 1024, 600 * 1024, 32 * 1024 * 1024
-    # TensorRT-LLM: one-shot under 500 kB beyond 4 GPUs, NCCL above; nothing without NVLink
+    # TensorRT-LLM's PyTorch backend (AUTO's lookup table): on Hopper one-shot under 1 MiB at 8
+    # GPUs, NCCL above; at 4 GPUs one-shot under 4 MiB, two-shot to the 8 MB workspace; at 2 one-shot
+    # to 16 MB; on Blackwell two-shot up to 8 MB at 8 GPUs too; nothing without NVLink
     assert np.isfinite(custom_all_reduce_s(small, 8, nvlink, "trtllm", True))
-    assert np.isinf(custom_all_reduce_s(mid, 8, nvlink, "trtllm", True))
+    assert np.isinf(custom_all_reduce_s(2 * 2**20, 8, nvlink, "trtllm", True))
+    assert np.isfinite(custom_all_reduce_s(2 * 2**20, 8, nvlink, "trtllm", True, blackwell=True))
+    assert np.isinf(custom_all_reduce_s(9e6, 8, nvlink, "trtllm", True, blackwell=True))
+    one, two = (custom_all_reduce_s(n, 4, nvlink, "trtllm", True) for n in (3 * 2**20, 6 * 2**20))
+    assert np.isfinite(two) and two < 2 * one  # two-shot moves 2 (p - 1) / p n, not (p - 1) n
+    assert np.isinf(custom_all_reduce_s(9e6, 4, nvlink, "trtllm", True))
+    assert np.isfinite(custom_all_reduce_s(15e6, 2, nvlink, "trtllm", True))
+    assert np.isinf(custom_all_reduce_s(17e6, 2, nvlink, "trtllm", True))
+    assert np.isinf(custom_all_reduce_s(small, 16, nvlink, "trtllm", True))  # beyond the table: NCCL
     assert np.isinf(custom_all_reduce_s(small, 2, nvlink, "trtllm", False))
     # vLLM: two-shot above 256 KiB on 8 GPUs, NCCL from 8 MiB; on PCIe only 2 GPUs with P2P
     assert np.isfinite(custom_all_reduce_s(mid, 8, nvlink, "vllm", True))

@@ -45,8 +45,12 @@ def test_decode_pays_two_all_reduces_of_batch_x_hidden_per_layer(batch):
     model = scn.model
     one = tp_all_reduce_s(scn, wl, batch * model.hidden * 2.0)
     tp = float(estimate_serving(scn, wl).decode_s["tp_comm"])
-    # 2 per layer, plus the vocabulary-parallel embedding's all-reduce
-    assert 2 * model.layers * one <= tp <= (2 * model.layers + 2) * one * 1.0001
+    # the logits each step samples from, gathered over the vocabulary split (16 bits)
+    cluster = serving_scenario(scn, wl).cluster
+    group = Fabric(cluster.intra_node_link, cluster.inter_node_link).group(scn.plan.tp, scn.plan.tp)
+    logits = float(group.reduce_scatter(batch * model.vocab * 2.0))
+    # 2 per layer, plus the vocabulary-parallel embedding's all-reduce and the logits' all-gather
+    assert 2 * model.layers * one + logits <= tp <= ((2 * model.layers + 2) * one + logits) * 1.0001
 
 
 def test_prefill_all_reduces_carry_every_prompt_token():
@@ -109,18 +113,20 @@ def test_the_largest_batch_is_what_the_kv_cache_leaves_room_for():
     The GPU holds what CUDA reports, 79.11 GiB (not 80e9). TensorRT-LLM's engine buffers, as trtllm-bench
     sizes them: 0.95 (8 x 79.11 GiB - 70.55e9 x 2) / (2 x 80 x 8 x 128 x 2 x 640) = 2,439 requests ->
     max_batch_size 2,560 (256 x 10), max_num_tokens 2,439 x 5 -> 12,288; activations 12,288 x 1.374 x
-    (5 x 8192 + 6 x 28672 / 8) = 1.055 GB, buffers 2,560 x 5.49 GiB / 4096 (1.44 MB) = 3.684 GB."""
+    (5 x 8192 + 6 x 28672 / 8) = 1.055 GB, buffers 2,560 x 5.49 GiB / 4096 (1.44 MB) = 3.684 GB, and
+    the all-reduce workspace of 8 ranks, 4 x 8 MB x 8 = 256 MB."""
     scn, wl = scenario(), ServingWorkload(512, 128, 1)
     est = estimate_serving(scn, wl)
     capacity = 79.11 * 2**30
     assert float(scn.cluster.gpu.memory_bytes) == pytest.approx(capacity)
     per_seq = 2 * 80 * 640 * 1 * 128 * 2.0
-    buffers = 12288 * 1.374 * (5 * 8192 + 6 * 28672 / 8) + 2560 * (1.14 + 4.35) * 2**30 / 4096
-    assert buffers == pytest.approx(4.739e9, rel=1e-3)
+    buffers = 12288 * 1.374 * (5 * 8192 + 6 * 28672 / 8) + 2560 * (1.14 + 4.35) * 2**30 / 4096 + 4 * 8e6 * 8
+    assert buffers == pytest.approx(4.995e9, rel=1e-3)
     free = KV_CACHE_FRACTION * (capacity - float(est.weights_bytes) - RUNTIME_RESERVED_BYTES - buffers)
     assert int(est.max_batch) == int(free // per_seq)
-    # 0.9 (84.94e9 - 17.64e9 of weights - 2 GiB - 4.74e9) / 26.2 MB; 1,924 when 80 GB was read as 80e9
-    assert int(est.max_batch) == 2074
+    # 0.9 (84.94e9 - 17.64e9 of weights - 2 GiB - 5.00e9) / 26.2 MB; 2,074 before the all-reduce
+    # workspace was counted (#37), 1,924 when 80 GB was read as 80e9
+    assert int(est.max_batch) == 2065
     assert float(est.weights_bytes) == pytest.approx(70.6e9 * 2 / 8, rel=0.02)
     assert bool(est.fits_in_memory)
     assert not bool(estimate_serving(scn, ServingWorkload(512, 128, int(est.max_batch) + 1)).fits_in_memory)

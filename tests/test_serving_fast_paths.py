@@ -76,7 +76,7 @@ def test_the_output_layer_without_a_loss_is_head_costs(tp, sp):
     comm = tp_comm(scn, Fabric.of(cluster), place["tp"], TOKENS)
     cost = head_cost(scn, comm, TOKENS, loss=False)
     assert np.array_equal(bits(cost.compute_forward_s), bits(head_forward_s(scn, TOKENS)))
-    assert np.array_equal(bits(cost.tp_forward_s), bits(head_inference_tp_s(scn, comm)))
+    assert np.array_equal(bits(cost.tp_forward_s), bits(head_inference_tp_s(scn, comm, TOKENS)))
 
 
 @pytest.mark.parametrize(("framework", "tp", "pp"), [("tensorrt-llm", 8, 1), ("tensorrt-llm", 1, 8), ("vllm", 4, 2)])

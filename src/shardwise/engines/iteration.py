@@ -104,8 +104,9 @@ def stage_costs(
     layer = StageCost(linear + attention, 0.0, 2 * reduce + gather, 0.0)  # attn, MLP
     emb = embedding_cost(one, comm, tokens)
     # the output layer on the decoding tokens and the prompts that finish: few distinct counts
+    logits = np.ceil(d + q / n)
     head = StageCost(
-        per_value(lambda x: head_forward_s(one, x), np.ceil(d + q / n)), 0.0, head_inference_tp_s(one, comm), 0.0
+        per_value(lambda x: head_forward_s(one, x), logits), 0.0, head_inference_tp_s(one, comm, logits), 0.0
     )
     split = plan_split(model.layers, plan)
     moe = None

@@ -42,6 +42,13 @@ CROSS_ENTROPY_KERNELS = 4
 # estimate for Megatron-Core's `LanguageModelEmbedding` (word lookup, position add, layout copy,
 # dropout; megatron/core/models/common/embeddings/language_model_embedding.py), not a count.
 EMBEDDING_KERNELS = 2
+# Serving under TP: the output layer is split over the vocabulary and every engine gathers the
+# logits before sampling, in the output layer's 16 bits (TensorRT-LLM's PyTorch backend:
+# `LMHead(..., tensor_parallel_mode=COLUMN, gather_output=True)` in the dtype of the checkpoint,
+# tensorrt_llm/_torch/models/modeling_utils.py `DecoderModelForCausalLM`; vLLM `LogitsProcessor.
+# _gather_logits`, a gather to rank 0 or an all-gather; SGLang's `LogitsProcessor`, an all-gather):
+# b x vocab x 2 bytes a step, which does not shrink with the TP size (#37).
+LOGITS_GATHER_BYTES = 2.0
 
 
 def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> StageCost:
@@ -75,10 +82,14 @@ def head_forward_s(scn: Scenario, q_len: Number | None = None, weight_bytes: Num
     return norm + out.forward_s
 
 
-def head_inference_tp_s(scn: Scenario, comm: TpComm) -> Number:
+def head_inference_tp_s(scn: Scenario, comm: TpComm, logits_tokens: Number = 0.0) -> Number:
     """The output layer's TP communication without a loss: the all-gather of a sequence-parallel
-    input, none otherwise."""
-    return np.where(np.asarray(scn.plan.sequence_parallel, dtype=bool), comm.all_gather, 0.0)
+    input, and the all-gather of the vocabulary-split logits of `logits_tokens` tokens that the
+    serving engines sample from (`LOGITS_GATHER_BYTES` each per vocabulary entry); a group of one
+    rank costs nothing."""
+    sp = np.where(np.asarray(scn.plan.sequence_parallel, dtype=bool), comm.all_gather, 0.0)
+    logits = LOGITS_GATHER_BYTES * np.asarray(logits_tokens, dtype=float) * scn.model.vocab
+    return sp + np.where(logits > 0, comm.group.reduce_scatter(logits), 0.0)  # an all-gather: the same ring
 
 
 def _norm_and_logits(
@@ -111,7 +122,8 @@ def head_cost(
     """Final norm, output projection (column-parallel over the vocabulary) and, when training,
     the loss; `q_len` tokens per sequence get logits (inference: the last one only)."""
     if not loss:
-        return StageCost(head_forward_s(scn, q_len, weight_bytes), 0.0, head_inference_tp_s(scn, comm), 0.0)
+        tokens = scn.plan.micro_batch * (scn.model.seq_len if q_len is None else q_len)
+        return StageCost(head_forward_s(scn, q_len, weight_bytes), 0.0, head_inference_tp_s(scn, comm, tokens), 0.0)
     model, plan = scn.model, scn.plan
     e, b, t = plan.bytes_per_element, plan.micro_batch, plan.tp
     sp = np.asarray(plan.sequence_parallel, dtype=bool)

@@ -49,6 +49,16 @@ trtllm-bench sizes the engine from NVML's total instead (tensorrt_llm/bench/buil
 `get_device_memory`, nvmlDeviceGetMemoryInfo: 81559 MiB = 79.65 GiB on an H100), 0.5 GiB more; that
 difference moves S and N by under 1% and is not modelled.
 
+4. The all-reduce workspace under TP (t > 1): every rank maps its peers' IPC buffers for
+   TensorRT-LLM's own all-reduce kernels, 4 W t bytes: W t of IPC buffers and 3 W t of Lamport
+   buffers (tensorrt_llm/_torch/distributed/ops.py `get_allreduce_workspace` ->
+   tensorrt_llm/plugin/plugin.py `CustomAllReduceHelper.allocate_allreduce_fusion_workspace`),
+   W = `max_workspace_size_auto(t)` = 16,000,000 bytes up to 2 ranks, 8,000,000 above (the same
+   limits as the kernels' message sizes, cpp/tensorrt_llm/common/customAllReduceUtils.h
+   `getMaxRequiredWorkspaceSize`): 128 MB at t = 2 and 4, 256 MB at t = 8. Newer builds size W at
+   64 MiB whatever t (up to 2 GiB at t = 8); NCCL's own buffers are not counted here (part of
+   `RUNTIME_RESERVED_BYTES`).
+
 Range: c_a is 1 for a memory planner that keeps exactly the MLP's tensors, up to about 2; B_s is
 0.3-5 MB for vocabularies of 32k-256k. Only TensorRT-LLM is sized this way: vLLM and SGLang profile
 their activation peak inside their own memory fraction (`engines.engine_presets`).
@@ -73,6 +83,8 @@ BENCH_MIN_TOKENS = 2048
 ACTIVATION_PLANNER_FACTOR = 928.77 * 2**20 / 8192 / (5 * 4096 + 6 * 11008)
 # Runtime + decoder buffers per sequence slot: (1.14 + 4.35) GiB / 4096, the same log (its "GB" are GiB).
 BUFFER_BYTES_PER_SEQUENCE = (1.14 + 4.35) * 2**30 / 4096
+# The all-reduce workspace: one IPC buffer and three Lamport buffers of W t bytes (module docstring, 4).
+ALLREDUCE_IPC_AND_LAMPORT_BUFFERS = 4
 
 
 def bench_engine_settings(
@@ -123,6 +135,12 @@ def runtime_buffers_bytes(max_batch_size: Number, pp: Number) -> Number:
     return BUFFER_BYTES_PER_SEQUENCE * np.asarray(max_batch_size, dtype=float) * np.asarray(pp, dtype=float)
 
 
+def allreduce_workspace_bytes(tp: Number) -> Number:
+    """TensorRT-LLM's all-reduce workspace on one GPU of a TP group (module docstring, 4)."""
+    t = np.asarray(tp, dtype=float)
+    return np.where(t > 1, ALLREDUCE_IPC_AND_LAMPORT_BUFFERS * np.where(t <= 2, 16e6, 8e6) * t, 0.0)
+
+
 def engine_buffers_bytes(
     model: Model,
     tp: Number,
@@ -137,4 +155,4 @@ def engine_buffers_bytes(
     batch, tokens = bench_engine_settings(
         model, tp, pp, input_len, output_len, gpu_memory_bytes, weight_bytes_per_param, kv_bytes_per_element
     )
-    return activation_bytes(model, tp, tokens) + runtime_buffers_bytes(batch, pp)
+    return activation_bytes(model, tp, tokens) + runtime_buffers_bytes(batch, pp) + allreduce_workspace_bytes(tp)

@@ -126,7 +126,7 @@ class Group:
         per_node: Number,
         intra: Link,
         inter: Link | None,
-        custom: tuple[str, bool, bool] | None = None,
+        custom: tuple[str, bool, bool, bool] | None = None,
         all_to_all_scale: Number = 1.0,
     ) -> None:
         p = np.asarray(ranks, dtype=float)
@@ -183,7 +183,7 @@ class Group:
                     (LL128_STEP_S, 1.0 / (LL128_SHARE * b)),
                 )
             )
-        # (kernel, NVLink-class, P2P on) of the serving engine's own all-reduce, inside one server
+        # (kernel, NVLink-class, P2P on, Blackwell) of the serving engine's own all-reduce, inside one server
         self._custom = (p, intra, ~multi, *custom) if custom is not None and custom[0] != "none" else None
         if p.ndim == 0:  # one group: numpy scalars for its 0-d arrays (the same values, cheaper to use)
             for name in self.__slots__:
@@ -205,8 +205,8 @@ class Group:
             for latency, _, inv in self._ll:
                 ring = minimum(ring, latency + wire * inv)
         if self._custom is not None:
-            p, link, inside, kernel, nvlink, p2p = self._custom
-            own = custom_all_reduce_s(n_bytes, p, link, kernel, nvlink, p2p)
+            p, link, inside, kernel, nvlink, p2p, blackwell = self._custom
+            own = custom_all_reduce_s(n_bytes, p, link, kernel, nvlink, p2p, blackwell)
             ring = np.where(np.isfinite(own) & inside, own, ring)
         if self._multi is None:
             return ring
@@ -321,7 +321,7 @@ class Fabric:
         self,
         intra: Link,
         inter: Link | None,
-        custom: tuple[str, bool, bool] | None = None,
+        custom: tuple[str, bool, bool, bool] | None = None,
         all_to_all_scale: Number = 1.0,
         p2p_scale: Number = 1.0,
     ) -> None:
@@ -350,7 +350,9 @@ class Fabric:
             intra = without_p2p(intra)
         if not cluster.nvls:
             intra = intra.with_(nvls_efficiency=0.0)
-        custom = (cluster.custom_all_reduce, nvlink, bool(cluster.p2p))
+        # Blackwell and later (FP4 tensor cores: compute capability 10+) for TensorRT-LLM's table
+        blackwell = bool(np.all(np.asarray(cluster.gpu.peak_flops_per_s_fp4) > 0))
+        custom = (cluster.custom_all_reduce, nvlink, bool(cluster.p2p), blackwell)
         return cls(
             intra,
             cluster.inter_node_link,

@@ -14,10 +14,23 @@ When each engine uses which (read from their sources):
 - vLLM (`vllm/distributed/device_communicators/custom_all_reduce.py`, `csrc/custom_all_reduce.cuh`):
   world sizes 2, 4, 6, 8; messages under 8 MiB; on PCIe only 2 GPUs, and only with P2P; two GPUs
   always one-shot, else one-shot under 512 KiB (4 GPUs) or 256 KiB (6-8 GPUs), two-shot above.
-- TensorRT-LLM (`cpp/tensorrt_llm/plugins/ncclPlugin/allreducePlugin.cpp`, AUTO): NCCL without
-  NVLink or P2P; 2 GPUs one-shot (under its 16 MB workspace); up to 4 GPUs one-shot under 1 MB,
-  more under 500 kB; NCCL above (two-shot is never picked automatically). SGLang uses
-  TensorRT-LLM's kernel (sgl-project/sglang PR 2904) with vLLM's selection.
+- TensorRT-LLM, PyTorch backend (the 1.x preset), AllReduceStrategy.AUTO
+  (cpp/tensorrt_llm/thop/allreduceOp.cpp `selectImplementation`, `ifFallbackToNCCL`): NCCL where
+  the group lacks NVLink or P2P or the message exceeds the workspace (16 MB up to 2 GPUs, 8 MB
+  above: cpp/tensorrt_llm/common/customAllReduceUtils.h `getMaxRequiredWorkspaceSize`), else the
+  strategy of a measured lookup table (`selectStrategyLookUpTable`, `AllReduceBestStrategyTableSM90`
+  and `...SM100`, every SM below 100 read as 90 and every one from 100 up as 100) by TP size, fused
+  op (RESIDUAL_RMS_NORM for Llama-style layers), hidden size and power-of-two token count. Read
+  as bytes of 16-bit activations for hidden 4096 and 8192 (Llama 3 8B, Mixtral; Llama 3 70B), its
+  rows agree: on Hopper and earlier one-shot below 16 MB at 2 GPUs, below 4 MiB at 4 (two-shot
+  up to the 8 MB workspace), below 1 MiB at 8 (NCCL above); on Blackwell one-shot below 16 MB at
+  2 GPUs, below 4 MiB at 4 and 8 with two-shot up to 8 MB (`TRTLLM_AUTO_BYTES`; at 4 Blackwell GPUs
+  hidden 8192 keeps one-shot up to 8 MB, not separated here; a hidden size of 16384, Llama 3
+  405B, lies outside the table, which then returns NCCL's symmetric-memory all-reduce: not
+  priced apart). Before #37 the TensorRT backend's plugin thresholds were used
+  (`cpp/tensorrt_llm/plugins/ncclPlugin/allreducePlugin.cpp`: one-shot under 1 MB up to 4 GPUs,
+  500 kB above, never two-shot). SGLang uses TensorRT-LLM's kernel (sgl-project/sglang PR 2904)
+  with vLLM's selection.
 - alpha: the smallest messages of sglang PR 2904's table (H100, no CUDA graph): vLLM's kernel
   9.5 / 9.1 / 10.1 us at 2 / 4 / 8 GPUs (one value, 9.5 us), TensorRT-LLM's 3.7 / 4.8 / 5.9 us
   (2.6 + 1.1 log2 p us). Those timings include a launch each; inside a CUDA graph they are
@@ -57,6 +70,13 @@ VLLM_MAX_BYTES = 8 * 1024 * 1024
 VLLM_ALPHA_S = 9.5e-6
 TRTLLM_ALPHA_S = (2.6e-6, 1.1e-6)  # a + b log2(p)
 TRTLLM_WORKSPACE_BYTES = 16_000_000
+MIB = 1024 * 1024
+# TensorRT-LLM's AUTO selection (module docstring): (one-shot below, two-shot below) bytes for
+# 2, 4 and 8 GPUs, Hopper-and-earlier's table and Blackwell's; NCCL at and above the second.
+TRTLLM_AUTO_BYTES = {
+    False: ((16e6, 16e6), (4 * MIB, 8e6), (1 * MIB, 1 * MIB)),
+    True: ((16e6, 16e6), (4 * MIB, 8e6), (4 * MIB, 8e6)),
+}
 
 
 def is_nvlink_class(link: Link) -> bool:
@@ -82,10 +102,11 @@ def _alpha_s(kernel: str, p: np.ndarray) -> Number:
 
 
 def custom_all_reduce_s(
-    n_bytes: Number, ranks: Number, link: Link, kernel: str, nvlink: bool, p2p: bool = True
+    n_bytes: Number, ranks: Number, link: Link, kernel: str, nvlink: bool, p2p: bool = True, blackwell: bool = False
 ) -> Number:
     """Seconds of the engine's own all-reduce of `n_bytes` over `ranks` GPUs of one server, or
-    inf where the engine would call NCCL instead (see the module docstring)."""
+    inf where the engine would call NCCL instead (see the module docstring); `blackwell`: GPUs of
+    compute capability 10 or more (TensorRT-LLM's table)."""
     n = np.asarray(n_bytes, dtype=float)
     p = np.asarray(ranks, dtype=float)
     if kernel == "none" or not p2p:
@@ -95,9 +116,12 @@ def custom_all_reduce_s(
     one = alpha + (p - 1) * n / bw
     two = 2 * alpha + 2 * (p - 1) / p * n / bw
     if kernel == "trtllm":
-        limit = np.where(p <= 2, TRTLLM_WORKSPACE_BYTES, np.where(p <= 4, 1_000_000, 500_000))
-        use = (n < limit) & (p >= 2) & nvlink
-        return np.where(use, one, np.inf)
+        rows = TRTLLM_AUTO_BYTES[bool(blackwell)]
+        row = np.where(p < 4, 0, np.where(p < 8, 1, 2))  # the table's TP index, log2(p) - 1 truncated
+        one_below = np.choose(row, [r[0] for r in rows])
+        two_below = np.choose(row, [r[1] for r in rows])
+        ok = (p >= 2) & (p <= 8) & nvlink
+        return np.where(ok & (n < one_below), one, np.where(ok & (n < two_below), two, np.inf))
     # vLLM's selection (SGLang's too)
     sizes = np.isin(p, VLLM_SIZES) & (n < VLLM_MAX_BYTES) & (nvlink | (p == 2))
     oneshot = (p == 2) | ((p <= 4) & (n < 512 * 1024)) | ((p <= 8) & (n < 256 * 1024))
