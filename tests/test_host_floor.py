@@ -112,3 +112,18 @@ def test_the_tp_grid_prices_each_tp_size_that_fits_and_refuses_an_unknown_system
     assert sorted(burst) == [2, 4, 8] and burst[8] < steady[8]
     assert grid.main(["--gpus", "dgx-h9000"]) == 2
     assert "is not one of" in capsys.readouterr().err
+
+
+def test_the_tp_grid_sets_each_median_beside_an_earlier_runs(tmp_path, capsys):
+    """`--against`: the medians of an earlier `--csv` over the same cases; an unreadable file is one
+    line and exit 2, before anything is priced."""
+    grid = _grid()
+    assert grid.main(["--gpus", "l40s-8x", "--against", str(tmp_path / "none.csv")]) == 2
+    assert "--against: cannot read" in capsys.readouterr().err
+    earlier = tmp_path / "before.csv"
+    fields = "system,model,isl,osl,pair,small_tok_s,big_tok_s,ratio"
+    earlier.write_text(f"{fields}\nl40s-8x,llama3-8b,128,128,TP2/TP1,1,3,3.0\nl40s-8x,llama3-70b,1,1,TP4/TP2,1,9,9.0\n")
+    assert grid.main(["--gpus", "l40s-8x", "--models", "llama3-8b", "--against", str(earlier)]) == 0
+    out = capsys.readouterr().out
+    assert "was 3.00 (1)" in out  # the 8B case; the 70B row is not among this run's cases
+    assert "was 9.00" not in out

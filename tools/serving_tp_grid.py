@@ -8,13 +8,14 @@ against TP k/2 is printed, with the median per GPU and pair. Nothing is fitted h
 ratios (#37's held-out tables) are not in the project.
 
     PYTHONPATH=src python tools/serving_tp_grid.py [--gpus l40s-8x,a100-pcie-8x] [--models llama3-70b]
-        [--static | --burst N] [--csv out.csv]
+        [--static | --burst N] [--csv out.csv] [--against before.csv]
 
 `--static` prices one full batch (`analyses.serving.at_max_batch`, as `validate inference` does)
 instead of the in-flight simulation; `--burst N` sends N requests at once and counts every
 generated token over the whole run, ramp and tail included, as trtllm-bench's throughput mode
 reports it (`engines.inflight.Simulated.run_tokens_per_s`; the request count of each perf-overview
-run is not in the project).
+run is not in the project). `--against` prints each median beside the one of an earlier run's
+`--csv` (the same cases), for a before/after of a model change.
 """
 
 from __future__ import annotations
@@ -77,6 +78,11 @@ def replica_rates(
     return out
 
 
+def case(row: dict[str, object]) -> tuple[str, ...]:
+    """One ratio's case (system, model, lengths, pair), as a run's rows or its --csv hold it."""
+    return tuple(str(row[k]) for k in ("system", "model", "isl", "osl", "pair"))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gpus", default=",".join(DEFAULT_SYSTEMS))
@@ -85,7 +91,16 @@ def main(argv: list[str] | None = None) -> int:
     how.add_argument("--static", action="store_true")
     how.add_argument("--burst", type=int, default=0)
     parser.add_argument("--csv", default="")
+    parser.add_argument("--against", default="", help="an earlier --csv: its medians beside these")
     args = parser.parse_args(argv)
+    before: list[dict[str, str]] = []
+    if args.against:
+        try:
+            with open(args.against, newline="", encoding="utf-8") as f:
+                before = list(csv.DictReader(f))
+        except OSError as e:
+            print(f"--against: cannot read {args.against!r}: {e.strerror}", file=sys.stderr)
+            return 2
     rows: list[dict[str, object]] = []
     for system in args.gpus.split(","):
         if system not in SYSTEMS:
@@ -109,8 +124,12 @@ def main(argv: list[str] | None = None) -> int:
     for system in dict.fromkeys(str(r["system"]) for r in rows):
         for pair in ("TP2/TP1", "TP4/TP2", "TP8/TP4"):
             xs = [float(r["ratio"]) for r in rows if r["system"] == system and r["pair"] == pair]  # type: ignore[arg-type]
+            cases = {case(r) for r in rows if r["system"] == system and r["pair"] == pair}
+            was = [float(r["ratio"]) for r in before if case(r) in cases]
+            then = f", was {statistics.median(was):.2f} ({len(was)})" if was else ""
             if xs:
-                print(f"{system:14s} {pair}: {statistics.median(xs):.2f} ({len(xs)}, {min(xs):.2f}-{max(xs):.2f})")
+                spread = f"{min(xs):.2f}-{max(xs):.2f}"
+                print(f"{system:14s} {pair}: {statistics.median(xs):.2f} ({len(xs)}, {spread}){then}")
     if args.csv:
         with open(args.csv, "w", newline="", encoding="utf-8") as f:
             w = csv.DictWriter(f, fieldnames=list(rows[0]))
