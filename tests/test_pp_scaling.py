@@ -73,14 +73,15 @@ def test_holding_its_own_capacity_changes_nothing_and_more_holds_more():
 
 
 def test_serve_says_why_a_pipeline_serves_more_than_k_times(cli):
-    # Llama 3 70B in 16 bits on H100: TP 2 keeps 100 sequences beside 70.6 GB of weights per GPU, the
+    # Llama 3 70B in 16 bits on H100: TP 2 keeps 99 sequences beside 70.6 GB of weights per GPU (100
+    # before TensorRT-LLM's 128 MB all-reduce workspace was counted, #37), the
     # TP 2 x PP 4 pipeline over 2,000 (on RTX 4090s, Llama 3 8B's pipeline loses more to its unequal
     # micro-batches than its memory gains since prompts sit whole in one micro-batch: not past 8x)
     args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=2,pp=4", "--plan", "tp=2"]
     code, out, _ = cli([*args, "--max-throughput", "--framework", "tensorrt-llm", "--requests", "300"])
     assert code == 0
     line = " ".join(out[out.index("tp=2,pp=4: at full load") :].split())  # wrapped to the terminal
-    assert "x tp=2's tokens/s on 4x the GPUs, more than 4x as tp=2's KV cache holds only 100 sequences" in line
+    assert "x tp=2's tokens/s on 4x the GPUs, more than 4x as tp=2's KV cache holds only 99 sequences" in line
     serve, keeps = (float(re.search(pat, line).group(1)) for pat in (r"tp=2 would serve ([\d.]+)x", r"keeps ([\d.]+)"))
     assert 1.05 < serve < 1.3 and 0.8 < keeps < 1.0  # the weight reads shared; sends, bubble and host time
     code, out, _ = cli([*args, "--max-throughput", "--framework", "tensorrt-llm", "--requests", "300", "--json"])

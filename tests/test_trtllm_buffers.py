@@ -8,7 +8,9 @@ from shardwise import presets
 from shardwise.engines.serving import kv_cache_free_bytes, memory_per_gpu, plan_for_serving, serving_scenario
 from shardwise.engines.trtllm_buffers import (
     activation_bytes,
+    allreduce_workspace_bytes,
     bench_engine_settings,
+    engine_buffers_bytes,
     runtime_buffers_bytes,
 )
 from shardwise.specs import Scenario
@@ -107,3 +109,15 @@ def test_tensorrt_llm_keeps_less_kv_cache_than_before_its_buffers_and_tp2_loses_
     assert float(kv_cache_free_bytes(scn, vllm, weights)) == pytest.approx(
         0.9 * cluster.gpu.memory_bytes - float(weights) - 2 * 1024**3
     )
+
+
+def test_the_all_reduce_workspace_is_four_buffers_of_w_t_bytes_under_tp():
+    """One IPC and three Lamport buffers of W t bytes on each rank, W 16 MB up to 2 ranks and 8 MB
+    above (plugin.py allocate_allreduce_fusion_workspace, max_workspace_size_auto); none at TP 1."""
+    assert [float(allreduce_workspace_bytes(t)) for t in (1, 2, 4, 8)] == [0.0, 128e6, 128e6, 256e6]
+    model = presets.model("llama3-70b")
+    args = (1, 1000, 1000, 80e9, 1.0, 1.0)
+    for t in (1, 2, 8):
+        batch, tokens = bench_engine_settings(model, t, *args)
+        alone = activation_bytes(model, t, tokens) + runtime_buffers_bytes(batch, 1) + allreduce_workspace_bytes(t)
+        assert float(engine_buffers_bytes(model, t, *args)) == pytest.approx(float(alone))

@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.custom_allreduce import TRTLLM_WORKSPACE_BYTES
 from shardwise.physics.params import total_params
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
@@ -138,7 +139,8 @@ def runtime_buffers_bytes(max_batch_size: Number, pp: Number) -> Number:
 def allreduce_workspace_bytes(tp: Number) -> Number:
     """TensorRT-LLM's all-reduce workspace on one GPU of a TP group (module docstring, 4)."""
     t = np.asarray(tp, dtype=float)
-    return np.where(t > 1, ALLREDUCE_IPC_AND_LAMPORT_BUFFERS * np.where(t <= 2, 16e6, 8e6) * t, 0.0)
+    small, large = TRTLLM_WORKSPACE_BYTES
+    return np.where(t > 1, ALLREDUCE_IPC_AND_LAMPORT_BUFFERS * np.where(t <= 2, small, large) * t, 0.0)
 
 
 def engine_buffers_bytes(

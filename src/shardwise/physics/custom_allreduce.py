@@ -69,13 +69,15 @@ VLLM_SIZES = (2, 4, 6, 8)
 VLLM_MAX_BYTES = 8 * 1024 * 1024
 VLLM_ALPHA_S = 9.5e-6
 TRTLLM_ALPHA_S = (2.6e-6, 1.1e-6)  # a + b log2(p)
-TRTLLM_WORKSPACE_BYTES = 16_000_000
 MIB = 1024 * 1024
+# TensorRT-LLM's workspace limits on a message (getMaxRequiredWorkspaceSize): up to 2 GPUs, above
+TRTLLM_WORKSPACE_BYTES = (16_000_000, 8_000_000)
 # TensorRT-LLM's AUTO selection (module docstring): (one-shot below, two-shot below) bytes for
 # 2, 4 and 8 GPUs, Hopper-and-earlier's table and Blackwell's; NCCL at and above the second.
+_SMALL, _LARGE = TRTLLM_WORKSPACE_BYTES
 TRTLLM_AUTO_BYTES = {
-    False: ((16e6, 16e6), (4 * MIB, 8e6), (1 * MIB, 1 * MIB)),
-    True: ((16e6, 16e6), (4 * MIB, 8e6), (4 * MIB, 8e6)),
+    False: ((_SMALL, _SMALL), (4 * MIB, _LARGE), (1 * MIB, 1 * MIB)),
+    True: ((_SMALL, _SMALL), (4 * MIB, _LARGE), (4 * MIB, _LARGE)),
 }
 
 
