@@ -34,7 +34,7 @@ from shardwise.physics.flops import (
     input_gradient,
     layer_forward,
 )
-from shardwise.physics.linears import GemmTimes
+from shardwise.physics.linears import GemmTimes, gathered_shards
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.params import layer_params_split
@@ -238,6 +238,7 @@ def layer_cost(
         accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
         plan.fp8_recipe,
         plan.cp_comm,
+        gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, t, sp),
     )
     lt = lora_layer_times(
         lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets
@@ -254,7 +255,10 @@ def layer_cost(
         )
         copies_f = np.where(f_bytes > 0, memory_s(f_bytes, gpu, f_kernels), 0.0)
         copies_b = np.where(b_bytes > 0, memory_s(b_bytes, gpu, b_kernels), 0.0)
-    gather, scatter, reduce = comm.all_gather, comm.reduce_scatter, comm.all_reduce
+    scatter, reduce = comm.reduce_scatter, comm.all_reduce
+    # the sequence-parallel gathers at the bytes the recipe gathers (`TpComm`, Transformer Engine's
+    # quantised all-gathers): the forward's inputs, the inputs again for wgrad, the output gradients
+    gather_in, gather_x, gather_dy = comm.gather_input, comm.gather_wgrad_input, comm.gather_output_grad
     sms = gpu.sm_count
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
     ub = np.asarray(plan.tp_comm_overlap, dtype=bool) & sp
@@ -281,10 +285,10 @@ def layer_cost(
         split_f = np.where(shard, parts["q"][1] + mlp * parts["u"][1], 0.0)
         split_b = np.where(shard, parts["o"][1] + mlp * parts["d"][1], 0.0)
 
-    def gather_beside(gemm: Number, name: str) -> Number:
-        """An all-gather of the sequence-parallel activation (or its gradient) that feeds `gemm`:
-        overlapped by userbuffers' ring exchange; or (`tp_shard_overlap`) beside the GEMM of the
-        rank's own rows."""
+    def gather_beside(gather: Number, gemm: Number, name: str) -> Number:
+        """An all-gather (`gather` seconds) of the sequence-parallel activation (or its gradient) that
+        feeds `gemm`: overlapped by userbuffers' ring exchange; or (`tp_shard_overlap`) beside the
+        GEMM of the rank's own rows."""
         with_ub = hide(gather, gemm, ub, UB_RING_EXCHANGE_SMS, ring)
         if name not in own:
             return with_ub
@@ -292,35 +296,35 @@ def layer_cost(
         return np.where(ub, with_ub, beside)
 
     # forward
-    sp_fwd_mlp = mlp * gather_beside(u.forward_s, "u") + mlp * hide(
+    sp_fwd_mlp = mlp * gather_beside(gather_in, u.forward_s, "u") + mlp * hide(
         scatter, d.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS
     )
     sp_fwd = (
-        mix * gather_beside(q.forward_s, "q")
+        mix * gather_beside(gather_in, q.forward_s, "q")
         + mix * hide(scatter, o.forward_s, ub, UB_PIPELINED_RS_SMS, UB_PIPELINED_RS_SPLITS)
         + sp_fwd_mlp
     )
     blocks = mix + mlp  # attention (or a hybrid's mixers) and (when there is one) the dense MLP
     tp_fwd = np.where(sp, sp_fwd, blocks * reduce)
     tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce)  # the dense MLP's own (`Plan.recompute_modules`)
-    tp_fwd_total = np.where(sp, blocks * (gather + scatter), blocks * reduce)
+    tp_fwd_total = np.where(sp, blocks * (gather_in + scatter), blocks * reduce)
     # backward
     col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
     col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
     overlap_col = async_grad | ub
     sp_bwd = (
-        mix * gather_beside(o.input_grad_s, "o")
-        + mlp * gather_beside(d.input_grad_s, "d")
-        + mix * hide(gather, q.input_grad_s, overlap_col, col_sms_ag)
+        mix * gather_beside(gather_dy, o.input_grad_s, "o")
+        + mlp * gather_beside(gather_dy, d.input_grad_s, "d")
+        + mix * hide(gather_x, q.input_grad_s, overlap_col, col_sms_ag)
         + mix * hide(scatter, q.weight_grad_s, overlap_col, col_sms_rs)
-        + mlp * hide(gather, u.input_grad_s, overlap_col, col_sms_ag)
+        + mlp * hide(gather_x, u.input_grad_s, overlap_col, col_sms_ag)
         + mlp * hide(scatter, u.weight_grad_s, overlap_col, col_sms_rs)
     )
     plain_bwd = mix * hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + mlp * hide(
         reduce, u.weight_grad_s, async_grad, NCCL_OVERLAP_SMS
     )
     tp_bwd = np.where(sp, sp_bwd, plain_bwd)
-    tp_bwd_total = np.where(sp, blocks * (2 * gather + scatter), blocks * reduce)
+    tp_bwd_total = np.where(sp, blocks * (gather_dy + gather_x + scatter), blocks * reduce)
     # Context parallelism (ring attention, Megatron-Core / Transformer Engine "p2p"): cp - 1 steps
     # pass a KV chunk to the next rank while attention runs on the chunk in hand; a step costs
     # what its transfer exceeds one chunk's attention. Backward passes KV and dKV: twice the bytes.

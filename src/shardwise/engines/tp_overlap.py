@@ -8,6 +8,7 @@ import numpy as np
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import gemm_s
 from shardwise.physics.flops import Gemm, gemm
+from shardwise.physics.linears import sp_gather_bytes_per_element
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import Gpu
@@ -17,19 +18,30 @@ class TpComm:
     """The TP group's collectives on one micro-batch's activation (b s_q h e bytes), priced once
     and shared by the layers, the embedding, the output layer and the pipeline sends."""
 
-    __slots__ = ("all_gather", "all_reduce", "group", "message_bytes", "reduce_scatter")
+    __slots__ = ("all_gather", "all_reduce", "gather_input", "gather_output_grad", "gather_wgrad_input", "group")
+    __slots__ += ("message_bytes", "reduce_scatter")
 
-    def __init__(self, group: Group, message_bytes: Number) -> None:
+    def __init__(self, group: Group, message_bytes: Number, gather_scales: tuple[float, float, float] = (1.0,) * 3):
         self.group, self.message_bytes = group, message_bytes
         self.all_reduce = group.all_reduce(message_bytes)
         self.reduce_scatter = group.reduce_scatter(message_bytes)
         self.all_gather = self.reduce_scatter  # same bytes, same ring
+        # the sequence-parallel gathers in front of the linear layers, at the bytes the recipe gathers
+        # (`physics.linears.sp_gather_bytes_per_element`, over the activation's): the forward's input,
+        # the input again for the weight gradient, a row-parallel layer's output gradient
+        priced = {1.0: self.all_gather}
+        for scale in gather_scales:
+            if scale not in priced:
+                priced[scale] = group.all_gather(scale * message_bytes)
+        self.gather_input, self.gather_wgrad_input, self.gather_output_grad = (priced[x] for x in gather_scales)
 
 
 def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | None = None) -> TpComm:
     model, plan = scn.model, scn.plan
     tokens = plan.micro_batch * (model.seq_len if q_len is None else q_len)
-    return TpComm(fabric.group(plan.tp, tp_per_node), plan.bytes_per_element * tokens * model.hidden)
+    e = plan.bytes_per_element
+    scales = tuple(b / e for b in sp_gather_bytes_per_element(plan.precision, plan.fp8_recipe, e))
+    return TpComm(fabric.group(plan.tp, tp_per_node), e * tokens * model.hidden, scales)  # type: ignore[arg-type]
 
 
 # SMs a collective occupies while it overlaps a GEMM (the GEMM runs on the rest). Transformer

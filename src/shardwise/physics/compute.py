@@ -149,12 +149,15 @@ def layer_times(
     fp8_recipe: str = "te",
     cp_comm: str = "p2p",
     backward: bool = True,
+    gathered_shards: Number = 1,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
     bookkeeping where context parallelism runs as a ring (`cp_comm` p2p, `physics.attention`).
     `backward` False (inference): the linear layers' gradient GEMMs are not priced (NaN,
-    `physics.linears.linears_times`), the forward's numbers the same."""
+    `physics.linears.linears_times`), the forward's numbers the same. `gathered_shards`: the ranks
+    whose own rows a recipe casts before sequence parallelism's quantised all-gather
+    (`physics.linears.cast_times`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
@@ -205,7 +208,7 @@ def layer_times(
     elif is_narrow(precision):
         per_element = cast_bytes_per_element(precision, fp8_recipe, gpu.fp8_any_layout)
         kernels, saving = cast_kernels_per_tensor(precision, fp8_recipe), norm_fed_saving(precision, fp8_recipe)
-        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving)
+        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards)
         if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
             weight_cast = weight_cast_s(fwd, gpu, precision)
             cast_f = cast_f + weight_cast

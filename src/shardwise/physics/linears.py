@@ -132,6 +132,56 @@ def cast_kernels_per_tensor(precision: str, fp8_recipe: str = "te") -> int:
     return NVFP4_KERNELS_PER_TENSOR if is_nvfp4(precision) else 1
 
 
+# Sequence parallelism's all-gathers in front of Transformer Engine's linear layers move the
+# quantised tensor, not the 16-bit one (transformer_engine/pytorch/distributed.py
+# `gather_along_first_dim`: `_all_gather_fp8`, `_all_gather_mxfp8`, `_all_gather_nvfp4`, TE d0067d0;
+# the NVFP4 path since the recipe's first release, TE PR #2177, 2.10): the layer's input is cast on
+# the rank's own rows and gathered row-wise only (layernorm_linear.py / linear.py forward:
+# `quantizer.set_usage(rowwise=True, columnwise=False)` before the gather); the backward pass
+# re-gathers it in the layout the weight gradient reads (module/_common.py
+# `set_quantizer_usage_for_wgrad_all_gather`: column-wise, or row-wise for per-tensor FP8, which
+# transposes after the gather); a row-parallel layer's output gradient is cast and gathered with
+# the usages it has (base.py `grad_output_preprocess`): both layouts in block scaling (row-wise for
+# the input gradient, column-wise for the weight gradient), row-wise alone for per-tensor FP8.
+# Bytes per element of the gathered activation: (input, input again for wgrad, output gradient).
+# The reduce-scatters carry the GEMMs' 16-bit outputs. Scales: FP8's one per tensor (none per
+# element), MXFP8's one byte per 32, NVFP4's per 16. Since TE 2.1 (544dd14, 2025-02, the quantizer
+# rewrite); TE 1.x gathered the 16-bit norm output and cast it after (v1.13 layernorm_linear.py:
+# `gather_along_first_dim(ln_out, ...)`, then `cast_to_fp8(ln_out_total, ...)`). MXFP8, NVFP4 and
+# per-tensor current scaling exist only in TE 2.x, so they gather quantised; per-tensor delayed
+# scaling ("te") ran on both (NeMo 1 and early NeMo 2 containers on TE 1.x) and keeps 16-bit gathers.
+MXFP8_BYTES_PER_ELEMENT = 1.0 + 1.0 / 32.0
+TE_SP_GATHER_BYTES_PER_ELEMENT = {
+    "fp8": (1.0, 1.0, 1.0),
+    "mxfp8": (MXFP8_BYTES_PER_ELEMENT, MXFP8_BYTES_PER_ELEMENT, 2.0 * MXFP8_BYTES_PER_ELEMENT),
+    "nvfp4": (NVFP4_BYTES_PER_ELEMENT, NVFP4_BYTES_PER_ELEMENT, 2.0 * NVFP4_BYTES_PER_ELEMENT),
+}
+
+
+def sp_gather_bytes_per_element(precision: str, fp8_recipe: str, activation_bytes: float) -> tuple[float, float, float]:
+    """Bytes per element of a sequence-parallel all-gather feeding a linear layer: (its input in the
+    forward pass, its input re-gathered for the weight gradient, a row-parallel layer's output
+    gradient). Transformer Engine 2.x's MXFP8, NVFP4 and per-tensor current-scaling FP8 gather the
+    quantised tensor (`TE_SP_GATHER_BYTES_PER_ELEMENT`); 16-bit training, delayed-scaling FP8 (TE
+    1.x or 2.x, not known), torchao's recipes and the JAX path gather the `activation_bytes`
+    activation."""
+    te2 = fp8_recipe == "te_current" or (fp8_recipe == "te" and precision != "fp8")  # TE 2.x only
+    if precision in TE_SP_GATHER_BYTES_PER_ELEMENT and te2:
+        return TE_SP_GATHER_BYTES_PER_ELEMENT[precision]
+    return (activation_bytes,) * 3
+
+
+def gathered_shards(precision: str, fp8_recipe: str, tp: Number, sequence_parallel: Number) -> Number:
+    """The ranks over which a layer's gathered tensors are cast (`cast_times`): the TP group under
+    sequence parallelism where the recipe gathers the quantised tensor (each rank casts its own rows
+    before the all-gather: TE 2.x layernorm_linear.py / linear.py forward, base.py
+    `grad_output_preprocess`); 1 where it gathers 16 bits and casts the whole gathered tensor."""
+    quantised = sp_gather_bytes_per_element(precision, fp8_recipe, 2.0)[0] < 2.0
+    if not quantised:
+        return 1
+    return np.where(np.asarray(sequence_parallel, dtype=bool), np.maximum(np.asarray(tp, dtype=float), 1.0), 1.0)
+
+
 # Weight gradient accumulated into Megatron's fp32 main_grad inside the GEMM (gradient
 # accumulation fusion, `fused_weight_gradient_mlp_cuda.wgrad_gemm_accum_fp32` in
 # megatron/core/tensor_parallel/layers.py): 4 bytes read + 4 written per weight; without it the
@@ -254,25 +304,38 @@ def _norm_fed(fwd: LayerForward) -> tuple[bool, ...]:
     return fed if fwd.mamba is None else (*fed, True, False)
 
 
+def _row_parallel(fwd: LayerForward) -> tuple[bool, ...]:
+    """Which of `_weighted_linears(fwd)` are row-parallel (attention output, MLP down, Mamba-2's
+    out_proj): under sequence parallelism their output gradients are all-gathered before the GEMMs."""
+    rows = (False, True, False, True) + (False,) * len(fwd.extra)
+    return rows if fwd.mamba is None else (*rows, False, True)
+
+
 def cast_times(
     fwd: LayerForward,
     gpu: Gpu,
     bytes_per_element: Number,
     kernels_per_tensor: int = 1,
     norm_saving: tuple[float, int] = (0.0, 0),
+    gathered_shards: Number = 1,
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
     kernels each (`cast_kernels_per_tensor`), less `norm_saving` on the inputs the layer's norm
-    feeds (`norm_fed_saving`)."""
+    feeds (`norm_fed_saving`). `gathered_shards`: the sequence-parallel ranks over which a recipe
+    that gathers the quantised tensor (`sp_gather_bytes_per_element`) casts the column-parallel
+    layers' inputs and the row-parallel layers' output gradients before the all-gather, each rank
+    its own rows (1: cast whole after a 16-bit gather, or no sequence parallelism)."""
     gemms, on = _weighted_linears(fwd)
-    inputs = sum(w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True))
-    fed = sum(w * g.m * g.k * g.batch for w, g, f in zip(on, gemms, _norm_fed(fwd), strict=True) if f)
+    own = 1.0 / np.asarray(gathered_shards, dtype=float)
+    fed_flags, row_flags = _norm_fed(fwd), _row_parallel(fwd)
+    inputs = sum(w * g.m * g.k * g.batch * (own if f else 1.0) for w, g, f in zip(on, gemms, fed_flags, strict=True))
+    fed = sum(w * g.m * g.k * g.batch * own for w, g, f in zip(on, gemms, fed_flags, strict=True) if f)
     # each output gradient where its linear layer is there (a mixture-of-experts layer has no dense MLP:
     # its experts cast their own, `engines.moe`)
-    outputs = sum(w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True))
+    outputs = sum(w * g.m * g.n * g.batch * (own if r else 1.0) for w, g, r in zip(on, gemms, row_flags, strict=True))
     saved, saved_kernels = norm_saving
-    fed_kernels = sum(_norm_fed(fwd)) * saved_kernels
+    fed_kernels = sum(fed_flags) * saved_kernels
     return (
         memory_s(bytes_per_element * inputs - saved * fed, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),
         memory_s(bytes_per_element * outputs, gpu, kernels=kernels_per_tensor * len(gemms)),

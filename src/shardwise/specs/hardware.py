@@ -43,6 +43,20 @@ MXFP8_GEMM_RELATIVE = 6.812 / 7.161
 # TE d0067d0): FP8 per-tensor 6.812 ms, NVFP4 3.764 ms, 1.81x, for a peak ratio of 3.1 (14 / 4.5 PF).
 # GB200 / B200 (ratio 2) reach 1.78x, GB300 (3) 1.78x: `matmul_efficiency_for` caps the efficiency.
 NVFP4_OPERAND_RATE_RATIO = 1.0 / (0.5 + 1.0 / 16.0)
+# Blackwell Ultra (SM103: B300, GB300; FP4 peak 3x FP8's, where SM100's is 2x) runs its FP4 main loop
+# faster than that byte rate allows: the tile model (`physics.gemm`) reproduces the same TE profile's
+# 1.81x (6.812 / 3.764 ms, pre-quantised, 12 GEMMs of a hidden-4096 layer at 15,872 tokens, B300)
+# only with an FP4:FP8 main-loop ratio of 1.98 (fprop 1.91, dgrad 1.96, wgrad 2.04: the range); at
+# 1.78 it gives 1.66. Unit: FLOP-rate ratio; fitted on that one profile (no public row). About the
+# FP4 data's own byte rate, 1 / 0.5 = 2 (SM103's block-scaled MMA reads the scale factors from tensor
+# memory, not with the operands: PTX tcgen05.mma ... block_scale, scales copied in by tcgen05.cp).
+# SM100 keeps NVFP4_OPERAND_RATE_RATIO: B200's NVFP4 GEMMs measure 5.37-5.50 PFLOP/s at 6144-8192
+# cubed (pytorch/ao PR #2427, bench_matmul.py --recipe nvfp4), 1.72-1.76x its FP8 microbenchmark
+# rate here (MAMF 0.776 x 0.978 x 4.5 PF = 3.13 PF), not 2x.
+NVFP4_SM103_RATE_RATIO = 1.98
+# An FP4 peak at least this many times the FP8 peak marks Blackwell Ultra's FP4 tensor cores (B300
+# 14 / 4.5, GB300 15 / 5; B200 and GB200 2).
+SM103_FP4_PEAK_RATIO = 2.5
 
 
 def is_fp8(precision: str) -> bool:
@@ -208,11 +222,14 @@ class Gpu:
         if is_narrow(precision) and (chk.as_array(self.matmul_efficiency_fp8) > 0).all():
             eff = self.matmul_efficiency_fp8
         # ... and for FP4 (training's nvfp4, serving's fp4), capped by the operand byte rate
-        # (NVFP4_OPERAND_RATE_RATIO: the tensor cores take 4-bit operands with their scales at FP8's bytes)
+        # (NVFP4_OPERAND_RATE_RATIO: the tensor cores take 4-bit operands with their scales at FP8's
+        # bytes; Blackwell Ultra's at NVFP4_SM103_RATE_RATIO, measured)
         if is_nvfp4(precision) or precision in FP4_PRECISIONS:
             fp8, fp4 = chk.as_array(self.peak_flops_per_s_fp8), chk.as_array(self.peak_flops_per_s_fp4)
             ratio = np.divide(fp8, fp4, out=np.zeros(np.broadcast(fp8, fp4).shape), where=fp4 > 0)
-            cap = np.where(ratio > 0, np.minimum(1.0, NVFP4_OPERAND_RATE_RATIO * ratio), 1.0)
+            ultra = fp4 >= SM103_FP4_PEAK_RATIO * fp8
+            rate = np.where(ultra, NVFP4_SM103_RATE_RATIO, NVFP4_OPERAND_RATE_RATIO)
+            cap = np.where(ratio > 0, np.minimum(1.0, rate * ratio), 1.0)
             return eff * (cap if np.ndim(cap) else float(cap))
         return eff * MXFP8_GEMM_RELATIVE if precision == "mxfp8" else eff
 
