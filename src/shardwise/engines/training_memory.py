@@ -372,9 +372,12 @@ def _buffer_terms(
     ddp_on = (ranks > 1) & (zero < 3) & ~(as_bool(no_ddp) & (zero >= 1))
     buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
     shards = as_array(zero_ranks)
-    # the step's copies of the optimizer shard's gradients, freed before the ZeRO-1 gather
+    # the step's copies of the optimizer shard's gradients, freed before the ZeRO-1 gather; less
+    # the unsharded 16-bit gradients a stack frees before its step's fullest moment (`step_frees_grads`)
     step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
     step = step + stack.optimizer_step_bytes_per_param / ifelse(zero >= 1, shards, 1.0)
+    if stack.step_frees_grads:
+        step = step - ifelse(zero < 2, 2.0 if stack.grad_bytes is None else stack.grad_bytes, 0.0)
     gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
     return ddp_on, buckets, maximum(step, gather)
 

@@ -49,6 +49,24 @@ TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
+# torch.optim.AdamW unfused (foreach or for-loop) on the fp32 shard: the denominator
+# sqrt(v) / sqrt(1 - beta2^t) + eps is built out of place over every parameter it steps at once.
+# torch 1.13 `_single_tensor_adamw`: `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`,
+# the sqrt (4 B) and the quotient (4 B) alive together; torch 2.0 `_multi_tensor_adamw` (foreach,
+# the default on CUDA): `exp_avg_sq_sqrt = torch._foreach_sqrt(...)` then the out-of-place
+# `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`: 8 B a parameter either way (torch 2.1 on adds
+# eps in place: 4; the fused kernels: 0). "At once" is the whole shard where the optimizer holds one
+# flat tensor (InternEvo's HybridZeroOptimizer: `param_group["params"] = [fp32_flat_current_rank]`)
+# or steps a list with foreach (InternEvo's FSDP path on torch >= 2.0.1).
+UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM = 8.0
+# InternEvo's step at its fullest (v0.2, commit 34fc28d, torch 1.13.1 / 2.0.1 for FSDP): the fp32
+# gradient of the rank's shard, which stays the master's `.grad` until after `optim.step()` (4:
+# HybridZeroOptimizer._step `flat_fp16_avg_grads.to(dtype)`, FSDPadaptOptimizer.step
+# `[p.grad.to(dtype) for p in fp16_params]`; internlm/solver/optimizer/hybrid_zero_optim.py,
+# fsdp_optimizer.py), beside the unfused AdamW's temporaries (torch.optim.AdamW without `fused`,
+# internlm/train/training_internlm.py initialize_optimizer): 4 + 8. The earlier moment, the flat
+# 16-bit copy beside its fp32 cast (2 + 4, the 16-bit gradients freed), is smaller.
+INTERNEVO_STEP_BYTES_PER_PARAM = 4.0 + UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
 # ZeRO-3 / FSDP keeps two units gathered: the one in use and the one prefetched (PyTorch FSDP's
 # forward/backward prefetch, DeepSpeed's stage3 prefetch).
 ZERO3_GATHERED_UNITS = 2
@@ -100,10 +118,14 @@ class StackMemory:
     are gone: DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py, step) makes an fp32 copy
     of every gradient and flattens them into one more (4 + 4).
     `optimizer_step_bytes_per_param`: what the optimizer step adds per parameter of the rank's
-    optimizer shard (divided by the ZeRO ranks from stage 1 on), when the activations are gone:
-    InternEvo's HybridZeroOptimizer._step flattens the shard's 16-bit averaged gradients into one
-    buffer (2) and casts it to fp32 for the fp32 master weights (4) before the first is freed
-    (internlm/solver/optimizer/hybrid_zero_optim.py, `flatten(gradients)`, `.to(dtype)`): 6.
+    optimizer shard (divided by the ZeRO ranks from stage 1 on), when the activations are gone, at
+    its fullest moment: InternEvo's fp32 gradient beside the unfused AdamW's temporaries (4 + 8,
+    `INTERNEVO_STEP_BYTES_PER_PARAM`).
+    `step_frees_grads`: below ZeRO-3 the step's fullest moment comes after the stack has freed the
+    16-bit gradients the model state counts (InternEvo's HybridZeroOptimizer: `_sync_grad` moves
+    every `.grad` into its averaged-gradient list and sets it to None, `_step` flattens that list
+    and drops it, then casts the flat copy to fp32 and drops the 16-bit one before AdamW runs), so
+    the step adds `optimizer_step_bytes_per_param` less those gradients.
     `grad_bytes`: the gradients' bytes per parameter where the stack keeps them in its own dtype
     whatever the plan's reduction (None: `grad_bytes_per_param`'s): InternEvo keeps each
     parameter's 16-bit `.grad` as its averaged gradient across micro-batches and makes an fp32
@@ -138,6 +160,7 @@ class StackMemory:
     grad_copy_bytes_per_param: float = 0.0
     step_grad_bytes_per_param: float = 0.0
     optimizer_step_bytes_per_param: float = 0.0
+    step_frees_grads: bool = False
     grad_bytes: float | None = None
     ddp_bucket_bytes_per_param: float = 0.0
     zero_bucket_bytes: float = 0.0
@@ -218,16 +241,18 @@ STACKS: dict[str, StackMemory] = {
         # flash-attn's fused cross-entropy (in-place backward), counted as Megatron's. The
         # HybridZeroOptimizer (v0.2, commit 34fc28d, the version of the published memory table):
         # the 16-bit `.grad` autograd accumulates in place over the micro-batches, moved into the
-        # averaged gradients only in the step (`_sync_grad`, called by `step`): 2; and the step's
-        # flat 16-bit and fp32 gradient copies of the rank's shard: 6. Its torch.optim.AdamW on
-        # torch 1.13.1 (requirements/torch.txt) runs tensor by tensor (foreach defaulted to False
-        # before torch 2.0): one parameter's temporaries, left out; so are the reduction hooks'
-        # flat buckets (reduce_bucket_size 512 Mi 16-bit elements, 1 GiB each) with dp > 1.
+        # averaged gradients only in the step (`_sync_grad`, called by `step`): 2; the step at its
+        # fullest, the fp32 gradient and AdamW's temporaries over the rank's whole shard, which
+        # the optimizer holds as one flat tensor (12, `INTERNEVO_STEP_BYTES_PER_PARAM`), after the
+        # 16-bit gradients are freed (`step_frees_grads`; the FSDP path keeps them through the
+        # step). Left out: the reduction hooks' flat buckets (reduce_bucket_size 512 Mi 16-bit
+        # elements, 1 GiB each, two at the end of the last backward).
         6.0,
         grad_bytes=2.0,
-        optimizer_step_bytes_per_param=6.0,
-        source="flash-attn's fused cross-entropy; HybridZeroOptimizer's 16-bit averaged gradients and the "
-        "step's flat 16-bit and fp32 copies",
+        optimizer_step_bytes_per_param=INTERNEVO_STEP_BYTES_PER_PARAM,
+        step_frees_grads=True,
+        source="flash-attn's fused cross-entropy; HybridZeroOptimizer's 16-bit averaged gradients; the step's "
+        "fp32 gradient and unfused AdamW's temporaries over the flat shard",
     ),
     "fsdp": _FSDP,
     "fsdp2": _FSDP,
