@@ -67,6 +67,19 @@ UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM = 8.0
 # internlm/train/training_internlm.py initialize_optimizer): 4 + 8. The earlier moment, the flat
 # 16-bit copy beside its fp32 cast (2 + 4, the 16-bit gradients freed), is smaller.
 INTERNEVO_STEP_BYTES_PER_PARAM = 4.0 + UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
+# FSDP2 under torch.distributed.pipelining: the stage's parameters stay gathered and its gradients
+# accumulate unsharded until the last micro-batch's backward. torchtitan
+# (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy, "default": `return not
+# pp_enabled`) and NeMo Automodel (nemo_automodel/components/distributed/parallelizer.py
+# apply_fsdp2_sharding_recursively: "With PP: keep weights gathered across microbatches") turn
+# reshard_after_forward off with pp > 1, and the pipeline stage runs every backward with
+# `set_requires_gradient_sync(False)` (torch/distributed/pipelining/stage.py
+# backward_maybe_with_nosync: earlier versions for all but the last micro-batch, the newest for all
+# of them, with `set_reshard_after_backward(False)`), so FSDP2 keeps the unsharded gradient, upcast to the
+# reduction dtype (`FSDPParam.to_accumulated_grad_if_needed`), until the reduce-scatter after the
+# last backward. NVIDIA-NeMo/Automodel commit d612d338c (2026-06-20) measured "~16GB/rank" of
+# gathered weights for a Llama 3.3 70B stage on 80 GB H100 (pp 8, dp 4).
+PP_FSDP_SOURCE = "torchtitan fsdp.py, Automodel parallelizer.py, torch pipelining stage.py"
 # ZeRO-3 / FSDP keeps two units gathered: the one in use and the one prefetched (PyTorch FSDP's
 # forward/backward prefetch, DeepSpeed's stage3 prefetch).
 ZERO3_GATHERED_UNITS = 2
@@ -135,6 +148,10 @@ class StackMemory:
     `zero_bucket_bytes`: fixed reduction buckets with dp > 1 and ZeRO >= 1 (DeepSpeed).
     `zero3_reduce_bytes_per_param`: ZeRO-3's unsharded gradients of one unit waiting for their
     reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
+    `pp_unsharded_grad_bytes`: under pipeline parallelism with ZeRO-3 the stack's FSDP2 keeps the
+    stage's parameters unsharded (16-bit) from their first forward to the step and accumulates
+    unsharded gradients across the micro-batches, at these bytes a parameter (the reduction dtype:
+    fp32, 4), reduce-scattering them only after the last backward (0: not so; `PP_FSDP_SOURCE`).
     `fragmentation`: the caching allocator's share (`ALLOCATOR_FRAGMENTATION`; XLA assigns its
     buffers ahead of time: 0).
     `full_recompute_kept_hidden`: hidden-widths per token a layer keeps under full recomputation:
@@ -165,6 +182,7 @@ class StackMemory:
     ddp_bucket_bytes_per_param: float = 0.0
     zero_bucket_bytes: float = 0.0
     zero3_reduce_bytes_per_param: float = 2.0
+    pp_unsharded_grad_bytes: float = 0.0
     zero1_gather_bytes_per_param: float = 0.0
     eager_glu: bool = False
     packed_qkv_mha: bool = False
@@ -261,12 +279,14 @@ STACKS: dict[str, StackMemory] = {
         sharded_fp32_params=True,
         eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
+        pp_unsharded_grad_bytes=4.0,
         source="torchtitan loss.py; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
     ),
     "torchtitan-compile": StackMemory(
         6.0,
         sharded_fp32_params=True,
         zero3_reduce_bytes_per_param=6.0,
+        pp_unsharded_grad_bytes=4.0,
         source="compiled loss; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
     ),
     "deepspeed": StackMemory(
@@ -289,6 +309,7 @@ STACKS: dict[str, StackMemory] = {
         sharded_fp32_params=True,
         eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
+        pp_unsharded_grad_bytes=4.0,
         full_recompute_kept_hidden=4.0,
         moe_full_recompute_kept_hidden=1.0,
         source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"
