@@ -32,17 +32,27 @@ def test_internevo_keeps_16_bit_gradients_whatever_the_plans_reduction():
     assert z3[0][1] == pytest.approx(2 * n / 4)
 
 
-def test_internevo_step_copies_its_optimizer_shards_gradients_flat_in_16_bit_and_fp32():
+def test_internevo_step_holds_the_fp32_gradient_beside_unfused_adamws_temporaries():
+    from shardwise.physics.memory_stacks import INTERNEVO_STEP_BYTES_PER_PARAM, UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
+
     evo = stack_memory("internevo")
-    assert evo.optimizer_step_bytes_per_param == 6.0  # flatten (2) then .to(fp32) (4), both alive at the cast
+    # torch <= 2.0's AdamW builds sqrt(v) and the out-of-place + eps over the whole flat shard (8 B)
+    # while the fp32 gradient (4 B) is the master's .grad
+    assert UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM == 8.0 and INTERNEVO_STEP_BYTES_PER_PARAM == 12.0
+    assert evo.optimizer_step_bytes_per_param == 12.0 and evo.step_frees_grads
     n, acts = 1e9, 1e9
     dp1 = Plan(dp=1, global_batch=4, zero_stage=1, framework="internevo")
-    # what the step copies exceeds the activations freed by then
-    assert stage_buffers(dp1, evo, n, acts) == pytest.approx(6 * n - acts)
-    assert stage_buffers(dp1, evo, n, 8 * n) == 0.0  # activations larger: the step adds nothing
-    # ZeRO-1 over 4 ranks: each copies its quarter (no DDP buckets: InternEvo reduces by its own hooks)
+    # HybridZeroOptimizer: the 16-bit gradients (2 B, in the model state) are freed before AdamW runs
+    assert stage_buffers(dp1, evo, n, acts) == pytest.approx((12 - 2) * n - acts)
+    assert stage_buffers(dp1, evo, n, 12 * n) == 0.0  # activations larger: the step adds nothing
+    # ZeRO-1 over 4 ranks: each steps its quarter (3 B) after every 16-bit gradient (2 B) is gone
     dp4 = Plan(dp=4, global_batch=4, zero_stage=1, framework="internevo")
-    assert stage_buffers(dp4, evo, n, 0.0) == pytest.approx(6 * n / 4)
+    assert stage_buffers(dp4, evo, n, 0.0) == pytest.approx(1 * n)
+    dp8 = Plan(dp=8, global_batch=8, zero_stage=1, framework="internevo")
+    assert stage_buffers(dp8, evo, n, 0.0) == 0.0  # 1.5 B < 2 B freed: the step is not the peak
+    # the FSDP path (ZeRO-3) keeps its sharded 16-bit gradients through the step: all 12 B / dp added
+    z3 = Plan(dp=4, global_batch=4, zero_stage=3, framework="internevo")
+    assert stage_buffers(z3, evo, n, 0.0) == pytest.approx(12 * n / 4)
     # Megatron-Core's distributed optimizer steps in place
     assert stage_buffers(dp4, stack_memory("megatron-core"), n, 0.0) == 0.0
 

@@ -15,7 +15,7 @@ not state. The source's peak is compared with the estimate's matching part:
 - `device` (nvidia-smi or not stated): everything, with the CUDA context and NCCL's buffers.
 
 A row may state in its `other_config` what the framework's preset would otherwise decide, as
-name=value: `vpp`, `sequence_parallel`, `flash_attention`, and `stage` (first | last: the pipeline
+name=value: `vpp`, `sequence_parallel`, `flash_attention`, `optimizer_state`, and `stage` (first | last: the pipeline
 stage whose peak the source logs, Megatron-LM the last rank's; the fullest stage otherwise).
 
 Metrics: of the runs that ran out of memory, how many the model calls out of memory (recall);
@@ -45,7 +45,8 @@ from shardwise.units import GIB
 
 CITATION = (
     "published fits / out-of-memory runs and peaks (InternEvo, Megatron-DeepSpeed, Megatron-LM functional "
-    "tests and issues, torchtitan + torchao, PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST; "
+    "tests and issues, torchtitan + torchao, PyTorch FSDP, Liger-Kernel, torchtune, Colossal-AI, DeepSpeed ALST, "
+    "NeMo Automodel CI; "
     "data/public_memory_evidence.csv)"
 )
 
@@ -75,6 +76,7 @@ MODELS: dict[str, tuple[str, dict[str, int | str]]] = {
     "Llama4-Scout-17Bx16E truncated to 2 layers (torchtitan debug config)": ("llama4-scout", {"layers": 2}),
     "Llama-2-7B": ("llama2-7b", {}),
     "Llama-3-70B": ("llama3-70b", {}),
+    "Llama-3.3-70B-Instruct": ("llama3-70b", {}),  # Llama 3.1 70B's shape
     # Megatron-LM's GPT 7B functional test: GeLU 4h MLP, learned positions, LayerNorm, biases, dropout
     # 0.1 (gpt family), untied; vocab 131073 padded to 128 x tp
     "GPT 7B functional test (L32 h4096 a32 g8, GeLU 4h, vocab 131200)": ("gpt-7b-test", _GPT7B | {"vocab": 131200}),
@@ -107,6 +109,7 @@ FRAMEWORKS = (
     ("Megatron-LM (Megatron-Core", "megatron-core"),
     ("Megatron-LM (2023", "megatron-lm-2022"),
     ("Megatron-Bridge", "megatron-core"),
+    ("NeMo Automodel", "nemo-automodel"),
 )
 # (words in the framework column, what the published peak measures)
 PEAK_KINDS = (
@@ -117,7 +120,7 @@ PEAK_KINDS = (
 )
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
-OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules)=([\w,]+)")
+OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state)=([\w,-]+)")
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -309,6 +312,7 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         vpp=int(stated.get("vpp", 1)),
         recompute_modules=stated.get("recompute_modules"),
         flash_attention=flash,
+        optimizer_state=stated.get("optimizer_state"),
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
     return request.build(model).scenario, peak_of

@@ -49,6 +49,37 @@ TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
+# torch.optim.AdamW unfused (foreach or for-loop) on the fp32 shard: the denominator
+# sqrt(v) / sqrt(1 - beta2^t) + eps is built out of place over every parameter it steps at once.
+# torch 1.13 `_single_tensor_adamw`: `denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)`,
+# the sqrt (4 B) and the quotient (4 B) alive together; torch 2.0 `_multi_tensor_adamw` (foreach,
+# the default on CUDA): `exp_avg_sq_sqrt = torch._foreach_sqrt(...)` then the out-of-place
+# `denom = torch._foreach_add(exp_avg_sq_sqrt, eps)`: 8 B a parameter either way (torch 2.1 on adds
+# eps in place: 4; the fused kernels: 0). "At once" is the whole shard where the optimizer holds one
+# flat tensor (InternEvo's HybridZeroOptimizer: `param_group["params"] = [fp32_flat_current_rank]`)
+# or steps a list with foreach (InternEvo's FSDP path on torch >= 2.0.1).
+UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM = 8.0
+# InternEvo's step at its fullest (v0.2, commit 34fc28d, torch 1.13.1 / 2.0.1 for FSDP): the fp32
+# gradient of the rank's shard, which stays the master's `.grad` until after `optim.step()` (4:
+# HybridZeroOptimizer._step `flat_fp16_avg_grads.to(dtype)`, FSDPadaptOptimizer.step
+# `[p.grad.to(dtype) for p in fp16_params]`; internlm/solver/optimizer/hybrid_zero_optim.py,
+# fsdp_optimizer.py), beside the unfused AdamW's temporaries (torch.optim.AdamW without `fused`,
+# internlm/train/training_internlm.py initialize_optimizer): 4 + 8. The earlier moment, the flat
+# 16-bit copy beside its fp32 cast (2 + 4, the 16-bit gradients freed), is smaller.
+INTERNEVO_STEP_BYTES_PER_PARAM = 4.0 + UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
+# FSDP2 under torch.distributed.pipelining: the stage's parameters stay gathered and its gradients
+# accumulate unsharded until the last micro-batch's backward. torchtitan
+# (torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy, "default": `return not
+# pp_enabled`) and NeMo Automodel (nemo_automodel/components/distributed/parallelizer.py
+# apply_fsdp2_sharding_recursively: "With PP: keep weights gathered across microbatches") turn
+# reshard_after_forward off with pp > 1, and the pipeline stage runs every backward with
+# `set_requires_gradient_sync(False)` (torch/distributed/pipelining/stage.py
+# backward_maybe_with_nosync: earlier versions for all but the last micro-batch, the newest for all
+# of them, with `set_reshard_after_backward(False)`), so FSDP2 keeps the unsharded gradient, upcast to the
+# reduction dtype (`FSDPParam.to_accumulated_grad_if_needed`), until the reduce-scatter after the
+# last backward. NVIDIA-NeMo/Automodel commit d612d338c (2026-06-20) measured "~16GB/rank" of
+# gathered weights for a Llama 3.3 70B stage on 80 GB H100 (pp 8, dp 4).
+PP_FSDP_SOURCE = "torchtitan fsdp.py, Automodel parallelizer.py, torch pipelining stage.py"
 # ZeRO-3 / FSDP keeps two units gathered: the one in use and the one prefetched (PyTorch FSDP's
 # forward/backward prefetch, DeepSpeed's stage3 prefetch).
 ZERO3_GATHERED_UNITS = 2
@@ -100,10 +131,14 @@ class StackMemory:
     are gone: DeepSpeed's FP16_Optimizer (runtime/fp16/fused_optimizer.py, step) makes an fp32 copy
     of every gradient and flattens them into one more (4 + 4).
     `optimizer_step_bytes_per_param`: what the optimizer step adds per parameter of the rank's
-    optimizer shard (divided by the ZeRO ranks from stage 1 on), when the activations are gone:
-    InternEvo's HybridZeroOptimizer._step flattens the shard's 16-bit averaged gradients into one
-    buffer (2) and casts it to fp32 for the fp32 master weights (4) before the first is freed
-    (internlm/solver/optimizer/hybrid_zero_optim.py, `flatten(gradients)`, `.to(dtype)`): 6.
+    optimizer shard (divided by the ZeRO ranks from stage 1 on), when the activations are gone, at
+    its fullest moment: InternEvo's fp32 gradient beside the unfused AdamW's temporaries (4 + 8,
+    `INTERNEVO_STEP_BYTES_PER_PARAM`).
+    `step_frees_grads`: below ZeRO-3 the step's fullest moment comes after the stack has freed the
+    16-bit gradients the model state counts (InternEvo's HybridZeroOptimizer: `_sync_grad` moves
+    every `.grad` into its averaged-gradient list and sets it to None, `_step` flattens that list
+    and drops it, then casts the flat copy to fp32 and drops the 16-bit one before AdamW runs), so
+    the step adds `optimizer_step_bytes_per_param` less those gradients.
     `grad_bytes`: the gradients' bytes per parameter where the stack keeps them in its own dtype
     whatever the plan's reduction (None: `grad_bytes_per_param`'s): InternEvo keeps each
     parameter's 16-bit `.grad` as its averaged gradient across micro-batches and makes an fp32
@@ -113,6 +148,10 @@ class StackMemory:
     `zero_bucket_bytes`: fixed reduction buckets with dp > 1 and ZeRO >= 1 (DeepSpeed).
     `zero3_reduce_bytes_per_param`: ZeRO-3's unsharded gradients of one unit waiting for their
     reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
+    `pp_unsharded_grad_bytes`: under pipeline parallelism with ZeRO-3 the stack's FSDP2 keeps the
+    stage's parameters unsharded (16-bit) from their first forward to the step and accumulates
+    unsharded gradients across the micro-batches, at these bytes a parameter (the reduction dtype:
+    fp32, 4), reduce-scattering them only after the last backward (0: not so; `PP_FSDP_SOURCE`).
     `fragmentation`: the caching allocator's share (`ALLOCATOR_FRAGMENTATION`; XLA assigns its
     buffers ahead of time: 0).
     `full_recompute_kept_hidden`: hidden-widths per token a layer keeps under full recomputation:
@@ -138,10 +177,12 @@ class StackMemory:
     grad_copy_bytes_per_param: float = 0.0
     step_grad_bytes_per_param: float = 0.0
     optimizer_step_bytes_per_param: float = 0.0
+    step_frees_grads: bool = False
     grad_bytes: float | None = None
     ddp_bucket_bytes_per_param: float = 0.0
     zero_bucket_bytes: float = 0.0
     zero3_reduce_bytes_per_param: float = 2.0
+    pp_unsharded_grad_bytes: float = 0.0
     zero1_gather_bytes_per_param: float = 0.0
     eager_glu: bool = False
     packed_qkv_mha: bool = False
@@ -218,16 +259,18 @@ STACKS: dict[str, StackMemory] = {
         # flash-attn's fused cross-entropy (in-place backward), counted as Megatron's. The
         # HybridZeroOptimizer (v0.2, commit 34fc28d, the version of the published memory table):
         # the 16-bit `.grad` autograd accumulates in place over the micro-batches, moved into the
-        # averaged gradients only in the step (`_sync_grad`, called by `step`): 2; and the step's
-        # flat 16-bit and fp32 gradient copies of the rank's shard: 6. Its torch.optim.AdamW on
-        # torch 1.13.1 (requirements/torch.txt) runs tensor by tensor (foreach defaulted to False
-        # before torch 2.0): one parameter's temporaries, left out; so are the reduction hooks'
-        # flat buckets (reduce_bucket_size 512 Mi 16-bit elements, 1 GiB each) with dp > 1.
+        # averaged gradients only in the step (`_sync_grad`, called by `step`): 2; the step at its
+        # fullest, the fp32 gradient and AdamW's temporaries over the rank's whole shard, which
+        # the optimizer holds as one flat tensor (12, `INTERNEVO_STEP_BYTES_PER_PARAM`), after the
+        # 16-bit gradients are freed (`step_frees_grads`; the FSDP path keeps them through the
+        # step). Left out: the reduction hooks' flat buckets (reduce_bucket_size 512 Mi 16-bit
+        # elements, 1 GiB each, two at the end of the last backward).
         6.0,
         grad_bytes=2.0,
-        optimizer_step_bytes_per_param=6.0,
-        source="flash-attn's fused cross-entropy; HybridZeroOptimizer's 16-bit averaged gradients and the "
-        "step's flat 16-bit and fp32 copies",
+        optimizer_step_bytes_per_param=INTERNEVO_STEP_BYTES_PER_PARAM,
+        step_frees_grads=True,
+        source="flash-attn's fused cross-entropy; HybridZeroOptimizer's 16-bit averaged gradients; the step's "
+        "fp32 gradient and unfused AdamW's temporaries over the flat shard",
     ),
     "fsdp": _FSDP,
     "fsdp2": _FSDP,
@@ -236,12 +279,14 @@ STACKS: dict[str, StackMemory] = {
         sharded_fp32_params=True,
         eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
+        pp_unsharded_grad_bytes=4.0,
         source="torchtitan loss.py; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
     ),
     "torchtitan-compile": StackMemory(
         6.0,
         sharded_fp32_params=True,
         zero3_reduce_bytes_per_param=6.0,
+        pp_unsharded_grad_bytes=4.0,
         source="compiled loss; FSDP2 with fp32 shards, reducing in fp32 (mixed_precision_reduce)",
     ),
     "deepspeed": StackMemory(
@@ -264,6 +309,7 @@ STACKS: dict[str, StackMemory] = {
         sharded_fp32_params=True,
         eager_glu=True,
         zero3_reduce_bytes_per_param=6.0,
+        pp_unsharded_grad_bytes=4.0,
         full_recompute_kept_hidden=4.0,
         moe_full_recompute_kept_hidden=1.0,
         source="fp32 logits in the loss; FSDP2 with fp32 shards, reducing in fp32 (nemo_automodel/components/"

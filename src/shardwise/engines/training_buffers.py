@@ -1,0 +1,108 @@
+"""What a training step holds on one GPU beside its model state and saved activations, per stage
+and per plan: ZeRO-3's gathered units and the gradients waiting for their reduce-scatter, the
+stage's unsharded weights and gradients where a stack's FSDP2 keeps them through the pipeline's
+micro-batches, and the stack's gradient copies and buckets (`physics.memory.StackMemory`); split
+out of `engines.training_memory`, which re-exports these names.
+"""
+
+from __future__ import annotations
+
+from shardwise.arrays import as_array, as_bool, ifelse, maximum
+from shardwise.physics import memory as mem
+from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
+from shardwise.specs import Model, Plan
+from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
+
+
+def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:
+    """(gathered weights, gradients waiting for their reduce-scatter) of ZeRO-3, 0 below it. It
+    gathers each unit's weights before use and the next one's ahead of time (PyTorch FSDP's and
+    DeepSpeed's prefetch of one unit): the largest unit (a layer, or the word embedding or output
+    matrix, which FSDP wraps on their own) and a layer, whole as tp and ep shard them; and holds
+    the largest unit's unsharded gradients at the stack's bytes until they are reduced."""
+    return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe)
+
+
+@kept
+def _zero3_buffers(
+    model: Model,
+    tp: Number,
+    ep: Number,
+    etp: Number,
+    zero_stage: Number,
+    precision: str,
+    stack: mem.StackMemory,
+    moe: bool,
+) -> tuple[Number, Number]:
+    """`zero3_buffers` of the plan fields it reads (kept per them, `specs.memo.kept`)."""
+    matrices, replicated = layer_params_split(model)
+    layer = matrices / tp + replicated
+    if moe:
+        layer = maximum(layer, sum(moe_layer_params_per_gpu(model, tp, ep, etp)))
+    unit = maximum(layer, model.vocab * model.hidden / tp)
+    z3 = as_array(zero_stage) == 3
+    gathered = ifelse(z3, mem.weight_bytes_per_param(precision) * (unit + layer), 0.0)
+    return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
+
+
+def pp_unsharded_bytes(plan: Plan, stack: mem.StackMemory, params: Number, trained: Number) -> tuple[Number, Number]:
+    """(weights, gradients) a stage of ZeRO-3 under pipeline parallelism holds unsharded where the
+    stack's FSDP2 keeps them so through the micro-batches (`StackMemory.pp_unsharded_grad_bytes`):
+    every parameter of the stage at the 16-bit weight's bytes and the `trained` ones' gradients at
+    the reduction dtype's; (0, 0) otherwise. They take the place of ZeRO-3's gathered units and of
+    the gradients waiting for their reduce-scatter (`zero3_buffers`), whichever is larger."""
+    if stack.pp_unsharded_grad_bytes == 0.0:
+        return 0.0, 0.0
+    on = (as_array(plan.zero_stage) == 3) & (as_array(plan.pp) > 1)
+    weights = ifelse(on, mem.weight_bytes_per_param(plan.precision) * params, 0.0)
+    return weights, ifelse(on, stack.pp_unsharded_grad_bytes * trained, 0.0)
+
+
+def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:
+    """What `stage_buffers` reads of the plan alone, the same on every stage: (whether torch DDP
+    keeps bucket copies, DeepSpeed's reduction buckets, the optimizer step's gradient copies per
+    parameter). Kept per the fields it reads (`specs.memo.kept`). Under ZeRO >= 1 with
+    `Plan.zero1_grad_all_reduce` no DDP wraps the model (nanotron's trainer.py init_model), so no
+    bucket copies."""
+    return _buffer_terms(plan.dp, plan.cp, plan.zero_stage, plan.zero_ranks, stack, plan.zero1_grad_all_reduce)
+
+
+@kept
+def _buffer_terms(
+    dp: Number, cp: Number, zero_stage: Number, zero_ranks: Number, stack: mem.StackMemory, no_ddp: Number = False
+) -> tuple[Number, Number, Number]:
+    ranks = as_array(dp) * as_array(cp)
+    zero = as_array(zero_stage)
+    ddp_on = (ranks > 1) & (zero < 3) & ~(as_bool(no_ddp) & (zero >= 1))
+    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
+    shards = as_array(zero_ranks)
+    # the step's copies of the optimizer shard's gradients, freed before the ZeRO-1 gather; less
+    # the unsharded 16-bit gradients a stack frees before its step's fullest moment (`step_frees_grads`)
+    step = ifelse(zero == 0, stack.step_grad_bytes_per_param, 0.0)
+    step = step + stack.optimizer_step_bytes_per_param / ifelse(zero >= 1, shards, 1.0)
+    if stack.step_frees_grads:
+        step = step - ifelse(zero < 2, 2.0 if stack.grad_bytes is None else stack.grad_bytes, 0.0)
+    gather = ifelse((shards > 1) & (zero == 1), stack.zero1_gather_bytes_per_param * (1.0 + 1.0 / shards), 0.0)
+    return ddp_on, buckets, maximum(step, gather)
+
+
+def stage_buffers(
+    plan: Plan,
+    stack: mem.StackMemory,
+    trained: Number,
+    activations: Number,
+    micro_batches: Number = 1.0,
+    terms: tuple[Number, Number, Number] | None = None,
+) -> Number:
+    """A stage's gradient copies and buckets beyond ZeRO's count (`physics.memory.StackMemory`):
+    torch DDP's bucket copies and DeepSpeed's reduction buckets where gradients are reduced over
+    dp x cp ranks, and the gradient copies a stack makes where they exceed the activations freed by
+    then: at the end of a micro-batch's backward pass (its share of the `micro_batches` the stage
+    holds) or in the optimizer step (all of them). `terms`: `buffer_terms(plan, stack)`, when
+    already found."""
+    ddp_on, buckets, in_step_per_param = buffer_terms(plan, stack) if terms is None else terms
+    ddp = ifelse(ddp_on, stack.ddp_bucket_bytes_per_param * trained, 0.0)
+    after_backward = stack.grad_copy_bytes_per_param * trained - activations / micro_batches
+    in_step = in_step_per_param * trained - activations
+    return ddp + buckets + maximum(maximum(after_backward, in_step), 0.0)
