@@ -162,7 +162,8 @@ def test_deepspeed_pipeline_rows(rows):
 def test_modalities_fsdp_scaling_rows(rows):
     """Modalities' FSDP1 scaling tables (tools/data/public_runs/fsdp_scaling.csv): Leonardo Booster's
     rows priced on its own system (4 A100 64GB per node), HYBRID_SHARD sharded within a node and
-    FULL_SHARD over every rank; MareNostrum 5's and the 28B model's rows kept but not priced."""
+    FULL_SHARD over every rank; MareNostrum 5's on its own (4 H100 64GB per node, 4 x NDR200); the 28B
+    model's rows kept but not priced."""
     new = rows[MEGATRON_ROWS + 207 :]
     assert len(new) == 177 and all(r["framework"] == "fsdp" for r in new)
     by_id = {r["id"]: r for r in new}
@@ -178,7 +179,11 @@ def test_modalities_fsdp_scaling_rows(rows):
     leonardo = [r for r in new if "leonardo" in r["source"]]
     mn5 = [r for r in new if "scaling_mn5" in r["source"]]
     assert (len(leonardo), len(mn5)) == (53, 124)
-    assert {r["system"] for r in mn5} == {""}  # no MareNostrum 5 preset: not priced
+    assert {r["system"] for r in mn5} == {"marenostrum5-acc"}  # BSC's accelerated partition
+    first = by_id["PUB-1162"]  # MN5 table row 0: 2.7B on one node's 4 GPUs, HYBRID_SHARD, micro-batch 1
+    assert (first["model"], first["num_gpus"], first["fsdp"], first["mbs"]) == ("gpt-2.7b-hd128", "4", "4", "1")
+    assert float(first["measured"]) == pytest.approx(12.68 * 4096 / 4)
+    assert "system marenostrum5-acc" in first["parse_notes"]
     assert {r["model"] for r in leonardo} == {"gpt-2.7b-hd128", "gpt-6.7b", "gpt-13b", ""}
     assert all(r["model"] == "" for r in new if r["model_raw"].startswith("GPT 28B"))
 

@@ -23,6 +23,7 @@ FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, sa
     "h200-sxm-141gb": "h100-sxm5-80gb",
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "h100-meta": "h100-sxm5-80gb",
+    "h100-sxm5-64gb": "h100-sxm5-80gb",
     "b200-sxm-180gb": "gb200",
     "b200-750w": "gb200",
     "b300-sxm-270gb": "gb300",
