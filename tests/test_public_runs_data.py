@@ -188,6 +188,21 @@ def test_modalities_fsdp_scaling_rows(rows):
     assert all(r["model"] == "" for r in new if r["model_raw"].startswith("GPT 28B"))
 
 
+def test_modalities_rows_reduce_their_gradients_in_bf16(rows):
+    """Modalities' BF_16 is FSDP MixedPrecision with reduce_dtype bf16 (running_env/env_utils.py at
+    8a9b6617): the rows say so, and their requests reduce-scatter 2-byte gradients; the code has no
+    torch.compile (eager). OLMo-core's stated fp32 reduction stays fp32."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    by_id = {r["id"]: r for r in rows}
+    modalities = [r for r in rows if r["source"].startswith("GitHub Modalities/modalities")]
+    assert len(modalities) == 177
+    assert all({"reduce_dtype=bf16", "compile=off"} <= set(r["parse_notes"].split("; ")) for r in modalities)
+    assert public_runs.request_for(by_id["PUB-1110"]).grad_reduce_bf16 is True
+    olmo = by_id["PUB-0942"]  # OLMo-core 7B: reduce_dtype=fp32
+    assert "reduce_dtype=fp32" in olmo["parse_notes"] and "grad_reduce_bf16" not in public_stacks.execution(olmo)[1]
+
+
 def test_sequence_parallelism_as_a_deepspeed_pipeline_row_states_it(rows):
     """Megatron-DeepSpeed runs without sequence parallelism unless asked (its preset); a row that states
     it gets it, with Megatron's asynchronous backward collectives, and one that states none keeps it off."""

@@ -170,6 +170,7 @@ FEATURES = (
     (r"offload not stated", "offload=not-stated"),
     (r"offload optimizer\+params to cpu|cpu offload \(params & optimizer\)", "offload=params+optimizer"),
     (r"reduce_dtype fp32", "reduce_dtype=fp32"),
+    (r"reduce_dtype bf16", "reduce_dtype=bf16"),
     (r"float8 all-gather", "fp8_allgather=on"),
     (r"bf16 all-gather", "fp8_allgather=off"),
     (r"limit_all_gathers=true", "limit_all_gathers=on"),
