@@ -162,7 +162,8 @@ def test_deepspeed_pipeline_rows(rows):
 def test_modalities_fsdp_scaling_rows(rows):
     """Modalities' FSDP1 scaling tables (tools/data/public_runs/fsdp_scaling.csv): Leonardo Booster's
     rows priced on its own system (4 A100 64GB per node), HYBRID_SHARD sharded within a node and
-    FULL_SHARD over every rank; MareNostrum 5's and the 28B model's rows kept but not priced."""
+    FULL_SHARD over every rank; MareNostrum 5's on its own (4 H100 64GB per node, 4 x NDR200); the 28B
+    model's rows kept but not priced."""
     new = rows[MEGATRON_ROWS + 207 :]
     assert len(new) == 177 and all(r["framework"] == "fsdp" for r in new)
     by_id = {r["id"]: r for r in new}
@@ -178,9 +179,28 @@ def test_modalities_fsdp_scaling_rows(rows):
     leonardo = [r for r in new if "leonardo" in r["source"]]
     mn5 = [r for r in new if "scaling_mn5" in r["source"]]
     assert (len(leonardo), len(mn5)) == (53, 124)
-    assert {r["system"] for r in mn5} == {""}  # no MareNostrum 5 preset: not priced
+    assert {r["system"] for r in mn5} == {"marenostrum5-acc"}  # BSC's accelerated partition
+    first = by_id["PUB-1162"]  # MN5 table row 0: 2.7B on one node's 4 GPUs, HYBRID_SHARD, micro-batch 1
+    assert (first["model"], first["num_gpus"], first["fsdp"], first["mbs"]) == ("gpt-2.7b-hd128", "4", "4", "1")
+    assert float(first["measured"]) == pytest.approx(12.68 * 4096 / 4)
+    assert "system marenostrum5-acc" in first["parse_notes"]
     assert {r["model"] for r in leonardo} == {"gpt-2.7b-hd128", "gpt-6.7b", "gpt-13b", ""}
     assert all(r["model"] == "" for r in new if r["model_raw"].startswith("GPT 28B"))
+
+
+def test_modalities_rows_reduce_their_gradients_in_bf16(rows):
+    """Modalities' BF_16 is FSDP MixedPrecision with reduce_dtype bf16 (running_env/env_utils.py at
+    8a9b6617): the rows say so, and their requests reduce-scatter 2-byte gradients; the code has no
+    torch.compile (eager). OLMo-core's stated fp32 reduction stays fp32."""
+    from shardwise.analyses import public_runs, public_stacks
+
+    by_id = {r["id"]: r for r in rows}
+    modalities = [r for r in rows if r["source"].startswith("GitHub Modalities/modalities")]
+    assert len(modalities) == 177
+    assert all({"reduce_dtype=bf16", "compile=off"} <= set(r["parse_notes"].split("; ")) for r in modalities)
+    assert public_runs.request_for(by_id["PUB-1110"]).grad_reduce_bf16 is True
+    olmo = by_id["PUB-0942"]  # OLMo-core 7B: reduce_dtype=fp32
+    assert "reduce_dtype=fp32" in olmo["parse_notes"] and "grad_reduce_bf16" not in public_stacks.execution(olmo)[1]
 
 
 def test_sequence_parallelism_as_a_deepspeed_pipeline_row_states_it(rows):

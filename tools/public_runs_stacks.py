@@ -121,19 +121,19 @@ INSTANCES = (
         " 'B200 with 1000W limit' against its '750W limited device'; presets/gpus.yaml b200-750w)",
     ),
     (
+        "(marenostrum 5 acc",
+        "marenostrum5-acc",
+        "system marenostrum5-acc: the source names MareNostrum 5 (BSC's accelerated partition: 4 H100 64GB"
+        " per node, 4 x NDR200 200 Gb/s, BSC's user guide)",
+    ),
+    (
         "(azure ndm a100 v4)",
         "azure-ndm-a100-v4",
         "system azure-ndm-a100-v4: the source names NDm A100 v4 (8 A100 80GB SXM4, 8 x 200 Gb/s HDR InfiniBand)",
     ),
 )
 # (substring of the GPU cell, why): machines the source names that have no system preset (checked first).
-NO_SYSTEM = (
-    (
-        "(marenostrum 5 acc",
-        "MareNostrum 5 ACC (4 H100 64GB per node): no system preset, its GPU and network not read from"
-        " a primary source",
-    ),
-)
+NO_SYSTEM: tuple[tuple[str, str], ...] = ()
 # (substring of the GPU cell, system); checked in order, after the exclusions below.
 SYSTEMS = (
     ("a100-40gb", "dgx-a100-40gb"),
@@ -170,6 +170,7 @@ FEATURES = (
     (r"offload not stated", "offload=not-stated"),
     (r"offload optimizer\+params to cpu|cpu offload \(params & optimizer\)", "offload=params+optimizer"),
     (r"reduce_dtype fp32", "reduce_dtype=fp32"),
+    (r"reduce_dtype bf16", "reduce_dtype=bf16"),
     (r"float8 all-gather", "fp8_allgather=on"),
     (r"bf16 all-gather", "fp8_allgather=off"),
     (r"limit_all_gathers=true", "limit_all_gathers=on"),

@@ -151,7 +151,9 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     if modules:  # "selective:mla_up_proj,mlp": Megatron-Core's --recompute-modules
         out["recompute"] = "selective"
         out["recompute_modules"] = modules
-    if bf16_gradients(row):
+    # the recipe's (Megatron's grad_reduce_in_fp32 False), or the row's own: PyTorch FSDP's MixedPrecision
+    # reduce_dtype bf16 reduce-scatters the bf16 gradients in bf16 (Modalities' BF_16, running_env/env_utils.py)
+    if bf16_gradients(row) or n.get("reduce_dtype") == "bf16":
         out["grad_reduce_bf16"] = True
     out.update(memory_recipes.plan_settings(row))  # the loss kernel, expandable segments
     out.update(overlap_recipes.plan_settings(row))  # the TP and parameter-gather overlaps it leaves off

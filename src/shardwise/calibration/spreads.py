@@ -23,6 +23,7 @@ FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, sa
     "h200-sxm-141gb": "h100-sxm5-80gb",
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "h100-meta": "h100-sxm5-80gb",
+    "h100-sxm5-64gb": "h100-sxm5-80gb",
     "b200-sxm-180gb": "gb200",
     "b200-750w": "gb200",
     "b300-sxm-270gb": "gb300",
@@ -53,7 +54,7 @@ SERVING_LOG_SD = 0.104
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0482, 5, 1),
-    "fsdp": (0.1886, 62, 2),
+    "fsdp": (0.2077, 173, 2),
     "fsdp2": (0.0756, 2, 1),
     "internevo": (0.1156, 54, 1),
     "maxtext": (0.0542, 38, 3),

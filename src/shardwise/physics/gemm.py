@@ -88,7 +88,9 @@ TILES: Tiles = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
 WARPGROUP_TILES = (*TILES, (64, 128, 2), (64, 256, 2))
 # GPUs whose tensor cores take warpgroup MMAs (wgmma, sm90) with M = 64 per warpgroup, and those
 # whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90 and sm100 tile schedulers).
-WARPGROUP_GPUS = frozenset({"h100-sxm5-80gb", "h100-pcie-80gb", "h100-meta", "h800-sxm5-80gb", "h200-sxm-141gb"})
+WARPGROUP_GPUS = frozenset(
+    {"h100-sxm5-80gb", "h100-sxm5-64gb", "h100-pcie-80gb", "h100-meta", "h800-sxm5-80gb", "h200-sxm-141gb"}
+)
 STREAM_K_GPUS = WARPGROUP_GPUS | {"b200-sxm-180gb", "gb200", "b300-sxm-270gb", "gb300"}
 # Stream-K: K depth of one k-iteration (CUTLASS sm90's 16-bit tile shapes are tm x tn x 64) and
 # the fewest k-iterations one stream-K unit takes (`min_iters_per_sk_unit_` = 8, CUTLASS
@@ -111,6 +113,7 @@ L2 = {
     "a100-pcie-80gb": _A100_L2,
     "a100-pcie-40gb": _A100_L2,
     "h100-sxm5-80gb": _GH100_L2,
+    "h100-sxm5-64gb": _GH100_L2,
     "h100-pcie-80gb": _GH100_L2,
     "h100-meta": _GH100_L2,
     "h800-sxm5-80gb": _GH100_L2,
