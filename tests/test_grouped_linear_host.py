@@ -1,4 +1,4 @@
-"""Transformer Engine's GroupedLinear host work per local expert (`physics.moe.grouped_linear_host_ops`):
+"""Transformer Engine's GroupedLinear host work per local expert (`physics.moe_grouped.grouped_linear_host_ops`):
 counted from TE's source, priced at `Plan.host_kernel_s` beside the GEMM launches, and absent under a
 full-iteration CUDA graph (the recipes that ran the fused grouped MLP)."""
 
@@ -12,7 +12,7 @@ from shardwise.analyses import public_moe
 from shardwise.analyses import public_validation as pv
 from shardwise.engines.moe import experts_parts
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.moe import GROUPED_LINEARS, grouped_linear_host_ops
+from shardwise.physics.moe_grouped import GROUPED_LINEARS, grouped_linear_host_ops
 from shardwise.physics.topology import placement
 from shardwise.specs import Plan, Scenario
 

@@ -200,7 +200,7 @@ def dispatcher(row: dict[str, str]) -> str:
 # experts), always beside a full-iteration CUDA graph (`cuda_graph_impl` "local"): (model, system,
 # precision, NeMo container), found as A2A_OVERLAP is and listed by tools/moe_recipes.py. They run as
 # `Plan.cuda_graph_scope` full_iteration: no host in the loop, none of GroupedLinear's per-expert host
-# work (`physics.moe.grouped_linear_host_ops`). The others ran GroupedLinear eagerly or under partial
+# work (`physics.moe_grouped.grouped_linear_host_ops`). The others ran GroupedLinear eagerly or under partial
 # graphs (attention, router: the experts stay eager).
 FUSED_GROUPED_MLP = frozenset(
     {

@@ -13,8 +13,11 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
 - full recomputation repeats the forward, collectives included;
 - in training, the host issues the grouped GEMMs one local expert at a time (Transformer Engine's
   GroupedLinear), and splits, allocates and quantizes per expert around them
-  (`physics.moe.grouped_linear_host_ops`; none under a full-iteration CUDA graph): with many experts
-  per GPU and few tokens each, the GPU waits for it.
+  (`physics.moe_grouped.grouped_linear_host_ops`; none under a full-iteration CUDA graph): with many experts
+  per GPU and few tokens each, the GPU waits for it -- the forward's experts on their own, since the
+  host's read of the split sizes just before them empties the GPU's queue (`physics.moe_grouped.post_sync_kernels`);
+- in FP8 / MXFP8 / NVFP4 under the all-to-all and all-gather dispatchers, Transformer Engine's padding
+  copies of the experts' inputs and outputs (`physics.moe_grouped.QUANTIZATION_PAD_*`).
 
 The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", the NeMo
 recipes'), one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`), or
@@ -35,6 +38,7 @@ import numpy as np
 
 from shardwise.engines.costs import FIELDS, StageCost, layer_cost
 from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
+from shardwise.physics import fp8_recipes
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import (
     BACKWARD_MEMORY_RATIO,
@@ -54,8 +58,15 @@ from shardwise.physics.moe import (
     dispatch_metadata_bytes,
     experts_forward,
     graphed_training_kernels,
-    grouped_linear_host_ops,
     routed_tokens,
+)
+from shardwise.physics.moe_grouped import (
+    MOE_POST_SYNC_KERNELS,
+    QUANTIZATION_PAD_DISPATCHERS,
+    QUANTIZATION_PAD_KERNELS,
+    grouped_linear_host_ops,
+    post_sync_kernels,
+    quantization_padding_bytes,
 )
 from shardwise.physics.params import (
     layer_params_split,
@@ -136,11 +147,16 @@ def experts_parts(
     eager_f = memory_s(ef.eager_bytes, gpu, ef.eager_kernels) if training else 0.0
     eager_b = memory_s(ef.eager_backward_bytes, gpu, ef.eager_backward_kernels) if training else 0.0
     cast_f = cast_b = 0.0
+    # Transformer Engine's padding of the experts' counts for narrow GEMMs (`physics.moe_grouped.QUANTIZATION_PAD_*`)
+    pads = training and is_narrow(plan.precision) and not fp8_recipes.is_torchao(plan.fp8_recipe)
+    if pads and plan.moe_dispatcher in QUANTIZATION_PAD_DISPATCHERS:
+        pad = quantization_padding_bytes(ef, model, e)
+        cast_f = cast_b = memory_s(pad, gpu, kernels=QUANTIZATION_PAD_KERNELS)
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others
         per_element = cast_bytes_per_element(plan.precision, plan.fp8_recipe, gpu.fp8_any_layout)
         kernels = 2 * cast_kernels_per_tensor(plan.precision, plan.fp8_recipe)  # fc1's input, fc2's input
-        cast_f = memory_s(per_element * sum(g.m * g.k * g.batch for g in ef.gemms), gpu, kernels=kernels)
-        cast_b = memory_s(per_element * sum(g.m * g.n * g.batch for g in ef.gemms), gpu, kernels=kernels)
+        cast_f = cast_f + memory_s(per_element * sum(g.m * g.k * g.batch for g in ef.gemms), gpu, kernels=kernels)
+        cast_b = cast_b + memory_s(per_element * sum(g.m * g.n * g.batch for g in ef.gemms), gpu, kernels=kernels)
     flex = plan.moe_dispatcher == "flex"
     intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, plan.expert_imbalance, dedup=flex)
     a2a = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(intra, inter), 0.0)  # replicated: none
@@ -194,10 +210,27 @@ def experts_parts(
     kernels = busy = 0.0
     if training and np.any(plan.host_kernel_s):
         kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
-        if not graphed:  # GroupedLinear's own host work per local expert (`physics.moe.GROUPED_*`)
-            own_f, own_b = grouped_linear_host_ops(model.experts / np.asarray(plan.ep), plan.precision, plan.fp8_recipe)
-            kernels = kernels + own_f * (1.0 + np.asarray(rerun, dtype=float)) + own_b
+        passes = 1.0 + np.asarray(rerun, dtype=float)
         busy = forward + backward + redo
+        if not graphed:  # GroupedLinear's own host work per local expert (`physics.moe_grouped.GROUPED_*`)
+            own_f, own_b = grouped_linear_host_ops(model.experts / np.asarray(plan.ep), plan.precision, plan.fp8_recipe)
+            kernels = kernels + own_f * passes + own_b
+            # after the host's read of the split sizes the GPU's queue is empty: that part of the forward
+            # waits for its own host work (`physics.moe_grouped.post_sync_kernels`), less what the GPU spends on
+            # the dispatch meanwhile (the first of the forward's two all-to-alls, or gathers, and the ETP
+            # all-gather: the combine comes after the experts, too late to hide their host work); taken
+            # out of the layer's one wait. Not beside combined 1F1B (`Plan.moe_overlap`), whose other
+            # micro-batch's backward is queued with it
+            section_k = post_sync_kernels(ef, own_f)
+            post = memory_s(ef.post_sync_bytes, gpu, MOE_POST_SYNC_KERNELS)
+            section_s = up.forward_s + down.forward_s + post + eager_f + cast_f
+            alone = dispatched & ~np.asarray(plan.moe_overlap, dtype=bool)
+            lead_s = (dispatch_f + gather) / 2
+            wait = np.where(alone, host_bound_s(section_s + lead_s, section_k, plan.host_kernel_s), 0.0)
+            kernels = kernels - np.where(alone, passes * section_k, 0.0)
+            busy = busy - np.where(alone, passes * section_s, 0.0)
+            forward = forward + wait
+            redo = redo + np.where(rerun, wait, 0.0)
     cost = StageCost(
         compute_forward_s=forward,
         compute_backward_s=backward + redo,

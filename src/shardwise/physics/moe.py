@@ -102,6 +102,10 @@ class ExpertsForward:
     eager_backward_bytes: Number = 0.0
     eager_backward_kernels: Number = 0
     clamp_bytes: Number = 0.0  # the clamp's forward among eager_bytes (moe_act recomputation reruns it)
+    # the element-wise bytes moved after the host has read the split sizes
+    # (`physics.moe_grouped.post_sync_kernels`): the chunk sort and unsort, the activation and the
+    # unpermutation, not the router's scores nor the permutation into expert order
+    post_sync_bytes: Number = 0.0
 
     @property
     def gemms(self) -> tuple[Gemm, Gemm]:
@@ -146,62 +150,6 @@ def graphed_training_kernels(
     if "moe_preprocess" in scope:
         captured, blocks = captured + MOE_PREPROCESS_KERNELS, blocks + 1
     return kernels - passes * captured + GRAPH_LAUNCHES_PER_BLOCK * blocks
-
-
-# Transformer Engine's GroupedLinear (Megatron-Core's TEGroupedMLP runs two: fc1, fc2) does host work
-# per local expert beyond the per-expert GEMM launches `training_kernels` counts, unchanged from TE 2.8
-# to 2.16 (the containers' versions; pytorch/module/grouped_linear.py `_GroupedLinear`, csrc/extensions/
-# cast.cpp `split_quantize`, gemm.cpp `te_general_grouped_gemm`; NVIDIA/TransformerEngine#1499: "the CPU
-# overheads of PyTorch ops, such as torch.split() and torch.empty() (2x num_gemms calls)"). Per expert
-# and call, in (ATen ops, light ops, kernels), weighed as `physics.stack.host_units` weighs them (1, 0.3,
-# and 1: a launched kernel's `host_kernel`):
-#   every precision: each of the three grouped GEMMs (forward, dgrad, wgrad) wraps the expert's A and B
-#   from Python and views its slice of D (at::from_blob): 3 light each; the forward's weight
-#   (cast_if_needed / get_weight_workspace) 1 light; the backward's main_grad lookup and assignment and
-#   Megatron's grad_added_to_main_grad flag and dummy wgrad (`handle_custom_ddp_from_mcore`): 4 light
-#   each split tensor (the forward's input, the backward's output gradient):
-#     16-bit   torch.split's view: 1 light
-#     FP8      the quantized tensor allocated (`create_tensor`: its data and transpose, 2 ATen) and its
-#              Python object (1 light); delayed scaling casts all experts in one kernel
-#              (nvte_multi_cast_transpose), current scaling per expert (amax, scale, cast: 3 kernels)
-#     MXFP8    views of the bulk buffers (rowwise and columnwise data and scales: 4 light, at::from_blob)
-#              and the Python object (1 light), one quantize kernel per expert (NVFP4: the same views,
-#              its split kernel fused over the experts from TE 2.14)
-#   FP8 and MXFP8: the backward makes each expert's weight column-wise (`update_usage`): 1 light.
-# Read off the code; the unit (`Plan.host_kernel_s`) is the larger uncertainty. A full-iteration CUDA
-# graph replays none of it, nor the fused grouped MLP that runs with it (one kernel over all experts).
-GROUPED_FORWARD = (0, 3 + 1, 0)
-GROUPED_BACKWARD = (0, 3 + 3 + 4, 0)
-GROUPED_SPLIT = {
-    "16-bit": (0, 1, 0),
-    "fp8": (2, 1, 0),
-    "fp8_current": (2, 1, 3),
-    "mxfp8": (0, 5, 1),
-    "nvfp4": (0, 5, 0),
-}
-GROUPED_NARROW_BACKWARD = (0, 1, 0)
-GROUPED_LINEARS = 2  # fc1 and fc2
-HOST_UNIT_WEIGHTS = (1.0, 0.3, 1.0)  # an ATen op, a light op (`physics.stack.NANOTRON_HOST_UNIT_WEIGHTS`), a kernel
-
-
-def grouped_linear_host_ops(local_experts: Number, precision: str, fp8_recipe: str = "te") -> tuple[Number, Number]:
-    """(forward, backward) host operations, in `host_kernel` units, of one MoE layer's two GroupedLinear
-    calls for `local_experts` experts on the rank (GROUPED_*): what the host does per expert besides
-    launching the GEMMs."""
-    from shardwise.physics.linears import current_scaling
-    from shardwise.specs.hardware import is_fp8, is_narrow, is_nvfp4
-
-    def units(counts: tuple[int, ...]) -> float:
-        return float(sum(c * w for c, w in zip(counts, HOST_UNIT_WEIGHTS, strict=True)))
-
-    kind = "16-bit"
-    if is_narrow(precision):
-        kind = "mxfp8" if precision == "mxfp8" else "nvfp4" if is_nvfp4(precision) else "fp8"
-        kind = "fp8_current" if is_fp8(precision) and current_scaling(precision, fp8_recipe) else kind
-    split = units(GROUPED_SPLIT[kind])
-    narrow = units(GROUPED_NARROW_BACKWARD) if is_narrow(precision) else 0.0
-    n = GROUPED_LINEARS * np.asarray(local_experts, dtype=float)
-    return n * (units(GROUPED_FORWARD) + split), n * (units(GROUPED_BACKWARD) + split + narrow)
 
 
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
@@ -285,6 +233,7 @@ def experts_forward(
         eager_backward_bytes=clamp_b + bias_b,
         eager_backward_kernels=kernels_b,
         clamp_bytes=clamp,
+        post_sync_bytes=e * h * (tokens + received / gathered) + sort + activation,
     )
 
 
