@@ -11,6 +11,17 @@ from shardwise import presets
 from shardwise.specs import Cluster, Model, Plan, Scenario
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files with the most tests marked `slow` first, then those with the most tests (what
+    xdist's --loadscope-reorder did alone; pyproject turns it off for this order): a worker takes
+    one file at a time (--dist loadfile), and a long file taken last would finish alone."""
+    from collections import Counter
+
+    slow = Counter(item.path for item in items if item.get_closest_marker("slow"))
+    count = Counter(item.path for item in items)
+    items.sort(key=lambda item: (-slow[item.path], -count[item.path]))  # stable: a file's own order kept
+
+
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str]):
     """Run the `shardwise` entry point in-process: cli([...]) -> (exit code, stdout, stderr)."""

@@ -696,3 +696,19 @@ def test_leave_one_out_without_refitting_matches_refitting():
         t, _, high = intervals.predict_interval(refit, [scns[i]])
         assert loo[i] == pytest.approx(np.log(t[0] / measured[i]), abs=0.002)
         assert sd[i] == pytest.approx(np.log(high[0] / t[0]) / Z80, rel=0.05)
+
+
+def test_the_learning_curves_fits_side_by_side_are_the_fits_alone():
+    """`validate --calibrated` prices a stack's draws together (one evaluator of all the stack's
+    runs, each fit reading its own runs' columns): each fit is, to the bit, the fit of its runs alone."""
+    from shardwise.analyses import calibration_validation as cv
+
+    stacks = cv._by_stack(cv.public_runs(), "dev")
+    members = next(m for m in stacks.values() if len(m) >= 8)
+    picks = [[0], [1, 3], [0, 2, 5, 7]]
+    together = cv._fits_side_by_side(members, picks)
+    for pick, b in zip(picks, together, strict=True):
+        a = fitting.fit([members[i].scenario for i in pick], np.array([members[i].measured_step_s for i in pick]))
+        assert a.fitted == b.fitted and a.values == b.values and a.widened == b.widened
+        assert np.array_equal(a.after_log_error, b.after_log_error) and np.array_equal(a.u_covariance, b.u_covariance)
+        assert np.array_equal(a.full_covariance, b.full_covariance)

@@ -146,22 +146,25 @@ def _score(fitted, train: list[PublicRun], test: list[PublicRun]) -> tuple[np.nd
 def learning_curves(
     runs: list[PublicRun], split: str, ks: tuple[int, ...] = KS, draws: int = DRAWS, progress=None
 ) -> list[CurvePoint]:
-    from shardwise.calibration.fit import fit
-
     rng = np.random.default_rng(SEED)
     points = []
     for stack, members in _by_stack(runs, split).items():
         errs, inside = _score(None, [], members)
         points.append(CurvePoint(stack, split, 0, len(members), len(members), float(errs.mean()), float(inside.mean())))
-        for k in ks:
-            if k > len(members) - 2:
-                continue
+        # every draw of every k first (the generator's sequence as one draw after another), then
+        # their fits side by side (`calibration.together`: the same fits, priced in fewer calls)
+        picks = {
+            k: [sorted(set(rng.choice(len(members), size=k, replace=False).tolist())) for _ in range(draws)]
+            for k in ks
+            if k <= len(members) - 2
+        }
+        fits = iter(_fits_side_by_side(members, [pick for k in picks for pick in picks[k]]))
+        for k in picks:
             all_err, all_in = [], []
-            for _ in range(draws):
-                pick = set(rng.choice(len(members), size=k, replace=False).tolist())
-                train = [members[i] for i in sorted(pick)]
+            for pick in picks[k]:
+                train = [members[i] for i in pick]
                 test = [r for i, r in enumerate(members) if i not in pick]
-                fitted = fit([r.scenario for r in train], np.array([r.measured_step_s for r in train]))
+                fitted = next(fits)
                 e, inn = _score(fitted, train, test)
                 all_err.append(e)
                 all_in.append(inn)
@@ -170,6 +173,33 @@ def learning_curves(
             e, inn = np.concatenate(all_err), np.concatenate(all_in)
             points.append(CurvePoint(stack, split, k, len(members), len(e), float(e.mean()), float(inn.mean())))
     return points
+
+
+class _Columns:
+    """The evaluator of a subset of runs: the columns `idx` of an evaluator of them all."""
+
+    def __init__(self, ev, idx: list[int]) -> None:
+        self.ev, self.idx = ev, np.array(idx)
+
+    def step_s(self, sets: dict[str, np.ndarray]) -> np.ndarray:
+        return self.ev.step_s(sets)[:, self.idx]
+
+
+def _fits_side_by_side(members: list[PublicRun], picks: list[list[int]]) -> list:
+    """The fit of each pick (indices into `members`), as `calibration.fit.fit` of those runs alone
+    returns it, the fits priced together (`calibration.together.side_by_side`)."""
+    from shardwise.calibration.cases import Evaluator
+    from shardwise.calibration.fit import fit
+    from shardwise.calibration.together import side_by_side
+
+    used = sorted({i for pick in picks for i in pick})  # the runs some fit prices (not a large stack's all)
+    column = {i: j for j, i in enumerate(used)}
+
+    def job(pick: list[int]):
+        scns, y = [members[i].scenario for i in pick], np.array([members[i].measured_step_s for i in pick])
+        return lambda ev: fit(scns, y, ev=_Columns(ev, [column[i] for i in pick]))
+
+    return side_by_side(Evaluator([members[i].scenario for i in used]), [job(pick) for pick in picks])
 
 
 LOO = -1  # the `k` of a leave-one-out point (calibrated on all of the stack's runs but one)
@@ -194,20 +224,20 @@ def leave_one_out(runs: list[PublicRun], split: str, progress=None) -> list[Curv
 
 def layout_transfer(runs: list[PublicRun], split: str, progress=None) -> list[LayoutTransfer]:
     """Calibrate on one layout of a group, predict the group's other layouts."""
-    from shardwise.calibration.fit import fit
-
     out = []
     for stack, members in _by_stack(runs, split).items():
-        groups: dict[str, list[PublicRun]] = defaultdict(list)
-        for r in members:
-            groups[r.group].append(r)
+        groups: dict[str, list[int]] = defaultdict(list)  # indices into members
+        for i, r in enumerate(members):
+            groups[r.group].append(i)
+        ones = [i for group in groups.values() if len(group) >= 2 for i in group]
+        fits = dict(zip(ones, _fits_side_by_side(members, [[i] for i in ones]), strict=True))
         before, after, inside = [], [], []
         for group in groups.values():
             if len(group) < 2:
                 continue
-            for i, one in enumerate(group):
-                others = group[:i] + group[i + 1 :]
-                fitted = fit([one.scenario], np.array([one.measured_step_s]))
+            for i in group:
+                one, others = members[i], [members[j] for j in group if j != i]
+                fitted = fits[i]
                 e0, _ = _score(None, [], others)
                 e1, inn = _score(fitted, [one], others)
                 before.append(e0)
