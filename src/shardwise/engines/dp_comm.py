@@ -2,7 +2,7 @@
 with the compute each may hide behind) and what of it stays exposed; its fields for each ZeRO
 stage; and the same priced run by run over a distinct plan's rows, which come grouped by ZeRO
 stage (`specs.distinct`): each run with its stage's branch alone. `engines.data_parallel` prices
-the collectives and composes the stages.
+the collectives, `engines.dp_step` composes the stages.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def zero_stage_fields(
     overlap_param_gather: Number,
     grad_all_reduce: Number = False,
 ) -> tuple[Number, ...]:
-    """DpComm's fields for ZeRO stage k (`data_parallel.dp_comm`) from the prices of its
+    """DpComm's fields for ZeRO stage k (`dp_step.dp_comm`) from the prices of its
     collectives and the stage's backward, forward and total seconds per micro-batch.
 
     `grad_all_reduce` (`Plan.zero1_grad_all_reduce`): ZeRO-1's gradients all-reduced whole after

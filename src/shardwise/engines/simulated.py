@@ -24,8 +24,9 @@ from shardwise.engines.costs import (
     layer_cost,
     sharding_copies,
 )
-from shardwise.engines.data_parallel import collective_prices, dp_comm, fsdp2_units, tied_embedding_sync_s
+from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
+from shardwise.engines.dp_step import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
