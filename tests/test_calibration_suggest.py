@@ -381,12 +381,14 @@ def test_fits_side_by_side_are_the_fits_run_alone_and_errors_reach_the_caller():
             self.calls += 1
             return ev.step_s(sets)
 
-    tried = (("matmul_efficiency_scale",), ("memory_bandwidth_scale",), ("step_overhead_s", "link_latency_scale"))
+    # fits of different lengths on this network-bound run (its ZeRO-3 gathers across 64 servers, layer
+    # by layer; the memory bandwidth, tried here before 2026-12, no longer moves it enough to be fitted)
+    tried = (("matmul_efficiency_scale",), ("inter_node_bandwidth_scale",), ("step_overhead_s", "link_latency_scale"))
     jobs = [lambda e, names=names: fitting.fit(scns, measured, only=names, wide=names, ev=e) for names in tried]
     one, three = Counting(), Counting()
     alone = [job(one) for job in jobs]
     together = side_by_side(three, jobs)
-    assert three.calls < 0.75 * one.calls  # one call prices a step of each fit still running (here 22 calls, 40 alone)
+    assert three.calls < 0.75 * one.calls  # one call prices a step of each fit still running (here 35 calls, 52 alone)
     for a, b in zip(alone, together, strict=True):
         assert a.fitted == b.fitted and a.values == b.values
         assert np.array_equal(a.after_log_error, b.after_log_error) and np.array_equal(a.u_covariance, b.u_covariance)

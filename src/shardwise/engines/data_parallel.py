@@ -37,12 +37,21 @@ DP_BUCKET_PARAMS_PER_RANK = 1e6
 # MaxText's A3 scripts, 512 MiB in dgxc Paxml's) that takes tens to hundreds of ms. Once per step.
 SPMD_GRAD_BYTES = 2.0
 
-# The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`.
+# The collectives a ZeRO stage uses (`dp_comm`), by name: see `collective_prices`. ZeRO-3's
+# whole-stage gather and reduction are the scale of XLA's scanned layers' edge collectives
+# (`dp_step.scan_edges_s`), its own are layer by layer.
 ZERO_COLLECTIVES = (
     ("all_reduce", "bucket_all_reduce", "bucket_all_gather"),
     ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather", "all_reduce"),
     ("reduce_scatter", "bucket_reduce_scatter", "all_gather", "bucket_all_gather"),
-    ("reduce_scatter", "unit_reduce_scatter", "weights_all_gather", "bucket_weights_all_gather"),
+    (
+        "layer_reduce_scatter",
+        "unit_reduce_scatter",
+        "layer_all_gather",
+        "bucket_weights_all_gather",
+        "reduce_scatter",
+        "weights_all_gather",
+    ),
 )
 # What the prices of those collectives read of a plan: the groups (the layout), the parameters
 # each stage holds and trains (the split, the experts' layout, LoRA) and their bytes (the
@@ -71,14 +80,26 @@ def collective_prices(
     experts: bool = False,
     n_weights: Number | None = None,
     units: tuple[Number, Number] | None = None,
+    layers: Number | None = None,
 ) -> dict[str, Number]:
     """The seconds of the collectives `names` of one stage's data-parallel communication (its
     gradients' reduction, its weights' gathers, their first or last bucket), for `n_params`
     parameters per GPU (with `experts`: routed-expert ones, over the expert-data-parallel ranks)
     and `n_weights` held (default `n_params`; more than the trained ones under LoRA). `units`:
     FSDP2's exposed (gather per pass, reduce-scatter) parameters of the stage
-    (`physics.fsdp2.edge_units`), the buckets where the plan shards per parameter. Reads only
-    COLLECTIVE_READS of the plan."""
+    (`physics.fsdp2.edge_units`), the buckets where the plan shards per parameter.
+
+    `layers`: the stage's layers (default the model's over the pipeline stages). ZeRO-3 gathers
+    and reduces one layer at a time (`layer_all_gather`, `layer_reduce_scatter`: the stage's
+    whole gather or reduction split into one collective per layer, each paying the collective's
+    fixed time, its base latency and its ring's or tree's steps): FSDP1 wraps each transformer
+    block as one flat parameter, all-gathered before the block's forward and again before its
+    backward and reduce-scattered after its backward (torch.distributed.fsdp with a transformer
+    auto-wrap policy; Zhao et al. 2023, "PyTorch FSDP", Sec. 3.2); FSDP2's `fully_shard` and
+    Megatron-FSDP per block the same, XLA's scanned layers per layer. At 128-512 ranks a layer's
+    ring moves well under 1 MB per step, so those fixed times count. The embedding and output
+    layer held by the first and last stage are spread over the stage's layers' collectives.
+    Reads only COLLECTIVE_READS of the plan."""
     plan = scn.plan
     hybrid = None
     if experts:
@@ -105,8 +126,16 @@ def collective_prices(
         "weights_all_gather": (group.all_gather, "weights", w_bytes),
         "bucket_weights_all_gather": (group.all_gather, "weights_bucket", w_bytes),
         "unit_reduce_scatter": (group.reduce_scatter, "unit", g_bytes),  # ZeRO-3's last reduction
+        "layer_reduce_scatter": (group.reduce_scatter, "layer_params", g_bytes),  # ZeRO-3's, per layer
+        "layer_all_gather": (group.all_gather, "layer_weights", w_bytes),
     }
-    counts: dict[str, Number] = {"params": n_params, "weights": n_weights}
+    n_layers = maximum(as_float(scn.model.layers) / as_float(plan.pp) if layers is None else as_float(layers), 1.0)
+    counts: dict[str, Number] = {
+        "params": n_params,
+        "weights": n_weights,
+        "layer_params": n_params / n_layers,
+        "layer_weights": n_weights / n_layers,
+    }
     priced = {}
     for name in names:
         if name == "replica_all_reduce":  # XLA's, exposed (`SPMD_GRAD_BYTES`); the others' is in their reduce-scatter
@@ -124,6 +153,8 @@ def collective_prices(
         priced[name] = op(counts[what] * per_param)
         if hybrid is not None and name.endswith("reduce_scatter"):  # then the replicas' all-reduce of the shard
             priced[name] = priced[name] + ifelse(spmd, 0.0, replica.all_reduce(counts[what] * per_param / dp))
+        if what.startswith("layer_"):  # one collective per layer of the stage
+            priced[name] = n_layers * priced[name]
     return priced
 
 
@@ -163,18 +194,26 @@ def stage_collective_prices(
     names: tuple[str, ...] | None = None,
 ) -> StagePrices:
     """`collective_prices` of the first, fullest middle and last stage (the arguments of
-    `dp_step.data_parallel_exposed_s`) for the ZeRO stages present: (dense parameters', routed experts'
-    or None) per stage; `names` (default those of the plan's ZeRO stages, `zero_collectives`)
-    which. Reads only COLLECTIVE_READS of the plan (and its ZeRO stages without `names`)."""
+    `dp_step.data_parallel_exposed_s`) for the ZeRO stages present: (dense parameters', routed
+    experts' or None) per stage, ZeRO-3's per layer over the stage's layers (the routed experts'
+    too: their share of a layer's collective, a little high on a stage that also holds dense
+    layers); `names` (default those of the plan's ZeRO stages, `zero_collectives`) which. Reads
+    only COLLECTIVE_READS of the plan (and its ZeRO stages without `names`)."""
     names = zero_collectives(scn.plan.zero_stage) if names is None else names
     held = params if weights is None else weights
+    split = scn.split
     out = []
-    for index, (n_params, n_expert, n_held) in enumerate(zip(params, expert_params, held, strict=True)):
+    each = zip((split.first, split.middle_max, split.last), params, expert_params, held, strict=True)
+    for index, (layers, n_params, n_expert, n_held) in enumerate(each):
         units = fsdp2_units(scn, first_stage=index == 0)
         dense = collective_prices(
-            scn, fabric, place, n_params - n_expert, names, n_weights=n_held - n_expert, units=units
+            scn, fabric, place, n_params - n_expert, names, n_weights=n_held - n_expert, units=units, layers=layers
         )
-        routed = collective_prices(scn, fabric, place, n_expert, names, experts=True) if scn.model.is_moe else None
+        routed = (
+            collective_prices(scn, fabric, place, n_expert, names, experts=True, layers=layers)
+            if scn.model.is_moe
+            else None
+        )
         out.append((dense, routed))
     return tuple(out)
 

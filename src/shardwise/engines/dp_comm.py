@@ -150,7 +150,8 @@ def zero_stage_fields(
         return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
     after_optimizer = ifelse(as_bool(overlap_param_gather), forward, 0.0)  # ZeRO-1/2's gather behind the next forward
     per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
-    grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
+    reduction = price("layer_reduce_scatter" if k == 3 else "reduce_scatter")  # ZeRO-3: one per layer
+    grad = reduction if per_step else m * reduction
     window = backward if per_step else m * backward
     bucket = price("unit_reduce_scatter" if k == 3 else "bucket_reduce_scatter")
     whole = as_bool(grad_all_reduce)
@@ -166,9 +167,9 @@ def zero_stage_fields(
             after_optimizer,
             price("bucket_all_gather"),
         )
-    # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
-    # each forward and backward pass
-    gathers = 2 * m * price("weights_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
+    # ZeRO-3: two gathers per micro-batch, layer by layer (`data_parallel.collective_prices`),
+    # prefetched behind all the compute but the first of each forward and backward pass
+    gathers = 2 * m * price("layer_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
     return grad, window, price("unit_reduce_scatter"), *gathers
 
 

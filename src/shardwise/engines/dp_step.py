@@ -31,6 +31,7 @@ def dp_comm(
     n_weights: Number | None = None,
     prices: dict[str, Number] | None = None,
     units: tuple[Number, Number] | None = None,
+    layers: Number | None = None,
 ) -> DpComm:
     """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
     `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
@@ -43,12 +44,14 @@ def dp_comm(
     per micro-batch (gradients stay sharded); ZeRO-3: also two weight all-gathers per
     micro-batch, prefetched behind the forward and backward passes (no gather after the
     optimizer). `prices`: those of `collective_prices` for the ZeRO stages present, when already
-    known; `units`: FSDP2's exposed units of the stage (`fsdp2_units`).
+    known; `units`: FSDP2's exposed units of the stage (`fsdp2_units`); `layers`: the stage's layers,
+    which ZeRO-3 gathers and reduces one at a time (default the model's over the stages).
     """
     plan = scn.plan
     z = as_array(plan.zero_stage)
     if prices is None:
-        prices = collective_prices(scn, fabric, place, n_params, zero_collectives(z), experts, n_weights, units)
+        names = zero_collectives(z)
+        prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
     contention = contention_share(scn.cluster.gpu.sm_count)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
