@@ -230,6 +230,25 @@ def test_regret_of_the_pick_by_hand():
     assert (r.expected, r.chance, r.rival) == (0.0, 0.0, None)
 
 
+def test_draws_truncated_to_the_ranges_keep_the_correlations_the_runs_impose():
+    """`regret.truncated_normal` against rejection from a million draws: two parameters the runs tie
+    (correlation -0.9), one centred on its lower bound 0 (an overhead calibrated at 0 s). Its draws
+    keep the tie (the other parameter is pushed the other way), which reflecting the rejected half
+    into range would break (its mean would not move)."""
+    cov = np.array([[1.0, -0.9], [-0.9, 1.0]])
+    low, high = np.array([0.0, -np.inf]), np.array([np.inf, np.inf])
+    rng = np.random.default_rng(1)
+    x = regret.truncated_normal(cov, low, high, np.ones((20000, 2)), rng)
+    ref = rng.multivariate_normal(np.zeros(2), cov, 1_000_000)
+    ref = ref[ref[:, 0] >= 0]
+    assert np.all(x[:, 0] >= 0)
+    assert np.allclose(x.mean(axis=0), ref.mean(axis=0), atol=0.03)  # (0.80, -0.72)
+    assert np.corrcoef(x.T)[0, 1] == pytest.approx(np.corrcoef(ref.T)[0, 1], abs=0.03)
+    reflected = rng.multivariate_normal(np.zeros(2), cov, 20000)
+    reflected[:, 0] = np.abs(reflected[:, 0])
+    assert abs(reflected[:, 1].mean()) < 0.05 < abs(x[:, 1].mean() - reflected[:, 1].mean()) - 0.5
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("perturb", [degraded_network, slow_small_gemms])
 def test_suggested_runs_teach_the_planner_the_cluster(perturb):
