@@ -261,13 +261,13 @@ def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_config
     priced run by run of one ZeRO stage (`engines.dp_comm.exposed_by_runs`), and the layout terms
     and the memory's terms priced once per group of plans that differ only in the batch give
     every number of pricing each configuration with all of them turned off."""
-    from shardwise.engines import data_parallel, dp_comm
+    from shardwise.engines import dp_comm
     from shardwise.specs import grouped
 
     scn = _wide_plans(11, 60000)
     found = scn.__dict__.get("_distinct")
     assert found is not None and found.count > distinct.MIN_CONFIGURATIONS
-    runs = data_parallel.zero_stage_runs(found.spec.plan.zero_stage)
+    runs = dp_comm.zero_stage_runs(found.spec.plan.zero_stage)
     assert runs is not None and sorted(k for k, _, _ in runs) == [0, 1, 2, 3]  # the rows come by ZeRO stage
     calls = []
     original = grouped._groups

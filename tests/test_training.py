@@ -143,7 +143,7 @@ def test_interleaved_chunks_reduce_their_gradients_as_each_finishes():
     ends: with v chunks only chunk 0's 1/v waits for the end; the rest hide behind the last
     round's (v-1) p chunk-backward passes. Without interleaving (v = 1), or per micro-batch
     (ZeRO-2), nothing changes."""
-    from shardwise.engines.data_parallel import DpComm
+    from shardwise.engines.dp_comm import DpComm
 
     comm = DpComm(1.0, 0.2, 0.01, 0.0, 0.0, 0.0, per_chunk=True)
     assert comm.exposed_s(True, 0.0)[0] == pytest.approx(0.8)  # one window of 0.2 s

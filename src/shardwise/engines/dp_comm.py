@@ -2,7 +2,7 @@
 with the compute each may hide behind) and what of it stays exposed; its fields for each ZeRO
 stage; and the same priced run by run over a distinct plan's rows, which come grouped by ZeRO
 stage (`specs.distinct`): each run with its stage's branch alone. `engines.data_parallel` prices
-the collectives and composes the stages.
+the collectives, `engines.dp_step` composes the stages.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ def zero_stage_fields(
     overlap_param_gather: Number,
     grad_all_reduce: Number = False,
 ) -> tuple[Number, ...]:
-    """DpComm's fields for ZeRO stage k (`data_parallel.dp_comm`) from the prices of its
+    """DpComm's fields for ZeRO stage k (`dp_step.dp_comm`) from the prices of its
     collectives and the stage's backward, forward and total seconds per micro-batch.
 
     `grad_all_reduce` (`Plan.zero1_grad_all_reduce`): ZeRO-1's gradients all-reduced whole after
@@ -150,7 +150,8 @@ def zero_stage_fields(
         return price("all_reduce"), backward, price("bucket_all_reduce"), 0.0, 0.0, price("bucket_all_gather")
     after_optimizer = ifelse(as_bool(overlap_param_gather), forward, 0.0)  # ZeRO-1/2's gather behind the next forward
     per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
-    grad = price("reduce_scatter") if per_step else m * price("reduce_scatter")
+    reduction = price("layer_reduce_scatter" if k == 3 else "reduce_scatter")  # ZeRO-3: one per layer
+    grad = reduction if per_step else m * reduction
     window = backward if per_step else m * backward
     bucket = price("unit_reduce_scatter" if k == 3 else "bucket_reduce_scatter")
     whole = as_bool(grad_all_reduce)
@@ -166,9 +167,9 @@ def zero_stage_fields(
             after_optimizer,
             price("bucket_all_gather"),
         )
-    # ZeRO-3: two gathers per micro-batch, prefetched behind all the compute but the first of
-    # each forward and backward pass
-    gathers = 2 * m * price("weights_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
+    # ZeRO-3: two gathers per micro-batch, layer by layer (`data_parallel.collective_prices`),
+    # prefetched behind all the compute but the first of each forward and backward pass
+    gathers = 2 * m * price("layer_all_gather"), m * total, 2 * m * price("bucket_weights_all_gather")
     return grad, window, price("unit_reduce_scatter"), *gathers
 
 

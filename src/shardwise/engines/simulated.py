@@ -24,8 +24,9 @@ from shardwise.engines.costs import (
     layer_cost,
     sharding_copies,
 )
-from shardwise.engines.data_parallel import collective_prices, dp_comm, fsdp2_units, tied_embedding_sync_s
+from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
+from shardwise.engines.dp_step import dp_comm, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -166,21 +167,23 @@ def stage_times(scn: Scenario) -> StageTimes:
     dp, tail, gather, opt = [], [], [], []
     priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
 
-    def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool) -> Any:
+    def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool, layers: int) -> Any:
         units = fsdp2_units(scn, first)
-        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=n_weights - n_expert, units=units)
+        dense = n_weights - n_expert
+        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=dense, units=units, layers=layers)
         if model.is_moe:
-            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True))
+            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, layers=layers))
         return c
 
-    for i, (cost, n_params, n_expert, n_weights) in enumerate(zip(kinds, trained, stage_experts, held, strict=True)):
+    each = enumerate(zip(kinds, trained, stage_experts, held, counts, strict=True))
+    for i, (cost, n_params, n_expert, n_weights, layers) in each:
         try:  # a stage equal to an earlier one in everything its reductions read (memos on: `specs.memo`)
-            key = (cost, n_params, n_expert, n_weights, type(n_params), type(n_expert), type(n_weights), i == 0)
+            key = (cost, n_params, n_expert, n_weights, type(n_params), type(n_expert), type(n_weights), i == 0, layers)
             c = priced.get(key) if memo.ENABLED else None
             if c is None:
-                c = priced[key] = stage_comm(cost, n_params, n_expert, n_weights, i == 0)
+                c = priced[key] = stage_comm(cost, n_params, n_expert, n_weights, i == 0, layers)
         except TypeError:  # a field that does not hash
-            c = stage_comm(cost, n_params, n_expert, n_weights, i == 0)
+            c = stage_comm(cost, n_params, n_expert, n_weights, i == 0, layers)
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
         # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
         # hides behind the backward passes and the gather comes after the optimizer

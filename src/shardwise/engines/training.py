@@ -29,11 +29,9 @@ import numpy as np
 from shardwise.arrays import as_float, maximum, plus, where
 from shardwise.engines.context_parallel import context_parallel, cp_step_s, micro_batch_view
 from shardwise.engines.costs import layer_cost
-from shardwise.engines.data_parallel import (
-    data_parallel_exposed_s,
-)
 from shardwise.engines.deferred import Later, deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct
+from shardwise.engines.dp_step import data_parallel_exposed_s
 from shardwise.engines.moe import model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate

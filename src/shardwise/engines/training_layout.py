@@ -26,11 +26,11 @@ from shardwise.engines.costs import (
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
     StagePrices,
-    data_parallel_exposed_s,
     stage_collective_prices,
     zero_collectives,
 )
 from shardwise.engines.distinct import evaluate_grouped, rows_of
+from shardwise.engines.dp_step import data_parallel_exposed_s
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
 from shardwise.engines.recompute_whole import recomputed_stages, whole_layer_extra
 from shardwise.engines.stage_assembly import Stages, stages

@@ -66,7 +66,7 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "overlap_grad_reduce",
         "overlap_param_gather",
         "zero1_grad_all_reduce",
-        "scan_unpipelined",  # read only by the data-parallel exposure (`data_parallel.scan_edges_s`)
+        "scan_unpipelined",  # read only by the data-parallel exposure (`dp_step.scan_edges_s`)
     )
 ) | {("cluster", "nodes")}
 

@@ -1,0 +1,226 @@
+"""Data parallelism's communication in a training step: each pipeline stage's gradient reduction
+and ZeRO parameter gathers (priced by `engines.data_parallel`), with the compute each may hide
+behind (`engines.dp_comm`), and the exposed part of the stage that sets the step. Tied word
+embeddings add the first and last stages' all-reduce of their copy's gradient.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
+from shardwise.engines.costs import StageCost
+from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
+from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
+from shardwise.physics import memory as mem
+from shardwise.physics import xla_scan
+from shardwise.physics.collectives import Fabric
+from shardwise.specs import Model, Scenario
+from shardwise.specs._checks import Number
+from shardwise.specs.memo import kept
+
+
+def dp_comm(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    n_params: Number,
+    cost: StageCost,
+    m: Number,
+    experts: bool = False,
+    n_weights: Number | None = None,
+    prices: dict[str, Number] | None = None,
+    units: tuple[Number, Number] | None = None,
+    layers: Number | None = None,
+) -> DpComm:
+    """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
+    `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
+    (default `n_params`): the weights ZeRO-3 gathers, more than the trained ones under LoRA.
+
+    ZeRO-0: all-reduce of the gradients; ZeRO-1: reduce-scatter of the gradients + all-gather of
+    the updated 16-bit weights (the same bytes, Rajbhandari et al. 2020 Sec. 7; Megatron's
+    distributed optimizer; with `zero1_grad_all_reduce`, nanotron's, an all-reduce of every
+    gradient after the backward passes instead of the reduce-scatter); ZeRO-2: a reduce-scatter
+    per micro-batch (gradients stay sharded); ZeRO-3: also two weight all-gathers per
+    micro-batch, prefetched behind the forward and backward passes (no gather after the
+    optimizer). `prices`: those of `collective_prices` for the ZeRO stages present, when already
+    known; `units`: FSDP2's exposed units of the stage (`fsdp2_units`); `layers`: the stage's layers,
+    which ZeRO-3 gathers and reduces one at a time (default the model's over the stages).
+    """
+    plan = scn.plan
+    z = as_array(plan.zero_stage)
+    if prices is None:
+        names = zero_collectives(z)
+        prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
+    contention = contention_share(scn.cluster.gpu.sm_count)
+    if one_value(z):  # one ZeRO stage: only its own collectives are priced
+        k = int(z)
+        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce)
+        return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
+    gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
+    every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole) for k in range(4)), strict=True)
+    chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
+    return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention)
+
+
+def _zero_stage_fields(
+    k: int,
+    prices: Mapping[str, Number],
+    cost: StageCost,
+    m: Number,
+    overlap_param_gather: Number,
+    grad_all_reduce: Number = False,
+) -> tuple[Number, ...]:
+    """DpComm's fields for ZeRO stage k (see `dp_comm`)."""
+    backward = cost.compute_backward_s + cost.tp_backward_s
+    if k == 0:
+        return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
+    forward = cost.compute_forward_s + cost.tp_forward_s
+    total = cost.total_s if k == 3 else 0.0
+    return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce)
+
+
+def data_parallel_exposed_s(
+    scn: Scenario,
+    fabric: Fabric,
+    place: dict[str, Number],
+    params: tuple[Number, Number, Number],
+    stages: tuple[StageCost, StageCost, StageCost],
+    m: Number,
+    v: Number,
+    expert_params: tuple[Number, Number, Number] = (0.0, 0.0, 0.0),
+    weights: tuple[Number, Number, Number] | None = None,
+    prices: StagePrices | None = None,
+) -> tuple[Number, Number]:
+    """(exposed, hidden) seconds of gradient reduction and ZeRO parameter gathers: the stage whose
+    exposed part is largest sets the step. With overlap the reduction runs in buckets during the
+    last micro-batch's backward pass; stage i of p also has i backward chunks of pipeline drain to
+    hide behind; the last bucket is always exposed. The parameter all-gather after the optimizer
+    is exposed unless overlap_param_gather (then all but its first bucket hides behind the next
+    step's first forward). Routed-expert parameters (`expert_params`, part of `params`) are
+    reduced over their own expert-data-parallel group, after the others. `weights` (default
+    `params`): what each stage holds, when only some of it is trained (LoRA); ZeRO-3 gathers it.
+    `prices`: `stage_collective_prices` of these, when already known.
+    """
+    plan = scn.plan
+    p = as_float(plan.pp)
+    exposed, totals = [], []
+    if prices is None:
+        prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
+    runs = zero_stage_runs(plan.zero_stage) if not scn.model.is_moe else None
+    edges = scan_edges_s(scn, prices, params, expert_params, weights, m)
+    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, strict=True)
+    for index, n_params, n_expert, cost, (dense, routed) in per_stage:
+        # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
+        # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
+        # "launch asynchronous communication at the same time across the pipeline-parallel
+        # group"), which spends that drain
+        backward = cost.compute_backward_s + cost.tp_backward_s
+        drain = ifelse(v > 1, 0.0, index * backward / v)
+        rounds = ifelse(v > 1, p, 1.0)
+        serial = dense.get("replica_all_reduce", 0.0)  # XLA's replicas' all-reduce, never hidden
+        if runs is not None:
+            forward = cost.compute_forward_s + cost.tp_forward_s
+            total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
+            values = (
+                backward,
+                forward,
+                total,
+                m,
+                plan.overlap_param_gather,
+                plan.overlap_grad_reduce,
+                drain,
+                v,
+                rounds,
+                plan.zero1_grad_all_reduce,
+            )
+            contention = contention_share(scn.cluster.gpu.sm_count)
+            joined = exposed_by_runs(runs, dense, values, contention)
+            if joined is not None:
+                exposed.append(_with_edges(joined[0], joined[1], edges[len(exposed)]) + serial)
+                totals.append(joined[1] + serial)
+                continue
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
+        if routed is not None:
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds)
+        exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
+        totals.append(comm.total_s + serial)
+    mid = ifelse(p > 2, exposed[1], 0.0)
+    dp_exposed = maximum(maximum(exposed[0], mid), exposed[2])
+    # the hidden share of the stage whose exposed part sets the step
+    pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
+    hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
+    return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+def _with_edges(exposed_s: Number, total_s: Number, edges_s: Number) -> Number:
+    """A stage's exposed data-parallel seconds with the scanned layers' edge collectives
+    (`scan_edges_s`), which wait beside nothing, added; at most all of its communication."""
+    if isinstance(edges_s, float) and edges_s == 0.0:
+        return exposed_s
+    return minimum(exposed_s + edges_s, total_s)
+
+
+def scan_edges_s(
+    scn: Scenario,
+    prices: StagePrices,
+    params: tuple[Number, Number, Number],
+    expert_params: tuple[Number, Number, Number],
+    weights: tuple[Number, Number, Number] | None,
+    m: Number,
+) -> tuple[Number, Number, Number]:
+    """Per stage (first, fullest middle, last), the seconds ZeRO-3's gathers and reductions wait
+    at the edges of XLA's scanned layers without the collective pipeliner (`Plan.scan_unpipelined`,
+    `physics.xla_scan`): 0.0 where no plan has it."""
+    plan = scn.plan
+    flag = as_bool(plan.scan_unpipelined)
+    z3 = as_array(plan.zero_stage) == 3
+    if (one_value(flag) and not bool(flag)) or (one_value(z3) and not bool(z3)):
+        return (0.0, 0.0, 0.0)
+    split = scn.split
+    edge = xla_scan.edge_params(scn.model) / as_float(plan.tp)
+    held = params if weights is None else weights
+    out = []
+    each = zip((split.first, split.middle_max, split.last), params, expert_params, held, prices, strict=True)
+    for layers, n_params, n_expert, n_held, (dense, _) in each:
+        seconds = xla_scan.edge_exposed_s(
+            dense["weights_all_gather"],
+            dense["reduce_scatter"],
+            edge,
+            as_float(layers),
+            maximum(n_held - n_expert, 1.0),
+            maximum(n_params - n_expert, 1.0),
+            m,
+        )
+        out.append(ifelse(flag & z3, seconds, 0.0))
+    return out[0], out[1], out[2]
+
+
+def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:
+    """Tied word embeddings: the first and the last stage all-reduce their copy's gradient after
+    the backward pass (Megatron-LM), over the link between them; frozen under LoRA, nothing."""
+    model, plan = scn.model, scn.plan
+    if not model.tied_embeddings:
+        return 0.0
+    return _tied_sync_s(
+        model, fabric, plan.precision, plan.grad_reduce_bf16, plan.tp, plan.pp, plan.lora_rank, place["pp"]
+    )
+
+
+@kept
+def _tied_sync_s(
+    model: Model,
+    fabric: Fabric,
+    precision: str,
+    grad_bf16: Number,
+    tp: Number,
+    pp: Number,
+    lora_rank: Number,
+    pp_per_node: Number,
+) -> Number:
+    """`tied_embedding_sync_s` of what it reads (kept per it, `specs.memo.kept`; a fabric by identity)."""
+    p = as_float(pp)
+    grads = mem.grad_bytes_per_param(precision, grad_bf16) * model.vocab * model.hidden / tp
+    sync = fabric.group(2, ifelse(pp_per_node < p, 1, 2)).all_reduce(grads)
+    return ifelse((p > 1) & (as_array(lora_rank) == 0), sync, 0.0)
