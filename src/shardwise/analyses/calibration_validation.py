@@ -21,6 +21,7 @@ Duplicate rows (the same layout and measurement published twice) count once.
 
 from __future__ import annotations
 
+import zlib
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -146,9 +147,10 @@ def _score(fitted, train: list[PublicRun], test: list[PublicRun]) -> tuple[np.nd
 def learning_curves(
     runs: list[PublicRun], split: str, ks: tuple[int, ...] = KS, draws: int = DRAWS, progress=None
 ) -> list[CurvePoint]:
-    rng = np.random.default_rng(SEED)
     points = []
     for stack, members in _by_stack(runs, split).items():
+        # each stack its own generator: a stack's draws do not change when another stack is added
+        rng = np.random.default_rng([SEED, zlib.crc32(stack.encode())])
         errs, inside = _score(None, [], members)
         points.append(CurvePoint(stack, split, 0, len(members), len(members), float(errs.mean()), float(inside.mean())))
         # every draw of every k first (the generator's sequence as one draw after another), then
