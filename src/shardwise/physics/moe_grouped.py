@@ -56,10 +56,11 @@ def grouped_linear_host_ops(local_experts: Number, precision: str, fp8_recipe: s
     calls for `local_experts` experts on the rank (GROUPED_*): what the host does per expert besides
     launching the GEMMs."""
     from shardwise.physics.linears import current_scaling
+    from shardwise.physics.stack import host_units
     from shardwise.specs.hardware import is_fp8, is_narrow, is_nvfp4
 
     def units(counts: tuple[int, ...]) -> float:
-        return float(sum(c * w for c, w in zip(counts, HOST_UNIT_WEIGHTS, strict=True)))
+        return host_units(counts, HOST_UNIT_WEIGHTS)
 
     kind = "16-bit"
     if is_narrow(precision):
