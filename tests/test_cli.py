@@ -336,15 +336,20 @@ def test_presets_list_shows_defaults_not_placeholders(cli):
 @pytest.mark.slow
 @pytest.mark.parametrize(("sig", "status"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_a_large_write_leaves_no_file_behind(sig, status, tmp_path):
-    """SIGTERM or Ctrl-C while a 2-million-row CSV is computed or written: the command stops with
-    128 + the signal and neither the file nor a temporary is left."""
+    """SIGTERM or Ctrl-C while a 2-million-row CSV is being written: the command stops with 128 + the
+    signal and neither the file nor a temporary is left. The signal is sent once rows reach the
+    temporary file (not after a fixed sleep: on a fast machine the whole command ends within seconds,
+    and a signal during interpreter shutdown rightly changes nothing)."""
     import time
 
     code = "from shardwise.cli import main; main(['sweep', '--vary', 'batch=1..1000', '--vary', 'layers=8..1007', "
     code += "'--csv', 'g.csv', '--no-progress'])"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    time.sleep(2.5)
-    assert proc.poll() is None, "finished before the signal: make the grid larger"
+    deadline = time.monotonic() + 120
+    while not any(f.stat().st_size for f in tmp_path.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert proc.poll() is None, "finished before the write was seen: make the grid larger"
+    assert [p.name for p in tmp_path.iterdir()] != ["g.csv"], "the file appeared whole: no temporary was used"
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == status and b"Traceback" not in err
