@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 
 from shardwise import presets
+from shardwise.physics import collectives
 from shardwise.physics.collectives import (
     LL_STEP_S,
+    NET_POST_OVERHEAD_S,
     all_gather_time_s,
     all_reduce_time_s,
     bus_bandwidth_bytes_per_s,
@@ -54,7 +56,36 @@ def test_across_nodes_the_nics_bound_the_ring():
     n = 16e9
     t = all_reduce_time_s(n, 32, 8, NV3, ib)  # 4 nodes x 8 GPUs, one HDR NIC per GPU
     bw = min(NV3.effective_bandwidth_bytes_per_s, 8 * ib.effective_bandwidth_bytes_per_s)
-    assert t == pytest.approx(2 * 31 / 32 * n / bw, rel=0.05)
+    # the bandwidth term, and the pipelined steps' latency beside it (62 steps of at least NCCL's
+    # network post overhead: `NET_POST_OVERHEAD_S`) a few percent more
+    assert 2 * 31 / 32 * n / bw < t < 1.08 * (2 * 31 / 32 * n / bw)
+
+
+def test_a_ring_across_servers_pays_the_network_post_on_every_step():
+    """NCCL's model: inside a communicator that spans servers each of a ring's steps costs at least
+    the network post overhead, not only the k - 1 that cross a server."""
+    ib = presets.link("ib-ndr")
+    p, g = 128, 4  # 32 servers of 4, as MareNostrum 5 or Leonardo
+    k = p // g
+    t = all_gather_time_s(8, p, g, NV4, ib)  # 8 bytes: the latency alone (no tree, no LL across servers)
+    steps = (p - k) * max(NV4.latency_s, NET_POST_OVERHEAD_S) + (k - 1) * ib.latency_s
+    assert NV4.latency_s < NET_POST_OVERHEAD_S  # the post, not NVLink's step, sets the pace
+    assert t == pytest.approx(max(NV4.base_latency_s, ib.base_latency_s) + steps, rel=0.01)
+    assert reduce_scatter_time_s(8, p, g, NV4, ib) == t
+
+
+def test_the_network_post_grows_a_fixed_gather_with_the_ranks(monkeypatch):
+    ib, n = presets.link("ib-ndr"), 168e6  # one layer of a 2.7B model in bf16
+    ranks = (32, 128, 512)
+    with_post = [all_gather_time_s(n, p, 4, NV4, ib) for p in ranks]
+    monkeypatch.setattr(collectives, "NET_POST_OVERHEAD_S", 0.0)
+    without = [all_gather_time_s(n, p, 4, NV4, ib) for p in ranks]
+    added = [a - b for a, b in zip(with_post, without, strict=True)]
+    assert all(a > 0 for a in added) and added[0] < added[1] < added[2]
+    assert added[2] > 0.1 * without[2]  # 512 ranks: 384 steps inside servers at 3 us, not 1
+    one_server = all_gather_time_s(n, 4, 4, NV4, ib)
+    monkeypatch.undo()
+    assert all_gather_time_s(n, 4, 4, NV4, ib) == one_server  # inside one server: nothing
 
 
 def test_tree_wins_for_small_messages_across_many_nodes():

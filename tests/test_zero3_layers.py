@@ -89,8 +89,11 @@ def test_each_pipeline_stage_splits_over_its_own_layers():
         alone = collective_prices(scn, fabric, place, n, ("layer_all_gather",), layers=layers)
         assert prices["layer_all_gather"] == pytest.approx(alone["layer_all_gather"], rel=1e-12)
     # the simulator prices each stage's own layers the same way
+    # (they differ by the exposed data-parallel part the closed form keeps and the simulator's
+    # schedule hides: 76 ms of 2.6 s here, since each ring step across servers pays NCCL's network post)
     closed, simulated = estimate_training_step(scn), simulate_training_step(scn).estimate
-    assert float(simulated.step_time_s) == pytest.approx(float(closed.step_time_s), rel=0.03)
+    gap = abs(float(simulated.step_time_s) - float(closed.step_time_s))
+    assert gap <= float(closed.breakdown.dp_comm_s) + 0.01 * float(closed.step_time_s)
 
 
 def test_full_shard_at_micro_batch_1_exposes_more_as_the_servers_grow():

@@ -23,7 +23,12 @@ measured curves in `data/comm_measured.csv`.
 
 Algorithms, as NCCL picks them (src/graph/tuning.cc):
 - ring: steps = 2(p-1) for all-reduce, of which 2(k-1) cross nodes (NCCL's nInterSteps);
-  bandwidth min(B_intra, g * B_inter) across nodes (g rings, one per NIC);
+  bandwidth min(B_intra, g * B_inter) across nodes (g rings, one per NIC). Across nodes the steps
+  inside a node cost at least NCCL's network post overhead too (`NET_POST_OVERHEAD_S`, 3 us): the ring
+  moves one step at a time through the nodes' network proxies, which post each step's send and
+  receive, so p - 1 steps pay it however few of them cross a node (NCCL's own model does the
+  same: intraLat = max(intraLat, netOverhead) when nNodes > 1). At a fixed buffer this grows with
+  the ranks while the bytes per rank do not (FSDP's per-layer gathers at 128-2,048 ranks);
 - tree (all-reduce across nodes only): latency 2((g-1) alpha_intra + log2(k) alpha_inter),
   W = 2n (NCCL: algBw = busBw / 2);
 - NVLS (NVLink SHARP, all-reduce inside one NVSwitch domain, Hopper and later): each rank
@@ -89,6 +94,13 @@ LL128_STEP_S = 1.9e-6
 LL_SHARE = 0.5
 LL128_SHARE = 0.92
 NVLS_LATENCY_S = 25e-6  # NCCL src/graph/tuning.cc hwLat[NVLINK][NVLS] (2.21), once per call
+# A ring across servers advances no faster than its network proxy posts one step: NCCL's own model
+# charges each of the ring's steps inside a server at least the network post overhead when the
+# communicator spans servers (src/graph/tuning.cc ncclTopoTuneModel: "Inter-node rings still have
+# to launch nsteps * net overhead", intraLat = max(intraLat, netOverhead); getNetOverhead() = 1 us
+# on Intel x86 and any host but AMD x86 (2 us there), x3 for the Simple protocol, the only one
+# priced across servers). Intel's value for every host: systems carry no CPU vendor.
+NET_POST_OVERHEAD_S = 3.0e-6
 
 
 def pipelined_time_s(base_s: Number, pipe_latency_s: Number, wire_bytes: Number, bw: Number) -> Number:
@@ -147,9 +159,11 @@ class Group:
         active = p > 1
         self._base = np.where(active, base, 0.0)
         self._inv_bw = 1.0 / bw
-        # ring: 2(p-1) steps for an all-reduce, 2(k-1) of them across nodes (NCCL's nInterSteps)
-        self._ar_latency = 2 * (p - 1 - (k - 1)) * a_in + 2 * (k - 1) * a_out
-        self._rs_latency = (p - 1 - (k - 1)) * a_in + (k - 1) * a_out
+        # ring: 2(p-1) steps for an all-reduce, 2(k-1) of them across nodes (NCCL's nInterSteps);
+        # across nodes the steps inside a node cost at least the network proxy's post (module docstring)
+        a_ring = np.where(multi, np.maximum(a_in, NET_POST_OVERHEAD_S), a_in) if inter is not None else a_in
+        self._ar_latency = 2 * (p - k) * a_ring + 2 * (k - 1) * a_out
+        self._rs_latency = (p - k) * a_ring + (k - 1) * a_out
         self._ar_factor = 2 * (p - 1) / p
         self._rs_factor = (p - 1) / p
         self._multi = multi if np.any(multi) else None
