@@ -54,14 +54,14 @@ SERVING_LOG_SD = 0.104
 # prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "flash-attn-trainer": (0.0482, 5, 1),
-    "fsdp": (0.1749, 173, 2),
+    "fsdp": (0.1610, 173, 2),
     "fsdp2": (0.0772, 2, 1),
-    "internevo": (0.1156, 54, 1),
-    "maxtext": (0.0548, 38, 3),
-    "megatron-core": (0.0762, 420, 3),
+    "internevo": (0.1131, 54, 1),
+    "maxtext": (0.0556, 38, 3),
+    "megatron-core": (0.0765, 420, 3),
     "megatron-deepspeed": (0.3780, 7, 3),
-    "nemo-automodel": (0.1316, 1, 1),
-    "paxml": (0.1670, 36, 2),
+    "nemo-automodel": (0.1365, 1, 1),
+    "paxml": (0.1627, 36, 2),
     "torchtitan-compile": (0.1438, 12, 1),
 }
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
