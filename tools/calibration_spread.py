@@ -1,5 +1,6 @@
-"""Print the spreads the error bars rest on, measured on the public runs' DEV split only (the
-holdout rows are never read here): the values of `calibration/spreads.py` and the GEMM prior of
+"""Print the spreads the calibrated error bars rest on, measured on the public runs' DEV split only
+(the holdout rows are never read here): the values of `calibration/spreads.py` the uncalibrated
+intervals do not take from `tools/stack_spreads.py`, and the GEMM prior of
 `calibration/parameters.py`. `shardwise validate --calibrated` prints the same line.
 
     python tools/calibration_spread.py
@@ -16,8 +17,8 @@ def main() -> None:
     print(f"uncalibrated RMS of ln(predicted / measured): {s.uncalibrated_rms:.4f}  (UNCALIBRATED_LOG_SD)")
     print(f"groups: {s.groups}; scatter inside a group {s.within_group:.4f}")
     print(f"the ratio of two layouts of one group: {s.within_group * 2**0.5:.4f}  (PAIR_LOG_SD)")
-    print(f"group means spread beyond it: {s.between_groups:.4f}  (BETWEEN_GROUPS_LOG_SD; MATMUL_PRIOR_SD x 0.75)")
-    print(f"dev groups per GPU: {s.groups_per_gpu}  (FITTED_GROUPS for the GPUs tools/fit_efficiency.py fits)")
+    print(f"group means spread beyond it: {s.between_groups:.4f}  (MATMUL_PRIOR_SD x 0.75)")
+    print(f"dev groups per GPU: {s.groups_per_gpu}  (the fitted ones: GPU_FIT, tools/stack_spreads.py)")
     print(f"calibrated residual spread, pooled: {s.calibrated_residual:.4f}  (NOISE_LOG_SD)")
 
 

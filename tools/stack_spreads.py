@@ -1,24 +1,42 @@
-"""Print each software stack's uncalibrated interval spread (`calibration.spreads.STACK_LOG_SD`):
-the root mean square of ln(predicted / measured) over its published runs, each source weighing
-the same (the mean over sources of their mean squared log error), each run predicted by the
-model fitted without that run's source (`analyses.loso`, leave one source out).
+"""Print the spreads the uncalibrated intervals rest on (`calibration.spreads`), each measured on
+the public runs predicted without their source (`analyses.loso`, `analyses.interval_model`):
 
-    python tools/stack_spreads.py        # paste the dicts into src/shardwise/calibration/spreads.py
+- each software stack's (`STACK_LOG_SD`): the random-effects spread of a new source's run, from
+  its sources' leave-one-source-out errors (within and between sources, DerSimonian-Laird, the
+  stack's mean offset and its error, at Student's t), as a normal-equivalent spread;
+- a stack without published runs (`NO_DATA_LOG_SD`): the spread of the stacks' errors when each is
+  left out of the fit whole, plus a source's and a run's;
+- the GPUs' fitted efficiencies (`GPU_FIT`, `GPU_GROUP_LOG_SD`, `GPU_SOURCE_LOG_SD`,
+  `UNFITTED_LOG_SD`);
+- each model family's (`FAMILY_LOG_SD`: hybrid Mamba-2 models), over its priced runs at the
+  shipped model.
 
-and each model family's (`calibration.spreads.FAMILY_LOG_SD`: hybrid Mamba-2 models), over its
-priced runs at the shipped model.
+    python tools/stack_spreads.py        # paste into src/shardwise/calibration/spreads.py
 """
 
 from __future__ import annotations
+
+import math
 
 from shardwise.analyses import loso
 
 
 def main() -> None:
+    fit = loso.shipped_gpu_fit()
+    print("GPU_FIT: dict[str, tuple[int, int]] = {  # fitted GPU: (groups, sources) of its fitting rows")
+    for gpu, (groups, sources) in sorted(fit.support.items()):
+        print(f'    "{gpu}": ({groups}, {sources}),')
+    print("}")
+    print(f"GPU_GROUP_LOG_SD = {math.sqrt(fit.group_var):.4f}")
+    print(f"GPU_SOURCE_LOG_SD = {math.sqrt(fit.source_var):.4f}")
+    print(f"UNFITTED_LOG_SD = {math.sqrt(fit.unfitted_var):.4f}")
     print("STACK_LOG_SD: dict[str, tuple[float, int, int]] = {")
     for stack, (sd, runs, sources) in loso.shipped_stack_spreads().items():
         print(f'    "{stack}": ({sd:.4f}, {runs}, {sources}),')
     print("}")
+    sd, stacks = loso.shipped_no_data_spread()
+    print(f"NO_DATA_LOG_SD = {sd:.4f}")
+    print(f"NO_DATA_STACKS = {stacks}")
     print("FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {")
     for family, (sd, runs, sources) in loso.shipped_family_spreads().items():
         print(f'    "{family}": ({sd:.4f}, {runs}, {sources}),')

@@ -12,13 +12,15 @@ runs: every other constant comes from a datasheet, a paper or a microbenchmark.
 
 A fold leaves out every row of one source (or of one stack), refits the scales on what is left,
 and predicts the left-out rows (dev and holdout alike). Each left-out row also gets the 80%
-interval the tool would give it from the other sources alone: ±Z80 times the root mean square of
-ln(predicted / measured) over the fold predictions of the *other* sources of its stack (bias
-included: an uncalibrated prediction's interval must cover it); a stack with no other source gets
-`NO_DATA_LOG_SD` (about ±40%); that spread widened for the row's GPU as the tool widens it
-(`calibration.spreads.gpu_widened_log_sd`: the uncertainty of the GPU's fitted sustained
-efficiency, which differs between sources run on one GPU at different software releases).
-Coverage is the share of the left-out rows inside their interval.
+interval the tool would give it from what the fold knows (`analyses.interval_model`): a
+random-effects model of the other sources' leave-one-source-out errors of its stack (the scatter
+inside a source, the sources' scatter about the stack's mean, DerSimonian-Laird, and that mean's
+offset and error, at Student's t); a stack the fold knows no other source of, as a stack without
+published runs: how far the other stacks miss when each is left out whole; and, in quadrature, how
+far the fold's own fitted efficiency of the row's GPU may be off (`interval_model.GpuFit`: few
+groups or sources, a sibling's value, or none). Coverage is the share of the left-out rows inside
+their interval. `shipped_stack_spreads`, `shipped_no_data_spread` and `shipped_gpu_fit` are the same
+estimates on every source: `calibration.spreads` holds them (`python tools/stack_spreads.py`).
 
 Predictions at a refitted scale are interpolated from each row's step time priced once over a
 grid of scales (one vectorised estimate per row): the whole study takes a few seconds.
@@ -33,8 +35,9 @@ from functools import cache
 
 import numpy as np
 
+from shardwise.analyses import interval_model as im
 from shardwise.analyses import public_validation as pv
-from shardwise.calibration.spreads import FITTED_FROM, Z80, gpu_widened_log_sd
+from shardwise.calibration.spreads import FITTED_FROM, Z80
 
 # The scales shipped in presets/gpus.yaml (tools/fit_efficiency.py on the dev split): a GPU's
 # microbenchmark efficiency (MAMF x 0.978) is the preset's value over its scale; a GPU not listed
@@ -53,8 +56,6 @@ FIT_STACKS = ("megatron-core", "megatron-deepspeed", "internevo", "flash-attn-tr
 # rows would carry that rule's error to every 8- and 16-bit prediction on the GPU.
 UNFITTED_PRECISIONS = ("nvfp4",)
 MIN_GROUPS = 2
-# An 80% interval of ±40% for a stack without published runs: ln(1.4) / Z80.
-NO_DATA_LOG_SD = math.log(1.4) / Z80
 FIT_PROCEDURE = (
     "per-GPU sustained matmul-efficiency scale: median dev error zero over the rows >= 85% compute of "
     "the fused-kernel stacks (tools/fit_efficiency.py); siblings take it"
@@ -144,13 +145,23 @@ def priced_rows() -> tuple[Priced, ...]:
 
 def fit_scales(rows: list[Priced]) -> dict[str, float]:
     """The fitting procedure on `rows` (their dev split): one scale per fitted GPU."""
+    fitted = _fit(rows)
+    return {g: fitted[g][0] if g in fitted else 1.0 for g in sorted({*SHIPPED_SCALES, *_setting(rows)})}
+
+
+def _setting(rows: list[Priced]) -> dict[str, list[Priced]]:
     by_gpu: dict[str, list[Priced]] = defaultdict(list)
     for p in rows:
         # siblings take the scale, never set it; only the stacks in FIT_STACKS set it
         if p.sets_scale:
             by_gpu[p.gpu].append(p)
-    scales: dict[str, float] = {}
-    for gpu, all_rows in by_gpu.items():
+    return by_gpu
+
+
+def _fit(rows: list[Priced]) -> dict[str, tuple[float, list[Priced]]]:
+    """Each fitted GPU's scale and the rows that set it."""
+    out = {}
+    for gpu, all_rows in _setting(rows).items():
         chosen = [p for p in all_rows if p.compute_share >= COMPUTE_SHARE]
         if len({p.row.group for p in chosen}) < MIN_GROUPS:
             chosen = all_rows
@@ -159,8 +170,21 @@ def fit_scales(rows: list[Priced]) -> dict[str, float]:
         measured = np.array([p.row.measured_step_s for p in chosen])
         grids = np.stack([p.grid_s for p in chosen])  # rows x scales
         median = np.median(grids / measured[:, None] - 1.0, axis=0)  # falls as the scale grows
-        scales[gpu] = float(GRID[int(np.argmin(np.abs(median)))])
-    return {g: scales.get(g, 1.0) for g in sorted({*SHIPPED_SCALES, *by_gpu})}
+        out[gpu] = (float(GRID[int(np.argmin(np.abs(median)))]), chosen)
+    return out
+
+
+def gpu_fit_of(rows: list[Priced]) -> im.GpuFit:
+    """How far each GPU's scale fitted on `rows` may be off (`interval_model.GpuFit`)."""
+    fitted = _fit(rows)
+    errors = {
+        gpu: [
+            (math.log(p.at({gpu: scale}) / p.row.measured_step_s), p.row.group, f"{p.row.source} ({p.stack})")
+            for p in chosen
+        ]
+        for gpu, (scale, chosen) in fitted.items()
+    }
+    return im.gpu_fit(errors, {g: s for g, (s, _) in fitted.items()})
 
 
 @dataclass(frozen=True)
@@ -180,66 +204,96 @@ class Predicted:
         return abs(self.log_error) <= Z80 * self.log_sd
 
 
-def _folds(key: str) -> dict[str, list[Predicted]]:
-    """Every row predicted with its `key` ("source" or "stack") left out of the fit."""
+@cache
+def _folds(key: str) -> dict[str, tuple[list[Predicted], im.GpuFit]]:
+    """Every row predicted with its `key` ("source" or "stack") left out of the fit, and how far
+    that fold's fitted GPU scales may be off."""
     rows = priced_rows()
     groups: dict[str, list[Priced]] = defaultdict(list)
     for p in rows:
         groups[p.row.source if key == "source" else p.stack].append(p)
-    out: dict[str, list[Predicted]] = {}
+    out: dict[str, tuple[list[Predicted], im.GpuFit]] = {}
     for name, left in groups.items():
-        scales = fit_scales([p for p in rows if (p.row.source if key == "source" else p.stack) != name])
-        out[name] = [Predicted(p, p.at(scales), NO_DATA_LOG_SD) for p in left]
+        kept = [p for p in rows if (p.row.source if key == "source" else p.stack) != name]
+        scales = fit_scales(kept)
+        out[name] = ([Predicted(p, p.at(scales), math.nan) for p in left], gpu_fit_of(kept))
     return out
+
+
+def cells(preds: list[Predicted]) -> list[im.Cell]:
+    """The predictions grouped by (stack, source): the random-effects model's units."""
+    by: dict[tuple[str, str], list[Predicted]] = defaultdict(list)
+    for x in preds:
+        by[(x.priced.stack, x.priced.row.source)].append(x)
+    return [
+        im.Cell(stack, source, tuple(x.log_error for x in xs), len({x.priced.row.group for x in xs}))
+        for (stack, source), xs in sorted(by.items())
+    ]
+
+
+def _widened(x: Predicted, stack_log_sd: float, fit: im.GpuFit) -> Predicted:
+    """`x` with its interval: the stack's spread and its GPU's fit error, in quadrature."""
+    return replace(x, log_sd=math.sqrt(stack_log_sd**2 + fit.var(x.priced.gpu)))
 
 
 @cache
 def by_source() -> dict[str, list[Predicted]]:
-    """Leave-one-source-out predictions, with intervals from the other sources of the same stack."""
-    folds = _folds("source")
-    flat = [x for preds in folds.values() for x in preds]
+    """Leave-one-source-out predictions, each with the interval the tool would give from what the
+    fold knows: the other sources of its stack (none: the stacks left out whole, without it) and
+    the fold's own GPU fit."""
+    folds, whole = _folds("source"), _folds("stack")
     out = {}
-    for name, preds in folds.items():
-        stacks = {x.priced.stack for x in preds}
-        sd = {s: stack_log_sd([x for x in flat if x.priced.stack == s and x.priced.row.source != name]) for s in stacks}
-        out[name] = [replace(x, log_sd=gpu_widened_log_sd(sd[x.priced.stack], x.priced.gpu)) for x in preds]
+    for name, (preds, fit) in folds.items():
+        known = cells([x for n, (ps, _) in folds.items() if n != name for x in ps])
+        others = cells([x for ps, _ in whole.values() for x in ps if x.priced.row.source != name])
+        sd = {s: im.predictive(s, known, others).log_sd for s in {x.priced.stack for x in preds}}
+        out[name] = [_widened(x, sd[x.priced.stack], fit) for x in preds]
     return out
 
 
 @cache
 def by_stack() -> dict[str, list[Predicted]]:
-    """Leave-one-stack-out predictions (intervals: no published runs of the stack, the widest,
-    widened for each row's GPU as the tool's)."""
-    return {
-        name: [replace(x, log_sd=gpu_widened_log_sd(x.log_sd, x.priced.gpu)) for x in preds]
-        for name, preds in _folds("stack").items()
-    }
+    """Leave-one-stack-out predictions, each with the interval the tool gives a stack without
+    published runs, from the other stacks alone, and the fold's own GPU fit."""
+    folds, whole = _folds("source"), _folds("stack")
+    out = {}
+    for name, (preds, fit) in whole.items():
+        known = cells([x for ps, _ in folds.values() for x in ps if x.priced.stack != name])
+        others = cells([x for n, (ps, _) in whole.items() if n != name for x in ps])
+        sd = im.predictive(name, known, others).log_sd
+        out[name] = [_widened(x, sd, fit) for x in preds]
+    return out
 
 
-def stack_log_sd(preds: list[Predicted]) -> float:
-    """The 80% interval's log spread from fold predictions: their RMS log error (bias included),
-    each source weighing the same (the mean over sources of each source's mean squared log error);
-    the widest when there are none. A prediction for a user's run is a prediction for a source the
-    model has not seen: the spread of sources, not that of rows, which one large, well-predicted
-    source would set alone (dgxc-benchmarking's 349 of Megatron-Core's 420 runs)."""
-    if not preds:
-        return NO_DATA_LOG_SD
-    per_source: dict[str, list[float]] = defaultdict(list)
-    for x in preds:
-        per_source[x.priced.row.source].append(x.log_error**2)
-    return float(np.sqrt(np.mean([np.mean(v) for v in per_source.values()])))
+def _all_cells() -> tuple[list[im.Cell], list[im.Cell]]:
+    folds, whole = _folds("source"), _folds("stack")
+    return cells([x for ps, _ in folds.values() for x in ps]), cells([x for ps, _ in whole.values() for x in ps])
 
 
 @cache
 def shipped_stack_spreads() -> dict[str, tuple[float, int, int]]:
-    """Per stack: (log spread of its uncalibrated 80% interval, rows, sources), from every
-    source's leave-one-out predictions."""
-    flat = [x for preds in by_source().values() for x in preds]
+    """Per stack: (log spread of its uncalibrated 80% interval before the GPU's term, runs,
+    sources), from every source's leave-one-source-out predictions."""
+    known, whole = _all_cells()
     out = {}
-    for stack in sorted({x.priced.stack for x in flat}):
-        mine = [x for x in flat if x.priced.stack == stack]
-        out[stack] = (stack_log_sd(mine), len(mine), len({x.priced.row.source for x in mine}))
+    for stack in sorted({c.stack for c in known}):
+        p = im.predictive(stack, known, whole)
+        out[stack] = (p.log_sd, p.runs, p.sources)
     return out
+
+
+@cache
+def shipped_no_data_spread() -> tuple[float, int]:
+    """A stack without published runs: (log spread before the GPU's term, stacks it rests on)."""
+    known, whole = _all_cells()
+    p = im.predictive("", known, whole)
+    return p.log_sd, p.sources
+
+
+@cache
+def shipped_gpu_fit() -> im.GpuFit:
+    """How far the shipped GPU scales (fitted on every source) may be off."""
+    return gpu_fit_of(list(priced_rows()))
 
 
 @cache

@@ -5,10 +5,12 @@
   scenario's own sensitivity to each fitted parameter (a layout far from the calibration runs,
   e.g. more servers when only one was measured, gets a wider interval), Sigma_u the parameters'
   posterior covariance and sigma the calibration's residual spread (`calibration.fit`).
-- Without one: the uncalibrated model's measured spread on the public runs' dev split,
-  `spreads.uncalibrated_log_sd` (wider for a GPU whose sustained efficiency rests on few runs or
-  was taken from another system), the same relative width for every prediction on one GPU;
-  serving cases the serving model's spread, `spreads.SERVING_LOG_SD`.
+- Without one: the uncalibrated model's spread for a source it has not seen, measured on the
+  public runs each predicted without its source, `spreads.uncalibrated_log_sd`: its stack's
+  (between- and within-source; a stack without published runs: the stacks' spread when each is
+  left out whole) and its GPU's fitted efficiency's (wider for a GPU fitted on few groups or
+  sources, taken from a sibling or not fitted), the same relative width for every prediction of
+  one stack on one GPU; serving cases the serving model's spread, `spreads.SERVING_LOG_SD`.
 
 The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
 """
@@ -25,10 +27,10 @@ from shardwise.calibration.spreads import (
     NOISE_LOG_SD,
     NOISE_PRIOR_RUNS,
     SERVING_LOG_SD,
-    STACK_LOG_SD,
     Z80,
     family_basis,
     family_widens,
+    gpu_basis,
     model_family,
     stack_basis,
     uncalibrated_log_sd,
@@ -70,12 +72,8 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
             for c in calibrated
         ]
         training = [c for c in calibrated if not isinstance(c, serving)]
-        stacks = {_scenario(c).plan.framework for c in training}
-        families = {_family(c) for c in training}
-        if fitted is None and len(stacks) == 1 and (stack := next(iter(stacks))) not in STACK_LOG_SD:
-            what = f"uncalibrated, {stack_basis(stack)} (--calibration fits your runs)"
-        elif fitted is None and len(stacks) == len(families) == 1 and family_widens(stack, family := families.pop()):
-            what = f"uncalibrated, {family_basis(family)} (--calibration fits your runs)"
+        if fitted is None and training:
+            what = f"uncalibrated, {_basis(training)} (--calibration fits your runs)"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
@@ -83,6 +81,22 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
     return Spread(log_sd_from_gradient(g, fitted), basis or "calibration")
+
+
+def _basis(training: list[Case]) -> str:
+    """What the uncalibrated intervals of `training` rest on, in words: its stack's published runs
+    (or the stacks' spread when it has none, or its model family's) and its GPU's fitted efficiency."""
+    stacks = {_scenario(c).plan.framework for c in training}
+    families = {_family(c) for c in training}
+    gpus = {_scenario(c).cluster.gpu.name for c in training}
+    if len(stacks) > 1 or len(families) > 1:
+        what = "each stack's spread on its published runs, each predicted without its source"
+    elif family_widens(stack := next(iter(stacks)), family := next(iter(families))):
+        what = family_basis(family)
+    else:
+        what = stack_basis(stack)
+    gpu = gpu_basis(next(iter(gpus))) if len(gpus) == 1 else "± each GPU's fitted efficiency"
+    return f"{what}; {gpu}"
 
 
 def _scenario(case: Case) -> Any:

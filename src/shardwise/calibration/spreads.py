@@ -1,23 +1,20 @@
 """The measured spreads that every prediction's error bars rest on (no imports: the value types
-use them too). Both are measured on the public runs' dev split only, by
-`python tools/calibration_spread.py`; `shardwise validate --calibrated` checks them on the holdout.
+use them too). The uncalibrated intervals' (stacks, model families, GPUs' fits) are measured on
+every public run, each predicted by the model fitted without its source, by
+`python tools/stack_spreads.py`; the calibrated and pair spreads on the dev split only, by
+`python tools/calibration_spread.py` (`shardwise validate --calibrated` checks them on the holdout).
 """
 
 Z80 = 1.2815515655446004  # the normal quantile of 90%: an 80% two-sided interval is +-Z80 sd
 
-# The uncalibrated model's spread: root mean square of ln(predicted / measured) over the dev runs
-# (bias included: an uncalibrated prediction's interval must cover it).
+# The uncalibrated model's spread on the dev split: root mean square of ln(predicted / measured)
+# over the Megatron-Core dev runs (`tools/calibration_spread.py`; a check of the dev split, no
+# longer part of an interval: those rest on the leave-one-out spreads below).
 UNCALIBRATED_LOG_SD = 0.059
 
-# The dev rows also set each GPU's sustained matmul efficiency (`tools/fit_efficiency.py`), so
-# their spread leaves out how far that fitted value may be from the truth. A group's mean error
-# strays by BETWEEN_GROUPS_LOG_SD beyond its runs' scatter; a GPU fitted on n dev groups carries
-# BETWEEN_GROUPS_LOG_SD / sqrt(n) of it, and a GPU that took another's value (the same silicon in
-# another system: H200 from H100, B200 from GB200) or was not fitted on these runs at all (A100's
-# comes from Korthikanti et al. 2022 Table 4, the others' from microbenchmarks) one whole more.
-BETWEEN_GROUPS_LOG_SD = 0.049
-FITTED_GROUPS = {"h100-sxm5-80gb": 20, "gb200": 7, "gb300": 4, "a100-sxm4-80gb": 5}  # dev groups per fitted GPU
-FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, same silicon"
+# The GPUs that took another's fitted sustained efficiency: the same silicon in another system
+# (presets/gpus.yaml: "sustained efficiency X's fitted scale, same silicon").
+FITTED_FROM = {
     "a100-sxm4-40gb": "a100-sxm4-80gb",
     "a100-sxm4-64gb": "a100-sxm4-80gb",
     "h200-sxm-141gb": "h100-sxm5-80gb",
@@ -28,6 +25,26 @@ FITTED_FROM = {  # presets/gpus.yaml: "sustained efficiency X's fitted scale, sa
     "b200-750w": "gb200",
     "b300-sxm-270gb": "gb300",
 }
+
+# How far a GPU's fitted sustained efficiency may be off, in log step time
+# (`analyses.interval_model.GpuFit`, `python tools/stack_spreads.py` prints these): the fit sets
+# the median error of the GPU's fitting rows to zero, so its error is that median's,
+# (pi / 2) GPU_GROUP_LOG_SD^2 / groups + GPU_SOURCE_LOG_SD^2 / sources. GPU_GROUP_LOG_SD: the scatter
+# of one source's groups (model, cluster, GPU count) on one GPU; GPU_SOURCE_LOG_SD: how far one
+# source's runs on a GPU sit from another's (both pooled over the fitted GPUs). A GPU that took a
+# sibling's value adds one whole GPU_SOURCE_LOG_SD^2 (its system sits like one more source); a GPU
+# fitted on nothing keeps its microbenchmark's efficiency: UNFITTED_LOG_SD, the root mean square of
+# ln(fitted scale) over the fitted GPUs (how far a training job's sustained efficiency sits from the
+# microbenchmark's) x Student's t over the normal at as many degrees of freedom as fitted GPUs.
+GPU_FIT: dict[str, tuple[int, int]] = {  # fitted GPU: (groups, sources) of its fitting rows
+    "a100-sxm4-80gb": (5, 2),
+    "gb200": (7, 3),
+    "gb300": (4, 1),
+    "h100-sxm5-80gb": (17, 3),
+}
+GPU_GROUP_LOG_SD = 0.0515
+GPU_SOURCE_LOG_SD = 0.0666
+UNFITTED_LOG_SD = 0.2514
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
 # dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
@@ -47,23 +64,31 @@ PAIR_LOG_SD = 0.066
 SERVING_LOG_SD = 0.104
 
 
-# Per software stack (the framework preset that runs the step): the root mean square of
-# ln(predicted / measured) over its published runs, each source weighing the same (a user's run is
-# a source the model has not seen), each run predicted by the model fitted without that run's
-# source (`analyses.loso`, leave one source out; `python tools/stack_spreads.py`
-# prints these). (log spread, runs, sources). A stack with no published runs gets NO_DATA_LOG_SD.
+# Per software stack (the framework preset that runs the step): the 80% interval's spread, before
+# its GPU's term, for a run of a source the model has not seen, from the stack's published runs each
+# predicted by the model fitted without its source (`analyses.loso`, leave one source out), in a
+# random-effects model (`analyses.interval_model`): the runs' scatter inside one source, the
+# sources' scatter about the stack's mean (DerSimonian-Laird; a stack of one source takes the
+# stacks' pooled value) and that mean's own error and offset, at Student's t. Stored as the
+# normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
+# `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0482, 5, 1),
-    "fsdp": (0.1610, 173, 2),
-    "fsdp2": (0.0772, 2, 1),
-    "internevo": (0.1131, 54, 1),
-    "maxtext": (0.0556, 38, 3),
-    "megatron-core": (0.0765, 420, 3),
-    "megatron-deepspeed": (0.3780, 7, 3),
-    "nemo-automodel": (0.1365, 1, 1),
-    "paxml": (0.1627, 36, 2),
-    "torchtitan-compile": (0.1438, 12, 1),
+    "flash-attn-trainer": (0.1026, 5, 1),
+    "fsdp": (0.2545, 173, 2),
+    "fsdp2": (0.1205, 2, 1),
+    "internevo": (0.1488, 54, 1),
+    "maxtext": (0.0957, 38, 3),
+    "megatron-core": (0.0730, 420, 3),
+    "megatron-deepspeed": (0.5729, 7, 3),
+    "nemo-automodel": (0.2829, 1, 1),
+    "paxml": (0.2184, 36, 2),
+    "torchtitan-compile": (0.1852, 12, 1),
 }
+# A stack without published runs: how far whole stacks miss when each is left out of the fit
+# altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
+# scatter about its stack and a run's about its source, each stack weighing the same.
+NO_DATA_LOG_SD = 0.1913
+NO_DATA_STACKS = 10
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement): the root mean square of
 # ln(predicted / measured) over the family's priced public runs, dense and mixture of experts, at the
@@ -81,10 +106,6 @@ def model_family(model: object) -> str:
     return "hybrid" if getattr(model, "hybrid_pattern", "") else ""
 
 
-# ±40% at 80% for a stack without published runs: ln(1.4) / Z80.
-NO_DATA_LOG_SD = 0.2625
-
-
 def family_basis(family: str) -> str:
     """How a model family's interval was measured, in words (`FAMILY_LOG_SD`)."""
     _, runs, sources = FAMILY_LOG_SD[family]
@@ -92,12 +113,29 @@ def family_basis(family: str) -> str:
 
 
 def stack_basis(framework: str) -> str:
-    """How an uncalibrated interval for `framework` was measured, in words."""
+    """What an uncalibrated interval for `framework` rests on, in words."""
     known = STACK_LOG_SD.get(framework)
     if known is None:
-        return f"no published runs of {framework}: about ±40%"
+        return (
+            f"no published runs of {framework}: how far whole stacks miss when left out, "
+            f"across the {NO_DATA_STACKS} stacks with published runs"
+        )
     _, runs, sources = known
-    return f"the model's leave-one-source-out spread on {runs} published runs of {framework} ({sources} sources)"
+    return (
+        f"from {runs} published runs of {sources} source{'s' if sources > 1 else ''} of this stack ({framework}), "
+        "each predicted without its source"
+    )
+
+
+def gpu_basis(gpu_name: str) -> str:
+    """What the GPU's term of an uncalibrated interval rests on, in words."""
+    own = GPU_FIT.get(gpu_name)
+    if own is not None:
+        return f"± the {gpu_name}'s fitted efficiency ({own[0]} groups, {own[1]} source{'s' if own[1] > 1 else ''})"
+    parent = FITTED_FROM.get(gpu_name, "")
+    if parent in GPU_FIT:
+        return f"± the {gpu_name}'s efficiency, taken from the {parent}'s fit"
+    return f"± the {gpu_name}'s efficiency, not fitted on any published run"
 
 
 def family_widens(framework: str, family: str) -> bool:
@@ -117,17 +155,28 @@ def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family:
     return gpu_widened_log_sd(stack, gpu_name)
 
 
+def gpu_fit_var(
+    support: dict[str, tuple[int, int]], group_sd: float, source_sd: float, unfitted_sd: float, gpu: str
+) -> float:
+    """The variance of ln(step) from `gpu`'s sustained efficiency (see GPU_FIT): the fit's median
+    error, (pi / 2) group_sd^2 / groups + source_sd^2 / sources; a sibling's (FITTED_FROM) plus one
+    source_sd^2; unfitted_sd^2 for a GPU fitted on nothing."""
+    from math import pi
+
+    own = support.get(gpu)
+    if own is not None:
+        return pi / 2 * group_sd**2 / own[0] + source_sd**2 / own[1]
+    parent = FITTED_FROM.get(gpu, "")
+    if parent in support:
+        return gpu_fit_var(support, group_sd, source_sd, unfitted_sd, parent) + source_sd**2
+    return unfitted_sd**2
+
+
 def gpu_widened_log_sd(log_sd: float, gpu_name: str) -> float:
-    """A stack's (or model family's) spread as `uncalibrated_log_sd` widens it for `gpu_name`: no
-    narrower than UNCALIBRATED_LOG_SD, and the uncertainty of that GPU's fitted sustained efficiency
-    added (BETWEEN_GROUPS_LOG_SD over its dev groups; a whole one more for a GPU that took another's
-    value or was not fitted). `analyses.loso` checks the same interval on each left-out source."""
+    """A stack's (or model family's) spread as `uncalibrated_log_sd` widens it for `gpu_name`: the
+    uncertainty of that GPU's sustained efficiency added in quadrature (`gpu_fit_var` at the shipped
+    GPU_FIT). `analyses.loso` checks the same interval on each left-out source, at its fold's fit."""
     from math import sqrt
 
-    own = FITTED_GROUPS.get(gpu_name)
-    if own is not None:
-        extra = BETWEEN_GROUPS_LOG_SD**2 / own
-    else:
-        parent = FITTED_GROUPS.get(FITTED_FROM.get(gpu_name, ""))
-        extra = BETWEEN_GROUPS_LOG_SD**2 * (1.0 + (1.0 / parent if parent else 0.0))
-    return sqrt(max(log_sd, UNCALIBRATED_LOG_SD) ** 2 + extra)
+    var = gpu_fit_var(GPU_FIT, GPU_GROUP_LOG_SD, GPU_SOURCE_LOG_SD, UNFITTED_LOG_SD, gpu_name)
+    return sqrt(log_sd**2 + var)

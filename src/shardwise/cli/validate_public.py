@@ -102,8 +102,9 @@ def show_loso(markdown: bool) -> None:
     print_table(LOSO_HEAD, _loso_cells(by_stack), "leave one stack out", set(range(2, 11)), markdown)
     note = (
         f"Each source (stack) is predicted by the model fitted without it ({loso.FIT_PROCEDURE}); its 80% "
-        "interval is what the tool would give from the other sources of its stack alone (none: ±40%). Errors "
-        "in step time, (predicted - measured) / measured."
+        "interval is what the tool would give from what that fit knows: the other sources of its stack (none: "
+        "how far the other stacks miss when each is left out whole), ± the fit of its GPU's efficiency "
+        "(interval: the median half-width). Errors in step time, (predicted - measured) / measured."
     )
     if markdown:
         click.echo(f"\n{note}\n")

@@ -1,0 +1,267 @@
+"""Where an uncalibrated 80% interval's width comes from: a random-effects model of the public
+runs' leave-one-out errors (pure: numbers in, numbers out; `analyses.loso` feeds it).
+
+The log error of a run r of source s (one software release on one cluster) of stack k on GPU g,
+each predicted by the model fitted without its source, is taken as
+
+    e = mu_k + b_s + w_r + f_g
+
+- w_r, the scatter of one source's runs around their source's mean (within-source variance
+  `within2`, pooled over the stack's sources by degrees of freedom);
+- b_s, the source's bias beyond its stack's mean mu_k: between-source variance tau^2, the
+  DerSimonian-Laird moment estimate (DerSimonian & Laird 1986, Controlled Clinical Trials 7:177)
+  pooled over the stacks that have two sources or more (one common tau^2, each stack its own mean;
+  Borenstein et al. 2009, Introduction to Meta-Analysis, ch. 19), so that one large source
+  (dgxc-benchmarking's 304 Megatron-Core runs) weighs as one source, not as 304 runs;
+- mu_k, the stack's mean error, estimated with its sources weighted 1 / (v_s + tau^2) and its
+  standard error se^2 = 1 / sum(1 / (v_s + tau^2)) (a stack known from one source has se^2 = v + tau^2);
+- f_g, the error of the GPU's fitted sustained efficiency (`GpuFit`).
+
+A stack without published runs adds the spread of whole stacks: each other stack's mean error when
+it was left out of the fit altogether, DerSimonian-Laird across stacks (tau_stack^2, mean, se^2).
+
+The interval stays centred on the prediction (point predictions are not moved): its half-width h
+in log space is the one for which a run drawn from the predictive distribution, mu + s T, T
+Student's t with Welch-Satterthwaite degrees of freedom, lands inside (-h, h) 80% of the time.
+It is stored as the normal-equivalent spread h / Z80, so it combines with the GPU's term in
+quadrature as every other spread does (`calibration.spreads.gpu_widened_log_sd`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.calibration.spreads import Z80, gpu_fit_var
+
+LEVEL = 0.8
+
+
+def t_quantile(dof: float) -> float:
+    """Student's t 90% point (the 80% two-sided interval's upper end); the normal's at dof = inf."""
+    if not math.isfinite(dof):
+        return Z80
+    from scipy.stats import t
+
+    return float(t.ppf(0.9, max(dof, 1.0)))
+
+
+def symmetric_half_width(mu: float, sd: float, dof: float) -> float:
+    """h with P(|mu + sd T| <= h) = 80%, T Student's t with `dof` degrees of freedom: the
+    half-width of an interval centred on 0 that covers a distribution centred on mu."""
+    from scipy.optimize import brentq
+    from scipy.stats import t
+
+    dist = t(max(dof, 1.0)) if math.isfinite(dof) else None
+    if sd <= 0.0:
+        return abs(mu)
+
+    def cover(h: float) -> float:
+        hi, lo = (h - mu) / sd, (-h - mu) / sd
+        if dist is None:
+            from scipy.stats import norm
+
+            return float(norm.cdf(hi) - norm.cdf(lo)) - LEVEL
+        return float(dist.cdf(hi) - dist.cdf(lo)) - LEVEL
+
+    return float(brentq(cover, 0.0, abs(mu) + 100.0 * sd, xtol=1e-9))
+
+
+def satterthwaite(parts: list[tuple[float, float]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, its dof)."""
+    total = sum(v for v, _ in parts)
+    denom = sum(v * v / d for v, d in parts if v > 0.0 and math.isfinite(d))
+    return total * total / denom if denom > 0.0 else math.inf
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One source's runs of one stack, each predicted without the source (log errors)."""
+
+    stack: str
+    source: str
+    errors: tuple[float, ...]
+    groups: int  # distinct groups (model, cluster, GPU count, release): the runs' effective count
+
+    @property
+    def n(self) -> int:
+        return len(self.errors)
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(self.errors))
+
+    @property
+    def sum_sq(self) -> float:
+        """Sum of squared deviations from the cell's mean."""
+        e = np.asarray(self.errors)
+        return float(np.sum((e - e.mean()) ** 2))
+
+
+def within_variance(cells: list[Cell]) -> tuple[float, float]:
+    """The within-source variance pooled over `cells` by degrees of freedom: (variance, dof)."""
+    dof = sum(c.n - 1 for c in cells)
+    return (sum(c.sum_sq for c in cells) / dof, float(dof)) if dof > 0 else (math.nan, 0.0)
+
+
+def dersimonian_laird(y: np.ndarray, v: np.ndarray) -> tuple[float, float, float]:
+    """(Q, C, k - 1) of the DerSimonian-Laird estimator: tau^2 = max(0, (Q - (k - 1)) / C)."""
+    w = 1.0 / v
+    mean = np.sum(w * y) / np.sum(w)
+    return float(np.sum(w * (y - mean) ** 2)), float(np.sum(w) - np.sum(w * w) / np.sum(w)), float(len(y) - 1)
+
+
+def stack_tau2(by_stack: dict[str, list[Cell]], within: dict[str, float]) -> dict[str, tuple[float, float]]:
+    """Each stack's between-source variance and its dof: DerSimonian-Laird over its sources where
+    it has two or more (dof = sources - 1); otherwise (and under key "") the stacks' estimates
+    pooled by their dof, so that each source counts once, not each run."""
+    own = {}
+    for stack, cells in by_stack.items():
+        if len(cells) >= 2:
+            y = np.array([x.mean for x in cells])
+            v = np.array([within[stack] / max(x.groups, 1) for x in cells])
+            q, c, dof = dersimonian_laird(y, v)
+            own[stack] = (max(0.0, (q - dof) / c), dof)
+    dof = sum(d for _, d in own.values())
+    pooled = (sum(v * d for v, d in own.values()) / dof, dof) if dof else (0.0, 0.0)
+    return {"": pooled, **{s: own.get(s, pooled) for s in by_stack}}
+
+
+@dataclass(frozen=True)
+class Predictive:
+    """The predictive distribution of a run's log error: centre, variance, degrees of freedom."""
+
+    mu: float
+    var: float
+    dof: float
+    runs: int
+    sources: int
+
+    @property
+    def log_sd(self) -> float:
+        """The normal-equivalent spread of the centred 80% interval: h / Z80."""
+        return symmetric_half_width(self.mu, math.sqrt(self.var), self.dof) / Z80
+
+
+def stack_mean(cells: list[Cell], within2: float, tau2: float) -> tuple[float, float]:
+    """The stack's random-effects mean error over its sources and its variance (se^2)."""
+    w = np.array([1.0 / (within2 / max(x.groups, 1) + tau2) for x in cells])
+    y = np.array([x.mean for x in cells])
+    return float(np.sum(w * y) / np.sum(w)), float(1.0 / np.sum(w))
+
+
+def known_stack(cells: list[Cell], within2: float, within_dof: float, tau2: float, tau_dof: float) -> Predictive:
+    """A run of a new source of a stack known from `cells` (its other sources)."""
+    mu, se2 = stack_mean(cells, within2, tau2)
+    dof = satterthwaite([(tau2 + se2, tau_dof), (within2, within_dof)])
+    return Predictive(mu, tau2 + se2 + within2, dof, sum(x.n for x in cells), len(cells))
+
+
+def new_stack(
+    stack_means: list[tuple[float, float]], within2: float, within_dof: float, tau2: float, tau_dof: float
+) -> Predictive:
+    """A run of a stack without published runs: the other stacks' means when each was left out
+    whole ((mean, se^2) each), DerSimonian-Laird across them, plus a source's and a run's spread."""
+    y = np.array([m for m, _ in stack_means])
+    v = np.array([max(s, 1e-12) for _, s in stack_means])
+    q, c, k1 = dersimonian_laird(y, v)
+    between = max(0.0, (q - k1) / c) if c > 0.0 else 0.0
+    w = 1.0 / (v + between)
+    mu, se2 = float(np.sum(w * y) / np.sum(w)), float(1.0 / np.sum(w))
+    dof = satterthwaite([(between + se2, k1), (tau2, tau_dof), (within2, within_dof)])
+    return Predictive(mu, between + se2 + tau2 + within2, dof, 0, len(stack_means))
+
+
+@dataclass(frozen=True)
+class GpuFit:
+    """How far a GPU's fitted sustained efficiency may be off, in log step time.
+
+    A fitted GPU's scale sets the median error of its fitting rows to zero: its error is that
+    median's, (pi / 2) group_var / groups (the groups' scatter inside one source) plus
+    source_var / sources (how far one source's runs on a GPU sit from another's). A GPU that took
+    a sibling's scale (same silicon, another system) adds one whole source_var (its own system
+    sits like one more source). A GPU fitted on nothing keeps its microbenchmark value:
+    `unfitted_var`, the mean square of ln(fitted scale) over the fitted GPUs (how far a training
+    job's sustained efficiency sits from the microbenchmark's), times Student's t over the normal
+    at as many degrees of freedom as fitted GPUs. Each variance is stored at Student's t of the
+    degrees of freedom it was estimated with, as a normal-equivalent (x (t_90% / Z80)^2)."""
+
+    support: dict[str, tuple[int, int]]  # fitted GPU -> (groups, sources) of its fitting rows
+    group_var: float
+    source_var: float
+    unfitted_var: float
+
+    def var(self, gpu: str) -> float:
+        """The variance of ln(step) from `gpu`'s efficiency (`spreads.gpu_fit_var`)."""
+        sd = (math.sqrt(self.group_var), math.sqrt(self.source_var), math.sqrt(self.unfitted_var))
+        return gpu_fit_var(self.support, *sd, gpu)
+
+
+def gpu_fit(fitted: dict[str, list[tuple[float, str, str]]], scales: dict[str, float]) -> GpuFit:
+    """`GpuFit` from each fitted GPU's fitting rows at its fitted scale: (log error, group,
+    source) per row (a source: one publication's runs of one stack), and the fitted scales."""
+    g_ss = g_dof = s_ss = s_dof = 0.0
+    support, per_source_groups = {}, []
+    for gpu, rows in fitted.items():
+        groups: dict[tuple[str, str], list[float]] = {}
+        for e, group, source in rows:
+            groups.setdefault((source, group), []).append(e)
+        by_source: dict[str, list[float]] = {}
+        for (source, _), v in groups.items():
+            by_source.setdefault(source, []).append(float(np.mean(v)))
+        for means in by_source.values():
+            g_ss += float(np.sum((np.array(means) - np.mean(means)) ** 2))
+            g_dof += len(means) - 1
+        source_means = np.array([np.mean(m) for m in by_source.values()])
+        s_ss += float(np.sum((source_means - source_means.mean()) ** 2))
+        s_dof += len(source_means) - 1
+        per_source_groups += [len(m) for m in by_source.values()]
+        support[gpu] = (len(groups), len(by_source))
+    logs = np.log(np.array([scales[g] for g in fitted])) if fitted else np.zeros(0)
+    unfitted = float(np.mean(logs**2)) * (t_quantile(len(logs)) / Z80) ** 2 if len(logs) else math.nan
+    group_var = g_ss / g_dof if g_dof else 0.0
+    # a source's mean carries its groups' scatter / its groups: the moment estimate takes it out
+    noise = group_var * float(np.mean([1.0 / n for n in per_source_groups])) if per_source_groups else 0.0
+    source_var = max(0.0, s_ss / s_dof - noise) if s_dof else 0.0
+    # each at Student's t of its own degrees of freedom, as a normal-equivalent variance
+    return GpuFit(
+        support,
+        group_var * (t_quantile(g_dof) / Z80) ** 2 if g_dof else 0.0,
+        source_var * (t_quantile(s_dof) / Z80) ** 2 if s_dof else 0.0,
+        unfitted,
+    )
+
+
+def _within(cells_: list[Cell]) -> dict[str, tuple[float, float]]:
+    """Each stack's within-source variance and dof; a stack whose sources have one run each takes
+    the mean over the stacks that have more (each stack weighing the same), under key ""."""
+    by: dict[str, list[Cell]] = defaultdict(list)
+    for c in cells_:
+        by[c.stack].append(c)
+    own = {s: within_variance(cs) for s, cs in by.items()}
+    known = [v for v in own.values() if v[1] > 0]
+    mean = (float(np.mean([v for v, _ in known])), float(sum(d for _, d in known)))
+    return {"": mean, **{s: v if v[1] > 0 else mean for s, v in own.items()}}
+
+
+def predictive(stack: str, known: list[Cell], whole: list[Cell]) -> Predictive:
+    """A new source's run of `stack`: from `known` (leave-one-source-out cells of the other
+    sources) when it holds the stack, else as a stack without published runs, from `whole` (the
+    other stacks' cells when each was left out whole)."""
+    by: dict[str, list[Cell]] = defaultdict(list)
+    for c in known:
+        by[c.stack].append(c)
+    within = _within(known)
+    tau2 = stack_tau2(dict(by), {s: v for s, (v, _) in within.items()})
+    if by.get(stack):
+        return known_stack(by[stack], *within[stack], *tau2[stack])
+    whole_by: dict[str, list[Cell]] = defaultdict(list)
+    for c in whole:
+        if c.stack != stack:
+            whole_by[c.stack].append(c)
+    whole_within = _within(whole)
+    means = [stack_mean(cs, whole_within[s][0], tau2.get(s, tau2[""])[0]) for s, cs in sorted(whole_by.items())]
+    return new_stack(means, *within[""], *tau2[""])

@@ -1,0 +1,95 @@
+"""The random-effects model the uncalibrated intervals rest on (`analyses.interval_model`) and the
+words `predict` gives its interval (`calibration.spreads`, `calibration.intervals`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm, t
+
+from shardwise.analyses import interval_model as im
+from shardwise.calibration import spreads
+
+
+def test_the_centred_half_width_covers_80_percent_of_a_shifted_distribution():
+    assert im.symmetric_half_width(0.0, 0.1, math.inf) == pytest.approx(spreads.Z80 * 0.1, rel=1e-6)
+    assert im.symmetric_half_width(0.0, 0.1, 3) == pytest.approx(t.ppf(0.9, 3) * 0.1, rel=1e-6)
+    h = im.symmetric_half_width(0.05, 0.1, math.inf)
+    assert norm.cdf((h - 0.05) / 0.1) - norm.cdf((-h - 0.05) / 0.1) == pytest.approx(0.8, abs=1e-6)
+    assert h > spreads.Z80 * 0.1  # an offset centre needs a wider centred interval
+    assert im.symmetric_half_width(-0.05, 0.1, math.inf) == pytest.approx(h, rel=1e-6)
+
+
+def test_dersimonian_laird_by_hand():
+    """Two sources 0.2 apart, each mean known to variance 0.01: Q = 2, C = 100, tau^2 = 0.01."""
+    q, c, dof = im.dersimonian_laird(np.array([0.1, -0.1]), np.array([0.01, 0.01]))
+    assert (q, c, dof) == pytest.approx((2.0, 100.0, 1.0))
+    assert max(0.0, (q - dof) / c) == pytest.approx(0.01)
+
+
+def _cell(stack, source, errors, groups=None):
+    return im.Cell(stack, source, tuple(errors), groups or len(errors))
+
+
+def test_one_large_source_weighs_as_one_source():
+    """The between-source variance is the sources' scatter, whatever their run counts: a stack of
+    one 300-run source at 0 and two 5-run sources at +-0.1 has tau^2 of the order of 0.01 (the
+    sources' variance; DerSimonian-Laird centres them on the precise source: 0.005), not the
+    runs' pooled mean square, 0.0004."""
+    rng = np.random.default_rng(0)
+    cells = [
+        _cell("a", "big", rng.normal(0.0, 0.02, 300)),
+        _cell("a", "s1", 0.1 + rng.normal(0.0, 0.02, 5)),
+        _cell("a", "s2", -0.1 + rng.normal(0.0, 0.02, 5)),
+    ]
+    within, dof = im.within_variance(cells)
+    assert dof == 307 and math.sqrt(within) == pytest.approx(0.02, rel=0.2)
+    tau2 = im.stack_tau2({"a": cells}, {"a": within})
+    assert 0.004 < tau2["a"][0] < 0.02 and tau2["a"][1] == 2
+    assert np.mean(np.concatenate([c.errors for c in cells]) ** 2) < 0.001
+    # a stack known from one source takes the pooled value
+    tau2 = im.stack_tau2({"a": cells, "b": [_cell("b", "x", [0.0, 0.1])]}, {"a": within, "b": 0.005})
+    assert tau2["b"] == tau2[""] == tau2["a"]
+
+
+def test_a_new_stack_is_wider_than_a_known_one():
+    known = [
+        _cell("a", "s1", [0.01, 0.03, -0.02, 0.0]),
+        _cell("a", "s2", [0.05, 0.02, 0.04]),
+        _cell("b", "s3", [-0.2, -0.15, -0.1]),
+        _cell("b", "s4", [-0.05, 0.0, -0.1]),
+    ]
+    whole = [*known, _cell("c", "s5", [0.15, 0.2])]
+    a = im.predictive("a", known, whole)
+    new = im.predictive("z", known, whole)
+    assert (a.runs, a.sources) == (7, 2) and (new.runs, new.sources) == (0, 3)
+    assert new.log_sd > a.log_sd > 0.0
+
+
+def test_a_gpus_term_grows_as_its_fit_rests_on_less():
+    fit = im.GpuFit({"many": (20, 4), "few": (4, 1)}, 0.05**2, 0.06**2, 0.25**2)
+    assert fit.var("many") < fit.var("few") < fit.var("unknown")
+    assert spreads.uncalibrated_log_sd("b200-sxm-180gb") > spreads.uncalibrated_log_sd("gb200")  # a sibling's
+    assert spreads.uncalibrated_log_sd("mi300x") == pytest.approx(
+        math.hypot(spreads.STACK_LOG_SD["megatron-core"][0], spreads.UNFITTED_LOG_SD)
+    )
+
+
+def test_predict_says_where_its_interval_comes_from(cli):
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "8", "--json"]
+    code, out, err = cli(args)
+    assert code == 0, err
+    basis = json.loads(out)["interval"]["basis"]
+    _, runs, sources = spreads.STACK_LOG_SD["megatron-core"]
+    assert f"{runs} published runs of {sources} sources of this stack" in basis
+    assert "h100-sxm5-80gb's fitted efficiency" in basis
+    code, out, err = cli([*args, "--framework", "torchtitan"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert "no published runs of torchtitan" in d["interval"]["basis"]
+    assert f"the {spreads.NO_DATA_STACKS} stacks" in d["interval"]["basis"]
+    want = spreads.gpu_widened_log_sd(spreads.NO_DATA_LOG_SD, "h100-sxm5-80gb")
+    assert math.log(d["step_time_s_high"] / d["step_time_s"]) == pytest.approx(spreads.Z80 * want, rel=1e-6)
