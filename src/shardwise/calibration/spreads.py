@@ -43,7 +43,7 @@ GPU_FIT: dict[str, tuple[int, int]] = {  # fitted GPU: (groups, sources) of its 
     "h100-sxm5-80gb": (17, 3),
 }
 GPU_GROUP_LOG_SD = 0.0515
-GPU_SOURCE_LOG_SD = 0.0666
+GPU_SOURCE_LOG_SD = 0.0656
 UNFITTED_LOG_SD = 0.2514
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
@@ -73,21 +73,21 @@ SERVING_LOG_SD = 0.104
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.1026, 5, 1),
-    "fsdp": (0.2545, 173, 2),
-    "fsdp2": (0.1205, 2, 1),
-    "internevo": (0.1488, 54, 1),
-    "maxtext": (0.0957, 38, 3),
-    "megatron-core": (0.0730, 420, 3),
-    "megatron-deepspeed": (0.5729, 7, 3),
-    "nemo-automodel": (0.2829, 1, 1),
-    "paxml": (0.2184, 36, 2),
-    "torchtitan-compile": (0.1852, 12, 1),
+    "flash-attn-trainer": (0.0985, 5, 1),
+    "fsdp": (0.2224, 173, 2),
+    "fsdp2": (0.1170, 2, 1),
+    "internevo": (0.1440, 54, 1),
+    "maxtext": (0.0997, 38, 3),
+    "megatron-core": (0.0729, 420, 3),
+    "megatron-deepspeed": (0.5728, 7, 3),
+    "nemo-automodel": (0.2820, 1, 1),
+    "paxml": (0.2173, 36, 2),
+    "torchtitan-compile": (0.1831, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same.
-NO_DATA_LOG_SD = 0.1913
+NO_DATA_LOG_SD = 0.1890
 NO_DATA_STACKS = 10
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement): the root mean square of
