@@ -1,4 +1,4 @@
-"""TP(k) / TP(k/2) serving throughput ratios at TensorRT-LLM's performance-overview settings (#37).
+"""TP(k) / TP(k/2) and pipeline serving throughput ratios at TensorRT-LLM's perf-overview settings (#37).
 
 For each GPU, model and prompt/output length pair of the perf-overview tables (trtllm-bench's
 offline max-throughput runs), every TP size the server holds is priced as `shardwise serve
@@ -8,13 +8,15 @@ against TP k/2 is printed, with the median per GPU and pair. Nothing is fitted h
 ratios (#37's held-out tables) are not in the project.
 
     PYTHONPATH=src python tools/serving_tp_grid.py [--gpus l40s-8x,a100-pcie-8x] [--models llama3-70b]
-        [--static | --burst N] [--csv out.csv] [--against before.csv]
+        [--static | --burst N] [--pp] [--csv out.csv] [--against before.csv]
 
 `--static` prices one full batch (`analyses.serving.at_max_batch`, as `validate inference` does)
 instead of the in-flight simulation; `--burst N` sends N requests at once and counts every
 generated token over the whole run, ramp and tail included, as trtllm-bench's throughput mode
 reports it (`engines.inflight.Simulated.run_tokens_per_s`; the request count of each perf-overview
-run is not in the project). `--against` prints each median beside the one of an earlier run's
+run is not in the project). `--pp` adds pipelines of 2, 4 and 8 stages: PP(k) / PP(1) against one
+GPU's replica (tp=1) and PP(k) / TP(k) against TP on as many GPUs (docs/serving.md, "Pipelines at
+the perf-overview settings"). `--against` prints each median beside the one of an earlier run's
 `--csv` (the same cases), for a before/after of a model change.
 """
 
