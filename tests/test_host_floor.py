@@ -107,9 +107,9 @@ def test_the_tp_grid_prices_each_tp_size_that_fits_and_refuses_an_unknown_system
     whole-run rate of a burst is below the steady state's (ramp and tail)."""
     grid = _grid()
     steady = grid.replica_rates("llama3-70b", "l40s-8x", "fp8", 128, 2048, False)
-    assert sorted(steady) == [2, 4, 8] and all(v > 0 for v in steady.values())
+    assert sorted(steady) == ["tp=2", "tp=4", "tp=8"] and all(v > 0 for v in steady.values())
     burst = grid.replica_rates("llama3-70b", "l40s-8x", "fp8", 128, 2048, False, burst=300)
-    assert sorted(burst) == [2, 4, 8] and burst[8] < steady[8]
+    assert sorted(burst) == ["tp=2", "tp=4", "tp=8"] and burst["tp=8"] < steady["tp=8"]
     assert grid.main(["--gpus", "dgx-h9000"]) == 2
     assert "is not one of" in capsys.readouterr().err
 
@@ -127,3 +127,17 @@ def test_the_tp_grid_sets_each_median_beside_an_earlier_runs(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "was 3.00 (1)" in out  # the 8B case; the 70B row is not among this run's cases
     assert "was 9.00" not in out
+
+
+def test_the_grid_with_pipelines_prices_pp_against_one_gpu_and_against_tp(capsys):
+    """`--pp`: pipeline plans of 2, 4 and 8 stages beside the TP sizes; PP(k)/PP(1) against one GPU's
+    replica (tp=1) and PP(k)/TP(k) against TP on as many GPUs. Llama 3 8B on L40S at 2,048/128
+    (prefill-bound, one GPU's KV cache holds hundreds of sequences): every added stage serves more."""
+    grid = _grid()
+    rates = grid.replica_rates("llama3-8b", "l40s-8x", "fp8", 2048, 128, False, pp=True)
+    assert {"tp=1", "pp=2", "pp=4", "pp=8"} <= set(rates)
+    assert rates["tp=1"] < rates["pp=2"] < rates["pp=4"] < rates["pp=8"] < 8 * rates["tp=1"]
+    assert ("PP8/TP8", "pp=8", "tp=8") in grid.ratio_pairs(True) and len(grid.ratio_pairs(False)) == 3
+    assert grid.main(["--gpus", "l40s-8x", "--models", "llama3-8b", "--pp"]) == 0
+    out = capsys.readouterr().out
+    assert "PP8/PP1" in out and "PP4/TP4" in out

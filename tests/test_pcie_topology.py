@@ -216,3 +216,17 @@ def test_the_generic_pcie_boxes_have_two_sockets_so_tp8_crosses_the_socket_link(
         b = float(link.effective_bandwidth_bytes_per_s)
         assert float(ring_bandwidth_bytes_per_s(top, link, True, 4)) == pytest.approx(b)
         assert float(ring_bandwidth_bytes_per_s(top, link, True, 8)) == pytest.approx(min(b, socket))
+
+
+def test_eight_pcie_gpus_named_by_gpu_are_one_uniform_link_and_the_note_says_which_systems_have_sockets(cli):
+    """--gpu l40s --intra-link pcie4 on 8 GPUs prices one uniform link (no sockets: TP 8 never
+    crosses one); the note names the two-socket presets of that GPU. 4 GPUs, or a system preset,
+    get no such note."""
+    args = ["serve", "--model", "llama3-8b", "--gpu", "l40s", "--intra-link", "pcie4", "--plan", "tp=8"]
+    code, _, err = cli([*args, "--num-gpus", "8"])
+    text = " ".join(err.split())
+    assert code == 0 and "one uniform PCIe link" in text and "--system l40s-8x or l40s-8x-switch" in text
+    code, _, err = cli([*args[:-1], "tp=4", "--num-gpus", "4"])
+    assert code == 0 and "uniform PCIe link" not in err
+    code, _, err = cli(["serve", "--model", "llama3-8b", "--system", "l40s-8x", "--plan", "tp=8"])
+    assert code == 0 and "uniform PCIe link" not in err

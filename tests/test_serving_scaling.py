@@ -8,8 +8,10 @@ import pytest
 
 from shardwise.analyses.serving_scaling import (
     EP_PAIRS,
+    PP_TP_PAIRS,
     ScalingRow,
     as_benchmarked,
+    pp_against_tp,
     scaling_rows,
     summarize,
     uniform_lengths,
@@ -68,6 +70,23 @@ def test_expert_parallel_pair_is_sglang_3602_priced_as_its_benchmark_ran(rows, c
     assert with_ep < tok[0] and without < tok[1]
 
 
+def test_pp_against_tp_pairs_are_nvidias_blog_ratios(rows):
+    """Llama 3.1 405B in FP8 on 8 H200: PP 8 serves 1.5x TP 8 at maximum throughput, TP 8 is 5.6x
+    faster at minimum latency (the post's text; rows in public_serving_multi_gpu.csv). Priced at
+    512/512 (the post gives no lengths): a burst of 2,000 requests counted over the whole run, and
+    one request alone. Both directions right: PP gains at full load and loses at one request."""
+    pp = {r.key: r for r in rows if r.ratio == "PP(k)/TP(k)"}
+    assert set(pp) == {p.key for p in PP_TP_PAIRS}
+    high, low = pp["nvidia-blog-405b-h200-max-throughput"], pp["nvidia-blog-405b-h200-min-latency"]
+    assert high.measured == pytest.approx(1.5) and low.measured == pytest.approx(1 / 5.6)
+    assert high.link == "NVLink" and high.gpu == "H200" and "NVIDIA Technical Blog" in high.source
+    assert high.direction_right and low.direction_right
+    assert high.predicted == pytest.approx(1.5, rel=0.15) and low.predicted == pytest.approx(1 / 5.6, rel=0.15)
+    # the burst's own pricing, and one request: its output tokens over its end-to-end latency
+    with_pp, with_tp = pp_against_tp(PP_TP_PAIRS[1])
+    assert low.predicted == pytest.approx(with_pp / with_tp) and with_tp > 4 * with_pp
+
+
 def test_bench_serving_random_lengths_are_uniform_from_one():
     mix = uniform_lengths(EP_PAIRS[0])
     assert mix.input_lens.min() == 1 and mix.input_lens.max() == 180
@@ -101,7 +120,13 @@ def test_validate_inference_scaling_prints_both_tables(cli):
     code, out, err = cli(["validate", "inference_scaling", "--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["rows"]) == 25
-    assert {s["ratio"] for s in data["summary"]} == {"TP(k)/TP(k/2)", "TP(k)/PP(k)", "PP(k)/PP(1)", "EP(k)/TP(k)"}
+    assert len(data["rows"]) == 27
+    assert {s["ratio"] for s in data["summary"]} == {
+        "TP(k)/TP(k/2)",
+        "TP(k)/PP(k)",
+        "PP(k)/PP(1)",
+        "EP(k)/TP(k)",
+        "PP(k)/TP(k)",
+    }
     code, _, err = cli(["validate", "inference_scaling", "inference"])
     assert code == 2 and "give it alone" in err

@@ -1,4 +1,4 @@
-"""TP(k) / TP(k/2) serving throughput ratios at TensorRT-LLM's performance-overview settings (#37).
+"""TP(k) / TP(k/2) and pipeline serving throughput ratios at TensorRT-LLM's perf-overview settings (#37).
 
 For each GPU, model and prompt/output length pair of the perf-overview tables (trtllm-bench's
 offline max-throughput runs), every TP size the server holds is priced as `shardwise serve
@@ -8,13 +8,15 @@ against TP k/2 is printed, with the median per GPU and pair. Nothing is fitted h
 ratios (#37's held-out tables) are not in the project.
 
     PYTHONPATH=src python tools/serving_tp_grid.py [--gpus l40s-8x,a100-pcie-8x] [--models llama3-70b]
-        [--static | --burst N] [--csv out.csv] [--against before.csv]
+        [--static | --burst N] [--pp] [--csv out.csv] [--against before.csv]
 
 `--static` prices one full batch (`analyses.serving.at_max_batch`, as `validate inference` does)
 instead of the in-flight simulation; `--burst N` sends N requests at once and counts every
 generated token over the whole run, ramp and tail included, as trtllm-bench's throughput mode
 reports it (`engines.inflight.Simulated.run_tokens_per_s`; the request count of each perf-overview
-run is not in the project). `--against` prints each median beside the one of an earlier run's
+run is not in the project). `--pp` adds pipelines of 2, 4 and 8 stages: PP(k) / PP(1) against one
+GPU's replica (tp=1) and PP(k) / TP(k) against TP on as many GPUs (docs/serving.md, "Pipelines at
+the perf-overview settings"). `--against` prints each median beside the one of an earlier run's
 `--csv` (the same cases), for a before/after of a model change.
 """
 
@@ -43,18 +45,21 @@ SYSTEMS = {
 DEFAULT_SYSTEMS = ("l40s-8x", "a100-pcie-8x", "dgx-h100", "dgx-h200", "dgx-b200")
 MODELS = ("llama3-8b", "llama3-70b", "mixtral-8x7b", "llama3-405b")
 TPS = (1, 2, 4, 8)
+PPS = (2, 4, 8)  # with --pp: pipeline plans, against one GPU's replica (tp=1) and TP on as many GPUs
 
 
 def replica_rates(
-    model: str, system: str, weights: str, isl: int, osl: int, static: bool, burst: int = 0
-) -> dict[int, float]:
-    """Generated tokens/s of one replica at each TP size that fits (`shardwise serve`'s pricing)."""
+    model: str, system: str, weights: str, isl: int, osl: int, static: bool, burst: int = 0, pp: bool = False
+) -> dict[str, float]:
+    """Generated tokens/s of one replica of each plan that fits (`shardwise serve`'s pricing), by
+    plan label ("tp=4", "pp=8"): every TP size, and with `pp` every pipeline depth of `PPS`."""
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.inflight import Replica, Traffic
     from shardwise.requests.serve import ServeRequest
     from shardwise.requests.serve_plans import scenario
 
-    plans = " ".join(f"--plan tp={t}" for t in TPS)
+    labels = [f"tp={t}" for t in TPS] + ([f"pp={p}" for p in PPS] if pp else [])
+    plans = " ".join(f"--plan {label}" for label in labels)
     batching = "--batching static" if static else "--max-throughput"
     request = ServeRequest.from_argv(
         f"--model {model} --system {system} {plans} {batching} --framework tensorrt-llm "
@@ -67,15 +72,24 @@ def replica_rates(
     for label, est in result.rows:
         if not bool(est.fits_in_memory):
             continue
-        tp, dp = int(est.scenario.plan.tp), int(est.scenario.plan.dp)
+        dp = int(est.scenario.plan.dp)
         if burst:
             replica = Replica(scenario(s.model, s.cluster, specs[label], s.stages), s.workload, s.max_batched_tokens)
-            out[tp] = replica.run(Traffic(rate_per_s=math.inf, requests=burst)).run_tokens_per_s
+            out[label] = replica.run(Traffic(rate_per_s=math.inf, requests=burst)).run_tokens_per_s
             continue
         if static:
             est = at_max_batch(est.scenario, replace(est.workload, batch=1))
-        out[tp] = float(est.throughput_tokens_per_s) / dp
+        out[label] = float(est.throughput_tokens_per_s) / dp
     return out
+
+
+def ratio_pairs(pp: bool) -> list[tuple[str, str, str]]:
+    """(pair name, the larger plan, the smaller or other plan) of every ratio printed."""
+    pairs = [(f"TP{k}/TP{k // 2}", f"tp={k}", f"tp={k // 2}") for k in TPS[1:]]
+    if pp:
+        pairs += [(f"PP{k}/PP1", f"pp={k}", "tp=1") for k in PPS]
+        pairs += [(f"PP{k}/TP{k}", f"pp={k}", f"tp={k}") for k in PPS]
+    return pairs
 
 
 def case(row: dict[str, object]) -> tuple[str, ...]:
@@ -90,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     how = parser.add_mutually_exclusive_group()
     how.add_argument("--static", action="store_true")
     how.add_argument("--burst", type=int, default=0)
+    parser.add_argument("--pp", action="store_true", help="also PP(k)/PP(1) and PP(k)/TP(k) (pp = 2, 4, 8)")
     parser.add_argument("--csv", default="")
     parser.add_argument("--against", default="", help="an earlier --csv: its medians beside these")
     args = parser.parse_args(argv)
@@ -108,11 +123,10 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         for model in args.models.split(","):
             for isl, osl in LENGTHS:
-                rates = replica_rates(model, system, SYSTEMS[system], isl, osl, args.static, args.burst)
-                for k in TPS[1:]:
-                    if k in rates and k // 2 in rates:
-                        small, big = rates[k // 2], rates[k]
-                        pair = f"TP{k}/TP{k // 2}"
+                rates = replica_rates(model, system, SYSTEMS[system], isl, osl, args.static, args.burst, args.pp)
+                for pair, big_plan, small_plan in ratio_pairs(args.pp):
+                    if big_plan in rates and small_plan in rates:
+                        small, big = rates[small_plan], rates[big_plan]
                         rows.append(
                             {"system": system, "model": model, "isl": isl, "osl": osl, "pair": pair,
                              "small_tok_s": small, "big_tok_s": big, "ratio": big / small}
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['small_tok_s']:9.0f} -> {r['big_tok_s']:9.0f}  {r['ratio']:.2f}")  # fmt: skip
     print("\nmedian ratio per GPU and pair (cases, range)")
     for system in dict.fromkeys(str(r["system"]) for r in rows):
-        for pair in ("TP2/TP1", "TP4/TP2", "TP8/TP4"):
+        for pair, _, _ in ratio_pairs(args.pp):
             xs = [float(r["ratio"]) for r in rows if r["system"] == system and r["pair"] == pair]  # type: ignore[arg-type]
             cases = {case(r) for r in rows if r["system"] == system and r["pair"] == pair}
             was = [float(r["ratio"]) for r in before if case(r) in cases]

@@ -29,6 +29,16 @@ exactly as its absolute table prices it (nothing here is fitted to these rows):
   for it (`--framework sglang`, its budget and KV cache). Before #37 the pair was priced as a
   closed loop of 600 requests in flight (`serve --concurrency 600`): 1.33 against the 1.05
   measured; as benchmarked 1.13. Data-parallel attention has no such pair in the data (`LEFT_OUT`).
+- PP(k) / TP(k), NVLink: pipeline against tensor parallelism on the same k GPUs, the two ratios
+  NVIDIA's blog "Boosting Llama 3.1 405B Throughput by Another 1.5x on NVIDIA H200 Tensor Core
+  GPUs and NVLink Switch" (October 2024) states for TensorRT-LLM, Llama 3.1 405B in FP8 on one
+  HGX H200 (`PP_TP_PAIRS`, rows in `data/public_serving_multi_gpu.csv`): at maximum throughput
+  PP 8 serves 1.5x TP 8, at minimum latency TP 8 is 5.6x faster (a throughput ratio PP/TP of
+  1/5.6). The post gives neither lengths nor a request count: priced at 512/512 tokens, the
+  maximum throughput as trtllm-bench measures it (2,000 requests sent at once, every generated
+  token over the whole run: `engines.inflight.Simulated.run_tokens_per_s`; 0.85-1.46, median
+  1.25, over the perf-overview lengths: docs/serving.md), the minimum latency as one request alone. Each side is
+  the replica `shardwise serve --framework tensorrt-llm` builds.
 - PP(k) / PP(1) of the other engines: none can be priced (`LEFT_OUT`).
 
 A ratio above 1 is a gain; a case's direction is right when predicted and measured agree on it.
@@ -36,6 +46,7 @@ A ratio above 1 is a gain; a case's direction is right when predicted and measur
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -52,7 +63,8 @@ if TYPE_CHECKING:
 SAME_DIE = {"H100 SXM 80GB": "GH100", "H200 SXM 141GB": "GH100"}
 CITATION = (
     "TensorRT-LLM performance overview and FasterTransformer GPT-13B latencies (NVLink), llama.cpp and ExLlamaV2 "
-    "on PCIe GPUs, SGLang PR 3602's expert parallelism on 8 H200 (data/PUBLIC_RUNS.md)"
+    "on PCIe GPUs, SGLang PR 3602's expert parallelism on 8 H200, NVIDIA's blog on PP against TP for Llama 3.1 405B "
+    "on 8 H200 (data/PUBLIC_RUNS.md)"
 )
 LEFT_OUT = (
     "no TP(k)/TP(k/2) pair on PCIe exists in the public data (public_serving_multi_gpu.csv pairs TP with a layer "
@@ -95,9 +107,35 @@ EP_PAIRS = (
 
 
 @dataclass(frozen=True)
+class PpTpPair:
+    """PP k against TP k on the same GPUs, one of the blog's two ratios (module docstring)."""
+
+    key: str
+    group: str  # comparison_group of the two rows
+    model: str
+    system: str
+    k: int
+    engine: str
+    weight_precision: str
+    kv_precision: str
+    input_len: int  # assumed: the post gives no lengths
+    output_len: int
+    requests: int  # sent at once, every token over the whole run (maximum throughput); 0: one request alone
+    what: str
+
+
+PP_TP_PAIRS = (
+    PpTpPair("nvidia-blog-405b-h200-max-throughput", "nvidia-blog-405b-h200-max-throughput", "llama3-405b",
+             "dgx-h200", 8, "tensorrt-llm", "fp8", "fp8", 512, 512, 2000, "max throughput"),
+    PpTpPair("nvidia-blog-405b-h200-min-latency", "nvidia-blog-405b-h200-min-latency", "llama3-405b",
+             "dgx-h200", 8, "tensorrt-llm", "fp8", "fp8", 512, 512, 0, "min latency"),
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
 class ScalingRow:
     key: str
-    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "TP(k)/PP(k)", "EP(k)/TP(k)"
+    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "TP(k)/PP(k)", "EP(k)/TP(k)", "PP(k)/TP(k)"
     gpu: str
     link: str  # "NVLink" or "PCIe"
     label: str
@@ -224,6 +262,57 @@ def ep_rows() -> list[ScalingRow]:
     return out
 
 
+def pp_tp_rows() -> list[ScalingRow]:
+    """PP(k) / TP(k) on NVLink (`PP_TP_PAIRS`): the measured ratio is the PP row's value over the
+    TP row's (both relative, as the post states them)."""
+    from shardwise.analyses.serving_pcie import serving_rows
+
+    out = []
+    for pair in PP_TP_PAIRS:
+        rows = [r for r in serving_rows() if r["comparison_group"] == pair.group]
+        tp = next(r for r in rows if r["layout"].startswith("TP"))
+        pp = next(r for r in rows if r["layout"].startswith("PP"))
+        measured = float(pp["value"]) / float(tp["value"])
+        with_pp, with_tp = pp_against_tp(pair)
+        how = f"{pair.requests:,} requests at once" if pair.requests else "one request"
+        label = (
+            f"{pair.model} {pair.input_len}/{pair.output_len} (assumed), {pair.engine} {pair.what} ({how}): "
+            f"pp={pair.k} / tp={pair.k} on {pair.system}"
+        )
+        out.append(
+            ScalingRow(pair.key, "PP(k)/TP(k)", "H200", "NVLink", label, "output tokens/s", with_pp / with_tp,
+                       measured, f"{pp['source']}, {pp['locator']}")
+        )  # fmt: skip
+    return out
+
+
+def pp_against_tp(pair: PpTpPair) -> tuple[float, float]:
+    """Generated tokens/s of `pair`'s pipeline plan and of its TP plan: `pair.requests` requests sent
+    at once and every token over the whole run (trtllm-bench's throughput mode), or, where
+    `pair.requests` is 0, one request alone (its output tokens over its latency); each replica as
+    `shardwise serve` builds it."""
+    from shardwise.engines.inflight import Replica, Traffic
+    from shardwise.requests.serve import ServeRequest
+    from shardwise.requests.serve_plans import scenario
+
+    request = ServeRequest.from_argv(
+        f"--model {pair.model} --system {pair.system} --plan pp={pair.k} --plan tp={pair.k} "
+        f"--framework {pair.engine} --weight-precision {pair.weight_precision} --kv-precision {pair.kv_precision} "
+        f"--input-len {pair.input_len} --output-len {pair.output_len}"
+    )
+    if not pair.requests:
+        result = request.run()
+        with_pp, with_tp = (float(est.e2e_s) for _, est in result.rows)
+        return pair.output_len / with_pp, pair.output_len / with_tp
+    s = request.setting()
+    traffic = Traffic(rate_per_s=math.inf, requests=pair.requests)
+    rates = []
+    for spec in s.specs:
+        replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens)
+        rates.append(replica.run(traffic).run_tokens_per_s)
+    return rates[0], rates[1]
+
+
 def uniform_lengths(pair: EpPair) -> RequestMix:
     """bench_serving's random dataset at range ratio 0: prompt and output lengths independent and
     uniform on 1..input_max and 1..output_max (module docstring)."""
@@ -262,7 +351,7 @@ def as_benchmarked(pair: EpPair) -> tuple[float, float]:
 
 
 def scaling_rows() -> list[ScalingRow]:
-    return tp_pairs() + pcie_rows() + ep_rows()
+    return tp_pairs() + pcie_rows() + ep_rows() + pp_tp_rows()
 
 
 def summarize(rows: list[ScalingRow]) -> list[ScalingSummary]:

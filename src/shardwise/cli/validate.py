@@ -97,9 +97,9 @@ def validate(
     planner (only when named): `shardwise plan`'s best plan beside each published run's plan;
     collectives (only when named): the collective model against 230 published nccl-tests and
     torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split;
-    inference_scaling (only when named): serving scaling ratios, TP(k)/TP(k/2) on NVLink and TP
-    against a layer split on PCIe, measured against predicted per GPU and link type, with the
-    share of cases whose direction (gain or not) is right;
+    inference_scaling (only when named): serving scaling ratios, TP(k)/TP(k/2) on NVLink, TP
+    against a layer split on PCIe, PP(k)/PP(1), EP(k)/TP(k) and PP(k)/TP(k), measured against
+    predicted per GPU and link type, with the share of cases whose direction (gain or not) is right;
     memory (only when named): fits_in_memory against published runs that fit or ran out of memory,
     and the estimate against their published peaks, per source;
     ranking (only when named): within each group of published layouts (one model, cluster, GPU count

@@ -1,4 +1,5 @@
-"""`shardwise validate inference_scaling`: serving scaling ratios (TP(k)/TP(k/2), TP(k)/PP(k)),
+"""`shardwise validate inference_scaling`: serving scaling ratios (TP(k)/TP(k/2), TP(k)/PP(k),
+PP(k)/PP(1), EP(k)/TP(k), PP(k)/TP(k)),
 measured against predicted, per GPU and link type, with the share of right directions."""
 
 from __future__ import annotations

@@ -10,6 +10,11 @@ from typing import Any
 
 from shardwise.errors import SpecError
 
+# GPUs one CPU socket of a PCIe server holds in the system presets' `pcie:` blocks (x16 each on
+# its root ports or one switch: a Sapphire Rapids socket's 80 lanes hold 4 and a NIC); a group
+# larger than this crosses the sockets there
+SOCKET_GPUS = 4
+
 
 def rack_domain(per_node: int, num_gpus: int) -> int:
     """A rack-scale NVLink domain (e.g. 72 GPUs) is used in whole multiples of its largest divisor
@@ -97,7 +102,25 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
         nvls = o["nvls"] == "on"
     if not nvls:
         cluster = cluster.with_(nvls=False)
+    if not o.get("system") and per_node > SOCKET_GPUS:
+        from shardwise.physics.custom_allreduce import is_nvlink_class
+
+        if not is_nvlink_class(intra):
+            notes.append(_uniform_pcie_note(gpu.name, per_node))
     return calibrated(cluster, cal, notes)
+
+
+def _uniform_pcie_note(gpu_name: str, per_node: int) -> str:
+    """--gpu on a PCIe link: one uniform link, no switches or sockets (`specs.pcie`), and which
+    system presets describe such a server."""
+    from shardwise import presets
+
+    boxes = [name for name, data in presets.raw("systems").items() if data.get("gpu") == gpu_name and data.get("pcie")]
+    where = f"--system {' or '.join(boxes)}" if boxes else "a system file with a pcie: block (docs/serving.md)"
+    return (
+        f"{per_node} GPUs on one uniform PCIe link: no switches or CPU sockets priced, so a group of more than "
+        f"{SOCKET_GPUS} never crosses a socket; a server of {per_node} PCIe GPUs has two sockets: {where}"
+    )
 
 
 def calibrated(cluster: Any, cal: Any, notes: list[str]) -> Any:
