@@ -47,9 +47,18 @@ def _program(stage: int, stages: int, micro_batches: int) -> list[tuple]:
     return out
 
 
-def _replay(stages: int, micro_batches: int, t_f: float, t_b: float, transfer_s: float) -> float:
+def _replay(
+    stages: int,
+    micro_batches: int,
+    t_f: float | list[float],
+    t_b: float | list[float],
+    transfer_s: float,
+) -> float:
     """Each stage runs its instructions in order; a send and its receive complete together,
-    `transfer_s` after both are posted (blocking p2p.send / p2p.recv)."""
+    `transfer_s` after both are posted (blocking p2p.send / p2p.recv). `t_f` and `t_b`: one time
+    for every stage, or one per stage."""
+    t_f = t_f if isinstance(t_f, list) else [t_f] * stages
+    t_b = t_b if isinstance(t_b, list) else [t_b] * stages
     programs = [_program(s, stages, micro_batches) for s in range(stages)]
     pc, clock, posted = [0] * stages, [0.0] * stages, {}
     while any(pc[s] < len(programs[s]) for s in range(stages)):
@@ -58,7 +67,7 @@ def _replay(stages: int, micro_batches: int, t_f: float, t_b: float, transfer_s:
             while pc[s] < len(programs[s]):
                 op = programs[s][pc[s]]
                 if op[0] in ("F", "B"):
-                    clock[s] += t_f if op[0] == "F" else t_b
+                    clock[s] += t_f[s] if op[0] == "F" else t_b[s]
                     pc[s] += 1
                     moved = True
                     continue
@@ -86,3 +95,25 @@ def test_its_blocking_sends_cost_about_four_transfers_a_micro_batch():
     ideal = (micro_batches + stages - 1) * 4.0
     per_slot = (_replay(stages, micro_batches, 1.0, 3.0, transfer_s) - ideal) / (micro_batches + stages - 1)
     assert 0.9 * SERIAL_TRANSFERS * transfer_s < per_slot <= SERIAL_TRANSFERS * transfer_s
+
+
+@pytest.mark.parametrize(
+    ("t_f", "t_b"),
+    [
+        ([1.1] + [1.0] * 10 + [0.8], [3.3] + [3.0] * 10 + [2.4]),  # the embedding's first stage, a lighter last
+        ([1.3] + [1.0] * 11, [3.0] * 11 + [3.3]),  # a heavy forward at one end, a heavy backward at the other
+        ([1.3 if s % 2 == 0 else 1.0 for s in range(12)], [3.0 if s % 2 == 0 else 3.3 for s in range(12)]),
+    ],
+)
+def test_an_uneven_stage_sets_the_period_and_nothing_more(t_f, t_b):
+    """Stages of unequal time (the first with the embedding, the last with the logits and the loss,
+    or forward and backward heavy on opposite phases): the step stays within 1F1B's bound for the
+    slowest stage, (m - 1) max(t_f + t_b) + the sum over stages, and above the slowest stage's own
+    work; the opposite phases of TrainSchedule's even and odd stages do not make each step pay the
+    larger of a forward and a neighbour's backward (that lockstep would cost 2 m max(t_b))
+    (docs/model.md, "Third pass")."""
+    stages, micro_batches = 12, 64
+    slot = [f + b for f, b in zip(t_f, t_b, strict=True)]
+    step = _replay(stages, micro_batches, t_f, t_b, 0.0)
+    assert micro_batches * max(slot) < step <= (micro_batches - 1) * max(slot) + sum(slot) + 1e-9
+    assert step < 0.8 * 2 * micro_batches * max(t_b)

@@ -79,8 +79,8 @@ The first stage
 also pays the embedding's dense gradient (a zeroed 16-bit vocab/tp x h table, then the same
 18-byte add: 0.9e9 weights at vocabulary 250,880, about 8 ms, `engines.stage_ends`) and the last
 the fp32 loss (52 bytes a logit, `physics.stack`). docs/model.md ("What the DeepSpeed pipeline
-engine does per micro-batch", with its "Re-read for issue #33") lists what was checked, file by
-file, with the versions read; its "How large the micro-batch effect is"
+engine does per micro-batch", its "Re-read for issue #33" and "Third pass") lists what was
+checked, file by file, with the versions read; its "How large the micro-batch effect is"
 splits a stage's time per sequence into these parts (`examples/microbatch_trend.py --costs`) and
 sizes the rest (host syncs, waves, host-bound kernels).
 """
