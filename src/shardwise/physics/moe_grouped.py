@@ -105,6 +105,16 @@ QUANTIZATION_PAD_KERNELS = 2  # a pass: the padding and the unpadding
 QUANTIZATION_PAD_DISPATCHERS = ("alltoall", "allgather")
 
 
+def capacity_aligned(ef: ExpertsForward, precision: str) -> Number:
+    """Whether every expert's count is already a multiple of the narrow GEMMs' alignment (16; 32 for
+    MXFP8 and NVFP4), as padding to capacity makes it when capacity x ranks is: TE's Fp8Padding then
+    returns its input untouched ("no padding needed", fp8_padding.py, TE 2.7 on)."""
+    from shardwise.specs.hardware import is_nvfp4
+
+    align = 32.0 if precision == "mxfp8" or is_nvfp4(precision) else 16.0
+    return np.mod(np.asarray(ef.up.m, dtype=float), align) == 0
+
+
 def quantization_padding_bytes(ef: ExpertsForward, model: Model, bytes_per_element: float) -> Number:
     """Bytes TE's Fp8Padding and Fp8Unpadding move in one pass (forward, or backward) of one MoE layer
     on the busiest rank (QUANTIZATION_PAD_*): 4 passes over its copies' hidden states."""
