@@ -85,6 +85,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "expert_imbalance",
         "moe_dispatcher",
         "moe_overlap",
+        "moe_capacity_factor",
+        "moe_pad_to_capacity",
         "vpp",
         "global_batch",
         "micro_batch",

@@ -12,7 +12,14 @@ from __future__ import annotations
 
 import re
 
-from shardwise.analyses.public_moe_recipes import LAYOUTS, RECOMPUTE_MODULES
+from shardwise.analyses.public_moe_recipes import (
+    BRIDGE_TOKEN_DROP,
+    DGXC_TOKEN_DROP,
+    LAYOUTS,
+    NEMO_DOCS_TOKEN_DROP,
+    RECOMPUTE_MODULES,
+    TOKEN_DROP_FACTOR,
+)
 
 # (words that must all appear in the lower-cased published name, preset), first match wins.
 NAMES = (
@@ -63,7 +70,7 @@ FLEX = (
 # (`moe_flex_dispatcher_backend`, found as A2A_OVERLAP is; tools/moe_recipes.py DISPATCHERS), and the
 # 25.09 runs (v0.1.0rc3 scripts/performance/run_script.py: every Qwen3 run and DeepSeek-V3 on
 # B200/GB200 drop tokens, `apply_moe_token_drop`, which needs the alltoall dispatcher -- the table's
-# "(tokendrop)" cells). Token dropping is not modelled: at capacity factor 1 a balanced router drops none.
+# "(tokendrop)" cells; priced as `token_drop` says).
 _NEMO_25_09 = (
     [("qwen3-30b-a3b", s, "fp8") for s in ("dgx-b200", "dgx-h100", "gb200-nvl72")]
     + [(m, "gb200-nvl72", "mxfp8") for m in ("qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v3")]
@@ -183,9 +190,12 @@ def expert_parallel(row: dict[str, str]) -> int | None:
 
 def dispatcher(row: dict[str, str]) -> str:
     """The token dispatcher of the row's recipe, "flex" or "alltoall" (see DISPATCHER_EXCEPTIONS,
-    then FLEX; NeMo AutoModel's runs all name DeepEP, AUTOMODEL_EP)."""
+    then FLEX; NeMo AutoModel's runs all name DeepEP, AUTOMODEL_EP; a run that dropped tokens,
+    `token_drop`, ran alltoall: Megatron-Core's drop-and-pad path, asserted by NeMo's callback)."""
     if AUTOMODEL_SUMMARY in row["source"]:
         return "flex"
+    if token_drop(row):
+        return "alltoall"
     key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
     if BRIDGE_SUMMARIES in row["source"] and key in DISPATCHER_EXCEPTIONS:
         return DISPATCHER_EXCEPTIONS[key]
@@ -219,6 +229,23 @@ def cuda_graph_scope(row: dict[str, str]) -> str | None:
     """The CUDA graphs of the row's recipe as `Plan.cuda_graph_scope` (see FUSED_GROUPED_MLP), None: eager."""
     key = (row["model"], row["system"], row["precision"], row.get("framework_version", ""))
     return "full_iteration" if BRIDGE_SUMMARIES in row["source"] and key in FUSED_GROUPED_MLP else None
+
+
+DGXC = "NVIDIA/dgxc-benchmarking"
+NEMO_DOCS = "docs.nvidia.com/nemo-framework"
+
+
+def token_drop(row: dict[str, str]) -> float:
+    """The capacity factor the row's recipe dropped tokens at, padding every expert to it
+    (`public_moe_recipes.BRIDGE_TOKEN_DROP`, DGXC_TOKEN_DROP, NEMO_DOCS_TOKEN_DROP); 0: dropless."""
+    source, model = row["source"], row["model"]
+    if BRIDGE_SUMMARIES in source:
+        systems = BRIDGE_TOKEN_DROP.get((row.get("framework_version", ""), model))
+        dropped = systems is not None and (not systems or row["system"] in systems)
+    else:
+        dgxc = DGXC in source and model in DGXC_TOKEN_DROP
+        dropped = dgxc or (NEMO_DOCS in source and model in NEMO_DOCS_TOKEN_DROP)
+    return TOKEN_DROP_FACTOR if dropped else 0.0
 
 
 def a2a_overlap(row: dict[str, str]) -> bool:

@@ -154,3 +154,34 @@ LAYOUTS: dict[tuple[str, str, str, str], str] = {
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06"): "Et*4|(t*4|)*14tmL",
     ("deepseek-v3", "gb300-nvl72", "mxfp8", "26.06.01"): "Et*4|(t*4|)*14tmL",
 }
+
+
+# The runs whose recipe dropped tokens at capacity and padded every expert to it (Megatron-Core's
+# `moe_expert_capacity_factor` 1.0 and `moe_pad_expert_input_to_capacity` True: `Plan.moe_capacity_factor`,
+# `Plan.moe_pad_to_capacity`), which needs the all-to-all dispatcher. The same two settings in every
+# recipe below: Megatron-Bridge's `apply_moe_token_drop` (src/megatron/bridge/training/utils/
+# moe_token_drop.py) and NeMo 2's `MegatronTokenDropCallback` (nemo/lightning/pytorch/callbacks/
+# moe_token_drop.py) default to capacity factor 1.0 with padding, and the recipes call them bare.
+TOKEN_DROP_FACTOR = 1.0
+# Megatron-Bridge v0.1.0rc3 (NeMo 25.09), scripts/performance/run_script.py: `apply_moe_token_drop`
+# for every Qwen3 run and for DeepSeek-V3 on B200 and GB200 (`use_tokendrop`; on H100 DeepEP, dropless)
+# -- the summary's "(tokendrop)" and "(dropless)" model cells. From v0.2.0 (25.11) token dropping is the
+# performance scripts' `--use_tokendrop` option, off by default (utils/helpers.py, then overrides.py).
+# (Bridge container, preset): the systems that dropped (empty: all).
+BRIDGE_TOKEN_DROP: dict[tuple[str, str], tuple[str, ...]] = {
+    ("25.09", "qwen3-30b-a3b"): (),
+    ("25.09", "qwen3-235b-a22b"): (),
+    ("25.09", "deepseek-v3"): ("dgx-b200", "gb200-nvl72"),
+}
+# NVIDIA dgxc-benchmarking's NeMo 2 workloads, at the NeMo commit each setup.sh checks out
+# (7a8f1cc7bc, llmb-nemo r2.3.0, for DeepSeek-V3 and Llama 4; 6f2c6fdaff for Grok-1 from 60d6fd33ba
+# on): scripts/performance/llm/pretrain_deepseek_v3.py (`USE_TOKEN_DROP = True`, every GPU),
+# pretrain_grok1_314b.py and recipes/llama4_e128.py (`pretrain_performance_optimizations`, which the
+# performance scripts' `pretrain_recipe(performance_mode=True)` applies) add MegatronTokenDropCallback;
+# Grok-1's earlier NeMo 1 config (grok1/grok1_314b.yaml, 35a9aecc8d-85380ffe02) sets
+# `moe_expert_capacity_factor: 1.0`, `moe_pad_expert_input_to_capacity: true` itself. Presets.
+DGXC_TOKEN_DROP = ("deepseek-v3", "grok-1", "llama4-maverick")
+# NeMo's performance summary pages (25.04, 25.07): scripts/performance/llm/pretrain_mixtral_8x7b.py and
+# pretrain_llama4_e16.py at v2.3.0 and v2.4.0 call `pretrain_recipe(performance_mode=True)`, whose
+# recipes/mixtral_8x7b.py and llama4_e16.py `pretrain_performance_optimizations` add the callback.
+NEMO_DOCS_TOKEN_DROP = ("mixtral-8x7b", "llama4-scout")

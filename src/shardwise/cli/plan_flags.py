@@ -163,6 +163,20 @@ plan_layout_options = stack_options(
         "--overlap-moe-expert-parallel-comm; pp=1 or --vpp).",
     ),
     click.option(
+        "--moe-capacity-factor",
+        type=float,
+        default=0.0,
+        show_default=True,
+        help="Drop tokens in training: each expert takes at most ceil(tokens x k / experts x this) copies from "
+        "each rank (Megatron-Core's --moe-expert-capacity-factor); 0: dropless.",
+    ),
+    click.option(
+        "--moe-pad-to-capacity/--no-moe-pad-to-capacity",
+        default=False,
+        show_default=True,
+        help="Pad every expert to its capacity (--moe-pad-expert-input-to-capacity; alltoall dispatcher).",
+    ),
+    click.option(
         "--vpp",
         type=int,
         default=1,

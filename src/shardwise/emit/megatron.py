@@ -321,4 +321,8 @@ def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
         out.append(("--moe-token-dispatcher-type", str(p.moe_dispatcher)))
     if bool(p.moe_overlap):
         out.append(("--overlap-moe-expert-parallel-comm",))
+    if float(p.moe_capacity_factor) > 0:
+        out.append(("--moe-expert-capacity-factor", f"{float(p.moe_capacity_factor):g}"))
+        if bool(p.moe_pad_to_capacity):
+            out.append(("--moe-pad-expert-input-to-capacity",))
     return out

@@ -54,6 +54,7 @@ from shardwise.physics.moe import (
     CLAMP_FORWARD_KERNELS,
     SYNC_HOST_OPS,
     allgather_dispatch_bytes,
+    capacity_load,
     dispatch_bytes,
     dispatch_metadata_bytes,
     experts_forward,
@@ -64,6 +65,7 @@ from shardwise.physics.moe_grouped import (
     MOE_POST_SYNC_KERNELS,
     QUANTIZATION_PAD_DISPATCHERS,
     QUANTIZATION_PAD_KERNELS,
+    capacity_aligned,
     grouped_linear_host_ops,
     post_sync_kernels,
     quantization_padding_bytes,
@@ -136,7 +138,11 @@ def experts_parts(
     # TP without sequence parallelism replicates them over the TP GPUs (serving)
     sharded = sp | (np.asarray(plan.tp) <= 1)
     etp = plan.expert_tp
-    ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded)
+    # token dropping (`Plan.moe_capacity_factor`), training only; padded to capacity, the all-to-all
+    # dispatcher's splits are static: no count gather, no host read of them (`physics.moe.capacity_copies`)
+    factor = plan.moe_capacity_factor if training else 0.0
+    padded = (np.asarray(factor) > 0) & np.asarray(plan.moe_pad_to_capacity, dtype=bool) & sharded
+    ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded, factor, padded)
     fused = plan.grad_accumulation_fusion
     add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)
     up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
@@ -150,15 +156,16 @@ def experts_parts(
     # Transformer Engine's padding of the experts' counts for narrow GEMMs (`physics.moe_grouped.QUANTIZATION_PAD_*`)
     pads = training and is_narrow(plan.precision) and not fp8_recipes.is_torchao(plan.fp8_recipe)
     if pads and plan.moe_dispatcher in QUANTIZATION_PAD_DISPATCHERS:
-        pad = quantization_padding_bytes(ef, model, e)
-        cast_f = cast_b = memory_s(pad, gpu, kernels=QUANTIZATION_PAD_KERNELS)
+        pad = np.where(padded & capacity_aligned(ef, plan.precision), 0.0, quantization_padding_bytes(ef, model, e))
+        cast_f = cast_b = memory_s(pad, gpu, kernels=QUANTIZATION_PAD_KERNELS * (np.asarray(pad) > 0))
     if is_narrow(plan.precision):  # Transformer Engine's grouped linear layers cast like the others
         per_element = cast_bytes_per_element(plan.precision, plan.fp8_recipe, gpu.fp8_any_layout)
         kernels = 2 * cast_kernels_per_tensor(plan.precision, plan.fp8_recipe)  # fc1's input, fc2's input
         cast_f = cast_f + memory_s(per_element * sum(g.m * g.k * g.batch for g in ef.gemms), gpu, kernels=kernels)
         cast_b = cast_b + memory_s(per_element * sum(g.m * g.n * g.batch for g in ef.gemms), gpu, kernels=kernels)
     flex = plan.moe_dispatcher == "flex"
-    intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, plan.expert_imbalance, dedup=flex)
+    load = capacity_load(plan.expert_imbalance, factor, padded)  # padded copies travel too
+    intra, inter = dispatch_bytes(model, tokens, plan.ep, place["ep"], e, load, dedup=flex)
     a2a = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(intra, inter), 0.0)  # replicated: none
     etp_group = fabric.group(etp, place["etp"])
     split = np.asarray(etp) > 1
@@ -182,13 +189,13 @@ def experts_parts(
         size = np.asarray(plan.ep) * np.asarray(etp)
         group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
         probs = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(probs_in, probs_out), 0.0)
-        dispatch_f = dispatch_f + np.where(dispatched, group.all_gather(counts), 0.0) + probs
+        dispatch_f = dispatch_f + np.where(dispatched & ~padded, group.all_gather(counts), 0.0) + probs
         dispatch_b = dispatch_b + probs  # the probabilities' gradient
     # the host reads the split sizes before the tokens move (`physics.moe.SYNC_HOST_OPS`): the GPU waits
     # for it once per MoE layer and forward pass, eager training only
     graphed = "full_iteration" in tuple(plan.cuda_graph_scope or ())
     host_s = SYNC_HOST_OPS * np.asarray(plan.host_kernel_s, dtype=float)
-    sync = np.where(dispatched, host_s, 0.0) if training and not graphed else 0.0
+    sync = np.where(dispatched & ~padded, host_s, 0.0) if training and not graphed else 0.0
     forward = router.forward_s + up.forward_s + down.forward_s + elementwise + eager_f + cast_f + sync
     grads = sum(g.input_grad_s + g.weight_grad_s for g in (router, up, down))
     backward = grads + BACKWARD_MEMORY_RATIO * elementwise + eager_b + cast_b
@@ -211,7 +218,13 @@ def experts_parts(
     if training and np.any(plan.host_kernel_s):
         kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
         passes = 1.0 + np.asarray(rerun, dtype=float)
-        busy = forward + backward + redo
+        # padded to capacity, nothing reads the split sizes: the host runs ahead through the whole layer
+        # and its exposed expert collectives keep the GPU busy too, as a dense layer's TP collectives do
+        # (`engines.costs`; not under combined 1F1B, whose all-to-alls run beside the other micro-batch's
+        # compute). A dropless layer's read empties the queue: its dispatch leads the experts' section
+        comm_f = dispatch_f + gather
+        comm = comm_f + dispatch_b + gather + np.where(rerun, comm_f, 0.0)
+        busy = forward + backward + redo + np.where(padded & ~np.asarray(plan.moe_overlap, dtype=bool), comm, 0.0)
         if not graphed:  # GroupedLinear's own host work per local expert (`physics.moe_grouped.GROUPED_*`)
             own_f, own_b = grouped_linear_host_ops(model.experts / np.asarray(plan.ep), plan.precision, plan.fp8_recipe)
             kernels = kernels + own_f * passes + own_b
@@ -224,8 +237,8 @@ def experts_parts(
             section_k = post_sync_kernels(ef, own_f)
             post = memory_s(ef.post_sync_bytes, gpu, MOE_POST_SYNC_KERNELS)
             section_s = up.forward_s + down.forward_s + post + eager_f + cast_f
-            alone = dispatched & ~np.asarray(plan.moe_overlap, dtype=bool)
-            lead_s = (dispatch_f + gather) / 2
+            alone = dispatched & ~np.asarray(plan.moe_overlap, dtype=bool) & ~padded  # padded: no read
+            lead_s = comm_f / 2
             wait = np.where(alone, host_bound_s(section_s + lead_s, section_k, plan.host_kernel_s), 0.0)
             kernels = kernels - np.where(alone, passes * section_k, 0.0)
             busy = busy - np.where(alone, passes * section_s, 0.0)

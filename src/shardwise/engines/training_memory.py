@@ -22,7 +22,7 @@ from shardwise.engines.training_states import stage_states  # the stages' model 
 from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
-from shardwise.physics.moe import routed_tokens
+from shardwise.physics.moe import capacity_load, routed_tokens
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_nvfp4
@@ -147,7 +147,7 @@ def memory_breakdown(
             model,
             tokens,
             plan.expert_tp,
-            plan.expert_imbalance,
+            capacity_load(plan.expert_imbalance, plan.moe_capacity_factor, plan.moe_pad_to_capacity),  # token dropping
             e,
             plan.recompute,
             plan.recompute_modules,

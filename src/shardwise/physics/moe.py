@@ -80,6 +80,16 @@ CLAMP_BACKWARD_KERNELS = 3
 # expert and the cat forward; 4 per local expert and the cat backward.
 BIAS_FORWARD_PASSES = 6.0
 BIAS_BACKWARD_PASSES = 8.0
+# Token dropping (`Plan.moe_capacity_factor`; Megatron-Core `apply_router_token_dropping`,
+# megatron/core/transformer/moe/moe_utils.py, core_v0.14.0 to main): after the top-k the router picks
+# each expert's `capacity` best tokens (`torch.topk(probs, k=capacity, dim=0)`), builds their mask
+# (`zeros_like(...).scatter(...)` then `.bool()`) and multiplies the probabilities by it. Passes over
+# the fp32 T x E probabilities, a read or a write each: topk reads 1, zeros_like writes 1, the bool
+# cast reads 1 and writes a quarter, the multiply reads 1.25 and writes 1 (5.5); 5 kernels forward, and
+# backward the multiply's gradient alone (the mask is not differentiated).
+DROP_FP32_PASSES = 5.5
+DROP_KERNELS = 5
+DROP_BACKWARD_KERNELS = 1
 
 
 @dataclass(frozen=True)
@@ -102,6 +112,7 @@ class ExpertsForward:
     eager_backward_bytes: Number = 0.0
     eager_backward_kernels: Number = 0
     clamp_bytes: Number = 0.0  # the clamp's forward among eager_bytes (moe_act recomputation reruns it)
+    drop_kernels: Number = 0  # the router's token dropping (DROP_KERNELS; with the router's own in its CUDA graph)
     # the element-wise bytes moved after the host has read the split sizes
     # (`physics.moe_grouped.post_sync_kernels`): the chunk sort and unsort, the activation and the
     # unpermutation, not the router's scores nor the permutation into expert order
@@ -125,10 +136,13 @@ def training_kernels(ef: ExpertsForward, backward_ratio: float, recompute_forwar
     gemm/cublaslt_gemm.cu, `multi_stream_cublas_gemm`; the CUTLASS grouped kernel only on Hopper,
     16-bit, with NVTE_USE_CUTLASS_GROUPED_GEMM). The backward issues `backward_ratio` times the
     forward's (an input- and a weight-gradient GEMM per expert); full recomputation the forward's
-    once more. Serving engines run fused MoE kernels (one launch for all experts): not this count."""
+    once more; the router's token dropping (DROP_*) its own. Serving engines run fused MoE kernels (one
+    launch for all experts): not this count."""
     forward = ef.elementwise_kernels + ef.router.batch + ef.up.batch + ef.down.batch
-    passes = (1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)) * forward
-    return passes + ef.eager_kernels * (1.0 + np.asarray(recompute_forward, dtype=float)) + ef.eager_backward_kernels
+    redo = 1.0 + np.asarray(recompute_forward, dtype=float)
+    passes = (redo + backward_ratio) * forward
+    drop = ef.drop_kernels * redo + DROP_BACKWARD_KERNELS * (np.asarray(ef.drop_kernels) > 0)
+    return passes + ef.eager_kernels * redo + ef.eager_backward_kernels + drop
 
 
 def graphed_training_kernels(
@@ -146,10 +160,30 @@ def graphed_training_kernels(
     passes = 1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)
     captured, blocks = 0.0, 0
     if "moe_router" in scope:
-        captured, blocks = captured + ef.router.batch + MOE_ROUTER_KERNELS, blocks + 1
+        captured, blocks = captured + ef.router.batch + MOE_ROUTER_KERNELS + ef.drop_kernels, blocks + 1
     if "moe_preprocess" in scope:
         captured, blocks = captured + MOE_PREPROCESS_KERNELS, blocks + 1
     return kernels - passes * captured + GRAPH_LAUNCHES_PER_BLOCK * blocks
+
+
+def capacity_copies(tokens: Number, model: Model, capacity_factor: Number, sources: Number) -> Number:
+    """The most token copies one expert takes in training with token dropping (`Plan.moe_capacity_factor`):
+    Megatron-Core caps each expert at `get_capacity` = ceil(T k / E x factor) copies of each routing
+    rank's T tokens (moe_utils.py `apply_router_token_dropping`, the router keeping the highest
+    probabilities), and the all-to-all dispatcher's drop-and-pad path sizes every local expert's input
+    at that times the tp x ep ranks routing to it (token_dispatcher.py `preprocess`:
+    `capacity * tp_size * ep_size`), `sources` here (ep x etp in training)."""
+    k, n_exp = model.experts_per_token, model.experts
+    return np.ceil(np.asarray(tokens, dtype=float) * k / n_exp * np.asarray(capacity_factor, dtype=float)) * sources
+
+
+def capacity_load(imbalance: Number, capacity_factor: Number, pad_to_capacity: Number) -> Number:
+    """The busiest rank's token copies over the mean where a measured `imbalance` meets token dropping:
+    padded to capacity, the factor itself (every expert runs its capacity, the router's spread gone);
+    dropping without padding, the imbalance capped at the factor; dropless, the imbalance."""
+    cf = np.asarray(capacity_factor, dtype=float)
+    padded = (cf > 0) & np.asarray(pad_to_capacity, dtype=bool)
+    return np.where(padded, cf, np.minimum(imbalance, np.where(cf > 0, cf, np.inf)))
 
 
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
@@ -167,6 +201,8 @@ def experts_forward(
     imbalance: Number = 1.0,
     weight_bytes: Number | None = None,
     sharded: Number = True,
+    capacity_factor: Number = 0.0,
+    pad_to_capacity: Number = False,
 ) -> ExpertsForward:
     """The routed experts of one MoE layer for `tokens` routed by this rank (module docstring).
 
@@ -182,7 +218,10 @@ def experts_forward(
     (decoding). The busiest of ep ranks waits for the others: with a router that is uniform on
     average, a rank's token copies and chosen experts are binomial, and the largest of ep of them
     is about sqrt(2 ln ep) standard deviations above the mean (the expected maximum of ep normal
-    draws); `imbalance` (the busiest rank over the mean, measured) applies where it is larger."""
+    draws); `imbalance` (the busiest rank over the mean, measured) applies where it is larger.
+
+    `capacity_factor` > 0 (training, sharded) caps each expert's copies, `pad_to_capacity` pads them
+    to the cap: `capacity_copies`."""
     h, n_exp, k, f = model.hidden, model.experts, model.experts_per_token, model.expert_ffn_hidden
     e = bytes_per_element
     w = e if weight_bytes is None else weight_bytes
@@ -199,6 +238,11 @@ def experts_forward(
     chosen = 1.0 - (1.0 - k / n_exp) ** distinct
     spread = z * np.sqrt(local * chosen * (1.0 - chosen))
     active = np.maximum(np.minimum(local * chosen + spread, local), 1.0)
+    cap = capacity_copies(tokens, model, capacity_factor, gathered * p)
+    dropping = (np.asarray(capacity_factor) > 0) & on
+    padded = dropping & np.asarray(pad_to_capacity, dtype=bool)
+    received = np.where(padded, cap * local, np.where(dropping, np.minimum(received, cap * local), received))
+    active = np.where(padded, local, active)  # every expert runs its capacity, padding included
     m = received / active  # tokens per active expert
     up = gemm(m, gate * f / etp, h, e, batch=active, weight_bytes=w)
     down = gemm(m, h, f / etp, e, batch=active, weight_bytes=w)
@@ -206,7 +250,7 @@ def experts_forward(
     permute = 2 * e * h * (tokens + received / gathered)
     sort = np.where(local > 1, 4 * e * h * received, 0.0)
     activation = (gate + 1) * e * received * f / etp
-    scores = ROUTER_FP32_PASSES * ROUTER_BYTES * tokens * n_exp
+    scores = (ROUTER_FP32_PASSES + np.where(dropping, DROP_FP32_PASSES, 0.0)) * ROUTER_BYTES * tokens * n_exp
     split = np.asarray(etp) > 1
     # GPT-OSS's eager extras (CLAMP_*, BIAS_*): the clamp over the up-projection's output, the
     # output bias over the copies' hidden outputs, one pair of kernels per local expert with tokens
@@ -233,6 +277,7 @@ def experts_forward(
         eager_backward_bytes=clamp_b + bias_b,
         eager_backward_kernels=kernels_b,
         clamp_bytes=clamp,
+        drop_kernels=np.where(dropping, DROP_KERNELS, 0),
         post_sync_bytes=e * h * (tokens + received / gathered) + sort + activation,
     )
 

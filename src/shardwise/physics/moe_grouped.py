@@ -47,6 +47,16 @@ GROUPED_SPLIT = {
     "nvfp4": (0, 5, 0),
 }
 GROUPED_NARROW_BACKWARD = (0, 1, 0)
+# Outside Transformer Engine, per expert and call, backward: each expert's weight is a parameter of its
+# own (GroupedLinear's weight0..weightN-1), so the backward hands autograd a (dummy) weight gradient per
+# expert (`handle_custom_ddp_from_mcore`), which runs that parameter's AccumulateGrad node and the Python
+# hook Megatron-Core's DDP put on it (megatron/core/distributed/distributed_data_parallel.py,
+# `grad_acc.register_hook(self._make_backward_post_hook(param))`, core_v0.14 to 0.18): the engine's call
+# into Python, weighed as an ATen op (nanotron's table weighs an autograd Function so,
+# `physics.stack.NANOTRON_HOST_UNIT_WEIGHTS`), and the hook's is_graph_capturing(), bucket lookup, grad and
+# grad_added_to_main_grad checks, `param.grad = None` and register_grad_ready (which returns at once
+# before the last micro-batch): 5 light. Every micro-batch, whatever the precision.
+GROUPED_WEIGHT_HOOK = (1, 5, 0)
 GROUPED_LINEARS = 2  # fc1 and fc2
 HOST_UNIT_WEIGHTS = (1.0, 0.3, 1.0)  # an ATen op, a light op (`physics.stack.NANOTRON_HOST_UNIT_WEIGHTS`), a kernel
 
@@ -69,7 +79,8 @@ def grouped_linear_host_ops(local_experts: Number, precision: str, fp8_recipe: s
     split = units(GROUPED_SPLIT[kind])
     narrow = units(GROUPED_NARROW_BACKWARD) if is_narrow(precision) else 0.0
     n = GROUPED_LINEARS * np.asarray(local_experts, dtype=float)
-    return n * (units(GROUPED_FORWARD) + split), n * (units(GROUPED_BACKWARD) + split + narrow)
+    backward = units(GROUPED_BACKWARD) + split + narrow + units(GROUPED_WEIGHT_HOOK)
+    return n * (units(GROUPED_FORWARD) + split), n * backward
 
 
 def post_sync_kernels(ef: ExpertsForward, grouped_forward_ops: Number) -> Number:
@@ -103,6 +114,16 @@ def post_sync_kernels(ef: ExpertsForward, grouped_forward_ops: Number) -> Number
 QUANTIZATION_PAD_PASSES = 4.0
 QUANTIZATION_PAD_KERNELS = 2  # a pass: the padding and the unpadding
 QUANTIZATION_PAD_DISPATCHERS = ("alltoall", "allgather")
+
+
+def capacity_aligned(ef: ExpertsForward, precision: str) -> Number:
+    """Whether every expert's count is already a multiple of the narrow GEMMs' alignment (16; 32 for
+    MXFP8 and NVFP4), as padding to capacity makes it when capacity x ranks is: TE's Fp8Padding then
+    returns its input untouched ("no padding needed", fp8_padding.py, TE 2.7 on)."""
+    from shardwise.specs.hardware import is_nvfp4
+
+    align = 32.0 if precision == "mxfp8" or is_nvfp4(precision) else 16.0
+    return np.mod(np.asarray(ef.up.m, dtype=float), align) == 0
 
 
 def quantization_padding_bytes(ef: ExpertsForward, model: Model, bytes_per_element: float) -> Number:

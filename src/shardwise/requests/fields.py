@@ -82,6 +82,8 @@ PLAN_FIELDS = (
     _f("expert_imbalance", "float", 1.0),
     _f("moe_dispatcher", "str", "alltoall", "alltoall", "flex", "allgather"),
     _f("moe_overlap", "bool", False),
+    _f("moe_capacity_factor", "float", 0.0),  # `Plan.moe_capacity_factor` (0: dropless)
+    _f("moe_pad_to_capacity", "bool", False),
     _f("vpp", "int", 1),
     _f("global_batch", "int"),
     _f("micro_batch", "int", 1),

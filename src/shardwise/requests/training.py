@@ -60,6 +60,8 @@ class TrainingRequest:
     expert_imbalance: float = default("expert_imbalance")
     moe_dispatcher: str = default("moe_dispatcher")
     moe_overlap: bool = default("moe_overlap")
+    moe_capacity_factor: float = default("moe_capacity_factor")
+    moe_pad_to_capacity: bool = default("moe_pad_to_capacity")
     vpp: int = default("vpp")
     global_batch: int | None = default("global_batch")
     micro_batch: int = default("micro_batch")

@@ -64,6 +64,11 @@ class Plan:
     micro-batch and the backward of another run layer by layer together, so each one's
     all-to-alls hide behind the other's compute (Megatron-Core's combined 1F1B,
     `--overlap-moe-expert-parallel-comm`; training only, pp = 1 or the interleaved schedule).
+    `moe_capacity_factor` > 0 drops tokens in training: each expert takes at most ceil(T k / E x
+    factor) copies from each rank that routes to it (Megatron-Core's `--moe-expert-capacity-factor`);
+    `moe_pad_to_capacity` pads every expert to exactly that many (`--moe-pad-expert-input-to-capacity`,
+    the all-to-all dispatcher's drop-and-pad path: static splits, no host read of them;
+    `physics.moe.capacity_copies`). 0: dropless.
 
     `shard_group` (hybrid sharded data parallelism: PyTorch FSDP's HYBRID_SHARD, FSDP2's HSDP
     mesh of torchtitan's data_parallel_shard_degree x data_parallel_replicate_degree, MaxText's
@@ -243,6 +248,8 @@ class Plan:
     expert_imbalance: Number = 1.0
     moe_dispatcher: str = "alltoall"
     moe_overlap: bool | np.ndarray = False
+    moe_capacity_factor: Number = 0.0
+    moe_pad_to_capacity: bool | np.ndarray = False
     schedule: Schedule | np.ndarray | str = Schedule.ONE_F_ONE_B
     recompute: Recompute | np.ndarray | str = Recompute.NONE
     recompute_layers: Number = 0

@@ -112,6 +112,8 @@ def check_fields(plan: Any) -> None:
             "expert rank's tokens over the mean, so >= 1 (1: a balanced router)"
         )
     object.__setattr__(plan, "expert_imbalance", imbalance)
+    factor = chk.non_negative("plan: moe_capacity_factor", plan.moe_capacity_factor)
+    object.__setattr__(plan, "moe_capacity_factor", factor)
     if plan.cp_comm not in CP_COMM_TYPES:
         raise SpecError(f"plan: cp_comm {plan.cp_comm!r} is not allowed; choose {', '.join(CP_COMM_TYPES)}")
     if plan.moe_dispatcher not in MOE_DISPATCHERS:
@@ -180,6 +182,7 @@ def check_fields(plan: Any) -> None:
         value = getattr(plan, name)
         if type(value) is not bool and (value is not None or name != "overlap_p2p"):  # True/False kept
             object.__setattr__(plan, name, chk.boolean(f"plan: {name}", value))
+    _capacity_rules(plan)
     for name in ("first_stage_layers", "last_stage_layers"):
         object.__setattr__(plan, name, chk.non_negative_int(f"plan: {name}", getattr(plan, name)))
     if plan.stage_layers is not None:
@@ -191,6 +194,23 @@ def check_fields(plan: Any) -> None:
         else:
             interleaved = np.asarray(schedule) == Schedule.INTERLEAVED
         object.__setattr__(plan, "overlap_p2p", interleaved)
+
+
+def _capacity_rules(plan: Any) -> None:
+    """Megatron-Core's rules of token dropping (transformer_config.py: padding to capacity needs a
+    capacity factor; token_dispatcher.py: the flex dispatcher refuses the padding, and the all-gather
+    one has no drop-and-pad path)."""
+    pad = np.asarray(plan.moe_pad_to_capacity, dtype=bool)
+    if any_true(pad & (as_array(plan.moe_capacity_factor) <= 0)):
+        raise SpecError(
+            "plan: moe_pad_to_capacity needs moe_capacity_factor > 0 (Megatron-Core's rule: it pads each "
+            "expert to its capacity); set --moe-capacity-factor or drop --moe-pad-to-capacity"
+        )
+    if any_true(pad) and plan.moe_dispatcher != "alltoall":
+        raise SpecError(
+            f"plan: moe_pad_to_capacity runs with the alltoall dispatcher, not {plan.moe_dispatcher} "
+            "(Megatron-Core's drop-and-pad path); use --moe-dispatcher alltoall or drop --moe-pad-to-capacity"
+        )
 
 
 def check_rules_once(plan: Any) -> None:

@@ -71,6 +71,7 @@ BOOLEAN_FIELDS = (
     "sequence_parallel",
     "flash_attention",
     "moe_overlap",
+    "moe_pad_to_capacity",
     "eager_kernels",
     "eager_rotary",
     "per_param_sharding",
