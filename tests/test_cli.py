@@ -344,9 +344,24 @@ def test_a_signal_during_a_large_write_leaves_no_file_behind(sig, status, tmp_pa
 
     code = "from shardwise.cli import main; main(['sweep', '--vary', 'batch=1..1000', '--vary', 'layers=8..1007', "
     code += "'--csv', 'g.csv', '--no-progress'])"
-    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # the child starts with Ctrl-C's default disposition: a runner that launched the tests in the
+    # background (a non-interactive shell's `&`) has SIGINT ignored, and an ignored signal is inherited
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
     deadline = time.monotonic() + 120
-    while not any(f.stat().st_size for f in tmp_path.iterdir()) and proc.poll() is None and time.monotonic() < deadline:
+
+    def written() -> bool:
+        try:
+            return any(f.stat().st_size for f in tmp_path.iterdir())
+        except FileNotFoundError:  # the temporary renamed between listing and stat
+            return True
+
+    while not written() and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.005)
     assert proc.poll() is None, "finished before the write was seen: make the grid larger"
     assert [p.name for p in tmp_path.iterdir()] != ["g.csv"], "the file appeared whole: no temporary was used"
