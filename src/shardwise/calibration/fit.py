@@ -23,7 +23,9 @@ Speed (`calibration.cases`): runs are stacked into one array-valued Scenario per
 the parameter sets (the point and one step per parameter, for the Jacobian) into a second axis,
 so one evaluation of the cost model prices every run at every set; serving measurements of one
 scenario are stacked the same way (their workloads' lengths and batches as arrays). A fit prices
-each point once (the solves and scores that return to a point read it back).
+each point once (the solves and scores that return to a point read it back), and the solves that
+do not wait on one another (from each start; with each widened prior) run side by side, their
+evaluations priced in one call (`calibration.together`: the same solves as one after another).
 """
 
 from __future__ import annotations
