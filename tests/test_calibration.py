@@ -713,3 +713,35 @@ def test_the_learning_curves_fits_side_by_side_are_the_fits_alone():
         assert a.fitted == b.fitted and a.values == b.values and a.widened == b.widened
         assert np.array_equal(a.after_log_error, b.after_log_error) and np.array_equal(a.u_covariance, b.u_covariance)
         assert np.array_equal(a.full_covariance, b.full_covariance)
+    # ... and their scores, priced together on the stack's runs (each calibration through `at`), are
+    # those of `intervals.predict_interval` on the runs each fit leaves out (to the last bit but one:
+    # predict_interval prices its point alone, where the collectives' 0-d values are numpy scalars,
+    # whose power is libm's, and an array's may be the SIMD one, within an ulp)
+    left_out = [[i for i in range(len(members)) if i not in pick] for pick in picks]
+    jobs = [(None, [1, 2]), *zip(together, left_out, strict=True)]
+    for (f, test), (err, inside) in zip(jobs, cv._scores(members, jobs), strict=True):
+        t, low, high = intervals.predict_interval(f, [members[i].scenario for i in test])
+        m = np.array([members[i].measured_step_s for i in test])
+        assert err == pytest.approx(np.abs(t / m - 1.0), rel=1e-12, abs=1e-15)
+        assert np.array_equal(inside, (m >= low) & (m <= high))
+
+
+def test_several_calibrations_priced_in_one_call_are_each_calibration_alone():
+    """`Evaluator.step_s(sets, at=values)`: set i priced on the runs calibrated by values i is, to
+    the bit, the runs calibrated by `with_values` and priced alone (training and serving cases)."""
+    from shardwise.analyses import calibration_validation as cv
+    from shardwise.calibration.cases import with_values
+    from shardwise.calibration.parameters import NEUTRAL
+
+    runs = cv.public_runs() + cv.serving_runs()
+    cases = [next(r.scenario for r in runs if r.split == s) for s in ("dev", "holdout", "serving")]
+    calibrations = [
+        {"matmul_efficiency_scale": 0.9, "inter_node_scaling_exponent": 0.3, "step_overhead_s": 0.2},
+        {"memory_bandwidth_scale": 1.2, "link_latency_scale": 2.0, "gemm_half_rate_tokens": 300.0},
+    ]
+    sets = {"matmul_efficiency_scale": [1.0, 0.99], "step_overhead_s": [0.01, 0.0]}
+    at = {n: [c.get(n, NEUTRAL[n]) for c in calibrations] for n in NEUTRAL}
+    together = Evaluator(cases).step_s({n: np.array(v) for n, v in sets.items()}, at=at)
+    for i, c in enumerate(calibrations):
+        alone = Evaluator([with_values(x, c) for x in cases]).step_s({n: v[i] for n, v in sets.items()})
+        assert np.array_equal(together[i], alone[0])

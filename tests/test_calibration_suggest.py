@@ -425,3 +425,27 @@ def test_fits_side_by_side_are_the_fits_run_alone_and_errors_reach_the_caller():
 
     with pytest.raises(SpecError, match="no such run"):
         side_by_side(ev, [jobs[0], broken, jobs[1]])
+
+
+def test_a_posterior_asked_for_again_is_the_one_drawn_and_cannot_be_changed(monkeypatch):
+    """`particles.posterior` keeps its last answers (`explain.particle_need` and the next `suggest`
+    ask for the same one): the same runs, count and seed are drawn once; other runs or another
+    seed are drawn anew; a kept answer's arrays are read-only (no caller can change it for the next)."""
+    from shardwise.calibration import particles
+
+    drawn = []
+
+    def fake(cases, y, n, seed):
+        drawn.append((len(cases), float(y[0]), n, seed))
+        return particles.Posterior(np.full((n, len(BY_NAME)), float(seed)), 1, 0.5, np.zeros(n))
+
+    monkeypatch.setattr(particles, "_posterior", fake)
+    monkeypatch.setattr(particles, "_KEPT", {})
+    scn = _far_run(0.3)[0]
+    a = particles.posterior([scn], np.array([2.0]), n=4, seed=1)
+    assert particles.posterior([scn], [2.0], n=4, seed=1) is a and len(drawn) == 1
+    assert particles.posterior([scn], [2.5], n=4, seed=1) is not a
+    assert particles.posterior([scn], [2.0], n=4, seed=2).u[0, 0] == 2.0
+    assert particles.posterior([scn, scn], [2.0, 2.0], n=4, seed=1) is not a and len(drawn) == 4
+    with pytest.raises(ValueError, match="read-only"):
+        a.u[0, 0] = 5.0

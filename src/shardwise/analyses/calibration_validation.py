@@ -135,13 +135,51 @@ def _by_stack(runs: list[PublicRun], split: str) -> dict[str, list[PublicRun]]:
     return {k: v for k, v in sorted(stacks.items()) if len(v) >= MIN_STACK_RUNS}
 
 
-def _score(fitted, train: list[PublicRun], test: list[PublicRun]) -> tuple[np.ndarray, np.ndarray]:
-    """(absolute relative errors, inside-the-80%-interval flags) of `test` under `fitted`."""
-    from shardwise.calibration.intervals import predict_interval
+def _scores(members: list[PublicRun], jobs: list[tuple[object, list[int]]]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """For each (fit or None, indices into `members` to predict): (absolute relative errors,
+    inside-the-80%-interval flags) of those runs under the fit, as `intervals.predict_interval`
+    gives them, every fit priced in one call of one evaluator of the stack's runs: each fit's
+    prediction and its gradient sets (`intervals.spread`) on the runs calibrated by its values
+    (`Evaluator.step_s(at=...)`, as `cases.with_values` calibrates them), the uncalibrated
+    predictions once for every job that has none."""
+    from shardwise.calibration.cases import Evaluator, parameter_sets
+    from shardwise.calibration.intervals import Spread, log_sd_from_gradient, spread
+    from shardwise.calibration.parameters import NEUTRAL
 
-    t, lo, hi = predict_interval(fitted, [r.scenario for r in test])
-    m = np.array([r.measured_step_s for r in test])
-    return np.abs(t / m - 1.0), (m >= lo) & (m <= hi)
+    if not jobs:
+        return []
+    ev = Evaluator([r.scenario for r in members])
+    calibrated = [j for j, (f, _) in enumerate(jobs) if f is not None and f.fitted]  # type: ignore[attr-defined]
+    at: dict[str, list] = {n: [] for n in NEUTRAL}
+    sets: dict[str, list] = {n: [] for n in NEUTRAL}
+    rows, steps = {}, {}
+    for j in calibrated:
+        f = jobs[j][0]
+        s, steps[j] = parameter_sets(f.fitted, np.zeros(len(f.fitted)), {})  # type: ignore[attr-defined]
+        rows[j] = len(at["step_overhead_s"])
+        for n in NEUTRAL:
+            at[n] += [f.values[n]] * (len(f.fitted) + 1)  # type: ignore[attr-defined]
+            sets[n] += list(np.broadcast_to(s.get(n, NEUTRAL[n]), len(f.fitted) + 1))  # type: ignore[attr-defined]
+    priced = (
+        ev.step_s({n: np.array(v) for n, v in sets.items()}, at={n: np.array(v) for n, v in at.items()})
+        if calibrated
+        else None
+    )
+    plain = ev.step_s({})[0] if len(calibrated) < len(jobs) else None
+    out = []
+    for j, (fitted, test) in enumerate(jobs):
+        m = np.array([members[i].measured_step_s for i in test])
+        if j in rows:
+            k = len(fitted.fitted)  # type: ignore[attr-defined]
+            logt = np.log(priced[rows[j] : rows[j] + k + 1][:, test])  # type: ignore[index]
+            t = priced[rows[j], test]  # type: ignore[index]
+            g = ((logt[1:] - logt[0]) / steps[j][:, None]).T
+            lo, hi = Spread(log_sd_from_gradient(g, fitted), "").bounds(t)  # type: ignore[arg-type]
+        else:  # no calibration, or one that fitted nothing: the uncalibrated spread
+            t = plain[test]  # type: ignore[index]
+            lo, hi = spread([members[i].scenario for i in test], fitted).bounds(t)  # type: ignore[arg-type]
+        out.append((np.abs(t / m - 1.0), (m >= lo) & (m <= hi)))
+    return out
 
 
 def learning_curves(
@@ -151,8 +189,6 @@ def learning_curves(
     for stack, members in _by_stack(runs, split).items():
         # each stack its own generator: a stack's draws do not change when another stack is added
         rng = np.random.default_rng([SEED, zlib.crc32(stack.encode())])
-        errs, inside = _score(None, [], members)
-        points.append(CurvePoint(stack, split, 0, len(members), len(members), float(errs.mean()), float(inside.mean())))
         # every draw of every k first (the generator's sequence as one draw after another), then
         # their fits side by side (`calibration.together`: the same fits, priced in fewer calls)
         picks = {
@@ -160,14 +196,15 @@ def learning_curves(
             for k in ks
             if k <= len(members) - 2
         }
-        fits = iter(_fits_side_by_side(members, [pick for k in picks for pick in picks[k]]))
+        fits = _fits_side_by_side(members, [pick for k in picks for pick in picks[k]])
+        tests = [[i for i in range(len(members)) if i not in pick] for k in picks for pick in picks[k]]
+        scores = iter(_scores(members, [(None, list(range(len(members)))), *zip(fits, tests, strict=True)]))
+        errs, inside = next(scores)
+        points.append(CurvePoint(stack, split, 0, len(members), len(members), float(errs.mean()), float(inside.mean())))
         for k in picks:
             all_err, all_in = [], []
-            for pick in picks[k]:
-                train = [members[i] for i in pick]
-                test = [r for i, r in enumerate(members) if i not in pick]
-                fitted = next(fits)
-                e, inn = _score(fitted, train, test)
+            for _ in picks[k]:
+                e, inn = next(scores)
                 all_err.append(e)
                 all_in.append(inn)
                 if progress:
@@ -205,18 +242,36 @@ def _fits_side_by_side(members: list[PublicRun], picks: list[list[int]]) -> list
 
 
 LOO = -1  # the `k` of a leave-one-out point (calibrated on all of the stack's runs but one)
+_FULL_FITS: dict[tuple, object] = {}  # the fit of a stack's runs, by its runs (a pure function, kept)
+
+
+def _full_fit(members: list[PublicRun]):
+    """`calibration.fit.fit` of all the runs of a stack: `leave_one_out` and `dev_spreads` both
+    need the dev stacks' (computed once; a key that cannot be hashed is not kept)."""
+    from shardwise.calibration.fit import fit
+
+    key = tuple((r.run_id, r.measured_step_s, r.scenario) for r in members)
+    try:
+        return _FULL_FITS[key]
+    except KeyError:
+        pass
+    except TypeError:  # an array-valued case
+        key = None
+    fitted = fit([r.scenario for r in members], np.array([r.measured_step_s for r in members]))
+    if key is not None:
+        _FULL_FITS[key] = fitted
+    return fitted
 
 
 def leave_one_out(runs: list[PublicRun], split: str, progress=None) -> list[CurvePoint]:
     """Each stack's runs, each predicted by a calibration on all the stack's other runs."""
-    from shardwise.calibration.fit import fit
     from shardwise.calibration.intervals import leave_one_out as loo
     from shardwise.calibration.spreads import Z80
 
     points = []
     for stack, members in _by_stack(runs, split).items():
         scns, measured = [r.scenario for r in members], np.array([r.measured_step_s for r in members])
-        err, sd = loo(scns, measured, fit(scns, measured))
+        err, sd = loo(scns, measured, _full_fit(members))
         mape, inside = float(np.mean(np.abs(np.expm1(err)))), float(np.mean(np.abs(err) <= Z80 * sd))
         points.append(CurvePoint(stack, split, LOO, len(members), len(members), mape, inside))
         if progress:
@@ -233,20 +288,18 @@ def layout_transfer(runs: list[PublicRun], split: str, progress=None) -> list[La
             groups[r.group].append(i)
         ones = [i for group in groups.values() if len(group) >= 2 for i in group]
         fits = dict(zip(ones, _fits_side_by_side(members, [[i] for i in ones]), strict=True))
+        pairs = [(i, [j for j in group if j != i]) for group in groups.values() if len(group) >= 2 for i in group]
+        # each pair's runs uncalibrated, then calibrated on the one layout (every score in one pricing)
+        jobs = [(None, others) for _, others in pairs] + [(fits[i], others) for i, others in pairs]
+        scores = _scores(members, jobs)
         before, after, inside = [], [], []
-        for group in groups.values():
-            if len(group) < 2:
-                continue
-            for i in group:
-                one, others = members[i], [members[j] for j in group if j != i]
-                fitted = fits[i]
-                e0, _ = _score(None, [], others)
-                e1, inn = _score(fitted, [one], others)
-                before.append(e0)
-                after.append(e1)
-                inside.append(inn)
-                if progress:
-                    progress()
+        for p in range(len(pairs)):
+            (e0, _), (e1, inn) = scores[p], scores[len(pairs) + p]
+            before.append(e0)
+            after.append(e1)
+            inside.append(inn)
+            if progress:
+                progress()
         if before:
             b, a, inn = np.concatenate(before), np.concatenate(after), np.concatenate(inside)
             out.append(LayoutTransfer(stack, split, len(b), float(b.mean()), float(a.mean()), float(inn.mean())))
@@ -270,7 +323,6 @@ def dev_spreads(runs: list[PublicRun]) -> Spreads:
     """`calibration.spreads.UNCALIBRATED_LOG_SD` and `NOISE_LOG_SD` and the GEMM prior's width
     (`calibration.parameters.MATMUL_PRIOR_SD`), from the dev split only."""
     from shardwise.calibration.cases import Evaluator
-    from shardwise.calibration.fit import fit
 
     dev = [r for r in runs if r.split == "dev"]
     t = Evaluator([r.scenario for r in dev]).step_s({})[0]
@@ -285,7 +337,7 @@ def dev_spreads(runs: list[PublicRun]) -> Spreads:
     between = float(np.sqrt(max(0.0, float(np.var(means) - np.mean(within_var / sizes)))))
     sq, dof = 0.0, 0.0
     for members in _by_stack(dev, "dev").values():
-        f = fit([r.scenario for r in members], np.array([r.measured_step_s for r in members]))
+        f = _full_fit(members)
         sq += float(np.sum(f.after_log_error**2))
         dof += len(members) - len(f.fitted)
     rms = float(np.sqrt(np.mean(e**2)))

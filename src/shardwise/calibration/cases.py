@@ -165,26 +165,35 @@ class Evaluator:
         self.groups = [(np.array(idx), _stack([cases[i] for i in idx])) for idx in groups.values()]  # type: ignore[misc]
         self.serving = [_stack_serving(idx, [cases[i] for i in idx]) for idx in served.values()]  # type: ignore[misc]
 
-    def step_s(self, sets: dict[str, np.ndarray]) -> np.ndarray:
+    def step_s(self, sets: dict[str, np.ndarray], at: dict[str, np.ndarray] | None = None) -> np.ndarray:
         """Predictions, shape (number of sets, number of cases): the step time of a training
         scenario, the measured figure of a serving case; `sets` maps parameter names to arrays of
-        one value per set (missing names: the neutral value)."""
+        one value per set (missing names: the neutral value). `at`: calibrated values, one per set
+        (arrays as `sets`), applied first: set i priced on the cases calibrated by `at`'s values i,
+        as `with_values` calibrates them (several calibrations priced in one call)."""
         from shardwise.engines.training import estimate_training_step
 
-        size = max((len(np.atleast_1d(v)) for v in sets.values()), default=1)
+        size = max((len(np.atleast_1d(v)) for v in (*sets.values(), *(at or {}).values())), default=1)
         values = {k: np.atleast_1d(np.asarray(v, dtype=float))[:, None] for k, v in sets.items()}
+        first = None if at is None else {k: np.atleast_1d(np.asarray(v, dtype=float))[:, None] for k, v in at.items()}
+
+        def on(cluster: Any, values: dict[str, np.ndarray], first: dict[str, np.ndarray] | None) -> Any:
+            return apply(cluster if first is None else apply(cluster, first), values)
+
         out = np.empty((size, self.n))
         for idx, stacked in self.groups:
-            scn = stacked.on_rates(apply(stacked.cluster, values))
+            scn = stacked.on_rates(on(stacked.cluster, values, first))
             out[:, idx] = np.broadcast_to(estimate_training_step(scn).step_time_s, (size, len(idx)))
         flat = {k: v[:, 0] for k, v in values.items()}
+        flat_first = None if first is None else {k: v[:, 0] for k, v in first.items()}
         for i, stack in self.stacks:
-            out[:, i] = np.broadcast_to(np.asarray(stack.step_s(apply(stack.scenario.cluster, flat)), float), (size,))
+            rates = on(stack.scenario.cluster, flat, flat_first)
+            out[:, i] = np.broadcast_to(np.asarray(stack.step_s(rates), float), (size,))
         if self.serving:
             from shardwise.engines.serving import estimate_serving
 
             for idx, s, workload, metrics in self.serving:
-                est = estimate_serving(s.on_rates(apply(s.cluster, values)), workload)
+                est = estimate_serving(s.on_rates(on(s.cluster, values, first)), workload)
                 for metric in dict.fromkeys(metrics):
                     mine = np.array([m == metric for m in metrics])
                     got = np.broadcast_to(np.asarray(getattr(est, metric), dtype=float), (size, len(idx)))

@@ -23,7 +23,9 @@ Speed (`calibration.cases`): runs are stacked into one array-valued Scenario per
 the parameter sets (the point and one step per parameter, for the Jacobian) into a second axis,
 so one evaluation of the cost model prices every run at every set; serving measurements of one
 scenario are stacked the same way (their workloads' lengths and batches as arrays). A fit prices
-each point once (the solves and scores that return to a point read it back).
+each point once (the solves and scores that return to a point read it back), and the solves that
+do not wait on one another (from each start; with each widened prior) run side by side, their
+evaluations priced in one call (`calibration.together`: the same solves as one after another).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ import numpy as np
 from shardwise.calibration.cases import Case, Evaluator, fd_step, log_step_and_gradient, parameter_sets
 from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, Z80
+from shardwise.calibration.together import side_by_side
 from shardwise.errors import SpecError
 
 # A parameter is fitted only where some run moves by at least this much (log) when the parameter
@@ -131,27 +134,30 @@ def fit(
     # and the scores re-read optima): a point is priced once
     cache: dict[bytes, tuple[np.ndarray, np.ndarray]] = {}
 
-    def evaluate(u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def evaluate(u: np.ndarray, on: Any = ev) -> tuple[np.ndarray, np.ndarray]:
+        """ln t and its gradient at u, priced by `on` (the fit's evaluator, or the batch of the
+        solves run side by side); the cache is shared by the threads (a point priced twice at
+        worst, to the same numbers)."""
         key = u.tobytes()
         if key not in cache:
-            cache[key] = log_step_and_gradient(ev, names, u, fixed)
+            cache[key] = log_step_and_gradient(on, names, u, fixed)
         return cache[key]
 
     n, k = len(measured), len(names)
 
     def solve(
-        prior_sd: np.ndarray, u0: np.ndarray | None = None, sigma0: float = NOISE_LOG_SD
+        prior_sd: np.ndarray, u0: np.ndarray | None = None, sigma0: float = NOISE_LOG_SD, on: Any = ev
     ) -> tuple[np.ndarray, float]:
         sigma, u = sigma0, (prior_mu.copy() if u0 is None else u0)
         for _ in range(2):  # fit at the prior spread, then at the spread the fit implies
             s = sigma
 
             def residuals(x: np.ndarray, s: float = s) -> np.ndarray:
-                logt, _ = evaluate(x)
+                logt, _ = evaluate(x, on)
                 return np.concatenate([(logt - target) / s, (x - prior_mu) / prior_sd])
 
             def jacobian(x: np.ndarray, s: float = s) -> np.ndarray:
-                _, g = evaluate(x)
+                _, g = evaluate(x, on)
                 return np.vstack([g / s, np.diag(1.0 / prior_sd)])
 
             # inside the bounds: a trust region started on a bound (overheads at 0) crawls
@@ -160,7 +166,7 @@ def fit(
                 residuals, start, jac=jacobian, bounds=(lo, hi), x_scale=prior_sd, method="trf", xtol=1e-5, ftol=1e-5
             )
             u = res.x
-            logt, _ = evaluate(u)
+            logt, _ = evaluate(u, on)
             sigma = _spread(logt - target, k)
             if abs(sigma / s - 1.0) < 0.05:  # the spread the fit implies is the one it assumed
                 break
@@ -182,31 +188,37 @@ def fit(
     u = prior_mu.copy()
     widened: list[str] = [n for n in names if n in wide]
     if k:
-        u, sigma_narrow = solve(prior_sd)
-        if widened:  # a wide prior's optimum may lie where a hidden cost shows: start 2 sd toward slower too
+        # the solves that do not wait on one another run side by side (`calibration.together`:
+        # each the same solve as alone, their evaluations priced in one call), then are compared
+        # in order: the narrow prior's from the prior mean; with widened priors also from 2 sd
+        # toward slower hardware (a wide prior's optimum may lie where a hidden cost shows); given
+        # `start`, from there (another mode of the posterior: the runs may have several explanations)
+        starts: list[np.ndarray | None] = [None]
+        if widened:
             toward = np.array([2.0 * np.sign(fd_step(n)) if n in wide else 0.0 for n in names])
-            u2, s2 = solve(prior_sd, np.clip(prior_mu + toward * prior_sd, lo, hi))
+            starts.append(np.clip(prior_mu + toward * prior_sd, lo, hi))
+        if start is not None:
+            u3 = np.array([BY_NAME[n].u(start[n]) if n in start else prior_mu[j] for j, n in enumerate(names)])
+            starts.append(np.clip(u3, lo, hi))
+        solved = side_by_side(ev, [lambda on, u0=u0: solve(prior_sd, u0, NOISE_LOG_SD, on) for u0 in starts])
+        u, sigma_narrow = solved[0]
+        for u2, s2 in solved[1:]:
             if score(u2, prior_sd) < score(u, prior_sd):
                 u, sigma_narrow = u2, s2
-        if start is not None:  # another mode of the posterior: the runs may have several explanations
-            u3 = np.array([BY_NAME[n].u(start[n]) if n in start else prior_mu[j] for j, n in enumerate(names)])
-            u3, s3 = solve(prior_sd, np.clip(u3, lo, hi))
-            if score(u3, prior_sd) < score(u, prior_sd):
-                u, sigma_narrow = u3, s3
         # Prior-data conflict: runs that pull a parameter more than CONFLICT_Z prior sds away come
         # from a stack unlike the public ones; its prior is widened WIDEN x and the fit repeated
         # (a two-component prior: the public stacks' narrow one, or a wide one).
         # When a parameter lands more than CONFLICT_Z prior sds out, each parameter's prior in
         # turn is widened WIDEN x (a two-component prior: the public stacks' narrow one, or a
         # wide one) and the best-scoring choice kept, the narrow prior included. One at a time:
-        # parameters that trade off (GEMM against HBM) must not wander together.
+        # parameters that trade off (GEMM against HBM) must not wander together. The k solves,
+        # each warm from the narrow fit, run side by side.
         if not widened and n >= MIN_RUNS_TO_WIDEN and np.any(np.abs(u - prior_mu) > CONFLICT_Z * prior_sd):
+            wides = [prior_sd * np.where(np.arange(k) == j, WIDEN, 1.0) for j in range(k)]
+            tries = side_by_side(ev, [lambda on, w=w: solve(w, u, sigma_narrow, on) for w in wides])
             best = (score(u, prior_sd), u, prior_sd, -1)
-            for j in range(k):
-                wide = prior_sd.copy()
-                wide[j] *= WIDEN
-                uj, _ = solve(wide, u, sigma_narrow)  # warm: from the narrow fit
-                best = min(best, (score(uj, wide), uj, wide, j), key=lambda b: b[0])
+            for j, (w, (uj, _)) in enumerate(zip(wides, tries, strict=True)):
+                best = min(best, (score(uj, w), uj, w, j), key=lambda b: b[0])
             _, u, prior_sd, j = best
             widened = [names[j]] if j >= 0 else []
     values = {p.name: float(NEUTRAL[p.name]) for p in PARAMETERS}

@@ -64,6 +64,7 @@ if TYPE_CHECKING:
 SAMPLES = 256
 CORNER_SDS = 2.0
 POOL_PER_CORNER = 6
+POOL_CONFIGURATIONS = 1 << 16  # (plan, corner) pairs `pool` prices in one call
 TIE_TOLERANCE = 0.005  # the planner's: costs this close are a tie
 SEED = 20261204  # a fixed seed: the same question gets the same answer
 GIBBS_SWEEPS = 60  # sweeps of the truncated normal's Gibbs sampler (`truncated_normal`)
@@ -198,7 +199,10 @@ def pool(search: PlanSearch, unc: Uncertainty, per_corner: int = POOL_PER_CORNER
     fit = np.flatnonzero(search.fits)
     pick = int(search.ranked(1)[0])
     at = corners(unc)
-    c = np.vstack([costs(search, fit, d[None, :], unc)[0] for d in at])  # one corner at a time: bounded memory
+    # several corners per call (the model's Python overhead is per call), at most POOL_CONFIGURATIONS
+    # (plan, corner) pairs at a time: bounded memory
+    per_call = max(1, POOL_CONFIGURATIONS // max(len(fit), 1))
+    c = np.vstack([costs(search, fit, at[i : i + per_call], unc) for i in range(0, len(at), per_call)])
     _, first = np.unique(np.round(np.log(c).T, 6), axis=0, return_index=True)
     distinct = fit[np.sort(first)]
     cd = c[:, np.sort(first)]

@@ -4,7 +4,8 @@ A fit's cost is its evaluations of the cost model (`cases.Evaluator.step_s`), an
 costs about the same for two parameter sets as for fifty: the model's Python overhead, not its
 arithmetic, dominates at a calibration's sizes. `calibration.explain` tries several fits of the
 same runs at each round of its searches (each candidate parameter, each one to drop), which need
-not wait for one another. `side_by_side` runs them in threads; each evaluation a fit asks for
+not wait for one another, and `fit.fit` its own solves that do not (from each start, with each
+widened prior). `side_by_side` runs them in threads; each evaluation a fit asks for
 waits until every fit still running has asked for one, and all are priced in one call of the
 shared evaluator (every parameter given explicitly, its neutral value where a fit leaves it out,
 which `parameters.apply` takes as the same). A fit's evaluations are pure functions of its own
