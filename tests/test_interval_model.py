@@ -152,8 +152,13 @@ def test_predict_says_where_its_interval_comes_from(cli):
     assert code == 0, err
     basis = json.loads(out)["interval"]["basis"]
     _, runs, sources = spreads.STACK_LOG_SD["megatron-core"]
-    assert f"{runs} published runs of {sources} sources of this stack" in basis
-    assert "h100-sxm5-80gb's fitted efficiency" in basis
+    assert basis.startswith(
+        f"uncalibrated: how far the model missed {runs} published megatron-core runs ({sources} sources)"
+    )
+    assert "with each source held out" in basis and basis.endswith("--calibration with your own runs narrows it")
+    assert "h100-sxm5-80gb's fitted efficiency included" in basis
+    assert "from other stacks" in spreads.stack_basis("internevo")  # one source: tau^2 borrowed
+    assert "taken from the gb200's fit" in spreads.gpu_basis("b200-sxm-180gb")
     code, out, err = cli([*args, "--framework", "torchtitan"])
     assert code == 0, err
     d = json.loads(out)

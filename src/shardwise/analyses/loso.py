@@ -16,9 +16,12 @@ interval the tool would give it from what the fold knows (`analyses.interval_mod
 random-effects model of the other sources' leave-one-source-out errors of its stack (the scatter
 inside a source, the sources' scatter about the stack's mean, DerSimonian-Laird, and that mean's
 offset and error, at Student's t); a stack the fold knows no other source of, as a stack without
-published runs: how far the other stacks miss when each is left out whole; and, in quadrature, how
-far the fold's own fitted efficiency of the row's GPU may be off (`interval_model.GpuFit`: few
-groups or sources, a sibling's value, or none). Coverage is the share of the left-out rows inside
+published runs: how far the other stacks miss when each is left out whole. Those errors are each
+refitted without the scored source as well (`_errors_without`: a fit per pair, a nested
+leave-one-out), so the scored source's measurements reach its interval through no GPU scale. In
+quadrature it adds only the GPU error those errors do not hold (`interval_model.GpuFit.var`, at the
+fold's own fit): nothing for a GPU the fold fitted, a source's spread for a sibling's scale, the
+unfitted spread for a GPU the fold could not fit. Coverage is the share of the left-out rows inside
 their interval. `shipped_stack_spreads`, `shipped_no_data_spread` and `shipped_gpu_fit` are the same
 estimates on every source: `calibration.spreads` holds them (`python tools/stack_spreads.py`).
 

@@ -111,7 +111,7 @@ def model_family(model: object) -> str:
 def family_basis(family: str) -> str:
     """How a model family's interval was measured, in words (`FAMILY_LOG_SD`)."""
     _, runs, sources = FAMILY_LOG_SD[family]
-    return f"the model's spread on {runs} published runs of {FAMILY_NAMES[family]} ({sources} sources)"
+    return f"how far the model missed {runs} published runs of {FAMILY_NAMES[family]} ({sources} sources)"
 
 
 def stack_basis(framework: str) -> str:
@@ -119,25 +119,27 @@ def stack_basis(framework: str) -> str:
     known = STACK_LOG_SD.get(framework)
     if known is None:
         return (
-            f"no published runs of {framework}: how far whole stacks miss when left out, "
+            f"no published runs of {framework}: how far whole stacks missed when each was held out, "
             f"across the {NO_DATA_STACKS} stacks with published runs"
         )
     _, runs, sources = known
-    return (
-        f"from {runs} published runs of {sources} source{'s' if sources > 1 else ''} of this stack ({framework}), "
-        "each predicted without its source"
-    )
+    if sources == 1:
+        return (
+            f"how far the model missed {runs} published {framework} runs (1 source) with it held out, "
+            "the between-source spread borrowed from other stacks"
+        )
+    return f"how far the model missed {runs} published {framework} runs ({sources} sources) with each source held out"
 
 
 def gpu_basis(gpu_name: str) -> str:
-    """What the GPU's term of an uncalibrated interval rests on, in words."""
-    own = GPU_FIT.get(gpu_name)
-    if own is not None:
-        return f"± the {gpu_name}'s fitted efficiency ({own[0]} groups, {own[1]} source{'s' if own[1] > 1 else ''})"
+    """What the GPU's term of an uncalibrated interval rests on, in words: a fitted GPU's
+    uncertainty is inside the held-out misses (each refitted it); the others' is added."""
+    if gpu_name in GPU_FIT:
+        return f"the uncertainty of the {gpu_name}'s fitted efficiency included (refitted without each source)"
     parent = FITTED_FROM.get(gpu_name, "")
     if parent in GPU_FIT:
-        return f"± the {gpu_name}'s efficiency, taken from the {parent}'s fit"
-    return f"± the {gpu_name}'s efficiency, not fitted on any published run"
+        return f"plus the uncertainty of the {gpu_name}'s efficiency, taken from the {parent}'s fit"
+    return f"plus the uncertainty of the {gpu_name}'s efficiency, fitted on no published run"
 
 
 def family_widens(framework: str, family: str) -> bool:
