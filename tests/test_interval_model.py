@@ -69,13 +69,81 @@ def test_a_new_stack_is_wider_than_a_known_one():
     assert new.log_sd > a.log_sd > 0.0
 
 
-def test_a_gpus_term_grows_as_its_fit_rests_on_less():
-    fit = im.GpuFit({"many": (20, 4), "few": (4, 1)}, 0.05**2, 0.06**2, 0.25**2)
-    assert fit.var("many") < fit.var("few") < fit.var("unknown")
-    assert spreads.uncalibrated_log_sd("b200-sxm-180gb") > spreads.uncalibrated_log_sd("gb200")  # a sibling's
-    assert spreads.uncalibrated_log_sd("mi300x") == pytest.approx(
-        math.hypot(spreads.STACK_LOG_SD["megatron-core"][0], spreads.UNFITTED_LOG_SD)
-    )
+def test_a_gpus_term_adds_only_what_the_leave_one_out_errors_miss():
+    """A GPU fitted in the folds adds nothing (its fit's error is in every fold's errors); one that
+    took a sibling's scale adds one source's variance; one fitted on nothing the unfitted variance.
+    The fit's own error still grows as it rests on less (`fit_var`)."""
+    fit = im.GpuFit({"many": (20, 4.0), "few": (4, 1.0)}, 0.05**2, 0.06**2, 0.25**2)
+    assert fit.var("many") == fit.var("few") == 0.0
+    assert fit.var("unknown") == pytest.approx(0.25**2)
+    assert fit.fit_var("many") < fit.fit_var("few")
+    sib = im.GpuFit({"gb200": (7, 2.0)}, 0.05**2, 0.06**2, 0.25**2)
+    assert sib.var("b200-sxm-180gb") == pytest.approx(0.06**2)  # FITTED_FROM: gb200's silicon
+    stack = spreads.STACK_LOG_SD["megatron-core"][0]
+    assert spreads.uncalibrated_log_sd("gb200") == pytest.approx(stack)
+    assert spreads.uncalibrated_log_sd("b200-sxm-180gb") == pytest.approx(math.hypot(stack, spreads.GPU_SOURCE_LOG_SD))
+    assert spreads.uncalibrated_log_sd("mi300x") == pytest.approx(math.hypot(stack, spreads.UNFITTED_LOG_SD))
+
+
+def test_the_fits_sources_are_kish_effective():
+    """The scale is a median over rows: H100 fitted on 50 + 4 + 2 rows of three sources rests on
+    (56)^2 / (2500 + 16 + 4) = 1.24 effective sources, not 3."""
+    assert im.kish(np.array([50.0, 4.0, 2.0])) == pytest.approx(1.24, abs=0.005)
+    rows = {"h100": [(0.01 * i, f"g{i % 5}", "big") for i in range(50)]}
+    rows["h100"] += [(0.02, "n1", "nemo"), (-0.02, "n2", "nemo"), (0.0, "n1", "nemo"), (0.01, "n2", "nemo")]
+    rows["h100"] += [(0.03, "b1", "bridge"), (0.0, "b2", "bridge")]
+    fit = im.gpu_fit(rows, {"h100": 1.0})
+    assert fit.support["h100"] == (9, pytest.approx(1.24, abs=0.005))
+
+
+def test_thin_data_gives_an_interval_not_a_crash():
+    """No stack with two sources (pooled tau^2 (0, 0)), every source one run (no within variance),
+    runs that agree exactly (zero variance): each still gives a finite interval."""
+    one_each = [_cell("a", "s1", [0.1]), _cell("b", "s2", [-0.05]), _cell("c", "s3", [0.02])]
+    for stack in ("a", "z"):
+        p = im.predictive(stack, one_each, one_each)
+        assert math.isfinite(p.log_sd) and p.log_sd > 0.0
+    exact = [_cell("a", "s1", [0.1, 0.1]), _cell("a", "s2", [0.1, 0.1])]
+    assert math.isfinite(im.predictive("a", exact, exact).log_sd)
+    assert im.satterthwaite([(0.01, 0.0), (0.02, 4.0)]) == pytest.approx(0.03**2 / (0.02**2 / 4))
+    assert im.satterthwaite([(0.0, 0.0), (0.01, 0.0)]) == math.inf
+
+
+def test_empty_or_nan_input_is_one_clear_error():
+    with pytest.raises(ValueError, match="interval model"):
+        im.predictive("a", [], [])
+    with pytest.raises(ValueError, match="interval model"):
+        _cell("a", "s1", [0.1, math.nan])
+    with pytest.raises(ValueError, match="interval model"):
+        im.satterthwaite([(0.01, math.nan)])
+    with pytest.raises(ValueError, match="interval model"):
+        im.symmetric_half_width(0.0, 0.1, math.nan)
+
+
+def test_the_pooled_tau2_sums_q_and_c_over_the_stacks():
+    """Borenstein et al. 2009 ch. 19: T^2 = (sum Q_j - sum df_j) / sum C_j, not a dof-weighted mean
+    of the stacks' truncated estimates: a stack whose own estimate truncates at 0 pulls it down."""
+    by = {
+        "a": [_cell("a", "s1", [0.1, 0.12]), _cell("a", "s2", [-0.1, -0.12])],
+        "b": [_cell("b", "s3", [0.0, 0.01]), _cell("b", "s4", [0.001, 0.011])],
+        "c": [_cell("c", "s5", [0.0])],
+    }
+    within = {"a": 0.0002, "b": 0.0002, "c": 0.0002}
+    parts = []
+    for s in ("a", "b"):
+        y = np.array([c.mean for c in by[s]])
+        parts.append(im.dersimonian_laird(y, np.array([0.0002 / 2, 0.0002 / 2])))
+    want = (sum(p[0] for p in parts) - 2.0) / sum(p[1] for p in parts)
+    tau2 = im.stack_tau2(by, within)
+    assert tau2[""] == pytest.approx((want, 2.0)) and tau2["c"] == tau2[""]
+    assert tau2["b"][0] == 0.0 and tau2["a"][0] > 0.0
+
+
+def test_within_source_dof_counts_groups_not_runs():
+    """Ten runs of two groups are two groups' worth: one dof per source, not nine."""
+    cells = [_cell("a", "s1", [0.0] * 5 + [0.1] * 5, groups=2), _cell("a", "s2", [0.0] * 5 + [0.1] * 5, groups=2)]
+    var, dof = im.within_variance(cells)
+    assert dof == 2.0 and var == pytest.approx(2 * 10 * 0.05**2 / 18)
 
 
 def test_predict_says_where_its_interval_comes_from(cli):
@@ -84,8 +152,13 @@ def test_predict_says_where_its_interval_comes_from(cli):
     assert code == 0, err
     basis = json.loads(out)["interval"]["basis"]
     _, runs, sources = spreads.STACK_LOG_SD["megatron-core"]
-    assert f"{runs} published runs of {sources} sources of this stack" in basis
-    assert "h100-sxm5-80gb's fitted efficiency" in basis
+    assert basis.startswith(
+        f"uncalibrated: how far the model missed {runs} published megatron-core runs ({sources} sources)"
+    )
+    assert "with each source held out" in basis and basis.endswith("--calibration with your own runs narrows it")
+    assert "h100-sxm5-80gb's fitted efficiency included" in basis
+    assert "from other stacks" in spreads.stack_basis("internevo")  # one source: tau^2 borrowed
+    assert "taken from the gb200's fit" in spreads.gpu_basis("b200-sxm-180gb")
     code, out, err = cli([*args, "--framework", "torchtitan"])
     assert code == 0, err
     d = json.loads(out)

@@ -23,7 +23,7 @@ from shardwise.analyses import loso
 
 def main() -> None:
     fit = loso.shipped_gpu_fit()
-    print("GPU_FIT: dict[str, tuple[int, int]] = {  # fitted GPU: (groups, sources) of its fitting rows")
+    print("GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sources) of its rows")
     for gpu, (groups, sources) in sorted(fit.support.items()):
         print(f'    "{gpu}": ({groups}, {sources}),')
     print("}")

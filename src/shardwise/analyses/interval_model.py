@@ -15,7 +15,9 @@ each predicted by the model fitted without its source, is taken as
   (dgxc-benchmarking's 304 Megatron-Core runs) weighs as one source, not as 304 runs;
 - mu_k, the stack's mean error, estimated with its sources weighted 1 / (v_s + tau^2) and its
   standard error se^2 = 1 / sum(1 / (v_s + tau^2)) (a stack known from one source has se^2 = v + tau^2);
-- f_g, the error of the GPU's fitted sustained efficiency (`GpuFit`).
+- f_g, the error of the GPU's fitted sustained efficiency: already inside the errors above for a
+  GPU fitted in the folds (each fold refits the scales without its source), so only what those
+  errors do not contain is added (`GpuFit.var`).
 
 A stack without published runs adds the spread of whole stacks: each other stack's mean error when
 it was left out of the fit altogether, DerSimonian-Laird across stacks (tau_stack^2, mean, se^2).
@@ -38,11 +40,16 @@ import numpy as np
 from shardwise.calibration.spreads import Z80, gpu_fit_var
 
 LEVEL = 0.8
+# The floor of every variance: (1e-4)^2, a 0.01% log spread, far below any measured one; it keeps
+# the inverse-variance weights finite where every source has one run or runs agree exactly.
+VAR_FLOOR = 1e-8
 
 
 def t_quantile(dof: float) -> float:
     """Student's t 90% point (the 80% two-sided interval's upper end); the normal's at dof = inf."""
-    if not math.isfinite(dof):
+    if math.isnan(dof):
+        raise ValueError("interval model: degrees of freedom are NaN")
+    if math.isinf(dof):
         return Z80
     from scipy.stats import t
 
@@ -55,6 +62,10 @@ def symmetric_half_width(mu: float, sd: float, dof: float) -> float:
     from scipy.optimize import brentq
     from scipy.stats import t
 
+    if not (math.isfinite(mu) and math.isfinite(sd)):
+        raise ValueError(f"interval model: the centre {mu} or the spread {sd} is not a finite number")
+    if math.isnan(dof):
+        raise ValueError("interval model: degrees of freedom are NaN")
     dist = t(max(dof, 1.0)) if math.isfinite(dof) else None
     if sd <= 0.0:
         return abs(mu)
@@ -71,9 +82,13 @@ def symmetric_half_width(mu: float, sd: float, dof: float) -> float:
 
 
 def satterthwaite(parts: list[tuple[float, float]]) -> float:
-    """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, its dof)."""
+    """Welch-Satterthwaite degrees of freedom of a sum of variances, each (variance, its dof); a
+    part estimated with no degrees of freedom (d <= 0: e.g. a pooled tau^2 of 0 where no stack has
+    two sources) or known exactly (d = inf) adds its variance but no uncertainty of its own."""
+    if not parts or any(math.isnan(v) or math.isnan(d) or v < 0.0 for v, d in parts):
+        raise ValueError(f"interval model: no variances, or a NaN or negative one: {parts}")
     total = sum(v for v, _ in parts)
-    denom = sum(v * v / d for v, d in parts if v > 0.0 and math.isfinite(d))
+    denom = sum(v * v / d for v, d in parts if v > 0.0 and 0.0 < d < math.inf)
     return total * total / denom if denom > 0.0 else math.inf
 
 
@@ -90,6 +105,10 @@ class Cell:
     def n(self) -> int:
         return len(self.errors)
 
+    def __post_init__(self) -> None:
+        if not self.errors or any(not math.isfinite(e) for e in self.errors):
+            raise ValueError(f"interval model: {self.source} ({self.stack}) has no errors or a non-finite one")
+
     @property
     def mean(self) -> float:
         return float(np.mean(self.errors))
@@ -102,9 +121,13 @@ class Cell:
 
 
 def within_variance(cells: list[Cell]) -> tuple[float, float]:
-    """The within-source variance pooled over `cells` by degrees of freedom: (variance, dof)."""
-    dof = sum(c.n - 1 for c in cells)
-    return (sum(c.sum_sq for c in cells) / dof, float(dof)) if dof > 0 else (math.nan, 0.0)
+    """The within-source variance pooled over `cells`: (variance, dof). The variance divides the
+    runs' squared deviations by the runs' degrees of freedom; its own dof counts groups, not runs
+    (a group's runs share its model, cluster and GPU count: they are not independent draws).
+    NaN variance where no cell has two runs."""
+    runs = sum(c.n - 1 for c in cells)
+    dof = sum(max(min(c.groups, c.n) - 1, 0) for c in cells)
+    return (sum(c.sum_sq for c in cells) / runs, float(dof)) if runs > 0 else (math.nan, 0.0)
 
 
 def dersimonian_laird(y: np.ndarray, v: np.ndarray) -> tuple[float, float, float]:
@@ -116,17 +139,20 @@ def dersimonian_laird(y: np.ndarray, v: np.ndarray) -> tuple[float, float, float
 
 def stack_tau2(by_stack: dict[str, list[Cell]], within: dict[str, float]) -> dict[str, tuple[float, float]]:
     """Each stack's between-source variance and its dof: DerSimonian-Laird over its sources where
-    it has two or more (dof = sources - 1); otherwise (and under key "") the stacks' estimates
-    pooled by their dof, so that each source counts once, not each run."""
-    own = {}
+    it has two or more (dof = sources - 1); otherwise (and under key "") one tau^2 common to the
+    stacks, each stack its own mean (Borenstein et al. 2009, ch. 19): T^2 = (sum Q_j - sum df_j) /
+    sum C_j over the stacks with two sources or more, dof sum df_j, so that each source counts once,
+    not each run; (0, 0) where no stack has two sources."""
+    own, parts = {}, []
     for stack, cells in by_stack.items():
         if len(cells) >= 2:
             y = np.array([x.mean for x in cells])
-            v = np.array([within[stack] / max(x.groups, 1) for x in cells])
+            v = np.array([max(within[stack], VAR_FLOOR) / max(x.groups, 1) for x in cells])
             q, c, dof = dersimonian_laird(y, v)
             own[stack] = (max(0.0, (q - dof) / c), dof)
-    dof = sum(d for _, d in own.values())
-    pooled = (sum(v * d for v, d in own.values()) / dof, dof) if dof else (0.0, 0.0)
+            parts.append((q, c, dof))
+    q_sum, c_sum, dof = (sum(p[i] for p in parts) for i in range(3))
+    pooled = (max(0.0, (q_sum - dof) / c_sum), dof) if c_sum > 0.0 else (0.0, 0.0)
     return {"": pooled, **{s: own.get(s, pooled) for s in by_stack}}
 
 
@@ -148,7 +174,9 @@ class Predictive:
 
 def stack_mean(cells: list[Cell], within2: float, tau2: float) -> tuple[float, float]:
     """The stack's random-effects mean error over its sources and its variance (se^2)."""
-    w = np.array([1.0 / (within2 / max(x.groups, 1) + tau2) for x in cells])
+    if not cells:
+        raise ValueError("interval model: a stack's mean needs at least one source")
+    w = np.array([1.0 / (max(within2, VAR_FLOOR) / max(x.groups, 1) + tau2) for x in cells])
     y = np.array([x.mean for x in cells])
     return float(np.sum(w * y) / np.sum(w)), float(1.0 / np.sum(w))
 
@@ -165,6 +193,8 @@ def new_stack(
 ) -> Predictive:
     """A run of a stack without published runs: the other stacks' means when each was left out
     whole ((mean, se^2) each), DerSimonian-Laird across them, plus a source's and a run's spread."""
+    if not stack_means:
+        raise ValueError("interval model: a stack without published runs needs other stacks' errors")
     y = np.array([m for m, _ in stack_means])
     v = np.array([max(s, 1e-12) for _, s in stack_means])
     q, c, k1 = dersimonian_laird(y, v)
@@ -181,23 +211,39 @@ class GpuFit:
 
     A fitted GPU's scale sets the median error of its fitting rows to zero: its error is that
     median's, (pi / 2) group_var / groups (the groups' scatter inside one source) plus
-    source_var / sources (how far one source's runs on a GPU sit from another's). A GPU that took
-    a sibling's scale (same silicon, another system) adds one whole source_var (its own system
-    sits like one more source). A GPU fitted on nothing keeps its microbenchmark value:
+    source_var / sources, sources the Kish effective count (sum n)^2 / sum n^2 of the rows per
+    source (the median weighs rows, so one large source weighs as nearly one: `fit_var`). The
+    stacks' leave-one-source-out errors already hold that error (each fold refitted the scales
+    without its source), so an interval adds only what they do not hold (`var`): nothing for a
+    fitted GPU; for a GPU that took a sibling's scale (same silicon, another system) one whole
+    source_var (its own system sits like one more source). A GPU fitted on nothing keeps its microbenchmark value:
     `unfitted_var`, the mean square of ln(fitted scale) over the fitted GPUs (how far a training
     job's sustained efficiency sits from the microbenchmark's), times Student's t over the normal
     at as many degrees of freedom as fitted GPUs. Each variance is stored at Student's t of the
     degrees of freedom it was estimated with, as a normal-equivalent (x (t_90% / Z80)^2)."""
 
-    support: dict[str, tuple[int, int]]  # fitted GPU -> (groups, sources) of its fitting rows
+    support: dict[str, tuple[int, float]]  # fitted GPU -> (groups, Kish effective sources) of its rows
     group_var: float
     source_var: float
     unfitted_var: float
 
     def var(self, gpu: str) -> float:
-        """The variance of ln(step) from `gpu`'s efficiency (`spreads.gpu_fit_var`)."""
+        """The variance of ln(step) from `gpu`'s efficiency that the leave-one-source-out errors do
+        not already hold: what an interval adds (`spreads.gpu_fit_var`)."""
         sd = (math.sqrt(self.group_var), math.sqrt(self.source_var), math.sqrt(self.unfitted_var))
         return gpu_fit_var(self.support, *sd, gpu)
+
+    def fit_var(self, gpu: str) -> float:
+        """The variance of a fitted GPU's median-fitted scale, in log step time: (pi / 2)
+        group_var / groups + source_var / Kish effective sources (held by the LOO errors)."""
+        groups, sources = self.support[gpu]
+        return math.pi / 2 * self.group_var / groups + self.source_var / sources
+
+
+def kish(n: np.ndarray) -> float:
+    """Kish's effective count of units weighted n each: (sum n)^2 / sum n^2 (Kish 1965, Survey
+    Sampling): 50, 4 and 2 rows -> 1.24 sources, not 3."""
+    return round(float(np.sum(n) ** 2 / np.sum(n**2)), 2)
 
 
 def gpu_fit(fitted: dict[str, list[tuple[float, str, str]]], scales: dict[str, float]) -> GpuFit:
@@ -219,7 +265,8 @@ def gpu_fit(fitted: dict[str, list[tuple[float, str, str]]], scales: dict[str, f
         s_ss += float(np.sum((source_means - source_means.mean()) ** 2))
         s_dof += len(source_means) - 1
         per_source_groups += [len(m) for m in by_source.values()]
-        support[gpu] = (len(groups), len(by_source))
+        rows_per_source = np.array([sum(s == source for _, _, s in rows) for source in by_source], dtype=float)
+        support[gpu] = (len(groups), kish(rows_per_source))
     logs = np.log(np.array([scales[g] for g in fitted])) if fitted else np.zeros(0)
     unfitted = float(np.mean(logs**2)) * (t_quantile(len(logs)) / Z80) ** 2 if len(logs) else math.nan
     group_var = g_ss / g_dof if g_dof else 0.0
@@ -237,14 +284,21 @@ def gpu_fit(fitted: dict[str, list[tuple[float, str, str]]], scales: dict[str, f
 
 def _within(cells_: list[Cell]) -> dict[str, tuple[float, float]]:
     """Each stack's within-source variance and dof; a stack whose sources have one run each takes
-    the mean over the stacks that have more (each stack weighing the same), under key ""."""
+    the mean over the stacks that have more (each stack weighing the same), under key ""; where no
+    source has two runs, VAR_FLOOR with no dof (the scatter then sits in the sources' variance)."""
+    if not cells_:
+        raise ValueError("interval model: no leave-one-out errors to build an interval from")
     by: dict[str, list[Cell]] = defaultdict(list)
     for c in cells_:
         by[c.stack].append(c)
     own = {s: within_variance(cs) for s, cs in by.items()}
-    known = [v for v in own.values() if v[1] > 0]
-    mean = (float(np.mean([v for v, _ in known])), float(sum(d for _, d in known)))
-    return {"": mean, **{s: v if v[1] > 0 else mean for s, v in own.items()}}
+    known = [v for v in own.values() if math.isfinite(v[0])]
+    mean = (
+        (max(float(np.mean([v for v, _ in known])), VAR_FLOOR), float(sum(d for _, d in known)))
+        if known
+        else (VAR_FLOOR, 0.0)
+    )
+    return {"": mean, **{s: (max(v, VAR_FLOOR), d) if math.isfinite(v) else mean for s, (v, d) in own.items()}}
 
 
 def predictive(stack: str, known: list[Cell], whole: list[Cell]) -> Predictive:

@@ -16,9 +16,12 @@ interval the tool would give it from what the fold knows (`analyses.interval_mod
 random-effects model of the other sources' leave-one-source-out errors of its stack (the scatter
 inside a source, the sources' scatter about the stack's mean, DerSimonian-Laird, and that mean's
 offset and error, at Student's t); a stack the fold knows no other source of, as a stack without
-published runs: how far the other stacks miss when each is left out whole; and, in quadrature, how
-far the fold's own fitted efficiency of the row's GPU may be off (`interval_model.GpuFit`: few
-groups or sources, a sibling's value, or none). Coverage is the share of the left-out rows inside
+published runs: how far the other stacks miss when each is left out whole. Those errors are each
+refitted without the scored source as well (`_errors_without`: a fit per pair, a nested
+leave-one-out), so the scored source's measurements reach its interval through no GPU scale. In
+quadrature it adds only the GPU error those errors do not hold (`interval_model.GpuFit.var`, at the
+fold's own fit): nothing for a GPU the fold fitted, a source's spread for a sibling's scale, the
+unfitted spread for a GPU the fold could not fit. Coverage is the share of the left-out rows inside
 their interval. `shipped_stack_spreads`, `shipped_no_data_spread` and `shipped_gpu_fit` are the same
 estimates on every source: `calibration.spreads` holds them (`python tools/stack_spreads.py`).
 
@@ -220,6 +223,32 @@ def _folds(key: str) -> dict[str, tuple[list[Predicted], im.GpuFit]]:
     return out
 
 
+def _name(p: Priced, key: str) -> str:
+    return p.row.source if key == "source" else p.stack
+
+
+@cache
+def _scales_without(*left: tuple[str, str]) -> dict[str, float]:
+    """The GPU scales fitted without the rows of each (key, name) in `left`."""
+    return fit_scales([p for p in priced_rows() if not any(_name(p, k) == n for k, n in left)])
+
+
+def _errors_without(key: str, scored: tuple[str, str]) -> list[Predicted]:
+    """Every row but the `scored` (key, name)'s, predicted with its own `key` ("source" or
+    "stack") left out of the fit and the scored one too: the errors an interval for the scored rows
+    may rest on without their own measurements having moved any of those errors' GPU scales (a
+    fold refits the scales on what is left; a single leave-one-out fold's fit held the scored rows)."""
+    by: dict[str, list[Priced]] = defaultdict(list)
+    for p in priced_rows():
+        if _name(p, scored[0]) != scored[1]:
+            by[_name(p, key)].append(p)
+    return [
+        Predicted(p, p.at(_scales_without(*sorted({(key, name), scored}))), math.nan)
+        for name, rows in by.items()
+        for p in rows
+    ]
+
+
 def cells(preds: list[Predicted]) -> list[im.Cell]:
     """The predictions grouped by (stack, source): the random-effects model's units."""
     by: dict[tuple[str, str], list[Predicted]] = defaultdict(list)
@@ -240,12 +269,13 @@ def _widened(x: Predicted, stack_log_sd: float, fit: im.GpuFit) -> Predicted:
 def by_source() -> dict[str, list[Predicted]]:
     """Leave-one-source-out predictions, each with the interval the tool would give from what the
     fold knows: the other sources of its stack (none: the stacks left out whole, without it) and
-    the fold's own GPU fit."""
-    folds, whole = _folds("source"), _folds("stack")
+    the fold's own GPU fit. The other sources' errors are each refitted without the scored source
+    too (`_errors_without`), so that its measurements reach its interval through nothing."""
+    folds = _folds("source")
     out = {}
     for name, (preds, fit) in folds.items():
-        known = cells([x for n, (ps, _) in folds.items() if n != name for x in ps])
-        others = cells([x for ps, _ in whole.values() for x in ps if x.priced.row.source != name])
+        known = cells(_errors_without("source", ("source", name)))
+        others = cells(_errors_without("stack", ("source", name)))
         sd = {s: im.predictive(s, known, others).log_sd for s in {x.priced.stack for x in preds}}
         out[name] = [_widened(x, sd[x.priced.stack], fit) for x in preds]
     return out
@@ -254,12 +284,12 @@ def by_source() -> dict[str, list[Predicted]]:
 @cache
 def by_stack() -> dict[str, list[Predicted]]:
     """Leave-one-stack-out predictions, each with the interval the tool gives a stack without
-    published runs, from the other stacks alone, and the fold's own GPU fit."""
-    folds, whole = _folds("source"), _folds("stack")
+    published runs, from the other stacks alone (each refitted without the scored stack too), and
+    the fold's own GPU fit."""
     out = {}
-    for name, (preds, fit) in whole.items():
-        known = cells([x for ps, _ in folds.values() for x in ps if x.priced.stack != name])
-        others = cells([x for n, (ps, _) in whole.items() if n != name for x in ps])
+    for name, (preds, fit) in _folds("stack").items():
+        known = cells(_errors_without("source", ("stack", name)))
+        others = cells(_errors_without("stack", ("stack", name)))
         sd = im.predictive(name, known, others).log_sd
         out[name] = [_widened(x, sd, fit) for x in preds]
     return out

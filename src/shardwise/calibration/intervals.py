@@ -8,8 +8,9 @@
 - Without one: the uncalibrated model's spread for a source it has not seen, measured on the
   public runs each predicted without its source, `spreads.uncalibrated_log_sd`: its stack's
   (between- and within-source; a stack without published runs: the stacks' spread when each is
-  left out whole) and its GPU's fitted efficiency's (wider for a GPU fitted on few groups or
-  sources, taken from a sibling or not fitted), the same relative width for every prediction of
+  left out whole), which already holds a fitted GPU's efficiency error (each fold refitted it),
+  plus the GPU's efficiency error where it was not refitted there (taken from a sibling's fit, or
+  fitted on no published run), the same relative width for every prediction of
   one stack on one GPU; serving cases the serving model's spread, `spreads.SERVING_LOG_SD`.
 
 The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
@@ -73,7 +74,7 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
         ]
         training = [c for c in calibrated if not isinstance(c, serving)]
         if fitted is None and training:
-            what = f"uncalibrated, {_basis(training)} (--calibration fits your runs)"
+            what = f"uncalibrated: {_basis(training)}; --calibration with your own runs narrows it"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
@@ -90,13 +91,17 @@ def _basis(training: list[Case]) -> str:
     families = {_family(c) for c in training}
     gpus = {_scenario(c).cluster.gpu.name for c in training}
     if len(stacks) > 1 or len(families) > 1:
-        what = "each stack's spread on its published runs, each predicted without its source"
+        what = "how far the model missed each stack's published runs with each source held out"
     elif family_widens(stack := next(iter(stacks)), family := next(iter(families))):
         what = family_basis(family)
     else:
         what = stack_basis(stack)
-    gpu = gpu_basis(next(iter(gpus))) if len(gpus) == 1 else "± each GPU's fitted efficiency"
-    return f"{what}; {gpu}"
+    gpu = (
+        gpu_basis(next(iter(gpus)))
+        if len(gpus) == 1
+        else "plus the uncertainty of each GPU's efficiency where it was not refitted in those"
+    )
+    return f"{what}, {gpu}"
 
 
 def _scenario(case: Case) -> Any:

@@ -29,18 +29,20 @@ FITTED_FROM = {
 # How far a GPU's fitted sustained efficiency may be off, in log step time
 # (`analyses.interval_model.GpuFit`, `python tools/stack_spreads.py` prints these): the fit sets
 # the median error of the GPU's fitting rows to zero, so its error is that median's,
-# (pi / 2) GPU_GROUP_LOG_SD^2 / groups + GPU_SOURCE_LOG_SD^2 / sources. GPU_GROUP_LOG_SD: the scatter
-# of one source's groups (model, cluster, GPU count) on one GPU; GPU_SOURCE_LOG_SD: how far one
-# source's runs on a GPU sit from another's (both pooled over the fitted GPUs). A GPU that took a
-# sibling's value adds one whole GPU_SOURCE_LOG_SD^2 (its system sits like one more source); a GPU
-# fitted on nothing keeps its microbenchmark's efficiency: UNFITTED_LOG_SD, the root mean square of
+# (pi / 2) GPU_GROUP_LOG_SD^2 / groups + GPU_SOURCE_LOG_SD^2 / sources (Kish's effective count of
+# the rows per source). GPU_GROUP_LOG_SD: the scatter of one source's groups (model, cluster, GPU
+# count) on one GPU; GPU_SOURCE_LOG_SD: how far one source's runs on a GPU sit from another's (both
+# pooled over the fitted GPUs). The stacks' leave-one-source-out spreads already hold a fitted GPU's
+# error (each fold refitted the scales without its source): an interval adds nothing for it. A GPU
+# that took a sibling's value adds one whole GPU_SOURCE_LOG_SD^2 (its system sits like one more
+# source); a GPU fitted on nothing keeps its microbenchmark's efficiency: UNFITTED_LOG_SD, the root mean square of
 # ln(fitted scale) over the fitted GPUs (how far a training job's sustained efficiency sits from the
 # microbenchmark's) x Student's t over the normal at as many degrees of freedom as fitted GPUs.
-GPU_FIT: dict[str, tuple[int, int]] = {  # fitted GPU: (groups, sources) of its fitting rows
-    "a100-sxm4-80gb": (5, 2),
-    "gb200": (7, 3),
-    "gb300": (4, 1),
-    "h100-sxm5-80gb": (17, 3),
+GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sources) of its rows
+    "a100-sxm4-80gb": (5, 1.22),
+    "gb200": (7, 2.78),
+    "gb300": (4, 1.0),
+    "h100-sxm5-80gb": (17, 1.24),
 }
 GPU_GROUP_LOG_SD = 0.0515
 GPU_SOURCE_LOG_SD = 0.0656
@@ -73,21 +75,21 @@ SERVING_LOG_SD = 0.104
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0985, 5, 1),
-    "fsdp": (0.2224, 173, 2),
-    "fsdp2": (0.1170, 2, 1),
-    "internevo": (0.1440, 54, 1),
-    "maxtext": (0.0997, 38, 3),
-    "megatron-core": (0.0729, 420, 3),
-    "megatron-deepspeed": (0.5728, 7, 3),
-    "nemo-automodel": (0.2820, 1, 1),
-    "paxml": (0.2173, 36, 2),
-    "torchtitan-compile": (0.1831, 12, 1),
+    "flash-attn-trainer": (0.0811, 5, 1),
+    "fsdp": (0.2230, 173, 2),
+    "fsdp2": (0.1014, 2, 1),
+    "internevo": (0.1384, 54, 1),
+    "maxtext": (0.1001, 38, 3),
+    "megatron-core": (0.0731, 420, 3),
+    "megatron-deepspeed": (0.8060, 7, 3),
+    "nemo-automodel": (0.2766, 1, 1),
+    "paxml": (0.2186, 36, 2),
+    "torchtitan-compile": (0.1899, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same.
-NO_DATA_LOG_SD = 0.1890
+NO_DATA_LOG_SD = 0.1880
 NO_DATA_STACKS = 10
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement): the root mean square of
@@ -109,7 +111,7 @@ def model_family(model: object) -> str:
 def family_basis(family: str) -> str:
     """How a model family's interval was measured, in words (`FAMILY_LOG_SD`)."""
     _, runs, sources = FAMILY_LOG_SD[family]
-    return f"the model's spread on {runs} published runs of {FAMILY_NAMES[family]} ({sources} sources)"
+    return f"how far the model missed {runs} published runs of {FAMILY_NAMES[family]} ({sources} sources)"
 
 
 def stack_basis(framework: str) -> str:
@@ -117,25 +119,27 @@ def stack_basis(framework: str) -> str:
     known = STACK_LOG_SD.get(framework)
     if known is None:
         return (
-            f"no published runs of {framework}: how far whole stacks miss when left out, "
+            f"no published runs of {framework}: how far whole stacks missed when each was held out, "
             f"across the {NO_DATA_STACKS} stacks with published runs"
         )
     _, runs, sources = known
-    return (
-        f"from {runs} published runs of {sources} source{'s' if sources > 1 else ''} of this stack ({framework}), "
-        "each predicted without its source"
-    )
+    if sources == 1:
+        return (
+            f"how far the model missed {runs} published {framework} runs (1 source) with it held out, "
+            "the between-source spread borrowed from other stacks"
+        )
+    return f"how far the model missed {runs} published {framework} runs ({sources} sources) with each source held out"
 
 
 def gpu_basis(gpu_name: str) -> str:
-    """What the GPU's term of an uncalibrated interval rests on, in words."""
-    own = GPU_FIT.get(gpu_name)
-    if own is not None:
-        return f"± the {gpu_name}'s fitted efficiency ({own[0]} groups, {own[1]} source{'s' if own[1] > 1 else ''})"
+    """What the GPU's term of an uncalibrated interval rests on, in words: a fitted GPU's
+    uncertainty is inside the held-out misses (each refitted it); the others' is added."""
+    if gpu_name in GPU_FIT:
+        return f"the uncertainty of the {gpu_name}'s fitted efficiency included (refitted without each source)"
     parent = FITTED_FROM.get(gpu_name, "")
     if parent in GPU_FIT:
-        return f"± the {gpu_name}'s efficiency, taken from the {parent}'s fit"
-    return f"± the {gpu_name}'s efficiency, not fitted on any published run"
+        return f"plus the uncertainty of the {gpu_name}'s efficiency, taken from the {parent}'s fit"
+    return f"plus the uncertainty of the {gpu_name}'s efficiency, fitted on no published run"
 
 
 def family_widens(framework: str, family: str) -> bool:
@@ -158,17 +162,16 @@ def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family:
 def gpu_fit_var(
     support: dict[str, tuple[int, int]], group_sd: float, source_sd: float, unfitted_sd: float, gpu: str
 ) -> float:
-    """The variance of ln(step) from `gpu`'s sustained efficiency (see GPU_FIT): the fit's median
-    error, (pi / 2) group_sd^2 / groups + source_sd^2 / sources; a sibling's (FITTED_FROM) plus one
-    source_sd^2; unfitted_sd^2 for a GPU fitted on nothing."""
-    from math import pi
-
-    own = support.get(gpu)
-    if own is not None:
-        return pi / 2 * group_sd**2 / own[0] + source_sd**2 / own[1]
-    parent = FITTED_FROM.get(gpu, "")
-    if parent in support:
-        return gpu_fit_var(support, group_sd, source_sd, unfitted_sd, parent) + source_sd**2
+    """The variance of ln(step) from `gpu`'s sustained efficiency (see GPU_FIT) that the stacks'
+    leave-one-source-out spreads do not already hold: 0 for a GPU fitted on published runs (its
+    fit's error is in every fold's errors); one source_sd^2 for a GPU that took a sibling's scale
+    (FITTED_FROM: its own system sits like one more source); unfitted_sd^2 for one fitted on nothing.
+    `group_sd` describes the fit's own error (`interval_model.GpuFit.fit_var`), not an addition."""
+    del group_sd  # held by the leave-one-source-out errors
+    if gpu in support:
+        return 0.0
+    if FITTED_FROM.get(gpu, "") in support:
+        return source_sd**2
     return unfitted_sd**2
 
 
