@@ -230,9 +230,8 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            raise SpecError(
-                f"model {name!r}: {unknown_field(key, (*_MODEL_INTS, *_MODEL_FLAGS, 'family', 'hybrid_pattern', 'hf_id'))}"
-            )
+            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id")
+            raise SpecError(f"model {name!r}: {unknown_field(key, known)}")
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 
