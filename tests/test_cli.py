@@ -194,7 +194,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message, cli):
         (["sweep", "--vary", "layers=1e30"], "--vary 'layers=1e30': 1e+30 is not allowed; layers must be at most"),
         (
             ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--vpp", "9" * 20],
-            "'--vpp': '99999999999999999999': values must be whole numbers from 1 to",
+            "'--vpp': '99999999999999999999': values must be whole numbers at most 9,007,199,254,740,992",
         ),
     ],
 )
