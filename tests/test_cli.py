@@ -398,3 +398,52 @@ def test_a_stage_that_is_never_idle_has_no_negative_bubble(cli):
     code, out, err = cli([*args, "--global-batch", "16", "--last-stage-layers", "8", "--no-plot", "--json"])
     assert code == 0, err
     assert json.loads(out)["breakdown_s"]["pp_bubble"] >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # the model's limit, not the GPU arithmetic ("--tp x --pp = 3 does not divide the 8 GPUs")
+        (
+            ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "3"],
+            "heads: 32 is not divisible by tp=3",
+        ),
+        # the user set no schedule: name the flag given
+        (
+            [
+                "predict",
+                "--model",
+                "llama3-8b",
+                "--system",
+                "dgx-h100",
+                "--tp",
+                "8",
+                "--vpp",
+                "3",
+                "--global-batch",
+                "8",
+            ],
+            "--vpp 3 needs --pp >= 2",
+        ),
+        (["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "0"], "it must be a whole number >= 1"),
+        (["presets", "show", "nosuch"], "no preset named 'nosuch' (see"),  # nothing close: no suggestion
+    ],
+)
+def test_errors_name_the_real_problem(args, message, cli):
+    code, out, err = cli(args)
+    assert code == 2 and out == "", err
+    assert message in err and "9,007,199,254,740,992" not in err
+    assert err.count("\n") == 1
+
+
+def test_an_unknown_validate_table_lists_the_choices_once(cli):
+    code, _, err = cli(["validate", "nosuchset"])
+    assert code == 2 and err.count("narayanan21_table1") == 1, err
+
+
+def test_a_bad_calibration_column_names_only_close_names(cli, tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text("a,b\n1,2\n")
+    code, _, err = cli(["calibrate", str(bad)])
+    assert code == 2 and "unknown column 'a'" in err and "did you mean" not in err, err
+    assert len(err) < 200  # not the 600-character list of every column

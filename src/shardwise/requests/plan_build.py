@@ -136,6 +136,13 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
     from shardwise.specs import Plan
 
     tp, pp, cp = o["tp"], o["pp"], o.get("cp") or 1
+    if model is not None:  # the model's own limit first: it is the real problem, not the GPU count
+        from shardwise.specs.rule_core import raise_first
+        from shardwise.specs.rules import tp_rules
+
+        raise_first(tp_rules(tp, model.heads, model.kv_heads, model.ffn_hidden))
+    if (o.get("vpp") or 1) > 1 and pp < 2 and not o.get("schedule"):
+        raise SpecError(f"--vpp {o['vpp']} needs --pp >= 2 (it splits each pipeline stage into chunks)")
     dp = o.get("dp")
     if dp is None:
         if n_gpus % (tp * pp * cp):
