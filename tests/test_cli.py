@@ -447,3 +447,10 @@ def test_a_bad_calibration_column_names_only_close_names(cli, tmp_path):
     code, _, err = cli(["calibrate", str(bad)])
     assert code == 2 and "unknown column 'a'" in err and "did you mean" not in err, err
     assert len(err) < 200  # not the 600-character list of every column
+
+
+def test_scenario_json_findings_carry_no_terminal_line_breaks(cli):
+    code, out, err = cli(["scenario", "--no-plot", "--json", "small-batch"])
+    assert code == 0, err
+    (report,) = json.loads(out)
+    assert "\n" not in report["finding"] and "step, while TP" in report["finding"]
