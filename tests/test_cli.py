@@ -454,3 +454,17 @@ def test_scenario_json_findings_carry_no_terminal_line_breaks(cli):
     assert code == 0, err
     (report,) = json.loads(out)
     assert "\n" not in report["finding"] and "step, while TP" in report["finding"]
+
+
+def test_piped_output_is_100_columns_without_trailing_padding(cli, monkeypatch):
+    from shardwise.cli.render import piped_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, err = cli(
+        ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8"]
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert not [line for line in lines if line != line.rstrip()]  # rich padded them to 160 columns
+    assert "  step time" in out and max(len(line) for line in lines if line.startswith("  step")) <= 100
+    assert piped_width({}) == 100 and piped_width({"COLUMNS": "120"}) == 120 and piped_width({"COLUMNS": "x"}) == 100
