@@ -22,6 +22,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: (-slow[item.path], -count[item.path]))  # stable: a file's own order kept
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _columns() -> None:
+    """Output to a pipe is COLUMNS wide (`cli.render.piped_width`): 80, as pytest-xdist's workers
+    set it, so a test reads the same wrapped lines under -n 0 as under -n 2."""
+    import os
+
+    os.environ.setdefault("COLUMNS", "80")
+
+
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str]):
     """Run the `shardwise` entry point in-process: cli([...]) -> (exit code, stdout, stderr)."""

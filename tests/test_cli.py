@@ -194,7 +194,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message, cli):
         (["sweep", "--vary", "layers=1e30"], "--vary 'layers=1e30': 1e+30 is not allowed; layers must be at most"),
         (
             ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--vpp", "9" * 20],
-            "'--vpp': '99999999999999999999': values must be whole numbers from 1 to",
+            "'--vpp': '99999999999999999999': values must be whole numbers at most 9,007,199,254,740,992",
         ),
     ],
 )
@@ -413,3 +413,73 @@ def test_a_stage_that_is_never_idle_has_no_negative_bubble(cli):
     code, out, err = cli([*args, "--global-batch", "16", "--last-stage-layers", "8", "--no-plot", "--json"])
     assert code == 0, err
     assert json.loads(out)["breakdown_s"]["pp_bubble"] >= 0.0
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        # the model's limit, not the GPU arithmetic ("--tp x --pp = 3 does not divide the 8 GPUs")
+        (
+            ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "3"],
+            "heads: 32 is not divisible by tp=3",
+        ),
+        # the user set no schedule: name the flag given
+        (
+            [
+                "predict",
+                "--model",
+                "llama3-8b",
+                "--system",
+                "dgx-h100",
+                "--tp",
+                "8",
+                "--vpp",
+                "3",
+                "--global-batch",
+                "8",
+            ],
+            "--vpp 3 needs --pp >= 2",
+        ),
+        (["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "0"], "it must be a whole number >= 1"),
+        (["presets", "show", "nosuch"], "no preset named 'nosuch' (see"),  # nothing close: no suggestion
+    ],
+)
+def test_errors_name_the_real_problem(args, message, cli):
+    code, out, err = cli(args)
+    assert code == 2 and out == "", err
+    assert message in err and "9,007,199,254,740,992" not in err
+    assert err.count("\n") == 1
+
+
+def test_an_unknown_validate_table_lists_the_choices_once(cli):
+    code, _, err = cli(["validate", "nosuchset"])
+    assert code == 2 and err.count("narayanan21_table1") == 1, err
+
+
+def test_a_bad_calibration_column_names_only_close_names(cli, tmp_path):
+    bad = tmp_path / "runs.csv"
+    bad.write_text("a,b\n1,2\n")
+    code, _, err = cli(["calibrate", str(bad)])
+    assert code == 2 and "unknown column 'a'" in err and "did you mean" not in err, err
+    assert len(err) < 200  # not the 600-character list of every column
+
+
+def test_scenario_json_findings_carry_no_terminal_line_breaks(cli):
+    code, out, err = cli(["scenario", "--no-plot", "--json", "small-batch"])
+    assert code == 0, err
+    (report,) = json.loads(out)
+    assert "\n" not in report["finding"] and "step, while TP" in report["finding"]
+
+
+def test_piped_output_is_100_columns_without_trailing_padding(cli, monkeypatch):
+    from shardwise.cli.render import piped_width
+
+    monkeypatch.delenv("COLUMNS", raising=False)
+    code, out, err = cli(
+        ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8"]
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert not [line for line in lines if line != line.rstrip()]  # rich padded them to 160 columns
+    assert "  step time" in out and max(len(line) for line in lines if line.startswith("  step")) <= 100
+    assert piped_width({}) == 100 and piped_width({"COLUMNS": "120"}) == 120 and piped_width({"COLUMNS": "x"}) == 100

@@ -173,3 +173,34 @@ def test_the_switch_point_breakdown_read_off_the_grid_equals_pricing_it_again():
         for name in kept:
             assert kept[name] == pytest.approx(again[name], rel=1e-12)
         assert crossing_breakdown(replace(result, dense=None), c) == again
+
+
+def _tp8_pp16_two_nodes(vary: str = "") -> object:
+    from shardwise.requests.compare import CrossoverRequest
+
+    argv = "crossover --system dgx-h100 --nodes 2 --plan tp=8 --plan pp=16" + (f" --vary {vary}" if vary else "")
+    return CrossoverRequest.from_argv(argv).run()
+
+
+@pytest.mark.parametrize("vary", ["", "batch=2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32"])
+def test_a_plan_invalid_at_odd_batches_makes_no_crossing_there(vary):
+    # tp=8 over 16 GPUs has dp=2: invalid at every odd batch (a layout rule, not memory). It used
+    # to "lose" there, so the winner flipped at every batch (13 false crossings).
+    answer = _tp8_pp16_two_nodes(vary)
+    result = answer.result
+    assert len(result.crossings) == 1
+    for c in result.crossings:
+        assert c.at % 2 == 0 and c.low % 2 == 0  # only batches where tp=8 is valid
+    assert len(answer.as_dict()["crossings"]) == 1
+
+
+def test_the_crossover_csv_says_why_a_point_is_invalid():
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(_tp8_pp16_two_nodes().csv_text())))
+    odd = [r for r in rows if r["plan"] == "tp=8" and int(r["batch"]) % 2]
+    assert odd and all(r["valid"] == "False" and "divisible" in r["why"] for r in odd)
+    assert all(r["fits_in_memory"] == "" for r in odd)  # not "False": memory was never the problem
+    even = [r for r in rows if r["plan"] == "tp=8" and int(r["batch"]) % 2 == 0]
+    assert all(r["valid"] == "True" and r["why"] == "" and r["fits_in_memory"] == "True" for r in even)

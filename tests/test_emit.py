@@ -249,8 +249,12 @@ def test_plan_emit_is_case_insensitive_and_json_carries_the_launch(cli):
 
 def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
     args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--concurrency", "64", "--emit", "VLLM"]
+    no_id = ["serve", "--model", "llama3-405b", "--system", "dgx-h100", "--concurrency", "64", "--emit", "vllm"]
+    code, out, err = cli([*no_id, "--plan", "tp=8", "--weight-precision", "fp8", "--json"])
+    assert code == 2 and out == "" and "--hf-id" in err and err.count("\n") == 1  # its source names no id
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--json"])
-    assert code == 2 and out == "" and "--hf-id" in err and err.count("\n") == 1
+    assert code == 0, err  # the preset's source names its Hugging Face id: vLLM loads that
+    assert json.loads(out)["plans"][0]["launch"]["shell"].count("vllm serve meta-llama/Meta-Llama-3-70B") == 1
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--hf-id", "meta-llama/X", "--json"])
     assert code == 0, err
     launch = json.loads(out)["plans"][0]["launch"]

@@ -235,3 +235,17 @@ def test_an_amendment_that_matches_nothing_is_refused(importer, monkeypatch):
     imp.read_rows(OTHER_TABLES, imp.load_presets())
     with pytest.raises(SystemExit, match="match no input row"):
         imp.check_amendments()
+
+
+def test_skip_counts_text_has_balanced_brackets():
+    # `validate public` printed "... save (launch.sh, 6 ZeRO stage not stated": the first clause
+    # of a reason was cut at a colon inside its parenthesis
+    from shardwise.analyses.public_stacks import NOT_A_STEP
+    from shardwise.analyses.public_validation import first_clause
+
+    for _, reason in NOT_A_STEP:
+        head = first_clause(reason)
+        assert head and head.count("(") == head.count(")"), head
+    assert first_clause("a (b: c) d: e") == "a"
+    assert first_clause("layout incomplete: no tp") == "layout incomplete"
+    assert first_clause("encoder (not modelled)") == "encoder (not modelled)"

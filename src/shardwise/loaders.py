@@ -212,6 +212,10 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
     for key, value in data.items():
         if key in _IGNORED or key == "family":
             continue
+        if key == "hf_id":  # what a serving engine loads (`presets.model_hf_id`); not a Model field
+            if not isinstance(value, str) or value.count("/") != 1:
+                raise SpecError(f"model {name!r}: hf_id: {value!r} must be a Hugging Face id, ORG/NAME")
+            continue
         if key in _MODEL_INTS:
             try:
                 kwargs[key] = whole(value)
@@ -226,9 +230,8 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            raise SpecError(
-                f"model {name!r}: {unknown_field(key, (*_MODEL_INTS, *_MODEL_FLAGS, 'family', 'hybrid_pattern'))}"
-            )
+            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id")
+            raise SpecError(f"model {name!r}: {unknown_field(key, known)}")
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 
 

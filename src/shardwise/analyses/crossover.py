@@ -6,7 +6,10 @@ memory, unless the experiment says to ignore memory. Two kinds of crossing are r
 - *winner changes*: where the fastest plan changes (what a user choosing a plan needs);
 - *pair crossings*: where any two plans swap order (with two plans, the same thing).
 
-Both are exact. For an integer variable (batch, layers, GPUs, ...) every integer of the range is
+A plan invalid at a point (the layout rules fail there, not memory) is skipped there: a pair
+crosses only between two points where both are feasible, and the winner changes only between
+points where every plan is valid, so a plan that is invalid at every odd batch does not make a
+crossing at each. Both are exact. For an integer variable (batch, layers, GPUs, ...) every integer of the range is
 evaluated (up to `MAX_DENSE` of them) and a crossing is the first integer at which the other
 plan is faster, so none is missed between grid points. For a continuous one (bandwidth,
 latency, ...) the grid is densified to at least `MIN_DENSE` points and each sign change is
@@ -137,10 +140,12 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
     crossings: list[Crossing] = []
     for link in exp.links:
         times, sds = {}, {}
+        every_valid = np.ones(len(dense), dtype=bool)
         for plan in exp.plans:
             t, fits, sds[plan.label] = priced[(link.label, plan.label)]
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
-        found = _winner_changes(exp, link, variable, dense, times, ignore_memory)
+            every_valid &= ~np.isnan(t)
+        found = _winner_changes(exp, link, variable, dense, times, ignore_memory, every_valid)
         for a, b in combinations(exp.plans, 2):
             for c in _pair_crossings(exp, link, a, b, variable, dense, times, ignore_memory):
                 if not any(_same(c, w) for w in [*crossings, *found]):
@@ -234,8 +239,18 @@ def _pair_crossings(
 
 
 def _winner_changes(
-    exp: Experiment, link: LinkSpec, variable: str, x: np.ndarray, times: dict[str, np.ndarray], ignore_memory: bool
+    exp: Experiment,
+    link: LinkSpec,
+    variable: str,
+    x: np.ndarray,
+    times: dict[str, np.ndarray],
+    ignore_memory: bool,
+    every_valid: np.ndarray,
 ) -> list[Crossing]:
+    """Where the fastest plan changes, read only at the points where every plan is valid
+    (`every_valid`: the layout rules hold; not fitting in memory still counts, a real change): a
+    plan invalid at a point (tp=8 at an odd batch over two data-parallel ranks) does not lose
+    there, so the winner does not flip at every such point."""
     plans = {p.label: p for p in exp.plans}
     names = list(times)
     stack = np.vstack([np.where(np.isnan(times[n]), np.inf, times[n]) for n in names])
@@ -243,7 +258,7 @@ def _winner_changes(
     out = []
     last_i, last = None, None
     for i, w in enumerate(winners):
-        if w in ("", TIE):
+        if w in ("", TIE) or not every_valid[i]:
             continue
         if last is not None and w != last:
             at, exact = _refine(exp, link, plans[last], plans[w], variable, x[last_i], x[i], -1.0, ignore_memory)

@@ -184,5 +184,14 @@ def skip_counts(split: str | None = None) -> dict[str, int]:
     counts: dict[str, int] = defaultdict(int)
     for r in validate_public():
         if r.skip and (split is None or r.split == split):
-            counts[r.skip.split(":")[0]] += 1
+            counts[first_clause(r.skip)] += 1
     return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+
+
+def first_clause(reason: str) -> str:
+    """A skip reason up to its first ':', less a parenthesis that colon leaves open ('... save
+    (launch.sh: --max_steps 30)' -> '... save'): the counts' text has balanced brackets."""
+    head = reason.split(":")[0]
+    while head.count("(") > head.count(")"):
+        head = head[: head.rfind("(")].rstrip()
+    return head

@@ -159,12 +159,11 @@ def check_columns(names: list[str], where: str) -> None:
     for name in names:
         if name in known or name.startswith("_"):
             continue
-        close = difflib.get_close_matches(name, known, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
-        raise SpecError(
-            f"{where}: unknown column {name!r}{hint} (known: {', '.join(READ)}; informational columns of the "
-            "public-runs table are kept and ignored)"
-        )
+        # the closest names only, and only those close enough to be a typo (a one-letter `a` is
+        # not a misspelt `ga`); the whole list is in docs/calibration.md
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
+        hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise SpecError(f"{where}: unknown column {name!r}{hint} (the columns: docs/calibration.md)")
 
 
 def check_distinct(runs: list[Run]) -> None:

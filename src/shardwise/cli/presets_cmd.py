@@ -161,7 +161,7 @@ def _show(registry: Any, name: str, as_json: bool) -> None:
     found = [(k, registry.raw(k)[key]) for k in KIND_CHOICES if key in registry.raw(k)]
     if not found:
         every = [n for k in KIND_CHOICES for n in registry.names(k)]
-        close = difflib.get_close_matches(key, every, n=3, cutoff=0.4)
+        close = difflib.get_close_matches(key, every, n=3, cutoff=0.6)  # none when nothing is close
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise SpecError(f"presets show: no preset named {name!r}{hint} (see `shardwise presets`)")
     counts = {kind: _param_counts(registry, key) for kind, _ in found if kind == "models"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -28,17 +28,54 @@ BREAKDOWN_LABELS = {
 }
 
 
-# Output to a file or a pipe, where no terminal sets the width (and COLUMNS does not): wide
-# enough for every table whole, where rich would otherwise cut its columns to 80 characters.
-PIPED_WIDTH = 160
+# Output to a file or a pipe, where no terminal sets the width: COLUMNS where it is set, else 100
+# columns, the width the documentation's console blocks are made at (tools/readme.py sets
+# COLUMNS=100), so piped output reads as the docs do.
+PIPED_WIDTH = 100
+
+
+class _Rstripped:
+    """A text stream that drops the spaces rich pads each line's last cell with (piped output
+    only: a file or a pipe should not carry a table's padding to its full width)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream, self._pending = stream, ""
+
+    def write(self, text: str) -> int:
+        lines = (self._pending + text).split("\n")
+        self._pending = lines.pop()
+        if lines:
+            self._stream.write("".join(line.rstrip(" ") + "\n" for line in lines))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending.strip(" ") == "" and self._pending:
+            return  # padding that a newline will end (or nothing): kept back
+        self._stream.write(self._pending)
+        self._pending = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self._stream, "encoding", "utf-8")
+
+
+def piped_width(environ: Mapping[str, str]) -> int:
+    """The width of output to a file or a pipe: COLUMNS where it is a positive number, else 100."""
+    given = environ.get("COLUMNS", "").strip()
+    return int(given) if given.isdigit() and int(given) > 0 else PIPED_WIDTH
 
 
 def console() -> Console:
     import os
     import sys
 
-    piped = "COLUMNS" not in os.environ and not sys.stdout.isatty()
-    return Console(highlight=False, soft_wrap=False, width=PIPED_WIDTH if piped else None)
+    if sys.stdout.isatty():
+        return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
 
 
 def print_table(

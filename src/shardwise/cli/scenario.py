@@ -74,7 +74,11 @@ def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool,
         from shardwise import export
 
         document = export.dumps(
-            [{"name": r.name, "claim": r.title, "finding": r.finding, "numbers": r.numbers} for r in reports]
+            # the finding's line break is the terminal's layout (two lines); JSON carries the sentence whole
+            [
+                {"name": r.name, "claim": r.title, "finding": r.finding.replace("\n", " "), "numbers": r.numbers}
+                for r in reports
+            ]
         )
         if output_path not in (None, STDOUT):
             output.write_text(output_path, document + "\n")

@@ -46,7 +46,7 @@ def _run(table: str) -> tuple[list[Any], str, str]:
 
 
 @click.command()
-@click.argument("tables", nargs=-1, type=click.Choice(TABLE_CHOICES, case_sensitive=False))
+@click.argument("tables", nargs=-1, metavar="[TABLE]...", type=click.Choice(TABLE_CHOICES, case_sensitive=False))
 @click.option("--json", "as_json", is_flag=True, help="Print rows and mean absolute errors as JSON.")
 @click.option("--markdown", is_flag=True, help="Print Markdown tables (as in the README).")
 @click.option(

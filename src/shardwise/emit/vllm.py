@@ -1,7 +1,8 @@
 """`vllm serve` for a serving plan: one server per data-parallel replica.
 
 The model id is the Hugging Face id or local directory the user names (`--hf-id`, or the
-directory of the config.json given as --model): a preset name is not a model id. Checked with
+directory of the config.json given as --model, or the `hf_id` a preset's source names): a
+preset name is not a model id. Checked with
 tools/check_emit.py against vLLM's own `EngineArgs` parser and `create_engine_config`. Version
 `0.34`: vLLM 0.34.0 (PyPI); `VLLM_PP_LAYER_PARTITION` sets the priced stage split.
 """

@@ -173,6 +173,19 @@ def model(name: str, **overrides: Any) -> Model:
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
 
 
+def model_hf_id(name: str) -> str | None:
+    """The Hugging Face id a model preset (or a model YAML file) names (`hf_id` in models.yaml),
+    or None: a config.json, or a preset whose source names none."""
+    if name.lower().endswith(".json"):
+        return None
+    try:
+        _, data = _lookup("models", name)
+    except SpecError:
+        return None
+    found = data.get("hf_id")
+    return str(found) if found else None
+
+
 SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node", "p2p", "nvls", "pcie")
 # A system's PCIe layout (`specs.pcie.PcieTopology`): counts, rates (e.g. 31.5GB/s), a flag.
 PCIE_COUNTS = ("gpus_per_switch", "gpus_per_socket")

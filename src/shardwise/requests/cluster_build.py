@@ -183,12 +183,12 @@ WHOLE_FIELDS = ("nodes", "num_gpus", "tp", "pp", "dp", "cp", "vpp", "micro_batch
 
 
 def _cluster_gpus(o: dict[str, Any], per_node: int) -> int:
-    from shardwise.specs._checks import MAX_WHOLE
+    from shardwise.specs._checks import MAX_WHOLE, whole_range
 
     for flag in WHOLE_FIELDS:
         if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:  # before any work sized by it
             name = flag.replace("_", "-")
-            raise SpecError(f"--{name}: {o[flag]} is not allowed; it must be a whole number from 1 to {MAX_WHOLE:,}")
+            raise SpecError(f"--{name}: {o[flag]} is not allowed; it must be a whole number {whole_range(o[flag], 1)}")
     if o.get("nodes") is not None:
         if o["nodes"] * per_node > MAX_WHOLE:
             raise SpecError(f"--nodes: {o['nodes']} x {per_node} GPUs is not allowed; at most {MAX_WHOLE:,} GPUs")

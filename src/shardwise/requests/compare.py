@@ -161,21 +161,45 @@ class CrossoverResult:
         return {**export.crossover_dict(self.result, self.assumptions), "command": self.request.command()}
 
     def csv_text(self) -> str:
-        """The series as CSV: every grid value, plan and link (what `crossover -o FILE.csv` writes)."""
+        """The series as CSV: every grid value, plan and link (what `crossover -o FILE.csv` writes).
+        `valid` is False where the plan breaks a layout rule there, `why` names the rule, and
+        `fits_in_memory` is left empty at such a point (it was never priced)."""
         import csv
         import io
 
+        import numpy as np
+
+        from shardwise.analyses.evaluate import why_invalid
+
         result = self.result
+        exp = result.experiment
+        links = {lk.label: lk.link for lk in exp.links}
+        plans = {p.label: p for p in exp.plans}
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow([result.variable, "link", "plan", "time_s", "fits_in_memory", "winner"])
+        w.writerow([result.variable, "link", "plan", "time_s", "fits_in_memory", "winner", "valid", "why"])
         for link in dict.fromkeys(s.link for s in result.series):
             winners = result.winners(link)
             for s in result.series_for(link):
                 for j, x in enumerate(result.values):
                     t = s.time_s[j]
+                    valid = bool(t == t)
+                    why = ""
+                    if not valid:
+                        grid = {result.variable: np.array([float(x)])}
+                        why = why_invalid(exp, plans[s.plan], links[link], grid) or "invalid"
+                    fits = bool(s.fits[j]) if valid else ""
                     w.writerow(
-                        [f"{x:g}", link, s.plan, "" if t != t else f"{t:.6g}", bool(s.fits[j]), winners[j] == s.plan]
+                        [
+                            f"{x:g}",
+                            link,
+                            s.plan,
+                            "" if not valid else f"{t:.6g}",
+                            fits,
+                            winners[j] == s.plan,
+                            valid,
+                            why,
+                        ]
                     )
         return buf.getvalue()
 

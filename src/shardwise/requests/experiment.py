@@ -38,7 +38,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
     from shardwise.requests.build import flash_attention, stage_kwargs
-    from shardwise.specs._checks import MAX_WHOLE
+    from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
 
     base = brief_experiment()
@@ -52,7 +52,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         if o.get(flag) is not None and not 1 <= o[flag] <= MAX_WHOLE:
             raise SpecError(
                 f"--{names.get(flag, flag.replace('_', '-'))}: {o[flag]} is not allowed; it must be a whole number "
-                f"from 1 to {MAX_WHOLE:,}"
+                f"{whole_range(o[flag], 1)}"
             )
     hardware = _hardware(o)
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans

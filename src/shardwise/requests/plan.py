@@ -86,7 +86,7 @@ EMIT_TARGETS = ("megatron", "torchtitan", "deepspeed")
 def _ints(name: str, value: Any) -> tuple[int, ...] | None:
     """A searched dimension: None (searched), or the values it is fixed to ('4,8', 4 or (4, 8))."""
     from shardwise.errors import SpecError
-    from shardwise.specs._checks import MAX_WHOLE
+    from shardwise.specs._checks import MAX_WHOLE, whole_range
 
     if value is None or value == "":
         return None
@@ -98,7 +98,8 @@ def _ints(name: str, value: Any) -> tuple[int, ...] | None:
         raise SpecError(f"{flag}: {value!r}: give whole numbers separated by commas, e.g. 4,8") from None
     low, high = (0, 3) if name == "zero" else (0, MAX_WHOLE) if name == "shard_group" else (1, MAX_WHOLE)
     if not out or any(v < low or v > high for v in out):
-        allowed = "0, 1, 2 or 3" if name == "zero" else f"whole numbers from {low} to {MAX_WHOLE:,}"
+        too_big = next((v for v in out if v > high), 0)
+        allowed = "0, 1, 2 or 3" if name == "zero" else f"whole numbers {whole_range(too_big, low)}"
         raise SpecError(f"{flag}: {value!r}: values must be {allowed}")
     return out
 
@@ -151,7 +152,7 @@ class PlanRequest:
 
     def __post_init__(self) -> None:
         from shardwise.errors import SpecError
-        from shardwise.specs._checks import MAX_WHOLE
+        from shardwise.specs._checks import MAX_WHOLE, whole_range
 
         for name in SEARCHED_INTS:
             object.__setattr__(self, name, _ints(name, getattr(self, name)))
@@ -161,7 +162,7 @@ class PlanRequest:
         rl = self.recompute_layers
         if rl is not None and (isinstance(rl, bool) or not isinstance(rl, int) or not 0 <= rl <= MAX_WHOLE):
             raise SpecError(
-                f"--recompute-layers: {rl!r} is not allowed; give a whole number from 0 to {MAX_WHOLE:,} "
+                f"--recompute-layers: {rl!r} is not allowed; give a whole number {whole_range(rl, 0)} "
                 "(0: none), or leave it out to search"
             )
         for name in ("global_batch", "max_micro_batch", "max_vpp", "top", "max_tp"):
@@ -170,7 +171,7 @@ class PlanRequest:
                 continue
             if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_WHOLE:
                 flag = "--" + name.replace("_", "-")
-                raise SpecError(f"{flag}: {value!r} is not allowed; it must be a whole number from 1 to {MAX_WHOLE:,}")
+                raise SpecError(f"{flag}: {value!r} is not allowed; it must be a whole number {whole_range(value, 1)}")
         if self.sequence_parallel not in ("on", "off", "any"):
             raise SpecError(f"--sequence-parallel: {self.sequence_parallel!r} is not allowed; use on, off or any")
         if self.objective not in OBJECTIVES:

@@ -114,7 +114,7 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
 def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:
     """Plan keyword arguments for an uneven pipeline split (empty: even split); with the model's
     `layers`, a stage may not hold more than the model has."""
-    from shardwise.specs._checks import MAX_WHOLE
+    from shardwise.specs._checks import MAX_WHOLE, whole_range
 
     out: dict[str, Any] = {}
     for name in ("first_stage_layers", "last_stage_layers"):
@@ -122,10 +122,8 @@ def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]
         if value is not None:
             high = MAX_WHOLE if layers is None else min(int(layers), MAX_WHOLE)
             if not 1 <= value <= high:
-                most = f"the model's {layers} layers" if layers is not None else f"{MAX_WHOLE:,}"
-                raise SpecError(
-                    f"--{name.replace('_', '-')}: {value} is not allowed; it must be a whole number from 1 to {most}"
-                )
+                most = f"from 1 to the model's {layers} layers" if layers is not None else whole_range(value, 1)
+                raise SpecError(f"--{name.replace('_', '-')}: {value} is not allowed; it must be a whole number {most}")
             out[name] = value
     if o.get("stage_layers"):
         if out:
@@ -138,6 +136,13 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
     from shardwise.specs import Plan
 
     tp, pp, cp = o["tp"], o["pp"], o.get("cp") or 1
+    if model is not None:  # the model's own limit first: it is the real problem, not the GPU count
+        from shardwise.specs.rule_core import raise_first
+        from shardwise.specs.rules import tp_rules
+
+        raise_first(tp_rules(tp, model.heads, model.kv_heads, model.ffn_hidden))
+    if (o.get("vpp") or 1) > 1 and pp < 2 and not o.get("schedule"):
+        raise SpecError(f"--vpp {o['vpp']} needs --pp >= 2 (it splits each pipeline stage into chunks)")
     dp = o.get("dp")
     if dp is None:
         if n_gpus % (tp * pp * cp):

@@ -196,7 +196,8 @@ def _estimate(s: Any, spec: Any, max_throughput: bool) -> tuple[str, Any]:
 
 
 def _model_id(model: str | None, hf_id: str | None) -> str | None:
-    """What vLLM loads: --hf-id, else the directory of a config.json given as --model."""
+    """What vLLM loads: --hf-id, else the directory of a config.json given as --model, else the
+    Hugging Face id a model preset's source names (`hf_id` in models.yaml)."""
     if hf_id:
         return hf_id
     name = model or ""
@@ -204,7 +205,9 @@ def _model_id(model: str | None, hf_id: str | None) -> str | None:
         import os
 
         return os.path.dirname(os.path.abspath(name))
-    return None
+    from shardwise.presets import model_hf_id
+
+    return model_hf_id(name) if name else None
 
 
 def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] | None:

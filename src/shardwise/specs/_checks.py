@@ -144,8 +144,14 @@ def _whole_within(arr: np.ndarray, low: int) -> bool:
     return arr.dtype.kind in "iu" and arr.ndim > 0 and int(arr.min()) >= low and int(arr.max()) <= MAX_WHOLE
 
 
-_WHOLE_RANGE_1 = f"from 1 to {MAX_WHOLE:,}"
-_WHOLE_RANGE_0 = f"from 0 to {MAX_WHOLE:,}"
+def whole_range(value: object, low: int) -> str:
+    """What a whole number out of [low, MAX_WHOLE] must be, said as the user needs it: 'x >= 1'
+    for a value too small (or not a number), the 2**53 bound only for a value above it."""
+    try:
+        above = float(value) > MAX_WHOLE  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        above = False
+    return f"at most {MAX_WHOLE:,}" if above else f">= {low}"
 
 
 def positive_int(field: str, value: ArrayLike) -> Number:
@@ -157,7 +163,8 @@ def positive_int(field: str, value: ArrayLike) -> Number:
         return value  # type: ignore[return-value]
     bad = ~(np.isfinite(arr) & (arr >= 1) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
-        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number {_WHOLE_RANGE_1}")
+        first = _first_bad(arr, bad)
+        raise SpecError(f"{field}: {first} is not allowed; it must be a whole number {whole_range(first, 1)}")
     if isinstance(value, float):
         return int(value)
     return value  # type: ignore[return-value]
@@ -172,7 +179,8 @@ def non_negative_int(field: str, value: ArrayLike) -> Number:
         return value  # type: ignore[return-value]
     bad = ~(np.isfinite(arr) & (arr >= 0) & (arr <= MAX_WHOLE) & (np.mod(arr, 1) == 0))
     if np.any(bad):
-        raise SpecError(f"{field}: {_first_bad(arr, bad)} is not allowed; it must be a whole number {_WHOLE_RANGE_0}")
+        first = _first_bad(arr, bad)
+        raise SpecError(f"{field}: {first} is not allowed; it must be a whole number {whole_range(first, 0)}")
     if isinstance(value, float):
         return int(value)
     return value  # type: ignore[return-value]
