@@ -87,6 +87,12 @@ def _summary(browser, page: str) -> str:
     return WebDriverWait(browser, WAIT_S).until(ready)
 
 
+def _file_input(browser, kind: str):
+    """The upload control's file input, once React has rendered it (it can come after the summary)."""
+    css = f"#{kind}-upload input[type=file]"
+    return WebDriverWait(browser, WAIT_S).until(lambda d: (d.find_elements(By.CSS_SELECTOR, css) or [None])[0])
+
+
 def _idle(browser) -> None:
     """Wait until no callback is in flight (Dash titles the page "Updating..." while one is)."""
     WebDriverWait(browser, WAIT_S).until(lambda d: d.title != "Updating...")
@@ -227,7 +233,7 @@ def test_slider_move_rerender_time_is_measured(server, browser):
 
 def test_an_uploaded_hugging_face_config_becomes_the_model(server, browser, small_hf_config):
     _open(browser, server, "crossover")
-    browser.find_element(By.CSS_SELECTOR, "#model-upload input[type=file]").send_keys(str(small_hf_config))
+    _file_input(browser, "model").send_keys(str(small_hf_config))
     WebDriverWait(browser, WAIT_S).until(
         lambda d: f"--model {small_hf_config.name}" in d.find_element(By.ID, "crossover-command").text
     )  # the user's own file, not the explorer's name for it
@@ -327,7 +333,7 @@ def test_an_uploaded_calibration_is_applied(server, browser, tmp_path_factory):
     assert done.exit_code == 0, done.output
     url = _url(server, page="planner", p_model="llama3-8b", p_system="dgx-h100", p_nodes=2)
     _open(browser, url, "planner")
-    browser.find_element(By.CSS_SELECTOR, "#calibration-upload input[type=file]").send_keys(str(cal))
+    _file_input(browser, "calibration").send_keys(str(cal))
     WebDriverWait(browser, WAIT_S).until(
         lambda d: f"--calibration {cal.name}" in d.find_element(By.ID, "planner-command").text
     )
