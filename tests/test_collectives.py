@@ -88,6 +88,27 @@ def test_the_network_post_grows_a_fixed_gather_with_the_ranks(monkeypatch):
     assert all_gather_time_s(n, 4, 4, NV4, ib) == one_server  # inside one server: nothing
 
 
+def test_an_amd_host_pays_more_per_ring_step_across_servers_and_the_same_inside_one():
+    """NCCL's getNetOverhead (src/graph/tuning.cc): 1 us on Intel x86, 2 us on AMD x86, 1 us on Arm
+    (Grace), x3 for Simple; charged only where the communicator spans servers."""
+    assert collectives.NET_POST_S == {"intel": 3e-6, "amd": 6e-6, "arm": 3e-6}
+    n, p, g = 8.0, 64, 8  # 8 bytes: the latency alone; 8 servers of 8 GPUs
+    dgx = presets.system("dgx-a100", nodes=8)  # 2x AMD EPYC 7742
+    assert dgx.host_cpu == "amd"
+    prices = {cpu: collectives.Fabric.of(dgx.with_(host_cpu=cpu)).group(p, g) for cpu in ("intel", "amd", "arm")}
+    intel, amd, arm = (prices[c].all_gather(n) for c in ("intel", "amd", "arm"))
+    steps_inside = p - p // g  # 56 of the 63 steps stay inside a server, each paying the post
+    assert amd - intel == pytest.approx(steps_inside * 3e-6, rel=1e-3)  # 3 us more each (8 B: pipe term ~0)
+    assert arm == intel
+    assert prices["amd"].reduce_scatter(n) == amd
+    for size in (8.0, 1e6, 1e9):  # the tree (no post) where it is faster: never cheaper on AMD
+        assert prices["amd"].all_reduce(size) >= prices["intel"].all_reduce(size)
+    one = {cpu: collectives.Fabric.of(dgx.with_(host_cpu=cpu, nodes=1)).group(g, g) for cpu in ("intel", "amd")}
+    for size in (8.0, 1e6, 1e9):  # inside one server: no network proxy, no post
+        assert one["amd"].all_reduce(size) == one["intel"].all_reduce(size)
+        assert one["amd"].all_gather(size) == one["intel"].all_gather(size)
+
+
 def test_tree_wins_for_small_messages_across_many_nodes():
     ib = presets.link("ib-hdr")
     small = all_reduce_time_s(1e3, 1024, 1, NV3, ib)

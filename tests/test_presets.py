@@ -309,3 +309,58 @@ def test_an_mpt_run_under_composer_is_priced(cli):
     got = json.loads(out)
     text = json.dumps(got)
     assert '"zero_stage": 3' in text and "composer" in text and '"layers": 32' in text.replace(".0", "")
+
+
+@pytest.mark.parametrize(
+    ("system", "host_cpu"),
+    [
+        ("dgx-a100", "amd"),  # 2x AMD EPYC 7742
+        ("dgx-h100", "intel"),  # 2x Intel Xeon Platinum 8480C
+        ("dgx-b200", "intel"),  # 2x Intel Xeon Platinum 8570
+        ("aws-p4d", "intel"),  # Cascade Lake 8275CL
+        ("aws-p5", "amd"),  # AMD EPYC 7R13
+        ("azure-nd-a100-v4", "amd"),  # AMD EPYC 7V12
+        ("azure-nd-h100-v5", "intel"),  # Xeon 8480C
+        ("leonardo-booster", "intel"),  # Xeon 8358
+        ("marenostrum5-acc", "intel"),  # Xeon 8460Y+
+        ("gb200-nvl72", "arm"),  # Grace
+        ("gb300-nvl72", "arm"),
+    ],
+)
+def test_systems_name_their_host_cpu(system, host_cpu):
+    assert presets.system(system).host_cpu == host_cpu
+
+
+def test_every_system_gives_its_host_cpu_with_a_source_and_agrees_with_its_pcie_block():
+    for name, data in presets.raw("systems").items():
+        assert data.get("host_cpu") in ("intel", "amd", "arm"), name
+        assert len(str(data.get("host_cpu_source", ""))) > 10, name
+        pcie_cpu = (data.get("pcie") or {}).get("cpu")
+        assert pcie_cpu in (None, "", data["host_cpu"]), name
+
+
+def test_a_bad_or_contradicting_host_cpu_is_refused(tmp_path):
+    base = "gpu: h100-sxm5-80gb\ngpus_per_node: 8\nintra_node_link: nvlink4\n"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(base + "host_cpu: sparc\n")
+    with pytest.raises(SpecError, match="host_cpu: 'sparc' is not allowed"):
+        presets.system(str(bad))
+    both = tmp_path / "both.yaml"
+    pcie = "pcie:\n  cpu: amd\n  gpus_per_socket: 4\n"
+    both.write_text(base.replace("nvlink4", "pcie5") + "host_cpu: intel\n" + pcie)
+    with pytest.raises(SpecError, match="host_cpu: intel but pcie: cpu: amd"):
+        presets.system(str(both))
+    derived = tmp_path / "derived.yaml"
+    derived.write_text(base.replace("nvlink4", "pcie5") + pcie)
+    assert presets.system(str(derived)).host_cpu == "amd"  # from its pcie block
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(base)
+    assert presets.system(str(plain)).host_cpu == "intel"  # a custom system keeps today's price
+
+
+def test_a_request_on_a_system_keeps_its_host_cpu():
+    from shardwise.requests.cluster_build import build_cluster
+
+    cluster = build_cluster({"system": "aws-p5", "nodes": 4, "inter_link": "ib-ndr"}, [])
+    assert cluster.host_cpu == "amd" and cluster.nodes == 4
+    assert build_cluster({"gpu": "h100-sxm5-80gb", "intra_link": "nvlink4"}, []).host_cpu == "intel"

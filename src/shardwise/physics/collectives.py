@@ -18,17 +18,16 @@ bandwidth broadcast, reduction and scan", Sec. 2). We use
 which is plain alpha-beta at both ends (tiny W: latency; huge W: bandwidth) and reproduces the
 slow approach to the asymptotic bus bandwidth that measured nccl-tests curves show between
 1 MB and 1 GB (NCCL's own tuning model in NVIDIA/nccl src/graph/tuning.cc, which adds the two,
-is 2-3x optimistic there). `tests/test_collectives.py` checks it against the
-measured curves in `data/comm_measured.csv`.
+is 2-3x optimistic there). `tests/test_collectives.py` checks it against measured curves.
 
 Algorithms, as NCCL picks them (src/graph/tuning.cc):
 - ring: steps = 2(p-1) for all-reduce, of which 2(k-1) cross nodes (NCCL's nInterSteps);
   bandwidth min(B_intra, g * B_inter) across nodes (g rings, one per NIC). Across nodes the steps
-  inside a node cost at least NCCL's network post overhead too (`NET_POST_OVERHEAD_S`, 3 us): the ring
-  moves one step at a time through the nodes' network proxies, which post each step's send and
-  receive, so p - 1 steps pay it however few of them cross a node (NCCL's own model does the
-  same: intraLat = max(intraLat, netOverhead) when nNodes > 1). At a fixed buffer this grows with
-  the ranks while the bytes per rank do not (FSDP's per-layer gathers at 128-2,048 ranks);
+  inside a node cost at least NCCL's network post overhead too (`NET_POST_S`: 3 us on an Intel or Arm
+  host, 6 us on an AMD one, `Cluster.host_cpu`): the ring moves one step at a time through the nodes'
+  network proxies, which post each step's send and receive, so p - 1 steps pay it however few of them
+  cross a node (NCCL's own model does the same: intraLat = max(intraLat, netOverhead) when nNodes > 1).
+  At a fixed buffer this grows with the ranks while the bytes per rank do not (FSDP's per-layer gathers);
 - tree (all-reduce across nodes only): latency 2((g-1) alpha_intra + log2(k) alpha_inter),
   W = 2n (NCCL: algBw = busBw / 2);
 - NVLS (NVLink SHARP, all-reduce inside one NVSwitch domain, Hopper and later): each rank
@@ -96,11 +95,13 @@ LL128_SHARE = 0.92
 NVLS_LATENCY_S = 25e-6  # NCCL src/graph/tuning.cc hwLat[NVLINK][NVLS] (2.21), once per call
 # A ring across servers advances no faster than its network proxy posts one step: NCCL's own model
 # charges each of the ring's steps inside a server at least the network post overhead when the
-# communicator spans servers (src/graph/tuning.cc ncclTopoTuneModel: "Inter-node rings still have
-# to launch nsteps * net overhead", intraLat = max(intraLat, netOverhead); getNetOverhead() = 1 us
-# on Intel x86 and any host but AMD x86 (2 us there), x3 for the Simple protocol, the only one
-# priced across servers). Intel's value for every host: systems carry no CPU vendor.
-NET_POST_OVERHEAD_S = 3.0e-6
+# communicator spans servers (src/graph/tuning.cc ncclTopoTuneModel, 2.18.1 to 2.30: "Inter-node
+# rings still have to launch nsteps * net overhead", intraLat = max(intraLat, netOverhead)), with
+# getNetOverhead() by the host CPU NCCL detects (comm->cpuArch, cpuVendor): 1 us on Intel x86, 2 us
+# on AMD x86, 1 us on any other (Arm: Grace), x3 for Simple, the only protocol priced across servers.
+# Seconds per ring step, by `Cluster.host_cpu`; NET_POST_OVERHEAD_S: a Group built without a cluster.
+NET_POST_S = {"intel": 3 * 1.0e-6, "amd": 3 * 2.0e-6, "arm": 3 * 1.0e-6}
+NET_POST_OVERHEAD_S = NET_POST_S["intel"]
 
 
 def pipelined_time_s(base_s: Number, pipe_latency_s: Number, wire_bytes: Number, bw: Number) -> Number:
@@ -140,7 +141,9 @@ class Group:
         inter: Link | None,
         custom: tuple[str, bool, bool, bool] | None = None,
         all_to_all_scale: Number = 1.0,
+        net_post_s: Number | None = None,
     ) -> None:
+        post = NET_POST_OVERHEAD_S if net_post_s is None else net_post_s  # seconds per ring step
         p = np.asarray(ranks, dtype=float)
         g = np.minimum(np.asarray(per_node, dtype=float), p)
         k = np.maximum(p / g, 1.0)
@@ -161,7 +164,7 @@ class Group:
         self._inv_bw = 1.0 / bw
         # ring: 2(p-1) steps for an all-reduce, 2(k-1) of them across nodes (NCCL's nInterSteps);
         # across nodes the steps inside a node cost at least the network proxy's post (module docstring)
-        a_ring = np.where(multi, np.maximum(a_in, NET_POST_OVERHEAD_S), a_in) if inter is not None else a_in
+        a_ring = np.where(multi, np.maximum(a_in, post), a_in) if inter is not None else a_in
         self._ar_latency = 2 * (p - k) * a_ring + 2 * (k - 1) * a_out
         self._rs_latency = (p - k) * a_ring + (k - 1) * a_out
         self._ar_factor = 2 * (p - 1) / p
@@ -329,7 +332,7 @@ _FABRICS = Memo("fabrics", size=256)
 class Fabric:
     """The links of one cluster: makes communicator `Group`s and prices point-to-point sends."""
 
-    __slots__ = ("_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra", "intra_p2p")
+    __slots__ = ("_groups", "all_to_all_scale", "custom", "inter", "inter_p2p", "intra", "intra_p2p", "net_post_s")
 
     def __init__(
         self,
@@ -338,8 +341,9 @@ class Fabric:
         custom: tuple[str, bool, bool, bool] | None = None,
         all_to_all_scale: Number = 1.0,
         p2p_scale: Number = 1.0,
+        net_post_s: Number | None = None,
     ) -> None:
-        self.intra, self.inter, self.custom = intra, inter, custom
+        self.intra, self.inter, self.custom, self.net_post_s = intra, inter, custom, net_post_s
         self.intra_p2p = on_mesh(intra, 2)  # a send between two GPUs: one link of a mesh
         self.all_to_all_scale = all_to_all_scale
         # a pipeline send across servers: the inter-node link at its own share of the rate
@@ -373,19 +377,19 @@ class Fabric:
             custom if cluster.custom_all_reduce != "none" else None,
             cluster.inter_node_all_to_all_scale,
             cluster.inter_node_p2p_scale,
+            NET_POST_S[cluster.host_cpu],
         )
 
     def group(self, ranks: Number, per_node: Number) -> Group:
         """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
         per fabric and size when both are single numbers (a Group is never changed once built)."""
+        links = (self.intra, self.inter, self.custom, self.all_to_all_scale, self.net_post_s)
         if not (one_value(ranks) and one_value(per_node)):  # arrays: a group per call
-            return Group(ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale)
+            return Group(ranks, per_node, *links)
         key = (float(ranks), float(per_node))  # type: ignore[arg-type]
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = Group(
-                ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale
-            )
+            group = self._groups[key] = Group(ranks, per_node, *links)
         return group
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:

@@ -186,7 +186,17 @@ def model_hf_id(name: str) -> str | None:
     return str(found) if found else None
 
 
-SYSTEM_FIELDS = ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node", "p2p", "nvls", "pcie")
+SYSTEM_FIELDS = (
+    "gpu",
+    "gpus_per_node",
+    "intra_node_link",
+    "inter_node_link",
+    "nics_per_node",
+    "p2p",
+    "nvls",
+    "pcie",
+    "host_cpu",
+)
 # A system's PCIe layout (`specs.pcie.PcieTopology`): counts, rates (e.g. 31.5GB/s), a flag.
 PCIE_COUNTS = ("gpus_per_switch", "gpus_per_socket")
 PCIE_RATES = ("uplink_bandwidth", "socket_link_bandwidth", "host_memory_bandwidth")
@@ -200,7 +210,7 @@ def system(name: str, nodes: int = 1) -> Cluster:
 
 def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
     for field in data:
-        if field not in (*SYSTEM_FIELDS, "source", "kind", "notes", "name"):
+        if field not in (*SYSTEM_FIELDS, "source", "host_cpu_source", "kind", "notes", "name"):
             raise SpecError(f"system {key!r}: {loaders.unknown_field(field, SYSTEM_FIELDS)}")
     for field in ("gpu", "gpus_per_node", "intra_node_link"):
         if data.get(field) is None:
@@ -225,7 +235,23 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
             raise SpecError(f"system {key!r}: {flag}: {value!r} is not allowed; give true or false")
     if data.get("pcie") is not None:
         cluster = cluster.with_(pcie=pcie_from_dict(key, data["pcie"]))
+    host = _host_cpu(key, data, cluster.pcie.cpu if cluster.pcie is not None else "")
+    if host != cluster.host_cpu:
+        cluster = cluster.with_(host_cpu=host)
     return cluster.with_(**flags) if not all(flags.values()) else cluster
+
+
+def _host_cpu(key: str, data: dict[str, Any], pcie_cpu: str) -> str:
+    """A system's host CPU vendor (`Cluster.host_cpu`): its `host_cpu`, else its `pcie:` block's
+    `cpu`, else Intel's; the two, where both are given, must agree."""
+    from shardwise.specs.hardware import HOST_CPUS
+
+    host = data.get("host_cpu", pcie_cpu or "intel")
+    if host not in HOST_CPUS:
+        raise SpecError(f"system {key!r}: host_cpu: {host!r} is not allowed; choose {', '.join(HOST_CPUS)}")
+    if pcie_cpu and host != pcie_cpu:
+        raise SpecError(f"system {key!r}: host_cpu: {host} but pcie: cpu: {pcie_cpu}; give one vendor")
+    return str(host)
 
 
 def pcie_from_dict(key: str, data: Any) -> Any:

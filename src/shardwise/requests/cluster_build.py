@@ -30,10 +30,10 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
     from shardwise import loaders, presets
 
     both = o.get("nodes") is not None and o.get("num_gpus") is not None
-    nic, nics, p2p, nvls = None, None, True, True
+    nic, nics, p2p, nvls, host_cpu = None, None, True, True, "intel"
     if o.get("system"):
         base = presets.system(o["system"])
-        gpu, per_node, p2p, nvls = base.gpu, base.gpus_per_node, base.p2p, base.nvls
+        gpu, per_node, p2p, nvls, host_cpu = base.gpu, base.gpus_per_node, base.p2p, base.nvls, base.host_cpu
         intra, name = base.intra_node_link, base.name
         nic, nics = presets.system_network(o["system"])
     elif o.get("gpu"):
@@ -87,6 +87,8 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
         has_none = f"--system {o['system']} has no inter_node_link; " if o.get("system") else ""
         raise SpecError(f"{has_none}{nodes} nodes need --inter-link (e.g. ib-hdr, ib-ndr, or a rate like 25GB/s)")
     cluster = loaders.cluster_from_parts(name, gpu, per_node, nodes, intra, inter if nodes > 1 or inter else None)
+    if host_cpu != cluster.host_cpu:  # the system's host CPU: NCCL's network post per ring step
+        cluster = cluster.with_(host_cpu=host_cpu)
     if o.get("p2p") is not None:
         p2p = o["p2p"] == "on"
     if not p2p:

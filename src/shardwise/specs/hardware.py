@@ -288,6 +288,9 @@ class Link:
 
 # Serving engines' own all-reduce kernels (physics.custom_allreduce); "none": NCCL only.
 CUSTOM_ALL_REDUCE_KERNELS = ("none", "vllm", "trtllm", "sglang")
+# The host CPU's vendor as NCCL tells them apart for its network post per ring step
+# (`physics.collectives.NET_POST_S`): Intel x86, AMD x86, Arm (Grace)
+HOST_CPUS = ("intel", "amd", "arm")
 
 
 @hash_once
@@ -328,9 +331,16 @@ class Cluster:
     # a PCIe server's switches and sockets (`specs.pcie`; None: one uniform link, as before);
     # serving prices its groups on it (`physics.pcie`)
     pcie: PcieTopology | None = None
+    # the servers' host CPU vendor (HOST_CPUS): what NCCL's network proxy pays to post a ring step
+    # across servers (`physics.collectives`); Intel's price unless a system preset says otherwise
+    host_cpu: str = "intel"
 
     def __post_init__(self) -> None:
         chk.text("cluster: name", self.name)
+        if self.host_cpu not in HOST_CPUS:
+            raise SpecError(
+                f"cluster {self.name!r}: host_cpu: {self.host_cpu!r} is not allowed; choose {', '.join(HOST_CPUS)}"
+            )
         for flag in ("p2p", "nvls"):
             if not isinstance(getattr(self, flag), bool):
                 got = getattr(self, flag)
