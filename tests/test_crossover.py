@@ -194,6 +194,18 @@ def test_a_plan_invalid_at_odd_batches_makes_no_crossing_there(vary):
     assert len(answer.as_dict()["crossings"]) == 1
 
 
+def test_a_plan_valid_at_one_point_hides_no_change_between_the_others():
+    # tp=8 with micro-batch 16 over dp=2 runs only at batch 32: it must not hide the tp=8 -> pp=16
+    # change at 12-14 that the two plans alone show (review: it did when every plan had to be valid)
+    from shardwise.requests.compare import CrossoverRequest
+
+    argv = "crossover --system dgx-h100 --nodes 2 --plan tp=8 --plan pp=16 --plan tp=8,mb=16 --vary batch=2..40"
+    result = CrossoverRequest.from_argv(argv).run().result
+    changes = [c for c in result.crossings if c.winner_change]
+    assert [(c.before, c.after) for c in changes][:1] == [("tp=8", "pp=16")]
+    assert changes[0].low >= 12 and changes[0].at <= 14
+
+
 def test_the_crossover_csv_says_why_a_point_is_invalid():
     import csv
     import io

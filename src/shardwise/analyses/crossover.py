@@ -139,13 +139,12 @@ def run_crossover(exp: Experiment, variable: str, values: np.ndarray, ignore_mem
             series.append(Series(plan.label, link.label, t, fits, sd))
     crossings: list[Crossing] = []
     for link in exp.links:
-        times, sds = {}, {}
-        every_valid = np.ones(len(dense), dtype=bool)
+        times, sds, valid = {}, {}, {}
         for plan in exp.plans:
             t, fits, sds[plan.label] = priced[(link.label, plan.label)]
             times[plan.label] = np.where(~np.isnan(t) & (fits | ignore_memory), t, np.nan)
-            every_valid &= ~np.isnan(t)
-        found = _winner_changes(exp, link, variable, dense, times, ignore_memory, every_valid)
+            valid[plan.label] = ~np.isnan(t)
+        found = _winner_changes(exp, link, variable, dense, times, ignore_memory, valid)
         for a, b in combinations(exp.plans, 2):
             for c in _pair_crossings(exp, link, a, b, variable, dense, times, ignore_memory):
                 if not any(_same(c, w) for w in [*crossings, *found]):
@@ -245,22 +244,29 @@ def _winner_changes(
     x: np.ndarray,
     times: dict[str, np.ndarray],
     ignore_memory: bool,
-    every_valid: np.ndarray,
+    valid: dict[str, np.ndarray],
 ) -> list[Crossing]:
-    """Where the fastest plan changes, read only at the points where every plan is valid
-    (`every_valid`: the layout rules hold; not fitting in memory still counts, a real change): a
-    plan invalid at a point (tp=8 at an odd batch over two data-parallel ranks) does not lose
-    there, so the winner does not flip at every such point."""
+    """Where the fastest plan changes. A point where the current winner is invalid (`valid`: its
+    layout rules hold; not fitting in memory still counts, a real change) is passed over: a plan
+    invalid at a point (tp=8 at an odd batch over two data-parallel ranks) does not lose there, so
+    the winner does not flip at every such point, while a plan valid at a few points only hides no
+    change between the others. A change is one where both plans ran at both points; otherwise (a
+    plan that could not run at the previous winner's point, one never valid again) the winner is
+    taken over without a crossing."""
     plans = {p.label: p for p in exp.plans}
     names = list(times)
     stack = np.vstack([np.where(np.isnan(times[n]), np.inf, times[n]) for n in names])
     winners = [_winner(col, names) for col in stack.T]
+    # valid somewhere from each point on: a winner invalid here but valid again later is waited for
+    later = {n: np.logical_or.accumulate(v[::-1])[::-1] for n, v in valid.items()}
     out = []
     last_i, last = None, None
     for i, w in enumerate(winners):
-        if w in ("", TIE) or not every_valid[i]:
+        if w in ("", TIE):
             continue
-        if last is not None and w != last:
+        if last is not None and not valid[last][i] and later[last][i]:
+            continue
+        if last is not None and w != last and valid[last][i] and valid[w][last_i]:
             at, exact = _refine(exp, link, plans[last], plans[w], variable, x[last_i], x[i], -1.0, ignore_memory)
             t_at = _time_at(exp, plans[w], link, variable, at, x, times)
             out.append(Crossing(link.label, last, w, at, float(x[last_i]), float(x[i]), exact, True, t_at))
