@@ -216,3 +216,18 @@ def test_the_crossover_csv_says_why_a_point_is_invalid():
     assert all(r["fits_in_memory"] == "" for r in odd)  # not "False": memory was never the problem
     even = [r for r in rows if r["plan"] == "tp=8" and int(r["batch"]) % 2 == 0]
     assert all(r["valid"] == "True" and r["why"] == "" and r["fits_in_memory"] == "True" for r in even)
+
+
+def test_a_system_s_host_cpu_reaches_the_crossover_s_clusters():
+    # review: crossover and sweep rebuilt the cluster by hand and priced every host as Intel
+    # (NCCL's network post per ring step across servers is 2 us on AMD hosts, 1 us on Intel)
+    from shardwise.analyses.evaluate import _cluster, times_s
+    from shardwise.requests.compare import CrossoverRequest
+
+    exp = CrossoverRequest.from_argv("crossover --system dgx-a100 --nodes 4 --plan tp=1,zero=3").experiment.build().experiment
+    assert exp.host_cpu == "amd"
+    link = exp.links[0].link
+    assert _cluster(exp, link, exp.gpus).host_cpu == "amd"
+    amd, _ = times_s(exp, exp.plans[0], link, "batch", [64])
+    intel, _ = times_s(exp.with_(host_cpu="intel"), exp.plans[0], link, "batch", [64])
+    assert amd[0] > intel[0]  # every ring step across servers pays the dearer post

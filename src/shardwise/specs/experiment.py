@@ -69,6 +69,7 @@ class Experiment:
     gpus: int = 8
     gpus_per_node: int = 8
     inter_node_link: Link | None = None
+    host_cpu: str = "intel"  # the servers' CPU maker: NCCL's network post per ring step (Cluster.host_cpu)
     links: tuple[LinkSpec, ...] = ()
     plans: tuple[PlanSpec, ...] = ()
     batch: int = 8
