@@ -224,7 +224,8 @@ def test_a_system_s_host_cpu_reaches_the_crossover_s_clusters():
     from shardwise.analyses.evaluate import _cluster, times_s
     from shardwise.requests.compare import CrossoverRequest
 
-    exp = CrossoverRequest.from_argv("crossover --system dgx-a100 --nodes 4 --plan tp=1,zero=3").experiment.build().experiment
+    request = CrossoverRequest.from_argv("crossover --system dgx-a100 --nodes 4 --plan tp=1,zero=3")
+    exp = request.experiment.build().experiment
     assert exp.host_cpu == "amd"
     link = exp.links[0].link
     assert _cluster(exp, link, exp.gpus).host_cpu == "amd"
