@@ -255,6 +255,8 @@ def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--json"])
     assert code == 0, err  # the preset's source names its Hugging Face id: vLLM loads that
     assert json.loads(out)["plans"][0]["launch"]["shell"].count("vllm serve meta-llama/Meta-Llama-3-70B") == 1
+    code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--layers", "40", "--json"])
+    assert code == 2 and "--hf-id" in err  # a reshaped preset is not the checkpoint its source names
     code, out, err = cli([*args, "--plan", "tp=4", "--weight-precision", "fp8", "--hf-id", "meta-llama/X", "--json"])
     assert code == 0, err
     launch = json.loads(out)["plans"][0]["launch"]

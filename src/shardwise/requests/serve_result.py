@@ -122,7 +122,8 @@ def priced(request: Any, s: Any) -> ServeResult:
     hints = {label: _fit_hint(s, est) for label, est in rows if not bool(est.fits_in_memory) and request.plans}
     launches = {}
     if request.emit:
-        model_id = _model_id(request.target.model, request.hf_id)
+        reshaped = any(getattr(request.target, k, None) is not None for k in RESHAPING)
+        model_id = _model_id(request.target.model, request.hf_id, reshaped)
         launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
     return ServeResult(request, s, rows, invalid, spreads, hints, launches, lambda: _scaling(request, s, rows))
 
@@ -195,9 +196,14 @@ def _estimate(s: Any, spec: Any, max_throughput: bool) -> tuple[str, Any]:
     return spec.label, at_max_batch(scn, s.workload) if max_throughput else estimate_serving(scn, s.workload)
 
 
-def _model_id(model: str | None, hf_id: str | None) -> str | None:
+# model flags that make a preset another model: its checkpoint is no longer what was priced
+RESHAPING = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "family")
+
+
+def _model_id(model: str | None, hf_id: str | None, reshaped: bool = False) -> str | None:
     """What vLLM loads: --hf-id, else the directory of a config.json given as --model, else the
-    Hugging Face id a model preset's source names (`hf_id` in models.yaml)."""
+    Hugging Face id a model preset's source names (`hf_id` in models.yaml), unless a flag reshaped
+    the preset (then none: the emitter asks for --hf-id)."""
     if hf_id:
         return hf_id
     name = model or ""
@@ -207,7 +213,7 @@ def _model_id(model: str | None, hf_id: str | None) -> str | None:
         return os.path.dirname(os.path.abspath(name))
     from shardwise.presets import model_hf_id
 
-    return model_hf_id(name) if name else None
+    return model_hf_id(name) if name and not reshaped else None
 
 
 def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] | None:
