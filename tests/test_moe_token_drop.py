@@ -126,3 +126,18 @@ def test_the_recipes_that_dropped_tokens_are_priced_so():
     assert not {"PUB-0296", "PUB-0227"} & drop  # 25.09 DeepSeek-V3 on H100 (DeepEP); 26.02
     assert all(public_moe.dispatcher(raws[i]) == "alltoall" for i in drop)
     assert public_moe.dispatcher(raws["PUB-0296"]) == "flex"
+
+
+def test_unpadded_token_dropping_cannot_capture_the_preprocess_in_a_cuda_graph():
+    # Megatron-Core (arguments.py): with the alltoall dispatcher and a capacity factor, the
+    # preprocess copies split sizes to the host, so moe_preprocess is refused in cuda_graph_scope
+    import pytest
+
+    from shardwise.errors import SpecError
+    from shardwise.specs.plan import Plan
+
+    scope = ("moe_router", "moe_preprocess")
+    with pytest.raises(SpecError, match="moe_preprocess"):
+        Plan(ep=8, moe_capacity_factor=1.0, cuda_graph_scope=scope)
+    assert Plan(ep=8, moe_capacity_factor=1.0, moe_pad_to_capacity=True, cuda_graph_scope=scope).ep == 8
+    assert Plan(ep=8, cuda_graph_scope=scope).ep == 8  # dropless: Megatron-Core allows it

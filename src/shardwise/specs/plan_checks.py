@@ -198,13 +198,21 @@ def check_fields(plan: Any) -> None:
 
 def _capacity_rules(plan: Any) -> None:
     """Megatron-Core's rules of token dropping (transformer_config.py: padding to capacity needs a
-    capacity factor; token_dispatcher.py: the flex dispatcher refuses the padding, and the all-gather
-    one has no drop-and-pad path)."""
+    capacity factor; token_dispatcher.py: the flex dispatcher's DeepEP backend refuses the padding,
+    and the all-gather one has no drop-and-pad path; a dropping alltoall preprocess that syncs with
+    the host cannot be a CUDA graph)."""
     pad = np.asarray(plan.moe_pad_to_capacity, dtype=bool)
     if any_true(pad & (as_array(plan.moe_capacity_factor) <= 0)):
         raise SpecError(
             "plan: moe_pad_to_capacity needs moe_capacity_factor > 0 (Megatron-Core's rule: it pads each "
             "expert to its capacity); set --moe-capacity-factor or drop --moe-pad-to-capacity"
+        )
+    drops = (as_array(plan.moe_capacity_factor) > 0) & ~pad
+    if any_true(drops) and plan.moe_dispatcher == "alltoall" and "moe_preprocess" in (plan.cuda_graph_scope or ()):
+        raise SpecError(
+            "plan: cuda_graph_scope moe_preprocess with token dropping unpadded (--moe-capacity-factor without "
+            "--moe-pad-to-capacity): its preprocessing copies to the host, which Megatron-Core refuses to capture "
+            "(arguments.py / transformer_config.py); pad to capacity or leave moe_preprocess out"
         )
     if any_true(pad) and plan.moe_dispatcher != "alltoall":
         raise SpecError(
