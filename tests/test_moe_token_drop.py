@@ -141,3 +141,16 @@ def test_unpadded_token_dropping_cannot_capture_the_preprocess_in_a_cuda_graph()
         Plan(ep=8, moe_capacity_factor=1.0, cuda_graph_scope=scope)
     assert Plan(ep=8, moe_capacity_factor=1.0, moe_pad_to_capacity=True, cuda_graph_scope=scope).ep == 8
     assert Plan(ep=8, cuda_graph_scope=scope).ep == 8  # dropless: Megatron-Core allows it
+
+
+def test_memory_drops_tokens_where_the_time_does():
+    # review: memory capped the routed activations under TP without sequence parallelism, where the
+    # time (each rank routing the TP group's tokens) prices no dropping
+    import numpy as np
+
+    from shardwise.engines.training_memory import _dropping_factor
+    from shardwise.specs.plan import Plan
+
+    assert float(_dropping_factor(Plan(tp=2, ep=4, moe_capacity_factor=1.0, sequence_parallel=False))) == 0.0
+    assert float(_dropping_factor(Plan(tp=2, ep=4, moe_capacity_factor=1.0, sequence_parallel=True))) == 1.0
+    assert np.all(_dropping_factor(Plan(tp=1, ep=8, moe_capacity_factor=1.25)) == 1.25)

@@ -147,7 +147,7 @@ def memory_breakdown(
             model,
             tokens,
             plan.expert_tp,
-            capacity_load(plan.expert_imbalance, plan.moe_capacity_factor, plan.moe_pad_to_capacity),  # token dropping
+            capacity_load(plan.expert_imbalance, _dropping_factor(plan), plan.moe_pad_to_capacity),  # token dropping
             e,
             plan.recompute,
             plan.recompute_modules,
@@ -342,3 +342,10 @@ __all__ = [
     "stage_buffers",
     "zero3_buffers",
 ]
+
+
+def _dropping_factor(plan: Plan) -> Number:
+    """The capacity factor where tokens are dropped, 0 elsewhere: as the time (`engines.moe`), only
+    where each rank routes tokens of its own (sequence parallelism, or no TP)."""
+    sharded = np.asarray(plan.sequence_parallel, dtype=bool) | (np.asarray(plan.tp) <= 1)
+    return np.where(sharded, plan.moe_capacity_factor, 0.0)
