@@ -483,3 +483,27 @@ def test_piped_output_is_100_columns_without_trailing_padding(cli, monkeypatch):
     assert not [line for line in lines if line != line.rstrip()]  # rich padded them to 160 columns
     assert "  step time" in out and max(len(line) for line in lines if line.startswith("  step")) <= 100
     assert piped_width({}) == 100 and piped_width({"COLUMNS": "120"}) == 120 and piped_width({"COLUMNS": "x"}) == 100
+
+
+def test_piped_output_drops_padding_and_flush_reaches_the_file():
+    import io
+
+    from shardwise.cli.render import _Rstripped
+
+    class Sink(io.StringIO):
+        flushed = 0
+
+        def flush(self) -> None:
+            self.flushed += 1
+            super().flush()
+
+    sink = Sink()
+    out = _Rstripped(sink)
+    out.write("a table row   \nnext")
+    out.flush()
+    assert sink.getvalue() == "a table row\nnext" and sink.flushed == 1
+    out.write("   ")  # padding alone waits for its newline, but the flush still reaches the stream
+    out.flush()
+    assert sink.getvalue() == "a table row\nnext" and sink.flushed == 2
+    out.write("\n")
+    assert sink.getvalue() == "a table row\nnext\n"

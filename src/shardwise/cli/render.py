@@ -49,11 +49,10 @@ class _Rstripped:
         return len(text)
 
     def flush(self) -> None:
-        if self._pending.strip(" ") == "" and self._pending:
-            return  # padding that a newline will end (or nothing): kept back
-        self._stream.write(self._pending)
-        self._pending = ""
-        self._stream.flush()
+        if self._pending.strip(" ") or not self._pending:  # padding alone waits for its newline
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()  # what was written reaches the file either way
 
     def isatty(self) -> bool:
         return False
