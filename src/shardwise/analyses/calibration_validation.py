@@ -243,6 +243,7 @@ def _fits_side_by_side(members: list[PublicRun], picks: list[list[int]]) -> list
 
 LOO = -1  # the `k` of a leave-one-out point (calibrated on all of the stack's runs but one)
 _FULL_FITS: dict[tuple, object] = {}  # the fit of a stack's runs, by its runs (a pure function, kept)
+FULL_FITS_KEPT = 64  # more than the stacks of one `validate --calibrated`
 
 
 def _full_fit(members: list[PublicRun]):
@@ -259,6 +260,8 @@ def _full_fit(members: list[PublicRun]):
         key = None
     fitted = fit([r.scenario for r in members], np.array([r.measured_step_s for r in members]))
     if key is not None:
+        if len(_FULL_FITS) >= FULL_FITS_KEPT:  # the oldest goes: a long-lived process stays bounded
+            _FULL_FITS.pop(next(iter(_FULL_FITS)))
         _FULL_FITS[key] = fitted
     return fitted
 
