@@ -61,6 +61,9 @@ def cluster_dict(cluster: Cluster) -> dict[str, Any]:
         "num_gpus": plain(cluster.num_gpus),
         "intra_node_link": link_dict(cluster.intra_node_link),
         "inter_node_link": link_dict(cluster.inter_node_link),
+        "p2p": bool(cluster.p2p),
+        "nvls": bool(cluster.nvls),
+        "host_cpu": cluster.host_cpu,
     }
 
 
