@@ -507,3 +507,16 @@ def test_piped_output_drops_padding_and_flush_reaches_the_file():
     assert sink.getvalue() == "a table row\nnext" and sink.flushed == 2
     out.write("\n")
     assert sink.getvalue() == "a table row\nnext\n"
+
+
+def test_predict_states_its_interval_as_shares_of_the_prediction(cli):
+    import re
+
+    code, out, _ = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "16"])
+    flat = " ".join(out.split())
+    words = re.search(r"80% interval (-\d+)%/\+(\d+)%, uncalibrated", flat)
+    ends = re.search(r"step time ([\d.]+) s \(([\d.]+)-([\d.]+) s\)", flat)
+    assert code == 0 and words and ends, flat[:400]
+    step, low, high = (float(x) for x in ends.groups())
+    assert round(100 * (low / step - 1)) == pytest.approx(int(words.group(1)), abs=1)  # the printed ends, rounded
+    assert round(100 * (high / step - 1)) == pytest.approx(int(words.group(2)), abs=1)

@@ -194,6 +194,12 @@ def _flags(p: Any) -> str:
     return ", ".join(on) or "no overlaps"
 
 
+def interval_words(low: float, high: float, centre: float, basis: str) -> str:
+    """'80% interval -9%/+10%, BASIS': the interval's ends as shares of the prediction, then where
+    its width comes from."""
+    return f"80% interval {low / centre - 1:+.0%}/{high / centre - 1:+.0%}, {basis}"
+
+
 def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | None = None) -> None:
     """The estimate as tables; `interval` = (low, high, basis) of the step time's 80% interval."""
     out = console()
@@ -210,7 +216,7 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     else:
         lo, hi, basis = interval
         head.add_row("step time", f"[bold]{format_seconds(step)}[/] ({format_seconds_range(lo, hi)})")
-        head.add_row("", f"[dim]80% interval: {basis}[/]")
+        head.add_row("", f"[dim]{interval_words(lo, hi, step, basis)}[/]")
         t_lo, t_hi = tokens * step / hi, tokens * step / lo
         head.add_row(
             "throughput",

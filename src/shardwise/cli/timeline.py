@@ -81,7 +81,7 @@ def _print(
 ) -> None:
     from rich.table import Table
 
-    from shardwise.cli.render import console, describe_scenario
+    from shardwise.cli.render import console, describe_scenario, interval_words
     from shardwise.units import format_seconds, format_seconds_range
 
     out = console()
@@ -93,7 +93,7 @@ def _print(
         f"\nsimulated step {format_seconds(step)} ({format_seconds_range(interval[0], interval[1])}; closed form "
         f"{format_seconds(closed_s)}, {(step - closed_s) / closed_s:+.1%}); {len(sim.records):,} operations"
     )
-    out.print(f"[dim]80% interval: {interval[2]}[/]")
+    out.print(f"[dim]{interval_words(interval[0], interval[1], step, interval[2])}[/]")
     table = Table(header_style="bold")
     for col in ("stage", "busy", "bubble", "peak micro-batches in flight"):
         table.add_column(col, justify="right")
