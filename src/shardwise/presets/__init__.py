@@ -234,7 +234,10 @@ def _system_from_dict(key: str, data: dict[str, Any], nodes: int) -> Cluster:
         if not isinstance(value, bool):
             raise SpecError(f"system {key!r}: {flag}: {value!r} is not allowed; give true or false")
     if data.get("pcie") is not None:
-        cluster = cluster.with_(pcie=pcie_from_dict(key, data["pcie"]))
+        block = data["pcie"]
+        if isinstance(block, dict) and "cpu" not in block and data.get("host_cpu"):
+            block = {**block, "cpu": data["host_cpu"]}  # the maker stated once, for NCCL's PCIe rules too
+        cluster = cluster.with_(pcie=pcie_from_dict(key, block))
     host = _host_cpu(key, data, cluster.pcie.cpu if cluster.pcie is not None else "")
     if host != cluster.host_cpu:
         cluster = cluster.with_(host_cpu=host)
