@@ -60,6 +60,7 @@ from shardwise.physics.moe import (
     experts_forward,
     graphed_training_kernels,
     routed_tokens,
+    routes_own_tokens,
 )
 from shardwise.physics.moe_grouped import (
     MOE_POST_SYNC_KERNELS,
@@ -136,7 +137,7 @@ def experts_parts(
     tokens = routed_tokens(model, plan.micro_batch, s_q, plan.tp, sp)
     # each rank routes tokens of its own (training: sequence parallelism splits the TP group's) unless
     # TP without sequence parallelism replicates them over the TP GPUs (serving)
-    sharded = sp | (np.asarray(plan.tp) <= 1)
+    sharded = routes_own_tokens(sp, plan.tp)
     etp = plan.expert_tp
     # token dropping (`Plan.moe_capacity_factor`), training only; padded to capacity, the all-to-all
     # dispatcher's splits are static: no count gather, no host read of them (`physics.moe.capacity_copies`)

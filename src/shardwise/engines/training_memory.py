@@ -22,7 +22,7 @@ from shardwise.engines.training_states import stage_states  # the stages' model 
 from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
-from shardwise.physics.moe import capacity_load, routed_tokens
+from shardwise.physics.moe import capacity_load, routed_tokens, routes_own_tokens
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_nvfp4
@@ -347,5 +347,4 @@ __all__ = [
 def _dropping_factor(plan: Plan) -> Number:
     """The capacity factor where tokens are dropped, 0 elsewhere: as the time (`engines.moe`), only
     where each rank routes tokens of its own (sequence parallelism, or no TP)."""
-    sharded = np.asarray(plan.sequence_parallel, dtype=bool) | (np.asarray(plan.tp) <= 1)
-    return np.where(sharded, plan.moe_capacity_factor, 0.0)
+    return np.where(routes_own_tokens(plan.sequence_parallel, plan.tp), plan.moe_capacity_factor, 0.0)

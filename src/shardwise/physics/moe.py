@@ -186,6 +186,12 @@ def capacity_load(imbalance: Number, capacity_factor: Number, pad_to_capacity: N
     return np.where(padded, cf, np.minimum(imbalance, np.where(cf > 0, cf, np.inf)))
 
 
+def routes_own_tokens(sequence_parallel: Number, tp: Number) -> Number:
+    """Whether each rank routes tokens of its own: sequence parallelism splits the TP group's, and
+    without TP there is nothing to split; TP without it replicates them over the TP GPUs (serving)."""
+    return np.asarray(sequence_parallel, dtype=bool) | (np.asarray(tp) <= 1)
+
+
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
     """T: the tokens one rank routes per micro-batch (b s, split by t under sequence parallelism)."""
     split = np.where(np.asarray(sequence_parallel, dtype=bool), np.asarray(tp, dtype=float), 1.0)
