@@ -80,55 +80,54 @@ LEFT_OUT = (
 
 
 @dataclass(frozen=True)
-class EpPair:
-    """Experts whole on `ep` GPUs against split over `tp` (module docstring)."""
+class ServingPair:
+    """Two published serving rows of one model on one system, one engine and its precisions."""
 
     key: str
     group: str  # comparison_group of the two rows
     model: str
     system: str
-    tp: int
-    ep: int
     engine: str
     weight_precision: str
     kv_precision: str
-    input_len: int  # means of the benchmark's random lengths
+    input_len: int
     output_len: int
-    requests: int  # the benchmark's --num-prompts
-    rate_per_s: float  # its --request-rate (Poisson arrivals)
-    input_max: int  # its --random-input: prompts uniform on 1..input_max (range ratio 0)
-    output_max: int  # its --random-output: outputs uniform on 1..output_max
+    requests: int
+
+
+@dataclass(frozen=True)
+class EpPair(ServingPair):
+    """Experts whole on `ep` GPUs against split over `tp` (module docstring); the lengths are the
+    means of the benchmark's random lengths, `requests` its --num-prompts."""
+
+    tp: int = 1
+    ep: int = 1
+    rate_per_s: float = 0.0  # its --request-rate (Poisson arrivals)
+    input_max: int = 0  # its --random-input: prompts uniform on 1..input_max (range ratio 0)
+    output_max: int = 0  # its --random-output: outputs uniform on 1..output_max
 
 
 EP_PAIRS = (
-    EpPair("sglang-3602-dsv3-ep8", "sglang-3602-dsv3-ep8-h200", "deepseek-v3", "dgx-h200", 8, 8, "sglang", "fp8",
-           "bf16", 93, 201, 600, 40.0, 180, 400),
+    EpPair("sglang-3602-dsv3-ep8", "sglang-3602-dsv3-ep8-h200", "deepseek-v3", "dgx-h200", "sglang", "fp8", "bf16",
+           93, 201, 600, tp=8, ep=8, rate_per_s=40.0, input_max=180, output_max=400),
 )  # fmt: skip
 
 
 @dataclass(frozen=True)
-class PpTpPair:
-    """PP k against TP k on the same GPUs, one of the blog's two ratios (module docstring)."""
+class PpTpPair(ServingPair):
+    """PP k against TP k on the same GPUs, one of the blog's two ratios (module docstring); the
+    lengths are assumed (the post gives none); `requests` are sent at once, every token over the
+    whole run (maximum throughput), 0: one request alone."""
 
-    key: str
-    group: str  # comparison_group of the two rows
-    model: str
-    system: str
-    k: int
-    engine: str
-    weight_precision: str
-    kv_precision: str
-    input_len: int  # assumed: the post gives no lengths
-    output_len: int
-    requests: int  # sent at once, every token over the whole run (maximum throughput); 0: one request alone
-    what: str
+    k: int = 1
+    what: str = ""
 
 
 PP_TP_PAIRS = (
     PpTpPair("nvidia-blog-405b-h200-max-throughput", "nvidia-blog-405b-h200-max-throughput", "llama3-405b",
-             "dgx-h200", 8, "tensorrt-llm", "fp8", "fp8", 512, 512, 2000, "max throughput"),
+             "dgx-h200", "tensorrt-llm", "fp8", "fp8", 512, 512, 2000, k=8, what="max throughput"),
     PpTpPair("nvidia-blog-405b-h200-min-latency", "nvidia-blog-405b-h200-min-latency", "llama3-405b",
-             "dgx-h200", 8, "tensorrt-llm", "fp8", "fp8", 512, 512, 0, "min latency"),
+             "dgx-h200", "tensorrt-llm", "fp8", "fp8", 512, 512, 0, k=8, what="min latency"),
 )  # fmt: skip
 
 
