@@ -232,3 +232,20 @@ def test_a_system_s_host_cpu_reaches_the_crossover_s_clusters():
     amd, _ = times_s(exp, exp.plans[0], link, "batch", [64])
     intel, _ = times_s(exp.with_(host_cpu="intel"), exp.plans[0], link, "batch", [64])
     assert amd[0] > intel[0]  # every ring step across servers pays the dearer post
+
+
+def test_a_system_file_s_nvls_off_reaches_the_crossover_s_clusters(tmp_path):
+    # the experiment rebuilt the cluster without the system's `nvls`, so a system file with
+    # `nvls: false` (NCCL_NVLS_ENABLE=0) was priced with NVLink SHARP all-reduces
+    from shardwise.analyses.evaluate import _cluster, times_s
+    from shardwise.requests.compare import CrossoverRequest
+
+    system = tmp_path / "no-nvls.yaml"
+    system.write_text("name: no-nvls\ngpu: h100-sxm5-80gb\ngpus_per_node: 8\nintra_node_link: nvlink4\nnvls: false\n")
+    exp = CrossoverRequest.from_argv(f"crossover --system {system} --plan tp=8").experiment.build().experiment
+    assert exp.nvls is False
+    link = exp.links[0].link
+    assert _cluster(exp, link, exp.gpus).nvls is False
+    off, _ = times_s(exp, exp.plans[0], link, "batch", [8])
+    on, _ = times_s(exp.with_(nvls=True), exp.plans[0], link, "batch", [8])
+    assert off[0] > on[0]  # TP's all-reduces lose the switch's reduction

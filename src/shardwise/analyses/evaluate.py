@@ -26,7 +26,7 @@ def _cluster(exp: Experiment, link: Link, gpus: Any) -> Cluster:
     inter = exp.inter_node_link if np.any(nodes > 1) else None
     if inter is None and np.any(nodes > 1):
         raise SpecError("more GPUs than one node needs an inter-node link (--inter-link)")
-    cluster = Cluster("experiment", exp.gpu, per_node, nodes, link, inter, host_cpu=exp.host_cpu)
+    cluster = Cluster("experiment", exp.gpu, per_node, nodes, link, inter, host_cpu=exp.host_cpu, nvls=exp.nvls)
     if not exp.calibration:
         return cluster
     from shardwise.calibration.parameters import apply

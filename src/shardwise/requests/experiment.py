@@ -103,6 +103,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         gpus_per_node=hardware["gpus_per_node"],
         inter_node_link=hardware["inter_node_link"],
         host_cpu=hardware["host_cpu"],
+        nvls=hardware["nvls"],
         links=links,
         plans=plans,
         batch=o["batch"],
@@ -196,7 +197,7 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
     latency_s = _link_latency_s(
         {"link_latency": o.get("link_latency"), "intra_link": o.get("links"), "inter_link": o.get("inter_link")}
     )
-    system_link, nic, nics, per_node, host_cpu = None, None, 0.0, BRIEF_GPUS_PER_NODE, "intel"
+    system_link, nic, nics, per_node, host_cpu, nvls = None, None, 0.0, BRIEF_GPUS_PER_NODE, "intel", True
     if o.get("system"):
         base = presets.system(o["system"])
         if not base.p2p:
@@ -204,7 +205,7 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
                 f"--system {o['system']}: its GPUs cannot reach each other's memory (P2P off), which crossover, "
                 "sweep and sensitivity do not model; use predict, plan or serve for it"
             )
-        gpu, per_node, host_cpu = base.gpu, int(base.gpus_per_node), str(base.host_cpu)
+        gpu, per_node, host_cpu, nvls = base.gpu, int(base.gpus_per_node), str(base.host_cpu), bool(base.nvls)
         system_link = LinkSpec(label=str(base.intra_node_link.name), link=base.intra_node_link)
         nic, nics = presets.system_network(o["system"])
     if o.get("gpu_name") or not o.get("system"):
@@ -240,6 +241,7 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
         "gpus_per_node": per_node,
         "inter_node_link": inter,
         "host_cpu": host_cpu,
+        "nvls": nvls,
         "system_link": system_link,
         "latency_s": latency_s,
     }

@@ -70,6 +70,7 @@ class Experiment:
     gpus_per_node: int = 8
     inter_node_link: Link | None = None
     host_cpu: str = "intel"  # the servers' CPU maker: NCCL's network post per ring step (Cluster.host_cpu)
+    nvls: bool = True  # may NCCL reduce inside the NVLink switch (Cluster.nvls; a system's `nvls: false`)
     links: tuple[LinkSpec, ...] = ()
     plans: tuple[PlanSpec, ...] = ()
     batch: int = 8
