@@ -18,8 +18,10 @@ their throughputs, predicted against measured. Engines are modelled as they run:
   others and their rows back for each product, everything else on the main GPU
   (`engines.llamacpp.row_split_s`);
 - llama.cpp `-sm tensor` (PR 19378): Megatron-style TP with two all-reduces per layer by NCCL
-  (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; BF16 on the wire above 262,144 elements
-  for 4 GPUs, FP32 below), on the GPUs' PCIe links without P2P (GeForce cards on the stock
+  (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; FP32 below 262,144 elements for 4
+  GPUs, above BF16 with a conversion kernel each way), none after the embedding, which every GPU
+  holds whole, as it does a tied output layer (Llama 3.2 1B's), run whole on every GPU
+  (`engines.llamacpp_tensor`); on the GPUs' PCIe links without P2P (GeForce cards on the stock
   driver), so NCCL stages them through host memory;
 - ExLlamaV2's tensor parallelism: no all-reduce; every module ends in an all-gather staged
   through pinned host memory, the MLP's intermediate activation included
@@ -60,6 +62,7 @@ from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
 from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, layer_split_prompt_s, row_split_s
+from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
 from shardwise.physics.host_staged import exllamav2_tp_layer_s
@@ -180,12 +183,16 @@ def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
     p = float(pp)
     if pair.tokens == 0:  # one token at a time, crossing the stages in turn
         fs = _stages(scn, wl, 1, 0, pair.context)
+        if pair.engine == "llama.cpp":  # `-sm tensor` where tp > 1 (`engines.llamacpp_tensor`)
+            fs = tensor_split_stages(fs, scn, 1, 1)
         c = fs.per_stage
         return 1.0 / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
     if pair.engine == "llama.cpp":  # n_ubatch micro-batches, as llama.cpp's scheduler runs them
         chunk = min(pair.ubatch, n)
         fs = _stages(scn, wl, 0, chunk, n)  # a micro-batch's share of the whole prompt's attention
         micro = -(-n // chunk)
+        # `-sm tensor` where tp > 1: the prompt's last token gets logits (llama-bench), once per prompt
+        fs = tensor_split_stages(fs, scn, chunk, 1.0 / micro)
         scheduler = SCHEDULER_BY_YEAR[pair.year]
         return n / float(layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro, scheduler))
     chunk = min(EXLLAMA_CHUNK, n)
