@@ -28,10 +28,11 @@ from shardwise.specs import Scenario
 from shardwise.specs.serving import ServingWorkload
 
 
-def _scenario(model: str, tp: int, tokens: int = 1, runtime: str = "graphs") -> tuple[Scenario, ServingWorkload]:
+def _scenario(model: str, tp: int, tied: bool | None = None) -> tuple[Scenario, ServingWorkload]:
     cluster = presets.system("rtx4090-8x").with_(gpu=presets.gpu("rtx-4090"), gpus_per_node=4, nodes=1)
-    wl = ServingWorkload(tokens, 1, 1, "bf16", "bf16", runtime)
-    scn = serving_scenario(Scenario(presets.model(model), cluster, plan_for_serving(tp, 4 // tp)), wl)
+    wl = ServingWorkload(1, 1, 1, "bf16", "bf16", "graphs")
+    spec = presets.model(model) if tied is None else presets.model(model).with_(tied_embeddings=tied)
+    scn = serving_scenario(Scenario(spec, cluster, plan_for_serving(tp, 4 // tp)), wl)
     return scn, wl
 
 
@@ -58,7 +59,7 @@ def test_all_reduce_precision_and_conversions():
 
 
 def test_one_gpu_is_unchanged():
-    scn, wl = _scenario("llama3.2-1b", 1)
+    scn, wl = _scenario("llama3.2-1b", 1, tied=True)
     fs = stage_costs(scn, wl, np.asarray(1.0), np.asarray(0.0), 128.0)
     out = tensor_split_stages(fs, scn, 1.0, 1.0)
     for new, old in zip((*out.compute, *out.tp_comm), (*fs.compute, *fs.tp_comm), strict=True):
@@ -68,10 +69,10 @@ def test_one_gpu_is_unchanged():
 def test_tied_output_layer_runs_whole_on_every_gpu():
     """Llama 3.2 1B ties its output layer to the embedding: llama.cpp loads it as token_embd.weight,
     which its split state leaves MIRRORED, so each of 4 GPUs runs the whole output layer (and
-    gathers no logits); an untied model (Llama 3 8B) keeps its vocabulary split."""
-    for model, tied in (("llama3.2-1b", True), ("llama3-8b", False)):
-        scn, wl = _scenario(model, 4)
-        assert presets.model(model).tied_embeddings is tied
+    gathers no logits); untied, the vocabulary stays split."""
+    for tied in (True, False):
+        model = "llama3.2-1b"
+        scn, wl = _scenario(model, 4, tied)
         fs = stage_costs(scn, wl, np.asarray(1.0), np.asarray(0.0), 128.0)
         out = tensor_split_stages(fs, scn, 1.0, 1.0)
         one = replace(scn, plan=scn.plan.with_(micro_batch=1, global_batch=scn.plan.dp))
@@ -96,7 +97,8 @@ def test_serve_prices_the_tensor_split_as_the_pairs_do():
     from shardwise.engines.iteration import iteration_times
 
     pair = next(p for p in PAIRS if p.key == "llamacpp-19378-tg128")
-    scn, wl = _scenario("llama3.2-1b", 4)
+    assert pair.tied_embeddings  # the GGUF has no output.weight
+    scn, wl = _scenario("llama3.2-1b", 4, tied=True)
     wl = replace(wl, engine="llama.cpp")
     step = float(iteration_times(scn, wl, np.asarray(1.0), np.asarray(0.0), float(pair.context)).total_s)
     assert 1.0 / step == pytest.approx(throughput(pair, 4, 1), rel=1e-6)

@@ -66,7 +66,7 @@ from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
 from shardwise.physics.host_staged import exllamav2_tp_layer_s
-from shardwise.specs import Cluster, Scenario
+from shardwise.specs import Cluster, Model, Scenario
 from shardwise.specs.serving import ServingWorkload
 
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
@@ -98,15 +98,18 @@ class Pair:
     split: str = "-sm tensor"  # the TP side of the pair: "-sm tensor" (Megatron-style) or "-sm row"
     group: str = ""  # the rows' comparison_group, where source, model and workload leave several
     system: str = "rtx4090-8x"  # the server preset (its GPU replaced by `gpu`, cut to `gpus`)
+    # the run's weights tie the output layer to the embedding where the preset does not (its GGUF has
+    # no output.weight: Llama 3.2 1B, tie_word_embeddings true; the preset prices it untied)
+    tied_embeddings: bool = False
 
 
 PAIRS = (
     Pair("llamacpp-19378-pp512", "llama.cpp#19378", "llama 1B F16", "pp512", "llama3.2-1b", "rtx-4090", 4, "bf16",
-         "llama.cpp", 512),
+         "llama.cpp", 512, tied_embeddings=True),
     Pair("llamacpp-19378-pp8192", "llama.cpp#19378", "llama 1B F16", "pp8192", "llama3.2-1b", "rtx-4090", 4, "bf16",
-         "llama.cpp", 8192),
+         "llama.cpp", 8192, tied_embeddings=True),
     Pair("llamacpp-19378-tg128", "llama.cpp#19378", "llama 1B F16", "tg128", "llama3.2-1b", "rtx-4090", 4, "bf16",
-         "llama.cpp", 0, 64),
+         "llama.cpp", 0, 64, tied_embeddings=True),
     Pair("llamacpp-19378-gptoss-pp512", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "pp512", "gpt-oss-120b",
          "rtx-4090", 4, "mxfp4", "llama.cpp", 512),
     Pair("llamacpp-19378-gptoss-pp8192", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "pp8192", "gpt-oss-120b",
@@ -161,6 +164,12 @@ def _measured(pair: Pair) -> tuple[float, float, str]:
     return by[pair.split], by["-sm layer"], f"{rows[0]['source']}, {rows[0]['locator']}"
 
 
+def pair_model(pair: Pair) -> Model:
+    """The pair's model preset, its output layer tied to the embedding where the run's weights tie it."""
+    model = presets.model(pair.preset_model)
+    return model.with_(tied_embeddings=True) if pair.tied_embeddings else model
+
+
 def _cluster(pair: Pair) -> Cluster:
     base = presets.system(pair.system)  # rtx4090-8x: PCIe Gen4, P2P off (the stock driver)
     return base.with_(gpu=presets.gpu(pair.gpu), gpus_per_node=pair.gpus, nodes=1)
@@ -175,7 +184,7 @@ def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
     docstring for how each engine runs); `row`: llama.cpp's `-sm row` over `tp` GPUs."""
     if row:
         return _row_split_throughput(pair, tp)
-    model = presets.model(pair.preset_model)
+    model = pair_model(pair)
     runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
     n = max(pair.tokens, 1)
     wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)
@@ -208,7 +217,7 @@ def _row_split_throughput(pair: Pair, gpus: int) -> float:
     """llama.cpp's `-sm row` over `gpus` GPUs (`engines.llamacpp`): each micro-batch's forward on
     one GPU, its products' share moved to the others and their copies added; micro-batches one
     after the other (one main GPU)."""
-    model = presets.model(pair.preset_model)
+    model = pair_model(pair)
     n = max(pair.tokens, 1)
     runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
     wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)

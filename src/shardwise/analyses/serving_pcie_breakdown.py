@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from shardwise import presets
 from shardwise.analyses import serving_pcie as sp
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.llamacpp import layer_gemm_s, row_split_copies_s
@@ -61,7 +60,7 @@ def breakdown(pair: sp.Pair) -> list[SideBreakdown]:
     if pair.engine != "llama.cpp":
         raise ValueError(f"{pair.key}: only llama.cpp pairs are broken down here")
     tp_v, layer_v, _ = sp._measured(pair)
-    model, wl = presets.model(pair.preset_model), _workload(pair)
+    model, wl = sp.pair_model(pair), _workload(pair)
     chunk, micro = _chunk(pair)
     decode, prompt = (1, 0) if pair.tokens == 0 else (0, chunk)
     context = pair.context if pair.tokens == 0 else max(pair.tokens, 1)
