@@ -119,3 +119,29 @@ def test_breakdown_sides_agree_with_the_pairs():
         if other.side == "tensor":  # one stage: its cost is one micro-batch
             per = other.tokens_per_micro_batch / other.predicted_tokens_per_s
             assert other.stages_s[0] == pytest.approx(per, rel=1e-6)
+
+
+def test_llama_cpp_places_the_embedding_and_output_layer_its_way():
+    """llama.cpp keeps the input embedding in host memory; the output layer sits on the last GPU,
+    split by vocabulary under `-sm tensor` unless tied (then whole on every GPU)."""
+    from shardwise.engines.llamacpp_tensor import stage_params_delta
+
+    model = presets.model("llama3.2-1b")
+    word = float(model.vocab * model.hidden)
+    untied, tied = model.with_(tied_embeddings=False), model.with_(tied_embeddings=True)
+    assert [float(x) for x in stage_params_delta(untied, 1, 4)] == [-word, 0.0, 0.0]
+    assert [float(x) for x in stage_params_delta(tied, 1, 4)] == [-word, 0.0, 0.0]
+    assert float(stage_params_delta(untied, 4, 1)[0]) == pytest.approx(-word / 4)
+    assert float(stage_params_delta(tied, 4, 1)[0]) == pytest.approx(word - word / 4)
+    assert float(stage_params_delta(tied, 1, 1)[0]) == pytest.approx(0.0)  # one matrix, on the GPU
+
+
+def test_serving_memory_of_a_llama_cpp_tensor_split():
+    from shardwise.engines.serving import UNQUANTISED_BYTES_PER_PARAM, memory_per_gpu
+
+    model = presets.model("llama3.2-1b").with_(tied_embeddings=True)
+    word = float(model.vocab * model.hidden)
+    scn, wl = _scenario("llama3.2-1b", 4, tied=True)
+    trt, _ = memory_per_gpu(scn, wl)
+    ours, _ = memory_per_gpu(scn, replace(wl, engine="llama.cpp"))
+    assert float(ours - trt) == pytest.approx(UNQUANTISED_BYTES_PER_PARAM * (word - word / 4))

@@ -39,7 +39,7 @@ from shardwise.engines.tp_overlap import TpComm, tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.kernels import memory_s
 from shardwise.physics.topology import placement
-from shardwise.specs import Scenario
+from shardwise.specs import Model, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import Gpu
 
@@ -101,3 +101,21 @@ def tensor_split_stages(fs: ForwardStages, scn: Scenario, tokens: Number, logits
     tp = tuple(np.where(split, comm_s, t) for t in fs.tp_comm)
     compute = tuple(np.where(split, c + head_delta, c) for c in fs.compute)
     return replace(fs, compute=compute, tp_comm=tp)  # type: ignore[arg-type]
+
+
+def stage_params_delta(model: Model, tp: Number, pp: Number) -> tuple[Number, Number, Number]:
+    """Parameters a llama.cpp GPU of the first, a middle and the last stage holds beyond (or short
+    of) what `engines.moe.stage_params` counts (Megatron's placement: the word embedding on the
+    first stage and the output matrix on the last, each split by vocabulary over tp, one matrix at
+    pp = 1 when tied). llama.cpp keeps the input embedding in host memory ("there is very little
+    benefit to offloading the input layer, so always keep it on the CPU", `dev_input`,
+    llama-model.cpp) and the output layer on the last GPU, or, under `-sm tensor`, split by
+    vocabulary when it is `output.weight` and whole on every GPU when tied (module docstring)."""
+    t, p = np.asarray(tp, dtype=float), np.asarray(pp, dtype=float)
+    word = float(model.vocab * model.hidden)
+    output = word if model.tied_embeddings else word / t  # what a llama.cpp GPU of the last stage holds
+    first = np.where(p > 1, -word / t, 0.0)
+    last_piped = output - word / t  # Megatron's last stage holds word / t (a copy when tied)
+    untied_single = 0.0 if model.tied_embeddings else word / t  # the second matrix at pp = 1
+    single = output - word / t - untied_single
+    return (np.where(p > 1, first, single), np.where(p > 1, 0.0, single), np.where(p > 1, last_piped, single))
