@@ -18,8 +18,10 @@ their throughputs, predicted against measured. Engines are modelled as they run:
   others and their rows back for each product, everything else on the main GPU
   (`engines.llamacpp.row_split_s`);
 - llama.cpp `-sm tensor` (PR 19378): Megatron-style TP with two all-reduces per layer by NCCL
-  (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; BF16 on the wire above 262,144 elements
-  for 4 GPUs, FP32 below), on the GPUs' PCIe links without P2P (GeForce cards on the stock
+  (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; FP32 below 262,144 elements for 4
+  GPUs, above BF16 with a conversion kernel each way), none after the embedding, which every GPU
+  holds whole, as it does a tied output layer (Llama 3.2 1B's), run whole on every GPU
+  (`engines.llamacpp_tensor`); on the GPUs' PCIe links without P2P (GeForce cards on the stock
   driver), so NCCL stages them through host memory;
 - ExLlamaV2's tensor parallelism: no all-reduce; every module ends in an all-gather staged
   through pinned host memory, the MLP's intermediate activation included
@@ -60,10 +62,11 @@ from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
 from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, layer_split_prompt_s, row_split_s
+from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
 from shardwise.physics.host_staged import exllamav2_tp_layer_s
-from shardwise.specs import Cluster, Scenario
+from shardwise.specs import Cluster, Model, Scenario
 from shardwise.specs.serving import ServingWorkload
 
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
@@ -95,15 +98,18 @@ class Pair:
     split: str = "-sm tensor"  # the TP side of the pair: "-sm tensor" (Megatron-style) or "-sm row"
     group: str = ""  # the rows' comparison_group, where source, model and workload leave several
     system: str = "rtx4090-8x"  # the server preset (its GPU replaced by `gpu`, cut to `gpus`)
+    # the run's weights tie the output layer to the embedding where the preset does not (its GGUF has
+    # no output.weight: Llama 3.2 1B, tie_word_embeddings true; the preset prices it untied)
+    tied_embeddings: bool = False
 
 
 PAIRS = (
     Pair("llamacpp-19378-pp512", "llama.cpp#19378", "llama 1B F16", "pp512", "llama3.2-1b", "rtx-4090", 4, "bf16",
-         "llama.cpp", 512),
+         "llama.cpp", 512, tied_embeddings=True),
     Pair("llamacpp-19378-pp8192", "llama.cpp#19378", "llama 1B F16", "pp8192", "llama3.2-1b", "rtx-4090", 4, "bf16",
-         "llama.cpp", 8192),
+         "llama.cpp", 8192, tied_embeddings=True),
     Pair("llamacpp-19378-tg128", "llama.cpp#19378", "llama 1B F16", "tg128", "llama3.2-1b", "rtx-4090", 4, "bf16",
-         "llama.cpp", 0, 64),
+         "llama.cpp", 0, 64, tied_embeddings=True),
     Pair("llamacpp-19378-gptoss-pp512", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "pp512", "gpt-oss-120b",
          "rtx-4090", 4, "mxfp4", "llama.cpp", 512),
     Pair("llamacpp-19378-gptoss-pp8192", "llama.cpp#19378", "gpt-oss 120B MXFP4 MoE", "pp8192", "gpt-oss-120b",
@@ -158,6 +164,12 @@ def _measured(pair: Pair) -> tuple[float, float, str]:
     return by[pair.split], by["-sm layer"], f"{rows[0]['source']}, {rows[0]['locator']}"
 
 
+def pair_model(pair: Pair) -> Model:
+    """The pair's model preset, its output layer tied to the embedding where the run's weights tie it."""
+    model = presets.model(pair.preset_model)
+    return model.with_(tied_embeddings=True) if pair.tied_embeddings else model
+
+
 def _cluster(pair: Pair) -> Cluster:
     base = presets.system(pair.system)  # rtx4090-8x: PCIe Gen4, P2P off (the stock driver)
     return base.with_(gpu=presets.gpu(pair.gpu), gpus_per_node=pair.gpus, nodes=1)
@@ -172,7 +184,7 @@ def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
     docstring for how each engine runs); `row`: llama.cpp's `-sm row` over `tp` GPUs."""
     if row:
         return _row_split_throughput(pair, tp)
-    model = presets.model(pair.preset_model)
+    model = pair_model(pair)
     runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
     n = max(pair.tokens, 1)
     wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)
@@ -180,12 +192,16 @@ def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
     p = float(pp)
     if pair.tokens == 0:  # one token at a time, crossing the stages in turn
         fs = _stages(scn, wl, 1, 0, pair.context)
+        if pair.engine == "llama.cpp":  # `-sm tensor` where tp > 1 (`engines.llamacpp_tensor`)
+            fs = tensor_split_stages(fs, scn, 1, 1)
         c = fs.per_stage
         return 1.0 / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
     if pair.engine == "llama.cpp":  # n_ubatch micro-batches, as llama.cpp's scheduler runs them
         chunk = min(pair.ubatch, n)
         fs = _stages(scn, wl, 0, chunk, n)  # a micro-batch's share of the whole prompt's attention
         micro = -(-n // chunk)
+        # `-sm tensor` where tp > 1: the prompt's last token gets logits (llama-bench), once per prompt
+        fs = tensor_split_stages(fs, scn, chunk, 1.0 / micro)
         scheduler = SCHEDULER_BY_YEAR[pair.year]
         return n / float(layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro, scheduler))
     chunk = min(EXLLAMA_CHUNK, n)
@@ -201,7 +217,7 @@ def _row_split_throughput(pair: Pair, gpus: int) -> float:
     """llama.cpp's `-sm row` over `gpus` GPUs (`engines.llamacpp`): each micro-batch's forward on
     one GPU, its products' share moved to the others and their copies added; micro-batches one
     after the other (one main GPU)."""
-    model = presets.model(pair.preset_model)
+    model = pair_model(pair)
     n = max(pair.tokens, 1)
     runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
     wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)

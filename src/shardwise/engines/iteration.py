@@ -39,6 +39,7 @@ from shardwise.engines.costs import StageCost
 from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.llamacpp import layer_split_iteration
+from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.moe import experts_cost, model_moe_split
 from shardwise.engines.pipeline import (
     overlapped_host_floor_s,
@@ -181,6 +182,9 @@ def iteration_times(
     if preset.ubatch_tokens:  # llama.cpp: one batch a step, cut into n_ubatch micro-batches
         m_u = np.where(p > 1, np.maximum(np.ceil((d + q) / preset.ubatch_tokens), 1.0), 1.0)
         fs = _with_sends(stage_costs(scn, wl, d / m_u, q / m_u, context), preset, p > 1)
+        if np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor` (`engines.llamacpp_tensor`)
+            tokens = np.maximum(d / m_u + q / m_u, 1.0)
+            fs = tensor_split_stages(fs, scn, tokens, np.ceil(d + q / wl.input_len))
         parts = layer_split_iteration(fs, p, m_u, preset.scheduler)
         return IterationTimes(*(np.where((d + q) <= 0, 0.0, x) for x in parts))
     # micro-batches in flight: one per sequence at most (prompts counted whole)

@@ -1,7 +1,7 @@
 """llama.cpp's two older multi-GPU split modes as its source runs them (ggml-org/llama.cpp, read in
 2026: `ggml/src/ggml-backend.cpp`, `ggml/src/ggml-cuda/ggml-cuda.cu`, `src/llama-context.cpp`,
-`tools/llama-bench/llama-bench.cpp`). `-sm tensor` (PR 19378) is Megatron-style TP and is priced
-as TP (`engines.serving`).
+`tools/llama-bench/llama-bench.cpp`). `-sm tensor` (PR 19378) is Megatron-style TP, priced as TP
+(`engines.serving`) with what llama.cpp's meta backend does differently (`engines.llamacpp_tensor`).
 
 Layer split (`-sm layer`, the default). Each GPU holds a run of layers; `llama_decode` cuts its
 batch (n_batch, 2048) into micro-batches of n_ubatch (512) tokens and runs one graph per

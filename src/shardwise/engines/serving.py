@@ -39,6 +39,7 @@ import numpy as np
 from shardwise.engines.dp_attention import serving_expert_layout
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
+from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
 from shardwise.engines.pipeline import (
     overlapped_host_floor_s,
@@ -240,10 +241,14 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     """(weight bytes, KV-cache bytes per sequence) on the GPU that runs out of memory first: of the
     first, the fullest middle and the last stage, the one whose free memory holds the fewest
     sequences. Transformer layers are stored at the weight precision; the embedding, position
-    table, final norm and output layer in 16 bits; each stage keeps the KV cache of its layers."""
+    table, final norm and output layer in 16 bits; each stage keeps the KV cache of its layers.
+    llama.cpp: the input embedding in host memory, the output layer as it places it
+    (`engines.llamacpp_tensor.stage_params_delta`)."""
     model, plan = scn.model, scn.plan
     split = plan_split(model.layers, plan)
     params = stage_params(model, plan, split)
+    if wl.engine == "llama.cpp":  # input embedding in host memory, the output layer as it splits it
+        params = tuple(q + d for q, d in zip(params, stage_params_delta(model, plan.tp, plan.pp), strict=True))
     in_layers = stage_layer_params(model, plan, split)
     p = np.asarray(plan.pp)
     layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
@@ -276,6 +281,11 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
         per-stage cost)."""
         lo = with_stage_overhead(forward_stages(scn_lo, q_len, kv_len, False, w, kv), p, wl)
         hi = with_stage_overhead(forward_stages(scn_hi, q_len, kv_len, False, w, kv), p, wl)
+        if wl.engine == "llama.cpp" and np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor`
+            lo, hi = (
+                tensor_split_stages(f, s, np.asarray(s.plan.micro_batch) * q_len, s.plan.micro_batch)
+                for f, s in ((lo, scn_lo), (hi, scn_hi))
+            )
         per_stage = tuple(_mix(a, b, r, m) for a, b in zip(lo.per_stage, hi.per_stage, strict=True))
         per_stage = (*per_stage, _mix(lo.middle_sum_s(p), hi.middle_sum_s(p), r, m))
         slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
