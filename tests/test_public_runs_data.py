@@ -17,12 +17,18 @@ from shardwise import presets
 ROOT = Path(__file__).resolve().parent.parent
 OTHER_TABLES = [
     ROOT / "tools" / "data" / "public_runs" / f
-    for f in ("training_layouts_other.csv", "microbatch_longctx.csv", "deepspeed_pipeline.csv", "fsdp_scaling.csv")
+    for f in (
+        "training_layouts_other.csv",
+        "microbatch_longctx.csv",
+        "deepspeed_pipeline.csv",
+        "fsdp_scaling.csv",
+        "nemo_launcher_scaling.csv",
+    )
 ]
 MEGATRON_ROWS = 901
 STACKS = {
     "fsdp", "fsdp2", "torchtitan", "deepspeed", "megatron-deepspeed", "internevo", "colossalai",
-    "paxml", "maxtext", "flash-attn-trainer", "pytorch",
+    "paxml", "maxtext", "flash-attn-trainer", "pytorch", "nemo-megatron",
 }  # fmt: skip
 RESERVED = "pytorch/torchtitan docs/performance.md"
 
@@ -45,7 +51,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -164,7 +170,7 @@ def test_modalities_fsdp_scaling_rows(rows):
     rows priced on its own system (4 A100 64GB per node), HYBRID_SHARD sharded within a node and
     FULL_SHARD over every rank; MareNostrum 5's on its own (4 H100 64GB per node, 4 x NDR200); the 28B
     model's rows kept but not priced."""
-    new = rows[MEGATRON_ROWS + 207 :]
+    new = rows[MEGATRON_ROWS + 207 : MEGATRON_ROWS + 207 + 177]
     assert len(new) == 177 and all(r["framework"] == "fsdp" for r in new)
     by_id = {r["id"]: r for r in new}
     hybrid, full = by_id["PUB-1109"], by_id["PUB-1110"]  # 2.7B on 8 GPUs, micro-batch 1
@@ -186,6 +192,36 @@ def test_modalities_fsdp_scaling_rows(rows):
     assert "system marenostrum5-acc" in first["parse_notes"]
     assert {r["model"] for r in leonardo} == {"gpt-2.7b-hd128", "gpt-6.7b", "gpt-13b", ""}
     assert all(r["model"] == "" for r in new if r["model_raw"].startswith("GPT 28B"))
+
+
+def test_nemo_launcher_scaling_rows(rows):
+    """NeMo Megatron 22.08's README scaling tables (tools/data/public_runs/nemo_launcher_scaling.csv):
+    GPT-3 5B on 1-32 DGX A100 nodes and 175B on 8-128, tokens/s per GPU over the table's GPUs, the
+    release's yaml layout (gbs 2048 fixed, so dp and ga follow the GPUs); NeMo 1.11 reduces the
+    gradients once per step (ZeRO-1 over every dp rank), priced with Megatron-LM 2022's preset."""
+    from shardwise.analyses import public_runs
+
+    new = rows[MEGATRON_ROWS + 207 + 177 :]
+    assert len(new) == 11 and all(r["framework"] == "nemo-megatron" for r in new)
+    assert {public_runs.source_of(r) for r in new} == {"NVIDIA NeMo-Framework-Launcher"}  # not NVIDIA/NeMo's
+    five, big = new[:6], new[6:]
+    assert [r["num_gpus"] for r in five] == ["8", "16", "32", "64", "128", "256"]
+    assert [(r["dp"], r["ga"]) for r in big] == [("1", "1024"), ("2", "512"), ("4", "256"), ("8", "128"), ("16", "64")]
+    first = five[0]
+    assert (first["model"], first["system"], first["tp"], first["pp"], first["mbs"], first["gbs"]) == (
+        "gpt3-5b", "dgx-a100", "1", "1", "2", "2048",
+    )  # fmt: skip
+    assert (first["recompute"], first["metric"]) == ("none", "tokens_per_s_per_gpu")
+    assert float(first["measured"]) == pytest.approx(40345 / 8)
+    last = big[-1]
+    layout = (last["model"], last["tp"], last["pp"], last["vp"], last["recompute"])
+    assert layout == ("gpt3-175b", "8", "8", "1", "selective")
+    assert float(last["measured"]) == pytest.approx(109684 / 1024)
+    assert all({"zero=1", "attention=no-flash"} <= set(r["parse_notes"].split("; ")) for r in new)
+    assert "sequence_parallel=on" in last["parse_notes"] and "sequence_parallel=off" in first["parse_notes"]
+    request = public_runs.request_for(last)
+    assert (request.framework, request.zero, request.flash_attention) == ("megatron-lm-2022", 1, False)
+    assert public_runs.skip_reason(last) == ""
 
 
 def test_modalities_rows_reduce_their_gradients_in_bf16(rows):

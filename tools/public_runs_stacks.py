@@ -32,6 +32,8 @@ SYSTEMS_YAML = ROOT / "src" / "shardwise" / "presets" / "systems.yaml"
 
 # (regex on the framework cell, normalized stack), first match wins.
 STACKS = (
+    # NeMo Megatron 22.x (NeMo 1.x on Apex): Megatron-LM's 2022 layers, before Megatron-Core
+    (r"^nemo megatron 22\.", "nemo-megatron"),
     (r"megatron-deepspeed", "megatron-deepspeed"),
     (r"torchtitan", "torchtitan"),
     (r"olmo-core|torchtune|fsdp2", "fsdp2"),
@@ -360,6 +362,7 @@ class StackRow:
         rules = (
             (r"^none", "none", ""),
             (r"^selective (?:per-)?op", "selective", "ac=selective-op"),
+            (r"^selective core attention", "selective", ""),  # Megatron's (Korthikanti et al. 2022)
             (r"^selective ac", "selective", "ac=selective-blocks; ac_fraction=not-stated"),
             (r"uniform 1 layer", "full", "ac=full-uniform-1"),
             (r"checkpoint-activations", "full", "ac=checkpoint-activations"),

@@ -67,6 +67,7 @@ FIT_PROCEDURE = (
 STACK_NAMES = {
     "megatron-core": "Megatron-Core / NeMo",
     "megatron-deepspeed": "Megatron-DeepSpeed",
+    "megatron-lm-2022": "Megatron-LM 2022 (NeMo Megatron 22.x)",
     "maxtext": "MaxText (JAX)",
     "paxml": "Paxml (JAX)",
     "nemo-automodel": "NeMo Automodel (FSDP2)",

@@ -8,6 +8,9 @@ from __future__ import annotations
 PRESETS = {
     "megatron-core": "megatron-core",
     "megatron-deepspeed": "megatron-deepspeed",
+    # NeMo Megatron 22.x runs Megatron-LM's 2022 layers (no FlashAttention, selective recomputation,
+    # sequence parallelism); its ZeRO stage comes from the row (`zero=`)
+    "nemo-megatron": "megatron-lm-2022",
     "fsdp": "fsdp",
     "fsdp2": "fsdp2",
     "torchtitan": "torchtitan",

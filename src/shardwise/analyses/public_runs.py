@@ -45,6 +45,7 @@ def source_of(row: dict[str, str]) -> str:
         ("dgxc-benchmarking", "NVIDIA dgxc-benchmarking"),
         ("Megatron-Bridge", "NVIDIA-NeMo Megatron-Bridge"),
         ("Automodel", "NVIDIA-NeMo Automodel"),
+        ("NeMo-Framework-Launcher", "NVIDIA NeMo-Framework-Launcher"),  # before NVIDIA/NeMo, its prefix
         ("NVIDIA/NeMo", "NVIDIA NeMo performance docs"),
         ("docs.nvidia.com", "NVIDIA NeMo performance docs"),
         ("Pai-Megatron", "alibaba Pai-Megatron-Patch"),
