@@ -1,6 +1,6 @@
 """Hybrid sharding (FSDP HYBRID_SHARD) across many servers: NCCL's tree of one GPU per server
 (`physics.nccl_tree`), ZeRO-3's reductions hidden behind the backward compute alone
-(`DpComm.zero3_phases`)."""
+(`DpComm.zero3_phases`), and fms-fsdp's bf16 gradient reduction (`analyses.public_precision`)."""
 
 from __future__ import annotations
 
@@ -62,3 +62,9 @@ def test_a_hybrid_sharded_step_hides_its_replicas_all_reduce_behind_the_backward
     compute, hidden = float(est.breakdown.compute_s), float(est.hidden_comm_s["dp_comm"])
     assert hidden < 0.8 * compute  # the backward's compute (71% of it here) and the forward's gathers
     assert float(est.breakdown.dp_comm_s) > 0.25 * compute  # pooled: 54 ms, 12% of the compute
+
+
+def test_fms_fsdp_reduces_its_gradients_in_bf16():
+    # fms-fsdp's get_policies: mixed_precision on, policies/mixed_precision.py bfSixteen (reduce bf16)
+    rows = [r for r in public_runs.raw_rows() if "fms-fsdp" in r["source"] and r["precision"] == "bf16"]
+    assert rows and all(public_runs.request_for(r).grad_reduce_bf16 for r in rows)
