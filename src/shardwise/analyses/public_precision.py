@@ -1,4 +1,4 @@
-"""The numeric recipes of NVIDIA's and torchao's published runs: which reduced their gradients in
+"""The numeric recipes of NVIDIA's, IBM's and torchao's published runs: which reduced their gradients in
 bf16 and which FP8 scaling each ran (`Plan.grad_reduce_bf16`, `Plan.fp8_recipe`), each read in the
 recipe that produced the row. Nothing here is fitted."""
 
@@ -80,6 +80,10 @@ BF16_GRADIENT_RECIPES = (
     # Bridge 600d069b8, recipes/moonlight/h100/moonlight_16b.py moonlight_16b_pretrain_8gpu_h100_bf16_config:
     # mixed_precision and ddp grad_reduce_in_fp32 = False
     ("GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/", "", ("bf16",)),
+    # IBM fms-fsdp (PyTorch FSDP1): config/training.py mixed_precision = True, so utils/train_utils.py
+    # get_policies takes policies/mixed_precision.py bfSixteen, MixedPrecision(reduce_dtype=torch.bfloat16),
+    # the same at each commit its README's rows were read at (0d319983, 4ffb9bdf, ed74fd5d)
+    ("GitHub foundation-model-stack/fms-fsdp", "", ("bf16",)),
 )
 
 

@@ -117,11 +117,31 @@ class DpComm:
             return self.gather_s
         return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
 
+    def zero3_phases(self) -> tuple[Number, Number, Number]:
+        """ZeRO-3's communication split at the end of the backward pass: (what of the forward
+        passes' gathers their compute leaves exposed, the backward passes' gathers and reductions,
+        the backward compute they hide behind). A reduction can start only once its unit's
+        gradient is computed, and the step waits for every one before the optimizer: FSDP1's
+        `_post_backward_final_callback` makes the compute stream wait for the post-backward (and,
+        under HYBRID_SHARD, the all-reduce) stream (torch/distributed/fsdp/_runtime_utils.py,
+        2.1 to 2.5), FSDP2's `FSDPState._root_post_backward_final_callback` waits for the last
+        reduce-scatter; so the reductions hide behind the backward compute alone, never behind a
+        forward pass, whose compute hides only its own gathers (the first half of `gather_s`: one
+        gather per unit in each pass). Pooled with all the compute, a hybrid-sharded step's
+        replicas' all-reduce across servers, much larger than its gathers inside a server, hid
+        behind the forward too."""
+        forward_gathers = 0.5 * self.gather_s
+        forward_window = maximum(self.gather_window_s - self.grad_window_s, 0.0)  # the compute beside the backward
+        forward_excess = maximum(forward_gathers - forward_window, 0.0)
+        return forward_excess, self.grad_s + (self.gather_s - forward_gathers), self.grad_window_s
+
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
-        shared_window = self.gather_window_s + ifelse(overlap, drain_s, 0.0)
+        forward_excess, backward_s, backward_window = self.zero3_phases()
+        backward_window = backward_window + ifelse(overlap, drain_s, 0.0)
+        excess = forward_excess + maximum(backward_s - backward_window, 0.0)
         buckets = ifelse(overlap, self.grad_bucket_s, self.grad_s) + self.gather_bucket_s
-        return minimum(both, maximum(both - shared_window, unhideable_s(buckets, both, self.contention)))
+        return minimum(both, maximum(excess, unhideable_s(buckets, both, self.contention)))
 
 
 def zero_stage_fields(

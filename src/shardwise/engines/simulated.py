@@ -185,11 +185,13 @@ def stage_times(scn: Scenario) -> StageTimes:
         except TypeError:  # a field that does not hash
             c = stage_comm(cost, n_params, n_expert, n_weights, i == 0, layers)
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
-        # ZeRO-3's gathers share the reductions' window (all compute); otherwise the reduction
-        # hides behind the backward passes and the gather comes after the optimizer
+        # ZeRO-3: the backward passes' gathers share the reductions' window (the backward compute),
+        # the forward passes' hide behind their own compute (`DpComm.zero3_phases`); otherwise the
+        # reduction hides behind the backward passes and the gather comes after the optimizer
         z3 = bool(np.asarray(c.shared_window))
-        total = float(np.asarray(c.grad_s)) + (float(np.asarray(c.gather_s)) if z3 else 0.0)
-        window = float(np.asarray(c.gather_window_s if z3 else c.grad_window_s))
+        forward_excess, backward_comm, _ = (float(np.asarray(x)) for x in c.zero3_phases()) if z3 else (0.0,) * 3
+        total = backward_comm if z3 else float(np.asarray(c.grad_s))
+        window = float(np.asarray(c.grad_window_s))
         bucket = float(np.asarray(c.grad_bucket_s)) + (float(np.asarray(c.gather_bucket_s)) if z3 else 0.0)
         # the simulator hides the reduction behind the last backward operation only; what the
         # closed form hides behind earlier micro-batches (ZeRO-2/3) is taken off here
@@ -202,7 +204,7 @@ def stage_times(scn: Scenario) -> StageTimes:
             # round's (v-1) p earlier chunk-backward passes
             left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) / v)
             left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
-        dp.append(left if hides else total)
+        dp.append((left if hides else total) + forward_excess)
         # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
         tail.append(
             min(dp[-1], float(unhideable_s(bucket, total, float(np.asarray(c.contention))))) if hides else dp[-1]

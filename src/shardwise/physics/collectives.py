@@ -29,7 +29,7 @@ Algorithms, as NCCL picks them (src/graph/tuning.cc):
   cross a node (NCCL's own model does the same: intraLat = max(intraLat, netOverhead) when nNodes > 1).
   At a fixed buffer this grows with the ranks while the bytes per rank do not (FSDP's per-layer gathers);
 - tree (all-reduce across nodes only): latency 2((g-1) alpha_intra + log2(k) alpha_inter),
-  W = 2n (NCCL: algBw = busBw / 2);
+  W = 2n (NCCL: algBw = busBw / 2), at 0.85 of B with one GPU per node (`physics.nccl_tree`);
 - NVLS (NVLink SHARP, all-reduce inside one NVSwitch domain, Hopper and later): each rank
   reduces 1/p of the buffer by a multicast load through the switch (the switch reads that slice
   from every GPU: n bytes leave each GPU in all) and stores the result by multicast (n/p out, and
@@ -81,6 +81,7 @@ import numpy as np
 
 from shardwise.arrays import ifelse, minimum, one_value, sqrt
 from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_class, without_p2p
+from shardwise.physics.nccl_tree import tree_bandwidth_share
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import Memo
@@ -130,6 +131,7 @@ class Group:
         "_nvls_step",
         "_rs_factor",
         "_rs_latency",
+        "_tree_inv_bw",
         "_tree_latency",
     )
 
@@ -179,6 +181,7 @@ class Group:
             self._nvls = np.where(off, 1e30, (1 + 1 / p) / rate)
             self._nvls_step = a_in  # one step through the switch
         self._tree_latency = 2 * ((g - 1) * a_in + np.log2(k) * a_out) if self._multi is not None else None
+        self._tree_inv_bw = self._inv_bw / tree_bandwidth_share(g) if self._multi is not None else None
         # all-to-all: latency, seconds per byte in the node and out of it, the shares of a buffer
         inv_in = 1.0 / intra.effective_bandwidth_bytes_per_s
         inv_out = 1.0 / (inter.effective_bandwidth_bytes_per_s * all_to_all_scale) if inter is not None else 0.0
@@ -227,7 +230,7 @@ class Group:
             ring = np.where(np.isfinite(own) & inside, own, ring)
         if self._multi is None:
             return ring
-        tree = self._base + self._pipe(self._tree_latency, 2.0 * n_bytes * self._inv_bw)
+        tree = self._base + self._pipe(self._tree_latency, 2.0 * n_bytes * self._tree_inv_bw)
         return ifelse(self._multi & (self._ar_factor > 0), minimum(ring, tree), ring)
 
     def reduce_scatter(self, n_bytes: Number) -> Number:
@@ -274,15 +277,12 @@ def all_reduce_time_s(
 def reduce_scatter_time_s(
     message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
 ) -> Number:
-    """Reduce-scatter of a `message_bytes` buffer (each rank keeps 1/p of it). Ring."""
+    """Reduce-scatter of a `message_bytes` buffer (each rank keeps 1/p of it), or the all-gather
+    producing a `message_bytes` buffer on every rank (`all_gather_time_s`: the same cost). Ring."""
     return Group(ranks, ranks_per_node, intra, inter).reduce_scatter(message_bytes)
 
 
-def all_gather_time_s(
-    message_bytes: Number, ranks: Number, ranks_per_node: Number, intra: Link, inter: Link | None = None
-) -> Number:
-    """All-gather producing a `message_bytes` buffer on every rank. Same cost as reduce-scatter."""
-    return reduce_scatter_time_s(message_bytes, ranks, ranks_per_node, intra, inter)
+all_gather_time_s = reduce_scatter_time_s
 
 
 def mesh_share(link: Link, members: Number) -> Number:
