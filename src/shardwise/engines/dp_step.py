@@ -72,7 +72,10 @@ def _zero_stage_fields(
     grad_all_reduce: Number = False,
 ) -> tuple[Number, ...]:
     """DpComm's fields for ZeRO stage k (see `dp_comm`)."""
-    backward = cost.compute_backward_s + cost.tp_backward_s
+    # ZeRO-3's reductions hide behind the whole backward pass (its expert all-to-alls and offload
+    # copies included), so that the forward passes' gathers keep exactly the forward pass
+    # (`DpComm.zero3_phases`: the gathers' window, m total, less this one)
+    backward = cost.backward_s if k == 3 else cost.compute_backward_s + cost.tp_backward_s
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
     forward = cost.compute_forward_s + cost.tp_forward_s

@@ -206,9 +206,11 @@ def stage_times(scn: Scenario) -> StageTimes:
             left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
         dp.append((left if hides else total) + forward_excess)
         # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
-        tail.append(
-            min(dp[-1], float(unhideable_s(bucket, total, float(np.asarray(c.contention))))) if hides else dp[-1]
-        )
+        # (ZeRO-3: NCCL's SMs are held through the forward passes' gathers too, as `DpComm._shared_s`
+        # counts them; what the forward passes leave exposed is never hidden by the last backward)
+        both = float(np.asarray(c.total_s)) if z3 else total
+        floor = max(float(unhideable_s(bucket, both, float(np.asarray(c.contention)))), forward_excess)
+        tail.append(min(dp[-1], floor) if hides else dp[-1])
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied

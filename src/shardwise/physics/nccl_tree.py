@@ -3,7 +3,8 @@ server: the share of the bus bandwidth it reaches beside the tree of a communica
 
 NCCL prices its tree against the same bus bandwidth as its ring (graph.nChannels x bw) and
 discounts it by the pattern its graph search found (NVIDIA/nccl src/graph/tuning.cc
-ncclTopoTuneModel, the same from 2.18 to 2.30; read at v2.20.5-1, the NCCL of PyTorch 2.3 and 2.4):
+ncclTopoTuneModel; read at v2.20.5-1, the NCCL of PyTorch 2.3 and 2.4; later releases test
+`comm->maxTreePattern == NCCL_TOPO_PATTERN_TREE` and move the code to src/tuning/):
 ``if (a == NCCL_ALGO_TREE && graphs[a]->pattern == NCCL_TOPO_PATTERN_TREE) busBw *= .85``.
 NCCL_TOPO_PATTERN_TREE is "all NIC traffic going to/from the same GPU" (src/include/graph.h): the
 search sets it whenever the communicator has one GPU in the server (src/graph/search.cc
@@ -21,6 +22,13 @@ own discount of the one-GPU pattern against that, taken as NCCL states it (dimen
 size) apply to every pattern and are already in what those curves measured: priced on top of the
 pipelined model they make the 8-GPU servers' curves worse (h100x32 17% -> 37% MAPE), so they are
 left out.
+
+Doubts: 0.85 is the discount NCCL's tuning model uses to choose an algorithm, not a measured rate,
+and no measured curve of one GPU per server checks it (the one in the project, 2 GH200 nodes, is a
+ring's either way). On sm90 and later the search also falls back from a balanced tree to this
+pattern when the balanced one misses its target speed (search.cc: `if (ccMin >= 90 &&
+tmpGraph.pattern == NCCL_TOPO_PATTERN_BALANCED_TREE) tmpGraph.pattern = NCCL_TOPO_PATTERN_TREE`),
+so Hopper servers of several GPUs may pay it too; that fallback is not priced.
 """
 
 from __future__ import annotations
