@@ -82,3 +82,54 @@ def test_the_host_wait_stretches_both_passes_alike():
     forward, backward = pass_shares(np.array([0.0, 3.0, 3.0]), np.array([1.0, 1.0, 0.0]), np.array([3.0, 3.0, 0.0]))
     np.testing.assert_allclose(forward, [0.0, 1.0, 0.0])
     np.testing.assert_allclose(forward + backward, [0.0, 3.0, 3.0])
+
+
+# pipelines: a stage that does not set the pace hid its data-parallel communication behind its own,
+# shorter compute, so a faster GPU (speeding it, not the step) exposed more of it
+PIPELINE_MOE = {
+    "model": "deepseek-v2-lite",
+    "system": "mi300x-8x",
+    "nodes": 2,
+    "pp": 4,
+    "moe_capacity_factor": 1.25,
+    "global_batch": 24,
+    "recompute": "full",
+    "framework": "fsdp",
+}
+PIPELINE_SENDS = {  # at three times the FP8 peak the stage's sends set the pace
+    "layers": 4,
+    "hidden": 4096,
+    "heads": 8,
+    "kv_heads": 8,
+    "ffn_hidden": 16384,
+    "vocab": 32000,
+    "family": "gpt",
+    "system": "rtx4090-8x",
+    "nodes": 4,
+    "pp": 4,
+    "global_batch": 384,
+    "micro_batch": 2,
+    "recompute": "full",
+    "framework": "nemo-automodel",
+    "precision": "fp8",
+}
+
+
+def test_a_faster_gpu_never_slows_a_pipeline_through_its_data_parallel_exposure():
+    """Was 1.5130 s -> 1.5263 s at twice the peak (the first stage's ZeRO-3 exposure, the middle
+    stages host-bound), and 9.055 s -> 9.172 s at four times the FP8 peak (sends set the pace)."""
+    assert _never_rise(_steps(PIPELINE_MOE, "peak_flops_per_s_16bit", (1.0, 1.1, 1.5, 2.0, 4.0)))
+    assert _never_rise(_steps(PIPELINE_SENDS, "peak_flops_per_s_fp8", (1.0, 2.0, 3.0, 4.0)))
+
+
+def test_paced_stages_stretch_only_the_stages_faster_than_the_pace():
+    from shardwise.engines.costs import StageCost
+    from shardwise.engines.dp_step import paced_stages
+
+    fast, slow = StageCost(1.0, 2.0, 0.0, 1.0), StageCost(2.0, 4.0, 0.0, 0.0)
+    first, middle, last = paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 4)
+    assert first.total_s == last.total_s == 6.5 and middle.total_s == 6.5  # the slowest's sends too
+    assert first.compute_backward_s == 2.0 * 6.5 / 4.0  # each pass in its share
+    assert paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 1) == (fast, slow, fast)  # one stage
+    one, _, _ = paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), np.array([1, 4]))
+    np.testing.assert_allclose(one.total_s, [4.0, 6.5])

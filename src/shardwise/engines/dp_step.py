@@ -7,8 +7,9 @@ embeddings add the first and last stages' all-reduce of their copy's gradient.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
+from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value, where
 from shardwise.engines.costs import StageCost
 from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
@@ -152,6 +153,43 @@ def data_parallel_exposed_s(
     pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
     hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+# a stage's per-micro-batch seconds that its data-parallel communication may hide behind
+PACED_FIELDS = (
+    "compute_forward_s",
+    "compute_backward_s",
+    "tp_forward_s",
+    "tp_backward_s",
+    "ep_forward_s",
+    "ep_backward_s",
+    "offload_forward_s",
+    "offload_backward_s",
+)
+
+
+def paced_stages(
+    stages: tuple[StageCost, StageCost, StageCost], times: tuple[Number, Number, Number], p: Number
+) -> tuple[StageCost, StageCost, StageCost]:
+    """The (first, middle, last) stages' costs stretched to the pipeline's pace: in its steady
+    state every stage passes one micro-batch per `c_max`, the largest of the stages' times per
+    micro-batch (`times`: with their sends and fixed costs, as the makespan reads them), and
+    spends what its own compute and collectives leave of it sending or waiting for its
+    neighbours' sends, time its gradient reductions and ZeRO gathers run through as they run
+    through its compute. Each of its passes is stretched by c_max / its own time without sends.
+    With one stage (pp = 1) the costs are kept. Without it a faster GPU, speeding a stage that
+    does not set the step or the compute of one whose sends do, shortened the windows that stage
+    hides its data-parallel communication behind: the step rose (tests/test_invariants.py)."""
+    if one_value(p) and float(p) == 1.0:
+        return stages
+    pp = as_float(p)
+    c_max = maximum(maximum(times[0], where(pp > 2, times[1], 0.0)), times[2])
+    out = []
+    for cost in stages:
+        own = cost.total_s
+        stretch = where((pp > 1) & (own > 0), maximum(c_max / maximum(own, 1e-30), 1.0), 1.0)
+        out.append(replace(cost, **{f: getattr(cost, f) * stretch for f in PACED_FIELDS}))
+    return out[0], out[1], out[2]
 
 
 def _with_edges(exposed_s: Number, total_s: Number, edges_s: Number) -> Number:
