@@ -133,3 +133,23 @@ def test_paced_stages_stretch_only_the_stages_faster_than_the_pace():
     assert paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 1) == (fast, slow, fast)  # one stage
     one, _, _ = paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), np.array([1, 4]))
     np.testing.assert_allclose(one.total_s, [4.0, 6.5])
+
+
+def test_csv_quotes_names_and_cells_with_commas():
+    """A plan's label holds commas: `sweep -o grid.csv --plan tp=2,pp=4` wrote the column
+    time_s[tp=2,pp=4] and the winner tp=2,pp=4 bare, so a CSV reader split them in two."""
+    import csv
+    import io
+
+    from shardwise.tables import csv_text
+
+    columns = {
+        "time_s[tp=2,pp=4]": np.array([0.5, 1.25]),
+        "winner": np.array(["tp=2,pp=4", 'say "x"'], dtype=object),
+        "fits": np.array([True, False]),
+    }
+    rows = list(csv.DictReader(io.StringIO(csv_text(columns), newline="")))
+    assert rows == [
+        {"time_s[tp=2,pp=4]": "0.5", "winner": "tp=2,pp=4", "fits": "true"},
+        {"time_s[tp=2,pp=4]": "1.25", "winner": 'say "x"', "fits": "false"},
+    ]
