@@ -3,6 +3,8 @@ regular tests after their fix: each the request that showed it."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 
 from shardwise.engines.training import estimate_training_step
@@ -22,7 +24,7 @@ def _steps(fields: dict, gpu_field: str, factors: tuple[float, ...]) -> list[flo
 
 
 def _never_rise(times: list[float]) -> bool:
-    return all(b <= a * (1 + 1e-12) for a, b in zip(times, times[1:]))
+    return all(b <= a * (1 + 1e-12) for a, b in itertools.pairwise(times))
 
 
 # host-bound stacks (host time per kernel): the wait was all put in the backward pass, so a faster
