@@ -76,6 +76,10 @@ class StageCost:
     ep_backward_s: Number = 0.0
     offload_forward_s: Number = 0.0  # activation copies out, exposed
     offload_backward_s: Number = 0.0  # and back in
+    # the host-bound wait inside compute_backward_s (`physics.stack.host_bound_s`): one number for
+    # the layer's two passes, kept in the backward for the step; the GPU idles through it wherever
+    # it falls, so data-parallel collectives may run through it beside either pass (`dp_step`)
+    host_wait_s: Number = 0.0
 
     @property
     def forward_s(self) -> Number:
@@ -101,6 +105,7 @@ FIELDS = (
     "ep_backward_s",
     "offload_forward_s",
     "offload_backward_s",
+    "host_wait_s",
 )
 
 
@@ -355,7 +360,7 @@ def layer_cost(
     # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
     # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
     # does not wait for them and goes on issuing), so the host's time is set against both.
-    host_f = host_b = 0.0
+    host = 0.0
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
         if plan.cuda_graph_scope:  # captured blocks replay from one graph launch each
@@ -364,26 +369,14 @@ def layer_cost(
         exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo
         busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
         host = host_bound_s(busy + host_with[1], kernels + host_with[0], plan.host_kernel_s)
-        host_f, host_b = pass_shares(host, lt.forward_s + split_f + copies_f + tp_fwd, busy)
     cost = StageCost(
-        compute_forward_s=lt.forward_s + split_f + copies_f + host_f,
-        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host_b,
+        compute_forward_s=lt.forward_s + split_f + copies_f,
+        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,
         tp_forward_s=tp_fwd,
         tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo,
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,
+        host_wait_s=host,
     )
     return cost, fwd
-
-
-def pass_shares(wait_s: Number, forward_s: Number, busy_s: Number) -> tuple[Number, Number]:
-    """A layer's host-bound wait (`physics.stack.host_bound_s`) split between its forward and its
-    backward pass in the shares of the GPU's time on each (`forward_s` of `busy_s`): the host
-    issues both passes' kernels, so the wait stretches each by the same factor, (busy + wait) /
-    busy, and each pass keeps its share of the layer's time. In the backward alone, a faster GPU
-    shortened the forward that ZeRO's gathers hide behind while the layer's time, host-bound, did
-    not fall: the step rose (tests/test_invariants.py)."""
-    share = np.clip(np.where(np.asarray(busy_s) > 0, forward_s / np.maximum(busy_s, 1e-30), 0.0), 0.0, 1.0)
-    forward = wait_s * share
-    return forward, wait_s - forward

@@ -76,7 +76,7 @@ def _zero_stage_fields(
     backward = cost.compute_backward_s + cost.tp_backward_s
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
-    forward = cost.compute_forward_s + cost.tp_forward_s
+    forward = forward_window_s(cost)
     total = cost.total_s if k == 3 else 0.0
     return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce)
 
@@ -121,7 +121,7 @@ def data_parallel_exposed_s(
         rounds = ifelse(v > 1, p, 1.0)
         serial = dense.get("replica_all_reduce", 0.0)  # XLA's replicas' all-reduce, never hidden
         if runs is not None:
-            forward = cost.compute_forward_s + cost.tp_forward_s
+            forward = forward_window_s(cost)
             total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
             values = (
                 backward,
@@ -165,7 +165,19 @@ PACED_FIELDS = (
     "ep_backward_s",
     "offload_forward_s",
     "offload_backward_s",
+    "host_wait_s",
 )
+
+
+def forward_window_s(cost: StageCost) -> Number:
+    """The seconds of a micro-batch's forward pass that data-parallel collectives may hide behind
+    (ZeRO-1/2's gather after the optimizer, behind the next step's first forward): its compute and
+    exposed TP collectives, and the layer's host-bound wait. The wait is one number for both
+    passes, kept in the backward for the step (`costs.StageCost.host_wait_s`); the GPU idles
+    through it wherever it falls, so either pass's collectives run through it. Without it a faster
+    GPU shortened the forward of a host-bound layer whose time did not fall, and the step rose
+    (tests/test_invariants_pinned.py); the backward's window has held the wait all along."""
+    return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s
 
 
 def paced_stages(

@@ -36,7 +36,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.engines.costs import FIELDS, StageCost, layer_cost, pass_shares
+from shardwise.engines.costs import FIELDS, StageCost, layer_cost
 from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
 from shardwise.physics import fp8_recipes
 from shardwise.physics.collectives import Fabric
@@ -105,16 +105,13 @@ def experts_cost(
     weight_bytes: Number | None = None,
     training: bool = False,
 ) -> StageCost:
-    """`experts_parts` with the experts' own host-bound wait (`physics.stack.host_bound_s`) over
-    their two passes (`costs.pass_shares`): the routed experts priced alone."""
+    """`experts_parts` with the experts' own host-bound wait (`physics.stack.host_bound_s`) in
+    their backward (and `host_wait_s`): the routed experts priced alone."""
     cost, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
     if not training or not np.any(scn.plan.host_kernel_s):
         return cost
     host = host_bound_s(busy, kernels, scn.plan.host_kernel_s)
-    forward, backward = pass_shares(host, cost.compute_forward_s + cost.tp_forward_s, busy)
-    return replace(
-        cost, compute_forward_s=cost.compute_forward_s + forward, compute_backward_s=cost.compute_backward_s + backward
-    )
+    return replace(cost, compute_backward_s=cost.compute_backward_s + host, host_wait_s=cost.host_wait_s + host)
 
 
 def experts_parts(
