@@ -59,7 +59,7 @@ class _CsvBlocks:
 
     def write(self, columns: dict[str, Any], progress: Callable[[int, int], Any] | None = None) -> None:
         if not self.header:
-            self.fh.write(",".join(columns) + "\n")
+            self.fh.write(",".join(quoted([str(name) for name in columns])) + "\n")
             self.header = True
         arrays = [np.asarray(v) for v in columns.values()]
         rows = len(arrays[0]) if arrays else 0
@@ -115,4 +115,18 @@ def _format(values: np.ndarray) -> list[str]:
         return [str(v) for v in values.tolist()]
     if np.issubdtype(values.dtype, np.floating):
         return [f"{x:.6g}" for x in values.tolist()]  # the text of "{:.6g}".format, 12% faster than map
-    return [str(v) for v in values.tolist()]
+    return quoted([str(v) for v in values.tolist()])
+
+
+CSV_SPECIAL = (",", '"', "\n", "\r")
+
+
+def quoted(texts: list[str]) -> list[str]:
+    """Cells (or column names) quoted where RFC 4180 needs it: a comma, a quote or a line break
+    inside, in double quotes with its quotes doubled. A plan's label holds commas (`tp=2,pp=4`: a
+    sweep's `time_s[tp=2,pp=4]` column and its winner), which were written bare and split a row
+    into more cells than its header (found by tests/test_invariants_output.py)."""
+    special = {t for t in set(texts) if any(c in t for c in CSV_SPECIAL)}
+    if not special:
+        return texts
+    return ['"' + t.replace('"', '""') + '"' if t in special else t for t in texts]

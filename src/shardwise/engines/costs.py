@@ -76,6 +76,10 @@ class StageCost:
     ep_backward_s: Number = 0.0
     offload_forward_s: Number = 0.0  # activation copies out, exposed
     offload_backward_s: Number = 0.0  # and back in
+    # the host-bound wait inside compute_backward_s (`physics.stack.host_bound_s`): one number for
+    # the layer's two passes, kept in the backward for the step; the GPU idles through it wherever
+    # it falls, so data-parallel collectives may run through it beside either pass (`dp_step`)
+    host_wait_s: Number = 0.0
 
     @property
     def forward_s(self) -> Number:
@@ -101,6 +105,7 @@ FIELDS = (
     "ep_backward_s",
     "offload_forward_s",
     "offload_backward_s",
+    "host_wait_s",
 )
 
 
@@ -372,5 +377,6 @@ def layer_cost(
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,
+        host_wait_s=host,
     )
     return cost, fwd

@@ -44,6 +44,10 @@ class DpComm:
     # the share of the GPU's SMs NCCL's kernels hold while a hidden collective runs: the compute
     # beside it slows by that share of the collective's time (`tp_overlap.overlapped_exposed_s`)
     contention: Number = 0.0
+    # the host-bound wait inside `grad_window_s` (`costs.StageCost.host_wait_s`, all micro-batches):
+    # idle GPU time of either pass, booked in the backward; ZeRO-3's forward gathers may run
+    # through what the backward's collectives leave of it (`zero3_phases`)
+    host_wait_s: Number = 0.0
 
     @property
     def total_s(self) -> Number:
@@ -62,6 +66,7 @@ class DpComm:
             self.shared_window,
             self.per_chunk,
             self.contention,
+            self.host_wait_s,
         )
 
     def exposed_s(
@@ -129,11 +134,18 @@ class DpComm:
         forward pass, whose compute hides only its own gathers (the first half of `gather_s`: one
         gather per unit in each pass). Pooled with all the compute, a hybrid-sharded step's
         replicas' all-reduce across servers, much larger than its gathers inside a server, hid
-        behind the forward too."""
+        behind the forward too.
+
+        A host-bound layer's wait (`host_wait_s`) is idle GPU time of both passes that the model
+        books in the backward: the forward gathers run through what the backward's collectives
+        leave of it (without that, a faster GPU shortened the forward window while the wait grew
+        in the backward, and the step rose: tests/test_invariants.py)."""
         forward_gathers = 0.5 * self.gather_s
         forward_window = maximum(self.gather_window_s - self.grad_window_s, 0.0)  # the compute beside the backward
-        forward_excess = maximum(forward_gathers - forward_window, 0.0)
-        return forward_excess, self.grad_s + (self.gather_s - forward_gathers), self.grad_window_s
+        backward_s = self.grad_s + (self.gather_s - forward_gathers)
+        spare_wait = minimum(self.host_wait_s, maximum(self.grad_window_s - backward_s, 0.0))
+        forward_excess = maximum(forward_gathers - forward_window - spare_wait, 0.0)
+        return forward_excess, backward_s, self.grad_window_s
 
     def _shared_s(self, overlap: np.ndarray, drain_s: Number) -> Number:
         both = self.grad_s + self.gather_s
@@ -247,10 +259,13 @@ def exposed_by_runs(
         def cut(x: Number, lo: int = lo, hi: int = hi) -> Number:
             return x[lo:hi] if type(x) is np.ndarray and x.ndim > 0 else x
 
-        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole = (cut(x) for x in values)
+        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole, backward3, wait = (
+            cut(x) for x in values
+        )
         part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
-        fields = zero_stage_fields(k, part, backward, forward, total, m, overlap_gather, whole)
-        comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
+        window = backward3 if k == 3 else backward
+        fields = zero_stage_fields(k, part, window, forward, total, m, overlap_gather, whole)
+        comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
         grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds)
         exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))
         totals.append(np.broadcast_to(comm.total_s, (hi - lo,)))

@@ -7,8 +7,9 @@ embeddings add the first and last stages' all-reduce of their copy's gradient.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
-from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value
+from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value, where
 from shardwise.engines.costs import StageCost
 from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
@@ -56,11 +57,14 @@ def dp_comm(
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
         fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce)
-        return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention)
+        return DpComm(
+            *fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=m * cost.host_wait_s
+        )
     gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
     every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole) for k in range(4)), strict=True)
     chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
-    return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention)
+    wait = m * cost.host_wait_s
+    return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention, host_wait_s=wait)
 
 
 def _zero_stage_fields(
@@ -78,7 +82,7 @@ def _zero_stage_fields(
     backward = cost.backward_s if k == 3 else cost.compute_backward_s + cost.tp_backward_s
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
-    forward = cost.compute_forward_s + cost.tp_forward_s
+    forward = forward_window_s(cost)
     total = cost.total_s if k == 3 else 0.0
     return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce)
 
@@ -123,7 +127,7 @@ def data_parallel_exposed_s(
         rounds = ifelse(v > 1, p, 1.0)
         serial = dense.get("replica_all_reduce", 0.0)  # XLA's replicas' all-reduce, never hidden
         if runs is not None:
-            forward = cost.compute_forward_s + cost.tp_forward_s
+            forward = forward_window_s(cost)
             total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
             values = (
                 backward,
@@ -136,6 +140,8 @@ def data_parallel_exposed_s(
                 v,
                 rounds,
                 plan.zero1_grad_all_reduce,
+                cost.backward_s,  # ZeRO-3's reductions' window (`_zero_stage_fields`)
+                m * cost.host_wait_s,
             )
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)
@@ -155,6 +161,55 @@ def data_parallel_exposed_s(
     pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
     hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+
+
+# a stage's per-micro-batch seconds that its data-parallel communication may hide behind
+PACED_FIELDS = (
+    "compute_forward_s",
+    "compute_backward_s",
+    "tp_forward_s",
+    "tp_backward_s",
+    "ep_forward_s",
+    "ep_backward_s",
+    "offload_forward_s",
+    "offload_backward_s",
+    "host_wait_s",
+)
+
+
+def forward_window_s(cost: StageCost) -> Number:
+    """The seconds of a micro-batch's forward pass that data-parallel collectives may hide behind
+    (ZeRO-1/2's gather after the optimizer, behind the next step's first forward): its compute and
+    exposed TP collectives, and the layer's host-bound wait. The wait is one number for both
+    passes, kept in the backward for the step (`costs.StageCost.host_wait_s`); the GPU idles
+    through it wherever it falls, so either pass's collectives run through it. Without it a faster
+    GPU shortened the forward of a host-bound layer whose time did not fall, and the step rose
+    (tests/test_invariants_pinned.py); the backward's window has held the wait all along."""
+    return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s
+
+
+def paced_stages(
+    stages: tuple[StageCost, StageCost, StageCost], times: tuple[Number, Number, Number], p: Number
+) -> tuple[StageCost, StageCost, StageCost]:
+    """The (first, middle, last) stages' costs stretched to the pipeline's pace: in its steady
+    state every stage passes one micro-batch per `c_max`, the largest of the stages' times per
+    micro-batch (`times`: with their sends and fixed costs, as the makespan reads them), and
+    spends what its own compute and collectives leave of it sending or waiting for its
+    neighbours' sends, time its gradient reductions and ZeRO gathers run through as they run
+    through its compute. Each of its passes is stretched by c_max / its own time without sends.
+    With one stage (pp = 1) the costs are kept. Without it a faster GPU, speeding a stage that
+    does not set the step or the compute of one whose sends do, shortened the windows that stage
+    hides its data-parallel communication behind: the step rose (tests/test_invariants.py)."""
+    if one_value(p) and float(p) == 1.0:
+        return stages
+    pp = as_float(p)
+    c_max = maximum(maximum(times[0], where(pp > 2, times[1], 0.0)), times[2])
+    out = []
+    for cost in stages:
+        own = cost.total_s
+        stretch = where((pp > 1) & (own > 0), maximum(c_max / maximum(own, 1e-30), 1.0), 1.0)
+        out.append(replace(cost, **{f: getattr(cost, f) * stretch for f in PACED_FIELDS}))
+    return out[0], out[1], out[2]
 
 
 def _with_edges(exposed_s: Number, total_s: Number, edges_s: Number) -> Number:

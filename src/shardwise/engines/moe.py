@@ -106,12 +106,12 @@ def experts_cost(
     training: bool = False,
 ) -> StageCost:
     """`experts_parts` with the experts' own host-bound wait (`physics.stack.host_bound_s`) in
-    their backward: the routed experts priced alone."""
+    their backward (and `host_wait_s`): the routed experts priced alone."""
     cost, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
     if not training or not np.any(scn.plan.host_kernel_s):
         return cost
     host = host_bound_s(busy, kernels, scn.plan.host_kernel_s)
-    return replace(cost, compute_backward_s=cost.compute_backward_s + host)
+    return replace(cost, compute_backward_s=cost.compute_backward_s + host, host_wait_s=cost.host_wait_s + host)
 
 
 def experts_parts(

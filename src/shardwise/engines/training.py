@@ -31,7 +31,7 @@ from shardwise.engines.context_parallel import context_parallel, cp_step_s, micr
 from shardwise.engines.costs import layer_cost
 from shardwise.engines.deferred import Later, deferred, rebound
 from shardwise.engines.distinct import evaluate_distinct
-from shardwise.engines.dp_step import data_parallel_exposed_s
+from shardwise.engines.dp_step import data_parallel_exposed_s, paced_stages
 from shardwise.engines.moe import model_moe_split
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
@@ -110,7 +110,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             lay.fabric,
             lay.place,
             lay.trained,
-            (first, middle, last),
+            paced_stages((first, middle, last), (c_first, c_mid, c_last), p),
             m,
             v,
             lay.expert_params,
