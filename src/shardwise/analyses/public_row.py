@@ -9,7 +9,9 @@ PRESETS = {
     "megatron-core": "megatron-core",
     "megatron-deepspeed": "megatron-deepspeed",
     # NeMo Megatron 22.x runs Megatron-LM's 2022 layers (no FlashAttention, selective recomputation,
-    # sequence parallelism); its ZeRO stage comes from the row (`zero=`)
+    # sequence parallelism); its ZeRO stage comes from the row (`zero=`). NeMo 1.11 + Apex's code was
+    # read against Megatron-LM 2022's: the same kernels and bytes per micro-batch, so no preset of its
+    # own (data/PUBLIC_RUNS_OTHER_STACKS.md, the NeMo Megatron 22.08 section)
     "nemo-megatron": "megatron-lm-2022",
     "fsdp": "fsdp",
     "fsdp2": "fsdp2",
