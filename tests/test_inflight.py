@@ -172,6 +172,8 @@ def test_serve_says_which_batching_each_number_uses(cli):
         (["--request-rate", "nan"], "--request-rate: nan is not allowed"),
         (["--request-rate", "5", "--batching", "static"], "--request-rate needs --batching inflight"),
         (["--request-rate", "5", "--max-throughput"], "--request-rate and --max-throughput exclude each other"),
+        (["--concurrency", "4", "--request-rate", "5"], "--concurrency and --request-rate exclude each other"),
+        (["--concurrency", "4", "--max-throughput"], "--concurrency and --max-throughput exclude each other"),
         (["--max-batched-tokens", "0"], "--max-batched-tokens"),
     ],
 )
