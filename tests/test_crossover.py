@@ -206,6 +206,22 @@ def test_a_plan_valid_at_one_point_hides_no_change_between_the_others():
     assert changes[0].low >= 12 and changes[0].at <= 14
 
 
+def test_a_switch_past_points_only_the_old_winner_can_run_is_a_crossover():
+    """Between hidden 2160 (both valid: pp=8 faster) and 3072 (tp=8 faster) every width lets
+    pp=8 alone run (heads TP cannot split, e.g. 3040: 23 heads), so the old winner seemed to hand
+    over without a comparison: "no crossover in this range" above a table showing one
+    (walkthrough). It is a crossover, bracketed by the last point where both ran."""
+    from shardwise.requests.compare import CrossoverRequest
+
+    answer = CrossoverRequest.from_argv("crossover --vary hidden=2048..3072").run()
+    (c,) = answer.result.winner_changes("NVLink")
+    assert (c.before, c.after, c.low, c.at) == ("pp=8", "tp=8", 2160.0, 3072.0) and not c.exact
+    assert "(none valid between)" in describe_crossing(c, "hidden")
+    tp, _ = times_s(EXP, EXP.plans[0], EXP.links[0].link, "hidden", np.array([2160.0, 3072.0]))
+    pp, _ = times_s(EXP, EXP.plans[1], EXP.links[0].link, "hidden", np.array([2160.0, 3072.0]))
+    assert pp[0] < tp[0] and tp[1] < pp[1]
+
+
 def test_the_crossover_csv_says_why_a_point_is_invalid():
     import csv
     import io
