@@ -248,3 +248,15 @@ def test_a_system_s_host_cpu_reaches_the_crossover_s_clusters():
     amd, _ = times_s(exp, exp.plans[0], link, "batch", [64])
     intel, _ = times_s(exp.with_(host_cpu="intel"), exp.plans[0], link, "batch", [64])
     assert amd[0] > intel[0]  # every ring step across servers pays the dearer post
+
+
+def test_a_switch_because_the_faster_plan_stops_fitting_says_so(cli):
+    """At 112 layers pp=8 stops fitting from batch 7 on PCIe while still the quicker of the two:
+    the switch to tp=8 is memory's, and the output says it (walkthrough: it read as a speed
+    crossover, the slower plan 'faster from 7 on')."""
+    code, out, err = cli(["crossover", "--layers", "112", "--vary", "batch=1..12", "--no-plot"])
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "crossover: PCIe: pp=8 is faster below batch 7, tp=8 from 7 on" in flat
+    assert "pp=8 takes less time there but does not fit in GPU memory from batch 7 on" in flat
+    assert flat.count("does not fit in GPU memory from") == 1  # the speed crossover at 3 has no note
