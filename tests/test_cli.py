@@ -550,3 +550,23 @@ def test_help_examples_use_the_current_spelling_of_every_flag():
             if flag in hidden:
                 stale.append(f"{ctx.command_path}: {flag}")
     assert seen >= 6 and not stale, (seen, stale)
+
+
+def test_every_command_that_prints_results_has_json_as_the_readme_says():
+    """README: "Each has --help, and --json where it prints results (all but explore)" (walkthrough:
+    it said every command, and explore, a browser page, has none)."""
+    from pathlib import Path
+
+    import click
+
+    from shardwise.cli import cli
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    assert "`--json` where it prints results (all but `explore`" in readme
+    ctx = click.Context(cli, info_name="shardwise")
+    for name in cli.list_commands(ctx):
+        cmd = cli.get_command(ctx, name)
+        leaves = [cmd.get_command(ctx, n) for n in cmd.list_commands(ctx)] if isinstance(cmd, click.Group) else [cmd]
+        for leaf in leaves:
+            flags = {o for p in leaf.params for o in p.opts}
+            assert ("--json" in flags) == (name != "explore"), (name, leaf.name)
