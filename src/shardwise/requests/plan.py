@@ -382,6 +382,12 @@ def headroom_bytes(text: str, capacity_bytes: float) -> float:
 
     t = str(text).strip()
     try:
+        bare = float(t)
+    except ValueError:
+        bare = None
+    if bare is not None and bare != 0:  # '10' meant 10% or 10 GB, never 10 bytes (walkthrough)
+        raise SpecError(f"--memory-headroom: {text!r} has no unit; give bytes (8GB) or a percentage (10%), or 0")
+    try:
         if t.endswith("%"):
             frac = float(t[:-1]) / 100
             if not 0 <= frac < 1:
