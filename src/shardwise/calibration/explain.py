@@ -227,22 +227,7 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
         names, f, s = rest, g, s_drop
     if best is None or best_score >= score(base, ()):
         return base
-    return _left_out(best, base)
-
-
-def _left_out(best: Any, base: Any) -> Any:
-    """`best` with a reason for every parameter it leaves at its prior: the ordinary fit's where no
-    run is sensitive to it, else that the evidence chose without it (the calibration file said "not
-    asked for" of parameters nobody had excluded: walkthrough)."""
-    from dataclasses import replace
-
-    reasons = dict(best.not_fitted)
-    for p in PARAMETERS:
-        if p.name not in best.fitted and p.name not in reasons:
-            why = base.not_fitted.get(p.name, "")
-            by_need = "chosen by need: the evidence of the runs is better without it"
-            reasons[p.name] = why if "sensitive" in why else by_need
-    return replace(best, not_fitted=reasons)
+    return best
 
 
 def _fitter(cases: list[Any], measured: np.ndarray, names: tuple[str, ...], start: dict | None = None) -> Any:
