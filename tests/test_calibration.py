@@ -750,3 +750,17 @@ def test_several_calibrations_priced_in_one_call_are_each_calibration_alone():
     for i, c in enumerate(calibrations):
         alone = Evaluator([with_values(x, c) for x in cases]).step_s({n: v[i] for n, v in sets.items()})
         assert np.array_equal(together[i], alone[0])
+
+
+def test_the_file_says_why_each_parameter_left_at_its_prior_was(example_calibration: Path, intra_calibration: Path):
+    """Chosen by need, the parameters the evidence did without were written "not asked for" though
+    nobody had excluded them (walkthrough); only --params leaves parameters out by asking."""
+    import yaml
+
+    chosen = yaml.safe_load(example_calibration.read_text())["parameters"]
+    reasons = [p["why"] for p in chosen.values() if not p["fitted"]]
+    assert reasons and "not asked for" not in reasons
+    assert any("evidence" in r for r in reasons)
+    asked = yaml.safe_load(intra_calibration.read_text())["parameters"]
+    assert [n for n, p in asked.items() if p["fitted"]] == ["intra_node_bandwidth_scale"]
+    assert all(p["why"] == "not asked for" for n, p in asked.items() if not p["fitted"] and "sensitive" not in p["why"])

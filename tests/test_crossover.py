@@ -206,6 +206,25 @@ def test_a_plan_valid_at_one_point_hides_no_change_between_the_others():
     assert changes[0].low >= 12 and changes[0].at <= 14
 
 
+def test_a_switch_past_points_only_the_old_winner_can_run_is_a_crossover():
+    """pp=8 faster at 2160 with both valid, then three widths only pp=8 can run (heads TP cannot
+    split), then tp=8 faster at 3072: the old winner seemed to hand over without a comparison,
+    "no crossover in this range" above a table showing one (walkthrough: `--vary
+    hidden=1024..16384`). It is a crossover, bracketed by the last point where both ran."""
+    from shardwise.analyses.crossover import _winner_changes
+
+    x = np.array([2048.0, 2160, 2500, 2800, 2944, 3072])
+    nan = float("nan")
+    times = {"tp=8": np.array([2.0, 2.0, nan, nan, nan, 1.0]), "pp=8": np.array([1.0, 1.5, 1.6, 1.7, 1.8, 2.0])}
+    valid = {k: ~np.isnan(v) for k, v in times.items()}
+    (c,) = _winner_changes(EXP, EXP.links[0], "hidden", x, times, False, valid)
+    assert (c.before, c.after, c.low, c.at, c.exact) == ("pp=8", "tp=8", 2160.0, 3072.0, False)
+    assert "(none valid between)" in describe_crossing(c, "hidden")
+    third = {**times, "x": np.array([nan, nan, 0.5, nan, nan, nan])}  # another plan won in between
+    changes = _winner_changes(EXP, EXP.links[0], "hidden", x, third, False, {k: ~np.isnan(v) for k, v in third.items()})
+    assert not [c for c in changes if (c.before, c.after) == ("pp=8", "tp=8")]  # not compared across it
+
+
 def test_the_crossover_csv_says_why_a_point_is_invalid():
     import csv
     import io
@@ -249,3 +268,37 @@ def test_a_system_file_s_nvls_off_reaches_the_crossover_s_clusters(tmp_path):
     off, _ = times_s(exp, exp.plans[0], link, "batch", [8])
     on, _ = times_s(exp.with_(nvls=True), exp.plans[0], link, "batch", [8])
     assert off[0] > on[0]  # TP's all-reduces lose the switch's reduction
+
+
+def test_a_switch_because_the_faster_plan_stops_fitting_says_so(cli):
+    """At 112 layers pp=8 stops fitting from batch 7 on PCIe while still the quicker of the two:
+    the switch to tp=8 is memory's, and the output says it (walkthrough: it read as a speed
+    crossover, the slower plan 'faster from 7 on')."""
+    code, out, err = cli(["crossover", "--layers", "112", "--vary", "batch=1..12", "--no-plot"])
+    assert code == 0, err
+    flat = " ".join(out.split())
+    assert "crossover: PCIe: pp=8 is faster below batch 7, tp=8 from 7 on" in flat
+    assert "pp=8 takes less time there but does not fit in GPU memory from batch 7 on" in flat
+    assert flat.count("does not fit in GPU memory from") == 1  # the speed crossover at 3 has no note
+
+
+def test_a_range_of_widths_steps_in_whole_heads_and_every_width_runs_under_tp():
+    """`--vary hidden=1024..16384:20` (walkthrough) drew widths like 1185 that no TP degree
+    divides, and heads of 128 that TP 8 cannot split (2560: 20 heads): 90% of a sweep's cells
+    'none valid', `crossover --hidden 2560` refused outright. A range now steps in multiples of
+    128 (a list is taken as given), and a width whose 128-wide head count TP cannot split takes
+    the nearest count it can (2560: 16 heads of 160); widths the first rule served keep it."""
+    from shardwise.analyses.evaluate import heads_for_hidden
+
+    _, widths = parse_vary("hidden=1024..16384:20")
+    assert len(widths) == 20 and widths[0] == 1024 and widths[-1] == 16384 and np.all(widths % 128 == 0)
+    assert list(parse_vary("hidden=1000,1100")[1]) == [1000, 1100]
+    assert list(parse_vary("hidden=1000..1100")[1]) == [1024]
+    assert list(parse_vary("hidden=1030..1100")[1]) == list(np.arange(1030, 1101))  # no multiple of 128 inside
+    heads = heads_for_hidden(widths, 8)
+    assert np.all(widths % heads == 0) and np.all(heads % 8 == 0)
+    assert int(heads_for_hidden(2560, 8)) == 16 and int(heads_for_hidden(2560, 1)) == 20
+    served = np.arange(1024, 16385, 1024.0)  # 128-wide heads in multiples of 8: as before
+    assert np.array_equal(heads_for_hidden(served, 8), served // 128)
+    tp, _ = times_s(EXP, EXP.plans[0], EXP.links[0].link, "hidden", widths)
+    assert not np.isnan(tp).any()

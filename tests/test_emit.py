@@ -272,6 +272,33 @@ def test_plan_emit_vllm_points_to_serve(cli):
     assert code == 2 and out == "" and err.count("\n") == 1 and "shardwise serve" in err
 
 
+def test_predict_emits_the_launch_of_the_plan_it_priced_as_plan_does(cli):
+    """A planned layout launched from `predict` (walkthrough: `predict --emit megatron` was 'No such
+    option'): the same launch as `plan --emit` gives for that plan, refused in one line where the
+    plan does not fit or the target is vLLM."""
+    job = ["--model", "gpt-1.7b", "--system", "dgx-a100", "--global-batch", "64"]
+    code, out, err = cli(["plan", *job, "--top", "1", "--emit", "megatron", "--json"])
+    assert code == 0, err
+    planned = json.loads(out)
+    command = planned["plans"][0]["command"].split()[2:]  # the predict flags of the best plan
+    code, out, err = cli(["predict", *command, "--emit", "Megatron", "--json"])
+    assert code == 0, err
+    launch = json.loads(out)["launch"]
+    assert launch["shell"] == planned["launch"]["shell"] and launch["priced_step_time_s"] > 0
+    code, out, err = cli(["predict", *command, "--emit", "megatron"])
+    assert code == 0 and "launch this plan with megatron (main):" in out and "pretrain_gpt.py" in out
+    for extra, message in (
+        (["--emit", "vllm"], "shardwise serve"),
+        (["--emit-version", "main"], "--emit-version needs --emit"),
+        (["--emit", "megatron", "--emit-version", "9"], "--emit-version"),
+    ):
+        code, out, err = cli(["predict", *command, *extra])
+        assert code == 2 and out == "" and err.count("\n") == 1 and message in err, (extra, err)
+    too_big = ["predict", "--model", "llama3-70b", "--system", "dgx-h100", "--global-batch", "8", "--emit", "megatron"]
+    code, out, err = cli(too_big)
+    assert code == 2 and out == "" and err.count("\n") == 1 and "per GPU, more than" in err
+
+
 def test_hybrid_sharding_is_torchtitans_replicate_mesh_megatrons_optimizer_instances_and_mics():
     """--shard-group: FSDP2's (dp_replicate, dp_shard) mesh with cp inside the shard group, the
     distributed optimizer's instances for ZeRO-1, DeepSpeed's MiCS for ZeRO-3; the rest refused."""

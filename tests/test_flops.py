@@ -83,6 +83,28 @@ def test_mfu_never_exceeds_what_the_gemms_reach_even_at_long_sequences():
     assert 0.3 < masked / float(est.model_flops_per_step) < 0.5  # attention dominates, half of it masked
 
 
+def test_hfu_counts_the_attention_forward_selective_recomputation_reruns_under_a_fused_kernel():
+    """Megatron-Core checkpoints the core attention whatever its kernel, and the step time pays for
+    it (walkthrough: Llama 3 70B with --recompute selective printed HFU = MFU, 46.6%, "recomputation
+    counted"): HFU counts the causal part of the attention core's forward once more, and the
+    hardware FLOPs the flat baseline prices stay as they were."""
+    model, cluster = presets.model("llama3-70b"), presets.system("dgx-h100", nodes=4)
+    base = Plan(tp=8, pp=4, global_batch=64, sequence_parallel=True)
+    none = estimate_training_step(Scenario(model, cluster, base))
+    sel = estimate_training_step(Scenario(model, cluster, base.with_(recompute="selective")))
+    assert float(sel.step_time_s) > float(none.step_time_s)  # the rerun is priced
+    one = layer_forward(model, 1, 1, False, 2.0)
+    core = one.scores.flops + one.context.flops
+    redo = 64 * model.layers * one.mean_causal_fraction * core
+    assert float(sel.executed_flops_per_step - sel.useful_flops_per_step) == pytest.approx(redo, rel=1e-9)
+    assert float(sel.hfu) > float(sel.mfu)
+    assert float(sel.hardware_flops_per_step) == pytest.approx(float(none.hardware_flops_per_step), rel=1e-12)
+    mlp_only = estimate_training_step(
+        Scenario(model, cluster, base.with_(recompute="selective", recompute_modules=("mlp",)))
+    )
+    assert float(mlp_only.executed_flops_per_step) == pytest.approx(float(mlp_only.useful_flops_per_step), rel=1e-12)
+
+
 def test_maxtext_flops_count_is_maxtexts_2024_formula():
     """MaxText's TFLOP/s (A3 README, efb6d9e4) count 6 N per token with the embeddings and the
     causal half of the attention square: Llama-2-7B at s = 4096 by hand, and 5.3% below Megatron's

@@ -72,6 +72,19 @@ def test_one_request_at_a_time_is_static_batch_one():
     assert est.mean_running == pytest.approx(1.0)
 
 
+@pytest.mark.parametrize(("users", "busy"), [(1, 1), (3, 3), (5, 5 / 2), (8, 4)])
+def test_fewer_users_than_replica_slots_count_only_the_requests_in_flight(users, busy):
+    """A closed loop of `users` over 4 replicas: each replica gets ceil(users / 4) or fewer, so
+    the tokens/s are those of `users` requests, not of 4 replicas each running the fullest one's
+    load (walkthrough: --concurrency 1 on 8 replicas printed 8 requests' tokens/s)."""
+    scn = scenario(tp=2, dp=4)
+    one = estimate_inflight(scenario(tp=2), WL, users=math.ceil(users / 4), requests=100)
+    est = estimate_inflight(scn, WL, users=users, requests=100)
+    assert est.throughput_tokens_per_s == pytest.approx(busy * one.throughput_tokens_per_s, rel=1e-9)
+    assert est.mean_running == pytest.approx(busy * one.mean_running, rel=1e-9)
+    assert est.tpot_s == pytest.approx(one.tpot_s, rel=1e-9)
+
+
 def test_the_simulator_gives_every_request_its_tokens_and_obeys_littles_law():
     """At a steady rate the mean number in the system is the rate times the mean time in it."""
     scn = scenario()
@@ -159,6 +172,8 @@ def test_serve_says_which_batching_each_number_uses(cli):
         (["--request-rate", "nan"], "--request-rate: nan is not allowed"),
         (["--request-rate", "5", "--batching", "static"], "--request-rate needs --batching inflight"),
         (["--request-rate", "5", "--max-throughput"], "--request-rate and --max-throughput exclude each other"),
+        (["--concurrency", "4", "--request-rate", "5"], "--concurrency and --request-rate exclude each other"),
+        (["--concurrency", "4", "--max-throughput"], "--concurrency and --max-throughput exclude each other"),
         (["--max-batched-tokens", "0"], "--max-batched-tokens"),
     ],
 )

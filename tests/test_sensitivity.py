@@ -31,3 +31,21 @@ def test_one_at_a_time_ratio_and_ranking():
     assert spreads == sorted(spreads, reverse=True)
     bandwidth = next(b for b in bars if b.variable == "bandwidth")
     assert bandwidth.ratio_high < base < bandwidth.ratio_low  # more bandwidth helps TP
+
+
+def test_a_winner_up_to_the_last_batch_says_how_far_both_plans_fit(cli):
+    """At 112 layers PP=8 stops fitting from batch 7: '- (tp=8)' read as TP faster at every batch to
+    256 (walkthrough); the cell says both fit to 6, the JSON carries it."""
+    import json
+
+    exp = brief_experiment()
+    nvlink = crossover_batch_vs(exp, "layers", np.array([8.0, 112.0]), max_batch=32)[0]
+    assert np.isnan(nvlink.crossover_batch).all() and nvlink.winner_at_batch_1 == ["tp=8", "tp=8"]
+    assert list(nvlink.last_feasible_batch) == [32.0, 6.0]
+    args = ["sensitivity", "--no-plot", "--max-batch", "32"]
+    code, out, err = cli(args)
+    assert code == 0, err
+    assert "- (tp=8, both fit to 6)" in out and "- (tp=8)" in out  # 8 layers: both fit to 32
+    code, out, err = cli([*args, "--json"])
+    rows = {r["layers"]: r for r in json.loads(out)["crossover_batch_vs_layers"]["NVLink"]}
+    assert rows[112.0]["last_feasible_batch"] == 6.0 and rows[8.0]["last_feasible_batch"] == 32.0

@@ -266,12 +266,28 @@ def _winner_changes(
             continue
         if last is not None and not valid[last][i] and later[last][i]:
             continue
-        if last is not None and w != last and valid[last][i] and valid[w][last_i]:
-            at, exact = _refine(exp, link, plans[last], plans[w], variable, x[last_i], x[i], -1.0, ignore_memory)
-            t_at = _time_at(exp, plans[w], link, variable, at, x, times)
-            out.append(Crossing(link.label, last, w, at, float(x[last_i]), float(x[i]), exact, True, t_at))
+        if last is not None and w != last and valid[last][i]:
+            j = last_i if valid[w][last_i] else _last_won_beside(winners, valid, last, w, last_i)
+            if j is not None:
+                at, exact = _refine(exp, link, plans[last], plans[w], variable, x[j], x[i], -1.0, ignore_memory)
+                t_at = _time_at(exp, plans[w], link, variable, at, x, times)
+                out.append(Crossing(link.label, last, w, at, float(x[j]), float(x[i]), exact, True, t_at))
         last_i, last = i, w
     return out
+
+
+def _last_won_beside(winners: list[str], valid: dict[str, np.ndarray], last: str, w: str, i: int) -> int | None:
+    """The latest point at or before `i` where `last` won with `w` valid beside it, `last` the
+    winner (or none) at every point between: where the two were last compared. A width whose
+    heads TP cannot split (hidden 3040: 23 heads) leaves `last` alone at the points before the
+    switch, yet the switch is a crossing (walkthrough: `--vary hidden=1024..16384` printed "no
+    crossover" above a table where pp=8 won at 2160 and tp=8 from 3072)."""
+    for j in range(i, -1, -1):
+        if winners[j] not in ("", TIE, last):
+            return None  # a third plan won in between: no comparison of these two
+        if winners[j] == last and valid[w][j]:
+            return j
+    return None
 
 
 def _time_at(

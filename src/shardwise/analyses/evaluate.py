@@ -166,10 +166,34 @@ def _measure(exp: Experiment, scn: Any, parts: bool = True) -> tuple[Any, Any, d
     return est.step_time_s, est.fits_in_memory, est.breakdown.as_dict() if parts else {}
 
 
+HEAD_SEARCH = 64  # multiples of tp_max tried on each side of the 128-wide head count
+
+
 def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:
     """Heads of a model whose width is varied: head dim 128 while TP can still split the heads
-    (at least tp_max heads). One rule for every plan, so all compare the same model."""
-    return np.maximum(np.asarray(hidden) // 128, tp_max)
+    (at least tp_max heads). One rule for every plan, so all compare the same model. Where that
+    count does not divide the width or TP cannot split it (hidden 2560 at tp 8: 20 heads), the
+    multiple of tp_max nearest it that divides the width (16 heads of 160), so every width
+    tp_max divides is a model every plan can run; where the first rule works it stands."""
+    h = np.asarray(hidden)
+    tp = int(np.max(tp_max))
+    heads = np.maximum(h // 128, tp)
+    bad = (h % heads != 0) | (heads % tp != 0)
+    if not np.any(bad):
+        return heads
+    widths, back = np.unique(h[bad] if h.ndim else h.reshape(1), return_inverse=True)
+    found = np.zeros(widths.shape, dtype=widths.dtype)
+    centre = np.maximum(np.round(widths / (128 * tp)), 1)
+    for d in (0, *(s * k for k in range(1, HEAD_SEARCH + 1) for s in (-1, 1))):
+        n = (centre + d) * tp
+        hit = (found == 0) & (n >= tp) & (widths % np.maximum(n, 1) == 0)
+        found = np.where(hit, n, found)
+    chosen = np.where(found > 0, found, np.maximum(widths // 128, tp)).astype(heads.dtype)
+    out = heads.copy()
+    if h.ndim:
+        out[bad] = chosen[back]
+        return out
+    return chosen[0]
 
 
 def max_tp(exp: Experiment, gpus: Any) -> Any:

@@ -31,6 +31,9 @@ class CrossoverCurve:
     values: np.ndarray
     crossover_batch: np.ndarray  # first batch where the other plan is faster; NaN: none up to max batch
     winner_at_batch_1: list[str]  # faster plan at the smallest feasible batch ('' if none is feasible)
+    # the largest batch where both plans are feasible (NaN: none): a winner "up to max batch" was
+    # compared only that far when the other plan stops fitting first
+    last_feasible_batch: np.ndarray | None = None
 
 
 def crossover_batch_vs(
@@ -53,6 +56,7 @@ def crossover_batch_vs(
             both &= result.fits[(link, a)] & result.fits[(link, b)]
         diff = np.where(both, ta - tb, np.nan)
         crossing, first_winner = [], []
+        last = np.array([batches[np.flatnonzero(ok)[-1]] if ok.any() else np.nan for ok in both])
         for row in diff:
             signs = row[~np.isnan(row) & (row != 0)]
             if signs.size == 0:
@@ -63,7 +67,7 @@ def crossover_batch_vs(
             first_winner.append(a if start < 0 else b)
             flips = np.flatnonzero(~np.isnan(row) & (np.sign(row) == -start))
             crossing.append(batches[flips[0]] if flips.size else np.nan)
-        curves.append(CrossoverCurve(link, variable, result.axes[0], np.array(crossing), first_winner))
+        curves.append(CrossoverCurve(link, variable, result.axes[0], np.array(crossing), first_winner, last))
     return curves
 
 

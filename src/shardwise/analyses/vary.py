@@ -11,12 +11,14 @@ from shardwise.specs._checks import MAX_WHOLE
 
 DEFAULT_POINTS = 41
 MAX_VALUES = 100_000  # per varied variable
+HEAD_WIDTH = 128  # ranges of `hidden` step in whole 128-wide heads (`_whole_heads`)
 NEEDS_UNIT = {"bandwidth": "900GB/s", "latency": "2us", "peak_flops": "312TFLOPS", "hbm_bandwidth": "2TB/s"}
 
 
 def parse_vary(text: str) -> tuple[str, np.ndarray]:
     """'batch=1..32' (every integer), 'bandwidth=1GB/s..900GB/s' (41 log-spaced points, ':N' for
-    N), 'layers=8,16,32' (a list), 'hidden=512..16384:x2' (doubling). Returns SI values."""
+    N), 'layers=8,16,32' (a list), 'hidden=512..16384:x2' (doubling; a range of widths is rounded
+    to multiples of 128, `_whole_heads`). Returns SI values."""
     name, sep, spec = text.replace(" ", "").partition("=")
     if not sep or name not in VARIABLES:
         raise SpecError(f"--vary {text!r}: expected NAME=VALUES with NAME one of {', '.join(VARIABLES)}")
@@ -63,6 +65,8 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
             if not 2 <= n <= MAX_VALUES:
                 raise SpecError(f"the number of points after ':' must be 2..{MAX_VALUES:,}, got {count}")
             values = np.geomspace(lo, hi, n) if var.log else np.linspace(lo, hi, n)
+        if name == "hidden":
+            values = _whole_heads(values, lo, hi)
     else:
         values = np.array([value(v) for v in spec.split(",") if v])
     if values.size == 0 or np.any(values <= 0) or not np.all(np.isfinite(values)):
@@ -74,6 +78,17 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
     if var.integer:  # ranges are rounded to whole numbers (lists were checked when read)
         values = sorted_distinct(np.round(values))
     return np.asarray(values, dtype=float)
+
+
+def _whole_heads(values: np.ndarray, lo: float, hi: float) -> np.ndarray:
+    """A range of widths rounded to multiples of HEAD_WIDTH inside [lo, hi]: a width is a number
+    of heads times the head dimension, and one no TP degree divides (hidden 1185 of 1024..16384:20)
+    is a model no plan runs (`evaluate.heads_for_hidden`); a list is taken as given. A range
+    holding no such multiple stays as it is."""
+    first, last = np.ceil(lo / HEAD_WIDTH) * HEAD_WIDTH, np.floor(hi / HEAD_WIDTH) * HEAD_WIDTH
+    if first > last:
+        return values
+    return np.clip(np.round(values / HEAD_WIDTH) * HEAD_WIDTH, first, last)
 
 
 def _is_number(token: str) -> bool:

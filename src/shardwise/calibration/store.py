@@ -65,8 +65,11 @@ def document(
     gpus: list[str],
     measured_step_s: np.ndarray,
     metrics: list[str] | None = None,
+    left_out: str = "not asked for",
 ) -> dict[str, Any]:
-    """The calibration file's content (see the module docstring)."""
+    """The calibration file's content (see the module docstring); `left_out`: why a parameter the
+    fit names no reason for stayed at its prior (`--params` did not ask for it, or the need-driven
+    choice of `calibration.explain` did without it)."""
     from shardwise import __version__
 
     sources = [Path(f) for f in (runs_file if isinstance(runs_file, list) else [runs_file])]
@@ -78,7 +81,7 @@ def document(
             lo, hi = fitted.interval80(par.name)
             entry.update(low80=_round(lo), high80=_round(hi))
         else:
-            entry["why"] = fitted.not_fitted.get(par.name, "not asked for")
+            entry["why"] = fitted.not_fitted.get(par.name, left_out)
         params[par.name] = entry
     measured = np.asarray(measured_step_s, dtype=float)
     return with_checksum(

@@ -182,6 +182,8 @@ def _print(result: Any, all_rows: bool, assumptions: str, figure: Any) -> None:
         for c in changes:
             out.print(f"[bold]crossover[/]: {describe_crossing(c, result.variable)}")
             _print_why(out, result, c)
+            if (note := _memory_note(result, c)) is not None:
+                out.print(f"    [dim]{note}[/]")
         for c in result.pair_crossings(link):
             out.print(f"  (not the fastest there) {describe_crossing(c, result.variable)}")
     if exp.cost_model == "textbook":
@@ -216,6 +218,29 @@ def _print_why(out: Any, result: Any, c: Any) -> None:
             if v > 0
         )
         out.print(f"    {name}: {format_seconds(total)} = {shown}")
+
+
+def _memory_note(result: Any, c: Any) -> str | None:
+    """Why the winner changes where the plan that was faster still takes less time: it no longer
+    fits in GPU memory there (walkthrough: a switch to the slower plan read as a speed crossover)."""
+    import numpy as np
+
+    from shardwise.analyses.evaluate import times_s
+    from shardwise.analyses.experiment import DISPLAY_SCALE, SHORT_NAME
+
+    if result.ignore_memory:
+        return None
+    exp = result.experiment
+    link = next(lk.link for lk in exp.links if lk.label == c.link)
+    plans = {p.label: p for p in exp.plans}
+    at = np.array([c.at])
+    (before, fits), (after, _) = (times_s(exp, plans[n], link, result.variable, at) for n in (c.before, c.after))
+    if bool(fits[0]) or not before[0] <= after[0]:
+        return None
+    return (
+        f"{c.before} takes less time there but does not fit in GPU memory from {SHORT_NAME[result.variable]} "
+        f"{c.at * DISPLAY_SCALE.get(result.variable, 1.0):g} on, so it is not counted as faster (--ignore-memory)"
+    )
 
 
 def _part_labels(result: Any, plan: Any, at: float) -> dict[str, str]:

@@ -54,7 +54,11 @@ experiment_options = _stack(
         help="Model preset or YAML file.",
     ),
     click.option("--layers", type=int, help="Override the model's layers."),
-    click.option("--hidden", type=int, help="Override the hidden size (heads follow: head dim 128, unless --heads)."),
+    click.option(
+        "--hidden",
+        type=int,
+        help="Override the hidden size (heads follow: head dim 128 where TP can split them, unless --heads).",
+    ),
     click.option("--heads", type=int, help="Override the attention heads."),
     click.option("--kv-heads", type=int, help="Override the key/value heads (grouped-query attention)."),
     click.option("--ffn-hidden", type=int, help="Override the MLP hidden size."),

@@ -224,7 +224,7 @@ def plan(
       shardwise plan --model gpt3-175b --system dgx-a100 --nodes 16 --global-batch 1536
       shardwise plan --model llama3-70b --system dgx-h100 --nodes 4 --global-batch 512 \\
           --tp 8 --memory-headroom 10% --plot plans.png
-      shardwise plan --model gpt-1t --system dgx-a100 --nodes 384 --global-batch 3072 --csv all.csv
+      shardwise plan --model gpt-1t --system dgx-a100 --nodes 384 --global-batch 3072 -o all.csv
     """
     from shardwise.cli.options import check_output_path, echo_notes
     from shardwise.requests.plan import PlanRequest

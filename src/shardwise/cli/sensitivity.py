@@ -175,20 +175,27 @@ def _print(
     out = console()
     out.print(f"[dim]{assumptions}[/]")
     for title, curves in (("layers", by_layers), ("hidden", by_hidden)):
-        out.print(
-            f"\ncrossover batch of {plans[0]} vs {plans[1]} against {title} (the plan in brackets is "
-            f"faster below it; '-': it is faster up to batch {max_batch})"
-        )
-        table = Table(header_style="bold")
-        table.add_column(title, justify="right")
-        for c in curves:
-            table.add_column(c.link, justify="right")
+        rows = []
         for j, v in enumerate(curves[0].values):
             cells = [f"{v:g}"]
             for c in curves:
                 b = c.crossover_batch[j]
                 w = c.winner_at_batch_1[j]
-                cells.append("no feasible batch" if not w else f"- ({w})" if b != b else f"{b:g} ({w})")
+                cells.append(
+                    "no feasible batch" if not w else _no_crossing(c, j, max_batch) if b != b else f"{b:g} ({w})"
+                )
+            rows.append(cells)
+        short = any("both fit to" in cell for cells in rows for cell in cells)
+        out.print(
+            f"\ncrossover batch of {plans[0]} vs {plans[1]} against {title} (the plan in brackets is "
+            f"faster below it; '-': it is faster up to batch {max_batch}"
+            + (", or to the batch named, beyond which a plan does not fit)" if short else ")")
+        )
+        table = Table(header_style="bold")
+        table.add_column(title, justify="right")
+        for c in curves:
+            table.add_column(c.link, justify="right")
+        for cells in rows:
             table.add_row(*cells)
         out.print(table)
     for link, base, bars in tornadoes:
@@ -222,6 +229,15 @@ def _print(
         out.print("[dim]invalid: a plan's layout is not possible there (e.g. layers not divisible by pp)[/]")
     for f in figures:
         out.print(f"figure: {f}")
+
+
+def _no_crossing(curve: Any, j: int, max_batch: int) -> str:
+    """'- (tp=8)': faster at every batch to max_batch; '- (tp=8, both fit to 6)' when the other
+    plan stops fitting first (walkthrough: 112 layers read as TP faster everywhere while PP=8 no
+    longer fits from batch 7)."""
+    w = curve.winner_at_batch_1[j]
+    last = float("nan") if curve.last_feasible_batch is None else float(curve.last_feasible_batch[j])
+    return f"- ({w}, both fit to {last:g})" if last == last and last < max_batch else f"- ({w})"
 
 
 def _ratio_cell(ratio: float, fits: bool, band: tuple[float, float]) -> str:

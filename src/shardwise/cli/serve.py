@@ -61,7 +61,8 @@ serving_options = _stack(
         "batch",
         old=("--batch",),
         type=int,
-        help="Requests in flight (all replicas). [default: 1]",
+        help="Requests in flight (all replicas, spread evenly over them); not with --max-throughput or "
+        "--request-rate. [default: 1]",
     ),
     click.option(
         "--max-throughput",

@@ -1,4 +1,4 @@
-"""Launch commands for a priced plan (`plan --emit TARGET`, `serve --emit vllm`).
+"""Launch commands for a priced plan (`plan --emit TARGET`, `predict --emit TARGET`, `serve --emit vllm`).
 
 One module per target turns a Scenario into a `Launch` (environment, launcher, the tool's
 arguments, files, what the user still adds): `megatron`, `torchtitan`, `deepspeed` for training,

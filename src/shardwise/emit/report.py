@@ -33,10 +33,10 @@ def training_launch(
     return {**emit(scn, target, version).as_dict(), **out}
 
 
-def text(launch: dict[str, Any]) -> str:
+def text(launch: dict[str, Any], which: str = "the best plan") -> str:
     from shardwise.units import format_seconds
 
-    head = f"\nlaunch the best plan with {launch['target']} ({launch['version']}):"
+    head = f"\nlaunch {which} with {launch['target']} ({launch['version']}):"
     if launch["changes"]:
         head += (
             f"\n{launch['target']} runs a different plan, re-priced: {format_seconds(launch['launched_step_time_s'])} "

@@ -169,6 +169,10 @@ def estimate_from(
         rate_throughput = saturated.throughput_tokens_per_s
     # the workload's batch: the requests kept in flight (a rate: the mean in flight)
     in_flight = users if users is not None else (slots * replicas if rate_per_s is None else sim.mean_running)
+    # a closed loop of users spread evenly: `sim` ran the fullest replica's ceil(users / replicas),
+    # the others hold one fewer (or none), so the replicas together run users / ceil(users /
+    # replicas) of it, each request at the fullest replica's pace (as static batching is timed)
+    busy = replicas if users is None or rate_per_s is not None else users / math.ceil(users / replicas)
     has_tpot = replica.mix is not None or wl.output_len > 1
     return InflightEstimate(
         scenario=scn,
@@ -176,7 +180,7 @@ def estimate_from(
         ttft_s=float(ttft),
         tpot_s=float(np.nanmedian(sim.tpot_s)) if has_tpot and np.isfinite(sim.tpot_s).any() else float("nan"),
         e2e_s=float(np.median(sim.e2e_s)),
-        throughput_tokens_per_s=replicas * (rate_throughput if rate_per_s is not None else sim.throughput_tokens_per_s),
+        throughput_tokens_per_s=busy * (rate_throughput if rate_per_s is not None else sim.throughput_tokens_per_s),
         max_batch=replica.capacity,
         weights_bytes=replica.weights_bytes,
         kv_cache_bytes=sim.mean_running * replica.kv_bytes_per_sequence,
@@ -186,7 +190,7 @@ def estimate_from(
         users=users if rate_per_s is None else None,
         request_rate_per_s=rate_per_s,
         max_request_rate_per_s=max_rate,
-        mean_running=replicas * sim.mean_running,
+        mean_running=busy * sim.mean_running,
         mean_prompt_tokens=sim.mean_prompt_tokens,
         max_batched_tokens=replica.max_batched_tokens,
         percentiles_s={

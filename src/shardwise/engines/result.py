@@ -110,10 +110,14 @@ class TrainingEstimate:
 
     @property
     def executed_flops_per_step(self) -> Number:
-        """The FLOPs the GPUs run: recomputation included, the masked attention only where standard
-        attention computes the whole square (what HFU counts)."""
+        """The FLOPs the GPUs run: recomputation included (with a fused kernel, the attention forward
+        selective recomputation reruns: `fused_attention_recompute_flops`), the masked attention
+        only where standard attention computes the whole square (what HFU counts)."""
+        from shardwise.engines.training_flops import fused_attention_recompute_flops
+
         flash = np.asarray(self.scenario.plan.flash_attention, dtype=bool)
-        return self.hardware_flops_per_step - np.where(flash, self.masked_attention_flops_per_step, 0.0)
+        masked = np.where(flash, self.masked_attention_flops_per_step, 0.0)
+        return self.hardware_flops_per_step - masked + fused_attention_recompute_flops(self.scenario)
 
     @property
     def model_tflops_per_gpu(self) -> Number:

@@ -86,6 +86,26 @@ def flops_per_step(scn: Scenario) -> tuple[Number, Number]:
     return plan.global_batch * per_seq, plan.global_batch * (per_seq + redo)
 
 
+def fused_attention_recompute_flops(scn: Scenario) -> Number:
+    """The attention forward that selective recomputation reruns under a fused kernel (all GPUs):
+    Megatron-Core checkpoints its core attention whatever the kernel
+    (`_checkpointed_attention_forward`; `engines.recompute_costs.selective_recompute_s` prices
+    it), so HFU counts that forward again, the part of the square the causal kernel computes.
+    `flops_per_step` leaves it out of the hardware FLOPs, which the flat baseline of `validate
+    public` prices (Eq. 3 knows no such recomputation). Counted for the `attention` policy with no
+    `recompute_modules` or with `core_attn` among them, in the layers not recomputed whole; the
+    other modules' redone work is not counted."""
+    model, plan = scn.model, scn.plan
+    if plan.selective_policy != "attention" or (plan.recompute_modules and "core_attn" not in plan.recompute_modules):
+        return 0.0
+    one = layer_forward(model, 1, 1, False, plan.bytes_per_element, cp=plan.cp, document_len=plan.packed_document_len)
+    redo = plan.global_batch * model.layers * one.mean_causal_fraction * _attention_core_flops(one)
+    if np.any(np.asarray(plan.recompute_layers) > 0):  # those layers are rerun whole (counted in flops_per_step)
+        redo = redo * (1.0 - recomputed_split(scn.split, plan.vpp, plan.recompute_layers).total / model.layers)
+    on = (np.asarray(plan.recompute) == Recompute.SELECTIVE) & np.asarray(plan.flash_attention, dtype=bool)
+    return np.where(on, redo, 0.0)
+
+
 def maxtext_flops_per_step(model: Model, global_batch: Number) -> Number:
     """The FLOPs per step behind the TFLOP/s MaxText printed in 2024 (all GPUs): 6 x every
     parameter x tokens (embedding tables and norms included, PaLM App. B) plus the causal half of

@@ -20,6 +20,7 @@ from shardwise.errors import SpecError
 # refused only when no parameter within its physical range does (a unit slip: ms for s, per-GPU
 # for total, or a run the model cannot express).
 MAX_MISS = 3.0
+LEFT_BY_NEED = "chosen by need: the evidence of the runs is better without it"
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,17 @@ class CalibrateResult:
 
         runs = self.measured
         gpus = [r.scenario.cluster.gpu.name for r in runs]
+        # without --params the parameters are chosen by need (`calibration.explain`): one it left at
+        # its prior was not "not asked for" (walkthrough), the evidence of the runs did without it
+        left_out = "not asked for" if self.request.params is not None else LEFT_BY_NEED
         return store.document(
-            self.fit, list(self.request.runs), [r.run_id for r in runs], gpus, self.values, [r.metric for r in runs]
+            self.fit,
+            list(self.request.runs),
+            [r.run_id for r in runs],
+            gpus,
+            self.values,
+            [r.metric for r in runs],
+            left_out,
         )
 
     def as_dict(self, output: str) -> dict[str, Any]:

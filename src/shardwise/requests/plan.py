@@ -387,9 +387,13 @@ def headroom_bytes(text: str, capacity_bytes: float) -> float:
             if not 0 <= frac < 1:
                 raise ValueError
             return frac * capacity_bytes
+        if t.lstrip("+-").replace(".", "", 1).isdigit() and float(t) != 0:  # '10': 10% or 10 GB, not bytes
+            raise ValueError
         value = parse_bytes(t)
     except (ValueError, SpecError):
-        raise SpecError(f"--memory-headroom: {text!r} is not allowed; give bytes (8GB) or a percentage (10%)") from None
+        raise SpecError(
+            f"--memory-headroom: {text!r} is not allowed; give bytes (8GB), a percentage (10%) or 0"
+        ) from None
     if not 0 <= value < capacity_bytes:
         raise SpecError(f"--memory-headroom: {text!r} must be between 0 and the GPU's {capacity_bytes / 1e9:.0f} GB")
     return value

@@ -77,10 +77,19 @@ class SensitivityResult:
 
 
 def _curves(curves: list[Any]) -> dict[str, Any]:
+    def last(c: Any, j: int) -> float | None:
+        b = float("nan") if c.last_feasible_batch is None else float(c.last_feasible_batch[j])
+        return None if b != b else b
+
     return {
         c.link: [
-            {c.variable: float(v), "crossover_batch": None if b != b else float(b), "winner_at_batch_1": w}
-            for v, b, w in zip(c.values, c.crossover_batch, c.winner_at_batch_1, strict=True)
+            {
+                c.variable: float(v),
+                "crossover_batch": None if b != b else float(b),
+                "winner_at_batch_1": w,
+                "last_feasible_batch": last(c, j),  # the largest batch where both plans run and fit
+            }
+            for j, (v, b, w) in enumerate(zip(c.values, c.crossover_batch, c.winner_at_batch_1, strict=True))
         ]
         for c in curves
     }

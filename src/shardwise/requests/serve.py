@@ -223,6 +223,11 @@ class ServeRequest:
             _seconds(self.ttft_max, "--ttft-max")
             _seconds(self.tpot_max, "--tpot-max")
         traffic = None
+        if self.concurrency is not None and not self.targets:  # one load only: never drop what was given
+            rate = "--request-rate" if self.request_rate is not None else None
+            other = "--max-throughput" if self.max_throughput else rate
+            if other is not None:
+                raise SpecError(f"--concurrency and {other} exclude each other: give one")
         if not self.targets:
             traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
             if traffic is not None:
