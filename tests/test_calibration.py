@@ -764,3 +764,22 @@ def test_the_file_says_why_each_parameter_left_at_its_prior_was(example_calibrat
     asked = yaml.safe_load(intra_calibration.read_text())["parameters"]
     assert [n for n, p in asked.items() if p["fitted"]] == ["intra_node_bandwidth_scale"]
     assert all(p["why"] == "not asked for" for n, p in asked.items() if not p["fitted"] and "sensitive" not in p["why"])
+
+
+def test_serve_notes_a_training_calibration_that_moved_what_decode_reads():
+    # walkthrough: 4 training runs 17% slow were explained by HBM x 0.36, and `serve --calibration`
+    # then printed a 2.6x slower decode with the uncalibrated +-14% and no word about it
+    from shardwise.calibration.explain import untested_for_serving
+    from shardwise.calibration.fit import Fit
+    from shardwise.calibration.parameters import NEUTRAL
+
+    def cal(value: float, serving_runs: int = 0) -> store.Calibration:
+        values = {**NEUTRAL, "memory_bandwidth_scale": value}
+        fit = Fit(("memory_bandwidth_scale",), values, np.eye(1) * 0.01, 0.05)
+        return store.Calibration(fit, "mine.yaml", ("h100-sxm5-80gb",), 4, store.COST_MODEL, serving_runs)
+
+    (note,) = untested_for_serving(cal(0.357))
+    assert "mine.yaml" in note and "HBM bandwidth to x0.36" in note and "serving runs" in note
+    assert untested_for_serving(cal(0.357, serving_runs=3)) == []  # tested on serving runs
+    assert untested_for_serving(cal(0.9)) == []  # inside its prior
+    assert untested_for_serving(None) == []

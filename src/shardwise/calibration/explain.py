@@ -259,3 +259,33 @@ def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, flo
         {p.name: float(cost[j]) for j, p in enumerate(PARAMETERS)},
         {p.name: float(p.value(mean[j])) for j, p in enumerate(PARAMETERS)},
     )
+
+
+# The parameters a serving step reads far more than a training step does: decode streams the
+# weights and the KV cache from HBM (memory_bandwidth_scale) and waits on small all-reduces
+# inside a server (intra_node_bandwidth_scale, link_latency_scale).
+SERVING_SENSITIVE = ("memory_bandwidth_scale", "intra_node_bandwidth_scale", "link_latency_scale")
+# How far from its prior's centre (in prior standard deviations) a fitted value is worth a word
+FAR_PRIOR_SDS = 2.0
+
+
+def untested_for_serving(cal: Any) -> list[str]:
+    """Notes for `serve --calibration` with a calibration fitted on training runs alone: each
+    serving-sensitive parameter it moved more than FAR_PRIOR_SDS of its prior from neutral. A
+    training step reads these little, so the runs may have set them to explain something else (a
+    stack's slow element-wise kernels as a slow HBM), and decode then follows them untested."""
+    if cal is None or cal.serving_runs:
+        return []
+    notes = []
+    for name in SERVING_SENSITIVE:
+        if name not in cal.fit.fitted:
+            continue
+        p, value = BY_NAME[name], float(cal.fit.values[name])
+        sds = abs(p.u(value) - p.prior_mean) / p.prior_sd
+        if sds > FAR_PRIOR_SDS:
+            notes.append(
+                f"{cal.path} was fitted on training runs only and sets {p.description.removesuffix(' (x)')} to "
+                f"x{value:.2f}, {sds:.1f} prior sd from the datasheet model; serving reads it directly "
+                "(decode streams weights and KV cache), untested: calibrate with serving runs too"
+            )
+    return notes

@@ -156,7 +156,12 @@ class ServeRequest:
         if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
             raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
-        cluster = build_cluster(cluster_options, notes, load_calibration(options.get("calibration")))
+        cal = load_calibration(options.get("calibration"))
+        cluster = build_cluster(cluster_options, notes, cal)
+        if cal is not None:
+            from shardwise.calibration.explain import untested_for_serving
+
+            notes += untested_for_serving(cal)
         if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
             cluster = cluster.with_(nvls=False)
         if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
