@@ -700,7 +700,9 @@ def test_leave_one_out_without_refitting_matches_refitting():
         rest = [j for j in range(len(scns)) if j != i]
         refit = fitting.fit([scns[j] for j in rest], measured[rest], only=full.fitted)
         t, _, high = intervals.predict_interval(refit, [scns[i]])
-        assert loo[i] == pytest.approx(np.log(t[0] / measured[i]), abs=0.002)
+        # linearised: 0.2% of a step at most here, since the link latency moves NCCL's LL steps too
+        # (a sixth fitted parameter, with a kink where the protocols cross)
+        assert loo[i] == pytest.approx(np.log(t[0] / measured[i]), abs=0.003)
         assert sd[i] == pytest.approx(np.log(high[0] / t[0]) / Z80, rel=0.05)
 
 

@@ -44,6 +44,19 @@ def test_tiny_messages_cost_the_latency():
     assert t == pytest.approx(pcie.base_latency_s + 2 * (p - 1) * pcie.latency_s, rel=0.05)
 
 
+def test_a_slower_nvlink_step_slows_its_low_latency_protocols_too():
+    # walkthrough: --link-latency 100us inside an NVLink server changed nothing, NCCL's LL and
+    # LL128 steps being fixed at the stock link's; they now scale with the link's own step
+    from dataclasses import replace
+
+    slow = replace(NV3, latency_s=100 * NV3.latency_s)
+    p = 8
+    assert all_reduce_time_s(8, p, p, slow) == pytest.approx(
+        NV3.base_latency_s + 2 * (p - 1) * LL_STEP_S * 100, rel=0.05
+    )
+    assert all_reduce_time_s(8, p, p, replace(NV3, latency_s=NV3.latency_s)) == all_reduce_time_s(8, p, p, NV3)
+
+
 def test_reduce_scatter_plus_all_gather_moves_what_an_all_reduce_moves():
     n, p = 4e9, 8
     ar = all_reduce_time_s(n, p, p, NV3)

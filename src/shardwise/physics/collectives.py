@@ -89,8 +89,8 @@ from shardwise.specs.memo import Memo
 # NCCL's low-latency protocols (src/graph/tuning.cc, the same in 2.18 and 2.30): per-step latency
 # on NVLink (hwLat, ring), and the share of the link's bus bandwidth each reaches (LL: half, at
 # most the link's `ll_bandwidth_bytes_per_s`, NCCL's llMaxBws; LL128: 120 of each 128 bytes).
-LL_STEP_S = 0.6e-6
-LL128_STEP_S = 1.9e-6
+LL_STEP_S = 0.6e-6  # at the NVLink presets' Simple step, NVLINK_STEP_S; a link's own scales them
+LL128_STEP_S, NVLINK_STEP_S = 1.9e-6, 1e-6
 LL_SHARE = 0.5
 LL128_SHARE = 0.92
 NVLS_LATENCY_S = 25e-6  # NCCL src/graph/tuning.cc hwLat[NVLINK][NVLS] (2.21), once per call
@@ -197,7 +197,7 @@ class Group:
             b = intra.effective_bandwidth_bytes_per_s
             steps = p - 1
             self._ll = tuple(
-                (base + steps * (2 * step_s), base + steps * step_s, inv)
+                (base + steps * (2 * step_s * a_in / NVLINK_STEP_S), base + steps * step_s * a_in / NVLINK_STEP_S, inv)
                 for step_s, inv in (
                     (LL_STEP_S, 1.0 / np.maximum(np.minimum(LL_SHARE * b, ll_cap), 1e-9)),
                     (LL128_STEP_S, 1.0 / (LL128_SHARE * b)),
