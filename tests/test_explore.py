@@ -148,3 +148,15 @@ def test_the_planner_heatmap_reads_the_columns_it_draws():
     fig = figures.planner_heatmap(table, "time")
     best = min(float(r["step_time_s"]) for r in rows if r["fits_in_memory"] == "true")
     assert min(v for row in fig["data"][0]["z"] for v in row if v is not None) == best
+
+
+def test_a_serving_plan_that_does_not_fit_is_said_not_a_crash():
+    """tp=1 of a 70B model on one 80 GB GPU has no TTFT or TPOT (the command prints '-'): the
+    page says it does not fit, with the memory the command gives, beside the plans that do."""
+    values = {**state.DEFAULTS, "s-plans": "tp=8; tp=1", "s-output": 16}
+    outcome, (fig,), text = pages.compute("serving", values, NO_FILES, runner.run)
+    tp1 = next(p for p in outcome.data["plans"] if p["plan"] == "tp=1")
+    assert outcome.error is None and tp1["ttft_s"] is None
+    assert f"tp=1: does not fit ({tp1['memory_bytes']['total'] / 1e9:.1f} GB per GPU" in text
+    assert f"would fit with {tp1['would_fit']}" in text
+    assert "tp=8: TTFT " in text and {t["name"] for t in fig["data"]} == {"tp=8"}  # no empty line

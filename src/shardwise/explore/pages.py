@@ -132,12 +132,9 @@ def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:
             zip(*(p["frontier"][k] for k in ("tokens_per_s_per_user", "tokens_per_s_per_gpu", "batch")), strict=True)
         )
         for p in rows
+        if p["frontier"]["batch"]  # a plan that does not fit has no frontier
     }
-    text = " | ".join(
-        f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, "
-        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)")
-        for p in rows
-    )
+    text = " | ".join(_served(p) for p in rows)
     if searched is not None:
         text += " | " + _meets(searched.data)
     label = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if targets else ""
@@ -145,6 +142,18 @@ def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:
     if v["s-tpot"]:
         figures.vline(fig, 1.0 / parse_seconds(str(v["s-tpot"])), "TPOT target", dash="dot")
     return outcome, [fig], text
+
+
+def _served(p: dict[str, Any]) -> str:
+    """One plan's line: its times and throughput, or (no times: the weights leave no room for a
+    KV cache) the memory it needs per GPU and what would make it fit, as the command says."""
+    if p["ttft_s"] is None or p["tpot_s"] is None:
+        hint = f"; would fit with {p['would_fit']}" if p.get("would_fit") else ""
+        return f"{p['plan']}: does not fit ({p['memory_bytes']['total'] / 1e9:.1f} GB per GPU{hint})"
+    return (
+        f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, "
+        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)")
+    )
 
 
 def _meets(data: dict[str, Any]) -> str:
