@@ -37,6 +37,13 @@ header h1 { font-size: 20px; margin: 0 0 4px 0; }
 .upload-name { color: #d1d5db; }
 table.plans { border-collapse: collapse; font-size: 13px; }
 table.plans td, table.plans th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+.text { overflow-x: auto; }
+@media (max-width: 760px) {  /* a phone: the controls above the figures, each the window's width */
+  .page { flex-direction: column; padding: 8px; }
+  .controls { width: auto; }
+  header { padding: 8px; }
+  header h1 { font-size: 16px; }
+}
 """
 # which control a flag named at the start of an error message belongs to, per page
 FLAGS = {
@@ -201,7 +208,7 @@ def page_layout(page: str, values: dict[str, Any]) -> html.Div:
     output = html.Div(
         [
             *graphs,
-            html.Div(id=f"{page}-text"),
+            html.Div(id=f"{page}-text", className="text"),  # (a wide table scrolls in its own box)
             html.H4("The command that reproduces this view"),
             html.Pre(id=f"{page}-command", className="command"),
             exports,
