@@ -160,3 +160,23 @@ def test_a_serving_plan_that_does_not_fit_is_said_not_a_crash():
     assert f"tp=1: does not fit ({tp1['memory_bytes']['total'] / 1e9:.1f} GB per GPU" in text
     assert f"would fit with {tp1['would_fit']}" in text
     assert "tp=8: TTFT " in text and {t["name"] for t in fig["data"]} == {"tp=8"}  # no empty line
+
+
+@pytest.mark.parametrize(
+    ("page", "control", "bad"),
+    [
+        ("crossover", "x-heads", 1.5),  # "--heads: heads: '1.5' is not allowed"
+        ("crossover", "x-layers", 0),  # "model 'gpt-96l-4096h': layers: 0 is not allowed"
+        ("crossover", "x-plans", "tp=8; tp=8"),  # "each --plan and each --intra-link label must be different"
+        ("serving", "s-plans", "tp=8; tp=8"),
+        ("winner-map", "w-y", "abc"),  # "--vary 'abc': ...": the y axis's, not the x axis's
+        ("winner-map", "w-x", "abc"),
+    ],
+)
+def test_the_command_s_message_goes_under_the_control_it_is_about(page, control, bad):
+    values = {c: state.DEFAULTS[c] for c in state.CONTROLS[page]} | {control: bad}
+    outcome, _, _ = pages.compute(page, values, NO_FILES, runner.run)
+    assert outcome.error
+    top, *msgs = layout.error_outputs(page, outcome, values=values)
+    named = dict(zip(state.CONTROLS[page], msgs, strict=True))
+    assert top == "" and named[control] == outcome.error, (top, named)

@@ -165,10 +165,10 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
         if active != page:
             return [no_update] * (len(graphs) + 3 + len(controls))
         start = time.perf_counter()
-        control = None
+        control, values = None, values_of(controls, args)
         try:
             loaded = (uploads.path("model", model_file), uploads.path("calibration", calibration))
-            outcome, figs, text = pages.compute(page, values_of(controls, args), loaded, pool.run)
+            outcome, figs, text = pages.compute(page, values, loaded, pool.run)
         except ControlError as exc:  # a value the explorer does not take: said under its control
             outcome, control = Outcome((page,), error=str(exc)), exc.control
             figs, text = [no_update] * len(graphs), ""
@@ -177,7 +177,7 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
             outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")
             figs, text = [no_update] * len(graphs), ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        errors = error_outputs(page, outcome, control)
+        errors = error_outputs(page, outcome, control, values)
         names = {"model": model_file, "calibration": calibration}
         shown_command = uploads.shown(outcome.command, names) if control is None else no_update
         if outcome.error:  # no answer for these settings: the last figures and verdict no longer hold

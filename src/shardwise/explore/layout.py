@@ -3,6 +3,7 @@ error message is shown (under the control it names)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dash import dcc, html
@@ -51,6 +52,7 @@ FLAGS = {
         "--model": "x-model",
         "--layers": "x-layers",
         "--hidden": "x-hidden",
+        "--heads": "x-heads",
         "--gpu": "x-gpu",
         "--intra-link": "x-links",
         "--plan": "x-plans",
@@ -218,19 +220,41 @@ def page_layout(page: str, values: dict[str, Any]) -> html.Div:
     return html.Div([html.Div(fields, className="controls"), output], id=f"view-{page}", className="page")
 
 
-def error_outputs(page: str, outcome: Outcome, control: str | None = None) -> list[Any]:
+def error_outputs(
+    page: str, outcome: Outcome, control: str | None = None, values: dict[str, Any] | None = None
+) -> list[Any]:
     """The page's error line and each control's message: the error under `control` if given (and
-    one of the page's), else under the control whose flag it starts with, else on the error line."""
+    one of the page's), else under the control it is about (`_about`), else on the error line."""
     msgs = {cid: "" for cid in CONTROLS[page]}
     top = ""
     if outcome.error:
-        head = outcome.error.split(":", 1)[0].split()[0] if outcome.error.strip() else ""
-        target = control if control in msgs else FLAGS[page].get(head)  # "--vary 'batch=abc': ..." -> --vary
+        target = control if control in msgs else _about(page, outcome.error, values or {})
         if target:
             msgs[target] = outcome.error
         else:
             top = outcome.error
     return [top, *msgs.values()]
+
+
+# a model's field named in a message about the model ("model 'gpt-96l-4096h': layers: 0 is not allowed")
+FIELDS = {"layers": "--layers", "hidden": "--hidden", "heads": "--heads"}
+
+
+def _about(page: str, error: str, values: dict[str, Any]) -> str | None:
+    """The control a command's message is about: the flag it starts with ("--vary 'batch=abc': ..."),
+    else the first flag of the page it names ("each --plan ... must be different"), else a model
+    field it names ("model 'x': layers: 0 ..."). Of two controls with one flag (the winner map's
+    two --vary), the one whose value the message quotes."""
+    flags = FLAGS[page]
+    head = error.split(":", 1)[0].split()[0] if error.strip() else ""
+    flag = head if head in flags else next((f for f in re.findall(r"--[a-z][a-z-]*", error) if f in flags), None)
+    if flag is None and (field := re.search(r"\b(" + "|".join(FIELDS) + r"): ", error)):
+        flag = FIELDS[field.group(1)]
+    if flag not in flags:
+        return None
+    sharing = [c for c in CONTROLS[page] if checks.NAMES.get(c[2:]) == flag and values.get(c)]
+    quoted = [c for c in sharing if repr(str(values[c])) in error or f" {values[c]}:" in error]
+    return quoted[0] if len(quoted) == 1 else flags[flag]
 
 
 def values_of(ids: list[str], args: tuple[Any, ...]) -> dict[str, Any]:
