@@ -180,3 +180,22 @@ def test_the_command_s_message_goes_under_the_control_it_is_about(page, control,
     top, *msgs = layout.error_outputs(page, outcome, values=values)
     named = dict(zip(state.CONTROLS[page], msgs, strict=True))
     assert top == "" and named[control] == outcome.error, (top, named)
+
+
+def test_figure_axes_name_their_quantity_and_unit():
+    """A varied bandwidth is drawn in GB/s on an axis that says so (not bytes/s on an axis called
+    'bandwidth'), a latency in µs; time axes say what time, in seconds."""
+    values = {**state.DEFAULTS, "x-vary": "bandwidth=4GB/s..600GB/s"}
+    outcome, (fig, parts), _ = pages.compute("crossover", values, NO_FILES, runner.run)
+    x, y = fig["layout"]["xaxis"], fig["layout"]["yaxis"]
+    assert x["title"]["text"] == "link bandwidth per direction (GB/s)"
+    assert y["title"]["text"].startswith("train time (s")
+    assert fig["data"][1]["x"][0] == pytest.approx(4.0)
+    crossings = outcome.data["crossings"]
+    assert sorted(s["x0"] for s in fig["layout"]["shapes"]) == pytest.approx(sorted(c["at"] / 1e9 for c in crossings))
+    assert parts["layout"]["yaxis"]["title"]["text"] == "time (s)"
+    values = {**state.DEFAULTS, "w-x": "latency=1us..100us:5", "w-y": "batch=1..8"}
+    _, (heat,), _ = pages.compute("winner-map", values, NO_FILES, runner.run)
+    assert heat["layout"]["xaxis"]["title"]["text"] == "link latency per step (µs)"
+    assert heat["layout"]["yaxis"]["title"]["text"] == "global batch (sequences per step)"
+    assert heat["data"][0]["x"][0] == pytest.approx(1.0)

@@ -35,6 +35,19 @@ def _layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False, log_y:
     return fig
 
 
+def axis(variable: str) -> tuple[str, float, str]:
+    """A varied variable's axis label with its unit, the scale from its SI value to the unit shown
+    and the unit (`--vary bandwidth=...` is in bytes/s inside and GB/s on the axis), as the
+    command's own figures (`analyses.experiment.VARIABLES`); a sweep's column name
+    (`bandwidth_bytes_per_s`) is taken for its variable."""
+    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, VARIABLES
+    from shardwise.analyses.sweep import COLUMN_NAMES
+
+    name = {c: v for v, c in COLUMN_NAMES.items()}.get(variable, variable)
+    spec = VARIABLES.get(name)
+    return (spec.label if spec else name), DISPLAY_SCALE.get(name, 1.0), DISPLAY_UNIT.get(name, "")
+
+
 def _figure(*data: dict[str, Any], **layout: Any) -> Figure:
     return {"data": list(data), "layout": dict(layout)}
 
@@ -87,7 +100,8 @@ def crossover(data: dict[str, Any]) -> Figure:
     each plan in its kind's colour and each link in its line style, as the command's figure."""
     from shardwise.colors import LINK_DASHES, plan_colors
 
-    xs = data["values"]
+    xlabel, scale, unit = axis(data["variable"])
+    xs = [x * scale for x in data["values"]]
     traces = []
     plans = list(dict.fromkeys(s["plan"] for s in data["series"]))
     links = list(dict.fromkeys(s["link"] for s in data["series"]))
@@ -116,15 +130,17 @@ def crossover(data: dict[str, Any]) -> Figure:
             "line": {"color": color, "dash": dash},
             "legendgroup": name,
             "type": "scatter",
-            "hovertemplate": f"{name}<br>{data['variable']} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
+            "hovertemplate": f"{name}<br>{xlabel} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
         }
         traces += [band, line]
     fig = _figure(*traces)
     for i, c in enumerate(sorted(data["crossings"], key=lambda c: c["at"])):
-        vline(fig, c["at"], f"{c['link']}: {c['faster_above']} from {c['at']:.4g}", row=i % 3)
-    title = f"{data['workload']} time against {data['variable']}"
+        at = c["at"] * scale
+        vline(fig, at, f"{c['link']}: {c['faster_above']} from {at:.4g}{unit}", row=i % 3)
+    title = f"{data['workload']} time against {xlabel}"
     spread = max(xs) / min(xs) if xs and min(xs) > 0 else 1
-    fig = _layout(fig, title, data["variable"], "s (80% band shaded)", log_x=spread >= 100, log_y=True)
+    ylabel = f"{data['workload']} time (s; 80% band shaded)"
+    fig = _layout(fig, title, xlabel, ylabel, log_x=spread >= 100, log_y=True)
     times = [t for s in data["series"] for t in (*s["time_s_low"], *s["time_s_high"]) if t and t > 0]
     if times:
         fig["layout"]["yaxis"].update(log_ticks(min(times), max(times)))
@@ -147,7 +163,9 @@ def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> F
         }
         for i, term in enumerate(terms)
     ]
-    return _layout(_figure(*bars, barmode="stack"), f"where the time goes at {variable} = {at:.4g}", "plan", "s")
+    label, scale, unit = axis(variable)
+    title = f"where the time goes at {label.split(' (')[0]} = {at * scale:.4g}{unit}"
+    return _layout(_figure(*bars, barmode="stack"), title, "plan", "time (s)")
 
 
 def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figure:
@@ -163,7 +181,7 @@ def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figu
         }
         for i, term in enumerate(terms)
     ]
-    return _layout(_figure(*bars, barmode="stack"), title, "plan", "s")
+    return _layout(_figure(*bars, barmode="stack"), title, "plan", "time (s)")
 
 
 def read_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -186,7 +204,7 @@ def winner_map(table: str) -> tuple[Figure, str]:
     """The fastest plan in each cell of a two-variable sweep (its CSV table; hover: every plan's time)."""
     header, rows = read_table(table)
     xname, yname = header[1], header[2]
-    rows = [_in_gb_per_s(r, (xname, yname)) for r in rows]
+    rows = [_in_display_units(r, (xname, yname)) for r in rows]
     plans = [h[len("time_s[") : -1] for h in header if h.startswith("time_s[")]
     xs = sorted({float(r[xname]) for r in rows})
     ys = sorted({float(r[yname]) for r in rows})
@@ -195,7 +213,7 @@ def winner_map(table: str) -> tuple[Figure, str]:
     text = [[""] * len(xs) for _ in ys]
     xi, yi = {x: i for i, x in enumerate(xs)}, {y: i for i, y in enumerate(ys)}
     counts = dict.fromkeys(plans, 0)
-    xlabel, ylabel = (n.replace("_bytes_per_s", " (GB/s)") for n in (xname, yname))
+    xlabel, ylabel = (axis(n)[0] for n in (xname, yname))
     for r in rows:
         i, j = yi[float(r[yname])], xi[float(r[xname])]
         z[i][j] = code.get(r["winner"])
@@ -241,12 +259,12 @@ def _terms(row: dict[str, str], plan: str) -> str:
     return f"<br>{plan}: " + ", ".join(shown) if shown else ""
 
 
-def _in_gb_per_s(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    """A bandwidth column (bytes/s) shown in GB/s."""
+def _in_display_units(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    """The columns `names` in the units their axes show (bytes/s in GB/s, seconds in µs, ...)."""
     out = dict(row)
     for name in names:
-        if name.endswith("_bytes_per_s"):
-            out[name] = f"{float(row[name]) / 1e9:.6g}"
+        if (scale := axis(name)[1]) != 1.0:
+            out[name] = f"{float(row[name]) * scale:.6g}"
     return out
 
 
