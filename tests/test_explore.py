@@ -199,3 +199,23 @@ def test_figure_axes_name_their_quantity_and_unit():
     assert heat["layout"]["xaxis"]["title"]["text"] == "link latency per step (µs)"
     assert heat["layout"]["yaxis"]["title"]["text"] == "global batch (sequences per step)"
     assert heat["data"][0]["x"][0] == pytest.approx(1.0)
+
+
+def test_a_line_label_on_a_log_axis_is_placed_at_its_line():
+    """Plotly places an annotation on a log axis at 10**x: the serving page's TPOT target (20
+    tokens/s per user) was labelled at 1e20, which stretched the axis and squeezed the frontier
+    into its left edge; so were the crossings of a crossover over a wide range."""
+    import math
+
+    values = {**state.DEFAULTS, "s-plans": "tp=8", "s-output": 16, "s-tpot": "50ms"}
+    _, (fig,), _ = pages.compute("serving", values, NO_FILES, runner.run)
+    (line,), (label,) = fig["layout"]["shapes"], fig["layout"]["annotations"]
+    assert fig["layout"]["xaxis"]["type"] == "log" and line["x0"] == pytest.approx(20.0)
+    assert label["x"] == pytest.approx(math.log10(20.0))
+    values = {**state.DEFAULTS, "x-vary": "bandwidth=4GB/s..600GB/s"}
+    _, (fig, _), _ = pages.compute("crossover", values, NO_FILES, runner.run)
+    assert fig["layout"]["xaxis"]["type"] == "log"
+    shapes, labels = fig["layout"]["shapes"], fig["layout"]["annotations"]
+    assert [a["x"] for a in labels] == pytest.approx([math.log10(s["x0"]) for s in shapes])
+    _, (fig, _), _ = pages.compute("crossover", dict(state.DEFAULTS), NO_FILES, runner.run)  # a linear axis
+    assert [a["x"] for a in fig["layout"]["annotations"]] == [s["x0"] for s in fig["layout"]["shapes"]]

@@ -54,14 +54,19 @@ def _figure(*data: dict[str, Any], **layout: Any) -> Figure:
 
 def vline(fig: Figure, x: float, text: str, dash: str = "dash", row: int = 0) -> None:
     """A vertical line across the plot at x, labelled above it (`row` lifts the label by that many
-    lines, so the labels of nearby lines do not print over each other)."""
+    lines, so the labels of nearby lines do not print over each other). Call it once the x axis's
+    type is set: on a log axis Plotly places a shape at x but an annotation at 10**x (one at x
+    stretched the axis to 10**x and squeezed the curves into its left edge)."""
+    import math
+
     layout = fig["layout"]
+    log = layout.get("xaxis", {}).get("type") == "log" and x > 0
     layout.setdefault("shapes", []).append(
         {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper", "line": {"dash": dash, "color": "#555"}}
     )
     layout.setdefault("annotations", []).append(
         {
-            "x": x,
+            "x": math.log10(x) if log else x,
             "y": 1.0,
             "yref": "paper",
             "yshift": 14 * row,
@@ -134,13 +139,13 @@ def crossover(data: dict[str, Any]) -> Figure:
         }
         traces += [band, line]
     fig = _figure(*traces)
-    for i, c in enumerate(sorted(data["crossings"], key=lambda c: c["at"])):
-        at = c["at"] * scale
-        vline(fig, at, f"{c['link']}: {c['faster_above']} from {at:.4g}{unit}", row=i % 3)
     title = f"{data['workload']} time against {xlabel}"
     spread = max(xs) / min(xs) if xs and min(xs) > 0 else 1
     ylabel = f"{data['workload']} time (s; 80% band shaded)"
     fig = _layout(fig, title, xlabel, ylabel, log_x=spread >= 100, log_y=True)
+    for i, c in enumerate(sorted(data["crossings"], key=lambda c: c["at"])):
+        at = c["at"] * scale
+        vline(fig, at, f"{c['link']}: {c['faster_above']} from {at:.4g}{unit}", row=i % 3)
     times = [t for s in data["series"] for t in (*s["time_s_low"], *s["time_s_high"]) if t and t > 0]
     if times:
         fig["layout"]["yaxis"].update(log_ticks(min(times), max(times)))
