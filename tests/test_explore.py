@@ -219,3 +219,17 @@ def test_a_line_label_on_a_log_axis_is_placed_at_its_line():
     assert [a["x"] for a in labels] == pytest.approx([math.log10(s["x0"]) for s in shapes])
     _, (fig, _), _ = pages.compute("crossover", dict(state.DEFAULTS), NO_FILES, runner.run)  # a linear axis
     assert [a["x"] for a in fig["layout"]["annotations"]] == [s["x0"] for s in fig["layout"]["shapes"]]
+
+
+def test_serving_targets_show_the_command_that_searched_for_them(cli):
+    """With a TTFT or TPOT target the view runs a second command (`serve --ttft-max/--tpot-max`):
+    its line is shown under the first, and running it gives the plan the page says meets them."""
+    import shlex
+
+    values = {**state.DEFAULTS, "s-plans": "tp=8", "s-output": 16, "s-tpot": "20ms"}
+    outcome, _, text = pages.compute("serving", values, NO_FILES, runner.run)
+    first, second = outcome.command.splitlines()
+    assert "--with-frontier" in first and "--tpot-max" not in first
+    assert second.startswith("shardwise serve ") and second.endswith("--tpot-max 20ms")
+    code, out, _ = cli([*shlex.split(second)[1:], "--json"])
+    assert code == 0 and pages._meets(json.loads(out)) in text

@@ -6,6 +6,7 @@ here, `checks.check`) and the server's own upload files goes into a command."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Callable
@@ -137,6 +138,7 @@ def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:
     text = " | ".join(_served(p) for p in rows)
     if searched is not None:
         text += " | " + _meets(searched.data)
+        outcome = dataclasses.replace(outcome, then=searched.args)  # both commands shown
     label = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if targets else ""
     fig = figures.frontier(points, label)
     if v["s-tpot"]:
