@@ -171,6 +171,8 @@ def test_a_serving_plan_that_does_not_fit_is_said_not_a_crash():
         ("serving", "s-plans", "tp=8; tp=8"),
         ("winner-map", "w-y", "abc"),  # "--vary 'abc': ...": the y axis's, not the x axis's
         ("winner-map", "w-x", "abc"),
+        ("planner", "p-precision", "fp8"),  # "precision: fp8 is not supported by gpu 'a100-sxm4-80gb'"
+        ("timeline", "t-vpp", 2),  # "plan: vpp=2 needs schedule=interleaved"
     ],
 )
 def test_the_command_s_message_goes_under_the_control_it_is_about(page, control, bad):

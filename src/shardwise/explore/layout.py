@@ -242,14 +242,20 @@ FIELDS = {"layers": "--layers", "hidden": "--hidden", "heads": "--heads"}
 
 def _about(page: str, error: str, values: dict[str, Any]) -> str | None:
     """The control a command's message is about: the flag it starts with ("--vary 'batch=abc': ..."),
-    else the first flag of the page it names ("each --plan ... must be different"), else a model
-    field it names ("model 'x': layers: 0 ..."). Of two controls with one flag (the winner map's
-    two --vary), the one whose value the message quotes."""
+    or its option's name ("precision: fp8 is not supported ..."), else the first flag of the page it
+    names ("each --plan ... must be different"), else a model field it names ("model 'x': layers:
+    0 ..."), else a plan's key that is a control of the page ("plan: vpp=2 needs ..."). Of two
+    controls with one flag (the winner map's two --vary), the one whose value the message quotes."""
     flags = FLAGS[page]
     head = error.split(":", 1)[0].split()[0] if error.strip() else ""
-    flag = head if head in flags else next((f for f in re.findall(r"--[a-z][a-z-]*", error) if f in flags), None)
+    # (not "model: ...": that can be a loaded file's problem, said on the page's line)
+    flag = head if head in flags else f"--{head}" if f"--{head}" in flags and head != "model" else None
+    if flag is None:
+        flag = next((f for f in re.findall(r"--[a-z][a-z-]*", error) if f in flags), None)
     if flag is None and (field := re.search(r"\b(" + "|".join(FIELDS) + r"): ", error)):
         flag = FIELDS[field.group(1)]
+    if flag is None and (key := re.search(r"\b(tp|pp|vpp)=", error)):
+        flag = f"--{key.group(1)}"
     if flag not in flags:
         return None
     sharing = [c for c in CONTROLS[page] if checks.NAMES.get(c[2:]) == flag and values.get(c)]
