@@ -235,3 +235,20 @@ def test_serving_targets_show_the_command_that_searched_for_them(cli):
     assert second.startswith("shardwise serve ") and second.endswith("--tpot-max 20ms")
     code, out, _ = cli([*shlex.split(second)[1:], "--json"])
     assert code == 0 and pages._meets(json.loads(out)) in text
+
+
+@pytest.mark.parametrize(
+    ("page", "control"), [("planner", "p-nodes"), ("serving", "s-input"), ("crossover", "x-batch")]
+)
+def test_an_empty_number_box_that_needs_a_number_says_so_under_it(page, control):
+    """A browser's number box holds nothing when what was typed is not a number ('abc'): the
+    command then ran with its own default (1 server, a 512-token prompt) while the box showed
+    nothing, and the planner said no plan fits. A box that needs a number says so instead."""
+    from shardwise.explore.checks import ControlError
+
+    values = {c: state.DEFAULTS[c] for c in state.CONTROLS[page]} | {control: None}
+    with pytest.raises(ControlError) as raised:
+        pages.compute(page, values, NO_FILES, runner.run)
+    assert raised.value.control == control and "give a number" in str(raised.value)
+    optional = {c: state.DEFAULTS[c] for c in state.CONTROLS["serving"]} | {"s-plans": "tp=8", "s-output": 16}
+    assert pages.compute("serving", optional | {"s-rate": None}, NO_FILES, runner.run)[0].error is None

@@ -212,7 +212,10 @@ def _checked_links(cid: str, value: Any) -> list[str]:
 def _checked_number(cid: str, value: Any) -> Any:
     name, most = NAMES[kind(cid)], MAX_NUMBER[kind(cid)]
     if value is None or value == "":
-        return None
+        if cid in state.OPTIONAL_NUMBERS:  # blank: the model's, the system's or the command's own
+            return None
+        # (a browser's number box also holds nothing when what was typed is not a number)
+        raise ControlError(cid, f"{name}: give a number (the box is empty, or what it holds is not a number)")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ControlError(cid, f"{name}: {_shown(value)} is not a number")
     if isinstance(value, float) and not math.isfinite(value):
