@@ -252,3 +252,13 @@ def test_an_empty_number_box_that_needs_a_number_says_so_under_it(page, control)
     assert raised.value.control == control and "give a number" in str(raised.value)
     optional = {c: state.DEFAULTS[c] for c in state.CONTROLS["serving"]} | {"s-plans": "tp=8", "s-output": 16}
     assert pages.compute("serving", optional | {"s-rate": None}, NO_FILES, runner.run)[0].error is None
+
+
+def test_the_winner_map_s_log_axis_is_labelled_with_numbers():
+    """The default map's bandwidth axis (4 to 600 GB/s) is logarithmic: its ticks are labelled as
+    numbers (5, 10, 20, 50, ...), not Plotly's minor labels, which read as single digits ('100, 9,
+    8, 7, ... 2, 10')."""
+    _, (fig,), _ = pages.compute("winner-map", dict(state.DEFAULTS), NO_FILES, runner.run)
+    y = fig["layout"]["yaxis"]
+    assert y["type"] == "log" and y["ticktext"][:4] == ["5", "10", "20", "50"]
+    assert "tickvals" not in fig["layout"]["xaxis"]  # batch 1..64 is linear

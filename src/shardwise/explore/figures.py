@@ -249,6 +249,9 @@ def winner_map(table: str) -> tuple[Figure, str]:
     fig = _layout(
         _figure(heat), f"fastest plan by {xlabel} and {ylabel}", xlabel, ylabel, spread_x >= 100, spread_y >= 100
     )
+    for name, values, spread in (("xaxis", xs, spread_x), ("yaxis", ys, spread_y)):
+        if spread >= 100:
+            fig["layout"][name].update(log_ticks(values[0], values[-1]))
     summary = "; ".join(f"{p} fastest in {counts.get(p, 0)} of {len(rows)} cells" for p in plans)
     return fig, summary
 
