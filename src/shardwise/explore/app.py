@@ -11,6 +11,7 @@ checked before Dash sees it (`guard`). The URL's query string holds every contro
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -177,8 +178,10 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
             outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")
             figs, text = [no_update] * len(graphs), ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        errors = error_outputs(page, outcome, control, values)
         names = {"model": model_file, "calibration": calibration}
+        if outcome.error:  # a loaded file named as the user's own, not by its place in the explorer's folder
+            outcome = dataclasses.replace(outcome, error=uploads.shown(outcome.error, names))
+        errors = error_outputs(page, outcome, control, values)
         shown_command = uploads.shown(outcome.command, names) if control is None else no_update
         if outcome.error:  # no answer for these settings: the last figures and verdict no longer hold
             stale = [_no_result() for _ in graphs]
@@ -216,7 +219,7 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
                 return dcc.send_string(pages.table(page, values, loaded, pool.run), f"{page}.csv"), ""
             return dcc.send_string(pages.json_text(page, values, loaded, pool.run), f"{page}.json"), ""
         except ValueError as exc:  # a ControlError, or the command's own message
-            return no_update, f"download: {exc}"
+            return no_update, "download: " + uploads.shown(str(exc), {"model": model_file, "calibration": calibration})
         except Exception as exc:  # a bug must not take the server down: say it, keep serving
             traceback.print_exc()
             return no_update, f"download: internal error ({type(exc).__name__}: {exc}); please report it"
