@@ -368,3 +368,18 @@ def test_every_page_fits_a_laptop_and_a_phone_width(server, browser, width):
             browser.save_screenshot(str(ARTIFACTS / f"{page}-{width}.png"))
     finally:
         browser.set_window_size(1400, 1000)
+
+
+def test_a_file_over_the_upload_limit_is_refused_with_a_message(server, browser, tmp_path):
+    """The upload control drops a file over its size limit without telling the page; the page
+    says why beside the button instead of doing nothing."""
+    from shardwise.explore.uploads import MAX_UPLOAD_BYTES
+
+    big = tmp_path / "big-config.json"
+    big.write_text('{"pad": "' + "x" * MAX_UPLOAD_BYTES + '"}')
+    _open(browser, server, "crossover")
+    _file_input(browser, "model").send_keys(str(big))
+    said = WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "model-refused").text)
+    assert said.startswith("big-config.json: ") and f"at most {MAX_UPLOAD_BYTES:,} bytes" in said, said
+    assert browser.find_element(By.ID, "model-name").text == ""
+    assert "--model" not in browser.find_element(By.ID, "crossover-command").text

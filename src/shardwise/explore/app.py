@@ -46,7 +46,8 @@ def create_app(pool: Pool | None = None, hosts: tuple[str, ...] | None = guard.L
     app = Dash(__name__, title="shardwise explorer")
     app.server.extensions["shardwise-explore-pool"] = pool
     guard.protect(app, hosts)
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
+    head = f"<style>{CSS}</style><script>{REFUSE_JS % MAX_UPLOAD_BYTES}</script>"
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}" + head)
     app.layout = _layout  # built per visit, from the address the browser asks it for
     ids = list(state.IDS)
 
@@ -100,6 +101,25 @@ def _layout() -> html.Div:
     )
 
 
+# The upload control (dcc.Upload) drops a file over its max_size without a word to the page or the
+# server: this says so beside its button (the file's name set as text, never as HTML).
+REFUSE_JS = """(function () {
+  var most = %d;
+  function check(files, target) {
+    var box = target && target.closest ? target.closest('[id$="-upload"]') : null;
+    var said = box && document.getElementById(box.id.replace(/-upload$/, '-refused'));
+    if (!said || !files || !files.length) { return; }
+    var f = files[0];
+    said.textContent = f.size > most ? ' ' + f.name + ': ' + f.size.toLocaleString('en-US') +
+      ' bytes; the explorer takes at most ' + most.toLocaleString('en-US') + ' bytes' : '';
+  }
+  document.addEventListener('change', function (e) {
+    if (e.target && e.target.type === 'file') { check(e.target.files, e.target); }
+  }, true);
+  document.addEventListener('drop', function (e) { check(e.dataTransfer && e.dataTransfer.files, e.target); }, true);
+})();"""
+
+
 def _upload(kind: str, label: str) -> html.Span:
     return html.Span(
         [
@@ -107,6 +127,7 @@ def _upload(kind: str, label: str) -> html.Span:
                 html.Button(label), id=f"{kind}-upload", max_size=MAX_UPLOAD_BYTES, style={"display": "inline-block"}
             ),
             html.Span(id=f"{kind}-name", className="upload-name"),
+            html.Span(id=f"{kind}-refused", className="upload-refused"),  # written by REFUSE_JS only
             html.Button("forget", id=f"{kind}-forget", style={"marginRight": "18px"}),
         ]
     )

@@ -36,6 +36,7 @@ header h1 { font-size: 20px; margin: 0 0 4px 0; }
 .uploads > span { display: inline-flex; align-items: center; gap: 4px; margin-right: 18px; }
 .uploads > span > div { display: inline-block; }
 .upload-name { color: #d1d5db; }
+.upload-refused { color: #fca5a5; }
 table.plans { border-collapse: collapse; font-size: 13px; }
 table.plans td, table.plans th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
 .text { overflow-x: auto; }
