@@ -262,3 +262,15 @@ def test_the_winner_map_s_log_axis_is_labelled_with_numbers():
     y = fig["layout"]["yaxis"]
     assert y["type"] == "log" and y["ticktext"][:4] == ["5", "10", "20", "50"]
     assert "tickvals" not in fig["layout"]["xaxis"]  # batch 1..64 is linear
+
+
+def test_an_overloaded_serving_plan_says_so_and_what_it_sustains():
+    """At 1000 requests/s 8 H100s serving a 70B model are overloaded (the command says queues grow
+    without bound, up to ~11 requests/s): the page says so too, and a TTFT of 50 s reads in seconds,
+    not '5.039e+04 ms'."""
+    values = {**state.DEFAULTS, "s-plans": "tp=8", "s-output": 16, "s-rate": 1000}
+    outcome, _, text = pages.compute("serving", values, NO_FILES, runner.run)
+    (plan,) = outcome.data["plans"]
+    assert plan["overloaded"] and plan["ttft_s"] > 10
+    assert f"TTFT {plan['ttft_s']:.4g} s," in text and "e+" not in text
+    assert f"overloaded: sustains at most {plan['max_request_rate_per_s']:.3g} requests/s" in text

@@ -152,10 +152,20 @@ def _served(p: dict[str, Any]) -> str:
     if p["ttft_s"] is None or p["tpot_s"] is None:
         hint = f"; would fit with {p['would_fit']}" if p.get("would_fit") else ""
         return f"{p['plan']}: does not fit ({p['memory_bytes']['total'] / 1e9:.1f} GB per GPU{hint})"
-    return (
-        f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, "
-        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)")
+    overloaded = (
+        f" (overloaded: sustains at most {p['max_request_rate_per_s']:.3g} requests/s; the queue grows without bound)"
+        if p.get("overloaded") and p.get("max_request_rate_per_s")
+        else ""
     )
+    return (
+        f"{p['plan']}: TTFT {_time(p['ttft_s'])}, TPOT {_time(p['tpot_s'])}, "
+        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)") + overloaded
+    )
+
+
+def _time(seconds: float) -> str:
+    """A latency in ms to 4 digits, or in s from 10 s on (not '5.039e+04 ms')."""
+    return f"{seconds * 1e3:.4g} ms" if seconds < 10 else f"{seconds:.4g} s"
 
 
 def _meets(data: dict[str, Any]) -> str:
