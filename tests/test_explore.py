@@ -274,3 +274,16 @@ def test_an_overloaded_serving_plan_says_so_and_what_it_sustains():
     assert plan["overloaded"] and plan["ttft_s"] > 10
     assert f"TTFT {plan['ttft_s']:.4g} s," in text and "e+" not in text
     assert f"overloaded: sustains at most {plan['max_request_rate_per_s']:.3g} requests/s" in text
+
+
+def test_a_crossover_with_no_link_asks_for_one():
+    """With every link unticked and the slider at 0 the command compared its own default links
+    (NVLink and PCIe) while the page showed none ticked: it asks for a link instead."""
+    from shardwise.explore.checks import ControlError
+
+    values = {**state.DEFAULTS, "x-links": [], "x-bw": 0}
+    with pytest.raises(ControlError) as raised:
+        pages.compute("crossover", values, NO_FILES, runner.run)
+    assert raised.value.control == "x-links" and "tick a link" in str(raised.value)
+    outcome, _, text = pages.compute("crossover", {**values, "x-bw": 64}, NO_FILES, runner.run)
+    assert outcome.error is None and text.startswith("custom: ")  # the slider's link alone

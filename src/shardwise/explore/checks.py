@@ -150,6 +150,9 @@ def check(values: dict[str, Any]) -> dict[str, Any]:
     """The controls' values (as `state` holds them) if the explorer takes every one, else a
     ControlError naming the first control that it does not take, its value and what is allowed."""
     checked = {cid: _checked(cid, value) for cid, value in values.items()}
+    if "x-links" in checked and not checked["x-links"] and not checked.get("x-bw"):
+        # (without one the command compares its own default links, which the page does not show ticked)
+        raise ControlError("x-links", f"{NAMES['links']}: tick a link, or move the bandwidth slider off 0")
     if "w-x" in checked and "w-y" in checked:
         _check_map_size(checked["w-x"], checked["w-y"])
     return checked
