@@ -363,6 +363,12 @@ def test_every_page_fits_a_laptop_and_a_phone_width(server, browser, width):
             )
             assert scroll <= inner, (page, scroll, inner)
             assert graph >= 0.6 * inner if width < 800 else graph >= 0.5 * inner, (page, graph, inner)
+            title = browser.execute_script(  # a figure's title is not cut off at either side
+                f"const t = document.querySelector('#{page}-graph .gtitle');"
+                f" const box = document.querySelector('#{page}-graph .main-svg').getBoundingClientRect();"
+                " const r = t.getBoundingClientRect(); return [r.left - box.left, box.right - r.right];"
+            )
+            assert min(title) >= 0, (page, title)
             errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert not errors, (page, errors)
             browser.save_screenshot(str(ARTIFACTS / f"{page}-{width}.png"))

@@ -21,14 +21,20 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e3
 KIND_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b", "send-F": "#bab0ac", "send-B": "#bab0ac"}
 
 
+TITLE_CHARS = 40  # a title's line at most: Plotly does not wrap, and a phone's figure is ~370 px wide
+
+
 def _layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False, log_y: bool = False) -> Figure:
+    import textwrap
+
+    lines = textwrap.wrap(title, TITLE_CHARS) or [""]
     fig["layout"].update(
-        title={"text": title},
+        title={"text": "<br>".join(lines)},
         xaxis={**AXIS, "title": {"text": x}, **({"type": "log"} if log_x else {}), **fig["layout"].get("xaxis", {})},
         yaxis={**AXIS, "title": {"text": y}, **({"type": "log"} if log_y else {}), **fig["layout"].get("yaxis", {})},
         plot_bgcolor="white",
         paper_bgcolor="white",
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        margin={"l": 60, "r": 20, "t": 60 + 20 * (len(lines) - 1), "b": 50},
         legend={"orientation": "h", "y": -0.18},
         height=520,
     )
@@ -139,7 +145,7 @@ def crossover(data: dict[str, Any]) -> Figure:
         }
         traces += [band, line]
     fig = _figure(*traces)
-    title = f"{data['workload']} time against {xlabel}"
+    title = f"{data['workload']} time against {xlabel.split(' (')[0]}"  # (the unit: on the axis)
     spread = max(xs) / min(xs) if xs and min(xs) > 0 else 1
     ylabel = f"{data['workload']} time (s; 80% band shaded)"
     fig = _layout(fig, title, xlabel, ylabel, log_x=spread >= 100, log_y=True)
@@ -246,9 +252,8 @@ def winner_map(table: str) -> tuple[Figure, str]:
     }
     spread_x = xs[-1] / xs[0] if xs and xs[0] > 0 else 1
     spread_y = ys[-1] / ys[0] if ys and ys[0] > 0 else 1
-    fig = _layout(
-        _figure(heat), f"fastest plan by {xlabel} and {ylabel}", xlabel, ylabel, spread_x >= 100, spread_y >= 100
-    )
+    title = f"fastest plan by {xlabel.split(' (')[0]} and {ylabel.split(' (')[0]}"  # (the units: on the axes)
+    fig = _layout(_figure(heat), title, xlabel, ylabel, spread_x >= 100, spread_y >= 100)
     for name, values, spread in (("xaxis", xs, spread_x), ("yaxis", ys, spread_y)):
         if spread >= 100:
             fig["layout"][name].update(log_ticks(values[0], values[-1]))
