@@ -67,6 +67,7 @@ def browser():
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1400,1000"):
         opts.add_argument(arg)
     opts.binary_location = BROWSER
+    opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console, for get_log
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     yield driver
@@ -342,3 +343,49 @@ def test_an_uploaded_calibration_is_applied(server, browser, tmp_path_factory):
     WebDriverWait(browser, WAIT_S).until(lambda d: f"step {best['step_time_s']:.4g} s" in _summary(d, "planner"))
     browser.find_element(By.ID, "calibration-forget").click()
     WebDriverWait(browser, WAIT_S).until(lambda d: "--calibration" not in d.find_element(By.ID, "planner-command").text)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_every_page_fits_a_laptop_and_a_phone_width(server, browser, width):
+    """At a laptop's 1280x800 and a phone's 390x844 no page is wider than the window (the planner's
+    table scrolls in its own box), the figure takes most of the width, and the browser's console
+    holds no error."""
+    browser.set_window_size(width, 844 if width < 800 else 800)
+    browser.get_log("browser")  # what earlier tests left
+    try:
+        for page in state.PAGES:
+            query = f"?page={page}" + ("&s-plans=tp%3D8&s-output=16" if page == "serving" else "")
+            _open(browser, server + query, page)
+            _idle(browser)
+            inner, scroll, graph = browser.execute_script(
+                "return [window.innerWidth, document.documentElement.scrollWidth,"
+                f" document.getElementById('{page}-graph').getBoundingClientRect().width]"
+            )
+            assert scroll <= inner, (page, scroll, inner)
+            assert graph >= 0.6 * inner if width < 800 else graph >= 0.5 * inner, (page, graph, inner)
+            title = browser.execute_script(  # a figure's title is not cut off at either side
+                f"const t = document.querySelector('#{page}-graph .gtitle');"
+                f" const box = document.querySelector('#{page}-graph .main-svg').getBoundingClientRect();"
+                " const r = t.getBoundingClientRect(); return [r.left - box.left, box.right - r.right];"
+            )
+            assert min(title) >= 0, (page, title)
+            errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert not errors, (page, errors)
+            browser.save_screenshot(str(ARTIFACTS / f"{page}-{width}.png"))
+    finally:
+        browser.set_window_size(1400, 1000)
+
+
+def test_a_file_over_the_upload_limit_is_refused_with_a_message(server, browser, tmp_path):
+    """The upload control drops a file over its size limit without telling the page; the page
+    says why beside the button instead of doing nothing."""
+    from shardwise.explore.uploads import MAX_UPLOAD_BYTES
+
+    big = tmp_path / "big-config.json"
+    big.write_text('{"pad": "' + "x" * MAX_UPLOAD_BYTES + '"}')
+    _open(browser, server, "crossover")
+    _file_input(browser, "model").send_keys(str(big))
+    said = WebDriverWait(browser, WAIT_S).until(lambda d: d.find_element(By.ID, "model-refused").text)
+    assert said.startswith("big-config.json: ") and f"at most {MAX_UPLOAD_BYTES:,} bytes" in said, said
+    assert browser.find_element(By.ID, "model-name").text == ""
+    assert "--model" not in browser.find_element(By.ID, "crossover-command").text

@@ -410,3 +410,27 @@ def test_explore_warns_when_it_listens_beyond_this_machine(cli, monkeypatch, hos
 class _Closing:
     def close(self):
         pass
+
+
+def test_a_loaded_file_s_error_names_the_user_s_file_not_the_server_s_folder(app, client):
+    """A broken config.json's message ('not valid JSON') names the file as the user called it,
+    as the command shown does, never the explorer's temporary folder."""
+    import base64
+
+    contents = "data:application/json;base64," + base64.b64encode(b"{not json").decode()
+    body = _body(
+        app,
+        "model-file.data",
+        {"model-upload.contents": contents, "model-upload.filename": "my config.json"},
+        "model-upload.contents",
+    )
+    kept = _post(client, body).get_json()["response"]["model-file"]["data"]
+    response = _post(
+        client, _body(app, "crossover-graph.figure", {"model-file.data": kept, "x-bw": 0}, "model-file.data")
+    )
+    shown = response.get_json()["response"]
+    error = shown["crossover-error"]["children"] or next(
+        v["children"] for k, v in shown.items() if k.endswith("-msg") and v["children"]
+    )
+    assert "not valid JSON" in error and "my config.json" in error, error
+    assert "shardwise-explore-" not in error and kept["digest"] not in error, error

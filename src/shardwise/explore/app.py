@@ -11,6 +11,7 @@ checked before Dash sees it (`guard`). The URL's query string holds every contro
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -45,7 +46,8 @@ def create_app(pool: Pool | None = None, hosts: tuple[str, ...] | None = guard.L
     app = Dash(__name__, title="shardwise explorer")
     app.server.extensions["shardwise-explore-pool"] = pool
     guard.protect(app, hosts)
-    app.index_string = app.index_string.replace("{%css%}", "{%css%}<style>" + CSS + "</style>")
+    head = f"<style>{CSS}</style><script>{REFUSE_JS % MAX_UPLOAD_BYTES}</script>"
+    app.index_string = app.index_string.replace("{%css%}", "{%css%}" + head)
     app.layout = _layout  # built per visit, from the address the browser asks it for
     ids = list(state.IDS)
 
@@ -99,6 +101,25 @@ def _layout() -> html.Div:
     )
 
 
+# The upload control (dcc.Upload) drops a file over its max_size without a word to the page or the
+# server: this says so beside its button (the file's name set as text, never as HTML).
+REFUSE_JS = """(function () {
+  var most = %d;
+  function check(files, target) {
+    var box = target && target.closest ? target.closest('[id$="-upload"]') : null;
+    var said = box && document.getElementById(box.id.replace(/-upload$/, '-refused'));
+    if (!said || !files || !files.length) { return; }
+    var f = files[0];
+    said.textContent = f.size > most ? ' ' + f.name + ': ' + f.size.toLocaleString('en-US') +
+      ' bytes; the explorer takes at most ' + most.toLocaleString('en-US') + ' bytes' : '';
+  }
+  document.addEventListener('change', function (e) {
+    if (e.target && e.target.type === 'file') { check(e.target.files, e.target); }
+  }, true);
+  document.addEventListener('drop', function (e) { check(e.dataTransfer && e.dataTransfer.files, e.target); }, true);
+})();"""
+
+
 def _upload(kind: str, label: str) -> html.Span:
     return html.Span(
         [
@@ -106,6 +127,7 @@ def _upload(kind: str, label: str) -> html.Span:
                 html.Button(label), id=f"{kind}-upload", max_size=MAX_UPLOAD_BYTES, style={"display": "inline-block"}
             ),
             html.Span(id=f"{kind}-name", className="upload-name"),
+            html.Span(id=f"{kind}-refused", className="upload-refused"),  # written by REFUSE_JS only
             html.Button("forget", id=f"{kind}-forget", style={"marginRight": "18px"}),
         ]
     )
@@ -165,10 +187,10 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
         if active != page:
             return [no_update] * (len(graphs) + 3 + len(controls))
         start = time.perf_counter()
-        control = None
+        control, values = None, values_of(controls, args)
         try:
             loaded = (uploads.path("model", model_file), uploads.path("calibration", calibration))
-            outcome, figs, text = pages.compute(page, values_of(controls, args), loaded, pool.run)
+            outcome, figs, text = pages.compute(page, values, loaded, pool.run)
         except ControlError as exc:  # a value the explorer does not take: said under its control
             outcome, control = Outcome((page,), error=str(exc)), exc.control
             figs, text = [no_update] * len(graphs), ""
@@ -177,8 +199,10 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
             outcome = Outcome(("explore",), error=f"internal error ({type(exc).__name__}: {exc}); please report it")
             figs, text = [no_update] * len(graphs), ""
         elapsed_ms = (time.perf_counter() - start) * 1e3
-        errors = error_outputs(page, outcome, control)
         names = {"model": model_file, "calibration": calibration}
+        if outcome.error:  # a loaded file named as the user's own, not by its place in the explorer's folder
+            outcome = dataclasses.replace(outcome, error=uploads.shown(outcome.error, names))
+        errors = error_outputs(page, outcome, control, values)
         shown_command = uploads.shown(outcome.command, names) if control is None else no_update
         if outcome.error:  # no answer for these settings: the last figures and verdict no longer hold
             stale = [_no_result() for _ in graphs]
@@ -216,7 +240,7 @@ def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:
                 return dcc.send_string(pages.table(page, values, loaded, pool.run), f"{page}.csv"), ""
             return dcc.send_string(pages.json_text(page, values, loaded, pool.run), f"{page}.json"), ""
         except ValueError as exc:  # a ControlError, or the command's own message
-            return no_update, f"download: {exc}"
+            return no_update, "download: " + uploads.shown(str(exc), {"model": model_file, "calibration": calibration})
         except Exception as exc:  # a bug must not take the server down: say it, keep serving
             traceback.print_exc()
             return no_update, f"download: internal error ({type(exc).__name__}: {exc}); please report it"

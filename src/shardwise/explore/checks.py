@@ -150,6 +150,9 @@ def check(values: dict[str, Any]) -> dict[str, Any]:
     """The controls' values (as `state` holds them) if the explorer takes every one, else a
     ControlError naming the first control that it does not take, its value and what is allowed."""
     checked = {cid: _checked(cid, value) for cid, value in values.items()}
+    if "x-links" in checked and not checked["x-links"] and not checked.get("x-bw"):
+        # (without one the command compares its own default links, which the page does not show ticked)
+        raise ControlError("x-links", f"{NAMES['links']}: tick a link, or move the bandwidth slider off 0")
     if "w-x" in checked and "w-y" in checked:
         _check_map_size(checked["w-x"], checked["w-y"])
     return checked
@@ -212,7 +215,10 @@ def _checked_links(cid: str, value: Any) -> list[str]:
 def _checked_number(cid: str, value: Any) -> Any:
     name, most = NAMES[kind(cid)], MAX_NUMBER[kind(cid)]
     if value is None or value == "":
-        return None
+        if cid in state.OPTIONAL_NUMBERS:  # blank: the model's, the system's or the command's own
+            return None
+        # (a browser's number box also holds nothing when what was typed is not a number)
+        raise ControlError(cid, f"{name}: give a number (the box is empty, or what it holds is not a number)")
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise ControlError(cid, f"{name}: {_shown(value)} is not a number")
     if isinstance(value, float) and not math.isfinite(value):

@@ -21,18 +21,37 @@ COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e3
 KIND_COLORS = {"F": "#4c78a8", "B": "#f58518", "W": "#54a24b", "send-F": "#bab0ac", "send-B": "#bab0ac"}
 
 
+TITLE_CHARS = 40  # a title's line at most: Plotly does not wrap, and a phone's figure is ~370 px wide
+
+
 def _layout(fig: Figure, title: str, x: str, y: str, log_x: bool = False, log_y: bool = False) -> Figure:
+    import textwrap
+
+    lines = textwrap.wrap(title, TITLE_CHARS) or [""]
     fig["layout"].update(
-        title={"text": title},
+        title={"text": "<br>".join(lines)},
         xaxis={**AXIS, "title": {"text": x}, **({"type": "log"} if log_x else {}), **fig["layout"].get("xaxis", {})},
         yaxis={**AXIS, "title": {"text": y}, **({"type": "log"} if log_y else {}), **fig["layout"].get("yaxis", {})},
         plot_bgcolor="white",
         paper_bgcolor="white",
-        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        margin={"l": 60, "r": 20, "t": 60 + 20 * (len(lines) - 1), "b": 50},
         legend={"orientation": "h", "y": -0.18},
         height=520,
     )
     return fig
+
+
+def axis(variable: str) -> tuple[str, float, str]:
+    """A varied variable's axis label with its unit, the scale from its SI value to the unit shown
+    and the unit (`--vary bandwidth=...` is in bytes/s inside and GB/s on the axis), as the
+    command's own figures (`analyses.experiment.VARIABLES`); a sweep's column name
+    (`bandwidth_bytes_per_s`) is taken for its variable."""
+    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, VARIABLES
+    from shardwise.analyses.sweep import COLUMN_NAMES
+
+    name = {c: v for v, c in COLUMN_NAMES.items()}.get(variable, variable)
+    spec = VARIABLES.get(name)
+    return (spec.label if spec else name), DISPLAY_SCALE.get(name, 1.0), DISPLAY_UNIT.get(name, "")
 
 
 def _figure(*data: dict[str, Any], **layout: Any) -> Figure:
@@ -41,14 +60,19 @@ def _figure(*data: dict[str, Any], **layout: Any) -> Figure:
 
 def vline(fig: Figure, x: float, text: str, dash: str = "dash", row: int = 0) -> None:
     """A vertical line across the plot at x, labelled above it (`row` lifts the label by that many
-    lines, so the labels of nearby lines do not print over each other)."""
+    lines, so the labels of nearby lines do not print over each other). Call it once the x axis's
+    type is set: on a log axis Plotly places a shape at x but an annotation at 10**x (one at x
+    stretched the axis to 10**x and squeezed the curves into its left edge)."""
+    import math
+
     layout = fig["layout"]
+    log = layout.get("xaxis", {}).get("type") == "log" and x > 0
     layout.setdefault("shapes", []).append(
         {"type": "line", "x0": x, "x1": x, "y0": 0, "y1": 1, "yref": "paper", "line": {"dash": dash, "color": "#555"}}
     )
     layout.setdefault("annotations", []).append(
         {
-            "x": x,
+            "x": math.log10(x) if log else x,
             "y": 1.0,
             "yref": "paper",
             "yshift": 14 * row,
@@ -87,7 +111,8 @@ def crossover(data: dict[str, Any]) -> Figure:
     each plan in its kind's colour and each link in its line style, as the command's figure."""
     from shardwise.colors import LINK_DASHES, plan_colors
 
-    xs = data["values"]
+    xlabel, scale, unit = axis(data["variable"])
+    xs = [x * scale for x in data["values"]]
     traces = []
     plans = list(dict.fromkeys(s["plan"] for s in data["series"]))
     links = list(dict.fromkeys(s["link"] for s in data["series"]))
@@ -116,15 +141,17 @@ def crossover(data: dict[str, Any]) -> Figure:
             "line": {"color": color, "dash": dash},
             "legendgroup": name,
             "type": "scatter",
-            "hovertemplate": f"{name}<br>{data['variable']} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
+            "hovertemplate": f"{name}<br>{xlabel} %{{x:.4g}}: %{{y:.4g}} s<extra></extra>",
         }
         traces += [band, line]
     fig = _figure(*traces)
-    for i, c in enumerate(sorted(data["crossings"], key=lambda c: c["at"])):
-        vline(fig, c["at"], f"{c['link']}: {c['faster_above']} from {c['at']:.4g}", row=i % 3)
-    title = f"{data['workload']} time against {data['variable']}"
+    title = f"{data['workload']} time against {xlabel.split(' (')[0]}"  # (the unit: on the axis)
     spread = max(xs) / min(xs) if xs and min(xs) > 0 else 1
-    fig = _layout(fig, title, data["variable"], "s (80% band shaded)", log_x=spread >= 100, log_y=True)
+    ylabel = f"{data['workload']} time (s; 80% band shaded)"
+    fig = _layout(fig, title, xlabel, ylabel, log_x=spread >= 100, log_y=True)
+    for i, c in enumerate(sorted(data["crossings"], key=lambda c: c["at"])):
+        at = c["at"] * scale
+        vline(fig, at, f"{c['link']}: {c['faster_above']} from {at:.4g}{unit}", row=i % 3)
     times = [t for s in data["series"] for t in (*s["time_s_low"], *s["time_s_high"]) if t and t > 0]
     if times:
         fig["layout"]["yaxis"].update(log_ticks(min(times), max(times)))
@@ -147,7 +174,9 @@ def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> F
         }
         for i, term in enumerate(terms)
     ]
-    return _layout(_figure(*bars, barmode="stack"), f"where the time goes at {variable} = {at:.4g}", "plan", "s")
+    label, scale, unit = axis(variable)
+    title = f"where the time goes at {label.split(' (')[0]} = {at * scale:.4g}{unit}"
+    return _layout(_figure(*bars, barmode="stack"), title, "plan", "time (s)")
 
 
 def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figure:
@@ -163,7 +192,7 @@ def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figu
         }
         for i, term in enumerate(terms)
     ]
-    return _layout(_figure(*bars, barmode="stack"), title, "plan", "s")
+    return _layout(_figure(*bars, barmode="stack"), title, "plan", "time (s)")
 
 
 def read_table(text: str) -> tuple[list[str], list[dict[str, str]]]:
@@ -186,7 +215,7 @@ def winner_map(table: str) -> tuple[Figure, str]:
     """The fastest plan in each cell of a two-variable sweep (its CSV table; hover: every plan's time)."""
     header, rows = read_table(table)
     xname, yname = header[1], header[2]
-    rows = [_in_gb_per_s(r, (xname, yname)) for r in rows]
+    rows = [_in_display_units(r, (xname, yname)) for r in rows]
     plans = [h[len("time_s[") : -1] for h in header if h.startswith("time_s[")]
     xs = sorted({float(r[xname]) for r in rows})
     ys = sorted({float(r[yname]) for r in rows})
@@ -195,7 +224,7 @@ def winner_map(table: str) -> tuple[Figure, str]:
     text = [[""] * len(xs) for _ in ys]
     xi, yi = {x: i for i, x in enumerate(xs)}, {y: i for i, y in enumerate(ys)}
     counts = dict.fromkeys(plans, 0)
-    xlabel, ylabel = (n.replace("_bytes_per_s", " (GB/s)") for n in (xname, yname))
+    xlabel, ylabel = (axis(n)[0] for n in (xname, yname))
     for r in rows:
         i, j = yi[float(r[yname])], xi[float(r[xname])]
         z[i][j] = code.get(r["winner"])
@@ -223,9 +252,11 @@ def winner_map(table: str) -> tuple[Figure, str]:
     }
     spread_x = xs[-1] / xs[0] if xs and xs[0] > 0 else 1
     spread_y = ys[-1] / ys[0] if ys and ys[0] > 0 else 1
-    fig = _layout(
-        _figure(heat), f"fastest plan by {xlabel} and {ylabel}", xlabel, ylabel, spread_x >= 100, spread_y >= 100
-    )
+    title = f"fastest plan by {xlabel.split(' (')[0]} and {ylabel.split(' (')[0]}"  # (the units: on the axes)
+    fig = _layout(_figure(heat), title, xlabel, ylabel, spread_x >= 100, spread_y >= 100)
+    for name, values, spread in (("xaxis", xs, spread_x), ("yaxis", ys, spread_y)):
+        if spread >= 100:
+            fig["layout"][name].update(log_ticks(values[0], values[-1]))
     summary = "; ".join(f"{p} fastest in {counts.get(p, 0)} of {len(rows)} cells" for p in plans)
     return fig, summary
 
@@ -241,12 +272,12 @@ def _terms(row: dict[str, str], plan: str) -> str:
     return f"<br>{plan}: " + ", ".join(shown) if shown else ""
 
 
-def _in_gb_per_s(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    """A bandwidth column (bytes/s) shown in GB/s."""
+def _in_display_units(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
+    """The columns `names` in the units their axes show (bytes/s in GB/s, seconds in µs, ...)."""
     out = dict(row)
     for name in names:
-        if name.endswith("_bytes_per_s"):
-            out[name] = f"{float(row[name]) / 1e9:.6g}"
+        if (scale := axis(name)[1]) != 1.0:
+            out[name] = f"{float(row[name]) * scale:.6g}"
     return out
 
 

@@ -3,6 +3,7 @@ error message is shown (under the control it names)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from dash import dcc, html
@@ -35,8 +36,16 @@ header h1 { font-size: 20px; margin: 0 0 4px 0; }
 .uploads > span { display: inline-flex; align-items: center; gap: 4px; margin-right: 18px; }
 .uploads > span > div { display: inline-block; }
 .upload-name { color: #d1d5db; }
+.upload-refused { color: #fca5a5; }
 table.plans { border-collapse: collapse; font-size: 13px; }
 table.plans td, table.plans th { border-bottom: 1px solid #ddd; padding: 3px 8px; text-align: right; }
+.text { overflow-x: auto; }
+@media (max-width: 760px) {  /* a phone: the controls above the figures, each the window's width */
+  .page { flex-direction: column; padding: 8px; }
+  .controls { width: auto; }
+  header { padding: 8px; }
+  header h1 { font-size: 16px; }
+}
 """
 # which control a flag named at the start of an error message belongs to, per page
 FLAGS = {
@@ -44,6 +53,7 @@ FLAGS = {
         "--model": "x-model",
         "--layers": "x-layers",
         "--hidden": "x-hidden",
+        "--heads": "x-heads",
         "--gpu": "x-gpu",
         "--intra-link": "x-links",
         "--plan": "x-plans",
@@ -201,7 +211,7 @@ def page_layout(page: str, values: dict[str, Any]) -> html.Div:
     output = html.Div(
         [
             *graphs,
-            html.Div(id=f"{page}-text"),
+            html.Div(id=f"{page}-text", className="text"),  # (a wide table scrolls in its own box)
             html.H4("The command that reproduces this view"),
             html.Pre(id=f"{page}-command", className="command"),
             exports,
@@ -211,19 +221,47 @@ def page_layout(page: str, values: dict[str, Any]) -> html.Div:
     return html.Div([html.Div(fields, className="controls"), output], id=f"view-{page}", className="page")
 
 
-def error_outputs(page: str, outcome: Outcome, control: str | None = None) -> list[Any]:
+def error_outputs(
+    page: str, outcome: Outcome, control: str | None = None, values: dict[str, Any] | None = None
+) -> list[Any]:
     """The page's error line and each control's message: the error under `control` if given (and
-    one of the page's), else under the control whose flag it starts with, else on the error line."""
+    one of the page's), else under the control it is about (`_about`), else on the error line."""
     msgs = {cid: "" for cid in CONTROLS[page]}
     top = ""
     if outcome.error:
-        head = outcome.error.split(":", 1)[0].split()[0] if outcome.error.strip() else ""
-        target = control if control in msgs else FLAGS[page].get(head)  # "--vary 'batch=abc': ..." -> --vary
+        target = control if control in msgs else _about(page, outcome.error, values or {})
         if target:
             msgs[target] = outcome.error
         else:
             top = outcome.error
     return [top, *msgs.values()]
+
+
+# a model's field named in a message about the model ("model 'gpt-96l-4096h': layers: 0 is not allowed")
+FIELDS = {"layers": "--layers", "hidden": "--hidden", "heads": "--heads"}
+
+
+def _about(page: str, error: str, values: dict[str, Any]) -> str | None:
+    """The control a command's message is about: the flag it starts with ("--vary 'batch=abc': ..."),
+    or its option's name ("precision: fp8 is not supported ..."), else the first flag of the page it
+    names ("each --plan ... must be different"), else a model field it names ("model 'x': layers:
+    0 ..."), else a plan's key that is a control of the page ("plan: vpp=2 needs ..."). Of two
+    controls with one flag (the winner map's two --vary), the one whose value the message quotes."""
+    flags = FLAGS[page]
+    head = error.split(":", 1)[0].split()[0] if error.strip() else ""
+    # (not "model: ...": that can be a loaded file's problem, said on the page's line)
+    flag = head if head in flags else f"--{head}" if f"--{head}" in flags and head != "model" else None
+    if flag is None:
+        flag = next((f for f in re.findall(r"--[a-z][a-z-]*", error) if f in flags), None)
+    if flag is None and (field := re.search(r"\b(" + "|".join(FIELDS) + r"): ", error)):
+        flag = FIELDS[field.group(1)]
+    if flag is None and (key := re.search(r"\b(tp|pp|vpp)=", error)):
+        flag = f"--{key.group(1)}"
+    if flag not in flags:
+        return None
+    sharing = [c for c in CONTROLS[page] if checks.NAMES.get(c[2:]) == flag and values.get(c)]
+    quoted = [c for c in sharing if repr(str(values[c])) in error or f" {values[c]}:" in error]
+    return quoted[0] if len(quoted) == 1 else flags[flag]
 
 
 def values_of(ids: list[str], args: tuple[Any, ...]) -> dict[str, Any]:

@@ -6,6 +6,7 @@ here, `checks.check`) and the server's own upload files goes into a command."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import json
 from collections.abc import Callable
@@ -132,19 +133,39 @@ def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:
             zip(*(p["frontier"][k] for k in ("tokens_per_s_per_user", "tokens_per_s_per_gpu", "batch")), strict=True)
         )
         for p in rows
+        if p["frontier"]["batch"]  # a plan that does not fit has no frontier
     }
-    text = " | ".join(
-        f"{p['plan']}: TTFT {p['ttft_s'] * 1e3:.4g} ms, TPOT {p['tpot_s'] * 1e3:.4g} ms, "
-        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)")
-        for p in rows
-    )
+    text = " | ".join(_served(p) for p in rows)
     if searched is not None:
         text += " | " + _meets(searched.data)
+        outcome = dataclasses.replace(outcome, then=searched.args)  # both commands shown
     label = f"; targets TTFT {v['s-ttft'] or '-'}, TPOT {v['s-tpot'] or '-'}" if targets else ""
     fig = figures.frontier(points, label)
     if v["s-tpot"]:
         figures.vline(fig, 1.0 / parse_seconds(str(v["s-tpot"])), "TPOT target", dash="dot")
     return outcome, [fig], text
+
+
+def _served(p: dict[str, Any]) -> str:
+    """One plan's line: its times and throughput, or (no times: the weights leave no room for a
+    KV cache) the memory it needs per GPU and what would make it fit, as the command says."""
+    if p["ttft_s"] is None or p["tpot_s"] is None:
+        hint = f"; would fit with {p['would_fit']}" if p.get("would_fit") else ""
+        return f"{p['plan']}: does not fit ({p['memory_bytes']['total'] / 1e9:.1f} GB per GPU{hint})"
+    overloaded = (
+        f" (overloaded: sustains at most {p['max_request_rate_per_s']:.3g} requests/s; the queue grows without bound)"
+        if p.get("overloaded") and p.get("max_request_rate_per_s")
+        else ""
+    )
+    return (
+        f"{p['plan']}: TTFT {_time(p['ttft_s'])}, TPOT {_time(p['tpot_s'])}, "
+        f"{p['throughput_tokens_per_s']:.4g} tokens/s" + ("" if p["fits_in_memory"] else " (does not fit)") + overloaded
+    )
+
+
+def _time(seconds: float) -> str:
+    """A latency in ms to 4 digits, or in s from 10 s on (not '5.039e+04 ms')."""
+    return f"{seconds * 1e3:.4g} ms" if seconds < 10 else f"{seconds:.4g} s"
 
 
 def _meets(data: dict[str, Any]) -> str:

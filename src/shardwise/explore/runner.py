@@ -48,12 +48,14 @@ class Outcome:
     data: Any = None
     error: str | None = None
     table: str | None = None
+    then: tuple[str, ...] = ()  # a second command the view ran too (the serving page's target search)
 
     @property
     def command(self) -> str:
-        """The command line that reproduces this view (without `--json`, which the page adds)."""
-        shown = [a for a in self.args if a != "--json"]
-        return "shardwise " + shlex.join(shown)
+        """The command line that reproduces this view (without `--json`, which the page adds), and
+        on a second line the second command's, if it ran one."""
+        runs = [self.args, *([self.then] if self.then else [])]
+        return "\n".join("shardwise " + shlex.join([a for a in args if a != "--json"]) for args in runs)
 
 
 def refusal(args: list[str]) -> str | None:
