@@ -163,7 +163,7 @@ def data_parallel_exposed_s(
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
 
 
-# a stage's per-micro-batch seconds that its data-parallel communication may hide behind
+# a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind
 PACED_FIELDS = (
     "compute_forward_s",
     "compute_backward_s",
@@ -188,27 +188,45 @@ def forward_window_s(cost: StageCost) -> Number:
     return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s
 
 
+def paced_cost(cost: StageCost, stretch: Number, zero_stage: Number) -> StageCost:
+    """One stage's cost with its passes stretched as the data-parallel collectives that run
+    through them see them (`paced_stages`): by `stretch` (the pace over the stage's own time)
+    under ZeRO-2/3, whose per-micro-batch gathers and reductions, where they outlast the stage's
+    own passes, lengthen its time per micro-batch inside the slack it waits through for its
+    neighbours (in the steady state and the cool-down alike), not the pace; not at all under
+    ZeRO-0/1, whose one reduction starts in the last backward pass, which runs through the
+    cool-down without a break (what the stages below still run after it is the drain,
+    `data_parallel_exposed_s`), and whose gather hides behind the next step's first forward."""
+    per_pass = where(as_array(zero_stage) >= 2, stretch, 1.0)
+    return replace(cost, **{f: getattr(cost, f) * per_pass for f in PACED_FIELDS})
+
+
 def paced_stages(
-    stages: tuple[StageCost, StageCost, StageCost], times: tuple[Number, Number, Number], p: Number
+    stages: tuple[StageCost, StageCost, StageCost],
+    times_s: tuple[Number, Number, Number],
+    p: Number,
+    zero_stage: Number = 3,
 ) -> tuple[StageCost, StageCost, StageCost]:
-    """The (first, middle, last) stages' costs stretched to the pipeline's pace: in its steady
-    state every stage passes one micro-batch per `c_max`, the largest of the stages' times per
-    micro-batch (`times`: with their sends and fixed costs, as the makespan reads them), and
-    spends what its own compute and collectives leave of it sending or waiting for its
-    neighbours' sends, time its gradient reductions and ZeRO gathers run through as they run
-    through its compute. Each of its passes is stretched by c_max / its own time without sends.
-    With one stage (pp = 1) the costs are kept. Without it a faster GPU, speeding a stage that
-    does not set the step or the compute of one whose sends do, shortened the windows that stage
-    hides its data-parallel communication behind: the step rose (tests/test_invariants.py)."""
+    """The (first, middle, last) stages' costs as their data-parallel communication sees them
+    under a pipeline's pace: in its steady state every stage passes one micro-batch per `c_max`,
+    the largest of the stages' times per micro-batch (`times_s`: with their sends and fixed
+    costs, as the makespan reads them), and spends what its own compute and collectives leave of
+    it waiting for its neighbours' sends, time the reductions of ZeRO-2/3 run through
+    (`paced_cost`: stretched by c_max / its own time without sends). With one stage (pp = 1) the
+    costs are kept. Without it a faster GPU, speeding a stage that does not set the step or the
+    compute of one whose sends do, shortened the windows that stage hides its data-parallel
+    communication behind: the step rose (tests/test_invariants.py)."""
     if one_value(p) and float(p) == 1.0:
         return stages
+    if one_value(zero_stage) and int(zero_stage) < 2:
+        return stages
     pp = as_float(p)
-    c_max = maximum(maximum(times[0], where(pp > 2, times[1], 0.0)), times[2])
+    c_max = maximum(maximum(times_s[0], where(pp > 2, times_s[1], 0.0)), times_s[2])
     out = []
     for cost in stages:
         own = cost.total_s
-        stretch = where((pp > 1) & (own > 0), maximum(c_max / maximum(own, 1e-30), 1.0), 1.0)
-        out.append(replace(cost, **{f: getattr(cost, f) * stretch for f in PACED_FIELDS}))
+        stretch = where((pp > 1) & (own > 0), maximum(c_max / where(own > 0, own, 1.0), 1.0), 1.0)
+        out.append(paced_cost(cost, stretch, zero_stage))
     return out[0], out[1], out[2]
 
 

@@ -26,7 +26,7 @@ from shardwise.engines.costs import (
 )
 from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
-from shardwise.engines.dp_step import dp_comm, tied_embedding_sync_s
+from shardwise.engines.dp_step import dp_comm, paced_cost, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -167,6 +167,13 @@ def stage_times(scn: Scenario) -> StageTimes:
     dp, tail, gather, opt = [], [], [], []
     priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
 
+    # the pace of the pipeline's steady state: ZeRO-2/3's reductions run through what a stage's
+    # own passes leave of it (`dp_step.paced_cost`, as the closed form)
+    pace = forward + backward + send_f + send_b
+    own = np.array([float(np.asarray(c.total_s)) for c in kinds])
+    stretches = np.where(own > 0, np.maximum(pace.max() / np.where(own > 0, own, 1.0), 1.0), 1.0)
+    stretches = stretches if p > 1 else np.ones(p)
+
     def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool, layers: int) -> Any:
         units = fsdp2_units(scn, first)
         dense = n_weights - n_expert
@@ -175,7 +182,8 @@ def stage_times(scn: Scenario) -> StageTimes:
             c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, layers=layers))
         return c
 
-    each = enumerate(zip(kinds, trained, stage_experts, held, counts, strict=True))
+    paced = [paced_cost(c, stretches[i], plan.zero_stage) for i, c in enumerate(kinds)]
+    each = enumerate(zip(paced, trained, stage_experts, held, counts, strict=True))
     for i, (cost, n_params, n_expert, n_weights, layers) in each:
         try:  # a stage equal to an earlier one in everything its reductions read (memos on: `specs.memo`)
             key = (cost, n_params, n_expert, n_weights, type(n_params), type(n_expert), type(n_weights), i == 0, layers)
@@ -210,7 +218,11 @@ def stage_times(scn: Scenario) -> StageTimes:
         # counts them; what the forward passes leave exposed is never hidden by the last backward)
         both = float(np.asarray(c.total_s)) if z3 else total
         floor = max(float(unhideable_s(bucket, both, float(np.asarray(c.contention)))), forward_excess)
-        tail.append(min(dp[-1], floor) if hides else dp[-1])
+        if hides:  # the floor stays exposed even where the windows hide all the rest (`_shared_s`, `_hidden_beside`)
+            tail.append(min(both, floor))
+            dp[-1] = max(dp[-1], tail[-1])
+        else:
+            tail.append(dp[-1])
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied

@@ -110,7 +110,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             lay.fabric,
             lay.place,
             lay.trained,
-            paced_stages((first, middle, last), (c_first, c_mid, c_last), p),
+            paced_stages((first, middle, last), (c_first, c_mid, c_last), p, plan.zero_stage),
             m,
             v,
             lay.expert_params,

@@ -30,7 +30,7 @@ from shardwise.engines.data_parallel import (
     zero_collectives,
 )
 from shardwise.engines.distinct import evaluate_grouped, rows_of
-from shardwise.engines.dp_step import data_parallel_exposed_s, paced_stages
+from shardwise.engines.dp_step import data_parallel_exposed_s
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
 from shardwise.engines.recompute_whole import recomputed_stages, whole_layer_extra
 from shardwise.engines.stage_assembly import Stages, stages
@@ -245,7 +245,7 @@ def _layout_terms(scn: Scenario) -> Layout:
     if one_value(z) and int(z) < 2:
         # ZeRO-0/1 reduce (and gather) once per step: their exposure reads no number of
         # micro-batches (NaN would show in every number it gave)
-        stage_costs = paced_stages((first, middle, last), (c_first, c_mid, c_last), p)
+        stage_costs = (first, middle, last)  # ZeRO-0/1: no stage is paced (`dp_step.paced_cost`)
         dp = data_parallel_exposed_s(scn, fabric, place, trained, stage_costs, np.nan, v, expert_params, params, prices)
     return Layout(
         fabric,
