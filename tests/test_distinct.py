@@ -255,16 +255,19 @@ def _wide_plans(seed: int, n: int, most_batches: int = 2) -> Scenario:
     return Scenario(presets.model("gpt-96l-4096h"), presets.system("dgx-a100", nodes=8), plan)
 
 
-def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_configurations():
+@pytest.mark.parametrize("host_kernel_s", [0.0, 2e-4])
+def test_kept_parts_priced_per_group_and_zero_stages_run_by_run_are_every_configurations(host_kernel_s):
     """Over a distinct plan of many configurations, the kept parts of the model priced once per
     distinct combination of their array arguments (`specs.grouped`), the data-parallel exposure
     priced run by run of one ZeRO stage (`engines.dp_comm.exposed_by_runs`), and the layout terms
     and the memory's terms priced once per group of plans that differ only in the batch give
-    every number of pricing each configuration with all of them turned off."""
+    every number of pricing each configuration with all of them turned off; with a host time per
+    kernel too, where many layers are host-bound (the run-by-run path's ZeRO-3 window and wait)."""
     from shardwise.engines import dp_comm
     from shardwise.specs import grouped
 
-    scn = _wide_plans(11, 60000)
+    wide = _wide_plans(11, 60000)
+    scn = Scenario(wide.model, wide.cluster, dataclasses.replace(wide.plan, host_kernel_s=host_kernel_s))
     found = scn.__dict__.get("_distinct")
     assert found is not None and found.count > distinct.MIN_CONFIGURATIONS
     runs = dp_comm.zero_stage_runs(found.spec.plan.zero_stage)
