@@ -121,6 +121,14 @@ cluster_options = _stack(
 
 plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
+# `predict --emit` and `plan --emit`: which version of the tool the launch is written for
+emit_version_option = click.option(
+    "--emit-version",
+    metavar="VERSION",
+    help="The tool version --emit writes for: megatron main|core-0.13, torchtitan main, deepspeed master "
+    "[default: the first].",
+)
+
 
 def echo_notes(notes: tuple[str, ...] | list[str]) -> None:
     """What the request layer assumed, on stderr (stdout stays the answer)."""

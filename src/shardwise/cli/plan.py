@@ -12,6 +12,7 @@ from shardwise.cli.options import (
     alias_option,
     cluster_options,
     cuda_graph_scope_option,
+    emit_version_option,
     execution_options,
     lora_rank_option,
     lora_targets_option,
@@ -196,12 +197,7 @@ search_options = _stack(
     help="Also print the best plan's launch command for this tool, re-priced where the tool runs it differently "
     "(docs/emit/). vllm serves: use `shardwise serve --emit vllm`.",
 )
-@click.option(
-    "--emit-version",
-    metavar="VERSION",
-    help="The tool version --emit writes for: megatron main|core-0.13, torchtitan main, deepspeed master "
-    "[default: the first].",
-)
+@emit_version_option
 def plan(
     top: int,
     csv_path: str | None,

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import cluster_options, model_options, plan_options
+from shardwise.cli.options import cluster_options, emit_version_option, model_options, plan_options
 
 
 @click.command()
@@ -27,12 +27,7 @@ from shardwise.cli.options import cluster_options, model_options, plan_options
     help="Also print this plan's launch command for this tool, re-priced where the tool runs it differently "
     "(docs/emit/; --json carries it as `launch`). vllm serves: use `shardwise serve --emit vllm`.",
 )
-@click.option(
-    "--emit-version",
-    metavar="VERSION",
-    help="The tool version --emit writes for: megatron main|core-0.13, torchtitan main, deepspeed master "
-    "[default: the first].",
-)
+@emit_version_option
 def predict(engine: str, as_json: bool, emit: str | None, emit_version: str | None, **options: Any) -> None:
     """Time, throughput and memory of one training step of MODEL on a cluster under a plan.
 
