@@ -171,4 +171,4 @@ def test_faster_links_and_gpus_never_slow_serving():
 @pytest.mark.slow
 @pytest.mark.parametrize("check", [_lengths_and_load, _more_gpus, _faster_hardware], ids=["load", "gpus", "hardware"])
 def test_serving_invariants_many(check):
-    _check(34, 800, check)
+    _check(34, 300, check)
