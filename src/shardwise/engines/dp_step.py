@@ -255,22 +255,32 @@ def scan_edges_s(
     if (one_value(flag) and not bool(flag)) or (one_value(z3) and not bool(z3)):
         return (0.0, 0.0, 0.0)
     split = scn.split
-    edge = xla_scan.edge_params(scn.model) / as_float(plan.tp)
     held = params if weights is None else weights
     out = []
     each = zip((split.first, split.middle_max, split.last), params, expert_params, held, prices, strict=True)
     for layers, n_params, n_expert, n_held, (dense, _) in each:
-        seconds = xla_scan.edge_exposed_s(
-            dense["weights_all_gather"],
-            dense["reduce_scatter"],
-            edge,
-            as_float(layers),
-            maximum(n_held - n_expert, 1.0),
-            maximum(n_params - n_expert, 1.0),
-            m,
+        out.append(
+            ifelse(flag & z3, stage_scan_edges_s(scn, dense, layers, n_params - n_expert, n_held - n_expert, m), 0.0)
         )
-        out.append(ifelse(flag & z3, seconds, 0.0))
     return out[0], out[1], out[2]
+
+
+def stage_scan_edges_s(
+    scn: Scenario, dense: Mapping[str, Number], layers: Number, n_params: Number, n_held: Number, m: Number
+) -> Number:
+    """One stage's seconds of `scan_edges_s` (whatever its plan's flags) from its dense
+    parameters' collective prices (`dense`: "weights_all_gather" and "reduce_scatter"), its
+    layers and its dense trained and held parameters."""
+    edge = xla_scan.edge_params(scn.model) / as_float(scn.plan.tp)
+    return xla_scan.edge_exposed_s(
+        dense["weights_all_gather"],
+        dense["reduce_scatter"],
+        edge,
+        as_float(layers),
+        maximum(n_held, 1.0),
+        maximum(n_params, 1.0),
+        m,
+    )
 
 
 def tied_embedding_sync_s(scn: Scenario, fabric: Fabric, place: dict[str, Number]) -> Number:

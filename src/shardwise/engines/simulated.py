@@ -26,7 +26,7 @@ from shardwise.engines.costs import (
 )
 from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
-from shardwise.engines.dp_step import dp_comm, paced_cost, tied_embedding_sync_s
+from shardwise.engines.dp_step import dp_comm, paced_cost, stage_scan_edges_s, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -226,9 +226,17 @@ def stage_times(scn: Scenario) -> StageTimes:
         if i in (0, p - 1) and p > 1:
             dp[-1] += tied
             tail[-1] += tied
-        # XLA's replicas' all-reduce (`Plan.spmd_grad_reduce`), never hidden (as the closed form)
-        serial = collective_prices(scn, fabric, place, n_params - n_expert, ("replica_all_reduce",))
-        dp[-1] += float(np.asarray(serial["replica_all_reduce"]))
+        # XLA's replicas' all-reduce (`Plan.spmd_grad_reduce`) and, with ZeRO-3, the scanned layers'
+        # edge collectives (`dp_step.scan_edges_s`), never hidden (as the closed form)
+        names, dense = ("replica_all_reduce", "weights_all_gather", "reduce_scatter"), n_weights - n_expert
+        units = fsdp2_units(scn, i == 0)
+        serial = collective_prices(
+            scn, fabric, place, n_params - n_expert, names, n_weights=dense, units=units, layers=layers
+        )
+        scan = z3 and bool(_scalar("scan_unpipelined", plan.scan_unpipelined))
+        edges = float(np.asarray(stage_scan_edges_s(scn, serial, layers, n_params - n_expert, dense, m) if scan else 0))
+        tail[-1] = min(tail[-1] + edges, max(both, tail[-1]))
+        dp[-1] = max(dp[-1] + edges, tail[-1]) + float(np.asarray(serial["replica_all_reduce"]))
         tail[-1] += float(np.asarray(serial["replica_all_reduce"]))
         rounds = p if int(plan.vpp) > 1 else 1
         gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, int(plan.vpp), rounds)[1])))
