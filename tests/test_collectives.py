@@ -54,7 +54,10 @@ def test_a_slower_nvlink_step_slows_its_low_latency_protocols_too():
     assert all_reduce_time_s(8, p, p, slow) == pytest.approx(
         NV3.base_latency_s + 2 * (p - 1) * LL_STEP_S * 100, rel=0.05
     )
-    assert all_reduce_time_s(8, p, p, replace(NV3, latency_s=NV3.latency_s)) == all_reduce_time_s(8, p, p, NV3)
+    # the stock links keep NCCL's own step (the presets' 1 us), and twice the step doubles LL's steps
+    assert NV3.latency_s == NV4.latency_s == 1e-6
+    doubled = all_reduce_time_s(8, p, p, replace(NV4, latency_s=2e-6)) - NV4.base_latency_s
+    assert doubled == pytest.approx(2 * (all_reduce_time_s(8, p, p, NV4) - NV4.base_latency_s), rel=0.05)
 
 
 def test_reduce_scatter_plus_all_gather_moves_what_an_all_reduce_moves():

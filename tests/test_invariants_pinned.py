@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 
 import numpy as np
+import pytest
 
 from shardwise.engines.training import estimate_training_step
 from shardwise.requests import TrainingRequest
@@ -209,8 +210,12 @@ def test_zero01_s_one_reduction_is_not_paced():
 
     fast, slow = StageCost(1.0, 2.0, 0.0, 1.0), StageCost(2.0, 4.0, 0.0, 0.0)
     assert paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 4, zero_stage=1) == (fast, slow, fast)
-    first, _, _ = paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 4, zero_stage=2)
+    first, _, _ = paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 4, zero_stage=3)
     assert first.total_s == 6.5
+    # ZeRO-2 reduces in every backward but gathers once, behind the next step's first forward
+    first, _, _ = paced_stages((fast, slow, fast), (4.5, 6.5, 4.5), 4, zero_stage=2)
+    assert first.compute_forward_s == fast.compute_forward_s
+    assert first.backward_s == pytest.approx(fast.backward_s * 6.5 / 4.0)
 
 
 def test_the_simulator_paces_a_pipeline_s_zero3_as_the_closed_form():

@@ -265,6 +265,11 @@ def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, flo
 # weights and the KV cache from HBM (memory_bandwidth_scale) and waits on small all-reduces
 # inside a server (intra_node_bandwidth_scale, link_latency_scale).
 SERVING_SENSITIVE = ("memory_bandwidth_scale", "intra_node_bandwidth_scale", "link_latency_scale")
+WHY_SERVING = {
+    "memory_bandwidth_scale": "decode streams the weights and the KV cache",
+    "intra_node_bandwidth_scale": "every decode step waits on small all-reduces",
+    "link_latency_scale": "every decode step waits on small all-reduces",
+}
 # How far from its prior's centre (in prior standard deviations) a fitted value is worth a word
 FAR_PRIOR_SDS = 2.0
 
@@ -286,6 +291,6 @@ def untested_for_serving(cal: Any) -> list[str]:
             notes.append(
                 f"{cal.path} was fitted on training runs only and sets {p.description.removesuffix(' (x)')} to "
                 f"x{value:.2f}, {sds:.1f} prior sd from the datasheet model; serving reads it directly "
-                "(decode streams weights and KV cache), untested: calibrate with serving runs too"
+                f"({WHY_SERVING[name]}), untested: calibrate with serving runs too"
             )
     return notes

@@ -196,9 +196,11 @@ def paced_cost(cost: StageCost, stretch: Number, zero_stage: Number) -> StageCos
     neighbours (in the steady state and the cool-down alike), not the pace; not at all under
     ZeRO-0/1, whose one reduction starts in the last backward pass, which runs through the
     cool-down without a break (what the stages below still run after it is the drain,
-    `data_parallel_exposed_s`), and whose gather hides behind the next step's first forward."""
-    per_pass = where(as_array(zero_stage) >= 2, stretch, 1.0)
-    return replace(cost, **{f: getattr(cost, f) * per_pass for f in PACED_FIELDS})
+    `data_parallel_exposed_s`), and whose gather hides behind the next step's first forward (so
+    does ZeRO-2's: its forward passes are stretched only under ZeRO-3, which gathers in each)."""
+    z = as_array(zero_stage)
+    backward, forward = where(z >= 2, stretch, 1.0), where(z == 3, stretch, 1.0)
+    return replace(cost, **{f: getattr(cost, f) * (forward if "forward" in f else backward) for f in PACED_FIELDS})
 
 
 def paced_stages(

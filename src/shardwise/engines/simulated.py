@@ -169,7 +169,8 @@ def stage_times(scn: Scenario) -> StageTimes:
 
     # the pace of the pipeline's steady state: ZeRO-2/3's reductions run through what a stage's
     # own passes leave of it (`dp_step.paced_cost`, as the closed form)
-    pace = forward + backward + send_f + send_b
+    overlapped = bool(_scalar("overlap_p2p", plan.overlap_p2p))  # sends beside compute (`training_layout`)
+    pace = np.maximum(forward + backward, send_f + send_b) if overlapped else forward + backward + send_f + send_b
     own = np.array([float(np.asarray(c.total_s)) for c in kinds])
     stretches = np.where(own > 0, np.maximum(pace.max() / np.where(own > 0, own, 1.0), 1.0), 1.0)
     stretches = stretches if p > 1 else np.ones(p)
@@ -223,11 +224,9 @@ def stage_times(scn: Scenario) -> StageTimes:
             dp[-1] = max(dp[-1], tail[-1])
         else:
             tail.append(dp[-1])
-        if i in (0, p - 1) and p > 1:
-            dp[-1] += tied
-            tail[-1] += tied
-        # XLA's replicas' all-reduce (`Plan.spmd_grad_reduce`) and, with ZeRO-3, the scanned layers'
-        # edge collectives (`dp_step.scan_edges_s`), never hidden (as the closed form)
+        # with ZeRO-3 the scanned layers' edge collectives (`dp_step.scan_edges_s`), at most all the
+        # communication; then XLA's replicas' all-reduce (`Plan.spmd_grad_reduce`) and the tied
+        # embeddings' sync, never hidden (as the closed form, `dp_step._with_edges`)
         names, dense = ("replica_all_reduce", "weights_all_gather", "reduce_scatter"), n_weights - n_expert
         units = fsdp2_units(scn, i == 0)
         serial = collective_prices(
@@ -236,8 +235,9 @@ def stage_times(scn: Scenario) -> StageTimes:
         scan = z3 and bool(_scalar("scan_unpipelined", plan.scan_unpipelined))
         edges = float(np.asarray(stage_scan_edges_s(scn, serial, layers, n_params - n_expert, dense, m) if scan else 0))
         tail[-1] = min(tail[-1] + edges, max(both, tail[-1]))
-        dp[-1] = max(dp[-1] + edges, tail[-1]) + float(np.asarray(serial["replica_all_reduce"]))
-        tail[-1] += float(np.asarray(serial["replica_all_reduce"]))
+        dp[-1] = max(min(dp[-1] + edges, max(both + one_backward, dp[-1])), tail[-1])  # exposed <= both
+        after = float(np.asarray(serial["replica_all_reduce"])) + (tied if i in (0, p - 1) and p > 1 else 0.0)
+        dp[-1], tail[-1] = dp[-1] + after, tail[-1] + after
         rounds = p if int(plan.vpp) > 1 else 1
         gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, int(plan.vpp), rounds)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert, n_weights))))

@@ -52,7 +52,8 @@ as it lands, with no handshake per chunk: latency and transfer add,
 
     T = alpha_base + steps * alpha_proto + W / (B * share_proto),
 
-with NCCL's per-step latency on NVLink (tuning.cc hwLat, ring: LL 0.6 us, LL128 1.9 us) and
+with NCCL's per-step latency on NVLink (tuning.cc hwLat, ring: LL 0.6 us, LL128 1.9 us at the
+presets' 1 us Simple step, scaled with a link's own) and
 share of the bus bandwidth (LL 1/2 up to NCCL's llMaxBws for the GPU generation, the link's
 `ll_bandwidth_bytes_per_s`; LL128 120/128 = 0.92). The fastest of Simple, NVLS, LL and LL128 is
 taken. On NVIDIA's untouched nccl-tests all-reduce of 8 H100 (8 B to 16 GiB) this and the NVLS
