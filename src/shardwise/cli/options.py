@@ -121,6 +121,17 @@ cluster_options = _stack(
 
 plan_options = _stack(plan_layout_options, stage_options, execution_options)
 
+
+def emit_option(whose: str, where: str = "docs/emit/") -> Any:
+    """`predict --emit` and `plan --emit`: the launch command of `whose` plan for a tool."""
+    return click.option(
+        "--emit",
+        type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"], case_sensitive=False),
+        help=f"Also print {whose} launch command for this tool, re-priced where the tool runs it differently "
+        f"({where}). vllm serves: use `shardwise serve --emit vllm`.",
+    )
+
+
 # `predict --emit` and `plan --emit`: which version of the tool the launch is written for
 emit_version_option = click.option(
     "--emit-version",

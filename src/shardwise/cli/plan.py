@@ -12,6 +12,7 @@ from shardwise.cli.options import (
     alias_option,
     cluster_options,
     cuda_graph_scope_option,
+    emit_option,
     emit_version_option,
     execution_options,
     lora_rank_option,
@@ -191,12 +192,7 @@ search_options = _stack(
     help="Print the `shardwise predict` command of each plan shown: it gives the same numbers (--json carries it "
     "as each plan's `command`).",
 )
-@click.option(
-    "--emit",
-    type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"], case_sensitive=False),
-    help="Also print the best plan's launch command for this tool, re-priced where the tool runs it differently "
-    "(docs/emit/). vllm serves: use `shardwise serve --emit vllm`.",
-)
+@emit_option("the best plan's")
 @emit_version_option
 def plan(
     top: int,

@@ -6,7 +6,7 @@ from typing import Any
 
 import click
 
-from shardwise.cli.options import cluster_options, emit_version_option, model_options, plan_options
+from shardwise.cli.options import cluster_options, emit_option, emit_version_option, model_options, plan_options
 
 
 @click.command()
@@ -21,12 +21,7 @@ from shardwise.cli.options import cluster_options, emit_version_option, model_op
     help="analytic: the closed form; simulate: discrete-event simulation of the pipeline schedule.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (step_time_s, breakdown_s, memory_bytes, ...).")
-@click.option(
-    "--emit",
-    type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"], case_sensitive=False),
-    help="Also print this plan's launch command for this tool, re-priced where the tool runs it differently "
-    "(docs/emit/; --json carries it as `launch`). vllm serves: use `shardwise serve --emit vllm`.",
-)
+@emit_option("this plan's", "docs/emit/; --json carries it as `launch`")
 @emit_version_option
 def predict(engine: str, as_json: bool, emit: str | None, emit_version: str | None, **options: Any) -> None:
     """Time, throughput and memory of one training step of MODEL on a cluster under a plan.
