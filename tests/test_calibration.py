@@ -785,3 +785,28 @@ def test_serve_notes_a_training_calibration_that_moved_what_decode_reads():
     assert untested_for_serving(cal(0.357, serving_runs=3)) == []  # tested on serving runs
     assert untested_for_serving(cal(0.9)) == []  # inside its prior
     assert untested_for_serving(None) == []
+
+
+def test_serve_with_a_training_calibration_says_what_it_moved(tmp_path: Path):
+    # review: the note was tested alone; this checks `serve --calibration` carries it
+    import dataclasses
+
+    from shardwise.requests.serve import ServeRequest
+
+    scns, _, measured = synthetic(noise=0.02)
+    result = fitting.fit(scns, measured)
+    u = np.log(0.36)
+    far = dataclasses.replace(
+        result,
+        fitted=(*result.fitted, "memory_bandwidth_scale")
+        if "memory_bandwidth_scale" not in result.fitted
+        else result.fitted,
+        values={**result.values, "memory_bandwidth_scale": float(np.exp(u))},
+    )
+    if far.u_covariance.shape[0] != len(far.fitted):
+        far = dataclasses.replace(far, u_covariance=np.eye(len(far.fitted)) * 0.01)
+    path = tmp_path / "cal.yaml"
+    store.save(store.document(far, EXAMPLE, [str(i) for i in range(len(scns))], ["h100-sxm5-80gb"], measured), path)
+    request = ServeRequest.from_argv(f"serve --model llama3-8b --system dgx-h100 --num-gpus 1 --calibration {path}")
+    notes = " ".join(request.setting().notes)
+    assert "fitted on training runs only" in notes and "HBM bandwidth to x0.36" in notes
