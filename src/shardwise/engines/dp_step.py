@@ -53,17 +53,14 @@ def dp_comm(
     if prices is None:
         names = zero_collectives(z)
         prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
-    contention = contention_share(scn.cluster.gpu.sm_count)
+    contention, wait = contention_share(scn.cluster.gpu.sm_count), m * cost.host_wait_s
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
         fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce)
-        return DpComm(
-            *fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=m * cost.host_wait_s
-        )
+        return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
     gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
     every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole) for k in range(4)), strict=True)
     chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
-    wait = m * cost.host_wait_s
     return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention, host_wait_s=wait)
 
 

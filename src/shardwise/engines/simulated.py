@@ -227,12 +227,12 @@ def stage_times(scn: Scenario) -> StageTimes:
         # with ZeRO-3 the scanned layers' edge collectives (`dp_step.scan_edges_s`), at most all the
         # communication; then XLA's replicas' all-reduce (`Plan.spmd_grad_reduce`) and the tied
         # embeddings' sync, never hidden (as the closed form, `dp_step._with_edges`)
-        names, dense = ("replica_all_reduce", "weights_all_gather", "reduce_scatter"), n_weights - n_expert
-        units = fsdp2_units(scn, i == 0)
+        scan = z3 and bool(_scalar("scan_unpipelined", plan.scan_unpipelined))
+        names = ("replica_all_reduce", *(("weights_all_gather", "reduce_scatter") if scan else ()))
+        units, dense = fsdp2_units(scn, i == 0), n_weights - n_expert
         serial = collective_prices(
             scn, fabric, place, n_params - n_expert, names, n_weights=dense, units=units, layers=layers
         )
-        scan = z3 and bool(_scalar("scan_unpipelined", plan.scan_unpipelined))
         edges = float(np.asarray(stage_scan_edges_s(scn, serial, layers, n_params - n_expert, dense, m) if scan else 0))
         tail[-1] = min(tail[-1] + edges, max(both, tail[-1]))
         dp[-1] = max(min(dp[-1] + edges, max(both + one_backward, dp[-1])), tail[-1])  # exposed <= both
