@@ -164,6 +164,7 @@ def request_for(row: dict[str, str]):
 
     preset, kernels = public_stacks.execution(row)
     moe = row["moe"] == "yes"
+    drop = public_moe.token_drop(row) if moe else 0.0  # the recipe's capacity factor (0: dropless)
     modules = public_moe.recompute_modules(row) if moe else None  # the recipe's, where tabled
     lora = lora_recipe(row)
     # the stated network, where the run spans servers (a one-server run keeps the system's)
@@ -196,8 +197,8 @@ def request_for(row: dict[str, str]):
         etp=public_moe.expert_tp(row) if moe else None,
         moe_dispatcher=public_moe.dispatcher(row) if moe else "alltoall",
         moe_overlap=moe and public_moe.a2a_overlap(row),
-        moe_capacity_factor=public_moe.token_drop(row) if moe else 0.0,
-        moe_pad_to_capacity=bool(moe and public_moe.token_drop(row)),
+        moe_capacity_factor=drop,
+        moe_pad_to_capacity=drop > 0,
         cuda_graph_scope=(public_moe.cuda_graph_scope(row) if moe else None) or kernels.pop("cuda_graph_scope", None),
         lora_rank=lora.rank if lora else 0,
         lora_targets=lora.targets if lora else DEFAULT_TARGETS,

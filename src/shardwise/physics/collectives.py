@@ -384,14 +384,16 @@ class Fabric:
     def group(self, ranks: Number, per_node: Number) -> Group:
         """The collectives of a group of `ranks` ranks, `per_node` of them per server; one Group
         per fabric and size when both are single numbers (a Group is never changed once built)."""
-        links = (self.intra, self.inter, self.custom, self.all_to_all_scale, self.net_post_s)
         if not (one_value(ranks) and one_value(per_node)):  # arrays: a group per call
-            return Group(ranks, per_node, *links)
+            return self._new_group(ranks, per_node)
         key = (float(ranks), float(per_node))  # type: ignore[arg-type]
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = Group(ranks, per_node, *links)
+            group = self._groups[key] = self._new_group(ranks, per_node)
         return group
+
+    def _new_group(self, ranks: Number, per_node: Number) -> Group:
+        return Group(ranks, per_node, self.intra, self.inter, self.custom, self.all_to_all_scale, self.net_post_s)
 
     def p2p(self, n_bytes: Number, crosses_node: Number) -> Number:
         intra = p2p_time_s(n_bytes, self.intra_p2p)

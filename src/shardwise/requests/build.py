@@ -59,14 +59,15 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
     return Built(scn, tuple(notes), cal)
 
 
+# the options that change a model preset's shape (`build_model`; a reshaped preset is no longer
+# the checkpoint its Hugging Face id names, `serve_result`)
+MODEL_SHAPE_KEYS = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab")
+
+
 def build_model(o: dict[str, Any]) -> Any:
     from shardwise import loaders, presets
 
-    overrides = {
-        k: o[k]
-        for k in ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "seq_len")
-        if o.get(k) is not None
-    }
+    overrides = {k: o[k] for k in (*MODEL_SHAPE_KEYS, "seq_len") if o.get(k) is not None}
     if o.get("family"):
         overrides["family"] = o["family"]
     if o.get("model"):

@@ -10,6 +10,7 @@ from functools import cached_property
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.requests.build import MODEL_SHAPE_KEYS
 from shardwise.requests.serve_plans import scenario
 
 
@@ -197,7 +198,7 @@ def _estimate(s: Any, spec: Any, max_throughput: bool) -> tuple[str, Any]:
 
 
 # model flags that make a preset another model: its checkpoint is no longer what was priced
-RESHAPING = ("layers", "hidden", "heads", "kv_heads", "ffn_hidden", "vocab", "family")
+RESHAPING = (*MODEL_SHAPE_KEYS, "family")
 
 
 def _model_id(model: str | None, hf_id: str | None, reshaped: bool = False) -> str | None:
