@@ -33,7 +33,7 @@ class CrossoverCurve:
     winner_at_batch_1: list[str]  # faster plan at the smallest feasible batch ('' if none is feasible)
     # the largest batch where both plans are feasible (NaN: none): a winner "up to max batch" was
     # compared only that far when the other plan stops fitting first
-    last_feasible_batch: np.ndarray | None = None
+    last_feasible_batch: np.ndarray
 
 
 def crossover_batch_vs(

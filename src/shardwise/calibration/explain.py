@@ -264,7 +264,6 @@ def particle_need(cases: list[Any], measured: np.ndarray) -> tuple[dict[str, flo
 # The parameters a serving step reads far more than a training step does: decode streams the
 # weights and the KV cache from HBM (memory_bandwidth_scale) and waits on small all-reduces
 # inside a server (intra_node_bandwidth_scale, link_latency_scale).
-SERVING_SENSITIVE = ("memory_bandwidth_scale", "intra_node_bandwidth_scale", "link_latency_scale")
 WHY_SERVING = {
     "memory_bandwidth_scale": "decode streams the weights and the KV cache",
     "intra_node_bandwidth_scale": "every decode step waits on small all-reduces",
@@ -282,7 +281,7 @@ def untested_for_serving(cal: Any) -> list[str]:
     if cal is None or cal.serving_runs:
         return []
     notes = []
-    for name in SERVING_SENSITIVE:
+    for name in WHY_SERVING:
         if name not in cal.fit.fitted:
             continue
         p, value = BY_NAME[name], float(cal.fit.values[name])

@@ -36,17 +36,12 @@ def predict(engine: str, as_json: bool, emit: str | None, emit_version: str | No
           --global-batch 128 --recompute selective --emit megatron
     """
     from shardwise.cli.options import echo_notes, request_of
-    from shardwise.errors import SpecError
+    from shardwise.requests.plan import checked_emit
     from shardwise.requests.training import PredictRequest
 
-    if emit is None and emit_version is not None:
-        raise SpecError("--emit-version needs --emit TARGET")
-    if emit is not None and emit.lower() == "vllm":
-        raise SpecError(
-            "--emit vllm: vLLM serves models, and `predict` prices training; use `shardwise serve ... --emit vllm`"
-        )
+    target = checked_emit(emit, emit_version, "`predict` prices training")
     result = PredictRequest(request_of(options), engine).run()
-    launch = None if emit is None else _launch(result, emit.lower(), emit_version)
+    launch = None if target is None else _launch(result, target, emit_version)
     echo_notes(result.notes)
     if as_json:
         from shardwise import export

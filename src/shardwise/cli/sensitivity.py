@@ -236,7 +236,7 @@ def _no_crossing(curve: Any, j: int, max_batch: int) -> str:
     plan stops fitting first (walkthrough: 112 layers read as TP faster everywhere while PP=8 no
     longer fits from batch 7)."""
     w = curve.winner_at_batch_1[j]
-    last = float("nan") if curve.last_feasible_batch is None else float(curve.last_feasible_batch[j])
+    last = float(curve.last_feasible_batch[j])
     return f"- ({w}, both fit to {last:g})" if last == last and last < max_batch else f"- ({w})"
 
 

@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from shardwise.arrays import as_array, as_bool, as_float, choose, ifelse, maximum, minimum, one_value, where
-from shardwise.engines.costs import StageCost
+from shardwise.engines.costs import FIELDS, StageCost
 from shardwise.engines.data_parallel import StagePrices, collective_prices, stage_collective_prices, zero_collectives
 from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs, zero_stage_fields, zero_stage_runs
 from shardwise.physics import memory as mem
@@ -160,18 +160,9 @@ def data_parallel_exposed_s(
     return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
 
 
-# a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind
-PACED_FIELDS = (
-    "compute_forward_s",
-    "compute_backward_s",
-    "tp_forward_s",
-    "tp_backward_s",
-    "ep_forward_s",
-    "ep_backward_s",
-    "offload_forward_s",
-    "offload_backward_s",
-    "host_wait_s",
-)
+# a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind: all but
+# the TP collectives already hidden and the weight-gradient share inside the backward
+PACED_FIELDS = tuple(f for f in FIELDS if f not in ("tp_hidden_s", "weight_grad_s"))
 
 
 def forward_window_s(cost: StageCost) -> Number:
@@ -200,6 +191,12 @@ def paced_cost(cost: StageCost, stretch: Number, zero_stage: Number) -> StageCos
     return replace(cost, **{f: getattr(cost, f) * (forward if "forward" in f else backward) for f in PACED_FIELDS})
 
 
+def pace_stretch(pace_s: Number, own_s: Number) -> Number:
+    """How much longer than a stage's own passes (`own_s`, without sends) the pipeline's pace
+    (`pace_s`) holds it per micro-batch: at least 1 (`paced_stages`, the simulator's stages)."""
+    return where(own_s > 0, maximum(pace_s / where(own_s > 0, own_s, 1.0), 1.0), 1.0)
+
+
 def paced_stages(
     stages: tuple[StageCost, StageCost, StageCost],
     times_s: tuple[Number, Number, Number],
@@ -223,9 +220,7 @@ def paced_stages(
     c_max = maximum(maximum(times_s[0], where(pp > 2, times_s[1], 0.0)), times_s[2])
     out = []
     for cost in stages:
-        own = cost.total_s
-        stretch = where((pp > 1) & (own > 0), maximum(c_max / where(own > 0, own, 1.0), 1.0), 1.0)
-        out.append(paced_cost(cost, stretch, zero_stage))
+        out.append(paced_cost(cost, where(pp > 1, pace_stretch(c_max, cost.total_s), 1.0), zero_stage))
     return out[0], out[1], out[2]
 
 

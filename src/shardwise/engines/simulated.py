@@ -26,7 +26,7 @@ from shardwise.engines.costs import (
 )
 from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
-from shardwise.engines.dp_step import dp_comm, paced_cost, stage_scan_edges_s, tied_embedding_sync_s
+from shardwise.engines.dp_step import dp_comm, pace_stretch, paced_cost, stage_scan_edges_s, tied_embedding_sync_s
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -172,8 +172,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     overlapped = bool(_scalar("overlap_p2p", plan.overlap_p2p))  # sends beside compute (`training_layout`)
     pace = np.maximum(forward + backward, send_f + send_b) if overlapped else forward + backward + send_f + send_b
     own = np.array([float(np.asarray(c.total_s)) for c in kinds])
-    stretches = np.where(own > 0, np.maximum(pace.max() / np.where(own > 0, own, 1.0), 1.0), 1.0)
-    stretches = stretches if p > 1 else np.ones(p)
+    stretches = pace_stretch(pace.max(), own) if p > 1 else np.ones(p)
 
     def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool, layers: int) -> Any:
         units = fsdp2_units(scn, first)

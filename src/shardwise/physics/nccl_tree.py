@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.arrays import ifelse
 from shardwise.specs._checks import Number
 
 TREE_ONE_GPU_SHARE = 0.85
@@ -43,5 +44,4 @@ TREE_ONE_GPU_SHARE = 0.85
 def tree_bandwidth_share(per_node: Number) -> Number:
     """The share of the ring's bus bandwidth NCCL's tree reaches across servers: 0.85 where the
     communicator has one GPU per server (`per_node` <= 1), else 1."""
-    share = np.where(np.asarray(per_node) <= 1, TREE_ONE_GPU_SHARE, 1.0)
-    return share[()] if share.ndim == 0 else share
+    return ifelse(np.asarray(per_node) <= 1, TREE_ONE_GPU_SHARE, 1.0)

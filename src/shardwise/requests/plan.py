@@ -118,6 +118,24 @@ def _names(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...] |
     return out
 
 
+def checked_emit(emit: str | None, emit_version: str | None, command: str) -> str | None:
+    """`--emit`'s training launch target, lower-cased (None without one), refused in one line where
+    it cannot be: vLLM (it serves), an unknown tool, --emit-version alone; `command` says what the
+    refusing command does ("`plan` lays out training")."""
+    from shardwise.errors import SpecError
+
+    if emit is None:
+        if emit_version is not None:
+            raise SpecError("--emit-version needs --emit TARGET")
+        return None
+    target = emit.lower()
+    if target == "vllm":
+        raise SpecError(f"--emit vllm: vLLM serves models, and {command}; use `shardwise serve ... --emit vllm`")
+    if target not in EMIT_TARGETS:
+        raise SpecError(f"--emit: {target!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
+    return target
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """`shardwise plan`: search every layout of `training`'s model on its cluster for a global
@@ -176,17 +194,7 @@ class PlanRequest:
             raise SpecError(f"--sequence-parallel: {self.sequence_parallel!r} is not allowed; use on, off or any")
         if self.objective not in OBJECTIVES:
             raise SpecError(f"--objective: {self.objective!r} is not allowed; use one of {', '.join(OBJECTIVES)}")
-        if self.emit is not None:
-            object.__setattr__(self, "emit", self.emit.lower())
-            if self.emit == "vllm":
-                raise SpecError(
-                    "--emit vllm: vLLM serves models, and `plan` lays out training; use "
-                    "`shardwise serve ... --emit vllm`"
-                )
-            if self.emit not in EMIT_TARGETS:
-                raise SpecError(f"--emit: {self.emit!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
-        elif self.emit_version is not None:
-            raise SpecError("--emit-version needs --emit TARGET")
+        object.__setattr__(self, "emit", checked_emit(self.emit, self.emit_version, "`plan` lays out training"))
 
     @classmethod
     def from_options(cls, options: dict[str, Any]) -> PlanRequest:

@@ -78,7 +78,7 @@ class SensitivityResult:
 
 def _curves(curves: list[Any]) -> dict[str, Any]:
     def last(c: Any, j: int) -> float | None:
-        b = float("nan") if c.last_feasible_batch is None else float(c.last_feasible_batch[j])
+        b = float(c.last_feasible_batch[j])
         return None if b != b else b
 
     return {
