@@ -135,8 +135,55 @@ def test_the_pooled_tau2_sums_q_and_c_over_the_stacks():
         parts.append(im.dersimonian_laird(y, np.array([0.0002 / 2, 0.0002 / 2])))
     want = (sum(p[0] for p in parts) - 2.0) / sum(p[1] for p in parts)
     tau2 = im.stack_tau2(by, within)
-    assert tau2[""] == pytest.approx((want, 2.0)) and tau2["c"] == tau2[""]
-    assert tau2["b"][0] == 0.0 and tau2["a"][0] > 0.0
+    assert tau2[""] == pytest.approx((want, 2.0))
+    # one common value: "b"'s own estimate (0) and "a"'s (> 0) at one dof each are not used apart
+    assert tau2["a"] == tau2["b"] == tau2["c"] == tau2[""]
+
+
+def test_the_variance_prior_by_moments_of_log_variances():
+    """Smyth 2004: variances that scatter no more than their own dof explain share one value (d0 =
+    inf); ones that scatter more give a finite d0, and a stack resting on one group borrows it."""
+    s0, d0 = im.variance_prior([(0.01, 1000.0), (0.01, 1000.0), (0.0101, 1000.0)])
+    assert math.isinf(d0) and s0 == pytest.approx(0.01, rel=0.01)
+    s0, d0 = im.variance_prior([(0.001, 20.0), (0.01, 20.0), (0.1, 20.0), (0.003, 20.0)])
+    assert 0.0 < d0 < 20.0 and 0.001 < s0 < 0.1
+    assert im.variance_prior([(0.02, 3.0)]) == (0.02, 0.0) and im.variance_prior([]) == (im.VAR_FLOOR, 0.0)
+    # a scatter beyond the dof's own too small for the solver's bracket: one common variance, no crash
+    from scipy.special import polygamma
+
+    tiny = 0.01 * math.exp(math.sqrt(2 * (float(polygamma(1, 5)) + 1e-10)))
+    assert math.isinf(im.variance_prior([(0.01, 10.0), (tiny, 10.0)])[1])
+    # a variance of 0 (limma's floor relative to the median) is finite in the logs, and the prior
+    # it makes is weak: the others keep nearly their own
+    base = [(0.001, 20.0), (0.01, 20.0), (0.1, 20.0), (0.003, 20.0)]
+    s0, d0 = im.variance_prior([*base, (0.0, 2.0)])
+    assert s0 > 0.0 and 0.0 < d0 < 2.0
+    assert all(abs((d0 * s0 + d * v) / (d0 + d) / v - 1.0) < 0.1 for v, d in base)
+    # one stack with dof: moderated by itself it keeps its own dof, not twice them
+    one = im._within([_cell("a", "s1", [0.0, 0.1, -0.1, 0.05]), _cell("b", "s2", [0.3])])
+    assert one["a"][1] == 3.0
+    cells = [
+        _cell("a", "s1", [0.0, 0.05, -0.05, 0.02, -0.02, 0.01]),
+        _cell("b", "s2", [0.0, 0.03, -0.03, 0.01, -0.01, 0.02]),
+        _cell("c", "s3", [0.0, 0.06, -0.04, 0.03, -0.03, 0.0]),
+        _cell("d", "s4", [0.5, -0.5], groups=2),  # one dof, a huge spread
+    ]
+    within = im._within(cells)
+    raw, _ = im.within_variance([cells[3]])
+    s0, d0 = within[""]
+    assert within["d"][1] == pytest.approx(d0 + 1.0)
+    assert within["d"][0] == pytest.approx((d0 * s0 + raw) / (d0 + 1.0)) and within["d"][0] < raw
+
+
+def test_a_stack_without_runs_is_never_narrower_than_the_widest_with_runs():
+    known = [
+        _cell("a", "s1", [0.01, 0.03, -0.02, 0.0]),
+        _cell("a", "s2", [0.05, 0.02, 0.04]),
+        _cell("b", "s3", [-0.6, -0.5, 0.2, 0.1], groups=2),
+        _cell("b", "s4", [0.4, -0.3]),
+    ]
+    new = im.predictive("z", known, known)
+    assert new.runs == 0 and new.log_sd >= max(im.predictive(s, known, known).log_sd for s in "ab") - 1e-12
 
 
 def test_within_source_dof_counts_groups_not_runs():
@@ -159,10 +206,28 @@ def test_predict_says_where_its_interval_comes_from(cli):
     assert "h100-sxm5-80gb's fitted efficiency included" in basis
     assert "from other stacks" in spreads.stack_basis("internevo")  # one source: tau^2 borrowed
     assert "taken from the gb200's fit" in spreads.gpu_basis("b200-sxm-180gb")
-    code, out, err = cli([*args, "--framework", "torchtitan"])
+    code, out, err = cli([*args, "--framework", "colossalai"])
     assert code == 0, err
     d = json.loads(out)
-    assert "no published runs of torchtitan" in d["interval"]["basis"]
+    assert "no published runs of colossalai" in d["interval"]["basis"]
     assert f"the {spreads.NO_DATA_STACKS} stacks" in d["interval"]["basis"]
     want = spreads.gpu_widened_log_sd(spreads.NO_DATA_LOG_SD, "h100-sxm5-80gb")
     assert math.log(d["step_time_s_high"] / d["step_time_s"]) == pytest.approx(spreads.Z80 * want, rel=1e-6)
+    assert max(sd for sd, _, _ in spreads.STACK_LOG_SD.values()) - 5e-4 <= spreads.NO_DATA_LOG_SD  # the widest
+    # a preset on the engine of a stack with runs takes that stack's spread, and says so
+    code, out, err = cli([*args, "--framework", "torchtitan"])
+    assert code == 0, err
+    d = json.loads(out)
+    assert "no published runs of torchtitan itself" in d["interval"]["basis"]
+    assert "torchtitan-compile runs" in d["interval"]["basis"]
+    want = spreads.gpu_widened_log_sd(spreads.STACK_LOG_SD["torchtitan-compile"][0], "h100-sxm5-80gb")
+    assert math.log(d["step_time_s_high"] / d["step_time_s"]) == pytest.approx(spreads.Z80 * want, rel=1e-6)
+
+
+def test_the_borrowed_spreads_name_real_presets():
+    from shardwise import presets
+
+    for preset, stack in spreads.SPREAD_OF.items():
+        presets.framework(preset)  # raises on an unknown name
+        presets.framework(stack)
+        assert preset not in spreads.STACK_LOG_SD and stack in spreads.STACK_LOG_SD

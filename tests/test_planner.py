@@ -295,6 +295,7 @@ def test_plan_json_csv_and_heatmap(cli, tmp_path):
         (["--memory-headroom", "120%"], "--memory-headroom"),
         (["--memory-headroom", "10"], "--memory-headroom: '10' is not allowed"),  # 10%? 10 GB? not 10 bytes
         (["--memory-headroom", "0.1"], "--memory-headroom: '0.1' is not allowed"),
+        (["--memory-headroom", "1e3"], "--memory-headroom: '1e3' is not allowed"),  # a bare number in any notation
         (["--global-batch", "7", "--pp", "5"], "no valid layout"),
         (["--csv", "out.txt"], "unknown file format"),
         (["--tp", "0"], "--tp"),

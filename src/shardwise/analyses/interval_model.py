@@ -7,12 +7,18 @@ each predicted by the model fitted without its source, is taken as
     e = mu_k + b_s + w_r + f_g
 
 - w_r, the scatter of one source's runs around their source's mean (within-source variance
-  `within2`, pooled over the stack's sources by degrees of freedom);
+  `within2`, pooled over the stack's sources by degrees of freedom, then moderated towards the
+  stacks' common value by empirical Bayes, Smyth 2004, Stat. Appl. Genet. Mol. Biol. 3(1) art. 3:
+  a stack whose variance rests on one or two groups borrows the others' as prior degrees of
+  freedom, `moderated_within`);
 - b_s, the source's bias beyond its stack's mean mu_k: between-source variance tau^2, the
   DerSimonian-Laird moment estimate (DerSimonian & Laird 1986, Controlled Clinical Trials 7:177)
-  pooled over the stacks that have two sources or more (one common tau^2, each stack its own mean;
-  Borenstein et al. 2009, Introduction to Meta-Analysis, ch. 19), so that one large source
-  (dgxc-benchmarking's 304 Megatron-Core runs) weighs as one source, not as 304 runs;
+  pooled over the stacks that have two sources or more, one common tau^2 for every stack, each
+  stack its own mean (Borenstein et al. 2009, Introduction to Meta-Analysis, ch. 19, which pools
+  tau^2 across subgroups unless they hold enough studies to estimate it apart: no stack here has
+  more than three sources, and a stack's own estimate at 1-2 degrees of freedom put Student's t
+  at 3.1-1.9 on it), so that one large source (dgxc-benchmarking's 304 Megatron-Core runs) weighs
+  as one source, not as 304 runs;
 - mu_k, the stack's mean error, estimated with its sources weighted 1 / (v_s + tau^2) and its
   standard error se^2 = 1 / sum(1 / (v_s + tau^2)) (a stack known from one source has se^2 = v + tau^2);
 - f_g, the error of the GPU's fitted sustained efficiency: already inside the errors above for a
@@ -21,6 +27,8 @@ each predicted by the model fitted without its source, is taken as
 
 A stack without published runs adds the spread of whole stacks: each other stack's mean error when
 it was left out of the fit altogether, DerSimonian-Laird across stacks (tau_stack^2, mean, se^2).
+Its interval is never narrower than the widest of the stacks that have published runs: those are
+the stacks people publish for, and a stack nobody has measured may miss as far as the worst one.
 
 The interval stays centred on the prediction (point predictions are not moved): its half-width h
 in log space is the one for which a run drawn from the predictive distribution, mu + s T, T
@@ -33,7 +41,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -138,22 +146,20 @@ def dersimonian_laird(y: np.ndarray, v: np.ndarray) -> tuple[float, float, float
 
 
 def stack_tau2(by_stack: dict[str, list[Cell]], within: dict[str, float]) -> dict[str, tuple[float, float]]:
-    """Each stack's between-source variance and its dof: DerSimonian-Laird over its sources where
-    it has two or more (dof = sources - 1); otherwise (and under key "") one tau^2 common to the
-    stacks, each stack its own mean (Borenstein et al. 2009, ch. 19): T^2 = (sum Q_j - sum df_j) /
-    sum C_j over the stacks with two sources or more, dof sum df_j, so that each source counts once,
-    not each run; (0, 0) where no stack has two sources."""
-    own, parts = {}, []
+    """The between-source variance and its dof, one value common to every stack (and under key ""):
+    T^2 = (sum Q_j - sum df_j) / sum C_j over the stacks with two sources or more, each stack its own
+    mean, dof sum df_j (Borenstein et al. 2009, ch. 19: each source counts once, not each run;
+    pooled, as that chapter advises where subgroups hold few studies); (0, 0) where no stack has
+    two sources."""
+    parts = []
     for stack, cells in by_stack.items():
         if len(cells) >= 2:
             y = np.array([x.mean for x in cells])
             v = np.array([max(within[stack], VAR_FLOOR) / max(x.groups, 1) for x in cells])
-            q, c, dof = dersimonian_laird(y, v)
-            own[stack] = (max(0.0, (q - dof) / c), dof)
-            parts.append((q, c, dof))
+            parts.append(dersimonian_laird(y, v))
     q_sum, c_sum, dof = (sum(p[i] for p in parts) for i in range(3))
     pooled = (max(0.0, (q_sum - dof) / c_sum), dof) if c_sum > 0.0 else (0.0, 0.0)
-    return {"": pooled, **{s: own.get(s, pooled) for s in by_stack}}
+    return {"": pooled, **{s: pooled for s in by_stack}}
 
 
 @dataclass(frozen=True)
@@ -282,23 +288,56 @@ def gpu_fit(fitted: dict[str, list[tuple[float, str, str]]], scales: dict[str, f
     )
 
 
+def variance_prior(variances: list[tuple[float, float]]) -> tuple[float, float]:
+    """The prior (s0^2, d0) of a set of sample variances (each (s^2, its dof > 0)), fitted by the
+    moments of log s^2 (Smyth 2004, Stat. Appl. Genet. Mol. Biol. 3(1) art. 3, section 6.2): each
+    s^2 is s0^2 x chi^2_d0 / d0 a priori, e = log s^2 - psi(d / 2) + log(d / 2), mean(e) and
+    var(e) - mean(psi'(d / 2)) = psi'(d0 / 2). d0 = inf where the variances scatter no more than
+    their own dof explain (one common variance); one variance alone is its own prior at no dof
+    (a stack moderated by it keeps its own dof, not twice them)."""
+    from scipy.optimize import brentq
+    from scipy.special import digamma, polygamma
+
+    if not variances:
+        return VAR_FLOOR, 0.0
+    if len(variances) == 1:  # its own prior, worth nothing more than itself: no prior dof
+        return max(variances[0][0], VAR_FLOOR), 0.0
+    raw = np.array([x for x, _ in variances])
+    # limma's fitFDist floor, relative to the median: a variance of 0 (runs that repeat a rounded
+    # figure) must not drag the log-moments and with them every other stack's variance
+    v = np.maximum(raw, max(1e-5 * float(np.median(raw)), VAR_FLOOR))
+    d = np.array([x for _, x in variances], dtype=float)
+    e = np.log(v) - digamma(d / 2) + np.log(d / 2)
+    excess = float(np.var(e, ddof=1) - np.mean(polygamma(1, d / 2)))
+    if excess <= float(polygamma(1, 1e8)):  # no scatter beyond the dof's own: one common variance
+        return float(np.exp(np.mean(e))), math.inf
+    half = brentq(lambda x: float(polygamma(1, x)) - excess, 1e-8, 1e8)
+    return float(np.exp(np.mean(e) + digamma(half) - np.log(half))), 2.0 * half
+
+
 def _within(cells_: list[Cell]) -> dict[str, tuple[float, float]]:
-    """Each stack's within-source variance and dof; a stack whose sources have one run each takes
-    the mean over the stacks that have more (each stack weighing the same), under key ""; where no
-    source has two runs, VAR_FLOOR with no dof (the scatter then sits in the sources' variance)."""
+    """Each stack's within-source variance and dof, moderated (Smyth 2004, `variance_prior`): with
+    the stacks' prior (s0^2, d0) fitted on the stacks whose variance has dof, a stack's is
+    (d0 s0^2 + d s^2) / (d0 + d) at d0 + d dof, so one resting on one or two groups borrows the
+    others' instead of setting Student's t at 1-2 dof; a stack whose sources have one run each, or
+    one group, takes the prior, which is also the value under key "" (a stack without runs)."""
     if not cells_:
         raise ValueError("interval model: no leave-one-out errors to build an interval from")
     by: dict[str, list[Cell]] = defaultdict(list)
     for c in cells_:
         by[c.stack].append(c)
     own = {s: within_variance(cs) for s, cs in by.items()}
-    known = [v for v in own.values() if math.isfinite(v[0])]
-    mean = (
-        (max(float(np.mean([v for v, _ in known])), VAR_FLOOR), float(sum(d for _, d in known)))
-        if known
-        else (VAR_FLOOR, 0.0)
-    )
-    return {"": mean, **{s: (max(v, VAR_FLOOR), d) if math.isfinite(v) else mean for s, (v, d) in own.items()}}
+    s0, d0 = variance_prior([(v, d) for v, d in own.values() if math.isfinite(v) and d > 0])
+    s0 = max(s0, VAR_FLOOR)
+
+    def moderated(v: float, d: float) -> tuple[float, float]:
+        if not (math.isfinite(v) and d > 0):
+            return s0, d0
+        if math.isinf(d0):
+            return s0, math.inf
+        return max((d0 * s0 + d * max(v, 0.0)) / (d0 + d), VAR_FLOOR), d0 + d
+
+    return {"": (s0, d0), **{s: moderated(v, d) for s, (v, d) in own.items()}}
 
 
 def predictive(stack: str, known: list[Cell], whole: list[Cell]) -> Predictive:
@@ -318,4 +357,7 @@ def predictive(stack: str, known: list[Cell], whole: list[Cell]) -> Predictive:
             whole_by[c.stack].append(c)
     whole_within = _within(whole)
     means = [stack_mean(cs, whole_within[s][0], tau2.get(s, tau2[""])[0]) for s, cs in sorted(whole_by.items())]
-    return new_stack(means, *within[""], *tau2[""])
+    new = new_stack(means, *within[""], *tau2[""])
+    # never narrower than the widest stack with published runs (the module docstring)
+    widest = max((known_stack(cs, *within[s], *tau2[s]) for s, cs in by.items()), key=lambda p: p.log_sd, default=new)
+    return new if new.log_sd >= widest.log_sd else replace(widest, runs=0, sources=new.sources)

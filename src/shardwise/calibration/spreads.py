@@ -75,22 +75,24 @@ SERVING_LOG_SD = 0.104
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0794, 5, 1),
-    "fsdp": (0.1946, 173, 2),
-    "fsdp2": (0.0999, 2, 1),
-    "internevo": (0.1346, 54, 1),
-    "maxtext": (0.0998, 38, 3),
-    "megatron-core": (0.0731, 420, 3),
-    "megatron-deepspeed": (0.8059, 7, 3),
-    "megatron-lm-2022": (0.1576, 11, 1),
-    "nemo-automodel": (0.2713, 1, 1),
-    "paxml": (0.2200, 36, 2),
-    "torchtitan-compile": (0.1895, 12, 1),
+    "flash-attn-trainer": (0.0946, 5, 1),
+    "fsdp": (0.1839, 173, 2),
+    "fsdp2": (0.1668, 2, 1),
+    "internevo": (0.1316, 54, 1),
+    "maxtext": (0.0779, 38, 3),
+    "megatron-core": (0.0810, 420, 3),
+    "megatron-deepspeed": (0.4196, 7, 3),
+    "megatron-lm-2022": (0.1535, 11, 1),
+    "nemo-automodel": (0.2036, 1, 1),
+    "paxml": (0.1736, 36, 2),
+    "torchtitan-compile": (0.1712, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
-# scatter about its stack and a run's about its source, each stack weighing the same.
-NO_DATA_LOG_SD = 0.1818
+# scatter about its stack and a run's about its source, each stack weighing the same; never
+# narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
+# may miss as far as the worst measured one).
+NO_DATA_LOG_SD = 0.4196
 NO_DATA_STACKS = 11
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement): the root mean square of
@@ -115,13 +117,48 @@ def family_basis(family: str) -> str:
     return f"how far the model missed {runs} published runs of {FAMILY_NAMES[family]} ({sources} sources)"
 
 
+# A preset without published runs of its own that runs the engine of one that has them takes that
+# one's spread: torchtitan eager and with torch.compile are one trainer (its element-wise kernels
+# fused or not, both priced), Composer runs PyTorch FSDP1 as the fsdp preset does (its own flags
+# on it), Megatron-LM of 2021 is the 2022 release's code before selective recomputation and
+# sequence parallelism. (nanotron's defaults would take nanotron's, which has no published runs.)
+SPREAD_OF = {
+    "torchtitan": "torchtitan-compile",
+    "composer": "fsdp",
+    "megatron-lm-2021": "megatron-lm-2022",
+}
+
+
+def spread_stack(framework: str) -> str:
+    """The stack whose published runs `framework`'s interval rests on (`SPREAD_OF`; itself)."""
+    return SPREAD_OF.get(framework, framework)
+
+
 def stack_basis(framework: str) -> str:
     """What an uncalibrated interval for `framework` rests on, in words."""
-    known = STACK_LOG_SD.get(framework)
+    stack = spread_stack(framework)
+    known = STACK_LOG_SD.get(stack)
     if known is None:
+        widest = max(STACK_LOG_SD, key=lambda k: STACK_LOG_SD[k][0])
+        if STACK_LOG_SD[widest][0] + 5e-4 >= NO_DATA_LOG_SD:
+            return (
+                f"no published runs of {framework}: as wide as the widest of the {NO_DATA_STACKS} stacks "
+                f"with published runs ({widest}), wider than how far whole stacks missed when each was held out"
+            )
         return (
             f"no published runs of {framework}: how far whole stacks missed when each was held out, "
             f"across the {NO_DATA_STACKS} stacks with published runs"
+        )
+    if stack != framework:
+        _, runs, sources = known
+        if sources == 1:
+            return (
+                f"no published runs of {framework} itself: how far the model missed {runs} published {stack} runs "
+                "(1 source, the same engine) with it held out, the between-source spread borrowed from other stacks"
+            )
+        return (
+            f"no published runs of {framework} itself: how far the model missed {runs} published {stack} runs "
+            f"({sources} sources, the same engine) with each source held out"
         )
     _, runs, sources = known
     if sources == 1:
@@ -146,7 +183,7 @@ def gpu_basis(gpu_name: str) -> str:
 def family_widens(framework: str, family: str) -> bool:
     """Whether the model family's spread (`FAMILY_LOG_SD`) is wider than its stack's (`STACK_LOG_SD`;
     `NO_DATA_LOG_SD` for a stack without published runs): the interval then rests on the family's."""
-    stack = STACK_LOG_SD.get(framework, (NO_DATA_LOG_SD, 0, 0))[0]
+    stack = STACK_LOG_SD.get(spread_stack(framework), (NO_DATA_LOG_SD, 0, 0))[0]
     return family in FAMILY_LOG_SD and FAMILY_LOG_SD[family][0] > stack
 
 
@@ -156,7 +193,7 @@ def uncalibrated_log_sd(gpu_name: str, framework: str = "megatron-core", family:
     published runs), or its model family's where that is wider (FAMILY_LOG_SD; "" for none),
     widened by the uncertainty of that GPU's sustained efficiency (above)."""
     known = FAMILY_LOG_SD if family_widens(framework, family) else STACK_LOG_SD
-    stack = known.get(family if known is FAMILY_LOG_SD else framework, (NO_DATA_LOG_SD, 0, 0))[0]
+    stack = known.get(family if known is FAMILY_LOG_SD else spread_stack(framework), (NO_DATA_LOG_SD, 0, 0))[0]
     return gpu_widened_log_sd(stack, gpu_name)
 
 

@@ -386,7 +386,7 @@ class PlanRequest:
 def headroom_bytes(text: str, capacity_bytes: float) -> float:
     """--memory-headroom: bytes (8GB) or a share of the GPU's memory (10%)."""
     from shardwise.errors import SpecError
-    from shardwise.units import parse_bytes
+    from shardwise.units import is_bare_number, parse_bytes
 
     t = str(text).strip()
     try:
@@ -395,7 +395,7 @@ def headroom_bytes(text: str, capacity_bytes: float) -> float:
             if not 0 <= frac < 1:
                 raise ValueError
             return frac * capacity_bytes
-        if t.lstrip("+-").replace(".", "", 1).isdigit() and float(t) != 0:  # '10': 10% or 10 GB, not bytes
+        if is_bare_number(t) and float(t) != 0:  # '10' or '1e3': 10% or 10 GB, not bytes
             raise ValueError
         value = parse_bytes(t)
     except (ValueError, SpecError):

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.calibration.spreads import SERVING_LOG_SD, uncalibrated_log_sd
+from shardwise.calibration.spreads import SERVING_LOG_SD, model_family, uncalibrated_log_sd
 from shardwise.specs.hardware import Gpu, Link
 from shardwise.specs.model import Model
 
@@ -89,7 +89,12 @@ class Experiment:
 
     def __post_init__(self) -> None:
         if self.prediction_log_sd is None:
-            sd = uncalibrated_log_sd(self.gpu.name) if self.workload == "train" else SERVING_LOG_SD
+            framework = self.plan_defaults.get("framework") or "megatron-core"
+            sd = (
+                uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
+                if self.workload == "train"
+                else SERVING_LOG_SD
+            )
             object.__setattr__(self, "prediction_log_sd", sd)
 
     def with_(self, **changes: Any) -> Experiment:
