@@ -158,12 +158,17 @@ def leave_one_out(scenarios: list[Case], measured: np.ndarray, fitted: Fit) -> t
     return loo, np.sqrt(sigma**2 + q / (1.0 - h)) * t_factor(fitted.dof - 1)
 
 
-def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(prediction, 80% low, 80% high) of each case, calibrated by `fitted` (None: the uncalibrated
-    model with its measured public spread); the interval is `intervals.spread`'s."""
+def predict_with_spread(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, Spread]:
+    """Each case's prediction, calibrated by `fitted` (None: the uncalibrated model with its
+    measured public spread), and the spread of its 80% interval (`spread`)."""
     from shardwise.calibration.cases import Evaluator, with_values
 
     cases = scenarios if fitted is None else [with_values(c, fitted.values) for c in scenarios]
-    t = Evaluator(cases).step_s({})[0]
-    low, high = spread(cases, fitted).bounds(t)
+    return Evaluator(cases).step_s({})[0], spread(cases, fitted)
+
+
+def predict_interval(fitted: Fit | None, scenarios: list[Case]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(prediction, 80% low, 80% high) of each case (`predict_with_spread`)."""
+    t, s = predict_with_spread(fitted, scenarios)
+    low, high = s.bounds(t)
     return t, low, high

@@ -56,7 +56,7 @@ def _run(table: str) -> tuple[list[Any], str, str]:
     default="none",
     show_default=True,
     help="public, collectives: also list the runs (points) of this split, one per line; memory: the rows "
-    "(dev, holdout: the predicted ones; all: also those left out).",
+    "(dev, holdout: the predicted ones; all: also those left out); --runs: any value but none lists every run.",
 )
 @click.option(
     "--calibrated",
@@ -65,6 +65,20 @@ def _run(table: str) -> tuple[list[Any], str, str]:
     "(error and 80%-interval coverage against k).",
 )
 @click.option("--plot", metavar="FILE", help="--calibrated: write the learning-curve figure (PNG/SVG/PDF).")
+@click.option(
+    "--runs",
+    "runs_file",
+    metavar="RUNS.csv",
+    type=click.Path(dir_okay=False),
+    help="Instead: your own measured runs (the CSV `shardwise calibrate` reads), each predicted with its 80% "
+    "interval: error, bias and coverage per group, and the ranking of your layouts.",
+)
+@click.option(
+    "--calibration",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="With --runs: price them with a calibration from `shardwise calibrate` (default: uncalibrated).",
+)
 @click.option(
     "--draws",
     type=click.IntRange(1, 100),
@@ -80,6 +94,8 @@ def validate(
     calibrated: bool,
     plot: str | None,
     draws: int,
+    runs_file: str | None,
+    calibration: str | None,
 ) -> None:
     """Predict the published training runs and compare (all tables by default).
 
@@ -105,7 +121,17 @@ def validate(
     ranking (only when named): within each group of published layouts (one model, cluster, GPU count
     and stack), Spearman's rho and the top-1 regret (how much slower the predicted best layout
     measures than the measured best), per group and per stack.
+
+    With --runs RUNS.csv: your own runs instead (`shardwise calibrate`'s CSV), uncalibrated or with
+    --calibration FILE: how far the model misses them, whether its 80% intervals hold them, and
+    whether it ranks your layouts as they measured.
     """
+    if runs_file or calibration:
+        from shardwise.cli.validate_runs import check_options, show_runs
+
+        check_options(tables, calibrated, calibration, runs_file)
+        show_runs(str(runs_file), calibration, as_json, markdown, show_rows)
+        return
     if calibrated or plot:
         from shardwise.errors import SpecError
 

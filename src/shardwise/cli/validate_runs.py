@@ -1,0 +1,119 @@
+"""`shardwise validate --runs FILE`: your own measured runs against the model (`analyses.runs_check`)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+GROUP_HEAD = ("group", "stack", "runs", "MAPE", "bias", "80% covers", "interval")
+RANK_HEAD = ("group", "stack", "layouts", "Spearman", "top-1 regret", "predicted best", "measured best")
+
+
+def _number(value: float, unit: str) -> str:
+    if unit == "s":
+        from shardwise.units import format_seconds
+
+        return format_seconds(value)
+    return f"{value:,.4g}"
+
+
+def _short(name: str, width: int = 48) -> str:
+    """A long group name (a source's whole citation) cut for the terminal; --markdown and --json keep it."""
+    return name if len(name) <= width else name[: width - 3] + "..."
+
+
+def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool, show_rows: str) -> None:
+    from shardwise.analyses.runs_check import check_runs
+    from shardwise.calibration.runs import read_runs
+
+    runs = read_runs(path)
+    fitted, basis = None, ""
+    if calibration:
+        from shardwise.calibration import store
+
+        cal = store.load(calibration)
+        fitted, basis = cal.fit, f"calibration {cal.path} ({cal.runs} run(s))"
+    report = check_runs(runs, fitted)
+    if fitted is not None:  # the fit's own spread (`intervals.spread`); runs it was fitted on are in-sample
+        basis += ", its own spread and parameters' uncertainty (runs it was fitted on are in-sample here)"
+    else:
+        basis = report.basis
+    if as_json:
+        from shardwise import export
+
+        click.echo(
+            export.dumps(
+                {
+                    "runs_file": str(path),
+                    "interval_basis": basis,
+                    "groups": [asdict(g) for g in report.groups],
+                    "ranking_within_groups": [asdict(g) for g in report.rankings],
+                    "runs": [{**asdict(r), "error": r.error, "covered": r.covered} for r in report.runs],
+                }
+            )
+        )
+        return
+    from shardwise.cli.render import console, print_table
+
+    cells = [
+        (
+            g.name if markdown else _short(g.name),
+            g.stacks,
+            str(g.runs),
+            f"{g.mape:.1%}",
+            f"{g.bias:+.1%}",
+            f"{g.coverage:.0%}",
+            f"-{1 - math.exp(-g.median_half_width):.0%}/+{math.exp(g.median_half_width) - 1:.0%}",
+        )
+        for g in report.groups
+    ]
+    title = f"{path}: each run predicted ({'calibrated' if fitted else 'uncalibrated'}) against its measurement"
+    print_table(GROUP_HEAD, cells, title, {2, 3, 4, 5, 6}, markdown)
+    if report.rankings:
+        rank_cells = [
+            (
+                g.group if markdown else _short(g.group),
+                g.stack,
+                str(g.layouts),
+                "-" if math.isnan(g.spearman) else f"{g.spearman:.2f}",
+                f"{g.regret:.1%}",
+                g.predicted_best,
+                g.measured_best,
+            )
+            for g in report.rankings
+        ]
+        click.echo("")
+        print_table(RANK_HEAD, rank_cells, "layouts ranked within each group (tokens/s per GPU)", {2, 3, 4}, markdown)
+    note = (
+        "Errors: (predicted - measured) / measured, in each run's own measurement (a step time for training). "
+        f"80% interval: {basis}. Ranking: training runs of one model on one cluster, GPU count and sequence "
+        "length by one stack (and group), 3 layouts or more; top-1 regret: how much slower the layout the model "
+        "ranks first measured than the fastest"
+    )
+    if markdown:
+        click.echo(f"\n{note}.")
+    else:
+        console().print(f"{note}.")
+    if show_rows != "none":
+        click.echo("")
+        for r in report.runs:
+            unit = "s" if r.metric.endswith("_s") else ""
+            inside = "inside" if r.covered else "outside"
+            click.echo(
+                f"{r.run_id} ({r.where}) {r.label}, {r.stack}: {r.metric} measured {_number(r.measured, unit)}, "
+                f"predicted {_number(r.predicted, unit)} ({r.error:+.1%}), 80% "
+                f"{_number(r.low, unit)}-{_number(r.high, unit)} ({inside})"
+            )
+
+
+def check_options(tables: tuple[str, ...], calibrated: bool, calibration: Any, runs: Any) -> None:
+    """--runs stands alone; --calibration needs --runs."""
+    from shardwise.errors import SpecError
+
+    if calibration and not runs:
+        raise SpecError("validate --calibration FILE prices your runs with it; give them with --runs FILE")
+    if runs and (tables or calibrated):
+        raise SpecError("validate --runs FILE checks your own runs; give no table names or --calibrated with it")

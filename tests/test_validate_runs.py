@@ -1,0 +1,104 @@
+"""`shardwise validate --runs FILE`: your own runs against the model (`analyses.runs_check`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+RUNS = """id,model,system,num_gpus,tp,pp,micro_batch,global_batch,framework,step_time_s,group
+a,llama3-8b,dgx-h100,8,1,1,1,64,megatron-core,9.0,lab
+b,llama3-8b,dgx-h100,8,2,1,1,64,megatron-core,8.0,lab
+c,llama3-8b,dgx-h100,8,4,1,2,64,megatron-core,10.0,lab
+d,llama3-8b,dgx-h100,8,1,1,1,64,fsdp,3.0,other
+"""
+
+
+@pytest.fixture()
+def runs_csv(tmp_path):
+    path = tmp_path / "runs.csv"
+    path.write_text(RUNS)
+    return str(path)
+
+
+def test_each_run_is_what_predict_says_with_its_interval(cli, runs_csv):
+    code, out, err = cli(["validate", "--runs", runs_csv, "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    by_id = {r["run_id"]: r for r in d["runs"]}
+    predict = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
+    code, out, err = cli([*predict, "--tp", "2", "--json"])
+    assert code == 0, err
+    p = json.loads(out)
+    b = by_id["b"]
+    assert b["predicted"] == pytest.approx(p["step_time_s"], rel=1e-9)
+    assert (b["low"], b["high"]) == (pytest.approx(p["step_time_s_low"]), pytest.approx(p["step_time_s_high"]))
+    assert b["error"] == pytest.approx(b["predicted"] / 8.0 - 1.0)
+    assert b["covered"] == (b["low"] <= 8.0 <= b["high"])
+    # per group, then all runs; MAPE and bias from the runs' errors
+    groups = {g["name"]: g for g in d["groups"]}
+    assert set(groups) == {"lab", "other", "all runs"} and groups["lab"]["runs"] == 3
+    errors = [by_id[i]["error"] for i in "abc"]
+    assert groups["lab"]["mape"] == pytest.approx(sum(abs(e) for e in errors) / 3)
+    assert groups["lab"]["bias"] == pytest.approx(sum(errors) / 3)
+    assert groups["other"]["stacks"] == "fsdp"
+    # the lab's three layouts of one model on one cluster are ranked; the fsdp run alone is not
+    (rank,) = d["ranking_within_groups"]
+    assert rank["layouts"] == 3 and rank["group"].startswith("lab: llama3-8b on 8 x ")
+    measured_tps = {i: 64 * 8192 / 8 / t for i, t in zip("abc", (9.0, 8.0, 10.0), strict=True)}
+    assert max(measured_tps, key=measured_tps.get) == "b" and "tp2" in rank["measured_best"]
+    assert not math.isnan(rank["spearman"]) and rank["regret"] >= 0.0
+
+
+def test_the_tables_and_rows(cli, runs_csv):
+    code, out, err = cli(["validate", "--runs", runs_csv, "--rows", "all"])
+    assert code == 0, err
+    assert "80% covers" in out and "all runs" in out and "top-1 regret" in out
+    assert "uncalibrated: how far the model missed" in out
+    assert "a (" in out and "measured 9 s" in out
+    code, out, err = cli(["validate", "--runs", runs_csv, "--markdown"])
+    assert code == 0, err
+    assert "| group | stack | runs | MAPE |" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["public"], "give no table names"),
+        (["--calibrated"], "give no table names or --calibrated"),
+    ],
+)
+def test_bad_combinations_are_one_line(cli, runs_csv, extra, message):
+    code, _, err = cli(["validate", "--runs", runs_csv, *extra])
+    assert code == 2 and message in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_calibration_needs_runs_and_a_bad_file_is_one_line(cli, tmp_path, runs_csv):
+    code, _, err = cli(["validate", "--calibration", str(tmp_path / "cal.yaml")])
+    assert code == 2 and "give them with --runs FILE" in err
+    bad = tmp_path / "bad.csv"
+    bad.write_text("id,model,system,num_gpus,tp,pp,global_batch,step_time_s\nx,llama3-8b,dgx-h100,8,3,1,64,1.0\n")
+    code, _, err = cli(["validate", "--runs", str(bad)])
+    assert code == 2 and "line 2" in err and "Traceback" not in err
+    code, _, err = cli(["validate", "--runs", str(tmp_path / "missing.csv")])
+    assert code == 2 and "Traceback" not in err
+
+
+def test_a_calibration_prices_the_runs_as_predict_does_with_it(cli, tmp_path, runs_csv):
+    fit_on = tmp_path / "fit.csv"
+    fit_on.write_text("\n".join(RUNS.splitlines()[:3]) + "\n")
+    cal = tmp_path / "cal.yaml"
+    code, _, err = cli(["calibrate", str(fit_on), "--max-params", "1", "-o", str(cal)])
+    assert code == 0, err
+    code, out, err = cli(["validate", "--runs", runs_csv, "--calibration", str(cal), "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    c = next(r for r in d["runs"] if r["run_id"] == "c")
+    predict = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
+    code, out, err = cli([*predict, "--tp", "4", "--micro-batch", "2", "--calibration", str(cal), "--json"])
+    assert code == 0, err
+    p = json.loads(out)
+    assert c["predicted"] == pytest.approx(p["step_time_s"], rel=1e-9)
+    assert c["high"] == pytest.approx(p["step_time_s_high"], rel=1e-6)
+    assert d["interval_basis"].startswith(f"calibration {cal}")
