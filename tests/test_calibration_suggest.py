@@ -22,6 +22,7 @@ from shardwise.calibration.parameters import BY_NAME, apply, network_degradation
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.specs import Plan, Scenario
+from shardwise.specs.memo import Memo
 
 # A job whose planner search is quick: Llama 3 8B on 32 DGX H100, without interleaving (whose
 # closed form the planner re-times with the simulator only for its first plans).
@@ -440,7 +441,7 @@ def test_a_posterior_asked_for_again_is_the_one_drawn_and_cannot_be_changed(monk
         return particles.Posterior(np.full((n, len(BY_NAME)), float(seed)), 1, 0.5, np.zeros(n))
 
     monkeypatch.setattr(particles, "_posterior", fake)
-    monkeypatch.setattr(particles, "_KEPT", {})
+    monkeypatch.setattr(particles, "_KEPT", Memo("test: particles.posterior", size=4))
     scn = _far_run(0.3)[0]
     a = particles.posterior([scn], np.array([2.0]), n=4, seed=1)
     assert particles.posterior([scn], [2.0], n=4, seed=1) is a and len(drawn) == 1

@@ -145,12 +145,13 @@ def test_unpadded_token_dropping_cannot_capture_the_preprocess_in_a_cuda_graph()
 
 def test_memory_drops_tokens_where_the_time_does():
     # review: memory capped the routed activations under TP without sequence parallelism, where the
-    # time (each rank routing the TP group's tokens) prices no dropping
+    # time (each rank routing the TP group's tokens) prices no dropping; both read
+    # `physics.moe.dropping_factor`
     import numpy as np
 
-    from shardwise.engines.training_memory import _dropping_factor
-    from shardwise.specs.plan import Plan
+    from shardwise.physics.moe import dropping_factor
 
-    assert float(_dropping_factor(Plan(tp=2, ep=4, moe_capacity_factor=1.0, sequence_parallel=False))) == 0.0
-    assert float(_dropping_factor(Plan(tp=2, ep=4, moe_capacity_factor=1.0, sequence_parallel=True))) == 1.0
-    assert np.all(_dropping_factor(Plan(tp=1, ep=8, moe_capacity_factor=1.25)) == 1.25)
+    assert float(dropping_factor(1.0, sequence_parallel=False, tp=2)) == 0.0
+    assert float(dropping_factor(1.0, sequence_parallel=True, tp=2)) == 1.0
+    assert np.all(dropping_factor(1.25, sequence_parallel=False, tp=1) == 1.25)
+    assert float(dropping_factor(1.0, sequence_parallel=True, tp=2, training=False)) == 0.0  # serving: dropless

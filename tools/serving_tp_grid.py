@@ -54,9 +54,9 @@ def replica_rates(
     """Generated tokens/s of one replica of each plan that fits (`shardwise serve`'s pricing), by
     plan label ("tp=4", "pp=8"): every TP size, and with `pp` every pipeline depth of `PPS`."""
     from shardwise.analyses.serving import at_max_batch
-    from shardwise.engines.inflight import Replica, Traffic
+    from shardwise.analyses.serving_scaling import whole_run_tokens_per_s
+    from shardwise.engines.inflight import Traffic
     from shardwise.requests.serve import ServeRequest
-    from shardwise.requests.serve_plans import scenario
 
     labels = [f"tp={t}" for t in TPS] + ([f"pp={p}" for p in PPS] if pp else [])
     plans = " ".join(f"--plan {label}" for label in labels)
@@ -73,13 +73,13 @@ def replica_rates(
         if not bool(est.fits_in_memory):
             continue
         dp = int(est.scenario.plan.dp)
-        if burst:
-            replica = Replica(scenario(s.model, s.cluster, specs[label], s.stages), s.workload, s.max_batched_tokens)
-            out[label] = replica.run(Traffic(rate_per_s=math.inf, requests=burst)).run_tokens_per_s
-            continue
-        if static:
-            est = at_max_batch(est.scenario, replace(est.workload, batch=1))
-        out[label] = float(est.throughput_tokens_per_s) / dp
+        if burst:  # all replicas, each sent `burst` requests at once (dp a power of 2: / dp exact)
+            rate = whole_run_tokens_per_s(s, specs[label], Traffic(rate_per_s=math.inf, requests=burst))
+        else:
+            if static:
+                est = at_max_batch(est.scenario, replace(est.workload, batch=1))
+            rate = float(est.throughput_tokens_per_s)
+        out[label] = rate / dp
     return out
 
 

@@ -29,6 +29,7 @@ import numpy as np
 
 from shardwise.analyses import public_validation as pv
 from shardwise.errors import SpecError
+from shardwise.specs.memo import Memo
 
 KS = (1, 2, 4, 8)
 DRAWS = 4
@@ -242,28 +243,20 @@ def _fits_side_by_side(members: list[PublicRun], picks: list[list[int]]) -> list
 
 
 LOO = -1  # the `k` of a leave-one-out point (calibrated on all of the stack's runs but one)
-_FULL_FITS: dict[tuple, object] = {}  # the fit of a stack's runs, by its runs (a pure function, kept)
 FULL_FITS_KEPT = 64  # more than the stacks of one `validate --calibrated`
+_FULL_FITS = Memo("calibration_validation._full_fit", FULL_FITS_KEPT)  # by the stack's runs
 
 
 def _full_fit(members: list[PublicRun]):
     """`calibration.fit.fit` of all the runs of a stack: `leave_one_out` and `dev_spreads` both
-    need the dev stacks' (computed once; a key that cannot be hashed is not kept)."""
+    need the dev stacks' (computed once, a pure function of the runs; the oldest goes, so a
+    long-lived process stays bounded; a key that cannot be hashed is not kept)."""
     from shardwise.calibration.fit import fit
 
     key = tuple((r.run_id, r.measured_step_s, r.scenario) for r in members)
-    try:
-        return _FULL_FITS[key]
-    except KeyError:
-        pass
-    except TypeError:  # an array-valued case
-        key = None
-    fitted = fit([r.scenario for r in members], np.array([r.measured_step_s for r in members]))
-    if key is not None:
-        if len(_FULL_FITS) >= FULL_FITS_KEPT:  # the oldest goes: a long-lived process stays bounded
-            _FULL_FITS.pop(next(iter(_FULL_FITS)))
-        _FULL_FITS[key] = fitted
-    return fitted
+    return _FULL_FITS.get_or_compute(
+        key, lambda: fit([r.scenario for r in members], np.array([r.measured_step_s for r in members]))
+    )
 
 
 def leave_one_out(runs: list[PublicRun], split: str, progress=None) -> list[CurvePoint]:

@@ -182,13 +182,12 @@ def heads_for_hidden(hidden: Any, tp_max: Any) -> Any:
     if not np.any(bad):
         return heads
     widths, back = np.unique(h[bad] if h.ndim else h.reshape(1), return_inverse=True)
-    found = np.zeros(widths.shape, dtype=widths.dtype)
-    centre = np.maximum(np.round(widths / (128 * tp)), 1)
-    for d in (0, *(s * k for k in range(1, HEAD_SEARCH + 1) for s in (-1, 1))):
-        n = (centre + d) * tp
-        hit = (found == 0) & (n >= tp) & (widths % np.maximum(n, 1) == 0)
-        found = np.where(hit, n, found)
-    chosen = np.where(found > 0, found, np.maximum(widths // 128, tp)).astype(heads.dtype)
+    # heads / tp tried for each width (a row): nearest the 128-wide count first, the lower on a tie
+    offsets = np.array([0, *(s * k for k in range(1, HEAD_SEARCH + 1) for s in (-1, 1))])
+    m = np.maximum(np.round(widths / (128 * tp)), 1)[:, None] + offsets
+    fits = (m >= 1) & (widths[:, None] % np.maximum(m * tp, 1) == 0)
+    first = m[np.arange(len(widths)), np.argmax(fits, axis=1)] * tp  # the first that fits, where one does
+    chosen = np.where(fits.any(axis=1), first, np.maximum(widths // 128, tp)).astype(heads.dtype)
     out = heads.copy()
     if h.ndim:
         out[bad] = chosen[back]

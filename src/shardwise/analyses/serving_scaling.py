@@ -57,6 +57,9 @@ from shardwise import presets
 from shardwise.analyses.serving_validation import MODELS, SYSTEMS, inference_rows, modelled, predict
 
 if TYPE_CHECKING:
+    from shardwise.engines.inflight import Traffic
+    from shardwise.requests.serve import ServeSetting
+    from shardwise.specs.experiment import PlanSpec
     from shardwise.specs.request_mix import RequestMix
 
 # GPUs that are one compute die (a TP pair across them compares the same kernels)
@@ -290,9 +293,8 @@ def pp_against_tp(pair: PpTpPair) -> tuple[float, float]:
     at once and every token over the whole run (trtllm-bench's throughput mode), or, where
     `pair.requests` is 0, one request alone (its output tokens over its latency); each replica as
     `shardwise serve` builds it."""
-    from shardwise.engines.inflight import Replica, Traffic
+    from shardwise.engines.inflight import Traffic
     from shardwise.requests.serve import ServeRequest
-    from shardwise.requests.serve_plans import scenario
 
     request = ServeRequest.from_argv(
         f"--model {pair.model} --system {pair.system} --plan pp={pair.k} --plan tp={pair.k} "
@@ -305,11 +307,8 @@ def pp_against_tp(pair: PpTpPair) -> tuple[float, float]:
         return pair.output_len / with_pp, pair.output_len / with_tp
     s = request.setting()
     traffic = Traffic(rate_per_s=math.inf, requests=pair.requests)
-    rates = []
-    for spec in s.specs:
-        replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens)
-        rates.append(replica.run(traffic).run_tokens_per_s)
-    return rates[0], rates[1]
+    with_pp, with_tp = (whole_run_tokens_per_s(s, spec, traffic) for spec in s.specs)
+    return with_pp, with_tp
 
 
 def uniform_lengths(pair: EpPair) -> RequestMix:
@@ -331,9 +330,8 @@ def as_benchmarked(pair: EpPair) -> tuple[float, float]:
     benchmark as it ran (module docstring): `pair.requests` requests of `uniform_lengths` arriving
     at `pair.rate_per_s`, every token over the time from the first arrival to the last completion
     (`engines.inflight.Simulated.run_tokens_per_s`); each replica as `shardwise serve` builds it."""
-    from shardwise.engines.inflight import Replica, Traffic
+    from shardwise.engines.inflight import Traffic
     from shardwise.requests.serve import ServeRequest
-    from shardwise.requests.serve_plans import scenario
 
     request = ServeRequest.from_argv(
         f"--model {pair.model} --system {pair.system} --plan tp={pair.tp},ep={pair.ep} --plan tp={pair.tp} "
@@ -342,11 +340,20 @@ def as_benchmarked(pair: EpPair) -> tuple[float, float]:
     )
     s = request.setting()
     mix, traffic = uniform_lengths(pair), Traffic(rate_per_s=pair.rate_per_s, requests=pair.requests)
-    rates = []
-    for spec in s.specs:
-        replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens, mix)
-        rates.append(replica.replicas * replica.run(traffic).run_tokens_per_s)
-    return rates[0], rates[1]
+    with_ep, without = (whole_run_tokens_per_s(s, spec, traffic, mix) for spec in s.specs)
+    return with_ep, without
+
+
+def whole_run_tokens_per_s(s: ServeSetting, spec: PlanSpec, traffic: Traffic, mix: RequestMix | None = None) -> float:
+    """Generated tokens/s of `spec`'s replicas together (each as `shardwise serve` builds it from
+    the setting `s`, each running `traffic`) over the whole run: every token from the first
+    arrival to the last completion (`engines.inflight.Simulated.run_tokens_per_s`), as
+    trtllm-bench's throughput mode and sglang.bench_serving report it."""
+    from shardwise.engines.inflight import Replica
+    from shardwise.requests.serve_plans import scenario
+
+    replica = Replica(scenario(s.model, s.cluster, spec, s.stages), s.workload, s.max_batched_tokens, mix)
+    return replica.replicas * replica.run(traffic).run_tokens_per_s
 
 
 def scaling_rows() -> list[ScalingRow]:

@@ -43,6 +43,7 @@ from shardwise.calibration.cases import Evaluator
 from shardwise.calibration.fit import WIDE_SHARE, WIDEN
 from shardwise.calibration.parameters import PARAMETERS
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS
+from shardwise.specs.memo import Memo
 
 PARTICLES = 512
 MOVES = 3
@@ -86,30 +87,23 @@ def log_likelihood(ev: Evaluator, measured: np.ndarray, u: np.ndarray) -> np.nda
 
 # The last posteriors drawn, by their runs, particle count and seed: `calibration.explain` (the
 # particles' need) and the next `calibration.suggest` (its preposterior) ask for the same one (a
-# pure function of its arguments; its arrays are kept read-only).
-_KEPT: dict[tuple[Any, ...], Posterior] = {}
-_KEEP = 4
+# pure function of its arguments; its arrays are read-only).
+_KEPT = Memo("particles.posterior", size=4)
 
 
 def posterior(cases: list[Any], measured: np.ndarray, n: int = PARTICLES, seed: int = 0) -> Posterior:
     """Particles of the calibration parameters' posterior given the runs (module docstring); the
-    same runs, count and seed give the same particles (the last few are kept, `_KEPT`)."""
+    same runs, count and seed give the same particles (the last few are kept, `_KEPT`; an
+    array-valued case cannot be a key: drawn every time)."""
     y = np.asarray(measured, dtype=float)
-    try:
-        key: tuple[Any, ...] | None = (tuple(cases), y.tobytes(), len(y), n, seed)
-        found = _KEPT.get(key)  # type: ignore[arg-type]
-    except TypeError:  # an array-valued case cannot be a key: drawn every time
-        key, found = None, None
-    if found is not None:
-        return found
-    post = _posterior(cases, y, n, seed)
-    if key is not None:
+
+    def draw() -> Posterior:
+        post = _posterior(cases, y, n, seed)
         for a in (post.u, post.log_density):
             a.flags.writeable = False
-        while len(_KEPT) >= _KEEP:
-            _KEPT.pop(next(iter(_KEPT)))
-        _KEPT[key] = post
-    return post
+        return post
+
+    return _KEPT.get_or_compute((tuple(cases), y.tobytes(), len(y), n, seed), draw)  # type: ignore[no-any-return]
 
 
 def _posterior(cases: list[Any], measured: np.ndarray, n: int, seed: int) -> Posterior:

@@ -57,6 +57,7 @@ from shardwise.physics.moe import (
     capacity_load,
     dispatch_bytes,
     dispatch_metadata_bytes,
+    dropping_factor,
     experts_forward,
     graphed_training_kernels,
     routed_tokens,
@@ -139,10 +140,10 @@ def experts_parts(
     # TP without sequence parallelism replicates them over the TP GPUs (serving)
     sharded = routes_own_tokens(sp, plan.tp)
     etp = plan.expert_tp
-    # token dropping (`Plan.moe_capacity_factor`), training only; padded to capacity, the all-to-all
-    # dispatcher's splits are static: no count gather, no host read of them (`physics.moe.capacity_copies`)
-    factor = plan.moe_capacity_factor if training else 0.0
-    padded = (np.asarray(factor) > 0) & np.asarray(plan.moe_pad_to_capacity, dtype=bool) & sharded
+    # token dropping (`physics.moe.dropping_factor`); padded to capacity, the all-to-all dispatcher's
+    # splits are static: no count gather, no host read of them (`physics.moe.capacity_copies`)
+    factor = dropping_factor(plan.moe_capacity_factor, sp, plan.tp, training)
+    padded = (np.asarray(factor) > 0) & np.asarray(plan.moe_pad_to_capacity, dtype=bool)
     ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded, factor, padded)
     fused = plan.grad_accumulation_fusion
     add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)

@@ -22,7 +22,7 @@ from shardwise.engines.training_states import stage_states  # the stages' model 
 from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
-from shardwise.physics.moe import capacity_load, routed_tokens, routes_own_tokens
+from shardwise.physics.moe import capacity_load, dropping_factor, routed_tokens
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_nvfp4
@@ -143,11 +143,13 @@ def memory_breakdown(
             full_kept_hidden=stack.kept_hidden(model),
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
+        dropping = dropping_factor(plan.moe_capacity_factor, plan.sequence_parallel, plan.tp)
         routed = mem.routed_expert_activation_bytes(
             model,
             tokens,
             plan.expert_tp,
-            capacity_load(plan.expert_imbalance, _dropping_factor(plan), plan.moe_pad_to_capacity),  # token dropping
+            # token dropping, where the time drops them
+            capacity_load(plan.expert_imbalance, dropping, plan.moe_pad_to_capacity),
             e,
             plan.recompute,
             plan.recompute_modules,
@@ -342,9 +344,3 @@ __all__ = [
     "stage_buffers",
     "zero3_buffers",
 ]
-
-
-def _dropping_factor(plan: Plan) -> Number:
-    """The capacity factor where tokens are dropped, 0 elsewhere: as the time (`engines.moe`), only
-    where each rank routes tokens of its own (sequence parallelism, or no TP)."""
-    return np.where(routes_own_tokens(plan.sequence_parallel, plan.tp), plan.moe_capacity_factor, 0.0)

@@ -192,6 +192,16 @@ def routes_own_tokens(sequence_parallel: Number, tp: Number) -> Number:
     return np.asarray(sequence_parallel, dtype=bool) | (np.asarray(tp) <= 1)
 
 
+def dropping_factor(capacity_factor: Number, sequence_parallel: Number, tp: Number, training: bool = True) -> Number:
+    """The capacity factor where tokens are dropped (`Plan.moe_capacity_factor`), 0 (dropless)
+    elsewhere: in training only (Megatron-Core's router; serving engines run dropless), and only
+    where each rank routes tokens of its own (`routes_own_tokens`). The time (`engines.moe`) and the
+    memory (`engines.training_memory`) both read it here."""
+    if not training:
+        return 0.0
+    return np.where(routes_own_tokens(sequence_parallel, tp), capacity_factor, 0.0)
+
+
 def routed_tokens(model: Model, batch: Number, seq_len: Number, tp: Number, sequence_parallel: Number) -> Number:
     """T: the tokens one rank routes per micro-batch (b s, split by t under sequence parallelism)."""
     split = np.where(np.asarray(sequence_parallel, dtype=bool), np.asarray(tp, dtype=float), 1.0)

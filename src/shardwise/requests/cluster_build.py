@@ -6,6 +6,7 @@ SHARP, and a calibration's fitted values. What was assumed goes to `notes` (`req
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
@@ -14,6 +15,35 @@ from shardwise.errors import SpecError
 # its root ports or one switch: a Sapphire Rapids socket's 80 lanes hold 4 and a NIC); a group
 # larger than this crosses the sockets there
 SOCKET_GPUS = 4
+
+
+@dataclass(frozen=True)
+class SystemTraits:
+    """What a system preset passes on to a cluster built from flags (`build_cluster`, an
+    experiment's `_hardware`); the defaults are a custom cluster's (--gpu: 8 GPUs per server, no
+    network, P2P and NVLink SHARP on, Intel hosts)."""
+
+    name: str = "custom"
+    gpu: Any = None  # specs.hardware.Gpu
+    gpus_per_node: int = 8
+    intra_node_link: Any = None  # specs.hardware.Link
+    nic: Any = None  # one NIC's link (`presets.system_network`)
+    nics: float = 0.0  # NICs per server
+    p2p: bool = True
+    nvls: bool = True
+    host_cpu: str = "intel"
+
+
+def system_traits(name: str) -> SystemTraits:
+    """The traits of the system preset `name` (`SystemTraits`)."""
+    from shardwise import presets
+
+    base = presets.system(name)
+    nic, nics = presets.system_network(name)
+    return SystemTraits(
+        str(base.name), base.gpu, int(base.gpus_per_node), base.intra_node_link, nic, nics,
+        bool(base.p2p), bool(base.nvls), str(base.host_cpu),
+    )  # fmt: skip
 
 
 def rack_domain(per_node: int, num_gpus: int) -> int:
@@ -30,16 +60,11 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
     from shardwise import loaders, presets
 
     both = o.get("nodes") is not None and o.get("num_gpus") is not None
-    nic, nics, p2p, nvls, host_cpu = None, None, True, True, "intel"
-    if o.get("system"):
-        base = presets.system(o["system"])
-        gpu, per_node, p2p, nvls, host_cpu = base.gpu, base.gpus_per_node, base.p2p, base.nvls, base.host_cpu
-        intra, name = base.intra_node_link, base.name
-        nic, nics = presets.system_network(o["system"])
-    elif o.get("gpu"):
-        gpu, per_node, intra, name = None, 8, None, "custom"
-    else:
+    if not o.get("system") and not o.get("gpu"):
         raise SpecError("cluster: give --system NAME (e.g. dgx-a100) or --gpu NAME with --intra-link")
+    t = system_traits(o["system"]) if o.get("system") else SystemTraits()
+    name, gpu, per_node, intra, nic, nics = t.name, t.gpu, t.gpus_per_node, t.intra_node_link, t.nic, t.nics
+    p2p, nvls, host_cpu = t.p2p, t.nvls, t.host_cpu
     if o.get("gpu"):
         gpu = presets.gpu(o["gpu"])
     if o.get("gpus_per_node") is not None:

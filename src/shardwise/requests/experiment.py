@@ -192,22 +192,22 @@ def _hardware(o: dict[str, Any]) -> dict[str, Any]:
     from shardwise.errors import SpecError
     from shardwise.requests.build import link_flag as _link
     from shardwise.requests.build import link_latency_s as _link_latency_s
+    from shardwise.requests.cluster_build import SystemTraits, system_traits
     from shardwise.specs.experiment import LinkSpec
 
     latency_s = _link_latency_s(
         {"link_latency": o.get("link_latency"), "intra_link": o.get("links"), "inter_link": o.get("inter_link")}
     )
-    system_link, nic, nics, per_node, host_cpu, nvls = None, None, 0.0, BRIEF_GPUS_PER_NODE, "intel", True
+    t = system_traits(o["system"]) if o.get("system") else SystemTraits(gpus_per_node=BRIEF_GPUS_PER_NODE)
+    gpu, per_node, nic, nics, host_cpu, nvls = t.gpu, t.gpus_per_node, t.nic, t.nics, t.host_cpu, t.nvls
+    system_link = None
     if o.get("system"):
-        base = presets.system(o["system"])
-        if not base.p2p:
+        if not t.p2p:
             raise SpecError(
                 f"--system {o['system']}: its GPUs cannot reach each other's memory (P2P off), which crossover, "
                 "sweep and sensitivity do not model; use predict, plan or serve for it"
             )
-        gpu, per_node, host_cpu, nvls = base.gpu, int(base.gpus_per_node), str(base.host_cpu), bool(base.nvls)
-        system_link = LinkSpec(label=str(base.intra_node_link.name), link=base.intra_node_link)
-        nic, nics = presets.system_network(o["system"])
+        system_link = LinkSpec(label=str(t.intra_node_link.name), link=t.intra_node_link)
     if o.get("gpu_name") or not o.get("system"):
         gpu = presets.gpu(o.get("gpu_name") or BRIEF_GPU)
     if o.get("gpus_per_node") is not None:
