@@ -14,11 +14,11 @@ from shardwise.errors import SpecError
 from shardwise.physics.moe import (
     MOE_PREPROCESS_KERNELS,
     MOE_ROUTER_KERNELS,
-    SYNC_HOST_OPS,
     experts_forward,
     graphed_training_kernels,
     training_kernels,
 )
+from shardwise.physics.moe_dispatch import SYNC_HOST_OPS
 from shardwise.physics.stack import GRAPH_LAUNCHES_PER_BLOCK, graphed_layer_kernels, layer_kernels
 from shardwise.specs import Plan, Scenario
 
@@ -34,7 +34,7 @@ def test_graphs_speed_up_only_a_host_bound_step():
     """At 10 µs per launch and micro-batches of 8 the GPU outruns the host, even in the forward after
     the host's read of the split sizes (`physics.moe_grouped.post_sync_kernels`: the experts' GEMMs of 16,000
     tokens each and the dispatch outlast their host work): graphs change nothing but the dispatchers'
-    reads, which a full-iteration graph does not make (`physics.moe.SYNC_HOST_OPS`: 48 MoE layers x 1
+    reads, which a full-iteration graph does not make (`physics.moe_dispatch.SYNC_HOST_OPS`: 48 MoE layers x 1
     micro-batch). With micro-batches of 1 (16 local
     experts of few tokens each, GroupedLinear's host work per expert: `physics.moe_grouped.grouped_linear_host_ops`)
     and at 40 µs (a slow host) the eager step waits for it; full_iteration removes every wait, router

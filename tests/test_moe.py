@@ -18,7 +18,8 @@ from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Group
 from shardwise.physics.custom_allreduce import without_p2p
-from shardwise.physics.moe import dispatch_bytes, experts_forward
+from shardwise.physics.moe import experts_forward
+from shardwise.physics.moe_dispatch import dispatch_bytes
 from shardwise.physics.params import activated_params, stage_expert_params_per_gpu, total_params
 from shardwise.specs import Plan, Scenario
 from shardwise.specs.stages import moe_split, stage_split
@@ -422,7 +423,7 @@ def test_all_experts_on_one_gpu_wait_for_the_host_at_small_micro_batches():
 def test_the_allgather_dispatcher_gathers_each_token_once():
     """Megatron-Core's all-gather dispatcher: the ep x etp group gathers T h per rank once (with the
     T x E fp32 probabilities and bool routing map), where the all-to-all sends k copies; by hand."""
-    from shardwise.physics.moe import ROUTING_BYTES_PER_EXPERT, allgather_dispatch_bytes
+    from shardwise.physics.moe_dispatch import ROUTING_BYTES_PER_EXPERT, allgather_dispatch_bytes
 
     model = presets.model("qwen3-30b-a3b")  # h 2048, 128 experts, k 8
     hidden, routing = allgather_dispatch_bytes(model, 4096, 4, 2.0)

@@ -1,4 +1,4 @@
-"""The token dispatchers' metadata in a training MoE layer (`physics.moe.dispatch_metadata_bytes`,
+"""The token dispatchers' metadata in a training MoE layer (`physics.moe_dispatch.dispatch_metadata_bytes`,
 SYNC_HOST_OPS): the all-to-all dispatcher all-gathers the per-expert counts and sends the router's
 probabilities by an all-to-all of their own; every dispatcher waits once per layer and forward pass
 for the host to read the split sizes, except under a full-iteration CUDA graph."""
@@ -11,13 +11,13 @@ import pytest
 from shardwise import presets
 from shardwise.engines.moe import experts_parts
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.moe import (
+from shardwise.physics.moe import routed_tokens
+from shardwise.physics.moe_dispatch import (
     COUNT_BYTES,
     PROB_BYTES,
     SYNC_HOST_OPS,
     dispatch_bytes,
     dispatch_metadata_bytes,
-    routed_tokens,
 )
 from shardwise.physics.topology import placement
 from shardwise.specs import Plan, Scenario

@@ -11,7 +11,7 @@ from shardwise.engines.costs import layer_cost
 from shardwise.engines.moe import experts_cost, moe_layer_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.moe import SYNC_HOST_OPS
+from shardwise.physics.moe_dispatch import SYNC_HOST_OPS
 from shardwise.physics.topology import placement
 from shardwise.specs import Plan, Scenario
 
@@ -22,7 +22,7 @@ def _compute_s(cost) -> float:
 
 def _parts(host_kernel_s: float) -> tuple[float, float, float]:
     """(the whole layer, the attention and shared part alone, the routed experts alone): compute seconds,
-    less the dispatcher's wait for the host to read the split sizes (`physics.moe.SYNC_HOST_OPS`, a
+    less the dispatcher's wait for the host to read the split sizes (`physics.moe_dispatch.SYNC_HOST_OPS`, a
     fixed wait of its own in the routed part, not the host-bound wait tested here)."""
     model, cluster = presets.model("qwen3-30b-a3b"), presets.system("dgx-b200")
     plan = Plan(dp=8, ep=8, etp=1, global_batch=64, host_kernel_s=host_kernel_s)

@@ -12,7 +12,8 @@ from shardwise import presets
 from shardwise.engines.moe import experts_parts
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.kernels import memory_s
-from shardwise.physics.moe import SYNC_HOST_OPS, experts_forward, routed_tokens
+from shardwise.physics.moe import experts_forward, routed_tokens
+from shardwise.physics.moe_dispatch import SYNC_HOST_OPS
 from shardwise.physics.moe_grouped import (
     MOE_POST_SYNC_KERNELS,
     QUANTIZATION_PAD_KERNELS,

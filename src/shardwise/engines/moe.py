@@ -20,9 +20,9 @@ busiest EP rank, `Plan.expert_imbalance` x the mean):
   copies of the experts' inputs and outputs (`physics.moe_grouped.QUANTIZATION_PAD_*`).
 
 The dispatch sends a copy per chosen expert (`Plan.moe_dispatcher` "alltoall", the NeMo
-recipes'), one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe.dispatch_bytes`), or
+recipes'), one per node and per rank ("flex": DeepEP / HybridEP, `physics.moe_dispatch.dispatch_bytes`), or
 all-gathers the ep x etp group's tokens once and reduce-scatters the outputs ("allgather",
-Megatron-Core's default, `physics.moe.allgather_dispatch_bytes`).
+Megatron-Core's default, `physics.moe_dispatch.allgather_dispatch_bytes`).
 The all-to-alls are exposed: Megatron-Core runs them on the compute stream between the
 permutation and the expert GEMMs that need their result, unless `Plan.moe_overlap` pairs the
 forward of one micro-batch with the backward of another (`combined_1f1b`). Expert weights, gradients and
@@ -52,17 +52,19 @@ from shardwise.physics.compute import (
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.moe import (
     CLAMP_FORWARD_KERNELS,
-    SYNC_HOST_OPS,
-    allgather_dispatch_bytes,
     capacity_load,
-    dispatch_bytes,
-    dispatch_metadata_bytes,
     dropping_factor,
     experts_forward,
     forward_training_kernels,
     graphed_training_kernels,
     routed_tokens,
     routes_own_tokens,
+)
+from shardwise.physics.moe_dispatch import (
+    SYNC_HOST_OPS,
+    allgather_dispatch_bytes,
+    dispatch_bytes,
+    dispatch_metadata_bytes,
 )
 from shardwise.physics.moe_grouped import (
     MOE_POST_SYNC_KERNELS,
@@ -211,7 +213,7 @@ def experts_work(
         probs = np.where(sharded, fabric.group(plan.ep, place["ep"]).exchange(probs_in, probs_out), 0.0)
         dispatch_f = dispatch_f + np.where(dispatched & ~padded, group.all_gather(counts), 0.0) + probs
         dispatch_b = dispatch_b + probs  # the probabilities' gradient
-    # the host reads the split sizes before the tokens move (`physics.moe.SYNC_HOST_OPS`): the GPU waits
+    # the host reads the split sizes before the tokens move (`physics.moe_dispatch.SYNC_HOST_OPS`): the GPU waits
     # for it once per MoE layer and forward pass, eager training only
     graphed = "full_iteration" in tuple(plan.cuda_graph_scope or ())
     host_s = SYNC_HOST_OPS * np.asarray(plan.host_kernel_s, dtype=float)

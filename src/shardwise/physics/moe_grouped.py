@@ -11,7 +11,7 @@ from shardwise.physics.moe import MOE_KERNELS, MOE_PREPROCESS_KERNELS, MOE_ROUTE
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
-# The rest run after the host has read the split sizes (`physics.moe.SYNC_HOST_OPS`): chunk sort, activation,
+# The rest run after the host has read the split sizes (`physics.moe_dispatch.SYNC_HOST_OPS`): chunk sort, activation,
 # chunk unsort, unpermute (`post_sync_kernels`).
 MOE_POST_SYNC_KERNELS = MOE_KERNELS - MOE_ROUTER_KERNELS - MOE_PREPROCESS_KERNELS
 
@@ -85,12 +85,12 @@ def grouped_linear_host_ops(local_experts: Number, precision: str, fp8_recipe: s
 
 def post_sync_kernels(ef: ExpertsForward, grouped_forward_ops: Number) -> Number:
     """Host operations, in `host_kernel` units, of one MoE layer's forward after the host has read the
-    split sizes (`physics.moe.SYNC_HOST_OPS`): MOE_POST_SYNC_KERNELS element-wise kernels, the grouped GEMMs one
-    local expert at a time, a variant's eager kernels (CLAMP_*, BIAS_*) and GroupedLinear's own forward
-    work (`grouped_linear_host_ops`). That read empties the GPU's queue, so the host cannot be ahead
-    there: where these take it longer than the GPU takes over their work (and the all-to-alls it
-    issues among them), the GPU waits the difference, which GPU time elsewhere in the layer cannot
-    hide (`engines.moe.experts_parts`). The read itself: Megatron-Core's TEGroupedMLP.forward calls
+    split sizes (`physics.moe_dispatch.SYNC_HOST_OPS`): MOE_POST_SYNC_KERNELS element-wise kernels, the
+    grouped GEMMs one local expert at a time, a variant's eager kernels (CLAMP_*, BIAS_*) and
+    GroupedLinear's own forward work (`grouped_linear_host_ops`). That read empties the GPU's queue,
+    so the host cannot be ahead there: where these take it longer than the GPU takes over their work
+    (and the all-to-alls it issues among them), the GPU waits the difference, which GPU time elsewhere
+    in the layer cannot hide (`engines.moe.experts_parts`). The read itself: Megatron-Core's TEGroupedMLP.forward calls
     `tokens_per_expert.tolist()` (Transformer Engine's GroupedLinear takes `m_splits` as a Python
     list), and the all-to-all and flex dispatchers have copied them to the host before
     (megatron/core/transformer/moe/experts.py, token_dispatcher.py `_maybe_dtoh_and_synchronize`)."""
