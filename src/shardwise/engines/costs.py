@@ -40,7 +40,6 @@ from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
-    forward_layer_kernels,
     graphed_layer_kernels,
     host_bound_s,
     layer_kernels,
@@ -79,15 +78,8 @@ class StageCost:
     offload_backward_s: Number = 0.0  # and back in
     # the host-bound wait inside compute_backward_s (`physics.stack.host_bound_s`): one number for
     # the layer's two passes, kept in the backward for the step; the GPU idles through it wherever
-    # it falls, so data-parallel collectives may run through it beside either pass (`dp_step`:
-    # `forward_window_s`, `backward_window_s`)
+    # it falls, so data-parallel collectives may run through it beside either pass (`dp_step`)
     host_wait_s: Number = 0.0
-    # the forward pass's own host-bound wait (`physics.stack.host_bound_s` over the forward's kernels
-    # and GPU time alone): what it waits for the host when it starts with an empty queue, as after
-    # a host sync. Not added to the step (the queue carries between the passes: `host_wait_s`); a
-    # gradient reduction launched in the backward that the host waits for at the backward's end
-    # hides behind the rest of the micro-batch's time (`dp_step.backward_window_s`)
-    forward_host_wait_s: Number = 0.0
 
     @property
     def forward_s(self) -> Number:
@@ -114,7 +106,6 @@ FIELDS = (
     "offload_forward_s",
     "offload_backward_s",
     "host_wait_s",
-    "forward_host_wait_s",
 )
 
 
@@ -180,7 +171,7 @@ def layer_cost(
     ffn: Number | None = None,
     recompute: Number | None = None,
     moe_layer: bool = False,
-    host_with: tuple[Number, Number, Number, Number] = (0.0, 0.0, 0.0, 0.0),
+    host_with: tuple[Number, Number] = (0.0, 0.0),
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -219,9 +210,8 @@ def layer_cost(
     passes its shared experts' width, 0 without them, and the MLP's collectives go with it).
     `recompute`: price the layer under this recomputation instead of the plan's. `moe_layer`: the
     layer is a mixture-of-experts one (its MLP is the shared experts; `Plan.recompute_modules`).
-    `host_with`: (kernels, GPU seconds, and the forward's of each) of other work the host issues
-    within the layer (an MoE layer's routed experts, `engines.moe.experts_work`): one host-bound
-    wait for them all.
+    `host_with`: (kernels, GPU seconds) of other work the host issues within the layer (an MoE
+    layer's routed experts, `engines.moe.experts_parts`): one host-bound wait for them all.
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
@@ -370,20 +360,15 @@ def layer_cost(
     # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
     # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
     # does not wait for them and goes on issuing), so the host's time is set against both.
-    host = forward_host = 0.0
+    host = 0.0
     if np.any(plan.host_kernel_s):
         kernels = layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, rc == Recompute.FULL, plan.layer_host_ops)
-        kernels_f = forward_layer_kernels(plan.eager_kernels, fwd.elementwise_kernels, plan.layer_host_ops)
         if plan.cuda_graph_scope:  # captured blocks replay from one graph launch each
             elementwise = np.where(as_bool(plan.eager_kernels), EAGER_ELEMENTWISE_KERNELS, fwd.elementwise_kernels)
             kernels = graphed_layer_kernels(kernels, elementwise, plan.cuda_graph_scope, moe_layer)
-            kernels_f = graphed_layer_kernels(kernels_f, elementwise, plan.cuda_graph_scope, moe_layer, launches=1)
         exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo
         busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
         host = host_bound_s(busy + host_with[1], kernels + host_with[0], plan.host_kernel_s)
-        # the forward alone (`StageCost.forward_host_wait_s`)
-        busy_f = lt.forward_s + split_f + copies_f + tp_fwd
-        forward_host = host_bound_s(busy_f + host_with[3], kernels_f + host_with[2], plan.host_kernel_s)
     cost = StageCost(
         compute_forward_s=lt.forward_s + split_f + copies_f,
         compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,
@@ -393,6 +378,5 @@ def layer_cost(
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,
         host_wait_s=host,
-        forward_host_wait_s=forward_host,
     )
     return cost, fwd

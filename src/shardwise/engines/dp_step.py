@@ -76,7 +76,7 @@ def _zero_stage_fields(
     # ZeRO-3's reductions hide behind the whole backward pass (its expert all-to-alls and offload
     # copies included), so that the forward passes' gathers keep exactly the forward pass
     # (`DpComm.zero3_phases`: the gathers' window, m total, less this one)
-    backward = cost.backward_s if k == 3 else backward_window_s(cost)
+    backward = cost.backward_s if k == 3 else cost.compute_backward_s + cost.tp_backward_s
     if k == 0:
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
     forward = forward_window_s(cost)
@@ -127,7 +127,7 @@ def data_parallel_exposed_s(
             forward = forward_window_s(cost)
             total = cost.total_s if any(k == 3 for k, _, _ in runs) else 0.0
             values = (
-                backward_window_s(cost),
+                backward,
                 forward,
                 total,
                 m,
@@ -170,26 +170,10 @@ def forward_window_s(cost: StageCost) -> Number:
     (ZeRO-1/2's gather after the optimizer, behind the next step's first forward): its compute and
     exposed TP collectives, and the layer's host-bound wait. The wait is one number for both
     passes, kept in the backward for the step (`costs.StageCost.host_wait_s`); the GPU idles
-    through it wherever it falls, and the gather, waited for by the stream while the host runs on,
-    runs through the forward's and the backward's (a reduction the host waits for gets less,
-    `backward_window_s`). Without it a faster
+    through it wherever it falls, so either pass's collectives run through it. Without it a faster
     GPU shortened the forward of a host-bound layer whose time did not fall, and the step rose
     (tests/test_invariants_pinned.py); the backward's window has held the wait all along."""
     return cost.compute_forward_s + cost.tp_forward_s + cost.host_wait_s
-
-
-def backward_window_s(cost: StageCost) -> Number:
-    """The seconds of a micro-batch's backward pass that a gradient reduction launched in it (ZeRO
-    0-2) hides behind: the micro-batch's time less its forward's own time, the forward's wait for
-    the host included as it runs after a host sync (`StageCost.forward_host_wait_s`). The host
-    waits for the reduction right after the backward (Megatron-Core's grad-norm `.item()` in
-    optimizer/clip_grads.py `get_grad_norm_fp32`; DeepSpeed ZeRO-1/2's `synchronize()` in
-    `independent_gradient_partition_epilogue` under overlap_comm), so the host's lead the queue
-    carries into the next forward is no window: the host-bound wait booked in the backward
-    (`host_wait_s`) counts here only as far as it is not the forward's. (ZeRO-1/2's gather after
-    the optimizer keeps the whole wait, `forward_window_s`: the stream waits for it, the host runs
-    on.)"""
-    return maximum(cost.compute_backward_s + cost.tp_backward_s - cost.forward_host_wait_s, 0.0)
 
 
 def paced_cost(cost: StageCost, stretch: Number, zero_stage: Number) -> StageCost:

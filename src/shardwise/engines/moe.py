@@ -55,7 +55,6 @@ from shardwise.physics.moe import (
     capacity_load,
     dropping_factor,
     experts_forward,
-    forward_training_kernels,
     graphed_training_kernels,
     routed_tokens,
     routes_own_tokens,
@@ -109,16 +108,13 @@ def experts_cost(
     weight_bytes: Number | None = None,
     training: bool = False,
 ) -> StageCost:
-    """`experts_work` with the experts' own host-bound wait (`physics.stack.host_bound_s`) in
-    their backward (and `host_wait_s`; the forward's own in `forward_host_wait_s`): the routed
-    experts priced alone."""
-    cost, (kernels, busy, kernels_f, busy_f) = experts_work(scn, fabric, place, q_len, weight_bytes, training)
+    """`experts_parts` with the experts' own host-bound wait (`physics.stack.host_bound_s`) in
+    their backward (and `host_wait_s`): the routed experts priced alone."""
+    cost, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
     if not training or not np.any(scn.plan.host_kernel_s):
         return cost
-    h = scn.plan.host_kernel_s
-    host, forward = host_bound_s(busy, kernels, h), host_bound_s(busy_f, kernels_f, h)
-    backward = cost.compute_backward_s + host
-    return replace(cost, compute_backward_s=backward, host_wait_s=cost.host_wait_s + host, forward_host_wait_s=forward)
+    host = host_bound_s(busy, kernels, scn.plan.host_kernel_s)
+    return replace(cost, compute_backward_s=cost.compute_backward_s + host, host_wait_s=cost.host_wait_s + host)
 
 
 def experts_parts(
@@ -129,28 +125,14 @@ def experts_parts(
     weight_bytes: Number | None = None,
     training: bool = False,
 ) -> tuple[StageCost, Number, Number]:
-    """`experts_work`'s cost, kernels the host issues and the GPU's time on them."""
-    cost, (kernels, busy, _, _) = experts_work(scn, fabric, place, q_len, weight_bytes, training)
-    return cost, kernels, busy
-
-
-def experts_work(
-    scn: Scenario,
-    fabric: Fabric,
-    place: dict[str, Number],
-    q_len: Number | None = None,
-    weight_bytes: Number | None = None,
-    training: bool = False,
-) -> tuple[StageCost, tuple[Number, Number, Number, Number]]:
     """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
     (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
     every TP rank holds all the tokens: no dispatch, each rank runs its experts (ep x etp = tp) on
     the copies routed to them and the outputs are all-reduced over the TP group. `training`: the
     host issues the grouped GEMMs one expert at a time (`physics.moe.training_kernels`), and the GPU
     waits where they are shorter than `Plan.host_kernel_s` each (`physics.stack.host_bound_s`, as a
-    dense layer's kernels). Returns the cost without that wait and (the kernels the host issues,
-    the GPU's time on them, and the forward pass's of each; zeros outside training), for one wait
-    over the whole layer (`costs.layer_cost`'s `host_with`)."""
+    dense layer's kernels). Returns the cost without that wait, the kernels the host issues and
+    the GPU's time on them (0 and 0 outside training), for one wait over the whole layer."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     s_q = model.seq_len if q_len is None else q_len
@@ -236,10 +218,9 @@ def experts_work(
         redo = redo + np.where(selective, memory_s(ef.activation_bytes, gpu, kernels=1) + clamp, 0.0)
     redo = np.where(whole_moe, forward, redo)
     rerun = full | whole_moe  # the forward's collectives again
-    kernels = busy = kernels_f = busy_f = 0.0
+    kernels = busy = 0.0
     if training and np.any(plan.host_kernel_s):
         kernels = graphed_training_kernels(ef, BACKWARD_KERNEL_RATIO, rerun, plan.cuda_graph_scope)
-        kernels_f = forward_training_kernels(ef, plan.cuda_graph_scope)
         passes = 1.0 + np.asarray(rerun, dtype=float)
         # padded to capacity, nothing reads the split sizes: the host runs ahead through the whole layer
         # and its exposed expert collectives keep the GPU busy too, as a dense layer's TP collectives do
@@ -247,12 +228,10 @@ def experts_work(
         # compute). A dropless layer's read empties the queue: its dispatch leads the experts' section
         comm_f = dispatch_f + gather
         comm = comm_f + dispatch_b + gather + np.where(rerun, comm_f, 0.0)
-        beside = padded & ~np.asarray(plan.moe_overlap, dtype=bool)
-        busy = forward + backward + redo + np.where(beside, comm, 0.0)
-        busy_f = forward + np.where(beside, comm_f, 0.0)
+        busy = forward + backward + redo + np.where(padded & ~np.asarray(plan.moe_overlap, dtype=bool), comm, 0.0)
         if not graphed:  # GroupedLinear's own host work per local expert (`physics.moe_grouped.GROUPED_*`)
             own_f, own_b = grouped_linear_host_ops(model.experts / np.asarray(plan.ep), plan.precision, plan.fp8_recipe)
-            kernels, kernels_f = kernels + own_f * passes + own_b, kernels_f + own_f
+            kernels = kernels + own_f * passes + own_b
             # after the host's read of the split sizes the GPU's queue is empty: that part of the forward
             # waits for its own host work (`physics.moe_grouped.post_sync_kernels`), less what the GPU spends on
             # the dispatch meanwhile (the first of the forward's two all-to-alls, or gathers, and the ETP
@@ -267,7 +246,6 @@ def experts_work(
             wait = np.where(alone, host_bound_s(section_s + lead_s, section_k, plan.host_kernel_s), 0.0)
             kernels = kernels - np.where(alone, passes * section_k, 0.0)
             busy = busy - np.where(alone, passes * section_s, 0.0)
-            kernels_f, busy_f = kernels_f - np.where(alone, section_k, 0.0), busy_f - np.where(alone, section_s, 0.0)
             forward = forward + wait
             redo = redo + np.where(rerun, wait, 0.0)
     cost = StageCost(
@@ -279,7 +257,7 @@ def experts_work(
         ep_forward_s=dispatch_f,  # dispatch and combine
         ep_backward_s=dispatch_b + np.where(rerun, dispatch_f, 0.0),  # their gradients (and the forward redone)
     )
-    return cost, (kernels, busy, kernels_f, busy_f)
+    return cost, kernels, busy
 
 
 def moe_layer_cost(
@@ -303,7 +281,7 @@ def moe_layer_cost(
     `Plan.host_kernel_s` - the layer's GPU time), not a wait for each part."""
     model = scn.model
     shared = model.shared_experts * model.expert_ffn_hidden
-    routed, host = experts_work(scn, fabric, place, q_len, weight_bytes, training)
+    routed, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
     dense, _ = layer_cost(
         scn,
         comm,
@@ -315,7 +293,7 @@ def moe_layer_cost(
         cp_step,
         ffn=shared,
         moe_layer=True,
-        host_with=host,
+        host_with=(kernels, busy),
     )
     cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in FIELDS))
     return combined_1f1b(cost, scn) if training else cost

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from shardwise.engines import dp_step
 from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
 from shardwise.engines.costs import (
     FIELDS,
@@ -196,26 +195,24 @@ def stage_times(scn: Scenario) -> StageTimes:
         one_backward = float(np.asarray(cost.compute_backward_s + cost.tp_backward_s))
         # ZeRO-3: the backward passes' gathers share the reductions' window (the backward compute),
         # the forward passes' hide behind their own compute (`DpComm.zero3_phases`); otherwise the
-        # reduction hides behind the backward passes' windows and the gather comes after the optimizer
+        # reduction hides behind the backward passes and the gather comes after the optimizer
         z3 = bool(np.asarray(c.shared_window))
-        own = one_backward if z3 else float(np.asarray(dp_step.backward_window_s(cost)))
         forward_excess, backward_comm, _ = (float(np.asarray(x)) for x in c.zero3_phases()) if z3 else (0.0,) * 3
         total = backward_comm if z3 else float(np.asarray(c.grad_s))
         window = float(np.asarray(c.grad_window_s))
         bucket = float(np.asarray(c.grad_bucket_s)) + (float(np.asarray(c.gather_bucket_s)) if z3 else 0.0)
         # the simulator hides the reduction behind the last backward operation only; what the
         # closed form hides behind earlier micro-batches (ZeRO-2/3) is taken off here
-        earlier = max(0.0, window - own)
+        earlier = max(0.0, window - one_backward)
         hides = overlap or z3
         left = max(0.0, total - earlier)
         v = int(plan.vpp)
         if hides and not z3 and v > 1 and bool(np.asarray(c.per_chunk)):
             # per-chunk reductions (DpComm.exposed_s): all but chunk 0's hide behind the last
             # round's (v-1) p earlier chunk-backward passes
-            left = max(left - (v - 1) * p * own / v, float(np.asarray(c.grad_s)) / v)
+            left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) / v)
             left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
-        cut = (one_backward - own) / v  # what of the last (chunk-)backward is no window (`backward_window_s`)
-        dp.append((left + cut if hides else total) + forward_excess)
+        dp.append((left if hides else total) + forward_excess)
         # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
         # (ZeRO-3: NCCL's SMs are held through the forward passes' gathers too, as `DpComm._shared_s`
         # counts them; what the forward passes leave exposed is never hidden by the last backward)
@@ -304,8 +301,6 @@ def _stage_cost(
     return StageCost(*(sum(getattr(x, f) for x in parts) for f in FIELDS))
 
 
-# more of the plan's fields the simulation needs one value of (`simulate_training_step`)
-SCALAR_TOO = ("recompute_layers", "zero_stage")
 # The simulator's limit: p x m x v at most this (about 10 s and 1.5 GB for the 4M operations).
 MAX_SLOTS = 2_000_000
 
@@ -315,7 +310,18 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
     Without `records` the simulation lists no operations (`simulator.simulate_times`: the same
     numbers, faster; what the planner needs)."""
     plan = scn.plan
-    for name in ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute", *SCALAR_TOO):
+    for name in (
+        "tp",
+        "pp",
+        "dp",
+        "vpp",
+        "global_batch",
+        "micro_batch",
+        "schedule",
+        "recompute",
+        "recompute_layers",
+        "zero_stage",
+    ):
         _scalar(name, getattr(plan, name))
     p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
     if np.any(np.asarray(plan.pipeline_flushes) > 1):

@@ -158,27 +158,12 @@ def graphed_training_kernels(
     if "full_iteration" in scope:
         return 0.0 * kernels
     passes = 1.0 + backward_ratio + np.asarray(recompute_forward, dtype=float)
-    captured, blocks = _captured(ef, scope)
-    return kernels - passes * captured + GRAPH_LAUNCHES_PER_BLOCK * blocks
-
-
-def forward_training_kernels(ef: ExpertsForward, scope: tuple[str, ...]) -> Number:
-    """The kernels of `graphed_training_kernels` that the forward pass issues: the router's GEMM,
-    the element-wise kernels, the grouped GEMMs one expert at a time, a variant's eager kernels and
-    the token dropping's, less the captured blocks', plus one graph launch per captured block."""
-    forward = ef.elementwise_kernels + ef.router.batch + ef.up.batch + ef.down.batch + ef.eager_kernels
-    captured, blocks = _captured(ef, scope)
-    return 0.0 * forward if "full_iteration" in scope else forward + ef.drop_kernels - captured + blocks
-
-
-def _captured(ef: ExpertsForward, scope: tuple[str, ...]) -> tuple[Number, int]:
-    """(kernels a pass of the captured blocks holds, captured blocks) under `scope`."""
     captured, blocks = 0.0, 0
     if "moe_router" in scope:
         captured, blocks = captured + ef.router.batch + MOE_ROUTER_KERNELS + ef.drop_kernels, blocks + 1
     if "moe_preprocess" in scope:
         captured, blocks = captured + MOE_PREPROCESS_KERNELS, blocks + 1
-    return captured, blocks
+    return kernels - passes * captured + GRAPH_LAUNCHES_PER_BLOCK * blocks
 
 
 def capacity_copies(tokens: Number, model: Model, capacity_factor: Number, sources: Number) -> Number:

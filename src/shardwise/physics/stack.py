@@ -331,18 +331,6 @@ def layer_kernels(
     return np.where(np.asarray(host_ops) > 0, own, counted)
 
 
-def forward_layer_kernels(eager: Number, fused_elementwise_kernels: Number, host_ops: Number = 0.0) -> Number:
-    """The kernels of `layer_kernels` that one layer's forward pass issues: its element-wise
-    kernels, GEMMs and attention (the backward issues BACKWARD_KERNEL_RATIO times as many, full
-    recomputation's forward rides with the backward), or the forward's share of a stack's own
-    count (`host_ops`, HOST_OPS_FORWARD_SHARE)."""
-    elementwise = np.where(np.asarray(eager, dtype=bool), EAGER_ELEMENTWISE_KERNELS, fused_elementwise_kernels)
-    counted = elementwise + GEMM_AND_ATTENTION_KERNELS
-    if not np.any(host_ops):
-        return counted
-    return np.where(np.asarray(host_ops) > 0, HOST_OPS_FORWARD_SHARE * np.asarray(host_ops, dtype=float), counted)
-
-
 # Megatron-Core's CUDA graph scopes: `shardwise.recompute_policies.CUDA_GRAPH_SCOPES` (`Plan.cuda_graph_scope`).
 # A captured block is replayed by one graph launch forward and one backward (make_graphed_callables
 # captures both passes): the host issues these instead of its kernels.
@@ -356,17 +344,12 @@ ATTENTION_ELEMENTWISE_SHARE = 0.5
 
 
 def graphed_layer_kernels(
-    kernels: Number,
-    elementwise: Number,
-    scope: tuple[str, ...],
-    moe_layer: bool = False,
-    launches: int = GRAPH_LAUNCHES_PER_BLOCK,
+    kernels: Number, elementwise: Number, scope: tuple[str, ...], moe_layer: bool = False
 ) -> Number:
     """The host's issues for one layer's attention and dense MLP under CUDA graphs (`scope`):
     `kernels` (`layer_kernels`, `elementwise` of them per forward element-wise) less the captured
-    blocks' kernels, plus `launches` per captured block (GRAPH_LAUNCHES_PER_BLOCK for both passes;
-    1 for the forward's kernels alone, `forward_layer_kernels`). full_iteration: none. The mlp scope
-    captures dense layers only (Megatron-Core), not an MoE layer's shared experts."""
+    blocks' kernels, plus GRAPH_LAUNCHES_PER_BLOCK per captured block. full_iteration: none. The
+    mlp scope captures dense layers only (Megatron-Core), not an MoE layer's shared experts."""
     if "full_iteration" in scope:
         return 0.0 * kernels
     per_pass = elementwise + GEMM_AND_ATTENTION_KERNELS
@@ -376,7 +359,7 @@ def graphed_layer_kernels(
         share, blocks = share + attention, blocks + 1
     if "mlp" in scope and not moe_layer:
         share, blocks = share + (1.0 - attention), blocks + 1
-    return kernels * (1.0 - share) + launches * blocks
+    return kernels * (1.0 - share) + GRAPH_LAUNCHES_PER_BLOCK * blocks
 
 
 def host_bound_s(gpu_s: Number, kernels: Number, host_kernel_s: Number) -> Number:
