@@ -66,7 +66,8 @@ def test_the_tables_and_rows(cli, runs_csv):
     ("extra", "message"),
     [
         (["public"], "give no table names"),
-        (["--calibrated"], "give no table names or --calibrated"),
+        (["--calibrated"], "give no table names, --calibrated or --plot"),
+        (["--plot", "x.png"], "give no table names, --calibrated or --plot"),
     ],
 )
 def test_bad_combinations_are_one_line(cli, runs_csv, extra, message):
@@ -102,3 +103,44 @@ def test_a_calibration_prices_the_runs_as_predict_does_with_it(cli, tmp_path, ru
     assert c["predicted"] == pytest.approx(p["step_time_s"], rel=1e-9)
     assert c["high"] == pytest.approx(p["step_time_s_high"], rel=1e-6)
     assert d["interval_basis"].startswith(f"calibration {cal}")
+
+
+def test_an_empty_runs_path_is_refused_not_the_public_tables(cli):
+    code, out, err = cli(["validate", "--runs", ""])
+    assert code == 2 and "--runs: '' is not a file" in err and out == ""
+
+
+def test_expert_parallelism_precision_and_batch_are_read_and_kept_apart(cli, tmp_path):
+    """An MoE run's `ep` is priced (calibrate's CSV read it as a note), and runs that differ in
+    precision or global batch are different layouts in the ranking, not one averaged."""
+    path = tmp_path / "moe.csv"
+    path.write_text(
+        "id,model,system,num_gpus,tp,pp,global_batch,ep,precision,step_time_s,group\n"
+        "e8,qwen3-30b-a3b,dgx-h100,8,1,1,64,8,bf16,3.0,g\n"
+        "f8,qwen3-30b-a3b,dgx-h100,8,1,1,64,8,fp8,2.5,g\n"
+        "b128,qwen3-30b-a3b,dgx-h100,8,1,1,128,8,bf16,6.0,g\n"
+    )
+    code, out, err = cli(["validate", "--runs", str(path), "--json"])
+    assert code == 0, err
+    d = json.loads(out)
+    predict = ["predict", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--nodes", "1", "--ep", "8"]
+    code, out, err = cli([*predict, "--global-batch", "64", "--json"])
+    assert code == 0, err
+    e8 = next(r for r in d["runs"] if r["run_id"] == "e8")
+    assert e8["predicted"] == pytest.approx(json.loads(out)["step_time_s"], rel=1e-9)
+    assert "ep8" in e8["label"]
+    (rank,) = d["ranking_within_groups"]
+    assert rank["layouts"] == 3
+
+
+def test_serving_runs_are_priced_and_read_in_their_units(cli, tmp_path):
+    path = tmp_path / "serve.csv"
+    path.write_text(
+        "id,model,system,tp,input_len,output_len,concurrency,tpot_s,throughput_tokens_per_s\n"
+        "t,llama3-8b,dgx-h100,1,512,128,8,0.01,\n"
+        "r,llama3-8b,dgx-h100,1,512,128,8,,600\n"
+    )
+    code, out, err = cli(["validate", "--runs", str(path), "--rows", "all"])
+    assert code == 0, err
+    assert "throughput_tokens_per_s measured 600, predicted" in out and "tpot_s measured 10 ms" in out
+    assert "static batch of `concurrency` requests" in out.replace("\n", " ")

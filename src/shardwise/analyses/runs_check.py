@@ -40,6 +40,7 @@ class RunCheck:
     low: float
     high: float
     label: str
+    fits: bool | None = None  # in memory as the model counts it (training runs; None: serving)
 
     @property
     def error(self) -> float:
@@ -72,12 +73,26 @@ class RunsReport:
     basis: str  # where the intervals come from
 
 
-def _layout(plan: Any) -> str:
-    """The layout as `plan` prints it: tp, pp, dp, cp, vpp, micro-batch, ZeRO, recomputation."""
+def _layout(plan: Any, training: bool) -> str:
+    """The run as `plan` prints it: tp, pp, dp (cp, vpp, ep), and for training the micro-batch, the
+    global batch, ZeRO, recomputation and precision (runs that differ in any are different layouts)."""
     parts = [f"tp{plan.tp}", f"pp{plan.pp}", f"dp{plan.dp}"]
     parts += [f"{k}{v}" for k, v in (("cp", plan.cp), ("vpp", plan.vpp), ("ep", getattr(plan, "ep", 1))) if v != 1]
+    if not training:
+        return " ".join(parts)
     recompute = getattr(plan.recompute, "name", str(plan.recompute)).lower()
-    return " ".join([*parts, f"mb{plan.micro_batch}", f"zero{plan.zero_stage}", f"recompute {recompute}"])
+    precision = getattr(plan.precision, "value", plan.precision)
+    extra = [f"mb{plan.micro_batch}", f"gbs{plan.global_batch}", f"zero{plan.zero_stage}", f"recompute {recompute}"]
+    return " ".join([*parts, *extra, str(precision)])
+
+
+def _fits(run: Any) -> bool | None:
+    """Whether a training run fits in its GPUs' memory as the model counts it (None: serving)."""
+    if run.metric != "step_time_s":
+        return None
+    from shardwise.engines.training import estimate_training_step
+
+    return bool(estimate_training_step(run.scenario).fits_in_memory)
 
 
 def _summary(name: str, runs: list[RunCheck]) -> GroupCheck:
@@ -137,7 +152,8 @@ def check_runs(runs: list[Any], fitted: Any = None) -> RunsReport:
             predicted=float(t[i]),
             low=float(low[i]),
             high=float(high[i]),
-            label=_layout(r.scenario.plan),
+            label=_layout(r.scenario.plan, r.metric == "step_time_s"),
+            fits=_fits(r),
         )
         for i, r in enumerate(runs)
     ]

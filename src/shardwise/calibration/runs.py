@@ -5,7 +5,8 @@ micro_batch_size, are accepted as aliases):
 
 - model (preset name, YAML file or config.json), system (preset name or YAML file);
 - num_gpus, tp, pp, global_batch (alias gbs); optional dp (default: num_gpus / (tp pp cp)), cp,
-  vpp (alias vp), micro_batch (alias mbs, default 1), layers and seq_len (override the model's),
+  vpp (alias vp), micro_batch (alias mbs, default 1), ep and etp (a mixture of experts' expert
+  parallelism, default 1 and tp), layers and seq_len (override the model's),
   recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset,
   default megatron-core), sequence_parallel (default: the framework's, else on when tp > 1),
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
@@ -52,7 +53,7 @@ READ = (
     *SERVING_METRICS,
     *("metric", "measured", "id", "group", "source", "dp", "cp", "vpp", "micro_batch", "layers", "seq_len"),
     *("recompute", "precision", "framework", "sequence_parallel", "zero", "fsdp", "gpus_per_node", "scope"),
-    *("schedule", "async_tp_grad"),
+    *("schedule", "async_tp_grad", "ep", "etp"),
     *("micro_batches", "input_len", "output_len", "concurrency", "batch", "weight_precision", "kv_precision"),
     "runtime",
 )
@@ -60,7 +61,7 @@ READ = (
 # CSV that describe a run without changing it: kept, not read
 INFORMATIONAL = (
     *("locator", "commit_or_version", "verification", "workload", "model_raw", "moe", "architecture_note"),
-    *("gpu_raw", "framework_raw", "framework_version", "precision_raw", "ep", "ga", "split", "parse_notes"),
+    *("gpu_raw", "framework_raw", "framework_version", "precision_raw", "ga", "split", "parse_notes"),
     *("notes", "note", "comment", "date", "kind", "predicted_step_s", "error"),
 )
 
@@ -281,7 +282,8 @@ def training_request(row: dict[str, str], where: str) -> Any:
     with the table's spellings (`recompute` 'full (uniform, 1 layer)', `fsdp` ranks = ZeRO-3)."""
     from shardwise.requests.training import TrainingRequest
 
-    for key in ("num_gpus", "tp", "pp", "global_batch", *(k for k in ("cp", "dp", "vpp", "micro_batch") if row.get(k))):
+    optional = ("cp", "dp", "vpp", "micro_batch", "ep", "etp")
+    for key in ("num_gpus", "tp", "pp", "global_batch", *(k for k in optional if row.get(k))):
         _whole(row, key, where)
     recompute = (row.get("recompute") or "none").lower()
     found = re.match(r"(full|selective|none)\b", recompute)  # 'full (uniform, 1 layer)' is full
@@ -292,7 +294,7 @@ def training_request(row: dict[str, str], where: str) -> Any:
         zero = "3"
     fields = {
         **{k: row.get(k, "") for k in ("model", "system", "layers", "seq_len", "num_gpus", "gpus_per_node")},
-        **{k: row.get(k, "") for k in ("tp", "pp", "cp", "dp", "vpp", "global_batch", "micro_batch")},
+        **{k: row.get(k, "") for k in ("tp", "pp", "cp", "dp", "vpp", "global_batch", "micro_batch", "ep", "etp")},
         **{k: row.get(k, "") for k in ("precision", "sequence_parallel", "framework", "schedule", "async_tp_grad")},
         "recompute": found[1] if found else recompute,
         "zero": zero,

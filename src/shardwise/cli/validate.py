@@ -126,10 +126,10 @@ def validate(
     --calibration FILE: how far the model misses them, whether its 80% intervals hold them, and
     whether it ranks your layouts as they measured.
     """
-    if runs_file or calibration:
+    if runs_file is not None or calibration is not None:
         from shardwise.cli.validate_runs import check_options, show_runs
 
-        check_options(tables, calibrated, calibration, runs_file)
+        check_options(tables, calibrated, calibration, runs_file, plot)
         show_runs(str(runs_file), calibration, as_json, markdown, show_rows)
         return
     if calibrated or plot:

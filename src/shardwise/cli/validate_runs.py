@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+RATES = ("throughput_tokens_per_s",)  # measurements that are not times
 GROUP_HEAD = ("group", "stack", "runs", "MAPE", "bias", "80% covers", "interval")
 RANK_HEAD = ("group", "stack", "layouts", "Spearman", "top-1 regret", "predicted best", "measured best")
 
@@ -93,6 +94,18 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
         "length by one stack (and group), 3 layouts or more; top-1 regret: how much slower the layout the model "
         "ranks first measured than the fastest"
     )
+    unfit = [r.run_id for r in report.runs if r.fits is False]
+    if unfit:
+        shown = ", ".join(unfit[:8]) + (f" and {len(unfit) - 8} more" if len(unfit) > 8 else "")
+        note += (
+            f". {len(unfit)} of the training runs do not fit in memory as the model counts it ({shown}): they "
+            "ran, so the memory model is short for them (`shardwise validate memory`); their times are priced anyway"
+        )
+    if any(r.metric != "step_time_s" for r in report.runs):
+        note += (
+            ". Serving runs are priced as `calibrate` prices them: a static batch of `concurrency` requests "
+            "(`serve --batching static`)"
+        )
     if markdown:
         click.echo(f"\n{note}.")
     else:
@@ -100,7 +113,7 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
     if show_rows != "none":
         click.echo("")
         for r in report.runs:
-            unit = "s" if r.metric.endswith("_s") else ""
+            unit = "" if r.metric in RATES else "s"
             inside = "inside" if r.covered else "outside"
             click.echo(
                 f"{r.run_id} ({r.where}) {r.label}, {r.stack}: {r.metric} measured {_number(r.measured, unit)}, "
@@ -109,11 +122,15 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
             )
 
 
-def check_options(tables: tuple[str, ...], calibrated: bool, calibration: Any, runs: Any) -> None:
+def check_options(tables: tuple[str, ...], calibrated: bool, calibration: Any, runs: Any, plot: Any) -> None:
     """--runs stands alone; --calibration needs --runs."""
     from shardwise.errors import SpecError
 
-    if calibration and not runs:
+    if calibration is not None and runs is None:
         raise SpecError("validate --calibration FILE prices your runs with it; give them with --runs FILE")
-    if runs and (tables or calibrated):
-        raise SpecError("validate --runs FILE checks your own runs; give no table names or --calibrated with it")
+    if runs is not None and (tables or calibrated or plot):
+        raise SpecError(
+            "validate --runs FILE checks your own runs; give no table names, --calibrated or --plot with it"
+        )
+    if runs == "":
+        raise SpecError("--runs: '' is not a file; give the CSV of your runs (the columns: docs/calibration.md)")
