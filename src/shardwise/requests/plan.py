@@ -23,8 +23,9 @@ LAYOUT_FIELDS = (
 # what each --emit target runs of the searched features: (the first N layers of each chunk recomputed
 # whole, the ZeRO stages it emits with hybrid sharding): Megatron-LM's block recomputation and its
 # distributed optimizer's instances (ZeRO-1), torchtitan's HSDP mesh (its FSDP2 is ZeRO-3; its
-# activation checkpointing takes every layer or every N-th, not the first N), DeepSpeed's MiCS (ZeRO-3)
-EMIT_FEATURES = {"megatron": (True, (1,)), "torchtitan": (False, (1, 2, 3)), "deepspeed": (False, (3,))}
+# activation checkpointing takes every layer or every N-th, not the first N); DeepSpeed neither (its
+# MiCS needs the model built under MiCS_Init, Megatron-DeepSpeed's pretrain_gpt.py uses zero.Init)
+EMIT_FEATURES = {"megatron": (True, (1,)), "torchtitan": (False, (1, 2, 3)), "deepspeed": (False, ())}
 
 
 def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
