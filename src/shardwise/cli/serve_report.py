@@ -42,6 +42,9 @@ def print_estimates(
             f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
             f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
         )
+    over = _mix_over_context(mix, int(model.seq_len))
+    if over:
+        out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")
     inflight = rows[0][1].batching == "inflight"
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in (
@@ -143,6 +146,22 @@ def _part(key: str, est: Any = None) -> str:
     if key == "pp_wait" and est is not None and int(est.scenario.plan.pp) == 1:
         return "host wait"  # one stage: the host step outlasting the GPU's (`engines.pipeline`)
     return PART_NAMES.get(key, key.replace("_", " "))
+
+
+def _mix_over_context(mix: Any, seq_len: int) -> str:
+    """What share of a table mix's requests (a --lengths CSV) is longer than the model's sequence
+    length, in words ("" for none, and for a log-normal mix, which is drawn within the context)."""
+    if mix is None or getattr(mix, "input_lens", None) is None:
+        return ""
+    total = mix.input_lens + mix.output_lens
+    long = total > seq_len
+    if not long.any():
+        return ""
+    share = float(mix.weights[long].sum())
+    return (
+        f"{share:.0%} of the requests of {mix.name} (the longest {int(total.max()):,} tokens) are longer than "
+        f"the model's sequence length {seq_len:,}"
+    )
 
 
 def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
