@@ -287,8 +287,13 @@ def _print_best(result: Any) -> None:
     s = result.setting
     gpus = int(s.cluster.num_gpus)
     click.echo(
-        f"\nno --plan given: the {len(s.specs)} layouts of {gpus} GPUs compared (tp within a server, tp x pp "
-        "dividing the GPUs, replicas filling the rest; --plan to choose)"
+        "\nno --plan given: "
+        + (
+            f"the {len(s.specs)} layouts of {gpus} GPUs compared"
+            if len(s.specs) > 1
+            else f"the one layout of {gpus} GPU"
+        )
+        + " (tp within a server, tp x pp dividing the GPUs, replicas filling the rest; --plan to choose)"
     )
     best = result.best()
     if best["latency"] is None:
