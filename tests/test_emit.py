@@ -265,6 +265,19 @@ def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
     assert code == 2 and out == "" and "does not fit" in err and err.count("\n") == 1
 
 
+def test_serve_emit_vllm_prices_the_plans_as_vllm_runs_them(cli):
+    """--emit vllm prints vLLM servers: without --framework the plans are priced as vLLM (not
+    TensorRT-LLM, serve's default), and another --framework is refused in one line."""
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=4", "--concurrency", "64"]
+    code, out, err = cli([*args, "--emit", "vllm", "--json"])
+    assert code == 0, err
+    assert "--framework vllm" in json.loads(out)["command"]
+    code, out, err = cli([*args, "--framework", "sglang", "--emit", "vllm"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "use --framework vllm" in err
+    code, out, err = cli([*args, "--json"])
+    assert code == 0 and "--framework tensorrt-llm" in json.loads(out)["command"]
+
+
 def test_plan_emit_vllm_points_to_serve(cli):
     code, out, err = cli(
         ["plan", "--model", "llama3-8b", "--system", "rtx4090-8x", "--global-batch", "64", "--emit", "vllm"]

@@ -135,12 +135,11 @@ serving_options = _stack(
     click.option(
         "--framework",
         type=click.Choice(list(SERVING_FRAMEWORKS), case_sensitive=False),
-        default="tensorrt-llm",
-        show_default=True,
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
         "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
         "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "
-        "mem_fraction_static), chunked-prefill budget, per-stage cost of pipeline parallelism.",
+        "mem_fraction_static), chunked-prefill budget, per-stage cost of pipeline parallelism. "
+        "[default: tensorrt-llm; vllm with --emit vllm]",
     ),
     click.option(
         "--custom-all-reduce/--no-custom-all-reduce",

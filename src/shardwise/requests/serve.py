@@ -66,7 +66,7 @@ SERVE_FIELDS = (
     _f("tpot_max", "str"),
     _f("slo_percentile", "str", "90", "50", "90", "99"),
     _f("runtime", "str", None, *RUNTIME_NAMES),
-    _f("framework", "str", "tensorrt-llm", *SERVING_FRAMEWORKS),
+    _f("framework", "str", None, *SERVING_FRAMEWORKS),
     _f("custom_all_reduce", "bool", True),
     _f("with_frontier", "bool", False),
     _f("emit", "str", None, "vllm"),
@@ -101,7 +101,7 @@ class ServeRequest:
     tpot_max: str | None = None
     slo_percentile: str = "90"
     runtime: str | None = None
-    framework: str = "tensorrt-llm"
+    framework: str | None = None  # None: tensorrt-llm, or vllm with --emit vllm (resolved below)
     custom_all_reduce: bool = True
     with_frontier: bool = False
     emit: str | None = None
@@ -109,6 +109,13 @@ class ServeRequest:
 
     def __post_init__(self) -> None:
         F.normalize(self, SERVE_FIELDS, where=True)
+        if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
+            object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
+        if self.emit == "vllm" and self.framework != "vllm":
+            raise SpecError(
+                f"--emit vllm prints vLLM servers, but --framework {self.framework} prices the plans as "
+                f"{self.framework} runs them (KV-cache rule, chunk budget, all-reduce kernel); use --framework vllm"
+            )
 
     # --- ways in and out -----------------------------------------------------------------------
     @classmethod
