@@ -278,6 +278,25 @@ def test_serve_emit_vllm_prices_the_plans_as_vllm_runs_them(cli):
     assert code == 0 and "--framework tensorrt-llm" in json.loads(out)["command"]
 
 
+def test_serve_emit_vllm_carries_the_priced_chunk_budget_and_running_cap(cli):
+    """In-flight plans are priced with the engine's chunk budget (vLLM's 8192 on an H100, or
+    --max-batched-tokens) and the sequences a replica runs at once: the server says the same (it
+    wrote a static batch's whole prompts, 32 x 512, and ignored --max-batched-tokens)."""
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=4", "--weight-precision", "fp8",
+            "--emit", "vllm", "--hf-id", "m/x", "--json"]  # fmt: skip
+
+    def flags(*extra: str) -> tuple[str, str]:
+        code, out, err = cli([*args, *extra])
+        assert code == 0, err
+        argv = json.loads(out)["plans"][0]["launch"]["argv"]
+        return argv[argv.index("--max-num-batched-tokens") + 1], argv[argv.index("--max-num-seqs") + 1]
+
+    assert flags("--concurrency", "64") == ("8192", "32")
+    assert flags("--concurrency", "64", "--max-batched-tokens", "4096") == ("4096", "32")
+    assert flags("--concurrency", "64", "--batching", "static") == (str(32 * 512), "32")
+    assert flags("--max-throughput")[1] == "1024"  # vLLM's max_num_seqs on an H100, below the KV cache's
+
+
 def test_plan_emit_vllm_points_to_serve(cli):
     code, out, err = cli(
         ["plan", "--model", "llama3-8b", "--system", "rtx4090-8x", "--global-batch", "64", "--emit", "vllm"]

@@ -31,8 +31,18 @@ PREQUANTISED = {
 TODO = ("weights: the model id must name a checkpoint vLLM can load (Hugging Face id or local directory)",)
 
 
-def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VERSIONS[0]) -> Launch:
-    """The server of one replica for the priced serving estimate's scenario and workload."""
+def launch(
+    scn: Scenario,
+    workload: Any,
+    model_id: str | None,
+    version: str = VERSIONS[0],
+    max_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+) -> Launch:
+    """The server of one replica for the priced serving estimate's scenario and workload. Under
+    in-flight batching `max_batched_tokens` is the chunk budget it was priced with and
+    `max_num_seqs` the sequences one replica ran at once (`engines.inflight`); without them the
+    plan is a static batch: its prompts prefilled at once, every sequence at once."""
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
@@ -53,11 +63,10 @@ def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VE
         raise EmitError(
             f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp})"
         )
-    per_replica = -(-i(wl.batch) // dp)
+    per_replica = -(-i(wl.batch) // dp) if max_num_seqs is None else int(max_num_seqs)
     max_len = i(wl.input_len) + i(wl.output_len)
-    budget = getattr(workload, "max_batched_tokens", None)
-    inflight = getattr(workload, "batching", "static") == "inflight" or budget is not None
-    if not inflight:  # static batching prices each batch's prompts prefilled at once
+    budget = max_batched_tokens
+    if budget is None:  # static batching prices each batch's prompts prefilled at once
         budget = max(per_replica * i(wl.input_len), max_len)
     notes = []
     if wl.weight_precision in PREQUANTISED:
