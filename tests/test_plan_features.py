@@ -188,3 +188,14 @@ def test_each_plan_that_recomputes_nothing_knows_its_full_recomputation_twin():
     assert np.all(cols["recompute"][twin] == int(Recompute.FULL))
     _, _, fixed = candidates_with_twins(model, cluster, 1536, SearchSpace(recompute=("none",)))
     assert fixed is None
+
+
+@pytest.mark.parametrize("stack", ["torchtitan", "torchtitan-compile", "fsdp", "fsdp2", "nemo-automodel", "composer"])
+def test_fsdp_stacks_are_not_planned_at_zero_1(stack):
+    """FSDP1's strategies and FSDP2's reshard_after_forward shard all the model state or the
+    gradients and optimizer state, or nothing (DDP): there is no ZeRO-1 (optimizer state alone) to
+    recommend (torchtitan's mixtral plan was ZeRO-1 at the top)."""
+    argv = f"--model mixtral-8x7b --system dgx-h100 --nodes 4 --global-batch 256 --framework {stack}"
+    stages = set(PlanRequest.from_argv(argv).search().columns["zero_stage"].tolist())
+    assert 1 not in stages and stages <= {0, 2, 3}
+    assert 1 in set(PlanRequest.from_argv(argv + " --zero 1").search().columns["zero_stage"].tolist())
