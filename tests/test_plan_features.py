@@ -199,3 +199,15 @@ def test_fsdp_stacks_are_not_planned_at_zero_1(stack):
     stages = set(PlanRequest.from_argv(argv).search().columns["zero_stage"].tolist())
     assert 1 not in stages and stages <= {0, 2, 3}
     assert 1 in set(PlanRequest.from_argv(argv + " --zero 1").search().columns["zero_stage"].tolist())
+
+
+def test_predict_notes_a_zero_stage_or_schedule_the_stack_does_not_run(cli):
+    """predict prices the plan asked, and says where the stack does not implement it (its preset's
+    zero_stages and schedules, which the planner keeps to): silent before."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
+    code, _out, err = cli([*base, "--framework", "torchtitan", "--zero", "1"])
+    assert code == 0 and "torchtitan implements ZeRO 0, 2, 3, not ZeRO-1; priced as asked" in err
+    code, _out, err = cli([*base, "--framework", "nanotron", "--pp", "2", "--vpp", "2"])
+    assert code == 0 and "nanotron runs the gpipe, 1f1b pipeline schedules, not interleaved" in err
+    code, _out, err = cli([*base, "--framework", "torchtitan", "--zero", "3"])
+    assert code == 0 and "priced as asked" not in err
