@@ -452,3 +452,16 @@ def test_a_closed_loop_past_the_running_cap_says_what_caps_it(cli):
     out = " ".join(out.split())
     assert code == 0, err
     assert "run at once (as many as the KV cache holds), the other" in out
+
+
+def test_the_targets_search_names_a_command_that_reproduces_its_best_option(cli):
+    """--ttft-max/--tpot-max ends with the serve command of its best option: that command keeps the
+    stack and lengths the search priced (it dropped --framework and --input-len, so it priced
+    TensorRT-LLM at 512 prompt tokens instead)."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "2", "--framework", "sglang",
+            "--input-len", "1000", "--ttft-max", "500ms", "--tpot-max", "50ms", "--requests", "100"]  # fmt: skip
+    code, out, err = cli(args)
+    assert code == 0, err
+    line = " ".join(out.split()).split("in full: ")[1]
+    assert "--framework sglang" in line and "--input-len 1000" in line and "--requests 100" in line
+    assert "--ttft-max" not in line and "--concurrency" in line
