@@ -234,3 +234,17 @@ def test_a_table_with_requests_longer_than_the_context_is_noted(cli, tmp_path):
     code, out, err = cli([*SERVE, "--lengths", str(table)])
     out = " ".join(out.split())
     assert code == 0 and "longer than" not in out and "1 row of" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--slo-percentile", "99"], "--slo-percentile says which percentile --ttft-max/--tpot-max bound"),
+        (["--hf-id", "org/model"], "--hf-id names the checkpoint the --emit vllm server loads"),
+        (["--with-frontier"], "--with-frontier adds each plan's frontier to --json"),
+    ],
+)
+def test_a_flag_that_qualifies_a_missing_one_is_refused(cli, extra, message):
+    """These flags only change what another flag does: alone they were accepted and ignored."""
+    code, out, err = cli([*SERVE, *extra])
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err

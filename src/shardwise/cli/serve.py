@@ -122,9 +122,7 @@ serving_options = _stack(
     click.option(
         "--slo-percentile",
         type=click.Choice(["50", "90", "99"], case_sensitive=False),
-        default="90",
-        show_default=True,
-        help="Which percentile the targets bound.",
+        help="Which percentile --ttft-max/--tpot-max bound. [default: 90]",
     ),
     click.option(
         "--runtime",
@@ -217,6 +215,10 @@ def serve(
 
         check_output_path(frontier_path, (".png", ".svg", ".pdf"), "--plot")
     second = parse_link_spec(frontier_link, "--plot-link")
+    if options.get("with_frontier") and not as_json:
+        from shardwise.errors import SpecError
+
+        raise SpecError("--with-frontier adds each plan's frontier to --json; add --json (or draw it with --plot)")
     request = ServeRequest.from_options(options)
     setting = request.setting()
     echo_notes(setting.notes)

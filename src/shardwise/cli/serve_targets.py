@@ -98,6 +98,7 @@ def _table(
             concurrency=best.users_per_replica * replicas,
             ttft_max=None,
             tpot_max=None,
+            slo_percentile=None,
         )
         out.print(f"[dim]in full: {full.command()}[/]")
         return
