@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 
 import numpy as np
 import pytest
@@ -211,3 +213,30 @@ def test_predict_notes_a_zero_stage_or_schedule_the_stack_does_not_run(cli):
     assert code == 0 and "nanotron runs the gpipe, 1f1b pipeline schedules, not interleaved" in err
     code, _out, err = cli([*base, "--framework", "torchtitan", "--zero", "3"])
     assert code == 0 and "priced as asked" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--cp-comm", "a2a"], "--cp-comm a2a: with --cp 1"),
+        (["--lora-targets", "qkv"], "--lora-targets names the layers of LoRA's adapters"),
+        (["--selective-policy", "op"], "--selective-policy says what --recompute selective recomputes"),
+        (["--moe-dispatcher", "flex", "--etp", "2"], "--etp, --moe-dispatcher: llama3-8b is dense"),
+        (["--expert-imbalance", "1.5"], "--expert-imbalance: llama3-8b is dense (no experts); drop it"),
+    ],
+)
+def test_predict_refuses_a_flag_its_plan_gives_nothing_to_do(cli, extra, message):
+    """Each was priced as if absent, silently; now one line and exit 2. A plan search keeps them for
+    the plans that use them (its rows' commands drop them where a row does not)."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "8"]
+    code, out, err = cli([*base, *extra])
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+
+
+def test_a_plan_searched_with_a_selective_policy_gives_rows_that_predict_takes(cli):
+    code, out, err = cli(["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch",
+                          "64", "--selective-policy", "op", "--top", "3", "--json"])  # fmt: skip
+    assert code == 0, err
+    for row in json.loads(out)["plans"]:
+        code, _out, err = cli(shlex.split(row["command"])[1:])
+        assert code == 0, (row["command"], err)

@@ -50,6 +50,9 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
     recompute = RECOMPUTE_NAMES[int(c["recompute"])]
     if recompute != "selective":  # Megatron-Core's modules are selective recomputation's (`Plan.recompute_modules`)
         kept["recompute_modules"] = None
+        kept["selective_policy"] = None  # as is what selective recomputation keeps
+    if int(c["cp"]) == 1:  # how CP ranks exchange keys and values: none without CP
+        kept.pop("cp_comm", None)
     request = TrainingRequest(
         **kept,
         global_batch=int(search.global_batch),
