@@ -219,7 +219,7 @@ class PredictRequest:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise SpecError(f"engine: {self.engine!r} is not allowed; use one of {', '.join(ENGINES)}")
-        _refuse_idle_flags(self.training)
+        refuse_idle_flags(self.training)
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PredictRequest:
@@ -245,7 +245,7 @@ class PredictRequest:
 
         built = self.training.build()
         scn = built.scenario
-        _refuse_expert_flags(self.training, scn.model)
+        refuse_idle_flags(self.training, scn.model)
         if self.engine == "simulate":
             from shardwise.engines.simulated import simulate_training_step
 
@@ -259,10 +259,13 @@ class PredictRequest:
         return PredictResult(self, est, low, high, spread.basis, built.notes)
 
 
-def _refuse_idle_flags(t: TrainingRequest) -> None:
+def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
     """One line for a flag of one plan that the plan gives nothing to do (it was priced as if
     absent): how CP ranks talk without CP, LoRA's targets without LoRA, what selective
-    recomputation keeps without it. (`plan` searches cp and recomputation: not checked there.)"""
+    recomputation keeps without it, and with the `model` built, a mixture-of-experts flag on a
+    dense model. `predict` asks it (`plan` searches cp and recomputation: not there)."""
+    if model is not None:
+        _refuse_expert_flags(t, model)
     if t.cp_comm != F.default("cp_comm") and t.cp == 1:
         raise SpecError(f"--cp-comm {t.cp_comm}: with --cp 1 no context-parallel ranks exchange anything; add --cp")
     if t.lora_targets != F.default("lora_targets") and t.lora_rank == 0:
