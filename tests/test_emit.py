@@ -422,3 +422,13 @@ def test_the_emitted_optimizer_state_is_the_one_megatron_keeps_for_the_precision
     new, changes = adapt(scn, "megatron")
     assert new.plan.optimizer_state == runs
     assert any("optimizer state" in c for c in changes) == (planned != runs)
+
+
+def test_torchtitan_refuses_an_expert_group_its_mesh_cannot_hold():
+    """torchtitan's ParallelDims: ep must divide dp_shard x cp x tp. A hybrid-sharded plan whose
+    shard group (4) is smaller than ep (8) was emitted, and torchtitan raised at start."""
+    with pytest.raises(EmitError, match=r"ep=8 must divide torchtitan's dp_shard x cp x tp = 4 x 1 x 1"):
+        emit(_scn("qwen3-30b-a3b", nodes=2, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=4), "torchtitan")
+    a = _args(emit(_scn("qwen3-30b-a3b", nodes=2, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=8),
+                   "torchtitan"))  # fmt: skip
+    assert a["--parallelism.data_parallel_shard_degree"] == ["8"] and a["--parallelism.expert_parallel_degree"] == ["8"]
