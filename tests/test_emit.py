@@ -432,3 +432,15 @@ def test_torchtitan_refuses_an_expert_group_its_mesh_cannot_hold():
     a = _args(emit(_scn("qwen3-30b-a3b", nodes=2, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=8),
                    "torchtitan"))  # fmt: skip
     assert a["--parallelism.data_parallel_shard_degree"] == ["8"] and a["--parallelism.expert_parallel_degree"] == ["8"]
+
+
+def test_torchtitan_compiles_where_the_plan_was_priced_with_fused_kernels(cli):
+    """--framework torchtitan-compile prices Inductor's fused element-wise kernels: the launch turns
+    torch.compile on (torchtitan's CompileConfig.enable is off by default: it ran eager)."""
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64",
+            "--emit", "torchtitan", "--json"]  # fmt: skip
+    code, out, err = cli([*args, "--framework", "torchtitan-compile"])
+    assert code == 0, err
+    assert "--compile.enable" in json.loads(out)["launch"]["argv"]
+    code, out, err = cli([*args, "--framework", "torchtitan"])
+    assert code == 0 and "--compile.enable" not in json.loads(out)["launch"]["argv"]

@@ -217,6 +217,9 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--training.num_tokens_per_microbatch_per_dp_rank", str(i(p.micro_batch) * i(m.seq_len))),
         ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
         ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
+        # element-wise work fused, as priced (torchtitan-compile, or a fused stack's plan): torch.compile
+        # (config/configs.py CompileConfig.enable, off by default: eager kernels, the torchtitan preset)
+        ("--compile.enable",) if not bool(p.eager_kernels) else None,
         # FSDP2's MixedPrecisionPolicy reduce_dtype (torchtitan/config/training.py mixed_precision_reduce)
         ("--training.mixed_precision_reduce", "bfloat16") if bool(p.grad_reduce_bf16) else None,
         *_ac(Recompute(int(p.recompute))),
