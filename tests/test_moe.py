@@ -327,6 +327,7 @@ def test_serving_spreads_the_experts_over_the_tp_gpus(cli):
     assert rows["tp=8,ep=8"]["tpot_s"] > rows["tp=8,ep=4"]["tpot_s"] > rows["tp=8"]["tpot_s"]
     code, _, err = cli([*base, "--plan", "tp=8,ep=3"])
     assert code == 2 and "ep=3 x etp=2 must equal tp=8 when serving" in err
+    assert "ep must divide one of them" in err and "leave etp unset" not in err  # it was unset: derived
 
 
 @settings(max_examples=25, deadline=None)
