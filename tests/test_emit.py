@@ -444,3 +444,18 @@ def test_torchtitan_compiles_where_the_plan_was_priced_with_fused_kernels(cli):
     assert "--compile.enable" in json.loads(out)["launch"]["argv"]
     code, out, err = cli([*args, "--framework", "torchtitan"])
     assert code == 0 and "--compile.enable" not in json.loads(out)["launch"]["argv"]
+
+
+def test_serve_emits_data_parallel_attention_as_one_vllm_server(cli):
+    """ep above tp is data-parallel attention: vLLM's --data-parallel-size with
+    --enable-expert-parallel, one server for all the ranks (it was refused as EP outside TP)."""
+    args = ["serve", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--num-gpus", "8", "--concurrency", "64",
+            "--emit", "vllm", "--hf-id", "Qwen/Qwen3-30B-A3B", "--json"]  # fmt: skip
+    code, out, err = cli([*args, "--plan", "tp=2,ep=8"])
+    assert code == 0, err
+    launch = json.loads(out)["plans"][0]["launch"]
+    argv = launch["argv"]
+    assert argv[argv.index("--data-parallel-size") + 1] == "4" and "--enable-expert-parallel" in argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and "one server for all 4" in launch["notes"][0]
+    code, out, err = cli([*args, "--plan", "tp=2,ep=4"])  # experts split in two (etp 2): not vLLM's
+    assert code == 2 and "ep = tp x dp" in err and err.count("\n") == 1

@@ -59,9 +59,19 @@ def launch(
     if i(p.cp) > 1:
         raise EmitError("--emit vllm: context parallelism is not emitted for vLLM; price plans without cp")
     tp, pp, dp = i(p.tp), i(p.pp), i(p.dp)
-    if m.is_moe and i(p.ep) not in (1, tp):
+    # data-parallel attention (ep > tp, `engines.dp_attention`): one server of dp engine ranks whose
+    # experts spread over all dp x tp GPUs (vLLM --data-parallel-size with --enable-expert-parallel)
+    dp_attention = m.is_moe and i(p.ep) > tp
+    if dp_attention and (i(p.ep) != tp * dp or pp > 1 or tp * dp > i(scn.cluster.gpus_per_node)):
         raise EmitError(
-            f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp})"
+            f"--emit vllm: data-parallel attention with ep={i(p.ep)}: vLLM's --data-parallel-size with "
+            f"--enable-expert-parallel spreads whole experts over all dp x tp = {tp * dp} GPUs of one server "
+            "(ep = tp x dp, no pipeline); other layouts, or one over several servers, are not emitted"
+        )
+    if m.is_moe and not dp_attention and i(p.ep) not in (1, tp):
+        raise EmitError(
+            f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp}) "
+            f"or, with data-parallel attention, all of them (ep={tp * dp})"
         )
     per_replica = -(-i(wl.batch) // dp) if max_num_seqs is None else int(max_num_seqs)
     max_len = i(wl.input_len) + i(wl.output_len)
@@ -71,7 +81,13 @@ def launch(
     notes = []
     if wl.weight_precision in PREQUANTISED:
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
-    if dp > 1:
+    if dp_attention:
+        notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
+        notes.append(
+            "priced with a true all-to-all (one copy per chosen expert: DeepEP, pplx); choose such an all2all "
+            "backend, vLLM's default allgather_reducescatter moves every token to every rank"
+        )
+    elif dp > 1:
         notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")
     env: tuple[tuple[str, str], ...] = ()
     if pp > 1:
@@ -84,6 +100,7 @@ def launch(
         ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision])
         if wl.weight_precision in WEIGHT_QUANTIZATION
         else None,
+        ("--data-parallel-size", str(dp)) if dp_attention else None,
         ("--enable-expert-parallel",) if m.is_moe and i(p.ep) > 1 else None,
         ("--disable-custom-all-reduce",) if wl.custom_all_reduce == "none" and tp > 1 else None,
         ("--enforce-eager",) if wl.runtime == "pytorch-eager" else None,
