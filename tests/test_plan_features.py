@@ -213,6 +213,10 @@ def test_predict_notes_a_zero_stage_or_schedule_the_stack_does_not_run(cli):
     assert code == 0 and "nanotron runs the gpipe, 1f1b pipeline schedules, not interleaved" in err
     code, _out, err = cli([*base, "--framework", "torchtitan", "--zero", "3"])
     assert code == 0 and "priced as asked" not in err
+    code, _out, err = cli([*base, "--framework", "megatron-deepspeed", "--zero", "3", "--pp", "2"])
+    assert code == 0 and "pipeline engine allows ZeRO-1 at most" in err and "not ZeRO-3; priced as asked" in err
+    code, _out, err = cli([*base, "--framework", "megatron-deepspeed", "--zero", "1", "--pp", "2"])
+    assert code == 0 and "priced as asked" not in err
 
 
 @pytest.mark.parametrize(

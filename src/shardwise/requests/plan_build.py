@@ -114,6 +114,11 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     return out
 
 
+# the stacks whose pipeline runs on DeepSpeed's PipelineEngine, which asserts "ZeRO-2 and ZeRO-3 are
+# incompatible with pipeline parallelism" (deepspeed/runtime/pipe/engine.py; `emit.deepspeed` re-prices them)
+PIPE_ENGINE_STACKS = ("deepspeed", "megatron-deepspeed")
+
+
 def _not_in_stack(stack: str, plan: Any) -> str:
     """What of `plan` the stack does not implement (its preset's `zero_stages` where the data-parallel
     ranks shard anything, `schedules` under a pipeline), in words; "" for nothing."""
@@ -124,6 +129,8 @@ def _not_in_stack(stack: str, plan: Any) -> str:
     zero = int(plan.zero_stage)
     if stages is not None and zero not in stages and int(plan.dp) * int(plan.cp) > 1:
         return f"{stack} implements ZeRO {', '.join(str(z) for z in stages)}, not ZeRO-{zero}"
+    if stack in PIPE_ENGINE_STACKS and int(plan.pp) > 1 and zero >= 2 and int(plan.dp) * int(plan.cp) > 1:
+        return f"{stack}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts), not ZeRO-{zero}"
     label = Schedule(int(plan.schedule)).label
     if schedules is not None and int(plan.pp) > 1 and label not in schedules:
         return f"{stack} runs the {', '.join(schedules)} pipeline schedules, not {label}"
