@@ -19,6 +19,7 @@ from shardwise import presets
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.requests import TrainingRequest
+from shardwise.requests.training import refuse_idle_flags
 from shardwise.specs import Scenario
 
 DENSE = (
@@ -165,6 +166,7 @@ def draw_case(rng: np.random.Generator, most_accumulation: int = 8) -> Case | No
     try:
         request = TrainingRequest(**fields)
         scn = request.scenario()
+        refuse_idle_flags(request, scn.model)  # what `predict` refuses besides (a flag given nothing to do)
         step = float(estimate_training_step(scn).step_time_s)
     except SpecError:
         return None

@@ -71,7 +71,12 @@ def test_plan_gpus_all_and_dp_fill():
 
 @pytest.mark.parametrize(
     ("text", "message"),
-    [("tp=x", "tp=x is not allowed"), ("foo=1", "is not KEY=VALUE"), ("tp", "is not KEY=VALUE")],
+    [
+        ("tp=x", "tp=x is not allowed"),
+        ("foo=1", "is not KEY=VALUE"),
+        ("tp", "is not KEY=VALUE"),
+        ("tp=1,dp=8,ep=8", "dp is not given: data-parallel replicas fill the GPUs"),
+    ],
 )
 def test_bad_plans(text, message):
     with pytest.raises(SpecError, match=message):

@@ -87,3 +87,18 @@ def test_serve_prices_dp_attention_plans(cli):
     assert set(rows) == {"tp=2", "tp=2,ep=4", "tp=1,ep=8"}
     assert all(r["tpot_s"] > 0 and r["throughput_tokens_per_s"] > 0 for r in rows.values())
     assert rows["tp=2,ep=4"]["max_batch_per_replica"] > rows["tp=2"]["max_batch_per_replica"]
+
+
+def test_serve_names_the_expert_all_to_all_not_tp_comm_where_attention_is_data_parallel(cli):
+    """With tp = 1 and the experts over every GPU there is no TP collective: the iteration's
+    communication is the experts' all-to-all, and the report says so (it said "tp comm")."""
+    base = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--concurrency", "64", "--requests", "200"]
+    code, out, err = cli([*base, "--plan", "tp=1,ep=8", "--plan", "tp=2,ep=8", "--plan", "tp=4,cp=2"])
+    assert code == 0, err
+    lines = " ".join(out.split())
+    assert "= compute" in lines and "expert all-to-all" in lines
+    one = lines[lines.index("tp=1,ep=8: TTFT") : lines.index("tp=2,ep=8: TTFT")]
+    assert "expert all-to-all" in one and "tp comm" not in one
+    two = lines[lines.index("tp=2,ep=8: TTFT") : lines.index("tp=4,cp=2: TTFT")]
+    assert "tp comm + expert all-to-all" in two
+    assert "tp comm + cp comm" in lines[lines.index("tp=4,cp=2: TTFT") :]

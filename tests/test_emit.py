@@ -265,6 +265,38 @@ def test_serve_emit_needs_a_model_id_and_refuses_what_does_not_fit(cli):
     assert code == 2 and out == "" and "does not fit" in err and err.count("\n") == 1
 
 
+def test_serve_emit_vllm_prices_the_plans_as_vllm_runs_them(cli):
+    """--emit vllm prints vLLM servers: without --framework the plans are priced as vLLM (not
+    TensorRT-LLM, serve's default), and another --framework is refused in one line."""
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=4", "--concurrency", "64"]
+    code, out, err = cli([*args, "--emit", "vllm", "--json"])
+    assert code == 0, err
+    assert "--framework vllm" in json.loads(out)["command"]
+    code, out, err = cli([*args, "--framework", "sglang", "--emit", "vllm"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "use --framework vllm" in err
+    code, out, err = cli([*args, "--json"])
+    assert code == 0 and "--framework tensorrt-llm" in json.loads(out)["command"]
+
+
+def test_serve_emit_vllm_carries_the_priced_chunk_budget_and_running_cap(cli):
+    """In-flight plans are priced with the engine's chunk budget (vLLM's 8192 on an H100, or
+    --max-batched-tokens) and the sequences a replica runs at once: the server says the same (it
+    wrote a static batch's whole prompts, 32 x 512, and ignored --max-batched-tokens)."""
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--plan", "tp=4", "--weight-precision", "fp8",
+            "--emit", "vllm", "--hf-id", "m/x", "--json"]  # fmt: skip
+
+    def flags(*extra: str) -> tuple[str, str]:
+        code, out, err = cli([*args, *extra])
+        assert code == 0, err
+        argv = json.loads(out)["plans"][0]["launch"]["argv"]
+        return argv[argv.index("--max-num-batched-tokens") + 1], argv[argv.index("--max-num-seqs") + 1]
+
+    assert flags("--concurrency", "64") == ("8192", "32")
+    assert flags("--concurrency", "64", "--max-batched-tokens", "4096") == ("4096", "32")
+    assert flags("--concurrency", "64", "--batching", "static") == (str(32 * 512), "32")
+    assert flags("--max-throughput")[1] == "1024"  # vLLM's max_num_seqs on an H100, below the KV cache's
+
+
 def test_plan_emit_vllm_points_to_serve(cli):
     code, out, err = cli(
         ["plan", "--model", "llama3-8b", "--system", "rtx4090-8x", "--global-batch", "64", "--emit", "vllm"]
@@ -299,9 +331,9 @@ def test_predict_emits_the_launch_of_the_plan_it_priced_as_plan_does(cli):
     assert code == 2 and out == "" and err.count("\n") == 1 and "per GPU, more than" in err
 
 
-def test_hybrid_sharding_is_torchtitans_replicate_mesh_megatrons_optimizer_instances_and_mics():
+def test_hybrid_sharding_is_torchtitans_replicate_mesh_megatrons_optimizer_instances_not_mics():
     """--shard-group: FSDP2's (dp_replicate, dp_shard) mesh with cp inside the shard group, the
-    distributed optimizer's instances for ZeRO-1, DeepSpeed's MiCS for ZeRO-3; the rest refused."""
+    distributed optimizer's instances for ZeRO-1; the rest refused, DeepSpeed's MiCS among them."""
     scn = _scn("llama3-8b", nodes=4, dp=16, cp=2, global_batch=64, zero_stage=3, shard_group=8)
     a = _args(emit(scn, "torchtitan"))
     assert a["--parallelism.data_parallel_shard_degree"] == ["4"]
@@ -312,8 +344,9 @@ def test_hybrid_sharding_is_torchtitans_replicate_mesh_megatrons_optimizer_insta
     assert a["--num-distributed-optimizer-instances"] == ["4"]
     with pytest.raises(EmitError, match="ZeRO-1"):
         emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3, shard_group=8), "megatron")
-    launch = emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3, shard_group=8), "deepspeed")
-    assert json.loads(dict(launch.files)["ds_config.json"])["zero_optimization"]["mics_shard_size"] == 8
+    # DeepSpeed's MiCS asserts its parameters came from MiCS_Init; pretrain_gpt.py builds under zero.Init
+    with pytest.raises(EmitError, match="MiCS_Init"):
+        emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3, shard_group=8), "deepspeed")
     full = emit(_scn("llama3-8b", nodes=4, dp=32, global_batch=64, zero_stage=3), "deepspeed")
     assert "mics_shard_size" not in json.loads(dict(full.files)["ds_config.json"])["zero_optimization"]
 
@@ -389,3 +422,40 @@ def test_the_emitted_optimizer_state_is_the_one_megatron_keeps_for_the_precision
     new, changes = adapt(scn, "megatron")
     assert new.plan.optimizer_state == runs
     assert any("optimizer state" in c for c in changes) == (planned != runs)
+
+
+def test_torchtitan_refuses_an_expert_group_its_mesh_cannot_hold():
+    """torchtitan's ParallelDims: ep must divide dp_shard x cp x tp. A hybrid-sharded plan whose
+    shard group (4) is smaller than ep (8) was emitted, and torchtitan raised at start."""
+    with pytest.raises(EmitError, match=r"ep=8 must divide torchtitan's dp_shard x cp x tp = 4 x 1 x 1"):
+        emit(_scn("qwen3-30b-a3b", nodes=2, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=4), "torchtitan")
+    a = _args(emit(_scn("qwen3-30b-a3b", nodes=2, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=8),
+                   "torchtitan"))  # fmt: skip
+    assert a["--parallelism.data_parallel_shard_degree"] == ["8"] and a["--parallelism.expert_parallel_degree"] == ["8"]
+
+
+def test_torchtitan_compiles_where_the_plan_was_priced_with_fused_kernels(cli):
+    """--framework torchtitan-compile prices Inductor's fused element-wise kernels: the launch turns
+    torch.compile on (torchtitan's CompileConfig.enable is off by default: it ran eager)."""
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64",
+            "--emit", "torchtitan", "--json"]  # fmt: skip
+    code, out, err = cli([*args, "--framework", "torchtitan-compile"])
+    assert code == 0, err
+    assert "--compile.enable" in json.loads(out)["launch"]["argv"]
+    code, out, err = cli([*args, "--framework", "torchtitan"])
+    assert code == 0 and "--compile.enable" not in json.loads(out)["launch"]["argv"]
+
+
+def test_serve_emits_data_parallel_attention_as_one_vllm_server(cli):
+    """ep above tp is data-parallel attention: vLLM's --data-parallel-size with
+    --enable-expert-parallel, one server for all the ranks (it was refused as EP outside TP)."""
+    args = ["serve", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--num-gpus", "8", "--concurrency", "64",
+            "--emit", "vllm", "--hf-id", "Qwen/Qwen3-30B-A3B", "--json"]  # fmt: skip
+    code, out, err = cli([*args, "--plan", "tp=2,ep=8"])
+    assert code == 0, err
+    launch = json.loads(out)["plans"][0]["launch"]
+    argv = launch["argv"]
+    assert argv[argv.index("--data-parallel-size") + 1] == "4" and "--enable-expert-parallel" in argv
+    assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and "one server for all 4" in launch["notes"][0]
+    code, out, err = cli([*args, "--plan", "tp=2,ep=4"])  # experts split in two (etp 2): not vLLM's
+    assert code == 2 and "ep = tp x dp" in err and err.count("\n") == 1

@@ -432,3 +432,36 @@ def test_the_whole_run_rate_counts_every_token_from_the_first_arrival_to_the_las
     # arrivals one a second: the run lasts from the first arrival to the last request's end
     slow = simulate(lambda d, q: 1e-3, 1, 4, 100, Traffic(rate_per_s=1.0, requests=60, seed=3), max_batched_tokens=64)
     assert slow.run_tokens_per_s < 60 * 4 / 50  # about 4 tokens a second, not the busy server's rate
+
+
+def test_a_closed_loop_past_the_running_cap_says_what_caps_it(cli):
+    """More requests in flight per replica than run at once: the report says how many run, what caps
+    them (the engine's sequence cap, or the KV cache) and how many wait, beside the queueing time."""
+    args = ["serve", "--model", "llama3-70b", "--system", "dgx-h100", "--num-gpus", "8", "--plan", "tp=8"]
+    code, out, err = cli([*args, "--framework", "vllm", "--concurrency", "2000", "--input-len", "200",
+                          "--output-len", "100", "--requests", "200"])  # fmt: skip
+    out = " ".join(out.split())
+    assert code == 0, err
+    assert "2,000 requests in flight per replica, 1,024 run at once (vllm's default cap;" in out
+    assert "the other 976 wait in the queue" in out
+    code, out, err = cli([*args, "--framework", "vllm", "--concurrency", "16", "--requests", "200"])
+    assert code == 0 and "wait in the queue" not in out
+    code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "rtx4090-8x", "--num-gpus", "1", "--framework",
+                          "vllm", "--concurrency", "100", "--input-len", "2000", "--output-len", "500",
+                          "--requests", "100"])  # fmt: skip
+    out = " ".join(out.split())
+    assert code == 0, err
+    assert "run at once (as many as the KV cache holds), the other" in out
+
+
+def test_the_targets_search_names_a_command_that_reproduces_its_best_option(cli):
+    """--ttft-max/--tpot-max ends with the serve command of its best option: that command keeps the
+    stack and lengths the search priced (it dropped --framework and --input-len, so it priced
+    TensorRT-LLM at 512 prompt tokens instead)."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "2", "--framework", "sglang",
+            "--input-len", "1000", "--ttft-max", "500ms", "--tpot-max", "50ms", "--requests", "100"]  # fmt: skip
+    code, out, err = cli(args)
+    assert code == 0, err
+    line = " ".join(out.split()).split("in full: ")[1]
+    assert "--framework sglang" in line and "--input-len 1000" in line and "--requests 100" in line
+    assert "--ttft-max" not in line and "--concurrency" in line

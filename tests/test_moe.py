@@ -328,6 +328,7 @@ def test_serving_spreads_the_experts_over_the_tp_gpus(cli):
     assert rows["tp=8,ep=8"]["tpot_s"] > rows["tp=8,ep=4"]["tpot_s"] > rows["tp=8"]["tpot_s"]
     code, _, err = cli([*base, "--plan", "tp=8,ep=3"])
     assert code == 2 and "ep=3 x etp=2 must equal tp=8 when serving" in err
+    assert "ep must divide one of them" in err and "leave etp unset" not in err  # it was unset: derived
 
 
 @settings(max_examples=25, deadline=None)
@@ -446,3 +447,16 @@ def test_with_few_expert_ranks_and_many_experts_per_token_the_allgather_dispatch
     assert ep_s(8, "allgather") == pytest.approx(ep_s(8, "alltoall"), rel=0.2)
     with pytest.raises(SpecError, match="moe_overlap runs with the alltoall or flex dispatcher"):
         estimate_training_step(scenario(ep=8, moe_dispatcher="allgather", moe_overlap=True))
+
+
+def test_predict_names_the_expert_layout_in_its_plan_line(cli):
+    """The plan line says ep and etp for a mixture of experts (it showed tp, pp and dp alone, so
+    --ep 8 was nowhere in the answer's header)."""
+    args = ["predict", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--nodes", "4", "--global-batch", "128"]
+    code, out, err = cli([*args, "--framework", "torchtitan", "--ep", "8"])
+    assert code == 0, err
+    assert "plan: tp=1 pp=1 ep=8 etp=1 dp=32," in " ".join(out.split())
+    code, out, err = cli([*args, "--ep", "4", "--tp", "2"])
+    assert code == 0 and "plan: tp=2 pp=1 ep=4 etp=2 dp=16," in " ".join(out.split())
+    code, out, err = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8"])
+    assert code == 0 and " ep=" not in out

@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import dataclasses
+import json
+import shlex
 
 import numpy as np
 import pytest
@@ -188,3 +190,57 @@ def test_each_plan_that_recomputes_nothing_knows_its_full_recomputation_twin():
     assert np.all(cols["recompute"][twin] == int(Recompute.FULL))
     _, _, fixed = candidates_with_twins(model, cluster, 1536, SearchSpace(recompute=("none",)))
     assert fixed is None
+
+
+@pytest.mark.parametrize("stack", ["torchtitan", "torchtitan-compile", "fsdp", "fsdp2", "nemo-automodel", "composer"])
+def test_fsdp_stacks_are_not_planned_at_zero_1(stack):
+    """FSDP1's strategies and FSDP2's reshard_after_forward shard all the model state or the
+    gradients and optimizer state, or nothing (DDP): there is no ZeRO-1 (optimizer state alone) to
+    recommend (torchtitan's mixtral plan was ZeRO-1 at the top)."""
+    argv = f"--model mixtral-8x7b --system dgx-h100 --nodes 4 --global-batch 256 --framework {stack}"
+    stages = set(PlanRequest.from_argv(argv).search().columns["zero_stage"].tolist())
+    assert 1 not in stages and stages <= {0, 2, 3}
+    assert 1 in set(PlanRequest.from_argv(argv + " --zero 1").search().columns["zero_stage"].tolist())
+
+
+def test_predict_notes_a_zero_stage_or_schedule_the_stack_does_not_run(cli):
+    """predict prices the plan asked, and says where the stack does not implement it (its preset's
+    zero_stages and schedules, which the planner keeps to): silent before."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
+    code, _out, err = cli([*base, "--framework", "torchtitan", "--zero", "1"])
+    assert code == 0 and "torchtitan implements ZeRO 0, 2, 3, not ZeRO-1; priced as asked" in err
+    code, _out, err = cli([*base, "--framework", "nanotron", "--pp", "2", "--vpp", "2"])
+    assert code == 0 and "nanotron runs the gpipe, 1f1b pipeline schedules, not interleaved" in err
+    code, _out, err = cli([*base, "--framework", "torchtitan", "--zero", "3"])
+    assert code == 0 and "priced as asked" not in err
+    code, _out, err = cli([*base, "--framework", "megatron-deepspeed", "--zero", "3", "--pp", "2"])
+    assert code == 0 and "pipeline engine allows ZeRO-1 at most" in err and "not ZeRO-3; priced as asked" in err
+    code, _out, err = cli([*base, "--framework", "megatron-deepspeed", "--zero", "1", "--pp", "2"])
+    assert code == 0 and "priced as asked" not in err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--cp-comm", "a2a"], "--cp-comm a2a: with --cp 1"),
+        (["--lora-targets", "qkv"], "--lora-targets names the layers of LoRA's adapters"),
+        (["--selective-policy", "op"], "--selective-policy says what --recompute selective recomputes"),
+        (["--moe-dispatcher", "flex", "--etp", "2"], "--etp, --moe-dispatcher: llama3-8b is dense"),
+        (["--expert-imbalance", "1.5"], "--expert-imbalance: llama3-8b is dense (no experts); drop it"),
+    ],
+)
+def test_predict_refuses_a_flag_its_plan_gives_nothing_to_do(cli, extra, message):
+    """Each was priced as if absent, silently; now one line and exit 2. A plan search keeps them for
+    the plans that use them (its rows' commands drop them where a row does not)."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "8"]
+    code, out, err = cli([*base, *extra])
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err
+
+
+def test_a_plan_searched_with_a_selective_policy_gives_rows_that_predict_takes(cli):
+    code, out, err = cli(["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch",
+                          "64", "--selective-policy", "op", "--top", "3", "--json"])  # fmt: skip
+    assert code == 0, err
+    for row in json.loads(out)["plans"]:
+        code, _out, err = cli(shlex.split(row["command"])[1:])
+        assert code == 0, (row["command"], err)

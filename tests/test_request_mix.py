@@ -218,3 +218,33 @@ def test_a_bad_csv_row_is_named(cli, tmp_path):
     table.write_text("prompt,output\n100,50\n")
     code, _out, err = cli([*SERVE, "--lengths", str(table)])
     assert code == 2 and "no input_len column" in err
+
+
+def test_a_table_with_requests_longer_than_the_context_is_noted(cli, tmp_path):
+    """A --lengths CSV is priced as given, as --input-len is: both say when a request is longer
+    than the model's sequence length (llama3-8b: 8,192), with the share of such requests."""
+    table = tmp_path / "long.csv"
+    table.write_text("input_len,output_len,count\n100,64,3\n9000,64,1\n")
+    code, out, err = cli([*SERVE, "--lengths", str(table)])
+    out = " ".join(out.split())
+    assert code == 0, err
+    assert "25% of the requests" in out and "the longest 9,064 tokens" in out and "sequence length 8,192" in out
+    assert "2 rows of" in out
+    table.write_text("input_len,output_len\n100,64\n")
+    code, out, err = cli([*SERVE, "--lengths", str(table)])
+    out = " ".join(out.split())
+    assert code == 0 and "longer than" not in out and "1 row of" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--slo-percentile", "99"], "--slo-percentile says which percentile --ttft-max/--tpot-max bound"),
+        (["--hf-id", "org/model"], "--hf-id names the checkpoint the --emit vllm server loads"),
+        (["--with-frontier"], "--with-frontier adds each plan's frontier to --json"),
+    ],
+)
+def test_a_flag_that_qualifies_a_missing_one_is_refused(cli, extra, message):
+    """These flags only change what another flag does: alone they were accepted and ignored."""
+    code, out, err = cli([*SERVE, *extra])
+    assert code == 2 and out == "" and err.count("\n") == 1 and message in err

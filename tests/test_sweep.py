@@ -1,5 +1,8 @@
 """Grids: one vectorized evaluation equals point-by-point evaluation; winners and margins."""
 
+import csv
+import io
+
 import numpy as np
 import pytest
 
@@ -158,3 +161,19 @@ def test_the_cli_streams_a_grid_with_csv_and_refuses_a_huge_one_without(cli, tmp
     code, _, err = cli(["sweep", "--vary", "batch=1..8", "--plan", "pp=8", "--layers", "6", "--csv", str(bad)])
     assert code == 2 and "invalid at every point" in err, err
     assert not bad.exists()
+
+
+def test_a_plan_that_does_not_fit_wins_no_cell_unless_memory_is_ignored(cli):
+    """`--ignore-memory`'s help: without it a plan that does not fit in GPU memory cannot win. The
+    sweep's winner map counted it as the winner all the same (the flag changed nothing)."""
+    args = ["sweep", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--framework", "fsdp", "--plan",
+            "tp=1,ep=8,zero=3", "--plan", "tp=1,ep=4,zero=3", "--vary", "batch=8,64", "--vary", "gpus=8,16",
+            "-o", "-"]  # fmt: skip
+    code, out, err = cli(args)
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert rows and all(r["fits[tp=1,ep=8,zero=3]"] == "false" for r in rows)  # mixtral's state needs > 8 x 80 GB
+    assert all(r["winner"] == "" for r in rows)
+    code, out, err = cli([*args, "--ignore-memory"])
+    assert code == 0, err
+    assert any(r["winner"] for r in csv.DictReader(io.StringIO(out)))

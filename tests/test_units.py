@@ -79,3 +79,4 @@ def test_formatting():
     assert units.format_seconds(2.5e-6) == "2.5 µs"
     assert units.format_seconds(5e-9) == "5 ns"
     assert units.format_seconds(0.0) == "0 s"
+    assert units.format_seconds(2043.7) == "2,044 s" and units.format_seconds(999.0) == "999 s"

@@ -20,6 +20,12 @@ def parse_plan_spec(text: str) -> PlanSpec:
         raise SpecError(f"--plan {text!r}: empty; give KEY=VALUE pairs such as tp=8 or tp=2,pp=4")
     for part in parts:
         key, sep, value = part.partition("=")
+        if key == "dp":  # a --plan names the split of one replica; the replicas are what the GPUs leave
+            raise SpecError(
+                f"--plan {text!r}: dp is not given: data-parallel replicas fill the GPUs (GPUs / (tp x pp x cp)); "
+                "set the GPUs with --num-gpus or --nodes (serving a mixture of experts, an ep above tp spreads "
+                "the experts over the replicas: data-parallel attention, e.g. tp=1,ep=8)"
+            )
         if not sep or key not in PlanSpec.KEYS:
             raise SpecError(f"--plan {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(PlanSpec.KEYS)}")
         if key in fields:

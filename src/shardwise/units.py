@@ -135,6 +135,8 @@ def format_seconds(t_s: float) -> str:
     if not math.isfinite(t_s):
         return "-"
     a = abs(t_s)
+    if a >= 1e3:  # whole seconds with separators, not '2.04e+03 s'
+        return f"{t_s:,.0f} s"
     if a >= 1.0 or a == 0.0:
         return f"{t_s:.3g} s"
     if a >= 1e-3:

@@ -61,6 +61,8 @@ class SweepResult:
     log_sd: dict[tuple[str, str], np.ndarray] = field(default_factory=dict)
     # (link, plan) -> term -> grid-shaped seconds (`run_sweep(..., breakdown=True)`); absent: not asked
     parts: dict[tuple[str, str], dict[str, np.ndarray]] = field(default_factory=dict)
+    # a plan that does not fit in GPU memory may win a point (`--ignore-memory`); by default it cannot
+    ignore_memory: bool = False
 
     def band(self, link: str, plan: str) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of the plan's 80% band on `link`, grid-shaped."""
@@ -78,12 +80,16 @@ class SweepResult:
         return int(np.prod(self.shape)) * len(self.links) * len(self.plans)
 
     def stack(self, link: str) -> np.ndarray:
-        """(plans, *grid) seconds on one link; inf where a plan is invalid."""
+        """(plans, *grid) seconds on one link; inf where a plan is invalid, or does not fit in GPU
+        memory (unless `ignore_memory`): the times the winner and the margin compare."""
         t = np.stack([self.times_s[(link, p)] for p in self.plans])
-        return np.where(np.isnan(t), np.inf, t)
+        out = np.isnan(t)
+        if not self.ignore_memory:
+            out |= ~np.stack([self.fits[(link, p)] for p in self.plans])
+        return np.where(out, np.inf, t)
 
     def winner(self, link: str) -> np.ndarray:
-        """Index into `plans` of the fastest plan at each grid point (-1 where none is valid)."""
+        """Index into `plans` of the fastest plan at each grid point (-1 where none is valid and fits)."""
         t = self.stack(link)
         best = np.argmin(t, axis=0)
         return np.where(np.isinf(np.min(t, axis=0)), -1, best)
@@ -140,6 +146,7 @@ def run_sweep(
     grid: Sequence[tuple[str, np.ndarray]],
     progress: Callable[[int], Any] | None = None,
     breakdown: bool = False,
+    ignore_memory: bool = False,
 ) -> SweepResult:
     """Evaluate every plan on every link over the outer product of `grid` (name, values) pairs.
     `progress(points)` is called after each block with the grid points just done. Calibrated
@@ -154,7 +161,7 @@ def run_sweep(
     parts: dict[tuple[str, str], dict[str, np.ndarray]] = {}
     for link in exp.links:
         for start, stop, block in _blocks(axes, BLOCK_POINTS):
-            result = _evaluate_block(exp, link, names, block, breakdown)
+            result = _evaluate_block(exp, link, names, block, breakdown, ignore_memory)
             for key, t in result.times_s.items():
                 times.setdefault(key, np.empty(shape))[start:stop] = t
                 fits.setdefault(key, np.empty(shape, dtype=bool))[start:stop] = result.fits[key]
@@ -165,7 +172,7 @@ def run_sweep(
             if progress is not None:
                 progress(result.points)
     labels = tuple(lk.label for lk in exp.links), tuple(p.label for p in exp.plans)
-    return SweepResult(exp, names, axes, *labels, times, fits, log_sd, parts)
+    return SweepResult(exp, names, axes, *labels, times, fits, log_sd, parts, ignore_memory)
 
 
 @dataclass(frozen=True)
@@ -200,6 +207,7 @@ def stream_sweep(
     progress: Callable[[int], Any] | None = None,
     breakdown: bool = False,
     block_points: int = BLOCK_POINTS,
+    ignore_memory: bool = False,
 ) -> SweepTotals:
     """`run_sweep` whose table (`SweepResult.columns`, the same rows in the same order: link by
     link, the grid in C order) goes to `write` one block at a time; only the totals stay in
@@ -212,7 +220,7 @@ def stream_sweep(
     per_point = False
     for link in exp.links:
         for _, _, block in _blocks(axes, block_points):
-            result = _evaluate_block(exp, link, names, block, breakdown)
+            result = _evaluate_block(exp, link, names, block, breakdown, ignore_memory)
             write(dict(result.columns()))
             for name, count in result.winner_cells()[link.label].items():
                 cells[link.label][name] += count
@@ -241,7 +249,12 @@ def _blocks(axes: tuple[np.ndarray, ...], block_points: int) -> Iterator[tuple[i
 
 
 def _evaluate_block(
-    exp: Experiment, link: Any, names: tuple[str, ...], axes: tuple[np.ndarray, ...], breakdown: bool
+    exp: Experiment,
+    link: Any,
+    names: tuple[str, ...],
+    axes: tuple[np.ndarray, ...],
+    breakdown: bool,
+    ignore_memory: bool = False,
 ) -> SweepResult:
     """Every plan on one link over one block of the grid."""
     from shardwise.analyses.bands import calibrated, point_log_sd
@@ -258,4 +271,5 @@ def _evaluate_block(
         if calibrated(exp):
             price = lambda e, p=plan, i=inputs: evaluate(e, p, link.link, i)[0]  # noqa: E731
             log_sd[key] = point_log_sd(exp, price, times[key])
-    return SweepResult(exp, names, axes, (link.label,), tuple(p.label for p in exp.plans), times, fits, log_sd, parts)
+    labels = (link.label,), tuple(p.label for p in exp.plans)
+    return SweepResult(exp, names, axes, *labels, times, fits, log_sd, parts, ignore_memory)

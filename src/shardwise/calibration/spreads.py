@@ -135,19 +135,22 @@ def spread_stack(framework: str) -> str:
 
 
 def stack_basis(framework: str) -> str:
-    """What an uncalibrated interval for `framework` rests on, in words."""
+    """What an uncalibrated interval for `framework` rests on, in words. A stack without a spread may
+    still have published rows that no fold prices (DeepSpeed's: encoders, host offload, no ZeRO stage
+    stated; ColossalAI's: layouts incomplete): "no published runs ... that the model prices"."""
     stack = spread_stack(framework)
     known = STACK_LOG_SD.get(stack)
     if known is None:
         widest = max(STACK_LOG_SD, key=lambda k: STACK_LOG_SD[k][0])
         if STACK_LOG_SD[widest][0] + 5e-4 >= NO_DATA_LOG_SD:
             return (
-                f"no published runs of {framework}: as wide as the widest of the {NO_DATA_STACKS} stacks "
-                f"with published runs ({widest}), wider than how far whole stacks missed when each was held out"
+                f"no published runs of {framework} that the model prices: as wide as the widest of the "
+                f"{NO_DATA_STACKS} stacks with priced runs ({widest}), wider than how far whole stacks missed "
+                "when each was held out"
             )
         return (
-            f"no published runs of {framework}: how far whole stacks missed when each was held out, "
-            f"across the {NO_DATA_STACKS} stacks with published runs"
+            f"no published runs of {framework} that the model prices: how far whole stacks missed when each "
+            f"was held out, across the {NO_DATA_STACKS} stacks with priced runs"
         )
     if stack != framework:
         _, runs, sources = known

@@ -117,6 +117,8 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
 
     split = describe_split(m.layers, int(p.pp), int(p.first_stage_layers), int(p.last_stage_layers), p.stage_layers)
     cp = f" cp={p.cp}" if int(p.cp) > 1 else ""
+    if m.is_moe and int(p.ep) > 1:  # the experts' layout: ep ranks each holding experts / ep, split etp ways
+        cp += f" ep={p.ep} etp={p.expert_tp}"
     return [
         f"[bold]{m.name}[/] ({_f(total_params(m)) / 1e9:.1f}B params, {m.layers} layers, h={m.hidden}, "
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "

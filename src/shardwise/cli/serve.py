@@ -122,9 +122,7 @@ serving_options = _stack(
     click.option(
         "--slo-percentile",
         type=click.Choice(["50", "90", "99"], case_sensitive=False),
-        default="90",
-        show_default=True,
-        help="Which percentile the targets bound.",
+        help="Which percentile --ttft-max/--tpot-max bound. [default: 90]",
     ),
     click.option(
         "--runtime",
@@ -135,12 +133,11 @@ serving_options = _stack(
     click.option(
         "--framework",
         type=click.Choice(list(SERVING_FRAMEWORKS), case_sensitive=False),
-        default="tensorrt-llm",
-        show_default=True,
         help="Serving stack, with its version's defaults (engines/engine_presets.py): runtime (tensorrt-llm, vllm, "
         "sglang and llama.cpp run CUDA graphs, fastertransformer cpp-eager, pytorch pytorch-eager), all-reduce "
         "kernel, KV-cache memory rule (TensorRT-LLM 90% of the free memory, vLLM 90% of the GPU, SGLang "
-        "mem_fraction_static), chunked-prefill budget, per-stage cost of pipeline parallelism.",
+        "mem_fraction_static), chunked-prefill budget, per-stage cost of pipeline parallelism. "
+        "[default: tensorrt-llm; vllm with --emit vllm]",
     ),
     click.option(
         "--custom-all-reduce/--no-custom-all-reduce",
@@ -218,6 +215,10 @@ def serve(
 
         check_output_path(frontier_path, (".png", ".svg", ".pdf"), "--plot")
     second = parse_link_spec(frontier_link, "--plot-link")
+    if options.get("with_frontier") and not as_json:
+        from shardwise.errors import SpecError
+
+        raise SpecError("--with-frontier adds each plan's frontier to --json; add --json (or draw it with --plot)")
     request = ServeRequest.from_options(options)
     setting = request.setting()
     echo_notes(setting.notes)
@@ -287,8 +288,13 @@ def _print_best(result: Any) -> None:
     s = result.setting
     gpus = int(s.cluster.num_gpus)
     click.echo(
-        f"\nno --plan given: the {len(s.specs)} layouts of {gpus} GPUs compared (tp within a server, tp x pp "
-        "dividing the GPUs, replicas filling the rest; --plan to choose)"
+        "\nno --plan given: "
+        + (
+            f"the {len(s.specs)} layouts of {gpus} GPUs compared"
+            if len(s.specs) > 1
+            else f"the one layout of {gpus} GPU"
+        )
+        + " (tp within a server, tp x pp dividing the GPUs, replicas filling the rest; --plan to choose)"
     )
     best = result.best()
     if best["latency"] is None:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
+
 
 def print_estimates(
     model: Any,
@@ -42,6 +44,9 @@ def print_estimates(
             f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
             f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
         )
+    over = _mix_over_context(mix, int(model.seq_len))
+    if over:
+        out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")
     inflight = rows[0][1].batching == "inflight"
     table = Table(header_style="bold", box=box.SIMPLE_HEAD, pad_edge=False, collapse_padding=True)
     for col in (
@@ -142,7 +147,71 @@ HOST_WAIT_NOTE = (
 def _part(key: str, est: Any = None) -> str:
     if key == "pp_wait" and est is not None and int(est.scenario.plan.pp) == 1:
         return "host wait"  # one stage: the host step outlasting the GPU's (`engines.pipeline`)
+    if key == "tp_comm" and est is not None:
+        return _comm_name(est.scenario.plan)
     return PART_NAMES.get(key, key.replace("_", " "))
+
+
+def _comm_name(plan: Any) -> str:
+    """What `tp_comm` holds for a serving plan, by the groups that communicate (`engines.iteration`):
+    the TP group's collectives, the experts' all-to-all where attention is data-parallel
+    (`engines.dp_attention`: with tp = 1 there is no TP collective at all) and the context-parallel
+    ranks' exchange; "tp comm" alone for a plan of TP only."""
+    from shardwise.engines.dp_attention import dp_attention
+
+    groups = [
+        name
+        for name, on in (
+            ("tp comm", int(plan.tp) > 1),
+            ("expert all-to-all", bool(np.any(dp_attention(plan)))),
+            ("cp comm", int(plan.cp) > 1),
+        )
+        if on
+    ]
+    return " + ".join(groups) or "comm"
+
+
+def _closed_loop_queue(est: Any) -> str:
+    """Where a closed loop keeps more requests in flight per replica than run at once: what caps the
+    running ones (the engine's sequence cap or the KV cache) and how many wait, in words ("" if none)."""
+    users, cap, kv = est.users, int(est.max_sequences), int(est.max_batch)
+    if users is None or cap < 1:
+        return ""
+    per_replica = -(-int(users) // int(est.scenario.plan.dp))
+    running = min(cap, kv)
+    if per_replica <= running:
+        return ""
+    engine = est.workload.engine
+    why = (
+        (
+            "TensorRT-LLM's max_batch_size as trtllm-bench sets it"
+            if engine == "tensorrt-llm"
+            else f"{engine}'s default cap"
+        )
+        + f"; the KV cache would hold {kv:,}"
+        if cap < kv
+        else "as many as the KV cache holds"
+    )
+    return (
+        f"{per_replica:,} requests in flight per replica, {running:,} run at once ({why}), the other "
+        f"{per_replica - running:,} wait in the queue"
+    )
+
+
+def _mix_over_context(mix: Any, seq_len: int) -> str:
+    """What share of a table mix's requests (a --lengths CSV) is longer than the model's sequence
+    length, in words ("" for none, and for a log-normal mix, which is drawn within the context)."""
+    if mix is None or getattr(mix, "input_lens", None) is None:
+        return ""
+    total = mix.input_lens + mix.output_lens
+    long = total > seq_len
+    if not long.any():
+        return ""
+    share = float(mix.weights[long].sum())
+    return (
+        f"{share:.0%} of the requests of {mix.name} (the longest {int(total.max()):,} tokens) are longer than "
+        f"the model's sequence length {seq_len:,}"
+    )
 
 
 def _lengths_text(workload: Any, rows: list[tuple[str, Any]], mix: Any) -> str:
@@ -229,6 +298,9 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (+{est.mean_prompt_tokens:,.0f} prompt "
             f"tokens) = {parts}"
         )
+        held = _closed_loop_queue(est)
+        if held:
+            out.print(f"  {label}: {held}")
         if est.overloaded:
             out.print(
                 f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "

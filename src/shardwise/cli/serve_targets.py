@@ -12,7 +12,7 @@ SHOWN = 12
 def print_targets(found: Any) -> None:
     """The search's table (`requests.serve.TargetsResult`), the best option and why."""
     s, req = found.setting, found.request
-    _table(s.model, s.cluster, s.workload, found.options, req.ttft_max, req.tpot_max, found.percentile)
+    _table(s.model, s.cluster, s.workload, found.options, req.ttft_max, req.tpot_max, found.percentile, req)
 
 
 def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
@@ -21,7 +21,14 @@ def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
 
 
 def _table(
-    model: Any, cluster: Any, wl: Any, options: list[Any], ttft_max: str | None, tpot_max: str | None, pct: str
+    model: Any,
+    cluster: Any,
+    wl: Any,
+    options: list[Any],
+    ttft_max: str | None,
+    tpot_max: str | None,
+    pct: str,
+    request: Any = None,
 ) -> None:
     from rich import box
     from rich.table import Table
@@ -80,6 +87,21 @@ def _table(
         f"{best.users_per_replica:,} requests in flight per replica: {best.tokens_per_s_per_gpu:,.0f} tokens/s "
         f"per GPU; more load misses ({best.why})"
     )
+    if request is not None:  # the request searched, at the best option: its lengths, stack and budget kept
+        import dataclasses
+
+        full = dataclasses.replace(
+            request,
+            plans=(best.label,),
+            weight_precision=best.weight_precision,
+            kv_precision=best.kv_precision,
+            concurrency=best.users_per_replica * replicas,
+            ttft_max=None,
+            tpot_max=None,
+            slo_percentile=None,
+        )
+        out.print(f"[dim]in full: {full.command()}[/]")
+        return
     out.print(
         f"[dim]in full: shardwise serve --model {model.name} {_system(cluster)} --plan {best.label} "
         f"--weight-precision {best.weight_precision} --kv-precision {best.kv_precision} "

@@ -179,6 +179,10 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
     for link, counts in summary["winner_cells"].items():
         table.add_row(link, *(f"{counts[p]:,}" for p in [*plans, "none valid"]))
     out.print(table)
+    out.print(
+        "[dim]a plan that does not fit in GPU memory wins no cell unless --ignore-memory; none valid: no plan "
+        "valid there that may win[/]"
+    )
     if out_path:
         out.print(f"grid written to {out_path}")
     if map_path:

@@ -65,8 +65,15 @@ def emit(scn: Scenario, target: str, version: str | None = None) -> Launch:
     return replace(out, changes=changes)
 
 
-def vllm_launch(scn: Scenario, workload: object, model_id: str | None, version: str | None = None) -> Launch:
+def vllm_launch(
+    scn: Scenario,
+    workload: object,
+    model_id: str | None,
+    version: str | None = None,
+    max_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+) -> Launch:
     """`vllm serve` for one replica of a serving plan (see `emit.vllm`)."""
     from shardwise.emit import vllm
 
-    return vllm.launch(scn, workload, model_id, _version("vllm", version))
+    return vllm.launch(scn, workload, model_id, _version("vllm", version), max_batched_tokens, max_num_seqs)

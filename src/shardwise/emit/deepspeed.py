@@ -7,8 +7,10 @@ ZeRO-1 at most with a pipeline (`runtime/pipe/engine.py`), and splits the layers
 `partition_method='type:transformer'` (`runtime/utils.py partition_balanced`: the first
 layers % pp stages take one layer more); context parallelism is DeepSpeed-Ulysses
 (`--ds-sequence-parallel-size`, the all-to-all kind). Mixture-of-experts, multi-latent
-attention, FP8 and LoRA plans are refused. Version `master`: Megatron-DeepSpeed master (July
-2025) with DeepSpeed master of August 2026 (`runtime/config.py`).
+attention, FP8, LoRA and hybrid-sharded plans are refused (DeepSpeed's MiCS needs the model built
+under `deepspeed.zero.MiCS_Init`; `pretrain_gpt.py` uses `deepspeed.zero.Init`). Version
+`master`: Megatron-DeepSpeed master (July 2025) with DeepSpeed master of August 2026
+(`runtime/config.py`).
 """
 
 from __future__ import annotations
@@ -59,11 +61,14 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     for bad, what in refuse:
         if bad:
             raise EmitError(f"--emit deepspeed: {what} is not emitted for Megatron-DeepSpeed; use --emit megatron")
-    hybrid = 0 < i(p.shard_group) < i(p.dp) * i(p.cp)
-    if hybrid and (i(p.zero_stage) != 3 or i(p.cp) > 1 or i(p.pp) > 1):
+    if 0 < i(p.shard_group) < i(p.dp) * i(p.cp):
+        # DeepSpeed's hybrid sharding is MiCS (mics_shard_size): its MiCS_Optimizer asserts that the
+        # parameters were built under deepspeed.zero.MiCS_Init (runtime/zero/mics.py), and
+        # Megatron-DeepSpeed's pretrain_gpt.py builds them under deepspeed.zero.Init
         raise EmitError(
-            f"--emit deepspeed: hybrid sharding (--shard-group {i(p.shard_group)}) is emitted as MiCS "
-            "(mics_shard_size), which needs ZeRO-3 without pipeline or Ulysses ranks"
+            f"--emit deepspeed: hybrid sharding (--shard-group {i(p.shard_group)}) is DeepSpeed's MiCS, which "
+            "needs the model built under deepspeed.zero.MiCS_Init; Megatron-DeepSpeed's pretrain_gpt.py uses "
+            "deepspeed.zero.Init; plan without --shard-group"
         )
     new, changes = unemitted_shape(p, "DeepSpeed's pipeline engine")
     pp, sched = i(p.pp), Schedule(int(p.schedule))
@@ -107,8 +112,7 @@ def config(scn: Scenario) -> dict[str, object]:
         "train_batch_size": i(p.global_batch),
         "train_micro_batch_size_per_gpu": i(p.micro_batch),
         "gradient_accumulation_steps": i(p.num_micro_batches),
-        "zero_optimization": {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)}
-        | ({"mics_shard_size": i(p.shard_group)} if 0 < i(p.shard_group) < i(p.dp) * i(p.cp) else {}),
+        "zero_optimization": {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)},
         "bf16": {"enabled": p.precision == "bf16"},
         "fp16": {"enabled": p.precision == "fp16"},
         "gradient_clipping": 1.0,

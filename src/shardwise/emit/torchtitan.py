@@ -166,20 +166,39 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "gradients reduced in fp32, not bf16 (torchtitan's training.mixed_precision_reduce applies to "
             "FSDP2 only; DDP and one GPU keep fp32 gradients)"
         )
+    run = p.with_(**new) if new else p
+    shard, _ = _data_mesh(run)
+    sparse = shard * i(run.cp) * i(run.tp)
+    if m.is_moe and i(run.ep) > 1 and sparse % i(run.ep):
+        raise EmitError(
+            f"--emit torchtitan: expert parallelism ep={i(run.ep)} must divide torchtitan's dp_shard x cp x tp = "
+            f"{shard} x {i(run.cp)} x {i(run.tp)} = {sparse} (ParallelDims); "
+            + ("shard over more ranks (--shard-group)" if i(run.shard_group) > 0 else "use ZeRO-3 or a smaller --ep")
+        )
     if not new:
         return scn, ()
-    return Scenario(m, scn.cluster, p.with_(**new)), tuple(changes)
+    return Scenario(m, scn.cluster, run), tuple(changes)
+
+
+def _data_mesh(p: object) -> tuple[int, int]:
+    """(data_parallel_shard_degree, data_parallel_replicate_degree) of `p`: FSDP2 over all the
+    data-parallel ranks (ZeRO >= 1), the HSDP mesh (dp x cp / shard_group replicas, cp inside the
+    shard group) with --shard-group, or DDP (ZeRO-0: every rank a replica)."""
+    dp, z, cp, group = i(p.dp), i(p.zero_stage), i(p.cp), i(p.shard_group)  # type: ignore[attr-defined]
+    if z < 1:
+        return 1, dp
+    if group > 0:
+        replicate = dp * cp // group
+        return dp // replicate, replicate
+    return dp, 1
 
 
 def launch(scn: Scenario, version: str) -> Launch:
     m, c, p = scn.model, scn.cluster, scn.plan
     t = titan_model(m)
     assert t is not None
-    dp, z, cp = i(p.dp), i(p.zero_stage), i(p.cp)
-    shard, replicate = (dp, 1) if z >= 1 else (1, dp)
-    if z >= 1 and i(p.shard_group) > 0:  # HSDP: (dp_replicate, dp_shard x cp) mesh
-        replicate = dp * cp // i(p.shard_group)
-        shard = dp // replicate
+    cp = i(p.cp)
+    shard, replicate = _data_mesh(p)  # HSDP: (dp_replicate, dp_shard x cp) mesh
     module, config, files = t.module, t.config, ()
     converters = _converters(p, t)
     if converters or (t.fp8_in_config and p.precision != "fp8"):
@@ -198,6 +217,9 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--training.num_tokens_per_microbatch_per_dp_rank", str(i(p.micro_batch) * i(m.seq_len))),
         ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
         ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
+        # element-wise work fused, as priced (torchtitan-compile, or a fused stack's plan): torch.compile
+        # (config/configs.py CompileConfig.enable, off by default: eager kernels, the torchtitan preset)
+        ("--compile.enable",) if not bool(p.eager_kernels) else None,
         # FSDP2's MixedPrecisionPolicy reduce_dtype (torchtitan/config/training.py mixed_precision_reduce)
         ("--training.mixed_precision_reduce", "bfloat16") if bool(p.grad_reduce_bf16) else None,
         *_ac(Recompute(int(p.recompute))),

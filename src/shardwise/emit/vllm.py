@@ -31,8 +31,18 @@ PREQUANTISED = {
 TODO = ("weights: the model id must name a checkpoint vLLM can load (Hugging Face id or local directory)",)
 
 
-def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VERSIONS[0]) -> Launch:
-    """The server of one replica for the priced serving estimate's scenario and workload."""
+def launch(
+    scn: Scenario,
+    workload: Any,
+    model_id: str | None,
+    version: str = VERSIONS[0],
+    max_batched_tokens: int | None = None,
+    max_num_seqs: int | None = None,
+) -> Launch:
+    """The server of one replica for the priced serving estimate's scenario and workload. Under
+    in-flight batching `max_batched_tokens` is the chunk budget it was priced with and
+    `max_num_seqs` the sequences one replica ran at once (`engines.inflight`); without them the
+    plan is a static batch: its prompts prefilled at once, every sequence at once."""
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
@@ -49,20 +59,35 @@ def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VE
     if i(p.cp) > 1:
         raise EmitError("--emit vllm: context parallelism is not emitted for vLLM; price plans without cp")
     tp, pp, dp = i(p.tp), i(p.pp), i(p.dp)
-    if m.is_moe and i(p.ep) not in (1, tp):
+    # data-parallel attention (ep > tp, `engines.dp_attention`): one server of dp engine ranks whose
+    # experts spread over all dp x tp GPUs (vLLM --data-parallel-size with --enable-expert-parallel)
+    dp_attention = m.is_moe and i(p.ep) > tp
+    if dp_attention and (i(p.ep) != tp * dp or pp > 1 or tp * dp > i(scn.cluster.gpus_per_node)):
         raise EmitError(
-            f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp})"
+            f"--emit vllm: data-parallel attention with ep={i(p.ep)}: vLLM's --data-parallel-size with "
+            f"--enable-expert-parallel spreads whole experts over all dp x tp = {tp * dp} GPUs of one server "
+            "(ep = tp x dp, no pipeline); other layouts, or one over several servers, are not emitted"
         )
-    per_replica = -(-i(wl.batch) // dp)
+    if m.is_moe and not dp_attention and i(p.ep) not in (1, tp):
+        raise EmitError(
+            f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp}) "
+            f"or, with data-parallel attention, all of them (ep={tp * dp})"
+        )
+    per_replica = -(-i(wl.batch) // dp) if max_num_seqs is None else int(max_num_seqs)
     max_len = i(wl.input_len) + i(wl.output_len)
-    budget = getattr(workload, "max_batched_tokens", None)
-    inflight = getattr(workload, "batching", "static") == "inflight" or budget is not None
-    if not inflight:  # static batching prices each batch's prompts prefilled at once
+    budget = max_batched_tokens
+    if budget is None:  # static batching prices each batch's prompts prefilled at once
         budget = max(per_replica * i(wl.input_len), max_len)
     notes = []
     if wl.weight_precision in PREQUANTISED:
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
-    if dp > 1:
+    if dp_attention:
+        notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
+        notes.append(
+            "priced with a true all-to-all (one copy per chosen expert: DeepEP, pplx); choose such an all2all "
+            "backend, vLLM's default allgather_reducescatter moves every token to every rank"
+        )
+    elif dp > 1:
         notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")
     env: tuple[tuple[str, str], ...] = ()
     if pp > 1:
@@ -75,6 +100,7 @@ def launch(scn: Scenario, workload: Any, model_id: str | None, version: str = VE
         ("--quantization", WEIGHT_QUANTIZATION[wl.weight_precision])
         if wl.weight_precision in WEIGHT_QUANTIZATION
         else None,
+        ("--data-parallel-size", str(dp)) if dp_attention else None,
         ("--enable-expert-parallel",) if m.is_moe and i(p.ep) > 1 else None,
         ("--disable-custom-all-reduce",) if wl.custom_all_reduce == "none" and tp > 1 else None,
         ("--enforce-eager",) if wl.runtime == "pytorch-eager" else None,

@@ -78,6 +78,9 @@ class InflightEstimate(ServingEstimate):
     mean_input_len: float = float("nan")
     mean_output_len: float = float("nan")
     burstiness: float = 1.0
+    # the engine's cap on sequences running at once in one replica (`serving.max_sequences_per_replica`;
+    # TensorRT-LLM: max_batch_size as trtllm-bench sets it); min(it, max_batch) run, the rest queue
+    max_sequences: int = 0
 
     @property
     def fits_in_memory(self) -> bool:  # requests beyond the KV cache wait; one must fit
@@ -203,6 +206,7 @@ def estimate_from(
         mean_input_len=float(replica.mean_input_len),
         mean_output_len=float(replica.mean_output_len),
         burstiness=burstiness,
+        max_sequences=int(replica.max_sequences),
     )
 
 

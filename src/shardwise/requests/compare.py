@@ -323,7 +323,8 @@ class SweepRequest:
         exp, grid = built.experiment, self.grid()
         check_size(self.configurations(exp), hint=hint)
         start = time.perf_counter()
-        result = run_sweep(exp, grid, breakdown=self.breakdown, progress=progress)
+        ignore = self.experiment.ignore_memory
+        result = run_sweep(exp, grid, breakdown=self.breakdown, progress=progress, ignore_memory=ignore)
         check_valid_somewhere(exp, result, grid)
         return SweepResult(self, result, time.perf_counter() - start, built.notes)
 
@@ -337,7 +338,8 @@ class SweepRequest:
         built = built or self.experiment.build()
         exp, grid = built.experiment, self.grid()
         start = time.perf_counter()
-        totals = stream_sweep(exp, grid, write, progress=progress, breakdown=self.breakdown)
+        ignore = self.experiment.ignore_memory
+        totals = stream_sweep(exp, grid, write, progress=progress, breakdown=self.breakdown, ignore_memory=ignore)
         check_valid_somewhere(exp, totals, grid)
         return SweepResult(self, totals, time.perf_counter() - start, built.notes)
 

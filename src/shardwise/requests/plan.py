@@ -23,8 +23,9 @@ LAYOUT_FIELDS = (
 # what each --emit target runs of the searched features: (the first N layers of each chunk recomputed
 # whole, the ZeRO stages it emits with hybrid sharding): Megatron-LM's block recomputation and its
 # distributed optimizer's instances (ZeRO-1), torchtitan's HSDP mesh (its FSDP2 is ZeRO-3; its
-# activation checkpointing takes every layer or every N-th, not the first N), DeepSpeed's MiCS (ZeRO-3)
-EMIT_FEATURES = {"megatron": (True, (1,)), "torchtitan": (False, (1, 2, 3)), "deepspeed": (False, (3,))}
+# activation checkpointing takes every layer or every N-th, not the first N); DeepSpeed neither (its
+# MiCS needs the model built under MiCS_Init, Megatron-DeepSpeed's pretrain_gpt.py uses zero.Init)
+EMIT_FEATURES = {"megatron": (True, (1,)), "torchtitan": (False, (1, 2, 3)), "deepspeed": (False, ())}
 
 
 def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
@@ -49,6 +50,9 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
     recompute = RECOMPUTE_NAMES[int(c["recompute"])]
     if recompute != "selective":  # Megatron-Core's modules are selective recomputation's (`Plan.recompute_modules`)
         kept["recompute_modules"] = None
+        kept["selective_policy"] = None  # as is what selective recomputation keeps
+    if int(c["cp"]) == 1:  # how CP ranks exchange keys and values: none without CP
+        kept.pop("cp_comm", None)
     request = TrainingRequest(
         **kept,
         global_batch=int(search.global_batch),

@@ -64,9 +64,9 @@ SERVE_FIELDS = (
     _f("kv_precision", "str", None, *STORAGE_PRECISIONS),
     _f("ttft_max", "str"),
     _f("tpot_max", "str"),
-    _f("slo_percentile", "str", "90", "50", "90", "99"),
+    _f("slo_percentile", "str", None, "50", "90", "99"),
     _f("runtime", "str", None, *RUNTIME_NAMES),
-    _f("framework", "str", "tensorrt-llm", *SERVING_FRAMEWORKS),
+    _f("framework", "str", None, *SERVING_FRAMEWORKS),
     _f("custom_all_reduce", "bool", True),
     _f("with_frontier", "bool", False),
     _f("emit", "str", None, "vllm"),
@@ -99,9 +99,9 @@ class ServeRequest:
     kv_precision: str | None = None
     ttft_max: str | None = None
     tpot_max: str | None = None
-    slo_percentile: str = "90"
+    slo_percentile: str | None = None  # None: 90; only with --ttft-max/--tpot-max
     runtime: str | None = None
-    framework: str = "tensorrt-llm"
+    framework: str | None = None  # None: tensorrt-llm, or vllm with --emit vllm (resolved below)
     custom_all_reduce: bool = True
     with_frontier: bool = False
     emit: str | None = None
@@ -109,6 +109,18 @@ class ServeRequest:
 
     def __post_init__(self) -> None:
         F.normalize(self, SERVE_FIELDS, where=True)
+        if self.framework is None:  # --emit vllm prices the plans as the vLLM server it prints runs them
+            object.__setattr__(self, "framework", "vllm" if self.emit == "vllm" else "tensorrt-llm")
+        # flags that only qualify another: one line each where that other is missing
+        if self.slo_percentile is not None and not self.targets:
+            raise SpecError("--slo-percentile says which percentile --ttft-max/--tpot-max bound; add one of them")
+        if self.hf_id is not None and self.emit is None:
+            raise SpecError("--hf-id names the checkpoint the --emit vllm server loads; add --emit vllm")
+        if self.emit == "vllm" and self.framework != "vllm":
+            raise SpecError(
+                f"--emit vllm prints vLLM servers, but --framework {self.framework} prices the plans as "
+                f"{self.framework} runs them (KV-cache rule, chunk budget, all-reduce kernel); use --framework vllm"
+            )
 
     # --- ways in and out -----------------------------------------------------------------------
     @classmethod
@@ -255,7 +267,7 @@ class ServeRequest:
         from shardwise.requests.serve_plans import scenario_of
 
         ttft, tpot = _seconds(self.ttft_max, "--ttft-max"), _seconds(self.tpot_max, "--tpot-max")
-        pct = f"p{self.slo_percentile}"
+        pct = f"p{self.slo_percentile or '90'}"
         choices = None if self.weight_precision is None else [(s.workload.weight_precision, s.workload.kv_precision)]
         candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs] if self.plans else None
         options = search(

@@ -70,7 +70,8 @@ def read_lengths_csv(path: str) -> Any:
         raise SpecError(f"--lengths {path}: the {weight_col} column adds up to 0")
     return RequestMix(
         name=path,
-        source=f"{len(rows):,} rows of {path}" + (f" weighted by {weight_col}" if weight_col else ""),
+        source=f"{len(rows):,} row{'s' if len(rows) > 1 else ''} of {path}"
+        + (f" weighted by {weight_col}" if weight_col else ""),
         input_lens=table[:, 0].astype(np.int64),
         output_lens=table[:, 1].astype(np.int64),
         weights=weights,

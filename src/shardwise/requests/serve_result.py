@@ -229,7 +229,16 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
             f"--emit vllm: the plan tp={int(est.scenario.plan.tp)} pp={int(est.scenario.plan.pp)} does not fit in "
             f"memory: a replica holds {int(est.max_batch)} of its {per_replica} sequences; not emitted"
         )
-    return vllm_launch(est.scenario, est.workload, model_id).as_dict()
+    if getattr(est, "batching", "static") != "inflight":
+        return vllm_launch(est.scenario, est.workload, model_id).as_dict()
+    # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once: its
+    # closed loop's share, at most what the KV cache and the engine's cap let run (`engines.inflight`)
+    running = min(int(est.max_batch), int(est.max_sequences) or int(est.max_batch))
+    if est.users is not None:
+        running = min(running, -(-int(est.users) // int(est.scenario.plan.dp)))
+    return vllm_launch(
+        est.scenario, est.workload, model_id, max_batched_tokens=int(est.max_batched_tokens), max_num_seqs=running
+    ).as_dict()
 
 
 def _fit_hint(s: Any, est: Any) -> str:

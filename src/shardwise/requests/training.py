@@ -219,6 +219,7 @@ class PredictRequest:
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise SpecError(f"engine: {self.engine!r} is not allowed; use one of {', '.join(ENGINES)}")
+        refuse_idle_flags(self.training)
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PredictRequest:
@@ -244,6 +245,7 @@ class PredictRequest:
 
         built = self.training.build()
         scn = built.scenario
+        refuse_idle_flags(self.training, scn.model)
         if self.engine == "simulate":
             from shardwise.engines.simulated import simulate_training_step
 
@@ -255,3 +257,41 @@ class PredictRequest:
         spread = build.spread([scn], built.calibration)
         low, high = (float(x[0]) for x in spread.bounds(float(est.step_time_s)))
         return PredictResult(self, est, low, high, spread.basis, built.notes)
+
+
+def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
+    """One line for a flag of one plan that the plan gives nothing to do (it was priced as if
+    absent): how CP ranks talk without CP, LoRA's targets without LoRA, what selective
+    recomputation keeps without it, and with the `model` built, a mixture-of-experts flag on a
+    dense model. `predict` asks it (`plan` searches cp and recomputation: not there)."""
+    if model is not None:
+        _refuse_expert_flags(t, model)
+    if t.cp_comm != F.default("cp_comm") and t.cp == 1:
+        raise SpecError(f"--cp-comm {t.cp_comm}: with --cp 1 no context-parallel ranks exchange anything; add --cp")
+    if t.lora_targets != F.default("lora_targets") and t.lora_rank == 0:
+        raise SpecError("--lora-targets names the layers of LoRA's adapters; add --lora-rank R")
+    if t.selective_policy is not None and t.recompute != "selective":
+        raise SpecError(
+            f"--selective-policy says what --recompute selective recomputes; it is not used with --recompute "
+            f"{t.recompute}"
+        )
+
+
+def _refuse_expert_flags(t: TrainingRequest, model: Any) -> None:
+    """One line for a mixture-of-experts flag on a dense model (it was priced as if absent)."""
+    if getattr(model, "is_moe", False):
+        return
+    given = [
+        flag
+        for flag, name in (
+            ("--etp", "etp"),
+            ("--expert-imbalance", "expert_imbalance"),
+            ("--moe-dispatcher", "moe_dispatcher"),
+            ("--moe-capacity-factor", "moe_capacity_factor"),
+            ("--moe-pad-to-capacity", "moe_pad_to_capacity"),
+        )
+        if getattr(t, name) != F.default(name)
+    ]
+    if given:
+        them = "them" if len(given) > 1 else "it"
+        raise SpecError(f"{', '.join(given)}: {model.name} is dense (no experts); drop {them}")

@@ -181,7 +181,8 @@ def serving_expert_rule(tp: Number, ep: Number, etp: Number, dp: Number = 1) -> 
         a, b, c, r = at_first(~ok, t, e, x, d)
         return (
             f"plan: ep={b} x etp={c} must equal tp={a} when serving (experts over a replica's TP GPUs) or tp x "
-            f"dp={a * r} (data-parallel attention: experts over all GPUs); leave etp unset to have it derived"
+            f"dp={a * r} (data-parallel attention: experts over all GPUs): ep must divide one of them, etp (derived "
+            "from it where unset) splits each expert over the rest"
         )
 
     return Rule("serving spreads the experts over the TP GPUs (ep x etp = tp) or all GPUs (= tp x dp)", ok, error)
