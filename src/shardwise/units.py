@@ -153,3 +153,25 @@ def format_seconds_range(low_s: float, high_s: float) -> str:
     a = abs(high_s)
     scale, unit = next(((s, u) for s, u in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")) if a >= s), (1e-9, "ns"))
     return f"{low_s / scale:.3g}-{high_s / scale:.3g} {unit}"
+
+
+def share_or_bytes(flag: str, text: str, capacity_bytes: float) -> float:
+    """A flag's amount of a capacity: bytes ('8GB') or a share of it ('10%'); 0 alone may be bare
+    ('10' is 10%? 10 GB? not 10 bytes: refused). One SpecError line naming the flag otherwise."""
+    from shardwise.errors import SpecError
+
+    t = str(text).strip()
+    try:
+        if t.endswith("%"):
+            frac = float(t[:-1]) / 100
+            if not 0 <= frac < 1:
+                raise ValueError
+            return frac * capacity_bytes
+        if is_bare_number(t) and float(t) != 0:  # '10' or '1e3': 10% or 10 GB, not bytes
+            raise ValueError
+        value = parse_bytes(t)
+    except (ValueError, SpecError):
+        raise SpecError(f"{flag}: {text!r} is not allowed; give bytes (8GB), a percentage (10%) or 0") from None
+    if not 0 <= value < capacity_bytes:
+        raise SpecError(f"{flag}: {text!r} must be between 0 and the GPU's {capacity_bytes / 1e9:.0f} GB")
+    return value

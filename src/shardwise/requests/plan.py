@@ -11,7 +11,7 @@ from typing import Any
 
 from shardwise.requests.plan_result import PlanResult, with_intervals
 from shardwise.requests.training import PredictRequest, TrainingRequest
-from shardwise.units import format_capacity
+from shardwise.units import format_capacity, share_or_bytes
 
 # the fields of a request that say where and how the plans run (kept from the plan's own request);
 # the layout fields are the row's
@@ -296,7 +296,7 @@ class PlanRequest:
             tp_within_node=self.tp_within_node,
             max_micro_batch=self.max_micro_batch,
             max_vpp=self.max_vpp,
-            memory_headroom_bytes=headroom_bytes(self.memory_headroom, gpu_memory_bytes),
+            memory_headroom_bytes=share_or_bytes("--memory-headroom", self.memory_headroom, gpu_memory_bytes),
             objective=self.objective,
             precision=self.training.precision,
             execution=self._execution(),
@@ -385,27 +385,3 @@ class PlanRequest:
 
             regret = plan_regret(result, cal.fit, spread.basis)
         return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes), cal, regret)
-
-
-def headroom_bytes(text: str, capacity_bytes: float) -> float:
-    """--memory-headroom: bytes (8GB) or a share of the GPU's memory (10%)."""
-    from shardwise.errors import SpecError
-    from shardwise.units import is_bare_number, parse_bytes
-
-    t = str(text).strip()
-    try:
-        if t.endswith("%"):
-            frac = float(t[:-1]) / 100
-            if not 0 <= frac < 1:
-                raise ValueError
-            return frac * capacity_bytes
-        if is_bare_number(t) and float(t) != 0:  # '10' or '1e3': 10% or 10 GB, not bytes
-            raise ValueError
-        value = parse_bytes(t)
-    except (ValueError, SpecError):
-        raise SpecError(
-            f"--memory-headroom: {text!r} is not allowed; give bytes (8GB), a percentage (10%) or 0"
-        ) from None
-    if not 0 <= value < capacity_bytes:
-        raise SpecError(f"--memory-headroom: {text!r} must be between 0 and the GPU's {capacity_bytes / 1e9:.0f} GB")
-    return value
