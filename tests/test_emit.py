@@ -129,10 +129,10 @@ def test_block_recomputation_of_some_layers_is_megatrons_block_method_and_refuse
             emit(scn, target)
 
 
-def test_torchtitan_names_its_config_and_prices_fsdp2_as_zero3():
+def test_torchtitan_names_its_config_and_prices_zero1_as_fsdp2_without_resharding():
     scn = _scn("llama3-8b", nodes=1, tp=2, pp=1, dp=4, global_batch=64, zero_stage=1, sequence_parallel=True)
     run, changes = adapt(scn, "torchtitan")
-    assert run.plan.zero_stage == 3 and "ZeRO-1 -> ZeRO-3" in changes[0]
+    assert run.plan.zero_stage == 2 and "ZeRO-1 -> ZeRO-2" in changes[0]
     launch = emit(scn, "torchtitan")
     a = _args(launch)
     assert a["--module"] == ["llama3", "--config", "llama3_8b"]
@@ -140,6 +140,22 @@ def test_torchtitan_names_its_config_and_prices_fsdp2_as_zero3():
     assert launch.launcher[:3] == ("torchrun", "--nproc-per-node", "8")
     with pytest.raises(EmitError, match="registered models"):
         emit(_scn("gpt3-175b", tp=8, pp=8, dp=2, global_batch=256), "torchtitan")
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_torchtitan_zero2_is_fsdp2_never_resharding_and_zero3_always(pp):
+    """FSDP2 without resharding after forward is ZeRO-2 (torchtitan's --parallelism.fsdp_reshard_after_forward
+    never), with it ZeRO-3 (always); the policy is written out because its default depends on PP."""
+    base = dict(nodes=1, tp=1, pp=pp, dp=8 // pp, global_batch=64, recompute="full")
+    for zero, policy in ((2, "never"), (3, "always")):
+        scn = _scn("llama3-8b", zero_stage=zero, **base)
+        run, changes = adapt(scn, "torchtitan")
+        assert int(run.plan.zero_stage) == zero and not any("ZeRO" in c for c in changes)
+        a = _args(emit(scn, "torchtitan"))
+        assert a["--parallelism.fsdp_reshard_after_forward"] == [policy]
+        assert a["--parallelism.data_parallel_shard_degree"] == [str(8 // pp)]
+    ddp = _args(emit(_scn("llama3-8b", zero_stage=0, **base), "torchtitan"))
+    assert "--parallelism.fsdp_reshard_after_forward" not in ddp
 
 
 def test_torchtitan_stage_lists_hold_the_priced_layers():

@@ -110,6 +110,9 @@ TRAINING_MATRIX: list[tuple[str, str, str, int, dict]] = [
         dict(tp=2, pp=1, dp=4, global_batch=64, zero_stage=1, sequence_parallel=True),
     ),
     ("l8b-z0", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=0)),
+    ("l8b-z2", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=2, recompute="full")),
+    ("l8b-pp2-z2", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=2, dp=4, global_batch=64, zero_stage=2)),
+    ("l8b-pp2-z3", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=2, dp=4, global_batch=64, zero_stage=3)),
     (
         "l8b-fp8",
         "llama3-8b",

@@ -144,9 +144,10 @@ def setup_torchtitan(opts: dict) -> None:
     sys.path.insert(0, opts["torchtitan"])
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed import pipeline_parallel as pipe
+    from torchtitan.distributed.fsdp import get_fsdp_reshard_after_forward_policy
     from torchtitan.distributed.parallel_dims import ParallelDims
 
-    TITAN.update(CM=ConfigManager, PD=ParallelDims, pipe=pipe)
+    TITAN.update(CM=ConfigManager, PD=ParallelDims, pipe=pipe, reshard=get_fsdp_reshard_after_forward_policy)
 
 
 def torchtitan(job: dict, opts: dict) -> str:
@@ -173,7 +174,11 @@ def torchtitan(job: dict, opts: dict) -> str:
     expect("pipeline stages", dims.pp, e["pp"])
     expect("context parallelism", dims.cp, e["cp"])
     expect("data parallelism", dims.dp_shard * dims.dp_replicate, e["dp"])
-    expect("FSDP (ZeRO-3) or DDP", dims.dp_shard > 1 or dims.cp > 1, e["zero"] == 3 and e["dp"] * e["cp"] > 1)
+    fsdp = dims.dp_shard > 1 or dims.cp > 1
+    expect("FSDP (ZeRO-2/3) or DDP", fsdp, e["zero"] >= 2 and e["dp"] * e["cp"] > 1)
+    if fsdp:  # torchtitan's own resolution of the policy (its default depends on PP)
+        reshard = TITAN["reshard"](par.fsdp_reshard_after_forward, dims.pp > 1)
+        expect("ZeRO stage (FSDP2 reshard_after_forward: ZeRO-3)", 3 if reshard else 2, e["zero"])
     if e["experts"]:
         expect("expert parallelism", dims.ep, e["ep"])
     # trainer.py Trainer.__init__: tokens per DP rank per accumulation step, accumulation steps

@@ -4,8 +4,9 @@ torchtitan builds only the models of its own registry (`--module NAME --config F
 plan is emitted when the priced model has the shape of one of them (TITAN_MODELS, checked against
 torchtitan's own configs by tools/check_emit.py); FP8, MXFP8 and LoRA are model converters that
 only a Python config sets: they come as a small config module (`shardwise_job.py`) built on that
-function. Data parallelism is DDP (ZeRO-0) or FSDP2, which shards parameters too (ZeRO-3);
-context parallelism joins the FSDP group. Version `main`: torchtitan main of August 2026
+function. Data parallelism is DDP (ZeRO-0) or FSDP2, which shards the gradients too: ZeRO-2 with
+`--parallelism.fsdp_reshard_after_forward never`, ZeRO-3 with `always` (no ZeRO-1); context
+parallelism joins the FSDP group. Version `main`: torchtitan main of August 2026
 (`torchtitan/config/configs.py`, the frozen `--section.field` command line).
 """
 
@@ -139,12 +140,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     if i(p.pp) > 1 and sched == Schedule.ZB_H1:
         new["schedule"] = Schedule.ONE_F_ONE_B
         changes.append("schedule zb-h1 -> 1f1b (torchtitan's zero-bubble schedules are looped or V-shaped)")
-    z, dp, cp = i(p.zero_stage), i(p.dp), i(p.cp)
-    fsdp = dp * cp > 1 and (z >= 1 or cp > 1)
-    if fsdp and z != 3:
-        new["zero_stage"] = 3
-        why = "context parallelism joins FSDP's group" if z == 0 else "FSDP2 shards the parameters as well"
-        changes.append(f"ZeRO-{z} -> ZeRO-3 ({why})")
+    z, cp = i(p.zero_stage), i(p.cp)
+    fsdp = _fsdp(p)
+    if fsdp and z < 2:  # FSDP2 shards the gradients with the optimizer state: ZeRO-2 is the nearest
+        new["zero_stage"] = 2
+        why = "context parallelism joins FSDP's group" if z == 0 else "FSDP2 shards the gradients as well"
+        changes.append(f"ZeRO-{z} -> ZeRO-2 ({why}; fsdp_reshard_after_forward never)")
     if cp > 1 and p.cp_comm != "p2p":
         new["cp_comm"] = "p2p"
         changes.append(f"context parallelism {p.cp_comm} -> p2p (torchtitan's ring attention)")
@@ -173,11 +174,34 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         raise EmitError(
             f"--emit torchtitan: expert parallelism ep={i(run.ep)} must divide torchtitan's dp_shard x cp x tp = "
             f"{shard} x {i(run.cp)} x {i(run.tp)} = {sparse} (ParallelDims); "
-            + ("shard over more ranks (--shard-group)" if i(run.shard_group) > 0 else "use ZeRO-3 or a smaller --ep")
+            + (
+                "shard over more ranks (--shard-group)"
+                if i(run.shard_group) > 0
+                else "use --zero 2 or 3 or a smaller --ep"
+            )
         )
     if not new:
         return scn, ()
     return Scenario(m, scn.cluster, run), tuple(changes)
+
+
+def _fsdp(p: object) -> bool:
+    """Whether torchtitan wraps `p`'s model in FSDP2: more than one data-parallel or context-parallel
+    rank, and ZeRO asked or context parallelism (which joins FSDP's group)."""
+    z, dp, cp = i(p.zero_stage), i(p.dp), i(p.cp)  # type: ignore[attr-defined]
+    return dp * cp > 1 and (z >= 1 or cp > 1)
+
+
+def _reshard(p: object) -> tuple[str, ...] | None:
+    """FSDP2's `reshard_after_forward` as torchtitan's `--parallelism.fsdp_reshard_after_forward`
+    (config/configs.py: default | always | never; distributed/fsdp.py
+    get_fsdp_reshard_after_forward_policy: default reshards only without PP): always for ZeRO-3
+    (the parameters gathered again in backward), never for ZeRO-2 (kept whole from forward to
+    backward, sharded again after it: FSDP1's SHARD_GRAD_OP). Written out either way, so that the
+    launch does not depend on the default."""
+    if not _fsdp(p):
+        return None
+    return ("--parallelism.fsdp_reshard_after_forward", "always" if i(p.zero_stage) == 3 else "never")  # type: ignore[attr-defined]
 
 
 def _data_mesh(p: object) -> tuple[int, int]:
@@ -211,6 +235,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--parallelism.context_parallel_degree", str(cp)),
         ("--parallelism.data_parallel_shard_degree", str(shard)),
         ("--parallelism.data_parallel_replicate_degree", str(replicate)),
+        _reshard(p),
         ("--parallelism.expert_parallel_degree", str(i(p.ep))) if m.is_moe else None,
         *_pipeline(scn),
         ("--training.max_context_length", str(i(m.seq_len))),
@@ -254,7 +279,6 @@ def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
         ("--parallelism.pipeline_parallel_schedule", sched),
         ("--parallelism.num_pp_microbatches", str(i(p.num_micro_batches))),
         ("--parallelism.module_fqns_per_model_part", *parts),
-        ("--parallelism.fsdp_reshard_after_forward", "always") if i(p.zero_stage) == 3 else (),
     ]
 
 
