@@ -18,7 +18,17 @@ from typing import Any
 
 from shardwise.errors import SpecError
 
-DEFAULT_FIELDS = ("schedule", "sequence_parallel", "layer_host_ops_async_sp", "zero_stages", "schedules")
+DEFAULT_FIELDS = (
+    "schedule",
+    "sequence_parallel",
+    "layer_host_ops_async_sp",
+    "zero_stages",
+    "schedules",
+    "model_parallel",
+)
+# the model-parallel axes a stack may implement (`model_parallel`): tensor and pipeline parallelism
+MODEL_PARALLEL_AXES = ("tp", "pp")
+AXIS_NAMES = {"tp": "tensor", "pp": "pipeline"}
 # a preset's default schedule: one that needs no --vpp; the schedules a stack may implement
 PRESET_SCHEDULES = ("gpipe", "1f1b", "zb-h1")
 ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
@@ -45,6 +55,10 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
         not isinstance(stages, list) or not stages or any(isinstance(v, bool) or v not in (0, 1, 2, 3) for v in stages)
     ):
         raise SpecError(f"framework {key!r}: zero_stages: {stages!r} is not allowed; give a list of 0, 1, 2 or 3")
+    axes = data.get("model_parallel")
+    if axes is not None and (not isinstance(axes, list) or any(v not in MODEL_PARALLEL_AXES for v in axes)):
+        allowed = ", ".join(MODEL_PARALLEL_AXES)
+        raise SpecError(f"framework {key!r}: model_parallel: {axes!r} is not allowed; give a list of {allowed} (or [])")
     if "layer_host_ops_async_sp" in data:
         value = data["layer_host_ops_async_sp"]
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_HOST_OPS:
@@ -73,6 +87,27 @@ def framework_schedules(name: str) -> tuple[str, ...] | None:
 
     value = presets._checked_framework(name).get("schedules")
     return None if value is None else tuple(str(v) for v in value)
+
+
+def framework_degrees(name: str | None, axis: str) -> tuple[int, ...] | None:
+    """The `axis` ("tp" or "pp") degrees the planner searches on the stack when none is given:
+    (1,) where its preset's `model_parallel` leaves the axis out (Composer: FSDP1 alone, no tensor
+    or pipeline parallelism), None (any) otherwise."""
+    from shardwise import presets
+
+    axes = presets._checked_framework(name or "megatron-core").get("model_parallel")
+    return None if axes is None or axis in axes else (1,)
+
+
+def missing_axes(name: str, plan: object) -> str:
+    """The model-parallel axes `plan` uses (degree > 1) that the stack does not implement, in words
+    ("tensor parallelism (tp=2)"); "" for none."""
+    out = [
+        f"{AXIS_NAMES[axis]} parallelism ({axis}={int(getattr(plan, axis))})"
+        for axis in MODEL_PARALLEL_AXES
+        if int(getattr(plan, axis)) > 1 and framework_degrees(name, axis) is not None
+    ]
+    return " or ".join(out)
 
 
 def framework_schedule(name: str) -> str | None:

@@ -267,7 +267,7 @@ class PlanRequest:
     def space(self, gpu_memory_bytes: float) -> Any:
         from shardwise import presets
         from shardwise.analyses.plan_space import SearchSpace
-        from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages
+        from shardwise.presets.stack_defaults import framework_degrees, framework_schedules, framework_zero_stages
 
         # what the stack does (its preset), less what the --emit target does not run
         blocks, hybrid = presets.framework_plan_search(self.training.framework or "megatron-core")
@@ -277,8 +277,8 @@ class PlanRequest:
         if self.training.offload_activations:  # Megatron-Core offloads without recomputation (`rules.offload_rule`)
             blocks = False
         return SearchSpace(
-            tp=self.tp,
-            pp=self.pp,
+            tp=self.tp if self.tp is not None else framework_degrees(self.training.framework, "tp"),
+            pp=self.pp if self.pp is not None else framework_degrees(self.training.framework, "pp"),
             dp=self.dp,
             vpp=self.vpp,
             cp=self.cp,

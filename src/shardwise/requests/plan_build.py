@@ -120,11 +120,14 @@ PIPE_ENGINE_STACKS = ("deepspeed", "megatron-deepspeed")
 
 
 def _not_in_stack(stack: str, plan: Any) -> str:
-    """What of `plan` the stack does not implement (its preset's `zero_stages` where the data-parallel
-    ranks shard anything, `schedules` under a pipeline), in words; "" for nothing."""
-    from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages
+    """What of `plan` the stack does not implement (its preset's `model_parallel` axes, `zero_stages`
+    where the data-parallel ranks shard anything, `schedules` under a pipeline), in words; "" for nothing."""
+    from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages, missing_axes
     from shardwise.specs import Schedule
 
+    axes = missing_axes(stack, plan)
+    if axes:
+        return f"{stack} runs no {axes}"
     stages, schedules = framework_zero_stages(stack), framework_schedules(stack)
     zero = int(plan.zero_stage)
     if stages is not None and zero not in stages and int(plan.dp) * int(plan.cp) > 1:
