@@ -163,6 +163,15 @@ def test_the_cli_streams_a_grid_with_csv_and_refuses_a_huge_one_without(cli, tmp
     assert not bad.exists()
 
 
+def test_a_plan_invalid_everywhere_prints_no_rows_before_its_error_on_stdout(cli):
+    """`-o -` streamed the rows to stdout as it evaluated them, then said the plan was invalid
+    everywhere (exit 2): a CSV and an error. The rows now wait for the sweep to end."""
+    code, out, err = cli(["sweep", "--vary", "batch=1..8", "--plan", "pp=8", "--layers", "6", "-o", "-"])
+    assert code == 2 and out == "" and err.count("\n") == 1 and "invalid at every point" in err, (out, err)
+    code, out, err = cli(["sweep", "--vary", "batch=1..8", "--layers", "8", "--plan", "pp=8", "-o", "-"])
+    assert code == 0 and out.count("\n") == 1 + 8 * 2, err  # header, every point on each link
+
+
 def test_a_plan_that_does_not_fit_wins_no_cell_unless_memory_is_ignored(cli):
     """`--ignore-memory`'s help: without it a plan that does not fit in GPU memory cannot win. The
     sweep's winner map counted it as the winner all the same (the flag changed nothing)."""

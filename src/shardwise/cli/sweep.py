@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -127,17 +129,27 @@ def _stream(request: Any, built: Any, path: str, total: int, show_progress: bool
 
 
 def _writer(path: str) -> Any:
-    """`tables.columns_writer` for a file; for `-`, CSV rows printed block by block."""
-    import contextlib
-    import sys
-
+    """`tables.columns_writer` for a file; for `-`, `_stdout_rows`."""
     from shardwise.tables import columns_writer
 
-    if path != STDOUT:
-        return columns_writer(path)
+    return _stdout_rows() if path == STDOUT else columns_writer(path)
+
+
+@contextlib.contextmanager
+def _stdout_rows() -> Iterator[Any]:
+    """CSV rows for `-o -`, written block by block to a temporary file (memory stays that of one
+    block) and printed when the sweep ends without an error, as a file appears only then: a plan
+    invalid everywhere prints its one line and no rows before it."""
+    import shutil
+    import sys
+    import tempfile
+
     from shardwise.tables import _CsvBlocks
 
-    return contextlib.nullcontext(_CsvBlocks(sys.stdout).write)
+    with tempfile.TemporaryFile("w+", encoding="utf-8", newline="") as fh:
+        yield _CsvBlocks(fh).write
+        fh.seek(0)
+        shutil.copyfileobj(fh, sys.stdout)
 
 
 def _write(result: Any, path: str, show_progress: bool) -> None:
