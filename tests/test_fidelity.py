@@ -317,7 +317,7 @@ def test_context_parallel_communication_types_by_hand():
     steps = {k: estimate_training_step(scn(k)) for k in ("p2p", "all_gather", "a2a")}
     assert float(steps["p2p"].breakdown.tp_comm_s) < float(steps["all_gather"].breakdown.tp_comm_s)
     assert float(steps["p2p"].model_flops_per_step) == float(steps["a2a"].model_flops_per_step)
-    with pytest.raises(Exception, match="cp_comm a2a needs the heads and KV heads"):
+    with pytest.raises(Exception, match="--cp-comm a2a needs the heads and KV heads"):
         Scenario(model, presets.system("dgx-h100", nodes=4), Plan(tp=8, cp=4, global_batch=8, cp_comm="a2a"))
     with pytest.raises(Exception, match="cp_comm 'ring' is not allowed"):
         Plan(cp_comm="ring")

@@ -97,7 +97,7 @@ def test_lora_is_not_modelled_for_a_mixture_of_experts():
         presets.system("dgx-h100"),
         Plan(tp=1, ep=8, dp=8, global_batch=64, lora_rank=16),
     )
-    with pytest.raises(SpecError, match="lora_rank with a mixture of experts"):
+    with pytest.raises(SpecError, match="--lora-rank with a mixture of experts"):
         estimate_training_step(scn)
     with pytest.raises(SpecError, match="lora_rank"):
         replace(scn.plan, lora_rank=-1).__post_init__()

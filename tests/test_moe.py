@@ -145,7 +145,7 @@ def test_rules_for_expert_layouts():
         Scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), Plan(dp=8, ep=2, global_batch=8))
     with pytest.raises(SpecError, match="experts: 8 is not divisible by ep=16"):
         scenario("mixtral-8x7b", ep=16)
-    with pytest.raises(SpecError, match=r"tp\*cp\*dp: 16 is not divisible by ep\*etp=32"):
+    with pytest.raises(SpecError, match="tp x cp x dp: 16 is not divisible by ep x etp=32"):
         scenario(ep=32)
     with pytest.raises(SpecError, match="needs sequence parallelism when training"):
         estimate_training_step(scenario(tp=2, dp=8))
@@ -460,3 +460,18 @@ def test_predict_names_the_expert_layout_in_its_plan_line(cli):
     assert code == 0 and "plan: tp=2 pp=1 ep=4 etp=2 dp=16," in " ".join(out.split())
     code, out, err = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8"])
     assert code == 0 and " ep=" not in out
+
+
+def test_the_expert_rules_name_no_stack_but_the_one_in_use(cli):
+    """Under nanotron the EP folding rule cited Megatron-Core ("Megatron-Core folds the expert ranks
+    ..."), and the MoE sequence-parallel rule called itself Megatron-Core's: the messages say it
+    generically or name Megatron-Core only where it is the stack."""
+    base = ["predict", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
+    code, _out, err = cli([*base, "--tp", "1", "--dp", "8", "--ep", "16", "--framework", "nanotron"])
+    assert code == 2 and err.count("\n") == 1 and "Megatron" not in err, err
+    assert "tp x cp x dp: 8 is not divisible by ep x etp=16 (the expert ranks fold into" in err
+    sp = [*base, "--tp", "2", "--dp", "4", "--ep", "4", "--no-sequence-parallel"]
+    code, _out, err = cli([*sp, "--framework", "nanotron"])
+    assert code == 2 and "needs sequence parallelism" in err and "Megatron" not in err, err
+    code, _out, err = cli([*sp, "--framework", "megatron-core"])
+    assert code == 2 and "(Megatron-Core's rule)" in err, err

@@ -128,7 +128,7 @@ def test_a_bad_count_is_one_clear_error():
         Plan(recompute_layers=-1)
     moe = presets.model("qwen3-30b-a3b")
     plan = Plan(tp=2, ep=4, dp=4, global_batch=8, sequence_parallel=True, recompute_layers=2)
-    with pytest.raises(SpecError, match="recompute_layers with a mixture of experts is not modelled"):
+    with pytest.raises(SpecError, match="--recompute-layers with a mixture of experts is not modelled"):
         estimate_training_step(Scenario(moe, H100, plan))
 
 

@@ -178,6 +178,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
             plan.lora_rank,
             plan.recompute_layers,
             plan.moe_dispatcher,
+            plan.framework,
         )
     )
     raise_first(

@@ -40,26 +40,28 @@ def moe_rules(
         return [Rule("expert parallelism needs a mixture-of-experts model", np.asarray(ok), dense_error)]
     whole = "each EP rank holds whole experts"
     columns = "expert tensor parallelism splits each expert's columns"
-    folding = "Megatron-Core folds the expert ranks into each stage's tp x cp x dp GPUs"
+    folding = "the expert ranks fold into each stage's tp x cp x dp GPUs"  # said of every stack (nanotron's too)
     rules = [
         divides("experts must be divisible by ep", "model: experts", experts, "ep", ep, whole),
         divides("the expert FFN must be divisible by etp", "model: expert_ffn_hidden", expert_ffn, "etp", etp, columns),
-        divides("ep x etp must divide tp x cp x dp", "plan: tp*cp*dp", np.asarray(tp) * cp * dp, "ep*etp",
+        divides("ep x etp must divide tp x cp x dp", "plan: tp x cp x dp", np.asarray(tp) * cp * dp, "ep x etp",
                 e_arr * etp, folding),
     ]  # fmt: skip
     return rules
 
 
-def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number) -> Rule:
+def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number, framework: str = "megatron-core") -> Rule:
     """Training a mixture of experts with TP needs sequence parallelism (Megatron-Core's MoE layer
-    refuses otherwise; serving has no such rule)."""
+    refuses otherwise; serving has no such rule). Priced so for every stack; the message names
+    Megatron-Core only under it (`framework`, `Plan.framework`)."""
     ok = ~np.asarray(bool(experts)) | (np.asarray(tp) <= 1) | np.asarray(sequence_parallel, dtype=bool)
+    why = "Megatron-Core's rule" if framework == "megatron-core" else "as shardwise prices a mixture of experts"
 
     def error() -> str:
         (t,) = at_first(~np.asarray(ok), np.broadcast_to(np.asarray(tp), np.shape(ok)))
         return (
-            f"plan: tp={t} with a mixture of experts needs sequence parallelism when training (Megatron-Core's "
-            "rule); add --sequence-parallel or use tp=1"
+            f"plan: tp={t} with a mixture of experts needs sequence parallelism when training ({why}); "
+            "add --sequence-parallel or use tp=1"
         )
 
     return Rule("training a mixture of experts with TP needs sequence parallelism", np.asarray(ok), error)
@@ -71,8 +73,8 @@ def lora_rule(experts: int, lora_rank: Number) -> Rule:
 
     def error() -> str:
         return (
-            "plan: lora_rank with a mixture of experts is not modelled (the adapters of routed experts are not "
-            "described); use lora_rank=0 (full training) or a dense model"
+            "plan: --lora-rank with a mixture of experts is not modelled (the adapters of routed experts are not "
+            "described); drop --lora-rank (full training) or use a dense model"
         )
 
     return Rule("LoRA needs a dense model", np.asarray(ok), error)
@@ -84,8 +86,8 @@ def recompute_layers_rule(experts: int, recompute_layers: Number) -> Rule:
 
     def error() -> str:
         return (
-            "plan: recompute_layers with a mixture of experts is not modelled (which of a chunk's first layers "
-            "are MoE layers is not tracked); use recompute_layers=0 with --recompute full/selective/none"
+            "plan: --recompute-layers with a mixture of experts is not modelled (which of a chunk's first layers "
+            "are MoE layers is not tracked); drop it and use --recompute full/selective/none"
         )
 
     return Rule("recompute_layers needs a dense model", np.asarray(ok), error)
@@ -103,11 +105,12 @@ def moe_training_rules(
     lora_rank: Number = 0,
     recompute_layers: Number = 0,
     dispatcher: str = "alltoall",
+    framework: str = "megatron-core",
 ) -> list[Rule]:
     """The rules of training a mixture of experts: sequence parallelism with TP, where the
     expert all-to-all overlap runs, no LoRA and no layers recomputed whole."""
     return [
-        moe_training_rule(experts, tp, sequence_parallel),
+        moe_training_rule(experts, tp, sequence_parallel, framework),
         *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute, dispatcher),
         lora_rule(experts, lora_rank),
         recompute_layers_rule(experts, recompute_layers),

@@ -78,14 +78,14 @@ def shard_group_of(value: object, dp: Number, cp: Number, zero: Number) -> Numbe
     bad = hybrid & (np.mod(ranks, np.maximum(g, 1)) != 0)
     if np.any(bad):
         raise SpecError(
-            f"plan: shard_group {g[bad].flat[0].item()} is not allowed; it must divide dp x cp = "
+            f"plan: --shard-group {g[bad].flat[0].item()} is not allowed; it must divide dp x cp = "
             f"{ranks[bad].flat[0].item()} (0: shard over all of them)"
         )
     bad = hybrid & (z < 1)
     if np.any(bad):
         raise SpecError(
-            f"plan: shard_group {g[bad].flat[0].item()} needs ZeRO >= 1 (without ZeRO nothing is sharded); "
-            "set zero_stage 1-3 or shard_group 0"
+            f"plan: --shard-group {g[bad].flat[0].item()} needs ZeRO >= 1 (without ZeRO nothing is sharded); "
+            "give --zero 1-3 or --shard-group 0"
         )
     return group
 

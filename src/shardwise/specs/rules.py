@@ -181,8 +181,8 @@ def ulysses_rule(heads: Number, kv_heads: Number, tp: Number, cp: Number, cp_com
     def error() -> str:
         a, b, x, y = at_first(~ok, h, k, t, c)
         return (
-            f"plan: cp={y} with cp_comm a2a needs the heads and KV heads of each tp={x} rank ({a // x} and "
-            f"{b // x}) divisible by cp (each CP rank attends with whole heads); use cp_comm p2p or all_gather, "
+            f"plan: cp={y} with --cp-comm a2a needs the heads and KV heads of each tp={x} rank ({a // x} and "
+            f"{b // x}) divisible by cp (each CP rank attends with whole heads); use --cp-comm p2p or all_gather, "
             "or a smaller cp"
         )
 
