@@ -650,7 +650,8 @@ def test_fsdp2_under_a_pipeline_holds_the_stages_weights_and_fp32_gradients_unsh
     """torchtitan and NeMo Automodel keep FSDP2's parameters gathered with pp > 1 (reshard after
     forward off) and torch's pipeline stage accumulates unsharded gradients, in the fp32 reduction
     dtype, until the last backward: 2 + 4 B a parameter of the stage, in place of ZeRO-3's two
-    gathered units and one unit's gradients; nothing without a pipeline or below ZeRO-3."""
+    gathered units and one unit's gradients; ZeRO-2 the gradients alone; nothing without a pipeline
+    or below ZeRO-2."""
     from shardwise.engines.training_memory import pp_unsharded_bytes
     from shardwise.physics.memory import stack_memory
     from shardwise.specs import Plan
@@ -667,6 +668,10 @@ def test_fsdp2_under_a_pipeline_holds_the_stages_weights_and_fp32_gradients_unsh
     assert [float(x) for x in pp_unsharded_bytes(flat, titan, n, n)] == [0.0, 0.0]
     z1 = Plan(dp=4, pp=4, global_batch=16, zero_stage=1, framework="torchtitan")
     assert [float(x) for x in pp_unsharded_bytes(z1, titan, n, n)] == [0.0, 0.0]
+    # ZeRO-2 (reshard after forward never): the pipeline stage still defers the gradient sync to the
+    # last backward, so its fp32 gradients wait unsharded; its weights are whole already
+    z2 = Plan(dp=4, pp=4, global_batch=16, zero_stage=2, framework="torchtitan")
+    assert [float(x) for x in pp_unsharded_bytes(z2, titan, n, n)] == [0.0, pytest.approx(4 * n)]
     # a stack without the behaviour (Megatron-Core's own FSDP is not torch's pipeline)
     mega = Plan(dp=4, pp=4, global_batch=16, zero_stage=3, framework="megatron-core")
     assert pp_unsharded_bytes(mega, stack_memory("megatron-core"), n, n) == (0.0, 0.0)

@@ -47,16 +47,20 @@ def _zero3_buffers(
 
 
 def pp_unsharded_bytes(plan: Plan, stack: mem.StackMemory, params: Number, trained: Number) -> tuple[Number, Number]:
-    """(weights, gradients) a stage of ZeRO-3 under pipeline parallelism holds unsharded where the
+    """(weights, gradients) a stage of ZeRO-2/3 under pipeline parallelism holds unsharded where the
     stack's FSDP2 keeps them so through the micro-batches (`StackMemory.pp_unsharded_grad_bytes`):
-    every parameter of the stage at the 16-bit weight's bytes and the `trained` ones' gradients at
-    the reduction dtype's; (0, 0) otherwise. They take the place of ZeRO-3's gathered units and of
-    the gradients waiting for their reduce-scatter (`zero3_buffers`), whichever is larger."""
+    the `trained` parameters' gradients at the reduction dtype's bytes (torch.distributed.pipelining
+    `backward_maybe_with_nosync`: an FSDP module's `set_requires_gradient_sync` and
+    `set_reshard_after_backward` are on for the last backward only, whatever its reshard policy, so
+    ZeRO-2's gradients wait unsharded too), and under ZeRO-3 every parameter of the stage at the
+    16-bit weight's bytes (ZeRO-2 holds its weights whole already); (0, 0) otherwise. They take the
+    place of ZeRO-3's gathered units and of the gradients waiting for their reduce-scatter
+    (`zero3_buffers`), whichever is larger."""
     if stack.pp_unsharded_grad_bytes == 0.0:
         return 0.0, 0.0
-    on = (as_array(plan.zero_stage) == 3) & (as_array(plan.pp) > 1)
-    weights = ifelse(on, mem.weight_bytes_per_param(plan.precision) * params, 0.0)
-    return weights, ifelse(on, stack.pp_unsharded_grad_bytes * trained, 0.0)
+    zero, piped = as_array(plan.zero_stage), as_array(plan.pp) > 1
+    weights = ifelse((zero == 3) & piped, mem.weight_bytes_per_param(plan.precision) * params, 0.0)
+    return weights, ifelse((zero >= 2) & piped, stack.pp_unsharded_grad_bytes * trained, 0.0)
 
 
 def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:

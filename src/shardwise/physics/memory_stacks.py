@@ -148,7 +148,7 @@ class StackMemory:
     `zero_bucket_bytes`: fixed reduction buckets with dp > 1 and ZeRO >= 1 (DeepSpeed).
     `zero3_reduce_bytes_per_param`: ZeRO-3's unsharded gradients of one unit waiting for their
     reduce-scatter: 16-bit (2), plus an fp32 copy (4) where the reduction runs in fp32.
-    `pp_unsharded_grad_bytes`: under pipeline parallelism with ZeRO-3 the stack's FSDP2 keeps the
+    `pp_unsharded_grad_bytes`: under pipeline parallelism with ZeRO-2/3 the stack's FSDP2 keeps the
     stage's parameters unsharded (16-bit) from their first forward to the step and accumulates
     unsharded gradients across the micro-batches, at these bytes a parameter (the reduction dtype:
     fp32, 4), reduce-scattering them only after the last backward (0: not so; `PP_FSDP_SOURCE`).
