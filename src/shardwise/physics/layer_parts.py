@@ -31,8 +31,9 @@ CP_CAUSAL_FRACTION = 0.5
 def kv_heads_held(kv_heads: Number, tp: Number) -> Number:
     """KV heads a TP group of `tp` ranks holds, its replicas counted: the model's `kv_heads` split
     by tp, or with tp above them `tp` (serving only: each rank holds one KV head, each head
-    replicated tp / kv_heads times; vLLM's QKVParallelLinear `num_kv_head_replicas`, its KV-cache
-    spec `max(1, total_num_kv_heads // tp)` heads per rank; SGLang's and TensorRT-LLM's the same).
+    replicated tp / kv_heads times; vLLM's QKVParallelLinear `num_kv_head_replicas`, its
+    `ModelConfig.get_num_kv_heads` `max(1, total_num_kv_heads // tp)` heads per rank; SGLang's
+    QKVParallelLinear the same; trtllm-bench's sizing `max(tp, num_kv_heads)` heads).
     A rank's K and V projections, KV cache and KV reads are those of `kv_heads_held / tp` heads.
     Training never runs tp above the KV heads (`specs.rules.kv_training_rule`): there it is kv_heads."""
     if type(kv_heads) is int and type(tp) is int:  # one plan: Python's max (numpy's value)

@@ -142,7 +142,7 @@ def kv_replica_rule(tp: Number, kv_heads: Number) -> Rule:
     """Serving: the KV heads split by tp, or, with tp above them, tp a multiple of them: each TP rank
     holds one KV head, each head replicated tp / kv_heads times (vLLM's QKVParallelLinear,
     `num_kv_head_replicas = divide(tp_size, total_num_kv_heads)`; SGLang's the same; TensorRT-LLM's
-    attention plugin likewise, its trtllm-bench sizing the cache with max(tp, kv_heads) heads)."""
+    trtllm-bench sizes the cache with max(tp, kv_heads) heads)."""
     rule = "KV heads must be divisible by tp, or tp a multiple of them (replicated KV heads)"
     t, k = np.broadcast_arrays(np.asarray(tp), np.asarray(kv_heads))
     ok = np.where(t > k, np.mod(t, k) == 0, np.mod(k, t) == 0)
