@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from shardwise import presets
+from shardwise.engines.training import estimate_training_step
 from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Recompute, Scenario, Schedule, SpecError
 
 
@@ -67,9 +68,13 @@ def test_scenario_cross_rules(gpt3, dgx_a100_8):
         )
     # any layer count on any number of stages (Llama 3.1 405B at pp=8)
     Scenario(gpt3.with_(layers=126), dgx_a100_8, Plan(tp=8, pp=8, dp=1, global_batch=8))
-    llama = presets.model("llama3-70b")  # 8 KV heads
+    llama = presets.model("llama3-70b")  # 8 KV heads: serving replicates them at tp=16, training refuses
+    above = Scenario(llama, presets.system("dgx-h100", nodes=2), Plan(tp=16, pp=1, dp=1, global_batch=8))
     with pytest.raises(SpecError, match="kv_heads: 8 is not divisible by tp=16"):
-        Scenario(llama, presets.system("dgx-h100", nodes=2), Plan(tp=16, pp=1, dp=1, global_batch=8))
+        estimate_training_step(above)
+    with pytest.raises(SpecError, match="tp=24 is above the model's kv_heads=16 but not a multiple"):
+        wide = llama.with_(heads=96, kv_heads=16, head_dim=128)
+        Scenario(wide, presets.system("dgx-h100", nodes=3), Plan(tp=24, pp=1, dp=1, global_batch=8))
 
 
 def test_tp_group_must_fit_a_node_or_span_whole_nodes(gpt3):

@@ -240,7 +240,7 @@ def _rules(exp: Experiment, x: dict[str, np.ndarray], kwargs: dict[str, Any]) ->
     checks = [
         rules.gpu_rules(x["gpus"], tp, pp, dp, cp),
         rules.stage_rule(split, x["layers"], pp, vpp),
-        *rules.tp_rules(tp, x["heads"], x["kv_heads"], x["ffn_hidden"]),
+        *rules.tp_rules(tp, x["heads"], x["kv_heads"], x["ffn_hidden"], exp.workload in ("decode", "prefill")),
         *rules.model_rules(x["hidden"], x["heads"], x["kv_heads"]),
         whole_batches,
         *rules.node_rules(tp, per_node, x["gpus"]),

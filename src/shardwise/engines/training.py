@@ -56,7 +56,14 @@ from shardwise.precisions import FP4_PRECISIONS
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import Memo
-from shardwise.specs.rules import flushes_rule, moe_training_rules, offload_rule, packed_rule, raise_first
+from shardwise.specs.rules import (
+    flushes_rule,
+    kv_training_rule,
+    moe_training_rules,
+    offload_rule,
+    packed_rule,
+    raise_first,
+)
 
 # One configuration at a time (`specs.memo`): its estimate (its per-micro-batch stage costs:
 # `training_stages.STAGES`, its layout terms: `training_layout.LAYOUTS`).
@@ -82,7 +89,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
     key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.pipeline_flushes)
-    key = (*key, model.layers, plan.offload_activation_layers)
+    key = (*key, model.layers, plan.offload_activation_layers, model.kv_heads)
     # the micro-batches matter to the rules only under several pipeline flushes (`flushes_rule`):
     # one schedule a step (the default) keeps the check of a layout for every global batch
     one_flush = type(plan.pipeline_flushes) is int and plan.pipeline_flushes == 1
@@ -162,9 +169,9 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
-    """The rules of training a mixture of experts (`specs.expert_rules.moe_training_rules`) and of packed
-    sequences (`specs.rules.packed_rule`); True when they hold (a SpecError names the first that
-    breaks)."""
+    """The rules of training a mixture of experts (`specs.expert_rules.moe_training_rules`), of the KV
+    heads split by tp (`specs.rules.kv_training_rule`) and of packed sequences
+    (`specs.rules.packed_rule`); True when they hold (a SpecError names the first that breaks)."""
     raise_first(
         moe_training_rules(
             model.experts,
@@ -183,6 +190,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
     )
     raise_first(
         [
+            kv_training_rule(plan.tp, model.kv_heads),
             packed_rule(model.seq_len, plan.packed_document_len, plan.cp),
             flushes_rule(plan.num_micro_batches, plan.pipeline_flushes, plan.pp),
             offload_rule(model.layers, plan.offload_activation_layers, plan.pp, plan.recompute, plan.recompute_layers),
@@ -196,6 +204,7 @@ def training_memory(scn: Scenario, stage: str = "fullest") -> MemoryBreakdown:
     time): what a planner needs to drop the plans that do not fit before it prices the rest.
     `stage`: "first" or "last" for that pipeline stage instead of the fullest (`memory_breakdown`)."""
     model, plan = scn.model, scn.plan
+    raise_first([kv_training_rule(plan.tp, model.kv_heads)])  # the KV heads split by tp, not replicated
     split = scn.split
     m = np.asarray(plan.num_micro_batches, dtype=float)
     params, expert_params = stage_params_of(model, plan, split)

@@ -45,6 +45,7 @@ from shardwise.physics.layer_parts import (  # noqa: F401 (re-exported: the name
     dense_mlp_gemms,
     gemm,
     input_gradient,
+    kv_heads_held,
     softmax_traffic_bytes,
     weight_gradient,
 )
@@ -101,7 +102,8 @@ def layer_forward(
         return _packed(mla, document_len)
     s_q = model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
-    h, a, kv, d = model.hidden, model.heads, model.kv_heads, model.head_dim
+    h, a, d = model.hidden, model.heads, model.head_dim
+    kv = kv_heads_held(model.kv_heads, tp)  # with tp above the KV heads (serving) one replica per rank
     f = model.ffn_hidden if ffn is None else ffn
     q = a * d  # = h unless the model sets head_dim apart
     e, t = bytes_per_element, tp
@@ -201,7 +203,8 @@ def _windowed(
     path still multiplies the whole rectangle, masked (as the packed documents')."""
     w = model.sliding_window
     keys_read = np.minimum(np.asarray(s_kv, dtype=float), w + np.asarray(s_q, dtype=float) - 1)
-    flash_bytes = batch * (e * 2 * s_q * model.q_dim + e_kv * 2 * keys_read * model.kv_heads * model.head_dim) / t
+    kv_dim = kv_heads_held(model.kv_heads, t) * model.head_dim
+    flash_bytes = batch * (e * 2 * s_q * model.q_dim + e_kv * 2 * keys_read * kv_dim) / t
     return replace(
         fwd,
         sliding_share=model.sliding_share,
@@ -231,11 +234,12 @@ def _packed(fwd: LayerForward, document_len: Number) -> LayerForward:
 
 def kv_cache_elements_per_token(model: Model, tp: Number) -> Number:
     """Elements one token keeps in the KV cache per layer on one TP rank: keys and values of its
-    KV heads, 2 k d / t; with multi-head latent attention the latent and the rotary key,
+    KV heads, 2 k d / t, at least one head's 2 d (tp above the KV heads replicates them:
+    `kv_heads_held`); with multi-head latent attention the latent and the rotary key,
     kv_lora + r, whole on every TP rank (vLLM's and SGLang's MLA cache: one latent for all heads)."""
     if model.kv_lora_rank:
         return model.kv_lora_rank + model.rope_head_dim + 0.0 * np.asarray(tp)
-    return 2 * model.kv_heads * model.head_dim / np.asarray(tp, dtype=float)
+    return 2 * kv_heads_held(model.kv_heads, tp) * model.head_dim / np.asarray(tp, dtype=float)
 
 
 def kv_cache_tokens(model: Model, context: Number) -> Number:

@@ -28,6 +28,19 @@ ROPE_KERNELS = 1
 CP_CAUSAL_FRACTION = 0.5
 
 
+def kv_heads_held(kv_heads: Number, tp: Number) -> Number:
+    """KV heads a TP group of `tp` ranks holds, its replicas counted: the model's `kv_heads` split
+    by tp, or with tp above them `tp` (serving only: each rank holds one KV head, each head
+    replicated tp / kv_heads times; vLLM's QKVParallelLinear `num_kv_head_replicas`, its
+    `ModelConfig.get_num_kv_heads` `max(1, total_num_kv_heads // tp)` heads per rank; SGLang's
+    QKVParallelLinear the same; trtllm-bench's sizing `max(tp, num_kv_heads)` heads).
+    A rank's K and V projections, KV cache and KV reads are those of `kv_heads_held / tp` heads.
+    Training never runs tp above the KV heads (`specs.rules.kv_training_rule`): there it is kv_heads."""
+    if type(kv_heads) is int and type(tp) is int:  # one plan: Python's max (numpy's value)
+        return max(kv_heads, tp)
+    return np.maximum(kv_heads, tp)
+
+
 class Gemm(NamedTuple):
     """FLOPs and bytes of `batch` (m x k) @ (k x n) products; the shape is what the tile model of
     `physics.gemm` needs (m = 0: no shape known, a plain roofline). `a_bytes`/`b_bytes` are the

@@ -28,7 +28,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.physics.layer_parts import LayerForward, MambaForward, block_elementwise_parts, gemm
+from shardwise.physics.layer_parts import LayerForward, MambaForward, block_elementwise_parts, gemm, kv_heads_held
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 
@@ -197,7 +197,8 @@ def hybrid_layer_forward(
     m, a, p = model.hybrid_shares
     f = model.hybrid_mlp_width
     norms, residuals, activation, split = block_elementwise_parts(model, tokens, tp, sequence_parallel, e, f)
-    rope = 0.0 if model.learned_positions else 2 * e * tokens * (model.q_dim + model.kv_heads * model.head_dim) / tp
+    kv_dim = kv_heads_held(model.kv_heads, tp) * model.head_dim
+    rope = 0.0 if model.learned_positions else 2 * e * tokens * (model.q_dim + kv_dim) / tp
     mamba = mamba_forward(model, tokens, tp, e, weight_bytes, share=m, batch=batch)
     elementwise = 0.5 * (norms + residuals) * split + p * activation + a * rope + m * mamba.elementwise_bytes
     kernels = 2.0 + p + (0.0 if model.learned_positions else a) + m * MAMBA_ELEMENTWISE_KERNELS

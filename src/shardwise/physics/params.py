@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.layer_parts import kv_heads_held
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
 from shardwise.specs.stages import StageSplit, stage_split
@@ -67,6 +68,22 @@ def attention_params_split(model: Model) -> tuple[Number, Number]:
     return split, 0
 
 
+def kv_replica_params(model: Model, tp: Number) -> Number:
+    """K and V projection parameters one TP rank holds per (mean) layer beyond its 1/tp share of
+    them when tp is above the KV heads (serving): each rank holds one whole KV head's columns,
+    2 d (h + bias) of them, instead of kv / tp of a head's (vLLM's QKVParallelLinear: the K and V
+    output size per rank `num_kv_heads * head_size` with num_kv_heads = 1 and the head replicated
+    tp / kv times). 0 where tp divides the KV heads (training always), for latent attention (its
+    latent is whole on every rank already) and in a hybrid's Mamba and MLP layers (by its
+    attention share)."""
+    if model.kv_lora_rank:
+        return 0.0
+    share = model.hybrid_shares[1] if model.is_hybrid else 1.0
+    kv = model.kv_heads
+    extra_heads = (kv_heads_held(kv, tp) - kv) / np.asarray(tp, dtype=float)
+    return share * extra_heads * 2 * model.head_dim * (model.hidden + (1 if model.bias else 0))
+
+
 def moe_layer_params_per_gpu(model: Model, tp: Number, ep: Number, etp: Number) -> tuple[Number, Number]:
     """(parameters outside the routed experts, routed-expert parameters) of one MoE layer on one
     GPU: attention and shared experts split by tp, norms and the router whole, experts / ep
@@ -77,10 +94,10 @@ def moe_layer_params_per_gpu(model: Model, tp: Number, ep: Number, etp: Number) 
     experts = model.experts / ep * mlp_params(model, model.expert_ffn_hidden) / etp
     if model.is_hybrid:
         split, replicated = hybrid_layer_params_split(model)
-        return split / tp + replicated + router, experts
+        return split / tp + replicated + router + kv_replica_params(model, tp), experts
     split, replicated = attention_params_split(model)
     shared = model.shared_experts * mlp_params(model, model.expert_ffn_hidden)
-    other = (split + shared) / tp + replicated + 2 * _norm_params(model) + router
+    other = (split + shared) / tp + replicated + 2 * _norm_params(model) + router + kv_replica_params(model, tp)
     experts = model.experts / ep * mlp_params(model, model.expert_ffn_hidden) / etp
     return other, experts
 
@@ -188,7 +205,8 @@ def stage_params_per_gpu(
 ) -> tuple[Number, Number, Number]:
     """Parameters held by one GPU of the first, the fullest middle and the last pipeline stage.
 
-    Layers as the split gives them (default: as even as possible), matrices split across tp. The first stage holds the
+    Layers as the split gives them (default: as even as possible), matrices split across tp (with tp
+    above the KV heads, serving, one KV head's K and V on every rank: `kv_replica_params`). The first stage holds the
     word embedding (vocab-parallel, / tp) and the position table (replicated); the last stage
     the final norm and the output matrix (a copy of the word embedding when tied and pp > 1;
     Megatron-LM keeps both copies in sync with an all-reduce). For a mixture of experts `moe`
@@ -198,7 +216,7 @@ def stage_params_per_gpu(
     if split is None:
         split = stage_split(model.layers, pp)
     matrices, replicated = layer_params_split(model)
-    per_layer = matrices / tp + replicated
+    per_layer = matrices / tp + replicated + kv_replica_params(model, tp)
     pos = model.seq_len * model.hidden if model.learned_positions else 0
     word = model.vocab * model.hidden / tp
     norm = _norm_params(model)

@@ -121,14 +121,50 @@ def node_rules(tp: Number, gpus_per_node: Number, gpus: Number | None = None) ->
     return rules
 
 
-def tp_rules(tp: Number, heads: Number, kv_heads: Number, ffn_hidden: Number) -> list[Rule]:
-    """Each TP rank owns whole heads and KV heads and a whole column block of the MLP."""
+def tp_rules(tp: Number, heads: Number, kv_heads: Number, ffn_hidden: Number, replicate_kv: bool = False) -> list[Rule]:
+    """Each TP rank owns whole heads and KV heads and a whole column block of the MLP. Serving
+    (`replicate_kv`) also runs tp above the KV heads, each rank holding one of them
+    (`kv_replica_rule`); training does not (Megatron-LM: num_query_groups divisible by tp)."""
     rule = "heads (and KV heads) must be divisible by tp"
+    kv = (
+        kv_replica_rule(tp, kv_heads)
+        if replicate_kv
+        else divides(rule, "model: kv_heads", kv_heads, "tp", tp, "each TP rank owns whole KV heads")
+    )
     return [
         divides(rule, "model: heads", heads, "tp", tp, "each TP rank owns whole heads"),
-        divides(rule, "model: kv_heads", kv_heads, "tp", tp, "each TP rank owns whole KV heads"),
+        kv,
         divides(rule, "model: ffn_hidden", ffn_hidden, "tp", tp, "the MLP is split by columns"),
     ]
+
+
+def kv_replica_rule(tp: Number, kv_heads: Number) -> Rule:
+    """Serving: the KV heads split by tp, or, with tp above them, tp a multiple of them: each TP rank
+    holds one KV head, each head replicated tp / kv_heads times (vLLM's QKVParallelLinear,
+    `num_kv_head_replicas = divide(tp_size, total_num_kv_heads)`; SGLang's the same; TensorRT-LLM's
+    trtllm-bench sizes the cache with max(tp, kv_heads) heads)."""
+    rule = "KV heads must be divisible by tp, or tp a multiple of them (replicated KV heads)"
+    t, k = np.broadcast_arrays(np.asarray(tp), np.asarray(kv_heads))
+    ok = np.where(t > k, np.mod(t, k) == 0, np.mod(k, t) == 0)
+
+    def error() -> str:
+        x, y = at_first(~ok, t, k)
+        if x > y:
+            return (
+                f"plan: tp={x} is above the model's kv_heads={y} but not a multiple of them (each TP rank "
+                "holds one KV head, replicated tp / kv_heads times: vLLM, SGLang, TensorRT-LLM)"
+            )
+        return f"model: kv_heads: {y} is not divisible by tp={x} (each TP rank owns whole KV heads)"
+
+    return Rule(rule, ok, error)
+
+
+def kv_training_rule(tp: Number, kv_heads: Number) -> Rule:
+    """Training splits the KV heads by tp (Megatron-LM's arguments.py: num_query_groups divisible by
+    tp); the scenario allows tp above them for serving (`kv_replica_rule`)."""
+    rule = "heads (and KV heads) must be divisible by tp"
+    why = "training splits the KV heads by tp; only serving replicates them"
+    return divides(rule, "model: kv_heads", kv_heads, "tp", tp, why)
 
 
 def sequence_rules(

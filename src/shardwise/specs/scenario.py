@@ -43,7 +43,10 @@ class Scenario:
     """Checked on construction:
 
     - tp * pp * dp equals the cluster's GPU count;
-    - heads and KV heads divisible by tp (each TP rank owns whole heads), FFN hidden by tp;
+    - heads and KV heads divisible by tp (each TP rank owns whole heads), FFN hidden by tp; or,
+      with tp above the KV heads, tp a multiple of them (serving replicates a KV head on each rank:
+      `rules.kv_replica_rule`; training refuses it, `rules.kv_training_rule`, checked by the
+      training engines);
     - every pipeline stage holds at least one layer per model chunk, and a given split adds up to
       the model's layers (`specs.stages`; the layers need not divide evenly);
     - a TP group either fits inside a node or spans whole nodes;
@@ -140,7 +143,7 @@ class Scenario:
         rules.raise_first(
             [
                 rules.gpu_rules(c.num_gpus, p.tp, p.pp, p.dp, p.cp, context),
-                *rules.tp_rules(p.tp, m.heads, m.kv_heads, m.ffn_hidden),
+                *rules.tp_rules(p.tp, m.heads, m.kv_heads, m.ffn_hidden, replicate_kv=True),
                 rules.stage_rule(self.split, m.layers, p.pp, p.vpp),
                 *rules.node_rules(p.tp, c.gpus_per_node),
                 *rules.sequence_rules(m.seq_len, p.tp, p.cp, p.sequence_parallel, p.flash_attention),
