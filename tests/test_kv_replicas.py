@@ -126,3 +126,16 @@ def test_serve_refuses_tp_above_the_kv_heads_that_is_not_a_multiple(cli):
     assert code == 2, err
     assert "tp=8 is above the model's kv_heads=6 but not a multiple" in err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_an_engine_that_does_not_replicate_kv_heads_takes_no_tp_above_them(cli):
+    """Only vLLM, SGLang and TensorRT-LLM replicate KV heads: llama.cpp's --plan tp=8 on a model of 4
+    KV heads is refused in one line, and its layouts compared without --plan leave tp=8 out."""
+    base = ["serve", "--model", "tinyllama-1.1b", "--system", "dgx-h100", "--nodes", "1", "--framework", "llama.cpp"]
+    code, _, err = cli([*base, "--plan", "tp=8"])
+    assert code == 2 and "which llama.cpp does not replicate" in err and len(err.strip().splitlines()) == 1
+    code, out, err = cli([*base, "--json"])
+    assert code == 0, err
+    assert "tp=8" not in out and "tp=4" in out
+    code, _, err = cli([*base[:-1], "vllm", "--plan", "tp=8"])
+    assert code == 0, err

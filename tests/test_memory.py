@@ -672,6 +672,9 @@ def test_fsdp2_under_a_pipeline_holds_the_stages_weights_and_fp32_gradients_unsh
     # last backward, so its fp32 gradients wait unsharded; its weights are whole already
     z2 = Plan(dp=4, pp=4, global_batch=16, zero_stage=2, framework="torchtitan")
     assert [float(x) for x in pp_unsharded_bytes(z2, titan, n, n)] == [0.0, pytest.approx(4 * n)]
+    # one data-parallel rank: nothing is wrapped, the stage is whole already (no double count)
+    alone = Plan(tp=4, pp=2, global_batch=16, zero_stage=3, framework="torchtitan")
+    assert [float(x) for x in pp_unsharded_bytes(alone, titan, n, n)] == [0.0, 0.0]
     # a stack without the behaviour (Megatron-Core's own FSDP is not torch's pipeline)
     mega = Plan(dp=4, pp=4, global_batch=16, zero_stage=3, framework="megatron-core")
     assert pp_unsharded_bytes(mega, stack_memory("megatron-core"), n, n) == (0.0, 0.0)

@@ -203,30 +203,31 @@ def test_fsdp_stacks_are_not_planned_at_zero_1(stack):
     assert 1 in set(PlanRequest.from_argv(argv + " --zero 1").search().columns["zero_stage"].tolist())
 
 
-def test_a_stack_without_tensor_or_pipeline_parallelism_is_planned_without_them(cli):
-    """Composer's preset says it runs FSDP1 alone (`model_parallel: []`): the planner searches tp = pp = 1
-    there (it suggested tp 8, pp 4), a --tp given still wins, and predict notes the axis the stack
-    lacks, priced as asked; the neighbours say why they were not searched."""
+def test_a_stack_without_pipeline_or_context_parallelism_is_planned_without_them(cli):
+    """Composer's preset says it runs FSDP1 and tensor parallelism (`model_parallel: [tp]`,
+    ParallelismConfig(fsdp, tp)): the planner searches pp = cp = 1 there (it suggested pp 4 and cp 2),
+    a --pp given still wins, and predict notes the axis the stack lacks, priced as asked; the
+    neighbours say why they were not searched."""
     argv = "--model llama3-70b --system dgx-h100 --nodes 4 --global-batch 512 --framework composer"
     cols = PlanRequest.from_argv(argv).search().columns
-    assert set(cols["tp"].tolist()) == {1} and set(cols["pp"].tolist()) == {1}
-    assert set(PlanRequest.from_argv(argv + " --tp 2").search().columns["tp"].tolist()) == {2}
+    assert set(cols["pp"].tolist()) == {1} and set(cols["cp"].tolist()) == {1} and max(cols["tp"].tolist()) > 1
+    assert set(PlanRequest.from_argv(argv + " --pp 2").search().columns["pp"].tolist()) == {2}
     wide = PlanRequest.from_argv(argv.replace("composer", "megatron-core")).search().columns
-    assert max(wide["tp"].tolist()) > 1 and max(wide["pp"].tolist()) > 1
+    assert max(wide["pp"].tolist()) > 1 and max(wide["cp"].tolist()) > 1
     code, out, _err = cli(["plan", *shlex.split(argv), "--top", "1"])
-    assert code == 0 and "composer runs no tensor parallelism (tp=2)" in out
+    assert code == 0 and "composer runs no pipeline parallelism (pp=2)" in out
     base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
-    code, _out, err = cli([*base, "--framework", "composer", "--tp", "2", "--pp", "2"])
-    assert code == 0 and "composer runs no tensor parallelism (tp=2) or pipeline parallelism (pp=2); priced" in err
-    code, _out, err = cli([*base, "--framework", "composer", "--tp", "1"])
+    code, _out, err = cli([*base, "--framework", "composer", "--pp", "2", "--cp", "2"])
+    assert code == 0 and "composer runs no pipeline parallelism (pp=2) or context parallelism (cp=2); priced" in err
+    code, _out, err = cli([*base, "--framework", "composer", "--tp", "2"])
     assert code == 0 and "priced as asked" not in err
 
 
 @pytest.mark.parametrize("value", [["ep"], "tp", [1]])
-def test_a_preset_names_its_model_parallel_axes_among_tp_and_pp(value):
+def test_a_preset_names_its_model_parallel_axes_among_tp_pp_and_cp(value):
     from shardwise.presets.stack_defaults import check_default_fields
 
-    with pytest.raises(SpecError, match=r"model_parallel: .* is not allowed; give a list of tp, pp \(or \[\]\)"):
+    with pytest.raises(SpecError, match=r"model_parallel: .* is not allowed; give a list of tp, pp, cp \(or \[\]\)"):
         check_default_fields("mine", {"model_parallel": value})
     check_default_fields("mine", {"model_parallel": ["pp"]})
 

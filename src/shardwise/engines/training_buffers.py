@@ -50,15 +50,18 @@ def pp_unsharded_bytes(plan: Plan, stack: mem.StackMemory, params: Number, train
     """(weights, gradients) a stage of ZeRO-2/3 under pipeline parallelism holds unsharded where the
     stack's FSDP2 keeps them so through the micro-batches (`StackMemory.pp_unsharded_grad_bytes`):
     the `trained` parameters' gradients at the reduction dtype's bytes (torch.distributed.pipelining
-    `backward_maybe_with_nosync`: an FSDP module's `set_requires_gradient_sync` and
-    `set_reshard_after_backward` are on for the last backward only, whatever its reshard policy, so
-    ZeRO-2's gradients wait unsharded too), and under ZeRO-3 every parameter of the stage at the
-    16-bit weight's bytes (ZeRO-2 holds its weights whole already); (0, 0) otherwise. They take the
+    `backward_maybe_with_nosync` runs every backward with the FSDP module's gradient sync and
+    reshard-after-backward off, and the stage's `_post_backward` turns them on and reduces after the
+    last, whatever its reshard policy, so ZeRO-2's gradients wait unsharded too), and under ZeRO-3
+    every parameter of the stage at the 16-bit weight's bytes (ZeRO-2 holds its weights whole
+    already); (0, 0) otherwise, and with one data-parallel rank (no FSDP wrap). They take the
     place of ZeRO-3's gathered units and of the gradients waiting for their reduce-scatter
     (`zero3_buffers`), whichever is larger."""
     if stack.pp_unsharded_grad_bytes == 0.0:
         return 0.0, 0.0
-    zero, piped = as_array(plan.zero_stage), as_array(plan.pp) > 1
+    zero = as_array(plan.zero_stage)
+    # FSDP wraps the stage only with more than one data-parallel rank (one alone holds it whole already)
+    piped = (as_array(plan.pp) > 1) & (as_array(plan.dp) * as_array(plan.cp) > 1)
     weights = ifelse((zero == 3) & piped, mem.weight_bytes_per_param(plan.precision) * params, 0.0)
     return weights, ifelse((zero >= 2) & piped, stack.pp_unsharded_grad_bytes * trained, 0.0)
 

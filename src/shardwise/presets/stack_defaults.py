@@ -26,9 +26,9 @@ DEFAULT_FIELDS = (
     "schedules",
     "model_parallel",
 )
-# the model-parallel axes a stack may implement (`model_parallel`): tensor and pipeline parallelism
-MODEL_PARALLEL_AXES = ("tp", "pp")
-AXIS_NAMES = {"tp": "tensor", "pp": "pipeline"}
+# the model-parallel axes a stack may implement (`model_parallel`): tensor, pipeline and context parallelism
+MODEL_PARALLEL_AXES = ("tp", "pp", "cp")
+AXIS_NAMES = {"tp": "tensor", "pp": "pipeline", "cp": "context"}
 # a preset's default schedule: one that needs no --vpp; the schedules a stack may implement
 PRESET_SCHEDULES = ("gpipe", "1f1b", "zb-h1")
 ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
@@ -90,9 +90,9 @@ def framework_schedules(name: str) -> tuple[str, ...] | None:
 
 
 def framework_degrees(name: str | None, axis: str) -> tuple[int, ...] | None:
-    """The `axis` ("tp" or "pp") degrees the planner searches on the stack when none is given:
-    (1,) where its preset's `model_parallel` leaves the axis out (Composer: FSDP1 alone, no tensor
-    or pipeline parallelism), None (any) otherwise."""
+    """The `axis` ("tp", "pp" or "cp") degrees the planner searches on the stack when none is given:
+    (1,) where its preset's `model_parallel` leaves the axis out (Composer: FSDP1 and tensor
+    parallelism, no pipeline or context parallelism), None (any) otherwise."""
     from shardwise import presets
 
     axes = presets._checked_framework(name or "megatron-core").get("model_parallel")

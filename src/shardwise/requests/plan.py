@@ -281,7 +281,7 @@ class PlanRequest:
             pp=self.pp if self.pp is not None else framework_degrees(self.training.framework, "pp"),
             dp=self.dp,
             vpp=self.vpp,
-            cp=self.cp,
+            cp=self.cp if self.cp is not None else framework_degrees(self.training.framework, "cp"),
             ep=self.ep,
             micro_batch=self.micro_batch,
             schedule=self.schedule if self.schedule is not None else framework_schedules(self.training.framework),

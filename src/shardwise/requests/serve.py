@@ -191,6 +191,9 @@ class ServeRequest:
                 )
         if len({s.label for s in specs}) != len(specs):
             raise SpecError("each --plan must be different")
+        from shardwise.requests.serve_plans import kv_replicas_run
+
+        specs = kv_replicas_run(specs, self.framework, int(model.kv_heads), bool(self.plans))
         stages = stage_kwargs(options, int(model.layers))
         runtime = self.runtime or SERVING_FRAMEWORKS[self.framework]
         budget = self.max_batched_tokens

@@ -1,8 +1,11 @@
-"""The scenario each `serve --plan` names (shared by the serve command and its report)."""
+"""The scenario each `serve --plan` names (shared by the serve command and its report), and the
+plans an engine runs (`kv_replicas_run`)."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from shardwise.errors import SpecError
 
 
 def scenario_of(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None) -> tuple[str, Any]:
@@ -28,3 +31,22 @@ def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None 
         raise_first([serving_expert_rule(int(tp), experts["ep"], experts["etp"], int(dp))])
     split = {**(stages or {}), **options} if pp > 1 else {}
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))
+
+
+# the engines that serve tp above the model's KV heads by replicating them (`rules.kv_replica_rule`;
+# docs/serving.md "More TP ranks than KV heads"): vLLM and SGLang's QKVParallelLinear, TensorRT-LLM
+KV_REPLICATING = ("vllm", "sglang", "tensorrt-llm")
+
+
+def kv_replicas_run(specs: list[Any], framework: str, kv_heads: int, given: bool) -> list[Any]:
+    """`specs` as `framework` runs them: an engine that does not replicate KV heads takes no tp above
+    them (a --plan given is refused in one line; the layouts compared without one leave it out)."""
+    if framework in KV_REPLICATING:
+        return specs
+    above = [s for s in specs if isinstance(s.tp, int) and s.tp > kv_heads]
+    if above and given:
+        raise SpecError(
+            f"--plan {above[0].label!r}: tp={above[0].tp} is above the model's {kv_heads} KV heads, which "
+            f"{framework} does not replicate (vLLM, SGLang and TensorRT-LLM do: --framework vllm)"
+        )
+    return [s for s in specs if s not in above]
