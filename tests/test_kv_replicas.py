@@ -139,3 +139,13 @@ def test_an_engine_that_does_not_replicate_kv_heads_takes_no_tp_above_them(cli):
     assert "tp=8" not in out and "tp=4" in out
     code, _, err = cli([*base[:-1], "vllm", "--plan", "tp=8"])
     assert code == 0, err
+
+
+def test_the_latency_target_search_keeps_to_what_the_engine_runs():
+    """The --ttft-max/--tpot-max search compares tp above the KV heads only under an engine that
+    replicates them."""
+    from shardwise.analyses.serving_targets import _kv_heads_fit
+
+    assert _kv_heads_fit(4, 8, "vllm") and _kv_heads_fit(4, 8, "tensorrt-llm")
+    assert not _kv_heads_fit(4, 8, "llama.cpp") and not _kv_heads_fit(4, 6, "vllm")
+    assert _kv_heads_fit(4, 2, "llama.cpp") and not _kv_heads_fit(6, 4, "vllm")

@@ -145,7 +145,7 @@ def search(
         candidates = [
             (f"tp={tp},pp={pp}", Scenario(model, cluster, plan_for_serving(tp, pp, gpus // (tp * pp))))
             for tp, pp in plans(gpus, int(cluster.gpus_per_node))
-            if model.heads % tp == 0 and _kv_heads_fit(int(model.kv_heads), tp) and pp <= model.layers
+            if model.heads % tp == 0 and _kv_heads_fit(int(model.kv_heads), tp, wl.engine) and pp <= model.layers
         ]
     options = []
     for label, scn in candidates:
@@ -162,7 +162,11 @@ def search(
     return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu))
 
 
-def _kv_heads_fit(kv_heads: int, tp: int) -> bool:
-    """tp splits the KV heads, or is a multiple of them: each rank a replica of one
-    (`specs.rules.kv_replica_rule`, the engines' replicated KV heads)."""
-    return (tp % kv_heads if tp > kv_heads else kv_heads % tp) == 0
+def _kv_heads_fit(kv_heads: int, tp: int, engine: str) -> bool:
+    """tp splits the KV heads, or, under an engine that replicates them (`specs.rules.KV_REPLICATING`),
+    is a multiple of them: each rank a replica of one (`specs.rules.kv_replica_rule`)."""
+    from shardwise.specs.rules import KV_REPLICATING
+
+    if tp > kv_heads:
+        return engine in KV_REPLICATING and tp % kv_heads == 0
+    return kv_heads % tp == 0

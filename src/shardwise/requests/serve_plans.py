@@ -33,14 +33,11 @@ def scenario(model: Any, cluster: Any, spec: Any, stages: dict[str, Any] | None 
     return Scenario(model, cluster, plan_for_serving(int(tp), int(pp), int(dp)).with_(**split, **experts))
 
 
-# the engines that serve tp above the model's KV heads by replicating them (`rules.kv_replica_rule`;
-# docs/serving.md "More TP ranks than KV heads"): vLLM and SGLang's QKVParallelLinear, TensorRT-LLM
-KV_REPLICATING = ("vllm", "sglang", "tensorrt-llm")
-
-
 def kv_replicas_run(specs: list[Any], framework: str, kv_heads: int, given: bool) -> list[Any]:
     """`specs` as `framework` runs them: an engine that does not replicate KV heads takes no tp above
     them (a --plan given is refused in one line; the layouts compared without one leave it out)."""
+    from shardwise.specs.rules import KV_REPLICATING
+
     if framework in KV_REPLICATING:
         return specs
     above = [s for s in specs if isinstance(s.tp, int) and s.tp > kv_heads]

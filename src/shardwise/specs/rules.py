@@ -138,6 +138,11 @@ def tp_rules(tp: Number, heads: Number, kv_heads: Number, ffn_hidden: Number, re
     ]
 
 
+# the serving engines that run tp above the model's KV heads by replicating them (docs/serving.md
+# "More TP ranks than KV heads"): vLLM and SGLang's QKVParallelLinear, TensorRT-LLM
+KV_REPLICATING = ("vllm", "sglang", "tensorrt-llm")
+
+
 def kv_replica_rule(tp: Number, kv_heads: Number) -> Rule:
     """Serving: the KV heads split by tp, or, with tp above them, tp a multiple of them: each TP rank
     holds one KV head, each head replicated tp / kv_heads times (vLLM's QKVParallelLinear,
