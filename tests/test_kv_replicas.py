@@ -149,3 +149,11 @@ def test_the_latency_target_search_keeps_to_what_the_engine_runs():
     assert _kv_heads_fit(4, 8, "vllm") and _kv_heads_fit(4, 8, "tensorrt-llm")
     assert not _kv_heads_fit(4, 8, "llama.cpp") and not _kv_heads_fit(4, 6, "vllm")
     assert _kv_heads_fit(4, 2, "llama.cpp") and not _kv_heads_fit(6, 4, "vllm")
+
+
+def test_the_planner_names_the_kv_heads_when_they_rule_a_tp_out(cli):
+    code, _, err = cli(
+        ["plan", "--model", "tinyllama-1.1b", "--system", "dgx-h100", "--nodes", "1"]
+        + ["--global-batch", "64", "--tp", "8"]
+    )
+    assert code == 2 and "tp must divide the heads (32) and KV heads (4)" in err

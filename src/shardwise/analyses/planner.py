@@ -151,10 +151,9 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 
 def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> str:
     n, g = int(cluster.num_gpus), int(cluster.gpus_per_node)
-    hints = [
-        f"the batch must be divisible by dp, tp must divide the heads ({model.heads}) and pp be at most "
-        f"the layers ({model.layers})"
-    ]
+    kv = f" and KV heads ({model.kv_heads})" if model.kv_heads != model.heads else ""
+    heads = f"the heads ({model.heads}){kv}"
+    hints = [f"the batch must be divisible by dp, tp must divide {heads} and pp be at most the layers ({model.layers})"]
     if space.tp is not None and space.tp_within_node and any(t > g for t in space.tp):
         hints.append(f"tp > {g} needs --tp-across-nodes")
     if space.micro_batch is not None:
