@@ -152,8 +152,6 @@ def test_the_latency_target_search_keeps_to_what_the_engine_runs():
 
 
 def test_the_planner_names_the_kv_heads_when_they_rule_a_tp_out(cli):
-    code, _, err = cli(
-        ["plan", "--model", "tinyllama-1.1b", "--system", "dgx-h100", "--nodes", "1"]
-        + ["--global-batch", "64", "--tp", "8"]
-    )
+    base = ["plan", "--model", "tinyllama-1.1b", "--system", "dgx-h100", "--nodes", "1"]
+    code, _, err = cli([*base, "--global-batch", "64", "--tp", "8"])
     assert code == 2 and "tp must divide the heads (32) and KV heads (4)" in err
