@@ -85,7 +85,7 @@ from shardwise.physics.custom_allreduce import custom_all_reduce_s, is_nvlink_cl
 from shardwise.physics.nccl_tree import tree_bandwidth_share
 from shardwise.specs import Cluster, Link
 from shardwise.specs._checks import Number
-from shardwise.specs.memo import Memo
+from shardwise.specs.memo import Memo, unwrapped
 
 # NCCL's low-latency protocols (src/graph/tuning.cc, the same in 2.18 and 2.30): per-step latency
 # on NVLink (hwLat, ring), and the share of the link's bus bandwidth each reaches (LL: half, at
@@ -209,7 +209,7 @@ class Group:
         if p.ndim == 0:  # one group: numpy scalars for its 0-d arrays (the same values, cheaper to use)
             for name in self.__slots__:
                 if hasattr(self, name):
-                    setattr(self, name, _unwrapped(getattr(self, name)))
+                    setattr(self, name, unwrapped(getattr(self, name)))
 
     @staticmethod
     def _pipe(latency: Number, transfer: Number) -> Number:
@@ -257,15 +257,6 @@ class Group:
         latency, inv_in, inv_out, _, _ = self._a2a
         transfer = np.maximum(intra_bytes * inv_in, inter_bytes * inv_out)
         return self._base + self._pipe(latency, transfer)
-
-
-def _unwrapped(value: object) -> object:
-    """A 0-d array as its numpy scalar, inside tuples too; anything else as it is."""
-    if isinstance(value, np.ndarray) and value.ndim == 0:
-        return value[()]
-    if type(value) is tuple:
-        return tuple(_unwrapped(v) for v in value)
-    return value
 
 
 def all_reduce_time_s(

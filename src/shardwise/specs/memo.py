@@ -102,7 +102,7 @@ def kept(fn: Callable[..., T]) -> Callable[..., T]:
             except TypeError:  # an array of many values: once per distinct combination of them
                 return grouped_call(fn, args, kwargs)
         if value is _MISSING:
-            value = _unwrapped(fn(*args, **kwargs))
+            value = unwrapped(fn(*args, **kwargs))
             if isinstance(value, dict):
                 value = MappingProxyType(value)  # type: ignore[assignment]
             _read_only(value)
@@ -129,15 +129,15 @@ def _scalar_key(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, ...
 _ZERO_D = object()
 
 
-def _unwrapped(value: Any) -> Any:
+def unwrapped(value: Any) -> Any:
     """A 0-d array as its numpy scalar (the same value; arithmetic on it is several times
     cheaper), also among a tuple's items or a dict's values; anything else as it is."""
     if isinstance(value, np.ndarray) and value.ndim == 0:
         return value[()]
     if type(value) is tuple:
-        return tuple(_unwrapped(v) for v in value)
+        return tuple(unwrapped(v) for v in value)
     if type(value) is dict:
-        return {k: _unwrapped(v) for k, v in value.items()}
+        return {k: unwrapped(v) for k, v in value.items()}
     return value
 
 
