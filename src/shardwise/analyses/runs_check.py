@@ -77,7 +77,7 @@ def _layout(plan: Any, training: bool) -> str:
     """The run as `plan` prints it: tp, pp, dp (cp, vpp, ep), and for training the micro-batch, the
     global batch, ZeRO, recomputation and precision (runs that differ in any are different layouts)."""
     parts = [f"tp{plan.tp}", f"pp{plan.pp}", f"dp{plan.dp}"]
-    parts += [f"{k}{v}" for k, v in (("cp", plan.cp), ("vpp", plan.vpp), ("ep", getattr(plan, "ep", 1))) if v != 1]
+    parts += [f"{k}{v}" for k, v in (("cp", plan.cp), ("vpp", plan.vpp), ("ep", plan.ep)) if v != 1]
     if not training:
         return " ".join(parts)
     recompute = getattr(plan.recompute, "name", str(plan.recompute)).lower()
@@ -90,9 +90,10 @@ def _fits(run: Any) -> bool | None:
     """Whether a training run fits in its GPUs' memory as the model counts it (None: serving)."""
     if run.metric != "step_time_s":
         return None
-    from shardwise.engines.training import estimate_training_step
+    from shardwise.engines.training import training_memory
 
-    return bool(estimate_training_step(run.scenario).fits_in_memory)
+    scn = run.scenario
+    return bool(training_memory(scn).total_bytes <= scn.cluster.gpu.memory_bytes)
 
 
 def _summary(name: str, runs: list[RunCheck]) -> GroupCheck:
