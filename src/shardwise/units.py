@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 
-from shardwise.errors import UnitError
+from shardwise.errors import SpecError, UnitError
 
 KILO, MEGA, GIGA, TERA, PETA = 1e3, 1e6, 1e9, 1e12, 1e15
 KIB, MIB, GIB, TIB = 2**10, 2**20, 2**30, 2**40
@@ -158,8 +158,6 @@ def format_seconds_range(low_s: float, high_s: float) -> str:
 def share_or_bytes(flag: str, text: str, capacity_bytes: float) -> float:
     """A flag's amount of a capacity: bytes ('8GB') or a share of it ('10%'); 0 alone may be bare
     ('10' is 10%? 10 GB? not 10 bytes: refused). One SpecError line naming the flag otherwise."""
-    from shardwise.errors import SpecError
-
     t = str(text).strip()
     try:
         if t.endswith("%"):

@@ -165,8 +165,6 @@ def search(
 def _kv_heads_fit(kv_heads: int, tp: int, engine: str) -> bool:
     """tp splits the KV heads, or, under an engine that replicates them (`specs.rules.KV_REPLICATING`),
     is a multiple of them: each rank a replica of one (`specs.rules.kv_replica_rule`)."""
-    from shardwise.specs.rules import KV_REPLICATING
+    from shardwise.specs.rules import KV_REPLICATING, kv_replica_rule
 
-    if tp > kv_heads:
-        return engine in KV_REPLICATING and tp % kv_heads == 0
-    return kv_heads % tp == 0
+    return bool(kv_replica_rule(tp, kv_heads).ok) if engine in KV_REPLICATING else kv_heads % tp == 0

@@ -254,7 +254,7 @@ def _evaluate_block(
     names: tuple[str, ...],
     axes: tuple[np.ndarray, ...],
     breakdown: bool,
-    ignore_memory: bool = False,
+    ignore_memory: bool,
 ) -> SweepResult:
     """Every plan on one link over one block of the grid."""
     from shardwise.analyses.bands import calibrated, point_log_sd

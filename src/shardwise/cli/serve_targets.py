@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.errors import SpecError
-
 SHOWN = 12
 
 
@@ -28,7 +26,7 @@ def _table(
     ttft_max: str | None,
     tpot_max: str | None,
     pct: str,
-    request: Any = None,
+    request: Any,
 ) -> None:
     from rich import box
     from rich.table import Table
@@ -87,34 +85,17 @@ def _table(
         f"{best.users_per_replica:,} requests in flight per replica: {best.tokens_per_s_per_gpu:,.0f} tokens/s "
         f"per GPU; more load misses ({best.why})"
     )
-    if request is not None:  # the request searched, at the best option: its lengths, stack and budget kept
-        import dataclasses
+    # the request searched, at the best option: its lengths, stack and budget kept
+    import dataclasses
 
-        full = dataclasses.replace(
-            request,
-            plans=(best.label,),
-            weight_precision=best.weight_precision,
-            kv_precision=best.kv_precision,
-            concurrency=best.users_per_replica * replicas,
-            ttft_max=None,
-            tpot_max=None,
-            slo_percentile=None,
-        )
-        out.print(f"[dim]in full: {full.command()}[/]")
-        return
-    out.print(
-        f"[dim]in full: shardwise serve --model {model.name} {_system(cluster)} --plan {best.label} "
-        f"--weight-precision {best.weight_precision} --kv-precision {best.kv_precision} "
-        f"--concurrency {best.users_per_replica * replicas}[/]"
+    full = dataclasses.replace(
+        request,
+        plans=(best.label,),
+        weight_precision=best.weight_precision,
+        kv_precision=best.kv_precision,
+        concurrency=best.users_per_replica * replicas,
+        ttft_max=None,
+        tpot_max=None,
+        slo_percentile=None,
     )
-
-
-def _system(cluster: Any) -> str:
-    """The --system flags that rebuild `cluster` when it is a preset, else a placeholder."""
-    from shardwise import presets
-
-    try:
-        same = presets.system(cluster.name).gpu == cluster.gpu
-    except SpecError:
-        same = False
-    return f"--system {cluster.name} --num-gpus {int(cluster.num_gpus)}" if same else "<your --system flags>"
+    out.print(f"[dim]in full: {full.command()}[/]")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -56,17 +56,12 @@ class DpComm:
     def plus(self, other: DpComm) -> DpComm:
         """Two groups' communication over the same windows, one after the other (the dense
         parameters' and the routed experts'): their times and unhideable buckets add."""
-        return DpComm(
-            self.grad_s + other.grad_s,
-            self.grad_window_s,
-            self.grad_bucket_s + other.grad_bucket_s,
-            self.gather_s + other.gather_s,
-            self.gather_window_s,
-            self.gather_bucket_s + other.gather_bucket_s,
-            self.shared_window,
-            self.per_chunk,
-            self.contention,
-            self.host_wait_s,
+        return replace(
+            self,
+            grad_s=self.grad_s + other.grad_s,
+            grad_bucket_s=self.grad_bucket_s + other.grad_bucket_s,
+            gather_s=self.gather_s + other.gather_s,
+            gather_bucket_s=self.gather_bucket_s + other.gather_bucket_s,
         )
 
     def exposed_s(

@@ -11,9 +11,10 @@ imbalance (the busiest rank's tokens over the mean).
     router        T x h  by  h x E
     dispatch      all-to-all over the EP group: c copies of h elements leave this rank, (ep-1)/ep
                   of them to other ranks (one copy per chosen expert; the "flex" dispatchers send
-                  one per node and per rank instead: `dispatch_bytes`), after the per-expert
-                  counts' all-gather and the host's read of the split sizes, and beside the
-                  probabilities' own all-to-all (`dispatch_metadata_bytes`, SYNC_HOST_OPS)
+                  one per node and per rank instead: `physics.moe_dispatch.dispatch_bytes`), after
+                  the per-expert counts' all-gather and the host's read of the split sizes, and
+                  beside the probabilities' own all-to-all (`physics.moe_dispatch`:
+                  `dispatch_metadata_bytes`, SYNC_HOST_OPS)
     etp > 1       all-gather of the received tokens over the ETP group before the experts,
                   reduce-scatter after (each ETP rank holds f_e / etp columns of every expert)
     experts       E / ep grouped GEMMs of m = rho c etp ep / E tokens each (fewer, fuller ones

@@ -27,8 +27,8 @@ DEFAULT_FIELDS = (
     "model_parallel",
 )
 # the model-parallel axes a stack may implement (`model_parallel`): tensor, pipeline and context parallelism
-MODEL_PARALLEL_AXES = ("tp", "pp", "cp")
 AXIS_NAMES = {"tp": "tensor", "pp": "pipeline", "cp": "context"}
+MODEL_PARALLEL_AXES = tuple(AXIS_NAMES)
 # a preset's default schedule: one that needs no --vpp; the schedules a stack may implement
 PRESET_SCHEDULES = ("gpipe", "1f1b", "zb-h1")
 ALL_SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")

@@ -245,7 +245,7 @@ class PredictRequest:
 
         built = self.training.build()
         scn = built.scenario
-        refuse_idle_flags(self.training, scn.model)
+        _refuse_expert_flags(self.training, scn.model)  # the rest of refuse_idle_flags ran in __post_init__
         if self.engine == "simulate":
             from shardwise.engines.simulated import simulate_training_step
 
