@@ -475,3 +475,6 @@ def test_serve_emits_data_parallel_attention_as_one_vllm_server(cli):
     assert argv[argv.index("--tensor-parallel-size") + 1] == "2" and "one server for all 4" in launch["notes"][0]
     code, out, err = cli([*args, "--plan", "tp=2,ep=4"])  # experts split in two (etp 2): not vLLM's
     assert code == 2 and "ep = tp x dp" in err and err.count("\n") == 1
+    # priced as data-parallel attention (ep x etp = 8 > tp = 4) though ep = tp: not emitted as TP-EP replicas
+    code, out, err = cli([*args, "--plan", "tp=4,ep=4,etp=2"])
+    assert code == 2 and "ep = tp x dp" in err and err.count("\n") == 1

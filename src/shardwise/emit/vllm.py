@@ -59,10 +59,14 @@ def launch(
     if i(p.cp) > 1:
         raise EmitError("--emit vllm: context parallelism is not emitted for vLLM; price plans without cp")
     tp, pp, dp = i(p.tp), i(p.pp), i(p.dp)
-    # data-parallel attention (ep > tp, `engines.dp_attention`): one server of dp engine ranks whose
-    # experts spread over all dp x tp GPUs (vLLM --data-parallel-size with --enable-expert-parallel)
-    dp_attention = m.is_moe and i(p.ep) > tp
-    if dp_attention and (i(p.ep) != tp * dp or pp > 1 or tp * dp > i(scn.cluster.gpus_per_node)):
+    # data-parallel attention (ep x etp > tp, as `engines.dp_attention` prices it): one server of dp
+    # engine ranks whose whole experts spread over all dp x tp GPUs (vLLM --data-parallel-size with
+    # --enable-expert-parallel: ep = tp x dp, etp 1)
+    from shardwise.engines.dp_attention import dp_attention as experts_beyond_tp
+
+    dp_attention = m.is_moe and bool(experts_beyond_tp(p))
+    whole = i(p.ep) == tp * dp and i(p.expert_tp) == 1
+    if dp_attention and (not whole or pp > 1 or tp * dp > i(scn.cluster.gpus_per_node)):
         raise EmitError(
             f"--emit vllm: data-parallel attention with ep={i(p.ep)}: vLLM's --data-parallel-size with "
             f"--enable-expert-parallel spreads whole experts over all dp x tp = {tp * dp} GPUs of one server "
