@@ -75,8 +75,7 @@ from shardwise.physics.moe_grouped import (
     quantization_padding_bytes,
 )
 from shardwise.physics.params import (
-    kv_replica_params,
-    layer_params_split,
+    dense_layer_params_per_gpu,
     moe_layer_params_per_gpu,
     stage_expert_params_per_gpu,
     stage_params_per_gpu,
@@ -347,8 +346,7 @@ def moe_layers(
 def stage_layer_params(model: Model, plan: object, split: StageSplit) -> tuple[Number, Number, Number]:
     """Parameters of the transformer layers alone on one GPU of the first, fullest middle and last
     stage (dense layers split by tp; MoE layers with their experts / ep, 1 / etp of each)."""
-    matrices, replicated = layer_params_split(model)
-    per_layer = matrices / plan.tp + replicated + kv_replica_params(model, plan.tp)  # type: ignore[attr-defined]
+    per_layer = dense_layer_params_per_gpu(model, plan.tp)  # type: ignore[attr-defined]
     counts = (split.first, split.middle_max, split.last)
     if not model.is_moe:
         return tuple(n * per_layer for n in counts)  # type: ignore[return-value]

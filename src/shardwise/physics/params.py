@@ -121,6 +121,14 @@ def layer_params_split(model: Model) -> tuple[Number, Number]:
     return split, replicated
 
 
+def dense_layer_params_per_gpu(model: Model, tp: Number) -> Number:
+    """One dense layer's parameters on one GPU: its matrices split across tp, the norms (and
+    row-parallel biases) whole, and with tp above the KV heads (serving) one replicated KV head's
+    K and V (`kv_replica_params`)."""
+    matrices, replicated = layer_params_split(model)
+    return matrices / tp + replicated + kv_replica_params(model, tp)
+
+
 def mamba_mixer_params(model: Model) -> Number:
     """A Mamba-2 mixer's parameters, all split across TP by heads and groups
     (megatron/core/ssm/mamba_mixer.py): in_proj h x (2 H P + 2 G N + H), the depthwise conv1d's
@@ -215,8 +223,7 @@ def stage_params_per_gpu(
     """
     if split is None:
         split = stage_split(model.layers, pp)
-    matrices, replicated = layer_params_split(model)
-    per_layer = matrices / tp + replicated + kv_replica_params(model, tp)
+    per_layer = dense_layer_params_per_gpu(model, tp)
     pos = model.seq_len * model.hidden if model.learned_positions else 0
     word = model.vocab * model.hidden / tp
     norm = _norm_params(model)
