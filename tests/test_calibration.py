@@ -108,6 +108,19 @@ def test_stacked_evaluation_equals_one_scenario_at_a_time():
     np.testing.assert_allclose(stacked, one, rtol=1e-12)
 
 
+def test_a_dense_run_is_not_stacked_with_a_mixture_of_experts():
+    """Runs stack into one Scenario only when their models differ in numbers alone: a dense run
+    behind a mixture of experts was priced with its experts (and before it, refused)."""
+    c = presets.system("dgx-h100", nodes=2)
+    dense = Scenario(presets.model("llama3-8b"), c, Plan(tp=2, dp=8, global_batch=128, sequence_parallel=True))
+    moe = Scenario(
+        presets.model("mixtral-8x7b"), c, Plan(tp=2, dp=8, ep=8, etp=1, global_batch=128, sequence_parallel=True)
+    )
+    for scns in ([moe, dense], [dense, moe]):
+        one = np.array([float(estimate_training_step(s).step_time_s) for s in scns])
+        np.testing.assert_allclose(Evaluator(scns).step_s({})[0], one, rtol=1e-12)
+
+
 def test_known_parameters_are_recovered_within_their_intervals():
     scns, _, measured = synthetic(noise=0.02)
     assert len(scns) >= 20
