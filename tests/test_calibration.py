@@ -252,6 +252,16 @@ HEADER = "id,model,system,num_gpus,tp,pp,global_batch,step_time_s\n"
         ),
         (HEADER + "a,no-such-model,dgx-h100,8,8,1,8,1.0\n", "unknown model"),
         (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,1.0,extra\n", "more values than columns"),
+        # two measurements of one run that disagree (the second was silently ignored)
+        (
+            HEADER.strip() + ",tokens_per_s_per_gpu\na,llama3-8b,dgx-h100,8,8,1,8,1.0,1000\n",
+            r"step_time_s 1 and tokens_per_s_per_gpu 1000 \(a step of 8.19 s\) disagree",
+        ),
+        # the row named once (it was 'runs.csv line 2: the model cannot express this run: runs.csv line 2: ...')
+        (
+            "model,system,tp,input_len,output_len,tpot_s\nllama3-8b,dgx-h100,1,512,-5,0.01\n",
+            r"^runs.csv line 2: output_len: -5 is not allowed",
+        ),
     ],
 )
 def test_bad_runs_files_are_one_line_each(cli, tmp_path: Path, text: str, message: str):
@@ -271,6 +281,8 @@ def test_runs_accept_every_measurement_and_the_public_columns():
     (tokens,) = parse_runs(f"{base},tokens_per_s_per_gpu\n{row},{32 * 8192 / (2.0 * 8)}\n")
     (metric,) = parse_runs(f"{base},metric,measured\n{row},step_time_s,2.0\n")
     assert step.measured == tokens.measured == metric.measured == pytest.approx(2.0)
+    (both,) = parse_runs(f"{base},step_time_s,tokens_per_s_per_gpu\n{row},2.0,{32 * 8192 / (2.1 * 8)}\n")
+    assert both.measured == pytest.approx(2.0)  # two that agree (within 10%): the step time
     assert int(step.scenario.plan.dp) == 4 and int(step.scenario.plan.micro_batch) == 1
 
 
