@@ -115,8 +115,9 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
         for r in report.runs:
             unit = "" if r.metric in RATES else "s"
             inside = "inside" if r.covered else "outside"
+            name = r.run_id if r.run_id == r.where else f"{r.run_id} ({r.where})"  # no id: the row's place
             click.echo(
-                f"{r.run_id} ({r.where}) {r.label}, {r.stack}: {r.metric} measured {_number(r.measured, unit)}, "
+                f"{name} {r.label}, {r.stack}: {r.metric} measured {_number(r.measured, unit)}, "
                 f"predicted {_number(r.predicted, unit)} ({r.error:+.1%}), 80% "
                 f"{_number(r.low, unit)}-{_number(r.high, unit)} ({inside})"
             )
