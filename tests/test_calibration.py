@@ -250,7 +250,7 @@ HEADER = "id,model,system,num_gpus,tp,pp,global_batch,step_time_s\n"
             "id,model,system,num_gpus,tp,pp,dp,global_batch,step_time_s\na,llama3-8b,dgx-h100,16,8,1,1,8,1.0\n",
             "must equal GPUs in the cluster",
         ),
-        (HEADER + "a,no-such-model,dgx-h100,8,8,1,8,1.0\n", "unknown model"),
+        (HEADER + "a,no-such-model,dgx-h100,8,8,1,8,1.0\n", "^runs.csv line 2: unknown model 'no-such-model'"),
         (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,1.0,extra\n", "more values than columns"),
         # two measurements of one run that disagree (the second was silently ignored)
         (

@@ -270,9 +270,15 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
             (row.get("runtime") or "graphs").lower(),
         )
     except SpecError as exc:
-        raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+        raise SpecError(f"{where}: {_cannot_express(exc)}") from None
     case = ServingCase(scn, workload, metric)
     return Run(row.get("id") or where, case, value, where, row.get("group", ""), metric)
+
+
+def _cannot_express(exc: Exception) -> str:
+    """A run the model refuses, in words; a name it does not know is a typo, not a limit."""
+    text = str(exc)
+    return text if text.startswith("unknown ") else f"the model cannot express this run: {text}"
 
 
 def _run(row: dict[str, str], where: str) -> Run:
@@ -319,7 +325,7 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     try:
         scn = request.scenario()
     except SpecError as exc:
-        raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+        raise SpecError(f"{where}: {_cannot_express(exc)}") from None
     log_hidden = row.get("_log_hidden", "")
     if log_hidden and log_hidden.isdigit() and int(log_hidden) != int(scn.model.hidden):
         raise SpecError(
