@@ -570,3 +570,13 @@ def test_every_command_that_prints_results_has_json_as_the_readme_says():
         for leaf in leaves:
             flags = {o for p in leaf.params for o in p.opts}
             assert ("--json" in flags) == (name != "explore"), (name, leaf.name)
+
+
+def test_an_unknown_command_names_the_closest_one(cli):
+    """`shardwise scenarios` (the brief says scenarios) was 'No such command' without the name to use."""
+    code, out, err = cli(["scenarios", "--no-plot"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: No such command 'scenarios'; did you mean 'scenario'? (`shardwise --help` lists them)"
+    )
+    code, _, err = cli(["xyz"])
+    assert code == 2 and "did you mean" not in err and len(err.strip().splitlines()) == 1
