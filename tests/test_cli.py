@@ -55,6 +55,11 @@ def test_predict_json_has_the_documented_keys(cli):
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
     assert data["scenario"]["plan"]["tp"] == 8
     assert data["scenario"]["model"]["params"] == pytest.approx(174.6e9, rel=1e-3)
+    # every key it prints is named in predict.md's Outputs (the interval's were not)
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "commands" / "predict.md").read_text().split("## Outputs")[1]
+    assert [k for k in [*data, *data["interval"]] if f"`{k}`" not in doc] == []
 
 
 def test_custom_model_and_gpu_flags(cli):
