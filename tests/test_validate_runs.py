@@ -64,6 +64,10 @@ def test_the_tables_and_rows(cli, runs_csv):
     code, out, err = cli(["validate", "--runs", str(path), "--rows", "all"])
     assert code == 0, err
     assert "no_ids.csv line 2 tp" in out and "line 2 (" not in out
+    # with no group of 3 layouts there is no ranking table, and the note says so (it explained the regret)
+    path.write_text("\n".join(Path(runs_csv).read_text().splitlines()[:3]))
+    code, out, err = cli(["validate", "--runs", str(path)])
+    assert code == 0 and "none is ranked" in " ".join(out.split()) and "top-1 regret" not in out, err
     code, out, err = cli(["validate", "--runs", runs_csv, "--markdown"])
     assert code == 0, err
     assert "| group | stack | runs | MAPE |" in out

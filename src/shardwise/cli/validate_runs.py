@@ -91,8 +91,12 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
     note = (
         "Errors: (predicted - measured) / measured, in each run's own measurement (a step time for training). "
         f"80% interval: {basis}. Ranking: training runs of one model on one cluster, GPU count and sequence "
-        "length by one stack (and group), 3 layouts or more; top-1 regret: how much slower the layout the model "
-        "ranks first measured than the fastest"
+        "length by one stack (and group), 3 layouts or more; "
+        + (
+            "top-1 regret: how much slower the layout the model ranks first measured than the fastest"
+            if report.rankings
+            else "no group here has 3 layouts, so none is ranked"
+        )
     )
     unfit = [r.run_id for r in report.runs if r.fits is False]
     if unfit:
