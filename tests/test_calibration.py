@@ -108,6 +108,19 @@ def test_stacked_evaluation_equals_one_scenario_at_a_time():
     np.testing.assert_allclose(stacked, one, rtol=1e-12)
 
 
+def test_a_dense_run_is_not_stacked_with_a_mixture_of_experts():
+    """Runs stack into one Scenario only when their models differ in numbers alone: a dense run
+    behind a mixture of experts was priced with its experts (and before it, refused)."""
+    c = presets.system("dgx-h100", nodes=2)
+    dense = Scenario(presets.model("llama3-8b"), c, Plan(tp=2, dp=8, global_batch=128, sequence_parallel=True))
+    moe = Scenario(
+        presets.model("mixtral-8x7b"), c, Plan(tp=2, dp=8, ep=8, etp=1, global_batch=128, sequence_parallel=True)
+    )
+    for scns in ([moe, dense], [dense, moe]):
+        one = np.array([float(estimate_training_step(s).step_time_s) for s in scns])
+        np.testing.assert_allclose(Evaluator(scns).step_s({})[0], one, rtol=1e-12)
+
+
 def test_known_parameters_are_recovered_within_their_intervals():
     scns, _, measured = synthetic(noise=0.02)
     assert len(scns) >= 20
@@ -137,7 +150,8 @@ def test_fewer_runs_fit_fewer_parameters_in_the_documented_order():
     scns, _, measured = synthetic(noise=0.0)
     one = fitting.fit(scns[:1], measured[:1])
     assert one.fitted == ("matmul_efficiency_scale",)
-    assert "1 run(s) fit at most 1" in one.not_fitted["step_overhead_s"]
+    # "taken by those above": parameters fixed at a bound after the fit used up the count too
+    assert "1 run(s) fit at most 1 parameter(s), taken by those above" in one.not_fitted["step_overhead_s"]
     two = fitting.fit(scns[5:7], measured[5:7], max_parameters=2)
     assert len(two.fitted) <= 2
 
@@ -237,8 +251,18 @@ HEADER = "id,model,system,num_gpus,tp,pp,global_batch,step_time_s\n"
             "id,model,system,num_gpus,tp,pp,dp,global_batch,step_time_s\na,llama3-8b,dgx-h100,16,8,1,1,8,1.0\n",
             "must equal GPUs in the cluster",
         ),
-        (HEADER + "a,no-such-model,dgx-h100,8,8,1,8,1.0\n", "unknown model"),
+        (HEADER + "a,no-such-model,dgx-h100,8,8,1,8,1.0\n", "^runs.csv line 2: unknown model 'no-such-model'"),
         (HEADER + "a,llama3-8b,dgx-h100,8,8,1,8,1.0,extra\n", "more values than columns"),
+        # two measurements of one run that disagree (the second was silently ignored)
+        (
+            HEADER.strip() + ",tokens_per_s_per_gpu\na,llama3-8b,dgx-h100,8,8,1,8,1.0,1000\n",
+            r"step_time_s 1 and tokens_per_s_per_gpu 1000 \(a step of 8.19 s\) disagree",
+        ),
+        # the row named once (it was 'runs.csv line 2: the model cannot express this run: runs.csv line 2: ...')
+        (
+            "model,system,tp,input_len,output_len,tpot_s\nllama3-8b,dgx-h100,1,512,-5,0.01\n",
+            r"^runs.csv line 2: output_len: -5 is not allowed",
+        ),
     ],
 )
 def test_bad_runs_files_are_one_line_each(cli, tmp_path: Path, text: str, message: str):
@@ -258,6 +282,8 @@ def test_runs_accept_every_measurement_and_the_public_columns():
     (tokens,) = parse_runs(f"{base},tokens_per_s_per_gpu\n{row},{32 * 8192 / (2.0 * 8)}\n")
     (metric,) = parse_runs(f"{base},metric,measured\n{row},step_time_s,2.0\n")
     assert step.measured == tokens.measured == metric.measured == pytest.approx(2.0)
+    (both,) = parse_runs(f"{base},step_time_s,tokens_per_s_per_gpu\n{row},2.0,{32 * 8192 / (2.1 * 8)}\n")
+    assert both.measured == pytest.approx(2.0)  # two that agree (within 10%): the step time
     assert int(step.scenario.plan.dp) == 4 and int(step.scenario.plan.micro_batch) == 1
 
 
@@ -810,3 +836,15 @@ def test_serve_with_a_training_calibration_says_what_it_moved(tmp_path: Path):
     request = ServeRequest.from_argv(f"serve --model llama3-8b --system dgx-h100 --num-gpus 1 --calibration {path}")
     notes = " ".join(request.setting().notes)
     assert "fitted on training runs only" in notes and "HBM bandwidth to x0.36" in notes
+
+
+def test_an_uncalibrated_moe_interval_says_it_rests_on_dense_runs():
+    """The stacks' spreads are measured on dense runs (loso.priced_rows leaves MoE out), which the
+    model misses by much less than mixture-of-experts runs: a MoE prediction's basis says so."""
+    c = presets.system("dgx-h100", nodes=2)
+    moe = Scenario(
+        presets.model("mixtral-8x7b"), c, Plan(tp=2, dp=8, ep=8, etp=1, global_batch=128, sequence_parallel=True)
+    )
+    dense = Scenario(presets.model("llama3-8b"), c, Plan(tp=2, dp=8, global_batch=128, sequence_parallel=True))
+    assert "dense runs only" in intervals.spread([moe], None).basis
+    assert "dense runs only" not in intervals.spread([dense], None).basis

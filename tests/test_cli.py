@@ -55,6 +55,11 @@ def test_predict_json_has_the_documented_keys(cli):
     assert sum(data["breakdown_s"].values()) == pytest.approx(data["step_time_s"])
     assert data["scenario"]["plan"]["tp"] == 8
     assert data["scenario"]["model"]["params"] == pytest.approx(174.6e9, rel=1e-3)
+    # every key it prints is named in predict.md's Outputs (the interval's were not)
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[1] / "docs" / "commands" / "predict.md").read_text().split("## Outputs")[1]
+    assert [k for k in [*data, *data["interval"]] if f"`{k}`" not in doc] == []
 
 
 def test_custom_model_and_gpu_flags(cli):
@@ -570,3 +575,13 @@ def test_every_command_that_prints_results_has_json_as_the_readme_says():
         for leaf in leaves:
             flags = {o for p in leaf.params for o in p.opts}
             assert ("--json" in flags) == (name != "explore"), (name, leaf.name)
+
+
+def test_an_unknown_command_names_the_closest_one(cli):
+    """`shardwise scenarios` (the brief says scenarios) was 'No such command' without the name to use."""
+    code, out, err = cli(["scenarios", "--no-plot"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: No such command 'scenarios'; did you mean 'scenario'? (`shardwise --help` lists them)"
+    )
+    code, _, err = cli(["xyz"])
+    assert code == 2 and "did you mean" not in err and len(err.strip().splitlines()) == 1

@@ -240,6 +240,9 @@ def test_the_crossover_csv_says_why_a_point_is_invalid():
     assert all(r["fits_in_memory"] == "" for r in odd)  # not "False": memory was never the problem
     even = [r for r in rows if r["plan"] == "tp=8" and int(r["batch"]) % 2 == 0]
     assert all(r["valid"] == "True" and r["why"] == "" and r["fits_in_memory"] == "True" for r in even)
+    # each priced point's 80% band, as --json and sweep's CSV carry it (the CSV had none)
+    assert all(float(r["time_s_low"]) < float(r["time_s"]) < float(r["time_s_high"]) for r in even)
+    assert all(r["time_s_low"] == r["time_s_high"] == "" for r in odd)
 
 
 def test_a_system_s_host_cpu_reaches_the_crossover_s_clusters():

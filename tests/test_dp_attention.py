@@ -87,6 +87,22 @@ def test_serve_prices_dp_attention_plans(cli):
     assert set(rows) == {"tp=2", "tp=2,ep=4", "tp=1,ep=8"}
     assert all(r["tpot_s"] > 0 and r["throughput_tokens_per_s"] > 0 for r in rows.values())
     assert rows["tp=2,ep=4"]["max_batch_per_replica"] > rows["tp=2"]["max_batch_per_replica"]
+    # the layout priced, with the expert TP it derived (was only the label: etp was nowhere)
+    assert (rows["tp=2,ep=4"]["ep"], rows["tp=2,ep=4"]["etp"], rows["tp=1,ep=8"]["etp"]) == (4, 2, 1)
+
+
+def test_serve_names_the_expert_tp_it_derived():
+    """`tp=1,ep=4` on 8 GPUs is etp=2 (each expert split over 2 GPUs, the memory of ep=8): the
+    report says so below the table; an etp given, or derived as 1, is not repeated."""
+    from types import SimpleNamespace
+
+    from shardwise.cli.serve_report import _derived_etp
+
+    rows = [(label, SimpleNamespace(scenario=scenario(tp, ep, dp))) for label, tp, ep, dp in
+            [("tp=1,ep=4", 1, 4, 8), ("tp=1,ep=8", 1, 8, 8), ("tp=4,ep=4", 4, 4, 2), ("tp=8", 8, 1, 1)]]  # fmt: skip
+    line = _derived_etp(rows)
+    assert "tp=1,ep=4: etp=2" in line and "ep=8" not in line and "tp=4" not in line
+    assert _derived_etp(rows[1:]) == ""
 
 
 def test_serve_names_the_expert_all_to_all_not_tp_comm_where_attention_is_data_parallel(cli):

@@ -252,6 +252,20 @@ def test_shell_lines_are_quoted():
         vllm_launch(est.scenario, ServingWorkload(512, 128, 64, "fp8", "int4"), "org/model")
 
 
+def test_a_vllm_replica_over_several_servers_says_it_needs_a_ray_cluster():
+    """vLLM serves one replica beyond a server only on a Ray cluster (its distributed-serving docs);
+    the command alone (tp=16 on 2 DGX) would not start."""
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    two = estimate_serving(_scn("llama3-70b", nodes=2, tp=16, pp=1, dp=1, global_batch=1), ServingWorkload(512, 128, 1))
+    assert any(
+        "spans 2 servers" in n and "ray start --head" in n for n in vllm_launch(two.scenario, two.workload, "m").notes
+    )
+    one = estimate_serving(_scn("llama3-70b", nodes=2, tp=8, pp=1, dp=2, global_batch=2), ServingWorkload(512, 128, 2))
+    assert not any("Ray" in n for n in vllm_launch(one.scenario, one.workload, "m").notes)
+
+
 def test_plan_emit_is_case_insensitive_and_json_carries_the_launch(cli):
     args = ["plan", "--model", "gpt-1.7b", "--system", "dgx-a100", "--global-batch", "64", "--top", "1"]
     code, out, err = cli([*args, "--emit", "Megatron", "--json"])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,16 @@ def test_the_tables_and_rows(cli, runs_csv):
     assert "80% covers" in out and "all runs" in out and "top-1 regret" in out
     assert "uncalibrated: how far the model missed" in out
     assert "a (" in out and "measured 9 s" in out
+    # a run without an id is named by its place once (it read 'runs.csv line 2 (runs.csv line 2)')
+    path = Path(runs_csv).with_name("no_ids.csv")
+    path.write_text("\n".join(line.split(",", 1)[1] for line in Path(runs_csv).read_text().splitlines()))
+    code, out, err = cli(["validate", "--runs", str(path), "--rows", "all"])
+    assert code == 0, err
+    assert "no_ids.csv line 2 tp" in out and "line 2 (" not in out
+    # with no group of 3 layouts there is no ranking table, and the note says so (it explained the regret)
+    path.write_text("\n".join(Path(runs_csv).read_text().splitlines()[:3]))
+    code, out, err = cli(["validate", "--runs", str(path)])
+    assert code == 0 and "none is ranked" in " ".join(out.split()) and "top-1 regret" not in out, err
     code, out, err = cli(["validate", "--runs", runs_csv, "--markdown"])
     assert code == 0, err
     assert "| group | stack | runs | MAPE |" in out
@@ -143,4 +154,5 @@ def test_serving_runs_are_priced_and_read_in_their_units(cli, tmp_path):
     code, out, err = cli(["validate", "--runs", str(path), "--rows", "all"])
     assert code == 0, err
     assert "throughput_tokens_per_s measured 600, predicted" in out and "tpot_s measured 10 ms" in out
+    assert "t (" in out and "512+128 tokens x 8 at once" in out  # the requests measured
     assert "static batch of `concurrency` requests" in out.replace("\n", " ")

@@ -298,6 +298,9 @@ def serving_dict(
         "plan": label,
         "tp": int(plan.tp),
         "pp": int(plan.pp),
+        "cp": int(plan.cp),
+        "ep": int(plan.ep),
+        "etp": int(plan.etp),  # derived where the plan does not give it (docs/serving.md)
         "replicas": int(plan.dp),
         "batch": int(est.workload.batch),
         "ttft_s": plain(est.ttft_s),

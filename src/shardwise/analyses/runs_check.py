@@ -86,6 +86,12 @@ def _layout(plan: Any, training: bool) -> str:
     return " ".join([*parts, *extra, str(precision)])
 
 
+def _workload(run: Any) -> str:
+    """A serving run's requests (prompt + new tokens, how many at once); "" for training."""
+    w = getattr(run.case, "workload", None)
+    return "" if w is None else f", {int(w.input_len)}+{int(w.output_len)} tokens x {int(w.batch)} at once"
+
+
 def _fits(run: Any) -> bool | None:
     """Whether a training run fits in its GPUs' memory as the model counts it (None: serving)."""
     if run.metric != "step_time_s":
@@ -153,7 +159,7 @@ def check_runs(runs: list[Any], fitted: Any = None) -> RunsReport:
             predicted=float(t[i]),
             low=float(low[i]),
             high=float(high[i]),
-            label=_layout(r.scenario.plan, r.metric == "step_time_s"),
+            label=_layout(r.scenario.plan, r.metric == "step_time_s") + _workload(r),
             fits=_fits(r),
         )
         for i, r in enumerate(runs)

@@ -18,22 +18,31 @@ import numpy as np
 
 from shardwise.calibration.parameters import BY_NAME, apply
 from shardwise.errors import SpecError
-from shardwise.specs import Plan, Scenario
+from shardwise.specs import Model, Plan, Scenario
 
 _STEP = 0.01  # finite-difference step, in units of each parameter's prior sd
 
 _MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "ffn_hidden", "head_dim")
-_MODEL_KIND = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout",
-               # a hybrid model stacks only with its own pattern and Mamba-2 sizes (kept whole numbers)
-               "hybrid_pattern", "mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv",
-               "mamba_chunk")  # fmt: skip
+# everything else about a model (gated MLP, norms, experts, latent attention, windows, a hybrid's
+# pattern and Mamba-2 sizes, ...) puts runs in separate stacks: a stacked Scenario takes its first
+# run's model with only the numbers above replaced (a dense run stacked behind a mixture of experts
+# was priced with its experts)
+_MODEL_KIND = tuple(f.name for f in fields(Model) if f.name not in (*_MODEL_NUMBERS, "name", "notes"))
+# defaulted from a number above (ffn_hidden, head_dim) and read only by experts or latent attention
+_UNUSED_UNLESS = {"expert_ffn_hidden": "experts", "v_head_dim": "kv_lora_rank"}
+
+
+def _model_kind(m: Model) -> tuple[Any, ...]:
+    return tuple(
+        None if f in _UNUSED_UNLESS and not getattr(m, _UNUSED_UNLESS[f]) else getattr(m, f) for f in _MODEL_KIND
+    )
 
 
 def _group_key(scn: Scenario) -> tuple[Any, ...]:
     """Runs that can share one array-valued Scenario: the same model kind (numbers may differ),
     hardware and precision."""
     c, p, m = scn.cluster, scn.plan, scn.model
-    kind = tuple(getattr(m, f) for f in _MODEL_KIND)
+    kind = _model_kind(m)
     return (
         kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
         p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy, p.fp8_recipe,

@@ -121,7 +121,7 @@ def fit(
         if effect < MIN_SENSITIVITY:
             not_fitted[name] = "no run is sensitive to it" + _why_insensitive(name)
         elif len(chosen) >= limit:
-            not_fitted[name] = f"{len(measured)} run(s) fit at most {limit} parameter(s)"
+            not_fitted[name] = f"{len(measured)} run(s) fit at most {limit} parameter(s), taken by those above"
         else:
             chosen.append(name)
     names = tuple(chosen)

@@ -12,7 +12,8 @@ micro_batch_size, are accepted as aliases):
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
   (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
-  count, as published), or the pair metric + measured (the public-runs table);
+  count, as published; a second one given must tell the same step time within `SAME_STEP`), or
+  the pair metric + measured (the public-runs table);
 - optional id (default: the row number), group or source (the table a run came from, for
   leave-one-source-out), and the informational columns of the public-runs table (`INFORMATIONAL`:
   kept, ignored). Any other column is an error naming the closest known one (a misspelt
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +38,10 @@ from shardwise.specs import Scenario
 MAX_RUNS_BYTES = 16 << 20  # 16 MiB: about 50,000 runs
 MAX_RUNS = 20_000
 METRICS = ("step_time_s", "tokens_per_s_per_gpu", "model_tflops_per_gpu")
+# two measurements of one run (a step time and a throughput, as a log prints both) agree within
+# this factor: rounding, and TFLOP/s counted by a formula a little unlike Megatron's; beyond it one
+# of them is of another run or in another unit
+SAME_STEP = 1.10
 ALIASES = {
     **{"gbs": "global_batch", "mbs": "micro_batch", "vp": "vpp", "run_id": "id"},
     # Megatron-LM's argument names
@@ -249,23 +255,30 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
         raise SpecError(f"{where}: tp x pp = {tp * pp} does not divide num_gpus {n}")
     per_node = min(_whole(row, "gpus_per_node", where, base.gpus_per_node), n)
     precision = (row.get("precision") or "bf16").lower()
+    lengths = (_whole(row, "input_len", where), _whole(row, "output_len", where))
+    concurrency = _whole(row, "concurrency", where, _whole(row, "batch", where, 1))
     try:
         if n % per_node:
             raise SpecError(f"num_gpus {n} is not a multiple of {per_node} GPUs per server")
         cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
         scn = Scenario(model, cluster, plan_for_serving(tp, pp, n // (tp * pp)))
         workload = ServingWorkload(
-            _whole(row, "input_len", where),
-            _whole(row, "output_len", where),
-            _whole(row, "concurrency", where, _whole(row, "batch", where, 1)),
+            *lengths,
+            concurrency,
             (row.get("weight_precision") or precision).lower(),
             (row.get("kv_precision") or precision).lower(),
             (row.get("runtime") or "graphs").lower(),
         )
     except SpecError as exc:
-        raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+        raise SpecError(f"{where}: {_cannot_express(exc)}") from None
     case = ServingCase(scn, workload, metric)
     return Run(row.get("id") or where, case, value, where, row.get("group", ""), metric)
+
+
+def _cannot_express(exc: Exception) -> str:
+    """A run the model refuses, in words; a name it does not know is a typo, not a limit."""
+    text = str(exc)
+    return text if text.startswith("unknown ") else f"the model cannot express this run: {text}"
 
 
 def _run(row: dict[str, str], where: str) -> Run:
@@ -312,7 +325,7 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     try:
         scn = request.scenario()
     except SpecError as exc:
-        raise SpecError(f"{where}: the model cannot express this run: {exc}") from None
+        raise SpecError(f"{where}: {_cannot_express(exc)}") from None
     log_hidden = row.get("_log_hidden", "")
     if log_hidden and log_hidden.isdigit() and int(log_hidden) != int(scn.model.hidden):
         raise SpecError(
@@ -323,14 +336,25 @@ def _training_run(row: dict[str, str], where: str) -> Run:
     tp, pp, dp, cp = (int(getattr(plan, k)) for k in ("tp", "pp", "dp", "cp"))
     if int(tp * pp * dp * cp) != n:
         raise SpecError(f"{where}: tp x pp x dp x cp = {tp * pp * dp * cp} but num_gpus is {n}")
-    metric, value = _measured(row, where)
     tokens = float(plan.global_batch) * float(model.seq_len)
-    if metric == "step_time_s":
-        step = value
-    elif metric == "tokens_per_s_per_gpu":
-        step = tokens / (value * n)
-    else:
-        step = float(flops_per_step(scn)[0]) / (value * 1e12 * n)  # Megatron's count, as published
+
+    def step_of(metric: str, value: float) -> float:
+        if metric == "step_time_s":
+            return value
+        if metric == "tokens_per_s_per_gpu":
+            return tokens / (value * n)
+        return float(flops_per_step(scn)[0]) / (value * 1e12 * n)  # Megatron's count, as published
+
+    metric, value = _measured(row, where)
+    step = step_of(metric, value)
+    for other in METRICS:  # a second measurement of the same run must tell the same step time
+        text = row.get(other, "") if other != metric else ""
+        if text and abs(math.log(step_of(other, _positive(other, text, where)) / step)) > math.log(SAME_STEP):
+            first = f"{metric} {value:g}" + (f" (a step of {step:.3g} s)" if metric != "step_time_s" else "")
+            raise SpecError(
+                f"{where}: {first} and {other} {text} (a step of {step_of(other, float(text)):.3g} s) disagree by "
+                f"more than {SAME_STEP - 1:.0%}; keep the one measured"
+            )
     case: Any = scn
     scope = (row.get("scope") or "step").lower()
     if scope not in ("step", "layers"):

@@ -90,8 +90,10 @@ def calibrate(
     """Fit GEMM efficiency, link bandwidths and fixed overheads to your own measured runs.
 
     RUNS.csv has one run per row: model, system, num_gpus, tp, pp, global_batch (optional dp, cp,
-    vpp, micro_batch, layers, seq_len, recompute, precision, framework, id) and one measurement:
-    step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu. Other files are read as trainer
+    vpp, micro_batch, ep, etp, layers, seq_len, recompute, precision, framework, id, group) and one
+    measurement: step_time_s, tokens_per_s_per_gpu or model_tflops_per_gpu; a serving row: model,
+    system, tp, input_len, output_len, concurrency and one of ttft_s, tpot_s, e2e_s,
+    throughput_tokens_per_s. Other files are read as trainer
     logs (Megatron-LM/NeMo, torchtitan, DeepSpeed), one run each; --set gives what a log does not
     say. A run far from the prediction is explained (what would have to be true) and fitted; it is
     refused only when no parameter within its physical range explains it. See docs/calibration.md.

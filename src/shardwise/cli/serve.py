@@ -25,7 +25,8 @@ serving_options = _stack(
         "plans",
         multiple=True,
         metavar="tp=N[,pp=N]",
-        help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; "
+        help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; cp (a prompt "
+        "over more GPUs), ep and etp (a mixture of experts' experts; etp derived when not given: docs/serving.md); "
         "first=N / last=N fix the layers of the first / last pipeline stage. [default: every layout of the machine, "
         "with the best for latency and for throughput named]",
     ),

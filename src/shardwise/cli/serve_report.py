@@ -86,6 +86,9 @@ def print_estimates(
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
         "fit the KV cache[/]"
     )
+    derived = _derived_etp(rows)
+    if derived:
+        out.print(f"[dim]{derived}[/]")
     if inflight:
         _print_inflight(out, rows)
     from shardwise.calibration.spreads import Z80
@@ -142,6 +145,22 @@ HOST_WAIT_NOTE = (
     "host wait: the GPU idle while the engine's process prepares the next step, one stage's host work outlasting "
     "its GPU work (h_0 + h_1 per request; engines/pipeline.py overlapped_host_floor_s)"
 )
+
+
+def _derived_etp(rows: list[tuple[str, Any]]) -> str:
+    """A line naming the expert tensor-parallel size of each plan that leaves it to be derived
+    (`tp=1,ep=4` on 8 GPUs is etp=2: each GPU holds half of 2 experts, not 2 whole ones), or ""."""
+    derived = [
+        f"{label}: etp={int(est.scenario.plan.etp)}"
+        for label, est in rows
+        if int(est.scenario.plan.ep) > 1 and int(est.scenario.plan.etp) > 1 and "etp=" not in label
+    ]
+    if not derived:
+        return ""
+    return (
+        f"expert tensor parallelism derived (ep x etp = tp, or tp x dp with data-parallel attention): "
+        f"{'; '.join(derived)} (each expert split over etp GPUs; etp=N in --plan to choose)"
+    )
 
 
 def _part(key: str, est: Any = None) -> str:

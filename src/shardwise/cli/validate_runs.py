@@ -91,8 +91,12 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
     note = (
         "Errors: (predicted - measured) / measured, in each run's own measurement (a step time for training). "
         f"80% interval: {basis}. Ranking: training runs of one model on one cluster, GPU count and sequence "
-        "length by one stack (and group), 3 layouts or more; top-1 regret: how much slower the layout the model "
-        "ranks first measured than the fastest"
+        "length by one stack (and group), 3 layouts or more; "
+        + (
+            "top-1 regret: how much slower the layout the model ranks first measured than the fastest"
+            if report.rankings
+            else "no group here has 3 layouts, so none is ranked"
+        )
     )
     unfit = [r.run_id for r in report.runs if r.fits is False]
     if unfit:
@@ -115,8 +119,9 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
         for r in report.runs:
             unit = "" if r.metric in RATES else "s"
             inside = "inside" if r.covered else "outside"
+            name = r.run_id if r.run_id == r.where else f"{r.run_id} ({r.where})"  # no id: the row's place
             click.echo(
-                f"{r.run_id} ({r.where}) {r.label}, {r.stack}: {r.metric} measured {_number(r.measured, unit)}, "
+                f"{name} {r.label}, {r.stack}: {r.metric} measured {_number(r.measured, unit)}, "
                 f"predicted {_number(r.predicted, unit)} ({r.error:+.1%}), 80% "
                 f"{_number(r.low, unit)}-{_number(r.high, unit)} ({inside})"
             )

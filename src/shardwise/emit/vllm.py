@@ -93,6 +93,12 @@ def launch(
         )
     elif dp > 1:
         notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")
+    servers = -(-tp * pp // i(scn.cluster.gpus_per_node))
+    if servers > 1:  # vLLM's distributed serving: a replica beyond one server runs on a Ray cluster
+        notes.append(
+            f"one replica spans {servers} servers: start a Ray cluster over them first (`ray start --head` on "
+            "one, `ray start --address=HEAD:6379` on the others) and run this on the head server"
+        )
     env: tuple[tuple[str, str], ...] = ()
     if pp > 1:
         env = (("VLLM_PP_LAYER_PARTITION", ",".join(str(n) for n in stage_layers(m, p))),)

@@ -177,10 +177,12 @@ class CrossoverResult:
         plans = {p.label: p for p in exp.plans}
         buf = io.StringIO()
         w = csv.writer(buf)
-        w.writerow([result.variable, "link", "plan", "time_s", "fits_in_memory", "winner", "valid", "why"])
+        header = [result.variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
+        w.writerow([*header, "winner", "valid", "why"])
         for link in dict.fromkeys(s.link for s in result.series):
             winners = result.winners(link)
             for s in result.series_for(link):
+                low, high = result.band(s)  # the 80% band, as --json and sweep's CSV carry it
                 for j, x in enumerate(result.values):
                     t = s.time_s[j]
                     valid = bool(t == t)
@@ -194,7 +196,7 @@ class CrossoverResult:
                             f"{x:g}",
                             link,
                             s.plan,
-                            "" if not valid else f"{t:.6g}",
+                            *("" if not valid else f"{v:.6g}" for v in (t, low[j], high[j])),
                             fits,
                             winners[j] == s.plan,
                             valid,
