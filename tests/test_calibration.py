@@ -838,13 +838,16 @@ def test_serve_with_a_training_calibration_says_what_it_moved(tmp_path: Path):
     assert "fitted on training runs only" in notes and "HBM bandwidth to x0.36" in notes
 
 
-def test_an_uncalibrated_moe_interval_says_it_rests_on_dense_runs():
+def test_an_uncalibrated_moe_interval_rests_on_the_published_moe_runs():
     """The stacks' spreads are measured on dense runs (loso.priced_rows leaves MoE out), which the
-    model misses by much less than mixture-of-experts runs: a MoE prediction's basis says so."""
+    model misses by much less than mixture-of-experts runs: a MoE prediction takes the MoE family's
+    spread (spreads.FAMILY_LOG_SD), wider than Megatron-Core's, and says so; a dense one does not."""
     c = presets.system("dgx-h100", nodes=2)
     moe = Scenario(
         presets.model("mixtral-8x7b"), c, Plan(tp=2, dp=8, ep=8, etp=1, global_batch=128, sequence_parallel=True)
     )
     dense = Scenario(presets.model("llama3-8b"), c, Plan(tp=2, dp=8, global_batch=128, sequence_parallel=True))
-    assert "dense runs only" in intervals.spread([moe], None).basis
-    assert "dense runs only" not in intervals.spread([dense], None).basis
+    m, d = intervals.spread([moe], None), intervals.spread([dense], None)
+    assert "mixture-of-experts models" in m.basis
+    assert "mixture-of-experts" not in d.basis
+    assert float(m.log_sd[0]) > 2 * float(d.log_sd[0])

@@ -42,11 +42,6 @@ if TYPE_CHECKING:  # the fit is imported where a calibration is used (an uncalib
     from shardwise.calibration.fit import Fit
 
 LEVEL = 0.8
-# what an uncalibrated interval of a mixture of experts adds: the stacks' spreads come from dense runs
-MOE_CAVEAT = (
-    "; measured on dense runs only: the model misses published mixture-of-experts runs by more "
-    "(`shardwise validate public`), so for this model the interval is too narrow"
-)
 
 
 @dataclass(frozen=True)
@@ -106,11 +101,6 @@ def _basis(training: list[Case]) -> str:
         if len(gpus) == 1
         else "plus the uncertainty of each GPU's efficiency where it was not refitted in those"
     )
-    if any(getattr(_scenario(c).model, "experts", 0) for c in training) and not family_widens(
-        next(iter(stacks)), next(iter(families))
-    ):
-        # the stacks' spreads are measured on dense runs (analyses.loso.priced_rows leaves MoE out)
-        gpu += MOE_CAVEAT
     return f"{what}, {gpu}"
 
 

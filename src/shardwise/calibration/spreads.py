@@ -95,20 +95,26 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
 NO_DATA_LOG_SD = 0.4196
 NO_DATA_STACKS = 11
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
-# SSD kernels' training speed rests on one inference measurement): the root mean square of
+# SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
+# spreads are measured on dense runs alone, `analyses.loso.priced_rows`, and the token routing,
+# grouped GEMMs and all-to-alls miss by more): the root mean square of
 # ln(predicted / measured) over the family's priced public runs, dense and mixture of experts, at the
 # shipped model (`analyses.loso.shipped_family_spreads`; `python tools/stack_spreads.py` prints it).
 # (log spread, runs, sources). A prediction takes the wider of its stack's and its family's.
 FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
     "hybrid": (0.1461, 30, 3),
+    "moe": (0.3443, 188, 5),
 }
-FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models"}
+FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models", "moe": "mixture-of-experts models"}
 
 
 def model_family(model: object) -> str:
     """The family of `model` (a `Model`) whose spread its stack's does not describe (a key of
-    `FAMILY_LOG_SD`): "hybrid" for a hybrid Mamba-2 model (`Model.hybrid_pattern`), "" otherwise."""
-    return "hybrid" if getattr(model, "hybrid_pattern", "") else ""
+    `FAMILY_LOG_SD`): "hybrid" for a hybrid Mamba-2 model (`Model.hybrid_pattern`, with experts or
+    not), "moe" for another mixture of experts (`Model.experts`), "" otherwise."""
+    if getattr(model, "hybrid_pattern", ""):
+        return "hybrid"
+    return "moe" if getattr(model, "experts", 0) else ""
 
 
 def family_basis(family: str) -> str:
