@@ -37,7 +37,11 @@ from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.stage_assembly import select
 from shardwise.engines.tp_overlap import tp_comm
-from shardwise.engines.training_flops import flops_per_step, masked_attention_flops_per_step
+from shardwise.engines.training_flops import (
+    flops_per_step,
+    fused_attention_recompute_flops,
+    masked_attention_flops_per_step,
+)
 from shardwise.engines.training_layout import (
     LAYOUTS,
     layout_key,
@@ -160,6 +164,7 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             "bubble_fraction": breakdown.pp_bubble_s / step,
             "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
             "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
+            "attention_recompute_flops_per_step": fused_attention_recompute_flops(scn),
             "compute_parts_s": parts,
         }
 
