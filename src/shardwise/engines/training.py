@@ -164,13 +164,21 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
             "bubble_fraction": breakdown.pp_bubble_s / step,
             "hidden_comm_s": {"tp_comm": m * slowest.tp_hidden_s, "dp_comm": dp_hidden},
             "masked_attention_flops_per_step": masked_attention_flops_per_step(scn),
-            "attention_recompute_flops_per_step": fused_attention_recompute_flops(scn),
             "compute_parts_s": parts,
         }
 
     # the memory reads no time: computed on its first read (a calibration's fit never reads it)
     memory = Later(lambda: step_memory(scn, lay, m, layout))
-    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+    # HFU's rerun attention forward, computed on its own first read (a sweep's diagnostics never read it)
+    redo = Later(lambda: fused_attention_recompute_flops(scn))
+    return deferred(
+        TrainingEstimate,
+        diagnostics,
+        scenario=scn,
+        step_time_s=step,
+        memory=memory,
+        attention_recompute_flops_per_step=redo,
+    )
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:
