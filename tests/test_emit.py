@@ -492,3 +492,27 @@ def test_serve_emits_data_parallel_attention_as_one_vllm_server(cli):
     # priced as data-parallel attention (ep x etp = 8 > tp = 4) though ep = tp: not emitted as TP-EP replicas
     code, out, err = cli([*args, "--plan", "tp=4,ep=4,etp=2"])
     assert code == 2 and "ep = tp x dp" in err and err.count("\n") == 1
+
+
+def test_the_python_api_gets_predicts_launch_from_the_request(cli):
+    """`PredictRequest(..., emit=...)` decides and prices the launch itself (the request layer, as
+    `PlanRequest` does): the Python API gets the launch, and the text, that `predict --emit` prints;
+    --emit goes back to the command line and is read from it."""
+    from shardwise.errors import SpecError
+    from shardwise.requests import PredictRequest, TrainingRequest
+
+    argv = ["--model", "gpt-1.7b", "--system", "dgx-a100", "--tp", "2", "--global-batch", "64"]
+    req = PredictRequest(TrainingRequest.from_argv(argv), emit="Megatron")
+    assert req.emit == "megatron" and PredictRequest.from_argv(req.to_argv()) == req
+    assert req.command().endswith("--emit megatron")
+    result = req.run()
+    code, out, err = cli(["predict", *argv, "--emit", "megatron", "--json"])
+    assert code == 0, err
+    printed = json.loads(out)
+    assert printed["launch"] == json.loads(json.dumps(result.launch))
+    assert "--emit" not in printed["command"]  # the command that prices the step, as before
+    code, out, err = cli(["predict", *argv, "--emit", "megatron"])
+    assert code == 0 and out.endswith(result.launch_text() + "\n")
+    assert PredictRequest(req.training).run().launch is None
+    with pytest.raises(SpecError, match="shardwise serve"):
+        PredictRequest(req.training, emit="vllm")

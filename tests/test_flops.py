@@ -97,6 +97,11 @@ def test_hfu_counts_the_attention_forward_selective_recomputation_reruns_under_a
     core = one.scores.flops + one.context.flops
     redo = 64 * model.layers * one.mean_causal_fraction * core
     assert float(sel.executed_flops_per_step - sel.useful_flops_per_step) == pytest.approx(redo, rel=1e-9)
+    assert float(sel.attention_recompute_flops_per_step) == pytest.approx(redo, rel=1e-9)  # computed once, a field
+    from shardwise.engines.simulated import simulate_training_step
+
+    simulated = simulate_training_step(sel.scenario, records=False).estimate
+    assert float(simulated.executed_flops_per_step) == float(sel.executed_flops_per_step)  # the closed form's
     assert float(sel.hfu) > float(sel.mfu)
     assert float(sel.hardware_flops_per_step) == pytest.approx(float(none.hardware_flops_per_step), rel=1e-12)
     mlp_only = estimate_training_step(

@@ -465,3 +465,17 @@ def test_the_targets_search_names_a_command_that_reproduces_its_best_option(cli)
     line = " ".join(out.split()).split("in full: ")[1]
     assert "--framework sglang" in line and "--input-len 1000" in line and "--requests 100" in line
     assert "--ttft-max" not in line and "--concurrency" in line
+
+
+@pytest.mark.parametrize(
+    ("kv", "cap", "users", "running"),
+    [(100, 256, None, 100), (1000, 256, None, 256), (1000, 0, None, 1000), (1000, 256, 21, 11), (5, 256, 21, 5)],
+)
+def test_a_replica_runs_what_its_kv_cache_its_engine_and_its_users_let_run(kv, cap, users, running):
+    """Sequences one replica runs at once (`InflightEstimate.running_per_replica`, read by `serve`'s
+    queue line and its `vllm serve --max-num-seqs`): the KV cache's, at most the engine's cap (none
+    at 0) and a closed loop's share of ceil(users / replicas), here over 2 replicas."""
+    est = estimate_inflight(scenario(tp=1, dp=2), WL, users=2, requests=20)
+    est = replace(est, max_batch=kv, max_sequences=cap, users=users)
+    assert est.users_per_replica == (None if users is None else -(-users // 2))
+    assert est.running_per_replica == running

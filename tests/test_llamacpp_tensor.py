@@ -145,3 +145,25 @@ def test_serving_memory_of_a_llama_cpp_tensor_split():
     trt, _ = memory_per_gpu(scn, wl)
     ours, _ = memory_per_gpu(scn, replace(wl, engine="llama.cpp"))
     assert float(ours - trt) == pytest.approx(UNQUANTISED_BYTES_PER_PARAM * (word - word / 4))
+
+
+def test_the_engine_presets_traits_choose_the_placement_and_the_tensor_split(monkeypatch):
+    """The serving engine prices llama.cpp's placement and `-sm tensor` by its preset's fields
+    (`EnginePreset.ends_placement`, `tensor_split`), not by its name: another engine given them
+    holds and runs what llama.cpp does."""
+    from shardwise.engines import engine_presets
+    from shardwise.engines.serving import UNQUANTISED_BYTES_PER_PARAM, estimate_serving, memory_per_gpu
+
+    model = presets.model("llama3.2-1b").with_(tied_embeddings=True)
+    word = float(model.vocab * model.hidden)
+    scn, wl = _scenario("llama3.2-1b", 4, tied=True)
+    wl = replace(wl, engine="pytorch")
+    plain_weights, _ = memory_per_gpu(scn, wl)
+    plain = estimate_serving(scn, wl)
+    base = engine_presets.ENGINES["pytorch"]
+    monkeypatch.setitem(engine_presets.ENGINES, "pytorch", replace(base, ends_placement="llama.cpp"))
+    placed, _ = memory_per_gpu(scn, wl)
+    assert float(placed - plain_weights) == pytest.approx(UNQUANTISED_BYTES_PER_PARAM * (word - word / 4))
+    monkeypatch.setitem(engine_presets.ENGINES, "pytorch", replace(base, tensor_split="llama.cpp"))
+    split = estimate_serving(scn, wl)
+    assert float(split.tpot_s) != pytest.approx(float(plain.tpot_s), rel=1e-6)

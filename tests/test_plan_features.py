@@ -273,3 +273,27 @@ def test_a_plan_searched_with_a_selective_policy_gives_rows_that_predict_takes(c
     for row in json.loads(out)["plans"]:
         code, _out, err = cli(shlex.split(row["command"])[1:])
         assert code == 0, (row["command"], err)
+
+
+def test_one_rule_says_what_a_stack_does_not_run_for_a_note_and_for_the_planner():
+    """`stack_defaults.not_in_stack`: predict's note names what was asked ("not ZeRO-1"), a ZeRO
+    stage only where the data-parallel ranks shard, and DeepSpeed's pipeline engine's limit; the
+    planner's reason ("... only") every ZeRO stage outside the stack's, which its search leaves out."""
+    from shardwise.presets.stack_defaults import not_in_stack
+    from shardwise.specs import Plan
+
+    def plan(**kw):
+        fields = {"tp": 1, "pp": 1, "dp": 2, "global_batch": 64, **kw}
+        return Plan(**fields)
+
+    assert not_in_stack("torchtitan", plan(zero_stage=1)) == "torchtitan implements ZeRO 0, 2, 3, not ZeRO-1"
+    assert not_in_stack("torchtitan", plan(zero_stage=1), searched=True) == "torchtitan implements ZeRO 0, 2, 3 only"
+    assert not_in_stack("torchtitan", plan(zero_stage=1, dp=1)) == ""
+    assert not_in_stack("torchtitan", plan(zero_stage=1, dp=1), searched=True).endswith("only")
+    zb = plan(pp=2, schedule="zb-h1")
+    assert not_in_stack("nanotron", zb) == "nanotron runs the gpipe, 1f1b pipeline schedules, not zb-h1"
+    assert not_in_stack("nanotron", zb, searched=True) == "nanotron runs the gpipe, 1f1b schedules only"
+    piped = plan(pp=2, zero_stage=2)
+    assert "pipeline engine allows ZeRO-1 at most" in not_in_stack("deepspeed", piped)
+    assert not_in_stack("deepspeed", piped, searched=True) == ""
+    assert not_in_stack("composer", plan(pp=2), searched=True) == "composer runs no pipeline parallelism (pp=2)"

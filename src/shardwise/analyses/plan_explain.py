@@ -212,11 +212,11 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return f"beyond the micro-batch limit {sp.max_micro_batch} (--max-micro-batch)"
     if sp.vpp is None and v > sp.max_vpp:
         return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
-    from shardwise.presets.stack_defaults import missing_axes
+    from shardwise.presets.stack_defaults import missing_axes, not_in_stack
 
     stack = str(sp.execution.get("framework") or "megatron-core")
     if missing_axes(stack, plan):  # the axes the stack lacks before the search's own limits
-        return _not_in_stack(stack, plan, z)
+        return not_in_stack(stack, plan, searched=True)
     if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
         return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
     blocks, hybrid = sp.features()
@@ -226,23 +226,7 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return "the framework does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
         return "the search takes the fewest layers recomputed whole that fit"
-    return _not_in_stack(stack, plan, z) or "outside your fixed values"
-
-
-def _not_in_stack(stack: str, plan: Plan, zero_stage: int) -> str | None:
-    """What the stack does not implement of `plan` (its preset's `model_parallel`, `zero_stages`, `schedules`)."""
-    from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages, missing_axes
-
-    axes = missing_axes(stack, plan)
-    if axes:
-        return f"{stack} runs no {axes}"
-    stages, schedules = framework_zero_stages(stack), framework_schedules(stack)
-    if stages is not None and zero_stage not in stages:
-        return f"{stack} implements ZeRO {', '.join(str(s) for s in stages)} only"
-    label = Schedule(int(plan.schedule)).label
-    if schedules is not None and int(np.asarray(plan.pp)) > 1 and label not in schedules:
-        return f"{stack} runs the {', '.join(schedules)} schedules only"
-    return None
+    return not_in_stack(stack, plan, searched=True) or "outside your fixed values"
 
 
 def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:

@@ -16,7 +16,7 @@ their throughputs, predicted against measured. Engines are modelled as they run:
 - llama.cpp `-sm row` (PR 7716's 2 x RTX 4090 against `-sm layer`, prompts in micro-batches of
   32 and 64 tokens): every weight matrix split by rows, its input copied from the main GPU to the
   others and their rows back for each product, everything else on the main GPU
-  (`engines.llamacpp.row_split_s`);
+  (`engines.llamacpp.row_split_terms`);
 - llama.cpp `-sm tensor` (PR 19378): Megatron-style TP with two all-reduces per layer by NCCL
   (`ggml-cuda.cu`'s comm backend, NCCL by default on Linux; FP32 below 262,144 elements for 4
   GPUs, above BF16 with a conversion kernel each way), none after the embedding, which every GPU
@@ -61,7 +61,7 @@ from shardwise import presets
 from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
-from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, layer_split_prompt_s, row_split_s
+from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, layer_split_prompt_s, row_split_terms
 from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
@@ -179,31 +179,75 @@ def _stages(scn: Scenario, wl: ServingWorkload, decode: int, tokens: int, contex
     return stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)
 
 
+def pair_workload(pair: Pair) -> ServingWorkload:
+    """The pair's workload: one request of its prompt (one token for generation), CUDA graphs for
+    token generation and eager launches for prompts."""
+    runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
+    return ServingWorkload(max(pair.tokens, 1), 1, 1, pair.weights, "bf16", runtime)
+
+
+def pair_chunk(pair: Pair) -> tuple[int, int]:
+    """(tokens per micro-batch, micro-batches) of a llama.cpp pair's workload: its prompt in
+    micro-batches of `ubatch` tokens; one token for generation."""
+    if pair.tokens == 0:
+        return 1, 1
+    chunk = min(pair.ubatch, pair.tokens)
+    return chunk, -(-pair.tokens // chunk)
+
+
+def llama_cpp_stages(pair: Pair, tp: int, pp: int) -> ForwardStages:
+    """One micro-batch's stages of a llama.cpp pair over `tp` x `pp` GPUs: a token of generation,
+    or `pair_chunk`'s prompt tokens with their share of the whole prompt's attention; `-sm tensor`
+    where tp > 1 (`engines.llamacpp_tensor`), the prompt's last token getting logits once per
+    prompt (llama-bench)."""
+    wl = pair_workload(pair)
+    scn = serving_scenario(Scenario(pair_model(pair), _cluster(pair), plan_for_serving(tp, pp)), wl)
+    if pair.tokens == 0:
+        return tensor_split_stages(_stages(scn, wl, 1, 0, pair.context), scn, 1, 1)
+    chunk, micro = pair_chunk(pair)
+    return tensor_split_stages(_stages(scn, wl, 0, chunk, pair.tokens), scn, chunk, 1.0 / micro)
+
+
+def row_split_terms_of(pair: Pair, gpus: int) -> tuple[float, float]:
+    """llama.cpp's `-sm row` over `gpus` GPUs (`engines.llamacpp.row_split_terms`): one micro-batch's
+    seconds on the main GPU, its forward less the products' share moved to the others, and the
+    seconds of their copies."""
+    model, wl = pair_model(pair), pair_workload(pair)
+    one = serving_scenario(Scenario(model, _cluster(replace(pair, gpus=1)), plan_for_serving(1, 1)), wl)
+    chunk, _ = pair_chunk(pair)
+    decode, prompt = (1, 0) if pair.tokens == 0 else (0, chunk)
+    fs = _stages(one, wl, decode, prompt, pair.context or max(pair.tokens, 1))
+    precision = compute_precision(one, pair.weights)
+    main, copies = row_split_terms(fs.per_stage[0], model, _cluster(pair), wl, chunk, gpus, precision)
+    return float(main), float(copies)
+
+
+def _one_token_per_s(fs: ForwardStages, p: float) -> float:
+    """Tokens per second of one token at a time, crossing the stages in turn."""
+    c = fs.per_stage
+    return 1.0 / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
+
+
 def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
     """Predicted tokens per second of the pair's workload with `tp` x `pp` GPUs (see the module
-    docstring for how each engine runs); `row`: llama.cpp's `-sm row` over `tp` GPUs."""
+    docstring for how each engine runs); `row`: llama.cpp's `-sm row` over `tp` GPUs, its
+    micro-batches one after the other (one main GPU)."""
     if row:
-        return _row_split_throughput(pair, tp)
-    model = pair_model(pair)
-    runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
-    n = max(pair.tokens, 1)
-    wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)
-    scn = serving_scenario(Scenario(model, _cluster(pair), plan_for_serving(tp, pp)), wl)
+        return pair_chunk(pair)[0] / sum(row_split_terms_of(pair, tp))
     p = float(pp)
-    if pair.tokens == 0:  # one token at a time, crossing the stages in turn
-        fs = _stages(scn, wl, 1, 0, pair.context)
-        if pair.engine == "llama.cpp":  # `-sm tensor` where tp > 1 (`engines.llamacpp_tensor`)
-            fs = tensor_split_stages(fs, scn, 1, 1)
-        c = fs.per_stage
-        return 1.0 / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
-    if pair.engine == "llama.cpp":  # n_ubatch micro-batches, as llama.cpp's scheduler runs them
-        chunk = min(pair.ubatch, n)
-        fs = _stages(scn, wl, 0, chunk, n)  # a micro-batch's share of the whole prompt's attention
-        micro = -(-n // chunk)
-        # `-sm tensor` where tp > 1: the prompt's last token gets logits (llama-bench), once per prompt
-        fs = tensor_split_stages(fs, scn, chunk, 1.0 / micro)
+    if pair.engine == "llama.cpp":
+        fs = llama_cpp_stages(pair, tp, pp)
+        if pair.tokens == 0:
+            return _one_token_per_s(fs, p)
+        # n_ubatch micro-batches, as llama.cpp's scheduler runs them
+        _, micro = pair_chunk(pair)
         scheduler = SCHEDULER_BY_YEAR[pair.year]
-        return n / float(layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro, scheduler))
+        return pair.tokens / float(layer_split_prompt_s(fs.per_stage, fs.middle_sum_s(p), p, micro, scheduler))
+    model, wl = pair_model(pair), pair_workload(pair)
+    scn = serving_scenario(Scenario(model, _cluster(pair), plan_for_serving(tp, pp)), wl)
+    if pair.tokens == 0:
+        return _one_token_per_s(_stages(scn, wl, 1, 0, pair.context), p)
+    n = pair.tokens
     chunk = min(EXLLAMA_CHUNK, n)
     fs = _stages(scn, wl, 0, chunk, n)
     if tp > 1:  # ExLlamaV2's host-staged all-gathers, not all-reduces
@@ -211,22 +255,6 @@ def throughput(pair: Pair, tp: int, pp: int, row: bool = False) -> float:
         fs = replace(fs, tp_comm=(staged, 0.0, staged))
     c = fs.per_stage
     return chunk / float(pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p)))
-
-
-def _row_split_throughput(pair: Pair, gpus: int) -> float:
-    """llama.cpp's `-sm row` over `gpus` GPUs (`engines.llamacpp`): each micro-batch's forward on
-    one GPU, its products' share moved to the others and their copies added; micro-batches one
-    after the other (one main GPU)."""
-    model = pair_model(pair)
-    n = max(pair.tokens, 1)
-    runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
-    wl = ServingWorkload(n, 1, 1, pair.weights, "bf16", runtime)
-    one = serving_scenario(Scenario(model, _cluster(replace(pair, gpus=1)), plan_for_serving(1, 1)), wl)
-    chunk = 1 if pair.tokens == 0 else min(pair.ubatch, n)
-    fs = _stages(one, wl, 1 if pair.tokens == 0 else 0, 0 if pair.tokens == 0 else chunk, pair.context or n)
-    cluster = _cluster(pair)
-    step = row_split_s(fs.per_stage[0], model, cluster, wl, chunk, gpus, compute_precision(one, pair.weights))
-    return chunk / float(step)
 
 
 def validate_pcie_serving() -> list[ValidationRow]:

@@ -193,11 +193,10 @@ def _comm_name(plan: Any) -> str:
 def _closed_loop_queue(est: Any) -> str:
     """Where a closed loop keeps more requests in flight per replica than run at once: what caps the
     running ones (the engine's sequence cap or the KV cache) and how many wait, in words ("" if none)."""
-    users, cap, kv = est.users, int(est.max_sequences), int(est.max_batch)
-    if users is None or cap < 1:
+    per_replica, cap, kv = est.users_per_replica, int(est.max_sequences), int(est.max_batch)
+    if per_replica is None or cap < 1:
         return ""
-    per_replica = -(-int(users) // int(est.scenario.plan.dp))
-    running = min(cap, kv)
+    running = est.running_per_replica
     if per_replica <= running:
         return ""
     engine = est.workload.engine

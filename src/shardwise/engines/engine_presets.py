@@ -159,6 +159,8 @@ PYTHON_STAGE_HOST_PER_REQUEST_S = 5.5e-3 / 256
 # SGLang's request pool (model_runner.py): clamp(KV tokens / context_len x 512, 2048, 4096)
 SGLANG_POOL_PER_CONTEXT = 512
 SGLANG_POOL_MIN, SGLANG_POOL_MAX = 2048, 4096
+# the choices of `EnginePreset.tensor_split` and `ends_placement`
+PLACEMENTS = frozenset({"megatron", "llama.cpp"})
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,13 @@ class EnginePreset:
     # layer split as its scheduler lets them, "host" or "events" (`engines.llamacpp`); 0: not so
     ubatch_tokens: int = 0
     scheduler: str = "events"
+    # how a stage's GPUs run tp > 1: "megatron" (`engines.iteration.stage_costs`) or "llama.cpp"
+    # (its `-sm tensor`, `engines.llamacpp_tensor.tensor_split_stages`)
+    tensor_split: str = "megatron"
+    # where the embedding and the output layer sit: "megatron" (the first and the last stage, split
+    # by vocabulary over tp) or "llama.cpp" (the input embedding in host memory, the output layer as
+    # it places it, `engines.llamacpp_tensor.stage_params_delta`)
+    ends_placement: str = "megatron"
     source: str = ""
 
 
@@ -223,7 +232,8 @@ ENGINES = {
     ),
     "llama.cpp": EnginePreset(
         "llama.cpp", "2026 master (llama-server)", "graphs", "none", "all-free", 1.0,
-        stage_overhead_s=LLAMA_CPP_STAGE_S, ubatch_tokens=512, scheduler="host",
+        stage_overhead_s=LLAMA_CPP_STAGE_S, ubatch_tokens=512, scheduler="host", tensor_split="llama.cpp",
+        ends_placement="llama.cpp",
         weight_formats=("bf16", "q8_0", "q4_0", "q4_k", "mxfp4"),
         source="common/common.h n_batch 2048; ggml-common.h block formats; per-stage cost from llama.cpp #19922",
     ),
@@ -231,6 +241,7 @@ ENGINES = {
     "pytorch": EnginePreset("pytorch", "-", "pytorch-eager", "none", "free-fraction", 0.9),
 }  # fmt: skip
 assert set(ENGINES) == set(ENGINE_NAMES)
+assert all({e.tensor_split, e.ends_placement} <= PLACEMENTS for e in ENGINES.values())
 
 
 def engine(name: str) -> EnginePreset:

@@ -87,6 +87,22 @@ class InflightEstimate(ServingEstimate):
         return bool(self.max_batch >= 1)
 
     @property
+    def users_per_replica(self) -> int | None:
+        """A closed loop's requests in flight in its fullest replica, ceil(users / replicas); None
+        without a closed loop."""
+        return None if self.users is None else -(-int(self.users) // int(self.scenario.plan.dp))
+
+    @property
+    def running_per_replica(self) -> int:
+        """Sequences one replica runs at once: as many as its KV cache holds (`max_batch`), at most
+        the engine's cap (`max_sequences`, where it has one) and a closed loop's share
+        (`users_per_replica`); the other requests in flight wait in the queue."""
+        kv = int(self.max_batch)
+        running = min(kv, int(self.max_sequences) or kv)
+        users = self.users_per_replica
+        return running if users is None else min(running, users)
+
+    @property
     def overloaded(self) -> bool:
         """Requests arrive faster than the replicas can serve them: queues grow without bound."""
         rate = self.request_rate_per_s

@@ -182,7 +182,7 @@ def iteration_times(
     if preset.ubatch_tokens:  # llama.cpp: one batch a step, cut into n_ubatch micro-batches
         m_u = np.where(p > 1, np.maximum(np.ceil((d + q) / preset.ubatch_tokens), 1.0), 1.0)
         fs = _with_sends(stage_costs(scn, wl, d / m_u, q / m_u, context), preset, p > 1)
-        if np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor` (`engines.llamacpp_tensor`)
+        if preset.tensor_split == "llama.cpp" and np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor`
             tokens = np.maximum(d / m_u + q / m_u, 1.0)
             fs = tensor_split_stages(fs, scn, tokens, np.ceil(d + q / wl.input_len))
         parts = layer_split_iteration(fs, p, m_u, preset.scheduler)

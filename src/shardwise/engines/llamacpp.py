@@ -179,7 +179,7 @@ def layer_gemm_s(model: Model, cluster: Cluster, wl: ServingWorkload, tokens: Nu
     return layer_times(fwd, cluster.gpu, precision, True, backward=False).gemm_s
 
 
-def row_split_s(
+def row_split_terms(
     one_gpu_s: Number,
     model: Model,
     cluster: Cluster,
@@ -187,11 +187,11 @@ def row_split_s(
     tokens: Number,
     gpus: Number,
     precision: str,
-) -> Number:
-    """Seconds of a forward of `tokens` tokens under `-sm row` over `gpus` GPUs, from its time on one
-    GPU: the products' share (g - 1) / g moves off the main GPU, their copies are added (module
-    docstring)."""  # fmt: skip
+) -> tuple[Number, Number]:
+    """(the main GPU's seconds, the copies' seconds) of a forward of `tokens` tokens under `-sm row`
+    over `gpus` GPUs, from its time on one GPU: the products' share (g - 1) / g moves off the main
+    GPU; the copies of every layer's products (module docstring)."""  # fmt: skip
     g = np.maximum(np.asarray(gpus, dtype=float), 1.0)
     gemm = model.layers * layer_gemm_s(model, cluster, wl, tokens, precision)
     copies = model.layers * row_split_copies_s(model, tokens, g, cluster, wl.weight_precision)
-    return one_gpu_s - (1.0 - 1.0 / g) * gemm + copies
+    return one_gpu_s - (1.0 - 1.0 / g) * gemm, copies

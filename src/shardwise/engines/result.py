@@ -92,6 +92,9 @@ class TrainingEstimate:
     bubble_fraction: Number  # pp_bubble_s / step_time_s: the share of the step spent in fill and drain
     hidden_comm_s: dict[str, Number]  # communication overlapped with compute (not in the step time)
     masked_attention_flops_per_step: Number = 0.0  # in the convention's count, masked by causality
+    # the attention forward selective recomputation reruns under a fused kernel, which the hardware
+    # FLOPs leave out (`engines.training_flops.fused_attention_recompute_flops`)
+    attention_recompute_flops_per_step: Number = 0.0
     # named work inside `breakdown.compute_s` that a stack adds (FSDP2's copies: "fsdp2_copies")
     compute_parts_s: dict[str, Number] = field(default_factory=dict)
 
@@ -111,13 +114,11 @@ class TrainingEstimate:
     @property
     def executed_flops_per_step(self) -> Number:
         """The FLOPs the GPUs run: recomputation included (with a fused kernel, the attention forward
-        selective recomputation reruns: `fused_attention_recompute_flops`), the masked attention
+        selective recomputation reruns: `attention_recompute_flops_per_step`), the masked attention
         only where standard attention computes the whole square (what HFU counts)."""
-        from shardwise.engines.training_flops import fused_attention_recompute_flops
-
         flash = np.asarray(self.scenario.plan.flash_attention, dtype=bool)
         masked = np.where(flash, self.masked_attention_flops_per_step, 0.0)
-        return self.hardware_flops_per_step - masked + fused_attention_recompute_flops(self.scenario)
+        return self.hardware_flops_per_step - masked + self.attention_recompute_flops_per_step
 
     @property
     def model_tflops_per_gpu(self) -> Number:

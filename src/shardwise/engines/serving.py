@@ -247,7 +247,7 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     model, plan = scn.model, scn.plan
     split = plan_split(model.layers, plan)
     params = stage_params(model, plan, split)
-    if wl.engine == "llama.cpp":  # input embedding in host memory, the output layer as it splits it
+    if engine(wl.engine).ends_placement == "llama.cpp":  # input embedding in host memory, the output as it splits it
         params = tuple(q + d for q, d in zip(params, stage_params_delta(model, plan.tp, plan.pp), strict=True))
     in_layers = stage_layer_params(model, plan, split)
     p = np.asarray(plan.pp)
@@ -274,6 +274,7 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     per_replica = np.maximum(1, np.ceil(np.asarray(wl.batch) / replicas)).astype(int)
     m, r, scn_lo, scn_hi = _micro_batches(scn, per_replica)
     w, kv = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
+    preset = engine(wl.engine)
 
     def phase(q_len: Number, kv_len: Number) -> tuple[tuple[Number, ...], Number, Number, Number, Number]:
         """Mean per-micro-batch cost of each stage (first, middle, last, all middle ones together),
@@ -281,7 +282,7 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
         per-stage cost)."""
         lo = with_stage_overhead(forward_stages(scn_lo, q_len, kv_len, False, w, kv), p, wl)
         hi = with_stage_overhead(forward_stages(scn_hi, q_len, kv_len, False, w, kv), p, wl)
-        if wl.engine == "llama.cpp" and np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor`
+        if preset.tensor_split == "llama.cpp" and np.any(np.asarray(scn.plan.tp) > 1):  # `-sm tensor`
             lo, hi = (
                 tensor_split_stages(f, s, np.asarray(s.plan.micro_batch) * q_len, s.plan.micro_batch)
                 for f, s in ((lo, scn_lo), (hi, scn_hi))
@@ -291,7 +292,6 @@ def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
         slow = tuple(_mix(a, b, r, m) for a, b in zip(lo.slowest(p), hi.slowest(p), strict=True))
         return per_stage, slow[0], slow[1], slow[2], _mix(lo.send_s, hi.send_s, r, m)
 
-    preset = engine(wl.engine)
     # the host time of each micro-batch's step under pp (`engines.pipeline.pipelined_round_s`)
     host = np.where(p > 1, pipeline_host_s(preset, np.ceil(per_replica / m)), 0.0)
     c, c_max, compute, tp, send = phase(wl.input_len, wl.input_len)

@@ -303,6 +303,9 @@ def _stage_cost(
 
 # The simulator's limit: p x m x v at most this (about 10 s and 1.5 GB for the 4M operations).
 MAX_SLOTS = 2_000_000
+# the estimate's FLOPs counts, the closed form's (`engines.training_flops`)
+FLOPS_FIELDS = ("model_flops_per_step", "hardware_flops_per_step", "masked_attention_flops_per_step",
+                "attention_recompute_flops_per_step")  # fmt: skip
 
 
 def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep:
@@ -363,17 +366,14 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
         optimizer_s=min(optimizer, last_tail),
         overhead_s=over_mb + over_step,
     )
-    model_flops, hw_flops = closed["flops"]  # `flops_per_step(scn)`, as the closed form read it
     estimate = TrainingEstimate(
+        **closed["flops"],  # the closed form's FLOPs of the same scenario
         scenario=scn,
         step_time_s=sim.makespan_s + over_step,
         breakdown=breakdown,
         memory=closed["memory"],  # the closed form's (the same stages)
-        model_flops_per_step=model_flops,
-        hardware_flops_per_step=hw_flops,
         bubble_fraction=breakdown.pp_bubble_s / (sim.makespan_s + over_step),
         hidden_comm_s={"tp_comm": closed["tp_hidden_s"], "dp_comm": 0.0},
-        masked_attention_flops_per_step=closed["masked_attention_flops"],
     )
     return SimulatedStep(estimate, sim, times)
 
@@ -393,6 +393,5 @@ def _closed_form_parts(scn: Scenario) -> dict[str, Any]:
         "tp_hidden_s": float(est.hidden_comm_s["tp_comm"]),
         "memory": est.memory,
         # the same functions of the same scenario (`training.estimate_each_training_step`'s diagnostics)
-        "flops": (est.model_flops_per_step, est.hardware_flops_per_step),
-        "masked_attention_flops": est.masked_attention_flops_per_step,
+        "flops": {name: getattr(est, name) for name in FLOPS_FIELDS},
     }

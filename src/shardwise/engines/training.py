@@ -37,7 +37,11 @@ from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.result import StepBreakdown, TrainingEstimate
 from shardwise.engines.stage_assembly import select
 from shardwise.engines.tp_overlap import tp_comm
-from shardwise.engines.training_flops import flops_per_step, masked_attention_flops_per_step
+from shardwise.engines.training_flops import (
+    flops_per_step,
+    fused_attention_recompute_flops,
+    masked_attention_flops_per_step,
+)
 from shardwise.engines.training_layout import (
     LAYOUTS,
     layout_key,
@@ -165,7 +169,16 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
 
     # the memory reads no time: computed on its first read (a calibration's fit never reads it)
     memory = Later(lambda: step_memory(scn, lay, m, layout))
-    return deferred(TrainingEstimate, diagnostics, scenario=scn, step_time_s=step, memory=memory)
+    # HFU's rerun attention forward, computed on its own first read (a sweep's diagnostics never read it)
+    redo = Later(lambda: fused_attention_recompute_flops(scn))
+    return deferred(
+        TrainingEstimate,
+        diagnostics,
+        scenario=scn,
+        step_time_s=step,
+        memory=memory,
+        attention_recompute_flops_per_step=redo,
+    )
 
 
 def _training_rules(plan: Plan, model: Model) -> bool:

@@ -215,7 +215,8 @@ def winner_map(table: str) -> tuple[Figure, str]:
     """The fastest plan in each cell of a two-variable sweep (its CSV table; hover: every plan's time)."""
     header, rows = read_table(table)
     xname, yname = header[1], header[2]
-    rows = [_in_display_units(r, (xname, yname)) for r in rows]
+    (xlabel, xscale, _), (ylabel, yscale, _) = axis(xname), axis(yname)  # once per figure
+    rows = _in_display_units(rows, {xname: xscale, yname: yscale})
     plans = [h[len("time_s[") : -1] for h in header if h.startswith("time_s[")]
     xs = sorted({float(r[xname]) for r in rows})
     ys = sorted({float(r[yname]) for r in rows})
@@ -224,7 +225,6 @@ def winner_map(table: str) -> tuple[Figure, str]:
     text = [[""] * len(xs) for _ in ys]
     xi, yi = {x: i for i, x in enumerate(xs)}, {y: i for i, y in enumerate(ys)}
     counts = dict.fromkeys(plans, 0)
-    xlabel, ylabel = (axis(n)[0] for n in (xname, yname))
     for r in rows:
         i, j = yi[float(r[yname])], xi[float(r[xname])]
         z[i][j] = code.get(r["winner"])
@@ -272,13 +272,13 @@ def _terms(row: dict[str, str], plan: str) -> str:
     return f"<br>{plan}: " + ", ".join(shown) if shown else ""
 
 
-def _in_display_units(row: dict[str, str], names: tuple[str, ...]) -> dict[str, str]:
-    """The columns `names` in the units their axes show (bytes/s in GB/s, seconds in µs, ...)."""
-    out = dict(row)
-    for name in names:
-        if (scale := axis(name)[1]) != 1.0:
-            out[name] = f"{float(row[name]) * scale:.6g}"
-    return out
+def _in_display_units(rows: list[dict[str, str]], scales: dict[str, float]) -> list[dict[str, str]]:
+    """`rows` with the columns of `scales` (each its `axis` scale) in the units their axes show
+    (bytes/s in GB/s, seconds in µs, ...)."""
+    scaled = {name: scale for name, scale in scales.items() if scale != 1.0}
+    if not scaled:
+        return rows
+    return [{**row, **{name: f"{float(row[name]) * scale:.6g}" for name, scale in scaled.items()}} for row in rows]
 
 
 def planner_heatmap(table: str, objective: str) -> Figure:

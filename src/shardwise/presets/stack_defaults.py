@@ -110,6 +110,40 @@ def missing_axes(name: str, plan: object) -> str:
     return " or ".join(out)
 
 
+# the stacks whose pipeline runs on DeepSpeed's PipelineEngine, which asserts "ZeRO-2 and ZeRO-3 are
+# incompatible with pipeline parallelism" (deepspeed/runtime/pipe/engine.py; `emit.deepspeed` re-prices them)
+PIPE_ENGINE_STACKS = ("deepspeed", "megatron-deepspeed")
+
+
+def not_in_stack(name: str, plan: Any, *, searched: bool = False) -> str:
+    """What of `plan` the stack `name` does not implement, in words ("" for nothing): the
+    model-parallel axes its preset's `model_parallel` leaves out, a ZeRO stage outside its
+    `zero_stages`, a pipeline schedule outside its `schedules` under a pipeline. A request's note
+    (`searched` False) names what was asked beside what the stack runs, a ZeRO stage only where the
+    data-parallel ranks shard anything (dp x cp > 1), and ZeRO-2/3 under DeepSpeed's pipeline
+    engine; the planner's reason why its search left a plan out (`searched` True) names what the
+    stack runs ("... only"), for every ZeRO stage outside it (the search's own limit on ZeRO with a
+    pipeline, `--zero-with-pp`, is the planner's)."""
+    from shardwise.specs import Schedule
+
+    axes = missing_axes(name, plan)
+    if axes:
+        return f"{name} runs no {axes}"
+    stages, schedules = framework_zero_stages(name), framework_schedules(name)
+    zero, pp = int(plan.zero_stage), int(plan.pp)
+    sharded = searched or int(plan.dp) * int(plan.cp) > 1
+    if stages is not None and zero not in stages and sharded:
+        listed = ", ".join(str(z) for z in stages)
+        return f"{name} implements ZeRO {listed}" + (" only" if searched else f", not ZeRO-{zero}")
+    if not searched and name in PIPE_ENGINE_STACKS and pp > 1 and zero >= 2 and sharded:
+        return f"{name}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts), not ZeRO-{zero}"
+    label = Schedule(int(plan.schedule)).label
+    if schedules is not None and pp > 1 and label not in schedules:
+        listed = ", ".join(schedules)
+        return f"{name} runs the {listed} " + ("schedules only" if searched else f"pipeline schedules, not {label}")
+    return ""
+
+
 def framework_schedule(name: str) -> str | None:
     """The framework's default pipeline schedule (None: the project's, 1F1B)."""
     from shardwise import presets

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from shardwise.requests.plan_result import PlanResult, with_intervals
-from shardwise.requests.training import PredictRequest, TrainingRequest
+from shardwise.requests.training import PredictRequest, TrainingRequest, checked_emit
 from shardwise.units import format_capacity, share_or_bytes
 
 # the fields of a request that say where and how the plans run (kept from the plan's own request);
@@ -84,7 +84,6 @@ SEARCHED_INTS = ("tp", "pp", "dp", "vpp", "cp", "ep", "micro_batch", "zero")
 SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
 RECOMPUTES = ("none", "selective", "full")
 OBJECTIVES = ("time", "throughput-per-gpu")
-EMIT_TARGETS = ("megatron", "torchtitan", "deepspeed")
 
 
 def _ints(name: str, value: Any) -> tuple[int, ...] | None:
@@ -120,24 +119,6 @@ def _names(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...] |
         flag = "--" + name.replace("_", "-")
         raise SpecError(f"{flag}: {bad[0] if bad else value!r} is not allowed; choose from {', '.join(allowed)}")
     return out
-
-
-def checked_emit(emit: str | None, emit_version: str | None, command: str) -> str | None:
-    """`--emit`'s training launch target, lower-cased (None without one), refused in one line where
-    it cannot be: vLLM (it serves), an unknown tool, --emit-version alone; `command` says what the
-    refusing command does ("`plan` lays out training")."""
-    from shardwise.errors import SpecError
-
-    if emit is None:
-        if emit_version is not None:
-            raise SpecError("--emit-version needs --emit TARGET")
-        return None
-    target = emit.lower()
-    if target == "vllm":
-        raise SpecError(f"--emit vllm: vLLM serves models, and {command}; use `shardwise serve ... --emit vllm`")
-    if target not in EMIT_TARGETS:
-        raise SpecError(f"--emit: {target!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
-    return target
 
 
 @dataclass(frozen=True)

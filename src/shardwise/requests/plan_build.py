@@ -96,7 +96,7 @@ def default_schedule(o: dict[str, Any]) -> str:
 
 def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     """What a framework's own layout defaults chose where the fields left it open (`notes`)."""
-    from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel
+    from shardwise.presets.stack_defaults import framework_schedule, framework_sequence_parallel, not_in_stack
 
     stack = o.get("framework") or "megatron-core"
     out: list[str] = []
@@ -108,36 +108,10 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
         )
     if o.get("sequence_parallel") is None and o.get("tp", 1) > 1 and framework_sequence_parallel(stack) is False:
         out.append(f"{stack}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)")
-    missing = _not_in_stack(stack, plan)
+    missing = not_in_stack(stack, plan)
     if missing:
         out.append(f"{missing}; priced as asked")
     return out
-
-
-# the stacks whose pipeline runs on DeepSpeed's PipelineEngine, which asserts "ZeRO-2 and ZeRO-3 are
-# incompatible with pipeline parallelism" (deepspeed/runtime/pipe/engine.py; `emit.deepspeed` re-prices them)
-PIPE_ENGINE_STACKS = ("deepspeed", "megatron-deepspeed")
-
-
-def _not_in_stack(stack: str, plan: Any) -> str:
-    """What of `plan` the stack does not implement (its preset's `model_parallel` axes, `zero_stages`
-    where the data-parallel ranks shard anything, `schedules` under a pipeline), in words; "" for nothing."""
-    from shardwise.presets.stack_defaults import framework_schedules, framework_zero_stages, missing_axes
-    from shardwise.specs import Schedule
-
-    axes = missing_axes(stack, plan)
-    if axes:
-        return f"{stack} runs no {axes}"
-    stages, schedules = framework_zero_stages(stack), framework_schedules(stack)
-    zero = int(plan.zero_stage)
-    if stages is not None and zero not in stages and int(plan.dp) * int(plan.cp) > 1:
-        return f"{stack} implements ZeRO {', '.join(str(z) for z in stages)}, not ZeRO-{zero}"
-    if stack in PIPE_ENGINE_STACKS and int(plan.pp) > 1 and zero >= 2 and int(plan.dp) * int(plan.cp) > 1:
-        return f"{stack}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts), not ZeRO-{zero}"
-    label = Schedule(int(plan.schedule)).label
-    if schedules is not None and int(plan.pp) > 1 and label not in schedules:
-        return f"{stack} runs the {', '.join(schedules)} pipeline schedules, not {label}"
-    return ""
 
 
 def stage_kwargs(o: dict[str, Any], layers: int | None = None) -> dict[str, Any]:

@@ -231,13 +231,14 @@ def _launch(est: Any, emit: str | None, model_id: str | None) -> dict[str, Any] 
         )
     if getattr(est, "batching", "static") != "inflight":
         return vllm_launch(est.scenario, est.workload, model_id).as_dict()
-    # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once: its
-    # closed loop's share, at most what the KV cache and the engine's cap let run (`engines.inflight`)
-    running = min(int(est.max_batch), int(est.max_sequences) or int(est.max_batch))
-    if est.users is not None:
-        running = min(running, -(-int(est.users) // int(est.scenario.plan.dp)))
+    # in-flight: the chunk budget it was priced with, and the sequences a replica ran at once
+    # (`engines.inflight.InflightEstimate.running_per_replica`)
     return vllm_launch(
-        est.scenario, est.workload, model_id, max_batched_tokens=int(est.max_batched_tokens), max_num_seqs=running
+        est.scenario,
+        est.workload,
+        model_id,
+        max_batched_tokens=int(est.max_batched_tokens),
+        max_num_seqs=est.running_per_replica,
     ).as_dict()
 
 

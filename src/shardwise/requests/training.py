@@ -168,6 +168,8 @@ class TrainingRequest:
 
 
 ENGINES = ("analytic", "simulate")
+# the training tools whose launch `predict --emit` and `plan --emit` print (`emit.TRAINING_TARGETS`)
+EMIT_TARGETS = ("megatron", "torchtitan", "deepspeed")
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,7 @@ class PredictResult:
     step_time_s_high: float
     interval_basis: str
     notes: tuple[str, ...]
+    launch: dict[str, Any] | None = None  # the request's --emit: the plan's launch (`emit.report.training_launch`)
 
     @property
     def step_time_s(self) -> float:
@@ -204,22 +207,42 @@ class PredictResult:
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "engine": self.request.engine,
             "scenario": export.scenario_dict(self.estimate.scenario),
-            "command": self.request.command(),
+            # the command that prices the step; its launch, where asked, beside it
+            "command": replace(self.request, emit=None, emit_version=None).command(),
+            **({"launch": self.launch} if self.launch is not None else {}),
         }
+
+    def launch_text(self) -> str | None:
+        """The launch `predict --emit` prints under the estimate (None without --emit)."""
+        from shardwise.emit.report import text
+
+        return None if self.launch is None else text(self.launch, "this plan")
 
 
 @dataclass(frozen=True)
 class PredictRequest:
     """`shardwise predict`: one training step of `training`, by the closed form ("analytic") or
-    the discrete-event simulation of the pipeline schedule ("simulate")."""
+    the discrete-event simulation of the pipeline schedule ("simulate"); with `emit` (a training
+    tool: megatron, torchtitan, deepspeed) and `emit_version`, the plan's launch by that tool too."""
 
     training: TrainingRequest
     engine: str = "analytic"
+    emit: str | None = None
+    emit_version: str | None = None
 
     def __post_init__(self) -> None:
         if self.engine not in ENGINES:
             raise SpecError(f"engine: {self.engine!r} is not allowed; use one of {', '.join(ENGINES)}")
+        object.__setattr__(self, "emit", _checked_emit(self.emit, self.emit_version))
         refuse_idle_flags(self.training)
+
+    @classmethod
+    def from_options(
+        cls, options: dict[str, Any], engine: str = "analytic", emit: str | None = None, emit_version: str | None = None
+    ) -> PredictRequest:
+        """From `predict`'s parsed click options: --emit refused first (one line), then the fields."""
+        _checked_emit(emit, emit_version)
+        return cls(TrainingRequest.from_options(options), engine, emit, emit_version)
 
     @classmethod
     def from_argv(cls, argv: list[str] | tuple[str, ...] | str) -> PredictRequest:
@@ -227,14 +250,21 @@ class PredictRequest:
         args = shlex.split(argv) if isinstance(argv, str) else list(argv)
         while args and args[0] in ("shardwise", "predict"):
             args.pop(0)
-        engine = F.Field("engine", "str", "analytic", ENGINES)
-        values = F.parse_argv(args, {"--engine": engine})
-        return cls(
-            TrainingRequest(**{k: v for k, v in values.items() if k != "engine"}), values.get("engine", "analytic")
-        )
+        own = {
+            "--engine": F.Field("engine", "str", "analytic", ENGINES),
+            "--emit": F.Field("emit", "str"),
+            "--emit-version": F.Field("emit_version", "str"),
+        }
+        values = F.parse_argv(args, own)
+        mine = {f.name for f in own.values()}
+        training = TrainingRequest(**{k: v for k, v in values.items() if k not in mine})
+        return cls(training, **{k: v for k, v in values.items() if k in mine})
 
     def to_argv(self) -> list[str]:
-        return ["predict", *self.training.to_argv(), *(["--engine", self.engine] if self.engine != "analytic" else [])]
+        out = ["predict", *self.training.to_argv(), *(["--engine", self.engine] if self.engine != "analytic" else [])]
+        for flag, value in (("--emit", self.emit), ("--emit-version", self.emit_version)):
+            out += [flag, value] if value is not None else []
+        return out
 
     def command(self) -> str:
         """The command line that asks this question."""
@@ -256,7 +286,45 @@ class PredictRequest:
             est = estimate_training_step(scn)
         spread = build.spread([scn], built.calibration)
         low, high = (float(x[0]) for x in spread.bounds(float(est.step_time_s)))
-        return PredictResult(self, est, low, high, spread.basis, built.notes)
+        launch = None if self.emit is None else _launch(est, self.emit, self.emit_version)
+        return PredictResult(self, est, low, high, spread.basis, built.notes, launch)
+
+
+def _checked_emit(emit: str | None, emit_version: str | None) -> str | None:
+    """`predict --emit`'s training tool, lower-cased (`checked_emit`)."""
+    return checked_emit(emit, emit_version, "`predict` prices training")
+
+
+def checked_emit(emit: str | None, emit_version: str | None, command: str) -> str | None:
+    """`--emit`'s training launch target, lower-cased (None without one), refused in one line where
+    it cannot be: vLLM (it serves), an unknown tool, --emit-version alone; `command` says what the
+    refusing command does ("`plan` lays out training")."""
+    if emit is None:
+        if emit_version is not None:
+            raise SpecError("--emit-version needs --emit TARGET")
+        return None
+    target = emit.lower()
+    if target == "vllm":
+        raise SpecError(f"--emit vllm: vLLM serves models, and {command}; use `shardwise serve ... --emit vllm`")
+    if target not in EMIT_TARGETS:
+        raise SpecError(f"--emit: {target!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
+    return target
+
+
+def _launch(est: Any, target: str, version: str | None) -> dict[str, Any]:
+    """The launch of the priced plan by `target` (`emit.report.training_launch`): refused when the
+    plan, or what the tool runs of it, does not fit in the GPU's memory."""
+    from shardwise.emit import EmitError
+    from shardwise.emit.report import training_launch
+    from shardwise.units import format_capacity
+
+    capacity = float(est.scenario.cluster.gpu.memory_bytes)
+    if not bool(est.fits_in_memory):
+        raise EmitError(
+            f"--emit {target}: this plan needs {float(est.memory.total_bytes) / 1e9:.1f} GB per GPU, more than "
+            f"{format_capacity(capacity)}; fix the plan (--tp, --pp, --zero, --recompute, ...) until it fits"
+        )
+    return training_launch(est.scenario, target, version, capacity, float(est.step_time_s))
 
 
 def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
