@@ -155,3 +155,19 @@ def test_the_planner_names_the_kv_heads_when_they_rule_a_tp_out(cli):
     base = ["plan", "--model", "tinyllama-1.1b", "--system", "dgx-h100", "--nodes", "1"]
     code, _, err = cli([*base, "--global-batch", "64", "--tp", "8"])
     assert code == 2 and "tp must divide the heads (32) and KV heads (4)" in err
+
+
+def test_serve_says_which_plans_replicate_the_kv_heads():
+    """A plan with tp above the KV heads is named below serve's table (tp=16 of Llama 3 70B's 8
+    heads: each on 2 GPUs); one with tp at or below them is not."""
+    from types import SimpleNamespace
+
+    from shardwise.cli.serve_report import _replicated_kv
+
+    model = presets.model("llama3-70b")
+
+    def row(tp):
+        return f"tp={tp}", SimpleNamespace(scenario=SimpleNamespace(plan=SimpleNamespace(tp=tp), model=model))
+
+    assert _replicated_kv([row(16), row(8)]) == "KV heads replicated (tp above them): tp=16: 8 KV heads, each on 2 GPUs"
+    assert _replicated_kv([row(8), row(4)]) == ""

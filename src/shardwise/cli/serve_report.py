@@ -86,9 +86,9 @@ def print_estimates(
         "per request; tok/s: generated tokens per second, all replicas; max batch: sequences per replica that "
         "fit the KV cache[/]"
     )
-    derived = _derived_etp(rows)
-    if derived:
-        out.print(f"[dim]{derived}[/]")
+    for note in (_derived_etp(rows), _replicated_kv(rows)):
+        if note:
+            out.print(f"[dim]{note}[/]")
     if inflight:
         _print_inflight(out, rows)
     from shardwise.calibration.spreads import Z80
@@ -145,6 +145,13 @@ HOST_WAIT_NOTE = (
     "host wait: the GPU idle while the engine's process prepares the next step, one stage's host work outlasting "
     "its GPU work (h_0 + h_1 per request; engines/pipeline.py overlapped_host_floor_s)"
 )
+
+
+def _replicated_kv(rows: list[tuple[str, Any]]) -> str:
+    """The plans whose tp is above the KV heads, each head on tp / kv_heads ranks (`rules.kv_replica_rule`)."""
+    kv = [(label, int(e.scenario.plan.tp), int(e.scenario.model.kv_heads)) for label, e in rows]
+    named = [f"{label}: {k} KV heads, each on {t // k} GPUs" for label, t, k in kv if t > k]
+    return f"KV heads replicated (tp above them): {'; '.join(named)}" if named else ""
 
 
 def _derived_etp(rows: list[tuple[str, Any]]) -> str:
