@@ -89,6 +89,7 @@ def test_serve_prices_dp_attention_plans(cli):
     assert rows["tp=2,ep=4"]["max_batch_per_replica"] > rows["tp=2"]["max_batch_per_replica"]
     # the layout priced, with the expert TP it derived (was only the label: etp was nowhere)
     assert (rows["tp=2,ep=4"]["ep"], rows["tp=2,ep=4"]["etp"], rows["tp=1,ep=8"]["etp"]) == (4, 2, 1)
+    assert rows["tp=2"]["etp"] == 2  # etp unset is tp's (it printed the raw 0)
 
 
 def test_serve_names_the_expert_tp_it_derived():

@@ -300,7 +300,9 @@ def serving_dict(
         "pp": int(plan.pp),
         "cp": int(plan.cp),
         "ep": int(plan.ep),
-        "etp": int(plan.etp),  # derived where the plan does not give it (docs/serving.md)
+        # the ranks each expert is split over, derived where the plan does not give it (docs/serving.md);
+        # null for a dense model
+        "etp": int(plan.expert_tp) if int(est.scenario.model.experts) else None,
         "replicas": int(plan.dp),
         "batch": int(est.workload.batch),
         "ttft_s": plain(est.ttft_s),

@@ -121,7 +121,11 @@ def fit(
         if effect < MIN_SENSITIVITY:
             not_fitted[name] = "no run is sensitive to it" + _why_insensitive(name)
         elif len(chosen) >= limit:
-            not_fitted[name] = f"{len(measured)} run(s) fit at most {limit} parameter(s), taken by those above"
+            not_fitted[name] = (
+                f"at most {limit} parameter(s) asked (--max-params), taken by those above"
+                if limit < len(measured)
+                else f"{len(measured)} run(s) fit at most {limit} parameter(s), taken by those above"
+            )
         else:
             chosen.append(name)
     names = tuple(chosen)

@@ -97,7 +97,8 @@ def launch(
     if servers > 1:  # vLLM's distributed serving: a replica beyond one server runs on a Ray cluster
         notes.append(
             f"one replica spans {servers} servers: start a Ray cluster over them first (`ray start --head` on "
-            "one, `ray start --address=HEAD:6379` on the others) and run this on the head server"
+            "one, `ray start --address=HEAD:6379` on the others) and run this on the head server (or vLLM's "
+            "--nnodes/--node-rank/--master-addr, --headless on the others)"
         )
     env: tuple[tuple[str, str], ...] = ()
     if pp > 1:
