@@ -297,3 +297,27 @@ def test_one_rule_says_what_a_stack_does_not_run_for_a_note_and_for_the_planner(
     assert "pipeline engine allows ZeRO-1 at most" in not_in_stack("deepspeed", piped)
     assert not_in_stack("deepspeed", piped, searched=True) == ""
     assert not_in_stack("composer", plan(pp=2), searched=True) == "composer runs no pipeline parallelism (pp=2)"
+
+
+def test_a_tie_is_judged_on_the_ratio_of_two_plans_not_their_absolute_ranges():
+    """Uncalibrated, two plans of one job tie where their ratio lies inside the 80% band of how far
+    the model misses two layouts' ratio (spreads.PAIR_LOG_SD: a bias they share cancels), not
+    where one lies inside the other's absolute range: a mixture of experts' -36%/+55% range made
+    any two of its plans within 1.5x a tie. With a calibration the ranges are its own: overlap."""
+    from types import SimpleNamespace
+
+    from shardwise.calibration.spreads import PAIR_LOG_SD
+    from shardwise.requests.plan_result import with_intervals
+
+    times = [10.0, 10.5, 12.0]  # 5% apart (a tie), then 14%
+    result = SimpleNamespace(
+        row=lambda i: {"step_time_s": times[i], "tokens_per_s_per_gpu": 1.0 / times[i]},
+        space=SimpleNamespace(objective="time"),
+    )
+    wide = SimpleNamespace(bounds=lambda t: (np.full(3, t / 1.5), np.full(3, t * 1.5)))  # one per row
+    rows = with_intervals(result, np.arange(3), wide, PAIR_LOG_SD)
+    assert [r["tie_with_next"] for r in rows] == [True, False, None]
+    rows = with_intervals(result, np.arange(3), wide)  # a calibration's: overlapping ranges
+    assert [r["tie_with_next"] for r in rows] == [True, True, None]
+    rows = PlanRequest.from_argv("--model mixtral-8x7b --system dgx-h100 --nodes 2 --global-batch 256").run().rows
+    assert rows[0]["step_time_s_high"] / rows[0]["step_time_s"] > 1.4  # the MoE family's range

@@ -142,6 +142,7 @@ def test_expert_parallelism_precision_and_batch_are_read_and_kept_apart(cli, tmp
     assert "ep8" in e8["label"]
     (rank,) = d["ranking_within_groups"]
     assert rank["layouts"] == 3
+    assert rank["kind"] == "mixture of experts"  # it read a `moe` attribute no Model has: "dense"
 
 
 def test_serving_runs_are_priced_and_read_in_their_units(cli, tmp_path):

@@ -8,8 +8,9 @@ the public runs predicted without their source (`analyses.loso`, `analyses.inter
   left out of the fit whole, plus a source's and a run's;
 - the GPUs' fitted efficiencies (`GPU_FIT`, `GPU_GROUP_LOG_SD`, `GPU_SOURCE_LOG_SD`,
   `UNFITTED_LOG_SD`);
-- each model family's (`FAMILY_LOG_SD`: hybrid Mamba-2 models), over its priced runs at the
-  shipped model.
+- each model family's (`FAMILY_LOG_SD`: hybrid Mamba-2 models, mixtures of experts), the rms
+  miss over its priced runs at the shipped model (no GPU scale is fitted on MoE runs), pooled over
+  their sources.
 
     python tools/stack_spreads.py        # paste into src/shardwise/calibration/spreads.py
 """

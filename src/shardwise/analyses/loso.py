@@ -330,9 +330,9 @@ def shipped_gpu_fit() -> im.GpuFit:
 @cache
 def shipped_family_spreads() -> dict[str, tuple[float, int, int]]:
     """Per model family (`calibration.spreads.model_family`): (log spread of its uncalibrated 80%
-    interval, rows, sources), the RMS of ln(predicted / measured) over its priced public runs,
-    dense and mixture of experts, at the shipped model (a family's few dev rows barely move a GPU's
-    fitted scale)."""
+    interval, rows, sources), the RMS of ln(predicted / measured) over its priced public runs at
+    the shipped model, whose GPU scales no MoE run moved (`priced_rows` leaves them out; a hybrid
+    family's few dense dev rows barely move them)."""
     from shardwise import presets
     from shardwise.calibration.spreads import model_family
 

@@ -131,7 +131,7 @@ def _rankings(runs: list[Any], checks: list[RunCheck], grouped: bool) -> list[Gr
             Measured(
                 group=key,
                 stack=c.stack,
-                kind=MOE if getattr(scn.model, "moe", None) is not None else DENSE,
+                kind=MOE if scn.model.is_moe else DENSE,
                 layout=c.label,
                 label=c.label,
                 measured_tokens_per_s=tokens / c.measured,

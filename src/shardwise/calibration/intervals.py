@@ -11,7 +11,9 @@
   left out whole), which already holds a fitted GPU's efficiency error (each fold refitted it),
   plus the GPU's efficiency error where it was not refitted there (taken from a sibling's fit, or
   fitted on no published run), the same relative width for every prediction of
-  one stack on one GPU; serving cases the serving model's spread, `spreads.SERVING_LOG_SD`.
+  one stack on one GPU; a mixture of experts or a hybrid Mamba-2 model its family's spread where
+  wider (`spreads.FAMILY_LOG_SD`: the rms miss over the family's published runs); serving cases
+  the serving model's spread, `spreads.SERVING_LOG_SD`.
 
 The interval is t exp(-z s) .. t exp(+z s) with z = 1.2816 (80%, two-sided).
 """
@@ -90,14 +92,17 @@ def _basis(training: list[Case]) -> str:
     stacks = {_scenario(c).plan.framework for c in training}
     families = {_family(c) for c in training}
     gpus = {_scenario(c).cluster.gpu.name for c in training}
-    if len(stacks) > 1 or len(families) > 1:
-        what = "how far the model missed each stack's published runs with each source held out"
-    elif family_widens(stack := next(iter(stacks)), family := next(iter(families))):
-        what = family_basis(family)
+    mixed = len(stacks) > 1 or len(families) > 1
+    by_family = not mixed and family_widens(next(iter(stacks)), next(iter(families)))
+    if mixed:
+        what = (
+            "how far the model missed each stack's published runs with each source held out (a mixture of "
+            "experts or hybrid model: its family's runs, where wider)"
+        )
     else:
-        what = stack_basis(stack)
+        what = family_basis(next(iter(families))) if by_family else stack_basis(next(iter(stacks)))
     gpu = (
-        gpu_basis(next(iter(gpus)))
+        gpu_basis(next(iter(gpus)), held_out=not by_family)
         if len(gpus) == 1
         else "plus the uncertainty of each GPU's efficiency where it was not refitted in those"
     )

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -71,10 +72,15 @@ class PlanResult:
         return label(self.search, i)
 
 
-def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
-    """The best plans' rows with their 80% intervals, and whether each is a tie with the next:
-    the next plan's value lies inside this one's interval (or this one's inside the next's)."""
+def with_intervals(result: Any, best: Any, spread: Any, ratio_log_sd: float | None = None) -> list[dict[str, Any]]:
+    """The best plans' rows with their 80% intervals, and whether each is a tie with the next.
+    With `ratio_log_sd` (uncalibrated: `spreads.PAIR_LOG_SD`, how far the model misses the ratio of
+    two layouts' times, a bias they share cancelling) the two are a tie where their ratio lies inside
+    its 80% band; otherwise (a calibration's own intervals) where the next plan's value lies inside
+    this one's interval (or this one's inside the next's)."""
     from itertools import pairwise
+
+    from shardwise.calibration.spreads import Z80
 
     rows = []
     for j, i in enumerate(best):
@@ -88,7 +94,9 @@ def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
     key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
     for a, b in pairwise(rows):
         a["tie_with_next"] = bool(
-            a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
+            abs(math.log(a[key] / b[key])) <= Z80 * ratio_log_sd
+            if ratio_log_sd is not None
+            else a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
         )
     if rows:
         rows[-1]["tie_with_next"] = None
