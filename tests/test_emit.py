@@ -516,3 +516,12 @@ def test_the_python_api_gets_predicts_launch_from_the_request(cli):
     assert PredictRequest(req.training).run().launch is None
     with pytest.raises(SpecError, match="shardwise serve"):
         PredictRequest(req.training, emit="vllm")
+
+
+def test_the_request_layer_knows_the_training_emitters():
+    """`requests.training.EMIT_TARGETS` (kept apart so that `predict` imports no emitter) names
+    the emitters `shardwise.emit` has."""
+    from shardwise.emit import TRAINING_TARGETS
+    from shardwise.requests.training import EMIT_TARGETS
+
+    assert EMIT_TARGETS == TRAINING_TARGETS
