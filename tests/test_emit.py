@@ -529,3 +529,21 @@ def test_torchtitan_writes_compile_out_as_priced_whatever_the_config_defaults():
     assert "--compile.enable_async_tensor_parallel" in _args(emit(_scn("llama3-70b", nodes=4, **overlap), "torchtitan"))
     run, changes = adapt(_scn("llama3-70b", nodes=4, eager_kernels=True, **overlap), "torchtitan")
     assert not bool(run.plan.tp_comm_overlap) and any("async TP" in c for c in changes)
+
+
+def test_the_check_emit_matrix_emits_or_refuses_every_plan_in_one_line(tmp_path):
+    """tools/check_emit.py's matrix, shardwise's side (no tool checkouts): every plan is emitted
+    or refused by `--emit` in one line, never an error of another kind."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        import check_emit
+    finally:
+        sys.path.pop(0)
+    jobs = check_emit.training_jobs() + check_emit.serving_jobs(tmp_path)
+    assert len(jobs) == 3 * len(check_emit.TRAINING_MATRIX) + len(check_emit.SERVING_MATRIX)
+    refused = [j["refused"] for j in jobs if "refused" in j]
+    assert all(r.startswith(("--emit ", "error: --emit ")) and "\n" not in r for r in refused), refused
+    assert all(j["argv"] for j in jobs if "refused" not in j)
