@@ -175,7 +175,8 @@ def test_torchtitan_bf16_405b_drops_the_configs_float8_and_fp8_adds_it():
     assert "model_registry('405B')" in job and "Float8LinearConverter.Config()" not in job.split("for converter")[1]
     fp8 = emit(_scn("llama3-8b", nodes=1, tp=2, dp=4, global_batch=64, precision="fp8", sequence_parallel=True,
                     zero_stage=3), "torchtitan")  # fmt: skip
-    assert "Float8LinearConverter.Config(recipe_name='rowwise')" in dict(fp8.files)["shardwise_job.py"]
+    job = dict(fp8.files)["shardwise_job.py"]
+    assert "Float8LinearConverter.Config(recipe_name='rowwise', model_compile_enabled=True)" in job
     assert any(c.startswith("FP8 recipe te -> rowwise") for c in fp8.changes)  # no TE, no tensorwise there
 
 
@@ -189,7 +190,8 @@ def test_launches_carry_or_reprice_this_sessions_plan_fields():
     mega = emit(_scn("llama3-8b", **fp8, fp8_recipe="rowwise"), "megatron")
     assert mega.changes == ("FP8 recipe rowwise (torchao.float8) -> Transformer Engine's (Megatron-LM's FP8)",)
     titan = emit(_scn("llama3-8b", **fp8, fp8_recipe="rowwise_with_gw_hp"), "torchtitan")
-    assert "Float8LinearConverter.Config(recipe_name='rowwise_with_gw_hp')" in dict(titan.files)["shardwise_job.py"]
+    job = dict(titan.files)["shardwise_job.py"]
+    assert "Float8LinearConverter.Config(recipe_name='rowwise_with_gw_hp', model_compile_enabled=True)" in job
     assert not titan.changes
     shaped = _scn("llama3-8b", nodes=1, tp=1, pp=2, dp=4, global_batch=64, pipeline_flushes=2, packed_document_len=1024)
     for target in ("megatron", "torchtitan", "deepspeed"):
@@ -525,3 +527,70 @@ def test_the_request_layer_knows_the_training_emitters():
     from shardwise.requests.training import EMIT_TARGETS
 
     assert EMIT_TARGETS == TRAINING_TARGETS
+
+
+def test_serve_emit_vllm_runs_no_more_sequences_than_its_token_budget(cli):
+    """vLLM refuses max_num_seqs above max_num_batched_tokens (SchedulerConfig) and lowers its own
+    default to it: a 256-token budget runs at most 256 sequences, priced and emitted (493 were)."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=2", "--input-len", "1024",
+            "--output-len", "1024", "--max-throughput", "--emit", "vllm", "--hf-id", "x/y", "--json"]  # fmt: skip
+    code, out, err = cli([*args, "--max-batched-tokens", "256"])
+    assert code == 0, err
+    argv = json.loads(out)["plans"][0]["launch"]["argv"]
+    assert int(argv[argv.index("--max-num-seqs") + 1]) == 256
+    assert argv[argv.index("--max-num-batched-tokens") + 1] == "256"
+    code, out, err = cli(args)  # vLLM's own budget (8192 on an H100) leaves the KV cache's cap
+    argv = json.loads(out)["plans"][0]["launch"]["argv"]
+    assert code == 0 and 256 < int(argv[argv.index("--max-num-seqs") + 1]) <= 1024
+
+
+def test_serve_emit_vllm_names_the_all_to_all_backends_vllm_keeps():
+    """The data-parallel attention note names vLLM 0.34's true all-to-all backends as flags; pplx,
+    which it named, was removed (vLLM falls back to allgather_reducescatter, what was not priced)."""
+    from shardwise.emit.vllm import launch
+    from shardwise.engines.serving import estimate_serving
+    from shardwise.loaders import parse_plan_spec
+    from shardwise.requests.serve_plans import scenario
+    from shardwise.specs.serving import ServingWorkload
+
+    model, cluster = presets.model("qwen3-30b-a3b"), presets.system("dgx-h100")
+    est = estimate_serving(scenario(model, cluster, parse_plan_spec("tp=2,ep=8")),
+                           ServingWorkload(1024, 256, batch=64, engine="vllm"))  # fmt: skip
+    notes = " ".join(launch(est.scenario, est.workload, "Qwen/Qwen3-30B-A3B").notes)
+    assert "--all2all-backend deepep_low_latency" in notes and "--all2all-backend deepep_high_throughput" in notes
+    assert "pplx" not in notes
+
+
+def test_torchtitan_writes_compile_out_as_priced_whatever_the_config_defaults():
+    """llama3_405b's config compiles with async TP and deepseek_v3_671b's compiles the loss alone:
+    an eager plan turns both off, a fused one compiles the model, async TP only with TP overlap."""
+    eager = _args(emit(_scn(tp=8, pp=8, dp=2, global_batch=256, zero_stage=3, eager_kernels=True), "torchtitan"))
+    assert eager["--compile.no-enable"] == ["--compile.no-enable_async_tensor_parallel"]
+    fused = _args(emit(_scn(tp=8, pp=8, dp=2, global_batch=256, zero_stage=3), "torchtitan"))
+    assert fused["--compile.enable"] == ["--compile.components", "model,loss"]
+    assert "--compile.no-enable_async_tensor_parallel" in fused
+    dsv3 = _args(emit(_scn("deepseek-v3", nodes=32, tp=1, pp=16, dp=16, ep=16, global_batch=1024, zero_stage=3),
+                      "torchtitan"))  # fmt: skip
+    assert dsv3["--compile.enable"] == ["--compile.components", "model,loss"]
+    overlap = dict(tp=8, pp=4, dp=1, global_batch=64, sequence_parallel=True, tp_comm_overlap=True)
+    assert "--compile.enable_async_tensor_parallel" in _args(emit(_scn("llama3-70b", nodes=4, **overlap), "torchtitan"))
+    run, changes = adapt(_scn("llama3-70b", nodes=4, eager_kernels=True, **overlap), "torchtitan")
+    assert not bool(run.plan.tp_comm_overlap) and any("async TP" in c for c in changes)
+
+
+def test_the_check_emit_matrix_emits_or_refuses_every_plan_in_one_line(tmp_path):
+    """tools/check_emit.py's matrix, shardwise's side (no tool checkouts): every plan is emitted
+    or refused by `--emit` in one line, never an error of another kind."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        import check_emit
+    finally:
+        sys.path.pop(0)
+    jobs = check_emit.training_jobs() + check_emit.serving_jobs(tmp_path)
+    assert len(jobs) == 3 * len(check_emit.TRAINING_MATRIX) + len(check_emit.SERVING_MATRIX)
+    refused = [j["refused"] for j in jobs if "refused" in j]
+    assert all(r.startswith(("--emit ", "error: --emit ")) and "\n" not in r for r in refused), refused
+    assert all(j["argv"] for j in jobs if "refused" not in j)

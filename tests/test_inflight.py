@@ -320,6 +320,20 @@ def test_the_engines_default_sequence_cap(engine, system, cap):
         assert rep.capacity > 1000 and rep.slots == min(rep.capacity, cap)
 
 
+@pytest.mark.parametrize(("engine", "cap"), [("vllm", 256), ("tensorrt-llm", None)])
+def test_vllm_runs_no_more_sequences_than_its_token_budget(engine, cap):
+    """vLLM lowers max_num_seqs to max_num_batched_tokens and refuses a larger one
+    (arg_utils.py, SchedulerConfig, vLLM 0.34): a 256-token budget on an H100 runs 256 sequences,
+    not its default 1024; TensorRT-LLM's max_batch_size is its own."""
+    cluster = presets.system("dgx-h100").with_(nodes=1)
+    scn = Scenario(presets.model("llama3-8b"), cluster, plan_for_serving(2, 1, 4))
+    rep = Replica(scn, ServingWorkload(1024, 1024, engine=engine), 256)
+    if cap is None:
+        assert rep.max_sequences > 256
+    else:
+        assert rep.max_sequences == cap and rep.slots == min(rep.capacity, cap)
+
+
 def test_a_prompt_sits_in_one_micro_batch_of_a_round():
     """With a round budget of several micro-batches, one prompt still takes at most one
     micro-batch's budget per round: a 4,096-token prompt under 1,024 per micro-batch needs 4

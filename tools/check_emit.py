@@ -11,12 +11,18 @@ stubbed (the GPU's compute capability comes from the plan's system):
   sharding compared with the plan;
 - torchtitan: `ConfigManager.parse_args` (with the emitted config module), `ParallelDims`, the
   trainer's token arithmetic (gradient accumulation), the model config's shape, and the layers of
-  each pipeline rank under the schedule's stage placement;
+  each pipeline rank under the schedule's stage placement; FSDP2's reshard policy as torchtitan
+  resolves it (ZeRO-2/3), the HSDP shard group, torch.compile of the model and async TP;
 - deepspeed: DeepSpeed's `DeepSpeedConfig` on ds_config.json with the data-parallel world size,
   Megatron-DeepSpeed's `parse_args` and `validate_args`, and DeepSpeed's `partition_balanced`
   stage split compared with the stages shardwise priced;
-- vllm: `FlexibleArgumentParser` + `EngineArgs.add_cli_args` / `from_cli_args` (choices and
-  types of every flag; `create_engine_config` needs a GPU and is not run).
+- vllm: each serving plan through `shardwise serve --emit vllm --json` (in-flight batching, as a
+  user runs it), then `FlexibleArgumentParser` + `EngineArgs.add_cli_args` / `from_cli_args`
+  (choices and types of every flag), the `ParallelConfig` and `SchedulerConfig` that
+  `create_engine_config` builds (their checks: data-parallel ranks, sequences against the token
+  budget), each MoE layer's expert layout (`FusedMoEParallelConfig.make`: ep, expert TP,
+  sequence-parallel MoE) against the plan, and every `--all2all-backend` a note names kept by
+  `ParallelConfig`; `create_engine_config` itself needs a GPU and is not run.
 
     python tools/check_emit.py --python /tmp/venv/bin/python --megatron DIR --torchtitan DIR \\
         --deepspeed DIR --megatron-deepspeed DIR [--out tools/check_emit_results.md]
@@ -318,9 +324,97 @@ TRAINING_MATRIX: list[tuple[str, str, str, int, dict]] = [
         dict(tp=4, pp=2, dp=8, ep=8, etp=1, global_batch=128, zero_stage=1, sequence_parallel=True),
     ),
     ("gpt-oss-20b", "gpt-oss-20b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, ep=8, global_batch=64, zero_stage=1)),
+    # FSDP2's reshard policy (ZeRO-2 never, ZeRO-3 always) with TP and PP, dense and MoE
+    (
+        "l8b-tp4-pp2-z2",
+        "llama3-8b",
+        "dgx-h100",
+        2,
+        dict(tp=4, pp=2, dp=2, global_batch=64, zero_stage=2, sequence_parallel=True),
+    ),
+    (
+        "l70b-tp8-pp2-z3",
+        "llama3-70b",
+        "dgx-h100",
+        4,
+        dict(tp=8, pp=2, dp=2, global_batch=64, zero_stage=3, sequence_parallel=True),
+    ),
+    ("qwen3-30b-z3", "qwen3-30b-a3b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, ep=8, global_batch=64, zero_stage=3)),
+    (
+        "qwen3-30b-pp2-z2",
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        1,
+        dict(tp=1, pp=2, dp=4, ep=4, global_batch=64, zero_stage=2, recompute="full"),
+    ),
+    # element-wise kernels eager (the torchtitan preset) against fused (torchtitan-compile, the default)
+    (
+        "l8b-eager",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3, eager_kernels=True),
+    ),
+    (
+        "l8b-fp8-compile-pp",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=2, pp=2, dp=2, global_batch=64, precision="fp8", fp8_recipe="rowwise", zero_stage=3),
+    ),
+    (
+        "l405b-eager",
+        "llama3-405b",
+        "dgx-h100",
+        16,
+        dict(tp=8, pp=8, dp=2, global_batch=256, sequence_parallel=True, zero_stage=3, eager_kernels=True),
+    ),
+    (
+        "l70b-tpoverlap-eager",
+        "llama3-70b",
+        "dgx-h100",
+        4,
+        dict(tp=8, pp=4, dp=1, global_batch=64, sequence_parallel=True, tp_comm_overlap=True, eager_kernels=True),
+    ),
+    # hybrid sharding (HSDP): shard groups of dp x cp / replicas
+    (
+        "l8b-hsdp-z1",
+        "llama3-8b",
+        "dgx-h100",
+        2,
+        dict(tp=1, pp=1, dp=16, global_batch=128, zero_stage=1, shard_group=8),
+    ),
+    (
+        "l70b-hsdp-z3",
+        "llama3-70b",
+        "dgx-h100",
+        4,
+        dict(tp=8, pp=1, dp=4, global_batch=128, zero_stage=3, shard_group=2, sequence_parallel=True),
+    ),
+    (
+        "l8b-hsdp-cp2",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=1, pp=1, dp=4, cp=2, global_batch=32, zero_stage=3, shard_group=4),
+    ),
+    (
+        "qwen3-30b-hsdp-ep8",
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        2,
+        dict(tp=1, pp=1, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=8),
+    ),
+    (
+        "qwen3-30b-hsdp-ep8-small",
+        "qwen3-30b-a3b",
+        "dgx-h100",
+        2,
+        dict(tp=1, pp=1, dp=16, ep=8, global_batch=64, zero_stage=3, shard_group=4),
+    ),
 ]
 
-# (id, model, system, nodes or None for the GPUs of the plan, plan text, workload fields, model id)
+# (id, model, system, plan text, workload: serve's flags by field name; batch is --concurrency)
 SERVING_MATRIX: list[tuple[str, str, str, str, dict]] = [
     (
         "l70b-tp4-fp8",
@@ -353,6 +447,23 @@ SERVING_MATRIX: list[tuple[str, str, str, str, dict]] = [
     ),
     ("mixtral-ep", "mixtral-8x7b", "dgx-h100", "tp=4,ep=4", dict(input_len=1024, output_len=256, batch=64)),
     ("qwen3-30b", "qwen3-30b-a3b", "dgx-h100", "tp=2", dict(input_len=1024, output_len=256, batch=64)),
+    # the in-flight chunk budget and the sequences a replica runs at once
+    (
+        "l8b-chunk256-maxtp",
+        "llama3-8b",
+        "dgx-h100",
+        "tp=2",
+        dict(input_len=1024, output_len=1024, max_throughput=True, max_batched_tokens=256),
+    ),
+    ("l8b-maxtp", "llama3-8b", "dgx-h100", "tp=2", dict(input_len=1024, output_len=1024, max_throughput=True)),
+    ("l8b-static", "llama3-8b", "dgx-h100", "tp=4", dict(input_len=512, output_len=128, batch=32, batching="static")),
+    # data-parallel attention: whole experts over all dp x tp GPUs of one server (ep = tp x dp > tp)
+    ("mixtral-dpattn", "mixtral-8x7b", "dgx-h100", "tp=1,ep=8", dict(input_len=1024, output_len=256, batch=64)),
+    ("qwen3-30b-dpattn", "qwen3-30b-a3b", "dgx-h100", "tp=2,ep=8", dict(input_len=1024, output_len=256, batch=64)),
+    ("qwen3-30b-dpattn-tp4", "qwen3-30b-a3b", "dgx-h100", "tp=4,ep=8", dict(input_len=2048, output_len=128, batch=32)),
+    ("mixtral-dpattn-etp2", "mixtral-8x7b", "dgx-h100", "tp=1,ep=4", dict(input_len=1024, output_len=256, batch=64)),
+    ("mixtral-ep4-etp2", "mixtral-8x7b", "dgx-h100", "tp=4,ep=4,etp=2", dict(input_len=1024, output_len=256, batch=64)),
+    ("qwen3-30b-tp4-ep2", "qwen3-30b-a3b", "dgx-h100", "tp=4,ep=2", dict(input_len=1024, output_len=256, batch=64)),
     (
         "l70b-int4",
         "llama3-70b",
@@ -401,6 +512,8 @@ def training_jobs() -> list[dict]:
                         "kv_heads": int(model.kv_heads), "ffn": int(model.ffn_hidden), "vocab": int(model.vocab),
                         "experts": model.experts, "topk": model.experts_per_token,
                         "lora_rank": int(p.lora_rank), "precision": p.precision,
+                        "compile": not bool(p.eager_kernels), "shard_group": int(p.shard_group),
+                        "tp_overlap": bool(p.tp_comm_overlap),
                     },
                 }
             )  # fmt: skip
@@ -408,33 +521,58 @@ def training_jobs() -> list[dict]:
 
 
 def serving_jobs(workdir: Path) -> list[dict]:
+    """Each serving plan through `shardwise serve --emit vllm --json` (in-flight batching at
+    --concurrency, vLLM's pricing, as a user runs it); what it priced from the same scenario."""
+    import contextlib
+    import io
+
     from shardwise import presets
-    from shardwise.emit import EmitError, vllm_launch
-    from shardwise.engines.serving import estimate_serving
+    from shardwise.cli import main as shardwise_cli
+    from shardwise.engines.dp_attention import serving_expert_layout
     from shardwise.loaders import parse_plan_spec
-    from shardwise.specs.serving import ServingWorkload
+    from shardwise.requests.serve_plans import scenario
 
-    sys.path.insert(0, str(ROOT / "src"))
-    from shardwise.cli.serve import _scenario
-
+    flags = {"weight_precision": "--weight-precision", "kv_precision": "--kv-precision", "runtime": "--runtime",
+             "input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency",
+             "max_batched_tokens": "--max-batched-tokens", "batching": "--batching"}  # fmt: skip
     jobs = []
     for key, model_name, system, plan_text, wl in SERVING_MATRIX:
         model, cluster = presets.model(model_name), presets.system(system)
-        scn = _scenario(model, cluster, parse_plan_spec(plan_text))
-        est = estimate_serving(scn, ServingWorkload(**wl))
         model_dir = workdir / f"hf-{model_name}"
         model_dir.mkdir(exist_ok=True)
         (model_dir / "config.json").write_text(json.dumps(_hf_config(model)))
+        args = ["serve", "--model", model_name, "--system", system, "--plan", plan_text, "--emit", "vllm",
+                "--hf-id", str(model_dir), "--json"]  # fmt: skip
+        for k, v in wl.items():
+            if k == "custom_all_reduce":
+                args.append("--custom-all-reduce" if v != "none" else "--no-custom-all-reduce")
+            elif k == "max_throughput":
+                args.append("--max-throughput")
+            else:
+                args += [flags[k], str(v)]
         job = {"id": key, "target": "vllm", "model": model_name, "plan": f"{plan_text} " + _describe(wl)}
-        try:
-            launch = vllm_launch(est.scenario, est.workload, str(model_dir))
-        except EmitError as exc:
-            jobs.append({**job, "refused": str(exc)})
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                shardwise_cli(args)
+                code = 0
+            except SystemExit as exc:
+                code = int(exc.code or 0)
+        if code:
+            jobs.append({**job, "refused": err.getvalue().strip().splitlines()[-1]})
             continue
+        row = json.loads(out.getvalue())["plans"][0]
+        launch = row["launch"]
+        p = serving_expert_layout(scenario(model, cluster, parse_plan_spec(plan_text)).plan)
+        engines = int(p.dp) if model.is_moe and int(p.ep) * int(p.expert_tp) > int(p.tp) else 1  # one server's
         jobs.append(
             {
-                **job, "argv": launch.argv(), "env": dict(launch.env), "launcher": launch.launcher_argv(),
-                "expect": {"tp": int(scn.plan.tp), "pp": int(scn.plan.pp), "stages": None},
+                **job, "argv": launch["argv"], "env": launch["env"], "notes": launch["notes"],
+                "launcher": [w.strip("'") for w in launch["launcher"]],
+                "expect": {"tp": int(p.tp), "pp": int(p.pp), "stages": None, "dp": engines,
+                           "moe": bool(model.is_moe), "ep": int(p.ep), "etp": int(p.expert_tp),
+                           "sp_moe": bool(model.is_moe) and bool(p.sequence_parallel) and int(p.tp) > 1,
+                           "chunk_budget": row["max_batched_tokens"] if row["batching"] == "inflight" else None},
             }
         )  # fmt: skip
     return jobs

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import sys
 import tempfile
 import traceback
@@ -108,6 +109,8 @@ def megatron(job: dict, opts: dict) -> str:
         expect("FSDP sharding", args.data_parallel_sharding_strategy, want)
     elif e["zero"] == 1 and e["dp"] * e["cp"] > 1:
         expect("distributed optimizer", args.use_distributed_optimizer, True)
+        group = e["shard_group"] or e["dp"] * e["cp"]  # HSDP: an instance of it per shard group
+        expect("distributed optimizer instances", args.num_distributed_optimizer_instances, e["dp"] * e["cp"] // group)
     got = []
     vpp = args.virtual_pipeline_model_parallel_size or 1
     real_rank = ps.get_pipeline_model_parallel_rank
@@ -179,6 +182,12 @@ def torchtitan(job: dict, opts: dict) -> str:
     if fsdp:  # torchtitan's own resolution of the policy (its default depends on PP)
         reshard = TITAN["reshard"](par.fsdp_reshard_after_forward, dims.pp > 1)
         expect("ZeRO stage (FSDP2 reshard_after_forward: ZeRO-3)", 3 if reshard else 2, e["zero"])
+    if fsdp and e["shard_group"]:  # HSDP: FSDP2 shards over dp_shard x cp, replicas over dp_replicate
+        expect("FSDP shard group (dp_shard x cp)", dims.dp_shard * dims.cp, e["shard_group"])
+    compiled = cfg.compile.enable and "model" in cfg.compile.components  # distributed/compile.py apply_compile
+    expect("torch.compile of the model (fused element-wise kernels)", compiled, e["compile"])
+    expect("async TP (TP collectives overlapped with their GEMMs)", cfg.compile.enable_async_tensor_parallel,
+           e["tp_overlap"] and e["tp"] > 1)  # fmt: skip
     if e["experts"]:
         expect("expert parallelism", dims.ep, e["ep"])
     # trainer.py Trainer.__init__: tokens per DP rank per accumulation step, accumulation steps
@@ -294,4 +303,49 @@ def vllm(job: dict, opts: dict) -> str:
     e = job["expect"]
     expect("tensor parallelism", ea.tensor_parallel_size, e["tp"])
     expect("pipeline parallelism", ea.pipeline_parallel_size, e["pp"])
-    return f"max_num_seqs {ea.max_num_seqs}, max_num_batched_tokens {ea.max_num_batched_tokens}, kv {ea.kv_cache_dtype}"
+    expect("data-parallel engine ranks of the server", ea.data_parallel_size, e["dp"])
+    # create_engine_config's ParallelConfig (its checks; the model and the GPU left out)
+    from vllm.config import ParallelConfig
+
+    pc = ParallelConfig(
+        pipeline_parallel_size=ea.pipeline_parallel_size, tensor_parallel_size=ea.tensor_parallel_size,
+        data_parallel_size=ea.data_parallel_size, is_moe_model=e["moe"],
+        enable_expert_parallel=ea.enable_expert_parallel, all2all_backend=ea.all2all_backend,
+        disable_custom_all_reduce=ea.disable_custom_all_reduce,
+    )  # fmt: skip
+    detail = ""
+    if e["moe"]:  # the experts' layout as each FusedMoE layer builds it (layer.py make_parallel_config)
+        from types import SimpleNamespace
+
+        import vllm.model_executor.layers.fused_moe.config as moe
+
+        moe.get_dp_group = moe.get_pcp_group = lambda: SimpleNamespace(rank_in_group=0)  # rank 0, no groups
+        moe.get_tensor_model_parallel_rank = lambda: 0
+        layout = moe.FusedMoEParallelConfig.make(
+            tp_size_=pc.tensor_parallel_size, pcp_size_=1, dp_size_=pc.data_parallel_size, sp_size_=1,
+            vllm_parallel_config=pc,
+        )  # fmt: skip
+        expect("expert parallelism", layout.ep_size, e["ep"])
+        expect("expert TP", layout.tp_size, e["etp"])
+        expect("sequence-parallel MoE (reduce-scatter / all-gather around the experts)",
+               pc.use_sequence_parallel_moe, e["sp_moe"])  # fmt: skip
+        detail = f", dp {pc.data_parallel_size}, ep {layout.ep_size}, etp {layout.tp_size}"
+    # create_engine_config's SchedulerConfig and its check against the context length (chunked
+    # prefill on: vLLM's default for a generative model)
+    from vllm.config import SchedulerConfig
+
+    chunked = True if ea.enable_chunked_prefill is None else ea.enable_chunked_prefill
+    sched = SchedulerConfig(
+        max_num_batched_tokens=ea.max_num_batched_tokens, max_num_seqs=ea.max_num_seqs,
+        max_model_len=ea.max_model_len, enable_chunked_prefill=chunked, is_encoder_decoder=False,
+    )  # fmt: skip
+    sched.verify_max_model_len(ea.max_model_len)
+    if e["chunk_budget"] is not None:
+        expect("chunk budget (max_num_batched_tokens)", sched.max_num_batched_tokens, e["chunk_budget"])
+    # an all-to-all backend a note asks for must be one this vLLM keeps (ParallelConfig drops removed ones)
+    for note in job.get("notes", []):
+        for backend in re.findall(r"--all2all-backend (\w+)", note):
+            kept = ParallelConfig(all2all_backend=backend, enable_expert_parallel=True).all2all_backend
+            expect(f"all2all backend the note names ({backend})", kept, backend)
+    kv = ea.kv_cache_dtype
+    return f"max_num_seqs {ea.max_num_seqs}, max_num_batched_tokens {ea.max_num_batched_tokens}, kv {kv}{detail}"

@@ -6,7 +6,8 @@ torchtitan's own configs by tools/check_emit.py); FP8, MXFP8 and LoRA are model 
 only a Python config sets: they come as a small config module (`shardwise_job.py`) built on that
 function. Data parallelism is DDP (ZeRO-0) or FSDP2, which shards the gradients too: ZeRO-2 with
 `--parallelism.fsdp_reshard_after_forward never`, ZeRO-3 with `always` (no ZeRO-1); context
-parallelism joins the FSDP group. Version `main`: torchtitan main of August 2026
+parallelism joins the FSDP group. torch.compile and async TP are written out as priced, whatever
+the config function's own defaults (`_compile`). Version `main`: torchtitan main of August 2026
 (`torchtitan/config/configs.py`, the frozen `--section.field` command line).
 """
 
@@ -161,6 +162,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     if bool(p.sequence_parallel) is False and i(p.tp) > 1:
         new["sequence_parallel"] = True
         changes.append("sequence parallelism on (torchtitan's default with TP)")
+    if bool(p.tp_comm_overlap) and i(p.tp) > 1 and bool(p.eager_kernels):
+        new["tp_comm_overlap"] = False
+        changes.append(
+            "TP communication not overlapped (torchtitan's async TP is an Inductor pass: it needs torch.compile, "
+            "which the plan leaves off; --framework torchtitan-compile runs it)"
+        )
     if bool(p.grad_reduce_bf16) and not fsdp:
         new["grad_reduce_bf16"] = False
         changes.append(
@@ -242,9 +249,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--training.num_tokens_per_microbatch_per_dp_rank", str(i(p.micro_batch) * i(m.seq_len))),
         ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
         ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
-        # element-wise work fused, as priced (torchtitan-compile, or a fused stack's plan): torch.compile
-        # (config/configs.py CompileConfig.enable, off by default: eager kernels, the torchtitan preset)
-        ("--compile.enable",) if not bool(p.eager_kernels) else None,
+        *_compile(p),
         # FSDP2's MixedPrecisionPolicy reduce_dtype (torchtitan/config/training.py mixed_precision_reduce)
         ("--training.mixed_precision_reduce", "bfloat16") if bool(p.grad_reduce_bf16) else None,
         *_ac(Recompute(int(p.recompute))),
@@ -282,19 +287,39 @@ def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
     ]
 
 
+def _compile(p: object) -> list[tuple[str, ...]]:
+    """torch.compile as priced, written out either way (config/configs.py CompileConfig is off by
+    default, but llama3_405b's config turns it and async TP on, and deepseek_v3_671b's compiles the
+    loss alone): element-wise work fused (torchtitan-compile, or a fused stack's plan) compiles the
+    model and the loss (`model,loss`, torchtitan's comma-separated list); eager kernels (the
+    torchtitan preset) compile nothing. Async TP (Inductor's micro-pipelined all-gather and
+    reduce-scatter around the matmuls, distributed/compile.py) is the plan's overlap of every TP
+    collective with its GEMM (`tp_comm_overlap`); it needs the model compiled (`adapt`)."""
+    if bool(p.eager_kernels):  # type: ignore[attr-defined]
+        return [("--compile.no-enable", "--compile.no-enable_async_tensor_parallel")]
+    overlap = bool(p.tp_comm_overlap) and i(p.tp) > 1  # type: ignore[attr-defined]
+    return [
+        ("--compile.enable", "--compile.components", "model,loss"),
+        ("--compile.enable_async_tensor_parallel" if overlap else "--compile.no-enable_async_tensor_parallel",),
+    ]
+
+
 def _ac(rc: Recompute) -> list[tuple[str, ...]]:
     return [("activation-checkpoint:" + {Recompute.NONE: "none", Recompute.SELECTIVE: "selective",
                                          Recompute.FULL: "full"}[rc],)]  # fmt: skip
 
 
 def _converters(p: object, t: TitanModel) -> list[str]:
+    """The model converters' configs; the quantising ones told whether the model is compiled
+    (`model_compile_enabled`, as torchtitan's own config functions set it: their warnings)."""
     out = []
     precision = p.precision  # type: ignore[attr-defined]
+    compiled = not bool(p.eager_kernels)  # type: ignore[attr-defined]
     if precision == "fp8" and not t.fp8_in_config:
         recipe = p.fp8_recipe if p.fp8_recipe in TITAN_FP8_RECIPES else "rowwise"  # type: ignore[attr-defined]
-        out.append(f"Float8LinearConverter.Config(recipe_name={recipe!r})")
+        out.append(f"Float8LinearConverter.Config(recipe_name={recipe!r}, model_compile_enabled={compiled})")
     elif precision == "mxfp8":
-        out.append("MXFP8LinearConverter.Config()")
+        out.append(f"MXFP8LinearConverter.Config(model_compile_enabled={compiled})")
     rank = i(p.lora_rank)  # type: ignore[attr-defined]
     if rank > 0:
         out.append(f"LoRAConverter.Config(rank={rank}, alpha={2.0 * rank})")

@@ -87,9 +87,14 @@ def launch(
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
     if dp_attention:
         notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
+        # vLLM 0.34's backends (config/parallel.py All2AllBackend; pplx and naive were removed: they fall
+        # back to allgather_reducescatter); deepep_high_throughput turns CUDA graphs off under data
+        # parallelism (config/compilation.py), deepep_low_latency keeps them
         notes.append(
-            "priced with a true all-to-all (one copy per chosen expert: DeepEP, pplx); choose such an all2all "
-            "backend, vLLM's default allgather_reducescatter moves every token to every rank"
+            "priced with a true all-to-all (one copy per chosen expert); vLLM's default allgather_reducescatter "
+            "moves every token to every rank: add --all2all-backend deepep_low_latency (CUDA graphs kept) or "
+            "--all2all-backend deepep_high_throughput (CUDA graphs off under data parallelism: price "
+            "--runtime pytorch-eager), with DeepEP installed"
         )
     elif dp > 1:
         notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")

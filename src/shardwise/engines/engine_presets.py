@@ -24,10 +24,11 @@ Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 81
 Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its OpenAI server, 1024
 on GPUs of >= 70 GiB other than A100, else 256, in the same branch of vllm/engine/arg_utils.py
 `get_batch_defaults` as its token budget (V0 and V1 before that branch: 256); one cap for the whole
-batch queue under pp (one scheduler). TensorRT-LLM: `max_batch_size`, per micro-batch, as
-trtllm-bench sets it for the dataset's mean lengths, min(requests the KV cache of all the GPUs
-holds, 4096) / pp rounded up (tensorrt_llm/bench/build/tuning.py; the same setting its buffers are
-sized by, `engines.trtllm_buffers`; `engines.serving.max_sequences_per_replica`); 2048
+batch queue under pp (one scheduler); at most the token budget (`seqs_within_budget`).
+TensorRT-LLM: `max_batch_size`, per micro-batch, as trtllm-bench sets it for the dataset's mean
+lengths, min(requests the KV cache of all the GPUs holds, 4096) / pp rounded up
+(tensorrt_llm/bench/build/tuning.py; the same setting its buffers are sized by,
+`engines.trtllm_buffers`; `engines.serving.max_sequences_per_replica`); 2048
 (`DEFAULT_MAX_SEQUENCES`, the LLM API's default) where no workload sizes it. SGLang:
 `max_running_requests` unset is min(K // 2, R) with K the KV-cache tokens of one GPU (the smallest
 over the pp ranks) and R the request pool's size, clamp(int(K / context_len x 512), 2048, 4096)
@@ -187,6 +188,11 @@ class EnginePreset:
     budget_per_micro_batch: bool = False
     # ... and its own sequence slots (TensorRT-LLM's max_batch_size is per micro-batch)
     slots_per_micro_batch: bool = False
+    # no more sequences at once than the token budget: vLLM's max_num_seqs defaults to
+    # min(its default, max_num_batched_tokens) and SchedulerConfig refuses a larger one
+    # (vllm/engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args`,
+    # vllm/config/scheduler.py `verify_max_model_len`, vLLM 0.34)
+    seqs_within_budget: bool = False
     # a batch (a micro-batch under pp) prefills or decodes, never both; under pp in a fixed order
     # (module docstring)
     prefill_apart: bool = False
@@ -219,7 +225,7 @@ ENGINES = {
     "vllm": EnginePreset(
         "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
-        sync_last_stage=True, pp_send_tensors=2, whole_prompts=True,
+        sync_last_stage=True, pp_send_tensors=2, whole_prompts=True, seqs_within_budget=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),

@@ -71,7 +71,7 @@ class Replica:
             context = wl.input_len + wl.output_len
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             per_token = self.kv_bytes_per_sequence / context
-            self._cap_by_kv_tokens(wl, free, per_token)
+            self._cap_sequences(wl, free, per_token)
             self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
             self.slots = top = min(self.capacity, self.max_sequences)
             self.mean_context = wl.input_len + wl.output_len / 2
@@ -90,7 +90,7 @@ class Replica:
             self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
             free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
             self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
-            self._cap_by_kv_tokens(wl, free, per_token)
+            self._cap_sequences(wl, free, per_token)
             blocks = kv_blocks(inputs, outputs)
             self.capacity = int(self.kv_total_blocks // float(np.mean(blocks)))
             self.slots = min(self.capacity, self.max_sequences)
@@ -128,12 +128,15 @@ class Replica:
         other.table = other._table(other.top) if fits else None
         return other
 
-    def _cap_by_kv_tokens(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
+    def _cap_sequences(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
         """SGLang sizes its request pool, and so its cap, by the KV tokens of one GPU
-        (`engines.engine_presets.sglang_max_running_requests`)."""
+        (`engines.engine_presets.sglang_max_running_requests`); vLLM runs no more sequences at once
+        than its token budget (`EnginePreset.seqs_within_budget`)."""
         if wl.engine == "sglang" and per_token_bytes > 0:
             tokens = max(free_bytes, 0.0) / per_token_bytes
             self.max_sequences = sglang_max_running_requests(tokens, self.max_context)
+        if engine(wl.engine).seqs_within_budget:  # vLLM: max_num_seqs <= max_num_batched_tokens
+            self.max_sequences = min(self.max_sequences, int(self.max_batched_tokens))
 
     def run(self, traffic: Traffic) -> Simulated:
         if self.table is None:
