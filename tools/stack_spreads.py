@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 
-from shardwise.analyses import loso
+from shardwise.analyses import family_spreads, loso
 
 
 def main() -> None:
@@ -39,7 +39,7 @@ def main() -> None:
     print(f"NO_DATA_LOG_SD = {sd:.4f}")
     print(f"NO_DATA_STACKS = {stacks}")
     print("FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {")
-    for family, (sd, runs, sources) in loso.shipped_family_spreads().items():
+    for family, (sd, runs, sources) in family_spreads.shipped_family_spreads().items():
         print(f'    "{family}": ({sd:.4f}, {runs}, {sources}),')
     print("}")
 

@@ -327,27 +327,6 @@ def shipped_gpu_fit() -> im.GpuFit:
     return gpu_fit_of(list(priced_rows()))
 
 
-@cache
-def shipped_family_spreads() -> dict[str, tuple[float, int, int]]:
-    """Per model family (`calibration.spreads.model_family`): (log spread of its uncalibrated 80%
-    interval, rows, sources), the RMS of ln(predicted / measured) over its priced public runs at
-    the shipped model, whose GPU scales no MoE run moved (`priced_rows` leaves them out; a hybrid
-    family's few dense dev rows barely move them)."""
-    from shardwise import presets
-    from shardwise.calibration.spreads import model_family
-
-    models = {r["id"]: pv.public_moe.resolved(r)["model"] for r in pv.raw_rows()}
-    by_family: dict[str, list[pv.PublicRow]] = defaultdict(list)
-    for r in pv.validate_public():
-        if not r.skip and (family := model_family(presets.model(models[r.run_id]))):
-            by_family[family].append(r)
-    out = {}
-    for family, mine in sorted(by_family.items()):
-        e = np.log(np.array([r.predicted_step_s / r.measured_step_s for r in mine]))
-        out[family] = (float(np.sqrt(np.mean(e**2))), len(mine), len({r.source for r in mine}))
-    return out
-
-
 @dataclass(frozen=True)
 class FoldSummary:
     """One left-out source or stack: accuracy, ranking, interval coverage and the flat baseline."""

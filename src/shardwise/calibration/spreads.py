@@ -101,7 +101,7 @@ NO_DATA_STACKS = 11
 # ln(predicted / measured) over the family's priced public runs at the shipped model, which never
 # fits a GPU's scale on MoE runs (`analyses.loso.priced_rows` leaves them out; a hybrid's few dense
 # dev rows barely move one), pooled over
-# their sources (`analyses.loso.shipped_family_spreads`; `python tools/stack_spreads.py` prints it).
+# their sources (`analyses.family_spreads`; `python tools/stack_spreads.py` prints it).
 # (log spread, runs, sources). A prediction takes the wider of its stack's and its family's. The MoE
 # family's, checked by leaving its largest source out: the other sources' rms (0.269) covers 75% of
 # Megatron-Bridge's 122 runs; the whole family's covers 88% of its 188 runs (dev 48: rms 0.454,

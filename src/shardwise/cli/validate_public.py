@@ -114,6 +114,8 @@ def show_loso(markdown: bool) -> None:
 
 def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
     from shardwise.analyses import public_validation as pv
+    from shardwise.analyses.family_spreads import family_coverage
+    from shardwise.calibration.spreads import FAMILY_NAMES
     from shardwise.cli import validate_ranking
 
     rows = summary_rows()
@@ -131,6 +133,10 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
                     "leave_one_stack_out": [asdict(t) for t in _loso().stack_table()],
                     "ranking_within_groups": validate_ranking.json_payload()["stacks"],
                     "tables": [{"source": src, "split": split, **asdict(s)} for src, split, s in rows],
+                    "family_intervals": {
+                        family: {"covered": covered, "runs": runs, "upper_fraction": upper}
+                        for family, (covered, runs, upper) in family_coverage().items()
+                    },
                     "skipped": {split: pv.skip_counts(split) for split, _ in SPLITS},
                     "rows": [asdict(r) for r in listed],
                 }
@@ -151,10 +157,15 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
     )
     cells = [(src, split, *_accuracy(s), _pairs(s.baseline_pairs_right, s.pairs)) for src, split, s in rows]
     frac = pv.baseline_fraction()
+    families = "; ".join(
+        f"{FAMILY_NAMES[f]} {c} of {n} ({c / n:.0%}) at -{1 - 1 / (1 + u):.0%}/+{u:.0%}"
+        for f, (c, n, u) in family_coverage().items()
+    )
     note = (
         f"Errors in step time (predicted - measured) / measured. Baseline: Eq. 3 FLOPs at {frac:.1%} of the "
         "dense peak in the run's precision (Narayanan Table 1's mean). Ranking: layouts of one model on one "
-        "system and GPU count, by tokens/s per GPU."
+        "system and GPU count, by tokens/s per GPU. Runs inside the 80% interval `predict` gives their model "
+        f"family (its spread over them, wider than the stacks' measured on dense runs): {families}."
     )
     skipped = {split: pv.skip_counts(split) for split, _ in SPLITS}
     skip_text = "; ".join(
