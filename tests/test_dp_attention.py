@@ -119,3 +119,13 @@ def test_serve_names_the_expert_all_to_all_not_tp_comm_where_attention_is_data_p
     two = lines[lines.index("tp=2,ep=8: TTFT") : lines.index("tp=4,cp=2: TTFT")]
     assert "tp comm + expert all-to-all" in two
     assert "tp comm + cp comm" in lines[lines.index("tp=4,cp=2: TTFT") :]
+
+
+def test_a_served_mixture_of_experts_says_its_interval_rests_on_dense_runs(cli):
+    """`validate inference`'s 66 published serving rows are all dense: a MoE plan's basis says so."""
+    code, out, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--plan", "tp=8", "--json"])
+    assert code == 0, err
+    assert "all of dense models" in json.loads(out)["plans"][0]["interval"]["basis"]
+    code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--json"])
+    assert code == 0, err
+    assert "dense models" not in json.loads(out)["plans"][0]["interval"]["basis"]

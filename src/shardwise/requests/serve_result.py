@@ -291,6 +291,8 @@ def _spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, 
     cal = load_calibration(calibration)
     if cal is None or not cal.serving_runs:
         basis = "the serving model's spread on 66 published runs"
+        if any(est.scenario.model.is_moe for _, est in rows):  # validate inference's rows are all dense
+            basis += ", all of dense models: no published mixture-of-experts serving time checks it"
         if cal is not None:
             basis += f" ({cal.path} has no serving runs)"
         return {label: (SERVING_LOG_SD, basis) for label, _ in rows}
