@@ -180,6 +180,19 @@ def test_torchtitan_bf16_405b_drops_the_configs_float8_and_fp8_adds_it():
     assert any(c.startswith("FP8 recipe te -> rowwise") for c in fp8.changes)  # no TE, no tensorwise there
 
 
+def test_torchtitan_quantises_the_experts_it_prices_in_fp8():
+    """A mixture of experts in FP8 or MXFP8 is priced with its experts' grouped GEMMs in it
+    (engines.moe): the job converts them too (torchtitan's Linear converters leave GroupedExperts
+    bf16; its deepseek_v3 float8 config adds Float8GroupedExpertsConverter); a dense model gets none."""
+    for precision, kind in (("fp8", "Float8"), ("mxfp8", "MXFP8")):
+        scn = _scn("qwen3-30b-a3b", nodes=1, tp=1, dp=8, ep=8, global_batch=64, precision=precision, zero_stage=3,
+                   recompute="full")  # fmt: skip
+        job = dict(emit(scn, "torchtitan").files)["shardwise_job.py"]
+        assert f"{kind}GroupedExpertsConverter.Config(model_compile_enabled=" in job.split("def job")[1], precision
+    dense = _scn("llama3-8b", nodes=1, tp=1, dp=8, global_batch=64, precision="fp8", zero_stage=3)
+    assert "GroupedExpertsConverter.Config" not in dict(emit(dense, "torchtitan").files)["shardwise_job.py"]
+
+
 def test_launches_carry_or_reprice_this_sessions_plan_fields():
     """MTP on a dense model is Megatron's --mtp-num-layers too; torchao recipes are not Megatron's
     FP8; torchtitan main writes its recipe; pipeline flushes and packed documents, which no launch

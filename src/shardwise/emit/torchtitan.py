@@ -320,6 +320,11 @@ def _converters(p: object, t: TitanModel) -> list[str]:
         out.append(f"Float8LinearConverter.Config(recipe_name={recipe!r}, model_compile_enabled={compiled})")
     elif precision == "mxfp8":
         out.append(f"MXFP8LinearConverter.Config(model_compile_enabled={compiled})")
+    if t.experts and precision in ("fp8", "mxfp8"):  # the experts' grouped GEMMs, priced in it too: the
+        # Linear converters leave them bf16 (components/quantization float8.py, mx.py; deepseek_v3's
+        # float8 config adds Float8GroupedExpertsConverter as well)
+        kind = "Float8" if precision == "fp8" else "MXFP8"
+        out.append(f"{kind}GroupedExpertsConverter.Config(model_compile_enabled={compiled})")
     rank = i(p.lora_rank)  # type: ignore[attr-defined]
     if rank > 0:
         out.append(f"LoRAConverter.Config(rank={rank}, alpha={2.0 * rank})")
@@ -334,7 +339,12 @@ def _job_module(t: TitanModel, converters: list[str], precision: str) -> str:
             "import dataclasses",
             "",
             "from torchtitan.components.lora import LoRAConverter",
-            "from torchtitan.components.quantization import Float8LinearConverter, MXFP8LinearConverter",
+            "from torchtitan.components.quantization import (",
+            "    Float8GroupedExpertsConverter,",
+            "    Float8LinearConverter,",
+            "    MXFP8GroupedExpertsConverter,",
+            "    MXFP8LinearConverter,",
+            ")",
             f"from torchtitan.models.{t.module} import model_registry",
             f"from torchtitan.models.{t.module}.config_registry import {t.config}",
             "",
