@@ -493,3 +493,18 @@ def test_a_replica_runs_what_its_kv_cache_its_engine_and_its_users_let_run(kv, c
     est = replace(est, max_batch=kv, max_sequences=cap, users=users)
     assert est.users_per_replica == (None if users is None else -(-users // 2))
     assert est.running_per_replica == running
+
+
+def test_the_queue_line_names_what_caps_the_running_sequences():
+    """vLLM's cap at its token budget is named as that (--max-batched-tokens), not its default cap."""
+    from types import SimpleNamespace
+
+    from shardwise.cli.serve_report import _closed_loop_queue
+
+    def est(cap, budget, engine="vllm"):
+        return SimpleNamespace(users_per_replica=1000, max_sequences=cap, max_batch=5000, running_per_replica=cap,
+                               max_batched_tokens=budget, workload=SimpleNamespace(engine=engine))  # fmt: skip
+
+    assert "vllm's cap at its token budget, --max-batched-tokens" in _closed_loop_queue(est(256, 256))
+    assert "vllm's default cap" in _closed_loop_queue(est(256, 2048))
+    assert "max_batch_size as trtllm-bench" in _closed_loop_queue(est(256, 256, "tensorrt-llm"))

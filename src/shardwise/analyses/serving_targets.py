@@ -105,7 +105,8 @@ def best_load(
             break
         good, good_est = users, est
         if users >= replica.slots:
-            why = f"KV cache full at {replica.slots:,}"
+            full = replica.capacity <= replica.max_sequences  # else the engine's cap (or vLLM's budget) binds
+            why = f"{'KV cache full' if full else 'the engine runs no more'} at {replica.slots:,}"
             break
         users = min(2 * users, replica.slots)
     if good == 0:

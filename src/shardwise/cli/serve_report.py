@@ -206,17 +206,11 @@ def _closed_loop_queue(est: Any) -> str:
     running = est.running_per_replica
     if per_replica <= running:
         return ""
-    engine = est.workload.engine
-    why = (
-        (
-            "TensorRT-LLM's max_batch_size as trtllm-bench sets it"
-            if engine == "tensorrt-llm"
-            else f"{engine}'s default cap"
-        )
-        + f"; the KV cache would hold {kv:,}"
-        if cap < kv
-        else "as many as the KV cache holds"
-    )
+    engine, budget = est.workload.engine, int(est.max_batched_tokens)
+    capped = f"{engine}'s cap at its token budget, --max-batched-tokens" if cap == budget else f"{engine}'s default cap"
+    if engine == "tensorrt-llm":
+        capped = "TensorRT-LLM's max_batch_size as trtllm-bench sets it"
+    why = f"{capped}; the KV cache would hold {kv:,}" if cap < kv else "as many as the KV cache holds"
     return (
         f"{per_replica:,} requests in flight per replica, {running:,} run at once ({why}), the other "
         f"{per_replica - running:,} wait in the queue"
