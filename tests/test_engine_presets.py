@@ -46,6 +46,8 @@ def test_sglang_reserves_by_its_chunk_and_graphs_on_a_smaller_gpu():
         ("vllm", "h100-sxm5-80gb", 8192),
         ("vllm", "a100-sxm4-80gb", 2048),
         ("vllm", "l40s", 2048),
+        ("vllm", "b200-sxm-180gb", 16384),  # vLLM 0.34: >= 160 GiB
+        ("vllm", "h200-sxm-141gb", 8192),
         ("sglang", "rtx-4090", 2048),
         ("sglang", "l40s", 4096),
         ("sglang", "h200-sxm-141gb", 8192),

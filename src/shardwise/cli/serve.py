@@ -91,8 +91,9 @@ serving_options = _stack(
         "--max-batched-tokens",
         type=click.IntRange(256, 1 << 20),
         help="In-flight: tokens one iteration may process (TensorRT-LLM max_num_tokens, vLLM max_num_batched_tokens, "
-        "SGLang chunked_prefill_size, llama.cpp n_batch). [default: the framework's: TensorRT-LLM 8192; vLLM 8192 on "
-        "GPUs of 70 GiB or more other than A100, else 2048; SGLang 2048-16384 by GPU memory; llama.cpp 2048]",
+        "SGLang chunked_prefill_size, llama.cpp n_batch; vLLM runs no more sequences at once). [default: the "
+        "framework's: TensorRT-LLM 8192; vLLM 16384 on GPUs of 160 GiB or more, 8192 of 70 GiB or more other than "
+        "A100, else 2048; SGLang 2048-16384 by GPU memory; llama.cpp 2048]",
     ),
     click.option(
         "--requests",

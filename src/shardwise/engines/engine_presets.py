@@ -16,13 +16,14 @@ KV-cache memory rules (M the GPU's memory, W the weights on it, R = `RUNTIME_RES
 - llama.cpp: the cache the user sizes with -c, here all memory left after weights and runtime.
 
 Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 8192; vLLM
-`max_num_batched_tokens` for its OpenAI server 8192 on GPUs of >= 70 GiB other than A100, else
-2048 (vllm/engine/arg_utils.py `get_batch_defaults`); SGLang `chunked_prefill_size` 2048 below
+`max_num_batched_tokens` for its OpenAI server 16384 on GPUs of >= 160 GiB (B200, B300, MI300X),
+8192 on GPUs of >= 70 GiB other than A100 (and GB10), else 2048 (vllm/engine/arg_utils.py
+`get_batch_defaults`, vLLM 0.34); SGLang `chunked_prefill_size` 2048 below
 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above (server_args.py); llama.cpp's
 `n_batch` 2048 (common/common.h).
 
 Sequence caps (requests in flight per replica): vLLM's `max_num_seqs` for its OpenAI server, 1024
-on GPUs of >= 70 GiB other than A100, else 256, in the same branch of vllm/engine/arg_utils.py
+on GPUs of >= 70 GiB other than A100 (>= 160 GiB too), else 256, in the same branch of vllm/engine/arg_utils.py
 `get_batch_defaults` as its token budget (V0 and V1 before that branch: 256); one cap for the whole
 batch queue under pp (one scheduler); at most the token budget (`seqs_within_budget`).
 TensorRT-LLM: `max_batch_size`, per micro-batch, as trtllm-bench sets it for the dataset's mean
@@ -257,6 +258,8 @@ def engine(name: str) -> EnginePreset:
 def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
     """The engine's default chunked-prefill budget on a GPU of `gpu_memory_bytes` (module docstring)."""
     if name == "vllm":
+        if gpu_memory_bytes >= 160 * GIB:
+            return 16384
         return 8192 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
     if name == "sglang":
         for limit, tokens in ((35, 2048), (60, 4096), (160, 8192)):
