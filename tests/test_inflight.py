@@ -508,3 +508,4 @@ def test_the_queue_line_names_what_caps_the_running_sequences():
     assert "vllm's cap at its token budget, --max-batched-tokens" in _closed_loop_queue(est(256, 256))
     assert "vllm's default cap" in _closed_loop_queue(est(256, 2048))
     assert "max_batch_size as trtllm-bench" in _closed_loop_queue(est(256, 256, "tensorrt-llm"))
+    assert "sglang's default cap" in _closed_loop_queue(est(512, 512, "sglang"))  # its budget caps nothing

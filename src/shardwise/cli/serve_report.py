@@ -206,10 +206,15 @@ def _closed_loop_queue(est: Any) -> str:
     running = est.running_per_replica
     if per_replica <= running:
         return ""
-    engine, budget = est.workload.engine, int(est.max_batched_tokens)
-    capped = f"{engine}'s cap at its token budget, --max-batched-tokens" if cap == budget else f"{engine}'s default cap"
+    from shardwise.engines.engine_presets import engine as preset
+
+    engine = est.workload.engine
     if engine == "tensorrt-llm":
         capped = "TensorRT-LLM's max_batch_size as trtllm-bench sets it"
+    elif preset(engine).seqs_within_budget and cap == int(est.max_batched_tokens):
+        capped = f"{engine}'s cap at its token budget, --max-batched-tokens"
+    else:
+        capped = f"{engine}'s default cap"
     why = f"{capped}; the KV cache would hold {kv:,}" if cap < kv else "as many as the KV cache holds"
     return (
         f"{per_replica:,} requests in flight per replica, {running:,} run at once ({why}), the other "
