@@ -534,8 +534,7 @@ def test_the_python_api_gets_predicts_launch_from_the_request(cli):
 
 
 def test_the_request_layer_knows_the_training_emitters():
-    """`requests.training.EMIT_TARGETS` (kept apart so that `predict` imports no emitter) names
-    the emitters `shardwise.emit` has."""
+    """`requests.training.EMIT_TARGETS` names the emitters `shardwise.emit` has."""
     from shardwise.emit import TRAINING_TARGETS
     from shardwise.requests.training import EMIT_TARGETS
 

@@ -17,7 +17,7 @@ KV-cache memory rules (M the GPU's memory, W the weights on it, R = `RUNTIME_RES
 
 Chunked-prefill budgets (tokens per iteration): TensorRT-LLM `max_num_tokens` 8192; vLLM
 `max_num_batched_tokens` for its OpenAI server 16384 on GPUs of >= 160 GiB (B200, B300, MI300X),
-8192 on GPUs of >= 70 GiB other than A100 (and GB10), else 2048 (vllm/engine/arg_utils.py
+8192 on GPUs of >= 70 GiB other than A100 (and vLLM's GB10, not a preset here), else 2048 (vllm/engine/arg_utils.py
 `get_batch_defaults`, vLLM 0.34); SGLang `chunked_prefill_size` 2048 below
 35 GiB, 4096 below 60 GiB, 8192 below 160 GiB, 16384 above (server_args.py); llama.cpp's
 `n_batch` 2048 (common/common.h).
@@ -255,12 +255,18 @@ def engine(name: str) -> EnginePreset:
     return ENGINES[name]
 
 
+def _vllm_batch_defaults(gpu_memory_bytes: float, gpu_name: str) -> tuple[int, int]:
+    """vLLM's OpenAI server's (max_num_batched_tokens, max_num_seqs) on a GPU (vllm/engine/arg_utils.py
+    `get_batch_defaults`, 0.34): >= 160 GiB, >= 70 GiB other than an A100, the rest."""
+    if gpu_memory_bytes >= 160 * GIB:
+        return 16384, 1024
+    return (8192, 1024) if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else (2048, 256)
+
+
 def max_batched_tokens(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int:
     """The engine's default chunked-prefill budget on a GPU of `gpu_memory_bytes` (module docstring)."""
     if name == "vllm":
-        if gpu_memory_bytes >= 160 * GIB:
-            return 16384
-        return 8192 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 2048
+        return _vllm_batch_defaults(gpu_memory_bytes, gpu_name)[0]
     if name == "sglang":
         for limit, tokens in ((35, 2048), (60, 4096), (160, 8192)):
             if gpu_memory_bytes < limit * GIB:
@@ -277,7 +283,7 @@ def max_sequences(name: str, gpu_memory_bytes: float, gpu_name: str = "") -> int
     the KV tokens of one GPU (`sglang_max_running_requests`, applied by `engines.inflight.Replica`);
     here its pool's floor, 2048."""
     if name == "vllm":
-        return 1024 if gpu_memory_bytes >= 70 * GIB and "a100" not in gpu_name.lower() else 256
+        return _vllm_batch_defaults(gpu_memory_bytes, gpu_name)[1]
     return DEFAULT_MAX_SEQUENCES
 
 

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from shardwise.emit import TRAINING_TARGETS
 from shardwise.errors import SpecError
 from shardwise.precisions import FP8_PRECISIONS
 from shardwise.requests import fields as F
@@ -168,8 +169,8 @@ class TrainingRequest:
 
 
 ENGINES = ("analytic", "simulate")
-# the training tools whose launch `predict --emit` and `plan --emit` print (`emit.TRAINING_TARGETS`)
-EMIT_TARGETS = ("megatron", "torchtitan", "deepspeed")
+# the training tools whose launch `predict --emit` and `plan --emit` print
+EMIT_TARGETS = TRAINING_TARGETS
 
 
 @dataclass(frozen=True)
