@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -568,7 +569,7 @@ def serving_jobs(workdir: Path) -> list[dict]:
         jobs.append(
             {
                 **job, "argv": launch["argv"], "env": launch["env"], "notes": launch["notes"],
-                "launcher": [w.strip("'") for w in launch["launcher"]],
+                "launcher": shlex.split(" ".join(launch["launcher"])),
                 "expect": {"tp": int(p.tp), "pp": int(p.pp), "stages": None, "dp": engines,
                            "moe": bool(model.is_moe), "ep": int(p.ep), "etp": int(p.expert_tp),
                            "sp_moe": bool(model.is_moe) and bool(p.sequence_parallel) and int(p.tp) > 1,

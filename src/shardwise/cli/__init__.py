@@ -75,7 +75,7 @@ class LazyGroup(click.Group):
     ) -> tuple[str | None, click.Command | None, list[str]]:
         """As click's, but an unknown command names the closest ones (`scenarios`: 'scenario')."""
         name = click.utils.make_str(args[0])
-        if name not in COMMANDS and not name.startswith("-"):
+        if name not in COMMANDS and not name.startswith("-") and not ctx.resilient_parsing:
             import difflib
 
             close = difflib.get_close_matches(name, list(COMMANDS), n=2, cutoff=0.6)
