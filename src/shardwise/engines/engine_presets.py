@@ -194,6 +194,9 @@ class EnginePreset:
     # (vllm/engine/arg_utils.py `_set_default_max_num_seqs_and_batched_tokens_args`,
     # vllm/config/scheduler.py `verify_max_model_len`, vLLM 0.34)
     seqs_within_budget: bool = False
+    # the sequence cap sized by one GPU's KV-cache tokens (SGLang's request pool,
+    # `sglang_max_running_requests`), not a fixed default
+    seqs_from_kv_pool: bool = False
     # a batch (a micro-batch under pp) prefills or decodes, never both; under pp in a fixed order
     # (module docstring)
     prefill_apart: bool = False
@@ -232,6 +235,7 @@ ENGINES = {
     ),
     "sglang": EnginePreset(
         "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True, prefill_apart=True,
+        seqs_from_kv_pool=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
         pp_send_tensors=2,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),

@@ -132,7 +132,7 @@ class Replica:
         """SGLang sizes its request pool, and so its cap, by the KV tokens of one GPU
         (`engines.engine_presets.sglang_max_running_requests`); vLLM runs no more sequences at once
         than its token budget (`EnginePreset.seqs_within_budget`)."""
-        if wl.engine == "sglang" and per_token_bytes > 0:
+        if engine(wl.engine).seqs_from_kv_pool and per_token_bytes > 0:
             tokens = max(free_bytes, 0.0) / per_token_bytes
             self.max_sequences = sglang_max_running_requests(tokens, self.max_context)
         if engine(wl.engine).seqs_within_budget:  # vLLM: max_num_seqs <= max_num_batched_tokens
