@@ -173,3 +173,19 @@ def test_the_crossover_legend_and_notes_sit_under_the_axes_not_on_the_curves():
     assert legend.y1 < plot_area.y0  # under the axes
     assert notes.get_window_extent(renderer).y1 <= legend.y0  # the notes under the legend
     plt.close(fig)
+
+
+def test_the_tornado_marks_an_end_where_a_plan_does_not_fit_as_the_table_does():
+    from shardwise.analyses.sensitivity import TornadoBar
+    from shardwise.plots.sensitivity import tornado
+
+    bars = [
+        TornadoBar("hidden", 4096, 2048, 8192, 1.1, 0.66, fits_high=False, base_ratio=0.78),
+        TornadoBar("layers", 96, 48, 192, 0.75, 0.79, base_ratio=0.78),
+    ]
+    fig = tornado(0.78, bars, ["tp=8", "pp=8"], 2.0, "t")
+    ax = fig.axes[0]
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["0.66 *", "0.75", "0.79", "1.10"]
+    assert any(t.get_text().startswith("* a plan does not fit") for t in ax.get_legend().get_texts())
+    plt.close(fig)
