@@ -461,3 +461,9 @@ def test_the_regret_sentence_takes_an_before_eighty_and_eleven():
     assert ": an 86% chance that another plan" in said(0.86)
     assert ": an 8% chance" in said(0.08) and ": an 11% chance" in said(0.11)
     assert ": a 12% chance" in said(0.12) and ": a 1% chance" in said(0.01)
+
+
+def test_calibrate_suggest_as_a_word_points_at_the_option(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(["calibrate", "suggest"])
+    assert code == 2 and "calibrate --suggest N" in err and "Traceback" not in err
