@@ -94,12 +94,18 @@ def _event_lines(sim: SimulationResult) -> list[str]:
     """The 'X' events, one JSON object per line. Times in microseconds to the nanosecond; a
     duration is the difference of the rounded end and start, so that an operation that starts
     where the one before it ends does not overlap it by a rounding (which Perfetto would nest)."""
+    import numpy as np
+
     labels = {}
     out = []
     add = out.append
     dp, opt = KIND_NAMES.index("dp"), KIND_NAMES.index("optimizer")
     optimized = set()  # stages whose optimizer has run: a collective after it is the all-gather
-    for stage, kind, mb, chunk, start, end in sim.records:
+    ops = sim.ops
+    start_ns = np.rint(ops["start_s"] * 1e9)
+    starts_us = (start_ns / 1e3).tolist()
+    durations_us = ((np.rint(ops["end_s"] * 1e9) - start_ns) / 1e3).tolist()
+    for (stage, kind, mb, chunk, _, _), ts, dur in zip(sim.records, starts_us, durations_us, strict=True):
         if kind == opt:
             optimized.add(stage)
         key = (kind, mb, chunk, kind == dp and stage in optimized)
@@ -112,8 +118,7 @@ def _event_lines(sim: SimulationResult) -> list[str]:
             tail = f', "args": {{"micro_batch": {mb}, "chunk": {chunk}}}}}'
             offset = SEND_THREAD_OFFSET if name.startswith("send") else DP_THREAD_OFFSET if kind == dp else 0
             label = labels[key] = (head, tail, offset)
-        ts, te = round(start * 1e6, 3), round(end * 1e6, 3)
-        add(f'{label[0]}{label[2] + stage}, "ts": {ts:.3f}, "dur": {te - ts:.3f}{label[1]}')
+        add(f'{label[0]}{label[2] + stage}, "ts": {ts:.3f}, "dur": {dur:.3f}{label[1]}')
     return out
 
 
