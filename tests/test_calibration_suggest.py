@@ -450,3 +450,20 @@ def test_a_posterior_asked_for_again_is_the_one_drawn_and_cannot_be_changed(monk
     assert particles.posterior([scn, scn], [2.0, 2.0], n=4, seed=1) is not a and len(drawn) == 4
     with pytest.raises(ValueError, match="read-only"):
         a.u[0, 0] = 5.0
+
+
+def test_the_regret_sentence_takes_an_before_eighty_and_eleven():
+    from shardwise.calibration.regret import Regret, describe
+
+    def said(chance: float) -> str:
+        return describe(Regret(0, 0.04, chance, 0.05, None, 0.0, 256, 21, "the presets' priors"))
+
+    assert ": an 86% chance that another plan" in said(0.86)
+    assert ": an 8% chance" in said(0.08) and ": an 11% chance" in said(0.11)
+    assert ": a 12% chance" in said(0.12) and ": a 1% chance" in said(0.01)
+
+
+def test_calibrate_suggest_as_a_word_points_at_the_option(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(["calibrate", "suggest"])
+    assert code == 2 and "calibrate --suggest N" in err and "Traceback" not in err

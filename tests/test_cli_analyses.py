@@ -113,6 +113,25 @@ def test_sensitivity_and_scenario(tmp_path, cli):
     assert code == 0 and "[ttft]" in out and (tmp_path / "ttft.png").exists()
 
 
+def test_json_draws_a_figure_only_when_it_is_named(tmp_path, cli, monkeypatch):
+    """With --json the output is data: no default figure, but a --plot given by name is drawn (it
+    was silently dropped by timeline, sensitivity and scenario; crossover drew it)."""
+    monkeypatch.chdir(tmp_path)
+    job = ["--model", "gpt-96l-4096h", "--layers", "8", "--system", "dgx-a100", "--pp", "2", "--global-batch", "4"]
+    code, out, _ = cli(["timeline", *job, "--json"])
+    assert code == 0 and json.loads(out)["stages"] == 2 and list(tmp_path.iterdir()) == []
+    code, out, _ = cli(["timeline", *job, "--json", "--plot", "gantt.png"])
+    assert code == 0 and json.loads(out)["stages"] == 2 and (tmp_path / "gantt.png").stat().st_size > 0
+    code, _, err = cli(["scenario", "ttft", "--json", "--plot", "figures"])
+    assert code == 2 and "figures does not exist" in err
+    (tmp_path / "figures").mkdir()
+    code, out, _ = cli(["scenario", "ttft", "--json", "--plot", "figures"])
+    assert code == 0 and json.loads(out)[0]["name"] == "ttft" and (tmp_path / "figures" / "ttft.png").exists()
+    code, out, _ = cli(["sensitivity", "--json", "--layers-values", "96", "--hidden-values", "4096", "--plot", "s.png"])
+    assert code == 0 and json.loads(out)["command"].startswith("shardwise sensitivity")
+    assert sorted(f.name for f in tmp_path.glob("s-*.png")) == ["s-hidden.png", "s-layers.png", "s-tornado.png"]
+
+
 def test_plotting_is_imported_only_when_a_figure_is_asked_for():
     code = (
         "import sys; from shardwise.cli import main\n"

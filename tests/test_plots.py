@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardwise.plots._base import KIND_SHADES, plan_colors, plan_kind
+from shardwise.plots._base import KIND_SHADES, plan_colors, plan_kind, plt
 
 
 @pytest.mark.parametrize(
@@ -154,3 +154,38 @@ def test_a_pixel_image_still_draws_in_vector_formats(tmp_path):
     fig.savefig(tmp_path / "chart.svg")
     plt.close(fig)
     assert "<image" in (tmp_path / "chart.svg").read_text()
+
+
+def test_the_crossover_legend_and_notes_sit_under_the_axes_not_on_the_curves():
+    """With six entries, two of them long, a legend inside the axes ("best") hid part of a curve;
+    under the axes it covers nothing, and the numbered notes come under it."""
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.plots.crossover import crossover_figure
+
+    result = run_crossover(brief_experiment(), "batch", np.arange(1.0, 33.0))
+    fig = crossover_figure(result, "t", "a subtitle", "s")
+    renderer = fig.canvas.get_renderer()
+    ax = fig.axes[0]
+    legend = ax.get_legend().get_window_extent(renderer)
+    plot_area = ax.get_window_extent(renderer)
+    (notes,) = fig.texts
+    assert legend.y1 < plot_area.y0  # under the axes
+    assert notes.get_window_extent(renderer).y1 <= legend.y0  # the notes under the legend
+    plt.close(fig)
+
+
+def test_the_tornado_marks_an_end_where_a_plan_does_not_fit_as_the_table_does():
+    from shardwise.analyses.sensitivity import TornadoBar
+    from shardwise.plots.sensitivity import tornado
+
+    bars = [
+        TornadoBar("hidden", 4096, 2048, 8192, 1.1, 0.66, fits_high=False, base_ratio=0.78),
+        TornadoBar("layers", 96, 48, 192, 0.75, 0.79, base_ratio=0.78),
+    ]
+    fig = tornado(0.78, bars, ["tp=8", "pp=8"], 2.0, "t")
+    ax = fig.axes[0]
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == ["0.66 *", "0.75", "0.79", "1.10"]
+    assert any(t.get_text().startswith("* a plan does not fit") for t in ax.get_legend().get_texts())
+    plt.close(fig)

@@ -169,6 +169,16 @@ def test_user_yaml_files(tmp_path):
     assert m.name == "tiny" and m.gated_mlp and not m.bias
 
 
+def test_a_flat_yaml_file_is_named_by_its_name_field(tmp_path):
+    """`name: my-gpu` in a file of fields names what it describes (it was read and ignored: the
+    reports said "8 x mygpu" after the file's stem); without it, the stem still names it."""
+    gpu, link = tmp_path / "mygpu.yaml", tmp_path / "mylink.yaml"
+    gpu.write_text("name: my-gpu\npeak_16bit: 500 TFLOPS\nmemory: 96GB\nmemory_bandwidth: 3TB/s\n")
+    link.write_text("bandwidth: 100GB/s\nlatency: 3us\nkind: pcie\n")
+    assert presets.gpu(str(gpu)).name == "my-gpu"
+    assert presets.link(str(link)).name == "mylink"
+
+
 def test_bad_yaml_fields_are_named(tmp_path):
     f = tmp_path / "bad.yaml"
     f.write_text("peak_16bit: fast\nmemory: 96GB\nmemory_bandwidth: 3TB/s\n")

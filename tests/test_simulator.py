@@ -284,3 +284,26 @@ def test_the_kept_stage_parts_give_the_stage_times_to_the_bit():
         for field in ("forward_s", "backward_s", "weight_s", "send_forward_s", "send_backward_s", "dp_s"):
             assert getattr(a, field).tobytes() == getattr(b, field).tobytes(), field
         assert a.optimizer_s.tobytes() == b.optimizer_s.tobytes() and a.gather_s.tobytes() == b.gather_s.tobytes()
+
+
+def test_chrome_trace_tracks_nest_for_perfetto():
+    """Perfetto (as the JSON format) takes a track's events only when they nest or follow one
+    another: the gradient reduction that overlaps the last backward passes has a track of its own,
+    and no rounding makes one operation overlap the next."""
+    from collections import defaultdict
+    from itertools import pairwise
+
+    plan = Plan(pp=4, dp=2, global_batch=8, schedule="1f1b", zero_stage=1)
+    scn = Scenario(presets.model("gpt-96l-4096h"), presets.system("dgx-a100"), plan)
+    sim = simulate_training_step(scn).simulation
+    events = [e for e in chrome_trace(sim)["traceEvents"] if e["ph"] == "X"]
+    tracks = defaultdict(list)
+    for e in events:  # in nanoseconds, as Perfetto reads them (llround of microseconds x 1000)
+        start_ns, dur_ns = round(e["ts"] * 1000), round(e["dur"] * 1000)
+        tracks[e["tid"]].append((start_ns, start_ns + dur_ns))
+    for spans in tracks.values():
+        spans.sort()
+        assert all(later[0] >= earlier[1] for earlier, later in pairwise(spans))
+    names = {e["name"] for e in events if e["cat"] == "data-parallel"}
+    assert names == {"grad reduce", "param all-gather"}  # dp = 2, ZeRO-1 (the gather exposed on stage 0)
+    assert {e["tid"] for e in events if e["cat"] == "data-parallel"} == {200_000 + i for i in range(4)}

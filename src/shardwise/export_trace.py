@@ -18,29 +18,18 @@ CATEGORIES = {
     "optimizer": "optimizer",
 }
 SEND_THREAD_OFFSET = 100_000  # sends of stage i go on their own track under it
+DP_THREAD_OFFSET = 200_000  # and its data-parallel collectives on a third
+# A track's events must nest or follow one another: the JSON format's rule, which Perfetto
+# enforces (https://perfetto.dev/docs/faq, overlapping events: it cuts or drops the later one).
+# The gradient reduction overlaps the last backward passes, so it has its own track.
+DP_NAMES = ("grad reduce", "param all-gather")  # before the optimizer, after it (ZeRO, FSDP)
 
 
 def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
     """Trace Event Format: one 'X' (complete) event per operation, microseconds, one process, a
-    track per stage for compute and one per stage for its sends."""
+    track per stage for compute, one for its sends and one for its data-parallel collectives."""
     trace = chrome_trace_header(sim)
-    events = trace["traceEvents"]
-    for stage, kind, mb, chunk, start, end in sim.records:
-        name = KIND_NAMES[kind]
-        label = _label(name, mb, chunk, sim.v)
-        tid = SEND_THREAD_OFFSET + stage if name.startswith("send") else stage
-        events.append(
-            {
-                "ph": "X",
-                "name": label,
-                "cat": CATEGORIES[name],
-                "pid": 0,
-                "tid": tid,
-                "ts": round(start * 1e6, 3),  # microseconds to the nanosecond
-                "dur": round((end - start) * 1e6, 3),
-                "args": {"micro_batch": mb, "chunk": chunk},
-            }
-        )
+    trace["traceEvents"].extend(json.loads(line) for line in _event_lines(sim))
     return trace
 
 
@@ -49,30 +38,27 @@ def _label(kind: str, micro_batch: int, chunk: int, v: int) -> str:
     return kind if micro_batch < 0 else f"{kind} mb{micro_batch}" + (f" c{chunk}" if v > 1 else "")
 
 
+def _has_dp(sim: SimulationResult) -> bool:
+    dp = KIND_NAMES.index("dp")
+    return any(rec[1] == dp for rec in reversed(sim.records))  # they come last, after the pipeline
+
+
+def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
+    return [
+        {"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}},
+        {"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": tid, "args": {"sort_index": sort_index}},
+    ]
+
+
 def chrome_trace_header(sim: SimulationResult) -> dict[str, Any]:
     """The trace without its operations: the tracks' names and order, and the run's settings."""
     events: list[dict[str, Any]] = []
+    tracks = 3 if _has_dp(sim) else 2
     for i in range(sim.p):
-        events.append({"ph": "M", "name": "thread_name", "pid": 0, "tid": i, "args": {"name": f"stage {i}"}})
-        events.append({"ph": "M", "name": "thread_sort_index", "pid": 0, "tid": i, "args": {"sort_index": 2 * i}})
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_name",
-                "pid": 0,
-                "tid": SEND_THREAD_OFFSET + i,
-                "args": {"name": f"stage {i} sends"},
-            }
-        )
-        events.append(
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": 0,
-                "tid": SEND_THREAD_OFFSET + i,
-                "args": {"sort_index": 2 * i + 1},
-            }
-        )
+        events += _track(i, f"stage {i}", tracks * i)
+        events += _track(SEND_THREAD_OFFSET + i, f"stage {i} sends", tracks * i + 1)
+        if tracks == 3:
+            events += _track(DP_THREAD_OFFSET + i, f"stage {i} data-parallel", tracks * i + 2)
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -104,20 +90,39 @@ def write_chrome_trace(sim: SimulationResult, path: str | Path) -> Path:
     return p
 
 
-def _operation_lines(sim: SimulationResult, after_first: bool) -> Any:
-    """The 'X' events of `chrome_trace`, one JSON object per line (times to the nanosecond, as
-    there)."""
+def _event_lines(sim: SimulationResult) -> list[str]:
+    """The 'X' events, one JSON object per line. Times in microseconds to the nanosecond; a
+    duration is the difference of the rounded end and start, so that an operation that starts
+    where the one before it ends does not overlap it by a rounding (which Perfetto would nest)."""
+    import numpy as np
+
     labels = {}
     out = []
     add = out.append
-    for stage, kind, mb, chunk, start, end in sim.records:
-        key = (kind, mb, chunk)
+    dp, opt = KIND_NAMES.index("dp"), KIND_NAMES.index("optimizer")
+    optimized = set()  # stages whose optimizer has run: a collective after it is the all-gather
+    ops = sim.ops
+    start_ns = np.rint(ops["start_s"] * 1e9)
+    starts_us = (start_ns / 1e3).tolist()
+    durations_us = ((np.rint(ops["end_s"] * 1e9) - start_ns) / 1e3).tolist()
+    for (stage, kind, mb, chunk, _, _), ts, dur in zip(sim.records, starts_us, durations_us, strict=True):
+        if kind == opt:
+            optimized.add(stage)
+        key = (kind, mb, chunk, kind == dp and stage in optimized)
         label = labels.get(key)
         if label is None:
             name = KIND_NAMES[kind]
-            text, cat = json.dumps(_label(name, mb, chunk, sim.v)), json.dumps(CATEGORIES[name])
+            shown = DP_NAMES[key[3]] if kind == dp else _label(name, mb, chunk, sim.v)
+            text, cat = json.dumps(shown), json.dumps(CATEGORIES[name])
             head = f'{{"ph": "X", "name": {text}, "cat": {cat}, "pid": 0, "tid": '
             tail = f', "args": {{"micro_batch": {mb}, "chunk": {chunk}}}}}'
-            label = labels[key] = (head, tail, SEND_THREAD_OFFSET if name.startswith("send") else 0)
-        add(f'{label[0]}{label[2] + stage}, "ts": {start * 1e6:.3f}, "dur": {(end - start) * 1e6:.3f}{label[1]}')
+            offset = SEND_THREAD_OFFSET if name.startswith("send") else DP_THREAD_OFFSET if kind == dp else 0
+            label = labels[key] = (head, tail, offset)
+        add(f'{label[0]}{label[2] + stage}, "ts": {ts:.3f}, "dur": {dur:.3f}{label[1]}')
+    return out
+
+
+def _operation_lines(sim: SimulationResult, after_first: bool) -> Any:
+    """The 'X' events of `chrome_trace` as the text `write_chrome_trace` appends."""
+    out = _event_lines(sim)
     return [(",\n" if after_first else "") + ",\n".join(out)] if out else []

@@ -339,8 +339,10 @@ def describe(reg: Regret, label: Any = None) -> str:
     head = f"expected regret of the pick: {reg.expected:.1%} under {what}"
     if reg.chance == 0:
         return f"{head}; no draw of {reg.samples} makes another of the {reg.pool_size} contending plans faster"
+    chance = f"{reg.chance:.0%}"
+    article = "an" if chance.startswith(("8", "11%", "18%")) else "a"  # an 8%, an 11%, an 18%, an 80-89%
     text = (
-        f"{head}: a {reg.chance:.0%} chance that another plan is faster, by {reg.size_when_beaten:.1%} on average "
+        f"{head}: {article} {chance} chance that another plan is faster, by {reg.size_when_beaten:.1%} on average "
         f"when it is ({reg.samples} draws, {reg.pool_size} contending plans)"
     )
     if reg.rival is not None and label is not None:

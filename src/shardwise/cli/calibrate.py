@@ -130,6 +130,11 @@ def calibrate(
         basis = f"calibration {cal.path} ({cal.runs} run(s))" if cal else "the presets' priors (no calibration yet)"
         run_suggest(suggest, cal.fit if cal else None, basis, job, emit, emit_version, as_json, [])
         return
+    if runs[0].lower() == "suggest" and not Path(runs[0]).exists():  # a subcommand it does not have
+        raise SpecError(
+            f"calibrate {runs[0]}: there is no such file; the runs to measure next are an option: "
+            "shardwise calibrate --suggest N --model ... --system ... --nodes ... --global-batch ..."
+        )
     if job.get("calibration"):
         raise SpecError("--calibration: give either RUNS to fit or a calibration to start from, not both")
     for path in runs:

@@ -25,15 +25,15 @@ NAMES = [
     "--plot",
     "out_dir",
     old=("--out-dir",),
-    default=".",
-    show_default=True,
     metavar="DIR",
-    help="Where figures NAME.png go.",
+    help="Where figures NAME.png go [default: ., none with --json or -o - unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Print the findings only.")
 @click.option("--json", "as_json", is_flag=True, help="Print findings and their numbers as JSON.")
 @output_option((".json",), "the findings and their numbers as JSON", stdout="them, as --json")
-def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool, output_path: str | None) -> None:
+def scenario(
+    names: tuple[str, ...], out_dir: str | None, no_plot: bool, as_json: bool, output_path: str | None
+) -> None:
     """Run the brief's scenarios (all by default) and print what the model finds for each claim.
 
     \b
@@ -56,9 +56,12 @@ def scenario(names: tuple[str, ...], out_dir: str, no_plot: bool, as_json: bool,
     output.check(output_path, (".json",))
     names = tuple(n.lower() for n in names)
     chosen = NAMES if not names or "all" in names else list(dict.fromkeys(names))
-    plot = not no_plot and not as_json
+    # the JSON is the output: figures beside it only when asked for by name (as crossover)
+    plot = not no_plot and (out_dir is not None or not as_json)
+    out_dir = out_dir or "."
     if plot and not Path(out_dir).is_dir():
-        raise SpecError(f"--plot: {out_dir} is not a directory (the figures NAME.png go there)")
+        why = "is not a directory" if Path(out_dir).exists() else "does not exist"
+        raise SpecError(f"--plot: {out_dir} {why} (the figures NAME.png go there)")
     if plot:
         from shardwise.atomic import check_writable
 

@@ -51,11 +51,9 @@ PARTS = ("layers", "hidden", "tornado")
     "--plot",
     "plot_prefix",
     old=("--plot-prefix",),
-    default="sensitivity.png",
-    show_default=True,
     metavar="FILE",
     help="Figures: FILE's name with -layers, -hidden and -tornado added (sensitivity-layers.png, ...); .png, "
-    ".svg or .pdf (a name without one: .png).",
+    ".svg or .pdf (a name without one: .png) [default: sensitivity.png, none with --json or -o - unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Do not write figures.")
 @click.option("--json", "as_json", is_flag=True, help="Print the curves and the ranking as JSON.")
@@ -65,7 +63,7 @@ def sensitivity(
     hidden_values: str,
     max_batch: int,
     factor: float,
-    plot_prefix: str,
+    plot_prefix: str | None,
     no_plot: bool,
     as_json: bool,
     output_path: str | None,
@@ -80,8 +78,10 @@ def sensitivity(
 
     as_json = as_json or output_path == STDOUT
     output.check(output_path, OUTPUT_FORMATS)
-    figure_names = figure_paths(plot_prefix)
-    if not no_plot and not as_json:
+    # the JSON is the output: figures beside it only when asked for by name (as crossover)
+    plot = not no_plot and (plot_prefix is not None or not as_json)
+    figure_names = figure_paths(plot_prefix or "sensitivity.png")
+    if plot:
         from shardwise.cli.options import check_output_path
 
         for path in figure_names:
@@ -94,7 +94,7 @@ def sensitivity(
     exp, plans = answer.experiment, answer.plans
     by_layers, by_hidden, tornadoes = answer.by_layers, answer.by_hidden, answer.tornadoes
     figures = []
-    if not no_plot and not as_json:
+    if plot:
         figures = _plots(exp, plans, by_layers, by_hidden, tornadoes, factor, max_batch, figure_names)
     if as_json or output_path is not None:
         from shardwise import export

@@ -18,15 +18,13 @@ COMPACT_JSON_OPERATIONS = 50_000  # more operations than this: --json on one lin
 @click.option(
     "--plot",
     "plot_path",
-    default="timeline.png",
-    show_default=True,
     metavar="FILE",
-    help="Gantt chart to write (.png, .svg or .pdf).",
+    help="Gantt chart to write (.png, .svg or .pdf) [default: timeline.png, none with --json unless given].",
 )
 @click.option("--no-plot", is_flag=True, help="Do not draw the Gantt chart.")
 @click.option("--trace", "trace_path", metavar="FILE", help="Also write a Chrome trace (JSON; opens in Perfetto).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary and every operation as JSON.")
-def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: bool, **options: Any) -> None:
+def timeline(plot_path: str | None, no_plot: bool, trace_path: str | None, as_json: bool, **options: Any) -> None:
     """Discrete-event simulation of one step of the pipeline schedule (same flags as predict):
     every forward, backward, weight-gradient pass and send with its start and end, the bubble of
     each stage and the activations each keeps in flight.
@@ -40,8 +38,10 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
     from shardwise.cli.options import check_output_path, echo_notes, request_of
     from shardwise.requests.timeline import TimelineRequest
 
+    # the JSON is the output: a figure beside it only when asked for by name (as crossover)
+    figure_path = None if no_plot or (plot_path is None and as_json) else (plot_path or "timeline.png")
     for path, allowed, flag in (
-        (None if no_plot or as_json else plot_path, (".png", ".svg", ".pdf"), "--plot"),
+        (figure_path, (".png", ".svg", ".pdf"), "--plot"),
         (trace_path, (".json",), "--trace"),
     ):
         if path is not None:
@@ -51,7 +51,7 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
     sim_step, scn = result.simulated, result.simulated.estimate.scenario
     sim = sim_step.simulation
     figure = None
-    if not no_plot and not as_json:
+    if figure_path is not None:
         from shardwise import plots
 
         title = (
@@ -61,7 +61,7 @@ def timeline(plot_path: str, no_plot: bool, trace_path: str | None, as_json: boo
             + f": step {sim.makespan_s:.3g} s, bubble {sim.bubble_fraction:.1%} (mean over stages)"
         )
         unit, label = (1e-3, "ms") if sim.makespan_s < 1 else (1.0, "s")
-        figure = plots.save(plots.gantt(sim, title, unit, label), plot_path, tight=False)
+        figure = plots.save(plots.gantt(sim, title, unit, label), figure_path, tight=False)
     if trace_path is not None:
         from shardwise.export_trace import write_chrome_trace
 

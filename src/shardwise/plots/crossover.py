@@ -69,11 +69,14 @@ def crossover_figure(
         ax.set_yscale("log")
     ax.set_ylabel(ylabel)
     ax.grid(True, which="both", alpha=0.25)
-    ax.legend(loc="best", fontsize=9, framealpha=0.9)
+    # the legend under the axes, the notes under it: inside the axes, "best" still covered curves
+    # (six entries, two of them long)
+    legend = ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=2, fontsize=9, frameon=False)
     ax.set_title(title, fontsize=12, loc="left")
     text = "\n".join([*notes, *([subtitle] if subtitle else [])])
     if text:
-        fig.text(0.01, -0.01, text, fontsize=8.5, color="#333333", va="top", wrap=True)
+        box = legend.get_window_extent(fig.canvas.get_renderer()).transformed(fig.transFigure.inverted())
+        fig.text(0.01, box.y0 - 0.01, text, fontsize=8.5, color="#333333", va="top", wrap=True)
     return fig
 
 

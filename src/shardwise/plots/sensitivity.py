@@ -58,14 +58,15 @@ def tornado(base_ratio: float, bars: Sequence[Any], plans: Sequence[str], factor
         lo, hi = bar.ratio_low, bar.ratio_high
         ax.barh(y, lo - base_ratio, left=base_ratio, color="#6baed6", height=0.6)
         ax.barh(y, hi - base_ratio, left=base_ratio, color="#fd8d3c", height=0.6)
-        for which, value in (("low", lo), ("high", hi)):  # each end's 80% interval, labelled outside it
+        ends = (("low", lo, bar.fits_low), ("high", hi, bar.fits_high))
+        for which, value, fits in ends:  # each end's 80% interval, labelled outside it
             if not np.isfinite(value):
                 continue
             b_lo, b_hi = bar.band(which)
             ax.errorbar(value, y, xerr=[[value - b_lo], [b_hi - value]], fmt="none", ecolor="#333", capsize=3, lw=0.8)
             right = value >= base_ratio
             ax.annotate(
-                f"{value:.2f}",
+                f"{value:.2f}" + ("" if fits else " *"),  # * as the table: a plan does not fit there
                 (b_hi if right else b_lo, y),
                 xytext=(3 if right else -3, 0),
                 textcoords="offset points",
@@ -89,16 +90,19 @@ def tornado(base_ratio: float, bars: Sequence[Any], plans: Sequence[str], factor
     ax.set_xlabel(f"time({plans[0]}) / time({plans[1]})   (< 1: {plans[0]} faster; dashed: equal)")
     from matplotlib.patches import Patch
 
+    handles = [
+        Patch(color="#6baed6", label=f"input / {factor:g}"),
+        Patch(color="#fd8d3c", label=f"input x {factor:g}"),
+        Patch(color="gray", alpha=0.3, label="baseline's 80% interval (whiskers: each end's)"),
+    ]
+    if not all(b.fits_low and b.fits_high for b in bars):
+        handles.insert(2, Patch(color="none", label="* a plan does not fit in GPU memory there (times only)"))
     ax.legend(
-        handles=[
-            Patch(color="#6baed6", label=f"input / {factor:g}"),
-            Patch(color="#fd8d3c", label=f"input x {factor:g}"),
-            Patch(color="gray", alpha=0.3, label="baseline's 80% interval (whiskers: each end's)"),
-        ],
+        handles=handles,
         fontsize=8,
         loc="upper center",
         bbox_to_anchor=(0.5, -0.7 / (0.8 * (0.55 * len(bars) + 1.8))),  # below the axis label
-        ncol=3,
+        ncol=3 if len(handles) == 3 else 2,
         frameon=False,
     )
     ax.set_title(f"{title}\nbaseline ratio {base_ratio:.2f} (black line)", fontsize=11, loc="left")

@@ -24,7 +24,7 @@ GANTT_LABELS = {
     "W": "weight gradient",
     "send-F": "send activations",
     "send-B": "send gradients",
-    "dp": "data-parallel reduction",
+    "dp": "data-parallel reduce / gather",
     "optimizer": "optimizer",
 }
 

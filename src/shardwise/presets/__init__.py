@@ -97,7 +97,8 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
         if len(data) == 1 and isinstance(next(iter(data.values())), dict):
             key, fields = next(iter(data.items()))
             return str(key), fields
-        return Path(name).stem, data
+        named = data.get("name")  # the file's own name for it, else the file's
+        return (named.strip() if isinstance(named, str) and named.strip() else Path(name).stem), data
     table = raw(kind)
     key = name.strip().lower()
     key = ALIASES.get(kind, {}).get(key, key)

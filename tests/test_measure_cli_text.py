@@ -1,0 +1,16 @@
+"""`shardwise measure micro`'s summary of the preset it wrote (no PyTorch needed)."""
+
+from __future__ import annotations
+
+
+def test_the_micro_summary_uses_the_outputs_units_not_the_yamls_six_digits():
+    from shardwise.cli.measure import preset_summary
+
+    spec = {
+        "gpu": {"peak_16bit": "0.543282 TFLOPS", "memory_bandwidth": "0.0567671TB/s", "matmul_efficiency": 0.94},
+        "intra_node_link": {"bandwidth": "1.3803GB/s", "base_latency": "336.735us"},
+    }
+    assert preset_summary(spec, "bfloat16") == [
+        "GEMM (bfloat16): 0.543 TFLOP/s, 94% of it at the model's shapes; memory: 56.8 GB/s",
+        "link (all-reduce fit): 1.38 GB/s, 337 µs per call",
+    ]
