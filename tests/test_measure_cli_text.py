@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def test_the_micro_summary_uses_the_outputs_units_not_the_yamls_six_digits():
-    from shardwise.cli.measure import preset_summary
+    from shardwise.measure.micro import preset_summary
 
     spec = {
         "gpu": {"peak_16bit": "0.543282 TFLOPS", "memory_bandwidth": "0.0567671TB/s", "matmul_efficiency": 0.94},
@@ -13,4 +13,12 @@ def test_the_micro_summary_uses_the_outputs_units_not_the_yamls_six_digits():
     assert preset_summary(spec, "bfloat16") == [
         "GEMM (bfloat16): 0.543 TFLOP/s, 94% of it at the model's shapes; memory: 56.8 GB/s",
         "link (all-reduce fit): 1.38 GB/s, 337 µs per call",
+    ]
+    h100 = {  # GPU-sized figures: thousands of GB/s and TFLOP/s, not '3.05e+03 GB/s'
+        "gpu": {"peak_16bit": "1491 TFLOPS", "memory_bandwidth": "3.05TB/s", "matmul_efficiency": 0.7},
+        "intra_node_link": {"bandwidth": "1200GB/s", "base_latency": "8us"},
+    }
+    assert preset_summary(h100, "bfloat16") == [
+        "GEMM (bfloat16): 1,491 TFLOP/s, 70% of it at the model's shapes; memory: 3.05 TB/s",
+        "link (all-reduce fit): 1.2 TB/s, 8 µs per call",
     ]

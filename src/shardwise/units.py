@@ -122,6 +122,25 @@ def format_bytes(n_bytes: float) -> str:
     return f"{n_bytes:.0f} B"
 
 
+def format_rate(bytes_per_s: float) -> str:
+    """A bandwidth in decimal units, three digits: 5.68e10 -> '56.8 GB/s', 3.05e12 -> '3.05 TB/s'."""
+    if not math.isfinite(bytes_per_s):
+        return "-"
+    for unit, size in (("TB/s", TERA), ("GB/s", GIGA), ("MB/s", MEGA)):
+        if abs(bytes_per_s) >= size:
+            return f"{bytes_per_s / size:.3g} {unit}"
+    return f"{bytes_per_s / KILO:.3g} kB/s"
+
+
+def format_flops(flops_per_s: float) -> str:
+    """A FLOP rate in TFLOP/s, as datasheets quote it: 5.43e11 -> '0.543 TFLOP/s', 1.491e15 ->
+    '1,491 TFLOP/s' (whole TFLOP/s with separators from 1,000 up, not '1.49e+03')."""
+    tf = flops_per_s / 1e12
+    if not math.isfinite(tf):
+        return "-"
+    return f"{tf:,.0f} TFLOP/s" if abs(tf) >= 1e3 else f"{tf:.3g} TFLOP/s"
+
+
 def format_capacity(memory_bytes: float) -> str:
     """A GPU's memory as CUDA reports it (`Gpu.memory_bytes`, total_memory), in GiB as PyTorch prints
     it, with the decimal figure beside: 84943715696.64 -> '79.11 GiB (84.9 GB, CUDA's total)'."""

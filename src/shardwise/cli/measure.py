@@ -153,14 +153,14 @@ def micro(
         return
     (spec,) = preset.values()
     click.echo(f"{result['ranks']} ranks, {result['backend']} on {result['device']}")
+    from shardwise.measure.micro import fit_link, preset_summary
+    from shardwise.units import format_rate, format_seconds
+
     for line in preset_summary(spec, dtype):
         click.echo(line)
-    from shardwise.measure.micro import fit_link
-    from shardwise.units import format_seconds
-
     for k, curve in result["all_reduce_by_group_s"].items():
         base, bw = fit_link(curve, int(k))
-        click.echo(f"  all-reduce over {k} ranks: {bw / 1e9:.3g} GB/s bus, {format_seconds(base)} per call")
+        click.echo(f"  all-reduce over {k} ranks: {format_rate(bw)} bus, {format_seconds(base)} per call")
     curve = result["curves_s"]["all_reduce"]
     base, _ = fit_link(curve, result["ranks"])
     if curve[max(curve)] < 3 * base:
@@ -169,23 +169,6 @@ def micro(
             "bandwidth fit is loose; raise --max-bytes"
         )
     click.echo(f"written: {out} (use it as --system {out})")
-
-
-def preset_summary(spec: dict[str, Any], dtype: str) -> list[str]:
-    """The preset `micro` wrote, in the units the rest of the output uses (its YAML keeps six
-    digits: '0.543282 TFLOPS', '0.0567671TB/s')."""
-    from shardwise import units
-
-    gpu, link = spec["gpu"], spec["intra_node_link"]
-    peak = units.parse_flops_per_s(gpu["peak_16bit"]) / 1e12
-    hbm = units.parse_rate_bytes_per_s(gpu["memory_bandwidth"]) / 1e9
-    bandwidth = units.parse_rate_bytes_per_s(link["bandwidth"]) / 1e9
-    latency = units.format_seconds(units.parse_seconds(link["base_latency"]))
-    return [
-        f"GEMM ({dtype}): {peak:.3g} TFLOP/s, {gpu['matmul_efficiency']:.0%} of it at the model's shapes; "
-        f"memory: {hbm:.3g} GB/s",
-        f"link (all-reduce fit): {bandwidth:.3g} GB/s, {latency} per call",
-    ]
 
 
 def _step_command(kind: str) -> Any:

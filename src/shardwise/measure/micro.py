@@ -214,3 +214,19 @@ def system_yaml(result: dict[str, Any], name: str, memory_bytes: float) -> dict[
             ),
         }
     }
+
+
+def preset_summary(spec: dict[str, Any], dtype: str) -> list[str]:
+    """The preset `shardwise measure micro` wrote, in the units the rest of its output uses (its
+    YAML keeps six digits: '0.543282 TFLOPS', '0.0567671TB/s')."""
+    from shardwise import units
+
+    gpu, link = spec["gpu"], spec["intra_node_link"]
+    peak = units.format_flops(units.parse_flops_per_s(gpu["peak_16bit"]))
+    hbm = units.format_rate(units.parse_rate_bytes_per_s(gpu["memory_bandwidth"]))
+    bandwidth = units.format_rate(units.parse_rate_bytes_per_s(link["bandwidth"]))
+    latency = units.format_seconds(units.parse_seconds(link["base_latency"]))
+    return [
+        f"GEMM ({dtype}): {peak}, {gpu['matmul_efficiency']:.0%} of it at the model's shapes; memory: {hbm}",
+        f"link (all-reduce fit): {bandwidth}, {latency} per call",
+    ]
