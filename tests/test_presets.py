@@ -374,3 +374,17 @@ def test_a_request_on_a_system_keeps_its_host_cpu():
     cluster = build_cluster({"system": "aws-p5", "nodes": 4, "inter_link": "ib-ndr"}, [])
     assert cluster.host_cpu == "amd" and cluster.nodes == 4
     assert build_cluster({"gpu": "h100-sxm5-80gb", "intra_link": "nvlink4"}, []).host_cpu == "intel"
+
+
+def test_a_file_may_not_take_a_built_ins_name(tmp_path):
+    """The model keys a GPU's GEMM tiles and fitted interval by its name: a file named as a built-in
+    (by `name:`, its one top-level key or its file name) would be priced partly as that built-in."""
+    for i, text in enumerate(("name: H100-SXM5-80GB\npeak_16bit: 500 TFLOPS\n",
+                              "h100-sxm5-80gb: {peak_16bit: 500 TFLOPS}\n")):  # fmt: skip
+        path = tmp_path / f"mine{i}.yaml"
+        path.write_text(text)
+        with pytest.raises(SpecError, match="is the built-in gpu's; give your file's gpu a name of its own"):
+            presets.gpu(str(path))
+    named = tmp_path / "gpu.yaml"
+    named.write_text("name: 4090\npeak_16bit: 165 TFLOPS\nmemory: 24GB\nmemory_bandwidth: 1TB/s\n")
+    assert presets.gpu(str(named)).name == "4090"  # a number as a name, not the file's

@@ -96,9 +96,10 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
             raise SpecError(f"{name}: expected a mapping of fields for one {kind[:-1]}")
         if len(data) == 1 and isinstance(next(iter(data.values())), dict):
             key, fields = next(iter(data.items()))
-            return str(key), fields
-        named = data.get("name")  # the file's own name for it, else the file's
-        return (named.strip() if isinstance(named, str) and named.strip() else Path(name).stem), data
+            return _own_name(kind, name, str(key)), fields
+        named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
+        named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
+        return _own_name(kind, name, named or Path(name).stem), data
     table = raw(kind)
     key = name.strip().lower()
     key = ALIASES.get(kind, {}).get(key, key)
@@ -110,6 +111,18 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     hint = f"; closest: {', '.join(close)}" if close else ""
     shown = name if len(name) <= 60 else f"{name[:57]}..."
     raise SpecError(f"unknown {kind[:-1]} {shown!r}{hint} (see `shardwise presets {kind}`)")
+
+
+def _own_name(kind: str, path: str, named: str) -> str:
+    """A file's name for what it describes, refused where it is a built-in's (a GPU's GEMM tiles and
+    interval, a stack's kernels and memory are keyed by name: it would be priced partly as that one)."""
+    key = named.strip().lower()
+    if ALIASES.get(kind, {}).get(key, key) in raw(kind):
+        raise SpecError(
+            f"{path}: name: {named!r} is the built-in {kind[:-1]}'s; give your file's {kind[:-1]} a name of its own "
+            f"(or use the built-in by name)"
+        )
+    return named
 
 
 def _looks_like_path(name: str) -> bool:
