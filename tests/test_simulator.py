@@ -167,7 +167,14 @@ def test_the_trace_file_is_the_trace(tmp_path):
                            rng.uniform(0, 0.1, p), rng.uniform(0, 0.1, p), z + 0.1, z + 0.1)  # fmt: skip
         sim = simulate(SCHEDULES[name](p, m, v), times, v, name in SPLIT_BACKWARD, name)
         path = write_chrome_trace(sim, tmp_path / f"{name}.json")
-        assert json.loads(path.read_text()) == chrome_trace(sim)
+        trace = json.loads(path.read_text())
+        assert trace == chrome_trace(sim)
+        # and each operation is there at the simulator's times, in microseconds (to the nanosecond)
+        events = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+        assert len(events) == len(sim.ops)
+        start, end = np.sort([e["ts"] for e in events]), np.sort([e["ts"] + e["dur"] for e in events])
+        assert np.allclose(start, np.sort(sim.ops["start_s"]) * 1e6, atol=1e-3)
+        assert np.allclose(end, np.sort(sim.ops["end_s"]) * 1e6, atol=1e-3)
 
 
 def test_the_simulator_agrees_with_the_closed_form_on_published_runs():
