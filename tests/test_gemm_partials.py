@@ -1,6 +1,8 @@
-"""Split-K partial sums read back from L2 where they fit (issue 33 item 2, `physics.gemm.L2`)."""
+"""Split-K partial sums read back from L2 where they fit (issue 33 item 2, `Gpu.l2_bytes`)."""
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -34,22 +36,21 @@ def test_a_thin_split_k_gemm_gets_cheaper_and_a_big_one_does_not_move(monkeypatc
     K = 8192: 40 tiles for 132 SMs) uses split-K: its reduction now runs at L2 bandwidth. A
     training GEMM has many tiles, never splits, and keeps its time; on Hopper only its stream-K
     fix-up (a few MB, test_gemm_warpgroup.py) reads L2, so the tiles alone are compared here."""
-    monkeypatch.setattr(gemm, "STREAM_K_GPUS", frozenset())
+    monkeypatch.setattr(gemm, "STREAM_K_KERNELS", frozenset())
     thin_l2, big_l2 = _time(H100, 512, 1280, 8192), _time(H100, 8192, 8192, 8192)
-    monkeypatch.setattr(gemm, "L2", {})
-    thin_hbm, big_hbm = _time(H100, 512, 1280, 8192), _time(H100, 8192, 8192, 8192)
+    no_l2 = replace(H100, l2_bytes=0.0, l2_bandwidth_bytes_per_s=0.0)
+    thin_hbm, big_hbm = _time(no_l2, 512, 1280, 8192), _time(no_l2, 8192, 8192, 8192)
     assert thin_l2 < 0.95 * thin_hbm
     assert big_l2 == big_hbm
 
 
 def test_a_huge_split_k_workspace_spills_to_hbm(monkeypatch):
     """A wide output whose partial sums exceed L2 gains nothing from it (same time with or without
-    the L2 table; tiles without stream-K, whose own fix-up fits), arrays broadcast as scalars do."""
-    monkeypatch.setattr(gemm, "STREAM_K_GPUS", frozenset())
+    its L2; tiles without stream-K, whose own fix-up fits), arrays broadcast as scalars do."""
+    monkeypatch.setattr(gemm, "STREAM_K_KERNELS", frozenset())
     m, n, k = 512.0, 65536.0, 65536.0  # one split's fp32 partials: 134 MB > 50 MB
     with_l2 = _time(H100, m, n, k)
-    monkeypatch.setattr(gemm, "L2", {})
-    assert with_l2 == _time(H100, m, n, k)
+    assert with_l2 == _time(replace(H100, l2_bytes=0.0, l2_bandwidth_bytes_per_s=0.0), m, n, k)
     ms = np.array([8.0, 512.0])
     out = gemm.gemm_time_s(ms, 8192.0, 8192.0, 1, 2.0 * (ms * 8192 + 8192**2), 2.0, H100, 1e15, 0.7)
     assert np.shape(out) == (2,)

@@ -16,11 +16,11 @@ from shardwise.physics.gemm import (
     SPLIT_K_PARTIAL_BYTES,
     SPLIT_K_PROBE_TILE,
     SPLIT_K_WAVES,
-    STREAM_K_GPUS,
+    STREAM_K_KERNELS,
     STREAM_K_TILE_K,
     TILE_FILL_S,
     TILES,
-    WARPGROUP_GPUS,
+    WARPGROUP_KERNELS,
     WARPGROUP_TILES,
     _whole_tiles,
     kernel_fixed_s,
@@ -44,9 +44,9 @@ def loop_time_s(m, n, k, batch, operand_bytes, out_bytes, gpu, peak_flops_per_s,
     n_sm = np.where(sms > 0, sms, 1.0)
     f_sm = peak_flops_per_s * efficiency / n_sm
     bw_sm = bw / n_sm
-    tiles = WARPGROUP_TILES if gpu.name in WARPGROUP_GPUS else TILES
+    tiles = WARPGROUP_TILES if gpu.gemm_kernels in WARPGROUP_KERNELS else TILES
     l2_capacity, l2_bw = l2_of(gpu)
-    stream_k = gpu.name in STREAM_K_GPUS
+    stream_k = gpu.gemm_kernels in STREAM_K_KERNELS
     sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if stream_k else None
     best = None
     for tm, tn, resident in tiles:

@@ -26,10 +26,16 @@ def _layer(gpu, tokens: float) -> float:
 
 
 def test_hopper_takes_the_warpgroup_tiles_and_ampere_keeps_its_own():
-    assert H100.name in gemm.WARPGROUP_GPUS and A100.name not in gemm.WARPGROUP_GPUS
+    # the GPUs' traits (gpus.yaml): every Hopper preset runs sm90 kernels, every data-centre
+    # Blackwell sm100 (the 750 W B200 too), the rest the generic tiles
+    kernels = {name: presets.gpu(name).gemm_kernels for name in presets.names("gpus")}
+    hopper = {"h100-sxm5-80gb", "h100-sxm5-64gb", "h100-pcie-80gb", "h100-meta", "h800-sxm5-80gb", "h200-sxm-141gb"}
+    blackwell = {"b200-sxm-180gb", "b200-750w", "gb200", "b300-sxm-270gb", "gb300"}
+    assert {n for n, k in kernels.items() if k == "sm90"} == hopper
+    assert {n for n, k in kernels.items() if k == "sm100"} == blackwell
+    assert "sm90" in gemm.WARPGROUP_KERNELS and "sm100" not in gemm.WARPGROUP_KERNELS
     # Blackwell streams K but keeps 128-row tiles (an M = 64 tcgen05 MMA fills half its lanes)
-    assert "b200-sxm-180gb" in gemm.STREAM_K_GPUS and "b200-sxm-180gb" not in gemm.WARPGROUP_GPUS
-    assert A100.name not in gemm.STREAM_K_GPUS
+    assert {"sm90", "sm100"} == gemm.STREAM_K_KERNELS and "generic" not in gemm.STREAM_K_KERNELS
     assert (64, 128, 2) in gemm.WARPGROUP_TILES and all(tm >= 128 for tm, _, _ in gemm.TILES)
     # every GH100 preset has the GH100 L2 for its stream-K fix-up and split-K partials
     assert all(gemm.l2_of(presets.gpu(g))[0] == 50e6 for g in ("h100-sxm5-80gb", "h100-meta", "h200-sxm-141gb"))
@@ -48,7 +54,7 @@ def test_stream_k_evens_out_the_last_wave(monkeypatch):
     wave (+10%); stream-K spreads the last full wave and the lone tile over every SM."""
     m, n, k = 128.0 * 661, 256.0, 8192.0
     with_sk = _time(H100, m, n, k) / _time(H100, m - 128, n, k)
-    monkeypatch.setattr(gemm, "STREAM_K_GPUS", frozenset())
+    monkeypatch.setattr(gemm, "STREAM_K_KERNELS", frozenset())
     without = _time(H100, m, n, k) / _time(H100, m - 128, n, k)
     assert with_sk < 1.02 < 1.08 < without
 

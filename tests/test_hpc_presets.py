@@ -5,7 +5,6 @@ import pytest
 
 from shardwise import presets
 from shardwise.calibration.spreads import FITTED_FROM
-from shardwise.physics.gemm import L2, WARPGROUP_GPUS
 
 GBIT = 1e9 / 8  # bytes per second in one Gb/s
 
@@ -25,5 +24,6 @@ def test_h100_64gb_is_h100_sxm_silicon_with_less_hbm():
     same = ("peak_flops_per_s_16bit", "peak_flops_per_s_fp8", "sm_count", "matmul_efficiency", "flash2_efficiency")
     assert all(getattr(small, f) == getattr(big, f) for f in same)
     assert small.memory_bytes < big.memory_bytes and small.memory_bandwidth_bytes_per_s == pytest.approx(1.6e12)
-    assert small.name in WARPGROUP_GPUS and L2[small.name] == L2[big.name]
+    assert small.gemm_kernels == big.gemm_kernels == "sm90"
+    assert (small.l2_bytes, small.l2_bandwidth_bytes_per_s) == (big.l2_bytes, big.l2_bandwidth_bytes_per_s)
     assert FITTED_FROM[small.name] == big.name

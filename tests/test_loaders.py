@@ -50,6 +50,28 @@ def test_a_gpu_in_binary_units_and_plain_numbers():
     assert gpu.memory_bandwidth_bytes_per_s == pytest.approx(4.8e12)
 
 
+def test_a_gpu_of_ones_own_gets_the_gemm_traits_its_file_gives():
+    """The GEMM kernels and L2 are the GPU's fields, not keyed by a preset's name: a file that copies
+    the H100's fields under a name of its own is priced as the H100 is (`physics.gemm`)."""
+    from shardwise.physics.gemm import gemm_time_s
+
+    h100 = presets.gpu("h100-sxm5-80gb")
+    raw = dict(presets.raw("gpus")["h100-sxm5-80gb"])
+    mine = gpu_from_dict("my-h100", raw)
+    assert (mine.gemm_kernels, mine.l2_bytes, mine.l2_bandwidth_bytes_per_s) == ("sm90", 50e6, 5120 * 1.755e9)
+    plain = gpu_from_dict("my-h100", {k: v for k, v in raw.items() if k not in ("gemm_kernels", "l2", "l2_bandwidth")})
+    assert plain.gemm_kernels == "generic" and plain.l2_bytes == 0.0
+
+    def qkv(gpu):  # Llama 3 70B's QKV GEMM at TP 8 on a 129-token serving step
+        m, n, k = 129.0, 1280.0, 8192.0
+        return float(gemm_time_s(m, n, k, 1.0, 2.0 * (m * k + k * n), 2.0, gpu, 989.4e12, 0.682))
+
+    assert qkv(mine) == qkv(h100) != qkv(plain)
+    with pytest.raises(SpecError) as excinfo:
+        gpu_from_dict("x", {**A100, "gemm_kernels": "sm75"})
+    assert one_line_error(excinfo) == "gpu 'x': gemm_kernels: 'sm75' is not allowed; choose one of generic, sm90, sm100"
+
+
 def test_a_missing_required_field_is_named():
     with pytest.raises(SpecError) as excinfo:
         gpu_from_dict("x", {"peak_16bit": "1 TFLOPS"})

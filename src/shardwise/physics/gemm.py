@@ -22,7 +22,7 @@ The tile shapes are cuBLAS-like candidates (256x128, 128x256, 128x128), each als
 2, 4, 8 or 16 (the partial sums are written in fp32 and reduced): that fills the SMs when there
 are few tiles (decoding's thin GEMMs) or evens out a last wave that is nearly empty. The partial
 sums are written and read back at the L2 bandwidth where all the splits' partials fit in L2
-(`L2`: the reduction reads what the GEMM just wrote, still resident), otherwise at HBM's. The
+(`Gpu.l2_bytes`: the reduction reads what the GEMM just wrote, still resident), otherwise at HBM's. The
 fastest is taken, as cuBLAS's heuristics aim to. The memory roof (every operand read once,
 the output written once) bounds each GEMM kernel from below; a kernel of its own before or after
 it (split-K's reduction, stream-K's workspace reset) runs on the same stream and cannot hide
@@ -33,7 +33,7 @@ before the first load, one memory round trip each (0.5 + 0.5 us); a CUDA graph d
 them (it shortens the launch gap, `Gpu.kernel_launch_s`, priced apart). A GPU without a known SM
 count falls back to the plain roofline at `matmul_efficiency`.
 
-Hopper (`WARPGROUP_GPUS`) and Blackwell (with Hopper, `STREAM_K_GPUS`) run GEMMs as CUTLASS
+Hopper (`Gpu.gemm_kernels` "sm90") and Blackwell (with Hopper, "sm100") run GEMMs as CUTLASS
 3.x's persistent warp-specialized kernels do (NVIDIA CUTLASS docs, "CUTLASS 3.x kernel schedules",
 `KernelTmaWarpSpecializedPingpong`):
   - Hopper, 64-row tiles (64x128, 64x256): one warpgroup's wgmma is M = 64 (PTX ISA, `wgmma.mma_async`
@@ -86,39 +86,20 @@ from shardwise.specs._checks import Number
 Tiles = tuple[tuple[int, int, int], ...]
 TILES: Tiles = ((256, 128, 1), (128, 256, 1), (128, 128, 1))
 WARPGROUP_TILES = (*TILES, (64, 128, 2), (64, 256, 2))
-# GPUs whose tensor cores take warpgroup MMAs (wgmma, sm90) with M = 64 per warpgroup, and those
-# whose libraries run persistent stream-K kernels (CUTLASS 3.x sm90 and sm100 tile schedulers).
-WARPGROUP_GPUS = frozenset(
-    {"h100-sxm5-80gb", "h100-sxm5-64gb", "h100-pcie-80gb", "h100-meta", "h800-sxm5-80gb", "h200-sxm-141gb"}
-)
-STREAM_K_GPUS = WARPGROUP_GPUS | {"b200-sxm-180gb", "gb200", "b300-sxm-270gb", "gb300"}
+# Which GPUs take warpgroup MMAs (wgmma, sm90) with M = 64 per warpgroup, and whose libraries run
+# persistent stream-K kernels (CUTLASS 3.x sm90 and sm100 tile schedulers): `Gpu.gemm_kernels`, a
+# trait of each GPU preset (gpus.yaml), so a GPU described in a YAML file of its own gets them too.
+WARPGROUP_KERNELS = frozenset({"sm90"})
+STREAM_K_KERNELS = frozenset({"sm90", "sm100"})
 # Stream-K: K depth of one k-iteration (CUTLASS sm90's 16-bit tile shapes are tm x tn x 64) and
 # the fewest k-iterations one stream-K unit takes (`min_iters_per_sk_unit_` = 8, CUTLASS
 # tile_scheduler_params.h). A range: 64-128 (128 for 8-bit operands, not told apart here).
 STREAM_K_TILE_K = 64.0
 STREAM_K_MIN_ITERS = 8.0
 SPLIT_K = (2.0, 4.0, 8.0, 16.0)
-# L2 per GPU preset: (capacity bytes, read bandwidth bytes/s). A100: 40 MB and 5120 bytes/clock at
-# its 1410 MHz boost (NVIDIA A100 Tensor Core GPU Architecture whitepaper, 2020: L2 read bandwidth
-# 2.3x V100's). GH100 (H100, H800, H200): 50 MB (NVIDIA H100 Tensor Core GPU Architecture
-# whitepaper, 2022); its bytes per clock are not published and are taken as A100's, at 1755 MHz
-# (H100 PCIe's boost; the SXM5 boosts to 1980 MHz but holds less under the power limit). GPUs not
-# listed (Blackwell, AMD, consumer cards) read partial sums at HBM bandwidth, as before.
-_A100_L2 = (40e6, 5120 * 1.410e9)
-_GH100_L2 = (50e6, 5120 * 1.755e9)
-L2 = {
-    "a100-sxm4-80gb": _A100_L2,
-    "a100-sxm4-40gb": _A100_L2,
-    "a100-sxm4-64gb": _A100_L2,
-    "a100-pcie-80gb": _A100_L2,
-    "a100-pcie-40gb": _A100_L2,
-    "h100-sxm5-80gb": _GH100_L2,
-    "h100-sxm5-64gb": _GH100_L2,
-    "h100-pcie-80gb": _GH100_L2,
-    "h100-meta": _GH100_L2,
-    "h800-sxm5-80gb": _GH100_L2,
-    "h200-sxm-141gb": _GH100_L2,
-}
+# L2 per GPU: `Gpu.l2_bytes` and `Gpu.l2_bandwidth_bytes_per_s`, set in gpus.yaml with their
+# sources (A100: 40 MB at 5120 bytes/clock and 1410 MHz; GH100: 50 MB, A100's bytes/clock at 1755
+# MHz). GPUs without them (Blackwell, AMD, consumer cards) read partial sums at HBM bandwidth.
 # Exposed latency of a tile's first loads before its main loop runs: one HBM round trip is
 # 0.5-0.8 us on A100/H100 (Jia et al. 2018/2019 "Dissecting the NVIDIA Volta/Turing GPU
 # architecture via microbenchmarking": global-memory latency ~ 400-1000 cycles).
@@ -130,7 +111,7 @@ TILE_FILL_S = 0.5e-6
 #  - the drain: the last wave's output tiles are stored and made visible before the grid completes
 #    (a CTA's stores reach L2 and the grid's completion waits for them): one memory round trip, as
 #    TILE_FILL_S (0.2-0.8 us: an L2 hit to an HBM miss, Jia et al. 2018/2019). Every GPU.
-#  - the tensor-map fetch (Hopper and Blackwell, `TMA_GPUS`): a CUTLASS 3.x / cuBLAS sm90 and sm100
+#  - the tensor-map fetch (Hopper and Blackwell, `TMA_KERNELS`): a CUTLASS 3.x / cuBLAS sm90 and sm100
 #    kernel prefetches its TMA descriptors (`prefetch.tensormap`, 128 bytes each, passed as kernel
 #    parameters in memory) at its start, and no TMA load of an operand can issue before its
 #    descriptor has arrived: one more dependent round trip ahead of the first tile's fill (CUTLASS
@@ -142,7 +123,7 @@ TILE_FILL_S = 0.5e-6
 # 13.3): `kernel_launch_s` (1 us under graphs, 3 us eager) already holds it.
 GEMM_DRAIN_S = 0.5e-6
 TMA_DESCRIPTOR_S = 0.5e-6
-TMA_GPUS = STREAM_K_GPUS
+TMA_KERNELS = STREAM_K_KERNELS  # TMA loads: the same CUTLASS 3.x kernels
 SPLIT_K_PARTIAL_BYTES = 4.0  # fp32 partial sums, written once and read once by the reduction
 # Split-K is tried where SPLIT_K_PROBE_TILE x SPLIT_K_PROBE_TILE tiles (the smallest of TILES)
 # make at most SPLIT_K_WAVES waves: a project choice that keeps the search to the thin GEMMs.
@@ -206,13 +187,14 @@ def kernel_fixed_s(gpu: Gpu) -> float:
     """Seconds one GEMM kernel pays once on the GPU, beside its tiles' waves: the drain of its last
     stores, and on Hopper and Blackwell its TMA descriptors fetched before the first load
     (`GEMM_DRAIN_S`, `TMA_DESCRIPTOR_S`)."""
-    return GEMM_DRAIN_S + (TMA_DESCRIPTOR_S if gpu.name in TMA_GPUS else 0.0)
+    return GEMM_DRAIN_S + (TMA_DESCRIPTOR_S if gpu.gemm_kernels in TMA_KERNELS else 0.0)
 
 
-def l2_of(gpu: Gpu) -> tuple[float, Number]:
-    """(L2 capacity bytes, L2 bandwidth at the GPU's streaming efficiency) from `L2`; (0, 0) for
-    a GPU not listed."""
-    capacity, l2_bw = L2.get(gpu.name, (0.0, 0.0))
+def l2_of(gpu: Gpu) -> tuple[Number, Number]:
+    """(L2 capacity bytes, L2 bandwidth at the GPU's streaming efficiency) from the GPU's fields;
+    (0, 0) where not given."""
+    capacity = gpu.l2_bytes if np.ndim(gpu.l2_bytes) else float(gpu.l2_bytes)
+    l2_bw = np.asarray(gpu.l2_bandwidth_bytes_per_s, dtype=float)
     return capacity, l2_bw * np.asarray(gpu.memory_efficiency, dtype=float)
 
 
@@ -250,9 +232,9 @@ def gemm_time_s(
     n_sm = np.where(sms > 0, sms, 1.0)
     f_sm = peak_flops_per_s * efficiency / n_sm
     bw_sm = bw / n_sm
-    tiles = WARPGROUP_TILES if gpu.name in WARPGROUP_GPUS else TILES
+    tiles = WARPGROUP_TILES if gpu.gemm_kernels in WARPGROUP_KERNELS else TILES
     l2_capacity, l2_bw = l2_of(gpu)
-    stream_k = gpu.name in STREAM_K_GPUS
+    stream_k = gpu.gemm_kernels in STREAM_K_KERNELS
     sk = (np.ceil(k / STREAM_K_TILE_K), (l2_capacity, l2_bw, bw), gpu.kernel_launch_s) if stream_k else None
     # small arrays (one call's numpy overhead dominates): the tile candidates on a leading axis,
     # all at once; large ones: one candidate at a time (the temporaries stay small). The same
