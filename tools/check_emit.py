@@ -502,7 +502,7 @@ def training_jobs() -> list[dict]:
                     "env": dict(launch.env),
                     "files": dict(launch.files),
                     "world_size": int(cluster.num_gpus),
-                    "cuda_major": cuda_major(cluster.gpu.name),
+                    "cuda_major": cuda_major(cluster.gpu),
                     "expect": {
                         "stages": stage_layers(model, p),
                         "tp": int(p.tp), "pp": int(p.pp), "dp": int(p.dp), "cp": int(p.cp), "vpp": int(p.vpp),

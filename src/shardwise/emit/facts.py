@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.specs import Model, Plan
+from shardwise.specs import Gpu, Model, Plan
 
 # rope_theta of each family's Hugging Face config.json (the model's own release)
 ROPE_BASE = (
@@ -26,11 +26,10 @@ def rope_base(model: Model) -> int | None:
     return next((base for prefix, base in ROPE_BASE if name.startswith(prefix)), None)
 
 
-def cuda_major(gpu_name: str) -> int:
-    """The compute capability's major version of a GPU preset (10 for Blackwell, else 9 or less:
-    Megatron-LM asks CUDA_DEVICE_MAX_CONNECTIONS=1 below 10)."""
-    name = gpu_name.lower()
-    return 10 if any(name.startswith(p) for p in ("b200", "b300", "gb200", "gb300", "b100")) else 9
+def cuda_major(gpu: Gpu) -> int:
+    """The compute capability's major version of a GPU (10 for data-centre Blackwell, its GEMM
+    kernels `sm100`, else 9 or less: Megatron-LM asks CUDA_DEVICE_MAX_CONNECTIONS=1 below 10)."""
+    return 10 if gpu.gemm_kernels == "sm100" else 9
 
 
 def i(x: object) -> int:

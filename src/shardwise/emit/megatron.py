@@ -78,7 +78,7 @@ def launch(scn: Scenario, version: str) -> Launch:
     tp, pp, cp, dp, z = i(p.tp), i(p.pp), i(p.cp), i(p.dp), i(p.zero_stage)
     fsdp = z >= 2 and dp * cp > 1
     env = ()
-    if (tp > 1 or cp > 1) and not fsdp and cuda_major(c.gpu.name) < 10:
+    if (tp > 1 or cp > 1) and not fsdp and cuda_major(c.gpu) < 10:
         env = (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),)
     if bool(p.expandable_segments):  # Plan.expandable_segments: the caching allocator's setting
         env = (*env, ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
