@@ -240,7 +240,32 @@ def test_presets_listing(cli):
     assert code == 0 and "dgx-h100" in out
     code, out, _ = cli(["presets", "--json"])
     data = json.loads(out)
-    assert {"gpus", "links", "systems", "models"} <= set(data)
+    assert {"gpus", "links", "systems", "models", "frameworks", "engines"} <= set(data)
+
+
+def test_presets_list_and_show_the_serving_engines_with_the_defaults_serve_uses(cli):
+    """`presets engines` / `presets show ENGINE`: the version, and the token budget and sequence cap
+    that `serve` takes for each engine on each GPU (engines.engine_presets), not a copy of them."""
+    from shardwise import presets
+    from shardwise.engines.engine_presets import ENGINES, max_batched_tokens, max_sequences
+
+    code, out, _ = cli(["presets", "engines"])
+    assert code == 0 and all(name in out for name in ENGINES) and "0.34" in out
+    code, out, _ = cli(["presets", "show", "vllm", "--json"])
+    vllm = json.loads(out)["engines"]
+    for gpu, got in vllm["defaults_by_gpu"].items():
+        memory = float(presets.gpu(gpu).memory_bytes)
+        assert got == {
+            "token_budget": max_batched_tokens("vllm", memory, gpu),
+            "max_sequences": max_sequences("vllm", memory, gpu),
+        }
+    assert vllm["defaults_by_gpu"]["a100-sxm4-80gb"]["token_budget"] == 2048  # vLLM tells the A100 apart
+    code, out, _ = cli(["presets", "show", "sglang", "--json"])
+    assert json.loads(out)["engines"]["defaults_by_gpu"]["h100-sxm5-80gb"]["max_sequences"] is None  # its KV pool's
+    code, out, _ = cli(["presets", "show", "tensorrt-llm"])
+    assert code == 0 and "(engine)" in out and "trtllm-bench" in out and "250 µs" in out
+    code, _, err = cli(["presets", "show", "vlm"])
+    assert code == 2 and "closest: vllm" in err
 
 
 def test_validate_json(cli):

@@ -6,7 +6,9 @@ from typing import Any
 
 import click
 
-KIND_CHOICES = ["gpus", "links", "systems", "models", "frameworks"]
+KIND_CHOICES = ["gpus", "links", "systems", "models", "frameworks", "engines"]
+# the kinds read from YAML presets (engines are built into the serving model: `engines.engine_describe`)
+YAML_KINDS = KIND_CHOICES[:-1]
 # the few numbers that identify each preset in the compact list (the rest: `presets show NAME`)
 COLUMNS = {
     "gpus": ("peak_16bit", "memory", "memory_bandwidth", "sm_count"),
@@ -14,6 +16,7 @@ COLUMNS = {
     "systems": ("gpu", "gpus_per_node", "intra_node_link", "inter_node_link", "nics_per_node"),
     "models": ("layers", "hidden", "heads", "kv_heads", "seq_len"),
     "frameworks": ("zero_stage", "tp_comm_overlap", "overlap_param_gather", "grad_accumulation_fusion"),
+    "engines": ("version", "runtime", "h100_budget", "h100_sequences"),
 }
 
 HEADERS = {
@@ -26,6 +29,8 @@ HEADERS = {
     "tp_comm_overlap": "TP overlap",
     "overlap_param_gather": "param gather overlap",
     "grad_accumulation_fusion": "fused grad acc.",
+    "h100_budget": "tokens/step (H100)",
+    "h100_sequences": "max sequences (H100)",
 }
 
 
@@ -35,7 +40,7 @@ HEADERS = {
 @click.option("--json", "as_json", is_flag=True, help="Print the presets (or the one shown) as JSON.")
 def presets(kind: str | None, name: str | None, as_json: bool) -> None:
     """List the built-in presets compactly (all kinds, or one KIND: gpus, links, systems, models,
-    frameworks); `presets show NAME` prints one preset in full with its sources.
+    frameworks, engines); `presets show NAME` prints one preset in full with its sources.
 
     Any NAME flag also accepts a YAML file with the same fields, and --model a Hugging Face
     config.json; `presets show FILE` prints what shardwise reads from such a file.
@@ -60,7 +65,7 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({k: registry.describe(k) for k in kinds}))
+        click.echo(export.dumps({k: _describe(registry, k) for k in kinds}))
         return
     from rich import box
     from rich.table import Table
@@ -73,10 +78,52 @@ def presets(kind: str | None, name: str | None, as_json: bool) -> None:
         table.add_column("name", no_wrap=True)
         for col in COLUMNS[k]:
             table.add_column(HEADERS.get(col, col.replace("_", " ")), justify="right", overflow="fold")
-        for row in registry.describe(k):
+        for row in _describe(registry, k):
             table.add_row(row["name"], *(_cell(row, c) for c in COLUMNS[k]))
         out.print(table)
     out.print("[dim]`shardwise presets show NAME` for every field and its source[/]")
+
+
+def _describe(registry: Any, kind: str) -> list[dict[str, Any]]:
+    """The rows of one kind: the YAML presets' fields, or the serving engines' (with their default
+    token budget and sequence cap on an H100 for the compact list)."""
+    if kind != "engines":
+        return registry.describe(kind)
+    from shardwise.engines.engine_describe import describe_engines
+
+    rows = describe_engines()
+    for row in rows:
+        on_h100 = row["defaults_by_gpu"]["h100-sxm5-80gb"]
+        row["h100_budget"] = on_h100["token_budget"]
+        # SGLang's and TensorRT-LLM's caps follow the KV cache or the workload, not the GPU alone
+        cap = on_h100["max_sequences"]
+        by = "the KV cache" if row["sequence_cap"].startswith("max_running") else "the workload"
+        row["h100_sequences"] = cap if cap is not None else f"by {by}"
+    return rows
+
+
+def _engine_fields(name: str, as_json: bool) -> dict[str, Any] | None:
+    """`presets show ENGINE`'s fields (numbers for --json, words and units for reading), None for a
+    name that is no engine."""
+    from shardwise import units
+    from shardwise.engines.engine_describe import describe_engines
+
+    row = next((r for r in describe_engines() if r["name"] == name), None)
+    if row is None:
+        return None
+    fields = {k: v for k, v in row.items() if k != "name"}
+    if as_json:
+        return fields
+    by_gpu = fields.pop("defaults_by_gpu")
+    fields["defaults_by_gpu"] = {
+        gpu: f"{d['token_budget']:,} tokens a step"
+        + (f", {d['max_sequences']:,} sequences" if d["max_sequences"] is not None else "")
+        for gpu, d in by_gpu.items()
+    }
+    fields["weight_formats"] = ", ".join(fields["weight_formats"])
+    for key in [k for k in fields if k.endswith("_s")]:
+        fields[key] = units.format_seconds(fields[key]) if fields[key] else "0"
+    return fields
 
 
 def _cell(row: dict[str, Any], column: str) -> str:
@@ -158,9 +205,14 @@ def _show(registry: Any, name: str, as_json: bool) -> None:
 
     key = name.strip().lower()
     key = next((a[key] for a in registry.ALIASES.values() if key in a), key)
-    found = [(k, registry.raw(k)[key]) for k in KIND_CHOICES if key in registry.raw(k)]
+    found = [(k, registry.raw(k)[key]) for k in YAML_KINDS if key in registry.raw(k)]
+    engine = _engine_fields(key, as_json)
+    if engine is not None:
+        found.append(("engines", engine))
     if not found:
-        every = [n for k in KIND_CHOICES for n in registry.names(k)]
+        from shardwise.engines.engine_presets import ENGINES
+
+        every = [n for k in YAML_KINDS for n in registry.names(k)] + list(ENGINES)
         close = difflib.get_close_matches(key, every, n=3, cutoff=0.6)  # none when nothing is close
         hint = f"; closest: {', '.join(close)}" if close else ""
         raise SpecError(f"presets show: no preset named {name!r}{hint} (see `shardwise presets`)")
@@ -180,7 +232,11 @@ def _print_fields(
     for kind, fields in found:
         click.echo(f"{key} ({kind[:-1]})")
         for field, value in fields.items():
-            if field != "source":
+            if isinstance(value, dict) and field != "source":  # an engine's defaults by GPU
+                click.echo(f"  {field}:")
+                for sub, text in value.items():
+                    click.echo(f"    {sub}: {text}")
+            elif field != "source":
                 click.echo(f"  {field}: {value}")
         if kind in counts:
             c = counts[kind]

@@ -227,7 +227,7 @@ ENGINES = {
         source="tensorrt_llm/llmapi/llm_args.py (KvCacheConfig, max_num_tokens 8192); allreducePlugin.cpp",
     ),
     "vllm": EnginePreset(
-        "vllm", "V1 engine (main, as indexed)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
+        "vllm", "0.34 (V1 engine)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
         sync_last_stage=True, pp_send_tensors=2, whole_prompts=True, seqs_within_budget=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
