@@ -16,18 +16,23 @@ CATEGORIES = {
     "send-B": "p2p",
     "dp": "data-parallel",
     "optimizer": "optimizer",
+    "embedding-sync": "embedding sync",
 }
 SEND_THREAD_OFFSET = 100_000  # sends of stage i go on their own track under it
-DP_THREAD_OFFSET = 200_000  # and its data-parallel collectives on a third
+DP_THREAD_OFFSET = 200_000  # its data-parallel collectives on a third
+SYNC_THREAD_OFFSET = 300_000  # and the tied embeddings' gradient sync (first and last stage) on a fourth
 # A track's events must nest or follow one another: the JSON format's rule, which Perfetto
 # enforces (https://perfetto.dev/docs/faq, overlapping events: it cuts or drops the later one).
-# The gradient reduction overlaps the last backward passes, so it has its own track.
+# The gradient reduction overlaps the last backward passes, so it has its own track; a stage gets
+# the third and fourth track only where something runs on them (dp = 1: no data-parallel track).
 DP_NAMES = ("grad reduce", "param all-gather")  # before the optimizer, after it (ZeRO, FSDP)
+SYNC_NAME = "embedding grad sync"  # the tied input and output embeddings' gradients all-reduced
 
 
 def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
     """Trace Event Format: one 'X' (complete) event per operation, microseconds, one process, a
-    track per stage for compute, one for its sends and one for its data-parallel collectives."""
+    track per stage for compute, one for its sends, one for its data-parallel collectives and one
+    for the tied embeddings' sync (these two where the stage runs any)."""
     trace = chrome_trace_header(sim)
     trace["traceEvents"].extend(json.loads(line) for line in _event_lines(sim))
     return trace
@@ -38,9 +43,15 @@ def _label(kind: str, micro_batch: int, chunk: int, v: int) -> str:
     return kind if micro_batch < 0 else f"{kind} mb{micro_batch}" + (f" c{chunk}" if v > 1 else "")
 
 
-def _has_dp(sim: SimulationResult) -> bool:
-    dp = KIND_NAMES.index("dp")
-    return any(rec[1] == dp for rec in reversed(sim.records))  # they come last, after the pipeline
+def _after_pipeline(sim: SimulationResult) -> set[tuple[int, int]]:
+    """(stage, kind) of the collectives after the pipeline: the records' last ones (`finish_step`)."""
+    ends = {KIND_NAMES.index(k) for k in ("dp", "optimizer", "embedding-sync")}
+    found = set()
+    for rec in reversed(sim.records):
+        if rec[1] not in ends:
+            break
+        found.add((rec[0], rec[1]))
+    return found
 
 
 def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
@@ -53,12 +64,18 @@ def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
 def chrome_trace_header(sim: SimulationResult) -> dict[str, Any]:
     """The trace without its operations: the tracks' names and order, and the run's settings."""
     events: list[dict[str, Any]] = []
-    tracks = 3 if _has_dp(sim) else 2
+    after = _after_pipeline(sim)
+    dp, sync = KIND_NAMES.index("dp"), KIND_NAMES.index("embedding-sync")
+    order = 0
     for i in range(sim.p):
-        events += _track(i, f"stage {i}", tracks * i)
-        events += _track(SEND_THREAD_OFFSET + i, f"stage {i} sends", tracks * i + 1)
-        if tracks == 3:
-            events += _track(DP_THREAD_OFFSET + i, f"stage {i} data-parallel", tracks * i + 2)
+        tracks = [(i, f"stage {i}"), (SEND_THREAD_OFFSET + i, f"stage {i} sends")]
+        if (i, dp) in after:
+            tracks.append((DP_THREAD_OFFSET + i, f"stage {i} data-parallel"))
+        if (i, sync) in after:
+            tracks.append((SYNC_THREAD_OFFSET + i, f"stage {i} embedding sync"))
+        for tid, name in tracks:
+            events += _track(tid, name, order)
+            order += 1
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -99,7 +116,7 @@ def _event_lines(sim: SimulationResult) -> list[str]:
     labels = {}
     out = []
     add = out.append
-    dp, opt = KIND_NAMES.index("dp"), KIND_NAMES.index("optimizer")
+    dp, opt, sync = KIND_NAMES.index("dp"), KIND_NAMES.index("optimizer"), KIND_NAMES.index("embedding-sync")
     optimized = set()  # stages whose optimizer has run: a collective after it is the all-gather
     ops = sim.ops
     start_ns = np.rint(ops["start_s"] * 1e9)
@@ -112,11 +129,12 @@ def _event_lines(sim: SimulationResult) -> list[str]:
         label = labels.get(key)
         if label is None:
             name = KIND_NAMES[kind]
-            shown = DP_NAMES[key[3]] if kind == dp else _label(name, mb, chunk, sim.v)
+            shown = DP_NAMES[key[3]] if kind == dp else SYNC_NAME if kind == sync else _label(name, mb, chunk, sim.v)
             text, cat = json.dumps(shown), json.dumps(CATEGORIES[name])
             head = f'{{"ph": "X", "name": {text}, "cat": {cat}, "pid": 0, "tid": '
             tail = f', "args": {{"micro_batch": {mb}, "chunk": {chunk}}}}}'
-            offset = SEND_THREAD_OFFSET if name.startswith("send") else DP_THREAD_OFFSET if kind == dp else 0
+            offsets = {dp: DP_THREAD_OFFSET, sync: SYNC_THREAD_OFFSET}
+            offset = SEND_THREAD_OFFSET if name.startswith("send") else offsets.get(kind, 0)
             label = labels[key] = (head, tail, offset)
         add(f'{label[0]}{label[2] + stage}, "ts": {ts:.3f}, "dur": {dur:.3f}{label[1]}')
     return out

@@ -17,6 +17,7 @@ GANTT_COLORS = {
     "send-B": "#c7c7c7",
     "dp": "#8172b3",
     "optimizer": "#937860",
+    "embedding-sync": "#da8bc3",
 }
 GANTT_LABELS = {
     "F": "forward",
@@ -26,7 +27,10 @@ GANTT_LABELS = {
     "send-B": "send gradients",
     "dp": "data-parallel reduce / gather",
     "optimizer": "optimizer",
+    "embedding-sync": "tied embedding sync",
 }
+# communication, overlapping compute: a thin bar above the stage's compute
+THIN = ("send-F", "send-B", "dp", "embedding-sync")
 
 
 # Above this many operations the chart is painted as an image of RASTER_COLUMNS time columns
@@ -70,7 +74,7 @@ def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) ->
     image = np.full((p * sub, cols, 4), 255, dtype=np.uint8)  # RGBA bytes: drawn without conversion
     used = set()
     for thin, rows in ((False, slice(2, sub)), (True, slice(0, 1))):
-        names = [n for n in KIND_NAMES if (n.startswith("send") or n == "dp") == thin]
+        names = [n for n in KIND_NAMES if (n in THIN) == thin]
         shares = []
         for name in names:
             sel = ops[ops["kind"] == KIND_NAMES.index(name)]
@@ -113,7 +117,7 @@ def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -
         if len(rows) == 0:
             continue
         used.add(name)
-        thin = name.startswith("send") or name == "dp"  # communication, overlapping compute
+        thin = name in THIN
         for stage in np.unique(rows["stage"]):
             sel = rows[rows["stage"] == stage]
             spans = list(zip(sel["start_s"] / time_unit, (sel["end_s"] - sel["start_s"]) / time_unit, strict=True))
