@@ -195,6 +195,17 @@ def test_timeline_writes_a_gantt_chart_and_a_chrome_trace(cli, tmp_path):
     )
     data = json.loads(out)
     assert code == 0 and data["stages"] == 4 and len(data["operations"]) > 0
+    # the two data-parallel collectives by name (both were "dp"): the gradient reduction before the
+    # optimizer, the distributed optimizer's parameter all-gather after it; the tied embeddings' sync
+    after = {}
+    for op in data["operations"]:
+        if op["micro_batch"] < 0:
+            after.setdefault(op["stage"], []).append(op)
+    for stage, ops in after.items():
+        kinds = [op["kind"] for op in ops]
+        assert kinds == ["dp", *(["embedding-sync"] if stage in (0, 3) else []), "optimizer", "dp-gather"]
+        assert ops[-1]["start_s"] == ops[-2]["end_s"]  # the gather starts where the optimizer ends
+        assert ops[0]["end_s"] == pytest.approx(ops[1]["start_s"])  # the reduction, then the sync or optimizer
 
 
 def test_predict_with_the_simulator(cli):

@@ -17,6 +17,7 @@ CATEGORIES = {
     "dp": "data-parallel",
     "optimizer": "optimizer",
     "embedding-sync": "embedding sync",
+    "dp-gather": "data-parallel",
 }
 SEND_THREAD_OFFSET = 100_000  # sends of stage i go on their own track under it
 DP_THREAD_OFFSET = 200_000  # its data-parallel collectives on a third
@@ -25,8 +26,10 @@ SYNC_THREAD_OFFSET = 300_000  # and the tied embeddings' gradient sync (first an
 # enforces (https://perfetto.dev/docs/faq, overlapping events: it cuts or drops the later one).
 # The gradient reduction overlaps the last backward passes, so it has its own track; a stage gets
 # the third and fourth track only where something runs on them (dp = 1: no data-parallel track).
-DP_NAMES = ("grad reduce", "param all-gather")  # before the optimizer, after it (ZeRO, FSDP)
-SYNC_NAME = "embedding grad sync"  # the tied input and output embeddings' gradients all-reduced
+# the names of the collectives after the pipeline on their tracks: the gradient reduction before the
+# optimizer, the tied input and output embeddings' gradients all-reduced, the parameters gathered
+# after the optimizer (ZeRO, FSDP)
+SHOWN = {"dp": "grad reduce", "embedding-sync": "embedding grad sync", "dp-gather": "param all-gather"}
 
 
 def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
@@ -45,7 +48,7 @@ def _label(kind: str, micro_batch: int, chunk: int, v: int) -> str:
 
 def _after_pipeline(sim: SimulationResult) -> set[tuple[int, int]]:
     """(stage, kind) of the collectives after the pipeline: the records' last ones (`finish_step`)."""
-    ends = {KIND_NAMES.index(k) for k in ("dp", "optimizer", "embedding-sync")}
+    ends = {KIND_NAMES.index(k) for k in ("optimizer", *SHOWN)}
     found = set()
     for rec in reversed(sim.records):
         if rec[1] not in ends:
@@ -65,11 +68,11 @@ def chrome_trace_header(sim: SimulationResult) -> dict[str, Any]:
     """The trace without its operations: the tracks' names and order, and the run's settings."""
     events: list[dict[str, Any]] = []
     after = _after_pipeline(sim)
-    dp, sync = KIND_NAMES.index("dp"), KIND_NAMES.index("embedding-sync")
+    dp, sync, gather = (KIND_NAMES.index(k) for k in SHOWN)
     order = 0
     for i in range(sim.p):
         tracks = [(i, f"stage {i}"), (SEND_THREAD_OFFSET + i, f"stage {i} sends")]
-        if (i, dp) in after:
+        if (i, dp) in after or (i, gather) in after:
             tracks.append((DP_THREAD_OFFSET + i, f"stage {i} data-parallel"))
         if (i, sync) in after:
             tracks.append((SYNC_THREAD_OFFSET + i, f"stage {i} embedding sync"))
@@ -116,24 +119,21 @@ def _event_lines(sim: SimulationResult) -> list[str]:
     labels = {}
     out = []
     add = out.append
-    dp, opt, sync = KIND_NAMES.index("dp"), KIND_NAMES.index("optimizer"), KIND_NAMES.index("embedding-sync")
-    optimized = set()  # stages whose optimizer has run: a collective after it is the all-gather
+    dp, sync, gather = (KIND_NAMES.index(k) for k in SHOWN)
+    offsets = {dp: DP_THREAD_OFFSET, gather: DP_THREAD_OFFSET, sync: SYNC_THREAD_OFFSET}
     ops = sim.ops
     start_ns = np.rint(ops["start_s"] * 1e9)
     starts_us = (start_ns / 1e3).tolist()
     durations_us = ((np.rint(ops["end_s"] * 1e9) - start_ns) / 1e3).tolist()
     for (stage, kind, mb, chunk, _, _), ts, dur in zip(sim.records, starts_us, durations_us, strict=True):
-        if kind == opt:
-            optimized.add(stage)
-        key = (kind, mb, chunk, kind == dp and stage in optimized)
+        key = (kind, mb, chunk)
         label = labels.get(key)
         if label is None:
             name = KIND_NAMES[kind]
-            shown = DP_NAMES[key[3]] if kind == dp else SYNC_NAME if kind == sync else _label(name, mb, chunk, sim.v)
+            shown = SHOWN.get(name) or _label(name, mb, chunk, sim.v)
             text, cat = json.dumps(shown), json.dumps(CATEGORIES[name])
             head = f'{{"ph": "X", "name": {text}, "cat": {cat}, "pid": 0, "tid": '
             tail = f', "args": {{"micro_batch": {mb}, "chunk": {chunk}}}}}'
-            offsets = {dp: DP_THREAD_OFFSET, sync: SYNC_THREAD_OFFSET}
             offset = SEND_THREAD_OFFSET if name.startswith("send") else offsets.get(kind, 0)
             label = labels[key] = (head, tail, offset)
         add(f'{label[0]}{label[2] + stage}, "ts": {ts:.3f}, "dur": {dur:.3f}{label[1]}')

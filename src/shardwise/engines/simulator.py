@@ -27,8 +27,10 @@ from shardwise.engines.schedules import SPLIT_BACKWARD, B, F, StageOps, W
 # "embedding-sync": the tied embeddings' gradient all-reduce of the first and last stage, after
 # their data-parallel reduction (Megatron-LM's `finalize_model_grads`: `finish_grad_sync`, then
 # `_allreduce_embedding_grads`); with dp = 1 the only collective after the pipeline
-KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer", "embedding-sync")
-SEND_F, SEND_B, DP, OPT, SYNC = 3, 4, 5, 6, 7
+# "dp": the gradient reduction (all-reduce or reduce-scatter) before the optimizer; "dp-gather":
+# the parameter all-gather after it (ZeRO-1/2's distributed optimizer, exposed)
+KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer", "embedding-sync", "dp-gather")
+SEND_F, SEND_B, DP, OPT, SYNC, GATHER = 3, 4, 5, 6, 7, 8
 
 
 @dataclass(frozen=True)
@@ -282,7 +284,7 @@ def finish_step(
         rec.append((i, OPT, -1, -1, dp_end, end))
         gather = float(times.gather_s[i]) if times.gather_s is not None else 0.0
         if gather > 0:
-            rec.append((i, DP, -1, -1, end, end + gather))
+            rec.append((i, GATHER, -1, -1, end, end + gather))
             end += gather
         makespan = max(makespan, end)
     return SimulationResult(

@@ -18,6 +18,7 @@ GANTT_COLORS = {
     "dp": "#8172b3",
     "optimizer": "#937860",
     "embedding-sync": "#da8bc3",
+    "dp-gather": "#8172b3",  # drawn as the reduction, under one legend entry
 }
 GANTT_LABELS = {
     "F": "forward",
@@ -28,9 +29,10 @@ GANTT_LABELS = {
     "dp": "data-parallel reduce / gather",
     "optimizer": "optimizer",
     "embedding-sync": "tied embedding sync",
+    "dp-gather": "data-parallel reduce / gather",
 }
 # communication, overlapping compute: a thin bar above the stage's compute
-THIN = ("send-F", "send-B", "dp", "embedding-sync")
+THIN = ("send-F", "send-B", "dp", "embedding-sync", "dp-gather")
 
 
 # Above this many operations the chart is painted as an image of RASTER_COLUMNS time columns
@@ -139,7 +141,8 @@ def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -
     ax.set_xlim(0, sim.makespan_s / time_unit * 1.01)
     ax.set_ylim(-0.7, p - 0.3)
     ax.grid(True, axis="x", alpha=0.25)
-    handles = [Patch(color=GANTT_COLORS[n], label=GANTT_LABELS[n]) for n in GANTT_COLORS if n in used]
+    shown = {GANTT_LABELS[n]: GANTT_COLORS[n] for n in GANTT_COLORS if n in used}  # one entry per label
+    handles = [Patch(color=colour, label=label) for label, colour in shown.items()]
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
     # margins fixed in inches (tick labels, title, axis label and the legend under it), so that
     # the chart is saved as laid out (`plots.save(..., tight=False)`): a tight bounding box draws
