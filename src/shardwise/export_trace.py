@@ -46,17 +46,6 @@ def _label(kind: str, micro_batch: int, chunk: int, v: int) -> str:
     return kind if micro_batch < 0 else f"{kind} mb{micro_batch}" + (f" c{chunk}" if v > 1 else "")
 
 
-def _after_pipeline(sim: SimulationResult) -> set[tuple[int, int]]:
-    """(stage, kind) of the collectives after the pipeline: the records' last ones (`finish_step`)."""
-    ends = {KIND_NAMES.index(k) for k in ("optimizer", *SHOWN)}
-    found = set()
-    for rec in reversed(sim.records):
-        if rec[1] not in ends:
-            break
-        found.add((rec[0], rec[1]))
-    return found
-
-
 def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
     return [
         {"ph": "M", "name": "thread_name", "pid": 0, "tid": tid, "args": {"name": name}},
@@ -67,7 +56,7 @@ def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
 def chrome_trace_header(sim: SimulationResult) -> dict[str, Any]:
     """The trace without its operations: the tracks' names and order, and the run's settings."""
     events: list[dict[str, Any]] = []
-    after = _after_pipeline(sim)
+    after = sim.after_pipeline()
     dp, sync, gather = (KIND_NAMES.index(k) for k in SHOWN)
     order = 0
     for i in range(sim.p):

@@ -31,6 +31,7 @@ from shardwise.engines.schedules import SPLIT_BACKWARD, B, F, StageOps, W
 # the parameter all-gather after it (ZeRO-1/2's distributed optimizer, exposed)
 KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer", "embedding-sync", "dp-gather")
 SEND_F, SEND_B, DP, OPT, SYNC, GATHER = 3, 4, 5, 6, 7, 8
+AFTER_PIPELINE = frozenset((DP, OPT, SYNC, GATHER))  # each stage's operations after its last backward
 
 
 @dataclass(frozen=True)
@@ -76,6 +77,16 @@ class SimulationResult:
     def ops(self) -> np.ndarray:
         """The records as a structured array (built on first use)."""
         return np.array(self.records, dtype=OP_DTYPE)
+
+    def after_pipeline(self) -> set[tuple[int, int]]:
+        """(stage, kind) of the operations after each stage's last backward (`finish_step`): the
+        records' last ones, read from the end."""
+        found = set()
+        for rec in reversed(self.records):
+            if rec[1] not in AFTER_PIPELINE:
+                break
+            found.add((rec[0], rec[1]))
+        return found
 
     @property
     def bubble_fraction_per_stage(self) -> np.ndarray:
