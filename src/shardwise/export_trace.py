@@ -26,9 +26,9 @@ SYNC_THREAD_OFFSET = 300_000  # and the tied embeddings' gradient sync (first an
 # enforces (https://perfetto.dev/docs/faq, overlapping events: it cuts or drops the later one).
 # The gradient reduction overlaps the last backward passes, so it has its own track; a stage gets
 # the third and fourth track only where something runs on them (dp = 1: no data-parallel track).
-# the names of the collectives after the pipeline on their tracks: the gradient reduction before the
-# optimizer, the tied input and output embeddings' gradients all-reduced, the parameters gathered
-# after the optimizer (ZeRO, FSDP)
+
+# The collectives after the pipeline by name: the gradient reduction before the optimizer, the tied
+# input and output embeddings' gradients all-reduced, the parameters gathered after the optimizer
 SHOWN = {"dp": "grad reduce", "embedding-sync": "embedding grad sync", "dp-gather": "param all-gather"}
 
 

@@ -24,11 +24,11 @@ import numpy as np
 
 from shardwise.engines.schedules import SPLIT_BACKWARD, B, F, StageOps, W
 
-# "embedding-sync": the tied embeddings' gradient all-reduce of the first and last stage, after
-# their data-parallel reduction (Megatron-LM's `finalize_model_grads`: `finish_grad_sync`, then
-# `_allreduce_embedding_grads`); with dp = 1 the only collective after the pipeline
-# "dp": the gradient reduction (all-reduce or reduce-scatter) before the optimizer; "dp-gather":
-# the parameter all-gather after it (ZeRO-1/2's distributed optimizer, exposed)
+# after the pipeline: "dp", the gradient reduction (all-reduce or reduce-scatter) before the
+# optimizer; "embedding-sync", the tied embeddings' gradient all-reduce of the first and last
+# stage after it (Megatron-LM's `finalize_model_grads`: `finish_grad_sync`, then
+# `_allreduce_embedding_grads`), with dp = 1 the only collective there; "dp-gather", the parameter
+# all-gather after the optimizer (the distributed optimizer, ZeRO-1/2, where exposed)
 KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer", "embedding-sync", "dp-gather")
 SEND_F, SEND_B, DP, OPT, SYNC, GATHER = 3, 4, 5, 6, 7, 8
 AFTER_PIPELINE = frozenset((DP, OPT, SYNC, GATHER))  # each stage's operations after its last backward
