@@ -861,3 +861,32 @@ def test_an_uncalibrated_moe_interval_rests_on_the_published_moe_runs():
     assert "mixture-of-experts models" in m.basis
     assert "mixture-of-experts" not in d.basis
     assert float(m.log_sd[0]) > 2 * float(d.log_sd[0])
+
+
+def test_plan_judges_a_calibrated_tie_on_the_ratios_band(cli, example_calibration: Path):
+    """`plan --calibration`: two plans tie where their ratio lies inside its 80% band under the
+    calibration (the rule without one, `spreads.PAIR_LOG_SD`'s band, and sensitivity's,
+    `analyses.bands.ratio_log_sd`), not where their absolute ranges overlap. The ratio's variance
+    is the two ranges' less what the plans share through the fitted parameters."""
+    from itertools import pairwise
+
+    from shardwise.requests.plan import PlanRequest
+
+    job = ["--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "256"]
+    outcome = PlanRequest.from_argv([*job, "--calibration", str(example_calibration)]).run()
+    spread, rows = outcome.spread, outcome.rows
+    assert spread.fit is not None and len(rows) > 2
+    g, cov = spread.log_gradient, spread.fit.u_covariance
+    t = intervals.t_factor(spread.fit.dof)
+    for j, (a, b) in enumerate(pairwise(rows)):
+        band = spread.ratio_log_sd(j, j + 1)
+        shared = 2 * float(g[j] @ cov @ g[j + 1]) * t**2
+        assert band**2 == pytest.approx(spread.log_sd[j] ** 2 + spread.log_sd[j + 1] ** 2 - shared, rel=1e-9)
+        tie = abs(math.log(a["step_time_s"] / b["step_time_s"])) <= Z80 * band
+        assert a["tie_with_next"] == tie
+    assert rows[0]["tie_with_next"]  # 13.1 s and 13.1 s
+    code, out, err = cli(["plan", *job, "--calibration", str(example_calibration)])
+    assert code == 0, err
+    said = " ".join(out.split())
+    share = f"{math.expm1(Z80 * spread.ratio_log_sd(0, 1)):.0%}"
+    assert f"are closer than the calibration orders them (80%: {share} either way on their ratio)" in said

@@ -195,6 +195,17 @@ def test_timeline_writes_a_gantt_chart_and_a_chrome_trace(cli, tmp_path):
     )
     data = json.loads(out)
     assert code == 0 and data["stages"] == 4 and len(data["operations"]) > 0
+    # the two data-parallel collectives by name (both were "dp"): the gradient reduction before the
+    # optimizer, the distributed optimizer's parameter all-gather after it; the tied embeddings' sync
+    after = {}
+    for op in data["operations"]:
+        if op["micro_batch"] < 0:
+            after.setdefault(op["stage"], []).append(op)
+    for stage, ops in after.items():
+        kinds = [op["kind"] for op in ops]
+        assert kinds == ["dp", *(["embedding-sync"] if stage in (0, 3) else []), "optimizer", "dp-gather"]
+        assert ops[-1]["start_s"] == ops[-2]["end_s"]  # the gather starts where the optimizer ends
+        assert ops[0]["end_s"] == pytest.approx(ops[1]["start_s"])  # the reduction, then the sync or optimizer
 
 
 def test_predict_with_the_simulator(cli):
@@ -324,3 +335,20 @@ def test_unbounded_work_is_refused_up_front(args, message, cli, tmp_path, monkey
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err, err
     assert time.perf_counter() - start < 30  # refused before the work, not after (a loose bound)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("model", "dp", "rest"),
+    [
+        ("gpt-96l-4096h", 1, "the tied embeddings' gradient sync (first and last stage) and the optimizer"),
+        ("llama3-8b", 1, "the optimizer"),
+        ("gpt-96l-4096h", 2, "gradient reduction and the optimizer"),
+    ],
+)
+def test_timeline_says_what_runs_after_the_pipeline(cli, model, dp, rest):
+    """With one replica there is no gradient reduction: the step after the pipeline is the tied
+    embeddings' sync, where the model ties them, and the optimizer (it said "gradient reduction")."""
+    job = ["timeline", "--model", model, "--system", "dgx-a100", "--pp", "4", "--dp", str(dp), "--tp", str(2 // dp)]
+    code, out, err = cli([*job, "--global-batch", "8", "--no-plot"])
+    assert code == 0, err
+    assert f"the rest of the step is {rest}" in " ".join(out.split())

@@ -303,9 +303,13 @@ def test_a_tie_is_judged_on_the_ratio_of_two_plans_not_their_absolute_ranges():
     """Uncalibrated, two plans of one job tie where their ratio lies inside the 80% band of how far
     the model misses two layouts' ratio (spreads.PAIR_LOG_SD: a bias they share cancels), not
     where one lies inside the other's absolute range: a mixture of experts' -36%/+55% range made
-    any two of its plans within 1.5x a tie. With a calibration the ranges are its own: overlap."""
+    any two of its plans within 1.5x a tie. With a calibration the same rule, on the ratio's band
+    from the calibration (as `analyses.bands.ratio_log_sd` for sensitivity): a bias both plans share
+    through the fitted parameters cancels there too; it compared the absolute ranges."""
     from types import SimpleNamespace
 
+    from shardwise.calibration.fit import Fit
+    from shardwise.calibration.intervals import Spread
     from shardwise.calibration.spreads import PAIR_LOG_SD
     from shardwise.requests.plan_result import with_intervals
 
@@ -314,10 +318,19 @@ def test_a_tie_is_judged_on_the_ratio_of_two_plans_not_their_absolute_ranges():
         row=lambda i: {"step_time_s": times[i], "tokens_per_s_per_gpu": 1.0 / times[i]},
         space=SimpleNamespace(objective="time"),
     )
-    wide = SimpleNamespace(bounds=lambda t: (np.full(3, t / 1.5), np.full(3, t * 1.5)))  # one per row
-    rows = with_intervals(result, np.arange(3), wide, PAIR_LOG_SD)
+    wide = Spread(np.full(3, np.log(1.5) / 1.2816), "uncalibrated")  # ranges of -33%/+50%, no fit
+    assert wide.ratio_log_sd(0, 1) == PAIR_LOG_SD
+    rows = with_intervals(result, np.arange(3), wide)
     assert [r["tie_with_next"] for r in rows] == [True, False, None]
-    rows = with_intervals(result, np.arange(3), wide)  # a calibration's: overlapping ranges
-    assert [r["tie_with_next"] for r in rows] == [True, True, None]
+    # calibrated: the same wide ranges, from a parameter the first two plans lean on alike and the
+    # third the other way, with little residual spread: the first two are ordered (their ratio's
+    # band is sqrt(2) x 0.01 x t, 1.8%), the second and third are not (the parameter moves them apart)
+    fit = Fit(("matmul_efficiency_scale", "step_overhead_s"), {}, np.diag([0.25, 0.25]), 0.01, dof=1e9)
+    g = np.array([[0.9, 0.1], [0.9, 0.1], [0.1, 0.9]])
+    calibrated = Spread(wide.log_sd, "calibration", g, fit)
+    assert calibrated.ratio_log_sd(0, 1) == pytest.approx(np.sqrt(2) * 0.01, rel=1e-6)
+    assert calibrated.ratio_log_sd(1, 2) == pytest.approx(np.sqrt(2e-4 + 2 * 0.64 * 0.25), rel=1e-6)
+    rows = with_intervals(result, np.arange(3), calibrated)
+    assert [r["tie_with_next"] for r in rows] == [False, True, None]  # the ranges overlap: was [True, True]
     rows = PlanRequest.from_argv("--model mixtral-8x7b --system dgx-h100 --nodes 2 --global-batch 256").run().rows
     assert rows[0]["step_time_s_high"] / rows[0]["step_time_s"] > 1.4  # the MoE family's range

@@ -189,3 +189,23 @@ def test_the_tornado_marks_an_end_where_a_plan_does_not_fit_as_the_table_does():
     assert labels == ["0.66 *", "0.75", "0.79", "1.10"]
     assert any(t.get_text().startswith("* a plan does not fit") for t in ax.get_legend().get_texts())
     plt.close(fig)
+
+
+def test_the_gantt_legend_names_the_collectives_after_the_pipeline():
+    """dp = 1: the tied embeddings' sync is the only collective after the pipeline, and the legend
+    says so (it was "data-parallel reduce / gather"); dp = 2 with the distributed optimizer: the
+    reduction and the parameter all-gather (two kinds now) share one entry, as they share a colour."""
+    from shardwise import presets
+    from shardwise.engines.simulated import simulate_training_step
+    from shardwise.plots.timeline import gantt
+    from shardwise.specs import Plan, Scenario
+
+    model, system = presets.model("gpt-96l-4096h"), presets.system("dgx-a100")
+    legends = {}
+    for dp in (1, 2):
+        plan = Plan(tp=2 // dp, pp=4, dp=dp, global_batch=8, schedule="1f1b")
+        fig = gantt(simulate_training_step(Scenario(model, system, plan)).simulation, "t")
+        legends[dp] = [t.get_text() for t in fig.legends[0].get_texts()]
+        plt.close(fig)
+    assert "tied embedding sync" in legends[1] and not any("data-parallel" in t for t in legends[1])
+    assert legends[2].count("data-parallel reduce / gather") == 1 and "tied embedding sync" in legends[2]

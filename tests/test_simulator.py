@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from shardwise import presets
 from shardwise.engines.schedules import SCHEDULES, SPLIT_BACKWARD
 from shardwise.engines.simulated import simulate_training_step
-from shardwise.engines.simulator import StageTimes, simulate
+from shardwise.engines.simulator import KIND_NAMES, StageTimes, simulate
 from shardwise.engines.training import estimate_training_step, pipeline_makespan_s
 from shardwise.export_trace import chrome_trace
 from shardwise.specs import Plan, Scenario
@@ -314,3 +314,41 @@ def test_chrome_trace_tracks_nest_for_perfetto():
     names = {e["name"] for e in events if e["cat"] == "data-parallel"}
     assert names == {"grad reduce", "param all-gather"}  # dp = 2, ZeRO-1 (the gather exposed on stage 0)
     assert {e["tid"] for e in events if e["cat"] == "data-parallel"} == {200_000 + i for i in range(4)}
+
+
+def test_the_tied_embedding_sync_is_named_and_a_stage_gets_only_the_tracks_it_uses():
+    """The first and last stage all-reduce their tied embeddings' gradient after the data-parallel
+    reduction (Megatron-LM's `finalize_model_grads`): an operation of its own, "embedding-sync",
+    on its own track of those two stages. With dp = 1 it is the only collective after the pipeline,
+    and no stage has a data-parallel track (it was a "grad reduce" on stage 0 and 3, and every
+    stage had a data-parallel track); with dp = 2 it ends where the reduction ended before."""
+    model, system = presets.model("gpt-96l-4096h"), presets.system("dgx-a100")
+    assert model.tied_embeddings
+    kinds = ("dp", "optimizer", "embedding-sync")
+    steps = {}
+    for dp in (1, 2):
+        plan = Plan(tp=2 // dp, pp=4, dp=dp, global_batch=8, schedule="1f1b")
+        step = simulate_training_step(Scenario(model, system, plan))
+        trace = chrome_trace(step.simulation)
+        tracks = {e["tid"]: e["args"]["name"] for e in trace["traceEvents"] if e["name"] == "thread_name"}
+        names = ("grad reduce", "embedding grad sync")
+        ops = [e for e in trace["traceEvents"] if e["ph"] == "X" and e["name"] in names]
+        on = {(tracks[e["tid"]], e["name"]) for e in ops}
+        sync = {("stage 0 embedding sync", "embedding grad sync"), ("stage 3 embedding sync", "embedding grad sync")}
+        reduce = {(f"stage {i} data-parallel", "grad reduce") for i in range(4)}
+        assert on == (sync if dp == 1 else sync | reduce)
+        always = {f"stage {i}{s}" for i in range(4) for s in ("", " sends")}
+        assert set(tracks.values()) == {name for name, _ in on} | always
+        records = {(r[0], KIND_NAMES[r[1]]): r[4:] for r in step.simulation.records if KIND_NAMES[r[1]] in kinds}
+        steps[dp] = (step, records)
+    (one, ones), (two, twos) = steps[1], steps[2]
+    sync_s = one.stage_times.embedding_sync_s
+    assert sync_s[0] == one.stage_times.dp_s[0] > 0 and sync_s[1] == 0
+    for stage in (0, 3):
+        for step, records in ((one, ones), (two, twos)):  # the sync ends where the optimizer starts
+            start, end = records[(stage, "embedding-sync")]
+            assert end == records[(stage, "optimizer")][0]
+            assert end - start == pytest.approx(step.stage_times.embedding_sync_s[stage])
+            assert end > start
+        assert twos[(stage, "dp")][1] == pytest.approx(twos[(stage, "embedding-sync")][0])  # the reduction first
+    assert (1, "embedding-sync") not in ones and (1, "dp") not in ones

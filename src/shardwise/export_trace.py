@@ -16,18 +16,26 @@ CATEGORIES = {
     "send-B": "p2p",
     "dp": "data-parallel",
     "optimizer": "optimizer",
+    "embedding-sync": "embedding sync",
+    "dp-gather": "data-parallel",
 }
 SEND_THREAD_OFFSET = 100_000  # sends of stage i go on their own track under it
-DP_THREAD_OFFSET = 200_000  # and its data-parallel collectives on a third
+DP_THREAD_OFFSET = 200_000  # its data-parallel collectives on a third
+SYNC_THREAD_OFFSET = 300_000  # and the tied embeddings' gradient sync (first and last stage) on a fourth
 # A track's events must nest or follow one another: the JSON format's rule, which Perfetto
 # enforces (https://perfetto.dev/docs/faq, overlapping events: it cuts or drops the later one).
-# The gradient reduction overlaps the last backward passes, so it has its own track.
-DP_NAMES = ("grad reduce", "param all-gather")  # before the optimizer, after it (ZeRO, FSDP)
+# The gradient reduction overlaps the last backward passes, so it has its own track; a stage gets
+# the third and fourth track only where something runs on them (dp = 1: no data-parallel track).
+
+# The collectives after the pipeline by name: the gradient reduction before the optimizer, the tied
+# input and output embeddings' gradients all-reduced, the parameters gathered after the optimizer
+SHOWN = {"dp": "grad reduce", "embedding-sync": "embedding grad sync", "dp-gather": "param all-gather"}
 
 
 def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
     """Trace Event Format: one 'X' (complete) event per operation, microseconds, one process, a
-    track per stage for compute, one for its sends and one for its data-parallel collectives."""
+    track per stage for compute, one for its sends, one for its data-parallel collectives and one
+    for the tied embeddings' sync (these two where the stage runs any)."""
     trace = chrome_trace_header(sim)
     trace["traceEvents"].extend(json.loads(line) for line in _event_lines(sim))
     return trace
@@ -36,11 +44,6 @@ def chrome_trace(sim: SimulationResult) -> dict[str, Any]:
 def _label(kind: str, micro_batch: int, chunk: int, v: int) -> str:
     """An operation's name on its track: "F mb3" (", c1" with model chunks)."""
     return kind if micro_batch < 0 else f"{kind} mb{micro_batch}" + (f" c{chunk}" if v > 1 else "")
-
-
-def _has_dp(sim: SimulationResult) -> bool:
-    dp = KIND_NAMES.index("dp")
-    return any(rec[1] == dp for rec in reversed(sim.records))  # they come last, after the pipeline
 
 
 def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
@@ -53,12 +56,18 @@ def _track(tid: int, name: str, sort_index: int) -> list[dict[str, Any]]:
 def chrome_trace_header(sim: SimulationResult) -> dict[str, Any]:
     """The trace without its operations: the tracks' names and order, and the run's settings."""
     events: list[dict[str, Any]] = []
-    tracks = 3 if _has_dp(sim) else 2
+    after = sim.after_pipeline()
+    dp, sync, gather = (KIND_NAMES.index(k) for k in SHOWN)
+    order = 0
     for i in range(sim.p):
-        events += _track(i, f"stage {i}", tracks * i)
-        events += _track(SEND_THREAD_OFFSET + i, f"stage {i} sends", tracks * i + 1)
-        if tracks == 3:
-            events += _track(DP_THREAD_OFFSET + i, f"stage {i} data-parallel", tracks * i + 2)
+        tracks = [(i, f"stage {i}"), (SEND_THREAD_OFFSET + i, f"stage {i} sends")]
+        if (i, dp) in after or (i, gather) in after:
+            tracks.append((DP_THREAD_OFFSET + i, f"stage {i} data-parallel"))
+        if (i, sync) in after:
+            tracks.append((SYNC_THREAD_OFFSET + i, f"stage {i} embedding sync"))
+        for tid, name in tracks:
+            events += _track(tid, name, order)
+            order += 1
     return {
         "traceEvents": events,
         "displayTimeUnit": "ms",
@@ -99,24 +108,22 @@ def _event_lines(sim: SimulationResult) -> list[str]:
     labels = {}
     out = []
     add = out.append
-    dp, opt = KIND_NAMES.index("dp"), KIND_NAMES.index("optimizer")
-    optimized = set()  # stages whose optimizer has run: a collective after it is the all-gather
+    dp, sync, gather = (KIND_NAMES.index(k) for k in SHOWN)
+    offsets = {dp: DP_THREAD_OFFSET, gather: DP_THREAD_OFFSET, sync: SYNC_THREAD_OFFSET}
     ops = sim.ops
     start_ns = np.rint(ops["start_s"] * 1e9)
     starts_us = (start_ns / 1e3).tolist()
     durations_us = ((np.rint(ops["end_s"] * 1e9) - start_ns) / 1e3).tolist()
     for (stage, kind, mb, chunk, _, _), ts, dur in zip(sim.records, starts_us, durations_us, strict=True):
-        if kind == opt:
-            optimized.add(stage)
-        key = (kind, mb, chunk, kind == dp and stage in optimized)
+        key = (kind, mb, chunk)
         label = labels.get(key)
         if label is None:
             name = KIND_NAMES[kind]
-            shown = DP_NAMES[key[3]] if kind == dp else _label(name, mb, chunk, sim.v)
+            shown = SHOWN.get(name) or _label(name, mb, chunk, sim.v)
             text, cat = json.dumps(shown), json.dumps(CATEGORIES[name])
             head = f'{{"ph": "X", "name": {text}, "cat": {cat}, "pid": 0, "tid": '
             tail = f', "args": {{"micro_batch": {mb}, "chunk": {chunk}}}}}'
-            offset = SEND_THREAD_OFFSET if name.startswith("send") else DP_THREAD_OFFSET if kind == dp else 0
+            offset = SEND_THREAD_OFFSET if name.startswith("send") else offsets.get(kind, 0)
             label = labels[key] = (head, tail, offset)
         add(f'{label[0]}{label[2] + stage}, "ts": {ts:.3f}, "dur": {dur:.3f}{label[1]}')
     return out

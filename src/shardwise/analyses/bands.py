@@ -61,9 +61,7 @@ def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray
         from shardwise.calibration.spreads import PAIR_LOG_SD
 
         return np.full(np.shape(ta), PAIR_LOG_SD)
-    from shardwise.calibration.intervals import t_factor
+    from shardwise.calibration.intervals import ratio_log_sd_from_gradients
 
-    fitted = exp.calibration_fit
-    g = log_gradient(exp, price_a, ta) - log_gradient(exp, price_b, tb)
-    var = 2 * fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
-    return np.sqrt(var) * t_factor(fitted.dof)
+    ga, gb = log_gradient(exp, price_a, ta), log_gradient(exp, price_b, tb)
+    return ratio_log_sd_from_gradients(ga, gb, exp.calibration_fit)

@@ -52,11 +52,24 @@ class Spread:
 
     log_sd: np.ndarray
     basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
+    log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario
+    fit: Fit | None = None  # calibrated: the fit the spread is from
 
     def bounds(self, value: Any) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of a time or a rate (the same factors either way)."""
         v = np.asarray(value, dtype=float)
         return v * np.exp(-Z80 * self.log_sd), v * np.exp(Z80 * self.log_sd)
+
+    def ratio_log_sd(self, a: int, b: int) -> float:
+        """The spread (log) of scenario a's time over scenario b's, two layouts of one job: with a
+        calibration both share the fit (`ratio_log_sd_from_gradients`); without one how far the
+        model misses two layouts' ratio (`spreads.PAIR_LOG_SD`), a bias both share cancelling."""
+        if self.fit is None or self.log_gradient is None:
+            from shardwise.calibration.spreads import PAIR_LOG_SD
+
+            return PAIR_LOG_SD
+        g = self.log_gradient
+        return float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
 
 
 def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Spread:
@@ -83,7 +96,7 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Sprea
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
-    return Spread(log_sd_from_gradient(g, fitted), basis or "calibration")
+    return Spread(log_sd_from_gradient(g, fitted), basis or "calibration", g, fitted)
 
 
 def _basis(training: list[Case]) -> str:
@@ -122,6 +135,15 @@ def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:
     """sqrt(sigma^2 + g^T Sigma_u g) x Student's t factor, g = d ln t / d u (last axis: the fitted
     parameters)."""
     var = fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
+    return np.sqrt(var) * t_factor(fitted.dof)
+
+
+def ratio_log_sd_from_gradients(ga: np.ndarray, gb: np.ndarray, fitted: Fit) -> np.ndarray:
+    """The spread (log) of t_a / t_b under one calibration: both plans share its parameters, so
+    their part is the difference of the gradients, (g_a - g_b)^T Sigma_u (g_a - g_b); the residual
+    part is each plan's own, 2 sigma^2; x Student's t factor (the last axis: the fitted parameters)."""
+    g = ga - gb
+    var = 2 * fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
     return np.sqrt(var) * t_factor(fitted.dof)
 
 

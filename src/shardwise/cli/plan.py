@@ -245,7 +245,7 @@ def plan(
 
         click.echo(export.dumps(outcome.as_dict()))
         return
-    _print(result, outcome.rows, outcome.why, csv_path, figure, outcome.interval_basis, outcome.calibration is not None)
+    _print(result, outcome.rows, outcome.why, csv_path, figure, outcome.interval_basis, outcome.spread)
     if outcome.regret is not None:  # the pick's expected regret under the calibration (calibration.regret)
         click.echo(outcome.regret_text())
     if show_command:
@@ -265,7 +265,7 @@ def _print(
     csv_path: str | None,
     figure: Any,
     basis: str,
-    calibrated: bool,
+    spread: Any,
 ) -> None:
     import math
     import textwrap
@@ -274,7 +274,7 @@ def _print(
     from rich.table import Table
 
     from shardwise.analyses.plan_explain import PARTS, describe
-    from shardwise.calibration.spreads import PAIR_LOG_SD, Z80
+    from shardwise.calibration.spreads import Z80
     from shardwise.cli.render import console, plan_label, recompute_cell
     from shardwise.units import format_seconds, format_seconds_range
 
@@ -366,13 +366,13 @@ def _print(
     r = rows[0]
     if len(rows) > 1 and r["tie_with_next"]:
         pair = f"({format_seconds(r['step_time_s'])} and {format_seconds(rows[1]['step_time_s'])})"
+        band = f"80%: {math.expm1(Z80 * spread.ratio_log_sd(0, 1)):.0%} either way on their ratio"
         out.print(
-            f"[bold]a tie at this confidence:[/] the best two plans are inside each other's 80% range {pair}; "
-            "measure both"
-            if calibrated
+            f"[bold]a tie at this confidence:[/] the best two plans {pair} are closer than the calibration "
+            f"orders them ({band}); measure both"
+            if spread.fit is not None
             else f"[bold]a tie at this confidence:[/] the best two plans {pair} are closer than the model orders "
-            f"two layouts of one job (80%: {math.expm1(Z80 * PAIR_LOG_SD):.0%} either way on their ratio); "
-            "measure both, or calibrate on your runs"
+            f"two layouts of one job ({band}); measure both, or calibrate on your runs"
         )
     parts = ", ".join(
         f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items() if v / r["step_time_s"] >= 0.005

@@ -108,9 +108,24 @@ def _print(
     out.print(table)
     out.print(
         f"bubble over all stages: {sim.bubble_fraction:.1%} of the pipeline's span "
-        f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is gradient reduction and the optimizer"
+        f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is {_after_pipeline(sim_step)}"
     )
     if figure is not None:
         out.print(f"figure: {figure}")
     if trace_path is not None:
         out.print(f"Chrome trace: {trace_path} (open in https://ui.perfetto.dev)")
+
+
+def _after_pipeline(sim_step: Any) -> str:
+    """What runs after the pipeline, in words: without a gradient reduction (one replica, no context
+    parallelism: it said there was one) the tied embeddings' sync, where the model ties them, and
+    the optimizer."""
+    from shardwise.engines.simulator import KIND_NAMES
+
+    kinds = {kind for _, kind in sim_step.simulation.after_pipeline()}
+    reduced = {KIND_NAMES.index("dp"), KIND_NAMES.index("dp-gather")} & kinds
+    if reduced or int(sim_step.estimate.scenario.plan.dp) > 1:
+        return "gradient reduction and the optimizer"
+    if KIND_NAMES.index("embedding-sync") in kinds:
+        return "the tied embeddings' gradient sync (first and last stage) and the optimizer"
+    return "the optimizer"

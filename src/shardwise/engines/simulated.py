@@ -164,7 +164,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     mb_over = float(np.asarray(cluster.micro_batch_overhead_s))
     forward, backward = forward + mb_over / 2, backward + mb_over / 2
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
-    dp, tail, gather, opt = [], [], [], []
+    dp, tail, gather, opt, syncs = [], [], [], [], []
     priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
 
     # the pace of the pipeline's steady state: ZeRO-2/3's reductions run through what a stage's
@@ -235,7 +235,8 @@ def stage_times(scn: Scenario) -> StageTimes:
         edges = float(np.asarray(stage_scan_edges_s(scn, serial, layers, n_params - n_expert, dense, m) if scan else 0))
         tail[-1] = min(tail[-1] + edges, max(both, tail[-1]))
         dp[-1] = max(min(dp[-1] + edges, max(both + one_backward, dp[-1])), tail[-1])  # exposed <= both
-        after = float(np.asarray(serial["replica_all_reduce"])) + (tied if i in (0, p - 1) and p > 1 else 0.0)
+        syncs.append(tied if i in (0, p - 1) and p > 1 else 0.0)  # after the reductions (`simulator.KIND_NAMES`)
+        after = float(np.asarray(serial["replica_all_reduce"])) + syncs[-1]
         dp[-1], tail[-1] = dp[-1] + after, tail[-1] + after
         rounds = p if int(plan.vpp) > 1 else 1
         gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, int(plan.vpp), rounds)[1])))
@@ -252,6 +253,7 @@ def stage_times(scn: Scenario) -> StageTimes:
         np.array(tail),
         np.array(gather),
         blocked,
+        np.array(syncs),
     )
 
 

@@ -7,8 +7,9 @@ ends, its output is sent on the link to the next (previous) stage: a transfer ta
 time (latency plus bytes over bandwidth), links carry one transfer at a time in the order they
 were produced, and the sender does not wait (compute and transfers overlap). After its last
 backward operation a stage reduces its gradients over data parallelism (started with the last
-backward operation when the reduction is bucketed and overlapped, after it otherwise) and then
-runs the optimizer. Because every stage follows a fixed order and every start time is a maximum
+backward operation when the reduction is bucketed and overlapped, after it otherwise), the first
+and last stage then all-reduce their tied embeddings' gradient between them, and each stage runs
+the optimizer. Because every stage follows a fixed order and every start time is a maximum
 of earlier end times plus durations, the makespan never decreases when a duration grows.
 """
 
@@ -23,8 +24,14 @@ import numpy as np
 
 from shardwise.engines.schedules import SPLIT_BACKWARD, B, F, StageOps, W
 
-KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer")
-SEND_F, SEND_B, DP, OPT = 3, 4, 5, 6
+# after the pipeline: "dp", the gradient reduction (all-reduce or reduce-scatter) before the
+# optimizer; "embedding-sync", the tied embeddings' gradient all-reduce of the first and last
+# stage after it (Megatron-LM's `finalize_model_grads`: `finish_grad_sync`, then
+# `_allreduce_embedding_grads`), with dp = 1 the only collective there; "dp-gather", the parameter
+# all-gather after the optimizer (the distributed optimizer, ZeRO-1/2, where exposed)
+KIND_NAMES = ("F", "B", "W", "send-F", "send-B", "dp", "optimizer", "embedding-sync", "dp-gather")
+SEND_F, SEND_B, DP, OPT, SYNC, GATHER = 3, 4, 5, 6, 7, 8
+AFTER_PIPELINE = frozenset((DP, OPT, SYNC, GATHER))  # each stage's operations after its last backward
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,7 @@ class StageTimes:
     dp_tail_s: np.ndarray | None = None  # of dp_s, what must still run after the last backward ends
     gather_s: np.ndarray | None = None  # exposed parameter all-gather after the optimizer
     blocking_s: np.ndarray | None = None  # of forward_s + backward_s, the blocking sends (for the breakdown)
+    embedding_sync_s: np.ndarray | None = None  # of dp_s, its end: the tied embeddings' all-reduce
 
 
 @dataclass(frozen=True, eq=False)
@@ -69,6 +77,16 @@ class SimulationResult:
     def ops(self) -> np.ndarray:
         """The records as a structured array (built on first use)."""
         return np.array(self.records, dtype=OP_DTYPE)
+
+    def after_pipeline(self) -> set[tuple[int, int]]:
+        """(stage, kind) of the operations after each stage's last backward (`finish_step`): the
+        records' last ones, read from the end."""
+        found = set()
+        for rec in reversed(self.records):
+            if rec[1] not in AFTER_PIPELINE:
+                break
+            found.add((rec[0], rec[1]))
+        return found
 
     @property
     def bubble_fraction_per_stage(self) -> np.ndarray:
@@ -257,8 +275,9 @@ def finish_step(
     last_grad_start: list[float],
     last_grad_end: list[float],
 ) -> SimulationResult:
-    """After each stage's last backward: its data-parallel reduction, optimizer and parameter
-    all-gather (module docstring), and the result."""
+    """After each stage's last backward: its data-parallel reduction (the tied embeddings' sync at
+    its end, a record of its own), optimizer and parameter all-gather (module docstring), and the
+    result."""
     pipeline_end = max(last_grad_end)
     makespan = 0.0
     for i in range(p):
@@ -267,12 +286,16 @@ def finish_step(
         tail = float(times.dp_tail_s[i]) if times.dp_tail_s is not None else 0.0
         dp_end = max(start + dp_s, last_grad_end[i] + tail)
         if dp_s > 0:
-            rec.append((i, DP, -1, -1, dp_end - dp_s, dp_end))
+            sync = float(times.embedding_sync_s[i]) if times.embedding_sync_s is not None else 0.0
+            if dp_s > sync:
+                rec.append((i, DP, -1, -1, dp_end - dp_s, dp_end - sync))
+            if sync > 0:
+                rec.append((i, SYNC, -1, -1, dp_end - min(sync, dp_s), dp_end))
         end = dp_end + float(times.optimizer_s[i])
         rec.append((i, OPT, -1, -1, dp_end, end))
         gather = float(times.gather_s[i]) if times.gather_s is not None else 0.0
         if gather > 0:
-            rec.append((i, DP, -1, -1, end, end + gather))
+            rec.append((i, GATHER, -1, -1, end, end + gather))
             end += gather
         makespan = max(makespan, end)
     return SimulationResult(

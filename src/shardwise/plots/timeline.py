@@ -17,6 +17,8 @@ GANTT_COLORS = {
     "send-B": "#c7c7c7",
     "dp": "#8172b3",
     "optimizer": "#937860",
+    "embedding-sync": "#da8bc3",
+    "dp-gather": "#8172b3",  # drawn as the reduction, under one legend entry
 }
 GANTT_LABELS = {
     "F": "forward",
@@ -26,7 +28,11 @@ GANTT_LABELS = {
     "send-B": "send gradients",
     "dp": "data-parallel reduce / gather",
     "optimizer": "optimizer",
+    "embedding-sync": "tied embedding sync",
+    "dp-gather": "data-parallel reduce / gather",
 }
+# communication, overlapping compute: a thin bar above the stage's compute
+THIN = ("send-F", "send-B", "dp", "embedding-sync", "dp-gather")
 
 
 # Above this many operations the chart is painted as an image of RASTER_COLUMNS time columns
@@ -70,7 +76,7 @@ def _raster(ax: Any, ops: np.ndarray, p: int, width: float, time_unit: float) ->
     image = np.full((p * sub, cols, 4), 255, dtype=np.uint8)  # RGBA bytes: drawn without conversion
     used = set()
     for thin, rows in ((False, slice(2, sub)), (True, slice(0, 1))):
-        names = [n for n in KIND_NAMES if (n.startswith("send") or n == "dp") == thin]
+        names = [n for n in KIND_NAMES if (n in THIN) == thin]
         shares = []
         for name in names:
             sel = ops[ops["kind"] == KIND_NAMES.index(name)]
@@ -113,7 +119,7 @@ def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -
         if len(rows) == 0:
             continue
         used.add(name)
-        thin = name.startswith("send") or name == "dp"  # communication, overlapping compute
+        thin = name in THIN
         for stage in np.unique(rows["stage"]):
             sel = rows[rows["stage"] == stage]
             spans = list(zip(sel["start_s"] / time_unit, (sel["end_s"] - sel["start_s"]) / time_unit, strict=True))
@@ -135,7 +141,8 @@ def gantt(sim: Any, title: str, time_unit: float = 1.0, unit_label: str = "s") -
     ax.set_xlim(0, sim.makespan_s / time_unit * 1.01)
     ax.set_ylim(-0.7, p - 0.3)
     ax.grid(True, axis="x", alpha=0.25)
-    handles = [Patch(color=GANTT_COLORS[n], label=GANTT_LABELS[n]) for n in GANTT_COLORS if n in used]
+    shown = {GANTT_LABELS[n]: GANTT_COLORS[n] for n in GANTT_COLORS if n in used}  # one entry per label
+    handles = [Patch(color=colour, label=label) for label, colour in shown.items()]
     handles.append(Patch(facecolor="white", edgecolor="#999999", label="idle (bubble)"))
     # margins fixed in inches (tick labels, title, axis label and the legend under it), so that
     # the chart is saved as laid out (`plots.save(..., tight=False)`): a tight bounding box draws

@@ -9,7 +9,6 @@ import shlex
 from dataclasses import dataclass, fields
 from typing import Any
 
-from shardwise.calibration.spreads import PAIR_LOG_SD
 from shardwise.requests.plan_result import PlanResult, with_intervals
 from shardwise.requests.training import PredictRequest, TrainingRequest, checked_emit
 from shardwise.units import format_capacity, share_or_bytes
@@ -348,7 +347,7 @@ class PlanRequest:
                 f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}"
             )
         spread = build.spread([result.scenario(int(i)) for i in best], cal)
-        rows = with_intervals(result, best, spread, None if cal is not None else PAIR_LOG_SD)
+        rows = with_intervals(result, best, spread)
         for r, i in zip(rows, best, strict=True):
             request = row_request(result, int(i), self.training)
             r["etp"] = request.training.etp or r["tp"]  # experts split over etp ranks (dense: unused, = tp)
@@ -366,4 +365,4 @@ class PlanRequest:
             from shardwise.calibration.regret import plan_regret
 
             regret = plan_regret(result, cal.fit, spread.basis)
-        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes), cal, regret)
+        return PlanResult(self, result, rows, why, launch, spread.basis, tuple(notes), cal, regret, spread)

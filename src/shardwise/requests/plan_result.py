@@ -22,6 +22,7 @@ class PlanResult:
     notes: tuple[str, ...]
     calibration: Any = None  # calibration.store.Calibration the plans were priced with
     regret: Any = None  # calibration.regret.Regret of the pick, with a calibration
+    spread: Any = None  # calibration.intervals.Spread of the best rows (their ranges, their ratios')
 
     def regret_text(self) -> str | None:
         """The line `plan --calibration` prints under its table (None without a calibration)."""
@@ -72,12 +73,12 @@ class PlanResult:
         return label(self.search, i)
 
 
-def with_intervals(result: Any, best: Any, spread: Any, ratio_log_sd: float | None = None) -> list[dict[str, Any]]:
-    """The best plans' rows with their 80% intervals, and whether each is a tie with the next.
-    With `ratio_log_sd` (uncalibrated: `spreads.PAIR_LOG_SD`, how far the model misses the ratio of
-    two layouts' times, a bias they share cancelling) the two are a tie where their ratio lies inside
-    its 80% band; otherwise (a calibration's own intervals) where the next plan's value lies inside
-    this one's interval (or this one's inside the next's)."""
+def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
+    """The best plans' rows with their 80% intervals, and whether each is a tie with the next: where
+    their ratio lies inside its 80% band, `spread.ratio_log_sd` (uncalibrated `spreads.PAIR_LOG_SD`,
+    how far the model misses the ratio of two layouts' times, a bias they share cancelling; with a
+    calibration its own, as `analyses.bands.ratio_log_sd` for sensitivity), not where one lies inside
+    the other's absolute range (which a bias both share widens)."""
     from itertools import pairwise
 
     from shardwise.calibration.spreads import Z80
@@ -92,12 +93,8 @@ def with_intervals(result: Any, best: Any, spread: Any, ratio_log_sd: float | No
         r["tokens_per_s_per_gpu_high"] = tok * r["step_time_s"] / r["step_time_s_low"]
         rows.append(r)
     key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
-    for a, b in pairwise(rows):
-        a["tie_with_next"] = bool(
-            abs(math.log(a[key] / b[key])) <= Z80 * ratio_log_sd
-            if ratio_log_sd is not None
-            else a[f"{key}_low"] <= b[key] <= a[f"{key}_high"] or b[f"{key}_low"] <= a[key] <= b[f"{key}_high"]
-        )
+    for j, (a, b) in enumerate(pairwise(rows)):
+        a["tie_with_next"] = bool(abs(math.log(a[key] / b[key])) <= Z80 * spread.ratio_log_sd(j, j + 1))
     if rows:
         rows[-1]["tie_with_next"] = None
     return rows
