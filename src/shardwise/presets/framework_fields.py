@@ -169,7 +169,8 @@ def inherited_fields(data: dict[str, Any], table: dict[str, dict[str, Any]]) -> 
 def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
     for field in data:
         if field not in (*FRAMEWORK_FLAGS, *STACK_FIELDS, *NOT_INHERITED, "like"):
-            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, (*FRAMEWORK_FLAGS, *STACK_FIELDS))}")
+            allowed = (*FRAMEWORK_FLAGS, *STACK_FIELDS, "like")
+            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, allowed)}")
     missing = [f for f in FRAMEWORK_FLAGS if f not in data]
     if missing:
         raise SpecError(
