@@ -137,7 +137,8 @@ def test_predict_and_presets_show_a_framework_file(tmp_path, cli):
         ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "16", "--framework", path]
     )
     assert code == 0, err
-    assert "framework: my-fsdp" in out and "no published runs of my-fsdp" in " ".join(out.split())
+    words = " ".join(out.split())
+    assert "framework: my-fsdp" in words and ", memory as fsdp's" in words and "no published runs of my-fsdp" in words
     code, out, err = cli(["presets", "show", path])
     assert code == 0, err
     assert "  like: fsdp\n" in out and "  host_kernel: 20us\n" in out  # the file's own, unmarked
@@ -156,3 +157,15 @@ def test_a_files_notes_name_it_and_read_its_builtins_traits(tmp_path):
     assert "my-ds's pipeline engine allows ZeRO-1 at most" in notes and str(tmp_path) not in notes
     composer = _write(tmp_path, "name: my-composer\nlike: composer\n", "composer.yaml")
     assert "my-composer runs no pipeline parallelism (pp=2)" in " ".join(_predict(composer, pp=2).notes)
+
+
+def test_the_json_plan_names_a_files_memory_stack_and_a_builtins_json_is_unchanged(tmp_path):
+    from shardwise import export
+
+    mine = export.plan_dict(_predict(_write(tmp_path, "name: my-fsdp\nlike: fsdp\n")).scenario.plan)
+    builtin = export.plan_dict(_predict("fsdp").scenario.plan)
+    assert mine["memory_stack"] == "fsdp" and mine["framework"] == "my-fsdp"
+    assert "memory_stack" not in builtin  # the built-ins' output as it was
+    assert {k: v for k, v in mine.items() if k not in ("memory_stack", "framework")} == {
+        k: v for k, v in builtin.items() if k != "framework"
+    }
