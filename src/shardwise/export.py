@@ -124,6 +124,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
     out = {f: plain(getattr(plan, f)) for f in fields}
     out["stage_layers"] = list(plan.stage_layers) if plan.stage_layers is not None else None
     out["num_micro_batches"] = plain(plan.num_micro_batches)
+    if plan.memory_stack:  # a framework file's `like:` (built-in presets leave it empty)
+        out["memory_stack"] = plan.memory_stack
     return out
 
 

@@ -212,11 +212,12 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return f"beyond the micro-batch limit {sp.max_micro_batch} (--max-micro-batch)"
     if sp.vpp is None and v > sp.max_vpp:
         return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
+    from shardwise.analyses.search_space import stack_of
     from shardwise.presets.stack_defaults import missing_axes, not_in_stack
 
-    stack = str(sp.execution.get("framework") or "megatron-core")
+    stack, shown = stack_of(sp), str(sp.execution.get("framework") or "")
     if missing_axes(stack, plan):  # the axes the stack lacks before the search's own limits
-        return not_in_stack(stack, plan, searched=True)
+        return not_in_stack(stack, plan, searched=True, shown_as=shown)
     if pp > 1 and z >= 2 and not sp.zero_with_pipeline:
         return "ZeRO-2/3 with a pipeline is off (--zero-with-pp)"
     blocks, hybrid = sp.features()
@@ -226,7 +227,7 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return "the framework does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
         return "the search takes the fewest layers recomputed whole that fit"
-    return not_in_stack(stack, plan, searched=True) or "outside your fixed values"
+    return not_in_stack(stack, plan, searched=True, shown_as=shown) or "outside your fixed values"
 
 
 def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:

@@ -30,6 +30,7 @@ from shardwise.analyses.search_space import (  # noqa: F401
     RECOMPUTE_NAMES,
     SCHEDULE_NAMES,
     SearchSpace,
+    stack_of,
 )
 from shardwise.arrays import sorted_distinct
 from shardwise.specs import Cluster, Model, Recompute, Schedule
@@ -103,7 +104,7 @@ def stack_split_rule(space: SearchSpace) -> str:
     """How the stack of the planned runs splits its layers (`presets.framework_pipeline_split`)."""
     from shardwise import presets
 
-    return presets.framework_pipeline_split(str(space.execution.get("framework") or "megatron-core"))
+    return presets.framework_pipeline_split(stack_of(space))
 
 
 def split_options(model: Model, pp: int, space: SearchSpace, rule: str = "even") -> list[tuple[int, int, int, int]]:

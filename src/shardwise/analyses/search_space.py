@@ -71,6 +71,9 @@ class SearchSpace:
     precision: str = "bf16"
     # execution details of the runs being planned (as in Plan; lora_rank too)
     execution: dict[str, bool | int | str] = field(default_factory=dict)
+    # the framework as the user named it, a preset's name or a framework file's path, for what its
+    # preset states beyond the Plan fields (`stack_of`; "": `execution`'s framework)
+    stack: str = ""
 
     def __post_init__(self) -> None:
         if self.objective not in OBJECTIVES:
@@ -108,10 +111,16 @@ class SearchSpace:
         return search_features(self)
 
 
+def stack_of(space: SearchSpace) -> str:
+    """The framework preset (a name) or file (a path) the planned runs use: what its preset's
+    lookups take (`presets.stack_defaults`)."""
+    return space.stack or str(space.execution.get("framework") or "megatron-core")
+
+
 def search_features(space: SearchSpace) -> tuple[bool, tuple[int, ...]]:
     from shardwise import presets
 
-    blocks, hybrid = presets.framework_plan_search(str(space.execution.get("framework") or "megatron-core"))
+    blocks, hybrid = presets.framework_plan_search(stack_of(space))
     if space.hybrid_zero is not None:
         hybrid = space.hybrid_zero
     return blocks and space.recompute_layers is None, hybrid if space.shard_group is None else ()

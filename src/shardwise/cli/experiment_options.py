@@ -159,9 +159,10 @@ experiment_options = _stack(
         "--framework",
         default=_d("framework"),
         show_default=True,
-        metavar="NAME",
+        metavar="NAME|FILE",
         callback=non_empty(NAME_OR_FILE),
-        help="Software stack whose execution flags the plans use (see `shardwise presets frameworks`).",
+        help="Software stack whose execution flags the plans use (see `shardwise presets frameworks`), or a YAML "
+        "file of your own (`like: fsdp` and the fields that differ).",
     ),
     click.option(
         "--first-stage-layers", type=int, help="Layers on the first pipeline stage of every plan [default: even]."

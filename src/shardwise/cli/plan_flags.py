@@ -241,10 +241,11 @@ execution_options = stack_options(
         "--framework",
         default="megatron-core",
         show_default=True,
-        metavar="NAME",
+        metavar="NAME|FILE",
         callback=non_empty(NAME_OR_FILE),
         help="Software stack whose execution flags apply: megatron-core, megatron-lm-2022, megatron-lm-2021, "
-        "megatron-deepspeed, fsdp, torchtitan (see `shardwise presets frameworks`); flags below override it.",
+        "megatron-deepspeed, fsdp, torchtitan (see `shardwise presets frameworks`), or a YAML file of your own "
+        "(`like: fsdp` and the fields that differ); flags below override it.",
     ),
     click.option(
         "--precision",

@@ -144,7 +144,7 @@ KIND_FIELDS = {
     "systems": ("gpus_per_node", "intra_node_link", "inter_node_link"),
     "gpus": ("peak_16bit", "memory", "memory_bandwidth", "sm_count"),
     "links": ("bandwidth",),
-    "frameworks": ("zero_stage", "tp_comm_overlap", "overlap_grad_reduce", "attention_kernel"),
+    "frameworks": ("zero_stage", "tp_comm_overlap", "overlap_grad_reduce", "attention_kernel", "like"),
 }
 BUILDERS = {"models": "model", "systems": "system", "gpus": "gpu", "links": "link", "frameworks": "framework"}
 
@@ -184,9 +184,15 @@ def _show_file(registry: Any, path: str, as_json: bool) -> None:
     else:  # checked as --gpu / --system / --intra-link / --framework would check it
         counts = {}
         getattr(registry, BUILDERS[kind])(path)
+    inherited: tuple[str, ...] = ()
+    if kind == "frameworks" and "like" in fields:  # the fields it takes from the built-in it names
+        from shardwise.presets.framework_fields import inherited_fields, with_like
+
+        inherited = inherited_fields(fields, registry.raw("frameworks"))
+        fields = with_like(path, fields, registry.raw("frameworks"))
     fields.pop("notes", None)
     key = Path(path).name
-    _print_fields([(kind, fields)], key, counts, as_json)
+    _print_fields([(kind, fields)], key, counts, as_json, inherited)
 
 
 def _param_counts(registry: Any, name: str) -> dict[str, float]:
@@ -221,13 +227,21 @@ def _show(registry: Any, name: str, as_json: bool) -> None:
 
 
 def _print_fields(
-    found: list[tuple[str, dict[str, Any]]], key: str, counts: dict[str, dict[str, float]], as_json: bool
+    found: list[tuple[str, dict[str, Any]]],
+    key: str,
+    counts: dict[str, dict[str, float]],
+    as_json: bool,
+    inherited: tuple[str, ...] = (),
 ) -> None:
-    """Each (kind, fields) in full, the parameter counts of a model, its source last."""
+    """Each (kind, fields) in full, the parameter counts of a model, its source last; `inherited`:
+    the fields a framework file takes from the built-in its `like:` names, marked with its name."""
     if as_json:
         from shardwise import export
 
-        click.echo(export.dumps({kind: {"name": key, **fields, **counts.get(kind, {})} for kind, fields in found}))
+        extra = {"from_like": list(inherited)} if inherited else {}
+        click.echo(
+            export.dumps({kind: {"name": key, **fields, **counts.get(kind, {}), **extra} for kind, fields in found})
+        )
         return
     for kind, fields in found:
         click.echo(f"{key} ({kind[:-1]})")
@@ -237,7 +251,7 @@ def _print_fields(
                 for sub, text in value.items():
                     click.echo(f"    {sub}: {text}")
             elif field != "source":
-                click.echo(f"  {field}: {value}")
+                click.echo(f"  {field}: {value}" + (f"  ({fields['like']}'s)" if field in inherited else ""))
         if kind in counts:
             c = counts[kind]
             click.echo(

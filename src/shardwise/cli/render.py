@@ -137,7 +137,8 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         + (f", packed documents of {p.packed_document_len} tokens" if int(p.packed_document_len) > 0 else "")
         + (f", {p.pipeline_flushes} pipeline flushes" if int(p.pipeline_flushes) > 1 else "")
         + (f", layers per stage {split}" if split else ""),
-        f"framework: {p.framework} ({_flags(p)})",
+        f"framework: {p.framework} ({_flags(p)})"
+        + (f", memory as {p.memory_stack}'s" if p.memory_stack and p.memory_stack != p.framework else ""),
     ]
 
 

@@ -59,7 +59,7 @@ def memory_terms(
     """`MemoryTerms` of one CP rank's scenario (`scn`) holding `params` per stage (see
     `memory_breakdown`; `moe`: a mixture of experts' layers)."""
     model, plan = scn.model, scn.plan
-    stack = mem.stack_memory(plan.framework, plan.loss_kernel)
+    stack = mem.stack_memory(plan.memory_stack_key, plan.loss_kernel)
     layer = _layer_terms(
         model,
         plan.micro_batch,
@@ -84,7 +84,7 @@ def runtime_reserve_bytes(scn: Scenario, stack: mem.StackMemory | None = None) -
     the stack's NCCL (`StackMemory.nvls_head_bytes`), its tree connected at init where that NCCL does
     (`StackMemory.nccl_tree_at_init`)."""
     plan, cluster = scn.plan, scn.cluster
-    stack = mem.stack_memory(plan.framework) if stack is None else stack
+    stack = mem.stack_memory(plan.memory_stack_key) if stack is None else stack
     nvls = cluster.nvls & (as_array(cluster.intra_node_link.nvls_efficiency) > 0)
     head = NVLS_HEAD_BYTES if stack.nvls_head_bytes is None else stack.nvls_head_bytes
     tree, tied = stack.nccl_tree_at_init, bool(scn.model.tied_embeddings)
@@ -118,7 +118,7 @@ def memory_breakdown(
     model, plan = scn.model, scn.plan
     e = plan.bytes_per_element
     policy = plan.selective_policy
-    stack = mem.stack_memory(plan.framework)
+    stack = mem.stack_memory(plan.memory_stack_key)
     if terms is None:
         terms = memory_terms(scn, params, expert_params, trained, moe_layers is not None)
     per_layer, unsaved, working, grads_flow, logits, saved_head, sp_split, mask_per_mb = terms.layer

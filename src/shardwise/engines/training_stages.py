@@ -156,10 +156,10 @@ def offload_times(
         plan.bytes_per_element,
         None,
         plan.selective_policy,
-        mem.stack_memory(plan.framework).extra_saved_elements(model),
+        mem.stack_memory(plan.memory_stack_key).extra_saved_elements(model),
         plan.recompute_modules,
         fp8_input_bytes(plan),
-        mem.stack_memory(plan.framework).kept_hidden(model),
+        mem.stack_memory(plan.memory_stack_key).kept_hidden(model),
     )
     c, n = offload.copy_s(act, gpu.host_link_bytes_per_s), plan.offload_activation_layers
     t_f, t_b = layer.forward_s, layer.backward_s

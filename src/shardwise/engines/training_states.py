@@ -31,7 +31,7 @@ def stage_states(
         plan.zero_ranks,
         plan.zero_stage,
         plan.expert_dp,
-        plan.framework,
+        plan.memory_stack_key,
         plan.precision,
         plan.grad_reduce_bf16,
         plan.optimizer_state,
@@ -55,7 +55,7 @@ def _stage_states(
     zero_ranks: Number,
     zero_stage: Number,
     expert_dp: Number,
-    framework: str,
+    stack: str,
     precision: str,
     grad_bf16: Number,
     optimizer_state: str,
@@ -66,11 +66,12 @@ def _stage_states(
 ) -> tuple[tuple[Number, Number, Number], ...]:
     """`stage_states` of the plan fields it reads; `lora_on`: which plans train LoRA's adapters
     (`trained`, per stage, is then theirs and, for the other plans, all their parameters);
-    `grad_bf16`: `Plan.grad_reduce_bf16`; `optimizer_state`: `Plan.optimizer_state`."""
+    `grad_bf16`: `Plan.grad_reduce_bf16`; `optimizer_state`: `Plan.optimizer_state`; `stack`: the
+    memory entry's name (`Plan.memory_stack_key`)."""
     shards = mem.zero_shards(zero_ranks, zero_stage)  # dp x cp, or the hybrid shard group
     no_experts = all(one_value(x) and float(x) == 0.0 for x in expert_params)
     routed_shards = None if no_experts else mem.zero_shards(expert_dp, zero_stage)
-    fp32_shards = mem.stack_memory(framework).sharded_fp32_params & (as_array(zero_stage) == 3)
+    fp32_shards = mem.stack_memory(stack).sharded_fp32_params & (as_array(zero_stage) == 3)
     lora = trained is not None and any_true(lora_on)
     # FSDP: the fp32 shard is the weight, no 16-bit one (full training only: LoRA's frozen
     # weights stay 16-bit; for a full-training plan `trained` is all of its parameters)
@@ -103,16 +104,16 @@ def _stage_states(
             # FSDP1 `_cast_grad_to_param_dtype`): the shard's gradient is 4 bytes under grad_bf16 too
             g = ifelse(fp32_weights & as_bool(grad_bf16), g * mem.grad_bytes_per_param(precision) / 2.0, g)
             dense = (ifelse(fp32_weights, master, w), g, ifelse(fp32_weights, o - master, o))
-        states.append(_stack_grads(dense, framework, precision, grad_bf16))
+        states.append(_stack_grads(dense, stack, precision, grad_bf16))
     return tuple(states)
 
 
 def _stack_grads(
-    state: tuple[Number, Number, Number], framework: str, precision: str, grad_bf16: Number
+    state: tuple[Number, Number, Number], stack: str, precision: str, grad_bf16: Number
 ) -> tuple[Number, Number, Number]:
     """`state` with its gradients at the stack's own bytes per parameter where it keeps them in
     one dtype whatever the plan says (`StackMemory.grad_bytes`: InternEvo's 16-bit gradients)."""
-    own = mem.stack_memory(framework).grad_bytes
+    own = mem.stack_memory(stack).grad_bytes
     if own is None:
         return state
     w, g, o = state

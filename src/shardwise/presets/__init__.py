@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from shardwise import files, loaders, units
-from shardwise.presets.framework_fields import _framework_from_dict
+from shardwise.presets.framework_fields import _framework_from_dict, with_like
+from shardwise.presets.stack_defaults import framework_pipeline_split, framework_plan_search  # noqa: F401
 from shardwise.specs import Cluster, Gpu, Link, Model, SpecError
 from shardwise.specs.experiment import LinkSpec
 
@@ -306,32 +307,22 @@ def system_network(name: str) -> tuple[Link | None, float]:
 
 
 def framework(name: str) -> dict[str, Any]:
-    """The execution flags of a framework preset, as `Plan` keyword arguments (with `framework`
+    """The execution flags of a framework preset or file, as `Plan` keyword arguments (with `framework`
     set to its name); `zero_stage` is the framework's default optimizer sharding."""
+    return _in_file(name, _framework_from_dict, *_framework_entry(name))
+
+
+def _framework_entry(name: str) -> tuple[str, dict[str, Any]]:
+    """(name, fields) of a framework preset, or of a file over the built-in its `like:` names."""
     key, data = _lookup("frameworks", name)
-    return _in_file(name, _framework_from_dict, key, data)
+    return key, _in_file(name, with_like, key, data, raw("frameworks")) if _looks_like_path(name) else data
 
 
 def _checked_framework(name: str) -> dict[str, Any]:
     """A framework preset's fields, the whole preset checked (looked up, or its file read, once)."""
-    key, data = _lookup("frameworks", name)
+    key, data = _framework_entry(name)
     _in_file(name, _framework_from_dict, key, data)
     return data
-
-
-def framework_pipeline_split(name: str) -> str:
-    """How the framework splits the layers over pipeline stages when the plan gives no split
-    (`PIPELINE_SPLITS`; "even" where the preset says nothing). A request-layer default, not a
-    `Plan` field."""
-    return str(_checked_framework(name).get("pipeline_split", "even"))
-
-
-def framework_plan_search(name: str) -> tuple[bool, tuple[int, ...]]:
-    """What `plan` searches on the framework beyond the layout: whether it recomputes the first N
-    layers of each model chunk whole (`block_recompute`), and the ZeRO stages it runs with hybrid
-    sharding (`hybrid_shard`); (False, ()) where the preset says nothing."""
-    data = _checked_framework(name)
-    return bool(data.get("block_recompute", False)), tuple(int(z) for z in data.get("hybrid_shard", []))
 
 
 def framework_accumulate_bytes(name: str, precision: str) -> float | None:

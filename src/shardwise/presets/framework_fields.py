@@ -93,7 +93,10 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
             out[field] = data[field]
     if "host_kernel" in data:
-        out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+        try:
+            out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])
+        except SpecError as exc:
+            raise SpecError(f"framework {key!r}: host_kernel: {exc}") from None
     check_default_fields(key, data)  # not Plan fields: `presets.stack_defaults`
     # not a Plan field: the request layer reads it through `framework_pipeline_split`
     if "pipeline_split" in data and data["pipeline_split"] not in PIPELINE_SPLITS:
@@ -130,13 +133,50 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# a built-in preset's own words, not taken by a file that starts from it (`with_like`)
+NOT_INHERITED = ("description", "source", "kind", "notes", "name")
+
+
+def with_like(key: str, data: dict[str, Any], table: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """A framework file's fields over those of the built-in preset its `like:` names (the same
+    fields otherwise: a file without `like:` states the Plan flags itself, `FRAMEWORK_FLAGS`, and
+    takes Megatron-Core's kernels and memory where it is silent). The file's stack is priced with
+    that built-in's memory (`Plan.memory_stack`); its interval stays a stack's without published runs
+    (the runs are the built-in's, not the file's). `data` unchanged without `like:`."""
+    if "like" not in data:
+        return data
+    like = data["like"]
+    name = like.strip().lower() if isinstance(like, str) else None
+    if name not in table:
+        raise SpecError(
+            f"framework {key!r}: like: {like!r} is not a built-in framework; name one of `shardwise presets frameworks`"
+        )
+    inherited = {k: v for k, v in table[name].items() if k not in NOT_INHERITED}
+    own = {k: data[k] for k in ("name",) if k in data}  # shown first (`presets show FILE`)
+    merged = {**own, "like": name, **inherited, **data}
+    merged["like"] = name  # as the table spells it
+    return merged
+
+
+def inherited_fields(data: dict[str, Any], table: dict[str, dict[str, Any]]) -> tuple[str, ...]:
+    """The fields of a framework file read from its `like:` preset (`with_like`), not stated by it."""
+    if "like" not in data:
+        return ()
+    merged = with_like("file", data, table)
+    return tuple(k for k in merged if k not in data)
+
+
 def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
     for field in data:
-        if field not in (*FRAMEWORK_FLAGS, *STACK_FIELDS, "description", "source", "kind", "notes", "name"):
-            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, (*FRAMEWORK_FLAGS, *STACK_FIELDS))}")
+        if field not in (*FRAMEWORK_FLAGS, *STACK_FIELDS, *NOT_INHERITED, "like"):
+            allowed = (*FRAMEWORK_FLAGS, *STACK_FIELDS, "like")
+            raise SpecError(f"framework {key!r}: {loaders.unknown_field(field, allowed)}")
     missing = [f for f in FRAMEWORK_FLAGS if f not in data]
     if missing:
-        raise SpecError(f"framework {key!r}: missing field(s) {', '.join(missing)}")
+        raise SpecError(
+            f"framework {key!r}: missing field(s) {', '.join(missing)}; state them, or start from a built-in "
+            "framework with `like: NAME` (its fields where yours are silent)"
+        )
     out: dict[str, Any] = {f: data[f] for f in FRAMEWORK_FLAGS}
     for f in FRAMEWORK_FLAGS:
         v = out[f]
@@ -151,4 +191,6 @@ def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
     out.update(_stack_fields(key, data))
     out.pop("unfused_accumulate_bytes_fp16", None)  # not a Plan field: `framework_accumulate_bytes`
     out["framework"] = key
+    if "like" in data:  # a file started from a built-in (`with_like`): its memory is that one's
+        out["memory_stack"] = data["like"]
     return out

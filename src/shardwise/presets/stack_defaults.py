@@ -68,6 +68,25 @@ def check_default_fields(key: str, data: dict[str, Any]) -> None:
             )
 
 
+def framework_pipeline_split(name: str) -> str:
+    """How the framework splits the layers over pipeline stages when the plan gives no split
+    (`PIPELINE_SPLITS`; "even" where the preset says nothing). A request-layer default, not a
+    `Plan` field."""
+    from shardwise import presets
+
+    return str(presets._checked_framework(name).get("pipeline_split", "even"))
+
+
+def framework_plan_search(name: str) -> tuple[bool, tuple[int, ...]]:
+    """What `plan` searches on the framework beyond the layout: whether it recomputes the first N
+    layers of each model chunk whole (`block_recompute`), and the ZeRO stages it runs with hybrid
+    sharding (`hybrid_shard`); (False, ()) where the preset says nothing."""
+    from shardwise import presets
+
+    data = presets._checked_framework(name)
+    return bool(data.get("block_recompute", False)), tuple(int(z) for z in data.get("hybrid_shard", []))
+
+
 def framework_zero_stages(name: str) -> tuple[int, ...] | None:
     """The ZeRO stages the stack implements, which the planner searches when none is given (None:
     all four). nanotron: 0 and 1 (helpers.py `init_optimizer_and_grad_accumulator`: any
@@ -115,7 +134,15 @@ def missing_axes(name: str, plan: object) -> str:
 PIPE_ENGINE_STACKS = ("deepspeed", "megatron-deepspeed")
 
 
-def not_in_stack(name: str, plan: Any, *, searched: bool = False) -> str:
+def builtin_of(name: str) -> str:
+    """The built-in preset a framework is, or that a framework file starts from (its `like:`; a
+    file without one: its path), for the tables keyed by a built-in's name."""
+    from shardwise import presets
+
+    return str(presets._checked_framework(name).get("like", name))
+
+
+def not_in_stack(name: str, plan: Any, *, searched: bool = False, shown_as: str = "") -> str:
     """What of `plan` the stack `name` does not implement, in words ("" for nothing): the
     model-parallel axes its preset's `model_parallel` leaves out, a ZeRO stage outside its
     `zero_stages`, a pipeline schedule outside its `schedules` under a pipeline. A request's note
@@ -123,24 +150,27 @@ def not_in_stack(name: str, plan: Any, *, searched: bool = False) -> str:
     data-parallel ranks shard anything (dp x cp > 1), and ZeRO-2/3 under DeepSpeed's pipeline
     engine; the planner's reason why its search left a plan out (`searched` True) names what the
     stack runs ("... only"), for every ZeRO stage outside it (the search's own limit on ZeRO with a
-    pipeline, `--zero-with-pp`, is the planner's)."""
+    pipeline, `--zero-with-pp`, is the planner's). `shown_as`: the stack's name in the words where
+    `name` is a framework file's path (its `Plan.framework`)."""
     from shardwise.specs import Schedule
+
+    shown = shown_as or name
 
     axes = missing_axes(name, plan)
     if axes:
-        return f"{name} runs no {axes}"
+        return f"{shown} runs no {axes}"
     stages, schedules = framework_zero_stages(name), framework_schedules(name)
     zero, pp = int(plan.zero_stage), int(plan.pp)
     sharded = searched or int(plan.dp) * int(plan.cp) > 1
     if stages is not None and zero not in stages and sharded:
         listed = ", ".join(str(z) for z in stages)
-        return f"{name} implements ZeRO {listed}" + (" only" if searched else f", not ZeRO-{zero}")
-    if not searched and name in PIPE_ENGINE_STACKS and pp > 1 and zero >= 2 and sharded:
-        return f"{name}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts), not ZeRO-{zero}"
+        return f"{shown} implements ZeRO {listed}" + (" only" if searched else f", not ZeRO-{zero}")
+    if not searched and builtin_of(name) in PIPE_ENGINE_STACKS and pp > 1 and zero >= 2 and sharded:
+        return f"{shown}'s pipeline engine allows ZeRO-1 at most (DeepSpeed's PipelineEngine asserts), not ZeRO-{zero}"
     label = Schedule(int(plan.schedule)).label
     if schedules is not None and pp > 1 and label not in schedules:
         listed = ", ".join(schedules)
-        return f"{name} runs the {listed} " + ("schedules only" if searched else f"pipeline schedules, not {label}")
+        return f"{shown} runs the {listed} " + ("schedules only" if searched else f"pipeline schedules, not {label}")
     return ""
 
 

@@ -281,6 +281,7 @@ class PlanRequest:
             objective=self.objective,
             precision=self.training.precision,
             execution=self._execution(),
+            stack=self.training.framework or "megatron-core",
         )
 
     def _execution(self) -> dict[str, Any]:

@@ -19,8 +19,11 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     from shardwise.presets import framework_fields
     from shardwise.specs.plan_choices import EXECUTION_FLAGS
 
-    flags = presets.framework(o.get("framework") or "megatron-core")
+    stack = o.get("framework") or "megatron-core"  # a preset's name or a framework file's path
+    flags = presets.framework(stack)
     out: dict[str, Any] = {"framework": flags["framework"]}
+    if "memory_stack" in flags:  # a file's `like:` (`presets.framework_fields.with_like`)
+        out["memory_stack"] = flags["memory_stack"]
     for name in EXECUTION_FLAGS:
         given = o.get(name)
         out[name] = flags[name] if given is None else given
@@ -32,7 +35,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
             out[name] = flags[name]
     # fp16 training accumulates its gradients another way in some stacks (`physics.microbatch`)
     if o.get("unfused_accumulate_bytes") is None:
-        accumulate = presets.framework_accumulate_bytes(flags["framework"], o.get("precision") or "bf16")
+        accumulate = presets.framework_accumulate_bytes(stack, o.get("precision") or "bf16")
         if accumulate is not None:
             out["unfused_accumulate_bytes"] = accumulate
     # a stack with a second host count for its sequence-parallel asynchronous linears (nanotron's
@@ -40,7 +43,7 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     if o.get("layer_host_ops") is None and sequence_parallel and out["async_tp_grad"]:
         from shardwise.presets.stack_defaults import framework_async_sp_host_ops
 
-        async_sp = framework_async_sp_host_ops(flags["framework"])
+        async_sp = framework_async_sp_host_ops(stack)
         if async_sp is not None:
             out["layer_host_ops"] = async_sp
     if sequence_parallel is not None and not sequence_parallel:
@@ -103,12 +106,14 @@ def stack_default_notes(o: dict[str, Any], plan: Any) -> list[str]:
     m, pp = int(plan.num_micro_batches), int(plan.pp)
     if o.get("schedule") is None and (o.get("vpp") or 1) == 1 and framework_schedule(stack) == "gpipe" and m > 1:
         out.append(
-            f"{stack}'s default schedule runs all {m} forwards, then all backwards, holding every micro-batch's "
-            f"activations; --schedule 1f1b holds at most {min(pp, m)}"
+            f"{plan.framework}'s default schedule runs all {m} forwards, then all backwards, holding every "
+            f"micro-batch's activations; --schedule 1f1b holds at most {min(pp, m)}"
         )
     if o.get("sequence_parallel") is None and o.get("tp", 1) > 1 and framework_sequence_parallel(stack) is False:
-        out.append(f"{stack}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)")
-    missing = not_in_stack(stack, plan)
+        out.append(
+            f"{plan.framework}'s default TP all-reduces, without sequence parallelism (--sequence-parallel to split)"
+        )
+    missing = not_in_stack(stack, plan, shown_as=str(plan.framework))
     if missing:
         out.append(f"{missing}; priced as asked")
     return out

@@ -159,7 +159,10 @@ class Plan:
     (Megatron's batched send/receive); `scatter_gather`: pipeline sends carry 1/tp of the
     activation per rank, re-assembled by an all-gather inside the node (Narayanan et al. 2021
     §4.1); `flash_attention`: fused attention that never writes the s x s score matrix (Dao et
-    al. 2022); `framework`: the name of the framework preset these came from (a label).
+    al. 2022); `framework`: the name of the framework preset these came from (a label);
+    `memory_stack`: the built-in stack whose memory entry (`physics.memory_stacks.STACKS`) prices
+    the plan's memory where it is not `framework`'s own (a framework file's `like:`; "": its own,
+    `memory_stack_key`).
 
     What the software stack's kernels are (`physics.stack`, set by the framework preset):
     `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"
@@ -301,6 +304,7 @@ class Plan:
     optimizer_state: str = "fp32"
     offload_activation_layers: Number = 0
     offload_optimizer: Number = 0.0
+    memory_stack: str = ""
 
     def __post_init__(self) -> None:
         check_fields(self)
@@ -349,6 +353,12 @@ class Plan:
     def expert_dp(self) -> Number:
         """The ranks that hold the same experts and reduce their gradients: tp cp dp / (ep etp)."""
         return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
+
+    @property
+    def memory_stack_key(self) -> str:
+        """The entry of `physics.memory_stacks.STACKS` that prices this plan's memory: `memory_stack`
+        (a framework file's `like:`), else `framework`'s own (a label without one: Megatron-Core's)."""
+        return self.memory_stack or self.framework
 
     @property
     def num_micro_batches(self) -> Number:

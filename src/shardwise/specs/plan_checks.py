@@ -140,6 +140,8 @@ def check_fields(plan: Any) -> None:
         )
     if not isinstance(plan.framework, str):
         raise SpecError(f"plan: framework {plan.framework!r} is not allowed; give a framework preset's name")
+    if not isinstance(plan.memory_stack, str):
+        raise SpecError(f"plan: memory_stack {plan.memory_stack!r} is not allowed; give a framework preset's name")
     if plan.attention_kernel not in ATTENTION_KERNELS:
         raise SpecError(
             f"plan: attention_kernel {plan.attention_kernel!r} is not allowed; choose {', '.join(ATTENTION_KERNELS)}"
