@@ -325,10 +325,8 @@ def verdict(c: DocCommand, run: Run | None) -> Result:
     if code != 0:
         last = output.splitlines()[-1] if output else ""
         return Result(c, "failed", code, output, seconds, f"exit {code}: {last}")
-    if c.shown is None:
-        return Result(c, "ok", code, output, seconds)
-    same = output.strip() == c.shown.strip() if c.kind in ("console", "generated") else excerpt_matches(c.shown, output)
-    if same:
+    exact = c.kind in ("console", "generated")
+    if c.shown is None or (output.strip() == c.shown.strip() if exact else excerpt_matches(c.shown, output)):
         return Result(c, "ok", code, output, seconds)
     return Result(c, "stale", code, output, seconds, "the output shown differs from a fresh run")
 
@@ -364,12 +362,11 @@ def report(results: list[Result], verbose: bool = False) -> str:
         lines.append(f"{r.status:8} {r.command.where():32} {r.command.kind:9} {took:>6}  $ {r.command.command}")
         lines += [f"{'':51}{'why: ' * (r.status == 'skipped')}{r.detail}"] if r.detail else []
         if r.status == "stale" or (verbose and r.status == "failed"):
-            lines += [f"{'':51}| {line}" for line in r.output.splitlines()[:40]]
-    counts = {s: sum(r.status == s for r in results) for s in ("ok", "stale", "failed", "skipped")}
-    ran = counts["ok"] + counts["stale"] + counts["failed"]
+            lines += [f"{'':51}| {line}" for line in r.output.splitlines()[-40:]]  # the end: where launches are
+    n = {s: sum(r.status == s for r in results) for s in ("ok", "stale", "failed", "skipped")}
     lines.append(
-        f"\n{len(results)} commands found: {ran} run ({counts['ok']} ok, {counts['stale']} with stale output, "
-        f"{counts['failed']} failed), {counts['skipped']} skipped; {sum(r.seconds for r in results):.0f} s of commands"
+        f"\n{len(results)} commands found: {len(results) - n['skipped']} run ({n['ok']} ok, {n['stale']} with stale "
+        f"output, {n['failed']} failed), {n['skipped']} skipped; {sum(r.seconds for r in results):.0f} s of commands"
     )
     return "\n".join(lines)
 
