@@ -47,6 +47,15 @@ def test_regenerating_refuses_a_crash(monkeypatch):
         readme.run("python examples/microbatch_trend.py")
 
 
+def test_regenerating_refuses_a_failing_command(monkeypatch):
+    """A command that exits non-zero (a flag the CLI no longer has) is refused, not written down:
+    its error line would read as the block's output and match on every later check."""
+    error = "error: No such option '--first-stage-layers'."
+    monkeypatch.setattr(readme.subprocess, "run", lambda *a, **k: readme.subprocess.CompletedProcess(a, 2, "", error))
+    with pytest.raises(SystemExit, match="exited with status 2"):
+        readme.run("shardwise plan --first-stage-layers 7")
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_console_blocks_are_up_to_date(name, outputs):

@@ -59,6 +59,10 @@ def run(command: str) -> str:
     out = proc.stdout + proc.stderr
     if "Traceback (most recent call last)" in out:  # the CLI never prints one: a crash, not docs
         raise SystemExit(f"{command} crashed; fix it before regenerating the docs:\n{out}")
+    if proc.returncode != 0:  # its error line would be written down as the block's output
+        raise SystemExit(
+            f"{command} exited with status {proc.returncode}; a console block shows a command that works:\n{out}"
+        )
     return "\n".join(line.rstrip() for line in out.rstrip("\n").splitlines())
 
 
