@@ -59,6 +59,20 @@ def test_megatron_even_stages_need_no_layout_and_blackwell_no_connection_limit()
     assert launch.env == ()
 
 
+def test_a_blackwell_of_ones_own_file_gets_the_blackwell_launch_rule():
+    """The rule reads the GPU's GEMM kernels, not its preset's name: a B200 copied under a new name
+    keeps it; without `gemm_kernels: sm100` the copy is taken as an older GPU."""
+    from dataclasses import replace
+
+    from shardwise.loaders import gpu_from_dict
+
+    mine = gpu_from_dict("my-b200", dict(presets.raw("gpus")["b200-sxm-180gb"]))
+    cluster = presets.system("dgx-b200")
+    for gpu, env in ((mine, ()), (replace(mine, gemm_kernels="generic"), (("CUDA_DEVICE_MAX_CONNECTIONS", "1"),))):
+        scn = Scenario(presets.model("llama3-8b"), cluster.with_(gpu=gpu), Plan(tp=2, pp=4, dp=1, global_batch=32))
+        assert emit(scn, "megatron").env == env
+
+
 def test_layout_short_form_unrolls_to_the_same_parts():
     parts = ["Et*3", "tttt", "tttt", "tttt", "tttL"]
     parts = ["E" + "t" * 3, "t" * 4, "t" * 4, "t" * 4, "t" * 3 + "L"]

@@ -54,3 +54,17 @@ def test_a_huge_split_k_workspace_spills_to_hbm(monkeypatch):
     ms = np.array([8.0, 512.0])
     out = gemm.gemm_time_s(ms, 8192.0, 8192.0, 1, 2.0 * (ms * 8192 + 8192**2), 2.0, H100, 1e15, 0.7)
     assert np.shape(out) == (2,)
+
+
+def test_a_swept_l2_prices_each_gpu_as_alone():
+    """`l2_bytes` and `l2_bandwidth_bytes_per_s` may be arrays like any spec field: each element priced
+    as a GPU with that L2 (the split-K partials' rate picked per element)."""
+    gpus = [replace(H100, l2_bytes=c) for c in (0.0, 50e6, 1e9)]
+    swept = replace(H100, l2_bytes=np.array([0.0, 50e6, 1e9]))
+    for m in (np.array([1.0, 8192.0, 1.0]), np.array([[1.0], [512.0]])):
+        ms = np.broadcast_to(m, np.broadcast_shapes(np.shape(m), (3,)))
+        got = gemm.gemm_time_s(m, 4096.0, 4096.0, 1.0, 2.0 * (m * 4096 + 4096**2), 2.0, swept, 989.4e12, 0.682)
+        for j, gpu in enumerate(gpus):
+            mj = ms[..., j]
+            one = gemm.gemm_time_s(mj, 4096.0, 4096.0, 1.0, 2.0 * (mj * 4096 + 4096**2), 2.0, gpu, 989.4e12, 0.682)
+            assert np.allclose(np.asarray(got)[..., j], one, rtol=1e-12, atol=0)

@@ -377,7 +377,7 @@ def test_a_request_on_a_system_keeps_its_host_cpu():
 
 
 def test_a_file_may_not_take_a_built_ins_name(tmp_path):
-    """The model keys a GPU's GEMM tiles and fitted interval by its name: a file named as a built-in
+    """The model keys a GPU's fitted interval by its name: a file named as a built-in
     (by `name:`, its one top-level key or its file name) would be priced partly as that built-in."""
     for i, text in enumerate(("name: H100-SXM5-80GB\npeak_16bit: 500 TFLOPS\n",
                               "h100-sxm5-80gb: {peak_16bit: 500 TFLOPS}\n")):  # fmt: skip

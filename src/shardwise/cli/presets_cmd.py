@@ -97,8 +97,8 @@ def _describe(registry: Any, kind: str) -> list[dict[str, Any]]:
         row["h100_budget"] = on_h100["token_budget"]
         # SGLang's and TensorRT-LLM's caps follow the KV cache or the workload, not the GPU alone
         cap = on_h100["max_sequences"]
-        by = "the KV cache" if row["sequence_cap"].startswith("max_running") else "the workload"
-        row["h100_sequences"] = cap if cap is not None else f"by {by}"
+        by = {"max_running_requests": "by the KV cache", "max_batch_size": "by the workload"}
+        row["h100_sequences"] = cap if cap is not None else by.get(row["sequence_cap"].split()[0], "-")
     return rows
 
 

@@ -27,8 +27,10 @@ def rope_base(model: Model) -> int | None:
 
 
 def cuda_major(gpu: Gpu) -> int:
-    """The compute capability's major version of a GPU (10 for data-centre Blackwell, its GEMM
-    kernels `sm100`, else 9 or less: Megatron-LM asks CUDA_DEVICE_MAX_CONNECTIONS=1 below 10)."""
+    """The compute capability's major version of a GPU as Megatron-LM's launch rule needs it (it asks
+    CUDA_DEVICE_MAX_CONNECTIONS=1 below 10): 10 for data-centre Blackwell (GEMM kernels `sm100`),
+    else 9, Hopper and older (RTX Blackwell, sm120, is not told apart: it gets the variable,
+    harmless there)."""
     return 10 if gpu.gemm_kernels == "sm100" else 9
 
 

@@ -36,7 +36,7 @@ def sequence_cap_text(e: EnginePreset) -> str:
         )
     if e.seqs_within_budget:
         return "max_num_seqs: 1024 on GPUs of >= 70 GiB other than A100, else 256; at most the token budget"
-    return "2048"
+    return "no engine default read: serve lets at most 2048 run (the model's own cap; --concurrency sets it)"
 
 
 def kv_rule_text(e: EnginePreset) -> str:
@@ -52,7 +52,7 @@ def defaults_on(e: EnginePreset) -> dict[str, dict[str, int | None]]:
     out = {}
     for name in REFERENCE_GPUS:
         memory = float(presets.gpu(name).memory_bytes)
-        fixed = not (e.seqs_from_kv_pool or e.slots_per_micro_batch)
+        fixed = e.seqs_within_budget  # vLLM's max_num_seqs; the others' caps are not a GPU default
         out[name] = {
             "token_budget": max_batched_tokens(e.name, memory, name),
             "max_sequences": max_sequences(e.name, memory, name) if fixed else None,

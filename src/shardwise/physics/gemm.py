@@ -194,11 +194,13 @@ def l2_of(gpu: Gpu) -> tuple[Number, Number]:
     """(L2 capacity bytes, L2 bandwidth at the GPU's streaming efficiency) from the GPU's fields;
     (0, 0) where not given."""
     capacity = gpu.l2_bytes if np.ndim(gpu.l2_bytes) else float(gpu.l2_bytes)
-    l2_bw = np.asarray(gpu.l2_bandwidth_bytes_per_s, dtype=float)
-    return capacity, l2_bw * np.asarray(gpu.memory_efficiency, dtype=float)
+    l2_bw, eff = gpu.l2_bandwidth_bytes_per_s, gpu.memory_efficiency
+    if np.ndim(l2_bw) == 0 and np.ndim(eff) == 0:  # the hot path: plain floats, no arrays built
+        return capacity, float(l2_bw) * float(eff)
+    return capacity, np.asarray(l2_bw, dtype=float) * np.asarray(eff, dtype=float)
 
 
-def partial_sums_bw(workspace_bytes: Number, l2_capacity_bytes: float, l2_bw: Number, hbm_bw: Number) -> Number:
+def partial_sums_bw(workspace_bytes: Number, l2_capacity_bytes: Number, l2_bw: Number, hbm_bw: Number) -> Number:
     """Bytes/s at which split-K's fp32 partial sums are written and read back: L2's where the
     whole workspace fits in it, else HBM's."""
     return np.where(workspace_bytes <= l2_capacity_bytes, np.maximum(l2_bw, hbm_bw), hbm_bw)
@@ -241,7 +243,7 @@ def gemm_time_s(
     # element-wise operations either way, so the same numbers; the fastest is a minimum, exact in
     # any order.
     # every input is in one of these (the roof: m, n, batch, the bytes; `plain`: k; the SMs' rate)
-    reach = (memory_roof, plain, f_sm, l2_bw, gpu.kernel_launch_s)
+    reach = (memory_roof, plain, f_sm, l2_bw, l2_capacity, gpu.kernel_launch_s)
     stacked = math.prod(np.broadcast_shapes(*(np.shape(x) for x in reach))) <= STACK_MAX_ELEMENTS
     if stacked:
         tm, tn, resident = _candidates(tiles, max(np.ndim(x) for x in reach))
@@ -269,12 +271,12 @@ def gemm_time_s(
 
         sm_, sn, sk_, sb, so = pick(m), pick(n), pick(k), pick(batch), pick(out_bytes)
         s_nsm, s_fsm, s_bw, s_roof = pick(n_sm), pick(f_sm), pick(bw), pick(memory_roof)
-        s_l2_bw = pick(l2_bw)
+        s_l2_bw, s_l2 = pick(l2_bw), pick(l2_capacity)
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
         sub = flat[mask]
         # every tile candidate at once for small arrays, one at a time (its splits stacked) for large
         for group in (tiles,) if stacked else tuple((t,) for t in tiles):
-            sub = _split_k(sub, group, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, l2_capacity, final)
+            sub = _split_k(sub, group, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, s_l2, final)
         flat[mask] = sub
         best = flat.reshape(shape)
     return np.where(sms > 0, best + kernel_fixed_s(gpu), np.maximum(plain, memory_roof))
@@ -292,7 +294,7 @@ def _split_k(
     bw: np.ndarray,
     roof: np.ndarray,
     l2_bw: np.ndarray,
-    l2_capacity: float,
+    l2_capacity: np.ndarray,
     final: np.ndarray,
 ) -> np.ndarray:
     """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster: each of the

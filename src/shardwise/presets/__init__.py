@@ -115,8 +115,8 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
 
 
 def _own_name(kind: str, path: str, named: str) -> str:
-    """A file's name for what it describes, refused where it is a built-in's (a GPU's GEMM tiles and
-    interval, a stack's kernels and memory are keyed by name: it would be priced partly as that one)."""
+    """A file's name for what it describes, refused where it is a built-in's (a GPU's fitted interval
+    and a stack's kernels are keyed by name: it would be priced partly as that one)."""
     key = named.strip().lower()
     if ALIASES.get(kind, {}).get(key, key) in raw(kind):
         raise SpecError(

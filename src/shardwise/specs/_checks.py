@@ -71,6 +71,13 @@ def text(field: str, value: object) -> str:
     return value
 
 
+def one_of(field: str, value: object, choices: tuple[str, ...]) -> str:
+    """One of `choices` (a word, not an array)."""
+    if value not in choices:
+        raise SpecError(f"{field}: {value!r} is not allowed; choose one of {', '.join(choices)}")
+    return value  # type: ignore[return-value]
+
+
 def boolean(field: str, value: object) -> bool | np.ndarray:
     """True or False (or an array of them): a string such as 'off' or a number is refused, not
     read as its truth value."""

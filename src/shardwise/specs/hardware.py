@@ -18,10 +18,8 @@ from shardwise.specs.pcie import PcieTopology
 
 # PyTorch SDPA's flash backend by platform: its build of FlashAttention-2 (CUDA) or AOTriton (ROCm)
 SDPA_FLASH_BACKENDS = ("fa2", "aotriton")
-# Which GEMM kernels the GPU's libraries run (`physics.gemm`): "generic" (CUTLASS 2.x-style
-# multistage tiles, as on Ampere, Ada, consumer and AMD parts), "sm90" (Hopper: warpgroup MMAs with
-# their 64-row ping-pong tiles, TMA loads and persistent stream-K kernels, CUTLASS 3.x / cuBLAS
-# sm90), "sm100" (data-centre Blackwell: TMA and stream-K, the 64-row tiles not modelled)
+# The GEMM kernels a GPU's libraries run (`physics.gemm` module docstring): "generic" (multistage
+# tiles: Ampere, Ada, consumer, AMD), "sm90" (Hopper), "sm100" (data-centre Blackwell)
 GEMM_KERNELS = ("generic", "sm90", "sm100")
 
 # Bytes per element of each supported compute precision (MXFP8's one-byte scale per 32 elements
@@ -151,11 +149,8 @@ class Gpu:
     # Parameters per second one GPU's share of its host CPU updates with a CPU Adam (the host's rate
     # over the GPUs that step at once): what optimizer offload waits for. 0 = not given
     host_adam_params_per_s: Number = 0.0
-    # The GEMM kernels its libraries run (`GEMM_KERNELS`): which tiles `physics.gemm` tries, and
-    # whether it prices stream-K and the TMA descriptor fetch
-    gemm_kernels: str = "generic"
-    # L2 cache: capacity (bytes) and read bandwidth (bytes/s), where split-K's partial sums are
-    # written and read back when they fit (`physics.gemm.partial_sums_bw`); 0 = not given: at HBM's
+    gemm_kernels: str = "generic"  # `GEMM_KERNELS`: the tiles tried, stream-K and the TMA fetch priced
+    # L2 capacity and read bandwidth, where split-K's partials go when they fit (0: not given, HBM's)
     l2_bytes: Number = 0.0
     l2_bandwidth_bytes_per_s: Number = 0.0
 
@@ -187,16 +182,9 @@ class Gpu:
             1.0,
             "(a fraction; 0: from the forward's)",
         )
-        if self.sdpa_flash_backend not in SDPA_FLASH_BACKENDS:
-            raise SpecError(
-                f"{p}: sdpa_flash_backend: {self.sdpa_flash_backend!r} is not allowed; choose one of "
-                + ", ".join(SDPA_FLASH_BACKENDS)
-            )
+        chk.one_of(f"{p}: sdpa_flash_backend", self.sdpa_flash_backend, SDPA_FLASH_BACKENDS)
         chk.within(f"{p}: tdp_w", self.tdp_w, 0.0, 1e5, "W (0: not given)")
-        if self.gemm_kernels not in GEMM_KERNELS:
-            raise SpecError(
-                f"{p}: gemm_kernels: {self.gemm_kernels!r} is not allowed; choose one of " + ", ".join(GEMM_KERNELS)
-            )
+        chk.one_of(f"{p}: gemm_kernels", self.gemm_kernels, GEMM_KERNELS)
         chk.within(f"{p}: l2_bytes", self.l2_bytes, 0.0, 1e11, "bytes (0: not given)")
         chk.within(f"{p}: l2_bandwidth_bytes_per_s", self.l2_bandwidth_bytes_per_s, 0.0, 1e15, "B/s (0: not given)")
 
