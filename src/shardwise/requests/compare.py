@@ -158,7 +158,8 @@ class CrossoverResult:
         """The JSON `crossover --json` prints."""
         from shardwise import export
 
-        return {**export.crossover_dict(self.result, self.assumptions), "command": self.request.command()}
+        crossover = export.crossover_dict(self.result, self.assumptions)
+        return {**crossover, "notes": list(self.notes), "command": self.request.command()}
 
     def csv_text(self) -> str:
         """The series as CSV: every grid value, plan and link (what `crossover -o FILE.csv` writes).
@@ -264,7 +265,11 @@ class SweepResult:
         """The summary `sweep --json` prints."""
         from shardwise import export
 
-        return {**export.sweep_dict(self.result, self.elapsed_s), "command": self.request.command()}
+        return {
+            **export.sweep_dict(self.result, self.elapsed_s),
+            "notes": list(self.notes),
+            "command": self.request.command(),
+        }
 
     def columns(self) -> dict[str, Any]:
         """The grid, one row per link and point (what `sweep -o FILE` writes)."""

@@ -75,6 +75,7 @@ class SensitivityResult:
                 }
                 for link, base, bars in self.tornadoes
             },
+            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": self.request.command(),
         }
 
