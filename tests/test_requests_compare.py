@@ -176,3 +176,20 @@ def test_the_json_outputs_say_the_unit_of_each_swept_variable():
     bars = SensitivityRequest(exp).run().as_dict()["one_at_a_time"]
     units = {b["input"]: b["unit"] for bars_of_link in bars.values() for b in bars_of_link["bars"]}
     assert units["bandwidth"] == "B/s" and units["latency"] == "s" and units["peak_flops"] == "FLOP/s"
+
+
+@pytest.mark.parametrize(
+    ("vary", "given", "flag"),
+    [("batch=1..16", {"global_batch": 16}, "--global-batch 16"), ("layers=8..32", {"layers": 12}, "--layers 12")],
+)
+def test_a_flag_that_the_swept_variable_replaces_is_named_in_a_note(vary, given, flag):
+    """--global-batch with --vary batch (--layers with --vary layers, ...) changes nothing: a note
+    says so, in the JSON and on stderr, instead of the value being dropped silently."""
+    exp = ExperimentRequest(plans=("tp=8", "pp=8"), **given)
+    crossing = CrossoverRequest(exp, vary=vary).run()
+    assert any(n.startswith(f"{flag} is not used") for n in crossing.notes)
+    assert crossing.as_dict()["notes"] == list(crossing.notes)
+    swept = SweepRequest(exp, vary=(vary,)).run()
+    assert any(n.startswith(f"{flag} is not used") for n in swept.notes)
+    plain = CrossoverRequest(ExperimentRequest(plans=("tp=8", "pp=8")), vary=vary).run()
+    assert not any("is not used" in n for n in plain.notes)

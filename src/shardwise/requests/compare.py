@@ -247,7 +247,24 @@ class CrossoverRequest:
             )
         result = run_crossover(exp, variable, values, ignore_memory=self.experiment.ignore_memory)
         check_plans_valid(exp, variable, values, {s.plan: s.time_s for s in result.series_for(exp.links[0].label)})
-        return CrossoverResult(self, result, built.describe(variable), built.notes)
+        notes = built.notes + swept_notes(self.experiment, [variable])
+        return CrossoverResult(self, result, built.describe(variable), notes)
+
+
+# the flag whose value a --vary of each variable replaces: given beside it, it changes nothing
+SWEPT_FLAGS = {"batch": "global_batch", "layers": "layers", "hidden": "hidden", "seq_len": "seq_len"}
+
+
+def swept_notes(exp: ExperimentRequest, variables: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A note per flag given that a swept variable replaces (the explorer sends both: not an error)."""
+    given = exp.given()
+    out = []
+    for variable in variables:
+        name = SWEPT_FLAGS.get(variable)
+        if name is not None and given.get(name) is not None:
+            flag = "--" + name.replace("_", "-")
+            out.append(f"{flag} {given[name]} is not used: --vary {variable} sweeps it")
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------- sweep ---
@@ -333,7 +350,8 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         result = run_sweep(exp, grid, breakdown=self.breakdown, progress=progress, ignore_memory=ignore)
         check_valid_somewhere(exp, result, grid)
-        return SweepResult(self, result, time.perf_counter() - start, built.notes)
+        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid])
+        return SweepResult(self, result, time.perf_counter() - start, notes)
 
     def stream(self, write: Any, progress: Any = None, built: BuiltExperiment | None = None) -> SweepResult:
         """The grid handed to `write` block by block as it is evaluated (memory stays that of one
@@ -348,7 +366,8 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         totals = stream_sweep(exp, grid, write, progress=progress, breakdown=self.breakdown, ignore_memory=ignore)
         check_valid_somewhere(exp, totals, grid)
-        return SweepResult(self, totals, time.perf_counter() - start, built.notes)
+        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid])
+        return SweepResult(self, totals, time.perf_counter() - start, notes)
 
 
 def check_valid_somewhere(exp: Any, result: Any, grid: list[Any]) -> None:
