@@ -290,9 +290,9 @@ def _significance(leaf: tuple[tuple[str, ...], np.ndarray]) -> int:
     return _BRANCHED.index(name) + 1 if name in _BRANCHED else 0
 
 
-def broadcast_shape(obj: Any, leaves: list[tuple[tuple[str, ...], np.ndarray]]) -> tuple[int, ...]:
-    """The shape `obj`'s array fields broadcast to; a SpecError naming two that do not broadcast
-    (numpy's rules: equal sizes, or 1, along each trailing axis)."""
+def broadcast_shape(kind: str, leaves: list[tuple[tuple[str, ...], np.ndarray]]) -> tuple[int, ...]:
+    """The shape array fields (`_leaves`) broadcast to; a SpecError naming two that do not
+    broadcast (numpy's rules: equal sizes, or 1, along each trailing axis), after `kind`."""
     try:
         return np.broadcast_shapes(*(a.shape for _, a in leaves))
     except ValueError:
@@ -304,7 +304,6 @@ def broadcast_shape(obj: Any, leaves: list[tuple[tuple[str, ...], np.ndarray]]) 
         except ValueError:
             first = next(p for p, a in leaves[:i] if not _broadcasts(a.shape, array.shape))
             first_array = dict(leaves)[first]
-            kind = type(obj).__name__.lower()
             named = [".".join(first), ".".join(path)]
             if len(first) == 1 and len(path) == 1:  # a plan's (a model's, ...) own fields
                 named = [first[0], path[0]]
@@ -351,7 +350,7 @@ def _find_distinct(obj: Any) -> Distinct | None:
             if coded is None:
                 return None
             return Distinct(dataclasses.replace(obj, **{head: coded.spec}), coded.inverse, coded.shape, coded.count)
-    shape = broadcast_shape(obj, leaves)
+    shape = broadcast_shape(type(obj).__name__.lower(), leaves)
     n = int(np.prod(shape))
     if n < MIN_CONFIGURATIONS:
         return None

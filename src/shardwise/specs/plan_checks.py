@@ -228,7 +228,7 @@ def check_rules_once(plan: Any) -> None:
 
     leaves = _leaves(plan)
     if leaves:  # arrays that do not broadcast: one SpecError naming two (not numpy's, later)
-        broadcast_shape(plan, leaves)
+        broadcast_shape("plan", leaves)
     try:  # many plans that repeat: each distinct one is checked (building them checks them)
         if find_distinct(plan) is not None:
             return

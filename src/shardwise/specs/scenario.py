@@ -72,7 +72,7 @@ class Scenario:
         if plan.__dict__.get("_distinct", 0) is None and not _leaves(self.model) and not _leaves(self.cluster):
             self.__dict__["_distinct"] = None  # one configuration (or plans not worth coding): what find_distinct says
         else:
-            broadcast_shape(self, _leaves(self))  # arrays that do not broadcast: one SpecError naming two
+            broadcast_shape("scenario", _leaves(self))  # arrays that do not broadcast: one SpecError naming two
             try:  # many configurations that repeat: each distinct one is checked (building them checks them)
                 if find_distinct(self) is not None:
                     return
