@@ -226,3 +226,14 @@ def test_arrays_that_do_not_broadcast_are_refused_with_their_fields_and_shapes()
     plan = Plan(tp=2, dp=4, global_batch=np.array([16, 32]))
     with pytest.raises(SpecError, match=r"model.layers \(shape \(3,\)\) and plan.global_batch \(shape \(2,\)\)"):
         Scenario(model, presets.system("dgx-h100"), plan)
+
+
+def test_the_public_names_resolve_and_serving_is_among_them():
+    """Every name of shardwise.__all__ imports (lazily), and the serving model is public beside
+    the training step: a script finds it with dir() or help(shardwise)."""
+    import shardwise
+
+    for name in shardwise.__all__:
+        assert getattr(shardwise, name) is not None, name
+    assert {"ServingWorkload", "estimate_serving", "plan_for_serving"} <= set(shardwise.__all__)
+    assert "estimate_serving" in shardwise.__doc__ and "requests" in shardwise.__doc__
