@@ -171,6 +171,7 @@ class CrossoverResult:
         import numpy as np
 
         from shardwise.analyses.evaluate import why_invalid
+        from shardwise.analyses.sweep import COLUMN_NAMES
 
         result = self.result
         exp = result.experiment
@@ -178,7 +179,10 @@ class CrossoverResult:
         plans = {p.label: p for p in exp.plans}
         buf = io.StringIO()
         w = csv.writer(buf)
-        header = [result.variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
+        # the variable in SI under sweep's column name (bandwidth_bytes_per_s, ...); booleans as
+        # sweep's and plan's CSVs write them (tables.csv_text: true/false)
+        variable = COLUMN_NAMES.get(result.variable, result.variable)
+        header = [variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
         w.writerow([*header, "winner", "valid", "why"])
         for link in dict.fromkeys(s.link for s in result.series):
             winners = result.winners(link)
@@ -191,7 +195,7 @@ class CrossoverResult:
                     if not valid:
                         grid = {result.variable: np.array([float(x)])}
                         why = why_invalid(exp, plans[s.plan], links[link], grid) or "invalid"
-                    fits = bool(s.fits[j]) if valid else ""
+                    fits = str(bool(s.fits[j])).lower() if valid else ""
                     w.writerow(
                         [
                             f"{x:g}",
@@ -199,8 +203,8 @@ class CrossoverResult:
                             s.plan,
                             *("" if not valid else f"{v:.6g}" for v in (t, low[j], high[j])),
                             fits,
-                            winners[j] == s.plan,
-                            valid,
+                            str(bool(winners[j] == s.plan)).lower(),
+                            str(valid).lower(),
                             why,
                         ]
                     )
