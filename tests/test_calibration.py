@@ -861,3 +861,14 @@ def test_an_uncalibrated_moe_interval_rests_on_the_published_moe_runs():
     assert "mixture-of-experts models" in m.basis
     assert "mixture-of-experts" not in d.basis
     assert float(m.log_sd[0]) > 2 * float(d.log_sd[0])
+
+
+def test_an_array_valued_scenario_in_a_calibration_is_one_clear_error():
+    """fit and predict_interval take one Scenario per run or prediction; a grid (an array-valued
+    scenario) is refused in one line (was numpy's 'input operand has more dimensions')."""
+    cluster = presets.system("dgx-h100", nodes=4)
+    grid = Scenario(presets.model("llama3-8b"), cluster, Plan(tp=2, dp=16, global_batch=np.array([128, 256, 512])))
+    with pytest.raises(SpecError, match=r"case 1: a scenario of 3 configurations .* one Scenario per run"):
+        intervals.predict_interval(None, [Scenario(grid.model, cluster, Plan(tp=2, dp=16, global_batch=128)), grid])
+    with pytest.raises(SpecError, match=r"case 0: a scenario of 3 configurations"):
+        fitting.fit([grid], np.array([6.1]))
