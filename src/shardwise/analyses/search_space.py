@@ -37,6 +37,13 @@ SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
 
 
+# the dimensions a tuple of values fixes (None: searched)
+CHOICE_FIELDS = (
+    *("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero_stage"),
+    *("ep", "cp", "shard_group", "hybrid_zero"),
+)
+
+
 @dataclass(frozen=True)
 class SearchSpace:
     """What the planner may choose. A tuple fixes a dimension to those values; None searches all."""
@@ -73,6 +80,12 @@ class SearchSpace:
     execution: dict[str, bool | int | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        for name in CHOICE_FIELDS:  # one value fixes the dimension to it; a list is a tuple
+            value = getattr(self, name)
+            if isinstance(value, (int, str, bool)):
+                object.__setattr__(self, name, (value,))
+            elif isinstance(value, list):
+                object.__setattr__(self, name, tuple(value))
         if self.objective not in OBJECTIVES:
             raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
         for name in ("max_micro_batch", "max_vpp"):
