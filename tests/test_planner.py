@@ -456,6 +456,6 @@ def test_the_planner_api_refuses_what_it_cannot_search_in_one_line_and_takes_one
         search(model, cluster, np.array([64, 128]))
     with pytest.raises(SpecError, match=r"one model and one cluster per search; arrays in model.layers"):
         search(model.with_(layers=np.array([16, 32])), cluster, 64)
-    assert SearchSpace(zero_stage=1, recompute="full", tp=[2, 4]) == SearchSpace(
-        zero_stage=(1,), recompute=("full",), tp=(2, 4)
+    assert SearchSpace(zero_stage=1, recompute="full", tp=[2, 4], pp=np.array([1, 2]), cp=np.int64(2)) == SearchSpace(
+        zero_stage=(1,), recompute=("full",), tp=(2, 4), pp=(1, 2), cp=(2,)
     )

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shardwise.errors import SpecError
 from shardwise.specs import Recompute, Schedule
 
@@ -80,12 +82,12 @@ class SearchSpace:
     execution: dict[str, bool | int | str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in CHOICE_FIELDS:  # one value fixes the dimension to it; a list is a tuple
+        for name in CHOICE_FIELDS:  # one value fixes the dimension to it; a list or an array is a tuple
             value = getattr(self, name)
-            if isinstance(value, (int, str, bool)):
-                object.__setattr__(self, name, (value,))
-            elif isinstance(value, list):
-                object.__setattr__(self, name, tuple(value))
+            if isinstance(value, (list, np.ndarray)):
+                object.__setattr__(self, name, tuple(np.asarray(value).tolist()))
+            elif value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, (value.item() if isinstance(value, np.generic) else value,))
         if self.objective not in OBJECTIVES:
             raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
         for name in ("max_micro_batch", "max_vpp"):
