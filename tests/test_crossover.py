@@ -236,13 +236,27 @@ def test_the_crossover_csv_says_why_a_point_is_invalid():
 
     rows = list(csv.DictReader(io.StringIO(_tp8_pp16_two_nodes().csv_text())))
     odd = [r for r in rows if r["plan"] == "tp=8" and int(r["batch"]) % 2]
-    assert odd and all(r["valid"] == "False" and "divisible" in r["why"] for r in odd)
-    assert all(r["fits_in_memory"] == "" for r in odd)  # not "False": memory was never the problem
+    assert odd and all(r["valid"] == "false" and "divisible" in r["why"] for r in odd)
+    assert all(r["fits_in_memory"] == "" for r in odd)  # not "false": memory was never the problem
     even = [r for r in rows if r["plan"] == "tp=8" and int(r["batch"]) % 2 == 0]
-    assert all(r["valid"] == "True" and r["why"] == "" and r["fits_in_memory"] == "True" for r in even)
+    assert all(r["valid"] == "true" and r["why"] == "" and r["fits_in_memory"] == "true" for r in even)
     # each priced point's 80% band, as --json and sweep's CSV carry it (the CSV had none)
     assert all(float(r["time_s_low"]) < float(r["time_s"]) < float(r["time_s_high"]) for r in even)
     assert all(r["time_s_low"] == r["time_s_high"] == "" for r in odd)
+
+
+def test_the_crossover_csv_names_the_unit_of_its_variable_and_writes_booleans_as_sweep_and_plan_do():
+    """A swept bandwidth is written in B/s under `bandwidth_bytes_per_s` (sweep's column), not
+    under `bandwidth`; booleans are true/false as in sweep's and plan's CSVs (were True/False)."""
+    import csv
+    import io
+
+    from shardwise.requests.compare import CrossoverRequest
+
+    answer = CrossoverRequest.from_argv("crossover --vary bandwidth=10GB/s..900GB/s").run()
+    rows = list(csv.DictReader(io.StringIO(answer.csv_text())))
+    assert float(rows[0]["bandwidth_bytes_per_s"]) == pytest.approx(1e10)
+    assert {r["winner"] for r in rows} == {"true", "false"} and {r["valid"] for r in rows} == {"true"}
 
 
 def test_a_system_s_host_cpu_reaches_the_crossover_s_clusters():

@@ -22,3 +22,23 @@ def test_the_micro_summary_uses_the_outputs_units_not_the_yamls_six_digits():
         "GEMM (bfloat16): 1,491 TFLOP/s, 70% of it at the model's shapes; memory: 3.05 TB/s",
         "link (all-reduce fit): 1.2 TB/s, 8 µs per call",
     ]
+
+
+def test_measuring_without_pytorch_is_one_line_saying_how_to_install_it(monkeypatch):
+    """api.md's measure example on a machine without PyTorch: launch.run and the layers module
+    say what to install (were ModuleNotFoundError: No module named 'torch' from inside)."""
+    import sys
+
+    import pytest
+
+    from shardwise.errors import SpecError
+    from shardwise.measure import launch
+    from shardwise.measure.shapes import LayerShape
+
+    for name in ("torch", "torch.distributed", "torch.multiprocessing", "torch.nn"):
+        monkeypatch.setitem(sys.modules, name, None)  # import torch raises ImportError
+    monkeypatch.delitem(sys.modules, "shardwise.measure.layers", raising=False)
+    with pytest.raises(SpecError, match=r"needs PyTorch: pip install 'shardwise\[measure\]'"):
+        launch.run(print, 2, (LayerShape(hidden=64, heads=4, ffn_hidden=256),), timeout_s=5)
+    with pytest.raises(ImportError, match=r"needs PyTorch: pip install 'shardwise\[measure\]'"):
+        import shardwise.measure.layers  # noqa: F401

@@ -443,3 +443,19 @@ def test_a_neighbour_under_a_stacks_own_split_takes_the_split_the_stack_runs_the
     assert with_pp({"micro_batch": 2}, best, model, "deepspeed") == {"micro_batch": 2}  # the split stays
     plain = with_pp({"pp": 8, "dp": 1}, best, model, "even")
     assert (plain["first_stage_layers"], plain["last_stage_layers"]) == (0, 0)
+
+
+def test_the_planner_api_refuses_what_it_cannot_search_in_one_line_and_takes_one_value_as_a_choice():
+    """search() of a model name, a grid of batches or of models: one SpecError each (were an
+    AttributeError and numpy's broadcast error); SearchSpace(zero_stage=1) fixes it to (1,) (was
+    TypeError: 'int' object is not iterable)."""
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
+    with pytest.raises(SpecError, match=r"search takes a Model and a Cluster, not a str"):
+        search("llama3-8b", cluster, 64)
+    with pytest.raises(SpecError, match=r"global_batch: one number per search"):
+        search(model, cluster, np.array([64, 128]))
+    with pytest.raises(SpecError, match=r"one model and one cluster per search; arrays in model.layers"):
+        search(model.with_(layers=np.array([16, 32])), cluster, 64)
+    assert SearchSpace(zero_stage=1, recompute="full", tp=[2, 4], pp=np.array([1, 2]), cp=np.int64(2)) == SearchSpace(
+        zero_stage=(1,), recompute=("full",), tp=(2, 4), pp=(1, 2), cp=(2,)
+    )

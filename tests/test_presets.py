@@ -388,3 +388,13 @@ def test_a_file_may_not_take_a_built_ins_name(tmp_path):
     named = tmp_path / "gpu.yaml"
     named.write_text("name: 4090\npeak_16bit: 165 TFLOPS\nmemory: 24GB\nmemory_bandwidth: 1TB/s\n")
     assert presets.gpu(str(named)).name == "4090"  # a number as a name, not the file's
+
+
+def test_an_array_override_of_a_model_preset_says_how_to_give_an_array():
+    """presets.model's overrides derive defaults (ffn_hidden from hidden), so they take single
+    values; an array is refused with the way to give one (was 'is not a whole number')."""
+    import numpy as np
+
+    with pytest.raises(SpecError, match=r"layers: an array .* presets.model\('llama3-8b'\).with_\(layers=\.\.\.\)"):
+        presets.model("llama3-8b", layers=np.array([16, 32]))
+    assert presets.model("llama3-8b").with_(layers=np.array([16, 32])).layers.tolist() == [16, 32]

@@ -326,3 +326,20 @@ def test_deepspeed_balances_only_its_transformer_layers_and_a_given_split_wins()
     assert ds.stage_layers == (6,) * 11 + (4,)
     given = TrainingRequest(framework="megatron-deepspeed", stage_layers=",".join(["5"] + ["6"] * 10 + ["5"]), **common)
     assert given.build(m).scenario.plan.stage_layers == (5,) + (6,) * 10 + (5,)
+
+
+def test_json_outputs_carry_the_notes_the_command_line_prints_on_stderr():
+    """What the request layer assumed (a stack's limits, its defaults) is in the JSON too, not
+    only on stderr: a script that reads stdout alone sees it."""
+    from shardwise.requests.plan import PlanRequest
+    from shardwise.requests.timeline import TimelineRequest
+
+    req = TrainingRequest(
+        model="llama3-8b", system="dgx-h100", tp=2, pp=2, global_batch=64, framework="megatron-deepspeed"
+    )
+    predicted = PredictRequest(req).run()
+    assert predicted.notes and predicted.as_dict()["notes"] == list(predicted.notes)
+    timeline = TimelineRequest(req).run()
+    assert timeline.notes and timeline.as_dict()["notes"] == list(timeline.notes)
+    plans = PlanRequest.from_argv("--model llama3-8b --system dgx-h100 --global-batch 64 --top 1").run()
+    assert plans.as_dict()["notes"] == list(plans.notes)

@@ -160,3 +160,36 @@ def test_the_explorer_never_runs_the_command_line(monkeypatch):
         outcome = runner.run([*args, "--json"])
         assert outcome.error is None, (page, outcome.error)
         assert outcome.data is not None
+
+
+def test_the_json_outputs_say_the_unit_of_each_swept_variable():
+    """crossover's values and crossings (SI), sensitivity's bars (SI) and sweep's ranges (the
+    display units it prints) carry their unit: a bandwidth of 1e10 or of 10.0 is otherwise a guess."""
+    exp = ExperimentRequest(plans=("tp=8", "pp=8"))
+    crossing = CrossoverRequest(exp, vary="bandwidth=10GB/s..900GB/s").run().as_dict()
+    assert crossing["unit"] == "B/s" and crossing["values"][0] == pytest.approx(1e10)
+    batch = CrossoverRequest(exp, vary="batch=1..8").run().as_dict()
+    assert batch["unit"] == "sequences"
+    summary = SweepRequest(exp, vary=("batch=1..4", "bandwidth=10GB/s..900GB/s")).run().as_dict()
+    assert summary["units"] == {"batch": "sequences", "bandwidth": "GB/s"}
+    assert summary["variables"]["bandwidth"][:2] == pytest.approx([10.0, 900.0])
+    bars = SensitivityRequest(exp).run().as_dict()["one_at_a_time"]
+    units = {b["input"]: b["unit"] for bars_of_link in bars.values() for b in bars_of_link["bars"]}
+    assert units["bandwidth"] == "B/s" and units["latency"] == "s" and units["peak_flops"] == "FLOP/s"
+
+
+@pytest.mark.parametrize(
+    ("vary", "given", "flag"),
+    [("batch=1..16", {"global_batch": 16}, "--global-batch 16"), ("layers=8..32", {"layers": 12}, "--layers 12")],
+)
+def test_a_flag_that_the_swept_variable_replaces_is_named_in_a_note(vary, given, flag):
+    """--global-batch with --vary batch (--layers with --vary layers, ...) changes nothing: a note
+    says so, in the JSON and on stderr, instead of the value being dropped silently."""
+    exp = ExperimentRequest(plans=("tp=8", "pp=8"), **given)
+    crossing = CrossoverRequest(exp, vary=vary).run()
+    assert any(n.startswith(f"{flag} is not used") for n in crossing.notes)
+    assert crossing.as_dict()["notes"] == list(crossing.notes)
+    swept = SweepRequest(exp, vary=(vary,)).run()
+    assert any(n.startswith(f"{flag} is not used") for n in swept.notes)
+    plain = CrossoverRequest(ExperimentRequest(plans=("tp=8", "pp=8")), vary=vary).run()
+    assert not any("is not used" in n for n in plain.notes)

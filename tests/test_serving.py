@@ -424,3 +424,22 @@ def test_serve_json_with_frontier_is_the_static_frontier(cli):
     assert got["batch"] == batch.tolist()
     assert got["tokens_per_s_per_gpu"] == pytest.approx(per_gpu.tolist())
     assert got["tokens_per_s_per_user"] == pytest.approx(per_user.tolist())
+
+
+def test_serving_inputs_that_do_not_broadcast_or_are_not_specs_are_one_clear_error():
+    """A workload's arrays, or a workload's against a plan's, that numpy cannot broadcast, and a
+    scenario or workload of the wrong type: one SpecError naming them (were numpy's ValueError or
+    an AttributeError from inside the engine)."""
+    scn = Scenario(presets.model("llama3-8b"), presets.system("dgx-h100"), plan_for_serving(tp=8, pp=1))
+    with pytest.raises(SpecError, match=r"serving: input_len \(shape \(3,\)\) and output_len \(shape \(2,\)\)"):
+        ServingWorkload(input_len=np.array([128, 512, 2048]), output_len=np.array([1, 2]), batch=8)
+    grid = Scenario(scn.model, scn.cluster, plan_for_serving(tp=np.array([8, 4, 2]), pp=np.array([1, 2, 4])))
+    wl = ServingWorkload(input_len=512, output_len=128, batch=np.array([1, 8]))
+    with pytest.raises(SpecError, match=r"plan.tp \(shape \(3,\)\) and workload.batch \(shape \(2,\)\)"):
+        estimate_serving(grid, wl)
+    with pytest.raises(
+        SpecError, match=r"estimate_serving takes a Scenario\(model, cluster, plan\) and a ServingWorkload, not a str"
+    ):
+        estimate_serving("llama3-8b", wl)
+    with pytest.raises(SpecError, match=r"estimate_serving takes .* a ServingWorkload, not a int"):
+        estimate_serving(scn, 8)

@@ -213,3 +213,27 @@ def test_a_scenario_on_other_rates_is_not_checked_again_but_another_layout_is():
         scn.on_rates(faster.with_(gpus_per_node=4))  # tp=8 no longer fits in a server
     with pytest.raises(SpecError):
         scn.on_rates(faster.with_(nodes=4))  # 32 GPUs for a plan of 16
+
+
+def test_arrays_that_do_not_broadcast_are_refused_with_their_fields_and_shapes():
+    """A grid whose fields numpy cannot broadcast is one SpecError naming them (was numpy's
+    ValueError from deep inside the checks)."""
+    import dataclasses
+
+    with pytest.raises(SpecError, match=r"plan: tp \(shape \(4,\)\) and dp \(shape \(2,\)\) do not broadcast"):
+        Plan(tp=np.array([1, 2, 4, 8]), dp=np.array([8, 4]), global_batch=64)
+    model = dataclasses.replace(presets.model("llama3-8b"), layers=np.array([16, 32, 64]))
+    plan = Plan(tp=2, dp=4, global_batch=np.array([16, 32]))
+    with pytest.raises(SpecError, match=r"model.layers \(shape \(3,\)\) and plan.global_batch \(shape \(2,\)\)"):
+        Scenario(model, presets.system("dgx-h100"), plan)
+
+
+def test_the_public_names_resolve_and_serving_is_among_them():
+    """Every name of shardwise.__all__ imports (lazily), and the serving model is public beside
+    the training step: a script finds it with dir() or help(shardwise)."""
+    import shardwise
+
+    for name in shardwise.__all__:
+        assert getattr(shardwise, name) is not None, name
+    assert {"ServingWorkload", "estimate_serving", "plan_for_serving"} <= set(shardwise.__all__)
+    assert "estimate_serving" in shardwise.__doc__ and "requests" in shardwise.__doc__

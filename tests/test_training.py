@@ -173,3 +173,13 @@ def test_interleaving_hides_data_parallel_traffic_the_single_window_left_exposed
     flat, interleaved = (estimate_training_step(Scenario(presets.model("gpt3-175b"), cluster, p)) for p in plans)
     assert float(flat.breakdown.dp_comm_s) > 0.05
     assert float(interleaved.breakdown.dp_comm_s) < 0.5 * float(flat.breakdown.dp_comm_s)
+
+
+@pytest.mark.parametrize("given", [Plan(tp=8, global_batch=8), "llama3-8b", None])
+def test_an_estimate_of_something_not_a_scenario_is_one_clear_error(given):
+    """estimate_training_step(plan) (a Plan, a name) names what it takes (was an AttributeError
+    from deep inside the memo)."""
+    from shardwise.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"estimate_training_step takes a Scenario\(model, cluster, plan\), not a"):
+        estimate_training_step(given)

@@ -241,10 +241,12 @@ def _finite(value: Any) -> Any:
 
 def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
     from shardwise.analyses.crossover import crossing_breakdown, describe_crossing
+    from shardwise.analyses.experiment import SI_UNIT
 
     return {
         "variable": result.variable,
         "values": plain(result.values),
+        "unit": SI_UNIT.get(result.variable, ""),  # of values, and of each crossing's at, bracket, range_80
         "workload": result.experiment.workload,
         "cost_model": result.experiment.cost_model,
         "assumptions": assumptions,
@@ -349,13 +351,15 @@ def _inflight_dict(est: Any) -> dict[str, Any]:
 
 
 def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
-    from shardwise.analyses.experiment import DISPLAY_SCALE
+    from shardwise.analyses.experiment import DISPLAY_SCALE, DISPLAY_UNIT, SI_UNIT
 
     return {
         "variables": {
             name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
             for name, axis in zip(result.variables, result.axes, strict=True)
         },
+        # the unit of each range above: as the table shows it (GB/s, µs, TFLOP/s, TB/s), not SI
+        "units": {name: DISPLAY_UNIT.get(name, SI_UNIT.get(name, "")).strip() for name in result.variables},
         "configurations": result.points,
         "seconds": elapsed,
         "configurations_per_s": result.points / elapsed if elapsed > 0 else None,

@@ -48,6 +48,19 @@ VARIABLES: dict[str, Variable] = {
         Variable("hbm_bandwidth", "GPU memory bandwidth (TB/s)", False, True, units.parse_rate_bytes_per_s),
     )
 }
+# Each variable's unit as the JSON outputs carry it: SI (crossover's values and crossings,
+# sensitivity's bars) and as shown (DISPLAY_UNIT: sweep's ranges, axes and tables).
+SI_UNIT = {
+    "batch": "sequences",
+    "bandwidth": "B/s",
+    "latency": "s",
+    "layers": "layers",
+    "hidden": "features",
+    "seq_len": "tokens",
+    "gpus": "GPUs",
+    "peak_flops": "FLOP/s",
+    "hbm_bandwidth": "B/s",
+}
 # How values are shown on axes and in tables (SI inside, readable units outside).
 DISPLAY_SCALE = {"bandwidth": 1e-9, "latency": 1e6, "peak_flops": 1e-12, "hbm_bandwidth": 1e-12}
 DISPLAY_UNIT = {"bandwidth": " GB/s", "latency": " µs", "peak_flops": " TFLOP/s", "hbm_bandwidth": " TB/s"}

@@ -27,6 +27,7 @@ re-times (`analyses.plan_confirm`).
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -98,6 +99,20 @@ def _fits(
     return fits, total
 
 
+def _check_searchable(model: Any, cluster: Any, global_batch: Any) -> None:
+    """One model on one cluster at one global batch (the planner lays out one job): else one SpecError."""
+    from shardwise.specs.distinct import _leaves
+
+    if not isinstance(model, Model) or not isinstance(cluster, Cluster):
+        wrong = type(model).__name__ if not isinstance(model, Model) else type(cluster).__name__
+        raise SpecError(f"plan: search takes a Model and a Cluster, not a {wrong} (presets.model, presets.system)")
+    if np.ndim(global_batch) != 0:
+        raise SpecError("plan: global_batch: one number per search (call search once per batch)")
+    arrays = [".".join(path) for path, _ in (*_leaves(model, ("model",)), *_leaves(cluster, ("cluster",)))]
+    if arrays:
+        raise SpecError(f"plan: one model and one cluster per search; arrays in {', '.join(arrays[:3])}")
+
+
 def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace | None = None) -> PlanSearch:
     """Evaluate every plan of `space` for `global_batch` sequences per step; see the module
     docstring. Memory is priced for every plan first and time only for the plans that fit (the
@@ -106,6 +121,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 
     from shardwise.specs._checks import positive_int
 
+    _check_searchable(model, cluster, global_batch)
     positive_int("global_batch", global_batch)  # before its divisors are listed
     space = space or SearchSpace()
     start = time.perf_counter()

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from shardwise.errors import SpecError
 from shardwise.specs import Recompute, Schedule
 
@@ -35,6 +37,13 @@ COLUMNS = (
 )
 SCHEDULE_NAMES = {int(s): s.label for s in Schedule}
 RECOMPUTE_NAMES = {int(r): r.label for r in Recompute}
+
+
+# the dimensions a tuple of values fixes (None: searched)
+CHOICE_FIELDS = (
+    *("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "sequence_parallel", "zero_stage"),
+    *("ep", "cp", "shard_group", "hybrid_zero"),
+)
 
 
 @dataclass(frozen=True)
@@ -76,6 +85,12 @@ class SearchSpace:
     stack: str = ""
 
     def __post_init__(self) -> None:
+        for name in CHOICE_FIELDS:  # one value fixes the dimension to it; a list or an array is a tuple
+            value = getattr(self, name)
+            if isinstance(value, (list, np.ndarray)):
+                object.__setattr__(self, name, tuple(np.asarray(value).tolist()))
+            elif value is not None and not isinstance(value, tuple):
+                object.__setattr__(self, name, (value.item() if isinstance(value, np.generic) else value,))
         if self.objective not in OBJECTIVES:
             raise SpecError(f"plan: objective {self.objective!r} is not allowed; choose {', '.join(OBJECTIVES)}")
         for name in ("max_micro_batch", "max_vpp"):

@@ -157,6 +157,21 @@ def _stack_serving(idx: list[int], cases: list[ServingCase]) -> tuple[np.ndarray
     return np.array(idx), cases[0].scenario, stacked, [c.metric for c in cases]
 
 
+def _check_one_configuration_each(cases: list[Case]) -> None:
+    """A run or a prediction is one configuration: an array-valued scenario is refused, naming it."""
+    from shardwise.specs.distinct import _leaves
+
+    for i, case in enumerate(cases):
+        leaves = _leaves(case) if isinstance(case, Scenario) else []
+        if leaves:
+            n = int(np.prod(np.broadcast_shapes(*(a.shape for _, a in leaves))))
+            named = ", ".join(".".join(path) for path, _ in leaves[:3])
+            raise SpecError(
+                f"calibration: case {i}: a scenario of {n} configurations (arrays in {named}); give one "
+                "Scenario per run or prediction, a list of them"
+            )
+
+
 class Evaluator:
     """Prices a fixed list of cases at many parameter sets at once: training scenarios (the step
     time, stacked per group) and serving cases (their measured figure, stacked per scenario and
@@ -166,6 +181,7 @@ class Evaluator:
         groups: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         served: dict[tuple[Any, ...], list[int]] = defaultdict(list)
         self.stacks = [(i, c) for i, c in enumerate(cases) if isinstance(c, LayerStackCase)]
+        _check_one_configuration_each(cases)
         for i, case in enumerate(cases):
             if isinstance(case, Scenario):
                 groups[_group_key(case)].append(i)

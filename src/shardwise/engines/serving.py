@@ -53,7 +53,7 @@ from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.pcie import group_link
 from shardwise.specs import Cluster, Plan, Scenario
 from shardwise.specs._checks import Number, SpecError
-from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload
+from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload, check_serving_inputs
 from shardwise.specs.stages import plan_split
 
 # The embedding, position table, final norm and output layer stay in 16 bits when the layers are
@@ -268,6 +268,7 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
 
 def estimate_serving(scn: Scenario, wl: ServingWorkload) -> ServingEstimate:
     """Latency, throughput and memory of serving `wl` on `scn` (see the module docstring)."""
+    check_serving_inputs(scn, wl)
     scn = serving_scenario(scn, wl)
     p = np.asarray(scn.plan.pp, dtype=float)
     replicas = np.asarray(scn.plan.dp)

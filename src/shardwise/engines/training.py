@@ -80,6 +80,8 @@ def estimate_training_step(scn: Scenario) -> TrainingEstimate:
     scenarios whose configurations repeat are priced once per distinct one
     (`engines.distinct`), and one configuration asked for again is the estimate kept for it
     (`specs.memo`: the same numbers; its `scenario` is the one given)."""
+    if not isinstance(scn, Scenario):
+        raise SpecError(f"estimate_training_step takes a Scenario(model, cluster, plan), not a {type(scn).__name__}")
     est = _ESTIMATES.get_or_compute(scn, lambda: evaluate_distinct(estimate_each_training_step, scn))
     return est if est.scenario is scn else rebound(est, scenario=scn)
 

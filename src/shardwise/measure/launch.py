@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from shardwise.errors import SpecError
+from shardwise.measure import require_torch
 
 
 class MeasureError(SpecError):
@@ -173,6 +174,7 @@ def run(
     """fn(group, *args) on every rank; the results, by rank. Under torchrun every rank runs this
     and rank 0 gathers the results (the other ranks get an empty list: only rank 0 reports).
     `fn` must be a module-level function (spawned ranks import it)."""
+    require_torch()  # one line saying what to install, not ModuleNotFoundError from below
     check_device(device, int(os.environ.get("LOCAL_WORLD_SIZE", world)) if under_torchrun() else world)
     if under_torchrun():
         die_with_parent(os.getppid())  # torchrun's agent

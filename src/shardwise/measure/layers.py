@@ -18,11 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-import torch.distributed as dist
-from torch import nn
-
+from shardwise.measure import INSTALL_HINT
 from shardwise.measure.shapes import LayerShape
+
+try:
+    import torch
+    import torch.distributed as dist
+    from torch import nn
+except ImportError:  # the optional extra: say what to install, not "No module named 'torch'"
+    raise ImportError(INSTALL_HINT) from None
 
 
 @dataclass

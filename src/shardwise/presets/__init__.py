@@ -174,7 +174,14 @@ def link_or_rate(
 
 def model(name: str, **overrides: Any) -> Model:
     """A model preset; `overrides` replace fields before defaults are derived (so a new
-    `hidden` also moves the default `ffn_hidden` = 4 * hidden)."""
+    `hidden` also moves the default `ffn_hidden` = 4 * hidden): single values; an array goes
+    on the model built, `model(name).with_(layers=np.array([...]))`."""
+    for field, value in overrides.items():
+        if hasattr(value, "shape") and getattr(value, "ndim", 0) > 0:
+            raise SpecError(
+                f"model {name!r}: {field}: an array is not an override (overrides derive the defaults, "
+                f"ffn_hidden from hidden, ...); give it to the model built: presets.model({name!r}).with_({field}=...)"
+            )
     if name.lower().endswith(".json"):  # a Hugging Face config.json
         from shardwise import hf_config
 

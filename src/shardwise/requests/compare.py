@@ -158,7 +158,8 @@ class CrossoverResult:
         """The JSON `crossover --json` prints."""
         from shardwise import export
 
-        return {**export.crossover_dict(self.result, self.assumptions), "command": self.request.command()}
+        crossover = export.crossover_dict(self.result, self.assumptions)
+        return {**crossover, "notes": list(self.notes), "command": self.request.command()}
 
     def csv_text(self) -> str:
         """The series as CSV: every grid value, plan and link (what `crossover -o FILE.csv` writes).
@@ -170,6 +171,7 @@ class CrossoverResult:
         import numpy as np
 
         from shardwise.analyses.evaluate import why_invalid
+        from shardwise.analyses.sweep import COLUMN_NAMES
 
         result = self.result
         exp = result.experiment
@@ -177,7 +179,10 @@ class CrossoverResult:
         plans = {p.label: p for p in exp.plans}
         buf = io.StringIO()
         w = csv.writer(buf)
-        header = [result.variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
+        # the variable in SI under sweep's column name (bandwidth_bytes_per_s, ...); booleans as
+        # sweep's and plan's CSVs write them (tables.csv_text: true/false)
+        variable = COLUMN_NAMES.get(result.variable, result.variable)
+        header = [variable, "link", "plan", "time_s", "time_s_low", "time_s_high", "fits_in_memory"]
         w.writerow([*header, "winner", "valid", "why"])
         for link in dict.fromkeys(s.link for s in result.series):
             winners = result.winners(link)
@@ -190,7 +195,7 @@ class CrossoverResult:
                     if not valid:
                         grid = {result.variable: np.array([float(x)])}
                         why = why_invalid(exp, plans[s.plan], links[link], grid) or "invalid"
-                    fits = bool(s.fits[j]) if valid else ""
+                    fits = str(bool(s.fits[j])).lower() if valid else ""
                     w.writerow(
                         [
                             f"{x:g}",
@@ -198,8 +203,8 @@ class CrossoverResult:
                             s.plan,
                             *("" if not valid else f"{v:.6g}" for v in (t, low[j], high[j])),
                             fits,
-                            winners[j] == s.plan,
-                            valid,
+                            str(bool(winners[j] == s.plan)).lower(),
+                            str(valid).lower(),
                             why,
                         ]
                     )
@@ -246,7 +251,24 @@ class CrossoverRequest:
             )
         result = run_crossover(exp, variable, values, ignore_memory=self.experiment.ignore_memory)
         check_plans_valid(exp, variable, values, {s.plan: s.time_s for s in result.series_for(exp.links[0].label)})
-        return CrossoverResult(self, result, built.describe(variable), built.notes)
+        notes = built.notes + swept_notes(self.experiment, [variable])
+        return CrossoverResult(self, result, built.describe(variable), notes)
+
+
+# the flag whose value a --vary of each variable replaces: given beside it, it changes nothing
+SWEPT_FLAGS = {"batch": "global_batch", "layers": "layers", "hidden": "hidden", "seq_len": "seq_len"}
+
+
+def swept_notes(exp: ExperimentRequest, variables: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """A note per flag given that a swept variable replaces (the explorer sends both: not an error)."""
+    given = exp.given()
+    out = []
+    for variable in variables:
+        name = SWEPT_FLAGS.get(variable)
+        if name is not None and given.get(name) is not None:
+            flag = "--" + name.replace("_", "-")
+            out.append(f"{flag} {given[name]} is not used: --vary {variable} sweeps it")
+    return tuple(out)
 
 
 # ---------------------------------------------------------------------------------- sweep ---
@@ -264,7 +286,11 @@ class SweepResult:
         """The summary `sweep --json` prints."""
         from shardwise import export
 
-        return {**export.sweep_dict(self.result, self.elapsed_s), "command": self.request.command()}
+        return {
+            **export.sweep_dict(self.result, self.elapsed_s),
+            "notes": list(self.notes),
+            "command": self.request.command(),
+        }
 
     def columns(self) -> dict[str, Any]:
         """The grid, one row per link and point (what `sweep -o FILE` writes)."""
@@ -328,7 +354,8 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         result = run_sweep(exp, grid, breakdown=self.breakdown, progress=progress, ignore_memory=ignore)
         check_valid_somewhere(exp, result, grid)
-        return SweepResult(self, result, time.perf_counter() - start, built.notes)
+        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid])
+        return SweepResult(self, result, time.perf_counter() - start, notes)
 
     def stream(self, write: Any, progress: Any = None, built: BuiltExperiment | None = None) -> SweepResult:
         """The grid handed to `write` block by block as it is evaluated (memory stays that of one
@@ -343,7 +370,8 @@ class SweepRequest:
         ignore = self.experiment.ignore_memory
         totals = stream_sweep(exp, grid, write, progress=progress, breakdown=self.breakdown, ignore_memory=ignore)
         check_valid_somewhere(exp, totals, grid)
-        return SweepResult(self, totals, time.perf_counter() - start, built.notes)
+        notes = built.notes + swept_notes(self.experiment, [name for name, _ in grid])
+        return SweepResult(self, totals, time.perf_counter() - start, notes)
 
 
 def check_valid_somewhere(exp: Any, result: Any, grid: list[Any]) -> None:

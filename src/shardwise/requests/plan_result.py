@@ -52,6 +52,7 @@ class PlanResult:
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "why": [{**asdict(a), "text": describe(a)} for a in self.why],
             "launch": self.launch,
+            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": self.request.command(),
             "regret": None
             if self.regret is None

@@ -46,6 +46,8 @@ class SensitivityResult:
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `sensitivity --json` prints."""
+        from shardwise.analyses.experiment import SI_UNIT
+
         return {
             "assumptions": self.assumptions,
             "plans": self.plans,
@@ -62,6 +64,7 @@ class SensitivityResult:
                             "input": b.variable,
                             "low": b.low_value,
                             "high": b.high_value,
+                            "unit": SI_UNIT.get(b.variable, ""),  # of low and high
                             "ratio_low": b.ratio_low,
                             "ratio_high": b.ratio_high,
                             "ratio_low_interval": list(b.band("low")),
@@ -72,6 +75,7 @@ class SensitivityResult:
                 }
                 for link, base, bars in self.tornadoes
             },
+            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": self.request.command(),
         }
 

@@ -102,6 +102,7 @@ class ServeResult:
                     for label, est in self.rows
                 },
             },
+            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": req.command(),
         }
 

@@ -37,6 +37,7 @@ class TimelineResult:
             step_time_s_low=self.step_time_s_low,
             step_time_s_high=self.step_time_s_high,
             interval={"level": 0.8, "basis": self.interval_basis},
+            notes=list(self.notes),  # what was assumed (the command line prints them on stderr)
             command=self.request.command(),
         )
         return data

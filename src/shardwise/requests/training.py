@@ -209,6 +209,7 @@ class PredictResult:
             "engine": self.request.engine,
             "scenario": export.scenario_dict(self.estimate.scenario),
             # the command that prices the step; its launch, where asked, beside it
+            "notes": list(self.notes),  # what was assumed (the command line prints them on stderr)
             "command": replace(self.request, emit=None, emit_version=None).command(),
             **({"launch": self.launch} if self.launch is not None else {}),
         }

@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from shardwise.specs._checks import SpecError
+
 # Below this many configurations the bookkeeping costs more than it saves.
 MIN_CONFIGURATIONS = 4096
 # Deduplicate only when the distinct configurations are at most this share of them: pricing one
@@ -288,6 +290,39 @@ def _significance(leaf: tuple[tuple[str, ...], np.ndarray]) -> int:
     return _BRANCHED.index(name) + 1 if name in _BRANCHED else 0
 
 
+def broadcast_shape(kind: str, leaves: list[tuple[tuple[str, ...], np.ndarray]]) -> tuple[int, ...]:
+    """The shape array fields (`_leaves`) broadcast to; a SpecError naming two that do not
+    broadcast (numpy's rules: equal sizes, or 1, along each trailing axis), after `kind`."""
+    try:
+        return np.broadcast_shapes(*(a.shape for _, a in leaves))
+    except ValueError:
+        pass
+    shape: tuple[int, ...] = ()
+    for i, (path, array) in enumerate(leaves):
+        try:
+            shape = np.broadcast_shapes(shape, array.shape)
+        except ValueError:
+            first = next(p for p, a in leaves[:i] if not _broadcasts(a.shape, array.shape))
+            first_array = dict(leaves)[first]
+            named = [".".join(first), ".".join(path)]
+            if len(first) == 1 and len(path) == 1:  # a plan's (a model's, ...) own fields
+                named = [first[0], path[0]]
+            raise SpecError(
+                f"{kind}: {named[0]} (shape {first_array.shape}) and {named[1]} (shape {array.shape}) do not "
+                "broadcast together; give arrays of one shape, or of shapes numpy broadcasts (1 along the "
+                "axes where they differ)"
+            ) from None
+    return shape
+
+
+def _broadcasts(a: tuple[int, ...], b: tuple[int, ...]) -> bool:
+    try:
+        np.broadcast_shapes(a, b)
+    except ValueError:
+        return False
+    return True
+
+
 def find_distinct(obj: Any) -> Distinct | None:
     """`obj`'s distinct configurations when pricing them alone saves work (at least
     MIN_CONFIGURATIONS flat whole-number configurations, at most MAX_DISTINCT_SHARE of them
@@ -315,7 +350,7 @@ def _find_distinct(obj: Any) -> Distinct | None:
             if coded is None:
                 return None
             return Distinct(dataclasses.replace(obj, **{head: coded.spec}), coded.inverse, coded.shape, coded.count)
-    shape = np.broadcast_shapes(*(a.shape for _, a in leaves))
+    shape = broadcast_shape(type(obj).__name__.lower(), leaves)
     n = int(np.prod(shape))
     if n < MIN_CONFIGURATIONS:
         return None

@@ -159,10 +159,12 @@ class Plan:
     (Megatron's batched send/receive); `scatter_gather`: pipeline sends carry 1/tp of the
     activation per rank, re-assembled by an all-gather inside the node (Narayanan et al. 2021
     §4.1); `flash_attention`: fused attention that never writes the s x s score matrix (Dao et
-    al. 2022); `framework`: the name of the framework preset these came from (a label);
-    `memory_stack`: the built-in stack whose memory entry (`physics.memory_stacks.STACKS`) prices
-    the plan's memory where it is not `framework`'s own (a framework file's `like:`; "": its own,
-    `memory_stack_key`).
+    al. 2022); `framework`: the name of the framework preset these came from, which picks the
+    stack's memory rules (`physics.memory_stacks.STACKS`) but sets none of these flags: a Plan
+    built by hand takes the defaults below, the command line the preset's (`requests.plan_build`;
+    `TrainingRequest(...).scenario()` builds the plan `shardwise predict` prices);
+    `memory_stack`: the built-in stack whose memory entry prices the plan's memory where it is not
+    `framework`'s own (a framework file's `like:`; "": its own, `memory_stack_key`).
 
     What the software stack's kernels are (`physics.stack`, set by the framework preset):
     `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"

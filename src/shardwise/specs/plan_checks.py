@@ -226,8 +226,11 @@ def _capacity_rules(plan: Any) -> None:
 def check_rules_once(plan: Any) -> None:
     """The rules between `plan`'s fields, checked once per distinct plan of an array and, for one
     plan, once per combination of the fields they read (`specs.memo`)."""
-    from shardwise.specs.distinct import find_distinct
+    from shardwise.specs.distinct import _leaves, broadcast_shape, find_distinct
 
+    leaves = _leaves(plan)
+    if leaves:  # arrays that do not broadcast: one SpecError naming two (not numpy's, later)
+        broadcast_shape("plan", leaves)
     try:  # many plans that repeat: each distinct one is checked (building them checks them)
         if find_distinct(plan) is not None:
             return

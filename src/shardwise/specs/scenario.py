@@ -66,12 +66,13 @@ class Scenario:
             if not isinstance(value, kind):
                 shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
                 raise SpecError(f"scenario: {name}: {shown} ({type(value).__name__}) is not a {kind.__name__}")
-        from shardwise.specs.distinct import _leaves, find_distinct
+        from shardwise.specs.distinct import _leaves, broadcast_shape, find_distinct
 
         plan = self.plan
         if plan.__dict__.get("_distinct", 0) is None and not _leaves(self.model) and not _leaves(self.cluster):
             self.__dict__["_distinct"] = None  # one configuration (or plans not worth coding): what find_distinct says
         else:
+            broadcast_shape("scenario", _leaves(self))  # arrays that do not broadcast: one SpecError naming two
             try:  # many configurations that repeat: each distinct one is checked (building them checks them)
                 if find_distinct(self) is not None:
                     return

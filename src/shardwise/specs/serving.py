@@ -4,6 +4,9 @@ weights and KV cache are stored and the kernels launched."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from shardwise.specs import _checks as chk
 from shardwise.specs._checks import Number, SpecError
@@ -68,3 +71,21 @@ class ServingWorkload:
                 raise SpecError(
                     f"serving: {name} {getattr(self, name)!r} is not allowed; choose {', '.join(STORAGE_BYTES)}"
                 )
+        if any(type(getattr(self, n)) is np.ndarray for n in ("input_len", "output_len", "batch")):
+            from shardwise.specs.distinct import _leaves, broadcast_shape
+
+            broadcast_shape("serving", _leaves(self))  # one SpecError naming two that do not broadcast
+
+
+def check_serving_inputs(scn: Any, wl: Any) -> None:
+    """`estimate_serving`'s arguments: a Scenario and a ServingWorkload whose arrays broadcast
+    together (a SpecError naming the first two that do not)."""
+    from shardwise.specs.distinct import _leaves, broadcast_shape
+    from shardwise.specs.scenario import Scenario
+
+    if not isinstance(scn, Scenario) or not isinstance(wl, ServingWorkload):
+        wrong = type(scn).__name__ if not isinstance(scn, Scenario) else type(wl).__name__
+        raise SpecError(f"estimate_serving takes a Scenario(model, cluster, plan) and a ServingWorkload, not a {wrong}")
+    leaves = _leaves(scn) + _leaves(wl, ("workload",))
+    if leaves:
+        broadcast_shape("serving", leaves)
