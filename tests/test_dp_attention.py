@@ -77,6 +77,34 @@ def test_dp_attention_pays_an_all_to_all_that_grows_off_the_server():
     assert np.isfinite(float(two.tpot_s))
 
 
+def test_vllm_moves_the_experts_tokens_by_its_default_all_gather(monkeypatch):
+    """vLLM's data-parallel attention runs its default all2all backend, allgather_reducescatter
+    (`EnginePreset.moe_dispatcher`, what `--emit vllm` writes): every rank gathers the EP group's
+    tokens once, with k top-k weights and ids each, and reduce-scatters the outputs. Over two
+    servers (ep 16, k 8) each rank then receives 15 tokens' worth for each of its own where the
+    all-to-all sends 7.5 copies: vLLM's expert traffic exceeds TensorRT-LLM's and SGLang's. TP
+    attention (experts inside the TP group) moves no tokens, so its price is the same."""
+    from shardwise.physics.moe_dispatch import TOPK_BYTES_PER_CHOICE, allgather_dispatch_bytes
+
+    m = presets.model("deepseek-v3")
+    _, routing = allgather_dispatch_bytes(m, 10.0, 16, 2.0, top_k_only=True)
+    assert routing == pytest.approx(16 * 10.0 * m.experts_per_token * TOPK_BYTES_PER_CHOICE)
+    wl = ServingWorkload(input_len=1000, output_len=100, batch=512, weight_precision="fp8", kv_precision="fp8")
+    two = scenario(1, 16, 16, "deepseek-v3", "dgx-h200")
+    vllm, trt = (estimate_serving(two, replace(wl, engine=e)) for e in ("vllm", "tensorrt-llm"))
+    assert serving_scenario(two, replace(wl, engine="vllm")).plan.moe_dispatcher == "allgather"
+    assert serving_scenario(two, wl).plan.moe_dispatcher == "alltoall"
+    assert float(vllm.decode_s["tp_comm"]) > 1.2 * float(trt.decode_s["tp_comm"])
+    from shardwise.engines import engine_presets
+
+    tp_ep, vllm_wl = scenario(8, 8, 1, "deepseek-v3", "dgx-h200"), replace(wl, engine="vllm", batch=64)
+    gathered = estimate_serving(tp_ep, vllm_wl)
+    a2a = replace(engine_presets.ENGINES["vllm"], moe_dispatcher="alltoall")
+    monkeypatch.setitem(engine_presets.ENGINES, "vllm", a2a)
+    assert float(estimate_serving(tp_ep, vllm_wl).tpot_s) == float(gathered.tpot_s)
+    assert float(estimate_serving(two, replace(wl, engine="vllm")).tpot_s) < float(vllm.tpot_s)
+
+
 def test_serve_prices_dp_attention_plans(cli):
     """`serve --plan tp=2,ep=4` on Mixtral (dp=4 fills 8 GPUs; etp = 2) and tp=1,ep=8 are priced, not
     refused, and fit more sequences per replica than tp=2 with its experts inside the replica."""

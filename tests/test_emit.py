@@ -615,8 +615,12 @@ def test_the_check_emit_matrix_emits_or_refuses_every_plan_in_one_line(tmp_path)
         import check_emit
     finally:
         sys.path.pop(0)
-    jobs = check_emit.training_jobs() + check_emit.serving_jobs(tmp_path)
-    assert len(jobs) == 3 * len(check_emit.TRAINING_MATRIX) + len(check_emit.SERVING_MATRIX)
+    training, serving = check_emit.training_jobs(), check_emit.serving_jobs(tmp_path)
+    jobs = training + serving
+    assert len(training) == 3 * len(check_emit.TRAINING_MATRIX)
+    # a launch over several servers is one job a server ("ID/serverN")
+    assert {j["id"].split("/")[0] for j in serving} == {row[0] for row in check_emit.SERVING_MATRIX}
+    assert any(j["id"].endswith("/server1") and "--headless" in j["argv"] for j in serving)
     refused = [j["refused"] for j in jobs if "refused" in j]
     assert all(r.startswith(("--emit ", "error: --emit ")) and "\n" not in r for r in refused), refused
     assert all(j["argv"] for j in jobs if "refused" not in j)

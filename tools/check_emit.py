@@ -22,7 +22,13 @@ stubbed (the GPU's compute capability comes from the plan's system):
   `create_engine_config` builds (their checks: data-parallel ranks, sequences against the token
   budget), each MoE layer's expert layout (`FusedMoEParallelConfig.make`: ep, expert TP,
   sequence-parallel MoE) against the plan, and every `--all2all-backend` a note names kept by
-  `ParallelConfig`; `create_engine_config` itself needs a GPU and is not run.
+  `ParallelConfig`; `create_engine_config` itself needs a GPU and is not run. A launch over
+  several servers (data-parallel attention) is checked server by server, each command through
+  `vllm serve`'s own parser (`make_arg_parser`, `validate_parsed_serve_args`: `--headless` is a
+  serve flag; this needs vLLM's frontend dependencies, fastapi and openai), the serve command's
+  choice of what to start (`ServeSubcommand.cmd`: API servers on the head, `run_headless` on the
+  others), and `create_engine_config` (headless on the others) run up to the `ParallelConfig` it
+  builds: its data-parallel size, local ranks, first rank, address and load-balancing mode.
 
     python tools/check_emit.py --python /tmp/venv/bin/python --megatron DIR --torchtitan DIR \\
         --deepspeed DIR --megatron-deepspeed DIR [--out tools/check_emit_results.md]
@@ -464,6 +470,18 @@ SERVING_MATRIX: list[tuple[str, str, str, str, dict]] = [
     ("qwen3-30b-dpattn-tp4", "qwen3-30b-a3b", "dgx-h100", "tp=4,ep=8", dict(input_len=2048, output_len=128, batch=32)),
     ("mixtral-dpattn-etp2", "mixtral-8x7b", "dgx-h100", "tp=1,ep=4", dict(input_len=1024, output_len=256, batch=64)),
     ("mixtral-ep4-etp2", "mixtral-8x7b", "dgx-h100", "tp=4,ep=4,etp=2", dict(input_len=1024, output_len=256, batch=64)),
+    # data-parallel attention over several servers: one command a server, the head's and headless ones
+    (
+        "dsv3-dpattn-2srv",
+        "deepseek-v3",
+        "dgx-h200",
+        "tp=1,ep=16",
+        dict(num_gpus=16, input_len=1000, output_len=1000, batch=256, weight_precision="fp8"),
+    ),
+    ("qwen3-30b-dpattn-2srv", "qwen3-30b-a3b", "dgx-h100", "tp=2,ep=16", dict(num_gpus=16, batch=64)),
+    ("qwen3-30b-dpattn-4srv", "qwen3-30b-a3b", "dgx-h100", "tp=4,ep=32", dict(num_gpus=32, batch=64)),
+    ("qwen3-30b-dpattn-pp2", "qwen3-30b-a3b", "dgx-h100", "tp=1,pp=2,ep=16", dict(num_gpus=32, batch=64)),
+    ("qwen3-30b-dpattn-tp16", "qwen3-30b-a3b", "dgx-h100", "tp=16,ep=32", dict(num_gpus=32, batch=64)),
     ("qwen3-30b-tp4-ep2", "qwen3-30b-a3b", "dgx-h100", "tp=4,ep=2", dict(input_len=1024, output_len=256, batch=64)),
     (
         "l70b-int4",
@@ -535,10 +553,13 @@ def serving_jobs(workdir: Path) -> list[dict]:
 
     flags = {"weight_precision": "--weight-precision", "kv_precision": "--kv-precision", "runtime": "--runtime",
              "input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency",
-             "max_batched_tokens": "--max-batched-tokens", "batching": "--batching"}  # fmt: skip
+             "max_batched_tokens": "--max-batched-tokens", "batching": "--batching",
+             "num_gpus": "--num-gpus"}  # fmt: skip
     jobs = []
     for key, model_name, system, plan_text, wl in SERVING_MATRIX:
         model, cluster = presets.model(model_name), presets.system(system)
+        if "num_gpus" in wl:
+            cluster = presets.system(system, nodes=-(-int(wl["num_gpus"]) // int(cluster.gpus_per_node)))
         model_dir = workdir / f"hf-{model_name}"
         model_dir.mkdir(exist_ok=True)
         (model_dir / "config.json").write_text(json.dumps(_hf_config(model)))
@@ -566,16 +587,22 @@ def serving_jobs(workdir: Path) -> list[dict]:
         launch = row["launch"]
         p = serving_expert_layout(scenario(model, cluster, parse_plan_spec(plan_text)).plan)
         engines = int(p.dp) if model.is_moe and int(p.ep) * int(p.expert_tp) > int(p.tp) else 1  # one server's
-        jobs.append(
-            {
-                **job, "argv": launch["argv"], "env": launch["env"], "notes": launch["notes"],
-                "launcher": shlex.split(" ".join(launch["launcher"])),
-                "expect": {"tp": int(p.tp), "pp": int(p.pp), "stages": None, "dp": engines,
-                           "moe": bool(model.is_moe), "ep": int(p.ep), "etp": int(p.expert_tp),
-                           "sp_moe": bool(model.is_moe) and bool(p.sequence_parallel) and int(p.tp) > 1,
-                           "chunk_budget": row["max_batched_tokens"] if row["batching"] == "inflight" else None},
-            }
-        )  # fmt: skip
+        expect = {"tp": int(p.tp), "pp": int(p.pp), "stages": None, "dp": engines,
+                  "moe": bool(model.is_moe), "ep": int(p.ep), "etp": int(p.expert_tp),
+                  "sp_moe": bool(model.is_moe) and bool(p.sequence_parallel) and int(p.tp) > 1,
+                  "chunk_budget": row["max_batched_tokens"] if row["batching"] == "inflight" else None}  # fmt: skip
+        base = {**job, "env": launch["env"], "notes": launch["notes"],
+                "launcher": shlex.split(" ".join(launch["launcher"]))}  # fmt: skip
+        if not launch["nodes"]:
+            jobs.append({**base, "argv": launch["argv"], "expect": expect})
+            continue
+        # one job a server: its ranks as the servers before it leave them (gpus per server / tp each)
+        per = int(cluster.gpus_per_node) // int(p.tp)
+        for node in launch["nodes"]:
+            r = node["node"]
+            server = {"local": min(per, engines - r * per), "start": r * per, "headless": r > 0}
+            jobs.append({**base, "id": f"{key}/server{r}", "argv": node["argv"],
+                         "expect": {**expect, "server": server}})  # fmt: skip
     return jobs
 
 

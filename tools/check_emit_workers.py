@@ -295,12 +295,15 @@ def vllm(job: dict, opts: dict) -> str:
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
     os.environ.update(job["env"])
-    parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
-    parser.add_argument("model_tag", nargs="?")
-    ns = parser.parse_args([job["launcher"][2], *job["argv"]])
-    ns.model = ns.model_tag
-    ea = EngineArgs.from_cli_args(ns)  # create_engine_config needs a GPU: not run here
     e = job["expect"]
+    if "server" in e:  # one server of several: `vllm serve`'s own parser (--headless is its flag)
+        ns = _vllm_server(job, e["server"])
+    else:
+        parser = EngineArgs.add_cli_args(FlexibleArgumentParser())
+        parser.add_argument("model_tag", nargs="?")
+        ns = parser.parse_args([job["launcher"][2], *job["argv"]])
+    ns.model = ns.model_tag
+    ea = EngineArgs.from_cli_args(ns)  # create_engine_config needs a GPU: not run here (but see _vllm_server)
     expect("tensor parallelism", ea.tensor_parallel_size, e["tp"])
     expect("pipeline parallelism", ea.pipeline_parallel_size, e["pp"])
     expect("data-parallel engine ranks of the server", ea.data_parallel_size, e["dp"])
@@ -348,4 +351,77 @@ def vllm(job: dict, opts: dict) -> str:
             kept = ParallelConfig(all2all_backend=backend, enable_expert_parallel=True).all2all_backend
             expect(f"all2all backend the note names ({backend})", kept, backend)
     kv = ea.kv_cache_dtype
+    if "server" in e:
+        detail += f", {ea.all2all_backend}, {job['server_detail']}"
     return f"max_num_seqs {ea.max_num_seqs}, max_num_batched_tokens {ea.max_num_batched_tokens}, kv {kv}{detail}"
+
+
+def _vllm_server(job: dict, want: dict) -> Any:
+    """One server's command of a launch over several: parsed by `vllm serve`'s parser and checked
+    by it (`validate_parsed_serve_args`), the serve command's choice of what it starts (API
+    servers, or engines alone under --headless) with the starters stubbed, and the `ParallelConfig`
+    that `create_engine_config` builds from it (the model's config read, the rest not built: it
+    needs a GPU). Returns the parsed arguments; `job["server_detail"]` says what it found."""
+    from types import SimpleNamespace
+
+    import vllm.engine.arg_utils as arg_utils
+    import vllm.entrypoints.cli.serve as serve
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    argv = [job["launcher"][2], *job["argv"]]
+    validate_parsed_serve_args(make_arg_parser(FlexibleArgumentParser()).parse_args(argv))
+    started: list[str] = []
+    stubs = {"run_headless": lambda a: started.append("headless"),
+             "run_multi_api_server": lambda a: started.append("api servers"),
+             "run_dp_supervisor": lambda a: started.append("dp supervisor"),
+             "uvloop": SimpleNamespace(run=lambda c: (c.close(), started.append("api server")))}  # fmt: skip
+    saved = {k: getattr(serve, k) for k in stubs}
+    try:
+        for k, v in stubs.items():
+            setattr(serve, k, v)
+        serve.ServeSubcommand.cmd(make_arg_parser(FlexibleArgumentParser()).parse_args(argv))
+    finally:
+        for k, v in saved.items():
+            setattr(serve, k, v)
+    expect("what the server starts", started, ["headless"] if want["headless"] else ["api servers"])
+    ns = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+    ns.model = ns.model_tag
+    ea = arg_utils.EngineArgs.from_cli_args(ns)
+
+    class Built(Exception):
+        pass
+
+    real, built = arg_utils.ParallelConfig, []
+
+    class Defaults(type):  # the class's defaults, which create_engine_config reads before the call
+        def __getattr__(cls, name: str) -> Any:
+            return getattr(real, name)
+
+    class Stand(metaclass=Defaults):
+        def __new__(cls, **kw: Any) -> Any:
+            built.append(real(**kw))
+            raise Built
+
+    arg_utils.ParallelConfig = Stand
+    try:
+        ea.create_engine_config(headless=want["headless"])
+    except Built:
+        pass
+    finally:
+        arg_utils.ParallelConfig = real
+    if not built:
+        raise Mismatch("create_engine_config built no ParallelConfig")
+    pc = built[0]
+    expect("data-parallel ranks in all", pc.data_parallel_size, job["expect"]["dp"])
+    expect("data-parallel ranks on this server", pc.data_parallel_size_local, want["local"])
+    expect("this server's first data-parallel rank", pc.data_parallel_rank, want["start"])
+    expect("hybrid load balancing (a server balancing its own ranks only)", ea.data_parallel_hybrid_lb, False)
+    expect("external load balancing", pc.data_parallel_external_lb, False)
+    if want["headless"] and pc.data_parallel_size_local <= 0:  # run_headless's own check
+        raise Mismatch("data_parallel_size_local must be > 0 in headless mode")
+    job["server_detail"] = (
+        f"{started[0]}, dp ranks {pc.data_parallel_rank}+{pc.data_parallel_size_local} of "
+        f"{pc.data_parallel_size} via {pc.data_parallel_master_ip}:{pc.data_parallel_rpc_port}"
+    )
+    return ns

@@ -55,6 +55,19 @@ def plain(word: Word) -> str:
     return word.sample if isinstance(word, Var) else word
 
 
+Args = tuple[tuple[Word, ...], ...]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One server's command where the servers of a launch run different ones (vLLM's data-parallel
+    ranks over several servers): `role` says which server it is and what runs there, `args` what
+    it adds to the launch's shared arguments."""
+
+    role: str
+    args: Args
+
+
 @dataclass(frozen=True)
 class Launch:
     """One job as the target tool takes it.
@@ -62,24 +75,38 @@ class Launch:
     `launcher` starts the processes (torchrun ... script), `args` are the tool's own arguments,
     one group (a flag and its values) per line; `files` are written before the command (name,
     text); `changes` say how the launched plan differs from the plan asked for (it was re-priced),
-    `todo` what the user still has to add (data, tokenizer, checkpoints, schedule)."""
+    `todo` what the user still has to add (data, tokenizer, checkpoints, schedule). `nodes`: one
+    command per server, each the shared arguments and its own, where the servers' commands differ
+    (none: the one command runs on every server, as torchrun's does)."""
 
     target: str
     version: str
     launcher: tuple[Word, ...]
-    args: tuple[tuple[str, ...], ...]
+    args: Args
     env: tuple[tuple[str, str], ...] = ()
     files: tuple[tuple[str, str], ...] = ()
     changes: tuple[str, ...] = ()
     todo: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    nodes: tuple[Node, ...] = ()
 
-    def argv(self) -> list[str]:
-        """The tool's arguments as its parser receives them (placeholders filled with samples)."""
-        return [w for group in self.args for w in group]
+    def node_args(self, node: int = 0) -> Args:
+        """The argument groups of server `node`'s command (the shared ones without `nodes`)."""
+        return self.args + self.nodes[node].args if self.nodes else self.args
+
+    def argv(self, node: int = 0) -> list[str]:
+        """The tool's arguments as its parser receives them (placeholders filled with samples), of
+        server `node`'s command where the servers' commands differ (the head's by default)."""
+        return [plain(w) for group in self.node_args(node) for w in group]
 
     def launcher_argv(self) -> list[str]:
         return [plain(w) for w in self.launcher]
+
+    def command(self, node: int = 0) -> str:
+        """Server `node`'s command as shell text, one argument group a line."""
+        command = [" ".join(quote(w) for w in self.launcher)]
+        command += [" ".join(quote(w) for w in group) for group in self.node_args(node)]
+        return " \\\n    ".join(command)
 
     def shell(self) -> str:
         lines = [f"# {self.target} ({self.version})"]
@@ -89,10 +116,11 @@ class Launch:
         for name, text in self.files:
             body = text if text.endswith("\n") else text + "\n"
             lines.append(f"cat > {shlex.quote(name)} <<'SHARDWISE_EOF'\n{body}SHARDWISE_EOF")
-        lines += [f"export {k}={shlex.quote(v)}" for k, v in self.env]
-        command = [" ".join(quote(w) for w in self.launcher)]
-        command += [" ".join(shlex.quote(w) for w in group) for group in self.args]
-        lines.append(" \\\n    ".join(command))
+        exports = [f"export {k}={shlex.quote(v)}" for k, v in self.env]
+        if not self.nodes:
+            return "\n".join([*lines, *exports, self.command()])
+        for r, node in enumerate(self.nodes):
+            lines += [f"# on server {r} of {len(self.nodes)}: {node.role}", *exports, self.command(r)]
         return "\n".join(lines)
 
     def as_dict(self) -> dict[str, object]:
@@ -103,6 +131,11 @@ class Launch:
             "env": dict(self.env),
             "launcher": [quote(w) for w in self.launcher],
             "argv": self.argv(),
+            # one entry a server where their commands differ; `argv` is the first's
+            "nodes": [
+                {"node": r, "role": n.role, "argv": self.argv(r), "command": self.command(r)}
+                for r, n in enumerate(self.nodes)
+            ],
             "files": dict(self.files),
             "changes": list(self.changes),
             "notes": list(self.notes),
@@ -125,5 +158,5 @@ def torchrun(nodes: int, gpus_per_node: int, *rest: Word) -> tuple[Word, ...]:
     return (*out, *rest)
 
 
-def flag_groups(*groups: tuple[str, ...] | None) -> tuple[tuple[str, ...], ...]:
+def flag_groups(*groups: tuple[Word, ...] | None) -> Args:
     return tuple(g for g in groups if g)

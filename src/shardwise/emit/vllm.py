@@ -5,6 +5,16 @@ directory of the config.json given as --model, or the `hf_id` a preset's source 
 preset name is not a model id. Checked with
 tools/check_emit.py against vLLM's own `EngineArgs` parser and `create_engine_config`. Version
 `0.34`: vLLM 0.34.0 (PyPI); `VLLM_PP_LAYER_PARTITION` sets the priced stage split.
+
+Data-parallel attention (ep = tp x dp > tp) is one server, one API endpoint, for all dp engine
+ranks (`--data-parallel-size dp --enable-expert-parallel`). Over several servers it is one
+`vllm serve` a server (vLLM's docs/serving/data_parallel_deployment.md, internal load balancing):
+each with `--data-parallel-size-local` (its ranks), the head's address and RPC port; the others
+`--headless` (engines, no API server) with `--data-parallel-start-rank`, which the head leaves
+out (with it, a server that is not headless balances only its own ranks: vLLM's hybrid mode,
+engine/arg_utils.py `create_engine_config`). The experts' tokens travel by vLLM's default
+all2all backend, allgather_reducescatter, written out: what `engines.serving` prices for vLLM
+(`engines.engine_presets.EnginePreset.moe_dispatcher`).
 """
 
 from __future__ import annotations
@@ -12,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 from shardwise.emit.facts import i, stage_layers
-from shardwise.emit.launch import EmitError, Launch, flag_groups
+from shardwise.emit.launch import EmitError, Launch, Node, Var, flag_groups
 from shardwise.specs import Scenario
 
 VERSIONS = ("0.34",)
@@ -29,6 +39,45 @@ PREQUANTISED = {
 }
 
 TODO = ("weights: the model id must name a checkpoint vLLM can load (Hugging Face id or local directory)",)
+# over several servers: the head server's address, which the user's cluster knows, and a port on it
+HEAD_ADDR = Var("$HEAD_ADDR", "127.0.0.1")
+RPC_PORT = "13345"  # any free port of the head server (vLLM's data-parallel deployment docs use 13345)
+HEAD_TODO = (
+    f"{HEAD_ADDR.text}: the head server's address, reachable from every server (--data-parallel-address), "
+    f"and port {RPC_PORT} free on it (--data-parallel-rpc-port)"
+)
+
+
+def deepep_low_latency_bytes(hidden: int, experts: int, tokens: int) -> int:
+    """DeepEP's low-latency RDMA buffer on each GPU for `tokens` a rank dispatches at most (vLLM
+    sizes it by --max-num-batched-tokens: fused_moe/layer.py, all2all_utils.py): two send and two
+    receive buffers of `experts` x `tokens` messages of the hidden state in bf16 plus 16 bytes of
+    control (dispatch) or one bf16 pair per 128 channels (combine), DeepEP csrc/config.hpp
+    `LowLatencyLayout`."""
+    scales = hidden // 128
+    dispatch_msg = 16 + max(2 * hidden, hidden + 4 * scales)
+    combine_msg = 4 * scales + 2 * hidden
+    send = max(tokens * dispatch_msg, experts * tokens * combine_msg)
+    receive = experts * tokens * max(dispatch_msg, combine_msg)
+    return 2 * (send + receive)
+
+
+def data_parallel_nodes(tp: int, dp: int, gpus_per_node: int) -> tuple[Node, ...]:
+    """One command a server for dp engine ranks of tp GPUs each (module docstring): each server
+    holds gpus_per_node / tp ranks, the last the rest; the head (server 0) the first and the API
+    server, the others headless from their first rank on."""
+    per = gpus_per_node // tp
+    servers = -(-dp // per)
+    nodes = []
+    for r in range(servers):
+        local, start = min(per, dp - r * per), r * per
+        ranks = f"ranks {start}-{start + local - 1}" if local > 1 else f"rank {start}"
+        role = f"head: the API server and data-parallel {ranks}" if r == 0 else f"headless: data-parallel {ranks}"
+        args = (("--data-parallel-size-local", str(local)),)
+        if r:
+            args += (("--data-parallel-start-rank", str(start)), ("--headless",))
+        nodes.append(Node(role, args))
+    return tuple(nodes)
 
 
 def launch(
@@ -66,12 +115,20 @@ def launch(
 
     dp_attention = m.is_moe and bool(experts_beyond_tp(p))
     whole = i(p.ep) == tp * dp and i(p.expert_tp) == 1
-    if dp_attention and (not whole or pp > 1 or tp * dp > i(scn.cluster.gpus_per_node)):
+    per_node = i(scn.cluster.gpus_per_node)
+    if dp_attention and (not whole or pp > 1):
         raise EmitError(
-            f"--emit vllm: data-parallel attention with ep={i(p.ep)}: vLLM's --data-parallel-size with "
-            f"--enable-expert-parallel spreads whole experts over all dp x tp = {tp * dp} GPUs of one server "
-            "(ep = tp x dp, no pipeline); other layouts, or one over several servers, are not emitted"
+            f"--emit vllm: data-parallel attention with ep={i(p.ep)}"
+            + (f", pp={pp}" if pp > 1 else "")
+            + f": vLLM's --data-parallel-size with --enable-expert-parallel spreads whole experts over all "
+            f"dp x tp = {tp * dp} GPUs (ep = tp x dp, no pipeline); other layouts are not emitted"
         )
+    if dp_attention and tp * dp > per_node and per_node % tp:
+        raise EmitError(
+            f"--emit vllm: data-parallel attention over {-(-tp * dp // per_node)} servers: each data-parallel "
+            f"rank's tp={tp} GPUs must sit in one server of {per_node} GPUs; plan a tp that divides {per_node}"
+        )
+    nodes = data_parallel_nodes(tp, dp, per_node) if dp_attention and tp * dp > per_node else ()
     if m.is_moe and not dp_attention and i(p.ep) not in (1, tp):
         raise EmitError(
             f"--emit vllm: expert parallelism ep={i(p.ep)}: vLLM's spans a server's TP ranks (ep=1 or {tp}) "
@@ -85,16 +142,24 @@ def launch(
     notes = []
     if wl.weight_precision in PREQUANTISED:
         notes.append(f"weights {wl.weight_precision}: {PREQUANTISED[wl.weight_precision]}")
-    if dp_attention:
-        notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
-        # vLLM 0.34's backends (config/parallel.py All2AllBackend; pplx and naive were removed: they fall
-        # back to allgather_reducescatter); deepep_high_throughput turns CUDA graphs off under data
-        # parallelism (config/compilation.py), deepep_low_latency keeps them
+    if dp_attention and nodes:
         notes.append(
-            "priced with a true all-to-all (one copy per chosen expert); vLLM's default allgather_reducescatter "
-            "moves every token to every rank: add --all2all-backend deepep_low_latency (CUDA graphs kept) or "
-            "--all2all-backend deepep_high_throughput (CUDA graphs off under data parallelism: price "
-            "--runtime pytorch-eager), with DeepEP installed"
+            f"one API endpoint for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs) "
+            f"on {len(nodes)} servers: run each server's command below, the head's first; the others are "
+            "headless (engines only)"
+        )
+    elif dp_attention:
+        notes.append(f"one server for all {dp} data-parallel ranks (attention data-parallel, experts over all GPUs)")
+    if dp_attention:
+        # vLLM 0.34's backends (config/parallel.py All2AllBackend); deepep_high_throughput turns CUDA graphs
+        # off under data parallelism (config/compilation.py), deepep_low_latency keeps them
+        buffer = deepep_low_latency_bytes(i(m.hidden), i(m.experts), int(budget))
+        notes.append(
+            "priced with vLLM's default all2all backend, written out: allgather_reducescatter (every rank gathers "
+            "all ranks' tokens, the outputs reduce-scattered). DeepEP's move fewer bytes and were not priced: "
+            "--all2all-backend deepep_low_latency (a copy per chosen expert) sizes its RDMA buffer by "
+            f"--max-num-batched-tokens ({buffer / 1e9:.1f} GB per GPU here, not in the priced memory), "
+            "--all2all-backend deepep_high_throughput (a copy per server) turns CUDA graphs off under data parallelism"
         )
     elif dp > 1:
         notes.append(f"{dp} replicas: run this server on each group of {tp * pp} GPUs behind a load balancer")
@@ -117,8 +182,14 @@ def launch(
         if wl.weight_precision in WEIGHT_QUANTIZATION
         else None,
         ("--data-parallel-size", str(dp)) if dp_attention else None,
+        ("--data-parallel-address", HEAD_ADDR) if nodes else None,
+        ("--data-parallel-rpc-port", RPC_PORT) if nodes else None,
         ("--enable-expert-parallel",) if m.is_moe and i(p.ep) > 1 else None,
+        ("--all2all-backend", "allgather_reducescatter") if dp_attention else None,
         ("--disable-custom-all-reduce",) if wl.custom_all_reduce == "none" and tp > 1 else None,
         ("--enforce-eager",) if wl.runtime == "pytorch-eager" else None,
     )
-    return Launch("vllm", version, ("vllm", "serve", model_id), args, env=env, notes=tuple(notes), todo=TODO)
+    todo = (*TODO, HEAD_TODO) if nodes else TODO
+    return Launch(
+        "vllm", version, ("vllm", "serve", model_id), args, env=env, notes=tuple(notes), todo=todo, nodes=nodes
+    )

@@ -215,6 +215,13 @@ class EnginePreset:
     # by vocabulary over tp) or "llama.cpp" (the input embedding in host memory, the output layer as
     # it places it, `engines.llamacpp_tensor.stage_params_delta`)
     ends_placement: str = "megatron"
+    # how its data-parallel attention moves tokens to the experts (`Plan.moe_dispatcher`, read where
+    # the experts spread beyond the TP group, `engines.dp_attention`): "alltoall", a copy per chosen
+    # expert; vLLM 0.34's default all2all backend, allgather_reducescatter, all-gathers every rank's
+    # tokens over the EP group and reduce-scatters the outputs ("allgather": vllm/config/parallel.py
+    # `all2all_backend`, distributed/device_communicators/all2all.py AgRsAll2AllManager), which
+    # `--emit vllm` writes (docs/serving.md)
+    moe_dispatcher: str = "alltoall"
     source: str = ""
 
 
@@ -230,6 +237,7 @@ ENGINES = {
         "vllm", "0.34 (V1 engine)", "graphs", "vllm", "total-fraction", 0.9, budget_per_micro_batch=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
         sync_last_stage=True, pp_send_tensors=2, whole_prompts=True, seqs_within_budget=True,
+        moe_dispatcher="allgather",
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="vllm/config/cache.py gpu_memory_utilization 0.9; vllm/engine/arg_utils.py get_batch_defaults",
     ),

@@ -182,7 +182,8 @@ def experts_parts(
     if plan.moe_dispatcher == "allgather":  # one gather over the ep x etp group replaces both
         size = np.asarray(plan.ep) * np.asarray(etp)
         group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
-        hidden, routing = allgather_dispatch_bytes(model, tokens, size, e)
+        # serving: vLLM's allgather_reducescatter (`engines.engine_presets.EnginePreset.moe_dispatcher`)
+        hidden, routing = allgather_dispatch_bytes(model, tokens, size, e, top_k_only=not training)
         scatter = group.reduce_scatter(hidden)  # the combine; the backward of the gather
         dispatch_f = np.where(sharded, group.all_gather(hidden + routing) + scatter, 0.0)
         dispatch_b = np.where(sharded, 2 * scatter, 0.0)

@@ -147,6 +147,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
     )
     cluster = on_pcie_topology(cluster, plan)
     plan = plan.with_(
+        moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,
         recompute="none",

@@ -13,20 +13,29 @@ from shardwise.specs._checks import Number
 # tokens: the probabilities (fp32, `moe_router_dtype` of the NeMo recipes) and the routing map
 # (bool), both T x E (megatron/core/transformer/moe/token_dispatcher.py, MoEAllGatherTokenDispatcher).
 ROUTING_BYTES_PER_EXPERT = 4.0 + 1.0
+# vLLM's all-gather dispatch (its default all2all backend, allgather_reducescatter: vllm/distributed/
+# device_communicators/all2all.py AgRsAll2AllManager.dispatch, vLLM 0.34) gathers each token's top-k
+# weights (fp32) and expert ids (int32, fused_moe/router/base_router.py) beside it, not a T x E map.
+TOPK_BYTES_PER_CHOICE = 4.0 + 4.0
 
 
 def allgather_dispatch_bytes(
-    model: Model, tokens: Number, group: Number, bytes_per_element: float
+    model: Model, tokens: Number, group: Number, bytes_per_element: float, top_k_only: bool = False
 ) -> tuple[Number, Number]:
     """(bytes of the gathered tokens, of the gathered routing) on one rank of the all-gather
     dispatcher (Megatron-Core's `allgather`, its default; README: "TP-only setups, small EP, large
     Top-K"): every rank of the ep x etp group all-gathers the group's tokens, T h each, once -- not a
     copy per chosen expert -- with their T x E probabilities and routing map, keeps the copies routed
     to its experts, and the outputs are reduce-scattered back (the tokens' bytes again). Against the
-    all-to-all's T k h (ep - 1)/ep sent, the gather receives T h (G - 1): cheaper where k > G."""
+    all-to-all's T k h (ep - 1)/ep sent, the gather receives T h (G - 1): cheaper where k > G.
+    `top_k_only`: the routing as vLLM's allgather_reducescatter gathers it, k weights and ids a
+    token (TOPK_BYTES_PER_CHOICE)."""
     g = np.asarray(group, dtype=float)
     hidden = g * tokens * model.hidden * bytes_per_element
-    routing = g * tokens * model.experts * ROUTING_BYTES_PER_EXPERT
+    per_token = model.experts * ROUTING_BYTES_PER_EXPERT
+    if top_k_only:
+        per_token = model.experts_per_token * TOPK_BYTES_PER_CHOICE
+    routing = g * tokens * per_token
     return hidden, routing
 
 
