@@ -28,6 +28,10 @@ def _flags(argv: list[str]) -> dict[str, str | None]:
     return out
 
 
+def n_argv_text(nodes: list[dict]) -> str:
+    return " ".join(" ".join(n["argv"]) for n in nodes)
+
+
 def test_two_servers_get_a_head_command_and_a_headless_one(cli):
     code, out, err = cli([*DSV3, "--plan", "tp=1,ep=16", "--json"])
     assert code == 0, err
@@ -37,7 +41,9 @@ def test_two_servers_get_a_head_command_and_a_headless_one(cli):
     head, other = (_flags(n["argv"]) for n in nodes)
     for server in (head, other):
         assert server["--data-parallel-size"] == "16" and server["--data-parallel-size-local"] == "8"
-        assert server["--data-parallel-address"] == "127.0.0.1"  # the placeholder's sample, for parsers
+        # the placeholder as the user passes it (its sample, for checks without a shell, beside it)
+        assert server["--data-parallel-address"] == "$HEAD_ADDR" and launch["placeholders"]["$HEAD_ADDR"]
+        assert "127.0.0.1" not in n_argv_text(nodes)
         assert server["--data-parallel-rpc-port"] == RPC_PORT and "--enable-expert-parallel" in server
         assert server["--all2all-backend"] == "allgather_reducescatter"  # what engines.serving priced
         assert server["--tensor-parallel-size"] == "1" and server["--max-num-seqs"] == "16"  # 256 / 16 ranks

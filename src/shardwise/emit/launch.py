@@ -99,6 +99,14 @@ class Launch:
         server `node`'s command where the servers' commands differ (the head's by default)."""
         return [plain(w) for group in self.node_args(node) for w in group]
 
+    def user_argv(self, node: int = 0) -> list[str]:
+        """`argv` as the user passes it: each placeholder its shell text (`$HEAD_ADDR`)."""
+        return [w.text if isinstance(w, Var) else w for group in self.node_args(node) for w in group]
+
+    def _words(self) -> list[Word]:
+        nodes = range(len(self.nodes)) if self.nodes else range(1)
+        return [*self.launcher, *(w for r in nodes for group in self.node_args(r) for w in group)]
+
     def launcher_argv(self) -> list[str]:
         return [plain(w) for w in self.launcher]
 
@@ -130,10 +138,13 @@ class Launch:
             "shell": self.shell(),
             "env": dict(self.env),
             "launcher": [quote(w) for w in self.launcher],
-            "argv": self.argv(),
+            # as the user passes them: a placeholder as its shell text ("$HEAD_ADDR"), which the
+            # user's environment fills in (`placeholders`: the sample a check without a shell uses)
+            "argv": self.user_argv(),
+            "placeholders": {w.text: w.sample for w in self._words() if isinstance(w, Var)},
             # one entry a server where their commands differ; `argv` is the first's
             "nodes": [
-                {"node": r, "role": n.role, "argv": self.argv(r), "command": self.command(r)}
+                {"node": r, "role": n.role, "argv": self.user_argv(r), "command": self.command(r)}
                 for r, n in enumerate(self.nodes)
             ],
             "files": dict(self.files),
