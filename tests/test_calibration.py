@@ -871,7 +871,6 @@ def test_plan_judges_a_calibrated_tie_on_the_ratios_band(cli, example_calibratio
     from itertools import pairwise
 
     from shardwise.requests.plan import PlanRequest
-    from shardwise.requests.plan_result import same_shape
 
     job = ["--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "256"]
     outcome = PlanRequest.from_argv([*job, "--calibration", str(example_calibration)]).run()
@@ -880,19 +879,16 @@ def test_plan_judges_a_calibrated_tie_on_the_ratios_band(cli, example_calibratio
     g, cov = spread.log_gradient, spread.fit.u_covariance
     t = intervals.t_factor(spread.fit.dof)
     for j, (a, b) in enumerate(pairwise(rows)):
-        band = spread.ratio_log_sd(j, j + 1, same_shape(a, b))
+        band = spread.ratio_log_sd(j, j + 1)
         shared = 2 * float(g[j] @ cov @ g[j + 1]) * t**2
-        residual = 2 * (spread.fit.noise_log_sd * t) ** 2 if same_shape(a, b) else 0.0  # one shape: shared
-        assert band**2 == pytest.approx(
-            spread.log_sd[j] ** 2 + spread.log_sd[j + 1] ** 2 - shared - residual, rel=1e-9, abs=1e-15
-        )
+        assert band**2 == pytest.approx(spread.log_sd[j] ** 2 + spread.log_sd[j + 1] ** 2 - shared, rel=1e-9)
         tie = abs(math.log(a["step_time_s"] / b["step_time_s"])) <= Z80 * band
         assert a["tie_with_next"] == tie
     assert rows[0]["tie_with_next"]  # 13.1 s and 13.1 s
     code, out, err = cli(["plan", *job, "--calibration", str(example_calibration)])
     assert code == 0, err
     said = " ".join(out.split())
-    share = f"{math.expm1(Z80 * spread.ratio_log_sd(0, 1, same_shape(rows[0], rows[1]))):.0%}"
+    share = f"{math.expm1(Z80 * spread.ratio_log_sd(0, 1)):.0%}"
     assert f"are closer than the calibration orders them (80%: {share} either way on their ratio)" in said
 
 

@@ -60,18 +60,16 @@ class Spread:
         v = np.asarray(value, dtype=float)
         return v * np.exp(-Z80 * self.log_sd), v * np.exp(Z80 * self.log_sd)
 
-    def ratio_log_sd(self, a: int, b: int, same_shape: bool = False) -> float:
+    def ratio_log_sd(self, a: int, b: int) -> float:
         """The spread (log) of scenario a's time over scenario b's, two layouts of one job: with a
-        calibration both share the fit (`ratio_log_sd_from_gradients`; `same_shape`: the two run the
-        same kernels and messages per micro-batch, `calibration.regret.SHAPE`, and share their
-        residual too); without one how far the model misses two layouts' ratio
-        (`spreads.PAIR_LOG_SD`), a bias both share cancelling."""
+        calibration both share the fit (`ratio_log_sd_from_gradients`); without one how far the
+        model misses two layouts' ratio (`spreads.PAIR_LOG_SD`), a bias both share cancelling."""
         if self.fit is None or self.log_gradient is None:
             from shardwise.calibration.spreads import PAIR_LOG_SD
 
             return PAIR_LOG_SD
         g = self.log_gradient
-        return float(ratio_log_sd_from_gradients(g[a], g[b], self.fit, same_shape))
+        return float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
 
 
 def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Spread:
@@ -140,14 +138,12 @@ def log_sd_from_gradient(g: np.ndarray, fitted: Fit) -> np.ndarray:
     return np.sqrt(var) * t_factor(fitted.dof)
 
 
-def ratio_log_sd_from_gradients(ga: np.ndarray, gb: np.ndarray, fitted: Fit, shared: bool = False) -> np.ndarray:
+def ratio_log_sd_from_gradients(ga: np.ndarray, gb: np.ndarray, fitted: Fit) -> np.ndarray:
     """The spread (log) of t_a / t_b under one calibration: both plans share its parameters, so
     their part is the difference of the gradients, (g_a - g_b)^T Sigma_u (g_a - g_b); the residual
-    part is each plan's own, 2 sigma^2, or none where the two share it (`shared`: one layout shape,
-    as `calibration.regret.residuals` draws them); x Student's t factor (the last axis: the fitted
-    parameters)."""
+    part is each plan's own, 2 sigma^2; x Student's t factor (the last axis: the fitted parameters)."""
     g = ga - gb
-    var = (0.0 if shared else 2 * fitted.noise_log_sd**2) + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
+    var = 2 * fitted.noise_log_sd**2 + np.einsum("...i,ij,...j->...", g, fitted.u_covariance, g)
     return np.sqrt(var) * t_factor(fitted.dof)
 
 

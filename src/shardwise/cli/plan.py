@@ -366,10 +366,7 @@ def _print(
     r = rows[0]
     if len(rows) > 1 and r["tie_with_next"]:
         pair = f"({format_seconds(r['step_time_s'])} and {format_seconds(rows[1]['step_time_s'])})"
-        from shardwise.requests.plan_result import same_shape
-
-        sd = spread.ratio_log_sd(0, 1, same_shape(r, rows[1]))
-        band = f"80%: {math.expm1(Z80 * sd):.0%} either way on their ratio"
+        band = f"80%: {math.expm1(Z80 * spread.ratio_log_sd(0, 1)):.0%} either way on their ratio"
         out.print(
             f"[bold]a tie at this confidence:[/] the best two plans {pair} are closer than the calibration "
             f"orders them ({band}); measure both"

@@ -74,14 +74,6 @@ class PlanResult:
         return label(self.search, i)
 
 
-def same_shape(a: dict[str, Any], b: dict[str, Any]) -> bool:
-    """Two plan rows that run the same kernels and messages per micro-batch (`calibration.regret.SHAPE`:
-    they differ only in ZeRO, recomputation, sequence parallelism...), so share a calibration's residual."""
-    from shardwise.calibration.regret import SHAPE
-
-    return all(k in a and k in b and a[k] == b[k] for k in SHAPE)
-
-
 def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
     """The best plans' rows with their 80% intervals, and whether each is a tie with the next: where
     their ratio lies inside its 80% band, `spread.ratio_log_sd` (uncalibrated `spreads.PAIR_LOG_SD`,
@@ -103,8 +95,7 @@ def with_intervals(result: Any, best: Any, spread: Any) -> list[dict[str, Any]]:
         rows.append(r)
     key = "step_time_s" if result.space.objective == "time" else "tokens_per_s_per_gpu"
     for j, (a, b) in enumerate(pairwise(rows)):
-        band = Z80 * spread.ratio_log_sd(j, j + 1, same_shape(a, b))
-        a["tie_with_next"] = bool(abs(math.log(a[key] / b[key])) <= band)
+        a["tie_with_next"] = bool(abs(math.log(a[key] / b[key])) <= Z80 * spread.ratio_log_sd(j, j + 1))
     if rows:
         rows[-1]["tie_with_next"] = None
     return rows
