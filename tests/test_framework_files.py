@@ -108,6 +108,20 @@ def test_the_planner_reads_a_files_defaults_through_its_like(tmp_path):
     space = PlanRequest(training, global_batch=16, tp=(2,), pp=(1,)).space(80e9)
     assert space.zero_stage == (0, 1)  # nanotron's zero_stages
     assert space.stack == path and space.execution["framework"] == "my-nanotron"
+    # and the search runs with them: its plans are nanotron's ZeRO stages, priced as the built-in's
+    rows = PlanRequest(training, global_batch=16, tp=(2,), pp=(1,)).run().rows
+    same = (
+        PlanRequest(
+            TrainingRequest(model="llama3-8b", system="dgx-h100", num_gpus=8, framework="nanotron"),
+            global_batch=16,
+            tp=(2,),
+            pp=(1,),
+        )
+        .run()
+        .rows
+    )
+    assert rows and {r["zero_stage"] for r in rows} <= {0, 1}
+    assert [r["step_time_s"] for r in rows] == [r["step_time_s"] for r in same]
 
 
 @pytest.mark.parametrize(
@@ -169,3 +183,14 @@ def test_the_json_plan_names_a_files_memory_stack_and_a_builtins_json_is_unchang
     assert {k: v for k, v in mine.items() if k not in ("memory_stack", "framework")} == {
         k: v for k, v in builtin.items() if k != "framework"
     }
+
+
+def test_suggested_runs_of_a_framework_file_launch_with_its_built_ins_tool(tmp_path):
+    """calibrate --suggest's launch for a file that starts from torchtitan is torchtitan's (it was
+    looked up by the file's path: Megatron-LM's pretrain_gpt.py)."""
+    from shardwise.cli.calibrate_suggest import default_target
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: mine\nlike: torchtitan\n")
+    assert default_target(str(path)) == "torchtitan" == default_target("torchtitan")
+    assert default_target("") == "megatron" == default_target("megatron-core")

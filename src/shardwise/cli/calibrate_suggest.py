@@ -10,6 +10,16 @@ import click
 DEFAULT_EMIT = {"torchtitan": "torchtitan", "torchtitan-compile": "torchtitan", "deepspeed": "deepspeed"}
 
 
+def default_target(framework: str) -> str:
+    """The tool a suggested run is launched with: the stack's own where it has one, a framework
+    file's from the built-in it starts from (`like:`), else Megatron-LM."""
+    if framework:
+        from shardwise.presets.stack_defaults import builtin_of
+
+        framework = builtin_of(framework)
+    return DEFAULT_EMIT.get(framework, "megatron")
+
+
 def search_for(options: dict[str, Any], values: dict[str, float] | None) -> Any:
     """The planner's search of the job in `options` on its cluster calibrated by `values` (None:
     the presets), as `shardwise plan` asks it (`requests.plan.PlanRequest.search`)."""
@@ -42,7 +52,7 @@ def run_suggest(
         raise SpecError(f"--suggest: none of the {result.evaluated:,} plans fits in memory; `shardwise plan` says why")
     measured_idx = sg.measured_plans(result, measured)
     found = sg.suggest(result, fit, n, measured_idx, runs=runs)
-    target = (emit or DEFAULT_EMIT.get(str(options.get("framework") or ""), "megatron")).lower()
+    target = (emit or default_target(str(options.get("framework") or ""))).lower()
     capacity = float(result.cluster.gpu.memory_bytes) - result.space.memory_headroom_bytes
     launches = [_launch(result, r, target, emit_version, capacity) for r in found.runs]
     if as_json:
