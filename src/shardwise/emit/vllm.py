@@ -44,7 +44,8 @@ HEAD_ADDR = Var("$HEAD_ADDR", "127.0.0.1")
 RPC_PORT = "13345"  # any free port of the head server (vLLM's data-parallel deployment docs use 13345)
 HEAD_TODO = (
     f"{HEAD_ADDR.text}: the head server's address, reachable from every server (--data-parallel-address), "
-    f"and port {RPC_PORT} free on it (--data-parallel-rpc-port)"
+    f"and port {RPC_PORT} free on it (--data-parallel-rpc-port), and the ports from 29500 its data-parallel "
+    "group's torch.distributed set-up takes (vLLM's data_parallel_master_port)"
 )
 
 
