@@ -1,7 +1,8 @@
 """Data parallelism's communication in a training step: each pipeline stage's gradient reduction
 and ZeRO parameter gathers (priced by `engines.data_parallel`), with the compute each may hide
 behind (`engines.dp_comm`), and the exposed part of the stage that sets the step. Tied word
-embeddings add the first and last stages' all-reduce of their copy's gradient.
+embeddings add the first and last stages' all-reduce of their copy's gradient, after the later of
+their reductions; every stage then waits for the slowest (the gradient norm's all-reduce).
 """
 
 from __future__ import annotations
@@ -152,12 +153,16 @@ def data_parallel_exposed_s(
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds)
         exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)
+    # the tied embeddings' all-reduce, one collective of the first and last stage from the later of
+    # their reductions' ends; then the gradient norm's all-reduce over every stage (clipping): the
+    # optimizer starts when the slowest stage is ready (`simulator.finish_step`)
     mid = ifelse(p > 2, exposed[1], 0.0)
-    dp_exposed = maximum(maximum(exposed[0], mid), exposed[2])
+    ends = maximum(exposed[0], exposed[2]) + tied_embedding_sync_s(scn, fabric, place)
+    dp_exposed = maximum(ends, mid)
     # the hidden share of the stage whose exposed part sets the step
-    pick = ifelse(exposed[0] >= maximum(mid, exposed[2]), 0, ifelse(exposed[2] >= mid, 2, 1))
+    pick = ifelse(ends >= mid, ifelse(exposed[0] >= exposed[2], 0, 2), 1)
     hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
-    return dp_exposed + tied_embedding_sync_s(scn, fabric, place), hidden
+    return dp_exposed, hidden
 
 
 # a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind: all but

@@ -8,8 +8,10 @@ time (latency plus bytes over bandwidth), links carry one transfer at a time in 
 were produced, and the sender does not wait (compute and transfers overlap). After its last
 backward operation a stage reduces its gradients over data parallelism (started with the last
 backward operation when the reduction is bucketed and overlapped, after it otherwise), the first
-and last stage then all-reduce their tied embeddings' gradient between them, and each stage runs
-the optimizer. Because every stage follows a fixed order and every start time is a maximum
+and last stage then all-reduce their tied embeddings' gradient between them (one collective: it
+starts on both when the later of them has reduced), the gradient norm is all-reduced over every
+stage (clipping: each stage's optimizer starts when the slowest stage is ready), and each stage
+runs the optimizer. Because every stage follows a fixed order and every start time is a maximum
 of earlier end times plus durations, the makespan never decreases when a duration grows.
 """
 
@@ -54,6 +56,10 @@ class StageTimes:
     gather_s: np.ndarray | None = None  # exposed parameter all-gather after the optimizer
     blocking_s: np.ndarray | None = None  # of forward_s + backward_s, the blocking sends (for the breakdown)
     embedding_sync_s: np.ndarray | None = None  # of dp_s, its end: the tied embeddings' all-reduce
+    # the gradient norm all-reduced over every stage before the optimizer (clipping, `finish_step`):
+    # Megatron-Core/NeMo/Megatron-Bridge (clip_grad 1.0 by default), torchtitan (clip_grad_norm_ with
+    # its pp mesh), nanotron (clip_grad over its mp_pg), DeepSpeed (the global norm over its mpu)
+    norm_barrier: bool = True
 
 
 @dataclass(frozen=True, eq=False)
@@ -275,24 +281,39 @@ def finish_step(
     last_grad_start: list[float],
     last_grad_end: list[float],
 ) -> SimulationResult:
-    """After each stage's last backward: its data-parallel reduction (the tied embeddings' sync at
-    its end, a record of its own), optimizer and parameter all-gather (module docstring), and the
-    result."""
+    """After each stage's last backward, the step's collectives as Megatron-LM runs them
+    (`finalize_model_grads`, then the optimizer): each stage's data-parallel reduction; the tied
+    embeddings' all-reduce, one collective of the first and last stage, which starts on both at
+    the later of their reductions' ends; with `times.norm_barrier` the gradient norm's all-reduce
+    over every stage (`clip_grad`), so every stage's optimizer starts when the slowest stage is
+    ready; then each stage's optimizer and parameter all-gather (module docstring)."""
     pipeline_end = max(last_grad_end)
-    makespan = 0.0
+    reduced, sync_s, dp_start = [], [], []  # per stage: its reduction's end, its sync's seconds, the reduction's start
     for i in range(p):
         start = last_grad_start[i] if times.overlap_dp else last_grad_end[i]
         dp_s = float(times.dp_s[i])
         tail = float(times.dp_tail_s[i]) if times.dp_tail_s is not None else 0.0
         dp_end = max(start + dp_s, last_grad_end[i] + tail)
-        if dp_s > 0:
-            sync = float(times.embedding_sync_s[i]) if times.embedding_sync_s is not None else 0.0
-            if dp_s > sync:
-                rec.append((i, DP, -1, -1, dp_end - dp_s, dp_end - sync))
-            if sync > 0:
-                rec.append((i, SYNC, -1, -1, dp_end - min(sync, dp_s), dp_end))
-        end = dp_end + float(times.optimizer_s[i])
-        rec.append((i, OPT, -1, -1, dp_end, end))
+        sync = float(times.embedding_sync_s[i]) if times.embedding_sync_s is not None and dp_s > 0 else 0.0
+        sync = min(sync, dp_s)
+        reduced.append(dp_end - sync)
+        sync_s.append(sync)
+        dp_start.append(dp_end - dp_s)
+    # the embedding group's all-reduce: on both end stages from the later one's reduction's end
+    group = [i for i in range(p) if sync_s[i] > 0]
+    sync_start = max((reduced[i] for i in group), default=0.0)
+    ready = [sync_start + sync_s[i] if sync_s[i] > 0 else reduced[i] for i in range(p)]
+    # the gradient norm's all-reduce over the model-parallel group: every stage waits for the slowest
+    barrier = max(ready) if times.norm_barrier else None
+    makespan = 0.0
+    for i in range(p):
+        if reduced[i] > dp_start[i]:
+            rec.append((i, DP, -1, -1, dp_start[i], reduced[i]))
+        if sync_s[i] > 0:
+            rec.append((i, SYNC, -1, -1, sync_start, ready[i]))
+        begin = ready[i] if barrier is None else barrier
+        end = begin + float(times.optimizer_s[i])
+        rec.append((i, OPT, -1, -1, begin, end))
         gather = float(times.gather_s[i]) if times.gather_s is not None else 0.0
         if gather > 0:
             rec.append((i, GATHER, -1, -1, end, end + gather))
