@@ -135,7 +135,7 @@ def test_a_failing_or_changed_command_is_reported():
 
 def test_commands_run_in_a_scratch_directory_in_order():
     """A file the first command writes is there for the next, beside copies of examples/ and tools/,
-    and nothing lands in the repository."""
+    and the file it writes lands there, not in the repository."""
     runs = tool.run_sequence(
         (
             "python -c \"open('written.txt', 'w').write('hi')\"",

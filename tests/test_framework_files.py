@@ -194,3 +194,4 @@ def test_suggested_runs_of_a_framework_file_launch_with_its_built_ins_tool(tmp_p
     path.write_text("name: mine\nlike: torchtitan\n")
     assert default_target(str(path)) == "torchtitan" == default_target("torchtitan")
     assert default_target("") == "megatron" == default_target("megatron-core")
+    assert default_target("megatron-deepspeed") == "deepspeed"  # Megatron-DeepSpeed's own launch

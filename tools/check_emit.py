@@ -593,15 +593,20 @@ def serving_jobs(workdir: Path) -> list[dict]:
                   "chunk_budget": row["max_batched_tokens"] if row["batching"] == "inflight" else None}  # fmt: skip
         base = {**job, "env": launch["env"], "notes": launch["notes"],
                 "launcher": shlex.split(" ".join(launch["launcher"]))}  # fmt: skip
+        samples = launch.get("placeholders", {})  # --json's argv holds "$HEAD_ADDR": the parser gets its sample
+
+        def sampled(argv: list[str], samples: dict[str, str] = samples) -> list[str]:
+            return [samples.get(w, w) for w in argv]
+
         if not launch["nodes"]:
-            jobs.append({**base, "argv": launch["argv"], "expect": expect})
+            jobs.append({**base, "argv": sampled(launch["argv"]), "expect": expect})
             continue
         # one job a server: its ranks as the servers before it leave them (gpus per server / tp each)
         per = int(cluster.gpus_per_node) // int(p.tp)
         for node in launch["nodes"]:
             r = node["node"]
             server = {"local": min(per, engines - r * per), "start": r * per, "headless": r > 0}
-            jobs.append({**base, "id": f"{key}/server{r}", "argv": node["argv"],
+            jobs.append({**base, "id": f"{key}/server{r}", "argv": sampled(node["argv"]),
                          "expect": {**expect, "server": server}})  # fmt: skip
     return jobs
 

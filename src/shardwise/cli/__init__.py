@@ -36,7 +36,11 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
         "Search every TP x PP x DP layout for the fastest; say why it wins.",
     ),
     "predict": ("shardwise.cli.predict", "predict", "Time, throughput and memory of one training step."),
-    "presets": ("shardwise.cli.presets_cmd", "presets", "List the built-in GPUs, links, systems, models, frameworks and serving engines."),
+    "presets": (
+        "shardwise.cli.presets_cmd",
+        "presets",
+        "List the built-in GPUs, links, systems, models, frameworks and serving engines.",
+    ),
     "scenario": ("shardwise.cli.scenario", "scenario", "The brief's scenarios: a figure and a finding for each claim."),
     "serve": (
         "shardwise.cli.serve",

@@ -7,7 +7,13 @@ from typing import Any
 
 import click
 
-DEFAULT_EMIT = {"torchtitan": "torchtitan", "torchtitan-compile": "torchtitan", "deepspeed": "deepspeed"}
+# the `deepspeed` emitter writes Megatron-DeepSpeed's launch (emit/deepspeed.py)
+DEFAULT_EMIT = {
+    "torchtitan": "torchtitan",
+    "torchtitan-compile": "torchtitan",
+    "deepspeed": "deepspeed",
+    "megatron-deepspeed": "deepspeed",
+}
 
 
 def default_target(framework: str) -> str:
