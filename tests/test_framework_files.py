@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -194,3 +195,34 @@ def test_suggested_runs_of_a_framework_file_launch_with_its_built_ins_tool(tmp_p
     path.write_text("name: mine\nlike: torchtitan\n")
     assert default_target(str(path)) == "torchtitan" == default_target("torchtitan")
     assert default_target("") == "megatron" == default_target("megatron-core")
+
+
+def test_a_runs_csv_reads_its_framework_file_from_its_own_folder_and_the_calibration_records_it(
+    tmp_path, cli, monkeypatch
+):
+    """`calibrate r9/runs.csv` from another folder reads `framework: mine.yaml` as r9/mine.yaml (it
+    read ./mine.yaml: "cannot read"), as `validate --runs` does; the calibration file records the
+    framework file as it records the runs file, path and SHA-256 of its text."""
+    import hashlib
+
+    import yaml
+
+    folder = tmp_path / "r9"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("name: mine\nlike: fsdp\n")
+    head = "id,model,system,num_gpus,tp,pp,global_batch,framework,step_time_s\n"
+    rows = "a,llama3-8b,dgx-h100,8,1,1,16,mine.yaml,1.9\nb,llama3-8b,dgx-h100,8,2,1,16,mine.yaml,2.1\n"
+    (folder / "runs.csv").write_text(head + rows)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(["calibrate", "r9/runs.csv", "--params", "step_overhead_s", "-o", "cal.yaml"])
+    assert code == 0, err
+    runs = yaml.safe_load((tmp_path / "cal.yaml").read_text())["runs"]
+    digest = hashlib.sha256((folder / "mine.yaml").read_bytes()).hexdigest()
+    assert runs["frameworks"] == {str(Path("r9") / "mine.yaml"): digest}
+    code, _, err = cli(["validate", "--runs", "r9/runs.csv"])
+    assert code == 0, err
+    # a calibration on presets only writes what it wrote before
+    (folder / "plain.csv").write_text(head + rows.replace("mine.yaml", "fsdp"))
+    code, _, err = cli(["calibrate", "r9/plain.csv", "--params", "step_overhead_s", "-o", "plain.yaml"])
+    assert code == 0, err
+    assert "frameworks" not in yaml.safe_load((tmp_path / "plain.yaml").read_text())["runs"]
