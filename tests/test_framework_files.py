@@ -226,3 +226,16 @@ def test_a_runs_csv_reads_its_framework_file_from_its_own_folder_and_the_calibra
     code, _, err = cli(["calibrate", "r9/plain.csv", "--params", "step_overhead_s", "-o", "plain.yaml"])
     assert code == 0, err
     assert "frameworks" not in yaml.safe_load((tmp_path / "plain.yaml").read_text())["runs"]
+
+
+def test_a_file_like_megatron_core_is_told_megatron_cores_moe_rule(tmp_path, cli):
+    """The MoE tp-without-SP refusal of a file that starts from Megatron-Core names Megatron-Core's
+    rule (it said "as shardwise prices a mixture of experts", the words for other stacks)."""
+    base = ["predict", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
+    sp = [*base, "--tp", "2", "--dp", "4", "--ep", "4", "--no-sequence-parallel"]
+    mine = _write(tmp_path, "name: my-mcore\nlike: megatron-core\n", "mcore.yaml")
+    code, _, err = cli([*sp, "--framework", mine])
+    assert code == 2 and "(Megatron-Core's rule)" in err, err
+    other = _write(tmp_path, "name: my-nanotron\nlike: nanotron\n", "nt.yaml")
+    code, _, err = cli([*sp, "--framework", other])
+    assert code == 2 and "needs sequence parallelism" in err and "Megatron" not in err, err
