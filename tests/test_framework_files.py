@@ -134,16 +134,20 @@ def test_the_planner_reads_a_files_defaults_through_its_like(tmp_path):
         ("name: a\nlike: fsdp\nhost_kernel: fast\n", "host_kernel"),
         ("name: a\nlike: fsdp\nzero: 1\n", "unknown field 'zero'"),
         ("name: fsdp\nlike: fsdp\n", "is the built-in framework's"),
+        # no name: the file's name, fsdp.yaml's 'fsdp' (the error said "name: 'fsdp'", a field it lacks)
+        ("like: fsdp\nhost_kernel: 20us\n", "states no name, so it takes its file's, 'fsdp', the built-in"),
     ],
 )
 def test_a_bad_framework_file_is_one_line_naming_the_file(text, message, tmp_path):
-    path = _write(tmp_path, text)
+    path = _write(tmp_path, text, "fw.yaml" if text.startswith("name:") else "fsdp.yaml")
     with pytest.raises(SpecError) as excinfo:
         _predict(path)
     line = str(excinfo.value)
     assert "\n" not in line and line.startswith(f"{path}: ") and message in line, line
     if "missing" in message:
         assert "like: NAME" in line  # the way out: start from a built-in
+    if "states no name" in message:
+        assert "(name: my-fsdp)" in line  # the way out: a name of its own
 
 
 def test_predict_and_presets_show_a_framework_file(tmp_path, cli):
