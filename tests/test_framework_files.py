@@ -246,3 +246,24 @@ def test_a_file_like_megatron_core_is_told_megatron_cores_moe_rule(tmp_path, cli
     other = _write(tmp_path, "name: my-nanotron\nlike: nanotron\n", "nt.yaml")
     code, _, err = cli([*sp, "--framework", other])
     assert code == 2 and "needs sequence parallelism" in err and "Megatron" not in err, err
+
+
+def test_a_plans_memory_stack_names_a_memory_entry_or_is_refused(tmp_path):
+    """`Plan(memory_stack="fsdpp")` (a typo) was priced with Megatron-Core's memory: refused when
+    built, one line. The names specs checks against are the memory entries' (listed in specs, which
+    never imports physics), and every framework preset is among them, so any `like:` may be priced."""
+    from shardwise.physics.memory_stacks import STACKS
+    from shardwise.specs import Plan
+    from shardwise.specs.plan_choices import MEMORY_STACKS
+
+    with pytest.raises(SpecError) as excinfo:
+        Plan(tp=1, pp=1, dp=8, global_batch=16, memory_stack="fsdpp")
+    line = str(excinfo.value)
+    assert "\n" not in line and "memory_stack 'fsdpp' is not a built-in stack's name (closest: fsdp" in line, line
+    assert Plan(tp=1, pp=1, dp=8, global_batch=16, memory_stack="fsdp").memory_stack_key == "fsdp"
+    assert Plan(tp=1, pp=1, dp=8, global_batch=16, framework="my-own").memory_stack_key == "my-own"  # a label
+    assert set(MEMORY_STACKS) == set(STACKS) and len(MEMORY_STACKS) == len(STACKS)
+    assert set(presets.names("frameworks")) <= set(MEMORY_STACKS)
+    # a file that starts from the one preset that had no entry is priced as before (Megatron-Core's)
+    mine = _predict(_write(tmp_path, "name: my-fa\nlike: flash-attn-trainer\n"))
+    _same(mine, _predict("flash-attn-trainer"))
