@@ -7,6 +7,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardwise import presets
@@ -267,3 +268,32 @@ def test_a_plans_memory_stack_names_a_memory_entry_or_is_refused(tmp_path):
     # a file that starts from the one preset that had no entry is priced as before (Megatron-Core's)
     mine = _predict(_write(tmp_path, "name: my-fa\nlike: flash-attn-trainer\n"))
     _same(mine, _predict("flash-attn-trainer"))
+
+
+def test_a_search_space_by_a_file_prices_with_its_flags_or_refuses_another_stacks(tmp_path):
+    """`SearchSpace(stack=FILE)` with no `execution` searched by the file but priced Plan's defaults
+    (Megatron-Core's flags): it takes the file's flags, as `plan --framework FILE` gives them, and
+    its plans are priced as that command's; an `execution` of another framework is refused."""
+    import dataclasses
+
+    from shardwise.analyses import planner
+    from shardwise.analyses.search_space import SearchSpace
+
+    path = _write(tmp_path, "name: my-fsdp\nlike: fsdp\nhost_kernel: 20us\n")
+    space = SearchSpace(stack=path, tp=(2,), pp=(1,))
+    assert space.execution["framework"] == "my-fsdp" and space.execution["memory_stack"] == "fsdp"
+    assert space.execution["host_kernel_s"] == pytest.approx(20e-6) and "zero_stage" not in space.execution
+    training = TrainingRequest(model="llama3-8b", system="dgx-h100", num_gpus=8, framework=path)
+    request = PlanRequest(training, global_batch=16, tp=(2,), pp=(1,))
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
+    # plan's own space with its execution left out: filled from the file, the same plans and times
+    bare = dataclasses.replace(request.space(float(cluster.gpu.memory_bytes)), execution={})
+    got, want = planner.search(model, cluster, 16, bare), request.search()
+    assert got.plan(0).framework == "my-fsdp" and got.plan(0).memory_stack == "fsdp"
+    assert float(got.plan(0).host_kernel_s) == pytest.approx(20e-6)
+    assert np.array_equal(got.estimate.step_time_s, want.estimate.step_time_s)
+    assert planner.search(model, cluster, 16, space).plan(0).framework == "my-fsdp"
+    with pytest.raises(SpecError, match="execution's framework is 'fsdp' but the stack searched by is"):
+        SearchSpace(stack=path, execution={"framework": "fsdp"})
+    with pytest.raises(SpecError, match="execution's framework is 'megatron-core'"):
+        SearchSpace(stack="fsdp", execution={"lora_rank": 8})  # Plan's defaults: Megatron-Core's
