@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
+import numpy as np
 import pytest
 
 from shardwise import presets
@@ -133,16 +135,23 @@ def test_the_planner_reads_a_files_defaults_through_its_like(tmp_path):
         ("name: a\nlike: fsdp\nhost_kernel: fast\n", "host_kernel"),
         ("name: a\nlike: fsdp\nzero: 1\n", "unknown field 'zero'"),
         ("name: fsdp\nlike: fsdp\n", "is the built-in framework's"),
+        # its own default outside what it says it runs: refused when read (a note at predict time only)
+        ("name: a\nlike: fsdp\nzero_stages: [0, 1]\n", "zero_stage: 3 is not among its zero_stages (0, 1)"),
+        ("name: a\nlike: nanotron-defaults\nschedules: [1f1b]\n", "schedule: gpipe is not among its schedules"),
+        # no name: the file's name, fsdp.yaml's 'fsdp' (the error said "name: 'fsdp'", a field it lacks)
+        ("like: fsdp\nhost_kernel: 20us\n", "states no name, so it takes its file's, 'fsdp', the built-in"),
     ],
 )
 def test_a_bad_framework_file_is_one_line_naming_the_file(text, message, tmp_path):
-    path = _write(tmp_path, text)
+    path = _write(tmp_path, text, "fw.yaml" if text.startswith("name:") else "fsdp.yaml")
     with pytest.raises(SpecError) as excinfo:
         _predict(path)
     line = str(excinfo.value)
     assert "\n" not in line and line.startswith(f"{path}: ") and message in line, line
     if "missing" in message:
         assert "like: NAME" in line  # the way out: start from a built-in
+    if "states no name" in message:
+        assert "(name: my-fsdp)" in line  # the way out: a name of its own
 
 
 def test_predict_and_presets_show_a_framework_file(tmp_path, cli):
@@ -195,3 +204,97 @@ def test_suggested_runs_of_a_framework_file_launch_with_its_built_ins_tool(tmp_p
     assert default_target(str(path)) == "torchtitan" == default_target("torchtitan")
     assert default_target("") == "megatron" == default_target("megatron-core")
     assert default_target("megatron-deepspeed") == "deepspeed"  # Megatron-DeepSpeed's own launch
+
+
+def test_a_runs_csv_reads_its_framework_file_from_its_own_folder_and_the_calibration_records_it(
+    tmp_path, cli, monkeypatch
+):
+    """`calibrate r9/runs.csv` from another folder reads `framework: mine.yaml` as r9/mine.yaml (it
+    read ./mine.yaml: "cannot read"), as `validate --runs` does; the calibration file records the
+    framework file as it records the runs file, path and SHA-256 of its text."""
+    import hashlib
+
+    import yaml
+
+    folder = tmp_path / "r9"
+    folder.mkdir()
+    (folder / "mine.yaml").write_text("name: mine\nlike: fsdp\n")
+    head = "id,model,system,num_gpus,tp,pp,global_batch,framework,step_time_s\n"
+    rows = "a,llama3-8b,dgx-h100,8,1,1,16,mine.yaml,1.9\nb,llama3-8b,dgx-h100,8,2,1,16,mine.yaml,2.1\n"
+    (folder / "runs.csv").write_text(head + rows)
+    monkeypatch.chdir(tmp_path)
+    code, _, err = cli(["calibrate", "r9/runs.csv", "--params", "step_overhead_s", "-o", "cal.yaml"])
+    assert code == 0, err
+    runs = yaml.safe_load((tmp_path / "cal.yaml").read_text())["runs"]
+    digest = hashlib.sha256((folder / "mine.yaml").read_bytes()).hexdigest()
+    assert runs["frameworks"] == {str(Path("r9") / "mine.yaml"): digest}
+    code, _, err = cli(["validate", "--runs", "r9/runs.csv"])
+    assert code == 0, err
+    # a calibration on presets only writes what it wrote before
+    (folder / "plain.csv").write_text(head + rows.replace("mine.yaml", "fsdp"))
+    code, _, err = cli(["calibrate", "r9/plain.csv", "--params", "step_overhead_s", "-o", "plain.yaml"])
+    assert code == 0, err
+    assert "frameworks" not in yaml.safe_load((tmp_path / "plain.yaml").read_text())["runs"]
+
+
+def test_a_file_like_megatron_core_is_told_megatron_cores_moe_rule(tmp_path, cli):
+    """The MoE tp-without-SP refusal of a file that starts from Megatron-Core names Megatron-Core's
+    rule (it said "as shardwise prices a mixture of experts", the words for other stacks)."""
+    base = ["predict", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
+    sp = [*base, "--tp", "2", "--dp", "4", "--ep", "4", "--no-sequence-parallel"]
+    mine = _write(tmp_path, "name: my-mcore\nlike: megatron-core\n", "mcore.yaml")
+    code, _, err = cli([*sp, "--framework", mine])
+    assert code == 2 and "(Megatron-Core's rule)" in err, err
+    other = _write(tmp_path, "name: my-nanotron\nlike: nanotron\n", "nt.yaml")
+    code, _, err = cli([*sp, "--framework", other])
+    assert code == 2 and "needs sequence parallelism" in err and "Megatron" not in err, err
+
+
+def test_a_plans_memory_stack_names_a_memory_entry_or_is_refused(tmp_path):
+    """`Plan(memory_stack="fsdpp")` (a typo) was priced with Megatron-Core's memory: refused when
+    built, one line. The names specs checks against are the memory entries' (listed in specs, which
+    never imports physics), and every framework preset is among them, so any `like:` may be priced."""
+    from shardwise.physics.memory_stacks import STACKS
+    from shardwise.specs import Plan
+    from shardwise.specs.plan_choices import MEMORY_STACKS
+
+    with pytest.raises(SpecError) as excinfo:
+        Plan(tp=1, pp=1, dp=8, global_batch=16, memory_stack="fsdpp")
+    line = str(excinfo.value)
+    assert "\n" not in line and "memory_stack 'fsdpp' is not a built-in stack's name (closest: fsdp" in line, line
+    assert Plan(tp=1, pp=1, dp=8, global_batch=16, memory_stack="fsdp").memory_stack_key == "fsdp"
+    assert Plan(tp=1, pp=1, dp=8, global_batch=16, framework="my-own").memory_stack_key == "my-own"  # a label
+    assert set(MEMORY_STACKS) == set(STACKS) and len(MEMORY_STACKS) == len(STACKS)
+    assert set(presets.names("frameworks")) <= set(MEMORY_STACKS)
+    # a file that starts from the one preset that had no entry is priced as before (Megatron-Core's)
+    mine = _predict(_write(tmp_path, "name: my-fa\nlike: flash-attn-trainer\n"))
+    _same(mine, _predict("flash-attn-trainer"))
+
+
+def test_a_search_space_by_a_file_prices_with_its_flags_or_refuses_another_stacks(tmp_path):
+    """`SearchSpace(stack=FILE)` with no `execution` searched by the file but priced Plan's defaults
+    (Megatron-Core's flags): it takes the file's flags, as `plan --framework FILE` gives them, and
+    its plans are priced as that command's; an `execution` of another framework is refused."""
+    import dataclasses
+
+    from shardwise.analyses import planner
+    from shardwise.analyses.search_space import SearchSpace
+
+    path = _write(tmp_path, "name: my-fsdp\nlike: fsdp\nhost_kernel: 20us\n")
+    space = SearchSpace(stack=path, tp=(2,), pp=(1,))
+    assert space.execution["framework"] == "my-fsdp" and space.execution["memory_stack"] == "fsdp"
+    assert space.execution["host_kernel_s"] == pytest.approx(20e-6) and "zero_stage" not in space.execution
+    training = TrainingRequest(model="llama3-8b", system="dgx-h100", num_gpus=8, framework=path)
+    request = PlanRequest(training, global_batch=16, tp=(2,), pp=(1,))
+    model, cluster = presets.model("llama3-8b"), presets.system("dgx-h100")
+    # plan's own space with its execution left out: filled from the file, the same plans and times
+    bare = dataclasses.replace(request.space(float(cluster.gpu.memory_bytes)), execution={})
+    got, want = planner.search(model, cluster, 16, bare), request.search()
+    assert got.plan(0).framework == "my-fsdp" and got.plan(0).memory_stack == "fsdp"
+    assert float(got.plan(0).host_kernel_s) == pytest.approx(20e-6)
+    assert np.array_equal(got.estimate.step_time_s, want.estimate.step_time_s)
+    assert planner.search(model, cluster, 16, space).plan(0).framework == "my-fsdp"
+    with pytest.raises(SpecError, match="execution's framework is 'fsdp' but the stack searched by is"):
+        SearchSpace(stack=path, execution={"framework": "fsdp"})
+    with pytest.raises(SpecError, match="execution's framework is 'megatron-core'"):
+        SearchSpace(stack="fsdp", execution={"lora_rank": 8})  # Plan's defaults: Megatron-Core's

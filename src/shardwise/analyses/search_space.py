@@ -78,7 +78,8 @@ class SearchSpace:
     memory_headroom_bytes: float = 0.0  # keep this much of each GPU's memory free
     objective: str = "time"  # or "throughput-per-gpu" (may then use fewer GPUs, whole servers)
     precision: str = "bf16"
-    # execution details of the runs being planned (as in Plan; lora_rank too)
+    # execution details of the runs being planned (as in Plan; lora_rank too); with `stack` given and
+    # this empty, the stack's own (`stack_execution`)
     execution: dict[str, bool | int | str] = field(default_factory=dict)
     # the framework as the user named it, a preset's name or a framework file's path, for what its
     # preset states beyond the Plan fields (`stack_of`; "": `execution`'s framework)
@@ -118,12 +119,38 @@ class SearchSpace:
         for v in self.shard_group or ():
             if isinstance(v, bool) or v < 0:
                 raise SpecError(f"plan: shard_group {v!r} is not allowed; give whole numbers >= 0 (0: every dp rank)")
+        if self.stack:
+            object.__setattr__(self, "execution", stack_execution(self.stack, self.execution, self.precision))
 
     def features(self) -> tuple[bool, tuple[int, ...]]:
         """(whether the smallest count of layers recomputed whole that fits is searched, the ZeRO
         stages at which a server-sized shard group is searched): the stack's preset's
         (`presets.framework_plan_search`), narrowed by what is fixed."""
         return search_features(self)
+
+
+def stack_execution(stack: str, execution: dict[str, bool | int | str], precision: str) -> dict[str, bool | int | str]:
+    """The execution flags of the runs planned on `stack`: `execution` where it is that stack's
+    (its `framework` the stack's name), the stack's own where it is empty (`presets.framework`, as
+    `plan` gives them: ZeRO searched, the gradient accumulation's bytes at `precision`). One naming
+    another framework, or none (Plan's defaults, Megatron-Core's), is refused: the search would
+    read one stack's defaults and price the plans with another's flags."""
+    from shardwise import presets
+
+    flags = presets.framework(stack)
+    if not execution:
+        out = {k: v for k, v in flags.items() if k != "zero_stage"}  # the ZeRO stage is searched
+        accumulate = presets.framework_accumulate_bytes(stack, precision)
+        if accumulate is not None:
+            out["unfused_accumulate_bytes"] = accumulate
+        return out
+    named = str(execution.get("framework", "megatron-core"))
+    if named != flags["framework"]:
+        raise SpecError(
+            f"plan: execution's framework is {named!r} but the stack searched by is {stack!r} ({flags['framework']}); "
+            "give execution=presets.framework(stack) (without zero_stage), or leave execution empty"
+        )
+    return execution
 
 
 def stack_of(space: SearchSpace) -> str:

@@ -7,8 +7,9 @@ micro_batch_size, are accepted as aliases):
 - num_gpus, tp, pp, global_batch (alias gbs); optional dp (default: num_gpus / (tp pp cp)), cp,
   vpp (alias vp), micro_batch (alias mbs, default 1), ep and etp (a mixture of experts' expert
   parallelism, default 1 and tp), layers and seq_len (override the model's),
-  recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset,
-  default megatron-core), sequence_parallel (default: the framework's, else on when tp > 1),
+  recompute (none / selective / full), precision (bf16 / fp8), framework (a --framework preset or
+  YAML file, a relative path read from the CSV's folder; default megatron-core), sequence_parallel
+  (default: the framework's, else on when tp > 1),
   schedule (gpipe / 1f1b / zb-h1 / interleaved; default: the framework's, else 1f1b), async_tp_grad
   (default: the framework's), zero (default: the framework's), gpus_per_node (default: the system's);
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
@@ -85,6 +86,7 @@ class Run:
     where: str  # "runs.csv line 3"
     group: str = ""  # the table or source it came from (for leave-one-out by source)
     metric: str = "step_time_s"
+    framework_file: str = ""  # the framework YAML file the run names, as read ("" for a preset)
 
     @property
     def scenario(self) -> Scenario:
@@ -101,10 +103,12 @@ def read_runs(path: str | Path) -> list[Run]:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise SpecError(f"{p}: byte {exc.start} is not UTF-8 (save the file as UTF-8)") from None
-    return parse_runs(text, str(p))
+    return parse_runs(text, str(p), p.parent)
 
 
-def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
+def parse_runs(text: str, where: str = "<runs>", folder: str | Path | None = None) -> list[Run]:
+    """The runs of a CSV's text; a relative framework file it names is read from `folder` (the
+    CSV's own, as a user expects of a file naming a file), else from the current directory."""
     if "\0" in text:
         raise SpecError(f"{where}: is not a text file (a CSV of runs is expected)")
     try:
@@ -140,7 +144,7 @@ def parse_runs(text: str, where: str = "<runs>") -> list[Run]:
             row = {_column(k): (v or "").strip() for k, v in raw_row.items()}
             if not any(row.values()):
                 continue
-            runs.append(_run(row, f"{where} line {i}"))
+            runs.append(_run(_framework_near(row, folder), f"{where} line {i}"))
     except csv.Error as exc:
         raise SpecError(f"{where}: not a valid CSV ({exc})") from None
     if not runs:
@@ -156,6 +160,21 @@ def from_rows(rows: list[tuple[dict[str, str], str]]) -> list[Run]:
     runs = [_run({_column(k): v for k, v in row.items()}, where) for row, where in rows]
     check_distinct(runs)
     return runs
+
+
+def _framework_near(row: dict[str, str], folder: str | Path | None) -> dict[str, str]:
+    """`row` with a relative framework file's path joined to `folder` (the CSV's): `calibrate
+    r9/runs.csv` reads `framework: mine.yaml` as r9/mine.yaml, whatever the current directory. A
+    file is told from a preset name as `presets` tells it (a .yaml/.yml name, or a file there)."""
+    from shardwise import files
+
+    name = row.get("framework", "")
+    if folder is None or not name or Path(name).is_absolute():
+        return row
+    near = Path(folder) / name
+    if name.lower().endswith((".yaml", ".yml")) or files.is_file(near):
+        return {**row, "framework": str(near)}
+    return row
 
 
 def check_columns(names: list[str], where: str) -> None:
@@ -369,4 +388,9 @@ def _training_run(row: dict[str, str], where: str) -> Run:
                 f"{where}: a layers-scope run (shardwise measure) splits one of tp, pp, dp and gives step_time_s"
             )
         case = LayerStackCase(scn, kinds[0], _whole(row, "micro_batches", where, 1))
-    return Run(row.get("id") or where, case, step, where, row.get("group") or row.get("source", ""))
+    from shardwise import presets
+
+    framework = row.get("framework", "")
+    file = framework if framework and presets._looks_like_path(framework) else ""
+    group = row.get("group") or row.get("source", "")
+    return Run(row.get("id") or where, case, step, where, group, framework_file=file)

@@ -7,6 +7,7 @@ A YAML mapping (format 2):
     cost_model: '2026.12b'            # the cost model fitted to; another is refused
     created_utc: '2026-12-01T04:40:00Z'
     runs: {files: {runs.csv: SHA-256}, count: 12, ids: [...]}
+                                      # + frameworks: {mine.yaml: SHA-256} where runs name a framework file
     hardware: [h100-sxm5-80gb]        # the GPUs of the runs
     noise_log_sd: 0.035               # the spread of ln(predicted / measured) once fitted
     fitted: [matmul_efficiency_scale, step_overhead_s]
@@ -66,14 +67,19 @@ def document(
     measured_step_s: np.ndarray,
     metrics: list[str] | None = None,
     left_out: str = "not asked for",
+    framework_files: list[str] | None = None,
 ) -> dict[str, Any]:
     """The calibration file's content (see the module docstring); `left_out`: why a parameter the
     fit names no reason for stayed at its prior (`--params` did not ask for it, or the need-driven
-    choice of `calibration.explain` did without it)."""
+    choice of `calibration.explain` did without it); `framework_files`: the framework YAML files the
+    runs named, recorded as the runs files are (path and SHA-256 of its text: the fit holds for
+    that text), left out where the runs name presets only."""
     from shardwise import __version__
 
     sources = [Path(f) for f in (runs_file if isinstance(runs_file, list) else [runs_file])]
     digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sources if p.is_file()}
+    stacks = [Path(f) for f in dict.fromkeys(framework_files or [])]
+    stack_digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in stacks if p.is_file()}
     params: dict[str, Any] = {}
     for par in PARAMETERS:
         entry: dict[str, Any] = {"value": _round(fitted.values[par.name]), "fitted": par.name in fitted.fitted}
@@ -92,6 +98,7 @@ def document(
             "created_utc": dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
             "runs": {
                 "files": digests,
+                **({"frameworks": stack_digests} if stack_digests else {}),
                 "count": len(run_ids),
                 "serving": sum(1 for m in (metrics or []) if m != "step_time_s"),
                 "ids": list(run_ids),

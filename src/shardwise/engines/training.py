@@ -200,7 +200,7 @@ def _training_rules(plan: Plan, model: Model) -> bool:
             plan.lora_rank,
             plan.recompute_layers,
             plan.moe_dispatcher,
-            plan.framework,
+            plan.memory_stack_key,  # the built-in a framework file starts from (its like:), whose rule it is
         )
     )
     raise_first(

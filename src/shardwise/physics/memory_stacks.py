@@ -325,6 +325,9 @@ STACKS: dict[str, StackMemory] = {
 }
 # nanotron in its dataclass's layout modes (presets: nanotron-defaults): the same code, the same memory
 STACKS["nanotron-defaults"] = STACKS["nanotron"]
+# flash-attn's training scripts: their memory is not described apart, so Megatron-Core's, as any stack
+# without an entry is priced; named so that a framework file's `like:` may name it (`Plan.memory_stack`)
+STACKS["flash-attn-trainer"] = _MEGATRON
 
 
 def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:

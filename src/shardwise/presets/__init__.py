@@ -100,7 +100,7 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
             return _own_name(kind, name, str(key)), fields
         named = data.get("name")  # the file's own name for it (name: 4090 too), else the file's
         named = str(named).strip() if isinstance(named, (str, int, float)) and not isinstance(named, bool) else ""
-        return _own_name(kind, name, named or Path(name).stem), data
+        return _own_name(kind, name, named or Path(name).stem, from_file_name=not named), data
     table = raw(kind)
     key = name.strip().lower()
     key = ALIASES.get(kind, {}).get(key, key)
@@ -114,11 +114,17 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     raise SpecError(f"unknown {kind[:-1]} {shown!r}{hint} (see `shardwise presets {kind}`)")
 
 
-def _own_name(kind: str, path: str, named: str) -> str:
+def _own_name(kind: str, path: str, named: str, from_file_name: bool = False) -> str:
     """A file's name for what it describes, refused where it is a built-in's (a GPU's fitted interval
-    and a stack's kernels are keyed by name: it would be priced partly as that one)."""
+    and a stack's kernels are keyed by name: it would be priced partly as that one); `from_file_name`:
+    the file states no `name:` and is named after itself (fsdp.yaml: 'fsdp'), which the error says."""
     key = named.strip().lower()
     if ALIASES.get(kind, {}).get(key, key) in raw(kind):
+        if from_file_name:
+            raise SpecError(
+                f"{path}: states no name, so it takes its file's, {named!r}, the built-in {kind[:-1]}'s; "
+                f"give it one of its own in the file (name: my-{named}) or use the built-in by name"
+            )
         raise SpecError(
             f"{path}: name: {named!r} is the built-in {kind[:-1]}'s; give your file's {kind[:-1]} a name of its own "
             f"(or use the built-in by name)"

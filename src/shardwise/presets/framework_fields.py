@@ -166,6 +166,24 @@ def inherited_fields(data: dict[str, Any], table: dict[str, dict[str, Any]]) -> 
     return tuple(k for k in merged if k not in data)
 
 
+def _check_own_defaults(key: str, data: dict[str, Any]) -> None:
+    """A stack's default ZeRO stage among the stages it implements, and its default schedule among
+    its schedules: a file with `like: fsdp`, `zero_stages: [0, 1]` and fsdp's `zero_stage: 3` would
+    otherwise price every run at a stage it says it cannot run (a note at predict time only)."""
+    stages, zero = data.get("zero_stages"), data["zero_stage"]
+    if stages is not None and zero not in stages:
+        listed = ", ".join(str(z) for z in stages)
+        raise SpecError(
+            f"framework {key!r}: zero_stage: {zero} is not among its zero_stages ({listed}); give one of them"
+        )
+    schedules, schedule = data.get("schedules"), data.get("schedule")
+    if schedules is not None and schedule is not None and schedule not in schedules:
+        raise SpecError(
+            f"framework {key!r}: schedule: {schedule} is not among its schedules ({', '.join(schedules)}); "
+            "give one of them"
+        )
+
+
 def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
     for field in data:
         if field not in (*FRAMEWORK_FLAGS, *STACK_FIELDS, *NOT_INHERITED, "like"):
@@ -189,6 +207,7 @@ def _framework_from_dict(key: str, data: dict[str, Any]) -> dict[str, Any]:
             allowed = "0, 1, 2 or 3" if f == "zero_stage" else "true or false" + (" or null" * (f == "overlap_p2p"))
             raise SpecError(f"framework {key!r}: {f}: {v!r} is not allowed; give {allowed}")
     out.update(_stack_fields(key, data))
+    _check_own_defaults(key, data)
     out.pop("unfused_accumulate_bytes_fp16", None)  # not a Plan field: `framework_accumulate_bytes`
     out["framework"] = key
     if "like" in data:  # a file started from a built-in (`with_like`): its memory is that one's

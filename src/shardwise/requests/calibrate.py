@@ -125,6 +125,7 @@ class CalibrateResult:
             self.values,
             [r.metric for r in runs],
             left_out,
+            [r.framework_file for r in runs if r.framework_file],
         )
 
     def as_dict(self, output: str) -> dict[str, Any]:

@@ -53,7 +53,9 @@ def moe_rules(
 def moe_training_rule(experts: int, tp: Number, sequence_parallel: Number, framework: str = "megatron-core") -> Rule:
     """Training a mixture of experts with TP needs sequence parallelism (Megatron-Core's MoE layer
     refuses otherwise; serving has no such rule). Priced so for every stack; the message names
-    Megatron-Core only under it (`framework`, `Plan.framework`)."""
+    Megatron-Core only under it: `framework` is the built-in stack (`Plan.memory_stack_key`: a
+    framework file's `like:`, as `presets.stack_defaults.builtin_of` reads it, else `Plan.framework`),
+    so a file that starts from Megatron-Core is told Megatron-Core's rule."""
     ok = ~np.asarray(bool(experts)) | (np.asarray(tp) <= 1) | np.asarray(sequence_parallel, dtype=bool)
     why = "Megatron-Core's rule" if framework == "megatron-core" else "as shardwise prices a mixture of experts"
 

@@ -164,7 +164,8 @@ class Plan:
     built by hand takes the defaults below, the command line the preset's (`requests.plan_build`;
     `TrainingRequest(...).scenario()` builds the plan `shardwise predict` prices);
     `memory_stack`: the built-in stack whose memory entry prices the plan's memory where it is not
-    `framework`'s own (a framework file's `like:`; "": its own, `memory_stack_key`).
+    `framework`'s own (a framework file's `like:`; "": its own, `memory_stack_key`); one of
+    `plan_choices.MEMORY_STACKS`, else refused when built.
 
     What the software stack's kernels are (`physics.stack`, set by the framework preset):
     `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"

@@ -22,6 +22,7 @@ from shardwise.specs.plan_choices import (
     BOOLEAN_FIELDS,
     CP_COMM_TYPES,
     LOSS_KERNELS,
+    MEMORY_STACKS,
     MOE_DISPATCHERS,
     OPTIMIZER_STATES,
     Recompute,
@@ -142,6 +143,15 @@ def check_fields(plan: Any) -> None:
         raise SpecError(f"plan: framework {plan.framework!r} is not allowed; give a framework preset's name")
     if not isinstance(plan.memory_stack, str):
         raise SpecError(f"plan: memory_stack {plan.memory_stack!r} is not allowed; give a framework preset's name")
+    if plan.memory_stack and plan.memory_stack not in MEMORY_STACKS:
+        import difflib
+
+        close = difflib.get_close_matches(plan.memory_stack, MEMORY_STACKS, n=1)
+        hint = f" (closest: {close[0]})" if close else ""
+        raise SpecError(
+            f"plan: memory_stack {chk._short(plan.memory_stack)} is not a built-in stack's name{hint}; "
+            "give one of `shardwise presets frameworks` or leave it empty (the framework's own)"
+        )
     if plan.attention_kernel not in ATTENTION_KERNELS:
         raise SpecError(
             f"plan: attention_kernel {plan.attention_kernel!r} is not allowed; choose {', '.join(ATTENTION_KERNELS)}"

@@ -44,6 +44,15 @@ LOSS_KERNELS = ("stack", "te")
 # no master; bf16 moments beside an fp32 master or its 16-bit remainders (Megatron-Core's
 # precision-aware optimizer with --exp-avg-dtype / --exp-avg-sq-dtype bf16)
 OPTIMIZER_STATES = ("fp32", "fp32-remainders", "bf16", "fp32-bf16-moments", "fp32-remainders-bf16-moments")
+# the built-in stacks whose memory `Plan.memory_stack` may name: the keys of `physics.memory_stacks.STACKS`
+# (tests/test_framework_files.py holds the two equal, and every framework preset among them). Listed
+# here, not read from there: specs never import physics, and a plan with a typo ("fsdpp") is refused
+# when built, as any other field's choice is, not priced as Megatron-Core's memory.
+MEMORY_STACKS = (
+    *("megatron-core", "megatron-lm-2022", "megatron-lm-2021", "megatron-deepspeed", "nanotron", "internevo"),
+    *("fsdp", "fsdp2", "torchtitan", "torchtitan-compile", "deepspeed", "colossalai", "composer"),
+    *("hf-transformers", "nemo-automodel", "maxtext", "paxml", "nanotron-defaults", "flash-attn-trainer"),
+)
 
 
 # the kernels that run FlashAttention-2's code (`physics.attention_kernels`): the flash-attn package,
