@@ -138,6 +138,8 @@ def test_the_planner_reads_a_files_defaults_through_its_like(tmp_path):
         # its own default outside what it says it runs: refused when read (a note at predict time only)
         ("name: a\nlike: fsdp\nzero_stages: [0, 1]\n", "zero_stage: 3 is not among its zero_stages (0, 1)"),
         ("name: a\nlike: nanotron-defaults\nschedules: [1f1b]\n", "schedule: gpipe is not among its schedules"),
+        # a stack that states no schedule runs 1f1b: Megatron-Core's preset states none
+        ("name: a\nlike: megatron-core\nschedules: [gpipe]\n", "schedule: 1f1b is not among its schedules"),
         # no name: the file's name, fsdp.yaml's 'fsdp' (the error said "name: 'fsdp'", a field it lacks)
         ("like: fsdp\nhost_kernel: 20us\n", "states no name, so it takes its file's, 'fsdp', the built-in"),
     ],

@@ -118,17 +118,15 @@ def _own_name(kind: str, path: str, named: str, from_file_name: bool = False) ->
     """A file's name for what it describes, refused where it is a built-in's (a GPU's fitted interval
     and a stack's kernels are keyed by name: it would be priced partly as that one); `from_file_name`:
     the file states no `name:` and is named after itself (fsdp.yaml: 'fsdp'), which the error says."""
-    key = named.strip().lower()
-    if ALIASES.get(kind, {}).get(key, key) in raw(kind):
-        if from_file_name:
-            raise SpecError(
-                f"{path}: states no name, so it takes its file's, {named!r}, the built-in {kind[:-1]}'s; "
-                f"give it one of its own in the file (name: my-{named}) or use the built-in by name"
-            )
+    key, what = named.strip().lower(), kind[:-1]
+    if ALIASES.get(kind, {}).get(key, key) in raw(kind) and from_file_name:
         raise SpecError(
-            f"{path}: name: {named!r} is the built-in {kind[:-1]}'s; give your file's {kind[:-1]} a name of its own "
-            f"(or use the built-in by name)"
+            f"{path}: states no name, so it takes its file's, {named!r}, the built-in {what}'s; "
+            f"give it one of its own in the file (name: my-{named}) or use the built-in by name"
         )
+    if ALIASES.get(kind, {}).get(key, key) in raw(kind):
+        msg = f"name: {named!r} is the built-in {what}'s; give your file's {what} a name of its own"
+        raise SpecError(f"{path}: {msg} (or use the built-in by name)")
     return named
 
 

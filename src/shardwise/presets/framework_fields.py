@@ -176,8 +176,9 @@ def _check_own_defaults(key: str, data: dict[str, Any]) -> None:
         raise SpecError(
             f"framework {key!r}: zero_stage: {zero} is not among its zero_stages ({listed}); give one of them"
         )
-    schedules, schedule = data.get("schedules"), data.get("schedule")
-    if schedules is not None and schedule is not None and schedule not in schedules:
+    # a stack that states no schedule runs 1f1b under a pipeline (requests.plan_build.default_schedule)
+    schedules, schedule = data.get("schedules"), data.get("schedule") or "1f1b"
+    if schedules is not None and schedule not in schedules:
         raise SpecError(
             f"framework {key!r}: schedule: {schedule} is not among its schedules ({', '.join(schedules)}); "
             "give one of them"
