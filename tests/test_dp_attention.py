@@ -82,7 +82,8 @@ def test_vllm_moves_the_experts_tokens_by_its_default_all_gather(monkeypatch):
     (`EnginePreset.moe_dispatcher`, what `--emit vllm` writes): every rank gathers the EP group's
     tokens once, with k top-k weights and ids each, and reduce-scatters the outputs. Over two
     servers (ep 16, k 8) each rank then receives 15 tokens' worth for each of its own where the
-    all-to-all sends 7.5 copies: vLLM's expert traffic exceeds TensorRT-LLM's and SGLang's. TP
+    all-to-all sends 7.5 copies: vLLM's expert traffic exceeds TensorRT-LLM's (SGLang gathers too:
+    tests/test_sglang_dp_gather.py). TP
     attention (experts inside the TP group) moves no tokens, so its price is the same."""
     from shardwise.physics.moe_dispatch import TOPK_BYTES_PER_CHOICE, allgather_dispatch_bytes
 

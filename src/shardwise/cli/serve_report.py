@@ -181,15 +181,17 @@ def _part(key: str, est: Any = None) -> str:
 def _comm_name(plan: Any) -> str:
     """What `tp_comm` holds for a serving plan, by the groups that communicate (`engines.iteration`):
     the TP group's collectives, the experts' all-to-all where attention is data-parallel
-    (`engines.dp_attention`: with tp = 1 there is no TP collective at all) and the context-parallel
-    ranks' exchange; "tp comm" alone for a plan of TP only."""
+    (`engines.dp_attention`: with tp = 1 there is no TP collective at all; "expert gather" where the
+    engine gathers the tokens instead, vLLM's and SGLang's `Plan.moe_dispatcher`) and the
+    context-parallel ranks' exchange; "tp comm" alone for a plan of TP only."""
     from shardwise.engines.dp_attention import dp_attention
 
+    gathers = getattr(plan, "moe_dispatcher", "alltoall") in ("allgather", "dp-gather")
     groups = [
         name
         for name, on in (
             ("tp comm", int(plan.tp) > 1),
-            ("expert all-to-all", bool(np.any(dp_attention(plan)))),
+            ("expert gather" if gathers else "expert all-to-all", bool(np.any(dp_attention(plan)))),
             ("cp comm", int(plan.cp) > 1),
         )
         if on

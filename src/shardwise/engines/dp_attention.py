@@ -18,7 +18,9 @@ Two layouts of a replica's experts, one rule (`specs.expert_rules.serving_expert
   with attention TP > 1. That is what Megatron-Core's sequence parallelism does around a
   mixture of experts, so the layer is priced as one with sequence parallelism
   (`engines.costs.layer_cost`, `engines.moe.experts_cost`, sharded): no new physics, only the
-  layout. With tp = 1 (DeepSeek's usual layout) there is no TP collective at all.
+  layout. With tp = 1 (DeepSeek's usual layout) there is no TP collective at all. How the tokens
+  reach the experts is the engine's (`EnginePreset.moe_dispatcher`): TensorRT-LLM's all-to-all,
+  vLLM's allgather_reducescatter, SGLang's dp_gather and reduce-scatter (`physics.moe_dispatch`).
 
 Not modelled: the dp groups step in lockstep through the MoE layers (a group with no work runs a
 dummy batch; vLLM's `DPEngineCoreProc`), so the slowest group sets every step; the simulated

@@ -220,8 +220,13 @@ class EnginePreset:
     # expert; vLLM 0.34's default all2all backend, allgather_reducescatter, all-gathers every rank's
     # tokens over the EP group and reduce-scatters the outputs ("allgather": vllm/config/parallel.py
     # `all2all_backend`, distributed/device_communicators/all2all.py AgRsAll2AllManager), which
-    # `--emit vllm` writes (docs/serving.md)
+    # `--emit vllm` writes (docs/serving.md); SGLang's default, `--moe-a2a-backend none`, gathers the
+    # whole TP group's hidden states in 16 bits and routes them on every rank, by all-reduces in a
+    # batch with prompt tokens ("dp-gather": `physics.moe_dispatch.DP_GATHER_BYTES_PER_ELEMENT`)
     moe_dispatcher: str = "alltoall"
+    # under data-parallel attention each attention rank prefills 1/dp of the token budget (SGLang
+    # divides --chunked-prefill-size by --dp: server_args.py `_handle_data_parallelism`, 0.5.6.post2)
+    dp_attention_splits_budget: bool = False
     source: str = ""
 
 
@@ -245,7 +250,7 @@ ENGINES = {
         "sglang", "0.5.x", "graphs", "sglang", "sglang", nvls=False, budget_per_micro_batch=True, prefill_apart=True,
         seqs_from_kv_pool=True,
         stage_host_s=PYTHON_STAGE_HOST_S, stage_host_per_request_s=PYTHON_STAGE_HOST_PER_REQUEST_S,
-        pp_send_tensors=2,
+        pp_send_tensors=2, moe_dispatcher="dp-gather", dp_attention_splits_budget=True,
         weight_formats=("bf16", "fp8", "int8", "int4", "nvfp4", "mxfp4"),
         source="python/sglang/srt/server_args.py _handle_gpu_memory_settings; --enable-nccl-nvls default false",
     ),
@@ -306,28 +311,46 @@ def sglang_max_running_requests(kv_tokens: float, context_len: int) -> int:
     return max(1, min(int(kv_tokens) // 2, pool))
 
 
-def sglang_reserved_bytes(gpu_memory_bytes: Number, chunk: int, tp: Number, pp: Number) -> Number:
+def sglang_reserved_bytes(
+    gpu_memory_bytes: Number, chunk: int, tp: Number, pp: Number, attention_dp: Number = 1
+) -> Number:
     """SGLang's memory outside `mem_fraction_static` (module docstring): activations of a chunk,
     CUDA graph buffers (cuda_graph_max_bs 512 from 60 GiB up with tp >= 4, 256 below tp 4; here 512
-    where tp >= 4), and the parallel groups' buffers."""
+    where tp >= 4), and the parallel groups' buffers. `tp` is SGLang's --tp, every GPU of a stage
+    under data-parallel attention (`attention_dp` > 1, its --dp), which adds cuda_graph_max_bs x dp
+    x 3 MiB ("more padding") and x 1.5 more above 300 graphs (server_args.py
+    `_handle_gpu_memory_settings`, 0.5.6.post2): its gathered buffers, G x T x h x 2 bytes at most
+    (117 MB for DeepSeek-V3 at its 8,192-token chunk), fit in it."""
     m = np.asarray(gpu_memory_bytes, dtype=float)
     graphs = np.where(np.asarray(tp) >= 4, 512, 256)
     mib = 512 + 1.5 * max(chunk, 2048) + 2 * graphs + 1024 * np.asarray(tp) * np.asarray(pp) / 8
+    dp = np.asarray(attention_dp, dtype=float)
+    mib = mib + np.where(dp > 1, graphs * dp * (3 + np.where(graphs > 300, 1.5, 0.0)), 0.0)
     return np.where(m > 60 * GIB, np.maximum(mib * MIB, 10 * GIB), mib * MIB)
 
 
 def kv_cache_bytes(
-    name: str, gpu_memory_bytes: Number, weights_bytes: Number, tp: Number, pp: Number, buffers_bytes: Number = 0.0
+    name: str,
+    gpu_memory_bytes: Number,
+    weights_bytes: Number,
+    tp: Number,
+    pp: Number,
+    buffers_bytes: Number = 0.0,
+    attention_dp: Number = 1,
 ) -> Number:
     """Bytes the engine gives its KV cache on one GPU (module docstring), at least 0; `buffers_bytes`
-    (TensorRT-LLM's activation, runtime and decoder buffers) come out of the free memory first."""
+    (TensorRT-LLM's activation, runtime and decoder buffers; vLLM's gathered expert buffers, which
+    its profiled activation peak holds) come out of the free memory first. `attention_dp`: the
+    attention ranks of a data-parallel-attention plan (1 otherwise), SGLang's --dp, its --tp then
+    tp x dp (`sglang_reserved_bytes`)."""
     preset = ENGINES[name]
     m, w = np.asarray(gpu_memory_bytes, dtype=float), np.asarray(weights_bytes, dtype=float)
     if preset.kv_rule == "total-fraction":
-        free = preset.kv_fraction * m - w - RUNTIME_RESERVED_BYTES
+        free = preset.kv_fraction * m - w - RUNTIME_RESERVED_BYTES - np.asarray(buffers_bytes, dtype=float)
     elif preset.kv_rule == "sglang":
         chunk = max_batched_tokens(name, float(np.max(m)))
-        free = m - sglang_reserved_bytes(m, chunk, tp, pp) - w
+        dp = np.asarray(attention_dp)
+        free = m - sglang_reserved_bytes(m, chunk, np.asarray(tp) * dp, pp, dp) - w
     else:  # a fraction of what the weights, the runtime and the engine's buffers leave
         free = preset.kv_fraction * (m - w - RUNTIME_RESERVED_BYTES - np.asarray(buffers_bytes, dtype=float))
     return np.maximum(free, 0.0)

@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from shardwise.engines.dp_attention import dp_attention
 from shardwise.engines.engine_presets import engine, sglang_max_running_requests
 from shardwise.engines.inflight_sim import (
     KV_BLOCK_TOKENS,
@@ -46,11 +47,15 @@ class Replica:
         seed: int = 0,
     ) -> None:
         self.scenario = scn = serving_scenario(scn, wl)
+        preset, pp = engine(wl.engine), int(np.max(scn.plan.pp))
+        # the vLLM buffers gathered at the whole budget (`engines.serving.kv_cache_free_bytes`)
+        self.gather_budget = max_batched_tokens
+        if preset.dp_attention_splits_budget and scn.model.is_moe and bool(np.any(dp_attention(scn.plan))):
+            max_batched_tokens = max(max_batched_tokens // int(np.max(scn.plan.dp)), 1)  # SGLang: chunk / dp
         self.max_batched_tokens, self.mix = max_batched_tokens, mix
         # an iteration here is one round of the pp micro-batches; where the engine schedules each
         # micro-batch with its own budget (and slots), the round holds pp of them
         # (`engines.engine_presets`, "Budgets under pipeline parallelism")
-        preset, pp = engine(wl.engine), int(np.max(scn.plan.pp))
         self.round_tokens = max_batched_tokens * (pp if preset.budget_per_micro_batch else 1)
         # the decoding sequences take their tokens from that budget where a batch mixes them with
         # prompt chunks; where prompts are prefilled apart (SGLang, mixed chunks off), the whole
@@ -69,7 +74,7 @@ class Replica:
             weights, kv_per_seq = memory_per_gpu(scn, wl)
             self.weights_bytes, self.kv_bytes_per_sequence = float(weights), float(kv_per_seq)
             context = wl.input_len + wl.output_len
-            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
+            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes, self.gather_budget))
             per_token = self.kv_bytes_per_sequence / context
             self._cap_sequences(wl, free, per_token)
             self.capacity = kv_capacity(max(free, 0.0), per_token, wl.input_len, wl.output_len)
@@ -88,7 +93,7 @@ class Replica:
             self.weights_bytes = float(weights)
             per_token = float(kv_per_seq) / (wl.input_len + wl.output_len)
             self.kv_bytes_per_sequence = per_token * (summary.mean_input_len + summary.mean_output_len)
-            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes))
+            free = float(kv_cache_free_bytes(scn, wl, self.weights_bytes, self.gather_budget))
             self.kv_total_blocks = int(max(free, 0.0) // (KV_BLOCK_TOKENS * per_token))
             self._cap_sequences(wl, free, per_token)
             blocks = kv_blocks(inputs, outputs)

@@ -113,7 +113,7 @@ def stage_costs(
     moe = None
     if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
         shared = model.shared_experts * model.expert_ffn_hidden
-        routed = experts_cost(one, fabric, place, tokens, w)
+        routed = experts_cost(one, fabric, place, tokens, w, extend=q > 0)  # SGLang's gather reads `extend`
         compute = per_value(lambda x: linear_s(times(1, x, x, shared)), tokens) + attention + routed.compute_forward_s
         # the shared MLP's reduce carries the experts'
         tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s + gather

@@ -60,6 +60,7 @@ from shardwise.physics.moe import (
     routes_own_tokens,
 )
 from shardwise.physics.moe_dispatch import (
+    DP_GATHER_BYTES_PER_ELEMENT,
     SYNC_HOST_OPS,
     allgather_dispatch_bytes,
     dispatch_bytes,
@@ -107,10 +108,11 @@ def experts_cost(
     q_len: Number | None = None,
     weight_bytes: Number | None = None,
     training: bool = False,
+    extend: Number | None = None,
 ) -> StageCost:
     """`experts_parts` with the experts' own host-bound wait (`physics.stack.host_bound_s`) in
     their backward (and `host_wait_s`): the routed experts priced alone."""
-    cost, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training)
+    cost, kernels, busy = experts_parts(scn, fabric, place, q_len, weight_bytes, training, extend)
     if not training or not np.any(scn.plan.host_kernel_s):
         return cost
     host = host_bound_s(busy, kernels, scn.plan.host_kernel_s)
@@ -124,6 +126,7 @@ def experts_parts(
     q_len: Number | None = None,
     weight_bytes: Number | None = None,
     training: bool = False,
+    extend: Number | None = None,
 ) -> tuple[StageCost, Number, Number]:
     """The routed experts of one MoE layer (module docstring) for `q_len` new tokens per sequence
     (default the sequence); `scn` as one CP rank sees it. Without sequence parallelism (serving)
@@ -132,7 +135,9 @@ def experts_parts(
     host issues the grouped GEMMs one expert at a time (`physics.moe.training_kernels`), and the GPU
     waits where they are shorter than `Plan.host_kernel_s` each (`physics.stack.host_bound_s`, as a
     dense layer's kernels). Returns the cost without that wait, the kernels the host issues and
-    the GPU's time on them (0 and 0 outside training), for one wait over the whole layer."""
+    the GPU's time on them (0 and 0 outside training), for one wait over the whole layer.
+    `extend`: where the pass holds prompt tokens (default: more than one new token a sequence),
+    read by SGLang's gather alone (`physics.moe_dispatch.DP_GATHER_BYTES_PER_ELEMENT`)."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     e = plan.bytes_per_element
     s_q = model.seq_len if q_len is None else q_len
@@ -179,13 +184,21 @@ def experts_parts(
     reduce = fabric.group(plan.tp, place["tp"]).all_reduce(ef.etp_reduce_bytes) if not model.shared_experts else 0.0
     gather = np.where(sharded, gather, reduce)
     dispatch_f = dispatch_b = 2 * a2a  # dispatch and combine (their gradients travel the same way)
-    if plan.moe_dispatcher == "allgather":  # one gather over the ep x etp group replaces both
+    if plan.moe_dispatcher in ("allgather", "dp-gather"):  # one gather over the ep x etp group replaces both
         size = np.asarray(plan.ep) * np.asarray(etp)
         group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
-        # serving: vLLM's allgather_reducescatter (`engines.engine_presets.EnginePreset.moe_dispatcher`)
-        hidden, routing = allgather_dispatch_bytes(model, tokens, size, e, top_k_only=not training)
+        # serving: vLLM's allgather_reducescatter, SGLang's dp_gather (`EnginePreset.moe_dispatcher`)
+        sglang = plan.moe_dispatcher == "dp-gather"
+        e_gather = DP_GATHER_BYTES_PER_ELEMENT if sglang else e
+        hidden, routing = allgather_dispatch_bytes(
+            model, tokens, size, e_gather, top_k_only=not training, no_routing=sglang
+        )
         scatter = group.reduce_scatter(hidden)  # the combine; the backward of the gather
-        dispatch_f = np.where(sharded, group.all_gather(hidden + routing) + scatter, 0.0)
+        moved = group.all_gather(hidden + routing) + scatter
+        if sglang:  # an extend pass gathers and combines by all-reduces of the summed-length buffer
+            prompts = np.asarray(s_q) > 1 if extend is None else np.asarray(extend, dtype=bool)
+            moved = np.where(prompts, 2 * group.all_reduce(hidden), moved)
+        dispatch_f = np.where(sharded, moved, 0.0)
         dispatch_b = np.where(sharded, 2 * scatter, 0.0)
         gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group
     dispatched = sharded & (np.asarray(plan.ep) * np.asarray(etp) > 1)

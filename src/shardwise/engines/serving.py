@@ -36,8 +36,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.dp_attention import serving_expert_layout
-from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_sequences
+from shardwise.engines.dp_attention import dp_attention, serving_expert_layout
+from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
 from shardwise.engines.moe import stage_layer_params, stage_params
@@ -50,6 +50,7 @@ from shardwise.engines.pipeline import (
 from shardwise.engines.trtllm_buffers import bench_engine_settings, engine_buffers_bytes
 from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
+from shardwise.physics.moe_dispatch import gathered_buffers_bytes
 from shardwise.physics.pcie import group_link
 from shardwise.specs import Cluster, Plan, Scenario
 from shardwise.specs._checks import Number, SpecError
@@ -175,16 +176,29 @@ def on_pcie_topology(cluster: Cluster, plan: Plan) -> Cluster:
     return cluster.with_(intra_node_link=link, p2p=True, custom_all_reduce=kernel)
 
 
-def kv_cache_free_bytes(scn: Scenario, wl: ServingWorkload, weights_bytes: Number) -> Number:
+def kv_cache_free_bytes(
+    scn: Scenario, wl: ServingWorkload, weights_bytes: Number, budget_tokens: float | None = None
+) -> Number:
     """Bytes of KV cache on one GPU under the engine's memory rule (`engines.engine_presets`), less
-    TensorRT-LLM's activation, runtime and decoder buffers (`engines.trtllm_buffers`)."""
-    plan, memory = scn.plan, scn.cluster.gpu.memory_bytes
+    TensorRT-LLM's activation, runtime and decoder buffers (`engines.trtllm_buffers`) and, under
+    data-parallel attention, vLLM's gathered expert buffers at its token budget `budget_tokens`
+    (default the engine's on this GPU; `physics.moe_dispatch.gathered_buffers_bytes`); SGLang's
+    reserve grows with its --dp there instead (`engines.engine_presets.sglang_reserved_bytes`)."""
+    plan, memory, preset = scn.plan, scn.cluster.gpu.memory_bytes, engine(wl.engine)
     buffers = 0.0
-    if engine(wl.engine).bench_buffers:
+    if preset.bench_buffers:
         w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
         kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
         buffers = engine_buffers_bytes(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, w, kv)
-    return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers)
+    on = dp_attention(plan) if scn.model.is_moe else False
+    if preset.moe_dispatcher == "allgather" and np.any(on):
+        budget = budget_tokens
+        if budget is None:
+            budget = max_batched_tokens(wl.engine, float(np.max(memory)), scn.cluster.gpu.name)
+        group = np.asarray(plan.ep) * np.asarray(plan.expert_tp)
+        buffers = buffers + np.where(on, gathered_buffers_bytes(scn.model, budget, group), 0.0)
+    attention_dp = np.where(on, plan.dp, 1)
+    return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers, attention_dp)
 
 
 def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:

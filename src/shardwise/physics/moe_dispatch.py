@@ -17,10 +17,28 @@ ROUTING_BYTES_PER_EXPERT = 4.0 + 1.0
 # device_communicators/all2all.py AgRsAll2AllManager.dispatch, vLLM 0.34) gathers each token's top-k
 # weights (fp32) and expert ids (int32, fused_moe/router/base_router.py) beside it, not a T x E map.
 TOPK_BYTES_PER_CHOICE = 4.0 + 4.0
+# SGLang's data-parallel attention without an all-to-all backend (`--moe-a2a-backend none`, its
+# default; sglang 0.5.6.post2, layers/communicator.py `_gather_hidden_states_and_residual` and
+# `_scatter_hidden_states`, layers/dp_attention.py `dp_gather_partial`, `dp_reduce_scatter_tensor`):
+# every rank gathers the normalised hidden states of the whole TP group (all tp x dp GPUs of the
+# replica, the experts' group) in the model's dtype, `model_config.dtype`, 16 bits whatever the
+# weights, and routes them itself (the gate runs on the gathered tokens): no routing travels. How
+# it gathers depends on the batch (`DpPaddingMode.get_dp_padding_mode`): a batch with prompt tokens
+# on any rank (an extend) is padded to the sum of the ranks' tokens and "gathered" by an all-reduce
+# of that buffer (each rank writes its rows into zeros), its outputs all-reduced and each rank's
+# rows copied out (`dp_scatter`); a decode batch (CUDA graphs, ranks within 2x of each other) is
+# padded to the longest rank and all-gathered (`all_gather_into_tensor`), its outputs
+# reduce-scattered (DeepSeek's layers allow it).
+DP_GATHER_BYTES_PER_ELEMENT = 2.0
 
 
 def allgather_dispatch_bytes(
-    model: Model, tokens: Number, group: Number, bytes_per_element: float, top_k_only: bool = False
+    model: Model,
+    tokens: Number,
+    group: Number,
+    bytes_per_element: float,
+    top_k_only: bool = False,
+    no_routing: bool = False,
 ) -> tuple[Number, Number]:
     """(bytes of the gathered tokens, of the gathered routing) on one rank of the all-gather
     dispatcher (Megatron-Core's `allgather`, its default; README: "TP-only setups, small EP, large
@@ -29,14 +47,28 @@ def allgather_dispatch_bytes(
     to its experts, and the outputs are reduce-scattered back (the tokens' bytes again). Against the
     all-to-all's T k h (ep - 1)/ep sent, the gather receives T h (G - 1): cheaper where k > G.
     `top_k_only`: the routing as vLLM's allgather_reducescatter gathers it, k weights and ids a
-    token (TOPK_BYTES_PER_CHOICE)."""
+    token (TOPK_BYTES_PER_CHOICE); `no_routing`: none, every rank routing the gathered tokens itself
+    (SGLang, DP_GATHER_BYTES_PER_ELEMENT)."""
     g = np.asarray(group, dtype=float)
     hidden = g * tokens * model.hidden * bytes_per_element
     per_token = model.experts * ROUTING_BYTES_PER_EXPERT
     if top_k_only:
         per_token = model.experts_per_token * TOPK_BYTES_PER_CHOICE
+    if no_routing:
+        per_token = 0.0
     routing = g * tokens * per_token
     return hidden, routing
+
+
+def gathered_buffers_bytes(model: Model, tokens: Number, group: Number) -> Number:
+    """Bytes one rank of a gathering dispatcher holds at once for `tokens` tokens a rank: the gathered
+    input and the experts' output before the reduce-scatter (the combine buffer), G x T x h each in
+    16 bits (DP_GATHER_BYTES_PER_ELEMENT): 2 x 1.88 GB for DeepSeek-V3 (h 7168) at 8,192 tokens and
+    G 16. vLLM's worker profiles its activation peak with a dummy batch of its whole token budget on
+    every data-parallel rank before it sizes the KV cache (v1/worker/gpu_model_runner.py
+    `profile_run`, `_dummy_run(max_num_tokens)`), so they come out of the cache there."""
+    g = np.asarray(group, dtype=float)
+    return 2.0 * g * tokens * model.hidden * DP_GATHER_BYTES_PER_ELEMENT
 
 
 # The all-to-all dispatcher's metadata (megatron/core/transformer/moe/token_dispatcher.py,

@@ -59,10 +59,13 @@ class Plan:
     `expert_imbalance` is the busiest EP rank's tokens over the mean (1: a balanced router);
     `moe_dispatcher` how tokens travel: "alltoall" (a copy per chosen expert, the NeMo recipes'),
     "flex" (DeepEP / HybridEP: one copy per node and per rank that holds a chosen expert, as the
-    NeMo recipes run DeepSeek-V3 and Qwen3) or "allgather" (Megatron-Core's default: the ep x etp
-    group all-gathers its tokens once and reduce-scatters the outputs); `moe_overlap`: the forward of one
-    micro-batch and the backward of another run layer by layer together, so each one's
-    all-to-alls hide behind the other's compute (Megatron-Core's combined 1F1B,
+    NeMo recipes run DeepSeek-V3 and Qwen3), "allgather" (Megatron-Core's default: the ep x etp
+    group all-gathers its tokens once and reduce-scatters the outputs; vLLM's default under
+    data-parallel attention), or "dp-gather" (serving only, SGLang's data-parallel attention: the
+    group gathers its tokens in 16 bits and routes them on every rank; a batch with prompt tokens
+    gathers and combines by all-reduces, `physics.moe_dispatch.DP_GATHER_BYTES_PER_ELEMENT`);
+    `moe_overlap`: the forward of one micro-batch and the backward of another run layer by layer
+    together, so each one's all-to-alls hide behind the other's compute (Megatron-Core's combined 1F1B,
     `--overlap-moe-expert-parallel-comm`; training only, pp = 1 or the interleaved schedule).
     `moe_capacity_factor` > 0 drops tokens in training: each expert takes at most ceil(T k / E x
     factor) copies from each rank that routes to it (Megatron-Core's `--moe-expert-capacity-factor`);

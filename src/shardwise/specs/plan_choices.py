@@ -35,7 +35,9 @@ class Recompute(IntEnum):
         return self.name.lower()
 
 
-MOE_DISPATCHERS = ("alltoall", "flex", "allgather")
+# "dp-gather": SGLang's data-parallel attention without an all-to-all backend, set by its serving
+# engine preset (`engines.engine_presets.EnginePreset.moe_dispatcher`); not a command-line choice
+MOE_DISPATCHERS = ("alltoall", "flex", "allgather", "dp-gather")
 ATTENTION_KERNELS = ("fused", "flash2", "sdpa-flash2", "te-flash2")  # physics.stack
 # the loss kernel: the stack's own, or Transformer Engine's parallel_cross_entropy (`physics.memory_stacks`)
 LOSS_KERNELS = ("stack", "te")
