@@ -111,6 +111,22 @@ def test_vllm_kv_cache_loses_its_gathered_buffers_under_dp_attention():
     tp = serving_scenario(dsv3(8, 8, 1), vllm)
     w_tp, _ = memory_per_gpu(tp, vllm)
     assert float(kv_cache_free_bytes(tp, vllm, w_tp)) == pytest.approx(float(kv_cache_bytes("vllm", gpu, w_tp, 8, 1)))
+    # attention tp 2: vLLM's sequence-parallel MoE chunks each rank's tokens by tp first, so the
+    # 16 ranks gather dp x T = 8 x 8192 tokens, not 16 x 8192
+    sp = serving_scenario(dsv3(2, 16, 8), vllm)
+    w_sp, _ = memory_per_gpu(sp, vllm)
+    left = kv_cache_bytes("vllm", gpu, w_sp, 2, 1) - 2 * 8 * 8192 * 7168 * 2.0
+    assert float(kv_cache_free_bytes(sp, vllm, w_sp)) == pytest.approx(float(left))
+
+
+def test_dp_gather_is_refused_for_training():
+    from shardwise import Plan, estimate_training_step
+    from shardwise.errors import SpecError
+
+    plan = Plan(tp=2, ep=8, dp=8, global_batch=64, moe_dispatcher="dp-gather", sequence_parallel=True)
+    scn = Scenario(presets.model("mixtral-8x7b"), presets.system("dgx-h100", nodes=2), plan)
+    with pytest.raises(SpecError, match="'dp-gather' is for serving only"):
+        estimate_training_step(scn)
 
 
 def test_sglang_divides_its_chunk_over_the_attention_ranks():

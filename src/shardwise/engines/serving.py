@@ -195,7 +195,9 @@ def kv_cache_free_bytes(
         budget = budget_tokens
         if budget is None:
             budget = max_batched_tokens(wl.engine, float(np.max(memory)), scn.cluster.gpu.name)
-        group = np.asarray(plan.ep) * np.asarray(plan.expert_tp)
+        # with attention tp > 1 vLLM's sequence-parallel MoE chunks each rank's tokens by tp first
+        # (`sequence_parallel_chunk`), so the group gathers dp x T tokens, not tp x dp x T
+        group = np.asarray(plan.ep) * np.asarray(plan.expert_tp) / np.asarray(plan.tp)
         buffers = buffers + np.where(on, gathered_buffers_bytes(scn.model, budget, group), 0.0)
     attention_dp = np.where(on, plan.dp, 1)
     return kv_cache_bytes(wl.engine, memory, weights_bytes, plan.tp, plan.pp, buffers, attention_dp)

@@ -65,7 +65,7 @@ def gathered_buffers_bytes(model: Model, tokens: Number, group: Number) -> Numbe
     input and the experts' output before the reduce-scatter (the combine buffer), G x T x h each in
     16 bits (DP_GATHER_BYTES_PER_ELEMENT): 2 x 1.88 GB for DeepSeek-V3 (h 7168) at 8,192 tokens and
     G 16. vLLM's worker profiles its activation peak with a dummy batch of its whole token budget on
-    every data-parallel rank before it sizes the KV cache (v1/worker/gpu_model_runner.py
+    every data-parallel rank before it sizes the KV cache (v1/worker/gpu/model_runner.py
     `profile_run`, `_dummy_run(max_num_tokens)`), so they come out of the cache there."""
     g = np.asarray(group, dtype=float)
     return 2.0 * g * tokens * model.hidden * DP_GATHER_BYTES_PER_ELEMENT
