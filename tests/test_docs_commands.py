@@ -151,7 +151,7 @@ def test_commands_run_in_a_scratch_directory_in_order():
 
 @pytest.mark.slow
 def test_the_docs_shell_commands_run_as_shown():
-    """Every command of the docs' ```bash and plain blocks that can run here (about 20 s) exits 0, and the
+    """Every command of the docs' ```bash and plain blocks that can run here (a few seconds) exits 0, and the
     output shown under it (the --emit launches) is still what it prints."""
     commands = [
         c

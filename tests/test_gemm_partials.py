@@ -68,3 +68,18 @@ def test_a_swept_l2_prices_each_gpu_as_alone():
             mj = ms[..., j]
             one = gemm.gemm_time_s(mj, 4096.0, 4096.0, 1.0, 2.0 * (mj * 4096 + 4096**2), 2.0, gpu, 989.4e12, 0.682)
             assert np.allclose(np.asarray(got)[..., j], one, rtol=1e-12, atol=0)
+
+
+def test_a_swept_l2_reaches_a_whole_estimate():
+    """Through estimate_training_step (physics.kernels stacks a layer's GEMMs by the GPU's shapes):
+    each element as the GPU with that L2 alone."""
+    from shardwise import Plan, Scenario, estimate_training_step
+
+    system = presets.system("dgx-h100")
+    model, plan = presets.model("llama3-8b"), Plan(tp=2, dp=4, global_batch=16)
+    for field in ("l2_bytes", "l2_bandwidth_bytes_per_s"):
+        values = np.array([0.0, getattr(H100, field)])
+        swept = estimate_training_step(Scenario(model, system.with_(gpu=replace(H100, **{field: values})), plan))
+        for j, v in enumerate(values):
+            alone = estimate_training_step(Scenario(model, system.with_(gpu=replace(H100, **{field: v})), plan))
+            assert float(np.asarray(swept.step_time_s)[j]) == pytest.approx(float(alone.step_time_s), rel=1e-12)

@@ -20,8 +20,9 @@ residual, r[s, p] ~ N(0, tau^2) in log space, with tau the calibration's own spr
 (`Fit.noise_log_sd`: the root mean square of its runs' residuals with the prior's NOISE_PRIOR_RUNS
 runs at NOISE_LOG_SD, over runs - fitted parameters + those; the sigma every calibrated interval
 carries). It is shared by plans with the same tp, pp, cp, ep, micro-batch and virtual stages (the
-same GEMMs, attention and messages; they differ in ZeRO, recomputation or sequence parallelism)
-and independent between the others. Without a calibration tau is 0 (the uncalibrated model's
+same GEMM shapes and pipeline; they may still differ in ZeRO-3's gathers, recomputation or sequence
+parallelism, which `plan`'s tie line treats as independent instead: docs/calibration.md) and
+independent between the others. Without a calibration tau is 0 (the uncalibrated model's
 scatter is the parameters' prior). A calibration that explains many runs earns a small tau; one
 fitted on as many parameters as runs, or missing its runs, cannot claim more confidence than that.
 

@@ -107,7 +107,8 @@ def _tiled_s(gs: Sequence[Gemm], gpu: Gpu, precision: str) -> list[Number]:
     fields = [(gs[i].m, gs[i].n, gs[i].k, gs[i].batch, gs[i].operand_bytes, gs[i].out_bytes) for i in shaped]
     # each GEMM's time takes the shape of its fields and the GPU's (a calibration's GPU may hold arrays)
     read = (gpu.peak_flops_per_s(precision), gpu.matmul_efficiency_for(precision), gpu.memory_bandwidth_bytes_per_s)
-    by_gpu = [np.shape(x) for x in (*read, gpu.memory_efficiency, gpu.sm_count, gpu.kernel_launch_s)]
+    l2 = (gpu.l2_bytes, gpu.l2_bandwidth_bytes_per_s)  # split-K's partials (`physics.gemm.l2_of`)
+    by_gpu = [np.shape(x) for x in (*read, gpu.memory_efficiency, gpu.sm_count, gpu.kernel_launch_s, *l2)]
     owns = [np.broadcast_shapes(*by_gpu, *(np.shape(x) for x in f)) for f in fields]
     shape = np.broadcast_shapes(*owns)
     if len(shaped) > 1 and int(np.prod(shape)) <= STACK_MAX_ELEMENTS:

@@ -73,7 +73,7 @@ def text(field: str, value: object) -> str:
 
 def one_of(field: str, value: object, choices: tuple[str, ...]) -> str:
     """One of `choices` (a word, not an array)."""
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise SpecError(f"{field}: {value!r} is not allowed; choose one of {', '.join(choices)}")
     return value  # type: ignore[return-value]
 
