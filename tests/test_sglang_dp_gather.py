@@ -149,3 +149,20 @@ def test_serve_names_the_gather_under_engines_that_gather(cli):
         code, out, err = cli([*base, "--plan", "tp=1,ep=8", "--framework", framework])
         assert code == 0, err
         assert "= compute" in " ".join(out.split()) and name in " ".join(out.split()), framework
+
+
+def test_an_iteration_tells_the_gather_whether_prompt_tokens_are_in_it(monkeypatch):
+    """engines.iteration passes `extend` = prompt tokens present: a decode-only iteration False (the
+    all-gather and reduce-scatter), a prefill True (two all-reduces), never left to the default."""
+    from shardwise.engines import iteration
+
+    seen: list[object] = []
+
+    def recording(*args, **kwargs):
+        seen.append(np.asarray(kwargs.get("extend")).tolist())
+        return experts_cost(*args, **kwargs)
+
+    monkeypatch.setattr(iteration, "experts_cost", recording)
+    scn = serving_scenario(dsv3(1, 8, 8), WL)
+    iteration.stage_costs(scn, WL, np.array([16.0, 16.0]), np.array([0.0, 512.0]), 1000.0)  # decode; mixed
+    assert seen == [[False, True]]
