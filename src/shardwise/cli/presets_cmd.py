@@ -90,15 +90,15 @@ def _describe(registry: Any, kind: str) -> list[dict[str, Any]]:
     if kind != "engines":
         return registry.describe(kind)
     from shardwise.engines.engine_describe import describe_engines
+    from shardwise.engines.engine_presets import ENGINES
 
     rows = describe_engines()
     for row in rows:
-        on_h100 = row["defaults_by_gpu"]["h100-sxm5-80gb"]
+        on_h100, e = row["defaults_by_gpu"]["h100-sxm5-80gb"], ENGINES[row["name"]]
         row["h100_budget"] = on_h100["token_budget"]
         # SGLang's and TensorRT-LLM's caps follow the KV cache or the workload, not the GPU alone
-        cap = on_h100["max_sequences"]
-        by = {"max_running_requests": "by the KV cache", "max_batch_size": "by the workload"}
-        row["h100_sequences"] = cap if cap is not None else by.get(row["sequence_cap"].split()[0], "-")
+        by = "by the KV cache" if e.seqs_from_kv_pool else "by the workload" if e.slots_per_micro_batch else "-"
+        row["h100_sequences"] = on_h100["max_sequences"] if on_h100["max_sequences"] is not None else by
     return rows
 
 

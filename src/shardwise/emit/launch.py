@@ -55,6 +55,10 @@ def plain(word: Word) -> str:
     return word.sample if isinstance(word, Var) else word
 
 
+def _text(word: Word) -> str:
+    return word.text if isinstance(word, Var) else word
+
+
 Args = tuple[tuple[Word, ...], ...]
 
 
@@ -94,18 +98,15 @@ class Launch:
         """The argument groups of server `node`'s command (the shared ones without `nodes`)."""
         return self.args + self.nodes[node].args if self.nodes else self.args
 
-    def argv(self, node: int = 0) -> list[str]:
-        """The tool's arguments as its parser receives them (placeholders filled with samples), of
-        server `node`'s command where the servers' commands differ (the head's by default)."""
-        return [plain(w) for group in self.node_args(node) for w in group]
+    def argv(self, node: int = 0, samples: bool = True) -> list[str]:
+        """The tool's arguments as its parser receives them (placeholders filled with samples; with
+        `samples` False as the user passes them, "$HEAD_ADDR"), of server `node`'s command where the
+        servers' commands differ (the head's by default)."""
+        return [plain(w) if samples else _text(w) for group in self.node_args(node) for w in group]
 
-    def user_argv(self, node: int = 0) -> list[str]:
-        """`argv` as the user passes it: each placeholder its shell text (`$HEAD_ADDR`)."""
-        return [w.text if isinstance(w, Var) else w for group in self.node_args(node) for w in group]
-
-    def _words(self) -> list[Word]:
-        nodes = range(len(self.nodes)) if self.nodes else range(1)
-        return [*self.launcher, *(w for r in nodes for group in self.node_args(r) for w in group)]
+    def _placeholders(self) -> list[Var]:
+        groups = [self.launcher, *self.args, *(g for n in self.nodes for g in n.args)]
+        return [w for group in groups for w in group if isinstance(w, Var)]
 
     def launcher_argv(self) -> list[str]:
         return [plain(w) for w in self.launcher]
@@ -140,11 +141,11 @@ class Launch:
             "launcher": [quote(w) for w in self.launcher],
             # as the user passes them: a placeholder as its shell text ("$HEAD_ADDR"), which the
             # user's environment fills in (`placeholders`: the sample a check without a shell uses)
-            "argv": self.user_argv(),
-            "placeholders": {w.text: w.sample for w in self._words() if isinstance(w, Var)},
+            "argv": self.argv(samples=False),
+            "placeholders": {w.text: w.sample for w in self._placeholders()},
             # one entry a server where their commands differ; `argv` is the first's
             "nodes": [
-                {"node": r, "role": n.role, "argv": self.user_argv(r), "command": self.command(r)}
+                {"node": r, "role": n.role, "argv": self.argv(r, samples=False), "command": self.command(r)}
                 for r, n in enumerate(self.nodes)
             ],
             "files": dict(self.files),

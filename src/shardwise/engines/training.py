@@ -92,8 +92,6 @@ def estimate_each_training_step(scn: Scenario) -> TrainingEstimate:
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     if plan.precision in FP4_PRECISIONS:
         raise SpecError("precision: fp4 is modelled for serving only (FP4 weights); train in bf16, fp8 or mxfp8")
-    if np.any(np.asarray(plan.moe_dispatcher) == "dp-gather"):  # SGLang's serving pattern (engines.moe)
-        raise SpecError("plan: moe_dispatcher 'dp-gather' is for serving only; train with alltoall, flex or allgather")
     fields = (model.experts, plan.tp, plan.sequence_parallel, plan.ep, plan.pp, plan.schedule, plan.recompute)
     key = (*fields, plan.moe_overlap, plan.lora_rank, plan.recompute_layers, plan.moe_dispatcher)
     key = (*key, model.seq_len, plan.cp, plan.packed_document_len, plan.pipeline_flushes)

@@ -95,6 +95,16 @@ def recompute_layers_rule(experts: int, recompute_layers: Number) -> Rule:
     return Rule("recompute_layers needs a dense model", np.asarray(ok), error)
 
 
+def training_dispatcher_rule(dispatcher: Number) -> Rule:
+    """'dp-gather' is SGLang's serving pattern (`engines.moe`), no training dispatcher."""
+    ok = np.asarray(dispatcher) != "dp-gather"
+
+    def error() -> str:
+        return "plan: moe_dispatcher 'dp-gather' is for serving only; train with alltoall, flex or allgather"
+
+    return Rule("dp-gather is for serving", np.asarray(ok), error)
+
+
 def moe_training_rules(
     experts: int,
     tp: Number,
@@ -112,6 +122,7 @@ def moe_training_rules(
     """The rules of training a mixture of experts: sequence parallelism with TP, where the
     expert all-to-all overlap runs, no LoRA and no layers recomputed whole."""
     return [
+        training_dispatcher_rule(dispatcher),
         moe_training_rule(experts, tp, sequence_parallel, framework),
         *moe_overlap_rules(overlap, ep, pp, interleaved, full_recompute, dispatcher),
         lora_rule(experts, lora_rank),
