@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from shardwise.analyses.serving_pcie import serving_rows
 from shardwise.analyses.serving_scaling import (
     EP_PAIRS,
     PP_TP_PAIRS,
@@ -42,11 +43,33 @@ def test_tp_pairs_are_the_published_rows_at_k_and_k_over_2(rows):
 
 
 def test_pcie_rows_are_tp_against_a_layer_split(rows):
-    """PCIe: TP (or llama.cpp's row split) against a layer split, and llama.cpp#6017's layer split
-    over 8 A100 against one GPU."""
+    """PCIe: TP (or llama.cpp's row split) against a layer split, and llama.cpp's layer split over k
+    GPUs against one (llama.cpp#6017's 8 A100, XiongjieDai's RTX 4090, A100 PCIe, H100 PCIe, L40S)
+    or against k/2 (XiongjieDai's RTX 3090 and the 70B model on RTX 4090)."""
     pcie = [r for r in rows if r.link == "PCIe"]
-    assert len(pcie) == 11 and {r.ratio for r in pcie} == {"TP(k)/PP(k)", "PP(k)/PP(1)"}
-    assert {r.key for r in pcie if r.ratio == "PP(k)/PP(1)"} == {"llamacpp-6017-pp1024-pp8", "llamacpp-6017-pp2048-pp8"}
+    assert len(pcie) == 38 and {r.ratio for r in pcie} == {"TP(k)/PP(k)", "PP(k)/PP(1)", "PP(k)/PP(k/2)"}
+    single = {r.key for r in pcie if r.ratio == "PP(k)/PP(1)"}
+    assert {"llamacpp-6017-pp1024-pp8", "llamacpp-6017-pp2048-pp8"} <= single and len(single) == 20
+    assert {r.gpu for r in pcie if r.ratio == "PP(k)/PP(1)"} == {"A100 PCIE 80GB", "H100 PCIE 80GB", "L40S", "RTX 4090"}
+    assert {r.gpu for r in pcie if r.ratio == "PP(k)/PP(k/2)"} == {"RTX 3090", "RTX 4090"}
+
+
+def test_xdai_layer_scaling_is_read_from_one_box_per_gpu(rows):
+    """XiongjieDai/GPU-Benchmarks-on-LLM-Inference's llama-bench tables: each ratio is two GPU counts
+    of one box (host CPU and llama.cpp build alike), as printed; a prompt of one 512-token
+    micro-batch cannot pipeline over the layer split (predicted below 1), one of two can (above)."""
+    by = {r.key: r for r in rows}
+    r = by["xdai-rtx4090-8b-f16-pp1024-4v1"]
+    assert r.measured == pytest.approx(12304.19 / 9056.26) and "XiongjieDai" in r.source
+    r = by["xdai-rtx3090-8b-f16-pp1024-4v2"]
+    assert r.ratio == "PP(k)/PP(k/2)" and r.measured == pytest.approx(5713.41 / 4690.50)
+    assert by["xdai-h100pcie-8b-f16-tg1024-4v1"].measured == pytest.approx(62.90 / 67.79)
+    for box in ("rtx4090", "a100pcie", "h100pcie"):
+        assert by[f"xdai-{box}-8b-f16-pp512-4v1"].predicted < 1 < by[f"xdai-{box}-8b-f16-pp1024-4v1"].predicted
+    # the L40S box's F16 prompts (40 TFLOPS at 1 and 4 GPUs alike) are data, not a priced pair
+    assert not any(k.startswith("xdai-l40s-8b-f16-pp") for k in by)
+    groups = {row["comparison_group"] for row in serving_rows() if row["comparison_group"].startswith("xdai-")}
+    assert "xdai-l40s-8b-f16-pp1024" in groups and len(groups) == 20
 
 
 def test_expert_parallel_pair_is_sglang_3602_priced_as_its_benchmark_ran(rows, cli):
@@ -120,11 +143,12 @@ def test_validate_inference_scaling_prints_both_tables(cli):
     code, out, err = cli(["validate", "inference_scaling", "--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["rows"]) == 27
+    assert len(data["rows"]) == 54
     assert {s["ratio"] for s in data["summary"]} == {
         "TP(k)/TP(k/2)",
         "TP(k)/PP(k)",
         "PP(k)/PP(1)",
+        "PP(k)/PP(k/2)",
         "EP(k)/TP(k)",
         "PP(k)/TP(k)",
     }

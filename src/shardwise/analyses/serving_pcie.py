@@ -34,6 +34,11 @@ their throughputs, predicted against measured. Engines are modelled as they run:
   counts work not done (a cached prefix, or a draft model's share); the ratio is kept, with the
   copies ExLlamaV2's TP does (`physics.host_staged`) priced, which take it from 1.55 to 1.43 of
   the 0.36 measured.
+- llama.cpp `-sm layer` over k PCIe GPUs against fewer (`LAYER_SCALING`): PR 6017's 8 x A100 PCIe
+  against one, and XiongjieDai/GPU-Benchmarks-on-LLM-Inference's llama-bench tables (May 2024, one
+  RunPod box per GPU type: RTX 4090 at 1, 2, 4 and 8 GPUs, A100 PCIe, H100 PCIe and L40S at 1 and
+  4, RTX 3090 at 2 and 4), Llama 3 8B in F16 (Q4_K_M on the L40S box) and 70B in Q4_K_M, prompts of
+  512 and 1,024 tokens and 1,024 generated tokens, each priced by the same scheduler as PR 6017.
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
@@ -72,7 +77,9 @@ from shardwise.specs.serving import ServingWorkload
 CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs and issues; data/PUBLIC_RUNS.md)"
 LEFT_OUT = (
     "left out: prompts after a filled cache (@ d65536), GLM-4.5-Air IQ2_XXS and DeepSeek V4 (no preset), "
-    "llama.cpp#7716's Q4_1 and master rows, #20793's MI50 rows (no preset), rows without a pair on one engine; "
+    "llama.cpp#7716's Q4_1 and master rows, #20793's MI50 rows (no preset), rows without a pair on one engine, "
+    "the XiongjieDai L40S box's F16 prompts (2,492 and 2,542 tokens/s at 1 and 4 GPUs: 40 TFLOPS, a quarter of "
+    "the same box's Q4_K_M rate, a kernel path on that box, not the split; its Q4_K_M prompts are priced); "
     "exllamav2#734 reports its TP prefill as a performance problem"
 )
 EXLLAMA_CHUNK = 2048
@@ -101,6 +108,7 @@ class Pair:
     # the run's weights tie the output layer to the embedding where the preset does not (its GGUF has
     # no output.weight: Llama 3.2 1B, tie_word_embeddings true; the preset prices it untied)
     tied_embeddings: bool = False
+    base_gpus: int = 1  # a layer split's reference GPU count (`LAYER_SCALING`: k GPUs against base_gpus)
 
 
 PAIRS = (
@@ -125,13 +133,66 @@ PAIRS = (
 )  # fmt: skip
 
 
-# A layer split over k GPUs against one GPU (PP(k) / PP(1)), one build's llama-bench table each:
-# PR 6017's 8 x A100 80GB PCIe (March 2024, the "events" scheduler), `group` the rows' comparison_group.
+# XiongjieDai/GPU-Benchmarks-on-LLM-Inference (May 2024 builds 2824-2843, the "events" scheduler):
+# llama-bench's defaults (-b 2048 -ub 512) on one RunPod box per GPU type, the same host CPU and
+# build at every GPU count of a box (its notebooks), Meta Llama 3 GGUFs. A box: (GPU preset, system
+# preset, the rows' comparison_group prefix); a case: (box, model preset, storage, rows' model text,
+# workload, prompt tokens (0: generation), tokens in the cache, reference GPUs, GPU counts). tg1024
+# generates 1,024 tokens from an empty cache: priced at its mean context, 512. F16 is priced as bf16
+# (2 bytes, one tensor rate), as PR 19378's. Left out: the L40S box's F16 prompts (`LEFT_OUT`).
+XDAI_BOXES = {
+    "rtx4090": ("rtx-4090", "rtx4090-8x"),  # Xeon Gold 6133, build 2824, P2P off (GeForce)
+    "rtx3090": ("rtx-3090", "rtx4090-8x"),  # EPYC 7702P, build 2833; its 1-GPU notebook is another box
+    "a100pcie": ("a100-pcie-80gb", "a100-pcie-8x"),  # EPYC 9554, build 2836
+    "h100pcie": ("h100-pcie-80gb", "h100-pcie-8x-switch"),  # EPYC 7352, build 2843
+    "l40s": ("l40s", "l40s-8x"),  # Xeon Silver 4314, build 2834
+}
+XDAI_CASES = (
+    ("rtx4090", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 1, (2, 4, 8)),
+    ("rtx4090", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 1, (2, 4, 8)),
+    ("rtx4090", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (2, 4, 8)),
+    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "pp1024", 1024, 0, 2, (4,)),
+    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "tg1024", 0, 512, 2, (4,)),
+    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "pp1024", 1024, 0, 4, (8,)),
+    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "tg1024", 0, 512, 4, (8,)),
+    ("a100pcie", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 1, (4,)),
+    ("a100pcie", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 1, (4,)),
+    ("a100pcie", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (4,)),
+    ("h100pcie", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 1, (4,)),
+    ("h100pcie", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 1, (4,)),
+    ("h100pcie", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (4,)),
+    ("l40s", "llama3-8b", "q4_k", "8b-q4_k_m", "pp512", 512, 0, 1, (4,)),
+    ("l40s", "llama3-8b", "q4_k", "8b-q4_k_m", "pp1024", 1024, 0, 1, (4,)),
+    ("l40s", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (4,)),
+    ("rtx3090", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 2, (4,)),
+    ("rtx3090", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 2, (4,)),
+    ("rtx3090", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 2, (4,)),
+    ("rtx3090", "llama3-70b", "q4_k", "70b-q4_k_m", "pp1024", 1024, 0, 2, (4,)),
+    ("rtx3090", "llama3-70b", "q4_k", "70b-q4_k_m", "tg1024", 0, 512, 2, (4,)),
+)
+
+
+def _xdai_pairs() -> tuple[Pair, ...]:
+    """`XDAI_CASES` as layer-split pairs, k GPUs against the case's reference count."""
+    out = []
+    for box, model, storage, short, workload, tokens, context, base, counts in XDAI_CASES:
+        gpu, system = XDAI_BOXES[box]
+        group = f"xdai-{box}-{short}-{workload}"
+        for k in counts:
+            out.append(Pair(f"{group}-{k}v{base}", "XiongjieDai", "", workload, model, gpu, k, storage, "llama.cpp",
+                            tokens, context, 512, 2024, "-sm layer", group, system, base_gpus=base))  # fmt: skip
+    return tuple(out)
+
+
+# A layer split over k GPUs against fewer (PP(k) / PP(base_gpus)), one build's llama-bench tables
+# each, `group` the rows' comparison_group: PR 6017's 8 x A100 80GB PCIe against one (March 2024,
+# the "events" scheduler), then `XDAI_CASES`.
 LAYER_SCALING = (
     Pair("llamacpp-6017-pp1024-pp8", "llama.cpp#6017", "llama 7B F16", "pp1024", "llama2-7b", "a100-pcie-80gb", 8,
          "bf16", "llama.cpp", 1024, 0, 512, 2024, "-sm layer", "6017-a100-llama7b-f16-pp1024", "a100-pcie-8x"),
     Pair("llamacpp-6017-pp2048-pp8", "llama.cpp#6017", "llama 7B F16", "pp2048", "llama2-7b", "a100-pcie-80gb", 8,
          "bf16", "llama.cpp", 2048, 0, 512, 2024, "-sm layer", "6017-a100-llama7b-f16-pp2048", "a100-pcie-8x"),
+    *_xdai_pairs(),
 )  # fmt: skip
 
 
@@ -271,14 +332,19 @@ def validate_pcie_serving() -> list[ValidationRow]:
 
 
 def validate_layer_scaling() -> list[ValidationRow]:
-    """One row per `LAYER_SCALING` pair: the layer split over k GPUs against one GPU."""
+    """One row per `LAYER_SCALING` pair: the layer split over k GPUs against `base_gpus` (one GPU,
+    or a layer split over k/2)."""
     out = []
     for pair in LAYER_SCALING:
         rows = [r for r in serving_rows() if r["comparison_group"] == pair.group]
         by = {int(r["num_gpus"]): float(r["value"]) for r in rows}
-        predicted = throughput(pair, 1, pair.gpus) / throughput(replace(pair, gpus=1), 1, 1)
-        label = f"{pair.preset_model} on {pair.gpus} x {pair.gpu} against 1, llama.cpp, {pair.workload}"
-        metric = f"layer split ({pair.gpus} GPUs) / one GPU throughput"
+        base = pair.base_gpus
+        predicted = throughput(pair, 1, pair.gpus) / throughput(replace(pair, gpus=base), 1, base)
+        what = f"{pair.preset_model} ({pair.weights})"
+        label = f"{what} on {pair.gpus} x {pair.gpu} against {base}, llama.cpp, {pair.workload}"
+        against = "one GPU" if base == 1 else f"{base} GPUs"
+        metric = f"layer split ({pair.gpus} GPUs) / {against} throughput"
         source = f"{rows[0]['source']}, {rows[0]['locator']}"
-        out.append(ValidationRow(pair.key, "inference_pcie", label, metric, predicted, by[pair.gpus] / by[1], source))
+        measured = by[pair.gpus] / by[base]
+        out.append(ValidationRow(pair.key, "inference_pcie", label, metric, predicted, measured, source))
     return out

@@ -12,8 +12,10 @@ exactly as its absolute table prices it (nothing here is fitted to these rows):
   GPU as it is, so the ratio checks both the scaling and the memory.
 - TP(k) / PP(k), PCIe: `analyses.serving_pcie` (llama.cpp, ExLlamaV2; no P2P), llama.cpp's `-sm row`
   among them.
-- PP(k) / PP(1), PCIe: llama.cpp PR 6017's layer split over 8 A100 PCIe against one
-  (`analyses.serving_pcie.LAYER_SCALING`, the scheduler of its build: `engines.llamacpp`).
+- PP(k) / PP(1) and PP(k) / PP(k/2), PCIe: llama.cpp's layer split over k GPUs against one (or
+  k/2): PR 6017's 8 A100 PCIe, and XiongjieDai/GPU-Benchmarks-on-LLM-Inference's RTX 4090 (2, 4, 8
+  GPUs), A100 PCIe, H100 PCIe and L40S (4) against one and RTX 3090 (4 against 2), Llama 3 8B and
+  70B (`analyses.serving_pcie.LAYER_SCALING`, the scheduler of its build: `engines.llamacpp`).
 - EP(k) / TP(k), NVLink: a mixture of experts with its experts whole on k GPUs (ep = tp = k,
   attention TP k) against split over them (TP k): SGLang PR 3602's DeepSeek-V3 in FP8 on 8 H200
   (`EP_PAIRS`, rows in `data/public_serving_multi_gpu.csv`). Priced as its benchmark ran
@@ -66,12 +68,15 @@ if TYPE_CHECKING:
 SAME_DIE = {"H100 SXM 80GB": "GH100", "H200 SXM 141GB": "GH100"}
 CITATION = (
     "TensorRT-LLM performance overview and FasterTransformer GPT-13B latencies (NVLink), llama.cpp and ExLlamaV2 "
-    "on PCIe GPUs, SGLang PR 3602's expert parallelism on 8 H200, NVIDIA's blog on PP against TP for Llama 3.1 405B "
+    "on PCIe GPUs (GitHub PRs and issues, XiongjieDai/GPU-Benchmarks-on-LLM-Inference), SGLang PR 3602's expert "
+    "parallelism on 8 H200, NVIDIA's blog on PP against TP for Llama 3.1 405B "
     "on 8 H200 (data/PUBLIC_RUNS.md)"
 )
 LEFT_OUT = (
     "no TP(k)/TP(k/2) pair on PCIe exists in the public data (public_serving_multi_gpu.csv pairs TP with a layer "
-    "split at one GPU count); no other PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 "
+    "split at one GPU count; #37's search of vLLM, SGLang, LMDeploy, TensorRT-LLM threads and cloud blogs found "
+    "none with the model, lengths and box at both sizes: vLLM#3297's L40 (no preset) at TP 8 and 4 is rate-bound, "
+    "10 requests/s); no other PP(k)/PP(1) pair can be priced: club-3090's 1 against 2 RTX 3090 "
     "(-sm layer, decode) names no model, "
     "llama.cpp#25051 splits over unlike GPUs (RTX 4090 + A16); TensorRT-LLM's Llama 3.1 405B pairs TP 8 in FP8 "
     "(H100, H200) with TP 4 in FP4 (B200, GB200): a precision and a GPU generation apart, not a scaling ratio; "
@@ -137,7 +142,7 @@ PP_TP_PAIRS = (
 @dataclass(frozen=True)
 class ScalingRow:
     key: str
-    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "TP(k)/PP(k)", "EP(k)/TP(k)", "PP(k)/TP(k)"
+    ratio: str  # "TP(k)/TP(k/2)", "PP(k)/PP(1)", "PP(k)/PP(k/2)", "TP(k)/PP(k)", "EP(k)/TP(k)", "PP(k)/TP(k)"
     gpu: str
     link: str  # "NVLink" or "PCIe"
     label: str
@@ -222,13 +227,13 @@ def pcie_rows() -> list[ScalingRow]:
     """TP(k) / PP(k) on PCIe (`analyses.serving_pcie`)."""
     from shardwise.analyses.serving_pcie import LAYER_SCALING, PAIRS, validate_pcie_serving
 
-    layer = {p.key for p in LAYER_SCALING}
+    layer = {p.key: "PP(k)/PP(1)" if p.base_gpus == 1 else "PP(k)/PP(k/2)" for p in LAYER_SCALING}
 
     gpu = {p.key: p.gpu.replace("-", " ").upper() for p in (*PAIRS, *LAYER_SCALING)}
     return [
         ScalingRow(
             r.run_id,
-            "PP(k)/PP(1)" if r.run_id in layer else "TP(k)/PP(k)",
+            layer.get(r.run_id, "TP(k)/PP(k)"),
             gpu[r.run_id],
             "PCIe",
             r.label,
