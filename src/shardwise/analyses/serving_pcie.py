@@ -66,7 +66,7 @@ from shardwise import presets
 from shardwise.analyses.validation import ValidationRow
 from shardwise.engines.forward import ForwardStages
 from shardwise.engines.iteration import stage_costs
-from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, layer_split_prompt_s, row_split_terms
+from shardwise.engines.llamacpp import SCHEDULER_BY_YEAR, generation_runtime, layer_split_prompt_s, row_split_terms
 from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.serving import compute_precision, plan_for_serving, serving_scenario
@@ -240,10 +240,11 @@ def _stages(scn: Scenario, wl: ServingWorkload, decode: int, tokens: int, contex
     return stage_costs(scn, wl, np.asarray(decode), np.asarray(tokens), context)
 
 
-def pair_workload(pair: Pair) -> ServingWorkload:
-    """The pair's workload: one request of its prompt (one token for generation), CUDA graphs for
-    token generation and eager launches for prompts."""
-    runtime = "graphs" if pair.tokens == 0 else "cpp-eager"
+def pair_workload(pair: Pair, pp: int = 1) -> ServingWorkload:
+    """The pair's workload: one request of its prompt (one token for generation), eager launches
+    for prompts, CUDA graphs for token generation, except a layer split over `pp` GPUs in a build
+    without them there (`engines.llamacpp.generation_runtime`)."""
+    runtime = "cpp-eager" if pair.tokens else generation_runtime(pair.year, pp)
     return ServingWorkload(max(pair.tokens, 1), 1, 1, pair.weights, "bf16", runtime)
 
 
@@ -261,7 +262,7 @@ def llama_cpp_stages(pair: Pair, tp: int, pp: int) -> ForwardStages:
     or `pair_chunk`'s prompt tokens with their share of the whole prompt's attention; `-sm tensor`
     where tp > 1 (`engines.llamacpp_tensor`), the prompt's last token getting logits once per
     prompt (llama-bench)."""
-    wl = pair_workload(pair)
+    wl = pair_workload(pair, pp)
     scn = serving_scenario(Scenario(pair_model(pair), _cluster(pair), plan_for_serving(tp, pp)), wl)
     if pair.tokens == 0:
         return tensor_split_stages(_stages(scn, wl, 1, 0, pair.context), scn, 1, 1)

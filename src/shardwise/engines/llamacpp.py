@@ -75,6 +75,22 @@ SCHEDULERS = ("events", "host")
 # Which scheduler a build ran (module docstring): PR 6017 (March 2024) to 2025 "events"; 2026 builds
 # "host" (PR 17795 in early 2026, then synchronous copies on master: PR 25319).
 SCHEDULER_BY_YEAR = {2024: "events", 2025: "events", 2026: "host"}
+# Whether a layer split over several GPUs generates tokens inside CUDA graphs, per build year. One
+# GPU has since PR 6766 (May 2024; its review: RTX 4090, Llama 8B F16, tg128 56.68 -> 57.85 t/s).
+# With pipeline parallelism on (the scheduler cycling its SCHED_MAX_COPIES copies) the ggml graph
+# changed at every evaluation, so CUDA graphs "could not be used" until PR 13814 (slaren, merged
+# 2025-05-30: "ggml : allow CUDA graphs when using pipeline parallelism"); 2025 builds before it
+# launch every kernel from the host. No source of the data is a 2025 build.
+LAYER_SPLIT_GRAPHS_BY_YEAR = {2024: False, 2025: False, 2026: True}
+
+
+def generation_runtime(year: int, gpus: int) -> str:
+    """The runtime (`engines.serving.RUNTIMES`) of a build's token generation over `gpus` GPUs of a
+    layer split: CUDA graphs on one GPU, and on several where the build has PR 13814
+    (`LAYER_SPLIT_GRAPHS_BY_YEAR`), else eager launches."""
+    return "graphs" if gpus == 1 or LAYER_SPLIT_GRAPHS_BY_YEAR[year] else "cpp-eager"
+
+
 # cudaMemcpy between two GPUs, p2pBandwidthLatencyTest, 2 x RTX 3090 (club-3090 docs/PCIE_P2P.md)
 PEER_COPY_LATENCY_P2P_OFF_S = 15.23e-6
 PEER_COPY_LATENCY_P2P_ON_S = 1.01e-6
