@@ -50,26 +50,51 @@ def _one(scn: Scenario) -> Scenario:
 
 @pytest.mark.parametrize("tp,dp", [(1, 8), (2, 4)])
 def test_sglang_holds_a_gth_of_the_dense_mlps_shared_experts_and_lm_head(tp, dp):
-    """Against vLLM (each rank's dense parts over its tp alone): the 3 dense MLPs and 58 shared experts
-    at 1 byte a weight and the 16-bit output layer at 1/G instead of 1/tp, the embedding whole
-    (DeepSeek-V3 on 8 GPUs: 4.9 GB less a GPU at tp 1, 1.2 GB at tp 2); with TP attention alike."""
+    """Against TensorRT-LLM (each rank's dense parts over its tp alone): the 3 dense MLPs and 58
+    shared experts at 1 byte a weight and the 16-bit output layer at 1/G instead of 1/tp, the
+    embedding whole (DeepSeek-V3 on 8 GPUs: 4.9 GB less a GPU at tp 1, 1.2 GB at tp 2). vLLM's
+    sequence-parallel MoE (tp > 1) keeps its shared experts whole: 1.3 GB more at tp 2. With TP
+    attention nothing changes."""
     scn = dsv3(tp, 8, dp)
     m = scn.model
-    sg, vl = serving_scenario(scn, WL), serving_scenario(scn, VLLM)
-    w_sg, _ = memory_per_gpu(sg, WL)
-    w_vl, _ = memory_per_gpu(vl, VLLM)
+    trt = replace(WL, engine="tensorrt-llm")
+    w_sg, w_vl, w_trt = (memory_per_gpu(serving_scenario(scn, wl), wl)[0] for wl in (WL, VLLM, trt))
     share = 1 / 8 - 1 / tp
     dense = m.dense_layers * mlp_params(m, m.ffn_hidden) * share
-    shared = m.moe_layers * m.shared_experts * mlp_params(m, m.expert_ffn_hidden) * share
+    shared = m.moe_layers * m.shared_experts * mlp_params(m, m.expert_ffn_hidden)
     table = m.vocab * m.hidden
     ends = 2.0 * (table * share + table * (1 - 1 / tp))
-    assert float(w_sg - w_vl) == pytest.approx(dense + shared + ends, rel=1e-9)
-    assert float(w_sg - w_vl) == pytest.approx({1: -4.90e9, 2: -1.17e9}[tp], rel=0.01)
+    assert float(w_sg - w_trt) == pytest.approx(dense + shared * share + ends, rel=1e-9)
+    assert float(w_sg - w_trt) == pytest.approx({1: -4.90e9, 2: -1.17e9}[tp], rel=0.01)
+    assert float(w_vl - w_trt) == pytest.approx(shared * (1 - 1 / tp), abs=1.0)
     tp8 = dsv3(8, 8, 1)
     w_tp = memory_per_gpu(serving_scenario(tp8, WL), WL)[0]
     assert float(w_tp) == float(memory_per_gpu(serving_scenario(tp8, VLLM), VLLM)[0])
     layers, params = group_params_delta(tp8.model, serving_scenario(tp8, WL).plan, plan_split(61, tp8.plan))
     assert all(float(x) == 0.0 for x in (*layers, *params))
+
+
+def test_vllm_runs_whole_shared_experts_on_its_chunk_where_attention_tp_is_above_1():
+    """vLLM at tp 2, dp 4 (its sequence-parallel MoE): the shared experts' GEMMs whole on a rank's
+    T / 2 tokens instead of split over 2 on T (twice the weights read a decode step), and the
+    outputs all-gathered over tp after the MoE; tp 1 untouched by it."""
+    fabric, place = _where(dsv3(2, 8, 4))
+    vllm = _one(serving_scenario(dsv3(2, 8, 4), VLLM))
+    m = vllm.model
+    _, moe = dense_deltas(vllm, fabric, place, 32.0, False, 1.0)
+    f = m.shared_experts * m.expert_ffn_hidden
+    mlp = [
+        sum(g.forward_s for g in linears_times(dense_mlp_gemms(m, n, f, t, 2.0, 1.0), vllm.cluster.gpu,
+                                              vllm.plan.precision, backward=False))
+        for n, t in ((16.0, 1), (32.0, 2))
+    ]  # fmt: skip
+    assert float(moe.compute_forward_s) == pytest.approx(float(mlp[0] - mlp[1]))
+    assert float(moe.compute_forward_s) > 0
+    # the experts' outputs all-gathered over tp after the MoE (`sequence_parallel_chunk`'s undoing)
+    regather = fabric.group(2, place["tp"]).all_gather(32.0 * m.hidden * 2.0)
+    assert float(moe.tp_forward_s) == pytest.approx(float(regather)) and float(regather) > 0
+    one = _one(serving_scenario(dsv3(1, 8, 8), VLLM))
+    assert float(dense_deltas(one, fabric, place, 32.0, False, 1.0)[1].compute_forward_s) == 0.0
 
 
 def test_a_dense_layer_gathers_and_reads_a_gth_of_its_mlp():

@@ -64,6 +64,19 @@ def splits_over_group(model: Model, plan: Plan) -> Number:
     return np.asarray(dp_attention(plan), dtype=bool)
 
 
+def vllm_sequence_parallel_moe(model: Model, plan: Plan) -> Number:
+    """Where vLLM runs its sequence-parallel MoE: data-parallel attention with tp > 1 under its
+    allgather_reducescatter backend (`ParallelConfig.use_sequence_parallel_moe`, vLLM 0.34). Each
+    rank of a TP group takes T / tp of the group's tokens after attention's all-reduce
+    (`sequence_parallel_chunk`), and the experts' outputs are all-gathered over tp after the MoE
+    (models/deepseek_v2.py `DeepseekV2MoE.forward`); the shared experts are built with `disable_tp`,
+    whole on every GPU, and run on that chunk beside the routed ones. Its dense MLPs, embedding and
+    output layer stay split over tp (`DeepseekV2MLP`, `VocabParallelEmbedding`, `ParallelLMHead`)."""
+    if not model.is_moe or plan.moe_dispatcher != "allgather":
+        return np.asarray(False)
+    return np.asarray(dp_attention(plan), dtype=bool) & (np.asarray(plan.tp) > 1)
+
+
 def group_size(plan: Plan) -> Number:
     """G: the GPUs of a pipeline stage of the replica, tp x dp = ep x etp under data-parallel attention."""
     return np.asarray(plan.ep, dtype=float) * np.asarray(plan.expert_tp, dtype=float)
@@ -92,15 +105,17 @@ def group_params_delta(
     stage holds beyond what `engines.moe.stage_params` counts (negative: fewer): the dense MLPs and
     shared experts at 1 / G instead of 1 / tp, the input embedding whole instead of 1 / tp, the
     output layer at 1 / G (an embedding tied to it and one stage: the whole table, SGLang's
-    `lm_head = embed_tokens`). Zeros where `splits_over_group` is false."""
+    `lm_head = embed_tokens`). Zeros where `splits_over_group` is false, but vLLM's shared experts
+    whole where `vllm_sequence_parallel_moe`."""
     on = splits_over_group(model, plan)
     t, g = np.asarray(plan.tp, dtype=float), group_size(plan)
     moe = moe_split(split, model.layers, model.dense_layers, model.moe_every)
     dense_mlp = mlp_params(model, model.ffn_hidden)
     shared = model.shared_experts * mlp_params(model, model.expert_ffn_hidden)
     share = 1.0 / g - 1.0 / t
+    whole = np.where(vllm_sequence_parallel_moe(model, plan), shared * (1.0 - 1.0 / t), 0.0)  # vLLM's, whole
     layers = tuple(
-        np.where(on, ((n - k) * dense_mlp + k * shared) * share, 0.0)
+        np.where(on, ((n - k) * dense_mlp + k * shared) * share, k * whole)
         for n, k in zip((split.first, split.middle_max, split.last), (moe.first, moe.middle_max, moe.last), strict=True)
     )
     table = model.vocab * model.hidden
@@ -136,25 +151,30 @@ def dense_deltas(
     group's own, and in a dense layer the gather and its combine (`dp_gather_s`,
     `extend` where the batch holds prompt tokens on any rank) in place of the MLP's TP collective
     (`mlp_tp_s`); an MoE layer's shared experts join the routed experts' combine, their own TP
-    collective (`shared_tp_s`) gone. Zeros where `splits_over_group` is false."""
+    collective (`shared_tp_s`) gone. Where `vllm_sequence_parallel_moe`: vLLM's shared experts whole
+    on a rank's T / tp tokens, their TP collective gone, and the all-gather of the experts' outputs
+    over tp it does after the MoE. Zeros elsewhere."""
     model, plan = scn.model, scn.plan
-    on = splits_over_group(model, plan)
+    on, whole = splits_over_group(model, plan), vllm_sequence_parallel_moe(model, plan)
     zero = StageCost(0.0, 0.0, 0.0, 0.0)
-    if not np.any(on):
+    if not np.any(on | whole):
         return zero, zero
     t, g = np.asarray(plan.tp, dtype=float), group_size(plan)
     own = routed_tokens(model, 1.0, tokens, t, plan.sequence_parallel)  # a rank's tokens
     gathered = g * own
 
-    def mlp(ffn: Number) -> Number:
-        return _mlp_forward_s(scn, gathered, ffn, g, weight_bytes) - _mlp_forward_s(scn, tokens, ffn, t, weight_bytes)
+    def mlp(ffn: Number, n: Number = gathered, split: Number = g) -> Number:
+        return _mlp_forward_s(scn, n, ffn, split, weight_bytes) - _mlp_forward_s(scn, tokens, ffn, t, weight_bytes)
 
     gather = dp_gather_s(model, fabric, place, plan, own, extend)
     dense = StageCost(np.where(on, mlp(model.ffn_hidden), 0.0), 0.0, np.where(on, -mlp_tp_s, 0.0), 0.0,
                       ep_forward_s=np.where(on, gather, 0.0))  # fmt: skip
     shared = model.shared_experts * model.expert_ffn_hidden
     moe_compute = mlp(shared) if shared else 0.0
-    moe = StageCost(np.where(on, moe_compute, 0.0), 0.0, np.where(on, -shared_tp_s, 0.0), 0.0)
+    moe_compute = np.where(on, moe_compute, np.where(whole, mlp(shared, own, 1.0) if shared else 0.0, 0.0))
+    regather = fabric.group(t, place["tp"]).all_gather(tokens * model.hidden * plan.bytes_per_element)
+    moe_tp = np.where(on, -shared_tp_s, np.where(whole, regather - shared_tp_s, 0.0))
+    moe = StageCost(moe_compute, 0.0, moe_tp, 0.0)
     return dense, moe
 
 
@@ -239,7 +259,7 @@ def with_dense_parts(
     collective taken as half its TP communication (attention's and the MLP's; none at tp = 1);
     `parts` as they were where `splits_over_group` is false."""
     layer, emb, head, moe = parts
-    if not np.any(splits_over_group(scn.model, scn.plan)):
+    if not np.any(splits_over_group(scn.model, scn.plan) | vllm_sequence_parallel_moe(scn.model, scn.plan)):
         return parts
     dense, shared = dense_deltas(scn, fabric, place, tokens, extend, weight_bytes, layer.tp_forward_s / 2, shared_tp_s)
     d_emb, d_head = ends_deltas(scn, fabric, place, logits_tokens, emb.tp_forward_s, head.tp_forward_s)
