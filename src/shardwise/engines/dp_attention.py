@@ -9,7 +9,9 @@ Two layouts of a replica's experts, one rule (`specs.expert_rules.serving_expert
   group (`engines.moe.experts_cost`, unsharded).
 - **DP attention** (ep x etp = tp x dp, ep > tp): attention and the shared experts run on dp
   groups of tp GPUs, each group with its own sequences and KV cache (a GPU's cache holds only
-  its group's sequences); the routed experts are spread over all the dp x tp GPUs of a pipeline
+  its group's sequences) -- SGLang splits its dense MLPs, shared experts and output layer over all
+  tp x dp GPUs instead, and vLLM at tp > 1 keeps its shared experts whole (`engines.dp_dense`); the
+  routed experts are spread over all the dp x tp GPUs of a pipeline
   stage (E / ep experts per GPU, 1 / etp of each). Per MoE layer, each GPU of a group takes 1 / tp
   of the group's tokens (the attention output is reduce-scattered over the group instead of
   all-reduced), sends each token copy to the GPU holding its expert (all-to-all dispatch over
@@ -23,8 +25,10 @@ Two layouts of a replica's experts, one rule (`specs.expert_rules.serving_expert
   vLLM's allgather_reducescatter, SGLang's dp_gather and reduce-scatter (`physics.moe_dispatch`).
 
 Not modelled: the dp groups step in lockstep through the MoE layers (a group with no work runs a
-dummy batch; vLLM's `DPEngineCoreProc`), so the slowest group sets every step; the simulated
-replicas are alike, so only their random differences are missed.
+dummy batch; vLLM's `DPEngineCoreProc`, SGLang's `prepare_mlp_sync_batch_raw`), so the slowest group
+sets every step, and under SGLang one group's prompt tokens put every group on the all-reduce path
+without CUDA graphs; the simulated groups are alike and in phase, the best case (docs/serving.md,
+"Not priced: SGLang's ranks in lockstep").
 """
 
 from __future__ import annotations

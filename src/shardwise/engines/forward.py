@@ -18,6 +18,7 @@ import numpy as np
 
 from shardwise.engines.context_parallel import context_parallel, cp_step_s
 from shardwise.engines.costs import layer_cost
+from shardwise.engines.dp_dense import with_dense_parts
 from shardwise.engines.moe import moe_layers, stage_params
 from shardwise.engines.pipeline import pipeline_makespan_s
 from shardwise.engines.stage_assembly import Stages, stages
@@ -132,6 +133,13 @@ def forward_stages(
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)
     split = plan_split(model.layers, plan)
     moe = moe_layers(scn, comm, fabric, place, split, s_kv, cp, cp_step, s_q, weight_bytes, kv_bytes)
+    # SGLang's dense MLPs, shared experts and lm_head over tp x dp under data-parallel attention
+    tokens = plan.micro_batch * s_q
+    shared = 0.0 if moe is None or not model.shared_experts else moe[0].tp_forward_s / 2
+    logits = plan.micro_batch * (s_q if logits_for_all else 1)
+    layer, emb, head, moe = with_dense_parts(  # type: ignore[assignment]
+        scn, fabric, place, tokens, np.asarray(s_q) > 1, logits, weight_bytes, (layer, emb, head, moe), shared
+    )
     if np.any(np.asarray(gather) > 0):  # every layer's context-parallel all-gather
         layer = replace(layer, tp_forward_s=layer.tp_forward_s + gather)
         moe = None if moe is None else (replace(moe[0], tp_forward_s=moe[0].tp_forward_s + gather), moe[1])

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.costs import StageCost
+from shardwise.engines.dp_dense import with_dense_parts
 from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.llamacpp import layer_split_iteration
@@ -118,7 +119,10 @@ def stage_costs(
         # the shared MLP's reduce carries the experts'
         tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s + gather
         moe = (StageCost(compute, 0.0, tp, 0.0, ep_forward_s=routed.ep_forward_s), model_moe_split(model, split))
-    return ForwardStages.of(stages(split, layer, emb, head, moe), slowest_stage_send_s(one, fabric, place, comm))
+    # SGLang's dense MLPs, shared experts and lm_head over tp x dp under data-parallel attention
+    shared_tp = (reduce if model.shared_experts else 0.0) if moe is not None else 0.0
+    parts = with_dense_parts(one, fabric, place, tokens, q > 0, logits, w, (layer, emb, head, moe), shared_tp)
+    return ForwardStages.of(stages(split, *parts), slowest_stage_send_s(one, fabric, place, comm))
 
 
 def once_per_value(fn: Callable[[np.ndarray], Number], x: Number) -> Number:

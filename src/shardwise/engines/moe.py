@@ -37,6 +37,7 @@ from dataclasses import replace
 import numpy as np
 
 from shardwise.engines.costs import FIELDS, StageCost, layer_cost
+from shardwise.engines.dp_dense import dp_gather_s, gathered_router_s, splits_over_group
 from shardwise.engines.tp_overlap import NCCL_OVERLAP_SMS, TpComm, overlapped_exposed_s
 from shardwise.physics import fp8_recipes
 from shardwise.physics.collectives import Fabric
@@ -60,7 +61,6 @@ from shardwise.physics.moe import (
     routes_own_tokens,
 )
 from shardwise.physics.moe_dispatch import (
-    DP_GATHER_BYTES_PER_ELEMENT,
     SYNC_HOST_OPS,
     allgather_dispatch_bytes,
     dispatch_bytes,
@@ -156,6 +156,8 @@ def experts_parts(
     add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)
     up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused, add)  # a 16-bit GEMM
+    if np.any(over := splits_over_group(model, plan)):  # SGLang's gate on the G T gathered tokens (`engines.dp_dense`)
+        router = replace(router, forward_s=np.where(over, gathered_router_s(scn, tokens), router.forward_s))
     elementwise = memory_s(ef.elementwise_bytes, gpu, ef.elementwise_kernels)
     # a variant's eager kernels in Megatron-Core's training layer (GPT-OSS's clamp and output bias,
     # `physics.moe`), each pass its own bytes; serving engines fuse both into their MoE kernels
@@ -188,16 +190,12 @@ def experts_parts(
         size = np.asarray(plan.ep) * np.asarray(etp)
         group = fabric.group(size, np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), size))
         # serving: vLLM's allgather_reducescatter, SGLang's dp_gather (`EnginePreset.moe_dispatcher`)
-        sglang = plan.moe_dispatcher == "dp-gather"
-        e_gather = DP_GATHER_BYTES_PER_ELEMENT if sglang else e
-        hidden, routing = allgather_dispatch_bytes(
-            model, tokens, size, e_gather, top_k_only=not training, no_routing=sglang
-        )
+        hidden, routing = allgather_dispatch_bytes(model, tokens, size, e, top_k_only=not training)
         scatter = group.reduce_scatter(hidden)  # the combine; the backward of the gather
         moved = group.all_gather(hidden + routing) + scatter
-        if sglang:  # an extend pass gathers and combines by all-reduces of the summed-length buffer
+        if plan.moe_dispatcher == "dp-gather":
             prompts = np.asarray(s_q) > 1 if extend is None else np.asarray(extend, dtype=bool)
-            moved = np.where(prompts, 2 * group.all_reduce(hidden), moved)
+            moved = dp_gather_s(model, fabric, place, plan, tokens, prompts)
         dispatch_f = np.where(sharded, moved, 0.0)
         dispatch_b = np.where(sharded, 2 * scatter, 0.0)
         gather = np.where(sharded, 0.0, gather)  # the ETP ranks are in the gather's group

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, serving_expert_layout
+from shardwise.engines.dp_dense import group_params_delta
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
@@ -267,6 +268,10 @@ def memory_per_gpu(scn: Scenario, wl: ServingWorkload) -> tuple[Number, Number]:
     if engine(wl.engine).ends_placement == "llama.cpp":  # input embedding in host memory, the output as it splits it
         params = tuple(q + d for q, d in zip(params, stage_params_delta(model, plan.tp, plan.pp), strict=True))
     in_layers = stage_layer_params(model, plan, split)
+    # SGLang under data-parallel attention: dense MLPs, shared experts and lm_head over tp x dp (`engines.dp_dense`)
+    layers_delta, params_delta = group_params_delta(model, plan, split)
+    in_layers = tuple(n + d for n, d in zip(in_layers, layers_delta, strict=True))
+    params = tuple(q + d for q, d in zip(params, params_delta, strict=True))
     p = np.asarray(plan.pp)
     layers = (split.first, np.where(p > 2, split.middle_max, split.first), split.last)
     context = wl.input_len + wl.output_len
