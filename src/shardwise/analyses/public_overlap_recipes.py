@@ -24,10 +24,23 @@ NO_OVERLAP_RECIPES = (
     RecipeFact(DGXC + "nemotronh/", model="nemotron-h"),
 )
 
+# Runs whose launch script leaves every Megatron overlap at its default, off: no --overlap-grad-reduce,
+# --overlap-param-gather or --tp-comm-overlap (megatron/training/arguments.py defaults False), so the
+# data-parallel gradient reduce-scatter also waits for the backward pass to end. FlagPerf's Megatron cases
+# (FlagOpen/FlagPerf @1b5a0303): training/benchmarks/llama3_8B/megatron/pretrain_llama3.sh and
+# llama3_70B/megatron/pretrain_llama3.sh (Megatron-LM core_v0.6.0), llama2_70B/megatron/megatron_main.sh
+# (FlagScale 26cd664); the nvidia training_adapter.sh files add nothing but FP8 flags.
+FLAGPERF = "GitHub FlagOpen/FlagPerf training/nvidia/"
+NO_OVERLAP_LAUNCHES = tuple(
+    RecipeFact(FLAGPERF + case + "/") for case in ("llama3_8B-megatron", "llama3_70B-megatron", "llama2_70B-megatron")
+)
+
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments that turn off what the row's recipe leaves off
-    (`NO_OVERLAP_RECIPES`); empty for the others."""
+    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_RECIPES`); empty for the others."""
+    if any(fact.covers(row) for fact in NO_OVERLAP_LAUNCHES):
+        return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
     return {}
