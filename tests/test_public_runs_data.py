@@ -53,7 +53,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 26
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -296,7 +296,7 @@ def test_flagperf_rows(rows):
     from shardwise.analyses import public_runs
 
     new = rows[MEGATRON_ROWS + 207 + 177 + 11 :]
-    assert len(new) == 26 and {public_runs.source_of(r) for r in new} == {"FlagOpen/FlagPerf"}
+    assert len(new) == 30 and {public_runs.source_of(r) for r in new} == {"FlagOpen/FlagPerf"}
     sweep = [r for r in new if "llama3_8B" in r["source"] and r["system"] == "hgx-a800"]
     assert [(r["tp"], r["pp"], r["dp"], r["measured"]) for r in sweep] == [
         ("1", "2", "4", "3698.7"), ("1", "4", "2", "3306.5"), ("2", "2", "2", "3409.2"), ("4", "2", "1", "3006.1"),
@@ -321,5 +321,12 @@ def test_flagperf_rows(rows):
     fp32 = next(r for r in new if "fp32" in r["precision_raw"])
     assert public_runs.skip_reason(fp32) == "precision not stated"
     unpriced = [r for r in new if not r["model"]]
-    assert len(unpriced) == 3 and all(public_runs.skip_reason(r) == "model or system not known to shardwise" for r in unpriced)
-    assert sum(public_runs.skip_reason(r) == "" for r in new) == 22
+    assert len(unpriced) == 3 and all(
+        public_runs.skip_reason(r) == "model or system not known to shardwise" for r in unpriced
+    )
+    assert sum(public_runs.skip_reason(r) == "" for r in new) == 26
+    aquila = [r for r in new if r["model"] == "aquila2-7b"]  # FlagScale, TP without sequence parallelism
+    assert [(r["tp"], r["pp"], r["mbs"], r["gbs"]) for r in aquila] == [
+        ("1", "1", "1", "72"), ("8", "1", "8", "72"), ("1", "8", "4", "36"), ("2", "2", "4", "72"),
+    ]  # fmt: skip
+    assert all("sequence_parallel=off" in r["parse_notes"] and r["system"] == "hgx-a800" for r in aquila)

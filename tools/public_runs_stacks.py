@@ -72,6 +72,7 @@ MODELS = (
     (r"tinyllama-1\.1b", "tinyllama-1.1b"),
     (r"llama-3\.2-3b", "llama3.2-3b"),
     (r"yi-34b", "yi-34b"),
+    (r"aquila2-7b", "aquila2-7b"),
     (r"\bgpt[\s-]*3?[\s-]*12[56]m\b", "gpt-125m"),
     (r"\bgpt[\s-]*3?[\s-]*35[05]m\b", "gpt-350m"),
     (r"\bgpt[\s-]*3?[\s-]*760m\b", "gpt-760m"),

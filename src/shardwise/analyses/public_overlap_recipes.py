@@ -29,10 +29,12 @@ NO_OVERLAP_RECIPES = (
 # data-parallel gradient reduce-scatter also waits for the backward pass to end. FlagPerf's Megatron cases
 # (FlagOpen/FlagPerf @1b5a0303): training/benchmarks/llama3_8B/megatron/pretrain_llama3.sh and
 # llama3_70B/megatron/pretrain_llama3.sh (Megatron-LM core_v0.6.0), llama2_70B/megatron/megatron_main.sh
-# (FlagScale 26cd664); the nvidia training_adapter.sh files add nothing but FP8 flags.
+# (FlagScale 26cd664), aquila2_7b/flagscale/flagscale_main.sh (FlagScale ed55532); the nvidia
+# training_adapter.sh files add nothing but FP8 flags.
 FLAGPERF = "GitHub FlagOpen/FlagPerf training/nvidia/"
 NO_OVERLAP_LAUNCHES = tuple(
-    RecipeFact(FLAGPERF + case + "/") for case in ("llama3_8B-megatron", "llama3_70B-megatron", "llama2_70B-megatron")
+    RecipeFact(FLAGPERF + case + "/")
+    for case in ("llama3_8B-megatron", "llama3_70B-megatron", "llama2_70B-megatron", "aquila2_7b-flagscale")
 )
 
 
