@@ -24,6 +24,7 @@ OTHER_TABLES = [
         "fsdp_scaling.csv",
         "nemo_launcher_scaling.csv",
         "flagperf_nvidia.csv",
+        "ms_swift.csv",
     )
 ]
 MEGATRON_ROWS = 901
@@ -53,7 +54,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -295,7 +296,7 @@ def test_flagperf_rows(rows):
     overlap off (their scripts pass none), the A800 rows on hgx-a800, models without a preset unpriced."""
     from shardwise.analyses import public_runs
 
-    new = rows[MEGATRON_ROWS + 207 + 177 + 11 :]
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 : MEGATRON_ROWS + 207 + 177 + 11 + 30]
     assert len(new) == 30 and {public_runs.source_of(r) for r in new} == {"FlagOpen/FlagPerf"}
     sweep = [r for r in new if "llama3_8B" in r["source"] and r["system"] == "hgx-a800"]
     assert [(r["tp"], r["pp"], r["dp"], r["measured"]) for r in sweep] == [
@@ -330,3 +331,25 @@ def test_flagperf_rows(rows):
         ("1", "1", "1", "72"), ("8", "1", "8", "72"), ("1", "8", "4", "36"), ("2", "2", "4", "72"),
     ]  # fmt: skip
     assert all("sequence_parallel=off" in r["parse_notes"] and r["system"] == "hgx-a800" for r in aquila)
+
+
+def test_ms_swift_rows(rows):
+    """ms-swift's Qwen2.5-14B benchmark (tools/data/public_runs/ms_swift.csv): one packed 8192-token SFT
+    step of 16 sequences on 8 A800, Megatron-SWIFT (TP 4, its overlaps off) against HF + DeepSpeed ZeRO-2
+    and ZeRO-3 (GA 2, HF gradient checkpointing); step times as published."""
+    from shardwise.analyses import public_runs
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 :]
+    assert [(r["framework"], r["tp"], r["dp"], r["fsdp"], r["ga"], r["measured"]) for r in new] == [
+        ("megatron-core", "4", "2", "0", "8", "9.04"), ("deepspeed", "1", "8", "0", "2", "10.32"),
+        ("deepspeed", "1", "8", "8", "2", "10.56"),
+    ]  # fmt: skip
+    assert all(
+        (r["model"], r["system"], r["gbs"], r["metric"]) == ("qwen2.5-14b", "hgx-a800", "16", "step_time_s")
+        for r in new
+    )
+    megatron, zero2, zero3 = (public_runs.request_for(r) for r in new)
+    assert (megatron.zero, megatron.overlap_grad_reduce, megatron.tp_comm_overlap) == (1, False, False)
+    assert (zero2.zero, zero2.recompute, zero3.zero) == (2, "full", 3)
+    assert zero2.overlap_grad_reduce is None  # ZeRO's own overlap_comm (swift's zero2.json), the preset's
+    assert all(public_runs.skip_reason(r) == "" for r in new)

@@ -38,6 +38,7 @@ STACKS = (
     # FlagPerf's Megatron cases: Megatron-LM's core_v0.6.0 tag with --use-mcore-models, and FlagScale (BAAI's
     # Megatron-LM fork) -- Megatron's own kernels and schedules, priced as Megatron-Core
     (r"^megatron-lm core_v|^flagscale", "megatron-core"),
+    (r"^megatron-swift", "megatron-core"),  # ms-swift's `megatron sft` (Megatron-Core, Transformer Engine)
     (r"torchtitan", "torchtitan"),
     (r"olmo-core|torchtune|fsdp2", "fsdp2"),
     (r"internevo", "internevo"),
@@ -73,6 +74,7 @@ MODELS = (
     (r"llama-3\.2-3b", "llama3.2-3b"),
     (r"yi-34b", "yi-34b"),
     (r"aquila2-7b", "aquila2-7b"),
+    (r"qwen2\.5-14b", "qwen2.5-14b"),
     (r"\bgpt[\s-]*3?[\s-]*12[56]m\b", "gpt-125m"),
     (r"\bgpt[\s-]*3?[\s-]*35[05]m\b", "gpt-350m"),
     (r"\bgpt[\s-]*3?[\s-]*760m\b", "gpt-760m"),
