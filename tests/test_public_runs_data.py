@@ -23,12 +23,15 @@ OTHER_TABLES = [
         "deepspeed_pipeline.csv",
         "fsdp_scaling.csv",
         "nemo_launcher_scaling.csv",
+        "flagperf_nvidia.csv",
+        "ms_swift.csv",
     )
 ]
 MEGATRON_ROWS = 901
 STACKS = {
     "fsdp", "fsdp2", "torchtitan", "deepspeed", "megatron-deepspeed", "internevo", "colossalai",
     "paxml", "maxtext", "flash-attn-trainer", "pytorch", "nemo-megatron",
+    "megatron-core",  # FlagPerf's Megatron-LM core_v0.6.0 and FlagScale cases
 }  # fmt: skip
 RESERVED = "pytorch/torchtitan docs/performance.md"
 
@@ -51,7 +54,7 @@ def importer(monkeypatch):
 
 def test_ids_count_on_from_the_megatron_table_into_the_other_stacks(rows):
     assert [r["id"] for r in rows] == [f"PUB-{i:04d}" for i in range(1, len(rows) + 1)]
-    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11
+    assert len(rows) == MEGATRON_ROWS + 207 + 177 + 11 + 30 + 3
     assert rows[MEGATRON_ROWS - 1]["framework"] == "megatron-core"
     assert "fms-fsdp" in rows[MEGATRON_ROWS]["source"]
 
@@ -201,7 +204,7 @@ def test_nemo_launcher_scaling_rows(rows):
     gradients once per step (ZeRO-1 over every dp rank), priced with Megatron-LM 2022's preset."""
     from shardwise.analyses import public_runs
 
-    new = rows[MEGATRON_ROWS + 207 + 177 :]
+    new = rows[MEGATRON_ROWS + 207 + 177 : MEGATRON_ROWS + 207 + 177 + 11]
     assert len(new) == 11 and all(r["framework"] == "nemo-megatron" for r in new)
     assert {public_runs.source_of(r) for r in new} == {"NVIDIA NeMo-Framework-Launcher"}  # not NVIDIA/NeMo's
     five, big = new[:6], new[6:]
@@ -285,3 +288,68 @@ def test_skip_counts_text_has_balanced_brackets():
     assert first_clause("a (b: c) d: e") == "a"
     assert first_clause("layout incomplete: no tp") == "layout incomplete"
     assert first_clause("encoder (not modelled)") == "encoder (not modelled)"
+
+
+def test_flagperf_rows(rows):
+    """FlagPerf's NVIDIA LLM cases (tools/data/public_runs/flagperf_nvidia.csv): tokens/s per GPU with the
+    layout of each case's config and launch script; the Megatron cases price as Megatron-Core with every
+    overlap off (their scripts pass none), the A800 rows on hgx-a800, models without a preset unpriced."""
+    from shardwise.analyses import public_runs
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 : MEGATRON_ROWS + 207 + 177 + 11 + 30]
+    assert len(new) == 30 and {public_runs.source_of(r) for r in new} == {"FlagOpen/FlagPerf"}
+    sweep = [r for r in new if "llama3_8B" in r["source"] and r["system"] == "hgx-a800"]
+    assert [(r["tp"], r["pp"], r["dp"], r["measured"]) for r in sweep] == [
+        ("1", "2", "4", "3698.7"), ("1", "4", "2", "3306.5"), ("2", "2", "2", "3409.2"), ("4", "2", "1", "3006.1"),
+        ("1", "8", "1", "2690.3"), ("8", "1", "1", "2451.2"), ("2", "4", "1", "3042.7"),
+    ]  # fmt: skip
+    first = sweep[0]
+    assert (first["model"], first["framework"], first["vp"], first["gbs"], first["ga"], first["seq_len"]) == (
+        "llama3-8b", "megatron-core", "1", "512", "128", "8192",
+    )  # fmt: skip
+    assert {"zero=1", "te=on"} <= set(first["parse_notes"].split("; "))
+    request = public_runs.request_for(first)
+    assert (request.tp_comm_overlap, request.overlap_grad_reduce, request.overlap_param_gather) == (False, False, False)
+    big = next(r for r in new if r["num_gpus"] == "440")
+    assert (big["system"], big["tp"], big["dp"], big["gbs"], big["ga"]) == ("dgx-h100", "2", "220", "1760", "8")
+    zero3 = [r for r in new if "llama2_7b-deepspeed" in r["source"]]
+    assert [(r["system"], r["seq_len"], r["mbs"], r["gbs"]) for r in zero3] == [
+        ("hgx-a800", "4096", "1", "8"), ("hgx-a800", "2048", "3", "24"), ("hgx-a800", "2048", "3", "1536"),
+        ("hgx-h800", "4096", "1", "8"),
+    ]  # fmt: skip
+    assert all(r["framework"] == "deepspeed" and r["fsdp"] == "8" and "zero=3" in r["parse_notes"] for r in zero3)
+    assert public_runs.request_for(zero3[0]).overlap_grad_reduce is None  # not the Megatron launches' rule
+    fp32 = next(r for r in new if "fp32" in r["precision_raw"])
+    assert public_runs.skip_reason(fp32) == "precision not stated"
+    unpriced = [r for r in new if not r["model"]]
+    assert len(unpriced) == 3 and all(
+        public_runs.skip_reason(r) == "model or system not known to shardwise" for r in unpriced
+    )
+    assert sum(public_runs.skip_reason(r) == "" for r in new) == 26
+    aquila = [r for r in new if r["model"] == "aquila2-7b"]  # FlagScale, TP without sequence parallelism
+    assert [(r["tp"], r["pp"], r["mbs"], r["gbs"]) for r in aquila] == [
+        ("1", "1", "1", "72"), ("8", "1", "8", "72"), ("1", "8", "4", "36"), ("2", "2", "4", "72"),
+    ]  # fmt: skip
+    assert all("sequence_parallel=off" in r["parse_notes"] and r["system"] == "hgx-a800" for r in aquila)
+
+
+def test_ms_swift_rows(rows):
+    """ms-swift's Qwen2.5-14B benchmark (tools/data/public_runs/ms_swift.csv): one packed 8192-token SFT
+    step of 16 sequences on 8 A800, Megatron-SWIFT (TP 4, its overlaps off) against HF + DeepSpeed ZeRO-2
+    and ZeRO-3 (GA 2, HF gradient checkpointing); step times as published."""
+    from shardwise.analyses import public_runs
+
+    new = rows[MEGATRON_ROWS + 207 + 177 + 11 + 30 :]
+    assert [(r["framework"], r["tp"], r["dp"], r["fsdp"], r["ga"], r["measured"]) for r in new] == [
+        ("megatron-core", "4", "2", "0", "8", "9.04"), ("deepspeed", "1", "8", "0", "2", "10.32"),
+        ("deepspeed", "1", "8", "8", "2", "10.56"),
+    ]  # fmt: skip
+    assert all(
+        (r["model"], r["system"], r["gbs"], r["metric"]) == ("qwen2.5-14b", "hgx-a800", "16", "step_time_s")
+        for r in new
+    )
+    megatron, zero2, zero3 = (public_runs.request_for(r) for r in new)
+    assert (megatron.zero, megatron.overlap_grad_reduce, megatron.tp_comm_overlap) == (1, False, False)
+    assert (zero2.zero, zero2.recompute, zero3.zero) == (2, "full", 3)
+    assert zero2.overlap_grad_reduce is None  # ZeRO's own overlap_comm (swift's zero2.json), the preset's
+    assert all(public_runs.skip_reason(r) == "" for r in new)

@@ -35,6 +35,10 @@ STACKS = (
     # NeMo Megatron 22.x (NeMo 1.x on Apex): Megatron-LM's 2022 layers, before Megatron-Core
     (r"^nemo megatron 22\.", "nemo-megatron"),
     (r"megatron-deepspeed", "megatron-deepspeed"),
+    # FlagPerf's Megatron cases: Megatron-LM's core_v0.6.0 tag with --use-mcore-models, and FlagScale (BAAI's
+    # Megatron-LM fork) -- Megatron's own kernels and schedules, priced as Megatron-Core
+    (r"^megatron-lm core_v|^flagscale", "megatron-core"),
+    (r"^megatron-swift", "megatron-core"),  # ms-swift's `megatron sft` (Megatron-Core, Transformer Engine)
     (r"torchtitan", "torchtitan"),
     (r"olmo-core|torchtune|fsdp2", "fsdp2"),
     (r"internevo", "internevo"),
@@ -69,6 +73,8 @@ MODELS = (
     (r"tinyllama-1\.1b", "tinyllama-1.1b"),
     (r"llama-3\.2-3b", "llama3.2-3b"),
     (r"yi-34b", "yi-34b"),
+    (r"aquila2-7b", "aquila2-7b"),
+    (r"qwen2\.5-14b", "qwen2.5-14b"),
     (r"\bgpt[\s-]*3?[\s-]*12[56]m\b", "gpt-125m"),
     (r"\bgpt[\s-]*3?[\s-]*35[05]m\b", "gpt-350m"),
     (r"\bgpt[\s-]*3?[\s-]*760m\b", "gpt-760m"),
@@ -139,10 +145,12 @@ NO_SYSTEM: tuple[tuple[str, str], ...] = ()
 # (substring of the GPU cell, system); checked in order, after the exclusions below.
 SYSTEMS = (
     ("a100-40gb", "dgx-a100-40gb"),
+    ("a800-sxm4-80gb", "hgx-a800"),
     ("a100-sxm4-80gb", "dgx-a100"),
     ("a100-80gb", "dgx-a100"),
     ("gb200", "gb200-nvl72"),
     ("h100", "dgx-h100"),
+    ("h800", "hgx-h800"),
     ("h200", "dgx-h200"),
     ("b200", "dgx-b200"),
     ("mi300x", "mi300x-8x"),

@@ -24,10 +24,30 @@ NO_OVERLAP_RECIPES = (
     RecipeFact(DGXC + "nemotronh/", model="nemotron-h"),
 )
 
+# Megatron runs whose launch leaves every overlap at its default, off: no --overlap-grad-reduce,
+# --overlap-param-gather or --tp-comm-overlap (megatron/training/arguments.py defaults False), so the
+# data-parallel gradient reduce-scatter also waits for the backward pass to end. FlagPerf's Megatron cases
+# (FlagOpen/FlagPerf @1b5a0303): training/benchmarks/llama3_8B/megatron/pretrain_llama3.sh and
+# llama3_70B/megatron/pretrain_llama3.sh (Megatron-LM core_v0.6.0), llama2_70B/megatron/megatron_main.sh
+# (FlagScale 26cd664), aquila2_7b/flagscale/flagscale_main.sh (FlagScale ed55532); the nvidia
+# training_adapter.sh files add nothing but FP8 flags. ms-swift's `megatron sft` (9d297f99a:
+# swift/megatron/argument/megatron_args.py sets all three False; examples/train/megatron/base_to_chat.sh
+# turns none on). Only their Megatron-Core rows: the same sources' DeepSpeed runs overlap as ZeRO does.
+FLAGPERF = "GitHub FlagOpen/FlagPerf training/nvidia/"
+NO_OVERLAP_LAUNCHES = (
+    *(
+        RecipeFact(FLAGPERF + case + "/")
+        for case in ("llama3_8B-megatron", "llama3_70B-megatron", "llama2_70B-megatron", "aquila2_7b-flagscale")
+    ),
+    RecipeFact("GitHub modelscope/ms-swift docs/source_en/Megatron-SWIFT/"),
+)
+
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments that turn off what the row's recipe leaves off
-    (`NO_OVERLAP_RECIPES`); empty for the others."""
+    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_RECIPES`); empty for the others."""
+    if row["framework"] == "megatron-core" and any(fact.covers(row) for fact in NO_OVERLAP_LAUNCHES):
+        return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
     return {}

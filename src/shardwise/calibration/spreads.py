@@ -17,6 +17,7 @@ UNCALIBRATED_LOG_SD = 0.059
 FITTED_FROM = {
     "a100-sxm4-40gb": "a100-sxm4-80gb",
     "a100-sxm4-64gb": "a100-sxm4-80gb",
+    "a800-sxm4-80gb": "a100-sxm4-80gb",
     "h200-sxm-141gb": "h100-sxm5-80gb",
     "h800-sxm5-80gb": "h100-sxm5-80gb",
     "h100-meta": "h100-sxm5-80gb",
