@@ -10,7 +10,7 @@ Z80 = 1.2815515655446004  # the normal quantile of 90%: an 80% two-sided interva
 # The uncalibrated model's spread on the dev split: root mean square of ln(predicted / measured)
 # over the Megatron-Core dev runs (`tools/calibration_spread.py`; a check of the dev split, no
 # longer part of an interval: those rest on the leave-one-out spreads below).
-UNCALIBRATED_LOG_SD = 0.059
+UNCALIBRATED_LOG_SD = 0.064
 
 # The GPUs that took another's fitted sustained efficiency: the same silicon in another system
 # (presets/gpus.yaml: "sustained efficiency X's fitted scale, same silicon").
@@ -40,14 +40,14 @@ FITTED_FROM = {
 # ln(fitted scale) over the fitted GPUs (how far a training job's sustained efficiency sits from the
 # microbenchmark's) x Student's t over the normal at as many degrees of freedom as fitted GPUs.
 GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sources) of its rows
-    "a100-sxm4-80gb": (5, 1.22),
+    "a100-sxm4-80gb": (6, 1.34),
     "gb200": (7, 2.78),
     "gb300": (4, 1.0),
-    "h100-sxm5-80gb": (17, 1.24),
+    "h100-sxm5-80gb": (18, 1.33),
 }
 GPU_GROUP_LOG_SD = 0.0514
-GPU_SOURCE_LOG_SD = 0.0656
-UNFITTED_LOG_SD = 0.2514
+GPU_SOURCE_LOG_SD = 0.0912
+UNFITTED_LOG_SD = 0.2453
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
 # dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
@@ -76,25 +76,26 @@ SERVING_LOG_SD = 0.104
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "flash-attn-trainer": (0.0946, 5, 1),
-    "fsdp": (0.1839, 173, 2),
-    "fsdp2": (0.1668, 2, 1),
-    "internevo": (0.1316, 54, 1),
-    "maxtext": (0.0779, 38, 3),
-    "megatron-core": (0.0810, 420, 3),
-    "megatron-deepspeed": (0.4196, 7, 3),
-    "megatron-lm-2022": (0.1535, 11, 1),
-    "nemo-automodel": (0.2036, 1, 1),
-    "paxml": (0.1736, 36, 2),
-    "torchtitan-compile": (0.1712, 12, 1),
+    "deepspeed": (0.1445, 6, 2),
+    "flash-attn-trainer": (0.0978, 5, 1),
+    "fsdp": (0.1823, 173, 2),
+    "fsdp2": (0.1713, 2, 1),
+    "internevo": (0.1521, 54, 1),
+    "maxtext": (0.0814, 38, 3),
+    "megatron-core": (0.0896, 441, 5),
+    "megatron-deepspeed": (0.3321, 9, 4),
+    "megatron-lm-2022": (0.1616, 11, 1),
+    "nemo-automodel": (0.2077, 1, 1),
+    "paxml": (0.1646, 36, 2),
+    "torchtitan-compile": (0.1719, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.4196
-NO_DATA_STACKS = 11
+NO_DATA_LOG_SD = 0.3321
+NO_DATA_STACKS = 12
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
 # spreads are measured on dense runs alone, `analyses.loso.priced_rows`, and the token routing,
