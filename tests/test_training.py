@@ -140,20 +140,50 @@ def test_selective_recompute_with_flash_attention_reruns_the_attention_forward()
 
 def test_interleaved_chunks_reduce_their_gradients_as_each_finishes():
     """Megatron-Core reduces each model chunk's gradients when that chunk's last backward pass
-    ends: with v chunks only chunk 0's 1/v waits for the end; the rest hide behind the last
-    round's (v-1) p chunk-backward passes. Without interleaving (v = 1), or per micro-batch
+    ends: with v chunks the rest hide behind the last round's (v-1) p chunk-backward passes, and
+    chunk 0's 1/v waits whole after the loop (align_grad_reduce: schedules.py launches its
+    start_grad_sync after the last backward); its parameters' all-gather waits whole before the
+    first forward (align_param_gather). Without interleaving (v = 1), or per micro-batch
     (ZeRO-2), nothing changes."""
     from shardwise.engines.dp_comm import DpComm
 
     comm = DpComm(1.0, 0.2, 0.01, 0.0, 0.0, 0.0, per_chunk=True)
     assert comm.exposed_s(True, 0.0)[0] == pytest.approx(0.8)  # one window of 0.2 s
-    # v = 4, p = 8: chunk 0's 0.25 s behind its own 0.05 s; the whole behind 0.05 (1 + 3 x 8) s
-    assert comm.exposed_s(True, 0.0, 4, 8)[0] == pytest.approx(0.2)
+    # v = 4, p = 8: chunk 0's 0.25 s after the loop; the whole behind 0.05 (1 + 3 x 8) s
+    assert comm.exposed_s(True, 0.0, 4, 8)[0] == pytest.approx(0.25)
+    # chunk 0 holding 40% of the bytes (the first stage's embedding): 0.4 s
+    assert comm.exposed_s(True, 0.0, 4, 8, 0.4)[0] == pytest.approx(0.4)
+    assert comm.exposed_s(True, 0.0, 1, 1, 0.4)[0] == pytest.approx(0.8)  # v = 1: the share is unused
     assert comm.exposed_s(False, 0.0, 4, 8)[0] == pytest.approx(1.0)  # no overlap: all of it
     per_micro_batch = DpComm(1.0, 0.2, 0.01, 0.0, 0.0, 0.0, per_chunk=False)
     assert per_micro_batch.exposed_s(True, 0.0, 4, 8)[0] == pytest.approx(0.8)
     gather = DpComm(0.0, 0.0, 0.0, 1.0, 0.2, 0.01, per_chunk=True)
-    assert gather.exposed_s(True, 0.0, 4, 8)[1] == pytest.approx(0.2)
+    assert gather.exposed_s(True, 0.0, 4, 8)[1] == pytest.approx(0.25)
+    # a bucket larger than chunk 0's share as priced stays the floor; NCCL's SMs add their share
+    big = DpComm(1.0, 0.2, 0.3, 0.0, 0.0, 0.0, per_chunk=True, contention=0.1)
+    assert big.exposed_s(True, 0.0, 4, 8)[0] == pytest.approx(0.3 + 0.1 * 0.7)
+
+
+def test_interleaved_chunk_zero_holds_the_first_stages_embedding():
+    """GPT-3 175B at tp 4, pp 8, v 12: the first stage's chunk 0 holds one layer and the word
+    and position embeddings (Megatron-Core's pre_process chunk), the last stage's output matrix
+    sits in its chunk v-1, a middle stage's chunk 0 is 1/v; under LoRA the embeddings are frozen."""
+    from shardwise.engines.dp_step import chunk_head_shares
+    from shardwise.physics.params import stage_params_per_gpu
+
+    model, cluster = presets.model("gpt3-175b"), presets.system("dgx-h100", nodes=64)
+    plan = Plan(tp=4, pp=8, dp=16, vpp=12, schedule="interleaved", global_batch=128, sequence_parallel=True)
+    scn = Scenario(model, cluster, plan)
+    held = stage_params_per_gpu(model, 4, 8)
+    first, middle, last = (float(x) for x in chunk_head_shares(scn, held))
+    layer = float(held[1]) / 12  # one layer per chunk
+    embedding = model.vocab * model.hidden / 4 + model.seq_len * model.hidden
+    assert first == pytest.approx((layer + embedding) / float(held[0]))
+    assert middle == pytest.approx(1 / 12)
+    assert last == pytest.approx(layer / float(held[2]), rel=1e-3)
+    assert last < middle < first
+    lora = Scenario(model, cluster, plan.with_(lora_rank=16))
+    assert [float(x) for x in chunk_head_shares(lora, held)] == pytest.approx([1 / 12] * 3, rel=1e-3)
 
 
 def test_interleaving_hides_data_parallel_traffic_the_single_window_left_exposed():

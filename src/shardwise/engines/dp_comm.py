@@ -65,7 +65,12 @@ class DpComm:
         )
 
     def exposed_s(
-        self, overlap_grad: Number, drain_s: Number = 0.0, chunks: Number = 1, rounds: Number = 1
+        self,
+        overlap_grad: Number,
+        drain_s: Number = 0.0,
+        chunks: Number = 1,
+        rounds: Number = 1,
+        head: Number | None = None,
     ) -> tuple[Number, Number]:
         """(exposed gradient part, exposed gather part): each is what its window does not
         cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
@@ -74,48 +79,70 @@ class DpComm:
         prices only its own branch (the same numbers as selecting among all of them).
 
         The interleaved schedule (`chunks` = v model chunks per GPU, `rounds` = p micro-batches
-        per chunk in the last round of backward passes): Megatron-Core reduces each chunk's
-        gradients as soon as that chunk's last backward pass ends (one DDP wrapper, one set of
-        buckets per chunk; megatron/core/pipeline_parallel/schedules.py enables each chunk's
-        grad sync before its last backward), and the last round runs chunk v-1's p backward
-        passes first, chunk 0's last. So chunk v-1's reduction has (v-1) p chunk-backward
-        passes to hide behind, and only chunk 0's -- 1/v of the bytes -- is left with one
-        chunk-backward (and the drain); the parameter all-gather mirrors it over the first
-        round of forward passes. With v = 1 both reduce to the single window."""
+        per chunk in the last round of backward passes; Megatron-Core core_v0.14.0): each chunk
+        is its own DDP wrapper and reduces its gradients once its last backward pass is done, and
+        the last round runs chunk v-1's p backward passes first, chunk 0's last, so chunk v-1's
+        reduction has (v-1) p chunk-backward passes to hide behind. Chunk 0's waits whole:
+        `align_grad_reduce` (Megatron-LM's default, Megatron-Bridge's DistributedInitConfig)
+        makes schedules.py launch each chunk's whole `start_grad_sync` pp-rank virtual
+        micro-batches after its last backward (backward_step_helper_postprocess), and chunk 0's,
+        the last, after the loop ("Launch any remaining grad reductions"), on the first stage
+        with no compute left; and `align_param_gather` (on with vp > 1 in Megatron-LM,
+        NeMo's MegatronCommOverlapCallback and Megatron-Bridge's comm_overlap.py) dispatches
+        chunks 0 and 1's all-gathers together before the first forward, every bucket of chunk 0
+        at once in bucket order, and the forward pre-hook of chunk 0's first layer waits for its
+        bucket, the last of them (distributed_data_parallel.py `start_param_sync`,
+        `_make_forward_pre_hook`; buckets only on chunk 0 of the first stage: `disable_bucketing`
+        for chunks > 0 in megatron/training/training.py, `bucket_size = None` where pp_rank > 0).
+        So the unhideable part is chunk 0's whole collective, `head` of the bytes (default 1/v;
+        the first stage's chunk 0 also holds the embedding, `dp_step.chunk_head_shares`), or the
+        last bucket where that is larger as priced. With v = 1 all of it reduces to the single
+        window and the bucket."""
         overlap = as_bool(overlap_grad)
         z3 = as_bool(self.shared_window)
         if one_value(z3) and bool(z3):
             return self._shared_s(overlap, drain_s), 0.0
-        grad, gather = self._grad_s(overlap, drain_s, chunks, rounds), self._gather_s(chunks, rounds)
+        grad, gather = self._grad_s(overlap, drain_s, chunks, rounds, head), self._gather_s(chunks, rounds, head)
         if one_value(z3):
             return grad, gather
         return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
 
     def _hidden_beside(
-        self, total_s: Number, window_s: Number, bucket_s: Number, drain_s: Number, chunks: Number, rounds: Number
+        self,
+        total_s: Number,
+        window_s: Number,
+        bucket_s: Number,
+        drain_s: Number,
+        chunks: Number,
+        rounds: Number,
+        head: Number | None = None,
     ) -> Number:
         """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
-        drain): per chunk where it is (see `exposed_s`), at least its unhideable bucket and the
-        compute NCCL's SMs take while the rest hides; with no window, all of it."""
+        drain): per chunk where it is (see `exposed_s`), at least its unhideable part (the
+        bucket; interleaved, chunk 0's whole share `head`) and the compute NCCL's SMs take while
+        the rest hides; with no window, all of it."""
         v = ifelse(as_bool(self.per_chunk), as_float(chunks), 1.0)
         one = window_s / v  # one chunk's pass of the micro-batch
-        first = one + drain_s
         whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
-        floor = ifelse(whole > 0, unhideable_s(bucket_s, total_s, self.contention), total_s)
-        return minimum(maximum(maximum(total_s - whole, total_s / v - first), floor), total_s)
+        share = 1.0 / v if head is None else ifelse(v > 1.0, head, 1.0)
+        unhidden = ifelse(v > 1.0, maximum(bucket_s, total_s * share), bucket_s)  # chunk 0's, whole
+        floor = ifelse(whole > 0, unhideable_s(unhidden, total_s, self.contention), total_s)
+        return minimum(maximum(total_s - whole, floor), total_s)
 
-    def _grad_s(self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1) -> Number:
+    def _grad_s(
+        self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1, head: Number | None = None
+    ) -> Number:
         if one_value(overlap) and not bool(overlap):  # no window: the whole reduction
             return self.grad_s
         window = ifelse(overlap, self.grad_window_s, 0.0)
         drain = ifelse(overlap, drain_s, 0.0)
-        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds)
+        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds, head)
 
-    def _gather_s(self, chunks: Number = 1, rounds: Number = 1) -> Number:
+    def _gather_s(self, chunks: Number = 1, rounds: Number = 1, head: Number | None = None) -> Number:
         window = self.gather_window_s
         if one_value(window) and not window:  # no window: the whole gather
             return self.gather_s
-        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds)
+        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds, head)
 
     def zero3_phases(self) -> tuple[Number, Number, Number]:
         """ZeRO-3's communication split at the end of the backward pass: (what of the forward
@@ -254,14 +281,14 @@ def exposed_by_runs(
         def cut(x: Number, lo: int = lo, hi: int = hi) -> Number:
             return x[lo:hi] if type(x) is np.ndarray and x.ndim > 0 else x
 
-        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole, backward3, wait = (
+        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole, backward3, wait, head = (
             cut(x) for x in values
         )
         part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
         window = backward3 if k == 3 else backward
         fields = zero_stage_fields(k, part, window, forward, total, m, overlap_gather, whole)
         comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
-        grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds)
+        grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds, head)
         exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))
         totals.append(np.broadcast_to(comm.total_s, (hi - lo,)))
     return np.concatenate(exposed), np.concatenate(totals)

@@ -114,8 +114,9 @@ def data_parallel_exposed_s(
         prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
     runs = zero_stage_runs(plan.zero_stage) if not scn.model.is_moe else None
     edges = scan_edges_s(scn, prices, params, expert_params, weights, m)
-    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, strict=True)
-    for index, n_params, n_expert, cost, (dense, routed) in per_stage:
+    heads = chunk_head_shares(scn, params if weights is None else weights)
+    per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, heads, strict=True)
+    for index, n_params, n_expert, cost, (dense, routed), head in per_stage:
         # stage i ends its last backward i chunks early; interleaved, Megatron-Core launches each
         # chunk's reduction i chunk-passes late, aligned across the pipeline ranks (schedules.py:
         # "launch asynchronous communication at the same time across the pipeline-parallel
@@ -140,6 +141,7 @@ def data_parallel_exposed_s(
                 plan.zero1_grad_all_reduce,
                 cost.backward_s,  # ZeRO-3's reductions' window (`_zero_stage_fields`)
                 m * cost.host_wait_s,
+                head,
             )
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)
@@ -150,7 +152,7 @@ def data_parallel_exposed_s(
         comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
         if routed is not None:
             comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds)
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds, head)
         exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)
     # the tied embeddings' all-reduce, one collective of the first and last stage from the later of
@@ -163,6 +165,29 @@ def data_parallel_exposed_s(
     pick = ifelse(ends >= mid, ifelse(exposed[0] >= exposed[2], 0, 2), 1)
     hidden = choose(pick, [totals[i] - exposed[i] for i in range(3)])
     return dp_exposed, hidden
+
+
+def chunk_head_shares(scn: Scenario, held: tuple[Number, Number, Number]) -> tuple[Number, Number, Number]:
+    """The share of the (first, fullest middle, last) stage's parameters in its model chunk 0,
+    whose reduction and gather wait whole under the interleaved schedule (`DpComm.exposed_s`):
+    1/v of the layers, with the first stage's word embedding (/ tp) and learned position table
+    in its chunk 0 and the last stage's output matrix (or tied copy) in its chunk v-1 (Megatron-
+    Core builds the embedding in the first virtual stage, `pre_process`, the output layer in the
+    last, `post_process`: megatron/core/models/gpt/gpt_model.py). Under LoRA the embeddings are
+    frozen: 1/v. `held`: each stage's parameters per GPU (`physics.params.stage_params_per_gpu`)."""
+    model, plan = scn.model, scn.plan
+    v = as_float(plan.vpp)
+    word = model.vocab * model.hidden / as_float(plan.tp)
+    pos = model.seq_len * model.hidden if model.learned_positions else 0
+    frozen = as_array(plan.lora_rank) > 0
+    first_extra, last_extra = ifelse(frozen, 0.0, word + pos), ifelse(frozen, 0.0, word)
+
+    def share(n: Number, extra: Number, first: bool) -> Number:
+        n = maximum(as_float(n), 1.0)
+        layers = maximum(n - extra, 0.0) / v
+        return minimum((layers + extra) / n if first else layers / n, 1.0)
+
+    return share(held[0], first_extra, True), 1.0 / v, share(held[2], last_extra, False)
 
 
 # a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind: all but

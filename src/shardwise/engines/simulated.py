@@ -26,7 +26,14 @@ from shardwise.engines.costs import (
 )
 from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
-from shardwise.engines.dp_step import dp_comm, pace_stretch, paced_cost, stage_scan_edges_s, tied_embedding_sync_s
+from shardwise.engines.dp_step import (
+    chunk_head_shares,
+    dp_comm,
+    pace_stretch,
+    paced_cost,
+    stage_scan_edges_s,
+    tied_embedding_sync_s,
+)
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra
@@ -166,6 +173,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     tied = float(np.asarray(tied_embedding_sync_s(scn, fabric, place)))
     dp, tail, gather, opt, syncs = [], [], [], [], []
     priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
+    heads = chunk_head_shares(scn, (held[0], held[0], held[-1]))  # chunk 0's share (`DpComm.exposed_s`)
 
     # the pace of the pipeline's steady state: ZeRO-2/3's reductions run through what a stage's
     # own passes leave of it (`dp_step.paced_cost`, as the closed form)
@@ -206,12 +214,13 @@ def stage_times(scn: Scenario) -> StageTimes:
         earlier = max(0.0, window - one_backward)
         hides = overlap or z3
         left = max(0.0, total - earlier)
-        v = int(plan.vpp)
-        if hides and not z3 and v > 1 and bool(np.asarray(c.per_chunk)):
-            # per-chunk reductions (DpComm.exposed_s): all but chunk 0's hide behind the last
-            # round's (v-1) p earlier chunk-backward passes
-            left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) / v)
+        v, head = int(plan.vpp), float(np.asarray(heads[0 if i == 0 else 2 if i == p - 1 else 1]))
+        chunked = hides and not z3 and v > 1 and bool(np.asarray(c.per_chunk))
+        if chunked:  # per-chunk reductions (DpComm.exposed_s): all but chunk 0's, whole, hide behind the
+            # last round's (v-1) p earlier chunk-backward passes
+            left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) * head)
             left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
+            bucket = max(bucket, float(np.asarray(c.grad_s)) * head)
         dp.append((left if hides else total) + forward_excess)
         # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
         # (ZeRO-3: NCCL's SMs are held through the forward passes' gathers too, as `DpComm._shared_s`
@@ -239,7 +248,7 @@ def stage_times(scn: Scenario) -> StageTimes:
         after = float(np.asarray(serial["replica_all_reduce"])) + syncs[-1]
         dp[-1], tail[-1] = dp[-1] + after, tail[-1] + after
         rounds = p if int(plan.vpp) > 1 else 1
-        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, int(plan.vpp), rounds)[1])))
+        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, v, rounds, head)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert, n_weights))))
     return StageTimes(
         forward,
@@ -315,18 +324,9 @@ def simulate_training_step(scn: Scenario, records: bool = True) -> SimulatedStep
     Without `records` the simulation lists no operations (`simulator.simulate_times`: the same
     numbers, faster; what the planner needs)."""
     plan = scn.plan
-    for name in (
-        "tp",
-        "pp",
-        "dp",
-        "vpp",
-        "global_batch",
-        "micro_batch",
-        "schedule",
-        "recompute",
-        "recompute_layers",
-        "zero_stage",
-    ):
+    names = ("tp", "pp", "dp", "vpp", "global_batch", "micro_batch", "schedule", "recompute", "recompute_layers",
+             "zero_stage")  # fmt: skip
+    for name in names:
         _scalar(name, getattr(plan, name))
     p, m, v = int(plan.pp), int(plan.num_micro_batches), int(plan.vpp)
     if np.any(np.asarray(plan.pipeline_flushes) > 1):
