@@ -45,9 +45,9 @@ GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sour
     "gb300": (4, 1.0),
     "h100-sxm5-80gb": (18, 1.33),
 }
-GPU_GROUP_LOG_SD = 0.0514
-GPU_SOURCE_LOG_SD = 0.0912
-UNFITTED_LOG_SD = 0.2453
+GPU_GROUP_LOG_SD = 0.0494
+GPU_SOURCE_LOG_SD = 0.0921
+UNFITTED_LOG_SD = 0.2421
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
 # dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
@@ -76,25 +76,25 @@ SERVING_LOG_SD = 0.104
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "deepspeed": (0.1445, 6, 2),
-    "flash-attn-trainer": (0.0978, 5, 1),
-    "fsdp": (0.1823, 173, 2),
-    "fsdp2": (0.1713, 2, 1),
-    "internevo": (0.1521, 54, 1),
-    "maxtext": (0.0814, 38, 3),
-    "megatron-core": (0.0896, 441, 5),
-    "megatron-deepspeed": (0.3321, 9, 4),
-    "megatron-lm-2022": (0.1616, 11, 1),
-    "nemo-automodel": (0.2077, 1, 1),
-    "paxml": (0.1646, 36, 2),
-    "torchtitan-compile": (0.1719, 12, 1),
+    "deepspeed": (0.1436, 6, 2),
+    "flash-attn-trainer": (0.0966, 5, 1),
+    "fsdp": (0.1821, 173, 2),
+    "fsdp2": (0.1703, 2, 1),
+    "internevo": (0.1515, 54, 1),
+    "maxtext": (0.0804, 38, 3),
+    "megatron-core": (0.0876, 441, 5),
+    "megatron-deepspeed": (0.3323, 9, 4),
+    "megatron-lm-2022": (0.1611, 11, 1),
+    "nemo-automodel": (0.2068, 1, 1),
+    "paxml": (0.1657, 36, 2),
+    "torchtitan-compile": (0.1722, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.3321
+NO_DATA_LOG_SD = 0.3323
 NO_DATA_STACKS = 12
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
@@ -109,8 +109,8 @@ NO_DATA_STACKS = 12
 # Megatron-Bridge's 122 runs; the whole family's covers 88% of its 188 runs (dev 48: rms 0.454,
 # holdout 140: 0.298). A hybrid Mamba-2 model with experts (Nemotron 3 Nano) takes the hybrid one.
 FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "hybrid": (0.1461, 30, 3),
-    "moe": (0.3443, 188, 5),
+    "hybrid": (0.1467, 30, 3),
+    "moe": (0.3448, 188, 5),
 }
 FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models", "moe": "mixture-of-experts models"}
 
