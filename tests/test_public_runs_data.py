@@ -352,4 +352,5 @@ def test_ms_swift_rows(rows):
     assert (megatron.zero, megatron.overlap_grad_reduce, megatron.tp_comm_overlap) == (1, False, False)
     assert (zero2.zero, zero2.recompute, zero3.zero) == (2, "full", 3)
     assert zero2.overlap_grad_reduce is None  # ZeRO's own overlap_comm (swift's zero2.json), the preset's
-    assert all(public_runs.skip_reason(r) == "" for r in new)
+    # packed samples: the documents' lengths, which set the attention's work, are not published
+    assert all(public_runs.skip_reason(r).startswith("packed samples of documents of unstated length") for r in new)

@@ -63,12 +63,18 @@ CHECKPOINTING_NOT_MODELLED = {
 }
 
 
-# (text in the source, why): sources whose published figure is not a training-step measure
+# (text in the source, why): sources whose published figure is not a training-step measure, or measures a
+# step whose work the model cannot state
 NOT_A_STEP = (
     (
         "dgxc-benchmarking hf-",
         "train_samples_per_second of a short run whose train_runtime includes the end-of-epoch evaluation and "
         "save (launch.sh: --max_steps 30/100, --evaluation_strategy epoch, --save_strategy epoch)",
+    ),
+    (
+        "modelscope/ms-swift docs/source_en/Megatron-SWIFT/Quick-start.md",
+        "packed samples of documents of unstated length (each 8,192-token sample attends within its documents; "
+        "priced, it would be one causal 8,192-token sequence)",
     ),
 )
 

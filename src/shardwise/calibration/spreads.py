@@ -40,14 +40,14 @@ FITTED_FROM = {
 # ln(fitted scale) over the fitted GPUs (how far a training job's sustained efficiency sits from the
 # microbenchmark's) x Student's t over the normal at as many degrees of freedom as fitted GPUs.
 GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sources) of its rows
-    "a100-sxm4-80gb": (6, 1.34),
+    "a100-sxm4-80gb": (5, 1.22),
     "gb200": (7, 2.78),
     "gb300": (4, 1.0),
     "h100-sxm5-80gb": (18, 1.33),
 }
 GPU_GROUP_LOG_SD = 0.0494
-GPU_SOURCE_LOG_SD = 0.0921
-UNFITTED_LOG_SD = 0.2421
+GPU_SOURCE_LOG_SD = 0.0979
+UNFITTED_LOG_SD = 0.2484
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
 # dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
@@ -76,25 +76,25 @@ SERVING_LOG_SD = 0.104
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "deepspeed": (0.1436, 6, 2),
-    "flash-attn-trainer": (0.0966, 5, 1),
-    "fsdp": (0.1821, 173, 2),
-    "fsdp2": (0.1703, 2, 1),
-    "internevo": (0.1515, 54, 1),
-    "maxtext": (0.0804, 38, 3),
-    "megatron-core": (0.0876, 441, 5),
-    "megatron-deepspeed": (0.3323, 9, 4),
-    "megatron-lm-2022": (0.1611, 11, 1),
-    "nemo-automodel": (0.2068, 1, 1),
-    "paxml": (0.1657, 36, 2),
-    "torchtitan-compile": (0.1722, 12, 1),
+    "deepspeed": (0.1377, 4, 1),
+    "flash-attn-trainer": (0.0990, 5, 1),
+    "fsdp": (0.1833, 173, 2),
+    "fsdp2": (0.1736, 2, 1),
+    "internevo": (0.1315, 54, 1),
+    "maxtext": (0.0784, 38, 3),
+    "megatron-core": (0.0833, 440, 4),
+    "megatron-deepspeed": (0.3287, 9, 4),
+    "megatron-lm-2022": (0.1526, 11, 1),
+    "nemo-automodel": (0.2096, 1, 1),
+    "paxml": (0.1646, 36, 2),
+    "torchtitan-compile": (0.1730, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.3323
+NO_DATA_LOG_SD = 0.3287
 NO_DATA_STACKS = 12
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
