@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
-
-from dataclasses import replace
 
 from shardwise.analyses.serving_pcie import (
     LAYER_SCALING,
@@ -27,7 +26,6 @@ from shardwise.analyses.serving_scaling import (
     uniform_lengths,
 )
 from shardwise.analyses.serving_validation import inference_rows, predict
-
 
 XDAI_SHORT = [m[2] for m in XDAI_MODELS]
 
