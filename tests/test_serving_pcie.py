@@ -11,8 +11,8 @@ def test_every_pair_is_read_from_the_data_with_its_source():
     for r in rows:
         assert r.source.startswith("GitHub") and r.measured > 0 and r.predicted > 0
     # with TensorRT-LLM#1102's PP2-vs-one-GPU pair, SGLang#3602's EP pair, llama.cpp#6017's A100 and
-    # #20793's MI50 tables, and XiongjieDai's llama-bench tables (48 rows, #37)
-    assert len(serving_rows()) == 159
+    # #20793's MI50 tables, and XiongjieDai's llama-bench tables (105 rows, #37 and its review)
+    assert len(serving_rows()) == 216
 
 
 def test_llama_cpp_winners_and_the_layer_split_itself():

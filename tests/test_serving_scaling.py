@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
-from shardwise.analyses.serving_pcie import serving_rows
+from shardwise.analyses.serving_pcie import (
+    LAYER_SCALING,
+    XDAI_BOXES,
+    XDAI_LEFT_OUT,
+    XDAI_MODELS,
+    serving_rows,
+    throughput,
+)
 from shardwise.analyses.serving_scaling import (
     EP_PAIRS,
     PP_TP_PAIRS,
@@ -18,6 +26,8 @@ from shardwise.analyses.serving_scaling import (
     uniform_lengths,
 )
 from shardwise.analyses.serving_validation import inference_rows, predict
+
+XDAI_SHORT = [m[2] for m in XDAI_MODELS]
 
 
 @pytest.fixture(scope="module")
@@ -47,9 +57,9 @@ def test_pcie_rows_are_tp_against_a_layer_split(rows):
     GPUs against one (llama.cpp#6017's 8 A100, XiongjieDai's RTX 4090, A100 PCIe, H100 PCIe, L40S)
     or against k/2 (XiongjieDai's RTX 3090 and the 70B model on RTX 4090)."""
     pcie = [r for r in rows if r.link == "PCIe"]
-    assert len(pcie) == 38 and {r.ratio for r in pcie} == {"TP(k)/PP(k)", "PP(k)/PP(1)", "PP(k)/PP(k/2)"}
+    assert len(pcie) == 69 and {r.ratio for r in pcie} == {"TP(k)/PP(k)", "PP(k)/PP(1)", "PP(k)/PP(k/2)"}
     single = {r.key for r in pcie if r.ratio == "PP(k)/PP(1)"}
-    assert {"llamacpp-6017-pp1024-pp8", "llamacpp-6017-pp2048-pp8"} <= single and len(single) == 20
+    assert {"llamacpp-6017-pp1024-pp8", "llamacpp-6017-pp2048-pp8"} <= single and len(single) == 45
     assert {r.gpu for r in pcie if r.ratio == "PP(k)/PP(1)"} == {"A100 PCIE 80GB", "H100 PCIE 80GB", "L40S", "RTX 4090"}
     assert {r.gpu for r in pcie if r.ratio == "PP(k)/PP(k/2)"} == {"RTX 3090", "RTX 4090"}
 
@@ -66,10 +76,30 @@ def test_xdai_layer_scaling_is_read_from_one_box_per_gpu(rows):
     assert by["xdai-h100pcie-8b-f16-tg1024-4v1"].measured == pytest.approx(62.90 / 67.79)
     for box in ("rtx4090", "a100pcie", "h100pcie"):
         assert by[f"xdai-{box}-8b-f16-pp512-4v1"].predicted < 1 < by[f"xdai-{box}-8b-f16-pp1024-4v1"].predicted
-    # the L40S box's F16 prompts (40 TFLOPS at 1 and 4 GPUs alike) are data, not a priced pair
+    assert by["xdai-a100pcie-70b-q4_k_m-pp1024-4v1"].measured == pytest.approx(978.06 / 726.65)
+    # every stored group is priced, but the L40S box's F16 prompts (40 TFLOPS at 1 and 4 GPUs alike)
     assert not any(k.startswith("xdai-l40s-8b-f16-pp") for k in by)
     groups = {row["comparison_group"] for row in serving_rows() if row["comparison_group"].startswith("xdai-")}
-    assert "xdai-l40s-8b-f16-pp1024" in groups and len(groups) == 20
+    assert len(groups) == 45 and groups - {p.group for p in LAYER_SCALING} == set(XDAI_LEFT_OUT)
+    # each box's three models (70B not on one 24 GB GPU) at pp512, pp1024 and tg1024
+    assert {g.rsplit("-", 1)[0] for g in groups} == {f"xdai-{b}-{m}" for b in XDAI_BOXES for m in XDAI_SHORT}
+
+
+def test_a_pair_against_k_over_2_divides_by_its_base(rows):
+    """4 RTX 3090 against 2: the row's prediction is the layer split over 4 GPUs over the layer split
+    over 2, not over one GPU. A 1,024-token prompt is two micro-batches: over 2 GPUs the second
+    follows the first a stage later (1.5 passes), over 4 a quarter pass later (1.25 passes), so
+    about 1.2 (one GPU: 2 passes, 1.6); generation launches every kernel on 2 and 4 GPUs alike (1.0;
+    one GPU has CUDA graphs)."""
+    by = {r.key: r for r in rows}
+    pairs = {p.key: p for p in LAYER_SCALING}
+    for key in ("xdai-rtx3090-8b-f16-pp1024-4v2", "xdai-rtx3090-8b-f16-tg1024-4v2"):
+        pair = pairs[key]
+        assert pair.base_gpus == 2
+        two = throughput(replace(pair, gpus=2), 1, 2)
+        assert by[key].predicted == pytest.approx(throughput(pair, 1, 4) / two)
+    assert 1.1 < by["xdai-rtx3090-8b-f16-pp1024-4v2"].predicted < 1.3
+    assert by["xdai-rtx3090-8b-f16-tg1024-4v2"].predicted == pytest.approx(1.0, abs=0.01)
 
 
 def test_expert_parallel_pair_is_sglang_3602_priced_as_its_benchmark_ran(rows, cli):
@@ -143,7 +173,7 @@ def test_validate_inference_scaling_prints_both_tables(cli):
     code, out, err = cli(["validate", "inference_scaling", "--json"])
     assert code == 0, err
     data = json.loads(out)
-    assert len(data["rows"]) == 54
+    assert len(data["rows"]) == 85
     assert {s["ratio"] for s in data["summary"]} == {
         "TP(k)/TP(k/2)",
         "TP(k)/PP(k)",

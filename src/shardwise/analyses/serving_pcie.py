@@ -37,8 +37,12 @@ their throughputs, predicted against measured. Engines are modelled as they run:
 - llama.cpp `-sm layer` over k PCIe GPUs against fewer (`LAYER_SCALING`): PR 6017's 8 x A100 PCIe
   against one, and XiongjieDai/GPU-Benchmarks-on-LLM-Inference's llama-bench tables (May 2024, one
   RunPod box per GPU type: RTX 4090 at 1, 2, 4 and 8 GPUs, A100 PCIe, H100 PCIe and L40S at 1 and
-  4, RTX 3090 at 2 and 4), Llama 3 8B in F16 (Q4_K_M on the L40S box) and 70B in Q4_K_M, prompts of
-  512 and 1,024 tokens and 1,024 generated tokens, each priced by the same scheduler as PR 6017.
+  4, RTX 3090 at 2 and 4), Llama 3 8B in F16 and Q4_K_M and 70B in Q4_K_M (not on one 24 GB GPU),
+  prompts of 512 and 1,024 tokens and 1,024 generated tokens, each priced by the same scheduler as
+  PR 6017. Not explained: 70B Q4_K_M's 1,024-token prompt at 2 and 4 GPUs gains almost nothing from
+  its second micro-batch on every box (pp1024 / pp512 1.07-1.27 measured, 1.33 and 1.6 priced),
+  where 70B F16 at 4 GPUs (1.42-1.48), 8B at 4 GPUs (1.24-1.47) and 70B Q4_K_M at 8 (1.64) do gain
+  (docs/serving.md).
 
 GPT-OSS-120B (a mixture of experts, MXFP4) runs as the dense models do, its experts split by TP
 under `-sm tensor` (every GPU holds a slice of each expert) and whole on their layer's GPU under
@@ -78,8 +82,9 @@ CITATION = "public llama.cpp and ExLlamaV2 measurements on PCIe GPUs (GitHub PRs
 LEFT_OUT = (
     "left out: prompts after a filled cache (@ d65536), GLM-4.5-Air IQ2_XXS and DeepSeek V4 (no preset), "
     "llama.cpp#7716's Q4_1 and master rows, #20793's MI50 rows (no preset), rows without a pair on one engine, "
-    "the XiongjieDai L40S box's F16 prompts (2,492 and 2,542 tokens/s at 1 and 4 GPUs: 40 TFLOPS, a quarter of "
-    "the same box's Q4_K_M rate, a kernel path on that box, not the split; its Q4_K_M prompts are priced); "
+    "the XiongjieDai L40S box's F16 prompts (pp1024 2,492 and 2,542 tokens/s at 1 and 4 GPUs: 40 TFLOPS, 0.42 and "
+    "0.28 of the same box's Q4_K_M rate, pp512 0.37 and 0.36; a kernel path on that box, not the split; its "
+    "Q4_K_M prompts are priced); "
     "exllamav2#734 reports its TP prefill as a performance problem"
 )
 EXLLAMA_CHUNK = 2048
@@ -136,57 +141,50 @@ PAIRS = (
 # XiongjieDai/GPU-Benchmarks-on-LLM-Inference (May 2024 builds 2824-2843, the "events" scheduler):
 # llama-bench's defaults (-b 2048 -ub 512) on one RunPod box per GPU type, the same host CPU and
 # build at every GPU count of a box (its notebooks), Meta Llama 3 GGUFs. A box: (GPU preset, system
-# preset, the rows' comparison_group prefix); a case: (box, model preset, storage, rows' model text,
-# workload, prompt tokens (0: generation), tokens in the cache, reference GPUs, GPU counts). tg1024
-# generates 1,024 tokens from an empty cache: priced at its mean context, 512. F16 is priced as bf16
-# (2 bytes, one tensor rate), as PR 19378's. Left out: the L40S box's F16 prompts (`LEFT_OUT`).
+# preset, its GPU counts); a model: (model preset, storage, the rows' comparison_group part, the
+# GPU counts it does not fit). Every model, box and workload is a case: k GPUs against one where the
+# box has a 1-GPU row of the model, else against k/2. tg1024 generates 1,024 tokens from an empty
+# cache: priced at its mean context, 512. F16 is priced as bf16 (2 bytes, one tensor rate), as PR
+# 19378's. Left out: the L40S box's F16 prompts (`LEFT_OUT`; stored as data).
 XDAI_BOXES = {
-    "rtx4090": ("rtx-4090", "rtx4090-8x"),  # Xeon Gold 6133, build 2824, P2P off (GeForce)
-    "rtx3090": ("rtx-3090", "rtx4090-8x"),  # EPYC 7702P, build 2833; its 1-GPU notebook is another box
-    "a100pcie": ("a100-pcie-80gb", "a100-pcie-8x"),  # EPYC 9554, build 2836
-    "h100pcie": ("h100-pcie-80gb", "h100-pcie-8x-switch"),  # EPYC 7352, build 2843
-    "l40s": ("l40s", "l40s-8x"),  # Xeon Silver 4314, build 2834
+    "rtx4090": ("rtx-4090", "rtx4090-8x", (1, 2, 4, 8)),  # Xeon Gold 6133, build 2824, P2P off (GeForce)
+    "rtx3090": ("rtx-3090", "rtx4090-8x", (2, 4)),  # EPYC 7702P, build 2833; its 1-GPU notebook is another box
+    "a100pcie": ("a100-pcie-80gb", "a100-pcie-8x", (1, 4)),  # EPYC 9554, build 2836
+    "h100pcie": ("h100-pcie-80gb", "h100-pcie-8x-switch", (1, 4)),  # EPYC 7352, build 2843
+    "l40s": ("l40s", "l40s-8x", (1, 4)),  # Xeon Silver 4314, build 2834
 }
-XDAI_CASES = (
-    ("rtx4090", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 1, (2, 4, 8)),
-    ("rtx4090", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 1, (2, 4, 8)),
-    ("rtx4090", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (2, 4, 8)),
-    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "pp1024", 1024, 0, 2, (4,)),
-    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "tg1024", 0, 512, 2, (4,)),
-    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "pp1024", 1024, 0, 4, (8,)),
-    ("rtx4090", "llama3-70b", "q4_k", "70b-q4_k_m", "tg1024", 0, 512, 4, (8,)),
-    ("a100pcie", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 1, (4,)),
-    ("a100pcie", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 1, (4,)),
-    ("a100pcie", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (4,)),
-    ("h100pcie", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 1, (4,)),
-    ("h100pcie", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 1, (4,)),
-    ("h100pcie", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (4,)),
-    ("l40s", "llama3-8b", "q4_k", "8b-q4_k_m", "pp512", 512, 0, 1, (4,)),
-    ("l40s", "llama3-8b", "q4_k", "8b-q4_k_m", "pp1024", 1024, 0, 1, (4,)),
-    ("l40s", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 1, (4,)),
-    ("rtx3090", "llama3-8b", "bf16", "8b-f16", "pp512", 512, 0, 2, (4,)),
-    ("rtx3090", "llama3-8b", "bf16", "8b-f16", "pp1024", 1024, 0, 2, (4,)),
-    ("rtx3090", "llama3-8b", "bf16", "8b-f16", "tg1024", 0, 512, 2, (4,)),
-    ("rtx3090", "llama3-70b", "q4_k", "70b-q4_k_m", "pp1024", 1024, 0, 2, (4,)),
-    ("rtx3090", "llama3-70b", "q4_k", "70b-q4_k_m", "tg1024", 0, 512, 2, (4,)),
+XDAI_MODELS = (
+    ("llama3-8b", "bf16", "8b-f16", ()),
+    ("llama3-8b", "q4_k", "8b-q4_k_m", ()),
+    ("llama3-70b", "q4_k", "70b-q4_k_m", (1,)),  # 39.6 GiB: not run on one 24 GB GeForce (its 80/48 GB boxes did)
 )
+XDAI_WORKLOADS = (("pp512", 512, 0), ("pp1024", 1024, 0), ("tg1024", 0, 512))  # (workload, prompt, context)
+XDAI_LEFT_OUT = ("xdai-l40s-8b-f16-pp512", "xdai-l40s-8b-f16-pp1024")  # data only (`LEFT_OUT`)
+XDAI_24GB = ("rtx4090", "rtx3090")
 
 
 def _xdai_pairs() -> tuple[Pair, ...]:
-    """`XDAI_CASES` as layer-split pairs, k GPUs against the case's reference count."""
+    """Every XiongjieDai case as a layer-split pair: k GPUs against one GPU of the same box, or
+    against k/2 where the box has no 1-GPU row of the model."""
     out = []
-    for box, model, storage, short, workload, tokens, context, base, counts in XDAI_CASES:
-        gpu, system = XDAI_BOXES[box]
-        group = f"xdai-{box}-{short}-{workload}"
-        for k in counts:
-            out.append(Pair(f"{group}-{k}v{base}", "XiongjieDai", "", workload, model, gpu, k, storage, "llama.cpp",
-                            tokens, context, 512, 2024, "-sm layer", group, system, base_gpus=base))  # fmt: skip
+    for box, (gpu, system, box_counts) in XDAI_BOXES.items():
+        for model, storage, short, too_small in XDAI_MODELS:
+            counts = [k for k in box_counts if not (box in XDAI_24GB and k in too_small)]
+            for workload, tokens, context in XDAI_WORKLOADS:
+                group = f"xdai-{box}-{short}-{workload}"
+                if group in XDAI_LEFT_OUT:
+                    continue
+                for k in counts[1:]:
+                    base = 1 if counts[0] == 1 else k // 2
+                    out.append(Pair(f"{group}-{k}v{base}", "XiongjieDai", "", workload, model, gpu, k, storage,
+                                    "llama.cpp", tokens, context, 512, 2024, "-sm layer", group, system,
+                                    base_gpus=base))  # fmt: skip
     return tuple(out)
 
 
 # A layer split over k GPUs against fewer (PP(k) / PP(base_gpus)), one build's llama-bench tables
 # each, `group` the rows' comparison_group: PR 6017's 8 x A100 80GB PCIe against one (March 2024,
-# the "events" scheduler), then `XDAI_CASES`.
+# the "events" scheduler), then XiongjieDai's (`_xdai_pairs`).
 LAYER_SCALING = (
     Pair("llamacpp-6017-pp1024-pp8", "llama.cpp#6017", "llama 7B F16", "pp1024", "llama2-7b", "a100-pcie-80gb", 8,
          "bf16", "llama.cpp", 1024, 0, 512, 2024, "-sm layer", "6017-a100-llama7b-f16-pp1024", "a100-pcie-8x"),

@@ -80,7 +80,11 @@ SCHEDULER_BY_YEAR = {2024: "events", 2025: "events", 2026: "host"}
 # With pipeline parallelism on (the scheduler cycling its SCHED_MAX_COPIES copies) the ggml graph
 # changed at every evaluation, so CUDA graphs "could not be used" until PR 13814 (slaren, merged
 # 2025-05-30: "ggml : allow CUDA graphs when using pipeline parallelism"); 2025 builds before it
-# launch every kernel from the host. No source of the data is a 2025 build.
+# launch every kernel from the host. No source of the data is a 2025 build. The year is coarse for
+# one GPU: `generation_runtime(2024, 1)` gives graphs, true from PR 6766's merge (XiongjieDai's
+# builds 2824-2843, run 9-10 May 2024, generate faster on one GPU than on k), not for a 2024 build
+# before it (PR 6017's March build had graphs nowhere). No such build's generation is priced (PR
+# 6017's and 7716's rows are prompts); a rule by build number waits for one.
 LAYER_SPLIT_GRAPHS_BY_YEAR = {2024: False, 2025: False, 2026: True}
 
 
