@@ -1,0 +1,31 @@
+"""One convention across the commands' outputs: the same thing under the same key and unit in
+every --json, an object at the top of every --json, and one rule for a missing number in every
+CSV (an empty field). Cheap: functions, not the command line, where they can be."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+
+
+def test_plan_rows_write_memory_as_predict_does():
+    """`plan --json`'s plans carry `memory_bytes` as `predict --json` does: a dict of parts with its
+    `total` (it was the total alone, the parts under `memory_breakdown_bytes`), the same numbers as the
+    row's `predict` command gives."""
+    from shardwise import export
+    from shardwise.requests import PlanRequest, PredictRequest
+
+    result = PlanRequest.from_argv(
+        ["--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--top", "2"]
+    ).run()
+    rows = result.as_dict()["plans"]
+    assert rows
+    for row in rows:
+        assert "memory_breakdown_bytes" not in row
+        again = export.estimate_dict(PredictRequest.from_argv(row["command"]).run().estimate)["memory_bytes"]
+        assert set(row["memory_bytes"]) == set(again) and "total" in again
+        for key, value in again.items():
+            assert np.isclose(row["memory_bytes"][key], value, rtol=1e-9), key
