@@ -29,3 +29,18 @@ def test_plan_rows_write_memory_as_predict_does():
         assert set(row["memory_bytes"]) == set(again) and "total" in again
         for key, value in again.items():
             assert np.isclose(row["memory_bytes"][key], value, rtol=1e-9), key
+
+
+def test_crossover_json_breakdown_is_in_seconds_under_a_unit_key():
+    """Each crossing's terms sit under `breakdown_s` (seconds, as `predict --json`'s `breakdown_s`),
+    not under a bare `breakdown`."""
+    from shardwise.requests import CrossoverRequest
+
+    data = CrossoverRequest.from_argv(["--vary", "batch=1..32"]).run().as_dict()
+    assert data["crossings"]
+    for c in data["crossings"]:
+        assert "breakdown" not in c
+        parts = c["breakdown_s"]
+        assert set(parts) == {c["faster_below"], c["faster_above"]}
+        for terms in parts.values():
+            assert "compute" in terms and all(v >= 0 for v in terms.values())
