@@ -44,3 +44,18 @@ def test_crossover_json_breakdown_is_in_seconds_under_a_unit_key():
         assert set(parts) == {c["faster_below"], c["faster_above"]}
         for terms in parts.values():
             assert "compute" in terms and all(v >= 0 for v in terms.values())
+
+
+def test_validate_planner_json_is_an_object(cli, monkeypatch):
+    """`validate planner --json` prints an object (rows and the summary), as every other --json does,
+    not a bare list."""
+    from shardwise.analyses import plan_validation
+
+    run_id = next(r for r, row in plan_validation.measured_runs().items() if row["group"] in plan_validation.TABLES)
+    monkeypatch.setattr(plan_validation, "compare_published", lambda: [plan_validation.compare_run(run_id)])
+    code, out, err = cli(["validate", "planner", "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert isinstance(data, dict)
+    assert [r["run_id"] for r in data["rows"]] == [run_id]
+    assert data["runs"] == 1 and data["same_layout"] in (0, 1) and "planner" in data["summary"]
