@@ -59,3 +59,36 @@ def test_validate_planner_json_is_an_object(cli, monkeypatch):
     assert isinstance(data, dict)
     assert [r["run_id"] for r in data["rows"]] == [run_id]
     assert data["runs"] == 1 and data["same_layout"] in (0, 1) and "planner" in data["summary"]
+
+
+def test_a_missing_number_is_an_empty_csv_field_in_every_table():
+    """`tables` (sweep's and plan's CSV) writes a missing number (NaN) as an empty field, as crossover's
+    CSV does, not `nan`; an infinity (a sweep's margin where one plan alone is valid) stays `inf`;
+    the same in a long column, whose distinct values are formatted once."""
+    from shardwise.tables import csv_text
+
+    for n in (3, 400):
+        values = np.resize(np.array([1.5, np.nan, np.inf]), n)
+        text = csv_text({"x": values, "k": np.arange(n)})
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+        assert [r["x"] for r in rows[:3]] == ["1.5", "", "inf"]
+        assert "nan" not in text
+
+
+def test_a_sweep_and_a_crossover_leave_the_same_invalid_point_empty():
+    """pp=8 over 4 layers breaks a layout rule: sweep's CSV and crossover's CSV both leave its time empty."""
+    from shardwise.analyses.sweep import run_sweep
+    from shardwise.requests import CrossoverRequest, SweepRequest
+    from shardwise.tables import csv_text
+
+    argv = ["--vary", "layers=4,16", "--plan", "tp=8", "--plan", "pp=8"]
+    crossover = CrossoverRequest.from_argv(argv).run().csv_text()
+    rows = [r for r in csv.DictReader(io.StringIO(crossover)) if r["plan"] == "pp=8" and r["layers"] == "4"]
+    assert rows and all(r["time_s"] == "" and r["valid"] == "false" for r in rows)
+
+    request = SweepRequest.from_argv(argv)
+    exp = request.experiment.build().experiment
+    result = run_sweep(exp, request.grid())
+    swept = list(csv.DictReader(io.StringIO(csv_text(dict(result.columns())))))
+    four = [r for r in swept if r["layers"] == "4"]
+    assert four and all(r["time_s[pp=8]"] == "" for r in four)
