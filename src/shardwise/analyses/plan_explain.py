@@ -212,6 +212,13 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return f"beyond the micro-batch limit {sp.max_micro_batch} (--max-micro-batch)"
     if sp.vpp is None and v > sp.max_vpp:
         return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
+    if sp.vpp is None and v > 1 and pp > 1:  # the search interleaves where v divides a stage's layers
+        from shardwise.analyses.plan_space import stage_splits
+
+        units = [u for _, _, u in stage_splits(int(search.model.layers), pp) if u > 0]
+        if not any(u % v == 0 for u in units):
+            held = f"a stage's {units[0]} layers" if units else "the stages' uneven layers"
+            return f"v={v} does not divide {held} (searched where it does; --vpp {v} allows uneven chunks)"
     from shardwise.analyses.search_space import stack_of
     from shardwise.presets.stack_defaults import missing_axes, not_in_stack
 
@@ -227,7 +234,11 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return "the framework does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
         return "the search takes the fewest layers recomputed whole that fit"
-    return not_in_stack(stack, plan, searched=True, shown_as=shown) or "outside your fixed values"
+    from shardwise.analyses.search_space import CHOICE_FIELDS
+
+    fixed = [f"--{k.replace('_', '-')}" for k in CHOICE_FIELDS if getattr(sp, k) is not None]
+    outside = f"outside your fixed values ({', '.join(fixed)})" if fixed else "not among the searched plans"
+    return not_in_stack(stack, plan, searched=True, shown_as=shown) or outside
 
 
 def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:

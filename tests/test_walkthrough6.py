@@ -1,0 +1,20 @@
+"""What a new user met walking through plan, serve, calibrate, explore, timeline and emit with their
+own inputs (sixth pass): each finding's fix, with a test that failed before it."""
+
+from __future__ import annotations
+
+
+def test_why_says_why_a_neighbour_was_not_searched_when_nothing_was_fixed():
+    """Llama 3 70B on 64 H100: the best plan interleaves v=8 at pp=2 (40 layers a stage); its
+    neighbour pp=4 keeps v=8, which does not divide 20 layers, so the search (v divides a stage's
+    layers) left it out. The why said "outside your fixed values" though the user fixed nothing."""
+    from shardwise.requests import PlanRequest
+
+    result = PlanRequest.from_argv(
+        "--model llama3-70b --system dgx-h100 --nodes 8 --global-batch 512 --top 1"
+    ).run()
+    assert (result.search.plan(int(result.search.ranked()[0])).vpp, result.rows[0]["pp"]) == (8, 2)
+    excluded = {a.change: a.excluded for a in result.why}
+    assert "does not divide a stage's 20 layers" in excluded["pp=4, dp=2"]
+    assert "--vpp 8" in excluded["pp=4, dp=2"]
+    assert not any(e and "fixed values" in e for e in excluded.values())
