@@ -18,3 +18,17 @@ def test_why_says_why_a_neighbour_was_not_searched_when_nothing_was_fixed():
     assert "does not divide a stage's 20 layers" in excluded["pp=4, dp=2"]
     assert "--vpp 8" in excluded["pp=4, dp=2"]
     assert not any(e and "fixed values" in e for e in excluded.values())
+
+
+def test_serve_without_plans_says_a_moe_s_layouts_have_no_expert_parallelism():
+    """`serve` with no --plan on a mixture of experts compares tp x pp layouts only (experts split by
+    tp); on 16 H200 its tp=8,ep=8 beats every one of them, so the answer says EP was not compared
+    and how to ask for it. A dense model's answer has no such note, nor has a MoE's with --plan."""
+    from shardwise.requests import ServeRequest
+
+    moe = ServeRequest.from_argv("--model qwen3-235b-a22b --system dgx-h200 --num-gpus 16").setting()
+    assert all(dict(s.options).get("ep") is None for s in moe.specs)
+    assert any("no expert parallelism" in n and "--plan tp=N,ep=M" in n for n in moe.notes)
+    dense = ServeRequest.from_argv("--model llama3-70b --system dgx-h200 --num-gpus 16").setting()
+    chosen = ServeRequest.from_argv("--model qwen3-235b-a22b --system dgx-h200 --num-gpus 16 --plan tp=8,ep=8")
+    assert not any("expert parallelism" in n for n in (*dense.notes, *chosen.setting().notes))

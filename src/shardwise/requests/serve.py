@@ -181,6 +181,12 @@ class ServeRequest:
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
         specs = [parse_plan_spec(t) for t in self.plans] or layouts(cluster)
+        if not self.plans and model.is_moe:  # the machine's layouts have no expert parallelism
+            notes.append(
+                f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
+                "ranks (no expert parallelism, ep 1); --plan tp=N,ep=M compares expert parallelism "
+                "(e.g. --plan tp=8,ep=8, or tp=1,ep=GPUs for data-parallel attention)"
+            )
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]
