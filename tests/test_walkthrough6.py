@@ -32,3 +32,16 @@ def test_serve_without_plans_says_a_moe_s_layouts_have_no_expert_parallelism():
     dense = ServeRequest.from_argv("--model llama3-70b --system dgx-h200 --num-gpus 16").setting()
     chosen = ServeRequest.from_argv("--model qwen3-235b-a22b --system dgx-h200 --num-gpus 16 --plan tp=8,ep=8")
     assert not any("expert parallelism" in n for n in (*dense.notes, *chosen.setting().notes))
+
+
+def test_predict_warns_when_a_plan_fits_inside_the_headroom_plan_keeps_free(cli):
+    """Llama 3 8B on a DGX H100, tp=2 micro-batch 2 ZeRO-1: predict said "fits" (84.7 of 84.9 GB)
+    while plan's why said the same layout "does not fit: needs 85 GB per GPU (> 76 GB)". predict now
+    says the plan keeps 10% free and drops it; a layout with room to spare gets no such line."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "2", "--global-batch", "64"]
+    code, out, err = cli([*base, "--micro-batch", "2"])
+    assert code == 0, err
+    assert "fits in" in out and "less than the 10% of each GPU `plan` keeps free" in " ".join(out.split())
+    code, out, err = cli([*base, "--micro-batch", "1"])
+    assert code == 0, err
+    assert "fits in" in out and "keeps free" not in out

@@ -273,6 +273,15 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
     out.print(mt)
     out.print(f"{verdict} in {format_capacity(capacity)} per GPU")
+    from shardwise.requests.plan import PLAN_MEMORY_HEADROOM
+    from shardwise.units import share_or_bytes
+
+    headroom = share_or_bytes("--memory-headroom", PLAN_MEMORY_HEADROOM, capacity)
+    if fits and capacity - total < headroom:  # `plan` keeps this free: it would drop this plan
+        out.print(
+            f"[yellow]{format_bytes(capacity - total)} to spare: less than the {PLAN_MEMORY_HEADROOM} of each GPU "
+            "`plan` keeps free (--memory-headroom), so `plan` drops this layout as not fitting[/]"
+        )
 
 
 @contextmanager

@@ -121,6 +121,12 @@ def _names(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...] |
     return out
 
 
+# what of each GPU's memory `plan` keeps free unless --memory-headroom says otherwise (the allocator's
+# fragmentation and the framework's buffers a model does not see vary by run); `predict` warns when a
+# plan that fits leaves less than this, since `plan` would drop it
+PLAN_MEMORY_HEADROOM = "10%"
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """`shardwise plan`: search every layout of `training`'s model on its cluster for a global
@@ -147,7 +153,7 @@ class PlanRequest:
     tp_within_node: bool = True
     max_micro_batch: int = 16
     max_vpp: int = 8
-    memory_headroom: str = "10%"
+    memory_headroom: str = PLAN_MEMORY_HEADROOM
     objective: str = "time"
     top: int = 5
     emit: str | None = None
