@@ -45,3 +45,33 @@ def test_predict_warns_when_a_plan_fits_inside_the_headroom_plan_keeps_free(cli)
     code, out, err = cli([*base, "--micro-batch", "1"])
     assert code == 0, err
     assert "fits in" in out and "keeps free" not in out
+
+
+def test_a_model_file_without_family_says_what_it_was_given(cli, tmp_path):
+    """A Llama-like model YAML that sets gated_mlp and rmsnorm but names no family was priced with
+    the gpt family's tied embeddings, learned positions, biases and dropout, and nothing said so:
+    every command that reads it notes it (stderr and JSON `notes`), `presets show FILE` marks the
+    fields so filled; a file that names its family, and a preset, get no note."""
+    from shardwise.requests import PlanRequest, PredictRequest, ServeRequest
+
+    path = tmp_path / "mine.yaml"
+    path.write_text(
+        "name: my-13b\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 8\nffn_hidden: 13824\n"
+        "vocab: 32000\nseq_len: 4096\ngated_mlp: true\nrmsnorm: true\n"
+    )
+    m = str(path)
+    predicted = PredictRequest.from_argv(f"--model {m} --system dgx-h100 --tp 8 --global-batch 8").run()
+    assert predicted.estimate.scenario.model.tied_embeddings  # what the note says
+    planned = PlanRequest.from_argv(f"--model {m} --system dgx-h100 --global-batch 8 --top 1").run()
+    served = ServeRequest.from_argv(f"--model {m} --system dgx-h100 --plan tp=8").setting()
+    for notes in (predicted.notes, planned.notes, served.notes):
+        assert sum("names no family" in n and "tied_embeddings true" in n for n in notes) == 1, notes
+    code, out, err = cli(["crossover", "--model", m, "--json"])
+    assert code == 0 and any("names no family" in n for n in __import__("json").loads(out)["notes"])
+    code, out, _ = cli(["presets", "show", m])
+    assert code == 0 and "tied_embeddings: True  (the default: no family given)" in out
+    assert "gated_mlp: True\n" in out  # given by the file: not marked
+    path.write_text(path.read_text() + "family: llama\n")
+    again = PredictRequest.from_argv(f"--model {m} --system dgx-h100 --tp 8 --global-batch 8").run()
+    preset = PredictRequest.from_argv("--model llama3-8b --system dgx-h100 --tp 8 --global-batch 8").run()
+    assert not any("family" in n for n in (*again.notes, *preset.notes))

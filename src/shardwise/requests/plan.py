@@ -327,7 +327,10 @@ class PlanRequest:
 
             cluster = apply(cluster, fitted)
         space = self.space(float(cluster.gpu.memory_bytes))
-        return search(build.build_model(values), cluster, self.global_batch, space)
+        model = build.build_model(values)
+        if fitted is None:  # once, not again for each refit
+            notes += build.model_notes(values)
+        return search(model, cluster, self.global_batch, space)
 
     def run(self) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives

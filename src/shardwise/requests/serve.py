@@ -158,13 +158,14 @@ class ServeRequest:
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
         from shardwise.loaders import parse_plan_spec
-        from shardwise.requests.build import build_cluster, build_model, load_calibration, stage_kwargs
+        from shardwise.requests.build import build_cluster, build_model, load_calibration, model_notes, stage_kwargs
         from shardwise.requests.serve_mix import check_mix_flags, request_mix
         from shardwise.specs.serving import ServingWorkload
 
         notes: list[str] = []
         options = self.target.values()
         model = build_model(options)
+        notes += model_notes(options)
         if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
             raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
