@@ -75,3 +75,31 @@ def test_a_model_file_without_family_says_what_it_was_given(cli, tmp_path):
     again = PredictRequest.from_argv(f"--model {m} --system dgx-h100 --tp 8 --global-batch 8").run()
     preset = PredictRequest.from_argv("--model llama3-8b --system dgx-h100 --tp 8 --global-batch 8").run()
     assert not any("family" in n for n in (*again.notes, *preset.notes))
+
+
+RUNS = """id,model,system,num_gpus,tp,pp,global_batch,micro_batch,recompute,step_time_s
+r1,llama3-8b,dgx-h100,8,1,1,64,1,none,9.8
+r2,llama3-8b,dgx-h100,8,2,1,64,2,none,9.1
+r3,llama3-8b,dgx-h100,8,4,1,64,2,none,9.6
+r4,llama3-8b,dgx-h100,16,2,1,128,1,selective,10.4
+r5,llama3-70b,dgx-h100,64,8,2,512,1,none,61.0
+r6,llama3-70b,dgx-h100,64,4,4,512,1,full,79.5
+"""
+
+
+def test_timeline_names_a_calibrated_fixed_time_in_the_rest_of_the_step(cli, tmp_path):
+    """Runs whose short steps the model misses by ~3 s calibrate a fixed time per step; the
+    timeline's step then ends ~3 s after its pipeline, and its last line called all of that "the
+    optimizer". It names the fixed time; uncalibrated it is not mentioned."""
+    runs, cal = tmp_path / "runs.csv", tmp_path / "cal.yaml"
+    runs.write_text(RUNS)
+    code, _, err = cli(["calibrate", str(runs), "-o", str(cal)])
+    assert code == 0, err
+    argv = ["timeline", "--model", "llama3-8b", "--system", "dgx-a100", "--nodes", "8", "--tp", "8", "--pp", "8"]
+    argv += ["--global-batch", "16", "--no-plot"]
+    code, out, err = cli([*argv, "--calibration", str(cal)])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "the rest of the step is the optimizer, and " in text and "of fixed time per step (calibrated)" in text
+    code, out, err = cli(argv)
+    assert code == 0 and "fixed time" not in out

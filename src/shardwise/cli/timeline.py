@@ -122,10 +122,16 @@ def _after_pipeline(sim_step: Any) -> str:
     the optimizer."""
     from shardwise.engines.simulator import KIND_NAMES
 
+    from shardwise.units import format_seconds
+
     kinds = {kind for _, kind in sim_step.simulation.after_pipeline()}
     reduced = {KIND_NAMES.index("dp"), KIND_NAMES.index("dp-gather")} & kinds
+    # a calibration's fixed time per step runs after the pipeline too (`engines.simulated`): say so,
+    # else a 3 s rest reads as an optimizer step
+    fixed = float(sim_step.estimate.scenario.cluster.step_overhead_s)
+    tail = f", and {format_seconds(fixed)} of fixed time per step (calibrated)" if fixed > 0 else ""
     if reduced or int(sim_step.estimate.scenario.plan.dp) > 1:
-        return "gradient reduction and the optimizer"
+        return "gradient reduction and the optimizer" + tail
     if KIND_NAMES.index("embedding-sync") in kinds:
-        return "the tied embeddings' gradient sync (first and last stage) and the optimizer"
-    return "the optimizer"
+        return "the tied embeddings' gradient sync (first and last stage) and the optimizer" + tail
+    return "the optimizer" + tail
