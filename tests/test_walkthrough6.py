@@ -3,6 +3,8 @@ own inputs (sixth pass): each finding's fix, with a test that failed before it."
 
 from __future__ import annotations
 
+import json
+
 
 def test_why_says_why_a_neighbour_was_not_searched_when_nothing_was_fixed():
     """Llama 3 70B on 64 H100: the best plan interleaves v=8 at pp=2 (40 layers a stage); its
@@ -10,9 +12,7 @@ def test_why_says_why_a_neighbour_was_not_searched_when_nothing_was_fixed():
     layers) left it out. The why said "outside your fixed values" though the user fixed nothing."""
     from shardwise.requests import PlanRequest
 
-    result = PlanRequest.from_argv(
-        "--model llama3-70b --system dgx-h100 --nodes 8 --global-batch 512 --top 1"
-    ).run()
+    result = PlanRequest.from_argv("--model llama3-70b --system dgx-h100 --nodes 8 --global-batch 512 --top 1").run()
     assert (result.search.plan(int(result.search.ranked()[0])).vpp, result.rows[0]["pp"]) == (8, 2)
     excluded = {a.change: a.excluded for a in result.why}
     assert "does not divide a stage's 20 layers" in excluded["pp=4, dp=2"]
@@ -67,7 +67,8 @@ def test_a_model_file_without_family_says_what_it_was_given(cli, tmp_path):
     for notes in (predicted.notes, planned.notes, served.notes):
         assert sum("names no family" in n and "tied_embeddings true" in n for n in notes) == 1, notes
     code, out, err = cli(["crossover", "--model", m, "--json"])
-    assert code == 0 and any("names no family" in n for n in __import__("json").loads(out)["notes"])
+    assert code == 0, err
+    assert any("names no family" in n for n in json.loads(out)["notes"])
     code, out, _ = cli(["presets", "show", m])
     assert code == 0 and "tied_embeddings: True  (the default: no family given)" in out
     assert "gated_mlp: True\n" in out  # given by the file: not marked
@@ -103,3 +104,16 @@ def test_timeline_names_a_calibrated_fixed_time_in_the_rest_of_the_step(cli, tmp
     assert "the rest of the step is the optimizer, and " in text and "of fixed time per step (calibrated)" in text
     code, out, err = cli(argv)
     assert code == 0 and "fixed time" not in out
+
+
+def test_serve_says_a_long_prompt_not_the_weights_leaves_no_sequence_room(cli):
+    """Llama 3 70B in int4 on eight RTX 4090s with a 200,000-token prompt: 5 GB of weights per GPU,
+    but one request's KV cache (8.2 GB per GPU) is more than the engine's buffers leave. serve blamed
+    the weights ("5.0 GB of weights per GPU leave no room for a KV cache"); it names the request's
+    KV cache. Where the weights do fill the GPU (tp=2: 20 GB), it still says so."""
+    argv = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--weight-precision", "int4"]
+    code, out, err = cli([*argv, "--input-len", "200000", "--plan", "tp=8", "--plan", "tp=2"])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "tp=8: does not fit: one request's KV cache (8.2 GB per GPU for 200,128 tokens) is more than" in text
+    assert "tp=2: does not fit: 19.9 GB of weights per GPU leave no room for a KV cache" in text

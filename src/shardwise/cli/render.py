@@ -324,3 +324,26 @@ def plan_label(row: dict[str, Any]) -> str:
         f"tp={row['tp']} pp={row['pp']} dp={row['dp']}{ep}, micro-batch {row['micro_batch']}, {sched}, {rc}, "
         f"SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{shard}{split}"
     )
+
+
+def no_sequence_fits(est: Any, capacity: float) -> str:
+    """Why not one sequence fits a replica: the weights (and the engine's buffers) leave no room for a
+    KV cache, or one request's KV cache is more than the room they leave (a long prompt: 200k tokens
+    of Llama 3 70B on RTX 4090s, where 5 GB of weights were blamed for it)."""
+    import numpy as np
+
+    from shardwise.engines.serving import kv_cache_free_bytes, memory_per_gpu
+    from shardwise.units import format_bytes, format_capacity
+
+    weights = format_bytes(float(est.weights_bytes))
+    w, per_sequence = memory_per_gpu(est.scenario, est.workload)
+    free = float(np.min(kv_cache_free_bytes(est.scenario, est.workload, w)))
+    one = float(np.max(per_sequence))
+    if 0 < free < one:
+        tokens = int(est.workload.input_len) + int(est.workload.output_len)
+        return (
+            f"one request's KV cache ({format_bytes(one)} per GPU for {tokens:,} tokens) is more than the "
+            f"{format_bytes(free)} the engine leaves for it in {format_capacity(capacity)} ({weights} of weights, "
+            "the rest its buffers and reserve)"
+        )
+    return f"{weights} of weights per GPU leave no room for a KV cache in {format_capacity(capacity)}"

@@ -121,7 +121,6 @@ def _after_pipeline(sim_step: Any) -> str:
     parallelism: it said there was one) the tied embeddings' sync, where the model ties them, and
     the optimizer."""
     from shardwise.engines.simulator import KIND_NAMES
-
     from shardwise.units import format_seconds
 
     kinds = {kind for _, kind in sim_step.simulation.after_pipeline()}
