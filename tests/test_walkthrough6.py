@@ -117,3 +117,18 @@ def test_serve_says_a_long_prompt_not_the_weights_leaves_no_sequence_room(cli):
     text = " ".join(out.split())
     assert "tp=8: does not fit: one request's KV cache (8.2 GB per GPU for 200,128 tokens) is more than" in text
     assert "tp=2: does not fit: 19.9 GB of weights per GPU leave no room for a KV cache" in text
+
+
+def test_the_interleaved_schedule_without_virtual_stages_is_refused_in_one_line(cli):
+    """`timeline --schedule interleaved` without --vpp simulated "interleaved" with one model chunk
+    per stage (a schedule no framework runs: 1F1B under another name, with interleaving's rules and
+    overlapped sends) and printed it as interleaved. It is refused, naming --vpp; with --vpp 2 it runs."""
+    argv = ["--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "8", "--tp", "8", "--pp", "4"]
+    argv += ["--global-batch", "64", "--schedule", "interleaved"]
+    for command in (["timeline", "--no-plot"], ["predict"]):
+        code, out, err = cli([*command, *argv])
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert "--schedule interleaved needs --vpp N, N >= 2" in err
+    code, _, err = cli(["predict", *argv, "--vpp", "2"])
+    assert code == 0, err
+
