@@ -132,3 +132,19 @@ def test_the_interleaved_schedule_without_virtual_stages_is_refused_in_one_line(
     code, _, err = cli(["predict", *argv, "--vpp", "2"])
     assert code == 0, err
 
+
+def test_serve_targets_header_gives_units_and_stdout_starts_with_the_answer(cli):
+    """`serve --ttft-max 1` (a bare number: seconds) printed "targets: TTFT <= 1", and its progress
+    bar, drawn on stdout, left a blank first line when piped. The targets carry their unit and the
+    bar draws on stderr."""
+    argv = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--weight-precision", "int4"]
+    code, out, err = cli([*argv, "--ttft-max", "1", "--tpot-max", "150ms"])
+    assert code == 0, err
+    assert out.startswith("llama3-70b on 8 x rtx-4090")
+    assert "targets: TTFT <= 1 s and TPOT <= 150 ms at p90" in " ".join(out.split())
+
+
+def test_progress_bars_draw_on_stderr():
+    from shardwise.cli.render import progress_console
+
+    assert progress_console().stderr

@@ -77,6 +77,13 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
 
 
+def progress_console() -> Console:
+    """Where a progress bar draws: stderr, so stdout holds only the answer (a bar on stdout left a
+    blank line at the top of `serve --ttft-max`'s table when piped); rich draws nothing where stderr
+    is not a terminal."""
+    return Console(stderr=True)
+
+
 def print_table(
     head: tuple[str, ...], cells: list[tuple[str, ...]], title: str, right: set[int], markdown: bool
 ) -> None:
@@ -291,7 +298,13 @@ def progress_bar(total: int, label: str, disable: bool = False) -> Iterator[Call
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     with Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True, disable=disable
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        disable=disable,
+        console=progress_console(),
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n=1: bar.advance(task, n)

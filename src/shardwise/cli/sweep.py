@@ -167,8 +167,15 @@ def _write(result: Any, path: str, show_progress: bool) -> None:
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from shardwise.cli.render import progress_console
+
     with Progress(
-        TextColumn(f"writing {path}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+        TextColumn(f"writing {path}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        console=progress_console(),
     ) as bar:
         task = bar.add_task("write", total=rows)
         write_columns(columns, path, progress=lambda done, _: bar.update(task, completed=done))
