@@ -148,3 +148,19 @@ def test_progress_bars_draw_on_stderr():
     from shardwise.cli.render import progress_console
 
     assert progress_console().stderr
+
+
+def test_serve_in_flight_advances_a_progress_bar_over_its_plans_and_pipeline_splits():
+    """`serve` in flight simulates each plan's traffic (22 s for qwen3-235b's 14 layouts of 16 H200 at
+    20,000 requests) with nothing on the screen: `priced` now advances a bar once per plan and once
+    per pipeline plan's scaling split, as many steps as `progress_steps` says at most."""
+    from shardwise.requests import ServeRequest
+    from shardwise.requests.serve_result import priced, progress_steps
+
+    request = ServeRequest.from_argv("--model llama3-8b --system dgx-h100 --plan tp=8 --plan tp=4,pp=2 --plan pp=8")
+    s = request.setting()
+    calls = []
+    result = priced(request, s, lambda n=1: calls.append(n))
+    assert len(calls) == 3
+    assert result.scaling is not None
+    assert 3 < len(calls) <= progress_steps(s) == 5
