@@ -164,3 +164,22 @@ def test_serve_in_flight_advances_a_progress_bar_over_its_plans_and_pipeline_spl
     assert len(calls) == 3
     assert result.scaling is not None
     assert 3 < len(calls) <= progress_steps(s) == 5
+
+
+def test_emit_vllm_of_a_model_file_without_hf_id_does_not_call_it_a_preset(cli, tmp_path):
+    """`serve --model mine.yaml --emit vllm` said "'my-13b' is a shardwise preset": it is the user's
+    file. The refusal names what is missing (`hf_id` in the file, or --hf-id); with `hf_id` the file
+    emits its server."""
+    path = tmp_path / "mine.yaml"
+    fields = (
+        "name: my-13b\nfamily: llama\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 8\nvocab: 32000\nseq_len: 4096\n"
+    )
+    path.write_text(fields)
+    argv = ["serve", "--model", str(path), "--system", "dgx-h100", "--plan", "tp=8", "--emit", "vllm"]
+    code, out, err = cli(argv)
+    assert code == 2 and out == "" and "is a shardwise preset" not in err
+    assert "a model file without `hf_id: ORG/NAME`" in err and "--hf-id ORG/NAME" in err
+    path.write_text(fields + "hf_id: me/my-13b\n")
+    code, out, err = cli(argv)
+    assert code == 0, err
+    assert "vllm serve me/my-13b" in out
