@@ -144,10 +144,16 @@ def test_serve_targets_header_gives_units_and_stdout_starts_with_the_answer(cli)
     assert "targets: TTFT <= 1 s and TPOT <= 150 ms at p90" in " ".join(out.split())
 
 
-def test_progress_bars_draw_on_stderr():
-    from shardwise.cli.render import progress_console
+def test_progress_bars_draw_on_stderr_and_only_on_a_terminal(capsys):
+    """A bar draws on stderr; piped (not a terminal) it draws nothing, not even the blank line rich
+    ends a bar with, which came first in `serve 2>&1 | head`."""
+    from shardwise.cli.render import progress_bar, progress_console
 
     assert progress_console().stderr
+    with progress_bar(3, "plans") as advance:
+        for _ in range(3):
+            advance()
+    assert capsys.readouterr() == ("", "")
 
 
 def test_serve_in_flight_advances_a_progress_bar_over_its_plans_and_pipeline_splits():

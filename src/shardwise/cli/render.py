@@ -79,8 +79,7 @@ def console() -> Console:
 
 def progress_console() -> Console:
     """Where a progress bar draws: stderr, so stdout holds only the answer (a bar on stdout left a
-    blank line at the top of `serve --ttft-max`'s table when piped); rich draws nothing where stderr
-    is not a terminal."""
+    blank line at the top of `serve --ttft-max`'s table when piped); none where it is not a terminal."""
     return Console(stderr=True)
 
 
@@ -297,14 +296,15 @@ def progress_bar(total: int, label: str, disable: bool = False) -> Iterator[Call
     `disable`, e.g. under --json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    where = progress_console()
     with Progress(
         TextColumn(label),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
         transient=True,
-        disable=disable,
-        console=progress_console(),
+        disable=disable or not where.is_terminal,  # piped: no bar, and not the blank line rich ends it with
+        console=where,
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n=1: bar.advance(task, n)

@@ -169,13 +169,15 @@ def _write(result: Any, path: str, show_progress: bool) -> None:
 
     from shardwise.cli.render import progress_console
 
+    where = progress_console()
     with Progress(
         TextColumn(f"writing {path}"),
         BarColumn(),
         MofNCompleteColumn(),
         TimeRemainingColumn(),
         transient=True,
-        console=progress_console(),
+        disable=not where.is_terminal,
+        console=where,
     ) as bar:
         task = bar.add_task("write", total=rows)
         write_columns(columns, path, progress=lambda done, _: bar.update(task, completed=done))
