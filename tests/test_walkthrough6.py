@@ -189,3 +189,32 @@ def test_emit_vllm_of_a_model_file_without_hf_id_does_not_call_it_a_preset(cli, 
     code, out, err = cli(argv)
     assert code == 0, err
     assert "vllm serve me/my-13b" in out
+
+
+SERVING_RUNS = """id,model,system,tp,input_len,output_len,concurrency,tpot_s
+s1,llama3-70b,rtx4090-8x,8,512,128,32,0.18
+s2,llama3-70b,rtx4090-8x,4,512,128,32,0.12
+"""
+
+
+def test_serving_runs_say_they_are_priced_as_static_batches(cli, tmp_path):
+    """A serving row's `concurrency` 32 was priced as one static batch (TPOT 70 ms for llama3-70b on
+    eight RTX 4090s) while `serve --concurrency 32` keeps 32 requests in flight (179 ms): the same
+    word, two measurements, and nothing said so. calibrate notes it (stderr, JSON `serving`), and
+    serve in flight with that calibration notes its runs were static batches."""
+    runs, cal = tmp_path / "srv.csv", tmp_path / "srv.yaml"
+    runs.write_text(SERVING_RUNS)
+    code, out, err = cli(["calibrate", str(runs), "-o", str(cal)])
+    assert code == 0, err
+    assert "priced as one static batch of `concurrency` sequences" in " ".join(err.split())
+    code, out, err = cli(["calibrate", str(runs), "-o", str(cal), "--json"])
+    assert code == 0 and "static batch" in json.loads(out)["serving"]
+    serve = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--plan", "tp=8", "--calibration", str(cal)]
+    code, _, err = cli(serve)
+    assert code == 0 and "were fitted as static batches" in " ".join(err.split())
+    code, _, err = cli([*serve, "--batching", "static"])
+    assert code == 0 and "static batches" not in err
+    training = tmp_path / "train.csv"
+    training.write_text(RUNS)
+    code, _, err = cli(["calibrate", str(training), "-o", str(tmp_path / "t.yaml")])
+    assert code == 0 and "static batch" not in err

@@ -175,6 +175,11 @@ class ServeRequest:
             from shardwise.calibration.explain import untested_for_serving
 
             notes += untested_for_serving(cal)
+            if cal.serving_runs and self.batching != "static":  # calibration.runs prices them as static batches
+                notes.append(
+                    f"{cal.path}'s {cal.serving_runs} serving run(s) were fitted as static batches (as "
+                    "--batching static prices them); these estimates keep the requests in flight"
+                )
         if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
             cluster = cluster.with_(nvls=False)
         if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
