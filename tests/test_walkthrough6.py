@@ -218,3 +218,21 @@ def test_serving_runs_say_they_are_priced_as_static_batches(cli, tmp_path):
     training.write_text(RUNS)
     code, _, err = cli(["calibrate", str(training), "-o", str(tmp_path / "t.yaml")])
     assert code == 0 and "static batch" not in err
+
+
+def test_in_flight_only_options_are_refused_with_a_static_batch(cli):
+    """`serve --batching static` priced one batch in closed form and dropped --max-batched-tokens,
+    --requests and --seed without a word; they are refused in one line naming each, as --burstiness
+    without --request-rate is. Their defaults, and the options in flight, still run."""
+    argv = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8"]
+    for extra, named in (
+        (["--max-batched-tokens", "4096", "--seed", "2"], "--max-batched-tokens, --seed shape"),
+        (["--requests", "100"], "--requests shapes"),
+    ):
+        code, out, err = cli([*argv, "--batching", "static", *extra])
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+        assert named in err and "drop --batching static" in err
+        code, _, err = cli([*argv, *extra])
+        assert code == 0, err
+    code, _, err = cli([*argv, "--batching", "static", "--seed", "0"])
+    assert code == 0, err

@@ -260,6 +260,21 @@ class ServeRequest:
             other = "--max-throughput" if self.max_throughput else rate
             if other is not None:
                 raise SpecError(f"--concurrency and {other} exclude each other: give one")
+        if self.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
+            given = [
+                flag
+                for flag, value, default in (
+                    ("--max-batched-tokens", self.max_batched_tokens, None),
+                    ("--requests", self.requests, 1000),
+                    ("--seed", self.seed, 0),
+                )
+                if value != default
+            ]
+            if given:
+                raise SpecError(
+                    f"{', '.join(given)} shape{'s' * (len(given) == 1)} the in-flight simulation; a static batch "
+                    "has none: drop --batching static, or drop them"
+                )
         if not self.targets:
             traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
             if traffic is not None:
