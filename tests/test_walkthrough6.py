@@ -236,3 +236,22 @@ def test_in_flight_only_options_are_refused_with_a_static_batch(cli):
         assert code == 0, err
     code, _, err = cli([*argv, "--batching", "static", "--seed", "0"])
     assert code == 0, err
+
+
+def test_plan_keeps_to_interleaving_and_refuses_ep_on_a_dense_model():
+    """`plan --schedule interleaved` ranked pp=1 plans first (shown as 1f1b: no pipeline to
+    interleave), and `plan --ep 2` on a dense model searched as if it were not given (predict and
+    serve refuse it): the first keeps to pipelines of at least two stages, the second is refused."""
+    import numpy as np
+    import pytest
+
+    from shardwise.errors import SpecError
+    from shardwise.requests import PlanRequest
+
+    base = "--model llama3-8b --system dgx-h100 --global-batch 64 --top 2"
+    result = PlanRequest.from_argv(f"{base} --schedule interleaved").run()
+    assert np.all(result.search.columns["pp"] >= 2) and np.all(result.search.columns["vpp"] >= 2)
+    assert all(r["schedule"] == "interleaved" for r in result.rows)
+    with pytest.raises(SpecError, match=r"--ep 2: ep needs a mixture-of-experts model; model 'llama3-8b'"):
+        PlanRequest.from_argv(f"{base} --ep 2").run()
+    assert PlanRequest.from_argv(f"{base} --ep 1").run().rows

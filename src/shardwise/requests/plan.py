@@ -317,6 +317,7 @@ class PlanRequest:
 
     def _search(self, cal: Any, fitted: dict[str, float] | None, notes: list[str]) -> Any:
         from shardwise.analyses.planner import search
+        from shardwise.errors import SpecError
         from shardwise.requests import build
 
         layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
@@ -330,6 +331,11 @@ class PlanRequest:
         model = build.build_model(values)
         if fitted is None:  # once, not again for each refit
             notes += build.model_notes(values)
+        if not model.is_moe and any(e != 1 for e in self.ep or ()):  # the search has no ep axis for it
+            raise SpecError(
+                f"--ep {','.join(map(str, self.ep or ()))}: ep needs a mixture-of-experts model; model "
+                f"{model.name!r} has no experts (use --ep 1, or leave it out)"
+            )
         return search(model, cluster, self.global_batch, space)
 
     def run(self) -> PlanResult:
