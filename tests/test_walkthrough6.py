@@ -255,3 +255,20 @@ def test_plan_keeps_to_interleaving_and_refuses_ep_on_a_dense_model():
     with pytest.raises(SpecError, match=r"--ep 2: ep needs a mixture-of-experts model; model 'llama3-8b'"):
         PlanRequest.from_argv(f"{base} --ep 2").run()
     assert PlanRequest.from_argv(f"{base} --ep 1").run().rows
+
+
+def test_timeline_says_when_the_simulated_plan_does_not_fit(cli):
+    """Llama 3 70B trained at tp=8 on eight RTX 4090s needs 185 GB per GPU; timeline simulated its
+    step and said nothing of memory (predict says "does NOT fit"). The text says so and --json
+    carries predict's memory keys."""
+    argv = ["timeline", "--model", "llama3-70b", "--system", "rtx4090-8x", "--tp", "8", "--global-batch", "8"]
+    code, out, err = cli([*argv, "--no-plot"])
+    assert code == 0, err
+    assert "does NOT fit: 185.3 GB per GPU (the fullest stage)" in " ".join(out.split())
+    code, out, err = cli([*argv, "--json"])
+    data = json.loads(out)
+    assert code == 0 and data["fits_in_memory"] is False and data["memory_bytes"]["total"] > 1.8e11
+    assert data["gpu_memory_bytes"] > 2.5e10
+    fits = ["timeline", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8"]
+    code, out, _ = cli([*fits, "--no-plot"])
+    assert code == 0 and "does NOT fit" not in out

@@ -110,6 +110,14 @@ def _print(
         f"bubble over all stages: {sim.bubble_fraction:.1%} of the pipeline's span "
         f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is {_after_pipeline(sim_step)}"
     )
+    if not bool(est.fits_in_memory):  # simulated all the same: say so, as predict does
+        from shardwise.units import format_bytes, format_capacity
+
+        out.print(
+            f"[red]does NOT fit: {format_bytes(float(est.memory.total_bytes))} per GPU (the fullest stage) in "
+            f"{format_capacity(float(est.scenario.cluster.gpu.memory_bytes))}; `predict` with these flags breaks "
+            "it down[/]"
+        )
     if figure is not None:
         out.print(f"figure: {figure}")
     if trace_path is not None:
