@@ -260,6 +260,10 @@ class ServeRequest:
             other = "--max-throughput" if self.max_throughput else rate
             if other is not None:
                 raise SpecError(f"--concurrency and {other} exclude each other: give one")
+        if not self.targets:
+            traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
+            if traffic is not None:
+                traffic.update(mix=mix, seed=self.seed, burstiness=self.burstiness)
         if self.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
             given = [
                 flag
@@ -275,10 +279,6 @@ class ServeRequest:
                     f"{', '.join(given)} shape{'s' * (len(given) == 1)} the in-flight simulation; a static batch "
                     "has none: drop --batching static, or drop them"
                 )
-        if not self.targets:
-            traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
-            if traffic is not None:
-                traffic.update(mix=mix, seed=self.seed, burstiness=self.burstiness)
         return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes))
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
