@@ -17,7 +17,11 @@ def test_why_says_why_a_neighbour_was_not_searched_when_nothing_was_fixed():
     excluded = {a.change: a.excluded for a in result.why}
     assert "does not divide a stage's 20 layers" in excluded["pp=4, dp=2"]
     assert "--vpp 8" in excluded["pp=4, dp=2"]
-    assert not any(e and "fixed values" in e for e in excluded.values())
+    assert not any(e and ("fixed values" in e or "values searched" in e) for e in excluded.values())
+    # a value the user fixed is named by its flag, and only that one
+    fixed = PlanRequest.from_argv("--model llama3-8b --system dgx-h100 --global-batch 64 --top 1 --tp 2").run()
+    named = {a.change: a.excluded for a in fixed.why}
+    assert named["tp=4, dp=2"] == "outside the values searched (--tp)"
 
 
 def test_serve_without_plans_says_a_moe_s_layouts_have_no_expert_parallelism():
