@@ -75,7 +75,7 @@ def test_plan_gpus_all_and_dp_fill():
         ("tp=x", "tp=x is not allowed"),
         ("foo=1", "is not KEY=VALUE"),
         ("tp", "is not KEY=VALUE"),
-        ("tp=1,dp=8,ep=8", "dp is not given: data-parallel replicas fill the GPUs"),
+        ("tp=1,dp=8,ep=8", "dp is not a --plan key: data-parallel replicas fill the GPUs"),
     ],
 )
 def test_bad_plans(text, message):

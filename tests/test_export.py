@@ -136,10 +136,11 @@ def test_csv_columns_values_and_formatting(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["grid.csv"]  # no temporary file left behind
 
 
-def test_csv_nan_is_written_as_nan(tmp_path):
+def test_csv_nan_is_written_as_an_empty_field(tmp_path):
+    """A missing number is an empty field in every CSV the commands write (crossover's too)."""
     path = tmp_path / "x.csv"
     tables.write_columns({"t": np.array([1.0, np.nan])}, path)
-    assert path.read_text().splitlines() == ["t", "1", "nan"]
+    assert path.read_text().splitlines() == ["t", "1", ""]
 
 
 def test_parquet_round_trips_the_columns(tmp_path):
@@ -195,8 +196,11 @@ def test_long_rows_are_written_as_the_json_encoder_writes_them():
 
 def test_csv_floats_are_what_str_format_gives():
     """The CSV's floats (`tables._format`, an f-string) are the text of "{:.6g}".format for every
-    kind of float: tiny, huge, negative zero, NaN, infinities, round numbers and random ones."""
+    kind of float: tiny, huge, negative zero, infinities, round numbers and random ones; NaN, a
+    missing number, is an empty field (`tables.MISSING`)."""
     rng = np.random.default_rng(0)
     special = [0.0, -0.0, np.nan, np.inf, -np.inf, 1e-320, 5e-324, 1.7976931348623157e308, 1e16, 123456.5, 999999.5]
     values = np.array(special + list(rng.standard_normal(500) * 10.0 ** rng.integers(-30, 30, 500)))
-    assert tables._format(values) == list(map("{:.6g}".format, values.tolist()))
+    formatted = list(map("{:.6g}".format, values.tolist()))
+    expected = ["" if v != v else text for v, text in zip(values.tolist(), formatted, strict=True)]
+    assert tables._format(values) == expected

@@ -159,9 +159,10 @@ def test_serve_says_which_batching_each_number_uses(cli):
     code, out, _ = cli([*SERVE, "--concurrency", "8"])
     out = " ".join(out.split())  # rich wraps lines
     assert code == 0 and "in-flight batching, chunked prefill" in out and "8 requests always in flight" in out
-    code, out, _ = cli([*SERVE, "--concurrency", "8", "--batching", "static"])
+    static = [a for a in SERVE if a not in ("--requests", "200")]  # the simulation's option: refused with static
+    code, out, _ = cli([*static, "--concurrency", "8", "--batching", "static"])
     assert code == 0 and "in-flight" not in out
-    code, out, _ = cli([*SERVE, "--concurrency", "8", "--batching", "static", "--json"])
+    code, out, _ = cli([*static, "--concurrency", "8", "--batching", "static", "--json"])
     assert json.loads(out)["plans"][0]["batching"] == "static"
 
 

@@ -136,5 +136,5 @@ def test_every_plan_row_is_its_predict_commands_numbers(argv):
     for row in rows:
         result = PredictRequest.from_argv(row["command"]).run()
         assert result.step_time_s == row["step_time_s"], row["command"]
-        assert float(result.estimate.memory.total_bytes) == row["memory_bytes"], row["command"]
+        assert float(result.estimate.memory.total_bytes) == row["memory_bytes"]["total"], row["command"]
         assert bool(result.estimate.fits_in_memory) == row["fits_in_memory"], row["command"]

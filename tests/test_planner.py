@@ -134,7 +134,7 @@ def test_pricing_only_the_plans_that_fit_changes_nothing(objective, monkeypatch)
     for i in (int(order[0]), int(np.flatnonzero(~result.fits)[0])):
         row = result.row(i)
         assert row["step_time_s"] == float(step[i]) and row["fits_in_memory"] == bool(result.fits[i])
-        assert row["memory_bytes"] == float(np.asarray(full.memory.total_bytes)[i])
+        assert row["memory_bytes"]["total"] == float(np.asarray(full.memory.total_bytes)[i])
 
 
 def test_the_best_plan_is_the_fastest_that_fits():

@@ -150,7 +150,7 @@ def test_plan_rows_equal_predict(argv):
     for r in rows:
         result = PredictRequest.from_argv(r["command"]).run()
         assert np.isclose(result.step_time_s, r["step_time_s"], rtol=1e-9), (r["command"], r["step_time_s"])
-        assert np.isclose(float(result.estimate.memory.total_bytes), r["memory_bytes"], rtol=1e-9)
+        assert np.isclose(float(result.estimate.memory.total_bytes), r["memory_bytes"]["total"], rtol=1e-9)
 
 
 def test_plan_takes_mtp_layers_and_pipeline_flushes_as_predict_does(cli):

@@ -277,8 +277,9 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
                 "range_80": [c.range_low, c.range_high],
                 "exact": c.exact,
                 "text": describe_crossing(c, result.variable),
-                # seconds per term of both plans at the switch point (null: a plan is invalid there)
-                "breakdown": crossing_breakdown(result, c),
+                # seconds per term of both plans at the switch point (null: a plan is invalid there),
+                # under the unit-bearing key `predict --json` uses for its terms
+                "breakdown_s": crossing_breakdown(result, c),
             }
             for c in result.crossings
         ],

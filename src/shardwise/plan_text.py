@@ -22,9 +22,9 @@ def parse_plan_spec(text: str) -> PlanSpec:
         key, sep, value = part.partition("=")
         if key == "dp":  # a --plan names the split of one replica; the replicas are what the GPUs leave
             raise SpecError(
-                f"--plan {text!r}: dp is not given: data-parallel replicas fill the GPUs (GPUs / (tp x pp x cp)); "
-                "set the GPUs with --num-gpus or --nodes (serving a mixture of experts, an ep above tp spreads "
-                "the experts over the replicas: data-parallel attention, e.g. tp=1,ep=8)"
+                f"--plan {text!r}: dp is not a --plan key: data-parallel replicas fill the GPUs the plan leaves "
+                "(GPUs / (tp x pp x cp)); set the GPUs with --num-gpus or --nodes (for a mixture of experts, an ep "
+                "above tp spreads the experts over the replicas: data-parallel attention, e.g. tp=1,ep=8)"
             )
         if not sep or key not in PlanSpec.KEYS:
             raise SpecError(f"--plan {text!r}: {part!r} is not KEY=VALUE with KEY one of {', '.join(PlanSpec.KEYS)}")

@@ -11,6 +11,10 @@ from typing import Any
 import numpy as np
 
 CSV_CHUNK_ROWS = 65_536  # rows formatted at a time: bounded memory whatever the table's length
+# A number that is not there (NaN: an invalid plan's time, no winner's margin) is an empty field in
+# every CSV the commands write (crossover's own writer too); an infinity is a value (a sweep's margin
+# where one plan alone is valid) and is written `inf`
+MISSING = ""
 
 
 def write_columns(columns: dict[str, Any], path: str | Path, progress: Callable[[int, int], Any] | None = None) -> None:
@@ -96,7 +100,7 @@ class _ParquetBlocks:
 
 
 def _cells(values: np.ndarray) -> list[str]:
-    """One column's cells: floats to 6 significant digits (nan, inf as such), ints whole,
+    """One column's cells: floats to 6 significant digits (nan empty: `MISSING`; inf as such), ints whole,
     booleans true/false, anything else as its text. A column that repeats a few values (a
     sweep's axes) formats each distinct value once."""
     if values.dtype == bool:
@@ -114,7 +118,10 @@ def _format(values: np.ndarray) -> list[str]:
     if np.issubdtype(values.dtype, np.integer):
         return [str(v) for v in values.tolist()]
     if np.issubdtype(values.dtype, np.floating):
-        return [f"{x:.6g}" for x in values.tolist()]  # the text of "{:.6g}".format, 12% faster than map
+        texts = [f"{x:.6g}" for x in values.tolist()]  # the text of "{:.6g}".format, 12% faster than map
+        for i in np.flatnonzero(np.isnan(values)).tolist():
+            texts[i] = MISSING
+        return texts
     return quoted([str(v) for v in values.tolist()])
 
 

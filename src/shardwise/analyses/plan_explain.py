@@ -212,6 +212,13 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return f"beyond the micro-batch limit {sp.max_micro_batch} (--max-micro-batch)"
     if sp.vpp is None and v > sp.max_vpp:
         return f"beyond the virtual-stage limit {sp.max_vpp} (--max-vpp)"
+    if sp.vpp is None and v > 1 and pp > 1:  # the search interleaves where v divides a stage's layers
+        from shardwise.analyses.plan_space import stage_splits
+
+        units = [u for _, _, u in stage_splits(int(search.model.layers), pp) if u > 0]
+        if not any(u % v == 0 for u in units):
+            held = f"a stage's {units[0]} layers" if units else "the stages' uneven layers"
+            return f"v={v} does not divide {held} (searched where it does; --vpp {v} allows uneven chunks)"
     from shardwise.analyses.search_space import stack_of
     from shardwise.presets.stack_defaults import missing_axes, not_in_stack
 
@@ -227,7 +234,39 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
         return "the framework does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
         return "the search takes the fewest layers recomputed whole that fit"
-    return not_in_stack(stack, plan, searched=True, shown_as=shown) or "outside your fixed values"
+    outside = _outside_values(sp, plan)
+    reason = f"outside the values searched ({outside})" if outside else "not among the searched plans"
+    return not_in_stack(stack, plan, searched=True, shown_as=shown) or reason
+
+
+# a plan field and the `plan` flag (or the framework's own limit) that fixes its searched values
+_VALUE_FLAGS = {
+    **{k: f"--{k}" for k in ("tp", "pp", "dp", "vpp", "schedule", "recompute", "ep", "cp")},
+    **{"micro_batch": "--micro-batch", "sequence_parallel": "--sequence-parallel", "zero_stage": "--zero"},
+    "shard_group": "--shard-group",
+}
+
+
+def _outside_values(sp: object, plan: Plan) -> str:
+    """The flags whose searched values leave `plan` out ('--tp, --schedule'; set by the user or by the
+    framework's limits), '' where none does."""
+    from shardwise.analyses.search_space import RECOMPUTE_NAMES, SCHEDULE_NAMES
+
+    out = []
+    for name, flag in _VALUE_FLAGS.items():
+        allowed = getattr(sp, name)
+        if allowed is None:
+            continue
+        value: object = int(np.asarray(getattr(plan, name)))
+        if name == "schedule":
+            value = SCHEDULE_NAMES[int(value)]  # type: ignore[call-overload]
+        elif name == "recompute":
+            value = RECOMPUTE_NAMES[int(value)]  # type: ignore[call-overload]
+        elif name == "sequence_parallel":
+            value = bool(value)
+        if value not in allowed:
+            out.append(flag)
+    return ", ".join(out)
 
 
 def _variants_for_gpus(search: PlanSearch, plan: Plan) -> list[tuple[str, dict[str, object], int]]:

@@ -165,8 +165,8 @@ class PlanSearch:
             tokens_per_s=at(est.tokens_per_s),
             tokens_per_s_per_gpu=at(est.tokens_per_s) / int(self.columns["gpus"][i]),
             mfu=at(est.mfu),
-            memory_bytes=at(est.memory.total_bytes),
-            memory_breakdown_bytes={k: at(v) for k, v in est.memory.as_dict().items()},
+            # a dict of parts with its `total`, as `predict --json` and `serve --json` write it
+            memory_bytes={k: at(v) for k, v in est.memory.as_dict().items()},
             fits_in_memory=bool(self.fits[i]),
             breakdown_s={k: at(v) for k, v in est.breakdown.as_dict().items()},
         )

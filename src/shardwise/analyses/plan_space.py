@@ -148,8 +148,10 @@ def _schedules(layers: int, pp: int, space: SearchSpace) -> list[tuple[int, int]
     """(schedule code, virtual stages) allowed at pp stages. Interleaving needs v >= 2 dividing the
     layers of every full stage of some split (whole layers per model chunk); a fixed vpp without
     1 leaves only the interleaved schedule (and nothing at pp = 1)."""
-    if pp == 1:
-        return [] if space.vpp is not None and 1 not in space.vpp else [(int(Schedule.ONE_F_ONE_B), 1)]
+    if pp == 1:  # no pipeline, stored as 1F1B; not where only interleaving was asked for (it needs pp >= 2)
+        only_interleaved = space.schedule is not None and set(space.schedule) == {"interleaved"}
+        fixed_chunks = space.vpp is not None and 1 not in space.vpp
+        return [] if only_interleaved or fixed_chunks else [(int(Schedule.ONE_F_ONE_B), 1)]
     units = [u for _, _, u in stage_splits(layers, pp) if u > 0]
     vpps = sorted_distinct(np.concatenate([divisors(u) for u in units])) if units else np.array([1])
     vpps = vpps[vpps >= 2]

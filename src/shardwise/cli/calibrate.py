@@ -178,6 +178,8 @@ def calibrate(
         click.echo(export.dumps(answer.as_dict(output)))
         return
     _print(result, measured, steps, output, notes)
+    if answer.serving_note():
+        click.echo(f"note: {answer.serving_note()}", err=True)
 
 
 def _job_given(job: dict[str, Any]) -> bool:

@@ -359,7 +359,7 @@ def _print(
             format_seconds_range(r["step_time_s_low"], r["step_time_s_high"]),
             f"{r['tokens_per_s_per_gpu']:,.0f}",
             f"{r['mfu']:.1%}",
-            f"{r['memory_bytes'] / 1e9:.1f}",
+            f"{r['memory_bytes']['total'] / 1e9:.1f}",
         )
     out.print(table)
     out.print(f"[dim]80% range: {basis}[/]")

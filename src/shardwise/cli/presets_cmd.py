@@ -190,9 +190,15 @@ def _show_file(registry: Any, path: str, as_json: bool) -> None:
 
         inherited = inherited_fields(fields, registry.raw("frameworks"))
         fields = with_like(path, fields, registry.raw("frameworks"))
+    label = None
+    if kind == "models" and not path.lower().endswith(".json") and "family" not in fields:
+        # what --model fills in silently (`loaders.model_from_dict`): the gpt family's flags it leaves out
+        given = set(fields)
+        fields = {**fields, **{k: v for k, v in {"family": "gpt", **loaders.FAMILIES["gpt"]}.items() if k not in given}}
+        inherited, label = tuple(k for k in fields if k not in given), "the default: no family given"
     fields.pop("notes", None)
     key = Path(path).name
-    _print_fields([(kind, fields)], key, counts, as_json, inherited)
+    _print_fields([(kind, fields)], key, counts, as_json, inherited, label)
 
 
 def _param_counts(registry: Any, name: str) -> dict[str, float]:
@@ -232,13 +238,15 @@ def _print_fields(
     counts: dict[str, dict[str, float]],
     as_json: bool,
     inherited: tuple[str, ...] = (),
+    label: str | None = None,
 ) -> None:
     """Each (kind, fields) in full, the parameter counts of a model, its source last; `inherited`:
-    the fields a framework file takes from the built-in its `like:` names, marked with its name."""
+    the fields a framework file takes from the built-in its `like:` names, marked with its name (or
+    those a model file without a family takes from the gpt family's defaults, marked `label`)."""
     if as_json:
         from shardwise import export
 
-        extra = {"from_like": list(inherited)} if inherited else {}
+        extra = {("from_family_default" if label else "from_like"): list(inherited)} if inherited else {}
         click.echo(
             export.dumps({kind: {"name": key, **fields, **counts.get(kind, {}), **extra} for kind, fields in found})
         )
@@ -251,7 +259,8 @@ def _print_fields(
                 for sub, text in value.items():
                     click.echo(f"    {sub}: {text}")
             elif field != "source":
-                click.echo(f"  {field}: {value}" + (f"  ({fields['like']}'s)" if field in inherited else ""))
+                owner = label or f"{fields.get('like')}'s"
+                click.echo(f"  {field}: {value}" + (f"  ({owner})" if field in inherited else ""))
         if kind in counts:
             c = counts[kind]
             click.echo(

@@ -77,6 +77,12 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
 
 
+def progress_console() -> Console:
+    """Where a progress bar draws: stderr, so stdout holds only the answer (a bar on stdout left a
+    blank line at the top of `serve --ttft-max`'s table when piped); none where it is not a terminal."""
+    return Console(stderr=True)
+
+
 def print_table(
     head: tuple[str, ...], cells: list[tuple[str, ...]], title: str, right: set[int], markdown: bool
 ) -> None:
@@ -273,6 +279,15 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
     out.print(mt)
     out.print(f"{verdict} in {format_capacity(capacity)} per GPU")
+    from shardwise.requests.plan import PLAN_MEMORY_HEADROOM
+    from shardwise.units import share_or_bytes
+
+    headroom = share_or_bytes("--memory-headroom", PLAN_MEMORY_HEADROOM, capacity)
+    if fits and capacity - total < headroom:  # `plan` keeps this free: it would drop this plan
+        out.print(
+            f"[yellow]{format_bytes(capacity - total)} to spare: less than the {PLAN_MEMORY_HEADROOM} of each GPU "
+            "`plan` keeps free (--memory-headroom), so `plan` drops this layout as not fitting[/]"
+        )
 
 
 @contextmanager
@@ -281,8 +296,15 @@ def progress_bar(total: int, label: str, disable: bool = False) -> Iterator[Call
     `disable`, e.g. under --json)."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    where = progress_console()
     with Progress(
-        TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True, disable=disable
+        TextColumn(label),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        disable=disable or not where.is_terminal,  # piped: no bar, and not the blank line rich ends it with
+        console=where,
     ) as bar:
         task = bar.add_task(label, total=total)
         yield lambda n=1: bar.advance(task, n)
@@ -315,3 +337,26 @@ def plan_label(row: dict[str, Any]) -> str:
         f"tp={row['tp']} pp={row['pp']} dp={row['dp']}{ep}, micro-batch {row['micro_batch']}, {sched}, {rc}, "
         f"SP {'on' if row['sequence_parallel'] else 'off'}, ZeRO-{row['zero_stage']}{shard}{split}"
     )
+
+
+def no_sequence_fits(est: Any, capacity: float) -> str:
+    """Why not one sequence fits a replica: the weights (and the engine's buffers) leave no room for a
+    KV cache, or one request's KV cache is more than the room they leave (a long prompt: 200k tokens
+    of Llama 3 70B on RTX 4090s, where 5 GB of weights were blamed for it)."""
+    import numpy as np
+
+    from shardwise.engines.serving import kv_cache_free_bytes, memory_per_gpu
+    from shardwise.units import format_bytes, format_capacity
+
+    weights = format_bytes(float(est.weights_bytes))
+    w, per_sequence = memory_per_gpu(est.scenario, est.workload)
+    free = float(np.min(kv_cache_free_bytes(est.scenario, est.workload, w)))
+    one = float(np.max(per_sequence))
+    if 0 < free < one:
+        tokens = int(est.workload.input_len) + int(est.workload.output_len)
+        return (
+            f"one request's KV cache ({format_bytes(one)} per GPU for {tokens:,} tokens) is more than the "
+            f"{format_bytes(free)} the engine leaves for it in {format_capacity(capacity)} ({weights} of weights, "
+            "the rest its buffers and reserve)"
+        )
+    return f"{weights} of weights per GPU leave no room for a KV cache in {format_capacity(capacity)}"

@@ -237,9 +237,14 @@ def serve(
             return
         print_targets(found)
         return
-    from shardwise.requests.serve_result import priced
+    from shardwise.cli.render import progress_bar
+    from shardwise.requests.serve_result import priced, progress_steps
 
-    result = priced(request, setting)
+    # in flight each plan's run of traffic is simulated (seconds each on a long --requests): a bar
+    with progress_bar(progress_steps(setting), "plans", disable=as_json or setting.traffic is None) as advance:
+        result = priced(request, setting, advance)
+        if not as_json:
+            result.scaling  # noqa: B018 (priced here, under the bar; the report reads it)
     figure = None
     if frontier_path is not None:
         from shardwise.cli.serve_report import draw_frontier

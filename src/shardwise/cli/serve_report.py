@@ -22,8 +22,8 @@ def print_estimates(
     from rich import box
     from rich.table import Table
 
-    from shardwise.cli.render import console
-    from shardwise.units import format_bytes, format_capacity, format_seconds
+    from shardwise.cli.render import console, no_sequence_fits
+    from shardwise.units import format_bytes, format_seconds
 
     out = console()
     inter = cluster.inter_node_link
@@ -101,11 +101,7 @@ def print_estimates(
     capacity = float(cluster.gpu.memory_bytes)
     for label, est in rows:
         if int(est.max_batch) < 1:
-            weights = format_bytes(float(est.weights_bytes))
-            out.print(
-                f"[red]{label}: does not fit: {weights} of weights per GPU leave no room for a KV cache in "
-                f"{format_capacity(capacity)}; its times are not meaningful[/]"
-            )
+            out.print(f"[red]{label}: does not fit: {no_sequence_fits(est, capacity)}; its times are not meaningful[/]")
         elif not bool(est.fits_in_memory):
             out.print(
                 f"[red]{label}: batch {int(est.workload.batch)} does not fit: at most {int(est.max_batch):,} "

@@ -14,7 +14,15 @@ def print_targets(found: Any) -> None:
 
 
 def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
-    parts = ([f"TTFT <= {ttft_max}"] if ttft_max else []) + ([f"TPOT <= {tpot_max}"] if tpot_max else [])
+    """'TTFT <= 500 ms and TPOT <= 50 ms at p90': each target as a time with its unit (a bare number
+    given is seconds: `--ttft-max 1` read 'TTFT <= 1')."""
+    from shardwise.units import format_seconds, parse_seconds
+
+    parts = [
+        f"{name} <= {format_seconds(parse_seconds(value))}"
+        for name, value in (("TTFT", ttft_max), ("TPOT", tpot_max))
+        if value
+    ]
     return " and ".join(parts) + f" at {pct}"
 
 

@@ -167,8 +167,17 @@ def _write(result: Any, path: str, show_progress: bool) -> None:
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from shardwise.cli.render import progress_console
+
+    where = progress_console()
     with Progress(
-        TextColumn(f"writing {path}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), transient=True
+        TextColumn(f"writing {path}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeRemainingColumn(),
+        transient=True,
+        disable=not where.is_terminal,
+        console=where,
     ) as bar:
         task = bar.add_task("write", total=rows)
         write_columns(columns, path, progress=lambda done, _: bar.update(task, completed=done))

@@ -110,6 +110,14 @@ def _print(
         f"bubble over all stages: {sim.bubble_fraction:.1%} of the pipeline's span "
         f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is {_after_pipeline(sim_step)}"
     )
+    if not bool(est.fits_in_memory):  # simulated all the same: say so, as predict does
+        from shardwise.units import format_bytes, format_capacity
+
+        out.print(
+            f"[red]does NOT fit: {format_bytes(float(est.memory.total_bytes))} per GPU (the fullest stage) in "
+            f"{format_capacity(float(est.scenario.cluster.gpu.memory_bytes))}; `predict` with these flags breaks "
+            "it down[/]"
+        )
     if figure is not None:
         out.print(f"figure: {figure}")
     if trace_path is not None:
@@ -121,11 +129,16 @@ def _after_pipeline(sim_step: Any) -> str:
     parallelism: it said there was one) the tied embeddings' sync, where the model ties them, and
     the optimizer."""
     from shardwise.engines.simulator import KIND_NAMES
+    from shardwise.units import format_seconds
 
     kinds = {kind for _, kind in sim_step.simulation.after_pipeline()}
     reduced = {KIND_NAMES.index("dp"), KIND_NAMES.index("dp-gather")} & kinds
+    # a calibration's fixed time per step runs after the pipeline too (`engines.simulated`): say so,
+    # else a 3 s rest reads as an optimizer step
+    fixed = float(sim_step.estimate.scenario.cluster.step_overhead_s)
+    tail = f", and {format_seconds(fixed)} of fixed time per step (calibrated)" if fixed > 0 else ""
     if reduced or int(sim_step.estimate.scenario.plan.dp) > 1:
-        return "gradient reduction and the optimizer"
+        return "gradient reduction and the optimizer" + tail
     if KIND_NAMES.index("embedding-sync") in kinds:
-        return "the tied embeddings' gradient sync (first and last stage) and the optimizer"
-    return "the optimizer"
+        return "the tied embeddings' gradient sync (first and last stage) and the optimizer" + tail
+    return "the optimizer" + tail

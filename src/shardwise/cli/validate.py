@@ -262,22 +262,32 @@ def _planner(as_json: bool, markdown: bool) -> None:
     from shardwise.units import format_seconds
 
     rows = compare_published()
-    if as_json:
-        from shardwise import export
-
-        click.echo(export.dumps([asdict(r) for r in rows]))
-        return
-
-    def cell(c: Any, published_s: float) -> tuple[str, str, str]:
-        gain = "same plan" if c.same else f"{c.gain(published_s):+.1%}"
-        return c.plan, format_seconds(c.step_s), gain
-
     agree = sum(r.layout.same for r in rows)
     close = sum(r.layout.gain(r.published_step_s) < 0.05 for r in rows)
     summary = (
         f"layout only: the planner picks the published plan for {agree} of {len(rows)} runs and is within 5% "
         f"of it for {close}"
     )
+    if as_json:  # an object, as every other --json prints
+        from shardwise import export
+
+        click.echo(
+            export.dumps(
+                {
+                    "rows": [asdict(r) for r in rows],
+                    "runs": len(rows),
+                    "same_layout": agree,
+                    "within_5_percent": close,
+                    "summary": summary,
+                }
+            )
+        )
+        return
+
+    def cell(c: Any, published_s: float) -> tuple[str, str, str]:
+        gain = "same plan" if c.same else f"{c.gain(published_s):+.1%}"
+        return c.plan, format_seconds(c.step_s), gain
+
     if markdown:
         click.echo(
             "| run | model, GPUs, batch | published plan | its predicted step | planner, same recompute/SP "

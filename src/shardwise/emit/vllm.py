@@ -96,8 +96,9 @@ def launch(
     m, p, wl = scn.model, scn.plan, workload
     if not model_id:
         raise EmitError(
-            f"--emit vllm: {m.name!r} is a shardwise preset, not a model vLLM can load; give --hf-id "
-            "ORG/NAME (or --model path/to/config.json)"
+            f"--emit vllm: {m.name!r} names no checkpoint vLLM can load (a preset without a Hugging Face id, "
+            "a model file without `hf_id: ORG/NAME`, or a preset a flag reshaped); give --hf-id ORG/NAME "
+            "(or --model path/to/config.json)"
         )
     if wl.kv_precision not in KV_DTYPES:
         allowed = ", ".join(KV_DTYPES)

@@ -45,9 +45,9 @@ def _crossover(v: dict[str, Any], files: Files, run: Run) -> Result:
     data = outcome.data
     texts = [c["text"] for c in data["crossings"]] or ["no crossing: one plan is fastest throughout"]
     second = no_update
-    first = next((c for c in data["crossings"] if c.get("breakdown")), None)
+    first = next((c for c in data["crossings"] if c.get("breakdown_s")), None)
     if first is not None:
-        second = figures.breakdown(first["breakdown"], first["at"], data["variable"])
+        second = figures.breakdown(first["breakdown_s"], first["at"], data["variable"])
     return outcome, [figures.crossover(data), second], " | ".join(texts)
 
 
@@ -104,7 +104,7 @@ def _plans_table(top: list[dict[str, Any]]) -> html.Table:
             f"{p['step_time_s']:.4g}",
             f"{p['tokens_per_s_per_gpu']:.4g}",
             f"{p['mfu']:.1%}",
-            f"{p['memory_bytes'] / 1e9:.1f}",
+            f"{p['memory_bytes']['total'] / 1e9:.1f}",
         )
         for p in top
     ]

@@ -199,6 +199,24 @@ def model(name: str, **overrides: Any) -> Model:
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})
 
 
+def model_family_note(name: str | None) -> str | None:
+    """What a model YAML file that names no `family` was given silently: the gpt family's defaults
+    (`loaders.FAMILIES`) for the architecture flags it leaves out, in one line; None for a preset, a
+    config.json (its own architecture) or a file that names its family or sets every flag."""
+    if not name or name.lower().endswith(".json") or not _looks_like_path(name):
+        return None
+    _, data = _lookup("models", name)
+    if "family" in data:
+        return None
+    left = [f"{k} {str(v).lower()}" for k, v in loaders.FAMILIES["gpt"].items() if k not in data]
+    if not left:
+        return None
+    return (
+        f"{name} names no family: the gpt family's defaults fill what it leaves out ({', '.join(left)}); "
+        "add family: llama for untied embeddings, rotary positions, no biases and no dropout"
+    )
+
+
 def model_hf_id(name: str) -> str | None:
     """The Hugging Face id a model preset (or a model YAML file) names (`hf_id` in models.yaml),
     or None: a config.json, or a preset whose source names none."""

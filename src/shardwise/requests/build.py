@@ -45,7 +45,9 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
     from shardwise.specs import Scenario
 
     notes: list[str] = []
-    model = build_model(values) if model is None else model
+    if model is None:
+        model = build_model(values)
+        notes += model_notes(values)
     cal = load_calibration(values.get("calibration"))
     cluster = build_cluster(values, notes, cal)
     plan = build_plan(values, int(cluster.num_gpus), model)
@@ -77,6 +79,15 @@ def build_model(o: dict[str, Any]) -> Any:
         raise SpecError(f"model: give --model NAME or all of --layers --hidden --heads (missing {' '.join(missing)})")
     data = {"vocab": 51200, "seq_len": 2048, **overrides}
     return loaders.model_from_dict("custom", data)
+
+
+def model_notes(values: dict[str, Any]) -> list[str]:
+    """What was assumed about the model: the architecture flags a model file without `family` took
+    from the gpt family (`presets.model_family_note`)."""
+    from shardwise import presets
+
+    note = presets.model_family_note(values.get("model"))
+    return [note] if note else []
 
 
 def load_calibration(path: str | None) -> Any:

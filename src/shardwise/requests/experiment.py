@@ -62,6 +62,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
         heads = o.get("heads") or int(heads_for_hidden(h, tp_max))
         overrides = {"hidden": h, "heads": heads, "kv_heads": heads, "ffn_hidden": 4 * h, **overrides}
     model = presets.model(o["model_name"], **overrides)
+    if notes is not None and (note := presets.model_family_note(o["model_name"])):
+        notes.append(note)
     links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
     if not links and hardware["system_link"] is not None:  # the system's own link inside a server
         links = (hardware["system_link"],)

@@ -121,6 +121,12 @@ def _names(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...] |
     return out
 
 
+# what of each GPU's memory `plan` keeps free unless --memory-headroom says otherwise (the allocator's
+# fragmentation and the framework's buffers a model does not see vary by run); `predict` warns when a
+# plan that fits leaves less than this, since `plan` would drop it
+PLAN_MEMORY_HEADROOM = "10%"
+
+
 @dataclass(frozen=True)
 class PlanRequest:
     """`shardwise plan`: search every layout of `training`'s model on its cluster for a global
@@ -147,7 +153,7 @@ class PlanRequest:
     tp_within_node: bool = True
     max_micro_batch: int = 16
     max_vpp: int = 8
-    memory_headroom: str = "10%"
+    memory_headroom: str = PLAN_MEMORY_HEADROOM
     objective: str = "time"
     top: int = 5
     emit: str | None = None
@@ -311,6 +317,7 @@ class PlanRequest:
 
     def _search(self, cal: Any, fitted: dict[str, float] | None, notes: list[str]) -> Any:
         from shardwise.analyses.planner import search
+        from shardwise.errors import SpecError
         from shardwise.requests import build
 
         layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
@@ -321,7 +328,15 @@ class PlanRequest:
 
             cluster = apply(cluster, fitted)
         space = self.space(float(cluster.gpu.memory_bytes))
-        return search(build.build_model(values), cluster, self.global_batch, space)
+        model = build.build_model(values)
+        if fitted is None:  # once, not again for each refit
+            notes += build.model_notes(values)
+        if not model.is_moe and any(e != 1 for e in self.ep or ()):  # the search has no ep axis for it
+            raise SpecError(
+                f"--ep {','.join(map(str, self.ep or ()))}: ep needs a mixture-of-experts model; model "
+                f"{model.name!r} has no experts (use --ep 1, or leave it out)"
+            )
+        return search(model, cluster, self.global_batch, space)
 
     def run(self) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives

@@ -163,6 +163,11 @@ def build_plan(o: dict[str, Any], n_gpus: int, model: Any = None) -> Any:
         )
     sp = sequence_parallel(o)
     schedule = o.get("schedule") or default_schedule(o)
+    if schedule == "interleaved" and (o.get("vpp") or 1) < 2:  # one chunk a stage: 1F1B under another name
+        raise SpecError(
+            "--schedule interleaved needs --vpp N, N >= 2 (model chunks per stage); with one chunk a stage "
+            "the schedule is 1f1b"
+        )
     execution = execution_kwargs(o, sp, tp)
     if o.get("zero") is not None:
         execution["zero_stage"] = o["zero"]

@@ -158,13 +158,14 @@ class ServeRequest:
     def setting(self) -> ServeSetting:
         """Model, cluster, plans, workload and traffic resolved and checked (no plan priced yet)."""
         from shardwise.loaders import parse_plan_spec
-        from shardwise.requests.build import build_cluster, build_model, load_calibration, stage_kwargs
+        from shardwise.requests.build import build_cluster, build_model, load_calibration, model_notes, stage_kwargs
         from shardwise.requests.serve_mix import check_mix_flags, request_mix
         from shardwise.specs.serving import ServingWorkload
 
         notes: list[str] = []
         options = self.target.values()
         model = build_model(options)
+        notes += model_notes(options)
         if model.is_hybrid:  # as `engines.serving.serving_scenario` says, once instead of per plan
             raise SpecError(f"model {model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
         cluster_options = {**options, "tp": 1, "pp": 1, "dp": None, "vpp": 1, "micro_batch": 1, "global_batch": None}
@@ -174,6 +175,11 @@ class ServeRequest:
             from shardwise.calibration.explain import untested_for_serving
 
             notes += untested_for_serving(cal)
+            if cal.serving_runs and self.batching != "static":  # calibration.runs prices them as static batches
+                notes.append(
+                    f"{cal.path}'s {cal.serving_runs} serving run(s) were fitted as static batches (as "
+                    "--batching static prices them); these estimates keep the requests in flight"
+                )
         if self.framework in FRAMEWORK_NVLS_OFF and options.get("nvls") is None:
             cluster = cluster.with_(nvls=False)
         if options.get("system"):  # the system's PCIe switches and sockets, if its preset has them
@@ -181,6 +187,12 @@ class ServeRequest:
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
         specs = [parse_plan_spec(t) for t in self.plans] or layouts(cluster)
+        if not self.plans and model.is_moe:  # the machine's layouts have no expert parallelism
+            notes.append(
+                f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
+                "ranks (no expert parallelism, ep 1); --plan tp=N,ep=M compares expert parallelism "
+                "(e.g. --plan tp=8,ep=8, or tp=1,ep=GPUs for data-parallel attention)"
+            )
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]
@@ -252,6 +264,21 @@ class ServeRequest:
             traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
             if traffic is not None:
                 traffic.update(mix=mix, seed=self.seed, burstiness=self.burstiness)
+        if self.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
+            given = [
+                flag
+                for flag, value, default in (
+                    ("--max-batched-tokens", self.max_batched_tokens, None),
+                    ("--requests", self.requests, 1000),
+                    ("--seed", self.seed, 0),
+                )
+                if value != default
+            ]
+            if given:
+                raise SpecError(
+                    f"{', '.join(given)} shape{'s' * (len(given) == 1)} the in-flight simulation; a static batch "
+                    "has none: drop --batching static, or drop them"
+                )
         return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes))
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:

@@ -107,14 +107,18 @@ class ServeResult:
         }
 
 
-def priced(request: Any, s: Any) -> ServeResult:
-    """Every plan of the setting priced; one invalid plan does not stop the others."""
+def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> ServeResult:
+    """Every plan of the setting priced; one invalid plan does not stop the others. `progress()` is
+    called after each plan, and after each pipeline plan's scaling split when `scaling` is read
+    (`progress_steps` of them in all, for a progress bar)."""
     rows, invalid = [], []
     for spec in s.specs:
         try:
             rows.append(_estimate(s, spec, request.max_throughput))
         except SpecError as exc:
             invalid.append((spec.label, str(exc)))
+        if progress is not None:
+            progress()
     if not rows:
         raise SpecError(
             "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
@@ -127,10 +131,20 @@ def priced(request: Any, s: Any) -> ServeResult:
         reshaped = any(getattr(request.target, k, None) is not None for k in RESHAPING)
         model_id = _model_id(request.target.model, request.hf_id, reshaped)
         launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
-    return ServeResult(request, s, rows, invalid, spreads, hints, launches, lambda: _scaling(request, s, rows))
+    from functools import partial
+
+    scaling = partial(_scaling, request, s, rows, progress)
+    return ServeResult(request, s, rows, invalid, spreads, hints, launches, scaling)
 
 
-def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]]) -> dict[str, Any]:
+def progress_steps(s: Any) -> int:
+    """The `progress()` calls of `priced` and its `scaling`: each plan, and in flight each pipeline
+    plan again (at most: one that does not fit is skipped)."""
+    pipelines = sum(spec.pp == "all" or int(spec.pp) > 1 for spec in s.specs) if s.traffic is not None else 0
+    return len(s.specs) + pipelines
+
+
+def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]], progress: Callable[..., Any] | None) -> dict[str, Any]:
     """In flight, each pipeline plan that fits against the same plan without stages
     (`analyses.pp_scaling`), at full load."""
     if s.traffic is None:
@@ -158,6 +172,8 @@ def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]]) -> dict[str, Any
         )  # fmt: skip
         if split is not None:
             out[label] = split
+        if progress is not None:
+            progress()
     return out
 
 
