@@ -122,8 +122,8 @@ def test_a_2024_layer_split_generates_tokens_without_cuda_graphs():
     """Before PR 13814 (May 2025) a layer split with pipeline parallelism could not keep its CUDA
     graph between tokens: one GPU generates inside graphs, several launch every kernel. So in
     XiongjieDai's May 2024 tables k GPUs generate slower than one (measured 0.93-0.98 on RTX 4090,
-    A100 PCIe, H100 PCIe, L40S), where a build with graphs under the split would lose almost
-    nothing; 4 GPUs against 2 pay the same launches on both sides."""
+    A100 PCIe, H100 PCIe, L40S; 0.93 on 4 H100 PCIe), where a build with graphs under the split
+    would lose almost nothing; 4 GPUs against 2 pay the same launches on both sides."""
     assert generation_runtime(2024, 1) == "graphs" and generation_runtime(2024, 4) == "cpp-eager"
     assert generation_runtime(2026, 4) == "graphs"
     pairs = {p.key: p for p in LAYER_SCALING}
@@ -131,6 +131,6 @@ def test_a_2024_layer_split_generates_tokens_without_cuda_graphs():
     split = throughput(one_gpu, 1, 4) / throughput(replace(one_gpu, gpus=1), 1, 1)
     later = replace(one_gpu, year=2026)
     with_graphs = throughput(later, 1, 4) / throughput(replace(later, gpus=1), 1, 1)
-    assert split < 0.95 < 0.99 < with_graphs < 1.0
+    assert 0.93 < split < 0.97 < 0.99 < with_graphs < 1.0
     two = pairs["xdai-rtx3090-8b-f16-tg1024-4v2"]
     assert throughput(two, 1, 4) / throughput(replace(two, gpus=2), 1, 2) == pytest.approx(1.0, abs=0.01)
