@@ -71,11 +71,24 @@ BENCH_WEIGHT_BYTES = {"fp8": 1.0, "nvfp4": 0.5}
 # vLLM) kernels run back to back and NCCL is called from C++ (NCCL's own baseLat, 6.6 us for the
 # ring LL protocol in NVIDIA/nccl src/graph/tuning.cc); an eager
 # C++ runtime (FasterTransformer) launches each kernel from the CPU; an eager PyTorch loop also
-# pays Python's launch cost per collective.
-# Kernel gap inside a CUDA graph: a project estimate (no published source).
-GRAPH_KERNEL_GAP_S = 1e-6
-# Kernel gap of an eager stream: the GPU presets' `kernel_launch_s` (presets/gpus.yaml).
-EAGER_KERNEL_GAP_S = 3e-6
+# pays Python's launch cost per collective. The gaps' sources: docs/serving.md "Kernel gaps".
+# In a CUDA graph: a small memory-bound kernel's time beyond its bytes (the model's element-wise
+# kernels have no fixed time of their own), 0.9-1.3 us measured (pytorch/pytorch#161104: x + y
+# replayed 2,000 times in one graph; CUDA.jl's "Graphs" docs), of which the GPU idles 0.5-0.6 us
+# between dependent kernels (NVIDIA's "Getting Started with CUDA Graphs", V100; ocannl#488).
+GRAPH_KERNEL_GAP_S = 1.0e-6
+# What launching each kernel from a host that runs ahead adds on the GPU (a GPU-bound C++ loop):
+# 0.4 us on V100 (the blog above: 3.8 against 3.4 us a kernel); 0.43-0.90 us a kernel in
+# llama.cpp's switch to graphs for one token (issue 6763, PR 6766: RTX 4090 0.43 and 0.48, RTX
+# 3090 0.83, H100 PCIe 0.90), lower bounds as that graph was captured again every token. The
+# Hopper figure, 0.9 us.
+EAGER_LAUNCH_EXTRA_S = 0.9e-6
+# An eager C++ stream whose host runs ahead (FasterTransformer; llama.cpp without graphs): 1.9 us.
+CPP_EAGER_KERNEL_GAP_S = GRAPH_KERNEL_GAP_S + EAGER_LAUNCH_EXTRA_S
+# An eager PyTorch loop: the GPU presets' `kernel_launch_s` (presets/gpus.yaml), kept, unsourced as
+# a gap: at small batches such a loop is host-bound (5-20 us of host time per op), a step then
+# max(GPU time, ops x host time), which no serving runtime prices (docs/serving.md).
+PYTORCH_EAGER_KERNEL_GAP_S = 3e-6
 # NCCL baseLat, ring algorithm, LL protocol (src/graph/tuning.cc; the same in NCCL 2.18 and 2.30.7).
 NCCL_RING_LL_BASE_LATENCY_S = 6.6e-6
 # A collective called from PyTorch: the link presets' `base_latency` (presets/links.yaml), fitted
@@ -83,8 +96,8 @@ NCCL_RING_LL_BASE_LATENCY_S = 6.6e-6
 PYTORCH_COLLECTIVE_BASE_LATENCY_S = 20e-6
 RUNTIMES = {
     "graphs": (GRAPH_KERNEL_GAP_S, NCCL_RING_LL_BASE_LATENCY_S),
-    "cpp-eager": (EAGER_KERNEL_GAP_S, NCCL_RING_LL_BASE_LATENCY_S),
-    "pytorch-eager": (EAGER_KERNEL_GAP_S, PYTORCH_COLLECTIVE_BASE_LATENCY_S),
+    "cpp-eager": (CPP_EAGER_KERNEL_GAP_S, NCCL_RING_LL_BASE_LATENCY_S),
+    "pytorch-eager": (PYTORCH_EAGER_KERNEL_GAP_S, PYTORCH_COLLECTIVE_BASE_LATENCY_S),
 }
 
 
