@@ -900,3 +900,16 @@ def test_an_array_valued_scenario_in_a_calibration_is_one_clear_error():
         intervals.predict_interval(None, [Scenario(grid.model, cluster, Plan(tp=2, dp=16, global_batch=128)), grid])
     with pytest.raises(SpecError, match=r"case 0: a scenario of 3 configurations"):
         fitting.fit([grid], np.array([6.1]))
+
+
+def test_the_serving_spread_is_the_inference_tables():
+    """calibration/spreads.py's SERVING_LOG_SD and SERVING_RUNS are what `validate inference` measures
+    now: the rms of ln(predicted / measured) over its published serving rows, and their count."""
+    from shardwise.analyses.serving_validation import validate_serving
+    from shardwise.calibration import spreads
+
+    rows, _ = validate_serving()
+    e = np.log(np.array([r.predicted for r in rows]) / np.array([r.measured for r in rows]))
+    assert len(rows) == spreads.SERVING_RUNS
+    assert float(np.sqrt(np.mean(e**2))) == pytest.approx(spreads.SERVING_LOG_SD, abs=0.0015)
+    assert f"{len(rows)} published runs" in spreads.serving_basis()

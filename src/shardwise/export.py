@@ -286,13 +286,12 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
     }
 
 
-def serving_dict(
-    label: str, est: Any, log_sd: float | None = None, basis: str = "the serving model's spread on 66 published runs"
-) -> dict[str, Any]:
-    from shardwise.calibration.spreads import SERVING_LOG_SD, Z80
+def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str = "") -> dict[str, Any]:
+    from shardwise.calibration.spreads import SERVING_LOG_SD, Z80, serving_basis
 
     plan = est.scenario.plan
     log_sd = SERVING_LOG_SD if log_sd is None else log_sd
+    basis = basis or serving_basis()
     f = float(np.exp(Z80 * log_sd))  # the 80% interval (docs/calibration.md)
 
     def band(key: str, value: Any) -> dict[str, Any]:

@@ -6,11 +6,15 @@ from typing import Any
 
 import click
 
+from shardwise.calibration.spreads import SERVING_RUNS
+
 SPLITS = ("dev", "holdout", "serving")
 TITLES = {
     "dev": "training, dev split (the GEMM prior and the spreads were set on it)",
     "holdout": "training, holdout split (untouched)",
-    "serving": "serving, the 66 published measurements of `validate inference` (not split: they set no constant)",
+    "serving": (
+        f"serving, the {SERVING_RUNS} published measurements of `validate inference` (not split: they set no constant)"
+    ),
 }
 
 

@@ -302,12 +302,12 @@ def _spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, 
     """Each plan's 80% interval width (log sd) and where it comes from: a calibration fitted on
     serving runs (its spread and the plan's sensitivity to the fitted parameters, for the time per
     output token), else the serving model's measured spread."""
-    from shardwise.calibration.spreads import SERVING_LOG_SD
+    from shardwise.calibration.spreads import SERVING_LOG_SD, serving_basis
     from shardwise.requests.build import load_calibration
 
     cal = load_calibration(calibration)
     if cal is None or not cal.serving_runs:
-        basis = "the serving model's spread on 66 published runs"
+        basis = serving_basis()
         if any(est.scenario.model.is_moe for _, est in rows):  # validate inference's rows are all dense
             basis += ", all of dense models: no published mixture-of-experts serving time checks it"
         if cal is not None:
