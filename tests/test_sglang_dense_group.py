@@ -90,9 +90,17 @@ def test_vllm_runs_whole_shared_experts_on_its_chunk_where_attention_tp_is_above
     ]  # fmt: skip
     assert float(moe.compute_forward_s) == pytest.approx(float(mlp[0] - mlp[1]))
     assert float(moe.compute_forward_s) > 0
-    # the experts' outputs all-gathered over tp after the MoE (`sequence_parallel_chunk`'s undoing)
-    regather = fabric.group(2, place["tp"]).all_gather(32.0 * m.hidden * 2.0)
-    assert float(moe.tp_forward_s) == pytest.approx(float(regather)) and float(regather) > 0
+    # pp = 1, DeepSeek's layer: attention's all-reduce (here 0 told) a reduce-scatter, the all-gather
+    # before the next attention (deepseek_v2.py `DeepseekV2DecoderLayer`)
+    group = fabric.group(2, place["tp"])
+    regather, scatter = group.all_gather(32.0 * m.hidden * 2.0), group.reduce_scatter(32.0 * m.hidden * 2.0)
+    assert float(moe.tp_forward_s) == pytest.approx(float(regather + scatter)) and float(regather) > 0
+    _, moe = dense_deltas(vllm, fabric, place, 32.0, False, 1.0, 0.0, 3e-6, 5e-6)
+    assert float(moe.tp_forward_s) == pytest.approx(float(regather + scatter) - 8e-6)
+    # pp > 1: the MoE chunks and all-gathers its outputs itself, attention all-reduces
+    piped = replace(vllm, plan=vllm.plan.with_(pp=2, dp=2, ep=4, global_batch=2))
+    _, moe = dense_deltas(piped, fabric, place, 32.0, False, 1.0, 0.0, 3e-6, 5e-6)
+    assert float(moe.tp_forward_s) == pytest.approx(float(regather) - 3e-6)
     one = _one(serving_scenario(dsv3(1, 8, 8), VLLM))
     assert float(dense_deltas(one, fabric, place, 32.0, False, 1.0)[1].compute_forward_s) == 0.0
 
@@ -129,7 +137,8 @@ def test_the_output_layer_splits_its_vocabulary_over_the_group():
     emb, head = ends_deltas(_one(scn), fabric, place, 32.0)
     group = fabric.group(8, 8)
     m = scn.model
-    comm = group.all_gather(8 * 32 * m.hidden * 2.0) + group.reduce_scatter(2.0 * 8 * 32 * m.vocab)
+    # the hidden states by the SUM_LEN path, an all-reduce (`LogitsMetadata.from_forward_batch`)
+    comm = group.all_reduce(8 * 32 * m.hidden * 2.0) + group.reduce_scatter(2.0 * 8 * 32 * m.vocab)
     assert float(head.tp_forward_s) == pytest.approx(float(comm))
     assert float(head.compute_forward_s) < 0 and float(emb.tp_forward_s) == 0.0
 

@@ -140,7 +140,7 @@ def test_sglang_divides_its_chunk_over_the_attention_ranks():
 def test_serve_names_the_gather_under_engines_that_gather(cli):
     """vLLM and SGLang gather the experts' tokens: the report's part says "expert gather", TensorRT-LLM's
     all-to-all keeps its name."""
-    base = ["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--concurrency", "64", "--requests", "100"]
+    base = ["serve", "--model", "qwen3-30b-a3b", "--system", "dgx-h100", "--concurrency", "64", "--requests", "100"]
     for framework, name in (
         ("sglang", "expert gather"),
         ("vllm", "expert gather"),

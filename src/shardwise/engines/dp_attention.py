@@ -10,7 +10,8 @@ Two layouts of a replica's experts, one rule (`specs.expert_rules.serving_expert
 - **DP attention** (ep x etp = tp x dp, ep > tp): attention and the shared experts run on dp
   groups of tp GPUs, each group with its own sequences and KV cache (a GPU's cache holds only
   its group's sequences) -- SGLang splits its dense MLPs, shared experts and output layer over all
-  tp x dp GPUs instead, and vLLM at tp > 1 keeps its shared experts whole (`engines.dp_dense`); the
+  tp x dp GPUs instead (not in its Mixtral / Grok files: refused), and vLLM at tp > 1 keeps its shared
+  experts whole where the model file runs its sequence-parallel MoE (`engines.dp_dense`); the
   routed experts are spread over all the dp x tp GPUs of a pipeline
   stage (E / ep experts per GPU, 1 / etp of each). Per MoE layer, each GPU of a group takes 1 / tp
   of the group's tokens (the attention output is reduce-scattered over the group instead of

@@ -19,7 +19,9 @@ Read in sglang 0.5.6.post2 (the PyPI wheel; commit fd1216c names that version), 
 - the output layer (`ParallelLMHead(use_attn_tp_group=enable_dp_lm_head)`) splits the vocabulary
   over the whole group; `layers/logits_processor.py` `_get_logits` gathers the sampled tokens'
   hidden states (`dp_gather_replicate`), multiplies them by its V / G rows, all-gathers the logits
-  over the group (`tensor_model_parallel_all_gather`) and keeps its own rows (`dp_scatter`);
+  over the group (`tensor_model_parallel_all_gather`) and keeps its own rows (`dp_scatter`): the
+  buffer holds the dp attention groups' sampled tokens (one count per group), gathered by an
+  all-reduce whatever the batch (`LogitsMetadata` sets SUM_LEN);
 - the input embedding: `VocabParallelEmbedding(enable_tp=not is_dp_attention_enabled())`, whole.
 
 So a GPU holds 1 / G of those weights, G = tp x dp, instead of 1 / tp (DeepSeek-V3 in FP8 on 8
@@ -32,7 +34,9 @@ activation casts are left as they were (equal at tp = 1). `--moe-dense-tp-size 1
 MLPs whole on its own tokens, no gather) and `--enable-dp-lm-head` (the output layer over the
 attention TP group) are not exposed. vLLM runs each data-parallel rank as its own engine with its
 own TP group: its dense layers, shared experts and output layer split over tp alone, as the layer
-prices them (docs/serving.md).
+prices them, but for its sequence-parallel MoE (`vllm_sequence_parallel_moe`, per model file;
+docs/serving.md). SGLang's Mixtral and Grok files have no data-parallel attention: refused
+(`refuse_unsupported`).
 """
 
 from __future__ import annotations
@@ -51,8 +55,30 @@ from shardwise.physics.moe import ROUTER_BYTES, ROUTER_FP32_PASSES, routed_token
 from shardwise.physics.moe_dispatch import DP_GATHER_BYTES_PER_ELEMENT, allgather_dispatch_bytes
 from shardwise.physics.params import mlp_params
 from shardwise.specs import Model, Plan, Scenario
-from shardwise.specs._checks import Number
+from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.stages import StageSplit, moe_split
+
+# Mixture-of-experts model files without a data-parallel attention path: SGLang's models/mixtral.py
+# and grok.py (no LayerCommunicator; Mixtral's embedding split over the whole TP group), vLLM 0.34's
+# mixtral.py (no sequence-parallel MoE) -- Grok is gone from vLLM 0.34 (registry, removed in 0.24).
+# Matched on the model's name (no architecture field): the mixtral-8x7b, mixtral-8x22b, grok-1 presets.
+NO_DP_ATTENTION_BLOCKS = ("mixtral", "grok")
+
+
+def no_dp_attention_block(model: Model) -> bool:
+    """Whether `model` runs a Mixtral / Grok MoE block (`NO_DP_ATTENTION_BLOCKS`)."""
+    return any(word in model.name.lower() for word in NO_DP_ATTENTION_BLOCKS)
+
+
+def refuse_unsupported(model: Model, plan: Plan) -> None:
+    """SGLang's data-parallel attention (dispatcher 'dp-gather', ep x etp > tp) on a Mixtral / Grok
+    model: those model files have no such path, so the plan is refused in one line."""
+    dispatch = model.is_moe and plan.moe_dispatcher == "dp-gather"
+    if dispatch and no_dp_attention_block(model) and np.any(dp_attention(plan)):
+        raise SpecError(
+            f"model {model.name!r}: SGLang runs Mixtral / Grok without data-parallel attention "
+            "(models/mixtral.py, grok.py): use ep x etp = tp"
+        )
 
 
 def splits_over_group(model: Model, plan: Plan) -> Number:
@@ -66,15 +92,30 @@ def splits_over_group(model: Model, plan: Plan) -> Number:
 
 def vllm_sequence_parallel_moe(model: Model, plan: Plan) -> Number:
     """Where vLLM runs its sequence-parallel MoE: data-parallel attention with tp > 1 under its
-    allgather_reducescatter backend (`ParallelConfig.use_sequence_parallel_moe`, vLLM 0.34). Each
-    rank of a TP group takes T / tp of the group's tokens after attention's all-reduce
-    (`sequence_parallel_chunk`), and the experts' outputs are all-gathered over tp after the MoE
-    (models/deepseek_v2.py `DeepseekV2MoE.forward`); the shared experts are built with `disable_tp`,
-    whole on every GPU, and run on that chunk beside the routed ones. Its dense MLPs, embedding and
-    output layer stay split over tp (`DeepseekV2MLP`, `VocabParallelEmbedding`, `ParallelLMHead`)."""
-    if not model.is_moe or plan.moe_dispatcher != "allgather":
+    allgather_reducescatter backend (`ParallelConfig.use_sequence_parallel_moe`, vLLM 0.34), in the
+    model files that read it (deepseek_v2.py, qwen3_moe.py, gpt_oss.py, llama4.py among the presets'
+    architectures; not mixtral.py: `NO_DP_ATTENTION_BLOCKS`). Each rank of a TP group takes T / tp of
+    the group's tokens (`sequence_parallel_chunk`) and the experts' outputs are all-gathered over tp
+    after the MoE (`DeepseekV2MoE.forward`, `Qwen3MoeSparseMoeBlock.forward`); the shared experts
+    are built with `disable_tp`, whole on every GPU, and run on that chunk beside the routed ones.
+    DeepSeek at pp = 1 instead reduce-scatters attention's output (`vllm_layer_sequence_parallel`).
+    Its dense MLPs, embedding and output layer stay split over tp (`DeepseekV2MLP`,
+    `VocabParallelEmbedding`, `ParallelLMHead`)."""
+    if not model.is_moe or plan.moe_dispatcher != "allgather" or no_dp_attention_block(model):
         return np.asarray(False)
     return np.asarray(dp_attention(plan), dtype=bool) & (np.asarray(plan.tp) > 1)
+
+
+def vllm_layer_sequence_parallel(model: Model, plan: Plan) -> Number:
+    """Where vLLM's DeepSeek layer runs the MoE sequence-parallel itself (deepseek_v2.py
+    `DeepseekV2DecoderLayer`, `use_sequence_parallel_moe` and pp = 1 and an MoE layer): attention's
+    output reduce-scattered over tp (`reduce_results=False`, `tensor_model_parallel_reduce_scatter`)
+    instead of all-reduced, the MoE told `already_sequence_parallel` (no all-gather after it), and
+    the next layer all-gathers its input before attention: a reduce-scatter and an all-gather a layer
+    in place of an all-reduce and an all-gather. DeepSeek's file is the one with multi-head latent
+    attention among the presets (DeepSeek-V2/V3, Kimi K2, Moonlight)."""
+    on = vllm_sequence_parallel_moe(model, plan)
+    return on & (np.asarray(plan.pp) == 1) & (model.kv_lora_rank > 0)
 
 
 def group_size(plan: Plan) -> Number:
@@ -144,6 +185,7 @@ def dense_deltas(
     weight_bytes: Number | None = None,
     mlp_tp_s: Number = 0.0,
     shared_tp_s: Number = 0.0,
+    attn_tp_s: Number = 0.0,
 ) -> tuple[StageCost, StageCost]:
     """What a dense layer and an MoE layer of one micro-batch of `tokens` tokens per attention group
     (`scn` as one rank of it sees it) cost beyond the layer priced with its MLP split over tp
@@ -151,9 +193,15 @@ def dense_deltas(
     group's own, and in a dense layer the gather and its combine (`dp_gather_s`,
     `extend` where the batch holds prompt tokens on any rank) in place of the MLP's TP collective
     (`mlp_tp_s`); an MoE layer's shared experts join the routed experts' combine, their own TP
-    collective (`shared_tp_s`) gone. Where `vllm_sequence_parallel_moe`: vLLM's shared experts whole
-    on a rank's T / tp tokens, their TP collective gone, and the all-gather of the experts' outputs
-    over tp it does after the MoE. Zeros elsewhere."""
+    collective (`shared_tp_s`) gone. Where `extend` (SUM_LEN), `dp_gather_partial` writes every
+    rank's partial attention output into the summed buffer and its all-reduce adds them
+    (`_dp_gather_via_all_reduce`, is_partial): attention's own TP all-reduce (`attn_tp_s`) does not
+    run, in dense and MoE layers alike (a decode batch, MAX_LEN, reduce-scatters them over the
+    attention TP group before the all-gather: as the all-reduce costs). Where
+    `vllm_sequence_parallel_moe`: vLLM's shared experts whole on a rank's T / tp tokens, their TP
+    collective gone, and the all-gather of the experts' outputs over tp after the MoE; where
+    `vllm_layer_sequence_parallel` (DeepSeek, pp = 1) attention's all-reduce a reduce-scatter
+    instead, the all-gather before the next attention. Zeros elsewhere."""
     model, plan = scn.model, scn.plan
     on, whole = splits_over_group(model, plan), vllm_sequence_parallel_moe(model, plan)
     zero = StageCost(0.0, 0.0, 0.0, 0.0)
@@ -167,13 +215,16 @@ def dense_deltas(
         return _mlp_forward_s(scn, n, ffn, split, weight_bytes) - _mlp_forward_s(scn, tokens, ffn, t, weight_bytes)
 
     gather = dp_gather_s(model, fabric, place, plan, own, extend)
-    dense = StageCost(np.where(on, mlp(model.ffn_hidden), 0.0), 0.0, np.where(on, -mlp_tp_s, 0.0), 0.0,
+    attention = np.where(on & np.asarray(extend, dtype=bool), -np.asarray(attn_tp_s), 0.0)  # summed in the gather
+    dense = StageCost(np.where(on, mlp(model.ffn_hidden), 0.0), 0.0, np.where(on, -mlp_tp_s, 0.0) + attention, 0.0,
                       ep_forward_s=np.where(on, gather, 0.0))  # fmt: skip
     shared = model.shared_experts * model.expert_ffn_hidden
     moe_compute = mlp(shared) if shared else 0.0
     moe_compute = np.where(on, moe_compute, np.where(whole, mlp(shared, own, 1.0) if shared else 0.0, 0.0))
-    regather = fabric.group(t, place["tp"]).all_gather(tokens * model.hidden * plan.bytes_per_element)
-    moe_tp = np.where(on, -shared_tp_s, np.where(whole, regather - shared_tp_s, 0.0))
+    tp_group, chunk = fabric.group(t, place["tp"]), tokens * model.hidden * plan.bytes_per_element
+    regather = tp_group.all_gather(chunk)
+    in_layer = np.where(vllm_layer_sequence_parallel(model, plan), tp_group.reduce_scatter(chunk) - attn_tp_s, 0.0)
+    moe_tp = np.where(on, attention - shared_tp_s, np.where(whole, regather + in_layer - shared_tp_s, 0.0))
     moe = StageCost(moe_compute, 0.0, moe_tp, 0.0)
     return dense, moe
 
@@ -188,9 +239,13 @@ def ends_deltas(
 ) -> tuple[StageCost, StageCost]:
     """(embedding, output layer) of one micro-batch beyond their TP-split pricing (module docstring):
     the embedding whole, without its TP collective (`emb_tp_s`); the output layer's GEMM over G on
-    the group's `logits_tokens` x G gathered tokens instead of over tp on its own, its hidden states
-    gathered and its logits all-gathered over the group (`engines.stage_ends.LOGITS_GATHER_BYTES`
-    each) in place of its TP collective (`head_tp_s`). Zeros where `splits_over_group` is false."""
+    the dp x `logits_tokens` gathered tokens instead of over tp on a group's own, its hidden states
+    gathered and its logits all-gathered over the group (`engines.stage_ends.LOGITS_GATHER_BYTES`)
+    in place of its TP collective (`head_tp_s`). The buffer holds the attention groups' tokens, one
+    count per group (`scheduler_dp_attn_mixin.py` `tp0_info`, `LogitsMetadata.
+    compute_dp_attention_metadata`: their sum), dp x, not G x, a group's; the hidden states go by
+    the SUM_LEN path whatever the batch (`LogitsMetadata.from_forward_batch`: an all-reduce of
+    that buffer, `dp_gather_replicate`). Zeros where `splits_over_group` is false."""
     from shardwise.engines.stage_ends import LOGITS_GATHER_BYTES
 
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
@@ -200,6 +255,7 @@ def ends_deltas(
         return zero, zero
     t, g, e = np.asarray(plan.tp, dtype=float), group_size(plan), plan.bytes_per_element
     x = np.asarray(logits_tokens, dtype=float)
+    n = g / t * x  # the dp groups' sampled tokens
     precision = attention_precision(plan.precision)  # the output layer stays in 16 bits
 
     def logits_s(tokens: Number, split: Number) -> Number:
@@ -207,10 +263,10 @@ def ends_deltas(
 
     size = np.minimum(np.asarray(place["ep"]) * np.asarray(place["etp"]), g)
     group = fabric.group(g, size)
-    hidden = group.all_gather(g * x * model.hidden * DP_GATHER_BYTES_PER_ELEMENT)
-    logits = group.reduce_scatter(LOGITS_GATHER_BYTES * g * x * model.vocab)  # an all-gather: the same ring
+    hidden = group.all_reduce(n * model.hidden * DP_GATHER_BYTES_PER_ELEMENT)
+    logits = group.reduce_scatter(LOGITS_GATHER_BYTES * n * model.vocab)  # an all-gather: the same ring
     head = StageCost(
-        np.where(on, logits_s(g * x, g) - logits_s(x, t), 0.0),
+        np.where(on, logits_s(n, g) - logits_s(x, t), 0.0),
         0.0,
         np.where(on & (x > 0), hidden + logits, 0.0) - np.where(on, head_tp_s, 0.0),
         0.0,
@@ -255,13 +311,14 @@ def with_dense_parts(
     shared_tp_s: Number = 0.0,
 ) -> tuple[StageCost, StageCost, StageCost, tuple[StageCost, object] | None]:
     """`parts` (a dense layer, the embedding, the output layer, (an MoE layer, its split) or None)
-    with SGLang's dense parts over the group (`dense_deltas`, `ends_deltas`): the dense layer's MLP
-    collective taken as half its TP communication (attention's and the MLP's; none at tp = 1);
+    with SGLang's dense parts over the group (`dense_deltas`, `ends_deltas`): attention's TP
+    collective and the dense layer's MLP's each taken as half its TP communication (none at tp = 1);
     `parts` as they were where `splits_over_group` is false."""
     layer, emb, head, moe = parts
     if not np.any(splits_over_group(scn.model, scn.plan) | vllm_sequence_parallel_moe(scn.model, scn.plan)):
         return parts
-    dense, shared = dense_deltas(scn, fabric, place, tokens, extend, weight_bytes, layer.tp_forward_s / 2, shared_tp_s)
+    half = layer.tp_forward_s / 2  # attention's TP collective, and the MLP's
+    dense, shared = dense_deltas(scn, fabric, place, tokens, extend, weight_bytes, half, shared_tp_s, half)
     d_emb, d_head = ends_deltas(scn, fabric, place, logits_tokens, emb.tp_forward_s, head.tp_forward_s)
     moe = None if moe is None else (with_deltas(moe[0], shared), moe[1])
     return with_deltas(layer, dense), with_deltas(emb, d_emb), with_deltas(head, d_head), moe

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, serving_expert_layout
-from shardwise.engines.dp_dense import group_params_delta
+from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
@@ -169,6 +169,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         schedule="1f1b",
         vpp=1,
     )
+    refuse_unsupported(scn.model, plan)  # SGLang's Mixtral / Grok have no data-parallel attention
     return replace(scn, cluster=cluster, plan=plan)
 
 
