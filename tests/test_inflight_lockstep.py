@@ -123,3 +123,19 @@ def test_only_data_parallel_attention_under_vllm_and_sglang_steps_in_lockstep():
     plan = plan_for_serving(1, 1, 8).with_(ep=8, etp=serving_expert_tp(1, 8, 0, 8))
     trt = Replica(Scenario(model, system, plan), ServingWorkload(1000, 1000, 1, "fp8", engine="tensorrt-llm"))
     assert trt.lockstep is None
+
+
+def test_an_sglang_rank_alternates_prefill_and_decode_passes_and_never_jumps_past_a_prompt():
+    """Prefill apart (SGLang): a rank with a prompt waiting and decodes running prefills in one pass
+    and decodes in the next; a decode pass with a prompt still waiting is not jumped over."""
+    table = linear_table()
+    prefill = curve(np.asarray([0.0, 4096.0]), np.asarray([0.03, 0.03 + 4096 * 1e-5]))
+    step = Lockstep(1, "sglang", table, group=flat(), decode=flat(), prefill=prefill)
+    inputs, outputs = np.asarray([100, 100, 100]), np.asarray([50, 50, 50])
+    arrival = np.zeros(3)
+    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 3, 100, None, 0, 100, decodes_share_budget=False)
+    pre, dec = prefill(100), table(1, 0)
+    # A's prefill (nothing decodes yet), A decodes, B's prefill, A decodes, C's prefill
+    assert run.first[0] == pytest.approx(pre)
+    assert run.first[1] == pytest.approx(2 * pre + dec)
+    assert run.first[2] == pytest.approx(3 * pre + dec + table(2, 0))

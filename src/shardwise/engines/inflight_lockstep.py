@@ -244,7 +244,7 @@ def run_lockstep(
             ds[r], qs[r] = d, q
         dt = step.step_s(ds, qs)
         steps = 1
-        if not any(qs):  # decode only: jump to the next finish or arrival
+        if not any(qs) and not any(pending):  # decode only, no prompt waiting: jump to the next finish or arrival
             steps = min(dec[r][0][0] - decoded[r] for r in range(ranks) if ds[r])
             room_anywhere = any(len(queue[r]) + len(pending[r]) + len(dec[r]) < slots for r in range(ranks))
             if future and room_anywhere:
