@@ -25,11 +25,11 @@ Two layouts of a replica's experts, one rule (`specs.expert_rules.serving_expert
   reach the experts is the engine's (`EnginePreset.moe_dispatcher`): TensorRT-LLM's all-to-all,
   vLLM's allgather_reducescatter, SGLang's dp_gather and reduce-scatter (`physics.moe_dispatch`).
 
-Not modelled: the dp groups step in lockstep through the MoE layers (a group with no work runs a
-dummy batch; vLLM's `DPEngineCoreProc`, SGLang's `prepare_mlp_sync_batch_raw`), so the slowest group
-sets every step, and under SGLang one group's prompt tokens put every group on the all-reduce path
-without CUDA graphs; the simulated groups are alike and in phase, the best case (docs/serving.md,
-"Not priced: SGLang's ranks in lockstep").
+The dp groups step in lockstep through the MoE layers (a group with no work runs a dummy batch;
+vLLM's `DPEngineCoreProc`, SGLang's `prepare_mlp_sync_batch_raw`): the slowest group sets every
+pass, and under SGLang one group's prompt tokens put every group on the all-reduce path without CUDA
+graphs. The in-flight simulator runs the groups together so (`engines.inflight_lockstep`, vLLM and
+SGLang); elsewhere (the static estimate, TensorRT-LLM) the groups are alike and in phase.
 """
 
 from __future__ import annotations

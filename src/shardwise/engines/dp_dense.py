@@ -186,6 +186,7 @@ def dense_deltas(
     mlp_tp_s: Number = 0.0,
     shared_tp_s: Number = 0.0,
     attn_tp_s: Number = 0.0,
+    group_tokens: Number | None = None,
 ) -> tuple[StageCost, StageCost]:
     """What a dense layer and an MoE layer of one micro-batch of `tokens` tokens per attention group
     (`scn` as one rank of it sees it) cost beyond the layer priced with its MLP split over tp
@@ -201,7 +202,8 @@ def dense_deltas(
     `vllm_sequence_parallel_moe`: vLLM's shared experts whole on a rank's T / tp tokens, their TP
     collective gone, and the all-gather of the experts' outputs over tp after the MoE; where
     `vllm_layer_sequence_parallel` (DeepSeek, pp = 1) attention's all-reduce a reduce-scatter
-    instead, the all-gather before the next attention. Zeros elsewhere."""
+    instead, the all-gather before the next attention. Zeros elsewhere. `group_tokens`: a rank's mean tokens over the
+    group where the ranks hold different batches (default `tokens`), what the gather carries."""
     model, plan = scn.model, scn.plan
     on, whole = splits_over_group(model, plan), vllm_sequence_parallel_moe(model, plan)
     zero = StageCost(0.0, 0.0, 0.0, 0.0)
@@ -209,12 +211,13 @@ def dense_deltas(
         return zero, zero
     t, g = np.asarray(plan.tp, dtype=float), group_size(plan)
     own = routed_tokens(model, 1.0, tokens, t, plan.sequence_parallel)  # a rank's tokens
-    gathered = g * own
+    mean = own if group_tokens is None else routed_tokens(model, 1.0, group_tokens, t, plan.sequence_parallel)
+    gathered = g * mean
 
     def mlp(ffn: Number, n: Number = gathered, split: Number = g) -> Number:
         return _mlp_forward_s(scn, n, ffn, split, weight_bytes) - _mlp_forward_s(scn, tokens, ffn, t, weight_bytes)
 
-    gather = dp_gather_s(model, fabric, place, plan, own, extend)
+    gather = dp_gather_s(model, fabric, place, plan, mean, extend)
     attention = np.where(on & np.asarray(extend, dtype=bool), -np.asarray(attn_tp_s), 0.0)  # summed in the gather
     dense = StageCost(np.where(on, mlp(model.ffn_hidden), 0.0), 0.0, np.where(on, -mlp_tp_s, 0.0) + attention, 0.0,
                       ep_forward_s=np.where(on, gather, 0.0))  # fmt: skip
@@ -309,6 +312,7 @@ def with_dense_parts(
     weight_bytes: Number | None,
     parts: tuple[StageCost, StageCost, StageCost, tuple[StageCost, object] | None],
     shared_tp_s: Number = 0.0,
+    group_tokens: Number | None = None,
 ) -> tuple[StageCost, StageCost, StageCost, tuple[StageCost, object] | None]:
     """`parts` (a dense layer, the embedding, the output layer, (an MoE layer, its split) or None)
     with SGLang's dense parts over the group (`dense_deltas`, `ends_deltas`): attention's TP
@@ -318,7 +322,9 @@ def with_dense_parts(
     if not np.any(splits_over_group(scn.model, scn.plan) | vllm_sequence_parallel_moe(scn.model, scn.plan)):
         return parts
     half = layer.tp_forward_s / 2  # attention's TP collective, and the MLP's
-    dense, shared = dense_deltas(scn, fabric, place, tokens, extend, weight_bytes, half, shared_tp_s, half)
+    dense, shared = dense_deltas(
+        scn, fabric, place, tokens, extend, weight_bytes, half, shared_tp_s, half, group_tokens
+    )
     d_emb, d_head = ends_deltas(scn, fabric, place, logits_tokens, emb.tp_forward_s, head.tp_forward_s)
     moe = None if moe is None else (with_deltas(moe[0], shared), moe[1])
     return with_deltas(layer, dense), with_deltas(emb, d_emb), with_deltas(head, d_head), moe

@@ -217,7 +217,7 @@ def estimate_from(
             "tpot_s": percentiles(sim.tpot_s),
             "e2e_s": percentiles(sim.e2e_s),
         },
-        simulated_requests=len(sim.ttft_s),
+        simulated_requests=len(sim.ttft_s) // (replica.lockstep.ranks if replica.lockstep else 1),  # a replica's
         lengths="fixed" if replica.mix is None else replica.mix.name,
         mean_input_len=float(replica.mean_input_len),
         mean_output_len=float(replica.mean_output_len),

@@ -12,6 +12,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention
 from shardwise.engines.engine_presets import engine, sglang_max_running_requests
+from shardwise.engines.inflight_lockstep import Lockstep, lockstep_costs
 from shardwise.engines.inflight_sim import (
     KV_BLOCK_TOKENS,
     MAX_BATCHED_TOKENS,
@@ -105,6 +106,16 @@ class Replica:
         fits = self.capacity >= 1
         self.top = top  # the most decoding sequences the iteration table prices
         self.table = self._table(top) if fits else None
+        self.lockstep = self._lockstep()
+
+    def _lockstep(self) -> Lockstep | None:
+        """The data-parallel attention ranks stepped together (`engines.inflight_lockstep`), or None."""
+        if self.table is None:
+            return None
+        scn, wl = self.scenario, self.workload
+        return lockstep_costs(
+            scn, wl, self.table, self.top, self.round_tokens, self.mean_context, self.max_batched_tokens
+        )
 
     def _decode_step_s(self, d: float, q: float) -> float:
         """The decode step of `d` sequences that follows a prefill step in one iteration (`q` > 0)."""
@@ -131,6 +142,7 @@ class Replica:
         other.top = min(other.max_sequences, max(other.slots, int(self.top * scale)))
         fits = other.capacity >= 1
         other.table = other._table(other.top) if fits else None
+        other.lockstep = other._lockstep()
         return other
 
     def _cap_sequences(self, wl: ServingWorkload, free_bytes: float, per_token_bytes: float) -> None:
@@ -146,13 +158,17 @@ class Replica:
     def run(self, traffic: Traffic) -> Simulated:
         if self.table is None:
             raise ValueError("no request fits the KV cache")
-        wl = self.workload
+        wl, step = self.workload, self.lockstep
         after = self._decode_step_s if self.prefill_step_first else None  # this replica's table (`holding`)
+        if step is not None:  # `traffic` is a rank's: the group's runs together, its rates per rank
+            users = None if traffic.users is None else traffic.users * step.ranks
+            rate = None if traffic.rate_per_s is None else traffic.rate_per_s * step.ranks
+            traffic, after = replace(traffic, users=users, rate_per_s=rate), None  # a pass ends at its first tokens
         if self.mix is None:
             return simulate(
                 self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.round_tokens, self.max_sequences,
                 chunk_tokens=self.max_batched_tokens, decodes_share_budget=self.decodes_share_budget,
-                after_first_s=after,
+                after_first_s=after, lockstep=step,
             )  # fmt: skip
         inputs, outputs = sample_lengths(self.mix, traffic.count, traffic.seed, self.max_context)
         need = int(kv_blocks(inputs, outputs).max())
@@ -164,5 +180,5 @@ class Replica:
         return simulate(
             self.table, inputs, outputs, self.max_sequences, traffic, self.round_tokens, self.max_sequences,
             self.kv_total_blocks, self.max_batched_tokens, decodes_share_budget=self.decodes_share_budget,
-            after_first_s=after,
+            after_first_s=after, lockstep=step,
         )  # fmt: skip

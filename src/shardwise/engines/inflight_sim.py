@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES
+from shardwise.engines.inflight_lockstep import Lockstep, run_lockstep
 from shardwise.engines.inflight_loops import run_arrays, run_fixed
 from shardwise.engines.request_mix import arrival_times
 
@@ -91,6 +92,7 @@ def simulate(
     reference: bool = False,
     decodes_share_budget: bool = True,
     after_first_s: Callable[[float, float], float] | None = None,
+    lockstep: Lockstep | None = None,
 ) -> Simulated:
     """Run the traffic through one replica whose iteration of d decoding sequences and q prompt
     tokens takes `cost_s(d, q)` seconds (see the module docstring). Lengths are one for every
@@ -99,7 +101,10 @@ def simulate(
     `chunk_tokens` caps one prompt's chunk per iteration (default the whole budget): with the pp
     micro-batches of a round each on its own budget, a prompt sits in one of them.
     One length for every request runs over queues (`engines.inflight_loops.run_fixed`), the same
-    numbers as over arrays (`reference`: the loop over arrays, for the tests)."""
+    numbers as over arrays (`reference`: the loop over arrays, for the tests). With `lockstep` the
+    traffic is a group's of `lockstep.ranks` data-parallel attention ranks run together
+    (`engines.inflight_lockstep`; `capacity`, `max_sequences` and the KV blocks each rank's), the
+    rates and means one rank's."""
     if capacity < 1:
         raise ValueError("no request fits the KV cache")
     slots = min(capacity, max_sequences)
@@ -123,14 +128,23 @@ def simulate(
         # burst would stay in step (equal lengths) and never reach the steady state
         issued = min(int(traffic.users), n)
         held = slots if blocks is None else min(slots, int(kv_total_blocks // float(np.mean(blocks))))
-        running0 = min(issued, held)
-        life = mean_out * cost_s(running0, min(max_batched_tokens, running0 * mean_in / max(mean_out, 1)))
+        running0 = min(issued // (lockstep.ranks if lockstep else 1) or 1, held)
+        prompts = min(max_batched_tokens, running0 * mean_in / max(mean_out, 1))
+        # ranks in lockstep: a decode pass a token (each prompt a pass of its own, spread over the ranks)
+        life = mean_out * cost_s(running0, 0.0 if lockstep is not None else prompts)
         arrival[:issued] = np.linspace(0.0, life, issued, endpoint=False)
     else:
         arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
         issued = n
     fixed = not mixed and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1
-    if fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
+    if lockstep is not None:
+        if not mixed:
+            inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
+        run = run_lockstep(
+            lockstep, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
+            decodes_share_budget,
+        )  # fmt: skip
+    elif fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
         run = run_fixed(
             cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens,
             decodes_share_budget, after_first_s,
@@ -158,6 +172,8 @@ def simulate(
     if t1 <= t0:  # too few requests to see a steady state: the whole run
         t0, t1 = 0.0, float(clock_a[-1])
     made = np.interp(t1, clock_a, produced_a) - np.interp(t0, clock_a, produced_a)
+    per = lockstep.ranks if lockstep is not None else 1  # one rank's share of the group's
+    made, running_area, decode_area, prompt_area = made / per, running_area / per, decode_area / per, prompt_area / per
     return Simulated(
         ttft_s=ttft,
         tpot_s=tpot,
@@ -168,7 +184,7 @@ def simulate(
         mean_decode=decode_area / busy if busy else 0.0,
         mean_prompt_tokens=prompt_area / busy if busy else 0.0,
         iterations=iterations,
-        run_tokens_per_s=_whole_run_rate(produced_a, clock_a, arrival),
+        run_tokens_per_s=_whole_run_rate(produced_a, clock_a, arrival) / per,
     )
 
 

@@ -39,6 +39,9 @@ from shardwise.engines.costs import StageCost
 from shardwise.engines.dp_dense import with_dense_parts
 from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
+from shardwise.engines.iteration_heavy import heaviest_pass_s, heaviest_prompt_tokens
+from shardwise.engines.iteration_heavy import stacked as _stacked
+from shardwise.engines.iteration_heavy import take as _take
 from shardwise.engines.llamacpp import layer_split_iteration
 from shardwise.engines.llamacpp_tensor import tensor_split_stages
 from shardwise.engines.moe import experts_cost, model_moe_split
@@ -64,10 +67,20 @@ from shardwise.specs.stages import plan_split
 
 
 def stage_costs(
-    scn: Scenario, wl: ServingWorkload, decode: np.ndarray, prompt_tokens: np.ndarray, context: float
+    scn: Scenario,
+    wl: ServingWorkload,
+    decode: np.ndarray,
+    prompt_tokens: np.ndarray,
+    context: float,
+    group_tokens: Number | None = None,
+    extend: Number | None = None,
 ) -> ForwardStages:
     """Per-stage cost of one micro-batch of `decode` sequences and `prompt_tokens` prompt tokens
-    (arrays, broadcast)."""
+    (arrays, broadcast). Under data-parallel attention every rank is taken to hold that batch
+    unless `group_tokens` says how many tokens a rank holds on average over the group: what the
+    routed experts and SGLang's group-split dense parts gather (G x that), the ranks out of phase
+    (`engines.inflight_lockstep`); `extend`: a batch on the prompt path (SGLang's all-reduces),
+    default where it holds prompt tokens."""
     model, cluster, plan = scn.model, scn.cluster, scn.plan
     gpu, e = cluster.gpu, plan.bytes_per_element
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
@@ -82,6 +95,8 @@ def stage_costs(
     place = placement(plan, cluster.gpus_per_node, experts=model.is_moe)
     comm = tp_comm(one, fabric, place["tp"], tokens)
     n = wl.input_len
+    group = tokens if group_tokens is None else np.maximum(np.asarray(group_tokens, dtype=float), 1.0)
+    ext = q > 0 if extend is None else np.asarray(extend, dtype=bool)
 
     def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
         return layer_times(
@@ -114,14 +129,14 @@ def stage_costs(
     moe = None
     if model.is_moe:  # the MLP is the shared experts (if any) and the routed experts on the T tokens
         shared = model.shared_experts * model.expert_ffn_hidden
-        routed = experts_cost(one, fabric, place, tokens, w, extend=q > 0)  # SGLang's gather reads `extend`
+        routed = experts_cost(one, fabric, place, group, w, extend=ext)  # SGLang's gather reads `extend`
         compute = per_value(lambda x: linear_s(times(1, x, x, shared)), tokens) + attention + routed.compute_forward_s
         # the shared MLP's reduce carries the experts'
         tp = (1.0 + bool(shared)) * reduce + routed.tp_forward_s + gather
         moe = (StageCost(compute, 0.0, tp, 0.0, ep_forward_s=routed.ep_forward_s), model_moe_split(model, split))
     # SGLang's dense MLPs, shared experts and lm_head over tp x dp under data-parallel attention
     shared_tp = (reduce if model.shared_experts else 0.0) if moe is not None else 0.0
-    parts = with_dense_parts(one, fabric, place, tokens, q > 0, logits, w, (layer, emb, head, moe), shared_tp)
+    parts = with_dense_parts(one, fabric, place, tokens, ext, logits, w, (layer, emb, head, moe), shared_tp, group)
     return ForwardStages.of(stages(split, *parts), slowest_stage_send_s(one, fabric, place, comm))
 
 
@@ -173,12 +188,15 @@ def iteration_times(
     prompt_tokens: np.ndarray,
     context: float,
     budget_tokens: float | None = None,
+    group_tokens: Number | None = None,
+    extend: Number | None = None,
 ) -> IterationTimes:
     """One iteration of a replica (`scn` as `engines.serving.serving_scenario` makes it) with
     `decode` sequences decoding and `prompt_tokens` prompt tokens prefilled (see the module
     docstring); 0 when both are 0. `budget_tokens` is one micro-batch's chunked-prefill budget
     (default: the engine's on this GPU); it shapes the round only where the engine prefills
-    apart from decoding under pp (`EnginePreset.prefill_apart`)."""
+    apart from decoding under pp (`EnginePreset.prefill_apart`). `group_tokens`, `extend`: one pass
+    of ranks out of phase (`stage_costs`; one stage, no prompt tokens where prefills run apart)."""
     p = np.asarray(scn.plan.pp, dtype=float)
     d = np.asarray(decode, dtype=float)
     q = np.asarray(prompt_tokens, dtype=float)
@@ -201,12 +219,12 @@ def iteration_times(
         budget_tokens = max_batched_tokens(wl.engine, float(np.max(gpu.memory_bytes)), gpu.name)
     per_decode, per_prompt = np.ceil(d / m), np.ceil(q / m)
     if heaviest:  # the even split's micro-batch and the heaviest one, priced in one call
-        heavy_q = _heaviest_prompt_tokens(wl, q, prompts, m, float(budget_tokens))
+        heavy_q = heaviest_prompt_tokens(wl, q, prompts, m, float(budget_tokens))
         decodes, prompt_tokens = _stacked((per_decode, per_decode), (per_prompt, heavy_q))
         even_and_heavy = stage_costs(scn, wl, decodes, prompt_tokens, context)
         fs, fs_heavy = (_with_sends(_take(even_and_heavy, i, decodes.ndim), preset, piped) for i in (0, 1))
     else:
-        fs = _with_sends(stage_costs(scn, wl, per_decode, per_prompt, context), preset, piped)
+        fs = _with_sends(stage_costs(scn, wl, per_decode, per_prompt, context, group_tokens, extend), preset, piped)
     c = fs.per_stage
     through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
     c_max, compute, tp = fs.slowest(p)
@@ -217,7 +235,7 @@ def iteration_times(
     # least its host work (`engines.pipeline.overlapped_host_floor_s`)
     total = np.where(piped, total, overlapped_host_floor_s(total, preset, d + prompts))
     if heaviest:
-        heavy = _heaviest_pass_s(fs_heavy, p, preset, per_decode, np.ceil(heavy_q / wl.input_len))
+        heavy = heaviest_pass_s(fs_heavy, p, preset, per_decode, np.ceil(heavy_q / wl.input_len))
         total = np.where(piped & (prompts > 0), np.maximum(total, heavy), total)
     share = gpu_bound / c_max  # the GPU's part in units of the slowest stage's micro-batch
     # what the round waits beyond the GPU's work (host steps, the heaviest micro-batch) apart
@@ -231,54 +249,6 @@ def iteration_times(
     idle = (d + q) <= 0
     zero = np.zeros_like(parts[0])
     return IterationTimes(*(np.where(idle, zero, x) for x in parts))
-
-
-def _heaviest_prompt_tokens(
-    wl: ServingWorkload, q: np.ndarray, prompts: np.ndarray, m: np.ndarray, budget: float
-) -> np.ndarray:
-    """Prompt tokens of a round's heaviest micro-batch where each prompt's chunk sits whole in one
-    micro-batch (`EnginePreset.whole_prompts`): the round's prompts spread as evenly as they come
-    over its m micro-batches, ceil(prompts / m) in the heaviest (at most one budget of tokens, at
-    least an even share), beside its 1/m of the decodes."""
-    heavy_q = np.minimum(np.minimum(q, np.ceil(prompts / m) * wl.input_len), budget)
-    return np.maximum(heavy_q, np.ceil(q / m))
-
-
-def _heaviest_pass_s(
-    fs: ForwardStages, p: np.ndarray, preset: EnginePreset, per_decode: np.ndarray, requests: np.ndarray
-) -> Number:
-    """The pass through every stage, and its host step, of a round's heaviest micro-batch
-    (`_heaviest_prompt_tokens`; `fs` its stage costs with the sends, `requests` its prompts). A
-    stage takes the micro-batches in one order, so the round lasts at least that pass
-    (`engines.pipeline.pipelined_round_s` prices the even split)."""
-    c = fs.per_stage
-    through = pipeline_makespan_s(c[0], c[1], c[2], p, 1, 1, fs.middle_sum_s(p))
-    return through + pipeline_host_s(preset, per_decode + requests)
-
-
-def _stacked(*pairs: tuple[Number, Number]) -> list[np.ndarray]:
-    """Each pair of arrays broadcast together and stacked on a new leading axis (two micro-batches
-    priced in one element-wise call)."""
-    flat = np.broadcast_arrays(*(np.asarray(x, dtype=float) for pair in pairs for x in pair))
-    return [np.stack(flat[2 * i : 2 * i + 2]) for i in range(len(pairs))]
-
-
-def _take(fs: ForwardStages, i: int, rank: int) -> ForwardStages:
-    """The `i`-th of the micro-batches `_stacked` put on the leading axis of inputs of `rank`
-    dimensions; a part that does not vary along it (of a lower rank, or a scalar) is the same for
-    both."""
-
-    def one(x: Number) -> Number:
-        if x is None or np.ndim(x) < rank:
-            return x
-        return np.asarray(x)[i if np.shape(x)[0] > 1 else 0]
-
-    return ForwardStages(
-        tuple(one(x) for x in fs.compute),  # type: ignore[arg-type]
-        tuple(one(x) for x in fs.tp_comm),  # type: ignore[arg-type]
-        one(fs.send_s),
-        one(fs.middle_sum),
-    )
 
 
 def _with_sends(fs: ForwardStages, preset: EnginePreset, piped: Number) -> ForwardStages:

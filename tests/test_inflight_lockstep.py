@@ -1,0 +1,141 @@
+"""Data-parallel attention ranks in lockstep (`engines.inflight_lockstep`): the pass's cost, the loop
+against the one-replica loop, and DeepSeek-V3 under SGLang and vLLM."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.inflight import Replica, Traffic
+from shardwise.engines.inflight_lockstep import Curve, Lockstep, curve, run_lockstep
+from shardwise.engines.inflight_loops import run_arrays
+from shardwise.engines.iteration import IterationTable, iteration_times
+from shardwise.engines.serving import plan_for_serving, serving_scenario
+from shardwise.specs import Scenario
+from shardwise.specs.rules import serving_expert_tp
+from shardwise.specs.serving import ServingWorkload
+
+
+def linear_table(a: float = 0.02, b: float = 1e-4, c: float = 5e-5) -> IterationTable:
+    """a + b d + c q seconds, which bilinear interpolation keeps exactly."""
+    d, q = np.arange(0.0, 513.0, 32.0), np.arange(0.0, 4097.0, 256.0)
+    return IterationTable(d, q, a + b * d[:, None] + c * q[None, :])
+
+
+def flat(value: float = 0.0) -> Curve:
+    return Curve((0.0, 1e6), (value, value))
+
+
+def test_one_rank_in_lockstep_is_the_replica_loop():
+    """One rank, no group part and every pass graphed: the lockstep loop runs the requests as the
+    one-replica loop does (a closed loop of mixed lengths, KV blocks), to rounding. (The users start
+    together: the lockstep loop takes arrivals in time order, the replica loop in the order issued.)"""
+    table = linear_table()
+    step = Lockstep(1, "vllm", table, group=flat(), decode=flat(), capture_tokens=10**9)
+    rng = np.random.default_rng(1)
+    n = 300
+    inputs, outputs = rng.integers(50, 900, n), rng.integers(1, 300, n)
+    blocks = -(-(inputs + outputs) // 16)
+    arrival = np.full(n, np.inf)
+    arrival[:24] = 0.0
+    args = (inputs, outputs, 32, True)
+    ours = run_lockstep(step, *args, arrival.copy(), 24, 2048, blocks, 4000, 512)
+    ref = run_arrays(table, *args, arrival.copy(), 24, 2048, blocks, 4000, 512)
+    for name in ("first", "done", "admitted"):
+        np.testing.assert_allclose(getattr(ours, name), getattr(ref, name), rtol=1e-9)
+    assert ours.iterations == ref.iterations
+
+
+def test_a_pass_lasts_as_long_as_its_slowest_rank_and_in_phase_ranks_as_one():
+    table = linear_table()
+    group = curve(np.asarray([0.0, 4096.0]), np.asarray([0.01, 0.01 + 4096 * 2e-5]))
+    vllm = Lockstep(8, "vllm", table, group=group, decode=flat(0.005), capture_tokens=512)
+    # every rank alike, graphed: the in-phase iteration
+    assert vllm.step_s([32] * 8, [0] * 8) == pytest.approx(table(32, 0))
+    assert vllm.step_s([32] * 8, [100] * 8) == pytest.approx(table(32, 100))
+    # one rank fuller: the pass is its in-phase iteration (the others padded to it)
+    assert vllm.step_s([8] * 7 + [40], [0] * 8) == pytest.approx(table(40, 0))
+    # a prompt chunk wider than the largest graph: nobody pads, the gather carries the sum, all eager
+    ds, qs = [32] * 8, [1000] + [0] * 7
+    own = table(32, 1000) - group(1032) + 0.005
+    assert vllm.step_s(ds, qs) == pytest.approx(own + group((8 * 32 + 1000) / 8))
+    assert vllm.step_s(ds, qs) < table(32, 1000)  # the experts see one chunk, not eight
+    sglang = Lockstep(
+        8, "sglang", table, group=group, decode=curve(np.asarray([0.0, 512.0]), np.asarray([0.015, 0.04])),
+        prefill=curve(np.asarray([0.0, 4096.0]), np.asarray([0.02, 0.02 + 4096 * 6e-5])),
+    )  # fmt: skip
+    assert sglang.step_s([32, 16] + [0] * 6, [0] * 8) == pytest.approx(table(32, 0))  # MAX_LEN, graphs
+    assert sglang.step_s([0] * 8, [500] * 8) == pytest.approx(sglang.prefill(500))  # all prefill: in phase
+    # one rank prefills, the others decode eagerly beside it on the summed path
+    mixed = sglang.step_s([0] + [32] * 7, [500] + [0] * 7)
+    slowest = max(sglang.prefill(500) - group(500), sglang.decode(32) - group(32))
+    assert mixed == pytest.approx(slowest + group((500 + 7 * 32) / 8))
+
+
+def test_the_group_tokens_change_only_the_gathered_parts():
+    """`group_tokens` at a rank's own tokens is the in-phase iteration; more tokens over the group
+    cost more, with the rank's own batch unchanged."""
+    model = presets.model("deepseek-v3")
+    plan = plan_for_serving(1, 1, 8).with_(ep=8, etp=serving_expert_tp(1, 8, 0, 8))
+    for engine in ("sglang", "vllm"):
+        wl = ServingWorkload(1000, 1000, 1, "fp8", engine=engine)
+        s = serving_scenario(Scenario(model, presets.system("dgx-h200"), plan), wl)
+        d = np.asarray([1.0, 32.0, 128.0])
+        plain = iteration_times(s, wl, d, 0 * d, 1500).total_s
+        same = iteration_times(s, wl, d, 0 * d, 1500, group_tokens=d).total_s
+        np.testing.assert_allclose(same, plain, rtol=1e-12)
+        more = iteration_times(s, wl, d, 0 * d, 1500, group_tokens=d + 500).total_s
+        assert np.all(more > plain)
+
+
+def deepseek(engine: str) -> Replica:
+    model = presets.model("deepseek-v3")
+    plan = plan_for_serving(1, 1, 8).with_(ep=8, etp=serving_expert_tp(1, 8, 0, 8))
+    wl = ServingWorkload(1000, 1000, 1, "fp8", engine=engine)
+    return Replica(Scenario(model, presets.system("dgx-h200"), plan), wl)
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_deepseek_v3s_ranks_in_lockstep_decode_slower_and_prefill_sooner(engine):
+    """DeepSeek-V3 at tp=1,ep=8, 32 requests a rank: out of phase a rank's prompt no longer waits
+    for all eight ranks' prompts through the experts (TTFT down), but every decoding rank waits
+    through each other rank's prefill pass (TPOT up); the spread of TTFTs widens."""
+    replica = deepseek(engine)
+    assert replica.lockstep is not None and replica.lockstep.ranks == 8
+    traffic = Traffic(users=32, requests=400, rounds=3)
+    ours = replica.run(traffic)
+    replica.lockstep = None  # the ranks in phase: the replica simulated alone
+    alone = replica.run(traffic)
+    assert np.median(ours.tpot_s) > 1.03 * np.median(alone.tpot_s)
+    assert np.median(ours.ttft_s) < np.median(alone.ttft_s)
+    assert ours.throughput_tokens_per_s < alone.throughput_tokens_per_s
+    assert len(ours.ttft_s) > len(alone.ttft_s)  # the group's requests, eight ranks'
+
+
+def test_only_data_parallel_attention_under_vllm_and_sglang_steps_in_lockstep():
+    model = presets.model("deepseek-v3")
+    system = presets.system("dgx-h200")
+    tp8 = Replica(
+        Scenario(model, system, plan_for_serving(8, 1, 1)), ServingWorkload(1000, 1000, 1, "fp8", engine="sglang")
+    )
+    assert tp8.lockstep is None
+    plan = plan_for_serving(1, 1, 8).with_(ep=8, etp=serving_expert_tp(1, 8, 0, 8))
+    trt = Replica(Scenario(model, system, plan), ServingWorkload(1000, 1000, 1, "fp8", engine="tensorrt-llm"))
+    assert trt.lockstep is None
+
+
+def test_an_sglang_rank_alternates_prefill_and_decode_passes_and_never_jumps_past_a_prompt():
+    """Prefill apart (SGLang): a rank with a prompt waiting and decodes running prefills in one pass
+    and decodes in the next; a decode pass with a prompt still waiting is not jumped over."""
+    table = linear_table()
+    prefill = curve(np.asarray([0.0, 4096.0]), np.asarray([0.03, 0.03 + 4096 * 1e-5]))
+    step = Lockstep(1, "sglang", table, group=flat(), decode=flat(), prefill=prefill)
+    inputs, outputs = np.asarray([100, 100, 100]), np.asarray([50, 50, 50])
+    arrival = np.zeros(3)
+    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 3, 100, None, 0, 100, decodes_share_budget=False)
+    pre, dec = prefill(100), table(1, 0)
+    # A's prefill (nothing decodes yet), A decodes, B's prefill, A decodes, C's prefill
+    assert run.first[0] == pytest.approx(pre)
+    assert run.first[1] == pytest.approx(2 * pre + dec)
+    assert run.first[2] == pytest.approx(3 * pre + dec + table(2, 0))
