@@ -114,13 +114,14 @@ def test_serve_says_a_long_prompt_not_the_weights_leaves_no_sequence_room(cli):
     """Llama 3 70B in int4 on eight RTX 4090s with a 200,000-token prompt: 5 GB of weights per GPU,
     but one request's KV cache (8.2 GB per GPU) is more than the engine's buffers leave. serve blamed
     the weights ("5.0 GB of weights per GPU leave no room for a KV cache"); it names the request's
-    KV cache. Where the weights do fill the GPU (tp=2: 20 GB), it still says so."""
+    KV cache. At tp=2 the 20 GB of weights leave room for a 3.1 GB KV cache, which the engine's
+    buffers for that prompt (35 GB) take: those are named (the weights were, till wt6fix)."""
     argv = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--weight-precision", "int4"]
     code, out, err = cli([*argv, "--input-len", "200000", "--plan", "tp=8", "--plan", "tp=2"])
     assert code == 0, err
     text = " ".join(out.split())
     assert "tp=8: does not fit: one request's KV cache (8.2 GB per GPU for 200,128 tokens) is more than" in text
-    assert "tp=2: does not fit: 19.9 GB of weights per GPU leave no room for a KV cache" in text
+    assert "tp=2: does not fit: the engine's buffers sized for a 200,000-token prompt (35.1 GB per GPU" in text
 
 
 def test_the_interleaved_schedule_without_virtual_stages_is_refused_in_one_line(cli):
@@ -276,3 +277,21 @@ def test_timeline_says_when_the_simulated_plan_does_not_fit(cli):
     fits = ["timeline", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8"]
     code, out, _ = cli([*fits, "--no-plot"])
     assert code == 0 and "does NOT fit" not in out
+
+
+def test_serve_names_the_engine_buffers_when_they_not_the_weights_fill_the_gpu(cli):
+    """Llama 3 70B in bf16 on eight RTX 4090s at tp=8: 17.6 GB of weights per GPU leave room for a
+    5.1 GB KV cache at a short prompt, but at 200,000 tokens TensorRT-LLM's buffers (sized by the
+    prompt: 17.5 GB) take it all. serve said the weights "leave no room"; it names the buffers. Where
+    the weights do fill the GPU (tp=2: 70.6 GB), it still blames them."""
+    argv = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--plan", "tp=8"]
+    code, out, err = cli([*argv, "--input-len", "200000"])
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "tp=8: does not fit: the engine's buffers sized for a 200,000-token prompt (17.5 GB per GPU" in text
+    assert "take all the room 17.6 GB of weights leave" in text and "a 5.1 GB KV cache without them" in text
+    assert "leave no room for a KV cache" not in text
+    code, out, err = cli([*argv, "--input-len", "512"])
+    assert code == 0 and "does not fit" not in out
+    code, out, err = cli([*argv[:-1], "tp=2", "--input-len", "200000"])
+    assert "tp=2: does not fit: 70.6 GB of weights per GPU leave no room for a KV cache" in " ".join(out.split())
