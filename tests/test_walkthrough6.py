@@ -307,3 +307,25 @@ def test_every_module_is_under_400_lines():
     root = Path(shardwise.__file__).parent
     long = {str(p.relative_to(root)): n for p in root.rglob("*.py") if (n := len(p.read_text().splitlines())) >= 400}
     assert long == {}
+
+
+def test_runs_naming_a_model_file_without_family_say_what_it_was_given(cli, tmp_path):
+    """A runs CSV whose rows name a model YAML without `family`: `calibrate runs.csv` and `validate
+    --runs runs.csv` priced it with the gpt family's flags without the note every other command gives
+    (stderr, and JSON `notes`); once per file, however many rows name it."""
+    model = tmp_path / "mine.yaml"
+    model.write_text(
+        "name: my-8b\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nffn_hidden: 14336\n"
+        "vocab: 128256\nseq_len: 8192\ngated_mlp: true\nrmsnorm: true\n"
+    )
+    runs, cal = tmp_path / "runs.csv", tmp_path / "cal.yaml"
+    runs.write_text("\n".join(RUNS.splitlines()[:4]).replace("llama3-8b", str(model)) + "\n")
+    for argv in (["calibrate", str(runs), "-o", str(cal)], ["validate", "--runs", str(runs)]):
+        code, out, err = cli([*argv, "--json"])
+        assert code == 0, err
+        assert err.count("names no family") == 1 and "tied_embeddings true" in err
+        notes = json.loads(out)["notes"]
+        assert len(notes) == 1 and "names no family" in notes[0]
+    model.write_text(model.read_text() + "family: llama\n")
+    code, out, err = cli(["validate", "--runs", str(runs), "--json"])
+    assert code == 0 and json.loads(out)["notes"] == [] and "family" not in err
