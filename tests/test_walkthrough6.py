@@ -329,3 +329,22 @@ def test_runs_naming_a_model_file_without_family_say_what_it_was_given(cli, tmp_
     model.write_text(model.read_text() + "family: llama\n")
     code, out, err = cli(["validate", "--runs", str(runs), "--json"])
     assert code == 0 and json.loads(out)["notes"] == [] and "family" not in err
+
+
+def test_plan_interleaved_without_a_pipeline_or_chunks_says_so(cli):
+    """plan --schedule interleaved with --pp 1, --vpp 1 or one GPU left nothing to search and said
+    only "no valid layout ... the fixed values given must allow a layout"; it says interleaving
+    needs pp >= 2 and vpp >= 2, and what rules them out, in one line (exit 2)."""
+    argv = ["plan", "--model", "llama3-8b", "--global-batch", "64", "--schedule", "interleaved", "--top", "1"]
+    cases = {
+        ("--system", "dgx-h100", "--pp", "1"): "which --pp 1 rules out",
+        ("--system", "dgx-h100", "--vpp", "1"): "which --vpp 1 rules out",
+        ("--gpu", "h100-sxm5-80gb", "--num-gpus", "1"): "which one GPU rules out",
+    }
+    for extra, why in cases.items():
+        code, out, err = cli([*argv, *extra])
+        assert code == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+        assert "--schedule interleaved needs a pipeline (pp >= 2) of at least 2 model chunks a stage (vpp >= 2)" in err
+        assert why in err and "no valid layout" not in err
+    code, _, err = cli([*argv, "--system", "dgx-h100", "--pp", "2"])
+    assert code == 0, err
