@@ -348,3 +348,25 @@ def test_plan_interleaved_without_a_pipeline_or_chunks_says_so(cli):
         assert why in err and "no valid layout" not in err
     code, _, err = cli([*argv, "--system", "dgx-h100", "--pp", "2"])
     assert code == 0, err
+
+
+def test_static_batch_refusal_reads_the_request_defaults_and_says_it_for_one_flag():
+    """serve --batching static refused --max-batched-tokens, --requests and --seed by comparing them
+    with copies of their defaults (1000, 0), and told a user who gave one flag to "drop them". The
+    defaults are the request's own (equal to the fields the command line reads), and one flag is "it"."""
+    from dataclasses import fields
+
+    import pytest
+
+    from shardwise.errors import SpecError
+    from shardwise.requests.serve import SERVE_FIELDS, ServeRequest
+
+    own = {f.name: f.default for f in fields(ServeRequest)}
+    for name in ("max_batched_tokens", "requests", "seed"):
+        assert next(f.default for f in SERVE_FIELDS if f.name == name) == own[name]
+    base = "--model llama3-8b --system dgx-h100 --plan tp=1 --batching static"
+    ServeRequest.from_argv(f"{base} --requests {own['requests']} --seed {own['seed']}").setting()
+    with pytest.raises(SpecError, match=r"^--seed shapes .*drop --batching static, or drop it$"):
+        ServeRequest.from_argv(f"{base} --seed 3").setting()
+    with pytest.raises(SpecError, match=r"^--requests, --seed shape .*or drop them$"):
+        ServeRequest.from_argv(f"{base} --seed 3 --requests 100").setting()

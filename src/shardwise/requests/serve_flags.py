@@ -5,6 +5,7 @@ rate, --max-throughput, --concurrency, and what a static batch has no use for (m
 from __future__ import annotations
 
 import math
+from dataclasses import fields
 from typing import Any
 
 from shardwise.errors import SpecError
@@ -45,19 +46,14 @@ def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
         if traffic is not None:
             traffic.update(mix=mix, seed=req.seed, burstiness=req.burstiness)
     if req.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
-        given = [
-            flag
-            for flag, value, default in (
-                ("--max-batched-tokens", req.max_batched_tokens, None),
-                ("--requests", req.requests, 1000),
-                ("--seed", req.seed, 0),
-            )
-            if value != default
-        ]
+        default = {f.name: f.default for f in fields(req)}  # the request's own defaults, not copies
+        names = ("max_batched_tokens", "requests", "seed")
+        given = ["--" + k.replace("_", "-") for k in names if getattr(req, k) != default[k]]
         if given:
+            one = len(given) == 1
             raise SpecError(
-                f"{', '.join(given)} shape{'s' * (len(given) == 1)} the in-flight simulation; a static batch "
-                "has none: drop --batching static, or drop them"
+                f"{', '.join(given)} shape{'s' * one} the in-flight simulation; a static batch "
+                f"has none: drop --batching static, or drop {'it' if one else 'them'}"
             )
     return traffic
 
