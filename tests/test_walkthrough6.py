@@ -370,3 +370,18 @@ def test_static_batch_refusal_reads_the_request_defaults_and_says_it_for_one_fla
         ServeRequest.from_argv(f"{base} --seed 3").setting()
     with pytest.raises(SpecError, match=r"^--requests, --seed shape .*or drop them$"):
         ServeRequest.from_argv(f"{base} --seed 3 --requests 100").setting()
+
+
+def test_predict_json_carries_the_plan_headroom_note(cli):
+    """llama3-8b tp=2 micro-batch 2 on a DGX H100 fits with 0.26 GB to spare, less than the 10%
+    `plan` keeps free: predict's text said `plan` drops it, predict --json's notes did not."""
+    argv = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64", "--tp", "2"]
+    code, out, err = cli([*argv, "--micro-batch", "2", "--json"])
+    assert code == 0, err
+    notes = json.loads(out)["notes"]
+    assert sum("`plan` drops this layout as not fitting" in n for n in notes) == 1, notes
+    assert "to spare" not in err  # the text prints it under the memory table, not as a stderr note
+    code, out, err = cli([*argv, "--micro-batch", "2"])
+    assert code == 0 and "`plan` drops this layout" in " ".join(out.split())
+    code, out, _ = cli([*argv, "--micro-batch", "1", "--json"])
+    assert code == 0 and not any("to spare" in n for n in json.loads(out)["notes"])

@@ -279,15 +279,10 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
     out.print(mt)
     out.print(f"{verdict} in {format_capacity(capacity)} per GPU")
-    from shardwise.requests.plan import PLAN_MEMORY_HEADROOM
-    from shardwise.units import share_or_bytes
+    from shardwise.requests.training import plan_headroom_note
 
-    headroom = share_or_bytes("--memory-headroom", PLAN_MEMORY_HEADROOM, capacity)
-    if fits and capacity - total < headroom:  # `plan` keeps this free: it would drop this plan
-        out.print(
-            f"[yellow]{format_bytes(capacity - total)} to spare: less than the {PLAN_MEMORY_HEADROOM} of each GPU "
-            "`plan` keeps free (--memory-headroom), so `plan` drops this layout as not fitting[/]"
-        )
+    if note := plan_headroom_note(est):  # `plan` keeps this free: it would drop this plan
+        out.print(f"[yellow]{note}[/]")
 
 
 @contextmanager
