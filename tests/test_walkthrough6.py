@@ -385,3 +385,18 @@ def test_predict_json_carries_the_plan_headroom_note(cli):
     assert code == 0 and "`plan` drops this layout" in " ".join(out.split())
     code, out, _ = cli([*argv, "--micro-batch", "1", "--json"])
     assert code == 0 and not any("to spare" in n for n in json.loads(out)["notes"])
+
+
+def test_presets_show_file_json_names_what_the_family_default_gave(cli, tmp_path):
+    """presets show FILE --json of a model file without family lists the fields the gpt family's
+    defaults filled under from_family_default; presets.md names the key (it did not)."""
+    from pathlib import Path
+
+    path = tmp_path / "mine.yaml"
+    path.write_text("name: my-1b\nlayers: 16\nhidden: 2048\nheads: 16\nvocab: 32000\nseq_len: 2048\nrmsnorm: true\n")
+    code, out, err = cli(["presets", "show", str(path), "--json"])
+    assert code == 0, err
+    given = json.loads(out)["models"]["from_family_default"]
+    assert "tied_embeddings" in given and "rmsnorm" not in given
+    docs = Path(__file__).parents[1] / "docs" / "commands" / "presets.md"
+    assert "`from_family_default`" in docs.read_text()
