@@ -467,3 +467,18 @@ def test_calibrate_suggest_as_a_word_points_at_the_option(cli, tmp_path, monkeyp
     monkeypatch.chdir(tmp_path)
     code, _, err = cli(["calibrate", "suggest"])
     assert code == 2 and "calibrate --suggest N" in err and "Traceback" not in err
+
+
+def test_suggest_json_writes_memory_bytes_as_a_dict_of_parts_with_its_total():
+    """calibrate --suggest --json's pick and each suggestion's row carry the planner's row, whose
+    memory_bytes became a dict of parts with its `total` (was the total alone, parts under
+    memory_breakdown_bytes): the shape docs/calibration.md names."""
+    from shardwise.cli.calibrate_suggest import _as_dict
+
+    s = search(presets.model(MODEL), presets.system("dgx-h100", 4), 64, SPACE)
+    found = sg.suggest(s, None, 1)
+    out = _as_dict(s, found, [{"target": "megatron"}], "presets")
+    for row in (out["pick"], out["suggestions"][0]["row"]):
+        parts = row["memory_bytes"]
+        assert isinstance(parts, dict) and "memory_breakdown_bytes" not in row
+        assert parts["total"] == pytest.approx(sum(v for k, v in parts.items() if k != "total"), rel=1e-9)

@@ -167,6 +167,17 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
 
 def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> str:
     n, g = int(cluster.num_gpus), int(cluster.gpus_per_node)
+    if space.schedule is not None and set(space.schedule) == {"interleaved"}:  # needs pp >= 2 and vpp >= 2
+        vpp = space.vpp if space.vpp is not None else (space.max_vpp,)
+        flags = ["--pp 1"] if n >= 2 and space.pp is not None and max(space.pp) < 2 else []
+        flags += [("--vpp 1" if space.vpp is not None else "--max-vpp 1")] if max(vpp) < 2 else []
+        why = (["one GPU"] if n < 2 else []) + flags
+        if why:
+            drop = f", or drop {' and '.join(flags)}" if flags and n >= 2 else ""
+            return (
+                "plan: --schedule interleaved needs a pipeline (pp >= 2) of at least 2 model chunks a stage "
+                f"(vpp >= 2), which {' and '.join(why)} rule{'s' * (len(why) == 1)} out; give another --schedule{drop}"
+            )
     kv = f" and KV heads ({model.kv_heads})" if model.kv_heads != model.heads else ""
     heads = f"the heads ({model.heads}){kv}"
     hints = [f"the batch must be divisible by dp, tp must divide {heads} and pp be at most the layers ({model.layers})"]

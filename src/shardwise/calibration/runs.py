@@ -29,7 +29,7 @@ import csv
 import io
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +87,7 @@ class Run:
     group: str = ""  # the table or source it came from (for leave-one-out by source)
     metric: str = "step_time_s"
     framework_file: str = ""  # the framework YAML file the run names, as read ("" for a preset)
+    model_note: str = ""  # what a model file without `family` was given (`presets.model_family_note`)
 
     @property
     def scenario(self) -> Scenario:
@@ -304,9 +305,10 @@ def _cannot_express(exc: Exception) -> str:
 def _run(row: dict[str, str], where: str) -> Run:
     if row.get("metric") in SERVING_METRICS and row.get("measured"):  # the metric + measured pair
         row = {**row, row["metric"]: row["measured"]}
-    if any(row.get(m, "") != "" for m in SERVING_METRICS):
-        return _serving_run(row, where)
-    return _training_run(row, where)
+    from shardwise.presets import model_family_note
+
+    run = _serving_run(row, where) if any(row.get(m, "") != "" for m in SERVING_METRICS) else _training_run(row, where)
+    return replace(run, model_note=model_family_note(row.get("model")) or "")
 
 
 def training_request(row: dict[str, str], where: str) -> Any:

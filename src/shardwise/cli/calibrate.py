@@ -150,6 +150,10 @@ def calibrate(
     from shardwise.requests.calibrate import CalibrateRequest
 
     answer = CalibrateRequest(runs, tuple(given.items()), params, max_params).run()
+    from shardwise.cli.options import echo_notes
+    from shardwise.requests.calibrate import model_notes
+
+    echo_notes(model_notes(answer.measured))
     measured, steps, notes, result = answer.measured, answer.values, list(answer.notes), answer.fit
     doc = answer.document()
     store.from_document(doc, output)  # never write a file that --calibration would refuse

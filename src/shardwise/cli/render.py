@@ -279,15 +279,10 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
     mt.add_row("[bold]total[/]", f"[bold]{format_bytes(total)}[/]", f"{total / capacity:.1%}")
     out.print(mt)
     out.print(f"{verdict} in {format_capacity(capacity)} per GPU")
-    from shardwise.requests.plan import PLAN_MEMORY_HEADROOM
-    from shardwise.units import share_or_bytes
+    from shardwise.requests.training import plan_headroom_note
 
-    headroom = share_or_bytes("--memory-headroom", PLAN_MEMORY_HEADROOM, capacity)
-    if fits and capacity - total < headroom:  # `plan` keeps this free: it would drop this plan
-        out.print(
-            f"[yellow]{format_bytes(capacity - total)} to spare: less than the {PLAN_MEMORY_HEADROOM} of each GPU "
-            "`plan` keeps free (--memory-headroom), so `plan` drops this layout as not fitting[/]"
-        )
+    if note := plan_headroom_note(est):  # `plan` keeps this free: it would drop this plan
+        out.print(f"[yellow]{note}[/]")
 
 
 @contextmanager
@@ -340,23 +335,40 @@ def plan_label(row: dict[str, Any]) -> str:
 
 
 def no_sequence_fits(est: Any, capacity: float) -> str:
-    """Why not one sequence fits a replica: the weights (and the engine's buffers) leave no room for a
-    KV cache, or one request's KV cache is more than the room they leave (a long prompt: 200k tokens
-    of Llama 3 70B on RTX 4090s, where 5 GB of weights were blamed for it)."""
+    """Why not one sequence fits a replica: the weights leave no room for a KV cache; TensorRT-LLM's
+    buffers, sized for a long prompt, take the room the weights leave (200k tokens of Llama 3 70B on
+    RTX 4090s at tp=8: 17.5 GB of buffers where the weights alone leave room for a 5.1 GB KV cache,
+    and the weights were blamed); or one request's KV cache is more than the room they leave (the same prompt in int4,
+    where 5 GB of weights were blamed for it)."""
     import numpy as np
 
-    from shardwise.engines.serving import kv_cache_free_bytes, memory_per_gpu
+    from shardwise.engines.engine_presets import engine, kv_cache_bytes
+    from shardwise.engines.serving import BENCH_WEIGHT_BYTES, kv_cache_free_bytes, memory_per_gpu
+    from shardwise.engines.trtllm_buffers import engine_buffers_bytes
     from shardwise.units import format_bytes, format_capacity
 
+    scn, wl = est.scenario, est.workload
     weights = format_bytes(float(est.weights_bytes))
-    w, per_sequence = memory_per_gpu(est.scenario, est.workload)
-    free = float(np.min(kv_cache_free_bytes(est.scenario, est.workload, w)))
+    w, per_sequence = memory_per_gpu(scn, wl)
+    free = float(np.min(kv_cache_free_bytes(scn, wl, w)))
     one = float(np.max(per_sequence))
+    tokens = int(wl.input_len) + int(wl.output_len)
     if 0 < free < one:
-        tokens = int(est.workload.input_len) + int(est.workload.output_len)
         return (
             f"one request's KV cache ({format_bytes(one)} per GPU for {tokens:,} tokens) is more than the "
             f"{format_bytes(free)} the engine leaves for it in {format_capacity(capacity)} ({weights} of weights, "
             "the rest its buffers and reserve)"
+        )
+    plan, memory = scn.plan, scn.cluster.gpu.memory_bytes
+    left = float(np.min(kv_cache_bytes(wl.engine, memory, w, plan.tp, plan.pp)))  # the weights' room, no buffers
+    if free <= 0 < left and engine(wl.engine).bench_buffers:
+        wb, kv = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0), BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        buffers = engine_buffers_bytes(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, wb, kv)
+        size = format_bytes(float(np.max(buffers)))
+        return (
+            f"the engine's buffers sized for a {int(wl.input_len):,}-token prompt ({size} "
+            f"per GPU: activations, runtime and decoder buffers) take all the room {weights} of weights leave in "
+            f"{format_capacity(capacity)} (a {format_bytes(left)} KV cache without them; a shorter --input-len "
+            "shrinks them)"
         )
     return f"{weights} of weights per GPU leave no room for a KV cache in {format_capacity(capacity)}"

@@ -31,6 +31,11 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
     from shardwise.calibration.runs import read_runs
 
     runs = read_runs(path)
+    from shardwise.cli.options import echo_notes
+    from shardwise.requests.calibrate import model_notes
+
+    notes = model_notes(runs)
+    echo_notes(notes)
     fitted, basis = None, ""
     if calibration:
         from shardwise.calibration import store
@@ -53,6 +58,7 @@ def show_runs(path: str, calibration: str | None, as_json: bool, markdown: bool,
                     "groups": [asdict(g) for g in report.groups],
                     "ranking_within_groups": [asdict(g) for g in report.rankings],
                     "runs": [{**asdict(r), "error": r.error, "covered": r.covered} for r in report.runs],
+                    "notes": notes,
                 }
             )
         )

@@ -145,8 +145,20 @@ class CalibrateResult:
 
     def as_dict(self, output: str) -> dict[str, Any]:
         """The JSON `calibrate --json` prints: the file's contents, where it went, the far runs, how
-        serving runs were priced (`serving_note`, null without them)."""
-        return {**self.document(), "output": output, "explained": list(self.notes), "serving": self.serving_note()}
+        serving runs were priced (`serving_note`, null without them), what model files without `family`
+        were given (`notes`)."""
+        return {
+            **self.document(),
+            "output": output,
+            "explained": list(self.notes),
+            "serving": self.serving_note(),
+            "notes": model_notes(self.measured),
+        }
+
+
+def model_notes(runs: list[Any]) -> list[str]:
+    """The family note of each model file without `family` the runs name, once each."""
+    return list(dict.fromkeys(r.model_note for r in runs if r.model_note))
 
 
 def explain_far(measured: list[Any], values: Any) -> list[str]:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from shardwise.requests.plan_result import PlanResult, with_intervals
-from shardwise.requests.training import PredictRequest, TrainingRequest, checked_emit
+from shardwise.requests.training import PLAN_MEMORY_HEADROOM, PredictRequest, TrainingRequest, checked_emit
 from shardwise.units import format_capacity, share_or_bytes
 
 # the fields of a request that say where and how the plans run (kept from the plan's own request);
@@ -119,12 +119,6 @@ def _names(name: str, value: Any, allowed: tuple[str, ...]) -> tuple[str, ...] |
         flag = "--" + name.replace("_", "-")
         raise SpecError(f"{flag}: {bad[0] if bad else value!r} is not allowed; choose from {', '.join(allowed)}")
     return out
-
-
-# what of each GPU's memory `plan` keeps free unless --memory-headroom says otherwise (the allocator's
-# fragmentation and the framework's buffers a model does not see vary by run); `predict` warns when a
-# plan that fits leaves less than this, since `plan` would drop it
-PLAN_MEMORY_HEADROOM = "10%"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,6 @@ search for the plan, precision and load that give the most tokens/s per GPU with
 
 from __future__ import annotations
 
-import math
 import shlex
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
@@ -39,10 +38,6 @@ FRAMEWORK_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sgl
 # default false (sglang PR 631; srt/entrypoints/engine.py)
 FRAMEWORK_NVLS_OFF = ("sglang",)
 RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
-# Request rates served: below one a day requests never overlap (each is served alone, the same
-# answer as one in flight) and arrival times lose the precision of a step; above 1e9 per second no
-# replica keeps up (the answer is the maximum throughput either way).
-REQUEST_RATE_RANGE_PER_S = (1.0 / 86400, 1e9)
 # the model and cluster fields a serving request takes from the training ones (its plans are its own)
 CLUSTER_NAMES = {f.name for f in (*F.MODEL_FIELDS, *F.CLUSTER_FIELDS)} | {"first_stage_layers", "last_stage_layers"}
 
@@ -237,48 +232,9 @@ class ServeRequest:
         mix = request_mix(self.lengths)
         given = self.input_len is not None or self.output_len is not None
         check_mix_flags(mix, self.burstiness, self.request_rate, self.batching, self.targets, self.emit, given)
-        if self.targets:  # checked before any search starts
-            if self.emit:
-                raise SpecError(
-                    "--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit"
-                )
-            if self.batching == "static" or self.max_throughput or self.request_rate is not None:
-                raise SpecError(
-                    "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
-                    "--max-throughput and --request-rate"
-                )
-            if self.concurrency is not None:  # never replace what was given
-                raise SpecError(
-                    f"--concurrency {self.concurrency}: --ttft-max/--tpot-max search the largest load that meets them; "
-                    "drop --concurrency, or drop the targets to price that load"
-                )
-            _seconds(self.ttft_max, "--ttft-max")
-            _seconds(self.tpot_max, "--tpot-max")
-        traffic = None
-        if self.concurrency is not None and not self.targets:  # one load only: never drop what was given
-            rate = "--request-rate" if self.request_rate is not None else None
-            other = "--max-throughput" if self.max_throughput else rate
-            if other is not None:
-                raise SpecError(f"--concurrency and {other} exclude each other: give one")
-        if not self.targets:
-            traffic = _traffic(self.batching, self.max_throughput, self.request_rate, budget, self.requests)
-            if traffic is not None:
-                traffic.update(mix=mix, seed=self.seed, burstiness=self.burstiness)
-        if self.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
-            given = [
-                flag
-                for flag, value, default in (
-                    ("--max-batched-tokens", self.max_batched_tokens, None),
-                    ("--requests", self.requests, 1000),
-                    ("--seed", self.seed, 0),
-                )
-                if value != default
-            ]
-            if given:
-                raise SpecError(
-                    f"{', '.join(given)} shape{'s' * (len(given) == 1)} the in-flight simulation; a static batch "
-                    "has none: drop --batching static, or drop them"
-                )
+        from shardwise.requests.serve_flags import check_load_flags
+
+        traffic = check_load_flags(self, budget, mix)
         return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes))
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
@@ -294,9 +250,10 @@ class ServeRequest:
     def search(self, s: ServeSetting, progress: Any = None) -> TargetsResult:
         """The latency-target search on a resolved setting (`progress(n)` as plans x precisions are done)."""
         from shardwise.analyses.serving_targets import search
+        from shardwise.requests.serve_flags import seconds_of
         from shardwise.requests.serve_plans import scenario_of
 
-        ttft, tpot = _seconds(self.ttft_max, "--ttft-max"), _seconds(self.tpot_max, "--tpot-max")
+        ttft, tpot = seconds_of(self.ttft_max, "--ttft-max"), seconds_of(self.tpot_max, "--tpot-max")
         pct = f"p{self.slo_percentile or '90'}"
         choices = None if self.weight_precision is None else [(s.workload.weight_precision, s.workload.kv_precision)]
         candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs] if self.plans else None
@@ -373,39 +330,3 @@ def layouts(cluster: Any) -> list[Any]:
 
     found = plans(int(cluster.num_gpus), int(cluster.gpus_per_node))
     return [parse_plan_spec(f"tp={tp}" + (f",pp={pp}" if pp > 1 else "")) for tp, pp in found]
-
-
-def _seconds(value: str | None, flag: str) -> float | None:
-    if value is None:
-        return None
-    from shardwise.units import UnitError, parse_seconds
-
-    try:
-        seconds = parse_seconds(value)
-    except UnitError as exc:
-        raise SpecError(f"{flag}: {exc}") from None
-    if not seconds > 0 or seconds == float("inf"):
-        raise SpecError(f"{flag}: {value!r} is not allowed; give a time > 0 such as 500ms")
-    return seconds
-
-
-def _traffic(
-    batching: str, max_throughput: bool, rate: float | None, max_batched_tokens: int, requests: int
-) -> dict[str, Any] | None:
-    """The in-flight simulation's settings (None: static batching), checked."""
-    if rate is not None:
-        low, high = REQUEST_RATE_RANGE_PER_S
-        if not (math.isfinite(rate) and low <= rate <= high):
-            raise SpecError(
-                f"--request-rate: {rate:g} is not allowed; it must be a number of requests per second from {low:g} "
-                f"(one a day: below it requests never meet, as one at a time) to {high:g}"
-            )
-        if batching == "static":
-            raise SpecError("--request-rate needs --batching inflight (a static batch has no arrivals)")
-        if max_throughput:
-            raise SpecError("--request-rate and --max-throughput exclude each other: give one")
-    if not 50 <= requests <= 1_000_000:  # the command line's range (percentiles need enough requests)
-        raise SpecError(f"--requests: {requests} is not allowed; give a whole number from 50 to 1000000")
-    if batching == "static":
-        return None
-    return {"rate_per_s": rate, "max_batched_tokens": max_batched_tokens, "requests": requests}

@@ -1,0 +1,94 @@
+"""`shardwise serve`'s load flags checked against each other: the latency targets, the request
+rate, --max-throughput, --concurrency, and what a static batch has no use for (moved out of
+`requests.serve`, same behaviour)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+from shardwise.errors import SpecError
+
+# Request rates served: below one a day requests never overlap (each is served alone, the same
+# answer as one in flight) and arrival times lose the precision of a step; above 1e9 per second no
+# replica keeps up (the answer is the maximum throughput either way).
+REQUEST_RATE_RANGE_PER_S = (1.0 / 86400, 1e9)
+
+
+def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
+    """`req`: a `requests.serve.ServeRequest` (not imported: serve imports this module). One clear
+    line where the load flags clash; else the in-flight simulation's settings (None: a
+    static batch, or the latency-target search, which picks its own loads)."""
+    if req.targets:  # checked before any search starts
+        if req.emit:
+            raise SpecError("--emit vllm prints the servers of --plan estimates; drop --ttft-max/--tpot-max to emit")
+        if req.batching == "static" or req.max_throughput or req.request_rate is not None:
+            raise SpecError(
+                "--ttft-max/--tpot-max search loads under in-flight batching: drop --batching static, "
+                "--max-throughput and --request-rate"
+            )
+        if req.concurrency is not None:  # never replace what was given
+            raise SpecError(
+                f"--concurrency {req.concurrency}: --ttft-max/--tpot-max search the largest load that meets them; "
+                "drop --concurrency, or drop the targets to price that load"
+            )
+        seconds_of(req.ttft_max, "--ttft-max")
+        seconds_of(req.tpot_max, "--tpot-max")
+    traffic = None
+    if req.concurrency is not None and not req.targets:  # one load only: never drop what was given
+        rate = "--request-rate" if req.request_rate is not None else None
+        other = "--max-throughput" if req.max_throughput else rate
+        if other is not None:
+            raise SpecError(f"--concurrency and {other} exclude each other: give one")
+    if not req.targets:
+        traffic = traffic_of(req.batching, req.max_throughput, req.request_rate, budget, req.requests)
+        if traffic is not None:
+            traffic.update(mix=mix, seed=req.seed, burstiness=req.burstiness)
+    if req.batching == "static":  # one batch, priced in closed form: nothing of the simulation applies
+        default = {f.name: f.default for f in fields(req)}  # the request's own defaults, not copies
+        names = ("max_batched_tokens", "requests", "seed")
+        given = ["--" + k.replace("_", "-") for k in names if getattr(req, k) != default[k]]
+        if given:
+            one = len(given) == 1
+            raise SpecError(
+                f"{', '.join(given)} shape{'s' * one} the in-flight simulation; a static batch "
+                f"has none: drop --batching static, or drop {'it' if one else 'them'}"
+            )
+    return traffic
+
+
+def seconds_of(value: str | None, flag: str) -> float | None:
+    if value is None:
+        return None
+    from shardwise.units import UnitError, parse_seconds
+
+    try:
+        seconds = parse_seconds(value)
+    except UnitError as exc:
+        raise SpecError(f"{flag}: {exc}") from None
+    if not seconds > 0 or seconds == float("inf"):
+        raise SpecError(f"{flag}: {value!r} is not allowed; give a time > 0 such as 500ms")
+    return seconds
+
+
+def traffic_of(
+    batching: str, max_throughput: bool, rate: float | None, max_batched_tokens: int, requests: int
+) -> dict[str, Any] | None:
+    """The in-flight simulation's settings (None: static batching), checked."""
+    if rate is not None:
+        low, high = REQUEST_RATE_RANGE_PER_S
+        if not (math.isfinite(rate) and low <= rate <= high):
+            raise SpecError(
+                f"--request-rate: {rate:g} is not allowed; it must be a number of requests per second from {low:g} "
+                f"(one a day: below it requests never meet, as one at a time) to {high:g}"
+            )
+        if batching == "static":
+            raise SpecError("--request-rate needs --batching inflight (a static batch has no arrivals)")
+        if max_throughput:
+            raise SpecError("--request-rate and --max-throughput exclude each other: give one")
+    if not 50 <= requests <= 1_000_000:  # the command line's range (percentiles need enough requests)
+        raise SpecError(f"--requests: {requests} is not allowed; give a whole number from 50 to 1000000")
+    if batching == "static":
+        return None
+    return {"rate_per_s": rate, "max_batched_tokens": max_batched_tokens, "requests": requests}
