@@ -259,7 +259,7 @@ def test_yaml_files(tmp_path):
             "--system",
             "nics_per_node: inf is not allowed; it must be > 0 and at most 1024",
         ),
-        (FRAMEWORK + "zero: 1\n", "--framework", "unknown field 'zero'; allowed: async_tp_grad"),
+        (FRAMEWORK + "zero: 1\n", "--framework", "unknown field 'zero'; allowed: aligned_chunk_sync"),
         (FRAMEWORK + "x: !!set {a, b}\n", "--framework", "unknown field 'x'"),
         (FRAMEWORK.replace("zero_stage: 1", "zero_stage: true"), "--framework", "zero_stage: True is not allowed"),
         (FRAMEWORK.replace("zero_stage: 1", "zero_stage: x"), "--framework", "zero_stage: 'x' is not allowed"),

@@ -67,6 +67,7 @@ CASES = {
             "zero_stage": [0, 1],
             "overlap_p2p": [False, True],
             "recompute_layers": [0, 1, 3],
+            "aligned_chunk_sync": [False, True],
         },
         {"schedule": "interleaved"},
     ),

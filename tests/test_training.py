@@ -162,6 +162,42 @@ def test_interleaved_chunks_reduce_their_gradients_as_each_finishes():
     # a bucket larger than chunk 0's share as priced stays the floor; NCCL's SMs add their share
     big = DpComm(1.0, 0.2, 0.3, 0.0, 0.0, 0.0, per_chunk=True, contention=0.1)
     assert big.exposed_s(True, 0.0, 4, 8)[0] == pytest.approx(0.3 + 0.1 * 0.7)
+    # the gather's chunk 0 holds the same share `head` (align_param_gather)
+    assert gather.exposed_s(True, 0.0, 4, 8, 0.4)[1] == pytest.approx(0.4)
+    # a stack whose data parallelism is not Megatron-Core's DDP (`aligned` false): chunk 0's 1/v
+    # hides behind its one chunk-backward pass (0.05 s), whatever its share; the bucket the floor
+    assert comm.exposed_s(True, 0.0, 4, 8, 0.4, False)[0] == pytest.approx(0.25 - 0.05)
+    assert gather.exposed_s(True, 0.0, 4, 8, 0.4, False)[1] == pytest.approx(0.25 - 0.05)
+    assert comm.exposed_s(True, 0.1, 4, 8, 0.4, False)[0] == pytest.approx(0.25 - 0.15)  # and the drain
+    assert comm.exposed_s(True, 0.0, 1, 1, 0.4, False)[0] == pytest.approx(0.8)  # v = 1: as before
+    assert big.exposed_s(True, 0.0, 4, 8, 0.4, False)[0] == pytest.approx(0.3 + 0.1 * 0.7)
+    # an array of plans: each its own rule
+    both = comm.exposed_s(True, 0.0, 4, 8, 0.4, np.array([True, False]))[0]
+    assert both == pytest.approx([0.4, 0.2])
+
+
+def test_only_megatron_cores_ddp_exposes_chunk_zero_whole():
+    """Megatron-Core's dispatch (align_grad_reduce, align_param_gather) is stated by the stacks
+    that run its DDP and distributed optimizer (`Plan.aligned_chunk_sync`): megatron-core alone.
+    torchtitan's interleaved plan keeps chunk 0's 1/v behind one chunk-backward pass, so its
+    exposed data-parallel time is below the same plan's with the flag (the review's 44 vs 113.5 ms)."""
+    assert presets.framework("megatron-core")["aligned_chunk_sync"] is True
+    for other in presets.names("frameworks"):
+        if other != "megatron-core":
+            assert not presets.framework(other).get("aligned_chunk_sync", False), other
+    model, cluster = presets.model("llama3-70b"), presets.system("dgx-h100", nodes=16)
+    fw = presets.framework("torchtitan")
+    fw.pop("zero_stage", None)
+    fw = {k: v for k, v in fw.items() if k in Plan.__dataclass_fields__}
+    plan = Plan(tp=4, pp=4, dp=8, vpp=5, schedule="interleaved", global_batch=64, sequence_parallel=True, **fw)
+    own, megatron = (
+        float(estimate_training_step(Scenario(model, cluster, plan.with_(aligned_chunk_sync=a))).breakdown.dp_comm_s)
+        for a in (False, True)
+    )
+    assert own < 0.6 * megatron
+    flat = plan.with_(vpp=1, schedule="1f1b")  # v = 1: the flag changes nothing
+    a, b = (estimate_training_step(Scenario(model, cluster, flat.with_(aligned_chunk_sync=x))) for x in (False, True))
+    assert float(a.step_time_s) == float(b.step_time_s)
 
 
 def test_interleaved_chunk_zero_holds_the_first_stages_embedding():

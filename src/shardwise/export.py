@@ -115,6 +115,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "spmd_grad_reduce",
         "scan_unpipelined",
         "zero1_grad_all_reduce",
+        "aligned_chunk_sync",
         "expandable_segments",
         "loss_kernel",
         "optimizer_state",

@@ -71,6 +71,7 @@ class DpComm:
         chunks: Number = 1,
         rounds: Number = 1,
         head: Number | None = None,
+        aligned: Number = True,
     ) -> tuple[Number, Number]:
         """(exposed gradient part, exposed gather part): each is what its window does not
         cover, and at least its unhideable bucket. ZeRO-3 (`shared_window`): the reductions
@@ -85,24 +86,29 @@ class DpComm:
         reduction has (v-1) p chunk-backward passes to hide behind. Chunk 0's waits whole:
         `align_grad_reduce` (Megatron-LM's default, Megatron-Bridge's DistributedInitConfig)
         makes schedules.py launch each chunk's whole `start_grad_sync` pp-rank virtual
-        micro-batches after its last backward (backward_step_helper_postprocess), and chunk 0's,
-        the last, after the loop ("Launch any remaining grad reductions"), on the first stage
-        with no compute left; and `align_param_gather` (on with vp > 1 in Megatron-LM,
-        NeMo's MegatronCommOverlapCallback and Megatron-Bridge's comm_overlap.py) dispatches
-        chunks 0 and 1's all-gathers together before the first forward, every bucket of chunk 0
-        at once in bucket order, and the forward pre-hook of chunk 0's first layer waits for its
-        bucket, the last of them (distributed_data_parallel.py `start_param_sync`,
-        `_make_forward_pre_hook`; buckets only on chunk 0 of the first stage: `disable_bucketing`
-        for chunks > 0 in megatron/training/training.py, `bucket_size = None` where pp_rank > 0).
+        micro-batches after its last backward (backward_step_helper_postprocess; chunk 0's, the
+        last, on pp rank 0 in that call right after its last backward, on later ranks, whose
+        launch falls past the loop, after it: "Launch any remaining grad reductions"), with no
+        compute left beside it (NeMo 2 never sets align_grad_reduce: docs/model.md); and
+        `align_param_gather` (on with vp > 1 in Megatron-LM, NeMo's MegatronCommOverlapCallback
+        and Megatron-Bridge's comm_overlap.py) dispatches chunks 0 and 1's all-gathers together
+        before the first forward, every bucket of chunk 0 at once in bucket order, and the
+        forward pre-hook of chunk 0's first layer waits for its bucket, the last of them
+        (distributed_data_parallel.py `start_param_sync`, `_make_forward_pre_hook`; buckets only
+        on chunk 0 of the first stage: `disable_bucketing` for chunks > 0 in
+        megatron/training/training.py, `bucket_size = None` where pp_rank > 0).
         So the unhideable part is chunk 0's whole collective, `head` of the bytes (default 1/v;
         the first stage's chunk 0 also holds the embedding, `dp_step.chunk_head_shares`), or the
-        last bucket where that is larger as priced. With v = 1 all of it reduces to the single
-        window and the bucket."""
+        last bucket where that is larger as priced. Without `aligned` (`Plan.aligned_chunk_sync`:
+        stacks whose data parallelism is not Megatron-Core's DDP, whose dispatch was not read),
+        chunk 0's 1/v hides behind its one chunk-backward pass (and the drain), the last bucket
+        exposed. With v = 1 all of it reduces to the single window and the bucket."""
         overlap = as_bool(overlap_grad)
         z3 = as_bool(self.shared_window)
         if one_value(z3) and bool(z3):
             return self._shared_s(overlap, drain_s), 0.0
-        grad, gather = self._grad_s(overlap, drain_s, chunks, rounds, head), self._gather_s(chunks, rounds, head)
+        grad = self._grad_s(overlap, drain_s, chunks, rounds, head, aligned)
+        gather = self._gather_s(chunks, rounds, head, aligned)
         if one_value(z3):
             return grad, gather
         return np.where(z3, self._shared_s(overlap, drain_s), grad), np.where(z3, 0.0, gather)
@@ -116,33 +122,45 @@ class DpComm:
         chunks: Number,
         rounds: Number,
         head: Number | None = None,
+        aligned: Number = True,
     ) -> Number:
         """What of a collective of `total_s` stays exposed beside its compute `window_s` (+ the
         drain): per chunk where it is (see `exposed_s`), at least its unhideable part (the
         bucket; interleaved, chunk 0's whole share `head`) and the compute NCCL's SMs take while
-        the rest hides; with no window, all of it."""
+        the rest hides (not `aligned`: chunk 0's 1/v behind its one chunk-pass); with no window, all
+        of it."""
         v = ifelse(as_bool(self.per_chunk), as_float(chunks), 1.0)
         one = window_s / v  # one chunk's pass of the micro-batch
         whole = one * (1.0 + (v - 1.0) * as_float(rounds)) + drain_s
         share = 1.0 / v if head is None else ifelse(v > 1.0, head, 1.0)
-        unhidden = ifelse(v > 1.0, maximum(bucket_s, total_s * share), bucket_s)  # chunk 0's, whole
+        aligned = as_bool(aligned) & (v > 1.0)
+        unhidden = ifelse(aligned, maximum(bucket_s, total_s * share), bucket_s)  # chunk 0's, whole
         floor = ifelse(whole > 0, unhideable_s(unhidden, total_s, self.contention), total_s)
-        return minimum(maximum(total_s - whole, floor), total_s)
+        late = ifelse(aligned, 0.0, total_s / v - (one + drain_s))  # chunk 0's 1/v behind one chunk-pass
+        return minimum(maximum(maximum(total_s - whole, late), floor), total_s)
 
     def _grad_s(
-        self, overlap: np.ndarray, drain_s: Number, chunks: Number = 1, rounds: Number = 1, head: Number | None = None
+        self,
+        overlap: np.ndarray,
+        drain_s: Number,
+        chunks: Number = 1,
+        rounds: Number = 1,
+        head: Number | None = None,
+        aligned: Number = True,
     ) -> Number:
         if one_value(overlap) and not bool(overlap):  # no window: the whole reduction
             return self.grad_s
         window = ifelse(overlap, self.grad_window_s, 0.0)
         drain = ifelse(overlap, drain_s, 0.0)
-        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds, head)
+        return self._hidden_beside(self.grad_s, window, self.grad_bucket_s, drain, chunks, rounds, head, aligned)
 
-    def _gather_s(self, chunks: Number = 1, rounds: Number = 1, head: Number | None = None) -> Number:
+    def _gather_s(
+        self, chunks: Number = 1, rounds: Number = 1, head: Number | None = None, aligned: Number = True
+    ) -> Number:
         window = self.gather_window_s
         if one_value(window) and not window:  # no window: the whole gather
             return self.gather_s
-        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds, head)
+        return self._hidden_beside(self.gather_s, window, self.gather_bucket_s, 0.0, chunks, rounds, head, aligned)
 
     def zero3_phases(self) -> tuple[Number, Number, Number]:
         """ZeRO-3's communication split at the end of the backward pass: (what of the forward
@@ -281,14 +299,15 @@ def exposed_by_runs(
         def cut(x: Number, lo: int = lo, hi: int = hi) -> Number:
             return x[lo:hi] if type(x) is np.ndarray and x.ndim > 0 else x
 
-        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole, backward3, wait, head = (
-            cut(x) for x in values
+        backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole, backward3, wait = (
+            cut(x) for x in values[:12]
         )
+        head, aligned = cut(values[12]), cut(values[13])
         part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
         window = backward3 if k == 3 else backward
         fields = zero_stage_fields(k, part, window, forward, total, m, overlap_gather, whole)
         comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
-        grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds, head)
+        grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds, head, aligned)
         exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))
         totals.append(np.broadcast_to(comm.total_s, (hi - lo,)))
     return np.concatenate(exposed), np.concatenate(totals)

@@ -142,6 +142,7 @@ def data_parallel_exposed_s(
                 cost.backward_s,  # ZeRO-3's reductions' window (`_zero_stage_fields`)
                 m * cost.host_wait_s,
                 head,
+                plan.aligned_chunk_sync,
             )
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)
@@ -152,7 +153,7 @@ def data_parallel_exposed_s(
         comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
         if routed is not None:
             comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
-        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds, head)
+        grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds, head, plan.aligned_chunk_sync)
         exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)
     # the tied embeddings' all-reduce, one collective of the first and last stage from the later of
@@ -188,6 +189,31 @@ def chunk_head_shares(scn: Scenario, held: tuple[Number, Number, Number]) -> tup
         return minimum((layers + extra) / n if first else layers / n, 1.0)
 
     return share(held[0], first_extra, True), 1.0 / v, share(held[2], last_extra, False)
+
+
+def chunked_left_s(
+    left_s: float,
+    bucket_s: float,
+    grad_s: float,
+    one_backward_s: float,
+    v: int,
+    p: int,
+    i: int,
+    head: float,
+    aligned: bool,
+) -> tuple[float, float]:
+    """The simulator's (exposed reduction, unhideable part) of pipeline stage i's per-chunk
+    reductions under the interleaved schedule (`DpComm.exposed_s`, the closed form's rule): all
+    but chunk 0's hide behind the last round's (v-1) p earlier chunk-backward passes, and the
+    reduction starts i chunk-passes late, aligned across the pipeline ranks. `aligned`
+    (`Plan.aligned_chunk_sync`, Megatron-Core's DDP): chunk 0's share `head` waits whole, so it is
+    also the unhideable part; otherwise chunk 0's 1/v, which the simulator hides behind its last
+    backward operation, and the last bucket stays the unhideable part. `left_s`: the reduction
+    less what earlier micro-batches hide; `one_backward_s`: one micro-batch's backward on all v
+    chunks."""
+    share = head if aligned else 1.0 / v
+    left = max(left_s - (v - 1) * p * one_backward_s / v, grad_s * share) + i * one_backward_s / v
+    return left, max(bucket_s, grad_s * head) if aligned else bucket_s
 
 
 # a stage's per-micro-batch seconds that ZeRO-2/3's gathers and reductions hide behind: all but

@@ -28,6 +28,7 @@ from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
 from shardwise.engines.dp_step import (
     chunk_head_shares,
+    chunked_left_s,
     dp_comm,
     pace_stretch,
     paced_cost,
@@ -174,6 +175,7 @@ def stage_times(scn: Scenario) -> StageTimes:
     dp, tail, gather, opt, syncs = [], [], [], [], []
     priced: dict[Any, Any] = {}  # the middle stages hold the same layers: their reductions priced once
     heads = chunk_head_shares(scn, (held[0], held[0], held[-1]))  # chunk 0's share (`DpComm.exposed_s`)
+    aligned = bool(_scalar("aligned_chunk_sync", plan.aligned_chunk_sync))
 
     # the pace of the pipeline's steady state: ZeRO-2/3's reductions run through what a stage's
     # own passes leave of it (`dp_step.paced_cost`, as the closed form)
@@ -215,12 +217,9 @@ def stage_times(scn: Scenario) -> StageTimes:
         hides = overlap or z3
         left = max(0.0, total - earlier)
         v, head = int(plan.vpp), float(np.asarray(heads[0 if i == 0 else 2 if i == p - 1 else 1]))
-        chunked = hides and not z3 and v > 1 and bool(np.asarray(c.per_chunk))
-        if chunked:  # per-chunk reductions (DpComm.exposed_s): all but chunk 0's, whole, hide behind the
-            # last round's (v-1) p earlier chunk-backward passes
-            left = max(left - (v - 1) * p * one_backward / v, float(np.asarray(c.grad_s)) * head)
-            left += i * one_backward / v  # launched i chunk-passes late, aligned across the ranks
-            bucket = max(bucket, float(np.asarray(c.grad_s)) * head)
+        if hides and not z3 and v > 1 and bool(np.asarray(c.per_chunk)):  # per-chunk reductions
+            grad_s = float(np.asarray(c.grad_s))
+            left, bucket = chunked_left_s(left, bucket, grad_s, one_backward, v, p, i, head, aligned)
         dp.append((left if hides else total) + forward_excess)
         # unhideable: the last bucket, and the compute NCCL's SMs take while the rest hides
         # (ZeRO-3: NCCL's SMs are held through the forward passes' gathers too, as `DpComm._shared_s`
@@ -248,7 +247,7 @@ def stage_times(scn: Scenario) -> StageTimes:
         after = float(np.asarray(serial["replica_all_reduce"])) + syncs[-1]
         dp[-1], tail[-1] = dp[-1] + after, tail[-1] + after
         rounds = p if int(plan.vpp) > 1 else 1
-        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, v, rounds, head)[1])))
+        gather.append(0.0 if z3 else float(np.asarray(c.exposed_s(overlap, 0.0, v, rounds, head, aligned)[1])))
         opt.append(float(np.asarray(optimizer_time_s(scn, n_params, n_expert, n_weights))))
     return StageTimes(
         forward,

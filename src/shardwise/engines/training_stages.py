@@ -66,6 +66,7 @@ PER_MICRO_BATCH_IGNORES = frozenset(
         "overlap_grad_reduce",
         "overlap_param_gather",
         "zero1_grad_all_reduce",
+        "aligned_chunk_sync",  # read only by the data-parallel exposure (`DpComm.exposed_s`)
         "scan_unpipelined",  # read only by the data-parallel exposure (`dp_step.scan_edges_s`)
     )
 ) | {("cluster", "nodes")}

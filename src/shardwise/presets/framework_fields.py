@@ -41,6 +41,7 @@ STACK_FIELDS = (
     "spmd_grad_reduce",
     "scan_unpipelined",
     "zero1_grad_all_reduce",
+    "aligned_chunk_sync",
     "expandable_segments",
     "loss_kernel",
     "optimizer_state",
@@ -86,6 +87,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     booleans = (
         "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
         "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined",
+        "aligned_chunk_sync",
     )  # fmt: skip
     for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
         if field in data:

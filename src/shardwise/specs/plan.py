@@ -226,6 +226,11 @@ class Plan:
     step's gradient passes (the norm for clipping, the scaling, the zeroing) run over every local
     gradient, not the rank's shard (nanotron: no DDP wrapper under fp32 accumulation with ZeRO,
     `engines.dp_comm.zero_stage_fields`, `engines.training_layout.optimizer_time_s`);
+    `aligned_chunk_sync`: under the interleaved schedule the stack's data parallelism is
+    Megatron-Core's DDP and distributed optimizer, which launch model chunk 0's whole gradient
+    reduction after its last backward pass and its whole parameter gather before the first forward
+    (align_grad_reduce, align_param_gather), so all of chunk 0's share stays exposed; false: chunk
+    0's 1/v hides behind one chunk's backward pass, the last bucket exposed (`engines.dp_comm.DpComm.exposed_s`);
     `loss_kernel`: "stack" (the framework's loss, `physics.memory_stacks.STACKS`) or "te", Transformer
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
@@ -305,6 +310,7 @@ class Plan:
     spmd_grad_reduce: bool | np.ndarray = False
     scan_unpipelined: bool | np.ndarray = False
     zero1_grad_all_reduce: bool | np.ndarray = False
+    aligned_chunk_sync: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False
     loss_kernel: str = "stack"
     optimizer_state: str = "fp32"

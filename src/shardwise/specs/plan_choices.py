@@ -94,6 +94,7 @@ BOOLEAN_FIELDS = (
     "spmd_grad_reduce",
     "scan_unpipelined",
     "zero1_grad_all_reduce",
+    "aligned_chunk_sync",
     "expandable_segments",
     *EXECUTION_FLAGS,
 )
