@@ -33,8 +33,9 @@ The group's part at a mean of x tokens a rank is `engines.iteration.iteration_ti
 with `group_tokens` x; a rank's own part its pass priced in phase less the group's part at its own
 tokens (exact where the costs add, one pipeline stage: data-parallel attention refuses pp > 1).
 Not priced: the output layer's gather of SGLang under the group (each rank's own logits tokens),
-vLLM's router on a rank's own tokens (on the mean), the eager gaps of a vLLM pass taken at the
-rank's decodes. TensorRT-LLM's attention DP stays in phase (not read).
+vLLM's router on a rank's own tokens (on the mean). The eager gaps of a vLLM pass without graphs are
+a rank's eager decode less its graphed one at its decodes, at one decode where it runs only prompt
+chunks (the gaps follow the kernels launched, not the tokens). TensorRT-LLM's attention DP stays in phase (not read).
 """
 
 from __future__ import annotations
@@ -114,9 +115,11 @@ class Lockstep:
             return own + group(total / self.ranks)
         widest = max(d + q for d, q in zip(ds, qs, strict=True))
         graphed = widest <= self.capture_tokens
+        # without graphs every rank runs eager, a prompt-only rank too: its launch gaps are a pass's
+        # kernels, not its tokens (the gaps of a one-sequence decode where it decodes none)
         for d, q in zip(ds, qs, strict=True):
             if d + q > 0:
-                own = max(own, self.table(d, q) - group(d + q) + (0.0 if graphed else self.decode(d)))
+                own = max(own, self.table(d, q) - group(d + q) + (0.0 if graphed else self.decode(max(d, 1))))
         return own + group(widest if graphed else (sum(ds) + sum(qs)) / self.ranks)
 
 
