@@ -182,3 +182,11 @@ def test_sglang_sends_requests_round_robin():
     """SGLang: request 2 goes to rank 0 beside request 0, though rank 1 is empty (MAX_LEN: two decodes)."""
     table = linear_table(b=1e-3)
     assert two_ranks_third_request("sglang") == pytest.approx(table(2, 0))
+
+
+def test_the_group_runs_the_exact_users():
+    """Nine users over eight ranks in lockstep run as nine (`Traffic.group_users`), not ceil(9/8) = 2
+    a rank (sixteen): never more than nine requests in flight over the group."""
+    replica = deepseek("vllm")
+    sim = replica.run(Traffic(users=2, requests=50, group_users=9))
+    assert 8 < 8 * sim.mean_running <= 9

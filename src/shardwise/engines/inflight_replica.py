@@ -161,7 +161,7 @@ class Replica:
         wl, step = self.workload, self.lockstep
         after = self._decode_step_s if self.prefill_step_first else None  # this replica's table (`holding`)
         if step is not None:  # `traffic` is a rank's: the group's runs together, its rates per rank
-            users = None if traffic.users is None else traffic.users * step.ranks
+            users = None if traffic.users is None else traffic.group_users or traffic.users * step.ranks
             rate = None if traffic.rate_per_s is None else traffic.rate_per_s * step.ranks
             requests = traffic.requests * step.ranks  # `traffic.requests` a rank's, as the users and rate
             traffic = replace(traffic, users=users, rate_per_s=rate, requests=requests)
