@@ -125,20 +125,20 @@ def test_only_data_parallel_attention_under_vllm_and_sglang_steps_in_lockstep():
     assert trt.lockstep is None
 
 
-def test_an_sglang_rank_alternates_prefill_and_decode_passes_and_never_jumps_past_a_prompt():
-    """Prefill apart (SGLang): a rank with a prompt waiting and decodes running prefills in one pass
-    and decodes in the next; a decode pass with a prompt still waiting is not jumped over."""
+def test_an_sglang_rank_prefills_first_and_never_jumps_past_a_prompt():
+    """Prefill apart (SGLang): a rank with a prompt admitted prefills before it decodes again
+    (`get_next_batch_to_run`), its decodes waiting; a decode pass with a prompt waiting is not jumped over."""
     table = linear_table()
     prefill = curve(np.asarray([0.0, 4096.0]), np.asarray([0.03, 0.03 + 4096 * 1e-5]))
     step = Lockstep(1, "sglang", table, group=flat(), decode=flat(), prefill=prefill)
-    inputs, outputs = np.asarray([100, 100, 100]), np.asarray([50, 50, 50])
-    arrival = np.zeros(3)
-    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 3, 100, None, 0, 100, decodes_share_budget=False)
-    pre, dec = prefill(100), table(1, 0)
-    # A's prefill (nothing decodes yet), A decodes, B's prefill, A decodes, C's prefill
-    assert run.first[0] == pytest.approx(pre)
-    assert run.first[1] == pytest.approx(2 * pre + dec)
-    assert run.first[2] == pytest.approx(3 * pre + dec + table(2, 0))
+    inputs, outputs = np.asarray([100, 100, 100, 100]), np.asarray([50, 50, 50, 50])
+    arrival = np.asarray([0.0, 0.0, 0.0, 1.0])
+    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 4, 100, None, 0, 100, decodes_share_budget=False)
+    pre = prefill(100)
+    # one prompt a pass (the budget): A's, B's, C's prefills back to back, the decodes after
+    np.testing.assert_allclose(run.first[:3], [pre, 2 * pre, 3 * pre], rtol=1e-12)
+    # D arrives while three decode: prefilled in the first pass that starts after its arrival
+    assert run.first[3] - pre == pytest.approx(run.clock[int(np.searchsorted(run.clock, 1.0))], rel=1e-12)
 
 
 def test_requests_are_a_ranks_as_the_rate_is():

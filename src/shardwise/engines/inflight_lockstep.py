@@ -10,7 +10,8 @@ seconds split into the slowest rank's own part (its attention, its projections: 
 its own batch) and the group's part (the routed experts, the gather, SGLang's dense MLPs over the
 group), which every rank pays on the tokens the gather carries:
 
-- **SGLang** (`--moe-a2a-backend none`): a rank prefills or decodes, never both (prefill apart). A
+- **SGLang** (`--moe-a2a-backend none`): a rank prefills or decodes, never both (prefill apart),
+  prefill first whenever it has a prompt admitted (`Scheduler.get_next_batch_to_run`). A
   pass with no prompt tokens on any rank pads every rank to the longest (`DpPaddingMode.MAX_LEN`)
   and replays its CUDA graph: the fullest rank's decode, priced in phase. A pass with prompt tokens
   on any rank (`is_extend_in_batch`, the max over the ranks) takes the summed-length all-reduces on
@@ -175,7 +176,8 @@ def run_lockstep(
     lengths: each rank admits, prefills and decodes its own requests by the rules of one replica
     (`engines.inflight_loops.run_arrays`: `slots` sequences, `blocks` of its own `free_blocks`, a
     `budget` of tokens a pass, chunks of at most `chunk_tokens`); where prompts are prefilled apart
-    (SGLang) a rank with prompts to prefill prefills in one pass and decodes in the next. Runs of
+    (SGLang) a rank with a prompt admitted prefills before it decodes again (`get_next_batch_to_run`
+    takes a prefill batch whenever it can form one, managers/scheduler.py). Runs of
     passes with no prompt tokens anywhere, no arrival and no finish are jumped over. The areas and
     tokens are the group's (all ranks)."""
     n, ranks = len(inputs), step.ranks
@@ -190,7 +192,6 @@ def run_lockstep(
     dec: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]  # decoding: a heap of (end, request)
     free = [free_blocks] * ranks
     decoded = [0] * ranks  # decode passes of each rank
-    last_prefill = [False] * ranks
     # issued requests not yet arrived, by arrival (a closed loop's successors arrive before the
     # first users' staggered starts end: taken in time order, not in the order issued)
     future = [(a, i) for i, a in enumerate(arrival[:issued])]
@@ -238,12 +239,8 @@ def run_lockstep(
                 if d == 0 and q == 0:  # a budget below one chunk still progresses
                     q = min(prompt_left[mine[0]], budget)
                     take.append((mine[0], q))
-                if step.apart and q > 0 and d > 0 and last_prefill[r]:
-                    take.clear()  # decode after a prefill pass
-                    q = 0
                 if step.apart and q > 0:
-                    d = 0  # a prefill pass: the rank's decodes wait
-            last_prefill[r] = q > 0
+                    d = 0  # a prefill pass, first whenever a prompt waits: the rank's decodes wait
             ds[r], qs[r] = d, q
         dt = step.step_s(ds, qs)
         steps = 1
