@@ -100,7 +100,7 @@ def deepseek(engine: str) -> Replica:
 def test_deepseek_v3s_ranks_in_lockstep_decode_slower_and_prefill_sooner(engine):
     """DeepSeek-V3 at tp=1,ep=8, 32 requests a rank: out of phase a rank's prompt no longer waits
     for all eight ranks' prompts through the experts (TTFT down), but every decoding rank waits
-    through each other rank's prefill pass (TPOT up); the spread of TTFTs widens."""
+    through each other rank's prefill pass (TPOT up)."""
     replica = deepseek(engine)
     assert replica.lockstep is not None and replica.lockstep.ranks == 8
     traffic = Traffic(users=32, requests=400, rounds=3)
@@ -125,17 +125,68 @@ def test_only_data_parallel_attention_under_vllm_and_sglang_steps_in_lockstep():
     assert trt.lockstep is None
 
 
-def test_an_sglang_rank_alternates_prefill_and_decode_passes_and_never_jumps_past_a_prompt():
-    """Prefill apart (SGLang): a rank with a prompt waiting and decodes running prefills in one pass
-    and decodes in the next; a decode pass with a prompt still waiting is not jumped over."""
+def test_an_sglang_rank_prefills_first_and_never_jumps_past_a_prompt():
+    """Prefill apart (SGLang): a rank with a prompt admitted prefills before it decodes again
+    (`get_next_batch_to_run`), its decodes waiting; a decode pass with a prompt waiting is not jumped over."""
     table = linear_table()
     prefill = curve(np.asarray([0.0, 4096.0]), np.asarray([0.03, 0.03 + 4096 * 1e-5]))
     step = Lockstep(1, "sglang", table, group=flat(), decode=flat(), prefill=prefill)
-    inputs, outputs = np.asarray([100, 100, 100]), np.asarray([50, 50, 50])
-    arrival = np.zeros(3)
-    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 3, 100, None, 0, 100, decodes_share_budget=False)
-    pre, dec = prefill(100), table(1, 0)
-    # A's prefill (nothing decodes yet), A decodes, B's prefill, A decodes, C's prefill
-    assert run.first[0] == pytest.approx(pre)
-    assert run.first[1] == pytest.approx(2 * pre + dec)
-    assert run.first[2] == pytest.approx(3 * pre + dec + table(2, 0))
+    inputs, outputs = np.asarray([100, 100, 100, 100]), np.asarray([50, 50, 50, 50])
+    arrival = np.asarray([0.0, 0.0, 0.0, 1.0])
+    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 4, 100, None, 0, 100, decodes_share_budget=False)
+    pre = prefill(100)
+    # one prompt a pass (the budget): A's, B's, C's prefills back to back, the decodes after
+    np.testing.assert_allclose(run.first[:3], [pre, 2 * pre, 3 * pre], rtol=1e-12)
+    # D arrives while three decode: prefilled in the first pass that starts after its arrival
+    assert run.first[3] - pre == pytest.approx(run.clock[int(np.searchsorted(run.clock, 1.0))], rel=1e-12)
+
+
+def test_requests_are_a_ranks_as_the_rate_is():
+    """`Traffic.requests` is one rank's, like its rate: the group runs eight ranks' requests, so a
+    rank's measured requests (`simulated_requests`) are the requests asked for less the warm-up."""
+    replica = deepseek("vllm")
+    sim = replica.run(Traffic(rate_per_s=0.5, requests=50))
+    assert len(sim.ttft_s) == 8 * 45
+
+
+def test_a_vllm_pass_without_graphs_is_eager_on_every_rank():
+    """A rank that runs only a prompt chunk runs eager too: its launch gaps are priced (at one decode)."""
+    table = linear_table()
+    gaps = curve(np.asarray([0.0, 1.0, 512.0]), np.asarray([0.0, 0.005, 0.006]))
+    step = Lockstep(8, "vllm", table, group=flat(), decode=gaps, capture_tokens=512)
+    assert step.step_s([0] * 8, [1000] + [0] * 7) == pytest.approx(table(0, 1000) + 0.005)
+    assert step.step_s([0] * 8, [1000] * 8) == pytest.approx(table(0, 1000) + 0.005)
+    assert step.step_s([32] * 8, [1000] + [0] * 7) == pytest.approx(table(32, 1000) + gaps(32))
+
+
+def two_ranks_third_request(mode: str) -> float:
+    """Two ranks; request 0 decodes long on rank 0, request 1 passes through rank 1, request 2
+    arrives with rank 1 empty again: its time per output token tells which rank it went to."""
+    table = linear_table(b=1e-3)
+    prefill = curve(np.asarray([0.0, 4096.0]), np.asarray([0.03, 0.03 + 4096 * 1e-5]))
+    step = Lockstep(2, mode, table, group=flat(), decode=flat(), prefill=prefill, capture_tokens=10**9)
+    inputs, outputs = np.asarray([100, 100, 100]), np.asarray([1000, 5, 5])
+    arrival = np.asarray([0.0, 0.001, 1.0])
+    run = run_lockstep(step, inputs, outputs, 8, False, arrival, 3, 2048, None, 0)
+    assert run.done[0] > run.done[2]  # request 0 still decodes on rank 0 throughout
+    return float((run.done[2] - run.first[2]) / 4)
+
+
+def test_vllm_sends_a_request_to_the_least_loaded_rank():
+    """vLLM: request 2 goes to the empty rank 1 (round robin would send it to the busy rank 0)."""
+    table = linear_table(b=1e-3)
+    assert two_ranks_third_request("vllm") == pytest.approx(table(1, 0))
+
+
+def test_sglang_sends_requests_round_robin():
+    """SGLang: request 2 goes to rank 0 beside request 0, though rank 1 is empty (MAX_LEN: two decodes)."""
+    table = linear_table(b=1e-3)
+    assert two_ranks_third_request("sglang") == pytest.approx(table(2, 0))
+
+
+def test_the_group_runs_the_exact_users():
+    """Nine users over eight ranks in lockstep run as nine (`Traffic.group_users`), not ceil(9/8) = 2
+    a rank (sixteen): never more than nine requests in flight over the group."""
+    replica = deepseek("vllm")
+    sim = replica.run(Traffic(users=2, requests=50, group_users=9))
+    assert 8 < 8 * sim.mean_running <= 9

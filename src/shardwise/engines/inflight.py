@@ -157,9 +157,13 @@ def estimate_inflight(
     elif users is not None:
         per_replica = math.ceil(users / replicas)
         simulated = min(per_replica, QUEUED_SIMULATED * slots)
-        sim = replica.run(Traffic(users=simulated, requests=requests, seed=seed))
+        # ranks in lockstep run together: the group's users exactly (9 over 8 ranks: 9, not 16)
+        group = users if replica.lockstep is not None and per_replica == simulated else None
+        sim = replica.run(Traffic(users=simulated, requests=requests, seed=seed, group_users=group))
         if per_replica > simulated:
             sim = queued_behind(sim, per_replica - simulated, replica.mean_output_len)
+        if group is not None:
+            return estimate_from(replica, sim, saturated, users, rate_per_s, burstiness, exact=True)
     else:
         sim = saturated
     return estimate_from(replica, sim, saturated, users, rate_per_s, burstiness)
@@ -172,9 +176,11 @@ def estimate_from(
     users: int | None,
     rate_per_s: float | None,
     burstiness: float = 1.0,
+    exact: bool = False,
 ) -> InflightEstimate:
     """The estimate of what `sim` ran on `replica`, all replicas together; `saturated` (the KV
-    cache kept full) gives the rate the replicas sustain."""
+    cache kept full) gives the rate the replicas sustain. `exact`: `sim` ran all `users` (ranks in
+    lockstep), its rates one rank's mean."""
     scn, wl, replicas, slots = replica.scenario, replica.workload, replica.replicas, replica.slots
     d, q = np.asarray(sim.mean_decode), np.asarray(sim.mean_prompt_tokens)
     mean = iteration_times(scn, wl, d, q, replica.mean_context, replica.max_batched_tokens)
@@ -191,7 +197,7 @@ def estimate_from(
     # a closed loop of users spread evenly: `sim` ran the fullest replica's ceil(users / replicas),
     # the others hold one fewer (or none), so the replicas together run users / ceil(users /
     # replicas) of it, each request at the fullest replica's pace (as static batching is timed)
-    busy = replicas if users is None or rate_per_s is not None else users / math.ceil(users / replicas)
+    busy = replicas if users is None or rate_per_s is not None or exact else users / math.ceil(users / replicas)
     has_tpot = replica.mix is not None or wl.output_len > 1
     return InflightEstimate(
         scenario=scn,

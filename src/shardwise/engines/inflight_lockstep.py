@@ -10,7 +10,8 @@ seconds split into the slowest rank's own part (its attention, its projections: 
 its own batch) and the group's part (the routed experts, the gather, SGLang's dense MLPs over the
 group), which every rank pays on the tokens the gather carries:
 
-- **SGLang** (`--moe-a2a-backend none`): a rank prefills or decodes, never both (prefill apart). A
+- **SGLang** (`--moe-a2a-backend none`): a rank prefills or decodes, never both (prefill apart),
+  prefill first whenever it has a prompt admitted (`Scheduler.get_next_batch_to_run`). A
   pass with no prompt tokens on any rank pads every rank to the longest (`DpPaddingMode.MAX_LEN`)
   and replays its CUDA graph: the fullest rank's decode, priced in phase. A pass with prompt tokens
   on any rank (`is_extend_in_batch`, the max over the ranks) takes the summed-length all-reduces on
@@ -33,8 +34,9 @@ The group's part at a mean of x tokens a rank is `engines.iteration.iteration_ti
 with `group_tokens` x; a rank's own part its pass priced in phase less the group's part at its own
 tokens (exact where the costs add, one pipeline stage: data-parallel attention refuses pp > 1).
 Not priced: the output layer's gather of SGLang under the group (each rank's own logits tokens),
-vLLM's router on a rank's own tokens (on the mean), the eager gaps of a vLLM pass taken at the
-rank's decodes. TensorRT-LLM's attention DP stays in phase (not read).
+vLLM's router on a rank's own tokens (on the mean). The eager gaps of a vLLM pass without graphs are
+a rank's eager decode less its graphed one at its decodes, at one decode where it runs only prompt
+chunks (the gaps follow the kernels launched, not the tokens). TensorRT-LLM's attention DP stays in phase (not read).
 """
 
 from __future__ import annotations
@@ -114,9 +116,11 @@ class Lockstep:
             return own + group(total / self.ranks)
         widest = max(d + q for d, q in zip(ds, qs, strict=True))
         graphed = widest <= self.capture_tokens
+        # without graphs every rank runs eager, a prompt-only rank too: its launch gaps are a pass's
+        # kernels, not its tokens (the gaps of a one-sequence decode where it decodes none)
         for d, q in zip(ds, qs, strict=True):
             if d + q > 0:
-                own = max(own, self.table(d, q) - group(d + q) + (0.0 if graphed else self.decode(d)))
+                own = max(own, self.table(d, q) - group(d + q) + (0.0 if graphed else self.decode(max(d, 1))))
         return own + group(widest if graphed else (sum(ds) + sum(qs)) / self.ranks)
 
 
@@ -172,7 +176,8 @@ def run_lockstep(
     lengths: each rank admits, prefills and decodes its own requests by the rules of one replica
     (`engines.inflight_loops.run_arrays`: `slots` sequences, `blocks` of its own `free_blocks`, a
     `budget` of tokens a pass, chunks of at most `chunk_tokens`); where prompts are prefilled apart
-    (SGLang) a rank with prompts to prefill prefills in one pass and decodes in the next. Runs of
+    (SGLang) a rank with a prompt admitted prefills before it decodes again (`get_next_batch_to_run`
+    takes a prefill batch whenever it can form one, managers/scheduler.py). Runs of
     passes with no prompt tokens anywhere, no arrival and no finish are jumped over. The areas and
     tokens are the group's (all ranks)."""
     n, ranks = len(inputs), step.ranks
@@ -187,7 +192,6 @@ def run_lockstep(
     dec: list[list[tuple[int, int]]] = [[] for _ in range(ranks)]  # decoding: a heap of (end, request)
     free = [free_blocks] * ranks
     decoded = [0] * ranks  # decode passes of each rank
-    last_prefill = [False] * ranks
     # issued requests not yet arrived, by arrival (a closed loop's successors arrive before the
     # first users' staggered starts end: taken in time order, not in the order issued)
     future = [(a, i) for i, a in enumerate(arrival[:issued])]
@@ -235,12 +239,8 @@ def run_lockstep(
                 if d == 0 and q == 0:  # a budget below one chunk still progresses
                     q = min(prompt_left[mine[0]], budget)
                     take.append((mine[0], q))
-                if step.apart and q > 0 and d > 0 and last_prefill[r]:
-                    take.clear()  # decode after a prefill pass
-                    q = 0
                 if step.apart and q > 0:
-                    d = 0  # a prefill pass: the rank's decodes wait
-            last_prefill[r] = q > 0
+                    d = 0  # a prefill pass, first whenever a prompt waits: the rank's decodes wait
             ds[r], qs[r] = d, q
         dt = step.step_s(ds, qs)
         steps = 1

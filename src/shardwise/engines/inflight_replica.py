@@ -161,9 +161,11 @@ class Replica:
         wl, step = self.workload, self.lockstep
         after = self._decode_step_s if self.prefill_step_first else None  # this replica's table (`holding`)
         if step is not None:  # `traffic` is a rank's: the group's runs together, its rates per rank
-            users = None if traffic.users is None else traffic.users * step.ranks
+            users = None if traffic.users is None else traffic.group_users or traffic.users * step.ranks
             rate = None if traffic.rate_per_s is None else traffic.rate_per_s * step.ranks
-            traffic, after = replace(traffic, users=users, rate_per_s=rate), None  # a pass ends at its first tokens
+            requests = traffic.requests * step.ranks  # `traffic.requests` a rank's, as the users and rate
+            traffic = replace(traffic, users=users, rate_per_s=rate, requests=requests)
+            after = None  # a pass ends at its first tokens
         if self.mix is None:
             return simulate(
                 self.table, wl.input_len, wl.output_len, self.capacity, traffic, self.round_tokens, self.max_sequences,

@@ -39,6 +39,8 @@ class Traffic:
     seed: int = 0
     rounds: int = 0  # a closed loop runs at least this many requests per user (0: CLOSED_LOOP_ROUNDS)
     burstiness: float = 1.0
+    # ranks in lockstep (`engines.inflight_lockstep`): the whole group's users, exactly (None: `users` x ranks)
+    group_users: int | None = None
 
     @property
     def count(self) -> int:
