@@ -14,7 +14,10 @@ from shardwise.analyses import calibration_validation as cv
 def main() -> None:
     s = cv.dev_spreads(cv.public_runs())
     print(f"dev runs: {s.runs}")
-    print(f"uncalibrated RMS of ln(predicted / measured): {s.uncalibrated_rms:.4f}  (UNCALIBRATED_LOG_SD)")
+    print(
+        f"uncalibrated RMS of ln(predicted / measured), every dev row: {s.uncalibrated_rms:.4f}  "
+        "(UNCALIBRATED_LOG_SD is the Megatron-Core dev rows': tests/test_calibration.py)"
+    )
     print(f"groups: {s.groups}; scatter inside a group {s.within_group:.4f}")
     print(f"the ratio of two layouts of one group: {s.within_group * 2**0.5:.4f}  (PAIR_LOG_SD)")
     print(f"group means spread beyond it: {s.between_groups:.4f}  (MATMUL_PRIOR_SD x 0.75)")
