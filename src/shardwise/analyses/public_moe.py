@@ -151,9 +151,10 @@ DGXC_DEEPSEEK = "NVIDIA/dgxc-benchmarking deepseek_v3"
 DGXC_RECOMPUTE = {("deepseek-v3", "dgx-h100"): ("mla_up_proj",), ("deepseek-v3", "gb200-nvl72"): ("core_attn",)}
 # The Bridge releases whose DeepSeek-V3 recipe trains one multi-token-prediction module
 # (recipes/deepseek/deepseek_v3.py: `mtp_num_layers` 1, v0.2.0-v0.5.1 = containers 25.11-26.06.01;
-# the performance scripts keep it); 25.09 kept YAML recipes and 26.08 none, so theirs are unknown.
+# the performance scripts keep it); 25.09's (v0.1.0rc3 and v0.1.0rc4) has the same default and its
+# run_script.py keeps it, but only its H100 layout is tabled (LAYOUTS); 26.08 has none, so unknown.
 # Applied with the recipe's layout only (`mtp_layers`).
-MTP_CONTAINERS = ("25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
+MTP_CONTAINERS = ("25.09", "25.11", "26.02", "26.02.01", "26.04", "26.04.01", "26.06", "26.06.01")
 
 
 def _name(row: dict[str, str]) -> str:

@@ -15,7 +15,11 @@ from __future__ import annotations
 # where none has its layout: GPT-OSS 25.11 and 26.02.01 B200, 25.11 H100, DeepSeek-V3 25.11 GB200
 # BF16), less the empty entries it adds from 2026-12 on (Nemotron 3 Nano off H100, and those
 # layout-near rows), whose tables state no recomputation either; other rows keep their table's column.
+# Added by hand (tools/moe_recipes.py reads the WorkloadBaseConfig files of 25.11 on): 25.09's
+# DeepSeek-V3 on H100, whose scripts/performance/run_script.py (v0.1.0rc3 and v0.1.0rc4 alike) sets
+# `recipe.model.recompute_modules = ["mla_up_proj", "mlp"]` for h100 (pp 8, vp 4: the row's layout).
 RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
+    ("deepseek-v3", "dgx-h100", "fp8", "25.09"): ("mla_up_proj", "mlp"),
     ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): ("mla_up_proj",),
     ("deepseek-v3", "dgx-b200", "mxfp8", "26.02"): ("mla_up_proj",),
     ("deepseek-v3", "dgx-b200", "mxfp8", "26.02.01"): ("mla_up_proj",),
@@ -129,8 +133,10 @@ RECOMPUTE_MODULES: dict[tuple[str, str, str, str], tuple[str, ...]] = {
 # E embedding, t decoder layer, m MTP module, L loss, | between model chunks, (...)*n and x*n
 # repeated): DeepSeek-V3's WorkloadBaseConfig `pp_layout`, else its recipe's map by (pp, vp)
 # (recipes/deepseek/deepseek_v3.py `set_deepseek_v3_pipeline_model_parallel_layout`), found as
-# A2A_OVERLAP is and listed by tools/moe_recipes.py; the others split evenly.
+# A2A_OVERLAP is and listed by tools/moe_recipes.py; the others split evenly. 25.09's DeepSeek-V3 on
+# H100 by hand: run_script.py (v0.1.0rc3 and v0.1.0rc4) passes `layout="Et|(tt|)*30mL"` with pp 8, vp 4.
 LAYOUTS: dict[tuple[str, str, str, str], str] = {
+    ("deepseek-v3", "dgx-h100", "fp8", "25.09"): "Et|(tt|)*30mL",
     ("deepseek-v3", "dgx-b200", "mxfp8", "25.11"): "Et*4|(t*4|)*14tmL",
     ("deepseek-v3", "dgx-b200", "mxfp8", "26.02"): "Et*4|(t*4|)*14tmL",
     ("deepseek-v3", "dgx-b200", "mxfp8", "26.02.01"): "Et*4|(t*4|)*14tmL",
