@@ -197,9 +197,28 @@ def optimizer_state(row: dict[str, str]) -> str:
     return next((state for state, fact in OPTIMIZER_STATE_RECIPES if fact.covers(row)), "")
 
 
+# Runs whose loss is PyTorch's eager cross-entropy on the 16-bit logits, no fp32 cast (`Plan.loss_kernel`
+# "eager-bf16", `physics.memory_stacks.EAGER_BF16_LOGIT_BYTES`): Modalities (src/modalities/
+# loss_functions.py CLMCrossEntropyLoss at 8a9b6617, the scaling tables' commit, on the bf16 logits of
+# its BF_16 FSDP MixedPrecision), and NeMo Automodel's mixture-of-experts benchmark configs, every
+# one of which sets `loss_fn: MaskedCrossEntropy` with `fp32_upcast: false` (examples/benchmark/configs/
+# *.yaml at 89e3a9fdd6, 822effa167 and bb0c0bfb08; examples/llm_benchmark/ at cb9765441e), on the
+# bf16 logits of its pure-bf16 models (`OPTIMIZER_STATE_RECIPES`)
+EAGER_BF16_LOSS_RECIPES = (
+    RecipeFact("GitHub Modalities/modalities"),
+    *(
+        RecipeFact("GitHub NVIDIA-NeMo/Automodel docs/performance-summary", model)
+        for model in ("deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-20b", "gpt-oss-120b", "nemotron-3-nano")
+    ),
+)
+
+
 def loss_kernel(row: dict[str, str]) -> str:
-    """The loss kernel a public run's recipe names (`TE_LOSS_RECIPES`: "te"), else "" (the stack's)."""
-    return "te" if any(fact.covers(row) for fact in TE_LOSS_RECIPES) else ""
+    """The loss kernel a public run's recipe names (`TE_LOSS_RECIPES`: "te", `EAGER_BF16_LOSS_RECIPES`:
+    "eager-bf16"), else "" (the stack's)."""
+    if any(fact.covers(row) for fact in TE_LOSS_RECIPES):
+        return "te"
+    return "eager-bf16" if any(fact.covers(row) for fact in EAGER_BF16_LOSS_RECIPES) else ""
 
 
 def expandable_segments(row: dict[str, str]) -> bool:

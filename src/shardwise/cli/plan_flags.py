@@ -304,10 +304,11 @@ execution_options = stack_options(
     ),
     click.option(
         "--loss-kernel",
-        type=click.Choice(["stack", "te"], case_sensitive=False),
-        help="The loss: the framework's own (stack), or Transformer Engine's parallel_cross_entropy (te: "
+        type=click.Choice(["stack", "te", "eager-bf16"], case_sensitive=False),
+        help="The loss: the framework's own (stack), Transformer Engine's parallel_cross_entropy (te: "
         "Megatron-Core --cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which keeps only the "
-        "16-bit logits (memory only) [default: the framework's].",
+        "16-bit logits, or PyTorch's eager cross-entropy on the 16-bit logits without an fp32 cast "
+        "(eager-bf16) (memory only) [default: the framework's].",
     ),
     click.option(
         "--optimizer-state",

@@ -46,6 +46,15 @@ EXPANDABLE_SEGMENTS_FRAGMENTATION = 0.0
 # the gradient in place into the logits' own buffer in the backward pass: 2 bytes a logit, the
 # logits themselves.
 TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
+# Eager cross-entropy on 16-bit logits, no fp32 cast (torch.nn.CrossEntropyLoss / F.cross_entropy on the
+# logits a bf16 model returns: Modalities' CLMCrossEntropyLoss, src/modalities/loss_functions.py at
+# 8a9b6617, under its BF_16 FSDP MixedPrecision, running_env/env_utils.py; NeMo Automodel's
+# MaskedCrossEntropy with `fp32_upcast: false`, nemo_automodel/components/loss/masked_ce.py, as its
+# benchmark configs set it): the bf16 logits, which the caller holds through the backward pass (2),
+# log_softmax's bf16 output, saved (2), and in the backward pass the gradients of that output and of
+# its input (2 + 2): 8 at the backward's start where the fp32 cast makes it 12; saved: the output, 2.
+EAGER_BF16_LOGIT_BYTES = 8.0
+EAGER_BF16_SAVED_LOGIT_BYTES = 2.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
@@ -325,18 +334,32 @@ STACKS: dict[str, StackMemory] = {
 }
 # nanotron in its dataclass's layout modes (presets: nanotron-defaults): the same code, the same memory
 STACKS["nanotron-defaults"] = STACKS["nanotron"]
-# flash-attn's training scripts: their memory is not described apart, so Megatron-Core's, as any stack
-# without an entry is priced; named so that a framework file's `like:` may name it (`Plan.memory_stack`)
-STACKS["flash-attn-trainer"] = _MEGATRON
+# flash-attn's training scripts (Dao-AILab/flash-attention training/, 4a6eaa9f, the README's speed
+# table): the loss is training/src/losses/cross_entropy_apex.py CrossEntropyLossApex with
+# `inplace_backward: True` (configs/experiment/{pile,owt}/base.yaml `loss_fn`), Apex's xentropy kernel:
+# the forward reads the 16-bit logits and saves them with one fp32 max-log-sum-exp per token (no fp32
+# copy of the logits), and the backward writes the gradient into the saved logits' own buffer: 2 bytes
+# a logit at the peak and saved, as Transformer Engine's (`TE_CROSS_ENTROPY_LOGIT_BYTES`). The rest
+# as Megatron-Core's, as any stack without an entry is priced.
+STACKS["flash-attn-trainer"] = replace(
+    _MEGATRON,
+    logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES,
+    saved_logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES,
+    source="flash-attn training's Apex xentropy loss with inplace_backward (2 B a logit); otherwise Megatron's",
+)
 
 
 def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
     Megatron-Core, the default framework. `loss_kernel` "te" (`Plan.loss_kernel`): Transformer
-    Engine's cross-entropy, at `TE_CROSS_ENTROPY_LOGIT_BYTES` a logit where the stack's loss keeps more."""
+    Engine's cross-entropy, at `TE_CROSS_ENTROPY_LOGIT_BYTES` a logit where the stack's loss keeps more;
+    "eager-bf16": an eager cross-entropy on the 16-bit logits, `EAGER_BF16_LOGIT_BYTES`, likewise."""
     stack = STACKS.get(framework, _MEGATRON)
     if loss_kernel == "te" and stack.logits_bytes_per_element > TE_CROSS_ENTROPY_LOGIT_BYTES:
         return replace(stack, logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES)
+    if loss_kernel == "eager-bf16" and stack.logits_bytes_per_element > EAGER_BF16_LOGIT_BYTES:
+        saved = min(stack.saved_logits_bytes_per_element, EAGER_BF16_SAVED_LOGIT_BYTES)
+        return replace(stack, logits_bytes_per_element=EAGER_BF16_LOGIT_BYTES, saved_logits_bytes_per_element=saved)
     return stack
 
 
