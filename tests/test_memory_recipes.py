@@ -165,3 +165,59 @@ def test_torchtitan_refuses_transformer_engines_loss(cli):
         [*args, "--framework", "torchtitan", "--loss-kernel", "te", "--top", "1", "--emit", "torchtitan"]
     )
     assert code == 2 and "--loss-kernel te" in err and "Traceback" not in err
+
+
+def test_an_eager_loss_on_bf16_logits_keeps_8_bytes_a_logit_and_flash_attn_training_2():
+    """PyTorch's cross-entropy on 16-bit logits without the fp32 cast ("eager-bf16"): the logits,
+    the saved log-softmax and its two gradients at 2 B each, 8 where the cast makes it 12; a stack
+    whose loss keeps less keeps its own. flash-attention's training scripts run Apex's xentropy with
+    inplace_backward: the saved logits alone, 2."""
+    from shardwise.physics.memory_stacks import EAGER_BF16_LOGIT_BYTES, TE_CROSS_ENTROPY_LOGIT_BYTES, stack_memory
+
+    assert stack_memory("fsdp", "eager-bf16").logits_bytes_per_element == EAGER_BF16_LOGIT_BYTES == 8.0
+    assert stack_memory("megatron-core", "eager-bf16").logits_bytes_per_element == 6.0
+    assert stack_memory("flash-attn-trainer").logits_bytes_per_element == TE_CROSS_ENTROPY_LOGIT_BYTES
+    m = presets.model("llama3-8b")
+    kw = {"dp": 8, "global_batch": 8, "zero_stage": 3, "framework": "fsdp"}
+    own, eager = _memory("llama3-8b", **kw), _memory("llama3-8b", loss_kernel="eager-bf16", **kw)
+    diff = float(own.activations_bytes) - float(eager.activations_bytes)
+    assert diff == pytest.approx((12.0 - EAGER_BF16_LOGIT_BYTES) * m.seq_len * m.vocab)
+
+
+def _fits(row) -> bool:
+    from shardwise.analyses import public_validation
+    from shardwise.engines.training import training_memory
+
+    scn = public_validation.scenario_for(public_validation.public_moe.resolved(row))
+    return float(training_memory(scn).total_bytes) < float(scn.cluster.gpu.memory_bytes)
+
+
+def test_the_recipes_read_for_the_runs_once_called_out_of_memory():
+    """Megatron-Bridge 25.09's DeepSeek-V3 on H100 (run_script.py: recompute mla_up_proj and mlp, the
+    layout Et|(tt|)*30mL, one MTP module), NeMo 24.07's Nemotron-4 340B (the launcher's
+    distributed_fused_adam with dtype and grad_sync_dtype bf16), Modalities' and NeMo Automodel's MoE
+    losses on bf16 logits: each row takes its recipe and the runs that ran fit; the other NeMo 24.07
+    rows keep the stack's optimizer and gradients."""
+    from shardwise.analyses import public_validation
+
+    def plan(row):
+        return public_validation.scenario_for(public_validation.public_moe.resolved(row)).plan
+
+    by_id = {r["id"]: r for r in public_validation.raw_rows()}
+    dsv3 = by_id["PUB-0296"]
+    assert plan(dsv3).recompute_modules == ("mla_up_proj", "mlp") and int(plan(dsv3).mtp_layers) == 1
+    nemotron = by_id["PUB-0311"]
+    assert plan(nemotron).optimizer_state == "bf16" and bool(plan(nemotron).grad_reduce_bf16)
+    others = [r for r in _rows(framework_version="24.07") if r["id"] != "PUB-0311"]
+    assert others and all(plan(r).optimizer_state == "fp32" for r in others if r["source"] == nemotron["source"])
+    modalities = [r for r in public_validation.raw_rows() if r["source"].startswith("GitHub Modalities/modalities")]
+    assert modalities and all(plan(r).loss_kernel == "eager-bf16" for r in modalities[:5])
+    automodel = [
+        r
+        for r in public_validation.raw_rows()
+        if r["source"].startswith("GitHub NVIDIA-NeMo/Automodel") and r["moe"] == "yes"
+        if not public_validation.skip_reason(public_validation.public_moe.resolved(r))
+    ]
+    assert automodel and all(plan(r).loss_kernel == "eager-bf16" for r in automodel)
+    for rid in ("PUB-0296", "PUB-0311", "PUB-1043", "PUB-1113", "PUB-1169", "PUB-1174"):
+        assert _fits(by_id[rid]), rid
