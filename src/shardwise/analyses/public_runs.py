@@ -78,6 +78,9 @@ LAYOUT_CONTRADICTED = {
     "PUB-0274": "the 25.09 table's MXFP8 alternative prints MBS 2 beside GA 16, which is gbs 128 / (dp 8 x mbs 1); "
     "that release's recipe runs tp2 pp4 vp5 mbs1 (Megatron-Bridge v0.1.0rc4 scripts/performance/configs/"
     "llama3/llama3_70b_llm_pretrain.yaml, gb200 fp8_mx)",
+    "PUB-0268": "the 25.11 table prints MBS 4 beside GA 2 for GPT-OSS 120B on 64 H100, where gbs 512 / (dp 16 x "
+    "mbs 4) is 8; that release's recipe runs mbs 1, GA 32 (Megatron-Bridge v0.2.0 scripts/performance, "
+    "GPT_OSS_120B_H100_BF16_BASE_CONFIG; micro_batch_size's default 1)",
     "PUB-0176": "the 26.02.01 table prints tp2 cp2 with 26.04.01's number (PUB-0081); that release's "
     "recipe runs tp4 cp1 (the same recipe file)",
     "PUB-0191": "the 26.02.01 table prints 26.02's pp2 vp12 ep8 for Qwen3-30B-A3B on 16 H100; that "
