@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from shardwise import presets
+from shardwise.engines import engine_kernels
 from shardwise.engines.engine_presets import (
     ENGINES,
     LLAMA_CPP_STAGE_S,
@@ -60,10 +61,12 @@ def test_chunked_prefill_budgets_follow_each_engines_defaults(engine, gpu, token
     assert max_batched_tokens(engine, float(g.memory_bytes), g.name) == tokens
 
 
-def test_llama_cpp_pays_its_per_stage_cost_on_every_stage_a_token_crosses():
+def test_llama_cpp_pays_its_per_stage_cost_on_every_stage_a_token_crosses(monkeypatch):
     """One sequence decoding over 4 stages: the token crosses each stage once, so llama.cpp's TPOT
     is 4 x its per-stage cost above the same plan with no such cost (FasterTransformer's preset: no
-    host time per stage); with one stage, none."""
+    host time per stage), given llama.cpp's kernels a layer (`engines.engine_kernels`); with one
+    stage, none."""
+    monkeypatch.setitem(engine_kernels.KERNELS, "fastertransformer", engine_kernels.KERNELS["llama.cpp"])
 
     def tpot(engine: str, pp: int) -> float:
         scn = Scenario(presets.model("llama3-8b"), presets.system("rtx4090-8x"), plan_for_serving(1, pp, 8 // pp))

@@ -130,12 +130,12 @@ def test_a_2024_layer_split_generates_tokens_without_cuda_graphs():
     split = throughput(one_gpu, 1, 4) / throughput(replace(one_gpu, gpus=1), 1, 1)
     later = replace(one_gpu, year=2026)
     with_graphs = throughput(later, 1, 4) / throughput(replace(later, gpus=1), 1, 1)
-    assert 0.93 < split < 0.97 < 0.99 < with_graphs < 1.0
+    assert 0.92 < split < 0.97 < 0.99 < with_graphs < 1.0  # H100 PCIe measured 0.928
     # Q4_K_M reads a quarter of F16's bytes per kernel: the same launches cost a larger share
     rows = {r.run_id: r for r in validate_layer_scaling()}
     for box in ("a100pcie", "h100pcie"):
         q4, f16 = rows[f"xdai-{box}-8b-q4_k_m-tg1024-4v1"], rows[f"xdai-{box}-8b-f16-tg1024-4v1"]
-        # (the model's 14 kernels a layer against llama.cpp's 23-30 leave it short of the measured gap)
+        # (with llama.cpp's 23 and 30 kernels a layer, `engines.engine_kernels`)
         assert q4.predicted < f16.predicted - 0.03 and q4.measured < f16.measured - 0.05
     two = pairs["xdai-rtx3090-8b-f16-tg1024-4v2"]
     assert throughput(two, 1, 4) / throughput(replace(two, gpus=2), 1, 2) == pytest.approx(1.0, abs=0.01)

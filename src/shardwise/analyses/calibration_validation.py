@@ -113,7 +113,7 @@ def serving_runs() -> list[PublicRun]:
                 for k, m in (("prefill", "ttft_s"), ("decode", "tpot_s"), ("total", "e2e_s"))
                 if row["metric"].startswith(k)
             )
-            wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager")
+            wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager", engine="fastertransformer")
             case, measured, stack = (
                 ServingCase(scn, wl, metric),
                 float(row["value"]) / 1e3,

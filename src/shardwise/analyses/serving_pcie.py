@@ -243,7 +243,9 @@ def pair_workload(pair: Pair, pp: int = 1) -> ServingWorkload:
     for prompts, CUDA graphs for token generation, except a layer split over `pp` GPUs in a build
     without them there (`engines.llamacpp.generation_runtime`)."""
     runtime = "cpp-eager" if pair.tokens else generation_runtime(pair.year, pp)
-    return ServingWorkload(max(pair.tokens, 1), 1, 1, pair.weights, "bf16", runtime)
+    # llama.cpp's kernels per layer (`engines.engine_kernels`); ExLlamaV2's are not counted: the shared count
+    engine = "llama.cpp" if pair.engine == "llama.cpp" else "pytorch"
+    return ServingWorkload(max(pair.tokens, 1), 1, 1, pair.weights, "bf16", runtime, engine=engine)
 
 
 def pair_chunk(pair: Pair) -> tuple[int, int]:

@@ -79,7 +79,7 @@ def predict(row: dict[str, str]) -> tuple[str, str, float]:
     scn = _scenario(row)
     isl, osl = int(row["isl"]), int(row["osl"])
     if row["framework"].startswith("FasterTransformer"):
-        wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager")
+        wl = ServingWorkload(isl, osl, 1, "fp16", "fp16", "cpp-eager", engine="fastertransformer")
         est = estimate_serving(scn, wl)
         predicted = {
             "prefill latency": float(est.ttft_s),

@@ -230,6 +230,10 @@ def layer_cost(
         eager=plan.eager_kernels,
         eager_rotary=plan.eager_rotary,
         document_len=plan.packed_document_len,
+        # a serving engine's count and fusions for a dense layer (`engines.engine_kernels`); an MoE
+        # layer's attention half keeps the shared count
+        engine_kernels=0 if moe_layer else plan.serving_layer_kernels,
+        fused_residual_norms=0 if moe_layer else plan.fused_residual_norms,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
     lt = layer_times(

@@ -98,9 +98,14 @@ def stage_costs(
     group = tokens if group_tokens is None else np.maximum(np.asarray(group_tokens, dtype=float), 1.0)
     ext = q > 0 if extend is None else np.asarray(extend, dtype=bool)
 
+    def engine_own(ffn: Number | None) -> dict[str, Number]:  # a dense layer's engine count (`engines.engine_kernels`)
+        dense = ffn is None
+        return {"engine_kernels": plan.serving_layer_kernels if dense else 0,
+                "fused_residual_norms": plan.fused_residual_norms if dense else 0}  # fmt: skip
+
     def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
         return layer_times(
-            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn),
+            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn, **engine_own(ffn)),
             gpu,
             plan.precision,
             True,

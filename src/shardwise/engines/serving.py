@@ -38,6 +38,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
+from shardwise.engines.engine_kernels import KERNELS, layer_kernels
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
@@ -161,7 +162,13 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
     cluster = on_pcie_topology(cluster, plan)
+    kernels = KERNELS[wl.engine]
+    quantised = wl.weight_precision not in ("bf16", "fp16")
+    gemms = cluster.gpu.gemm_kernels
     plan = plan.with_(
+        # the engine's own kernels per dense layer and its fused residual adds (`engines.engine_kernels`)
+        serving_layer_kernels=layer_kernels(wl.engine, plan.tp, scn.model.hidden, quantised, gemms, plan.pp, plan.dp),
+        fused_residual_norms=kernels.fused_residual_norms,
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,

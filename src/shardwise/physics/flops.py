@@ -43,6 +43,7 @@ from shardwise.physics.layer_parts import (  # noqa: F401 (re-exported: the name
     block_elementwise_parts,
     causal_share,
     dense_mlp_gemms,
+    engine_elementwise_kernels,
     gemm,
     input_gradient,
     kv_heads_held,
@@ -75,6 +76,8 @@ def layer_forward(
     eager: Number = False,
     eager_rotary: Number = False,
     document_len: Number = 0,
+    engine_kernels: Number = 0,
+    fused_residual_norms: Number = 0,
 ) -> LayerForward:
     """Forward work of one layer for `batch` sequences of `q_len` new tokens attending to
     `kv_len` tokens (training: both equal the model's sequence length). `document_len` > 0
@@ -88,7 +91,12 @@ def layer_forward(
     layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts).
     Where `eager` (a stack running element-wise work as eager kernels) the same work's eager bytes
     are counted too (`eager_elementwise_bytes`; None otherwise); where `eager_rotary` the fused
-    path's rotary embedding moves what its eager ATen kernels move (`physics.stack`)."""
+    path's rotary embedding moves what its eager ATen kernels move (`physics.stack`).
+    `engine_kernels` > 0: a serving engine's count of the kernels this dense attention layer
+    launches in all (`Plan.serving_layer_kernels`), its element-wise kernels the rest
+    (`layer_parts.engine_elementwise_kernels`); `fused_residual_norms`: how many of its two residual
+    adds run in one kernel with the norm after them (read x and the residual, write both: 4e per
+    element where an add and a norm apart move 3e + 2e), 0 to 2."""
     if model.is_hybrid:  # the mean layer of its pattern, from the attention + MLP twin's
         # (the MLP is the mean layer's own, `Model.hybrid_mlp_width`: an E layer's shared experts
         # are in it, its routed experts priced per E layer by `engines.moe`, so `ffn` is not read)
@@ -135,7 +143,10 @@ def layer_forward(
             rope, kernels = aten, compiled
         else:
             rope, kernels = np.where(on, aten, rope), np.where(on, compiled, kernels)
+    if np.any(np.asarray(engine_kernels) > 0):
+        kernels = engine_elementwise_kernels(engine_kernels, kernels)
     norms, residuals, activation, split = block_elementwise_parts(model, tokens, t, sequence_parallel, e, f)
+    residuals = residuals - np.asarray(fused_residual_norms, dtype=float) * e * tokens * h
     elementwise = (norms + residuals) * split + activation + rope
     eager_bytes = None
     if np.any(eager):

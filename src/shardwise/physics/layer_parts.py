@@ -22,6 +22,12 @@ DROPOUT_MASK_BYTES = 1.0  # Megatron-LM stores dropout masks as uint8 (Korthikan
 # (the fused RoPE of megatron/core/models/common/embeddings/rope_utils.py). A project count.
 ELEMENTWISE_KERNELS = 5
 ROPE_KERNELS = 1
+# A serving engine's own count of the kernels one dense layer launches (`Plan.serving_layer_kernels`,
+# `engines.engine_kernels`) holds the layer's matrix products and its attention kernel, which the
+# model prices apart (the QKV, output, up and down GEMMs, each with its own gap and any split-K
+# reduction, and one fused attention kernel): the rest are its element-wise kernels.
+PRICED_GEMM_KERNELS = 4
+PRICED_ATTENTION_KERNELS = 1
 # Context parallelism splits each sequence into 2 cp chunks and gives rank r chunks r and
 # 2 cp - 1 - r, which balances the causal mask: every rank computes half of its s_q x s_kv
 # rectangle (Megatron-LM `get_batch_on_this_cp_rank`, megatron/training/utils.py).
@@ -225,6 +231,14 @@ def block_elementwise_parts(
     residuals = 2 * ((3 * e + drop) * tokens * h)
     activation = ((2 if model.gated_mlp else 1) + 1) * e * tokens * f / t
     return norms, residuals, activation, split
+
+
+def engine_elementwise_kernels(layer_kernels: Number, own: Number) -> Number:
+    """The element-wise kernels of a dense layer whose engine launches `layer_kernels` in all
+    (`PRICED_GEMM_KERNELS` and `PRICED_ATTENTION_KERNELS` of them priced apart); `own` (the
+    stack's fused count) where `layer_kernels` is 0."""
+    engine = np.maximum(np.asarray(layer_kernels, dtype=float) - PRICED_GEMM_KERNELS - PRICED_ATTENTION_KERNELS, 0.0)
+    return np.where(np.asarray(layer_kernels) > 0, engine, own)
 
 
 def block_elementwise_bytes(

@@ -185,6 +185,8 @@ def check_fields(plan: Any) -> None:
         "loss_bytes_per_logit",
         chk.within("plan: loss_bytes_per_logit", plan.loss_bytes_per_logit, 0.0, 256.0, "bytes"),
     )
+    for name, top, unit in (("serving_layer_kernels", 1_000.0, "kernels"), ("fused_residual_norms", 2.0, "adds")):
+        object.__setattr__(plan, name, chk.within(f"plan: {name}", getattr(plan, name), 0.0, top, unit))
     if plan.cuda_graph_scope and any_true(as_array(plan.layer_host_ops) > 0):
         raise SpecError(
             f"plan: cuda_graph_scope {','.join(plan.cuda_graph_scope)} is Megatron-Core's CUDA graphs; not with "

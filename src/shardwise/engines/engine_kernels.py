@@ -1,0 +1,109 @@
+"""Kernels one dense decoder layer launches per forward, per serving engine, read from each
+engine's source (issue #37 item 5). Each kernel costs its runtime's gap on the GPU
+(`engines.serving.RUNTIMES`), so decode at small batches, where a layer's kernels are short, is
+set by this count; docs/serving.md "Kernel gaps".
+
+Counted for a dense layer (attention with a KV cache, then an MLP), one decode step, 16-bit
+weights, tensor parallelism 1; the all-reduces of tp > 1 are priced as collectives
+(`physics.collectives`, `physics.custom_allreduce`), and an engine that fuses the residual add and
+the norm into its all-reduce kernel loses those norm kernels there (`norms_in_all_reduce`):
+
+- FasterTransformer 5.x, `ParallelGptDecoder::forward` (NVIDIA/FasterTransformer
+  src/fastertransformer/models/multi_gpu_gpt/ParallelGptDecoder.cc@6fddeac5): the pre-layer-norm
+  (`invokeGeneralLayerNorm`), the QKV GEMM, `fusedQKV_masked_attention_dispatch` (QKV bias, rotary
+  where the model has it, the KV-cache write and masked attention in one kernel:
+  layers/attention_layers/DecoderSelfAttentionLayer.cc@6fddeac5), the output GEMM,
+  `invokeGeneralAddBiasResidualPreLayerNorm` (output bias, residual add and the second layer norm
+  in one), the FFN's first GEMM, its bias and GELU, its second GEMM and `invokeAddBiasResidual`:
+  9. One of its two residual adds is fused with a norm.
+- TensorRT-LLM 1.x, PyTorch backend (`LlamaDecoderLayer`, NVIDIA/TensorRT-LLM
+  tensorrt_llm/_torch/models/modeling_llama.py@3a5901cd): the residual add and RMSNorm in one kernel
+  twice (`post_attention_layernorm` and `next_layer_layernorm` take the residual), the QKV GEMM,
+  the attention op's QKV preprocessing (bias, rotary, KV-cache write) and its generation kernel
+  (XQA / masked MHA), the output GEMM, the gate-up GEMM, the fused SwiGLU, the down GEMM: 9. With
+  tp > 1 and hidden > 4096 (`enable_fusion`, `PRE_MLP_FUSION` / `POST_MLP_FUSION`) both norms
+  (and an FP8 input's quantisation) run inside the all-reduce (`AllReduceFusionOp.
+  RESIDUAL_RMS_NORM`): 7 beside the two all-reduce kernels.
+- vLLM 0.34 (V1, torch.compile at its default -O2, docs/design/optimization_levels.md@48b2a2d9;
+  CUDA graphs; vllm-project/vllm docs/design/fusions.md@7215f1d5, vllm/model_executor/models/
+  llama.py): `fused_add_rms_norm`
+  twice ("always", CUDA), the QKV GEMM, the rotary embedding, the KV-cache write
+  (`reshape_and_cache_flash`), the attention kernel, the output GEMM, the gate-up GEMM,
+  `silu_and_mul`, the down GEMM: 10. With tp > 1 on Hopper and Blackwell (pp = dp = 1),
+  `fuse_allreduce_rms` (on at -O2) moves both norms into FlashInfer's all-reduce: 8.
+- SGLang 0.5.x: the same layer as vLLM (sgl-kernel's `fused_add_rmsnorm`, rotary, one KV-cache
+  store, the attention backend's decode kernel, `silu_and_mul`): 10; its FlashInfer all-reduce
+  fusion (`--enable-flashinfer-allreduce-fusion`) is turned on by default only for MoE
+  architectures (python/sglang/srt/server_args.py `_handle_model_specific_adjustments`), so a
+  dense layer has 10 at tp > 1 too.
+- llama.cpp, 2024 builds (`build_llama`; flash attention off by default then): RMS norm and its
+  weight, the Q, K and V products, two RoPEs, two copies into the KV cache, KQ, soft-max, KQV, the
+  merge copy, the output product, the residual add, the FFN norm and weight, the gate and up
+  products, SiLU, the multiply, the down product and its add: 23 ggml nodes run as CUDA kernels
+  (views, reshapes and permutes are none); with quantised weights each of the 7 weight products
+  first quantises its input to q8_1 (`quantize_row_q8_1_cuda`): 30. No residual add is fused with
+  a norm. Later builds fuse more (flash attention on by default, RMS norm with its weight, RoPE
+  with the cache write, SwiGLU): not counted here, the 2024 count used for every build.
+- PyTorch (eager): 0, the stack's fused count (`physics.layer_parts.ELEMENTWISE_KERNELS`).
+
+The model prices a dense layer's four GEMMs (QKV, output, up, down) and one attention kernel
+apart (`physics.layer_parts.PRICED_GEMM_KERNELS`), so an engine's other kernels are its count less
+five: llama.cpp's separate Q, K, V and gate products and its unfused attention's extra kernels
+are priced as gaps. Mixture-of-experts layers, latent attention (MLA) and hybrid Mamba layers keep
+the shared count (`engines.costs.layer_cost`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardwise.specs._checks import Number
+
+# the GEMM kernels (`Gpu.gemm_kernels`) of the GPUs on which vLLM fuses all-reduce and RMSNorm (Hopper, Blackwell)
+HOPPER_AND_LATER = ("sm90", "sm100")
+
+
+@dataclass(frozen=True)
+class LayerKernels:
+    """One engine's kernels per dense decoder layer (module docstring for the counts' sources)."""
+
+    kernels: int  # tp = 1, 16-bit weights; 0: the stack's fused count
+    quantised_extra: int = 0  # more with quantised weights (llama.cpp's q8_1 input quantisation)
+    norms_in_all_reduce: int = 0  # kernels the all-reduce absorbs at tp > 1 (residual add + norm)
+    fusion_min_hidden: int = 0  # ... only above this hidden size (TensorRT-LLM: > 4096)
+    fusion_needs_hopper: bool = False  # ... only on Hopper and Blackwell, pp = dp = 1 (vLLM)
+    fused_residual_norms: int = 0  # residual adds fused with the norm after them, of 2
+    source: str = ""
+
+
+KERNELS = {
+    "fastertransformer": LayerKernels(9, fused_residual_norms=1, source="ParallelGptDecoder.cc@6fddeac5"),
+    "tensorrt-llm": LayerKernels(9, norms_in_all_reduce=2, fusion_min_hidden=4096, fused_residual_norms=2,
+                                 source="tensorrt_llm/_torch/models/modeling_llama.py@3a5901cd"),
+    "vllm": LayerKernels(10, norms_in_all_reduce=2, fusion_needs_hopper=True, fused_residual_norms=2,
+                         source="docs/design/fusions.md@7215f1d5, models/llama.py"),
+    "sglang": LayerKernels(10, fused_residual_norms=2, source="models/llama.py, server_args.py"),
+    "llama.cpp": LayerKernels(23, quantised_extra=7, source="src/llama.cpp build_llama (2024)"),
+    "pytorch": LayerKernels(0),
+}  # fmt: skip
+assert all(k.kernels == 0 or k.kernels - k.norms_in_all_reduce >= 5 for k in KERNELS.values())
+
+
+def layer_kernels(
+    engine: str, tp: Number, hidden: int, quantised: bool, gemm_kernels: str = "", pp: Number = 1, dp: Number = 1
+) -> Number:
+    """Kernels of one dense layer's forward as `engine` runs it (`LayerKernels`): its tp = 1
+    count, more with quantised weights, less the norms its all-reduce absorbs at tp > 1."""
+    k = KERNELS[engine]
+    if k.kernels == 0:
+        return 0
+    total = k.kernels + (k.quantised_extra if quantised else 0)
+    fuses = np.asarray(tp) > 1
+    if k.fusion_min_hidden:
+        fuses = fuses & (hidden > k.fusion_min_hidden)
+    if k.fusion_needs_hopper:
+        fuses = fuses & (gemm_kernels in HOPPER_AND_LATER) & (np.asarray(pp) == 1) & (np.asarray(dp) == 1)
+    out = np.where(fuses, total - k.norms_in_all_reduce, total)
+    return int(out) if out.ndim == 0 else out

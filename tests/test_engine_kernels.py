@@ -1,0 +1,86 @@
+"""Kernels one dense decoder layer launches per serving engine (engines/engine_kernels.py; docs/serving.md
+"Kernel gaps"): the counts read from each engine's source, the all-reduce fusions at tp > 1, and
+that more kernels never make decode faster."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines import engine_kernels
+from shardwise.engines.engine_kernels import KERNELS, LayerKernels, layer_kernels
+from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving, serving_scenario
+from shardwise.physics.flops import layer_forward
+from shardwise.physics.layer_parts import ELEMENTWISE_KERNELS, ROPE_KERNELS
+from shardwise.specs import Plan, Scenario
+from shardwise.specs._checks import SpecError
+
+
+def test_counts_per_engine_as_read_from_their_source():
+    # FasterTransformer ParallelGptDecoder.cc@6fddeac5: LN, QKV, fused masked MHA, output GEMM,
+    # add-bias-residual-LN, FFN in, bias + GELU, FFN out, add-bias-residual
+    assert KERNELS["fastertransformer"].kernels == 9 and KERNELS["fastertransformer"].fused_residual_norms == 1
+    # TensorRT-LLM _torch/models/modeling_llama.py@3a5901cd: 2 add+RMSNorm, QKV, QKV preprocessing
+    # (rotary, KV write), XQA, output, gate-up, SwiGLU, down; norms into the all-reduce above hidden 4096
+    assert KERNELS["tensorrt-llm"] == LayerKernels(9, 0, 2, 4096, False, 2, KERNELS["tensorrt-llm"].source)
+    # vLLM (-O2): 2 fused_add_rms_norm, QKV, rotary, reshape_and_cache_flash, attention, output,
+    # gate-up, silu_and_mul, down; fuse_allreduce_rms on Hopper/Blackwell
+    assert KERNELS["vllm"].kernels == 10 and KERNELS["vllm"].fusion_needs_hopper
+    assert KERNELS["sglang"].kernels == 10 and KERNELS["sglang"].norms_in_all_reduce == 0
+    # llama.cpp build_llama (2024): 23 graph nodes, 7 more q8_1 quantisations with quantised weights
+    assert (KERNELS["llama.cpp"].kernels, KERNELS["llama.cpp"].quantised_extra) == (23, 7)
+    assert KERNELS["pytorch"].kernels == 0  # the stack's fused count
+
+
+def test_all_reduce_fusions_at_tp_above_one():
+    assert layer_kernels("tensorrt-llm", 1, 8192, False) == 9
+    assert layer_kernels("tensorrt-llm", 2, 8192, False) == 7  # RESIDUAL_RMS_NORM in the all-reduce
+    assert layer_kernels("tensorrt-llm", 2, 4096, False) == 9  # enable_fusion needs hidden > 4096
+    assert layer_kernels("vllm", 2, 8192, False, "sm90") == 8
+    assert layer_kernels("vllm", 2, 8192, False, "generic") == 10  # A100: no FlashInfer fusion
+    assert layer_kernels("vllm", 2, 8192, False, "sm90", pp=2) == 10  # TP + PP: off
+    assert layer_kernels("llama.cpp", 1, 4096, True) == 30
+    assert np.array_equal(layer_kernels("tensorrt-llm", np.array([1, 2, 4]), 8192, False), [9, 7, 7])
+
+
+def one_node(gpus: int) -> object:
+    return presets.system("dgx-h100").with_(gpus_per_node=gpus)
+
+
+def test_serving_plan_carries_the_engines_count():
+    scn = Scenario(presets.model("llama3-70b"), one_node(2), plan_for_serving(2, 1))
+    plan = serving_scenario(scn, ServingWorkload(128, 128, engine="tensorrt-llm")).plan
+    assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (7, 2)
+    plan = serving_scenario(scn, ServingWorkload(128, 128, engine="pytorch")).plan
+    assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (0, 0)
+
+
+def test_elementwise_kernels_are_the_count_less_the_priced_gemms_and_attention():
+    model = presets.model("llama3-8b")
+    shared = layer_forward(model, 1, 1, False, 2.0, 1, 128)
+    assert shared.elementwise_kernels == ELEMENTWISE_KERNELS + ROPE_KERNELS
+    assert layer_forward(model, 1, 1, False, 2.0, 1, 128, engine_kernels=23).elementwise_kernels == 23 - 5
+    fused = layer_forward(model, 8, 1, False, 2.0, 1, 128, fused_residual_norms=2)
+    apart = layer_forward(model, 8, 1, False, 2.0, 1, 128)
+    assert apart.elementwise_bytes - fused.elementwise_bytes == pytest.approx(2 * 2.0 * 8 * model.hidden)
+
+
+def test_more_kernels_never_make_decode_faster(monkeypatch):
+    scn = Scenario(presets.model("llama3-8b"), one_node(1), plan_for_serving(1, 1))
+    tpots = []
+    for count in (5, 9, 14, 23, 40):
+        monkeypatch.setitem(engine_kernels.KERNELS, "vllm", LayerKernels(count))
+        tpots.append(float(estimate_serving(scn, ServingWorkload(128, 128, 8, engine="vllm")).tpot_s))
+    assert all(b > a for a, b in itertools.pairwise(tpots))
+    # about one graph gap (1 us) per kernel and layer
+    assert (tpots[-1] - tpots[0]) / (35 * 32) == pytest.approx(1.0e-6, rel=0.05)
+
+
+def test_plan_refuses_a_count_out_of_range():
+    with pytest.raises(SpecError, match="serving_layer_kernels"):
+        Plan(serving_layer_kernels=-1)
+    with pytest.raises(SpecError, match="fused_residual_norms"):
+        Plan(fused_residual_norms=3)
