@@ -73,6 +73,7 @@ def model_dict(model: Model) -> dict[str, Any]:
     out: dict[str, Any] = {"name": model.name, "params": plain(total_params(model))}
     out.update({f: plain(getattr(model, f)) for f in fields})
     out.update({f: getattr(model, f) for f in flags})
+    out["architecture"] = model.architecture  # Hugging Face's model_type; None: unknown
     return out
 
 
