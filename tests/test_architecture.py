@@ -139,7 +139,7 @@ def test_a_deepseek_config_under_another_name_gets_deepseeks_vllm_layer(tmp_path
 def test_config_json_architecture_reading(tmp_path):
     """model_type, lower-cased; a multimodal wrapper's own (not its text_config's); Falcon's old
     names as falcon; Grok's classes as grok-1 whatever model_type says (Grok-2's config states
-    git); none stated: None."""
+    git); none stated, or none a model_type can be: None."""
     base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 128}
     cases = [
         ({"model_type": "Qwen3_MoE"}, "qwen3_moe"),
@@ -147,6 +147,7 @@ def test_config_json_architecture_reading(tmp_path):
         ({"model_type": "RefinedWebModel"}, "falcon"),
         ({"model_type": "git", "architectures": ["Grok1ForCausalLM"]}, "grok-1"),
         ({"architectures": ["MixtralForCausalLM"]}, None),
+        ({"model_type": "my model"}, None),  # no model_type spelling: unknown, the config still priced
         ({}, None),
     ]
     for i, (extra, want) in enumerate(cases):

@@ -22,6 +22,7 @@ gated activation (`swiglu_limit`). The architecture (`specs.Model.architecture`)
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -241,7 +242,10 @@ def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
     text_config's: the wrapper is what vLLM and SGLang load), Falcon's names before transformers
     4.33 (RefinedWeb, RefinedWebModel) as "falcon", and where `architectures[0]` is a class of
     _CLASS_ARCHITECTURES its architecture whatever model_type says; None where the config states
-    neither."""
+    neither, or a model_type no architecture is spelt as (`specs.model.ARCHITECTURE_PATTERN`: the
+    config is priced by its shapes, its architecture unknown)."""
+    from shardwise.specs.model import ARCHITECTURE_PATTERN
+
     classes = cfg.get("architectures")
     first = classes[0] if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
     if first.lower() in _CLASS_ARCHITECTURES:
@@ -249,7 +253,7 @@ def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
     model_type = _text(p, cfg, "model_type").lower()
     if model_type in _FALCON_TYPES:
         return "falcon"
-    return model_type or None
+    return model_type if re.fullmatch(ARCHITECTURE_PATTERN, model_type) else None
 
 
 def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> None:
