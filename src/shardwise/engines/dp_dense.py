@@ -68,7 +68,7 @@ from shardwise.specs.stages import StageSplit, moe_split
 NO_DP_ATTENTION_ARCHITECTURES = frozenset({"mixtral", "grok-1"})
 # vLLM's DeepSeek file, deepseek_v2.py, the one whose layer runs the MoE sequence-parallel itself
 # (`vllm_layer_sequence_parallel`): the classes DeepseekV2ForCausalLM, DeepseekV3ForCausalLM and
-# DeepseekV32ForCausalLM (vllm/model_executor/models/registry.py), whose configs state model_type
+# DeepseekV32ForCausalLM (vllm/model_executor/models/registry.py @0002bff0), whose configs state model_type
 # deepseek_v2, deepseek_v3 (Moonlight's too) and deepseek_v32, and Kimi K2's (model_type kimi_k2
 # beside DeepseekV3ForCausalLM).
 VLLM_DEEPSEEK_ARCHITECTURES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
