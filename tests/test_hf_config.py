@@ -17,7 +17,8 @@ FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm",
 def test_a_llama_config_is_the_llama_preset():
     """meta-llama/Meta-Llama-3-8B's config.json (as published) gives the llama3-8b preset."""
     got, want = presets.model(str(DATA / "llama3-8b-config.json")), presets.model("llama3-8b")
-    assert {f: getattr(got, f) for f in SHAPE + FLAGS} == {f: getattr(want, f) for f in SHAPE + FLAGS}
+    fields = (*SHAPE, *FLAGS, "architecture")
+    assert {f: getattr(got, f) for f in fields} == {f: getattr(want, f) for f in fields}
 
 
 def test_a_gpt2_config_reads_gpt_style_names():
@@ -120,6 +121,7 @@ def test_configs_with_duplicate_keys_or_wrong_types_are_refused(tmp_path, edit: 
 # the published file's keys, transcribed). Importing it gives the preset NAME, field for field; the
 # sequence length where the preset prices a training length the config does not state.
 COMPARED = (*SHAPE, *FLAGS, "head_dim", "experts", "experts_per_token", "expert_ffn_hidden", "shared_experts")
+COMPARED += ("architecture",)  # the config's model_type, as the preset states it
 COMPARED_MLA = ("dense_layers", "kv_lora_rank", "q_lora_rank", "rope_head_dim", "v_head_dim")
 HF = DATA / "hf"
 

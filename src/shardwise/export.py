@@ -72,7 +72,7 @@ def model_dict(model: Model) -> dict[str, Any]:
     flags = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout")
     out: dict[str, Any] = {"name": model.name, "params": plain(total_params(model))}
     out.update({f: plain(getattr(model, f)) for f in fields})
-    out.update({f: getattr(model, f) for f in flags})
+    out.update({f: getattr(model, f) for f in (*flags, "architecture")})  # Hugging Face's model_type, or None
     return out
 
 

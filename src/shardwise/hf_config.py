@@ -15,13 +15,14 @@ priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pat
 (`mamba_num_heads`, `mamba_head_dim`, `ssm_state_size`, `n_groups`, `conv_kernel`, `chunk_size`),
 the MLP's activation from `mlp_hidden_act`. Sliding-window attention (`sliding_window`, with
 `layer_types` or `sliding_window_pattern` naming the layers that attend in full). GPT-OSS's clamped
-gated activation (`swiglu_limit`). Only the file
-is read; nothing is downloaded.
+gated activation (`swiglu_limit`). The architecture (`specs.Model.architecture`) is the config's
+`model_type` (`_model_file`). Only the file is read; nothing is downloaded.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ def read(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{p}: key {exc.args[0]!r} appears twice in one object; which one is meant?") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
+    architecture = _model_file(p, cfg)  # the wrapper's, before its text_config is merged
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
         cfg = {**cfg, **cfg["text_config"]}
     out: dict[str, Any] = {}
@@ -108,6 +110,8 @@ def read(path: str | Path) -> dict[str, Any]:
     stated = out.get("seq_len")
     out["seq_len"], assumed = _seq_len(p, cfg, model_type, stated)
     _architecture(p, cfg, model_type, out)
+    if architecture is not None:
+        out["architecture"] = architecture
     out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'}); {assumed}"
     if stated != out["seq_len"]:  # capped, or not stated: say so where the model is used
         out["notes"] = f"{p.name}: {assumed} (--seq-len to change)"
@@ -223,6 +227,33 @@ def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) 
         return window, f"sequence length {window} assumed: no context window stated; {model_type} models train at it"
     seq_len = DEFAULT_SEQ_LEN if stated is None else min(stated, MAX_SEQ_LEN)
     return seq_len, seq_len_assumption(stated, seq_len)
+
+
+# Classes whose configs' model_type names another model: xAI's Grok-2 config.json states model_type
+# "git" (transformers' GIT, a captioning model) beside architectures Grok1ForCausalLM, the class
+# SGLang's models/grok.py serves (EntryClass Grok1ForCausalLM, Grok1ModelForCausalLM); the Grok-1
+# ports' own configuration_grok1.py says "grok-1" (hpcai-tech/grok-1).
+_CLASS_ARCHITECTURES = {"grok1forcausallm": "grok-1", "grok1modelforcausallm": "grok-1"}
+
+
+def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
+    """The architecture an engine runs the config with (`specs.Model.architecture`): the top-level
+    `model_type`, lower-cased (a multimodal wrapper's own, "llama4" or "gemma3", not its
+    text_config's: the wrapper is what vLLM and SGLang load), Falcon's names before transformers
+    4.33 (RefinedWeb, RefinedWebModel) as "falcon", and where `architectures[0]` is a class of
+    _CLASS_ARCHITECTURES its architecture whatever model_type says; None where the config states
+    neither, or a model_type no architecture is spelt as (`specs.model.ARCHITECTURE_PATTERN`: the
+    config is priced by its shapes, its architecture unknown)."""
+    from shardwise.specs.model import ARCHITECTURE_PATTERN
+
+    classes = cfg.get("architectures")
+    first = classes[0] if isinstance(classes, list) and classes and isinstance(classes[0], str) else ""
+    if first.lower() in _CLASS_ARCHITECTURES:
+        return _CLASS_ARCHITECTURES[first.lower()]
+    model_type = _text(p, cfg, "model_type").lower()
+    if model_type in _FALCON_TYPES:
+        return "falcon"
+    return model_type if re.fullmatch(ARCHITECTURE_PATTERN, model_type) else None
 
 
 def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> None:

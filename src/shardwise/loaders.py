@@ -228,12 +228,19 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
             if not isinstance(value, str):
                 raise SpecError(f"model {name!r}: hybrid_pattern: {value!r} must be a string of M, *, - and E")
             kwargs[key] = value
+        elif key == "architecture":  # Hugging Face's model_type (`specs.Model.architecture`); null: unknown
+            if value is not None and not isinstance(value, str):
+                raise SpecError(
+                    f"model {name!r}: architecture: {value!r} must be the model_type of its Hugging Face "
+                    "config.json, as text (e.g. mixtral)"
+                )
+            kwargs[key] = value
         elif key in _MODEL_FLAGS:
             if not isinstance(value, bool):
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id")
+            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture")
             raise SpecError(f"model {name!r}: {unknown_field(key, known)}")
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 

@@ -36,7 +36,7 @@ attention TP group) are not exposed. vLLM runs each data-parallel rank as its ow
 own TP group: its dense layers, shared experts and output layer split over tp alone, as the layer
 prices them, but for its sequence-parallel MoE (`vllm_sequence_parallel_moe`, per model file;
 docs/serving.md). SGLang's Mixtral and Grok files have no data-parallel attention: refused
-(`refuse_unsupported`).
+(`refuse_unsupported`, by the model's architecture, `specs.Model.architecture`).
 """
 
 from __future__ import annotations
@@ -58,26 +58,46 @@ from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.stages import StageSplit, moe_split
 
-# Mixture-of-experts model files without a data-parallel attention path: SGLang's models/mixtral.py
-# and grok.py (no LayerCommunicator; Mixtral's embedding split over the whole TP group), vLLM 0.34's
-# mixtral.py (no sequence-parallel MoE) -- Grok is gone from vLLM 0.34 (registry, removed in 0.24).
-# Matched on the model's name (no architecture field): the mixtral-8x7b, mixtral-8x22b, grok-1 presets.
-NO_DP_ATTENTION_BLOCKS = ("mixtral", "grok")
+# Architectures (`Model.architecture`, Hugging Face's model_type) whose model files have no
+# data-parallel attention path: SGLang's models/mixtral.py and grok.py (no LayerCommunicator;
+# Mixtral's embedding split over the whole TP group), vLLM 0.34's mixtral.py (no sequence-parallel
+# MoE) -- Grok is gone from vLLM 0.34 (registry, removed in 0.24). The presets mixtral-8x7b,
+# mixtral-8x22b and grok-1; a config.json of either under any name. A model whose architecture is
+# None (a YAML file or flags that state none) is priced as the other files are, with the path: the
+# name is a label, not matched (`no_dp_attention_block`).
+NO_DP_ATTENTION_ARCHITECTURES = frozenset({"mixtral", "grok-1"})
+# vLLM's DeepSeek file, deepseek_v2.py, the one whose layer runs the MoE sequence-parallel itself
+# (`vllm_layer_sequence_parallel`): the classes DeepseekV2ForCausalLM, DeepseekV3ForCausalLM and
+# DeepseekV32ForCausalLM (vllm/model_executor/models/registry.py @0002bff0), whose configs state model_type
+# deepseek_v2, deepseek_v3 (Moonlight's too) and deepseek_v32, and Kimi K2's (model_type kimi_k2
+# beside DeepseekV3ForCausalLM).
+VLLM_DEEPSEEK_ARCHITECTURES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
 
 
 def no_dp_attention_block(model: Model) -> bool:
-    """Whether `model` runs a Mixtral / Grok MoE block (`NO_DP_ATTENTION_BLOCKS`)."""
-    return any(word in model.name.lower() for word in NO_DP_ATTENTION_BLOCKS)
+    """Whether `model` runs a Mixtral / Grok MoE block (its architecture one of
+    `NO_DP_ATTENTION_ARCHITECTURES`); False where the architecture is unknown (None)."""
+    return model.architecture in NO_DP_ATTENTION_ARCHITECTURES
+
+
+def vllm_deepseek_file(model: Model) -> Number:
+    """Whether vLLM runs `model` with its DeepSeek file (`VLLM_DEEPSEEK_ARCHITECTURES`); where the
+    architecture is unknown (None), whether the model has multi-head latent attention (DeepSeek's
+    file is the one with it among the MoE files that read the sequence-parallel MoE)."""
+    if model.architecture is None:
+        return np.asarray(model.kv_lora_rank) > 0
+    return np.asarray(model.architecture in VLLM_DEEPSEEK_ARCHITECTURES)
 
 
 def refuse_unsupported(model: Model, plan: Plan) -> None:
     """SGLang's data-parallel attention (dispatcher 'dp-gather', ep x etp > tp) on a Mixtral / Grok
-    model: those model files have no such path, so the plan is refused in one line."""
+    model (its architecture, whatever its name): those model files have no such path, so the plan
+    is refused in one line."""
     dispatch = model.is_moe and plan.moe_dispatcher == "dp-gather"
     if dispatch and no_dp_attention_block(model) and np.any(dp_attention(plan)):
         raise SpecError(
-            f"model {model.name!r}: SGLang runs Mixtral / Grok without data-parallel attention "
-            "(models/mixtral.py, grok.py): use ep x etp = tp"
+            f"model {model.name!r} (architecture {model.architecture}): SGLang runs Mixtral / Grok without "
+            "data-parallel attention (models/mixtral.py, grok.py): use ep x etp = tp"
         )
 
 
@@ -94,7 +114,7 @@ def vllm_sequence_parallel_moe(model: Model, plan: Plan) -> Number:
     """Where vLLM runs its sequence-parallel MoE: data-parallel attention with tp > 1 under its
     allgather_reducescatter backend (`ParallelConfig.use_sequence_parallel_moe`, vLLM 0.34), in the
     model files that read it (deepseek_v2.py, qwen3_moe.py, gpt_oss.py, llama4.py among the presets'
-    architectures; not mixtral.py: `NO_DP_ATTENTION_BLOCKS`). Each rank of a TP group takes T / tp of
+    architectures; not mixtral.py: `NO_DP_ATTENTION_ARCHITECTURES`). Each rank of a TP group takes T / tp of
     the group's tokens (`sequence_parallel_chunk`) and the experts' outputs are all-gathered over tp
     after the MoE (`DeepseekV2MoE.forward`, `Qwen3MoeSparseMoeBlock.forward`); the shared experts
     are built with `disable_tp`, whole on every GPU, and run on that chunk beside the routed ones.
@@ -112,10 +132,10 @@ def vllm_layer_sequence_parallel(model: Model, plan: Plan) -> Number:
     output reduce-scattered over tp (`reduce_results=False`, `tensor_model_parallel_reduce_scatter`)
     instead of all-reduced, the MoE told `already_sequence_parallel` (no all-gather after it), and
     the next layer all-gathers its input before attention: a reduce-scatter and an all-gather a layer
-    in place of an all-reduce and an all-gather. DeepSeek's file is the one with multi-head latent
-    attention among the presets (DeepSeek-V2/V3, Kimi K2, Moonlight)."""
+    in place of an all-reduce and an all-gather. DeepSeek's file by the model's architecture
+    (`vllm_deepseek_file`: DeepSeek-V2/V3, Kimi K2, Moonlight among the presets)."""
     on = vllm_sequence_parallel_moe(model, plan)
-    return on & (np.asarray(plan.pp) == 1) & (model.kv_lora_rank > 0)
+    return on & (np.asarray(plan.pp) == 1) & vllm_deepseek_file(model)
 
 
 def group_size(plan: Plan) -> Number:

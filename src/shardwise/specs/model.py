@@ -14,6 +14,7 @@ M a Mamba-2 mixer, * self-attention, - an MLP, E a mixture of experts.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -23,6 +24,10 @@ from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.memo import hash_once
 
 MAX_LAYERS = 1_000_000
+# An architecture as Hugging Face config.json's `model_type` spells it: lower-case letters and digits,
+# then also '_', '-' and '.' (transformers' own: "deepseek_v3", "gpt_oss", "xlm-roberta"; "grok-1",
+# HPC-AI Tech's Grok-1 port); a class name (`architectures`, "MixtralForCausalLM") is refused.
+ARCHITECTURE_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
 # The layer kinds of a hybrid pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py `Symbols`)
 HYBRID_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 
@@ -93,6 +98,12 @@ class Model:
     # `activation_func_clamp_value`): the gate and linear halves of the up-projection are clamped
     # before the activation, as eager kernels beside the fused one (`physics.moe.experts_forward`).
     glu_clamp: bool = False
+    # The model file an engine runs for it, named as Hugging Face config.json's `model_type` spells
+    # it ("llama", "mixtral", "deepseek_v3", "qwen3_moe", "gpt_oss", "llama4", ...; None: unknown).
+    # The shapes above price the model; this picks the rules that differ by engine model file
+    # (`engines.dp_dense`: SGLang's Mixtral / Grok without data-parallel attention, vLLM's
+    # DeepSeek layer). docs/model.md "The architecture field".
+    architecture: str | None = None
     notes: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -119,6 +130,7 @@ class Model:
         self._check_moe_and_mla(p)
         self._check_hybrid(p)
         self._check_window(p)
+        self._check_architecture(p)
         for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
@@ -186,6 +198,17 @@ class Model:
             raise SpecError(f"{p}: full_attention_every needs a sliding_window (tokens a windowed layer attends to)")
         if self.sliding_window and self.kv_lora_rank:
             raise SpecError(f"{p}: sliding-window latent attention is not priced")
+
+    def _check_architecture(self, p: str) -> None:
+        value = self.architecture
+        if value is None:
+            return
+        if not isinstance(value, str) or not re.fullmatch(ARCHITECTURE_PATTERN, value):
+            raise SpecError(
+                f"{p}: architecture {value!r} is not allowed; give the model_type of its Hugging Face "
+                "config.json (lower-case letters, digits, '_', '-' or '.', e.g. mixtral, deepseek_v3), "
+                "or leave it out (unknown)"
+            )
 
     @property
     def sliding_share(self) -> Number:
