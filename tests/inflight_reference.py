@@ -31,6 +31,8 @@ def _one_replica(
     after_first_s: Callable[[float, float], float] | None = None, **rules: Any,
 ) -> Run:  # fmt: skip
     assert ranks == 1 and not rules, "the reference runs one replica"
+    n = len(arrival)
+    inputs, outputs = np.broadcast_to(inputs, n).astype(np.int64), np.broadcast_to(outputs, n).astype(np.int64)
     return run_arrays(
         lambda d, q: pass_s([d], [q]), inputs, outputs, slots, closed, arrival.copy(), issued, budget, blocks, free,
         chunk_tokens, decodes_share_budget, after_first_s,

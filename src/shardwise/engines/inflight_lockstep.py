@@ -163,8 +163,8 @@ def lockstep_costs(
 
 def run_lockstep(
     step: Lockstep,
-    inputs: np.ndarray,
-    outputs: np.ndarray,
+    inputs: int | np.ndarray,
+    outputs: int | np.ndarray,
     slots: int,
     closed: bool,
     arrival_s: np.ndarray,

@@ -45,8 +45,8 @@ class Run(NamedTuple):
 def run_ranks(
     pass_s: Callable[[list[int], list[int]], float],
     ranks: int,
-    inputs: np.ndarray,
-    outputs: np.ndarray,
+    inputs: int | np.ndarray,
+    outputs: int | np.ndarray,
     slots: int,
     closed: bool,
     arrival_s: np.ndarray,
@@ -61,15 +61,16 @@ def run_ranks(
     prefill_first: bool = False,
     time_order: bool = False,
 ) -> Run:
-    """The passes of `ranks` ranks over requests of any lengths (`inputs`, `outputs`, at least 1
-    each). A pass where rank r decodes ds[r] sequences and prefills qs[r] prompt tokens takes
-    `pass_s(ds, qs)` seconds (a function of them alone: each is asked once). Each rank admits its
-    requests first come, first served while it runs fewer than `slots` and its own `free_blocks`
-    of the KV cache hold the next one's `blocks` (None: no blocks); a pass prefills, after its
-    decodes take theirs where `decodes_share_budget`, at most `budget` prompt tokens a rank, at
-    most `chunk_tokens` (None: the budget) of one prompt. `after_first_s(d, q)`: the seconds of a
-    pass that come after its prompts' first tokens (None: none). `prefill_first`: a rank with a
-    prompt admitted prefills before it decodes again (SGLang, `engines.inflight_lockstep`).
+    """The passes of `ranks` ranks over requests of any lengths (`inputs`, `outputs`: one each, or
+    one for every request; at least 1). A pass where rank r decodes ds[r] sequences and prefills
+    qs[r] prompt tokens takes `pass_s(ds, qs)` seconds (a function of them alone: each is asked
+    once). Each rank admits its requests first come, first served while it runs fewer than
+    `slots` and its own `free_blocks` of the KV cache hold the next one's `blocks` (None: no
+    blocks); a pass prefills, after its decodes take theirs where `decodes_share_budget`, at most
+    `budget` prompt tokens a rank, at most `chunk_tokens` (None: the budget) of one prompt.
+    `after_first_s(d, q)`: the seconds of a pass that come after its prompts' first tokens (None:
+    none). `prefill_first`: a rank with a prompt admitted prefills before it decodes again
+    (SGLang, `engines.inflight_lockstep`).
 
     Requests go to the rank with the fewest waiting and running (`least_loaded`, ties rotating)
     or round robin. `time_order`: requests are dispatched in the order they arrive; else in the
@@ -77,12 +78,13 @@ def run_ranks(
     successor waits behind a user whose staggered start is still to come: one replica's rule).
     `arrival_s` is copied (a closed loop issues each finished request's successor at once). The
     areas and tokens are the group's, all ranks'."""
-    n = len(inputs)
+    n = len(arrival_s)
     cap = budget if chunk_tokens is None else chunk_tokens
     if budget < 1 or cap < 1:
         raise ValueError(f"a pass needs a budget and a chunk of at least one token, not {budget} and {cap}")
-    prompt_left = np.asarray(inputs).tolist()  # Python ints: a pass is a few operations
-    out = np.asarray(outputs).tolist()
+    # Python ints: a pass is a few operations
+    prompt_left = [int(inputs)] * n if np.ndim(inputs) == 0 else np.asarray(inputs).tolist()
+    out = [int(outputs)] * n if np.ndim(outputs) == 0 else np.asarray(outputs).tolist()
     arrival = np.asarray(arrival_s, dtype=float).tolist()
     blk = None if blocks is None else np.asarray(blocks).tolist()
     nan = float("nan")
@@ -137,8 +139,6 @@ def run_ranks(
                     r, robin = robin % ranks, robin + 1
             queue[r].append(i)
         held = prompts = 0
-        soonest = -1  # the fewest decode passes a decoding rank has before its next finish
-        opening = False  # a rank with room and no queue, that could admit an arrival
         for r in every:
             waiting, mine, d = queue[r], pending[r], decoding[r]
             while waiting and len(mine) + d < slots:  # admit while a slot and the cache hold the next
@@ -150,8 +150,6 @@ def run_ranks(
                 admitted[i] = t
                 mine.append(waiting.popleft())
             held += len(mine) + d
-            if not waiting and len(mine) + d < slots:
-                opening = True
             q, now_first = 0, NONE
             if mine:  # chunks of at most `cap` from the front while the budget lasts
                 room, taken, now_first = budget - d if decodes_share_budget else budget, 0, []
@@ -173,8 +171,6 @@ def run_ranks(
                 if prefill_first and q:
                     d = 0  # a prefill pass, first whenever a prompt waits: the rank's decodes wait
                 prompts += q
-            if d and (soonest < 0 or ends[r][0] - decoded[r] < soonest):
-                soonest = ends[r][0] - decoded[r]
             ds[r], qs[r], firsts[r] = d, q, now_first
         if not held:
             t = arrival[nxt]
@@ -185,12 +181,17 @@ def run_ranks(
             dt = costs[key] = pass_s(ds, qs)
         steps = 1
         if not prompts:  # decode only: jump to the next finish or to an arrival a rank could admit
-            steps = soonest if soonest > 0 else 1
+            steps, opening = 0, False  # to the fewest decode passes a rank has before its next finish
+            for r in every:
+                if ds[r] and (not steps or ends[r][0] - decoded[r] < steps):
+                    steps = ends[r][0] - decoded[r]
+                if not queue[r] and len(pending[r]) + decoding[r] < slots:
+                    opening = True  # a rank that could admit an arrival (no queue, a slot free)
             # one rank: the next arrival is the next admitted, so it must fit; several: a later
             # one may go to another rank
             fits = nxt >= 0 and (ranks > 1 or blk is None or blk[nxt] <= free[0]) and math.isfinite(arrival[nxt])
             if fits and opening:
-                steps = min(steps, max(1, math.ceil((arrival[nxt] - t) / dt)))
+                steps = min(steps or 1, max(1, math.ceil((arrival[nxt] - t) / dt)))
             steps = max(steps, 1)
         span = steps * dt
         t += span
@@ -233,8 +234,7 @@ def run_ranks(
                 finished += ended
                 if closed:
                     fresh = min(ended, n - issued)
-                    for i in range(issued, issued + fresh):
-                        arrival[i] = t
+                    arrival[issued : issued + fresh] = [t] * fresh
                     issued += fresh
         tokens += made
         clock.append(t)

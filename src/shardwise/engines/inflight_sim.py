@@ -121,6 +121,7 @@ def simulate(
             raise ValueError("a request needs more KV cache than the replica has")
     else:
         mean_in, mean_out, blocks = input_len, output_len, None
+        inputs, outputs = input_len, output_len  # one length for every request
     free = kv_total_blocks if blocks is not None else 0
     arrival = np.full(n, np.inf)
     if closed:
@@ -136,8 +137,6 @@ def simulate(
     else:
         arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
         issued = n
-    if not mixed:
-        inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
     if lockstep is None:
         run = run_ranks(
             lambda ds, qs: cost_s(ds[0], qs[0]), 1, inputs, outputs, slots, closed, arrival, issued,
