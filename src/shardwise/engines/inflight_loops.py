@@ -175,7 +175,7 @@ def run_ranks(
         if not held:
             t = arrival[nxt]
             continue
-        key = (*ds, *qs)
+        key = (ds[0], qs[0]) if ranks == 1 else (*ds, *qs)
         dt = costs.get(key)
         if dt is None:  # a pass's cost depends on (ds, qs) alone: asked once each
             dt = costs[key] = pass_s(ds, qs)
