@@ -10,6 +10,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from inflight_reference import simulate_reference
 from shardwise import presets
 from shardwise.engines.inflight import Replica, Traffic, estimate_inflight, kv_capacity, simulate
 from shardwise.engines.iteration import iteration_table, iteration_times
@@ -346,13 +347,13 @@ def test_a_prompt_sits_in_one_micro_batch_of_a_round():
         return 1.0
 
     traffic = Traffic(users=1, requests=1, rounds=1)
-    ref = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024, reference=True)
+    ref = simulate_reference(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024)
     prompt = [q for q in seen[1:] if q > 0]  # the first call sizes the start, not an iteration
     assert prompt == [1024] * 4
     fast = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, chunk_tokens=1024)
     assert fast.ttft_s == ref.ttft_s == 4.0
     seen.clear()
-    whole = simulate(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024, reference=True)
+    whole = simulate_reference(cost, 4096, 2, 10, traffic, max_batched_tokens=8 * 1024)
     assert [q for q in seen[1:] if q > 0] == [4096]
     assert whole.ttft_s == 1.0
 
@@ -388,17 +389,17 @@ def _same(a, b) -> bool:
     ],
 )
 def test_the_queue_loop_of_one_length_is_the_array_loop_to_the_bit(lengths, capacity, budget, chunk, traffic):
-    """One prompt and output length for every request runs over two queues
-    (`inflight_loops.run_fixed`): every field of the result equals the loop over arrays
-    (`reference=True`, what request mixes run) byte for byte, in closed and open loops, with
-    chunked prompts, jumps over decode-only runs, a KV cache that holds few requests and, under
-    pp > 1, several prompts part done at once (one chunk each capped below the round's budget)."""
+    """One prompt and output length for every request through the loop (`inflight_loops.run_ranks`,
+    one rank): every field of the result equals the per-request loop over numpy arrays
+    (`tests/inflight_reference.py`) byte for byte, in closed and open loops, with chunked prompts,
+    jumps over decode-only runs, a KV cache that holds few requests and, under pp > 1, several
+    prompts part done at once (one chunk each capped below the round's budget)."""
 
     def cost_s(d: float, q: float) -> float:  # steps at a wave boundary, as the GEMMs make them
         return 0.004 + 2e-5 * d + 1.1e-6 * q + (0.001 if d + q > 4096 else 0.0)
 
     fast = simulate(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk)
-    ref = simulate(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk, reference=True)
+    ref = simulate_reference(cost_s, *lengths, capacity, traffic, budget, chunk_tokens=chunk)
     for field in fast.__dataclass_fields__:
         assert _same(getattr(fast, field), getattr(ref, field)), field
 
@@ -416,7 +417,7 @@ def test_a_pipelined_replica_runs_the_same_in_both_loops(engine, pp):
     args = (rep.table, 3000, 100, rep.capacity, Traffic(users=400, requests=500), rep.round_tokens, rep.max_sequences)
     shared = rep.decodes_share_budget  # SGLang's prompts have the whole budget (`engines.inflight.Replica`)
     fast = simulate(*args, chunk_tokens=rep.max_batched_tokens, decodes_share_budget=shared)
-    ref = simulate(*args, chunk_tokens=rep.max_batched_tokens, reference=True, decodes_share_budget=shared)
+    ref = simulate_reference(*args, chunk_tokens=rep.max_batched_tokens, decodes_share_budget=shared)
     assert fast.iterations > 0
     for field in fast.__dataclass_fields__:
         assert _same(getattr(fast, field), getattr(ref, field)), field

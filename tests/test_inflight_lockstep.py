@@ -6,10 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from inflight_reference import run_arrays
 from shardwise import presets
 from shardwise.engines.inflight import Replica, Traffic
 from shardwise.engines.inflight_lockstep import Curve, Lockstep, curve, run_lockstep
-from shardwise.engines.inflight_loops import run_arrays
 from shardwise.engines.iteration import IterationTable, iteration_times
 from shardwise.engines.serving import plan_for_serving, serving_scenario
 from shardwise.specs import Scenario

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from inflight_reference import simulate_reference
 from shardwise import presets
 from shardwise.engines.engine_presets import ENGINES
 from shardwise.engines.inflight import Replica, Traffic, estimate_inflight, simulate
@@ -133,7 +134,7 @@ def test_prompts_have_the_whole_budget_where_they_are_prefilled_apart(reference)
             return 0.004 + 2e-5 * d + 1e-6 * q
 
         traffic = Traffic(users=64, requests=400)
-        simulate(cost_s, 512, 32, 64, traffic, 1024, reference=reference, decodes_share_budget=shared)
+        (simulate_reference if reference else simulate)(cost_s, 512, 32, 64, traffic, 1024, decodes_share_budget=shared)
         return asked[1:]  # the first is the closed loop's estimate of a request's life, not an iteration
 
     apart, mixed = run(False), run(True)
@@ -161,7 +162,7 @@ def test_on_one_gpu_the_first_token_comes_at_the_end_of_the_prefill_step():
     for reference in (False, True):
         for after in (None, decode_step_s):
             args = (cost_s, 512, 16, 32, traffic, 2048)
-            runs[reference, after] = simulate(*args, reference=reference, after_first_s=after)
+            runs[reference, after] = (simulate_reference if reference else simulate)(*args, after_first_s=after)
     end, early = runs[False, None], runs[False, decode_step_s]
     np.testing.assert_array_equal(early.e2e_s, end.e2e_s)
     assert np.all(early.ttft_s <= end.ttft_s) and np.mean(early.ttft_s) < np.mean(end.ttft_s)

@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from inflight_reference import simulate_reference
 from shardwise import presets
 from shardwise.engines.inflight import Replica, Traffic, estimate_inflight, kv_blocks, simulate
 from shardwise.engines.request_mix import arrival_times, sample_lengths, summarize
@@ -129,6 +130,35 @@ def test_per_request_lengths_all_equal_are_the_fixed_path(traffic):
     for name in ("ttft_s", "tpot_s", "e2e_s", "queue_s"):
         assert np.array_equal(getattr(fixed, name), getattr(arrays, name)), name
     assert (fixed.throughput_tokens_per_s, fixed.iterations) == (arrays.throughput_tokens_per_s, arrays.iterations)
+
+
+@pytest.mark.parametrize(
+    ("traffic", "blocks", "chunk", "shared", "early"),
+    [
+        (Traffic(users=40, requests=400), 2000, None, True, False),
+        (Traffic(users=300, requests=500), 2000, 256, True, False),
+        (Traffic(rate_per_s=30.0, requests=400, seed=4), 2000, 128, False, True),
+        (Traffic(rate_per_s=5.0, requests=300, burstiness=0.5, seed=1), 2000, None, False, False),
+        (Traffic(users=2, requests=200), 2000, 64, True, True),
+        (Traffic(rate_per_s=5.0, requests=300, seed=4), 150, None, True, False),
+    ],
+)
+def test_a_mix_runs_as_the_loop_over_arrays_to_the_bit(traffic, blocks, chunk, shared, early):
+    """Per-request lengths with the KV cache in blocks through the loop (`inflight_loops.run_ranks`,
+    one rank) give every field of the per-request loop over numpy arrays that mixes ran before
+    (`tests/inflight_reference.py`) byte for byte: a cache of a few dozen requests that holds the
+    queue back, chunked prompts, prompts with the whole budget, first tokens before the pass ends,
+    closed and open loops, a decode run not cut at an arrival the cache cannot hold yet."""
+    n = traffic.count
+    inputs, outputs = sample_lengths(SHAREGPT, n, seed=5, max_context=2048)
+    after = (lambda d, q: cost(d, 0.0) if d else 0.0) if early else None
+    args = (cost, inputs, outputs, 2048, traffic, 1024, 256, blocks, chunk)
+    ours = simulate(*args, decodes_share_budget=shared, after_first_s=after)
+    ref = simulate_reference(*args, decodes_share_budget=shared, after_first_s=after)
+    assert ours.iterations > 0
+    for field in ours.__dataclass_fields__:
+        a, b = np.asarray(getattr(ours, field)), np.asarray(getattr(ref, field))
+        assert a.tobytes() == b.tobytes(), field
 
 
 def test_the_kv_cache_admits_by_each_requests_own_blocks():

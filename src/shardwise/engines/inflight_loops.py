@@ -1,15 +1,16 @@
-"""The iteration loop of the in-flight batching simulation (`engines.inflight`), in two versions
-that give the same numbers: over arrays of every request (any request mix, the KV cache in blocks)
-and, when every request has the same lengths, over queues of the requests in flight.
+"""The iteration loop of the in-flight batching simulation (`engines.inflight`): `run_ranks`, one
+loop over R ranks stepped together, pass by pass. R = 1 is one replica (`engines.inflight_sim`);
+R > 1 the data-parallel attention ranks of a mixture-of-experts replica in lockstep
+(`engines.inflight_lockstep`), each with its own requests, slots and KV cache, a pass as long as
+its slowest rank.
 
-With the same lengths for every request the running ones are two queues in admission order:
-prompts being prefilled (first come, first served, so only the first can be part done, or the
-first few when one prompt's chunk is capped below the budget: pipeline micro-batches) and
-sequences decoding (each decodes one token per iteration, so they finish in the order their
-prompts did, and the first holds the fewest tokens left). An iteration then costs a few Python
-operations and one per request that starts, ends or takes a prompt chunk, instead of a dozen numpy
-steps over every running request; the time and the areas are summed in the same order, so the
-numbers are the same to the bit (`tests/test_inflight.py` compares both loops).
+Each rank keeps its requests in three structures, so that a pass costs a few Python operations and
+one per request that arrives, starts, ends or takes a prompt chunk, not one per request running:
+a queue (arrived, not admitted), the prompts being prefilled in admission order (first come, first
+served: a pass takes chunks from the front while the budget lasts), and a heap of the sequences
+decoding keyed by the rank's decode pass at which each ends (each decodes one token a pass, so
+that pass is fixed when its first token comes). A run of passes with no prompt tokens on any rank,
+no arrival that a rank could admit and no finish is jumped over at once.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Callable
+from heapq import heappop, heappush
 from typing import NamedTuple
 
 import numpy as np
@@ -24,7 +26,7 @@ import numpy as np
 
 class Run(NamedTuple):
     """What the loop gives: per request (seconds: admitted, first token, done, arrival), the
-    (time, tokens generated) after each step, and the sums over the run."""
+    (time, tokens generated) after each step, and the sums over the run (all ranks')."""
 
     admitted: np.ndarray
     first: np.ndarray
@@ -40,208 +42,204 @@ class Run(NamedTuple):
     iterations: int
 
 
-def run_arrays(
-    cost_s: Callable[[float, float], float],
-    inputs: np.ndarray,
-    outputs: np.ndarray,
-    slots: int,
-    closed: bool,
-    arrival: np.ndarray,
-    issued: int,
-    max_batched_tokens: int,
-    blocks: np.ndarray | None,
-    free: int,
-    chunk_tokens: int | None = None,
-    decodes_share_budget: bool = True,
-    after_first_s: Callable[[float, float], float] | None = None,
-) -> Run:
-    """The iterations over arrays of every request (any lengths, the KV cache in blocks when
-    `blocks` is given): numpy steps over the running requests in each iteration. `arrival` is
-    written to (a closed loop issues each finished request's successor). `chunk_tokens` caps one
-    prompt's chunk in an iteration (None: the whole budget). `after_first_s(d, q)`: the seconds of
-    an iteration with prompt tokens that come after the prompts' first tokens (None: none, the
-    first tokens at its end)."""
-    n = len(inputs)
-    prompt_left = inputs.copy()
-    decode_left = outputs - 1
-    admitted, first, done = np.full(n, np.nan), np.full(n, np.nan), np.full(n, np.nan)
-    running = np.zeros(0, dtype=np.int64)  # admitted, not finished, in admission order
-    nxt = finished = iterations = 0
-    t = tokens = 0.0
-    clock, produced = [0.0], [0.0]  # (time, tokens generated) after each step
-    busy = running_area = decode_area = prompt_area = 0.0
-    while finished < n:
-        if nxt < issued and arrival[nxt] <= t and len(running) < slots:  # admit, first come first served
-            end = min(issued, nxt + slots - len(running))
-            come = arrival[nxt:end] <= t  # the first not yet arrived stops the queue (not sorted: closed loops)
-            k = len(come) if come.all() else int(come.argmin())
-            if blocks is not None:  # ... while the KV cache holds the next one
-                k = int(np.searchsorted(np.cumsum(blocks[nxt : nxt + k]), free, side="right"))
-                free -= int(blocks[nxt : nxt + k].sum())
-            admitted[nxt : nxt + k] = t
-            running = np.concatenate([running, np.arange(nxt, nxt + k)])
-            nxt += k
-        if not len(running):
-            t = float(arrival[nxt])
-            continue
-        ids = running
-        left = prompt_left[ids]
-        decoding = ids[left == 0]
-        d = len(decoding)
-        waiting = ids[left > 0]
-        need = prompt_left[waiting] if chunk_tokens is None else np.minimum(prompt_left[waiting], chunk_tokens)
-        room = max(max_batched_tokens - (d if decodes_share_budget else 0), 0)
-        take = np.minimum(np.maximum(room - (np.cumsum(need) - need), 0), need)  # np.clip, without its overhead
-        q = int(take.sum())
-        if d == 0 and q == 0:  # a budget smaller than one prompt chunk still makes progress
-            take[0], q = min(need[0], max_batched_tokens), min(int(need[0]), max_batched_tokens)
-        dt = cost_s(d, q)
-        steps = 1
-        if q == 0:  # decode only: jump to the next finish or admission
-            steps = int(decode_left[decoding].min()) if d else 1
-            admissible = nxt < issued and len(running) < slots and (blocks is None or blocks[nxt] <= free)
-            if admissible and np.isfinite(arrival[nxt]):
-                steps = min(steps, max(1, math.ceil((arrival[nxt] - t) / dt)))
-            steps = max(steps, 1)
-        t += steps * dt
-        iterations += steps
-        busy += steps * dt
-        running_area += steps * dt * len(running)
-        decode_area += steps * dt * d
-        prompt_area += dt * q
-        decode_left[decoding] -= steps
-        made = steps * d
-        if q:
-            prompt_left[waiting] -= take
-            now_first = waiting[(take > 0) & (prompt_left[waiting] == 0)]
-            first[now_first] = t if after_first_s is None else t - after_first_s(d, q)
-            made += len(now_first)
-        tokens += made
-        clock.append(t)
-        produced.append(tokens)
-        over = (prompt_left[ids] == 0) & (decode_left[ids] <= 0) & ~np.isnan(first[ids])
-        if over.any():
-            ended = ids[over]
-            done[ended] = t
-            running = ids[~over]
-            finished += len(ended)
-            if blocks is not None:
-                free += int(blocks[ended].sum())
-            if closed:
-                fresh = min(len(ended), n - issued)
-                arrival[issued : issued + fresh] = t
-                issued += fresh
-    return Run(
-        admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations
-    )
-
-
-def run_fixed(
-    cost_s: Callable[[float, float], float],
-    input_len: int,
-    output_len: int,
+def run_ranks(
+    pass_s: Callable[[list[int], list[int]], float],
+    ranks: int,
+    inputs: int | np.ndarray,
+    outputs: int | np.ndarray,
     slots: int,
     closed: bool,
     arrival_s: np.ndarray,
     issued: int,
-    max_batched_tokens: int,
+    budget: int,
+    blocks: np.ndarray | None,
+    free_blocks: int,
     chunk_tokens: int | None = None,
     decodes_share_budget: bool = True,
     after_first_s: Callable[[float, float], float] | None = None,
+    least_loaded: bool = False,
+    prefill_first: bool = False,
+    time_order: bool = False,
 ) -> Run:
-    """`run_arrays` for requests of one prompt length and one output length (at least 1 each, a
-    budget of at least one token, a chunk cap of at least one), over two queues (module
-    docstring). `cost_s` is a function of (d, q) alone: each pair is asked once (a closed loop of
-    one user repeats two pairs).
+    """The passes of `ranks` ranks over requests of any lengths (`inputs`, `outputs`: one each, or
+    one for every request; at least 1). A pass where rank r decodes ds[r] sequences and prefills
+    qs[r] prompt tokens takes `pass_s(ds, qs)` seconds (a function of them alone: each is asked
+    once). Each rank admits its requests first come, first served while it runs fewer than
+    `slots` and its own `free_blocks` of the KV cache hold the next one's `blocks` (None: no
+    blocks); a pass prefills, after its decodes take theirs where `decodes_share_budget`, at most
+    `budget` prompt tokens a rank, at most `chunk_tokens` (None: the budget) of one prompt.
+    `after_first_s(d, q)`: the seconds of a pass that come after its prompts' first tokens (None:
+    none). `prefill_first`: a rank with a prompt admitted prefills before it decodes again
+    (SGLang, `engines.inflight_lockstep`).
 
-    With a chunk cap below the prompt several prompts can be part done, but only the first ones:
-    an iteration takes a prefix of the queue, so a prompt has had no more tokens than any before
-    it (as many or more left), and a prompt that does not finish took the whole cap or the last of
-    the room, so none after it finishes either: the prompts done in an iteration are the queue's
-    first ones."""
+    Requests go to the rank with the fewest waiting and running (`least_loaded`, ties rotating)
+    or round robin. `time_order`: requests are dispatched in the order they arrive; else in the
+    order issued, a request not yet arrived holding back those issued after it (a closed loop's
+    successor waits behind a user whose staggered start is still to come: one replica's rule).
+    `arrival_s` is copied (a closed loop issues each finished request's successor at once). The
+    areas and tokens are the group's, all ranks'."""
     n = len(arrival_s)
-    arrival = arrival_s.tolist()
+    cap = budget if chunk_tokens is None else chunk_tokens
+    if budget < 1 or cap < 1:
+        raise ValueError(f"a pass needs a budget and a chunk of at least one token, not {budget} and {cap}")
+    # Python ints: a pass is a few operations
+    prompt_left = [int(inputs)] * n if np.ndim(inputs) == 0 else np.asarray(inputs).tolist()
+    out = [int(outputs)] * n if np.ndim(outputs) == 0 else np.asarray(outputs).tolist()
+    arrival = np.asarray(arrival_s, dtype=float).tolist()
+    blk = None if blocks is None else np.asarray(blocks).tolist()
     nan = float("nan")
     admitted, first, done = [nan] * n, [nan] * n, [nan] * n
-    cap = input_len if chunk_tokens is None else min(chunk_tokens, input_len)
-    prefilling: list[int] = []  # admitted, in admission order: prefilling[head:] have their prompt not done
-    head = 0
-    prompt_left = [input_len] * n  # prompt tokens left, per request
-    decoding: deque[tuple[int, int]] = deque()  # (request, `decoded` when it is done), in admission order
-    decoded = 0  # decode steps so far: a request decoding has `its end - decoded` tokens left
-    nxt = finished = iterations = 0
+    every = range(ranks)
+    queue: list[deque[int]] = [deque() for _ in every]  # arrived, not admitted
+    pending: list[list[int]] = [[] for _ in every]  # admitted, prompt not done, in admission order
+    # decoding: how many, and who ends at which of the rank's decode passes (a heap of those passes)
+    decoding = [0] * ranks
+    ends: list[list[int]] = [[] for _ in every]
+    ending: list[dict[int, list[int]]] = [{} for _ in every]
+    free = [free_blocks] * ranks
+    decoded = [0] * ranks  # decode passes of each rank
+    # issued, not dispatched, in two runs each in time order: the first issued (order[a:], in
+    # the order of their arrival or as issued) and a closed loop's successors (b up to `issued`,
+    # issued at their predecessors' ends); the next to dispatch is the earlier of the two fronts
+    # in time order, else the first run's until it is through
+    order = sorted(range(issued), key=arrival.__getitem__) if time_order else list(range(issued))
+    a, b, m = 0, issued, issued
+    start = robin = finished = passes = 0
     t = tokens = 0.0
     clock, produced = [0.0], [0.0]
     busy = running_area = decode_area = prompt_area = 0.0
-    costs: dict[tuple[int, int], float] = {}
+    costs: dict[tuple[int, ...], float] = {}
+    ds, qs = [0] * ranks, [0] * ranks  # this pass's decodes and prompt tokens of each rank
+    NONE: list[int] = []  # no prompt done (never written to)
+    firsts: list[list[int]] = [NONE] * ranks  # the prompts this pass completes, each rank's
     while finished < n:
-        running = len(prefilling) - head + len(decoding)
-        if nxt < issued and arrival[nxt] <= t and running < slots:  # admit, first come first served
-            end = min(issued, nxt + slots - running)
-            k = nxt
-            while k < end and arrival[k] <= t:  # the first not yet arrived stops the queue
-                admitted[k] = t
-                prefilling.append(k)
-                k += 1
-            running += k - nxt
-            nxt = k
-        if not running:
-            t = float(arrival[nxt])
+        nxt = -1  # the next to dispatch once it arrives (-1: none issued)
+        while True:  # dispatch what has arrived: to the least loaded rank, or round robin
+            if a < m and (b >= issued or not time_order or arrival[order[a]] <= arrival[b]):
+                i = order[a]
+                if arrival[i] > t:
+                    nxt = i
+                    break
+                a += 1
+            elif b < issued:
+                i = b
+                if arrival[i] > t:
+                    nxt = i
+                    break
+                b += 1
+            else:
+                break
+            r = 0
+            if ranks > 1:
+                if least_loaded:
+                    loads = [len(queue[j]) + len(pending[j]) + decoding[j] for j in every]
+                    loads = loads[start:] + loads[:start]
+                    r, start = (start + loads.index(min(loads))) % ranks, (start + 1) % ranks
+                else:
+                    r, robin = robin % ranks, robin + 1
+            queue[r].append(i)
+        held = prompts = 0
+        for r in every:
+            waiting, mine, d = queue[r], pending[r], decoding[r]
+            while waiting and len(mine) + d < slots:  # admit while a slot and the cache hold the next
+                i = waiting[0]
+                if blk is not None:
+                    if blk[i] > free[r]:
+                        break
+                    free[r] -= blk[i]
+                admitted[i] = t
+                mine.append(waiting.popleft())
+            held += len(mine) + d
+            q, now_first = 0, NONE
+            if mine:  # chunks of at most `cap` from the front while the budget lasts
+                room, taken, now_first = budget - d if decodes_share_budget else budget, 0, []
+                for i in mine:
+                    if room <= 0:
+                        break
+                    left = prompt_left[i]
+                    k = cap if left > cap else left
+                    k = room if k > room else k
+                    q, room, taken = q + k, room - k, taken + 1
+                    prompt_left[i] = left - k
+                    if k == left:
+                        now_first.append(i)
+                f = len(now_first)
+                if f and mine[f - 1] == now_first[-1]:  # the first ones (one length for every request)
+                    del mine[:f]
+                elif f:
+                    pending[r] = [i for i in mine[:taken] if prompt_left[i]] + mine[taken:]
+                if prefill_first and q:
+                    d = 0  # a prefill pass, first whenever a prompt waits: the rank's decodes wait
+                prompts += q
+            ds[r], qs[r], firsts[r] = d, q, now_first
+        if not held:
+            t = arrival[nxt]
             continue
-        d = len(decoding)
-        room = max(max_batched_tokens - (d if decodes_share_budget else 0), 0)
-        q = 0
-        done_from = head
-        i, waiting = head, len(prefilling)
-        while i < waiting and room > 0:  # chunks of at most `cap` while the budget lasts
-            r = prefilling[i]
-            left = prompt_left[r]
-            take = left if left <= cap else cap
-            if take > room:
-                take = room
-            q += take
-            room -= take
-            prompt_left[r] = left - take
-            if take == left:
-                head += 1  # the first ones (docstring)
-            i += 1
-        prompts_done = prefilling[done_from:head]
-        dt = costs.get((d, q))
-        if dt is None:  # an iteration's cost depends on (d, q) alone: asked once per pair
-            dt = costs[d, q] = cost_s(d, q)
+        key = (ds[0], qs[0]) if ranks == 1 else (*ds, *qs)
+        dt = costs.get(key)
+        if dt is None:  # a pass's cost depends on (ds, qs) alone: asked once each
+            dt = costs[key] = pass_s(ds, qs)
         steps = 1
-        if q == 0:  # decode only: jump to the next finish or admission
-            steps = decoding[0][1] - decoded if d else 1
-            if nxt < issued and running < slots and math.isfinite(arrival[nxt]):
-                steps = min(steps, max(1, math.ceil((arrival[nxt] - t) / dt)))
+        if not prompts:  # decode only: jump to the next finish or to an arrival a rank could admit
+            steps, opening = 0, False  # to the fewest decode passes a rank has before its next finish
+            for r in every:
+                if ds[r] and (not steps or ends[r][0] - decoded[r] < steps):
+                    steps = ends[r][0] - decoded[r]
+                if not queue[r] and len(pending[r]) + decoding[r] < slots:
+                    opening = True  # a rank that could admit an arrival (no queue, a slot free)
+            # one rank: the next arrival is the next admitted, so it must fit; several: a later
+            # one may go to another rank
+            fits = nxt >= 0 and (ranks > 1 or blk is None or blk[nxt] <= free[0]) and math.isfinite(arrival[nxt])
+            if fits and opening:
+                steps = min(steps or 1, max(1, math.ceil((arrival[nxt] - t) / dt)))
             steps = max(steps, 1)
-        t += steps * dt
-        iterations += steps
-        busy += steps * dt
-        running_area += steps * dt * running
-        decode_area += steps * dt * d
-        prompt_area += dt * q
-        decoded += steps
-        made = steps * d
-        at = t if after_first_s is None or not prompts_done else t - after_first_s(d, q)
-        for r in prompts_done:
-            first[r] = at
-            decoding.append((r, decoded + output_len - 1))
-        made += len(prompts_done)
+        span = steps * dt
+        t += span
+        passes += steps
+        busy += span
+        running_area += span * held
+        made = 0
+        for r in every:
+            d, q, heap = ds[r], qs[r], ends[r]
+            if d:
+                decoded[r] += steps
+                made += steps * d
+                decode_area += span * d
+            if q:
+                prompt_area += dt * q
+                if firsts[r]:
+                    at = t if after_first_s is None else t - after_first_s(d, q)
+                    now, by_end = decoded[r], ending[r]
+                    for i in firsts[r]:
+                        first[i] = at
+                        end = now + out[i] - 1
+                        same = by_end.get(end)
+                        if same is None:
+                            by_end[end] = [i]
+                            heappush(heap, end)
+                        else:
+                            same.append(i)
+                    made += len(firsts[r])
+                    decoding[r] += len(firsts[r])
+            if heap and heap[0] <= decoded[r]:  # finishes
+                ended, now = 0, decoded[r]
+                while heap and heap[0] <= now:
+                    over = ending[r].pop(heappop(heap))
+                    ended += len(over)
+                    for i in over:
+                        done[i] = t
+                    if blk is not None:
+                        free[r] += sum([blk[i] for i in over])
+                decoding[r] -= ended
+                finished += ended
+                if closed:
+                    fresh = min(ended, n - issued)
+                    arrival[issued : issued + fresh] = [t] * fresh
+                    issued += fresh
         tokens += made
         clock.append(t)
         produced.append(tokens)
-        ended = 0
-        while decoding and decoding[0][1] <= decoded:
-            done[decoding.popleft()[0]] = t
-            ended += 1
-        if ended:
-            finished += ended
-            if closed:
-                fresh = min(ended, n - issued)
-                arrival[issued : issued + fresh] = [t] * fresh
-                issued += fresh
     return Run(
         np.array(admitted), np.array(first), np.array(done), np.array(arrival), clock, produced,
-        t, busy, running_area, decode_area, prompt_area, iterations,
+        t, busy, running_area, decode_area, prompt_area, passes,
     )  # fmt: skip

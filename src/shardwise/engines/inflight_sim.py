@@ -14,7 +14,7 @@ import numpy as np
 
 from shardwise.engines.engine_presets import DEFAULT_MAX_SEQUENCES
 from shardwise.engines.inflight_lockstep import Lockstep, run_lockstep
-from shardwise.engines.inflight_loops import run_arrays, run_fixed
+from shardwise.engines.inflight_loops import run_ranks
 from shardwise.engines.request_mix import arrival_times
 
 # vLLM's default KV block (CacheConfig.block_size, 16 tokens on CUDA).
@@ -91,7 +91,6 @@ def simulate(
     max_sequences: int = DEFAULT_MAX_SEQUENCES,
     kv_total_blocks: int | None = None,
     chunk_tokens: int | None = None,
-    reference: bool = False,
     decodes_share_budget: bool = True,
     after_first_s: Callable[[float, float], float] | None = None,
     lockstep: Lockstep | None = None,
@@ -102,9 +101,8 @@ def simulate(
     (the KV cache in blocks) admits a request only while its blocks fit beside those running.
     `chunk_tokens` caps one prompt's chunk per iteration (default the whole budget): with the pp
     micro-batches of a round each on its own budget, a prompt sits in one of them.
-    One length for every request runs over queues (`engines.inflight_loops.run_fixed`), the same
-    numbers as over arrays (`reference`: the loop over arrays, for the tests). With `lockstep` the
-    traffic is a group's of `lockstep.ranks` data-parallel attention ranks run together
+    The loop is `engines.inflight_loops.run_ranks` with one rank; with `lockstep` the traffic is a
+    group's of `lockstep.ranks` data-parallel attention ranks run together by the same loop
     (`engines.inflight_lockstep`; `capacity`, `max_sequences` and the KV blocks each rank's), the
     rates and means one rank's."""
     if capacity < 1:
@@ -123,6 +121,7 @@ def simulate(
             raise ValueError("a request needs more KV cache than the replica has")
     else:
         mean_in, mean_out, blocks = input_len, output_len, None
+        inputs, outputs = input_len, output_len  # one length for every request
     free = kv_total_blocks if blocks is not None else 0
     arrival = np.full(n, np.inf)
     if closed:
@@ -138,25 +137,15 @@ def simulate(
     else:
         arrival = arrival_times(float(traffic.rate_per_s), n, traffic.seed, traffic.burstiness)
         issued = n
-    fixed = not mixed and input_len >= 1 and output_len >= 1 and max_batched_tokens >= 1
-    if lockstep is not None:
-        if not mixed:
-            inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
+    if lockstep is None:
+        run = run_ranks(
+            lambda ds, qs: cost_s(ds[0], qs[0]), 1, inputs, outputs, slots, closed, arrival, issued,
+            max_batched_tokens, blocks, free, chunk_tokens, decodes_share_budget, after_first_s,
+        )  # fmt: skip
+    else:
         run = run_lockstep(
             lockstep, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
             decodes_share_budget,
-        )  # fmt: skip
-    elif fixed and not reference and (chunk_tokens is None or chunk_tokens >= 1):
-        run = run_fixed(
-            cost_s, input_len, output_len, slots, closed, arrival, issued, max_batched_tokens, chunk_tokens,
-            decodes_share_budget, after_first_s,
-        )  # fmt: skip
-    else:
-        if not mixed:
-            inputs, outputs = np.full(n, input_len, dtype=np.int64), np.full(n, output_len, dtype=np.int64)
-        run = run_arrays(
-            cost_s, inputs, outputs, slots, closed, arrival, issued, max_batched_tokens, blocks, free, chunk_tokens,
-            decodes_share_budget, after_first_s,
         )  # fmt: skip
     admitted, first, done, arrival, clock, produced, t, busy, running_area, decode_area, prompt_area, iterations = run
     start = int(WARMUP_SHARE * n)
