@@ -610,3 +610,22 @@ def test_an_unknown_command_names_the_closest_one(cli):
     )
     code, _, err = cli(["xyz"])
     assert code == 2 and "did you mean" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_single_valued_option_given_twice_is_refused(cli):
+    """click kept the last of a repeated option without a word: `crossover --vary batch=... --vary
+    layers=...` swept the layers alone, `--tp 2 ... --tp 4` priced tp=4."""
+    code, out, err = cli(["crossover", "--vary", "batch=1..8", "--vary", "layers=8..32", "--no-plot"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: --vary is given twice ('batch=1..8', then 'layers=8..32'); give it once; "
+        "to vary several at once: `shardwise sweep --vary ... --vary ...`"
+    )
+    code, out, err = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "2", "--tp=4"])
+    assert (code, out) == (2, "") and err.strip() == "error: --tp is given twice ('2', then '4'); give it once"
+    code, _, err = cli(["crossover", "--csv", "a.csv", "-o", "b.csv", "--no-plot"])  # a hidden old spelling
+    assert code == 2 and err.strip() == "error: --csv 'a.csv' and -o 'b.csv' set one option; give one of them"
+    code, _, err = cli(["serve", "--model", "llama3-8b", "--custom-all-reduce", "--no-custom-all-reduce"])
+    assert code == 2 and "contradict each other" in err and len(err.strip().splitlines()) == 1
+    # options made to repeat, and a flag given twice, still pass
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--vary", "layers=8..16", "--json", "--json"])
+    assert code == 0, err

@@ -85,7 +85,12 @@ class LazyGroup(click.Group):
             close = difflib.get_close_matches(name, list(COMMANDS), n=2, cutoff=0.6)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             ctx.fail(f"No such command {name!r}{hint} (`shardwise --help` lists them)")
-        return super().resolve_command(ctx, args)
+        cmd_name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not ctx.resilient_parsing:
+            from shardwise.cli.repeated import refuse_repeated
+
+            refuse_repeated(cmd, rest)  # click would keep the last of `--tp 2 ... --tp 4` without a word
+        return cmd_name, cmd, rest
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, short) for name, (_, _, short) in COMMANDS.items()]
