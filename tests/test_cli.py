@@ -629,3 +629,16 @@ def test_a_single_valued_option_given_twice_is_refused(cli):
     # options made to repeat, and a flag given twice, still pass
     code, _, err = cli(["sweep", "--vary", "batch=1..4", "--vary", "layers=8..16", "--json", "--json"])
     assert code == 0, err
+
+
+def test_an_output_name_without_a_format_says_what_to_give(cli):
+    """`plan -o -` (as crossover and sweep take it) said "unknown file format ''"."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64"]
+    code, out, err = cli([*args, "-o", "-"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: -o -: this option writes a file, not stdout; give a name ending in .csv or .parquet"
+    )
+    code, out, err = cli([*args, "-o", "plans"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: -o plans: the format is told by the extension; give a name ending in .csv or .parquet"
+    )
