@@ -191,6 +191,8 @@ def check_columns(names: list[str], where: str) -> None:
         # not a misspelt `ga`); the whole list is in docs/calibration.md
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        if name in ("nodes", "num_nodes", "gpus"):  # `nodes` was told 'did you mean notes?'
+            hint = "; give num_gpus, the GPUs in all (servers x GPUs per server)"
         raise SpecError(f"{where}: unknown column {name!r}{hint} (the columns: docs/calibration.md)")
 
 
