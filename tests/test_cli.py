@@ -642,3 +642,13 @@ def test_an_output_name_without_a_format_says_what_to_give(cli):
     assert (code, out) == (2, "") and err.strip() == (
         "error: -o plans: the format is told by the extension; give a name ending in .csv or .parquet"
     )
+
+
+def test_a_directory_given_as_a_model_or_system_says_so(cli, tmp_path):
+    """`--model /tmp` was "unknown model '/tmp'; closest: mpt-7b"."""
+    code, out, err = cli(["predict", "--model", str(tmp_path), "--system", "dgx-h100", "--global-batch", "8"])
+    assert (code, out) == (2, "") and err.strip() == (
+        f"error: {tmp_path}: a directory; give a model preset's name, a YAML file or a config.json"
+    )
+    code, _, err = cli(["predict", "--model", "llama3-8b", "--system", str(tmp_path), "--global-batch", "8"])
+    assert code == 2 and err.strip() == f"error: {tmp_path}: a directory; give a system preset's name or a YAML file"
