@@ -101,13 +101,16 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="shardwise")
 def cli() -> None:
-    """shardwise: how long a transformer takes to train under tensor (TP), pipeline (PP) and
-    data (DP) parallelism on your GPUs and links, and which split to pick.
+    """shardwise: how long a transformer takes to train or to serve under tensor (TP), pipeline
+    (PP), data (DP), context (CP) and expert (EP) parallelism on your GPUs and links, and which
+    split to pick.
 
     \b
-    Example:
+    Examples:
       shardwise predict --model gpt3-175b --system dgx-a100 --nodes 8 \\
           --tp 8 --pp 8 --global-batch 64 --micro-batch 1 --recompute full
+      shardwise plan --model llama3-70b --system dgx-h100 --nodes 8 --global-batch 512
+      shardwise serve --model llama3-70b --system dgx-h100 --plan tp=8 --plan tp=2,pp=4
     """
     # runs before a subcommand, not for --help or --version: faster array temporaries, the same
     # results (`shardwise.allocator`)
