@@ -652,3 +652,12 @@ def test_a_directory_given_as_a_model_or_system_says_so(cli, tmp_path):
     )
     code, _, err = cli(["predict", "--model", "llama3-8b", "--system", str(tmp_path), "--global-batch", "8"])
     assert code == 2 and err.strip() == f"error: {tmp_path}: a directory; give a system preset's name or a YAML file"
+
+
+def test_serve_refuses_stage_layers_without_a_pipeline(cli):
+    """`serve --plan tp=8 --first-stage-layers 4` priced tp=8 and dropped the flag without a word."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--first-stage-layers", "4"]
+    code, out, err = cli(args)
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: --first-stage-layers: no --plan has a pipeline to split; give a plan with pp > 1 (e.g. tp=4,pp=2)"
+    )
