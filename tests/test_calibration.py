@@ -913,3 +913,10 @@ def test_the_serving_spread_is_the_inference_tables():
     assert len(rows) == spreads.SERVING_RUNS
     assert float(np.sqrt(np.mean(e**2))) == pytest.approx(spreads.SERVING_LOG_SD, abs=0.0015)
     assert f"{len(rows)} published runs" in spreads.serving_basis()
+
+
+def test_a_nodes_column_is_told_to_give_num_gpus():
+    """`nodes` (predict's --nodes) was answered "did you mean 'notes'?", an ignored column."""
+    text = "model,system,nodes,tp,pp,global_batch,step_time_s\nllama3-8b,dgx-h100,1,2,1,64,7\n"
+    with pytest.raises(SpecError, match=r"unknown column 'nodes'; give num_gpus, the GPUs in all \(servers x GPUs"):
+        parse_runs(text, "runs.csv")

@@ -610,3 +610,54 @@ def test_an_unknown_command_names_the_closest_one(cli):
     )
     code, _, err = cli(["xyz"])
     assert code == 2 and "did you mean" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_single_valued_option_given_twice_is_refused(cli):
+    """click kept the last of a repeated option without a word: `crossover --vary batch=... --vary
+    layers=...` swept the layers alone, `--tp 2 ... --tp 4` priced tp=4."""
+    code, out, err = cli(["crossover", "--vary", "batch=1..8", "--vary", "layers=8..32", "--no-plot"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: --vary is given twice ('batch=1..8', then 'layers=8..32'); give it once; "
+        "to vary several at once: `shardwise sweep --vary ... --vary ...`"
+    )
+    code, out, err = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "2", "--tp=4"])
+    assert (code, out) == (2, "") and err.strip() == "error: --tp is given twice ('2', then '4'); give it once"
+    code, _, err = cli(["crossover", "--csv", "a.csv", "-o", "b.csv", "--no-plot"])  # a hidden old spelling
+    assert code == 2 and err.strip() == "error: --csv 'a.csv' and -o 'b.csv' set one option; give one of them"
+    code, _, err = cli(["serve", "--model", "llama3-8b", "--custom-all-reduce", "--no-custom-all-reduce"])
+    assert code == 2 and "contradict each other" in err and len(err.strip().splitlines()) == 1
+    # options made to repeat, and a flag given twice, still pass
+    code, _, err = cli(["sweep", "--vary", "batch=1..4", "--vary", "layers=8..16", "--json", "--json"])
+    assert code == 0, err
+
+
+def test_an_output_name_without_a_format_says_what_to_give(cli):
+    """`plan -o -` (as crossover and sweep take it) said "unknown file format ''"."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64"]
+    code, out, err = cli([*args, "-o", "-"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: -o -: this option writes a file, not stdout; give a name ending in .csv or .parquet"
+    )
+    code, out, err = cli([*args, "-o", "plans"])
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: -o plans: the format is told by the extension; give a name ending in .csv or .parquet"
+    )
+
+
+def test_a_directory_given_as_a_model_or_system_says_so(cli, tmp_path):
+    """`--model /tmp` was "unknown model '/tmp'; closest: mpt-7b"."""
+    code, out, err = cli(["predict", "--model", str(tmp_path), "--system", "dgx-h100", "--global-batch", "8"])
+    assert (code, out) == (2, "") and err.strip() == (
+        f"error: {tmp_path}: a directory; give a model preset's name, a YAML file or a config.json"
+    )
+    code, _, err = cli(["predict", "--model", "llama3-8b", "--system", str(tmp_path), "--global-batch", "8"])
+    assert code == 2 and err.strip() == f"error: {tmp_path}: a directory; give a system preset's name or a YAML file"
+
+
+def test_serve_refuses_stage_layers_without_a_pipeline(cli):
+    """`serve --plan tp=8 --first-stage-layers 4` priced tp=8 and dropped the flag without a word."""
+    args = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=8", "--first-stage-layers", "4"]
+    code, out, err = cli(args)
+    assert (code, out) == (2, "") and err.strip() == (
+        "error: --first-stage-layers: no --plan has a pipeline to split; give a plan with pp > 1 (e.g. tp=4,pp=2)"
+    )

@@ -324,3 +324,14 @@ def test_a_range_of_widths_steps_in_whole_heads_and_every_width_runs_under_tp():
     assert np.array_equal(heads_for_hidden(served, 8), served // 128)
     tp, _ = times_s(EXP, EXP.plans[0], EXP.links[0].link, "hidden", widths)
     assert not np.isnan(tp).any()
+
+
+def test_a_plan_with_pairs_not_separated_by_commas_says_so():
+    """`--plan 'tp=2 pp=4'` was read as tp='2pp=4' and refused as "tp=2pp=4 is not allowed"."""
+    from shardwise.plan_text import parse_plan_spec
+    from shardwise.specs import SpecError
+
+    for text in ("tp=2 pp=4", "tp=2;pp = 4"):
+        with pytest.raises(SpecError, match=r"separate the KEY=VALUE pairs with commas \(tp=2,pp=4\)"):
+            parse_plan_spec(text)
+    assert parse_plan_spec("tp = 2, pp=4").pp == 4  # spaces around a pair still pass

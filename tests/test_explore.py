@@ -38,7 +38,7 @@ def test_the_runner_gives_what_the_cli_prints(cli):
 
 
 def test_the_runner_gives_the_cli_error_line(cli):
-    args = [*state.crossover_args(state.DEFAULTS), "--vary", "batch=abc"]
+    args = state.crossover_args({**state.DEFAULTS, "x-vary": "batch=abc"})  # one --vary: a second is refused
     code, _, err = cli([*args, "--json"])
     outcome = runner.run(args)
     assert code == 2 and outcome.data is None

@@ -223,11 +223,14 @@ def test_latency_targets_pick_the_plan_with_the_most_throughput_that_meets_them(
     best = options[0]
     scn = best.estimate.scenario
     work = replace(wl, weight_precision=best.weight_precision, kv_precision=best.kv_precision)
-    users, _, why = best_load(scn, work, 0.3, 0.03)
+    users, _, why, _ = best_load(scn, work, 0.3, 0.03)
     assert users == best.users_per_replica and ("TTFT" in why or "TPOT" in why or "KV cache" in why)
     # impossible targets: nothing meets them, and each option says why
     none = search(model, cluster, wl, 1e-4, None)
     assert not any(o.meets for o in none) and all(o.why for o in none)
+    # listed closest first ("the closest misses are above" under a table cut at 12 rows)
+    factors = [o.miss_factor for o in none]
+    assert factors == sorted(factors) and 1 < factors[0] < float("inf")
 
 
 def test_serve_with_targets_on_the_command_line(cli):

@@ -92,3 +92,16 @@ def test_a_sweep_and_a_crossover_leave_the_same_invalid_point_empty():
     swept = list(csv.DictReader(io.StringIO(csv_text(dict(result.columns())))))
     four = [r for r in swept if r["layers"] == "4"]
     assert four and all(r["time_s[pp=8]"] == "" for r in four)
+
+
+def test_predict_json_has_tokens_per_s_per_gpu_as_plan_rows_do():
+    """`plan --json`'s rows and calibrate's CSV say `tokens_per_s_per_gpu`; `predict --json` had only
+    the cluster's `tokens_per_s`. The same numbers, and the same interval, in both."""
+    from shardwise.requests import PlanRequest, PredictRequest
+
+    row = PlanRequest.from_argv(["--model", "llama3-8b", "--system", "dgx-a100", "--global-batch", "64", "--top", "1"])
+    best = row.run().as_dict()["plans"][0]
+    data = PredictRequest.from_argv(best["command"]).run().as_dict()
+    assert np.isclose(data["tokens_per_s_per_gpu"], data["tokens_per_s"] / 8, rtol=1e-12)
+    for key in ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_low", "tokens_per_s_per_gpu_high"):
+        assert np.isclose(data[key], best[key], rtol=1e-9), key

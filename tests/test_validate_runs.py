@@ -46,7 +46,7 @@ def test_each_run_is_what_predict_says_with_its_interval(cli, runs_csv):
     assert groups["other"]["stacks"] == "fsdp"
     # the lab's three layouts of one model on one cluster are ranked; the fsdp run alone is not
     (rank,) = d["ranking_within_groups"]
-    assert rank["layouts"] == 3 and rank["group"].startswith("lab: llama3-8b on 8 x ")
+    assert rank["layouts"] == 3 and rank["group"].startswith("lab: llama3-8b, ")
     measured_tps = {i: 64 * 8192 / 8 / t for i, t in zip("abc", (9.0, 8.0, 10.0), strict=True)}
     assert max(measured_tps, key=measured_tps.get) == "b" and "tp2" in rank["measured_best"]
     assert not math.isnan(rank["spearman"]) and rank["regret"] >= 0.0

@@ -193,10 +193,10 @@ def test_the_header_names_the_nics_the_network_was_priced_with(cli):
     args += ["--global-batch", "16", "--inter-link", "eth-100g"]
     code, out, err = cli(args)
     assert code == 0, err
-    assert "eth-100g across nodes, 1 NIC per GPU: 12.5 GB/s per GPU" in " ".join(out.split())
+    assert "eth-100g across servers, 1 NIC per GPU: 12.5 GB/s per GPU" in " ".join(out.split())
     code, out, err = cli([*args, "--nics-per-node", "2"])
     assert code == 0, err
-    assert "eth-100g across nodes, 2 NICs per server of 8 GPUs: 3.12 GB/s per GPU" in " ".join(out.split())
+    assert "eth-100g across servers, 2 NICs per server of 8 GPUs: 3.12 GB/s per GPU" in " ".join(out.split())
 
 
 def test_a_step_lists_only_the_parts_the_plan_has(cli):

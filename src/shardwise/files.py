@@ -20,6 +20,14 @@ def is_file(name: str | Path) -> bool:
         return False
 
 
+def is_dir(name: str | Path) -> bool:
+    """`Path.is_dir`, False for names the OS refuses (as `is_file`)."""
+    try:
+        return Path(name).is_dir()
+    except (OSError, ValueError):
+        return False
+
+
 def read_small(path: str | Path, max_bytes: int, what: str) -> bytes:
     """The bytes of the regular file `path`, refusing anything larger than `max_bytes`."""
     p = Path(path)

@@ -3,6 +3,7 @@ shard, first, last, ep, etp) parsed into a `PlanSpec`, every problem one line na
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from shardwise.specs import SpecError
@@ -15,6 +16,11 @@ def parse_plan_spec(text: str) -> PlanSpec:
     """`tp=8`, `pp=8`, `tp=2,pp=4`, `tp=all`, with cp, vpp, mb, schedule, recompute, sp, zero, shard,
     first, last, ep, etp (see `PlanSpec`); checked here, one line per problem."""
     fields: dict[str, str] = {}
+    for raw in text.split(","):  # 'tp=2 pp=4' was read as tp='2pp=4': "tp=2pp=4 is not allowed"
+        pairs = re.findall(r"[^\s=,;]+\s*=\s*[^\s=,;]+", raw)
+        if len(pairs) > 1:
+            written = ",".join(p.replace(" ", "") for p in pairs)
+            raise SpecError(f"--plan {text!r}: separate the KEY=VALUE pairs with commas ({written})")
     parts = [part for part in text.replace(" ", "").split(",") if part]
     if not parts:
         raise SpecError(f"--plan {text!r}: empty; give KEY=VALUE pairs such as tp=8 or tp=2,pp=4")

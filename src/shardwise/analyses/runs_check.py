@@ -125,7 +125,8 @@ def _rankings(runs: list[Any], checks: list[RunCheck], grouped: bool) -> list[Gr
             continue
         scn = run.scenario
         tokens = float(scn.plan.global_batch) * float(scn.model.seq_len) / float(scn.cluster.num_gpus)
-        where = f"{scn.model.name} on {scn.cluster.num_gpus} x {scn.cluster.name}, seq {scn.model.seq_len}"
+        # as validate public names a group ('llama3-8b on 8 x dgx-h100' read as 8 systems)
+        where = f"{scn.model.name}, {scn.cluster.name}, {scn.cluster.num_gpus} GPUs, seq {scn.model.seq_len}"
         key = f"{c.group}: {where}" if grouped and c.group else where
         measured.append(
             Measured(

@@ -37,6 +37,9 @@ class Option:
     tokens_per_s_per_gpu: float
     estimate: InflightEstimate | None
     why: str
+    # how far one request in flight misses: its worst percentile over its target (inf: does not fit or
+    # refused), 0 where a load meets the targets; misses are listed closest first
+    miss_factor: float = 0.0
 
     @property
     def meets(self) -> bool:
@@ -78,6 +81,13 @@ def _meets(est: InflightEstimate, ttft_max: float | None, tpot_max: float | None
     return ", ".join(misses)
 
 
+def _miss_factor(est: InflightEstimate, ttft_max: float | None, tpot_max: float | None, pct: str) -> float:
+    """The worst of the percentiles over their targets (above 1: a miss)."""
+    p = est.percentiles_s or {}
+    pairs = ((p["ttft_s"][pct], ttft_max), (p["tpot_s"][pct], tpot_max))
+    return max(float(value) / limit for value, limit in pairs if limit is not None)
+
+
 def best_load(
     scn: Scenario,
     wl: ServingWorkload,
@@ -85,11 +95,12 @@ def best_load(
     tpot_max: float | None,
     pct: str = "p90",
     max_batched_tokens: int = 8192,
-) -> tuple[int, InflightEstimate | None, str]:
-    """(requests in flight per replica, its estimate, why not more) for one plan and precision."""
+) -> tuple[int, InflightEstimate | None, str, float]:
+    """(requests in flight per replica, its estimate, why not more, how far one request misses:
+    `Option.miss_factor`) for one plan and precision."""
     replica = Replica(scn, wl, max_batched_tokens)
     if replica.table is None:
-        return 0, None, "does not fit"
+        return 0, None, "does not fit", float("inf")
 
     def at(users: int) -> tuple[InflightEstimate, str]:
         sim = replica.run(Traffic(users=users, requests=SEARCH_REQUESTS, rounds=SEARCH_ROUNDS))
@@ -110,7 +121,7 @@ def best_load(
             break
         users = min(2 * users, replica.slots)
     if good == 0:
-        return 0, None, f"misses at 1: {why}"
+        return 0, None, f"misses at 1: {why}", _miss_factor(est, ttft_max, tpot_max, pct)
     for _ in range(BISECTIONS if bad else 0):
         mid = (good + bad) // 2
         if mid in (good, bad):
@@ -122,7 +133,7 @@ def best_load(
             good, good_est = mid, est
     if bad:
         why = f"at {bad:,}: {why}"
-    return good, good_est, why
+    return good, good_est, why, 0.0
 
 
 def search(
@@ -138,7 +149,8 @@ def search(
     progress: Callable[[], None] | None = None,
 ) -> list[Option]:
     """Every plan x precision's best load, best throughput per GPU first (those that meet the
-    targets before those that do not)."""
+    targets before those that do not, the closest misses first: `--tpot-max 1us` listed tp=1 first
+    under "the closest misses are above" and cut tp=8 off the table)."""
     from shardwise.engines.serving import plan_for_serving
 
     gpus = int(cluster.num_gpus)
@@ -153,14 +165,14 @@ def search(
         for w, kv in precision_choices or precisions(cluster):
             work = replace(wl, weight_precision=w, kv_precision=kv)
             try:
-                users, est, why = best_load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
+                users, est, why, miss = best_load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
             except SpecError as exc:
-                users, est, why = 0, None, str(exc)
+                users, est, why, miss = 0, None, str(exc), float("inf")
             per_gpu = 0.0 if est is None else est.throughput_tokens_per_s / gpus
-            options.append(Option(label, w, kv, users, per_gpu, est, why))
+            options.append(Option(label, w, kv, users, per_gpu, est, why, miss))
             if progress is not None:
                 progress()
-    return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu))
+    return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu, o.miss_factor))
 
 
 def _kv_heads_fit(kv_heads: int, tp: int, engine: str) -> bool:

@@ -15,10 +15,9 @@ micro_batch_size, are accepted as aliases):
 - the measurement, one of: step_time_s, tokens_per_s_per_gpu, model_tflops_per_gpu (Megatron's
   count, as published; a second one given must tell the same step time within `SAME_STEP`), or
   the pair metric + measured (the public-runs table);
-- optional id (default: the row number), group or source (the table a run came from, for
-  leave-one-source-out), and the informational columns of the public-runs table (`INFORMATIONAL`:
-  kept, ignored). Any other column is an error naming the closest known one (a misspelt
-  `micro_batch_size` would otherwise be ignored without a word and the run priced at micro-batch 1).
+- optional id (default: the row number), group or source (the table a run came from, for leave-one-source-out),
+  and the informational columns of the public-runs table (`INFORMATIONAL`: kept, ignored). Any other column is an
+  error naming the closest known one (a misspelt `micro_batch_size` would be ignored, the run priced at micro-batch 1).
 
 Every problem is one SpecError line naming the file, the row and the column.
 """
@@ -52,6 +51,7 @@ ALIASES = {
     **{"context_parallel_size": "cp", "virtual_pipeline_model_parallel_size": "vpp", "world_size": "num_gpus"},
 }
 REQUIRED = ("model", "system", "num_gpus", "tp", "pp", "global_batch")
+GPU_COUNT = ("nodes", "num_nodes", "gpus")  # not columns: `nodes` was told "did you mean 'notes'?"
 SERVING_METRICS = ("ttft_s", "tpot_s", "e2e_s", "throughput_tokens_per_s")
 SERVING_REQUIRED = ("model", "system", "tp", "input_len", "output_len")
 # every column a run is read from (training or serving)
@@ -191,6 +191,7 @@ def check_columns(names: list[str], where: str) -> None:
         # not a misspelt `ga`); the whole list is in docs/calibration.md
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.7)
         hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        hint = "; give num_gpus, the GPUs in all (servers x GPUs per server)" if name in GPU_COUNT else hint
         raise SpecError(f"{where}: unknown column {name!r}{hint} (the columns: docs/calibration.md)")
 
 

@@ -85,7 +85,12 @@ class LazyGroup(click.Group):
             close = difflib.get_close_matches(name, list(COMMANDS), n=2, cutoff=0.6)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
             ctx.fail(f"No such command {name!r}{hint} (`shardwise --help` lists them)")
-        return super().resolve_command(ctx, args)
+        cmd_name, cmd, rest = super().resolve_command(ctx, args)
+        if cmd is not None and not ctx.resilient_parsing:
+            from shardwise.cli.repeated import refuse_repeated
+
+            refuse_repeated(cmd, rest)  # click would keep the last of `--tp 2 ... --tp 4` without a word
+        return cmd_name, cmd, rest
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         rows = [(name, short) for name, (_, _, short) in COMMANDS.items()]
@@ -96,13 +101,16 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(package_name="shardwise")
 def cli() -> None:
-    """shardwise: how long a transformer takes to train under tensor (TP), pipeline (PP) and
-    data (DP) parallelism on your GPUs and links, and which split to pick.
+    """shardwise: how long a transformer takes to train or to serve under tensor (TP), pipeline
+    (PP), data (DP), context (CP) and expert (EP) parallelism on your GPUs and links, and which
+    split to pick.
 
     \b
-    Example:
+    Examples:
       shardwise predict --model gpt3-175b --system dgx-a100 --nodes 8 \\
           --tp 8 --pp 8 --global-batch 64 --micro-batch 1 --recompute full
+      shardwise plan --model llama3-70b --system dgx-h100 --nodes 8 --global-batch 512
+      shardwise serve --model llama3-70b --system dgx-h100 --plan tp=8 --plan tp=2,pp=4
     """
     # runs before a subcommand, not for --help or --version: faster array temporaries, the same
     # results (`shardwise.allocator`)

@@ -48,7 +48,7 @@ def crossover(
 
     With no options: the brief's experiment. Hidden 4096, 96 layers, 8 A100s (312 TFLOP/s),
     TP=8 against PP=8, batch 1 to 32 sequences of 2048 tokens, NVLink (A100 NVLink3: 600 GB/s
-    counting both directions, 300 per direction) against PCIe Gen4 (32 GB/s), training step time.
+    counting both directions, 300 per direction) against PCIe Gen4 (31.5 GB/s per direction), training step time.
 
     \b
     Examples:

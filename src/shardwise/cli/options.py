@@ -202,8 +202,12 @@ def check_output_path(path: str, allowed: tuple[str, ...], flag: str = "") -> No
     from shardwise.errors import SpecError
 
     p = Path(path)
+    where = f"{flag} {path}" if flag else path
+    if path == "-":  # the commands that print to stdout take `-` before this check (cli/output.py)
+        raise SpecError(f"{where}: this option writes a file, not stdout; give a name ending in {' or '.join(allowed)}")
+    if not p.suffix:
+        raise SpecError(f"{where}: the format is told by the extension; give a name ending in {' or '.join(allowed)}")
     if p.suffix.lower() not in allowed:
-        where = f"{flag} {path}" if flag else path
         raise SpecError(f"{where}: unknown file format {p.suffix!r}; use one of {', '.join(allowed)}")
     check_writable(p)
     if p.suffix.lower() == ".parquet":

@@ -280,11 +280,11 @@ def _print(
 
     out = console()
     m, c = result.model, result.cluster
-    from shardwise.cli.render import across_servers
+    from shardwise.cli.render import across_servers, servers_of
 
     inter = f"; {across_servers(c)}" if c.inter_node_link is not None and int(c.nodes) > 1 else ""
     out.print(
-        f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({c.nodes} server(s) of {c.gpus_per_node}, "
+        f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({servers_of(c)}, "
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
         f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
         + (f"; LoRA rank {rank}, base weights frozen" if (rank := result.space.execution.get("lora_rank")) else "")

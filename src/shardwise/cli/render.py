@@ -127,7 +127,7 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         cp += f" ep={p.ep} etp={p.expert_tp}"
     return [
         f"[bold]{m.name}[/] ({_f(total_params(m)) / 1e9:.1f}B params, {m.layers} layers, h={m.hidden}, "
-        f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({c.nodes} node(s) of {c.gpus_per_node}, "
+        f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({servers_of(c)}, "
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
         f"{p.num_micro_batches} micro-batches of {p.micro_batch}, "
@@ -160,8 +160,14 @@ def across_servers(c: Any) -> str:
     rate = f"{_f(link.bandwidth_bytes_per_s) / 1e9:.3g} GB/s per GPU"
     if shared:
         name, nics = shared.group(1), float(shared.group(2))
-        return f"{name} across nodes, {nics:g} NIC{'s' if nics != 1 else ''} per server of {per_node} GPUs: {rate}"
-    return f"{link.name} across nodes, 1 NIC per GPU: {rate}"
+        return f"{name} across servers, {nics:g} NIC{'s' if nics != 1 else ''} per server of {per_node} GPUs: {rate}"
+    return f"{link.name} across servers, 1 NIC per GPU: {rate}"
+
+
+def servers_of(c: Any) -> str:
+    """'2 servers of 8' ('1 server of 8'): the words of the flags (--nodes: servers, --gpus-per-node)."""
+    n = int(_f(c.nodes))
+    return f"{n} server{'s' if n != 1 else ''} of {int(_f(c.gpus_per_node))}"
 
 
 def _modules(p: Any) -> str:

@@ -107,6 +107,9 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
     key = ALIASES.get(kind, {}).get(key, key)
     if key in table:
         return key, table[key]
+    if name.strip() and files.is_dir(name):  # '/tmp' was told "unknown model '/tmp'; closest: mpt-7b"
+        files_ = {"models": ", a YAML file or a config.json", "links": ""}.get(kind, " or a YAML file")
+        raise SpecError(f"{name}: a directory" + (f"; give a {kind[:-1]} preset's name{files_}" if files_ else ""))
     import difflib
 
     close = difflib.get_close_matches(key, table, n=3, cutoff=0.4)

@@ -202,6 +202,9 @@ class ServeRequest:
 
         specs = kv_replicas_run(specs, self.framework, int(model.kv_heads), bool(self.plans))
         stages = stage_kwargs(options, int(model.layers))
+        if stages and all(spec.pp == 1 for spec in specs):  # were ignored without a word (predict refuses them)
+            flags = " and ".join(f"--{key.replace('_', '-')}" for key in stages)
+            raise SpecError(f"{flags}: no --plan has a pipeline to split; give a plan with pp > 1 (e.g. tp=4,pp=2)")
         runtime = self.runtime or SERVING_FRAMEWORKS[self.framework]
         budget = self.max_batched_tokens
         if budget is not None and not 256 <= budget <= 1 << 20:

@@ -222,12 +222,16 @@ class PredictResult:
 
         tokens, step = float(self.estimate.tokens_per_s), self.step_time_s
         low, high = self.step_time_s_low, self.step_time_s_high
+        n = float(self.estimate.scenario.cluster.num_gpus)  # per GPU as plan's rows and calibrate's CSV have it
         return {
             **export.estimate_dict(self.estimate),
             "step_time_s_low": low,
             "step_time_s_high": high,
             "tokens_per_s_low": tokens * step / high,
             "tokens_per_s_high": tokens * step / low,
+            "tokens_per_s_per_gpu": tokens / n,
+            "tokens_per_s_per_gpu_low": tokens * step / high / n,
+            "tokens_per_s_per_gpu_high": tokens * step / low / n,
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "engine": self.request.engine,
             "scenario": export.scenario_dict(self.estimate.scenario),
