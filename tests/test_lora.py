@@ -291,3 +291,22 @@ def test_every_priced_public_lora_run_has_its_recipe():
     automodel_pp = [r for i, r in recipes.items() if "Automodel" in rows[i]["source"] and int(rows[i]["pp"]) > 1]
     assert automodel_pp and all(r.recompute == "full" and r.flushes >= 1 for r in automodel_pp)
     assert {r.flushes for r in automodel_pp} == {8, 2, 1}  # 70B one server 32/(4x1), two 32/(8x2); 32B 2, 1
+
+
+def test_automodels_hugging_face_path_runs_liger_and_flash_attn_until_its_own_models():
+    """Automodel's configs that load NeMoAutoModelForCausalLM got Hugging Face's classes with
+    Liger's fused kernels and flash-attn until Automodel registered its own Llama and Qwen2
+    (272c9d74b, 2026-01-05); its own Llama 70B (build_llama_model) and the later rows keep the
+    stack's eager kernels (`analyses.public_lora`)."""
+    from shardwise.analyses import public_lora, public_runs
+    from shardwise.analyses import public_validation as pv
+
+    rows = [r for r in pv.raw_rows() if "Automodel" in r["source"] and r["workload"] == "lora"]
+    fused = {r["id"] for r in rows if public_lora.recipe(r).eager_kernels is False}
+    early = {r["id"] for r in rows if public_lora._first_seen(r) < "2026-01-05"}
+    assert fused and fused < early
+    assert all(r["model"] != "llama3-70b" for r in rows if r["id"] in fused)
+    for r in rows:
+        req = public_runs.request_for(r)
+        on = r["id"] in fused
+        assert (req.eager_kernels is False) == on and (req.attention_kernel == "flash2") == on, r["id"]
