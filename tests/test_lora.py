@@ -310,3 +310,27 @@ def test_automodels_hugging_face_path_runs_liger_and_flash_attn_until_its_own_mo
         req = public_runs.request_for(r)
         on = r["id"] in fused
         assert (req.eager_kernels is False) == on and (req.attention_kernel == "flash2") == on, r["id"]
+
+
+def test_dgxc_lora_recipes_block_on_their_pipeline_sends():
+    """NeMo 2.1's Llama 3 fine-tuning recipes add MegatronCommOverlapCallback for full fine-tuning
+    only: dgxc's LoRA rows run Megatron-Core's defaults (no TP overlap, blocking batched p2p), its SFT
+    rows the callback's overlaps (`analyses.public_overlap_recipes`). With blocking sends a pipeline
+    whose stages sit on separate servers (dp > 1) pays the network on every send: the step grows with
+    dp at a constant per-replica batch, as the published LoRA 70B rows do."""
+    from shardwise.analyses import public_runs
+    from shardwise.analyses import public_validation as pv
+
+    rows = [r for r in pv.raw_rows() if "dgxc-benchmarking ft_llama3/" in r["source"]]
+    for r in rows:
+        req = public_runs.request_for(r)
+        lora = r["workload"] == "lora"
+        assert (req.overlap_p2p is False) == lora and (req.tp_comm_overlap is False) == lora, r["id"]
+    priced = {x.run_id: x for x in pv.validate_public() if not x.skip}
+    bf16 = [
+        priced[r["id"]]
+        for r in rows
+        if r["workload"] == "lora" and r["model"] == "llama3-70b" and r["precision"] == "bf16"
+    ]
+    one, two = sorted(bf16, key=lambda x: x.num_gpus)[:2]
+    assert two.predicted_step_s > one.predicted_step_s * 1.05  # the sends cross servers from 16 GPUs on
