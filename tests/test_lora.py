@@ -293,23 +293,27 @@ def test_every_priced_public_lora_run_has_its_recipe():
     assert {r.flushes for r in automodel_pp} == {8, 2, 1}  # 70B one server 32/(4x1), two 32/(8x2); 32B 2, 1
 
 
-def test_automodels_hugging_face_path_runs_liger_and_flash_attn_until_its_own_models():
+def test_automodels_lora_rows_run_the_kernels_their_code_ran():
     """Automodel's configs that load NeMoAutoModelForCausalLM got Hugging Face's classes with
     Liger's fused kernels and flash-attn until Automodel registered its own Llama and Qwen2
-    (272c9d74b, 2026-01-05); its own Llama 70B (build_llama_model) and the later rows keep the
-    stack's eager kernels (`analyses.public_lora`)."""
+    (272c9d74b, 2026-01-05); its own Llama 70B (build_llama_model) keeps the stack's eager
+    kernels; the FSDP2 tp 2 configs of April 2026 compile each layer (`analyses.public_lora`)."""
     from shardwise.analyses import public_lora, public_runs
     from shardwise.analyses import public_validation as pv
 
     rows = [r for r in pv.raw_rows() if "Automodel" in r["source"] and r["workload"] == "lora"]
-    fused = {r["id"] for r in rows if public_lora.recipe(r).eager_kernels is False}
     early = {r["id"] for r in rows if public_lora._first_seen(r) < "2026-01-05"}
-    assert fused and fused < early
-    assert all(r["model"] != "llama3-70b" for r in rows if r["id"] in fused)
+    hf = {r["id"] for r in rows if public_lora.recipe(r).attention_kernel == "flash2"}
+    assert hf and hf < early
+    assert all(r["model"] != "llama3-70b" for r in rows if r["id"] in hf)
+    # the FSDP2 tp 2 configs of 2013a4dd6e compile each decoder layer (enable_compile: true)
+    compiled = {r["id"] for r in rows if public_lora._first_seen(r) >= "2026-04-10"}
+    assert compiled and all(int(r["pp"]) == 1 for r in rows if r["id"] in compiled)
     for r in rows:
         req = public_runs.request_for(r)
-        on = r["id"] in fused
-        assert (req.eager_kernels is False) == on and (req.attention_kernel == "flash2") == on, r["id"]
+        fused = r["id"] in hf or r["id"] in compiled
+        assert (req.eager_kernels is False) == fused and (req.attention_kernel == "flash2") == (r["id"] in hf), r["id"]
+        assert (req.sequence_parallel is False) == (r["id"] in compiled and r["model"] == "qwen2.5-32b"), r["id"]
 
 
 def test_dgxc_lora_recipes_block_on_their_pipeline_sends():

@@ -53,6 +53,12 @@ Per source (the files at the tags named; nothing here was set from the rows' ste
   (`build_llama_model`, eager HF RMSNorm and SwiGLU) keep the stack's eager kernels. With
   transformer-engine installed `patch_linear_module` turns `use_triton` off (lora.py: `if HAS_TE:
   use_triton = False`), so the adapters run as eager `LinearLoRA` (two nn.Linear and an add).
+  The FSDP2 tp 2 rows first published at 2013a4dd6e (2026-04-10, "FSDP2 w weight prefetching and
+  async TP optimization") run custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml and
+  custom_qwen2_5_32b_peft_benchmark[_2nodes].yaml of that commit, which set `distributed.
+  enable_compile: true` (per-layer torch.compile of the decoder layers, components/distributed/
+  config.py: its element-wise ops fused, `Plan.eager_kernels` off) and, for Qwen2.5-32B,
+  `sequence_parallel: false` (the Llama 3.3 70B ones true).
 
 SQuAD v1.1's documents: Hugging Face datasets/squad/dataset_infos.json gives the train split as
 79,317,110 bytes in 87,599 rows, 905 bytes a row (its id, title, context, question and answer;
@@ -87,6 +93,7 @@ class LoraRecipe:
     # the stack's kernels where the recipe's model code differs from the preset's (None: the preset's)
     eager_kernels: bool | None = None
     attention_kernel: str | None = None
+    sequence_parallel: bool | None = None
 
 
 ALL_FOUR = "qkv,proj,fc1,fc2"
@@ -99,6 +106,8 @@ AUTOMODEL = "NVIDIA-NeMo/Automodel examples/llm_finetune/*_peft_benchmark*.yaml"
 AUTOMODEL_OWN_MODELS = "2026-01-05"
 # the Automodel LoRA configs that build the model through NeMoAutoModelForCausalLM (not build_llama_model)
 AUTOMODEL_AUTO_CLASS = ("llama3-8b", "qwen2.5-7b", "qwen2.5-32b")
+# the FSDP2 tp 2 LoRA configs published at 2013a4dd6e compile each decoder layer (module docstring)
+AUTOMODEL_COMPILED = "2026-04-10"
 # Automodel's pipelined LoRA benchmarks: (model, GPUs) -> step_scheduler.local_batch_size (docstring)
 AUTOMODEL_LOCAL_BATCH = {("llama3-70b", 8): 4, ("llama3-70b", 16): 8, ("qwen2.5-32b", 8): 8, ("qwen2.5-32b", 16): 8}
 
@@ -117,6 +126,9 @@ def recipe(row: dict[str, str]) -> LoraRecipe | None:
         hf = model in AUTOMODEL_AUTO_CLASS and _first_seen(row) < AUTOMODEL_OWN_MODELS
         kernels = {"eager_kernels": False, "attention_kernel": "flash2"} if hf else {}
         if int(row["pp"] or 1) == 1:  # the FSDP2 ones' checkpointing: `public_memory_recipes`
+            if _first_seen(row) >= AUTOMODEL_COMPILED:
+                sp = False if model == "qwen2.5-32b" else None
+                return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL, eager_kernels=False, sequence_parallel=sp)
             return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL, **kernels)
         local = AUTOMODEL_LOCAL_BATCH.get((model, int(row["num_gpus"])))
         flushes = int(row["gbs"]) // (local * int(row["dp"])) if local else 1

@@ -171,6 +171,8 @@ def request_for(row: dict[str, str]):
         kernels["eager_kernels"] = lora.eager_kernels
     if lora and lora.attention_kernel:
         kernels["attention_kernel"] = lora.attention_kernel
+    if lora and lora.sequence_parallel is not None:
+        kernels["sequence_parallel"] = lora.sequence_parallel
     # the stated network, where the run spans servers (a one-server run keeps the system's)
     spans = int(row["num_gpus"]) > _system_gpus(row["system"])
     link, nics = (public_stacks.network(row) if spans else None) or (None, None)
