@@ -63,6 +63,6 @@ def plan_settings(row: dict[str, str]) -> dict[str, object]:
         return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
-    if row["workload"] == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):
+    if row.get("workload") == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):
         return {"tp_comm_overlap": False, "overlap_p2p": False}
     return {}
