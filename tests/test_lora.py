@@ -291,3 +291,50 @@ def test_every_priced_public_lora_run_has_its_recipe():
     automodel_pp = [r for i, r in recipes.items() if "Automodel" in rows[i]["source"] and int(rows[i]["pp"]) > 1]
     assert automodel_pp and all(r.recompute == "full" and r.flushes >= 1 for r in automodel_pp)
     assert {r.flushes for r in automodel_pp} == {8, 2, 1}  # 70B one server 32/(4x1), two 32/(8x2); 32B 2, 1
+
+
+def test_automodels_lora_rows_run_the_kernels_their_code_ran():
+    """Automodel's configs that load NeMoAutoModelForCausalLM got Hugging Face's classes with
+    Liger's fused kernels and flash-attn until Automodel registered its own Llama and Qwen2
+    (272c9d74b, 2026-01-05); its own Llama 70B (build_llama_model) keeps the stack's eager
+    kernels; the FSDP2 tp 2 configs of April 2026 compile each layer (`analyses.public_lora`)."""
+    from shardwise.analyses import public_lora, public_runs
+    from shardwise.analyses import public_validation as pv
+
+    rows = [r for r in pv.raw_rows() if "Automodel" in r["source"] and r["workload"] == "lora"]
+    early = {r["id"] for r in rows if public_lora._first_seen(r) < "2026-01-05"}
+    hf = {r["id"] for r in rows if public_lora.recipe(r).attention_kernel == "flash2"}
+    assert hf and hf < early
+    assert all(r["model"] != "llama3-70b" for r in rows if r["id"] in hf)
+    # the FSDP2 tp 2 configs of 2013a4dd6e compile each decoder layer (enable_compile: true)
+    compiled = {r["id"] for r in rows if public_lora._first_seen(r) >= "2026-04-10"}
+    assert compiled and all(int(r["pp"]) == 1 for r in rows if r["id"] in compiled)
+    for r in rows:
+        req = public_runs.request_for(r)
+        fused = r["id"] in hf or r["id"] in compiled
+        assert (req.eager_kernels is False) == fused and (req.attention_kernel == "flash2") == (r["id"] in hf), r["id"]
+        assert (req.sequence_parallel is False) == (r["id"] in compiled and r["model"] == "qwen2.5-32b"), r["id"]
+
+
+def test_dgxc_lora_recipes_block_on_their_pipeline_sends():
+    """NeMo 2.1's Llama 3 fine-tuning recipes add MegatronCommOverlapCallback for full fine-tuning
+    only: dgxc's LoRA rows run Megatron-Core's defaults (no TP overlap, blocking batched p2p), its SFT
+    rows the callback's overlaps (`analyses.public_overlap_recipes`). With blocking sends a pipeline
+    whose stages sit on separate servers (dp > 1) pays the network on every send: the step grows with
+    dp at a constant per-replica batch, as the published LoRA 70B rows do."""
+    from shardwise.analyses import public_runs
+    from shardwise.analyses import public_validation as pv
+
+    rows = [r for r in pv.raw_rows() if "dgxc-benchmarking ft_llama3/" in r["source"]]
+    for r in rows:
+        req = public_runs.request_for(r)
+        lora = r["workload"] == "lora"
+        assert (req.overlap_p2p is False) == lora and (req.tp_comm_overlap is False) == lora, r["id"]
+    priced = {x.run_id: x for x in pv.validate_public() if not x.skip}
+    bf16 = [
+        priced[r["id"]]
+        for r in rows
+        if r["workload"] == "lora" and r["model"] == "llama3-70b" and r["precision"] == "bf16"
+    ]
+    one, two = sorted(bf16, key=lambda x: x.num_gpus)[:2]
+    assert two.predicted_step_s > one.predicted_step_s * 1.05  # the sends cross servers from 16 GPUs on

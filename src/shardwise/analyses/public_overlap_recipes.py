@@ -24,6 +24,19 @@ NO_OVERLAP_RECIPES = (
     RecipeFact(DGXC + "nemotronh/", model="nemotron-h"),
 )
 
+# LoRA runs whose recipe builds no MegatronCommOverlapCallback either. dgxc-benchmarking ft_llama3/
+# (NeMo 24.12 = v2.1.0; llama3_finetune.py: finetune_recipe(peft_scheme="lora", performance_mode=True),
+# and `get_comm_overlap_callback_idx` finds none to adjust): nemo/collections/llm/recipes/llama3_{8b,70b}.py
+# `finetune_performance_optimizations` appends MegatronCommOverlapCallback for full fine-tuning
+# (peft_scheme "none") alone. Without it Megatron-Core's ModelParallelConfig defaults hold
+# (megatron/core/model_parallel_config.py): tp_comm_overlap False, overlap_p2p_comm False with
+# batch_p2p_comm True -- the callback is what sets overlap_p2p_comm for vp > 1
+# (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py@v2.1.0) -- so the interleaved schedule's
+# pipeline sends block the stage (`Plan.overlap_p2p` False) and, where a stage boundary crosses
+# servers (dp > 1 puts each pipeline stage's tp x dp ranks on its own server, Megatron's rank order
+# tp-cp-ep-dp-pp), wait for the network.
+LORA_NO_CALLBACK_RECIPES = (RecipeFact(DGXC + "ft_llama3/"),)
+
 # Megatron runs whose launch leaves every overlap at its default, off: no --overlap-grad-reduce,
 # --overlap-param-gather or --tp-comm-overlap (megatron/training/arguments.py defaults False), so the
 # data-parallel gradient reduce-scatter also waits for the backward pass to end. FlagPerf's Megatron cases
@@ -45,9 +58,11 @@ NO_OVERLAP_LAUNCHES = (
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments that turn off what the row's recipe leaves off
-    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_RECIPES`); empty for the others."""
+    (`NO_OVERLAP_LAUNCHES`, `NO_OVERLAP_RECIPES`, `LORA_NO_CALLBACK_RECIPES`); empty for the others."""
     if row["framework"] == "megatron-core" and any(fact.covers(row) for fact in NO_OVERLAP_LAUNCHES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False, "overlap_grad_reduce": False}
     if any(fact.covers(row) for fact in NO_OVERLAP_RECIPES):
         return {"tp_comm_overlap": False, "overlap_param_gather": False}
+    if row.get("workload") == "lora" and any(fact.covers(row) for fact in LORA_NO_CALLBACK_RECIPES):
+        return {"tp_comm_overlap": False, "overlap_p2p": False}
     return {}
