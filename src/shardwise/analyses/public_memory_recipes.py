@@ -56,7 +56,8 @@ class RecipeFact:
 # Runs whose launcher sets expandable segments.
 EXPANDABLE_SEGMENT_RECIPES = (
     # Megatron-Bridge, Llama 3.1 405B pretraining on GB200 at FP8 (current scaling, MX):
-    # scripts/performance/setup_experiment.py (v0.1.0rc4: `llama31 405b gb200, fp8_recipe cs or mx`),
+    # scripts/performance/setup_experiment.py (v0.1.0rc4: `llama31 405b gb200, fp8_recipe cs or mx`, and
+    # DeepSeek-V3 BF16 on GB200 without token drop, "OOM if not set": no 25.09 row),
     # perf_plugins.py _set_model_specific_environment_variables (v0.2.0 - v0.4.2; gb300 too from
     # v0.4.0), utils/executors.py PERF_ENV_VARS for every recipe but those with nccl_ub or Llama with
     # Megatron-FSDP (commit 6f24c71f3, v0.5.0 on), the flat recipes' env_vars
