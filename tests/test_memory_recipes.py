@@ -221,3 +221,52 @@ def test_the_recipes_read_for_the_runs_once_called_out_of_memory():
     assert automodel and all(plan(r).loss_kernel == "eager-bf16" for r in automodel)
     for rid in ("PUB-0296", "PUB-0311", "PUB-1043", "PUB-1113", "PUB-1169", "PUB-1174"):
         assert _fits(by_id[rid]), rid
+
+
+def test_megatron_bridge_rows_take_expandable_segments_where_their_release_sets_them():
+    """Megatron-Bridge's launcher by release: perf_plugins.py v0.4.0 adds DeepSeek-V3 on GB200
+    (26.04), v0.5.x's executor sets it for every run but nccl_ub or Llama with Megatron-FSDP (26.06,
+    26.06.01), 26.08's flat recipes for DeepSeek-V3 and Qwen3 MoE; 25.11 (v0.2.0) names Llama 3.1 405B
+    on GB200 alone, and no release sets it for Llama 3 70B with Megatron-FSDP."""
+    from shardwise.analyses import public_memory_recipes as recipes
+    from shardwise.analyses import public_validation
+
+    source = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
+    rows = [public_validation.public_moe.resolved(r) for r in public_validation.raw_rows()]
+    rows = [r for r in rows if r["source"].startswith(source) and not public_validation.skip_reason(r)]
+
+    def on(version, model, system):
+        picked = [r for r in rows if (r["framework_version"], r["model"], r["system"]) == (version, model, system)]
+        assert picked, (version, model, system)
+        return {recipes.expandable_segments(r) for r in picked}
+
+    assert on("26.04", "deepseek-v3", "gb200-nvl72") == {True}
+    assert on("26.02.01", "deepseek-v3", "gb200-nvl72") == {False}  # v0.3.1: H100 alone
+    assert on("25.11", "deepseek-v3", "gb300-nvl72") == {False}
+    assert on("26.06", "qwen3-30b-a3b", "dgx-h100") == {True}
+    assert on("26.06", "llama3-70b", "dgx-h100") == {True}
+    assert on("26.08", "qwen3-235b-a22b", "gb300-nvl72") == {True}
+    fsdp = [r for r in rows if r["model"] == "llama3-70b" and r["fsdp"] not in ("", "0")]
+    assert fsdp and not any(recipes.expandable_segments(r) for r in fsdp)
+
+
+def test_torchtitans_launcher_sets_expandable_segments_and_a_row_may_say_otherwise():
+    """torchtitan's run_train.sh sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (a5e57e4a9,
+    2024-10-22): its presets carry it, so the reserved peak a torchtitan run logs is the allocated one;
+    the memory evidence's run of pytorch/pytorch#129721 (2024-06-27), before that commit, keeps the
+    allocator's share."""
+    from shardwise.analyses import memory_validation
+    from shardwise.engines.training import training_memory
+
+    for name in ("torchtitan", "torchtitan-compile"):
+        assert presets.framework(name)["expandable_segments"] is True
+    assert "expandable_segments" not in presets.framework("megatron-core")
+    rows = [r for r in memory_validation.raw_rows() if "torchtitan" in r["framework"]]
+    early = [r for r in rows if "#129721" in r["source"]]
+    later = [r for r in rows if "#929" in r["source"]]
+    assert len(early) == 1 and len(later) == 1
+    for row, expandable in ((early[0], False), (later[0], True)):
+        scn, kind = memory_validation.scenario(row)
+        assert kind == "reserved" and bool(scn.plan.expandable_segments) is expandable
+        share = float(np.asarray(training_memory(scn).as_dict()["allocator"]))
+        assert (share > 0) is not expandable

@@ -120,7 +120,9 @@ PEAK_KINDS = (
 )
 # plan fields a row states in its other_config column as name=value (what the framework's preset
 # would otherwise decide)
-OVERRIDES = re.compile(r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state)=([\w,-]+)")
+OVERRIDES = re.compile(
+    r"\b(vpp|sequence_parallel|flash_attention|stage|recompute_modules|optimizer_state|expandable_segments)=([\w,-]+)"
+)
 # what the model does not express, by words in the row (checked in this order)
 NOT_MODELLED = (
     ("BERT", "an encoder fine-tuned on SQuAD, no sequence length stated"),
@@ -294,6 +296,10 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
     if "sequence_parallel" in stated:
         sp = stated["sequence_parallel"] == "true"
     flash = {"true": True, "false": False}.get(stated.get("flash_attention", ""))
+    # the run's PYTORCH_CUDA_ALLOC_CONF where the row states it, else the framework's launcher's
+    expandable = {"true": True, "false": False}.get(stated.get("expandable_segments", ""))
+    if expandable is None and "PYTORCH_CUDA_ALLOC_CONF=expandable_segments" in row["other_config"]:
+        expandable = True
     request = TrainingRequest(
         system=system_name,
         gpus_per_node=per_node,
@@ -313,6 +319,7 @@ def scenario(row: dict[str, str]) -> tuple[Scenario, str]:
         recompute_modules=stated.get("recompute_modules"),
         flash_attention=flash,
         optimizer_state=stated.get("optimizer_state"),
+        expandable_segments=expandable,
     )
     peak_of = _first(PEAK_KINDS, row["framework"], "peak of") if row["measured_peak_gib"] else "device"
     return request.build(model).scenario, peak_of

@@ -56,14 +56,43 @@ class RecipeFact:
 # Runs whose launcher sets expandable segments.
 EXPANDABLE_SEGMENT_RECIPES = (
     # Megatron-Bridge, Llama 3.1 405B pretraining on GB200 at FP8 (current scaling, MX):
-    # scripts/performance/setup_experiment.py (v0.1.0rc4: `llama31 405b gb200, fp8_recipe cs or mx`),
+    # scripts/performance/setup_experiment.py (v0.1.0rc4: `llama31 405b gb200, fp8_recipe cs or mx`, and
+    # DeepSeek-V3 BF16 on GB200 without token drop, "OOM if not set": no 25.09 row),
     # perf_plugins.py _set_model_specific_environment_variables (v0.2.0 - v0.4.2; gb300 too from
-    # v0.3.0), utils/executors.py PERF_ENV_VARS for every recipe but those with nccl_ub or Llama with
+    # v0.4.0), utils/executors.py PERF_ENV_VARS for every recipe but those with nccl_ub or Llama with
     # Megatron-FSDP (commit 6f24c71f3, v0.5.0 on), the flat recipes' env_vars
     # (src/megatron/bridge/perf_recipes/llama/gb200/llama31.py at 067f987df). Llama 3 70B with
-    # Megatron-FSDP does not set it (6f24c71f3 `remove_allocator_env_vars`; nothing before), and GB300
-    # only from v0.3.0: neither is listed.
+    # Megatron-FSDP does not set it (6f24c71f3 `remove_allocator_env_vars`; nothing before v0.4.2 names
+    # it either).
     RecipeFact(MEGATRON_BRIDGE, "llama3-405b", ("gb200-nvl72",), ("fp8", "mxfp8"), with_fsdp=False),
+    # The same function names more runs as versions go (containers: 26.02 = v0.3.0, 26.02.01 = v0.3.1,
+    # 26.04 = v0.4.0, 26.04.01 = v0.4.2, `public_dense_recipes`): Llama 3.1 405B FP8 / MXFP8 on GB300 and
+    # DeepSeek-V3 pretraining on GB200 from v0.4.0 (H100 from v0.3.0, no row there), DeepSeek-V3 on B200,
+    # Llama 3.1 405B NVFP4 on GB200 and Llama 3 70B MXFP8 pretraining on GB300 at v0.4.2
+    # (perf_plugins.py _set_model_specific_environment_variables at each tag)
+    *(
+        RecipeFact(MEGATRON_BRIDGE, model, systems, precisions, version, with_fsdp=False)
+        for model, systems, precisions, versions in (
+            ("llama3-405b", ("gb300-nvl72",), ("fp8", "mxfp8"), ("26.04", "26.04.01")),
+            ("deepseek-v3", ("gb200-nvl72",), (), ("26.04", "26.04.01")),
+            ("deepseek-v3", ("dgx-b200",), (), ("26.04.01",)),
+            ("llama3-405b", ("gb200-nvl72",), ("nvfp4",), ("26.04.01",)),
+            ("llama3-70b", ("gb300-nvl72",), ("mxfp8",), ("26.04.01",)),
+        )
+        for version in versions
+    ),
+    # v0.5.0 and v0.5.1 (26.06, 26.06.01): utils/executors.py PERF_ENV_VARS sets it for every Slurm run,
+    # and perf_plugins.py takes it out again where the workload config sets nccl_ub or runs Llama with
+    # Megatron-FSDP (`remove_allocator_env_vars`; the only nccl_ub configs are Llama 3 70B BF16 with FSDP
+    # on GB300): every row without FSDP
+    *(RecipeFact(MEGATRON_BRIDGE, version=version, with_fsdp=False) for version in ("26.06", "26.06.01")),
+    # 26.08 (the summary's commit 4ab94dfad, in v0.6.0): the flat recipes' env_vars
+    # (src/megatron/bridge/perf_recipes/{deepseek,qwen,gpt_oss,nemotronh}/gb{200,300}/*.py) set it in every
+    # DeepSeek-V3 and Qwen3 MoE recipe, GPT-OSS 120B's and Nemotron 3 Nano's on GB200 and GB300
+    *(
+        RecipeFact(MEGATRON_BRIDGE, model, ("gb200-nvl72", "gb300-nvl72"), version="26.08")
+        for model in ("deepseek-v3", "qwen3-", "gpt-oss-120b", "nemotron-3-nano")
+    ),
     # NeMo 2.4 (container 25.07) scripts/performance/executors.py: PERF_ENV_VARS
     # ["PYTORCH_CUDA_ALLOC_CONF"] = "expandable_segments:True" on every GPU but B200 (commit
     # ab020f6a72 "perf scripts 25.07 refactor"; NeMo 2.3 / 25.04 has none)
