@@ -190,3 +190,43 @@ def test_the_group_runs_the_exact_users():
     replica = deepseek("vllm")
     sim = replica.run(Traffic(users=2, requests=50, group_users=9))
     assert 8 < 8 * sim.mean_running <= 9
+
+
+@pytest.mark.parametrize("mode", ["sglang", "vllm"])
+def test_several_ranks_run_as_the_loop_before_the_loops_were_one(mode):
+    """Random mixes on 2-4 ranks, with and without KV blocks, open and closed loops: `run_lockstep`
+    (the one loop, `run_ranks`) gives the former lockstep loop's times (`tests/lockstep_reference.py`)
+    to rounding -- vLLM's balancer sends an arrival when it comes, by the loads then, so a jump over
+    decode passes stops at an arrival whenever some rank has a slot beside its queue."""
+    from lockstep_reference import run_lockstep as reference
+
+    rng = np.random.default_rng(11 if mode == "vllm" else 12)
+    table, group = linear_table(), Curve((0.0, 4096.0), (0.01, 0.01 + 4096 * 2e-5))
+    for _ in range(120):
+        ranks = int(rng.integers(2, 5))
+        step = Lockstep(
+            ranks, mode, table, group=group, decode=Curve((0.0, 1e6), (0.02, 0.05)),
+            prefill=Curve((0.0, 1e6), (0.02, 5e4)), capture_tokens=int(rng.choice([8, 512])),
+        )  # fmt: skip
+        n = int(rng.integers(1, 60))
+        inputs, outputs = rng.integers(1, 300, n), rng.integers(1, 80, n)
+        slots, budget = int(rng.integers(1, 12)), int(rng.choice([64, 256, 2048]))
+        chunk = None if rng.random() < 0.4 else int(rng.choice([32, 128]))
+        shared, closed = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+        if closed:
+            users = int(rng.integers(1, n + 1))
+            arrival = np.full(n, np.inf)
+            arrival[:users] = np.sort(rng.random(users)) * float(rng.choice([0.0, 0.1, 2.0]))
+            issued = users
+        else:
+            arrival, issued = np.cumsum(rng.exponential(1 / float(rng.choice([0.5, 20.0, 1e4])), n)), n
+        blocks = -(-(inputs + outputs) // 16) if rng.random() < 0.5 else None
+        free = int(rng.integers(int(blocks.max()), int(blocks.max()) * 5 + 1)) if blocks is not None else 0
+        args = (inputs, outputs, slots, closed, arrival, issued, budget, blocks, free, chunk, shared)
+        old = reference(step, *(a.copy() if isinstance(a, np.ndarray) else a for a in args))
+        new = run_lockstep(step, *(a.copy() if isinstance(a, np.ndarray) else a for a in args))
+        for field in ("admitted", "first", "done", "arrival"):
+            np.testing.assert_allclose(getattr(new, field), getattr(old, field), rtol=1e-9, atol=1e-12)
+        for field in ("t", "busy", "running_area", "decode_area", "prompt_area"):
+            assert getattr(new, field) == pytest.approx(getattr(old, field), rel=1e-9), field
+        assert new.iterations == old.iterations

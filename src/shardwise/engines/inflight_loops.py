@@ -173,20 +173,28 @@ def run_ranks(
                 prompts += q
             ds[r], qs[r], firsts[r] = d, q, now_first
         if not held:
+            if nxt < 0:  # nothing running and nothing to come: a request the cache can never hold
+                raise RuntimeError("in-flight loop: no request running and none to admit")
             t = arrival[nxt]
             continue
-        key = (ds[0], qs[0]) if ranks == 1 else (*ds, *qs)
-        dt = costs.get(key)
-        if dt is None:  # a pass's cost depends on (ds, qs) alone: asked once each
-            dt = costs[key] = pass_s(ds, qs)
+        if ranks == 1:  # a pass's cost depends on (ds, qs) alone: asked once each
+            key = (ds[0], qs[0])
+            dt = costs.get(key)
+            if dt is None:
+                dt = costs[key] = pass_s(ds, qs)
+        else:  # several ranks' counts seldom repeat: no memo (it would grow with the passes)
+            dt = pass_s(ds, qs)
         steps = 1
         if not prompts:  # decode only: jump to the next finish or to an arrival a rank could admit
             steps, opening = 0, False  # to the fewest decode passes a rank has before its next finish
             for r in every:
                 if ds[r] and (not steps or ends[r][0] - decoded[r] < steps):
                     steps = ends[r][0] - decoded[r]
-                if not queue[r] and len(pending[r]) + decoding[r] < slots:
-                    opening = True  # a rank that could admit an arrival (no queue, a slot free)
+                # a rank that could take an arrival: one rank, no queue and a slot free; several, a
+                # slot free beside its queue (vLLM's balancer sends an arrival on arrival, by the loads
+                # then, even to a rank whose queue the KV cache holds back)
+                if (ranks > 1 or not queue[r]) and len(queue[r]) + len(pending[r]) + decoding[r] < slots:
+                    opening = True
             # one rank: the next arrival is the next admitted, so it must fit; several: a later
             # one may go to another rank
             fits = nxt >= 0 and (ranks > 1 or blk is None or blk[nxt] <= free[0]) and math.isfinite(arrival[nxt])
