@@ -137,13 +137,18 @@ def test_a_deepseek_config_under_another_name_gets_deepseeks_vllm_layer(tmp_path
 
 
 def test_config_json_architecture_reading(tmp_path):
-    """model_type, lower-cased; a multimodal wrapper's own (not its text_config's); Falcon's old
+    """model_type, lower-cased; a multimodal wrapper's own (its text_config's where the wrapper
+    states none or the language model is a file the serving rules single out); Falcon's old
     names as falcon; Grok's classes as grok-1 whatever model_type says (Grok-2's config states
     git); none stated, or none a model_type can be: None."""
     base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 128}
     cases = [
         ({"model_type": "Qwen3_MoE"}, "qwen3_moe"),
         ({"model_type": "llama4", "text_config": {**base, "model_type": "llama4_text"}}, "llama4"),
+        # a wrapper around a file the serving rules single out runs its language model with that file
+        ({"model_type": "kimi_k25", "text_config": {**base, "model_type": "kimi_k2"}}, "kimi_k2"),
+        ({"model_type": "llava", "text_config": {**base, "model_type": "mixtral"}}, "mixtral"),
+        ({"text_config": {**base, "model_type": "qwen3_moe"}}, "qwen3_moe"),  # the wrapper states none
         ({"model_type": "RefinedWebModel"}, "falcon"),
         ({"model_type": "git", "architectures": ["Grok1ForCausalLM"]}, "grok-1"),
         ({"architectures": ["MixtralForCausalLM"]}, None),
@@ -195,3 +200,12 @@ def test_the_architecture_is_printed_with_the_model(cli):
     model = found["scenario"]["model"] if "scenario" in found else found["model"]
     assert model["architecture"] == "mixtral"
     assert np.isfinite(model["params"])
+
+
+def test_the_files_the_rules_single_out_are_the_ones_a_wrapper_defers_to():
+    """Every architecture engines/dp_dense.py matches is one a multimodal wrapper's config defers to."""
+    from shardwise.engines import dp_dense
+    from shardwise.specs.model import RULED_LANGUAGE_MODEL_FILES
+
+    ruled = dp_dense.NO_DP_ATTENTION_ARCHITECTURES | dp_dense.VLLM_DEEPSEEK_ARCHITECTURES
+    assert ruled == RULED_LANGUAGE_MODEL_FILES

@@ -89,6 +89,11 @@ def read(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
     architecture = _model_file(p, cfg)  # the wrapper's, before its text_config is merged
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
+        from shardwise.specs.model import RULED_LANGUAGE_MODEL_FILES
+
+        text = _model_file(p, cfg["text_config"])
+        if architecture is None or text in RULED_LANGUAGE_MODEL_FILES:  # the language model's file
+            architecture = text
         cfg = {**cfg, **cfg["text_config"]}
     out: dict[str, Any] = {}
     for field, keys in _FIELDS:
@@ -239,7 +244,9 @@ _CLASS_ARCHITECTURES = {"grok1forcausallm": "grok-1", "grok1modelforcausallm": "
 def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
     """The architecture an engine runs the config with (`specs.Model.architecture`): the top-level
     `model_type`, lower-cased (a multimodal wrapper's own, "llama4" or "gemma3", not its
-    text_config's: the wrapper is what vLLM and SGLang load), Falcon's names before transformers
+    text_config's: the wrapper is what vLLM and SGLang load; `read` takes the text_config's where the
+    wrapper states none or where it names a file the serving rules single out,
+    `specs.model.RULED_LANGUAGE_MODEL_FILES`), Falcon's names before transformers
     4.33 (RefinedWeb, RefinedWebModel) as "falcon", and where `architectures[0]` is a class of
     _CLASS_ARCHITECTURES its architecture whatever model_type says; None where the config states
     neither, or a model_type no architecture is spelt as (`specs.model.ARCHITECTURE_PATTERN`: the
