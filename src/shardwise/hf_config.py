@@ -244,9 +244,7 @@ _CLASS_ARCHITECTURES = {"grok1forcausallm": "grok-1", "grok1modelforcausallm": "
 def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
     """The architecture an engine runs the config with (`specs.Model.architecture`): the top-level
     `model_type`, lower-cased (a multimodal wrapper's own, "llama4" or "gemma3", not its
-    text_config's: the wrapper is what vLLM and SGLang load; `read` takes the text_config's where the
-    wrapper states none or where it names a file the serving rules single out,
-    `specs.model.RULED_LANGUAGE_MODEL_FILES`), Falcon's names before transformers
+    text_config's: what vLLM and SGLang load; but see `specs.model.RULED_LANGUAGE_MODEL_FILES`), Falcon's names before transformers
     4.33 (RefinedWeb, RefinedWebModel) as "falcon", and where `architectures[0]` is a class of
     _CLASS_ARCHITECTURES its architecture whatever model_type says; None where the config states
     neither, or a model_type no architecture is spelt as (`specs.model.ARCHITECTURE_PATTERN`: the
