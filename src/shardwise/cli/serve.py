@@ -294,15 +294,23 @@ def _print_best(result: Any) -> None:
 
     s = result.setting
     gpus = int(s.cluster.num_gpus)
+    n = len(s.specs)
+    layouts = s.layouts
+    what = "tp within a server, tp x pp dividing the GPUs, replicas filling the rest"
+    if layouts is not None and layouts.experts:
+        what += f"; {layouts.experts}"
     click.echo(
         "\nno --plan given: "
-        + (
-            f"the {len(s.specs)} layouts of {gpus} GPUs compared"
-            if len(s.specs) > 1
-            else f"the one layout of {gpus} GPU"
-        )
-        + " (tp within a server, tp x pp dividing the GPUs, replicas filling the rest; --plan to choose)"
+        + (f"the {n} layouts of {gpus} GPUs compared" if n > 1 else f"the one layout of {gpus} GPU")
+        + f" ({what}; --plan to choose)"
     )
+    if result.dropped:
+        click.echo(
+            f"not shown: {', '.join(result.dropped)} (the experts whole inside the replica: the same weights per GPU "
+            "as the same layout with ep 1, which holds no sequence either)"
+        )
+    for line in layouts.left_out if layouts is not None else ():
+        click.echo(f"not compared: {line}")
     best = result.best()
     if best["latency"] is None:
         click.echo(

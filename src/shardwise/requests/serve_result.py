@@ -26,6 +26,8 @@ class ServeResult:
     # in flight: each pipeline plan's PP(k) / PP(1) at full load and its split (`analyses.pp_scaling`),
     # priced on its first read (`scaling`): the explorer's serving tab never reads it
     scaling_of: Callable[[], dict[str, Any]] | None = None
+    # without --plan, the expert layouts left out after pricing (`requests.serve_plans.Layouts.twins`)
+    dropped: tuple[str, ...] = ()
 
     @cached_property
     def scaling(self) -> dict[str, Any] | None:
@@ -97,6 +99,7 @@ class ServeResult:
             "compared_layouts": self.compared_layouts,
             "best": {
                 **self.best(),
+                **{f"{key}_layout": _layout(dict(self.rows), label) for key, label in self.best().items()},
                 "capacity_tokens_per_s": {
                     label: self.capacity_tokens_per_s(est) if bool(est.fits_in_memory) else None
                     for label, est in self.rows
@@ -119,6 +122,7 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
             invalid.append((spec.label, str(exc)))
         if progress is not None:
             progress()
+    rows, dropped = _without_twins(rows, s.layouts.twins if s.layouts is not None else {})
     if not rows:
         raise SpecError(
             "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
@@ -134,7 +138,20 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     from functools import partial
 
     scaling = partial(_scaling, request, s, rows, progress)
-    return ServeResult(request, s, rows, invalid, spreads, hints, launches, scaling)
+    return ServeResult(request, s, rows, invalid, spreads, hints, launches, scaling, dropped)
+
+
+def _without_twins(rows: list[tuple[str, Any]], twins: dict[str, str]) -> tuple[list[tuple[str, Any]], tuple[str, ...]]:
+    """`rows` less each layout with the experts whole inside its replica (ep = tp) that holds no
+    sequence where its twin with them split by TP holds none either: the same weights and KV cache
+    per GPU (E / tp whole experts or 1 / tp of each), so a second red row saying the same."""
+    est = dict(rows)
+
+    def empty(label: str) -> bool:
+        return label in est and int(est[label].max_batch) < 1
+
+    dropped = tuple(label for label, _ in rows if label in twins and empty(label) and empty(twins[label]))
+    return [r for r in rows if r[0] not in dropped], dropped
 
 
 def progress_steps(s: Any) -> int:
@@ -175,6 +192,22 @@ def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]], progress: Callab
         if progress is not None:
             progress()
     return out
+
+
+def _layout(rows: dict[str, Any], label: str | None) -> dict[str, Any] | None:
+    """The degrees of the plan named best (as its row in `plans` has them), None where none fits."""
+    if label is None:
+        return None
+    est = rows[label]
+    plan, moe = est.scenario.plan, bool(int(est.scenario.model.experts))
+    return {
+        "tp": int(plan.tp),
+        "pp": int(plan.pp),
+        "cp": int(plan.cp),
+        "ep": int(plan.ep),
+        "etp": int(plan.expert_tp) if moe else None,
+        "replicas": int(plan.dp),
+    }
 
 
 def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: float, traffic: Any) -> dict[str, Any]:
