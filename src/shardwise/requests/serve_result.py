@@ -115,9 +115,10 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     called after each plan, and after each pipeline plan's scaling split when `scaling` is read
     (`progress_steps` of them in all, for a progress bar)."""
     rows, invalid = [], []
+    built: dict[str, Any] = {}  # in flight, each plan's replica, kept for its pipeline-scaling split
     for spec in s.specs:
         try:
-            rows.append(_estimate(s, spec, request.max_throughput))
+            rows.append(_estimate(s, spec, request.max_throughput, built))
         except SpecError as exc:
             invalid.append((spec.label, str(exc)))
         if progress is not None:
@@ -137,7 +138,7 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
         launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
     from functools import partial
 
-    scaling = partial(_scaling, request, s, rows, progress)
+    scaling = partial(_scaling, request, s, rows, progress, built)
     return ServeResult(request, s, rows, invalid, spreads, hints, launches, scaling, dropped)
 
 
@@ -161,9 +162,15 @@ def progress_steps(s: Any) -> int:
     return len(s.specs) + pipelines
 
 
-def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]], progress: Callable[..., Any] | None) -> dict[str, Any]:
+def _scaling(
+    request: Any,
+    s: Any,
+    rows: list[tuple[str, Any]],
+    progress: Callable[..., Any] | None,
+    built: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """In flight, each pipeline plan that fits against the same plan without stages
-    (`analyses.pp_scaling`), at full load."""
+    (`analyses.pp_scaling`), at full load; `built`: the replicas the rows were priced on, by label."""
     if s.traffic is None:
         return {}
     from shardwise.analyses.pp_scaling import pipeline_scaling
@@ -186,6 +193,7 @@ def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]], progress: Callab
         split = pipeline_scaling(
             scenario(s.model, s.cluster, spec, s.stages), base_scn, s.workload, s.traffic["max_batched_tokens"],
             base.label, s.traffic["mix"], request.seed, s.traffic["requests"],
+            ((built or {}).get(label), (built or {}).get(base.label)),
         )  # fmt: skip
         if split is not None:
             out[label] = split
@@ -234,16 +242,20 @@ def _frontier(s: Any, label: str) -> dict[str, list[float]]:
     }
 
 
-def _estimate(s: Any, spec: Any, max_throughput: bool) -> tuple[str, Any]:
+def _estimate(s: Any, spec: Any, max_throughput: bool, built: dict[str, Any] | None = None) -> tuple[str, Any]:
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
 
     scn = scenario(s.model, s.cluster, spec, s.stages)
     if s.traffic is not None:
-        from shardwise.engines.inflight import estimate_inflight
+        from shardwise.engines.inflight import Replica, estimate_inflight
 
-        users = None if max_throughput or s.traffic["rate_per_s"] is not None else int(s.workload.batch)
-        return spec.label, estimate_inflight(scn, s.workload, users, **s.traffic)
+        t = s.traffic
+        replica = Replica(scn, s.workload, t["max_batched_tokens"], t.get("mix"), t.get("seed", 0)).remembering()
+        if built is not None:
+            built[spec.label] = replica
+        users = None if max_throughput or t["rate_per_s"] is not None else int(s.workload.batch)
+        return spec.label, estimate_inflight(scn, s.workload, users, **t, replica=replica)
     return spec.label, at_max_batch(scn, s.workload) if max_throughput else estimate_serving(scn, s.workload)
 
 
