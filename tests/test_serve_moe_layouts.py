@@ -118,3 +118,12 @@ def test_the_request_layer_and_the_explorer_carry_the_same_default(cli):
     assert [label for label, _ in result.rows] == _labels(data)
     page, _ = REQUESTS["serve"](argv)
     assert _labels(page) == _labels(data) and page["best"] == data["best"]
+
+
+def test_the_latency_target_search_says_it_compares_ep_1_layouts():
+    """`--ttft-max` without --plan searches `analyses.serving_targets.plans` (ep 1): a note names expert layouts."""
+    target = TrainingRequest(model="mixtral-8x7b", system="dgx-h200")
+    notes = ServeRequest(target, ttft_max="1s").setting().notes
+    assert any("latency-target search compares" in n and "--plan tp=1,ep=8" in n for n in notes)
+    dense = ServeRequest(TrainingRequest(model="llama3-70b", system="dgx-h100"), ttft_max="1s").setting().notes
+    assert not any("latency-target" in n for n in dense)

@@ -27,8 +27,9 @@ serving_options = _stack(
         metavar="tp=N[,pp=N]",
         help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; cp (a prompt "
         "over more GPUs), ep and etp (a mixture of experts' experts; etp derived when not given: docs/serving.md); "
-        "first=N / last=N fix the layers of the first / last pipeline stage. [default: every layout of the machine, "
-        "with the best for latency and for throughput named]",
+        "first=N / last=N fix the layers of the first / last pipeline stage. [default: every layout of the machine "
+        "(a mixture of experts: also ep = tp, and ep = the GPUs with data-parallel attention, where the engine runs "
+        "them), with the best for latency and for throughput named]",
     ),
     click.option("--input-len", type=int, help="Prompt tokens per request. [default: 512]"),
     click.option("--output-len", type=int, help="Generated tokens per request. [default: 128]"),

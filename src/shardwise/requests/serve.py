@@ -186,7 +186,14 @@ class ServeRequest:
         given = Layouts([parse_plan_spec(t) for t in self.plans])
         found = given if self.plans else layouts(cluster, model, self.framework)
         specs = found.specs
-        if not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
+        if not self.plans and self.targets and found.experts:  # `analyses.serving_targets.plans`: ep 1 only
+            ep = [x.label for x in specs if dict(x.options).get("ep", 1) > 1 and x.pp == 1]
+            examples = " ".join(f"--plan {label}" for label in (ep[-1], ep[0]))
+            notes.append(
+                f"{model.name} is a mixture of experts: the latency-target search compares the layouts that split "
+                f"every expert over its tp ranks (ep 1); give expert layouts to search with --plan (e.g. {examples})"
+            )
+        elif not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
             notes.append(
                 f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
                 f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
