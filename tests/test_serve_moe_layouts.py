@@ -106,6 +106,9 @@ def test_an_ep_twin_that_holds_no_sequence_where_its_ep_1_twin_holds_none_is_not
     assert "tp=2" in labels and "tp=2,ep=2" not in labels and "tp=4,ep=4" not in labels
     assert {"tp=2,pp=4,ep=2", "tp=8,ep=8", "tp=8,pp=2,ep=8", "tp=1,ep=16", "tp=8,ep=16"} <= set(labels)
     assert not data["plans"][labels.index("tp=2")]["fits_in_memory"]
+    assert data["layouts"]["compared"] == len(labels) + 3
+    assert data["layouts"]["not_shown"] == ["tp=2,ep=2", "tp=2,pp=2,ep=2", "tp=4,ep=4"]
+    assert "data-parallel attention (ep = 16)" in data["layouts"]["experts"]
 
 
 def test_the_request_layer_and_the_explorer_carry_the_same_default(cli):

@@ -61,6 +61,16 @@ class ServeResult:
 
         return float(at_max_batch(est.scenario, est.workload).throughput_tokens_per_s)
 
+    def _layouts_dict(self) -> dict[str, Any]:
+        """Without --plan, what was compared (`requests.serve_plans.Layouts`), as the command line says it."""
+        found = self.setting.layouts
+        return {
+            "compared": len(self.setting.specs),
+            "experts": found.experts if found is not None else "",
+            "not_shown": list(self.dropped),
+            "not_compared": list(found.left_out) if found is not None else [],
+        }
+
     def valid_specs(self) -> list[Any]:
         bad = dict(self.invalid)
         return [s for s in self.setting.specs if s.label not in bad]
@@ -97,6 +107,7 @@ class ServeResult:
             ],
             "invalid_plans": [{"plan": label, "reason": reason} for label, reason in self.invalid],
             "compared_layouts": self.compared_layouts,
+            **({"layouts": self._layouts_dict()} if self.compared_layouts else {}),
             "best": {
                 **self.best(),
                 **{f"{key}_layout": _layout(dict(self.rows), label) for key, label in self.best().items()},
