@@ -39,7 +39,7 @@ class ServeResult:
 
     @property
     def compared_layouts(self) -> bool:
-        """No --plan was given: the machine's layouts were compared (`requests.serve.layouts`)."""
+        """No --plan was given: the machine's layouts were compared (`requests.serve_plans.layouts`)."""
         return not self.request.plans
 
     def best(self) -> dict[str, str | None]:
