@@ -132,12 +132,14 @@ def pipeline_scaling(
     mix: RequestMix | None = None,
     seed: int = 0,
     requests: int = SIMULATED_REQUESTS,
+    built: tuple[Replica | None, Replica | None] = (None, None),
 ) -> PipelineScaling | None:
     """PP(k) / PP(1) of `pipeline` (k stages) against `base` (the same plan with pp = 1), split
-    (module docstring); None where either replica holds no request."""
+    (module docstring); None where either replica holds no request. `built`: the (pipeline, base)
+    replicas where already built from the same arguments (`serve` prices both as its rows)."""
     k = int(pipeline.plan.pp)
-    piped = Replica(pipeline, wl, max_batched_tokens, mix, seed)
-    one = Replica(base, wl, max_batched_tokens, mix, seed)
+    piped = Replica(pipeline, wl, max_batched_tokens, mix, seed) if built[0] is None else built[0]
+    one = Replica(base, wl, max_batched_tokens, mix, seed) if built[1] is None else built[1]
     if piped.table is None or one.table is None:
         return None
     held = one.holding(max(1, round(piped.slots / k)))

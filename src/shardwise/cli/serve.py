@@ -27,8 +27,9 @@ serving_options = _stack(
         metavar="tp=N[,pp=N]",
         help="A plan to compare (repeat): tp and pp, a number or 'all'; dp (replicas) fills the GPUs; cp (a prompt "
         "over more GPUs), ep and etp (a mixture of experts' experts; etp derived when not given: docs/serving.md); "
-        "first=N / last=N fix the layers of the first / last pipeline stage. [default: every layout of the machine, "
-        "with the best for latency and for throughput named]",
+        "first=N / last=N fix the layers of the first / last pipeline stage. [default: every layout of the machine "
+        "(a mixture of experts: also ep = tp, and ep = the GPUs with data-parallel attention, where the engine runs "
+        "them), with the best for latency and for throughput named]",
     ),
     click.option("--input-len", type=int, help="Prompt tokens per request. [default: 512]"),
     click.option("--output-len", type=int, help="Generated tokens per request. [default: 128]"),
@@ -294,15 +295,23 @@ def _print_best(result: Any) -> None:
 
     s = result.setting
     gpus = int(s.cluster.num_gpus)
+    n = len(s.specs)
+    layouts = s.layouts
+    what = "tp within a server, tp x pp dividing the GPUs, replicas filling the rest"
+    if layouts is not None and layouts.experts:
+        what += f"; {layouts.experts}"
     click.echo(
         "\nno --plan given: "
-        + (
-            f"the {len(s.specs)} layouts of {gpus} GPUs compared"
-            if len(s.specs) > 1
-            else f"the one layout of {gpus} GPU"
-        )
-        + " (tp within a server, tp x pp dividing the GPUs, replicas filling the rest; --plan to choose)"
+        + (f"the {n} layouts of {gpus} GPUs compared" if n > 1 else f"the one layout of {gpus} GPU")
+        + f" ({what}; --plan to choose)"
     )
+    if result.dropped:
+        click.echo(
+            f"not shown: {', '.join(result.dropped)} (the experts whole inside the replica: the same weights per GPU "
+            "as the same layout with ep 1, which holds no sequence either)"
+        )
+    for line in layouts.left_out if layouts is not None else ():
+        click.echo(f"not compared: {line}")
     best = result.best()
     if best["latency"] is None:
         click.echo(

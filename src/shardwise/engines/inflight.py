@@ -136,13 +136,15 @@ def estimate_inflight(
     mix: RequestMix | None = None,
     seed: int = 0,
     burstiness: float = 1.0,
+    replica: Replica | None = None,
 ) -> InflightEstimate:
     """Serve `wl` with in-flight batching on every replica of `scn`: a closed loop of `users`
     requests in flight in all (None with no rate: as many as the KV cache holds, the maximum
     throughput) or arrivals at `rate_per_s` requests per second in all (Poisson, or gamma gaps of
     `burstiness`), spread evenly over the replicas; every request `wl`'s lengths, or drawn from
-    `mix`. Medians in the `ServingEstimate` fields; percentiles beside them."""
-    replica = Replica(scn, wl, max_batched_tokens, mix, seed)
+    `mix`. Medians in the `ServingEstimate` fields; percentiles beside them. `replica`: this one,
+    already built from the same arguments (`requests.serve_result` keeps it for the scaling split)."""
+    replica = Replica(scn, wl, max_batched_tokens, mix, seed) if replica is None else replica
     scn, replicas, slots = replica.scenario, replica.replicas, replica.slots
     if replica.table is None:
         nan = float("nan")

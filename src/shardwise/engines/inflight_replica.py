@@ -132,6 +132,7 @@ class Replica:
         sized from the memory (at least the requests it holds, at most 4096 per replica,
         `engines.trtllm_buffers`): with more memory trtllm-bench sets it higher, so it follows."""
         other = copy.copy(self)
+        other.__dict__.pop("_runs", None)  # another capacity: none of this one's runs
         scale = sequences / max(self.capacity, 1)
         other.capacity = int(sequences)
         if engine(self.workload.engine).bench_buffers:
@@ -155,9 +156,24 @@ class Replica:
         if engine(wl.engine).seqs_within_budget:  # vLLM: max_num_seqs <= max_num_batched_tokens
             self.max_sequences = min(self.max_sequences, int(self.max_batched_tokens))
 
+    def remembering(self) -> Replica:
+        """This replica, its runs kept from now on: one repeated (the same seeded traffic: `serve`'s
+        full-load run of a plan, again for its pipeline-scaling split) is the first one's. Only for a
+        replica no one changes after (`requests.serve_result`): a field set anew would not be read."""
+        self._runs: dict[Traffic, Simulated] = {}
+        return self
+
     def run(self, traffic: Traffic) -> Simulated:
         if self.table is None:
             raise ValueError("no request fits the KV cache")
+        runs = self.__dict__.get("_runs")
+        if runs is None:
+            return self._run(traffic)
+        if traffic not in runs:
+            runs[traffic] = self._run(traffic)
+        return runs[traffic]
+
+    def _run(self, traffic: Traffic) -> Simulated:
         wl, step = self.workload, self.lockstep
         after = self._decode_step_s if self.prefill_step_first else None  # this replica's table (`holding`)
         if step is not None:  # `traffic` is a rank's: the group's runs together, its rates per rank

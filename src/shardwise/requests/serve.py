@@ -181,12 +181,23 @@ class ServeRequest:
             from shardwise.presets import system
 
             cluster = cluster.with_(pcie=system(options["system"]).pcie)
-        specs = [parse_plan_spec(t) for t in self.plans] or layouts(cluster)
-        if not self.plans and model.is_moe:  # the machine's layouts have no expert parallelism
+        from shardwise.requests.serve_plans import EXPERT_PARALLEL_ENGINES, Layouts, layouts
+
+        given = Layouts([parse_plan_spec(t) for t in self.plans])
+        found = given if self.plans else layouts(cluster, model, self.framework)
+        specs = found.specs
+        if not self.plans and self.targets and found.experts:  # `analyses.serving_targets.plans`: ep 1 only
+            ep = [x.label for x in specs if dict(x.options).get("ep", 1) > 1 and x.pp == 1]
+            examples = " ".join(f"--plan {label}" for label in (ep[-1], ep[0]))
+            notes.append(
+                f"{model.name} is a mixture of experts: the latency-target search compares the layouts that split "
+                f"every expert over its tp ranks (ep 1); give expert layouts to search with --plan (e.g. {examples})"
+            )
+        elif not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
             notes.append(
                 f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
-                "ranks (no expert parallelism, ep 1); --plan tp=N,ep=M compares expert parallelism "
-                "(e.g. --plan tp=8,ep=8, or tp=1,ep=GPUs for data-parallel attention)"
+                f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
+                "--framework tensorrt-llm, vllm or sglang)"
             )
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
@@ -238,7 +249,7 @@ class ServeRequest:
         from shardwise.requests.serve_flags import check_load_flags
 
         traffic = check_load_flags(self, budget, mix)
-        return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes))
+        return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found)
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
         """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
@@ -287,6 +298,7 @@ class ServeSetting:
     mix: Any  # specs.request_mix.RequestMix, or None: fixed lengths
     traffic: dict[str, Any] | None  # the in-flight simulation's settings; None: static batching
     notes: tuple[str, ...]
+    layouts: Any = None  # requests.serve_plans.Layouts: the plans given, or the machine's compared without --plan
 
 
 @dataclass(frozen=True)
@@ -322,14 +334,3 @@ class TargetsResult:
             ],
             "command": self.request.command(),
         }
-
-
-def layouts(cluster: Any) -> list[Any]:
-    """Without --plan: every layout worth comparing on this machine -- TP inside a server (1, 2, 4,
-    ... its GPUs), PP over what is left (tp x pp dividing the GPUs), replicas filling the rest
-    (`analyses.serving_targets.plans`, the target search's layouts)."""
-    from shardwise.analyses.serving_targets import plans
-    from shardwise.loaders import parse_plan_spec
-
-    found = plans(int(cluster.num_gpus), int(cluster.gpus_per_node))
-    return [parse_plan_spec(f"tp={tp}" + (f",pp={pp}" if pp > 1 else "")) for tp, pp in found]

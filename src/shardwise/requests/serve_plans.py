@@ -1,8 +1,9 @@
-"""The scenario each `serve --plan` names (shared by the serve command and its report), and the
-plans an engine runs (`kv_replicas_run`)."""
+"""The scenario each `serve --plan` names (shared by the serve command and its report), the
+layouts compared without --plan (`layouts`), and the plans an engine runs (`kv_replicas_run`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from shardwise.errors import SpecError
@@ -47,3 +48,87 @@ def kv_replicas_run(specs: list[Any], framework: str, kv_heads: int, given: bool
             f"{framework} does not replicate (vLLM, SGLang and TensorRT-LLM do: --framework vllm)"
         )
     return [s for s in specs if s not in above]
+
+
+# Engines that run a mixture of experts' experts whole on expert-parallel ranks, both inside a
+# replica's TP group (ep = tp) and with data-parallel attention over every GPU (ep = tp x dp):
+# vLLM `--enable-expert-parallel` (with `--data-parallel-size`), SGLang `--ep-size` (with
+# `--enable-dp-attention`), TensorRT-LLM `moe_expert_parallel_size` (with `enable_attention_dp`)
+# (`specs.expert_rules.serving_expert_rule`, docs/serving.md). llama.cpp splits every expert over
+# its GPUs (`-sm row` / `tensor`) or whole layers (`-sm layer`), and the FasterTransformer and
+# PyTorch-eager stacks are priced with the experts split by TP: their default stays ep 1.
+EXPERT_PARALLEL_ENGINES = ("tensorrt-llm", "vllm", "sglang")
+
+
+@dataclass(frozen=True)
+class Layouts:
+    """The layouts `serve` compares without --plan (`layouts`): `specs` in table order; `twins`,
+    each layout with the experts whole inside its replica (ep = tp) and the same layout with them
+    split by TP (ep 1): the same weights and KV cache per GPU, so one that cannot hold a sequence
+    where its twin cannot is left out after pricing (`requests.serve_result.priced`); `left_out`,
+    the expert layouts not compared and why (one line each kind)."""
+
+    specs: list[Any]
+    twins: dict[str, str] = field(default_factory=dict)
+    left_out: tuple[str, ...] = ()
+    # which expert layouts were compared beside ep 1 ("": none, a dense model or an engine without them)
+    experts: str = ""
+
+
+def layouts(cluster: Any, model: Any = None, framework: str = "tensorrt-llm") -> Layouts:
+    """Without --plan: every layout worth comparing on this machine -- TP inside a server (1, 2, 4,
+    ... its GPUs), PP over what is left (tp x pp dividing the GPUs), replicas filling the rest
+    (`analyses.serving_targets.plans`, the target search's layouts). For a mixture of experts under
+    an engine that runs expert parallelism (`EXPERT_PARALLEL_ENGINES`), beside each (each expert
+    split over its tp ranks, ep 1): the experts whole inside the replica (ep = tp, tp > 1) and,
+    without a pipeline, data-parallel attention with the experts whole over every GPU (ep = the
+    GPUs, etp 1; vLLM `-dp N/tp --enable-expert-parallel`), where the experts divide over the ranks
+    and the engine runs the model so (SGLang's Mixtral / Grok files have no data-parallel
+    attention: `engines.dp_dense.refuse_unsupported`). A pipeline under data-parallel attention is
+    not compared: vLLM runs none (`emit.vllm`), and the ranks' lockstep is priced for one stage
+    (`engines.inflight_lockstep`)."""
+    from shardwise.analyses.serving_targets import plans
+    from shardwise.loaders import parse_plan_spec
+
+    gpus, per_node = int(cluster.num_gpus), int(cluster.gpus_per_node)
+    found = plans(gpus, per_node)
+    base = [f"tp={tp}" + (f",pp={pp}" if pp > 1 else "") for tp, pp in found]
+    if model is None or not model.is_moe or framework not in EXPERT_PARALLEL_ENGINES:
+        return Layouts([parse_plan_spec(t) for t in base])
+    from shardwise.engines.dp_dense import no_dp_attention_block
+
+    experts = int(model.experts)
+    no_dp = framework == "sglang" and no_dp_attention_block(model)
+    labels: list[str] = []
+    twins: dict[str, str] = {}
+    left: list[str] = []
+    dp_attention = False
+    for (tp, pp), text in zip(found, base, strict=True):
+        labels.append(text)
+        if tp > 1 and experts % tp == 0:  # experts whole inside the replica
+            twins[f"{text},ep={tp}"] = text
+            labels.append(f"{text},ep={tp}")
+        if pp == 1 and gpus > tp and experts % gpus == 0 and not no_dp:  # data-parallel attention
+            labels.append(f"tp={tp},ep={gpus}")
+            dp_attention = True
+    if experts % gpus and gpus > 1:
+        left.append(
+            f"data-parallel attention: {model.name}'s {experts} experts do not divide over {gpus} GPUs "
+            "(each rank holds whole experts)"
+        )
+    elif no_dp:
+        left.append(
+            f"data-parallel attention: SGLang runs {model.name} (architecture {model.architecture}) without it "
+            "(models/mixtral.py, grok.py)"
+        )
+    if any(tp > 1 and experts % tp for tp, _ in found):
+        left.append(f"ep = tp where tp does not divide {model.name}'s {experts} experts")
+    said = ""
+    if twins:
+        said = "the experts split over the tp ranks (ep 1), whole inside each replica (ep = tp)"
+    if dp_attention:
+        said = (said or "the experts split over the tp ranks (ep 1)") + (
+            f"{' and,' if twins else ', and'} without a pipeline, whole over all GPUs with data-parallel attention "
+            f"(ep = {gpus})"
+        )
+    return Layouts([parse_plan_spec(t) for t in labels], twins, tuple(left), said)

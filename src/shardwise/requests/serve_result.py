@@ -26,6 +26,8 @@ class ServeResult:
     # in flight: each pipeline plan's PP(k) / PP(1) at full load and its split (`analyses.pp_scaling`),
     # priced on its first read (`scaling`): the explorer's serving tab never reads it
     scaling_of: Callable[[], dict[str, Any]] | None = None
+    # without --plan, the expert layouts left out after pricing (`requests.serve_plans.Layouts.twins`)
+    dropped: tuple[str, ...] = ()
 
     @cached_property
     def scaling(self) -> dict[str, Any] | None:
@@ -37,7 +39,7 @@ class ServeResult:
 
     @property
     def compared_layouts(self) -> bool:
-        """No --plan was given: the machine's layouts were compared (`requests.serve.layouts`)."""
+        """No --plan was given: the machine's layouts were compared (`requests.serve_plans.layouts`)."""
         return not self.request.plans
 
     def best(self) -> dict[str, str | None]:
@@ -58,6 +60,16 @@ class ServeResult:
         from shardwise.analyses.serving import at_max_batch
 
         return float(at_max_batch(est.scenario, est.workload).throughput_tokens_per_s)
+
+    def _layouts_dict(self) -> dict[str, Any]:
+        """Without --plan, what was compared (`requests.serve_plans.Layouts`), as the command line says it."""
+        found = self.setting.layouts
+        return {
+            "compared": len(self.setting.specs),
+            "experts": found.experts if found is not None else "",
+            "not_shown": list(self.dropped),
+            "not_compared": list(found.left_out) if found is not None else [],
+        }
 
     def valid_specs(self) -> list[Any]:
         bad = dict(self.invalid)
@@ -95,8 +107,10 @@ class ServeResult:
             ],
             "invalid_plans": [{"plan": label, "reason": reason} for label, reason in self.invalid],
             "compared_layouts": self.compared_layouts,
+            **({"layouts": self._layouts_dict()} if self.compared_layouts else {}),
             "best": {
                 **self.best(),
+                **{f"{key}_layout": _layout(dict(self.rows), label) for key, label in self.best().items()},
                 "capacity_tokens_per_s": {
                     label: self.capacity_tokens_per_s(est) if bool(est.fits_in_memory) else None
                     for label, est in self.rows
@@ -112,13 +126,15 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     called after each plan, and after each pipeline plan's scaling split when `scaling` is read
     (`progress_steps` of them in all, for a progress bar)."""
     rows, invalid = [], []
+    built: dict[str, Any] = {}  # in flight, each plan's replica, kept for its pipeline-scaling split
     for spec in s.specs:
         try:
-            rows.append(_estimate(s, spec, request.max_throughput))
+            rows.append(_estimate(s, spec, request.max_throughput, built))
         except SpecError as exc:
             invalid.append((spec.label, str(exc)))
         if progress is not None:
             progress()
+    rows, dropped = _without_twins(rows, s.layouts.twins if s.layouts is not None else {})
     if not rows:
         raise SpecError(
             "; ".join(f"--plan {label}: {reason.removeprefix(f'--plan {label}: ')}" for label, reason in invalid)
@@ -133,8 +149,21 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
         launches = {label: _launch(est, request.emit, model_id) for label, est in rows}
     from functools import partial
 
-    scaling = partial(_scaling, request, s, rows, progress)
-    return ServeResult(request, s, rows, invalid, spreads, hints, launches, scaling)
+    scaling = partial(_scaling, request, s, rows, progress, built)
+    return ServeResult(request, s, rows, invalid, spreads, hints, launches, scaling, dropped)
+
+
+def _without_twins(rows: list[tuple[str, Any]], twins: dict[str, str]) -> tuple[list[tuple[str, Any]], tuple[str, ...]]:
+    """`rows` less each layout with the experts whole inside its replica (ep = tp) that holds no
+    sequence where its twin with them split by TP holds none either: the same weights and KV cache
+    per GPU (E / tp whole experts or 1 / tp of each), so a second red row saying the same."""
+    est = dict(rows)
+
+    def empty(label: str) -> bool:
+        return label in est and int(est[label].max_batch) < 1
+
+    dropped = tuple(label for label, _ in rows if label in twins and empty(label) and empty(twins[label]))
+    return [r for r in rows if r[0] not in dropped], dropped
 
 
 def progress_steps(s: Any) -> int:
@@ -144,9 +173,15 @@ def progress_steps(s: Any) -> int:
     return len(s.specs) + pipelines
 
 
-def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]], progress: Callable[..., Any] | None) -> dict[str, Any]:
+def _scaling(
+    request: Any,
+    s: Any,
+    rows: list[tuple[str, Any]],
+    progress: Callable[..., Any] | None,
+    built: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """In flight, each pipeline plan that fits against the same plan without stages
-    (`analyses.pp_scaling`), at full load."""
+    (`analyses.pp_scaling`), at full load; `built`: the replicas the rows were priced on, by label."""
     if s.traffic is None:
         return {}
     from shardwise.analyses.pp_scaling import pipeline_scaling
@@ -169,12 +204,29 @@ def _scaling(request: Any, s: Any, rows: list[tuple[str, Any]], progress: Callab
         split = pipeline_scaling(
             scenario(s.model, s.cluster, spec, s.stages), base_scn, s.workload, s.traffic["max_batched_tokens"],
             base.label, s.traffic["mix"], request.seed, s.traffic["requests"],
+            ((built or {}).get(label), (built or {}).get(base.label)),
         )  # fmt: skip
         if split is not None:
             out[label] = split
         if progress is not None:
             progress()
     return out
+
+
+def _layout(rows: dict[str, Any], label: str | None) -> dict[str, Any] | None:
+    """The degrees of the plan named best (as its row in `plans` has them), None where none fits."""
+    if label is None:
+        return None
+    est = rows[label]
+    plan, moe = est.scenario.plan, bool(int(est.scenario.model.experts))
+    return {
+        "tp": int(plan.tp),
+        "pp": int(plan.pp),
+        "cp": int(plan.cp),
+        "ep": int(plan.ep),
+        "etp": int(plan.expert_tp) if moe else None,
+        "replicas": int(plan.dp),
+    }
 
 
 def _mix_dict(mix: Any, rows: list[tuple[str, Any]], seed: int, burstiness: float, traffic: Any) -> dict[str, Any]:
@@ -201,16 +253,20 @@ def _frontier(s: Any, label: str) -> dict[str, list[float]]:
     }
 
 
-def _estimate(s: Any, spec: Any, max_throughput: bool) -> tuple[str, Any]:
+def _estimate(s: Any, spec: Any, max_throughput: bool, built: dict[str, Any] | None = None) -> tuple[str, Any]:
     from shardwise.analyses.serving import at_max_batch
     from shardwise.engines.serving import estimate_serving
 
     scn = scenario(s.model, s.cluster, spec, s.stages)
     if s.traffic is not None:
-        from shardwise.engines.inflight import estimate_inflight
+        from shardwise.engines.inflight import Replica, estimate_inflight
 
-        users = None if max_throughput or s.traffic["rate_per_s"] is not None else int(s.workload.batch)
-        return spec.label, estimate_inflight(scn, s.workload, users, **s.traffic)
+        t = s.traffic
+        replica = Replica(scn, s.workload, t["max_batched_tokens"], t.get("mix"), t.get("seed", 0)).remembering()
+        if built is not None:
+            built[spec.label] = replica
+        users = None if max_throughput or t["rate_per_s"] is not None else int(s.workload.batch)
+        return spec.label, estimate_inflight(scn, s.workload, users, **t, replica=replica)
     return spec.label, at_max_batch(scn, s.workload) if max_throughput else estimate_serving(scn, s.workload)
 
 
