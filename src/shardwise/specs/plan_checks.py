@@ -187,6 +187,8 @@ def check_fields(plan: Any) -> None:
     )
     for name, top, unit in (("serving_layer_kernels", 1_000.0, "kernels"), ("fused_residual_norms", 2.0, "adds")):
         object.__setattr__(plan, name, chk.within(f"plan: {name}", getattr(plan, name), 0.0, top, unit))
+    fusion = chk.non_negative("plan: norm_fusion_max_bytes", plan.norm_fusion_max_bytes)
+    object.__setattr__(plan, "norm_fusion_max_bytes", fusion)
     if plan.cuda_graph_scope and any_true(as_array(plan.layer_host_ops) > 0):
         raise SpecError(
             f"plan: cuda_graph_scope {','.join(plan.cuda_graph_scope)} is Megatron-Core's CUDA graphs; not with "
