@@ -97,3 +97,11 @@ def test_plan_refuses_a_count_out_of_range():
         Plan(serving_layer_kernels=-1)
     with pytest.raises(SpecError, match="fused_residual_norms"):
         Plan(fused_residual_norms=3)
+
+
+def test_vllm_fuses_on_a_dense_plan_with_replicas():
+    """A dense plan's replicas are separate vLLM servers (vLLM's data-parallel size 1, `emit.vllm`):
+    the fusion's TP + DP caveat is for --data-parallel-size, data-parallel attention, alone."""
+    scn = Scenario(presets.model("llama3-70b"), one_node(4), plan_for_serving(2, 1, 2))
+    plan = serving_scenario(scn, ServingWorkload(128, 128, engine="vllm", custom_all_reduce="vllm")).plan
+    assert plan.norm_fusion_max_bytes == 64 * 1024.0**2

@@ -175,7 +175,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         serving_layer_kernels=layer_kernels(wl.engine, quantised),
         fused_residual_norms=kernels.fused_residual_norms,
         norm_fusion_max_bytes=norm_fusion_max_bytes(
-            wl.engine, plan.tp, scn.model.hidden, gemms, plan.pp, np.asarray(plan.dp) > 1, trtllm_max if own else 0.0
+            wl.engine, plan.tp, scn.model.hidden, gemms, plan.pp, dp_attention(plan), trtllm_max if own else 0.0
         ),
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
