@@ -50,8 +50,11 @@ the norm into its all-reduce kernel loses those norm kernels there (`norms_in_al
   products, SiLU, the multiply, the down product and its add: 23 ggml nodes run as CUDA kernels
   (views, reshapes and permutes are none); with quantised weights each of the 7 weight products
   first quantises its input to q8_1 (`quantize_row_q8_1_cuda`): 30. No residual add is fused with
-  a norm. Later builds fuse more (flash attention on by default, RMS norm with its weight, RoPE
-  with the cache write, SwiGLU): not counted here, the 2024 count used for every build.
+  a norm. Its products of one token (16-bit weights: `dequantize_mul_mat_vec`, ne11 == 1) or up to 8
+  (quantised: `mul_mat_vec_q`, MMVQ_MAX_BATCH_SIZE, ggml-cuda/mmvq.cuh) are matrix-vector kernels
+  that reduce K inside the kernel, no split-K reduction kernel beside them (`Gpu.matvec_max_rows`),
+  so the 23 are all of its decode kernels. Later builds fuse more (flash attention on by default,
+  RMS norm with its weight, RoPE with the cache write, SwiGLU): not counted here, the 2024 count used for every build.
 - PyTorch (eager): 0, the stack's fused count (`physics.layer_parts.ELEMENTWISE_KERNELS`).
 
 The model prices a dense layer's four GEMMs (QKV, output, up, down) and one attention kernel
@@ -89,6 +92,7 @@ class LayerKernels:
     fusion_needs_hopper: bool = False  # ... only on Hopper and Blackwell, pp = 1, no DP attention (vLLM)
     fused_residual_norms: int = 0  # residual adds fused with the norm after them, of 2
     source: str = ""
+    matvec_rows: tuple[int, int] = (0, 0)  # products of up to so many rows as matrix-vector kernels: 16-bit, quantised
 
 
 KERNELS = {
@@ -98,7 +102,7 @@ KERNELS = {
     "vllm": LayerKernels(10, norms_in_all_reduce=2, fusion_needs_hopper=True, fused_residual_norms=2,
                          source="docs/design/fusions.md@7215f1d5, models/llama.py"),
     "sglang": LayerKernels(10, fused_residual_norms=2, source="models/llama.py, server_args.py"),
-    "llama.cpp": LayerKernels(23, quantised_extra=7, source="src/llama.cpp build_llama (2024)"),
+    "llama.cpp": LayerKernels(23, quantised_extra=7, matvec_rows=(1, 8), source="src/llama.cpp build_llama (2024)"),
     "pytorch": LayerKernels(0),
 }  # fmt: skip
 assert all(k.norms_in_all_reduce in (0, FUSED_ALL_REDUCE_NORMS) for k in KERNELS.values())

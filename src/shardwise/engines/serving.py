@@ -153,18 +153,19 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
+    quantised = wl.weight_precision not in ("bf16", "fp16")
     inter = cluster.inter_node_link
     # the experts over the TP GPUs, or over all GPUs with data-parallel attention (`engines.dp_attention`)
     plan = serving_expert_layout(scn.plan)
     cluster = cluster.with_(
         custom_all_reduce=wl.custom_all_reduce,
-        gpu=cluster.gpu.with_(kernel_launch_s=gap),
+        # the engine's matrix-vector kernels for products of few rows (`LayerKernels.matvec_rows`)
+        gpu=cluster.gpu.with_(kernel_launch_s=gap, matvec_max_rows=KERNELS[wl.engine].matvec_rows[quantised]),
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
     cluster = on_pcie_topology(cluster, plan)
     kernels = KERNELS[wl.engine]
-    quantised = wl.weight_precision not in ("bf16", "fp16")
     gemms = cluster.gpu.gemm_kernels
     # TensorRT-LLM's own all-reduce kernel up to the size its price switches to NCCL (`physics.custom_allreduce`)
     own = cluster.custom_all_reduce == "trtllm" and is_nvlink_class(cluster.intra_node_link)
