@@ -97,6 +97,25 @@ def test_plan_refuses_a_count_out_of_range():
         Plan(serving_layer_kernels=-1)
     with pytest.raises(SpecError, match="fused_residual_norms"):
         Plan(fused_residual_norms=3)
+    # whole numbers, and a count of 0 (the stack's) or at least the 5 kernels priced apart
+    with pytest.raises(SpecError, match=r"serving_layer_kernels: 9\.5 is not allowed; it must be a whole number"):
+        Plan(serving_layer_kernels=9.5)
+    with pytest.raises(SpecError, match=r"fused_residual_norms: 1\.5 is not allowed; it must be a whole number"):
+        Plan(fused_residual_norms=1.5)
+    with pytest.raises(SpecError, match=r"serving_layer_kernels 3 is not allowed; it must be 0 .* or at least 5"):
+        Plan(serving_layer_kernels=3)
+    with pytest.raises(SpecError, match="serving_layer_kernels 4 is not allowed"):
+        Plan(serving_layer_kernels=np.array([9, 4]))
+    assert Plan(serving_layer_kernels=5.0).serving_layer_kernels == 5
+
+
+def test_every_engine_has_a_count_and_the_floor_is_what_is_priced_apart():
+    from shardwise.physics.layer_parts import PRICED_ATTENTION_KERNELS, PRICED_GEMM_KERNELS
+    from shardwise.specs.plan_checks import PRICED_LAYER_KERNELS
+    from shardwise.specs.serving import ENGINE_NAMES
+
+    assert set(KERNELS) == set(ENGINE_NAMES)
+    assert PRICED_LAYER_KERNELS == PRICED_GEMM_KERNELS + PRICED_ATTENTION_KERNELS
 
 
 def test_vllm_fuses_on_a_dense_plan_with_replicas():
