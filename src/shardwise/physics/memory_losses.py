@@ -1,6 +1,11 @@
 """The loss kernels a plan can name beside its stack's own loss (`Plan.loss_kernel`): the bytes a
 logit each keeps at the loss's peak and saved for the backward pass; split out of
 `physics.memory_stacks`, which applies them (`stack_memory`) and re-exports these names.
+
+A named kernel is the one the run's loss uses, so its bytes replace the stack's own whatever that
+keeps: "te" 2 (below every stack's), "eager-bf16" 8 at the peak and 2 saved, also on a stack whose
+own loss is fused and keeps fewer (Megatron-LM's 6: a run that names an eager loss does not run
+the fused one). Emitters whose tool cannot run the named kernel refuse it (`emit`).
 """
 
 from __future__ import annotations

@@ -340,15 +340,13 @@ STACKS["flash-attn-trainer"] = replace(
 def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
     Megatron-Core, the default framework. A named `loss_kernel` (`Plan.loss_kernel`, "te" or
-    "eager-bf16"; `physics.memory_losses.LOSS_KERNEL_LOGIT_BYTES`) sets the bytes a logit where
-    the stack's loss keeps more."""
+    "eager-bf16"; `physics.memory_losses.LOSS_KERNEL_LOGIT_BYTES`) is the kernel the run's loss
+    uses: its bytes a logit replace the stack's, more or fewer."""
     stack = STACKS.get(framework, _MEGATRON)
     if loss_kernel not in LOSS_KERNEL_LOGIT_BYTES:
         return stack
     peak, saved = LOSS_KERNEL_LOGIT_BYTES[loss_kernel]
-    if stack.logits_bytes_per_element <= peak:
-        return stack
-    saved = stack.saved_logits_bytes_per_element if saved is None else min(saved, stack.saved_logits_bytes_per_element)
+    saved = stack.saved_logits_bytes_per_element if saved is None else saved
     return replace(stack, logits_bytes_per_element=peak, saved_logits_bytes_per_element=saved)
 
 

@@ -239,7 +239,8 @@ class Plan:
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
     (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`), or "eager-bf16", PyTorch's eager
-    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`); memory only, no time;
+    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`): the kernel's bytes
+    replace the stack's, more or fewer (`physics.memory_losses`); memory only, no time;
     `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
     PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
     (`physics.memory_stacks.allocator_fraction`); memory only, no time;
