@@ -124,3 +124,13 @@ def test_vllm_fuses_on_a_dense_plan_with_replicas():
     scn = Scenario(presets.model("llama3-70b"), one_node(4), plan_for_serving(2, 1, 2))
     plan = serving_scenario(scn, ServingWorkload(128, 128, engine="vllm", custom_all_reduce="vllm")).plan
     assert plan.norm_fusion_max_bytes == 64 * 1024.0**2
+
+
+def test_llama_cpp_preset_says_its_kernel_count_is_a_2024_builds():
+    """The preset is a 2026 build; the kernel count is build_llama's of 2024 (later fusions not
+    counted from source), and the preset says so where it names its sources."""
+    from shardwise.engines.engine_presets import engine
+
+    preset = engine("llama.cpp")
+    assert "2026" in preset.version and KERNELS["llama.cpp"].source.endswith("(2024)")
+    assert "a 2024 build's count" in preset.source and "not counted" in preset.source
