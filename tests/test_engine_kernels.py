@@ -11,7 +11,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.engines import engine_kernels
-from shardwise.engines.engine_kernels import KERNELS, LayerKernels, layer_kernels
+from shardwise.engines.engine_kernels import KERNELS, LayerKernels, fused_kernels, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.serving import ServingWorkload, estimate_serving, plan_for_serving, serving_scenario
 from shardwise.physics.flops import layer_forward
 from shardwise.physics.layer_parts import ELEMENTWISE_KERNELS, ROPE_KERNELS
@@ -36,14 +36,23 @@ def test_counts_per_engine_as_read_from_their_source():
 
 
 def test_all_reduce_fusions_at_tp_above_one():
-    assert layer_kernels("tensorrt-llm", 1, 8192, False) == 9
-    assert layer_kernels("tensorrt-llm", 2, 8192, False) == 7  # RESIDUAL_RMS_NORM in the all-reduce
-    assert layer_kernels("tensorrt-llm", 2, 4096, False) == 9  # enable_fusion needs hidden > 4096
-    assert layer_kernels("vllm", 2, 8192, False, "sm90") == 8
-    assert layer_kernels("vllm", 2, 8192, False, "generic") == 10  # A100: no FlashInfer fusion
-    assert layer_kernels("vllm", 2, 8192, False, "sm90", pp=2) == 10  # TP + PP: off
-    assert layer_kernels("llama.cpp", 1, 4096, True) == 30
-    assert np.array_equal(layer_kernels("tensorrt-llm", np.array([1, 2, 4]), 8192, False), [9, 7, 7])
+    assert layer_kernels("tensorrt-llm", False) == 9 and layer_kernels("llama.cpp", True) == 30
+    mib = 1024.0**2
+    trt = 8e6  # TensorRT-LLM's own kernel up to its NCCL switch
+    assert norm_fusion_max_bytes("tensorrt-llm", 2, 8192, "sm90", 1, False, trt) == trt  # RESIDUAL_RMS_NORM
+    assert norm_fusion_max_bytes("tensorrt-llm", 2, 4096, "sm90", 1, False, trt) == 0  # needs hidden > 4096
+    assert norm_fusion_max_bytes("tensorrt-llm", 1, 8192, "sm90", 1, False, trt) == 0
+    # vLLM's fi_allreduce_fusion_max_size_mb: 64 / 2 / 1 MiB at tp 2 / 4 / 8 on SM90, 32 MiB at tp 4 on SM100
+    assert np.array_equal(
+        norm_fusion_max_bytes("vllm", np.array([2, 4, 8]), 8192, "sm90", 1, False, 0), [64 * mib, 2 * mib, mib]
+    )
+    assert norm_fusion_max_bytes("vllm", 4, 8192, "sm100", 1, False, 0) == 32 * mib
+    assert norm_fusion_max_bytes("vllm", 2, 8192, "generic", 1, False, 0) == 0  # A100: no FlashInfer fusion
+    assert norm_fusion_max_bytes("vllm", 2, 8192, "sm90", 2, False, 0) == 0  # TP + PP: off
+    assert norm_fusion_max_bytes("vllm", 2, 8192, "sm90", 1, True, 0) == 0  # --data-parallel-size: off
+    # the count at a message size: decode's small all-reduces fuse, prefill's large ones do not
+    assert np.array_equal(fused_kernels(10, mib, 8, np.array([16e3, 537e6])), [8, 10])
+    assert fused_kernels(10, mib, 1, 16e3) == 10
 
 
 def one_node(gpus: int) -> object:
@@ -52,8 +61,12 @@ def one_node(gpus: int) -> object:
 
 def test_serving_plan_carries_the_engines_count():
     scn = Scenario(presets.model("llama3-70b"), one_node(2), plan_for_serving(2, 1))
-    plan = serving_scenario(scn, ServingWorkload(128, 128, engine="tensorrt-llm")).plan
-    assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (7, 2)
+    wl = ServingWorkload(128, 128, engine="tensorrt-llm", custom_all_reduce="trtllm")
+    plan = serving_scenario(scn, wl).plan
+    assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (9, 2)
+    assert plan.norm_fusion_max_bytes == 16e6  # TensorRT-LLM's own kernel below 16 MB at 2 Hopper GPUs
+    # on NCCL (no custom all-reduce) it runs fallbackRunSubsequentOps: the norms stay kernels
+    assert serving_scenario(scn, ServingWorkload(128, 128, engine="tensorrt-llm")).plan.norm_fusion_max_bytes == 0
     plan = serving_scenario(scn, ServingWorkload(128, 128, engine="pytorch")).plan
     assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (0, 0)
 
@@ -84,3 +97,40 @@ def test_plan_refuses_a_count_out_of_range():
         Plan(serving_layer_kernels=-1)
     with pytest.raises(SpecError, match="fused_residual_norms"):
         Plan(fused_residual_norms=3)
+    # whole numbers, and a count of 0 (the stack's) or at least the 5 kernels priced apart
+    with pytest.raises(SpecError, match=r"serving_layer_kernels: 9\.5 is not allowed; it must be a whole number"):
+        Plan(serving_layer_kernels=9.5)
+    with pytest.raises(SpecError, match=r"fused_residual_norms: 1\.5 is not allowed; it must be a whole number"):
+        Plan(fused_residual_norms=1.5)
+    with pytest.raises(SpecError, match=r"serving_layer_kernels 3 is not allowed; it must be 0 .* or at least 5"):
+        Plan(serving_layer_kernels=3)
+    with pytest.raises(SpecError, match="serving_layer_kernels 4 is not allowed"):
+        Plan(serving_layer_kernels=np.array([9, 4]))
+    assert Plan(serving_layer_kernels=5.0).serving_layer_kernels == 5
+
+
+def test_every_engine_has_a_count_and_the_floor_is_what_is_priced_apart():
+    from shardwise.physics.layer_parts import PRICED_ATTENTION_KERNELS, PRICED_GEMM_KERNELS
+    from shardwise.specs.plan_checks import PRICED_LAYER_KERNELS
+    from shardwise.specs.serving import ENGINE_NAMES
+
+    assert set(KERNELS) == set(ENGINE_NAMES)
+    assert PRICED_LAYER_KERNELS == PRICED_GEMM_KERNELS + PRICED_ATTENTION_KERNELS
+
+
+def test_vllm_fuses_on_a_dense_plan_with_replicas():
+    """A dense plan's replicas are separate vLLM servers (vLLM's data-parallel size 1, `emit.vllm`):
+    the fusion's TP + DP caveat is for --data-parallel-size, data-parallel attention, alone."""
+    scn = Scenario(presets.model("llama3-70b"), one_node(4), plan_for_serving(2, 1, 2))
+    plan = serving_scenario(scn, ServingWorkload(128, 128, engine="vllm", custom_all_reduce="vllm")).plan
+    assert plan.norm_fusion_max_bytes == 64 * 1024.0**2
+
+
+def test_llama_cpp_preset_says_its_kernel_count_is_a_2024_builds():
+    """The preset is a 2026 build; the kernel count is build_llama's of 2024 (later fusions not
+    counted from source), and the preset says so where it names its sources."""
+    from shardwise.engines.engine_presets import engine
+
+    preset = engine("llama.cpp")
+    assert "2026" in preset.version and KERNELS["llama.cpp"].source.endswith("(2024)")
+    assert "a 2024 build's count" in preset.source and "not counted" in preset.source

@@ -60,7 +60,7 @@ def test_transformer_engines_loss_keeps_only_the_16_bit_logits():
         assert diff == pytest.approx((stack_bytes - TE_CROSS_ENTROPY_LOGIT_BYTES) * logits)
 
 
-def test_the_loss_kernel_never_adds_memory_and_an_unknown_one_is_refused():
+def test_transformer_engines_loss_never_adds_memory_and_an_unknown_kernel_is_refused():
     from shardwise.physics.memory_stacks import TE_CROSS_ENTROPY_LOGIT_BYTES, stack_memory
 
     for name in ("megatron-core", "nanotron", "fsdp", "maxtext", "someone-elses-stack"):
@@ -170,12 +170,14 @@ def test_torchtitan_refuses_transformer_engines_loss(cli):
 def test_an_eager_loss_on_bf16_logits_keeps_8_bytes_a_logit_and_flash_attn_training_2():
     """PyTorch's cross-entropy on 16-bit logits without the fp32 cast ("eager-bf16"): the logits,
     the saved log-softmax and its two gradients at 2 B each, 8 where the cast makes it 12; a stack
-    whose loss keeps less keeps its own. flash-attention's training scripts run Apex's xentropy with
-    inplace_backward: the saved logits alone, 2."""
+    whose own loss keeps less is priced at the named kernel's too. flash-attention's training
+    scripts run Apex's xentropy with inplace_backward: the saved logits alone, 2."""
     from shardwise.physics.memory_stacks import EAGER_BF16_LOGIT_BYTES, TE_CROSS_ENTROPY_LOGIT_BYTES, stack_memory
 
     assert stack_memory("fsdp", "eager-bf16").logits_bytes_per_element == EAGER_BF16_LOGIT_BYTES == 8.0
-    assert stack_memory("megatron-core", "eager-bf16").logits_bytes_per_element == 6.0
+    # the named kernel's bytes replace the stack's, also where its own fused loss keeps fewer
+    assert stack_memory("megatron-core", "eager-bf16").logits_bytes_per_element == EAGER_BF16_LOGIT_BYTES
+    assert stack_memory("nanotron", "eager-bf16").saved_logits_bytes_per_element == 2.0
     assert stack_memory("flash-attn-trainer").logits_bytes_per_element == TE_CROSS_ENTROPY_LOGIT_BYTES
     m = presets.model("llama3-8b")
     kw = {"dp": 8, "global_batch": 8, "zero_stage": 3, "framework": "fsdp"}
@@ -270,3 +272,11 @@ def test_torchtitans_launcher_sets_expandable_segments_and_a_row_may_say_otherwi
         assert kind == "reserved" and bool(scn.plan.expandable_segments) is expandable
         share = float(np.asarray(training_memory(scn).as_dict()["allocator"]))
         assert (share > 0) is not expandable
+
+
+@pytest.mark.parametrize("tool", ["megatron", "deepspeed", "torchtitan"])
+def test_emitters_whose_loss_cannot_run_an_eager_bf16_loss_refuse_it(cli, tool):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    framework = {"megatron": "megatron-core", "deepspeed": "megatron-deepspeed", "torchtitan": "torchtitan"}[tool]
+    code, _, err = cli([*args, "--framework", framework, "--loss-kernel", "eager-bf16", "--top", "1", "--emit", tool])
+    assert code == 2 and "--loss-kernel eager-bf16" in err and "Traceback" not in err

@@ -308,7 +308,8 @@ execution_options = stack_options(
         help="The loss: the framework's own (stack), Transformer Engine's parallel_cross_entropy (te: "
         "Megatron-Core --cross-entropy-loss-fusion --cross-entropy-fusion-impl te), which keeps only the "
         "16-bit logits, or PyTorch's eager cross-entropy on the 16-bit logits without an fp32 cast "
-        "(eager-bf16) (memory only) [default: the framework's].",
+        "(eager-bf16, 8 B a logit, also where the framework's own loss keeps fewer) (memory only) "
+        "[default: the framework's].",
     ),
     click.option(
         "--optimizer-state",

@@ -44,6 +44,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"{i(p.recompute_layers)} layers of each chunk whole (full, method block) or selective, not both; "
             "plan with --recompute none or without --recompute-layers"
         )
+    if p.loss_kernel == "eager-bf16":
+        # pretrain_gpt.py's loss: the vocab-parallel cross-entropy, or TE's / Megatron's fused ones
+        raise EmitError(
+            "--emit megatron: an eager cross-entropy on 16-bit logits (--loss-kernel eager-bf16) is not a "
+            "Megatron-LM loss; plan with --loss-kernel stack or te"
+        )
     if p.optimizer_state == "bf16":
         raise EmitError(
             "--emit megatron: bf16 moments without a master weight (--optimizer-state bf16) are Apex's "

@@ -100,9 +100,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         )
     if i(p.mtp_layers) > 0:
         raise EmitError("--emit torchtitan: multi-token prediction (--mtp-layers) is not a torchtitan option")
-    if p.loss_kernel == "te":
+    if p.loss_kernel in ("te", "eager-bf16"):
+        # torchtitan's loss casts the logits to fp32 (components/loss.py: `pred.flatten(0, 1).float()`)
         raise EmitError(
-            "--emit torchtitan: Transformer Engine's cross-entropy (--loss-kernel te) is not a torchtitan option"
+            f"--emit torchtitan: --loss-kernel {p.loss_kernel} is not a torchtitan option (its cross-entropy "
+            "runs on fp32 logits)"
         )
     if p.optimizer_state != "fp32":
         raise EmitError(

@@ -12,6 +12,7 @@ import numpy as np
 
 from shardwise.arrays import any_true, as_array, as_bool
 from shardwise.engines.context_parallel import CpComm
+from shardwise.engines.engine_kernels import fused_kernels
 from shardwise.engines.recompute_costs import module_recompute_s, selective_recompute_s
 from shardwise.engines.tp_overlap import (
     NCCL_OVERLAP_SMS,
@@ -215,6 +216,7 @@ def layer_cost(
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
+    ar_bytes = plan.micro_batch * (model.seq_len if q_len is None else q_len) * model.hidden * plan.bytes_per_element
     fwd = layer_forward(
         model,
         plan.micro_batch,
@@ -230,9 +232,12 @@ def layer_cost(
         eager=plan.eager_kernels,
         eager_rotary=plan.eager_rotary,
         document_len=plan.packed_document_len,
-        # a serving engine's count and fusions for a dense layer (`engines.engine_kernels`); an MoE
-        # layer's attention half keeps the shared count
-        engine_kernels=0 if moe_layer else plan.serving_layer_kernels,
+        # a serving engine's count and fusions for a dense layer (`engines.engine_kernels`: its all-reduces
+        # take the norms in below its message size, tokens x h x e); an MoE layer's attention half keeps
+        # the shared count
+        engine_kernels=0
+        if moe_layer
+        else fused_kernels(plan.serving_layer_kernels, plan.norm_fusion_max_bytes, t, ar_bytes),
         fused_residual_norms=0 if moe_layer else plan.fused_residual_norms,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either

@@ -23,14 +23,22 @@ the norm into its all-reduce kernel loses those norm kernels there (`norms_in_al
   (XQA / masked MHA), the output GEMM, the gate-up GEMM, the fused SwiGLU, the down GEMM: 9. With
   tp > 1 and hidden > 4096 (`enable_fusion`, `PRE_MLP_FUSION` / `POST_MLP_FUSION`) both norms
   (and an FP8 input's quantisation) run inside the all-reduce (`AllReduceFusionOp.
-  RESIDUAL_RMS_NORM`): 7 beside the two all-reduce kernels.
+  RESIDUAL_RMS_NORM`): 7 beside the two all-reduce kernels, where its own all-reduce kernel runs;
+  where it falls back to NCCL (cpp/tensorrt_llm/thop/allreduceOp.cpp `fallbackRunSubsequentOps`:
+  the add and the RMSNorm after NCCL's all-reduce) the norms are kernels again, so the fusion
+  stops at the size where the all-reduce price switches to NCCL
+  (`physics.custom_allreduce.trtllm_nccl_from_bytes`).
 - vLLM 0.34 (V1, torch.compile at its default -O2, docs/design/optimization_levels.md@48b2a2d9;
   CUDA graphs; vllm-project/vllm docs/design/fusions.md@7215f1d5, vllm/model_executor/models/
   llama.py): `fused_add_rms_norm`
   twice ("always", CUDA), the QKV GEMM, the rotary embedding, the KV-cache write
   (`reshape_and_cache_flash`), the attention kernel, the output GEMM, the gate-up GEMM,
-  `silu_and_mul`, the down GEMM: 10. With tp > 1 on Hopper and Blackwell (pp = dp = 1),
-  `fuse_allreduce_rms` (on at -O2) moves both norms into FlashInfer's all-reduce: 8.
+  `silu_and_mul`, the down GEMM: 10. With tp 2, 4 or 8 on Hopper and Blackwell, pp = 1 and no
+  `--data-parallel-size` (data-parallel attention: a dense plan's replicas are separate servers,
+  `emit.vllm`), `fuse_allreduce_rms` (on at -O2) moves both norms into FlashInfer's all-reduce: 8,
+  on messages below `fi_allreduce_fusion_max_size_mb` (vllm/config/compilation.py@002284db,
+  PassConfig: 64 / 2 / 1 MiB at tp 2 / 4 / 8 on SM90, 64 / 32 / 1 MiB on SM100,
+  `VLLM_FUSION_MAX_MIB`); larger ones (prefill) run vLLM's all-reduce and `fused_add_rms_norm`: 10.
 - SGLang 0.5.x: the same layer as vLLM (sgl-kernel's `fused_add_rmsnorm`, rotary, one KV-cache
   store, the attention backend's decode kernel, `silu_and_mul`): 10; its FlashInfer all-reduce
   fusion (`--enable-flashinfer-allreduce-fusion`) is turned on by default only for MoE
@@ -42,8 +50,11 @@ the norm into its all-reduce kernel loses those norm kernels there (`norms_in_al
   products, SiLU, the multiply, the down product and its add: 23 ggml nodes run as CUDA kernels
   (views, reshapes and permutes are none); with quantised weights each of the 7 weight products
   first quantises its input to q8_1 (`quantize_row_q8_1_cuda`): 30. No residual add is fused with
-  a norm. Later builds fuse more (flash attention on by default, RMS norm with its weight, RoPE
-  with the cache write, SwiGLU): not counted here, the 2024 count used for every build.
+  a norm. Its products of one token (16-bit weights: `dequantize_mul_mat_vec`, ne11 == 1) or up to 8
+  (quantised: `mul_mat_vec_q`, MMVQ_MAX_BATCH_SIZE, ggml-cuda/mmvq.cuh) are matrix-vector kernels
+  that reduce K inside the kernel, no split-K reduction kernel beside them (`Gpu.matvec_max_rows`),
+  so the 23 are all of its decode kernels. Later builds fuse more (flash attention on by default,
+  RMS norm with its weight, RoPE with the cache write, SwiGLU): not counted here, the 2024 count used for every build.
 - PyTorch (eager): 0, the stack's fused count (`physics.layer_parts.ELEMENTWISE_KERNELS`).
 
 The model prices a dense layer's four GEMMs (QKV, output, up, down) and one attention kernel
@@ -63,6 +74,11 @@ from shardwise.specs._checks import Number
 
 # the GEMM kernels (`Gpu.gemm_kernels`) of the GPUs on which vLLM fuses all-reduce and RMSNorm (Hopper, Blackwell)
 HOPPER_AND_LATER = ("sm90", "sm100")
+# vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB (PassConfig.fi_allreduce_fusion_max_size_mb's default,
+# vllm/config/compilation.py@002284db, read as MiB: `int(max_size_mb * MiB)`) by GEMM kernels, then tp
+VLLM_FUSION_MAX_MIB = {"sm90": {2: 64, 4: 2, 8: 1}, "sm100": {2: 64, 4: 32, 8: 1}}
+# kernels a dense layer's two all-reduces absorb where they run the residual add and the norm after them
+FUSED_ALL_REDUCE_NORMS = 2
 
 
 @dataclass(frozen=True)
@@ -73,9 +89,10 @@ class LayerKernels:
     quantised_extra: int = 0  # more with quantised weights (llama.cpp's q8_1 input quantisation)
     norms_in_all_reduce: int = 0  # kernels the all-reduce absorbs at tp > 1 (residual add + norm)
     fusion_min_hidden: int = 0  # ... only above this hidden size (TensorRT-LLM: > 4096)
-    fusion_needs_hopper: bool = False  # ... only on Hopper and Blackwell, pp = dp = 1 (vLLM)
+    fusion_needs_hopper: bool = False  # ... only on Hopper and Blackwell, pp = 1, no DP attention (vLLM)
     fused_residual_norms: int = 0  # residual adds fused with the norm after them, of 2
     source: str = ""
+    matvec_rows: tuple[int, int] = (0, 0)  # products of up to so many rows as matrix-vector kernels: 16-bit, quantised
 
 
 KERNELS = {
@@ -85,25 +102,46 @@ KERNELS = {
     "vllm": LayerKernels(10, norms_in_all_reduce=2, fusion_needs_hopper=True, fused_residual_norms=2,
                          source="docs/design/fusions.md@7215f1d5, models/llama.py"),
     "sglang": LayerKernels(10, fused_residual_norms=2, source="models/llama.py, server_args.py"),
-    "llama.cpp": LayerKernels(23, quantised_extra=7, source="src/llama.cpp build_llama (2024)"),
+    "llama.cpp": LayerKernels(23, quantised_extra=7, matvec_rows=(1, 8), source="src/llama.cpp build_llama (2024)"),
     "pytorch": LayerKernels(0),
 }  # fmt: skip
+assert all(k.norms_in_all_reduce in (0, FUSED_ALL_REDUCE_NORMS) for k in KERNELS.values())
 assert all(k.kernels == 0 or k.kernels - k.norms_in_all_reduce >= 5 for k in KERNELS.values())
 
 
-def layer_kernels(
-    engine: str, tp: Number, hidden: int, quantised: bool, gemm_kernels: str = "", pp: Number = 1, dp: Number = 1
-) -> Number:
+def layer_kernels(engine: str, quantised: bool) -> int:
     """Kernels of one dense layer's forward as `engine` runs it (`LayerKernels`): its tp = 1
-    count, more with quantised weights, less the norms its all-reduce absorbs at tp > 1."""
+    count, more with quantised weights; the norms its all-reduce absorbs are taken off where the
+    message size is known (`fused_kernels`, `norm_fusion_max_bytes`)."""
     k = KERNELS[engine]
-    if k.kernels == 0:
-        return 0
-    total = k.kernels + (k.quantised_extra if quantised else 0)
-    fuses = np.asarray(tp) > 1
+    return 0 if k.kernels == 0 else k.kernels + (k.quantised_extra if quantised else 0)
+
+
+def norm_fusion_max_bytes(
+    engine: str, tp: Number, hidden: int, gemm_kernels: str, pp: Number, dp_attention: Number, trtllm_max: Number
+) -> Number:
+    """All-reduce messages below which `engine` runs the residual add and the norm after each of a
+    dense layer's all-reduces inside the all-reduce kernel (module docstring), 0 where never:
+    vLLM's FlashInfer fusion by its size table (`VLLM_FUSION_MAX_MIB`), TensorRT-LLM's where its own
+    kernel runs (`trtllm_max`: the size from which its all-reduce is NCCL's, 0 without its kernel)."""
+    k = KERNELS[engine]
+    t = np.asarray(tp)
+    if not k.norms_in_all_reduce:
+        return np.zeros(t.shape) if t.ndim else 0.0
+    on = t > 1
     if k.fusion_min_hidden:
-        fuses = fuses & (hidden > k.fusion_min_hidden)
+        on = on & (hidden > k.fusion_min_hidden)
     if k.fusion_needs_hopper:
-        fuses = fuses & (gemm_kernels in HOPPER_AND_LATER) & (np.asarray(pp) == 1) & (np.asarray(dp) == 1)
-    out = np.where(fuses, total - k.norms_in_all_reduce, total)
-    return int(out) if out.ndim == 0 else out
+        table = VLLM_FUSION_MAX_MIB.get(gemm_kernels, {})
+        mib = sum(np.where(t == p, m, 0.0) for p, m in table.items()) if table else np.zeros(t.shape)
+        out = np.where(on & (np.asarray(pp) == 1) & ~np.asarray(dp_attention, dtype=bool), mib * 1024.0**2, 0.0)
+    else:
+        out = np.where(on, trtllm_max, 0.0)
+    return float(out) if out.ndim == 0 else out
+
+
+def fused_kernels(kernels: Number, max_bytes: Number, tp: Number, message_bytes: Number) -> Number:
+    """A dense layer's engine count (`layer_kernels`) less the norms its all-reduces absorb where
+    their message (`message_bytes`, each all-reduce's) lies below `max_bytes` (`Plan.norm_fusion_max_bytes`)."""
+    fuses = (np.asarray(tp) > 1) & (np.asarray(message_bytes) < np.asarray(max_bytes))
+    return np.where(fuses & (np.asarray(kernels) > 0), np.asarray(kernels) - FUSED_ALL_REDUCE_NORMS, kernels)

@@ -259,7 +259,10 @@ ENGINES = {
         stage_overhead_s=LLAMA_CPP_STAGE_S, ubatch_tokens=512, scheduler="host", tensor_split="llama.cpp",
         ends_placement="llama.cpp",
         weight_formats=("bf16", "q8_0", "q4_0", "q4_k", "mxfp4"),
-        source="common/common.h n_batch 2048; ggml-common.h block formats; per-stage cost from llama.cpp #19922",
+        source="common/common.h n_batch 2048; ggml-common.h block formats; per-stage cost from llama.cpp #19922; "
+        "kernels a layer: a 2024 build's count (engines.engine_kernels, 23; 30 quantised) for every build, the "
+        "2025-26 fusions (flash attention on by default, RMS norm with its weight, RoPE with the cache write, "
+        "SwiGLU, add chains) not counted, so a 2026 build's decode at small batches is priced slower",
     ),
     "fastertransformer": EnginePreset("fastertransformer", "5.x", "cpp-eager", "none", "free-fraction", 0.9),
     "pytorch": EnginePreset("pytorch", "-", "pytorch-eager", "none", "free-fraction", 0.9),

@@ -37,6 +37,7 @@ import numpy as np
 
 from shardwise.engines.costs import StageCost
 from shardwise.engines.dp_dense import with_dense_parts
+from shardwise.engines.engine_kernels import fused_kernels
 from shardwise.engines.engine_presets import EnginePreset, engine, max_batched_tokens
 from shardwise.engines.forward import ForwardStages, context_gather_s
 from shardwise.engines.iteration_heavy import heaviest_pass_s, heaviest_prompt_tokens
@@ -98,14 +99,15 @@ def stage_costs(
     group = tokens if group_tokens is None else np.maximum(np.asarray(group_tokens, dtype=float), 1.0)
     ext = q > 0 if extend is None else np.asarray(extend, dtype=bool)
 
-    def engine_own(ffn: Number | None) -> dict[str, Number]:  # a dense layer's engine count (`engines.engine_kernels`)
-        dense = ffn is None
-        return {"engine_kernels": plan.serving_layer_kernels if dense else 0,
-                "fused_residual_norms": plan.fused_residual_norms if dense else 0}  # fmt: skip
+    def engine_own(ffn: Number | None, tokens: Number) -> dict[str, Number]:  # a dense layer's (`engine_kernels`)
+        dense = ffn is None  # the all-reduces take the norms in below the engine's size (tokens x h x e bytes each)
+        k = fused_kernels(plan.serving_layer_kernels, plan.norm_fusion_max_bytes, plan.tp, tokens * model.hidden * e)
+        return {"engine_kernels": k if dense else 0, "fused_residual_norms": plan.fused_residual_norms if dense else 0}
 
     def times(batch: Number, q_len: Number, kv_len: Number, ffn: Number | None = None) -> LayerTimes:
+        own = engine_own(ffn, np.asarray(batch) * np.asarray(q_len))
         return layer_times(
-            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn, **engine_own(ffn)),
+            layer_forward(model, batch, plan.tp, False, e, q_len, kv_len, w, kvb, ffn=ffn, **own),
             gpu,
             plan.precision,
             True,

@@ -38,7 +38,7 @@ import numpy as np
 
 from shardwise.engines.dp_attention import dp_attention, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
-from shardwise.engines.engine_kernels import KERNELS, layer_kernels
+from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
 from shardwise.engines.forward import ForwardStages, forward_stages
 from shardwise.engines.llamacpp_tensor import stage_params_delta, tensor_split_stages
@@ -50,6 +50,7 @@ from shardwise.engines.pipeline import (
     pipelined_round_s,
 )
 from shardwise.engines.trtllm_buffers import bench_engine_settings, engine_buffers_bytes
+from shardwise.physics.custom_allreduce import is_nvlink_class, trtllm_nccl_from_bytes
 from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.moe_dispatch import gathered_buffers_bytes
@@ -152,23 +153,31 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         raise SpecError(f"model {scn.model.name!r}: serving a hybrid Mamba-2 model is not priced yet (training is)")
     cluster = scn.cluster
     gap, base = RUNTIMES[wl.runtime]
+    quantised = wl.weight_precision not in ("bf16", "fp16")
     inter = cluster.inter_node_link
     # the experts over the TP GPUs, or over all GPUs with data-parallel attention (`engines.dp_attention`)
     plan = serving_expert_layout(scn.plan)
     cluster = cluster.with_(
         custom_all_reduce=wl.custom_all_reduce,
-        gpu=cluster.gpu.with_(kernel_launch_s=gap),
+        # the engine's matrix-vector kernels for products of few rows (`LayerKernels.matvec_rows`)
+        gpu=cluster.gpu.with_(kernel_launch_s=gap, matvec_max_rows=KERNELS[wl.engine].matvec_rows[quantised]),
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
     cluster = on_pcie_topology(cluster, plan)
     kernels = KERNELS[wl.engine]
-    quantised = wl.weight_precision not in ("bf16", "fp16")
     gemms = cluster.gpu.gemm_kernels
+    # TensorRT-LLM's own all-reduce kernel up to the size its price switches to NCCL (`physics.custom_allreduce`)
+    own = cluster.custom_all_reduce == "trtllm" and is_nvlink_class(cluster.intra_node_link)
+    trtllm_max = trtllm_nccl_from_bytes(plan.tp, bool(np.all(np.asarray(cluster.gpu.peak_flops_per_s_fp4) > 0)))
     plan = plan.with_(
-        # the engine's own kernels per dense layer and its fused residual adds (`engines.engine_kernels`)
-        serving_layer_kernels=layer_kernels(wl.engine, plan.tp, scn.model.hidden, quantised, gemms, plan.pp, plan.dp),
+        # the engine's own kernels per dense layer, its fused residual adds and the messages below which
+        # its all-reduces take the norms in (`engines.engine_kernels`)
+        serving_layer_kernels=layer_kernels(wl.engine, quantised),
         fused_residual_norms=kernels.fused_residual_norms,
+        norm_fusion_max_bytes=norm_fusion_max_bytes(
+            wl.engine, plan.tp, scn.model.hidden, gemms, plan.pp, dp_attention(plan), trtllm_max if own else 0.0
+        ),
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,

@@ -103,6 +103,15 @@ def _alpha_s(kernel: str, p: np.ndarray) -> Number:
     return a + b * np.log2(np.maximum(p, 2.0))
 
 
+def trtllm_nccl_from_bytes(ranks: Number, blackwell: bool) -> Number:
+    """The message size from which TensorRT-LLM's AUTO all-reduce is NCCL's (`TRTLLM_AUTO_BYTES`'
+    second column; 0 outside 2 to 8 GPUs, all NCCL)."""
+    p = np.asarray(ranks, dtype=float)
+    rows = TRTLLM_AUTO_BYTES[bool(blackwell)]
+    row = np.where(p < 4, 0, np.where(p < 8, 1, 2))  # the table's TP index, log2(p) - 1 truncated
+    return np.where((p >= 2) & (p <= 8), np.choose(row, [r[1] for r in rows]), 0.0)
+
+
 def custom_all_reduce_s(
     n_bytes: Number, ranks: Number, link: Link, kernel: str, nvlink: bool, p2p: bool = True, blackwell: bool = False
 ) -> Number:
@@ -121,7 +130,7 @@ def custom_all_reduce_s(
         rows = TRTLLM_AUTO_BYTES[bool(blackwell)]
         row = np.where(p < 4, 0, np.where(p < 8, 1, 2))  # the table's TP index, log2(p) - 1 truncated
         one_below = np.choose(row, [r[0] for r in rows])
-        two_below = np.choose(row, [r[1] for r in rows])
+        two_below = trtllm_nccl_from_bytes(p, blackwell)
         ok = (p >= 2) & (p <= 8) & nvlink
         return np.where(ok & (n < one_below), one, np.where(ok & (n < two_below), two, np.inf))
     # vLLM's selection (SGLang's too)

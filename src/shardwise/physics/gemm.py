@@ -273,10 +273,12 @@ def gemm_time_s(
         s_nsm, s_fsm, s_bw, s_roof = pick(n_sm), pick(f_sm), pick(bw), pick(memory_roof)
         s_l2_bw, s_l2 = pick(l2_bw), pick(l2_capacity)
         final = sm_ * sn * sb * so / s_bw + gpu.kernel_launch_s
+        # a matrix-vector kernel (`Gpu.matvec_max_rows`) splits K inside itself: no partials, no reduction kernel
+        reduce = np.where(sm_ * sb <= gpu.matvec_max_rows, 0.0, 1.0)
         sub = flat[mask]
         # every tile candidate at once for small arrays, one at a time (its splits stacked) for large
         for group in (tiles,) if stacked else tuple((t,) for t in tiles):
-            sub = _split_k(sub, group, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, s_l2, final)
+            sub = _split_k(sub, group, sm_, sn, sk_, sb, s_nsm, s_fsm, s_bw, s_roof, s_l2_bw, s_l2, final, reduce)
         flat[mask] = sub
         best = flat.reshape(shape)
     return np.where(sms > 0, best + kernel_fixed_s(gpu), np.maximum(plain, memory_roof))
@@ -296,19 +298,21 @@ def _split_k(
     l2_bw: np.ndarray,
     l2_capacity: np.ndarray,
     final: np.ndarray,
+    reduce: np.ndarray,
 ) -> np.ndarray:
     """`best` (seconds of the GEMMs picked, 1-D) or a split-K candidate where faster: each of the
     `tiles` candidates and splits at once, on two leading axes: the split's partials written and
-    read back, its tiles in waves (element by element the same operations whatever the grouping)."""
+    read back, its tiles in waves (element by element the same operations whatever the grouping);
+    `reduce` 0: a matrix-vector kernel's split, reduced inside the kernel (no partials, no second kernel)."""
     tm, tn, resident = _candidates(tiles, 2)
     split = np.reshape(SPLIT_K, (1, -1, 1))
     partial_bytes = m * n * batch * SPLIT_K_PARTIAL_BYTES  # one split's fp32 partial sums
     # each split's partials written once (by the GEMM's kernel) and read once (by the reduction's)
-    r_s = split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, l2_bw, bw)
+    r_s = reduce * split * partial_bytes / partial_sums_bw(split * partial_bytes, l2_capacity, l2_bw, bw)
     base_tiles = np.ceil(m / tm) * np.ceil(n / tn) * batch
     main = resident * 2.0 * tm * tn * k / f_sm
     t = np.ceil(base_tiles * split / (n_sm * resident)) * (TILE_FILL_S + main / split) + r_s
-    candidates = np.maximum(t, roof) + r_s + final
+    candidates = np.maximum(t, roof) + r_s + reduce * final
     return np.minimum(best, np.minimum.reduce(candidates.reshape(-1, candidates.shape[-1]), axis=0))
 
 

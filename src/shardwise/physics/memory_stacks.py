@@ -17,6 +17,10 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from shardwise.arrays import as_bool, ifelse
+from shardwise.physics.memory_losses import EAGER_BF16_LOGIT_BYTES as EAGER_BF16_LOGIT_BYTES
+from shardwise.physics.memory_losses import EAGER_BF16_SAVED_LOGIT_BYTES as EAGER_BF16_SAVED_LOGIT_BYTES
+from shardwise.physics.memory_losses import LOSS_KERNEL_LOGIT_BYTES
+from shardwise.physics.memory_losses import TE_CROSS_ENTROPY_LOGIT_BYTES as TE_CROSS_ENTROPY_LOGIT_BYTES
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES_NCCL_2_18
 from shardwise.specs import Model
 from shardwise.specs._checks import Number
@@ -39,22 +43,6 @@ ALLOCATOR_FRAGMENTATION = 0.10
 # segment still in use, and maps them again where the new block goes. What stays out of reach is
 # the partly used page at a free block's ends (2 MiB pages: MiBs against the GiBs above): 0.
 EXPANDABLE_SEGMENTS_FRAGMENTATION = 0.0
-# Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py and
-# triton/cross_entropy.py, CrossEntropyFunction; Megatron-Core's cross_entropy_loss_fusion with
-# cross_entropy_fusion_impl="te"): the Triton kernels read the 16-bit logits in fp32 registers, keep
-# 3 fp32 values per token (max, sum, the target's logit: 12 B against V logits, left out) and write
-# the gradient in place into the logits' own buffer in the backward pass: 2 bytes a logit, the
-# logits themselves.
-TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
-# Eager cross-entropy on 16-bit logits, no fp32 cast (torch.nn.CrossEntropyLoss / F.cross_entropy on the
-# logits a bf16 model returns: Modalities' CLMCrossEntropyLoss, src/modalities/loss_functions.py at
-# 8a9b6617, under its BF_16 FSDP MixedPrecision, running_env/env_utils.py; NeMo Automodel's
-# MaskedCrossEntropy with `fp32_upcast: false`, nemo_automodel/components/loss/masked_ce.py, as its
-# benchmark configs set it): the bf16 logits, which the caller holds through the backward pass (2),
-# log_softmax's bf16 output, saved (2), and in the backward pass the gradients of that output and of
-# its input (2 + 2): 8 at the backward's start where the fp32 cast makes it 12; saved: the output, 2.
-EAGER_BF16_LOGIT_BYTES = 8.0
-EAGER_BF16_SAVED_LOGIT_BYTES = 2.0
 # DeepSpeed ZeRO 1-2's reduction buckets: reduce_bucket_size 5e8 elements (zero/config.py
 # default) of the 16-bit dtype, two of them with overlap_comm (stage_1_and_2.py setup_buckets).
 DEEPSPEED_REDUCE_BUCKET_BYTES = 2 * 5e8 * 2.0
@@ -351,16 +339,15 @@ STACKS["flash-attn-trainer"] = replace(
 
 def stack_memory(framework: str, loss_kernel: str = "stack") -> StackMemory:
     """The stack's memory entry; a framework without one (a user's own label) is priced as
-    Megatron-Core, the default framework. `loss_kernel` "te" (`Plan.loss_kernel`): Transformer
-    Engine's cross-entropy, at `TE_CROSS_ENTROPY_LOGIT_BYTES` a logit where the stack's loss keeps more;
-    "eager-bf16": an eager cross-entropy on the 16-bit logits, `EAGER_BF16_LOGIT_BYTES`, likewise."""
+    Megatron-Core, the default framework. A named `loss_kernel` (`Plan.loss_kernel`, "te" or
+    "eager-bf16"; `physics.memory_losses.LOSS_KERNEL_LOGIT_BYTES`) is the kernel the run's loss
+    uses: its bytes a logit replace the stack's, more or fewer."""
     stack = STACKS.get(framework, _MEGATRON)
-    if loss_kernel == "te" and stack.logits_bytes_per_element > TE_CROSS_ENTROPY_LOGIT_BYTES:
-        return replace(stack, logits_bytes_per_element=TE_CROSS_ENTROPY_LOGIT_BYTES)
-    if loss_kernel == "eager-bf16" and stack.logits_bytes_per_element > EAGER_BF16_LOGIT_BYTES:
-        saved = min(stack.saved_logits_bytes_per_element, EAGER_BF16_SAVED_LOGIT_BYTES)
-        return replace(stack, logits_bytes_per_element=EAGER_BF16_LOGIT_BYTES, saved_logits_bytes_per_element=saved)
-    return stack
+    if loss_kernel not in LOSS_KERNEL_LOGIT_BYTES:
+        return stack
+    peak, saved = LOSS_KERNEL_LOGIT_BYTES[loss_kernel]
+    saved = stack.saved_logits_bytes_per_element if saved is None else saved
+    return replace(stack, logits_bytes_per_element=peak, saved_logits_bytes_per_element=saved)
 
 
 def allocator_fraction(stack: StackMemory, expandable_segments: Number) -> Number:

@@ -153,6 +153,9 @@ class Gpu:
     # L2 capacity and read bandwidth, where split-K's partials go when they fit (0: not given, HBM's)
     l2_bytes: Number = 0.0
     l2_bandwidth_bytes_per_s: Number = 0.0
+    # products of at most this many rows run as matrix-vector kernels that reduce K inside the kernel,
+    # with no split-K reduction kernel (llama.cpp's mmvq / mul_mat_vec; set by `engines.serving`; 0: none)
+    matvec_max_rows: int = 0
 
     def __post_init__(self) -> None:
         chk.text("gpu: name", self.name)
@@ -187,6 +190,7 @@ class Gpu:
         chk.one_of(f"{p}: gemm_kernels", self.gemm_kernels, GEMM_KERNELS)
         chk.within(f"{p}: l2_bytes", self.l2_bytes, 0.0, 1e11, "bytes (0: not given)")
         chk.within(f"{p}: l2_bandwidth_bytes_per_s", self.l2_bandwidth_bytes_per_s, 0.0, 1e15, "B/s (0: not given)")
+        chk.non_negative_int(f"{p}: matvec_max_rows", self.matvec_max_rows)
 
     @staticmethod
     def peak_field(precision: str) -> str:

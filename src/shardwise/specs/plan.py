@@ -205,7 +205,8 @@ class Plan:
     forward and backward, besides the output GEMM (0: the fused vocab-parallel loss's, e + 12);
     `serving_layer_kernels`: the kernels a serving engine launches for one dense layer's forward
     (0: the fused stack's count), `fused_residual_norms` how many of its two residual adds it fuses
-    with the next norm (`engines.engine_kernels`, set from the engine by `engines.serving`);
+    with the next norm (`engines.engine_kernels`, set from the engine by `engines.serving`), and
+    `norm_fusion_max_bytes` the all-reduce messages below which its all-reduces absorb 2 norms (0: none);
     `p2p_host_ops`: host operations a middle pipeline stage spends per micro-batch and model chunk
     around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
     syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
@@ -238,7 +239,8 @@ class Plan:
     Engine's parallel_cross_entropy (Megatron-Core cross_entropy_loss_fusion with
     cross_entropy_fusion_impl="te"), which keeps only the 16-bit logits
     (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`), or "eager-bf16", PyTorch's eager
-    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`); memory only, no time;
+    cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`): the kernel's bytes
+    replace the stack's, more or fewer (`physics.memory_losses`); memory only, no time;
     `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
     PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
     (`physics.memory_stacks.allocator_fraction`); memory only, no time;
@@ -308,6 +310,7 @@ class Plan:
     loss_bytes_per_logit: Number = 0.0
     serving_layer_kernels: Number = 0
     fused_residual_norms: Number = 0
+    norm_fusion_max_bytes: Number = 0.0
     p2p_host_ops: Number = 0.0
     tp_shard_overlap: bool | np.ndarray = False
     eager_glu: bool | np.ndarray = False

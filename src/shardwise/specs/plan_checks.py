@@ -39,6 +39,10 @@ from shardwise.specs.plan_fields import (
 _CHECKED = Memo("plan checks")
 _INTERLEAVED = Schedule.INTERLEAVED
 
+# the kernels of a dense layer priced apart (physics.layer_parts: 4 GEMMs and the attention kernel),
+# the fewest a serving engine's count can hold (`Plan.serving_layer_kernels`)
+PRICED_LAYER_KERNELS = 5
+
 
 def _plain_rules_hold(
     global_batch: object,
@@ -186,7 +190,16 @@ def check_fields(plan: Any) -> None:
         chk.within("plan: loss_bytes_per_logit", plan.loss_bytes_per_logit, 0.0, 256.0, "bytes"),
     )
     for name, top, unit in (("serving_layer_kernels", 1_000.0, "kernels"), ("fused_residual_norms", 2.0, "adds")):
-        object.__setattr__(plan, name, chk.within(f"plan: {name}", getattr(plan, name), 0.0, top, unit))
+        chk.within(f"plan: {name}", getattr(plan, name), 0.0, top, unit)
+        object.__setattr__(plan, name, chk.non_negative_int(f"plan: {name}", getattr(plan, name)))
+    few = np.asarray(plan.serving_layer_kernels)
+    if np.any((few > 0) & (few < PRICED_LAYER_KERNELS)):
+        raise SpecError(
+            f"plan: serving_layer_kernels {few[(few > 0) & (few < PRICED_LAYER_KERNELS)].flat[0]:g} is not allowed; "
+            f"it must be 0 (the stack's count) or at least {PRICED_LAYER_KERNELS} (a layer's 4 GEMMs and attention)"
+        )
+    fusion = chk.non_negative("plan: norm_fusion_max_bytes", plan.norm_fusion_max_bytes)
+    object.__setattr__(plan, "norm_fusion_max_bytes", fusion)
     if plan.cuda_graph_scope and any_true(as_array(plan.layer_host_ops) > 0):
         raise SpecError(
             f"plan: cuda_graph_scope {','.join(plan.cuda_graph_scope)} is Megatron-Core's CUDA graphs; not with "

@@ -1,0 +1,35 @@
+"""The loss kernels a plan can name beside its stack's own loss (`Plan.loss_kernel`): the bytes a
+logit each keeps at the loss's peak and saved for the backward pass; split out of
+`physics.memory_stacks`, which applies them (`stack_memory`) and re-exports these names.
+
+A named kernel is the one the run's loss uses, so its bytes replace the stack's own whatever that
+keeps: "te" 2 (below every stack's), "eager-bf16" 8 at the peak and 2 saved, also on a stack whose
+own loss is fused and keeps fewer (Megatron-LM's 6: a run that names an eager loss does not run
+the fused one). Emitters whose tool cannot run the named kernel refuse it (`emit`).
+"""
+
+from __future__ import annotations
+
+# Transformer Engine's parallel_cross_entropy (transformer_engine/pytorch/cross_entropy.py and
+# triton/cross_entropy.py, CrossEntropyFunction; Megatron-Core's cross_entropy_loss_fusion with
+# cross_entropy_fusion_impl="te"): the Triton kernels read the 16-bit logits in fp32 registers, keep
+# 3 fp32 values per token (max, sum, the target's logit: 12 B against V logits, left out) and write
+# the gradient in place into the logits' own buffer in the backward pass: 2 bytes a logit, the
+# logits themselves.
+TE_CROSS_ENTROPY_LOGIT_BYTES = 2.0
+# Eager cross-entropy on 16-bit logits, no fp32 cast (torch.nn.CrossEntropyLoss / F.cross_entropy on the
+# logits a bf16 model returns: Modalities' CLMCrossEntropyLoss, src/modalities/loss_functions.py at
+# 8a9b6617, under its BF_16 FSDP MixedPrecision, running_env/env_utils.py; NeMo Automodel's
+# MaskedCrossEntropy with `fp32_upcast: false`, nemo_automodel/components/loss/masked_ce.py, as its
+# benchmark configs set it): the bf16 logits, which the caller holds through the backward pass (2),
+# log_softmax's bf16 output, saved (2), and in the backward pass the gradients of that output and of
+# its input (2 + 2): 8 at the backward's start where the fp32 cast makes it 12; saved: the output, 2.
+EAGER_BF16_LOGIT_BYTES = 8.0
+EAGER_BF16_SAVED_LOGIT_BYTES = 2.0
+
+# kernel -> (bytes a logit at the loss's peak, bytes a logit saved for the backward pass; None:
+# the stack's own saved bytes, as the "te" option has always been priced)
+LOSS_KERNEL_LOGIT_BYTES: dict[str, tuple[float, float | None]] = {
+    "te": (TE_CROSS_ENTROPY_LOGIT_BYTES, None),
+    "eager-bf16": (EAGER_BF16_LOGIT_BYTES, EAGER_BF16_SAVED_LOGIT_BYTES),
+}
