@@ -141,12 +141,19 @@ def format_flops(flops_per_s: float) -> str:
     return f"{tf:,.0f} TFLOP/s" if abs(tf) >= 1e3 else f"{tf:.3g} TFLOP/s"
 
 
+def format_gib(memory_bytes: float) -> str:
+    """A GPU's memory as CUDA reports it, in GiB as PyTorch prints it: 84943715696.64 -> '79.11 GiB'."""
+    if not math.isfinite(memory_bytes):
+        return "-"
+    return f"{memory_bytes / 2**30:.2f} GiB"
+
+
 def format_capacity(memory_bytes: float) -> str:
     """A GPU's memory as CUDA reports it (`Gpu.memory_bytes`, total_memory), in GiB as PyTorch prints
     it, with the decimal figure beside: 84943715696.64 -> '79.11 GiB (84.9 GB, CUDA's total)'."""
     if not math.isfinite(memory_bytes):
         return "-"
-    return f"{memory_bytes / 2**30:.2f} GiB ({format_bytes(memory_bytes)}, CUDA's total)"
+    return f"{format_gib(memory_bytes)} ({format_bytes(memory_bytes)}, CUDA's total)"
 
 
 def format_seconds(t_s: float) -> str:

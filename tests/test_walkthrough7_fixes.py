@@ -1,0 +1,24 @@
+"""What a new user met in the seventh walkthrough and it left unfixed: one output convention each
+(units in the presets tables, whole bytes in JSON, flags and columns the sibling commands have,
+one wording for a CSV's line, one name for the expert-TP degree, one plan label), each with a test
+that failed before its fix."""
+
+from __future__ import annotations
+
+import json
+import re
+
+
+def test_presets_tables_print_sizes_and_rates_as_the_other_commands_do(cli):
+    """`presets gpus` printed the YAML's '79.35GiB' and '2.039TB/s' with no space; predict prints the
+    GPU's memory as '79.11 GiB' and every command a rate as '3.35 TB/s' (`shardwise.units`)."""
+    code, out, _ = cli(["presets", "gpus"])
+    assert code == 0
+    h100 = next(line for line in out.splitlines() if line.split()[:1] == ["h100-sxm5-80gb"])
+    assert "79.11 GiB" in h100 and "3.35 TB/s" in h100 and "989 TFLOP/s" in h100
+    code, out, _ = cli(["presets", "links"])
+    nvlink4 = next(line for line in out.splitlines() if line.split()[:1] == ["nvlink4"])
+    assert "450 GB/s" in nvlink4 and "1 µs" in nvlink4
+    # no number glued to its unit anywhere in the compact tables
+    code, out, _ = cli(["presets"])
+    assert not re.search(r"\d(GiB|GB|TB/s|GB/s|TFLOPS|us)\b", out)
