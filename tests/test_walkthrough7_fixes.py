@@ -22,3 +22,16 @@ def test_presets_tables_print_sizes_and_rates_as_the_other_commands_do(cli):
     # no number glued to its unit anywhere in the compact tables
     code, out, _ = cli(["presets"])
     assert not re.search(r"\d(GiB|GB|TB/s|GB/s|TFLOPS|us)\b", out)
+
+
+def test_json_gives_the_gpu_memory_in_whole_bytes(cli):
+    """The H100's 79.11 GiB came out as 84943715696.64 bytes in predict's JSON; whole bytes now,
+    rounded at output (the estimate's capacity is the preset's, unrounded, so no prediction moves)."""
+    from shardwise import presets
+
+    code, out, _ = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8", "--json"])
+    data = json.loads(out)
+    exact = float(presets.gpu("h100-sxm5-80gb").memory_bytes)
+    assert exact != int(exact)  # the preset's GiB is a fraction of a byte
+    assert data["gpu_memory_bytes"] == round(exact) and isinstance(data["gpu_memory_bytes"], int)
+    assert data["scenario"]["cluster"]["gpu"]["memory_bytes"] == round(exact)

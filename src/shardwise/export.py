@@ -12,6 +12,7 @@ from shardwise.engines.result import TrainingEstimate
 from shardwise.physics.params import total_params
 from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Scenario
 from shardwise.specs.plan import EXECUTION_FLAGS
+from shardwise.units import whole_bytes
 
 
 def plain(value: Any) -> Any:
@@ -30,7 +31,7 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "peak_flops_per_s_16bit": plain(gpu.peak_flops_per_s_16bit),
         "peak_flops_per_s_fp8": plain(gpu.peak_flops_per_s_fp8),
-        "memory_bytes": plain(gpu.memory_bytes),
+        "memory_bytes": whole_bytes(gpu.memory_bytes),
         "memory_bandwidth_bytes_per_s": plain(gpu.memory_bandwidth_bytes_per_s),
         "matmul_efficiency": plain(gpu.matmul_efficiency),
         "memory_efficiency": plain(gpu.memory_efficiency),
@@ -148,7 +149,7 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
         "memory_bytes": {k: plain(v) for k, v in est.memory.as_dict().items()},
-        "gpu_memory_bytes": plain(est.scenario.cluster.gpu.memory_bytes),
+        "gpu_memory_bytes": whole_bytes(est.scenario.cluster.gpu.memory_bytes),
         "fits_in_memory": plain(est.fits_in_memory),
     }
 
