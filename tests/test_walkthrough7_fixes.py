@@ -35,3 +35,15 @@ def test_json_gives_the_gpu_memory_in_whole_bytes(cli):
     assert exact != int(exact)  # the preset's GiB is a fraction of a byte
     assert data["gpu_memory_bytes"] == round(exact) and isinstance(data["gpu_memory_bytes"], int)
     assert data["scenario"]["cluster"]["gpu"]["memory_bytes"] == round(exact)
+
+
+def test_sweep_has_no_plot_as_crossover_and_sensitivity_have(cli, tmp_path, monkeypatch):
+    """`sweep --no-plot` was "no such option"; it writes no figure whatever --plot says, as
+    crossover's and sensitivity's do (and so --plot's two-variable check does not apply)."""
+    monkeypatch.chdir(tmp_path)
+    grid = ["sweep", "--vary", "batch=1..8", "--vary", "bandwidth=1GB/s..900GB/s:4", "--json"]
+    code, out, err = cli([*grid, "--plot", "w.png", "--no-plot"])
+    assert code == 0, err
+    assert json.loads(out)["variables"] and not (tmp_path / "w.png").exists()
+    code, _, err = cli(["sweep", "--vary", "batch=1..8", "--plot", "w.png", "--no-plot", "--json"])
+    assert code == 0, err
