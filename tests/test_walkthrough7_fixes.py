@@ -29,7 +29,9 @@ def test_json_gives_the_gpu_memory_in_whole_bytes(cli):
     rounded at output (the estimate's capacity is the preset's, unrounded, so no prediction moves)."""
     from shardwise import presets
 
-    code, out, _ = cli(["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8", "--json"])
+    args = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--tp", "8", "--global-batch", "8"]
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
     data = json.loads(out)
     exact = float(presets.gpu("h100-sxm5-80gb").memory_bytes)
     assert exact != int(exact)  # the preset's GiB is a fraction of a byte
@@ -47,3 +49,25 @@ def test_sweep_has_no_plot_as_crossover_and_sensitivity_have(cli, tmp_path, monk
     assert json.loads(out)["variables"] and not (tmp_path / "w.png").exists()
     code, _, err = cli(["sweep", "--vary", "batch=1..8", "--plot", "w.png", "--no-plot", "--json"])
     assert code == 0, err
+
+
+def test_plan_csv_has_the_interval_and_etp_columns_of_its_json_rows(cli, tmp_path):
+    """`plan -o X.csv` lacked step_time_s_low/high and etp, which its JSON rows have; every
+    evaluated plan has them now, the best plans' values the same as the JSON's."""
+    import csv
+
+    path = tmp_path / "plans.csv"
+    args = ["plan", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "64"]
+    code, out, err = cli([*args, "--top", "2", "--json", "-o", str(path)])
+    assert code == 0, err
+    rows = list(csv.DictReader(path.open()))
+    assert {"step_time_s_low", "step_time_s_high", "etp"} <= set(rows[0])
+    keys = ("tp", "pp", "dp", "ep", "cp", "vpp", "micro_batch", "zero_stage", "recompute", "recompute_layers")
+    for best in json.loads(out)["plans"]:
+        same = [r for r in rows if all(r[k].lower() == str(best[k]).lower() for k in (*keys, "schedule"))]
+        assert len(same) == 1, best["command"]
+        for key in ("step_time_s_low", "step_time_s", "step_time_s_high"):
+            assert abs(float(same[0][key]) / best[key] - 1) < 1e-5, key
+        assert int(same[0]["etp"]) == best["etp"]
+    priced = [r for r in rows if r["step_time_s"] not in ("", "nan", "inf")]
+    assert all(float(r["step_time_s_low"]) < float(r["step_time_s"]) < float(r["step_time_s_high"]) for r in priced)
