@@ -71,3 +71,18 @@ def test_plan_csv_has_the_interval_and_etp_columns_of_its_json_rows(cli, tmp_pat
         assert int(same[0]["etp"]) == best["etp"]
     priced = [r for r in rows if r["step_time_s"] not in ("", "nan", "inf")]
     assert all(float(r["step_time_s_low"]) < float(r["step_time_s"]) < float(r["step_time_s_high"]) for r in priced)
+
+
+def test_csv_errors_name_the_file_line_an_editor_shows(cli, tmp_path):
+    """--lengths said "row 2" where calibrate said "line 2" of the same file line; both say "line N"
+    now, N counting every line of the file (a blank line before the bad row included)."""
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("input_len,output_len\n100,50\n\n100,x\n")
+    serve = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--plan", "tp=8"]
+    code, _, err = cli([*serve, "--lengths", str(lengths)])
+    assert code == 2 and f"--lengths {lengths} line 4: output_len 'x'" in err and "row" not in err
+    runs = tmp_path / "runs.csv"
+    header = "id,model,system,num_gpus,tp,pp,dp,micro_batch,global_batch,step_time_s"
+    runs.write_text(f"{header}\na,llama3-8b,dgx-h100,8,1,1,8,1,64,1.0\n\nb,llama3-8b,dgx-h100,8,1,1,8,1,64,x\n")
+    code, _, err = cli(["calibrate", str(runs), "-o", str(tmp_path / "cal.yaml")])
+    assert code == 2 and f"{runs} line 4:" in err, err

@@ -137,8 +137,9 @@ def parse_runs(text: str, where: str = "<runs>", folder: str | Path | None = Non
         raise SpecError(f"{where}: missing column(s) {', '.join(missing)} (needed: {', '.join(needed)})")
     runs: list[Run] = []
     try:
-        for i, raw_row in enumerate(reader, start=2):  # line 1 is the header
-            if i - 1 > MAX_RUNS:
+        for count, raw_row in enumerate(reader, start=1):
+            i = reader.line_num  # the file's line, as an editor shows it (blank lines and quoted newlines counted)
+            if count > MAX_RUNS:
                 raise SpecError(f"{where}: more than {MAX_RUNS:,} runs; split the file")
             if None in raw_row:
                 raise SpecError(f"{where} line {i}: more values than columns")
