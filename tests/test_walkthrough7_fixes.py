@@ -86,3 +86,19 @@ def test_csv_errors_name_the_file_line_an_editor_shows(cli, tmp_path):
     runs.write_text(f"{header}\na,llama3-8b,dgx-h100,8,1,1,8,1,64,1.0\n\nb,llama3-8b,dgx-h100,8,1,1,8,1,64,x\n")
     code, _, err = cli(["calibrate", str(runs), "-o", str(tmp_path / "cal.yaml")])
     assert code == 2 and f"{runs} line 4:" in err, err
+
+
+def test_predict_plan_serve_name_the_expert_tp_degree_etp_in_json(cli):
+    """predict's JSON said scenario.plan.expert_tp where plan's rows and serve's plans say etp (and
+    the flag is --etp): one name, `etp`, the derived degree (tp where the plan does not set it)."""
+    moe = ["--model", "mixtral-8x7b", "--system", "dgx-h100"]
+    code, out, err = cli(["predict", *moe, "--tp", "2", "--ep", "4", "--global-batch", "64", "--json"])
+    assert code == 0, err
+    plan = json.loads(out)["scenario"]["plan"]
+    assert plan["etp"] == 2 and "expert_tp" not in plan
+    code, out, err = cli(["predict", *moe, "--tp", "2", "--ep", "4", "--etp", "1", "--global-batch", "64", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["scenario"]["plan"]["etp"] == 1
+    code, out, err = cli(["serve", *moe, "--num-gpus", "8", "--plan", "tp=2,ep=4", "--json"])
+    assert code == 0, err
+    assert json.loads(out)["plans"][0]["etp"] == 2

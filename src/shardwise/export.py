@@ -20,10 +20,8 @@ def plain(value: Any) -> Any:
     if hasattr(value, "label") and not isinstance(value, (str, np.ndarray)):
         return value.label
     arr = np.asarray(value)
-    if arr.ndim == 0:
-        item = arr.item()
-        return item  # int stays int (a degree, a count), float stays float, bool stays bool
-    return arr.tolist()
+    # a scalar's item(): int stays int (a degree, a count), float stays float, bool stays bool
+    return arr.item() if arr.ndim == 0 else arr.tolist()
 
 
 def gpu_dict(gpu: Gpu) -> dict[str, Any]:
@@ -123,7 +121,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "first_stage_layers",
         "last_stage_layers",
     )
-    out = {f: plain(getattr(plan, f)) for f in fields}
+    # expert_tp written `etp`, as plan's rows, serve's plans and the flag name it (`expert_tp` until now)
+    out = {("etp" if f == "expert_tp" else f): plain(getattr(plan, f)) for f in fields}
     out["stage_layers"] = list(plan.stage_layers) if plan.stage_layers is not None else None
     out["num_micro_batches"] = plain(plan.num_micro_batches)
     if plan.memory_stack:  # a framework file's `like:` (built-in presets leave it empty)
