@@ -102,3 +102,17 @@ def test_predict_plan_serve_name_the_expert_tp_degree_etp_in_json(cli):
     code, out, err = cli(["serve", *moe, "--num-gpus", "8", "--plan", "tp=2,ep=4", "--json"])
     assert code == 0, err
     assert json.loads(out)["plans"][0]["etp"] == 2
+
+
+def test_serve_labels_plans_the_same_in_both_its_tables(cli, monkeypatch):
+    """serve's latency-target table said "tp=1,pp=1 (x8)" where its main table says "tp=1 (x8
+    replicas)": one label, the --plan syntax (no pp=1) and the replicas spelt out, in both."""
+    monkeypatch.setenv("COLUMNS", "200")  # the plan column folds long names on a narrow terminal
+    base = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8"]
+    code, main, err = cli(base)
+    assert code == 0, err
+    code, targets, err = cli([*base, "--ttft-max", "1s", "--tpot-max", "50ms"])
+    assert code == 0, err
+    for out in (main, targets):
+        assert "tp=1 (x8 replicas)" in out and "tp=1,pp=2 (x4 replicas)" in out
+        assert "pp=1" not in out and not re.search(r"\(x\d+\)", out)
