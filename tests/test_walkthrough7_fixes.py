@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import re
 
+import pytest
+
 
 def test_presets_tables_print_sizes_and_rates_as_the_other_commands_do(cli):
     """`presets gpus` printed the YAML's '79.35GiB' and '2.039TB/s' with no space; predict prints the
@@ -116,3 +118,34 @@ def test_serve_labels_plans_the_same_in_both_its_tables(cli, monkeypatch):
     for out in (main, targets):
         assert "tp=1 (x8 replicas)" in out and "tp=1,pp=2 (x4 replicas)" in out
         assert "pp=1" not in out and not re.search(r"\(x\d+\)", out)
+
+
+@pytest.mark.slow
+def test_validate_public_shows_progress_while_it_prices_the_runs(cli, monkeypatch):
+    """`validate public` priced ~1,300 rows twice (20-30 s) with nothing on the screen; a rich bar
+    on stderr now counts them (drawn only where stderr is a terminal, as sweep's; none with --json),
+    and stdout is what it was."""
+    from contextlib import contextmanager
+
+    from shardwise.analyses import loso
+    from shardwise.analyses import public_validation as pv
+    from shardwise.cli import render
+
+    seen: list[tuple[int, bool, list[int]]] = []
+
+    @contextmanager
+    def bar(total, label, disable=False):
+        steps: list[int] = []
+        seen.append((total, disable, steps))
+        yield steps.append
+
+    monkeypatch.setattr(render, "progress_bar", bar)
+    pv.validate_public.cache_clear()
+    loso.priced_rows.cache_clear()
+    code, out, err = cli(["validate", "public"])
+    assert code == 0, err
+    (total, disable, steps), rows = seen[0], len(pv.raw_rows())
+    assert total == 2 * rows == sum(steps) and not disable
+    assert "leave one source out" in out and "pricing" not in out
+    code, out, err = cli(["validate", "public", "--json"])
+    assert code == 0 and seen[1][1] is True and json.loads(out)["leave_one_source_out"]
