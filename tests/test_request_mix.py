@@ -244,7 +244,7 @@ def test_a_bad_csv_row_is_named(cli, tmp_path):
     table = tmp_path / "bad.csv"
     table.write_text("input_len,output_len\n100,50\n100,x\n")
     code, _out, err = cli([*SERVE, "--lengths", str(table)])
-    assert code == 2 and "row 3: output_len 'x'" in err
+    assert code == 2 and "line 3: output_len 'x'" in err
     table.write_text("prompt,output\n100,50\n")
     code, _out, err = cli([*SERVE, "--lengths", str(table)])
     assert code == 2 and "no input_len column" in err

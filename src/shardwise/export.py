@@ -12,6 +12,7 @@ from shardwise.engines.result import TrainingEstimate
 from shardwise.physics.params import total_params
 from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Scenario
 from shardwise.specs.plan import EXECUTION_FLAGS
+from shardwise.units import whole_bytes
 
 
 def plain(value: Any) -> Any:
@@ -19,10 +20,8 @@ def plain(value: Any) -> Any:
     if hasattr(value, "label") and not isinstance(value, (str, np.ndarray)):
         return value.label
     arr = np.asarray(value)
-    if arr.ndim == 0:
-        item = arr.item()
-        return item  # int stays int (a degree, a count), float stays float, bool stays bool
-    return arr.tolist()
+    # a scalar's item(): int stays int (a degree, a count), float stays float, bool stays bool
+    return arr.item() if arr.ndim == 0 else arr.tolist()
 
 
 def gpu_dict(gpu: Gpu) -> dict[str, Any]:
@@ -30,7 +29,7 @@ def gpu_dict(gpu: Gpu) -> dict[str, Any]:
         "name": gpu.name,
         "peak_flops_per_s_16bit": plain(gpu.peak_flops_per_s_16bit),
         "peak_flops_per_s_fp8": plain(gpu.peak_flops_per_s_fp8),
-        "memory_bytes": plain(gpu.memory_bytes),
+        "memory_bytes": whole_bytes(gpu.memory_bytes),
         "memory_bandwidth_bytes_per_s": plain(gpu.memory_bandwidth_bytes_per_s),
         "matmul_efficiency": plain(gpu.matmul_efficiency),
         "memory_efficiency": plain(gpu.memory_efficiency),
@@ -122,7 +121,8 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "first_stage_layers",
         "last_stage_layers",
     )
-    out = {f: plain(getattr(plan, f)) for f in fields}
+    # expert_tp written `etp`, as plan's rows, serve's plans and the flag name it (`expert_tp` until now)
+    out = {("etp" if f == "expert_tp" else f): plain(getattr(plan, f)) for f in fields}
     out["stage_layers"] = list(plan.stage_layers) if plan.stage_layers is not None else None
     out["num_micro_batches"] = plain(plan.num_micro_batches)
     if plan.memory_stack:  # a framework file's `like:` (built-in presets leave it empty)
@@ -148,7 +148,7 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
         "memory_bytes": {k: plain(v) for k, v in est.memory.as_dict().items()},
-        "gpu_memory_bytes": plain(est.scenario.cluster.gpu.memory_bytes),
+        "gpu_memory_bytes": whole_bytes(est.scenario.cluster.gpu.memory_bytes),
         "fits_in_memory": plain(est.fits_in_memory),
     }
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from shardwise.errors import SpecError, UnitError
 
@@ -141,12 +142,30 @@ def format_flops(flops_per_s: float) -> str:
     return f"{tf:,.0f} TFLOP/s" if abs(tf) >= 1e3 else f"{tf:.3g} TFLOP/s"
 
 
+def whole_bytes(value: Any) -> Any:
+    """A GPU's memory for JSON, in whole bytes: a preset in GiB parses to a fraction of a byte
+    (79.11 GiB -> 84943715696.64), which no GPU has; rounded at output only, so no prediction moves.
+    An array (a swept GPU) gives a list; null where there is none."""
+    import numpy as np
+
+    arr = np.asarray(value, dtype=float)
+    whole = [round(float(v)) if math.isfinite(v) else None for v in arr.ravel()]
+    return whole[0] if arr.ndim == 0 else np.array(whole, dtype=object).reshape(arr.shape).tolist()
+
+
+def format_gib(memory_bytes: float) -> str:
+    """A GPU's memory as CUDA reports it, in GiB as PyTorch prints it: 84943715696.64 -> '79.11 GiB'."""
+    if not math.isfinite(memory_bytes):
+        return "-"
+    return f"{memory_bytes / 2**30:.2f} GiB"
+
+
 def format_capacity(memory_bytes: float) -> str:
     """A GPU's memory as CUDA reports it (`Gpu.memory_bytes`, total_memory), in GiB as PyTorch prints
     it, with the decimal figure beside: 84943715696.64 -> '79.11 GiB (84.9 GB, CUDA's total)'."""
     if not math.isfinite(memory_bytes):
         return "-"
-    return f"{memory_bytes / 2**30:.2f} GiB ({format_bytes(memory_bytes)}, CUDA's total)"
+    return f"{format_gib(memory_bytes)} ({format_bytes(memory_bytes)}, CUDA's total)"
 
 
 def format_seconds(t_s: float) -> str:

@@ -121,11 +121,13 @@ def _fitted_gpu(gpu: str) -> str:
 def priced_rows() -> tuple[Priced, ...]:
     """Every public row the model prices (dense full training, as the headline tables), with
     its step time over GRID for the GPUs whose sustained efficiency is fitted."""
+    from shardwise.analyses.progress import tick
     from shardwise.engines.training import estimate_training_step
 
     raws = {r["id"]: pv.public_moe.resolved(r) for r in pv.raw_rows()}
     out = []
     for r in pv.validate_public():
+        tick()  # the second of each row's 2 steps (`public_validation.validate_public`)
         if r.skip or r.moe or r.lora:
             continue
         raw = raws[r.run_id]

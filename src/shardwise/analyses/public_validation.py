@@ -79,10 +79,12 @@ def baseline_step_s(est, n_gpus: int) -> float:
 @cache
 def validate_public() -> tuple[PublicRow, ...]:
     """Every public row, predicted or skipped with its reason."""
+    from shardwise.analyses.progress import tick
     from shardwise.engines.training import estimate_training_step
 
     out = []
     for raw in raw_rows():
+        tick()  # one of 2 x rows (`priced_rows` prices each again)
         row = public_moe.resolved(raw)
         reason = skip_reason(row)
         pred = base = meas = float("nan")

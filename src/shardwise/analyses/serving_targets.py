@@ -156,7 +156,7 @@ def search(
     gpus = int(cluster.num_gpus)
     if candidates is None:
         candidates = [
-            (f"tp={tp},pp={pp}", Scenario(model, cluster, plan_for_serving(tp, pp, gpus // (tp * pp))))
+            (_label(tp, pp), Scenario(model, cluster, plan_for_serving(tp, pp, gpus // (tp * pp))))
             for tp, pp in plans(gpus, int(cluster.gpus_per_node))
             if model.heads % tp == 0 and _kv_heads_fit(int(model.kv_heads), tp, wl.engine) and pp <= model.layers
         ]
@@ -173,6 +173,11 @@ def search(
             if progress is not None:
                 progress()
     return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu, o.miss_factor))
+
+
+def _label(tp: int, pp: int) -> str:
+    """A layout as --plan writes it and serve's main table names it: 'tp=2', 'tp=1,pp=2'."""
+    return f"tp={tp}" + (f",pp={pp}" if pp > 1 else "")
 
 
 def _kv_heads_fit(kv_heads: int, tp: int, engine: str) -> bool:

@@ -137,15 +137,15 @@ def parse_runs(text: str, where: str = "<runs>", folder: str | Path | None = Non
         raise SpecError(f"{where}: missing column(s) {', '.join(missing)} (needed: {', '.join(needed)})")
     runs: list[Run] = []
     try:
-        for i, raw_row in enumerate(reader, start=2):  # line 1 is the header
-            if i - 1 > MAX_RUNS:
+        for count, raw_row in enumerate(reader, start=1):  # line_num: the file's line, as an editor shows it
+            if count > MAX_RUNS:
                 raise SpecError(f"{where}: more than {MAX_RUNS:,} runs; split the file")
             if None in raw_row:
-                raise SpecError(f"{where} line {i}: more values than columns")
+                raise SpecError(f"{where} line {reader.line_num}: more values than columns")
             row = {_column(k): (v or "").strip() for k, v in raw_row.items()}
             if not any(row.values()):
                 continue
-            runs.append(_run(_framework_near(row, folder), f"{where} line {i}"))
+            runs.append(_run(_framework_near(row, folder), f"{where} line {reader.line_num}"))
     except csv.Error as exc:
         raise SpecError(f"{where}: not a valid CSV ({exc})") from None
     if not runs:

@@ -239,7 +239,7 @@ def plan(
     if csv_path is not None:
         from shardwise.tables import write_columns
 
-        write_columns(result.table_columns(), csv_path)
+        write_columns(outcome.table_columns(), csv_path)
     if as_json:
         from shardwise import export
 

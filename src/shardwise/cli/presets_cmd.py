@@ -126,8 +126,25 @@ def _engine_fields(name: str, as_json: bool) -> dict[str, Any] | None:
     return fields
 
 
+# the compact tables' sizes and rates, parsed from the YAML's text and printed as every other command
+# prints them (a space before the unit): the GPU's memory in GiB as `predict` and `serve` print its
+# capacity, bandwidths in decimal B/s, peaks in TFLOP/s, latencies in s/ms/µs (`shardwise.units`)
+CELL_UNITS = {
+    "peak_16bit": ("parse_flops_per_s", "format_flops"),
+    "memory": ("parse_bytes", "format_gib"),
+    "memory_bandwidth": ("parse_rate_bytes_per_s", "format_rate"),
+    "bandwidth": ("parse_rate_bytes_per_s", "format_rate"),
+    "latency": ("parse_seconds", "format_seconds"),
+}
+
+
 def _cell(row: dict[str, Any], column: str) -> str:
     value = row.get(column)
+    if column in CELL_UNITS and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        from shardwise import units
+
+        parse, fmt = CELL_UNITS[column]
+        return str(getattr(units, fmt)(getattr(units, parse)(value)))
     if value is None:
         # a field left to its default: KV heads = heads (multi-head attention), no network, ...
         return str(row.get("heads", "-")) if column == "kv_heads" else "-"

@@ -23,6 +23,7 @@ def print_estimates(
     from rich.table import Table
 
     from shardwise.cli.render import console, no_sequence_fits
+    from shardwise.cli.serve_targets import replicas_label
     from shardwise.units import format_bytes, format_seconds
 
     out = console()
@@ -67,7 +68,7 @@ def print_estimates(
     for label, est in rows:
         fits = bool(est.fits_in_memory)
         style = None if fits else "red"
-        name = f"{label} (x{int(est.scenario.plan.dp)} replicas)" if int(est.scenario.plan.dp) > 1 else label
+        name = replicas_label(label, int(est.scenario.plan.dp))
         table.add_row(
             name if fits else f"{name} [does not fit]",
             _count(est.mean_running) if inflight and est.users is None else f"{int(est.workload.batch)}",

@@ -7,6 +7,12 @@ from typing import Any
 SHOWN = 12
 
 
+def replicas_label(label: str, replicas: int) -> str:
+    """A served plan as both of serve's tables name it: its --plan label, and its replicas where
+    there are several ('tp=1 (x8 replicas)')."""
+    return f"{label} (x{replicas} replicas)" if replicas > 1 else label
+
+
 def print_targets(found: Any) -> None:
     """The search's table (`requests.serve.TargetsResult`), the best option and why."""
     s, req = found.setting, found.request
@@ -62,7 +68,7 @@ def _table(
         est = o.estimate
         p = est.percentiles_s if est is not None else None
         replicas = int(est.scenario.plan.dp) if est is not None else 0
-        name = o.label + (f" (x{replicas})" if replicas > 1 else "")
+        name = replicas_label(o.label, replicas)
         table.add_row(
             name,
             o.weight_precision,

@@ -40,6 +40,9 @@ PROGRESS_MIN_ROWS = 200_000  # ... and while writing a CSV of this many rows
     help="Winner map (.png/.svg/.pdf) for a two-variable grid: fastest plan per cell, one panel per link.",
 )
 @click.option(
+    "--no-plot", is_flag=True, help="Do not write a figure (even with --plot), as crossover's and sensitivity's."
+)
+@click.option(
     "--breakdown",
     is_flag=True,
     help="With -o: also each plan's time per term (TERM_s[PLAN] columns: compute, tp_comm, pp_bubble, ...).",
@@ -50,6 +53,7 @@ def sweep(
     varies: tuple[str, ...],
     output_path: str | None,
     map_path: str | None,
+    no_plot: bool,
     breakdown: bool,
     no_progress: bool,
     as_json: bool,
@@ -71,6 +75,8 @@ def sweep(
 
     if breakdown and output_path is None:
         raise SpecError("--breakdown adds columns to the table: give -o FILE too")
+    if no_plot:  # as crossover's and sensitivity's --no-plot: no figure, whatever --plot says
+        map_path = None
     request = SweepRequest(ExperimentRequest.from_options(options), varies, breakdown)
     grid = request.grid()
     if map_path is not None and len(grid) != 2:

@@ -112,12 +112,27 @@ def show_loso(markdown: bool) -> None:
         console().print(note)
 
 
+def _price(as_json: bool) -> None:
+    """Price every public row, twice (as predicted, and over the LOSO fits' efficiency grid), under a
+    progress bar on stderr (20-30 s): as sweep's, only where stderr is a terminal, none with --json.
+    What follows reads the cached results."""
+    from shardwise.analyses import public_validation as pv
+    from shardwise.analyses.progress import reporting
+    from shardwise.cli.render import progress_bar
+
+    total = 2 * len(pv.raw_rows())
+    with progress_bar(total, "pricing the public runs", disable=as_json) as advance, reporting(advance):
+        pv.validate_public()
+        _loso().priced_rows()
+
+
 def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
     from shardwise.analyses import public_validation as pv
     from shardwise.analyses.family_spreads import family_coverage
     from shardwise.calibration.spreads import FAMILY_NAMES
     from shardwise.cli import validate_ranking
 
+    _price(as_json)
     rows = summary_rows()
     listed = [r for r in pv.validate_public() if show_rows == "all" or r.split == show_rows]
     if as_json:

@@ -68,6 +68,35 @@ class PlanResult:
             },
         }
 
+    def table_columns(self) -> dict[str, Any]:
+        """Every evaluated plan as `plan -o` writes it: the search's columns with the expert-TP degree
+        (`etp`, after `ep`) and each plan's 80% interval (`step_time_s_low/high`, after `step_time_s`),
+        as the JSON's rows have them. Uncalibrated, every plan's spread is the same (it depends on the
+        GPU, the stack and the model family, which the search fixes: `intervals.spread`); with a
+        calibration each plan's own (its gradient under the fit)."""
+        import numpy as np
+
+        from shardwise.analyses.plan_space import expert_tp
+        from shardwise.requests import build
+
+        search = self.search
+        cols = search.table_columns()
+        n = int(np.asarray(cols["tp"]).size)
+        fitted = self.calibration is not None and self.calibration.fit is not None and self.calibration.fit.fitted
+        which = range(n) if fitted else range(min(n, 1))
+        spread = build.spread([search.scenario(i) for i in which], self.calibration)
+        lo, hi = (np.broadcast_to(b, (n,)) for b in spread.bounds(1.0))  # the factors on each time
+        etp = expert_tp(search.model)  # as each plan's `predict` command (`plan.row_request`)
+        out: dict[str, Any] = {}
+        for key, values in cols.items():
+            out[key] = values
+            if key == "ep":  # experts split over etp ranks (dense: unused, = tp), as the JSON rows' etp
+                out["etp"] = np.full(n, int(etp)) if etp else np.asarray(cols["tp"]).copy()
+            elif key == "step_time_s":
+                t = np.asarray(values, dtype=float)
+                out["step_time_s_low"], out["step_time_s_high"] = t * lo, t * hi
+        return out
+
     def _label(self, i: int) -> str:
         from shardwise.calibration.regret import label
 

@@ -54,7 +54,8 @@ def read_lengths_csv(path: str) -> Any:
     if weight_col is not None:
         cols.append(header.index(weight_col))
     rows: list[list[float]] = []
-    for number, row in enumerate(reader, start=2):
+    for row in reader:
+        number = reader.line_num  # the file's line, as an editor shows it (blank lines and quoted newlines counted)
         if not any(cell.strip() for cell in row):
             continue
         values = []
@@ -78,16 +79,16 @@ def read_lengths_csv(path: str) -> Any:
     )
 
 
-def _number(path: str, row: int, column: str, cell: str, whole: bool) -> float:
+def _number(path: str, line: int, column: str, cell: str, whole: bool) -> float:
     """One cell: a whole number of at least 1 (lengths) or a number of at least 0 (a weight)."""
     try:
         value = float(cell)
     except ValueError:
         value = math.nan
     if whole and not (math.isfinite(value) and value >= 1 and value == int(value) and value <= 2**31):
-        raise SpecError(f"--lengths {path}: row {row}: {column} {cell!r} is not allowed; give a whole number >= 1")
+        raise SpecError(f"--lengths {path} line {line}: {column} {cell!r} is not allowed; give a whole number >= 1")
     if not whole and not (math.isfinite(value) and value >= 0):
-        raise SpecError(f"--lengths {path}: row {row}: {column} {cell!r} is not allowed; give a number >= 0")
+        raise SpecError(f"--lengths {path} line {line}: {column} {cell!r} is not allowed; give a number >= 0")
     return value
 
 
