@@ -337,4 +337,4 @@ def test_dgxc_lora_recipes_block_on_their_pipeline_sends():
         if r["workload"] == "lora" and r["model"] == "llama3-70b" and r["precision"] == "bf16"
     ]
     one, two = sorted(bf16, key=lambda x: x.num_gpus)[:2]
-    assert two.predicted_step_s > one.predicted_step_s * 1.05  # the sends cross servers from 16 GPUs on
+    assert two.predicted_step_s > one.predicted_step_s  # the sends cross servers from 16 GPUs on (published: x1.031)
