@@ -299,7 +299,8 @@ def test_automodels_lora_rows_run_the_kernels_their_code_ran():
     Face's classes with Liger and flash-attn, the custom Llama 3.3 70B configs built the model with
     build_llama_model (eager) until 8473ee64c0 switched them to from_pretrained (AutoModel's own Llama,
     flash_attention_2), and 2013a4dd6e's configs compile each layer (LoRA and the Llama 3.1 70B
-    pretraining one), the Qwen2.5-32B ones without sequence parallelism. The expected rows are pinned."""
+    pretraining one), the Llama LoRA ones with async TP, the Qwen2.5-32B ones without sequence
+    parallelism. The expected rows are pinned."""
     from shardwise.analyses import public_lora, public_runs
     from shardwise.analyses import public_validation as pv
 
@@ -312,6 +313,7 @@ def test_automodels_lora_rows_run_the_kernels_their_code_ran():
     assert compiled == {"PUB-0865", "PUB-0866", "PUB-0867", "PUB-0868", "PUB-0869"}
     assert all(reqs[i].eager_kernels is False for i in compiled)
     assert {i for i in pub & set(reqs) if reqs[i].sequence_parallel is False} == {"PUB-0867", "PUB-0869"}
+    assert {i for i in pub & set(reqs) if reqs[i].tp_comm_overlap} == {"PUB-0866", "PUB-0868"}  # async TP
     # AutoModel's own Llama (8473ee64c0): flash_attention_2, eager SwiGLU and rotary; build_llama_model eager
     assert all(
         reqs[i].attention_kernel == "flash2" and reqs[i].eager_kernels is not False for i in ("PUB-0861", "PUB-0862")

@@ -70,7 +70,14 @@ Per source (the files at the tags named; nothing here was set from the rows' ste
   examples/llm_pretrain/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml, all with `distributed.
   enable_compile: true` (per-layer torch.compile of the decoder layers, components/distributed/
   fsdp2.py `maybe_compile`: its element-wise ops fused, `Plan.eager_kernels` off; the attention
-  stays the "TE" kernel the table states). The Qwen2.5-32B ones set `sequence_parallel: false`.
+  stays the "TE" kernel the table states). The Llama 3.3 70B LoRA ones also set
+  `enable_async_tensor_parallel: true` with `sequence_parallel: true`: components/distributed/
+  parallelizer.py sets `torch._inductor.config._micro_pipeline_tp` and enables symmetric memory for
+  the TP group, so Inductor rewrites each all-gather -> matmul and matmul -> reduce-scatter into
+  fused_all_gather_matmul / fused_matmul_reduce_scatter, the collective decomposed and overlapped
+  with the matmul's chunks -- priced as `Plan.tp_comm_overlap`, as the torchtitan emitter prices
+  torchtitan's async TP (`emit.torchtitan._compile`). The Qwen2.5-32B ones set `sequence_parallel:
+  false` and no async TP.
 
 SQuAD v1.1's documents: Hugging Face datasets/squad/dataset_infos.json gives the train split as
 79,317,110 bytes in 87,599 rows, 905 bytes a row (its id, title, context, question and answer;
@@ -125,8 +132,10 @@ AUTOMODEL_CONFIGS: dict[tuple[str, str, str], dict[str, object]] = {
     ("507bfb7514", "llama3-8b", "lora"): _HF,
     ("507bfb7514", "qwen2.5-7b", "lora"): _HF,
     ("8473ee64c0", "llama3-70b", "lora"): _OWN_LLAMA,  # from_pretrained -> AutoModel's own Llama
-    # 2013a4dd6e: enable_compile true; the Qwen2.5-32B LoRA configs sequence_parallel false
-    ("2013a4dd6e", "llama3-70b", "lora"): _COMPILED,
+    # 2013a4dd6e: enable_compile true; the Llama 3.3 70B LoRA configs enable_async_tensor_parallel true
+    # (Inductor's micro-pipelined all-gather/reduce-scatter matmuls, `Plan.tp_comm_overlap`) with
+    # sequence_parallel true, the Qwen2.5-32B ones sequence_parallel false and no async TP
+    ("2013a4dd6e", "llama3-70b", "lora"): {**_COMPILED, "tp_comm_overlap": True},
     ("2013a4dd6e", "qwen2.5-32b", "lora"): {**_COMPILED, "sequence_parallel": False},
     # examples/llm_pretrain/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml: enable_compile: True
     # (its attention stays the row's stated Transformer Engine one)
