@@ -39,26 +39,45 @@ Per source (the files at the tags named; nothing here was set from the rows' ste
   server and 8 on two (custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml), 8 for
   Qwen2.5-32B on one and two (qwen2_5_32b_peft_benchmark[_2nodes].yaml), pp_microbatch_size 1,
   global_batch_size 32 (the same at 507bfb7514 and 8473ee64c0).
-  Kernels: the configs that load `NeMoAutoModelForCausalLM.from_pretrained` (the one-GPU Llama
-  3.1 8B and Qwen2.5-7B ones, Qwen2.5-32B's pipelined ones) got the Hugging Face model classes
-  until Automodel registered its own Llama and Qwen2 (272c9d74b, 2026-01-05, "expose llama and
-  qwen2 to model registery"; at 507bfb7514 components/models/llama/model.py and qwen2/model.py
-  have no `ModelClass`). On that path nemo_automodel/_transformers/auto_model.py@507bfb7514
-  `from_pretrained` defaults to `use_liger_kernel=True` (switched off only under TP or CP,
-  `_apply_preload_overrides`) and `attn_implementation="flash_attention_2"`: Liger's fused
-  RMSNorm, SwiGLU and rotary kernels (`_apply_liger_kernel_to_instance`) and the flash-attn
-  package (pyproject.toml's `cuda` extra, flash-attn<=2.8.3, beside transformer-engine 2.8.0)
-  -- fused element-wise kernels (`Plan.eager_kernels` off) and `attention_kernel` flash2. The
-  rows that appeared before 2026-01-05 were measured so. The custom Llama 3.3 70B configs
-  (`build_llama_model`, eager HF RMSNorm and SwiGLU) keep the stack's eager kernels. With
+  Kernels, read from the config at the commit each row was first published at (not by model
+  name; `AUTOMODEL_CONFIGS`): configs that load `NeMoAutoModelForCausalLM.from_pretrained` got the
+  Hugging Face model classes until Automodel registered its own Llama and Qwen2 (272c9d74b,
+  2026-01-05, "expose llama and qwen2 to model registery"; at 507bfb7514 components/models/llama/
+  model.py and qwen2/model.py have no `ModelClass`): the one-GPU Llama 3.1 8B and Qwen2.5-7B ones
+  and Qwen2.5-32B's pipelined ones of 152e63204b and 507bfb7514. On that path
+  nemo_automodel/_transformers/auto_model.py@507bfb7514 `from_pretrained` defaults to
+  `use_liger_kernel=True` (switched off only under TP or CP, `_apply_preload_overrides`) and
+  `attn_implementation="flash_attention_2"`: Liger's fused RMSNorm, SwiGLU and rotary kernels
+  (`_apply_liger_kernel_to_instance`) and the flash-attn package (pyproject.toml's `cuda` extra,
+  flash-attn<=2.8.3, beside transformer-engine 2.8.0) -- fused element-wise kernels
+  (`Plan.eager_kernels` off) and `attention_kernel` flash2. The custom Llama 3.3 70B configs built
+  the model with `build_llama_model` (eager HF-style RMSNorm and SwiGLU) at b3c51c3289 and
+  507bfb7514, and load `NeMoAutoModelForCausalLM.from_pretrained` from 8473ee64c0 on, after
+  272c9d74b: AutoModel's own Llama, whose norms since 822effa167 are
+  `initialize_rms_norm_module(backend.rms_norm)`, `BackendConfig.rms_norm` "te" where Transformer
+  Engine is installed (components/models/common/te_utils.py:50@8473ee64c0: fused norms), its
+  SwiGLU (`act_fn(gate) * up`) and rotary (llama/rope_utils.py) eager, its attention
+  `ALL_ATTENTION_FUNCTIONS[config._attn_implementation]` with from_pretrained's default
+  "flash_attention_2": priced with the flash-attn kernel and the stack's eager element-wise
+  kernels (a request has no switch for fused norms beside an eager SwiGLU and rotary, so the TE
+  norms' saving is not priced). With
   transformer-engine installed `patch_linear_module` turns `use_triton` off (lora.py: `if HAS_TE:
   use_triton = False`), so the adapters run as eager `LinearLoRA` (two nn.Linear and an add).
-  The FSDP2 tp 2 rows first published at 2013a4dd6e (2026-04-10, "FSDP2 w weight prefetching and
-  async TP optimization") run custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml and
-  custom_qwen2_5_32b_peft_benchmark[_2nodes].yaml of that commit, which set `distributed.
+  The rows first published at 2013a4dd6e (2026-04-10, "FSDP2 w weight prefetching and async TP
+  optimization") run that commit's configs, every workload alike: the LoRA ones
+  custom_llama3_3_70b_instruct_peft_benchmark[_2nodes].yaml and
+  custom_qwen2_5_32b_peft_benchmark[_2nodes].yaml, the pretraining one
+  examples/llm_pretrain/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml, all with `distributed.
   enable_compile: true` (per-layer torch.compile of the decoder layers, components/distributed/
-  config.py: its element-wise ops fused, `Plan.eager_kernels` off) and, for Qwen2.5-32B,
-  `sequence_parallel: false` (the Llama 3.3 70B ones true).
+  fsdp2.py `maybe_compile`: its element-wise ops fused, `Plan.eager_kernels` off; the attention
+  stays the "TE" kernel the table states). The Llama 3.3 70B LoRA ones also set
+  `enable_async_tensor_parallel: true` with `sequence_parallel: true`: components/distributed/
+  parallelizer.py sets `torch._inductor.config._micro_pipeline_tp` and enables symmetric memory for
+  the TP group, so Inductor rewrites each all-gather -> matmul and matmul -> reduce-scatter into
+  fused_all_gather_matmul / fused_matmul_reduce_scatter, the collective decomposed and overlapped
+  with the matmul's chunks -- priced as `Plan.tp_comm_overlap`, as the torchtitan emitter prices
+  torchtitan's async TP (`emit.torchtitan._compile`). The Qwen2.5-32B ones set `sequence_parallel:
+  false` and no async TP.
 
 SQuAD v1.1's documents: Hugging Face datasets/squad/dataset_infos.json gives the train split as
 79,317,110 bytes in 87,599 rows, 905 bytes a row (its id, title, context, question and answer;
@@ -90,10 +109,6 @@ class LoraRecipe:
     recompute: str
     source: str  # the recipe file and tag, for the report
     flushes: int = 1
-    # the stack's kernels where the recipe's model code differs from the preset's (None: the preset's)
-    eager_kernels: bool | None = None
-    attention_kernel: str | None = None
-    sequence_parallel: bool | None = None
 
 
 ALL_FOUR = "qkv,proj,fc1,fc2"
@@ -101,13 +116,31 @@ NEMO2_FT = "NVIDIA/NeMo v2.1.0 nemo/collections/llm/recipes/llama3_{}.py (dgxc f
 NEMO1 = "NeMo-Framework-Launcher conf/peft/llama/squad.yaml; NeMo r2.0.0rc1 nlp/parts/peft_config.py (NeMo 24.07)"
 BRIDGE = "Megatron-Bridge v0.5.0 scripts/performance/configs/llama/llama3_llm_finetune.py (26.06)"
 AUTOMODEL = "NVIDIA-NeMo/Automodel examples/llm_finetune/*_peft_benchmark*.yaml"
-# Automodel registered its own Llama and Qwen2 classes (272c9d74b): rows first published before
-# ran the Hugging Face classes with Liger kernels and flash-attn (module docstring)
-AUTOMODEL_OWN_MODELS = "2026-01-05"
-# the Automodel LoRA configs that build the model through NeMoAutoModelForCausalLM (not build_llama_model)
-AUTOMODEL_AUTO_CLASS = ("llama3-8b", "qwen2.5-7b", "qwen2.5-32b")
-# the FSDP2 tp 2 LoRA configs published at 2013a4dd6e compile each decoder layer (module docstring)
-AUTOMODEL_COMPILED = "2026-04-10"
+# What NeMo AutoModel's benchmark config of each row ran, read from the config at the commit the row was
+# first published at (`_first_seen_commit`), for every workload of that commit (module docstring):
+# (first-seen commit, model, workload) -> the request's kernel and overlap settings. A row not listed,
+# or one without a first-seen commit, keeps the stack preset's (unknown: no fused kernels assumed).
+_HF = {"eager_kernels": False, "attention_kernel": "flash2"}  # HF classes + Liger + flash-attn (< 272c9d74b)
+_OWN_LLAMA = {"attention_kernel": "flash2"}  # own Llama: TE RMSNorm, eager SwiGLU/rotary, flash_attention_2
+# enable_compile: per-layer torch.compile (attention: the row's stated "TE" kernel, `public_stacks`)
+_COMPILED = {"eager_kernels": False}
+AUTOMODEL_CONFIGS: dict[tuple[str, str, str], dict[str, object]] = {
+    ("b3c51c3289", "llama3-70b", "lora"): {},  # build_llama_model: eager HF-style RMSNorm and SwiGLU
+    ("507bfb7514", "llama3-70b", "lora"): {},
+    ("152e63204b", "qwen2.5-32b", "lora"): _HF,  # NeMoAutoModelForCausalLM before 272c9d74b
+    ("507bfb7514", "qwen2.5-32b", "lora"): _HF,
+    ("507bfb7514", "llama3-8b", "lora"): _HF,
+    ("507bfb7514", "qwen2.5-7b", "lora"): _HF,
+    ("8473ee64c0", "llama3-70b", "lora"): _OWN_LLAMA,  # from_pretrained -> AutoModel's own Llama
+    # 2013a4dd6e: enable_compile true; the Llama 3.3 70B LoRA configs enable_async_tensor_parallel true
+    # (Inductor's micro-pipelined all-gather/reduce-scatter matmuls, `Plan.tp_comm_overlap`) with
+    # sequence_parallel true, the Qwen2.5-32B ones sequence_parallel false and no async TP
+    ("2013a4dd6e", "llama3-70b", "lora"): {**_COMPILED, "tp_comm_overlap": True},
+    ("2013a4dd6e", "qwen2.5-32b", "lora"): {**_COMPILED, "sequence_parallel": False},
+    # examples/llm_pretrain/custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml: enable_compile: True
+    # (its attention stays the row's stated Transformer Engine one)
+    ("2013a4dd6e", "llama3-70b", "pretrain"): {"eager_kernels": False},
+}
 # Automodel's pipelined LoRA benchmarks: (model, GPUs) -> step_scheduler.local_batch_size (docstring)
 AUTOMODEL_LOCAL_BATCH = {("llama3-70b", 8): 4, ("llama3-70b", 16): 8, ("qwen2.5-32b", 8): 8, ("qwen2.5-32b", 16): 8}
 
@@ -122,23 +155,26 @@ def recipe(row: dict[str, str]) -> LoraRecipe | None:
         return LoraRecipe(32, "qkv", SQUAD_DOCUMENT_TOKENS, "", NEMO1)
     if "Megatron-Bridge docs/performance-summary" in source:
         return LoraRecipe(16, "qkv", 0, "", BRIDGE)
-    if "Automodel docs/performance-summary" in source:
-        hf = model in AUTOMODEL_AUTO_CLASS and _first_seen(row) < AUTOMODEL_OWN_MODELS
-        kernels = {"eager_kernels": False, "attention_kernel": "flash2"} if hf else {}
+    if "Automodel docs/performance-summary" in source:  # kernels: `automodel_settings`
         if int(row["pp"] or 1) == 1:  # the FSDP2 ones' checkpointing: `public_memory_recipes`
-            if _first_seen(row) >= AUTOMODEL_COMPILED:
-                sp = False if model == "qwen2.5-32b" else None
-                return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL, eager_kernels=False, sequence_parallel=sp)
-            return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL, **kernels)
+            return LoraRecipe(16, ALL_FOUR, 0, "", AUTOMODEL)
         local = AUTOMODEL_LOCAL_BATCH.get((model, int(row["num_gpus"])))
         flushes = int(row["gbs"]) // (local * int(row["dp"])) if local else 1
-        return LoraRecipe(16, ALL_FOUR, 0, "full", AUTOMODEL, max(flushes, 1), **kernels)
+        return LoraRecipe(16, ALL_FOUR, 0, "full", AUTOMODEL, max(flushes, 1))
     return None
 
 
-def _first_seen(row: dict[str, str]) -> str:
-    """The date (YYYY-MM-DD) of the first commit the row's table was read at ("first <sha>
-    (<date>), ..." in `commit_or_version`); "" where none is given."""
-    text = row.get("commit_or_version", "")
-    start = text.find("(", text.find("first"))
-    return text[start + 1 : start + 11] if "first" in text and start >= 0 else ""
+def automodel_settings(row: dict[str, str]) -> dict[str, object]:
+    """The request settings NeMo AutoModel's config ran with at the row's first-seen commit
+    (`AUTOMODEL_CONFIGS`), for any workload; empty for other sources, unlisted or undated rows."""
+    if "Automodel docs/performance-summary" not in row["source"]:
+        return {}
+    first = _first_seen_commit(row)
+    return dict(AUTOMODEL_CONFIGS.get((first, row["model"], row["workload"]), {})) if first else {}
+
+
+def _first_seen_commit(row: dict[str, str]) -> str | None:
+    """The first commit the row's table was read at ("first <sha> (<date>), ..." in
+    `commit_or_version`), None where none is given."""
+    words = row.get("commit_or_version", "").split()
+    return words[words.index("first") + 1] if "first" in words[:-1] else None

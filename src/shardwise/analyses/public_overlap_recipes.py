@@ -25,16 +25,23 @@ NO_OVERLAP_RECIPES = (
 )
 
 # LoRA runs whose recipe builds no MegatronCommOverlapCallback either. dgxc-benchmarking ft_llama3/
-# (NeMo 24.12 = v2.1.0; llama3_finetune.py: finetune_recipe(peft_scheme="lora", performance_mode=True),
-# and `get_comm_overlap_callback_idx` finds none to adjust): nemo/collections/llm/recipes/llama3_{8b,70b}.py
-# `finetune_performance_optimizations` appends MegatronCommOverlapCallback for full fine-tuning
-# (peft_scheme "none") alone. Without it Megatron-Core's ModelParallelConfig defaults hold
-# (megatron/core/model_parallel_config.py): tp_comm_overlap False, overlap_p2p_comm False with
-# batch_p2p_comm True -- the callback is what sets overlap_p2p_comm for vp > 1
+# (NeMo 24.12 = v2.1.0; setup.sh@741c886025 builds the recipe from NeMo 25ec4e9894 with
+# callbacks_11961.patch, a None guard; llama3_finetune.py: finetune_recipe(peft_scheme="lora",
+# performance_mode=True), and `get_comm_overlap_callback_idx` finds none to adjust):
+# nemo/collections/llm/recipes/llama3_{8b,70b}.py `finetune_performance_optimizations` appends
+# MegatronCommOverlapCallback for full fine-tuning (peft_scheme "none") alone. Without it Megatron-Core's
+# ModelParallelConfig defaults hold (launch.sh mounts Megatron-LM b997545c94: megatron/core/
+# model_parallel_config.py tp_comm_overlap False line 158, overlap_p2p_comm False line 245,
+# batch_p2p_comm True line 250) -- the callback is what sets overlap_p2p_comm for vp > 1
 # (nemo/lightning/pytorch/callbacks/megatron_comm_overlap.py@v2.1.0) -- so the interleaved schedule's
 # pipeline sends block the stage (`Plan.overlap_p2p` False) and, where a stage boundary crosses
-# servers (dp > 1 puts each pipeline stage's tp x dp ranks on its own server, Megatron's rank order
-# tp-cp-ep-dp-pp), wait for the network.
+# servers, wait for the network: Megatron's rank order is tp-cp-ep-dp-pp, so a stage is tp x dp
+# ranks (4 at tp 2, dp 2: two stages to an 8-GPU server) and only the boundaries between servers
+# cross (half of them at 16 GPUs, all at 32); the model prices every send at the slowest boundary.
+# Without the callback the data-parallel overlaps are MegatronStrategy's defaults (off: the gradient
+# reduce and parameter gather wait for the step's end); not applied, as for rank-16 QKV adapters
+# the data-parallel traffic is the adapters' gradients alone (about 25 million parameters for the 70B,
+# tens of MB against seconds of step), negligible beside the step.
 LORA_NO_CALLBACK_RECIPES = (RecipeFact(DGXC + "ft_llama3/"),)
 
 # Megatron runs whose launch leaves every overlap at its default, off: no --overlap-grad-reduce,

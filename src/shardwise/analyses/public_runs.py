@@ -170,12 +170,7 @@ def request_for(row: dict[str, str]):
     drop = public_moe.token_drop(row) if moe else 0.0  # the recipe's capacity factor (0: dropless)
     modules = public_moe.recompute_modules(row) if moe else None  # the recipe's, where tabled
     lora = lora_recipe(row)
-    if lora and lora.eager_kernels is not None:  # the recipe's model code (`public_lora`)
-        kernels["eager_kernels"] = lora.eager_kernels
-    if lora and lora.attention_kernel:
-        kernels["attention_kernel"] = lora.attention_kernel
-    if lora and lora.sequence_parallel is not None:
-        kernels["sequence_parallel"] = lora.sequence_parallel
+    kernels.update(public_lora.automodel_settings(row))  # AutoModel's config at the row's commit
     # the stated network, where the run spans servers (a one-server run keeps the system's)
     spans = int(row["num_gpus"]) > _system_gpus(row["system"])
     link, nics = (public_stacks.network(row) if spans else None) or (None, None)
