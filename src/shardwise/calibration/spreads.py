@@ -92,7 +92,7 @@ STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
     "megatron-core": (0.0833, 440, 4),
     "megatron-deepspeed": (0.3287, 9, 4),
     "megatron-lm-2022": (0.1526, 11, 1),
-    "nemo-automodel": (0.2096, 1, 1),
+    "nemo-automodel": (0.1679, 1, 1),
     "paxml": (0.1646, 36, 2),
     "torchtitan-compile": (0.1730, 12, 1),
 }
