@@ -134,3 +134,14 @@ def test_llama_cpp_preset_says_its_kernel_count_is_a_2024_builds():
     preset = engine("llama.cpp")
     assert "2026" in preset.version and KERNELS["llama.cpp"].source.endswith("(2024)")
     assert "a 2024 build's count" in preset.source and "not counted" in preset.source
+
+
+def test_a_count_the_norm_fusion_would_take_below_the_priced_kernels_is_refused():
+    """The fused all-reduce takes two norms off `serving_layer_kernels`: with a fusion limit the count
+    must leave the GEMMs and attention (review23)."""
+    from shardwise.specs import Plan
+    from shardwise.specs._checks import SpecError
+
+    with pytest.raises(SpecError, match="serving_layer_kernels 6 is not allowed with norm_fusion_max_bytes"):
+        Plan(serving_layer_kernels=6, norm_fusion_max_bytes=1e6)
+    assert Plan(serving_layer_kernels=9, norm_fusion_max_bytes=1e6).serving_layer_kernels == 9

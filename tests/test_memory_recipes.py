@@ -280,3 +280,10 @@ def test_emitters_whose_loss_cannot_run_an_eager_bf16_loss_refuse_it(cli, tool):
     framework = {"megatron": "megatron-core", "deepspeed": "megatron-deepspeed", "torchtitan": "torchtitan"}[tool]
     code, _, err = cli([*args, "--framework", framework, "--loss-kernel", "eager-bf16", "--top", "1", "--emit", tool])
     assert code == 2 and "--loss-kernel eager-bf16" in err and "Traceback" not in err
+
+
+def test_deepspeeds_refusal_of_what_megatron_refuses_too_says_what_to_plan(cli):
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--num-gpus", "8", "--global-batch", "16"]
+    code, _, err = cli([*args, "--framework", "megatron-deepspeed", "--loss-kernel", "eager-bf16", "--top", "1",
+                        "--emit", "deepspeed"])  # fmt: skip
+    assert code == 2 and "plan without --loss-kernel" in err and "use --emit megatron" not in err

@@ -130,3 +130,9 @@ def test_the_latency_target_search_says_it_compares_ep_1_layouts():
     assert any("latency-target search compares" in n and "--plan tp=1,ep=8" in n for n in notes)
     dense = ServeRequest(TrainingRequest(model="llama3-70b", system="dgx-h100"), ttft_max="1s").setting().notes
     assert not any("latency-target" in n for n in dense)
+
+
+def test_an_expert_plan_under_an_engine_without_expert_parallelism_says_so(cli):
+    code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--framework", "llama.cpp",
+                        "--plan", "tp=2,ep=2", "--plan", "tp=2"])  # fmt: skip
+    assert code == 0 and "llama.cpp runs no expert parallelism" in err

@@ -243,9 +243,9 @@ _CLASS_ARCHITECTURES = {"grok1forcausallm": "grok-1", "grok1modelforcausallm": "
 
 def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
     """The architecture an engine runs the config with (`specs.Model.architecture`): the top-level
-    `model_type`, lower-cased (a multimodal wrapper's own, "llama4" or "gemma3", not its
-    text_config's: what vLLM and SGLang load; but see `specs.model.RULED_LANGUAGE_MODEL_FILES`), Falcon's names before transformers
-    4.33 (RefinedWeb, RefinedWebModel) as "falcon", and where `architectures[0]` is a class of
+    `model_type`, lower-cased (a multimodal wrapper's own, "llama4" or "gemma3", not its text_config's:
+    what vLLM and SGLang load; but see `specs.model.RULED_LANGUAGE_MODEL_FILES`), Falcon's names before
+    transformers 4.33 (RefinedWeb, RefinedWebModel) as "falcon", and where `architectures[0]` is a class of
     _CLASS_ARCHITECTURES its architecture whatever model_type says; None where the config states
     neither, or a model_type no architecture is spelt as (`specs.model.ARCHITECTURE_PATTERN`: the
     config is priced by its shapes, its architecture unknown)."""

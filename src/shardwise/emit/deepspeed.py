@@ -33,6 +33,10 @@ TODO = (
     "checkpoints: --save DIR --save-interval N, --load DIR",
 )
 
+# What to do where Megatron-Core's emitter refuses a plan as well (emit/megatron.py)
+NO_LOSS = "plan without --loss-kernel (the stack's own loss)"
+FP32_STATE = "plan with --optimizer-state fp32"
+
 
 def deepspeed_stages(layers: int, pp: int) -> list[int]:
     """DeepSpeed's `type:transformer` partition of equal layers: the first layers % pp stages
@@ -43,7 +47,7 @@ def deepspeed_stages(layers: int, pp: int) -> list[int]:
 
 def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
     m, p = scn.model, scn.plan
-    refuse = [
+    refuse: list[tuple] = [
         (m.is_moe, "a mixture of experts (DeepSpeed-MoE's top-1/2 gating is another model)"),
         (bool(m.kv_lora_rank), "multi-latent attention"),
         (i(p.lora_rank) > 0, "LoRA"),
@@ -54,15 +58,16 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         (i(p.mtp_layers) > 0, "multi-token prediction (--mtp-layers)"),
         (p.loss_kernel == "te", "Transformer Engine's cross-entropy (--loss-kernel te)"),
         # Megatron-DeepSpeed's loss is Megatron's vocab-parallel cross-entropy on fp32 logits
-        (p.loss_kernel == "eager-bf16", "an eager cross-entropy on 16-bit logits (--loss-kernel eager-bf16)"),
-        (p.optimizer_state != "fp32", f"an optimizer state of {p.optimizer_state} (--optimizer-state)"),
+        (p.loss_kernel == "eager-bf16", "an eager cross-entropy on 16-bit logits (--loss-kernel eager-bf16)", NO_LOSS),
+        (p.optimizer_state != "fp32", f"an optimizer state of {p.optimizer_state} (--optimizer-state)", FP32_STATE),
         (bool(p.cuda_graph_scope), "Megatron-Core's CUDA graphs (--cuda-graph-scope)"),
         (bool(p.recompute_modules), "per-module selective recomputation (--recompute-modules, Megatron-Core's)"),
         (i(m.head_dim) * i(m.heads) != i(m.hidden), "a head dimension apart from hidden / heads"),
     ]
-    for bad, what in refuse:
+    for bad, what, *fix in refuse:  # a third element: the fix where --emit megatron refuses it too
         if bad:
-            raise EmitError(f"--emit deepspeed: {what} is not emitted for Megatron-DeepSpeed; use --emit megatron")
+            hint = fix[0] if fix else "use --emit megatron"
+            raise EmitError(f"--emit deepspeed: {what} is not emitted for Megatron-DeepSpeed; {hint}")
     if 0 < i(p.shard_group) < i(p.dp) * i(p.cp):
         # DeepSpeed's hybrid sharding is MiCS (mics_shard_size): its MiCS_Optimizer asserts that the
         # parameters were built under deepspeed.zero.MiCS_Init (runtime/zero/mics.py), and

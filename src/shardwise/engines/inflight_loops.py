@@ -173,7 +173,7 @@ def run_ranks(
                 prompts += q
             ds[r], qs[r], firsts[r] = d, q, now_first
         if not held:
-            if nxt < 0:  # nothing running and nothing to come: a request the cache can never hold
+            if nxt < 0:  # unreachable from serve (Replica refuses a request the KV cache cannot hold): a guard
                 raise RuntimeError("in-flight loop: no request running and none to admit")
             t = arrival[nxt]
             continue

@@ -199,6 +199,12 @@ class ServeRequest:
                 f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
                 "--framework tensorrt-llm, vllm or sglang)"
             )
+        no_ep = self.plans and self.framework not in EXPERT_PARALLEL_ENGINES
+        if no_ep and any(dict(x.options).get("ep", 1) > 1 for x in specs):
+            notes.append(
+                f"{self.framework} runs no expert parallelism (only tensorrt-llm, vllm and sglang do): "
+                "its plans with ep > 1 are priced as if it did"
+            )
         allowed = {"first_stage_layers", "last_stage_layers", "cp", "ep", "etp"}
         for spec in specs:
             extra = [k for k, _ in spec.options if k not in allowed]

@@ -200,6 +200,12 @@ def check_fields(plan: Any) -> None:
         )
     fusion = chk.non_negative("plan: norm_fusion_max_bytes", plan.norm_fusion_max_bytes)
     object.__setattr__(plan, "norm_fusion_max_bytes", fusion)
+    fused = (few > 0) & (np.asarray(fusion) > 0) & (few < PRICED_LAYER_KERNELS + 2)  # the fusion takes 2 norms off
+    if np.any(fused):
+        raise SpecError(
+            f"plan: serving_layer_kernels {few[fused].flat[0]:g} is not allowed with norm_fusion_max_bytes > 0; "
+            f"it must be at least {PRICED_LAYER_KERNELS + 2} (the fused all-reduce takes two norms off the count)"
+        )
     if plan.cuda_graph_scope and any_true(as_array(plan.layer_host_ops) > 0):
         raise SpecError(
             f"plan: cuda_graph_scope {','.join(plan.cuda_graph_scope)} is Megatron-Core's CUDA graphs; not with "
