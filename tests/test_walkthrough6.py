@@ -24,18 +24,19 @@ def test_why_says_why_a_neighbour_was_not_searched_when_nothing_was_fixed():
     assert named["tp=4, dp=2"] == "outside the values searched (--tp)"
 
 
-def test_serve_without_plans_says_a_moe_s_layouts_have_no_expert_parallelism():
-    """`serve` with no --plan on a mixture of experts compares tp x pp layouts only (experts split by
-    tp); on 16 H200 its tp=8,ep=8 beats every one of them, so the answer says EP was not compared
-    and how to ask for it. A dense model's answer has no such note, nor has a MoE's with --plan."""
+def test_serve_without_plans_compares_a_moe_s_expert_layouts_and_notes_none_of_them():
+    """`serve` with no --plan on a mixture of experts once compared tp x pp layouts only and said so in
+    a note; since moedefault it compares the expert-parallel layouts too (ep = tp, and data-parallel
+    attention with ep over the GPUs), so the old note is gone. A dense model's answer has no expert
+    layouts, nor a note about them."""
     from shardwise.requests import ServeRequest
 
     moe = ServeRequest.from_argv("--model qwen3-235b-a22b --system dgx-h200 --num-gpus 16").setting()
-    assert all(dict(s.options).get("ep") is None for s in moe.specs)
-    assert any("no expert parallelism" in n and "--plan tp=N,ep=M" in n for n in moe.notes)
+    assert any(dict(s.options).get("ep", 1) > 1 for s in moe.specs)
+    assert not any("no expert parallelism" in n for n in moe.notes)
     dense = ServeRequest.from_argv("--model llama3-70b --system dgx-h200 --num-gpus 16").setting()
-    chosen = ServeRequest.from_argv("--model qwen3-235b-a22b --system dgx-h200 --num-gpus 16 --plan tp=8,ep=8")
-    assert not any("expert parallelism" in n for n in (*dense.notes, *chosen.setting().notes))
+    assert all(dict(s.options).get("ep") is None for s in dense.specs)
+    assert not any("expert parallelism" in n for n in dense.notes)
 
 
 def test_predict_warns_when_a_plan_fits_inside_the_headroom_plan_keeps_free(cli):

@@ -165,19 +165,17 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
     cluster = on_pcie_topology(cluster, plan)
-    kernels = KERNELS[wl.engine]
-    gemms = cluster.gpu.gemm_kernels
     # TensorRT-LLM's own all-reduce kernel up to the size its price switches to NCCL (`physics.custom_allreduce`)
     own = cluster.custom_all_reduce == "trtllm" and is_nvlink_class(cluster.intra_node_link)
     trtllm_max = trtllm_nccl_from_bytes(plan.tp, bool(np.all(np.asarray(cluster.gpu.peak_flops_per_s_fp4) > 0)))
+    fusion = norm_fusion_max_bytes(
+        wl.engine, plan.tp, scn.model.hidden, cluster.gpu.gemm_kernels, plan.pp, dp_attention(plan), trtllm_max * own
+    )
     plan = plan.with_(
-        # the engine's own kernels per dense layer, its fused residual adds and the messages below which
-        # its all-reduces take the norms in (`engines.engine_kernels`)
+        # the engine's kernels per dense layer, its fused adds, its all-reduce's norms (`engines.engine_kernels`)
         serving_layer_kernels=layer_kernels(wl.engine, quantised),
-        fused_residual_norms=kernels.fused_residual_norms,
-        norm_fusion_max_bytes=norm_fusion_max_bytes(
-            wl.engine, plan.tp, scn.model.hidden, gemms, plan.pp, dp_attention(plan), trtllm_max if own else 0.0
-        ),
+        fused_residual_norms=KERNELS[wl.engine].fused_residual_norms,
+        norm_fusion_max_bytes=fusion,
         moe_dispatcher=engine(wl.engine).moe_dispatcher,  # read with data-parallel attention alone
         precision=compute_precision(scn, wl.weight_precision),
         flash_attention=True,
