@@ -123,13 +123,60 @@ def test_the_request_layer_and_the_explorer_carry_the_same_default(cli):
     assert _labels(page) == _labels(data) and page["best"] == data["best"]
 
 
-def test_the_latency_target_search_says_it_compares_ep_1_layouts():
-    """`--ttft-max` without --plan searches `analyses.serving_targets.plans` (ep 1): a note names expert layouts."""
+def test_the_latency_target_search_compares_the_same_expert_layouts(cli):
+    """`--ttft-max` without --plan on a mixture of experts searches the layouts `serve` compares
+    (ep 1, ep = tp, data-parallel attention), the best over all of them; DeepSeek-V3 in FP8 on 16
+    H200: an expert layout serves the most tokens per GPU within the targets."""
+    argv = ["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--num-gpus", "16"]
+    argv += ["--weight-precision", "fp8", "--ttft-max", "2s", "--tpot-max", "50ms"]
+    code, out, err = cli([*argv, "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    labels = [o["plan"] for o in data["options"]]
+    assert {"tp=8", "tp=8,ep=8", "tp=1,ep=16", "tp=8,ep=16", "tp=2,pp=4,ep=2"} <= set(labels)
+    meets = [o for o in data["options"] if o["meets"]]
+    assert data["options"][0] == max(meets, key=lambda o: o["tokens_per_s_per_gpu"])
+    assert data["options"][0]["plan"] in ("tp=1,ep=16", "tp=2,ep=16", "tp=8,ep=8")
+    # the twins that fit no more than their ep 1 layout are not shown, as without targets
+    assert data["layouts"]["not_shown"] == [
+        {"plan": label, "weight_precision": "fp8"} for label in ("tp=2,ep=2", "tp=2,pp=2,ep=2", "tp=4,ep=4")
+    ]
+    assert not {"tp=2,ep=2", "tp=4,ep=4"} & set(labels) and "tp=2" in labels
+    assert data["layouts"]["searched"] == 27 and "data-parallel attention (ep = 16)" in data["layouts"]["experts"]
+    assert "latency-target search" not in err
+    code, text, err = cli(argv)
+    assert code == 0, err
+    assert "no --plan given: 27 layouts searched" in " ".join(text.split())
+    assert "not shown: tp=2,ep=2 (fp8)" in text
+
+
+@pytest.mark.parametrize(
+    ("framework", "dp_attention"), [("tensorrt-llm", True), ("vllm", True), ("sglang", False), ("llama.cpp", False)]
+)
+def test_the_search_takes_the_layouts_the_engine_runs(framework, dp_attention):
+    """Mixtral on 8 H200: under SGLang no data-parallel attention (its Mixtral file), and under an
+    engine without expert parallelism ep 1 alone, as `serve` without targets compares them."""
     target = TrainingRequest(model="mixtral-8x7b", system="dgx-h200")
-    notes = ServeRequest(target, ttft_max="1s").setting().notes
-    assert any("latency-target search compares" in n and "--plan tp=1,ep=8" in n for n in notes)
-    dense = ServeRequest(TrainingRequest(model="llama3-70b", system="dgx-h100"), ttft_max="1s").setting().notes
-    assert not any("latency-target" in n for n in dense)
+    req = ServeRequest(target, ttft_max="1s", framework=framework, weight_precision="bf16")
+    s = req.setting()
+    compared = [spec.label for spec in s.specs]
+    if framework == "llama.cpp":
+        assert req.search_size(s) == 10 and all("ep=" not in label for label in compared)
+        return
+    searched = [spec.label for spec in req._searched_specs(s)]
+    assert searched == compared and req.search_size(s) == len(searched)
+    assert {"tp=2,ep=2", "tp=8,ep=8"} <= set(searched)
+    assert ("tp=1,ep=8" in searched) == dp_attention
+    assert not any("latency-target" in n for n in s.notes)
+
+
+def test_a_dense_models_search_is_unchanged():
+    from shardwise.analyses.serving_targets import plans
+
+    req = ServeRequest(TrainingRequest(model="llama3-70b", system="dgx-h100"), ttft_max="1s", weight_precision="fp8")
+    s = req.setting()
+    assert req.search_size(s) == len(plans(8, 8)) and not s.layouts.experts
+    assert not any("latency-target" in n for n in s.notes)
 
 
 def test_an_expert_plan_under_an_engine_without_expert_parallelism_says_so(cli):

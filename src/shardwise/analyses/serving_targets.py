@@ -143,14 +143,16 @@ def search(
     ttft_max: float | None,
     tpot_max: float | None,
     pct: str = "p90",
-    candidates: Iterable[tuple[str, Scenario]] | None = None,
+    candidates: Iterable[tuple[str, Scenario | SpecError]] | None = None,
     precision_choices: list[tuple[str, str]] | None = None,
     max_batched_tokens: int = 8192,
     progress: Callable[[], None] | None = None,
 ) -> list[Option]:
     """Every plan x precision's best load, best throughput per GPU first (those that meet the
     targets before those that do not, the closest misses first: `--tpot-max 1us` listed tp=1 first
-    under "the closest misses are above" and cut tp=8 off the table)."""
+    under "the closest misses are above" and cut tp=8 off the table). `candidates`: the plans
+    (label, scenario, or the SpecError that refused it), default every (tp, pp) of `plans` that
+    `searchable` keeps."""
     from shardwise.engines.serving import plan_for_serving
 
     gpus = int(cluster.num_gpus)
@@ -158,13 +160,15 @@ def search(
         candidates = [
             (_label(tp, pp), Scenario(model, cluster, plan_for_serving(tp, pp, gpus // (tp * pp))))
             for tp, pp in plans(gpus, int(cluster.gpus_per_node))
-            if model.heads % tp == 0 and _kv_heads_fit(int(model.kv_heads), tp, wl.engine) and pp <= model.layers
+            if searchable(model, wl.engine, tp, pp)
         ]
     options = []
     for label, scn in candidates:
         for w, kv in precision_choices or precisions(cluster):
             work = replace(wl, weight_precision=w, kv_precision=kv)
             try:
+                if isinstance(scn, SpecError):
+                    raise scn
                 users, est, why, miss = best_load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
             except SpecError as exc:
                 users, est, why, miss = 0, None, str(exc), float("inf")
@@ -173,6 +177,26 @@ def search(
             if progress is not None:
                 progress()
     return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu, o.miss_factor))
+
+
+def searchable(model: Model, engine: str, tp: int, pp: int) -> bool:
+    """A layout the search prices: tp splits the attention heads and the KV heads (or replicates
+    them, `_kv_heads_fit`), and every stage holds a layer."""
+    return model.heads % tp == 0 and _kv_heads_fit(int(model.kv_heads), tp, engine) and pp <= model.layers
+
+
+def without_twins(options: list[Option], twins: dict[str, str]) -> tuple[list[Option], tuple[tuple[str, str], ...]]:
+    """`options` less each with the experts whole inside its replica (ep = tp, a key of `twins`)
+    that does not fit where its twin with them split by TP (ep 1) does not fit either at the same
+    precision: the same weights and KV cache per GPU (`requests.serve_plans.Layouts.twins`), so a
+    second row saying the same. Also the (label, weight precision) pairs dropped, in order."""
+    empty = {(o.label, o.weight_precision) for o in options if o.estimate is None and o.why == "does not fit"}
+    gone = {
+        id(o): (o.label, o.weight_precision)
+        for o in options
+        if o.label in twins and {(o.label, o.weight_precision), (twins[o.label], o.weight_precision)} <= empty
+    }
+    return [o for o in options if id(o) not in gone], tuple(gone.values())
 
 
 def _label(tp: int, pp: int) -> str:

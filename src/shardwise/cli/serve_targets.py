@@ -16,7 +16,27 @@ def replicas_label(label: str, replicas: int) -> str:
 def print_targets(found: Any) -> None:
     """The search's table (`requests.serve.TargetsResult`), the best option and why."""
     s, req = found.setting, found.request
-    _table(s.model, s.cluster, s.workload, found.options, req.ttft_max, req.tpot_max, found.percentile, req)
+    _table(s.model, s.cluster, s.workload, found.options, req.ttft_max, req.tpot_max, found.percentile, req, found)
+
+
+def _layouts_said(found: Any) -> list[str]:
+    """Without --plan on a mixture of experts: which layouts were searched, those not shown after
+    pricing and those not compared (as `serve` without targets says them); none for a dense model."""
+    layouts = found.setting.layouts
+    if not found.compared_layouts or layouts is None or not (layouts.experts or layouts.left_out):
+        return []
+    labels = {o.label for o in found.options} | {label for label, _ in found.dropped}
+    out = []
+    if layouts.experts:
+        out.append(f"no --plan given: {len(labels)} layouts searched ({layouts.experts}; --plan to choose)")
+    if found.dropped:
+        pairs = ", ".join(f"{label} ({w})" for label, w in found.dropped)
+        out.append(
+            f"not shown: {pairs} (the experts whole inside the replica: the same weights per GPU as the same layout "
+            "with ep 1, which does not fit either)"
+        )
+    out += [f"not compared: {line}" for line in layouts.left_out]
+    return out
 
 
 def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
@@ -41,8 +61,10 @@ def _table(
     tpot_max: str | None,
     pct: str,
     request: Any,
+    found: Any = None,
 ) -> None:
     from rich import box
+    from rich.markup import escape
     from rich.table import Table
 
     from shardwise.cli.render import console
@@ -82,6 +104,8 @@ def _table(
     out.print(table)
     if len(options) > SHOWN:
         out.print(f"[dim]{SHOWN} of {len(options)} options shown (--json for all)[/]")
+    for line in _layouts_said(found) if found is not None else ():
+        out.print(escape(line))
     best = options[0] if options and options[0].meets else None
     if best is None:
         out.print(

@@ -186,14 +186,7 @@ class ServeRequest:
         given = Layouts([parse_plan_spec(t) for t in self.plans])
         found = given if self.plans else layouts(cluster, model, self.framework)
         specs = found.specs
-        if not self.plans and self.targets and found.experts:  # `analyses.serving_targets.plans`: ep 1 only
-            ep = [x.label for x in specs if dict(x.options).get("ep", 1) > 1 and x.pp == 1]
-            examples = " ".join(f"--plan {label}" for label in (ep[-1], ep[0]))
-            notes.append(
-                f"{model.name} is a mixture of experts: the latency-target search compares the layouts that split "
-                f"every expert over its tp ranks (ep 1); give expert layouts to search with --plan (e.g. {examples})"
-            )
-        elif not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
+        if not self.plans and model.is_moe and self.framework not in EXPERT_PARALLEL_ENGINES and len(specs) > 1:
             notes.append(
                 f"{model.name} is a mixture of experts: the layouts compared split every expert over its tp "
                 f"ranks (ep 1), as {self.framework} runs it (expert-parallel layouts are compared under "
@@ -276,17 +269,44 @@ class ServeRequest:
         ttft, tpot = seconds_of(self.ttft_max, "--ttft-max"), seconds_of(self.tpot_max, "--tpot-max")
         pct = f"p{self.slo_percentile or '90'}"
         choices = None if self.weight_precision is None else [(s.workload.weight_precision, s.workload.kv_precision)]
-        candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs] if self.plans else None
+        candidates = None
+        if self.plans:
+            candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs]
+        elif s.layouts is not None and s.layouts.experts:  # a mixture of experts: the expert layouts too
+            candidates = []
+            for spec in self._searched_specs(s):
+                try:
+                    candidates.append(scenario_of(s.model, s.cluster, spec, s.stages))
+                except SpecError as exc:  # priced as refused, as a --plan is
+                    candidates.append((spec.label, exc))
         options = search(
             s.model, s.cluster, s.workload, ttft, tpot, pct, candidates, choices, s.max_batched_tokens, progress
         )
-        return TargetsResult(self, s, options, ttft, tpot, pct)
+        dropped: tuple[tuple[str, str], ...] = ()
+        if not self.plans and s.layouts is not None and s.layouts.twins:
+            from shardwise.analyses.serving_targets import without_twins
+
+            options, dropped = without_twins(options, s.layouts.twins)
+        return TargetsResult(self, s, options, ttft, tpot, pct, dropped)
+
+    def _searched_specs(self, s: ServeSetting) -> list[Any]:
+        """Without --plan on a mixture of experts under an engine with expert parallelism, the
+        layouts `serve` compares (`requests.serve_plans.layouts`: ep 1, ep = tp and data-parallel
+        attention) that the search can price (`analyses.serving_targets.searchable`)."""
+        from shardwise.analyses.serving_targets import searchable
+
+        return [spec for spec in s.specs if searchable(s.model, self.framework, int(spec.tp), int(spec.pp))]
 
     def search_size(self, s: ServeSetting) -> int:
         """How many plans x precisions the target search prices (for a progress bar)."""
         from shardwise.analyses.serving_targets import plans, precisions
 
-        n_plans = len(s.specs) if self.plans else len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
+        if self.plans:
+            n_plans = len(s.specs)
+        elif s.layouts is not None and s.layouts.experts:
+            n_plans = len(self._searched_specs(s))
+        else:
+            n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))
         n_precisions = 1 if self.weight_precision is not None else len(precisions(s.cluster))
         return n_plans * n_precisions
 
@@ -317,10 +337,24 @@ class TargetsResult:
     ttft_max_s: float | None
     tpot_max_s: float | None
     percentile: str
+    # without --plan, the expert layouts x precisions left out after pricing (`analyses.serving_targets.without_twins`)
+    dropped: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def compared_layouts(self) -> bool:
+        """No --plan was given: the machine's layouts were searched."""
+        return not self.request.plans
 
     def as_dict(self) -> dict[str, Any]:
         """The JSON `serve --ttft-max ... --json` prints."""
         wl = self.setting.workload
+        found = self.setting.layouts
+        layouts = {
+            "searched": len({o.label for o in self.options} | {label for label, _ in self.dropped}),
+            "experts": found.experts if found is not None else "",
+            "not_shown": [{"plan": label, "weight_precision": w} for label, w in self.dropped],
+            "not_compared": list(found.left_out) if found is not None else [],
+        }
         return {
             "targets": {"ttft_max_s": self.ttft_max_s, "tpot_max_s": self.tpot_max_s, "percentile": self.percentile},
             "workload": {"input_len": wl.input_len, "output_len": wl.output_len},
@@ -338,5 +372,6 @@ class TargetsResult:
                 }
                 for o in self.options
             ],
+            **({"layouts": layouts} if self.compared_layouts else {}),
             "command": self.request.command(),
         }
