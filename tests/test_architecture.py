@@ -17,6 +17,7 @@ from shardwise import hf_config, presets
 from shardwise.engines.dp_dense import (
     NO_DP_ATTENTION_ARCHITECTURES,
     VLLM_DEEPSEEK_ARCHITECTURES,
+    VLLM_SEQUENCE_PARALLEL_MOE,
     vllm_layer_sequence_parallel,
 )
 from shardwise.engines.serving import plan_for_serving, serving_scenario
@@ -62,6 +63,10 @@ KNOWN = {
     "gemma3": "Gemma3Config (the multimodal wrapper)",
     "gemma3_text": "Gemma3TextConfig (gemma-3-1b)",
     "nemotron_h": "NemotronHConfig",
+    "qwen3_vl_moe": "Qwen3VLMoeConfig (the multimodal wrapper)",
+    "qwen3_next": "Qwen3NextConfig",
+    "llama4_text": "Llama4TextConfig",
+    "granitemoe": "GraniteMoeConfig",
 }
 
 
@@ -86,7 +91,7 @@ def test_every_preset_states_a_known_architecture():
     known ones (a misspelt set would never match)."""
     for name in presets.names("models"):
         assert presets.model(name).architecture in KNOWN, name
-    assert set(KNOWN) >= NO_DP_ATTENTION_ARCHITECTURES | VLLM_DEEPSEEK_ARCHITECTURES
+    assert set(KNOWN) >= NO_DP_ATTENTION_ARCHITECTURES | VLLM_DEEPSEEK_ARCHITECTURES | set(VLLM_SEQUENCE_PARALLEL_MOE)
 
 
 def test_a_renamed_mixtral_config_is_refused_as_the_preset_is(tmp_path):
@@ -208,4 +213,6 @@ def test_the_files_the_rules_single_out_are_the_ones_a_wrapper_defers_to():
     from shardwise.specs.model import RULED_LANGUAGE_MODEL_FILES
 
     ruled = dp_dense.NO_DP_ATTENTION_ARCHITECTURES | dp_dense.VLLM_DEEPSEEK_ARCHITECTURES
+    # llama4_text aside: Llama 4's wrapper (llama4) is in the list itself and keeps its name
+    ruled |= set(dp_dense.VLLM_SEQUENCE_PARALLEL_MOE) - {"llama4_text"}
     assert ruled == RULED_LANGUAGE_MODEL_FILES

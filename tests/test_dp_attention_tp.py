@@ -126,6 +126,27 @@ def test_vllm_sequence_parallel_moe_per_model_file(tp):
     assert all(float(getattr(c, f)) == 0.0 for c in (dense, moe) for f in ("compute_forward_s", "tp_forward_s"))
 
 
+def test_vllm_sequence_parallel_moe_is_the_model_files_that_read_it():
+    """A whitelist of model_types from vLLM 0.34.0's files (`VLLM_SEQUENCE_PARALLEL_MOE`): the presets'
+    DeepSeek, Kimi, Qwen3 MoE, GPT-OSS and Llama 4 run it, Mixtral and Grok do not; a model whose
+    architecture is unknown runs it only with latent attention (DeepSeek's file)."""
+    from shardwise.engines.dp_dense import VLLM_SEQUENCE_PARALLEL_MOE, vllm_sequence_parallel_moe
+
+    plan = plan_for_serving(2, 1, 4).with_(ep=8, etp=1, moe_dispatcher="allgather")
+    runs = {name: bool(vllm_sequence_parallel_moe(presets.model(name), plan)) for name in presets.names("models")}
+    on = {name for name, yes in runs.items() if yes}
+    assert on == {
+        n for n in runs if presets.model(n).is_moe and presets.model(n).architecture in VLLM_SEQUENCE_PARALLEL_MOE
+    }
+    assert {"deepseek-v3", "kimi-k2", "qwen3-30b-a3b", "gpt-oss-120b", "llama4-scout", "moonlight-16b"} <= on
+    assert not {"mixtral-8x7b", "mixtral-8x22b", "grok-1"} & on
+    assert all(f.endswith(".py") for f in VLLM_SEQUENCE_PARALLEL_MOE.values())
+    for name, latent in (("qwen3-30b-a3b", False), ("deepseek-v3", True)):
+        unknown = replace(presets.model(name), architecture=None)
+        assert bool(vllm_sequence_parallel_moe(unknown, plan)) == latent
+    assert not bool(vllm_sequence_parallel_moe(presets.model("qwen3-30b-a3b"), plan.with_(tp=1, ep=8)))
+
+
 @pytest.mark.parametrize("model", ["mixtral-8x7b", "grok-1"])
 def test_sglang_refuses_data_parallel_attention_on_mixtral_and_grok(model):
     """SGLang's Mixtral / Grok model files have no data-parallel attention: refused in one line;

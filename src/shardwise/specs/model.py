@@ -28,11 +28,16 @@ MAX_LAYERS = 1_000_000
 # then also '_', '-' and '.' (transformers' own: "deepseek_v3", "gpt_oss", "xlm-roberta"; "grok-1",
 # HPC-AI Tech's Grok-1 port); a class name (`architectures`, "MixtralForCausalLM") is refused.
 ARCHITECTURE_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
-# Language-model files the serving rules single out by architecture (engines/dp_dense.py: SGLang's and
-# vLLM's Mixtral and Grok files, vLLM's DeepSeek file): a multimodal wrapper around one of them (Kimi
-# K2.5 and Kimi-VL around DeepSeek's, a LLaVA around a Mixtral) runs its language model with that
-# file, so a config.json's architecture is its text_config's there (`hf_config`).
-RULED_LANGUAGE_MODEL_FILES = frozenset({"mixtral", "grok-1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
+# Language-model files the serving rules single out by architecture (engines/dp_dense.py: SGLang's
+# Mixtral and Grok files, vLLM's DeepSeek files and the files that run its sequence-parallel MoE):
+# a multimodal wrapper around one of them (Kimi K2.5 and Kimi-VL around DeepSeek's, a LLaVA around
+# a Mixtral or a Qwen3 MoE) runs its language model with that file, so a config.json's architecture
+# is its text_config's there (`hf_config`). Not llama4_text: Llama 4's wrapper, llama4, is itself
+# ruled (vLLM's mllama4.py runs llama4.py's language model), and keeps its own name.
+RULED_LANGUAGE_MODEL_FILES = frozenset(
+    {"mixtral", "grok-1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"}
+    | {"qwen3_moe", "qwen3_vl_moe", "qwen3_next", "gpt_oss", "llama4", "granitemoe", "nemotron_h"}
+)
 # The layer kinds of a hybrid pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py `Symbols`)
 HYBRID_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 
