@@ -39,20 +39,40 @@ def test_all_reduce_fusions_at_tp_above_one():
     assert layer_kernels("tensorrt-llm", False) == 9 and layer_kernels("llama.cpp", True) == 30
     mib = 1024.0**2
     trt = 8e6  # TensorRT-LLM's own kernel up to its NCCL switch
-    assert norm_fusion_max_bytes("tensorrt-llm", 2, 8192, "sm90", 1, False, trt) == trt  # RESIDUAL_RMS_NORM
-    assert norm_fusion_max_bytes("tensorrt-llm", 2, 4096, "sm90", 1, False, trt) == 0  # needs hidden > 4096
-    assert norm_fusion_max_bytes("tensorrt-llm", 1, 8192, "sm90", 1, False, trt) == 0
-    # vLLM's fi_allreduce_fusion_max_size_mb: 64 / 2 / 1 MiB at tp 2 / 4 / 8 on SM90, 32 MiB at tp 4 on SM100
+    assert norm_fusion_max_bytes("tensorrt-llm", 2, 8192, "sm90", True, trt) == trt  # RESIDUAL_RMS_NORM
+    assert norm_fusion_max_bytes("tensorrt-llm", 2, 4096, "sm90", True, trt) == 0  # needs hidden > 4096
+    assert norm_fusion_max_bytes("tensorrt-llm", 1, 8192, "sm90", True, trt) == 0
+    # vLLM 0.34's FI_ALLREDUCE_FUSION_MAX_SIZE_MB: 64 / 2 / 0.5 MiB at tp 2 / 4 / 8 on SM90; 32 MiB at tp 4
+    # and 64 MiB at tp 16 (MNNVL) on SM100
     assert np.array_equal(
-        norm_fusion_max_bytes("vllm", np.array([2, 4, 8]), 8192, "sm90", 1, False, 0), [64 * mib, 2 * mib, mib]
+        norm_fusion_max_bytes("vllm", np.array([2, 4, 8]), 8192, "sm90", True, 0), [64 * mib, 2 * mib, mib / 2]
     )
-    assert norm_fusion_max_bytes("vllm", 4, 8192, "sm100", 1, False, 0) == 32 * mib
-    assert norm_fusion_max_bytes("vllm", 2, 8192, "generic", 1, False, 0) == 0  # A100: no FlashInfer fusion
-    assert norm_fusion_max_bytes("vllm", 2, 8192, "sm90", 2, False, 0) == 0  # TP + PP: off
-    assert norm_fusion_max_bytes("vllm", 2, 8192, "sm90", 1, True, 0) == 0  # --data-parallel-size: off
+    assert norm_fusion_max_bytes("vllm", 4, 8192, "sm100", True, 0) == 32 * mib
+    assert norm_fusion_max_bytes("vllm", 16, 8192, "sm100", True, 0) == 64 * mib
+    assert norm_fusion_max_bytes("vllm", 16, 8192, "sm90", True, 0) == 0  # no SM90 row at tp 16
+    assert norm_fusion_max_bytes("vllm", 2, 8192, "generic", True, 0) == 0  # A100: no FlashInfer fusion
+    # no P2P: FlashInfer's workspace cannot map the peers' buffers, vLLM runs the layer unfused
+    assert norm_fusion_max_bytes("vllm", 2, 8192, "sm90", False, 0) == 0
     # the count at a message size: decode's small all-reduces fuse, prefill's large ones do not
     assert np.array_equal(fused_kernels(10, mib, 8, np.array([16e3, 537e6])), [8, 10])
     assert fused_kernels(10, mib, 1, 16e3) == 10
+
+
+def test_the_vllm_fusion_table_is_read_at_the_presets_version():
+    """`VLLM_FUSION_MAX_MIB` is vLLM 0.34.0's: a vLLM preset of another version asks for it to be read again."""
+    from shardwise.engines.engine_kernels import VLLM_FUSION_VERSION
+    from shardwise.engines.engine_presets import engine
+
+    assert engine("vllm").version.split()[0] == VLLM_FUSION_VERSION
+
+
+def test_vllm_fuses_on_pcie_only_with_p2p_and_under_a_pipeline():
+    """H100 PCIe: the fusion where the GPUs have P2P, not without (`--p2p off`); 0.34 has no pp condition."""
+    cluster = presets.system("h100-pcie-8x-switch")
+    wl = ServingWorkload(128, 128, engine="vllm", custom_all_reduce="vllm")
+    for p2p, want in ((True, 2 * 1024.0**2), (False, 0.0)):
+        scn = Scenario(presets.model("llama3-70b"), cluster.with_(p2p=p2p), plan_for_serving(4, 2))
+        assert float(serving_scenario(scn, wl).plan.norm_fusion_max_bytes) == want
 
 
 def one_node(gpus: int) -> object:

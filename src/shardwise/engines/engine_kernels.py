@@ -33,12 +33,24 @@ the norm into its all-reduce kernel loses those norm kernels there (`norms_in_al
   llama.py): `fused_add_rms_norm`
   twice ("always", CUDA), the QKV GEMM, the rotary embedding, the KV-cache write
   (`reshape_and_cache_flash`), the attention kernel, the output GEMM, the gate-up GEMM,
-  `silu_and_mul`, the down GEMM: 10. With tp 2, 4 or 8 on Hopper and Blackwell, pp = 1 and no
-  `--data-parallel-size` (data-parallel attention: a dense plan's replicas are separate servers,
-  `emit.vllm`), `fuse_allreduce_rms` (on at -O2) moves both norms into FlashInfer's all-reduce: 8,
-  on messages below `fi_allreduce_fusion_max_size_mb` (vllm/config/compilation.py@002284db,
-  PassConfig: 64 / 2 / 1 MiB at tp 2 / 4 / 8 on SM90, 64 / 32 / 1 MiB on SM100,
-  `VLLM_FUSION_MAX_MIB`); larger ones (prefill) run vLLM's all-reduce and `fused_add_rms_norm`: 10.
+  `silu_and_mul`, the down GEMM: 10. With tp > 1 on Hopper and Blackwell whose GPUs reach each
+  other's memory (P2P: NVLink, or PCIe with peer access), `fuse_allreduce_rms` moves both norms
+  into FlashInfer's all-reduce: 8, on messages below its size table (`VLLM_FUSION_MAX_MIB`); larger
+  ones (prefill) run vLLM's all-reduce and `fused_add_rms_norm`: 10. Read in the vLLM 0.34.0 wheel
+  (`VLLM_FUSION_VERSION`, the vLLM preset's version): config/vllm.py `enable_allreduce_rms_fusion`
+  turns it on at -O2 (the default level) and -O3 where tp > 1, CUDA, FlashInfer installed and the
+  device is SM90 or of the SM100 family (10.x) -- no link, pipeline or data-parallel condition (the
+  TP + PP and TP + DP exclusions of docs/design/fusions.md@7215f1d5 are gone);
+  compilation/passes/fusion/allreduce_rms_fusion.py `AllReduceFusionPass` then needs FlashInfer's
+  workspace (distributed/device_communicators/flashinfer_all_reduce.py): on one node MNNVL first
+  (NVSwitch multicast), else FlashInfer's TensorRT-LLM backend (flashinfer-python 0.7.4,
+  comm/trtllm_ar.py `trtllm_create_ipc_workspace_for_all_reduce_fusion`), whose buffers each rank
+  maps from its peers (`SymmDeviceMemory`: cuMemImportFromShareableHandle, cuMemMap and
+  cuMemSetAccess on peer memory, which the CUDA driver grants only between peer-capable devices);
+  where that fails vLLM logs it and runs the layer unfused. So GPUs without P2P (`Cluster.p2p` off:
+  GeForce cards' stock driver) keep 10; PCIe GPUs with P2P (H100 PCIe) fuse, as the code runs it.
+  The fused pattern runs where the step's tokens are at most max_size // (hidden x 2 bytes)
+  (`is_applicable_for_range`), the message below the table's size.
 - SGLang 0.5.x: the same layer as vLLM (sgl-kernel's `fused_add_rmsnorm`, rotary, one KV-cache
   store, the attention backend's decode kernel, `silu_and_mul`): 10; its FlashInfer all-reduce
   fusion (`--enable-flashinfer-allreduce-fusion`) is turned on by default only for MoE
@@ -74,9 +86,15 @@ from shardwise.specs._checks import Number
 
 # the GEMM kernels (`Gpu.gemm_kernels`) of the GPUs on which vLLM fuses all-reduce and RMSNorm (Hopper, Blackwell)
 HOPPER_AND_LATER = ("sm90", "sm100")
-# vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB (PassConfig.fi_allreduce_fusion_max_size_mb's default,
-# vllm/config/compilation.py@002284db, read as MiB: `int(max_size_mb * MiB)`) by GEMM kernels, then tp
-VLLM_FUSION_MAX_MIB = {"sm90": {2: 64, 4: 2, 8: 1}, "sm100": {2: 64, 4: 32, 8: 1}}
+# the vLLM release the size table is read from (the vLLM preset's, `engines.engine_presets`; a test
+# checks they agree, so a new preset version means reading the table again)
+VLLM_FUSION_VERSION = "0.34"
+# vLLM's FI_ALLREDUCE_FUSION_MAX_SIZE_MB (compilation/passes/fusion/allreduce_rms_fusion.py, 0.34.0;
+# PassConfig.flashinfer_max_size reads it as MiB, `int(max_size_mb * MiB)`, for tp 2, 4, 8, 16) by
+# GEMM kernels, then tp. Earlier releases (vllm/config/compilation.py@002284db) had 1 MiB at tp 8 on
+# SM90 and no tp 16. SM103 (B300, GB300: 64 / 64 / 4 / 64 MiB) is priced with SM100's rows: the
+# GPU presets tell data-centre Blackwell by its GEMM kernels (`sm100`), not its compute capability.
+VLLM_FUSION_MAX_MIB = {"sm90": {2: 64, 4: 2, 8: 0.5}, "sm100": {2: 64, 4: 32, 8: 1, 16: 64}}
 # kernels a dense layer's two all-reduces absorb where they run the residual add and the norm after them
 FUSED_ALL_REDUCE_NORMS = 2
 
@@ -89,7 +107,7 @@ class LayerKernels:
     quantised_extra: int = 0  # more with quantised weights (llama.cpp's q8_1 input quantisation)
     norms_in_all_reduce: int = 0  # kernels the all-reduce absorbs at tp > 1 (residual add + norm)
     fusion_min_hidden: int = 0  # ... only above this hidden size (TensorRT-LLM: > 4096)
-    fusion_needs_hopper: bool = False  # ... only on Hopper and Blackwell, pp = 1, no DP attention (vLLM)
+    fusion_needs_hopper: bool = False  # ... only on Hopper and Blackwell with P2P, by its size table (vLLM)
     fused_residual_norms: int = 0  # residual adds fused with the norm after them, of 2
     source: str = ""
     matvec_rows: tuple[int, int] = (0, 0)  # products of up to so many rows as matrix-vector kernels: 16-bit, quantised
@@ -118,12 +136,13 @@ def layer_kernels(engine: str, quantised: bool) -> int:
 
 
 def norm_fusion_max_bytes(
-    engine: str, tp: Number, hidden: int, gemm_kernels: str, pp: Number, dp_attention: Number, trtllm_max: Number
+    engine: str, tp: Number, hidden: int, gemm_kernels: str, p2p: bool, trtllm_max: Number
 ) -> Number:
     """All-reduce messages below which `engine` runs the residual add and the norm after each of a
     dense layer's all-reduces inside the all-reduce kernel (module docstring), 0 where never:
-    vLLM's FlashInfer fusion by its size table (`VLLM_FUSION_MAX_MIB`), TensorRT-LLM's where its own
-    kernel runs (`trtllm_max`: the size from which its all-reduce is NCCL's, 0 without its kernel)."""
+    vLLM's FlashInfer fusion by its size table (`VLLM_FUSION_MAX_MIB`) where the GPUs have P2P
+    (`p2p`: its workspace maps peer memory), TensorRT-LLM's where its own kernel runs
+    (`trtllm_max`: the size from which its all-reduce is NCCL's, 0 without its kernel)."""
     k = KERNELS[engine]
     t = np.asarray(tp)
     if not k.norms_in_all_reduce:
@@ -134,7 +153,7 @@ def norm_fusion_max_bytes(
     if k.fusion_needs_hopper:
         table = VLLM_FUSION_MAX_MIB.get(gemm_kernels, {})
         mib = sum(np.where(t == p, m, 0.0) for p, m in table.items()) if table else np.zeros(t.shape)
-        out = np.where(on & (np.asarray(pp) == 1) & ~np.asarray(dp_attention, dtype=bool), mib * 1024.0**2, 0.0)
+        out = np.where(on & bool(p2p), mib * 1024.0**2, 0.0)
     else:
         out = np.where(on, trtllm_max, 0.0)
     return float(out) if out.ndim == 0 else out

@@ -164,12 +164,13 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
+    p2p = cluster.p2p  # the GPUs' own peer access (`on_pcie_topology` marks the cluster P2P for NCCL)
     cluster = on_pcie_topology(cluster, plan)
     # TensorRT-LLM's own all-reduce kernel up to the size its price switches to NCCL (`physics.custom_allreduce`)
     own = cluster.custom_all_reduce == "trtllm" and is_nvlink_class(cluster.intra_node_link)
     trtllm_max = trtllm_nccl_from_bytes(plan.tp, bool(np.all(np.asarray(cluster.gpu.peak_flops_per_s_fp4) > 0)))
     fusion = norm_fusion_max_bytes(
-        wl.engine, plan.tp, scn.model.hidden, cluster.gpu.gemm_kernels, plan.pp, dp_attention(plan), trtllm_max * own
+        wl.engine, plan.tp, scn.model.hidden, cluster.gpu.gemm_kernels, p2p, trtllm_max * own
     )
     plan = plan.with_(
         # the engine's kernels per dense layer, its fused adds, its all-reduce's norms (`engines.engine_kernels`)
