@@ -5,10 +5,13 @@ accumulation, pipeline sends and syncs) fewer times, but leave a larger pipeline
 
     python examples/microbatch_trend.py           # the figure's trend
     python examples/microbatch_trend.py --costs   # what a sequence costs the slowest stage, by part
+    python examples/microbatch_trend.py --gemms   # the 91B layer's linear GEMMs by shape
 
-The 91B model is 72 layers of hidden 10240 with 80 heads (91.2e9 parameters: Table 1's 76B shape,
-deeper; the paper gives only the parameter count), Megatron-LM of 2021 (`--framework
-megatron-lm-2021`), fp16, full recomputation, standard attention.
+The 91B model is the one the paper's own script for the figure runs (NVIDIA/Megatron-LM
+examples/sc21/run_figure_16.sh, added in de7dc40f of 2021-08-10): 32 layers of hidden 15360 with
+128 heads (91.4e9 parameters with the 51,200-token vocabulary), sequence 2048, `--DDP-impl local`,
+`--activations-checkpoint-method uniform` (every layer recomputed), fp16 (CONFIG.sh), Megatron-LM
+of 2021 (`--framework megatron-lm-2021`), standard attention.
 
 `--costs` splits one sequence's time on the fullest middle stage into what grows with the tokens
 and what a stage pays once per micro-batch (docs/model.md, "How large the micro-batch effect
@@ -17,7 +20,8 @@ dp 8, bf16, batch 2048): the linear layers' GEMMs (forward, its
 recomputation, input and weight gradients: the tile and wave model of `physics.gemm` at M = b s
 rows), the rest of the layers' kernels with their exposed TP collectives, the weight-gradient
 accumulation (`physics.microbatch`, once per micro-batch), the pipeline sends and syncs (once per
-micro-batch), then the step's bubble and time.
+micro-batch), then the step's bubble and time. `--gemms` gives the rate the tile model prices
+each of the 91B layer's four linear GEMMs at, forward, input gradient and weight gradient.
 """
 
 from __future__ import annotations
@@ -40,8 +44,9 @@ MICRO_BATCHES = (1, 2, 4, 8)
 
 
 def fig16() -> tuple[Model, Cluster, Callable[[int, int], Plan]]:
-    """The 91B model on 8 DGX A100 and its plan at (global batch, micro-batch)."""
-    model = presets.model("gpt3-175b", layers=72, hidden=10240, heads=80)
+    """The 91B model on 8 DGX A100 and its plan at (global batch, micro-batch): the shape of
+    Megatron-LM's examples/sc21/run_figure_16.sh (NLS=32, HS=15360, NAH=128)."""
+    model = presets.model("gpt3-175b", layers=32, hidden=15360, heads=128)
     cluster = presets.system("dgx-a100", nodes=8)
     flags = presets.framework("megatron-lm-2021")
     flags.pop("zero_stage")
@@ -127,11 +132,41 @@ def costs() -> None:
         print()
 
 
+def gemm_rates() -> dict[int, list[tuple[str, str, float, float, float]]]:
+    """Per micro-batch size: each linear GEMM of one 91B layer at tp 8 (its name, M x N x K) and
+    the TFLOP/s the tile model prices its forward, input gradient and weight gradient at (the
+    weight gradient without the accumulation, which `--costs` shows apart)."""
+    model, cluster, plan = fig16()
+    p, gpu = plan(512, 1), cluster.gpu
+    out = {}
+    for mb in MICRO_BATCHES:
+        fwd = layer_forward(model, mb, p.tp, p.sequence_parallel, p.bytes_per_element)
+        fused = p.grad_accumulation_fusion
+        times = layer_times(fwd, gpu, p.precision, p.flash_attention, fused, p.attention_kernel, False, 0.0)
+        rows = []
+        for name, g, t in zip(("QKV", "projection", "MLP up", "MLP down"), fwd.gemms, times.linears, strict=False):
+            flops = 2.0 * float(g.m) * float(g.n) * float(g.k)
+            shape = f"{int(g.m)} x {int(g.n)} x {int(g.k)}"
+            seconds = (t.forward_s, t.input_grad_s, t.weight_grad_s)
+            rows.append((name, shape, *(flops / float(x) / 1e12 for x in seconds)))
+        out[mb] = rows
+    return out
+
+
+def gemms() -> None:
+    print("GPT 91B at tp 8 on A100: TFLOP/s of each linear GEMM (M x N x K), forward / input grad / weight grad")
+    for mb, rows in gemm_rates().items():
+        for name, shape, f, d, w in rows:
+            print(f"mb={mb:<2d} {name:11s} {shape:22s} {f:6.1f} {d:6.1f} {w:6.1f}")
+
+
 def main() -> None:
     if sys.argv[1:] == ["--costs"]:
         costs()
+    elif sys.argv[1:] == ["--gemms"]:
+        gemms()
     elif sys.argv[1:]:
-        print("usage: python examples/microbatch_trend.py [--costs]", file=sys.stderr)
+        print("usage: python examples/microbatch_trend.py [--costs | --gemms]", file=sys.stderr)
         raise SystemExit(2)
     else:
         trend()

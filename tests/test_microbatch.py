@@ -224,8 +224,8 @@ def _trend_example():
 
 
 def test_wave_quantisation_is_priced_per_micro_batch():
-    """Narayanan et al. 2021 Fig. 16's 91B at tp 8: the QKV GEMM (N = 3 x 10240 / 8 = 3840) of one
-    2048-token micro-batch makes 240 tiles of 256 x 128 on 108 SMs (2.2 waves), four micro-batches
+    """Narayanan et al. 2021 Table 1's 76B (hidden 10240) at tp 8: the QKV GEMM (N = 3 x 10240 / 8
+    = 3840) of one 2048-token micro-batch makes 240 tiles of 256 x 128 on 108 SMs (2.2 waves), four micro-batches
     at once 960 (8.9); the MLP's first GEMM (N = 5120) makes 320 (2.96 waves) and fills its last
     one. The GEMMs are priced at M = b s rows, so micro-batch 1 pays for its idle last wave."""
     per_sequence = {}
@@ -255,6 +255,20 @@ def test_the_per_micro_batch_parts_of_a_stage_add_up_and_shrink_per_sequence(lay
     assert parts[1]["accumulation"] > 0 and parts[1]["sends, syncs"] > 0
     gemms_1, gemms_4 = parts[1]["GEMMs"], parts[4]["GEMMs"] / 4
     assert gemms_4 < gemms_1 < 1.10 * gemms_4
+
+
+def test_the_figure_16_gemms_by_shape():
+    """examples/microbatch_trend.py --gemms: the 91B layer's four linear GEMMs at tp 8 (the sc21
+    script's hidden 15360: N x K of QKV 5760 x 15360) at M = 2048 b, under the A100's 312 TFLOP/s;
+    the weight gradients, whose K is the micro-batch's tokens, gain the most from a larger one."""
+    rates = _trend_example().gemm_rates()
+    assert rates[1][0][1] == "2048 x 5760 x 15360" and rates[8][0][1] == "16384 x 5760 x 15360"
+    for mb, rows in rates.items():
+        assert len(rows) == 4 and all(0.0 < r <= 312.0 for row in rows for r in row[2:]), mb
+    for one, eight in zip(rates[1], rates[8], strict=True):
+        assert eight[4] > one[4]  # weight gradient: K = b s
+    gain = [eight[4] / one[4] - 1.0 for one, eight in zip(rates[1], rates[8], strict=True)]
+    assert max(gain) < 0.10  # a few per cent
 
 
 def test_the_trend_example_refuses_an_unknown_flag(monkeypatch, capsys):
