@@ -356,7 +356,8 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
 
     return {
         "variables": {
-            name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
+            # 12 significant digits: 1000 GB/s, not the unit change's 1000.0000000000001
+            name: [float(f"{v * DISPLAY_SCALE.get(name, 1.0):.12g}") for v in (axis.min(), axis.max())] + [len(axis)]
             for name, axis in zip(result.variables, result.axes, strict=True)
         },
         # the unit of each range above: as the table shows it (GB/s, µs, TFLOP/s, TB/s), not SI

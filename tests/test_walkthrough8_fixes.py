@@ -1,0 +1,18 @@
+"""What a new user met in the eighth walkthrough: each fix with a test that failed before it."""
+
+from __future__ import annotations
+
+import json
+
+
+def test_sweep_names_the_unit_of_each_range_and_its_json_has_no_float_noise(cli):
+    """`sweep` printed 'bandwidth 1..1000 (49)' with no unit (the ranges are in GB/s, µs, ...: the
+    JSON's `units`), and its JSON gave the top of 1GB/s..1000GB/s as 1000.0000000000001."""
+    grid = ["sweep", "--vary", "batch=1..4", "--vary", "bandwidth=1GB/s..1000GB/s:3", "--no-plot"]
+    code, out, err = cli(grid)
+    assert code == 0, err
+    assert "grid: batch 1..4 (4 values) x bandwidth 1..1000 GB/s (3 values)" in out
+    code, out, err = cli([*grid, "--json"])
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["variables"]["bandwidth"] == [1.0, 1000.0, 3] and data["units"]["bandwidth"] == "GB/s"
