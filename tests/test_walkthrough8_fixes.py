@@ -16,3 +16,15 @@ def test_sweep_names_the_unit_of_each_range_and_its_json_has_no_float_noise(cli)
     assert code == 0, err
     data = json.loads(out)
     assert data["variables"]["bandwidth"] == [1.0, 1000.0, 3] and data["units"]["bandwidth"] == "GB/s"
+
+
+def test_a_missed_target_is_shown_with_the_digits_that_tell_it_from_the_target():
+    """`serve --tpot-max 50ms` said a plan stops 'at 240: TPOT 50 ms': a miss that read as meeting the
+    target (50.04 ms rounded to three digits). The value now carries the digits that set it apart."""
+    from shardwise.units import format_seconds, format_seconds_beside
+
+    assert format_seconds(0.05004) == "50 ms"
+    assert format_seconds_beside(0.05004, 0.050) == "50.04 ms"
+    assert format_seconds_beside(0.050004, 0.050) == "50.004 ms"
+    assert format_seconds_beside(0.0503, 0.050) == "50.3 ms"  # three digits where they suffice
+    assert format_seconds_beside(0.536, 0.5) == "536 ms"

@@ -356,11 +356,10 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
 
     return {
         "variables": {
-            # 12 significant digits: 1000 GB/s, not the unit change's 1000.0000000000001
             name: [float(f"{v * DISPLAY_SCALE.get(name, 1.0):.12g}") for v in (axis.min(), axis.max())] + [len(axis)]
             for name, axis in zip(result.variables, result.axes, strict=True)
         },
-        # the unit of each range above: as the table shows it (GB/s, µs, TFLOP/s, TB/s), not SI
+        # the unit of each range above (12 digits: 1000, not 1000.0000000000001): as shown, not SI
         "units": {name: DISPLAY_UNIT.get(name, SI_UNIT.get(name, "")).strip() for name in result.variables},
         "configurations": result.points,
         "seconds": elapsed,

@@ -168,20 +168,29 @@ def format_capacity(memory_bytes: float) -> str:
     return f"{format_gib(memory_bytes)} ({format_bytes(memory_bytes)}, CUDA's total)"
 
 
-def format_seconds(t_s: float) -> str:
-    """Readable time: 0.0123 -> '12.3 ms'; '-' where there is none (NaN, inf)."""
+def format_seconds(t_s: float, digits: int = 3) -> str:
+    """Readable time: 0.0123 -> '12.3 ms' (`digits` significant); '-' where there is none (NaN, inf)."""
     if not math.isfinite(t_s):
         return "-"
     a = abs(t_s)
     if a >= 1e3:  # whole seconds with separators, not '2.04e+03 s'
         return f"{t_s:,.0f} s"
     if a >= 1.0 or a == 0.0:
-        return f"{t_s:.3g} s"
+        return f"{t_s:.{digits}g} s"
     if a >= 1e-3:
-        return f"{t_s * 1e3:.3g} ms"
+        return f"{t_s * 1e3:.{digits}g} ms"
     if a >= 1e-6:
-        return f"{t_s * 1e6:.3g} µs"
-    return f"{t_s * 1e9:.3g} ns"
+        return f"{t_s * 1e6:.{digits}g} µs"
+    return f"{t_s * 1e9:.{digits}g} ns"
+
+
+def format_seconds_beside(t_s: float, limit_s: float) -> str:
+    """`t_s` with as many digits (3 to 6) as tell it apart from `limit_s`: a TPOT of 50.02 ms that
+    misses a 50 ms target reads '50.02 ms', not the '50 ms' it rounds to."""
+    for digits in range(3, 7):
+        if format_seconds(t_s, digits) != format_seconds(limit_s, digits):
+            break
+    return format_seconds(t_s, digits)
 
 
 def format_seconds_range(low_s: float, high_s: float) -> str:
