@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 
 def test_sweep_names_the_unit_of_each_range_and_its_json_has_no_float_noise(cli):
     """`sweep` printed 'bandwidth 1..1000 (49)' with no unit (the ranges are in GB/s, µs, ...: the
@@ -28,3 +30,44 @@ def test_a_missed_target_is_shown_with_the_digits_that_tell_it_from_the_target()
     assert format_seconds_beside(0.050004, 0.050) == "50.004 ms"
     assert format_seconds_beside(0.0503, 0.050) == "50.3 ms"  # three digits where they suffice
     assert format_seconds_beside(0.536, 0.5) == "536 ms"
+
+
+@pytest.mark.slow
+def test_validate_public_does_not_call_the_inspected_lora_holdout_untouched():
+    """README and validation.md say the LoRA holdout rows were inspected while the recipes were read
+    (7.1% is not an untouched figure), but `validate public` labelled their row 'holdout (untouched)'."""
+    from shardwise.analyses import public_validation as pv
+    from shardwise.cli.validate_public import INSPECTED, summary_rows
+
+    labels = {(name, label) for name, label, _ in summary_rows()}
+    assert (pv.LORA_TABLE, INSPECTED) in labels and (pv.LORA_TABLE, "holdout (untouched)") not in labels
+    assert ("all public sources", "holdout (untouched)") in labels  # the dense holdout keeps its label
+
+
+def test_a_hugging_face_snapshot_directory_is_answered_with_its_config_json(cli, tmp_path):
+    """`--model DIR` of a downloaded checkpoint said only 'a directory; give a model preset's name, a
+    YAML file or a config.json'; where the directory holds a config.json the line names that file."""
+    snapshot = tmp_path / "Meta-Llama-3-8B"
+    snapshot.mkdir()
+    (snapshot / "config.json").write_text(
+        json.dumps(
+            {
+                "model_type": "llama",
+                "hidden_size": 256,
+                "intermediate_size": 512,
+                "num_attention_heads": 4,
+                "num_hidden_layers": 2,
+                "vocab_size": 1000,
+                "max_position_embeddings": 512,
+            }
+        )
+    )
+    code, out, err = cli(["predict", "--model", str(snapshot), "--system", "dgx-h100", "--global-batch", "8"])
+    assert code == 2 and not out
+    assert err.strip() == f"error: {snapshot}: a directory; give its config.json ({snapshot / 'config.json'})"
+    code, _, err = cli(
+        ["predict", "--model", str(snapshot / "config.json"), "--system", "dgx-h100", "--global-batch", "8"]
+    )
+    assert code == 0, err
+    code, _, err = cli(["predict", "--model", str(tmp_path), "--system", "dgx-h100", "--global-batch", "8"])
+    assert code == 2 and "give a model preset's name, a YAML file or a config.json" in err
