@@ -71,3 +71,26 @@ def test_a_hugging_face_snapshot_directory_is_answered_with_its_config_json(cli,
     assert code == 0, err
     code, _, err = cli(["predict", "--model", str(tmp_path), "--system", "dgx-h100", "--global-batch", "8"])
     assert code == 2 and "give a model preset's name, a YAML file or a config.json" in err
+
+
+def test_every_json_memory_breakdown_is_in_whole_bytes(cli):
+    """predict's JSON gave the allocator's share as 4297903308.8 bytes (walkthrough7 made the GPU's
+    capacity whole, not the breakdown); predict, plan, serve and timeline now give whole bytes."""
+    machine = ["--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8", "--json"]
+    outputs = {}
+    for args in (["predict", *machine], ["plan", *machine, "--top", "1"], ["timeline", *machine, "--pp", "2"]):
+        code, out, err = cli(args)
+        assert code == 0, err
+        outputs[args[0]] = json.loads(out)
+    code, out, err = cli(["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--plan", "tp=1", "--json"])
+    assert code == 0, err
+    breakdowns = [
+        outputs["predict"]["memory_bytes"],
+        outputs["plan"]["plans"][0]["memory_bytes"],
+        outputs["timeline"]["memory_bytes"],
+        json.loads(out)["plans"][0]["memory_bytes"],
+    ]
+    for parts in breakdowns:
+        assert parts["total"] > 1e9 and all(isinstance(v, int) for v in parts.values()), parts
+        assert sum(v for k, v in parts.items() if k != "total") == parts["total"], parts  # still adds up
+    assert outputs["predict"]["memory_bytes"]["allocator"] == round(outputs["predict"]["memory_bytes"]["allocator"])

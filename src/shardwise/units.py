@@ -153,6 +153,24 @@ def whole_bytes(value: Any) -> Any:
     return whole[0] if arr.ndim == 0 else np.array(whole, dtype=object).reshape(arr.shape).tolist()
 
 
+def whole_bytes_parts(parts: dict[str, Any]) -> dict[str, Any]:
+    """A memory breakdown for JSON ({"weights": ..., "total": ...}) in whole bytes, as `whole_bytes`
+    gives a GPU's (the allocator's 10% share made 4297903308.8 bytes). The total is the rounded total
+    and the parts still add up to it: each rounded down, the bytes left over going to the largest
+    fractions (Hamilton's method). An array breakdown (a grid) is rounded value by value."""
+    rounded = {k: whole_bytes(v) for k, v in parts.items()}
+    total = rounded.get("total")
+    values = [v for k, v in parts.items() if k != "total"]
+    if not isinstance(total, int) or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        return rounded
+    floors = {k: math.floor(float(v)) for k, v in parts.items() if k != "total"}
+    left = total - sum(floors.values())
+    if not 0 <= left <= len(floors):  # parts that do not add up to their total: leave them as they are
+        return rounded
+    by_fraction = sorted(floors, key=lambda k: float(parts[k]) - floors[k], reverse=True)
+    return {k: total if k == "total" else floors[k] + (k in by_fraction[:left]) for k in parts}
+
+
 def format_gib(memory_bytes: float) -> str:
     """A GPU's memory as CUDA reports it, in GiB as PyTorch prints it: 84943715696.64 -> '79.11 GiB'."""
     if not math.isfinite(memory_bytes):
