@@ -95,3 +95,12 @@ def test_every_json_memory_breakdown_is_in_whole_bytes(cli):
     for parts in breakdowns[:3]:  # a training step's parts still add up (serve's list only two of its parts)
         assert sum(v for k, v in parts.items() if k != "total") == parts["total"], parts
     assert outputs["predict"]["memory_bytes"]["allocator"] == round(outputs["predict"]["memory_bytes"]["allocator"])
+
+
+def test_validate_refuses_rows_where_no_table_lists_runs(cli):
+    """`validate narayanan21_table1 --rows dev` ran and ignored --rows; only public, collectives,
+    memory and --runs list runs, so elsewhere it is one line and exit status 2."""
+    for args in (["narayanan21_table1"], [], ["--calibrated"]):
+        code, out, err = cli(["validate", *args, "--rows", "dev"])
+        assert code == 2 and not out, args
+        assert err.strip().startswith("error: --rows dev lists the runs of validate public, collectives or memory")
