@@ -104,3 +104,34 @@ def test_validate_refuses_rows_where_no_table_lists_runs(cli):
         code, out, err = cli(["validate", *args, "--rows", "dev"])
         assert code == 2 and not out, args
         assert err.strip().startswith("error: --rows dev lists the runs of validate public, collectives or memory")
+
+
+def test_messages_name_what_to_drop_and_what_a_runs_csv_is_for(cli, tmp_path):
+    """`serve --batching static --requests 100` said 'drop --batching static, or drop it' (which?), and
+    `--calibration runs.csv` said 'line 2 is not valid YAML' where the user gave the runs, not their fit."""
+    code, _, err = cli(
+        [
+            "serve",
+            "--model",
+            "llama3-8b",
+            "--system",
+            "dgx-h100",
+            "--plan",
+            "tp=1",
+            "--batching",
+            "static",
+            "--requests",
+            "100",
+        ]
+    )
+    assert code == 2 and err.strip().endswith("drop --batching static, or drop --requests")
+    runs = tmp_path / "runs.csv"
+    runs.write_text("model,system,tp,global_batch,step_time_s\nllama3-8b,dgx-h100,1,8,1.0\n")
+    code, out, err = cli(
+        ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8", "--calibration", str(runs)]
+    )
+    assert code == 2 and not out
+    assert err.strip() == (
+        f"error: {runs}: a CSV of runs, not a calibration; fit one first: shardwise calibrate {runs} -o FILE.yaml, "
+        "then --calibration FILE.yaml"
+    )
