@@ -135,3 +135,15 @@ def test_messages_name_what_to_drop_and_what_a_runs_csv_is_for(cli, tmp_path):
         f"error: {runs}: a CSV of runs, not a calibration; fit one first: shardwise calibrate {runs} -o FILE.yaml, "
         "then --calibration FILE.yaml"
     )
+
+
+def test_a_rate_link_flag_out_of_range_is_not_told_to_give_a_rate(cli):
+    """`--inter-link 0GB/s` ended '...; or give a YAML file or a rate like 600GB/s' (it was a rate) and
+    `--intra-link 5` suggested a rate twice; the suggestion stays for a name that is no preset."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "16", "--nodes", "2"]
+    for flag, value in (("--inter-link", "0GB/s"), ("--intra-link", "5")):
+        code, out, err = cli([*base, flag, value])
+        assert code == 2 and not out and "or give a YAML file or a rate like" not in err, err
+        assert err.count("\n") == 1
+    code, _, err = cli([*base, "--inter-link", "nosuch"])
+    assert code == 2 and err.strip().endswith("or give a YAML file or a rate like 600GB/s")
