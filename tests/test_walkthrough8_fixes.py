@@ -147,3 +147,15 @@ def test_a_rate_link_flag_out_of_range_is_not_told_to_give_a_rate(cli):
         assert err.count("\n") == 1
     code, _, err = cli([*base, "--inter-link", "nosuch"])
     assert code == 2 and err.strip().endswith("or give a YAML file or a rate like 600GB/s")
+
+
+def test_a_crossover_over_the_gpu_count_says_so_in_words():
+    """`crossover --vary gpus=...` described its machine as 'gpus swept a100-sxm4-80gb'; now 'a100-sxm4-80gb,
+    the GPU count swept' (and a fixed count still reads '8 x a100-sxm4-80gb')."""
+    from shardwise.requests.compare import CrossoverRequest, ExperimentRequest
+
+    swept = CrossoverRequest(ExperimentRequest(global_batch=64), vary="gpus=8,16").run().as_dict()
+    fixed = CrossoverRequest(ExperimentRequest(), vary="batch=1..4").run().as_dict()
+    text = json.dumps(swept)
+    assert "a100-sxm4-80gb, the GPU count swept" in text and "gpus swept" not in text
+    assert "8 x a100-sxm4-80gb" in json.dumps(fixed)
