@@ -159,3 +159,15 @@ def test_a_crossover_over_the_gpu_count_says_so_in_words():
     text = json.dumps(swept)
     assert "a100-sxm4-80gb, the GPU count swept" in text and "gpus swept" not in text
     assert "8 x a100-sxm4-80gb" in json.dumps(fixed)
+
+
+def test_recompute_layers_beyond_a_stage_says_every_layer_is_recomputed(cli):
+    """`predict --recompute-layers 40` on Llama 3 8B (32 layers, one stage) said 'the first 40 layer(s) of each
+    stage recomputed whole' (Megatron recomputes the 32 there are); now it says every layer is."""
+    base = ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "8"]
+    code, out, err = cli([*base, "--recompute-layers", "40"])
+    assert code == 0, err
+    text = " ".join(out.split())  # the report wraps its lines
+    assert "(+ every layer recomputed whole: the first 40 of each stage, which holds at most 32)" in text
+    code, out, err = cli([*base, "--recompute-layers", "4"])
+    assert code == 0 and "(+ the first 4 layer(s) of each stage recomputed whole)" in " ".join(out.split())
