@@ -10,7 +10,7 @@ Workloads, each timed `--repeat` times (median reported):
           (`engines.distinct` prices each distinct one once);
   each    the same random plans priced element by element (`estimate_each_training_step`, the
           reference the distinct path is checked against);
-  csv     the grid's table written as CSV (`shardwise sweep --out grid.csv`).
+  csv     the grid's table written as CSV (`shardwise sweep -o grid.csv`).
 Targets (issue 16): 10 million random configurations per second, 30 million for grids. Each
 median is also given in units of one numpy `a * b + c` over 1e7 float64 measured in the same run.
 
@@ -50,7 +50,7 @@ DESCRIPTIONS = {
     "grid": "grid: batch x bandwidth x layers x sequence length, 2 plans x 2 links (`shardwise sweep`)",
     "random": "random plans (tp, pp, dp, micro-batch, recompute, ZeRO), one flat array, each distinct one priced once",
     "each": "the same random plans priced element by element (the reference)",
-    "csv": "the grid written as CSV (`sweep --out grid.csv`)",
+    "csv": "the grid written as CSV (`sweep -o grid.csv`)",
 }
 
 

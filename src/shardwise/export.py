@@ -12,7 +12,7 @@ from shardwise.engines.result import TrainingEstimate
 from shardwise.physics.params import total_params
 from shardwise.specs import Cluster, Gpu, Link, Model, Plan, Scenario
 from shardwise.specs.plan import EXECUTION_FLAGS
-from shardwise.units import whole_bytes
+from shardwise.units import whole_bytes, whole_bytes_parts
 
 
 def plain(value: Any) -> Any:
@@ -147,7 +147,7 @@ def estimate_dict(est: TrainingEstimate) -> dict[str, Any]:
         "breakdown_s": {k: plain(v) for k, v in est.breakdown.as_dict().items()},
         "hidden_s": {k: plain(v) for k, v in est.hidden_comm_s.items()},
         "compute_parts_s": {k: plain(v) for k, v in est.compute_parts_s.items()},
-        "memory_bytes": {k: plain(v) for k, v in est.memory.as_dict().items()},
+        "memory_bytes": whole_bytes_parts(est.memory.as_dict()),
         "gpu_memory_bytes": whole_bytes(est.scenario.cluster.gpu.memory_bytes),
         "fits_in_memory": plain(est.fits_in_memory),
     }
@@ -316,11 +316,9 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
         "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
         "max_batch_per_replica": int(est.max_batch),
-        "memory_bytes": {
-            "weights": plain(est.weights_bytes),
-            "kv_cache": plain(est.kv_cache_bytes),
-            "total": plain(est.total_bytes),
-        },
+        "memory_bytes": whole_bytes_parts(
+            {"weights": est.weights_bytes, "kv_cache": est.kv_cache_bytes, "total": est.total_bytes}
+        ),
         "fits_in_memory": plain(est.fits_in_memory),
         "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
         "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
@@ -356,10 +354,10 @@ def sweep_dict(result: Any, elapsed: float) -> dict[str, Any]:
 
     return {
         "variables": {
-            name: [float(v * DISPLAY_SCALE.get(name, 1.0)) for v in (axis.min(), axis.max())] + [len(axis)]
+            name: [float(f"{v * DISPLAY_SCALE.get(name, 1.0):.12g}") for v in (axis.min(), axis.max())] + [len(axis)]
             for name, axis in zip(result.variables, result.axes, strict=True)
         },
-        # the unit of each range above: as the table shows it (GB/s, µs, TFLOP/s, TB/s), not SI
+        # the unit of each range above (12 digits: 1000, not 1000.0000000000001): as shown, not SI
         "units": {name: DISPLAY_UNIT.get(name, SI_UNIT.get(name, "")).strip() for name in result.variables},
         "configurations": result.points,
         "seconds": elapsed,

@@ -153,6 +153,24 @@ def whole_bytes(value: Any) -> Any:
     return whole[0] if arr.ndim == 0 else np.array(whole, dtype=object).reshape(arr.shape).tolist()
 
 
+def whole_bytes_parts(parts: dict[str, Any]) -> dict[str, Any]:
+    """A memory breakdown for JSON ({"weights": ..., "total": ...}) in whole bytes, as `whole_bytes`
+    gives a GPU's (the allocator's 10% share made 4297903308.8 bytes). The total is the rounded total
+    and the parts still add up to it: each rounded down, the bytes left over going to the largest
+    fractions (Hamilton's method). An array breakdown (a grid) is rounded value by value."""
+    rounded = {k: whole_bytes(v) for k, v in parts.items()}
+    total = rounded.get("total")
+    values = [v for k, v in parts.items() if k != "total"]
+    if not isinstance(total, int) or not all(isinstance(v, (int, float)) and math.isfinite(v) for v in values):
+        return rounded
+    floors = {k: math.floor(float(v)) for k, v in parts.items() if k != "total"}
+    left = total - sum(floors.values())
+    if not 0 <= left <= len(floors):  # parts that do not add up to their total: leave them as they are
+        return rounded
+    by_fraction = sorted(floors, key=lambda k: float(parts[k]) - floors[k], reverse=True)
+    return {k: total if k == "total" else floors[k] + (k in by_fraction[:left]) for k in parts}
+
+
 def format_gib(memory_bytes: float) -> str:
     """A GPU's memory as CUDA reports it, in GiB as PyTorch prints it: 84943715696.64 -> '79.11 GiB'."""
     if not math.isfinite(memory_bytes):
@@ -168,20 +186,29 @@ def format_capacity(memory_bytes: float) -> str:
     return f"{format_gib(memory_bytes)} ({format_bytes(memory_bytes)}, CUDA's total)"
 
 
-def format_seconds(t_s: float) -> str:
-    """Readable time: 0.0123 -> '12.3 ms'; '-' where there is none (NaN, inf)."""
+def format_seconds(t_s: float, digits: int = 3) -> str:
+    """Readable time: 0.0123 -> '12.3 ms' (`digits` significant); '-' where there is none (NaN, inf)."""
     if not math.isfinite(t_s):
         return "-"
     a = abs(t_s)
     if a >= 1e3:  # whole seconds with separators, not '2.04e+03 s'
         return f"{t_s:,.0f} s"
     if a >= 1.0 or a == 0.0:
-        return f"{t_s:.3g} s"
+        return f"{t_s:.{digits}g} s"
     if a >= 1e-3:
-        return f"{t_s * 1e3:.3g} ms"
+        return f"{t_s * 1e3:.{digits}g} ms"
     if a >= 1e-6:
-        return f"{t_s * 1e6:.3g} µs"
-    return f"{t_s * 1e9:.3g} ns"
+        return f"{t_s * 1e6:.{digits}g} µs"
+    return f"{t_s * 1e9:.{digits}g} ns"
+
+
+def format_seconds_beside(t_s: float, limit_s: float) -> str:
+    """`t_s` with as many digits (3 to 6) as tell it apart from `limit_s`: a TPOT of 50.02 ms that
+    misses a 50 ms target reads '50.02 ms', not the '50 ms' it rounds to."""
+    for digits in range(3, 7):
+        if format_seconds(t_s, digits) != format_seconds(limit_s, digits):
+            break
+    return format_seconds(t_s, digits)
 
 
 def format_seconds_range(low_s: float, high_s: float) -> str:

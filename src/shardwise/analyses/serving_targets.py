@@ -71,13 +71,13 @@ def _meets(est: InflightEstimate, ttft_max: float | None, tpot_max: float | None
     """'' when both targets hold, else which one fails and by how much."""
     p = est.percentiles_s or {}
     ttft, tpot = p["ttft_s"][pct], p["tpot_s"][pct]
-    from shardwise.units import format_seconds
+    from shardwise.units import format_seconds_beside
 
     misses = []
     if ttft_max is not None and not ttft <= ttft_max:
-        misses.append(f"TTFT {format_seconds(ttft)}")
+        misses.append(f"TTFT {format_seconds_beside(ttft, ttft_max)}")
     if tpot_max is not None and not tpot <= tpot_max:
-        misses.append(f"TPOT {format_seconds(tpot)}")
+        misses.append(f"TPOT {format_seconds_beside(tpot, tpot_max)}")
     return ", ".join(misses)
 
 

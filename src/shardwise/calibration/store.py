@@ -173,6 +173,11 @@ def load(path: str | Path) -> Calibration:
     """Read and check a calibration file; every problem is one SpecError line naming the file."""
     from shardwise import loaders
 
+    if str(path).lower().endswith(".csv"):  # the runs, not their fit: "line 2 is not valid YAML" said too little
+        raise SpecError(
+            f"{path}: a CSV of runs, not a calibration; fit one first: shardwise calibrate {path} -o FILE.yaml, "
+            "then --calibration FILE.yaml"
+        )
     return from_document(loaders.load_yaml(path), str(path))
 
 

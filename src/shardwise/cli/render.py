@@ -131,7 +131,7 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
         f"{p.num_micro_batches} micro-batches of {p.micro_batch}, "
-        f"recompute={p.recompute.label}{_modules(p)}{_whole(p)}, "
+        f"recompute={p.recompute.label}{_modules(p)}{_whole(p, int(m.layers))}, "
         f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
         + (
             f", hybrid sharding: state sharded over {p.shard_group} ranks, {p.replicas} replicas"
@@ -177,12 +177,19 @@ def _modules(p: Any) -> str:
     return f" ({', '.join(p.recompute_modules)})"
 
 
-def _whole(p: Any) -> str:
-    """' (+ the first 4 layers of each stage recomputed whole)' where `Plan.recompute_layers` applies."""
+def _whole(p: Any, layers: int) -> str:
+    """' (+ the first 4 layers of each stage recomputed whole)' where `Plan.recompute_layers` applies;
+    a count that reaches the fullest stage (model chunk) says every layer is (40 on a 32-layer stage)."""
+    from shardwise.specs.stages import plan_split, stage_layer_list
+
     n = int(p.recompute_layers)
     if n == 0 or p.recompute.label == "full":
         return ""
-    return f" (+ the first {n} layer(s) of each {'model chunk' if int(p.vpp) > 1 else 'stage'} recomputed whole)"
+    where, vpp = ("model chunk" if int(p.vpp) > 1 else "stage"), max(int(p.vpp), 1)
+    fullest = max(-(-c // vpp) for c in stage_layer_list(plan_split(layers, p), int(p.pp)))
+    if n >= fullest:
+        return f" (+ every layer recomputed whole: the first {n} of each {where}, which holds at most {fullest})"
+    return f" (+ the first {n} layer(s) of each {where} recomputed whole)"
 
 
 def _flags(p: Any) -> str:

@@ -195,7 +195,12 @@ def _print(summary: dict[str, Any], out_path: str | None, map_path: str | None) 
     from shardwise.cli.render import console
 
     out = console()
-    grid = " x ".join(f"{name} {lo:g}..{hi:g} ({n})" for name, (lo, hi, n) in summary["variables"].items())
+    from shardwise.analyses.experiment import DISPLAY_UNIT
+
+    grid = " x ".join(
+        f"{name} {lo:g}..{hi:g}{DISPLAY_UNIT.get(name, '')} ({n} values)"
+        for name, (lo, hi, n) in summary["variables"].items()
+    )
     out.print(f"grid: {grid}")
     out.print(f"{summary['configurations']:,} configurations evaluated in {summary['seconds']:.2f} s")
     table = Table(title="grid cells won by each plan", title_justify="left", header_style="bold")

@@ -105,13 +105,14 @@ def validate(
     inference: TensorRT-LLM's published throughput (FP8 on H100/H200, FP4 on B200/GB200, Llama 3
     8B/70B/405B) and FasterTransformer GPT-13B latencies (A100, TP 1 and 2); with it, TP against a
     layer split on PCIe GPUs (llama.cpp, ExLlamaV2) as throughput ratios;
-    public (only when named): 900 public training runs (NVIDIA DGX Cloud benchmarking, Megatron-Bridge
-    and NeMo performance summaries, ...), per source and split (dev: looked at while developing and
-    used to fit the sustained GPU efficiencies; holdout: untouched), with MAPE, bias, ranking of
+    public (only when named): about 1,300 public training runs (NVIDIA DGX Cloud benchmarking,
+    Megatron-Bridge and NeMo performance summaries, ...), each source predicted by the model fitted
+    without it, then per source and split (dev: looked at while developing and used to fit the
+    sustained GPU efficiencies; holdout: untouched, but for the LoRA rows, inspected), with MAPE, bias, ranking of
     layouts within each group, and a flat baseline (Eq. 3 FLOPs at Narayanan Table 1's fraction of
     peak);
     planner (only when named): `shardwise plan`'s best plan beside each published run's plan;
-    collectives (only when named): the collective model against 230 published nccl-tests and
+    collectives (only when named): the collective model against 236 published nccl-tests and
     torch.distributed points (PCIe to NVLink SHARP, 1 to 64 servers), per curve and split;
     inference_scaling (only when named): serving scaling ratios, TP(k)/TP(k/2) on NVLink, TP
     against a layer split on PCIe, PP(k)/PP(1), EP(k)/TP(k) and PP(k)/TP(k), measured against
@@ -132,6 +133,13 @@ def validate(
         check_options(tables, calibrated, calibration, runs_file, plot)
         show_runs(str(runs_file), calibration, as_json, markdown, show_rows)
         return
+    if show_rows != "none" and (calibrated or not {"public", "collectives", "memory"} & set(tables)):
+        from shardwise.errors import SpecError
+
+        raise SpecError(
+            f"--rows {show_rows} lists the runs of validate public, collectives or memory (or of --runs); "
+            "the tables asked for have no such list"
+        )
     if calibrated or plot:
         from shardwise.errors import SpecError
 

@@ -109,6 +109,9 @@ def _lookup(kind: str, name: str) -> tuple[str, dict[str, Any]]:
         return key, table[key]
     if name.strip() and files.is_dir(name):  # '/tmp' was told "unknown model '/tmp'; closest: mpt-7b"
         files_ = {"models": ", a YAML file or a config.json", "links": ""}.get(kind, " or a YAML file")
+        inside = Path(name) / "config.json"  # a Hugging Face snapshot: name the file it holds
+        if kind == "models" and inside.is_file():
+            raise SpecError(f"{name}: a directory; give its config.json ({inside})")
         raise SpecError(f"{name}: a directory" + (f"; give a {kind[:-1]} preset's name{files_}" if files_ else ""))
     import difflib
 

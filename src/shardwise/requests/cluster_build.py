@@ -188,13 +188,19 @@ def link_flag(spec: str, role: str, replaced: Any = None, latency_s: float | Non
     """A link flag (`presets.link_or_rate`): a preset, a YAML file, or a sustained rate (which
     keeps the latency and NCCL protocols of the link it replaces, or takes its kind's latency;
     --link-latency sets it)."""
-    from shardwise import presets
+    from shardwise import presets, units
 
     kind = "inter" if role == "inter-link" else "intra"
     try:
         return presets.link_or_rate(spec, kind, replaced, latency_s)
     except SpecError as exc:
-        raise SpecError(f"--{role}: {exc}; or give a YAML file or a rate like 600GB/s") from None
+        # a rate out of range, or a bare number, says what to write already: no second suggestion
+        try:
+            units.parse_rate_bytes_per_s(spec)
+            rate = True
+        except SpecError:
+            rate = units.is_bare_number(spec)
+        raise SpecError(f"--{role}: {exc}" + ("" if rate else "; or give a YAML file or a rate like 600GB/s")) from None
 
 
 def describe_link(link: Any) -> str:

@@ -179,7 +179,8 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
         rate = f"{nic.bandwidth_bytes_per_s / 1e9:.3g} GB/s per GPU"
         across = f"; across servers of {exp.gpus_per_node}: {nic.name} ({rate})"
     return (
-        f"shardwise's physical model; {m.name}: {shape}; {fixed('gpus', f'{exp.gpus} x')} {exp.gpu.name}; "
+        f"shardwise's physical model; {m.name}: {shape}; "
+        f"{f'{exp.gpu.name}, the GPU count swept' if variable == 'gpus' else f'{exp.gpus} x {exp.gpu.name}'}; "
         f"{work}{batching}; links: {links}{across}"
     )
 

@@ -48,7 +48,7 @@ class PlanResult:
             "evaluated": result.evaluated,
             "dropped_for_memory": result.dropped_for_memory,
             "seconds": result.seconds,
-            "plans": self.rows,
+            "plans": [{**r, "memory_bytes": export.whole_bytes_parts(r["memory_bytes"])} for r in self.rows],
             "interval": {"level": 0.8, "basis": self.interval_basis},
             "why": [{**asdict(a), "text": describe(a)} for a in self.why],
             "launch": self.launch,

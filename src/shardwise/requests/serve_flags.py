@@ -53,7 +53,7 @@ def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
             one = len(given) == 1
             raise SpecError(
                 f"{', '.join(given)} shape{'s' * one} the in-flight simulation; a static batch "
-                f"has none: drop --batching static, or drop {'it' if one else 'them'}"
+                f"has none: drop --batching static, or drop {' and '.join(given)}"
             )
     return traffic
 

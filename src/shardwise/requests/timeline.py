@@ -38,7 +38,7 @@ class TimelineResult:
             step_time_s_high=self.step_time_s_high,
             interval={"level": 0.8, "basis": self.interval_basis},
             # the memory as `predict --json` writes it: the step is simulated whether it fits or not
-            memory_bytes={k: export.plain(v) for k, v in self.simulated.estimate.memory.as_dict().items()},
+            memory_bytes=export.whole_bytes_parts(self.simulated.estimate.memory.as_dict()),
             gpu_memory_bytes=export.whole_bytes(self.simulated.estimate.scenario.cluster.gpu.memory_bytes),
             fits_in_memory=bool(self.simulated.estimate.fits_in_memory),
             notes=list(self.notes),  # what was assumed (the command line prints them on stderr)
