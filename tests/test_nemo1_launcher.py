@@ -55,6 +55,16 @@ def test_overlaps_and_recomputation_follow_the_launcher():
     assert not bool(lora70.sequence_parallel) and not bool(lora70.tp_comm_overlap)
 
 
+def test_the_launcher_turns_nvls_off():
+    """config.yaml env_vars NCCL_NVLS_ENABLE: 0 (tag 24.07): NCCL does not reduce in the NVSwitch,
+    and its NVLS buffers are not allocated."""
+    row = _rows()["llama3-70b", "pretrain"]
+    scn = pv.scenario_for(row)
+    assert not bool(scn.cluster.nvls)
+    other = next(r for r in pv.raw_rows() if r["source"].startswith("GitHub NVIDIA-NeMo/Megatron-Bridge docs/perf"))
+    assert bool(pv.scenario_for(pv.public_moe.resolved(other)).cluster.nvls)
+
+
 def test_the_scripts_virtual_stages_complete_the_fine_tuning_layouts():
     """The summary prints no VP for its pipelined fine-tuning rows; the scripts set it (13B SFT 10,
     70B SFT 20, 70B LoRA none), so those rows are priced, not skipped."""

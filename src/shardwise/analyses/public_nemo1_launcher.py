@@ -216,13 +216,15 @@ def virtual_stages(row: dict[str, str]) -> int:
 
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
-    """The request settings the row's launcher recipe sets (empty for other rows): the optimizer's
-    state and gradient dtype, sequence parallelism and the userbuffers TP overlap where tp > 1, the
+    """The request settings the row's launcher recipe sets (empty for other rows): NVLS off, the
+    optimizer's state and gradient dtype, sequence parallelism and the userbuffers TP overlap where tp > 1, the
     interleaved schedule's p2p overlap, and the YAML's recomputation."""
     found = recipe(row)
     if found is None:
         return {}
-    out: dict[str, object] = {}
+    # launcher_scripts/conf/config.yaml env_vars `NCCL_NVLS_ENABLE: 0` ("for memory saving", 8f2acedd,
+    # 2023-09-12; at the tag and on main through 2024): NCCL reduces on the GPUs, not in the NVSwitch
+    out: dict[str, object] = {"nvls": "off"}
     state = optimizer_state(found)
     if state:
         out["optimizer_state"] = state
