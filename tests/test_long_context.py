@@ -140,7 +140,8 @@ def test_public_runs_launched_with_nvte_fused_attn_0_price_te_flash2():
         return execution(rows[run_id])[1].get("attention_kernel", "fused")
 
     assert kernel("PUB-0336") == kernel("PUB-0352") == "te-flash2"  # NeMo 24.03.01 long-sequence, H100
-    assert kernel("PUB-0306") == "fused"  # NeMo 24.07 summary: the launcher commit is not known
+    # NeMo 24.07 summary: 0 on the launcher's tag and on main until 2024-08-29, but for GPT-3 175B (main: 1)
+    assert kernel("PUB-0306") == kernel("PUB-0319") == "te-flash2" and kernel("PUB-0304") == "fused"
     assert kernel("PUB-0320") == "fused"  # NeMo 25.04 long-sequence, B200
     assert kernel("PUB-0450") == kernel("PUB-0555") == "te-flash2"  # dgxc nemotron 340B (configure.sh)
     assert kernel("PUB-0434") == "fused"  # dgxc nemotron 15B: NVTE_FUSED_ATTN=1

@@ -199,7 +199,8 @@ def test_the_recipes_read_for_the_runs_once_called_out_of_memory():
     layout Et|(tt|)*30mL, one MTP module), NeMo 24.07's Nemotron-4 340B (the launcher's
     distributed_fused_adam with dtype and grad_sync_dtype bf16), Modalities' and NeMo Automodel's MoE
     losses on bf16 logits: each row takes its recipe and the runs that ran fit; the other NeMo 24.07
-    rows keep the stack's optimizer and gradients."""
+    pre-training rows keep Apex's fp32 state as remainders beside the bf16 weights
+    (`public_nemo1_launcher`)."""
     from shardwise.analyses import public_validation
 
     def plan(row):
@@ -210,8 +211,9 @@ def test_the_recipes_read_for_the_runs_once_called_out_of_memory():
     assert plan(dsv3).recompute_modules == ("mla_up_proj", "mlp") and int(plan(dsv3).mtp_layers) == 1
     nemotron = by_id["PUB-0311"]
     assert plan(nemotron).optimizer_state == "bf16" and bool(plan(nemotron).grad_reduce_bf16)
-    others = [r for r in _rows(framework_version="24.07") if r["id"] != "PUB-0311"]
-    assert others and all(plan(r).optimizer_state == "fp32" for r in others if r["source"] == nemotron["source"])
+    others = [r for r in _rows(framework_version="24.07") if r["id"] != "PUB-0311" and r["workload"] == "pretrain"]
+    pretrain = [r for r in others if r["source"] == nemotron["source"]]  # fp32 Adam, bf16 weights: remainders
+    assert pretrain and all(plan(r).optimizer_state == "fp32-remainders" for r in pretrain)
     modalities = [r for r in public_validation.raw_rows() if r["source"].startswith("GitHub Modalities/modalities")]
     assert modalities and all(plan(r).loss_kernel == "eager-bf16" for r in modalities[:5])
     automodel = [

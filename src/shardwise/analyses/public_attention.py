@@ -26,13 +26,15 @@ DGXC = "GitHub NVIDIA/dgxc-benchmarking "
 @dataclass(frozen=True)
 class KernelFact:
     """The rows a launch configuration covers: the source starts with `source` and, where `version`
-    is given, the row's `framework_version` is it or the row was first seen at that commit."""
+    is given, the row's `framework_version` is it or the row was first seen at that commit; a row of
+    model `skip_model` is not covered."""
 
     source: str
     version: str = ""
+    skip_model: str = ""
 
     def covers(self, row: dict[str, str]) -> bool:
-        if not row["source"].startswith(self.source):
+        if not row["source"].startswith(self.source) or (self.skip_model and row.get("model") == self.skip_model):
             return False
         seen = row.get("commit_or_version", "")
         return (
@@ -50,11 +52,17 @@ TE_FLASH2_FACTS = (
     # how NeMo's performance tables of the time were run (its examples/README.md holds the same
     # benchmark tables). NeMo 24.03.01's long-sequence table (Llama 2 7B on H100, 4K-1M tokens; the
     # 24.03 container's TE 1.3, Megatron-Core 0.5.0, PyTorch 2.2.0 by NVIDIA's software component
-    # table) was run in that window whichever launcher commit ran it. Not NeMo's 24.07 summary: the
-    # 24.07 tag still sets 0, but main enabled cuDNN on 2024-07-15 and kept it for GPT-3 175B alone
-    # from 95c77b59 (2024-07-17), while the 24.07 container's runs (published 2024-08, NeMo PR
-    # #10253) state no launcher commit: not known, the preset's cuDNN kept.
+    # table) was run in that window whichever launcher commit ran it.
     *(KernelFact(NEMO_DOCS, version) for version in ("24.03", "24.03.01", "24.05")),
+    # NeMo's 24.07 summary, run by the launcher's example scripts (`public_nemo1_launcher`): the tag
+    # 24.07 (8325688d, 2024-08-01, not descended from a6490ffe) sets 0 in config.yaml; main set 0
+    # again from 95c77b59 (2024-07-17) until 04b8d098 (2024-08-29, "enable fused attention"), with
+    # `+env_vars.NVTE_FUSED_ATTN=1` in examples/training/gpt/h100/175b_fp8_16node.sh alone. Every row
+    # but GPT-3 175B ran 0 whichever of the two ran it (the summary's Llama 2 70B VP 20 is the tag's
+    # YAML; main's fee1762f, 2024-08-02, made it 5); GPT-3 175B (tag 0, main 1) keeps the preset's cuDNN.
+    # The 24.07 container's TE is 1.8.0.dev0 (docs.nvidia.com/nemo-framework/user-guide/24.09/
+    # softwarecomponentversions.html): FlashAttention-2, no FlashAttention-3 path.
+    KernelFact(NEMO_DOCS + "performance_summary.md", "24.07", skip_model="gpt3-175b"),
     # dgxc-benchmarking's NeMo 1 launches (nemo:24.09, TE 1.10): nemotron/configure.sh exports
     # NVTE_FUSED_ATTN=0 for the 340B (and 1 for the 15B) at 35a9aecc8d - 1b9bb6b3cf; grok1/configure.sh
     # 0 at every commit; nemo_megatron/launch.sh (35a9aecc8d) and configure.sh (143b90dd91, e6afea3aea)

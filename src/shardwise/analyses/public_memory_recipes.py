@@ -14,7 +14,6 @@ from dataclasses import dataclass
 MEGATRON_BRIDGE = "GitHub NVIDIA-NeMo/Megatron-Bridge docs/performance-summary"
 NEMO_DOCS = "docs.nvidia.com/nemo-framework/user-guide/latest/performance/performance"
 DGXC = "GitHub NVIDIA/dgxc-benchmarking "
-NEMO_SUMMARY_MD = "GitHub NVIDIA/NeMo docs/source/performance/performance_summary.md"
 SKILL_STUDY = "GitHub NVIDIA-NeMo/Megatron-Bridge skills/nemo-mbridge-perf-activation-recompute/"
 
 
@@ -128,17 +127,8 @@ TE_LOSS_RECIPES = (
 )
 
 
-# NeMo 24.07's performance summary, Nemotron-4 340B (NeMo 1 launcher): NVIDIA/NeMo-Framework-Launcher
-# tag 24.07, launcher_scripts/conf/training/nemotron/nemotron_340b.yaml `optim: distributed_fused_adam`
-# with `dtype: bf16`, `grad_sync_dtype: bf16`, `contiguous_grad_buffer: True` (the same from 7c842fcd,
-# 2024-06-17, until 3dd35614 moved it to Megatron-Core's optimizer, 2024-12-05). NeMo v2.0.0
-# megatron_base_model.py setup_optimization hands Apex's DistributedFusedAdam that dtype and, with the
-# optimizer's dtype the model's, store_params False: bf16 moments, no master ("bf16"), and the
-# contiguous gradient buffer in grad_sync_dtype (apex distributed_fused_adam.py: `_grad_buffer` of
-# `grad_sync_dtype`): 2 bytes. With model.fp8_params store_params is True (a bf16 shard beside fp8
-# weights): 1 + 6 / dp bytes against 2 + 4 / dp, the same at the row's dp 2. The summary states the
-# layout (tp 8, pp 8, vp 12) that overrides the YAML's; its optimizer it does not restate.
-NEMO_BF16_ADAM = (RecipeFact(NEMO_SUMMARY_MD, "nemotron4-340b", version="24.07"),)
+# NeMo 24.07's performance summary (NeMo 1 launcher): its optimizer, gradient dtype and the rest of its
+# launcher configuration are `public_nemo1_launcher`'s.
 
 # Runs whose optimizer keeps less than an fp32 master and fp32 moments (`Plan.optimizer_state`):
 # (state, the rows). Megatron-FSDP rows are left out: Megatron-Bridge turns the precision-aware
@@ -205,7 +195,6 @@ OPTIMIZER_STATE_RECIPES = (
     ("fp32-remainders", RecipeFact(MEGATRON_BRIDGE, precisions=("bf16",), with_fsdp=False)),
     # NeMo 2.4 (25.07) scripts/performance/helpers.py: the same for BF16 (line 208)
     ("fp32-remainders", RecipeFact(NEMO_DOCS, precisions=("bf16",), version="25.07", with_fsdp=False)),
-    *(("bf16", fact) for fact in NEMO_BF16_ADAM),
     # NeMo Automodel's mixture-of-experts pre-training rows train in pure bf16: its own model classes
     # build every parameter at the config's torch_dtype (bf16 by default and in these checkpoints) and
     # `initialize_weights` ends with `self.to(dtype)`, dtype bf16 (nemo_automodel/components/models/
@@ -257,10 +246,8 @@ def expandable_segments(row: dict[str, str]) -> bool:
 
 def plan_settings(row: dict[str, str]) -> dict[str, object]:
     """The Plan keyword arguments the row's recipe sets here (`loss_kernel`, `expandable_segments`,
-    `optimizer_state`, and `grad_reduce_bf16` for `NEMO_BF16_ADAM`)."""
+    `optimizer_state`)."""
     out: dict[str, object] = {}
-    if any(fact.covers(row) for fact in NEMO_BF16_ADAM):  # Apex's gradient buffer in grad_sync_dtype bf16
-        out["grad_reduce_bf16"] = True
     if optimizer_state(row):
         out["optimizer_state"] = optimizer_state(row)
     if loss_kernel(row):

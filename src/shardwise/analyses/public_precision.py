@@ -11,9 +11,9 @@ from shardwise.analyses.public_row import PRESETS, notes
 # source, the commit or container its recipe was read at (the first commit in `commit_or_version`,
 # or `framework_version`; empty: any), the precisions it holds for (empty: bf16 and FP8 alike)).
 # Where a source's recipe is not known at the row's version (dgxc-benchmarking's deepseek_v3,
-# llama4, grok1/README.md; NeMo's 24.07 performance summary and long-sequence tables),
-# nothing is set: the model keeps fp32 gradients (but for the 24.07 summary's Nemotron-4 340B, whose
-# launcher YAML sets grad_sync_dtype bf16: `public_memory_recipes.NEMO_BF16_ADAM`).
+# llama4, grok1/README.md; NeMo's long-sequence tables), nothing is set: the model keeps fp32
+# gradients. NeMo's 24.07 performance summary: its launcher's grad_sync_dtype, per model
+# (`public_nemo1_launcher`).
 BF16_GRADIENT_RECIPES = (
     # Megatron-Bridge scripts/performance: `mixed_precision.grad_reduce_in_fp32 = False` and
     # `ddp.grad_reduce_in_fp32 = False` (configs/llama/llama31_llm_pretrain.py

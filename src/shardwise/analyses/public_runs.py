@@ -10,7 +10,7 @@ import csv
 from functools import cache
 from importlib import resources
 
-from shardwise.analyses import public_lora, public_moe, public_stacks
+from shardwise.analyses import public_lora, public_moe, public_nemo1_launcher, public_stacks
 from shardwise.errors import SpecError
 from shardwise.physics.lora import DEFAULT_RANK, DEFAULT_TARGETS
 
@@ -152,11 +152,17 @@ def skip_reason(row: dict[str, str]) -> str:
         return "precision not stated" if not row["precision"] else f"precision {row['precision']!r} not modelled"
     if any(as_int(row[k]) is None for k in ("tp", "pp", "dp", "mbs", "gbs", "seq_len", "layers", "num_gpus")):
         return "layout incomplete"
-    if (as_int(row["pp"]) or 1) > 1 and as_int(row["vp"]) is None:  # the pipeline's schedule is unknown
+    if (as_int(row["pp"]) or 1) > 1 and _vp(row) is None:  # the pipeline's schedule is unknown
         return "layout incomplete"
     if not row["measured"]:
         return "no measurement"
     return ""
+
+
+def _vp(row: dict[str, str]) -> int | None:
+    """The row's virtual pipeline stages, or its launch script's where the row leaves them out
+    (`public_nemo1_launcher.virtual_stages`); None where neither states them."""
+    return as_int(row["vp"]) or public_nemo1_launcher.virtual_stages(row) or None
 
 
 def request_for(row: dict[str, str]):
@@ -186,7 +192,7 @@ def request_for(row: dict[str, str]):
         pp=int(row["pp"]),
         dp=int(row["dp"]),
         cp=as_int(row["cp"], 1) or 1,
-        vpp=as_int(row["vp"], 1) or 1,
+        vpp=_vp(row) or 1,
         global_batch=int(row["gbs"]),
         micro_batch=int(row["mbs"]),
         recompute=kernels.pop("recompute", None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from shardwise.analyses import public_dense_recipes as dense_recipes
 from shardwise.analyses import public_memory_recipes as memory_recipes
+from shardwise.analyses import public_nemo1_launcher as nemo1_launcher
 from shardwise.analyses import public_overlap_recipes as overlap_recipes
 from shardwise.analyses.public_attention import attention_settings
 from shardwise.analyses.public_precision import bf16_gradients, fp8_recipe
@@ -164,6 +165,7 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     out.update(memory_recipes.plan_settings(row))  # the loss kernel, expandable segments
     out.update(overlap_recipes.plan_settings(row))  # the TP and parameter-gather overlaps it leaves off
     out.update(dense_recipes.plan_settings(row))  # Bridge dense recipes: CUDA graphs, overlaps, layers recomputed
+    out.update(nemo1_launcher.plan_settings(row))  # NeMo 24.07's launcher: optimizer, overlaps, recomputation
     layers = memory_recipes.offloaded_layers(row)
     if layers:  # the recipe's cpu_offloading_num_layers (`Plan.offload_activation_layers`)
         out["offload_activations"] = layers
