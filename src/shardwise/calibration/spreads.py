@@ -45,9 +45,9 @@ GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sour
     "gb300": (4, 1.0),
     "h100-sxm5-80gb": (18, 1.33),
 }
-GPU_GROUP_LOG_SD = 0.0494
-GPU_SOURCE_LOG_SD = 0.0979
-UNFITTED_LOG_SD = 0.2484
+GPU_GROUP_LOG_SD = 0.0513
+GPU_SOURCE_LOG_SD = 0.1005
+UNFITTED_LOG_SD = 0.2472
 
 # How far the model misses one software stack's runs once that stack's parameters are fitted: the
 # dev stacks' residuals after calibrating on all their runs, pooled with the degrees of freedom the
@@ -83,25 +83,25 @@ def serving_basis() -> str:
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "deepspeed": (0.1377, 4, 1),
-    "flash-attn-trainer": (0.0990, 5, 1),
-    "fsdp": (0.1833, 173, 2),
-    "fsdp2": (0.1736, 2, 1),
-    "internevo": (0.1315, 54, 1),
-    "maxtext": (0.0784, 38, 3),
-    "megatron-core": (0.0833, 440, 4),
-    "megatron-deepspeed": (0.3287, 9, 4),
-    "megatron-lm-2022": (0.1526, 11, 1),
-    "nemo-automodel": (0.1679, 1, 1),
-    "paxml": (0.1646, 36, 2),
-    "torchtitan-compile": (0.1730, 12, 1),
+    "deepspeed": (0.1589, 4, 1),
+    "flash-attn-trainer": (0.1277, 5, 1),
+    "fsdp": (0.1941, 173, 2),
+    "fsdp2": (0.1884, 2, 1),
+    "internevo": (0.1535, 54, 1),
+    "maxtext": (0.1086, 38, 3),
+    "megatron-core": (0.1025, 442, 4),
+    "megatron-deepspeed": (0.3286, 9, 4),
+    "megatron-lm-2022": (0.1716, 11, 1),
+    "nemo-automodel": (0.1835, 1, 1),
+    "paxml": (0.1981, 36, 2),
+    "torchtitan-compile": (0.1898, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.3287
+NO_DATA_LOG_SD = 0.3286
 NO_DATA_STACKS = 12
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
@@ -116,8 +116,8 @@ NO_DATA_STACKS = 12
 # Megatron-Bridge's 122 runs; the whole family's covers 88% of its 188 runs (dev 48: rms 0.454,
 # holdout 140: 0.298). A hybrid Mamba-2 model with experts (Nemotron 3 Nano) takes the hybrid one.
 FAMILY_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "hybrid": (0.1467, 30, 3),
-    "moe": (0.3447, 187, 5),
+    "hybrid": (0.1468, 30, 3),
+    "moe": (0.3452, 187, 5),
 }
 FAMILY_NAMES = {"hybrid": "hybrid Mamba-2 models", "moe": "mixture-of-experts models"}
 
