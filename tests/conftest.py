@@ -31,6 +31,17 @@ def _columns() -> None:
     os.environ.setdefault("COLUMNS", "80")
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _reuse_freed_memory() -> None:
+    """What the `shardwise` command does at start (`shardwise.allocator`): numpy's temporaries take
+    freed heap memory instead of fresh pages, each a page fault and a zeroing. It changes no result
+    (tests/test_allocator.py); without it a worker ran the library at glibc's defaults until its first
+    test that ran a command through `cli`, so a file's speed depended on what ran before it."""
+    from shardwise.allocator import reuse_freed_memory
+
+    reuse_freed_memory()
+
+
 @pytest.fixture()
 def cli(capsys: pytest.CaptureFixture[str]):
     """Run the `shardwise` entry point in-process: cli([...]) -> (exit code, stdout, stderr)."""

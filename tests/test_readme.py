@@ -28,8 +28,26 @@ TEXTS = {name: path.read_text(encoding="utf-8") for name, path in zip(NAMES, FIL
 
 @pytest.fixture(scope="module")
 def outputs():
-    """Every command of every file, each run once (several at a time)."""
-    return readme.run_all(c for name, text in TEXTS.items() for c in readme.commands_in(text, name))
+    """Every command of every file, each run once: the `shardwise` commands in this process (an
+    interpreter start and the imports each cost 0.3 s, and one command's caches serve the next;
+    `test_a_command_run_in_process_prints_what_its_subprocess_prints`), the examples beside them."""
+    return readme.run_all((c for name, text in TEXTS.items() for c in readme.commands_in(text, name)), in_process=True)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "shardwise presets show rtx4090-8x",  # a rich table, COLUMNS wide
+        "shardwise crossover --cost-model textbook --no-plot --vary batch=1,4,16",  # a crossover table with its notes
+    ],
+)
+def test_a_command_run_in_process_prints_what_its_subprocess_prints(command):
+    assert readme.run_in_process(command) == readme.run(command)
+
+
+def test_a_command_that_fails_in_process_is_refused_as_in_a_subprocess():
+    with pytest.raises(SystemExit, match="exited with status 2"):
+        readme.run_in_process("shardwise presets show no-such-preset")
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -56,12 +56,16 @@ def run(command: str) -> str:
     if argv is None:
         raise SystemExit(f"console blocks may only run shardwise or python examples/...: {command}")
     proc = subprocess.run(argv, capture_output=True, text=True, env=ENV, cwd=ROOT, check=False)
-    out = proc.stdout + proc.stderr
+    return _checked(command, proc.returncode, proc.stdout + proc.stderr)
+
+
+def _checked(command: str, returncode: int, out: str) -> str:
+    """A command's output (stdout, then stderr) as a block shows it; a crash or a failure stops here."""
     if "Traceback (most recent call last)" in out:  # the CLI never prints one: a crash, not docs
         raise SystemExit(f"{command} crashed; fix it before regenerating the docs:\n{out}")
-    if proc.returncode != 0:  # its error line would be written down as the block's output
+    if returncode != 0:  # its error line would be written down as the block's output
         raise SystemExit(
-            f"{command} exited with status {proc.returncode}; a console block shows a command that works:\n{out}"
+            f"{command} exited with status {returncode}; a console block shows a command that works:\n{out}"
         )
     return "\n".join(line.rstrip() for line in out.rstrip("\n").splitlines())
 
@@ -82,12 +86,62 @@ def commands_in(text: str, where: str = "") -> list[str]:
     return found
 
 
-def run_all(commands: Iterable[str], jobs: int | None = None) -> dict[str, str]:
-    """Each distinct command's output, the commands run `jobs` at a time (default: the CPUs)."""
+def run_in_process(command: str) -> str:
+    """What `run(command)` returns, a `shardwise ...` command run by the CLI's `main` in this process
+    (with ENV's COLUMNS, NO_COLOR and TERM, in ROOT, its stdout then its stderr as `run` joins them):
+    no interpreter start and no imports per command, and the caches one command fills (the
+    presets, the public runs' scenarios) serve the next. `python examples/...` still runs in a
+    subprocess: the examples start their own and print through the file descriptors."""
+    import contextlib
+    import io
+    import traceback
+
+    args = shlex.split(command)
+    if not args or args[0] != "shardwise":
+        return run(command)
+    from shardwise.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    keys = ("COLUMNS", "NO_COLOR", "TERM")
+    saved_env, saved_cwd = {k: os.environ.get(k) for k in keys}, os.getcwd()
+    code = 0
+    try:
+        os.environ.update({k: ENV[k] for k in keys})
+        os.chdir(ROOT)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                main(args[1:])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                if not isinstance(exc.code, int | None):
+                    print(exc.code, file=sys.stderr)
+            except Exception:
+                code = 1
+                traceback.print_exc()
+    finally:
+        os.chdir(saved_cwd)
+        for k, v in saved_env.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return _checked(command, code, out.getvalue() + err.getvalue())
+
+
+def run_all(commands: Iterable[str], jobs: int | None = None, in_process: bool = False) -> dict[str, str]:
+    """Each distinct command's output, the commands run `jobs` at a time (default: the CPUs); with
+    `in_process`, the `shardwise` commands one after another in this process (`run_in_process`),
+    the example scripts in subprocesses beside them."""
     unique = list(dict.fromkeys(commands))
     jobs = jobs or min(8, max(2, os.cpu_count() or 2))
+    if not in_process:
+        with ThreadPoolExecutor(max_workers=jobs) as pool:
+            return dict(zip(unique, pool.map(run, unique), strict=True))
+    apart = [c for c in unique if argv_for(c) is not None and not c.startswith("shardwise")]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        return dict(zip(unique, pool.map(run, unique), strict=True))
+        started = {c: pool.submit(run, c) for c in apart}
+        here = {c: run_in_process(c) for c in unique if c not in started}
+        return {c: started[c].result() if c in started else here[c] for c in unique}
 
 
 def rendered(m: re.Match[str], outputs: dict[str, str]) -> str:
