@@ -94,11 +94,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         if stage_layers(m, p) != ds:
             new.update(stage_layers=tuple(ds), first_stage_layers=0, last_stage_layers=0)
             changes.append(f"stages {_runs(stage_layers(m, p))} -> {_runs(ds)} (DeepSpeed's type:transformer split)")
-    if i(p.zero_stage) == 3 and p.zero3_buckets is None:
+    stage3 = i(new.get("zero_stage", p.zero_stage)) == 3  # after the pipeline engine's ZeRO-1
+    if stage3 and p.zero3_buckets is None:
         # ZeRO-3 on DeepSpeed is its stage 3, whatever the plan priced: its buckets at its defaults
         new["zero3_buckets"] = Zero3Buckets(fused_linears=True)
         changes.append("ZeRO-3 by layers -> DeepSpeed's stage 3 module by module, at its default buckets")
-    elif i(p.zero_stage) == 3 and not p.zero3_buckets.fused_linears:
+    elif stage3 and not p.zero3_buckets.fused_linears:
         new["zero3_buckets"] = replace(p.zero3_buckets, fused_linears=True)
         changes.append("ZeRO-3 gathers per projection -> per fused linear (Megatron's QKV and MLP linears)")
     if i(p.cp) > 1:
