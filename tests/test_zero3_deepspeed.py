@@ -172,3 +172,19 @@ def test_flagperfs_deepspeed_rows_run_their_configs_buckets():
     for row in rows:
         argv = public_runs.request_for(row).to_argv()
         assert argv[argv.index("--zero3-buckets") + 1] == "prefetch=1e7,reduce=1e7,live=1e9,reuse=1e9"
+
+
+def test_a_calibrations_stacked_runs_are_traced_one_by_one():
+    """`calibration.cases` stacks runs' model numbers into arrays: each distinct model and layout
+    traced on its own, as it would be alone."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    model = presets.model(LLAMA)
+    stacked = replace(model, hidden=np.array([[4096, 5120]]), layers=np.array([[32, 40]]))
+    t = z3d.traces(stacked, np.array([[1]]), np.array([[32, 40]]), Zero3Buckets())
+    for i, (hidden, layers) in enumerate(((4096, 32), (5120, 40))):
+        alone = z3d.trace(replace(model, hidden=hidden, layers=layers), 1, layers, Zero3Buckets())
+        assert t.gathers_per_layer[0, i] == alone.gathers_per_layer
+        assert t.peak_gathered_params[0, i] == alone.peak_gathered_params

@@ -177,18 +177,29 @@ def _reductions(grads: list[float], bucket: float) -> tuple[int, float, float]:
     return flushes, largest, held
 
 
+# the model's numbers a trace reads (a calibration's stacked runs give them as arrays)
+TRACED_NUMBERS = ("hidden", "ffn_hidden", "head_dim", "heads", "kv_heads", "vocab")
+
+
 def traces(model: Model, tp: object, layers: object, buckets: Zero3Buckets) -> Zero3Trace:
-    """`trace` over arrays of `tp` and `layers` (numpy-broadcast): each field an array of the
-    plans' values, each distinct (tp, layers) traced once; plain numbers give a plain trace."""
+    """`trace` over arrays of `tp`, `layers` and the model's numbers (`TRACED_NUMBERS`; numpy-
+    broadcast): each field an array of the plans' values, each distinct combination traced once;
+    plain numbers give a plain trace."""
+    from dataclasses import replace
+
     import numpy as np
 
-    tp_a, layers_a = np.asarray(tp), np.asarray(layers)
-    if tp_a.size == 1 and layers_a.size == 1:
-        return trace(model, int(tp_a), int(layers_a), buckets)
-    shape = np.broadcast(tp_a, layers_a).shape
-    pairs = np.stack([np.broadcast_to(tp_a, shape).ravel(), np.broadcast_to(layers_a, shape).ravel()], axis=1)
-    distinct, index = np.unique(pairs.astype(np.int64), axis=0, return_inverse=True)
-    each = [trace(model, int(t), int(n), buckets) for t, n in distinct]
+    given = [getattr(model, k) for k in TRACED_NUMBERS] + [tp, layers]
+    if not any(isinstance(v, np.ndarray) for v in given):
+        return trace(model, int(tp), int(layers), buckets)  # type: ignore[call-overload]
+    columns = [np.asarray(v) for v in given]
+    shape = np.broadcast_shapes(*(c.shape for c in columns))
+    rows = np.stack([np.broadcast_to(c, shape).ravel() for c in columns], axis=1).astype(np.int64)
+    distinct, index = np.unique(rows, axis=0, return_inverse=True)
+    each = []
+    for *numbers, t, n in distinct.tolist():
+        scalar = replace(model, **dict(zip(TRACED_NUMBERS, numbers, strict=True)))
+        each.append(trace(scalar, t, n, buckets))
     names = Zero3Trace.__dataclass_fields__
-    columns = {k: np.array([getattr(t, k) for t in each])[index.ravel()].reshape(shape) for k in names}
-    return Zero3Trace(**columns)
+    out = {k: np.array([getattr(t, k) for t in each])[index.ravel()].reshape(shape) for k in names}
+    return Zero3Trace(**out)
