@@ -58,6 +58,13 @@ JAX_LAUNCH_FACTS = (
 # paxml preset has it on): dgxc-benchmarking paxml/configure.sh at 143b90dd and 35a9aecc8d sets
 # --xla_gpu_enable_pipelined_all_gather=true --xla_gpu_enable_pipelined_reduce_scatter=true
 PIPELINED_SCAN_SOURCES = ("NVIDIA/dgxc-benchmarking paxml/",)
+# DeepSpeed configs whose ZeRO-3 buckets are not DeepSpeed's defaults (`Plan.zero3_buckets`), by source:
+# FlagOpen/FlagPerf @1b5a0303 training/benchmarks/llama2_7b/deepspeed/ds_config.json (every
+# llama2_7b-deepspeed case): stage3_prefetch_bucket_size 1e7, reduce_bucket_size 1e7, stage3_max_live_parameters
+# and stage3_max_reuse_distance 1e9, the persistence threshold left at its default
+ZERO3_CONFIGS = {
+    "FlagOpen/FlagPerf training/nvidia/llama2_7b-deepspeed/": "prefetch=1e7,reduce=1e7,live=1e9,reuse=1e9",
+}
 CHECKPOINTING_NOT_MODELLED = {
     "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp), the fraction not stated",
     "on-mode-not-stated": "activation checkpointing on, its mode not stated",
@@ -166,6 +173,9 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     out.update(overlap_recipes.plan_settings(row))  # the TP and parameter-gather overlaps it leaves off
     out.update(dense_recipes.plan_settings(row))  # Bridge dense recipes: CUDA graphs, overlaps, layers recomputed
     out.update(nemo1_launcher.plan_settings(row))  # NeMo 24.07's launcher: optimizer, overlaps, recomputation
+    config = next((c for needle, c in ZERO3_CONFIGS.items() if needle in row["source"]), None)
+    if config is not None:
+        out["zero3_buckets"] = config
     layers = memory_recipes.offloaded_layers(row)
     if layers:  # the recipe's cpu_offloading_num_layers (`Plan.offload_activation_layers`)
         out["offload_activations"] = layers

@@ -312,6 +312,15 @@ execution_options = stack_options(
         "[default: the framework's].",
     ),
     click.option(
+        "--zero3-buckets",
+        metavar="KEY=ELEMENTS,...",
+        help="ZeRO-3 as DeepSpeed's stage 3 runs it, module by module, with its buckets in elements: prefetch "
+        "(stage3_prefetch_bucket_size, 5e7), live (stage3_max_live_parameters, 1e9), persist "
+        "(stage3_param_persistence_threshold, 1e5), reduce (reduce_bucket_size, 5e8), reuse "
+        "(stage3_max_reuse_distance, 1e9), each left out at the framework's or DeepSpeed's default; none: "
+        "PyTorch FSDP's per-layer units [default: the framework's: deepspeed, megatron-deepspeed DeepSpeed's].",
+    ),
+    click.option(
         "--optimizer-state",
         type=click.Choice(
             ["fp32", "fp32-remainders", "bf16", "fp32-bf16-moments", "fp32-remainders-bf16-moments"],

@@ -16,6 +16,7 @@ under `deepspeed.zero.MiCS_Init`; `pretrain_gpt.py` uses `deepspeed.zero.Init`).
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 from shardwise.emit.facts import i, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
@@ -23,6 +24,7 @@ from shardwise.emit.megatron import _vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.rules import ulysses_rule
 from shardwise.specs.stages import describe_counts
+from shardwise.specs.zero3 import Zero3Buckets
 
 VERSIONS = ("master",)
 
@@ -92,6 +94,14 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         if stage_layers(m, p) != ds:
             new.update(stage_layers=tuple(ds), first_stage_layers=0, last_stage_layers=0)
             changes.append(f"stages {_runs(stage_layers(m, p))} -> {_runs(ds)} (DeepSpeed's type:transformer split)")
+    stage3 = i(new.get("zero_stage", p.zero_stage)) == 3  # after the pipeline engine's ZeRO-1
+    if stage3 and p.zero3_buckets is None:
+        # ZeRO-3 on DeepSpeed is its stage 3, whatever the plan priced: its buckets at its defaults
+        new["zero3_buckets"] = Zero3Buckets(fused_linears=True)
+        changes.append("ZeRO-3 by layers -> DeepSpeed's stage 3 module by module, at its default buckets")
+    elif stage3 and not p.zero3_buckets.fused_linears:
+        new["zero3_buckets"] = replace(p.zero3_buckets, fused_linears=True)
+        changes.append("ZeRO-3 gathers per projection -> per fused linear (Megatron's QKV and MLP linears)")
     if i(p.cp) > 1:
         if not bool(ulysses_rule(m.heads, m.kv_heads, p.tp, p.cp, "a2a").ok.all()):
             raise EmitError(
@@ -113,13 +123,22 @@ def _runs(counts: list[int]) -> str:
 def config(scn: Scenario) -> dict[str, object]:
     """ds_config.json: DeepSpeed checks train_batch_size = micro x accumulation x data-parallel
     ranks (its world size is the data-parallel group's: tensor, pipeline and Ulysses ranks are
-    not in it)."""
+    not in it). Under ZeRO-3 the plan's buckets (`Plan.zero3_buckets`, in elements) and, where the
+    plan reduces bf16 training's gradients in fp32, communication_data_type fp32 (DeepSpeed's
+    default is the 16-bit dtype: runtime/engine.py communication_data_type)."""
     p = scn.plan
+    zero: dict[str, object] = {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)}
+    out: dict[str, object] = {}
+    if i(p.zero_stage) == 3 and p.zero3_buckets is not None:
+        zero.update(p.zero3_buckets.deepspeed_config())
+        if p.precision == "bf16" and not bool(p.grad_reduce_bf16):
+            out["communication_data_type"] = "fp32"
     return {
         "train_batch_size": i(p.global_batch),
         "train_micro_batch_size_per_gpu": i(p.micro_batch),
         "gradient_accumulation_steps": i(p.num_micro_batches),
-        "zero_optimization": {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)},
+        "zero_optimization": zero,
+        **out,
         "bf16": {"enabled": p.precision == "bf16"},
         "fp16": {"enabled": p.precision == "fp16"},
         "gradient_clipping": 1.0,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from shardwise.arrays import as_array, as_bool, as_float, ifelse, maximum, minimum, one_value
 from shardwise.physics import fsdp2
 from shardwise.physics import memory as mem
+from shardwise.physics import zero3_deepspeed as z3d
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.topology import ranks_per_node
 from shardwise.specs import Scenario
@@ -58,9 +59,13 @@ ZERO_COLLECTIVES = (
 # precision). Plans that differ only in other fields (the batch, recomputation, the schedule, the
 # ZeRO stage, the overlaps) share them: `training.estimate_each_training_step` prices them once
 # per group of such plans (`engines.distinct.evaluate_grouped`; a test compares with every plan's).
-COLLECTIVE_READS = frozenset(
-    ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
-) | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16", "spmd_grad_reduce", "per_param_sharding"}
+COLLECTIVE_READS = (
+    frozenset(
+        ("tp", "dp", "pp", "cp", "ep", "etp", "first_stage_layers", "last_stage_layers", "stage_layers", "precision")
+    )
+    | {"lora_rank", "lora_targets", "shard_group", "grad_reduce_bf16", "spmd_grad_reduce", "per_param_sharding"}
+    | {"zero3_buckets"}
+)
 
 
 def zero_collectives(zero_stage: Number) -> tuple[str, ...]:
@@ -136,6 +141,12 @@ def collective_prices(
         "layer_params": n_params / n_layers,
         "layer_weights": n_weights / n_layers,
     }
+    per_layer: dict[str, Number] = {}  # collectives per layer where DeepSpeed's buckets set them
+    if plan.zero3_buckets is not None and not experts and z3d.applies(scn.model):
+        t = z3d.traces(scn.model, plan.tp, n_layers, plan.zero3_buckets)
+        per_layer = {"layer_weights": t.gathers_per_layer, "layer_params": t.reduces_per_layer}
+        counts["weights_bucket"] = minimum(n_weights, t.first_gather_params)  # the pass's first gather
+        counts["unit"] = minimum(n_params, t.last_reduce_params)  # the epilogue's bucket
     priced = {}
     for name in names:
         if name == "replica_all_reduce":  # XLA's, exposed (`SPMD_GRAD_BYTES`); the others' is in their reduce-scatter
@@ -150,9 +161,11 @@ def collective_prices(
                 unit = units[0] if what == "weights_bucket" else units[1]
                 bucket = ifelse(as_bool(plan.per_param_sharding), unit, bucket)
             counts[what] = minimum(n, bucket)
-        priced[name] = op(counts[what] * per_param)
+        k = per_layer.get(what, 1.0)
+        priced[name] = op(counts[what] * per_param / k) * k
         if hybrid is not None and name.endswith("reduce_scatter"):  # then the replicas' all-reduce of the shard
-            priced[name] = priced[name] + ifelse(spmd, 0.0, replica.all_reduce(counts[what] * per_param / dp))
+            shard = replica.all_reduce(counts[what] * per_param / dp / k) * k
+            priced[name] = priced[name] + ifelse(spmd, 0.0, shard)
         if what.startswith("layer_"):  # one collective per layer of the stage
             priced[name] = n_layers * priced[name]
     return priced

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from shardwise.arrays import as_array, as_bool, ifelse, maximum
 from shardwise.physics import memory as mem
+from shardwise.physics import zero3_deepspeed as z3d
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import kept
+from shardwise.specs.zero3 import Zero3Buckets
 
 
 def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -> tuple[Number, Number]:
@@ -20,8 +22,45 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     gathers each unit's weights before use and the next one's ahead of time (PyTorch FSDP's and
     DeepSpeed's prefetch of one unit): the largest unit (a layer, or the word embedding or output
     matrix, which FSDP wraps on their own) and a layer, whole as tp and ep shard them; and holds
-    the largest unit's unsharded gradients at the stack's bytes until they are reduced."""
+    the largest unit's unsharded gradients at the stack's bytes until they are reduced. With
+    `Plan.zero3_buckets` (DeepSpeed's stage 3, a dense model): what its buckets hold instead
+    (`deepspeed_zero3_buffers`)."""
+    if plan.zero3_buckets is not None and not moe and z3d.applies(model):
+        return deepspeed_zero3_buffers(model, plan)
     return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe)
+
+
+def deepspeed_zero3_buffers(model: Model, plan: Plan) -> tuple[Number, Number]:
+    """(gathered weights, gradient buckets) of DeepSpeed's ZeRO-3 (`physics.zero3_deepspeed`),
+    0 below stage 3: the most parameters gathered at once (the module running, those prefetched up
+    to `stage3_max_live_parameters`, those kept for reuse across the forward-backward turn) and the
+    persistent ones, at the 16-bit weight's bytes; the contiguous reduction buffer of
+    `reduce_bucket_size` elements and the flat copy of the largest bucket reduce_scatter_coalesced
+    makes, at the communication dtype's bytes (`physics.memory.grad_bytes_per_param`: DeepSpeed's
+    communication_data_type), with one module's 16-bit gradients before they are copied in."""
+    return _deepspeed_zero3_buffers(
+        model, plan.tp, plan.pp, plan.zero_stage, plan.precision, plan.grad_reduce_bf16, plan.zero3_buckets
+    )
+
+
+@kept
+def _deepspeed_zero3_buffers(
+    model: Model,
+    tp: Number,
+    pp: Number,
+    zero_stage: Number,
+    precision: str,
+    grad_bf16: Number,
+    buckets: Zero3Buckets,
+) -> tuple[Number, Number]:
+    """`deepspeed_zero3_buffers` of the plan fields it reads (kept per them, `specs.memo.kept`)."""
+    layers = -(-model.layers // as_array(pp))
+    t = z3d.traces(model, tp, layers, buckets)
+    z3 = as_array(zero_stage) == 3
+    gathered = mem.weight_bytes_per_param(precision) * (t.peak_gathered_params + t.persistent_params)
+    comm = mem.grad_bytes_per_param(precision, grad_bf16)
+    reducing = comm * (buckets.reduce_bucket_params + t.largest_flush_params) + 2.0 * t.largest_module_params
+    return ifelse(z3, gathered, 0.0), ifelse(z3, reducing, 0.0)
 
 
 @kept
@@ -72,17 +111,26 @@ def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Nu
     parameter). Kept per the fields it reads (`specs.memo.kept`). Under ZeRO >= 1 with
     `Plan.zero1_grad_all_reduce` no DDP wraps the model (nanotron's trainer.py init_model), so no
     bucket copies."""
-    return _buffer_terms(plan.dp, plan.cp, plan.zero_stage, plan.zero_ranks, stack, plan.zero1_grad_all_reduce)
+    deepspeed3 = plan.zero3_buckets is not None  # its bucket is `deepspeed_zero3_buffers`' under ZeRO-3
+    zero, ranks = plan.zero_stage, plan.zero_ranks
+    return _buffer_terms(plan.dp, plan.cp, zero, ranks, stack, plan.zero1_grad_all_reduce, deepspeed3)
 
 
 @kept
 def _buffer_terms(
-    dp: Number, cp: Number, zero_stage: Number, zero_ranks: Number, stack: mem.StackMemory, no_ddp: Number = False
+    dp: Number,
+    cp: Number,
+    zero_stage: Number,
+    zero_ranks: Number,
+    stack: mem.StackMemory,
+    no_ddp: Number = False,
+    deepspeed3: bool = False,
 ) -> tuple[Number, Number, Number]:
     ranks = as_array(dp) * as_array(cp)
     zero = as_array(zero_stage)
     ddp_on = (ranks > 1) & (zero < 3) & ~(as_bool(no_ddp) & (zero >= 1))
-    buckets = ifelse((ranks > 1) & (zero >= 1), stack.zero_bucket_bytes, 0.0)
+    top = 3 if deepspeed3 else 4  # ZeRO-3's buckets counted apart under DeepSpeed's (`zero3_buffers`)
+    buckets = ifelse((ranks > 1) & (zero >= 1) & (zero < top), stack.zero_bucket_bytes, 0.0)
     shards = as_array(zero_ranks)
     # the step's copies of the optimizer shard's gradients, freed before the ZeRO-1 gather; less
     # the unsharded 16-bit gradients a stack frees before its step's fullest moment (`step_frees_grads`)

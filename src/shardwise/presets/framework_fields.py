@@ -11,6 +11,7 @@ from shardwise import loaders, units
 from shardwise.errors import SpecError
 from shardwise.presets.stack_defaults import DEFAULT_FIELDS, check_default_fields
 from shardwise.specs.plan import EXECUTION_FLAGS
+from shardwise.specs.zero3 import zero3_buckets_of
 
 # The Plan fields a framework preset sets (presets/frameworks.yaml).
 FRAMEWORK_FLAGS = (*EXECUTION_FLAGS, "zero_stage")
@@ -47,6 +48,7 @@ STACK_FIELDS = (
     "optimizer_state",
     "block_recompute",
     "hybrid_shard",
+    "zero3_buckets",
     *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
 )
 # what `plan` searches on the stack beyond the layout (request-layer defaults, not Plan fields:
@@ -94,6 +96,8 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
             out[field] = data[field]
+    if "zero3_buckets" in data:  # DeepSpeed's stage-3 buckets, by its config keys (`specs.zero3`)
+        out["zero3_buckets"] = zero3_buckets_of(data["zero3_buckets"], f"framework {key!r}: zero3_buckets")
     if "host_kernel" in data:
         try:
             out["host_kernel_s"] = units.parse_seconds(data["host_kernel"])

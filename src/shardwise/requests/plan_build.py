@@ -33,6 +33,10 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
             out[name] = o[name]
         elif name in flags:
             out[name] = flags[name]
+    if o.get("zero3_buckets") is not None:  # the keys given over the framework's buckets (DeepSpeed's defaults)
+        from shardwise.specs.zero3 import zero3_buckets_of
+
+        out["zero3_buckets"] = zero3_buckets_of(o["zero3_buckets"], "--zero3-buckets", flags.get("zero3_buckets"))
     # fp16 training accumulates its gradients another way in some stacks (`physics.microbatch`)
     if o.get("unfused_accumulate_bytes") is None:
         accumulate = presets.framework_accumulate_bytes(stack, o.get("precision") or "bf16")

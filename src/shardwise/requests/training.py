@@ -104,6 +104,7 @@ class TrainingRequest:
     expandable_segments: bool | None = default("expandable_segments")
     loss_kernel: str | None = default("loss_kernel")
     optimizer_state: str | None = default("optimizer_state")
+    zero3_buckets: str | None = default("zero3_buckets")
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)

@@ -36,6 +36,7 @@ from shardwise.specs.plan_choices import (  # noqa: F401
     Recompute,
     Schedule,
 )
+from shardwise.specs.zero3 import Zero3Buckets
 
 
 @hash_once
@@ -252,7 +253,9 @@ class Plan:
     dtype bf16; 4 bytes), "fp32-bf16-moments" (an fp32 master, bf16 moments: 8 bytes) or
     "fp32-remainders-bf16-moments" (the remainders, bf16 moments: 6 bytes), Megatron-Core's
     precision-aware optimizer with bf16 exp_avg and exp_avg_sq, whose master is Megatron-Core's fp32
-    shard under FP8 current scaling and MXFP8 and TE's remainders otherwise; memory only, no time.
+    shard under FP8 current scaling and MXFP8 and TE's remainders otherwise; memory only, no time;
+    `zero3_buckets`: ZeRO-3 as DeepSpeed's stage 3 runs it, module by module with its prefetch and
+    reduction buckets (`specs.zero3.Zero3Buckets`, `physics.zero3_deepspeed`); None: FSDP's units.
     """
 
     tp: Number = 1
@@ -326,6 +329,7 @@ class Plan:
     offload_activation_layers: Number = 0
     offload_optimizer: Number = 0.0
     memory_stack: str = ""
+    zero3_buckets: Zero3Buckets | None = None
 
     def __post_init__(self) -> None:
         check_fields(self)

@@ -35,6 +35,7 @@ from shardwise.specs.plan_fields import (
     shard_group_of,
     stage_list_of,
 )
+from shardwise.specs.zero3 import zero3_buckets_of
 
 _CHECKED = Memo("plan checks")
 _INTERLEAVED = Schedule.INTERLEAVED
@@ -110,6 +111,7 @@ def check_fields(plan: Any) -> None:
     object.__setattr__(plan, "recompute_modules", recompute_modules_of(plan.recompute_modules))
     object.__setattr__(plan, "mtp_layers", chk.non_negative_int("plan: mtp_layers", plan.mtp_layers))
     object.__setattr__(plan, "cuda_graph_scope", cuda_graph_scope_of(plan.cuda_graph_scope))
+    object.__setattr__(plan, "zero3_buckets", zero3_buckets_of(plan.zero3_buckets))
     imbalance = chk.positive("plan: expert_imbalance", plan.expert_imbalance)
     if any_true(as_array(imbalance) < 1.0):
         raise SpecError(
