@@ -67,6 +67,10 @@ KNOWN = {
     "qwen3_next": "Qwen3NextConfig",
     "llama4_text": "Llama4TextConfig",
     "granitemoe": "GraniteMoeConfig",
+    "deepseek": "deepseek-ai/deepseek-moe-16b-base config.json (vLLM DeepseekForCausalLM)",
+    "glm_moe_dsa": "GLM-5's config (vLLM 0.34.0 models/deepseek_v32 tests model_type 'glm_moe_dsa')",
+    "qwen3_5_moe": "Qwen3.5 MoE's multimodal wrapper (vLLM Qwen3_5MoeForConditionalGeneration)",
+    "qwen3_5_moe_text": "Qwen3.5 MoE's text_config (vLLM 0.34.0 models/qwen3_5 tests model_type 'qwen3_5_moe_text')",
 }
 
 
@@ -216,3 +220,42 @@ def test_the_files_the_rules_single_out_are_the_ones_a_wrapper_defers_to():
     # llama4_text aside: Llama 4's wrapper (llama4) is in the list itself and keeps its name
     ruled |= set(dp_dense.VLLM_SEQUENCE_PARALLEL_MOE) - {"llama4_text"}
     assert ruled == RULED_LANGUAGE_MODEL_FILES
+
+
+def test_a_named_but_unlisted_architecture_takes_the_unknown_ones_rule():
+    """vLLM's sequence-parallel MoE and its reduce-scattered attention: an architecture the lists do
+    not name (GLM-5 before its entry, any remote-code file) is decided as an unknown one (None) is:
+    by latent attention; a listed file that does not reduce-scatter (qwen3_moe) keeps its own rule."""
+    from shardwise.engines.dp_dense import vllm_sequence_parallel_moe
+
+    want = one("deepseek-v2-lite", 2, 4, VL)
+    for arch in (None, "some_new_moe", "glm_moe_dsa", "deepseek"):
+        m = want.model.with_(architecture=arch)
+        assert bool(vllm_sequence_parallel_moe(m, want.plan)), arch
+        assert bool(vllm_layer_sequence_parallel(m, want.plan)), arch
+    plain = want.model.with_(kv_lora_rank=0)  # no latent attention
+    for arch in (None, "some_new_moe", "mixtral"):
+        assert not bool(vllm_sequence_parallel_moe(plain.with_(architecture=arch), want.plan)), arch
+    assert bool(vllm_sequence_parallel_moe(plain.with_(architecture="qwen3_moe"), want.plan))
+    assert not bool(vllm_layer_sequence_parallel(plain.with_(architecture="qwen3_moe"), want.plan))
+
+
+def test_qwen3_next_and_qwen3_5_reduce_scatter_attention_at_pp_1():
+    """vLLM 0.34.0 qwen3_next.py / models/qwen3_5 `use_attn_reduce_scatter_for_moe`: at pp = 1, as
+    DeepSeek's layer; Qwen3-Next only where every layer is an MoE; not at pp > 1."""
+    want = one("deepseek-v2-lite", 2, 4, VL)
+    base = want.model.with_(kv_lora_rank=0, dense_layers=0)
+    for arch in ("qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text"):
+        assert bool(vllm_layer_sequence_parallel(base.with_(architecture=arch), want.plan)), arch
+        assert not bool(vllm_layer_sequence_parallel(base.with_(architecture=arch), replace(want.plan, pp=2)))
+    assert not bool(vllm_layer_sequence_parallel(base.with_(architecture="qwen3_next", dense_layers=1), want.plan))
+    assert bool(vllm_layer_sequence_parallel(base.with_(architecture="qwen3_5_moe", dense_layers=1), want.plan))
+
+
+def test_the_vllm_model_file_lists_are_read_at_the_presets_version():
+    """`VLLM_SEQUENCE_PARALLEL_MOE` and the reduce-scatter lists are vLLM 0.34.0's: a vLLM preset of
+    another version asks for the model files to be read again."""
+    from shardwise.engines.dp_dense import VLLM_SEQUENCE_PARALLEL_VERSION
+    from shardwise.engines.engine_presets import engine
+
+    assert engine("vllm").version.split()[0] == VLLM_SEQUENCE_PARALLEL_VERSION

@@ -129,7 +129,7 @@ def test_sglang_serves_without_nvls_as_it_starts_nccl(cli):
     }
     assert ttft["--framework sglang"] > ttft["--framework sglang --nvls on"]
     # the same all-reduces as vLLM's; vLLM fuses the norms into FlashInfer's all-reduce only below
-    # fi_allreduce_fusion_max_size_mb (1 MiB at tp 8 on Hopper, `engines.engine_kernels`), so on
+    # fi_allreduce_fusion_max_size_mb (0.5 MiB at tp 8 on Hopper, `engines.engine_kernels`), so on
     # these 537 MB prefill messages its layer has SGLang's kernels: no gap (160 us before the size switch)
     gap = ttft["--framework sglang --nvls on"] - ttft["--framework vllm"]
     assert gap == pytest.approx(0.0, abs=1e-9)

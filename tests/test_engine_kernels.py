@@ -5,6 +5,7 @@ that more kernels never make decode faster."""
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -73,6 +74,28 @@ def test_vllm_fuses_on_pcie_only_with_p2p_and_under_a_pipeline():
     for p2p, want in ((True, 2 * 1024.0**2), (False, 0.0)):
         scn = Scenario(presets.model("llama3-70b"), cluster.with_(p2p=p2p), plan_for_serving(4, 2))
         assert float(serving_scenario(scn, wl).plan.norm_fusion_max_bytes) == want
+
+
+def test_vllm_fuses_on_pcie_only_where_the_tp_group_keeps_p2p():
+    """h100-pcie-8x-switch (4 GPUs a switch, NCCL's P2P inside it, `p2p_beyond_switch` off): TP 4
+    inside one switch fuses, TP 8 across the two switches (and sockets) runs unfused, as the ring's
+    rate prices those hops (`physics.pcie.p2p_reach`); with P2P beyond the switch (NCCL_P2P_LEVEL=SYS)
+    TP 8 fuses; on NVSwitch TP 8 fuses (0.5 MiB)."""
+    from shardwise.physics.pcie import p2p_reach
+
+    cluster = presets.system("h100-pcie-8x-switch")
+    wl = ServingWorkload(128, 128, engine="vllm", custom_all_reduce="vllm")
+
+    def fusion(c: object, tp: int) -> float:
+        scn = Scenario(presets.model("llama3-70b"), c, plan_for_serving(tp, 1, 8 // tp))
+        return float(serving_scenario(scn, wl).plan.norm_fusion_max_bytes)
+
+    assert fusion(cluster, 4) == 2 * 1024.0**2 and fusion(cluster, 8) == 0.0
+    beyond = cluster.with_(pcie=replace(cluster.pcie, p2p_beyond_switch=True))
+    assert fusion(beyond, 8) == 0.5 * 1024.0**2
+    assert fusion(presets.system("dgx-h100"), 8) == 0.5 * 1024.0**2
+    assert list(p2p_reach(cluster.pcie, True, np.array([1, 2, 4, 8]))) == [True, True, True, False]
+    assert not np.any(p2p_reach(cluster.pcie, False, np.array([2, 4])))
 
 
 def one_node(gpus: int) -> object:

@@ -3,6 +3,8 @@ against the one-replica loop, and DeepSeek-V3 under SGLang and vLLM."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -230,3 +232,25 @@ def test_several_ranks_run_as_the_loop_before_the_loops_were_one(mode):
         for field in ("t", "busy", "running_area", "decode_area", "prompt_area"):
             assert getattr(new, field) == pytest.approx(getattr(old, field), rel=1e-9), field
         assert new.iterations == old.iterations
+
+
+@pytest.mark.parametrize("p2p", [True, False])
+def test_the_eager_copy_keeps_the_converted_p2p_fusion_and_link(p2p):
+    """The lockstep's pass without CUDA graphs (`with_runtime`) on h100-pcie-8x-switch: the norm
+    fusion, vLLM's own all-reduce and the PCIe group link as the converted scenario has them and as
+    converting the raw scenario under the eager runtime gives (--p2p off: neither fusion nor vLLM's
+    all-reduce on either path); only the kernel gap and base latency differ."""
+    from shardwise.engines.inflight_lockstep import EAGER, with_runtime
+
+    model = presets.model("qwen3-30b-a3b")
+    plan = plan_for_serving(2, 1, 4).with_(ep=8, etp=serving_expert_tp(2, 8, 0, 4))
+    wl = ServingWorkload(1000, 1000, 1, "bf16", engine="vllm", custom_all_reduce="vllm")
+    raw = Scenario(model, presets.system("h100-pcie-8x-switch").with_(p2p=p2p), plan)
+    graphed = serving_scenario(raw, wl)
+    eager, direct = with_runtime(graphed, EAGER), serving_scenario(raw, replace(wl, runtime=EAGER))
+    assert eager.plan == direct.plan
+    assert eager.cluster == direct.cluster
+    assert eager.cluster.custom_all_reduce == graphed.cluster.custom_all_reduce == ("vllm" if p2p else "none")
+    assert np.all(np.asarray(eager.plan.norm_fusion_max_bytes) == graphed.plan.norm_fusion_max_bytes)
+    assert (np.max(graphed.plan.norm_fusion_max_bytes) > 0) == p2p
+    assert eager.cluster.gpu.kernel_launch_s > graphed.cluster.gpu.kernel_launch_s

@@ -183,3 +183,14 @@ def test_an_expert_plan_under_an_engine_without_expert_parallelism_says_so(cli):
     code, _, err = cli(["serve", "--model", "mixtral-8x7b", "--system", "dgx-h100", "--framework", "llama.cpp",
                         "--plan", "tp=2,ep=2", "--plan", "tp=2"])  # fmt: skip
     assert code == 0 and "llama.cpp runs no expert parallelism" in err
+
+
+def test_the_target_search_honours_stage_layers_on_a_dense_model(cli):
+    """`serve --ttft-max` without --plan on a dense model: --first-stage-layers splits the searched
+    pipelines as it does a mixture of experts' (it was dropped without a word); pp = 1 unchanged."""
+    argv = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", "--weight-precision", "fp16", "--ttft-max", "2s"]
+    even = {o["plan"]: o["tokens_per_s_per_gpu"] for o in _json(cli, argv)["options"]}
+    split = {o["plan"]: o["tokens_per_s_per_gpu"] for o in _json(cli, [*argv, "--first-stage-layers", "4"])["options"]}
+    assert set(split) == set(even)
+    assert split["tp=1"] == even["tp=1"] and split["tp=8"] == even["tp=8"]
+    assert split["tp=1,pp=2"] != even["tp=1,pp=2"]  # 4 + 28 layers, not 16 + 16

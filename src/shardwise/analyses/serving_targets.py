@@ -24,6 +24,9 @@ PERCENTILES = ("p50", "p90", "p99")
 SEARCH_REQUESTS = 300
 SEARCH_ROUNDS = 4
 BISECTIONS = 3
+# More bisections at most, per option whose untried loads could still reach the best's throughput
+# (`_refine_contenders`): a bracket of g / 8 after BISECTIONS closes to one request from g < 2^(3+5).
+REFINE_MAX = 5
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,74 @@ def _miss_factor(est: InflightEstimate, ttft_max: float | None, tpot_max: float 
     return max(float(value) / limit for value, limit in pairs if limit is not None)
 
 
+class _Load:
+    """One plan and precision's load search: the last load that held (`good`, its estimate) and the
+    first that missed (`bad`, 0: none), so the bisection can go on (`refine`)."""
+
+    def __init__(
+        self, scn: Scenario, wl: ServingWorkload, targets: tuple[float | None, float | None, str], batched: int
+    ) -> None:
+        self.replica, self.targets = Replica(scn, wl, batched), targets
+        self.good, self.good_est, self.bad, self.why, self.miss = 0, None, 0, "", 0.0
+        self.est: InflightEstimate | None = None
+
+    def at(self, users: int) -> tuple[InflightEstimate, str]:
+        replica = self.replica
+        sim = replica.run(Traffic(users=users, requests=SEARCH_REQUESTS, rounds=SEARCH_ROUNDS))
+        est = estimate_from(replica, sim, sim, users * replica.replicas, None)
+        return est, _meets(est, *self.targets)
+
+    def double(self) -> None:
+        """Loads 1, 2, 4, ... while the targets hold, up to the replica's slots."""
+        replica, users = self.replica, 1
+        while True:
+            est, miss = self.at(users)
+            if miss:
+                self.bad, self.why, self.est = users, miss, est
+                return
+            self.good, self.good_est = users, est
+            if users >= replica.slots:
+                full = replica.capacity <= replica.max_sequences  # else the engine's cap (or vLLM's budget) binds
+                self.why = f"{'KV cache full' if full else 'the engine runs no more'} at {replica.slots:,}"
+                return
+            users = min(2 * users, replica.slots)
+
+    def open(self) -> bool:
+        """Whether a load between the last that held and the first that missed is left untried."""
+        return self.good > 0 and self.bad > self.good + 1
+
+    def refine(self, steps: int) -> None:
+        """Up to `steps` more bisections between `good` and `bad`."""
+        for _ in range(steps):
+            if not self.open():
+                return
+            mid = (self.good + self.bad) // 2
+            est, miss = self.at(mid)
+            if miss:
+                self.bad, self.why = mid, miss
+            else:
+                self.good, self.good_est = mid, est
+
+    def result(self) -> tuple[int, InflightEstimate | None, str, float]:
+        if self.replica.table is None:
+            return 0, None, "does not fit", float("inf")
+        if self.good == 0:
+            assert self.est is not None
+            return 0, None, f"misses at 1: {self.why}", _miss_factor(self.est, *self.targets)
+        return self.good, self.good_est, f"at {self.bad:,}: {self.why}" if self.bad else self.why, 0.0
+
+
+def _load(
+    scn: Scenario, wl: ServingWorkload, ttft_max: float | None, tpot_max: float | None, pct: str, batched: int
+) -> _Load:
+    """A plan and precision's load after doubling and `BISECTIONS` bisections."""
+    load = _Load(scn, wl, (ttft_max, tpot_max, pct), batched)
+    if load.replica.table is not None:
+        load.double()
+        load.refine(BISECTIONS if load.bad else 0)
+    return load
+
+
 def best_load(
     scn: Scenario,
     wl: ServingWorkload,
@@ -98,42 +169,43 @@ def best_load(
 ) -> tuple[int, InflightEstimate | None, str, float]:
     """(requests in flight per replica, its estimate, why not more, how far one request misses:
     `Option.miss_factor`) for one plan and precision."""
-    replica = Replica(scn, wl, max_batched_tokens)
-    if replica.table is None:
-        return 0, None, "does not fit", float("inf")
+    return _load(scn, wl, ttft_max, tpot_max, pct, max_batched_tokens).result()
 
-    def at(users: int) -> tuple[InflightEstimate, str]:
-        sim = replica.run(Traffic(users=users, requests=SEARCH_REQUESTS, rounds=SEARCH_ROUNDS))
-        est = estimate_from(replica, sim, sim, users * replica.replicas, None)
-        return est, _meets(est, ttft_max, tpot_max, pct)
 
-    good, good_est, bad, why = 0, None, 0, ""
-    users = 1
+def _upper_bound(option: Option, load: _Load) -> float:
+    """The most tokens per second per GPU a load below `bad` could give: in a closed loop each
+    request's cycle does not shorten as the load grows, so the throughput grows at most in
+    proportion to the load (Little's law), from `good`'s."""
+    return option.tokens_per_s_per_gpu * (load.bad - 1) / load.good if load.open() else option.tokens_per_s_per_gpu
+
+
+def _refine_contenders(options: list[Option], loads: dict[int, _Load], gpus: int) -> list[Option]:
+    """Options whose untried loads could reach the best one's throughput bisected further, one step
+    at a time, until none could or `REFINE_MAX` more steps each are spent; an option still within
+    reach of the best then says it is tied with it within the search's resolution."""
+    spent = dict.fromkeys(loads, 0)
     while True:
-        est, miss = at(users)
-        if miss:
-            bad, why = users, miss
+        best = max((o.tokens_per_s_per_gpu for o in options if o.meets), default=0.0)
+        leader = next((i for i, o in enumerate(options) if o.meets and o.tokens_per_s_per_gpu == best), None)
+        todo = [
+            i for i, o in enumerate(options)
+            if i in loads and i != leader and spent[i] < REFINE_MAX and _upper_bound(o, loads[i]) >= best
+        ]  # fmt: skip
+        if not todo:
             break
-        good, good_est = users, est
-        if users >= replica.slots:
-            full = replica.capacity <= replica.max_sequences  # else the engine's cap (or vLLM's budget) binds
-            why = f"{'KV cache full' if full else 'the engine runs no more'} at {replica.slots:,}"
-            break
-        users = min(2 * users, replica.slots)
-    if good == 0:
-        return 0, None, f"misses at 1: {why}", _miss_factor(est, ttft_max, tpot_max, pct)
-    for _ in range(BISECTIONS if bad else 0):
-        mid = (good + bad) // 2
-        if mid in (good, bad):
-            break
-        est, miss = at(mid)
-        if miss:
-            bad, why = mid, miss
-        else:
-            good, good_est = mid, est
-    if bad:
-        why = f"at {bad:,}: {why}"
-    return good, good_est, why, 0.0
+        for i in todo:  # a contender that overtakes makes the leader one (its bound reaches the new best)
+            load = loads[i]
+            load.refine(1)
+            spent[i] += 1
+            users, est, why, _ = load.result()
+            per_gpu = 0.0 if est is None else est.throughput_tokens_per_s / gpus
+            options[i] = replace(options[i], users_per_replica=users, tokens_per_s_per_gpu=per_gpu, estimate=est)
+            options[i] = replace(options[i], why=why)
+    best = max((o.tokens_per_s_per_gpu for o in options if o.meets), default=0.0)
+    for i, o in enumerate(options):
+        if i in loads and o.meets and o.tokens_per_s_per_gpu < best <= _upper_bound(o, loads[i]):
+            options[i] = replace(o, why=f"{o.why}; tied with the best within the search's resolution")
+    return options
 
 
 def search(
@@ -162,20 +234,25 @@ def search(
             for tp, pp in plans(gpus, int(cluster.gpus_per_node))
             if searchable(model, wl.engine, tp, pp)
         ]
-    options = []
+    options: list[Option] = []
+    loads: dict[int, _Load] = {}  # an option's load search, where a load met the targets
     for label, scn in candidates:
         for w, kv in precision_choices or precisions(cluster):
             work = replace(wl, weight_precision=w, kv_precision=kv)
             try:
                 if isinstance(scn, SpecError):
                     raise scn
-                users, est, why, miss = best_load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
+                load = _load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
+                users, est, why, miss = load.result()
+                if users:
+                    loads[len(options)] = load
             except SpecError as exc:
                 users, est, why, miss = 0, None, str(exc), float("inf")
             per_gpu = 0.0 if est is None else est.throughput_tokens_per_s / gpus
             options.append(Option(label, w, kv, users, per_gpu, est, why, miss))
             if progress is not None:
                 progress()
+    options = _refine_contenders(options, loads, gpus)
     return sorted(options, key=lambda o: (not o.meets, -o.tokens_per_s_per_gpu, o.miss_factor))
 
 

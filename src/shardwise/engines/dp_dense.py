@@ -47,6 +47,18 @@ import numpy as np
 
 from shardwise.engines.costs import StageCost
 from shardwise.engines.dp_attention import dp_attention
+from shardwise.engines.model_files import (  # noqa: F401  (re-exported: the rules by model file)
+    NO_DP_ATTENTION_ARCHITECTURES,
+    VLLM_DEEPSEEK_ARCHITECTURES,
+    VLLM_QWEN_REDUCE_SCATTER_ARCHITECTURES,
+    VLLM_SEQUENCE_PARALLEL_MOE,
+    VLLM_SEQUENCE_PARALLEL_VERSION,
+    no_dp_attention_block,
+    vllm_deepseek_file,
+    vllm_layer_sequence_parallel,
+    vllm_sequence_parallel_file,
+    vllm_sequence_parallel_moe,
+)
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import attention_precision, linear_times, linears_times, memory_s
 from shardwise.physics.flops import gemm, logits_forward
@@ -57,62 +69,6 @@ from shardwise.physics.params import mlp_params
 from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.stages import StageSplit, moe_split
-
-# Architectures (`Model.architecture`, Hugging Face's model_type) whose SGLang model files have no
-# data-parallel attention path: models/mixtral.py and grok.py (no LayerCommunicator; Mixtral's
-# embedding split over the whole TP group). The presets mixtral-8x7b, mixtral-8x22b and grok-1; a
-# config.json of either under any name. A model whose architecture is None (a YAML file or flags
-# that state none) is priced as the other files are, with the path: the name is a label, not
-# matched (`no_dp_attention_block`).
-NO_DP_ATTENTION_ARCHITECTURES = frozenset({"mixtral", "grok-1"})
-# vLLM's sequence-parallel MoE is opt-in per model file: read in vLLM 0.34.0 (the PyPI wheel,
-# vllm-0.34.0-cp38-abi3), a file runs it where its MoE block passes
-# `is_sequence_parallel=parallel_config.use_sequence_parallel_moe` to FusedMoE (FusedMoE's own
-# default is False: model_executor/layers/fused_moe/layer.py, sp_size 1) and chunks its tokens
-# (`sequence_parallel_chunk`) before it and all-gathers them after. The Hugging Face model_types
-# whose architecture class the registry (model_executor/models/registry.py) maps to such a file,
-# with the file (paths under vllm/). Of the 38 MoE model files in model_executor/models, 22 do not
-# (mixtral.py, dbrx.py, phimoe.py, glm4_moe.py, ernie45_moe.py, qwen2_moe.py's
-# Qwen2MoeSparseMoeBlock, granitemoeshared.py, ...), and Grok's file is gone (registry: removed in
-# 0.24). A model whose architecture is None takes the path only where it has multi-head latent
-# attention (`vllm_deepseek_file`'s rule): DeepSeek's file is the one among those that read it.
-VLLM_SEQUENCE_PARALLEL_MOE = {
-    "deepseek_v2": "model_executor/models/deepseek_v2.py",  # DeepseekV2MoE (DeepseekV2ForCausalLM)
-    "deepseek_v3": "model_executor/models/deepseek_v2.py",  # DeepseekV3ForCausalLM, Moonlight's too
-    "kimi_k2": "model_executor/models/deepseek_v2.py",  # Kimi K2's config: DeepseekV3ForCausalLM
-    "deepseek_v32": "models/deepseek_v32/nvidia/model.py",  # DeepseekV32ForCausalLM
-    "qwen3_moe": "model_executor/models/qwen3_moe.py",  # Qwen3MoeSparseMoeBlock
-    "qwen3_vl_moe": "model_executor/models/qwen3_vl_moe.py",  # qwen3_moe.py's Qwen3MoeSparseMoeBlock
-    "qwen3_next": "model_executor/models/qwen3_next.py",  # Qwen3NextSparseMoeBlock
-    "gpt_oss": "model_executor/models/gpt_oss.py",  # MLPBlock
-    "llama4": "model_executor/models/mllama4.py",  # its language model is llama4.py's Llama4ForCausalLM
-    "llama4_text": "model_executor/models/llama4.py",  # Llama4MoE
-    "granitemoe": "model_executor/models/granitemoe.py",  # GraniteMoeMoE (GraniteMoeForCausalLM)
-    "nemotron_h": "model_executor/models/nemotron_h.py",  # NemotronHMoE
-}
-# vLLM's DeepSeek files, the ones whose layer runs the MoE sequence-parallel itself
-# (`vllm_layer_sequence_parallel`): deepseek_v2.py for DeepseekV2ForCausalLM and DeepseekV3ForCausalLM
-# (vllm/model_executor/models/registry.py @0002bff0 and in 0.34.0), whose configs state model_type
-# deepseek_v2 and deepseek_v3 (Moonlight's too), and Kimi K2's (model_type kimi_k2 beside
-# DeepseekV3ForCausalLM); DeepseekV32ForCausalLM (deepseek_v32) in deepseek_v2.py at @0002bff0, in
-# vllm/models/deepseek_v32/nvidia/model.py in 0.34.0, whose decoder layer reduce-scatters attention's
-# output the same way (`sp_reduce_scatter`, `already_sequence_parallel=True`).
-VLLM_DEEPSEEK_ARCHITECTURES = frozenset({"deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"})
-
-
-def no_dp_attention_block(model: Model) -> bool:
-    """Whether `model` runs a Mixtral / Grok MoE block (its architecture one of
-    `NO_DP_ATTENTION_ARCHITECTURES`); False where the architecture is unknown (None)."""
-    return model.architecture in NO_DP_ATTENTION_ARCHITECTURES
-
-
-def vllm_deepseek_file(model: Model) -> Number:
-    """Whether vLLM runs `model` with its DeepSeek file (`VLLM_DEEPSEEK_ARCHITECTURES`); where the
-    architecture is unknown (None), whether the model has multi-head latent attention (DeepSeek's
-    file is the one with it among the MoE files that read the sequence-parallel MoE)."""
-    if model.architecture is None:
-        return np.asarray(model.kv_lora_rank) > 0
-    return np.asarray(model.architecture in VLLM_DEEPSEEK_ARCHITECTURES)
 
 
 def refuse_unsupported(model: Model, plan: Plan) -> None:
@@ -134,44 +90,6 @@ def splits_over_group(model: Model, plan: Plan) -> Number:
     if not model.is_moe or plan.moe_dispatcher != "dp-gather":
         return np.asarray(False)
     return np.asarray(dp_attention(plan), dtype=bool)
-
-
-def vllm_sequence_parallel_file(model: Model) -> Number:
-    """Whether vLLM runs `model` with a model file that reads its sequence-parallel MoE
-    (`VLLM_SEQUENCE_PARALLEL_MOE`, by the architecture); where the architecture is unknown (None),
-    DeepSeek's rule (`vllm_deepseek_file`: multi-head latent attention)."""
-    if model.architecture is None:
-        return vllm_deepseek_file(model)
-    return np.asarray(model.architecture in VLLM_SEQUENCE_PARALLEL_MOE)
-
-
-def vllm_sequence_parallel_moe(model: Model, plan: Plan) -> Number:
-    """Where vLLM runs its sequence-parallel MoE: data-parallel attention with tp > 1 under its
-    allgather_reducescatter backend (`ParallelConfig.use_sequence_parallel_moe`, vLLM 0.34), in the
-    model files that read it (`vllm_sequence_parallel_file`: deepseek_v2.py, qwen3_moe.py, gpt_oss.py,
-    llama4.py among the presets' architectures; not mixtral.py). Each rank of a TP group takes T / tp of
-    the group's tokens (`sequence_parallel_chunk`) and the experts' outputs are all-gathered over tp
-    after the MoE (`DeepseekV2MoE.forward`, `Qwen3MoeSparseMoeBlock.forward`); the shared experts
-    are built with `disable_tp`, whole on every GPU, and run on that chunk beside the routed ones.
-    DeepSeek at pp = 1 instead reduce-scatters attention's output (`vllm_layer_sequence_parallel`).
-    Its dense MLPs, embedding and output layer stay split over tp (`DeepseekV2MLP`,
-    `VocabParallelEmbedding`, `ParallelLMHead`)."""
-    if not model.is_moe or plan.moe_dispatcher != "allgather":
-        return np.asarray(False)
-    on = np.asarray(dp_attention(plan), dtype=bool) & (np.asarray(plan.tp) > 1)
-    return on & np.asarray(vllm_sequence_parallel_file(model), dtype=bool)
-
-
-def vllm_layer_sequence_parallel(model: Model, plan: Plan) -> Number:
-    """Where vLLM's DeepSeek layer runs the MoE sequence-parallel itself (deepseek_v2.py
-    `DeepseekV2DecoderLayer`, `use_sequence_parallel_moe` and pp = 1 and an MoE layer): attention's
-    output reduce-scattered over tp (`reduce_results=False`, `tensor_model_parallel_reduce_scatter`)
-    instead of all-reduced, the MoE told `already_sequence_parallel` (no all-gather after it), and
-    the next layer all-gathers its input before attention: a reduce-scatter and an all-gather a layer
-    in place of an all-reduce and an all-gather. DeepSeek's file by the model's architecture
-    (`vllm_deepseek_file`: DeepSeek-V2/V3, Kimi K2, Moonlight among the presets)."""
-    on = vllm_sequence_parallel_moe(model, plan)
-    return on & (np.asarray(plan.pp) == 1) & vllm_deepseek_file(model)
 
 
 def group_size(plan: Plan) -> Number:
@@ -257,7 +175,7 @@ def dense_deltas(
     attention TP group before the all-gather: as the all-reduce costs). Where
     `vllm_sequence_parallel_moe`: vLLM's shared experts whole on a rank's T / tp tokens, their TP
     collective gone, and the all-gather of the experts' outputs over tp after the MoE; where
-    `vllm_layer_sequence_parallel` (DeepSeek, pp = 1) attention's all-reduce a reduce-scatter
+    `vllm_layer_sequence_parallel` (DeepSeek, Qwen3-Next, Qwen3.5; pp = 1) attention's all-reduce a reduce-scatter
     instead, the all-gather before the next attention. Zeros elsewhere. `group_tokens`: a rank's mean tokens over the
     group where the ranks hold different batches (default `tokens`), what the gather carries."""
     model, plan = scn.model, scn.plan

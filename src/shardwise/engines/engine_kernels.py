@@ -136,12 +136,13 @@ def layer_kernels(engine: str, quantised: bool) -> int:
 
 
 def norm_fusion_max_bytes(
-    engine: str, tp: Number, hidden: int, gemm_kernels: str, p2p: bool, trtllm_max: Number
+    engine: str, tp: Number, hidden: int, gemm_kernels: str, p2p: Number, trtllm_max: Number
 ) -> Number:
     """All-reduce messages below which `engine` runs the residual add and the norm after each of a
     dense layer's all-reduces inside the all-reduce kernel (module docstring), 0 where never:
-    vLLM's FlashInfer fusion by its size table (`VLLM_FUSION_MAX_MIB`) where the GPUs have P2P
-    (`p2p`: its workspace maps peer memory), TensorRT-LLM's where its own kernel runs
+    vLLM's FlashInfer fusion by its size table (`VLLM_FUSION_MAX_MIB`) where the TP group's GPUs
+    reach each other by P2P (`p2p`, `physics.pcie.p2p_reach`: its workspace maps peer memory),
+    TensorRT-LLM's where its own kernel runs
     (`trtllm_max`: the size from which its all-reduce is NCCL's, 0 without its kernel)."""
     k = KERNELS[engine]
     t = np.asarray(tp)
@@ -153,7 +154,7 @@ def norm_fusion_max_bytes(
     if k.fusion_needs_hopper:
         table = VLLM_FUSION_MAX_MIB.get(gemm_kernels, {})
         mib = sum(np.where(t == p, m, 0.0) for p, m in table.items()) if table else np.zeros(t.shape)
-        out = np.where(on & bool(p2p), mib * 1024.0**2, 0.0)
+        out = np.where(on & np.asarray(p2p, dtype=bool), mib * 1024.0**2, 0.0)
     else:
         out = np.where(on, trtllm_max, 0.0)
     return float(out) if out.ndim == 0 else out

@@ -50,7 +50,7 @@ import numpy as np
 from shardwise.engines.dp_attention import dp_attention
 from shardwise.engines.inflight_loops import Run, run_ranks
 from shardwise.engines.iteration import IterationTable, _axis, iteration_times
-from shardwise.engines.serving import serving_scenario
+from shardwise.engines.serving import RUNTIMES
 from shardwise.specs import Scenario
 from shardwise.specs.serving import ServingWorkload
 
@@ -127,6 +127,22 @@ class Lockstep:
         return own + group(widest if graphed else (sum(ds) + sum(qs)) / self.ranks)
 
 
+def with_runtime(scn: Scenario, runtime: str) -> Scenario:
+    """`scn` as `engines.serving.serving_scenario` made it, under another runtime: the kernel gap and
+    the collectives' base latency `RUNTIMES` gives it; all else (the engine's all-reduce kernel, its
+    norm fusion, the PCIe group link) as converted once. Calling `serving_scenario` on the converted
+    scenario again read the P2P flag `on_pcie_topology` had set (--p2p off lost: the fusion and
+    vLLM's own all-reduce back) and narrowed the PCIe link a second time."""
+    gap, base = RUNTIMES[runtime]
+    c = scn.cluster
+    inter = c.inter_node_link
+    return replace(scn, cluster=c.with_(
+        gpu=c.gpu.with_(kernel_launch_s=gap),
+        intra_node_link=c.intra_node_link.with_(base_latency_s=base),
+        inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
+    ))  # fmt: skip
+
+
 def lockstep_costs(
     scn: Scenario, wl: ServingWorkload, table: IterationTable, top: int, round_tokens: int, context: float, budget: int
 ) -> Lockstep | None:
@@ -138,7 +154,7 @@ def lockstep_costs(
         return None
     if int(np.max(plan.pp)) > 1:  # refused under data-parallel attention; kept in phase
         return None
-    eager = serving_scenario(scn, replace(wl, runtime=EAGER))
+    eager = with_runtime(scn, EAGER)
     d = _axis(top)
     x = _axis(max(top, round_tokens))
     one = np.ones_like(x)

@@ -54,7 +54,7 @@ from shardwise.physics.custom_allreduce import is_nvlink_class, trtllm_nccl_from
 from shardwise.physics.flops import kv_cache_elements_per_token, kv_cache_tokens
 from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 from shardwise.physics.moe_dispatch import gathered_buffers_bytes
-from shardwise.physics.pcie import group_link
+from shardwise.physics.pcie import group_link, p2p_reach
 from shardwise.specs import Cluster, Plan, Scenario
 from shardwise.specs._checks import Number, SpecError
 from shardwise.specs.serving import STORAGE_BYTES, ServingWorkload, check_serving_inputs
@@ -164,7 +164,7 @@ def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:
         intra_node_link=cluster.intra_node_link.with_(base_latency_s=base),
         inter_node_link=None if inter is None else inter.with_(base_latency_s=base),
     )
-    p2p = cluster.p2p  # the GPUs' own peer access (`on_pcie_topology` marks the cluster P2P for NCCL)
+    p2p = p2p_reach(cluster.pcie, cluster.p2p, np.minimum(plan.tp, cluster.gpus_per_node))  # the TP group's
     cluster = on_pcie_topology(cluster, plan)
     # TensorRT-LLM's own all-reduce kernel up to the size its price switches to NCCL (`physics.custom_allreduce`)
     own = cluster.custom_all_reduce == "trtllm" and is_nvlink_class(cluster.intra_node_link)

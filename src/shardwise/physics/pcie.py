@@ -89,6 +89,24 @@ INTEL_RC_P2P_SHARE = 5.0 / 6.0
 AMD_P2P_ANYWHERE_MAX_GPUS = 2
 
 
+def _p2p_beyond_switch(top: PcieTopology, p2p: bool, ranks: Number) -> Number:
+    """P2P beyond a switch: NCCL_P2P_LEVEL=SYS (`p2p_beyond_switch`), or NCCL's own rule for 2 GPUs
+    on AMD CPUs; on GPUs that have P2P at all."""
+    pair_on_amd = (top.cpu == "amd") & (np.asarray(ranks) <= AMD_P2P_ANYWHERE_MAX_GPUS)
+    return np.asarray(bool(p2p) & (top.p2p_beyond_switch | pair_on_amd))
+
+
+def p2p_reach(top: PcieTopology | None, p2p: bool, ranks: Number) -> Number:
+    """Whether every hop of a group of `ranks` consecutive GPUs runs P2P, by the rule the ring's rate
+    is priced with (`ring_bandwidth_bytes_per_s`): inside a switch where the GPUs have P2P at all,
+    beyond it where `_p2p_beyond_switch`; `p2p` alone on a server without a PCIe block."""
+    p = np.maximum(np.asarray(ranks, dtype=float), 1.0)
+    if top is None:
+        return np.full(p.shape, bool(p2p)) if p.ndim else np.asarray(bool(p2p))
+    inside = p <= float(top.gpus_per_switch)
+    return bool(p2p) & (inside | _p2p_beyond_switch(top, p2p, p))
+
+
 def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: Number) -> Number:
     """Sustained one-direction rate of a ring over `ranks` consecutive GPUs of one server (module
     docstring); B for a single GPU."""
@@ -105,9 +123,7 @@ def ring_bandwidth_bytes_per_s(top: PcieTopology, link: Link, p2p: bool, ranks: 
     within = np.ceil(np.minimum(p, c) / s) > 1  # PHB hops: two switches (or root ports) of one socket
     across = sockets > 1  # SYS hops
     p2p_inside = bool(p2p)
-    # P2P beyond a switch: NCCL_P2P_LEVEL=SYS, or NCCL's own rule for 2 GPUs on AMD CPUs
-    pair_on_amd = (top.cpu == "amd") & (p <= AMD_P2P_ANYWHERE_MAX_GPUS)
-    p2p_beyond = np.asarray(bool(p2p) & (top.p2p_beyond_switch | pair_on_amd))
+    p2p_beyond = _p2p_beyond_switch(top, p2p, p)
     all_staged = not p2p_inside  # GPUs without P2P: every hop through host memory
     k_u = np.minimum(p, s) if all_staged else np.ones_like(p)
     k_m = np.minimum(p, c) if all_staged else np.minimum(switches, c / s)

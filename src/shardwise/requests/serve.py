@@ -272,7 +272,7 @@ class ServeRequest:
         candidates = None
         if self.plans:
             candidates = [scenario_of(s.model, s.cluster, spec, s.stages) for spec in s.specs]
-        elif s.layouts is not None and s.layouts.experts:  # a mixture of experts: the expert layouts too
+        elif s.layouts is not None and (s.layouts.experts or s.stages):  # the expert layouts; --*-stage-layers
             candidates = []
             for spec in self._searched_specs(s):
                 try:
@@ -303,7 +303,7 @@ class ServeRequest:
 
         if self.plans:
             n_plans = len(s.specs)
-        elif s.layouts is not None and s.layouts.experts:
+        elif s.layouts is not None and (s.layouts.experts or s.stages):
             n_plans = len(self._searched_specs(s))
         else:
             n_plans = len(plans(int(s.cluster.num_gpus), s.cluster.gpus_per_node))

@@ -35,8 +35,9 @@ ARCHITECTURE_PATTERN = r"[a-z0-9][a-z0-9_.-]{0,63}"
 # is its text_config's there (`hf_config`). Not llama4_text: Llama 4's wrapper, llama4, is itself
 # ruled (vLLM's mllama4.py runs llama4.py's language model), and keeps its own name.
 RULED_LANGUAGE_MODEL_FILES = frozenset(
-    {"mixtral", "grok-1", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2"}
-    | {"qwen3_moe", "qwen3_vl_moe", "qwen3_next", "gpt_oss", "llama4", "granitemoe", "nemotron_h"}
+    {"mixtral", "grok-1", "deepseek", "deepseek_v2", "deepseek_v3", "deepseek_v32", "kimi_k2", "glm_moe_dsa"}
+    | {"qwen3_moe", "qwen3_vl_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "gpt_oss", "llama4"}
+    | {"granitemoe", "nemotron_h"}
 )
 # The layer kinds of a hybrid pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py `Symbols`)
 HYBRID_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
