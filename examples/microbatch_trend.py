@@ -10,8 +10,9 @@ accumulation, pipeline sends and syncs) fewer times, but leave a larger pipeline
 The 91B model is the one the paper's own script for the figure runs (NVIDIA/Megatron-LM
 examples/sc21/run_figure_16.sh, added in de7dc40f of 2021-08-10): 32 layers of hidden 15360 with
 128 heads (91.4e9 parameters with the 51,200-token vocabulary), sequence 2048, `--DDP-impl local`,
-`--activations-checkpoint-method uniform` (every layer recomputed), fp16 (CONFIG.sh), Megatron-LM
-of 2021 (`--framework megatron-lm-2021`), standard attention.
+every layer recomputed (`--checkpoint-activations` at de7dc40f, `--activations-checkpoint-method
+uniform` from 6985e589 of 2021-08-18), fp16 (CONFIG.sh), Megatron-LM of 2021 (`--framework
+megatron-lm-2021`), standard attention.
 
 `--costs` splits one sequence's time on the fullest middle stage into what grows with the tokens
 and what a stage pays once per micro-batch (docs/model.md, "How large the micro-batch effect

@@ -624,3 +624,14 @@ def test_the_check_emit_matrix_emits_or_refuses_every_plan_in_one_line(tmp_path)
     refused = [j["refused"] for j in jobs if "refused" in j]
     assert all(r.startswith(("--emit ", "error: --emit ")) and "\n" not in r for r in refused), refused
     assert all(j["argv"] for j in jobs if "refused" not in j)
+
+
+def test_a_re_priced_launch_gives_its_memory_in_whole_bytes():
+    """review25: `--emit --json`'s launched_memory_bytes was a float (fractions of a byte), where every
+    other memory in the JSON is whole bytes (units.whole_bytes)."""
+    from shardwise.emit.report import training_launch
+
+    ddp = _scn("llama3-8b", "dgx-h100", 1, dp=8, global_batch=8, zero_stage=0, grad_reduce_bf16=True)
+    launch = training_launch(ddp, "torchtitan", None, 1e15, 1.0)
+    assert launch["changes"] and isinstance(launch["launched_memory_bytes"], int)
+    assert launch["launched_memory_bytes"] > 0

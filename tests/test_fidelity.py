@@ -59,7 +59,7 @@ def test_a_gpu_without_an_sm_count_falls_back_to_the_roofline():
 
 def _figure_16_rates(batch: int) -> dict[int, float]:
     """TFLOP/s per GPU of Narayanan et al. 2021 Fig. 16's 91B at (t, p) = (8, 8) on 64 A100 for
-    micro-batches 1 and 2: the model of the paper's own script (NVIDIA/Megatron-LM
+    micro-batches 1, 2, 4 and 8 (the figure's four): the model of the paper's own script (NVIDIA/Megatron-LM
     examples/sc21/run_figure_16.sh, de7dc40f: 32 layers, hidden 15360, 128 heads, local DDP,
     every layer recomputed, fp16)."""
     model = presets.model("gpt3-175b", layers=32, hidden=15360, heads=128)
@@ -68,21 +68,36 @@ def _figure_16_rates(batch: int) -> dict[int, float]:
     fw.pop("zero_stage")
     assert fw["flash_attention"] is False  # the 2021 preset: the score matrix materialised
     rate = {}
-    for mb in (1, 2):
+    for mb in (1, 2, 4, 8):
         plan = Plan(tp=8, pp=8, dp=1, global_batch=batch, micro_batch=mb, recompute="full", precision="fp16", **fw)
         rate[mb] = float(estimate_training_step(Scenario(model, cluster, plan)).hardware_tflops_per_gpu)
     return rate
 
 
-def test_figure_16_micro_batch_2_beats_1_at_batch_512():
+def test_figure_16_micro_batch_2_beats_1_and_ties_the_best_at_batch_512():
     """Narayanan et al. 2021 Fig. 16: the 91B model is fastest per GPU at micro-batch 2, not 1
-    (larger GEMMs and fewer per-micro-batch costs against a larger bubble)."""
+    (larger GEMMs and fewer per-micro-batch costs against a larger bubble). The model puts 2
+    ahead of 1 and within 0.5% of its best (micro-batch 4 by 0.1%: the strict xfail below)."""
     rate = _figure_16_rates(512)
     assert rate[2] > rate[1]
+    assert rate[2] > rate[8]
+    assert rate[2] >= 0.995 * max(rate.values())
 
 
 @pytest.mark.xfail(
     strict=True,
+    raises=AssertionError,
+    reason="issue #33: at batch 512 the model puts micro-batch 4 0.1% ahead of 2; the figure has 2 "
+    "best (docs/model.md, Fig. 16 re-read)",
+)
+def test_figure_16_micro_batch_2_is_the_best_at_batch_512():
+    rate = _figure_16_rates(512)
+    assert max(rate, key=rate.__getitem__) == 2
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=AssertionError,
     reason="issue #33: at batch 128 (64 micro-batches of 2 against 128 of 1 on 8 stages) the model "
     "puts micro-batch 1 0.5% ahead; the figure has 2 best (docs/model.md, micro-batch effect)",
 )

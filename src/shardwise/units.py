@@ -191,8 +191,9 @@ def format_seconds(t_s: float, digits: int = 3) -> str:
     if not math.isfinite(t_s):
         return "-"
     a = abs(t_s)
-    if a >= 1e3:  # whole seconds with separators, not '2.04e+03 s'
-        return f"{t_s:,.0f} s"
+    if a >= 1e3:  # whole seconds with separators, not '2.04e+03 s'; decimals only past 3 digits
+        decimals = max(0, digits - len(str(int(a))))
+        return f"{t_s:,.{decimals}f} s"
     if a >= 1.0 or a == 0.0:
         return f"{t_s:.{digits}g} s"
     if a >= 1e-3:

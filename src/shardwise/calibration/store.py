@@ -171,9 +171,11 @@ def save(doc: dict[str, Any], path: str | Path) -> None:
 
 def load(path: str | Path) -> Calibration:
     """Read and check a calibration file; every problem is one SpecError line naming the file."""
-    from shardwise import loaders
+    from shardwise import files, loaders
 
-    if str(path).lower().endswith(".csv"):  # the runs, not their fit: "line 2 is not valid YAML" said too little
+    # the runs, not their fit ("line 2 is not valid YAML" said too little); a missing file or a
+    # directory is answered as any other calibration path is ("cannot read", "not a regular file")
+    if str(path).lower().endswith(".csv") and files.is_file(path):
         raise SpecError(
             f"{path}: a CSV of runs, not a calibration; fit one first: shardwise calibrate {path} -o FILE.yaml, "
             "then --calibration FILE.yaml"

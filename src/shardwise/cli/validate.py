@@ -136,9 +136,16 @@ def validate(
     if show_rows != "none" and (calibrated or not {"public", "collectives", "memory"} & set(tables)):
         from shardwise.errors import SpecError
 
+        asked = (
+            "--calibrated's learning curves have"
+            if calibrated
+            else f"the tables asked for ({', '.join(tables)}) have"
+            if tables
+            else "the default tables (no table named) have"
+        )
         raise SpecError(
             f"--rows {show_rows} lists the runs of validate public, collectives or memory (or of --runs); "
-            "the tables asked for have no such list"
+            f"{asked} no such list"
         )
     if calibrated or plot:
         from shardwise.errors import SpecError

@@ -53,6 +53,15 @@ def summary_rows() -> list[tuple[str, str, Any]]:
     return out
 
 
+def _table_json(source: str, label: str, summary: dict[str, Any]) -> dict[str, Any]:
+    """One table of `public --json`: `split` keeps the values it had (the holdout's 'holdout
+    (untouched)' for every holdout table), `inspected` marks the holdout tables whose rows prompted
+    readings, `label` is the split as the printed table shows it."""
+    inspected = label == INSPECTED
+    split = dict(SPLITS)["holdout"] if inspected else label
+    return {"source": source, "split": split, "inspected": inspected, "label": label, **summary}
+
+
 def _accuracy(s: Any) -> tuple[str, ...]:
     """runs, MAPE, bias, the baseline's, Spearman and pairs ordered right of one summary."""
     return (
@@ -149,7 +158,7 @@ def show_public(as_json: bool, markdown: bool, show_rows: str) -> None:
                     "leave_one_source_out": [asdict(t) for t in _loso().source_table()],
                     "leave_one_stack_out": [asdict(t) for t in _loso().stack_table()],
                     "ranking_within_groups": validate_ranking.json_payload()["stacks"],
-                    "tables": [{"source": src, "split": split, **asdict(s)} for src, split, s in rows],
+                    "tables": [_table_json(src, label, asdict(s)) for src, label, s in rows],
                     "family_intervals": {
                         family: {"covered": covered, "runs": runs, "upper_fraction": upper}
                         for family, (covered, runs, upper) in family_coverage().items()

@@ -7,6 +7,7 @@ from typing import Any
 
 from shardwise.emit import EmitError, adapt, emit
 from shardwise.specs import Scenario
+from shardwise.units import whole_bytes
 
 
 def training_launch(
@@ -29,7 +30,7 @@ def training_launch(
                 "to what it runs"
             )
         out["launched_step_time_s"] = float(est.step_time_s)
-        out["launched_memory_bytes"] = memory
+        out["launched_memory_bytes"] = whole_bytes(memory)  # whole bytes in JSON, as every memory
     return {**emit(scn, target, version).as_dict(), **out}
 
 
