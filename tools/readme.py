@@ -134,9 +134,11 @@ def run_all(commands: Iterable[str], jobs: int | None = None, in_process: bool =
     the example scripts in subprocesses beside them."""
     unique = list(dict.fromkeys(commands))
     jobs = jobs or min(8, max(2, os.cpu_count() or 2))
-    if not in_process:
+    if not in_process:  # the validations (a minute or more each) first, so that none runs alone at the end
+        first = sorted(unique, key=lambda c: not c.startswith("shardwise validate"))
         with ThreadPoolExecutor(max_workers=jobs) as pool:
-            return dict(zip(unique, pool.map(run, unique), strict=True))
+            done = dict(zip(first, pool.map(run, first), strict=True))
+        return {c: done[c] for c in unique}
     apart = [c for c in unique if argv_for(c) is not None and not c.startswith("shardwise")]
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         started = {c: pool.submit(run, c) for c in apart}
