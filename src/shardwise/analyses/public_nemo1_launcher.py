@@ -24,28 +24,29 @@ that dtype (`Plan.grad_reduce_bf16` where bf16). megatron_base_model.py (line 99
 `ub_tp_comm_overlap` off where `sequence_parallel` is off.
 
 Which file a row ran, one rule for every row: a launcher config whose layout (GPUs, MBS, GBS, TP, PP,
-VP) matches the row's exactly is what ran (`MATCHED`; their precision too); else the tag's YAML and script, each
-key kept unless the row overrides the layout it belongs to. The userbuffers TP overlap
+VP) matches the row's exactly is what ran (`MATCHED`; their precision too); else the tag's YAML and
+script, each key kept unless the row overrides the layout it belongs to. The userbuffers TP overlap
 (`ub_tp_comm_overlap`, its `tp_overlap` config named by TP, MBS and sequence length) belongs to (TP,
 MBS, sequence length); the interleaved schedule's `overlap_p2p_comm`/`batch_p2p_comm` to the schedule
-(VP > 1); the optimizer's dtypes and the recomputation to no layout (kept). GPT-3 175B on 512 GPUs
-(64 nodes, MBS 2, GBS 2048, TP 4, PP 8, VP 6, FP8) matches launcher main's gpt3/175b_mlperf.yaml at
+(VP > 1); the optimizer's dtypes and the recomputation to no layout (kept). GPT-3 175B on 512 GPUs (64
+nodes, MBS 2, GBS 2048, TP 4, PP 8, VP 6, FP8) matches launcher main's gpt3/175b_mlperf.yaml at
 121c975d (2024-07-18; not in the tag): `ub_tp_comm_overlap` True, `grad_sync_dtype` bf16,
 `overlap_p2p_comm` True, dropout 0.0 (7316a8d9, 2024-09-10, after the summary's 2024-09-09, added
-`fp8_params`). GPT-3 175B on 128 GPUs (16 nodes, MBS 1, GBS 256, VP 6) matches no file: the script
-at the tag and on main through 2024-09 sets VP 12, main's 175b.yaml (VP 6 from 77b69bba) 128 nodes;
-the tag's 175b.yaml keeps `ub_tp_comm_overlap` False (its ub_cfg_h100_h12288_tp4_mbs1_seqlen2048 is
-the row's TP, MBS and length; 121c975d retuned that config, which hints someone ran it with the
-overlap, but no file of the row's layout turns it on). Nemotron-4 340B (TP 8, PP 8, VP 12, MBS 1 on
-128 GPUs) matches no file; nemotron_340b.yaml (TP 8, MBS 1, 4096: the row's) keeps its
-`ub_tp_comm_overlap` False and, the row's VP > 1 like the YAML's, `overlap_p2p_comm` False.
+`fp8_params`). GPT-3 175B on 128 GPUs (16 nodes, MBS 1, GBS 256, VP 6) matches no file: the script at
+the tag and on main through 2024-09 sets VP 12, main's 175b.yaml (VP 6 from 77b69bba) 128 nodes; the
+tag's 175b.yaml keeps `ub_tp_comm_overlap` False (its ub_cfg_h100_h12288_tp4_mbs1_seqlen2048 is the
+row's TP, MBS and length; 121c975d retuned that config, which hints someone ran it with the overlap,
+but no file of the row's layout turns it on). Nemotron-4 340B (TP 8, PP 8, VP 12, MBS 1 on 128 GPUs)
+matches no file; nemotron_340b.yaml (TP 8, MBS 1, 4096: the row's) keeps its `ub_tp_comm_overlap` False
+and, the row's VP > 1 like the YAML's, `overlap_p2p_comm` False.
 
-The summary's Llama 3 70B VP 5 and GPT-3 175B VP 6 are main's, not the tag's, and its final
-numbers came with PR #10253 (2024-09-09), after main's 04b8d098 (2024-08-29) removed
-`NVTE_FUSED_ATTN: 0`; its first 24.07 version (4c73f77670, 2024-08-14) is within 4.5% of the final
-one row by row with no pattern in the attention-heavy rows, so either both ran FlashAttention-2 or
-the FlashAttention-2/cuDNN gap is smaller than priced: that check cannot tell which launcher ran
-the summary (`public_attention.TE_FLASH2_FACTS` keeps FlashAttention-2 for all but GPT-3 175B).
+Which launcher ran the summary is not settled. Its Llama 2 70B pre-training VP 20 is the tag's, but its
+Llama 3 70B VP 5 and GPT-3 175B VP 6 are main's, not the tag's, and its final numbers came with PR
+#10253 (2024-09-09), after main's 04b8d098 (2024-08-29) removed `NVTE_FUSED_ATTN: 0`; its first 24.07
+version (4c73f77670, 2024-08-14) is within 4.5% of the final one row by row with no pattern in the
+attention-heavy rows, so either both ran FlashAttention-2 or the FlashAttention-2/cuDNN gap is smaller
+than priced: that check cannot tell which launcher ran the summary (`public_attention.TE_FLASH2_FACTS`
+keeps FlashAttention-2 for all but GPT-3 175B).
 """
 
 from __future__ import annotations
