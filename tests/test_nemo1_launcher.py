@@ -44,13 +44,31 @@ def test_the_optimizer_follows_the_launcher(model, workload, state, bf16_grads):
     assert plan.optimizer_state == state and bool(plan.grad_reduce_bf16) is bf16_grads
 
 
+def _gpt175(num_gpus: int) -> dict[str, str]:
+    return next(
+        r
+        for r in pv.raw_rows()
+        if r["model"] == "gpt3-175b" and r["framework_version"] == "24.07" and int(r["num_gpus"]) == num_gpus
+    )
+
+
 def test_overlaps_and_recomputation_follow_the_launcher():
     rows = _rows()
-    gpt175 = _plan(rows["gpt3-175b", "pretrain"])  # 175b.yaml: ub_tp_comm_overlap False since 2023-09
+    # 128 GPUs: no file has the row's layout; the tag's 175b.yaml (ub_tp_comm_overlap False since
+    # 2023-09, its tp_overlap config the row's TP 4, MBS 1, 2048 tokens) holds
+    gpt175 = _plan(_gpt175(128))
     assert bool(gpt175.sequence_parallel) and not bool(gpt175.tp_comm_overlap) and bool(gpt175.overlap_p2p)
+    # 512 GPUs: 64 nodes, MBS 2, GBS 2048, TP 4, PP 8, VP 6 is launcher main's 175b_mlperf.yaml (overlap on)
+    mlperf = _gpt175(512)
+    assert launcher.recipe(mlperf) is launcher.MATCHED["gpt3-175b", 512, 2, 2048, 4, 8, 6]
+    assert bool(_plan(mlperf).tp_comm_overlap) and bool(_plan(mlperf).grad_reduce_bf16)
+    assert launcher.recipe({**mlperf, "mbs": "1"}) is launcher.RECIPES["gpt3-175b", "pretrain"]
     assert bool(_plan(rows["llama3-70b", "pretrain"]).tp_comm_overlap)
-    nemotron = _plan(rows["nemotron4-340b", "pretrain"])  # selective, batched blocking p2p
+    # the row keeps the YAML's TP 8, MBS 1, 4096 tokens: its ub_tp_comm_overlap False holds;
+    # selective recomputation, batched blocking p2p
+    nemotron = _plan(rows["nemotron4-340b", "pretrain"])
     assert nemotron.recompute == Recompute.SELECTIVE and not bool(nemotron.overlap_p2p)
+    assert bool(nemotron.sequence_parallel) and not bool(nemotron.tp_comm_overlap)
     lora70 = _plan(rows["llama2-70b", "lora"])  # sft.yaml: no sequence parallelism, so NeMo drops ub
     assert not bool(lora70.sequence_parallel) and not bool(lora70.tp_comm_overlap)
 
@@ -76,3 +94,14 @@ def test_the_scripts_virtual_stages_complete_the_fine_tuning_layouts():
         assert int(_plan(row).vpp) == vp
     other = {**rows["llama2-70b", "sft"], "source": "GitHub elsewhere"}
     assert pv.skip_reason(other) == "layout incomplete"
+
+
+def test_the_peft_scripts_pack_their_data():
+    """Every PEFT script sets `peft.model.data.train_ds.packed_sequence=true`: SFT and LoRA rows are
+    priced as packs of SQuAD documents in Llama 2's tokens; pre-training is not packed."""
+    rows = _rows()
+    for workload in ("sft", "lora"):
+        for model in ("llama2-7b", "llama2-13b", "llama2-70b"):
+            assert int(_plan(rows[model, workload]).packed_document_len) == 245
+    assert int(_plan(rows["llama2-7b", "pretrain"]).packed_document_len) == 0
+    assert launcher.packed_document_len({**rows["llama2-7b", "sft"], "framework_version": "24.05"}) == 0

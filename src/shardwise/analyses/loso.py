@@ -32,7 +32,7 @@ grid of scales (one vectorised estimate per row): the whole study takes a few se
 from __future__ import annotations
 
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from dataclasses import dataclass, replace
 from functools import cache
 
@@ -379,3 +379,17 @@ def source_table() -> list[FoldSummary]:
 
 def stack_table() -> list[FoldSummary]:
     return [summarize(STACK_NAMES.get(k, k), v) for k, v in sorted(by_stack().items())]
+
+
+def fold_setters() -> dict[str, dict[str, tuple[int, int, int]]]:
+    """How many dev rows set each leave-one-source-out fold's GPU scales: fold (the source left out;
+    "": none, the shipped fit) -> fitted GPU -> (rows, groups, the most rows of any one source)."""
+    rows = priced_rows()
+    out = {}
+    for name in ["", *sorted({p.row.source for p in rows})]:
+        fitted = _fit([p for p in rows if p.row.source != name])
+        out[name] = {
+            g: (len(c), len({p.row.group for p in c}), max(Counter(p.row.source for p in c).values()))
+            for g, (_, c) in sorted(fitted.items())
+        }
+    return out

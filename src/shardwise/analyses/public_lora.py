@@ -13,8 +13,9 @@ Per source (the files at the tags named; nothing here was set from the rows' ste
   SQuAD is packed into `packed_sequence_size = seq_length` = 4096 tokens.
 - NVIDIA NeMo performance docs (docs/source/performance/performance_summary.md at 9c5c5e9709,
   NeMo 24.07, NeMo 1): "we use SQuAD-v1.1 dataset, and the inputs are packed to 4096 tokens";
-  NeMo-Framework-Launcher launcher_scripts/conf/peft/llama/squad.yaml sets `lora_tuning.
-  adapter_dim: 32` and no `target_modules`, whose default is the QKV layer alone (NeMo r2.0.0rc1
+  the 24.07 scripts (NeMo-Framework-Launcher@24.07 examples/peft/llama/h100/*_lora.sh) run
+  `peft=llama/sft`, whose launcher_scripts/conf/peft/llama/sft.yaml sets `lora_tuning.adapter_dim: 32`
+  and no `target_modules`, whose default is the QKV layer alone (NeMo r2.0.0rc1
   nemo/collections/nlp/parts/peft_config.py, `get_target_modules(default=("attention_qkv",))`).
 - NVIDIA-NeMo Megatron-Bridge performance summary, 26.06 container (= Bridge v0.5.0, see
   `public_moe.A2A_OVERLAP`): scripts/performance/configs/llama/llama3_llm_finetune.py builds
@@ -85,8 +86,9 @@ NeMo's prompt "Context: ... Question: ... Answer: ..." drops the id and title an
 many characters), and English text runs at about 4 characters per token for the Llama 3 and
 GPT-4-class byte-pair tokenizers, so a packed document is about 905 / 4 = 226 tokens (range
 190-260 for 3.5-4.8 characters per token). NeMo 1's SQuAD files (Llama 2's tokenizer, about 3.7
-characters per token) would be about 245; the attention of either is a small part of a 4096-token
-pack, so one length serves both.
+characters per token) are about 905 / 3.7 = 245 tokens: NeMo 24.07's rows (LoRA and SFT alike,
+`public_nemo1_launcher.packed_document_len`) use 245, the Llama 3 ones 226; the attention of either
+is a small part of a 4096-token pack.
 """
 
 from __future__ import annotations
@@ -95,6 +97,8 @@ from dataclasses import dataclass
 
 # SQuAD v1.1 training documents in tokens (module docstring: 905 bytes a row / 4 bytes a token).
 SQUAD_DOCUMENT_TOKENS = 226
+# the same documents in Llama 2's 32k SentencePiece tokens (905 bytes / 3.7 bytes a token): NeMo 24.07
+SQUAD_DOCUMENT_TOKENS_LLAMA2 = 245
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,7 @@ class LoraRecipe:
 
 ALL_FOUR = "qkv,proj,fc1,fc2"
 NEMO2_FT = "NVIDIA/NeMo v2.1.0 nemo/collections/llm/recipes/llama3_{}.py (dgxc ft_llama3, NeMo 24.12)"
-NEMO1 = "NeMo-Framework-Launcher conf/peft/llama/squad.yaml; NeMo r2.0.0rc1 nlp/parts/peft_config.py (NeMo 24.07)"
+NEMO1 = "NeMo-Framework-Launcher@24.07 conf/peft/llama/sft.yaml; NeMo r2.0.0rc1 nlp/parts/peft_config.py (NeMo 24.07)"
 BRIDGE = "Megatron-Bridge v0.5.0 scripts/performance/configs/llama/llama3_llm_finetune.py (26.06)"
 AUTOMODEL = "NVIDIA-NeMo/Automodel examples/llm_finetune/*_peft_benchmark*.yaml"
 # What NeMo AutoModel's benchmark config of each row ran, read from the config at the commit the row was
@@ -152,7 +156,7 @@ def recipe(row: dict[str, str]) -> LoraRecipe | None:
         rank = 8 if model == "llama3-8b" else 16
         return LoraRecipe(rank, "qkv", SQUAD_DOCUMENT_TOKENS, "", NEMO2_FT.format("8b" if rank == 8 else "70b"))
     if "NVIDIA/NeMo docs/source/performance/performance_summary.md" in source:
-        return LoraRecipe(32, "qkv", SQUAD_DOCUMENT_TOKENS, "", NEMO1)
+        return LoraRecipe(32, "qkv", SQUAD_DOCUMENT_TOKENS_LLAMA2, "", NEMO1)
     if "Megatron-Bridge docs/performance-summary" in source:
         return LoraRecipe(16, "qkv", 0, "", BRIDGE)
     if "Automodel docs/performance-summary" in source:  # kernels: `automodel_settings`

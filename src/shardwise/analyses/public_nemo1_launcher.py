@@ -22,6 +22,31 @@ and with `fp8_params` `store_params` (a master shard in the optimizer's dtype be
 Apex keeps the contiguous gradient buffer in `grad_sync_dtype` (default: `dtype`) and reduces it in
 that dtype (`Plan.grad_reduce_bf16` where bf16). megatron_base_model.py (line 998) turns
 `ub_tp_comm_overlap` off where `sequence_parallel` is off.
+
+Which file a row ran, one rule for every row: a launcher config whose layout (GPUs, MBS, GBS, TP, PP,
+VP) matches the row's exactly is what ran (`MATCHED`; their precision too); else the tag's YAML and
+script, each key kept unless the row overrides the layout it belongs to. The userbuffers TP overlap
+(`ub_tp_comm_overlap`, its `tp_overlap` config named by TP, MBS and sequence length) belongs to (TP,
+MBS, sequence length); the interleaved schedule's `overlap_p2p_comm`/`batch_p2p_comm` to the schedule
+(VP > 1); the optimizer's dtypes and the recomputation to no layout (kept). GPT-3 175B on 512 GPUs (64
+nodes, MBS 2, GBS 2048, TP 4, PP 8, VP 6, FP8) matches launcher main's gpt3/175b_mlperf.yaml at
+121c975d (2024-07-18; not in the tag): `ub_tp_comm_overlap` True, `grad_sync_dtype` bf16,
+`overlap_p2p_comm` True, dropout 0.0 (7316a8d9, 2024-09-10, after the summary's 2024-09-09, added
+`fp8_params`). GPT-3 175B on 128 GPUs (16 nodes, MBS 1, GBS 256, VP 6) matches no file: the script at
+the tag and on main through 2024-09 sets VP 12, main's 175b.yaml (VP 6 from 77b69bba) 128 nodes; the
+tag's 175b.yaml keeps `ub_tp_comm_overlap` False (its ub_cfg_h100_h12288_tp4_mbs1_seqlen2048 is the
+row's TP, MBS and length; 121c975d retuned that config, which hints someone ran it with the overlap,
+but no file of the row's layout turns it on). Nemotron-4 340B (TP 8, PP 8, VP 12, MBS 1 on 128 GPUs)
+matches no file; nemotron_340b.yaml (TP 8, MBS 1, 4096: the row's) keeps its `ub_tp_comm_overlap` False
+and, the row's VP > 1 like the YAML's, `overlap_p2p_comm` False.
+
+Which launcher ran the summary is not settled. Its Llama 2 70B pre-training VP 20 is the tag's, but its
+Llama 3 70B VP 5 and GPT-3 175B VP 6 are main's, not the tag's, and its final numbers came with PR
+#10253 (2024-09-09), after main's 04b8d098 (2024-08-29) removed `NVTE_FUSED_ATTN: 0`; its first 24.07
+version (4c73f77670, 2024-08-14) is within 4.5% of the final one row by row with no pattern in the
+attention-heavy rows, so either both ran FlashAttention-2 or the FlashAttention-2/cuDNN gap is smaller
+than priced: that check cannot tell which launcher ran the summary (`public_attention.TE_FLASH2_FACTS`
+keeps FlashAttention-2 for all but GPT-3 175B).
 """
 
 from __future__ import annotations
@@ -42,7 +67,8 @@ class LauncherRecipe:
     `fp8_amax_compute_algo`), `ub_tp_comm_overlap` and `sequence_parallel` (as the YAML and script
     set them; NeMo turns the overlap off without sequence parallelism), `overlap_p2p_comm` (the
     interleaved schedule's), `activations_checkpoint_granularity` ("" none), the script's
-    `virtual_pipeline_model_parallel_size` (0: the row states it) and `cross_entropy_loss_fusion`."""
+    `virtual_pipeline_model_parallel_size` (0: the row states it), `cross_entropy_loss_fusion` and
+    `packed_sequence` (the PEFT scripts' `peft.model.data.train_ds.packed_sequence=true`)."""
 
     yaml: str
     script: str
@@ -57,6 +83,7 @@ class LauncherRecipe:
     recompute: str = ""
     vp: int = 0
     cross_entropy_fusion: bool = False
+    packed_sequence: bool = False
 
 
 _T = "launcher_scripts/conf/training/"
@@ -67,7 +94,15 @@ _BF16_GRADS = {"grad_sync_dtype": "bf16"}  # the script's `+training.model.optim
 _SHORT = {"amax_history": (1, "most_recent")}  # llama2_13b.yaml, llama2_70b.yaml
 # sft.yaml: distributed_fused_adam, dtype bf16, grad_sync_dtype bf16, fp8_amax_history_len 512, vp null,
 # sequence_parallel and ub_tp_comm_overlap False; every PEFT script sets `++peft.model.fp8_params=true`
-_SFT_KEYS = {"optim_dtype": "bf16", "grad_sync_dtype": "bf16", "fp8_params": True, "amax_history": (512, "max")}
+# and `peft.model.data.train_ds.packed_sequence=true` (NeMo r2.0.0rc1 megatron_gpt_model.py:1246-1270:
+# PackedSeqParams, qkv_format "thd": attention within each document)
+_SFT_KEYS = {
+    "optim_dtype": "bf16",
+    "grad_sync_dtype": "bf16",
+    "fp8_params": True,
+    "amax_history": (512, "max"),
+    "packed_sequence": True,
+}
 # the LoRA scripts: `peft.model.optim.name=fused_adam` and remove dtype, grad_sync_dtype and the overlaps
 _LORA_KEYS = {**_SFT_KEYS, "optimizer": "fused_adam", "optim_dtype": "fp32", "grad_sync_dtype": "fp32"}
 
@@ -81,7 +116,8 @@ RECIPES: dict[tuple[str, str], LauncherRecipe] = {
         ub_tp_comm_overlap=True,
         sequence_parallel=True,
     ),
-    # 175b.yaml: ub_tp_comm_overlap False (its tp_overlap default names a userbuffers config it does not turn on)
+    # 175b.yaml: ub_tp_comm_overlap False (its tp_overlap default names a userbuffers config it does not
+    # turn on); the 128-GPU row (module docstring's rule; the 512-GPU one: `MATCHED`)
     ("gpt3-175b", "pretrain"): LauncherRecipe(
         _T + "gpt3/175b.yaml",
         _X + "gpt/h100/175b_fp8_16node.sh",
@@ -133,20 +169,18 @@ RECIPES: dict[tuple[str, str], LauncherRecipe] = {
         cross_entropy_fusion=True,
     ),
     # nemotron_340b.yaml (no script): dtype bf16, grad_sync_dtype bf16, overlap_p2p_comm False with
-    # batch_p2p_comm True, activations_checkpoint_granularity selective. The row overrides the YAML's
-    # layout (pp 12, vp 8, GBS 2304) and precision (bf16: "fp8 training is currently not supported"),
-    # so which other keys it overrode is not known. NVIDIA's FP8 benchmark of the same layout (tp 8,
-    # pp 8, vp 12) a container later, dgxc-benchmarking nemotron/ at 35a9aecc8d (nemo:24.09), keeps
-    # this YAML's selective recomputation and p2p settings (nemotron4-340b-synth.yaml) but turns the
-    # YAML's `ub_tp_comm_overlap: False` on (configure.sh `model.ub_tp_comm_overlap=True`): the
-    # overlap is left at the stack's (on) as not known.
+    # batch_p2p_comm True, activations_checkpoint_granularity selective, ub_tp_comm_overlap False. The
+    # row overrides the YAML's pipeline layout (pp 12, vp 8, GBS 2304 -> pp 8, vp 12, GBS 32) and
+    # precision (bf16: "fp8 training is currently not supported"), not its TP, MBS or length: by the
+    # module docstring's rule every key here is the YAML's. (NVIDIA's FP8 benchmark of the row's layout
+    # a container later, dgxc-benchmarking nemotron/ at 35a9aecc8d, nemo:24.09, turns the overlap on:
+    # another run, not this one.)
     ("nemotron4-340b", "pretrain"): LauncherRecipe(
         _T + "nemotron/nemotron_340b.yaml",
         "",
         optim_dtype="bf16",
         grad_sync_dtype="bf16",
         sequence_parallel=True,
-        ub_tp_comm_overlap=True,
         recompute="selective",
     ),
     ("llama2-7b", "sft"): LauncherRecipe(_SFT, _P + "7b_1node.sh", **_SFT_KEYS),
@@ -169,6 +203,24 @@ RECIPES: dict[tuple[str, str], LauncherRecipe] = {
     ("llama2-70b", "lora"): LauncherRecipe(_SFT, _P + "70b_1node_lora.sh", **_LORA_KEYS, ub_tp_comm_overlap=True, vp=1),
 }
 
+# Launcher configs whose layout matches a row's exactly (module docstring's rule): (model, GPUs, MBS,
+# GBS, TP, PP, VP) -> the recipe. launcher main's gpt3/175b_mlperf.yaml at 121c975d (2024-07-18):
+# distributed_fused_adam with grad_sync_dtype bf16, sequence_parallel, ub_tp_comm_overlap True
+# (ub_cfg_h100_h12288_tp4_mbs2_seqlen2048), overlap_p2p_comm True, no recomputation. Its
+# `env_vars: NVTE_FUSED_ATTN: 1` sits in the training group, which stages.py `get_env_vars` (the
+# top-level `env_vars` alone) does not export: the preset's cuDNN attention that GPT-3 175B keeps
+# (`public_attention`) rests on the 16-node script's `+env_vars.NVTE_FUSED_ATTN=1` alone, uncertain.
+MATCHED: dict[tuple[str, int, int, int, int, int, int], LauncherRecipe] = {
+    ("gpt3-175b", 512, 2, 2048, 4, 8, 6): LauncherRecipe(
+        _T + "gpt3/175b_mlperf.yaml (launcher main 121c975d)",
+        "",
+        **_BF16_GRADS,
+        ub_tp_comm_overlap=True,
+        sequence_parallel=True,
+        overlap_p2p=True,
+    ),
+}
+
 # What the model cannot price of these recipes (they stay at the stack's): `fp8_params` (the PEFT
 # scripts' fp8 weights: 1 B a weight, and parameter all-gathers of 1 B; priced as bf16 weights, the
 # optimizer state as "bf16": 2 + 4 / dp bytes a parameter against the run's 1 + 6 / dp), the FP8 amax
@@ -178,7 +230,12 @@ RECIPES: dict[tuple[str, str], LauncherRecipe] = {
 # the same fp32 softmax as the unfused one: megatron/core/fusions/fused_cross_entropy.py at the
 # container's MCORE_TAG 338af51452, NeMo r2.0.0rc1 Dockerfile), Nemotron's unfused bias/activation
 # (`bias_activation_fusion: false`, squared-ReLU), `gc_interval`, and the LoRA scripts' `fused_adam`
-# (no ZeRO: the adapters' few million parameters' state and gradients, negligible beside the step).
+# (no ZeRO: the adapters' few million parameters' state and gradients, negligible beside the step),
+# the GPT-3 YAMLs' `attention_dropout` and `hidden_dropout` 0.1 (5b, 20b, 175b at the tag; 0.0 in
+# 175b_mlperf.yaml): the model prices dropout's masks in memory (`ModelSpec.dropout`, on for GPT-3),
+# not its kernels' time, and PEFT's packs padded to 4096 tokens (NeMo's packing fills each pack up to
+# `packed_sequence_size` and pads the rest; whether the summary's tokens/s counts the pads is not
+# stated: priced as 4096 tokens of documents).
 NOT_PRICED = (
     "fp8_params",
     "fp8_amax_history_len",
@@ -189,6 +246,9 @@ NOT_PRICED = (
     "bias_activation_fusion",
     "gc_interval",
     "optim.name fused_adam (LoRA)",
+    "attention_dropout",
+    "hidden_dropout",
+    "packed_sequence padding",
 )
 
 
@@ -196,7 +256,10 @@ def recipe(row: dict[str, str]) -> LauncherRecipe | None:
     """The launcher recipe a NeMo 24.07 performance-summary row ran (`RECIPES`), else None."""
     if not NEMO_2407.covers(row):
         return None
-    return RECIPES.get((row.get("model") or "", row.get("workload") or ""))
+    model = row.get("model") or ""
+    layout = tuple(int(row.get(k) or 0) for k in ("num_gpus", "mbs", "gbs", "tp", "pp", "vp"))
+    matched = MATCHED.get((model, *layout))  # type: ignore[arg-type]
+    return matched or RECIPES.get((model, row.get("workload") or ""))
 
 
 def optimizer_state(found: LauncherRecipe) -> str:
@@ -207,6 +270,15 @@ def optimizer_state(found: LauncherRecipe) -> str:
     if found.optim_dtype == "bf16":  # no master (with fp8_params a bf16 one: `NOT_PRICED`)
         return "bf16"
     return "fp32" if found.fp8_params else "fp32-remainders"
+
+
+def packed_document_len(row: dict[str, str]) -> int:
+    """`Plan.packed_document_len` of a row whose recipe packs its data (0: not packed, or no recipe):
+    SQuAD's documents in Llama 2's tokens (`public_lora.SQUAD_DOCUMENT_TOKENS_LLAMA2`)."""
+    from shardwise.analyses.public_lora import SQUAD_DOCUMENT_TOKENS_LLAMA2
+
+    found = recipe(row)
+    return SQUAD_DOCUMENT_TOKENS_LLAMA2 if found and found.packed_sequence else 0
 
 
 def virtual_stages(row: dict[str, str]) -> int:

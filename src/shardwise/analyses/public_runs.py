@@ -212,7 +212,7 @@ def request_for(row: dict[str, str]):
         cuda_graph_scope=(public_moe.cuda_graph_scope(row) if moe else None) or kernels.pop("cuda_graph_scope", None),
         lora_rank=lora.rank if lora else 0,
         lora_targets=lora.targets if lora else DEFAULT_TARGETS,
-        packed_document_len=lora.document_len if lora else 0,
+        packed_document_len=lora.document_len if lora else public_nemo1_launcher.packed_document_len(row),
         pipeline_flushes=lora.flushes if lora else 1,
         mtp_layers=public_moe.mtp_layers(row) if moe else 0,
         **(_split(public_moe.stage_layers(row)) if moe else {}),

@@ -117,10 +117,29 @@ def show_loso(markdown: bool) -> None:
         "how far the other stacks miss when each is left out whole), ± the fit of its GPU's efficiency "
         "(interval: the median half-width). Errors in step time, (predicted - measured) / measured."
     )
+    note += " " + _thin_folds(loso)
     if markdown:
         click.echo(f"\n{note}\n")
     else:
         console().print(note)
+
+
+def _thin_folds(loso) -> str:
+    """The folds whose GPU scale rests on under half the dev rows that set it in the full fit."""
+    folds = loso.fold_setters()
+    full = {gpu: n for gpu, (n, _, _) in folds.pop("").items()}
+    thin = [
+        f"{fold}: {gpu} on {n} rows ({groups} groups, at most {most} of one source)"
+        for fold, gpus in folds.items()
+        for gpu, (n, groups, most) in gpus.items()
+        if 2 * n < full.get(gpu, 0)
+    ]
+    counts = ", ".join(f"{gpu} {n}" for gpu, n in full.items())
+    return (
+        f"Dev rows setting each GPU's scale in the full fit: {counts}; folds left with under half: "
+        + ("; ".join(thin) or "none")
+        + "."
+    )
 
 
 def _price(as_json: bool) -> None:
