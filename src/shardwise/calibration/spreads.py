@@ -83,18 +83,18 @@ def serving_basis() -> str:
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "deepspeed": (0.1589, 4, 1),
-    "flash-attn-trainer": (0.1277, 5, 1),
-    "fsdp": (0.1941, 173, 2),
-    "fsdp2": (0.1884, 2, 1),
-    "internevo": (0.1535, 54, 1),
-    "maxtext": (0.1086, 38, 3),
-    "megatron-core": (0.1025, 442, 4),
+    "deepspeed": (0.1562, 4, 1),
+    "flash-attn-trainer": (0.1197, 5, 1),
+    "fsdp": (0.1910, 173, 2),
+    "fsdp2": (0.1838, 2, 1),
+    "internevo": (0.1472, 54, 1),
+    "maxtext": (0.1022, 38, 3),
+    "megatron-core": (0.0958, 442, 4),
     "megatron-deepspeed": (0.3286, 9, 4),
-    "megatron-lm-2022": (0.1716, 11, 1),
-    "nemo-automodel": (0.1835, 1, 1),
-    "paxml": (0.1981, 36, 2),
-    "torchtitan-compile": (0.1898, 12, 1),
+    "megatron-lm-2022": (0.1662, 11, 1),
+    "nemo-automodel": (0.1789, 1, 1),
+    "paxml": (0.1948, 36, 2),
+    "torchtitan-compile": (0.1851, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
