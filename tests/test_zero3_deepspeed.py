@@ -127,6 +127,31 @@ def test_each_layer_pays_its_gathers_and_reductions_fixed_times():
     assert fsdp["layer_all_gather"] == pytest.approx(layers * group.all_gather(2.0 * n / layers), rel=1e-12)
 
 
+def test_everything_persistent_takes_no_layer_collective():
+    """A threshold above every module: all persist (DeepSpeed's `ds_numel <= param_threshold`),
+    no layer all-gather (priced 0 seconds, not 0/0); a module of exactly the threshold persists."""
+    import math
+
+    scn = Scenario(
+        presets.model(LLAMA),
+        presets.system("dgx-a100", nodes=8),
+        Plan(dp=64, global_batch=64, zero_stage=3, framework="deepspeed",
+             zero3_buckets=Zero3Buckets(persistence_threshold_params=1e12)),
+    )  # fmt: skip
+    fabric, place = Fabric.of(scn.cluster), placement(scn.plan, scn.cluster.gpus_per_node)
+    prices = collective_prices(scn, fabric, place, 6.7e9, ("layer_all_gather", "layer_reduce_scatter"), layers=32)
+    assert prices["layer_all_gather"] == 0.0
+    assert math.isfinite(prices["layer_reduce_scatter"]) and prices["layer_reduce_scatter"] > 0
+    assert _trace(persistence_threshold_params=4096.0).persistent_params == 2 * 4096 * 32 + 4096
+
+
+def test_everything_persistent_predicts_a_finite_step(cli):
+    code, out, err = cli(["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "64",
+                          "--framework", "deepspeed", "--zero", "3", "--zero3-buckets", "persist=1e12", "--json"])  # fmt: skip
+    assert code == 0, err
+    assert "nan" not in out.lower()
+
+
 def test_bad_buckets_are_one_line_errors(cli):
     for bad in ("foo=1", "reduce=-5", "reduce", "live=inf"):
         code, out, err = cli(["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "8",

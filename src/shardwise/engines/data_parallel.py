@@ -162,9 +162,10 @@ def collective_prices(
                 bucket = ifelse(as_bool(plan.per_param_sharding), unit, bucket)
             counts[what] = minimum(n, bucket)
         k = per_layer.get(what, 1.0)
-        priced[name] = op(counts[what] * per_param / k) * k
+        each = ifelse(k > 0, k, 1.0)  # k == 0: every module persistent, no collective (priced 0, not 0/0)
+        priced[name] = op(counts[what] * per_param / each) * k
         if hybrid is not None and name.endswith("reduce_scatter"):  # then the replicas' all-reduce of the shard
-            shard = replica.all_reduce(counts[what] * per_param / dp / k) * k
+            shard = replica.all_reduce(counts[what] * per_param / dp / each) * k
             priced[name] = priced[name] + ifelse(spmd, 0.0, shard)
         if what.startswith("layer_"):  # one collective per layer of the stage
             priced[name] = n_layers * priced[name]

@@ -103,8 +103,9 @@ def trace(model: Model, tp: int, layers: int, buckets: Zero3Buckets) -> Zero3Tra
 @lru_cache(maxsize=256)
 def _trace(modules: tuple[tuple[float, ...], ...], layers: int, b: Zero3Buckets) -> Zero3Trace:
     threshold = b.persistence_threshold_params
-    gathered = tuple(sum(p for p in m if p >= threshold) for m in modules)
-    persistent = sum(p for m in modules[:-1] for p in m if p < threshold)  # the output layer's is the embedding's
+    # persistent where `param.ds_numel <= param_threshold` (partition_parameters.py `_convert_to_deepspeed_param`)
+    gathered = tuple(sum(p for p in m if p > threshold) for m in modules)
+    persistent = sum(p for m in modules[:-1] for p in m if p <= threshold)  # the output layer's is the embedding's
     forward = _gathers([g for g in gathered if g > 0], b.prefetch_bucket_params, b.max_live_params)
     backward = _gathers([g for g in reversed(gathered) if g > 0], b.prefetch_bucket_params, b.max_live_params)
     turn = _reuse_tail([g for g in gathered if g > 0], b.max_reuse_distance_params)
