@@ -25,9 +25,15 @@ def zero3_buffers(model: Model, plan: Plan, stack: mem.StackMemory, moe: bool) -
     the largest unit's unsharded gradients at the stack's bytes until they are reduced. With
     `Plan.zero3_buckets` (DeepSpeed's stage 3, a dense model): what its buckets hold instead
     (`deepspeed_zero3_buffers`)."""
-    if plan.zero3_buckets is not None and not moe and z3d.applies(model):
+    if deepspeed_traced(model, plan, moe):
         return deepspeed_zero3_buffers(model, plan)
     return _zero3_buffers(model, plan.tp, plan.ep, plan.expert_tp, plan.zero_stage, plan.precision, stack, moe)
+
+
+def deepspeed_traced(model: Model, plan: Plan, moe: bool) -> bool:
+    """Whether ZeRO-3's buffers are DeepSpeed's module-by-module trace (`Plan.zero3_buckets` on a
+    dense model, `z3d.applies`) rather than FSDP's units (a mixture of experts, a hybrid, MLA)."""
+    return plan.zero3_buckets is not None and not moe and z3d.applies(model)
 
 
 def deepspeed_zero3_buffers(model: Model, plan: Plan) -> tuple[Number, Number]:
@@ -105,13 +111,17 @@ def pp_unsharded_bytes(plan: Plan, stack: mem.StackMemory, params: Number, train
     return weights, ifelse((zero >= 2) & piped, stack.pp_unsharded_grad_bytes * trained, 0.0)
 
 
-def buffer_terms(plan: Plan, stack: mem.StackMemory) -> tuple[Number, Number, Number]:
+def buffer_terms(
+    plan: Plan, stack: mem.StackMemory, model: Model | None = None, moe: bool = False
+) -> tuple[Number, Number, Number]:
     """What `stage_buffers` reads of the plan alone, the same on every stage: (whether torch DDP
     keeps bucket copies, DeepSpeed's reduction buckets, the optimizer step's gradient copies per
     parameter). Kept per the fields it reads (`specs.memo.kept`). Under ZeRO >= 1 with
     `Plan.zero1_grad_all_reduce` no DDP wraps the model (nanotron's trainer.py init_model), so no
-    bucket copies."""
-    deepspeed3 = plan.zero3_buckets is not None  # its bucket is `deepspeed_zero3_buffers`' under ZeRO-3
+    bucket copies. `model`, `moe`: whether ZeRO-3's bucket is `deepspeed_zero3_buffers`' (`deepspeed_traced`;
+    without a model, wherever the plan has DeepSpeed's buckets)."""
+    # its bucket is `deepspeed_zero3_buffers`' under ZeRO-3; FSDP's units' fallback keeps the stack's
+    deepspeed3 = plan.zero3_buckets is not None if model is None else deepspeed_traced(model, plan, moe)
     zero, ranks = plan.zero_stage, plan.zero_ranks
     return _buffer_terms(plan.dp, plan.cp, zero, ranks, stack, plan.zero1_grad_all_reduce, deepspeed3)
 
