@@ -167,13 +167,19 @@ def test_a_mixture_of_experts_keeps_fsdps_units_and_the_stacks_bucket(cli):
 
 
 def test_bad_buckets_are_one_line_errors(cli):
-    for bad in ("foo=1", "reduce=-5", "reduce", "live=inf"):
+    for bad in ("foo=1", "reduce=-5", "reduce", "live=inf", "prefetch=0.5", "prefetch=5e7,prefetch=1e7",
+                "prefetch=5e7,stage3_prefetch_bucket_size=1e7"):  # fmt: skip
         code, out, err = cli(["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "8",
                               "--framework", "deepspeed", "--zero3-buckets", bad])  # fmt: skip
         assert code == 2, (bad, out, err)
         assert "--zero3-buckets" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
     with pytest.raises(SpecError, match="framework 'mine': zero3_buckets"):
         zero3_buckets_of({"reduce_bucket_size": True}, "framework 'mine': zero3_buckets")
+    with pytest.raises(SpecError, match="whole elements"):  # DeepSpeed's fields are ints
+        zero3_buckets_of({"reduce_bucket_size": 1e7 + 0.5}, "framework 'mine': zero3_buckets")
+    with pytest.raises(SpecError, match="whole elements"):
+        Zero3Buckets(prefetch_bucket_params=0.25)
+    assert zero3_buckets_of("prefetch=1e7").prefetch_bucket_params == 1e7  # type: ignore[union-attr]
 
 
 def test_the_flag_overrides_the_frameworks_buckets_key_by_key(cli):

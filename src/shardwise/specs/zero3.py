@@ -39,6 +39,15 @@ NUMBERS = (
 )
 # the largest bucket taken: 1e12 elements, beyond any GPU's memory at 2 bytes each
 MAX_ELEMENTS = 1e12
+# what a bucket may be: DeepSpeed's fields are pydantic ints (runtime/zero/config.py), so whole elements
+ELEMENTS = "give whole elements, 0 to 1e12"
+
+
+def _whole_elements(value: object) -> bool:
+    """Whether `value` is a whole number of elements from 0 to MAX_ELEMENTS (not a bool)."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(value):
+        return False
+    return 0 <= value <= MAX_ELEMENTS and float(value).is_integer()
 
 
 @dataclass(frozen=True)
@@ -65,9 +74,8 @@ class Zero3Buckets:
     def __post_init__(self) -> None:
         for name in NUMBERS:
             value = getattr(self, name)
-            ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-            if not ok or not 0 <= value <= MAX_ELEMENTS:
-                raise SpecError(f"plan: zero3_buckets {name}: {value!r} is not allowed; give elements, 0 to 1e12")
+            if not _whole_elements(value):
+                raise SpecError(f"plan: zero3_buckets {name}: {value!r} is not allowed; {ELEMENTS}")
             object.__setattr__(self, name, float(value))
         if not isinstance(self.fused_linears, bool):
             what = f"plan: zero3_buckets fused_linears: {self.fused_linears!r}"
@@ -103,13 +111,21 @@ def zero3_buckets_of(
                 f"{where}: {value!r} is not allowed; give KEY=ELEMENTS,... with keys {', '.join(SHORT_KEYS)} "
                 "(or DeepSpeed's own), or none"
             )
+        keys = [k.strip() for k, _, _ in pairs]
+        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
+        if twice is not None:  # a dict would keep the last silently
+            raise SpecError(f"{where}: {twice!r} is given twice; give each key once")
         value = {k.strip(): v.strip() for k, _, v in pairs}
     if not isinstance(value, Mapping):
         raise SpecError(f"{where}: {value!r} is not allowed; give a mapping of {', '.join(DEEPSPEED_KEYS)}")
     fields = dict(zip(DEEPSPEED_KEYS, NUMBERS, strict=True))
     out: dict[str, object] = {} if base is None else {k: getattr(base, k) for k in (*NUMBERS, "fused_linears")}
-    for key, raw in value.items():
-        key = SHORT_KEYS.get(key, key)
+    seen: set[str] = set()
+    for given, raw in value.items():
+        key = SHORT_KEYS.get(given, given)
+        if key in seen:
+            raise SpecError(f"{where}: {given!r} is given twice; give each key once")
+        seen.add(key)
         if key == "fused_linears":
             if isinstance(raw, str) and raw.lower() in ("true", "false"):
                 raw = raw.lower() == "true"
@@ -124,9 +140,8 @@ def zero3_buckets_of(
                 number = float(raw)
             except ValueError:
                 number = raw
-        ok = isinstance(number, int | float) and not isinstance(number, bool) and math.isfinite(number)
-        if not ok or not 0 <= number <= MAX_ELEMENTS:
-            raise SpecError(f"{where} {key}: {raw!r} is not allowed; give elements, 0 to 1e12")
+        if not _whole_elements(number):
+            raise SpecError(f"{where} {key}: {raw!r} is not allowed; {ELEMENTS}")
         out[fields[key]] = float(number)
     try:
         return Zero3Buckets(**out)  # type: ignore[arg-type]
