@@ -300,3 +300,17 @@ def test_a_search_space_by_a_file_prices_with_its_flags_or_refuses_another_stack
         SearchSpace(stack=path, execution={"framework": "fsdp"})
     with pytest.raises(SpecError, match="execution's framework is 'megatron-core'"):
         SearchSpace(stack="fsdp", execution={"lora_rank": 8})  # Plan's defaults: Megatron-Core's
+
+
+def test_a_files_partial_zero3_buckets_keep_its_like_presets_others(tmp_path):
+    """`like: megatron-deepspeed` with only a prefetch bucket: the preset's other buckets and its
+    fused linears stay (they were DeepSpeed's defaults and Hugging Face's modules)."""
+    text = "name: mine\nlike: megatron-deepspeed\nzero3_buckets:\n  prefetch: 10000000\n"
+    mine = _predict(_write(tmp_path, text), zero=3).scenario.plan.zero3_buckets
+    builtin = _predict("megatron-deepspeed", zero=3).scenario.plan.zero3_buckets
+    assert mine.fused_linears and builtin.fused_linears
+    assert mine.prefetch_bucket_params == 1e7 != builtin.prefetch_bucket_params
+    assert mine.max_live_params == builtin.max_live_params and mine.reduce_bucket_params == builtin.reduce_bucket_params
+    twice = "name: twice\nlike: megatron-deepspeed\nzero3_buckets:\n  prefetch: 1\n  stage3_prefetch_bucket_size: 2\n"
+    with pytest.raises(SpecError, match="given twice"):
+        _predict(_write(tmp_path, twice, "twice.yaml"), zero=3)

@@ -161,6 +161,11 @@ def with_like(key: str, data: dict[str, Any], table: dict[str, dict[str, Any]]) 
     own = {k: data[k] for k in ("name",) if k in data}  # shown first (`presets show FILE`)
     merged = {**own, "like": name, **inherited, **data}
     merged["like"] = name  # as the table spells it
+    if "zero3_buckets" in data and "zero3_buckets" in inherited:  # the file's keys over the preset's
+        from shardwise.specs.zero3 import buckets_over
+
+        where = f"framework {key!r}: zero3_buckets"
+        merged["zero3_buckets"] = buckets_over(inherited["zero3_buckets"], data["zero3_buckets"], where)
     return merged
 
 

@@ -147,3 +147,18 @@ def zero3_buckets_of(
         return Zero3Buckets(**out)  # type: ignore[arg-type]
     except SpecError as exc:
         raise SpecError(str(exc).replace("plan: zero3_buckets", where, 1)) from None
+
+
+def buckets_over(base: object, own: object, where: str) -> object:
+    """A framework file's `zero3_buckets:` over its `like:` preset's, key by key (DeepSpeed's names,
+    `SHORT_KEYS`' spelled out): a key the file leaves out keeps the preset's (its `fused_linears`
+    too). `own` as given where either is not a mapping (None, "none": no buckets)."""
+    if not isinstance(base, Mapping) or not isinstance(own, Mapping):
+        return own
+    out = {SHORT_KEYS.get(k, k): v for k, v in base.items()}
+    spelled = [SHORT_KEYS.get(k, k) for k in own]
+    twice = next((k for i, k in enumerate(spelled) if k in spelled[:i]), None)
+    if twice is not None:
+        raise SpecError(f"{where}: {twice!r} is given twice; give each key once")
+    out.update({SHORT_KEYS.get(k, k): v for k, v in own.items()})
+    return out
