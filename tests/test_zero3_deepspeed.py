@@ -182,6 +182,18 @@ def test_bad_buckets_are_one_line_errors(cli):
     assert zero3_buckets_of("prefetch=1e7").prefetch_bucket_params == 1e7  # type: ignore[union-attr]
 
 
+def test_the_flag_is_refused_on_a_stack_that_does_not_run_deepspeed(cli):
+    """torchtitan, FSDP, Megatron-Core gather by FSDP-style units: DeepSpeed's buckets would price a
+    stack they do not run (one line, exit 2); none there is what they run already."""
+    args = ["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "8", "--zero", "3"]
+    for stack in ("torchtitan", "fsdp", "megatron-core"):
+        code, out, err = cli([*args, "--framework", stack, "--zero3-buckets", "prefetch=1e7"])
+        assert code == 2, (stack, out, err)
+        assert "deepspeed" in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+        code, out, err = cli([*args, "--framework", stack, "--zero3-buckets", "none"])
+        assert code == 0, err
+
+
 def test_the_flag_overrides_the_frameworks_buckets_key_by_key(cli):
     args = ["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "8", "--zero", "3", "--json"]
     code, out, err = cli([*args, "--framework", "megatron-deepspeed", "--zero3-buckets", "prefetch=1e7,reduce=2e7"])

@@ -318,7 +318,8 @@ execution_options = stack_options(
         "(stage3_prefetch_bucket_size, 5e7), live (stage3_max_live_parameters, 1e9), persist "
         "(stage3_param_persistence_threshold, 1e5), reduce (reduce_bucket_size, 5e8), reuse "
         "(stage3_max_reuse_distance, 1e9), each left out at the framework's or DeepSpeed's default; none: "
-        "PyTorch FSDP's per-layer units [default: the framework's: deepspeed, megatron-deepspeed DeepSpeed's].",
+        "PyTorch FSDP's per-layer units; refused on stacks without them [default: the framework's: deepspeed, "
+        "megatron-deepspeed DeepSpeed's].",
     ),
     click.option(
         "--optimizer-state",

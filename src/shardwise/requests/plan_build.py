@@ -36,7 +36,14 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
     if o.get("zero3_buckets") is not None:  # the keys given over the framework's buckets (DeepSpeed's defaults)
         from shardwise.specs.zero3 import zero3_buckets_of
 
-        out["zero3_buckets"] = zero3_buckets_of(o["zero3_buckets"], "--zero3-buckets", flags.get("zero3_buckets"))
+        buckets = zero3_buckets_of(o["zero3_buckets"], "--zero3-buckets", flags.get("zero3_buckets"))
+        if buckets is not None and flags.get("zero3_buckets") is None:  # a stack that does not run DeepSpeed
+            deepspeed = [k for k, v in presets.raw("frameworks").items() if v.get("zero3_buckets") is not None]
+            raise SpecError(
+                f"--zero3-buckets: {stack} runs ZeRO-3 as FSDP-style units, not DeepSpeed's stage 3; it applies to "
+                f"{', '.join(deepspeed)}, or a framework file with zero3_buckets"
+            )
+        out["zero3_buckets"] = buckets
     # fp16 training accumulates its gradients another way in some stacks (`physics.microbatch`)
     if o.get("unfused_accumulate_bytes") is None:
         accumulate = presets.framework_accumulate_bytes(stack, o.get("precision") or "bf16")
