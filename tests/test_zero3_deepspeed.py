@@ -146,8 +146,8 @@ def test_everything_persistent_takes_no_layer_collective():
 
 
 def test_everything_persistent_predicts_a_finite_step(cli):
-    code, out, err = cli(["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "64",
-                          "--framework", "deepspeed", "--zero", "3", "--zero3-buckets", "persist=1e12", "--json"])  # fmt: skip
+    args = ["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "64", "--framework", "deepspeed"]
+    code, out, err = cli([*args, "--zero", "3", "--zero3-buckets", "persist=1e12", "--json"])
     assert code == 0, err
     assert "nan" not in out.lower()
 
@@ -218,6 +218,23 @@ def test_emit_deepspeed_writes_the_buckets_the_plan_was_priced_with(cli):
     assert code == 0, err
     assert "DeepSpeed's stage 3 module by module, at its default buckets" in out
     assert '"stage3_prefetch_bucket_size": 50000000' in out
+
+
+def test_emit_deepspeed_writes_the_reduction_dtypes_at_every_stage(cli):
+    """communication_data_type at ZeRO-1 as at 3 (the gradients' reduction the plan was priced with), and
+    with Ulysses the all-to-alls' dtype (DeepSpeed's default fp32; the plan prices 16-bit activations)."""
+
+    def emitted(*extra: str) -> dict:
+        code, out, err = cli(["predict", "--model", LLAMA, "--system", "dgx-a100", "--global-batch", "64",
+                              "--framework", "megatron-deepspeed", "--emit", "deepspeed", *extra])  # fmt: skip
+        assert code == 0, err
+        return json.loads(out.split("cat > ds_config.json <<'SHARDWISE_EOF'\n")[1].split("SHARDWISE_EOF")[0])
+
+    zero1 = emitted("--zero", "1", "--recompute", "full")
+    assert zero1["communication_data_type"] == "fp32" and "seq_parallel_communication_data_type" not in zero1
+    assert emitted("--zero", "1", "--recompute", "full", "--grad-reduce-bf16")["communication_data_type"] == "bf16"
+    ulysses = emitted("--zero", "1", "--recompute", "full", "--cp", "2", "--flash-attention")
+    assert ulysses["seq_parallel_communication_data_type"] == "bf16"
 
 
 def test_flagperfs_deepspeed_rows_run_their_configs_buckets():

@@ -123,16 +123,21 @@ def _runs(counts: list[int]) -> str:
 def config(scn: Scenario) -> dict[str, object]:
     """ds_config.json: DeepSpeed checks train_batch_size = micro x accumulation x data-parallel
     ranks (its world size is the data-parallel group's: tensor, pipeline and Ulysses ranks are
-    not in it). Under ZeRO-3 the plan's buckets (`Plan.zero3_buckets`, in elements) and, where the
-    plan reduces bf16 training's gradients in fp32, communication_data_type fp32 (DeepSpeed's
-    default is the 16-bit dtype: runtime/engine.py communication_data_type)."""
+    not in it). Under ZeRO-3 the plan's buckets (`Plan.zero3_buckets`, in elements). At every ZeRO
+    stage the gradients' reduction dtype the plan was priced with, communication_data_type
+    (`physics.memory.grad_bytes_per_param`: fp32 for bf16 training unless `grad_reduce_bf16`;
+    DeepSpeed's default is the 16-bit dtype, deepspeedai/DeepSpeed @edaa7221 runtime/engine.py
+    communication_data_type), and with Ulysses (cp > 1) seq_parallel_communication_data_type, the
+    16-bit activations' dtype its all-to-alls are priced at (`Plan.bytes_per_element`; DeepSpeed's
+    default is fp32, runtime/constants.py SEQ_PARALLEL_COMMUNICATION_DATA_TYPE_DEFAULT)."""
     p = scn.plan
     zero: dict[str, object] = {"stage": i(p.zero_stage), "overlap_comm": bool(p.overlap_grad_reduce)}
-    out: dict[str, object] = {}
     if i(p.zero_stage) == 3 and p.zero3_buckets is not None:
         zero.update(p.zero3_buckets.deepspeed_config())
-        if p.precision == "bf16" and not bool(p.grad_reduce_bf16):
-            out["communication_data_type"] = "fp32"
+    reduce_16bit = p.precision == "fp16" or bool(p.grad_reduce_bf16)
+    out: dict[str, object] = {"communication_data_type": p.precision if reduce_16bit else "fp32"}
+    if i(p.cp) > 1:
+        out["seq_parallel_communication_data_type"] = p.precision
     return {
         "train_batch_size": i(p.global_batch),
         "train_micro_batch_size_per_gpu": i(p.micro_batch),

@@ -75,7 +75,8 @@ def memory_terms(
     )
     reserved = runtime_reserve_bytes(scn, stack)
     states = tuple(stage_states(plan, params, expert_params, trained))
-    return MemoryTerms(layer, states, zero3_buffers(model, plan, stack, moe), buffer_terms(plan, stack, model, moe), reserved)
+    buffers = buffer_terms(plan, stack, model, moe)
+    return MemoryTerms(layer, states, zero3_buffers(model, plan, stack, moe), buffers, reserved)
 
 
 def runtime_reserve_bytes(scn: Scenario, stack: mem.StackMemory | None = None) -> Number:
