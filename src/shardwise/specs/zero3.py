@@ -111,17 +111,15 @@ def zero3_buckets_of(
                 f"{where}: {value!r} is not allowed; give KEY=ELEMENTS,... with keys {', '.join(SHORT_KEYS)} "
                 "(or DeepSpeed's own), or none"
             )
-        keys = [k.strip() for k, _, _ in pairs]
-        twice = next((k for i, k in enumerate(keys) if k in keys[:i]), None)
-        if twice is not None:  # a dict would keep the last silently
-            raise SpecError(f"{where}: {twice!r} is given twice; give each key once")
-        value = {k.strip(): v.strip() for k, _, v in pairs}
-    if not isinstance(value, Mapping):
+        items = [(k.strip(), v.strip()) for k, _, v in pairs]  # kept as pairs: a key given twice is refused below
+    elif isinstance(value, Mapping):
+        items = list(value.items())
+    else:
         raise SpecError(f"{where}: {value!r} is not allowed; give a mapping of {', '.join(DEEPSPEED_KEYS)}")
     fields = dict(zip(DEEPSPEED_KEYS, NUMBERS, strict=True))
     out: dict[str, object] = {} if base is None else {k: getattr(base, k) for k in (*NUMBERS, "fused_linears")}
     seen: set[str] = set()
-    for given, raw in value.items():
+    for given, raw in items:
         key = SHORT_KEYS.get(given, given)
         if key in seen:
             raise SpecError(f"{where}: {given!r} is given twice; give each key once")
