@@ -199,8 +199,9 @@ def _refine_contenders(options: list[Option], loads: dict[int, _Load], gpus: int
             spent[i] += 1
             users, est, why, _ = load.result()
             per_gpu = 0.0 if est is None else est.throughput_tokens_per_s / gpus
-            options[i] = replace(options[i], users_per_replica=users, tokens_per_s_per_gpu=per_gpu, estimate=est)
-            options[i] = replace(options[i], why=why)
+            options[i] = replace(
+                options[i], users_per_replica=users, tokens_per_s_per_gpu=per_gpu, estimate=est, why=why
+            )
     best = max((o.tokens_per_s_per_gpu for o in options if o.meets), default=0.0)
     for i, o in enumerate(options):
         if i in loads and o.meets and o.tokens_per_s_per_gpu < best <= _upper_bound(o, loads[i]):
