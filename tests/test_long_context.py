@@ -86,16 +86,40 @@ def test_full_recomputation_reruns_the_ring_attention():
     assert float(full.step_time_s) / float(none.step_time_s) > 1.2
 
 
-def test_long_context_check_prices_the_nemo_rows_and_the_torchtitan_cases():
+def _long_context_check():
     spec = importlib.util.spec_from_file_location("long_context_check", ROOT / "tools" / "long_context_check.py")
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
+    return module
+
+
+def test_long_context_check_prices_the_nemo_rows_and_the_torchtitan_cases():
+    module = _long_context_check()
     nemo = module.nemo_rows()
     assert sum("dgx-h100" in line and "published" in line for line in nemo) == 9  # Llama 2 7B, 4K-1M
     titan = module.torchtitan_rows()
     assert len(titan) == len(module.TORCHTITAN_CASES) * len(module.RECOMPUTE)
     assert titan[-1].endswith("fits") and "does not fit" in titan[-3]  # 262K: full fits, none does not
+
+
+def test_long_context_parts_leave_little_unnamed_and_attention_sets_the_long_steps():
+    # `--parts`: a step split by kind of work; what no part names (embedding, output layer, loss,
+    # optimizer, DP) is a small positive remainder, and the attention kernels (forward, backward and
+    # the forward rerun by full recomputation) are most of the 262K step but not of the 8K one
+    module = _long_context_check()
+    shares = {}
+    for seq, cp, gbs in module.PARTS_CASES:
+        parts = module.step_parts(seq, cp, gbs, "torchtitan")
+        rest = parts["rest (embedding, output, loss, optimizer, DP)"]
+        assert 0.0 < rest < 0.15 * parts["step"]
+        attention = parts["attention kernels, forward"] + parts["attention kernels, backward"]
+        redone = parts["recompute: attention + ring"] - parts["ring bookkeeping, forward"]
+        shares[seq] = (attention + redone) / parts["step"]
+        # priced below the locked-clock SDPA rates (CUDNN_FE, 32K tokens: 349 forward, 312 backward)
+        assert 0.5 * 349.2 < parts["attention TFLOP/s forward"] < 349.2
+        assert 0.4 * 312.5 < parts["attention TFLOP/s backward (2.5x)"] < 312.5
+    assert shares[262144] > 0.85 and shares[8192] < 0.4
 
 
 def _te_scenario(kernel: str):

@@ -14,15 +14,27 @@ Two tables, no GPU and no network:
    each recomputation mode, with the memory call: which mode can run at all.
 
     PYTHONPATH=src python tools/long_context_check.py
+    PYTHONPATH=src python tools/long_context_check.py --parts   # one step split by kind of work
 """
 
 from __future__ import annotations
 
+import sys
+
 from shardwise.analyses import public_moe
 from shardwise.analyses.public_runs import measured_step_s, raw_rows, scenario_for, source_flops_per_step
+from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
+from shardwise.engines.costs import layer_cost
+from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
+from shardwise.physics.attention_kernels import torch_ring_s
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.compute import layer_times
+from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.topology import placement
 from shardwise.requests.training import TrainingRequest
+from shardwise.specs.plan import TORCH_RING_KERNELS
 
 NEMO_LONG = "performance_long_sequence"
 TORCHTITAN_CASES = ((8192, 2, 4), (65536, 8, 1), (131072, 8, 1), (262144, 8, 1))  # seq, cp, global batch
@@ -72,7 +84,95 @@ def torchtitan_rows() -> list[str]:
     return lines
 
 
+PARTS_CASES = ((8192, 2, 4), (65536, 8, 1), (262144, 8, 1))  # seq, cp, global batch
+
+
+def step_parts(seq: int, cp: int, gbs: int, framework: str) -> dict[str, float]:
+    """One step of torchtitan's Llama 3.1 8B (8 H100, FP8, full recomputation) split by kind of
+    work, seconds: the layers' attention kernels forward and backward, PyTorch's ring bookkeeping
+    (`physics.attention`), the attention rerun by full recomputation, the linear layers (GEMMs and
+    FP8 casts; their rerun apart), the element-wise kernels, the CP communication left exposed,
+    the host-bound wait, and the rest of the step (embedding, output layer, loss, optimizer, DP);
+    then the attention kernels' priced rates, TFLOP/s per GPU."""
+    req = TrainingRequest(
+        model="llama3.1-8b",
+        system="dgx-h100",
+        cp=cp,
+        seq_len=seq,
+        global_batch=gbs,
+        framework=framework,
+        precision="fp8",
+        recompute="full",
+    )
+    scn = req.scenario()
+    est = estimate_training_step(scn)
+    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    local = micro_batch_view(scn)
+    fabric = Fabric.of(scn.cluster)
+    place = placement(plan, scn.cluster.gpus_per_node)
+    layer, fwd = layer_cost(
+        local,
+        tp_comm(local, fabric, place["tp"]),
+        kv_len=model.seq_len,
+        cp=plan.cp,
+        cp_step=cp_step_s(scn, fabric, place),
+    )
+    lt = layer_times(
+        fwd,
+        gpu,
+        local.plan.precision,
+        plan.flash_attention,
+        plan.grad_accumulation_fusion,
+        plan.attention_kernel,
+        plan.eager_kernels,
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
+        plan.fp8_recipe,
+        plan.cp_comm,
+    )
+    torch_ring = plan.attention_kernel in TORCH_RING_KERNELS and plan.cp_comm == "p2p" and cp > 1
+    ring_f, ring_b = (float(x) for x in torch_ring_s(fwd, gpu)) if torch_ring else (0.0, 0.0)
+    n = model.layers * (gbs // (plan.dp * plan.micro_batch))  # layers x micro-batches per rank
+    attn_f, attn_b = float(lt.attention_s) - ring_f, float(lt.attention_bwd_s) - ring_b
+    linears_f = float(lt.gemm_s + lt.cast_f_s)
+    linears_b = float(sum(g.input_grad_s + g.weight_grad_s for g in lt.linears) + lt.cast_b_s)
+    parts = {
+        "attention kernels, forward": n * attn_f,
+        "attention kernels, backward": n * attn_b,
+        "ring bookkeeping, forward": n * ring_f,
+        "ring bookkeeping, backward": n * ring_b,
+        "recompute: attention + ring": n * (attn_f + ring_f),
+        "linears + FP8 casts, fwd + bwd": n * (linears_f + linears_b),
+        "recompute: linears + casts": n * linears_f,
+        "element-wise, fwd + bwd + recompute": n * float(2 * lt.elementwise_s + lt.elementwise_bwd_s),
+        "CP (and TP) communication exposed": n * float(layer.tp_forward_s + layer.tp_backward_s),
+        "host-bound wait": n * float(layer.host_wait_s),
+    }
+    # the layer's own forward, as the engine prices it, is the sum of its parts above
+    assert abs(float(layer.compute_forward_s) - (attn_f + ring_f + linears_f + float(lt.elementwise_s))) < 1e-9
+    parts["rest (embedding, output, loss, optimizer, DP)"] = float(est.step_time_s) - sum(parts.values())
+    parts["step"] = float(est.step_time_s)
+    # the rates the kernels are priced at: FLOPs per layer (the causal half counted once) over the
+    # kernels' time, the backward on FlashAttention-2's count of 2.5 x the forward's
+    worked = float(fwd.flash.flops * fwd.causal_fraction)
+    parts["attention TFLOP/s forward"] = worked / attn_f / 1e12
+    parts["attention TFLOP/s backward (2.5x)"] = 2.5 * worked / attn_b / 1e12
+    return parts
+
+
+def parts_table() -> None:
+    for framework in ("torchtitan", "torchtitan-compile"):
+        cases = [step_parts(seq, cp, gbs, framework) for seq, cp, gbs in PARTS_CASES]
+        head = "".join(f"{seq // 1024:>6d}K cp{cp}" for seq, cp, _ in PARTS_CASES)
+        print(f"\n{framework}, Llama 3.1 8B, 8 H100, FP8, full recomputation, seconds per step:")
+        print(f"{'':46s}{head}")
+        for key in cases[0]:
+            print(f"{key:46s}" + "".join(f"{c[key]:11.3f}" for c in cases))
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--parts"]:
+        parts_table()
+        return
     print("NeMo performance_long_sequence.md, with CP (micro-batch 1 assumed):")
     print("\n".join(nemo_rows()))
     print("\ntorchtitan Llama 3.1 8B, 8 H100, FP8, torch.compile:")
