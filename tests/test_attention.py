@@ -203,3 +203,33 @@ def test_flash_attention_2_runs_on_blackwell_at_about_its_hopper_speed():
     measured = layer_times(fwd, b200, "bf16", True, attention_kernel="sdpa-flash2").attention_s
     hopper_ratio = layer_times(fwd, b200.with_(flash2_efficiency=0.47), "bf16", True, attention_kernel="sdpa-flash2")
     assert float(measured) / float(hopper_ratio.attention_s) == pytest.approx(0.47 / 0.21, rel=0.02)
+
+
+# the same figures at head dim 64 (Shah et al. 2024, Fig. 4 and 5): non-causal forward, backward
+FA2_PLAIN_HD64 = (282, 306, 318, 321, 322, 324)
+FA2_BACKWARD_HD64 = (198, 238, 264, 279, 287, 291)
+
+
+def test_flash_attention_2_at_head_dim_64_runs_its_measured_share_of_head_dim_128_on_hopper():
+    from shardwise.physics.attention_kernels import flash2_head_dim_factors
+
+    h100 = presets.gpu("h100-sxm5-80gb")
+    forward, backward = flash2_head_dim_factors(h100, "flash2", 64)
+    # the long-sequence plateaus: 324 / 370 forward, 291 / 322 backward, within 2%
+    assert float(forward) == pytest.approx(FA2_PLAIN_HD64[-1] / FA2_PLAIN[-1], rel=0.02)
+    assert float(backward) == pytest.approx(FA2_BACKWARD_HD64[-1] / FA2_BACKWARD[-1], rel=0.02)
+    assert flash2_head_dim_factors(h100, "flash2", 128) == (1.0, 1.0)
+    mid = flash2_head_dim_factors(h100, "flash2", 96)[0]  # between the measured points
+    assert float(forward) < float(mid) < 1.0
+    # the fused (cuDNN / TE) kernels, and other GPUs, keep their plateau
+    assert flash2_head_dim_factors(h100, "fused", 64) == (1.0, 1.0)
+    assert flash2_head_dim_factors(presets.gpu("a100-sxm4-80gb"), "flash2", 64) == (1.0, 1.0)
+    # in a layer: a 1B-shaped model with 64-wide heads pays it in its attention kernel's time
+    model = presets.model("llama3.2-1b").with_(seq_len=4096)  # 32 heads of 64
+    fwd = layer_forward(model, 1, 1, False, 2.0)
+    t = layer_times(fwd, h100, "bf16", True, attention_kernel="flash2")
+    wide = layer_times(layer_forward(model.with_(heads=16, kv_heads=4), 1, 1, False, 2.0), h100, "bf16", True,
+                       attention_kernel="flash2")  # fmt: skip
+    # the same FLOPs (16 heads of 128): the narrow heads take 1 / 0.88 and 1 / 0.90 the time
+    assert float(t.attention_s) / float(wide.attention_s) == pytest.approx(1 / float(forward), rel=0.02)
+    assert float(t.attention_bwd_s) / float(wide.attention_bwd_s) == pytest.approx(1 / float(backward), rel=0.02)

@@ -379,6 +379,31 @@ def test_nanotron_gradient_copies_free_one_micro_batch_and_zero1_gathers_a_flat_
     assert stage_buffers(zero1, stack_memory("megatron-core"), n, 0.0) == 0.0
 
 
+def test_nanotron_keeps_its_sequence_parallel_all_gather_buffers():
+    """nanotron's MemoryBuffer: the column linears' gathered input ("allgather") under REDUCE_SCATTER,
+    and the async row linears' gathered output gradient ("allgather2"): one full-sequence hidden-width
+    each, persistent, on every stage; none without sequence parallelism, at tp 1 or on Megatron."""
+    from shardwise import presets
+    from shardwise.engines.training_memory import tp_gather_buffer_bytes
+    from shardwise.physics.memory import stack_memory
+    from shardwise.specs import Plan
+
+    m, nano = presets.model("llama3.2-1b"), stack_memory("nanotron")
+    width = 2.0 * m.seq_len * 2 * m.hidden  # bf16, micro-batch 2
+    base = {"tp": 4, "dp": 2, "global_batch": 8, "micro_batch": 2, "framework": "nanotron"}
+    plan = Plan(**base, sequence_parallel=True, async_tp_grad=True)
+    assert float(tp_gather_buffer_bytes(m, plan, nano)) == pytest.approx(2 * width)
+    sync = Plan(**base, sequence_parallel=True, async_tp_grad=False)
+    assert float(tp_gather_buffer_bytes(m, sync, nano)) == pytest.approx(width)
+    assert float(tp_gather_buffer_bytes(m, Plan(**base, sequence_parallel=False), nano)) == 0.0
+    assert float(tp_gather_buffer_bytes(m, Plan(**{**base, "tp": 1}, sequence_parallel=True), nano)) == 0.0
+    assert float(tp_gather_buffer_bytes(m, plan, stack_memory("megatron-core"))) == 0.0
+    # in the breakdown's buffers row (the rest of which is DDP's bucket copies, the same either way)
+    on = _memory("llama3.2-1b", **base, sequence_parallel=True, async_tp_grad=True, zero_stage=1)
+    off = _memory("llama3.2-1b", **base, sequence_parallel=False, async_tp_grad=True, zero_stage=1)
+    assert float(on.buffers_bytes) - float(off.buffers_bytes) == pytest.approx(2 * width)
+
+
 def test_nanotron_adds_a_world_communicator_and_one_over_tp_x_pp():
     from shardwise.physics.memory_runtime import NCCL_CHANNELS, NCCL_CONNECTION_BYTES, stack_group_bytes
 

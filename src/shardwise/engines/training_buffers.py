@@ -91,6 +91,28 @@ def _zero3_buffers(
     return gathered, ifelse(z3, stack.zero3_reduce_bytes_per_param * unit, 0.0)
 
 
+def tp_gather_buffer_bytes(model: Model, plan: Plan, stack: mem.StackMemory) -> Number:
+    """The persistent all-gather buffers a stack keeps under sequence parallelism with tp > 1, on
+    every stage: `StackMemory.sp_gather_buffers` hidden-widths (synchronous, async TP) of one
+    micro-batch's full sequence at the 16-bit bytes. nanotron (huggingface/nanotron
+    src/nanotron/parallel/tensor_parallel/functional.py @67c5ebb6 on nouamane/bench2, the same on main
+    2411b022): with tp_mode REDUCE_SCATTER every column linear (qkv, gate_up, lm_head: h-wide inputs)
+    all-gathers its sequence-sharded input into `MemoryBuffer().get("allgather", ...)`, in the forward
+    and, with tp_recompute_allgather (True by default, config/parallelism_config.py), again in the
+    backward; with tp_linear_async_communication the row linears (o_proj, down_proj) all-gather their
+    output gradient (h wide) into "allgather2" (_RowLinearAsyncCommunication.backward).
+    `MemoryBuffer` (parallel/utils.py) is a Singleton dict of tensors, each grown to the largest
+    request and never freed: (1, 2) hidden-widths, beside the saved activations, at every moment
+    after the first micro-batch. 0 without sequence parallelism or at tp 1 (group.size() == 1)."""
+    sync, async_ = stack.sp_gather_buffers
+    if sync == 0.0 and async_ == 0.0:
+        return 0.0
+    on = as_bool(plan.sequence_parallel) & (as_array(plan.tp) > 1)
+    widths = ifelse(as_bool(plan.async_tp_grad), async_, sync)
+    tokens = model.seq_len * as_array(plan.micro_batch)
+    return ifelse(on, plan.bytes_per_element * tokens * model.hidden * widths, 0.0)
+
+
 def pp_unsharded_bytes(plan: Plan, stack: mem.StackMemory, params: Number, trained: Number) -> tuple[Number, Number]:
     """(weights, gradients) a stage of ZeRO-2/3 under pipeline parallelism holds unsharded where the
     stack's FSDP2 keeps them so through the micro-batches (`StackMemory.pp_unsharded_grad_bytes`):

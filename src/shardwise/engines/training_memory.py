@@ -16,6 +16,7 @@ from shardwise.engines.training_buffers import (  # the step's buffers, split ou
     buffer_terms,
     pp_unsharded_bytes,
     stage_buffers,
+    tp_gather_buffer_bytes,
     zero3_buffers,
 )
 from shardwise.engines.training_states import stage_states  # the stages' model state, split out
@@ -250,8 +251,10 @@ def memory_breakdown(
     held = [
         pp_unsharded_bytes(plan, stack, params[i], trained[i] if trained is not None else params[i]) for i in range(3)
     ]
+    sp_gather = tp_gather_buffer_bytes(model, plan, stack)  # persistent, on every stage
     buffers = [
         stage_buffers(plan, stack, trained[i] if trained is not None else params[i], act, in_flight[i], shared)
+        + sp_gather
         + maximum(gathered, held[i][0])
         + maximum(reducing, held[i][1])
         for i, act in enumerate(acts)
@@ -343,5 +346,6 @@ __all__ = [
     "pp_unsharded_bytes",
     "runtime_reserve_bytes",
     "stage_buffers",
+    "tp_gather_buffer_bytes",
     "zero3_buffers",
 ]

@@ -58,6 +58,19 @@ SDPA_FLASH_BACKWARD_FRACTION = 0.70
 # than this (PyTorch 2.9.0.dev20250811, the pytorch/ao MI300X rows' build, has AOTriton 0.10b).
 AOTRITON_FORWARD_FRACTION = 1.0
 AOTRITON_BACKWARD_FRACTION = 1.0
+# FlashAttention-2's plateau against the head dimension on Hopper (`Gpu.gemm_kernels` "sm90"), as a
+# fraction of its head-dim-128 speed, which `flash2_efficiency` carries (unit: fraction). Shah et al.
+# 2024 (FlashAttention-3) Fig. 4 (forward) and Fig. 5 (backward), H100 SXM5, BF16, the flash-attn
+# package's FA2, batch x length = 16k tokens, hidden 2048: forward non-causal 324 / 370 / 326 TFLOP/s
+# at head dim 64 / 128 / 256 (16k tokens; 321 / 368 / 323 at 4k), causal 299 / 335 / 298: 0.87-0.89
+# of head dim 128's at 64 and at 256, taken 0.88; backward non-causal 291 / 322 at 64 / 128 (279 /
+# 310 at 4k, 287 / 318 at 8k): 0.90 (range 0.90-0.91); head dim 256's backward is not plotted (128's
+# kept). Between the points linear in the head dimension, outside them the end point. Other GPUs: 1
+# (B200's FA2 runs head dim 64 at its head-dim-128 speed, Dao-AILab/flash-attention#1589 and
+# meta-pytorch/tritonbench PR #171, `presets/gpus.yaml`; no A100 figure read).
+FLASH2_HEAD_DIMS = (64.0, 128.0, 256.0)
+FLASH2_HEAD_DIM_FORWARD = (0.88, 1.0, 0.88)
+FLASH2_HEAD_DIM_BACKWARD = (0.90, 1.0, 1.0)
 # FlashAttention-2's backward does 2.5x the forward's FLOPs (Dao 2023, Sec. 3.1.2; the FLOP count
 # of its benchmark scripts); a GPU's `flash2_backward_efficiency` is its backward TFLOP/s on that
 # count over the GEMMs', and the backward's time FLASH_BACKWARD_RATIO x the forward FLOPs at
@@ -105,6 +118,19 @@ def attention_backward_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
     own = np.asarray(gpu.flash2_backward_efficiency, dtype=float)
     upstream = np.where(own > 0, own * FLASH_BACKWARD_RATIO / FLASH_BACKWARD_FLOPS, forward / np.asarray(f_frac))
     return upstream * b_frac
+
+
+def flash2_head_dim_factors(gpu: Gpu, kernel: str, head_dim: Number) -> tuple[Number, Number]:
+    """(forward, backward) speed of a FlashAttention-2 kernel at `head_dim` as a fraction of its
+    head-dim-128 plateau (`FLASH2_HEAD_DIM_FORWARD`): on Hopper only, 1 for other kernels and GPUs
+    and where no head dimension is known (0)."""
+    if kernel not in FLASH2_KERNELS or gpu.gemm_kernels != "sm90":
+        return 1.0, 1.0
+    d = np.asarray(head_dim, dtype=float)
+    known = d > 0
+    forward = np.where(known, np.interp(d, FLASH2_HEAD_DIMS, FLASH2_HEAD_DIM_FORWARD), 1.0)
+    backward = np.where(known, np.interp(d, FLASH2_HEAD_DIMS, FLASH2_HEAD_DIM_BACKWARD), 1.0)
+    return forward, backward
 
 
 def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:

@@ -32,6 +32,7 @@ from shardwise.physics.attention_kernels import (  # noqa: F401
     attention_backward_relative_efficiency,
     attention_precision,
     attention_relative_efficiency,
+    flash2_head_dim_factors,
     sdpa_flash_fractions,
     torch_ring_s,
 )
@@ -170,14 +171,16 @@ def layer_times(
     softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
     scores, context = gemms_s((fwd.scores, fwd.context), gpu, attn_p)
     bmm = scores + context
-    relative = attention_relative_efficiency(gpu, attention_kernel)
+    # FlashAttention-2 at head dimensions other than 128 on Hopper (`flash2_head_dim_factors`)
+    hd_fwd, hd_bwd = flash2_head_dim_factors(gpu, attention_kernel, fwd.scores.k)
+    relative = attention_relative_efficiency(gpu, attention_kernel) * hd_fwd
     # the fused kernel below its plateau: short sequences, the causal mask, ring steps (`physics.attention`)
     s_q, s_kv = fwd.scores.m, fwd.scores.n
     if fwd.document_len is not None:  # packed sequences: L-token causal calls (`physics.flops.layer_forward`)
         s_q = s_kv = fwd.document_len
     worked = fwd.flash.flops * fwd.causal_fraction
     fused = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative / forward_slowdown(s_q, s_kv, fwd.cp))
-    relative_bwd = attention_backward_relative_efficiency(gpu, attention_kernel)
+    relative_bwd = attention_backward_relative_efficiency(gpu, attention_kernel) * hd_bwd
     fused_bwd = roofline_s(worked, fwd.flash.bytes, gpu, attn_p, relative_bwd / backward_slowdown(s_q, s_kv, fwd.cp))
     if fwd.window_flash is not None:  # sliding-window layers (`physics.flops._windowed`), by their share
         fused, fused_bwd = _windowed_mean(fwd, gpu, attn_p, relative, relative_bwd, fused, fused_bwd)

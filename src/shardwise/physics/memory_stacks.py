@@ -77,6 +77,9 @@ INTERNEVO_STEP_BYTES_PER_PARAM = 4.0 + UNFUSED_ADAMW_TEMP_BYTES_PER_PARAM
 # last backward. NVIDIA-NeMo/Automodel commit d612d338c (2026-06-20) measured "~16GB/rank" of
 # gathered weights for a Llama 3.3 70B stage on 80 GB H100 (pp 8, dp 4).
 PP_FSDP_SOURCE = "torchtitan fsdp.py, Automodel parallelizer.py, torch pipelining stage.py"
+# nanotron's sequence-parallel all-gather buffers, (synchronous, async) hidden-widths: the source
+# where they are priced (engines/training_buffers.py tp_gather_buffer_bytes)
+NANOTRON_SP_GATHER_BUFFERS = (1.0, 2.0)
 # ZeRO-3 / FSDP keeps two units gathered: the one in use and the one prefetched (PyTorch FSDP's
 # forward/backward prefetch, DeepSpeed's stage3 prefetch).
 ZERO3_GATHERED_UNITS = 2
@@ -114,6 +117,8 @@ class StackMemory:
     (Megatron-Core's bias_swiglu saves only its 2 f input): SiLU saves the gate (the merged 2 f
     output stays alive through the views), the multiply saves the SiLU output (f) and the down
     projection the product (f), 4 f against `layer_activation_bytes`' 3 f.
+    `sp_gather_buffers`: (synchronous, async) persistent all-gather buffers under sequence parallelism
+    in hidden-widths per token (`engines.training_buffers.tp_gather_buffer_bytes`; nanotron's: (1, 2)).
     `extra_groups`: NCCL communicators the stack creates beyond the plan's tp, cp, dp and pp ones
     (`physics.memory_runtime.stack_group_bytes`: "default", "world", "node", "tp_pp", "p2p", "tied_ends").
     `nvls_head_bytes`: one NVLink SHARP head's buffers in the NCCL the stack's runs used, where it
@@ -183,6 +188,7 @@ class StackMemory:
     zero1_gather_bytes_per_param: float = 0.0
     eager_glu: bool = False
     packed_qkv_mha: bool = False
+    sp_gather_buffers: tuple[float, float] = (0.0, 0.0)
     extra_groups: tuple[str, ...] = ()
     nvls_head_bytes: float | None = None
     nccl_tree_at_init: bool = False
@@ -236,6 +242,7 @@ STACKS: dict[str, StackMemory] = {
         zero1_gather_bytes_per_param=2.0,
         eager_glu=True,
         packed_qkv_mha=True,
+        sp_gather_buffers=NANOTRON_SP_GATHER_BUFFERS,
         # the default group and world_pg over every rank, the benchmark branch's local_pg over a
         # server's ranks, mp_pg, the pipeline neighbour's send/recv pair and the tied embedding's
         # first-last group (src/nanotron/parallel/context.py, parallel/tied_parameters.py,
@@ -250,7 +257,8 @@ STACKS: dict[str, StackMemory] = {
         source="nanotron fp32 logits (cast_to_fp32) and sharded_cross_entropy's out-of-place max subtraction; "
         "FP32GradientAccumulator after backward; torch DDP (trainer.py) with its default bucket copies at "
         "ZeRO-0, none at ZeRO-1 (no DDP under fp32 accumulation with ZeRO: Plan.zero1_grad_all_reduce); "
-        "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA",
+        "ZeroDistributedOptimizer's flattened all-gather; GLUActivation; packed QKV without GQA; "
+        "MemoryBuffer's sequence-parallel all-gather buffers",
     ),
     "internevo": StackMemory(
         # flash-attn's fused cross-entropy (in-place backward), counted as Megatron's. The
