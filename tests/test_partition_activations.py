@@ -100,3 +100,10 @@ def test_emit_deepspeed_writes_the_flags_and_megatron_refuses(cli):
     assert "--deepspeed-activation-checkpointing --partition-activations" in out
     code, out, err = cli([*args, "--partition-activations", "--emit", "megatron"])
     assert code == 2 and "DeepSpeed's" in err
+
+
+def test_plan_searches_recomputation_with_the_flag_and_keeps_it_only_on_full_recomputation(cli):
+    args = ["plan", "--model", "gpt-1.3b", "--system", "dgx-2", "--num-gpus", "16", "--global-batch", "64"]
+    code, out, err = cli([*args, "--framework", "megatron-deepspeed", "--partition-activations", "--top", "3"])
+    assert code == 0, err
+    assert "selective" in out or "full" in out or "none" in out
