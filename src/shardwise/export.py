@@ -116,6 +116,7 @@ def plan_dict(plan: Plan) -> dict[str, Any]:
         "zero1_grad_all_reduce",
         "aligned_chunk_sync",
         "expandable_segments",
+        "partition_activations",
         "loss_kernel",
         "optimizer_state",
         "first_stage_layers",

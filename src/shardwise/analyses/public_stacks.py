@@ -134,6 +134,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
         # waits for the flush: stage 3 reduce-scatters during the backward pass (overlap_comm
         # defaults to true for stage 3, deepspeed/runtime/zero/config.py `overlap_comm_valid`)
         out["overlap_grad_reduce"] = True
+    if n.get("partition_activations") == "on":  # stated: DeepSpeed's partitioned checkpoints (GLM-130B)
+        out["partition_activations"] = True
     if n.get("ac") == "selective-op":
         out["selective_policy"] = "op"
     if n.get("sequence_parallel") == "off":  # stated: TP without sequence parallelism

@@ -346,6 +346,11 @@ execution_options = stack_options(
         "The run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True: the caching allocator's split-block "
         "share of the memory estimate goes (memory only).",
     ),
+    _switch(
+        "partition-activations",
+        "DeepSpeed's partitioned activation checkpoints (Megatron-DeepSpeed --partition-activations; needs "
+        "--recompute full): each layer keeps 1/tp of its input and all-gathers it over TP before recomputing it.",
+    ),
 )
 
 

@@ -207,6 +207,7 @@ def _flags(p: Any) -> str:
         "zero1_grad_all_reduce": "ZeRO-1 grads all-reduced after backward",
         "scan_unpipelined": "XLA scan collectives unpipelined",
         "expandable_segments": "expandable segments",
+        "partition_activations": "partitioned checkpoints",
     }
     on = [label for k, label in names.items() if bool(np.all(np.asarray(getattr(p, k))))]
     if bool(np.all(np.asarray(p.tp_comm_overlap))) and not bool(np.all(np.asarray(p.sequence_parallel))):

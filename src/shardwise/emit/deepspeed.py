@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
+import numpy as np
+
 from shardwise.emit.facts import i, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.emit.megatron import _vocab_divisor
@@ -157,6 +159,7 @@ def launch(scn: Scenario, version: str) -> Launch:
     sp = bool(p.sequence_parallel) and tp > 1
     sched = Schedule(int(p.schedule))
     rc = Recompute(int(p.recompute))
+    part = bool(np.all(np.asarray(p.partition_activations)))  # Plan.partition_activations
     base = rope_base(m)
     args = flag_groups(
         ("--tensor-model-parallel-size", str(tp)),
@@ -180,6 +183,8 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--attention-dropout", "0", "--hidden-dropout", "0") if not m.dropout else None,
         ("--use-flash-attn-v2",) if bool(p.flash_attention) else None,
         ("--checkpoint-activations",) if rc == Recompute.FULL else None,
+        # DeepSpeed's checkpointing, configured from these flags (megatron/initialize.py @4efb479d)
+        ("--deepspeed-activation-checkpointing", "--partition-activations") if rc == Recompute.FULL and part else None,
         ("--recompute-granularity", "selective") if rc == Recompute.SELECTIVE else None,
         ("--bf16",) if p.precision == "bf16" else ("--fp16",),
         ("--deepspeed", "--deepspeed_config", "ds_config.json"),

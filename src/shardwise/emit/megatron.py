@@ -12,6 +12,8 @@ the commits). Versions:
 
 from __future__ import annotations
 
+import numpy as np
+
 from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.physics.memory import megatron_optimizer_state
@@ -54,6 +56,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         raise EmitError(
             "--emit megatron: bf16 moments without a master weight (--optimizer-state bf16) are Apex's "
             "DistributedFusedAdam in NeMo 1, not a Megatron-LM option; plan with --optimizer-state fp32-remainders"
+        )
+    if bool(np.any(np.asarray(p.partition_activations))):  # DeepSpeed's checkpointing, not Megatron-LM's
+        raise EmitError(
+            "--emit megatron: partitioned checkpoints (--partition-activations) are DeepSpeed's; "
+            "use --emit deepspeed or plan without them"
         )
     new, changes = unemitted_shape(p, "Megatron-LM")
     if is_fp8(p.precision) and p.fp8_recipe not in MEGATRON_FP8_RECIPES:

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from shardwise.emit.facts import chunk_layers, i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.specs import Model, Recompute, Scenario, Schedule
@@ -93,6 +95,11 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         raise EmitError("--emit torchtitan: fp16 is not a torchtitan training precision; plan with --precision bf16")
     if p.precision == "nvfp4":
         raise EmitError("--emit torchtitan: nvfp4 is Transformer Engine's recipe; plan with --precision mxfp8 or bf16")
+    if bool(np.any(np.asarray(p.partition_activations))):
+        raise EmitError(
+            "--emit torchtitan: partitioned checkpoints (--partition-activations) are DeepSpeed's; "
+            "use --emit deepspeed or plan without them"
+        )
     if i(p.recompute_layers) > 0:
         raise EmitError(
             "--emit torchtitan: torchtitan checkpoints every layer or every N-th one (activation_checkpoint "

@@ -13,7 +13,7 @@ import numpy as np
 from shardwise.arrays import any_true, as_array, as_bool
 from shardwise.engines.context_parallel import CpComm
 from shardwise.engines.engine_kernels import fused_kernels
-from shardwise.engines.recompute_costs import module_recompute_s, selective_recompute_s
+from shardwise.engines.recompute_costs import module_recompute_s, partitioned_checkpoint_s, selective_recompute_s
 from shardwise.engines.tp_overlap import (
     NCCL_OVERLAP_SMS,
     UB_BULK_AG_SMS,
@@ -366,6 +366,7 @@ def layer_cost(
     redo = np.select(
         [rc == Recompute.FULL, rc == Recompute.SELECTIVE], [lt.forward_s + split_f + copies_f, selective], 0.0
     )
+    part_f, part_b, part_gather = partitioned_checkpoint_s(scn, comm, fwd, rc)
     # the host issues every kernel; where they are shorter than that, the GPU waits for it. The
     # exposed TP and CP collectives keep the GPU busy too (NCCL kernels on its streams; the host
     # does not wait for them and goes on issuing), so the host's time is set against both.
@@ -377,12 +378,13 @@ def layer_cost(
             kernels = graphed_layer_kernels(kernels, elementwise, plan.cuda_graph_scope, moe_layer)
         exposed = tp_fwd + tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo
         busy = lt.forward_s + lt.backward_s + split_f + split_b + copies_f + copies_b + redo + exposed
+        busy = busy + part_f + part_b + part_gather
         host = host_bound_s(busy + host_with[1], kernels + host_with[0], plan.host_kernel_s)
     cost = StageCost(
-        compute_forward_s=lt.forward_s + split_f + copies_f,
-        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host,
+        compute_forward_s=lt.forward_s + split_f + copies_f + part_f,
+        compute_backward_s=lt.backward_s + split_b + copies_b + redo + host + part_b,
         tp_forward_s=tp_fwd,
-        tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo,
+        tp_backward_s=tp_bwd + np.where(rc == Recompute.FULL, tp_fwd, 0.0) + mlp_tp_redo + part_gather,
         tp_hidden_s=np.maximum(0.0, tp_fwd_total + steps * cp_step + gather - tp_fwd)
         + np.maximum(0.0, tp_bwd_total + 2 * steps * cp_step + gather + c * grad - tp_bwd),
         weight_grad_s=lt.weight_grad_s,

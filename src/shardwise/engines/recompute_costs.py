@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.physics import remat
+from shardwise.arrays import any_true, as_bool
+from shardwise.engines.tp_overlap import TpComm
+from shardwise.physics import remat, remat_partition
 from shardwise.physics.compute import (
     LayerTimes,
     linear_times,
@@ -15,7 +17,7 @@ from shardwise.physics.flops import (
     ROPE_KERNELS,
     LayerForward,
 )
-from shardwise.specs import Model, Scenario
+from shardwise.specs import Model, Recompute, Scenario
 from shardwise.specs._checks import Number
 
 
@@ -76,3 +78,23 @@ def op_sac_s(lt: LayerTimes, model: Model) -> Number:
     k_share = kv / (q + 2 * kv)
     mlp = lt.up.forward_s / 2 if model.gated_mlp else lt.down.forward_s
     return lt.elementwise_s + k_share * lt.qkv.forward_s + lt.proj.forward_s + mlp
+
+
+def partitioned_checkpoint_s(
+    scn: Scenario, comm: TpComm, fwd: LayerForward, rc: Number
+) -> tuple[Number, Number, Number]:
+    """(forward copies, backward copies, backward TP all-gather) of DeepSpeed's partitioned
+    checkpoints on one fully recomputed layer and micro-batch (`physics.remat_partition`), all on the
+    compute stream; zeros where the plan does not partition or does not recompute whole layers."""
+    plan, gpu = scn.plan, scn.cluster.gpu
+    if not any_true(as_bool(plan.partition_activations)):
+        return 0.0, 0.0, 0.0
+    t, sp = np.asarray(plan.tp, dtype=float), np.asarray(plan.sequence_parallel, dtype=bool)
+    on = as_bool(plan.partition_activations) & (np.asarray(rc) == Recompute.FULL)
+    x = np.where(sp, fwd.tp_message_bytes / t, fwd.tp_message_bytes)  # the checkpointed input, e b s h (/ t)
+    f_bytes, b_bytes = remat_partition.passes_bytes(x, t, on)
+    gathered = remat_partition.gathered_bytes(x, t, on)
+    # kernels: the clone; the zero-fill, the copy in and one copy out per rank of the list
+    forward = np.where(f_bytes > 0, memory_s(f_bytes, gpu, 1), 0.0)
+    backward = np.where(b_bytes > 0, memory_s(b_bytes, gpu, 2 + t), 0.0)
+    return forward, backward, np.where(gathered > 0, comm.group.all_gather(gathered), 0.0)

@@ -24,6 +24,7 @@ from shardwise.physics import fp8_recipes, offload
 from shardwise.physics import memory as mem
 from shardwise.physics.memory_runtime import NVLS_HEAD_BYTES, runtime_reserved_bytes, stack_group_bytes
 from shardwise.physics.moe import capacity_load, dropping_factor, routed_tokens
+from shardwise.physics.remat_partition import kept_fraction
 from shardwise.specs import Model, Plan, Recompute, Scenario, Schedule
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8, is_nvfp4
@@ -73,6 +74,7 @@ def memory_terms(
         stack,
         plan.recompute_modules,
         fp8_input_bytes(plan),
+        kept_fraction(plan.tp, plan.partition_activations),
     )
     reserved = runtime_reserve_bytes(scn, stack)
     states = tuple(stage_states(plan, params, expert_params, trained))
@@ -142,7 +144,7 @@ def memory_breakdown(
             # the shared experts (those are "shared_experts", the routed ones "moe_act" or "moe")
             tuple(m for m in plan.recompute_modules if m == "mla_up_proj"),
             fp8_input_bytes=fp8_input_bytes(plan),
-            full_kept_hidden=stack.kept_hidden(model),
+            full_kept_hidden=stack.kept_hidden(model) * kept_fraction(plan.tp, plan.partition_activations),
         )
         tokens = routed_tokens(model, plan.micro_batch, model.seq_len, plan.tp, plan.sequence_parallel)
         dropping = dropping_factor(plan.moe_capacity_factor, plan.sequence_parallel, plan.tp)
@@ -183,7 +185,7 @@ def memory_breakdown(
     if any_true(as_array(plan.recompute_layers) > 0):
         kept_whole = mem.layer_activation_bytes(
             model, b, t, plan.sequence_parallel, Recompute.FULL, plan.flash_attention, e, None, policy,
-            full_kept_hidden=stack.kept_hidden(model),
+            full_kept_hidden=stack.kept_hidden(model) * kept_fraction(plan.tp, plan.partition_activations),
         )  # fmt: skip
         whole_extra = kept_whole - per_layer
         whole = recomputed_split(split, plan.vpp, plan.recompute_layers)
@@ -293,6 +295,7 @@ def _layer_terms(
     stack: mem.StackMemory,
     modules: tuple[str, ...] = (),
     fp8_in: float = 0.0,
+    kept_share: Number = 1.0,
 ) -> tuple[Number, ...]:
     """What `memory_breakdown` reads of one layer and of the output layer, the same on every stage
     and for every dp, batch and ZeRO stage (kept per those arguments, `specs.memo.kept`): (a layer's
@@ -303,7 +306,7 @@ def _layer_terms(
     extra = stack.extra_saved_elements(model)
     per_layer = mem.layer_activation_bytes(
         model, b, t, sequence_parallel, recompute, flash_attention, e, None, policy, extra, modules, fp8_in,
-        stack.kept_hidden(model),
+        stack.kept_hidden(model) * kept_share,  # 1/t under DeepSpeed's partitioned checkpoints
     )  # fmt: skip
     # During the backward pass recomputation rebuilds one layer's activations at a time: all of
     # them with full recomputation, the attention scores with selective (nothing with flash).

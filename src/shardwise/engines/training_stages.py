@@ -23,6 +23,7 @@ from shardwise.physics import memory as mem
 from shardwise.physics import offload
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.microbatch import pipeline_transfers
+from shardwise.physics.remat_partition import kept_fraction
 from shardwise.physics.topology import placement
 from shardwise.specs import Plan, Scenario
 from shardwise.specs._checks import Number
@@ -160,7 +161,7 @@ def offload_times(
         mem.stack_memory(plan.memory_stack_key).extra_saved_elements(model),
         plan.recompute_modules,
         fp8_input_bytes(plan),
-        mem.stack_memory(plan.memory_stack_key).kept_hidden(model),
+        mem.stack_memory(plan.memory_stack_key).kept_hidden(model) * kept_fraction(plan.tp, plan.partition_activations),
     )
     c, n = offload.copy_s(act, gpu.host_link_bytes_per_s), plan.offload_activation_layers
     t_f, t_b = layer.forward_s, layer.backward_s

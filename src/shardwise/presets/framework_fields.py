@@ -49,6 +49,7 @@ STACK_FIELDS = (
     "block_recompute",
     "hybrid_shard",
     "zero3_buckets",
+    "partition_activations",
     *DEFAULT_FIELDS,  # the layout defaults the request layer reads (`presets.stack_defaults`)
 )
 # what `plan` searches on the stack beyond the layout (request-layer defaults, not Plan fields:
@@ -91,7 +92,14 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined",
         "aligned_chunk_sync",
     )  # fmt: skip
-    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
+    for field in (
+        *booleans,
+        "eager_glu",
+        "layout_copies",
+        "grad_reduce_bf16",
+        "expandable_segments",
+        "partition_activations",
+    ):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")

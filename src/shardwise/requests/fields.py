@@ -126,6 +126,7 @@ EXECUTION_FIELDS = (
     _f("loss_kernel", "str", None, "stack", "te", "eager-bf16"),  # None: the framework's (`Plan.loss_kernel`)
     _f("scan_unpipelined", "bool"),  # None: the framework's (off: XLA's collective pipeliner or no scan)
     _f("expandable_segments", "bool"),  # None: the framework's (off: the caching allocator's split blocks)
+    _f("partition_activations", "bool"),  # None: the framework's (off: DeepSpeed's whole checkpoints)
     _f("zero3_buckets", "str"),  # None: the framework's (`Plan.zero3_buckets`; "prefetch=1e7,reduce=1e7", "none")
     # None: the framework's (`Plan.optimizer_state`; fp32 master and moments)
     _f(

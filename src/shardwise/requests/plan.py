@@ -51,6 +51,8 @@ def row_request(search: Any, i: int, base: TrainingRequest) -> PredictRequest:
     if recompute != "selective":  # Megatron-Core's modules are selective recomputation's (`Plan.recompute_modules`)
         kept["recompute_modules"] = None
         kept["selective_policy"] = None  # as is what selective recomputation keeps
+    if recompute != "full":  # DeepSpeed partitions full recomputation's checkpoints (`Plan.partition_activations`)
+        kept["partition_activations"] = None
     if int(c["cp"]) == 1:  # how CP ranks exchange keys and values: none without CP
         kept.pop("cp_comm", None)
     request = TrainingRequest(

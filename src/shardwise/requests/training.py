@@ -102,6 +102,7 @@ class TrainingRequest:
     grad_reduce_bf16: bool | None = default("grad_reduce_bf16")
     scan_unpipelined: bool | None = default("scan_unpipelined")
     expandable_segments: bool | None = default("expandable_segments")
+    partition_activations: bool | None = default("partition_activations")
     loss_kernel: str | None = default("loss_kernel")
     optimizer_state: str | None = default("optimizer_state")
     zero3_buckets: str | None = default("zero3_buckets")
@@ -374,6 +375,8 @@ def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:
             f"--selective-policy says what --recompute selective recomputes; it is not used with --recompute "
             f"{t.recompute}"
         )
+    if t.partition_activations and t.recompute != "full":  # DeepSpeed splits what full recomputation keeps
+        raise SpecError(f"--partition-activations needs --recompute full (not {t.recompute}): add it or drop the flag")
 
 
 def _refuse_expert_flags(t: TrainingRequest, model: Any) -> None:

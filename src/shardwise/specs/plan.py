@@ -11,9 +11,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.recompute_policies import (  # noqa: F401 (re-exported: the Plan's checks)
-    SELECTIVE_POLICIES,
-)
+from shardwise.recompute_policies import SELECTIVE_POLICIES  # noqa: F401 (re-exported: the Plan's checks)
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import PRECISION_BYTES
 from shardwise.specs.memo import hash_once
@@ -245,6 +243,8 @@ class Plan:
     `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
     PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
     (`physics.memory_stacks.allocator_fraction`); memory only, no time;
+    `partition_activations`: DeepSpeed's partitioned checkpoints (--partition-activations): under full recomputation
+    a layer keeps 1/tp of its input, all-gathered over TP before it is recomputed (`physics.remat_partition`);
     `optimizer_state`: what the optimizer keeps per parameter (`physics.memory.optimizer_bytes_per_param`):
     "fp32" (an fp32 master weight and fp32 Adam moments, 12 bytes), "fp32-remainders" (the master's
     16 low bits beside the bf16 weight: Transformer Engine's FusedAdam `store_param_remainders`, which
@@ -324,6 +324,7 @@ class Plan:
     zero1_grad_all_reduce: bool | np.ndarray = False
     aligned_chunk_sync: bool | np.ndarray = False
     expandable_segments: bool | np.ndarray = False
+    partition_activations: bool | np.ndarray = False
     loss_kernel: str = "stack"
     optimizer_state: str = "fp32"
     offload_activation_layers: Number = 0

@@ -97,5 +97,6 @@ BOOLEAN_FIELDS = (
     "zero1_grad_all_reduce",
     "aligned_chunk_sync",
     "expandable_segments",
+    "partition_activations",
     *EXECUTION_FLAGS,
 )
