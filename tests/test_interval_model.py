@@ -232,3 +232,21 @@ def test_the_borrowed_spreads_name_real_presets():
         presets.framework(preset)  # raises on an unknown name
         presets.framework(stack)
         assert preset not in spreads.STACK_LOG_SD and stack in spreads.STACK_LOG_SD
+
+
+def test_a_gpus_shared_error_is_not_counted_twice():
+    """A source's runs on a GPU its fold did not fit share that GPU's efficiency error, which the
+    interval adds on its own: the scatter inside the source is taken about each such GPU's mean,
+    so an offset between its GPUs does not widen every run's interval a second time. Scatter the
+    same inside each GPU, and an offset of 0.3 between them: labelled, the within-source variance
+    is the scatter's; unlabelled, the offset's."""
+    scatter = [0.01, -0.01, 0.02, -0.02]
+    errors = [*scatter, *(0.3 + e for e in scatter)]
+    labels = ("",) * 4 + ("a800",) * 4
+    labelled = im.Cell("a", "s", tuple(errors), 8, labels)
+    plain = im.Cell("a", "s", tuple(errors), 8)
+    (v_labelled, d_labelled), (v_plain, d_plain) = im.within_variance([labelled]), im.within_variance([plain])
+    assert v_labelled == pytest.approx(np.sum(np.square(scatter)) * 2 / 6)
+    assert v_plain > 0.02 > 10 * v_labelled
+    assert (d_labelled, d_plain) == (6.0, 7.0)  # each GPU's mean costs a degree of freedom
+    assert labelled.mean == plain.mean  # the source's mean (its offset from the stack's) keeps them all

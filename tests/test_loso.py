@@ -151,3 +151,16 @@ def test_the_shipped_spreads_are_what_the_public_runs_give():
     measured = np.sqrt([fit.group_var, fit.source_var, fit.unfitted_var])
     shipped = [spreads.GPU_GROUP_LOG_SD, spreads.GPU_SOURCE_LOG_SD, spreads.UNFITTED_LOG_SD]
     assert measured == pytest.approx(shipped, abs=5e-4)
+
+
+def test_runs_on_a_gpu_the_fold_did_not_fit_are_their_own_stratum():
+    """The random-effects cells label each run by the GPU whose error its interval adds (a sibling's
+    scale or none in its fold), "" for a GPU the fold fitted: Megatron-Bridge's GB300 runs, fitted on
+    Bridge's rows alone, are a stratum of their own in every fold that leaves Bridge out."""
+    name = "NVIDIA dgxc-benchmarking"
+    cells = loso.cells(loso._errors_without("source", ("source", name)))
+    bridge = next(c for c in cells if c.source == "NVIDIA-NeMo Megatron-Bridge" and c.stack == "megatron-core")
+    assert "gb300" in bridge.strata and "" in bridge.strata
+    assert set(bridge.strata) <= {"", "gb300", "b200-sxm-180gb"}
+    preds = [x for x in loso._errors_without("source", ("source", name)) if x.priced.row.source == bridge.source]
+    assert all((x.gpu_var > 0.0) == (x.priced.gpu in {"gb300", "b200-sxm-180gb"}) for x in preds)

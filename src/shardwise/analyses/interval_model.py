@@ -6,9 +6,11 @@ each predicted by the model fitted without its source, is taken as
 
     e = mu_k + b_s + w_r + f_g
 
-- w_r, the scatter of one source's runs around their source's mean (within-source variance
-  `within2`, pooled over the stack's sources by degrees of freedom, then moderated towards the
-  stacks' common value by empirical Bayes, Smyth 2004, Stat. Appl. Genet. Mol. Biol. 3(1) art. 3:
+- w_r, the scatter of one source's runs around their source's mean, runs on a GPU whose error the
+  interval adds on its own (f_g below: a sibling's scale or none in their fold) around their own
+  GPU's mean, since they share that error and it must not be counted twice (`Cell.strata`;
+  within-source variance `within2`, pooled over the stack's sources by degrees of freedom, then
+  moderated towards the stacks' common value by empirical Bayes, Smyth 2004, Stat. Appl. Genet. Mol. Biol. 3(1) art. 3:
   a stack whose variance rests on one or two groups borrows the others' as prior degrees of
   freedom, `moderated_within`);
 - b_s, the source's bias beyond its stack's mean mu_k: between-source variance tau^2, the
@@ -108,6 +110,9 @@ class Cell:
     source: str
     errors: tuple[float, ...]
     groups: int  # distinct groups (model, cluster, GPU count, release): the runs' effective count
+    # per run, the GPU whose efficiency error its interval adds on its own (a GPU its fold did not
+    # fit: a sibling's scale or none), "" for a GPU the fold fitted; () : all ""
+    strata: tuple[str, ...] = ()
 
     @property
     def n(self) -> int:
@@ -116,16 +121,29 @@ class Cell:
     def __post_init__(self) -> None:
         if not self.errors or any(not math.isfinite(e) for e in self.errors):
             raise ValueError(f"interval model: {self.source} ({self.stack}) has no errors or a non-finite one")
+        if self.strata and len(self.strata) != len(self.errors):
+            raise ValueError(f"interval model: {self.source} ({self.stack}) labels {len(self.strata)} of {self.n} runs")
 
     @property
     def mean(self) -> float:
         return float(np.mean(self.errors))
 
+    def _strata(self) -> list[np.ndarray]:
+        e = np.asarray(self.errors)
+        labels = np.asarray(self.strata or ("",) * self.n)
+        return [e[labels == k] for k in dict.fromkeys(labels.tolist())]
+
     @property
     def sum_sq(self) -> float:
-        """Sum of squared deviations from the cell's mean."""
-        e = np.asarray(self.errors)
-        return float(np.sum((e - e.mean()) ** 2))
+        """Sum of squared deviations from the cell's mean, each run's taken about its stratum's
+        mean (`strata`): runs on a GPU the fold did not fit share that GPU's efficiency error,
+        which the interval adds on its own (`GpuFit.var`); left in the scatter inside the source,
+        it would be counted twice, and spread over every run of the stack."""
+        return float(sum(np.sum((x - x.mean()) ** 2) for x in self._strata()))
+
+    @property
+    def n_strata(self) -> int:
+        return len(self._strata())
 
 
 def within_variance(cells: list[Cell]) -> tuple[float, float]:
@@ -133,8 +151,8 @@ def within_variance(cells: list[Cell]) -> tuple[float, float]:
     runs' squared deviations by the runs' degrees of freedom; its own dof counts groups, not runs
     (a group's runs share its model, cluster and GPU count: they are not independent draws).
     NaN variance where no cell has two runs."""
-    runs = sum(c.n - 1 for c in cells)
-    dof = sum(max(min(c.groups, c.n) - 1, 0) for c in cells)
+    runs = sum(c.n - c.n_strata for c in cells)
+    dof = sum(max(min(c.groups, c.n) - c.n_strata, 0) for c in cells)
     return (sum(c.sum_sq for c in cells) / runs, float(dof)) if runs > 0 else (math.nan, 0.0)
 
 

@@ -200,6 +200,7 @@ class Predicted:
     priced: Priced
     predicted_step_s: float
     log_sd: float  # of its 80% interval (from the other sources of its stack)
+    gpu_var: float = 0.0  # its GPU's efficiency variance its fold's interval adds (`GpuFit.var`)
 
     @property
     def log_error(self) -> float:
@@ -221,8 +222,8 @@ def _folds(key: str) -> dict[str, tuple[list[Predicted], im.GpuFit]]:
     out: dict[str, tuple[list[Predicted], im.GpuFit]] = {}
     for name, left in groups.items():
         kept = [p for p in rows if (p.row.source if key == "source" else p.stack) != name]
-        scales = fit_scales(kept)
-        out[name] = ([Predicted(p, p.at(scales), math.nan) for p in left], gpu_fit_of(kept))
+        scales, fit = fit_scales(kept), gpu_fit_of(kept)
+        out[name] = ([Predicted(p, p.at(scales), math.nan, fit.var(p.gpu)) for p in left], fit)
     return out
 
 
@@ -231,9 +232,10 @@ def _name(p: Priced, key: str) -> str:
 
 
 @cache
-def _scales_without(*left: tuple[str, str]) -> dict[str, float]:
-    """The GPU scales fitted without the rows of each (key, name) in `left`."""
-    return fit_scales([p for p in priced_rows() if not any(_name(p, k) == n for k, n in left)])
+def _scales_without(*left: tuple[str, str]) -> tuple[dict[str, float], im.GpuFit]:
+    """The GPU scales fitted without the rows of each (key, name) in `left`, and their `GpuFit`."""
+    kept = [p for p in priced_rows() if not any(_name(p, k) == n for k, n in left)]
+    return fit_scales(kept), gpu_fit_of(kept)
 
 
 def _errors_without(key: str, scored: tuple[str, str]) -> list[Predicted]:
@@ -245,22 +247,23 @@ def _errors_without(key: str, scored: tuple[str, str]) -> list[Predicted]:
     for p in priced_rows():
         if _name(p, scored[0]) != scored[1]:
             by[_name(p, key)].append(p)
-    return [
-        Predicted(p, p.at(_scales_without(*sorted({(key, name), scored}))), math.nan)
-        for name, rows in by.items()
-        for p in rows
-    ]
+    out = []
+    for name, rows in by.items():
+        scales, fit = _scales_without(*sorted({(key, name), scored}))
+        out += [Predicted(p, p.at(scales), math.nan, fit.var(p.gpu)) for p in rows]
+    return out
 
 
 def cells(preds: list[Predicted]) -> list[im.Cell]:
-    """The predictions grouped by (stack, source): the random-effects model's units."""
+    """The predictions grouped by (stack, source): the random-effects model's units, each run
+    labelled by the GPU whose error its interval adds on its own (`Cell.strata`; "" : none)."""
     by: dict[tuple[str, str], list[Predicted]] = defaultdict(list)
     for x in preds:
         by[(x.priced.stack, x.priced.row.source)].append(x)
-    return [
-        im.Cell(stack, source, tuple(x.log_error for x in xs), len({x.priced.row.group for x in xs}))
-        for (stack, source), xs in sorted(by.items())
-    ]
+    strata = {k: tuple(x.priced.gpu if x.gpu_var > 0.0 else "" for x in xs) for k, xs in by.items()}
+    errors = {k: tuple(x.log_error for x in xs) for k, xs in by.items()}
+    groups = {k: len({x.priced.row.group for x in xs}) for k, xs in by.items()}
+    return [im.Cell(*k, errors[k], groups[k], strata[k]) for k in sorted(by)]
 
 
 def _widened(x: Predicted, stack_log_sd: float, fit: im.GpuFit) -> Predicted:

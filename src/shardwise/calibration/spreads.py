@@ -77,31 +77,32 @@ def serving_basis() -> str:
 # Per software stack (the framework preset that runs the step): the 80% interval's spread, before
 # its GPU's term, for a run of a source the model has not seen, from the stack's published runs each
 # predicted by the model fitted without its source (`analyses.loso`, leave one source out), in a
-# random-effects model (`analyses.interval_model`): the runs' scatter inside one source, the
-# sources' scatter about the stack's mean (DerSimonian-Laird; a stack of one source takes the
+# random-effects model (`analyses.interval_model`): the runs' scatter inside one source (runs on a
+# GPU whose error the interval adds on its own, below, about their own mean: that error is not
+# counted twice), the sources' scatter about the stack's mean (DerSimonian-Laird; a stack of one source takes the
 # stacks' pooled value) and that mean's own error and offset, at Student's t. Stored as the
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "deepspeed": (0.1562, 4, 1),
-    "flash-attn-trainer": (0.1197, 5, 1),
-    "fsdp": (0.1910, 173, 2),
-    "fsdp2": (0.1838, 2, 1),
-    "internevo": (0.1472, 54, 1),
-    "maxtext": (0.1022, 38, 3),
-    "megatron-core": (0.0958, 442, 4),
-    "megatron-deepspeed": (0.3286, 9, 4),
-    "megatron-lm-2022": (0.1662, 11, 1),
-    "nemo-automodel": (0.1789, 1, 1),
-    "paxml": (0.1948, 36, 2),
-    "torchtitan-compile": (0.1851, 12, 1),
+    "deepspeed": (0.1110, 4, 1),
+    "flash-attn-trainer": (0.1094, 5, 1),
+    "fsdp": (0.1793, 173, 2),
+    "fsdp2": (0.1557, 2, 1),
+    "internevo": (0.1436, 54, 1),
+    "maxtext": (0.0981, 38, 3),
+    "megatron-core": (0.0892, 442, 4),
+    "megatron-deepspeed": (0.3488, 9, 4),
+    "megatron-lm-2022": (0.1644, 11, 1),
+    "nemo-automodel": (0.1498, 1, 1),
+    "paxml": (0.1934, 36, 2),
+    "torchtitan-compile": (0.1647, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.3286
+NO_DATA_LOG_SD = 0.3488
 NO_DATA_STACKS = 12
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
