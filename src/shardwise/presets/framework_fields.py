@@ -38,6 +38,7 @@ STACK_FIELDS = (
     "tp_shard_overlap",
     "eager_glu",
     "layout_copies",
+    "head_copies",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",
@@ -91,7 +92,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined",
         "aligned_chunk_sync",
     )  # fmt: skip
-    for field in (*booleans, "eager_glu", "layout_copies", "grad_reduce_bf16", "expandable_segments"):
+    for field in (*booleans, "eager_glu", "layout_copies", "head_copies", "grad_reduce_bf16", "expandable_segments"):
         if field in data:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
