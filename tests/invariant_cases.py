@@ -61,6 +61,7 @@ FRAMEWORKS = (
     "maxtext",
     "hf-transformers",
     "composer",
+    "modalities",
     "colossalai",
     "internevo",
     "nemo-automodel",

@@ -106,10 +106,12 @@ class Priced:
 
 
 def stack_of(raw: dict[str, str]) -> str:
-    """The framework preset that prices the row (its compiled variant where the source says so)."""
-    from shardwise.analyses.public_stacks import execution
+    """The framework preset that prices the row (its compiled variant where the source says so),
+    or, for a trainer's own preset on another stack's engine, that stack (`STACK_OF_PRESET`)."""
+    from shardwise.analyses.public_stacks import STACK_OF_PRESET, execution
 
-    return execution(raw)[0]
+    preset = execution(raw)[0]
+    return STACK_OF_PRESET.get(preset, preset)
 
 
 def _fitted_gpu(gpu: str) -> str:

@@ -65,6 +65,12 @@ PIPELINED_SCAN_SOURCES = ("NVIDIA/dgxc-benchmarking paxml/",)
 ZERO3_CONFIGS = {
     "FlagOpen/FlagPerf training/nvidia/llama2_7b-deepspeed/": "prefetch=1e7,reduce=1e7,live=1e9,reuse=1e9",
 }
+# Rows of the fsdp stack priced with a preset of their own (the trainer's model code on FSDP1), by
+# source: Modalities' GPT2 model at the scaling tables' commit copies q, k and v head-major for
+# attention (gpt2_model.py @8a9b6617 lines 462-464, 552-573; `Plan.head_copies`). They stay rows of
+# the fsdp stack (`STACK_OF_PRESET`: the leave-one-source-out tables and the spreads group them so)
+OWN_PRESET_SOURCES = {"Modalities/modalities": "modalities"}
+STACK_OF_PRESET = {"modalities": "fsdp"}
 CHECKPOINTING_NOT_MODELLED = {
     "selective-blocks": "activation checkpointing of a fraction of whole blocks (fms-fsdp), the fraction not stated",
     "on-mode-not-stated": "activation checkpointing on, its mode not stated",
@@ -115,6 +121,8 @@ def execution(row: dict[str, str]) -> tuple[str, dict[str, Any]]:
     """(framework preset, Plan keyword arguments that the row's notes change)."""
     fw, n = row["framework"], notes(row)
     preset = PRESETS[fw]
+    own = [name for source, name in OWN_PRESET_SOURCES.items() if fw == "fsdp" and source in row["source"]]
+    preset = own[0] if own else preset
     compiled = n.get("compile") == "on"
     if compiled and fw in COMPILED:
         preset = COMPILED[fw]

@@ -140,12 +140,13 @@ def family_basis(family: str) -> str:
 
 # A preset without published runs of its own that runs the engine of one that has them takes that
 # one's spread: torchtitan eager and with torch.compile are one trainer (its element-wise kernels
-# fused or not, both priced), Composer runs PyTorch FSDP1 as the fsdp preset does (its own flags
+# fused or not, both priced), Composer and Modalities run PyTorch FSDP1 as the fsdp preset does (their own flags
 # on it), Megatron-LM of 2021 is the 2022 release's code before selective recomputation and
 # sequence parallelism. (nanotron's defaults would take nanotron's, which has no published runs.)
 SPREAD_OF = {
     "torchtitan": "torchtitan-compile",
     "composer": "fsdp",
+    "modalities": "fsdp",  # its published runs are the fsdp stack's (Modalities' scaling tables)
     "megatron-lm-2021": "megatron-lm-2022",
 }
 

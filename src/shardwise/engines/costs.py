@@ -257,15 +257,17 @@ def layer_cost(
     lt = lora_layer_times(
         lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets
     )
-    # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies)
+    # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies,
+    # Modalities' head-major copies, its output copy on SDPA's path)
     copies_f: Number = 0.0
     copies_b: Number = 0.0
-    if any_true(as_bool(plan.eager_glu) | as_bool(plan.layout_copies)):
+    if any_true(as_bool(plan.eager_glu) | as_bool(plan.layout_copies) | as_bool(plan.head_copies)):
         kv = model.kv_heads * model.head_dim / t
         ffn_width = np.where(model.gated_mlp, fwd.mlp_down.k * fwd.has_mlp, 0.0)
         e = plan.bytes_per_element
+        sdpa = np.char.startswith(np.asarray(plan.attention_kernel, dtype=str), "sdpa")
         (f_bytes, b_bytes), (f_kernels, b_kernels) = layout_copy_bytes(
-            fwd.qkv.m, fwd.qkv.n, kv, ffn_width, e, plan.eager_glu, plan.layout_copies
+            fwd.qkv.m, fwd.qkv.n, kv, ffn_width, e, plan.eager_glu, plan.layout_copies, plan.head_copies, sdpa
         )
         copies_f = np.where(f_bytes > 0, memory_s(f_bytes, gpu, f_kernels), 0.0)
         copies_b = np.where(b_bytes > 0, memory_s(b_bytes, gpu, b_kernels), 0.0)

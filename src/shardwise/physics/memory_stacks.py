@@ -303,6 +303,7 @@ STACKS: dict[str, StackMemory] = {
     ),
     "colossalai": _EAGER,
     "composer": _FSDP,
+    "modalities": _FSDP,  # FSDP1, as fsdp
     "hf-transformers": StackMemory(
         12.0,
         sharded_fp32_params=True,

@@ -26,7 +26,19 @@ DeepSpeed ZeRO 0/1 in fp16                     6      autograd's AccumulateGrad 
                                                       (read 2 + 2, write 2): zero/stage_1_and_2.py
                                                       hooks gradients only with partition_gradients
                                                       or overlap_comm (both off for stage 1)
+PyTorch FSDP1 (FullyShardedDataParallel)       4      the parameters are views of the unit's flat
+                                                      parameter (torch.split, torch/distributed/
+                                                      fsdp/_flat_param.py `_get_unflat_views_
+                                                      aligned`, torch 2.x), so autograd's split
+                                                      backward concatenates the unit's gradients
+                                                      into the flat gradient (read 2, write 2) on
+                                                      the compute stream; the reduce dtype's cast
+                                                      and the pre-division run on FSDP's post-
+                                                      backward stream (_runtime_utils.py)
 =============================================  =====  ==========================================
+
+A 16-bit gradient buffer (`Plan.grad_reduce_bf16`) turns an fp32 main-grad add into a 16-bit one,
+6 bytes (`BF16_MAIN_GRAD_ADD_BYTES`); a stack whose own path moves fewer (FSDP1's 4) keeps its own.
 
 Pipeline transfers per micro-batch and model chunk under a blocking schedule:
 - Megatron-LM (megatron/core/pipeline_parallel/p2p_communication.py): the steady state's
@@ -96,6 +108,7 @@ from shardwise.specs._checks import Number
 MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.add_
 CAST_THEN_ADD_BYTES = 18.0  # DeepSpeed BF16_Optimizer.update_hp_grads
 AUTOGRAD_FP16_ADD_BYTES = 6.0  # DeepSpeed ZeRO 0/1 in fp16: param.grad += grad, 16 bits
+FSDP1_FLAT_GRAD_CAT_BYTES = 4.0  # PyTorch FSDP1: split's backward cat into the flat gradient
 # into a 16-bit gradient buffer (`Plan.grad_reduce_bf16`, Megatron-Core's grad_reduce_in_fp32=False,
 # whose main_grad takes the parameter's dtype): main_grad.add_ reads 2 + 2 and writes 2
 BF16_MAIN_GRAD_ADD_BYTES = 6.0
@@ -127,5 +140,7 @@ def pipeline_transfers(serial: Number, blocking: Number) -> Number:
 def accumulate_bytes(unfused_accumulate_bytes: Number, grad_reduce_bf16: Number) -> Number:
     """Bytes per weight per micro-batch that a stack's unfused add of a 16-bit weight gradient
     into its accumulator moves: the stack's own (`Plan.unfused_accumulate_bytes`), or, into a
-    bf16 gradient buffer (`Plan.grad_reduce_bf16`), BF16_MAIN_GRAD_ADD_BYTES."""
-    return np.where(np.asarray(grad_reduce_bf16, dtype=bool), BF16_MAIN_GRAD_ADD_BYTES, unfused_accumulate_bytes)
+    bf16 gradient buffer (`Plan.grad_reduce_bf16`), BF16_MAIN_GRAD_ADD_BYTES where the stack's
+    own moves more (FSDP1's concatenation, 4, moves the same at either reduce dtype)."""
+    bf16_add = np.minimum(BF16_MAIN_GRAD_ADD_BYTES, unfused_accumulate_bytes)
+    return np.where(np.asarray(grad_reduce_bf16, dtype=bool), bf16_add, unfused_accumulate_bytes)

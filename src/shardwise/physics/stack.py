@@ -164,7 +164,18 @@ split: three copies; backward: contiguous and
 transpose pass views, SplitBackward's one cat
 k, v `torch.cat` then `permute(...).contiguous()`   8 kv e      0 (views,     `Plan.layout_copies`
 for flash-attn's rotary                                         into that cat)
+Modalities (gpt2_model.py @8a9b6617 lines 462-464,  2 (q+2kv) e  2 (q+2kv) e  `Plan.head_copies`
+552-573): q, k, v each `.transpose(1, 2)
+.contiguous()` before attention, three copies; their
+gradients reshaped back, a copy each
+its SDPA path: the output transposed back and       2 q e       2 q e         `Plan.head_copies`,
+copied (`attention_kernel` sdpa-flash2), its                                  SDPA's path only
+gradient copied again (flash-attn's path copies q,
+k and v once more: not priced, a floor)
 =================================================  ==========  ============  ====================
+
+Modalities' copies, multi-head attention in 16 bits: 24 bytes per token and hidden unit a layer
+per micro-batch, 32 on SDPA's path (docs/model.md, "Where the FSDP stacks' remaining error is").
 
 nanotron's loss (models/llama.py `cast_to_fp32`, `Loss`; tensor_parallel/functional.py
 `_ShardedCrossEntropy`), bytes per logit with 16-bit logits: forward x.float() (2 + 4), max (4),
@@ -248,23 +259,42 @@ QKV_COPY_BYTES = (2.0, 2.0)  # x (q + 2 kv) e
 KV_CAT_PERMUTE_BYTES = (8.0, 0.0)  # x kv e
 EAGER_GLU_KERNELS = (1, 2)
 LAYOUT_COPY_KERNELS = (5, 1)
+# Modalities' head-major copies (table above): q, k, v each, and SDPA's output, one kernel a copy
+HEAD_OUTPUT_COPY_BYTES = (2.0, 2.0)  # x q e, SDPA's path
+HEAD_COPY_KERNELS = (3, 3)
 
 
 def layout_copy_bytes(
-    tokens: Number, qkv_width: Number, kv_width: Number, ffn_width: Number, e: float, eager_glu: Number, copies: Number
+    tokens: Number,
+    qkv_width: Number,
+    kv_width: Number,
+    ffn_width: Number,
+    e: float,
+    eager_glu: Number,
+    copies: Number,
+    head_copies: Number = False,
+    sdpa_output: Number = False,
 ) -> tuple[tuple[Number, Number], tuple[Number, Number]]:
     """((forward, backward) bytes, (forward, backward) kernels) of one layer's element-wise work
     beyond the fused path's on one TP rank (table above): an eager gated activation on `ffn_width`
-    (0 without a gated MLP) and the copies that lay q, k and v out for flash-attn (`qkv_width` =
-    q + 2 kv, `kv_width`, both over tp)."""
+    (0 without a gated MLP), the copies that lay q, k and v out for flash-attn (`qkv_width` =
+    q + 2 kv, `kv_width`, both over tp; nanotron's `copies`) and Modalities' head-major copies of
+    q, k and v (`head_copies`), with SDPA's output copy where `sdpa_output`."""
     glu = np.asarray(eager_glu, dtype=bool) & (np.asarray(ffn_width) > 0)
     lay = np.asarray(copies, dtype=bool)
+    heads = np.asarray(head_copies, dtype=bool)
+    out = heads & np.asarray(sdpa_output, dtype=bool)
+    q_width = np.asarray(qkv_width) - 2 * np.asarray(kv_width)
 
     def per_pass(i: int) -> tuple[Number, Number]:
-        width = np.where(glu, EAGER_GLU_BYTES[i] * ffn_width, 0.0) + np.where(
-            lay, QKV_COPY_BYTES[i] * qkv_width + KV_CAT_PERMUTE_BYTES[i] * kv_width, 0.0
+        width = (
+            np.where(glu, EAGER_GLU_BYTES[i] * ffn_width, 0.0)
+            + np.where(lay, QKV_COPY_BYTES[i] * qkv_width + KV_CAT_PERMUTE_BYTES[i] * kv_width, 0.0)
+            + np.where(heads, QKV_COPY_BYTES[i] * qkv_width, 0.0)
+            + np.where(out, HEAD_OUTPUT_COPY_BYTES[i] * q_width, 0.0)
         )
         kernels = np.where(glu, EAGER_GLU_KERNELS[i], 0) + np.where(lay, LAYOUT_COPY_KERNELS[i], 0)
+        kernels = kernels + np.where(heads, HEAD_COPY_KERNELS[i], 0) + np.where(out, 1, 0)
         return tokens * e * width, kernels
 
     (f_bytes, f_kernels), (b_bytes, b_kernels) = per_pass(0), per_pass(1)

@@ -192,8 +192,7 @@ class Plan:
     for it), "rowwise" or "rowwise_with_gw_hp"
     (`physics.fp8_recipes`); `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it
     (`fully_shard`), every parameter its own shard, so each all-gather is copied out to the
-    parameters and each gradient copied into the reduce-scatter's buffer by kernels on the compute
-    stream (`physics.stack`).
+    parameters and each gradient copied into the reduce-scatter's buffer on the compute stream, `physics.stack`.
     `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a 16-bit weight
     gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
     microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
@@ -207,14 +206,14 @@ class Plan:
     with the next norm (`engines.engine_kernels`, set from the engine by `engines.serving`), and
     `norm_fusion_max_bytes` the all-reduce messages below which its all-reduces absorb 2 norms (0: none);
     `p2p_host_ops`: host operations a middle pipeline stage spends per micro-batch and model chunk
-    around its sends and receives while the GPU idles (nanotron's metadata handshakes and host
-    syncs, `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
+    around its sends and receives while the GPU idles (nanotron's metadata handshakes and host syncs,
+    `physics.microbatch`; the first and last stage half), in units of `host_kernel_s`;
     `tp_shard_overlap`: with sequence parallelism and `async_tp_grad`, the all-gather that feeds a
     GEMM runs beside the GEMM of the rank's own rows, 1/tp of it (nanotron's asynchronous linears,
-    `engines.costs`);
-    `eager_glu`: a gated MLP's SiLU and multiply run as two kernels beside otherwise fused
-    element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
-    concatenated and permuted for the attention kernel (nanotron, `physics.stack`);
+    `engines.costs`); `eager_glu`: a gated MLP's SiLU and multiply run as two kernels beside otherwise
+    fused element-wise work; `layout_copies`: q, k and v are copied out of the fused QKV output and k, v
+    concatenated and permuted for the attention kernel (nanotron, `physics.stack`); `head_copies`: q, k
+    and v each copied head-major, their gradients copied back, SDPA's output once more (Modalities);
     `grad_reduce_bf16`: the gradient buffer and its data-parallel reduction in the 16-bit parameter
     dtype, not fp32 (Megatron-LM `--grad-reduce-in-bf16`; Megatron-Core's grad_reduce_in_fp32=False,
     which NVIDIA's performance recipes set: `physics.memory.grad_bytes_per_param`);
@@ -254,8 +253,8 @@ class Plan:
     "fp32-remainders-bf16-moments" (the remainders, bf16 moments: 6 bytes), Megatron-Core's
     precision-aware optimizer with bf16 exp_avg and exp_avg_sq, whose master is Megatron-Core's fp32
     shard under FP8 current scaling and MXFP8 and TE's remainders otherwise; memory only, no time;
-    `zero3_buckets`: ZeRO-3 as DeepSpeed's stage 3 runs it, module by module with its prefetch and
-    reduction buckets (`specs.zero3.Zero3Buckets`, `physics.zero3_deepspeed`); None: FSDP's units.
+    `zero3_buckets`: ZeRO-3 as DeepSpeed's stage 3 runs it, module by module with its prefetch and reduction
+    buckets (`specs.zero3.Zero3Buckets`, `physics.zero3_deepspeed`); None: FSDP's units.
     """
 
     tp: Number = 1
@@ -318,6 +317,7 @@ class Plan:
     tp_shard_overlap: bool | np.ndarray = False
     eager_glu: bool | np.ndarray = False
     layout_copies: bool | np.ndarray = False
+    head_copies: bool | np.ndarray = False
     grad_reduce_bf16: bool | np.ndarray = False
     spmd_grad_reduce: bool | np.ndarray = False
     scan_unpipelined: bool | np.ndarray = False

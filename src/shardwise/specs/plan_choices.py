@@ -53,7 +53,7 @@ OPTIMIZER_STATES = ("fp32", "fp32-remainders", "bf16", "fp32-bf16-moments", "fp3
 # when built, as any other field's choice is, not priced as Megatron-Core's memory.
 MEMORY_STACKS = (
     *("megatron-core", "megatron-lm-2022", "megatron-lm-2021", "megatron-deepspeed", "nanotron", "internevo"),
-    *("fsdp", "fsdp2", "torchtitan", "torchtitan-compile", "deepspeed", "colossalai", "composer"),
+    *("fsdp", "fsdp2", "torchtitan", "torchtitan-compile", "deepspeed", "colossalai", "composer", "modalities"),
     *("hf-transformers", "nemo-automodel", "maxtext", "paxml", "nanotron-defaults", "flash-attn-trainer"),
 )
 
@@ -91,6 +91,7 @@ BOOLEAN_FIELDS = (
     "tp_shard_overlap",
     "eager_glu",
     "layout_copies",
+    "head_copies",
     "grad_reduce_bf16",
     "spmd_grad_reduce",
     "scan_unpipelined",
