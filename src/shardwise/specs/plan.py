@@ -239,9 +239,8 @@ class Plan:
     (`physics.memory_stacks.TE_CROSS_ENTROPY_LOGIT_BYTES`), or "eager-bf16", PyTorch's eager
     cross-entropy on the 16-bit logits without an fp32 cast (`EAGER_BF16_LOGIT_BYTES`): the kernel's bytes
     replace the stack's, more or fewer (`physics.memory_losses`); memory only, no time;
-    `expandable_segments`: the run sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so
-    PyTorch's caching allocator can hand out what it would otherwise keep in split blocks
-    (`physics.memory_stacks.allocator_fraction`); memory only, no time;
+    `expandable_segments`: PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, so PyTorch's caching
+    allocator hands out what it keeps in split blocks (`physics.memory_stacks.allocator_fraction`); memory only;
     `partition_activations`: DeepSpeed's partitioned checkpoints (--partition-activations): under full recomputation
     a layer keeps 1/tp of its input, all-gathered over TP before it is recomputed (`physics.remat_partition`);
     `optimizer_state`: what the optimizer keeps per parameter (`physics.memory.optimizer_bytes_per_param`):
