@@ -45,7 +45,7 @@ GPU_FIT: dict[str, tuple[int, float]] = {  # fitted GPU: (groups, effective sour
     "gb300": (4, 1.0),
     "h100-sxm5-80gb": (18, 1.33),
 }
-GPU_GROUP_LOG_SD = 0.0513
+GPU_GROUP_LOG_SD = 0.0512
 GPU_SOURCE_LOG_SD = 0.1005
 UNFITTED_LOG_SD = 0.2472
 
@@ -84,25 +84,25 @@ def serving_basis() -> str:
 # normal-equivalent spread: the interval is +-Z80 x it. (log spread, runs, sources);
 # `python tools/stack_spreads.py` prints these.
 STACK_LOG_SD: dict[str, tuple[float, int, int]] = {
-    "deepspeed": (0.1110, 4, 1),
-    "flash-attn-trainer": (0.1094, 5, 1),
-    "fsdp": (0.1793, 173, 2),
-    "fsdp2": (0.1557, 2, 1),
-    "internevo": (0.1436, 54, 1),
-    "maxtext": (0.0981, 38, 3),
-    "megatron-core": (0.0892, 442, 4),
-    "megatron-deepspeed": (0.3488, 9, 4),
-    "megatron-lm-2022": (0.1644, 11, 1),
-    "nemo-automodel": (0.1498, 1, 1),
-    "paxml": (0.1934, 36, 2),
-    "torchtitan-compile": (0.1647, 12, 1),
+    "deepspeed": (0.1107, 4, 1),
+    "flash-attn-trainer": (0.1090, 5, 1),
+    "fsdp": (0.1776, 173, 2),
+    "fsdp2": (0.1555, 2, 1),
+    "internevo": (0.1434, 54, 1),
+    "maxtext": (0.0979, 38, 3),
+    "megatron-core": (0.0889, 442, 4),
+    "megatron-deepspeed": (0.3480, 9, 4),
+    "megatron-lm-2022": (0.1642, 11, 1),
+    "nemo-automodel": (0.1496, 1, 1),
+    "paxml": (0.1933, 36, 2),
+    "torchtitan-compile": (0.1645, 12, 1),
 }
 # A stack without published runs: how far whole stacks miss when each is left out of the fit
 # altogether (DerSimonian-Laird across the NO_DATA_STACKS stacks' mean errors), plus a source's
 # scatter about its stack and a run's about its source, each stack weighing the same; never
 # narrower than the widest stack's above (`analyses.interval_model`: a stack nobody has measured
 # may miss as far as the worst measured one).
-NO_DATA_LOG_SD = 0.3488
+NO_DATA_LOG_SD = 0.3480
 NO_DATA_STACKS = 12
 # Per model family whose runs the stack's spread does not describe (hybrid Mamba-2 models: their
 # SSD kernels' training speed rests on one inference measurement; mixtures of experts: the stacks'
