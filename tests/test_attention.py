@@ -224,6 +224,13 @@ def test_flash_attention_2_at_head_dim_64_runs_its_measured_share_of_head_dim_12
     # the fused (cuDNN / TE) kernels, and other GPUs, keep their plateau
     assert flash2_head_dim_factors(h100, "fused", 64) == (1.0, 1.0)
     assert flash2_head_dim_factors(presets.gpu("a100-sxm4-80gb"), "flash2", 64) == (1.0, 1.0)
+    # head dims off FA2's templates are padded (flash_api.cpp: a multiple of 32 up to 128, of 64 above):
+    # 80 runs the 96 kernel, 160 the 192 one, on every GPU; on Hopper at that kernel's speed
+    a100 = presets.gpu("a100-sxm4-80gb")
+    assert flash2_head_dim_factors(a100, "flash2", 80) == (pytest.approx(80 / 96), pytest.approx(80 / 96))
+    assert float(flash2_head_dim_factors(a100, "sdpa-flash2", 160)[0]) == pytest.approx(160 / 192)
+    assert float(flash2_head_dim_factors(h100, "flash2", 80)[0]) == pytest.approx(float(mid) * 80 / 96)
+    assert flash2_head_dim_factors(a100, "fused", 80) == (1.0, 1.0)
     # in a layer: a 1B-shaped model with 64-wide heads pays it in its attention kernel's time
     model = presets.model("llama3.2-1b").with_(seq_len=4096)  # 32 heads of 64
     fwd = layer_forward(model, 1, 1, False, 2.0)

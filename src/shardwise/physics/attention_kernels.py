@@ -65,7 +65,8 @@ AOTRITON_BACKWARD_FRACTION = 1.0
 # at head dim 64 / 128 / 256 (16k tokens; 321 / 368 / 323 at 4k), causal 299 / 335 / 298: 0.87-0.89
 # of head dim 128's at 64 and at 256, taken 0.88; backward non-causal 291 / 322 at 64 / 128 (279 /
 # 310 at 4k, 287 / 318 at 8k): 0.90 (range 0.90-0.91); head dim 256's backward is not plotted (128's
-# kept). Between the points linear in the head dimension, outside them the end point. Other GPUs: 1
+# kept). Between the points linear in the head dimension (the kernel's, `flash2_padded_head_dim`), outside
+# them the end point. Other GPUs: 1 but the padding
 # (B200's FA2 runs head dim 64 at its head-dim-128 speed, Dao-AILab/flash-attention#1589 and
 # meta-pytorch/tritonbench PR #171, `presets/gpus.yaml`; no A100 figure read).
 FLASH2_HEAD_DIMS = (64.0, 128.0, 256.0)
@@ -122,15 +123,32 @@ def attention_backward_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
 
 def flash2_head_dim_factors(gpu: Gpu, kernel: str, head_dim: Number) -> tuple[Number, Number]:
     """(forward, backward) speed of a FlashAttention-2 kernel at `head_dim` as a fraction of its
-    head-dim-128 plateau (`FLASH2_HEAD_DIM_FORWARD`): on Hopper only, 1 for other kernels and GPUs
-    and where no head dimension is known (0)."""
-    if kernel not in FLASH2_KERNELS or gpu.gemm_kernels != "sm90":
+    head-dim-128 plateau: the kernel runs at the head dimension rounded up to its next template
+    (`flash2_padded_head_dim`), whose extra columns are work that counts for nothing (d / rounded, every
+    GPU), at that template's speed (`FLASH2_HEAD_DIM_FORWARD`, Hopper only); 1 for other kernels and
+    where no head dimension is known (0)."""
+    if kernel not in FLASH2_KERNELS:
         return 1.0, 1.0
     d = np.asarray(head_dim, dtype=float)
     known = d > 0
-    forward = np.where(known, np.interp(d, FLASH2_HEAD_DIMS, FLASH2_HEAD_DIM_FORWARD), 1.0)
-    backward = np.where(known, np.interp(d, FLASH2_HEAD_DIMS, FLASH2_HEAD_DIM_BACKWARD), 1.0)
-    return forward, backward
+    rounded = flash2_padded_head_dim(d)
+    useful = np.where(known, d / np.where(known, rounded, 1.0), 1.0)
+    if gpu.gemm_kernels != "sm90":
+        return useful, useful
+    forward = np.where(known, np.interp(rounded, FLASH2_HEAD_DIMS, FLASH2_HEAD_DIM_FORWARD), 1.0)
+    backward = np.where(known, np.interp(rounded, FLASH2_HEAD_DIMS, FLASH2_HEAD_DIM_BACKWARD), 1.0)
+    return forward * useful, backward * useful
+
+
+def flash2_padded_head_dim(head_dim: Number) -> Number:
+    """The head dimension FlashAttention-2 computes at: rounded up to a multiple of 32 up to 128, of
+    64 above (Dao-AILab/flash-attention csrc/flash_attn/flash_api.cpp, `head_size_rounded =
+    round_multiple(head_size, head_size <= 128 ? 32 : 64)`, which picks the kernel template; PyTorch
+    SDPA's copy the same). FA2 refuses head dimensions above 256; those are priced at their own
+    rounding (an assumption: such a run falls back to another kernel)."""
+    d = np.asarray(head_dim, dtype=float)
+    step = np.where(d <= 128, 32.0, 64.0)
+    return np.ceil(d / step) * step
 
 
 def torch_ring_s(fwd: LayerForward, gpu: Gpu) -> tuple[Number, Number]:

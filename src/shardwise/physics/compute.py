@@ -171,7 +171,7 @@ def layer_times(
     softmax = memory_s(fwd.softmax_bytes, gpu, kernels=SOFTMAX_KERNELS)
     scores, context = gemms_s((fwd.scores, fwd.context), gpu, attn_p)
     bmm = scores + context
-    # FlashAttention-2 at head dimensions other than 128 on Hopper (`flash2_head_dim_factors`)
+    # FlashAttention-2 padded to its kernel's head dimension, that kernel's speed on Hopper (flash2_head_dim_factors)
     hd_fwd, hd_bwd = flash2_head_dim_factors(gpu, attention_kernel, fwd.scores.k)
     relative = attention_relative_efficiency(gpu, attention_kernel) * hd_fwd
     # the fused kernel below its plateau: short sequences, the causal mask, ring steps (`physics.attention`)
