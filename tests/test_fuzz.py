@@ -9,8 +9,8 @@ constructors raise `SpecError` naming the field for any bad value, nothing else,
 The commands run in-process (`shardwise.cli.main`). The CI profile runs a few dozen derandomized
 examples per property without shrinking; the `fuzz` profile runs thousands and shrinks:
 
-    SHARDWISE_FUZZ=1 python -m pytest tests/test_fuzz.py
-    python -m pytest tests/test_fuzz.py --hypothesis-profile=fuzz   # once `fuzz` is registered in conftest.py
+    SHARDWISE_FUZZ=1 python -m pytest -m "slow or not slow" tests/test_fuzz.py
+    python -m pytest -m "slow or not slow" tests/test_fuzz.py --hypothesis-profile=fuzz  # `fuzz` in conftest.py
 
 (`--hypothesis-profile` is read before this module is imported, so that spelling needs the profile
 registered in tests/conftest.py: `settings.register_profile("fuzz", max_examples=3000, deadline=None)`.)

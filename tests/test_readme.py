@@ -172,7 +172,8 @@ def test_the_two_commands_are_there():
     assert "python3 -m venv .venv && . .venv/bin/activate && pip install -e . && shardwise crossover" in README
     assert "pip install -e '.[test]' && python -m pytest -q" in README
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python -m pytest -q" in ci
+    assert "python -m pytest -q\n" in ci
+    assert "python -m pytest -q -m slow" in ci, ".ci/run must run the tests the default run leaves out"
 
 
 def test_the_readme_quotes_the_current_accuracy():

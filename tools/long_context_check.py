@@ -19,7 +19,7 @@ Two tables, no GPU and no network:
 
 from __future__ import annotations
 
-import sys
+import argparse
 
 from shardwise.analyses import public_moe
 from shardwise.analyses.public_runs import measured_step_s, raw_rows, scenario_for, source_flops_per_step
@@ -169,8 +169,10 @@ def parts_table() -> None:
             print(f"{key:46s}" + "".join(f"{c[key]:11.3f}" for c in cases))
 
 
-def main() -> None:
-    if sys.argv[1:] == ["--parts"]:
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description="Long-context training as shardwise prices it (no GPU, no network).")
+    parser.add_argument("--parts", action="store_true", help="split one torchtitan step by kind of work")
+    if parser.parse_args(argv).parts:  # a wrong flag: argparse's one line and exit status 2
         parts_table()
         return
     print("NeMo performance_long_sequence.md, with CP (micro-batch 1 assumed):")
