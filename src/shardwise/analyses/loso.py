@@ -1,14 +1,13 @@
 """Leave-one-source-out validation of the public training runs: how the model does on a source
 (or a whole software stack) whose rows took no part in anything that was fitted.
 
-What is fitted, and how (the same procedure that made the shipped constants, `FIT_PROCEDURE`):
-each GPU with public runs gets one sustained matmul-efficiency scale (the power limit's clock,
-`tools/fit_efficiency.py`), chosen so that the median signed step-time error of its dev rows
-where compute is at least `COMPUTE_SHARE` of the step is zero, over the stacks in `FIT_STACKS`
-(the others are predicted, never fitted); GPUs on the same silicon take
-their sibling's scale (`calibration.spreads.FITTED_FROM`); a GPU whose dev rows span fewer than
-`MIN_GROUPS` groups keeps its microbenchmark value (scale 1). Nothing else is fitted to the public
-runs: every other constant comes from a datasheet, a paper or a microbenchmark.
+What is fitted, and how (the same procedure that made the shipped constants, `FIT_PROCEDURE`): each
+GPU with public runs gets one sustained matmul-efficiency scale (the power limit's clock,
+`tools/fit_efficiency.py`), chosen so that the median signed step-time error of its dev rows where
+compute is at least `COMPUTE_SHARE` of the step is zero, over the stacks in `FIT_STACKS` (the others
+are predicted, never fitted); GPUs on the same silicon take their sibling's scale
+(`calibration.spreads.FITTED_FROM`); a GPU whose dev rows span fewer than `MIN_GROUPS` groups keeps
+its microbenchmark value (scale 1). Nothing else is fitted to the public runs.
 
 A fold leaves out every row of one source (or of one stack), refits the scales on what is left,
 and predicts the left-out rows (dev and holdout alike). Each left-out row also gets the 80%
