@@ -2,9 +2,12 @@
 each side's batch and what limits it, one GPU's memory, one request's prefill and one decode step
 split into attention, GEMMs and all-reduces, tokens/s predicted and measured
 (`analyses.serving_tp_breakdown`; the pairs `shardwise validate inference_scaling` compares), and
-every TensorRT-LLM row's error by its lengths (`--by-length`). Nothing is fitted.
+every TensorRT-LLM row's error by its lengths (`--by-length`), and which of prefill and decode
+each model, GPU and TP size's rows say is priced wrong, with candidate decode-step terms ranked
+by how much of the error each removes (`--decode`, `analyses.serving_decode_split`: a diagnostic,
+nothing shipped is fitted).
 
-    PYTHONPATH=src python tools/serving_tp_breakdown.py [--by-length]
+    PYTHONPATH=src python tools/serving_tp_breakdown.py [--by-length | --decode]
 """
 
 from __future__ import annotations
@@ -46,5 +49,32 @@ def by_length() -> None:
         print(f"{isl}/{osl}: {cells}")
 
 
+def decode() -> None:
+    from shardwise.analyses.serving_decode_split import decode_candidates, prefill_decode_split, row_shares
+
+    shares = row_shares()
+    print("e = p y + (1 - p) x per model, GPU and TP (prefill priced 1 + y, decode steps 1 + x times too fast)")
+    print(f"{'rows':28} {'n':>3} {'y prefill':>9} {'x decode':>9} {'rms left':>8}")
+    for g in prefill_decode_split(shares):
+        print(f"{g.group:28} {g.rows:3d} {g.prefill:+9.1%} {g.decode:+9.1%} {g.residual:8.1%}")
+    for free in (False, True):
+        print()
+        print("one decode term fitted over every row; prefill " + ("factor y fitted too" if free else "as priced"))
+        cands = decode_candidates(shares, free)
+        models = list(cands[0].mape_by_model)
+        print(
+            f"{'term':30} {'fitted':>8} {'unit':24} {'y':>6} {'MAPE':>6} {'bias':>6} "
+            + " ".join(f"{m:>14}" for m in models)
+        )
+        for c in cands:
+            cells = " ".join(f"{c.mape_by_model[m]:14.1%}" for m in models)
+            print(f"{c.name:30} {c.value:8.3f} {c.unit:24} {c.prefill:+6.1%} {c.mape:6.1%} {c.bias:+6.1%} {cells}")
+
+
 if __name__ == "__main__":
-    by_length() if "--by-length" in sys.argv[1:] else pairs()
+    flags = sys.argv[1:]
+    unknown = [f for f in flags if f not in ("--by-length", "--decode")]
+    if unknown:
+        print(f"serving_tp_breakdown: unknown flag {unknown[0]!r}; allowed: --by-length, --decode", file=sys.stderr)
+        sys.exit(2)
+    by_length() if "--by-length" in flags else decode() if "--decode" in flags else pairs()
