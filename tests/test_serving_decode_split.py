@@ -11,11 +11,18 @@ import pytest
 from shardwise.analyses.serving_decode_split import (
     CANDIDATES,
     RowShare,
+    cuda_graph_batch_sizes,
     decode_candidates,
+    padded_batch,
     prefill_decode_split,
     repriced_errors,
     row_shares,
 )
+
+
+@pytest.fixture(scope="module")
+def shares():
+    return row_shares()
 
 
 def _synthetic(prefill: float, decode: float, attention_extra: float = 0.0) -> list[RowShare]:
@@ -56,8 +63,7 @@ def test_the_attention_candidate_finds_an_attention_error():
     assert math.isnan(cands["none"].value)
 
 
-def test_every_trtllm_row_is_split_and_its_parts_make_its_step():
-    shares = row_shares()
+def test_every_trtllm_row_is_split_and_its_parts_make_its_step(shares):
     assert len(shares) == 80
     for s in shares:
         assert s.attention_s + s.gemm_s + s.allreduce_s == pytest.approx(s.tpot_s, rel=0.01)
@@ -66,9 +72,28 @@ def test_every_trtllm_row_is_split_and_its_parts_make_its_step():
     assert len(groups) == 8 and all(g.rows == 10 for g in groups)
 
 
-def test_every_candidate_is_ranked_on_the_rows():
-    cands = decode_candidates(row_shares())
+def test_every_candidate_is_ranked_on_the_rows(shares):
+    cands = decode_candidates(shares)
     assert [c.name for c in cands] == ["none", *CANDIDATES]
     none = cands[0]
-    assert none.mape == pytest.approx(np.mean([abs(s.error) for s in row_shares()]))
+    assert none.mape == pytest.approx(np.mean([abs(s.error) for s in shares]))
     assert set(none.mape_by_model) == {"Llama-3.1-8B", "Llama-3.3-70B", "Llama-3.1-405B"}
+
+
+def test_cuda_graph_batch_sizes_follow_trtllm_llm_args():
+    # [1, 2, 4] + multiples of 8 to 128 + powers of 2 from 256 below floor(log2 max) + max_batch_size
+    steps = [1, 2, 4, *range(8, 129, 8)]
+    assert cuda_graph_batch_sizes(224) == [*steps, 224]
+    assert cuda_graph_batch_sizes(1280) == [*steps, 256, 512, 1280]
+    assert cuda_graph_batch_sizes(4096) == [*steps, 256, 512, 1024, 2048, 4096]
+    assert cuda_graph_batch_sizes(64) == [1, 2, 4, *range(8, 65, 8)]
+    assert padded_batch(187, 224) == 224 and padded_batch(99, 128) == 104 and padded_batch(128, 224) == 128
+
+
+def test_padding_is_priced_only_where_the_batch_is_padded(shares):
+    for s in shares:
+        assert s.padded_batch >= s.batch
+        if s.padded_batch == s.batch:
+            assert s.padding_s == 0.0
+        else:
+            assert s.padding_s >= 0.0

@@ -23,7 +23,14 @@ the candidates being the decode step's KV-cache attention slower by a factor (a 
 kernel below the HBM bandwidth priced, growing with the context: FlashInfer, Ye et al. 2025,
 arXiv 2501.01005; split-KV's reduction, paged-KV gathers), its GEMMs (and its all-reduces) slower
 by a factor, a host cost per sequence and step (an executor's per-request work), a fixed cost per
-step, and the whole step slower by a factor. A term that is the missing physics lowers the
+step, the whole step slower by a factor, and the decode batch padded to the next batch size
+trtllm-bench captures a CUDA graph for (`cuda_graph_batch_sizes`: `get_settings` asks for padding up
+to `max_batch_size`, tensorrt_llm/bench/benchmark/utils/general.py @0171265e; the sizes are
+`CudaGraphConfig._generate_cuda_graph_batch_sizes` of tensorrt_llm/llmapi/llm_args.py: 1, 2, 4, the
+multiples of 8 to 128, the powers of 2 from 256 below `max_batch_size`, and `max_batch_size`; the
+padded rows priced as the same step at the padded batch with no context, its parameter the share of
+that cost that is real: 1 if the padding is on, 0 if the key trtllm-bench passes, `padding_enabled`,
+is not the one `CudaGraphConfig` reads, docs/serving.md). A term that is the missing physics lowers the
 error's spread on every model; one that only trades one model's error for another's is not it.
 `tools/serving_tp_breakdown.py --decode` prints both; docs/serving.md ("Long outputs: the decode
 step's share") reads them.
@@ -31,6 +38,7 @@ step's share") reads them.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -51,18 +59,44 @@ class RowShare:
     tpot_s: float
     prefill_share: float  # p
     error: float  # predicted / measured - 1
+    padded_batch: int = 0  # the CUDA graph's batch the decode step runs at (`cuda_graph_batch_sizes`)
+    padding_s: float = 0.0  # what the padded rows add to a decode step
+
+
+def cuda_graph_batch_sizes(max_batch_size: int) -> list[int]:
+    """The decode batch sizes trtllm-bench captures CUDA graphs for with padding on (module
+    docstring; llm_args.py `CudaGraphConfig._generate_cuda_graph_batch_sizes`)."""
+    sizes = [1, 2, 4] + [8 * i for i in range(1, 17)]
+    sizes += [2**i for i in range(8, math.floor(math.log(max_batch_size, 2)))]
+    sizes = sorted(s for s in sizes if s <= max_batch_size)
+    return sizes if sizes and sizes[-1] == max_batch_size else [*sizes, max_batch_size]
+
+
+def padded_batch(batch: int, max_batch_size: int) -> int:
+    """The captured batch size a decode step of `batch` sequences is padded to."""
+    return next(s for s in cuda_graph_batch_sizes(max_batch_size) if s >= batch)
 
 
 def row_shares() -> list[RowShare]:
     """`RowShare` of every TensorRT-LLM row `validate inference` prices."""
-    from shardwise.analyses.serving_tp_breakdown import side
-    from shardwise.analyses.serving_validation import inference_rows, modelled
+    from dataclasses import replace
+
+    from shardwise.analyses.serving_tp_breakdown import _workload, side
+    from shardwise.analyses.serving_validation import _scenario, inference_rows, modelled
+    from shardwise.engines.serving import estimate_serving
 
     out = []
     for row in inference_rows():
         if not (modelled(row) and row["framework"].startswith("TensorRT-LLM")):
             continue
         b = side(row)
+        scn, wl = _scenario(row), _workload(row)
+        padded = padded_batch(b.batch, b.max_batch_size)
+        # the padded rows: the step with no context at the padded batch less the same at the batch
+        bare = [
+            float(estimate_serving(scn, replace(wl, input_len=1, output_len=2, batch=n)).tpot_s)
+            for n in (b.batch, padded)
+        ]
         out.append(
             RowShare(
                 row=b.row,
@@ -75,6 +109,8 @@ def row_shares() -> list[RowShare]:
                 tpot_s=b.tpot_s,
                 prefill_share=b.prefill_share,
                 error=b.error,
+                padded_batch=padded,
+                padding_s=bare[1] - bare[0],
             )
         )
     return out
@@ -114,6 +150,7 @@ CANDIDATES: dict[str, tuple[str, Term]] = {
     "host per sequence": ("us per sequence and step", lambda r, c: c * 1e-6 * r["batch"]),
     "fixed per step": ("ms per step", lambda r, f: f * 1e-3 + 0.0 * r["tpot"]),
     "whole step slower": ("fraction", lambda r, d: d * r["tpot"]),
+    "CUDA-graph batch padding": ("share of its cost", lambda r, s: s * r["padding"]),
 }
 
 
@@ -146,6 +183,7 @@ def _arrays(shares: list[RowShare]) -> dict[str, np.ndarray]:
         "allreduce": np.array([s.allreduce_s for s in shares]),
         "batch": np.array([s.batch for s in shares], dtype=float),
         "tpot": np.array([s.tpot_s for s in shares]),
+        "padding": np.array([s.padding_s for s in shares]),
     }
 
 
