@@ -77,7 +77,7 @@ def stage_parts_s(scn: Scenario) -> dict[str, float]:
     kernels and exposed TP collectives, the weight-gradient accumulation and the pipeline sends."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     fwd = layer_forward(model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.bytes_per_element)
-    acc = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)
+    acc = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
     fused = plan.grad_accumulation_fusion
     with_acc = layer_times(fwd, gpu, plan.precision, plan.flash_attention, fused, plan.attention_kernel, False, acc)
     no_acc = layer_times(fwd, gpu, plan.precision, plan.flash_attention, fused, plan.attention_kernel, False, 0.0)

@@ -125,7 +125,7 @@ def step_parts(seq: int, cp: int, gbs: int, framework: str) -> dict[str, float]:
         plan.grad_accumulation_fusion,
         plan.attention_kernel,
         plan.eager_kernels,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
         plan.fp8_recipe,
         plan.cp_comm,
     )

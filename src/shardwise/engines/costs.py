@@ -249,7 +249,7 @@ def layer_cost(
         plan.grad_accumulation_fusion,
         plan.attention_kernel,
         plan.eager_kernels,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
         plan.fp8_recipe,
         plan.cp_comm,
         gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, t, sp),

@@ -46,7 +46,7 @@ def mtp_module_cost(scn: Scenario, comm: TpComm, layer: StageCost) -> StageCost:
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     rank_tokens = tokens / np.where(sp, np.asarray(t, dtype=float), 1.0)
     norms = memory_s(MTP_NORMS * 2 * e * rank_tokens * h, gpu, kernels=MTP_NORMS)
-    add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)
+    add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
     proj = linear_times(gemm(tokens, h / t, 2 * h, e), gpu, plan.precision, plan.grad_accumulation_fusion, add)
     own = StageCost(
         compute_forward_s=norms + proj.forward_s,

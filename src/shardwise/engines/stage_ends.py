@@ -65,7 +65,9 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     # its accumulator outside any GEMM: e + the stack's unfused accumulation bytes per weight
     # (`physics.microbatch`: Megatron's main_grad.add_ 10, DeepSpeed bf16 18, fp16 6); into a
     # bf16 gradient buffer (`Plan.grad_reduce_bf16`) the add reads 2 + 2 and writes 2.
-    grad_table = (e + accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16)) * model.vocab
+    grad_table = (
+        e + accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
+    ) * model.vocab
     grad_table = grad_table * model.hidden / plan.tp
     grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
@@ -110,7 +112,7 @@ def _norm_and_logits(
         gpu,
         attention_precision(plan.precision),
         plan.grad_accumulation_fusion,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16),
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
         backward=backward,
     )
     return norm, out

@@ -239,9 +239,10 @@ def linears_times(
     out = []
     for i, g in enumerate(gs):
         fwd, dx, *dw = times[i * per : (i + 1) * per]
-        if False in kinds:  # the 16-bit gradient is added to main_grad by a separate kernel
+        if False in kinds:  # the 16-bit gradient is added to main_grad by a separate kernel (none at 0 bytes)
             plain = kinds.index(False)
-            dw[plain] = dw[plain] + memory_s(accumulate_bytes * g.batch * g.k * g.n, gpu)
+            add_kernels = np.asarray(accumulate_bytes) > 0
+            dw[plain] = dw[plain] + memory_s(accumulate_bytes * g.batch * g.k * g.n, gpu, kernels=add_kernels)
         out.append(GemmTimes(fwd, dx, dw[0] if len(dw) == 1 else np.where(fused, dw[0], dw[1])))
     return out
 

@@ -35,7 +35,37 @@ PyTorch FSDP1 (FullyShardedDataParallel)       4      the parameters are views o
                                                       the compute stream; the reduce dtype's cast
                                                       and the pre-division run on FSDP's post-
                                                       backward stream (_runtime_utils.py)
+PyTorch FSDP2 (fully_shard), gradients         0      autograd's AccumulateGrad takes the GEMM's
+reduced every micro-batch (torchtitan,                gradient as param.grad (nothing to add to);
+torchtune, OLMo-core)                                 post_backward copies it into the reduce-
+                                                      scatter input (`physics.stack.per_param_
+                                                      sharding_bytes`) and drops it; the reduced
+                                                      1/dp shard is added to the sharded fp32
+                                                      grad on the reduce-scatter stream, beside
+                                                      compute (_fsdp_collectives.py
+                                                      foreach_reduce: `sharded_param.grad.
+                                                      _local_tensor += new_sharded_grad`)
+PyTorch FSDP2, gradient sync off until the     10     post_backward keeps the unsharded gradient:
+last micro-batch (set_requires_gradient_              with reduce_dtype fp32 it casts it (`.to`,
+sync(False): torch.distributed.pipelining's           read 2, write 4) once, then adds each
+backward_maybe_with_nosync; NeMo AutoModel's          micro-batch's in (`unsharded_accumulated_
+get_sync_ctx)                                         grad += grad`: read 4 + 2, write 4;
+                                                      _fsdp_param.py to_accumulated_grad_if_
+                                                      needed, accumulate_unsharded_grad_if_
+                                                      needed); with reduce_dtype bf16 autograd
+                                                      adds into param.grad (read 2 + 2, write 2)
 =============================================  =====  ==========================================
+
+FSDP2's rows as read in pytorch/pytorch torch/distributed/fsdp/_fully_shard/ (_fsdp_param_group.py
+`post_backward`, _fsdp_param.py, _fsdp_collectives.py `foreach_reduce`; torch/distributed/
+_composable/fsdp/ in torch 2.4-2.5, the same code) from torch 2.4 to 2.13. Which row a stack takes
+is its training loop's: torchtitan (trainer.py's accumulation loop), torchtune's distributed recipes
+and OLMo-core (`_train_microbatch_context`: set_is_last_backward only) leave gradient sync on, so the
+fsdp2, torchtitan and torchtitan-compile presets state 0; under pipeline parallelism (pp > 1)
+torch.distributed.pipelining's `backward_maybe_with_nosync` turns it off for every backward but the
+last one (`FSDP2_DEFERRED_ADD_BYTES`, `accumulate_bytes`). NeMo AutoModel turns it off on every
+micro-batch but the last (`get_sync_ctx`, `defer_fsdp_grad_sync` true by default): its preset keeps
+Megatron-LM's 10.
 
 A 16-bit gradient buffer (`Plan.grad_reduce_bf16`) turns an fp32 main-grad add into a 16-bit one,
 6 bytes (`BF16_MAIN_GRAD_ADD_BYTES`); a stack whose own path moves fewer (FSDP1's 4) keeps its own.
@@ -109,6 +139,11 @@ MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.ad
 CAST_THEN_ADD_BYTES = 18.0  # DeepSpeed BF16_Optimizer.update_hp_grads
 AUTOGRAD_FP16_ADD_BYTES = 6.0  # DeepSpeed ZeRO 0/1 in fp16: param.grad += grad, 16 bits
 FSDP1_FLAT_GRAD_CAT_BYTES = 4.0  # PyTorch FSDP1: split's backward cat into the flat gradient
+# PyTorch FSDP2 with gradient sync off (reduce_dtype fp32): unsharded_accumulated_grad += grad, read
+# 4 + 2, write 4 (the first micro-batch's cast, read 2 and write 4, less); bf16: autograd's 6
+FSDP2_DEFERRED_ADD_BYTES = 10.0
+# PyTorch FSDP2 reducing every micro-batch: nothing added on the compute stream (table above)
+FSDP2_REDUCED_ADD_BYTES = 0.0
 # into a 16-bit gradient buffer (`Plan.grad_reduce_bf16`, Megatron-Core's grad_reduce_in_fp32=False,
 # whose main_grad takes the parameter's dtype): main_grad.add_ reads 2 + 2 and writes 2
 BF16_MAIN_GRAD_ADD_BYTES = 6.0
@@ -137,10 +172,16 @@ def pipeline_transfers(serial: Number, blocking: Number) -> Number:
     return np.where(serial, SERIAL_TRANSFERS, PAIRED_TRANSFERS)
 
 
-def accumulate_bytes(unfused_accumulate_bytes: Number, grad_reduce_bf16: Number) -> Number:
+def accumulate_bytes(
+    unfused_accumulate_bytes: Number, grad_reduce_bf16: Number, per_param_sharding: Number = False, pp: Number = 1
+) -> Number:
     """Bytes per weight per micro-batch that a stack's unfused add of a 16-bit weight gradient
     into its accumulator moves: the stack's own (`Plan.unfused_accumulate_bytes`), or, into a
     bf16 gradient buffer (`Plan.grad_reduce_bf16`), BF16_MAIN_GRAD_ADD_BYTES where the stack's
-    own moves more (FSDP1's concatenation, 4, moves the same at either reduce dtype)."""
-    bf16_add = np.minimum(BF16_MAIN_GRAD_ADD_BYTES, unfused_accumulate_bytes)
-    return np.where(np.asarray(grad_reduce_bf16, dtype=bool), bf16_add, unfused_accumulate_bytes)
+    own moves more (FSDP1's concatenation, 4, moves the same at either reduce dtype). Under
+    FSDP2 (`per_param_sharding`) with pipeline parallelism (`pp` > 1) the pipeline schedule keeps
+    gradient sync off until the last micro-batch: at least FSDP2_DEFERRED_ADD_BYTES (table above)."""
+    deferred = np.asarray(per_param_sharding, dtype=bool) & (np.asarray(pp) > 1)
+    own = np.where(deferred, np.maximum(unfused_accumulate_bytes, FSDP2_DEFERRED_ADD_BYTES), unfused_accumulate_bytes)
+    bf16_add = np.minimum(BF16_MAIN_GRAD_ADD_BYTES, own)
+    return np.where(np.asarray(grad_reduce_bf16, dtype=bool), bf16_add, own)

@@ -1,0 +1,110 @@
+"""What FSDP2's gradient path pays per micro-batch (docs/model.md #fsdp-residuals, issue #32 item 3):
+nothing beyond its copy-in where the stack reduces every micro-batch's gradient (torchtitan,
+torchtune, OLMo-core: the sharded add runs on the reduce-scatter stream), the unsharded add (10 bytes
+a weight at an fp32 reduce dtype, 6 at bf16) where gradient sync is off until the last micro-batch:
+under pipeline parallelism (torch.distributed.pipelining) and in NeMo AutoModel (`physics.microbatch`)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardwise import presets
+from shardwise.engines.costs import layer_cost, sharding_copies
+from shardwise.engines.tp_overlap import tp_comm
+from shardwise.physics.collectives import Fabric
+from shardwise.physics.compute import memory_s
+from shardwise.physics.microbatch import (
+    BF16_MAIN_GRAD_ADD_BYTES,
+    FSDP1_FLAT_GRAD_CAT_BYTES,
+    FSDP2_DEFERRED_ADD_BYTES,
+    FSDP2_REDUCED_ADD_BYTES,
+    MAIN_GRAD_ADD_BYTES,
+    accumulate_bytes,
+)
+from shardwise.physics.params import layer_params_split
+from shardwise.physics.topology import placement
+from shardwise.specs import Plan, Scenario
+
+REDUCED_EVERY_MICRO_BATCH = ("fsdp2", "torchtitan", "torchtitan-compile")
+
+
+def _scenario(framework: str, pp: int = 1, **over: object) -> Scenario:
+    """Llama 3 8B at 8,192 tokens on 16 H100s, ZeRO-3 over dp 16 / pp (two micro-batches a step)."""
+    model = presets.model("llama3-8b", seq_len=8192)
+    fw = presets.framework(framework)
+    fw.pop("zero_stage")
+    acc = presets.framework_accumulate_bytes(framework, "bf16")
+    if acc is not None:
+        fw["unfused_accumulate_bytes"] = acc
+    fw.update(over)
+    dp = 16 // pp
+    plan = Plan(dp=dp, pp=pp, global_batch=2 * dp, micro_batch=1, zero_stage=3, **fw)
+    return Scenario(model, presets.system("dgx-h100", nodes=2), plan)
+
+
+def _backward_s(scn: Scenario) -> float:
+    comm = tp_comm(scn, Fabric.of(scn.cluster), placement(scn.plan, scn.cluster.gpus_per_node)["tp"])
+    return float(layer_cost(scn, comm)[0].compute_backward_s)
+
+
+def test_the_deferred_adds_bytes_as_fsdp2s_code_moves_them():
+    """fp32 reduce dtype: unsharded_accumulated_grad (fp32) += grad (bf16), read 4 + 2, write 4;
+    bf16: autograd's param.grad += grad, read 2 + 2, write 2."""
+    assert FSDP2_DEFERRED_ADD_BYTES == 4 + 2 + 4 and FSDP2_REDUCED_ADD_BYTES == 0
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, False, True, 4) == FSDP2_DEFERRED_ADD_BYTES
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, True, True, 4) == BF16_MAIN_GRAD_ADD_BYTES == 2 + 2 + 2
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, False, True, 1) == 0.0
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, True, True, 1) == 0.0
+
+
+def test_only_per_parameter_sharding_under_pipelining_takes_the_deferred_add():
+    """Megatron's 10 and FSDP1's 4 stay theirs at any pp; a stack's own larger count is kept."""
+    assert accumulate_bytes(MAIN_GRAD_ADD_BYTES, False, False, 8) == MAIN_GRAD_ADD_BYTES
+    assert accumulate_bytes(FSDP1_FLAT_GRAD_CAT_BYTES, False, False, 8) == FSDP1_FLAT_GRAD_CAT_BYTES
+    assert accumulate_bytes(18.0, False, True, 2) == 18.0
+    pp = np.array([1, 2, 1, 4])
+    per_param = np.array([True, True, False, False])
+    got = accumulate_bytes(np.array([0.0, 0.0, 4.0, 10.0]), False, per_param, pp)
+    assert got.tolist() == [0.0, 10.0, 4.0, 10.0]
+
+
+@pytest.mark.parametrize("name", REDUCED_EVERY_MICRO_BATCH)
+def test_stacks_reducing_every_micro_batch_state_no_add(name):
+    assert presets.framework_accumulate_bytes(name, "bf16") == FSDP2_REDUCED_ADD_BYTES
+    assert presets.framework(name)["per_param_sharding"] is True
+
+
+def test_nemo_automodel_defers_its_sync_and_keeps_the_add():
+    """get_sync_ctx: set_requires_gradient_sync(is_optim_step): the preset states no count of its
+    own, Megatron-LM's 10 (the deferred fp32 add) is the Plan's default."""
+    assert presets.framework_accumulate_bytes("nemo-automodel", "bf16") is None
+    assert Plan().unfused_accumulate_bytes == FSDP2_DEFERRED_ADD_BYTES
+    assert accumulate_bytes(Plan().unfused_accumulate_bytes, False, True, 1) == FSDP2_DEFERRED_ADD_BYTES
+
+
+def test_torchtitan_pays_no_add_without_pipelining_and_the_deferred_one_with_it():
+    """Absent at pp 1: the layer's backward is what it is with the add forced to 0, less than with
+    Megatron's 10 by 10 bytes over the layer's weights; present at pp 2: forcing 10 changes nothing."""
+    own = _scenario("torchtitan")
+    forced = _scenario("torchtitan", unfused_accumulate_bytes=MAIN_GRAD_ADD_BYTES)
+    m = own.model
+    kv = m.kv_heads * m.head_dim
+    weights = (
+        m.hidden * (m.hidden + 2 * kv),
+        m.hidden * m.hidden,
+        m.hidden * 2 * m.ffn_hidden,
+        m.ffn_hidden * m.hidden,
+    )
+    assert sum(weights) == pytest.approx(layer_params_split(m)[0])  # QKV, output, gated MLP up, down
+    extra = sum(memory_s(MAIN_GRAD_ADD_BYTES * w, own.cluster.gpu) for w in weights)
+    assert _backward_s(forced) - _backward_s(own) == pytest.approx(extra, rel=1e-6)
+    assert _backward_s(_scenario("torchtitan", pp=2)) == pytest.approx(
+        _backward_s(_scenario("torchtitan", pp=2, unfused_accumulate_bytes=MAIN_GRAD_ADD_BYTES))
+    )
+
+
+def test_the_copy_in_is_still_paid_where_the_add_is_not():
+    """The reduce-scatter's copy-in (`per_param_sharding_bytes`) stays: no double count, no gap."""
+    copies = sharding_copies(_scenario("torchtitan"))
+    assert copies is not None and float(copies[0].compute_backward_s) > 0
