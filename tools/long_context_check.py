@@ -24,14 +24,12 @@ import argparse
 from shardwise.analyses import public_moe
 from shardwise.analyses.public_runs import measured_step_s, raw_rows, scenario_for, source_flops_per_step
 from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
-from shardwise.engines.costs import layer_cost
+from shardwise.engines.costs import layer_cost, plan_layer_times
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
 from shardwise.errors import SpecError
 from shardwise.physics.attention_kernels import torch_ring_s
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.compute import layer_times
-from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.topology import placement
 from shardwise.requests.training import TrainingRequest
 from shardwise.specs.plan import TORCH_RING_KERNELS
@@ -117,18 +115,7 @@ def step_parts(seq: int, cp: int, gbs: int, framework: str) -> dict[str, float]:
         cp=plan.cp,
         cp_step=cp_step_s(scn, fabric, place),
     )
-    lt = layer_times(
-        fwd,
-        gpu,
-        local.plan.precision,
-        plan.flash_attention,
-        plan.grad_accumulation_fusion,
-        plan.attention_kernel,
-        plan.eager_kernels,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
-        plan.fp8_recipe,
-        plan.cp_comm,
-    )
+    lt = plan_layer_times(fwd, gpu, local.plan)  # the layer's kernels as layer_cost prices them
     torch_ring = plan.attention_kernel in TORCH_RING_KERNELS and plan.cp_comm == "p2p" and cp > 1
     ring_f, ring_b = (float(x) for x in torch_ring_s(fwd, gpu)) if torch_ring else (0.0, 0.0)
     n = model.layers * (gbs // (plan.dp * plan.micro_batch))  # layers x micro-batches per rank

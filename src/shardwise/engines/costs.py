@@ -27,6 +27,7 @@ from shardwise.engines.tp_overlap import (
 )
 from shardwise.physics import memory as mem
 from shardwise.physics.compute import (
+    LayerTimes,
     layer_times,
     memory_s,
 )
@@ -47,7 +48,7 @@ from shardwise.physics.stack import (
     layout_copy_bytes,
     per_param_sharding_bytes,
 )
-from shardwise.specs import Recompute, Scenario
+from shardwise.specs import Gpu, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_fp8
 
@@ -147,6 +148,17 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     return layer, emb, head
 
 
+def plan_layer_times(fwd: LayerForward, gpu: Gpu, plan: Plan) -> LayerTimes:
+    """One layer's kernels (`physics.compute.layer_times`) as `plan`'s stack runs them, before LoRA."""
+    sp = np.asarray(plan.sequence_parallel, dtype=bool)
+    return layer_times(
+        fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion, plan.attention_kernel,
+        plan.eager_kernels,
+        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
+        plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
+    )  # fmt: skip
+
+
 def _one_layer(g: GemmTimes, share: Number) -> GemmTimes:
     """A GEMM's times in one layer of its kind, from a hybrid mean layer's (weighted by `share`,
     `physics.mamba`; 0 where no layer has it)."""
@@ -241,19 +253,7 @@ def layer_cost(
         fused_residual_norms=0 if moe_layer else plan.fused_residual_norms,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
-    lt = layer_times(
-        fwd,
-        gpu,
-        plan.precision,
-        plan.flash_attention,
-        plan.grad_accumulation_fusion,
-        plan.attention_kernel,
-        plan.eager_kernels,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
-        plan.fp8_recipe,
-        plan.cp_comm,
-        gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, t, sp),
-    )
+    lt = plan_layer_times(fwd, gpu, plan)
     lt = lora_layer_times(
         lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets
     )
