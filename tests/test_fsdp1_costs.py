@@ -9,6 +9,7 @@ import pytest
 
 from shardwise import presets
 from shardwise.analyses import loso, public_stacks
+from shardwise.analyses.search_space import stack_execution
 from shardwise.engines.costs import layer_cost
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
@@ -30,11 +31,7 @@ NOT_FSDP1 = ("fsdp2", "torchtitan", "nemo-automodel", "megatron-core", "nanotron
 def _scenario(framework: str, **over: object) -> Scenario:
     """Modalities' 2.7B shape (32 x 2560, 20 heads) at 4,096 tokens on 8 H100s, FSDP (dp 8)."""
     model = presets.model("gpt-2.7b-hd128", seq_len=4096)
-    fw = presets.framework(framework)
-    fw.pop("zero_stage")
-    acc = presets.framework_accumulate_bytes(framework, "bf16")
-    if acc is not None:
-        fw["unfused_accumulate_bytes"] = acc
+    fw = stack_execution(framework, {}, "bf16")  # the preset's fields, its bf16 accumulate, no ZeRO stage
     fw.update(over)
     plan = Plan(dp=8, global_batch=16, micro_batch=2, zero_stage=3, **fw)
     return Scenario(model, presets.system("dgx-h100", nodes=1), plan)

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from shardwise import presets
+from shardwise.analyses.search_space import stack_execution
 from shardwise.engines.costs import layer_cost, sharding_copies
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
@@ -32,11 +33,7 @@ REDUCED_EVERY_MICRO_BATCH = ("fsdp2", "torchtitan", "torchtitan-compile")
 def _scenario(framework: str, pp: int = 1, **over: object) -> Scenario:
     """Llama 3 8B at 8,192 tokens on 16 H100s, ZeRO-3 over dp 16 / pp (two micro-batches a step)."""
     model = presets.model("llama3-8b", seq_len=8192)
-    fw = presets.framework(framework)
-    fw.pop("zero_stage")
-    acc = presets.framework_accumulate_bytes(framework, "bf16")
-    if acc is not None:
-        fw["unfused_accumulate_bytes"] = acc
+    fw = stack_execution(framework, {}, "bf16")  # the preset's fields, its bf16 accumulate, no ZeRO stage
     fw.update(over)
     dp = 16 // pp
     plan = Plan(dp=dp, pp=pp, global_batch=2 * dp, micro_batch=1, zero_stage=3, **fw)
