@@ -38,7 +38,7 @@ from shardwise.physics.flops import (
 )
 from shardwise.physics.linears import GemmTimes, gathered_shards
 from shardwise.physics.lora import lora_layer_times
-from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.microbatch import accumulate_bytes, fsdp2_deferred_sync
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
@@ -115,8 +115,10 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     """FSDP2's copies (`physics.stack.per_param_sharding_bytes`) in one micro-batch, as compute
     of one layer, of the embedding and of the output layer (None where no plan has them):
     memory-bound kernels on the compute stream, only under per-parameter sharding with ZeRO-3
-    over more than one rank. They read dp, cp, shard_group and zero_stage, which the per-micro-batch stage costs
-    do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
+    over more than one rank; with gradient sync off until the last micro-batch the copy-in is
+    paid once a step (spread over its micro-batches). They read dp, cp, shard_group, zero_stage and
+    the micro-batch count, which the per-micro-batch stage costs do not
+    (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
     mixture-of-experts layer is counted with the dense layer's weights (its experts are not
     priced here); frozen weights (LoRA) have no gradient to copy in."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
@@ -135,12 +137,18 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     if plan.fp8_recipe == "tensorwise_fp8_all_gather" and is_fp8(plan.precision):
         gathered = FP8_GATHERED_BYTES
     trains = np.asarray(plan.lora_rank) == 0
+    # gradient sync off until the last micro-batch (`physics.microbatch.fsdp2_deferred_sync`): the
+    # copy-in runs once a step, from the gradient accumulated in the reduce dtype
+    m = np.maximum(as_array(plan.num_micro_batches), 1)
+    deferred = fsdp2_deferred_sync(plan.per_param_sharding, plan.pp, plan.unfused_accumulate_bytes, m)
+    copied_in, grad_read = np.where(deferred, 1.0 / m, 1.0), np.where(deferred, g, w)
     matrices, replicated = layer_params_split(model)
     word = model.vocab * model.hidden / plan.tp
     held = (matrices / plan.tp + replicated, word, np.where(model.tied_embeddings, 0.0, word))
 
     def part(weights: Number) -> StageCost:
-        f_bytes, b_bytes = per_param_sharding_bytes(weights, gathered, g, np.where(trains, weights, 0.0), w)
+        trained = np.where(trains, weights, 0.0) * copied_in
+        f_bytes, b_bytes = per_param_sharding_bytes(weights, gathered, g, trained, grad_read)
         forward, backward = memory_s(f_bytes, gpu), memory_s(b_bytes, gpu, kernels=2)
         return StageCost(np.where(on, forward, 0.0), np.where(on, backward, 0.0), 0.0, 0.0)
 

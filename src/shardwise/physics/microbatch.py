@@ -65,7 +65,10 @@ fsdp2, torchtitan and torchtitan-compile presets state 0; under pipeline paralle
 torch.distributed.pipelining's `backward_maybe_with_nosync` turns it off for every backward but the
 last one (`FSDP2_DEFERRED_ADD_BYTES`, `accumulate_bytes`). NeMo AutoModel turns it off on every
 micro-batch but the last (`get_sync_ctx`, `defer_fsdp_grad_sync` true by default): its preset keeps
-Megatron-LM's 10.
+Megatron-LM's 10. With sync off, the reduce-scatter's copy-in runs once a step, not once a
+micro-batch (`fsdp2_deferred_sync`): the last micro-batch's post_backward hands `foreach_reduce` the
+gradient accumulated in the reduce dtype (read and write 4 bytes a weight in fp32, 2 in bf16),
+where a micro-batch that reduces copies its 16-bit gradient in (read 2, write the reduce dtype's).
 
 A 16-bit gradient buffer (`Plan.grad_reduce_bf16`) turns an fp32 main-grad add into a 16-bit one,
 6 bytes (`BF16_MAIN_GRAD_ADD_BYTES`); a stack whose own path moves fewer (FSDP1's 4) keeps its own.
@@ -170,6 +173,21 @@ def pipeline_transfers(serial: Number, blocking: Number) -> Number:
     and receives run one after another, two where they are paired (or run beside compute)."""
     serial = np.asarray(serial, dtype=bool) & np.asarray(blocking, dtype=bool)
     return np.where(serial, SERIAL_TRANSFERS, PAIRED_TRANSFERS)
+
+
+def fsdp2_deferred_sync(
+    per_param_sharding: Number, pp: Number, unfused_accumulate_bytes: Number, micro_batches: Number
+) -> Number:
+    """FSDP2 with its gradient sync off until the last of more than one micro-batch (table above):
+    under pipeline parallelism (torch.distributed.pipelining's backward_maybe_with_nosync) or where
+    the stack adds each micro-batch's unsharded gradient itself (`unfused_accumulate_bytes` > 0:
+    NeMo AutoModel's get_sync_ctx). Then the reduce-scatter's copy-in (`physics.stack.
+    per_param_sharding_bytes`) runs once a step, on the last micro-batch: `foreach_reduce` copies the
+    gradient accumulated in the reduce dtype (`unsharded_accumulated_grad_data`; read and write the
+    reduce dtype's bytes) into its input (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py
+    post_backward: `if not self.reduce_grads: ... to_accumulated_grad_if_needed(); return`)."""
+    deferred = (np.asarray(pp) > 1) | (np.asarray(unfused_accumulate_bytes) > 0)
+    return np.asarray(per_param_sharding, dtype=bool) & deferred & (np.asarray(micro_batches) > 1)
 
 
 def accumulate_bytes(

@@ -310,7 +310,7 @@ def per_param_sharding_bytes(
     weight_bytes: float,
     reduce_bytes: float,
     trained: Number | None = None,
-    grad_bytes: float | None = None,
+    grad_bytes: Number | None = None,
 ) -> tuple[Number, Number]:
     """(forward, backward) bytes that FSDP2's copies move on the compute stream for `weights`
     gathered weights in one micro-batch (table above): one copy-out forward; one copy-out and
