@@ -133,7 +133,7 @@ def test_a_row_states_its_recipe(notes, precision, recipe):
 
 
 def test_fp8_all_gather_copies_out_one_byte_per_weight_and_copies_in_sixteen_bit_gradients():
-    from shardwise.engines.costs import sharding_copies
+    from shardwise.engines.fsdp2_copies import sharding_copies
 
     (gathered, *_), (plain, *_) = (sharding_copies(_scenario(r)) for r in ("tensorwise_fp8_all_gather", "tensorwise"))
     gpu = presets.gpu("h100-sxm5-80gb")

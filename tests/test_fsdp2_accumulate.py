@@ -13,7 +13,8 @@ import pytest
 
 from shardwise import presets
 from shardwise.analyses.search_space import stack_execution
-from shardwise.engines.costs import layer_cost, sharding_copies
+from shardwise.engines.costs import layer_cost
+from shardwise.engines.fsdp2_copies import sharding_copies
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.compute import memory_s
@@ -110,39 +111,35 @@ def test_the_copy_in_is_still_paid_where_the_add_is_not():
     assert copies is not None and float(copies[0].compute_backward_s) > 0
 
 
-def test_sync_is_deferred_only_for_fsdp2_over_several_micro_batches_under_pp_or_its_own_add():
+def test_sync_is_deferred_only_for_fsdp2_under_pp_or_its_own_add():
     """torch.distributed.pipelining (pp > 1) and NeMo AutoModel (its own add: unfused bytes > 0)
-    turn gradient sync off until the last micro-batch; one micro-batch always reduces; FSDP1 and
-    Megatron (no per-parameter sharding) never run FSDP2's path."""
-    per_param = np.array([True, True, True, True, False])
-    pp = np.array([2, 1, 1, 2, 2])
-    own_add = np.array([0.0, 10.0, 0.0, 0.0, 10.0])
-    m = np.array([4, 4, 4, 1, 4])
-    assert fsdp2_deferred_sync(per_param, pp, own_add, m).tolist() == [True, True, False, False, False]
-
-
-def _copy_in_s(framework: str, pp: int, micro_batches: int) -> tuple[float, float]:
-    """One layer's FSDP2 copies per micro-batch, (backward, forward) seconds, at `micro_batches` a step."""
-    base = _scenario(framework, pp=pp)
-    plan = replace(base.plan, global_batch=micro_batches * base.plan.dp)
-    copies = sharding_copies(replace(base, plan=plan))
-    assert copies is not None
-    return float(copies[0].compute_backward_s), float(copies[0].compute_forward_s)
+    turn gradient sync off until the last micro-batch; FSDP1 and Megatron (no per-parameter
+    sharding) never run FSDP2's path; torchtitan at pp 1 keeps sync on."""
+    per_param = np.array([True, True, True, False])
+    pp = np.array([2, 1, 1, 2])
+    own_add = np.array([0.0, 10.0, 0.0, 10.0])
+    assert fsdp2_deferred_sync(per_param, pp, own_add).tolist() == [True, True, False, False]
 
 
 def test_a_deferred_copy_in_is_paid_once_a_step_from_the_reduce_dtype_accumulator():
     """foreach_reduce copies the gradient in on the micro-batch that reduces: every one where sync
-    is on (read the 16-bit gradient, write the reduce dtype), the last of m where it is off (read and
-    write the reduce dtype): per micro-batch 2 g W / m against (2 + g) W."""
-    scn = _scenario("torchtitan", pp=2)
-    m = scn.model
-    weights = layer_params_split(m)[0] / scn.plan.tp + layer_params_split(m)[1]
-    g = 4.0  # fp32 reduce dtype (the preset's default)
-    gpu = scn.cluster.gpu
-    for micro_batches in (2, 4, 8):
-        backward, forward = _copy_in_s("torchtitan", 2, micro_batches)
+    is on (read the 16-bit gradient, write the reduce dtype: (2 + g) W a micro-batch), only the last
+    where it is off (read and write the reduce dtype: 2 g W a step, beside the optimizer step)."""
+    from shardwise.engines.fsdp2_copies import deferred_copy_in_s
+    from shardwise.engines.training_layout import optimizer_time_s
+
+    g = 4.0  # fp32 reduce dtype (the presets' default)
+    for pp, deferred in ((2, True), (1, False)):
+        scn = _scenario("torchtitan", pp=pp)
+        weights = layer_params_split(scn.model)[0] / scn.plan.tp + layer_params_split(scn.model)[1]
+        gpu = scn.cluster.gpu
+        copies = sharding_copies(scn)
+        assert copies is not None
         copy_out = 2.0 * 2.0 * weights
-        assert backward == pytest.approx(memory_s(copy_out + 2 * g * weights / micro_batches, gpu, kernels=2))
-        assert forward == pytest.approx(memory_s(copy_out, gpu))
-    on, _ = _copy_in_s("torchtitan", 1, 4)  # sync on every micro-batch at pp 1
-    assert on == pytest.approx(memory_s(2.0 * 2.0 * weights + (2.0 + g) * weights, gpu, kernels=2))
+        copy_in = 0.0 if deferred else (2.0 + g) * weights
+        assert float(copies[0].compute_backward_s) == pytest.approx(memory_s(copy_out + copy_in, gpu, kernels=2))
+        assert float(copies[0].compute_forward_s) == pytest.approx(memory_s(copy_out, gpu))
+        once = deferred_copy_in_s(scn, 1e9)
+        assert once == (pytest.approx(memory_s(2 * g * 1e9, gpu)) if deferred else 0.0)
+        plain = replace(scn, plan=replace(scn.plan, per_param_sharding=False))
+        assert float(optimizer_time_s(scn, 1e9)) == pytest.approx(float(optimizer_time_s(plain, 1e9)) + once)

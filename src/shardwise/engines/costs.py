@@ -10,7 +10,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from shardwise.arrays import any_true, as_array, as_bool
+from shardwise.arrays import any_true, as_bool
 from shardwise.engines.context_parallel import CpComm
 from shardwise.engines.engine_kernels import fused_kernels
 from shardwise.engines.recompute_costs import module_recompute_s, partitioned_checkpoint_s, selective_recompute_s
@@ -25,7 +25,6 @@ from shardwise.engines.tp_overlap import (
     overlapped_exposed_s,
     own_rows_split_s,
 )
-from shardwise.physics import memory as mem
 from shardwise.physics.compute import (
     LayerTimes,
     layer_times,
@@ -38,24 +37,16 @@ from shardwise.physics.flops import (
 )
 from shardwise.physics.linears import GemmTimes, gathered_shards
 from shardwise.physics.lora import lora_layer_times
-from shardwise.physics.microbatch import accumulate_bytes, fsdp2_deferred_sync
-from shardwise.physics.params import layer_params_split
+from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
     graphed_layer_kernels,
     host_bound_s,
     layer_kernels,
     layout_copy_bytes,
-    per_param_sharding_bytes,
 )
 from shardwise.specs import Gpu, Plan, Recompute, Scenario
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import is_fp8
-
-# Bytes per weight that FSDP2 gathers and copies out under torchao's FP8 all-gather
-# (`Plan.fp8_recipe` "tensorwise_fp8_all_gather", torchao/float8/fsdp_utils.py
-# `WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`: the FP8 data, one byte each)
-FP8_GATHERED_BYTES = 1.0
 
 
 @dataclass(frozen=True)
@@ -109,51 +100,6 @@ FIELDS = (
     "offload_backward_s",
     "host_wait_s",
 )
-
-
-def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | None:
-    """FSDP2's copies (`physics.stack.per_param_sharding_bytes`) in one micro-batch, as compute
-    of one layer, of the embedding and of the output layer (None where no plan has them):
-    memory-bound kernels on the compute stream, only under per-parameter sharding with ZeRO-3
-    over more than one rank; with gradient sync off until the last micro-batch the copy-in is
-    paid once a step (spread over its micro-batches). They read dp, cp, shard_group, zero_stage and
-    the micro-batch count, which the per-micro-batch stage costs do not
-    (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
-    mixture-of-experts layer is counted with the dense layer's weights (its experts are not
-    priced here); frozen weights (LoRA) have no gradient to copy in."""
-    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
-    z3 = as_array(plan.zero_stage) == 3
-    if not any_true(as_bool(plan.per_param_sharding) & z3 & (as_array(plan.zero_ranks) > 1)):
-        return None  # (one plan of plain numbers without them: no numpy call)
-    on = (
-        np.asarray(plan.per_param_sharding, dtype=bool)
-        & (np.asarray(plan.zero_stage) == 3)
-        & (np.asarray(plan.zero_ranks) > 1)
-    )
-    if not np.any(on):
-        return None
-    w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
-    gathered = w  # torchao's FP8 all-gather: FSDP2 gathers (and copies out) 1-byte weights
-    if plan.fp8_recipe == "tensorwise_fp8_all_gather" and is_fp8(plan.precision):
-        gathered = FP8_GATHERED_BYTES
-    trains = np.asarray(plan.lora_rank) == 0
-    # gradient sync off until the last micro-batch (`physics.microbatch.fsdp2_deferred_sync`): the
-    # copy-in runs once a step, from the gradient accumulated in the reduce dtype
-    m = np.maximum(as_array(plan.num_micro_batches), 1)
-    deferred = fsdp2_deferred_sync(plan.per_param_sharding, plan.pp, plan.unfused_accumulate_bytes, m)
-    copied_in, grad_read = np.where(deferred, 1.0 / m, 1.0), np.where(deferred, g, w)
-    matrices, replicated = layer_params_split(model)
-    word = model.vocab * model.hidden / plan.tp
-    held = (matrices / plan.tp + replicated, word, np.where(model.tied_embeddings, 0.0, word))
-
-    def part(weights: Number) -> StageCost:
-        trained = np.where(trains, weights, 0.0) * copied_in
-        f_bytes, b_bytes = per_param_sharding_bytes(weights, gathered, g, trained, grad_read)
-        forward, backward = memory_s(f_bytes, gpu), memory_s(b_bytes, gpu, kernels=2)
-        return StageCost(np.where(on, forward, 0.0), np.where(on, backward, 0.0), 0.0, 0.0)
-
-    layer, emb, head = (part(x) for x in held)
-    return layer, emb, head
 
 
 def plan_layer_times(fwd: LayerForward, gpu: Gpu, plan: Plan) -> LayerTimes:

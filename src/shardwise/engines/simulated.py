@@ -22,7 +22,6 @@ from shardwise.engines.costs import (
     StageCost,
     add_costs,
     layer_cost,
-    sharding_copies,
 )
 from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
@@ -35,6 +34,7 @@ from shardwise.engines.dp_step import (
     stage_scan_edges_s,
     tied_embedding_sync_s,
 )
+from shardwise.engines.fsdp2_copies import sharding_copies
 from shardwise.engines.moe import moe_layer_cost, stage_expert_params, stage_params
 from shardwise.engines.mtp import with_mtp
 from shardwise.engines.recompute_whole import recomputed_layer_extra

@@ -21,7 +21,6 @@ from shardwise.engines.costs import (
     FIELDS,
     StageCost,
     add_costs,
-    sharding_copies,
 )
 from shardwise.engines.data_parallel import (
     COLLECTIVE_READS,
@@ -31,6 +30,7 @@ from shardwise.engines.data_parallel import (
 )
 from shardwise.engines.distinct import evaluate_grouped, rows_of
 from shardwise.engines.dp_step import data_parallel_exposed_s
+from shardwise.engines.fsdp2_copies import deferred_copy_in_s, sharding_copies
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
 from shardwise.engines.recompute_whole import recomputed_stages, whole_layer_extra
 from shardwise.engines.stage_assembly import Stages, stages
@@ -358,7 +358,7 @@ def optimizer_time_s(
     casts: `physics.fp8_recipes`). With `Plan.offload_optimizer` that share of the update runs on
     the host CPU instead, with its copies (`physics.offload.optimizer_host_s`). With
     `Plan.zero1_grad_all_reduce` under ZeRO >= 1 the gradient passes' UNSHARDED_GRAD_PASS_BYTES run
-    over all `n_params`."""
+    over all `n_params`; with FSDP2's deferred sync, the once-a-step copy-in (`deferred_copy_in_s`)."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
     shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
@@ -369,7 +369,7 @@ def optimizer_time_s(
     whole = as_bool(plan.zero1_grad_all_reduce) & sharded
     if any_true(whole):  # nanotron's gradient passes over every local gradient (UNSHARDED_GRAD_PASS_BYTES)
         traffic = traffic + ifelse(whole, (n_params - local) * UNSHARDED_GRAD_PASS_BYTES, 0.0)
-    update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS)
+    update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS) + deferred_copy_in_s(scn, n_params)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
     # Transformer Engine's PyTorch path caches each weight's FP8 / NVFP4 copies across the step's

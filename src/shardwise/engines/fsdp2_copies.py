@@ -1,0 +1,89 @@
+"""FSDP2's copies on the compute stream (`physics.stack.per_param_sharding_bytes`): the
+all-gather's copy-out of every gathered weight and the reduce-scatter's copy-in of every gradient,
+priced as memory-bound kernels of a layer, the embedding and the output layer, only under
+per-parameter sharding (FSDP2's `fully_shard`) with ZeRO-3 over more than one rank."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardwise.arrays import any_true, as_array, as_bool
+from shardwise.engines.costs import StageCost
+from shardwise.physics import memory as mem
+from shardwise.physics.compute import memory_s
+from shardwise.physics.microbatch import fsdp2_deferred_sync
+from shardwise.physics.params import layer_params_split
+from shardwise.physics.stack import per_param_sharding_bytes
+from shardwise.specs import Plan, Scenario
+from shardwise.specs._checks import Number
+from shardwise.specs.hardware import is_fp8
+
+# Bytes per weight that FSDP2 gathers and copies out under torchao's FP8 all-gather
+# (`Plan.fp8_recipe` "tensorwise_fp8_all_gather", torchao/float8/fsdp_utils.py
+# `WeightWithDynamicFloat8CastTensor.fsdp_pre_all_gather`: the FP8 data, one byte each)
+FP8_GATHERED_BYTES = 1.0
+
+
+def _copying(plan: Plan) -> np.ndarray:
+    """Plans whose FSDP2 copies run: per-parameter sharding, ZeRO-3, more than one rank."""
+    return (
+        np.asarray(plan.per_param_sharding, dtype=bool)
+        & (np.asarray(plan.zero_stage) == 3)
+        & (np.asarray(plan.zero_ranks) > 1)
+    )
+
+
+def _deferred(plan: Plan) -> np.ndarray:
+    """Plans whose FSDP2 gradient sync is off until the last micro-batch
+    (`physics.microbatch.fsdp2_deferred_sync`): their copy-in runs once a step."""
+    return _copying(plan) & fsdp2_deferred_sync(plan.per_param_sharding, plan.pp, plan.unfused_accumulate_bytes)
+
+
+def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | None:
+    """FSDP2's copies (`physics.stack.per_param_sharding_bytes`) in one micro-batch, as compute
+    of one layer, of the embedding and of the output layer (None where no plan has them):
+    memory-bound kernels on the compute stream, only under per-parameter sharding with ZeRO-3
+    over more than one rank. They read dp, cp, shard_group and zero_stage, which the per-micro-batch stage costs
+    do not (`engines.training_stages.PER_MICRO_BATCH_IGNORES`): the step adds them to those. A
+    mixture-of-experts layer is counted with the dense layer's weights (its experts are not
+    priced here); frozen weights (LoRA) have no gradient to copy in, nor does a micro-batch under
+    deferred gradient sync (`deferred_copy_in_s` prices its copy-in once a step)."""
+    model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
+    z3 = as_array(plan.zero_stage) == 3
+    if not any_true(as_bool(plan.per_param_sharding) & z3 & (as_array(plan.zero_ranks) > 1)):
+        return None  # (one plan of plain numbers without them: no numpy call)
+    on = _copying(plan)
+    if not np.any(on):
+        return None
+    w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
+    gathered = w  # torchao's FP8 all-gather: FSDP2 gathers (and copies out) 1-byte weights
+    if plan.fp8_recipe == "tensorwise_fp8_all_gather" and is_fp8(plan.precision):
+        gathered = FP8_GATHERED_BYTES
+    copied_in = (np.asarray(plan.lora_rank) == 0) & ~_deferred(plan)
+    matrices, replicated = layer_params_split(model)
+    word = model.vocab * model.hidden / plan.tp
+    held = (matrices / plan.tp + replicated, word, np.where(model.tied_embeddings, 0.0, word))
+
+    def part(weights: Number) -> StageCost:
+        f_bytes, b_bytes = per_param_sharding_bytes(weights, gathered, g, np.where(copied_in, weights, 0.0), w)
+        forward, backward = memory_s(f_bytes, gpu), memory_s(b_bytes, gpu, kernels=2)
+        return StageCost(np.where(on, forward, 0.0), np.where(on, backward, 0.0), 0.0, 0.0)
+
+    layer, emb, head = (part(x) for x in held)
+    return layer, emb, head
+
+
+def deferred_copy_in_s(scn: Scenario, trained: Number) -> Number:
+    """Seconds a stage's FSDP2 reduce-scatter copy-in takes once a step under deferred gradient
+    sync, for its `trained` weights (0 elsewhere): the last micro-batch's `foreach_reduce` copies the
+    gradient accumulated in the reduce dtype into its input, reading and writing the reduce dtype
+    (g bytes each way: 8 B a weight at fp32, 4 at bf16), where a micro-batch that reduces reads its
+    16-bit gradient (`sharding_copies`)."""
+    plan = scn.plan
+    if not any_true(as_bool(plan.per_param_sharding) & (as_array(plan.zero_stage) == 3)):
+        return 0.0  # (one plan of plain numbers without it: no numpy call)
+    deferred = _deferred(plan)
+    if not np.any(deferred):
+        return 0.0
+    g = mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
+    return np.where(deferred, memory_s(2.0 * g * np.asarray(trained, dtype=float), scn.cluster.gpu), 0.0)
