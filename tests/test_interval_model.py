@@ -202,7 +202,7 @@ def test_predict_says_where_its_interval_comes_from(cli):
     assert basis.startswith(
         f"uncalibrated: how far the model missed {runs} published megatron-core runs ({sources} sources)"
     )
-    assert "with each source held out" in basis and basis.endswith("--calibration with your own runs narrows it")
+    assert "with each source held out" in basis and basis.endswith("--calibration fits it to your own runs")
     assert "h100-sxm5-80gb's fitted efficiency included" in basis
     assert "from other stacks" in spreads.stack_basis("internevo")  # one source: tau^2 borrowed
     assert "taken from the gb200's fit" in spreads.gpu_basis("b200-sxm-180gb")

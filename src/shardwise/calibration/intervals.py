@@ -72,31 +72,60 @@ class Spread:
         return float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
 
 
-def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "") -> Spread:
-    """The spread of each (already calibrated) case's prediction."""
+def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tuple[str, ...] = ()) -> Spread:
+    """The spread of each (already calibrated) case's prediction. With a calibration fitted on runs
+    of `gpus` (its hardware; () : not recorded), a case on another GPU is never given a narrower
+    interval than the uncalibrated model's: the runs say nothing of that GPU's efficiency, and
+    the parameters fitted on theirs move its prediction without measuring it."""
     if fitted is None or not fitted.fitted:  # a calibration that fitted nothing knows no more than none
         what = "uncalibrated, the model's spread on public runs (--calibration fits your runs)"
         if fitted is not None:
             what = f"{basis or 'the calibration'} fitted no parameter: the model's spread on public runs"
+        sd = uncalibrated_log_sd_of(calibrated)
         # a serving case exists only once its module is loaded (an uncalibrated command skips it)
         cases_module = sys.modules.get("shardwise.calibration.cases")
         serving = cases_module.ServingCase if cases_module is not None else ()
-        sd = [
-            SERVING_LOG_SD
-            if isinstance(c, serving)
-            else uncalibrated_log_sd(_scenario(c).cluster.gpu.name, _scenario(c).plan.framework, _family(c))
-            for c in calibrated
-        ]
         training = [c for c in calibrated if not isinstance(c, serving)]
         if fitted is None and training:
-            what = f"uncalibrated: {_basis(training)}; --calibration with your own runs narrows it"
+            what = f"uncalibrated: {_basis(training)}; --calibration fits it to your own runs"
         return Spread(np.array(sd, dtype=float), what)
     from shardwise.calibration.cases import Evaluator, log_step_and_gradient
 
     names = fitted.fitted
     # relative to the calibrated scenario: scales x1, overheads +0 (see calibration.parameters)
     _, g = log_step_and_gradient(Evaluator(calibrated), names, np.zeros(len(names)), {})
-    return Spread(log_sd_from_gradient(g, fitted), basis or "calibration", g, fitted)
+    sd = log_sd_from_gradient(g, fitted)
+    others = [i for i, c in enumerate(calibrated) if gpus and _gpu_of(c) not in gpus]
+    if others:
+        sd = np.array(sd, dtype=float)
+        unfitted = uncalibrated_log_sd_of([calibrated[i] for i in others])
+        sd[others] = np.maximum(sd[others], unfitted)
+        names_ = sorted({_gpu_of(calibrated[i]) for i in others})
+        basis = (
+            f"{basis or 'calibration'}, fitted on {', '.join(gpus)}: on {', '.join(names_)} at least the "
+            "uncalibrated spread (the runs measured no other GPU)"
+        )
+    return Spread(sd, basis or "calibration", g, fitted)
+
+
+def _gpu_of(case: Case) -> str:
+    return str(_scenario(case).cluster.gpu.name)
+
+
+def uncalibrated_log_sd_of(cases: list[Case]) -> np.ndarray:
+    """The uncalibrated spread of each case: a training case its stack's, GPU's and family's, a
+    serving case the serving model's."""
+    cases_module = sys.modules.get("shardwise.calibration.cases")
+    serving = cases_module.ServingCase if cases_module is not None else ()
+    return np.array(
+        [
+            SERVING_LOG_SD
+            if isinstance(c, serving)
+            else uncalibrated_log_sd(_gpu_of(c), _scenario(c).plan.framework, _family(c))
+            for c in cases
+        ],
+        dtype=float,
+    )
 
 
 def _basis(training: list[Case]) -> str:

@@ -105,4 +105,4 @@ def spread(scenarios: list[Any], cal: Any) -> Any:
 
     if cal is None:
         return spread_of(scenarios, None)
-    return spread_of(scenarios, cal.fit, f"calibration {cal.path} ({cal.runs} run(s))")
+    return spread_of(scenarios, cal.fit, f"calibration {cal.path} ({cal.runs} run(s))", tuple(cal.gpus))
