@@ -160,7 +160,8 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
             f"batch = rows of X (tokens); PP micro-batch min(batch, 4); links as the brief states them: {links}"
         )
     work = {
-        "train": "training step (forward + backward + optimizer)",
+        "train": "training step (forward + backward + optimizer); plans as written: sequence parallelism off, ZeRO-0 "
+        "unless a plan says sp=on or zero=N (predict and plan take the stack's)",
         "forward": "forward pass latency",
         "prefill": "serving: time to first token of the batch",
         "decode": "serving: time per output token",
