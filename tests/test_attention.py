@@ -240,3 +240,30 @@ def test_flash_attention_2_at_head_dim_64_runs_its_measured_share_of_head_dim_12
     # the same FLOPs (16 heads of 128): the narrow heads take 1 / 0.88 and 1 / 0.90 the time
     assert float(t.attention_s) / float(wide.attention_s) == pytest.approx(1 / float(forward), rel=0.02)
     assert float(t.attention_bwd_s) / float(wide.attention_bwd_s) == pytest.approx(1 / float(backward), rel=0.02)
+
+
+def test_flash_attention_2_on_ampere_runs_at_its_own_plateau_above_the_fused_kernels_share():
+    # Dao 2023, Sec. 4.1 (A100 80GB SXM4): FA2 up to 73% of peak forward, 63% backward, where a
+    # large GEMM reaches the MAMF's 271.2 of 312 TFLOP/s: its plateau is 0.84 of the GEMMs', above the
+    # fused kernels' 0.75 (cuDNN on H100); SDPA's copy runs the same sm80 kernels (no Hopper fraction)
+    from shardwise.physics.attention_kernels import (
+        FLASH_BACKWARD_FLOPS,
+        FLASH_BACKWARD_RATIO,
+        FLASH_RELATIVE_EFFICIENCY,
+        attention_backward_relative_efficiency,
+        attention_relative_efficiency,
+        sdpa_flash_fractions,
+    )
+
+    mamf = 271.2 / 312.0
+    for name in ("a100-sxm4-80gb", "a100-sxm4-40gb", "a100-sxm4-64gb", "a800-sxm4-80gb", "a100-pcie-80gb"):
+        a100 = presets.gpu(name)
+        forward = float(attention_relative_efficiency(a100, "flash2"))
+        assert forward * mamf == pytest.approx(0.73, abs=0.005) and forward > FLASH_RELATIVE_EFFICIENCY, name
+        backward = float(attention_backward_relative_efficiency(a100, "flash2"))
+        assert backward * FLASH_BACKWARD_FLOPS / FLASH_BACKWARD_RATIO * mamf == pytest.approx(0.63, abs=0.005), name
+        assert tuple(float(f) for f in sdpa_flash_fractions(a100)) == (1.0, 1.0), name
+        assert float(attention_relative_efficiency(a100, "sdpa-flash2")) == forward, name
+        assert float(attention_relative_efficiency(a100, "fused")) == FLASH_RELATIVE_EFFICIENCY, name
+    # Hopper keeps SDPA's slower copy of FA2
+    assert float(sdpa_flash_fractions(presets.gpu("h100-sxm5-80gb"))[0]) < 1.0

@@ -96,3 +96,16 @@ def test_arrays_in_arrays_out():
     for i, w in enumerate(watts[:, 0]):
         for j, a in enumerate(exponents):
             assert grid[i, j] == pytest.approx(float(power_limited_ratio(blackwell(160, w, 2.5e15), B200, a)))
+
+
+def test_leonardos_a100_carries_the_80gb_parts_efficiency_to_its_higher_power_limit():
+    # Leonardo's A100-SXM-64GB boards run at 448-479 W (nvidia-smi on its nodes; 465 W taken), the
+    # A100-SXM4-80GB whose fitted scale they take at 400 W: same SMs and peak, so their sustained
+    # tensor rate is the 80 GB part's x (465 / 400)^(1/3) (presets to three decimals)
+    leonardo, dgx = presets.gpu("a100-sxm4-64gb"), presets.gpu("a100-sxm4-80gb")
+    assert float(leonardo.tdp_w) == 465.0 and float(dgx.tdp_w) == 400.0
+    ratio = float(power_limited_ratio(leonardo, dgx))
+    assert ratio == pytest.approx((465.0 / 400.0) ** (1.0 / 3.0)) and 1.05 < ratio < 1.052
+    assert leonardo.matmul_efficiency == pytest.approx(dgx.matmul_efficiency * ratio, abs=6e-4)
+    same = ("peak_flops_per_s_16bit", "sm_count", "l2_bytes", "l2_bandwidth_bytes_per_s")
+    assert all(getattr(leonardo, f) == getattr(dgx, f) for f in same)

@@ -17,8 +17,13 @@ from shardwise.specs._checks import Number
 from shardwise.specs.hardware import is_narrow
 from shardwise.specs.plan_choices import FLASH2_KERNELS
 
-# FlashAttention-2 reaches 50-73 % of A100 peak forward vs ~87 % for a large GEMM
-# (Dao 2023, Fig. 5; MAMF): about 0.75 of the GEMM efficiency. Its backward recomputes the
+# A fused attention kernel's forward plateau (long, non-causal sequences; `physics.attention` prices
+# the ramp below it) relative to a large GEMM: cuDNN's fused attention 595-617 TFLOP/s on H100 SXM5
+# against its MAMF 794.5 (Shah et al. 2024, Fig. 4): 0.75-0.78, taken 0.75 (unit: fraction; range
+# 0.72-0.78). FlashAttention-2 where a GPU carries no `flash2_efficiency` of its own takes it too.
+# (It was first read from Dao 2023's "50-73 % of A100 peak forward vs ~87 % for a large GEMM"; the
+# 50 % are short and causal shapes, which the ramp now prices: FA2's A100 plateau, 73 % of peak
+# against MAMF's 86.9 %, is 0.84, the A100 presets' `flash2_efficiency`.) Its backward recomputes the
 # scores and does 5 GEMM-sized products against 2 forward (Dao 2023, Sec. 3.1.2): 2.5x the FLOPs,
 # run at up to 63 % of peak against the forward's 73 % (Dao 2023, Sec. 4.1), so 2.5 x 73/63 =
 # 2.9x the forward's time.
@@ -41,9 +46,9 @@ FLASH_BACKWARD_RATIO = 2.5 * 73.0 / 63.0
 #   (forward + backward), where cuDNN runs ~1.6x upstream FA2 (Shah et al. 2024: 595-617 vs 370
 #   forward, 516 vs 322 backward): SDPA flash at 0.70-0.94 of upstream, with the forward above a
 #   backward of 0.67-0.99. Taken 0.70.
-# Applied where FA2 runs below the fused kernels (a GPU with its own `flash2_efficiency`: Hopper,
-# Blackwell by assumption); on Ampere SDPA's copy and upstream run the same sm80 kernels (none
-# of the figures above is an Ampere one), factor 1.
+# Applied where FA2 runs below the fused kernels (a GPU whose own `flash2_efficiency` is below
+# FLASH_RELATIVE_EFFICIENCY: Hopper, Blackwell by assumption); on Ampere SDPA's copy and upstream run
+# the same sm80 kernels (none of the figures above is an Ampere one), factor 1.
 SDPA_FLASH_FORWARD_FRACTION = 0.82
 SDPA_FLASH_BACKWARD_FRACTION = 0.70
 # On ROCm SDPA's flash backend is AOTriton (`Gpu.sdpa_flash_backend` "aotriton"), not a copy of the
@@ -99,11 +104,13 @@ def attention_relative_efficiency(gpu: Gpu, kernel: str) -> Number:
 def sdpa_flash_fractions(gpu: Gpu) -> tuple[Number, Number]:
     """(forward, backward) speed of PyTorch SDPA's flash backend as a fraction of the flash-attn
     package's on this GPU (`SDPA_FLASH_FORWARD_FRACTION`): below 1 where FA2 has its own, lower
-    efficiency (Hopper, Blackwell), 1 elsewhere; on ROCm AOTriton's against CK's
+    efficiency, below the fused kernels' (Hopper, Blackwell), 1 elsewhere (Ampere, where FA2 is
+    native and faster: its sm80 kernels are SDPA's too); on ROCm AOTriton's against CK's
     (`AOTRITON_FORWARD_FRACTION`)."""
     if gpu.sdpa_flash_backend == "aotriton":
         return AOTRITON_FORWARD_FRACTION, AOTRITON_BACKWARD_FRACTION
-    hopper = np.asarray(gpu.flash2_efficiency, dtype=float) > 0
+    own = np.asarray(gpu.flash2_efficiency, dtype=float)
+    hopper = (own > 0) & (own < FLASH_RELATIVE_EFFICIENCY)
     return np.where(hopper, SDPA_FLASH_FORWARD_FRACTION, 1.0), np.where(hopper, SDPA_FLASH_BACKWARD_FRACTION, 1.0)
 
 

@@ -129,8 +129,8 @@ class Gpu:
     fp8_any_layout: bool = False
     peak_flops_per_s_fp4: Number = 0.0  # dense FP4 (NVFP4 / MXFP4) peak; 0 = not supported
     gemm_table: GemmTable | None = None  # measured 16-bit GEMM rates by shape (`measure micro`)
-    # FlashAttention-2's forward efficiency relative to the GEMMs' (0: as the fused kernel's,
-    # `physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2's Ampere kernels below it)
+    # FlashAttention-2's forward efficiency relative to the GEMMs' at its plateau (0: the fused kernel's,
+    # `physics.attention_kernels.FLASH_RELATIVE_EFFICIENCY`; Hopper runs FA2 below it, Ampere above it)
     flash2_efficiency: Number = 0.0
     # FlashAttention-2's backward throughput (2.5x the forward's FLOPs) relative to the GEMMs', where
     # measured apart from its forward (0: the forward's efficiency x Dao 2023's 63/73; ROCm's CK kernels
