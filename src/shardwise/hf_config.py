@@ -234,10 +234,9 @@ def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) 
     return seq_len, seq_len_assumption(stated, seq_len)
 
 
-# Classes whose configs' model_type names another model: xAI's Grok-2 config.json states model_type
-# "git" (transformers' GIT, a captioning model) beside architectures Grok1ForCausalLM, the class
-# SGLang's models/grok.py serves (EntryClass Grok1ForCausalLM, Grok1ModelForCausalLM); the Grok-1
-# ports' own configuration_grok1.py says "grok-1" (hpcai-tech/grok-1).
+# Classes whose configs' model_type names another model: xAI's Grok-2 config.json states model_type "git" (transformers'
+# GIT, a captioning model) beside architectures Grok1ForCausalLM, the class SGLang's models/grok.py serves (EntryClass
+# Grok1ForCausalLM, Grok1ModelForCausalLM); the Grok-1 ports' configuration_grok1.py says "grok-1" (hpcai-tech/grok-1).
 _CLASS_ARCHITECTURES = {"grok1forcausallm": "grok-1", "grok1modelforcausallm": "grok-1"}
 
 

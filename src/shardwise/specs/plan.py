@@ -175,14 +175,13 @@ class Plan:
     "te-flash2" (Transformer Engine's FlashAttention backend: flash-attn's kernels under Megatron-Core,
     TE's context-parallel ring; NeMo 24.01-24.07 as its launcher ran it, `physics.attention_kernels`);
     `eager_kernels`: element-wise work (norms, rotary embedding, activation, the loss) runs as one eager
-    PyTorch kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen
-    kernels with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which
-    TorchInductor does not generate code for: `physics.stack`); `yarn_rotary_eager`: a YaRN rotary
-    embedding (`Model.yarn_rope`) runs as eager ATen kernels (Megatron-Core, `physics.stack`);
-    `selective_policy`: what recompute="selective" recomputes ("attention": Megatron's attention core;
-    "op": torchtitan's op-level policy, every second matrix multiply and all element-wise work);
-    `host_kernel_s`: the host's time to issue one kernel (0: never the bottleneck), which the GPU waits
-    for when its kernels are shorter;
+    PyTorch kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen kernels
+    with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which TorchInductor does not
+    generate code for: `physics.stack`); `yarn_rotary_eager`: a YaRN rotary embedding (`Model.yarn_rope`) runs
+    as eager ATen kernels (Megatron-Core, `physics.layer_parts.MEGATRON_YARN_ROPE_PASSES`);
+    `selective_policy`: what recompute="selective" recomputes ("attention": Megatron's attention core; "op":
+    torchtitan's op-level policy, every second matrix multiply and all element-wise work); `host_kernel_s`: the
+    host's time to issue one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
     `fp8_recipe`: how FP8 training (precision fp8 or mxfp8) casts and multiplies: "te"
     (Transformer Engine's delayed scaling, the default; weights cast once a step), "te_current" (its
     current scaling, an amax pass before each cast: `physics.linears`), "te-jax" (Transformer
