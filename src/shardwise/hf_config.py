@@ -234,10 +234,9 @@ def _seq_len(p: Path, cfg: dict[str, Any], model_type: str, stated: int | None) 
     return seq_len, seq_len_assumption(stated, seq_len)
 
 
-# Classes whose configs' model_type names another model: xAI's Grok-2 config.json states model_type
-# "git" (transformers' GIT, a captioning model) beside architectures Grok1ForCausalLM, the class
-# SGLang's models/grok.py serves (EntryClass Grok1ForCausalLM, Grok1ModelForCausalLM); the Grok-1
-# ports' own configuration_grok1.py says "grok-1" (hpcai-tech/grok-1).
+# Classes whose configs' model_type names another model: xAI's Grok-2 config.json states model_type "git" (transformers'
+# GIT, a captioning model) beside architectures Grok1ForCausalLM, the class SGLang's models/grok.py serves (EntryClass
+# Grok1ForCausalLM, Grok1ModelForCausalLM); the Grok-1 ports' configuration_grok1.py says "grok-1" (hpcai-tech/grok-1).
 _CLASS_ARCHITECTURES = {"grok1forcausallm": "grok-1", "grok1modelforcausallm": "grok-1"}
 
 
@@ -277,6 +276,8 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
     # GPT-OSS (transformers GptOssConfig `swiglu_limit`, 7.0): the gated activation's inputs clamped
     out["glu_clamp"] = _limit(p, cfg, "swiglu_limit") > 0
+    rope = cfg["rope_scaling"] if isinstance(cfg.get("rope_scaling"), dict) else {}  # YaRN: `Model.yarn_rope`
+    out["yarn_rope"] = (rope.get("rope_type") or rope.get("type")) == "yarn"
     dropouts = ("attention_dropout", "resid_pdrop", "hidden_dropout", "dropout", "emb_pdrop")
     out["dropout"] = any(_probability(p, cfg, key) > 0 for key in dropouts)
     # transformers FalconAttention: one KV head under multi_query (falcon-7b) unless

@@ -133,6 +133,7 @@ _MODEL_INTS = (
     "full_attention_every",
 )
 _MODEL_FLAGS = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
+_MODEL_FLAGS = (*_MODEL_FLAGS, "yarn_rope")
 _IGNORED = {"source", "kind", "notes", "name"}
 
 

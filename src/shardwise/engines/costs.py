@@ -198,6 +198,7 @@ def layer_cost(
         eager=plan.eager_kernels,
         eager_rotary=plan.eager_rotary,
         document_len=plan.packed_document_len,
+        yarn_rotary_eager=plan.yarn_rotary_eager,
         # a serving engine's count and fusions for a dense layer (`engines.engine_kernels`: its all-reduces
         # take the norms in below its message size, tokens x h x e); an MoE layer's attention half keeps
         # the shared count

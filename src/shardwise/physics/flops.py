@@ -37,6 +37,8 @@ import numpy as np
 from shardwise.physics.layer_parts import (  # noqa: F401 (re-exported: the names the engines and tests read here)
     DROPOUT_MASK_BYTES,
     ELEMENTWISE_KERNELS,
+    MEGATRON_YARN_ROPE_KERNELS,
+    MEGATRON_YARN_ROPE_PASSES,
     ROPE_KERNELS,
     Gemm,
     LayerForward,
@@ -76,6 +78,7 @@ def layer_forward(
     eager: Number = False,
     eager_rotary: Number = False,
     document_len: Number = 0,
+    yarn_rotary_eager: Number = False,
     engine_kernels: Number = 0,
     fused_residual_norms: Number = 0,
 ) -> LayerForward:
@@ -91,7 +94,9 @@ def layer_forward(
     layer passes its shared experts' width, 0 without them: `physics.moe` prices the experts).
     Where `eager` (a stack running element-wise work as eager kernels) the same work's eager bytes
     are counted too (`eager_elementwise_bytes`; None otherwise); where `eager_rotary` the fused
-    path's rotary embedding moves what its eager ATen kernels move (`physics.stack`).
+    path's rotary embedding moves what its eager ATen kernels move (`physics.stack`); where
+    `yarn_rotary_eager` a YaRN model's (`Model.yarn_rope`) moves what Megatron-Core's unfused one moves
+    (`physics.layer_parts.MEGATRON_YARN_ROPE_PASSES`).
     `engine_kernels` > 0: a serving engine's count of the kernels this dense attention layer
     launches in all (`Plan.serving_layer_kernels`), its element-wise kernels the rest
     (`layer_parts.engine_elementwise_kernels`); `fused_residual_norms`: how many of its two residual
@@ -143,6 +148,14 @@ def layer_forward(
             rope, kernels = aten, compiled
         else:
             rope, kernels = np.where(on, aten, rope), np.where(on, compiled, kernels)
+    if model.yarn_rope and not model.learned_positions and np.any(yarn_rotary_eager):
+        on = np.asarray(yarn_rotary_eager, dtype=bool)
+        unfused = MEGATRON_YARN_ROPE_PASSES * e * tokens * (q + kv * d) / t
+        more = MEGATRON_YARN_ROPE_KERNELS - ROPE_KERNELS
+        if on.ndim == 0:
+            rope, kernels = unfused, kernels + more
+        else:
+            rope, kernels = np.where(on, unfused, rope), kernels + more * on
     if np.any(np.asarray(engine_kernels) > 0):
         kernels = engine_elementwise_kernels(engine_kernels, kernels)
     norms, residuals, activation, split = block_elementwise_parts(model, tokens, t, sequence_parallel, e, f)

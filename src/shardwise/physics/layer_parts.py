@@ -22,6 +22,17 @@ DROPOUT_MASK_BYTES = 1.0  # Megatron-LM stores dropout masks as uint8 (Korthikan
 # (the fused RoPE of megatron/core/models/common/embeddings/rope_utils.py). A project count.
 ELEMENTWISE_KERNELS = 5
 ROPE_KERNELS = 1
+# A YaRN rotary embedding (`Model.yarn_rope`) under Megatron-Core (`Plan.yarn_rotary_eager`) runs the
+# unfused `_apply_rotary_pos_emb_bshd` on q and on k (megatron/core/models/common/embeddings/rope_utils.py,
+# core_v0.14.0 to 0.18): `_rotate_half` (chunk; neg of one half: read and write 1/2 each; cat: read and
+# write 1), `* sin_` and `t * cos_` (read and write 1 each), their sum (read 2, write 1) and `torch.cat((t,
+# t_pass))` with an empty t_pass (read and write 1): 12 passes over q and k forward, in their 16 bits, where
+# the fused kernel makes 2. Kernels per tensor: those 6, and cos, sin, the mscale multiplies and the casts
+# of the [s, 1, 1, d] frequencies (6, tiny). The backward by `physics.compute.BACKWARD_MEMORY_RATIO` (24
+# passes; its autograd graph reads 17: the two multiplies, the neg, the chunk's cat, the sum of the two
+# branches, and the two slices' zero-filled gradients and their sum).
+MEGATRON_YARN_ROPE_PASSES = 12.0
+MEGATRON_YARN_ROPE_KERNELS = 2 * 12
 # A serving engine's own count of the kernels one dense layer launches (`Plan.serving_layer_kernels`,
 # `engines.engine_kernels`) holds the layer's matrix products and its attention kernel, which the
 # model prices apart (the QKV, output, up and down GEMMs, each with its own gap and any split-K

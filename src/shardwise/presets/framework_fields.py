@@ -23,6 +23,7 @@ STACK_FIELDS = (
     "attention_kernel",
     "eager_kernels",
     "eager_rotary",
+    "yarn_rotary_eager",
     "fp8_recipe",
     "selective_policy",
     "host_kernel",
@@ -89,7 +90,8 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; choose {allowed}")
             out[field] = data[field]
     booleans = (
-        "eager_kernels", "eager_rotary", "flash_attention", "per_param_sharding", "p2p_serial", "tp_shard_overlap",
+        "eager_kernels", "eager_rotary", "yarn_rotary_eager", "flash_attention", "per_param_sharding", "p2p_serial",
+        "tp_shard_overlap",
         "spmd_grad_reduce", "zero1_grad_all_reduce", "scan_unpipelined",
         "aligned_chunk_sync",
     )  # fmt: skip

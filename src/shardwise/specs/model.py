@@ -109,6 +109,10 @@ class Model:
     # `activation_func_clamp_value`): the gate and linear halves of the up-projection are clamped
     # before the activation, as eager kernels beside the fused one (`physics.moe.experts_forward`).
     glu_clamp: bool = False
+    # YaRN rotary embedding (HF config `rope_scaling.rope_type` "yarn", non-latent attention: GPT-OSS,
+    # factor 32): its cos and sin carry a concentration factor 0.1 ln(factor) + 1, which Megatron-Core's
+    # fused RoPE does not take, so it runs as eager ATen kernels there (`Plan.yarn_rotary_eager`).
+    yarn_rope: bool = False
     # The model file an engine runs for it, named as Hugging Face config.json's `model_type` spells
     # it ("llama", "mixtral", "deepseek_v3", "qwen3_moe", "gpt_oss", "llama4", ...; None: unknown).
     # The shapes above price the model; this picks the rules that differ by engine model file
@@ -142,7 +146,8 @@ class Model:
         self._check_hybrid(p)
         self._check_window(p)
         self._check_architecture(p)
-        for flag in ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp"):
+        flags = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
+        for flag in (*flags, "yarn_rope"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
                 raise SpecError(f"{p}: {flag} must be true or false, got {value!r}")

@@ -165,24 +165,23 @@ class Plan:
     stack's memory rules (`physics.memory_stacks.STACKS`) but sets none of these flags: a Plan
     built by hand takes the defaults below, the command line the preset's (`requests.plan_build`;
     `TrainingRequest(...).scenario()` builds the plan `shardwise predict` prices);
-    `memory_stack`: the built-in stack whose memory entry prices the plan's memory where it is not
-    `framework`'s own (a framework file's `like:`; "": its own, `memory_stack_key`); one of
-    `plan_choices.MEMORY_STACKS`, else refused when built.
+    `memory_stack`: the built-in stack whose memory entry prices the plan's memory where it is not `framework`'s
+    own (a framework file's `like:`; "": its own, `memory_stack_key`); one of `plan_choices.MEMORY_STACKS`.
 
     What the software stack's kernels are (`physics.stack`, set by the framework preset):
     `attention_kernel` "fused" (Transformer Engine / cuDNN, as Megatron-Core runs it), "flash2"
-    (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its
-    bundled copy of FlashAttention-2: slower on Hopper,
-    `physics.attention_kernels.SDPA_FLASH_FORWARD_FRACTION`), "te-flash2" (Transformer Engine's
-    FlashAttention backend: flash-attn's kernels under Megatron-Core, TE's context-parallel ring;
-    NeMo 24.01-24.07 as its launcher ran it, `physics.attention_kernels`); `eager_kernels`: element-wise work
-    (norms, rotary embedding, activation, the loss) runs as one eager PyTorch
-    kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen
-    kernels with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which
-    TorchInductor does not generate code for: `physics.stack`); `selective_policy`: what recompute="selective"
-    recomputes ("attention": Megatron's attention core; "op": torchtitan's op-level policy, every
-    second matrix multiply and all element-wise work); `host_kernel_s`: the host's time to issue
-    one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
+    (FlashAttention-2, the flash-attn package) or "sdpa-flash2" (PyTorch SDPA's flash backend, its bundled
+    copy of FlashAttention-2: slower on Hopper, `physics.attention_kernels.SDPA_FLASH_FORWARD_FRACTION`),
+    "te-flash2" (Transformer Engine's FlashAttention backend: flash-attn's kernels under Megatron-Core,
+    TE's context-parallel ring; NeMo 24.01-24.07 as its launcher ran it, `physics.attention_kernels`);
+    `eager_kernels`: element-wise work (norms, rotary embedding, activation, the loss) runs as one eager
+    PyTorch kernel per op instead of fused kernels; `eager_rotary`: the rotary embedding alone stays ATen kernels
+    with fp32 intermediates where the rest is fused (torchtitan's complex multiply, which TorchInductor does not
+    generate code for: `physics.stack`); `yarn_rotary_eager`: a YaRN rotary embedding (`Model.yarn_rope`) runs
+    as eager ATen kernels (Megatron-Core, `physics.layer_parts.MEGATRON_YARN_ROPE_PASSES`);
+    `selective_policy`: what recompute="selective" recomputes ("attention": Megatron's attention core; "op":
+    torchtitan's op-level policy, every second matrix multiply and all element-wise work); `host_kernel_s`: the
+    host's time to issue one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
     `fp8_recipe`: how FP8 training (precision fp8 or mxfp8) casts and multiplies: "te"
     (Transformer Engine's delayed scaling, the default; weights cast once a step), "te_current" (its
     current scaling, an amax pass before each cast: `physics.linears`), "te-jax" (Transformer
@@ -301,6 +300,7 @@ class Plan:
     attention_kernel: str = "fused"
     eager_kernels: bool | np.ndarray = False
     eager_rotary: bool | np.ndarray = False
+    yarn_rotary_eager: bool | np.ndarray = False
     selective_policy: str = "attention"
     fp8_recipe: str = "te"
     host_kernel_s: Number = 0.0

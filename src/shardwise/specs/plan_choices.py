@@ -86,6 +86,7 @@ BOOLEAN_FIELDS = (
     "moe_pad_to_capacity",
     "eager_kernels",
     "eager_rotary",
+    "yarn_rotary_eager",
     "per_param_sharding",
     "p2p_serial",
     "tp_shard_overlap",
