@@ -2,24 +2,18 @@
 fenced blocks) run as shown, their shown output still matches, and what cannot run here says why.
 (Console blocks and generated regions are compared by tests/test_readme.py.)"""
 
-import importlib.util
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from script_module import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location(
-        "shardwise_docs_commands_tool", ROOT / "tools" / "check_docs_commands.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/check_docs_commands.py", "shardwise_docs_commands_tool")
 
 
 tool = _load_tool()

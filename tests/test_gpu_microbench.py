@@ -1,7 +1,6 @@
 """tools/gpu_microbench.py: its shapes and FLOP models by hand, and a quick CPU run end to end."""
 
 import csv
-import importlib.util
 import json
 import math
 import subprocess
@@ -10,16 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from script_module import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gpu_microbench.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("gpu_microbench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/gpu_microbench.py", "gpu_microbench")
 
 
 mb = _load()

@@ -8,6 +8,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from script_module import load_script
 from shardwise import presets
 from shardwise.engines import engine_presets
 from shardwise.engines.engine_presets import ENGINES
@@ -91,15 +92,7 @@ def test_serve_names_the_host_wait_of_a_one_stage_plan(cli):
 
 
 def _grid():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "tools" / "serving_tp_grid.py"
-    spec = importlib.util.spec_from_file_location("serving_tp_grid", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/serving_tp_grid.py", "serving_tp_grid")
 
 
 def test_the_tp_grid_prices_each_tp_size_that_fits_and_refuses_an_unknown_system(capsys):

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
 
 import pytest
 
+from script_module import load_script
 from shardwise.analyses import loso
 
 pytestmark = pytest.mark.slow  # prices every public row over a grid of efficiencies (~8 s)
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("shardwise_implied_scales_tool", ROOT / "tools" / "implied_scales.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/implied_scales.py", "shardwise_implied_scales_tool")
 
 
 tool = _tool()

@@ -2,18 +2,13 @@
 tokens on Hopper, the ring's long chunks run at the plateau, and torchtitan's Llama 3.1 8B at 262K
 tokens on one DGX H100 runs only with full recomputation, which reruns the ring."""
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 
+from script_module import load_script
 from shardwise.engines.training import estimate_training_step
 from shardwise.physics import attention as at
 from shardwise.requests.training import TrainingRequest
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # NVIDIA/cudnn-frontend benchmark/benchmark_results.csv (benchmark_flash_attention.py, cuDNN 9.1,
 # Hopper at locked 1980 MHz clocks, BF16, 16 heads of 128, batch x length = 16K-64K tokens,
@@ -87,11 +82,7 @@ def test_full_recomputation_reruns_the_ring_attention():
 
 
 def _long_context_check():
-    spec = importlib.util.spec_from_file_location("long_context_check", ROOT / "tools" / "long_context_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/long_context_check.py", "long_context_check")
 
 
 def test_long_context_check_prices_the_nemo_rows_and_the_torchtitan_cases():
@@ -175,10 +166,7 @@ def test_public_runs_launched_with_nvte_fused_attn_0_price_te_flash2():
 def test_nemo_long_sequence_error_holds_flat_from_4k_to_1m_tokens_on_h100():
     # the trend, not the level (the table states no micro-batch): with the kernel NeMo 24.03 ran,
     # the error moves by less than 6 points from 4K to 1M tokens (with cuDNN's it fell by 29)
-    spec = importlib.util.spec_from_file_location("long_context_check", ROOT / "tools" / "long_context_check.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
+    module = _long_context_check()
     errors = [float(line.rsplit(maxsplit=1)[-1].rstrip("%")) for line in module.nemo_rows() if "dgx-h100" in line]
     assert len(errors) == 9
     assert max(errors) - min(errors) < 6.0

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from script_module import load_script
 from shardwise import presets
 from shardwise.engines.simulated import simulate_training_step
 from shardwise.engines.stage_ends import EMBEDDING_KERNELS, embedding_cost, head_cost
@@ -213,14 +214,7 @@ def test_a_bf16_gradient_buffer_takes_the_unfused_add_of_six_bytes_in_every_line
 
 def _trend_example():
     """examples/microbatch_trend.py as a module (its per-micro-batch split of a stage's time)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "examples" / "microbatch_trend.py"
-    spec = importlib.util.spec_from_file_location("microbatch_trend", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script("examples/microbatch_trend.py", "microbatch_trend")
 
 
 def test_wave_quantisation_is_priced_per_micro_batch():

@@ -4,24 +4,15 @@ groups span (`ranking.GroupRanking.releases`)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
+from script_module import load_script
 from shardwise.analyses import public_moe, ranking
 from shardwise.analyses import public_validation as pv
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("moe_recipes", ROOT / "tools" / "moe_recipes.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/moe_recipes.py", "moe_recipes")
 
 
 @pytest.mark.parametrize(

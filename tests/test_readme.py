@@ -3,21 +3,18 @@ fresh runs, Python blocks execute, relative links resolve; and the README stays 
 
 import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
+
+from script_module import load_script
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 
 
 def _load_tool():
-    spec = importlib.util.spec_from_file_location("shardwise_readme_tool", ROOT / "tools" / "readme.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/readme.py", "shardwise_readme_tool")
 
 
 readme = _load_tool()
@@ -94,7 +91,6 @@ def _python_blocks(text):
 
 @pytest.mark.parametrize("name", [n for n in NAMES if _python_blocks(TEXTS[n])])
 def test_python_blocks_run(name):
-    import importlib.util
 
     without_torch = importlib.util.find_spec("torch") is None
     skipped = 0

@@ -2,24 +2,16 @@
 attention over the whole sequence, forward and gradients), and its FLOP count."""
 
 import csv
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from script_module import load_script
 
-ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = ROOT / "tools" / "ring_bench.py"
+torch = pytest.importorskip("torch")
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("ring_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/ring_bench.py", "ring_bench")
 
 
 rb = _load()
