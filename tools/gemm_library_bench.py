@@ -9,7 +9,7 @@ dgrad and wgrad) through three back ends, interleaved shape by shape so that clo
 all alike, with L2 flushed before each repetition:
 
     cublas    torch.mm, PyTorch's default (cublasGemmEx)
-    cublaslt  torch.mm with torch.backends.cuda.preferred_blas_library("cublaslt") (PyTorch >= 2.3)
+    cublaslt  torch.mm with torch.backends.cuda.preferred_blas_library("cublaslt") (pytorch#122106, 2024)
               and a 32 MiB cuBLASLt workspace (CUBLASLT_WORKSPACE_SIZE, set before torch loads):
               TE's call (one heuristic result, no epilogue)
     te        transformer_engine.pytorch.cpp_extensions.general_gemm, where TE is installed
