@@ -1,23 +1,20 @@
 """tools/gemm_library_bench.py: its shapes and summary by hand, and a quick CPU run end to end."""
 
 import csv
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from script_module import load_script
+
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tools" / "gemm_library_bench.py"
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("gemm_library_bench", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("tools/gemm_library_bench.py", "gemm_library_bench")
 
 
 gl = _load()
