@@ -286,7 +286,7 @@ def _print(
     out.print(
         f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({servers_of(c)}, "
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
-        f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
+        f"objective: {'step time' if result.space.objective == 'time' else _rate_objective()}"
         + (f"; LoRA rank {rank}, base weights frozen" if (rank := result.space.execution.get("lora_rank")) else "")
         + (
             f" (adapters on {result.space.execution.get('lora_targets')})"
@@ -391,3 +391,10 @@ def _print(
         out.print(f"all {result.evaluated:,} plans: {csv_path}")
     if figure is not None:
         out.print(f"figure: {figure}")
+
+
+def _rate_objective() -> str:
+    """`--objective throughput-per-gpu` with its tie rule (`plan_search.PlanSearch.ranked`)."""
+    from shardwise.analyses.plan_search import TIE_TOLERANCE
+
+    return f"tokens/s per GPU (rates within {TIE_TOLERANCE:.1%} of the best are a tie, ranked by step time)"

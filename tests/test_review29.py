@@ -1,0 +1,17 @@
+"""What review 29 (a fresh user's pass over the CLI) found: each a test that failed before the fix."""
+
+from __future__ import annotations
+
+H100_8B = ["--model", "llama3-8b", "--system", "dgx-h100"]
+
+
+def test_throughput_objective_names_its_tie_rule_and_the_why_agrees(cli):
+    """Row 3 (more tok/s per GPU) under row 1: the header says rates within 0.5% tie and rank by step
+    time, and the why says the better-rate neighbour lost the tie (it was searched: not 'outside')."""
+    args = ["plan", *H100_8B, "--nodes", "4", "--global-batch", "64", "--objective", "throughput-per-gpu"]
+    code, out, err = cli([*args, "--top", "3"])
+    assert code == 0, err
+    assert "rates within 0.5%" in " ".join(out.split())
+    why = [line for line in out.splitlines() if "better but" in line]
+    assert why and not any("outside the search" in line for line in why)
+    assert any("a tie (rates within 0.5%" in line for line in why)
