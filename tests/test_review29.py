@@ -15,3 +15,14 @@ def test_throughput_objective_names_its_tie_rule_and_the_why_agrees(cli):
     why = [line for line in out.splitlines() if "better but" in line]
     assert why and not any("outside the search" in line for line in why)
     assert any("a tie (rates within 0.5%" in line for line in why)
+
+
+def test_first_and_last_without_a_pipeline_are_refused_naming_the_plan(cli):
+    """`serve --plan tp=1,first=4` priced the plan and dropped first=4 without a word; crossover
+    refused it as 'plan: first/last_stage_layers need pp > 1' without saying which --plan."""
+    for command in ("serve", "crossover"):
+        code, _, err = cli([command, *H100_8B, "--plan", "tp=1,first=4"])
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert "--plan 'tp=1,first=4': first= " in err and "needs pp > 1" in err
+    code, _, err = cli(["serve", *H100_8B, "--plan", "tp=4,pp=2,first=12,last=20"])
+    assert code == 0, err
