@@ -26,3 +26,16 @@ def test_first_and_last_without_a_pipeline_are_refused_naming_the_plan(cli):
         assert "--plan 'tp=1,first=4': first= " in err and "needs pp > 1" in err
     code, _, err = cli(["serve", *H100_8B, "--plan", "tp=4,pp=2,first=12,last=20"])
     assert code == 0, err
+
+
+def test_crossover_decode_says_which_request_and_all_reduce_it_prices(cli, tmp_path):
+    """crossover --workload decode's TPOT (prompts of the sequence length, plain NCCL) sat beside
+    serve's (512-token prompts, TensorRT-LLM's custom all-reduce) with nothing saying they differ."""
+    plot = str(tmp_path / "c.png")
+    args = ["crossover", *H100_8B, "--plan", "tp=8", "--plan", "tp=4", "--workload", "decode", "--plot", plot]
+    code, out, err = cli(args)
+    assert code == 0, err
+    said = " ".join(out.split())
+    assert "prompts of the sequence length 8192" in said and "all-reduce by NCCL, no engine's custom kernel" in said
+    code, out, _ = cli(["crossover", "--help"])
+    assert "512-token prompts" in " ".join(out.split())
