@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
+import pytest
+
 H100_8B = ["--model", "llama3-8b", "--system", "dgx-h100"]
 
 
@@ -39,3 +44,20 @@ def test_crossover_decode_says_which_request_and_all_reduce_it_prices(cli, tmp_p
     assert "prompts of the sequence length 8192" in said and "all-reduce by NCCL, no engine's custom kernel" in said
     code, out, _ = cli(["crossover", "--help"])
     assert "512-token prompts" in " ".join(out.split())
+
+
+@pytest.mark.slow
+def test_serve_md_target_search_prose_holds(cli):
+    """docs/commands/serve.md quoted 493 tokens/s per GPU, 24 in flight and tp=8's 289 after the search
+    had moved to 501, 25 and 304; the prose now names layouts only, which this checks."""
+    text = " ".join((Path(__file__).parents[1] / "docs" / "commands" / "serve.md").read_text().split())
+    claim = "27 layouts searched, the best `tp=1,ep=16`"
+    assert claim in text and "the ep 1 layouts' best, `tp=8`" in text and "493" not in text
+    code, out, err = cli(["serve", "--model", "deepseek-v3", "--system", "dgx-h200", "--num-gpus", "16",
+                          "--weight-precision", "fp8", "--ttft-max", "2s", "--tpot-max", "50ms", "--json"])  # fmt: skip
+    assert code == 0, err
+    found = json.loads(out)
+    options = [o for o in found["options"] if o["meets"]]
+    assert found["layouts"]["searched"] == 27 and options[0]["plan"] == "tp=1,ep=16"
+    dense = [o for o in options if "ep=" not in o["plan"]]
+    assert dense[0]["plan"] == "tp=8" and options[0]["tokens_per_s_per_gpu"] > 1.5 * dense[0]["tokens_per_s_per_gpu"]
