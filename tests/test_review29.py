@@ -61,3 +61,15 @@ def test_serve_md_target_search_prose_holds(cli):
     assert found["layouts"]["searched"] == 27 and options[0]["plan"] == "tp=1,ep=16"
     dense = [o for o in options if "ep=" not in o["plan"]]
     assert dense[0]["plan"] == "tp=8" and options[0]["tokens_per_s_per_gpu"] > 1.5 * dense[0]["tokens_per_s_per_gpu"]
+
+
+def test_plan_prints_its_rows_on_stdout_with_dash(cli):
+    """`plan -o -` was refused ('this option writes a file, not stdout') where sweep and crossover
+    print their CSV: now the CSV alone, the same rows a file gets."""
+    job = ["plan", *H100_8B, "--global-batch", "32"]
+    code, out, err = cli([*job, "-o", "-"])
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("gpus,tp,pp,dp,") and all(line.count(",") == lines[0].count(",") for line in lines)
+    code, _, err = cli([*job, "-o", "-", "--json"])
+    assert code == 2 and "give --json or -o -, not both" in err
