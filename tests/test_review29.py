@@ -73,3 +73,15 @@ def test_plan_prints_its_rows_on_stdout_with_dash(cli):
     assert lines[0].startswith("gpus,tp,pp,dp,") and all(line.count(",") == lines[0].count(",") for line in lines)
     code, _, err = cli([*job, "-o", "-", "--json"])
     assert code == 2 and "give --json or -o -, not both" in err
+
+
+def test_timeline_says_what_a_fraction_of_micro_batches_in_flight_is(cli, tmp_path):
+    """--vpp 3 printed 'peak micro-batches in flight' as 10.3333: model chunks held / v. Now the
+    chunks (Megatron-Core's interleaved warm-up on the first of 8 stages: (8 - 1) x 2 + (3 - 1) x 8,
+    plus the one in its steady state: 31) and the micro-batches they make."""
+    job = ["timeline", "--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "4", "--tp", "4", "--pp", "8"]
+    code, out, err = cli([*job, "--vpp", "3", "--global-batch", "64", "--no-plot"])
+    assert code == 0, err
+    assert "peak in flight: chunks (micro-batches)" in out and "31 (10.33)" in out and "10.3333" not in out
+    code, out, err = cli([*job, "--global-batch", "64", "--no-plot"])
+    assert code == 0 and "peak micro-batches in flight" in out and "chunks" not in out
