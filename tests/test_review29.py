@@ -96,3 +96,38 @@ def test_serve_json_memory_parts_add_up_to_the_total(cli):
         memory = plan["memory_bytes"]
         assert memory["runtime_reserve"] == 2 * 1024**3
         assert sum(v for k, v in memory.items() if k != "total") == memory["total"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--tp", "3"], "plan: --tp 3: the model's 32 heads are not divisible by tp=3"),
+        (["--dp", "3"], "plan: --dp 3: the global batch 32 is not divisible by dp=3"),
+        (["--pp", "64"], "plan: --pp 64: pp=64 is more stages than the 32 layers"),
+        (["--cp", "3"], "plan: --cp 3: cp=3 does not divide the 8 GPUs"),
+        (["--shard-group", "3"], "plan: --shard-group 3: a shard group divides the data-parallel ranks"),
+    ],
+)
+def test_plan_names_the_first_rule_a_fixed_value_breaks(cli, args, message):
+    """`plan --tp 3` / `--dp 3` / `--pp 64` got one generic 'no valid layout' where predict names the
+    problem; `--shard-group 3` on 8 GPUs searched ZeRO-0 alone without a word."""
+    code, out, err = cli(["plan", *H100_8B, "--global-batch", "32", *args])
+    assert (code, out) == (2, "") and len(err.strip().splitlines()) == 1, err
+    assert message in err and "no valid layout" not in err
+
+
+def test_a_width_range_holding_one_head_multiple_is_refused(cli):
+    """`crossover --vary hidden=100..200` became the one width 128 without a word."""
+    code, out, err = cli(["crossover", "--vary", "hidden=100..200", "--no-plot"])
+    assert (code, out) == (2, "") and "holds only 128" in err
+
+
+def test_serve_past_the_sequence_length_says_so_in_the_result(cli):
+    """`serve --input-len 200000` on llama3-8b (8,192) priced it after a stdout note only: the
+    header says it, and the JSON's notes carry it."""
+    args = ["serve", *H100_8B, "--plan", "tp=8", "--input-len", "200000"]
+    code, out, err = cli(args)
+    assert code == 0, err
+    assert "(beyond llama3-8b's 8,192-token sequence length)" in " ".join(out.split())
+    code, out, _ = cli([*args, "--json"])
+    assert any("more than llama3-8b's sequence length 8,192" in n for n in json.loads(out)["notes"])

@@ -303,7 +303,6 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
 
     # every part of the total (`ServingEstimate.total_bytes`), as predict's and plan's add up
     memory = {"weights": est.weights_bytes, "kv_cache": est.kv_cache_bytes, "runtime_reserve": RUNTIME_RESERVED_BYTES}
-    memory["total"] = est.total_bytes
     return {
         "plan": label,
         "tp": int(plan.tp),
@@ -321,7 +320,7 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
         "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
         "max_batch_per_replica": int(est.max_batch),
-        "memory_bytes": whole_bytes_parts(memory),
+        "memory_bytes": whole_bytes_parts({**memory, "total": est.total_bytes}),
         "fits_in_memory": plain(est.fits_in_memory),
         "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
         "decode_s": {k: plain(v) for k, v in est.decode_s.items()},
