@@ -131,3 +131,14 @@ def test_serve_past_the_sequence_length_says_so_in_the_result(cli):
     assert "(beyond llama3-8b's 8,192-token sequence length)" in " ".join(out.split())
     code, out, _ = cli([*args, "--json"])
     assert any("more than llama3-8b's sequence length 8,192" in n for n in json.loads(out)["notes"])
+
+
+def test_the_network_header_and_note_say_line_rate_and_sustained(cli):
+    """README's plan: the header's '1.56 GB/s per GPU' (12.5 GB/s line rate over 8 GPUs) beside the
+    note's '10 GB/s sustained' (1.25 per GPU), neither saying which it was."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-a100", "--nodes", "2", "--inter-link", "eth-100g",
+            "--nics-per-node", "1", "--global-batch", "256", "--top", "1"]  # fmt: skip
+    code, out, err = cli(args)
+    assert code == 0, err
+    assert "1 NIC per server of 8 GPUs: 1.56 GB/s per GPU at line rate" in " ".join(out.split())
+    assert "1 x eth-100g (12.5 GB/s line rate, 10 GB/s sustained per direction" in err
