@@ -208,7 +208,7 @@ def describe_link(link: Any) -> str:
 
     line, sustained = (float(x) / 1e9 for x in (link.bandwidth_bytes_per_s, link.effective_bandwidth_bytes_per_s))
     return (
-        f"{link.name} ({line:.4g} GB/s line rate, {sustained:.4g} GB/s sustained per direction, "
+        f"{link.name} ({line:.4g} GB/s nominal, {sustained:.4g} GB/s sustained per direction, "
         f"{format_seconds(float(link.latency_s))} per step)"
     )
 
