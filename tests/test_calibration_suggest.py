@@ -351,6 +351,7 @@ def test_suggest_prints_runs_with_launch_commands_and_plan_prints_the_regret(cli
     code, out, err = cli(["calibrate", "--suggest", "1", "--emit", "torchtitan", *job])
     assert code == 0, err
     assert "launch with torchtitan" in out or "no launch:" in out
+    assert "priced under torchtitan-compile, the stack torchtitan's launch runs" in err  # as plan --emit searches
     # plan --calibration: the pick's expected regret under the calibration
     model = presets.model(MODEL)
     rows = []

@@ -632,11 +632,12 @@ def test_a_single_valued_option_given_twice_is_refused(cli):
 
 
 def test_an_output_name_without_a_format_says_what_to_give(cli):
-    """`plan -o -` (as crossover and sweep take it) said "unknown file format ''"."""
+    """`plan -o -` said "unknown file format ''" (it now prints the CSV, as crossover and sweep do:
+    tests/test_review29.py); `--plot -` writes a figure file only."""
     args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "64"]
-    code, out, err = cli([*args, "-o", "-"])
+    code, out, err = cli([*args, "--plot", "-"])
     assert (code, out) == (2, "") and err.strip() == (
-        "error: -o -: this option writes a file, not stdout; give a name ending in .csv or .parquet"
+        "error: --plot -: this option writes a file, not stdout; give a name ending in .png or .svg or .pdf"
     )
     code, out, err = cli([*args, "-o", "plans"])
     assert (code, out) == (2, "") and err.strip() == (

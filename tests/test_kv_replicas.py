@@ -154,7 +154,7 @@ def test_the_latency_target_search_keeps_to_what_the_engine_runs():
 def test_the_planner_names_the_kv_heads_when_they_rule_a_tp_out(cli):
     base = ["plan", "--model", "tinyllama-1.1b", "--system", "dgx-h100", "--nodes", "1"]
     code, _, err = cli([*base, "--global-batch", "64", "--tp", "8"])
-    assert code == 2 and "tp must divide the heads (32) and KV heads (4)" in err
+    assert code == 2 and "--tp 8: the model's 4 KV heads are not divisible by tp=8" in err  # the rule that fails
 
 
 def test_serve_says_which_plans_replicate_the_kv_heads():

@@ -212,7 +212,9 @@ def test_throughput_per_gpu_may_use_fewer_servers():
 
 
 def test_no_valid_layout_is_a_clear_error():
-    with pytest.raises(SpecError, match="no valid layout"):
+    with pytest.raises(SpecError, match="no valid layout"):  # values that fail only together
+        search(presets.model("gpt-1.7b"), presets.system("dgx-a100"), 7, SearchSpace(tp=(8,), pp=(2,)))
+    with pytest.raises(SpecError, match="--pp 5: pp=5 does not divide the 8 GPUs"):  # one that fails alone
         search(presets.model("gpt-1.7b"), presets.system("dgx-a100"), 7, SearchSpace(pp=(5,)))
     with pytest.raises(SpecError, match="objective"):
         SearchSpace(objective="cost")
@@ -296,7 +298,8 @@ def test_plan_json_csv_and_heatmap(cli, tmp_path):
         (["--memory-headroom", "10"], "--memory-headroom: '10' is not allowed"),  # 10%? 10 GB? not 10 bytes
         (["--memory-headroom", "0.1"], "--memory-headroom: '0.1' is not allowed"),
         (["--memory-headroom", "1e3"], "--memory-headroom: '1e3' is not allowed"),  # a bare number in any notation
-        (["--global-batch", "7", "--pp", "5"], "no valid layout"),
+        (["--global-batch", "7", "--pp", "5"], "--pp 5: pp=5 does not divide the 128 GPUs"),
+        (["--global-batch", "7", "--tp", "8", "--pp", "32"], "no valid layout"),
         (["--csv", "out.txt"], "unknown file format"),
         (["--tp", "0"], "--tp"),
         (["--zero", "4"], "--zero"),

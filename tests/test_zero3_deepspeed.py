@@ -213,10 +213,12 @@ def test_emit_deepspeed_writes_the_buckets_the_plan_was_priced_with(cli):
     assert zero["stage3_prefetch_bucket_size"] == 10_000_000 and zero["stage3_max_live_parameters"] == 300_000_000
     assert zero["reduce_bucket_size"] == 500_000_000 and zero["stage3_param_persistence_threshold"] == 100_000
     assert config["communication_data_type"] == "fp32"  # the plan reduces bf16 training's gradients in fp32
-    # a plan priced with FSDP's units runs DeepSpeed's stage 3 at its defaults, re-priced so
-    code, out, err = cli([*args, "--framework", "megatron-core", "--emit", "deepspeed"])
+    # a plan priced with FSDP's units (--framework fsdp, named: priced under it, not Megatron-DeepSpeed)
+    # runs DeepSpeed's stage 3 at its defaults, re-priced so
+    code, out, err = cli([*args, "--framework", "fsdp", "--emit", "deepspeed"])
     assert code == 0, err
     assert "DeepSpeed's stage 3 module by module, at its default buckets" in out
+    assert "the times are --framework fsdp's, not those of megatron-deepspeed" in err
     assert '"stage3_prefetch_bucket_size": 50000000' in out
 
 

@@ -290,6 +290,7 @@ def crossover_dict(result: Any, assumptions: str) -> dict[str, Any]:
 
 def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str = "") -> dict[str, Any]:
     from shardwise.calibration.spreads import SERVING_LOG_SD, Z80, serving_basis
+    from shardwise.physics.memory import RUNTIME_RESERVED_BYTES
 
     plan = est.scenario.plan
     log_sd = SERVING_LOG_SD if log_sd is None else log_sd
@@ -300,6 +301,8 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         v = np.asarray(value, dtype=float)
         return {f"{key}_low": plain(v / f), f"{key}_high": plain(v * f)}
 
+    # every part of the total (`ServingEstimate.total_bytes`), as predict's and plan's add up
+    memory = {"weights": est.weights_bytes, "kv_cache": est.kv_cache_bytes, "runtime_reserve": RUNTIME_RESERVED_BYTES}
     return {
         "plan": label,
         "tp": int(plan.tp),
@@ -317,9 +320,7 @@ def serving_dict(label: str, est: Any, log_sd: float | None = None, basis: str =
         "throughput_tokens_per_s": plain(est.throughput_tokens_per_s),
         "per_user_tokens_per_s": plain(est.per_user_tokens_per_s),
         "max_batch_per_replica": int(est.max_batch),
-        "memory_bytes": whole_bytes_parts(
-            {"weights": est.weights_bytes, "kv_cache": est.kv_cache_bytes, "total": est.total_bytes}
-        ),
+        "memory_bytes": whole_bytes_parts({**memory, "total": est.total_bytes}),
         "fits_in_memory": plain(est.fits_in_memory),
         "prefill_s": {k: plain(v) for k, v in est.prefill_s.items()},
         "decode_s": {k: plain(v) for k, v in est.decode_s.items()},

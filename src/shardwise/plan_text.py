@@ -50,6 +50,13 @@ def parse_plan_spec(text: str) -> PlanSpec:
     for key in ("tp", "pp"):
         fields.setdefault(key, "1")
         degrees[key] = "all" if fields[key] == "all" else whole(key, 1)
+    split = [f"{key}=" for key in ("first", "last") if key in fields]
+    if split and degrees["pp"] == 1:  # one stage holds every layer: `serve` ignored them, `predict` refuses them
+        one = len(split) == 1
+        raise SpecError(
+            f"--plan {text!r}: {' and '.join(split)} (layers of a pipeline's end stages) need{'s' if one else ''} "
+            f"pp > 1; add pp=2 or more, or drop {'it' if one else 'them'}"
+        )
     options: dict[str, Any] = {}
     if "vpp" in fields:
         options["vpp"] = whole("vpp", 1)

@@ -134,7 +134,10 @@ def _scenario(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np
     )
     cluster = _cluster(exp.with_(gpu=gpu), link, np.asarray(x["gpus"]).astype(int))
     as_int = {k: np.asarray(x[k]).astype(int) for k in ("tp", "pp", "dp", "batch")}
-    plan_ = Plan(tp=as_int["tp"], pp=as_int["pp"], dp=as_int["dp"], global_batch=as_int["batch"], **kwargs)
+    try:
+        plan_ = Plan(tp=as_int["tp"], pp=as_int["pp"], dp=as_int["dp"], global_batch=as_int["batch"], **kwargs)
+    except SpecError as exc:  # name the --plan it came from ("plan: ..." alone left the user to guess which)
+        raise SpecError(f"--plan {plan.label!r}: {str(exc).removeprefix('plan: ')}") from None
     return Scenario(model, cluster, plan_), valid
 
 

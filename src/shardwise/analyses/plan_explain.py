@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardwise.analyses.plan_search import TIE_TOLERANCE
 from shardwise.analyses.planner import PlanSearch
 from shardwise.engines.result import TrainingEstimate
 from shardwise.errors import SpecError
@@ -309,6 +310,10 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded = excluded_by(search, plan)
+        slower = _value(est, "step_time_s") > _value(best, "step_time_s")
+        if excluded is None and fits and rel < 0 and slower and search.space.objective != "time":
+            # searched and a better rate, yet ranked below: the tie rule (`PlanSearch.ranked`)
+            excluded = f"a tie (rates within {TIE_TOLERANCE:.1%} of the best rank by step time)"
         out.append(Alternative(label, _value(est, "step_time_s"), rel, fits, compare(best, est, capacity), excluded))
     return sorted(out, key=lambda a: (not a.fits, a.relative))
 

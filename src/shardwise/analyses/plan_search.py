@@ -21,6 +21,13 @@ from shardwise.specs import Cluster, Model, Plan, Recompute, Scenario
 TIE_TOLERANCE = 0.005  # throughput per GPU: rates this close count as a tie, broken by step time
 
 
+def objective_text(objective: str) -> str:
+    """What `plan` ranks by, with the tie rule of throughput per GPU (`PlanSearch.ranked`)."""
+    if objective == "time":
+        return "step time"
+    return f"tokens/s per GPU (rates within {TIE_TOLERANCE:.1%} of the best are a tie, ranked by step time)"
+
+
 @dataclass(frozen=True)
 class PlanSearch:
     """Every evaluated plan (flat arrays, one entry per plan) and how the search went. Only the

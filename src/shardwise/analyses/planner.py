@@ -124,6 +124,7 @@ def search(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace
     _check_searchable(model, cluster, global_batch)
     positive_int("global_batch", global_batch)  # before its divisors are listed
     space = space or SearchSpace()
+    _check_shard_group(cluster, space)
     start = time.perf_counter()
     cols, layout, twin = candidates_with_twins(model, cluster, global_batch, space)
     if not cols:
@@ -178,6 +179,9 @@ def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchS
                 "plan: --schedule interleaved needs a pipeline (pp >= 2) of at least 2 model chunks a stage "
                 f"(vpp >= 2), which {' and '.join(why)} rule{'s' * (len(why) == 1)} out; give another --schedule{drop}"
             )
+    fixed = _fixed_value_problem(model, cluster, global_batch, space)
+    if fixed is not None:
+        return fixed
     kv = f" and KV heads ({model.kv_heads})" if model.kv_heads != model.heads else ""
     heads = f"the heads ({model.heads}){kv}"
     hints = [f"the batch must be divisible by dp, tp must divide {heads} and pp be at most the layers ({model.layers})"]
@@ -190,3 +194,65 @@ def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchS
     if any(getattr(space, k) is not None for k in ("tp", "pp", "dp", "vpp", "schedule", "zero_stage", "shard_group")):
         hints.append("and the fixed values given must allow a layout")
     return f"plan: no valid layout of {model.name} on {n} GPUs with global batch {global_batch}: " + "; ".join(hints)
+
+
+def _fixed_value_problem(model: Model, cluster: Cluster, global_batch: int, space: SearchSpace) -> str | None:
+    """The first rule that every value given for one axis (--tp, --pp, --cp, --dp) breaks on its
+    own, in one line naming it, else None (the values only fail
+    together, or nothing was fixed)."""
+    from shardwise.analyses.plan_space import gpu_counts
+
+    counts = gpu_counts(cluster, space)
+    gpus = " or ".join(map(str, counts))
+
+    def of_gpus(x: int) -> bool:
+        return not any(n % x == 0 for n in counts)
+
+    heads, kv, ffn, layers = (int(getattr(model, k)) for k in ("heads", "kv_heads", "ffn_hidden", "layers"))
+    checks = {
+        "tp": [
+            (
+                lambda t: heads % t,
+                "the model's {heads} heads are not divisible by tp={x} (a TP rank owns whole heads)",
+            ),
+            (lambda t: kv % t, "the model's {kv} KV heads are not divisible by tp={x} (a TP rank owns whole ones)"),
+            (lambda t: ffn % t, "the MLP width {ffn} is not divisible by tp={x} (TP splits it by columns)"),
+            (of_gpus, "tp={x} does not divide the {gpus} GPUs"),
+        ],
+        "pp": [
+            (lambda p: p > layers, "pp={x} is more stages than the {layers} layers (each stage holds at least one)"),
+            (of_gpus, "pp={x} does not divide the {gpus} GPUs"),
+        ],
+        "cp": [(of_gpus, "cp={x} does not divide the {gpus} GPUs")],
+        "dp": [
+            (lambda d: global_batch % d, "the global batch {batch} is not divisible by dp={x}"),
+            (of_gpus, "dp={x} does not divide the {gpus} GPUs"),
+        ],
+    }
+    words = {"heads": heads, "kv": kv, "ffn": ffn, "layers": layers, "gpus": gpus, "batch": global_batch}
+    for axis, rules in checks.items():
+        given = getattr(space, axis)
+        if not given:
+            continue
+        for broken, text in rules:
+            if all(broken(int(x)) for x in given):
+                flag = f"--{axis} {','.join(map(str, given))}"
+                return f"plan: {flag}: " + text.format(x=given[0], **words)
+    return None
+
+
+def _check_shard_group(cluster: Cluster, space: SearchSpace) -> None:
+    """A fixed --shard-group that divides no GPU count can shard no plan (a group divides the dp x cp
+    ranks, which divide the GPUs): the search would keep ZeRO-0 alone without a word."""
+    from shardwise.analyses.plan_space import gpu_counts
+
+    counts = gpu_counts(cluster, space)
+    groups = [int(g) for g in space.shard_group or ()]
+    if groups and all(g > 0 and all(n % g for n in counts) for g in groups):
+        n = max(counts)
+        some = ", ".join(str(d) for d in range(2, n + 1) if n % d == 0)
+        raise SpecError(
+            f"plan: --shard-group {','.join(map(str, groups))}: a shard group divides the data-parallel ranks "
+            f"(dp x cp), which divide the {' or '.join(map(str, counts))} GPUs, so no plan could shard over it "
+            f"(only ZeRO-0 would be searched); give a divisor of {n} ({some}) or 0 (every rank), or leave it out"
+        )

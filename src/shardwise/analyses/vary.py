@@ -67,6 +67,12 @@ def _vary_values(name: str, spec: str) -> np.ndarray:
             values = np.geomspace(lo, hi, n) if var.log else np.linspace(lo, hi, n)
         if name == "hidden":
             values = _whole_heads(values, lo, hi)
+            if np.unique(values).size < 2:  # the range collapsed to one width: nothing is swept
+                raise SpecError(
+                    f"a range of widths steps in whole {HEAD_WIDTH}-wide heads, and {lo:g}..{hi:g} holds only "
+                    f"{float(values[0]):g}; widen it (e.g. {HEAD_WIDTH}..{8 * HEAD_WIDTH}) or list the widths "
+                    f"(hidden={lo:g},{hi:g})"
+                )
     else:
         values = np.array([value(v) for v in spec.split(",") if v])
     if values.size == 0 or np.any(values <= 0) or not np.all(np.isfinite(values)):

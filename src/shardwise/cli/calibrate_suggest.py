@@ -26,13 +26,24 @@ def default_target(framework: str) -> str:
     return DEFAULT_EMIT.get(framework, "megatron")
 
 
-def search_for(options: dict[str, Any], values: dict[str, float] | None) -> Any:
+def search_for(options: dict[str, Any], values: dict[str, float] | None, emit: str | None = None) -> Any:
     """The planner's search of the job in `options` on its cluster calibrated by `values` (None:
-    the presets), as `shardwise plan` asks it (`requests.plan.PlanRequest.search`)."""
+    the presets), as `shardwise plan` asks it (`requests.plan.PlanRequest.search`); with `emit`,
+    under the stack that tool's launch runs, as `plan --emit` searches (`requests.emit_stack`)."""
+    from dataclasses import replace
+
+    from shardwise.cli.options import echo_notes
     from shardwise.requests.plan import PlanRequest
 
     asked = {k: v for k, v in options.items() if k not in ("emit", "emit_version", "top", "calibration")}
-    return PlanRequest.from_options(asked).search(values)
+    request = PlanRequest.from_options(asked)
+    if emit is not None:
+        from shardwise.requests.emit_stack import emit_training
+
+        training, note = emit_training(request.training, emit.lower())
+        request = replace(request, training=training)
+        echo_notes([note] if note else [])
+    return request.search(values)
 
 
 def run_suggest(
@@ -53,7 +64,7 @@ def run_suggest(
 
     if options.get("global_batch") is None or not options.get("model_name"):
         raise SpecError("--suggest: give the job as `plan` takes it: --model, --system, --nodes, --global-batch")
-    result = search_for(options, fit.values if fit is not None else None)
+    result = search_for(options, fit.values if fit is not None else None, emit)
     if result.ranked(1).size == 0:
         raise SpecError(f"--suggest: none of the {result.evaluated:,} plans fits in memory; `shardwise plan` says why")
     measured_idx = sg.measured_plans(result, measured)

@@ -133,7 +133,9 @@ experiment_options = _stack(
         default=_d("workload"),
         show_default=True,
         help="train: a training step; forward: one forward pass of the batch; prefill: serving's time to first "
-        "token for a batch of prompts; decode: serving's time per output token at that batch.",
+        "token for a batch of prompts; decode: serving's time per output token at that batch. prefill and decode: "
+        "prompts of the model's sequence length, all-reduce by NCCL without an engine's custom kernel (`serve` "
+        "defaults to 512-token prompts and tensorrt-llm's kernel, so its TPOT is lower).",
     ),
     click.option(
         "--cost-model",

@@ -128,7 +128,9 @@ def emit_option(whose: str, where: str = "docs/emit/") -> Any:
         "--emit",
         type=click.Choice(["megatron", "torchtitan", "deepspeed", "vllm"], case_sensitive=False),
         help=f"Also print {whose} launch command for this tool, re-priced where the tool runs it differently "
-        f"({where}). vllm serves: use `shardwise serve --emit vllm`.",
+        f"({where}). Priced under the tool's stack (deepspeed: megatron-deepspeed with --flash-attention; "
+        "torchtitan: torchtitan-compile) unless --framework names another. vllm serves: use `shardwise serve "
+        "--emit vllm`.",
     )
 
 

@@ -176,7 +176,7 @@ search_options = _stack(
     "csv_path",
     old=("--csv",),
     metavar="FILE",
-    help="Write every evaluated plan (.csv or .parquet, by the extension).",
+    help="Write every evaluated plan (.csv or .parquet, by the extension; - prints the CSV alone).",
 )
 @alias_option(
     "--plot",
@@ -219,26 +219,33 @@ def plan(
       shardwise plan --model gpt-1t --system dgx-a100 --nodes 384 --global-batch 3072 -o all.csv
     """
     from shardwise.cli.options import check_output_path, echo_notes
+    from shardwise.cli.output import STDOUT
+    from shardwise.errors import SpecError
     from shardwise.requests.plan import PlanRequest
 
     request = PlanRequest.from_options({**options, "top": top, "emit": emit, "emit_version": emit_version})
+    rows_out = csv_path == STDOUT  # every plan's row on stdout (alone), as sweep and crossover print theirs
+    for flag in [f for f, given in (("--json", as_json), ("--emit", emit), ("--show-command", show_command)) if given]:
+        if rows_out:
+            raise SpecError(f"give {flag} or -o -, not both (both print)")
     for path, allowed, flag in (
-        (csv_path, (".csv", ".parquet"), "-o"),
+        (None if rows_out else csv_path, (".csv", ".parquet"), "-o"),
         (heatmap_path, (".png", ".svg", ".pdf"), "--plot"),
     ):
         if path is not None:
             check_output_path(path, allowed, flag)
     outcome = request.run()
     echo_notes(outcome.notes)
-    result = outcome.search
-    figure = None
+    result, figure = outcome.search, None
     if heatmap_path is not None:
         from shardwise import plots
 
         figure = plots.save(plots.plan_heatmap(result), heatmap_path)
     if csv_path is not None:
-        from shardwise.tables import write_columns
+        from shardwise.tables import csv_text, write_columns
 
+        if rows_out:
+            return click.echo(csv_text(outcome.table_columns()), nl=False)
         write_columns(outcome.table_columns(), csv_path)
     if as_json:
         from shardwise import export
@@ -274,19 +281,18 @@ def _print(
     from rich.table import Table
 
     from shardwise.analyses.plan_explain import PARTS, describe
+    from shardwise.analyses.plan_search import objective_text
     from shardwise.calibration.spreads import Z80
-    from shardwise.cli.render import console, plan_label, recompute_cell
+    from shardwise.cli.render import across_servers, console, plan_label, recompute_cell, servers_of
     from shardwise.units import format_seconds, format_seconds_range
 
     out = console()
     m, c = result.model, result.cluster
-    from shardwise.cli.render import across_servers, servers_of
-
     inter = f"; {across_servers(c)}" if c.inter_node_link is not None and int(c.nodes) > 1 else ""
     out.print(
         f"[bold]{m.name}[/] on {int(c.num_gpus)} x {c.gpu.name} ({servers_of(c)}, "
         f"{c.intra_node_link.name} inside{inter}); global batch {result.global_batch} x {m.seq_len} tokens; "
-        f"objective: {'step time' if result.space.objective == 'time' else 'tokens/s per GPU'}"
+        f"objective: {objective_text(result.space.objective)}"
         + (f"; LoRA rank {rank}, base weights frozen" if (rank := result.space.execution.get("lora_rank")) else "")
         + (
             f" (adapters on {result.space.execution.get('lora_targets')})"

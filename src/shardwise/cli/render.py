@@ -150,14 +150,15 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
 
 def across_servers(c: Any) -> str:
     """The network as the answer's header names it, with the NIC count it was priced with:
-    'eth-100g across nodes, 2 NICs per server of 8 GPUs: 3.12 GB/s per GPU'. The per-GPU link
+    'eth-100g across nodes, 2 NICs per server of 8 GPUs: 3.12 GB/s per GPU nominal'. The per-GPU link
     is `loaders.per_gpu_nic`'s: named 'NIC xN/G' where G GPUs share N cards, the NIC itself
     where each GPU has one (or more)."""
     import re
 
     link, per_node = c.inter_node_link, int(_f(c.gpus_per_node))
     shared = re.fullmatch(r"(.+) x([0-9.e+]+)/(\d+)", str(link.name))
-    rate = f"{_f(link.bandwidth_bytes_per_s) / 1e9:.3g} GB/s per GPU"
+    # nominal (the line rate, or a calibration's scaling of it): `describe_link` gives the sustained rate too
+    rate = f"{_f(link.bandwidth_bytes_per_s) / 1e9:.3g} GB/s per GPU nominal"
     if shared:
         name, nics = shared.group(1), float(shared.group(2))
         return f"{name} across servers, {nics:g} NIC{'s' if nics != 1 else ''} per server of {per_node} GPUs: {rate}"

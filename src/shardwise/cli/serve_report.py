@@ -30,9 +30,11 @@ def print_estimates(
     inter = cluster.inter_node_link
     multi = inter is not None and int(cluster.nodes) > 1
     across = f", {inter.name} across {int(cluster.nodes)} servers" if multi else ""
+    long = mix is None and workload.input_len + workload.output_len > model.seq_len  # priced as asked (a note says)
+    beyond = f" (beyond {model.name}'s {model.seq_len:,}-token sequence length)" if long else ""
     out.print(
         f"[bold]{model.name}[/] on {int(cluster.num_gpus)} x {cluster.gpu.name} ({cluster.intra_node_link.name} "
-        f"inside a server{across}); {_lengths_text(workload, rows, mix)}; "
+        f"inside a server{across}); {_lengths_text(workload, rows, mix)}{beyond}; "
         f"weights {workload.weight_precision} (GEMMs in {rows[0][1].scenario.plan.precision}), KV cache "
         f"{workload.kv_precision}; {_engine_text(workload)}runtime {workload.runtime}; "
         + _all_reduce_text(workload.custom_all_reduce, cluster)
@@ -40,11 +42,6 @@ def print_estimates(
         + _pcie_text(cluster)
         + ("" if cluster.nvls or not cluster.intra_node_link.nvls_efficiency else "; NVLS off")
     )
-    if mix is None and workload.input_len + workload.output_len > model.seq_len:
-        out.print(
-            f"[yellow]note: {workload.input_len + workload.output_len} tokens per request is more than "
-            f"{model.name}'s sequence length {model.seq_len} (--seq-len to change it)[/]"
-        )
     over = _mix_over_context(mix, int(model.seq_len))
     if over:
         out.print(f"[yellow]note: {over} (--seq-len to change it)[/]")

@@ -95,17 +95,27 @@ def _print(
     )
     out.print(f"[dim]{interval_words(interval[0], interval[1], step, interval[2])}[/]")
     table = Table(header_style="bold")
-    for col in ("stage", "busy", "bubble", "peak micro-batches in flight"):
+    # with virtual stages the simulator counts model chunks in flight, each 1/v of a micro-batch's
+    # activations on the stage (`engines.simulator` peak_in_flight: chunk units / v)
+    v = int(sim.v)
+    held = "peak micro-batches in flight" if v == 1 else "peak in flight: chunks (micro-batches)"
+    for col in ("stage", "busy", "bubble", held):
         table.add_column(col, justify="right")
     show = list(range(sim.p)) if sim.p <= 10 else [0, 1, sim.p // 2, sim.p - 2, sim.p - 1]
     for i in show:
+        peak = float(sim.peak_in_flight[i])
         table.add_row(
             str(i),
             format_seconds(float(sim.busy_s[i])),
             f"{sim.bubble_fraction_per_stage[i]:.1%}",
-            f"{sim.peak_in_flight[i]:g}",
+            f"{peak:g}" if v == 1 else f"{round(peak * v)} ({peak:.2f})",
         )
     out.print(table)
+    if v > 1:
+        out.print(
+            f"[dim]in flight: model chunks whose forward pass has run and backward not yet; with v={v} a chunk is "
+            f"1/{v} of the stage's layers, so {v} chunks hold one micro-batch's activations on it[/]"
+        )
     out.print(
         f"bubble over all stages: {sim.bubble_fraction:.1%} of the pipeline's span "
         f"({format_seconds(sim.pipeline_end_s)}); the rest of the step is {_after_pipeline(sim_step)}"

@@ -17,9 +17,28 @@ from shardwise.emit.launch import EmitError, Launch
 from shardwise.specs import Scenario
 
 TRAINING_TARGETS = ("megatron", "torchtitan", "deepspeed")
+# the framework presets each training target's launch runs, the first where a plan states none
+# (`requests.emit_stack`): Megatron-LM main is Megatron-Core; torchtitan compiles as the plan is
+# priced (`torchtitan._compile`): a fused stack's plan with torch.compile, an eager one without;
+# the deepspeed target writes Megatron-DeepSpeed's pretrain_gpt.py
+TARGET_STACKS = {
+    "megatron": ("megatron-core",),
+    "torchtitan": ("torchtitan-compile", "torchtitan"),
+    "deepspeed": ("megatron-deepspeed",),
+}
 TARGETS = (*TRAINING_TARGETS, "vllm")
 
-__all__ = ["TARGETS", "TRAINING_TARGETS", "EmitError", "Launch", "adapt", "emit", "versions", "vllm_launch"]
+__all__ = [
+    "TARGETS",
+    "TARGET_STACKS",
+    "TRAINING_TARGETS",
+    "EmitError",
+    "Launch",
+    "adapt",
+    "emit",
+    "versions",
+    "vllm_launch",
+]
 
 
 def _module(target: str) -> ModuleType:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.emit import EmitError, adapt, emit
+from shardwise.emit import TARGET_STACKS, EmitError, adapt, emit
 from shardwise.specs import Scenario
 from shardwise.units import whole_bytes
 
@@ -17,7 +17,12 @@ def training_launch(
     and, when the tool runs another plan, that plan's step time and memory."""
     target = target.lower()
     run, changes = adapt(scn, target, version)
-    out: dict[str, Any] = {"priced_step_time_s": priced_step_s, "launched_step_time_s": priced_step_s}
+    # the stack the times are priced under (`requests.emit_stack`: the tool's own, unless --framework named another)
+    out: dict[str, Any] = {
+        "priced_step_time_s": priced_step_s,
+        "launched_step_time_s": priced_step_s,
+        "priced_framework": str(scn.plan.framework),
+    }
     if changes:
         from shardwise.analyses.planner import confirmed_estimate
 
@@ -37,7 +42,14 @@ def training_launch(
 def text(launch: dict[str, Any], which: str = "the best plan") -> str:
     from shardwise.units import format_seconds
 
-    head = f"\nlaunch {which} with {launch['target']} ({launch['version']}):"
+    stack, own = launch.get("priced_framework"), TARGET_STACKS.get(launch["target"], ())
+    if stack is None or (stack, launch["target"]) == ("megatron-core", "megatron"):
+        stack = ""  # Megatron-LM's own stack, the default: nothing to say
+    elif stack in own:
+        stack = f", priced under {stack}"
+    else:
+        stack = f", priced under {stack} (--framework), not {own[0]}"
+    head = f"\nlaunch {which} with {launch['target']} ({launch['version']}){stack}:"
     if launch["changes"]:
         head += (
             f"\n{launch['target']} runs a different plan, re-priced: {format_seconds(launch['launched_step_time_s'])} "

@@ -206,8 +206,9 @@ def link_flag(spec: str, role: str, replaced: Any = None, latency_s: float | Non
 def describe_link(link: Any) -> str:
     from shardwise.units import format_seconds
 
+    line, sustained = (float(x) / 1e9 for x in (link.bandwidth_bytes_per_s, link.effective_bandwidth_bytes_per_s))
     return (
-        f"{link.name} ({float(link.effective_bandwidth_bytes_per_s) / 1e9:.4g} GB/s sustained per direction, "
+        f"{link.name} ({line:.4g} GB/s nominal, {sustained:.4g} GB/s sustained per direction, "
         f"{format_seconds(float(link.latency_s))} per step)"
     )
 

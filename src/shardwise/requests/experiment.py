@@ -174,6 +174,14 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
         ]
     )
     batching = "" if exp.workload in ("prefill", "decode") else f"; micro-batch {exp.micro_batch}"
+    if exp.workload in ("prefill", "decode"):  # `analyses.evaluate._measure`'s request, unlike `serve`'s
+        from shardwise.analyses.evaluate import SERVING_OUTPUT_LEN
+
+        batching = (
+            f" (the batch's requests at once, prompts of the sequence length {m.seq_len}, {SERVING_OUTPUT_LEN} "
+            "new tokens; all-reduce by NCCL, no engine's custom kernel: `serve` defaults to 512-token prompts "
+            "and tensorrt-llm's kernel)"
+        )
     across = ""
     if (variable == "gpus" or exp.gpus > exp.gpus_per_node) and exp.inter_node_link is not None:
         nic = exp.inter_node_link

@@ -6,7 +6,7 @@ them on dense, mixture-of-experts, context-parallel and uneven-stage plans).
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from shardwise.requests.plan_result import PlanResult, with_intervals
@@ -335,12 +335,19 @@ class PlanRequest:
         return search(model, cluster, self.global_batch, space)
 
     def run(self) -> PlanResult:
+        if self.emit is not None:  # searched under the stack the tool's launch runs (`requests.emit_stack`)
+            from shardwise.requests.emit_stack import emit_training
+
+            training, stack_note = emit_training(self.training, self.emit)
+            return replace(self, training=training)._run([stack_note] if stack_note else [])
+        return self._run([])
+
+    def _run(self, notes: list[str]) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
         from shardwise.errors import SpecError
         from shardwise.presets.stack_defaults import framework_zero_stages
         from shardwise.requests import build
 
-        notes: list[str] = []
         cal = build.load_calibration(self.training.calibration)
         result = self._search(cal, None, notes)
         cluster, space = result.cluster, result.space

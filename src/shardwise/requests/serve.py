@@ -243,6 +243,11 @@ class ServeRequest:
             flags = {"input_len": "--input-len", "output_len": "--output-len", "batch": "--concurrency"}
             raise SpecError(f"{flags[name]}: {rest}" if name in flags and rest else str(exc)) from None
         mix = request_mix(self.lengths)
+        if mix is None and (total := workload.input_len + workload.output_len) > model.seq_len:
+            notes.append(  # priced all the same: a preset's sequence length may be its pre-training one
+                f"{total:,} tokens per request is more than {model.name}'s sequence length {model.seq_len:,}: "
+                "priced as asked, beyond the context the model states (--seq-len to change it)"
+            )
         given = self.input_len is not None or self.output_len is not None
         check_mix_flags(mix, self.burstiness, self.request_rate, self.batching, self.targets, self.emit, given)
         from shardwise.requests.serve_flags import check_load_flags

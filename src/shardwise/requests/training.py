@@ -304,8 +304,13 @@ class PredictRequest:
 
     def run(self) -> PredictResult:
         from shardwise.requests import build
+        from shardwise.requests.emit_stack import emit_training, priced_launch
 
-        built = self.training.build()
+        priced, stack_note = self, None
+        if self.emit is not None:  # priced under the stack the tool's launch runs (`emit_stack`)
+            training, stack_note = emit_training(self.training, self.emit)
+            priced = replace(self, training=training)
+        built = priced.training.build()
         scn = built.scenario
         _refuse_expert_flags(self.training, scn.model)  # the rest of refuse_idle_flags ran in __post_init__
         if self.engine == "simulate":
@@ -318,8 +323,9 @@ class PredictRequest:
             est = estimate_training_step(scn)
         spread = build.spread([scn], built.calibration)
         low, high = (float(x[0]) for x in spread.bounds(float(est.step_time_s)))
-        launch = None if self.emit is None else _launch(est, self.emit, self.emit_version)
-        return PredictResult(self, est, low, high, spread.basis, built.notes, launch)
+        launch = None if self.emit is None else priced_launch(est, self.emit, self.emit_version)
+        notes = (*built.notes, *filter(None, [stack_note]))
+        return PredictResult(priced, est, low, high, spread.basis, notes, launch)
 
 
 def _checked_emit(emit: str | None, emit_version: str | None) -> str | None:
@@ -341,22 +347,6 @@ def checked_emit(emit: str | None, emit_version: str | None, command: str) -> st
     if target not in EMIT_TARGETS:
         raise SpecError(f"--emit: {target!r} is not allowed; use one of {', '.join(EMIT_TARGETS)}")
     return target
-
-
-def _launch(est: Any, target: str, version: str | None) -> dict[str, Any]:
-    """The launch of the priced plan by `target` (`emit.report.training_launch`): refused when the
-    plan, or what the tool runs of it, does not fit in the GPU's memory."""
-    from shardwise.emit import EmitError
-    from shardwise.emit.report import training_launch
-    from shardwise.units import format_capacity
-
-    capacity = float(est.scenario.cluster.gpu.memory_bytes)
-    if not bool(est.fits_in_memory):
-        raise EmitError(
-            f"--emit {target}: this plan needs {float(est.memory.total_bytes) / 1e9:.1f} GB per GPU, more than "
-            f"{format_capacity(capacity)}; fix the plan (--tp, --pp, --zero, --recompute, ...) until it fits"
-        )
-    return training_launch(est.scenario, target, version, capacity, float(est.step_time_s))
 
 
 def refuse_idle_flags(t: TrainingRequest, model: Any = None) -> None:

@@ -1,0 +1,70 @@
+"""The stack a training `--emit` prices under: the framework preset of the tool whose launch it
+prints. `--emit deepspeed` writes Megatron-DeepSpeed's pretrain_gpt.py (emit/deepspeed.py), so its
+plan is priced as `--framework megatron-deepspeed`, with FlashAttention-2 where the plan has it (the
+launch passes `--use-flash-attn-v2` then); `--emit torchtitan` writes torch.compile as the plan is
+priced (emit/torchtitan.py `_compile`): `torchtitan-compile` for a fused stack's plan, `torchtitan`
+for an eager one; `--emit megatron` writes Megatron-LM main: `megatron-core`.
+
+Where --framework is left at its default (megatron-core), `predict --emit` and `plan --emit` price
+under the tool's stack and say so; where it names another stack, they price under that one and say
+that the time is that stack's, not the emitted tool's."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from shardwise.emit import TARGET_STACKS
+
+DEFAULT_FRAMEWORK = "megatron-core"
+
+
+def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
+    """(the `requests.training.TrainingRequest` that `--emit target` prices, a note saying under
+    which stack, or None where the request already names the tool's own)."""
+    from shardwise.presets.stack_defaults import builtin_of
+    from shardwise.requests.plan_build import flash_attention
+
+    stacks = TARGET_STACKS[target]
+    framework = training.framework or DEFAULT_FRAMEWORK
+    if builtin_of(framework) in stacks:
+        return training, None
+    if framework != DEFAULT_FRAMEWORK:
+        return training, (
+            f"--emit {target}: the times are --framework {framework}'s, not those of {stacks[0]}, the stack "
+            f"{target}'s launch runs (leave --framework out to price that)"
+        )
+    changes: dict[str, Any] = {"framework": stacks[0]}
+    flags = f"--framework {stacks[0]}"
+    if target == "torchtitan" and training.eager_kernels:  # the launch compiles nothing: torchtitan eager
+        changes["framework"] = flags = "torchtitan"
+        flags = "--framework torchtitan"
+    if target == "deepspeed" and flash_attention(training.values()):
+        # megatron-deepspeed leaves FlashAttention off (its --use-flash-attn-v2 is opt-in): the
+        # launch passes it where the plan has it, so it is priced with it
+        changes["flash_attention"] = True
+        flags += " --flash-attention"
+    return replace(training, **changes), (
+        f"--emit {target}: priced under {changes['framework']}, the stack {target}'s launch runs (as {flags}); "
+        f"--framework names another to price under it"
+    )
+
+
+def priced_launch(est: Any, target: str, version: str | None) -> dict[str, Any]:
+    """The launch of the priced plan by `target` (`emit.report.training_launch`): refused when the
+    plan, or what the tool runs of it, does not fit in the GPU's memory."""
+    from shardwise.emit import EmitError
+    from shardwise.emit.report import training_launch
+    from shardwise.units import format_capacity
+
+    capacity = float(est.scenario.cluster.gpu.memory_bytes)
+    if not bool(est.fits_in_memory):
+        plan = est.scenario.plan
+        # the attention scores materialised (megatron-deepspeed's default): the launch would not
+        # pass --use-flash-attn-v2 either
+        hint = "" if bool(plan.flash_attention) else "--flash-attention (the launch then asks for it), "
+        raise EmitError(
+            f"--emit {target}: this plan needs {float(est.memory.total_bytes) / 1e9:.1f} GB per GPU, more than "
+            f"{format_capacity(capacity)}; fix the plan ({hint}--tp, --pp, --zero, --recompute, ...) until it fits"
+        )
+    return training_launch(est.scenario, target, version, capacity, float(est.step_time_s))

@@ -1,0 +1,60 @@
+"""`--emit` prices under the stack the emitted tool runs (`requests.emit_stack`; review 29: `--emit
+deepspeed` and `--emit torchtitan` kept Megatron-Core's price beside the other tool's launch)."""
+
+from __future__ import annotations
+
+import json
+
+JOB = ["--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "32"]
+
+
+def _json(cli, args: list[str]) -> tuple[dict, str]:
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
+    return json.loads(out), err
+
+
+def test_predict_emit_deepspeed_prices_megatron_deepspeed_with_flash_attention(cli):
+    emitted, err = _json(cli, ["predict", *JOB, "--zero", "3", "--emit", "deepspeed"])
+    own, _ = _json(cli, ["predict", *JOB, "--zero", "3", "--framework", "megatron-deepspeed", "--flash-attention"])
+    core, _ = _json(cli, ["predict", *JOB, "--zero", "3"])
+    assert emitted["step_time_s"] == own["step_time_s"] != core["step_time_s"]
+    assert emitted["memory_bytes"] == own["memory_bytes"]
+    assert "--use-flash-attn-v2" in emitted["launch"]["argv"]  # what it was priced with
+    assert emitted["launch"]["priced_framework"] == "megatron-deepspeed"
+    assert "priced under megatron-deepspeed" in err
+    assert "--framework megatron-deepspeed --flash-attention" in emitted["command"]  # the command that prices it
+    code, out, err = cli(["predict", *JOB, "--zero", "3", "--emit", "deepspeed"])
+    assert code == 0 and "launch this plan with deepspeed (master), priced under megatron-deepspeed:" in out
+
+
+def test_predict_emit_deepspeed_without_flash_attention_names_the_flag(cli):
+    code, _, err = cli(["predict", *JOB, "--zero", "3", "--framework", "megatron-deepspeed", "--emit", "deepspeed"])
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "--flash-attention (the launch then asks for it)" in err
+
+
+def test_another_framework_named_keeps_its_price_and_says_so(cli):
+    emitted, err = _json(cli, ["predict", *JOB, "--zero", "3", "--framework", "fsdp", "--emit", "torchtitan"])
+    own, _ = _json(cli, ["predict", *JOB, "--zero", "3", "--framework", "fsdp"])
+    assert emitted["step_time_s"] == own["step_time_s"]
+    assert "the times are --framework fsdp's, not those of torchtitan-compile" in err
+    code, out, _ = cli(["predict", *JOB, "--zero", "3", "--framework", "fsdp", "--emit", "torchtitan"])
+    assert code == 0
+    assert "priced under fsdp (--framework), not torchtitan-compile:" in out
+
+
+def test_plan_emit_torchtitan_searches_under_torchtitan_compile(cli):
+    emitted, err = _json(cli, ["plan", *JOB, "--top", "2", "--emit", "torchtitan"])
+    own, _ = _json(cli, ["plan", *JOB, "--top", "2", "--framework", "torchtitan-compile"])
+    assert [p["step_time_s"] for p in emitted["plans"]] == [p["step_time_s"] for p in own["plans"]]
+    assert "priced under torchtitan-compile" in err
+    assert "--compile.enable" in emitted["launch"]["argv"]
+    eager, _ = _json(cli, ["plan", *JOB, "--top", "1", "--framework", "torchtitan", "--emit", "torchtitan"])
+    assert "--compile.no-enable" in eager["launch"]["argv"]
+
+
+def test_emit_megatron_is_priced_as_before(cli):
+    emitted, err = _json(cli, ["predict", *JOB, "--zero", "3", "--emit", "megatron"])
+    core, _ = _json(cli, ["predict", *JOB, "--zero", "3"])
+    assert emitted["step_time_s"] == core["step_time_s"] and "priced under" not in err
