@@ -1,7 +1,9 @@
-"""Sequence parallelism's all-gathers in front of Transformer Engine 2.x's linear layers move the
+"""Sequence parallelism's all-gathers in front of Transformer Engine's linear layers move the
 quantised tensor (`physics.linears.sp_gather_bytes_per_element`): NVFP4 0.5625 bytes an element,
-MXFP8 1 + 1/32, per-tensor current scaling 1; the output gradient of a row-parallel layer in both
-block-scaled layouts; 16-bit, delayed-scaling FP8 and torchao's recipes gather 16 bits."""
+MXFP8 1 + 1/32, per-tensor FP8 1 (delayed scaling on TE 1.x and 2.x, current scaling); the output
+gradient of a row-parallel layer in both block-scaled layouts; 16-bit training, torchao's recipes
+and TE's JAX path gather 16 bits. Per-tensor FP8 on a GPU without any-layout FP8 GEMMs transposes
+each gathered tensor after the gather."""
 
 from __future__ import annotations
 
@@ -25,7 +27,7 @@ MX = 1 + 1 / 32  # E4M3 and an E8M0 scale per 32
         ("mxfp8", "te", (MX, MX, 2 * MX)),
         ("mxfp8", "te_current", (MX, MX, 2 * MX)),
         ("fp8", "te_current", (1.0, 1.0, 1.0)),  # per-tensor: row-wise gathered, transposed after
-        ("fp8", "te", (2.0, 2.0, 2.0)),  # delayed scaling ran on TE 1.x too, which gathered 16 bits
+        ("fp8", "te", (1.0, 1.0, 1.0)),  # delayed scaling: TE 1.x's norm writes FP8, gathered as it is
         ("fp8", "tensorwise", (2.0, 2.0, 2.0)),  # torchao
         ("fp8", "te-jax", (2.0, 2.0, 2.0)),
         ("bf16", "te", (2.0, 2.0, 2.0)),
@@ -49,7 +51,7 @@ def test_exposed_tp_communication_falls_with_the_gathered_bytes():
     reduce-scatters (16-bit outputs) are the same in every precision."""
     bf16, fp8_delayed = _tp_comm_s("bf16"), _tp_comm_s("fp8", "te")
     fp8_current, mxfp8, nvfp4 = _tp_comm_s("fp8", "te_current"), _tp_comm_s("mxfp8"), _tp_comm_s("nvfp4")
-    assert fp8_delayed == pytest.approx(bf16)
+    assert fp8_delayed == pytest.approx(fp8_current)
     assert nvfp4 < fp8_current < bf16
     assert nvfp4 < mxfp8 < bf16
     # the reduce-scatters stay: the gathers alone shrink, so nothing falls below half the 16-bit time
@@ -85,7 +87,8 @@ def test_each_rank_casts_its_own_rows_before_the_gather():
     model, gpu, t = presets.model("llama3-70b", seq_len=8192), presets.gpu("gb200"), 4
     fwd = layer_forward(model, 1, t, True, 2.0)
     assert gathered_shards("nvfp4", "te", t, True) == t
-    assert gathered_shards("nvfp4", "te", t, False) == 1 and gathered_shards("fp8", "te", t, True) == 1
+    assert gathered_shards("fp8", "te", t, True) == t
+    assert gathered_shards("nvfp4", "te", t, False) == 1 and gathered_shards("fp8", "te-jax", t, True) == 1
     per_byte = 1.0 / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
     whole_f, whole_b = cast_times(fwd, gpu, 1.0, 0)
     own_f, own_b = cast_times(fwd, gpu, 1.0, 0, gathered_shards=t)
@@ -93,3 +96,64 @@ def test_each_rank_casts_its_own_rows_before_the_gather():
     gathered_out = (fwd.attn_out.m * fwd.attn_out.n + fwd.mlp_down.m * fwd.mlp_down.n) * per_byte
     assert float(whole_f - own_f) == pytest.approx(gathered_in * (1 - 1 / t))
     assert float(whole_b - own_b) == pytest.approx(gathered_out * (1 - 1 / t))
+
+
+def _gathered_elements(fwd) -> tuple[float, float]:
+    """Elements of the gathered inputs (QKV, MLP up) and gathered output gradients (attention
+    output, MLP down) of one layer, whole."""
+    inputs = fwd.qkv.m * fwd.qkv.k + fwd.mlp_up.m * fwd.mlp_up.k
+    outputs = fwd.attn_out.m * fwd.attn_out.n + fwd.mlp_down.m * fwd.mlp_down.n
+    return float(inputs), float(outputs)
+
+
+def test_per_tensor_fp8_gathered_row_wise_is_transposed_whole_after_the_gather():
+    """TE's per-tensor FP8 on Hopper (TN-only FP8 GEMMs): the own rows are cast row-wise alone (no
+    transposed copy, 1 byte an element less) and the gathered tensor is transposed whole for the
+    weight gradient (read 1, write 1), one kernel each, in the backward pass."""
+    from shardwise.physics.flops import layer_forward
+    from shardwise.physics.linears import (
+        FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
+        FP8_TRANSPOSE_BYTES_PER_ELEMENT,
+        cast_times,
+    )
+
+    model, gpu, t = presets.model("llama3-70b", seq_len=8192), presets.gpu("h100-sxm5-80gb"), 8
+    fwd = layer_forward(model, 1, t, True, 2.0)
+    per_byte = 1.0 / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    gathered_in, gathered_out = _gathered_elements(fwd)
+    own_f, own_b = cast_times(fwd, gpu, 4.0, 1, gathered_shards=t)
+    tr_f, tr_b = cast_times(
+        fwd, gpu, 4.0, 1, gathered_shards=t, gathered_transpose=FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT
+    )
+    row_byte = FP8_TRANSPOSE_BYTES_PER_ELEMENT * per_byte / t
+    assert float(own_f - tr_f) == pytest.approx(gathered_in * row_byte)
+    transposes = FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT * (gathered_in + gathered_out) * per_byte
+    four_kernels = 4 * gpu.kernel_launch_s
+    assert float(tr_b - own_b) == pytest.approx(transposes - gathered_out * row_byte + four_kernels)
+    # no quantised gather (one shard): nothing is transposed after a gather
+    assert cast_times(fwd, gpu, 4.0, 1, gathered_shards=1, gathered_transpose=2.0) == cast_times(fwd, gpu, 4.0, 1)
+
+
+def test_the_layer_transposes_per_tensor_fp8_only_where_the_gemms_need_one_layout():
+    """`layer_times` charges the transposes after the gather for per-tensor FP8 on Hopper, not on a
+    GPU whose FP8 GEMMs take any layout (data-centre Blackwell), nor for MXFP8 (both layouts cast
+    on the own rows)."""
+    from shardwise.physics.compute import layer_times
+    from shardwise.physics.flops import layer_forward
+    from shardwise.physics.linears import gathered_shards
+
+    model, t = presets.model("llama3-70b", seq_len=8192), 8
+    fwd = layer_forward(model, 1, t, True, 2.0)
+    hopper, blackwell = presets.gpu("h100-sxm5-80gb"), presets.gpu("gb200")
+    assert not hopper.fp8_any_layout and blackwell.fp8_any_layout
+
+    def cast_b(gpu, precision: str) -> float:
+        shards = gathered_shards(precision, "te", t, True)
+        return float(layer_times(fwd, gpu, precision, True, gathered_shards=shards).cast_b_s)
+
+    gathered_in, gathered_out = _gathered_elements(fwd)
+    per_byte = 1.0 / (hopper.memory_bandwidth_bytes_per_s * hopper.memory_efficiency)
+    # Hopper: the whole gathered tensors transposed, far more than their own rows' transposed copies
+    assert cast_b(hopper, "fp8") > 2.0 * (gathered_in + gathered_out) * per_byte
+    blackwell_per_byte = 1.0 / (blackwell.memory_bandwidth_bytes_per_s * blackwell.memory_efficiency)
+    assert cast_b(blackwell, "fp8") < 2.0 * (gathered_in + gathered_out) * blackwell_per_byte

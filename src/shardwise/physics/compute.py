@@ -40,6 +40,7 @@ from shardwise.physics.flops import LayerForward
 from shardwise.physics.kernels import gemm_s, gemms_s, memory_s, roofline_s  # noqa: F401
 from shardwise.physics.linears import (  # noqa: F401
     FP8_CAST_BYTES_PER_ELEMENT,
+    FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
     FUSED_ACCUMULATE_BYTES,
     MXFP8_CAST_BYTES_PER_ELEMENT,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
@@ -211,7 +212,13 @@ def layer_times(
     elif is_narrow(precision):
         per_element = cast_bytes_per_element(precision, fp8_recipe, gpu.fp8_any_layout)
         kernels, saving = cast_kernels_per_tensor(precision, fp8_recipe), norm_fed_saving(precision, fp8_recipe)
-        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards)
+        # per-tensor FP8 gathered quantised on a GPU without any-layout FP8 GEMMs: transposed after the gather
+        transpose = np.where(
+            (precision == "fp8") & ~np.asarray(gpu.fp8_any_layout, dtype=bool),
+            FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
+            0.0,
+        )
+        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards, transpose)
         if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
             weight_cast = weight_cast_s(fwd, gpu, precision)
             cast_f = cast_f + weight_cast

@@ -102,6 +102,15 @@ def current_scaling(precision: str, fp8_recipe: str) -> bool:
 # !is_non_tn_fp8_gemm_supported`). MXFP8 keeps both copies everywhere (its scales run along rows in
 # one and along columns in the other).
 FP8_TRANSPOSE_BYTES_PER_ELEMENT = 1.0
+# Where a per-tensor FP8 tensor is gathered quantised (`sp_gather_bytes_per_element`) on a GPU whose
+# FP8 GEMMs take only the TN layout (Hopper, Ada), the rank casts its own rows row-wise alone and the
+# weight gradient's transposed copy is made after the gather, from the whole gathered FP8 tensor:
+# TE v1.11 layernorm_linear.py backward `ln_out_total_t = tex.fp8_transpose(ln_out_total, ...)`,
+# base.py `grad_output_preprocess` (`cast_to_fp8` of the own rows, `gather_along_first_dim`, then
+# `tex.fp8_transpose(grad_output_c, ...)`); TE 2.x re-gathers it row-wise and transposes likewise
+# (module/_common.py `set_quantizer_usage_for_wgrad_all_gather`). Read 1, write 1 per element of the
+# gathered tensor, one kernel each, in the backward pass.
+FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT = 2.0
 
 
 def cast_bytes_per_element(precision: str, fp8_recipe: str = "te", any_layout: Number = False) -> Number:
@@ -145,11 +154,18 @@ def cast_kernels_per_tensor(precision: str, fp8_recipe: str = "te") -> int:
 # the input gradient, column-wise for the weight gradient), row-wise alone for per-tensor FP8.
 # Bytes per element of the gathered activation: (input, input again for wgrad, output gradient).
 # The reduce-scatters carry the GEMMs' 16-bit outputs. Scales: FP8's one per tensor (none per
-# element), MXFP8's one byte per 32, NVFP4's per 16. Since TE 2.1 (544dd14, 2025-02, the quantizer
-# rewrite); TE 1.x gathered the 16-bit norm output and cast it after (v1.13 layernorm_linear.py:
-# `gather_along_first_dim(ln_out, ...)`, then `cast_to_fp8(ln_out_total, ...)`). MXFP8, NVFP4 and
-# per-tensor current scaling exist only in TE 2.x, so they gather quantised; per-tensor delayed
-# scaling ("te") ran on both (NeMo 1 and early NeMo 2 containers on TE 1.x) and keeps 16-bit gathers.
+# element), MXFP8's one byte per 32, NVFP4's per 16. Per-tensor delayed scaling ("te") gathered FP8
+# under TE 1.x as well: Megatron-Core's TELayerNormColumnParallelLinear (return_layernorm_output
+# False) has the norm kernel write FP8 (TE v1.9-v1.13 layernorm_linear.py forward: `ln_out_dtype =
+# torch.uint8 if (fp8 and not return_layernorm_output)`, `_apply_normalization(..., fp8_out)`, then
+# `gather_along_first_dim(ln_out, ...)`, re-gathered in the backward from the saved FP8 `ln_out`);
+# linear.py casts a sequence-parallel input with `cast_to_fp8` before `gather_along_first_dim`;
+# base.py `grad_output_preprocess` casts the output gradient's own rows, then gathers the uint8
+# tensor; userbuffers' all-gather buffers are FP8 under an FP8 recipe (module/base.py
+# `initialize_ub`: "AllGather buffers use fp8 when using fp8 recipe", qkv_fprop, qkv_dgrad,
+# proj_dgrad, fc1_fprop, fc1_dgrad, fc2_dgrad). (TE 1.x's 16-bit gather then cast, `cast_to_fp8(
+# ln_out_total, ...)`, is the `return_layernorm_output` branch, which Megatron does not take.) The
+# JAX path and torchao's recipes gather the 16-bit activation.
 MXFP8_BYTES_PER_ELEMENT = 1.0 + 1.0 / 32.0
 TE_SP_GATHER_BYTES_PER_ELEMENT = {
     "fp8": (1.0, 1.0, 1.0),
@@ -161,12 +177,12 @@ TE_SP_GATHER_BYTES_PER_ELEMENT = {
 def sp_gather_bytes_per_element(precision: str, fp8_recipe: str, activation_bytes: float) -> tuple[float, float, float]:
     """Bytes per element of a sequence-parallel all-gather feeding a linear layer: (its input in the
     forward pass, its input re-gathered for the weight gradient, a row-parallel layer's output
-    gradient). Transformer Engine 2.x's MXFP8, NVFP4 and per-tensor current-scaling FP8 gather the
-    quantised tensor (`TE_SP_GATHER_BYTES_PER_ELEMENT`); 16-bit training, delayed-scaling FP8 (TE
-    1.x or 2.x, not known), torchao's recipes and the JAX path gather the `activation_bytes`
-    activation."""
-    te2 = fp8_recipe == "te_current" or (fp8_recipe == "te" and precision != "fp8")  # TE 2.x only
-    if precision in TE_SP_GATHER_BYTES_PER_ELEMENT and te2:
+    gradient). Transformer Engine's PyTorch recipes gather the quantised tensor
+    (`TE_SP_GATHER_BYTES_PER_ELEMENT`: MXFP8, NVFP4, per-tensor FP8 with delayed scaling, TE 1.x and
+    2.x, or current scaling); 16-bit training, torchao's recipes and the JAX path gather the
+    `activation_bytes` activation."""
+    te = fp8_recipe in ("te", "te_current")  # Transformer Engine's PyTorch path
+    if precision in TE_SP_GATHER_BYTES_PER_ELEMENT and te:
         return TE_SP_GATHER_BYTES_PER_ELEMENT[precision]
     return (activation_bytes,) * 3
 
@@ -174,7 +190,7 @@ def sp_gather_bytes_per_element(precision: str, fp8_recipe: str, activation_byte
 def gathered_shards(precision: str, fp8_recipe: str, tp: Number, sequence_parallel: Number) -> Number:
     """The ranks over which a layer's gathered tensors are cast (`cast_times`): the TP group under
     sequence parallelism where the recipe gathers the quantised tensor (each rank casts its own rows
-    before the all-gather: TE 2.x layernorm_linear.py / linear.py forward, base.py
+    before the all-gather: TE layernorm_linear.py / linear.py forward, base.py
     `grad_output_preprocess`); 1 where it gathers 16 bits and casts the whole gathered tensor."""
     quantised = sp_gather_bytes_per_element(precision, fp8_recipe, 2.0)[0] < 2.0
     if not quantised:
@@ -319,6 +335,7 @@ def cast_times(
     kernels_per_tensor: int = 1,
     norm_saving: tuple[float, int] = (0.0, 0),
     gathered_shards: Number = 1,
+    gathered_transpose: Number = 0.0,
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
@@ -326,20 +343,33 @@ def cast_times(
     feeds (`norm_fed_saving`). `gathered_shards`: the sequence-parallel ranks over which a recipe
     that gathers the quantised tensor (`sp_gather_bytes_per_element`) casts the column-parallel
     layers' inputs and the row-parallel layers' output gradients before the all-gather, each rank
-    its own rows (1: cast whole after a 16-bit gather, or no sequence parallelism)."""
+    its own rows (1: cast whole after a 16-bit gather, or no sequence parallelism).
+    `gathered_transpose` > 0 (bytes per element, `FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT`): those
+    gathered tensors are cast row-wise alone (no transposed copy, `FP8_TRANSPOSE_BYTES_PER_ELEMENT`
+    less on the own rows) and transposed whole after the gather, one kernel each, in the backward
+    pass; only where `gathered_shards` > 1."""
     gemms, on = _weighted_linears(fwd)
-    own = 1.0 / np.asarray(gathered_shards, dtype=float)
+    shards = np.asarray(gathered_shards, dtype=float)
+    own = 1.0 / shards
+    transpose = np.where(shards > 1, np.asarray(gathered_transpose, dtype=float), 0.0)
+    own_bytes = bytes_per_element - np.where(transpose > 0, FP8_TRANSPOSE_BYTES_PER_ELEMENT, 0.0)
     fed_flags, row_flags = _norm_fed(fwd), _row_parallel(fwd)
-    inputs = sum(w * g.m * g.k * g.batch * (own if f else 1.0) for w, g, f in zip(on, gemms, fed_flags, strict=True))
-    fed = sum(w * g.m * g.k * g.batch * own for w, g, f in zip(on, gemms, fed_flags, strict=True) if f)
+    ins = [w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True)]
+    outs = [w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True)]
+    fed = sum(x for x, f in zip(ins, fed_flags, strict=True) if f)  # whole, as gathered
+    rows = sum(x for x, r in zip(outs, row_flags, strict=True) if r)
+    inputs = sum(x for x, f in zip(ins, fed_flags, strict=True) if not f)
     # each output gradient where its linear layer is there (a mixture-of-experts layer has no dense MLP:
     # its experts cast their own, `engines.moe`)
-    outputs = sum(w * g.m * g.n * g.batch * (own if r else 1.0) for w, g, r in zip(on, gemms, row_flags, strict=True))
+    outputs = sum(x for x, r in zip(outs, row_flags, strict=True) if not r)
     saved, saved_kernels = norm_saving
     fed_kernels = sum(fed_flags) * saved_kernels
+    transposes = np.where(transpose > 0, sum(fed_flags) + sum(row_flags), 0)
+    forward = bytes_per_element * inputs + (own_bytes - saved) * own * fed
+    backward = bytes_per_element * outputs + own_bytes * own * rows + transpose * (fed + rows)
     return (
-        memory_s(bytes_per_element * inputs - saved * fed, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),
-        memory_s(bytes_per_element * outputs, gpu, kernels=kernels_per_tensor * len(gemms)),
+        memory_s(forward, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),
+        memory_s(backward, gpu, kernels=kernels_per_tensor * len(gemms) + transposes),
     )
 
 
