@@ -69,3 +69,17 @@ def test_a_published_megatron_bridge_run_pays_it():
     fused = replace(scn, plan=replace(scn.plan, yarn_rotary_eager=False))
     slower = estimate_training_step(scn).step_time_s / estimate_training_step(fused).step_time_s
     assert 1.02 < float(slower) < 1.10
+
+
+def test_yarn_is_priced_unfused_only_where_it_scales_cos_and_sin():
+    """Megatron-Core falls back to the unfused rotary where YaRN's m = 0.1 ln(factor) + 1 is not 1
+    (GPT-OSS: factor 32); DeepSeek's mscale / mscale_all_dim ratio is 1, and latent attention
+    (kv_lora_rank) rotates its own slice: neither takes the unfused path (review 30)."""
+    from shardwise.hf_rope import yarn_scales_rope
+
+    assert yarn_scales_rope({"rope_scaling": {"rope_type": "yarn", "factor": 32.0}})
+    assert not yarn_scales_rope({"rope_scaling": {"type": "yarn", "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0}})
+    assert not yarn_scales_rope({"rope_scaling": {"type": "yarn", "factor": 40}, "kv_lora_rank": 512})
+    assert not yarn_scales_rope({"rope_scaling": {"rope_type": "linear", "factor": 4.0}})
+    assert not yarn_scales_rope({"rope_scaling": {"rope_type": "yarn", "factor": 1.0}})
+    assert not yarn_scales_rope({})

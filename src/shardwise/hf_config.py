@@ -28,6 +28,7 @@ from typing import Any
 
 from shardwise import files
 from shardwise.errors import SpecError
+from shardwise.hf_rope import yarn_scales_rope as _yarn_scales_rope
 
 # (our field, the config keys that can hold it, first found wins)
 _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -276,8 +277,7 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
     # GPT-OSS (transformers GptOssConfig `swiglu_limit`, 7.0): the gated activation's inputs clamped
     out["glu_clamp"] = _limit(p, cfg, "swiglu_limit") > 0
-    rope = cfg["rope_scaling"] if isinstance(cfg.get("rope_scaling"), dict) else {}  # YaRN: `Model.yarn_rope`
-    out["yarn_rope"] = (rope.get("rope_type") or rope.get("type")) == "yarn"
+    out["yarn_rope"] = _yarn_scales_rope(cfg)
     dropouts = ("attention_dropout", "resid_pdrop", "hidden_dropout", "dropout", "emb_pdrop")
     out["dropout"] = any(_probability(p, cfg, key) > 0 for key in dropouts)
     # transformers FalconAttention: one KV head under multi_query (falcon-7b) unless

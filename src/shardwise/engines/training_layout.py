@@ -369,9 +369,10 @@ def optimizer_time_s(
     whole = as_bool(plan.zero1_grad_all_reduce) & sharded
     if any_true(whole):  # nanotron's gradient passes over every local gradient (UNSHARDED_GRAD_PASS_BYTES)
         traffic = traffic + ifelse(whole, (n_params - local) * UNSHARDED_GRAD_PASS_BYTES, 0.0)
-    update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS) + deferred_copy_in_s(scn, n_params)
+    update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
+    update = update + deferred_copy_in_s(scn, n_params)  # on the GPU whatever the optimizer offloads
     # Transformer Engine's PyTorch path caches each weight's FP8 / NVFP4 copies across the step's
     # micro-batches (its JAX path casts at every use instead: `physics.compute.layer_times`)
     cached = fp8_recipes.is_te(plan.fp8_recipe) and not fp8_recipes.casts_weights_per_use(plan.fp8_recipe)

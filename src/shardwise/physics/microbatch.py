@@ -183,8 +183,9 @@ def fsdp2_deferred_sync(per_param_sharding: Number, pp: Number, unfused_accumula
     runs once a step, on the last micro-batch: `foreach_reduce` copies the gradient accumulated in
     the reduce dtype (`unsharded_accumulated_grad_data`; read and write the reduce dtype's bytes)
     into its input (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py post_backward: `if not
-    self.reduce_grads: ... to_accumulated_grad_if_needed(); return`). A step of one micro-batch
-    syncs it: its copy-in reads the 16-bit gradient instead (2 bytes a weight less at fp32)."""
+    self.reduce_grads: ... to_accumulated_grad_if_needed(); return`). Not modelled: a step of one
+    micro-batch under NeMo AutoModel syncs it (its copy-in reads the 16-bit gradient, 2 bytes a weight
+    less at fp32)."""
     deferred = (np.asarray(pp) > 1) | (np.asarray(unfused_accumulate_bytes) > 0)
     return np.asarray(per_param_sharding, dtype=bool) & deferred
 

@@ -19,8 +19,8 @@ BRIEF_INTER_LINK = "ib-hdr"
 
 
 def _framework_defaults(o: dict[str, Any]) -> dict[str, Any]:
-    """The framework's execution flags; its default ZeRO stage applies to plans that shard
-    (a plan's zero= key overrides it)."""
+    """The framework's execution flags without its default ZeRO stage: a plan is taken as written,
+    ZeRO-0 unless its zero= key sets one."""
     from shardwise.requests.build import execution_kwargs
 
     flags = execution_kwargs({"framework": o.get("framework"), "precision": o.get("precision")})
