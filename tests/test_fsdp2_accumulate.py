@@ -124,22 +124,28 @@ def test_sync_is_deferred_only_for_fsdp2_under_pp_or_its_own_add():
 def test_a_deferred_copy_in_is_paid_once_a_step_from_the_reduce_dtype_accumulator():
     """foreach_reduce copies the gradient in on the micro-batch that reduces: every one where sync
     is on (read the 16-bit gradient, write the reduce dtype: (2 + g) W a micro-batch), only the last
-    where it is off (read and write the reduce dtype: 2 g W a step, beside the optimizer step)."""
-    from shardwise.engines.fsdp2_copies import deferred_copy_in_s
+    where it is off (read and write the reduce dtype: 2 g W a step, beside the optimizer step).
+    Under pipelining the weights also stay gathered through the step (reshard_after_forward off):
+    their copy-out, 2 x 2 bytes a weight each micro-batch at pp 1, runs once a step (review 30)."""
+    from shardwise.engines.fsdp2_copies import step_copies_s
     from shardwise.engines.training_layout import optimizer_time_s
 
     g = 4.0  # fp32 reduce dtype (the presets' default)
-    for pp, deferred in ((2, True), (1, False)):
+    for pp, piped in ((2, True), (1, False)):
         scn = _scenario("torchtitan", pp=pp)
         weights = layer_params_split(scn.model)[0] / scn.plan.tp + layer_params_split(scn.model)[1]
         gpu = scn.cluster.gpu
         copies = sharding_copies(scn)
         assert copies is not None
-        copy_out = 2.0 * 2.0 * weights
-        copy_in = 0.0 if deferred else (2.0 + g) * weights
+        copy_out = 0.0 if piped else 2.0 * 2.0 * weights
+        copy_in = 0.0 if piped else (2.0 + g) * weights
         assert float(copies[0].compute_backward_s) == pytest.approx(memory_s(copy_out + copy_in, gpu, kernels=2))
         assert float(copies[0].compute_forward_s) == pytest.approx(memory_s(copy_out, gpu))
-        once = deferred_copy_in_s(scn, 1e9)
-        assert once == (pytest.approx(memory_s(2 * g * 1e9, gpu)) if deferred else 0.0)
+        once = step_copies_s(scn, 1e9, 3e9)
+        assert once == (pytest.approx(memory_s(2 * g * 1e9 + 2 * 2 * 3e9, gpu)) if piped else 0.0)
         plain = replace(scn, plan=replace(scn.plan, per_param_sharding=False))
-        assert float(optimizer_time_s(scn, 1e9)) == pytest.approx(float(optimizer_time_s(plain, 1e9)) + once)
+        assert float(optimizer_time_s(scn, 1e9, 0.0, 3e9)) == pytest.approx(
+            float(optimizer_time_s(plain, 1e9, 0.0, 3e9)) + once
+        )
+    automodel = _scenario("nemo-automodel")  # its own deferred sync at pp 1: copy-in once, copy-out each pass
+    assert step_copies_s(automodel, 1e9, 3e9) == pytest.approx(memory_s(2 * g * 1e9, automodel.cluster.gpu))

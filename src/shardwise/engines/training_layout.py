@@ -30,7 +30,7 @@ from shardwise.engines.data_parallel import (
 )
 from shardwise.engines.distinct import evaluate_grouped, rows_of
 from shardwise.engines.dp_step import data_parallel_exposed_s
-from shardwise.engines.fsdp2_copies import deferred_copy_in_s, sharding_copies
+from shardwise.engines.fsdp2_copies import sharding_copies, step_copies_s
 from shardwise.engines.moe import model_moe_split, stage_expert_params, stage_params
 from shardwise.engines.recompute_whole import recomputed_stages, whole_layer_extra
 from shardwise.engines.stage_assembly import Stages, stages
@@ -358,7 +358,7 @@ def optimizer_time_s(
     casts: `physics.fp8_recipes`). With `Plan.offload_optimizer` that share of the update runs on
     the host CPU instead, with its copies (`physics.offload.optimizer_host_s`). With
     `Plan.zero1_grad_all_reduce` under ZeRO >= 1 the gradient passes' UNSHARDED_GRAD_PASS_BYTES run
-    over all `n_params`; with FSDP2's deferred sync, the once-a-step copy-in (`deferred_copy_in_s`)."""
+    over all `n_params`; FSDP2's once-a-step copies (`fsdp2_copies.step_copies_s`)."""
     plan = scn.plan
     sharded = as_array(plan.zero_stage) >= 1
     shards = as_array(plan.zero_ranks)  # the distributed optimizer shards over dp x cp (or the shard group)
@@ -372,7 +372,7 @@ def optimizer_time_s(
     update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
-    update = update + deferred_copy_in_s(scn, n_params)  # on the GPU whatever the optimizer offloads
+    update = update + step_copies_s(scn, n_params, n_weights)  # FSDP2's, on the GPU whatever is offloaded
     # Transformer Engine's PyTorch path caches each weight's FP8 / NVFP4 copies across the step's
     # micro-batches (its JAX path casts at every use instead: `physics.compute.layer_times`)
     cached = fp8_recipes.is_te(plan.fp8_recipe) and not fp8_recipes.casts_weights_per_use(plan.fp8_recipe)
