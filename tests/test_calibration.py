@@ -956,3 +956,23 @@ def test_a_nodes_column_is_told_to_give_num_gpus():
     text = "model,system,nodes,tp,pp,global_batch,step_time_s\nllama3-8b,dgx-h100,1,2,1,64,7\n"
     with pytest.raises(SpecError, match=r"unknown column 'nodes'; give num_gpus, the GPUs in all \(servers x GPUs"):
         parse_runs(text, "runs.csv")
+
+
+def test_crossover_bands_on_another_gpu_are_no_narrower_than_uncalibrated(tmp_path: Path, example_calibration: Path):
+    """Review 30: crossover / sweep / sensitivity bands (`analyses.bands`) take the same floor as
+    predict: an H100 calibration on an A100 experiment gives bands at least the uncalibrated ones."""
+    import csv
+
+    from shardwise.cli import main
+
+    widths = []
+    for extra in ([], ["--calibration", str(example_calibration)]):
+        out = tmp_path / f"x{len(extra)}.csv"
+        args = ["crossover", "--model", "llama3-8b", "--system", "dgx-a100", "--plan", "tp=2", "--plan", "tp=8"]
+        try:
+            main([*args, "--vary", "batch=8,16", "--no-plot", "-o", str(out), *extra])
+        except SystemExit as done:
+            assert done.code in (0, None)
+        rows = list(csv.DictReader(out.open()))
+        widths.append([math.log(float(r["time_s_high"]) / float(r["time_s_low"])) for r in rows])
+    assert all(c >= u - 1e-4 for u, c in zip(widths[0], widths[1], strict=True)), widths  # (CSV: 6 digits)

@@ -52,7 +52,7 @@ def point_log_sd(exp: Experiment, price: Price, t: np.ndarray) -> np.ndarray:
         return np.full(np.shape(t), exp.prediction_log_sd)
     from shardwise.calibration.intervals import log_sd_from_gradient
 
-    return log_sd_from_gradient(log_gradient(exp, price, t), exp.calibration_fit)
+    return np.maximum(log_sd_from_gradient(log_gradient(exp, price, t), exp.calibration_fit), exp.floor_log_sd)
 
 
 def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray, tb: np.ndarray) -> np.ndarray:
@@ -64,4 +64,9 @@ def ratio_log_sd(exp: Experiment, price_a: Price, price_b: Price, ta: np.ndarray
     from shardwise.calibration.intervals import ratio_log_sd_from_gradients
 
     ga, gb = log_gradient(exp, price_a, ta), log_gradient(exp, price_b, tb)
-    return ratio_log_sd_from_gradients(ga, gb, exp.calibration_fit)
+    sd = ratio_log_sd_from_gradients(ga, gb, exp.calibration_fit)
+    if exp.floor_log_sd > 0:  # a GPU the calibration did not measure: no narrower than uncalibrated
+        from shardwise.calibration.spreads import PAIR_LOG_SD
+
+        sd = np.maximum(sd, PAIR_LOG_SD)
+    return sd

@@ -54,6 +54,7 @@ class Spread:
     basis: str  # "calibration FILE (n runs)" or "uncalibrated: public runs' spread"
     log_gradient: np.ndarray | None = None  # calibrated: d ln t / d u, one row per scenario
     fit: Fit | None = None  # calibrated: the fit the spread is from
+    other_gpu: bool = False  # calibrated, and some case on a GPU its runs did not measure
 
     def bounds(self, value: Any) -> tuple[np.ndarray, np.ndarray]:
         """(low, high) of a time or a rate (the same factors either way)."""
@@ -69,7 +70,12 @@ class Spread:
 
             return PAIR_LOG_SD
         g = self.log_gradient
-        return float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
+        sd = float(ratio_log_sd_from_gradients(g[a], g[b], self.fit))
+        if self.other_gpu:  # no narrower than the uncalibrated pair spread where the runs measured no such GPU
+            from shardwise.calibration.spreads import PAIR_LOG_SD
+
+            sd = max(sd, PAIR_LOG_SD)
+        return sd
 
 
 def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tuple[str, ...] = ()) -> Spread:
@@ -105,7 +111,7 @@ def spread(calibrated: list[Case], fitted: Fit | None, basis: str = "", gpus: tu
             f"{basis or 'calibration'}, fitted on {', '.join(gpus)}: on {', '.join(names_)} at least the "
             "uncalibrated spread (the runs measured no other GPU)"
         )
-    return Spread(sd, basis or "calibration", g, fitted)
+    return Spread(sd, basis or "calibration", g, fitted, bool(others))
 
 
 def _gpu_of(case: Case) -> str:

@@ -89,12 +89,14 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
             "calibration": tuple(sorted(cal.fit.values.items())),
             "prediction_log_sd": cal.fit.noise_log_sd,
             "calibration_fit": cal.fit,
+            "calibration_gpus": tuple(cal.gpus),
             "spread_basis": f"calibration {cal.path} ({cal.runs} run(s))",
         }
         gpu_name = hardware["gpu"].name
         other = ""
         if cal.gpus and gpu_name not in cal.gpus:
             other = f"; it was fitted on {', '.join(cal.gpus)}, not {gpu_name}"
+            calibration["spread_basis"] += f", on {gpu_name} at least the uncalibrated spread"
         if notes is not None:
             notes.append(f"calibrated by {cal.path} ({cal.runs} run(s){other})")
     return Experiment(

@@ -373,6 +373,6 @@ def _spreads(rows: list[tuple[str, Any]], calibration: str | None) -> dict[str, 
     from shardwise.calibration.intervals import spread
 
     cases = [ServingCase(est.scenario, est.workload, "tpot_s") for _, est in rows]
-    sd = spread(cases, cal.fit, gpus=tuple(cal.gpus)).log_sd
-    basis = f"calibration {cal.path} ({cal.serving_runs} serving run(s))"
-    return {label: (float(x), basis) for (label, _), x in zip(rows, sd, strict=True)}
+    # (the GPUs the calibration's runs measured, training and serving alike: the store keeps one list)
+    fitted = spread(cases, cal.fit, f"calibration {cal.path} ({cal.serving_runs} serving run(s))", tuple(cal.gpus))
+    return {label: (float(x), fitted.basis) for (label, _), x in zip(rows, fitted.log_sd, strict=True)}

@@ -86,6 +86,8 @@ class Experiment:
     spread_basis: str = "uncalibrated, the model's spread on public runs"
     # the calibration's fit (calibration.fit.Fit), for each point's own interval
     calibration_fit: Any = field(default=None, compare=False, repr=False)
+    # the GPUs the calibration's runs measured (() : not recorded)
+    calibration_gpus: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.prediction_log_sd is None:
@@ -96,6 +98,17 @@ class Experiment:
                 else SERVING_LOG_SD
             )
             object.__setattr__(self, "prediction_log_sd", sd)
+
+    @property
+    def floor_log_sd(self) -> float:
+        """The narrowest band a calibration may give: on a GPU its runs did not measure, the
+        uncalibrated model's spread (`calibration.intervals.spread`); else 0."""
+        if self.calibration_fit is None or not self.calibration_gpus or self.gpu.name in self.calibration_gpus:
+            return 0.0
+        if self.workload != "train":
+            return SERVING_LOG_SD
+        framework = self.plan_defaults.get("framework") or "megatron-core"
+        return uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
 
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)
