@@ -4,10 +4,11 @@ Every dev row on the A100 silicon (A100-SXM4 40/64/80 GB, A800) and the H100 sil
 64/80 GB, H800, Meta's H100) with its leave-one-source-out error (`analyses.loso.by_source`) and
 the scale of its GPU's fitted efficiency at which the model would price it exactly (its *implied
 scale*, read off the row's step time over `loso.GRID`, interpolated between its points; the shipped
-scales are `loso.SHIPPED_SCALES`). Rows whose implied scales agree across stacks share the GPU's clock; a stack whose rows
-sit apart carries a cost of its own. Then, for the Modalities layouts published on both Leonardo
-(A100 64 GB) and MareNostrum 5 (H100 64 GB), each step split by kind of work as priced, beside the
-measured and priced A100 / H100 step ratios: which term differs between the two machines.
+scales are `loso.SHIPPED_SCALES`). Rows whose implied scales agree across stacks share the GPU's
+clock; a stack whose rows sit apart carries a cost of its own. Then, for the Modalities layouts
+published on both Leonardo (A100 64 GB) and MareNostrum 5 (H100 64 GB), each step split by kind of
+work as priced, beside the measured and priced A100 / H100 step ratios: which term differs between
+the two machines.
 
 Dev rows only (`split == dev`): the holdout rows are for reporting, never for choosing
 (docs/validation.md). Nothing here is fitted into the model; the study is in docs/model.md
