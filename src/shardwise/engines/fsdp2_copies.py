@@ -71,6 +71,7 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     on = _copying(plan)
     if not np.any(on):
         return None
+    each = on & ~_kept(plan)  # kept gathered: nothing copied each micro-batch, no kernel (`step_copies_s`)
     w, g = mem.weight_bytes_per_param(plan.precision), mem.grad_bytes_per_param(plan.precision, plan.grad_reduce_bf16)
     gathered = np.where(_kept(plan), 0.0, _gathered_bytes(plan))  # copied out each micro-batch
     copied_in = (np.asarray(plan.lora_rank) == 0) & ~_deferred(plan)
@@ -81,7 +82,7 @@ def sharding_copies(scn: Scenario) -> tuple[StageCost, StageCost, StageCost] | N
     def part(weights: Number) -> StageCost:
         f_bytes, b_bytes = per_param_sharding_bytes(weights, gathered, g, np.where(copied_in, weights, 0.0), w)
         forward, backward = memory_s(f_bytes, gpu), memory_s(b_bytes, gpu, kernels=2)
-        return StageCost(np.where(on, forward, 0.0), np.where(on, backward, 0.0), 0.0, 0.0)
+        return StageCost(np.where(each, forward, 0.0), np.where(each, backward, 0.0), 0.0, 0.0)
 
     layer, emb, head = (part(x) for x in held)
     return layer, emb, head

@@ -46,7 +46,7 @@ def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
         flags += " --flash-attention"
     return replace(training, **changes), (
         f"--emit {target}: priced under {changes['framework']}, the stack {target}'s launch runs (as {flags}); "
-        f"--framework names another to price under it"
+        "--framework names another stack than megatron-core (the default, which counts as none named) to price under it"
     )
 
 
