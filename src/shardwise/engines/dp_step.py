@@ -17,7 +17,7 @@ from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs,
 from shardwise.physics import memory as mem
 from shardwise.physics import xla_scan
 from shardwise.physics.collectives import Fabric
-from shardwise.specs import Model, Scenario
+from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import kept
 
@@ -34,6 +34,7 @@ def dp_comm(
     prices: dict[str, Number] | None = None,
     units: tuple[Number, Number] | None = None,
     layers: Number | None = None,
+    comm_m: Number | None = None,
 ) -> DpComm:
     """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
     `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
@@ -55,6 +56,7 @@ def dp_comm(
         names = zero_collectives(z)
         prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
     contention, wait = contention_share(scn.cluster.gpu.sm_count), m * cost.host_wait_s
+    m = m if comm_m is None else comm_m  # the collectives' own count (`comm_micro_batches`)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
         fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce)
@@ -83,6 +85,18 @@ def _zero_stage_fields(
     forward = forward_window_s(cost)
     total = cost.total_s if k == 3 else 0.0
     return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce)
+
+
+def comm_micro_batches(plan: Plan, m: Number) -> Number:
+    """How many micro-batches' worth of ZeRO-2/3 collectives a step runs: m, but 1 under FSDP2 with
+    pipeline parallelism, whose stage keeps the weights gathered and the gradients unreduced until
+    the last backward (`engines.fsdp2_copies`, `physics.memory_stacks.PP_FSDP_SOURCE`): its gathers
+    are priced as one micro-batch's (two passes, an upper bound: the backward does not gather
+    again) and its reduction once."""
+    held = as_bool(plan.per_param_sharding) & (as_array(plan.pp) > 1)
+    if one_value(held) and not bool(held):
+        return m  # (one plan of plain numbers without it: no numpy call)
+    return ifelse(held, 1.0, m)
 
 
 def data_parallel_exposed_s(
@@ -114,6 +128,7 @@ def data_parallel_exposed_s(
         prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
     runs = zero_stage_runs(plan.zero_stage) if not scn.model.is_moe else None
     edges = scan_edges_s(scn, prices, params, expert_params, weights, m)
+    mc = comm_micro_batches(plan, m)
     heads = chunk_head_shares(scn, params if weights is None else weights)
     per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, heads, strict=True)
     for index, n_params, n_expert, cost, (dense, routed), head in per_stage:
@@ -132,7 +147,7 @@ def data_parallel_exposed_s(
                 backward,
                 forward,
                 total,
-                m,
+                mc,
                 plan.overlap_param_gather,
                 plan.overlap_grad_reduce,
                 drain,
@@ -150,9 +165,9 @@ def data_parallel_exposed_s(
                 exposed.append(_with_edges(joined[0], joined[1], edges[len(exposed)]) + serial)
                 totals.append(joined[1] + serial)
                 continue
-        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense)
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense, comm_m=mc)
         if routed is not None:
-            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed))
+            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed, comm_m=mc))
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds, head, plan.aligned_chunk_sync)
         exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)

@@ -17,17 +17,13 @@ from typing import Any
 import numpy as np
 
 from shardwise.engines.context_parallel import cp_step_s, micro_batch_view
-from shardwise.engines.costs import (
-    FIELDS,
-    StageCost,
-    add_costs,
-    layer_cost,
-)
+from shardwise.engines.costs import FIELDS, StageCost, add_costs, layer_cost
 from shardwise.engines.data_parallel import collective_prices, fsdp2_units
 from shardwise.engines.dp_comm import unhideable_s
 from shardwise.engines.dp_step import (
     chunk_head_shares,
     chunked_left_s,
+    comm_micro_batches,
     dp_comm,
     pace_stretch,
     paced_cost,
@@ -49,10 +45,7 @@ from shardwise.engines.training_stages import PIPELINE_SYNC_S, offload_times, st
 from shardwise.errors import SpecError
 from shardwise.physics.collectives import Fabric
 from shardwise.physics.lora import trainable_params
-from shardwise.physics.params import (
-    layer_params_split,
-    moe_layer_params_per_gpu,
-)
+from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.physics.topology import placement
 from shardwise.specs import Scenario, memo
 from shardwise.specs.memo import Memo
@@ -187,9 +180,12 @@ def stage_times(scn: Scenario) -> StageTimes:
     def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool, layers: int) -> Any:
         units = fsdp2_units(scn, first)
         dense = n_weights - n_expert
-        c = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, n_weights=dense, units=units, layers=layers)
+        mc = comm_micro_batches(plan, m)  # FSDP2 under pipelining: one micro-batch's collectives
+        c = dp_comm(
+            scn, fabric, place, n_params - n_expert, cost, m, n_weights=dense, units=units, layers=layers, comm_m=mc
+        )
         if model.is_moe:
-            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, layers=layers))
+            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, layers=layers, comm_m=mc))
         return c
 
     paced = [paced_cost(c, stretches[i], plan.zero_stage) for i, c in enumerate(kinds)]

@@ -38,9 +38,10 @@ others                 one block / 2                                one block
 
 Under pipeline parallelism torchtitan keeps the gathered weights through the step
 (`reshard_after_forward = not pp_enabled`, `get_fsdp_reshard_after_forward_policy`), so a
-stage's first block is gathered once per step; the table's per-pass count is kept (an upper
-bound there). A mixture-of-experts layer's routed experts are reduced over their own group and
-not counted here (the dense part keeps Megatron-Core's bucket: `units_apply` is false).
+stage's first block is gathered once per step: its collectives are priced as one micro-batch's
+(`engines.dp_step.comm_micro_batches`), the table's two passes an upper bound by one. A
+mixture-of-experts layer's routed experts are reduced over their own group and not counted here
+(the dense part keeps Megatron-Core's bucket: `units_apply` is false).
 """
 
 from __future__ import annotations
