@@ -66,20 +66,24 @@ def torchtitan_rows() -> list[str]:
     lines = []
     for seq, cp, gbs in TORCHTITAN_CASES:
         for mode in RECOMPUTE:
-            req = TrainingRequest(
-                model="llama3.1-8b",
-                system="dgx-h100",
-                cp=cp,
-                seq_len=seq,
-                global_batch=gbs,
-                framework="torchtitan-compile",
-                precision="fp8",
-                recompute=mode,
-            )
-            est = estimate_training_step(req.scenario())
+            est = estimate_training_step(_request(seq, cp, gbs, "torchtitan-compile", mode).scenario())
             fits = "fits" if bool(est.fits_in_memory) else "does not fit"
             lines.append(f"{seq // 1024:4d}K cp{cp} recompute {mode:9s} {float(est.step_time_s):7.2f} s  {fits}")
     return lines
+
+
+def _request(seq: int, cp: int, gbs: int, framework: str, recompute: str) -> TrainingRequest:
+    """torchtitan's long-context Llama 3.1 8B on one DGX H100 in FP8."""
+    return TrainingRequest(
+        model="llama3.1-8b",
+        system="dgx-h100",
+        cp=cp,
+        seq_len=seq,
+        global_batch=gbs,
+        framework=framework,
+        precision="fp8",
+        recompute=recompute,
+    )
 
 
 PARTS_CASES = ((8192, 2, 4), (65536, 8, 1), (262144, 8, 1))  # seq, cp, global batch
@@ -92,17 +96,7 @@ def step_parts(seq: int, cp: int, gbs: int, framework: str) -> dict[str, float]:
     FP8 casts; their rerun apart), the element-wise kernels, the CP communication left exposed,
     the host-bound wait, and the rest of the step (embedding, output layer, loss, optimizer, DP);
     then the attention kernels' priced rates, TFLOP/s per GPU."""
-    req = TrainingRequest(
-        model="llama3.1-8b",
-        system="dgx-h100",
-        cp=cp,
-        seq_len=seq,
-        global_batch=gbs,
-        framework=framework,
-        precision="fp8",
-        recompute="full",
-    )
-    scn = req.scenario()
+    scn = _request(seq, cp, gbs, framework, "full").scenario()
     est = estimate_training_step(scn)
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     local = micro_batch_view(scn)

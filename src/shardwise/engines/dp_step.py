@@ -17,6 +17,7 @@ from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs,
 from shardwise.physics import memory as mem
 from shardwise.physics import xla_scan
 from shardwise.physics.collectives import Fabric
+from shardwise.physics.microbatch import fsdp2_kept_gathered
 from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import kept
@@ -93,10 +94,9 @@ def comm_micro_batches(plan: Plan, m: Number) -> Number:
     the last backward (`engines.fsdp2_copies`, `physics.memory_stacks.PP_FSDP_SOURCE`): its gathers
     are priced as one micro-batch's (two passes, an upper bound: the backward does not gather
     again) and its reduction once."""
-    held = as_bool(plan.per_param_sharding) & (as_array(plan.pp) > 1)
-    if one_value(held) and not bool(held):
+    if one_value(plan.per_param_sharding) and not bool(plan.per_param_sharding):
         return m  # (one plan of plain numbers without it: no numpy call)
-    return ifelse(held, 1.0, m)
+    return ifelse(fsdp2_kept_gathered(plan.per_param_sharding, plan.pp), 1.0, m)
 
 
 def data_parallel_exposed_s(

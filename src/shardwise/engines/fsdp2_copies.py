@@ -11,7 +11,7 @@ from shardwise.arrays import any_true, as_array, as_bool
 from shardwise.engines.costs import StageCost
 from shardwise.physics import memory as mem
 from shardwise.physics.compute import memory_s
-from shardwise.physics.microbatch import fsdp2_deferred_sync
+from shardwise.physics.microbatch import fsdp2_deferred_sync, fsdp2_kept_gathered
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import ALL_GATHER_COPY_OUT_PASSES, per_param_sharding_bytes
 from shardwise.specs import Plan, Scenario
@@ -44,7 +44,7 @@ def _kept(plan: Plan) -> np.ndarray:
     torchtitan and NeMo AutoModel turn reshard_after_forward off and the pipeline stage turns
     reshard_after_backward off (`physics.memory_stacks.PP_FSDP_SOURCE`): one gather, and one
     copy-out, a step."""
-    return _copying(plan) & (np.asarray(plan.pp) > 1)
+    return _copying(plan) & fsdp2_kept_gathered(plan.per_param_sharding, plan.pp)
 
 
 def _gathered_bytes(plan: Plan) -> float:

@@ -190,6 +190,13 @@ def fsdp2_deferred_sync(per_param_sharding: Number, pp: Number, unfused_accumula
     return np.asarray(per_param_sharding, dtype=bool) & deferred
 
 
+def fsdp2_kept_gathered(per_param_sharding: Number, pp: Number) -> Number:
+    """FSDP2 under pipeline parallelism: the stage keeps its weights gathered and its gradients
+    unreduced until the last backward (`physics.memory_stacks.PP_FSDP_SOURCE`), so its copies and
+    collectives run once a step (`engines.fsdp2_copies`, `engines.dp_step.comm_micro_batches`)."""
+    return np.asarray(per_param_sharding, dtype=bool) & (np.asarray(pp) > 1)
+
+
 def accumulate_bytes(
     unfused_accumulate_bytes: Number, grad_reduce_bf16: Number, per_param_sharding: Number = False, pp: Number = 1
 ) -> Number:

@@ -91,13 +91,14 @@ class Experiment:
 
     def __post_init__(self) -> None:
         if self.prediction_log_sd is None:
-            framework = self.plan_defaults.get("framework") or "megatron-core"
-            sd = (
-                uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
-                if self.workload == "train"
-                else SERVING_LOG_SD
-            )
-            object.__setattr__(self, "prediction_log_sd", sd)
+            object.__setattr__(self, "prediction_log_sd", self._uncalibrated_log_sd())
+
+    def _uncalibrated_log_sd(self) -> float:
+        """The uncalibrated model's measured spread for this GPU and stack (training) or serving's."""
+        if self.workload != "train":
+            return SERVING_LOG_SD
+        framework = self.plan_defaults.get("framework") or "megatron-core"
+        return uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
 
     @property
     def floor_log_sd(self) -> float:
@@ -105,10 +106,7 @@ class Experiment:
         uncalibrated model's spread (`calibration.intervals.spread`); else 0."""
         if self.calibration_fit is None or not self.calibration_gpus or self.gpu.name in self.calibration_gpus:
             return 0.0
-        if self.workload != "train":
-            return SERVING_LOG_SD
-        framework = self.plan_defaults.get("framework") or "megatron-core"
-        return uncalibrated_log_sd(self.gpu.name, framework, model_family(self.model))
+        return self._uncalibrated_log_sd()
 
     def with_(self, **changes: Any) -> Experiment:
         return replace(self, **changes)
