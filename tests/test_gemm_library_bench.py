@@ -40,18 +40,41 @@ def test_the_full_grid_is_every_layer_gemm_of_both_llamas_at_training_token_coun
 
 
 def test_the_summary_is_the_median_time_ratio_to_cublas():
-    key = dict(model="x", layer="qkv", tp=1, tokens=4096)
+    key = dict(model="x", layer="qkv", tp=1, tokens=4096, m=4096, n=6144, k=4096)
+    fc1 = {**key, "layer": "fc1", "n": 28672}
     rows = [
         dict(backend="cublas", op="fwd", time_s=1.0, **key),
         dict(backend="cublaslt", op="fwd", time_s=0.9, **key),
-        dict(backend="cublas", op="fwd", time_s=2.0, **{**key, "layer": "fc1"}),
-        dict(backend="cublaslt", op="fwd", time_s=2.2, **{**key, "layer": "fc1"}),
-        dict(backend="cublaslt", op="fwd", time_s=3.0, **{**key, "layer": "fc1"}),  # a second run of fc1
+        dict(backend="cublas", op="fwd", time_s=2.0, **fc1),
+        dict(backend="cublaslt", op="fwd", time_s=2.2, **fc1),
+        dict(backend="cublaslt", op="fwd", time_s=3.0, **fc1),  # a second run of fc1
         dict(backend="te", op="fwd", error="TypeError: no", **key),
     ]
     text = gl.summary(rows)
-    assert "cublaslt  fwd      4096 tokens: 1.100 (3 shapes)" in text  # median of 0.9, 1.1, 1.5
+    # fc1 once, at its median time 2.6 over cublas's 2.0: the median of 0.9 and 1.3
+    assert "cublaslt  fwd      4096 tokens: 1.100 (2 shapes, 3 timings)" in text
+    assert text.startswith("6 rows, 2 distinct shapes (op, M, N, K)")
     assert "te " not in text  # a back end that refused every shape has no ratio
+
+
+def test_the_summary_counts_a_shape_timed_twice_once():
+    """Two layers (or a rerun) with one GEMM shape in one pass are one shape in the summary line, its
+    timings pooled (review 31: they were counted, and weighed, as two); the same M, N, K in another
+    pass (another operand layout) is another GEMM, on its own line."""
+    same = dict(model="x", tp=1, tokens=4096, m=4096, n=4096, k=4096)
+    rows = []
+    for layer, lt in (("proj", 0.5), ("other", 0.7)):  # one shape timed twice, by two layers
+        rows += [dict(backend="cublas", op="fwd", layer=layer, time_s=1.0, **same)]
+        rows += [dict(backend="cublaslt", op="fwd", layer=layer, time_s=lt, **same)]
+    fc1 = dict(model="x", layer="fc1", tp=1, tokens=4096, m=4096, n=28672, k=4096)
+    rows += [dict(backend="cublas", op="fwd", time_s=1.0, **fc1), dict(backend="cublaslt", op="fwd", time_s=1.5, **fc1)]
+    rows += [dict(backend="cublas", op="dgrad", layer="proj", time_s=1.0, **same)]
+    rows += [dict(backend="cublaslt", op="dgrad", layer="proj", time_s=0.8, **same)]
+    text = gl.summary(rows)
+    assert text.startswith("8 rows, 3 distinct shapes (op, M, N, K)")
+    # proj's shape once at 0.6 (the median of 0.5 and 0.7), fc1 at 1.5: their median 1.05, not 0.7 of three
+    assert "cublaslt  fwd      4096 tokens: 1.050 (2 shapes, 3 timings)" in text
+    assert "cublaslt  dgrad    4096 tokens: 0.800 (1 shape)" in text
 
 
 @pytest.mark.slow

@@ -198,21 +198,35 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def summary(rows: list[dict]) -> str:
-    """Median time over cublas's, by back end, op and token count."""
+    """Time over cublas's, by back end, op and token count: each distinct shape's ratio of median
+    times (a shape is its op, M, N and K: one GEMM, whichever layers, passes or runs timed it), then
+    the median over the distinct shapes, counted once each beside the timings they pool."""
 
     def shape(r: dict) -> tuple:
-        return tuple(r[c] for c in ("model", "layer", "tp", "tokens", "op"))
+        return tuple(r[c] for c in ("op", "m", "n", "k"))
 
-    base = {shape(r): r.get("time_s") for r in rows if r["backend"] == "cublas"}
-    ratios: dict[tuple, list[float]] = {}
+    times: dict[tuple, list[float]] = {}  # (backend, op, M, N, K) -> every time it took
     for r in rows:
-        t0 = base.get(shape(r))
-        if r["backend"] != "cublas" and r.get("time_s") and t0:
-            ratios.setdefault((r["backend"], r["op"], r["tokens"]), []).append(r["time_s"] / t0)
-    lines = [f"{len(rows)} rows; time / cublas's time (median over shapes):"]
+        if r.get("time_s"):
+            times.setdefault((r["backend"], *shape(r)), []).append(float(r["time_s"]))
+    ratios: dict[tuple, list[float]] = {}  # (backend, op, tokens) -> one ratio per distinct shape
+    timings: dict[tuple, int] = {}
+    seen: set[tuple] = set()
+    for r in rows:
+        key, own = (r["backend"], r["op"], r["tokens"]), (r["backend"], *shape(r))
+        base = times.get(("cublas", *shape(r)))
+        if r["backend"] == "cublas" or not r.get("time_s") or not base:
+            continue
+        timings[key] = timings.get(key, 0) + 1
+        if own not in seen:
+            seen.add(own)
+            ratios.setdefault(key, []).append(statistics.median(times[own]) / statistics.median(base))
+    distinct = len({shape(r) for r in rows})
+    lines = [f"{len(rows)} rows, {distinct} distinct shapes (op, M, N, K); time / cublas's time (median over shapes):"]
     for key in sorted(ratios):
-        v = ratios[key]
-        lines.append(f"  {key[0]:9s} {key[1]:6s} {key[2]:>6} tokens: {statistics.median(v):.3f} ({len(v)} shapes)")
+        v, n = ratios[key], timings[key]
+        counted = f"{len(v)} shape{'s' * (len(v) != 1)}" + (f", {n} timings" if n != len(v) else "")
+        lines.append(f"  {key[0]:9s} {key[1]:6s} {key[2]:>6} tokens: {statistics.median(v):.3f} ({counted})")
     return "\n".join(lines)
 
 

@@ -36,6 +36,8 @@ class Alternative:
     fits: bool
     reason: str
     excluded: str | None = None  # why the search did not consider it, if it did not
+    # searched and better on the estimates printed, yet ranked below the best: why (`ranked_below`)
+    ranked_below: str | None = None
 
     @property
     def in_space(self) -> bool:
@@ -191,8 +193,9 @@ def with_pp(change: dict[str, object], plan: Plan, model: object = None, rule: s
     return {**out, "first_stage_layers": counts[0] if counts else 0, "last_stage_layers": counts[-1] if counts else 0}
 
 
-def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
-    """Why the search did not consider `plan` (None if it did)."""
+def _searched(search: PlanSearch, plan: Plan) -> np.ndarray:
+    """Which of the search's plans are `plan` (a mask; its layer split aside, and recomputing no layer
+    whole matching the search's fewest that fit)."""
     cols = search.columns
     mask = cols["gpus"] == int(np.asarray(plan.num_gpus))
     for name in ("tp", "pp", "dp", "vpp", "micro_batch", "schedule", "recompute", "zero_stage", "ep", "cp"):
@@ -200,8 +203,12 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     mask &= cols["shard_group"] == int(np.asarray(plan.shard_group))
     whole = int(np.asarray(plan.recompute_layers))  # a plan over the memory was searched as its fewest that fit
     mask &= (cols["recompute_layers"] == whole) | (whole == 0)
-    mask &= cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel)
-    if mask.any():
+    return mask & (cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel))
+
+
+def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
+    """Why the search did not consider `plan` (None if it did)."""
+    if _searched(search, plan).any():
         return None
     sp = search.space
     tp, pp, mb, v, z = (int(np.asarray(getattr(plan, k))) for k in ("tp", "pp", "micro_batch", "vpp", "zero_stage"))
@@ -300,22 +307,65 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
         (label, change, gpus) for label, change in _variants(scn.plan, scn.model.layers, searched_cp, server_ranks)
     ]
     rule = stack_split_rule(search.space)
+    # the search's overlap of pipeline sends (None: the interleaved schedule's alone, `Plan.overlap_p2p`),
+    # not the best plan's resolved value: a neighbour with another schedule is the plan the search priced
+    overlap = search.space.execution.get("overlap_p2p")
     out = []
     for label, change, n in variants + _variants_for_gpus(search, scn.plan):
         try:
-            plan = normalised(scn.plan.with_(**with_pp(change, scn.plan, scn.model, rule)))
+            plan = normalised(scn.plan.with_(**with_pp(change, scn.plan, scn.model, rule))).with_(overlap_p2p=overlap)
             est = confirmed_estimate(Scenario(scn.model, cluster_for(search.cluster, n), plan))
         except SpecError:  # not a valid layout (a mixture of experts whose ep no longer folds, ...)
             continue
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
-        excluded = excluded_by(search, plan)
-        slower = _value(est, "step_time_s") > _value(best, "step_time_s")
-        if excluded is None and fits and rel < 0 and slower and search.space.objective != "time":
-            # searched and a better rate, yet ranked below: the tie rule (`PlanSearch.ranked`)
-            excluded = f"a tie (rates within {TIE_TOLERANCE:.1%} of the best rank by step time)"
-        out.append(Alternative(label, _value(est, "step_time_s"), rel, fits, compare(best, est, capacity), excluded))
+        excluded, below = excluded_by(search, plan), None
+        if excluded is None and fits and rel < 0:  # searched and better here, yet ranked below: say why
+            below = ranked_below(search, index, plan, rel, _value(est, "step_time_s") > _value(best, "step_time_s"))
+        step = _value(est, "step_time_s")
+        out.append(Alternative(label, step, rel, fits, compare(best, est, capacity), excluded, below))
     return sorted(out, key=lambda a: (not a.fits, a.relative))
+
+
+SAME = 5e-4  # a relative difference that prints as 0.0%: `describe` calls the neighbour the same
+TIE_MARGIN = TIE_TOLERANCE / (1 - TIE_TOLERANCE)  # a better rate ties the best's when best >= it x (1 - tolerance)
+
+
+def ranked_below(search: PlanSearch, index: int, plan: Plan, relative: float, slower: bool) -> str | None:
+    """Why the search ranked `plan` (searched, fitting, `relative` better than the best plan `index` on
+    the estimates the why prints, `slower` a step) below the best: the tie rule of `PlanSearch.ranked`
+    only where the printed rates are within its tolerance, else the search's own figure, which may be
+    another estimate (the closed form of a plan the simulator did not re-time, `plan_confirm`). None
+    where the printed difference rounds to nothing (`describe` calls it the same)."""
+    from shardwise.analyses.plan_confirm import simulable
+
+    tie = f"a tie (rates within {TIE_TOLERANCE:.1%} of the best rank by step time)"
+    rate = search.space.objective != "time"
+    if rate and slower and -relative <= TIE_MARGIN:
+        return tie
+    if -relative < SAME:
+        return None
+    mask = _searched(search, plan)
+    split = (search.columns["first_stage_layers"] == int(np.asarray(plan.first_stage_layers))) & (
+        search.columns["last_stage_layers"] == int(np.asarray(plan.last_stage_layers))
+    )
+    found = np.flatnonzero(mask & split) if (mask & split).any() else np.flatnonzero(mask)
+    score = search.score
+    j = int(found[np.argmax(score[found])])
+    if not np.isfinite(score[j]):
+        return "the search's memory estimate drops it"
+    searched_rel = (score[index] - score[j]) / abs(score[index])  # positive: worse, as `Alternative.relative`
+    steps = [search.row(k)["step_time_s"] for k in (index, j)]
+    simulated = search.simulated is not None and bool(search.simulated[j])
+    closed = ""
+    if simulable(plan) and not simulated:  # the search ranked it on the closed form, the why prints the simulator's
+        closed = " (the closed form: the simulator re-times the plans near the top)"
+    if rate and steps[1] > steps[0] and -searched_rel <= TIE_MARGIN:
+        return f"{tie} on the search's estimate, {-searched_rel:.1%} better there{closed}"
+    if searched_rel <= 0:
+        return "ranked below on an equal estimate (the search's order)"
+    worse = "fewer tokens/s per GPU" if rate else "slower"
+    return f"the search's estimate has it {searched_rel:.1%} {worse}{closed}"
 
 
 def _score(search: PlanSearch, est: TrainingEstimate) -> float:
@@ -326,11 +376,12 @@ def _score(search: PlanSearch, est: TrainingEstimate) -> float:
 
 def describe(alt: Alternative) -> str:
     """'tp=16, dp=4: +38%, TP across servers is off (TP communication +3.1 s, the TP group crosses servers)'."""
-    outside = f", {alt.excluded}" if alt.excluded else ""
+    note = alt.excluded or alt.ranked_below
+    outside = f", {note}" if note else ""
     reason = "" if alt.reason == "the same cost" else f" ({alt.reason})"
-    if alt.relative < -5e-4:
-        why = "does not fit" if not alt.fits else (alt.excluded or "outside the search")
+    if alt.relative < -SAME:
+        why = "does not fit" if not alt.fits else (note or "outside the search")
         return f"{alt.change}: {-alt.relative:.1%} better but {why}: {alt.reason}"
-    verdict = f"+{alt.relative:.1%}" if alt.relative > 5e-4 else "the same"
+    verdict = f"+{alt.relative:.1%}" if alt.relative > SAME else "the same"
     fits = "" if alt.fits else ", does not fit"
     return f"{alt.change}: {verdict}{fits}{outside}{reason}"
