@@ -11,7 +11,7 @@ from shardwise.arrays import any_true, as_array, as_bool
 from shardwise.engines.costs import StageCost
 from shardwise.physics import memory as mem
 from shardwise.physics.compute import memory_s
-from shardwise.physics.microbatch import fsdp2_deferred_sync, fsdp2_kept_gathered
+from shardwise.physics.microbatch import fsdp2_kept_gathered, plan_deferred_sync
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.stack import ALL_GATHER_COPY_OUT_PASSES, per_param_sharding_bytes
 from shardwise.specs import Plan, Scenario
@@ -35,8 +35,9 @@ def _copying(plan: Plan) -> np.ndarray:
 
 def _deferred(plan: Plan) -> np.ndarray:
     """Plans whose FSDP2 gradient sync is off until the last micro-batch
-    (`physics.microbatch.fsdp2_deferred_sync`): their copy-in runs once a step."""
-    return _copying(plan) & fsdp2_deferred_sync(plan.per_param_sharding, plan.pp, plan.unfused_accumulate_bytes)
+    (`physics.microbatch.fsdp2_deferred_sync`: pp > 1, or `Plan.fsdp2_grad_sync` "last-micro-batch"):
+    their copy-in runs once a step."""
+    return _copying(plan) & plan_deferred_sync(plan)
 
 
 def _kept(plan: Plan) -> np.ndarray:

@@ -27,6 +27,7 @@ from shardwise.specs.plan_choices import (  # noqa: F401
     ATTENTION_KERNELS,
     EXECUTION_FLAGS,
     FLASH2_KERNELS,
+    FSDP2_GRAD_SYNCS,
     LOSS_KERNELS,
     OPTIMIZER_STATES,
     TORCH_RING_KERNELS,
@@ -192,10 +193,16 @@ class Plan(PlanLayout):
     (`physics.fp8_recipes`); `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it
     (`fully_shard`), every parameter its own shard, so each all-gather is copied out to the
     parameters and each gradient copied into the reduce-scatter's buffer on the compute stream, `physics.stack`.
-    `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a 16-bit weight
-    gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
-    microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
-    on its own (DeepSpeed's PipelineEngine), not paired in one batched send/receive (Megatron).
+    `fsdp2_grad_sync`: under per_param_sharding, when a step at pp = 1 reduce-scatters its gradients:
+    "every-micro-batch" (FSDP2's default; torchtitan, torchtune, OLMo-core) or "last-micro-batch" (the
+    stack's loop turns gradient sync off for the others and FSDP2 adds their unsharded gradients, then
+    copies the sum into the reduce-scatter once: NeMo AutoModel's get_sync_ctx); under pipeline
+    parallelism torch.distributed.pipelining defers it whatever this says (`physics.microbatch.
+    fsdp2_deferred_sync`). `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a
+    16-bit weight gradient to its accumulator moves without gradient-accumulation fusion, the stack's
+    own where FSDP2's deferred add is not (`physics.microbatch`); `p2p_serial`: blocking pipeline
+    sends and receives run one after the other, each on its own (DeepSpeed's PipelineEngine), not
+    paired in one batched send/receive (Megatron).
     `layer_host_ops`: host operations one layer costs per micro-batch, forward and backward, in
     units of `host_kernel_s` (a stack's count from its code, `physics.stack`; 0: the kernels
     `physics.stack.layer_kernels` counts); `loss_bytes_per_logit`: bytes the loss moves per logit,
@@ -305,6 +312,7 @@ class Plan(PlanLayout):
     fp8_recipe: str = "te"
     host_kernel_s: Number = 0.0
     per_param_sharding: bool | np.ndarray = False
+    fsdp2_grad_sync: str = "every-micro-batch"
     unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
     p2p_serial: bool | np.ndarray = False
     layer_host_ops: Number = 0.0
