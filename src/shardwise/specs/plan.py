@@ -200,7 +200,10 @@ class Plan(PlanLayout):
     parallelism torch.distributed.pipelining defers it whatever this says (`physics.microbatch.
     fsdp2_deferred_sync`). `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a
     16-bit weight gradient to its accumulator moves without gradient-accumulation fusion, the stack's
-    own where FSDP2's deferred add is not (`physics.microbatch`); `p2p_serial`: blocking pipeline
+    own where FSDP2's deferred add is not (`physics.microbatch`); `fsdp2_expert_mesh_of_one`: FSDP2
+    wraps the routed experts over their expert-data-parallel mesh even where it has one rank, and
+    copies them each micro-batch without communicating (torchtitan; NeMo AutoModel leaves them
+    unwrapped there: `engines.fsdp2_copies`); `p2p_serial`: blocking pipeline
     sends and receives run one after the other, each on its own (DeepSpeed's PipelineEngine), not
     paired in one batched send/receive (Megatron).
     `layer_host_ops`: host operations one layer costs per micro-batch, forward and backward, in
@@ -313,6 +316,7 @@ class Plan(PlanLayout):
     host_kernel_s: Number = 0.0
     per_param_sharding: bool | np.ndarray = False
     fsdp2_grad_sync: str = "every-micro-batch"
+    fsdp2_expert_mesh_of_one: bool | np.ndarray = False
     unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
     p2p_serial: bool | np.ndarray = False
     layer_host_ops: Number = 0.0

@@ -95,6 +95,7 @@ BOOLEAN_FIELDS = (
     "eager_rotary",
     "yarn_rotary_eager",
     "per_param_sharding",
+    "fsdp2_expert_mesh_of_one",
     "p2p_serial",
     "tp_shard_overlap",
     "eager_glu",
