@@ -35,7 +35,7 @@ from shardwise.engines.training import estimate_training_step
 from shardwise.engines.training_stages import micro_batch_stages, stage_sends_per_micro_batch_s
 from shardwise.physics.compute import layer_times
 from shardwise.physics.flops import layer_forward
-from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.topology import placement
 from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs.hardware import Cluster
@@ -77,7 +77,7 @@ def stage_parts_s(scn: Scenario) -> dict[str, float]:
     kernels and exposed TP collectives, the weight-gradient accumulation and the pipeline sends."""
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     fwd = layer_forward(model, plan.micro_batch, plan.tp, plan.sequence_parallel, plan.bytes_per_element)
-    acc = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
+    acc = plan_accumulate_bytes(plan)
     fused = plan.grad_accumulation_fusion
     with_acc = layer_times(fwd, gpu, plan.precision, plan.flash_attention, fused, plan.attention_kernel, False, acc)
     no_acc = layer_times(fwd, gpu, plan.precision, plan.flash_attention, fused, plan.attention_kernel, False, 0.0)

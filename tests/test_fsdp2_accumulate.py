@@ -26,6 +26,7 @@ from shardwise.physics.microbatch import (
     MAIN_GRAD_ADD_BYTES,
     accumulate_bytes,
     fsdp2_deferred_sync,
+    plan_accumulate_bytes,
 )
 from shardwise.physics.params import layer_params_split
 from shardwise.physics.topology import placement
@@ -53,20 +54,22 @@ def test_the_deferred_adds_bytes_as_fsdp2s_code_moves_them():
     """fp32 reduce dtype: unsharded_accumulated_grad (fp32) += grad (bf16), read 4 + 2, write 4;
     bf16: autograd's param.grad += grad, read 2 + 2, write 2."""
     assert FSDP2_DEFERRED_ADD_BYTES == 4 + 2 + 4 and FSDP2_REDUCED_ADD_BYTES == 0
-    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, False, True, 4) == FSDP2_DEFERRED_ADD_BYTES
-    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, True, True, 4) == BF16_MAIN_GRAD_ADD_BYTES == 2 + 2 + 2
-    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, False, True, 1) == 0.0
-    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, True, True, 1) == 0.0
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, False, True) == FSDP2_DEFERRED_ADD_BYTES
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, True, True) == BF16_MAIN_GRAD_ADD_BYTES == 2 + 2 + 2
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, False, False) == 0.0
+    assert accumulate_bytes(FSDP2_REDUCED_ADD_BYTES, True, False) == 0.0
 
 
 def test_only_per_parameter_sharding_under_pipelining_takes_the_deferred_add():
     """Megatron's 10 and FSDP1's 4 stay theirs at any pp; a stack's own larger count is kept."""
-    assert accumulate_bytes(MAIN_GRAD_ADD_BYTES, False, False, 8) == MAIN_GRAD_ADD_BYTES
-    assert accumulate_bytes(FSDP1_FLAT_GRAD_CAT_BYTES, False, False, 8) == FSDP1_FLAT_GRAD_CAT_BYTES
-    assert accumulate_bytes(18.0, False, True, 2) == 18.0
+    every = "every-micro-batch"
+    assert accumulate_bytes(MAIN_GRAD_ADD_BYTES, False, fsdp2_deferred_sync(False, 8, every)) == MAIN_GRAD_ADD_BYTES
+    flat = fsdp2_deferred_sync(False, 8, every)
+    assert accumulate_bytes(FSDP1_FLAT_GRAD_CAT_BYTES, False, flat) == FSDP1_FLAT_GRAD_CAT_BYTES
+    assert accumulate_bytes(18.0, False, fsdp2_deferred_sync(True, 2, every)) == 18.0
     pp = np.array([1, 2, 1, 4])
     per_param = np.array([True, True, False, False])
-    got = accumulate_bytes(np.array([0.0, 0.0, 4.0, 10.0]), False, per_param, pp)
+    got = accumulate_bytes(np.array([0.0, 0.0, 4.0, 10.0]), False, fsdp2_deferred_sync(per_param, pp, every))
     assert got.tolist() == [0.0, 10.0, 4.0, 10.0]
 
 
@@ -76,12 +79,21 @@ def test_stacks_reducing_every_micro_batch_state_no_add(name):
     assert presets.framework(name)["per_param_sharding"] is True
 
 
-def test_nemo_automodel_defers_its_sync_and_keeps_the_add():
-    """get_sync_ctx: set_requires_gradient_sync(is_optim_step): the preset states no count of its
-    own, Megatron-LM's 10 (the deferred fp32 add) is the Plan's default."""
-    assert presets.framework_accumulate_bytes("nemo-automodel", "bf16") is None
-    assert Plan().unfused_accumulate_bytes == FSDP2_DEFERRED_ADD_BYTES
-    assert accumulate_bytes(Plan().unfused_accumulate_bytes, False, True, 1) == FSDP2_DEFERRED_ADD_BYTES
+def test_nemo_automodel_states_its_deferred_sync_and_pays_fsdp2s_add():
+    """get_sync_ctx: set_requires_gradient_sync(is_optim_step) (defer_fsdp_grad_sync): the preset
+    states last-micro-batch and no add of its own; FSDP2's deferred add, 10 bytes, follows at pp 1.
+    Turned off (defer_fsdp_grad_sync false), nothing is added, as under torchtitan."""
+    assert presets.framework("nemo-automodel")["fsdp2_grad_sync"] == "last-micro-batch"
+    assert presets.framework_accumulate_bytes("nemo-automodel", "bf16") == FSDP2_REDUCED_ADD_BYTES
+    assert plan_accumulate_bytes(_scenario("nemo-automodel").plan) == FSDP2_DEFERRED_ADD_BYTES
+    synced = _scenario("nemo-automodel", fsdp2_grad_sync="every-micro-batch").plan
+    assert plan_accumulate_bytes(synced) == FSDP2_REDUCED_ADD_BYTES
+    assert plan_accumulate_bytes(_scenario("nemo-automodel", pp=2, fsdp2_grad_sync="every-micro-batch").plan) == 10
+
+
+@pytest.mark.parametrize("name", REDUCED_EVERY_MICRO_BATCH)
+def test_stacks_reducing_every_micro_batch_say_so(name):
+    assert presets.framework(name)["fsdp2_grad_sync"] == "every-micro-batch"
 
 
 def test_torchtitan_pays_no_add_without_pipelining_and_the_deferred_one_with_it():
@@ -111,14 +123,17 @@ def test_the_copy_in_is_still_paid_where_the_add_is_not():
     assert copies is not None and float(copies[0].compute_backward_s) > 0
 
 
-def test_sync_is_deferred_only_for_fsdp2_under_pp_or_its_own_add():
-    """torch.distributed.pipelining (pp > 1) and NeMo AutoModel (its own add: unfused bytes > 0)
-    turn gradient sync off until the last micro-batch; FSDP1 and Megatron (no per-parameter
-    sharding) never run FSDP2's path; torchtitan at pp 1 keeps sync on."""
+def test_sync_is_deferred_only_for_fsdp2_under_pp_or_where_the_plan_says_so():
+    """torch.distributed.pipelining (pp > 1, whatever the stack's loop says) and a stack's loop that
+    turns it off (`Plan.fsdp2_grad_sync` last-micro-batch: NeMo AutoModel) defer gradient sync to the
+    last micro-batch; FSDP1 and Megatron (no per-parameter sharding) never run FSDP2's path;
+    torchtitan at pp 1 keeps sync on. The bytes of a stack's own add play no part."""
     per_param = np.array([True, True, True, False])
     pp = np.array([2, 1, 1, 2])
-    own_add = np.array([0.0, 10.0, 0.0, 10.0])
-    assert fsdp2_deferred_sync(per_param, pp, own_add).tolist() == [True, True, False, False]
+    sync = np.array(["every-micro-batch", "last-micro-batch", "every-micro-batch", "last-micro-batch"])
+    assert fsdp2_deferred_sync(per_param, pp, sync).tolist() == [True, True, False, False]
+    assert not fsdp2_deferred_sync(True, 1, "every-micro-batch")
+    assert fsdp2_deferred_sync(True, 1, "last-micro-batch")
 
 
 def test_a_deferred_copy_in_is_paid_once_a_step_from_the_reduce_dtype_accumulator():

@@ -47,7 +47,7 @@ def _group_key(scn: Scenario) -> tuple[Any, ...]:
         kind, c.gpu, c.intra_node_link, c.inter_node_link, c.gpus_per_node, p.precision, p.stage_layers,
         p.cp_comm, p.moe_dispatcher, p.attention_kernel, p.selective_policy, p.fp8_recipe,
         p.recompute_modules, p.cuda_graph_scope, p.lora_targets, p.loss_kernel,
-        p.optimizer_state, p.memory_stack, p.zero3_buckets,
+        p.optimizer_state, p.memory_stack, p.zero3_buckets, p.fsdp2_grad_sync,
     )  # fmt: skip
 
 
@@ -72,6 +72,7 @@ _PLAN_FIELDS = [
         "loss_kernel",
         "optimizer_state",
         "zero3_buckets",
+        "fsdp2_grad_sync",
     )
 ]
 

@@ -322,6 +322,14 @@ execution_options = stack_options(
         "megatron-deepspeed DeepSpeed's].",
     ),
     click.option(
+        "--fsdp2-grad-sync",
+        type=click.Choice(["every-micro-batch", "last-micro-batch"], case_sensitive=False),
+        help="FSDP2 at pp 1: reduce-scatter the gradients on every micro-batch (FSDP2's default; torchtitan, "
+        "torchtune, OLMo-core) or only on the last, the others' gradients added unsharded (NeMo AutoModel's "
+        "defer_fsdp_grad_sync); under pipeline parallelism torch's pipeline schedule defers it anyway; refused on "
+        "stacks without FSDP2 [default: the framework's].",
+    ),
+    click.option(
         "--optimizer-state",
         type=click.Choice(
             ["fp32", "fp32-remainders", "bf16", "fp32-bf16-moments", "fp32-remainders-bf16-moments"],

@@ -113,6 +113,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             f"--emit torchtitan: --loss-kernel {p.loss_kernel} is not a torchtitan option (its cross-entropy "
             "runs on fp32 logits)"
         )
+    if p.fsdp2_grad_sync == "last-micro-batch" and i(p.pp) == 1:
+        # trainer.py's accumulation loop leaves FSDP2's gradient sync on (presets/frameworks.yaml torchtitan)
+        raise EmitError(
+            "--emit torchtitan: --fsdp2-grad-sync last-micro-batch is not a torchtitan option (its gradient "
+            "accumulation reduce-scatters every micro-batch); plan with every-micro-batch"
+        )
     if p.optimizer_state != "fp32":
         raise EmitError(
             f"--emit torchtitan: an optimizer state of {p.optimizer_state} (--optimizer-state) is not a torchtitan "

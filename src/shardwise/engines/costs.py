@@ -37,7 +37,7 @@ from shardwise.physics.flops import (
 )
 from shardwise.physics.linears import GemmTimes, gathered_shards
 from shardwise.physics.lora import lora_layer_times
-from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
     graphed_layer_kernels,
@@ -108,7 +108,7 @@ def plan_layer_times(fwd: LayerForward, gpu: Gpu, plan: Plan) -> LayerTimes:
     return layer_times(
         fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion, plan.attention_kernel,
         plan.eager_kernels,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
+        plan_accumulate_bytes(plan),
         plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
     )  # fmt: skip
 

@@ -50,7 +50,7 @@ from shardwise.physics.compute import (
     linears_times,
     memory_s,
 )
-from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.moe import (
     CLAMP_FORWARD_KERNELS,
     capacity_load,
@@ -153,7 +153,7 @@ def experts_parts(
     padded = (np.asarray(factor) > 0) & np.asarray(plan.moe_pad_to_capacity, dtype=bool)
     ef = experts_forward(model, tokens, plan.ep, etp, e, plan.expert_imbalance, weight_bytes, sharded, factor, padded)
     fused = plan.grad_accumulation_fusion
-    add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
+    add = plan_accumulate_bytes(plan)
     up, down = linears_times(ef.gemms, gpu, plan.precision, fused, add)
     router = linear_times(ef.router, gpu, attention_precision(plan.precision), fused, add)  # a 16-bit GEMM
     if np.any(over := splits_over_group(model, plan)):  # SGLang's gate on the G T gathered tokens (`engines.dp_dense`)

@@ -30,7 +30,7 @@ from shardwise.engines.stage_ends import embedding_cost, head_cost
 from shardwise.engines.tp_overlap import TpComm
 from shardwise.physics.compute import linear_times, memory_s
 from shardwise.physics.flops import gemm
-from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.specs import Scenario
 
 # enorm and hnorm (multi_token_prediction.py `MultiTokenPredictionLayer`): one kernel each.
@@ -46,7 +46,7 @@ def mtp_module_cost(scn: Scenario, comm: TpComm, layer: StageCost) -> StageCost:
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     rank_tokens = tokens / np.where(sp, np.asarray(t, dtype=float), 1.0)
     norms = memory_s(MTP_NORMS * 2 * e * rank_tokens * h, gpu, kernels=MTP_NORMS)
-    add = accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
+    add = plan_accumulate_bytes(plan)
     proj = linear_times(gemm(tokens, h / t, 2 * h, e), gpu, plan.precision, plan.grad_accumulation_fusion, add)
     own = StageCost(
         compute_forward_s=norms + proj.forward_s,

@@ -101,12 +101,14 @@ def stage_times(scn: Scenario) -> StageTimes:
         _stage_cost(n - k, layer, emb if i == 0 else None, head if i == p - 1 else None, k, moe)
         for i, (n, k) in enumerate(zip(counts, n_moe, strict=True))
     ]
-    copies = sharding_copies(scn)  # FSDP2's copies: every layer, the embedding and the output layer
+    copies = sharding_copies(scn)  # FSDP2's copies: every layer (an MoE layer's its own), the two ends
     if copies is not None:
-        c_layer, c_emb, c_head = copies
+        c_layer, c_emb, c_head, c_moe = copies
         kinds = [
-            add_costs(kind, _stage_cost(n, c_layer, c_emb if i == 0 else None, c_head if i == p - 1 else None))
-            for i, (kind, n) in enumerate(zip(kinds, counts, strict=True))
+            add_costs(
+                kind, _stage_cost(n - k, c_layer, c_emb if i == 0 else None, c_head if i == p - 1 else None, k, c_moe)
+            )
+            for i, (kind, n, k) in enumerate(zip(kinds, counts, n_moe, strict=True))
         ]
     if extra is not None:  # layers recomputed whole
         whole = [float(chunk_recomputed_layers(n, plan.vpp, plan.recompute_layers)) for n in counts]

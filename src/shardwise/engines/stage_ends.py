@@ -22,7 +22,7 @@ from shardwise.physics.flops import (
     logits_forward,
 )
 from shardwise.physics.linears import GemmTimes, linear_times
-from shardwise.physics.microbatch import accumulate_bytes
+from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_CROSS_ENTROPY_BYTES_PER_LOGIT,
 )
@@ -65,9 +65,7 @@ def embedding_cost(scn: Scenario, comm: TpComm, q_len: Number | None = None) -> 
     # its accumulator outside any GEMM: e + the stack's unfused accumulation bytes per weight
     # (`physics.microbatch`: Megatron's main_grad.add_ 10, DeepSpeed bf16 18, fp16 6); into a
     # bf16 gradient buffer (`Plan.grad_reduce_bf16`) the add reads 2 + 2 and writes 2.
-    grad_table = (
-        e + accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp)
-    ) * model.vocab
+    grad_table = (e + plan_accumulate_bytes(plan)) * model.vocab
     grad_table = grad_table * model.hidden / plan.tp
     grad_table = np.where(np.asarray(plan.lora_rank) > 0, 0.0, grad_table)  # LoRA: frozen
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
@@ -112,7 +110,7 @@ def _norm_and_logits(
         gpu,
         attention_precision(plan.precision),
         plan.grad_accumulation_fusion,
-        accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
+        plan_accumulate_bytes(plan),
         backward=backward,
     )
     return norm, out

@@ -188,8 +188,9 @@ def _layout_terms(scn: Scenario) -> Layout:
             stage_key(scn), lambda: evaluate_grouped(micro_batch_stages, scn, PER_MICRO_BATCH_IGNORES)
         )
     # FSDP2's copies read dp and the ZeRO stage, which the shared stage costs do not: added here
-    copies = sharding_copies(scn)
-    extra = None if copies is None else stages(split, *copies)
+    copies = sharding_copies(scn)  # an MoE layer's own: its routed experts' unit (`fsdp2_copies`)
+    moe_copies = None if copies is None or copies.moe is None else (copies.moe, moe_split)
+    extra = None if copies is None else stages(split, copies.layer, copies.emb, copies.head, moe_copies)
     if extra is not None:
         own = (first, middle, last, middle_sum)
         first, middle, last, middle_sum = (add_costs(a, b) for a, b in zip(own, extra, strict=True))
@@ -372,7 +373,7 @@ def optimizer_time_s(
     update = memory_s(traffic, gpu, kernels=OPTIMIZER_KERNELS)
     if any_true(as_array(plan.offload_optimizer) > 0):
         update = _with_host_optimizer(plan, gpu, local, update)
-    update = update + step_copies_s(scn, n_params, n_weights)  # FSDP2's, on the GPU whatever is offloaded
+    update = update + step_copies_s(scn, n_params, n_weights, n_expert)  # FSDP2's, on the GPU whatever is offloaded
     # Transformer Engine's PyTorch path caches each weight's FP8 / NVFP4 copies across the step's
     # micro-batches (its JAX path casts at every use instead: `physics.compute.layer_times`)
     cached = fp8_recipes.is_te(plan.fp8_recipe) and not fp8_recipes.casts_weights_per_use(plan.fp8_recipe)

@@ -61,14 +61,17 @@ FSDP2's rows as read in pytorch/pytorch torch/distributed/fsdp/_fully_shard/ (_f
 _composable/fsdp/ in torch 2.4-2.5, the same code) from torch 2.4 to 2.13. Which row a stack takes
 is its training loop's: torchtitan (trainer.py's accumulation loop), torchtune's distributed recipes
 and OLMo-core (`_train_microbatch_context`: set_is_last_backward only) leave gradient sync on, so the
-fsdp2, torchtitan and torchtitan-compile presets state 0; under pipeline parallelism (pp > 1)
-torch.distributed.pipelining's `backward_maybe_with_nosync` turns it off for every backward but the
-last one (`FSDP2_DEFERRED_ADD_BYTES`, `accumulate_bytes`). NeMo AutoModel turns it off on every
-micro-batch but the last (`get_sync_ctx`, `defer_fsdp_grad_sync` true by default): its preset keeps
-Megatron-LM's 10. With sync off, the reduce-scatter's copy-in runs once a step, not once a
-micro-batch (`fsdp2_deferred_sync`): the last micro-batch's post_backward hands `foreach_reduce` the
-gradient accumulated in the reduce dtype (read and write 4 bytes a weight in fp32, 2 in bf16),
-where a micro-batch that reduces copies its 16-bit gradient in (read 2, write the reduce dtype's).
+fsdp2, torchtitan and torchtitan-compile presets state `fsdp2_grad_sync: every-micro-batch` and 0
+bytes; under pipeline parallelism (pp > 1) torch.distributed.pipelining's `backward_maybe_with_nosync`
+turns it off for every backward but the last one whatever the stack's loop does
+(`FSDP2_DEFERRED_ADD_BYTES`, `accumulate_bytes`). NeMo AutoModel turns it off on every micro-batch
+but the last (`get_sync_ctx`, `defer_fsdp_grad_sync` true by default): its preset states
+`fsdp2_grad_sync: last-micro-batch` (`Plan.fsdp2_grad_sync`, stated, not inferred from the bytes)
+and 0 bytes of its own, so the deferred add is FSDP2's 10. With sync off, the reduce-scatter's
+copy-in runs once a step, not once a micro-batch (`fsdp2_deferred_sync`): the last micro-batch's
+post_backward hands `foreach_reduce` the gradient accumulated in the reduce dtype (read and write 4
+bytes a weight in fp32, 2 in bf16), where a micro-batch that reduces copies its 16-bit gradient in
+(read 2, write the reduce dtype's).
 
 A 16-bit gradient buffer (`Plan.grad_reduce_bf16`) turns an fp32 main-grad add into a 16-bit one,
 6 bytes (`BF16_MAIN_GRAD_ADD_BYTES`); a stack whose own path moves fewer (FSDP1's 4) keeps its own.
@@ -132,10 +135,16 @@ sizes the rest (host syncs, waves, host-bound kernels).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from shardwise.physics.compute import UNFUSED_ACCUMULATE_BYTES
 from shardwise.specs._checks import Number
+from shardwise.specs.plan_choices import LAST_MICRO_BATCH
+
+if TYPE_CHECKING:
+    from shardwise.specs import Plan
 
 # bytes per weight per micro-batch, after a weight-gradient GEMM that wrote 2 (table above)
 MAIN_GRAD_ADD_BYTES = UNFUSED_ACCUMULATE_BYTES  # 10: Megatron-LM's main_grad.add_
@@ -175,10 +184,10 @@ def pipeline_transfers(serial: Number, blocking: Number) -> Number:
     return np.where(serial, SERIAL_TRANSFERS, PAIRED_TRANSFERS)
 
 
-def fsdp2_deferred_sync(per_param_sharding: Number, pp: Number, unfused_accumulate_bytes: Number) -> Number:
+def fsdp2_deferred_sync(per_param_sharding: Number, pp: Number, grad_sync: str | Number) -> Number:
     """FSDP2 with its gradient sync off until the last micro-batch (table above): under pipeline
-    parallelism (torch.distributed.pipelining's backward_maybe_with_nosync) or where the stack adds
-    each micro-batch's unsharded gradient itself (`unfused_accumulate_bytes` > 0: NeMo AutoModel's
+    parallelism (torch.distributed.pipelining's backward_maybe_with_nosync) or where the stack's loop
+    turns it off (`grad_sync`, `Plan.fsdp2_grad_sync` "last-micro-batch": NeMo AutoModel's
     get_sync_ctx). Then the reduce-scatter's copy-in (`physics.stack.per_param_sharding_bytes`)
     runs once a step, on the last micro-batch: `foreach_reduce` copies the gradient accumulated in
     the reduce dtype (`unsharded_accumulated_grad_data`; read and write the reduce dtype's bytes)
@@ -186,8 +195,13 @@ def fsdp2_deferred_sync(per_param_sharding: Number, pp: Number, unfused_accumula
     self.reduce_grads: ... to_accumulated_grad_if_needed(); return`). Not modelled: a step of one
     micro-batch under NeMo AutoModel syncs it (its copy-in reads the 16-bit gradient, 2 bytes a weight
     less at fp32)."""
-    deferred = (np.asarray(pp) > 1) | (np.asarray(unfused_accumulate_bytes) > 0)
+    deferred = (np.asarray(pp) > 1) | (np.asarray(grad_sync) == LAST_MICRO_BATCH)
     return np.asarray(per_param_sharding, dtype=bool) & deferred
+
+
+def plan_deferred_sync(plan: Plan) -> Number:
+    """`fsdp2_deferred_sync` of a plan's fields."""
+    return fsdp2_deferred_sync(plan.per_param_sharding, plan.pp, plan.fsdp2_grad_sync)
 
 
 def fsdp2_kept_gathered(per_param_sharding: Number, pp: Number) -> Number:
@@ -197,16 +211,20 @@ def fsdp2_kept_gathered(per_param_sharding: Number, pp: Number) -> Number:
     return np.asarray(per_param_sharding, dtype=bool) & (np.asarray(pp) > 1)
 
 
-def accumulate_bytes(
-    unfused_accumulate_bytes: Number, grad_reduce_bf16: Number, per_param_sharding: Number = False, pp: Number = 1
-) -> Number:
+def accumulate_bytes(unfused_accumulate_bytes: Number, grad_reduce_bf16: Number, deferred: Number = False) -> Number:
     """Bytes per weight per micro-batch that a stack's unfused add of a 16-bit weight gradient
     into its accumulator moves: the stack's own (`Plan.unfused_accumulate_bytes`), or, into a
     bf16 gradient buffer (`Plan.grad_reduce_bf16`), BF16_MAIN_GRAD_ADD_BYTES where the stack's
-    own moves more (FSDP1's concatenation, 4, moves the same at either reduce dtype). Under
-    FSDP2 (`per_param_sharding`) with pipeline parallelism (`pp` > 1) the pipeline schedule keeps
-    gradient sync off until the last micro-batch: at least FSDP2_DEFERRED_ADD_BYTES (table above)."""
-    deferred = np.asarray(per_param_sharding, dtype=bool) & (np.asarray(pp) > 1)
+    own moves more (FSDP1's concatenation, 4, moves the same at either reduce dtype). Where FSDP2
+    keeps gradient sync off until the last micro-batch (`deferred`, `fsdp2_deferred_sync`: under
+    pipeline parallelism or the stack's own loop) it adds the unsharded gradients: at least
+    FSDP2_DEFERRED_ADD_BYTES (table above)."""
+    deferred = np.asarray(deferred, dtype=bool)
     own = np.where(deferred, np.maximum(unfused_accumulate_bytes, FSDP2_DEFERRED_ADD_BYTES), unfused_accumulate_bytes)
     bf16_add = np.minimum(BF16_MAIN_GRAD_ADD_BYTES, own)
     return np.where(np.asarray(grad_reduce_bf16, dtype=bool), bf16_add, own)
+
+
+def plan_accumulate_bytes(plan: Plan) -> Number:
+    """`accumulate_bytes` of a plan's fields, FSDP2's deferred sync (`plan_deferred_sync`) included."""
+    return accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan_deferred_sync(plan))

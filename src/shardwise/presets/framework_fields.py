@@ -29,6 +29,8 @@ STACK_FIELDS = (
     "host_kernel",
     "flash_attention",
     "per_param_sharding",
+    "fsdp2_grad_sync",
+    "fsdp2_expert_mesh_of_one",
     "unfused_accumulate_bytes",
     "unfused_accumulate_bytes_fp16",
     "p2p_serial",
@@ -73,7 +75,13 @@ STACK_PLAN_FIELDS = tuple(
 
 def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
     from shardwise.precisions import FP8_RECIPES
-    from shardwise.specs.plan import ATTENTION_KERNELS, LOSS_KERNELS, OPTIMIZER_STATES, SELECTIVE_POLICIES
+    from shardwise.specs.plan import (
+        ATTENTION_KERNELS,
+        FSDP2_GRAD_SYNCS,
+        LOSS_KERNELS,
+        OPTIMIZER_STATES,
+        SELECTIVE_POLICIES,
+    )
 
     out: dict[str, Any] = {}
     choices_of = (
@@ -82,6 +90,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         ("fp8_recipe", FP8_RECIPES),
         ("loss_kernel", LOSS_KERNELS),
         ("optimizer_state", OPTIMIZER_STATES),
+        ("fsdp2_grad_sync", FSDP2_GRAD_SYNCS),
     )
     for field, choices in choices_of:
         if field in data:
@@ -100,6 +109,7 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
         "eager_glu",
         "layout_copies",
         "head_copies",
+        "fsdp2_expert_mesh_of_one",
         "grad_reduce_bf16",
         "expandable_segments",
         "partition_activations",
@@ -108,6 +118,11 @@ def _stack_fields(key: str, data: dict[str, Any]) -> dict[str, Any]:
             if not isinstance(data[field], bool):
                 raise SpecError(f"framework {key!r}: {field}: {data[field]!r} is not allowed; give true or false")
             out[field] = data[field]
+    if "fsdp2_grad_sync" in data and data.get("per_param_sharding") is not True:  # FSDP2's alone
+        raise SpecError(
+            f"framework {key!r}: fsdp2_grad_sync: {data['fsdp2_grad_sync']!r} applies to FSDP2 only; "
+            "state per_param_sharding: true or leave it out"
+        )
     if "zero3_buckets" in data:  # DeepSpeed's stage-3 buckets, by its config keys (`specs.zero3`)
         out["zero3_buckets"] = zero3_buckets_of(data["zero3_buckets"], f"framework {key!r}: zero3_buckets")
     if "host_kernel" in data:

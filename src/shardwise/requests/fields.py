@@ -128,6 +128,8 @@ EXECUTION_FIELDS = (
     _f("expandable_segments", "bool"),  # None: the framework's (off: the caching allocator's split blocks)
     _f("partition_activations", "bool"),  # None: the framework's (off: DeepSpeed's whole checkpoints)
     _f("zero3_buckets", "str"),  # None: the framework's (`Plan.zero3_buckets`; "prefetch=1e7,reduce=1e7", "none")
+    # None: the framework's (`Plan.fsdp2_grad_sync`; FSDP2 stacks alone: `requests.plan_build`)
+    _f("fsdp2_grad_sync", "str", None, "every-micro-batch", "last-micro-batch"),
     # None: the framework's (`Plan.optimizer_state`; fp32 master and moments)
     _f(
         "optimizer_state",

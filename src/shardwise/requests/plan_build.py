@@ -44,6 +44,12 @@ def execution_kwargs(o: dict[str, Any], sequence_parallel: bool | None = None, t
                 f"{', '.join(deepspeed)}, or a framework file with zero3_buckets"
             )
         out["zero3_buckets"] = buckets
+    if o.get("fsdp2_grad_sync") is not None and out.get("per_param_sharding") is not True:  # FSDP2's switch
+        fsdp2 = [k for k, v in presets.raw("frameworks").items() if v.get("per_param_sharding") is True]
+        raise SpecError(
+            f"--fsdp2-grad-sync: {stack} does not run FSDP2 (per-parameter sharding); it applies to "
+            f"{', '.join(fsdp2)}, or a framework file with per_param_sharding: true"
+        )
     # fp16 training accumulates its gradients another way in some stacks (`physics.microbatch`)
     if o.get("unfused_accumulate_bytes") is None:
         accumulate = presets.framework_accumulate_bytes(stack, o.get("precision") or "bf16")

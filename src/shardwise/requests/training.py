@@ -106,6 +106,7 @@ class TrainingRequest:
     loss_kernel: str | None = default("loss_kernel")
     optimizer_state: str | None = default("optimizer_state")
     zero3_buckets: str | None = default("zero3_buckets")
+    fsdp2_grad_sync: str | None = default("fsdp2_grad_sync")
 
     def __post_init__(self) -> None:
         F.normalize(self, F.TRAINING_FIELDS)

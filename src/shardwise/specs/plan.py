@@ -13,7 +13,6 @@ import numpy as np
 
 from shardwise.recompute_policies import SELECTIVE_POLICIES  # noqa: F401 (re-exported: the Plan's checks)
 from shardwise.specs._checks import Number
-from shardwise.specs.hardware import PRECISION_BYTES
 from shardwise.specs.memo import hash_once
 
 # re-exported: the names the engines, the CLI and the tests read here
@@ -28,18 +27,20 @@ from shardwise.specs.plan_choices import (  # noqa: F401
     ATTENTION_KERNELS,
     EXECUTION_FLAGS,
     FLASH2_KERNELS,
+    FSDP2_GRAD_SYNCS,
     LOSS_KERNELS,
     OPTIMIZER_STATES,
     TORCH_RING_KERNELS,
     Recompute,
     Schedule,
 )
+from shardwise.specs.plan_layout import PlanLayout
 from shardwise.specs.zero3 import Zero3Buckets
 
 
 @hash_once
 @dataclass(frozen=True)
-class Plan:
+class Plan(PlanLayout):
     """tp x pp x dp x cp GPUs; `vpp` virtual stages (model chunks) per GPU for the interleaved
     schedule; `cp` context-parallel ranks split every sequence (Megatron-Core's ring attention:
     each rank holds 1/cp of the tokens, load-balanced for causal masks, and passes its keys and
@@ -192,10 +193,19 @@ class Plan:
     (`physics.fp8_recipes`); `per_param_sharding`: ZeRO-3 as PyTorch FSDP2 runs it
     (`fully_shard`), every parameter its own shard, so each all-gather is copied out to the
     parameters and each gradient copied into the reduce-scatter's buffer on the compute stream, `physics.stack`.
-    `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a 16-bit weight
-    gradient to the fp32 accumulator moves without gradient-accumulation fusion (`physics.
-    microbatch`); `p2p_serial`: blocking pipeline sends and receives run one after the other, each
-    on its own (DeepSpeed's PipelineEngine), not paired in one batched send/receive (Megatron).
+    `fsdp2_grad_sync`: under per_param_sharding, when a step at pp = 1 reduce-scatters its gradients:
+    "every-micro-batch" (FSDP2's default; torchtitan, torchtune, OLMo-core) or "last-micro-batch" (the
+    stack's loop turns gradient sync off for the others and FSDP2 adds their unsharded gradients, then
+    copies the sum into the reduce-scatter once: NeMo AutoModel's get_sync_ctx); under pipeline
+    parallelism torch.distributed.pipelining defers it whatever this says (`physics.microbatch.
+    fsdp2_deferred_sync`). `unfused_accumulate_bytes`: bytes per weight per micro-batch that adding a
+    16-bit weight gradient to its accumulator moves without gradient-accumulation fusion, the stack's
+    own where FSDP2's deferred add is not (`physics.microbatch`); `fsdp2_expert_mesh_of_one`: FSDP2
+    wraps the routed experts over their expert-data-parallel mesh even where it has one rank, and
+    copies them each micro-batch without communicating (torchtitan; NeMo AutoModel leaves them
+    unwrapped there: `engines.fsdp2_copies`); `p2p_serial`: blocking pipeline
+    sends and receives run one after the other, each on its own (DeepSpeed's PipelineEngine), not
+    paired in one batched send/receive (Megatron).
     `layer_host_ops`: host operations one layer costs per micro-batch, forward and backward, in
     units of `host_kernel_s` (a stack's count from its code, `physics.stack`; 0: the kernels
     `physics.stack.layer_kernels` counts); `loss_bytes_per_logit`: bytes the loss moves per logit,
@@ -305,6 +315,8 @@ class Plan:
     fp8_recipe: str = "te"
     host_kernel_s: Number = 0.0
     per_param_sharding: bool | np.ndarray = False
+    fsdp2_grad_sync: str = "every-micro-batch"
+    fsdp2_expert_mesh_of_one: bool | np.ndarray = False
     unfused_accumulate_bytes: Number = 10.0  # physics.microbatch.MAIN_GRAD_ADD_BYTES
     p2p_serial: bool | np.ndarray = False
     layer_host_ops: Number = 0.0
@@ -339,61 +351,6 @@ class Plan:
         """The rules between fields, over every plan: whole micro-batches, stage counts, the
         interleaved schedule's needs (True: they hold). They read _RULE_FIELDS alone."""
         return check_rules(self)
-
-    @property
-    def uneven_stages(self) -> bool:
-        """Whether the stage split is given (explicitly or by first/last counts)."""
-        return self.stage_layers is not None or bool(
-            np.any(np.asarray(self.first_stage_layers) > 0) or np.any(np.asarray(self.last_stage_layers) > 0)
-        )
-
-    @property
-    def num_gpus(self) -> Number:
-        return self.tp * self.pp * self.dp * self.cp
-
-    @property
-    def zero_ranks(self) -> Number:
-        """The ranks ZeRO shards the dense model state over: the shard group, or all dp x cp."""
-        dp, cp, group = self.dp, self.cp, self.shard_group
-        if type(dp) is int and type(cp) is int and type(group) is int:  # one plan of plain numbers
-            return group if group > 0 else dp * cp
-        ranks = np.asarray(self.dp) * np.asarray(self.cp)
-        out = np.where(np.asarray(self.shard_group) > 0, self.shard_group, ranks)
-        return out.item() if out.ndim == 0 else out
-
-    @property
-    def replicas(self) -> Number:
-        """The shard groups that hold the same state (hybrid sharding; 1 without it)."""
-        return self.dp * self.cp // self.zero_ranks
-
-    @property
-    def expert_tp(self) -> Number:
-        """etp: the ranks that split each expert's matrices (tp unless set apart)."""
-        if type(self.etp) is int and type(self.tp) is int:  # one plan of plain numbers
-            return self.tp if self.etp == 0 else self.etp
-        etp = np.where(np.asarray(self.etp) == 0, self.tp, self.etp)
-        return etp.item() if etp.ndim == 0 else etp
-
-    @property
-    def expert_dp(self) -> Number:
-        """The ranks that hold the same experts and reduce their gradients: tp cp dp / (ep etp)."""
-        return self.tp * self.cp * self.dp // (self.ep * self.expert_tp)
-
-    @property
-    def memory_stack_key(self) -> str:
-        """The entry of `physics.memory_stacks.STACKS` that prices this plan's memory: `memory_stack`
-        (a framework file's `like:`), else `framework`'s own (a label without one: Megatron-Core's)."""
-        return self.memory_stack or self.framework
-
-    @property
-    def num_micro_batches(self) -> Number:
-        """m: micro-batches per pipeline per step."""
-        return self.global_batch // (self.dp * self.micro_batch)
-
-    @property
-    def bytes_per_element(self) -> float:
-        """Activation / weight bytes: fp8 training keeps bf16 activations between layers."""
-        return max(PRECISION_BYTES[self.precision], 2.0)
 
     def with_(self, **changes: object) -> Plan:
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from shardwise.specs.plan_choices import (
     ATTENTION_KERNELS,
     BOOLEAN_FIELDS,
     CP_COMM_TYPES,
+    FSDP2_GRAD_SYNCS,
     LOSS_KERNELS,
     MEMORY_STACKS,
     MOE_DISPATCHERS,
@@ -164,6 +165,10 @@ def check_fields(plan: Any) -> None:
         )
     if plan.loss_kernel not in LOSS_KERNELS:
         raise SpecError(f"plan: loss_kernel {plan.loss_kernel!r} is not allowed; choose {', '.join(LOSS_KERNELS)}")
+    if plan.fsdp2_grad_sync not in FSDP2_GRAD_SYNCS:
+        raise SpecError(
+            f"plan: fsdp2_grad_sync {plan.fsdp2_grad_sync!r} is not allowed; choose {', '.join(FSDP2_GRAD_SYNCS)}"
+        )
     if plan.optimizer_state not in OPTIMIZER_STATES:
         raise SpecError(
             f"plan: optimizer_state {plan.optimizer_state!r} is not allowed; choose {', '.join(OPTIMIZER_STATES)}"

@@ -67,6 +67,13 @@ TORCH_RING_KERNELS = ("flash2", "sdpa-flash2")
 
 CP_COMM_TYPES = ("p2p", "all_gather", "a2a")
 
+# When FSDP2 (`Plan.per_param_sharding`) reduce-scatters a micro-batch's gradients at pp = 1
+# (`Plan.fsdp2_grad_sync`, `physics.microbatch.fsdp2_deferred_sync`): on every micro-batch (FSDP2's
+# own default, requires_gradient_sync True; torchtitan, torchtune, OLMo-core) or only on the last,
+# the others' accumulated unsharded (set_requires_gradient_sync(False): NeMo AutoModel's get_sync_ctx)
+EVERY_MICRO_BATCH, LAST_MICRO_BATCH = "every-micro-batch", "last-micro-batch"
+FSDP2_GRAD_SYNCS = (EVERY_MICRO_BATCH, LAST_MICRO_BATCH)
+
 # How a software stack executes a layout: what a framework preset sets (presets/frameworks.yaml,
 # with its default zero_stage) and the execution flags of the CLI.
 EXECUTION_FLAGS = (
@@ -88,6 +95,7 @@ BOOLEAN_FIELDS = (
     "eager_rotary",
     "yarn_rotary_eager",
     "per_param_sharding",
+    "fsdp2_expert_mesh_of_one",
     "p2p_serial",
     "tp_shard_overlap",
     "eager_glu",
