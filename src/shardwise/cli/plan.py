@@ -68,6 +68,7 @@ def plan(
     from shardwise.cli.output import STDOUT
     from shardwise.errors import SpecError
     from shardwise.requests.plan import PlanRequest
+    from shardwise.requests.plan_result import NothingFits
 
     request = PlanRequest.from_options({**options, "top": top, "emit": emit, "emit_version": emit_version})
     rows_out = csv_path == STDOUT  # every plan's row on stdout (alone), as sweep and crossover print theirs
@@ -80,7 +81,14 @@ def plan(
     ):
         if path is not None:
             check_output_path(path, allowed, flag)
-    outcome = request.run()
+    try:
+        outcome = request.run()
+    except NothingFits as exc:  # -o holds every evaluated plan, fitting or not: these too
+        if csv_path is None:
+            raise
+        _write_rows(exc.outcome, csv_path, rows_out)
+        where = "on stdout" if rows_out else f"written to {csv_path}"
+        raise SpecError(f"{exc}; all {exc.outcome.search.evaluated:,} evaluated plans {where}") from None
     echo_notes(outcome.notes)
     result, figure = outcome.search, None
     if heatmap_path is not None:
@@ -88,11 +96,9 @@ def plan(
 
         figure = plots.save(plots.plan_heatmap(result), heatmap_path)
     if csv_path is not None:
-        from shardwise.tables import csv_text, write_columns
-
+        _write_rows(outcome, csv_path, rows_out)
         if rows_out:
-            return click.echo(csv_text(outcome.table_columns()), nl=False)
-        write_columns(outcome.table_columns(), csv_path)
+            return
     if as_json:
         from shardwise import export
 
@@ -109,6 +115,16 @@ def plan(
         from shardwise.emit.report import text
 
         click.echo(text(outcome.launch))
+
+
+def _write_rows(outcome: Any, csv_path: str, rows_out: bool) -> None:
+    """Every evaluated plan, as -o writes them: to the file, or (-o -) the CSV alone on stdout."""
+    from shardwise.tables import csv_text, write_columns
+
+    if rows_out:
+        click.echo(csv_text(outcome.table_columns()), nl=False)
+    else:
+        write_columns(outcome.table_columns(), csv_path)
 
 
 def _print(

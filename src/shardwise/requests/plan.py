@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from shardwise.requests.plan_result import PlanResult, with_intervals
+from shardwise.requests.plan_result import NothingFits, PlanResult, with_intervals
 from shardwise.requests.training import PLAN_MEMORY_HEADROOM, PredictRequest, TrainingRequest, checked_emit
 from shardwise.units import format_capacity, share_or_bytes
 
@@ -344,7 +344,6 @@ class PlanRequest:
 
     def _run(self, notes: list[str]) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
-        from shardwise.errors import SpecError
         from shardwise.presets.stack_defaults import framework_zero_stages
         from shardwise.requests import build
 
@@ -361,9 +360,10 @@ class PlanRequest:
                 levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
-            raise SpecError(
+            raise NothingFits(
                 f"plan: none of the {result.evaluated:,} plans fits in "
-                f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}"
+                f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}",
+                PlanResult(self, result, [], [], None, "", tuple(notes), cal),
             )
         spread = build.spread([result.scenario(int(i)) for i in best], cal)
         rows = with_intervals(result, best, spread)
