@@ -33,3 +33,27 @@ def test_plan_o_writes_every_plan_when_none_fits(cli, tmp_path):
     assert "none of the" in err and f"evaluated plans written to {path}" in err
     rows = list(csv.DictReader(path.open()))
     assert len(rows) > 100 and all(r["fits_in_memory"] == "false" for r in rows)
+
+
+def test_fits_in_memory_is_predicts_everywhere_and_the_planners_filter_has_its_own_key(cli):
+    """llama3-8b on a100-pcie-8x, dp 8, mb 2, full recompute, ZeRO-1 needs 80.0 GB a GPU: within its capacity,
+    not within the planner's 10% headroom; plan's rows said fits_in_memory false where predict said true."""
+    import json
+
+    args = ["--model", "llama3-8b", "--system", "a100-pcie-8x", "--global-batch", "64"]
+    layout = ["--dp", "8", "--micro-batch", "2", "--recompute", "full", "--zero", "1"]
+    code, out, err = cli(["predict", *args, *layout, "--json"])
+    assert code == 0, err
+    predicted = json.loads(out)
+    code, out, err = cli(["plan", *args, *layout, "--tp", "1", "--pp", "1", "--schedule", "1f1b", "--json"])
+    assert code == 2 and "none of the" in err  # the headroom drops it
+    code, out, err = cli(["plan", *args, *layout, "--tp", "1", "--pp", "1", "--schedule", "1f1b", "-o", "-"])
+    header, *rows = out.splitlines()
+    names = header.split(",")
+    row = dict(zip(names, rows[0].split(","), strict=True))
+    assert row["fits_in_memory"] == str(predicted["fits_in_memory"]).lower() == "true"
+    assert row["fits_with_headroom"] == "false"
+    code, out, err = cli(["plan", *args, *layout, "--memory-headroom", "0", "--json"])
+    assert code == 0, err
+    best = json.loads(out)["plans"][0]
+    assert best["fits_in_memory"] is True and best["fits_with_headroom"] is True
