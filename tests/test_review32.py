@@ -57,3 +57,22 @@ def test_fits_in_memory_is_predicts_everywhere_and_the_planners_filter_has_its_o
     assert code == 0, err
     best = json.loads(out)["plans"][0]
     assert best["fits_in_memory"] is True and best["fits_with_headroom"] is True
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["crossover", "--vary", "batch=1,8", "--no-plot"],
+        ["sweep", "--vary", "batch=1..16", "--vary", "layers=8,16"],
+        ["sensitivity", "--layers-values", "8,96", "--hidden-values", "1024,4096"],
+    ],
+)
+def test_another_gpu_without_intra_link_is_refused_as_predict_refuses(cli, command):
+    """crossover / sweep / sensitivity --gpu h100-sxm5-80gb compared on nvlink3 (A100's) without a word."""
+    code, _, err = cli([*command, "--gpu", "h100-sxm5-80gb"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "--intra-link is required with --gpu h100-sxm5-80gb" in err and "--intra-link nvlink4" in err
+    code, _, err = cli(["predict", "--model", "llama3-8b", "--gpu", "h100-sxm5-80gb", "--global-batch", "8"])
+    assert code == 2 and "--intra-link is required with --gpu" in err
+    if command[0] == "crossover":  # the brief's own GPU keeps the brief's links
+        assert cli([*command, "--gpu", "a100-sxm4-40gb"])[0] == 0

@@ -105,7 +105,8 @@ experiment_options = _stack(
         multiple=True,
         metavar="[LABEL=]NAME|RATE[,latency=..]",
         callback=non_empty(LINK_NAME),
-        help="A link inside the server to compare (repeat). [default: the system's, else NVLink=nvlink3 PCIe=pcie4]",
+        help="A link inside the server to compare (repeat); required with a --gpu whose servers do not use nvlink3. "
+        "[default: the system's, else NVLink=nvlink3 PCIe=pcie4, A100 servers']",
     ),
     click.option(
         "--plan",

@@ -67,6 +67,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
     if not links and hardware["system_link"] is not None:  # the system's own link inside a server
         links = (hardware["system_link"],)
+    if not links and o["cost_model"] != "textbook" and o.get("gpu_name"):
+        _check_default_links(hardware["gpu"].name, base.links)
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
     if o["cost_model"] == "textbook" and o["workload"] != "train":
@@ -194,6 +196,22 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
         f"{f'{exp.gpu.name}, the GPU count swept' if variable == 'gpus' else f'{exp.gpus} x {exp.gpu.name}'}; "
         f"{work}{batching}; links: {links}{across}"
     )
+
+
+def _check_default_links(gpu_name: str, links: Any) -> None:
+    """The brief's links (NVLink=nvlink3 against PCIe=pcie4) are A100 SXM servers': with a --gpu whose
+    servers use another link, --intra-link is required, as `predict` requires it with --gpu."""
+    from shardwise import presets
+    from shardwise.errors import SpecError
+    from shardwise.requests.cluster_build import _link_hint
+
+    servers = {str(d.get("intra_node_link")) for d in presets.raw("systems").values() if d.get("gpu") == gpu_name}
+    if links[0].link.name not in servers:
+        default = " against ".join(f"{lk.label}={lk.link.name}" for lk in links)
+        raise SpecError(
+            f"--intra-link is required with --gpu {gpu_name}: the default comparison ({default}) is "
+            f"A100 servers' ({_link_hint(gpu_name)})"
+        )
 
 
 def _hardware(o: dict[str, Any]) -> dict[str, Any]:
