@@ -76,3 +76,27 @@ def test_another_gpu_without_intra_link_is_refused_as_predict_refuses(cli, comma
     assert code == 2 and "--intra-link is required with --gpu" in err
     if command[0] == "crossover":  # the brief's own GPU keeps the brief's links
         assert cli([*command, "--gpu", "a100-sxm4-40gb"])[0] == 0
+
+
+def test_the_context_parallel_ring_is_not_labelled_tp_communication(cli):
+    """tp=1, cp=16: the ring's exposed time sat in predict's table and plan's why lines as 'TP communication'."""
+    from shardwise.analyses.plan_explain import compare
+    from shardwise.engines.result import tp_comm_name
+    from shardwise.requests.training import PredictRequest
+
+    args = [*H100_8B, "--nodes", "2", "--global-batch", "16", "--zero", "1"]
+    code, out, err = cli(["predict", *args, "--cp", "16", "--dp", "1"])
+    assert code == 0, err
+    assert "CP communication (exposed)" in out and "TP communication" not in out
+    code, out, err = cli(["predict", *args, "--cp", "8", "--tp", "2", "--dp", "1"])
+    assert code == 0 and "TP/CP communication (exposed)" in out, err
+    runs = [PredictRequest.from_argv([*args, "--cp", str(cp), "--dp", str(16 // cp)]).run() for cp in (1, 16)]
+    best, ring = (r.estimate for r in runs)
+    assert float(ring.breakdown.tp_comm_s) > 0.1
+    said = compare(best, ring, 80e9)
+    assert "CP communication +" in said and "TP communication" not in said
+    assert [tp_comm_name(1, 1), tp_comm_name(8, 1), tp_comm_name([1, 2], [4, 1])] == [
+        "TP communication",
+        "TP communication",
+        "TP/CP communication",
+    ]

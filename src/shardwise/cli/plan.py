@@ -146,6 +146,7 @@ def _print(
     from shardwise.analyses.plan_search import objective_text
     from shardwise.calibration.spreads import Z80
     from shardwise.cli.render import across_servers, console, plan_label, recompute_cell, servers_of
+    from shardwise.engines.result import tp_comm_name
     from shardwise.units import format_seconds, format_seconds_range
 
     out = console()
@@ -242,8 +243,9 @@ def _print(
             else f"[bold]a tie at this confidence:[/] the best two plans {pair} are closer than the model orders "
             f"two layouts of one job ({band}); measure both, or calibrate on your runs"
         )
+    names = {**PARTS, "tp_comm": tp_comm_name(r["tp"], r["cp"])}  # the context-parallel ring is in tp_comm
     parts = ", ".join(
-        f"{PARTS[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items() if v / r["step_time_s"] >= 0.005
+        f"{names[k]} {v / r['step_time_s']:.0%}" for k, v in r["breakdown_s"].items() if v / r["step_time_s"] >= 0.005
     )
     out.print(f"best: {plan_label(r)}")
     out.print(f"  {format_seconds(r['step_time_s'])} per step = {parts}")

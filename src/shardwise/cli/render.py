@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from shardwise.engines.result import TrainingEstimate
+from shardwise.engines.result import TrainingEstimate, tp_comm_name
 from shardwise.physics.params import total_params
 from shardwise.units import format_bytes, format_capacity, format_seconds, format_seconds_range
 
@@ -269,6 +269,8 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
         label = BREAKDOWN_LABELS[key]
         if key == "dp_comm" and one_replica:  # no data parallelism: the tied embedding's sync across stages
             label = "embedding sync (first and last stage)"
+        if key == "tp_comm":  # the context-parallel ring shares the part
+            label = f"{tp_comm_name(p.tp, p.cp)} (exposed)"
         if hidden.get(key, 0.0) > 0:
             label += f" [dim](+{format_seconds(hidden[key])} hidden)[/]"
         if key == "compute" and _f(est.compute_parts_s.get("fsdp2_copies", 0.0)) > 0:
