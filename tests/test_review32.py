@@ -100,3 +100,21 @@ def test_the_context_parallel_ring_is_not_labelled_tp_communication(cli):
         "TP communication",
         "TP/CP communication",
     ]
+
+
+def test_refusals_say_the_fix_in_the_users_terms(cli):
+    """(a) a mixture of experts under crossover's default tp=8 was refused without saying to write sp=on;
+    (b) plan --vpp 2 --schedule 1f1b said 'no valid layout' where predict names the rule; (c) 100 GPUs on a
+    GB200 NVL72 with tp 4 failed on 'gpus_per_node=50', a value the user never gave."""
+    moe = ["crossover", "--model", "mixtral-8x7b", "--gpu", "h100-sxm5-80gb", "--intra-link", "nvlink4"]
+    code, _, err = cli([*moe, "--vary", "batch=1..16", "--no-plot"])
+    assert code == 2 and "needs sequence parallelism; write --plan tp=8,sp=on" in err, err
+    code, _, err = cli(["plan", *H100_8B, "--vpp", "2", "--schedule", "1f1b", "--global-batch", "16"])
+    assert code == 2 and "--vpp 2 needs --schedule interleaved" in err and "no valid layout" not in err, err
+    gb200 = ["predict", "--model", "llama3-70b", "--system", "gb200-nvl72", "--tp", "4"]
+    code, _, err = cli([*gb200, "--num-gpus", "100", "--global-batch", "100"])
+    assert code == 2 and len(err.strip().splitlines()) == 1, err
+    assert "gpus_per_node" not in err and "--num-gpus 100: not a whole number of 72-GPU NVLink domains" in err
+    assert "give a multiple of 72 GPUs, or 96 or 104" in err
+    for n in ("96", "104", "144"):  # the counts it names work
+        assert cli([*gb200, "--num-gpus", n, "--global-batch", n])[0] == 0

@@ -138,6 +138,8 @@ def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any
         t = times[plan.label] if times is not None else times_s(exp, plan, exp.links[0].link, variable, values)[0]
         if np.all(np.isnan(t)):
             rule = why_invalid(exp, plan, exp.links[0].link, {variable: np.asarray(values)[:1]})
+            if rule is not None and "needs sequence parallelism" in rule:  # the fix, in the --plan's words
+                rule += f"; write --plan {plan.label},sp=on"
             raise SpecError(
                 f"--plan {plan.label}: invalid at every {variable} in the range ({rule or 'see the rules'})"
             )
