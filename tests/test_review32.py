@@ -118,3 +118,31 @@ def test_refusals_say_the_fix_in_the_users_terms(cli):
     assert "give a multiple of 72 GPUs, or 96 or 104" in err
     for n in ("96", "104", "144"):  # the counts it names work
         assert cli([*gb200, "--num-gpus", n, "--global-batch", n])[0] == 0
+
+
+def test_minor_output_mends(cli):
+    """--sequence-parallel at tp 1 printed 'sequence-parallel=on' (it changes nothing there); 'dp 8 x 1
+    micro-batches'; presets show --json wrote params as a float; sensitivity --json had no flag for the
+    table's '*' (a plan does not fit); scenario --json had no holds/fails verdict."""
+    import json
+
+    code, out, err = cli(["predict", *H100_8B, "--global-batch", "8", "--dp", "8", "--sequence-parallel"])
+    said = " ".join(out.split())
+    assert code == 0 and "sequence-parallel=on (no effect at tp 1)" in said, err
+    assert "dp 8 x 1 micro-batch of 1" in said
+    code, out, _ = cli(["predict", *H100_8B, "--global-batch", "16", "--dp", "8", "--tp", "1"])
+    assert "dp 8 x 2 micro-batches of 1" in " ".join(out.split()) and "sequence-parallel=off" in out
+    code, out, _ = cli(["presets", "show", "mixtral-8x7b", "--json"])
+    counts = json.loads(out)["models"]
+    assert type(counts["params"]) is int and type(counts["activated_params"]) is int
+    sens = ["sensitivity", "--gpu", "h100-sxm5-80gb", "--intra-link", "NVLink=nvlink4", "--no-plot"]
+    code, out, _ = cli([*sens, "--layers-values", "8,96", "--hidden-values", "1024,4096"])
+    stars = [line for line in out.splitlines() if line.rstrip(" │").endswith("*")]
+    code, out, err = cli([*sens, "--layers-values", "8,96", "--hidden-values", "1024,4096", "--json"])
+    assert code == 0, err
+    bars = json.loads(out)["one_at_a_time"]["NVLink"]["bars"]
+    unfit = [b for b in bars if not (b["fits_low"] and b["fits_high"])]
+    assert stars and len(unfit) == len(stars)
+    code, out, _ = cli(["scenario", "small-batch", "thin-layers", "--json"])
+    verdicts = {r["name"]: r["holds"] for r in json.loads(out)}
+    assert verdicts == {"small-batch": False, "thin-layers": True}
