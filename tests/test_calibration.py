@@ -705,7 +705,7 @@ def test_sensitivity_ratios_carry_intervals(cli, intra_calibration: Path):
                 assert a < bar[key] < b
     cal = intra_calibration
     args = ["sensitivity", "--no-plot", "--layers-values", "48,96", "--hidden-values", "4096"]
-    args += ["--gpu", "h100-sxm5-80gb"]
+    args += ["--gpu", "h100-sxm5-80gb", "--intra-link", "NVLink=nvlink4", "--intra-link", "PCIe=pcie5"]
     code, out, err = cli([*args, "--json", "--calibration", str(cal)])
     assert code == 0, err
     widths = {

@@ -146,3 +146,35 @@ def test_minor_output_mends(cli):
     code, out, _ = cli(["scenario", "small-batch", "thin-layers", "--json"])
     verdicts = {r["name"]: r["holds"] for r in json.loads(out)}
     assert verdicts == {"small-batch": False, "thin-layers": True}
+
+
+def test_bf16_on_a_gpu_without_it_is_refused_and_the_default_is_fp16(cli):
+    """V100 has no BF16 (its preset's source says so), yet bf16 -- given or the default -- was priced at
+    the FP16 peak without a word, where fp8 on A100 is refused in one line."""
+    import json
+
+    from shardwise import presets
+
+    assert not presets.gpu("v100-sxm2-32gb").bf16
+    assert all(presets.gpu(g).bf16 for g in presets.raw("gpus") if not g.startswith("v100"))
+    v100 = ["--model", "gpt-96l-4096h", "--system", "dgx-1-v100", "--nodes", "2", "--global-batch", "16"]
+    layout = ["--pp", "8", "--dp", "2"]
+    for command in (["predict", *v100, *layout], ["plan", *v100], ["crossover", "--system", "dgx-1-v100"]):
+        code, _, err = cli([*command, "--precision", "bf16"])
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        assert (
+            "--precision bf16: gpu 'v100-sxm2-32gb' has no BF16 tensor cores" in err and "use --precision fp16" in err
+        )
+    code, out, err = cli(["predict", *v100, *layout, "--json"])
+    assert code == 0, err
+    assert json.loads(out)["scenario"]["plan"]["precision"] == "fp16"
+    assert "v100-sxm2-32gb has no BF16 tensor cores: fp16" in err
+    code, fp16, _ = cli(["predict", *v100, *layout, "--json", "--precision", "fp16"])
+    assert json.loads(fp16)["step_time_s"] == json.loads(out)["step_time_s"]
+    serve = ["serve", "--model", "llama3-8b", "--system", "dgx-1-v100", "--plan", "tp=1"]
+    code, out, err = cli(serve)
+    assert code == 0 and "weights fp16 (GEMMs in fp16), KV cache fp16" in " ".join(out.split()), err
+    code, _, err = cli([*serve, "--weight-precision", "bf16"])
+    assert code == 2 and "use --weight-precision fp16" in err
+    code, out, err = cli(["predict", *H100_8B, "--global-batch", "8", "--json"])  # other GPUs: bf16, no note
+    assert json.loads(out)["scenario"]["plan"]["precision"] == "bf16" and "BF16" not in err

@@ -155,8 +155,8 @@ experiment_options = _stack(
         "--precision",
         type=choice(TRAINING_PRECISIONS),
         default=_d("precision"),
-        show_default=True,
-        help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell).",
+        help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell). [default: bf16; fp16 on "
+        "a GPU without BF16, V100]",
     ),
     click.option(
         "--framework",

@@ -38,6 +38,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
     from shardwise.requests.build import flash_attention, stage_kwargs
+    from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
 
@@ -55,6 +56,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
                 f"{whole_range(o[flag], 1)}"
             )
     hardware = _hardware(o)
+    o = {**o, "precision": resolved(o.get("precision"), hardware["gpu"], "--precision", notes)}
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]

@@ -281,7 +281,7 @@ class PlanRequest:
             max_vpp=self.max_vpp,
             memory_headroom_bytes=share_or_bytes("--memory-headroom", self.memory_headroom, gpu_memory_bytes),
             objective=self.objective,
-            precision=self.training.precision,
+            precision=self.training.precision or "bf16",  # `_search` gives the GPU's (`requests.precision`)
             execution=self._execution(),
             stack=self.training.framework or "megatron-core",
         )
@@ -315,6 +315,7 @@ class PlanRequest:
         from shardwise.analyses.planner import search
         from shardwise.errors import SpecError
         from shardwise.requests import build
+        from shardwise.requests.precision import resolved
 
         layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
         values = {**self.training.values(), **layout}
@@ -323,7 +324,9 @@ class PlanRequest:
             from shardwise.calibration.parameters import apply
 
             cluster = apply(cluster, fitted)
-        space = self.space(float(cluster.gpu.memory_bytes))
+        precision = resolved(self.training.precision, cluster.gpu, "--precision", notes if fitted is None else None)
+        me = replace(self, training=self.training.with_(precision=precision))  # the GPU's 16 bits by default
+        space = me.space(float(cluster.gpu.memory_bytes))
         model = build.build_model(values)
         if fitted is None:  # once, not again for each refit
             notes += build.model_notes(values)

@@ -77,6 +77,9 @@ class Gpu:
     matmul_efficiency_fp8: Number = 0.0  # 0: the same as matmul_efficiency
     sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
     mxfp8: bool = False  # tensor cores apply MX block scales (Blackwell and later)
+    # tensor cores take BF16 (Ampere, CDNA2 and later); false: FP16 only (Volta, Turing: NVIDIA's V100 and T4
+    # datasheets list FP16 tensor TFLOPS alone), where a request's bf16 is refused (`requests.precision`)
+    bf16: bool = True
     # FP8 GEMMs take their operands in any layout (data-centre Blackwell, sm_100-119 and sm_130+), so a
     # per-tensor FP8 cast writes no transposed copy for the weight gradient; Hopper's take only TN
     # (Transformer Engine transformer_engine.cpp `nvte_is_non_tn_fp8_gemm_supported`, quantizer.cpp
@@ -128,6 +131,7 @@ class Gpu:
             raise SpecError(f"{p}: matmul_efficiency_fp8: {bad} is not allowed; it must be in [0, 1] (0: not measured)")
         chk.non_negative_int(f"{p}: sm_count", self.sm_count)
         chk.boolean(f"{p}: mxfp8", self.mxfp8)
+        chk.boolean(f"{p}: bf16", self.bf16)
         chk.boolean(f"{p}: fp8_any_layout", self.fp8_any_layout)
         chk.non_negative(f"{p}: peak_flops_per_s_fp4", self.peak_flops_per_s_fp4)
         chk.within(f"{p}: host_link_bytes_per_s", self.host_link_bytes_per_s, 0.0, 1e13, "B/s")
