@@ -658,7 +658,7 @@ def test_runs_far_from_the_prior_widen_it():
 
 def test_calibrated_crossover_bands_are_each_points_own(cli, intra_calibration: Path):
     cal = intra_calibration
-    args = ["crossover", "--no-plot", "--gpu", "h100-sxm5-80gb", "--json"]
+    args = ["crossover", "--no-plot", "--gpu", "h100-sxm5-80gb", "--intra-link", "NVLink=nvlink4", "--json"]
     code, out, err = cli([*args, "--calibration", str(cal)])
     assert code == 0, err
     data = json.loads(out)
@@ -674,6 +674,7 @@ def test_calibrated_sweep_bands_are_each_points_own(cli, tmp_path: Path, intra_c
 
     cal, grid = intra_calibration, tmp_path / "grid.csv"
     args = ["sweep", "--vary", "batch=1..16", "--vary", "bandwidth=10GB/s..900GB/s:4", "--gpu", "h100-sxm5-80gb"]
+    args += ["--intra-link", "NVLink=nvlink4"]
     code, _, err = cli([*args, "--calibration", str(cal), "--out", str(grid)])
     assert code == 0, err
     rows = list(csv.DictReader(grid.open()))
@@ -704,7 +705,7 @@ def test_sensitivity_ratios_carry_intervals(cli, intra_calibration: Path):
                 assert a < bar[key] < b
     cal = intra_calibration
     args = ["sensitivity", "--no-plot", "--layers-values", "48,96", "--hidden-values", "4096"]
-    args += ["--gpu", "h100-sxm5-80gb"]
+    args += ["--gpu", "h100-sxm5-80gb", "--intra-link", "NVLink=nvlink4", "--intra-link", "PCIe=pcie5"]
     code, out, err = cli([*args, "--json", "--calibration", str(cal)])
     assert code == 0, err
     widths = {

@@ -142,11 +142,11 @@ def test_the_planner_heatmap_reads_the_columns_it_draws():
     from shardwise.explore import figures
 
     table = runner.run(state.planner_args(dict(state.DEFAULTS))).table
-    names = ("tp", "pp", "fits_in_memory", "step_time_s", "schedule")
+    names = ("tp", "pp", "fits_with_headroom", "step_time_s", "schedule")
     _, rows = figures.read_table(table)
     assert rows and list(figures.read_columns(table, names)) == [tuple(r[n] for n in names) for r in rows]
     fig = figures.planner_heatmap(table, "time")
-    best = min(float(r["step_time_s"]) for r in rows if r["fits_in_memory"] == "true")
+    best = min(float(r["step_time_s"]) for r in rows if r["fits_with_headroom"] == "true")
     assert min(v for row in fig["data"][0]["z"] for v in row if v is not None) == best
 
 

@@ -127,9 +127,13 @@ def test_deepspeed_fp16_accumulates_in_sixteen_bits():
     assert presets.framework_accumulate_bytes("megatron-deepspeed", "fp16") == AUTOGRAD_FP16_ADD_BYTES
     assert presets.framework_accumulate_bytes("megatron-deepspeed", "bf16") == CAST_THEN_ADD_BYTES
     assert presets.framework_accumulate_bytes("megatron-core", "fp16") is None
-    base = {"model": "gpt-13b", "system": "dgx-2", "num_gpus": 128, "tp": 4, "pp": 8, "global_batch": 1024}
-    for precision, expected in (("fp16", AUTOGRAD_FP16_ADD_BYTES), ("bf16", CAST_THEN_ADD_BYTES)):
-        req = TrainingRequest(**base, framework="megatron-deepspeed", precision=precision)
+    base = {"model": "gpt-13b", "num_gpus": 128, "tp": 4, "pp": 8, "global_batch": 1024}
+    # V100 (dgx-2) has no BF16 (`Gpu.bf16`): the bf16 run on A100s
+    for system, precision, expected in (
+        ("dgx-2", "fp16", AUTOGRAD_FP16_ADD_BYTES),
+        ("dgx-a100", "bf16", CAST_THEN_ADD_BYTES),
+    ):
+        req = TrainingRequest(**base, system=system, framework="megatron-deepspeed", precision=precision)
         assert float(req.scenario().plan.unfused_accumulate_bytes) == expected
     raw = presets.raw("frameworks")["megatron-deepspeed"]
     with pytest.raises(SpecError, match="unfused_accumulate_bytes_fp16"):

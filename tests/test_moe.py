@@ -300,7 +300,8 @@ def test_crossover_compares_expert_layouts(cli):
     assert dict(spec.options) == {"sequence_parallel": True, "ep": 8, "etp": 1}
     with pytest.raises(SpecError, match="ep=0 is not allowed"):
         parse_plan_spec("ep=0")
-    args = ["crossover", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5-80gb", "--plan", "tp=4,sp=on,etp=4",
+    args = ["crossover", "--model", "qwen3-30b-a3b", "--gpu", "h100-sxm5-80gb", "--intra-link", "NVLink=nvlink4",
+            "--plan", "tp=4,sp=on,etp=4",
             "--plan", "tp=4,sp=on,ep=8,etp=1", "--global-batch", "16", "--ignore-memory", "--json"]  # fmt: skip
     code, out, err = cli(args)
     assert code == 0, err

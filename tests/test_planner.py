@@ -133,7 +133,7 @@ def test_pricing_only_the_plans_that_fit_changes_nothing(objective, monkeypatch)
     np.testing.assert_array_equal(result.score, score)
     for i in (int(order[0]), int(np.flatnonzero(~result.fits)[0])):
         row = result.row(i)
-        assert row["step_time_s"] == float(step[i]) and row["fits_in_memory"] == bool(result.fits[i])
+        assert row["step_time_s"] == float(step[i]) and row["fits_with_headroom"] == bool(result.fits[i])
         assert row["memory_bytes"]["total"] == float(np.asarray(full.memory.total_bytes)[i])
 
 

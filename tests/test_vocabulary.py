@@ -136,7 +136,7 @@ def test_measure_names_its_files_with_o(cli):
 
 
 def test_choices_match_in_any_case(cli):
-    lower = _json(cli, ["crossover", *QUICK, "--workload", "forward", "--json"])
+    lower = _json(cli, ["crossover", *QUICK, "--workload", "forward", "--precision", "bf16", "--json"])
     assert _json(cli, ["crossover", *QUICK, "--workload", "Forward", "--precision", "BF16", "--json"]) == lower
     code, out, _ = cli(["presets", "GPUS"])
     assert code == 0 and "a100-sxm4-80gb" in out and "links" not in out.split("\n")[0]

@@ -745,7 +745,7 @@ YAML_USES: dict[str, list[list[str]]] = {
     ],
     "gpu": [
         ["predict", "--model", "llama3-8b", "--gpu", "{file}", "--intra-link", "nvlink3", "--num-gpus", "8"],
-        ["crossover", "--no-plot", "--gpu", "{file}"],
+        ["crossover", "--no-plot", "--gpu", "{file}", "--intra-link", "nvlink3"],
     ],
     "system": [["predict", "--model", "llama3-8b", "--system", "{file}", "--nodes", "2", "--tp", "8"]],
     "intra-link": [

@@ -83,6 +83,7 @@ _GPU_FIELDS = {
     "matmul_efficiency_fp8": ("matmul_efficiency_fp8", real),
     "sm_count": ("sm_count", whole),
     "mxfp8": ("mxfp8", yes_no),
+    "bf16": ("bf16", yes_no),
     "fp8_any_layout": ("fp8_any_layout", yes_no),
     "flash2_efficiency": ("flash2_efficiency", real),
     "flash2_backward_efficiency": ("flash2_backward_efficiency", real),

@@ -9,7 +9,7 @@ import numpy as np
 
 from shardwise.analyses.plan_search import TIE_TOLERANCE
 from shardwise.analyses.planner import PlanSearch
-from shardwise.engines.result import TrainingEstimate
+from shardwise.engines.result import TrainingEstimate, tp_comm_name
 from shardwise.errors import SpecError
 from shardwise.specs import Plan, Recompute, Scenario, Schedule
 
@@ -67,6 +67,8 @@ def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: flo
     the step that moves by at least SIGNIFICANT of the total movement, costs first."""
     b_parts = {k: float(np.asarray(v)) for k, v in best.breakdown.as_dict().items()}
     o_parts = {k: float(np.asarray(v)) for k, v in other.breakdown.as_dict().items()}
+    plans = (best.scenario.plan, other.scenario.plan)  # the context-parallel ring is in tp_comm
+    names = {**PARTS, "tp_comm": tp_comm_name([p.tp for p in plans], [p.cp for p in plans])}
     delta = {k: o_parts[k] - b_parts[k] for k in PARTS}
     moved = sum(abs(d) for d in delta.values())
     notes = []
@@ -80,12 +82,12 @@ def compare(best: TrainingEstimate, other: TrainingEstimate, capacity_bytes: flo
         costs = sorted((k for k in PARTS if delta[k] > SIGNIFICANT * moved), key=lambda k: -delta[k])
         gains = sorted((k for k in PARTS if -delta[k] > SIGNIFICANT * moved), key=lambda k: delta[k])
         for k in costs:
-            phrase = _part_change(PARTS[k], delta[k], b_parts[k])
+            phrase = _part_change(names[k], delta[k], b_parts[k])
             if k == "tp_comm" and int(np.asarray(other.scenario.plan.tp)) > int(other.scenario.cluster.gpus_per_node):
                 phrase += ", the TP group crosses servers"
             notes.append(phrase)
         if gains:
-            notes.append("saves " + ", ".join(f"{_seconds(-delta[k])} of {PARTS[k]}" for k in gains))
+            notes.append("saves " + ", ".join(f"{_seconds(-delta[k])} of {names[k]}" for k in gains))
     gpus = int(np.asarray(other.scenario.plan.num_gpus))
     if gpus != int(np.asarray(best.scenario.plan.num_gpus)):
         notes.append(f"on {gpus} GPUs")

@@ -39,7 +39,7 @@ class PlanSearch:
     global_batch: int
     space: SearchSpace
     columns: dict[str, np.ndarray]  # COLUMNS, one value per plan
-    fits: np.ndarray  # within memory (with the headroom)
+    fits: np.ndarray  # within memory with the headroom (`fits_with_headroom`; `fits_in_memory` is the GPU's)
     fitting: TrainingEstimate | None  # the plans that fit, in order (None: none does)
     seconds: float  # wall time of the search
     simulated: np.ndarray | None = None  # the step time is the simulator's (see CONFIRM_TOP)
@@ -174,7 +174,9 @@ class PlanSearch:
             mfu=at(est.mfu),
             # a dict of parts with its `total`, as `predict --json` and `serve --json` write it
             memory_bytes={k: at(v) for k, v in est.memory.as_dict().items()},
-            fits_in_memory=bool(self.fits[i]),
+            # predict's: the GPU's capacity; the search's filter keeps the headroom free too
+            fits_in_memory=at(est.memory.total_bytes) <= float(self.cluster.gpu.memory_bytes),
+            fits_with_headroom=bool(self.fits[i]),
             breakdown_s={k: at(v) for k, v in est.breakdown.as_dict().items()},
         )
         return out
@@ -207,7 +209,8 @@ class PlanSearch:
         cols["tokens_per_s_per_gpu"] = cols["tokens_per_s"] / self.columns["gpus"]
         cols["mfu"] = np.asarray(est.mfu, dtype=float)
         cols["memory_bytes"] = np.asarray(est.memory.total_bytes, dtype=float)
-        cols["fits_in_memory"] = self.fits
+        cols["fits_in_memory"] = cols["memory_bytes"] <= float(self.cluster.gpu.memory_bytes)  # as predict's
+        cols["fits_with_headroom"] = self.fits  # the search's filter: the headroom kept free too
         for k, v in est.breakdown.as_dict().items():
             cols[f"{k}_s"] = np.broadcast_to(np.asarray(v, dtype=float), self.fits.shape)
         return cols

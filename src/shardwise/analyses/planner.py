@@ -179,6 +179,13 @@ def _why_empty(model: Model, cluster: Cluster, global_batch: int, space: SearchS
                 "plan: --schedule interleaved needs a pipeline (pp >= 2) of at least 2 model chunks a stage "
                 f"(vpp >= 2), which {' and '.join(why)} rule{'s' * (len(why) == 1)} out; give another --schedule{drop}"
             )
+    chunked = space.vpp is not None and 1 not in space.vpp
+    if chunked and space.schedule is not None and "interleaved" not in space.schedule:  # predict's rule, named
+        vpp = ",".join(map(str, space.vpp or ()))
+        return (
+            f"plan: --vpp {vpp} needs --schedule interleaved (virtual stages only exist in the interleaved 1F1B "
+            f"schedule), which --schedule {','.join(space.schedule)} rules out; add interleaved, or drop --vpp"
+        )
     fixed = _fixed_value_problem(model, cluster, global_batch, space)
     if fixed is not None:
         return fixed

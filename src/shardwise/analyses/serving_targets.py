@@ -59,10 +59,11 @@ def plans(num_gpus: int, per_node: int) -> list[tuple[int, int]]:
 
 
 def precisions(cluster: Cluster) -> list[tuple[str, str]]:
-    """(weights, KV cache) worth trying on this GPU: 16 bits; FP8 where it has FP8 tensor cores;
-    NVFP4 weights (FP8 KV cache) where it has FP4 ones."""
+    """(weights, KV cache) worth trying on this GPU: 16 bits (bf16, fp16 on a GPU without BF16: V100);
+    FP8 where it has FP8 tensor cores; NVFP4 weights (FP8 KV cache) where it has FP4 ones."""
     gpu = cluster.gpu
-    out = [("bf16", "bf16")]
+    half = "bf16" if bool(gpu.bf16) else "fp16"
+    out = [(half, half)]
     if float(gpu.peak_flops_per_s_fp8) > 0:
         out.append(("fp8", "fp8"))
     if float(gpu.peak_flops_per_s_fp4) > 0:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import importlib
 import sys
 
@@ -147,9 +148,32 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     except BrokenPipeError:
         sys.exit(0)
+    except OSError as exc:  # the answer could not be written (stdout on a full disk): one line, as for -o
+        if exc.filename is not None or exc.errno not in _WRITE_ERRNOS:
+            raise
+        _quiet_stdout()
+        reason = "no space left on the device" if exc.errno == errno.ENOSPC else exc.strerror
+        click.echo(f"error: cannot write the output ({reason})", err=True)
+        sys.exit(2)
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
+
+
+# a write that failed for want of room or a device, not a bug: EIO, ENOSPC, EFBIG, EDQUOT
+_WRITE_ERRNOS = (errno.EIO, errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush of what could not be written
+    raises nothing more (the Python docs' advice for a closed pipe)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
 
 
 def _main_thread() -> bool:

@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from shardwise.cli.options import cluster_options, model_options
-from shardwise.cli.plan import search_options
+from shardwise.cli.plan_options import search_options
 
 
 def _names(ctx: click.Context, param: click.Parameter, value: str | None) -> tuple[str, ...] | None:

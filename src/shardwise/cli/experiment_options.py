@@ -105,7 +105,8 @@ experiment_options = _stack(
         multiple=True,
         metavar="[LABEL=]NAME|RATE[,latency=..]",
         callback=non_empty(LINK_NAME),
-        help="A link inside the server to compare (repeat). [default: the system's, else NVLink=nvlink3 PCIe=pcie4]",
+        help="A link inside the server to compare (repeat); required with a --gpu whose servers do not use nvlink3. "
+        "[default: the system's, else NVLink=nvlink3 PCIe=pcie4, A100 servers']",
     ),
     click.option(
         "--plan",
@@ -154,8 +155,8 @@ experiment_options = _stack(
         "--precision",
         type=choice(TRAINING_PRECISIONS),
         default=_d("precision"),
-        show_default=True,
-        help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell).",
+        help="fp8: per-tensor scaling (Hopper and later); mxfp8: block scaling (Blackwell). [default: bf16; fp16 on "
+        "a GPU without BF16, V100]",
     ),
     click.option(
         "--framework",

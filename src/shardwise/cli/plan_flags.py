@@ -250,10 +250,9 @@ execution_options = stack_options(
     click.option(
         "--precision",
         type=click.Choice(TRAINING_PRECISIONS, case_sensitive=False),
-        default="bf16",
-        show_default=True,
         help="Compute precision: fp8 is per-tensor scaling (Hopper and later), mxfp8 block scaling (Blackwell), "
-        "nvfp4 Transformer Engine's 4-bit NVFP4 recipe (Blackwell).",
+        "nvfp4 Transformer Engine's 4-bit NVFP4 recipe (Blackwell). [default: bf16; fp16 on a GPU without BF16, "
+        "V100]",
     ),
     click.option(
         "--flash-attention/--no-flash-attention",

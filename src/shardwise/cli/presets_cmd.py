@@ -218,12 +218,13 @@ def _show_file(registry: Any, path: str, as_json: bool) -> None:
     _print_fields([(kind, fields)], key, counts, as_json, inherited, label)
 
 
-def _param_counts(registry: Any, name: str) -> dict[str, float]:
-    """All parameters, and those one token uses (a mixture of experts: its routed experts only)."""
+def _param_counts(registry: Any, name: str) -> dict[str, int]:
+    """All parameters, and those one token uses (a mixture of experts: its routed experts only): counts,
+    whole numbers (the JSON writes them as integers)."""
     from shardwise.physics.params import activated_params, total_params
 
     model = registry.model(name)
-    return {"params": float(total_params(model)), "activated_params": float(activated_params(model))}
+    return {"params": round(float(total_params(model))), "activated_params": round(float(activated_params(model)))}
 
 
 def _show(registry: Any, name: str, as_json: bool) -> None:

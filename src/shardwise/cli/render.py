@@ -10,7 +10,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from shardwise.engines.result import TrainingEstimate
+from shardwise.engines.result import TrainingEstimate, tp_comm_name
 from shardwise.physics.params import total_params
 from shardwise.units import format_bytes, format_capacity, format_seconds, format_seconds_range
 
@@ -130,9 +130,9 @@ def describe_scenario(est: TrainingEstimate) -> list[str]:
         f"s={m.seq_len}) on [bold]{n} x {c.gpu.name}[/] ({servers_of(c)}, "
         f"{c.intra_node_link.name} inside{inter})",
         f"plan: tp={p.tp} pp={p.pp}{cp} dp={p.dp}, {sched}, global batch {p.global_batch} = dp {p.dp} x "
-        f"{p.num_micro_batches} micro-batches of {p.micro_batch}, "
+        f"{p.num_micro_batches} micro-batch{'es' * (int(p.num_micro_batches) != 1)} of {p.micro_batch}, "
         f"recompute={p.recompute.label}{_modules(p)}{_whole(p, int(m.layers))}, "
-        f"sequence-parallel={'on' if p.sequence_parallel else 'off'}, ZeRO-{p.zero_stage}, {p.precision}"
+        f"sequence-parallel={_sp(p)}, ZeRO-{p.zero_stage}, {p.precision}"
         + (
             f", hybrid sharding: state sharded over {p.shard_group} ranks, {p.replicas} replicas"
             if int(p.shard_group) > 0
@@ -169,6 +169,11 @@ def servers_of(c: Any) -> str:
     """'2 servers of 8' ('1 server of 8'): the words of the flags (--nodes: servers, --gpus-per-node)."""
     n = int(_f(c.nodes))
     return f"{n} server{'s' if n != 1 else ''} of {int(_f(c.gpus_per_node))}"
+
+
+def _sp(p: Any) -> str:
+    """Sequence parallelism as given, and that it changes nothing without TP (it splits TP's activations)."""
+    return ("on" + (" (no effect at tp 1)" if int(p.tp) == 1 else "")) if p.sequence_parallel else "off"
 
 
 def _modules(p: Any) -> str:
@@ -269,6 +274,8 @@ def print_estimate(est: TrainingEstimate, interval: tuple[float, float, str] | N
         label = BREAKDOWN_LABELS[key]
         if key == "dp_comm" and one_replica:  # no data parallelism: the tied embedding's sync across stages
             label = "embedding sync (first and last stage)"
+        if key == "tp_comm":  # the context-parallel ring shares the part
+            label = f"{tp_comm_name(p.tp, p.cp)} (exposed)"
         if hidden.get(key, 0.0) > 0:
             label += f" [dim](+{format_seconds(hidden[key])} hidden)[/]"
         if key == "compute" and _f(est.compute_parts_s.get("fsdp2_copies", 0.0)) > 0:

@@ -79,7 +79,13 @@ def scenario(
         document = export.dumps(
             # the finding's line break is the terminal's layout (two lines); JSON carries the sentence whole
             [
-                {"name": r.name, "claim": r.title, "finding": r.finding.replace("\n", " "), "numbers": r.numbers}
+                {
+                    "name": r.name,
+                    "claim": r.title,
+                    "holds": bool(r.holds),  # the verdict the finding ends with
+                    "finding": r.finding.replace("\n", " "),
+                    "numbers": r.numbers,
+                }
                 for r in reports
             ]
         )

@@ -12,12 +12,22 @@ from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 
 
+def tp_comm_name(tps: object, cps: object) -> str:
+    """What `StepBreakdown.tp_comm` holds for plans of these TP and CP degrees (one plan's, or two
+    plans' compared): 'TP communication', 'CP communication' (tp = 1: the context-parallel ring
+    alone) or 'TP/CP communication' (both in one part)."""
+    tp = int(np.max(np.asarray(tps))) > 1
+    cp = int(np.max(np.asarray(cps))) > 1
+    return "TP/CP communication" if tp and cp else "CP communication" if cp else "TP communication"
+
+
 @dataclass(frozen=True)
 class StepBreakdown:
     """Seconds of one step on the critical path; the parts add up to the step time.
 
     compute: kernels of the slowest stage for all its micro-batches (recomputation included);
-    tp_comm: tensor-parallel collectives not hidden behind compute; pp_p2p: pipeline sends and
+    tp_comm: tensor-parallel collectives and the context-parallel ring (or all-gather) of keys and
+    values not hidden behind compute (`tp_comm_name` says which a plan has); pp_p2p: pipeline sends and
     receives on the critical path; pp_bubble: pipeline fill and drain; dp_comm: data-parallel
     gradient (and ZeRO parameter) communication not hidden behind the backward pass, plus the
     tied-embedding gradient sync between first and last stage; optimizer: the Adam update;

@@ -137,13 +137,13 @@ class ServingEstimate:
 def compute_precision(scn: Scenario, weight_precision: str) -> str:
     """FP8 weights run FP8 GEMMs where the GPU has them, FP4 weights (NVFP4, MXFP4) FP4 GEMMs on
     the activations quantised to NVFP4 where it has FP4 tensor cores (Blackwell); anywhere else,
-    and for int8/int4, the weights are dequantised and multiplied in 16 bits (weight-only)."""
+    and for int8/int4, dequantised and multiplied in 16 bits (weight-only; fp16 without BF16, `Gpu.bf16`)."""
     gpu = scn.cluster.gpu
     if weight_precision == "fp8" and bool(np.all(np.asarray(gpu.peak_flops_per_s_fp8) > 0)):
         return "fp8"
     if weight_precision in ("nvfp4", "mxfp4") and bool(np.all(np.asarray(gpu.peak_flops_per_s_fp4) > 0)):
         return "fp4"
-    return "bf16"
+    return "bf16" if bool(gpu.bf16) else "fp16"
 
 
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:

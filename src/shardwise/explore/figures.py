@@ -282,11 +282,12 @@ def _in_display_units(rows: list[dict[str, str]], scales: dict[str, float]) -> l
 
 
 def planner_heatmap(table: str, objective: str) -> Figure:
-    """The best plan of each (tp, pp) pair that fits (the planner's CSV table): step time, or tokens/s per GPU."""
+    """The best plan of each (tp, pp) pair that fits with the planner's headroom (its CSV table's
+    `fits_with_headroom`, the plans it ranks): step time, or tokens/s per GPU."""
     per_gpu = objective == "throughput-per-gpu"
     key = "tokens_per_s_per_gpu" if per_gpu else "step_time_s"
     best: dict[tuple[int, int], float] = {}
-    for tp, pp, fits, x in read_columns(table, ("tp", "pp", "fits_in_memory", key)):
+    for tp, pp, fits, x in read_columns(table, ("tp", "pp", "fits_with_headroom", key)):
         if fits != "true" or x in ("", "nan"):
             continue
         cell, value = (int(tp), int(pp)), float(x)

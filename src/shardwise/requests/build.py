@@ -28,6 +28,7 @@ from shardwise.requests.plan_build import (  # noqa: F401
     stack_default_notes,
     stage_kwargs,
 )
+from shardwise.requests.precision import resolved
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ def scenario(values: dict[str, Any], model: Any = None) -> Built:
         notes += model_notes(values)
     cal = load_calibration(values.get("calibration"))
     cluster = build_cluster(values, notes, cal)
+    values = {**values, "precision": resolved(values.get("precision"), cluster.gpu, "--precision", notes)}
     plan = build_plan(values, int(cluster.num_gpus), model)
     notes += stack_default_notes(values, plan)
     try:

@@ -58,7 +58,7 @@ class ExperimentRequest:
     cost_model: str = _d("cost_model")
     recompute: str = _d("recompute")
     flash_attention: bool | None = _d("flash_attention")
-    precision: str = _d("precision")
+    precision: str | None = _d("precision")  # None: bf16, fp16 on a GPU without BF16
     framework: str = _d("framework")
     first_stage_layers: int | None = None
     last_stage_layers: int | None = None

@@ -38,6 +38,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     from shardwise.loaders import parse_plan_spec
     from shardwise.presets import parse_link_spec
     from shardwise.requests.build import flash_attention, stage_kwargs
+    from shardwise.requests.precision import resolved
     from shardwise.specs._checks import MAX_WHOLE, whole_range
     from shardwise.specs.experiment import Experiment
 
@@ -55,6 +56,7 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
                 f"{whole_range(o[flag], 1)}"
             )
     hardware = _hardware(o)
+    o = {**o, "precision": resolved(o.get("precision"), hardware["gpu"], "--precision", notes)}
     plans = tuple(parse_plan_spec(t) for t in o["plans"]) or base.plans
     if o.get("hidden") is not None:
         h = o["hidden"]
@@ -67,6 +69,8 @@ def build_experiment(o: dict[str, Any], notes: list[str] | None = None) -> Any:
     links = tuple(_with_latency(parse_link_spec(t), t, hardware["latency_s"]) for t in o["links"])
     if not links and hardware["system_link"] is not None:  # the system's own link inside a server
         links = (hardware["system_link"],)
+    if not links and o["cost_model"] != "textbook" and o.get("gpu_name"):
+        _check_default_links(hardware["gpu"].name, base.links)
     if not links:  # the textbook model takes the brief's figures literally
         links = BRIEF_LINKS if o["cost_model"] == "textbook" else base.links
     if o["cost_model"] == "textbook" and o["workload"] != "train":
@@ -136,6 +140,8 @@ def check_plans_valid(exp: Any, variable: str, values: Any, times: dict[str, Any
         t = times[plan.label] if times is not None else times_s(exp, plan, exp.links[0].link, variable, values)[0]
         if np.all(np.isnan(t)):
             rule = why_invalid(exp, plan, exp.links[0].link, {variable: np.asarray(values)[:1]})
+            if rule is not None and "needs sequence parallelism" in rule:  # the fix, in the --plan's words
+                rule += f"; write --plan {plan.label},sp=on"
             raise SpecError(
                 f"--plan {plan.label}: invalid at every {variable} in the range ({rule or 'see the rules'})"
             )
@@ -194,6 +200,22 @@ def describe_experiment(exp: Any, variable: str | None = None) -> str:
         f"{f'{exp.gpu.name}, the GPU count swept' if variable == 'gpus' else f'{exp.gpus} x {exp.gpu.name}'}; "
         f"{work}{batching}; links: {links}{across}"
     )
+
+
+def _check_default_links(gpu_name: str, links: Any) -> None:
+    """The brief's links (NVLink=nvlink3 against PCIe=pcie4) are A100 SXM servers': with a --gpu whose
+    servers use another link, --intra-link is required, as `predict` requires it with --gpu."""
+    from shardwise import presets
+    from shardwise.errors import SpecError
+    from shardwise.requests.cluster_build import _link_hint
+
+    servers = {str(d.get("intra_node_link")) for d in presets.raw("systems").values() if d.get("gpu") == gpu_name}
+    if links[0].link.name not in servers:
+        default = " against ".join(f"{lk.label}={lk.link.name}" for lk in links)
+        raise SpecError(
+            f"--intra-link is required with --gpu {gpu_name}: the default comparison ({default}) is "
+            f"A100 servers' ({_link_hint(gpu_name)})"
+        )
 
 
 def _hardware(o: dict[str, Any]) -> dict[str, Any]:

@@ -108,7 +108,7 @@ PLAN_FIELDS = (
 )
 EXECUTION_FIELDS = (
     _f("framework", "str", "megatron-core"),
-    _f("precision", "str", "bf16"),  # choices: precisions.TRAINING_PRECISIONS (checked by the Plan)
+    _f("precision", "str"),  # None: bf16, fp16 on a GPU without BF16 (`requests.precision`); else TRAINING_PRECISIONS
     _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
     _f("attention_kernel", "str", None, "fused", "flash2", "sdpa-flash2", "te-flash2"),
     _f("eager_kernels", "bool"),
@@ -168,7 +168,7 @@ EXPERIMENT_FIELDS = (
     _f("cost_model", "str", "physical", "physical", "textbook"),
     _f("recompute", "str", "none", "none", "selective", "full"),
     _f("flash_attention", "bool"),  # None: the framework's (`build.flash_attention`), else on
-    _f("precision", "str", "bf16"),  # choices: precisions.TRAINING_PRECISIONS (checked by the Plan)
+    _f("precision", "str"),  # None: bf16, fp16 on a GPU without BF16 (`requests.precision`); else TRAINING_PRECISIONS
     _f("framework", "str", "megatron-core"),
     _f("first_stage_layers", "int"),
     _f("last_stage_layers", "int"),

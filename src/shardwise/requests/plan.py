@@ -9,7 +9,7 @@ import shlex
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from shardwise.requests.plan_result import PlanResult, with_intervals
+from shardwise.requests.plan_result import NothingFits, PlanResult, with_intervals
 from shardwise.requests.training import PLAN_MEMORY_HEADROOM, PredictRequest, TrainingRequest, checked_emit
 from shardwise.units import format_capacity, share_or_bytes
 
@@ -281,7 +281,7 @@ class PlanRequest:
             max_vpp=self.max_vpp,
             memory_headroom_bytes=share_or_bytes("--memory-headroom", self.memory_headroom, gpu_memory_bytes),
             objective=self.objective,
-            precision=self.training.precision,
+            precision=self.training.precision or "bf16",  # `_search` gives the GPU's (`requests.precision`)
             execution=self._execution(),
             stack=self.training.framework or "megatron-core",
         )
@@ -315,6 +315,7 @@ class PlanRequest:
         from shardwise.analyses.planner import search
         from shardwise.errors import SpecError
         from shardwise.requests import build
+        from shardwise.requests.precision import resolved
 
         layout = {"tp": 1, "pp": 1, "dp": None, "cp": 1, "vpp": 1, "micro_batch": 1, "global_batch": None}
         values = {**self.training.values(), **layout}
@@ -323,7 +324,9 @@ class PlanRequest:
             from shardwise.calibration.parameters import apply
 
             cluster = apply(cluster, fitted)
-        space = self.space(float(cluster.gpu.memory_bytes))
+        precision = resolved(self.training.precision, cluster.gpu, "--precision", notes if fitted is None else None)
+        me = replace(self, training=self.training.with_(precision=precision))  # the GPU's 16 bits by default
+        space = me.space(float(cluster.gpu.memory_bytes))
         model = build.build_model(values)
         if fitted is None:  # once, not again for each refit
             notes += build.model_notes(values)
@@ -344,7 +347,6 @@ class PlanRequest:
 
     def _run(self, notes: list[str]) -> PlanResult:
         from shardwise.analyses.plan_explain import alternatives
-        from shardwise.errors import SpecError
         from shardwise.presets.stack_defaults import framework_zero_stages
         from shardwise.requests import build
 
@@ -361,9 +363,10 @@ class PlanRequest:
                 levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
-            raise SpecError(
+            raise NothingFits(
                 f"plan: none of the {result.evaluated:,} plans fits in "
-                f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}"
+                f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}",
+                PlanResult(self, result, [], [], None, "", tuple(notes), cal),
             )
         spread = build.spread([result.scenario(int(i)) for i in best], cal)
         rows = with_intervals(result, best, spread)

@@ -7,6 +7,17 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from shardwise.errors import SpecError
+
+
+class NothingFits(SpecError):
+    """No plan of the search fits in memory: the message says what to try; `outcome` is the search
+    without rows, for `plan -o`, which writes every evaluated plan, fitting or not."""
+
+    def __init__(self, message: str, outcome: PlanResult) -> None:
+        super().__init__(message)
+        self.outcome = outcome
+
 
 @dataclass(frozen=True)
 class PlanResult:

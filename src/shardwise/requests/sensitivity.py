@@ -69,6 +69,9 @@ class SensitivityResult:
                             "ratio_high": b.ratio_high,
                             "ratio_low_interval": list(b.band("low")),
                             "ratio_high_interval": list(b.band("high")),
+                            # both plans fit in GPU memory there (the text's '*' where not)
+                            "fits_low": bool(b.fits_low),
+                            "fits_high": bool(b.fits_high),
                         }
                         for b in bars
                     ],

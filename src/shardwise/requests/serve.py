@@ -225,14 +225,16 @@ class ServeRequest:
             from shardwise.engines.engine_presets import max_batched_tokens as engine_budget
 
             budget = engine_budget(self.framework, float(cluster.gpu.memory_bytes), cluster.gpu.name)
+        from shardwise.requests.precision import resolved
+
         try:
             kernel = FRAMEWORK_ALL_REDUCE.get(self.framework, "none") if self.custom_all_reduce else "none"
             workload = ServingWorkload(
                 DEFAULT_INPUT_LEN if self.input_len is None else self.input_len,
                 DEFAULT_OUTPUT_LEN if self.output_len is None else self.output_len,
                 DEFAULT_CONCURRENCY if self.concurrency is None else self.concurrency,
-                self.weight_precision or "bf16",
-                self.kv_precision or "bf16",
+                resolved(self.weight_precision, cluster.gpu, "--weight-precision", notes),
+                resolved(self.kv_precision, cluster.gpu, "--kv-precision", None),  # one note, the weights'
                 runtime,
                 kernel,
                 engine=self.framework,

@@ -85,7 +85,7 @@ class TrainingRequest:
     last_stage_layers: int | None = default("last_stage_layers")
     stage_layers: str | None = default("stage_layers")
     framework: str = default("framework")
-    precision: str = default("precision")
+    precision: str | None = default("precision")  # None: bf16, fp16 on a GPU without BF16
     flash_attention: bool | None = default("flash_attention")
     attention_kernel: str | None = default("attention_kernel")
     eager_kernels: bool | None = default("eager_kernels")
