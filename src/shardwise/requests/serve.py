@@ -285,8 +285,9 @@ class ServeRequest:
                 except SpecError as exc:  # priced as refused, as a --plan is
                     candidates.append((spec.label, exc))
         options = search(
-            s.model, s.cluster, s.workload, ttft, tpot, pct, candidates, choices, s.max_batched_tokens, progress
-        )
+            s.model, s.cluster, s.workload, ttft, tpot, pct, candidates, choices, s.max_batched_tokens, progress,
+            (self.requests, self.seed),
+        )  # fmt: skip
         dropped: tuple[tuple[str, str], ...] = ()
         if not self.plans and s.layouts is not None and s.layouts.twins:
             from shardwise.analyses.serving_targets import without_twins
