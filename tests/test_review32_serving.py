@@ -109,3 +109,25 @@ def test_max_throughput_says_when_the_engine_cap_bounds_the_load(cli):
     text = " ".join(out.split())
     assert code == 0, err
     assert "the KV cache kept full" in text and "run at once per replica" not in text
+
+
+def test_the_api_default_all_reduce_is_the_engine_s_as_serve_prices_it():
+    """`estimate_serving` by hand used NCCL (custom_all_reduce 'none') where `serve` used
+    TensorRT-LLM's own kernel: Llama 3 70B at tp=8, batch 8, TPOT 10.3 ms against 8.8 ms. The
+    workload's default is now its engine's kernel; 'none' still asks for NCCL."""
+    from shardwise import Scenario, presets
+    from shardwise.engines.serving import estimate_serving, plan_for_serving
+    from shardwise.specs.serving import ServingWorkload
+
+    assert ServingWorkload(512, 128).custom_all_reduce == "trtllm"
+    assert ServingWorkload(512, 128, engine="vllm").custom_all_reduce == "vllm"
+    assert ServingWorkload(512, 128, engine="llama.cpp").custom_all_reduce == "none"
+    scn = Scenario(presets.model("llama3-70b"), presets.system("dgx-h100"), plan_for_serving(tp=8, pp=1))
+    by_hand = estimate_serving(scn, ServingWorkload(512, 128, np.array([8])))
+    req = ServeRequest(
+        TrainingRequest(model="llama3-70b", system="dgx-h100"), plans=("tp=8",), batching="static", concurrency=8
+    )
+    ((_, served),) = req.run().rows
+    assert float(by_hand.tpot_s[0]) == pytest.approx(float(served.tpot_s), rel=1e-9)
+    nccl = estimate_serving(scn, ServingWorkload(512, 128, np.array([8]), custom_all_reduce="none"))
+    assert float(nccl.tpot_s[0]) > 1.1 * float(by_hand.tpot_s[0])

@@ -217,8 +217,7 @@ def kv_cache_free_bytes(
     plan, memory, preset = scn.plan, scn.cluster.gpu.memory_bytes, engine(wl.engine)
     buffers = 0.0
     if preset.bench_buffers:
-        w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
-        kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        w, kv = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0), BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
         buffers = engine_buffers_bytes(
             scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, w, kv, launch_tp(plan)
         )
@@ -243,8 +242,7 @@ def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:
     preset, plan, gpu = engine(wl.engine), scn.plan, scn.cluster.gpu
     pp = int(np.max(plan.pp))
     if preset.bench_buffers:
-        w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
-        kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        w, kv = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0), BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
         batch, _ = bench_engine_settings(  # at the launch's tp (attention DP: ep x etp), as trtllm-bench
             scn.model, launch_tp(plan), plan.pp, wl.input_len, wl.output_len, gpu.memory_bytes, w, kv
         )
