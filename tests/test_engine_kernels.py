@@ -109,7 +109,8 @@ def test_serving_plan_carries_the_engines_count():
     assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (9, 2)
     assert plan.norm_fusion_max_bytes == 16e6  # TensorRT-LLM's own kernel below 16 MB at 2 Hopper GPUs
     # on NCCL (no custom all-reduce) it runs fallbackRunSubsequentOps: the norms stay kernels
-    assert serving_scenario(scn, ServingWorkload(128, 128, engine="tensorrt-llm")).plan.norm_fusion_max_bytes == 0
+    nccl = ServingWorkload(128, 128, engine="tensorrt-llm", custom_all_reduce="none")
+    assert serving_scenario(scn, nccl).plan.norm_fusion_max_bytes == 0
     plan = serving_scenario(scn, ServingWorkload(128, 128, engine="pytorch")).plan
     assert (plan.serving_layer_kernels, plan.fused_residual_norms) == (0, 0)
 

@@ -504,13 +504,13 @@ def test_the_queue_line_names_what_caps_the_running_sequences():
     """vLLM's cap at its token budget is named as that (--max-batched-tokens), not its default cap."""
     from types import SimpleNamespace
 
-    from shardwise.cli.serve_report import _closed_loop_queue
+    from shardwise.cli.serve_caps import closed_loop_queue
 
     def est(cap, budget, engine="vllm"):
         return SimpleNamespace(users_per_replica=1000, max_sequences=cap, max_batch=5000, running_per_replica=cap,
                                max_batched_tokens=budget, workload=SimpleNamespace(engine=engine))  # fmt: skip
 
-    assert "vllm's cap at its token budget, --max-batched-tokens" in _closed_loop_queue(est(256, 256))
-    assert "vllm's default cap" in _closed_loop_queue(est(256, 2048))
-    assert "max_batch_size as trtllm-bench" in _closed_loop_queue(est(256, 256, "tensorrt-llm"))
-    assert "sglang's default cap" in _closed_loop_queue(est(512, 512, "sglang"))  # its budget caps nothing
+    assert "vllm's cap at its token budget, --max-batched-tokens" in closed_loop_queue(est(256, 256))
+    assert "vllm's default cap" in closed_loop_queue(est(256, 2048))
+    assert "max_batch_size as trtllm-bench" in closed_loop_queue(est(256, 256, "tensorrt-llm"))
+    assert "sglang's default cap" in closed_loop_queue(est(512, 512, "sglang"))  # its budget caps nothing

@@ -142,9 +142,9 @@ def test_the_interleaved_schedule_without_virtual_stages_is_refused_in_one_line(
 def test_serve_targets_header_gives_units_and_stdout_starts_with_the_answer(cli):
     """`serve --ttft-max 1` (a bare number: seconds) printed "targets: TTFT <= 1", and its progress
     bar, drawn on stdout, left a blank first line when piped. The targets carry their unit and the
-    bar draws on stderr."""
+    bar draws on stderr (a bare number is refused now: tests/test_review32_serving.py)."""
     argv = ["serve", "--model", "llama3-70b", "--system", "rtx4090-8x", "--weight-precision", "int4"]
-    code, out, err = cli([*argv, "--ttft-max", "1", "--tpot-max", "150ms"])
+    code, out, err = cli([*argv, "--ttft-max", "1s", "--tpot-max", "150ms"])
     assert code == 0, err
     assert out.startswith("llama3-70b on 8 x rtx-4090")
     assert "targets: TTFT <= 1 s and TPOT <= 150 ms at p90" in " ".join(out.split())

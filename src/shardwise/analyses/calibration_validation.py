@@ -120,7 +120,7 @@ def serving_runs() -> list[PublicRun]:
                 f"FasterTransformer / {gpu}",
             )
         else:
-            wl = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8")).workload
+            wl = at_max_batch(scn, ServingWorkload(isl, osl, 1, "fp8", "fp8", custom_all_reduce="none")).workload
             case, measured = ServingCase(scn, wl, "throughput_tokens_per_s"), float(row["value"])
             stack = f"TensorRT-LLM / {gpu}"
         group = f"{row['model']} tp{row['tp']}"

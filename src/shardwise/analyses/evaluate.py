@@ -153,7 +153,9 @@ def _measure(exp: Experiment, scn: Any, parts: bool = True) -> tuple[Any, Any, d
         from shardwise.specs.serving import ServingWorkload
 
         precision = exp.plan_defaults.get("precision", "bf16")
-        wl = ServingWorkload(scn.model.seq_len, SERVING_OUTPUT_LEN, scn.plan.global_batch, precision, precision)
+        wl = ServingWorkload(
+            scn.model.seq_len, SERVING_OUTPUT_LEN, scn.plan.global_batch, precision, precision, custom_all_reduce="none"
+        )
         est = estimate_serving(scn, wl)
         if exp.workload == "decode":
             return est.tpot_s, est.fits_in_memory, est.decode_s

@@ -7,6 +7,12 @@ For each plan and precision the load (requests in flight per replica, a closed l
 not: latency grows with the load and throughput with it, so the last load that holds is the
 plan's best. Each option says what stops it: a target missed at the next load, a full KV cache,
 or that it does not fit at all.
+
+Each load is priced as `serve --concurrency` prices it: `engines.inflight.estimate_inflight` on the
+same replica, with the table's requests, rounds per user and seed (1,000 requests, 8 per user by
+default), so the option's figures are those its `in full:` command prints. (Fewer requests and
+rounds, 300 at 4 per user as before, put the cold start -- every user's first prompt arriving at
+once -- inside the p90 and rejected loads the table meets: review 32.)
 """
 
 from __future__ import annotations
@@ -14,15 +20,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
-from shardwise.engines.inflight import InflightEstimate, Replica, Traffic, estimate_from
+from shardwise.engines.inflight import SIMULATED_REQUESTS, InflightEstimate, Replica, estimate_inflight
 from shardwise.errors import SpecError
 from shardwise.specs import Cluster, Model, Scenario
 from shardwise.specs.serving import ServingWorkload
 
 PERCENTILES = ("p50", "p90", "p99")
-# Requests simulated per load tried (at least SEARCH_ROUNDS per user): enough for a p99 of 300.
-SEARCH_REQUESTS = 300
-SEARCH_ROUNDS = 4
 BISECTIONS = 3
 # More bisections at most, per option whose untried loads could still reach the best's throughput
 # (`_refine_contenders`): a bracket of g / 8 after BISECTIONS closes to one request from g < 2^(3+5).
@@ -94,19 +97,30 @@ def _miss_factor(est: InflightEstimate, ttft_max: float | None, tpot_max: float 
 
 class _Load:
     """One plan and precision's load search: the last load that held (`good`, its estimate) and the
-    first that missed (`bad`, 0: none), so the bisection can go on (`refine`)."""
+    first that missed (`bad`, 0: none), so the bisection can go on (`refine`). `traffic`: the
+    requests simulated per load and their seed, as `serve --requests/--seed` give them."""
 
     def __init__(
-        self, scn: Scenario, wl: ServingWorkload, targets: tuple[float | None, float | None, str], batched: int
+        self,
+        scn: Scenario,
+        wl: ServingWorkload,
+        targets: tuple[float | None, float | None, str],
+        batched: int,
+        traffic: tuple[int, int] = (SIMULATED_REQUESTS, 0),
     ) -> None:
-        self.replica, self.targets = Replica(scn, wl, batched), targets
+        # its runs kept: the run at capacity that every estimate reads (the rate it sustains) is one
+        self.replica = Replica(scn, wl, batched, seed=traffic[1]).remembering()
+        self.targets, self.batched, self.traffic = targets, batched, traffic
         self.good, self.good_est, self.bad, self.why, self.miss = 0, None, 0, "", 0.0
         self.est: InflightEstimate | None = None
 
     def at(self, users: int) -> tuple[InflightEstimate, str]:
-        replica = self.replica
-        sim = replica.run(Traffic(users=users, requests=SEARCH_REQUESTS, rounds=SEARCH_ROUNDS))
-        est = estimate_from(replica, sim, sim, users * replica.replicas, None)
+        """`users` in flight in every replica, estimated as `serve --concurrency users x replicas` does."""
+        replica, (requests, seed) = self.replica, self.traffic
+        est = estimate_inflight(
+            replica.scenario, replica.workload, users * replica.replicas, None, self.batched,
+            requests, seed=seed, replica=replica,
+        )  # fmt: skip
         return est, _meets(est, *self.targets)
 
     def double(self) -> None:
@@ -150,10 +164,16 @@ class _Load:
 
 
 def _load(
-    scn: Scenario, wl: ServingWorkload, ttft_max: float | None, tpot_max: float | None, pct: str, batched: int
+    scn: Scenario,
+    wl: ServingWorkload,
+    ttft_max: float | None,
+    tpot_max: float | None,
+    pct: str,
+    batched: int,
+    traffic: tuple[int, int] = (SIMULATED_REQUESTS, 0),
 ) -> _Load:
     """A plan and precision's load after doubling and `BISECTIONS` bisections."""
-    load = _Load(scn, wl, (ttft_max, tpot_max, pct), batched)
+    load = _Load(scn, wl, (ttft_max, tpot_max, pct), batched, traffic)
     if load.replica.table is not None:
         load.double()
         load.refine(BISECTIONS if load.bad else 0)
@@ -167,10 +187,11 @@ def best_load(
     tpot_max: float | None,
     pct: str = "p90",
     max_batched_tokens: int = 8192,
+    traffic: tuple[int, int] = (SIMULATED_REQUESTS, 0),
 ) -> tuple[int, InflightEstimate | None, str, float]:
     """(requests in flight per replica, its estimate, why not more, how far one request misses:
-    `Option.miss_factor`) for one plan and precision."""
-    return _load(scn, wl, ttft_max, tpot_max, pct, max_batched_tokens).result()
+    `Option.miss_factor`) for one plan and precision; `traffic`: (requests simulated, seed)."""
+    return _load(scn, wl, ttft_max, tpot_max, pct, max_batched_tokens, traffic).result()
 
 
 def _upper_bound(option: Option, load: _Load) -> float:
@@ -221,12 +242,13 @@ def search(
     precision_choices: list[tuple[str, str]] | None = None,
     max_batched_tokens: int = 8192,
     progress: Callable[[], None] | None = None,
+    traffic: tuple[int, int] = (SIMULATED_REQUESTS, 0),
 ) -> list[Option]:
     """Every plan x precision's best load, best throughput per GPU first (those that meet the
     targets before those that do not, the closest misses first: `--tpot-max 1us` listed tp=1 first
     under "the closest misses are above" and cut tp=8 off the table). `candidates`: the plans
     (label, scenario, or the SpecError that refused it), default every (tp, pp) of `plans` that
-    `searchable` keeps."""
+    `searchable` keeps. `traffic`: (requests simulated per load, seed), `serve`'s --requests and --seed."""
     from shardwise.engines.serving import plan_for_serving
 
     gpus = int(cluster.num_gpus)
@@ -244,7 +266,7 @@ def search(
             try:
                 if isinstance(scn, SpecError):
                     raise scn
-                load = _load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens)
+                load = _load(scn, work, ttft_max, tpot_max, pct, max_batched_tokens, traffic)
                 users, est, why, miss = load.result()
                 if users:
                     loads[len(options)] = load

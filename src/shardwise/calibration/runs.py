@@ -284,13 +284,10 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
             raise SpecError(f"num_gpus {n} is not a multiple of {per_node} GPUs per server")
         cluster = base.with_(gpus_per_node=per_node, nodes=n // per_node)
         scn = Scenario(model, cluster, plan_for_serving(tp, pp, n // (tp * pp)))
-        workload = ServingWorkload(
-            *lengths,
-            concurrency,
-            (row.get("weight_precision") or precision).lower(),
-            (row.get("kv_precision") or precision).lower(),
-            (row.get("runtime") or "graphs").lower(),
-        )
+        w, kv = (row.get("weight_precision") or precision).lower(), (row.get("kv_precision") or precision).lower()
+        runtime = (row.get("runtime") or "graphs").lower()
+        # NCCL, as these runs were always priced (serve's default is the engine's own kernel)
+        workload = ServingWorkload(*lengths, concurrency, w, kv, runtime, "none")
     except SpecError as exc:
         raise SpecError(f"{where}: {_cannot_express(exc)}") from None
     case = ServingCase(scn, workload, metric)

@@ -385,7 +385,11 @@ def no_sequence_fits(est: Any, capacity: float) -> str:
     left = float(np.min(kv_cache_bytes(wl.engine, memory, w, plan.tp, plan.pp)))  # the weights' room, no buffers
     if free <= 0 < left and engine(wl.engine).bench_buffers:
         wb, kv = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0), BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
-        buffers = engine_buffers_bytes(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, wb, kv)
+        from shardwise.engines.dp_attention import launch_tp
+
+        buffers = engine_buffers_bytes(
+            scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, wb, kv, launch_tp(plan)
+        )
         size = format_bytes(float(np.max(buffers)))
         return (
             f"the engine's buffers sized for a {int(wl.input_len):,}-token prompt ({size} "

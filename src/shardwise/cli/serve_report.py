@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from shardwise.cli.serve_caps import cap_name, closed_loop_queue, engine_capped
+
 
 def print_estimates(
     model: Any,
@@ -193,31 +195,6 @@ def _comm_name(plan: Any) -> str:
     return " + ".join(groups) or "comm"
 
 
-def _closed_loop_queue(est: Any) -> str:
-    """Where a closed loop keeps more requests in flight per replica than run at once: what caps the
-    running ones (the engine's sequence cap or the KV cache) and how many wait, in words ("" if none)."""
-    per_replica, cap, kv = est.users_per_replica, int(est.max_sequences), int(est.max_batch)
-    if per_replica is None or cap < 1:
-        return ""
-    running = est.running_per_replica
-    if per_replica <= running:
-        return ""
-    from shardwise.engines.engine_presets import engine as preset
-
-    engine = est.workload.engine
-    if engine == "tensorrt-llm":
-        capped = "TensorRT-LLM's max_batch_size as trtllm-bench sets it"
-    elif preset(engine).seqs_within_budget and cap == int(est.max_batched_tokens):
-        capped = f"{engine}'s cap at its token budget, --max-batched-tokens"
-    else:
-        capped = f"{engine}'s default cap"
-    why = f"{capped}; the KV cache would hold {kv:,}" if cap < kv else "as many as the KV cache holds"
-    return (
-        f"{per_replica:,} requests in flight per replica, {running:,} run at once ({why}), the other "
-        f"{per_replica - running:,} wait in the queue"
-    )
-
-
 def _mix_over_context(mix: Any, seq_len: int) -> str:
     """What share of a table mix's requests (a --lengths CSV) is longer than the model's sequence
     length, in words ("" for none, and for a log-normal mix, which is drawn within the context)."""
@@ -286,13 +263,17 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
 
     first = next((est for _, est in rows if bool(est.fits_in_memory)), rows[0][1])  # one that was simulated
     arrivals = "Poisson arrivals" if first.burstiness == 1.0 else f"gamma arrivals (burstiness {first.burstiness:g})"
+    # at the maximum throughput: what bounds the requests in flight, the KV cache or the engine's cap
+    capped = any(engine_capped(est) for _, est in rows if bool(est.fits_in_memory))
+    full = "every sequence slot kept full (the KV cache's, or the engine's cap where lower)"
+    full = full if capped else "the KV cache kept full"
     how = (
         f"{arrivals} at {first.request_rate_per_s:g} requests/s"
         if first.request_rate_per_s is not None
         else (
             f"{first.users} request{'s' if first.users != 1 else ''} always in flight"
             if first.users is not None
-            else "the KV cache kept full, each finished request replaced at once (a sustained rate: the "
+            else f"{full}, each finished request replaced at once (a sustained rate: the "
             "requests started spread over one request's lifetime, not sent in one burst)"
         )
     )
@@ -318,9 +299,14 @@ def _print_inflight(out: Any, rows: list[tuple[str, Any]]) -> None:
             f"{est.max_request_rate_per_s:,.3g} requests/s; an iteration (+{est.mean_prompt_tokens:,.0f} prompt "
             f"tokens) = {parts}"
         )
-        held = _closed_loop_queue(est)
+        held = closed_loop_queue(est)
         if held:
             out.print(f"  {label}: {held}")
+        if engine_capped(est):
+            out.print(
+                f"  {label}: {int(est.max_sequences):,} run at once per replica ({cap_name(est)}; the KV cache "
+                f"would hold {int(est.max_batch):,})"
+            )
         if est.overloaded:
             out.print(
                 f"[red]  {label}: {est.request_rate_per_s:g} requests/s is more than it sustains: queues grow "

@@ -40,8 +40,8 @@ def _layouts_said(found: Any) -> list[str]:
 
 
 def _targets(ttft_max: str | None, tpot_max: str | None, pct: str) -> str:
-    """'TTFT <= 500 ms and TPOT <= 50 ms at p90': each target as a time with its unit (a bare number
-    given is seconds: `--ttft-max 1` read 'TTFT <= 1')."""
+    """'TTFT <= 500 ms and TPOT <= 50 ms at p90': each target as a time with its unit (`--ttft-max 1s`
+    read 'TTFT <= 1' before; a bare number is refused, `requests.serve_flags.seconds_of`)."""
     from shardwise.units import format_seconds, parse_seconds
 
     parts = [

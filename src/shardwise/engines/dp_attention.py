@@ -46,6 +46,16 @@ def dp_attention(plan: Plan) -> Number:
     return np.asarray(plan.ep) * np.asarray(plan.expert_tp) > np.asarray(plan.tp)
 
 
+def launch_tp(plan: Plan) -> Number:
+    """The tensor-parallel size the engine is launched with: the plan's tp, or under data-parallel
+    attention the whole expert group's, ep x etp (TensorRT-LLM runs attention DP as `--tp 8 --ep 8`
+    with `enable_attention_dp`, its world's tp_size 8 where each attention rank holds tp = 1 of the
+    plan). trtllm-bench sizes its engine (`max_batch_size`, `max_num_tokens`) with that size
+    (tensorrt_llm/bench/benchmark/utils/general.py `get_settings` passes `params.get("tp")` to
+    `get_benchmark_engine_settings`, NVIDIA/TensorRT-LLM@0171265e; `engines.trtllm_buffers`)."""
+    return np.where(dp_attention(plan), np.asarray(plan.ep) * np.asarray(plan.expert_tp), np.asarray(plan.tp))
+
+
 def serving_expert_layout(plan: Plan) -> Plan:
     """`plan` with its serving expert layout: etp derived where unset (`serving_expert_tp`), the rule
     checked, and sequence parallelism on where attention is data-parallel (module docstring)."""

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from shardwise.engines.dp_attention import dp_attention, serving_expert_layout
+from shardwise.engines.dp_attention import dp_attention, launch_tp, serving_expert_layout
 from shardwise.engines.dp_dense import group_params_delta, refuse_unsupported
 from shardwise.engines.engine_kernels import KERNELS, layer_kernels, norm_fusion_max_bytes
 from shardwise.engines.engine_presets import engine, kv_cache_bytes, max_batched_tokens, max_sequences
@@ -217,9 +217,10 @@ def kv_cache_free_bytes(
     plan, memory, preset = scn.plan, scn.cluster.gpu.memory_bytes, engine(wl.engine)
     buffers = 0.0
     if preset.bench_buffers:
-        w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
-        kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
-        buffers = engine_buffers_bytes(scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, w, kv)
+        w, kv = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0), BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        buffers = engine_buffers_bytes(
+            scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, memory, w, kv, launch_tp(plan)
+        )
     on = dp_attention(plan) if scn.model.is_moe else False
     if preset.moe_dispatcher == "allgather" and np.any(on):
         budget = budget_tokens
@@ -241,10 +242,9 @@ def max_sequences_per_replica(scn: Scenario, wl: ServingWorkload) -> int:
     preset, plan, gpu = engine(wl.engine), scn.plan, scn.cluster.gpu
     pp = int(np.max(plan.pp))
     if preset.bench_buffers:
-        w = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0)
-        kv = BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
-        batch, _ = bench_engine_settings(
-            scn.model, plan.tp, plan.pp, wl.input_len, wl.output_len, gpu.memory_bytes, w, kv
+        w, kv = BENCH_WEIGHT_BYTES.get(wl.weight_precision, 2.0), BENCH_WEIGHT_BYTES.get(wl.kv_precision, 2.0)
+        batch, _ = bench_engine_settings(  # at the launch's tp (attention DP: ep x etp), as trtllm-bench
+            scn.model, launch_tp(plan), plan.pp, wl.input_len, wl.output_len, gpu.memory_bytes, w, kv
         )
         cap = int(np.min(batch))
     else:

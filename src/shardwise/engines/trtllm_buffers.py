@@ -26,6 +26,15 @@ and output lengths.
    (`BindCapacityScheduler`/`CapacityScheduler(max_num_requests)`), the cap on sequences in flight
    (`engines.serving.max_sequences_per_replica`); trtllm-bench's dynamic batch-size tuning
    (`DynamicBatchConfig`, its batch-size table) is set only for the TensorRT backend.
+   t is the launch's tensor-parallel size, `--tp` (`get_settings` passes `params.get("tp")`,
+   bench/benchmark/utils/general.py at NVIDIA/TensorRT-LLM@0171265e): under data-parallel attention
+   the whole expert group's, ep x etp (`--tp 8 --ep 8` with `enable_attention_dp`;
+   `engines.dp_attention.launch_tp`), not the attention's tp = 1, which would price all of Mixtral
+   on one GPU (no room: S = 64, review 32). S is then each attention rank's cap (each schedules its
+   own requests). Later TensorRT-LLM (bench/tuning/heuristics.py `calc_engine_setting(...,
+   enable_attention_dp)`, NVIDIA/TensorRT-LLM@0b42ceaf) sizes S per rank instead, from one GPU's
+   memory less 1/t of the weights: on Mixtral 8x7B over 8 H100 (512 + 128 tokens, 16 bits) 896
+   against 4,096 here, both above the 637 requests a rank's KV cache holds; not modelled.
 2. Activation memory, N c_a (5 h + 6 f / t) bytes: the MLP's live tensors per token (its input
    and the residual in 16 bits, 4 h; the FP8 copy of the input, h; the fused gate-up output, 2 f /
    t, and the SwiGLU output, f / t, in 16 bits, 6 f / t). c_a = 1.37 is set from one public log:
@@ -152,9 +161,13 @@ def engine_buffers_bytes(
     gpu_memory_bytes: Number,
     weight_bytes_per_param: float,
     kv_bytes_per_element: float,
+    bench_tp: Number | None = None,
 ) -> Number:
-    """Bytes a trtllm-bench engine holds on one GPU besides its weights and KV cache."""
+    """Bytes a trtllm-bench engine holds on one GPU besides its weights and KV cache; `bench_tp`: the
+    tensor-parallel size of the launch, which trtllm-bench's settings are computed with (default `tp`;
+    under data-parallel attention ep x etp, `engines.dp_attention.launch_tp`)."""
     batch, tokens = bench_engine_settings(
-        model, tp, pp, input_len, output_len, gpu_memory_bytes, weight_bytes_per_param, kv_bytes_per_element
-    )
+        model, tp if bench_tp is None else bench_tp, pp, input_len, output_len, gpu_memory_bytes,
+        weight_bytes_per_param, kv_bytes_per_element,
+    )  # fmt: skip
     return activation_bytes(model, tp, tokens) + runtime_buffers_bytes(batch, pp) + allreduce_workspace_bytes(tp)

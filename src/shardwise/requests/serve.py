@@ -19,6 +19,7 @@ from shardwise.errors import SpecError
 from shardwise.precisions import STORAGE_PRECISIONS
 from shardwise.requests import fields as F
 from shardwise.requests.training import TrainingRequest
+from shardwise.specs.serving import ENGINE_ALL_REDUCE
 
 if TYPE_CHECKING:
     from shardwise.requests.serve_result import ServeResult
@@ -32,8 +33,9 @@ SERVING_FRAMEWORKS = {
     "fastertransformer": "cpp-eager",
     "pytorch": "pytorch-eager",
 }
-# ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py)
-FRAMEWORK_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
+# ... and the all-reduce kernel each uses on small messages (physics/custom_allreduce.py), the
+# default of `ServingWorkload` too
+FRAMEWORK_ALL_REDUCE = ENGINE_ALL_REDUCE
 # ... and those that start NCCL with NVLS off: SGLang sets NCCL_NVLS_ENABLE from --enable-nccl-nvls,
 # default false (sglang PR 631; srt/entrypoints/engine.py)
 FRAMEWORK_NVLS_OFF = ("sglang",)
@@ -287,8 +289,9 @@ class ServeRequest:
                 except SpecError as exc:  # priced as refused, as a --plan is
                     candidates.append((spec.label, exc))
         options = search(
-            s.model, s.cluster, s.workload, ttft, tpot, pct, candidates, choices, s.max_batched_tokens, progress
-        )
+            s.model, s.cluster, s.workload, ttft, tpot, pct, candidates, choices, s.max_batched_tokens, progress,
+            (self.requests, self.seed),
+        )  # fmt: skip
         dropped: tuple[tuple[str, str], ...] = ()
         if not self.plans and s.layouts is not None and s.layouts.twins:
             from shardwise.analyses.serving_targets import without_twins

@@ -59,10 +59,14 @@ def check_load_flags(req: Any, budget: int, mix: Any) -> dict[str, Any] | None:
 
 
 def seconds_of(value: str | None, flag: str) -> float | None:
+    """A latency target in seconds (None: none given); a time with its unit, never a bare number, as
+    --link-latency and the other time flags take (review 32: `--tpot-max 50` was 50 s, met by every load)."""
     if value is None:
         return None
-    from shardwise.units import UnitError, parse_seconds
+    from shardwise.units import UnitError, is_bare_number, parse_seconds
 
+    if is_bare_number(str(value).strip()):  # '500': seconds or milliseconds? (`--tpot-max 50` read 50 s)
+        raise SpecError(f"{flag}: {value} is not allowed; give a time with its unit, such as 500ms or 1s")
     try:
         seconds = parse_seconds(value)
     except UnitError as exc:

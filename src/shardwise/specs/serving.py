@@ -34,6 +34,10 @@ STORAGE_BYTES = {
 }
 # Serving engines with presets (engines/engine_presets.py ENGINES).
 ENGINE_NAMES = ("tensorrt-llm", "vllm", "sglang", "llama.cpp", "fastertransformer", "pytorch")
+# Each engine's own all-reduce on small messages (physics/custom_allreduce.py; the engine presets'
+# `all_reduce`, engines/engine_presets.py): what `serve` and `ServingWorkload` use unless told
+# otherwise; the other engines reduce with NCCL only ("none").
+ENGINE_ALL_REDUCE = {"tensorrt-llm": "trtllm", "vllm": "vllm", "sglang": "sglang"}
 # Serving runtimes (the engines price each: engines/serving.py RUNTIMES).
 RUNTIME_NAMES = ("graphs", "cpp-eager", "pytorch-eager")
 
@@ -48,22 +52,25 @@ class ServingWorkload:
     weight_precision: str = "bf16"
     kv_precision: str = "bf16"
     runtime: str = "graphs"  # see RUNTIMES
-    # the engine's own all-reduce on small messages (physics.custom_allreduce.KERNELS): "none"
-    # (NCCL only), "vllm", "trtllm" (TensorRT-LLM), "sglang"
-    custom_all_reduce: str = "none"
+    # the all-reduce on small messages (physics.custom_allreduce.KERNELS): "none" (NCCL only), "vllm",
+    # "trtllm" (TensorRT-LLM), "sglang"; None (the default): the engine's own, `ENGINE_ALL_REDUCE`,
+    # as `shardwise serve` prices it (review 32: the API's default was NCCL, serve's TensorRT-LLM's)
+    custom_all_reduce: str | None = None
     # whose KV-cache memory rule and pipeline-stage cost apply (engines/engine_presets.py)
     engine: str = "tensorrt-llm"
 
     def __post_init__(self) -> None:
         for name in ("input_len", "output_len", "batch"):
             object.__setattr__(self, name, chk.positive_int(f"serving: {name}", getattr(self, name)))
+        if not isinstance(self.engine, str) or self.engine not in ENGINE_NAMES:
+            raise SpecError(f"serving: engine {self.engine!r} is not allowed; choose {', '.join(ENGINE_NAMES)}")
+        if self.custom_all_reduce is None:
+            object.__setattr__(self, "custom_all_reduce", ENGINE_ALL_REDUCE.get(self.engine, "none"))
         kernels = CUSTOM_ALL_REDUCE_KERNELS
         if not isinstance(self.custom_all_reduce, str) or self.custom_all_reduce not in kernels:
             raise SpecError(
                 f"serving: custom_all_reduce {self.custom_all_reduce!r} is not allowed; choose {', '.join(kernels)}"
             )
-        if not isinstance(self.engine, str) or self.engine not in ENGINE_NAMES:
-            raise SpecError(f"serving: engine {self.engine!r} is not allowed; choose {', '.join(ENGINE_NAMES)}")
         if not isinstance(self.runtime, str) or self.runtime not in RUNTIME_NAMES:
             raise SpecError(f"serving: runtime {self.runtime!r} is not allowed; choose {', '.join(RUNTIME_NAMES)}")
         for name in ("weight_precision", "kv_precision"):

@@ -17,7 +17,7 @@ from shardwise.specs.serving import ServingWorkload
 def serve(link: str, plan: dict[str, int], prompt: int, **changes: Any) -> Any:
     """One request of `prompt` tokens and one new token: its TTFT, and one decode step at ~`prompt` context."""
     scn = Scenario(brief_model(**changes), brief_cluster(link), plan_for_serving(plan.get("tp", 1), plan.get("pp", 1)))
-    return estimate_serving(scn, ServingWorkload(prompt, 1, 1))
+    return estimate_serving(scn, ServingWorkload(prompt, 1, 1, custom_all_reduce="none"))
 
 
 def batch1_inference(plot: bool) -> ScenarioReport:
