@@ -115,6 +115,19 @@ TRAINING_MATRIX: list[tuple[str, str, str, int, dict]] = [
     ("gpt1.7b-zbh1", "gpt-1.7b", "dgx-a100", 1, dict(tp=2, pp=4, dp=1, global_batch=64, schedule="zb-h1")),
     ("gpt22b-full", "gpt-22b", "dgx-a100", 4, dict(tp=8, pp=2, dp=2, global_batch=128, recompute="full", zero_stage=1)),
     ("l8b-z3", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3)),
+    # bf16 gradient reduction: Megatron's --grad-reduce-in-bf16; torchtitan re-prices it as fp32 (its
+    # training.mixed_precision_reduce is Literal["float32"]) (review 33)
+    (
+        "l8b-z3-bf16-reduce",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3, grad_reduce_bf16=True),
+    ),
+    # the model file's own features (review 33): Mistral's window on every layer, Qwen2.5's QKV biases,
+    # Qwen3's QK norm
+    ("mistral7b-window", "mistral-7b", "dgx-h100", 1, dict(tp=2, pp=1, dp=4, global_batch=32, zero_stage=1)),
+    ("qwen3-8b", "qwen3-8b", "dgx-h100", 1, dict(tp=2, pp=1, dp=4, global_batch=32, zero_stage=1)),
     (
         "l8b-tp2-z1",
         "llama3-8b",
