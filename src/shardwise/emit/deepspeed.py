@@ -22,7 +22,7 @@ import numpy as np
 
 from shardwise.emit.facts import i, rope_base, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
-from shardwise.emit.megatron import _vocab_divisor
+from shardwise.emit.megatron_model import vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.rules import ulysses_rule
 from shardwise.specs.stages import describe_counts
@@ -173,7 +173,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--num-attention-heads", str(i(m.heads)), "--num-key-value-heads", str(i(m.kv_heads))),
         ("--ffn-hidden-size", str(i(m.ffn_hidden))),
         ("--seq-length", str(i(m.seq_len)), "--max-position-embeddings", str(i(m.seq_len))),
-        ("--make-vocab-size-divisible-by", str(_vocab_divisor(i(m.vocab), tp))),
+        ("--make-vocab-size-divisible-by", str(vocab_divisor(i(m.vocab), tp))),
         ("--swiglu",) if m.gated_mlp else None,
         ("--normalization", "rmsnorm") if m.rmsnorm else None,
         None if m.learned_positions else ("--use-rotary-position-embeddings", "--no-position-embedding"),
