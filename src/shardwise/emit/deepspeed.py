@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.emit.facts import i, rope_base, stage_layers
+from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.emit.megatron_model import vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
@@ -160,7 +160,7 @@ def launch(scn: Scenario, version: str) -> Launch:
     sched = Schedule(int(p.schedule))
     rc = Recompute(int(p.recompute))
     part = bool(np.all(np.asarray(p.partition_activations)))  # Plan.partition_activations
-    base = rope_base(m)
+    base = m.rope_theta  # the model's own rotary base (0: unknown; the flag is type=int)
     args = flag_groups(
         ("--tensor-model-parallel-size", str(tp)),
         ("--pipeline-model-parallel-size", str(pp)),
@@ -177,7 +177,9 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--swiglu",) if m.gated_mlp else None,
         ("--normalization", "rmsnorm") if m.rmsnorm else None,
         None if m.learned_positions else ("--use-rotary-position-embeddings", "--no-position-embedding"),
-        ("--rotary-position-embeddings-theta", str(base)) if base and not m.learned_positions else None,
+        ("--rotary-position-embeddings-theta", str(int(base)))
+        if base > 0 and base == int(base) and not m.learned_positions
+        else None,
         ("--untie-embeddings-and-output-weights",) if not m.tied_embeddings else None,
         ("--disable-bias-linear",) if not m.bias else None,
         ("--attention-dropout", "0", "--hidden-dropout", "0") if not m.dropout else None,
@@ -194,4 +196,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         env = (*env, ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
     files = (("ds_config.json", json.dumps(config(scn), indent=2)),)
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
-    return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=TODO)
+    todo = TODO
+    if not m.learned_positions and not (base > 0 and base == int(base)):  # megatron/arguments.py@4efb479d: type=int
+        todo = (*todo, "rotary base: --rotary-position-embeddings-theta N (the model's rope_theta; default 10000)")
+    return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=todo)

@@ -16,7 +16,7 @@ import numpy as np
 
 from shardwise.emit.facts import chunk_layers, cuda_major, i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
-from shardwise.emit.megatron_model import model_args, moe_args
+from shardwise.emit.megatron_model import model_args, model_todo, moe_args
 from shardwise.physics.memory import megatron_optimizer_state
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.hardware import is_fp8
@@ -147,7 +147,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--mtp-num-layers", str(i(p.mtp_layers))) if i(p.mtp_layers) > 0 else None,
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
-    return Launch("megatron", version, launcher, args, env=env, todo=TODO)
+    return Launch("megatron", version, launcher, args, env=env, todo=(*TODO, *model_todo(scn.model)))
 
 
 def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:

@@ -4,8 +4,44 @@ and the TransformerConfig fields it turns into flags, Megatron-LM d98e8a64)."""
 
 from __future__ import annotations
 
-from shardwise.emit.facts import i, moe_layer_pattern, rope_base
-from shardwise.specs import Scenario
+from shardwise.emit.facts import i, moe_layer_pattern
+from shardwise.specs import Model, Scenario
+
+# Model files (HF config.json `model_type`, `Model.architecture`) whose own features beyond what a
+# Model states are written here, each as Megatron-LM d98e8a64 spells it (TransformerConfig fields,
+# megatron/training/argument_utils.py ArgumentGroupFactory: add_qkv_bias -> --add-qkv-bias):
+# - qwen2, qwen2_moe: biases on the q, k and v projections only (transformers modeling_qwen2.py
+#   Qwen2Attention: q/k/v_proj bias=True, o_proj bias=False): --add-qkv-bias beside --disable-bias-linear;
+# - qwen3, qwen3_moe: an RMSNorm over each query and key head (modeling_qwen3.py q_norm, k_norm):
+#   --qk-layernorm (the --normalization type, per head);
+# - deepseek_v3, kimi_k2: a sigmoid router with a learned expert bias for choosing
+#   (modeling_deepseek_v3.py DeepseekV3TopkRouter, e_score_correction_bias): --moe-router-score-function
+#   sigmoid --moe-router-enable-expert-bias; its groups and scale are config values (ARCH_TODO);
+# - gpt_oss: the experts' activation (up + 1) * gate * sigmoid(1.702 gate) clamped at swiglu_limit
+#   (modeling_gpt_oss.py GptOssExperts) and a learned sink logit per head (GptOssAttention.sinks):
+#   --quick-geglu --glu-linear-offset 1.0 (instead of --swiglu) and --softmax-type learnable, as
+#   Megatron-LM's examples/gptoss/02_train.sh@d98e8a64 writes them.
+ARCH_FLAGS: dict[str, tuple[str, ...]] = {
+    "qwen2": ("--add-qkv-bias",),
+    "qwen2_moe": ("--add-qkv-bias",),
+    "qwen3": ("--qk-layernorm",),
+    "qwen3_moe": ("--qk-layernorm",),
+    "deepseek_v3": ("--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"),
+    "kimi_k2": ("--moe-router-score-function", "sigmoid", "--moe-router-enable-expert-bias"),
+    "gpt_oss": ("--softmax-type", "learnable"),
+}
+_ROUTER_GROUPS = (
+    "DeepSeek-V3's router groups and scale: --moe-router-num-groups N --moe-router-group-topk K "
+    "--moe-router-topk-scaling-factor S (config.json n_group, topk_group, routed_scaling_factor)"
+)
+ARCH_TODO: dict[str, str] = {"deepseek_v3": _ROUTER_GROUPS, "kimi_k2": _ROUTER_GROUPS}
+# Model files whose layers the flags written here build, as far as a Model states them: GPT-2's
+# block (Megatron's GPT), Llama's, Mistral's and Mixtral's, and those of ARCH_FLAGS. Any other
+# file may hold more (Llama 4's chunked attention and layers without RoPE, Nemotron's squared
+# ReLU, ALiBi): the launch asks for it (`model_todo`).
+KNOWN_FILES = frozenset({"gpt2", "llama", "mistral", "mixtral", *ARCH_FLAGS})
+# GPT-OSS's clamp (HF GptOssConfig swiglu_limit, 7.0 in both released configs)
+GPT_OSS_CLAMP = 7.0
 
 
 def vocab_divisor(vocab: int, tp: int) -> int:
@@ -38,22 +74,61 @@ def model_args(scn: Scenario) -> list[tuple[str, ...]]:
         out.append(("--v-head-dim", str(i(m.v_head_dim))))
         if m.q_lora_rank:
             out.append(("--q-lora-rank", str(m.q_lora_rank)))
-    if m.gated_mlp:
+    if m.architecture == "gpt_oss":  # (up + 1) x quick-GELU(gate), clamped (ARCH_FLAGS)
+        out.append(("--quick-geglu", "--glu-linear-offset", "1.0"))
+        if m.glu_clamp:
+            out.append(("--activation-func-clamp-value", f"{GPT_OSS_CLAMP:g}"))
+    elif m.gated_mlp:
         out.append(("--swiglu",))
     if m.rmsnorm:
         out.append(("--normalization", "RMSNorm"))
     if m.learned_positions:
         out.append(("--position-embedding-type", "learned_absolute"))
-    else:
-        base = rope_base(m)
-        out.append(("--position-embedding-type", "rope", *(("--rotary-base", str(base)) if base else ())))
+    else:  # YaRN's factor and original length: `model_todo`
+        kind = "yarn" if m.yarn_rope else "rope"
+        base = m.rope_theta
+        known = base > 0 and base == int(base)  # --rotary-base is type=int
+        out.append(("--position-embedding-type", kind, *(("--rotary-base", str(int(base))) if known else ())))
+    if m.sliding_window:  # (left, right) tokens beside the query's own: W - 1, 0 (examples/gptoss/02_train.sh)
+        out.append(("--window-size", f"{m.sliding_window - 1},0"))
+        if m.full_attention_every:  # layer n (from 1) attends in full where n % freq == 0 (is_layer_window_attention)
+            out.append(("--window-attn-skip-freq", str(m.full_attention_every)))
     if not m.tied_embeddings:
         out.append(("--untie-embeddings-and-output-weights",))
     if not m.bias:
         out.append(("--disable-bias-linear",))
     if not m.dropout:
         out.append(("--attention-dropout", "0", "--hidden-dropout", "0"))
+    flags = ARCH_FLAGS.get(m.architecture or "", ())
+    if flags and (m.is_moe or "--moe-router-score-function" not in flags):
+        out.append(flags)
     return out
+
+
+def model_todo(model: Model) -> tuple[str, ...]:
+    """What the launch cannot write from what the Model states: the rotary base where unknown,
+    YaRN's scaling, a clamp limit other than GPT-OSS's, config values of the model file
+    (ARCH_TODO), and the features of a model file not among KNOWN_FILES."""
+    m, out = model, []
+    if not m.learned_positions and not (m.rope_theta > 0 and m.rope_theta == int(m.rope_theta)):
+        why = f"{m.rope_theta:g} is not a whole number, which it takes" if m.rope_theta else "unknown here"
+        out.append(f"rotary base: --rotary-base N (the model's rope_theta; {why}; Megatron's default is 10000)")
+    if m.yarn_rope and not m.learned_positions and not m.kv_lora_rank:
+        out.append(
+            "YaRN: --rotary-scaling-factor F --yarn-original-max-position-embeddings N "
+            "(config.json rope_scaling factor, original_max_position_embeddings)"
+        )
+    if m.glu_clamp and m.architecture != "gpt_oss":
+        out.append("the gated activation's clamp: --activation-func-clamp-value L (config.json swiglu_limit)")
+    if m.architecture in ARCH_TODO and m.is_moe:
+        out.append(ARCH_TODO[m.architecture])
+    if m.architecture not in KNOWN_FILES:
+        name = f"the {m.architecture} model file" if m.architecture else "a model of unknown architecture"
+        out.append(
+            f"what {name} does beyond the shapes, norm, biases, MLP and positions written here "
+            "(shardwise does not know it; compare with its config.json)"
+        )
+    return tuple(out)
 
 
 def moe_args(scn: Scenario, version: str) -> list[tuple[str, ...]]:
