@@ -58,3 +58,26 @@ def test_emit_megatron_is_priced_as_before(cli):
     emitted, err = _json(cli, ["predict", *JOB, "--zero", "3", "--emit", "megatron"])
     core, _ = _json(cli, ["predict", *JOB, "--zero", "3"])
     assert emitted["step_time_s"] == core["step_time_s"] and "priced under" not in err
+
+
+def test_plan_emit_searches_only_the_zero_stages_the_tool_implements(cli):
+    """review33: `plan --zero 1 --emit torchtitan` picked a ZeRO-1 plan under torchtitan-compile while
+    its neighbour lines said the stack implements ZeRO 0, 2, 3 only (FSDP2 has no ZeRO-1)."""
+    code, out, err = cli(["plan", *JOB, "--tp", "2", "--zero", "1", "--top", "1", "--emit", "torchtitan"])
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert "--zero 1: not allowed with --emit torchtitan" in err and "ZeRO 0, 2, 3 only" in err
+    some, err = _json(cli, ["plan", *JOB, "--tp", "2", "--zero", "0,1,2", "--top", "3", "--emit", "torchtitan"])
+    assert {p["zero_stage"] for p in some["plans"]} <= {0, 2}
+    assert "ZeRO 1 not searched (torchtitan-compile implements ZeRO 0, 2, 3 only)" in err
+    mega, _ = _json(cli, ["plan", *JOB, "--tp", "2", "--zero", "1", "--top", "1", "--emit", "megatron"])
+    assert mega["plans"][0]["zero_stage"] == 1  # Megatron's distributed optimizer
+
+
+def test_the_emit_stack_note_reads_plainly(cli):
+    code, _, err = cli(["plan", *JOB, "--top", "1", "--emit", "torchtitan"])
+    assert code == 0
+    assert (
+        "priced under torchtitan-compile, the stack torchtitan's launch runs (as if --framework torchtitan-compile "
+        "were given); to price under another stack, name it with --framework" in err
+    )
+    assert "counts as none named" not in err

@@ -115,6 +115,19 @@ TRAINING_MATRIX: list[tuple[str, str, str, int, dict]] = [
     ("gpt1.7b-zbh1", "gpt-1.7b", "dgx-a100", 1, dict(tp=2, pp=4, dp=1, global_batch=64, schedule="zb-h1")),
     ("gpt22b-full", "gpt-22b", "dgx-a100", 4, dict(tp=8, pp=2, dp=2, global_batch=128, recompute="full", zero_stage=1)),
     ("l8b-z3", "llama3-8b", "dgx-h100", 1, dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3)),
+    # bf16 gradient reduction: Megatron's --grad-reduce-in-bf16; torchtitan re-prices it as fp32 (its
+    # training.mixed_precision_reduce is Literal["float32"]) (review 33)
+    (
+        "l8b-z3-bf16-reduce",
+        "llama3-8b",
+        "dgx-h100",
+        1,
+        dict(tp=1, pp=1, dp=8, global_batch=64, zero_stage=3, grad_reduce_bf16=True),
+    ),
+    # the model file's own features (review 33): Mistral's window on every layer, Qwen2.5's QKV biases,
+    # Qwen3's QK norm
+    ("mistral7b-window", "mistral-7b", "dgx-h100", 1, dict(tp=2, pp=1, dp=4, global_batch=32, zero_stage=1)),
+    ("qwen3-8b", "qwen3-8b", "dgx-h100", 1, dict(tp=2, pp=1, dp=4, global_batch=32, zero_stage=1)),
     (
         "l8b-tp2-z1",
         "llama3-8b",
@@ -533,6 +546,7 @@ def training_jobs() -> list[dict]:
                         "lora_rank": int(p.lora_rank), "precision": p.precision,
                         "compile": not bool(p.eager_kernels), "shard_group": int(p.shard_group),
                         "tp_overlap": bool(p.tp_comm_overlap),
+                        "features": _features(model),
                     },
                 }
             )  # fmt: skip
@@ -609,6 +623,24 @@ def serving_jobs(workdir: Path) -> list[dict]:
             jobs.append({**base, "id": f"{key}/server{r}", "argv": sampled(node["argv"]),
                          "expect": {**expect, "server": server}})  # fmt: skip
     return jobs
+
+
+def _features(m: object) -> dict:
+    """The model's own features as Megatron's TransformerConfig holds them, from the Model (review 33):
+    the rotary base (None: unknown, not written), the window (W - 1 tokens to the left, none to the
+    right), the full-attention layers among windowed ones, QKV biases, QK norm, the router's score
+    function, the attention softmax (GPT-OSS's sinks: learnable)."""
+    arch, theta = m.architecture or "", float(m.rope_theta)  # type: ignore[attr-defined]
+    window = int(m.sliding_window)  # type: ignore[attr-defined]
+    return {
+        "rotary_base": int(theta) if theta > 0 and theta == int(theta) and not m.learned_positions else None,  # type: ignore[attr-defined]
+        "window_size": [window - 1, 0] if window else None,
+        "window_attn_skip_freq": int(m.full_attention_every) or None,  # type: ignore[attr-defined]  # 0: all windowed
+        "add_qkv_bias": bool(m.bias) or arch in ("qwen2", "qwen2_moe"),  # type: ignore[attr-defined]
+        "qk_layernorm": arch in ("qwen3", "qwen3_moe"),
+        "moe_router_score_function": "sigmoid" if m.is_moe and arch in ("deepseek_v3", "kimi_k2") else "softmax",  # type: ignore[attr-defined]
+        "softmax_type": "learnable" if arch == "gpt_oss" else "vanilla",
+    }
 
 
 def _hf_config(m: object) -> dict:

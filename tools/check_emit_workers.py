@@ -102,6 +102,11 @@ def megatron(job: dict, opts: dict) -> str:
         expect("router top-k", cfg.moe_router_topk, e["topk"])
         expect("expert parallelism", cfg.expert_model_parallel_size, e["ep"])
         expect("expert TP", cfg.expert_tensor_parallel_size, e["etp"])
+    for name, want in e["features"].items():  # the model's own features (review 33)
+        got = getattr(cfg, name, getattr(args, name, None))
+        if name == "rotary_base" and want is None:
+            continue  # unknown: asked for in the launch's "you add"
+        expect(name, list(got) if isinstance(got, tuple) else got, want)
     sharded = e["zero"] >= 2 and e["dp"] * e["cp"] > 1
     expect("Megatron FSDP", bool(getattr(args, "use_megatron_fsdp", False)), sharded)
     if sharded:

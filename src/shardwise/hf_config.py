@@ -28,7 +28,7 @@ from typing import Any
 
 from shardwise import files
 from shardwise.errors import SpecError
-from shardwise.hf_rope import yarn_scales_rope as _yarn_scales_rope
+from shardwise.hf_rope import rope_fields as _rope_fields
 
 # (our field, the config keys that can hold it, first found wins)
 _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -277,7 +277,7 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     out["rmsnorm"] = "rms_norm_eps" in cfg or not gpt_like
     # GPT-OSS (transformers GptOssConfig `swiglu_limit`, 7.0): the gated activation's inputs clamped
     out["glu_clamp"] = _limit(p, cfg, "swiglu_limit") > 0
-    out["yarn_rope"] = _yarn_scales_rope(cfg)
+    out.update(_rope_fields(p, cfg))  # yarn_rope, rope_theta
     dropouts = ("attention_dropout", "resid_pdrop", "hidden_dropout", "dropout", "emb_pdrop")
     out["dropout"] = any(_probability(p, cfg, key) > 0 for key in dropouts)
     # transformers FalconAttention: one KV head under multi_query (falcon-7b) unless

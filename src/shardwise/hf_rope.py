@@ -3,7 +3,30 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
+
+from shardwise.errors import SpecError
+
+
+def rope_fields(p: Path, cfg: dict[str, Any]) -> dict[str, Any]:
+    """`Model.yarn_rope` and `Model.rope_theta` from a config.json."""
+    return {"yarn_rope": yarn_scales_rope(cfg), "rope_theta": rope_theta(p, cfg)}
+
+
+def rope_theta(p: Path, cfg: dict[str, Any]) -> float:
+    """The rotary base: `rope_theta` (transformers 4), or `rope_parameters.rope_theta` (transformers 5's
+    configs); 0 (unknown) where neither holds one, or where rope_parameters holds one per layer type
+    (Gemma 3: a base for the windowed layers and another for the full ones)."""
+    params = cfg.get("rope_parameters")
+    key, value = "rope_theta", cfg.get("rope_theta")
+    if value is None and isinstance(params, dict):
+        key, value = "rope_parameters.rope_theta", params.get("rope_theta")
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+        raise SpecError(f"{p}: {key}: {value!r} is not allowed; it must be a number > 0 (the rotary base)")
+    return float(value)
 
 
 def yarn_scales_rope(cfg: dict[str, Any]) -> bool:

@@ -20,9 +20,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.emit.facts import i, rope_base, stage_layers
+from shardwise.emit.facts import i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
-from shardwise.emit.megatron import _vocab_divisor
+from shardwise.emit.megatron_model import vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.rules import ulysses_rule
 from shardwise.specs.stages import describe_counts
@@ -160,7 +160,7 @@ def launch(scn: Scenario, version: str) -> Launch:
     sched = Schedule(int(p.schedule))
     rc = Recompute(int(p.recompute))
     part = bool(np.all(np.asarray(p.partition_activations)))  # Plan.partition_activations
-    base = rope_base(m)
+    base = m.rope_theta  # the model's own rotary base (0: unknown; the flag is type=int)
     args = flag_groups(
         ("--tensor-model-parallel-size", str(tp)),
         ("--pipeline-model-parallel-size", str(pp)),
@@ -173,11 +173,13 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--num-attention-heads", str(i(m.heads)), "--num-key-value-heads", str(i(m.kv_heads))),
         ("--ffn-hidden-size", str(i(m.ffn_hidden))),
         ("--seq-length", str(i(m.seq_len)), "--max-position-embeddings", str(i(m.seq_len))),
-        ("--make-vocab-size-divisible-by", str(_vocab_divisor(i(m.vocab), tp))),
+        ("--make-vocab-size-divisible-by", str(vocab_divisor(i(m.vocab), tp))),
         ("--swiglu",) if m.gated_mlp else None,
         ("--normalization", "rmsnorm") if m.rmsnorm else None,
         None if m.learned_positions else ("--use-rotary-position-embeddings", "--no-position-embedding"),
-        ("--rotary-position-embeddings-theta", str(base)) if base and not m.learned_positions else None,
+        ("--rotary-position-embeddings-theta", str(int(base)))
+        if base > 0 and base == int(base) and not m.learned_positions
+        else None,
         ("--untie-embeddings-and-output-weights",) if not m.tied_embeddings else None,
         ("--disable-bias-linear",) if not m.bias else None,
         ("--attention-dropout", "0", "--hidden-dropout", "0") if not m.dropout else None,
@@ -194,4 +196,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         env = (*env, ("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True"))
     files = (("ds_config.json", json.dumps(config(scn), indent=2)),)
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
-    return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=TODO)
+    todo = TODO
+    if not m.learned_positions and not (base > 0 and base == int(base)):  # megatron/arguments.py@4efb479d: type=int
+        todo = (*todo, "rotary base: --rotary-position-embeddings-theta N (the model's rope_theta; default 10000)")
+    return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=todo)

@@ -1,29 +1,11 @@
-"""Facts the launch needs that a priced model does not carry: the rotary base of well-known model
-families, and the CUDA architecture of a GPU preset."""
+"""Facts the launch needs that a priced model does not carry: the CUDA architecture of a GPU preset,
+the layers of each stage and model chunk, the mixture-of-experts layers."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from shardwise.specs import Gpu, Model, Plan
-
-# rope_theta of each family's Hugging Face config.json (the model's own release)
-ROPE_BASE = (
-    ("llama2", 10_000),  # meta-llama/Llama-2-7b-hf rope_theta 10000.0
-    ("llama3", 500_000),  # meta-llama/Meta-Llama-3-8B, Llama-3.1-405B rope_theta 500000.0
-    ("llama4", 500_000),  # meta-llama/Llama-4-Scout-17B-16E text_config rope_theta 500000.0
-    ("mixtral", 1_000_000),  # mistralai/Mixtral-8x7B-v0.1 rope_theta 1000000.0
-    ("qwen2.5", 1_000_000),  # Qwen/Qwen2.5-7B rope_theta 1000000.0
-    ("qwen3", 1_000_000),  # Qwen/Qwen3-30B-A3B rope_theta 1000000.0
-    ("deepseek-v3", 10_000),  # deepseek-ai/DeepSeek-V3 rope_theta 10000 (with YaRN scaling)
-    ("gpt-oss", 150_000),  # openai/gpt-oss-20b rope_theta 150000 (with YaRN scaling)
-)
-
-
-def rope_base(model: Model) -> int | None:
-    """The rotary base of `model`'s family, None when it is not one of ROPE_BASE."""
-    name = model.name.lower()
-    return next((base for prefix, base in ROPE_BASE if name.startswith(prefix)), None)
 
 
 def cuda_major(gpu: Gpu) -> int:

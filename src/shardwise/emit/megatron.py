@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardwise.emit.facts import chunk_layers, cuda_major, i, moe_layer_pattern, rope_base, stage_layers
+from shardwise.emit.facts import chunk_layers, cuda_major, i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
+from shardwise.emit.megatron_model import model_args, model_todo, moe_args
 from shardwise.physics.memory import megatron_optimizer_state
 from shardwise.specs import Recompute, Scenario, Schedule
 from shardwise.specs.hardware import is_fp8
@@ -140,13 +141,13 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--attention-backend", "unfused") if not bool(p.flash_attention) else None,
         # Transformer Engine's cross-entropy (megatron/training/arguments.py --cross-entropy-fusion-impl)
         ("--cross-entropy-loss-fusion", "--cross-entropy-fusion-impl", "te") if p.loss_kernel == "te" else None,
-        *_model(scn),
-        *_moe(scn, version),
+        *model_args(scn),
+        *moe_args(scn, version),
         # multi-token prediction, dense or MoE (megatron/training/arguments.py --mtp-num-layers)
         ("--mtp-num-layers", str(i(p.mtp_layers))) if i(p.mtp_layers) > 0 else None,
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "pretrain_gpt.py")
-    return Launch("megatron", version, launcher, args, env=env, todo=TODO)
+    return Launch("megatron", version, launcher, args, env=env, todo=(*TODO, *model_todo(scn.model)))
 
 
 def _pipeline(scn: Scenario) -> list[tuple[str, ...]]:
@@ -257,85 +258,3 @@ def _precision(precision: str, fp8_recipe: str = "te") -> tuple[str, ...]:
         # Megatron-Core's NVFP4 (Transformer Engine's NVFP4BlockScaling), every layer in FP4
         "nvfp4": ("--bf16", "--fp4-format", "e2m1", "--fp4-recipe", "nvfp4"),
     }[precision]
-
-
-def _vocab_divisor(vocab: int, tp: int) -> int:
-    """Megatron pads the vocabulary to a multiple of divisor x tp: the largest power-of-two divisor
-    (at most its default 128) that keeps the priced vocabulary as it is."""
-    d = 128
-    while d > 1 and vocab % (d * tp):
-        d //= 2
-    return d
-
-
-def _model(scn: Scenario) -> list[tuple[str, ...]]:
-    m, tp = scn.model, i(scn.plan.tp)
-    out: list[tuple[str, ...]] = [
-        ("--num-layers", str(i(m.layers))),
-        ("--hidden-size", str(i(m.hidden))),
-        ("--num-attention-heads", str(i(m.heads))),
-        ("--ffn-hidden-size", str(i(m.ffn_hidden))),
-        ("--seq-length", str(i(m.seq_len))),
-        ("--max-position-embeddings", str(i(m.seq_len))),
-        ("--make-vocab-size-divisible-by", str(_vocab_divisor(i(m.vocab), tp))),
-    ]
-    if i(m.head_dim) * i(m.heads) != i(m.hidden) and not m.kv_lora_rank:
-        out.append(("--kv-channels", str(i(m.head_dim))))
-    if i(m.kv_heads) != i(m.heads) and not m.kv_lora_rank:
-        out.append(("--group-query-attention", "--num-query-groups", str(i(m.kv_heads))))
-    if m.kv_lora_rank:
-        out.append(("--multi-latent-attention", "--kv-lora-rank", str(m.kv_lora_rank)))
-        out.append(("--qk-head-dim", str(i(m.head_dim)), "--qk-pos-emb-head-dim", str(m.rope_head_dim)))
-        out.append(("--v-head-dim", str(i(m.v_head_dim))))
-        if m.q_lora_rank:
-            out.append(("--q-lora-rank", str(m.q_lora_rank)))
-    if m.gated_mlp:
-        out.append(("--swiglu",))
-    if m.rmsnorm:
-        out.append(("--normalization", "RMSNorm"))
-    if m.learned_positions:
-        out.append(("--position-embedding-type", "learned_absolute"))
-    else:
-        base = rope_base(m)
-        out.append(("--position-embedding-type", "rope", *(("--rotary-base", str(base)) if base else ())))
-    if not m.tied_embeddings:
-        out.append(("--untie-embeddings-and-output-weights",))
-    if not m.bias:
-        out.append(("--disable-bias-linear",))
-    if not m.dropout:
-        out.append(("--attention-dropout", "0", "--hidden-dropout", "0"))
-    return out
-
-
-def _moe(scn: Scenario, version: str) -> list[tuple[str, ...]]:
-    m, p = scn.model, scn.plan
-    if not m.is_moe:
-        return []
-    pattern = moe_layer_pattern(m)
-    freq = f"([0]*{m.dense_layers}+[1]*{len(pattern) - m.dense_layers})" if m.moe_every == 1 else str(pattern)
-    out: list[tuple[str, ...]] = [
-        ("--num-experts", str(m.experts), "--moe-router-topk", str(m.experts_per_token)),
-        ("--moe-ffn-hidden-size", str(i(m.expert_ffn_hidden))),
-        ("--expert-model-parallel-size", str(i(p.ep)), "--expert-tensor-parallel-size", str(i(p.expert_tp))),
-        ("--moe-grouped-gemm",),
-    ]
-    if m.experts_per_token == 1:  # Megatron-Core asks a softmax before a top-1 choice
-        out.append(("--moe-router-pre-softmax",))
-    if m.dense_layers or m.moe_every > 1:
-        out.append(("--moe-layer-freq", freq.replace(" ", "")))
-    if m.shared_experts:
-        out.append(("--moe-shared-expert-intermediate-size", str(m.shared_experts * i(m.expert_ffn_hidden))))
-    if p.moe_dispatcher == "flex":
-        if version == "core-0.13":
-            out.append(("--moe-token-dispatcher-type", "flex", "--moe-enable-deepep"))
-        else:
-            out.append(("--moe-token-dispatcher-type", "flex", "--moe-flex-dispatcher-backend", "deepep"))
-    else:
-        out.append(("--moe-token-dispatcher-type", str(p.moe_dispatcher)))
-    if bool(p.moe_overlap):
-        out.append(("--overlap-moe-expert-parallel-comm",))
-    if float(p.moe_capacity_factor) > 0:
-        out.append(("--moe-expert-capacity-factor", f"{float(p.moe_capacity_factor):g}"))
-        if bool(p.moe_pad_to_capacity):
-            out.append(("--moe-pad-expert-input-to-capacity",))
-    return out

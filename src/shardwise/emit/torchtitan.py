@@ -183,12 +183,12 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
             "TP communication not overlapped (torchtitan's async TP is an Inductor pass: it needs torch.compile, "
             "which the plan leaves off; --framework torchtitan-compile runs it)"
         )
-    if bool(p.grad_reduce_bf16) and not fsdp:
+    if bool(p.grad_reduce_bf16):
+        # FSDP2's reduce dtype is training.mixed_precision_reduce, which torchtitan declares
+        # Literal["float32"] (torchtitan/config/configs.py@b5bcd76c line 102): its parser refuses bfloat16
         new["grad_reduce_bf16"] = False
-        changes.append(
-            "gradients reduced in fp32, not bf16 (torchtitan's training.mixed_precision_reduce applies to "
-            "FSDP2 only; DDP and one GPU keep fp32 gradients)"
-        )
+        why = "training.mixed_precision_reduce takes float32 only" if fsdp else "DDP and one GPU keep fp32 gradients"
+        changes.append(f"gradients reduced in fp32, not bf16 (torchtitan: {why})")
     run = p.with_(**new) if new else p
     shard, _ = _data_mesh(run)
     sparse = shard * i(run.cp) * i(run.tp)
@@ -265,8 +265,6 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--training.num_tokens_per_train_step", str(i(p.global_batch) * i(m.seq_len))),
         ("--training.disable_cuda_graphs",) if i(p.pp) > 1 or (m.is_moe and i(p.ep) > 1) else None,
         *_compile(p),
-        # FSDP2's MixedPrecisionPolicy reduce_dtype (torchtitan/config/training.py mixed_precision_reduce)
-        ("--training.mixed_precision_reduce", "bfloat16") if bool(p.grad_reduce_bf16) else None,
         *_ac(Recompute(int(p.recompute))),
     )
     launcher = torchrun(i(c.nodes), i(c.gpus_per_node), "-m", "torchtitan.train")

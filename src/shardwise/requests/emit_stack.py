@@ -45,9 +45,36 @@ def emit_training(training: Any, target: str) -> tuple[Any, str | None]:
         changes["flash_attention"] = True
         flags += " --flash-attention"
     return replace(training, **changes), (
-        f"--emit {target}: priced under {changes['framework']}, the stack {target}'s launch runs (as {flags}); "
-        "--framework names another stack than megatron-core (the default, which counts as none named) to price under it"
+        f"--emit {target}: priced under {changes['framework']}, the stack {target}'s launch runs (as if {flags} "
+        "were given); to price under another stack, name it with --framework"
     )
+
+
+def searched_zero(
+    zero: tuple[int, ...] | None, target: str, framework: str | None
+) -> tuple[tuple[int, ...] | None, str | None]:
+    """(the ZeRO stages `plan --emit target` searches, a note or None): those of `zero` (the stages
+    --zero gave; None: the stack's own) that the tool's stack implements (its preset's `zero_stages`;
+    torchtitan's FSDP2 has no ZeRO-1). Refused in one line where --zero names none of them."""
+    from shardwise.emit import EmitError
+    from shardwise.presets.stack_defaults import builtin_of, framework_zero_stages
+
+    stacks = TARGET_STACKS[target]
+    stack = framework if framework is not None and builtin_of(framework) in stacks else stacks[0]
+    stages = framework_zero_stages(stack)
+    if zero is None or stages is None:
+        return zero, None
+    kept = tuple(z for z in zero if z in stages)
+    outside = ", ".join(str(z) for z in zero if z not in stages)
+    if kept == tuple(zero):
+        return zero, None
+    listed = ", ".join(str(z) for z in stages)
+    if not kept:
+        raise EmitError(
+            f"--zero {outside}: not allowed with --emit {target}; {stack}, the stack its launch runs, implements "
+            f"ZeRO {listed} only: choose from those"
+        )
+    return kept, f"--emit {target}: ZeRO {outside} not searched ({stack} implements ZeRO {listed} only)"
 
 
 def priced_launch(est: Any, target: str, version: str | None) -> dict[str, Any]:

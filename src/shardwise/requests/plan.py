@@ -339,10 +339,12 @@ class PlanRequest:
 
     def run(self) -> PlanResult:
         if self.emit is not None:  # searched under the stack the tool's launch runs (`requests.emit_stack`)
-            from shardwise.requests.emit_stack import emit_training
+            from shardwise.requests.emit_stack import emit_training, searched_zero
 
             training, stack_note = emit_training(self.training, self.emit)
-            return replace(self, training=training)._run([stack_note] if stack_note else [])
+            zero, zero_note = searched_zero(self.zero, self.emit, training.framework)  # what the tool implements
+            notes = [n for n in (stack_note, zero_note) if n]
+            return replace(self, training=training, zero=zero)._run(notes)
         return self._run([])
 
     def _run(self, notes: list[str]) -> PlanResult:

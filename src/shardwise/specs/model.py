@@ -113,6 +113,10 @@ class Model:
     # factor 32): its cos and sin carry a concentration factor 0.1 ln(factor) + 1, which Megatron-Core's
     # fused RoPE does not take, so it runs as eager ATen kernels there (`Plan.yarn_rotary_eager`).
     yarn_rope: bool = False
+    # The rotary embedding's base (HF config `rope_theta`; Su et al. 2021's 10000, Llama 3's 500000),
+    # 0 where unknown or without rotary positions. It does not change the cost; a launch writes it
+    # (`emit`: Megatron-LM's --rotary-base).
+    rope_theta: float = 0.0
     # The model file an engine runs for it, named as Hugging Face config.json's `model_type` spells
     # it ("llama", "mixtral", "deepseek_v3", "qwen3_moe", "gpt_oss", "llama4", ...; None: unknown).
     # The shapes above price the model; this picks the rules that differ by engine model file
@@ -146,6 +150,10 @@ class Model:
         self._check_hybrid(p)
         self._check_window(p)
         self._check_architecture(p)
+        theta = self.rope_theta
+        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 <= theta < float("inf"):
+            raise SpecError(f"{p}: rope_theta {theta!r} is not allowed; give a number >= 0 (0: unknown)")
+        object.__setattr__(self, "rope_theta", float(theta))
         flags = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
         for flag in (*flags, "yarn_rope"):
             value = getattr(self, flag)
