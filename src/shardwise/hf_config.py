@@ -16,7 +16,8 @@ priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pat
 the MLP's activation from `mlp_hidden_act`. Sliding-window attention (`sliding_window`, with
 `layer_types` or `sliding_window_pattern` naming the layers that attend in full). GPT-OSS's clamped
 gated activation (`swiglu_limit`). The architecture (`specs.Model.architecture`) is the config's
-`model_type` (`_model_file`). Only the file is read; nothing is downloaded.
+`model_type` (`_model_file`). What is not a decoder-only transformer (T5, BERT, Mamba, Jamba, ...)
+is refused in one line (`hf_support`). Only the file is read; nothing is downloaded.
 """
 
 from __future__ import annotations
