@@ -5,6 +5,7 @@ import json
 import socket
 import sys
 
+import numpy as np
 import pytest
 
 pytest.importorskip("dash", reason="the explorer is an optional extra: pip install 'shardwise[explore]'")
@@ -287,3 +288,27 @@ def test_a_crossover_with_no_link_asks_for_one():
     assert raised.value.control == "x-links" and "tick a link" in str(raised.value)
     outcome, _, text = pages.compute("crossover", {**values, "x-bw": 64}, NO_FILES, runner.run)
     assert outcome.error is None and text.startswith("custom: ")  # the slider's link alone
+
+
+def test_a_term_keeps_one_colour_on_every_page_and_in_the_command_lines_figures():
+    """Review 33: the Planner page coloured terms by position from 8 colours (the 9th, overhead,
+    repeated compute's blue) and pp bubble changed colour between pages; both pages and the command
+    line's stacked bars now take each term's fixed colour (`colors.TERM_COLORS`)."""
+    from shardwise import plots
+    from shardwise.colors import TERM_COLORS
+    from shardwise.explore import figures
+    from shardwise.plots._base import plt
+
+    terms = ["compute", "tp_comm", "ep_comm", "offload", "pp_p2p", "pp_bubble", "dp_comm", "optimizer", "overhead"]
+    planner = figures.stacked(["tp=8", "pp=8"], [dict.fromkeys(terms, 1.0)] * 2, "t")
+    colours = {b["name"]: b["marker"]["color"] for b in planner["data"]}
+    assert len(set(colours.values())) == len(terms)  # overhead is not compute's blue
+    crossover = figures.breakdown({"pp=8": {"compute": 1.0, "pp_bubble": 0.5}}, 4.0, "batch")
+    assert [b["marker"]["color"] for b in crossover["data"]] == [TERM_COLORS["compute"], TERM_COLORS["pp_bubble"]]
+    assert colours["PP bubble"] == TERM_COLORS["pp_bubble"] and colours["fixed overheads"] == TERM_COLORS["overhead"]
+    fig = plots.stacked_bars(["a"], {"pp_bubble": np.array([1.0]), "compute": np.array([2.0])}, "ms", "t")
+    drawn = [tuple(round(c, 3) for c in p.get_facecolor()[:3]) for p in fig.axes[0].patches]
+    from matplotlib.colors import to_rgb
+
+    assert drawn == [tuple(round(c, 3) for c in to_rgb(TERM_COLORS[t])) for t in ("pp_bubble", "compute")]
+    plt.close(fig)

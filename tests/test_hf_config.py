@@ -186,3 +186,59 @@ def test_a_rope_scaled_model_is_priced_at_its_pre_training_context(cli):
     code, _, err = cli(["predict", "--model", str(HF / "llama3.1-8b.json"), "--system", "dgx-h100",
                         "--global-batch", "8"])  # fmt: skip
     assert code == 0 and "before RoPE scaling to 131072" in err
+
+
+@pytest.mark.parametrize(
+    ("config", "kind"),
+    [
+        ({"architectures": ["T5ForConditionalGeneration"], "model_type": "t5", "d_model": 768, "d_ff": 3072,
+          "num_layers": 12, "num_heads": 12, "vocab_size": 32128}, "an encoder-decoder model"),
+        ({"architectures": ["BertForMaskedLM"], "model_type": "bert", "hidden_size": 768, "num_attention_heads": 12,
+          "num_hidden_layers": 12, "vocab_size": 30522}, "an encoder-only"),
+        ({"architectures": ["JambaForCausalLM"], "model_type": "jamba", "hidden_size": 4096,
+          "num_hidden_layers": 32, "num_attention_heads": 32, "vocab_size": 65536, "num_experts": 16,
+          "mamba_d_state": 16}, "a hybrid of Mamba and attention layers"),
+        ({"architectures": ["MambaForCausalLM"], "model_type": "mamba", "hidden_size": 2560,
+          "num_hidden_layers": 64, "vocab_size": 50280, "state_size": 16}, "a Mamba state-space model"),
+        # by structure where the model_type says nothing: cross-attention, or SSM sizes with no layer pattern
+        ({"model_type": "my_seq2seq", "is_encoder_decoder": True, "hidden_size": 512, "num_attention_heads": 8,
+          "num_hidden_layers": 6, "vocab_size": 32000}, "an encoder-decoder model"),
+        ({"model_type": "my_ssm", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 6,
+          "vocab_size": 32000, "mamba_d_state": 16}, "a state-space \\(Mamba\\) model \\(mamba_d_state\\)"),
+        ({"model_type": "my_linear", "hidden_size": 512, "num_attention_heads": 8, "num_hidden_layers": 2,
+          "vocab_size": 32000, "layer_types": ["linear_attention", "full_attention"]}, "a model with linear_attention"),
+    ],
+)  # fmt: skip
+def test_what_is_not_a_decoder_only_transformer_is_refused_in_one_line(tmp_path, cli, config, kind):
+    """Review 33: T5 read as a 12-layer decoder of 0.16B, BERT as a causal model, Jamba as 92.1B
+    with its Mamba layers priced as attention, Mamba as "no heads found"; each is now refused by
+    what it is, naming what is priced (NemotronHConfig's hybrids stay: tests/test_hybrid_mamba.py)."""
+    import json
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(SpecError, match=f"is {kind}.*not supported; shardwise prices decoder-only transformers"):
+        presets.model(str(path))
+    code, _, err = cli(["presets", "show", str(path)])
+    assert code == 2 and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_what_a_config_states_and_is_not_priced_is_noted(tmp_path, cli):
+    """Gemma 2's soft-capping and Qwen2's q, k, v biases (transformers Qwen2Attention, no
+    attention_bias key) were dropped silently; each is a note now. --seq-len silences only the
+    sequence-length note."""
+    code, _, err = cli(["presets", "show", str(HF / "gemma2-9b.json")])
+    assert code == 0 and "soft-capping (attn_logit_softcapping 50.0, final_logit_softcapping 30.0)" in err
+    code, _, err = cli(["presets", "show", str(HF / "qwen2.5-72b.json")])
+    per_layer = (64 + 2 * 8) * 128  # Qwen2.5-72B: 64 query heads, 8 KV heads of 128
+    assert code == 0 and f"biases (qwen2: {per_layer:,} parameters a layer" in err
+    import json
+
+    cfg = json.loads((HF / "qwen2.5-72b.json").read_text())
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**cfg, "attention_bias": False}))
+    code, _, err = cli(["presets", "show", str(path)])
+    assert code == 0 and "biases" not in err
+    code, _, err = cli(["predict", "--model", str(HF / "qwen2.5-72b.json"), "--system", "dgx-h100", "--nodes", "2",
+                        "--tp", "8", "--global-batch", "8", "--seq-len", "4096"])  # fmt: skip
+    assert code == 0 and "biases" in err and "--seq-len to change" not in err

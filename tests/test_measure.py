@@ -219,7 +219,7 @@ def test_measure_micro_then_tp_and_pp_from_the_command_line(cli, tmp_path):
         (["tp", "-o", "runs.csv"], "-o needs --system"),
         (
             ["pp", "--schedule", "interleaved", "--layers", "2"],
-            "--layers 2 must be a multiple of --ranks 2 (the stages x",
+            "--layers 2 must be a multiple of 4 (2 stages x 2 chunks",
         ),
         (["tp", "--device", "cuda"], "--device cuda: 2 rank(s) on this machine need as many GPUs"),
     ],

@@ -42,3 +42,32 @@ def test_measuring_without_pytorch_is_one_line_saying_how_to_install_it(monkeypa
         launch.run(print, 2, (LayerShape(hidden=64, heads=4, ffn_hidden=256),), timeout_s=5)
     with pytest.raises(ImportError, match=r"needs PyTorch: pip install 'shardwise\[measure\]'"):
         import shardwise.measure.layers  # noqa: F401
+
+
+def test_a_pipeline_of_chunks_names_the_multiple_its_layers_need():
+    """Review 33: 'a multiple of --ranks 2 (the stages x --chunks 3)' named 2 where 6 is needed."""
+    import pytest
+
+    from shardwise import presets
+    from shardwise.errors import SpecError
+    from shardwise.requests.measure import layer_shape
+
+    model = presets.model("gpt-125m")
+    with pytest.raises(SpecError, match=r"^--layers 4 must be a multiple of 6 \(2 stages x 3 chunks"):
+        layer_shape(model, 2, 4, False, 3)
+    with pytest.raises(SpecError, match=r"^--layers 3 must be a multiple of --ranks 2 \(the pipeline stages\)$"):
+        layer_shape(model, 2, 3, False, 1)
+    layer_shape(model, 2, 6, False, 3)
+
+
+def test_every_measured_crossing_is_reported_not_only_the_first():
+    """Review 33: tp=2 ahead at batch 1, pp=2 at 4, tp=2 again at 8 (771 vs 999 ms) printed only
+    'measured crossover: batch 4'."""
+    from shardwise.plots.measure import crossings, crossings_text, crossover_batch
+
+    batches = [1, 2, 4, 8]
+    series = {"tp=2": {"measured": [0.060, 0.170, 0.384, 0.771]}, "pp=2": {"measured": [0.096, 0.228, 0.323, 0.999]}}
+    assert crossings(batches, series, "measured") == [(4, "pp=2"), (8, "tp=2")]
+    assert crossings_text(crossings(batches, series, "measured")) == "batch 4 (pp=2 ahead), tp=2 ahead again at 8"
+    assert crossover_batch(batches, series, "measured") == 4
+    assert crossings(batches, series, "predicted") == [] and crossings_text([]) == "none in these batches"

@@ -209,3 +209,70 @@ def test_the_gantt_legend_names_the_collectives_after_the_pipeline():
         plt.close(fig)
     assert "tied embedding sync" in legends[1] and not any("data-parallel" in t for t in legends[1])
     assert legends[2].count("data-parallel reduce / gather") == 1 and "tied embedding sync" in legends[2]
+    # the interleaved schedule at dp = 1 drew reductions of nothing on stages 1-7 (review 33)
+    plan = Plan(pp=8, vpp=4, global_batch=16, schedule="interleaved")
+    fig = gantt(simulate_training_step(Scenario(model, system, plan)).simulation, "t")
+    assert not any("data-parallel" in t.get_text() for t in fig.legends[0].get_texts())
+    plt.close(fig)
+
+
+def test_the_crossover_marker_sits_where_the_drawn_lines_cross():
+    """Review 33: the marker of a crossing of batch sat at the first batch the other plan wins (2),
+    on one line, not where the lines cross between 1 and 2; on log axes the drawn segments are
+    straight in log space, so the point is interpolated there."""
+    from shardwise.plots.crossover import crossing_point
+
+    x = np.array([1.0, 2.0, 4.0])
+    a, b = np.array([0.9, 1.8, 3.6]), np.array([1.06, 1.3, 1.8])  # a ahead at 1, b from 2 on
+    px, py = crossing_point(x, a, b, 2.0, log_x=True, log_y=True)
+    assert 1 < px < 2
+    t = np.log(px / 1.0) / np.log(2.0)  # on both lines, in log space
+    assert np.log(py) == pytest.approx(np.log(0.9) + t * np.log(1.8 / 0.9))
+    assert np.log(py) == pytest.approx(np.log(1.06) + t * np.log(1.3 / 1.06))
+    assert crossing_point(x, a, a * 2, 2.0, True, True) is None  # they never meet
+
+
+def test_the_crossover_figure_names_band_and_tie_zone_apart_and_labels_a_short_log_axis():
+    """The 80% band's legend swatch looked like the tie zone's shading: the tie zone is hatched now
+    and each entry says what it is; a log axis over two decades is labelled at 1, 2, 5, 10, ...,
+    not at 10^0 and 10^1 only."""
+    from shardwise.analyses.crossover import run_crossover
+    from shardwise.analyses.experiment import brief_experiment
+    from shardwise.plots._base import label_log_y
+    from shardwise.plots.crossover import TIE_HATCH, _tie_span, crossover_figure
+
+    result = run_crossover(brief_experiment(), "batch", np.arange(1.0, 33.0))
+    fig = crossover_figure(result, "t", "", "s")
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert any(t.startswith("band in each line's colour: its 80% interval") for t in labels)
+    plt.close(fig)
+    fig, ax = plt.subplots()
+    _tie_span(ax, 1.0, 2.0, label="tie")
+    assert ax.patches[-1].get_hatch() == TIE_HATCH
+    ax.set_yscale("log")
+    ax.set_ylim(0.7, 60.0)
+    label_log_y(ax, 0.7, 60.0)
+    fig.canvas.draw()
+    shown = {t.get_text() for t in ax.get_yticklabels(minor=True) + ax.get_yticklabels() if t.get_text()}
+    assert {"1", "2", "5", "10", "20", "50"} <= shown
+    plt.close(fig)
+
+
+def test_the_sensitivity_footnote_speaks_of_triangles_only_where_one_is_drawn():
+    """plots/sensitivity.py ended its footnote in "triangles: no crossover up to batch 256:" with
+    nothing after the colon where every point had a crossover."""
+    from types import SimpleNamespace
+
+    from shardwise.plots.sensitivity import crossover_curves
+
+    def curve(batches):
+        return SimpleNamespace(variable="layers", link="NVLink", values=np.array([24.0, 48.0]),
+                               crossover_batch=batches, winner_at_batch_1=["tp=8", "tp=8"])  # fmt: skip
+
+    fig = crossover_curves([curve([8.0, 16.0])], ["tp=8", "pp=8"], 256, "t")
+    (note,) = fig.texts
+    assert "triangles" not in note.get_text() and not note.get_text().rstrip().endswith(":")
+    plt.close(fig)
+    fig = crossover_curves([curve([8.0, float("nan")])], ["tp=8", "pp=8"], 256, "t")
+    assert "triangles: no crossover up to batch 256:\n  NVLink: at layers 48 (tp=8)" in fig.texts[0].get_text()
+    plt.close(fig)

@@ -1,5 +1,6 @@
 """The brief's scenarios: each runs, and each finding says what the README says it does."""
 
+import numpy as np
 import pytest
 
 from shardwise.analyses.scenarios import SCENARIOS, run
@@ -38,6 +39,21 @@ def test_thin_and_shallow_and_unbalanced():
     # TP keeps a 6% edge)
     assert u["pp_equal_k10_s"] > max(u["tp_k10_s"], u["pp_rebalanced_k10_s"])
     assert u["pp_rebalanced_k10_s"] - u["tp_k10_s"] < 0.5 * (u["pp_equal_k10_s"] - u["tp_k10_s"])
+    # review 33: the even split is one of the cuts the rebalancer tries, so it is never slower (k = 2 was)
+    assert u["rebalanced_over_equal_max"] <= 1 + 1e-12
+
+
+def test_the_rebalanced_cut_is_the_smallest_slowest_stage_and_keeps_every_layer():
+    from shardwise.analyses.scenarios.training import best_partition
+
+    costs = np.ones(32)
+    costs[0] = 4.0
+    stages = best_partition(costs, 8)
+    assert len(stages) == 8 and stages.sum() == costs.sum() and (stages > 0).all()
+    assert stages.max() == 5.0  # the even split's first stage holds 4 + 3; 31 light layers over 7 stages: 5
+    costs[0] = 10.0
+    assert best_partition(costs, 8).max() == 10.0  # the heavy layer alone on its stage
+    assert best_partition(np.array([3.0, 1.0, 1.0, 1.0]), 4).tolist() == [3.0, 1.0, 1.0, 1.0]
 
 
 def test_ttft_is_lower_with_tp_on_nvlink():

@@ -113,3 +113,17 @@ def step_sync_s(scn: Scenario) -> float:
     from shardwise.engines.simulated import stage_times
 
     return float(stage_times(scn).embedding_sync_s[0])
+
+
+def test_interleaved_without_data_parallelism_reduces_nothing():
+    """Review 33: pp 8, vpp 4, dp 1 drew "data-parallel reduce" bars of i chunk-backward passes on
+    stage i (the wait of a per-chunk reduction that starts late, `dp_step.chunked_left_s`) where there
+    is nothing to reduce; only the tied embeddings' all-reduce of the end stages is left. With dp 2 the
+    stages still reduce."""
+    system = presets.system("dgx-a100")
+    for dp, reduces in ((1, False), (2, True)):
+        plan = Plan(pp=8 // dp, vpp=2, dp=dp, global_batch=16, schedule="interleaved")
+        after = _after(simulate_training_step(Scenario(presets.model("gpt-96l-4096h"), system, plan)).simulation)
+        stages = {i for i, kind in after if kind == "dp"}
+        assert bool(stages) == reduces, stages
+        assert {i for i, kind in after if kind == "embedding-sync"} == {0, 8 // dp - 1}

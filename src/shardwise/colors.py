@@ -16,6 +16,42 @@ KIND_SHADES = {
     "dp": ("#7b4fa8", "#b08fd4", "#4a2a6e", "#d9c6ee"),
 }
 OTHER_COLORS = ("#ff7f0e", "#8c564b", "#e377c2", "#17becf", "#7f7f7f", "#bcbd22")
+# One colour per term of a step's time (`StepBreakdown.as_dict`, serving's decode terms), in the command
+# line's stacked bars (`plots.charts.stacked_bars`) and the explorer's (`explore.figures`) alike: a term
+# keeps its colour whichever terms a figure shows and in which order.
+TERM_COLORS = {
+    "compute": "#4c72b0",
+    "tp_comm": "#dd8452",
+    "ep_comm": "#da8bc3",
+    "offload": "#ccb974",
+    "pp_p2p": "#55a868",
+    "pp_wait": "#64b5cd",
+    "pp_bubble": "#c44e52",
+    "dp_comm": "#8172b3",
+    "optimizer": "#937860",
+    "overhead": "#8c8c8c",
+}
+TERM_NAMES = {
+    "compute": "compute",
+    "tp_comm": "TP communication",
+    "ep_comm": "EP all-to-all",
+    "offload": "activation offload",
+    "pp_p2p": "PP sends",
+    "pp_wait": "PP wait (host steps, heaviest micro-batch)",
+    "pp_bubble": "PP bubble",
+    "dp_comm": "DP communication",
+    "optimizer": "optimizer",
+    "overhead": "fixed overheads",
+}
+
+
+def term_colors(terms: Sequence[str]) -> list[str]:
+    """Each term's fixed colour (TERM_COLORS); a term without one takes the next of OTHER_COLORS
+    that no term of the figure uses."""
+    spare = iter([c for c in OTHER_COLORS if c not in TERM_COLORS.values()] * (len(terms) + 1))
+    return [TERM_COLORS.get(t) or next(spare) for t in terms]
+
+
 LINK_STYLES = ["-", "--", ":", "-."]  # matplotlib's, one per link in the order given
 LINK_DASHES = ["solid", "dash", "dot", "dashdot"]  # the same, as Plotly names them
 _DEGREE = {k: re.compile(rf"\b{k}\s*=?\s*(\d+|all)\b", re.IGNORECASE) for k in ("tp", "pp")}

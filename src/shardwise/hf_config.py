@@ -16,7 +16,8 @@ priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pat
 the MLP's activation from `mlp_hidden_act`. Sliding-window attention (`sliding_window`, with
 `layer_types` or `sliding_window_pattern` naming the layers that attend in full). GPT-OSS's clamped
 gated activation (`swiglu_limit`). The architecture (`specs.Model.architecture`) is the config's
-`model_type` (`_model_file`). Only the file is read; nothing is downloaded.
+`model_type` (`_model_file`). What is not a decoder-only transformer (T5, BERT, Mamba, Jamba, ...)
+is refused in one line (`hf_support`). Only the file is read; nothing is downloaded.
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from typing import Any
 from shardwise import files
 from shardwise.errors import SpecError
 from shardwise.hf_rope import rope_fields as _rope_fields
+from shardwise.hf_support import Duplicate as _Duplicate
+from shardwise.hf_support import no_duplicates as _no_duplicates
+from shardwise.hf_support import refuse_unsupported, unpriced_notes
 
 # (our field, the config keys that can hold it, first found wins)
 _FIELDS: tuple[tuple[str, tuple[str, ...]], ...] = (
@@ -70,6 +74,7 @@ MAX_SEQ_LEN = 32768
 DEFAULT_SEQ_LEN = 8192  # a config that states no context window
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few kB
 MAX_WHOLE = 2**53
+SEQ_LEN_HINT = "(--seq-len to change)"
 
 
 def read(path: str | Path) -> dict[str, Any]:
@@ -88,6 +93,7 @@ def read(path: str | Path) -> dict[str, Any]:
         raise SpecError(f"{p}: key {exc.args[0]!r} appears twice in one object; which one is meant?") from None
     if not isinstance(cfg, dict):
         raise SpecError(f"{p}: expected a JSON object (a Hugging Face config.json)")
+    refuse_unsupported(p, cfg, _text(p, cfg, "model_type").lower())  # T5, BERT, Mamba, Jamba, ...: one line
     architecture = _model_file(p, cfg)  # the wrapper's, before its text_config is merged
     if "text_config" in cfg and isinstance(cfg["text_config"], dict):  # multimodal wrappers
         from shardwise.specs.model import RULED_LANGUAGE_MODEL_FILES
@@ -96,6 +102,7 @@ def read(path: str | Path) -> dict[str, Any]:
         if architecture is None or text in RULED_LANGUAGE_MODEL_FILES:  # the language model's file
             architecture = text
         cfg = {**cfg, **cfg["text_config"]}
+        refuse_unsupported(p, cfg, _text(p, cfg, "model_type").lower())
     out: dict[str, Any] = {}
     for field, keys in _FIELDS:
         for key in keys:
@@ -119,8 +126,11 @@ def read(path: str | Path) -> dict[str, Any]:
     if architecture is not None:
         out["architecture"] = architecture
     out["source"] = f"Hugging Face config {p.name} (model_type {model_type or 'unknown'}); {assumed}"
+    notes = unpriced_notes(p, cfg, model_type, out)
     if stated != out["seq_len"]:  # capped, or not stated: say so where the model is used
-        out["notes"] = f"{p.name}: {assumed} (--seq-len to change)"
+        notes.insert(0, f"{p.name}: {assumed} {SEQ_LEN_HINT}")
+    if notes:
+        out["notes"] = notes
     return out
 
 
@@ -330,27 +340,15 @@ def seq_len_assumption(window: int | None, seq_len: int) -> str:
     return f"sequence length {seq_len}, the config's context window"
 
 
-def note_seq_len(fields: dict[str, Any]) -> None:
-    """One `note:` line on stderr where the imported sequence length is not the config's context
-    window (capped, or assumed where it states none)."""
-    if fields.get("notes"):
-        import click
+def note_seq_len(fields: dict[str, Any], seq_len_given: bool = False) -> None:
+    """One `note:` line on stderr each: where the imported sequence length is not the config's
+    context window (capped, or assumed where it states none; not where `--seq-len` chose it), and
+    what the config states that is not priced (`hf_support.unpriced_notes`)."""
+    import click
 
-        click.echo(f"note: {fields['notes']}", err=True)
-
-
-class _Duplicate(ValueError):
-    pass
-
-
-def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """A JSON object whose keys are all distinct (json keeps the last of two silently)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise _Duplicate(key)
-        out[key] = value
-    return out
+    for note in fields.get("notes") or ():
+        if not (seq_len_given and note.endswith(SEQ_LEN_HINT)):
+            click.echo(f"note: {note}", err=True)
 
 
 def _text(p: Path, cfg: dict[str, Any], key: str) -> str:

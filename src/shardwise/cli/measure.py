@@ -347,10 +347,11 @@ def crossover(**o: Any) -> None:
 
 
 def _crossover_report(o: dict[str, Any], result: Any) -> None:
+    from shardwise.plots.measure import crossings_text
     from shardwise.units import format_seconds
 
     batches, series = result.batches, result.series
-    found = result.crossover_batch()
+    found = result.crossings()
     figure = None
     if o["plot"]:
         from shardwise import plots
@@ -379,6 +380,6 @@ def _crossover_report(o: dict[str, Any], result: Any) -> None:
         if kind == "predicted" and not series[plans[0]]["predicted"]:
             click.echo("predicted crossover: give --system machine.yaml (from `shardwise measure micro`)")
             continue
-        click.echo(f"{kind} crossover: " + (f"batch {at}" if at is not None else "none in these batches"))
+        click.echo(f"{kind} crossover: {crossings_text(at)}")
     if figure:
         click.echo(f"figure: {figure}")

@@ -225,9 +225,10 @@ def chunked_left_s(
     also the unhideable part; otherwise chunk 0's 1/v, which the simulator hides behind its last
     backward operation, and the last bucket stays the unhideable part. `left_s`: the reduction
     less what earlier micro-batches hide; `one_backward_s`: one micro-batch's backward on all v
-    chunks."""
+    chunks. Nothing to reduce (dp = 1: `grad_s` 0) starts nothing late: no reduction, no wait."""
     share = head if aligned else 1.0 / v
-    left = max(left_s - (v - 1) * p * one_backward_s / v, grad_s * share) + i * one_backward_s / v
+    late = i * one_backward_s / v if grad_s > 0 else 0.0
+    left = max(left_s - (v - 1) * p * one_backward_s / v, grad_s * share) + late
     return left, max(bucket_s, grad_s * head) if aligned else bucket_s
 
 

@@ -12,6 +12,7 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
+from shardwise.colors import TERM_NAMES, term_colors
 from shardwise.units import format_seconds
 
 Figure = dict[str, Any]
@@ -166,13 +167,13 @@ def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> F
     bars = [
         {
             "type": "bar",
-            "name": term.replace("_", " "),
+            "name": TERM_NAMES.get(term, term.replace("_", " ")),
             "x": list(parts),
             "y": [parts[plan].get(term, 0.0) for plan in parts],
-            "marker": {"color": COLORS[i % 8]},
+            "marker": {"color": color},
             "hovertemplate": f"{term}: %{{y:.4g}} s<extra></extra>",
         }
-        for i, term in enumerate(terms)
+        for term, color in zip(terms, term_colors(terms), strict=True)
     ]
     label, scale, unit = axis(variable)
     title = f"where the time goes at {label.split(' (')[0]} = {at * scale:.4g}{unit}"
@@ -180,17 +181,18 @@ def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> F
 
 
 def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figure:
-    """Stacked bars of time terms, one bar per name."""
+    """Stacked bars of time terms, one bar per name; each term in its fixed colour (`colors.TERM_COLORS`,
+    the command line's), not by its position among the terms shown."""
     terms = list(parts[0]) if parts else []
     bars = [
         {
             "type": "bar",
-            "name": term.replace("_", " "),
+            "name": TERM_NAMES.get(term, term.replace("_", " ")),
             "x": names,
             "y": [p[term] for p in parts],
-            "marker": {"color": COLORS[i % 8]},
+            "marker": {"color": color},
         }
-        for i, term in enumerate(terms)
+        for term, color in zip(terms, term_colors(terms), strict=True)
     ]
     return _layout(_figure(*bars, barmode="stack"), title, "plan", "time (s)")
 

@@ -24,6 +24,7 @@ __all__ = [
     "PLAN_COLORS",
     "VARIABLES",
     "axis_values",
+    "label_log_y",
     "plan_colors",
     "plan_kind",
     "plt",
@@ -62,3 +63,20 @@ def set_x(ax: Any, variable: str, values: np.ndarray) -> None:
         ax.set_xscale("log", base=base)
         if spec.integer:
             ax.xaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+
+
+def label_log_y(ax: Any, low: float, high: float) -> None:
+    """A log y axis over [low, high] that spans three decades or fewer gets its values as plain
+    numbers (1, 10, not 10^0, 10^1) and labels at 2 and 5 times each power of ten besides, so a
+    reader has more than two labelled values to read a line against."""
+    if not (low > 0 and high > low) or np.log10(high / low) > 3:
+        return
+    from matplotlib import ticker
+
+    def minor(v: float, _: Any) -> str:
+        mantissa = v / 10 ** np.floor(np.log10(v) + 1e-9)
+        return f"{v:g}" if round(mantissa) in (2, 5) and abs(mantissa - round(mantissa)) < 1e-6 else ""
+
+    ax.yaxis.set_major_formatter(ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(ticker.FuncFormatter(minor))
+    ax.tick_params(axis="y", which="minor", labelsize=8)

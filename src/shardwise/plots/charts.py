@@ -8,6 +8,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
+from shardwise.colors import TERM_NAMES, term_colors
 from shardwise.plots._base import plan_colors, plt
 
 
@@ -74,39 +75,16 @@ def stacked_bars(
     """Where the time goes: one stacked bar per category (plan, link, batch ...)."""
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(categories) + 2), 5))
     bottom = np.zeros(len(categories))
-    palette = {
-        "compute": "#4c72b0",
-        "tp_comm": "#dd8452",
-        "ep_comm": "#da8bc3",
-        "pp_p2p": "#55a868",
-        "pp_wait": "#64b5cd",
-        "pp_bubble": "#c44e52",
-        "dp_comm": "#8172b3",
-        "optimizer": "#937860",
-        "overhead": "#8c8c8c",
-    }
-    names = {
-        "compute": "compute",
-        "tp_comm": "TP communication",
-        "ep_comm": "EP all-to-all",
-        "pp_p2p": "PP sends",
-        "pp_wait": "PP wait (host steps, heaviest micro-batch)",
-        "pp_bubble": "PP bubble",
-        "dp_comm": "DP communication",
-        "optimizer": "optimizer",
-        "overhead": "fixed overheads",
-    }
-    for key, values in parts.items():
-        v = np.asarray(values, dtype=float)
-        if np.all(v == 0):
-            continue
-        ax.bar(categories, v, bottom=bottom, color=palette.get(key), label=names.get(key, key), width=0.65)
+    shown = {k: np.asarray(v, dtype=float) for k, v in parts.items() if not np.all(np.asarray(v, dtype=float) == 0)}
+    for (key, v), color in zip(shown.items(), term_colors(list(shown)), strict=True):
+        ax.bar(categories, v, bottom=bottom, color=color, label=TERM_NAMES.get(key, key), width=0.65)
         bottom = bottom + v
     for i, total in enumerate(bottom):
         ax.annotate(f"{total:.3g}", (i, total), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=11, loc="left")
-    ax.legend(fontsize=8, loc="upper left")
+    # beside the axes: inside, it covered the top of the tallest bars (batch1-inference's PP=8 NVLink)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(True, axis="y", alpha=0.25)
     plt.setp(ax.get_xticklabels(), rotation=20, ha="right", fontsize=8)
     if note:

@@ -35,15 +35,31 @@ def measured_crossover(batches: list[int], series: dict[str, dict[str, list[floa
 
 def crossover_batch(batches: list[int], series: dict[str, dict[str, Any]], kind: str) -> int | None:
     """The first batch where the plan slower at the smallest batch becomes the faster one."""
-    (_, sa), (_, sb) = list(series.items())[:2]
+    changes = crossings(batches, series, kind)
+    return changes[0][0] if changes else None
+
+
+def crossings(batches: list[int], series: dict[str, dict[str, Any]], kind: str) -> list[tuple[int, str]]:
+    """Every batch where the faster of the two plans changes, with the plan ahead from there
+    (measured times need not cross once: TP may win again at a larger batch)."""
+    (na, sa), (nb, sb) = list(series.items())[:2]
     ta, tb = sa.get(kind) or [], sb.get(kind) or []
     if not ta or not tb:
-        return None
-    first = ta[0] < tb[0]
+        return []
+    out, ahead = [], ta[0] < tb[0]
     for batch, x, y in zip(batches, ta, tb, strict=True):
-        if (x < y) != first:
-            return batch
-    return None
+        if (x < y) != ahead:
+            ahead = x < y
+            out.append((batch, na if ahead else nb))
+    return out
+
+
+def crossings_text(changes: list[tuple[int, str]]) -> str:
+    """'batch 4 (pp=2 ahead), tp=2 ahead again at 8'; 'none in these batches'."""
+    if not changes:
+        return "none in these batches"
+    (batch, plan), rest = changes[0], changes[1:]
+    return ", ".join([f"batch {batch} ({plan} ahead)", *(f"{p} ahead again at {b}" for b, p in rest)])
 
 
 def measured_terms(rows: list[tuple[str, float, float]], title: str) -> Figure:

@@ -31,10 +31,7 @@ def crossover_curves(curves: Sequence[Any], plans: Sequence[str], max_batch: int
     ax.grid(True, which="both", alpha=0.25)
     ax.legend(title="link", fontsize=9)
     ax.set_title(title, fontsize=11, loc="left")
-    notes = [
-        f"below a line the plan that wins at batch 1 is faster, above it the other one; "
-        f"triangles: no crossover up to batch {max_batch}:"
-    ]
+    lacking = []  # the points with no crossover up to max_batch, per link
     for c in curves:
         none = [
             f"{v:g} ({w})"
@@ -42,7 +39,11 @@ def crossover_curves(curves: Sequence[Any], plans: Sequence[str], max_batch: int
             if b != b
         ]
         if none:
-            notes.append(f"  {c.link}: at {variable} " + ", ".join(none) + " the plan in brackets wins throughout")
+            lacking.append(f"  {c.link}: at {variable} " + ", ".join(none) + " the plan in brackets wins throughout")
+    notes = ["below a line the plan that wins at batch 1 is faster, above it the other one"]
+    if lacking:  # the triangles' footnote only where a triangle is drawn
+        notes[0] += f"; triangles: no crossover up to batch {max_batch}:"
+        notes += lacking
     fig.text(0.01, -0.02, "\n".join(notes), fontsize=8, color="#444444", va="top")
     return fig
 

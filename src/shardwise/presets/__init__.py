@@ -199,8 +199,7 @@ def model(name: str, **overrides: Any) -> Model:
         path = Path(name)
         key = path.parent.name if path.stem == "config" and path.parent.name else path.stem
         fields = hf_config.read(path)
-        if "seq_len" not in overrides:
-            hf_config.note_seq_len(fields)
+        hf_config.note_seq_len(fields, seq_len_given="seq_len" in overrides)
         return loaders.model_from_dict(key or "model", {**fields, **overrides})
     key, data = _lookup("models", name)
     return _in_file(name, loaders.model_from_dict, key, {**data, **overrides})

@@ -261,11 +261,18 @@ class MeasureCrossoverResult:
 
         return {k: crossover_batch(self.batches, self.series, k) for k in ("measured", "predicted")}
 
+    def crossings(self) -> dict[str, list[tuple[int, str]]]:
+        """Every batch where the faster plan changes, measured and predicted (`plots.measure.crossings`)."""
+        from shardwise.plots.measure import crossings
+
+        return {k: crossings(self.batches, self.series, k) for k in ("measured", "predicted")}
+
     def as_dict(self, figure: str | None = None) -> dict[str, Any]:
         return {
             "batches": self.batches,
             "series": self.series,
             "crossover_batch": self.crossover_batch(),
+            "crossings": {k: [{"batch": b, "ahead": p} for b, p in v] for k, v in self.crossings().items()},
             "figure": figure,
         }
 
@@ -279,8 +286,12 @@ def layer_shape(model: Any, ranks: int, layers: int, tensor_parallel: bool, chun
     if tensor_parallel:
         shape.check(ranks)
     if chunks and layers % (ranks * chunks):
-        what = "the pipeline stages" if chunks == 1 else f"the stages x --chunks {chunks}"
-        raise SpecError(f"--layers {layers} must be a multiple of --ranks {ranks} ({what})")
+        if chunks == 1:
+            raise SpecError(f"--layers {layers} must be a multiple of --ranks {ranks} (the pipeline stages)")
+        raise SpecError(
+            f"--layers {layers} must be a multiple of {ranks * chunks} ({ranks} stages x {chunks} chunks: "
+            "--ranks x --chunks)"
+        )
     return shape
 
 
