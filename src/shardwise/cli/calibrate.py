@@ -195,7 +195,7 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: lis
     import numpy as np
     from rich.table import Table
 
-    from shardwise.calibration.parameters import PARAMETERS
+    from shardwise.calibration.parameters import BY_NAME, PARAMETERS
     from shardwise.cli.render import console
     from shardwise.units import format_seconds
 
@@ -222,11 +222,12 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: lis
             table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")
     out.print(table)
     if result.widened:
-        from shardwise.calibration.fit import CONFLICT_Z, WIDEN
+        from shardwise.calibration.fit import CONFLICT_Z
 
+        widen = ", ".join(sorted({f"{BY_NAME[n].widen:g}" for n in result.widened}))
         out.print(
             f"note: the runs pull {', '.join(result.widened)} more than {CONFLICT_Z:g} prior sd from the presets' "
-            f"value (a stack unlike the public ones): its prior was widened {WIDEN:g} x, which explains them better"
+            f"value (a stack unlike the public ones): its prior was widened {widen} x, which explains them better"
         )
     runs = Table(title="each run: measured and predicted", title_justify="left", header_style="bold")
     for col in ("run", "measured", "before", "error", "calibrated", "error"):
