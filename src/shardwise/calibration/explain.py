@@ -37,7 +37,7 @@ early in the table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -225,7 +225,9 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
         names, f, s = rest, g, s_drop
     if best is None or best_score >= score(base, ()):
         return base
-    return best
+    # a parameter no run is sensitive to says so, not that the evidence did without it
+    insensitive = {n: why for n, why in base.not_fitted.items() if "sensitive" in why and n not in best.fitted}
+    return replace(best, not_fitted={**best.not_fitted, **insensitive})
 
 
 def _fitter(cases: list[Any], measured: np.ndarray, names: tuple[str, ...], start: dict | None = None) -> Any:
