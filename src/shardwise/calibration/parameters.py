@@ -22,7 +22,8 @@ intra_node_bandwidth_scale     the sustained bandwidth inside a server (NVLink/P
 micro_batch_overhead_s         fixed time per micro-batch on every pipeline stage       0 + 5 ms
                                (kernel launches, host scheduling; it grows the bubble)
 memory_bandwidth_scale         the GPU's sustained HBM bandwidth (element-wise          1 x 1.3
-                               kernels, optimizer)
+                               kernels, optimizer); a hardware rate: no wide           (no wide)
+                               prior component (`Parameter.widen`, below)
 link_latency_scale             every link's latency, per call and per ring step, both   1 x 2
                                tiers (NCCL's protocol choice, custom all-reduce
                                kernels, the host's launch path)
