@@ -14,7 +14,7 @@ priors) still misses a run by more than FAR_LOG (8%: about 1.5 x the spread of a
 many parameters as runs, which explains any runs: its misses say nothing about whether it took
 the right ones), the parameters are chosen by need, and of every fit tried the one with the best
 score (`score`: -2 log evidence, Laplace approximation) is kept, the ordinary fit included. Two
-searches propose parameter sets, each parameter with its wide prior (`fit.WIDEN`):
+searches propose parameter sets, each parameter with its wide prior (`Parameter.widen`):
 
 - forward selection: each round adds the sensitive parameter that lowers the score most, while it
   lowers it by more than MIN_GAIN and runs allow (n runs, at most n parameters);
@@ -37,7 +37,7 @@ early in the table.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -153,14 +153,12 @@ def score(fitted: Any, wide: tuple[str, ...]) -> float:
     """-2 log evidence (up to a constant) of a fit, in the Laplace approximation: `fit.fit`'s score of
     its prior choices less ln det of the posterior covariance, so that fits of different parameter
     sets compare (MacKay 2003, Sec. 28.2)."""
-    from shardwise.calibration.fit import WIDEN
-
     r = np.asarray(fitted.after_log_error, dtype=float)
     s = float(fitted.noise_log_sd)
     total = float(np.sum(r**2) / s**2 + len(r) * np.log(s**2))
     for name in fitted.fitted:
         p = BY_NAME[name]
-        sd = p.prior_sd * (WIDEN if name in wide or name in fitted.widened else 1.0)
+        sd = p.prior_sd * (p.widen if name in wide or name in fitted.widened else 1.0)
         total += ((p.u(fitted.values[name]) if p.log_scale else fitted.values[name]) - p.prior_mean) ** 2 / sd**2
         total += 2 * math.log(sd)
     if len(fitted.fitted):  # the Occam factor: a parameter the runs do not pin down costs what its prior spends
@@ -227,7 +225,9 @@ def explaining_fit(cases: list[Any], measured: np.ndarray, max_parameters: int |
         names, f, s = rest, g, s_drop
     if best is None or best_score >= score(base, ()):
         return base
-    return best
+    # a parameter no run is sensitive to says so, not that the evidence did without it
+    insensitive = {n: why for n, why in base.not_fitted.items() if "sensitive" in why and n not in best.fitted}
+    return replace(best, not_fitted={**best.not_fitted, **insensitive})
 
 
 def _fitter(cases: list[Any], measured: np.ndarray, names: tuple[str, ...], start: dict | None = None) -> Any:

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.cases import Case, Evaluator, fd_step, log_step_and_gradient, parameter_sets
-from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS
+from shardwise.calibration.parameters import BY_NAME, NEUTRAL, PARAMETERS, WIDEN
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS, Z80
 from shardwise.calibration.together import side_by_side
 from shardwise.errors import SpecError
@@ -45,7 +45,7 @@ from shardwise.errors import SpecError
 # moves by one prior standard deviation.
 MIN_SENSITIVITY = 0.002
 CONFLICT_Z = 1.0  # a fitted parameter this many prior sds from its prior: try a wider prior
-WIDEN = 4.0  # ... and its prior is widened this much
+# ... and its prior is widened `Parameter.widen` x (WIDEN, 4, unless it has no wide component)
 # ... given at least this many runs: one run far from the prior is as likely an odd run as an odd
 # stack, and a widened prior would follow it everywhere (on the dev split, one run 18% off moved
 # every other prediction of its stack by 19%)
@@ -131,7 +131,7 @@ def fit(
     names = tuple(chosen)
     fixed = {n: NEUTRAL[n] for n in candidates if n not in names}
     prior_mu = np.array([BY_NAME[n].prior_mean for n in names])
-    prior_sd = np.array([BY_NAME[n].prior_sd * (WIDEN if n in wide else 1.0) for n in names])
+    prior_sd = np.array([BY_NAME[n].prior_sd * (BY_NAME[n].widen if n in wide else 1.0) for n in names])
     lo = np.array([BY_NAME[n].low for n in names])
     hi = np.array([BY_NAME[n].high for n in names])
     # every point priced in this fit (each solve starts where an earlier one ended or started,
@@ -190,7 +190,7 @@ def fit(
         )
 
     u = prior_mu.copy()
-    widened: list[str] = [n for n in names if n in wide]
+    widened: list[str] = [n for n in names if n in wide and BY_NAME[n].widen > 1.0]
     if k:
         # the solves that do not wait on one another run side by side (`calibration.together`:
         # each the same solve as alone, their evaluations priced in one call), then are compared
@@ -218,10 +218,11 @@ def fit(
         # parameters that trade off (GEMM against HBM) must not wander together. The k solves,
         # each warm from the narrow fit, run side by side.
         if not widened and n >= MIN_RUNS_TO_WIDEN and np.any(np.abs(u - prior_mu) > CONFLICT_Z * prior_sd):
-            wides = [prior_sd * np.where(np.arange(k) == j, WIDEN, 1.0) for j in range(k)]
+            can = [j for j in range(k) if BY_NAME[names[j]].widen > 1.0]  # a parameter with a wide component
+            wides = [prior_sd * np.where(np.arange(k) == j, BY_NAME[names[j]].widen, 1.0) for j in can]
             tries = side_by_side(ev, [lambda on, w=w: solve(w, u, sigma_narrow, on) for w in wides])
             best = (score(u, prior_sd), u, prior_sd, -1)
-            for j, (w, (uj, _)) in enumerate(zip(wides, tries, strict=True)):
+            for j, w, (uj, _) in zip(can, wides, tries, strict=True):
                 best = min(best, (score(uj, w), uj, w, j), key=lambda b: b[0])
             _, u, prior_sd, j = best
             widened = [names[j]] if j >= 0 else []
@@ -255,8 +256,8 @@ def _full_covariance(ev: Evaluator, values: dict[str, float], prior_used: dict[s
     names = tuple(p.name for p in PARAMETERS)
     u = np.array([BY_NAME[n].u(values[n]) for n in names])
     _, g = log_step_and_gradient(ev, names, u, {})
-    mixture = 1 - WIDE_SHARE + WIDE_SHARE * WIDEN**2
-    var = np.array([prior_used[n] ** 2 if n in prior_used else BY_NAME[n].prior_sd ** 2 * mixture for n in names])
+    mixture = {n: 1 - WIDE_SHARE + WIDE_SHARE * BY_NAME[n].widen ** 2 for n in names}
+    var = np.array([prior_used[n] ** 2 if n in prior_used else BY_NAME[n].prior_sd ** 2 * mixture[n] for n in names])
     g = np.where(np.isfinite(g), g, 0.0)
     return np.linalg.inv(g.T @ g / sigma**2 + np.diag(1.0 / var))
 

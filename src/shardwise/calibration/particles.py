@@ -9,7 +9,7 @@ around it, cannot represent it. Particles drawn from the prior and moved to the 
 
 Target: the fit's own model. The prior is the two-component prior every parameter starts under
 without a calibration (`regret.uncertainty(None)`: per parameter the public stacks' narrow prior,
-or with probability `fit.WIDE_SHARE` one `fit.WIDEN` x wider; truncated to its physical range).
+or with probability `fit.WIDE_SHARE` one `Parameter.widen` x wider; truncated to its physical range).
 The likelihood of the runs, with their spread sigma integrated out under the fit's prior for it
 (a scaled inverse chi-squared with NOISE_PRIOR_RUNS pseudo-runs at NOISE_LOG_SD), is a Student-t
 in the log errors e_i = ln(predicted_i / measured_i):
@@ -40,8 +40,8 @@ from typing import Any
 import numpy as np
 
 from shardwise.calibration.cases import Evaluator
-from shardwise.calibration.fit import WIDE_SHARE, WIDEN
-from shardwise.calibration.parameters import PARAMETERS
+from shardwise.calibration.fit import WIDE_SHARE
+from shardwise.calibration.parameters import PARAMETERS, WIDEN_BY_PARAMETER
 from shardwise.calibration.spreads import NOISE_LOG_SD, NOISE_PRIOR_RUNS
 from shardwise.specs.memo import Memo
 
@@ -69,7 +69,7 @@ def log_prior(u: np.ndarray) -> np.ndarray:
     high = np.array([p.high for p in PARAMETERS])
     z = (u - mu) / sd
     narrow = (1 - WIDE_SHARE) * np.exp(-0.5 * z**2)
-    wide = WIDE_SHARE / WIDEN * np.exp(-0.5 * (z / WIDEN) ** 2)
+    wide = WIDE_SHARE / WIDEN_BY_PARAMETER * np.exp(-0.5 * (z / WIDEN_BY_PARAMETER) ** 2)
     out = np.sum(np.log(narrow + wide), axis=1)
     inside = np.all((u >= low) & (u <= high), axis=1)
     return np.where(inside, out, -np.inf)

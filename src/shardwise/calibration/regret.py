@@ -32,7 +32,7 @@ bound); the best POOL_PER_CORNER distinct plans of each corner form the pool (pl
 the same at every corner, e.g. micro-batch variants with one step time, count once).
 
 Without a calibration, every parameter is drawn from the fit's own two-component prior
-(`fit.WIDEN`): the public stacks' narrow prior, or with probability `fit.WIDE_SHARE` one WIDEN x
+(`Parameter.widen`): the public stacks' narrow prior, or with probability `fit.WIDE_SHARE` one widen x
 wider (a cluster unlike the public ones: a network far below its nominal
 rate at scale is the common case). With one, every parameter is drawn from the Laplace
 posterior over all of them at the fitted values (`Fit.full_covariance`: the unfitted ones under
@@ -55,8 +55,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from shardwise.calibration.fit import WIDE_SHARE, WIDEN
-from shardwise.calibration.parameters import NEUTRAL, PARAMETERS, apply
+from shardwise.calibration.fit import WIDE_SHARE
+from shardwise.calibration.parameters import NEUTRAL, PARAMETERS, WIDEN_BY_PARAMETER, apply
 
 if TYPE_CHECKING:
     from shardwise.analyses.planner import PlanSearch
@@ -88,7 +88,7 @@ class Uncertainty:
     @property
     def mixture_covariance(self) -> np.ndarray:
         """The covariance with each unfitted parameter's variance that of its two-component prior."""
-        factor = np.where(self.open, np.sqrt(1 - WIDE_SHARE + WIDE_SHARE * WIDEN**2), 1.0)
+        factor = np.where(self.open, np.sqrt(1 - WIDE_SHARE + WIDE_SHARE * WIDEN_BY_PARAMETER**2), 1.0)
         return self.covariance * np.outer(factor, factor)
 
     @property
@@ -97,10 +97,11 @@ class Uncertainty:
 
     def draw(self, n: int, seed: int = SEED) -> np.ndarray:
         """n deviations (n, k) in u space from the covariance truncated to each parameter's range
-        (`truncated_normal`), an unfitted parameter WIDEN x wider in a WIDE_SHARE of the draws."""
+        (`truncated_normal`), an unfitted parameter `Parameter.widen` x wider in a WIDE_SHARE of the draws."""
         rng = np.random.default_rng(seed)
         wide = (rng.random((n, len(self.names))) < WIDE_SHARE) & self.open[None, :]
-        return truncated_normal(self.covariance, self.low, self.high, np.where(wide, WIDEN, 1.0), rng)
+        scale = np.where(wide, WIDEN_BY_PARAMETER[None, :], 1.0)
+        return truncated_normal(self.covariance, self.low, self.high, scale, rng)
 
     @property
     def low(self) -> np.ndarray:
@@ -186,7 +187,7 @@ def corners(unc: Uncertainty, sds: float = CORNER_SDS) -> np.ndarray:
     narrow = np.sqrt(np.diag(unc.covariance))
     for j, s in enumerate(narrow):
         for sign in (-1.0, 1.0):
-            for width in (1.0, WIDEN) if unc.open[j] else (1.0,):
+            for width in (1.0, WIDEN_BY_PARAMETER[j]) if unc.open[j] and WIDEN_BY_PARAMETER[j] > 1 else (1.0,):
                 d = np.zeros(k)
                 d[j] = sign * sds * s * width
                 moves.append(d)

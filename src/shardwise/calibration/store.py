@@ -16,6 +16,8 @@ A YAML mapping (format 2):
     parameters:
       matmul_efficiency_scale: {value: 0.85, low80: 0.83, high80: 0.88, fitted: true}
       inter_node_bandwidth_scale: {value: 1.0, fitted: false, why: no run crosses servers}
+      memory_bandwidth_scale: {value: 0.3, ..., physical: HBM 1.0 TB/s (presets 3.35), limit: lower}
+    checks: [...]                     # optional: what to check before using it (a value at a limit, mixed GPUs)
     residuals: [{id: r1, metric: step_time_s, measured: 1.9, before: 2.1, after: 1.92}, ...]
     checksum: sha256:...              # of the fitted content (below): an edited file is refused
 
@@ -68,24 +70,35 @@ def document(
     metrics: list[str] | None = None,
     left_out: str = "not asked for",
     framework_files: list[str] | None = None,
+    physical: dict[str, str] | None = None,
+    checks: list[str] | None = None,
 ) -> dict[str, Any]:
     """The calibration file's content (see the module docstring); `left_out`: why a parameter the
     fit names no reason for stayed at its prior (`--params` did not ask for it, or the need-driven
     choice of `calibration.explain` did without it); `framework_files`: the framework YAML files the
     runs named, recorded as the runs files are (path and SHA-256 of its text: the fit holds for
-    that text), left out where the runs name presets only."""
+    that text), left out where the runs name presets only; `physical`: a fitted scale's absolute
+    value on the runs' GPUs (`checks.physical`), written beside it; `checks`: what to check before
+    using the file (`checks.limit_notes`, `checks.mixture_notes`), written as `checks:`. A fitted
+    value at a limit of its range gets `limit: lower` or `upper`."""
     from shardwise import __version__
+    from shardwise.calibration.checks import at_limit
 
     sources = [Path(f) for f in (runs_file if isinstance(runs_file, list) else [runs_file])]
     digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in sources if p.is_file()}
     stacks = [Path(f) for f in dict.fromkeys(framework_files or [])]
     stack_digests = {str(p): hashlib.sha256(p.read_bytes()).hexdigest() for p in stacks if p.is_file()}
     params: dict[str, Any] = {}
+    limits = at_limit(fitted)
     for par in PARAMETERS:
         entry: dict[str, Any] = {"value": _round(fitted.values[par.name]), "fitted": par.name in fitted.fitted}
         if par.name in fitted.fitted:
             lo, hi = fitted.interval80(par.name)
             entry.update(low80=_round(lo), high80=_round(hi))
+            if (physical or {}).get(par.name):
+                entry["physical"] = physical[par.name]  # type: ignore[index]
+            if par.name in limits:
+                entry["limit"] = limits[par.name]
         else:
             entry["why"] = fitted.not_fitted.get(par.name, left_out)
         params[par.name] = entry
@@ -113,6 +126,7 @@ def document(
                 else {}
             ),
             "parameters": params,
+            **({"checks": list(checks)} if checks else {}),
             "residuals": [
                 {
                     "id": rid,

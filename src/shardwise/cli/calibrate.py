@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from shardwise.cli.options import cluster_options, model_options
 from shardwise.cli.plan_options import search_options
@@ -157,13 +158,25 @@ def calibrate(
     measured, steps, notes, result = answer.measured, answer.values, list(answer.notes), answer.fit
     doc = answer.document()
     store.from_document(doc, output)  # never write a file that --calibration would refuse
-    store.save(doc, output)
+    # -o left at its default: --suggest writes no file (its answer is the runs to measure; an earlier
+    # calibration.yaml stays), a plain calibrate writes it and says when it replaced one
+    named = click.get_current_context().get_parameter_source("output") is not ParameterSource.DEFAULT
+    replaced = not named and Path(output).exists()
+    if suggest is None or named:
+        store.save(doc, output)
     if suggest is not None:
         from shardwise.cli.calibrate_suggest import run_suggest
 
         for note in notes:
             click.echo(f"note: {note}", err=True)
-        basis = f"calibration {output} ({len(measured)} run(s))"
+        for line in answer.checks():
+            click.echo(f"check: {line}", err=True)
+        runs_named = ", ".join(Path(r).name for r in runs)
+        basis = (
+            f"calibration {output} ({len(measured)} run(s))"
+            if named
+            else f"the fit of {runs_named} ({len(measured)} run(s))"
+        )
         run_suggest(
             suggest,
             result,
@@ -175,13 +188,19 @@ def calibrate(
             [r.scenario for r in measured],
             ([r.case for r in measured], steps),
         )
+        if named:
+            click.echo(f"calibration: {output} (use it with --calibration {output})", err=as_json)
+        else:
+            click.echo("note: no calibration file written: --suggest writes one only where -o FILE names it", err=True)
         return
     if as_json:
         from shardwise import export
 
         click.echo(export.dumps(answer.as_dict(output)))
         return
-    _print(result, measured, steps, output, notes)
+    _print(result, measured, steps, output, notes, answer.checks(), answer.why_not_fitted())
+    if replaced:
+        click.echo(f"note: {output} was there already and is replaced; -o FILE writes elsewhere", err=True)
     if answer.serving_note():
         click.echo(f"note: {answer.serving_note()}", err=True)
 
@@ -191,12 +210,19 @@ def _job_given(job: dict[str, Any]) -> bool:
     return any(job.get(k) for k in ("model_name", "system", "gpu_name", "nodes", "num_gpus", "global_batch"))
 
 
-def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: list[str]) -> None:
+BY_NEED_CELL = "left out by need"  # the table's cell for `requests.calibrate.LEFT_BY_NEED`
+
+
+def _print(
+    result: Any, measured: list[Any], steps: Any, output: str, notes: list[str], checks: list[str], why: dict[str, str]
+) -> None:
     import numpy as np
     from rich.table import Table
 
-    from shardwise.calibration.parameters import PARAMETERS
+    from shardwise.calibration.checks import at_limit, physical
+    from shardwise.calibration.parameters import BY_NAME, PARAMETERS
     from shardwise.cli.render import console
+    from shardwise.requests.calibrate import LEFT_BY_NEED
     from shardwise.units import format_seconds
 
     out = console()
@@ -207,6 +233,7 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: lis
     table = Table(header_style="bold")
     for col in ("parameter", "value", "80% interval", ""):
         table.add_column(col, justify="left" if col in ("parameter", "") else "right")
+    limits = at_limit(result)
     for p in PARAMETERS:
         value = result.values[p.name]
         if p.name in result.fitted:
@@ -217,16 +244,26 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: lis
                 shown = (f"{value:,.0f} tokens", f"{lo:,.0f}-{hi:,.0f}")
             else:
                 shown = (f"{value:.3f}", f"{lo:.3f}-{hi:.3f}")
-            table.add_row(p.name, *shown, p.description)
+            absolute = physical([r.scenario for r in measured], p.name, value)
+            limit = f"[bold]at its {limits[p.name]} limit[/]" if p.name in limits else ""
+            table.add_row(p.name, *shown, ": ".join(x for x in (p.description, absolute, limit) if x))
         else:
-            table.add_row(f"[dim]{p.name}[/]", "[dim]not fitted[/]", "", f"[dim]{result.not_fitted.get(p.name, '')}[/]")
+            table.add_row(
+                f"[dim]{p.name}[/]",
+                "[dim]not fitted[/]",
+                "",
+                f"[dim]{BY_NEED_CELL if why.get(p.name) == LEFT_BY_NEED else why.get(p.name, '')}[/]",
+            )
     out.print(table)
+    if LEFT_BY_NEED in why.values():
+        out.print(f"{BY_NEED_CELL}: {LEFT_BY_NEED.split(': ', 1)[1]} (Laplace approximation; docs/calibration.md)")
     if result.widened:
-        from shardwise.calibration.fit import CONFLICT_Z, WIDEN
+        from shardwise.calibration.fit import CONFLICT_Z
 
+        widen = ", ".join(sorted({f"{BY_NAME[n].widen:g}" for n in result.widened}))
         out.print(
             f"note: the runs pull {', '.join(result.widened)} more than {CONFLICT_Z:g} prior sd from the presets' "
-            f"value (a stack unlike the public ones): its prior was widened {WIDEN:g} x, which explains them better"
+            f"value (a stack unlike the public ones): its prior was widened {widen} x, which explains them better"
         )
     runs = Table(title="each run: measured and predicted", title_justify="left", header_style="bold")
     for col in ("run", "measured", "before", "error", "calibrated", "error"):
@@ -246,6 +283,8 @@ def _print(result: Any, measured: list[Any], steps: Any, output: str, notes: lis
             f"{np.expm1(a):+.1%}",
         )
     out.print(runs)
+    for line in checks:
+        out.print(f"check: {line}", markup=False, highlight=False)
     before = float(np.mean(np.abs(np.expm1(result.before_log_error))))
     after = float(np.mean(np.abs(np.expm1(result.after_log_error))))
     out.print(

@@ -68,6 +68,7 @@ def run_suggest(
     if result.ranked(1).size == 0:
         raise SpecError(f"--suggest: none of the {result.evaluated:,} plans fits in memory; `shardwise plan` says why")
     measured_idx = sg.measured_plans(result, measured)
+    matched = sum(1 for scn in measured if sg.measured_plans(result, [scn]))  # runs that are plans of this job
     found = sg.suggest(result, fit, n, measured_idx, runs=runs)
     target = (emit or default_target(str(options.get("framework") or ""))).lower()
     capacity = float(result.cluster.gpu.memory_bytes) - result.space.memory_headroom_bytes
@@ -77,7 +78,7 @@ def run_suggest(
 
         click.echo(export.dumps(_as_dict(result, found, launches, basis)))
         return
-    _print(result, found, launches, basis, len(measured_idx))
+    _print(result, found, launches, basis, (matched, len(measured), len(measured_idx)))
 
 
 def _launch(result: Any, run: Any, target: str, version: str | None, capacity: float) -> dict[str, Any]:
@@ -107,7 +108,9 @@ def _as_dict(result: Any, found: Any, launches: list[dict[str, Any]], basis: str
     }
 
 
-def _print(result: Any, found: Any, launches: list[dict[str, Any]], basis: str, measured: int) -> None:
+def _print(result: Any, found: Any, launches: list[dict[str, Any]], basis: str, measured: tuple[int, int, int]) -> None:
+    """`measured`: (runs that are plans of this job, runs given, the search's plans they ran: a run
+    names no schedule or sharding group, so one run can be several of the search's plans)."""
     import textwrap
 
     from shardwise.calibration.parameters import BY_NAME
@@ -125,8 +128,16 @@ def _print(result: Any, found: Any, launches: list[dict[str, Any]], basis: str, 
     )
     out.print(wrap.fill(f"today's pick: {label(result, reg.pick)}"), markup=False, highlight=False)
     out.print(wrap.fill(describe(reg, lambda i: label(result, i))), markup=False, highlight=False)
-    if measured:
-        out.print(f"({measured} of these plans already measured: not suggested again)", highlight=False)
+    matched, given, plans = measured
+    if matched:
+        variants = f" ({plans} plans of the search, with variants a run does not name: schedule, shard group)"
+        variants = variants if plans != matched else ""
+        out.print(
+            wrap.fill(
+                f"({matched} of the {given} runs measured are layouts of this job{variants}: not suggested again)"
+            ),
+            highlight=False,
+        )
     if not found.runs:
         out.print("nothing left to measure among the contending plans")
         return

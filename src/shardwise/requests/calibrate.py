@@ -111,12 +111,10 @@ class CalibrateResult:
     def document(self) -> dict[str, Any]:
         """The calibration file's contents (`calibration.store.document`)."""
         from shardwise.calibration import store
+        from shardwise.calibration.checks import physical
 
         runs = self.measured
         gpus = [r.scenario.cluster.gpu.name for r in runs]
-        # without --params the parameters are chosen by need (`calibration.explain`): one it left at
-        # its prior was not "not asked for" (walkthrough), the evidence of the runs did without it
-        left_out = "not asked for" if self.request.params is not None else LEFT_BY_NEED
         return store.document(
             self.fit,
             list(self.request.runs),
@@ -124,8 +122,36 @@ class CalibrateResult:
             gpus,
             self.values,
             [r.metric for r in runs],
-            left_out,
+            self.left_out,
             [r.framework_file for r in runs if r.framework_file],
+            {n: physical([r.scenario for r in runs], n, self.fit.values[n]) for n in self.fit.fitted},
+            self.checks(),
+        )
+
+    @property
+    def left_out(self) -> str:
+        """Why a parameter the fit names no reason for stayed at its prior: without --params the
+        parameters are chosen by need (`calibration.explain`), so one it left out was not "not asked
+        for" (walkthrough): the evidence of the runs did without it."""
+        return "not asked for" if self.request.params is not None else LEFT_BY_NEED
+
+    def why_not_fitted(self) -> dict[str, str]:
+        """Each parameter left at its prior, with why (as the calibration file says it)."""
+        from shardwise.calibration.parameters import PARAMETERS
+
+        fit = self.fit
+        return {p.name: fit.not_fitted.get(p.name, self.left_out) for p in PARAMETERS if p.name not in fit.fitted}
+
+    def checks(self) -> list[str]:
+        """What to check before using the calibration (`calibration.checks`): fitted values at a limit
+        of their range, runs on several GPUs or of several model families."""
+        from shardwise.calibration.checks import limit_notes, misfit_notes, mixture_notes
+
+        runs = self.measured
+        return (
+            limit_notes(self.fit)
+            + misfit_notes(self.fit, [r.run_id for r in runs])
+            + mixture_notes([r.scenario for r in runs], self.fit)
         )
 
     def serving_note(self) -> str | None:
