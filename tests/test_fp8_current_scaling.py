@@ -1,4 +1,4 @@
-"""Transformer Engine's FP8 casts by recipe and GPU (physics.linears): current scaling's amax pass
+"""Transformer Engine's FP8 casts by recipe and GPU (physics.casts): current scaling's amax pass
 (fused into the norm where TE's LayerNormLinear feeds the GEMM), no transposed copy where the FP8
 GEMMs take any layout (data-centre Blackwell), counted by hand for one Llama 3 8B layer and one
 hybrid Mamba-2 mean layer; which public rows ran current scaling."""
@@ -10,9 +10,9 @@ import pytest
 from shardwise import presets
 from shardwise.analyses import public_moe, public_runs, public_stacks
 from shardwise.engines.training import estimate_training_step
+from shardwise.physics.casts import cast_bytes_per_element, cast_kernels_per_tensor
 from shardwise.physics.compute import layer_times
 from shardwise.physics.flops import layer_forward
-from shardwise.physics.linears import cast_bytes_per_element, cast_kernels_per_tensor
 
 TOKENS = 8192
 H, Q, KV, F = 4096, 4096, 1024, 14336  # Llama 3 8B: hidden, query width, key/value width, MLP width

@@ -25,6 +25,7 @@ from shardwise.engines.tp_overlap import (
     overlapped_exposed_s,
     own_rows_split_s,
 )
+from shardwise.physics.casts import gathered_shards
 from shardwise.physics.compute import (
     LayerTimes,
     layer_times,
@@ -35,7 +36,7 @@ from shardwise.physics.flops import (
     input_gradient,
     layer_forward,
 )
-from shardwise.physics.linears import GemmTimes, gathered_shards
+from shardwise.physics.linears import GemmTimes
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.microbatch import accumulate_bytes
 from shardwise.physics.stack import (

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.casts import sp_gather_bytes_per_element
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import gemm_s
 from shardwise.physics.flops import Gemm, gemm
-from shardwise.physics.linears import sp_gather_bytes_per_element
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import Gpu
@@ -27,7 +27,7 @@ class TpComm:
         self.reduce_scatter = group.reduce_scatter(message_bytes)
         self.all_gather = self.reduce_scatter  # same bytes, same ring
         # the sequence-parallel gathers in front of the linear layers, at the bytes the recipe gathers
-        # (`physics.linears.sp_gather_bytes_per_element`, over the activation's): the forward's input,
+        # (`physics.casts.sp_gather_bytes_per_element`, over the activation's): the forward's input,
         # the input again for the weight gradient, a row-parallel layer's output gradient
         priced = {1.0: self.all_gather}
         for scale in gather_scales:

@@ -4,9 +4,10 @@ recomputation redoes, split by kind of work (`LayerTimes`).
 The kernels apart: `physics.kernels` (T_op = max(F / (peak * eta_mm), Q / (BW * eta_mem)) +
 t_launch; GEMMs by the tile/wave model of `physics.gemm`), `physics.linears` (each linear layer's
 forward, input-gradient and weight-gradient GEMMs, about twice the forward in the backward,
-Narayanan et al. 2021 Sec. 5.1; FP8 casts), `physics.attention_kernels` (how fast a fused
-attention kernel runs). Memory-bound kernels read the saved input and the incoming gradient and
-write the outgoing one, BACKWARD_MEMORY_RATIO x the forward traffic.
+Narayanan et al. 2021 Sec. 5.1), `physics.casts` (their FP8 and FP4 casts),
+`physics.attention_kernels` (how fast a fused attention kernel runs). Memory-bound kernels read
+the saved input and the incoming gradient and write the outgoing one, BACKWARD_MEMORY_RATIO x the
+forward traffic.
 """
 
 from __future__ import annotations
@@ -36,24 +37,26 @@ from shardwise.physics.attention_kernels import (  # noqa: F401
     sdpa_flash_fractions,
     torch_ring_s,
 )
-from shardwise.physics.flops import LayerForward
-from shardwise.physics.kernels import gemm_s, gemms_s, memory_s, roofline_s  # noqa: F401
-from shardwise.physics.linears import (  # noqa: F401
+from shardwise.physics.casts import (  # noqa: F401
     FP8_CAST_BYTES_PER_ELEMENT,
     FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
-    FUSED_ACCUMULATE_BYTES,
     MXFP8_CAST_BYTES_PER_ELEMENT,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
-    UNFUSED_ACCUMULATE_BYTES,
-    GemmTimes,
     cast_bytes_per_element,
     cast_kernels_per_tensor,
     cast_times,
-    linear_times,
-    linears_times,
     norm_fed_saving,
     torchao_cast_times,
     weight_cast_s,
+)
+from shardwise.physics.flops import LayerForward
+from shardwise.physics.kernels import gemm_s, gemms_s, memory_s, roofline_s  # noqa: F401
+from shardwise.physics.linears import (  # noqa: F401
+    FUSED_ACCUMULATE_BYTES,
+    UNFUSED_ACCUMULATE_BYTES,
+    GemmTimes,
+    linear_times,
+    linears_times,
 )
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
@@ -159,7 +162,7 @@ def layer_times(
     `backward` False (inference): the linear layers' gradient GEMMs are not priced (NaN,
     `physics.linears.linears_times`), the forward's numbers the same. `gathered_shards`: the ranks
     whose own rows a recipe casts before sequence parallelism's quantised all-gather
-    (`physics.linears.cast_times`)."""
+    (`physics.casts.cast_times`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward

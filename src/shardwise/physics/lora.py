@@ -34,6 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from shardwise.arrays import any_true, as_array
+from shardwise.physics.casts import cast_kernels_per_tensor
 from shardwise.physics.compute import (
     FUSED_ACCUMULATE_BYTES,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
@@ -46,7 +47,6 @@ from shardwise.physics.compute import (
     roofline_s,
 )
 from shardwise.physics.flops import Gemm, LayerForward, gemm, input_gradient, layer_forward, weight_gradient
-from shardwise.physics.linears import cast_kernels_per_tensor
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
 from shardwise.specs.plan_fields import LORA_TARGETS
