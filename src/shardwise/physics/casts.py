@@ -197,6 +197,72 @@ def norm_fed_saving(precision: str, fp8_recipe: str) -> tuple[float, int]:
     return 0.0, 0
 
 
+# Under per-tensor delayed scaling Transformer Engine's norm writes the FP8 tensor itself: no cast of
+# its output runs, and the norm kernel writes 1 byte an element where it would write 2 (priced in the
+# layer's element-wise work, `physics.flops`). TE 1.x (v1.9-v1.13, PyTorch) layernorm_linear.py forward:
+# `ln_out_dtype = torch.uint8 if (fp8 and not return_layernorm_output)`, `_apply_normalization(...,
+# fp8_out=fp8 and not return_layernorm_output, ...)` (module/_common.py: `layernorm_fwd_fp8` /
+# `rmsnorm_fwd_fp8`), the FP8 `ln_out` gathered under sequence parallelism and saved for the backward,
+# which transposes the whole (gathered) tensor for the weight gradient (`ln_out_total_t =
+# tex.fp8_transpose(ln_out_total, ...)`, with or without sequence parallelism); no 16-bit copy is made
+# (only under `return_layernorm_output`, which Megatron-Core's TELayerNormColumnParallelLinear does not
+# set). TE 2.0-2.18: `with_quantized_norm = fp8 and not return_layernorm_output` hands the input
+# quantizer to the norm, and csrc/extensions/normalization.cpp runs the norm kernel straight into the
+# FP8 tensor for `Float8Quantizer` (2.2-2.6: "Always used fused kernel for FP8 delayed scaling"; 2.8 on:
+# `Impl::FULLY_FUSED`); where the tensor keeps a transposed copy (no sequence-parallel gather, TN-only
+# FP8 GEMMs) common/normalization/{layernorm/ln_api.cpp, rmsnorm/rmsnorm_api.cpp} transpose it after the
+# kernel (`nvte_transpose`, "Compute FP8 transpose if required"); under sequence parallelism the norm
+# writes the row-wise shard that is gathered (`FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT` after the
+# gather). TE JAX 1.x likewise (jax/layernorm.py `_layernorm_fp8_dot_fwd_rule`, layernorm_mlp.py:
+# `layernorm_fwd_fp8` / `rmsnorm_fwd_fp8`, `tex.transpose(ln_out_)` in the backward; v1.11), which its
+# flax LayerNormDenseGeneral and LayerNormMLP run. Current scaling writes a 16-bit norm output and its
+# amax (`FUSED_NORM_AMAX_FP8`, `norm_fed_saving`), MXFP8 a 16-bit output cast apart (`Impl::UNFUSED`
+# unless NVTE_NORM_FWD_USE_CUDNN): neither changes here.
+NORM_FP8_WRITE_SAVED_BYTES_PER_ELEMENT = 1.0  # the norm writes 1 byte, not 2
+# the transposed copy, where the layer keeps one and is not gathered: one transpose kernel reading the
+# FP8 copy (read 1, write 1), placed in the forward pass as TE 2.x runs it (TE 1.x: in the backward)
+NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT = 2.0
+
+
+def norm_writes_fp8(precision: str, fp8_recipe: str) -> bool:
+    """Whether Transformer Engine's norm writes the FP8 input of the linear layers it feeds itself:
+    per-tensor FP8 under delayed scaling, its PyTorch ("te") or JAX ("te-jax") path."""
+    return precision == "fp8" and fp8_recipe in ("te", "te-jax")
+
+
+def norm_fp8_saved_bytes(fwd: LayerForward, norm_shards: Number = 1) -> Number:
+    """Bytes the layer's norms do not write where they write the FP8 tensor (`norm_writes_fp8`): 1 an
+    element of each norm-fed linear layer's input, on the rank's own rows where sequence parallelism
+    splits the norm over `norm_shards` ranks."""
+    gemms, on = _weighted_linears(fwd)
+    fed = sum(w * g.m * g.k * g.batch for w, g, f in zip(on, gemms, _norm_fed(fwd), strict=True) if f)
+    return NORM_FP8_WRITE_SAVED_BYTES_PER_ELEMENT * fed / np.asarray(norm_shards, dtype=float)
+
+
+# Transformer Engine's current scaling (Float8CurrentScaling, TE 2.2 on) and NVFP4 (NVFP4BlockScaling,
+# TE 2.8 on) give a sequence-parallel tensor one scale across the TP group: the input quantizer of a
+# column-parallel layer and the output-gradient quantizer of a row-parallel one all-reduce the amax
+# (MAX) over the TP group between the amax and the scale, on the critical path (csrc/quantizer.cpp
+# `Float8CurrentScalingQuantizer::quantize_impl`: `amax_reduction_group->allreduce(tensors,
+# opts)->wait()` after `nvte_compute_amax_with_config`, before `nvte_compute_scale_from_amax`; also
+# after the norm's fused amax, `quantize_with_amax`; `NVFP4Quantizer::quantize_impl`:
+# `allreduce_coalesced` of its amaxes; TE d0067d0). Set where the layer runs sequence-parallel:
+# module/linear.py, layernorm_linear.py, layernorm_mlp.py `_customize_quantizers_float8_current_scaling`
+# / `_customize_quantizers_nvfp4` (v2.2-v2.17: `if self.sequence_parallel and self.parallel_mode ==
+# "column"`: the input quantizer, `"row"`: the output-gradient quantizer), d0067d0
+# `set_quantizer_amax_reduction_group(..., tp_group if (sequence_parallel and parallel_mode == ...))`.
+# The weight-gradient re-gather moves the saved quantised shard: no second reduction. Grouped linear
+# layers (experts) and MXFP8 reduce none. One FP32 amax (NVFP4: its amaxes coalesced into one call).
+AMAX_REDUCTION_BYTES = 4.0
+
+
+def reduces_amax(precision: str, fp8_recipe: str) -> bool:
+    """Whether Transformer Engine all-reduces a sequence-parallel tensor's amax over the TP group
+    before quantising it (`AMAX_REDUCTION_BYTES`): FP8 current scaling, NVFP4 on its PyTorch path."""
+    te = fp8_recipe in ("te", "te_current")
+    return current_scaling(precision, fp8_recipe) or (precision == "nvfp4" and te)
+
+
 def _norm_fed(fwd: LayerForward) -> tuple[bool, ...]:
     """Which of `_weighted_linears(fwd)` take their input from the layer's pre-norm (QKV, MLP up,
     Mamba-2's in_proj: Transformer Engine's LayerNormLinear in Megatron-Core's layer specs)."""
@@ -219,6 +285,7 @@ def cast_times(
     norm_saving: tuple[float, int] = (0.0, 0),
     gathered_shards: Number = 1,
     gathered_transpose: Number = 0.0,
+    norm_fp8: bool = False,
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
@@ -230,7 +297,10 @@ def cast_times(
     `gathered_transpose` > 0 (bytes per element, `FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT`): those
     gathered tensors are cast row-wise alone (no transposed copy, `FP8_TRANSPOSE_BYTES_PER_ELEMENT`
     less on the own rows) and transposed whole after the gather, one kernel each, in the backward
-    pass; only where `gathered_shards` > 1."""
+    pass; only where `gathered_shards` > 1. `norm_fp8` (`norm_writes_fp8`): the norm-fed inputs are
+    not cast at all; where the cast would have written a transposed copy, one transpose kernel makes
+    it from the FP8 copy (`NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT`); the norm's own smaller write is
+    `norm_fp8_saved_bytes`."""
     gemms, on = _weighted_linears(fwd)
     shards = np.asarray(gathered_shards, dtype=float)
     own = 1.0 / shards
@@ -246,9 +316,13 @@ def cast_times(
     # its experts cast their own, `engines.moe`)
     outputs = sum(x for x, r in zip(outs, row_flags, strict=True) if not r)
     saved, saved_kernels = norm_saving
-    fed_kernels = sum(fed_flags) * saved_kernels
+    fed_bytes, fed_kernels = own_bytes - saved, sum(fed_flags) * saved_kernels  # fed_kernels: not run
+    if norm_fp8:  # no cast; the transposed copy the cast would write (own_bytes beyond the row-wise cast's)
+        kept = own_bytes - ROWWISE_CAST_BYTES_PER_ELEMENT["fp8"]
+        fed_bytes = NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT * kept
+        fed_kernels = sum(fed_flags) * (kernels_per_tensor - np.where(kept > 0, 1, 0))
     transposes = np.where(transpose > 0, sum(fed_flags) + sum(row_flags), 0)
-    forward = bytes_per_element * inputs + (own_bytes - saved) * own * fed
+    forward = bytes_per_element * inputs + fed_bytes * own * fed
     backward = bytes_per_element * outputs + own_bytes * own * rows + transpose * (fed + rows)
     return (
         memory_s(forward, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),

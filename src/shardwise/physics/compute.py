@@ -46,6 +46,8 @@ from shardwise.physics.casts import (  # noqa: F401
     cast_kernels_per_tensor,
     cast_times,
     norm_fed_saving,
+    norm_fp8_saved_bytes,
+    norm_writes_fp8,
     torchao_cast_times,
     weight_cast_s,
 )
@@ -155,6 +157,8 @@ def layer_times(
     cp_comm: str = "p2p",
     backward: bool = True,
     gathered_shards: Number = 1,
+    training: bool = True,
+    norm_shards: Number | None = None,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
@@ -162,7 +166,9 @@ def layer_times(
     `backward` False (inference): the linear layers' gradient GEMMs are not priced (NaN,
     `physics.linears.linears_times`), the forward's numbers the same. `gathered_shards`: the ranks
     whose own rows a recipe casts before sequence parallelism's quantised all-gather
-    (`physics.casts.cast_times`)."""
+    (`physics.casts.cast_times`). `training` False: a serving engine's forward, whose norms do not
+    write Transformer Engine's FP8 tensor (`physics.casts.norm_writes_fp8`); `norm_shards`: the ranks
+    sequence parallelism splits the norms over (default `gathered_shards`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
@@ -210,6 +216,7 @@ def layer_times(
             (fused_accumulation, accumulate_bytes, fp8_recipe, backward),
         )  # fmt: skip
     cast_f = cast_b = weight_cast = 0.0
+    elementwise_f = elementwise
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
     elif is_narrow(precision):
@@ -221,7 +228,16 @@ def layer_times(
             FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
             0.0,
         )
-        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards, transpose)
+        norm_fp8 = training and norm_writes_fp8(precision, fp8_recipe)  # TE's training modules
+        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards, transpose, norm_fp8)
+        if norm_fp8:  # the norm writes the FP8 input itself: 1 byte an element out of it, not 2 (not in its backward)
+            fused_f = memory_s(
+                fwd.elementwise_bytes
+                - norm_fp8_saved_bytes(fwd, gathered_shards if norm_shards is None else norm_shards),
+                gpu,
+                fwd.elementwise_kernels,
+            )
+            elementwise_f = np.where(eager, elementwise, fused_f) if np.any(eager) else fused_f
         if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
             weight_cast = weight_cast_s(fwd, gpu, precision)
             cast_f = cast_f + weight_cast
@@ -232,7 +248,7 @@ def layer_times(
         down=down,
         attention_s=attention,
         attention_bwd_s=attention_bwd,
-        elementwise_s=elementwise,
+        elementwise_s=elementwise_f,
         elementwise_bwd_s=BACKWARD_MEMORY_RATIO * elementwise,
         # Selective recomputation redoes the attention core: its score matrices with standard
         # attention; with a fused (flash) kernel, its forward again -- Megatron-Core checkpoints
