@@ -160,3 +160,29 @@ def test_the_norm_writes_its_own_rows_under_sequence_parallelism_on_either_path(
         current = plan_layer_times(fwd, gpu, plan.with_(fp8_recipe="te_current"))
         lt = plan_layer_times(fwd, gpu, plan)
         assert float(current.elementwise_s - lt.elementwise_s) == pytest.approx(NORM_FED / 8 * per_byte)
+
+
+def test_a_mixture_of_experts_layers_shared_experts_are_not_norm_fed():
+    """Megatron-Core's MoE layer runs its pre-MLP norm as a TENorm of its own (it feeds the router
+    too): the shared experts' fc1 input is cast like any other (4 bytes), only QKV's is written by the
+    norm; the norm-write saving covers QKV's input alone."""
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(presets.model("llama3-8b", seq_len=TOKENS), 1, 1, False, 2.0)
+    kw = {"fp8_recipe": "te"}
+    moe = layer_times(fwd, gpu, "fp8", True, False, "fused", mlp_norm_fed=False, **kw)
+    assert float(moe.cast_f_s) == pytest.approx(_seconds(4.0 * (OTHER_INPUTS + TOKENS * H) + 2.0 * TOKENS * H, gpu, 4))
+    assert float(norm_fp8_saved_bytes(fwd, 1, mlp_norm_fed=False)) == pytest.approx(TOKENS * H)
+
+
+def test_shared_experts_fc1_input_is_still_cast_on_its_own_rows_and_gathered():
+    """Not norm-fed is not un-gathered: under sequence parallelism the shared experts' fc1 input is
+    cast row-wise on the rank's 1/8 of the rows (3 bytes) and transposed whole after the gather."""
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(presets.model("llama3-8b", seq_len=TOKENS), 1, 8, True, 2.0)
+    kw = {"fp8_recipe": "te", "gathered_shards": 8}
+    dense = layer_times(fwd, gpu, "fp8", True, False, "fused", **kw)
+    moe = layer_times(fwd, gpu, "fp8", True, False, "fused", mlp_norm_fed=False, **kw)
+    up_in = fwd.mlp_up.m * fwd.mlp_up.k * fwd.mlp_up.batch
+    per_byte = 1.0 / (gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency)
+    assert float(moe.cast_f_s - dense.cast_f_s) == pytest.approx(3.0 * up_in / 8 * per_byte + gpu.kernel_launch_s)
+    assert float(moe.cast_b_s) == pytest.approx(float(dense.cast_b_s))

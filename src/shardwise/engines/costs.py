@@ -103,9 +103,12 @@ FIELDS = (
 )
 
 
-def plan_layer_times(fwd: LayerForward, gpu: Gpu, plan: Plan, training: bool = True) -> LayerTimes:
+def plan_layer_times(
+    fwd: LayerForward, gpu: Gpu, plan: Plan, training: bool = True, moe_layer: bool = False
+) -> LayerTimes:
     """One layer's kernels (`physics.compute.layer_times`) as `plan`'s stack runs them, before LoRA
-    (`training` False: a serving engine's forward pass)."""
+    (`training` False: a serving engine's forward pass; `moe_layer`: its MLP is the shared experts,
+    which the pre-MLP norm does not feed)."""
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     return layer_times(
         fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion, plan.attention_kernel,
@@ -113,6 +116,7 @@ def plan_layer_times(fwd: LayerForward, gpu: Gpu, plan: Plan, training: bool = T
         accumulate_bytes(plan.unfused_accumulate_bytes, plan.grad_reduce_bf16, plan.per_param_sharding, plan.pp),
         plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
         training=training, norm_shards=np.where(sp, np.maximum(np.asarray(plan.tp, dtype=float), 1.0), 1.0),
+        mlp_norm_fed=not moe_layer,
     )  # fmt: skip
 
 
@@ -214,7 +218,7 @@ def layer_cost(
         fused_residual_norms=0 if moe_layer else plan.fused_residual_norms,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
-    lt = plan_layer_times(fwd, gpu, plan, training)
+    lt = plan_layer_times(fwd, gpu, plan, training, moe_layer)
     lt = lora_layer_times(
         lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets, plan.fp8_recipe
     )

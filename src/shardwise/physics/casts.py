@@ -230,12 +230,13 @@ def norm_writes_fp8(precision: str, fp8_recipe: str) -> bool:
     return precision == "fp8" and fp8_recipe in ("te", "te-jax")
 
 
-def norm_fp8_saved_bytes(fwd: LayerForward, norm_shards: Number = 1) -> Number:
+def norm_fp8_saved_bytes(fwd: LayerForward, norm_shards: Number = 1, mlp_norm_fed: bool = True) -> Number:
     """Bytes the layer's norms do not write where they write the FP8 tensor (`norm_writes_fp8`): 1 an
-    element of each norm-fed linear layer's input, on the rank's own rows where sequence parallelism
-    splits the norm over `norm_shards` ranks."""
+    element of each norm-fed linear layer's input (`_norm_fed`), on the rank's own rows where sequence
+    parallelism splits the norm over `norm_shards` ranks."""
     gemms, on = _weighted_linears(fwd)
-    fed = sum(w * g.m * g.k * g.batch for w, g, f in zip(on, gemms, _norm_fed(fwd), strict=True) if f)
+    flags = _norm_fed(fwd, mlp_norm_fed)
+    fed = sum(w * g.m * g.k * g.batch for w, g, f in zip(on, gemms, flags, strict=True) if f)
     return NORM_FP8_WRITE_SAVED_BYTES_PER_ELEMENT * fed / np.asarray(norm_shards, dtype=float)
 
 
@@ -263,10 +264,15 @@ def reduces_amax(precision: str, fp8_recipe: str) -> bool:
     return current_scaling(precision, fp8_recipe) or (precision == "nvfp4" and te)
 
 
-def _norm_fed(fwd: LayerForward) -> tuple[bool, ...]:
+def _norm_fed(fwd: LayerForward, mlp_norm_fed: bool = True) -> tuple[bool, ...]:
     """Which of `_weighted_linears(fwd)` take their input from the layer's pre-norm (QKV, MLP up,
-    Mamba-2's in_proj: Transformer Engine's LayerNormLinear in Megatron-Core's layer specs)."""
-    fed = (True, False, True, False) + (False,) * len(fwd.extra)
+    Mamba-2's in_proj: Transformer Engine's LayerNormLinear in Megatron-Core's layer specs); with
+    `mlp_norm_fed` True, also the column-parallel layers whose inputs sequence parallelism gathers.
+    `mlp_norm_fed` False: a mixture-of-experts layer, whose pre-MLP norm is a TENorm of its own
+    (16-bit out: it feeds the router too), so its shared experts' fc1 (TEColumnParallelLinear) is not
+    norm-fed (megatron/core/models/gpt/gpt_layer_specs.py: `pre_mlp_layernorm=TENorm if num_experts
+    else IdentityOp`, the dense MLP's `linear_fc1=TELayerNormColumnParallelLinear`)."""
+    fed = (True, False, mlp_norm_fed, False) + (False,) * len(fwd.extra)
     return fed if fwd.mamba is None else (*fed, True, False)
 
 
@@ -286,6 +292,7 @@ def cast_times(
     gathered_shards: Number = 1,
     gathered_transpose: Number = 0.0,
     norm_fp8: bool = False,
+    mlp_norm_fed: bool = True,
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
@@ -300,18 +307,22 @@ def cast_times(
     pass; only where `gathered_shards` > 1. `norm_fp8` (`norm_writes_fp8`): the norm-fed inputs are
     not cast at all; where the cast would have written a transposed copy, one transpose kernel makes
     it from the FP8 copy (`NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT`); the norm's own smaller write is
-    `norm_fp8_saved_bytes`."""
+    `norm_fp8_saved_bytes`. `mlp_norm_fed` False: a mixture-of-experts layer's MLP (its shared
+    experts) is not fed by the norm (`_norm_fed`)."""
     gemms, on = _weighted_linears(fwd)
     shards = np.asarray(gathered_shards, dtype=float)
     own = 1.0 / shards
     transpose = np.where(shards > 1, np.asarray(gathered_transpose, dtype=float), 0.0)
     own_bytes = bytes_per_element - np.where(transpose > 0, FP8_TRANSPOSE_BYTES_PER_ELEMENT, 0.0)
-    fed_flags, row_flags = _norm_fed(fwd), _row_parallel(fwd)
+    col_flags, fed_flags, row_flags = _norm_fed(fwd), _norm_fed(fwd, mlp_norm_fed), _row_parallel(fwd)
     ins = [w * g.m * g.k * g.batch for w, g in zip(on, gemms, strict=True)]
     outs = [w * g.m * g.n * g.batch for w, g in zip(on, gemms, strict=True)]
-    fed = sum(x for x, f in zip(ins, fed_flags, strict=True) if f)  # whole, as gathered
+    # the column-parallel inputs (gathered under sequence parallelism, whole as gathered): the norm-fed
+    # ones and those a norm of its own feeds (a mixture-of-experts layer's shared experts)
+    fed = sum(x for x, f in zip(ins, fed_flags, strict=True) if f)
+    col = sum(x for x, c, f in zip(ins, col_flags, fed_flags, strict=True) if c and not f)
     rows = sum(x for x, r in zip(outs, row_flags, strict=True) if r)
-    inputs = sum(x for x, f in zip(ins, fed_flags, strict=True) if not f)
+    inputs = sum(x for x, c in zip(ins, col_flags, strict=True) if not c)
     # each output gradient where its linear layer is there (a mixture-of-experts layer has no dense MLP:
     # its experts cast their own, `engines.moe`)
     outputs = sum(x for x, r in zip(outs, row_flags, strict=True) if not r)
@@ -321,9 +332,9 @@ def cast_times(
         kept = own_bytes - ROWWISE_CAST_BYTES_PER_ELEMENT["fp8"]
         fed_bytes = NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT * kept
         fed_kernels = sum(fed_flags) * (kernels_per_tensor - np.where(kept > 0, 1, 0))
-    transposes = np.where(transpose > 0, sum(fed_flags) + sum(row_flags), 0)
-    forward = bytes_per_element * inputs + fed_bytes * own * fed
-    backward = bytes_per_element * outputs + own_bytes * own * rows + transpose * (fed + rows)
+    transposes = np.where(transpose > 0, sum(col_flags) + sum(row_flags), 0)
+    forward = bytes_per_element * inputs + own_bytes * own * col + fed_bytes * own * fed
+    backward = bytes_per_element * outputs + own_bytes * own * rows + transpose * (fed + col + rows)
     return (
         memory_s(forward, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),
         memory_s(backward, gpu, kernels=kernels_per_tensor * len(gemms) + transposes),

@@ -159,6 +159,7 @@ def layer_times(
     gathered_shards: Number = 1,
     training: bool = True,
     norm_shards: Number | None = None,
+    mlp_norm_fed: bool = True,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
@@ -168,7 +169,9 @@ def layer_times(
     whose own rows a recipe casts before sequence parallelism's quantised all-gather
     (`physics.casts.cast_times`). `training` False: a serving engine's forward, whose norms do not
     write Transformer Engine's FP8 tensor (`physics.casts.norm_writes_fp8`); `norm_shards`: the ranks
-    sequence parallelism splits the norms over (default `gathered_shards`)."""
+    sequence parallelism splits the norms over (default `gathered_shards`); `mlp_norm_fed` False: a
+    mixture-of-experts layer, whose dense MLP (shared experts) the pre-MLP norm does not feed
+    (`physics.casts._norm_fed`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
@@ -229,11 +232,13 @@ def layer_times(
             0.0,
         )
         norm_fp8 = training and norm_writes_fp8(precision, fp8_recipe)  # TE's training modules
-        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards, transpose, norm_fp8)
+        cast_f, cast_b = cast_times(
+            fwd, gpu, per_element, kernels, saving, gathered_shards, transpose, norm_fp8, mlp_norm_fed
+        )
         if norm_fp8:  # the norm writes the FP8 input itself: 1 byte an element out of it, not 2 (not in its backward)
             fused_f = memory_s(
                 fwd.elementwise_bytes
-                - norm_fp8_saved_bytes(fwd, gathered_shards if norm_shards is None else norm_shards),
+                - norm_fp8_saved_bytes(fwd, gathered_shards if norm_shards is None else norm_shards, mlp_norm_fed),
                 gpu,
                 fwd.elementwise_kernels,
             )
