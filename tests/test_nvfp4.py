@@ -15,10 +15,10 @@ from shardwise.engines.training import estimate_training_step
 from shardwise.engines.training_layout import optimizer_time_s
 from shardwise.engines.training_memory import fp8_input_bytes
 from shardwise.errors import SpecError
+from shardwise.physics.casts import NVFP4_CAST_BYTES_PER_ELEMENT, cast_bytes_per_element
 from shardwise.physics.compute import layer_times, linears_times
 from shardwise.physics.flops import layer_forward
 from shardwise.physics.layer_parts import Gemm
-from shardwise.physics.linears import NVFP4_CAST_BYTES_PER_ELEMENT, cast_bytes_per_element
 from shardwise.specs import Plan, Scenario
 from shardwise.specs.hardware import NVFP4_OPERAND_RATE_RATIO, NVFP4_SM103_RATE_RATIO
 

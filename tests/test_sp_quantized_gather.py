@@ -1,5 +1,5 @@
 """Sequence parallelism's all-gathers in front of Transformer Engine's linear layers move the
-quantised tensor (`physics.linears.sp_gather_bytes_per_element`): NVFP4 0.5625 bytes an element,
+quantised tensor (`physics.casts.sp_gather_bytes_per_element`): NVFP4 0.5625 bytes an element,
 MXFP8 1 + 1/32, per-tensor FP8 1 (delayed scaling on TE 1.x and 2.x, current scaling); the output
 gradient of a row-parallel layer in both block-scaled layouts; 16-bit training, torchao's recipes
 and TE's JAX path gather 16 bits. Per-tensor FP8 on a GPU without any-layout FP8 GEMMs transposes
@@ -12,8 +12,8 @@ import pytest
 from shardwise import presets
 from shardwise.engines.tp_overlap import tp_comm
 from shardwise.engines.training import estimate_training_step
+from shardwise.physics.casts import sp_gather_bytes_per_element
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.linears import sp_gather_bytes_per_element
 from shardwise.specs import Plan, Scenario
 
 NV = 0.5 + 1 / 16  # E2M1 and an E4M3 scale per 16
@@ -48,10 +48,13 @@ def _tp_comm_s(precision: str, fp8_recipe: str = "te", overlap: bool = False) ->
 
 def test_exposed_tp_communication_falls_with_the_gathered_bytes():
     """Without userbuffers the forward all-gathers and the output gradients' gathers are exposed; the
-    reduce-scatters (16-bit outputs) are the same in every precision."""
+    reduce-scatters (16-bit outputs) are the same in every precision. Current scaling gathers what
+    delayed scaling does and all-reduces 4 amaxes a layer over the TP group besides (80 layers, 2
+    micro-batches: `physics.casts.reduces_amax`)."""
     bf16, fp8_delayed = _tp_comm_s("bf16"), _tp_comm_s("fp8", "te")
     fp8_current, mxfp8, nvfp4 = _tp_comm_s("fp8", "te_current"), _tp_comm_s("mxfp8"), _tp_comm_s("nvfp4")
-    assert fp8_delayed == pytest.approx(fp8_current)
+    amax = float(Fabric.of(presets.system("gb200-nvl72")).group(4, 4).all_reduce(4.0))
+    assert fp8_current - fp8_delayed == pytest.approx(80 * 4 * 2 * amax)
     assert nvfp4 < fp8_current < bf16
     assert nvfp4 < mxfp8 < bf16
     # the reduce-scatters stay: the gathers alone shrink, so nothing falls below half the 16-bit time
@@ -81,8 +84,8 @@ def test_the_tp_groups_other_collectives_keep_the_activations_bytes():
 def test_each_rank_casts_its_own_rows_before_the_gather():
     """Column-parallel inputs (QKV, MLP up) and row-parallel output gradients (attention output, MLP
     down) are cast on the rank's 1/t of the sequence; the others whole, as before."""
+    from shardwise.physics.casts import cast_times, gathered_shards
     from shardwise.physics.flops import layer_forward
-    from shardwise.physics.linears import cast_times, gathered_shards
 
     model, gpu, t = presets.model("llama3-70b", seq_len=8192), presets.gpu("gb200"), 4
     fwd = layer_forward(model, 1, t, True, 2.0)
@@ -110,12 +113,12 @@ def test_per_tensor_fp8_gathered_row_wise_is_transposed_whole_after_the_gather()
     """TE's per-tensor FP8 on Hopper (TN-only FP8 GEMMs): the own rows are cast row-wise alone (no
     transposed copy, 1 byte an element less) and the gathered tensor is transposed whole for the
     weight gradient (read 1, write 1), one kernel each, in the backward pass."""
-    from shardwise.physics.flops import layer_forward
-    from shardwise.physics.linears import (
+    from shardwise.physics.casts import (
         FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
         FP8_TRANSPOSE_BYTES_PER_ELEMENT,
         cast_times,
     )
+    from shardwise.physics.flops import layer_forward
 
     model, gpu, t = presets.model("llama3-70b", seq_len=8192), presets.gpu("h100-sxm5-80gb"), 8
     fwd = layer_forward(model, 1, t, True, 2.0)
@@ -138,9 +141,9 @@ def test_the_layer_transposes_per_tensor_fp8_only_where_the_gemms_need_one_layou
     """`layer_times` charges the transposes after the gather for per-tensor FP8 on Hopper, not on a
     GPU whose FP8 GEMMs take any layout (data-centre Blackwell), nor for MXFP8 (both layouts cast
     on the own rows)."""
+    from shardwise.physics.casts import gathered_shards
     from shardwise.physics.compute import layer_times
     from shardwise.physics.flops import layer_forward
-    from shardwise.physics.linears import gathered_shards
 
     model, t = presets.model("llama3-70b", seq_len=8192), 8
     fwd = layer_forward(model, 1, t, True, 2.0)

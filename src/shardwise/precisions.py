@@ -7,7 +7,7 @@ option modules read it at import time and must stay light)."""
 FP8_PRECISIONS = ("fp8", "mxfp8")
 # "nvfp4": 4-bit training as Transformer Engine's NVFP4BlockScaling recipe runs it (Megatron-Core
 # `--fp4-format e2m1 --fp4-recipe nvfp4`, Megatron-Bridge `bf16_with_nvfp4_mixed`): all three GEMMs
-# of every linear layer on E2M1 operands with an E4M3 scale per 16 elements (`physics.linears`).
+# of every linear layer on E2M1 operands with an E4M3 scale per 16 elements (`physics.casts`).
 FP4_TRAINING_PRECISIONS = ("nvfp4",)
 TRAINING_PRECISIONS = ("bf16", "fp16", *FP8_PRECISIONS, *FP4_TRAINING_PRECISIONS)  # what --precision accepts
 # "fp4": 4-bit block-scaled tensor-core GEMMs (NVFP4 / MXFP4 on Blackwell), for serving only: the

@@ -25,6 +25,7 @@ from shardwise.engines.tp_overlap import (
     overlapped_exposed_s,
     own_rows_split_s,
 )
+from shardwise.physics.casts import gathered_shards, reduces_amax
 from shardwise.physics.compute import (
     LayerTimes,
     layer_times,
@@ -35,7 +36,7 @@ from shardwise.physics.flops import (
     input_gradient,
     layer_forward,
 )
-from shardwise.physics.linears import GemmTimes, gathered_shards
+from shardwise.physics.linears import GemmTimes
 from shardwise.physics.lora import lora_layer_times
 from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.stack import (
@@ -102,14 +103,20 @@ FIELDS = (
 )
 
 
-def plan_layer_times(fwd: LayerForward, gpu: Gpu, plan: Plan) -> LayerTimes:
-    """One layer's kernels (`physics.compute.layer_times`) as `plan`'s stack runs them, before LoRA."""
+def plan_layer_times(
+    fwd: LayerForward, gpu: Gpu, plan: Plan, training: bool = True, moe_layer: bool = False
+) -> LayerTimes:
+    """One layer's kernels (`physics.compute.layer_times`) as `plan`'s stack runs them, before LoRA
+    (`training` False: a serving engine's forward pass; `moe_layer`: its MLP is the shared experts,
+    which the pre-MLP norm does not feed)."""
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     return layer_times(
         fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion, plan.attention_kernel,
         plan.eager_kernels,
         plan_accumulate_bytes(plan),
         plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
+        training=training, norm_shards=np.where(sp, np.maximum(np.asarray(plan.tp, dtype=float), 1.0), 1.0),
+        mlp_norm_fed=not moe_layer,
     )  # fmt: skip
 
 
@@ -139,6 +146,7 @@ def layer_cost(
     recompute: Number | None = None,
     moe_layer: bool = False,
     host_with: tuple[Number, Number] = (0.0, 0.0),
+    training: bool = True,
 ) -> tuple[StageCost, LayerForward]:
     """One transformer layer, one micro-batch of `q_len` new tokens per sequence attending to
     `kv_len` tokens (training: both the sequence length), on one GPU.
@@ -179,6 +187,8 @@ def layer_cost(
     layer is a mixture-of-experts one (its MLP is the shared experts; `Plan.recompute_modules`).
     `host_with`: (kernels, GPU seconds) of other work the host issues within the layer (an MoE
     layer's routed experts, `engines.moe.experts_parts`): one host-bound wait for them all.
+    `training` False: a serving engine's forward pass (its own kernels, not Transformer Engine's
+    training modules: no norm-written FP8, no amax all-reduce).
     """
     model, plan, gpu = scn.model, scn.plan, scn.cluster.gpu
     t, sp = plan.tp, np.asarray(plan.sequence_parallel, dtype=bool)
@@ -208,9 +218,9 @@ def layer_cost(
         fused_residual_norms=0 if moe_layer else plan.fused_residual_norms,
     )
     mlp = np.asarray(fwd.has_mlp, dtype=float)  # 0: the MLP's collectives are not there either
-    lt = plan_layer_times(fwd, gpu, plan)
+    lt = plan_layer_times(fwd, gpu, plan, training, moe_layer)
     lt = lora_layer_times(
-        lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets
+        lt, fwd, plan.lora_rank, gpu, plan.precision, plan.grad_accumulation_fusion, plan.lora_targets, plan.fp8_recipe
     )
     # a stack's element-wise work beside its fused kernels (nanotron's eager GLU and layout copies,
     # Modalities' head-major copies, its output copy on SDPA's path)
@@ -234,6 +244,13 @@ def layer_cost(
     async_grad = np.asarray(plan.async_tp_grad, dtype=bool)
     ub = np.asarray(plan.tp_comm_overlap, dtype=bool) & sp
     active = np.asarray(t) > 1
+    # Transformer Engine's current scaling and NVFP4 share one scale per sequence-parallel tensor: its amax is
+    # all-reduced over the TP group before the scale (`physics.casts.reduces_amax`), for the column-parallel
+    # inputs (QKV or in_proj, MLP up) in the forward and the row-parallel output gradients (proj or out_proj,
+    # MLP down) in the backward; the compute stream waits for it (exposed)
+    amax: Number = 0.0
+    if training and reduces_amax(plan.precision, plan.fp8_recipe):
+        amax = np.where(sp & active, comm.amax_all_reduce, 0.0)
 
     def hide(comm_s: Number, gemm: Number, on: Number, comm_sms: Number, splits: Number = np.inf) -> Number:
         return overlapped_exposed_s(comm_s, np.where(on & active, gemm, 0.0), comm_sms, sms, splits)
@@ -276,9 +293,9 @@ def layer_cost(
         + sp_fwd_mlp
     )
     blocks = mix + mlp  # attention (or a hybrid's mixers) and (when there is one) the dense MLP
-    tp_fwd = np.where(sp, sp_fwd, blocks * reduce)
-    tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce)  # the dense MLP's own (`Plan.recompute_modules`)
-    tp_fwd_total = np.where(sp, blocks * (gather_in + scatter), blocks * reduce)
+    tp_fwd = np.where(sp, sp_fwd, blocks * reduce) + blocks * amax
+    tp_fwd_mlp = np.where(sp, sp_fwd_mlp, mlp * reduce) + mlp * amax  # the dense MLP's own (`Plan.recompute_modules`)
+    tp_fwd_total = np.where(sp, blocks * (gather_in + scatter), blocks * reduce) + blocks * amax
     # backward
     col_sms_ag = np.where(ub, UB_BULK_AG_SMS, NCCL_OVERLAP_SMS)
     col_sms_rs = np.where(ub, UB_BULK_RS_SMS, NCCL_OVERLAP_SMS)
@@ -294,8 +311,8 @@ def layer_cost(
     plain_bwd = mix * hide(reduce, q.weight_grad_s, async_grad, NCCL_OVERLAP_SMS) + mlp * hide(
         reduce, u.weight_grad_s, async_grad, NCCL_OVERLAP_SMS
     )
-    tp_bwd = np.where(sp, sp_bwd, plain_bwd)
-    tp_bwd_total = np.where(sp, blocks * (gather_dy + gather_x + scatter), blocks * reduce)
+    tp_bwd = np.where(sp, sp_bwd, plain_bwd) + blocks * amax
+    tp_bwd_total = np.where(sp, blocks * (gather_dy + gather_x + scatter), blocks * reduce) + blocks * amax
     # Context parallelism (ring attention, Megatron-Core / Transformer Engine "p2p"): cp - 1 steps
     # pass a KV chunk to the next rank while attention runs on the chunk in hand; a step costs
     # what its transfer exceeds one chunk's attention. Backward passes KV and dKV: twice the bytes.

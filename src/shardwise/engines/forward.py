@@ -127,7 +127,7 @@ def forward_stages(
     s_q = scn.model.seq_len if q_len is None else q_len
     s_kv = s_q if kv_len is None else kv_len
     comm = tp_comm(scn, fabric, place["tp"], s_q)
-    layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes, cp, cp_step)
+    layer, _ = layer_cost(scn, comm, s_q, s_kv, weight_bytes, kv_bytes, cp, cp_step, training=False)
     emb = embedding_cost(scn, comm, s_q)
     # the output layer stays 16-bit in quantised serving (TensorRT-LLM and vLLM leave lm_head alone)
     head = head_cost(scn, comm, s_q if logits_for_all else 1, loss=False)

@@ -112,6 +112,7 @@ def stage_costs(
             plan.precision,
             True,
             backward=False,  # inference: the forward GEMMs alone
+            training=False,  # the engine's own kernels (`physics.casts.norm_writes_fp8`)
         )
 
     def linear_s(lt: LayerTimes) -> Number:  # the layers that run on all T tokens together

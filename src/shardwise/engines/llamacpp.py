@@ -196,7 +196,7 @@ def layer_gemm_s(model: Model, cluster: Cluster, wl: ServingWorkload, tokens: Nu
     w, kvb = STORAGE_BYTES[wl.weight_precision], STORAGE_BYTES[wl.kv_precision]
     t = np.asarray(tokens, dtype=float)
     fwd = layer_forward(model, 1, 1, False, 2.0, t, t, w, kvb)
-    return layer_times(fwd, cluster.gpu, precision, True, backward=False).gemm_s
+    return layer_times(fwd, cluster.gpu, precision, True, backward=False, training=False).gemm_s
 
 
 def row_split_terms(

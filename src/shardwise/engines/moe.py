@@ -306,6 +306,7 @@ def moe_layer_cost(
         ffn=shared,
         moe_layer=True,
         host_with=(kernels, busy),
+        training=training,
     )
     cost = StageCost(*(getattr(dense, f) + getattr(routed, f) for f in FIELDS))
     return combined_1f1b(cost, scn) if training else cost

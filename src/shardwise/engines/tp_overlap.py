@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardwise.physics.casts import AMAX_REDUCTION_BYTES, sp_gather_bytes_per_element
 from shardwise.physics.collectives import Fabric, Group
 from shardwise.physics.compute import gemm_s
 from shardwise.physics.flops import Gemm, gemm
-from shardwise.physics.linears import sp_gather_bytes_per_element
 from shardwise.specs import Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.hardware import Gpu
@@ -19,7 +19,7 @@ class TpComm:
     and shared by the layers, the embedding, the output layer and the pipeline sends."""
 
     __slots__ = ("all_gather", "all_reduce", "gather_input", "gather_output_grad", "gather_wgrad_input", "group")
-    __slots__ += ("message_bytes", "reduce_scatter")
+    __slots__ += ("amax_all_reduce", "message_bytes", "reduce_scatter")
 
     def __init__(self, group: Group, message_bytes: Number, gather_scales: tuple[float, float, float] = (1.0,) * 3):
         self.group, self.message_bytes = group, message_bytes
@@ -27,13 +27,15 @@ class TpComm:
         self.reduce_scatter = group.reduce_scatter(message_bytes)
         self.all_gather = self.reduce_scatter  # same bytes, same ring
         # the sequence-parallel gathers in front of the linear layers, at the bytes the recipe gathers
-        # (`physics.linears.sp_gather_bytes_per_element`, over the activation's): the forward's input,
+        # (`physics.casts.sp_gather_bytes_per_element`, over the activation's): the forward's input,
         # the input again for the weight gradient, a row-parallel layer's output gradient
         priced = {1.0: self.all_gather}
         for scale in gather_scales:
             if scale not in priced:
                 priced[scale] = group.all_gather(scale * message_bytes)
         self.gather_input, self.gather_wgrad_input, self.gather_output_grad = (priced[x] for x in gather_scales)
+        # one quantised tensor's amax shared over the group (`physics.casts.reduces_amax`): a 4-byte all-reduce
+        self.amax_all_reduce = group.all_reduce(AMAX_REDUCTION_BYTES)
 
 
 def tp_comm(scn: Scenario, fabric: Fabric, tp_per_node: Number, q_len: Number | None = None) -> TpComm:

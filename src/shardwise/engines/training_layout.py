@@ -354,7 +354,7 @@ def optimizer_time_s(
     `n_expert` routed-expert ones among them by expert_dp) at HBM speed; in FP8 and NVFP4 training also the
     once-per-step cast of every local weight (`n_weights`, default `n_params`; more under LoRA,
     whose frozen weights are cast too) to FP8 in both layouts
-    (`physics.linears.cast_bytes_per_element`), which the first micro-batch caches for the rest
+    (`physics.casts.cast_bytes_per_element`), which the first micro-batch caches for the rest
     (Transformer Engine's; a torchao recipe casts the weights at every use instead, in the layers'
     casts: `physics.fp8_recipes`). With `Plan.offload_optimizer` that share of the update runs on
     the host CPU instead, with its copies (`physics.offload.optimizer_host_s`). With

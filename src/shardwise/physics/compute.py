@@ -4,9 +4,10 @@ recomputation redoes, split by kind of work (`LayerTimes`).
 The kernels apart: `physics.kernels` (T_op = max(F / (peak * eta_mm), Q / (BW * eta_mem)) +
 t_launch; GEMMs by the tile/wave model of `physics.gemm`), `physics.linears` (each linear layer's
 forward, input-gradient and weight-gradient GEMMs, about twice the forward in the backward,
-Narayanan et al. 2021 Sec. 5.1; FP8 casts), `physics.attention_kernels` (how fast a fused
-attention kernel runs). Memory-bound kernels read the saved input and the incoming gradient and
-write the outgoing one, BACKWARD_MEMORY_RATIO x the forward traffic.
+Narayanan et al. 2021 Sec. 5.1), `physics.casts` (their FP8 and FP4 casts),
+`physics.attention_kernels` (how fast a fused attention kernel runs). Memory-bound kernels read
+the saved input and the incoming gradient and write the outgoing one, BACKWARD_MEMORY_RATIO x the
+forward traffic.
 """
 
 from __future__ import annotations
@@ -36,24 +37,28 @@ from shardwise.physics.attention_kernels import (  # noqa: F401
     sdpa_flash_fractions,
     torch_ring_s,
 )
-from shardwise.physics.flops import LayerForward
-from shardwise.physics.kernels import gemm_s, gemms_s, memory_s, roofline_s  # noqa: F401
-from shardwise.physics.linears import (  # noqa: F401
+from shardwise.physics.casts import (  # noqa: F401
     FP8_CAST_BYTES_PER_ELEMENT,
     FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
-    FUSED_ACCUMULATE_BYTES,
     MXFP8_CAST_BYTES_PER_ELEMENT,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
-    UNFUSED_ACCUMULATE_BYTES,
-    GemmTimes,
     cast_bytes_per_element,
     cast_kernels_per_tensor,
     cast_times,
-    linear_times,
-    linears_times,
     norm_fed_saving,
+    norm_fp8_saved_bytes,
+    norm_writes_fp8,
     torchao_cast_times,
     weight_cast_s,
+)
+from shardwise.physics.flops import LayerForward
+from shardwise.physics.kernels import gemm_s, gemms_s, memory_s, roofline_s  # noqa: F401
+from shardwise.physics.linears import (  # noqa: F401
+    FUSED_ACCUMULATE_BYTES,
+    UNFUSED_ACCUMULATE_BYTES,
+    GemmTimes,
+    linear_times,
+    linears_times,
 )
 from shardwise.specs import Gpu
 from shardwise.specs._checks import Number
@@ -152,6 +157,9 @@ def layer_times(
     cp_comm: str = "p2p",
     backward: bool = True,
     gathered_shards: Number = 1,
+    training: bool = True,
+    norm_shards: Number | None = None,
+    mlp_norm_fed: bool = True,
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
@@ -159,7 +167,11 @@ def layer_times(
     `backward` False (inference): the linear layers' gradient GEMMs are not priced (NaN,
     `physics.linears.linears_times`), the forward's numbers the same. `gathered_shards`: the ranks
     whose own rows a recipe casts before sequence parallelism's quantised all-gather
-    (`physics.linears.cast_times`)."""
+    (`physics.casts.cast_times`). `training` False: a serving engine's forward, whose norms do not
+    write Transformer Engine's FP8 tensor (`physics.casts.norm_writes_fp8`); `norm_shards`: the ranks
+    sequence parallelism splits the norms over (default `gathered_shards`); `mlp_norm_fed` False: a
+    mixture-of-experts layer, whose dense MLP (shared experts) the pre-MLP norm does not feed
+    (`physics.casts._norm_fed`)."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
@@ -207,6 +219,7 @@ def layer_times(
             (fused_accumulation, accumulate_bytes, fp8_recipe, backward),
         )  # fmt: skip
     cast_f = cast_b = weight_cast = 0.0
+    elementwise_f = elementwise
     if is_fp8(precision) and fp8_recipes.is_torchao(fp8_recipe):
         cast_f, cast_b = torchao_cast_times(fwd, gpu, precision, fp8_recipe)
     elif is_narrow(precision):
@@ -218,7 +231,18 @@ def layer_times(
             FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
             0.0,
         )
-        cast_f, cast_b = cast_times(fwd, gpu, per_element, kernels, saving, gathered_shards, transpose)
+        norm_fp8 = training and norm_writes_fp8(precision, fp8_recipe)  # TE's training modules
+        cast_f, cast_b = cast_times(
+            fwd, gpu, per_element, kernels, saving, gathered_shards, transpose, norm_fp8, mlp_norm_fed
+        )
+        if norm_fp8:  # the norm writes the FP8 input itself: 1 byte an element out of it, not 2 (not in its backward)
+            fused_f = memory_s(
+                fwd.elementwise_bytes
+                - norm_fp8_saved_bytes(fwd, gathered_shards if norm_shards is None else norm_shards, mlp_norm_fed),
+                gpu,
+                fwd.elementwise_kernels,
+            )
+            elementwise_f = np.where(eager, elementwise, fused_f) if np.any(eager) else fused_f
         if is_fp8(precision) and fp8_recipes.casts_weights_per_use(fp8_recipe):  # Transformer Engine's JAX path
             weight_cast = weight_cast_s(fwd, gpu, precision)
             cast_f = cast_f + weight_cast
@@ -229,7 +253,7 @@ def layer_times(
         down=down,
         attention_s=attention,
         attention_bwd_s=attention_bwd,
-        elementwise_s=elementwise,
+        elementwise_s=elementwise_f,
         elementwise_bwd_s=BACKWARD_MEMORY_RATIO * elementwise,
         # Selective recomputation redoes the attention core: its score matrices with standard
         # attention; with a fused (flash) kernel, its forward again -- Megatron-Core checkpoints

@@ -64,20 +64,20 @@ ROWWISE_RESCALE_BYTES = 4.0
 ROWWISE_RECIPES = ("rowwise", "rowwise_with_gw_hp")
 
 
-# Transformer Engine's recipes: its GEMMs and activation casts (`physics.linears.cast_times`). "te" is
+# Transformer Engine's recipes: its GEMMs and activation casts (`physics.casts.cast_times`). "te" is
 # its PyTorch path with delayed scaling (the scale from earlier steps' amax history, the cast fused
 # with it), which casts each weight once per step and caches it for the step's micro-batches
 # (`engines.training_layout.optimizer_time_s`); "te_current" its per-tensor current scaling
-# (`physics.linears`: an amax pass before each cast); "te-jax" its JAX path, whose FP8 dot quantises
+# (`physics.casts`: an amax pass before each cast); "te-jax" its JAX path, whose FP8 dot quantises
 # its kernel at every call: `_fp8_dot_fwd_rule` casts the kernel (v1.0 dot.py `cast_transpose(kernel_,
 # ...)`, v1.5-v1.12 `quantize(kernel, fwd_dtype, kernel_scale)`) and keeps it only as a residual of
 # that call, and a rematerialised layer (jax.checkpoint: a remat policy saves dots, never these
-# casts) calls it again in the backward pass (`physics.linears.weight_cast_s`).
+# casts) calls it again in the backward pass (`physics.casts.weight_cast_s`).
 TE_RECIPES = ("te", "te_current", "te-jax")
 
 
 def is_te(recipe: str) -> bool:
-    """One of Transformer Engine's recipes (`TE_RECIPES`): its casts priced by `physics.linears`."""
+    """One of Transformer Engine's recipes (`TE_RECIPES`): its casts priced by `physics.casts`."""
     return recipe in TE_RECIPES
 
 
@@ -88,7 +88,7 @@ def is_torchao(recipe: str) -> bool:
 
 def casts_weights_per_use(recipe: str) -> bool:
     """Whether the recipe casts each weight at every use (no per-step FP8 weight cache): Transformer
-    Engine's JAX path; torchao's casts sit in `linears.torchao_cast_times` instead."""
+    Engine's JAX path; torchao's casts sit in `casts.torchao_cast_times` instead."""
     return recipe == "te-jax"
 
 

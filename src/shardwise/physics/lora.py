@@ -34,6 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from shardwise.arrays import any_true, as_array
+from shardwise.physics.casts import cast_kernels_per_tensor, norm_writes_fp8
 from shardwise.physics.compute import (
     FUSED_ACCUMULATE_BYTES,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
@@ -46,7 +47,6 @@ from shardwise.physics.compute import (
     roofline_s,
 )
 from shardwise.physics.flops import Gemm, LayerForward, gemm, input_gradient, layer_forward, weight_gradient
-from shardwise.physics.linears import cast_kernels_per_tensor
 from shardwise.specs import Gpu, Model
 from shardwise.specs._checks import Number
 from shardwise.specs.plan_fields import LORA_TARGETS
@@ -133,9 +133,12 @@ def lora_layer_times(
     precision: str,
     fused_accumulation: Number = True,
     targets: str = DEFAULT_TARGETS,
+    fp8_recipe: str = "te",
 ) -> LayerTimes:
     """`lt` with the base weight gradients gone and the adapters' work added (in `extra`) where
-    `rank` > 0 -- on the layers `targets` names; unchanged where it is 0 (full training)."""
+    `rank` > 0 -- on the layers `targets` names; unchanged where it is 0 (full training). The frozen
+    layers' casts write the row-wise copy alone; where the norm writes the FP8 input itself
+    (`fp8_recipe`, `physics.casts.norm_writes_fp8`) the inputs it feeds are not cast."""
     rank = np.asarray(rank, dtype=float)
     if not np.any(rank > 0):
         return lt
@@ -164,8 +167,9 @@ def lora_layer_times(
     cast_f, cast_b = lt.cast_f_s, lt.cast_b_s
     if precision in ROWWISE_CAST_BYTES_PER_ELEMENT:  # FP8, NVFP4 without wgrad: row-wise copies only
         row_f, row_b = cast_times(
-            fwd, gpu, ROWWISE_CAST_BYTES_PER_ELEMENT[precision], cast_kernels_per_tensor(precision)
-        )
+            fwd, gpu, ROWWISE_CAST_BYTES_PER_ELEMENT[precision], cast_kernels_per_tensor(precision),
+            norm_fp8=norm_writes_fp8(precision, fp8_recipe),
+        )  # fmt: skip
         cast_f, cast_b = frozen * cast_f + on * row_f, frozen * cast_b + on * row_b
     return replace(
         lt,

@@ -65,7 +65,7 @@ def grouped_linear_host_ops(local_experts: Number, precision: str, fp8_recipe: s
     """(forward, backward) host operations, in `host_kernel` units, of one MoE layer's two GroupedLinear
     calls for `local_experts` experts on the rank (GROUPED_*): what the host does per expert besides
     launching the GEMMs."""
-    from shardwise.physics.linears import current_scaling
+    from shardwise.physics.casts import current_scaling
     from shardwise.physics.stack import host_units
     from shardwise.specs.hardware import is_fp8, is_narrow, is_nvfp4
 

@@ -185,7 +185,7 @@ class Plan(PlanLayout):
     host's time to issue one kernel (0: never the bottleneck), which the GPU waits for when its kernels are shorter;
     `fp8_recipe`: how FP8 training (precision fp8 or mxfp8) casts and multiplies: "te"
     (Transformer Engine's delayed scaling, the default; weights cast once a step), "te_current" (its
-    current scaling, an amax pass before each cast: `physics.linears`), "te-jax" (Transformer
+    current scaling, an amax pass before each cast: `physics.casts`), "te-jax" (Transformer
     Engine's JAX path: weights cast at every use, again when a layer is rematerialised) or a
     torchao.float8 recipe, "tensorwise" (dynamic per-tensor scales, weights cast at every use),
     "tensorwise_fp8_all_gather" (FSDP2 gathers the weights already in FP8, torchtitan's setting
