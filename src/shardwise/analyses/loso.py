@@ -44,7 +44,7 @@ from shardwise.calibration.spreads import FITTED_FROM, Z80
 # The scales shipped in presets/gpus.yaml (tools/fit_efficiency.py on the dev split): a GPU's
 # microbenchmark efficiency (MAMF x 0.978) is the preset's value over its scale; a GPU not listed
 # ships its microbenchmark value (scale 1).
-SHIPPED_SCALES = {"h100-sxm5-80gb": 0.865, "gb200": 0.730, "gb300": 0.950, "a100-sxm4-80gb": 0.780}
+SHIPPED_SCALES = {"h100-sxm5-80gb": 0.860, "gb200": 0.735, "gb300": 0.950, "a100-sxm4-80gb": 0.780}
 GRID = np.round(np.arange(0.50, 1.3001, 0.005), 4)
 COMPUTE_SHARE = 0.85  # rows mostly compute measure the GPU (tools/fit_efficiency.py)
 # The stacks whose rows set a GPU's scale: those whose kernels the model prices as their code runs
