@@ -24,7 +24,8 @@ def print_estimates(
     from rich import box
     from rich.table import Table
 
-    from shardwise.cli.render import console, no_sequence_fits
+    from shardwise.cli.render import console
+    from shardwise.cli.serve_caps import no_sequence_fits
     from shardwise.cli.serve_targets import replicas_label
     from shardwise.units import format_bytes, format_seconds
 

@@ -95,7 +95,7 @@ def crossover_figure(
 # the span around a change of the fastest plan where the two plans' 80% intervals overlap: hatched,
 # so that it is not read as the grey swatch of the bands around the lines (drawn in the lines' colours)
 TIE_COLOR, TIE_ALPHA, TIE_HATCH = "#999999", 0.06, "//"
-TIE_LABEL = "hatched: tie zone, where the two plans' 80% intervals overlap"
+TIE_LABEL = "tie zone (hatched): where the two plans' 80% intervals overlap"
 BAND_SWATCH = "#7f7f7f"
 
 
