@@ -218,7 +218,7 @@ def _inputs(exp: Experiment, plan: PlanSpec, link: Link, grid: Mapping[str, np.n
         "gpus": exp.gpus,
         "bandwidth": link.bandwidth_bytes_per_s,
         "latency": link.latency_s,
-        "peak_flops": exp.gpu.peak_flops_per_s(exp.plan_defaults.get("precision") or "bf16"),
+        "peak_flops": exp.gpu.peak_flops_per_s(exp.plan_defaults.get("precision") or exp.gpu.sixteen_bit),
         "hbm_bandwidth": exp.gpu.memory_bandwidth_bytes_per_s,
     }
     for name, values in grid.items():

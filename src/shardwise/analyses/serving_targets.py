@@ -65,7 +65,7 @@ def precisions(cluster: Cluster) -> list[tuple[str, str]]:
     """(weights, KV cache) worth trying on this GPU: 16 bits (bf16, fp16 on a GPU without BF16: V100);
     FP8 where it has FP8 tensor cores; NVFP4 weights (FP8 KV cache) where it has FP4 ones."""
     gpu = cluster.gpu
-    half = "bf16" if bool(gpu.bf16) else "fp16"
+    half = gpu.sixteen_bit
     out = [(half, half)]
     if float(gpu.peak_flops_per_s_fp8) > 0:
         out.append(("fp8", "fp8"))

@@ -276,7 +276,7 @@ def _serving_run(row: dict[str, str], where: str) -> Run:
     if n % (tp * pp):
         raise SpecError(f"{where}: tp x pp = {tp * pp} does not divide num_gpus {n}")
     per_node = min(_whole(row, "gpus_per_node", where, base.gpus_per_node), n)
-    precision = (row.get("precision") or "bf16").lower()
+    precision = (row.get("precision") or base.gpu.sixteen_bit).lower()  # the GPU's 16-bit format
     lengths = (_whole(row, "input_len", where), _whole(row, "output_len", where))
     concurrency = _whole(row, "concurrency", where, _whole(row, "batch", where, 1))
     try:

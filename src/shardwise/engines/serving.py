@@ -143,7 +143,7 @@ def compute_precision(scn: Scenario, weight_precision: str) -> str:
         return "fp8"
     if weight_precision in ("nvfp4", "mxfp4") and bool(np.all(np.asarray(gpu.peak_flops_per_s_fp4) > 0)):
         return "fp4"
-    return "bf16" if bool(gpu.bf16) else "fp16"
+    return gpu.sixteen_bit
 
 
 def serving_scenario(scn: Scenario, wl: ServingWorkload) -> Scenario:

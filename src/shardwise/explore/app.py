@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from dash import Dash, Input, Output, State, ctx, dcc, html, no_update
 
-from shardwise.explore import guard, pages, state
+from shardwise.explore import checks, guard, pages, state
 from shardwise.explore.checks import ControlError
 from shardwise.explore.layout import CONTROLS, CSS, TITLES, error_outputs, figure_ids, page_layout, values_of
 from shardwise.explore.runner import Outcome
@@ -61,6 +61,8 @@ def create_app(pool: Pool | None = None, hosts: tuple[str, ...] | None = guard.L
     def show(page: str) -> list[dict[str, str]]:
         return [{} if p == page else {"display": "none"} for p in state.PAGES]
 
+    for system, precisions in (("p-system", ("p-precision",)), ("s-system", ("s-weights", "s-kv"))):
+        _register_precisions(app, system, precisions)
     for kind in ("model", "calibration"):
         _register_upload(app, kind, uploads)
     for page in state.PAGES:
@@ -163,6 +165,22 @@ def _no_result() -> dict[str, Any]:
             ],
         },
     }
+
+
+def _register_precisions(app: Dash, system: str, controls: tuple[str, ...]) -> None:
+    """The precision controls offer only what the system's GPU computes in (`checks.precision_choices`)."""
+
+    @app.callback(
+        *[Output(c, "options") for c in controls],
+        *[Output(c, "value") for c in controls],
+        Input(system, "value"),
+        *[State(c, "value") for c in controls],
+    )
+    def offer(name: Any, *values: Any) -> list[Any]:
+        picked = [checks.precision_choices(c, name) for c in controls]
+        options = [[{"label": v, "value": v} for v in offered] for offered, _ in picked]
+        pairs = zip(picked, values, strict=True)
+        return [*options, *(half if half and v == "bf16" else no_update for (_, half), v in pairs)]
 
 
 def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:

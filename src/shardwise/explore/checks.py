@@ -120,6 +120,20 @@ def choices(cid: str) -> list[str] | None:
     return {"workload": WORKLOADS, "objective": OBJECTIVES, "schedule": SCHEDULES, "page": list(state.PAGES)}.get(k)
 
 
+def precision_choices(cid: str, system: Any) -> tuple[list[str], str | None]:
+    """The precisions a precision control offers on `system` (a preset's name) and the value that
+    replaces bf16 there: none on a GPU without BF16 tensor cores (`Gpu.bf16`: V100), where the
+    CLI refuses --precision bf16 and takes fp16 for the default (`requests.precision`)."""
+    offered = choices(cid) or []
+    try:
+        half = presets.system(str(system)).gpu.sixteen_bit
+    except Exception:  # not a preset's name: the command says so under the system's control
+        return offered, None
+    if half == "bf16":
+        return offered, None
+    return [v for v in offered if v != "bf16"], half
+
+
 def is_number_control(cid: str) -> bool:
     return kind(cid) in MAX_NUMBER
 

@@ -9,20 +9,15 @@ from typing import Any
 from shardwise.errors import SpecError
 
 
-def sixteen_bit(gpu: Any) -> str:
-    """The GPU's 16-bit tensor-core format: bf16, else fp16."""
-    return "bf16" if bool(gpu.bf16) else "fp16"
-
-
 def resolved(given: str | None, gpu: Any, flag: str, notes: list[str] | None) -> str:
     """`given` (None: the default) on `gpu`: the default is the GPU's 16-bit format, said in a note
     where it is not bf16; bf16 given on a GPU without it is refused, naming `flag`."""
     if given is None:
-        if bool(gpu.bf16):
+        if gpu.sixteen_bit == "bf16":
             return "bf16"
         if notes is not None:
             notes.append(f"{gpu.name} has no BF16 tensor cores: fp16 (as {flag} fp16), not the default bf16")
         return "fp16"
-    if given == "bf16" and not bool(gpu.bf16):
+    if given == "bf16" and gpu.sixteen_bit != "bf16":
         raise SpecError(f"{flag} bf16: gpu {gpu.name!r} has no BF16 tensor cores (FP16 only); use {flag} fp16")
     return given

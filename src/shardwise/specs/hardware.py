@@ -78,7 +78,7 @@ class Gpu:
     sm_count: Number = 0  # streaming multiprocessors (compute units); 0 = unknown: plain roofline GEMMs
     mxfp8: bool = False  # tensor cores apply MX block scales (Blackwell and later)
     # tensor cores take BF16 (Ampere, CDNA2 and later); false: FP16 only (Volta, Turing: NVIDIA's V100 and T4
-    # datasheets list FP16 tensor TFLOPS alone), where a request's bf16 is refused (`requests.precision`)
+    # datasheets list FP16 tensor TFLOPS alone), where bf16 is refused (`peak_flops_per_s`, `requests.precision`)
     bf16: bool = True
     # FP8 GEMMs take their operands in any layout (data-centre Blackwell, sm_100-119 and sm_130+), so a
     # per-tensor FP8 cast writes no transposed copy for the weight gradient; Hopper's take only TN
@@ -151,6 +151,11 @@ class Gpu:
         chk.within(f"{p}: l2_bandwidth_bytes_per_s", self.l2_bandwidth_bytes_per_s, 0.0, 1e15, "B/s (0: not given)")
         chk.non_negative_int(f"{p}: matvec_max_rows", self.matvec_max_rows)
 
+    @property
+    def sixteen_bit(self) -> str:
+        """The 16-bit tensor-core format: bf16, else fp16 (a GPU without BF16: `bf16`)."""
+        return "bf16" if bool(np.all(self.bf16)) else "fp16"
+
     @staticmethod
     def peak_field(precision: str) -> str:
         """The field holding a compute precision's dense peak, the one `peak_flops_per_s` reads:
@@ -164,11 +169,16 @@ class Gpu:
 
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
+        if precision == "bf16" and self.sixteen_bit != "bf16":
+            raise SpecError(
+                f"precision: bf16: gpu {self.name!r} has no BF16 tensor cores (FP16 only); use precision='fp16'"
+            )
         if precision in ("bf16", "fp16"):
             return self.peak_flops_per_s_16bit
         if is_fp8(precision):
             if not (chk.as_array(self.peak_flops_per_s_fp8) > 0).all():
-                raise SpecError(f"precision: {precision} is not supported by gpu {self.name!r}; use bf16 or fp16")
+                use = "bf16 or fp16" if self.sixteen_bit == "bf16" else "fp16"
+                raise SpecError(f"precision: {precision} is not supported by gpu {self.name!r}; use {use}")
             if precision == "mxfp8" and not self.mxfp8:
                 raise SpecError(
                     f"precision: mxfp8 (block-scaled FP8) needs Blackwell tensor cores; gpu {self.name!r} has "

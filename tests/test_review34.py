@@ -1,0 +1,59 @@
+"""What review 34 (consistency and messages) found: each a test that failed before the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardwise import Plan, Scenario, ServingWorkload, estimate_serving, estimate_training_step, presets
+from shardwise.errors import SpecError
+
+
+def _v100(num_gpus: int = 2) -> object:
+    return presets.system("dgx-1-v100", nodes=1).with_(gpus_per_node=num_gpus)
+
+
+def test_bf16_on_a_gpu_without_it_is_refused_by_the_api_as_the_cli_refuses_it():
+    """Plan(precision='bf16') (Plan's default) on V100 was priced silently; the CLI refused it."""
+    model = presets.model("gpt-1.3b")
+    fp16 = estimate_training_step(Scenario(model, _v100(), Plan(tp=2, pp=1, dp=1, global_batch=4, precision="fp16")))
+    assert float(fp16.step_time_s) > 0
+    with pytest.raises(SpecError, match=r"has no BF16 tensor cores .*use precision='fp16'") as err:
+        estimate_training_step(Scenario(model, _v100(), Plan(tp=2, pp=1, dp=1, global_batch=4)))
+    assert "\n" not in str(err.value)
+
+
+def test_serving_bf16_defaults_on_a_gpu_without_it_are_refused():
+    scn = Scenario(presets.model("gpt-1.3b"), _v100(), Plan(tp=2, pp=1, dp=1, global_batch=1))
+    with pytest.raises(SpecError, match=r"weight_precision bf16: .* use weight_precision='fp16'"):
+        estimate_serving(scn, ServingWorkload(512, 128, 8))
+    with pytest.raises(SpecError, match=r"kv_precision bf16"):
+        estimate_serving(scn, ServingWorkload(512, 128, 8, "fp16"))
+    assert float(estimate_serving(scn, ServingWorkload(512, 128, 8, "fp16", "fp16")).tpot_s) > 0
+
+
+def test_fp8_refusal_suggests_only_what_the_gpu_has():
+    v100, a100 = presets.gpu("v100-sxm2-32gb"), presets.gpu("a100-sxm4-80gb")
+    with pytest.raises(SpecError, match=r"; use fp16$"):
+        v100.peak_flops_per_s("fp8")
+    with pytest.raises(SpecError, match=r"; use bf16 or fp16$"):
+        a100.peak_flops_per_s("fp8")
+    assert (v100.sixteen_bit, a100.sixteen_bit) == ("fp16", "bf16")
+
+
+def test_calibration_serving_row_without_precision_takes_the_gpus_16_bit_format():
+    from shardwise.calibration.runs import _serving_run
+
+    row = {"model": "gpt-1.3b", "system": "dgx-1-v100", "tp": "2", "input_len": "128", "output_len": "16"}
+    run = _serving_run({**row, "tpot_s": "0.01"}, "row 1")
+    assert (run.case.workload.weight_precision, run.case.workload.kv_precision) == ("fp16", "fp16")
+
+
+def test_the_explorers_precision_controls_do_not_offer_bf16_on_v100():
+    from shardwise.explore import checks
+
+    offered, value = checks.precision_choices("p-precision", "dgx-1-v100")
+    assert "bf16" not in offered and "fp16" in offered and value == "fp16"
+    offered, value = checks.precision_choices("s-weights", "dgx-1-v100")
+    assert "bf16" not in offered and value == "fp16"
+    offered, value = checks.precision_choices("p-precision", "dgx-a100")
+    assert "bf16" in offered and value is None
