@@ -57,3 +57,20 @@ def test_the_explorers_precision_controls_do_not_offer_bf16_on_v100():
     assert "bf16" not in offered and value == "fp16"
     offered, value = checks.precision_choices("p-precision", "dgx-a100")
     assert "bf16" in offered and value is None
+
+
+NVL_100 = ["--model", "llama3-70b", "--system", "gb200-nvl72", "--num-gpus", "100"]
+DOMAINS = "--num-gpus 100: not a whole number of 72-GPU NVLink domains, so laid out as 2 domains of 50 GPUs"
+
+
+def test_plan_and_serve_say_the_nvlink_domain_rule_as_predict_does(cli):
+    """plan --tp 4 on 100 GB200 GPUs said 'no valid layout ... every rule it lists holds'; serve --plan tp=4
+    'tp=4 neither divides nor is a multiple of gpus_per_node=50', a value the user never gave."""
+    code, _, err = cli(["plan", *NVL_100, "--tp", "4", "--global-batch", "200"])
+    assert code == 2 and len(err.strip().splitlines()) == 1 and DOMAINS in err and "no valid layout" not in err, err
+    code, _, err = cli(["serve", *NVL_100, "--plan", "tp=4"])
+    assert code == 2 and f"--plan tp=4: {DOMAINS}" in err and "gpus_per_node" not in err, err
+    code, out, err = cli(["serve", *NVL_100, "--plan", "tp=4", "--plan", "tp=2"])
+    assert code == 0 and f"--plan tp=4: not computed: {DOMAINS}" in out + err and "gpus_per_node" not in out + err
+    code, _, err = cli(["plan", *NVL_100, "--tp", "2,4", "--global-batch", "200", "--top", "1"])
+    assert code == 0, err  # tp 2 tiles the domains of 50

@@ -55,20 +55,40 @@ def rack_domain(per_node: int, num_gpus: int) -> int:
     return max(d for d in range(1, per_node + 1) if num_gpus % d == 0)
 
 
-def _check_domain_tp(tp: Any, n_gpus: int, per_node: int, domain: int) -> None:
-    """A TP group lies inside an NVLink domain (`rules.tp_node_rule`): said in the user's terms where
-    --num-gpus cut the rack's domains smaller (100 GPUs on an NVL72: 2 domains of 50, which tp=4 does
-    not divide), with the GPU counts nearby whose domains it divides."""
-    if not isinstance(tp, int) or tp <= 1 or domain % tp == 0 or tp % domain == 0:
-        return
+def domain_tp_refusal(tp: int, n_gpus: int, per_node: int, domain: int) -> str | None:
+    """Why a TP group of `tp` cannot lie inside an NVLink domain (`rules.node_rules`), in the user's
+    terms, where --num-gpus cut the rack's `per_node`-GPU domains to `domain` GPUs (100 GPUs on an
+    NVL72: 2 domains of 50, which tp=4 does not divide), with the GPU counts nearby whose domains it
+    divides; None where it can. Predict, plan and serve say it alike."""
+    if tp <= 1 or domain % tp == 0 or tp % domain == 0:
+        return None
     near = [n for n in range(max(tp, n_gpus - 64), n_gpus + 65) if rack_domain(per_node, n) % tp == 0 and n > per_node]
     below = [n for n in near if n < n_gpus][-1:]
     above = [n for n in near if n > n_gpus][:1]
-    raise SpecError(
+    return (
         f"--num-gpus {n_gpus}: not a whole number of {per_node}-GPU NVLink domains, so laid out as "
         f"{n_gpus // domain} domains of {domain} GPUs, which a TP group of {tp} cannot tile; give a multiple of "
         f"{per_node} GPUs" + (f", or {' or '.join(map(str, below + above))}" if below + above else "")
     )
+
+
+def domain_cut(o: dict[str, Any], cluster: Any) -> tuple[int, int] | None:
+    """(the system's GPUs per NVLink domain, the domain `build_cluster` cut them to) where --num-gpus
+    cut a rack's domains smaller, else None."""
+    if not o.get("system") or o.get("gpus_per_node") is not None:
+        return None
+    per_node = min(system_traits(o["system"]).gpus_per_node, int(cluster.num_gpus))
+    domain = int(cluster.gpus_per_node)
+    return (per_node, domain) if domain != per_node else None
+
+
+def _check_domain_tp(tps: Any, n_gpus: int, per_node: int, domain: int) -> None:
+    """`domain_tp_refusal` for the TP degree given (predict) or those given (plan's --tp): refused
+    where none of them tiles the cut domains."""
+    given = [t for t in (tps if isinstance(tps, (tuple, list)) else (tps,)) if isinstance(t, int) and t >= 1]
+    refusals = [domain_tp_refusal(t, n_gpus, per_node, domain) for t in given]
+    if refusals and all(refusals):
+        raise SpecError(str(refusals[0]))
 
 
 def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
@@ -115,7 +135,7 @@ def build_cluster(o: dict[str, Any], notes: list[str], cal: Any = None) -> Any:
     if n_gpus < per_node:
         per_node = n_gpus  # part of one server
     if o.get("gpus_per_node") is None and (domain := rack_domain(per_node, n_gpus)) != per_node:
-        _check_domain_tp(o.get("tp"), n_gpus, per_node, domain)
+        _check_domain_tp(o.get("domain_tp", o.get("tp")), n_gpus, per_node, domain)
         notes.append(f"{n_gpus} GPUs on {per_node}-GPU NVLink domains: {n_gpus // domain} domains of {domain} GPUs")
         per_node = domain
     if n_gpus % per_node:

@@ -257,7 +257,12 @@ class ServeRequest:
         from shardwise.requests.serve_flags import check_load_flags
 
         traffic = check_load_flags(self, budget, mix)
-        return ServeSetting(model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found)
+        from shardwise.requests.cluster_build import domain_cut
+
+        cut = domain_cut(cluster_options, cluster)  # a rack's NVLink domains cut by --num-gpus
+        return ServeSetting(
+            model, cluster, tuple(specs), stages, workload, budget, mix, traffic, tuple(notes), found, cut
+        )
 
     def run(self, progress: Any = None) -> ServeResult | TargetsResult:
         """Each plan priced (`ServeResult`), or with --ttft-max/--tpot-max the search
@@ -335,6 +340,7 @@ class ServeSetting:
     traffic: dict[str, Any] | None  # the in-flight simulation's settings; None: static batching
     notes: tuple[str, ...]
     layouts: Any = None  # requests.serve_plans.Layouts: the plans given, or the machine's compared without --plan
+    domain_cut: tuple[int, int] | None = None  # (GPUs per NVLink domain, as cut): `cluster_build.domain_cut`
 
 
 @dataclass(frozen=True)

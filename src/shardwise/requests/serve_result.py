@@ -11,6 +11,7 @@ from typing import Any
 
 from shardwise.errors import SpecError
 from shardwise.requests.build import MODEL_SHAPE_KEYS
+from shardwise.requests.cluster_build import domain_tp_refusal
 from shardwise.requests.serve_plans import scenario
 
 
@@ -129,6 +130,10 @@ def priced(request: Any, s: Any, progress: Callable[..., Any] | None = None) -> 
     built: dict[str, Any] = {}  # in flight, each plan's replica, kept for its pipeline-scaling split
     for spec in s.specs:
         try:
+            if s.domain_cut is not None and (
+                why := domain_tp_refusal(int(spec.tp), int(s.cluster.num_gpus), *s.domain_cut)
+            ):
+                raise SpecError(why)  # said as predict and plan say it, not as the cut domain's gpus_per_node
             rows.append(_estimate(s, spec, request.max_throughput, built))
         except SpecError as exc:
             invalid.append((spec.label, str(exc)))
