@@ -74,3 +74,22 @@ def test_plan_and_serve_say_the_nvlink_domain_rule_as_predict_does(cli):
     assert code == 0 and f"--plan tp=4: not computed: {DOMAINS}" in out + err and "gpus_per_node" not in out + err
     code, _, err = cli(["plan", *NVL_100, "--tp", "2,4", "--global-batch", "200", "--top", "1"])
     assert code == 0, err  # tp 2 tiles the domains of 50
+
+
+def test_plans_nothing_fits_line_names_the_capacity_less_the_headroom_and_what_fits_without_it(cli, tmp_path):
+    """'none of the 3,622 plans fits in 79.11 GiB' while -o had rows with fits_in_memory true (the headroom
+    dropped them): the line names the capacity less the headroom, and how many fit without it."""
+    import csv
+    import re
+
+    path = tmp_path / "p70.csv"
+    args = ["plan", "--model", "llama3-70b", "--system", "dgx-h100", "--nodes", "2", "--global-batch", "128"]
+    code, _, err = cli([*args, "-o", str(path)])
+    rows = list(csv.DictReader(path.open()))
+    fit = sum(r["fits_in_memory"] == "true" for r in rows)
+    assert code == 2 and fit > 0 and not any(r["fits_with_headroom"] == "true" for r in rows), err
+    assert "fits in 71.20 GiB per GPU, the 79.11 GiB" in err and "less the --memory-headroom of 7.91 GiB" in err
+    assert re.search(rf"; {fit} fits? without the headroom", err), err
+    code, _, err = cli(["plan", "--model", "llama3-405b", "--system", "dgx-h100", "--global-batch", "16",
+                        "--memory-headroom", "0"])  # fmt: skip
+    assert code == 2 and "without the headroom" not in err and "headroom of" not in err, err

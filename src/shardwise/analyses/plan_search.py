@@ -52,6 +52,18 @@ class PlanSearch:
     def dropped_for_memory(self) -> int:
         return int(np.sum(~self.fits))
 
+    def fit_without_headroom(self) -> int:
+        """How many plans fit in the GPU's whole memory (`fits_in_memory`, predict's test), the
+        headroom left out: every plan's memory priced (`training_memory`), so read it where none
+        fits with the headroom, to say so (`requests.plan_result.nothing_fits`)."""
+        if self.space.memory_headroom_bytes <= 0:
+            return int(np.sum(self.fits))
+        from shardwise.engines.training import training_memory
+
+        scn = columns_scenario(self.model, self.cluster, self.global_batch, self.space, self.columns)
+        total = np.broadcast_to(np.asarray(training_memory(scn).total_bytes, dtype=float), self.fits.shape)
+        return int(np.sum(total <= float(self.cluster.gpu.memory_bytes)))
+
     @functools.cached_property
     def _fit_index(self) -> np.ndarray:
         return np.flatnonzero(self.fits)

@@ -9,9 +9,9 @@ import shlex
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from shardwise.requests.plan_result import NothingFits, PlanResult, with_intervals
+from shardwise.requests.plan_result import NothingFits, PlanResult, nothing_fits, with_intervals
 from shardwise.requests.training import PLAN_MEMORY_HEADROOM, PredictRequest, TrainingRequest, checked_emit
-from shardwise.units import format_capacity, share_or_bytes
+from shardwise.units import share_or_bytes
 
 # the fields of a request that say where and how the plans run (kept from the plan's own request);
 # the layout fields are the row's
@@ -366,11 +366,8 @@ class PlanRequest:
                 levers.append("ZeRO-3 (--zero-with-pp to combine it with a pipeline)")
             if space.memory_headroom_bytes > 0:
                 levers.append("less --memory-headroom")
-            raise NothingFits(
-                f"plan: none of the {result.evaluated:,} plans fits in "
-                f"{format_capacity(float(cluster.gpu.memory_bytes))} per GPU; try {', '.join(levers)}",
-                PlanResult(self, result, [], [], None, "", tuple(notes), cal),
-            )
+            outcome = PlanResult(self, result, [], [], None, "", tuple(notes), cal)
+            raise NothingFits(nothing_fits(result, levers), outcome)
         spread = build.spread([result.scenario(int(i)) for i in best], cal)
         rows = with_intervals(result, best, spread)
         for r, i in zip(rows, best, strict=True):

@@ -10,6 +10,24 @@ from typing import Any
 from shardwise.errors import SpecError
 
 
+def nothing_fits(search: Any, levers: list[str]) -> str:
+    """plan's line where no plan fits: the capacity the search filtered on (the GPU's less the
+    headroom, `--memory-headroom`), and how many plans fit the GPU's whole memory, as the
+    `fits_in_memory` column of `plan -o` says (review 34: '...fits in 79.11 GiB' while 9 rows had
+    fits_in_memory true)."""
+    from shardwise.units import format_capacity, format_gib
+
+    gpu_bytes, headroom = float(search.cluster.gpu.memory_bytes), float(search.space.memory_headroom_bytes)
+    where = f"{format_capacity(gpu_bytes)} per GPU"
+    if headroom > 0:
+        where = f"{format_gib(gpu_bytes - headroom)} per GPU, the {format_capacity(gpu_bytes)}"
+        where += f" less the --memory-headroom of {format_gib(headroom)}"
+        n = search.fit_without_headroom()
+        if n:
+            where += f"; {n:,} fit{'s' if n == 1 else ''} without the headroom (fits_in_memory true)"
+    return f"plan: none of the {search.evaluated:,} plans fits in {where}; try {', '.join(levers)}"
+
+
 class NothingFits(SpecError):
     """No plan of the search fits in memory: the message says what to try; `outcome` is the search
     without rows, for `plan -o`, which writes every evaluated plan, fitting or not."""
