@@ -93,3 +93,12 @@ def test_plans_nothing_fits_line_names_the_capacity_less_the_headroom_and_what_f
     code, _, err = cli(["plan", "--model", "llama3-405b", "--system", "dgx-h100", "--global-batch", "16",
                         "--memory-headroom", "0"])  # fmt: skip
     assert code == 2 and "without the headroom" not in err and "headroom of" not in err, err
+
+
+@pytest.mark.parametrize("flag", ["--ttft-max", "--tpot-max"])
+def test_a_latency_targets_bad_unit_hint_does_not_offer_the_bare_number_it_refuses(cli, flag):
+    base = ["serve", "--model", "llama3-8b", "--system", "dgx-h100", flag]
+    code, _, err = cli([*base, "5kg"])
+    assert code == 2 and "'5kg' is not a time" in err and "as a number" not in err and "500ms" in err, err
+    code, _, err = cli([*base, "0.05"])
+    assert code == 2 and "give a time with its unit" in err, err

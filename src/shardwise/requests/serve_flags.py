@@ -69,8 +69,8 @@ def seconds_of(value: str | None, flag: str) -> float | None:
         raise SpecError(f"{flag}: {value} is not allowed; give a time with its unit, such as 500ms or 1s")
     try:
         seconds = parse_seconds(value)
-    except UnitError as exc:
-        raise SpecError(f"{flag}: {exc}") from None
+    except UnitError:  # not parse_seconds' hint, which offers seconds as a bare number
+        raise SpecError(f"{flag}: {value!r} is not a time; give one with its unit, such as 500ms or 1s") from None
     if not seconds > 0 or seconds == float("inf"):
         raise SpecError(f"{flag}: {value!r} is not allowed; give a time > 0 such as 500ms")
     return seconds
