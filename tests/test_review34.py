@@ -102,3 +102,29 @@ def test_a_latency_targets_bad_unit_hint_does_not_offer_the_bare_number_it_refus
     assert code == 2 and "'5kg' is not a time" in err and "as a number" not in err and "500ms" in err, err
     code, _, err = cli([*base, "0.05"])
     assert code == 2 and "give a time with its unit" in err, err
+
+
+def test_a_better_neighbour_the_emitted_stack_does_not_implement_says_so(cli):
+    """--emit torchtitan --zero 0,1,2 notes 'ZeRO 1 not searched' yet the why said only 'ZeRO-1: 0.8% better but
+    does not fit'."""
+    args = ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--nodes", "1", "--global-batch", "64"]
+    code, out, err = cli([*args, "--emit", "torchtitan", "--zero", "0,1,2", "--json"])
+    assert code == 0, err
+    import json
+
+    why = {a["change"]: a for a in json.loads(out)["why"]}
+    assert why["ZeRO-1"]["relative"] < 0, why["ZeRO-1"]
+    assert "better but torchtitan-compile implements ZeRO 0, 2, 3 only" in why["ZeRO-1"]["text"], why["ZeRO-1"]
+
+
+def test_the_fewest_layers_recomputed_whole_is_not_said_of_a_neighbour_that_does_not_fit(cli):
+    import json
+
+    args = ["plan", "--model", "gpt-6.7b", "--system", "rtx4090-8x", "--nodes", "2", "--global-batch", "64"]
+    code, out, err = cli([*args, "--json"])
+    assert code == 0, err
+    why = json.loads(out)["why"]
+    unfit = [a for a in why if not a["fits"]]
+    assert {"ZeRO-0", "micro-batch 2", "schedule gpipe"} <= {a["change"] for a in unfit}, why
+    assert not any("fewest layers recomputed whole" in a["text"] for a in unfit), unfit
+    assert any("fewest layers recomputed whole" in a["text"] for a in why if a["fits"])  # still said where it holds

@@ -208,6 +208,11 @@ def _searched(search: PlanSearch, plan: Plan) -> np.ndarray:
     return mask & (cols["sequence_parallel"].astype(bool) == bool(plan.sequence_parallel))
 
 
+# why a searched plan with layers recomputed whole is not in the table: said of a neighbour that fits
+# (one that does not would have had more layers recomputed, or none that fit: `alternatives`)
+FEWEST_WHOLE = "the search takes the fewest layers recomputed whole that fit"
+
+
 def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     """Why the search did not consider `plan` (None if it did)."""
     if _searched(search, plan).any():
@@ -243,7 +248,7 @@ def excluded_by(search: PlanSearch, plan: Plan) -> str | None:
     if int(np.asarray(plan.recompute_layers)) > 0 and not blocks and sp.recompute_layers is None:
         return "the framework does not recompute some layers whole"
     if int(np.asarray(plan.recompute_layers)) > 0 and blocks:
-        return "the search takes the fewest layers recomputed whole that fit"
+        return FEWEST_WHOLE
     outside = _outside_values(sp, plan)
     reason = f"outside the values searched ({outside})" if outside else "not among the searched plans"
     return not_in_stack(stack, plan, searched=True, shown_as=shown) or reason
@@ -322,6 +327,8 @@ def alternatives(search: PlanSearch, index: int) -> list[Alternative]:
         fits = float(np.asarray(est.memory.total_bytes)) <= capacity
         rel = (base_score - _score(search, est)) / abs(base_score)
         excluded, below = excluded_by(search, plan), None
+        if excluded == FEWEST_WHOLE and not fits:  # review 34: said of ZeRO-0, micro-batch 2, gpipe that do not fit
+            excluded = None
         if excluded is None and fits and rel < 0:  # searched and better here, yet ranked below: say why
             below = ranked_below(search, index, plan, rel, _value(est, "step_time_s") > _value(best, "step_time_s"))
         step = _value(est, "step_time_s")
@@ -381,9 +388,9 @@ def describe(alt: Alternative) -> str:
     note = alt.excluded or alt.ranked_below
     outside = f", {note}" if note else ""
     reason = "" if alt.reason == "the same cost" else f" ({alt.reason})"
-    if alt.relative < -SAME:
-        why = "does not fit" if not alt.fits else (note or "outside the search")
-        return f"{alt.change}: {-alt.relative:.1%} better but {why}: {alt.reason}"
+    if alt.relative < -SAME:  # what the stack lacks (review 34: ZeRO-1 under torchtitan) before the memory
+        why = " and ".join([*([alt.excluded] if alt.excluded else []), *([] if alt.fits else ["does not fit"])])
+        return f"{alt.change}: {-alt.relative:.1%} better but {why or note or 'outside the search'}: {alt.reason}"
     verdict = f"+{alt.relative:.1%}" if alt.relative > SAME else "the same"
     fits = "" if alt.fits else ", does not fit"
     return f"{alt.change}: {verdict}{fits}{outside}{reason}"
