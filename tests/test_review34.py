@@ -128,3 +128,28 @@ def test_the_fewest_layers_recomputed_whole_is_not_said_of_a_neighbour_that_does
     assert {"ZeRO-0", "micro-batch 2", "schedule gpipe"} <= {a["change"] for a in unfit}, why
     assert not any("fewest layers recomputed whole" in a["text"] for a in unfit), unfit
     assert any("fewest layers recomputed whole" in a["text"] for a in why if a["fits"])  # still said where it holds
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["plan", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "16"],  # rich's console
+        ["predict", "--model", "llama3-8b", "--system", "dgx-h100", "--global-batch", "16", "--tp", "2", "--json"],
+    ],
+)
+def test_a_closed_pipe_ends_the_command_quietly_with_status_0(args):
+    """`shardwise plan ... | head -1` exited with status 1 and no message (rich's console), `predict --json`
+    too (click's own handler of EPIPE); other commands exited 0: one rule, 0 and no message."""
+    import os
+    import subprocess
+    import sys
+
+    read, write = os.pipe()
+    os.close(read)  # the reader gone before the first line: every write meets a closed pipe
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "shardwise", *args], stdout=write, stderr=subprocess.PIPE, text=True
+        )
+    finally:
+        os.close(write)
+    assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)

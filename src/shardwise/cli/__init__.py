@@ -63,8 +63,19 @@ COMMANDS: dict[str, tuple[str, str, str]] = {
 }
 
 
+class PipeClosed(Exception):
+    """stdout's reader closed the pipe (`| head -1`): not an OSError, which click's own handler
+    would end with status 1, where `main` ends it with status 0 and no message."""
+
+
 class LazyGroup(click.Group):
     """A click group that imports a subcommand's module only when that subcommand runs."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            raise PipeClosed from None
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -146,7 +157,8 @@ def main(argv: list[str] | None = None) -> None:
     except USER_ERRORS as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    except BrokenPipeError:
+    except (BrokenPipeError, PipeClosed):  # the reader closed the pipe (`| head -1`): done, quietly, status 0
+        _quiet_stdout()  # the interpreter's last flush would say 'Exception ignored' and exit 120
         sys.exit(0)
     except OSError as exc:  # the answer could not be written (stdout on a full disk): one line, as for -o
         if exc.filename is not None or exc.errno not in _WRITE_ERRNOS:

@@ -68,13 +68,22 @@ def piped_width(environ: Mapping[str, str]) -> int:
     return int(given) if given.isdigit() and int(given) > 0 else PIPED_WIDTH
 
 
+class _Console(Console):
+    """rich's Console, whose closed pipe ends the command as every other write to one does
+    (`cli.main`: status 0, no message, as `| head -1` expects), not with rich's own status 1."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        raise BrokenPipeError
+
+
 def console() -> Console:
     import os
     import sys
 
     if sys.stdout.isatty():
-        return Console(highlight=False, soft_wrap=False)
-    return Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
+        return _Console(highlight=False, soft_wrap=False)
+    return _Console(highlight=False, soft_wrap=False, width=piped_width(os.environ), file=_Rstripped(sys.stdout))
 
 
 def progress_console() -> Console:
