@@ -153,3 +153,24 @@ def test_a_closed_pipe_ends_the_command_quietly_with_status_0(args):
     finally:
         os.close(write)
     assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_figure_legends_name_the_tp_term_as_the_tables_do():
+    """colors.TERM_NAMES['tp_comm'] was 'TP communication' in every stacked-bar legend, while the tables and
+    why-lines say 'CP communication' (tp 1) or 'TP/CP communication' (`engines.result.tp_comm_name`)."""
+    pytest.importorskip("dash")
+    pytest.importorskip("matplotlib")
+    from shardwise.explore import pages
+    from shardwise.plots import stacked_bars
+
+    parts = {"compute": 1.0, "tp_comm": 0.5}
+    rows = [{"tp": t, "pp": 1, "dp": 4, "cp": c, "vpp": 1, "micro_batch": 1, "breakdown_s": parts} for t, c in
+            ((1, 2), (2, 2))]  # fmt: skip
+    names = [bar["name"] for bar in pages._plans_figure(rows)["data"]]
+    assert names == ["compute", "TP/CP communication"], names
+    names = [bar["name"] for bar in pages._plans_figure(rows[:1])["data"]]
+    assert names == ["compute", "CP communication"], names
+    assert pages._tp_comm({"tp=1,cp=2": parts, "pp=8": parts}) == "CP communication"
+    assert pages._tp_comm({"tp=8": parts}) == "TP communication"
+    fig = stacked_bars(["a"], {"compute": [1.0], "tp_comm": [0.5]}, "s", "t", tp_comm="CP communication")
+    assert [t.get_text() for t in fig.axes[0].get_legend().get_texts()] == ["compute", "CP communication"]

@@ -78,3 +78,12 @@ def plan_colors(labels: Sequence[str]) -> list[str]:
         shades = KIND_SHADES.get(kind, OTHER_COLORS)
         out.append(shades[k % len(shades)])
     return out
+
+
+def term_name(term: str, tp_comm: str | None = None) -> str:
+    """A term's name in a legend; `tp_comm`: what the plans shown call theirs, 'CP communication' or
+    'TP/CP communication' where they have context parallelism (`engines.result.tp_comm_name`, as
+    the tables and why-lines say), else 'TP communication'."""
+    if term == "tp_comm" and tp_comm:
+        return tp_comm
+    return TERM_NAMES.get(term, term.replace("_", " "))

@@ -12,7 +12,7 @@ import operator
 from collections.abc import Iterator
 from typing import Any
 
-from shardwise.colors import TERM_NAMES, term_colors
+from shardwise.colors import term_colors, term_name
 from shardwise.units import format_seconds
 
 Figure = dict[str, Any]
@@ -161,13 +161,13 @@ def crossover(data: dict[str, Any]) -> Figure:
     return fig
 
 
-def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> Figure:
-    """Stacked bars: where each plan's time goes at the switch point."""
+def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str, tp_comm: str | None = None) -> Figure:
+    """Stacked bars: where each plan's time goes at the switch point (`tp_comm`: `colors.term_name`)."""
     terms = [t for t in next(iter(parts.values())) if any(p.get(t, 0) > 0 for p in parts.values())]
     bars = [
         {
             "type": "bar",
-            "name": TERM_NAMES.get(term, term.replace("_", " ")),
+            "name": term_name(term, tp_comm),
             "x": list(parts),
             "y": [parts[plan].get(term, 0.0) for plan in parts],
             "marker": {"color": color},
@@ -180,14 +180,14 @@ def breakdown(parts: dict[str, dict[str, float]], at: float, variable: str) -> F
     return _layout(_figure(*bars, barmode="stack"), title, "plan", "time (s)")
 
 
-def stacked(names: list[str], parts: list[dict[str, float]], title: str) -> Figure:
+def stacked(names: list[str], parts: list[dict[str, float]], title: str, tp_comm: str | None = None) -> Figure:
     """Stacked bars of time terms, one bar per name; each term in its fixed colour (`colors.TERM_COLORS`,
-    the command line's), not by its position among the terms shown."""
+    the command line's), not by its position among the terms shown; `tp_comm`: `colors.term_name`."""
     terms = list(parts[0]) if parts else []
     bars = [
         {
             "type": "bar",
-            "name": TERM_NAMES.get(term, term.replace("_", " ")),
+            "name": term_name(term, tp_comm),
             "x": names,
             "y": [p[term] for p in parts],
             "marker": {"color": color},

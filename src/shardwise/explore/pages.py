@@ -14,6 +14,7 @@ from typing import Any
 
 from dash import html, no_update
 
+from shardwise.engines.result import tp_comm_name
 from shardwise.explore import checks, figures, state
 from shardwise.explore.runner import Outcome
 from shardwise.units import parse_seconds
@@ -47,7 +48,7 @@ def _crossover(v: dict[str, Any], files: Files, run: Run) -> Result:
     second = no_update
     first = next((c for c in data["crossings"] if c.get("breakdown_s")), None)
     if first is not None:
-        second = figures.breakdown(first["breakdown_s"], first["at"], data["variable"])
+        second = figures.breakdown(first["breakdown_s"], first["at"], data["variable"], _tp_comm(first["breakdown_s"]))
     return outcome, [figures.crossover(data), second], " | ".join(texts)
 
 
@@ -117,7 +118,22 @@ def _plans_table(top: list[dict[str, Any]]) -> html.Table:
 
 def _plans_figure(top: list[dict[str, Any]]) -> Any:
     names = [f"tp={p['tp']},pp={p['pp']},dp={p['dp']},v={p['vpp']},mb={p['micro_batch']}" for p in top]
-    return figures.stacked(names, [p["breakdown_s"] for p in top], "the best plans: where each step's time goes")
+    tp_comm = tp_comm_name([p["tp"] for p in top], [p.get("cp", 1) for p in top]) if top else None
+    title = "the best plans: where each step's time goes"
+    return figures.stacked(names, [p["breakdown_s"] for p in top], title, tp_comm)
+
+
+def _tp_comm(plans: dict[str, Any]) -> str | None:
+    """What the plans labelled as --plan takes them ('tp=8', 'tp=4,cp=2') call their TP part
+    (`engines.result.tp_comm_name`); None where a label is not such a plan."""
+    from shardwise.errors import SpecError
+    from shardwise.loaders import parse_plan_spec
+
+    try:
+        specs = [parse_plan_spec(label) for label in plans]
+    except (SpecError, ValueError):
+        return None
+    return tp_comm_name([s.tp for s in specs], [dict(s.options).get("cp", 1) for s in specs]) if specs else None
 
 
 def _serving(v: dict[str, Any], files: Files, run: Run) -> Result:

@@ -8,7 +8,7 @@ import matplotlib
 import numpy as np
 from matplotlib.figure import Figure
 
-from shardwise.colors import TERM_NAMES, term_colors
+from shardwise.colors import term_colors, term_name
 from shardwise.plots._base import plan_colors, plt
 
 
@@ -70,14 +70,20 @@ def lines(
 
 
 def stacked_bars(
-    categories: Sequence[str], parts: dict[str, np.ndarray], ylabel: str, title: str, note: str = ""
+    categories: Sequence[str],
+    parts: dict[str, np.ndarray],
+    ylabel: str,
+    title: str,
+    note: str = "",
+    tp_comm: str | None = None,
 ) -> Figure:
-    """Where the time goes: one stacked bar per category (plan, link, batch ...)."""
+    """Where the time goes: one stacked bar per category (plan, link, batch ...); `tp_comm`: the
+    plans' name for that term (`colors.term_name`)."""
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(categories) + 2), 5))
     bottom = np.zeros(len(categories))
     shown = {k: np.asarray(v, dtype=float) for k, v in parts.items() if not np.all(np.asarray(v, dtype=float) == 0)}
     for (key, v), color in zip(shown.items(), term_colors(list(shown)), strict=True):
-        ax.bar(categories, v, bottom=bottom, color=color, label=TERM_NAMES.get(key, key), width=0.65)
+        ax.bar(categories, v, bottom=bottom, color=color, label=term_name(key, tp_comm), width=0.65)
         bottom = bottom + v
     for i, total in enumerate(bottom):
         ax.annotate(f"{total:.3g}", (i, total), xytext=(0, 3), textcoords="offset points", ha="center", fontsize=8)

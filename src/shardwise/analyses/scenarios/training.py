@@ -18,6 +18,7 @@ from shardwise.analyses.scenarios.common import (
     wide_model,
 )
 from shardwise.engines.pipeline import pipeline_makespan_s
+from shardwise.engines.result import tp_comm_name
 from shardwise.engines.training import estimate_training_step, layer_times_s
 from shardwise.presets import parse_link_spec
 from shardwise.specs import Plan, Scenario
@@ -58,6 +59,7 @@ def small_batch(plot: bool) -> ScenarioReport:
             parts,
             "training step time (s)",
             "Very small batch (brief 4.1): where a step's time goes, NVLink, 2048-token sequences",
+            tp_comm=tp_comm_name([runs[k].scenario.plan.tp for k in runs], [runs[k].scenario.plan.cp for k in runs]),
         )
     return ScenarioReport(
         "small-batch",
