@@ -15,7 +15,7 @@ from shardwise.engines.training_flops import flops_per_step
 from shardwise.errors import SpecError
 from shardwise.physics.compute import layer_times, memory_s
 from shardwise.physics.flops import layer_forward
-from shardwise.physics.lora import adapter_params, lora_layer_times
+from shardwise.physics.lora import adapter_params, lora_layer_times, norm_returned
 from shardwise.specs import Plan, Scenario
 
 
@@ -138,19 +138,57 @@ def test_public_lora_runs_are_priced_and_reported_apart():
 def test_fp8_frozen_layers_quantise_row_wise_only():
     """Transformer Engine makes the column-wise FP8 copies (input, output gradient) only for a
     weight gradient: a LoRA layer's output-gradient casts move 3 bytes per element instead of 4
-    (less the same kernel launches); in the forward pass the norm writes the FP8 inputs of QKV and MLP
-    up itself (delayed scaling: no cast, and no transpose without a weight gradient), and the inputs
-    of proj and MLP down are cast row-wise, 3 bytes an element in 2 kernels."""
+    (less the same kernel launches). In the forward pass every input is cast row-wise, 3 bytes an
+    element, one kernel each: with adapters on QKV and MLP up, PEFT has their LayerNormLinear return
+    the norm output (`return_layernorm_output`, Megatron-Bridge peft/utils.py), so the norm writes 16
+    bits and TE casts it like any input (TE 2.x `with_quantized_norm = fp8 and not
+    return_layernorm_output`); with adapters on proj and MLP down alone, the norms still write the
+    FP8 inputs of QKV and MLP up (delayed scaling: no cast, no transpose without a weight gradient)
+    and only proj's and MLP down's inputs are cast, in 2 kernels."""
     gpu = presets.gpu("h100-sxm5-80gb")
     fwd = layer_forward(presets.model("llama3-8b", seq_len=4096), 1, 1, False, 2.0)
     full = layer_times(fwd, gpu, "fp8", True)
-    lora = lora_layer_times(full, fwd, 16, gpu, "fp8")
+    returned = norm_returned(fwd, 16)  # the default targets: all four
+    assert returned == (1.0, 1.0)
+    lora = lora_layer_times(layer_times(fwd, gpu, "fp8", True, norm_returned=returned), fwd, 16, gpu, "fp8")
     launch = 4 * gpu.kernel_launch_s
     assert lora.cast_b_s - launch == pytest.approx(0.75 * (full.cast_b_s - launch), rel=1e-9)
-    cast_in = sum(g.m * g.k * g.batch for g in (fwd.attn_out, fwd.mlp_down))
-    assert lora.cast_f_s == pytest.approx(memory_s(3.0 * cast_in, gpu, kernels=2), rel=1e-9)
+    cast_in = sum(g.m * g.k * g.batch for g in fwd.gemms)
+    assert lora.cast_f_s == pytest.approx(memory_s(3.0 * cast_in, gpu, kernels=4), rel=1e-9)
+    rows = "proj,fc2"
+    assert norm_returned(fwd, 16, rows) == (0.0, 0.0)
+    lora_rows = lora_layer_times(full, fwd, 16, gpu, "fp8", targets=rows)
+    rows_in = sum(g.m * g.k * g.batch for g in (fwd.attn_out, fwd.mlp_down))
+    assert lora_rows.cast_f_s == pytest.approx(memory_s(3.0 * rows_in, gpu, kernels=2), rel=1e-9)
     bf16 = layer_times(fwd, gpu, "bf16", True)
     assert lora_layer_times(bf16, fwd, 16, gpu, "bf16").cast_f_s == 0.0
+
+
+def test_lora_on_norm_fed_layers_keeps_the_16_bit_norm_write():
+    """Under FP8 delayed scaling TE's norm writes 1 byte an element of the QKV and MLP-up inputs
+    (`physics.casts.norm_fp8_saved_bytes`), but not where LoRA wraps the layer (its norm output is
+    returned in 16 bits): the forward element-wise work keeps 2 bytes there, per wrapped layer; in 16
+    bits nothing changes. The plan's LoRA targets decide which (`engines.costs.plan_layer_times`)."""
+    from shardwise.engines.costs import plan_layer_times
+    from shardwise.physics.casts import NORM_FP8_WRITE_SAVED_BYTES_PER_ELEMENT
+
+    gpu = presets.gpu("h100-sxm5-80gb")
+    fwd = layer_forward(presets.model("llama3-8b", seq_len=4096), 1, 1, False, 2.0)
+    stream = gpu.memory_bandwidth_bytes_per_s * gpu.memory_efficiency
+    plain = layer_times(fwd, gpu, "fp8", True)
+    for returned, layers in (
+        ((1.0, 0.0), (fwd.qkv,)),
+        ((0.0, 1.0), (fwd.mlp_up,)),
+        ((1.0, 1.0), (fwd.qkv, fwd.mlp_up)),
+    ):
+        lt = layer_times(fwd, gpu, "fp8", True, norm_returned=returned)
+        kept = NORM_FP8_WRITE_SAVED_BYTES_PER_ELEMENT * sum(g.m * g.k * g.batch for g in layers)
+        assert lt.elementwise_s - plain.elementwise_s == pytest.approx(kept / stream, rel=1e-9)
+        assert lt.elementwise_bwd_s == plain.elementwise_bwd_s
+    bf16 = layer_times(fwd, gpu, "bf16", True)
+    assert layer_times(fwd, gpu, "bf16", True, norm_returned=(1.0, 1.0)) == bf16
+    plan = Plan(micro_batch=1, precision="fp8", fp8_recipe="te", lora_rank=16, lora_targets="qkv")
+    assert plan_layer_times(fwd, gpu, plan) == layer_times(fwd, gpu, "fp8", True, norm_returned=(1.0, 0.0))
 
 
 def test_skinny_adapter_gemms_stream_their_wide_operand_at_memory_speed():

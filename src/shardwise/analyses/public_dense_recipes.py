@@ -6,7 +6,8 @@ whole-layer recomputation of a recipe (`Plan.recompute_layers`), each read in
 scripts/performance/configs/llama{,3,31}/ at the Bridge tag of the row's NeMo container (docs/
 versions1.json: 25.11 = v0.2.0, 26.02 = v0.3.0, 26.02.01 = v0.3.1, 26.04 = v0.4.0, 26.04.01 =
 v0.4.2, 26.06 = v0.5.0, 26.06.01 = v0.5.1; 25.09 = v0.1.0rc3 kept its recipes in YAML and is not
-read), for the WorkloadBaseConfig whose layout (tp, pp, vp, cp, mbs, gbs) is the row's.
+read), for the WorkloadBaseConfig whose layout (tp, pp, vp, cp, mbs, gbs) is the row's; and NeMo
+AutoModel's one dense pretrain benchmark config that turns its deferred gradient sync off.
 Nothing here is fitted.
 
 What the same recipes set that the model already reads elsewhere, or that does not change its
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from shardwise.analyses.public_memory_recipes import MEGATRON_BRIDGE, RecipeFact
 
 BLACKWELL = ("dgx-b200", "gb200-nvl72", "gb300-nvl72")
+AUTOMODEL = "GitHub NVIDIA-NeMo/Automodel docs/performance-summary"
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,11 @@ FACTS = (
     # v0.5.0 llama/llama3_workload_base_configs.py LLAMA3_70B_SFT_CONFIG_{GB300,GB200,H100}_{FP8_CS,
     # FP8_MX}_V1: cuda_graph_impl="transformer_engine", cuda_graph_scope="mlp" (the rows' layouts)
     DenseFact(RecipeFact(MEGATRON_BRIDGE, "llama3-70b", version="26.06"), (("cuda_graph_scope", "mlp"),), ("sft",)),
+    # NeMo AutoModel's Llama 3.1 70B pretrain benchmark on 64 H100 (tp1 cp2 pp1 dp32, gbs 128: four
+    # micro-batches), examples/llm_pretrain/llama3_1_70b_pretrain_benchmark_8nodes_tp1cp2pp1{,_0410}.yaml
+    # (@4663592c, @1079dfdd): `defer_fsdp_grad_sync: False   # Must be False with GA>1: True -> delayed
+    # resharding -> OOM`, against the preset's last-micro-batch (the whole fp32 gradients, 280 GB a GPU)
+    DenseFact(RecipeFact(AUTOMODEL, "llama3-70b", ("dgx-h100",)), (("fsdp2_grad_sync", "every-micro-batch"),)),
 )
 
 

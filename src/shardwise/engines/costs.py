@@ -37,7 +37,7 @@ from shardwise.physics.flops import (
     layer_forward,
 )
 from shardwise.physics.linears import GemmTimes
-from shardwise.physics.lora import lora_layer_times
+from shardwise.physics.lora import lora_layer_times, norm_returned
 from shardwise.physics.microbatch import plan_accumulate_bytes
 from shardwise.physics.stack import (
     EAGER_ELEMENTWISE_KERNELS,
@@ -108,7 +108,8 @@ def plan_layer_times(
 ) -> LayerTimes:
     """One layer's kernels (`physics.compute.layer_times`) as `plan`'s stack runs them, before LoRA
     (`training` False: a serving engine's forward pass; `moe_layer`: its MLP is the shared experts,
-    which the pre-MLP norm does not feed)."""
+    which the pre-MLP norm does not feed), with the norms LoRA's adapters have return 16 bits
+    (`physics.lora.norm_returned`)."""
     sp = np.asarray(plan.sequence_parallel, dtype=bool)
     return layer_times(
         fwd, gpu, plan.precision, plan.flash_attention, plan.grad_accumulation_fusion, plan.attention_kernel,
@@ -116,7 +117,7 @@ def plan_layer_times(
         plan_accumulate_bytes(plan),
         plan.fp8_recipe, plan.cp_comm, gathered_shards=gathered_shards(plan.precision, plan.fp8_recipe, plan.tp, sp),
         training=training, norm_shards=np.where(sp, np.maximum(np.asarray(plan.tp, dtype=float), 1.0), 1.0),
-        mlp_norm_fed=not moe_layer,
+        mlp_norm_fed=not moe_layer, norm_returned=norm_returned(fwd, plan.lora_rank, plan.lora_targets),
     )  # fmt: skip
 
 

@@ -205,9 +205,13 @@ def zero_stage_fields(
     m: Number,
     overlap_param_gather: Number,
     grad_all_reduce: Number = False,
+    reduce_m: Number | None = None,
 ) -> tuple[Number, ...]:
     """DpComm's fields for ZeRO stage k (`dp_step.dp_comm`) from the prices of its
-    collectives and the stage's backward, forward and total seconds per micro-batch.
+    collectives and the stage's backward, forward and total seconds per micro-batch. `m`: the
+    micro-batches whose collectives run; `reduce_m` (default `m`): those whose ZeRO-2/3 reductions
+    run (`dp_step.reduce_micro_batches`: 1 where FSDP2 defers its gradient sync, each reduction then
+    beside the last micro-batch's backward; ZeRO-3's backward gathers keep the m backward passes).
 
     `grad_all_reduce` (`Plan.zero1_grad_all_reduce`): ZeRO-1's gradients all-reduced whole after
     the backward passes, with nothing to hide behind: nanotron wraps no DDP when it accumulates in
@@ -223,8 +227,9 @@ def zero_stage_fields(
     after_optimizer = ifelse(as_bool(overlap_param_gather), forward, 0.0)  # ZeRO-1/2's gather behind the next forward
     per_step = k == 1  # ZeRO-1 reduces once per step, ZeRO-2/3 once per micro-batch
     reduction = price("layer_reduce_scatter" if k == 3 else "reduce_scatter")  # ZeRO-3: one per layer
-    grad = reduction if per_step else m * reduction
-    window = backward if per_step else m * backward
+    rm = m if reduce_m is None else reduce_m
+    grad = reduction if per_step else rm * reduction
+    window = backward if per_step else (m if k == 3 else rm) * backward
     bucket = price("unit_reduce_scatter" if k == 3 else "bucket_reduce_scatter")
     whole = as_bool(grad_all_reduce)
     if per_step and not (one_value(whole) and not bool(whole)):  # the whole all-reduce, its own last bucket
@@ -302,10 +307,10 @@ def exposed_by_runs(
         backward, forward, total, m, overlap_gather, overlap_grad, drain, v, rounds, whole, backward3, wait = (
             cut(x) for x in values[:12]
         )
-        head, aligned = cut(values[12]), cut(values[13])
+        head, aligned, reduce_m = cut(values[12]), cut(values[13]), cut(values[14])
         part: Mapping[str, Number] = _RunPrices(rows, lo, hi) if rows else {name: cut(x) for name, x in prices.items()}
         window = backward3 if k == 3 else backward
-        fields = zero_stage_fields(k, part, window, forward, total, m, overlap_gather, whole)
+        fields = zero_stage_fields(k, part, window, forward, total, m, overlap_gather, whole, reduce_m)
         comm = DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
         grad, gather = comm.exposed_s(overlap_grad, drain, v, rounds, head, aligned)
         exposed.append(np.broadcast_to(grad + gather, (hi - lo,)))

@@ -17,7 +17,7 @@ from shardwise.engines.dp_comm import DpComm, contention_share, exposed_by_runs,
 from shardwise.physics import memory as mem
 from shardwise.physics import xla_scan
 from shardwise.physics.collectives import Fabric
-from shardwise.physics.microbatch import fsdp2_kept_gathered
+from shardwise.physics.microbatch import fsdp2_kept_gathered, plan_deferred_sync
 from shardwise.specs import Model, Plan, Scenario
 from shardwise.specs._checks import Number
 from shardwise.specs.memo import kept
@@ -36,6 +36,7 @@ def dp_comm(
     units: tuple[Number, Number] | None = None,
     layers: Number | None = None,
     comm_m: Number | None = None,
+    reduce_m: Number | None = None,
 ) -> DpComm:
     """The data-parallel communication of one stage holding `n_params` parameters per GPU (with
     `experts`: routed-expert parameters, reduced over the expert-data-parallel ranks). `n_weights`
@@ -49,7 +50,9 @@ def dp_comm(
     micro-batch, prefetched behind the forward and backward passes (no gather after the
     optimizer). `prices`: those of `collective_prices` for the ZeRO stages present, when already
     known; `units`: FSDP2's exposed units of the stage (`fsdp2_units`); `layers`: the stage's layers,
-    which ZeRO-3 gathers and reduces one at a time (default the model's over the stages).
+    which ZeRO-3 gathers and reduces one at a time (default the model's over the stages). `comm_m`,
+    `reduce_m`: the micro-batches whose collectives, whose gradient reductions run
+    (`comm_micro_batches`, `reduce_micro_batches`; default m each).
     """
     plan = scn.plan
     z = as_array(plan.zero_stage)
@@ -57,13 +60,14 @@ def dp_comm(
         names = zero_collectives(z)
         prices = collective_prices(scn, fabric, place, n_params, names, experts, n_weights, units, layers)
     contention, wait = contention_share(scn.cluster.gpu.sm_count), m * cost.host_wait_s
+    rm = m if reduce_m is None else reduce_m  # the reductions' own count (`reduce_micro_batches`)
     m = m if comm_m is None else comm_m  # the collectives' own count (`comm_micro_batches`)
     if one_value(z):  # one ZeRO stage: only its own collectives are priced
         k = int(z)
-        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce)
+        fields = _zero_stage_fields(k, prices, cost, m, plan.overlap_param_gather, plan.zero1_grad_all_reduce, rm)
         return DpComm(*fields, shared_window=k == 3, per_chunk=k <= 1, contention=contention, host_wait_s=wait)
     gather, whole = plan.overlap_param_gather, plan.zero1_grad_all_reduce
-    every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole) for k in range(4)), strict=True)
+    every = zip(*(_zero_stage_fields(k, prices, cost, m, gather, whole, rm) for k in range(4)), strict=True)
     chosen = [choose(z, list(v)) for v in every]  # z in 0..3 (the plan's rule): each field its stage's
     return DpComm(*chosen, shared_window=z == 3, per_chunk=z <= 1, contention=contention, host_wait_s=wait)
 
@@ -75,6 +79,7 @@ def _zero_stage_fields(
     m: Number,
     overlap_param_gather: Number,
     grad_all_reduce: Number = False,
+    reduce_m: Number | None = None,
 ) -> tuple[Number, ...]:
     """DpComm's fields for ZeRO stage k (see `dp_comm`)."""
     # ZeRO-3's reductions hide behind the whole backward pass (its expert all-to-alls and offload
@@ -85,7 +90,7 @@ def _zero_stage_fields(
         return zero_stage_fields(0, prices, backward, 0.0, 0.0, m, overlap_param_gather)
     forward = forward_window_s(cost)
     total = cost.total_s if k == 3 else 0.0
-    return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce)
+    return zero_stage_fields(k, prices, backward, forward, total, m, overlap_param_gather, grad_all_reduce, reduce_m)
 
 
 def comm_micro_batches(plan: Plan, m: Number) -> Number:
@@ -97,6 +102,20 @@ def comm_micro_batches(plan: Plan, m: Number) -> Number:
     if one_value(plan.per_param_sharding) and not bool(plan.per_param_sharding):
         return m  # (one plan of plain numbers without it: no numpy call)
     return ifelse(fsdp2_kept_gathered(plan.per_param_sharding, plan.pp), 1.0, m)
+
+
+def reduce_micro_batches(plan: Plan, m: Number) -> Number:
+    """How many micro-batches' ZeRO-2/3 gradient reductions a step runs: m, but 1 where FSDP2's
+    gradient sync is off until the last micro-batch (`physics.microbatch.plan_deferred_sync`: under
+    pipeline parallelism, or at pp = 1 where the stack's loop defers it, NeMo AutoModel's): with
+    `reduce_grads` off, torch's FSDPParamGroup.post_backward (torch/distributed/fsdp/_fully_shard/
+    _fsdp_param_group.py) reshards and keeps the gradient accumulated (`to_accumulated_grad_if_needed`)
+    and returns before `foreach_reduce`, so the reduce-scatter runs in the last backward alone. At pp =
+    1 the weights are still resharded after each forward and backward (`reshard_after_backward`), so
+    the gathers stay per micro-batch (`comm_micro_batches`)."""
+    if one_value(plan.per_param_sharding) and not bool(plan.per_param_sharding):
+        return m  # (one plan of plain numbers without it: no numpy call)
+    return ifelse(plan_deferred_sync(plan), 1.0, m)
 
 
 def data_parallel_exposed_s(
@@ -128,7 +147,7 @@ def data_parallel_exposed_s(
         prices = stage_collective_prices(scn, fabric, place, params, expert_params, weights)
     runs = zero_stage_runs(plan.zero_stage) if not scn.model.is_moe else None
     edges = scan_edges_s(scn, prices, params, expert_params, weights, m)
-    mc = comm_micro_batches(plan, m)
+    mc, mr = comm_micro_batches(plan, m), reduce_micro_batches(plan, m)
     heads = chunk_head_shares(scn, params if weights is None else weights)
     per_stage = zip((0.0, 1.0, p - 1), params, expert_params, stages, prices, heads, strict=True)
     for index, n_params, n_expert, cost, (dense, routed), head in per_stage:
@@ -158,6 +177,7 @@ def data_parallel_exposed_s(
                 m * cost.host_wait_s,
                 head,
                 plan.aligned_chunk_sync,
+                mr,
             )
             contention = contention_share(scn.cluster.gpu.sm_count)
             joined = exposed_by_runs(runs, dense, values, contention)
@@ -165,9 +185,10 @@ def data_parallel_exposed_s(
                 exposed.append(_with_edges(joined[0], joined[1], edges[len(exposed)]) + serial)
                 totals.append(joined[1] + serial)
                 continue
-        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense, comm_m=mc)
+        comm = dp_comm(scn, fabric, place, n_params - n_expert, cost, m, prices=dense, comm_m=mc, reduce_m=mr)
         if routed is not None:
-            comm = comm.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, prices=routed, comm_m=mc))
+            routed_comm = dp_comm(scn, fabric, place, n_expert, cost, m, True, prices=routed, comm_m=mc, reduce_m=mr)
+            comm = comm.plus(routed_comm)
         grad, gather = comm.exposed_s(plan.overlap_grad_reduce, drain, v, rounds, head, plan.aligned_chunk_sync)
         exposed.append(_with_edges(grad + gather, comm.total_s, edges[len(exposed)]) + serial)
         totals.append(comm.total_s + serial)

@@ -27,6 +27,7 @@ from shardwise.engines.dp_step import (
     dp_comm,
     pace_stretch,
     paced_cost,
+    reduce_micro_batches,
     stage_scan_edges_s,
     tied_embedding_sync_s,
 )
@@ -182,12 +183,13 @@ def stage_times(scn: Scenario) -> StageTimes:
     def stage_comm(cost: StageCost, n_params: Any, n_expert: Any, n_weights: Any, first: bool, layers: int) -> Any:
         units = fsdp2_units(scn, first)
         dense = n_weights - n_expert
-        mc = comm_micro_batches(plan, m)  # FSDP2 under pipelining: one micro-batch's collectives
+        # FSDP2 under pipelining: one micro-batch's collectives; deferred sync: one reduction a step
+        counts = {"comm_m": comm_micro_batches(plan, m), "reduce_m": reduce_micro_batches(plan, m)}
         c = dp_comm(
-            scn, fabric, place, n_params - n_expert, cost, m, n_weights=dense, units=units, layers=layers, comm_m=mc
+            scn, fabric, place, n_params - n_expert, cost, m, n_weights=dense, units=units, layers=layers, **counts
         )
         if model.is_moe:
-            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, layers=layers, comm_m=mc))
+            c = c.plus(dp_comm(scn, fabric, place, n_expert, cost, m, experts=True, layers=layers, **counts))
         return c
 
     paced = [paced_cost(c, stretches[i], plan.zero_stage) for i, c in enumerate(kinds)]

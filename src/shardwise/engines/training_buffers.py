@@ -10,6 +10,7 @@ from __future__ import annotations
 from shardwise.arrays import as_array, as_bool, ifelse, maximum
 from shardwise.physics import memory as mem
 from shardwise.physics import zero3_deepspeed as z3d
+from shardwise.physics.microbatch import plan_deferred_sync
 from shardwise.physics.params import layer_params_split, moe_layer_params_per_gpu
 from shardwise.specs import Model, Plan
 from shardwise.specs._checks import Number
@@ -114,23 +115,30 @@ def tp_gather_buffer_bytes(model: Model, plan: Plan, stack: mem.StackMemory) -> 
 
 
 def pp_unsharded_bytes(plan: Plan, stack: mem.StackMemory, params: Number, trained: Number) -> tuple[Number, Number]:
-    """(weights, gradients) a stage of ZeRO-2/3 under pipeline parallelism holds unsharded where the
-    stack's FSDP2 keeps them so through the micro-batches (`StackMemory.pp_unsharded_grad_bytes`):
+    """(weights, gradients) a stage of ZeRO-2/3 holds unsharded where the stack's FSDP2 keeps them so
+    through the micro-batches (`StackMemory.pp_unsharded_grad_bytes`). Under pipeline parallelism:
     the `trained` parameters' gradients at the reduction dtype's bytes (torch.distributed.pipelining
     `backward_maybe_with_nosync` runs every backward with the FSDP module's gradient sync and
     reshard-after-backward off, and the stage's `_post_backward` turns them on and reduces after the
     last, whatever its reshard policy, so ZeRO-2's gradients wait unsharded too), and under ZeRO-3
     every parameter of the stage at the 16-bit weight's bytes (ZeRO-2 holds its weights whole
-    already); (0, 0) otherwise, and with one data-parallel rank (no FSDP wrap). They take the
-    place of ZeRO-3's gathered units and of the gradients waiting for their reduce-scatter
-    (`zero3_buffers`), whichever is larger."""
+    already). At pp = 1 where the stack's loop defers the sync (`physics.microbatch.plan_deferred_sync`,
+    NeMo AutoModel's) the gradients alone: with `reduce_grads` off torch's FSDPParamGroup.post_backward
+    reshards the weights and keeps each parameter's whole gradient in the reduce dtype
+    (`to_accumulated_grad_if_needed`: `unsharded_accumulated_grad`) until the last micro-batch's
+    reduce-scatter (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py, _fsdp_param.py). (0, 0)
+    otherwise, and with one data-parallel rank (no FSDP wrap). They take the place of ZeRO-3's
+    gathered units and of the gradients waiting for their reduce-scatter (`zero3_buffers`),
+    whichever is larger."""
     if stack.pp_unsharded_grad_bytes == 0.0:
         return 0.0, 0.0
     zero = as_array(plan.zero_stage)
     # FSDP wraps the stage only with more than one data-parallel rank (one alone holds it whole already)
-    piped = (as_array(plan.pp) > 1) & (as_array(plan.dp) * as_array(plan.cp) > 1)
+    wrapped = as_array(plan.dp) * as_array(plan.cp) > 1
+    piped = (as_array(plan.pp) > 1) & wrapped
+    deferred = (piped | as_bool(plan_deferred_sync(plan))) & wrapped
     weights = ifelse((zero == 3) & piped, mem.weight_bytes_per_param(plan.precision) * params, 0.0)
-    return weights, ifelse((zero >= 2) & piped, stack.pp_unsharded_grad_bytes * trained, 0.0)
+    return weights, ifelse((zero >= 2) & deferred, stack.pp_unsharded_grad_bytes * trained, 0.0)
 
 
 def buffer_terms(

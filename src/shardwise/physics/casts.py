@@ -230,13 +230,36 @@ def norm_writes_fp8(precision: str, fp8_recipe: str) -> bool:
     return precision == "fp8" and fp8_recipe in ("te", "te-jax")
 
 
-def norm_fp8_saved_bytes(fwd: LayerForward, norm_shards: Number = 1, mlp_norm_fed: bool = True) -> Number:
+# A LayerNormLinear whose norm output is also returned (`return_layernorm_output`) writes it in 16 bits and
+# casts it like any other input, whatever the recipe: TE v1.9-v1.13 layernorm_linear.py `ln_out_dtype =
+# torch.uint8 if (fp8 and not return_layernorm_output)`, then `tex.cast_to_fp8(ln_out, ...)` ("we need
+# `ln_out_return` tensor in higher precision, this comes at the cost of an extra fp8 cast"); TE 2.x
+# `with_quantized_norm = fp8 and not return_layernorm_output`, then `input_quantizer(ln_out)`. PEFT sets it
+# on every TELayerNormColumnParallelLinear that carries a LoRA adapter -- QKV, MLP up (fc1) -- since the
+# adapter reads the norm output ("LoRA is applied after layernorm, so layernorm output must be returned"):
+# NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/peft/utils.py@29836cce `get_adapter_attributes_from_linear`,
+# NVIDIA/NeMo nemo/collections/llm/peft/utils.py@0cdc2a00. (QKV share, MLP-up share) of such layers.
+Returned = tuple[Number, Number]
+
+
+def _returned(fwd: LayerForward, norm_returned: Returned = (0.0, 0.0)) -> tuple[Number, ...]:
+    """Per `_weighted_linears(fwd)`: the share (0 to 1) of it whose norm output is returned in 16 bits
+    (`Returned`); 0 for the layers no norm feeds and for Mamba-2's in_proj (no adapter)."""
+    qkv, up = norm_returned
+    out = (qkv, 0.0, up, 0.0) + (0.0,) * len(fwd.extra)
+    return out if fwd.mamba is None else (*out, 0.0, 0.0)
+
+
+def norm_fp8_saved_bytes(
+    fwd: LayerForward, norm_shards: Number = 1, mlp_norm_fed: bool = True, norm_returned: Returned = (0.0, 0.0)
+) -> Number:
     """Bytes the layer's norms do not write where they write the FP8 tensor (`norm_writes_fp8`): 1 an
-    element of each norm-fed linear layer's input (`_norm_fed`), on the rank's own rows where sequence
-    parallelism splits the norm over `norm_shards` ranks."""
+    element of each norm-fed linear layer's input (`_norm_fed`) whose norm output is not returned in
+    16 bits (`norm_returned`, `_returned`), on the rank's own rows where sequence parallelism splits
+    the norm over `norm_shards` ranks."""
     gemms, on = _weighted_linears(fwd)
-    flags = _norm_fed(fwd, mlp_norm_fed)
-    fed = sum(w * g.m * g.k * g.batch for w, g, f in zip(on, gemms, flags, strict=True) if f)
+    flags, kept = _norm_fed(fwd, mlp_norm_fed), _returned(fwd, norm_returned)
+    fed = sum(w * g.m * g.k * g.batch * (1.0 - r) for w, g, f, r in zip(on, gemms, flags, kept, strict=True) if f)
     return NORM_FP8_WRITE_SAVED_BYTES_PER_ELEMENT * fed / np.asarray(norm_shards, dtype=float)
 
 
@@ -293,6 +316,7 @@ def cast_times(
     gathered_transpose: Number = 0.0,
     norm_fp8: bool = False,
     mlp_norm_fed: bool = True,
+    norm_returned: Returned = (0.0, 0.0),
 ) -> tuple[Number, Number]:
     """(forward, backward) seconds of quantising each linear layer's input and output gradient,
     `bytes_per_element` moved per 16-bit element (`cast_bytes_per_element`) by `kernels_per_tensor`
@@ -307,8 +331,9 @@ def cast_times(
     pass; only where `gathered_shards` > 1. `norm_fp8` (`norm_writes_fp8`): the norm-fed inputs are
     not cast at all; where the cast would have written a transposed copy, one transpose kernel makes
     it from the FP8 copy (`NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT`); the norm's own smaller write is
-    `norm_fp8_saved_bytes`. `mlp_norm_fed` False: a mixture-of-experts layer's MLP (its shared
-    experts) is not fed by the norm (`_norm_fed`)."""
+    `norm_fp8_saved_bytes`. The inputs whose norm output is returned in 16 bits (`norm_returned`,
+    `Returned`: LoRA's QKV and MLP up) have neither this nor `norm_saving`: cast in full. `mlp_norm_fed` False: a
+    mixture-of-experts layer's MLP (its shared experts) is not fed by the norm (`_norm_fed`)."""
     gemms, on = _weighted_linears(fwd)
     shards = np.asarray(gathered_shards, dtype=float)
     own = 1.0 / shards
@@ -327,13 +352,19 @@ def cast_times(
     # its experts cast their own, `engines.moe`)
     outputs = sum(x for x, r in zip(outs, row_flags, strict=True) if not r)
     saved, saved_kernels = norm_saving
-    fed_bytes, fed_kernels = own_bytes - saved, sum(fed_flags) * saved_kernels  # fed_kernels: not run
+    # the inputs whose norm runs quantised for its layer (TE's `with_quantized_norm`), not those whose norm
+    # output is returned in 16 bits (`_returned`): these are cast whole, with no saving either way
+    rets = _returned(fwd, norm_returned)
+    quantised_in = sum(x * (1.0 - r) for x, f, r in zip(ins, fed_flags, rets, strict=True) if f)
+    n_quantised = sum(1.0 - r for f, r in zip(fed_flags, rets, strict=True) if f)
+    fed_cast = (own_bytes - saved) * quantised_in + own_bytes * (fed - quantised_in)
+    fed_kernels = n_quantised * saved_kernels  # not run
     if norm_fp8:  # no cast; the transposed copy the cast would write (own_bytes beyond the row-wise cast's)
         kept = own_bytes - ROWWISE_CAST_BYTES_PER_ELEMENT["fp8"]
-        fed_bytes = NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT * kept
-        fed_kernels = sum(fed_flags) * (kernels_per_tensor - np.where(kept > 0, 1, 0))
+        fed_cast = NORM_FP8_TRANSPOSE_BYTES_PER_ELEMENT * kept * quantised_in + own_bytes * (fed - quantised_in)
+        fed_kernels = n_quantised * (kernels_per_tensor - np.where(kept > 0, 1, 0))
     transposes = np.where(transpose > 0, sum(col_flags) + sum(row_flags), 0)
-    forward = bytes_per_element * inputs + own_bytes * own * col + fed_bytes * own * fed
+    forward = bytes_per_element * inputs + own_bytes * own * col + own * fed_cast
     backward = bytes_per_element * outputs + own_bytes * own * rows + transpose * (fed + col + rows)
     return (
         memory_s(forward, gpu, kernels=kernels_per_tensor * len(gemms) - fed_kernels),

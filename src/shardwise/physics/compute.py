@@ -42,6 +42,7 @@ from shardwise.physics.casts import (  # noqa: F401
     FP8_GATHERED_TRANSPOSE_BYTES_PER_ELEMENT,
     MXFP8_CAST_BYTES_PER_ELEMENT,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
+    Returned,
     cast_bytes_per_element,
     cast_kernels_per_tensor,
     cast_times,
@@ -160,6 +161,7 @@ def layer_times(
     training: bool = True,
     norm_shards: Number | None = None,
     mlp_norm_fed: bool = True,
+    norm_returned: Returned = (0.0, 0.0),
 ) -> LayerTimes:
     """Times of every kernel of one layer (see the module docstring for the ratios); the
     attention kernel and eager element-wise kernels as `physics.stack` describes; PyTorch's ring
@@ -171,7 +173,8 @@ def layer_times(
     write Transformer Engine's FP8 tensor (`physics.casts.norm_writes_fp8`); `norm_shards`: the ranks
     sequence parallelism splits the norms over (default `gathered_shards`); `mlp_norm_fed` False: a
     mixture-of-experts layer, whose dense MLP (shared experts) the pre-MLP norm does not feed
-    (`physics.casts._norm_fed`)."""
+    (`physics.casts._norm_fed`); `norm_returned`: the QKV and MLP-up norms whose output is also
+    returned in 16 bits (LoRA's, `physics.casts.Returned`): no FP8 norm write there."""
     flash = np.asarray(flash, dtype=bool)
     qkv, proj, up, down, *extra = linears_times(
         (*fwd.gemms, *fwd.extra), gpu, precision, fused_accumulation, accumulate_bytes, fp8_recipe, backward
@@ -233,12 +236,14 @@ def layer_times(
         )
         norm_fp8 = training and norm_writes_fp8(precision, fp8_recipe)  # TE's training modules
         cast_f, cast_b = cast_times(
-            fwd, gpu, per_element, kernels, saving, gathered_shards, transpose, norm_fp8, mlp_norm_fed
+            fwd, gpu, per_element, kernels, saving, gathered_shards, transpose, norm_fp8, mlp_norm_fed, norm_returned
         )
         if norm_fp8:  # the norm writes the FP8 input itself: 1 byte an element out of it, not 2 (not in its backward)
             fused_f = memory_s(
                 fwd.elementwise_bytes
-                - norm_fp8_saved_bytes(fwd, gathered_shards if norm_shards is None else norm_shards, mlp_norm_fed),
+                - norm_fp8_saved_bytes(
+                    fwd, gathered_shards if norm_shards is None else norm_shards, mlp_norm_fed, norm_returned
+                ),
                 gpu,
                 fwd.elementwise_kernels,
             )

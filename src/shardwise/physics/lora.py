@@ -34,7 +34,7 @@ from dataclasses import replace
 import numpy as np
 
 from shardwise.arrays import any_true, as_array
-from shardwise.physics.casts import cast_kernels_per_tensor, norm_writes_fp8
+from shardwise.physics.casts import Returned, cast_kernels_per_tensor, norm_writes_fp8
 from shardwise.physics.compute import (
     FUSED_ACCUMULATE_BYTES,
     ROWWISE_CAST_BYTES_PER_ELEMENT,
@@ -125,6 +125,16 @@ def trainable_params(
     return np.where(rank > 0, layers * layer_adapter_params(model, tp, rank, bytes_per_element, targets), params)
 
 
+def norm_returned(fwd: LayerForward, rank: Number, targets: str = DEFAULT_TARGETS) -> Returned:
+    """(QKV, MLP up) where LoRA wraps the norm-fed linear layer and so has Transformer Engine return
+    its norm's output in 16 bits (`physics.casts.Returned`: PEFT sets `return_layernorm_output` on a
+    TELayerNormColumnParallelLinear with an adapter): under FP8 delayed scaling that norm writes no
+    FP8 tensor and the layer casts its input (proj and fc2 adapters leave the norms as they are)."""
+    on = (np.asarray(rank, dtype=float) > 0).astype(float)
+    qkv, _, up, _ = target_weights(fwd, targets)
+    return on * qkv, on * up
+
+
 def lora_layer_times(
     lt: LayerTimes,
     fwd: LayerForward,
@@ -138,7 +148,9 @@ def lora_layer_times(
     """`lt` with the base weight gradients gone and the adapters' work added (in `extra`) where
     `rank` > 0 -- on the layers `targets` names; unchanged where it is 0 (full training). The frozen
     layers' casts write the row-wise copy alone; where the norm writes the FP8 input itself
-    (`fp8_recipe`, `physics.casts.norm_writes_fp8`) the inputs it feeds are not cast."""
+    (`fp8_recipe`, `physics.casts.norm_writes_fp8`) the inputs it feeds are not cast, except those of
+    the QKV and MLP-up layers LoRA wraps (`norm_returned`: their norm writes 16 bits; `lt` comes from
+    `physics.compute.layer_times` with the same `norm_returned`)."""
     rank = np.asarray(rank, dtype=float)
     if not np.any(rank > 0):
         return lt
@@ -168,7 +180,7 @@ def lora_layer_times(
     if precision in ROWWISE_CAST_BYTES_PER_ELEMENT:  # FP8, NVFP4 without wgrad: row-wise copies only
         row_f, row_b = cast_times(
             fwd, gpu, ROWWISE_CAST_BYTES_PER_ELEMENT[precision], cast_kernels_per_tensor(precision),
-            norm_fp8=norm_writes_fp8(precision, fp8_recipe),
+            norm_fp8=norm_writes_fp8(precision, fp8_recipe), norm_returned=norm_returned(fwd, rank, targets),
         )  # fmt: skip
         cast_f, cast_b = frozen * cast_f + on * row_f, frozen * cast_b + on * row_b
     return replace(
