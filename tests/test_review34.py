@@ -59,6 +59,18 @@ def test_the_explorers_precision_controls_do_not_offer_bf16_on_v100():
     assert "bf16" in offered and value is None
 
 
+def test_the_explorers_training_precision_offers_what_the_gpu_computes():
+    """FP8 before Hopper, MXFP8 and NVFP4 before Blackwell are refused by the estimate, so the
+    training control does not offer them; weights and KV cache keep every storage format."""
+    from shardwise.explore import checks
+
+    assert checks.precision_choices("p-precision", "dgx-1-v100")[0] == ["fp16"]
+    assert checks.precision_choices("p-precision", "dgx-a100")[0] == ["bf16", "fp16"]
+    assert checks.precision_choices("p-precision", "dgx-h100")[0] == ["bf16", "fp16", "fp8"]
+    assert {"mxfp8", "nvfp4"} <= set(checks.precision_choices("p-precision", "dgx-b200")[0])
+    assert "fp8" in checks.precision_choices("s-weights", "dgx-a100")[0]  # stored, widened for the GEMMs
+
+
 NVL_100 = ["--model", "llama3-70b", "--system", "gb200-nvl72", "--num-gpus", "100"]
 DOMAINS = "--num-gpus 100: not a whole number of 72-GPU NVLink domains, so laid out as 2 domains of 50 GPUs"
 

@@ -168,7 +168,8 @@ def _no_result() -> dict[str, Any]:
 
 
 def _register_precisions(app: Dash, system: str, controls: tuple[str, ...]) -> None:
-    """The precision controls offer only what the system's GPU computes in (`checks.precision_choices`)."""
+    """The precision controls offer only what the system's GPU computes in (`checks.precision_choices`);
+    a value it does not take falls back to the GPU's 16-bit default."""
 
     @app.callback(
         *[Output(c, "options") for c in controls],
@@ -180,7 +181,8 @@ def _register_precisions(app: Dash, system: str, controls: tuple[str, ...]) -> N
         picked = [checks.precision_choices(c, name) for c in controls]
         options = [[{"label": v, "value": v} for v in offered] for offered, _ in picked]
         pairs = zip(picked, values, strict=True)
-        return [*options, *(half if half and v == "bf16" else no_update for (_, half), v in pairs)]
+        # a value the GPU does not take (bf16 on V100, fp8 before Hopper) becomes its 16-bit default
+        return [*options, *(no_update if v in offered else (half or "bf16") for (offered, half), v in pairs)]
 
 
 def _register(app: Dash, page: str, pool: Pool, uploads: Uploads) -> None:

@@ -123,15 +123,32 @@ def choices(cid: str) -> list[str] | None:
 def precision_choices(cid: str, system: Any) -> tuple[list[str], str | None]:
     """The precisions a precision control offers on `system` (a preset's name) and the value that
     replaces bf16 there: none on a GPU without BF16 tensor cores (`Gpu.bf16`: V100), where the
-    CLI refuses --precision bf16 and takes fp16 for the default (`requests.precision`)."""
+    CLI refuses --precision bf16 and takes fp16 for the default (`requests.precision`). A training
+    precision control offers only what the GPU computes in (`Gpu.peak_flops_per_s` refuses the rest:
+    FP8 before Hopper, MXFP8 and NVFP4 before Blackwell); weights and KV cache keep every storage
+    format (stored, then widened for the GEMMs)."""
     offered = choices(cid) or []
     try:
-        half = presets.system(str(system)).gpu.sixteen_bit
+        gpu = presets.system(str(system)).gpu
     except Exception:  # not a preset's name: the command says so under the system's control
         return offered, None
+    if kind(cid) == "precision":
+        offered = [v for v in offered if _computes(gpu, v)]
+    half = gpu.sixteen_bit
     if half == "bf16":
         return offered, None
     return [v for v in offered if v != "bf16"], half
+
+
+def _computes(gpu: Any, precision: str) -> bool:
+    """Whether `gpu`'s tensor cores take `precision` (the estimate refuses it otherwise)."""
+    from shardwise.errors import SpecError
+
+    try:
+        gpu.peak_flops_per_s(precision)
+    except SpecError:
+        return False
+    return True
 
 
 def is_number_control(cid: str) -> bool:
