@@ -90,3 +90,14 @@ def test_deferred_sync_keeps_the_unsharded_gradients_in_memory():
     llama3_8b = 8.03e9  # its published parameter count: the whole model's fp32 gradient, unsharded
     assert float(last.buffers_bytes) - float(every.buffers_bytes) > 0.9 * 4.0 * llama3_8b
     assert float(last.gradients_bytes) == float(every.gradients_bytes)  # the sharded fp32 gradients as before
+
+
+
+def test_the_fsdp2_preset_keeps_the_stage_gathered_under_a_pipeline_as_torchtitan():
+    """The fsdp2 preset's memory (FSDP1's entry before) held neither the gathered stage nor its
+    unsharded gradients under pp > 1, which its time already priced (`fsdp2_kept_gathered`): its
+    buffers now match torchtitan's (fp32 gradients, OLMo-core's reduce dtype)."""
+    fsdp2 = training_memory(_scenario(EVERY, m=4, pp=2, framework="fsdp2"))
+    titan = training_memory(_scenario(EVERY, m=4, pp=2, framework="torchtitan"))
+    assert stack_memory("fsdp2").pp_unsharded_grad_bytes == stack_memory("torchtitan").pp_unsharded_grad_bytes == 4.0
+    assert float(fsdp2.buffers_bytes) == float(titan.buffers_bytes) > 10e9

@@ -1,7 +1,5 @@
-"""What a training process holds beyond the model state and the saved activations, and where
-software stacks differ (`STACKS`, keyed by `Plan.framework`); split out of `physics.memory`,
-which re-exports these names.
-
+"""What a training process holds beyond the model state and the saved activations, and where software
+stacks differ (`STACKS`, keyed by `Plan.framework`); split out of `physics.memory`, which re-exports these:
 - the loss's logits at their peak (`logits_bytes`: bytes per logit element per stack),
 - one layer's gradients during its backward pass (`backward_transient_bytes`),
 - communication buffers: torch DDP's bucket copies, DeepSpeed's reduction buckets, ZeRO-3's
@@ -278,7 +276,9 @@ STACKS: dict[str, StackMemory] = {
         "fp32 gradient and unfused AdamW's temporaries over the flat shard",
     ),
     "fsdp": _FSDP,
-    "fsdp2": _FSDP,
+    # under a pipeline (or a deferred sync) FSDP2's unsharded gradients wait at the reduce dtype's bytes: fp32 in
+    # OLMo-core, the preset's stack that pipelines (olmo_core/distributed/parallel/data_parallel.py reduce_dtype)
+    "fsdp2": replace(_FSDP, pp_unsharded_grad_bytes=4.0, source=_FSDP.source + "; fp32 gradients kept in a pipeline"),
     "torchtitan": StackMemory(
         12.0,
         sharded_fp32_params=True,
