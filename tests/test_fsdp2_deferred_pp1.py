@@ -92,7 +92,6 @@ def test_deferred_sync_keeps_the_unsharded_gradients_in_memory():
     assert float(last.gradients_bytes) == float(every.gradients_bytes)  # the sharded fp32 gradients as before
 
 
-
 def test_the_fsdp2_preset_keeps_the_stage_gathered_under_a_pipeline_as_torchtitan():
     """The fsdp2 preset's memory (FSDP1's entry before) held neither the gathered stage nor its
     unsharded gradients under pp > 1, which its time already priced (`fsdp2_kept_gathered`): its
