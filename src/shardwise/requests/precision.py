@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardwise.errors import SpecError
-
 
 def resolved(given: str | None, gpu: Any, flag: str, notes: list[str] | None) -> str:
     """`given` (None: the default) on `gpu`: the default is the GPU's 16-bit format, said in a note
@@ -19,5 +17,5 @@ def resolved(given: str | None, gpu: Any, flag: str, notes: list[str] | None) ->
             notes.append(f"{gpu.name} has no BF16 tensor cores: fp16 (as {flag} fp16), not the default bf16")
         return "fp16"
     if given == "bf16" and gpu.sixteen_bit != "bf16":
-        raise SpecError(f"{flag} bf16: gpu {gpu.name!r} has no BF16 tensor cores (FP16 only); use {flag} fp16")
+        raise gpu.no_bf16(f"{flag} bf16", f"{flag} fp16")
     return given

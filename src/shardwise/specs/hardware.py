@@ -156,6 +156,11 @@ class Gpu:
         """The 16-bit tensor-core format: bf16, else fp16 (a GPU without BF16: `bf16`)."""
         return "bf16" if bool(np.all(self.bf16)) else "fp16"
 
+    def no_bf16(self, asked: str, use: str) -> SpecError:
+        """The one-line refusal of bf16 (`asked`, as the caller names it) on a GPU without it, with the
+        fix in the caller's terms (`use`): the API's and the command line's alike."""
+        return SpecError(f"{asked}: gpu {self.name!r} has no BF16 tensor cores (FP16 only); use {use}")
+
     @staticmethod
     def peak_field(precision: str) -> str:
         """The field holding a compute precision's dense peak, the one `peak_flops_per_s` reads:
@@ -170,9 +175,7 @@ class Gpu:
     def peak_flops_per_s(self, precision: str) -> Number:
         """Dense tensor-core peak for a compute precision (fp8 falls back to an error if absent)."""
         if precision == "bf16" and self.sixteen_bit != "bf16":
-            raise SpecError(
-                f"precision: bf16: gpu {self.name!r} has no BF16 tensor cores (FP16 only); use precision='fp16'"
-            )
+            raise self.no_bf16("precision: bf16", "precision='fp16'")
         if precision in ("bf16", "fp16"):
             return self.peak_flops_per_s_16bit
         if is_fp8(precision):

@@ -96,9 +96,7 @@ def check_serving_inputs(scn: Any, wl: Any) -> None:
     gpu = scn.cluster.gpu
     for name in ("weight_precision", "kv_precision"):  # bf16, the default, as `Gpu.peak_flops_per_s` refuses it
         if getattr(wl, name) == "bf16" and gpu.sixteen_bit != "bf16":
-            raise SpecError(
-                f"serving: {name} bf16: gpu {gpu.name!r} has no BF16 tensor cores (FP16 only); use {name}='fp16'"
-            )
+            raise gpu.no_bf16(f"serving: {name} bf16", f"{name}='fp16'")
     leaves = _leaves(scn) + _leaves(wl, ("workload",))
     if leaves:
         broadcast_shape("serving", leaves)
