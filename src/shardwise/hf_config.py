@@ -29,6 +29,7 @@ from typing import Any
 
 from shardwise import files
 from shardwise.errors import SpecError
+from shardwise.hf_activation import activation as _activation
 from shardwise.hf_rope import rope_fields as _rope_fields
 from shardwise.hf_support import Duplicate as _Duplicate
 from shardwise.hf_support import no_duplicates as _no_duplicates
@@ -273,12 +274,14 @@ def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
 
 def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> None:
     """The family and its switches (gated MLP, tied embeddings, positions, biases, norm, dropout)."""
-    act_key = next((k for k in ("mlp_hidden_act", "hidden_act", "activation_function") if k in cfg), "hidden_act")
+    act_keys = ("mlp_hidden_act", "hidden_act", "hidden_activation", "activation_function")  # 3rd: Gemma's
+    act_key = next((k for k in act_keys if k in cfg), "hidden_act")
     act = _text(p, cfg, act_key).lower()  # mlp_hidden_act: NemotronHConfig's MLP (relu2: squared ReLU)
     gpt_like = model_type in _GPT_TYPES
     out["family"] = "gpt" if gpt_like else "llama"
     gemma = model_type in _GEMMA_TYPES
     out["gated_mlp"] = act in _GATED_ACTIVATIONS or gemma or (not gpt_like and act in ("", "silu"))
+    out["activation"] = _activation(act, model_type, gemma)  # "": the family's (`specs.Model.activation`)
     if "ffn_hidden" not in out and gpt_like:
         out["ffn_hidden"] = 4 * out["hidden"]
     out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like or gemma)
