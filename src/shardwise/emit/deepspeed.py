@@ -210,7 +210,7 @@ def launch(scn: Scenario, version: str) -> Launch:
     if not m.learned_positions and not (base > 0 and base == int(base)):  # megatron/arguments.py@4efb479d: type=int
         todo = (*todo, "rotary base: --rotary-position-embeddings-theta N (the model's rope_theta; default 10000)")
     if m.rope_local_theta and not m.learned_positions:
-        todo = (*todo, f"the windowed layers' rotary base, {m.rope_local_theta:g}: no flag sets a second base")
+        todo = (*todo, f"the windowed layers' rotary base, {int(m.rope_local_theta)}: no flag sets a second base")
     if act_todo := activation_flags(m, DS_ACTIVATION_FLAGS, "Megatron-DeepSpeed")[1]:
         todo = (*todo, act_todo)
     return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=todo)

@@ -50,9 +50,9 @@ def moe_layer_pattern(model: Model) -> list[int]:
 # The MLP's activation (`Model.activation`) in words, gated or not, for a launch's "you add" line.
 _ACTIVATION_WORDS = {
     "silu": "SiLU",
-    "gelu": "GELU (erf)",
-    "gelu_tanh": "GELU (tanh approximation)",
-    "quick_gelu": "quick GELU, x sigmoid(1.702 x)",
+    "gelu": "erf GELU",
+    "gelu_tanh": "tanh-approximated GELU",
+    "quick_gelu": "quick GELU x sigmoid(1.702 x)",
     "relu": "ReLU",
     "squared_relu": "squared ReLU",
 }
@@ -69,6 +69,6 @@ def activation_flags(
         return flags[key], None
     kind = ("a gated MLP (GLU) on " if model.gated_mlp else "an MLP on ") + _ACTIVATION_WORDS[model.activation]
     return (), (
-        f"the MLP's activation, {kind} (config.json hidden_act {model.activation}): {tool} has no flag for it; "
+        f"the MLP's activation, {kind} (activation {model.activation}): {tool} has no flag for it; "
         "set the model's activation function in code"
     )

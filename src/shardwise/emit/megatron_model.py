@@ -128,8 +128,8 @@ def model_todo(model: Model) -> tuple[str, ...]:
         out.append(f"rotary base: --rotary-base N (the model's rope_theta; {why}; Megatron's default is 10000)")
     if m.rope_local_theta and not m.learned_positions:
         out.append(
-            f"the windowed layers' rotary base, {m.rope_local_theta:g} (config.json rope_local_base_freq): "
-            f"--rotary-base sets {m.rope_theta:g} on every layer and no flag sets another"
+            f"the windowed layers' rotary base, {int(m.rope_local_theta)} (config.json rope_local_base_freq): "
+            f"--rotary-base sets {int(m.rope_theta)} on every layer and no flag sets another"
         )
     if m.architecture != "gpt_oss" and (todo := activation_flags(m, ACTIVATION_FLAGS, "Megatron-LM")[1]):
         out.append(todo)
