@@ -30,11 +30,11 @@ _BY_MODEL_TYPE = {"gpt_oss": "quick_gelu"}
 _GEMMA_DEFAULT = "gelu_tanh"
 
 
-def activation(name: str, model_type: str, gemma: bool) -> str:
-    """Our name for config.json's activation `name` (lower case) of `model_type`; "" where it is
-    absent or one shardwise does not name (the family's default, `specs.Model.activation`)."""
+def activation(name: str, model_type: str, gemma: bool, gated: bool) -> str:
+    """Our name for config.json's activation `name` (lower case) of `model_type`; where it is absent
+    or one shardwise does not name, the family's (`specs.Model.activation`: silu gated, gelu plain)."""
     if model_type in _BY_MODEL_TYPE:
         return _BY_MODEL_TYPE[model_type]
     if not name and gemma:
         return _GEMMA_DEFAULT
-    return _NAMES.get(name, "")
+    return _NAMES.get(name) or ("silu" if gated else "gelu")

@@ -281,7 +281,7 @@ def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, 
     out["family"] = "gpt" if gpt_like else "llama"
     gemma = model_type in _GEMMA_TYPES
     out["gated_mlp"] = act in _GATED_ACTIVATIONS or gemma or (not gpt_like and act in ("", "silu"))
-    out["activation"] = _activation(act, model_type, gemma)  # "": the family's (`specs.Model.activation`)
+    out["activation"] = _activation(act, model_type, gemma, out["gated_mlp"])  # `specs.Model.activation`
     if "ffn_hidden" not in out and gpt_like:
         out["ffn_hidden"] = 4 * out["hidden"]
     out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like or gemma)

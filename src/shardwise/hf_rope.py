@@ -10,9 +10,11 @@ from shardwise.errors import SpecError
 
 
 def rope_fields(p: Path, cfg: dict[str, Any]) -> dict[str, Any]:
-    """`Model.yarn_rope`, `Model.rope_theta` and `Model.rope_local_theta` from a config.json."""
+    """`Model.yarn_rope`, `Model.rope_theta` and, where the windowed layers' differs,
+    `Model.rope_local_theta` from a config.json."""
     full, local = rope_theta(p, cfg), rope_local_theta(p, cfg)
-    return {"yarn_rope": yarn_scales_rope(cfg), "rope_theta": full, "rope_local_theta": local if local != full else 0.0}
+    out = {"yarn_rope": yarn_scales_rope(cfg), "rope_theta": full}
+    return {**out, "rope_local_theta": local} if local and local != full else out
 
 
 def rope_local_theta(p: Path, cfg: dict[str, Any]) -> float:
