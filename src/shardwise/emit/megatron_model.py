@@ -37,8 +37,8 @@ _ROUTER_GROUPS = (
 ARCH_TODO: dict[str, str] = {"deepseek_v3": _ROUTER_GROUPS, "kimi_k2": _ROUTER_GROUPS}
 # Model files whose layers the flags written here build, as far as a Model states them: GPT-2's
 # block (Megatron's GPT), Llama's, Mistral's and Mixtral's, and those of ARCH_FLAGS. Any other
-# file may hold more (Llama 4's chunked attention and layers without RoPE, Nemotron's squared
-# ReLU, ALiBi): the launch asks for it (`model_todo`).
+# file may hold more (Llama 4's chunked attention and layers without RoPE, Nemotron's LayerNorm1p and
+# half-width rotary embedding, ALiBi): the launch asks for it (`model_todo`).
 KNOWN_FILES = frozenset({"gpt2", "llama", "mistral", "mixtral", *ARCH_FLAGS})
 # The MLP's activation (`Model.activation`, gated or not) as Megatron-LM d98e8a64 takes it
 # (megatron/training/arguments.py _add_network_size_args, argument_utils.py
