@@ -3,12 +3,11 @@
 Field names follow the `transformers` configuration classes: Llama-style (`LlamaConfig`,
 `MistralConfig`, `Qwen2Config`, ...: `num_hidden_layers`, `hidden_size`, `num_attention_heads`,
 `num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`, `head_dim`,
-`tie_word_embeddings`, `hidden_act`), GPT-2 style (`n_layer`, `n_embd`, `n_head`, `n_inner`,
-`n_positions`), GPT-NeoX / Falcon / OPT / BLOOM names where they differ, and MosaicML's MPT
-(`d_model`, `n_heads`, `n_layers`, `expansion_ratio`, `max_seq_len`, `no_bias`, `attn_config`).
-Mixture-of-experts fields
-(`num_local_experts`, `n_routed_experts`, `num_experts`, `num_experts_per_tok`,
-`moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
+`tie_word_embeddings`, `hidden_act`: the MLP's activation, `hf_activation`), GPT-2 style (`n_layer`,
+`n_embd`, `n_head`, `n_inner`, `n_positions`), GPT-NeoX / Falcon / OPT / BLOOM names where they differ,
+and MosaicML's MPT (`d_model`, `n_heads`, `n_layers`, `expansion_ratio`, `max_seq_len`, `no_bias`,
+`attn_config`). Mixture-of-experts fields (`num_local_experts`, `n_routed_experts`, `num_experts`,
+`num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
 attention (`kv_lora_rank`, ...) are read too: such a model's parameters are counted, its times not
 priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pattern
 (`hybrid_override_pattern`, or `layers_block_type` in newer configs) and the Mamba-2 sizes
