@@ -136,7 +136,7 @@ def test_bad_model_fields(change, message):
 
 
 def test_an_unknown_model_field_lists_the_allowed_ones():
-    with pytest.raises(SpecError, match="unknown field 'depth'; allowed: architecture, bias, dense_layers, dropout, "):
+    with pytest.raises(SpecError, match="unknown field 'depth'; allowed: activation, architecture, bias, "):
         model_from_dict("m", {"layers": 2, "hidden": 64, "heads": 4, "vocab": 100, "seq_len": 16, "depth": 3})
     with pytest.raises(SpecError, match="missing field\\(s\\) vocab, seq_len"):
         model_from_dict("m", {"layers": 2, "hidden": 64, "heads": 4})

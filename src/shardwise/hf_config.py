@@ -3,12 +3,11 @@
 Field names follow the `transformers` configuration classes: Llama-style (`LlamaConfig`,
 `MistralConfig`, `Qwen2Config`, ...: `num_hidden_layers`, `hidden_size`, `num_attention_heads`,
 `num_key_value_heads`, `intermediate_size`, `vocab_size`, `max_position_embeddings`, `head_dim`,
-`tie_word_embeddings`, `hidden_act`), GPT-2 style (`n_layer`, `n_embd`, `n_head`, `n_inner`,
-`n_positions`), GPT-NeoX / Falcon / OPT / BLOOM names where they differ, and MosaicML's MPT
-(`d_model`, `n_heads`, `n_layers`, `expansion_ratio`, `max_seq_len`, `no_bias`, `attn_config`).
-Mixture-of-experts fields
-(`num_local_experts`, `n_routed_experts`, `num_experts`, `num_experts_per_tok`,
-`moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
+`tie_word_embeddings`, `hidden_act`: the MLP's activation, `hf_activation`), GPT-2 style (`n_layer`,
+`n_embd`, `n_head`, `n_inner`, `n_positions`), GPT-NeoX / Falcon / OPT / BLOOM names where they differ,
+and MosaicML's MPT (`d_model`, `n_heads`, `n_layers`, `expansion_ratio`, `max_seq_len`, `no_bias`,
+`attn_config`). Mixture-of-experts fields (`num_local_experts`, `n_routed_experts`, `num_experts`,
+`num_experts_per_tok`, `moe_intermediate_size`, `n_shared_experts`, `first_k_dense_replace`, ...) and DeepSeek's latent
 attention (`kv_lora_rank`, ...) are read too: such a model's parameters are counted, its times not
 priced yet. Hybrid Mamba-2 models (Nemotron-H, `NemotronHConfig`): the layer pattern
 (`hybrid_override_pattern`, or `layers_block_type` in newer configs) and the Mamba-2 sizes
@@ -29,6 +28,7 @@ from typing import Any
 
 from shardwise import files
 from shardwise.errors import SpecError
+from shardwise.hf_activation import activation as _activation
 from shardwise.hf_rope import rope_fields as _rope_fields
 from shardwise.hf_support import Duplicate as _Duplicate
 from shardwise.hf_support import no_duplicates as _no_duplicates
@@ -273,12 +273,14 @@ def _model_file(p: Path, cfg: dict[str, Any]) -> str | None:
 
 def _architecture(p: Path, cfg: dict[str, Any], model_type: str, out: dict[str, Any]) -> None:
     """The family and its switches (gated MLP, tied embeddings, positions, biases, norm, dropout)."""
-    act_key = next((k for k in ("mlp_hidden_act", "hidden_act", "activation_function") if k in cfg), "hidden_act")
+    act_keys = ("mlp_hidden_act", "hidden_act", "hidden_activation", "activation_function")  # 3rd: Gemma's
+    act_key = next((k for k in act_keys if k in cfg), "hidden_act")
     act = _text(p, cfg, act_key).lower()  # mlp_hidden_act: NemotronHConfig's MLP (relu2: squared ReLU)
     gpt_like = model_type in _GPT_TYPES
     out["family"] = "gpt" if gpt_like else "llama"
     gemma = model_type in _GEMMA_TYPES
     out["gated_mlp"] = act in _GATED_ACTIVATIONS or gemma or (not gpt_like and act in ("", "silu"))
+    out["activation"] = _activation(act, model_type, gemma, out["gated_mlp"])  # `specs.Model.activation`
     if "ffn_hidden" not in out and gpt_like:
         out["ffn_hidden"] = 4 * out["hidden"]
     out["tied_embeddings"] = _flag(p, cfg, ("tie_word_embeddings", "tie_embeddings"), gpt_like or gemma)

@@ -237,16 +237,21 @@ def model_from_dict(name: str, data: Mapping[str, Any]) -> Model:
                     "config.json, as text (e.g. mixtral)"
                 )
             kwargs[key] = value
-        elif key == "rope_theta":  # the rotary base (`specs.Model.rope_theta`)
+        elif key in ("rope_theta", "rope_local_theta"):  # rotary bases (`specs.Model.rope_theta`)
             if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise SpecError(f"model {name!r}: rope_theta: {value!r} must be a number (the rotary base)")
+                raise SpecError(f"model {name!r}: {key}: {value!r} must be a number (the rotary base)")
             kwargs[key] = float(value)
+        elif key == "activation":  # the MLP's (`specs.Model.activation`); Model names what is allowed
+            if not isinstance(value, str):
+                raise SpecError(f"model {name!r}: activation: {value!r} must be text (e.g. silu, gelu_tanh)")
+            kwargs[key] = value
         elif key in _MODEL_FLAGS:
             if not isinstance(value, bool):
                 raise SpecError(f"model {name!r}: {key}: {value!r} must be true or false")
             kwargs[key] = value
         else:
-            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture", "rope_theta")
+            known = (*_MODEL_INTS, *_MODEL_FLAGS, "family", "hybrid_pattern", "hf_id", "architecture")
+            known = (*known, "rope_theta", "rope_local_theta", "activation")
             raise SpecError(f"model {name!r}: {unknown_field(key, known)}")
     return Model(name=name, notes=str(data.get("source", "")), **kwargs)
 

@@ -27,8 +27,10 @@ _MODEL_NUMBERS = ("layers", "hidden", "heads", "vocab", "seq_len", "kv_heads", "
 # pattern and Mamba-2 sizes, ...) puts runs in separate stacks: a stacked Scenario takes its first
 # run's model with only the numbers above replaced (a dense run stacked behind a mixture of experts
 # was priced with its experts)
-# (the rotary base, `Model.rope_theta`, prices nothing: runs that differ in it alone stack together)
-_MODEL_KIND = tuple(f.name for f in fields(Model) if f.name not in (*_MODEL_NUMBERS, "name", "notes", "rope_theta"))
+# (the rotary bases and the MLP's activation, `Model.rope_theta`, `rope_local_theta`, `activation`,
+# price nothing: runs that differ in them alone stack together)
+_PRICED_NOTHING = ("name", "notes", "rope_theta", "rope_local_theta", "activation")
+_MODEL_KIND = tuple(f.name for f in fields(Model) if f.name not in (*_MODEL_NUMBERS, *_PRICED_NOTHING))
 # defaulted from a number above (ffn_hidden, head_dim) and read only by experts or latent attention
 _UNUSED_UNLESS = {"expert_ffn_hidden": "experts", "v_head_dim": "kv_lora_rank"}
 

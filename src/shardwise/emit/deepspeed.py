@@ -20,7 +20,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from shardwise.emit.facts import i, stage_layers
+from shardwise.emit.facts import activation_flags, i, stage_layers
 from shardwise.emit.launch import EmitError, Launch, flag_groups, torchrun, unemitted_shape
 from shardwise.emit.megatron_model import vocab_divisor
 from shardwise.specs import Recompute, Scenario, Schedule
@@ -29,6 +29,16 @@ from shardwise.specs.stages import describe_counts
 from shardwise.specs.zero3 import Zero3Buckets
 
 VERSIONS = ("master",)
+# The MLP's activation (`Model.activation`, gated or not) as Megatron-DeepSpeed @4efb479d takes it
+# (megatron/model/transformer.py ParallelMLP, megatron/arguments.py): --swiglu a gated SiLU,
+# --squared-relu squared ReLU, --openai-gelu tanh-GELU (megatron/model/utils.py openai_gelu); no flag:
+# F.gelu (erf). No gated GELU (GeGLU), ReLU or quick GELU: the launch asks for them.
+DS_ACTIVATION_FLAGS: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("silu", True): ("--swiglu",),
+    ("gelu", False): (),
+    ("squared_relu", False): ("--squared-relu",),
+    ("gelu_tanh", False): ("--openai-gelu",),
+}
 
 TODO = (
     "data: --data-path PREFIX --split 949,50,1",
@@ -174,7 +184,7 @@ def launch(scn: Scenario, version: str) -> Launch:
         ("--ffn-hidden-size", str(i(m.ffn_hidden))),
         ("--seq-length", str(i(m.seq_len)), "--max-position-embeddings", str(i(m.seq_len))),
         ("--make-vocab-size-divisible-by", str(vocab_divisor(i(m.vocab), tp))),
-        ("--swiglu",) if m.gated_mlp else None,
+        activation_flags(m, DS_ACTIVATION_FLAGS, "Megatron-DeepSpeed")[0] or None,
         ("--normalization", "rmsnorm") if m.rmsnorm else None,
         None if m.learned_positions else ("--use-rotary-position-embeddings", "--no-position-embedding"),
         ("--rotary-position-embeddings-theta", str(int(base)))
@@ -199,4 +209,8 @@ def launch(scn: Scenario, version: str) -> Launch:
     todo = TODO
     if not m.learned_positions and not (base > 0 and base == int(base)):  # megatron/arguments.py@4efb479d: type=int
         todo = (*todo, "rotary base: --rotary-position-embeddings-theta N (the model's rope_theta; default 10000)")
+    if m.rope_local_theta and not m.learned_positions:
+        todo = (*todo, f"the windowed layers' rotary base, {int(m.rope_local_theta)}: no flag sets a second base")
+    if act_todo := activation_flags(m, DS_ACTIVATION_FLAGS, "Megatron-DeepSpeed")[1]:
+        todo = (*todo, act_todo)
     return Launch("deepspeed", version, launcher, args, env=env, files=files, todo=todo)

@@ -45,3 +45,30 @@ def moe_layer_pattern(model: Model) -> list[int]:
     """1 for each mixture-of-experts layer, 0 for a dense one (`Model.dense_layers`, `moe_every`)."""
     d, k = model.dense_layers, model.moe_every
     return [0 if j < d or (j - d) % k != k - 1 else 1 for j in range(i(model.layers))]
+
+
+# The MLP's activation (`Model.activation`) in words, gated or not, for a launch's "you add" line.
+_ACTIVATION_WORDS = {
+    "silu": "SiLU",
+    "gelu": "erf GELU",
+    "gelu_tanh": "tanh-approximated GELU",
+    "quick_gelu": "quick GELU x sigmoid(1.702 x)",
+    "relu": "ReLU",
+    "squared_relu": "squared ReLU",
+}
+
+
+def activation_flags(
+    model: Model, flags: dict[tuple[str, bool], tuple[str, ...]], tool: str
+) -> tuple[tuple[str, ...], str | None]:
+    """The flags `tool` takes for the model's MLP (`flags`: (activation, gated) -> flags, () for the
+    tool's default), or none and the line the launch adds where it has no flag for it (GeGLU under
+    Megatron-LM: never --swiglu, which is SiLU)."""
+    key = (model.activation, bool(model.gated_mlp))
+    if key in flags:
+        return flags[key], None
+    kind = ("a gated MLP (GLU) on " if model.gated_mlp else "an MLP on ") + _ACTIVATION_WORDS[model.activation]
+    return (), (
+        f"the MLP's activation, {kind} (activation {model.activation}): {tool} has no flag for it; "
+        "set the model's activation function in code"
+    )

@@ -4,7 +4,7 @@ and the TransformerConfig fields it turns into flags, Megatron-LM d98e8a64)."""
 
 from __future__ import annotations
 
-from shardwise.emit.facts import i, moe_layer_pattern
+from shardwise.emit.facts import activation_flags, i, moe_layer_pattern
 from shardwise.specs import Model, Scenario
 
 # Model files (HF config.json `model_type`, `Model.architecture`) whose own features beyond what a
@@ -37,9 +37,21 @@ _ROUTER_GROUPS = (
 ARCH_TODO: dict[str, str] = {"deepseek_v3": _ROUTER_GROUPS, "kimi_k2": _ROUTER_GROUPS}
 # Model files whose layers the flags written here build, as far as a Model states them: GPT-2's
 # block (Megatron's GPT), Llama's, Mistral's and Mixtral's, and those of ARCH_FLAGS. Any other
-# file may hold more (Llama 4's chunked attention and layers without RoPE, Nemotron's squared
-# ReLU, ALiBi): the launch asks for it (`model_todo`).
+# file may hold more (Llama 4's chunked attention and layers without RoPE, Nemotron's LayerNorm1p and
+# half-width rotary embedding, ALiBi): the launch asks for it (`model_todo`).
 KNOWN_FILES = frozenset({"gpt2", "llama", "mistral", "mixtral", *ARCH_FLAGS})
+# The MLP's activation (`Model.activation`, gated or not) as Megatron-LM d98e8a64 takes it
+# (megatron/training/arguments.py _add_network_size_args, argument_utils.py
+# core_transformer_config_from_args): --swiglu a gated SiLU, --squared-relu squared ReLU, --quick-geglu
+# a gated x sigmoid(1.702 x); no flag: TransformerConfig's activation_func default, F.gelu (erf), not
+# gated. Nothing else has a flag -- no gated GELU (GeGLU: Gemma, GLM-130B, Grok-1), no ReLU, no
+# tanh-GELU (--openai-gelu is parsed, but no Megatron-Core model reads it): `model_todo` asks for them.
+ACTIVATION_FLAGS: dict[tuple[str, bool], tuple[str, ...]] = {
+    ("silu", True): ("--swiglu",),
+    ("gelu", False): (),
+    ("squared_relu", False): ("--squared-relu",),
+    ("quick_gelu", True): ("--quick-geglu",),
+}
 # GPT-OSS's clamp (HF GptOssConfig swiglu_limit, 7.0 in both released configs)
 GPT_OSS_CLAMP = 7.0
 
@@ -78,15 +90,15 @@ def model_args(scn: Scenario) -> list[tuple[str, ...]]:
         out.append(("--quick-geglu", "--glu-linear-offset", "1.0"))
         if m.glu_clamp:
             out.append(("--activation-func-clamp-value", f"{GPT_OSS_CLAMP:g}"))
-    elif m.gated_mlp:
-        out.append(("--swiglu",))
+    elif flags := activation_flags(m, ACTIVATION_FLAGS, "Megatron-LM")[0]:
+        out.append(flags)
     if m.rmsnorm:
         out.append(("--normalization", "RMSNorm"))
     if m.learned_positions:
         out.append(("--position-embedding-type", "learned_absolute"))
     else:  # YaRN's factor and original length: `model_todo`
         kind = "yarn" if m.yarn_rope else "rope"
-        base = m.rope_theta
+        base = m.rope_theta  # the full-attention layers' where the windowed ones differ (`model_todo`)
         known = base > 0 and base == int(base)  # --rotary-base is type=int
         out.append(("--position-embedding-type", kind, *(("--rotary-base", str(int(base))) if known else ())))
     if m.sliding_window:  # (left, right) tokens beside the query's own: W - 1, 0 (examples/gptoss/02_train.sh)
@@ -106,13 +118,21 @@ def model_args(scn: Scenario) -> list[tuple[str, ...]]:
 
 
 def model_todo(model: Model) -> tuple[str, ...]:
-    """What the launch cannot write from what the Model states: the rotary base where unknown,
-    YaRN's scaling, a clamp limit other than GPT-OSS's, config values of the model file
-    (ARCH_TODO), and the features of a model file not among KNOWN_FILES."""
+    """What the launch cannot write from what the Model states: the rotary base where unknown, the
+    windowed layers' own base, an activation Megatron-LM has no flag for, YaRN's scaling, a clamp
+    limit other than GPT-OSS's, config values of the model file (ARCH_TODO), and the features of a
+    model file not among KNOWN_FILES."""
     m, out = model, []
     if not m.learned_positions and not (m.rope_theta > 0 and m.rope_theta == int(m.rope_theta)):
         why = f"{m.rope_theta:g} is not a whole number, which it takes" if m.rope_theta else "unknown here"
         out.append(f"rotary base: --rotary-base N (the model's rope_theta; {why}; Megatron's default is 10000)")
+    if m.rope_local_theta and not m.learned_positions:
+        out.append(
+            f"the windowed layers' rotary base, {int(m.rope_local_theta)} (config.json rope_local_base_freq): "
+            f"--rotary-base sets {int(m.rope_theta)} on every layer and no flag sets another"
+        )
+    if m.architecture != "gpt_oss" and (todo := activation_flags(m, ACTIVATION_FLAGS, "Megatron-LM")[1]):
+        out.append(todo)
     if m.yarn_rope and not m.learned_positions and not m.kv_lora_rank:
         out.append(
             "YaRN: --rotary-scaling-factor F --yarn-original-max-position-embeddings N "

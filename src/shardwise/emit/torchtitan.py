@@ -38,6 +38,9 @@ class TitanModel:
     experts: int = 0
     experts_per_token: int = 0
     fp8_in_config: bool = False  # the config function converts the model to Float8 itself
+    # the MLP's activation (`Model.activation`, gated): Llama 3's, Qwen3's and DeepSeek-V3's FeedForward
+    # is w2(silu(w1 x) * w3 x); GPT-OSS's experts' (up + 1) x gate x sigmoid(1.702 gate), clamped
+    activation: str = "silu"
 
 
 # torchtitan's registered configs (torchtitan/models/*/config_registry.py) and their shapes
@@ -47,8 +50,8 @@ TITAN_MODELS = (
     TitanModel("llama3", "llama3_405b", "405B", 126, 16384, 128, 8, 53248, 128256, fp8_in_config=True),
     TitanModel("qwen3", "qwen3_30b_a3b", "30B-A3B", 48, 2048, 32, 4, 6144, 151936, 128, 8),
     TitanModel("deepseek_v3", "deepseek_v3_671b", "671B", 61, 7168, 128, 128, 18432, 129280, 256, 8),
-    TitanModel("gpt_oss", "gpt_oss_20b", "20b", 24, 2880, 64, 8, 2880, 201088, 32, 4),
-    TitanModel("gpt_oss", "gpt_oss_120b", "120b", 36, 2880, 64, 8, 2880, 201088, 128, 4),
+    TitanModel("gpt_oss", "gpt_oss_20b", "20b", 24, 2880, 64, 8, 2880, 201088, 32, 4, activation="quick_gelu"),
+    TitanModel("gpt_oss", "gpt_oss_120b", "120b", 36, 2880, 64, 8, 2880, 201088, 128, 4, activation="quick_gelu"),
 )
 
 SCHEDULES = {Schedule.GPIPE: "GPipe", Schedule.ONE_F_ONE_B: "1F1B", Schedule.INTERLEAVED: "Interleaved1F1B"}
@@ -74,11 +77,10 @@ def t_fp8_in_config(model: Model) -> bool:
 
 def titan_model(model: Model) -> TitanModel | None:
     shape = (model.layers, model.hidden, model.heads, model.kv_heads, model.ffn_hidden, model.vocab)
+    kind = (model.experts, model.experts_per_token, model.activation, model.gated_mlp)
     for t in TITAN_MODELS:
-        if shape == (t.layers, t.hidden, t.heads, t.kv_heads, t.ffn_hidden, t.vocab) and (
-            model.experts,
-            model.experts_per_token,
-        ) == (t.experts, t.experts_per_token):
+        t_shape = (t.layers, t.hidden, t.heads, t.kv_heads, t.ffn_hidden, t.vocab)
+        if shape == t_shape and kind == (t.experts, t.experts_per_token, t.activation, True):
             return t
     return None
 
@@ -89,7 +91,8 @@ def adapt(scn: Scenario, version: str) -> tuple[Scenario, tuple[str, ...]]:
         names = ", ".join(sorted({t.config for t in TITAN_MODELS}))
         raise EmitError(
             f"--emit torchtitan: torchtitan builds only its registered models ({names}); "
-            f"{m.name} has another shape: write a config_registry function for it"
+            f"{m.name} has another shape or MLP ({'gated ' if m.gated_mlp else ''}{m.activation}): "
+            "write a config_registry function for it"
         )
     if p.precision == "fp16":
         raise EmitError("--emit torchtitan: fp16 is not a torchtitan training precision; plan with --precision bf16")

@@ -39,6 +39,12 @@ RULED_LANGUAGE_MODEL_FILES = frozenset(
     | {"qwen3_moe", "qwen3_vl_moe", "qwen3_next", "qwen3_5_moe", "qwen3_5_moe_text", "gpt_oss", "llama4"}
     | {"granitemoe", "nemotron_h"}
 )
+# The MLP's activation (`Model.activation`), as Hugging Face's transformers names the functions
+# (activations.py ACT2FN; `hidden_act`): silu x sigmoid(x) (SwiGLU when gated: Shazeer 2020), gelu the
+# exact erf GELU, gelu_tanh its tanh approximation (transformers gelu_pytorch_tanh / gelu_new, JAX's
+# default jax.nn.gelu: Gemma's GeGLU, Grok-1), quick_gelu x sigmoid(1.702 x) (GPT-OSS's experts),
+# relu (OPT), squared_relu relu(x)^2 (So et al. 2021, Primer; transformers relu2: Nemotron).
+ACTIVATIONS = ("silu", "gelu", "gelu_tanh", "quick_gelu", "relu", "squared_relu")
 # The layer kinds of a hybrid pattern (megatron/core/ssm/mamba_hybrid_layer_allocation.py `Symbols`)
 HYBRID_SYMBOLS = {"M": "Mamba-2", "*": "attention", "-": "MLP", "E": "MoE"}
 
@@ -117,6 +123,14 @@ class Model:
     # 0 where unknown or without rotary positions. It does not change the cost; a launch writes it
     # (`emit`: Megatron-LM's --rotary-base).
     rope_theta: float = 0.0
+    # The windowed layers' own rotary base where it differs from rope_theta, the full-attention
+    # layers' (Gemma 3: config.json `rope_local_base_freq` 10000 beside `rope_theta` 1000000); 0: the
+    # same base on every layer. Prices nothing; a launch that takes one base says so (`emit`).
+    rope_local_theta: float = 0.0
+    # The MLP's activation, one of ACTIVATIONS ("": the family's, silu where `gated_mlp`, else gelu).
+    # Prices nothing (every activation is one element-wise kernel here); a launch writes it (`emit`:
+    # Megatron-LM's --swiglu, --squared-relu, --quick-geglu).
+    activation: str = ""
     # The model file an engine runs for it, named as Hugging Face config.json's `model_type` spells
     # it ("llama", "mixtral", "deepseek_v3", "qwen3_moe", "gpt_oss", "llama4", ...; None: unknown).
     # The shapes above price the model; this picks the rules that differ by engine model file
@@ -150,16 +164,21 @@ class Model:
         self._check_hybrid(p)
         self._check_window(p)
         self._check_architecture(p)
-        theta = self.rope_theta
-        if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 <= theta < float("inf"):
-            raise SpecError(f"{p}: rope_theta {theta!r} is not allowed; give a number >= 0 (0: unknown)")
-        object.__setattr__(self, "rope_theta", float(theta))
+        for name in ("rope_theta", "rope_local_theta"):
+            theta = getattr(self, name)
+            if isinstance(theta, bool) or not isinstance(theta, (int, float)) or not 0 <= theta < float("inf"):
+                raise SpecError(f"{p}: {name} {theta!r} is not allowed; give a number >= 0 (0: unknown)")
+            object.__setattr__(self, name, float(theta))
         flags = ("gated_mlp", "tied_embeddings", "learned_positions", "bias", "rmsnorm", "dropout", "glu_clamp")
         for flag in (*flags, "yarn_rope"):
             value = getattr(self, flag)
             if not isinstance(value, (bool, np.bool_)):  # numpy's booleans are booleans too
                 raise SpecError(f"{p}: {flag} must be true or false, got {value!r}")
             object.__setattr__(self, flag, bool(value))
+        act = self.activation or ("silu" if self.gated_mlp else "gelu")
+        if not isinstance(act, str) or act not in ACTIVATIONS:
+            raise SpecError(f"{p}: activation {act!r} is not allowed; choose one of {', '.join(ACTIVATIONS)}")
+        object.__setattr__(self, "activation", act)
 
     def _check_moe_and_mla(self, p: str) -> None:
         for name in ("experts", "experts_per_token", "shared_experts", "dense_layers", "kv_lora_rank",
